@@ -1,0 +1,3 @@
+from calctl.cli.app import run
+
+run()

@@ -1,0 +1,1 @@
+"""The calctl command line: one module per noun, registered in :mod:`calctl.cli.app`."""

@@ -1,0 +1,107 @@
+"""The one error hierarchy of calctl and the exit codes it maps to.
+
+Every expected failure is a :class:`CalctlError` subclass carrying its exit code
+and, where useful, a hint saying what to do about it. The CLI catches them in one
+place (``calctl.cli.app.main``) and prints one line of cause plus the hint.
+
+This module does not print anything and knows nothing about the CLI.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Documented process exit codes (docs/cli.md)."""
+
+    OK = 0  # passed
+    FAILED = 1  # checked, and the thing checked failed
+    USAGE = 2  # usage, input or configuration error
+    DEVICE = 3  # device / runtime error
+    TIMEOUT = 4  # a step did not finish within its deadline
+    INTERRUPTED = 130  # Ctrl-C
+
+
+class CalctlError(Exception):
+    """Base of every expected calctl failure."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(CalctlError):
+    """Bad arguments or input the user can fix (exit 2)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ConfigError(CalctlError):
+    """A configuration file or setting is invalid (exit 2)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class PackageError(CalctlError):
+    """A package was read and is not acceptable (exit 1).
+
+    ``path`` names the file inside (or of) the package, ``field`` a JSON-pointer-like
+    location inside it when there is one.
+    """
+
+    exit_code = ExitCode.FAILED
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = ": ".join(p for p in (path, field) if p)
+        super().__init__(f"{where}: {message}" if where else message, hint=hint)
+        self.path = path
+        self.field = field
+
+
+class PackageFormatError(PackageError):
+    """The package cannot even be parsed (malformed YAML, wrong top-level type, ...)."""
+
+
+class IntegrityError(PackageError):
+    """A hash or signature does not verify."""
+
+
+class CheckFailed(CalctlError):
+    """A check ran to completion and its verdict is FAIL (exit 1)."""
+
+    exit_code = ExitCode.FAILED
+
+
+class DeviceError(CalctlError):
+    """Base of every runtime-layer failure (exit 3).
+
+    ``status`` is the runtime's own status code when there is one (CalRT C ABI,
+    docs/calrt-c-abi.md), so a bench log can be matched against vendor logs.
+    """
+
+    exit_code = ExitCode.DEVICE
+    default_status: int = -1
+
+    def __init__(self, message: str, *, status: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = self.default_status if status is None else status
+
+
+class StepTimeout(CalctlError):
+    """A step exceeded its deadline (exit 4)."""
+
+    exit_code = ExitCode.TIMEOUT
