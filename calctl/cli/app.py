@@ -13,8 +13,12 @@ import sys
 import traceback
 from typing import Annotated, Optional
 
-import click
 import typer
+
+try:  # Typer >= 0.16 vendors its own click; catch the exceptions it really raises.
+    from typer._click import exceptions as _click_exc  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - older Typer on top of click
+    from click import exceptions as _click_exc
 
 from calctl import __version__
 from calctl.cli import _output
@@ -84,14 +88,17 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         _print_error(_escape(str(exc)), _escape(exc.hint) if exc.hint else None)
         code = int(exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except _click_exc.Exit as exc:
         code = int(exc.exit_code)
-    except click.exceptions.Abort:
+    except _click_exc.Abort:
         _print_error("interrupted", None)
         code = ExitCode.INTERRUPTED
-    except click.ClickException as exc:
+    except _click_exc.ClickException as exc:
         # Usage errors: show click's message (names the option) without a traceback.
-        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        if type(exc).__name__ == "NoArgsIsHelpError" and exc.ctx is not None:
+            _output.stdout.print(exc.ctx.get_help(), markup=False, highlight=False)
+            return int(ExitCode.USAGE)
+        if isinstance(exc, _click_exc.UsageError) and exc.ctx is not None:
             _output.stderr.print(exc.ctx.get_usage(), markup=False, highlight=False)
         _print_error(_escape(exc.format_message()), "run with --help for the options")
         code = ExitCode.USAGE
