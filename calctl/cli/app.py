@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         _print_error(_escape(str(exc)), _escape(exc.hint) if exc.hint else None)
         code = int(exc.exit_code)
-    except _click_exc.Exit as exc:
+    except typer.Exit as exc:
         code = int(exc.exit_code)
-    except _click_exc.Abort:
+    except typer.Abort:
         _print_error("interrupted", None)
         code = ExitCode.INTERRUPTED
     except _click_exc.ClickException as exc:
