@@ -20,8 +20,13 @@ from rich.table import Table
 #: Version of every JSON document calctl prints. Bump on an incompatible change.
 SCHEMA_VERSION = "1"
 
-stdout = Console(highlight=False, soft_wrap=True)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+def _width(stream) -> int | None:  # type: ignore[no-untyped-def]
+    # Logs and CI captures are not terminals: do not truncate tables to 80 columns there.
+    return None if stream.isatty() else 200
+
+
+stdout = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
 class Format(str, enum.Enum):

@@ -38,6 +38,7 @@ _state = {"debug": False}
 
 # Explicit registry: module path -> has register(app). Order = order in --help.
 _COMMAND_MODULES: list[str] = [
+    "calctl.cli.package_cmds",
 ]
 
 

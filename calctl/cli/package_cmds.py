@@ -1,0 +1,184 @@
+"""Package commands: keygen, sample-package, pack, sign, verify, inspect."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from calctl.cli import _output
+from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
+from calctl.cli._output import Format
+from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.errors import ExitCode, UsageError
+from calctl.package import archive, info as pkginfo
+from calctl.package.model import SIGNATURE
+from calctl.package.reader import load_manifest, package_root
+from calctl.package.sample import KINDS, build_sample
+from calctl.signing import keys, seal
+
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, max=256, help="Hashing threads (default: cores).")]
+
+
+def keygen(
+    prefix: Annotated[Path, typer.Argument(help="Writes PREFIX.key (mode 0600) and PREFIX.pub; never overwrites.")],
+    format: FormatOpt = Format.table,
+) -> None:
+    """Create an Ed25519 signing key pair for packages."""
+    priv, pub = keys.generate(prefix)
+    kid = keys.load_public(pub).key_id
+    if format is Format.json:
+        _output.emit_json({"private_key": str(priv), "public_key": str(pub), "key_id": kid})
+    else:
+        _output.stdout.print(f"wrote {priv} (private, 0600) and {pub} (public); key id {kid}")
+
+
+def sample_package(
+    out: Annotated[Path, typer.Argument(help="Output directory (must not exist, or be empty).")],
+    key: Annotated[Path, typer.Option("--key", help="PREFIX.key from `calctl keygen` that signs the package.")],
+    kind: Annotated[str, typer.Option("--kind", help=f"One of: {', '.join(KINDS)}.")] = "combined",
+    seed: Annotated[int, typer.Option("--seed", help="Weight seed; same seed and key give byte-identical output.")] = 0,
+    profiles: Annotated[str, typer.Option("--profiles", help="Decode batch profiles, e.g. 1,4,8,16 (B>1 gets an inactive-lane contract).")] = "1",
+    tar: Annotated[Optional[Path], typer.Option("--tar", help="Also write a deterministic tar of the package here.")] = None,
+    format: FormatOpt = Format.table,
+) -> None:
+    """Write a complete, valid, signed sample package for the mock device (the reference mock compiler)."""
+    try:
+        prof = tuple(int(p) for p in profiles.split(",") if p.strip())
+    except ValueError:
+        raise UsageError(f"--profiles {profiles!r}: expected comma-separated integers such as 1,4,8") from None
+    private = keys.load_private(key)
+    t0 = time.monotonic()
+    path = build_sample(out, kind=kind, key=private, seed=seed, decode_profiles=prof or (1,))
+    if tar:
+        archive.write_tar(path, tar)
+    pkg = load_manifest(path)
+    doc = {
+        "path": str(path), "kind": kind, "seed": seed, "aliases": list(pkg.aliases),
+        "digest": pkginfo.package_digest(path), "signer_key_id": keys.key_id(private.public_key()),
+        "tar": str(tar) if tar else None, "seconds": round(time.monotonic() - t0, 3),
+    }
+    if format is Format.json:
+        _output.emit_json(doc)
+    else:
+        _output.stdout.print(
+            f"wrote {kind} sample package {path} (models {', '.join(pkg.aliases)}; signed by {doc['signer_key_id']})"
+            + (f" and {tar}" if tar else "")
+        )
+
+
+def pack(
+    directory: Annotated[Path, typer.Argument(help="Package directory to seal.")],
+    key: Annotated[Path, typer.Option("--key", help="PREFIX.key that signs checksums.sha256.")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="Also write a deterministic PKG.tar here.")] = None,
+    jobs: JobsOpt = None,
+    format: FormatOpt = Format.table,
+) -> None:
+    """Seal a package: write checksums.sha256 for every file, sign it, optionally tar it."""
+    if not directory.is_dir():
+        raise UsageError(f"{directory}: not a directory", hint="pack takes an unpacked package directory")
+    private = keys.load_private(key)
+    load_manifest(directory)  # refuse to seal something that is not a package at all
+    kid = seal.seal(directory, private, jobs)
+    if out:
+        archive.write_tar(directory, out)
+    listed = seal.parse_checksums((directory / "checksums.sha256").read_bytes())
+    doc = {"package": str(directory), "files": len(listed), "signer_key_id": kid,
+           "digest": pkginfo.package_digest(directory), "tar": str(out) if out else None}
+    if format is Format.json:
+        _output.emit_json(doc)
+    else:
+        _output.stdout.print(f"sealed {directory}: {len(listed)} files, signed by {kid}" + (f"; wrote {out}" if out else ""))
+
+
+def sign(
+    directory: Annotated[Path, typer.Argument(help="Package directory whose checksums.sha256 to sign.")],
+    key: Annotated[Path, typer.Option("--key", help="PREFIX.key to sign with.")],
+    format: FormatOpt = Format.table,
+) -> None:
+    """(Re-)sign an already packed package's checksums.sha256, e.g. with a release key."""
+    if not directory.is_dir():
+        raise UsageError(f"{directory}: not a directory")
+    kid = seal.sign(directory, keys.load_private(key))
+    if format is Format.json:
+        _output.emit_json({"package": str(directory), "signature": SIGNATURE, "signer_key_id": kid})
+    else:
+        _output.stdout.print(f"signed {directory}/checksums.sha256 with key {kid}")
+
+
+def verify(
+    pkg: PackageArg = None,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
+    jobs: JobsOpt = None,
+    format: FormatOpt = Format.table,
+) -> int:
+    """Check every hash and the signature (fast; no other validation). Exit 1 names each bad file or key."""
+    path, policy, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    t0 = time.monotonic()
+    with package_root(path) as root:
+        report = seal.verify(root, list(policy.keys), jobs)
+    elapsed = time.monotonic() - t0
+    findings = list(report.findings)
+    unsigned_only = findings and all(f.check == "signature" for f in findings) and report.hashes_ok
+    ok = report.ok or (policy.allow_unsigned and unsigned_only)
+    doc = {
+        "package": str(path), "ok": bool(ok), "files_checked": report.files_checked, "bytes_hashed": report.bytes_hashed,
+        "signer_key_id": report.signer.key_id if report.signer else None,
+        "trusted_key_ids": list(policy.key_ids), "seconds": round(elapsed, 3),
+        "findings": [{"check": f.check, "file": f.file, "message": f.message,
+                      "severity": "warning" if ok else "error"} for f in findings],
+    }
+    if format is Format.json:
+        _output.emit_json(doc)
+    else:
+        for f in findings:
+            level = "[yellow]warning[/]" if ok else "[red]FAIL[/]"
+            _output.stdout.print(f"{level} {f.check}: {f.file}: {f.message}", highlight=False)
+        if ok:
+            who = f"signed by {report.signer.key_id}" if report.signer else "UNSIGNED/UNTRUSTED (allowed by --allow-unsigned)"
+            _output.stdout.print(f"[green]verified[/] {path}: {report.files_checked} files, {report.bytes_hashed} bytes, {who} ({elapsed:.2f}s)")
+        else:
+            _output.stdout.print(f"[red]verification failed[/] for {path}: {len(findings)} problem(s)")
+    return int(ExitCode.OK if ok else ExitCode.FAILED)
+
+
+def inspect(
+    pkg: PackageArg = None,
+    trusted_key: TrustedKeyOpt = None,
+    format: FormatOpt = Format.table,
+) -> None:
+    """Show what a package contains: models, graphs, chip targets, profiles, memory plan, files, signer."""
+    path, policy, _ = resolve_package(pkg, trusted_key, False)
+    with package_root(path) as root:
+        doc = pkginfo.describe(load_manifest(root), policy)
+    doc["package"]["path"] = str(path)
+    if format is Format.json:
+        _output.emit_json(doc)
+        return
+    p = doc["package"]
+    _output.stdout.print(f"[bold]{p['name']}[/] {p['version']} ({p['kind']}) at {path}")
+    _output.stdout.print(f"digest sha256:{doc['digest']}  signer: {doc['signer_key_id'] or 'unknown (no trusted key verifies it)'}")
+    rows = []
+    for m in doc["models"]:
+        for g in m["graphs"]:
+            rows.append([m["alias"], g["name"], g["kind"], g["chip_mode"], g["target_chips"], g["batch_profiles"], g["max_seq"], len(g["programs"])])
+    _output.print_table("Models and graphs", ["alias", "graph", "kind", "mode", "chips", "profiles", "max_seq", "ELFs"], rows)
+    rows = []
+    for c in doc["memory_plan"]:
+        for r in c["regions"]:
+            rows.append([c["chip"], r["name"], r["kind"], r["vaddr"], f"{r['size']:,}", "rw" if r["writable"] else "ro"])
+        rows.append([c["chip"], "[bold]total reserved[/]", "", "", f"{c['reserved_bytes']:,}", f"of {c['dram_bytes']:,}"])
+    _output.print_table("Memory plan per chip", ["chip", "region", "kind", "vaddr", "bytes", ""], rows)
+    _output.stdout.print(f"{len(doc['files'])} files, {doc['total_bytes']:,} bytes")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("keygen")(keygen)
+    app.command("sample-package")(sample_package)
+    app.command("pack")(pack)
+    app.command("sign")(sign)
+    app.command("verify")(verify)
+    app.command("inspect")(inspect)

@@ -1,0 +1,1 @@
+"""The tiny decoder-only transformer the mock device executes (numpy)."""

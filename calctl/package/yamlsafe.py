@@ -1,0 +1,115 @@
+"""Hardened YAML loading for manifests and configs.
+
+PyYAML's safe loader plus three refusals a signed-package reader needs:
+documents over a size limit (read no further than the limit), anchors/aliases
+(an "alias bomb" expands exponentially), and duplicate mapping keys (YAML lets
+the last one win silently, so two readers could disagree about one manifest).
+
+This module parses; it does not know any schema.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from calctl.errors import PackageFormatError
+
+#: Manifests and configs are small; anything bigger is refused before parsing.
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects aliases and duplicate keys."""
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(
+                None, None, f"YAML alias *{event.anchor} is not allowed (anchors/aliases are refused)", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                hashable = key in seen
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "mapping key is not a scalar", key_node.start_mark
+                ) from None
+            if hashable:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def loads(text: str | bytes, *, source: str) -> Any:
+    """Parse one YAML document strictly; errors name ``source`` and the line."""
+    try:
+        loader = _StrictLoader(text)
+        try:
+            # Anchors alone are harmless, but there is no reason for them in a manifest
+            # and refusing them keeps the rule simple to state.
+            return _construct(loader, source)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise PackageFormatError(f"malformed YAML at {where}: {problem}", path=source) from None
+    except yaml.YAMLError as exc:
+        raise PackageFormatError(f"malformed YAML: {exc}", path=source) from None
+    except RecursionError:
+        raise PackageFormatError("YAML nesting too deep", path=source) from None
+
+
+def _construct(loader: _StrictLoader, source: str) -> Any:
+    node = loader.get_single_node()
+    if node is None:
+        return None
+    _refuse_anchors(node, source)
+    return loader.construct_document(node)
+
+
+def _refuse_anchors(root: yaml.Node, source: str) -> None:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if getattr(node, "anchor", None):
+            raise PackageFormatError(
+                f"YAML anchor &{node.anchor} at line {node.start_mark.line + 1} is not allowed", path=source
+            )
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.extend((k, v))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+
+
+def load_file(path: Path, *, display: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
+    """Read and parse ``path`` with a size limit checked before reading it all."""
+    name = display or str(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise PackageFormatError("file not found", path=name) from None
+    except IsADirectoryError:
+        raise PackageFormatError("is a directory, expected a YAML file", path=name) from None
+    except OSError as exc:
+        raise PackageFormatError(f"cannot read: {exc.strerror}", path=name) from None
+    if len(data) > max_bytes:
+        raise PackageFormatError(f"larger than the {max_bytes} byte limit for YAML documents", path=name)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PackageFormatError(f"not UTF-8 (byte {exc.start})", path=name) from None
+    return loads(text, source=name)
