@@ -30,6 +30,11 @@ class _StrictLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(
                 None, None, f"YAML alias *{event.anchor} is not allowed (anchors/aliases are refused)", event.start_mark
             )
+        event = self.peek_event()
+        if getattr(event, "anchor", None) is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"YAML anchor &{event.anchor} is not allowed (anchors/aliases are refused)", event.start_mark
+            )
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
@@ -57,7 +62,7 @@ def loads(text: str | bytes, *, source: str) -> Any:
         try:
             # Anchors alone are harmless, but there is no reason for them in a manifest
             # and refusing them keeps the rule simple to state.
-            return _construct(loader, source)
+            return _construct(loader)
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
@@ -71,27 +76,11 @@ def loads(text: str | bytes, *, source: str) -> Any:
         raise PackageFormatError("YAML nesting too deep", path=source) from None
 
 
-def _construct(loader: _StrictLoader, source: str) -> Any:
+def _construct(loader: _StrictLoader) -> Any:
     node = loader.get_single_node()
     if node is None:
         return None
-    _refuse_anchors(node, source)
     return loader.construct_document(node)
-
-
-def _refuse_anchors(root: yaml.Node, source: str) -> None:
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if getattr(node, "anchor", None):
-            raise PackageFormatError(
-                f"YAML anchor &{node.anchor} at line {node.start_mark.line + 1} is not allowed", path=source
-            )
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                stack.extend((k, v))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
 
 
 def load_file(path: Path, *, display: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:

@@ -1,0 +1,77 @@
+"""Shared fixtures: the test-only key, fixture packages, and an in-process CLI runner."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "fixtures"
+FIXTURE_PACKAGES = FIXTURES / "packages"
+TEST_KEY = FIXTURES / "keys" / "calctl-test-only-DO-NOT-TRUST.key"
+TEST_PUB = FIXTURES / "keys" / "calctl-test-only-DO-NOT-TRUST.pub"
+
+# Hermetic cache for the bundled sample packages: never the user's ~/.cache.
+os.environ.setdefault("CALCTL_CACHE_DIR", tempfile.mkdtemp(prefix="calctl-test-cache-"))
+os.environ.pop("CALCTL_TRUSTED_KEYS", None)
+os.environ.pop("CALCTL_DEBUG", None)
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def json(self):  # type: ignore[no-untyped-def]
+        import json
+
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(capsys):  # type: ignore[no-untyped-def]
+    """Run calctl in-process: ``cli("verify", str(pkg))`` -> CliResult."""
+    from calctl.cli.app import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def test_key() -> Path:
+    return TEST_KEY
+
+
+@pytest.fixture
+def test_pub() -> Path:
+    return TEST_PUB
+
+
+@pytest.fixture
+def copy_fixture(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Copy a fixture package (single|combined|replica) into tmp_path and return its path."""
+
+    def copy(kind: str = "combined") -> Path:
+        dst = tmp_path / f"pkg-{kind}"
+        shutil.copytree(FIXTURE_PACKAGES / kind, dst)
+        return dst
+
+    return copy
+
+
+def assert_no_traceback(result: CliResult) -> None:
+    text = result.out + result.err
+    assert "Traceback" not in text, text
+    assert "internal error" not in text, text

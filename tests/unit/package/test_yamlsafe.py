@@ -1,0 +1,55 @@
+"""Strict manifest YAML: anchors/aliases, duplicate keys and oversize documents are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from calctl.errors import PackageFormatError
+from calctl.package import yamlsafe
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("a: 1\na: 2\n", "duplicate key 'a'"),
+        ("a: &x [1, 2]\nb: *x\n", "alias"),
+        ("a: &x 1\n", "anchor &x"),
+        ("a: [1\n", "malformed YAML"),
+        ("? [1, 2]\n: 3\n", "not a scalar"),
+        ("!!python/object:os.system {}\n", "malformed YAML"),
+    ],
+)
+def test_refused_documents_name_the_problem(text: str, fragment: str) -> None:
+    with pytest.raises(PackageFormatError) as exc:
+        yamlsafe.loads(text, source="manifest.yaml")
+    assert fragment in str(exc.value)
+    assert str(exc.value).startswith("manifest.yaml:")
+
+
+def test_billion_laughs_is_refused_before_expansion() -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+    )
+    with pytest.raises(PackageFormatError, match="alias|anchor"):
+        yamlsafe.loads(bomb, source="m.yaml")
+
+
+def test_size_limit_is_checked_without_reading_everything(tmp_path: Path) -> None:
+    big = tmp_path / "m.yaml"
+    big.write_bytes(b"# " + b"x" * (yamlsafe.DEFAULT_MAX_BYTES + 10))
+    with pytest.raises(PackageFormatError, match="byte limit"):
+        yamlsafe.load_file(big)
+
+
+def test_plain_documents_load() -> None:
+    assert yamlsafe.loads("a: {b: [1, 0x10]}\n", source="m") == {"a": {"b": [1, 16]}}
+    assert yamlsafe.loads("", source="m") is None
+
+
+def test_non_utf8_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "m.yaml"
+    p.write_bytes(b"a: \xff\xfe\n")
+    with pytest.raises(PackageFormatError, match="not UTF-8"):
+        yamlsafe.load_file(p)
