@@ -1,0 +1,126 @@
+"""Dual-chip concurrency evidence: overlap ratio, throughput efficiency, S1/S2 (001 §1, §13.2).
+
+Definitions from 001 §13.2:
+
+* ``T_serial = T(A isolated) + T(B isolated)``, ``T_joint`` = wall time of A and B together;
+  ``overlap_ratio = 1 - T_joint / T_serial``;
+* ``throughput_efficiency = joint tokens/s / (A isolated tokens/s + B isolated tokens/s)``.
+
+S2 (hardware concurrency) is declared only when the bootstrap CI of
+``overlap_ratio`` lies above 0 **and** the efficiency is at least 0.80; anything
+else is S1 (service coexistence), with the reason. The per-chip trace adds a
+direct measure: the fraction of joint wall time during which both chips were
+computing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from calctl.runners.stats import Estimate, bootstrap
+
+EFFICIENCY_GATE = 0.80
+
+
+@dataclass(frozen=True)
+class Round:
+    """One measurement round: A alone, B alone, then A+B together."""
+
+    t_a: float
+    t_b: float
+    t_joint: float
+    tokens_a: int
+    tokens_b: int
+    tokens_joint: int
+
+    @property
+    def overlap_ratio(self) -> float:
+        return 1.0 - self.t_joint / (self.t_a + self.t_b)
+
+    @property
+    def efficiency(self) -> float:
+        iso = self.tokens_a / self.t_a + self.tokens_b / self.t_b
+        return (self.tokens_joint / self.t_joint) / iso
+
+
+@dataclass(frozen=True)
+class Interval:
+    chip: int
+    start: float
+    end: float
+
+
+def both_busy_fraction(intervals: Iterable[Interval], window: tuple[float, float]) -> float | None:
+    """Fraction of ``window`` during which chip0 and chip1 both had a job running."""
+    lo, hi = window
+    if hi <= lo:
+        return None
+    per_chip: dict[int, list[tuple[float, float]]] = {}
+    for iv in intervals:
+        s, e = max(iv.start, lo), min(iv.end, hi)
+        if e > s:
+            per_chip.setdefault(iv.chip, []).append((s, e))
+    if len(per_chip) < 2:
+        return 0.0
+    chips = sorted(per_chip)[:2]
+    a, b = (_union(per_chip[c]) for c in chips)
+    both = 0.0
+    i = j = 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if e > s:
+            both += e - s
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return both / (hi - lo)
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+@dataclass(frozen=True)
+class ConcurrencyVerdict:
+    verdict: str  # "S1" | "S2"
+    overlap_ratio: Estimate
+    throughput_efficiency: Estimate
+    both_busy_fraction: float | None
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+
+
+def judge(rounds: Sequence[Round], *, both_busy: float | None = None, efficiency_gate: float = EFFICIENCY_GATE,
+          seed: int = 0) -> ConcurrencyVerdict:
+    overlap = bootstrap([r.overlap_ratio for r in rounds], seed=seed)
+    eff = bootstrap([r.efficiency for r in rounds], seed=seed + 1)
+    reasons: list[str] = []
+    if len(rounds) < 2:
+        reasons.append(f"only {len(rounds)} round(s): no confidence interval, S2 cannot be shown")
+    elif overlap.ci_low is None or overlap.ci_low <= 0:
+        reasons.append(
+            f"overlap_ratio CI [{_fmt(overlap.ci_low)}, {_fmt(overlap.ci_high)}] does not lie above 0: "
+            "chip0 and chip1 did not run at the same time (a global lock or shared queue serialises them)"
+        )
+    if eff.mean is None or eff.mean < efficiency_gate:
+        reasons.append(f"throughput_efficiency {_fmt(eff.mean)} is below the {efficiency_gate:.2f} gate (001 §13.2)")
+    verdict = "S1" if reasons else "S2"
+    if verdict == "S2":
+        reasons.append(
+            f"overlap_ratio CI [{_fmt(overlap.ci_low)}, {_fmt(overlap.ci_high)}] above 0 and efficiency "
+            f"{_fmt(eff.mean)} >= {efficiency_gate:.2f}"
+        )
+    return ConcurrencyVerdict(verdict, overlap, eff, both_busy, tuple(reasons))
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.3f}"

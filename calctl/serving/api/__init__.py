@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP layer: JSON <-> engine requests, nothing else (001 §10.1)."""

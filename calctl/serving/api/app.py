@@ -1,0 +1,402 @@
+"""FastAPI application: OpenAI-compatible endpoints, health, metrics and admin.
+
+Rules this layer enforces (001 §10.1, 000 §5.2, §16):
+
+* validation and admission finish before the first SSE byte, so 400/404/429/503
+  are real HTTP statuses with OpenAI-style error bodies; 429 and 503 carry
+  ``Retry-After``;
+* a client that disconnects, streaming or not, cancels its request;
+* an error after streaming started is sent as an SSE ``error`` event and the
+  stream is closed (never a silent truncation);
+* public responses never carry chip ids, paths, addresses or reset controls;
+* ``/health/live`` never touches the scheduler.
+
+The engine does the work; this module only translates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from calctl import __version__
+from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
+from calctl.serving.protocol import (
+    Engine,
+    EngineRejection,
+    FinishReason,
+    GenerationRequest,
+    RejectCode,
+    RequestStream,
+    SamplingParams,
+)
+from calctl.serving.text import ChatTemplateError, IncrementalDetokenizer, StopMatcher
+
+T = TypeVar("T")
+DISCONNECT_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    api_keys: dict[str, str] = field(default_factory=dict)  # key -> tenant
+    admin_keys: frozenset[str] = frozenset()
+    default_tenant: str = "default"
+    chat_default_max_tokens: int | None = None  # None: up to the context limit
+
+
+def error_body(status: int, message: str, *, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error_response(status: int, message: str, *, type_: str, param: str | None = None, code: str | None = None,
+                   retry_after_s: float | None = None) -> JSONResponse:
+    headers = {}
+    if retry_after_s is not None or status in (429, 503):
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s or 1)))
+    return JSONResponse(error_body(status, message, type_=type_, param=param, code=code), status_code=status, headers=headers)
+
+
+def rejection_response(exc: EngineRejection) -> JSONResponse:
+    status = exc.code.http_status
+    type_ = {400: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable"}[status]
+    return error_response(status, exc.message, type_=type_, param=exc.param, code=exc.code.value, retry_after_s=exc.retry_after_s)
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+def _bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+def _match_key(given: str | None, keys: dict[str, str] | frozenset[str]) -> str | None:
+    if given is None:
+        return None
+    for k in keys:
+        if hmac.compare_digest(given.encode(), k.encode()):
+            return k
+    return None
+
+
+async def _race_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` but give up (raise CancelledError) if the client leaves first."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                raise asyncio.CancelledError("client disconnected")
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
+    settings = settings or ApiSettings()
+    app = FastAPI(title="calctl serve", version=__version__, docs_url=None, redoc_url=None)
+
+    def tenant_of(request: Request) -> str:
+        if not settings.api_keys:
+            return settings.default_tenant
+        key = _match_key(_bearer(request), settings.api_keys)
+        if key is None:
+            raise _Unauthorized()
+        return settings.api_keys[key]
+
+    def require_admin(request: Request) -> None:
+        if settings.admin_keys and _match_key(_bearer(request), settings.admin_keys) is None:
+            raise _Unauthorized()
+
+    @app.exception_handler(_Unauthorized)
+    async def _unauth(_: Request, __: _Unauthorized) -> JSONResponse:
+        return JSONResponse(error_body(401, "missing or invalid API key", type_="invalid_request_error", code="invalid_api_key"),
+                            status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        return error_response(400, f"{'.'.join(loc) or 'body'}: {first.get('msg')}", type_="invalid_request_error",
+                              param=".".join(loc) or None, code="invalid_request")
+
+    @app.exception_handler(EngineRejection)
+    async def _rejected(_: Request, exc: EngineRejection) -> JSONResponse:
+        return rejection_response(exc)
+
+    # -- health and metrics -----------------------------------------------------------
+
+    @app.get("/health/live")
+    async def live() -> dict[str, str]:
+        return {"status": "live"}
+
+    @app.get("/health/ready")
+    async def ready() -> JSONResponse:
+        if engine.is_draining():
+            return JSONResponse({"status": "draining"}, status_code=503)
+        ok = engine.is_ready(None)
+        models = {m.alias: m.state for m in engine.models()}
+        return JSONResponse({"status": "ready" if ok else "not_ready", "models": models}, status_code=200 if ok else 503)
+
+    @app.get("/health/ready/{alias}")
+    async def ready_model(alias: str) -> JSONResponse:
+        states = {m.alias: m.state for m in engine.models()}
+        if alias not in states:
+            return error_response(404, f"model {alias!r} does not exist", type_="invalid_request_error", param="model",
+                                  code="model_not_found")
+        ok = engine.is_ready(alias) and not engine.is_draining()
+        return JSONResponse({"model": alias, "state": states[alias]}, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(engine.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # -- OpenAI endpoints -------------------------------------------------------------
+
+    @app.get("/v1/models")
+    async def list_models(request: Request) -> dict[str, Any]:
+        tenant_of(request)
+        data = [
+            {"id": m.alias, "object": "model", "created": m.created, "owned_by": "calctl"}
+            for m in engine.models()
+            if m.state == "Ready"
+        ]
+        return {"object": "list", "data": data}
+
+    @app.post("/v1/completions", response_model=None)
+    async def completions(request: Request) -> Response:
+        tenant = tenant_of(request)
+        body = await _parse(request, CompletionRequest)
+        if isinstance(body, Response):
+            return body
+        codec = engine.codec(body.model)
+        if isinstance(body.prompt, str):
+            prompt_ids = codec.encode(body.prompt)
+        elif body.prompt and isinstance(body.prompt[0], str):
+            prompt_ids = codec.encode(body.prompt[0])  # type: ignore[arg-type]
+        else:
+            prompt_ids = list(body.prompt)  # type: ignore[arg-type]
+            bad = [t for t in prompt_ids if t >= codec.vocab_size]
+            if bad:
+                return error_response(400, f"token id {bad[0]} is outside the vocabulary of {body.model!r} "
+                                           f"({codec.vocab_size} entries)", type_="invalid_request_error", param="prompt",
+                                      code="invalid_prompt")
+        max_tokens = body.max_tokens or 16
+        return await _generate(request, tenant, body, prompt_ids, max_tokens, chat=False)
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(request: Request) -> Response:
+        tenant = tenant_of(request)
+        body = await _parse(request, ChatCompletionRequest)
+        if isinstance(body, Response):
+            return body
+        codec = engine.codec(body.model)
+        try:
+            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            prompt = codec.render_chat(messages, add_generation_prompt=True)
+        except (ValueError, ChatTemplateError) as exc:
+            return error_response(400, str(exc), type_="invalid_request_error", param="messages", code="invalid_messages")
+        prompt_ids = codec.encode(prompt)
+        limit = engine.context_limit(body.model)
+        max_tokens = body.max_completion_tokens or body.max_tokens or settings.chat_default_max_tokens
+        if max_tokens is None:
+            max_tokens = max(1, limit - len(prompt_ids))
+        return await _generate(request, tenant, body, prompt_ids, max_tokens, chat=True)
+
+    async def _parse(request: Request, model: type[T]) -> T | Response:
+        try:
+            raw = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return error_response(400, "request body is not valid JSON", type_="invalid_request_error", code="invalid_json")
+        if not isinstance(raw, dict):
+            return error_response(400, "request body must be a JSON object", type_="invalid_request_error", code="invalid_json")
+        try:
+            body = model.model_validate(raw)  # type: ignore[attr-defined]
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first.get("loc", ()))
+            return error_response(400, f"{loc or 'body'}: {first.get('msg')}", type_="invalid_request_error", param=loc or None,
+                                  code="invalid_request")
+        unsupported = body.unsupported()  # type: ignore[attr-defined]
+        if unsupported:
+            return error_response(400, unsupported[1], type_="invalid_request_error", param=unsupported[0],
+                                  code="unsupported_parameter")
+        return body
+
+    async def _generate(request: Request, tenant: str, body: Any, prompt_ids: list[int], max_tokens: int, *, chat: bool) -> Response:
+        prefix = "chatcmpl" if chat else "cmpl"
+        request_id = f"{prefix}-{uuid.uuid4().hex}"
+        gen = GenerationRequest(
+            request_id=request_id, alias=body.model, tenant=tenant, prompt_ids=tuple(prompt_ids), max_tokens=max_tokens,
+            sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p, seed=body.seed), timeout_s=body.timeout,
+        )
+        stream = engine.submit(gen)  # raises EngineRejection -> real HTTP status
+        try:
+            await _race_disconnect(request, stream.admitted())
+        except asyncio.CancelledError:
+            stream.cancel("client_disconnected")
+            return Response(status_code=499)
+        except EngineRejection:
+            stream.cancel("rejected")
+            raise
+        created = int(time.time())
+        codec = engine.codec(body.model)
+        headers = {"X-Request-Id": request_id}
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(
+                _sse(stream, codec, body, request_id, created, chat, include_usage),
+                media_type="text/event-stream",
+                headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        try:
+            text, finish, usage, error = await _race_disconnect(request, _collect(stream, codec, body.stop_list()))
+        except asyncio.CancelledError:
+            stream.cancel("client_disconnected")
+            return Response(status_code=499)
+        if error is not None:
+            return error_response(503, error, type_="service_unavailable", code="device_error", retry_after_s=1)
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            obj = "text_completion"
+        return JSONResponse({"id": request_id, "object": obj, "created": created, "model": body.model, "choices": [choice],
+                             "usage": usage}, headers=headers)
+
+    async def _collect(stream: RequestStream, codec: Any, stops: list[str]) -> tuple[str, str, dict[str, int], str | None]:
+        detok = IncrementalDetokenizer(codec)
+        matcher = StopMatcher(stops)
+        parts: list[str] = []
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        finish = "length"
+        async for ev in stream:
+            usage = _usage(ev)
+            if ev.token_id is not None and not (ev.finish is FinishReason.STOP and ev.token_id == codec.eos_token_id):
+                safe, stopped = matcher.feed(detok.push(ev.token_id))
+                parts.append(safe)
+                if stopped:
+                    stream.finish(FinishReason.STOP)
+                    finish = "stop"
+                    matcher = StopMatcher([])
+                    detok = None  # type: ignore[assignment]
+                    continue
+            if ev.finish is not None:
+                if ev.finish is FinishReason.ERROR:
+                    return "", "error", usage, ev.error or "device error"
+                if detok is not None:
+                    safe, stopped = matcher.feed(detok.flush())
+                    parts.append(safe)
+                    parts.append(matcher.flush() if not stopped else "")
+                    finish = "stop" if stopped else _finish_name(ev.finish)
+                break
+        return "".join(parts), finish, usage, None
+
+    async def _sse(stream: RequestStream, codec: Any, body: Any, request_id: str, created: int, chat: bool,
+                   include_usage: bool) -> AsyncIterator[bytes]:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(delta_text: str | None, finish: str | None, *, role: bool = False, usage: dict[str, int] | None = None) -> bytes:
+            if chat:
+                delta: dict[str, Any] = {}
+                if role:
+                    delta["role"] = "assistant"
+                if delta_text is not None:
+                    delta["content"] = delta_text
+                choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+            else:
+                choices = [{"index": 0, "text": delta_text or "", "logprobs": None, "finish_reason": finish}]
+            doc: dict[str, Any] = {"id": request_id, "object": obj, "created": created, "model": body.model, "choices": choices}
+            if usage is not None:
+                doc = {**doc, "choices": [], "usage": usage}
+            return f"data: {json.dumps(doc, separators=(',', ':'))}\n\n".encode()
+
+        detok = IncrementalDetokenizer(codec)
+        matcher = StopMatcher(body.stop_list())
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        finished = False
+        try:
+            if chat:
+                yield chunk("", None, role=True)
+            async for ev in stream:
+                usage = _usage(ev)
+                if ev.token_id is not None and not (ev.finish is FinishReason.STOP and ev.token_id == codec.eos_token_id):
+                    safe, stopped = matcher.feed(detok.push(ev.token_id))
+                    if safe:
+                        yield chunk(safe, None)
+                    if stopped:
+                        stream.finish(FinishReason.STOP)
+                        yield chunk(None if chat else "", "stop")
+                        finished = True
+                        break
+                if ev.finish is not None:
+                    if ev.finish is FinishReason.ERROR:
+                        err = error_body(503, ev.error or "device error", type_="service_unavailable", code="device_error")
+                        yield f"event: error\ndata: {json.dumps(err)}\n\n".encode()
+                        finished = True
+                        return
+                    safe, stopped = matcher.feed(detok.flush())
+                    tail = safe + ("" if stopped else matcher.flush())
+                    if tail:
+                        yield chunk(tail, None)
+                    yield chunk(None if chat else "", "stop" if stopped else _finish_name(ev.finish))
+                    finished = True
+                    break
+            if include_usage:
+                yield chunk(None, None, usage=usage)
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not finished:
+                # The client left mid-stream (or the server is shutting down): 000 §4 cancel.
+                stream.cancel("client_disconnected")
+
+    # -- internal endpoints --------------------------------------------------------------
+
+    @app.delete("/internal/requests/{request_id}")
+    async def cancel_request(request_id: str, request: Request) -> JSONResponse:
+        require_admin(request)
+        found = engine.cancel(request_id)
+        if not found:
+            return error_response(404, f"no live request {request_id!r}", type_="invalid_request_error", code="request_not_found")
+        return JSONResponse({"id": request_id, "cancelled": True})
+
+    @app.post("/internal/models/{alias}/{action}")
+    async def admin_model(alias: str, action: str, request: Request) -> JSONResponse:
+        require_admin(request)
+        if action not in ("load", "unload", "reload"):
+            return error_response(404, f"unknown action {action!r}; expected load, unload or reload", type_="invalid_request_error")
+        engine.codec(alias)  # 404 for unknown aliases
+        outcome = await engine.admin(alias, action)
+        status = 200 if outcome.get("ok") else 409
+        return JSONResponse(dict(outcome), status_code=status)
+
+    return app
+
+
+def _usage(ev: Any) -> dict[str, int]:
+    return {"prompt_tokens": ev.prompt_tokens, "completion_tokens": ev.completion_tokens,
+            "total_tokens": ev.prompt_tokens + ev.completion_tokens}
+
+
+def _finish_name(reason: FinishReason) -> str:
+    return {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.CANCELLED: "cancelled",
+            FinishReason.ERROR: "error"}[reason]
+

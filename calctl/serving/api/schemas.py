@@ -1,0 +1,97 @@
+"""OpenAI request bodies, validated with pydantic before anything reaches the engine.
+
+Unknown fields are accepted and ignored (clients send many), but a field calctl
+cannot honour with a non-default value (``n > 1``, ``logprobs``, ``echo``,
+``best_of``, tools) is a 400 naming the parameter, never silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=256)
+    max_tokens: Optional[int] = Field(default=None, ge=1, le=1_000_000)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: Optional[int] = None
+    stop: Optional[Union[str, list[str]]] = None
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    n: int = 1
+    user: Optional[str] = None
+    timeout: Optional[float] = Field(default=None, gt=0, description="calctl extension: request deadline in seconds")
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v: Any) -> Any:
+        if isinstance(v, list) and len(v) > 4:
+            raise ValueError("at most 4 stop sequences")
+        return v
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def unsupported(self) -> tuple[str, str] | None:
+        """The first parameter set to something calctl cannot honour, with the reason."""
+        if self.n != 1:
+            return "n", "only n=1 is supported"
+        extra = self.model_extra or {}
+        for name in ("logprobs", "top_logprobs", "best_of", "echo", "suffix", "tools", "functions", "response_format",
+                     "logit_bias"):
+            value = extra.get(name)
+            if value not in (None, False, 0, 1 if name == "best_of" else None, {} if name == "logit_bias" else None):
+                return name, f"{name} is not supported by this server"
+        return None
+
+
+class CompletionRequest(_Common):
+    prompt: Union[str, list[str], list[int]]
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("prompt must not be empty")
+            if all(isinstance(x, str) for x in v):
+                if len(v) != 1:
+                    raise ValueError("only one prompt per request is supported")
+            elif not all(isinstance(x, int) and x >= 0 for x in v):
+                raise ValueError("a token prompt must be a list of non-negative integers")
+        return v
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: Union[str, list[dict[str, Any]], None] = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ValueError("only text content parts are supported")
+            parts.append(part["text"])
+        return "".join(parts)
+
+
+class ChatCompletionRequest(_Common):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: Optional[int] = Field(default=None, ge=1, le=1_000_000)

@@ -1,0 +1,136 @@
+"""What the HTTP layer needs from the engine, and nothing more.
+
+The API speaks OpenAI JSON on one side and these types on the other; the engine
+(``calctl.serving.engine``) implements :class:`Engine`. Keeping the seam this
+narrow lets the API be tested against a fake engine and lets the engine be
+driven by the soak and bench tools without HTTP.
+
+No FastAPI, no runtime and no scheduling logic here.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Mapping, Protocol
+
+from calctl.serving.text import TextCodec
+
+
+class RejectCode(str, enum.Enum):
+    """Why a request was refused before any token; each maps to one HTTP status (000 §5.2)."""
+
+    INVALID = "invalid_request_error"  # 400 RejectInvalid
+    MODEL_NOT_FOUND = "model_not_found"  # 404
+    CAPACITY = "rate_limit_exceeded"  # 429 RejectCapacity
+    UNAVAILABLE = "model_unavailable"  # 503 RejectUnavailable (draining, recovering, failed, loading)
+    DEADLINE = "deadline_exceeded"  # 503: the request expired while queued
+
+    @property
+    def http_status(self) -> int:
+        return {
+            RejectCode.INVALID: 400,
+            RejectCode.MODEL_NOT_FOUND: 404,
+            RejectCode.CAPACITY: 429,
+            RejectCode.UNAVAILABLE: 503,
+            RejectCode.DEADLINE: 503,
+        }[self]
+
+
+class EngineRejection(Exception):
+    def __init__(self, code: RejectCode, message: str, *, param: str | None = None, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    alias: str
+    tenant: str
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    sampling: SamplingParams = SamplingParams()
+    timeout_s: float | None = None  # client-requested deadline; the server default may only be lowered
+    ignore_eos: bool = False
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # EOS token or a stop string
+    LENGTH = "length"  # max_tokens or the context limit
+    CANCELLED = "cancelled"  # client left or DELETE /internal/requests/{id}
+    ERROR = "error"  # device fault; the message says which
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token, or the end of the stream (``finish`` set, token may be None)."""
+
+    token_id: int | None
+    finish: FinishReason | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class RequestStream(Protocol):
+    request_id: str
+
+    async def admitted(self) -> None:
+        """Return once the request is admitted; raise EngineRejection if it is refused or expires queued."""
+
+    def __aiter__(self) -> AsyncIterator[TokenEvent]: ...
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Idempotent; the request stops being served, its resources are reclaimed when its job drains."""
+
+    def finish(self, reason: FinishReason) -> None:
+        """End early on the caller's decision (a stop string matched); not counted as a cancellation."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    alias: str
+    state: str
+    generation: int | None
+    context_limit: int
+    created: int
+
+
+class Engine(Protocol):
+    def codec(self, alias: str) -> TextCodec:
+        """The alias's text codec; raises EngineRejection(MODEL_NOT_FOUND) for an unknown alias."""
+
+    def context_limit(self, alias: str) -> int: ...
+
+    def models(self) -> list[ModelInfo]:
+        """Every configured alias with its lifecycle state."""
+
+    def submit(self, request: GenerationRequest) -> RequestStream:
+        """Validate and reserve admission atomically; raise EngineRejection for an immediate refusal."""
+
+    def cancel(self, request_id: str) -> bool: ...
+
+    def is_ready(self, alias: str | None = None) -> bool: ...
+
+    def is_draining(self) -> bool: ...
+
+    async def admin(self, alias: str, action: str) -> Mapping[str, Any]:
+        """load | unload | reload, run on the supervisor; returns a JSON-able outcome."""
+
+    def metrics_text(self) -> bytes:
+        """Prometheus text exposition of every metric family."""

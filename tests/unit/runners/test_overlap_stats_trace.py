@@ -1,0 +1,89 @@
+"""S1/S2 judgement (001 §1, §13.2), bootstrap statistics and trace export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calctl.runners.overlap import Interval, Round, both_busy_fraction, judge
+from calctl.runners.stats import bootstrap, percentiles
+from calctl.runners.trace import TraceSlice, chrome_trace, plot_timeline
+
+
+def _rounds(t_joint: list[float], t_iso: float = 1.0, tokens: int = 100) -> list[Round]:
+    return [Round(t_iso, t_iso, tj, tokens, tokens, 2 * tokens) for tj in t_joint]
+
+
+def test_parallel_chips_are_s2() -> None:
+    v = judge(_rounds([1.02, 1.04, 1.01, 1.05, 1.03, 1.02]))
+    assert v.verdict == "S2"
+    assert v.overlap_ratio.ci_low > 0.4 and v.throughput_efficiency.mean > 0.9
+
+
+def test_serialised_chips_are_s1_with_reasons() -> None:
+    v = judge(_rounds([2.0, 2.02, 1.98, 2.01, 1.99, 2.0]))
+    assert v.verdict == "S1"
+    assert any("does not lie above 0" in r for r in v.reasons)
+    assert any("below the 0.80 gate" in r for r in v.reasons)
+
+
+def test_overlap_without_enough_efficiency_is_s1() -> None:
+    # Some overlap (joint 1.7 vs serial 2.0) but efficiency 2/1.7/2 ~ 0.59.
+    v = judge(_rounds([1.7, 1.71, 1.69, 1.7]))
+    assert v.verdict == "S1" and v.overlap_ratio.ci_low > 0
+    assert len(v.reasons) == 1 and "efficiency" in v.reasons[0]
+
+
+def test_one_round_cannot_show_s2() -> None:
+    v = judge(_rounds([1.0]))
+    assert v.verdict == "S1" and v.overlap_ratio.ci_low is None
+
+
+def test_both_busy_fraction() -> None:
+    ivs = [Interval(0, 0.0, 1.0), Interval(1, 0.5, 1.5), Interval(1, 1.6, 2.0)]
+    assert both_busy_fraction(ivs, (0.0, 2.0)) == pytest.approx(0.25)
+    assert both_busy_fraction([Interval(0, 0, 1)], (0, 1)) == 0.0
+    assert both_busy_fraction([], (1, 1)) is None
+
+
+def test_bootstrap_is_seeded_and_brackets_the_mean() -> None:
+    data = [0.9, 1.1, 1.0, 0.95, 1.05, 1.02, 0.98]
+    a, b = bootstrap(data, seed=3), bootstrap(data, seed=3)
+    assert a == b
+    assert a.ci_low < a.mean < a.ci_high
+    assert bootstrap([]).mean is None and bootstrap([1.0]).ci_low is None
+
+
+def test_percentiles() -> None:
+    p = percentiles([float(i) for i in range(1, 101)])
+    assert p.count == 100 and p.p50 == pytest.approx(50.5) and p.p99 == pytest.approx(99.01)
+    assert percentiles([]).p50 is None
+
+
+def _slices() -> list[TraceSlice]:
+    return [
+        TraceSlice(0, 10.0, 10.1, "model-a", "model_a_prefill", "auto", 1, 1),
+        TraceSlice(1, 10.02, 10.12, "model-b", "model_b_prefill", "auto", 2, 1),
+        TraceSlice(0, 10.1, 10.15, "model-a", "model_a_decode", "ping", 3, 1, ok=False),
+    ]
+
+
+def test_chrome_trace_structure() -> None:
+    doc = chrome_trace(_slices(), device="mock", metadata={"package_digest": "ab"})
+    json.dumps(doc)
+    complete = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(complete) == 3
+    assert {e["tid"] for e in complete} == {0, 1}
+    assert complete[0]["ts"] == 0.0 and complete[0]["dur"] == pytest.approx(100000.0)
+    assert set(complete[0]["args"]) >= {"model", "graph", "engine", "generation", "job_id"}
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {"chip0", "chip1"}
+    assert doc["otherData"]["device"] == "mock"
+
+
+def test_timeline_png(tmp_path: Path) -> None:
+    out = tmp_path / "t.png"
+    plot_timeline(out, _slices(), title="PoC", device="mock")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
