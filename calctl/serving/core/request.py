@@ -22,6 +22,10 @@ from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId, Tena
 class RequestState(enum.Enum):
     """The eleven request states of 000 §2 ``RequestState``."""
 
+    # Members are singletons compared by identity; hashing by identity keeps the hot-path
+    # set/dict lookups in C (Enum's default __hash__ is a Python-level function).
+    __hash__ = object.__hash__
+
     NEW = "New"
     WAITING_MODEL = "WaitingModel"
     WAITING_ADMISSION = "WaitingAdmission"
@@ -132,7 +136,8 @@ class SequenceState:
     virtual_start: float = 0.0
     virtual_finish: float = 0.0
     last_token: int | None = None
-    current_job: JobId | None = None
+    current_job: JobId | None = None  # the job that holds the request now (Running states only)
+    last_job: JobId | None = None
     cancel_requested: bool = False
     queue_token: int = -1  # the live scheduler-queue entry of this request (lazy deletion)
 

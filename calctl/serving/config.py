@@ -1,0 +1,560 @@
+"""Scheduler and dual-model configuration: load, validate, cross-check (000 §15, 001 §10.4).
+
+Two YAML documents, each with a JSON Schema in ``calctl/schemas/``:
+
+* ``calculet-scheduler/v1`` (000 §15): one model worker's admission budgets,
+  queue weights and thresholds, batch profiles, executor and recovery knobs,
+  plus an optional ``tenants`` map (weights and quotas, 000 §5.3);
+* ``calculet-dual-model/v1`` (001 §10.4): which alias runs on which chip with
+  which exact prefill/decode graphs and context, optionally with a per-model
+  ``scheduler`` block in the scheduler schema.
+
+Loading is ``yaml.SafeLoader`` through :mod:`calctl.package.yamlsafe` (which
+also refuses duplicate keys and anchors, so two readers can never disagree on
+a file), then JSON Schema, then cross-field rules. :func:`cross_check_scheduler`
+and :func:`cross_check_dual_model` then compare the configuration with the
+signed package manifest: a profile the package does not compile (B8 when it
+has B1), an unknown graph, a chip or context mismatch all fail at start-up
+(000 §15, 001 §10.4). Every error is a :class:`ConfigFieldError` naming the
+file and the field path (``dual.yaml: /models/1/chip_id: ...``) and lists all
+problems, not just the first.
+
+:func:`scheduler_settings` turns a checked configuration, the package model
+and the capacity plan's numbers into the core's
+:class:`~calctl.serving.core.scheduler.SchedulerSettings`.
+
+This module does not compute the capacity plan (``calctl.budget`` does) and
+never guesses: no defaults are taken from the package for fields the schema
+requires, and no name is matched by prefix or case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calctl.errors import ConfigError, PackageError
+from calctl.package import yamlsafe
+from calctl.package.model import Graph, GraphKind, Model, Package
+from calctl.package.schemas import pointer as _pointer
+from calctl.package.schemas import validator as _validator
+from calctl.serving.core.admission import AdmissionPolicy, CapacityBudget, TenantPolicy
+from calctl.serving.core.decode import BatchProfile, InactiveLaneContract
+from calctl.serving.core.ids import TenantId
+from calctl.serving.core.prefill import PrefillThresholds, ServiceWeights
+from calctl.serving.core.scheduler import DecodeOptions, SchedulerSettings
+
+SCHEDULER_SCHEMA = "calculet-scheduler/v1"
+DUAL_MODEL_SCHEMA = "calculet-dual-model/v1"
+DEFAULT_TENANT = "default"
+
+Problem = tuple[str, str]  # (field pointer, message)
+
+
+class ConfigFieldError(ConfigError):
+    """A configuration file is invalid; ``problems`` lists every (field pointer, message)."""
+
+    def __init__(self, source: str, problems: Sequence[Problem], *, hint: str | None = None) -> None:
+        lines = [f"{source}: {where}: {msg}" for where, msg in problems]
+        super().__init__("\n".join(lines), hint=hint)
+        self.source = source
+        self.problems = tuple(problems)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(where for where, _ in self.problems)
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    max_waiting_requests: int
+    max_waiting_prompt_tokens: int
+    deadline_default_ms: int
+    decode_cost_weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class QueuesConfig:
+    decode_weight: int
+    short_prefill_weight: int
+    medium_prefill_weight: int
+    long_prefill_weight: int
+    short_prefill_max_tokens: int
+    medium_prefill_max_tokens: int
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    profiles: tuple[int, ...]
+    batching_window_us: int
+    profile_thresholds: Mapping[int, int] = field(default_factory=dict)
+    max_tenant_lane_share: float = 0.5
+    deadline_granularity_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    max_inflight: int
+    fixed_engine: bool
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    max_resets_per_10min: int
+    restart_on_unknown_dma: bool
+
+
+@dataclass(frozen=True)
+class TenantConfig:
+    weight: float
+    max_active_sequences: int | None = None
+    max_waiting_tokens: int | None = None
+    qps: float | None = None
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """A validated ``calculet-scheduler/v1`` document (000 §15)."""
+
+    model_alias: str
+    admission: AdmissionConfig
+    queues: QueuesConfig
+    batch: BatchConfig
+    executor: ExecutorConfig
+    recovery: RecoveryConfig
+    tenants: Mapping[str, TenantConfig] = field(default_factory=dict)
+    source: str = "<scheduler>"
+    pointer: str = ""  # where the document sits inside its file ("/models/0/scheduler" in a dual config)
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    type: str
+    expected_chips: int
+    combined_calbin: str
+
+
+@dataclass(frozen=True)
+class DualModelEntry:
+    """One ``models[i]`` of 001 §10.4."""
+
+    alias: str
+    chip_id: int
+    prefill_graph: str
+    decode_graph: str
+    context_limit: int
+    max_inflight: int
+    max_waiting_requests: int
+    scheduler: SchedulerConfig | None = None
+    pointer: str = ""
+
+    def effective_scheduler(self) -> SchedulerConfig:
+        """The per-model scheduler block, or 000 §15 defaults carrying this entry's limits."""
+        if self.scheduler is not None:
+            return self.scheduler
+        return default_scheduler_config(
+            self.alias, max_waiting_requests=self.max_waiting_requests, max_inflight=self.max_inflight
+        )
+
+
+@dataclass(frozen=True)
+class DualRecoveryConfig:
+    allow_session_reset: bool
+    restart_process_on_unknown_dma: bool
+
+
+@dataclass(frozen=True)
+class DualModelConfig:
+    """A validated ``calculet-dual-model/v1`` document (001 §10.4)."""
+
+    device: DeviceConfig
+    models: tuple[DualModelEntry, ...]
+    recovery: DualRecoveryConfig
+    source: str = "<dual-model>"
+
+    def model(self, alias: str) -> DualModelEntry:
+        for m in self.models:
+            if m.alias == alias:
+                return m
+        raise KeyError(alias)
+
+
+def default_scheduler_config(alias: str, *, max_waiting_requests: int = 128, max_inflight: int = 1) -> SchedulerConfig:
+    """The 000 §15 example values (B1 only, no batching window)."""
+    return SchedulerConfig(
+        model_alias=alias,
+        admission=AdmissionConfig(max_waiting_requests, 262144, 120000),
+        queues=QueuesConfig(8, 4, 2, 1, 512, 4096),
+        batch=BatchConfig((1,), 0),
+        executor=ExecutorConfig(max_inflight, False),
+        recovery=RecoveryConfig(2, True),
+    )
+
+
+# -- loading --------------------------------------------------------------------------------------
+
+
+def load_scheduler_config(path: str | Path) -> SchedulerConfig:
+    """Read, schema-validate and parse a ``calculet-scheduler/v1`` YAML file."""
+    source = str(path)
+    return parse_scheduler_config(_read(Path(path), source), source=source)
+
+
+def load_dual_model_config(path: str | Path) -> DualModelConfig:
+    """Read, schema-validate and parse a ``calculet-dual-model/v1`` YAML file."""
+    source = str(path)
+    return parse_dual_model_config(_read(Path(path), source), source=source)
+
+
+def parse_scheduler_config(doc: Any, *, source: str, at: str = "") -> SchedulerConfig:
+    """Validate and parse an already-loaded scheduler document; ``at`` prefixes field paths."""
+    problems = _schema_problems(SCHEDULER_SCHEMA, doc, at)
+    if problems:
+        raise ConfigFieldError(source, problems)
+    config = _scheduler_from_doc(doc, source, at)
+    problems = list(_scheduler_rules(config, at))
+    if problems:
+        raise ConfigFieldError(source, problems)
+    return config
+
+
+def parse_dual_model_config(doc: Any, *, source: str) -> DualModelConfig:
+    """Validate and parse an already-loaded dual-model document."""
+    problems = _schema_problems(DUAL_MODEL_SCHEMA, doc, "")
+    if problems:
+        raise ConfigFieldError(source, problems)
+    entries: list[DualModelEntry] = []
+    seen_alias: dict[str, int] = {}
+    seen_chip: dict[int, int] = {}
+    for i, m in enumerate(doc["models"]):
+        at = f"/models/{i}"
+        if m["alias"] in seen_alias:
+            problems.append((f"{at}/alias", f"{m['alias']!r} is already used by /models/{seen_alias[m['alias']]}"))
+        seen_alias.setdefault(m["alias"], i)
+        if m["chip_id"] in seen_chip:  # 001 §4: one model per chip
+            problems.append((f"{at}/chip_id", f"chip {m['chip_id']} is already used by /models/{seen_chip[m['chip_id']]}"))
+        seen_chip.setdefault(m["chip_id"], i)
+        if m["chip_id"] >= doc["device"]["expected_chips"]:
+            problems.append(
+                (f"{at}/chip_id", f"{m['chip_id']} is outside the {doc['device']['expected_chips']} expected chips")
+            )
+        sched: SchedulerConfig | None = None
+        if "scheduler" in m:
+            block = dict(m["scheduler"])
+            block.setdefault("schema", SCHEDULER_SCHEMA)
+            block.setdefault("model_alias", m["alias"])
+            try:
+                sched = parse_scheduler_config(block, source=source, at=f"{at}/scheduler")
+            except ConfigFieldError as exc:
+                problems.extend(exc.problems)
+            else:
+                problems.extend(_entry_vs_scheduler(m, sched, at))
+        entries.append(
+            DualModelEntry(
+                alias=m["alias"],
+                chip_id=m["chip_id"],
+                prefill_graph=m["prefill_graph"],
+                decode_graph=m["decode_graph"],
+                context_limit=m["context_limit"],
+                max_inflight=m["max_inflight"],
+                max_waiting_requests=m["max_waiting_requests"],
+                scheduler=sched,
+                pointer=at,
+            )
+        )
+    if problems:
+        raise ConfigFieldError(source, problems)
+    dev = doc["device"]
+    rec = doc["recovery"]
+    return DualModelConfig(
+        device=DeviceConfig(dev["type"], dev["expected_chips"], dev["combined_calbin"]),
+        models=tuple(entries),
+        recovery=DualRecoveryConfig(rec["allow_session_reset"], rec["restart_process_on_unknown_dma"]),
+        source=source,
+    )
+
+
+# -- cross-check against the package manifest (000 §15, 001 §10.4) --------------------------------
+
+
+def cross_check_scheduler(config: SchedulerConfig, package: Package) -> None:
+    """Fail (listing every mismatch) unless the package serves this scheduler configuration as written."""
+    problems = list(_scheduler_vs_package(config, package))
+    if problems:
+        raise ConfigFieldError(config.source, problems, hint="the configuration must match the signed manifest")
+
+
+def cross_check_dual_model(config: DualModelConfig, package: Package) -> None:
+    """Fail (listing every mismatch) unless chips, graphs, contexts and profiles agree with the package."""
+    problems: list[Problem] = []
+    chips = list(range(package.device_cfg.chip_nums))
+    if config.device.expected_chips != package.device_cfg.chip_nums:
+        problems.append(
+            (
+                "/device/expected_chips",
+                f"{config.device.expected_chips} does not match the package's chip_nums {package.device_cfg.chip_nums}",
+            )
+        )
+    configured = {m.alias for m in config.models}
+    for alias in package.aliases:
+        if alias not in configured:  # a combined calbin is configured and reset as a whole (001 §11.2)
+            problems.append(("/models", f"package model {alias!r} has no entry (a combined package serves all its models)"))
+    for entry in config.models:
+        at = entry.pointer
+        model = _find_model(package, entry.alias)
+        if model is None:
+            problems.append((f"{at}/alias", f"{entry.alias!r} is not a model of the package ({_names(package.aliases)})"))
+            continue
+        if entry.chip_id not in chips:
+            problems.append((f"{at}/chip_id", f"{entry.chip_id} is not one of the package's chips {chips}"))
+        elif entry.chip_id not in model.target_chips:
+            problems.append(
+                (f"{at}/chip_id", f"model {entry.alias!r} targets chips {list(model.target_chips)}, not {entry.chip_id}")
+            )
+        for fld, name, kind in (
+            ("prefill_graph", entry.prefill_graph, GraphKind.PREFILL),
+            ("decode_graph", entry.decode_graph, GraphKind.DECODE),
+        ):
+            graph = _find_graph(package, name)
+            if graph is None:
+                problems.append((f"{at}/{fld}", f"no graph named {name!r} in the package"))
+                continue
+            if graph.model_alias != entry.alias or graph.kind is not kind:
+                problems.append(
+                    (
+                        f"{at}/{fld}",
+                        f"graph {name!r} is the {graph.kind.value} graph of model {graph.model_alias!r}, "
+                        f"not a {kind.value} graph of {entry.alias!r}",
+                    )
+                )
+                continue
+            if entry.chip_id in chips and entry.chip_id not in graph.target_chips:
+                problems.append(
+                    (f"{at}/{fld}", f"graph {name!r} targets chips {list(graph.target_chips)}, not {entry.chip_id}")
+                )
+            if entry.context_limit > graph.max_seq:
+                problems.append(
+                    (f"{at}/context_limit", f"{entry.context_limit} exceeds graph {name!r} max_seq {graph.max_seq}")
+                )
+        arch_ctx = model.architecture.context_limit
+        if entry.context_limit > arch_ctx:
+            problems.append(
+                (f"{at}/context_limit", f"{entry.context_limit} exceeds model {entry.alias!r} context limit {arch_ctx}")
+            )
+        if entry.scheduler is not None:
+            problems.extend(_scheduler_vs_package(entry.scheduler, package))
+    if problems:
+        raise ConfigFieldError(config.source, problems, hint="the configuration must match the signed manifest")
+
+
+def batch_profiles(config: SchedulerConfig, model: Model) -> tuple[BatchProfile, ...]:
+    """The configured profiles as the package declares them (call after the cross-check)."""
+    decode = model.decode
+    profiles: list[BatchProfile] = []
+    for b in config.batch.profiles:
+        if b not in decode.batch_profiles:
+            raise ConfigFieldError(config.source, [(f"{config.pointer}/batch/profiles", f"B{b} is not compiled")])
+        pol = decode.inactive_lane_policy
+        contract = None
+        if pol is not None:
+            contract = InactiveLaneContract(
+                valid_mask_input=pol.mask_input,
+                writes_kv=pol.writes_kv,
+                returns_logits=pol.returns_logits,
+                kv_mode=pol.kv_manager_mode,
+            )
+        profiles.append(BatchProfile(decode.name, b, decode.max_seq, contract if b > 1 else None))
+    return tuple(profiles)
+
+
+def scheduler_settings(
+    config: SchedulerConfig,
+    model: Model,
+    *,
+    max_sequences: int,
+    max_kv_tokens: int,
+    context_limit: int | None = None,
+) -> SchedulerSettings:
+    """Core settings from a cross-checked configuration, the package model and the capacity plan's numbers."""
+    ctx = min(model.architecture.context_limit, model.prefill.max_seq, model.decode.max_seq)
+    if context_limit is not None:
+        ctx = min(ctx, context_limit)
+    tenants = {
+        TenantId(name): TenantPolicy(t.weight, t.max_active_sequences, t.max_waiting_tokens, t.qps)
+        for name, t in config.tenants.items()
+        if name != DEFAULT_TENANT
+    }
+    default = config.tenants.get(DEFAULT_TENANT)
+    default_policy = (
+        TenantPolicy(default.weight, default.max_active_sequences, default.max_waiting_tokens, default.qps)
+        if default is not None
+        else TenantPolicy()
+    )
+    a, q, b = config.admission, config.queues, config.batch
+    return SchedulerSettings(
+        budget=CapacityBudget(
+            max_sequences=max_sequences,
+            max_kv_tokens=max_kv_tokens,
+            max_waiting_requests=a.max_waiting_requests,
+            max_waiting_prompt_tokens=a.max_waiting_prompt_tokens,
+            max_inflight_jobs=config.executor.max_inflight,
+        ),
+        max_seq=ctx,
+        admission=AdmissionPolicy(
+            context_limit=ctx,
+            deadline_default_s=a.deadline_default_ms / 1000.0,
+            decode_weight=a.decode_cost_weight,
+            tenants=tenants,
+            default_tenant=default_policy,
+        ),
+        prefill_graph=model.prefill.name,
+        profiles=batch_profiles(config, model),
+        prefill_thresholds=PrefillThresholds(q.short_prefill_max_tokens, q.medium_prefill_max_tokens),
+        service_weights=ServiceWeights(q.decode_weight, q.short_prefill_weight, q.medium_prefill_weight, q.long_prefill_weight),
+        decode=DecodeOptions(
+            batching_window_s=b.batching_window_us / 1e6,
+            profile_thresholds=dict(b.profile_thresholds) or None,
+            max_tenant_lane_share=b.max_tenant_lane_share,
+            deadline_granularity_s=b.deadline_granularity_ms / 1000.0,
+        ),
+    )
+
+
+# -- internals ------------------------------------------------------------------------------------
+
+
+def _read(path: Path, source: str) -> Any:
+    try:
+        return yamlsafe.load_file(path, display=source)
+    except PackageError as exc:  # the YAML reader speaks package errors; this is a config file
+        raise ConfigError(str(exc)) from None
+
+
+def _schema_problems(schema: str, doc: Any, at: str) -> list[Problem]:
+    problems: list[Problem] = []
+    for err in _validator(schema).iter_errors(doc):
+        where = at + (_pointer(err.absolute_path) if err.absolute_path else "")
+        if err.validator == "required":
+            missing = str(err.message).split("'")[1] if "'" in err.message else ""
+            problems.append((f"{where}/{missing}", "required field is missing"))
+        elif err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            allowed = set((err.schema.get("properties") or {}).keys())  # type: ignore[union-attr]
+            for key in err.instance:
+                if key not in allowed:
+                    hint = f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
+                    problems.append((f"{where}/{key}", f"unknown field{hint}"))
+        else:
+            msg = err.message if len(err.message) <= 200 else err.message[:197] + "..."
+            problems.append((where or "/", msg))
+    return sorted(set(problems))
+
+
+def _scheduler_from_doc(doc: Mapping[str, Any], source: str, at: str) -> SchedulerConfig:
+    a, q, b, e, r = (doc[k] for k in ("admission", "queues", "batch", "executor", "recovery"))
+    return SchedulerConfig(
+        model_alias=doc["model_alias"],
+        admission=AdmissionConfig(
+            a["max_waiting_requests"],
+            a["max_waiting_prompt_tokens"],
+            a["deadline_default_ms"],
+            float(a.get("decode_cost_weight", 1.0)),
+        ),
+        queues=QueuesConfig(
+            q["decode_weight"],
+            q["short_prefill_weight"],
+            q["medium_prefill_weight"],
+            q["long_prefill_weight"],
+            q["short_prefill_max_tokens"],
+            q["medium_prefill_max_tokens"],
+        ),
+        batch=BatchConfig(
+            profiles=tuple(b["profiles"]),
+            batching_window_us=b["batching_window_us"],
+            profile_thresholds={int(k): v for k, v in (b.get("profile_thresholds") or {}).items()},
+            max_tenant_lane_share=float(b.get("max_tenant_lane_share", 0.5)),
+            deadline_granularity_ms=float(b.get("deadline_granularity_ms", 0.0)),
+        ),
+        executor=ExecutorConfig(e["max_inflight"], e["fixed_engine"]),
+        recovery=RecoveryConfig(r["max_resets_per_10min"], r["restart_on_unknown_dma"]),
+        tenants={
+            name: TenantConfig(t["weight"], t.get("max_active_sequences"), t.get("max_waiting_tokens"), t.get("qps"))
+            for name, t in (doc.get("tenants") or {}).items()
+        },
+        source=source,
+        pointer=at,
+    )
+
+
+def _scheduler_rules(config: SchedulerConfig, at: str) -> Iterable[Problem]:
+    q = config.queues
+    if q.short_prefill_max_tokens >= q.medium_prefill_max_tokens:
+        yield (
+            f"{at}/queues/short_prefill_max_tokens",
+            f"{q.short_prefill_max_tokens} must be below medium_prefill_max_tokens {q.medium_prefill_max_tokens}",
+        )
+    for b, th in config.batch.profile_thresholds.items():
+        if b not in config.batch.profiles:
+            yield (f"{at}/batch/profile_thresholds/{b}", f"B{b} is not in batch.profiles {list(config.batch.profiles)}")
+
+
+def _entry_vs_scheduler(m: Mapping[str, Any], sched: SchedulerConfig, at: str) -> Iterable[Problem]:
+    if sched.model_alias != m["alias"]:
+        yield (f"{at}/scheduler/model_alias", f"{sched.model_alias!r} does not match the entry's alias {m['alias']!r}")
+    if sched.executor.max_inflight != m["max_inflight"]:
+        yield (
+            f"{at}/scheduler/executor/max_inflight",
+            f"{sched.executor.max_inflight} disagrees with {at}/max_inflight {m['max_inflight']}",
+        )
+    if sched.admission.max_waiting_requests != m["max_waiting_requests"]:
+        yield (
+            f"{at}/scheduler/admission/max_waiting_requests",
+            f"{sched.admission.max_waiting_requests} disagrees with {at}/max_waiting_requests "
+            f"{m['max_waiting_requests']}",
+        )
+
+
+def _scheduler_vs_package(config: SchedulerConfig, package: Package) -> Iterable[Problem]:
+    at = config.pointer
+    model = _find_model(package, config.model_alias)
+    if model is None:
+        yield (f"{at}/model_alias", f"{config.model_alias!r} is not a model of the package ({_names(package.aliases)})")
+        return
+    decode = model.decode
+    compiled = list(decode.batch_profiles)
+    for i, b in enumerate(config.batch.profiles):
+        where = f"{at}/batch/profiles/{i}"
+        if b not in compiled:
+            yield (
+                where,
+                f"profile B{b} is not compiled in decode graph {decode.name!r} "
+                f"(it has {', '.join(f'B{c}' for c in compiled)})",
+            )
+        elif b > 1 and decode.inactive_lane_policy is None:
+            yield (where, f"profile B{b} of graph {decode.name!r} has no inactive-lane contract (000 §7.3)")
+        elif b > 1 and decode.inactive_lane_policy is not None and decode.inactive_lane_policy.writes_kv:
+            yield (where, f"profile B{b} of graph {decode.name!r} lets inactive lanes write KV (000 §7.3)")
+
+
+def _find_model(package: Package, alias: str) -> Model | None:
+    for m in package.models:
+        if m.alias == alias:
+            return m
+    return None
+
+
+def _find_graph(package: Package, name: str) -> Graph | None:
+    for m in package.models:
+        for g in m.graphs:
+            if g.name == name:
+                return g
+    return None
+
+
+def _names(names: Iterable[str]) -> str:
+    listed = ", ".join(repr(n) for n in names)
+    return f"it has {listed}" if listed else "it has none"

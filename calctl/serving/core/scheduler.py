@@ -1,0 +1,717 @@
+"""Scheduler: one model worker's serving core, driven by the engine loop (000 §3–§9, 001 §9–§10).
+
+The engine step follows vLLM v1 exactly::
+
+    out = scheduler.schedule(now)          # jobs to submit + when to wake up
+    ... submit out.jobs to the runtime, Wait ...
+    scheduler.update_from_output(outcome, now)
+    for event in scheduler.drain_events(): ...   # tokens, terminal events, lanes to free
+
+and API arrivals/cancels are serialised through the same loop
+(:meth:`Scheduler.arrive`, :meth:`Scheduler.submit`, :meth:`Scheduler.cancel`).
+The scheduler owns no device, thread, socket or clock; it composes
+:class:`RequestRegistry`, :class:`AdmissionController`, :class:`KvLaneManager`,
+:class:`PrefillScheduler` and :class:`DecodeScheduler` and keeps them
+consistent:
+
+* the KV lane is reserved at admission for the whole request and released
+  only from the registry's terminal hook, which fires exactly once (000 §4);
+* a job's KV write is ``begin_update`` at submit, ``commit`` only on device
+  *and* output success, ``rollback`` on a clean failure, ``Unknown`` on
+  timeout/fault (000 §9.2, 001 §10.3);
+* a timeout or fault halts new submissions and asks for recovery; a
+  timed-out job is quarantined, so its late completion is dropped as stale
+  while its resources are still accounted (000 §4 rule 4, §7.4, 001 §11.3);
+* a cancelled running request keeps its lane until its job drains (000 §4).
+
+One ``Scheduler`` serves one model alias on one chip (001 §4: one ModelWorker
+per alias, each with its own admission, queues and KV manager), so overload
+of model A never touches model B's budgets (001 §9.2).
+
+This module does not tokenise, sample, detokenise or stream: the engine does,
+keyed by request id. It does not decide when to reset a device either: it
+reports :class:`RecoveryNeeded` and waits for :meth:`retire_generation` /
+:meth:`recover`.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from calctl.serving.core.admission import (
+    AdmissionController,
+    AdmissionPolicy,
+    AdmissionResult,
+    CapacityBudget,
+    ModelState,
+    Ticket,
+    Verdict,
+)
+from calctl.serving.core.decode import BatchProfile, DecodeBatch, DecodeScheduler
+from calctl.serving.core.errors import InvariantViolation
+from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId, TenantId
+from calctl.serving.core.kv import KvCapacity, KvLaneManager, KvState
+from calctl.serving.core.prefill import Dropped, PrefillScheduler, PrefillThresholds, ServiceWeights, WorkKind
+from calctl.serving.core.registry import RequestRegistry
+from calctl.serving.core.request import (
+    RUNNING_STATES,
+    CallbackVerdict,
+    CancelOutcome,
+    FinishReason,
+    RequestState,
+    SequenceState,
+    TerminalEvent,
+)
+
+_S = RequestState
+_FINISH_FOR_VERDICT = {
+    Verdict.REJECT_INVALID: FinishReason.REJECTED_INVALID,
+    Verdict.REJECT_CAPACITY: FinishReason.REJECTED_CAPACITY,
+    Verdict.REJECT_UNAVAILABLE: FinishReason.REJECTED_UNAVAILABLE,
+}
+_HOLDS_DEVICE_STATE = frozenset({_S.PREFILL_READY, _S.PREFILL_RUNNING, _S.DECODE_READY, _S.DECODE_RUNNING})
+
+
+# -- settings -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeOptions:
+    """000 §7.2 / §8 knobs (``batch`` block of 000 §15)."""
+
+    batching_window_s: float = 0.0
+    profile_thresholds: Mapping[int, int] | None = None
+    max_tenant_lane_share: float = 0.5
+    deadline_granularity_s: float = 0.0
+    step_estimate_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    """Everything one worker's scheduler needs; built by ``calctl.serving.config`` from YAML + package + budget."""
+
+    budget: CapacityBudget
+    max_seq: int
+    admission: AdmissionPolicy
+    prefill_graph: str
+    profiles: tuple[BatchProfile, ...]
+    prefill_thresholds: PrefillThresholds = PrefillThresholds()
+    service_weights: ServiceWeights = ServiceWeights()
+    decode: DecodeOptions = DecodeOptions()
+    remove_tail: bool = False
+
+
+# -- jobs and outcomes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillJob:
+    """Run the prefill graph over a whole prompt (never chunked, 000 §6) into one KV lane."""
+
+    job_id: JobId
+    generation: GenerationId
+    graph: str
+    request_id: RequestId
+    kv_lane: LaneId
+    prompt_tokens: int
+    queue: WorkKind
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeJob:
+    """Run one decode step for every active lane of ``batch`` (000 §7.1)."""
+
+    job_id: JobId
+    generation: GenerationId
+    batch: DecodeBatch
+
+
+Job = PrefillJob | DecodeJob
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerOutput:
+    """What :meth:`Scheduler.schedule` wants done: submit ``jobs``; call again at ``wake_at`` at the latest."""
+
+    jobs: tuple[Job, ...]
+    wake_at: float | None
+
+
+class JobStatus(enum.Enum):
+    """How a device job ended, as the engine observed it (000 §7.4, 001 §11.3)."""
+
+    OK = "ok"  # device and output succeeded: commit KV
+    FAILED = "failed"  # failed cleanly, nothing written (e.g. rejected at submit): roll KV back
+    TIMEOUT = "timeout"  # Wait timed out; the job may still run: lanes Unknown, job quarantined
+    FAULT = "fault"  # CCU exception, unknown DMA, corrupted output: lanes Unknown
+
+
+@dataclass(frozen=True, slots=True)
+class LaneResult:
+    """The sampled token for one request of a finished job; ``stop`` = EOS or a stop sequence was hit."""
+
+    request_id: RequestId
+    token_id: int
+    stop: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """A completion callback, tagged with the job and generation it belongs to (000 §4 rule 4)."""
+
+    job_id: JobId
+    generation: GenerationId
+    status: JobStatus
+    results: tuple[LaneResult, ...] = ()
+    detail: str = ""
+
+
+# -- events -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEmitted:
+    """A token to stream to the client (index 0 comes from prefill)."""
+
+    request_id: RequestId
+    token_id: int
+    index: int
+    job_id: JobId
+
+
+@dataclass(frozen=True, slots=True)
+class LaneReleased:
+    """A KV lane entered Releasing: free the runtime sequence, then call :meth:`Scheduler.confirm_kv_released`."""
+
+    lane: LaneId
+    request_id: RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class StaleCompletion:
+    """A completion for a retired or unknown job was dropped; free the job's host buffers (000 §4 rule 4)."""
+
+    job_id: JobId
+    generation: GenerationId
+    reason: str
+    lanes: tuple[LaneId, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryNeeded:
+    """A timeout or fault left KV lanes Unknown; submissions are halted until :meth:`Scheduler.recover`."""
+
+    generation: GenerationId
+    job_id: JobId
+    status: JobStatus
+    detail: str
+    unknown_lanes: tuple[LaneId, ...]
+
+
+Event = TokenEmitted | TerminalEvent | LaneReleased | StaleCompletion | RecoveryNeeded
+
+
+@dataclass(slots=True)
+class _Inflight:
+    job_id: JobId
+    generation: GenerationId
+    seqs: tuple[SequenceState, ...]
+    lanes: tuple[LaneId, ...]
+    submitted_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """A snapshot for 000 §16 metrics (no request ids: those go to logs, never labels)."""
+
+    requests_by_state: dict[RequestState, int]
+    prefill_depth: dict[WorkKind, int]
+    decode_ready: int
+    inflight_jobs: int
+    quarantined_jobs: int
+    kv_by_state: dict[KvState, int]
+    kv_reserved_tokens: int
+    waiting_requests: int
+    waiting_prompt_tokens: int
+    halted: bool
+    terminal_events: int = field(default=0)
+
+
+class Scheduler:
+    """The pure serving core of one model worker (see module docstring)."""
+
+    def __init__(
+        self,
+        settings: SchedulerSettings,
+        *,
+        generation: GenerationId,
+        model_state: ModelState = ModelState.READY,
+    ) -> None:
+        self.settings = settings
+        self.generation = generation
+        budget = settings.budget
+        self.kv = KvLaneManager(
+            KvCapacity(budget.max_sequences, budget.max_kv_tokens, settings.max_seq, remove_tail=settings.remove_tail)
+        )
+        self.admission = AdmissionController(
+            budget, settings.admission, self.kv, model_state=model_state, generation=generation
+        )
+        self.registry = RequestRegistry(self._on_terminal)
+        self.prefill = PrefillScheduler(settings.prefill_thresholds, settings.service_weights)
+        d = settings.decode
+        self.decode = DecodeScheduler(
+            settings.profiles,
+            thresholds=d.profile_thresholds,
+            batching_window_s=d.batching_window_s,
+            max_tenant_lane_share=d.max_tenant_lane_share,
+            deadline_granularity_s=d.deadline_granularity_s,
+            step_estimate_s=d.step_estimate_s,
+        )
+        for p in self.decode.profiles:
+            if p.max_seq < settings.max_seq:
+                raise InvariantViolation(f"{p.name} max_seq {p.max_seq} < the worker's max_seq {settings.max_seq}")
+        self._inflight: dict[JobId, _Inflight] = {}
+        self._quarantine: dict[JobId, _Inflight] = {}
+        self._deadlines: list[tuple[float, int, SequenceState]] = []  # admitted, not yet terminal
+        self._counter = 0
+        self._next_job = 1
+        self._halted = False
+        self._events: list[Event] = []
+
+    # -- API side ----------------------------------------------------------------------------
+
+    @property
+    def model_state(self) -> ModelState:
+        return self.admission.model_state
+
+    @property
+    def halted(self) -> bool:
+        """True after a timeout/fault until :meth:`recover`: no new job is handed out."""
+        return self._halted
+
+    def arrive(self, request_id: RequestId, tenant: TenantId, now: float) -> Ticket | AdmissionResult:
+        """A request arrived: reserve its waiting slot before any expensive work (000 §5).
+
+        A rejection here never enters the registry; the caller answers with its status.
+        """
+        ticket = self.admission.arrive(request_id, tenant, now)
+        if isinstance(ticket, Ticket):
+            self.registry.create(request_id, tenant, now)
+        return ticket
+
+    def submit(
+        self,
+        ticket: Ticket,
+        *,
+        prompt_tokens: int,
+        max_tokens: int,
+        deadline_s: float | None = None,
+        now: float,
+    ) -> AdmissionResult:
+        """The prompt is counted: admit, queue or reject (000 §5.2). Rejections end the request (Failed)."""
+        result = self.admission.decide(
+            ticket, prompt_tokens=prompt_tokens, max_tokens=max_tokens, deadline_s=deadline_s, now=now
+        )
+        seq = self.registry.get(ticket.request_id)
+        if seq is None or seq.state is not _S.NEW:
+            return result  # cancelled or expired while the prompt was counted; decide() rolled back
+        seq.prompt_tokens = prompt_tokens
+        seq.max_new_tokens = max_tokens
+        if result.verdict is Verdict.ADMIT:
+            assert result.lane is not None and result.deadline is not None and result.virtual_finish is not None
+            self._admitted(seq, result.lane, result.deadline, result.virtual_finish, now)
+        elif result.verdict is Verdict.QUEUE:
+            assert result.deadline is not None
+            seq.deadline = result.deadline  # the WFQ tag is set when the request is promoted
+            waiting = _S.WAITING_ADMISSION if self.model_state is ModelState.READY else _S.WAITING_MODEL
+            self.registry.move(seq, waiting, now)
+            self._promote(now)
+        else:
+            self.registry.finish(
+                seq,
+                _S.FAILED,
+                _FINISH_FOR_VERDICT[result.verdict],
+                now,
+                detail=result.reason,
+                http_status=result.http_status,
+                retry_after_s=result.retry_after_s,
+            )
+        return result
+
+    def abandon(self, request_id: RequestId, now: float, *, detail: str, http_status: int = 400) -> bool:
+        """End a request that failed before :meth:`submit` (e.g. the tokenizer refused it); rolls its slot back."""
+        seq = self.registry.get(request_id)
+        if seq is None or seq.state is not _S.NEW:
+            return False
+        return self.registry.finish(
+            seq, _S.FAILED, FinishReason.REJECTED_INVALID, now, detail=detail, http_status=http_status
+        )
+
+    def cancel(self, request_id: RequestId, now: float) -> CancelOutcome:
+        """Idempotent cancel (000 §4): immediate unless a job holds the request, then on drain."""
+        return self.registry.cancel(request_id, now)
+
+    def confirm_kv_released(self, lane: LaneId) -> None:
+        """The runtime freed the sequence of a lane announced by :class:`LaneReleased` (000 §9.2 rule 2)."""
+        self.kv.confirm_released(lane)
+
+    def drain_events(self) -> list[Event]:
+        """Everything that happened since the last call, in order."""
+        events, self._events = self._events, []
+        return events
+
+    # -- engine step -------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        """Expire, promote, then hand out jobs while in-flight room remains (000 §6 WRR, §7 decode)."""
+        self._expire(now)
+        self._promote(now)
+        jobs: list[Job] = []
+        wake_at: float | None = None
+        # Draining keeps running admitted requests to completion (000 §12); nothing new is admitted.
+        if not self._halted and self.model_state in (ModelState.READY, ModelState.DRAINING):
+            max_inflight = self.settings.budget.max_inflight_jobs
+            while len(self._inflight) < max_inflight:
+                poll = self.decode.poll(now)
+                kind = self.prefill.next_kind(decode_ready=poll.profile is not None)
+                if kind is None:
+                    wake_at = poll.wake_at
+                    break
+                if kind is WorkKind.DECODE:
+                    assert poll.profile is not None
+                    job: Job | None = self._start_decode(poll.profile, now)
+                else:
+                    job = self._start_prefill(kind, now)
+                if job is not None:
+                    jobs.append(job)
+        for candidate in (self.admission.next_deadline(), self._next_deadline()):
+            if candidate is not None and (wake_at is None or candidate < wake_at):
+                wake_at = candidate
+        return SchedulerOutput(tuple(jobs), wake_at)
+
+    def update_from_output(self, outcome: JobOutcome, now: float) -> None:
+        """Apply one tagged completion (000 §4, §7.4); stale ones are dropped but accounted."""
+        inf = self._inflight.get(outcome.job_id)
+        if inf is None:
+            retired = self._quarantine.pop(outcome.job_id, None)
+            reason = (
+                "job was retired (timeout or reset); its result is dropped"
+                if retired is not None
+                else "no such job in flight"
+            )
+            self._events.append(
+                StaleCompletion(outcome.job_id, outcome.generation, reason, retired.lanes if retired else ())
+            )
+            return
+        if inf.generation != outcome.generation:
+            raise InvariantViolation(
+                f"job {outcome.job_id} belongs to generation {inf.generation}, completion says {outcome.generation}"
+            )
+        del self._inflight[outcome.job_id]
+        job = inf.job_id
+        if outcome.status is JobStatus.OK:
+            results = {r.request_id: r for r in outcome.results}
+            if len(results) != len(outcome.results) or set(results) != {s.request_id for s in inf.seqs}:
+                raise InvariantViolation(  # 000 §7.4: request/lane consistency is checked, never assumed
+                    f"job {job}: results for {sorted(results)} do not match its lanes "
+                    f"{sorted(s.request_id for s in inf.seqs)}"
+                )
+            for seq, lane in zip(inf.seqs, inf.lanes):
+                verdict = self.registry.check_callback(seq.request_id, inf.generation, job)
+                self.kv.commit(lane, job)  # device and output succeeded (000 §9.2 rule 5)
+                self._after_success(seq, verdict, results[seq.request_id], job, now)
+            return
+        if outcome.status is JobStatus.FAILED:
+            for seq, lane in zip(inf.seqs, inf.lanes):
+                verdict = self.registry.check_callback(seq.request_id, inf.generation, job)
+                self.kv.rollback(lane, job)
+                if verdict is CallbackVerdict.CANCEL_DRAINED:
+                    self.registry.finish(seq, _S.CANCELLED, FinishReason.CANCELLED, now, detail="cancelled")
+                else:
+                    self.registry.finish(
+                        seq,
+                        _S.FAILED,
+                        FinishReason.DEVICE_ERROR,
+                        now,
+                        detail=f"job {job} failed: {outcome.detail}",
+                        http_status=None if seq.generated_tokens else 503,
+                    )
+            return
+        # TIMEOUT / FAULT: lanes Unknown, whole job fails (no lane-level isolation declared, 000 §7.4).
+        for seq, lane in zip(inf.seqs, inf.lanes):
+            self.kv.mark_unknown(lane)
+            self.registry.detach_job(seq)
+            self.registry.finish(
+                seq,
+                _S.CANCELLED if seq.cancel_requested else _S.FAILED,
+                FinishReason.CANCELLED if seq.cancel_requested else FinishReason.DEVICE_ERROR,
+                now,
+                detail=f"job {job} {outcome.status.value}: {outcome.detail}",
+                http_status=None if seq.generated_tokens else 503,
+            )
+        if outcome.status is JobStatus.TIMEOUT:
+            self._quarantine[job] = inf  # it may still complete; that completion will be stale
+        self._halted = True
+        self._events.append(RecoveryNeeded(inf.generation, job, outcome.status, outcome.detail, inf.lanes))
+
+    # -- lifecycle (000 §10–§12, 001 §11) -------------------------------------------------------
+
+    def set_model_state(self, state: ModelState, now: float) -> None:
+        """Follow the ModelGeneration lifecycle; draining/unloading/failing withdraws the waiting queue (503)."""
+        for rid, result in self.admission.set_model_state(state):
+            seq = self.registry.get(rid)
+            if seq is not None:
+                self.registry.finish(
+                    seq,
+                    _S.FAILED,
+                    FinishReason.REJECTED_UNAVAILABLE,
+                    now,
+                    detail=result.reason,
+                    http_status=503,
+                    retry_after_s=result.retry_after_s,
+                )
+
+    def retire_generation(self, now: float, reason: str) -> list[LaneId]:
+        """The device is being reset: fail every request holding device state, quarantine every lane.
+
+        In-flight jobs are quarantined (their completions become stale); every
+        non-Free lane becomes Unknown until :meth:`recover`. Requests still
+        waiting for admission keep waiting for the next generation. Returns the
+        lanes made Unknown.
+        """
+        self._halted = True
+        for job, inf in list(self._inflight.items()):
+            self._quarantine[job] = inf
+            del self._inflight[job]
+            for seq in inf.seqs:
+                self.registry.detach_job(seq)
+        unknown: list[LaneId] = []
+        for view in self.kv.holders():
+            if view.state is not KvState.UNKNOWN:
+                self.kv.mark_unknown(view.lane)
+                unknown.append(view.lane)
+        for seq in self.registry:
+            if seq.state in _HOLDS_DEVICE_STATE or seq.state is _S.FINISHING:
+                self.registry.finish(
+                    seq,
+                    _S.CANCELLED if seq.cancel_requested else _S.FAILED,
+                    FinishReason.CANCELLED if seq.cancel_requested else FinishReason.GENERATION_RETIRED,
+                    now,
+                    detail=f"generation {self.generation} retired: {reason}",
+                    http_status=None if seq.generated_tokens else 503,
+                )
+        return unknown
+
+    def recover(self, generation: GenerationId, now: float) -> None:
+        """The device was reset and the new generation passed golden + warmup: reuse the lanes (000 §9.1)."""
+        if self._inflight:
+            raise InvariantViolation(f"recover() with {len(self._inflight)} jobs in flight: retire_generation first")
+        for seq in self.registry:
+            if seq.state in _HOLDS_DEVICE_STATE:
+                raise InvariantViolation(f"recover(): {seq.request_id} still holds device state")
+        for lane in self.kv.lanes_in(KvState.UNKNOWN):
+            self.kv.recover(lane)
+        self._quarantine.clear()  # the reset ended those jobs; a late completion is an unknown job
+        self.generation = generation
+        self._halted = False
+        self.admission.set_model_state(ModelState.READY, generation)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def inflight_jobs(self) -> int:
+        return len(self._inflight)
+
+    def stats(self) -> SchedulerStats:
+        kv = self.kv.stats()
+        adm = self.admission.stats()
+        return SchedulerStats(
+            requests_by_state=self.registry.counts(),
+            prefill_depth={k: self.prefill.depth(k) for k in (WorkKind.PREFILL_SHORT, WorkKind.PREFILL_MEDIUM, WorkKind.PREFILL_LONG)},
+            decode_ready=self.decode.ready_count,
+            inflight_jobs=len(self._inflight),
+            quarantined_jobs=len(self._quarantine),
+            kv_by_state=kv.by_state,
+            kv_reserved_tokens=kv.reserved_tokens,
+            waiting_requests=adm.waiting_requests,
+            waiting_prompt_tokens=adm.waiting_prompt_tokens,
+            halted=self._halted,
+            terminal_events=self.registry.terminal_events,
+        )
+
+    def check_invariants(self) -> None:
+        """Cross-component invariants: registry vs KV vs queues vs admission (000 §4, §9.2)."""
+        self.kv.check_invariants()
+        self.admission.check_invariants()
+        prefill_ready = decode_ready = admitted = 0
+        for seq in self.registry:
+            st = seq.state
+            if st in (_S.NEW, _S.WAITING_MODEL, _S.WAITING_ADMISSION):
+                if seq.kv_lane is not None:
+                    raise InvariantViolation(f"{seq.request_id}: {st.value} but holds lane {seq.kv_lane}")
+                continue
+            admitted += 1
+            if seq.kv_lane is None:
+                raise InvariantViolation(f"{seq.request_id}: {st.value} without a KV lane")
+            view = self.kv.lane(seq.kv_lane)
+            if view.owner != seq.request_id or view.generation != seq.generation:
+                raise InvariantViolation(f"{seq.request_id}: lane {seq.kv_lane} belongs to {view.owner}")
+            if st in RUNNING_STATES:
+                inf = self._inflight.get(seq.current_job) if seq.current_job is not None else None
+                if inf is None or seq not in inf.seqs:
+                    raise InvariantViolation(f"{seq.request_id}: {st.value} but job {seq.current_job} is not in flight")
+                if view.state is not KvState.UPDATING or view.job != seq.current_job:
+                    raise InvariantViolation(f"{seq.request_id}: running but lane is {view.state.value}/{view.job}")
+            elif view.state is KvState.UPDATING:
+                raise InvariantViolation(f"{seq.request_id}: {st.value} but its lane is Updating")
+            if st is _S.PREFILL_READY:
+                prefill_ready += 1
+                if seq.queue_token == -1:
+                    raise InvariantViolation(f"{seq.request_id}: PrefillReady but not queued")
+            elif st is _S.DECODE_READY:
+                decode_ready += 1
+                if seq.queue_token == -1:
+                    raise InvariantViolation(f"{seq.request_id}: DecodeReady but not queued")
+        if prefill_ready != self.prefill.total_depth:
+            raise InvariantViolation(f"{prefill_ready} PrefillReady requests, queues hold {self.prefill.total_depth}")
+        if decode_ready != self.decode.ready_count:
+            raise InvariantViolation(f"{decode_ready} DecodeReady requests, decode queue holds {self.decode.ready_count}")
+        if admitted != self.admission.stats().admitted:
+            raise InvariantViolation(f"{admitted} admitted requests, admission counts {self.admission.stats().admitted}")
+        if len(self._inflight) > self.settings.budget.max_inflight_jobs:
+            raise InvariantViolation(f"{len(self._inflight)} jobs in flight > max_inflight_jobs")
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _admitted(self, seq: SequenceState, lane: LaneId, deadline: float, vf: float, now: float) -> None:
+        seq.kv_lane = lane
+        seq.generation = self.generation
+        seq.deadline = deadline
+        seq.virtual_finish = vf
+        self.registry.move(seq, _S.PREFILL_READY, now)
+        self.prefill.push(seq)
+        self._counter += 1
+        heapq.heappush(self._deadlines, (deadline, self._counter, seq))
+
+    def _promote(self, now: float) -> None:
+        for adm in self.admission.promote(now):
+            seq = self.registry.get(adm.request_id)
+            if seq is None:
+                raise InvariantViolation(f"admission promoted {adm.request_id}, which is not live")
+            self._admitted(seq, adm.lane, adm.deadline, adm.virtual_finish, now)
+
+    def _expire(self, now: float) -> None:
+        for rid, result in self.admission.expire(now):
+            seq = self.registry.get(rid)
+            if seq is not None:
+                self.registry.finish(
+                    seq,
+                    _S.FAILED,
+                    FinishReason.DEADLINE,
+                    now,
+                    detail=result.reason,
+                    http_status=result.http_status,
+                    retry_after_s=result.retry_after_s,
+                )
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            seq = heap[0][2]
+            if seq.state in RUNNING_STATES:
+                break  # its job must drain first; update_from_output fails it on completion
+            heapq.heappop(heap)
+            if not seq.state.terminal:
+                self.registry.finish(
+                    seq, _S.FAILED, FinishReason.DEADLINE, now, detail=f"deadline expired in {seq.state.value}"
+                )
+
+    def _next_deadline(self) -> float | None:
+        heap = self._deadlines
+        while heap and heap[0][2].state.terminal:
+            heapq.heappop(heap)
+        if not heap or heap[0][2].state in RUNNING_STATES:
+            return None  # a running head is re-checked when its job completes
+        return heap[0][0]
+
+    def _drop(self, dropped: Dropped, now: float) -> None:
+        self.registry.finish(dropped.seq, _S.FAILED, dropped.reason, now, detail=dropped.detail)
+
+    def _job_id(self) -> JobId:
+        job = JobId(self._next_job)
+        self._next_job += 1
+        return job
+
+    def _start_prefill(self, kind: WorkKind, now: float) -> PrefillJob | None:
+        seq, dropped = self.prefill.pop(kind, now, self.generation)
+        for d in dropped:
+            self._drop(d, now)
+        if seq is None:
+            return None
+        lane = seq.kv_lane
+        assert lane is not None
+        job = self._job_id()
+        self.kv.begin_update(lane, job, 0, seq.prompt_tokens)  # the whole prompt, never a chunk (000 §6)
+        self.registry.start_job(seq, job, self.generation, now)
+        self._inflight[job] = _Inflight(job, self.generation, (seq,), (lane,), now)
+        return PrefillJob(job, self.generation, self.settings.prefill_graph, seq.request_id, lane, seq.prompt_tokens, kind)
+
+    def _start_decode(self, profile: BatchProfile, now: float) -> DecodeJob | None:
+        sel = self.decode.take(profile, now, self.generation)
+        for d in sel.dropped:
+            self._drop(d, now)
+        if not sel.selected:
+            return None
+        job = self._job_id()
+        seqs = list(sel.selected)
+        lanes = [seq.kv_lane for seq in seqs]
+        tokens = [seq.last_token for seq in seqs]
+        if None in lanes or None in tokens:
+            raise InvariantViolation(f"job {job}: a DecodeReady request without a lane or a last token")
+        positions = self.kv.begin_decode_batch(job, lanes)  # type: ignore[arg-type]  # 000 §9.2 rule 4
+        batch = DecodeBatch.build(
+            job, self.generation, profile, [s.request_id for s in seqs], lanes, tokens, positions  # type: ignore[arg-type]
+        )
+        self.registry.start_batch(seqs, job, self.generation, now)
+        self._inflight[job] = _Inflight(job, self.generation, tuple(seqs), batch.kv_lanes, now)
+        return DecodeJob(job, self.generation, batch)
+
+    def _after_success(
+        self, seq: SequenceState, verdict: CallbackVerdict, result: LaneResult, job: JobId, now: float
+    ) -> None:
+        if verdict is CallbackVerdict.CANCEL_DRAINED:  # the lane result is discarded, the batch drained (000 §18)
+            self.registry.finish(seq, _S.CANCELLED, FinishReason.CANCELLED, now, detail="cancelled while running")
+            return
+        if verdict is not CallbackVerdict.ACCEPT:
+            raise InvariantViolation(f"{seq.request_id}: in-flight job {job} got verdict {verdict.value}")
+        if seq.deadline <= now:
+            self.registry.finish(seq, _S.FAILED, FinishReason.DEADLINE, now, detail="deadline expired while running")
+            return
+        index = seq.generated_tokens
+        seq.generated_tokens = index + 1
+        seq.last_token = result.token_id
+        self._events.append(TokenEmitted(seq.request_id, result.token_id, index, job))
+        if result.stop or seq.generated_tokens >= seq.max_new_tokens:
+            self.registry.move(seq, _S.FINISHING, now)
+            self.registry.finish(
+                seq, _S.COMPLETED, FinishReason.STOP if result.stop else FinishReason.LENGTH, now
+            )
+            return
+        self.registry.move(seq, _S.DECODE_READY, now)
+        self.decode.push(seq, now)
+
+    def _on_terminal(self, seq: SequenceState, event: TerminalEvent, previous: RequestState) -> None:
+        """Exactly once per request (000 §4 rule 3): release everything it holds, then publish the event."""
+        if previous is _S.PREFILL_READY:
+            self.prefill.discard(seq)
+        elif previous is _S.DECODE_READY:
+            self.decode.discard(seq)
+        self.admission.release(
+            seq.request_id,
+            served_prompt_tokens=seq.prompt_tokens if seq.generated_tokens else 0,
+            served_output_tokens=seq.generated_tokens,
+        )
+        if seq.kv_lane is not None and self.kv.release(seq.kv_lane) is KvState.RELEASING:
+            self._events.append(LaneReleased(seq.kv_lane, seq.request_id))
+        self._events.append(event)

@@ -1,0 +1,11 @@
+"""Fixtures for the serving-core unit tests (helpers live in serving_helpers.py)."""
+
+from __future__ import annotations
+
+import pytest
+from serving_helpers import FakeClock
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()

@@ -1,0 +1,293 @@
+"""Scheduler: the engine-facing core, driven with a fake clock and a fake device (000 §3–§9, 001 §9–§11)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from serving_helpers import FakeClock, bprofile, make_device, B1
+
+from calctl.serving.core import (
+    CancelOutcome,
+    DecodeJob,
+    DecodeOptions,
+    FinishReason,
+    GenerationId,
+    InvariantViolation,
+    JobOutcome,
+    JobStatus,
+    KvState,
+    LaneReleased,
+    LaneResult,
+    ModelState,
+    PrefillJob,
+    RecoveryNeeded,
+    RequestId,
+    RequestState,
+    StaleCompletion,
+    TenantId,
+    TerminalEvent,
+    Ticket,
+    TokenEmitted,
+    Verdict,
+)
+
+S = RequestState
+
+
+def _terminals(events) -> dict[str, TerminalEvent]:
+    out: dict[str, TerminalEvent] = {}
+    for e in events:
+        if isinstance(e, TerminalEvent):
+            assert e.request_id not in out, f"second terminal event for {e.request_id}"
+            out[e.request_id] = e
+    return out
+
+
+def test_request_lifecycle_prefill_decode_complete(clock: FakeClock) -> None:
+    """001 §9.1: PrefillReady -> PrefillRunning -> DecodeReady -> DecodeRunning ... -> Completed, KV committed per step."""
+    dev = make_device(clock)
+    assert dev.add("r", prompt=10, max_tokens=3).verdict is Verdict.ADMIT
+    first = dev.step()
+    assert isinstance(first[0], PrefillJob) and first[0].prompt_tokens == 10 and first[0].graph == "m_prefill"
+    lane = first[0].kv_lane
+    assert dev.sched.kv.committed_len(lane) == 10
+    second = dev.step()
+    assert isinstance(second[0], DecodeJob) and second[0].batch.positions == (10,) and second[0].batch.token_ids == (100,)
+    dev.run(3)
+    tokens = [e for e in dev.events if isinstance(e, TokenEmitted)]
+    assert [(t.index, t.token_id) for t in tokens] == [(0, 100), (1, 101), (2, 102)]
+    term = _terminals(dev.events)["r"]
+    assert term.state is S.COMPLETED and term.reason is FinishReason.LENGTH and term.generated_tokens == 3
+    assert any(isinstance(e, LaneReleased) for e in dev.events)
+    assert dev.sched.kv.state(lane) is KvState.FREE
+
+
+def test_stop_token_finishes_early_and_credits_fairness(clock: FakeClock) -> None:
+    """000 §5.3 credit-back: a request that stops early is charged only what it was served."""
+    dev = make_device(clock)
+    dev.stop_after["r"] = 1
+    dev.add("r", tenant="x", prompt=10, max_tokens=50)
+    dev.run(5)
+    term = _terminals(dev.events)["r"]
+    assert term.reason is FinishReason.STOP and term.generated_tokens == 2
+    assert dev.sched.admission.fairness.served_cost(TenantId("x")) == 10 + 2
+
+
+def test_cancel_ready_is_immediate_and_frees_the_lane(clock: FakeClock) -> None:
+    """000 §4 rule 2: cancel in DecodeReady completes at once; the lane is released; cancel is idempotent."""
+    dev = make_device(clock)
+    dev.add("r", max_tokens=10)
+    dev.run(2)
+    seq = dev.sched.registry.get(RequestId("r"))
+    assert seq is not None and seq.state is S.DECODE_READY
+    assert dev.sched.cancel(RequestId("r"), clock.now) is CancelOutcome.CANCELLED
+    assert dev.sched.cancel(RequestId("r"), clock.now) is CancelOutcome.ALREADY_TERMINAL
+    dev.pump()
+    assert _terminals(dev.events)["r"].state is S.CANCELLED
+    assert dev.sched.decode.ready_count == 0 and dev.sched.kv.free_lanes == 8
+    dev.sched.check_invariants()
+
+
+def test_cancel_while_running_drains_then_reclaims(clock: FakeClock) -> None:
+    """000 §4 rule 2, §18: running cancel only flags; the job drains, its lane result is dropped, then the lane is freed."""
+    dev = make_device(clock)
+    dev.add("r", max_tokens=10)
+    out = dev.sched.schedule(clock.now)
+    job = out.jobs[0]
+    assert dev.sched.cancel(RequestId("r"), clock.now) is CancelOutcome.FLAGGED
+    assert dev.sched.cancel(RequestId("r"), clock.now) is CancelOutcome.ALREADY_REQUESTED
+    assert dev.sched.kv.state(job.kv_lane) is KvState.UPDATING  # still owned by the device
+    dev.sched.check_invariants()
+    dev.sched.update_from_output(dev.outcome(job), clock.now)
+    evs = dev.pump()
+    assert not any(isinstance(e, TokenEmitted) for e in evs)  # the lane's result is discarded
+    assert _terminals(evs)["r"].state is S.CANCELLED
+    assert dev.sched.kv.state(job.kv_lane) is KvState.FREE
+    dev.sched.check_invariants()
+
+
+def test_timeout_quarantines_lanes_and_drops_the_late_completion(clock: FakeClock) -> None:
+    """000 §9.2 rule 6, §4 rule 4, 001 §11.3: timeout -> Unknown lanes, halt, stale completion dropped but reclaimed."""
+    dev = make_device(clock)
+    dev.add("victim", max_tokens=5)
+    dev.add("bystander", max_tokens=5)
+    out = dev.sched.schedule(clock.now)
+    job = out.jobs[0]
+    assert isinstance(job, PrefillJob) and job.request_id == "victim"
+    dev.sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.TIMEOUT, detail="Wait 5s"), clock.now)
+    evs = dev.pump()
+    term = _terminals(evs)["victim"]
+    assert term.state is S.FAILED and term.reason is FinishReason.DEVICE_ERROR and term.http_status == 503
+    assert [type(e) for e in evs if isinstance(e, RecoveryNeeded)] == [RecoveryNeeded]
+    assert dev.sched.kv.state(job.kv_lane) is KvState.UNKNOWN
+    assert dev.sched.halted and dev.sched.schedule(clock.now).jobs == ()
+    dev.sched.check_invariants()
+    # The job finishes after all: its completion is stale and delivers nothing.
+    dev.sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("victim"), 1),)), clock.now)
+    evs = dev.pump()
+    assert [type(e) for e in evs] == [StaleCompletion] and evs[0].lanes == (job.kv_lane,)
+    assert dev.sched.stats().quarantined_jobs == 0
+    # Device reset: everything holding device state fails, lanes are Unknown until recover().
+    unknown = dev.sched.retire_generation(clock.now, "board reset")
+    assert job.kv_lane not in unknown and len(unknown) == 1
+    evs = dev.pump()
+    assert _terminals(evs)["bystander"].reason is FinishReason.GENERATION_RETIRED
+    assert dev.sched.kv.stats().by_state[KvState.UNKNOWN] == 2  # never handed out before recover()
+    assert dev.sched.kv.state(job.kv_lane) is KvState.UNKNOWN
+    dev.sched.recover(GenerationId(2), clock.now)
+    assert dev.sched.kv.free_lanes == 8 and not dev.sched.halted
+    assert dev.add("after", max_tokens=2).verdict is Verdict.ADMIT
+    dev.run(3)
+    assert _terminals(dev.events)["after"].state is S.COMPLETED
+    assert dev.jobs[-1].generation == 2
+
+
+def test_clean_failure_rolls_back_instead_of_quarantining(clock: FakeClock) -> None:
+    """001 §9.1: a job that failed cleanly rolls its KV back; the lane is released normally, not Unknown."""
+    dev = make_device(clock)
+    dev.add("r")
+    job = dev.sched.schedule(clock.now).jobs[0]
+    dev.sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="rejected"), clock.now)
+    evs = dev.pump()
+    assert _terminals(evs)["r"].reason is FinishReason.DEVICE_ERROR
+    assert dev.sched.kv.state(job.kv_lane) is KvState.FREE and not dev.sched.halted
+
+
+def test_stale_or_unknown_job_and_generation_tags(clock: FakeClock) -> None:
+    """000 §4 rule 4: an unknown job is dropped as stale; a known job with a wrong generation tag is a bug."""
+    dev = make_device(clock)
+    dev.add("r")
+    job = dev.sched.schedule(clock.now).jobs[0]
+    dev.sched.update_from_output(JobOutcome(9999, job.generation, JobStatus.OK), clock.now)  # type: ignore[arg-type]
+    assert isinstance(dev.pump()[0], StaleCompletion)
+    with pytest.raises(InvariantViolation):
+        dev.sched.update_from_output(JobOutcome(job.job_id, GenerationId(7), JobStatus.OK), clock.now)
+    with pytest.raises(InvariantViolation, match="do not match"):  # 000 §7.4 lane consistency
+        dev.sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("zz"), 1),)), clock.now)
+
+
+def test_deadline_expiry_frees_resources_without_running(clock: FakeClock) -> None:
+    """000 §5/§7.2 rule 1: an admitted request whose deadline passes is failed and its lane freed."""
+    dev = make_device(clock, max_inflight_jobs=1)
+    dev.add("slow", max_tokens=100)
+    dev.add("short-lived", max_tokens=5, deadline_s=0.5)
+    out = dev.sched.schedule(clock.now)  # prefill of "slow" runs; "short-lived" waits
+    clock.advance(1.0)
+    dev.sched.update_from_output(dev.outcome(out.jobs[0]), clock.now)
+    dev.sched.schedule(clock.now)
+    evs = dev.pump()
+    term = _terminals(evs)["short-lived"]
+    assert term.reason is FinishReason.DEADLINE and term.generated_tokens == 0
+    assert dev.sched.kv.free_lanes == 7
+    dev.sched.check_invariants()
+
+
+def test_deadline_passing_while_running_fails_at_drain(clock: FakeClock) -> None:
+    """000 §4: the running job drains first; the request then fails with its deadline reason."""
+    dev = make_device(clock)
+    dev.add("r", max_tokens=10, deadline_s=0.5)
+    job = dev.sched.schedule(clock.now).jobs[0]
+    clock.advance(1.0)
+    assert dev.sched.schedule(clock.now).jobs == ()  # max_inflight 1, and r is still running
+    dev.sched.update_from_output(dev.outcome(job), clock.now)
+    assert _terminals(dev.pump())["r"].reason is FinishReason.DEADLINE
+
+
+def test_draining_rejects_new_and_withdraws_waiting_but_finishes_admitted(clock: FakeClock) -> None:
+    """000 §12 / §5.2: Draining -> new arrivals 503, waiting requests withdrawn (503), admitted ones complete."""
+    dev = make_device(clock, max_sequences=1)
+    dev.add("admitted", max_tokens=3)
+    assert dev.add("waiting").verdict is Verdict.QUEUE
+    dev.sched.set_model_state(ModelState.DRAINING, clock.now)
+    r = dev.sched.arrive(RequestId("new"), TenantId("t"), clock.now)
+    assert not isinstance(r, Ticket) and r.http_status == 503
+    evs = dev.pump()
+    assert _terminals(evs)["waiting"].http_status == 503
+    dev.run(5)  # drain: the admitted request runs to completion
+    assert _terminals(dev.events)["admitted"].state is S.COMPLETED
+    assert len(dev.sched.registry) == 0
+
+
+def test_waiting_model_until_ready(clock: FakeClock) -> None:
+    """000 §2 WaitingModel: requests that arrive while the model warms up are admitted when it turns Ready."""
+    dev = make_device(clock)
+    dev.sched.set_model_state(ModelState.WARMING, clock.now)
+    assert dev.add("early").verdict is Verdict.QUEUE
+    assert dev.sched.registry.get(RequestId("early")).state is S.WAITING_MODEL  # type: ignore[union-attr]
+    assert dev.sched.schedule(clock.now).jobs == ()
+    dev.sched.set_model_state(ModelState.READY, clock.now)
+    dev.run(6)
+    assert _terminals(dev.events)["early"].state is S.COMPLETED
+
+
+def test_abandon_rolls_back_before_submit(clock: FakeClock) -> None:
+    """000 §5: a failure between arrival and decision (tokenizer) releases the slot and ends the request once."""
+    dev = make_device(clock, max_waiting_requests=1)
+    ticket = dev.sched.arrive(RequestId("r"), TenantId("t"), clock.now)
+    assert isinstance(ticket, Ticket)
+    assert dev.sched.abandon(RequestId("r"), clock.now, detail="prompt is not valid UTF-8")
+    assert not dev.sched.abandon(RequestId("r"), clock.now, detail="again")
+    assert _terminals(dev.pump())["r"].http_status == 400
+    assert isinstance(dev.sched.arrive(RequestId("r2"), TenantId("t"), clock.now), Ticket)  # slot is free again
+
+
+def test_long_prefill_is_served_under_continuous_decode_and_short_load(clock: FakeClock) -> None:
+    """000 §17.1 / §6: a long prompt is not starved by a steady stream of decode and short prefills."""
+    dev = make_device(clock, max_sequences=64, max_kv_tokens=1_000_000, context_limit=8192)
+    dev.add("long", prompt=6000, max_tokens=2)
+    for i in range(60):
+        dev.add(f"s{i}", prompt=50, max_tokens=30)
+    kinds = []
+    for _ in range(40):
+        kinds.extend(job.queue if isinstance(job, PrefillJob) else "decode" for job in dev.step())
+    assert "long" in _terminals(dev.events) or dev.sched.registry.get(RequestId("long")).state is not S.PREFILL_READY  # type: ignore[union-attr]
+    first_long = next(i for i, k in enumerate(kinds) if getattr(k, "value", k) == "long")
+    assert first_long < 15
+
+
+def test_b4_profile_end_to_end_with_inactive_lanes(clock: FakeClock) -> None:
+    """000 §7–§8: ready count picks B4; lanes bound in deadline order; positions equal committed lengths."""
+    dev = make_device(clock, profiles=(B1, bprofile(4)), decode=DecodeOptions(max_tenant_lane_share=1.0))
+    for i in range(3):
+        dev.add(f"r{i}", prompt=10 + i, max_tokens=20)
+    b4 = []
+    for _ in range(40):
+        for job in dev.step():
+            if isinstance(job, DecodeJob) and job.batch.profile.compiled_batch == 4:
+                b4.append(job.batch)
+                for lane in job.batch.lanes:  # committed after the step: position + 1
+                    assert lane.position + 1 == dev.sched.kv.committed_len(lane.kv_lane) or dev.sched.kv.state(lane.kv_lane) is not KvState.ACTIVE
+    assert b4 and b4[0].lane_valid == (True, True, True, False)
+    assert [lane.request_id for lane in b4[0].lanes] == ["r0", "r1", "r2"]  # earliest deadline first
+    assert Counter(e.state for e in _terminals(dev.events).values()) == {S.COMPLETED: 3}
+
+
+def test_max_inflight_and_wake_for_batching_window(clock: FakeClock) -> None:
+    """000 §15 executor.max_inflight and §7.2 rule 4: at most N jobs out; the window gives a wake-up time."""
+    dev = make_device(clock, max_inflight_jobs=2, profiles=(bprofile(4),), decode=DecodeOptions(batching_window_s=0.01))
+    dev.add("a")
+    dev.add("b")
+    dev.add("c")
+    out = dev.sched.schedule(clock.now)
+    assert len(out.jobs) == 2
+    for job in out.jobs:
+        dev.sched.update_from_output(dev.outcome(job), clock.now)
+    out = dev.sched.schedule(clock.now)  # c's prefill; a and b are decode-ready but the B4 window holds
+    assert [type(j) for j in out.jobs] == [PrefillJob]
+    dev.sched.update_from_output(dev.outcome(out.jobs[0]), clock.now)
+    hold = dev.sched.schedule(clock.now + 0.001)
+    assert hold.jobs == () and hold.wake_at == pytest.approx(clock.now + 0.01)
+    fire = dev.sched.schedule(hold.wake_at)
+    assert len(fire.jobs) == 1 and len(fire.jobs[0].batch.lanes) == 3
+
+
+def test_one_worker_overload_does_not_touch_another(clock: FakeClock) -> None:
+    """001 §9.2: model A's 429 never blocks model B -- each worker has its own admission and KV."""
+    a = make_device(clock, max_sequences=1, max_waiting_requests=1)
+    b = make_device(clock)
+    a.add("a0")
+    a.add("a1")
+    rej = a.sched.arrive(RequestId("a2"), TenantId("t"), clock.now)
+    assert not isinstance(rej, Ticket) and rej.http_status == 429
+    assert b.add("b0").verdict is Verdict.ADMIT
