@@ -39,6 +39,7 @@ _state = {"debug": False}
 # Explicit registry: module path -> has register(app). Order = order in --help.
 _COMMAND_MODULES: list[str] = [
     "calctl.cli.package_cmds",
+    "calctl.cli.budget_cmds",
 ]
 
 
@@ -80,6 +81,7 @@ def _print_error(cause: str, hint: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. Returns (and exits with) a documented exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    _state["debug"] = False  # per invocation: in-process callers (tests) run main() many times
     command = typer.main.get_command(app)
     try:
         result = command.main(args=args, prog_name="calctl", standalone_mode=False)

@@ -1,0 +1,241 @@
+"""``calctl budget``: per-chip capacity plan and GO/NO-GO (001 §8, gate G0).
+
+Parses options, builds a plan from a package or a Hugging Face config with
+:mod:`calctl.budget`, renders it. All arithmetic and every rule live in the
+library; this module only turns options into arguments and results into a table
+or the JSON document. Exit 0 GO, 1 NO-GO, 2 bad input (errors raise; ``app.py``
+maps them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from calctl.budget import units
+from calctl.budget.plan import (
+    MAX_CONTEXT,
+    MAX_SEQUENCES,
+    BudgetPlan,
+    ChipBudget,
+    WorkspaceOverride,
+    plan_from_config,
+    plan_from_package,
+)
+from calctl.budget.policy import BudgetPolicy, Verdict, check_fraction
+from calctl.budget.report import BudgetReport, report_document, run_budget
+from calctl.budget.shape import load_hf_config
+from calctl.cli import _output
+from calctl.cli._options import FormatOpt
+from calctl.cli._output import Format
+from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.errors import ExitCode, UsageError
+from calctl.package.reader import load_manifest, package_root
+
+_DTYPES = "|".join(units.OPTION_DTYPES)
+
+HfConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option("--hf-config", help="Budget a Hugging Face config.json instead of a package (weights estimated)."),
+]
+ContextOpt = Annotated[
+    Optional[int],
+    typer.Option("--context", min=1, max=MAX_CONTEXT,
+                 help="Tokens per sequence. Default: the model's context limit (package context_limit, "
+                      "config max_position_embeddings)."),
+]
+BatchOpt = Annotated[
+    Optional[int],
+    typer.Option("--batch", min=1, max=MAX_SEQUENCES,
+                 help="Active sequences. Default: the package's kv.max_sequences; 1 for a config (001 §8.3 B1)."),
+]
+DtypeOpt = Annotated[
+    Optional[str],
+    typer.Option("--dtype", help=f"Weight dtype for the config estimate ({_DTYPES}; int4 = 0.5 byte). "
+                                 "Default: the config's torch_dtype."),
+]
+KvDtypeOpt = Annotated[
+    Optional[str],
+    typer.Option("--kv-dtype", help=f"KV cache dtype ({_DTYPES}). Default: manifest kv.dtype / config torch_dtype."),
+]
+ChipsOpt = Annotated[
+    Optional[int],
+    typer.Option("--chips", min=1, max=32,
+                 help="Config only: split weights and KV heads tensor-parallel over N chips (KV heads by ceiling division)."),
+]
+BlockOpt = Annotated[
+    Optional[int],
+    typer.Option("--block-tokens", min=1, max=1 << 16,
+                 help="KV block (page) size in tokens for layout rounding. Default: manifest kv.block_tokens; none for a config."),
+]
+SizeOpt = Optional[str]
+
+
+def budget(
+    pkg: PackageArg = None,
+    hf_config: HfConfigOpt = None,
+    context: ContextOpt = None,
+    batch: BatchOpt = None,
+    dtype: DtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    chips: ChipsOpt = None,
+    chip_dram: Annotated[SizeOpt, typer.Option(
+        "--chip-dram", help="Local DRAM of ONE chip, e.g. 16GiB (never the board total). Default: manifest "
+                            "device_cfg; 16GiB for a config.")] = None,
+    workspace: Annotated[SizeOpt, typer.Option(
+        "--workspace", help="Peak workspace per chip, e.g. 512MiB (replaces both phases).")] = None,
+    prefill_workspace: Annotated[SizeOpt, typer.Option("--prefill-workspace", help="Prefill peak workspace.")] = None,
+    decode_workspace: Annotated[SizeOpt, typer.Option("--decode-workspace", help="Decode peak workspace.")] = None,
+    block_tokens: BlockOpt = None,
+    limit: Annotated[float, typer.Option(
+        "--limit", help="Static budget ceiling as a fraction of chip DRAM (001 §8.2: 0.75-0.80).")] = 0.80,
+    guard_fraction: Annotated[float, typer.Option(
+        "--guard-fraction", help="Reserve kept free, as a fraction of chip DRAM.")] = 0.15,
+    guard_min: Annotated[str, typer.Option("--guard-min", help="Smallest reserve kept free.")] = "1GiB",
+    grid: Annotated[bool, typer.Option("--grid", help="Also print a context x batch what-if table.")] = False,
+    grid_contexts: Annotated[Optional[str], typer.Option(
+        "--grid-contexts", help="Grid contexts, e.g. 4096,8192,32768 (implies --grid).")] = None,
+    grid_batches: Annotated[Optional[str], typer.Option(
+        "--grid-batches", help="Grid batches, e.g. 1,4,8 (implies --grid).")] = None,
+    format: FormatOpt = Format.table,
+) -> int:
+    """Per-chip capacity plan (001 §8.1) and GO/NO-GO (001 §8.2, gate G0).
+
+    Budgets a package (default: the bundled combined sample) chip by chip with
+    the model(s) on each chip, or a Hugging Face config.json with --hf-config.
+    Exit 0 GO on every chip, 1 NO-GO, 2 bad input.
+    """
+    if format is Format.junit:
+        raise UsageError("--format junit: budget prints table or json")
+    policy = BudgetPolicy(
+        limit=check_fraction(limit, "--limit", zero_ok=False, one_ok=True),
+        guard_fraction=check_fraction(guard_fraction, "--guard-fraction", zero_ok=True, one_ok=False),
+        guard_min_bytes=units.parse_size(guard_min, "--guard-min"),
+    )
+    dram = units.parse_size(chip_dram, "--chip-dram", allow_zero=False) if chip_dram is not None else None
+    if workspace is not None and (prefill_workspace is not None or decode_workspace is not None):
+        raise UsageError("--workspace sets the peak itself; give it or --prefill-workspace/--decode-workspace, not both")
+    ws = WorkspaceOverride(
+        peak_bytes=units.parse_size(workspace, "--workspace") if workspace is not None else None,
+        prefill_bytes=units.parse_size(prefill_workspace, "--prefill-workspace") if prefill_workspace is not None else None,
+        decode_bytes=units.parse_size(decode_workspace, "--decode-workspace") if decode_workspace is not None else None,
+    )
+    kv_dt = units.canonical_dtype(kv_dtype, "--kv-dtype", units.OPTION_DTYPES) if kv_dtype is not None else None
+    w_dt = units.canonical_dtype(dtype, "--dtype", units.OPTION_DTYPES) if dtype is not None else None
+    axes_c = _int_list(grid_contexts, "--grid-contexts", MAX_CONTEXT)
+    axes_b = _int_list(grid_batches, "--grid-batches", MAX_SEQUENCES)
+
+    def run(plan: BudgetPlan) -> BudgetReport:
+        return run_budget(plan, policy, context=context, sequences=batch, grid=grid,
+                          grid_contexts=axes_c, grid_sequences=axes_b)
+
+    if hf_config is not None:
+        if pkg is not None:
+            raise UsageError("give a package or --hf-config, not both")
+        shape = load_hf_config(hf_config)
+        report = run(plan_from_config(shape, path=str(hf_config), chips=chips or 1, chip_dram_bytes=dram,
+                                      weight_dtype=w_dt, kv_dtype=kv_dt, block_tokens=block_tokens, workspace=ws))
+    else:
+        if chips is not None:
+            raise UsageError("--chips applies to --hf-config; a package's manifest places its models on chips")
+        if w_dt is not None:
+            raise UsageError("--dtype applies to --hf-config; a package states its compiled weights (W_compiled)")
+        path, _, _ = resolve_package(pkg, None, False)
+        with package_root(path) as root:
+            plan = plan_from_package(load_manifest(root), chip_dram_bytes=dram, kv_dtype=kv_dt,
+                                     block_tokens=block_tokens, workspace=ws)
+            report = run(plan)
+
+    if format is Format.json:
+        _output.emit_json(report_document(report))
+    else:
+        _render(report)
+    return int(ExitCode.OK if report.verdict is Verdict.GO else ExitCode.FAILED)
+
+
+def _int_list(text: str | None, what: str, ceiling: int) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"{what} {text!r}: expected comma-separated integers such as 1,4,8") from None
+    if not values or any(not 1 <= v <= ceiling for v in values):
+        raise UsageError(f"{what} {text!r}: every value must be between 1 and {ceiling}")
+    return tuple(sorted(set(values)))
+
+
+# ---------------------------------------------------------------------------
+# Rendering for people
+
+
+def _row(budget: ChipBudget, name: str, value: int, source: str, detail: str) -> list[str]:
+    return [escape(name), f"{value:,}", units.gib(value), units.percent(value, budget.dram_bytes),
+            escape(source), escape(detail)]
+
+
+def _render(report: BudgetReport) -> None:
+    out = _output.stdout
+    inp = report.input
+    what = f"{inp.name} {inp.version}" if inp.version else inp.name
+    out.print(f"[bold]budget[/] {escape(what)} ({inp.kind} {escape(inp.path)})")
+    for m in report.models:
+        out.print(
+            f"  {escape(m.alias)}: chips {list(m.chips)}, context {m.context:,}, {m.sequences} active sequence(s), "
+            f"weights {m.weight_dtype}, KV {m.kv_dtype}; KV {units.gib(m.kv_bytes)} GiB for the whole model "
+            f"({m.kv_bytes:,} bytes, {m.kv_bytes_per_token:,} bytes/token)"
+        )
+    p = report.policy
+    out.print(f"  policy: static <= {units.fraction(p.limit)} of chip DRAM and reserve >= "
+              f"max({units.human(p.guard_min_bytes)}, {units.fraction(p.guard_fraction)} of chip DRAM), "
+              "each chip on its own (001 §8.2)")
+
+    for chip in report.chips:
+        b = chip.budget
+        rows = [_row(b, c.name, c.bytes, c.source.value, c.detail) for c in b.components if c.name != "safety_guard"]
+        rows.append(["[bold]static[/]", f"{b.static_bytes:,}", units.gib(b.static_bytes),
+                     units.percent(b.static_bytes, b.dram_bytes), "", f"must be <= {units.gib(b.usable_bytes)} GiB usable"])
+        guard = b.component("safety_guard")
+        rows.append(_row(b, guard.name, guard.bytes, guard.source.value, guard.detail))
+        rows.append(["[bold]M_required[/]", f"{b.required_bytes:,}", units.gib(b.required_bytes),
+                     units.percent(b.required_bytes, b.dram_bytes), "", "static + safety_guard, must be <= DRAM"])
+        title = (f"chip {b.chip} ({escape(', '.join(b.models)) or 'no model'}): "
+                 f"DRAM {units.gib(b.dram_bytes)} GiB, limit {units.gib(b.limit_bytes)} GiB")
+        _output.print_table(title, ["component", "bytes", "GiB", "% DRAM", "source", "detail"], rows)
+        out.print(f"  {_output.styled_verdict(b.verdict.value)} chip {b.chip}: " + escape("; ".join(b.reasons)))
+        for note in b.notes:
+            out.print(f"  [yellow]note[/]: {escape(note)}")
+        if chip.max_context is not None and chip.max_sequences is not None:
+            out.print(f"  largest context at the given batch: {chip.max_context.value:,} "
+                      f"({chip.max_context.bound.value}); largest batch at the given context: "
+                      f"{chip.max_sequences.value:,} ({chip.max_sequences.bound.value})")
+
+    if report.grid is not None:
+        g = report.grid
+        rows = []
+        for row in g.cells:
+            rows.append([f"{row[0].context:,}"] + [
+                f"{_output.styled_verdict(c.verdict.value)} {units.gib(c.static_bytes)}" for c in row])
+        _output.print_table(
+            "what-if: verdict and static GiB of the tightest chip (rows: context, columns: batch)",
+            ["context"] + [f"batch {s}" for s in g.sequences], rows)
+
+    if report.assumptions:
+        out.print("[bold]assumptions[/]")
+        for a in report.assumptions:
+            out.print(f"  - {escape(a)}")
+    mc = report.max_context
+    ms = report.max_sequences
+    if mc is not None and ms is not None:
+        out.print(f"largest context at the given batch: [bold]{mc.value:,}[/] ({mc.bound.value}); "
+                  f"largest batch at the given context: [bold]{ms.value:,}[/] ({ms.bound.value})")
+    failing = [str(c.budget.chip) for c in report.chips if c.budget.verdict is not Verdict.GO]
+    where = f"chip {', '.join(failing)} over budget" if failing else "every chip within budget"
+    out.print(f"verdict {_output.styled_verdict(report.verdict.value)}: {where}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("budget")(budget)
