@@ -40,6 +40,7 @@ _state = {"debug": False}
 _COMMAND_MODULES: list[str] = [
     "calctl.cli.package_cmds",
     "calctl.cli.budget_cmds",
+    "calctl.cli.device_cmds",
 ]
 
 

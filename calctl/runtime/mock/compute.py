@@ -1,0 +1,141 @@
+"""What the mock board computes: the package's tiny decoder on the package's params.
+
+The mock executes the calctl tiny decoder (:mod:`calctl.model.tiny`) with the
+weights read from the package's param blobs and a real KV cache per sequence,
+so golden runs, KV corruption and cross-model crosstalk are genuinely
+detectable (SPEC §5). It accepts only graphs with the tiny decoder's I/O
+contract (the one :mod:`calctl.package.sample` writes):
+
+* prefill: inputs ``tokens [1, N] int32`` and ``n_tokens [1] int32`` (the CSR
+  valid length), output ``logits [1, vocab] float32``;
+* decode: inputs ``tokens [B, 1] int32``, ``positions [B] int32`` (== committed
+  KV length, 000 §9.2) and, for B > 1, ``lane_valid [B] uint8`` (000 §7.3),
+  output ``logits [B, vocab] float32``; an inactive lane writes no KV and
+  returns zero logits.
+
+Anything else is refused at ``create_calbin`` with InvalidCalbin: the mock does
+not pretend to run a model it cannot run. This module computes; it does not
+schedule, time or validate KV bookkeeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from calctl.model import tiny
+from calctl.package.model import Architecture, Graph, GraphKind, Model, Package
+from calctl.runtime.buffers import HostBuffer
+from calctl.runtime.errors import InvalidCalbin
+
+TINY_FAMILY = "calctl-tiny-decoder"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    alias: str
+    arch: Architecture
+    params: Mapping[str, np.ndarray]
+    max_seq: int  # KV capacity of one sequence (largest graph max_seq)
+    max_sequences: int
+
+    def empty_cache(self) -> tiny.KvCache:
+        return tiny.KvCache.empty(self.arch, self.max_seq)
+
+
+def _io(graph: Graph) -> tuple[dict[str, tuple[str, tuple[int | str, ...]]], dict[str, tuple[str, tuple[int | str, ...]]]]:
+    return ({t.name: (t.dtype, t.shape) for t in graph.inputs}, {t.name: (t.dtype, t.shape) for t in graph.outputs})
+
+
+def check_io_contract(model: Model, graph: Graph) -> None:
+    """Raise InvalidCalbin unless ``graph`` has the tiny decoder's I/O contract."""
+    vocab = model.architecture.vocab_size
+    ins, outs = _io(graph)
+    problems: list[str] = []
+    if outs.get("logits") != ("float32", ("B" if graph.kind is GraphKind.DECODE else 1, vocab)) or len(outs) != 1:
+        problems.append(f"outputs {sorted(outs)} are not exactly logits [B, {vocab}] float32")
+    if graph.kind is GraphKind.PREFILL:
+        tok = ins.get("tokens")
+        if tok is None or tok[0] != "int32" or len(tok[1]) != 2 or tok[1][0] != 1 or not isinstance(tok[1][1], int):
+            problems.append("input tokens is not int32 [1, N]")
+        if ins.get("n_tokens") != ("int32", (1,)) or graph.valid_length_input != "n_tokens":
+            problems.append("input n_tokens int32 [1] is not the CSR valid_length_input")
+        if set(ins) != {"tokens", "n_tokens"}:
+            problems.append(f"inputs {sorted(ins)} are not exactly tokens, n_tokens")
+    else:
+        if ins.get("tokens") != ("int32", ("B", 1)) or ins.get("positions") != ("int32", ("B",)):
+            problems.append("inputs are not tokens int32 [B, 1] and positions int32 [B]")
+        expected = {"tokens", "positions"}
+        if max(graph.batch_profiles) > 1:
+            expected.add("lane_valid")
+            pol = graph.inactive_lane_policy
+            if ins.get("lane_valid") != ("uint8", ("B",)) or pol is None or pol.mask_input != "lane_valid" or pol.writes_kv:
+                problems.append("a B>1 profile needs lane_valid uint8 [B] as the inactive-lane mask that writes no KV (000 §7.3)")
+        if set(ins) != expected:
+            problems.append(f"inputs {sorted(ins)} are not exactly {sorted(expected)}")
+    if graph.position_semantics != "committed_kv_length":
+        problems.append(f"position semantics {graph.position_semantics!r} is not committed_kv_length")
+    if problems:
+        raise InvalidCalbin(
+            f"the mock board cannot execute graph {graph.name!r}: {problems[0]}",
+            hint="the mock runs the calctl tiny-decoder I/O contract (docs/runtime.md); use --device calrt for other packages",
+        )
+
+
+def load_model(package: Package, model: Model) -> LoadedModel:
+    """Check every graph's I/O contract and read the params; InvalidCalbin on any problem."""
+    if model.architecture.family != TINY_FAMILY:
+        raise InvalidCalbin(
+            f"the mock board cannot execute model {model.alias!r}: architecture family {model.architecture.family!r} "
+            f"is not {TINY_FAMILY!r}",
+            hint="the mock runs only the calctl tiny decoder; use --device calrt for other packages",
+        )
+    for g in model.graphs:
+        check_io_contract(model, g)
+    try:
+        params = tiny.load_params(package.root, model.params)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InvalidCalbin(f"model {model.alias!r}: cannot read params: {exc}") from None
+    missing = [name for name, _ in tiny.param_layout(model.architecture) if name not in params]
+    if missing:
+        raise InvalidCalbin(f"model {model.alias!r}: params lack {', '.join(missing[:5])}")
+    return LoadedModel(
+        alias=model.alias,
+        arch=model.architecture,
+        params=params,
+        max_seq=max(g.max_seq for g in model.graphs),
+        max_sequences=model.kv.max_sequences,
+    )
+
+
+def prefill_length(inputs: HostBuffer) -> int:
+    return int(inputs.device_view("n_tokens")[0])
+
+
+def decode_lanes(inputs: HostBuffer) -> list[tuple[int, int, int]]:
+    """``(lane, token, position)`` of every active lane."""
+    tokens = inputs.device_view("tokens")
+    positions = inputs.device_view("positions")
+    valid = inputs.device_view("lane_valid") if "lane_valid" in inputs.names else np.ones(inputs.batch, np.uint8)
+    return [(i, int(tokens[i, 0]), int(positions[i])) for i in range(inputs.batch) if valid[i]]
+
+
+def run_graph(
+    model: LoadedModel, kind: GraphKind, inputs: HostBuffer, outputs: HostBuffer, caches: Sequence[tiny.KvCache | None]
+) -> None:
+    """Execute one job: read inputs, update the caches of the active lanes, write logits."""
+    logits = outputs.device_view("logits")
+    if kind is GraphKind.PREFILL:
+        n = prefill_length(inputs)
+        tokens = inputs.device_view("tokens")[0, :n]
+        cache = caches[0]
+        assert cache is not None
+        logits[0] = tiny.prefill(model.params, model.arch, tokens, cache)
+        return
+    logits[...] = 0.0
+    for lane, token, position in decode_lanes(inputs):
+        cache = caches[lane]
+        assert cache is not None
+        logits[lane] = tiny.decode_step(model.params, model.arch, token, position, cache)

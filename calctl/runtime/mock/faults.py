@@ -1,0 +1,264 @@
+"""Seeded fault injection for the mock board (SPEC §5, 001 §11.3, §12 Phase 4, §13.4).
+
+A fault plan is a YAML document (``calctl-fault-plan/v1``, docs/runtime.md) of
+rules. Each rule names a fault kind, *when* it fires (a probability per
+matching event, or exact 1-based ordinals of matching events), optional exact
+filters (graph, model alias, chip), a reset scope for faults that halt a chip,
+and kind-specific knobs. Events are job submissions, except for
+``memory_leak`` whose events are unloads of a model (``reset_configuration``).
+
+Determinism: a rule counts *its own* matching events; whether the n-th one
+fires depends only on (seed, rule index, n) through a counter-based hash, never
+on a shared random stream. So the same plan and seed give the same faults,
+and two threads submitting to different graphs do not perturb each other's
+draws. (With no ``graph`` filter, concurrent submitters can still interleave
+differently; filter by graph for exact reproducibility under concurrency.)
+
+This module decides and records; the board (``board.py``) applies the effects.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import jsonschema
+import numpy as np
+import yaml
+
+from calctl.errors import ConfigError
+from calctl.runtime.types import ResetScope
+
+SCHEMA_ID = "calctl-fault-plan/v1"
+MAX_PLAN_BYTES = 1024 * 1024
+
+
+class FaultKind(str, enum.Enum):
+    DEVICE_BUSY = "device_busy"  # submit refused with DeviceBusy
+    WAIT_TIMEOUT = "wait_timeout"  # the job hangs until a reset; wait() times out
+    CCU_EXCEPTION = "ccu_exception"  # the job fails with CcuException; the chip halts
+    UNKNOWN_DMA_STATE = "unknown_dma_state"  # the job fails; buffers held until reset; the chip halts
+    CORRUPT_OUTPUT = "corrupt_output"  # the job "succeeds" with perturbed logits
+    KV_CORRUPTION = "kv_corruption"  # the job succeeds; the K/V it wrote are perturbed
+    MEMORY_LEAK = "memory_leak"  # unload does not return (some of) the model's memory
+
+    @property
+    def halts_chip(self) -> bool:
+        return self in (FaultKind.WAIT_TIMEOUT, FaultKind.CCU_EXCEPTION, FaultKind.UNKNOWN_DMA_STATE)
+
+    @property
+    def on_unload(self) -> bool:
+        return self is FaultKind.MEMORY_LEAK
+
+
+_RULE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["kind"],
+    "properties": {
+        "kind": {"enum": [k.value for k in FaultKind]},
+        "probability": {"type": "number", "minimum": 0, "maximum": 1},
+        "job": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}]},
+        "unload": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}]},
+        "graph": {"type": "string", "minLength": 1},
+        "model": {"type": "string", "minLength": 1},
+        "chip": {"type": "integer", "minimum": 0},
+        "reset_scope": {"enum": [s.value for s in ResetScope]},
+        "max_count": {"type": "integer", "minimum": 1},
+        "magnitude": {"type": "number", "exclusiveMinimum": 0},
+        "bytes": {"type": "integer", "minimum": 1},
+    },
+}
+
+PLAN_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["schema", "faults"],
+    "properties": {
+        "schema": {"const": SCHEMA_ID},
+        "seed": {"type": "integer", "minimum": 0},
+        "faults": {"type": "array", "items": _RULE_SCHEMA},
+    },
+}
+
+
+@dataclass(frozen=True)
+class FaultRule:
+    kind: FaultKind
+    probability: float | None = None
+    at: tuple[int, ...] = ()  # exact 1-based ordinals of matching events (``job:`` / ``unload:``)
+    graph: str | None = None
+    model: str | None = None
+    chip: int | None = None
+    reset_scope: ResetScope = ResetScope.CHIP
+    max_count: int | None = None
+    magnitude: float = 1.0
+    leak_bytes: int | None = None  # memory_leak: default the model's whole plan on each of its chips
+
+    def matches(self, *, graph: str | None, model: str, chips: Sequence[int]) -> bool:
+        if self.graph is not None and self.graph != graph:
+            return False
+        if self.model is not None and self.model != model:
+            return False
+        return self.chip is None or self.chip in chips
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    rules: tuple[FaultRule, ...] = ()
+    seed: int = 0
+
+    @classmethod
+    def from_document(cls, doc: Any, *, source: str = "fault plan") -> "FaultPlan":
+        """Build a plan from a parsed document; :class:`ConfigError` names the field on any problem."""
+        validator = jsonschema.Draft202012Validator(PLAN_SCHEMA)
+        errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+        if errors:
+            err = errors[0]
+            where = "/" + "/".join(str(p) for p in err.absolute_path)
+            raise ConfigError(f"{source}: {where}: {err.message}", hint=f"see docs/runtime.md for the {SCHEMA_ID} format")
+        rules = []
+        for i, r in enumerate(doc["faults"]):
+            rules.append(_rule(r, f"{source}: /faults/{i}"))
+        return cls(rules=tuple(rules), seed=int(doc.get("seed", 0)))
+
+    @classmethod
+    def load(cls, path: Path) -> "FaultPlan":
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_PLAN_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read fault plan: {exc.strerror}") from None
+        if len(data) > MAX_PLAN_BYTES:
+            raise ConfigError(f"{path}: fault plan larger than {MAX_PLAN_BYTES} bytes")
+        try:
+            doc = yaml.safe_load(data)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: malformed YAML: {exc}") from None
+        return cls.from_document(doc, source=str(path))
+
+
+def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
+    kind = FaultKind(r["kind"])
+    trigger_key = "unload" if kind.on_unload else "job"
+    wrong_key = "job" if kind.on_unload else "unload"
+    if wrong_key in r:
+        raise ConfigError(f"{where}: {kind.value} fires on {'unloads' if kind.on_unload else 'job submissions'}; use {trigger_key!r}, not {wrong_key!r}")
+    has_p, has_at = "probability" in r, trigger_key in r
+    if has_p == has_at:
+        raise ConfigError(f"{where}: give exactly one of 'probability' and {trigger_key!r}")
+    if "reset_scope" in r and not kind.halts_chip:
+        raise ConfigError(f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)")
+    if "magnitude" in r and kind not in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION):
+        raise ConfigError(f"{where}: magnitude applies only to corrupt_output and kv_corruption")
+    if "bytes" in r and kind is not FaultKind.MEMORY_LEAK:
+        raise ConfigError(f"{where}: bytes applies only to memory_leak")
+    if kind.on_unload and "graph" in r:
+        raise ConfigError(f"{where}: memory_leak is per model; filter with 'model' or 'chip', not 'graph'")
+    at = r.get(trigger_key, ())
+    return FaultRule(
+        kind=kind,
+        probability=float(r["probability"]) if has_p else None,
+        at=tuple(sorted(set([at] if isinstance(at, int) else at))),
+        graph=r.get("graph"),
+        model=r.get("model"),
+        chip=r.get("chip"),
+        reset_scope=ResetScope(r.get("reset_scope", "chip")),
+        max_count=r.get("max_count"),
+        magnitude=float(r.get("magnitude", 1.0)),
+        leak_bytes=r.get("bytes"),
+    )
+
+
+@dataclass(frozen=True)
+class FaultDecision:
+    """A rule that fires for one event. ``rng_key`` seeds any random perturbation it applies."""
+
+    rule_index: int
+    rule: FaultRule
+    ordinal: int
+    rng_key: int
+
+    def rng(self) -> np.random.Generator:
+        return np.random.default_rng(self.rng_key)
+
+
+@dataclass(frozen=True)
+class InjectedFault:
+    """One fault that happened, for reports and for the determinism check."""
+
+    rule_index: int
+    kind: FaultKind
+    ordinal: int
+    job: int | None
+    graph: str | None
+    model: str
+    chips: tuple[int, ...]
+    reset_scope: ResetScope | None
+
+
+def _draw(seed: int, rule_index: int, ordinal: int, salt: str) -> int:
+    h = hashlib.blake2b(f"{seed}/{rule_index}/{ordinal}/{salt}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little")
+
+
+class FaultInjector:
+    """Counts matching events per rule and decides, deterministically, which rules fire.
+
+    Not thread-safe on its own: the board calls it under the board lock.
+    """
+
+    def __init__(self, plan: FaultPlan, seed: int | None = None) -> None:
+        self.plan = plan
+        self.seed = plan.seed if seed is None else seed
+        self._counts = [0] * len(plan.rules)
+        self._fired = [0] * len(plan.rules)
+        self._log: list[InjectedFault] = []
+
+    @property
+    def log(self) -> tuple[InjectedFault, ...]:
+        return tuple(self._log)
+
+    def add_rule(self, rule: FaultRule) -> int:
+        """Arm one more rule at run time (tests and tools); its ordinals count from now."""
+        self.plan = FaultPlan(rules=self.plan.rules + (rule,), seed=self.plan.seed)
+        self._counts.append(0)
+        self._fired.append(0)
+        return len(self.plan.rules) - 1
+
+    def on_submit(self, *, graph: str, model: str, chips: Sequence[int]) -> list[FaultDecision]:
+        return self._decide(unload=False, graph=graph, model=model, chips=chips)
+
+    def on_unload(self, *, model: str, chips: Sequence[int]) -> list[FaultDecision]:
+        return self._decide(unload=True, graph=None, model=model, chips=chips)
+
+    def record(self, decision: FaultDecision, *, job: int | None, graph: str | None, model: str, chips: Sequence[int]) -> None:
+        rule = decision.rule
+        self._log.append(
+            InjectedFault(
+                rule_index=decision.rule_index, kind=rule.kind, ordinal=decision.ordinal, job=job, graph=graph,
+                model=model, chips=tuple(chips), reset_scope=rule.reset_scope if rule.kind.halts_chip else None,
+            )
+        )
+
+    def _decide(self, *, unload: bool, graph: str | None, model: str, chips: Sequence[int]) -> list[FaultDecision]:
+        out: list[FaultDecision] = []
+        for i, rule in enumerate(self.plan.rules):
+            if rule.kind.on_unload != unload or not rule.matches(graph=graph, model=model, chips=chips):
+                continue
+            self._counts[i] += 1
+            n = self._counts[i]
+            if rule.max_count is not None and self._fired[i] >= rule.max_count:
+                continue
+            if rule.probability is not None:
+                fires = _draw(self.seed, i, n, "p") / 2.0**64 < rule.probability
+            else:
+                fires = n in rule.at
+            if fires:
+                self._fired[i] += 1
+                out.append(FaultDecision(rule_index=i, rule=rule, ordinal=n, rng_key=_draw(self.seed, i, n, "rng")))
+        return out

@@ -1,0 +1,192 @@
+"""Values the runtime layer hands out: ids, enums and frozen records.
+
+Shared by both backends and by every consumer (runners, serving engine, CLI).
+Everything here is a value: nothing talks to a device, nothing is mutable.
+``None`` in a numeric field means "the runtime cannot tell" (001 §14): it is
+never replaced by 0.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import NewType
+
+from calctl.runtime.errors import RuntimeStatus
+
+JobId = NewType("JobId", int)
+"""Board-wide job id, assigned by the runtime at submit (001 §14 ``job_id``)."""
+
+GenerationId = NewType("GenerationId", int)
+"""Caller-supplied ModelGeneration tag carried by every job, so stale completions are recognisable (000 §4, §10)."""
+
+KvSeqId = NewType("KvSeqId", int)
+"""A runtime KV sequence (000 §2 ``calrt::KvSeqId``); unique on the board while allocated."""
+
+
+class DeviceKind(str, enum.Enum):
+    MOCK = "mock"
+    CALRT = "calrt"
+
+
+class Engine(str, enum.Enum):
+    """0.7.6 job engine selection (001 §2.2): a bank choice, not a CalCore affinity."""
+
+    AUTO = "auto"
+    PING = "ping"
+    PONG = "pong"
+
+    @property
+    def code(self) -> int:
+        """``CALRT_ENGINE_*``."""
+        return {Engine.AUTO: 0, Engine.PING: 1, Engine.PONG: 2}[self]
+
+
+class JobState(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.ABORTED)
+
+    @classmethod
+    def from_code(cls, code: int) -> "JobState":
+        """From ``CALRT_JOB_*`` (declaration order); ValueError for a code the ABI does not define."""
+        members = list(JobState)
+        if not 0 <= code < len(members):
+            raise ValueError(f"job state code {code}")
+        return members[code]
+
+
+class ResetScope(str, enum.Enum):
+    """001 §7.1 reset domains the layer can ask for. 0.7.6 publicly has only the board one."""
+
+    CHIP = "chip"
+    BOARD = "board"
+
+    @property
+    def code(self) -> int:
+        """``CALRT_RESET_*``."""
+        return 1 if self is ResetScope.CHIP else 2
+
+
+class Health(str, enum.Enum):
+    OK = "ok"
+    FAULTED = "faulted"  # a fault halted the chip; a reset of the fault's scope recovers it
+    HUNG = "hung"  # a job never completes; only a reset releases it
+    UNKNOWN = "unknown"  # the runtime cannot tell
+
+    @classmethod
+    def from_code(cls, code: int) -> "Health":
+        """From ``CALRT_HEALTH_*``; an unknown code is UNKNOWN."""
+        members = list(Health)
+        return members[code] if 0 <= code < len(members) else Health.UNKNOWN
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What the board is made of (001 §2.1–§2.2). ``dram_bytes[c]`` is None when not reported."""
+
+    chips: int
+    calcores_per_chip: int
+    dram_bytes: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class Versions:
+    runtime: str
+    driver: str
+    firmware: str
+    abi: str
+
+
+@dataclass(frozen=True)
+class ChipMemory:
+    """Per-chip DRAM in use (``GetMemoryUsage``). None: the runtime cannot tell for this chip (001 §14)."""
+
+    chip: int
+    used_bytes: int | None
+    total_bytes: int | None
+
+
+@dataclass(frozen=True)
+class ChipCounters:
+    """Per-chip job counters; they must close after a drain (001 §13.3). None: not reported."""
+
+    chip: int
+    pending: int | None
+    finished: int | None
+    failed: int | None
+
+
+@dataclass(frozen=True)
+class ChipHealth:
+    chip: int
+    health: Health
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """A submitted job: the handle ``wait``/``query`` take. Chips come from the graph, never the caller (001 §6.4)."""
+
+    id: JobId
+    graph: str
+    model: str  # model alias owning the graph
+    chips: tuple[int, ...]
+    engine: Engine
+    generation: GenerationId
+    batch: int
+    kv: tuple[KvSeqId | None, ...]
+    submit_ns: int
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """Where a job is. ``status`` is the runtime code of a FAILED/ABORTED job, OK otherwise."""
+
+    job: Job
+    state: JobState
+    status: RuntimeStatus
+    start_ns: int | None
+    end_ns: int | None
+    detail: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state is JobState.SUCCEEDED
+
+    @property
+    def device_seconds(self) -> float | None:
+        if self.start_ns is None or self.end_ns is None:
+            return None
+        return (self.end_ns - self.start_ns) / 1e9
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One job interval on one chip (001 §13.2, §14). Times are ``time.monotonic_ns()`` (CLOCK_MONOTONIC)."""
+
+    job: JobId
+    chip: int
+    model: str
+    graph: str
+    engine: Engine
+    generation: GenerationId
+    submit_ns: int
+    start_ns: int | None
+    end_ns: int | None
+    state: JobState
+    status: RuntimeStatus
+
+
+@dataclass(frozen=True)
+class KvLength:
+    """A KV sequence's committed and reserved token counts (000 §9.2: committed <= reserved <= max_seq)."""
+
+    committed: int
+    reserved: int

@@ -1,0 +1,74 @@
+"""Fixtures for the runtime tests: sample packages, the CalRT stub build, and a backend harness.
+
+The stub (tests/native/calrt_stub.c) is compiled once per session with the
+system C compiler into a pytest tmp dir. Only a missing compiler skips the
+calrt backend; a compile error fails the suite. Helpers live in runtime_helpers.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from runtime_helpers import NATIVE, Backend, package
+
+from calctl.package.model import Package
+from calctl.runtime import Runtime, open_runtime
+
+
+def _compile(tmp: Path, name: str, *defines: str) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler (cc or gcc) on PATH: cannot build tests/native/calrt_stub.c, so the calrt backend is untested here")
+    out = tmp / name
+    cmd = [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror", *defines,
+           "-I", str(NATIVE), "-o", str(out), str(NATIVE / "calrt_stub.c")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"building the CalRT stub failed:\n{' '.join(cmd)}\n{proc.stderr}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def calrt_stub(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Path of the compiled CalRT C-ABI stub library."""
+    return _compile(tmp_path_factory.mktemp("calrt-stub"), "libcalrt_stub.so")
+
+
+@pytest.fixture(scope="session")
+def calrt_stub_without_kv_free(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stub built without ``calrt_kv_free``: a library missing one ABI symbol."""
+    return _compile(tmp_path_factory.mktemp("calrt-stub-nokvfree"), "libcalrt_nokvfree.so", "-DCALRT_STUB_OMIT_KV_FREE")
+
+
+@pytest.fixture(autouse=True)
+def _no_stub_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("CALRT_STUB_FAULTS", "CALRT_STUB_ABI_MAJOR", "CALRT_LIBRARY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def combined() -> Package:
+    return package("combined")
+
+
+@pytest.fixture(params=["mock", "calrt"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    if request.param == "mock":
+        return Backend("mock", lambda: open_runtime("mock"))
+    lib = request.getfixturevalue("calrt_stub")
+    return Backend("calrt", lambda: open_runtime("calrt", calrt_lib=lib))
+
+
+@pytest.fixture
+def rt(backend: Backend) -> Iterator[Runtime]:
+    with backend.open() as runtime:
+        yield runtime
+
+
+@pytest.fixture
+def configured(rt: Runtime, combined: Package) -> Runtime:
+    rt.configure(rt.create_calbin(combined))
+    return rt

@@ -1,0 +1,343 @@
+"""Mock-board semantics beyond the shared conformance suite: DRAM accounting, engines, MCHIP,
+fault kinds and their reset scopes, memory baseline and leaks, KV corruption."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+import pytest
+from runtime_helpers import golden_prompt, package, prefill_job, write_decode
+
+from calctl.errors import ConfigError
+from calctl.package.model import ChipMode, InactiveLanePolicy, Package
+from calctl.runtime import open_runtime
+from calctl.runtime.errors import DeviceLost, InvalidArgument, InvalidCalbin, NotSupported, OutOfMemory, RuntimeStatus
+from calctl.runtime.mock import FaultKind, FaultPlan, FaultRule, GraphTiming, MockRuntime, TimingModel
+from calctl.runtime.types import Engine, Health, JobState, ResetScope
+
+MIB = 1024 * 1024
+#: Every job takes exactly this long (no per-token term): timing tests compare multiples of it.
+FIXED = TimingModel(default=GraphTiming(prefill_base_s=0.05, prefill_per_token_s=0.0, decode_base_s=0.05, decode_per_kv_token_s=0.0))
+
+
+def test_configure_fails_with_out_of_memory_when_a_chip_plan_does_not_fit() -> None:
+    pkg = package("combined")
+    plan0 = sum(r.size for r in pkg.regions_on(0))
+    with open_runtime("mock", chip_dram_bytes=64 * MIB + plan0 - 1) as rt:
+        with pytest.raises(OutOfMemory, match="chip 0") as exc:
+            rt.configure(rt.create_calbin(pkg))
+        assert exc.value.status == RuntimeStatus.OUT_OF_MEMORY
+        assert rt.current_calbin is None
+    with open_runtime("mock", chip_dram_bytes=64 * MIB + plan0 + 1024 * MIB) as rt:
+        rt.configure(rt.create_calbin(pkg))
+
+
+def test_ping_and_pong_run_two_deep_auto_runs_alone() -> None:
+    pkg = package("single")
+    with open_runtime("mock", timing=FIXED) as rt:
+        rt.configure(rt.create_calbin(pkg))
+        for engines, overlapping in (((Engine.PING, Engine.PONG), True), ((Engine.AUTO, Engine.PING), False), ((Engine.PING, Engine.PING), False)):
+            jobs = [prefill_job(rt, pkg, "model-a", engine=e)[0] for e in engines]
+            results = [rt.wait(j, 10) for j in jobs]
+            a, b = sorted(results, key=lambda r: r.start_ns)
+            assert (b.start_ns < a.end_ns) is overlapping, (engines, a, b)
+            assert {e.engine for e in rt.trace() if e.job in {j.id for j in jobs}} == set(engines)
+
+
+def _mchip_combined() -> Package:
+    """The combined package with model-a made an MCHIP model over both chips (chip 1 shared with model-b)."""
+    pkg = package("combined")
+    a = pkg.model("model-a")
+    graphs = tuple(
+        dataclasses.replace(
+            g, chip_mode=ChipMode.MCHIP, target_chips=(0, 1),
+            sections=tuple(dataclasses.replace(s, chip_mask=3) for s in g.sections),
+        )
+        for g in a.graphs
+    )
+    a2 = dataclasses.replace(a, chip_mode=ChipMode.MCHIP, target_chips=(0, 1), graphs=graphs)
+    return dataclasses.replace(pkg, models=(a2, pkg.model("model-b")))
+
+
+def test_an_mchip_job_holds_all_its_chips() -> None:
+    pkg = _mchip_combined()
+    with open_runtime("mock", timing=FIXED) as rt:
+        rt.configure(rt.create_calbin(pkg))
+        job_a = prefill_job(rt, pkg, "model-a")[0]
+        job_b = prefill_job(rt, pkg, "model-b")[0]
+        assert job_a.chips == (0, 1)
+        ra, rb = rt.wait(job_a, 10), rt.wait(job_b, 10)
+        assert rb.start_ns >= ra.end_ns  # model-b waited for chip 1
+        assert sorted(e.chip for e in rt.trace() if e.job == job_a.id) == [0, 1]
+        counters = rt.counters()
+        assert (counters[0].finished, counters[1].finished) == (1, 2)
+
+
+def test_chip_reset_aborts_an_mchip_job_waiting_for_its_second_chip() -> None:
+    pkg = _mchip_combined()
+    with open_runtime("mock", timing=FIXED) as rt:
+        rt.configure(rt.create_calbin(pkg))
+        rt.arm_fault(FaultRule(kind=FaultKind.WAIT_TIMEOUT, at=(1,), graph="model_b_prefill"))
+        hung = prefill_job(rt, pkg, "model-b")[0]
+        job_a = prefill_job(rt, pkg, "model-a")[0]
+        time.sleep(0.1)
+        assert rt.query(job_a).state is JobState.QUEUED  # chip 0 is free, chip 1 hangs
+        rt.reset("chip", chip=1)
+        for job in (hung, job_a):
+            assert rt.query(job).state is JobState.ABORTED
+        assert rt.counters()[0].pending == 0 and rt.counters()[1].pending == 0
+
+
+def test_chip_reset_aborts_an_mchip_job_holding_it_while_its_primary_queues() -> None:
+    """model-a1 spans chips 0+1: it holds idle chip 1 while queued on chip 0 behind a hung model-a0 job."""
+    pkg = package("replica")
+    a1 = pkg.model("model-a1")
+    graphs = tuple(
+        dataclasses.replace(g, chip_mode=ChipMode.MCHIP, target_chips=(0, 1),
+                            sections=tuple(dataclasses.replace(s, chip_mask=3) for s in g.sections))
+        for g in a1.graphs
+    )
+    pkg = dataclasses.replace(pkg, models=(pkg.model("model-a0"), dataclasses.replace(a1, target_chips=(0, 1), graphs=graphs)))
+    with open_runtime("mock", timing=FIXED) as rt:
+        rt.configure(rt.create_calbin(pkg))
+        rt.arm_fault(FaultRule(kind=FaultKind.WAIT_TIMEOUT, at=(1,), graph="model_a0_prefill"))
+        hung = prefill_job(rt, pkg, "model-a0")[0]
+        mchip = prefill_job(rt, pkg, "model-a1")[0]
+        time.sleep(0.1)
+        assert rt.query(mchip).state is JobState.QUEUED
+        rt.reset("chip", chip=1)  # must not wait for chip 0's hang
+        assert rt.query(mchip).state is JobState.ABORTED and not rt.query(hung).state.terminal
+        rt.reset("chip", chip=0)
+        assert rt.query(hung).state is JobState.ABORTED
+        assert rt.wait(prefill_job(rt, pkg, "model-a1")[0], 10).ok
+
+
+def test_board_scope_fault_halts_both_chips_and_refuses_a_chip_reset() -> None:
+    pkg = package("combined")
+    plan = FaultPlan(rules=(FaultRule(kind=FaultKind.CCU_EXCEPTION, at=(1,), model="model-a", reset_scope=ResetScope.BOARD),))
+    with open_runtime("mock", fault_plan=plan) as rt:
+        baseline = rt.memory_usage()
+        rt.configure(rt.create_calbin(pkg))
+        job = prefill_job(rt, pkg, "model-a")[0]
+        with pytest.raises(Exception) as exc:
+            rt.wait(job, 10)
+        assert exc.value.status == RuntimeStatus.CCU_EXCEPTION  # type: ignore[attr-defined]
+        assert {h.health for h in rt.health()} == {Health.FAULTED}
+        assert "board reset" in (rt.health()[1].detail or "")
+        with pytest.raises(DeviceLost):
+            prefill_job(rt, pkg, "model-b")
+        for chip in (0, 1):
+            with pytest.raises(DeviceLost, match="chip reset cannot recover"):
+                rt.reset("chip", chip=chip)
+        rt.reset("board")
+        assert {h.health for h in rt.health()} == {Health.OK}
+        assert rt.current_calbin is None and rt.memory_usage() == baseline
+        [fault] = rt.injected_faults()
+        assert (fault.kind, fault.job, fault.reset_scope) == (FaultKind.CCU_EXCEPTION, job.id, ResetScope.BOARD)
+
+
+def test_a_board_granting_only_board_resets_refuses_chip_resets() -> None:
+    with open_runtime("mock", reset_scopes=(ResetScope.BOARD,)) as rt:
+        with pytest.raises(NotSupported) as exc:
+            rt.reset("chip", chip=0)
+        assert exc.value.status == RuntimeStatus.NOT_SUPPORTED
+        rt.reset("board")
+        with pytest.raises(InvalidArgument):
+            rt.reset("cluster")
+
+
+def test_memory_returns_to_baseline_unless_the_leak_fault_fires() -> None:
+    pkg = package("combined")
+    plan_a = sum(r.size for r in pkg.memory_plan if r.owner == "model-a")
+    plan = FaultPlan(rules=(
+        FaultRule(kind=FaultKind.MEMORY_LEAK, at=(3,), model="model-a"),
+        FaultRule(kind=FaultKind.MEMORY_LEAK, at=(4,), model="model-b", leak_bytes=4096),
+    ))
+    with open_runtime("mock", fault_plan=plan) as rt:
+        baseline = [m.used_bytes for m in rt.memory_usage()]
+        calbin = rt.create_calbin(pkg)
+        for _ in range(2):  # load/unload cycles with traffic: back to baseline every time (001 §13.3)
+            rt.configure(calbin)
+            rt.wait(prefill_job(rt, pkg, "model-a")[0], 10)
+            rt.reset_configuration()
+            assert [m.used_bytes for m in rt.memory_usage()] == baseline
+        rt.configure(calbin)
+        rt.reset_configuration()  # 3rd unload of model-a leaks its whole plan on chip 0
+        assert [m.used_bytes for m in rt.memory_usage()] == [baseline[0] + plan_a, baseline[1]]
+        rt.configure(calbin)
+        rt.reset_configuration()  # 4th unload of model-b leaks 4096 bytes on chip 1
+        assert [m.used_bytes for m in rt.memory_usage()] == [baseline[0] + plan_a, baseline[1] + 4096]
+        assert [(f.kind, f.model, f.ordinal) for f in rt.injected_faults()] == [
+            (FaultKind.MEMORY_LEAK, "model-a", 3), (FaultKind.MEMORY_LEAK, "model-b", 4)
+        ]
+        rt.reset("board")  # a device re-init reclaims leaks too
+        assert [m.used_bytes for m in rt.memory_usage()] == baseline
+
+
+def test_leaks_accumulate_until_configure_runs_out_of_memory() -> None:
+    pkg = package("single")
+    plan0 = sum(r.size for r in pkg.regions_on(0))
+    rule = FaultRule(kind=FaultKind.MEMORY_LEAK, probability=1.0)
+    with open_runtime("mock", chip_dram_bytes=64 * MIB + 2 * plan0 + MIB, fault_plan=FaultPlan(rules=(rule,))) as rt:
+        calbin = rt.create_calbin(pkg)
+        rt.configure(calbin)
+        rt.reset_configuration()
+        rt.configure(calbin)
+        rt.reset_configuration()
+        with pytest.raises(OutOfMemory, match="leaked"):
+            rt.configure(calbin)
+
+
+def test_corrupted_output_breaks_golden_logits() -> None:
+    pkg = package("single")
+    golden = np.load(pkg.root / pkg.model("model-a").golden.prefill_logits.file)
+    tol = pkg.model("model-a").golden.tolerance
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg))
+        job, _, _, clean = prefill_job(rt, pkg, "model-a")
+        rt.wait(job, 10)
+        assert np.allclose(clean.read("logits"), golden, rtol=tol.rtol, atol=tol.atol)
+        rt.arm_fault(FaultRule(kind=FaultKind.CORRUPT_OUTPUT, at=(1,)))
+        job, _, _, bad = prefill_job(rt, pkg, "model-a")
+        assert rt.wait(job, 10).ok  # the device says success: only golden checks catch it
+        assert not np.allclose(bad.read("logits"), golden, rtol=tol.rtol, atol=tol.atol)
+
+
+def test_kv_corruption_shows_in_the_next_decode_step() -> None:
+    pkg = package("single")
+    m = pkg.model("model-a")
+    tol = m.golden.tolerance
+
+    def first_decode(rt: MockRuntime) -> tuple[np.ndarray, np.ndarray]:
+        job, seq, _, prefill_out = prefill_job(rt, pkg, "model-a")
+        rt.wait(job, 10)
+        rt.kv.commit(seq)
+        prefill_logits = prefill_out.read("logits")
+        with rt.job_buffers(m.decode.name) as (inputs, outputs):
+            write_decode(inputs, int(np.argmax(prefill_logits[0])), rt.kv.append(seq, 1))
+            rt.wait(rt.submit(m.decode.name, inputs, outputs, kv=[seq]), 10)
+            return prefill_logits, outputs.read("logits")
+
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg))
+        clean_prefill, clean_decode = first_decode(rt)
+        rt.arm_fault(FaultRule(kind=FaultKind.KV_CORRUPTION, at=(1,), graph=m.prefill.name))
+        bad_prefill, bad_decode = first_decode(rt)
+    assert np.array_equal(clean_prefill, bad_prefill)  # the corrupting job's own output is fine
+    assert not np.allclose(clean_decode, bad_decode, rtol=tol.rtol, atol=tol.atol)
+
+
+def test_same_plan_and_seed_reproduce_the_same_faults() -> None:
+    pkg = package("combined")
+    plan = FaultPlan.from_document({
+        "schema": "calctl-fault-plan/v1",
+        "seed": 11,
+        "faults": [
+            {"kind": "corrupt_output", "probability": 0.3, "graph": "model_a_prefill"},
+            {"kind": "device_busy", "probability": 0.25, "model": "model-b"},
+            {"kind": "kv_corruption", "job": [2, 5], "graph": "model_b_prefill"},
+        ],
+    })
+
+    def run(seed: int | None) -> tuple[list[tuple[object, ...]], list[np.ndarray]]:
+        logits = []
+        with open_runtime("mock", fault_plan=plan, seed=seed, time_scale=0.0) as rt:
+            rt.configure(rt.create_calbin(pkg))
+
+            def drive(alias: str, out: list[np.ndarray]) -> None:
+                for _ in range(12):
+                    try:
+                        job, seq, _, outputs = prefill_job(rt, pkg, alias)
+                    except Exception as exc:  # injected DeviceBusy
+                        assert getattr(exc, "status", None) == RuntimeStatus.DEVICE_BUSY
+                        continue
+                    rt.wait(job, 10)
+                    out.append(outputs.read("logits"))
+                    rt.kv.free(seq)
+
+            # Two threads submitting to two chips at once: per-graph ordinals keep the draws stable.
+            outs: dict[str, list[np.ndarray]] = {"model-a": [], "model-b": []}
+            threads = [threading.Thread(target=drive, args=(a, outs[a])) for a in outs]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            faults = sorted((f.rule_index, f.kind, f.ordinal, f.graph) for f in rt.injected_faults())
+            logits = outs["model-a"] + outs["model-b"]
+        return faults, logits
+
+    faults1, logits1 = run(None)
+    faults2, logits2 = run(None)
+    assert faults1 == faults2
+    assert all(np.array_equal(x, y) for x, y in zip(logits1, logits2)) and len(logits1) == len(logits2)
+    kinds = {f[1] for f in faults1}
+    assert kinds == {FaultKind.CORRUPT_OUTPUT, FaultKind.DEVICE_BUSY, FaultKind.KV_CORRUPTION}
+    # Exact ordinals fire on the 2nd/5th matching submit, unless an injected busy refused that submit.
+    assert 2 in [f[2] for f in faults1 if f[1] is FaultKind.KV_CORRUPTION]
+    assert {f[2] for f in faults1 if f[1] is FaultKind.KV_CORRUPTION} <= {2, 5}
+    faults3, _ = run(12)
+    assert faults3 != faults1  # another seed draws differently
+
+
+def test_the_mock_refuses_what_it_cannot_execute() -> None:
+    pkg = package("single")
+    other = dataclasses.replace(
+        pkg, models=(dataclasses.replace(pkg.model("model-a"), architecture=dataclasses.replace(pkg.model("model-a").architecture, family="qwen3-moe")),)
+    )
+    with open_runtime("mock") as rt:
+        with pytest.raises(InvalidCalbin, match="qwen3-moe"):
+            rt.create_calbin(other)
+
+
+def test_mock_options_are_checked() -> None:
+    with pytest.raises(ConfigError):
+        open_runtime("mock", chips=0)
+    with pytest.raises(ConfigError, match="unexpected keyword"):
+        open_runtime("mock", colour="blue")
+    with open_runtime("mock", chips=4, calcores_per_chip=2) as rt:  # nothing leaked by the refusals above
+        assert rt.topology().chips == 4
+
+
+def test_decode_batch_lanes_and_inactive_lane_policy() -> None:
+    """A B4 decode: active lanes must match their sequences; an inactive lane writes no KV and returns zeros."""
+    pkg = package("single")
+    m = pkg.model("model-a")
+    dec = dataclasses.replace(
+        m.decode,
+        batch_profiles=(1, 4),
+        inputs=m.decode.inputs + (dataclasses.replace(m.decode.inputs[1], name="lane_valid", dtype="uint8"),),
+        inactive_lane_policy=InactiveLanePolicy(mask_input="lane_valid", writes_kv=False, returns_logits=False, kv_manager_mode="per_lane"),
+    )
+    m4 = dataclasses.replace(m, graphs=(m.prefill, dec))
+    pkg4 = dataclasses.replace(pkg, models=(m4,))
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg4))
+        seqs, tokens = [], []
+        for prompt in (golden_prompt(pkg, "model-a"), golden_prompt(pkg, "model-a")[:10].copy()):
+            job, seq, _, out = prefill_job(rt, pkg4, "model-a", prompt)
+            rt.wait(job, 10)
+            rt.kv.commit(seq)
+            seqs.append(seq)
+            tokens.append(int(np.argmax(out.read("logits")[0])))
+        with rt.job_buffers(dec.name, batch=4) as (inputs, outputs):
+            positions = [rt.kv.append(s, 1) for s in seqs]
+            inputs.write("tokens", np.array([[tokens[0]], [0], [tokens[1]], [0]], np.int32))
+            inputs.write("positions", np.array([positions[0], 0, positions[1], 0], np.int32))
+            inputs.write("lane_valid", np.array([1, 0, 1, 0], np.uint8))
+            with pytest.raises(InvalidArgument, match="inactive"):
+                rt.submit(dec.name, inputs, outputs, kv=[seqs[0], seqs[1], None, None])
+            rt.wait(rt.submit(dec.name, inputs, outputs, kv=[seqs[0], None, seqs[1], None]), 10)
+            logits = outputs.read("logits")
+        assert np.abs(logits[[1, 3]]).max() == 0 and np.abs(logits[0]).max() > 0 and np.abs(logits[2]).max() > 0
+        # Lane 0 equals the same step run alone at B1.
+        for s in seqs:
+            rt.kv.commit(s)
+        rt.kv.remove_tokens_at_end(seqs[0], 1)
+        with rt.job_buffers(dec.name) as (inputs, outputs):
+            write_decode(inputs, tokens[0], rt.kv.append(seqs[0], 1))
+            inputs.write("lane_valid", np.array([1], np.uint8))
+            rt.wait(rt.submit(dec.name, inputs, outputs, kv=[seqs[0]]), 10)
+            assert np.allclose(outputs.read("logits")[0], logits[0], rtol=1e-5, atol=1e-5)
