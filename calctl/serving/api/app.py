@@ -19,16 +19,19 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import math
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, AsyncGenerator, Awaitable, Callable, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from calctl import __version__
 from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
@@ -45,6 +48,13 @@ from calctl.serving.text import ChatTemplateError, IncrementalDetokenizer, StopM
 
 T = TypeVar("T")
 DISCONNECT_POLL_S = 0.05
+log = logging.getLogger(__name__)
+
+# What a client sees when generation fails after admission. The engine's own text (``TokenEvent.error``,
+# an exception) may name a chip, a core, an address or a file, which public responses never show
+# (001 §10.1); it goes to the log with the request id instead.
+DEVICE_ERROR_MESSAGE = "the model failed while generating this response; retry the request"
+INTERNAL_ERROR_MESSAGE = "internal error while generating this response; retry the request"
 
 
 @dataclass(frozen=True)
@@ -69,11 +79,18 @@ def error_response(status: int, message: str, *, type_: str, param: str | None =
 
 def rejection_response(exc: EngineRejection) -> JSONResponse:
     status = exc.code.http_status
+    param = exc.param
+    if param is None and exc.code is RejectCode.MODEL_NOT_FOUND:
+        param = "model"  # OpenAI names the parameter; the engine's rejection need not
     type_ = {400: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable"}[status]
-    return error_response(status, exc.message, type_=type_, param=exc.param, code=exc.code.value, retry_after_s=exc.retry_after_s)
+    return error_response(status, exc.message, type_=type_, param=param, code=exc.code.value, retry_after_s=exc.retry_after_s)
 
 
 class _Unauthorized(Exception):
+    pass
+
+
+class _AdminDisabled(Exception):
     pass
 
 
@@ -109,6 +126,38 @@ async def _race_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
             task.cancel()
 
 
+@dataclass
+class _SseOutcome:
+    done: bool = False  # the engine's stream ended, or this layer already released it
+
+
+class _SseResponse(StreamingResponse):
+    """An SSE response over one engine stream that releases the stream however the response ends (000 §4).
+
+    The cancel cannot live in the body generator's ``finally`` alone: when the client leaves while a
+    ``send()`` is blocked (it stopped reading), Starlette abandons the generator parked at a ``yield``
+    without closing it, and when the client leaves before the first body byte the generator never runs;
+    either way the request would go on generating for nobody until the garbage collector got round to it.
+    """
+
+    def __init__(self, content: AsyncGenerator[bytes, None], *, engine_stream: RequestStream, outcome: _SseOutcome,
+                 **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self._body = content
+        self._engine_stream = engine_stream
+        self._outcome = outcome
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self._outcome.done:
+                # The client left mid-stream (or the server is shutting down): 000 §4 cancel, exactly once.
+                self._outcome.done = True
+                self._engine_stream.cancel("client_disconnected")
+            await self._body.aclose()  # run the generator's cleanup now, not at garbage collection
+
+
 def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
     app = FastAPI(title="calctl serve", version=__version__, docs_url=None, redoc_url=None)
@@ -122,13 +171,24 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         return settings.api_keys[key]
 
     def require_admin(request: Request) -> None:
-        if settings.admin_keys and _match_key(_bearer(request), settings.admin_keys) is None:
-            raise _Unauthorized()
+        if settings.admin_keys:
+            if _match_key(_bearer(request), settings.admin_keys) is None:
+                raise _Unauthorized()
+        elif settings.api_keys:
+            # API keys but no admin key: the server may listen beyond loopback, so /internal (cancel anyone's
+            # request, unload a model) stays closed rather than open to every client. With no keys at all
+            # the server binds to loopback only (001 §10.1) and /internal is open to local callers.
+            raise _AdminDisabled()
 
     @app.exception_handler(_Unauthorized)
     async def _unauth(_: Request, __: _Unauthorized) -> JSONResponse:
         return JSONResponse(error_body(401, "missing or invalid API key", type_="invalid_request_error", code="invalid_api_key"),
                             status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(_AdminDisabled)
+    async def _admin_disabled(_: Request, __: _AdminDisabled) -> JSONResponse:
+        return JSONResponse(error_body(403, "the admin API is disabled: no admin key is configured",
+                                       type_="permission_error", code="admin_disabled"), status_code=403)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -136,6 +196,13 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         return error_response(400, f"{'.'.join(loc) or 'body'}: {first.get('msg')}", type_="invalid_request_error",
                               param=".".join(loc) or None, code="invalid_request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Unknown routes and methods: the same OpenAI error body as every other error, not {"detail": ...}.
+        return JSONResponse(error_body(exc.status_code, str(exc.detail), type_="invalid_request_error",
+                                       code="not_found" if exc.status_code == 404 else None),
+                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(EngineRejection)
     async def _rejected(_: Request, exc: EngineRejection) -> JSONResponse:
@@ -261,8 +328,11 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         headers = {"X-Request-Id": request_id}
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(
-                _sse(stream, codec, body, request_id, created, chat, include_usage),
+            outcome = _SseOutcome()
+            return _SseResponse(
+                _sse(stream, codec, body, request_id, created, chat, include_usage, outcome),
+                engine_stream=stream,
+                outcome=outcome,
                 media_type="text/event-stream",
                 headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
@@ -271,8 +341,14 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         except asyncio.CancelledError:
             stream.cancel("client_disconnected")
             return Response(status_code=499)
+        except Exception:  # an engine bug: release the request, answer in OpenAI form, keep details in the log
+            log.exception("request %s: the engine failed while generating", request_id)
+            stream.cancel("engine_error")
+            return error_response(500, INTERNAL_ERROR_MESSAGE, type_="server_error", code="internal_error")
         if error is not None:
-            return error_response(503, error, type_="service_unavailable", code="device_error", retry_after_s=1)
+            log.error("request %s: generation failed: %s", request_id, error)
+            return error_response(503, DEVICE_ERROR_MESSAGE, type_="service_unavailable", code="device_error",
+                                  retry_after_s=1)
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish}
             obj = "chat.completion"
@@ -294,24 +370,23 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
                 safe, stopped = matcher.feed(detok.push(ev.token_id))
                 parts.append(safe)
                 if stopped:
+                    # Stop reading here, as _sse does: after finish() the engine may still deliver a token
+                    # already in flight, or nothing at all, so waiting for more would crash or hang.
                     stream.finish(FinishReason.STOP)
                     finish = "stop"
-                    matcher = StopMatcher([])
-                    detok = None  # type: ignore[assignment]
-                    continue
+                    break
             if ev.finish is not None:
                 if ev.finish is FinishReason.ERROR:
                     return "", "error", usage, ev.error or "device error"
-                if detok is not None:
-                    safe, stopped = matcher.feed(detok.flush())
-                    parts.append(safe)
-                    parts.append(matcher.flush() if not stopped else "")
-                    finish = "stop" if stopped else _finish_name(ev.finish)
+                safe, stopped = matcher.feed(detok.flush())
+                parts.append(safe)
+                parts.append(matcher.flush() if not stopped else "")
+                finish = "stop" if stopped else _finish_name(ev.finish)
                 break
         return "".join(parts), finish, usage, None
 
     async def _sse(stream: RequestStream, codec: Any, body: Any, request_id: str, created: int, chat: bool,
-                   include_usage: bool) -> AsyncIterator[bytes]:
+                   include_usage: bool, outcome: _SseOutcome) -> AsyncGenerator[bytes, None]:
         obj = "chat.completion.chunk" if chat else "text_completion"
 
         def chunk(delta_text: str | None, finish: str | None, *, role: bool = False, usage: dict[str, int] | None = None) -> bytes:
@@ -332,7 +407,6 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         detok = IncrementalDetokenizer(codec)
         matcher = StopMatcher(body.stop_list())
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-        finished = False
         try:
             if chat:
                 yield chunk("", None, role=True)
@@ -344,29 +418,35 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
                         yield chunk(safe, None)
                     if stopped:
                         stream.finish(FinishReason.STOP)
+                        outcome.done = True
                         yield chunk(None if chat else "", "stop")
-                        finished = True
                         break
                 if ev.finish is not None:
                     if ev.finish is FinishReason.ERROR:
-                        err = error_body(503, ev.error or "device error", type_="service_unavailable", code="device_error")
+                        outcome.done = True
+                        log.error("request %s: generation failed: %s", request_id, ev.error or "device error")
+                        err = error_body(503, DEVICE_ERROR_MESSAGE, type_="service_unavailable", code="device_error")
                         yield f"event: error\ndata: {json.dumps(err)}\n\n".encode()
-                        finished = True
                         return
+                    outcome.done = True
                     safe, stopped = matcher.feed(detok.flush())
                     tail = safe + ("" if stopped else matcher.flush())
                     if tail:
                         yield chunk(tail, None)
                     yield chunk(None if chat else "", "stop" if stopped else _finish_name(ev.finish))
-                    finished = True
                     break
             if include_usage:
                 yield chunk(None, None, usage=usage)
             yield b"data: [DONE]\n\n"
-        finally:
-            if not finished:
-                # The client left mid-stream (or the server is shutting down): 000 §4 cancel.
-                stream.cancel("client_disconnected")
+        except Exception:
+            # An engine bug after the headers went out: the status cannot change any more, so say so in the
+            # stream (never a silent truncation, never [DONE]) and release the request once.
+            log.exception("request %s: the engine failed while streaming", request_id)
+            outcome.done = True
+            stream.cancel("engine_error")
+            err = error_body(500, INTERNAL_ERROR_MESSAGE, type_="server_error", code="internal_error")
+            yield f"event: error\ndata: {json.dumps(err)}\n\n".encode()
+        # No ``finally: cancel`` here: _SseResponse releases the stream if this generator did not finish.
 
     # -- internal endpoints --------------------------------------------------------------
 

@@ -52,8 +52,12 @@ class _Common(BaseModel):
         for name in ("logprobs", "top_logprobs", "best_of", "echo", "suffix", "tools", "functions", "response_format",
                      "logit_bias"):
             value = extra.get(name)
-            if value not in (None, False, 0, 1 if name == "best_of" else None, {} if name == "logit_bias" else None):
-                return name, f"{name} is not supported by this server"
+            # Unset, off or empty asks for nothing calctl lacks (client libraries send ``tools: []``,
+            # ``suffix: ""``); only best_of=1 and response_format text are non-empty defaults.
+            if value in (None, False, 0, "", [], {}) or (name == "best_of" and value == 1) or (
+                    name == "response_format" and value == {"type": "text"}):
+                continue
+            return name, f"{name} is not supported by this server"
         return None
 
 

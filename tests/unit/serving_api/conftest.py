@@ -1,0 +1,65 @@
+"""Fixtures for the HTTP-layer tests: a fake engine, the app over it, an in-process client and a uvicorn server.
+
+Every JSON or SSE body the ``client`` fixture receives is scanned for chip ids,
+paths and addresses (``api_harness.scan_body``), so the leak rule is checked by
+every test rather than by one.
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Callable, Iterator
+
+import httpx
+import pytest
+from api_harness import ServerThread, scan_body
+from fake_engine import FakeEngine
+
+from calctl.serving.api.app import ApiSettings, create_app
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+def settings() -> ApiSettings:
+    return ApiSettings()
+
+
+@pytest.fixture
+def app(engine: FakeEngine, settings: ApiSettings):  # type: ignore[no-untyped-def]
+    return create_app(engine, settings)
+
+
+async def _scan(response: httpx.Response) -> None:
+    await response.aread()
+    scan_body(response.headers.get("content-type", ""), response.content)
+
+
+@pytest.fixture
+async def client(app) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=10,
+                                 event_hooks={"response": [_scan]}) as c:
+        yield c
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., ServerThread]]:
+    """``serve(engine, settings)`` -> a running uvicorn ServerThread; all are shut down after the test."""
+    servers: list[ServerThread] = []
+
+    def start(engine: FakeEngine, settings: ApiSettings | None = None) -> ServerThread:
+        server = ServerThread(create_app(engine, settings or ApiSettings()))
+        servers.append(server.__enter__())
+        return server
+
+    yield start
+    for server in servers:
+        server.__exit__(None, None, None)

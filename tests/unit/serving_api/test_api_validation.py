@@ -1,0 +1,146 @@
+"""Invalid requests are 400 with an OpenAI error body naming the parameter, before the engine and before any SSE byte."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from fake_engine import FakeEngine, package_codec
+
+pytestmark = pytest.mark.anyio
+
+TEXT = {"model": "model-a", "prompt": "hi"}
+CHAT = {"model": "model-a", "messages": [{"role": "user", "content": "hi"}]}
+MODEL_A_VOCAB = 384  # manifest.yaml
+
+# (path, body, param named in the error)
+INVALID: list[tuple[str, dict[str, Any], str | None]] = [
+    ("/v1/completions", {"prompt": "hi"}, "model"),
+    ("/v1/chat/completions", {"messages": CHAT["messages"]}, "model"),
+    ("/v1/completions", {**TEXT, "model": ""}, "model"),
+    ("/v1/completions", {**TEXT, "temperature": 2.5}, "temperature"),
+    ("/v1/chat/completions", {**CHAT, "temperature": -0.1}, "temperature"),
+    ("/v1/completions", {**TEXT, "top_p": 0}, "top_p"),
+    ("/v1/completions", {**TEXT, "max_tokens": 0}, "max_tokens"),
+    ("/v1/chat/completions", {**CHAT, "max_completion_tokens": -1}, "max_completion_tokens"),
+    ("/v1/completions", {**TEXT, "n": 2}, "n"),
+    ("/v1/chat/completions", {**CHAT, "n": 2}, "n"),
+    ("/v1/completions", {**TEXT, "logprobs": 2}, "logprobs"),
+    ("/v1/chat/completions", {**CHAT, "logprobs": True}, "logprobs"),
+    ("/v1/chat/completions", {**CHAT, "top_logprobs": 3}, "top_logprobs"),
+    ("/v1/completions", {**TEXT, "echo": True}, "echo"),
+    ("/v1/completions", {**TEXT, "best_of": 3}, "best_of"),
+    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/completions", {**TEXT, "logit_bias": {"5": 10}}, "logit_bias"),
+    ("/v1/completions", {**TEXT, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ("/v1/completions", {**TEXT, "stop": 5}, "stop"),
+    ("/v1/completions", {**TEXT, "prompt": [5, MODEL_A_VOCAB]}, "prompt"),
+    ("/v1/completions", {**TEXT, "prompt": [5, -1]}, "prompt"),
+    ("/v1/completions", {**TEXT, "prompt": []}, "prompt"),
+    ("/v1/completions", {**TEXT, "prompt": ["one", "two"]}, "prompt"),
+    ("/v1/completions", {"model": "model-a"}, "prompt"),
+    ("/v1/chat/completions", {**CHAT, "messages": []}, "messages"),
+    ("/v1/chat/completions", {"model": "model-a"}, "messages"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "look:"}, {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]},
+     "messages"),
+    ("/v1/completions", {**TEXT, "stream_options": {"include_usage": "maybe"}}, "stream_options"),
+    ("/v1/completions", {**TEXT, "timeout": 0}, "timeout"),
+]
+
+
+def _id(case: tuple[str, dict[str, Any], str | None]) -> str:
+    path, body, param = case
+    return f"{path.rsplit('/', 1)[-1]}-{param}-{sorted(set(body) - {'model', 'prompt', 'messages'}) or 'missing'}"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("case", INVALID, ids=[_id(c) for c in INVALID])
+async def test_invalid_request_is_400_naming_the_param(client: httpx.AsyncClient, engine: FakeEngine,
+                                                       case: tuple[str, dict[str, Any], str | None], stream: bool) -> None:
+    path, body, param = case
+    r = await client.post(path, json={**body, "stream": stream})
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"] == "application/json"  # a real status and a JSON body, not an SSE stream
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error"
+    assert err["param"] is not None and err["param"].split(".")[0] == param
+    assert err["message"]
+    assert engine.submitted == []  # rejected before the engine
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize(("raw", "message"), [
+    (b'{"model": "model-a", "prompt": ', "not valid JSON"),
+    (b"", "not valid JSON"),
+    (b"\xff\xfe{}", "not valid JSON"),
+    (b'["model-a", "hi"]', "must be a JSON object"),
+    (b'"hi"', "must be a JSON object"),
+    (b"null", "must be a JSON object"),
+])
+async def test_body_that_is_not_a_json_object_is_400(client: httpx.AsyncClient, engine: FakeEngine, path: str, raw: bytes,
+                                                     message: str) -> None:
+    r = await client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert message in err["message"]
+    assert (err["type"], err["param"], err["code"]) == ("invalid_request_error", None, "invalid_json")
+    assert engine.calls == []
+
+
+async def test_out_of_vocab_message_states_the_id_and_the_vocabulary(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/completions", json={**TEXT, "prompt": [1, 2, 999]})
+    msg = r.json()["error"]["message"]
+    assert "999" in msg and "384" in msg
+
+
+async def test_vocabulary_is_the_alias_own(client: httpx.AsyncClient, engine: FakeEngine) -> None:
+    # Token 400 exists in model-b (512 entries) but not in model-a (384): 001 §8.3.
+    assert package_codec("model-b").vocab_size == 512
+    assert (await client.post("/v1/completions", json={**TEXT, "prompt": [400]})).status_code == 400
+    assert (await client.post("/v1/completions", json={**TEXT, "model": "model-b", "prompt": [400]})).status_code == 200
+
+
+async def test_harmless_defaults_and_unknown_fields_are_accepted(client: httpx.AsyncClient, engine: FakeEngine) -> None:
+    body = {**CHAT, "n": 1, "logprobs": False, "echo": False, "best_of": 1, "logit_bias": {}, "tools": None,
+            "frequency_penalty": 0, "presence_penalty": 0, "some_vendor_extension": {"x": 1}}
+    r = await client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+
+
+async def test_four_stops_are_accepted(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/completions", json={**TEXT, "stop": ["a", "b", "c", "d"], "max_tokens": 64})
+    assert r.status_code == 200
+
+
+async def test_model_without_chat_template_is_400_on_chat(client: httpx.AsyncClient, engine: FakeEngine,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(package_codec("model-b"), "chat_template", None)
+    r = await client.post("/v1/chat/completions", json={**CHAT, "model": "model-b"})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "messages"
+    assert "/v1/completions" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("extra", [{"tools": []}, {"functions": []}, {"response_format": {"type": "text"}},
+                                   {"suffix": ""}, {"logit_bias": None}, {"top_logprobs": 0}],
+                         ids=lambda e: next(iter(e)))
+async def test_empty_or_default_values_of_unsupported_fields_are_accepted(client: httpx.AsyncClient, extra: dict) -> None:
+    # Client libraries send these empty/default values routinely; they ask for nothing calctl lacks.
+    r = await client.post("/v1/chat/completions", json={**CHAT, **extra})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [("GET", "/v1/nothing", 404), ("GET", "/v1/completions", 405),
+                                                        ("PUT", "/v1/models", 405)])
+async def test_unknown_routes_and_methods_get_openai_error_bodies(client: httpx.AsyncClient, method: str, path: str,
+                                                                  status: int) -> None:
+    r = await client.request(method, path)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error"
