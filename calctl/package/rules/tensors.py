@@ -1,0 +1,296 @@
+"""Tensor and golden-data rules (GOLD): shapes, dtypes, context and vocabulary agree.
+
+Golden ``.npy`` files are loaded with numpy (``allow_pickle=False``, memory
+mapped) only after their hash verified. Running the golden comparison on a
+device is ``calctl run-golden``, not validation.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from calctl.package.model import DTYPE_BYTES, MANIFEST, NUMPY_DTYPE, BATCH_DIM, GraphKind, Model, SectionKind
+from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
+
+_PKG = frozenset({Need.ROOT, Need.MANIFEST})
+GOLDEN_KEYS = ("prompt", "prefill_logits", "decode_tokens")
+_INT = frozenset({"int8", "uint8", "int16", "int32", "int64"})
+_FLOAT = frozenset({"fp16", "float16", "bf16", "bfloat16", "fp32", "float32"})
+
+
+def _golden_array(ctx: ValidationContext, m: Model, key: str) -> tuple[object | None, str | None]:
+    """(array, None) when the golden file is verified, loads and matches its declaration; else (None, reason)."""
+    import numpy as np
+
+    spec = getattr(m.golden, key)
+    reason = ctx.content_gate(spec.file)
+    if reason:
+        return None, f"golden checks skipped: {reason}"
+    arr = ctx.npy(spec.file)
+    if isinstance(arr, str) or not isinstance(arr, np.ndarray):
+        return None, "skipped: GOLD001 failed for this file"
+    want = NUMPY_DTYPE.get(spec.dtype)
+    if want is None or arr.dtype != np.dtype(want) or tuple(arr.shape) != tuple(spec.shape):
+        return None, "skipped: GOLD001 failed for this file"
+    return arr, None
+
+
+class GoldenFilesMatch(Rule):
+    """Golden .npy files load without pickle and have exactly the declared dtype and shape."""
+
+    id = "GOLD001"
+    group = Group.TENSORS
+    needs = _PKG
+    sections = ("001 §6.1", "001 §6.2 item 6", "001 §13.1", "001 §15.1 item 1")
+    explanation = (
+        "Every model ships golden input and output (001 §6.1, §15.1 item 1): the prompt token ids, the "
+        "prefill logits and the expected decode tokens. Each is a .npy file that numpy loads with "
+        "allow_pickle=False (a pickle would execute code) and whose dtype and shape are exactly those the "
+        "manifest declares; bf16 cannot be stored in .npy and is refused for golden data."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        import numpy as np
+
+        pkg = ctx.package
+        assert pkg is not None
+        n = 0
+        for m in pkg.models:
+            for key in GOLDEN_KEYS:
+                spec = getattr(m.golden, key)
+                field = f"{m.pointer}/golden/{key}"
+                reason = ctx.content_gate(spec.file)
+                if reason:
+                    yield self.skip(f"golden checks skipped: {reason}", file=spec.file, field=field)
+                    continue
+                n += 1
+                want = NUMPY_DTYPE.get(spec.dtype)
+                if want is None:
+                    yield self.problem(f"declared dtype {spec.dtype} cannot be held in a .npy file", file=MANIFEST,
+                                       field=f"{field}/dtype", expected=sorted(set(NUMPY_DTYPE)), found=spec.dtype)
+                    continue
+                arr = ctx.npy(spec.file)
+                if isinstance(arr, str):
+                    yield self.problem(f"does not load as .npy (allow_pickle=False): {arr}", file=spec.file, field=field)
+                    continue
+                if not isinstance(arr, np.ndarray):
+                    yield self.problem(f"is not a single .npy array (found {type(arr).__name__})", file=spec.file, field=field)
+                    continue
+                if arr.dtype != np.dtype(want):
+                    yield self.problem("dtype differs from the manifest", file=spec.file, field=f"{field}/dtype",
+                                       expected=f"{spec.dtype} ({np.dtype(want).str})", found=arr.dtype.str)
+                if tuple(arr.shape) != tuple(spec.shape):
+                    yield self.problem("shape differs from the manifest", file=spec.file, field=f"{field}/shape",
+                                       expected=list(spec.shape), found=list(arr.shape))
+        yield self.note(f"{n} golden files load and match their declarations")
+
+
+class ContextLimits(Rule):
+    """Graph max_seq and golden prompt/decode lengths stay within the model's context limit."""
+
+    id = "GOLD002"
+    group = Group.TENSORS
+    needs = _PKG
+    sections = ("001 §6.2 item 6", "001 §13.1", "001 §10.4")
+    explanation = (
+        "Context is written per graph into the manifest (001 §6.2 item 6) and cross-checked at start-up "
+        "(§10.4). Each graph's max_seq is at most the model's context_limit; the golden prompt is 2-D "
+        "[1, n] (or 1-D [n]) with 1 <= n <= the prefill graph's max_seq, and prompt plus expected decode "
+        "tokens fit the context limit (§13.1: the 0 / max / max+1 boundaries must be handled before "
+        "submission, so the golden data itself must be inside them)."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.package
+        assert pkg is not None
+        for m in pkg.models:
+            limit = m.architecture.context_limit
+            for g in m.graphs:
+                if g.max_seq > limit:
+                    yield self.problem(f"graph {g.name} max_seq exceeds the model's context_limit", file=MANIFEST,
+                                       field=f"{g.pointer}/max_seq", expected=f"<= {limit}", found=g.max_seq)
+            prompt = m.golden.prompt.shape
+            decode = m.golden.decode_tokens.shape
+            field = f"{m.pointer}/golden"
+            if len(prompt) not in (1, 2) or (len(prompt) == 2 and prompt[0] != 1):
+                yield self.problem("golden prompt must be [n] or [1, n]", file=MANIFEST, field=f"{field}/prompt/shape",
+                                   expected="[1, n]", found=list(prompt))
+                continue
+            n = int(prompt[-1])
+            prefill = [g for g in m.graphs if g.kind is GraphKind.PREFILL]
+            if n < 1:
+                yield self.problem("golden prompt is empty", file=MANIFEST, field=f"{field}/prompt/shape", expected=">= 1 token", found=n)
+            for g in prefill:
+                if n > g.max_seq:
+                    yield self.problem(f"golden prompt is longer than {g.name} max_seq", file=MANIFEST,
+                                       field=f"{field}/prompt/shape", expected=f"<= {g.max_seq}", found=n)
+            steps = int(decode[-1]) if decode else 1
+            if n + steps > limit:
+                yield self.problem("golden prompt plus decode tokens exceed the context limit", file=MANIFEST,
+                                   field=f"{field}/decode_tokens/shape", expected=f"<= {limit}", found=n + steps)
+        yield self.note("graph max_seq and golden lengths within each context limit")
+
+
+class VocabularyAgrees(Rule):
+    """Golden logits have the model's vocabulary width and golden token ids lie inside the vocabulary."""
+
+    id = "GOLD003"
+    group = Group.TENSORS
+    needs = _PKG
+    sections = ("001 §13.1", "001 §6.2 item 6")
+    explanation = (
+        "prefill_logits' last dimension is architecture.vocab_size; every prompt id and expected decode token "
+        "is in [0, vocab_size), and eos_token_id (if declared) too. A golden file from another model (a "
+        "mismatched alias, 001 §13.1) typically has another vocabulary and is caught here."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.package
+        assert pkg is not None
+        for m in pkg.models:
+            vocab = m.architecture.vocab_size
+            field = f"{m.pointer}/golden"
+            logits = m.golden.prefill_logits.shape
+            if not logits or logits[-1] != vocab:
+                yield self.problem("prefill_logits width is not the model's vocab_size", file=MANIFEST,
+                                   field=f"{field}/prefill_logits/shape", expected=f"[..., {vocab}]", found=list(logits))
+            eos = m.architecture.eos_token_id
+            if eos is not None and not 0 <= eos < vocab:
+                yield self.problem("eos_token_id is outside the vocabulary", file=MANIFEST,
+                                   field=f"{m.pointer}/architecture/eos_token_id", expected=f"< {vocab}", found=eos)
+            for key in ("prompt", "decode_tokens"):
+                spec = getattr(m.golden, key)
+                arr, reason = _golden_array(ctx, m, key)
+                if arr is None:
+                    yield self.skip(str(reason), file=spec.file, field=f"{field}/{key}")
+                    continue
+                if spec.dtype not in _INT:
+                    yield self.problem("token ids must be an integer dtype", file=MANIFEST, field=f"{field}/{key}/dtype",
+                                       expected="int32", found=spec.dtype)
+                    continue
+                if arr.size:  # type: ignore[attr-defined]
+                    lo, hi = int(arr.min()), int(arr.max())  # type: ignore[attr-defined]
+                    if lo < 0 or hi >= vocab:
+                        yield self.problem("token ids outside the vocabulary", file=spec.file, field=f"{field}/{key}",
+                                           expected=f"0..{vocab - 1}", found=f"{lo}..{hi}")
+        yield self.note("golden logits and token ids agree with each vocabulary")
+
+
+class GraphTensors(Rule):
+    """Graph inputs and outputs are consistent with max_seq, vocab and the batch dimension."""
+
+    id = "GOLD004"
+    group = Group.TENSORS
+    needs = _PKG
+    sections = ("001 §6.2 item 6", "000 §7.3", "001 §10.4")
+    explanation = (
+        "The exact tensors of each graph are written into the manifest (001 §6.2 item 6). Every graph has an "
+        "integer input 'tokens' and a floating output 'logits' whose last dimension is vocab_size; the "
+        "prefill 'tokens' last dimension is max_seq; a decode graph with a B>1 profile uses the batch "
+        "dimension 'B' as the leading dimension of tokens and logits (000 §7); csr.valid_length_input, when "
+        "set, names an integer input. A mismatch means the host would build buffers of the wrong size."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.package
+        assert pkg is not None
+        n = 0
+        for m in pkg.models:
+            vocab = m.architecture.vocab_size
+            for g in m.graphs:
+                n += 1
+                inputs = {t.name: (i, t) for i, t in enumerate(g.inputs)}
+                outputs = {t.name: (i, t) for i, t in enumerate(g.outputs)}
+                if "tokens" not in inputs:
+                    yield self.problem(f"graph {g.name} has no 'tokens' input", file=MANIFEST, field=f"{g.pointer}/inputs",
+                                       expected="tokens", found=sorted(inputs))
+                else:
+                    i, t = inputs["tokens"]
+                    where = f"{g.pointer}/inputs/{i}"
+                    if t.dtype not in _INT:
+                        yield self.problem("tokens must be integers", file=MANIFEST, field=f"{where}/dtype", expected="int32", found=t.dtype)
+                    if g.kind is GraphKind.PREFILL and (not t.shape or t.shape[-1] != g.max_seq):
+                        yield self.problem("prefill tokens length is not max_seq", file=MANIFEST, field=f"{where}/shape",
+                                           expected=f"[..., {g.max_seq}]", found=list(t.shape))
+                    if g.kind is GraphKind.DECODE and max(g.batch_profiles) > 1 and (not t.shape or t.shape[0] != BATCH_DIM):
+                        yield self.problem("batched decode tokens must lead with the batch dimension B", file=MANIFEST,
+                                           field=f"{where}/shape", expected="[B, ...]", found=list(t.shape))
+                if "logits" not in outputs:
+                    yield self.problem(f"graph {g.name} has no 'logits' output", file=MANIFEST, field=f"{g.pointer}/outputs",
+                                       expected="logits", found=sorted(outputs))
+                else:
+                    i, t = outputs["logits"]
+                    where = f"{g.pointer}/outputs/{i}"
+                    if t.dtype not in _FLOAT:
+                        yield self.problem("logits must be floating point", file=MANIFEST, field=f"{where}/dtype",
+                                           expected="float32", found=t.dtype)
+                    if not t.shape or t.shape[-1] != vocab:
+                        yield self.problem("logits width is not vocab_size", file=MANIFEST, field=f"{where}/shape",
+                                           expected=f"[..., {vocab}]", found=list(t.shape))
+                    if g.kind is GraphKind.DECODE and max(g.batch_profiles) > 1 and (not t.shape or t.shape[0] != BATCH_DIM):
+                        yield self.problem("batched decode logits must lead with the batch dimension B", file=MANIFEST,
+                                           field=f"{where}/shape", expected="[B, ...]", found=list(t.shape))
+                vl = g.valid_length_input
+                if vl is not None:
+                    if vl not in inputs:
+                        yield self.problem(f"csr.valid_length_input {vl!r} is not an input", file=MANIFEST,
+                                           field=f"{g.pointer}/csr/valid_length_input", expected=sorted(inputs), found=vl)
+                    elif inputs[vl][1].dtype not in _INT:
+                        yield self.problem("valid-length input must be an integer", file=MANIFEST,
+                                           field=f"{g.pointer}/inputs/{inputs[vl][0]}/dtype", expected="int32", found=inputs[vl][1].dtype)
+        yield self.note(f"{n} graphs have consistent tokens/logits tensors")
+
+
+class ParamTensorsInBounds(Rule):
+    """Parameter tensors lie inside their file and params section, without overlapping each other."""
+
+    id = "GOLD005"
+    group = Group.TENSORS
+    needs = _PKG
+    sections = ("001 §6.1", "001 §3", "001 §8.1")
+    explanation = (
+        "Each model has its own parameter blocks and mapping (001 §6.1). Every tensor's bytes [offset, "
+        "offset + prod(shape) x bytes(dtype)) lie inside its file and inside the params section that loads "
+        "that file, and tensors of one file do not overlap. A mapping that runs past its block reads another "
+        "tensor's (or another model's) weights: exactly what treating param_blk1 as a second model does (§3)."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.package
+        assert pkg is not None
+        n = 0
+        for m in pkg.models:
+            sections = {s.file: s for s in m.all_sections() if s.kind is SectionKind.PARAMS and s.file}
+            spans: dict[str, list[tuple[int, int, str]]] = {}
+            for i, t in enumerate(m.params):
+                n += 1
+                where = f"{m.pointer}/params/tensors/{i}"
+                nbytes = DTYPE_BYTES[t.dtype]
+                for d in t.shape:
+                    nbytes *= d
+                end = t.offset + nbytes
+                e = ctx.entry(t.file) if path_problem(t.file) is None else None
+                if e is None or e.kind is not EntryKind.FILE:
+                    yield self.skip(f"tensor {t.name}: file not checked ({'LAY001' if e is not None and e.kind is not EntryKind.DIR else 'MAN007'})",
+                                    file=t.file, field=where)
+                elif end > e.size:
+                    yield self.problem(f"tensor {t.name} runs past the end of its file", file=t.file, field=where,
+                                       expected=f"end <= {e.size}", found=end)
+                s = sections.get(t.file)
+                if s is None:
+                    yield self.skip(f"tensor {t.name}: no params section loads {t.file!r} (MAN008)", file=MANIFEST, field=where)
+                elif end > s.size:
+                    yield self.problem(f"tensor {t.name} runs past its params section {s.name}", file=MANIFEST, field=where,
+                                       expected=f"end <= {s.size}", found=end)
+                spans.setdefault(t.file, []).append((t.offset, end, t.name))
+            for file, items in spans.items():
+                items.sort()
+                for (a0, a1, an), (b0, _b1, bn) in zip(items, items[1:]):
+                    if b0 < a1:
+                        yield self.problem(f"tensors {an} and {bn} overlap", file=file, field=f"{m.pointer}/params",
+                                           expected=f"{bn} offset >= {a1}", found=b0)
+        yield self.note(f"{n} parameter tensors within their files and sections")
+
+
+RULES: tuple[type[Rule], ...] = (GoldenFilesMatch, ContextLimits, VocabularyAgrees, GraphTensors, ParamTensorsInBounds)

@@ -1,0 +1,225 @@
+"""Tokenizer rules (TOK): one verified tokenizer per alias, agreeing with its model.
+
+Tokenizers load with ``tokenizers.Tokenizer.from_file`` only after their hash
+verified. Chat templates and sampling configuration belong to serving, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePosixPath
+from typing import Any, Iterator
+
+from calctl.package.model import MANIFEST, Model, Package
+from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.context import ReadProblem, ValidationContext
+
+_PKG = frozenset({Need.ROOT, Need.MANIFEST})
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def _loaded(ctx: ValidationContext, m: Model) -> tuple[Any, str | None]:
+    reason = ctx.content_gate(m.tokenizer.file)
+    if reason:
+        return None, f"tokenizer checks skipped: {reason}"
+    tok = ctx.tokenizer(m.tokenizer.file)
+    if isinstance(tok, str):
+        return None, "skipped: TOK001 failed for this file"
+    return tok, None
+
+
+class TokenizerLoads(Rule):
+    """Each model's tokenizer is listed in checksums.sha256 and loads with tokenizers.Tokenizer.from_file."""
+
+    id = "TOK001"
+    group = Group.TOKENIZER
+    needs = _PKG
+    sections = ("001 §6.1", "001 §13.1", "001 §12 Phase 3 item 1")
+    explanation = (
+        "Every model carries its own tokenizer (001 §6.1; Phase 3: A and B each have their tokenizer), bound "
+        "to the package by its hash (§13.1: alias and tokenizer/hash match one to one). The tokenizer.json "
+        "must be listed in checksums.sha256 and load with the Hugging Face tokenizers library; the optional "
+        "tokenizer_config.json must be a JSON object."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.package
+        assert pkg is not None
+        listed = ctx.checksums.listed
+        n = 0
+        for m in pkg.models:
+            field = f"{m.pointer}/tokenizer"
+            for rel, what in ((m.tokenizer.file, "file"), (m.tokenizer.config, "config")):
+                if rel is not None and listed is not None and rel not in listed and ctx.entry(rel) is not None:
+                    yield self.problem(f"tokenizer {what} is not bound by checksums.sha256", file=rel, field=f"{field}/{what}")
+            reason = ctx.content_gate(m.tokenizer.file)
+            if reason:
+                yield self.skip(f"tokenizer checks skipped: {reason}", file=m.tokenizer.file, field=f"{field}/file")
+            else:
+                n += 1
+                tok = ctx.tokenizer(m.tokenizer.file)
+                if isinstance(tok, str):
+                    yield self.problem(f"does not load with tokenizers.Tokenizer.from_file: {tok}", file=m.tokenizer.file,
+                                       field=f"{field}/file")
+            if m.tokenizer.config is not None:
+                yield from self._config(ctx, m.tokenizer.config, f"{field}/config")
+        yield self.note(f"{n} tokenizers load")
+
+    def _config(self, ctx: ValidationContext, rel: str, field: str) -> Iterator[Finding]:
+        reason = ctx.content_gate(rel)
+        if reason:
+            yield self.skip(f"tokenizer config checks skipped: {reason}", file=rel, field=field)
+            return
+        doc = _config_doc(ctx, rel)
+        if isinstance(doc, str):
+            yield self.problem(doc, file=rel, field=field)
+
+
+def _config_doc(ctx: ValidationContext, rel: str) -> dict[str, Any] | str:
+    try:
+        raw = ctx.read_bytes(rel, MAX_CONFIG_BYTES)
+        doc = json.loads(raw.decode("utf-8"))
+    except ReadProblem as exc:
+        return str(exc)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        return f"not valid JSON: {exc}"
+    if not isinstance(doc, dict):
+        return f"top level is {type(doc).__name__}, expected an object"
+    return doc
+
+
+class TokenizerVocab(Rule):
+    """The tokenizer's vocabulary size equals the manifest's and fits the model's vocab_size."""
+
+    id = "TOK002"
+    group = Group.TOKENIZER
+    needs = _PKG
+    sections = ("001 §13.1", "001 §6.1")
+    explanation = (
+        "tokenizer.vocab_size in the manifest is what the loaded tokenizer reports, and it is at most "
+        "architecture.vocab_size (the embedding may be padded, never smaller: a token id beyond it indexes "
+        "outside the weights). A tokenizer of another model almost always differs here (001 §13.1)."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.package
+        assert pkg is not None
+        for m in pkg.models:
+            field = f"{m.pointer}/tokenizer/vocab_size"
+            if m.tokenizer.vocab_size > m.architecture.vocab_size:
+                yield self.problem(f"tokenizer of {m.alias!r} has more entries than the model's vocabulary", file=MANIFEST,
+                                   field=field, expected=f"<= {m.architecture.vocab_size}", found=m.tokenizer.vocab_size)
+            tok, reason = _loaded(ctx, m)
+            if tok is None:
+                yield self.skip(str(reason), file=m.tokenizer.file, field=field)
+                continue
+            size = tok.get_vocab_size(with_added_tokens=True)
+            if size != m.tokenizer.vocab_size:
+                yield self.problem(f"tokenizer of {m.alias!r} has a different vocabulary size than the manifest says",
+                                   file=m.tokenizer.file, field=field, expected=m.tokenizer.vocab_size, found=size)
+        yield self.note("tokenizer vocabularies agree with the manifest and model configs")
+
+
+def _shared_ok(pkg: Package, a: Model, b: Model) -> bool:
+    """A replica package may let its copies share one tokenizer when the architectures are identical."""
+    return pkg.kind == "replica" and a.architecture == b.architecture
+
+
+class OneTokenizerPerAlias(Rule):
+    """Each alias has its own tokenizer under tokenizer/<alias>/; sharing only between identical replicas."""
+
+    id = "TOK003"
+    group = Group.TOKENIZER
+    needs = _PKG
+    sections = ("001 §13.1", "001 §6.3", "001 §12 Phase 2 item 1")
+    explanation = (
+        "alias and tokenizer must match one to one, and a mismatch fails at start-up (001 §13.1). The "
+        "directory contract puts each model's tokenizer under tokenizer/<alias>/ (§6.3). A model whose "
+        "tokenizer sits in another alias's directory, or two aliases sharing one tokenizer file, fail, "
+        "except in a replica package whose copies have identical architectures (Phase 2: same tokenizer and "
+        "weights on both chips)."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.package
+        assert pkg is not None
+        models = {m.alias: m for m in pkg.models}
+        users: dict[str, list[Model]] = {}
+        for m in pkg.models:
+            users.setdefault(m.tokenizer.file, []).append(m)
+        for m in pkg.models:
+            field = f"{m.pointer}/tokenizer/file"
+            parts = PurePosixPath(m.tokenizer.file).parts
+            owner = parts[1] if len(parts) >= 3 and parts[0] == "tokenizer" else None
+            sharers = users[m.tokenizer.file]
+            if len(sharers) > 1 and all(_shared_ok(pkg, sharers[0], o) for o in sharers[1:]):
+                # Identical replicas may share one tokenizer, anywhere under tokenizer/.
+                if not parts or parts[0] != "tokenizer":
+                    yield self.problem(f"shared tokenizer of {m.alias!r} is not under tokenizer/", file=MANIFEST,
+                                       field=field, expected="tokenizer/...", found=m.tokenizer.file)
+                continue
+            if owner != m.alias:
+                other = models.get(owner or "")
+                if other is not None:
+                    yield self.problem(f"model {m.alias!r} uses the tokenizer of model {owner!r}", file=MANIFEST, field=field,
+                                       expected=f"tokenizer/{m.alias}/...", found=m.tokenizer.file)
+                else:
+                    yield self.problem(f"tokenizer of {m.alias!r} is not under tokenizer/{m.alias}/", file=MANIFEST, field=field,
+                                       expected=f"tokenizer/{m.alias}/...", found=m.tokenizer.file)
+        for rel, ms in users.items():
+            for other in ms[1:]:
+                if not _shared_ok(pkg, ms[0], other):
+                    yield self.problem(f"models {ms[0].alias!r} and {other.alias!r} share one tokenizer file {rel!r}",
+                                       file=MANIFEST, field=f"{other.pointer}/tokenizer/file")
+        yield self.note(f"{len(users)} tokenizer(s) for {len(pkg.models)} aliases, one to one")
+
+
+class EndOfSequence(Rule):
+    """The tokenizer config's eos_token maps to the model's eos_token_id."""
+
+    id = "TOK004"
+    group = Group.TOKENIZER
+    needs = _PKG
+    sections = ("001 §13.1", "001 §12 Phase 3 item 1")
+    explanation = (
+        "Generation stops on eos_token_id. When tokenizer_config.json names an eos_token and the "
+        "architecture declares eos_token_id, the tokenizer must map that token to that id; otherwise decode "
+        "never stops (or stops on the wrong token), which golden token sequences would only catch by luck."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.package
+        assert pkg is not None
+        n = 0
+        for m in pkg.models:
+            eos_id = m.architecture.eos_token_id
+            cfg_rel = m.tokenizer.config
+            if eos_id is None or cfg_rel is None:
+                continue
+            field = f"{m.pointer}/architecture/eos_token_id"
+            tok, reason = _loaded(ctx, m)
+            if tok is None:
+                yield self.skip(str(reason), file=m.tokenizer.file, field=field)
+                continue
+            reason = ctx.content_gate(cfg_rel)
+            if reason:
+                yield self.skip(f"tokenizer config checks skipped: {reason}", file=cfg_rel, field=field)
+                continue
+            doc = _config_doc(ctx, cfg_rel)
+            if isinstance(doc, str):
+                yield self.skip("skipped: TOK001 failed for the tokenizer config", file=cfg_rel, field=field)
+                continue
+            eos = doc.get("eos_token")
+            if isinstance(eos, dict):  # AddedToken form
+                eos = eos.get("content")
+            if not isinstance(eos, str):
+                continue
+            n += 1
+            got = tok.token_to_id(eos)
+            if got != eos_id:
+                yield self.problem(f"eos_token {eos!r} of {m.alias!r} maps to another id", file=cfg_rel, field=field,
+                                   expected=eos_id, found="absent" if got is None else got)
+        yield self.note(f"{n} eos tokens agree with eos_token_id")
+
+
+RULES: tuple[type[Rule], ...] = (TokenizerLoads, TokenizerVocab, OneTokenizerPerAlias, EndOfSequence)
