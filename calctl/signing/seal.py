@@ -68,7 +68,12 @@ def list_package_files(root: Path) -> list[FileEntry]:
     Symlinks are reported as such (never followed), so callers can refuse them.
     """
     entries: list[FileEntry] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+
+    def unreadable(err: OSError) -> None:  # os.walk would otherwise skip the directory silently
+        rel = Path(err.filename).relative_to(root).as_posix() if err.filename else "?"
+        entries.append(FileEntry(rel, "unreadable"))
+
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=unreadable):
         base = Path(dirpath)
         for name in dirnames:
             p = base / name
@@ -92,12 +97,34 @@ def sealed_files(root: Path) -> list[str]:
 
 
 def hash_files(root: Path, rels: list[str], jobs: int | None = None) -> dict[str, str]:
-    """SHA-256 of each relative path, computed in parallel; keeps the input order."""
+    """SHA-256 of each relative path, computed in parallel; keeps the input order. Raises OSError."""
+    digests = hash_files_checked(root, rels, jobs)
+    for rel, value in digests.items():
+        if isinstance(value, OSError):
+            raise value
+    return {r: str(v) for r, v in digests.items()}
+
+
+def hash_files_checked(root: Path, rels: list[str], jobs: int | None = None) -> dict[str, str | OSError]:
+    """Like :func:`hash_files`, but a file that cannot be read yields its OSError instead of aborting the rest."""
     jobs = jobs or default_jobs()
+
+    def size(r: str) -> int:
+        try:
+            return (root / r).stat().st_size
+        except OSError:
+            return 0
+
+    def one(r: str) -> str | OSError:
+        try:
+            return sha256_file(root / r)
+        except OSError as exc:
+            return exc
+
     # Largest first so the long files start early and the pool drains evenly.
-    order = sorted(rels, key=lambda r: -(root / r).stat().st_size)
+    order = sorted(rels, key=lambda r: -size(r))
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(order) or 1))) as pool:
-        digests = dict(zip(order, pool.map(lambda r: sha256_file(root / r), order)))
+        digests = dict(zip(order, pool.map(one, order)))
     return {r: digests[r] for r in rels}
 
 
@@ -219,6 +246,9 @@ class SealReport:
 
 
 def verify_hashes(root: Path, report: SealReport, jobs: int | None = None) -> dict[str, str] | None:
+    if (root / CHECKSUMS).is_symlink():
+        report.findings.append(SealFinding("hash", CHECKSUMS, "is a symlink; the seal must be a regular file in the package"))
+        return None
     try:
         raw = (root / CHECKSUMS).read_bytes()
     except FileNotFoundError:
@@ -244,8 +274,11 @@ def verify_hashes(root: Path, report: SealReport, jobs: int | None = None) -> di
             report.findings.append(SealFinding("hash", rel, "listed in checksums.sha256 but missing from the package"))
         elif e.kind == "file":
             present.append(rel)
-    digests = hash_files(root, present, jobs)
+    digests = hash_files_checked(root, present, jobs)
     for rel, digest in digests.items():
+        if isinstance(digest, OSError):
+            report.findings.append(SealFinding("hash", rel, f"cannot be read: {digest.strerror or digest}"))
+            continue
         report.files_checked += 1
         report.bytes_hashed += (root / rel).stat().st_size
         if digest != listed[rel]:
@@ -257,6 +290,9 @@ def verify_hashes(root: Path, report: SealReport, jobs: int | None = None) -> di
 
 def verify_signature(root: Path, trusted: list[TrustedKey], report: SealReport) -> None:
     sig_path = root / SIGNATURE
+    if sig_path.is_symlink() or (root / CHECKSUMS).is_symlink():
+        report.findings.append(SealFinding("signature", SIGNATURE, "the seal files must be regular files, not symlinks"))
+        return
     try:
         sig = sig_path.read_bytes()
     except FileNotFoundError:

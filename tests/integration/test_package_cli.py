@@ -284,3 +284,31 @@ def test_wheel_ships_schemas_and_test_key(tmp_path: Path) -> None:
     assert "calctl/schemas/calculet-package-v1.json" in names
     assert "calctl/_data/keys/calctl-test-only-DO-NOT-TRUST.key" in names
     assert "calctl/_data/keys/calctl-test-only-DO-NOT-TRUST.pub" in names
+
+
+def test_unreadable_file_is_reported_not_fatal(sealed, cli) -> None:  # type: ignore[no-untyped-def]
+    pkg, pub = sealed
+    if os.geteuid() == 0:
+        # root reads everything: make the file unreadable by turning it into a directory-shaped obstacle instead
+        victim = pkg / "model-a/golden/prompt_ids.npy"
+        victim.unlink()
+        victim.mkdir()
+        (victim / "x").write_bytes(b"")
+        code, doc = _verify_json(cli, pkg, pub)
+        assert code == 1
+        files = {f["file"] for f in doc["findings"]}
+        assert "model-a/golden/prompt_ids.npy" in files and "model-a/golden/prompt_ids.npy/x" in files
+        return
+    victim = pkg / "model-a/golden/prompt_ids.npy"
+    victim.chmod(0)
+    code, doc = _verify_json(cli, pkg, pub)
+    assert code == 1 and any("cannot be read" in f["message"] for f in doc["findings"])
+
+
+def test_symlinked_checksums_are_refused(sealed, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    pkg, pub = sealed
+    real = tmp_path / "elsewhere.sha256"
+    (pkg / "checksums.sha256").rename(real)
+    (pkg / "checksums.sha256").symlink_to(real)
+    code, doc = _verify_json(cli, pkg, pub)
+    assert code == 1 and any("symlink" in f["message"] for f in doc["findings"])
