@@ -42,6 +42,8 @@ _COMMAND_MODULES: list[str] = [
     "calctl.cli.validate_cmds",
     "calctl.cli.budget_cmds",
     "calctl.cli.device_cmds",
+    "calctl.cli.runner_cmds",
+    "calctl.cli.serve_cmds",
 ]
 
 

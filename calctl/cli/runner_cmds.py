@@ -1,0 +1,445 @@
+"""Device runner commands: ``run-golden``, ``warmup``, ``poc combined``, ``bringup`` (docs/runners.md).
+
+Thin bodies: turn options into a :class:`~calctl.runners.context.DeviceSpec`
+and a trust policy, call the runner in :mod:`calctl.runners`, then write the
+trace/plot/report files and render the report as a table, JSON or JUnit.
+Every runner returns a report on every path (pass, fail, hang, device error,
+Ctrl-C), so ``--report`` and ``--format json`` always get one; the exit code is
+the report's (0, 1, 3, 4, 130). No device logic lives here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+
+from calctl.cli import _output
+from calctl.cli._options import AllowUnsignedOpt, CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt, TrustedKeyOpt
+from calctl.cli._output import Format
+from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.errors import UsageError
+from calctl.runners import bringup as bringup_lib
+from calctl.runners.context import MOCK_LABEL, DeviceSpec, RunReport, StepLog, StepRecord, StepStatus, write_trace_outputs
+from calctl.runners.golden import GoldenResult, run_golden as golden_runner
+from calctl.runners.poc import POC_MOCK_TIME_SCALE, parse_expect_models, run_poc_combined
+from calctl.runners.warmup import WarmupResult, run_warmup as warmup_runner
+from calctl.runtime import DeviceKind as RuntimeDeviceKind
+
+# ---------------------------------------------------------------------------
+# Shared options
+
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Run only the model with exactly this alias.")]
+FaultPlanOpt = Annotated[
+    Optional[Path],
+    typer.Option("--fault-plan", help="Mock only: a calctl-fault-plan/v1 YAML of injected faults (docs/runtime.md §4)."),
+]
+TimeScaleOpt = Annotated[
+    Optional[float],
+    typer.Option("--time-scale", help="Mock only: multiply the simulated job times (default 1; the PoC uses "
+                                      f"{POC_MOCK_TIME_SCALE:g})."),
+]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", min=0, help="Mock only: fault-plan seed override.")]
+StepTimeoutOpt = Annotated[
+    float,
+    typer.Option("--step-timeout", min=0.001, help="Seconds one device step may take; a hang past it is exit 4."),
+]
+TraceOpt = Annotated[
+    Optional[Path], typer.Option("--trace", help="Write the per-chip trace as Chrome/Perfetto trace-event JSON here.")
+]
+PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG timeline of chip0/chip1 activity here.")]
+ReportOpt = Annotated[
+    Optional[Path], typer.Option("--report", help="Write the JSON report here (on every path, a hang included).")
+]
+
+
+def _device(device: DeviceKind, calrt_lib: Path | None, time_scale: float | None = None, fault_plan: Path | None = None,
+            seed: int | None = None, serialize_chips: bool = False) -> DeviceSpec:
+    kind = RuntimeDeviceKind(device.value)
+    lib = calrt_lib if kind is RuntimeDeviceKind.CALRT else None
+    if kind is RuntimeDeviceKind.MOCK and calrt_lib is not None and str(calrt_lib) != os.environ.get("CALRT_LIBRARY"):
+        raise UsageError("--calrt-lib applies to --device calrt only")
+    if fault_plan is not None and not fault_plan.is_file():
+        raise UsageError(f"--fault-plan {fault_plan}: no such file")
+    return DeviceSpec(kind=kind, calrt_lib=lib, time_scale=time_scale, serialize_chips=serialize_chips,
+                      fault_plan=fault_plan, seed=seed)
+
+
+def _live_log() -> StepLog:
+    """Steps on stderr as they end, so a person (or a CI log) sees progress and where a run stopped."""
+
+    def show(rec: StepRecord) -> None:
+        _output.info(f"  {_output.styled_verdict(rec.status.value)} {escape(rec.name)} [dim]({rec.seconds:.2f} s)[/] "
+                     f"{escape(rec.detail)}")
+
+    return StepLog(on_record=show)
+
+
+def _write_report(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(_output.dumps(document) + "\n")
+    os.replace(tmp, path)
+
+
+def _finish(report: RunReport, *, trace: Path | None, plot: Path | None, report_path: Path | None, format: Format,
+            render: Any) -> int:
+    """Write trace, plot and report files, render, and return the exit code."""
+    files: dict[str, str | None] = {"json": None, "plot": None}
+    if trace is not None or plot is not None:
+        files = write_trace_outputs(
+            report.events, trace=trace, plot=plot, device=report.header["device"], title=f"calctl {report.command}",
+            metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
+        )
+    report = report.with_body(trace=files)
+    if report_path is not None:
+        _write_report(report_path, report.document())
+    if format is Format.json:
+        _output.emit_json(report.document())
+    elif format is Format.junit:
+        sys.stdout.write(junit_xml(report))
+        sys.stdout.flush()
+    else:
+        render(report)
+        _footer(report, report_path)
+    if report.exit_code != 0 and format is not Format.table:
+        _output.info(f"[bold red]{report.verdict}[/]: {escape(report.error or '')}")
+    return report.exit_code
+
+
+def _footer(report: RunReport, report_path: Path | None) -> None:
+    out = _output.stdout
+    h = report.header
+    pkg = h["package"]
+    rt = h.get("runtime") or {}
+    out.print(f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; package {escape(str(pkg.get('name')))} "
+              f"sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}")
+    if h.get("mock_result"):
+        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    for label, key in (("trace", "json"), ("plot", "plot")):
+        if report.body.get("trace", {}).get(key):
+            out.print(f"{label}: {escape(report.body['trace'][key])}")
+    if report_path is not None:
+        out.print(f"report: {escape(str(report_path))}")
+    line = f"verdict {_output.styled_verdict(report.verdict)}"
+    if report.error:
+        line += f": {escape(report.error)}"
+    elif report.verdict in ("S1", "S2") and report.body.get("reasons"):
+        line += f": {escape(report.body['reasons'][0])}"
+    out.print(line)
+
+
+def _steps_table(report: RunReport) -> None:
+    _output.print_table(
+        f"calctl {report.command}",
+        ["step", "status", "seconds", "detail"],
+        [[escape(s.name), _output.styled_verdict(s.status.value), f"{s.seconds:.2f}", escape(s.detail)] for s in report.steps],
+    )
+
+
+# ---------------------------------------------------------------------------
+# JUnit: one testcase per step
+
+
+def junit_xml(report: RunReport) -> str:
+    suite_name = f"calctl.{report.command.replace(' ', '.')}"
+    root = ET.Element("testsuites", name=f"calctl {report.command}")
+    suite = ET.SubElement(root, "testsuite", name=suite_name)
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("device", report.header["device"]), ("verdict", report.verdict),
+                        ("package_digest", report.header["package"].get("digest") or ""),
+                        ("mock_result", str(report.header.get("mock_result")).lower())):
+        ET.SubElement(props, "property", name=name, value=str(value))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for s in report.steps:
+        case = ET.SubElement(suite, "testcase", classname=suite_name, name=s.name, time=f"{s.seconds:.4f}")
+        counts["tests"] += 1
+        if s.status is StepStatus.FAIL:
+            ET.SubElement(case, "failure", message=s.detail, type="fail").text = s.detail
+            counts["failures"] += 1
+        elif s.status in (StepStatus.ERROR, StepStatus.TIMEOUT, StepStatus.INTERRUPTED):
+            ET.SubElement(case, "error", message=s.detail, type=s.status.value.lower()).text = s.detail
+            counts["errors"] += 1
+        elif s.status is StepStatus.SKIP:
+            ET.SubElement(case, "skipped", message=s.detail)
+            counts["skipped"] += 1
+        ET.SubElement(case, "system-out").text = s.detail
+    for k, v in counts.items():
+        suite.set(k, str(v))
+        root.set(k, str(v))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+# ---------------------------------------------------------------------------
+# run-golden
+
+
+def run_golden(
+    pkg: PackageArg = None,
+    model: ModelOpt = None,
+    device: DeviceOpt = DeviceKind.mock,
+    calrt_lib: CalrtLibOpt = None,
+    fault_plan: FaultPlanOpt = None,
+    time_scale: TimeScaleOpt = None,
+    seed: SeedOpt = None,
+    step_timeout: StepTimeoutOpt = 30.0,
+    trace: TraceOpt = None,
+    plot: PlotOpt = None,
+    report: ReportOpt = None,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
+    format: FormatOpt = Format.table,
+) -> int:
+    """Golden correctness on a device: validate, configure, then per model prefill + greedy decode against the
+    package's golden data (logits within rtol/atol, top-k agreement, exact tokens).
+
+    Exit 0 every model exact, 1 a mismatch (named: model, step, position) or a refused package,
+    3 device error, 4 a step hung past --step-timeout (partial report written), 130 Ctrl-C.
+    """
+    spec = _device(device, calrt_lib, time_scale, fault_plan, seed)
+    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    result = golden_runner(path, trust=trust, device=spec, model=model, step_timeout_s=step_timeout, log=_live_log())
+    return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_golden)
+
+
+def _render_golden(report: RunReport) -> None:
+    _steps_table(report)
+    rows = []
+    for r in report.body.get("models", []):
+        assert isinstance(r, GoldenResult)
+        rows.append([
+            escape(r.alias), _output.styled_verdict("PASS" if r.ok else "FAIL"),
+            "yes" if r.prefill_allclose else "no",
+            "n/a" if r.prefill_max_abs_err is None else f"{r.prefill_max_abs_err:.3g}",
+            "n/a" if r.topk_agree is None else ("yes" if r.topk_agree else "no"),
+            f"{len(r.got_tokens)}/{len(r.expected_tokens)}",
+            "" if r.first_mismatch is None else str(r.first_mismatch),
+            escape(r.reason or ""),
+        ])
+    for nr in report.body.get("not_run", []):
+        rows.append([escape(nr["alias"]), _output.styled_verdict("SKIP"), "", "", "", "", "", escape(nr["reason"])])
+    if rows:
+        _output.print_table("golden per model", ["model", "verdict", "logits allclose", "max |err|", "top-k",
+                                                 "tokens", "first mismatch", "reason"], rows)
+    programs = report.body.get("programs", [])
+    if programs:
+        _output.stdout.print("programs configured: " + "; ".join(
+            f"chip{c['chip']}: {len(c['programs'])} ({sum(1 for p in c['programs'] if p['sealed'])} sealed)" for c in programs))
+
+
+# ---------------------------------------------------------------------------
+# warmup
+
+
+def warmup(
+    pkg: PackageArg = None,
+    iterations: Annotated[int, typer.Option("--iterations", "-n", min=1, max=100000, help="Warm-up iterations per model.")] = 20,
+    decode_steps: Annotated[int, typer.Option("--decode-steps", min=0, max=4096, help="Decode jobs per iteration.")] = 8,
+    model: ModelOpt = None,
+    device: DeviceOpt = DeviceKind.mock,
+    calrt_lib: CalrtLibOpt = None,
+    fault_plan: FaultPlanOpt = None,
+    time_scale: TimeScaleOpt = None,
+    seed: SeedOpt = None,
+    step_timeout: StepTimeoutOpt = 30.0,
+    trace: TraceOpt = None,
+    plot: PlotOpt = None,
+    report: ReportOpt = None,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
+    format: FormatOpt = Format.table,
+) -> int:
+    """Warm-up on a device: N iterations of prefill + decode per model; per graph P50/P90/P99 latency and the
+    coefficient of variation (a warning when CV > 0.25), and errors (failed jobs, tokens off golden).
+
+    Exit 0 no errors (unstable latency is a warning), 1 errors, 3 device error, 4 a step hung, 130 Ctrl-C.
+    """
+    spec = _device(device, calrt_lib, time_scale, fault_plan, seed)
+    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    result = warmup_runner(path, trust=trust, device=spec, iterations=iterations, model=model, decode_steps=decode_steps,
+                           step_timeout_s=step_timeout, log=_live_log())
+    return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_warmup)
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1e3:.3f}"
+
+
+def _render_warmup(report: RunReport) -> None:
+    _steps_table(report)
+    rows = []
+    for r in report.body.get("models", []):
+        assert isinstance(r, WarmupResult)
+        for graph, p in r.graphs.items():
+            unstable = graph in r.unstable
+            rows.append([
+                escape(r.alias), escape(graph), str(p.count), _ms(p.p50), _ms(p.p90), _ms(p.p99),
+                "n/a" if p.cv is None else f"{p.cv:.3f}", _output.styled_verdict("WARN") + " unstable" if unstable else "",
+                f"{r.errors}/{r.iterations}",
+            ])
+    if rows:
+        _output.print_table("warm-up latency per graph (ms, host submit -> wait, first iteration excluded)",
+                            ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors/iterations"], rows)
+
+
+# ---------------------------------------------------------------------------
+# poc combined
+
+
+def poc_combined(
+    pkg: PackageArg = None,
+    expect_models: Annotated[
+        Optional[str],
+        typer.Option("--expect-models", help="The exact two aliases the combined calbin must hold, e.g. model-a,model-b "
+                                             "(default only for the bundled sample)."),
+    ] = None,
+    rounds: Annotated[int, typer.Option("--rounds", min=2, max=10000, help="Measurement rounds (A alone, B alone, A+B).")] = 8,
+    serialize_chips: Annotated[
+        bool, typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (S1).")
+    ] = False,
+    require_s2: Annotated[bool, typer.Option("--require-s2", help="Exit 1 unless the verdict is S2.")] = False,
+    device: DeviceOpt = DeviceKind.mock,
+    calrt_lib: CalrtLibOpt = None,
+    fault_plan: FaultPlanOpt = None,
+    time_scale: TimeScaleOpt = None,
+    seed: SeedOpt = None,
+    step_timeout: StepTimeoutOpt = 30.0,
+    trace: TraceOpt = None,
+    plot: PlotOpt = None,
+    report: ReportOpt = None,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
+    format: FormatOpt = Format.table,
+) -> int:
+    """The combined-calbin PoC, exactly 001 §6.4: open device, create calbin, check exact model names and chip
+    targets (exit 1 before configure on any problem), configure once, A/B buffers, A golden, B golden, rounds of
+    A alone / B alone / A+B together checked against golden, S1/S2 verdict from overlap_ratio and
+    throughput_efficiency with bootstrap CIs, drain, reset configuration, release.
+
+    Exit 0 for S1 or S2 (with --require-s2 only S2), 1 refused package or output mismatch, 3 device error,
+    4 a step hung, 130 Ctrl-C.
+    """
+    spec = _device(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
+    path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
+    if expect_models is None:
+        if not bundled:
+            raise UsageError("--expect-models is required: the PoC checks the exact model names before configure (001 §6.4)",
+                             hint="e.g. --expect-models model-a,model-b")
+        expect_models = "model-a,model-b"
+    expect = parse_expect_models(expect_models)
+    result = run_poc_combined(path, trust=trust, device=spec, expect_models=expect, rounds=rounds,
+                              step_timeout_s=step_timeout, require_s2=require_s2, log=_live_log())
+    return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_poc)
+
+
+def _est(d: dict[str, Any] | None) -> str:
+    if not d or d.get("mean") is None:
+        return "n/a"
+    lo, hi = d.get("ci_low"), d.get("ci_high")
+    ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else " (no CI)"
+    return f"{d['mean']:.3f}{ci}"
+
+
+def _render_poc(report: RunReport) -> None:
+    _steps_table(report)
+    body = report.body
+    rounds = body.get("rounds", [])
+    if rounds:
+        _output.print_table(
+            "rounds (seconds)", ["round", "A alone", "B alone", "A+B joint", "overlap_ratio", "efficiency", "both chips busy"],
+            [[str(r.index), f"{r.t_a:.4f}", f"{r.t_b:.4f}", f"{r.t_joint:.4f}", f"{r.overlap_ratio:.3f}",
+              f"{r.throughput_efficiency:.3f}", "n/a" if r.both_busy_fraction is None else f"{r.both_busy_fraction:.0%}"]
+             for r in rounds],
+        )
+    out = _output.stdout
+    if "overlap_ratio" in body:
+        out.print(f"overlap_ratio {_est(body['overlap_ratio'])}; throughput_efficiency {_est(body['throughput_efficiency'])} "
+                  "(mean [95% bootstrap CI] over rounds, 001 §13.2)")
+    for reason in body.get("reasons", []):
+        out.print(f"  - {escape(reason)}")
+    xt = body.get("crosstalk")
+    if xt:
+        out.print(f"crosstalk: {xt['checked_generations']} generations / {xt['checked_tokens']} tokens checked, "
+                  f"{xt['mismatch_count']} mismatch(es); {escape(xt['note'])}")
+    out.print(f"[dim]{escape(body.get('capability', ''))}[/]")
+
+
+# ---------------------------------------------------------------------------
+# bringup
+
+
+def bringup(
+    pkg: PackageArg = None,
+    device: DeviceOpt = DeviceKind.mock,
+    calrt_lib: CalrtLibOpt = None,
+    level: Annotated[bringup_lib.Level, typer.Option("--level", help="quick | standard | long: warm-up iterations, "
+                                                                     "PoC rounds, step timeouts.")] = bringup_lib.Level.STANDARD,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Report directory (default ./calctl-bringup-<timestamp>).")] = None,
+    time_scale: TimeScaleOpt = None,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
+    format: FormatOpt = Format.table,
+) -> int:
+    """The bench pipeline in one command: validate, budget, run-golden, warmup, and the combined PoC for a combined
+    or replica package; one summary, report.json, traces and plots in the report directory.
+
+    With no PKG: the bundled combined sample on the mock device. Exit 0 PASS/WARN, else the first failing
+    step's code (1 fail, 3 device, 4 timeout, 130 Ctrl-C).
+    """
+    if format is Format.junit:
+        raise UsageError("--format junit: bringup prints table or json")
+    spec = _device(device, calrt_lib, time_scale)
+    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    out_dir = report if report is not None else bringup_lib.default_report_dir()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--report {out_dir}: exists and is not a directory")
+    config = bringup_lib.BringupConfig(package=path, trust=trust, device=spec, level=level, out_dir=out_dir)
+    _output.info(f"calctl bringup ({level.value}) of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}")
+
+    def show(o: bringup_lib.StepOutcome) -> None:
+        _output.info(f"  {_output.styled_verdict(o.verdict)} {escape(o.name)} [dim]({o.seconds:.2f} s)[/] {escape(o.key_figure)}")
+
+    result = bringup_lib.run_bringup(config, on_step=show)
+    document = result.document()
+    _write_report(out_dir / "report.json", document)
+    if format is Format.json:
+        _output.emit_json(document)
+    else:
+        _render_bringup(result)
+    return result.exit_code
+
+
+def _render_bringup(result: bringup_lib.BringupReport) -> None:
+    rows = [[escape(s.name), _output.styled_verdict(s.verdict), escape(s.key_figure), f"{s.seconds:.2f} s"] for s in result.steps]
+    _output.print_table(f"calctl bringup ({result.header['level']})", ["step", "verdict", "key figure", "duration"], rows)
+    out = _output.stdout
+    for s in result.steps:
+        if s.verdict not in ("PASS", "GO", "S2") and s.detail:
+            out.print(f"  {escape(s.name)}: {escape(s.detail)}")
+    h = result.header
+    pkg = h["package"]
+    rt = h.get("runtime") or {}
+    out.print(f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; package {escape(str(pkg.get('name')))} "
+              f"sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}")
+    if h.get("mock_result"):
+        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    out.print(f"report: {escape(str(result.out_dir / 'report.json'))} (traces and plots alongside)")
+    out.print(f"verdict {_output.styled_verdict(result.verdict)} in {result.seconds:.1f} s")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run-golden")(run_golden)
+    app.command("warmup")(warmup)
+    poc_app = typer.Typer(help="Proof-of-concept flows on a device (001 §6.4).", no_args_is_help=True)
+    poc_app.command("combined")(poc_combined)
+    app.add_typer(poc_app, name="poc")
+    app.command("bringup")(bringup)
+
+
+__all__ = ["junit_xml", "register"]

@@ -1,0 +1,101 @@
+"""``calctl serve``: the OpenAI-compatible serving core on one board (001 §4, §10)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from calctl.cli import _output
+from calctl.cli._options import AllowUnsignedOpt, CalrtLibOpt, DeviceKind, DeviceOpt, TrustedKeyOpt
+from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.errors import UsageError
+
+
+def _parse_keys(pairs: list[str] | None) -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for item in pairs or []:
+        key, sep, tenant = item.partition(":")
+        if not sep or not key or not tenant:
+            raise UsageError(f"--api-key {item!r}: expected KEY:TENANT")
+        keys[key] = tenant
+    return keys
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(
+    pkg: PackageArg = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="calculet-dual-model/v1 YAML (001 §10.4), cross-checked with the manifest.")] = None,
+    host: Annotated[str, typer.Option("--host", help="Bind address. Without API keys only loopback is allowed.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8000,
+    device: DeviceOpt = DeviceKind.mock,
+    calrt_lib: CalrtLibOpt = None,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
+    api_key: Annotated[Optional[list[str]], typer.Option("--api-key", help="KEY:TENANT, repeatable (also CALCTL_API_KEYS=k1:t1,k2:t2).")] = None,
+    admin_key: Annotated[Optional[list[str]], typer.Option("--admin-key", envvar="CALCTL_ADMIN_KEY", help="Key for /internal endpoints; repeatable.")] = None,
+    fault_plan: Annotated[Optional[Path], typer.Option("--fault-plan", help="Mock only: calctl-fault-plan/v1 YAML.")] = None,
+    time_scale: Annotated[float, typer.Option("--time-scale", min=0.0, help="Mock only: multiply modelled job times.")] = 1.0,
+    serialize_chips: Annotated[bool, typer.Option("--serialize-chips", help="Mock only: model a global runtime lock (S1).")] = False,
+    warmup_iterations: Annotated[int, typer.Option("--warmup-iterations", min=0)] = 3,
+    drain_timeout: Annotated[float, typer.Option("--drain-timeout", min=0.0, help="Seconds to drain in-flight requests at shutdown.")] = 30.0,
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+) -> None:
+    """Serve the package's models over an OpenAI-compatible HTTP API (one model per chip)."""
+    import os
+
+    import uvicorn
+
+    from calctl.runtime import open_runtime
+    from calctl.serving.api.app import ApiSettings, create_app
+    from calctl.serving.config import load_dual_model_config
+    from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+
+    keys = _parse_keys(api_key)
+    env_keys = os.environ.get("CALCTL_API_KEYS")
+    if env_keys:
+        keys.update(_parse_keys([k for k in env_keys.split(",") if k.strip()]))
+    if not keys and not _is_loopback(host):
+        raise UsageError(f"--host {host}: refusing to serve without API keys on a non-loopback address",
+                         hint="add --api-key KEY:TENANT (and --admin-key), or bind to 127.0.0.1")
+    if device is not DeviceKind.mock and (fault_plan or serialize_chips or time_scale != 1.0):
+        raise UsageError("--fault-plan, --time-scale and --serialize-chips apply to the mock device only")
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    path, policy, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    dual = load_dual_model_config(config) if config else None
+    mock_opts = {"time_scale": time_scale, "serialize_chips": serialize_chips}
+    if fault_plan:
+        mock_opts["fault_plan"] = fault_plan
+    rt = open_runtime(device.value, calrt_lib, **(mock_opts if device is DeviceKind.mock else {}))
+    with rt:
+        sup = DeviceSupervisor(rt, trust=policy, dual_config=dual,
+                               options=SupervisorOptions(warmup_iterations=warmup_iterations, drain_deadline_s=drain_timeout))
+        try:
+            sup.start(path)
+            engine = ServingEngine(sup)
+            app = create_app(engine, ApiSettings(api_keys=keys, admin_keys=frozenset(admin_key or [])))
+            aliases = ", ".join(sup.workers)
+            _output.info(f"serving {aliases} from {path} on http://{host}:{port} ({rt.kind.value} device"
+                         + (": mock results are not hardware evidence)" if rt.kind.value == "mock" else ")"))
+            server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(),
+                                                   timeout_graceful_shutdown=max(1, int(drain_timeout))))
+            server.run()
+            engine.start_draining()
+        finally:
+            sup.shutdown(drain_timeout)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)

@@ -1,0 +1,371 @@
+"""``calctl bringup``: the bench pipeline in one command (001 §12 Phases 1–3, §17 gates; 000 §18).
+
+The pipeline is an explicit tuple of :class:`BringupStep` values, run in order:
+
+============  ==========================================  =======================
+step          what                                        needs
+============  ==========================================  =======================
+validate      static validation (calctl validate)          –
+budget        per-chip capacity GO/NO-GO (gate G0, §8)     validate
+run-golden    every model's golden on the device           validate, budget
+warmup        warm-up latency and stability                run-golden
+poc           the combined-calbin PoC (§6.4), S1/S2         run-golden; only for a combined or replica package
+============  ==========================================  =======================
+
+A step whose needs did not pass is reported SKIP with the reason (never
+dropped); a step that does not apply (the PoC on a single-model package) is
+SKIP with that reason too. A failing step makes the verdict FAIL; the exit
+code is the first failing step's (1 fail, 3 device error, 4 timeout, 130
+Ctrl-C, which also stops the pipeline).
+
+Extension point: :data:`STEPS` is the pipeline. A new stage (the short soak of
+``calctl soak``) is one more :class:`BringupStep` appended to it, with its
+``needs``; :func:`run_bringup` also takes ``steps=`` so a caller can run a
+different pipeline. Nothing else has to change: rendering and the report loop
+over whatever steps ran.
+
+Everything goes to one directory: ``<step>.trace.json`` / ``<step>.png`` for
+the device steps, written here, and ``report.json`` (:meth:`BringupReport.document`,
+every step's own report embedded), written by the CLI with the one JSON
+renderer. This module does not print.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from calctl import __version__
+from calctl.budget.plan import plan_from_package
+from calctl.budget.policy import BudgetPolicy, Verdict
+from calctl.budget.report import report_document, run_budget
+from calctl.errors import CalctlError
+from calctl.package.model import Package
+from calctl.package.reader import load_manifest, package_root
+from calctl.package.validate import ValidationPolicy, validate
+from calctl.runners.context import MOCK_LABEL, DeviceSpec, Outcome, RunReport, StepStatus, outcome_of, write_trace_outputs
+from calctl.runners.golden import run_golden
+from calctl.runners.poc import run_poc_combined
+from calctl.runners.warmup import describe as describe_warmup, run_warmup
+from calctl.signing.policy import TrustPolicy
+
+
+class Level(str, enum.Enum):
+    QUICK = "quick"
+    STANDARD = "standard"
+    LONG = "long"
+
+
+@dataclass(frozen=True)
+class LevelSettings:
+    warmup_iterations: int
+    poc_rounds: int
+    step_timeout_s: float
+
+
+LEVELS: dict[Level, LevelSettings] = {
+    Level.QUICK: LevelSettings(warmup_iterations=5, poc_rounds=4, step_timeout_s=30.0),
+    Level.STANDARD: LevelSettings(warmup_iterations=20, poc_rounds=8, step_timeout_s=30.0),
+    Level.LONG: LevelSettings(warmup_iterations=200, poc_rounds=30, step_timeout_s=60.0),
+}
+
+
+@dataclass(frozen=True)
+class BringupConfig:
+    package: Path
+    trust: TrustPolicy
+    device: DeviceSpec
+    level: Level
+    out_dir: Path
+
+    @property
+    def settings(self) -> LevelSettings:
+        return LEVELS[self.level]
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """One pipeline step in the summary: verdict, the one figure a person looks at first, duration."""
+
+    name: str
+    verdict: str  # PASS | WARN | FAIL | TIMEOUT | ERROR | INTERRUPTED | SKIP, or GO / NO-GO, S1 / S2
+    key_figure: str
+    seconds: float
+    exit_code: int = 0
+    detail: str = ""
+    files: dict[str, str | None] = field(default_factory=dict)
+    document: dict[str, Any] | None = None  # the step's own report
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and self.verdict not in ("SKIP", "FAIL", "ERROR", "TIMEOUT", "INTERRUPTED")
+
+    @property
+    def failed(self) -> bool:
+        return self.exit_code != 0
+
+
+@dataclass
+class BringupState:
+    """What earlier steps leave for later ones (the loaded package, the device header)."""
+
+    config: BringupConfig
+    stack: ExitStack
+    package: Package | None = None
+    outcomes: dict[str, StepOutcome] = field(default_factory=dict)
+    header: dict[str, Any] | None = None  # from the first device step: device, runtime version, digest, signer
+
+
+@dataclass(frozen=True)
+class BringupStep:
+    """A pipeline stage. ``applies`` returns None when the step applies, else the reason it does not."""
+
+    name: str
+    needs: tuple[str, ...]
+    run: Callable[[BringupState], StepOutcome]
+    applies: Callable[[BringupState], str | None] = lambda state: None
+
+
+# ---------------------------------------------------------------------------
+# The steps
+
+
+def _validate(state: BringupState) -> StepOutcome:
+    cfg = state.config
+    t0 = time.perf_counter()
+    report = validate(cfg.package, ValidationPolicy(trust=cfg.trust))
+    if report.ok:
+        root = state.stack.enter_context(package_root(cfg.package))
+        state.package = load_manifest(root)
+    warned = list(dict.fromkeys(c.id for c in report.warnings))
+    verdict = "FAIL" if not report.ok else ("WARN" if warned else "PASS")
+    figure = f"{len(report.rule_ids())} rules, {len(report.errors)} failing, {len(report.warnings)} warning(s)"
+    detail = (f"failed {', '.join(report.failed_ids())}" if not report.ok
+              else (f"warnings {', '.join(warned)}" if warned else "every rule passed"))
+    return StepOutcome("validate", verdict, figure, time.perf_counter() - t0, 0 if report.ok else 1, detail,
+                       document=report.to_dict())
+
+
+def _budget(state: BringupState) -> StepOutcome:
+    assert state.package is not None
+    t0 = time.perf_counter()
+    report = run_budget(plan_from_package(state.package), BudgetPolicy())
+    tight = max(report.chips, key=lambda c: c.budget.static_bytes / c.budget.dram_bytes)
+    b = tight.budget
+    figure = f"tightest chip {b.chip}: static {b.static_bytes / b.dram_bytes:.1%} of DRAM (limit {b.limit_bytes / b.dram_bytes:.0%})"
+    go = report.verdict is Verdict.GO
+    detail = "; ".join(f"chip {c.budget.chip} {c.budget.verdict.value}" for c in report.chips)
+    return StepOutcome("budget", report.verdict.value, figure, time.perf_counter() - t0, 0 if go else 1, detail,
+                       document=report_document(report))
+
+
+def _device_step(state: BringupState, name: str, report: RunReport, figure: str) -> StepOutcome:
+    cfg = state.config
+    files = write_trace_outputs(
+        report.events, trace=cfg.out_dir / f"{name}.trace.json", plot=cfg.out_dir / f"{name}.png",
+        device=cfg.device.kind.value, title=f"calctl bringup: {name}",
+        metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
+    )
+    if state.header is None and report.header.get("runtime") is not None:
+        state.header = report.header
+    verdict = report.verdict
+    if verdict == Outcome.PASS.value and any(s.status is StepStatus.WARN for s in report.steps if s.name.startswith(("golden", "warmup"))):
+        verdict = "WARN"
+    doc = report.with_body(trace=files).document()
+    return StepOutcome(name, verdict, figure, report.seconds, report.exit_code, report.error or "", files, doc)
+
+
+def _golden(state: BringupState) -> StepOutcome:
+    cfg = state.config
+    report = run_golden(cfg.package, trust=cfg.trust, device=cfg.device, step_timeout_s=cfg.settings.step_timeout_s)
+    models = report.body.get("models", [])
+    figure = f"{sum(1 for r in models if r.ok)}/{len(models)} model(s) exact"
+    return _device_step(state, "run-golden", report, figure)
+
+
+def _warmup(state: BringupState) -> StepOutcome:
+    cfg = state.config
+    report = run_warmup(cfg.package, trust=cfg.trust, device=cfg.device, iterations=cfg.settings.warmup_iterations,
+                        step_timeout_s=cfg.settings.step_timeout_s)
+    results = report.body.get("models", [])
+    figure = "; ".join(_decode_p50(state, r) for r in results) or "no result"
+    outcome = _device_step(state, "warmup", report, figure)
+    detail = " | ".join(describe_warmup(r) for r in results)
+    return StepOutcome(outcome.name, outcome.verdict, outcome.key_figure, outcome.seconds, outcome.exit_code,
+                       outcome.detail or detail, outcome.files, outcome.document)
+
+
+def _decode_p50(state: BringupState, r: Any) -> str:
+    decode = state.package.model(r.alias).decode.name if state.package else None
+    p = r.graphs.get(decode)
+    if p is not None and p.p50 is not None:
+        return f"{r.alias} decode P50 {p.p50 * 1e3:.2f} ms"
+    return f"{r.alias}: {r.errors} error(s)"
+
+
+def _poc_applies(state: BringupState) -> str | None:
+    pkg = state.package
+    if pkg is None:
+        return "no package loaded"
+    if pkg.kind not in ("combined", "replica") or len(pkg.models) != 2:
+        return f"the package is {pkg.kind} with {len(pkg.models)} model(s); the PoC needs a combined or replica package"
+    return None
+
+
+def _poc(state: BringupState) -> StepOutcome:
+    cfg = state.config
+    assert state.package is not None
+    report = run_poc_combined(cfg.package, trust=cfg.trust, device=cfg.device, expect_models=state.package.aliases,
+                              rounds=cfg.settings.poc_rounds, step_timeout_s=cfg.settings.step_timeout_s)
+    o, e = report.body.get("overlap_ratio"), report.body.get("throughput_efficiency")
+    if o and e and o.get("mean") is not None and e.get("mean") is not None:
+        figure = f"overlap {o['mean']:.2f} [{_f(o['ci_low'])}, {_f(o['ci_high'])}], efficiency {e['mean']:.2f}"
+    else:
+        figure = "no verdict"
+    outcome = _device_step(state, "poc", report, figure)
+    reasons = report.body.get("reasons") or []
+    return StepOutcome(outcome.name, outcome.verdict, outcome.key_figure, outcome.seconds, outcome.exit_code,
+                       outcome.detail or "; ".join(reasons), outcome.files, outcome.document)
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+VALIDATE = BringupStep("validate", (), _validate)
+BUDGET = BringupStep("budget", ("validate",), _budget)
+GOLDEN = BringupStep("run-golden", ("validate", "budget"), _golden)
+WARMUP = BringupStep("warmup", ("run-golden",), _warmup)
+POC = BringupStep("poc", ("run-golden",), _poc, _poc_applies)
+
+#: The pipeline, in order. Extension point: later stages (the short soak) are appended here.
+STEPS: tuple[BringupStep, ...] = (VALIDATE, BUDGET, GOLDEN, WARMUP, POC)
+
+
+# ---------------------------------------------------------------------------
+# The pipeline
+
+
+@dataclass(frozen=True)
+class BringupReport:
+    verdict: str  # PASS | WARN | FAIL | TIMEOUT | ERROR | INTERRUPTED
+    exit_code: int
+    steps: tuple[StepOutcome, ...]
+    header: dict[str, Any]
+    out_dir: Path
+    seconds: float
+
+    def document(self) -> dict[str, Any]:
+        return {
+            **self.header,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3),
+            "report_dir": str(self.out_dir),
+            "summary": [{"step": s.name, "verdict": s.verdict, "key_figure": s.key_figure, "seconds": round(s.seconds, 3),
+                         "detail": s.detail, "files": s.files} for s in self.steps],
+            "steps": {s.name: s.document for s in self.steps if s.document is not None},
+        }
+
+
+def default_report_dir(now: datetime | None = None) -> Path:
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    return Path(f"calctl-bringup-{stamp}")
+
+
+def run_bringup(
+    config: BringupConfig,
+    *,
+    steps: tuple[BringupStep, ...] = STEPS,
+    on_step: Callable[[StepOutcome], None] | None = None,
+) -> BringupReport:
+    """Run ``steps`` in order, traces and plots into ``config.out_dir``. Ctrl-C in a step ends the pipeline
+    with a report (the remaining steps SKIP), so the caller can still write ``report.json``."""
+    t0 = time.perf_counter()
+    started = datetime.now(timezone.utc)
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    done: list[StepOutcome] = []
+    interrupted = False
+    with ExitStack() as stack:
+        state = BringupState(config=config, stack=stack)
+        for step in steps:
+            outcome = _run_step(step, state, interrupted)
+            if outcome.verdict == Outcome.INTERRUPTED.value:
+                interrupted = True
+            state.outcomes[step.name] = outcome
+            done.append(outcome)
+            if on_step is not None:
+                on_step(outcome)
+        header = _header(config, state, started)
+    failing = [s for s in done if s.failed]
+    if interrupted:
+        verdict, code = Outcome.INTERRUPTED.value, Outcome.INTERRUPTED.exit_code
+    elif failing:
+        first = failing[0]
+        code = first.exit_code
+        verdict = {1: "FAIL", 3: "ERROR", 4: "TIMEOUT", 2: "ERROR"}.get(code, "FAIL")
+    elif any(s.verdict in ("WARN", "S1") for s in done):
+        verdict, code = "WARN", 0
+    else:
+        verdict, code = "PASS", 0
+    return BringupReport(verdict, code, tuple(done), header, config.out_dir, time.perf_counter() - t0)
+
+
+def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> StepOutcome:
+    if interrupted:
+        return StepOutcome(step.name, "SKIP", "", 0.0, 0, "not run: the pipeline was interrupted (Ctrl-C)")
+    unmet = [n for n in step.needs if n not in state.outcomes or not state.outcomes[n].passed]
+    if unmet:
+        why = ", ".join(f"{n} {state.outcomes[n].verdict if n in state.outcomes else 'did not run'}" for n in unmet)
+        return StepOutcome(step.name, "SKIP", "", 0.0, 0, f"skipped: needs {why}")
+    reason = step.applies(state)
+    if reason is not None:
+        return StepOutcome(step.name, "SKIP", "", 0.0, 0, f"does not apply: {reason}")
+    t0 = time.perf_counter()
+    try:
+        return step.run(state)
+    except KeyboardInterrupt:
+        return StepOutcome(step.name, Outcome.INTERRUPTED.value, "", time.perf_counter() - t0, Outcome.INTERRUPTED.exit_code,
+                           "interrupted (Ctrl-C)")
+    except CalctlError as exc:
+        outcome = outcome_of(exc)
+        code = int(exc.exit_code) if outcome is Outcome.ERROR else outcome.exit_code
+        return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, code, str(exc))
+
+
+def _header(config: BringupConfig, state: BringupState, started: datetime) -> dict[str, Any]:
+    h = state.header or {}
+    validation = state.outcomes.get("validate")
+    vdoc = validation.document if validation else None
+    mock = config.device.is_mock
+    pkg = state.package
+    return {
+        "command": "bringup",
+        "calctl_version": __version__,
+        "started_at": started.isoformat(timespec="seconds"),
+        "level": config.level.value,
+        "device": config.device.kind.value,
+        "mock_result": mock,
+        "note": MOCK_LABEL if mock else None,
+        "device_options": config.device.describe(),
+        "runtime": h.get("runtime"),
+        "package": {
+            "path": str(config.package),
+            "name": pkg.name if pkg else None,
+            "version": pkg.version if pkg else None,
+            "kind": pkg.kind if pkg else None,
+            "digest": vdoc.get("digest") if vdoc else None,
+            "signer_key_id": vdoc.get("signer_key_id") if vdoc else None,
+        },
+    }
+
+
+__all__ = [
+    "BUDGET", "GOLDEN", "LEVELS", "POC", "STEPS", "VALIDATE", "WARMUP", "BringupConfig", "BringupReport", "BringupStep",
+    "BringupState", "Level", "LevelSettings", "StepOutcome", "default_report_dir", "run_bringup",
+]

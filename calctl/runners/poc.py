@@ -1,0 +1,488 @@
+"""The combined-calbin PoC: exactly the fixed flow of 001 §6.4, with S1/S2 evidence (001 §1, §13.2; §12 Phases 2–3).
+
+In this order, each step logged with its status (a step that is not reached is
+logged SKIP with the reason, so a report shows, e.g., that configure never ran):
+
+1. ``open device`` (CreateVDevice);
+2. ``validate package`` – the static validator with the exact expected model
+   set (MAN004) and the device's runtime version;
+3. ``load package``, ``create calbin`` (CreateCalbin; a calbin the runtime
+   refuses is exit 1);
+4. ``check names and chip targets`` – on the calbin's own plan: the model
+   aliases are exactly ``--expect-models`` (exact strings, as a set), each
+   model is SCHIP on one chip of its own with exactly one prefill and one
+   decode graph there, graph names are unique, and no section of a model
+   carries a chip mask other than its chip (no overreach, no cross-chip or
+   cross-model section). Any problem exits 1 **before configure**;
+5. ``configure`` – exactly once;
+6. ``allocate A/B buffers`` – each model its own prefill and decode buffers,
+   never shared;
+7. ``golden A``, ``golden B`` – one after the other;
+8. ``concurrent rounds`` – per round: A alone, B alone, then A and B together
+   from two threads (each a prefill + greedy decode of its prompt), timed on
+   the host and traced per chip by the runtime;
+9. ``verify outputs`` – every output of every round against its reference
+   (no crosstalk, 001 §13.1): the golden tokens, or for the second replica
+   alias (same weights and prompt as the first) a shorter prompt, checked
+   against its own first isolated run, so that outputs of the two chips differ
+   and crosstalk would show (Phase 2: "different prompts, different lengths");
+10. ``overlap verdict`` – overlap_ratio and throughput_efficiency with
+    bootstrap CIs over rounds (:func:`calctl.runners.overlap.judge`): S2 only
+    when the CI of overlap_ratio lies above 0 and efficiency >= 0.80,
+    otherwise S1 with the reasons; plus the share of joint wall time during
+    which the per-chip trace shows both chips computing;
+11. ``drain``, ``reset configuration``, ``release`` (the RunContext teardown).
+
+On the mock the verdict shows that the tool tells S1 from S2; it is not
+evidence about a board (SPEC §8): the report says so. This module does not
+print or write files.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calctl.errors import CalctlError, CheckFailed, UsageError
+from calctl.package.model import ChipMode, GraphKind, Package, mask_of_chips
+from calctl.runners.context import (
+    DeviceSpec,
+    Outcome,
+    RunContext,
+    RunReport,
+    StepLog,
+    StepStatus,
+    finish,
+    outcome_of,
+    reraise_usage,
+)
+from calctl.runners.golden import GoldenResult, first_mismatch, judge as judge_golden
+from calctl.runners.overlap import ConcurrencyVerdict, Interval, Round, both_busy_fraction, judge
+from calctl.runners.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
+from calctl.runtime import GenerationId, Runtime
+from calctl.runtime.calbin import CalbinPlan
+from calctl.signing.policy import TrustPolicy
+
+#: Default mock time_scale for the PoC: simulated jobs long enough (12–20 ms) that the
+#: Python host overhead of the mock (well under 1 ms a job) does not dominate the measurement.
+POC_MOCK_TIME_SCALE = 4.0
+#: 001 §13.1: "at least 1000 requests without cross-model token, logits, KV or sequence-id crosstalk".
+CROSSTALK_GATE_REQUESTS = 1000
+GENERATION = GenerationId(1)
+
+_FLOW = (
+    "open device", "validate package", "load package", "create calbin", "check names and chip targets", "configure",
+    "allocate A/B buffers",
+)
+_ROUND_STEPS = ("concurrent rounds", "verify outputs", "overlap verdict")
+
+
+# ---------------------------------------------------------------------------
+# Step 4: exact names and chip targets, on the calbin's own plan
+
+
+def check_combined_calbin(plan: CalbinPlan, expect_models: tuple[str, ...]) -> list[str]:
+    """Every reason the calbin is not a two-model combined calbin with exactly ``expect_models`` (001 §6.1, §6.4)."""
+    pkg: Package = plan.package
+    problems: list[str] = []
+    aliases = [m.alias for m in pkg.models]
+    dup_aliases = sorted(a for a, n in Counter(aliases).items() if n > 1)
+    if dup_aliases:
+        problems.append(f"duplicate model alias {', '.join(map(repr, dup_aliases))}")
+    if set(aliases) != set(expect_models):
+        problems.append(f"the calbin's models {sorted(set(aliases))} are not exactly the expected {sorted(expect_models)}")
+    graph_names = [g.name for m in pkg.models for g in m.graphs]
+    dup_graphs = sorted(g for g, n in Counter(graph_names).items() if n > 1)
+    if dup_graphs:
+        problems.append(f"duplicate graph name {', '.join(map(repr, dup_graphs))}")
+    owner: dict[int, str] = {}
+    for m in pkg.models:
+        if m.chip_mode is not ChipMode.SCHIP or len(m.target_chips) != 1:
+            problems.append(f"model {m.alias!r} is {m.chip_mode.value} on chips {list(m.target_chips)}; "
+                            "each model must be SCHIP on exactly one chip")
+            continue
+        chip = m.target_chips[0]
+        if chip in owner:
+            problems.append(f"models {owner[chip]!r} and {m.alias!r} both target chip {chip}; each needs its own chip")
+        owner.setdefault(chip, m.alias)
+        mask = mask_of_chips([chip])
+        kinds = Counter(g.kind for g in m.graphs)
+        if kinds[GraphKind.PREFILL] != 1 or kinds[GraphKind.DECODE] != 1 or len(m.graphs) != 2:
+            problems.append(f"model {m.alias!r} has {kinds[GraphKind.PREFILL]} prefill and {kinds[GraphKind.DECODE]} "
+                            "decode graphs; expected exactly one of each")
+        for g in m.graphs:
+            if g.chip_mode is not ChipMode.SCHIP or tuple(g.target_chips) != (chip,):
+                problems.append(f"graph {g.name!r} of {m.alias!r} is {g.chip_mode.value} on chips {list(g.target_chips)}, "
+                                f"expected SCHIP on chip {chip}")
+        for sec in m.all_sections():
+            if sec.chip_mask != mask:
+                # 001 §6.2 item 4: A's sections never carry B's chip, and there is no cross-chip section.
+                problems.append(f"section {sec.name!r} of {m.alias!r} has chipMask {sec.chip_mask:#x}; "
+                                f"the model is on chip {chip} (mask {mask:#x} only)")
+    if len(pkg.models) != 2:
+        problems.append(f"the calbin holds {len(pkg.models)} model(s); the combined PoC needs two, one per chip")
+    return problems
+
+
+def parse_expect_models(text: str) -> tuple[str, ...]:
+    """``--expect-models A,B``: exactly two distinct, non-empty aliases (exact strings; no trimming of inner text)."""
+    items = tuple(p.strip() for p in text.split(","))
+    if len(items) != 2 or any(not p for p in items) or items[0] == items[1]:
+        raise UsageError(f"--expect-models {text!r}: expected two different aliases, e.g. model-a,model-b")
+    return items
+
+
+# ---------------------------------------------------------------------------
+# Rounds
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one model runs in every round, and what its output is checked against."""
+
+    alias: str
+    prompt: tuple[int, ...]
+    n_tokens: int
+    reference: str  # "golden" or "isolated run" (the second replica alias, see the module docstring)
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    index: int
+    t_a: float
+    t_b: float
+    t_joint: float
+    tokens_a: int
+    tokens_b: int
+    overlap_ratio: float
+    throughput_efficiency: float
+    both_busy_fraction: float | None  # share of the joint window with both chips computing (per-chip trace)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    alias: str
+    round: int
+    phase: str  # alone | joint
+    step: str
+    position: int  # output token index
+    expected: int | None
+    got: int | None
+
+    def describe(self) -> str:
+        return (f"{self.alias}: round {self.round} ({self.phase}): {self.step}: output token {self.position}: "
+                f"expected {self.expected}, got {self.got}")
+
+
+class _Checker:
+    """Checks every output against its workload's reference and keeps the evidence (001 §13.1)."""
+
+    def __init__(self, workloads: dict[str, Workload], golden: dict[str, GoldenData]) -> None:
+        self.workloads = workloads
+        self.reference: dict[str, tuple[int, ...] | None] = {
+            a: golden[a].tokens[: w.n_tokens] if w.reference == "golden" else None for a, w in workloads.items()
+        }
+        self.mismatches: list[Mismatch] = []
+        self.generations = 0
+        self.tokens = 0
+        self._lock = threading.Lock()
+
+    def check(self, alias: str, rnd: int, phase: str, got: tuple[int, ...]) -> None:
+        with self._lock:
+            ref = self.reference[alias]
+            if ref is None:  # the first isolated run of a non-golden workload becomes its reference
+                self.reference[alias] = ref = got
+            self.generations += 1
+            self.tokens += len(got)
+            bad = first_mismatch(ref, got)
+            if bad is not None:
+                self.mismatches.append(Mismatch(alias, rnd, phase, step_name(bad), bad, ref[bad] if bad < len(ref) else None,
+                                                got[bad] if bad < len(got) else None))
+
+
+def _workloads(pkg: Package, aliases: tuple[str, ...], golden: dict[str, GoldenData]) -> dict[str, Workload]:
+    out: dict[str, Workload] = {}
+    first = golden[aliases[0]]
+    for i, alias in enumerate(aliases):
+        g = golden[alias]
+        if i == 1 and g.prompt == first.prompt:
+            # Replica (Phase 2): same weights, same golden prompt -> identical outputs would hide crosstalk.
+            # Give the second alias a shorter prompt; its first isolated run becomes the reference.
+            cut = max(1, (2 * len(g.prompt)) // 3)
+            out[alias] = Workload(alias, g.prompt[:cut], len(g.tokens), "isolated run")
+        else:
+            out[alias] = Workload(alias, g.prompt, len(g.tokens), "golden")
+        cap = pkg.model(alias).decode.max_seq
+        w = out[alias]
+        if len(w.prompt) + w.n_tokens - 1 > cap:
+            out[alias] = Workload(alias, w.prompt, cap - len(w.prompt) + 1, w.reference)
+    return out
+
+
+def _generate(rt: Runtime, pkg: Package, w: Workload, bufs: JobBuffers, timeout_s: float) -> tuple[int, ...]:
+    progress = GreedyProgress(w.alias)
+    greedy_run(rt, pkg.model(w.alias), w.prompt, w.n_tokens, progress=progress, generation=GENERATION,
+               step_timeout_s=timeout_s, buffers=bufs)
+    return tuple(progress.tokens)
+
+
+def _joint(rt: Runtime, pkg: Package, loads: list[Workload], bufs: dict[str, JobBuffers],
+           timeout_s: float) -> tuple[float, int, int, list[tuple[int, ...]]]:
+    """A and B together, one thread each, released by one barrier. Returns (seconds, start_ns, end_ns, outputs)."""
+    outputs: list[tuple[int, ...] | None] = [None] * len(loads)
+    errors: list[BaseException | None] = [None] * len(loads)
+    barrier = threading.Barrier(len(loads) + 1)
+
+    def work(i: int) -> None:
+        try:
+            barrier.wait()
+            outputs[i] = _generate(rt, pkg, loads[i], bufs[loads[i].alias], timeout_s)
+        except BaseException as exc:  # handed to the main thread below
+            errors[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,), name=f"poc-{w.alias}", daemon=True) for i, w in enumerate(loads)]
+    for t in threads:
+        t.start()
+    try:
+        barrier.wait()
+        start_ns, t0 = time.monotonic_ns(), time.perf_counter()
+        for t in threads:
+            t.join()
+        seconds, end_ns = time.perf_counter() - t0, time.monotonic_ns()
+    except BaseException:
+        # Ctrl-C: let the workers finish their bounded workloads before the teardown drains the board.
+        barrier.abort()
+        for t in threads:
+            t.join(timeout_s)
+        raise
+    failures = [e for e in errors if e is not None]
+    if failures:
+        raise next((e for e in failures if isinstance(e, StepTimedOut)), failures[0])
+    return seconds, start_ns, end_ns, [o for o in outputs if o is not None]
+
+
+def _both_busy(rt: Runtime, start_ns: int, end_ns: int) -> float | None:
+    intervals = [Interval(e.chip, e.start_ns / 1e9, e.end_ns / 1e9)
+                 for e in rt.trace(since_ns=start_ns) if e.start_ns is not None and e.end_ns is not None]
+    return both_busy_fraction(intervals, (start_ns / 1e9, end_ns / 1e9))
+
+
+# ---------------------------------------------------------------------------
+# The runner
+
+
+def run_poc_combined(
+    package: Path,
+    *,
+    trust: TrustPolicy,
+    device: DeviceSpec,
+    expect_models: tuple[str, ...],
+    rounds: int = 8,
+    step_timeout_s: float = 30.0,
+    require_s2: bool = False,
+    log: StepLog | None = None,
+) -> RunReport:
+    """``calctl poc combined``: the 001 §6.4 flow. Verdict S1/S2 when it ran to the end, else FAIL/TIMEOUT/ERROR.
+
+    Exit 0 for S1 or S2 (both are findings), unless ``require_s2`` makes S1 exit 1;
+    exit 1 for a refused package or any output mismatch; 4 for a hang; 3 for a
+    device error; 130 for Ctrl-C. On the mock the time scale defaults to
+    :data:`POC_MOCK_TIME_SCALE`.
+    """
+    if rounds < 2:
+        raise UsageError(f"--rounds {rounds}: at least 2 rounds are needed for a confidence interval (001 §13.2)")
+    if len(expect_models) != 2 or len(set(expect_models)) != 2:
+        raise UsageError("--expect-models: expected two different aliases, e.g. model-a,model-b")
+    t0 = time.perf_counter()
+    log = log or StepLog()
+    device = device.with_default_time_scale(POC_MOCK_TIME_SCALE)
+    ctx = RunContext(package, trust=trust, device=device, log=log, expect_models=expect_models)
+    body: dict[str, Any] = {"expect_models": list(expect_models), "rounds_requested": rounds}
+    found = _Found()
+    outcome, error = Outcome.PASS, None
+    try:
+        with ctx:
+            try:
+                _flow(ctx, log, expect_models, rounds, step_timeout_s, body, found)
+            except BaseException as exc:
+                failed = log.records[-1].name if log.records else "start"
+                planned = _FLOW + tuple(f"golden {a}" for a in expect_models) + _ROUND_STEPS
+                done = {r.name for r in log.records}
+                for name in planned:
+                    if name not in done:
+                        log.skip(name, f"not reached: {failed} ended {outcome_of(exc).value}")
+                raise
+    except (CalctlError, KeyboardInterrupt) as exc:
+        reraise_usage(exc)
+        outcome, error = outcome_of(exc), str(exc) or type(exc).__name__
+
+    verdict, checker = found.verdict, found.checker
+    body["golden"] = found.goldens
+    if checker is not None:
+        body["crosstalk"] = {
+            "checked_generations": checker.generations,
+            "checked_tokens": checker.tokens,
+            "mismatches": [m.describe() for m in checker.mismatches[:20]],
+            "mismatch_count": len(checker.mismatches),
+            "gate_requests": CROSSTALK_GATE_REQUESTS,
+            "meets_gate": checker.generations >= CROSSTALK_GATE_REQUESTS and not checker.mismatches,
+            "note": f"001 §13.1 asks for >= {CROSSTALK_GATE_REQUESTS} requests without crosstalk; "
+                    f"{checker.generations} generation(s) were checked here",
+        }
+    if verdict is not None:
+        body["overlap_ratio"] = verdict.overlap_ratio.as_dict()
+        body["throughput_efficiency"] = verdict.throughput_efficiency.as_dict()
+        body["both_busy_fraction"] = verdict.both_busy_fraction
+        body["reasons"] = list(verdict.reasons)
+    body["capability"] = _capability(device, verdict, outcome)
+    if outcome is not Outcome.PASS or verdict is None:
+        final, code = outcome.value, outcome.exit_code
+    elif require_s2 and verdict.verdict != "S2":
+        final, code, error = verdict.verdict, Outcome.FAIL.exit_code, "S2 was required (--require-s2): " + "; ".join(verdict.reasons)
+    else:
+        final, code = verdict.verdict, 0
+    return finish(ctx, "poc combined", final, code, body, error, t0)
+
+
+@dataclass
+class _Found:
+    """What the flow established so far; kept when a later step fails, so the report keeps the evidence."""
+
+    goldens: list[GoldenResult] = field(default_factory=list)
+    checker: _Checker | None = None
+    verdict: ConcurrencyVerdict | None = None
+
+
+def _flow(
+    ctx: RunContext, log: StepLog, expect: tuple[str, ...], rounds: int, timeout_s: float, body: dict[str, Any],
+    found: _Found,
+) -> None:
+    ctx.open_device()
+    ctx.validate()
+    pkg = ctx.load()
+    calbin = ctx.create_calbin()
+    rt = ctx.rt
+    assert rt is not None
+    aliases = tuple(m.alias for m in pkg.models if m.alias in expect)
+    body["phase"] = "001 §12 Phase 2 (one model on both chips)" if pkg.kind == "replica" else "001 §12 Phase 3 (two models)"
+
+    with log.step("check names and chip targets") as note:
+        problems = check_combined_calbin(calbin.plan, expect)
+        if problems:
+            raise CheckFailed("combined calbin refused before configure (001 §6.4): " + "; ".join(problems))
+        placement = {a: (pkg.model(a).target_chips[0], [g.name for g in pkg.model(a).graphs]) for a in aliases}
+        body["placement"] = {a: {"chip": chip, "graphs": graphs} for a, (chip, graphs) in placement.items()}
+        note.detail = "; ".join(f"{a} -> chip{chip} ({', '.join(graphs)})" for a, (chip, graphs) in placement.items())
+
+    ctx.configure()
+    with ExitStack() as buffers:
+        with log.step("allocate A/B buffers") as note:
+            bufs: dict[str, JobBuffers] = {}
+            for a in aliases:
+                m = pkg.model(a)
+                pi, po = buffers.enter_context(rt.job_buffers(m.prefill.name))
+                di, do = buffers.enter_context(rt.job_buffers(m.decode.name))
+                bufs[a] = JobBuffers(pi, po, di, do)
+            ids = {a: b.ids for a, b in bufs.items()}
+            shared = set(ids[aliases[0]]) & set(ids[aliases[1]])
+            if shared:  # pragma: no cover - a runtime bug: buffers are per allocation
+                raise CheckFailed(f"buffers {sorted(shared)} are shared between the models")
+            body["buffers"] = {a: list(v) for a, v in ids.items()}
+            note.detail = "; ".join(f"{a}: buffers {list(v)}" for a, v in ids.items()) + " (none shared)"
+
+        golden = {a: GoldenData.load(pkg, a) for a in aliases}
+        for a in aliases:  # A golden, then B golden (serially, 001 §12 Phase 2 step 2)
+            with log.step(f"golden {a}") as note:
+                progress = GreedyProgress(a)
+                g0 = time.perf_counter()
+                try:
+                    greedy_run(rt, pkg.model(a), golden[a].prompt, len(golden[a].tokens), progress=progress,
+                               generation=GENERATION, step_timeout_s=timeout_s, buffers=bufs[a])
+                except StepTimedOut:
+                    found.goldens.append(judge_golden(golden[a], progress, time.perf_counter() - g0))
+                    raise
+                r = judge_golden(golden[a], progress, time.perf_counter() - g0)
+                found.goldens.append(r)
+                if not r.ok:
+                    raise CheckFailed(f"golden failed: {r.reason}")
+                note.detail = f"{len(r.got_tokens)} tokens exact, logits max |err| {r.prefill_max_abs_err:.2g}"
+
+        loads = _workloads(pkg, aliases, golden)
+        body["workloads"] = [{"alias": w.alias, "prompt_tokens": len(w.prompt), "output_tokens": w.n_tokens,
+                              "reference": w.reference} for w in loads.values()]
+        checker = found.checker = _Checker(loads, golden)
+        wa, wb = (loads[x] for x in aliases)
+        results: list[RoundResult] = []
+        with log.step("concurrent rounds") as note:
+            for k in range(rounds):
+                s = time.perf_counter()
+                out_a = _generate(rt, pkg, wa, bufs[wa.alias], timeout_s)
+                t_a = time.perf_counter() - s
+                checker.check(wa.alias, k, "alone", out_a)
+                s = time.perf_counter()
+                out_b = _generate(rt, pkg, wb, bufs[wb.alias], timeout_s)
+                t_b = time.perf_counter() - s
+                checker.check(wb.alias, k, "alone", out_b)
+                t_j, w0, w1, (joint_a, joint_b) = _joint(rt, pkg, [wa, wb], bufs, timeout_s)
+                checker.check(wa.alias, k, "joint", joint_a)
+                checker.check(wb.alias, k, "joint", joint_b)
+                rnd = Round(t_a, t_b, t_j, len(out_a), len(out_b), len(joint_a) + len(joint_b))
+                results.append(RoundResult(k, t_a, t_b, t_j, len(out_a), len(out_b), rnd.overlap_ratio, rnd.efficiency,
+                                           _both_busy(rt, w0, w1)))
+            body["rounds"] = results
+            note.detail = (f"{rounds} rounds of {wa.alias} alone, {wb.alias} alone, both together; "
+                           f"mean joint {sum(r.t_joint for r in results) / rounds * 1e3:.1f} ms vs serial "
+                           f"{sum(r.t_a + r.t_b for r in results) / rounds * 1e3:.1f} ms")
+
+    with log.step("verify outputs") as note:
+        note.detail = f"{checker.generations} generations, {checker.tokens} tokens checked"
+        if checker.mismatches:
+            first = checker.mismatches[0]
+            raise CheckFailed(f"output mismatch (crosstalk?): {first.describe()}"
+                              + (f" and {len(checker.mismatches) - 1} more" if len(checker.mismatches) > 1 else ""))
+        note.detail += ", all equal to their reference (no crosstalk)"
+
+    with log.step("overlap verdict") as note:
+        busy = [r.both_busy_fraction for r in results if r.both_busy_fraction is not None]
+        mean_busy = sum(busy) / len(busy) if busy else None
+        verdict = judge([Round(r.t_a, r.t_b, r.t_joint, r.tokens_a, r.tokens_b, r.tokens_a + r.tokens_b) for r in results],
+                        both_busy=mean_busy)
+        reasons = list(verdict.reasons)
+        if mean_busy is not None:
+            reasons.append(f"per-chip trace: both chips computing during {mean_busy:.0%} of the joint wall time")
+        verdict = ConcurrencyVerdict(verdict.verdict, verdict.overlap_ratio, verdict.throughput_efficiency,
+                                     verdict.both_busy_fraction, tuple(reasons))
+        o, e = verdict.overlap_ratio, verdict.throughput_efficiency
+        note.detail = (f"{verdict.verdict}: overlap_ratio {_f(o.mean)} [{_f(o.ci_low)}, {_f(o.ci_high)}], "
+                       f"efficiency {_f(e.mean)} [{_f(e.ci_low)}, {_f(e.ci_high)}]")
+        if verdict.verdict != "S2":
+            note.status = StepStatus.WARN
+    found.verdict = verdict
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _capability(device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: Outcome) -> str:
+    """What the run may be cited for (001 §1 C0–C4, S1/S2; SPEC §8)."""
+    if device.is_mock:
+        return ("not evidence: a mock result shows the tool tells S1 from S2; the board's dual-chip concurrency stays "
+                "C3 until a --device calrt run with a vendor combined calbin measures it (001 §1, §6.4)")
+    if verdict is None or outcome is not Outcome.PASS:
+        return "no claim: the PoC did not run to its verdict on this board"
+    if verdict.verdict == "S2":
+        return ("measured S2 on this board for this package digest and runtime version (001 §13.2 evidence, C0 for this "
+                "configuration); S2 for the product still needs the §13.2 latency and §13.1 1000-request gates")
+    return "measured S1 only on this board for this package and runtime: the chips did not compute concurrently"
+
+
+__all__ = [
+    "CROSSTALK_GATE_REQUESTS", "POC_MOCK_TIME_SCALE", "Mismatch", "RoundResult", "Workload", "check_combined_calbin",
+    "parse_expect_models", "run_poc_combined",
+]

@@ -1,0 +1,125 @@
+"""The serving engine: DeviceSupervisor + one ModelWorker per alias + a Router by ``model`` (001 §4).
+
+:class:`ServingEngine` implements :class:`calctl.serving.protocol.Engine` for the
+HTTP layer; soak and bench tools drive the same object without HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Mapping
+
+from calctl.serving.core.admission import ModelState
+from calctl.serving.engine.metrics import ChipSnapshot, EngineSnapshot, SnapshotCollector
+from calctl.serving.engine.streams import EngineStream
+from calctl.serving.engine.supervisor import DeviceSupervisor, SupervisorOptions
+from calctl.serving.engine.worker import ModelWorker, WorkerOptions
+from calctl.serving.protocol import EngineRejection, GenerationRequest, ModelInfo, RejectCode
+from calctl.serving.text import TextCodec
+
+
+class ServingEngine:
+    """Router by exact alias (001 §10.1) over the supervisor's workers."""
+
+    def __init__(self, supervisor: DeviceSupervisor) -> None:
+        self.supervisor = supervisor
+        self._draining = False
+        self._created = int(time.time())
+        supervisor.metrics.add_collector(SnapshotCollector(self.snapshot))
+
+    # -- routing -------------------------------------------------------------------------
+
+    def _worker(self, alias: str) -> ModelWorker:
+        w = self.supervisor.workers.get(alias)  # exact match only: no case folding, no prefixes
+        if w is None:
+            known = ", ".join(sorted(self.supervisor.workers)) or "none"
+            raise EngineRejection(RejectCode.MODEL_NOT_FOUND, f"model {alias!r} does not exist (served models: {known})",
+                                  param="model")
+        return w
+
+    def codec(self, alias: str) -> TextCodec:
+        return self._worker(alias).codec
+
+    def context_limit(self, alias: str) -> int:
+        w = self._worker(alias)
+        return min(w.model.architecture.context_limit, w.model.prefill.max_seq)
+
+    def models(self) -> list[ModelInfo]:
+        return [
+            ModelInfo(alias, w.state.value, w.generation if w.is_ready() else None, self.context_limit(alias), self._created)
+            for alias, w in self.supervisor.workers.items()
+        ]
+
+    def submit(self, request: GenerationRequest) -> EngineStream:
+        w = self._worker(request.alias)
+        if self._draining:
+            raise EngineRejection(RejectCode.UNAVAILABLE, "the server is shutting down", retry_after_s=1.0)
+        loop = asyncio.get_running_loop()
+        stream = EngineStream(
+            request.request_id, loop,
+            on_cancel=lambda rid, reason: w.cancel(rid, reason),
+            on_finish=lambda rid, reason: w.cancel(rid, "stop sequence", stop=True),
+        )
+        w.submit(request, stream)
+        return stream
+
+    def submit_threadsafe(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> EngineStream:
+        """For tools driving the engine from their own loop thread (soak, bench)."""
+        w = self._worker(request.alias)
+        stream = EngineStream(request.request_id, loop, on_cancel=lambda rid, reason: w.cancel(rid, reason),
+                              on_finish=lambda rid, reason: w.cancel(rid, "stop sequence", stop=True))
+        w.submit(request, stream)
+        return stream
+
+    def cancel(self, request_id: str) -> bool:
+        return any(w.cancel(request_id, "operator cancel") for w in self.supervisor.workers.values())
+
+    # -- health --------------------------------------------------------------------------
+
+    def is_ready(self, alias: str | None = None) -> bool:
+        if alias is not None:
+            w = self.supervisor.workers.get(alias)
+            return w is not None and w.is_ready()
+        workers = self.supervisor.workers.values()
+        return bool(workers) and all(w.is_ready() for w in workers)
+
+    def is_draining(self) -> bool:
+        return self._draining
+
+    def start_draining(self) -> None:
+        self._draining = True
+
+    async def admin(self, alias: str, action: str) -> Mapping[str, Any]:
+        self._worker(alias)
+        fn = {"load": self.supervisor.load, "unload": self.supervisor.unload, "reload": self.supervisor.reload}[action]
+        try:
+            return await asyncio.to_thread(fn)
+        except Exception as exc:  # report, never crash the server on an admin action
+            return {"ok": False, "action": action, "detail": f"{type(exc).__name__}: {exc}"}
+
+    # -- observation ----------------------------------------------------------------------
+
+    def snapshot(self) -> EngineSnapshot:
+        chips = []
+        try:
+            for m in self.supervisor.rt.memory_usage():
+                chips.append(ChipSnapshot(m.chip, m.used_bytes, m.total_bytes))
+        except Exception:
+            chips = []
+        return EngineSnapshot([w.snapshot() for w in self.supervisor.workers.values()], chips)
+
+    def metrics_text(self) -> bytes:
+        return self.supervisor.metrics.text()
+
+    def status(self) -> dict[str, Any]:
+        sup = self.supervisor
+        return {
+            "models": {a: {"state": w.state.value, "generation": w.generation, "live_requests": w.live_requests()}
+                       for a, w in sup.workers.items()},
+            "package_digest": sup.loaded.digest if sup.loaded else None,
+            "recoveries": sup.isolation_evidence(),
+        }
+
+
+__all__ = ["ServingEngine", "DeviceSupervisor", "SupervisorOptions", "WorkerOptions", "ModelState"]

@@ -1,0 +1,130 @@
+"""Prometheus metrics of the serving engine (000 §16, 001 §14).
+
+Every family has the ``calctl_`` prefix and a unit suffix; counters end in
+``_total``. Labels are bounded: model alias, generation, graph, queue class,
+reason/outcome enums, tenant names from configuration and, on internal
+families, chip. Request and job ids never become labels (they go to logs).
+A per-chip figure the runtime cannot give is NaN, never 0 (001 §14).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+# Latency buckets from 5 ms to 480 s (000 §16: long prefills and queue waits must stay visible).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 240, 480)
+FILL_BUCKETS = (0.0625, 0.125, 0.25, 0.5, 0.75, 1.0)
+
+
+class EngineMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("calctl_requests_total", "Requests by terminal outcome.", ["model", "outcome"], registry=r)
+        self.admission = Counter("calctl_admission_decisions_total", "Admission decisions (000 §5.2).", ["model", "verdict"], registry=r)
+        self.tokens = Counter("calctl_generated_tokens_total", "Tokens delivered to clients.", ["model"], registry=r)
+        self.prompt_tokens = Counter("calctl_prompt_tokens_total", "Prompt tokens admitted.", ["model"], registry=r)
+        self.tenant_tokens = Counter("calctl_tenant_service_tokens_total", "Tokens served per tenant (000 §5.3).",
+                                     ["model", "tenant"], registry=r)
+        self.jobs = Counter("calctl_jobs_total", "Device jobs by graph kind and result.", ["model", "graph", "result"], registry=r)
+        self.device_errors = Counter("calctl_device_errors_total", "Runtime errors by class.", ["model", "error"], registry=r)
+        self.submit_busy = Counter("calctl_submit_busy_retries_total", "DeviceBusy at submit, retried with backoff.", ["model"], registry=r)
+        self.stale = Counter("calctl_stale_completions_total", "Completions dropped as stale (000 §4).", ["model"], registry=r)
+        self.recoveries = Counter("calctl_recoveries_total", "Recoveries by fault and reset scope.", ["model", "reason", "scope"], registry=r)
+        self.lifecycle = Histogram("calctl_lifecycle_duration_seconds", "Load/configure/warmup/drain/unload durations.",
+                                   ["model", "phase"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("calctl_ttft_seconds", "Time to first token.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram("calctl_tpot_seconds", "Time per output token after the first.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_time = Histogram("calctl_queue_time_seconds", "Arrival to first device job.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.e2e = Histogram("calctl_e2e_seconds", "Arrival to terminal event.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.job_seconds = Histogram("calctl_job_duration_seconds", "Device job duration (submit to completion).",
+                                     ["model", "graph"], buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_fill = Histogram("calctl_batch_fill_ratio", "Active lanes / compiled batch (000 §16).", ["model"],
+                                    buckets=FILL_BUCKETS, registry=r)
+        self.downgrades = Counter("calctl_executor_downgrades_total", "Executor mode downgrades (000 §14).",
+                                  ["model", "reason"], registry=r)
+
+    def add_collector(self, collector: Collector) -> None:
+        self.registry.register(collector)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class SnapshotCollector(Collector):
+    """Gauges computed at scrape time from the engine's snapshots (queues, KV, states, chips)."""
+
+    def __init__(self, snapshot: Callable[[], "EngineSnapshot"]) -> None:
+        self._snapshot = snapshot
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        snap = self._snapshot()
+        state = GaugeMetricFamily("calctl_model_state", "1 for the alias's current lifecycle state (001 §11.1).",
+                                  labels=["model", "state"])
+        gen = GaugeMetricFamily("calctl_model_generation", "Current ModelGeneration id.", labels=["model"])
+        queue = GaugeMetricFamily("calctl_queue_depth", "Queued requests by class (000 §6).", labels=["model", "queue"])
+        waiting = GaugeMetricFamily("calctl_waiting_requests", "Requests waiting for admission.", labels=["model"])
+        waiting_tok = GaugeMetricFamily("calctl_waiting_prompt_tokens", "Prompt tokens waiting for admission.", labels=["model"])
+        kv = GaugeMetricFamily("calctl_kv_lanes", "KV lanes by state (000 §9.1).", labels=["model", "state"])
+        kv_tok = GaugeMetricFamily("calctl_kv_reserved_tokens", "KV tokens reserved by admitted requests.", labels=["model"])
+        inflight = GaugeMetricFamily("calctl_executor_inflight_jobs", "Jobs in flight (000 §14).", labels=["model"])
+        quarantined = GaugeMetricFamily("calctl_quarantined_jobs", "Timed-out jobs whose buffers are held (000 §12).", labels=["model"])
+        mode = GaugeMetricFamily("calctl_executor_mode", "1 for the executor mode in use.", labels=["model", "mode"])
+        mem = GaugeMetricFamily("calctl_chip_memory_used_bytes", "Per-chip DRAM in use (internal; NaN = not reported).", labels=["chip"])
+        memt = GaugeMetricFamily("calctl_chip_memory_total_bytes", "Per-chip DRAM size (internal; NaN = not reported).", labels=["chip"])
+        for m in snap.models:
+            for s in ALL_STATES:
+                state.add_metric([m.alias, s], 1.0 if s == m.state else 0.0)
+            gen.add_metric([m.alias], float(m.generation) if m.generation is not None else math.nan)
+            for q, depth in m.queues.items():
+                queue.add_metric([m.alias, q], float(depth))
+            waiting.add_metric([m.alias], float(m.waiting_requests))
+            waiting_tok.add_metric([m.alias], float(m.waiting_prompt_tokens))
+            for s, n in m.kv_lanes.items():
+                kv.add_metric([m.alias, s], float(n))
+            kv_tok.add_metric([m.alias], float(m.kv_reserved_tokens))
+            inflight.add_metric([m.alias], float(m.inflight_jobs))
+            quarantined.add_metric([m.alias], float(m.quarantined_jobs))
+            mode.add_metric([m.alias, m.executor_mode], 1.0)
+        for c in snap.chips:
+            mem.add_metric([str(c.chip)], math.nan if c.used_bytes is None else float(c.used_bytes))
+            memt.add_metric([str(c.chip)], math.nan if c.total_bytes is None else float(c.total_bytes))
+        yield from (state, gen, queue, waiting, waiting_tok, kv, kv_tok, inflight, quarantined, mode, mem, memt)
+
+
+ALL_STATES = ("Unloaded", "Validating", "Configuring", "Warming", "Ready", "Draining", "Unloading", "Recovering", "Failed")
+
+
+class ModelSnapshot:
+    __slots__ = ("alias", "state", "generation", "queues", "waiting_requests", "waiting_prompt_tokens", "kv_lanes",
+                 "kv_reserved_tokens", "inflight_jobs", "quarantined_jobs", "executor_mode")
+
+    def __init__(self, alias: str, state: str, generation: int | None, queues: dict[str, int], waiting_requests: int,
+                 waiting_prompt_tokens: int, kv_lanes: dict[str, int], kv_reserved_tokens: int, inflight_jobs: int,
+                 quarantined_jobs: int, executor_mode: str) -> None:
+        self.alias, self.state, self.generation = alias, state, generation
+        self.queues, self.waiting_requests, self.waiting_prompt_tokens = queues, waiting_requests, waiting_prompt_tokens
+        self.kv_lanes, self.kv_reserved_tokens = kv_lanes, kv_reserved_tokens
+        self.inflight_jobs, self.quarantined_jobs, self.executor_mode = inflight_jobs, quarantined_jobs, executor_mode
+
+
+class ChipSnapshot:
+    __slots__ = ("chip", "used_bytes", "total_bytes")
+
+    def __init__(self, chip: int, used_bytes: int | None, total_bytes: int | None) -> None:
+        self.chip, self.used_bytes, self.total_bytes = chip, used_bytes, total_bytes
+
+
+class EngineSnapshot:
+    __slots__ = ("models", "chips")
+
+    def __init__(self, models: list[ModelSnapshot], chips: list[ChipSnapshot]) -> None:
+        self.models, self.chips = models, chips

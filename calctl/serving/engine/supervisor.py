@@ -1,0 +1,481 @@
+"""DeviceSupervisor: the one owner of the board and of the model lifecycle (001 §4, §10.2, §11; 000 §10–§12).
+
+* **Load** follows the 11 steps of 000 §11: resolve the trusted package, verify
+  signature and hashes and run the static validator (one call:
+  ``calctl.package.validate``), plan capacity per chip (``calctl.budget``),
+  take the lifecycle lock, drain what is served, create the calbin and
+  configure once, cross-check tensors/profiles with the configuration, run
+  golden + warm-up per alias, then publish every alias atomically; the previous
+  package stays referenced for rollback.
+* **Unload** drains with a deadline (000 §12); jobs still in flight at the
+  deadline make the model Recovering (buffers are never freed under a job).
+* A combined package is one calbin: reload or unload of either alias
+  reconfigures the whole package and both aliases stop together (001 §11.2).
+* **Recovery** (001 §11.3): a worker reports a timeout or fault; the supervisor
+  asks the runtime for the narrowest reset scope it grants (chip, else board),
+  re-runs golden + warm-up on what was reset, and records which aliases the
+  fault touched, so the isolation grade (F0/F1/F2, 001 §13.4) is observed, not
+  assumed.
+
+The lifecycle lock is held for load/unload/reset only, never around a normal
+wait (001 §10.3).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from calctl.budget import BudgetPolicy, Verdict as BudgetVerdict, max_kv_tokens, max_sequences, run_budget
+from calctl.budget.plan import plan_from_package
+from calctl.errors import CalctlError, CheckFailed, ConfigError
+from calctl.package import archive
+from calctl.package.info import package_digest
+from calctl.package.model import Package
+from calctl.package.reader import load_manifest
+from calctl.package.validate import ValidationPolicy, validate
+from calctl.runners.golden import run_golden_model
+from calctl.runners.warmup import run_warmup_model
+from calctl.runtime.errors import DeviceLost, NotSupported, RuntimeLayerError, RuntimeStatus
+from calctl.runtime.interface import Runtime
+from calctl.runtime.types import GenerationId as RtGenerationId
+from calctl.serving.config import (
+    DualModelConfig,
+    SchedulerConfig,
+    cross_check_dual_model,
+    default_scheduler_config,
+    scheduler_settings,
+)
+from calctl.serving.core.admission import ModelState
+from calctl.serving.engine.metrics import EngineMetrics
+from calctl.serving.engine.worker import ModelWorker, RecoveryRequest, WorkerOptions
+from calctl.serving.text import TextCodec
+from calctl.signing.policy import TrustPolicy
+
+log = logging.getLogger("calctl.serve")
+
+
+@dataclass
+class SupervisorOptions:
+    warmup_iterations: int = 3
+    step_timeout_s: float = 30.0
+    drain_deadline_s: float = 30.0
+    job_timeout_s: float = 30.0
+    max_resets_per_10min: int = 2
+    restart_on_unknown_dma: bool = True
+
+
+@dataclass
+class RecoveryRecord:
+    """One observed recovery: the evidence behind an F0/F1/F2 grade (001 §13.4)."""
+
+    alias: str
+    reason: str
+    runtime_status: str | None
+    scope: str
+    affected_aliases: tuple[str, ...]
+    ok: bool
+    seconds: float
+    at: float
+    detail: str = ""
+
+
+@dataclass
+class LoadedPackage:
+    source: Path
+    root: Path
+    package: Package
+    digest: str | None
+    temp_dir: Path | None = None
+
+
+@dataclass
+class LifecycleEvent:
+    at: float
+    alias: str
+    state: str
+    detail: str = ""
+
+
+class DeviceSupervisor:
+    def __init__(
+        self,
+        rt: Runtime,
+        *,
+        trust: TrustPolicy,
+        dual_config: DualModelConfig | None = None,
+        scheduler_configs: dict[str, SchedulerConfig] | None = None,
+        options: SupervisorOptions | None = None,
+        metrics: EngineMetrics | None = None,
+        worker_options: WorkerOptions | None = None,
+        budget_policy: BudgetPolicy | None = None,
+    ) -> None:
+        self.rt = rt
+        self.trust = trust
+        self.dual_config = dual_config
+        self.scheduler_configs = scheduler_configs or {}
+        self.options = options or SupervisorOptions()
+        self.metrics = metrics or EngineMetrics()
+        self.worker_options = worker_options or WorkerOptions(job_timeout_s=self.options.job_timeout_s)
+        self.budget_policy = budget_policy or BudgetPolicy()
+        self.workers: dict[str, ModelWorker] = {}
+        self.loaded: LoadedPackage | None = None
+        self.previous: LoadedPackage | None = None  # 000 §11 step 11: retained for rollback
+        self.recoveries: list[RecoveryRecord] = []
+        self.history: list[LifecycleEvent] = []
+        self._lifecycle = threading.Lock()
+        self._generation = 0
+        self._resets: deque[float] = deque()
+        self._closed = False
+
+    # ------------------------------------------------------------------ helpers
+
+    def _event(self, alias: str, state: ModelState | str, detail: str = "") -> None:
+        name = state.value if isinstance(state, ModelState) else state
+        self.history.append(LifecycleEvent(time.monotonic(), alias, name, detail))
+        log.info("model %s -> %s %s", alias, name, detail)
+
+    def _next_generation(self) -> int:
+        self._generation += 1
+        return self._generation
+
+    def _set_all(self, state: ModelState, *, admission: ModelState | None = None, detail: str = "") -> None:
+        for alias, w in self.workers.items():
+            w.set_state(state, admission=admission)
+            self._event(alias, state, detail)
+
+    # ------------------------------------------------------------------ load (000 §11)
+
+    def _resolve(self, source: Path) -> LoadedPackage:
+        """Step 1: a trusted, stable directory for the package (a tar is extracted safely and kept)."""
+        source = Path(source)
+        if not source.exists():
+            raise ConfigError(f"{source}: no such package")
+        if source.is_dir():
+            root, tmp = source.resolve(), None
+        else:
+            tmp = Path(tempfile.mkdtemp(prefix="calctl-serve-"))
+            try:
+                root = archive.extract_package(source, tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        pkg = load_manifest(root)
+        return LoadedPackage(source, root, pkg, package_digest(root), tmp)
+
+    def _check(self, lp: LoadedPackage) -> dict[str, Any]:
+        """Steps 2–4 and 8's static half: validate, cross-check the config, plan capacity. Outside the lock."""
+        expect = tuple(m.alias for m in self.dual_config.models) if self.dual_config else None
+        profiles = tuple(sorted({p for c in self._scheduler_configs(lp.package).values() for p in c.batch.profiles}))
+        report = validate(lp.root, ValidationPolicy(trust=self.trust, expect_models=expect, profiles=profiles,
+                                                     runtime_version=self.rt.versions().runtime))
+        if not report:
+            failed = ", ".join(sorted({c.id for c in report.errors}))[:400]
+            raise CheckFailed(f"{lp.source}: package failed validation ({failed})", hint=f"run `calctl validate {lp.source}`")
+        if self.dual_config:
+            cross_check_dual_model(self.dual_config, lp.package)
+        topo = self.rt.topology()
+        dram = next((d for d in topo.dram_bytes if d), lp.package.device_cfg.chip_dram_bytes)
+        budget = run_budget(plan_from_package(lp.package, chip_dram_bytes=dram), self.budget_policy)
+        if budget.verdict is not BudgetVerdict.GO:
+            raise CheckFailed(f"{lp.source}: capacity plan is NO-GO (001 §8.2)", hint=f"run `calctl budget {lp.source}`")
+        settings = {}
+        for alias, cfg in self._scheduler_configs(lp.package).items():
+            model = lp.package.model(alias)
+            chip = model.target_chips[0]
+            seqs = max_sequences(model, dram, self.budget_policy, package=lp.package, chip=chip)
+            tokens = max_kv_tokens(model, dram, self.budget_policy, package=lp.package, chip=chip)
+            limit = self.dual_config.model(alias).context_limit if self.dual_config else None
+            settings[alias] = scheduler_settings(cfg, model, max_sequences=seqs, max_kv_tokens=tokens, context_limit=limit)
+        return settings
+
+    def _scheduler_configs(self, pkg: Package) -> dict[str, SchedulerConfig]:
+        out = {}
+        for m in pkg.models:
+            if m.alias in self.scheduler_configs:
+                out[m.alias] = self.scheduler_configs[m.alias]
+            elif self.dual_config is not None:
+                out[m.alias] = self.dual_config.model(m.alias).effective_scheduler()
+            else:
+                out[m.alias] = default_scheduler_config(m.alias)
+        return out
+
+    def start(self, source: Path) -> None:
+        """Initial load: create one worker per alias, then load. Requests may wait (WaitingModel) meanwhile."""
+        lp = self._resolve(source)
+        settings = self._check_or_fail(lp, initial=True)
+        for m in lp.package.models:
+            codec = TextCodec.from_files(lp.root / m.tokenizer.file, lp.root / m.tokenizer.config if m.tokenizer.config else None,
+                                         m.architecture.eos_token_id)
+            self.workers[m.alias] = ModelWorker(m.alias, m, codec, settings[m.alias], self.metrics,
+                                                on_recovery=self._recover_async, options=self.worker_options)
+        self._set_all(ModelState.CONFIGURING)
+        with self._lifecycle:
+            self._configure_and_publish(lp)
+
+    def _check_or_fail(self, lp: LoadedPackage, *, initial: bool) -> dict[str, Any]:
+        t0 = time.monotonic()
+        try:
+            return self._check(lp)
+        finally:
+            for m in lp.package.models:
+                self.metrics.lifecycle.labels(m.alias, "validate").observe(time.monotonic() - t0)
+
+    def _configure_and_publish(self, lp: LoadedPackage) -> None:
+        """Steps 7–10 under the lifecycle lock. On failure the new configuration is cleaned up and re-raised."""
+        t0 = time.monotonic()
+        calbin = self.rt.create_calbin(lp.package)
+        self.rt.configure(calbin)
+        for alias in self.workers:
+            self.metrics.lifecycle.labels(alias, "configure").observe(time.monotonic() - t0)
+        try:
+            gen = self._next_generation()
+            self._set_all(ModelState.WARMING, admission=ModelState.WARMING)
+            self._golden_and_warmup(lp.package, list(self.workers), gen)
+        except BaseException:
+            self._set_all(ModelState.FAILED, detail="golden/warmup failed")
+            try:
+                self.rt.reset_configuration()
+            except RuntimeLayerError:
+                pass
+            raise
+        for alias, w in self.workers.items():
+            w.publish(self.rt, gen)
+            self._event(alias, ModelState.READY, f"generation {gen}, package {lp.digest}")
+        if self.loaded is not None and self.loaded is not lp:
+            self.previous = self.loaded
+        self.loaded = lp
+
+    def _golden_and_warmup(self, pkg: Package, aliases: list[str], gen: int) -> None:
+        """Step 9: golden + warm-up gate readiness; a mismatch is a failed load, never Ready (001 §11.1)."""
+        for alias in aliases:
+            t0 = time.monotonic()
+            g = run_golden_model(self.rt, pkg, alias, generation=RtGenerationId(gen), step_timeout_s=self.options.step_timeout_s)
+            if not g.ok:
+                raise CheckFailed(f"{alias}: golden check failed before Ready: {g.reason}")
+            if self.options.warmup_iterations > 0:
+                w = run_warmup_model(self.rt, pkg, alias, iterations=self.options.warmup_iterations,
+                                     generation=RtGenerationId(gen), step_timeout_s=self.options.step_timeout_s)
+                if not w.ok:
+                    raise CheckFailed(f"{alias}: warm-up had {w.errors} error(s) in {w.iterations} iterations")
+            self.metrics.lifecycle.labels(alias, "warmup").observe(time.monotonic() - t0)
+
+    # ------------------------------------------------------------------ drain / unload (000 §12)
+
+    def _drain(self, deadline_s: float) -> bool:
+        """Stop admission (503), let admitted requests finish; True when everything drained in time."""
+        self._set_all(ModelState.DRAINING)
+        t0 = time.monotonic()
+        end = t0 + deadline_s
+        while time.monotonic() < end:
+            if all(w.drained() for w in self.workers.values()):
+                break
+            time.sleep(0.01)
+        ok = all(w.drained() for w in self.workers.values())
+        for alias in self.workers:
+            self.metrics.lifecycle.labels(alias, "drain").observe(time.monotonic() - t0)
+        return ok
+
+    def _teardown(self, reason: str) -> None:
+        """Free every sequence and the configuration; a job still in flight forces a board reset first."""
+        t0 = time.monotonic()
+        stuck = any(w.inflight() or w.quarantined() for w in self.workers.values())
+        for w in self.workers.values():
+            w.retire(reason)
+        if stuck:
+            # 000 §12: never free a buffer a job still holds -> Recovering, reset per contract.
+            self._set_all(ModelState.RECOVERING, detail="drain deadline reached with jobs in flight")
+            self._reset("board", None)
+        for w in self.workers.values():
+            w.forget_device_state()
+        try:
+            self.rt.reset_configuration()
+        except RuntimeLayerError as exc:
+            log.warning("reset_configuration failed (%s); resetting the board", exc)
+            self._reset("board", None)
+        for alias in self.workers:
+            self.metrics.lifecycle.labels(alias, "unload").observe(time.monotonic() - t0)
+
+    def unload(self, alias: str | None = None) -> dict[str, Any]:
+        """Unload the package (a combined package unloads as a whole, 001 §11.2)."""
+        with self._lifecycle:
+            if self.loaded is None:
+                return {"ok": False, "action": "unload", "detail": "nothing is loaded"}
+            drained = self._drain(self.options.drain_deadline_s)
+            self._set_all(ModelState.UNLOADING)
+            self._teardown("unload")
+            for w in self.workers.values():
+                w.detach()
+            self._set_all(ModelState.UNLOADED)
+            self.loaded = None
+            return {"ok": True, "action": "unload", "aliases": list(self.workers), "drained_in_time": drained}
+
+    def load(self, source: Path | None = None) -> dict[str, Any]:
+        with self._lifecycle:
+            if self.loaded is not None:
+                return {"ok": False, "action": "load", "detail": "a package is loaded; use reload"}
+            lp = self._resolve(source or (self.previous.source if self.previous else Path(".")))
+            self._check(lp)
+            self._set_all(ModelState.CONFIGURING)
+            self._configure_and_publish(lp)
+            return {"ok": True, "action": "load", "generation": self._generation}
+
+    def reload(self, source: Path | None = None) -> dict[str, Any]:
+        """Replace the served package. A failed check keeps the old generation serving (000 §11)."""
+        current = self.loaded
+        target = Path(source) if source else (current.source if current else None)
+        if target is None:
+            return {"ok": False, "action": "reload", "detail": "nothing to reload"}
+        lp = self._resolve(target)
+        try:
+            self._check(lp)  # steps 2–4 outside the lock: the old generation keeps serving meanwhile
+        except CalctlError as exc:
+            return {"ok": False, "action": "reload", "detail": str(exc), "serving": "previous generation"}
+        with self._lifecycle:
+            for w in self.workers.values():
+                w.set_rejecting(True)  # 503 for new requests during the reload
+            try:
+                if current is not None:
+                    self._drain(self.options.drain_deadline_s)
+                    self._set_all(ModelState.UNLOADING, detail="reload")
+                    self._teardown("reload")
+                self._set_all(ModelState.CONFIGURING, admission=ModelState.UNLOADING)
+                try:
+                    self._configure_and_publish(lp)
+                except CalctlError as exc:
+                    if current is None:
+                        raise
+                    # Roll back to the retained artifact (000 §11 step 11).
+                    log.error("reload failed (%s); rolling back to %s", exc, current.source)
+                    self._set_all(ModelState.CONFIGURING, admission=ModelState.UNLOADING, detail="rollback")
+                    self._configure_and_publish(current)
+                    return {"ok": False, "action": "reload", "detail": str(exc), "serving": "rolled back to the previous package"}
+            finally:
+                for w in self.workers.values():
+                    w.set_rejecting(False)
+            return {"ok": True, "action": "reload", "generation": self._generation, "digest": lp.digest}
+
+    # ------------------------------------------------------------------ recovery (001 §11.3)
+
+    def _recover_async(self, req: RecoveryRequest) -> None:
+        try:
+            self.recover(req)
+        except Exception:  # never let a recovery thread die silently
+            log.exception("recovery of %s failed", req.alias)
+
+    def _reset(self, scope: str, chip: int | None) -> str:
+        """Ask for ``scope``; fall back to a board reset when the runtime does not grant it. Returns what was done."""
+        if scope == "chip":
+            try:
+                self.rt.reset("chip", chip)
+                return "chip"
+            except (NotSupported, DeviceLost) as exc:
+                log.warning("chip reset not possible (%s); resetting the board", exc)
+        self.rt.reset("board", None)
+        return "board"
+
+    def recover(self, req: RecoveryRequest) -> RecoveryRecord:
+        t0 = time.monotonic()
+        with self._lifecycle:
+            if self._closed or self.loaded is None:
+                return RecoveryRecord(req.alias, req.status.value, None, "none", (), False, 0.0, t0, "not serving")
+            worker = self.workers[req.alias]
+            now = time.monotonic()
+            while self._resets and now - self._resets[0] > 600:
+                self._resets.popleft()
+            if len(self._resets) >= self.options.max_resets_per_10min:
+                worker.fail_all(f"more than {self.options.max_resets_per_10min} resets in 10 minutes")
+                self._event(req.alias, ModelState.FAILED, "reset budget exhausted (000 §15 recovery.max_resets_per_10min)")
+                rec = RecoveryRecord(req.alias, req.status.value, _status_name(req.runtime_status), "none", (req.alias,), False,
+                                     time.monotonic() - t0, t0, "reset budget exhausted")
+                self.recoveries.append(rec)
+                return rec
+            self._resets.append(now)
+            worker.set_state(ModelState.RECOVERING)
+            self._event(req.alias, ModelState.RECOVERING, f"{req.status.value}: {req.detail}")
+            worker.retire(f"{req.status.value}: {req.detail}")
+            want = "chip"
+            if req.runtime_status is RuntimeStatus.UNKNOWN_DMA_STATE and self.options.restart_on_unknown_dma:
+                want = "board"  # 000 §15 restart_on_unknown_dma: the narrowest safe scope is the whole board
+            if len(worker.chips) != 1:
+                want = "board"
+            scope = self._reset(want, worker.chips[0] if want == "chip" else None)
+            affected = [req.alias]
+            if scope == "board":
+                # The configuration and every alias went with it: reconfigure the whole package.
+                others = [a for a in self.workers if a != req.alias]
+                for a in others:
+                    self.workers[a].set_state(ModelState.RECOVERING)
+                    self.workers[a].retire("board reset")
+                    self._event(a, ModelState.RECOVERING, f"board reset for {req.alias}")
+                affected += others
+            for a in affected:
+                self.workers[a].forget_device_state()
+            ok = True
+            detail = ""
+            try:
+                gen = self._next_generation()
+                if scope == "board":
+                    self.rt.configure(self.rt.create_calbin(self.loaded.package))
+                for a in affected:
+                    self.workers[a].set_state(ModelState.WARMING, admission=ModelState.RECOVERING)
+                    self._event(a, ModelState.WARMING, f"golden + warm-up after a {scope} reset")
+                self._golden_and_warmup(self.loaded.package, affected, gen)  # 001 §13.3: golden+warmup before Ready
+                for a in affected:
+                    self.workers[a].publish(self.rt, gen)
+                    self._event(a, ModelState.READY, f"recovered, generation {gen}")
+            except CalctlError as exc:
+                ok, detail = False, str(exc)
+                for a in affected:
+                    self.workers[a].fail_all(f"recovery failed: {exc}")
+                    self._event(a, ModelState.FAILED, detail)
+            for a in affected:
+                self.metrics.recoveries.labels(a, req.status.value, scope).inc()
+            rec = RecoveryRecord(req.alias, req.status.value, _status_name(req.runtime_status), scope, tuple(affected), ok,
+                                 time.monotonic() - t0, t0, detail)
+            self.recoveries.append(rec)
+            return rec
+
+    # ------------------------------------------------------------------ shutdown
+
+    def shutdown(self, deadline_s: float | None = None) -> bool:
+        """Stop admission, drain within the deadline, release the device. True if drained cleanly."""
+        with self._lifecycle:
+            if self._closed:
+                return True
+            drained = True
+            if self.loaded is not None:
+                drained = self._drain(self.options.drain_deadline_s if deadline_s is None else deadline_s)
+                self._set_all(ModelState.UNLOADING, detail="shutdown")
+                try:
+                    self._teardown("shutdown")
+                except RuntimeLayerError as exc:
+                    log.error("teardown at shutdown failed: %s", exc)
+                self._set_all(ModelState.UNLOADED, detail="shutdown")
+            for w in self.workers.values():
+                w.detach()
+                w.stop()
+            self._closed = True
+            for lp in (self.loaded, self.previous):
+                if lp and lp.temp_dir:
+                    shutil.rmtree(lp.temp_dir, ignore_errors=True)
+            return drained
+
+    def isolation_evidence(self) -> list[dict[str, Any]]:
+        return [r.__dict__ for r in self.recoveries]
+
+
+def _status_name(status: RuntimeStatus | None) -> str | None:
+    return status.name if status is not None else None
+
+
+__all__ = ["DeviceSupervisor", "SupervisorOptions", "RecoveryRecord"]
+_ = Callable
+_ = field

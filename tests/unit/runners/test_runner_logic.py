@@ -1,0 +1,251 @@
+"""Runner logic that needs no device: golden judgement, the PoC's pre-configure check, the step log,
+device specs and the bring-up pipeline's dependency rules (issue 6)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calctl.errors import CheckFailed, ExitCode, StepTimeout, UsageError
+from calctl.package.model import ChipMode, Package, Tolerance
+from calctl.package.reader import load_manifest
+from calctl.runners.bringup import BringupConfig, BringupStep, Level, StepOutcome, run_bringup
+from calctl.runners.context import DeviceSpec, Outcome, StepLog, StepStatus, outcome_of
+from calctl.runners.golden import check_logits, first_mismatch, judge
+from calctl.runners.poc import check_combined_calbin, parse_expect_models
+from calctl.runners.steps import GoldenData, GreedyProgress, step_name
+from calctl.runtime import DeviceKind
+from calctl.runtime.calbin import CalbinPlan
+from calctl.runtime.errors import CcuException
+from calctl.signing.policy import TrustPolicy
+
+PACKAGES = Path(__file__).resolve().parents[3] / "fixtures" / "packages"
+
+
+@pytest.fixture(scope="module")
+def combined() -> Package:
+    return load_manifest(PACKAGES / "combined")
+
+
+# ---------------------------------------------------------------------------
+# golden judgement
+
+
+def test_check_logits_allclose_worst_index_and_topk() -> None:
+    want = np.array([0.0, 5.0, 1.0, 4.0, 3.0], np.float32)
+    ok = check_logits(want + 1e-6, want, rtol=1e-4, atol=1e-4, top_k=2)
+    assert ok.allclose and ok.topk_agree and ok.max_abs_err < 1e-5
+    got = want.copy()
+    got[2] += 0.5
+    bad = check_logits(got, want, rtol=1e-4, atol=1e-4, top_k=2)
+    assert not bad.allclose and bad.worst_index == 2 and bad.max_abs_err == pytest.approx(0.5)
+    assert bad.topk_agree  # 1 and 3 are still the two highest
+    swapped = check_logits(np.array([0, 5, 4.5, 1, 3], np.float32), want, rtol=1, atol=10, top_k=2)
+    assert swapped.allclose and not swapped.topk_agree and swapped.got_topk == (1, 2)
+    assert not check_logits(np.array([np.nan, 5, 1, 4, 3]), want, rtol=1, atol=1, top_k=1).allclose
+
+
+def test_first_mismatch() -> None:
+    assert first_mismatch((1, 2, 3), (1, 2, 3)) is None
+    assert first_mismatch((1, 2, 3), (1, 9, 3)) == 1
+    assert first_mismatch((1, 2, 3), (1, 2)) == 2
+    assert [step_name(i) for i in range(3)] == ["prefill", "decode[0]", "decode[1]"]
+
+
+def _golden(tokens: tuple[int, ...] = (7, 8, 9, 10)) -> GoldenData:
+    logits = np.linspace(0, 1, 16, dtype=np.float32)
+    return GoldenData("model-x", (1, 2, 3), logits, tokens, Tolerance(rtol=1e-4, atol=1e-4, top_k=3))
+
+
+def test_judge_names_model_step_and_position() -> None:
+    g = _golden()
+    good = GreedyProgress("model-x", prefill_logits=g.prefill_logits.copy(), tokens=[7, 8, 9, 10])
+    r = judge(g, good, 0.1)
+    assert r.ok and r.reason is None and r.first_mismatch is None and r.topk_agree
+
+    wrong_token = GreedyProgress("model-x", prefill_logits=g.prefill_logits.copy(), tokens=[7, 8, 4, 10])
+    r = judge(g, wrong_token, 0.1)
+    assert not r.ok and r.first_mismatch == 2
+    # output token 2 comes from decode[1], written at KV position len(prompt) + 1 = 4
+    assert r.reason == "model-x: decode[1]: output token 2, KV position 4: expected 9, got 4"
+
+    logits = g.prefill_logits.copy()
+    logits[5] += 1.0
+    r = judge(g, GreedyProgress("model-x", prefill_logits=logits, tokens=[7, 8, 9, 10]), 0.1)
+    assert not r.ok and not r.prefill_allclose
+    assert r.reason is not None and r.reason.startswith("model-x: prefill:") and "vocab index 5" in r.reason
+    assert "prompt position 2" in r.reason
+
+    r = judge(g, GreedyProgress("model-x"), 0.1)
+    assert not r.ok and "prefill" in (r.reason or "") and r.got_tokens == ()
+
+
+# ---------------------------------------------------------------------------
+# the PoC's check before configure (001 §6.4)
+
+
+def _plan(pkg: Package) -> CalbinPlan:
+    return CalbinPlan(package=pkg, graphs={}, models={}, chip_plan_bytes=())
+
+
+def _with_model(pkg: Package, index: int, **changes: object) -> Package:
+    models = list(pkg.models)
+    models[index] = dataclasses.replace(models[index], **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(pkg, models=tuple(models))
+
+
+def test_combined_check_accepts_the_sample(combined: Package) -> None:
+    assert check_combined_calbin(_plan(combined), ("model-b", "model-a")) == []  # a set: order-insensitive
+
+
+def test_combined_check_names_are_exact(combined: Package) -> None:
+    problems = check_combined_calbin(_plan(combined), ("model-a", "Model-B"))
+    assert len(problems) == 1 and "not exactly the expected" in problems[0]
+    assert check_combined_calbin(_plan(combined), ("model-a", "model-b ")) != []
+
+
+def test_combined_check_refuses_mask_overreach(combined: Package) -> None:
+    b = combined.models[1]
+    sections = (dataclasses.replace(b.sections[0], chip_mask=0b11),) + b.sections[1:]
+    problems = check_combined_calbin(_plan(_with_model(combined, 1, sections=sections)), ("model-a", "model-b"))
+    assert any("chipMask 0x3" in p and b.sections[0].name in p for p in problems)
+
+
+def test_combined_check_refuses_cross_chip_graph_section(combined: Package) -> None:
+    a = combined.models[0]
+    g = a.graphs[0]
+    graph = dataclasses.replace(g, sections=(dataclasses.replace(g.sections[0], chip_mask=0b10),) + g.sections[1:])
+    problems = check_combined_calbin(_plan(_with_model(combined, 0, graphs=(graph,) + a.graphs[1:])), ("model-a", "model-b"))
+    assert any(g.sections[0].name in p and "chip 0" in p for p in problems)
+
+
+def test_combined_check_refuses_duplicate_names_and_shared_chips(combined: Package) -> None:
+    a, b = combined.models
+    renamed = tuple(dataclasses.replace(g, name=a.graphs[i].name) for i, g in enumerate(b.graphs))
+    problems = check_combined_calbin(_plan(_with_model(combined, 1, graphs=renamed)), ("model-a", "model-b"))
+    assert any("duplicate graph name" in p for p in problems)
+    dup = dataclasses.replace(combined, models=(a, dataclasses.replace(b, alias="model-a")))
+    assert any("duplicate model alias" in p for p in check_combined_calbin(_plan(dup), ("model-a", "model-b")))
+    same_chip = _with_model(combined, 1, target_chips=(0,))
+    assert any("both target chip 0" in p for p in check_combined_calbin(_plan(same_chip), ("model-a", "model-b")))
+    mchip = _with_model(combined, 1, chip_mode=ChipMode.MCHIP, target_chips=(0, 1))
+    assert any("MCHIP" in p for p in check_combined_calbin(_plan(mchip), ("model-a", "model-b")))
+    single = dataclasses.replace(combined, models=(a,))
+    assert any("holds 1 model" in p for p in check_combined_calbin(_plan(single), ("model-a",)))
+
+
+def test_parse_expect_models() -> None:
+    assert parse_expect_models("model-a,model-b") == ("model-a", "model-b")
+    for bad in ("model-a", "model-a,model-a", "a,b,c", "model-a,"):
+        with pytest.raises(UsageError):
+            parse_expect_models(bad)
+
+
+# ---------------------------------------------------------------------------
+# step log, outcomes, device spec
+
+
+def test_step_log_records_status_from_exceptions() -> None:
+    seen: list[str] = []
+    log = StepLog(on_record=lambda r: seen.append(r.name))
+    with log.step("ok") as note:
+        note.detail = "fine"
+    with pytest.raises(CheckFailed), log.step("bad"):
+        raise CheckFailed("golden mismatch")
+    with pytest.raises(StepTimeout), log.step("hang"):
+        raise StepTimeout("too slow")
+    with pytest.raises(CcuException), log.step("device"):
+        raise CcuException("ccu")
+    with pytest.raises(KeyboardInterrupt), log.step("ctrl-c"):
+        raise KeyboardInterrupt
+    log.skip("later", "not reached")
+    assert [(r.name, r.status) for r in log.records] == [
+        ("ok", StepStatus.PASS), ("bad", StepStatus.FAIL), ("hang", StepStatus.TIMEOUT), ("device", StepStatus.ERROR),
+        ("ctrl-c", StepStatus.INTERRUPTED), ("later", StepStatus.SKIP),
+    ]
+    assert seen == ["ok", "bad", "hang", "device", "ctrl-c", "later"]
+    assert log.records[1].detail == "golden mismatch"
+
+
+def test_outcome_exit_codes() -> None:
+    assert outcome_of(CheckFailed("x")).exit_code == ExitCode.FAILED
+    assert outcome_of(StepTimeout("x")).exit_code == ExitCode.TIMEOUT
+    assert outcome_of(CcuException("x")).exit_code == ExitCode.DEVICE
+    assert outcome_of(KeyboardInterrupt()).exit_code == ExitCode.INTERRUPTED
+    assert Outcome.PASS.exit_code == 0
+
+
+def test_device_spec_keeps_mock_options_off_calrt() -> None:
+    with pytest.raises(UsageError, match="--time-scale, --serialize-chips"):
+        DeviceSpec(kind=DeviceKind.CALRT, time_scale=2.0, serialize_chips=True)
+    with pytest.raises(UsageError, match="--calrt-lib"):
+        DeviceSpec(calrt_lib=Path("/x.so"))
+    with pytest.raises(UsageError):
+        DeviceSpec(time_scale=0.0)
+    assert DeviceSpec().with_default_time_scale(4.0).time_scale == 4.0
+    assert DeviceSpec(time_scale=2.0).with_default_time_scale(4.0).time_scale == 2.0
+    assert DeviceSpec().describe()["time_scale"] == 1.0
+
+
+# ---------------------------------------------------------------------------
+# bring-up pipeline: dependencies, skips, verdict, extension
+
+
+def _step(name: str, verdict: str, code: int = 0, needs: tuple[str, ...] = (), calls: list[str] | None = None,
+          applies: str | None = None) -> BringupStep:
+    def run(state: object) -> StepOutcome:
+        if calls is not None:
+            calls.append(name)
+        if verdict == "RAISE-INT":
+            raise KeyboardInterrupt
+        return StepOutcome(name, verdict, f"{name} figure", 0.01, code)
+
+    return BringupStep(name, needs, run, lambda state: applies)
+
+
+def _config(tmp_path: Path) -> BringupConfig:
+    return BringupConfig(package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=Level.QUICK, out_dir=tmp_path / "out")
+
+
+def test_bringup_failing_step_skips_its_dependents_with_the_reason(tmp_path: Path) -> None:
+    calls: list[str] = []
+    steps = (
+        _step("validate", "PASS", calls=calls),
+        _step("budget", "NO-GO", 1, ("validate",), calls),
+        _step("run-golden", "PASS", 0, ("validate", "budget"), calls),
+        _step("warmup", "PASS", 0, ("run-golden",), calls),
+        _step("independent", "PASS", 0, ("validate",), calls),
+    )
+    report = run_bringup(_config(tmp_path), steps=steps)
+    assert calls == ["validate", "budget", "independent"]
+    by_name = {s.name: s for s in report.steps}
+    assert [s.name for s in report.steps] == ["validate", "budget", "run-golden", "warmup", "independent"]
+    assert by_name["run-golden"].verdict == "SKIP" and "needs budget NO-GO" in by_name["run-golden"].detail
+    assert by_name["warmup"].verdict == "SKIP" and "needs run-golden SKIP" in by_name["warmup"].detail
+    assert report.verdict == "FAIL" and report.exit_code == 1
+    assert [s["step"] for s in report.document()["summary"]] == [s.name for s in steps]
+
+
+def test_bringup_extension_step_runs_after_the_others_and_not_applicable_is_skip(tmp_path: Path) -> None:
+    calls: list[str] = []
+    steps = (
+        _step("validate", "PASS", calls=calls),
+        _step("poc", "S2", 0, ("validate",), calls, applies="single-model package"),
+        _step("soak", "WARN", 0, ("validate",), calls),
+    )
+    report = run_bringup(_config(tmp_path), steps=steps)
+    assert calls == ["validate", "soak"]
+    assert report.steps[1].verdict == "SKIP" and "does not apply: single-model package" in report.steps[1].detail
+    assert report.verdict == "WARN" and report.exit_code == 0
+
+
+def test_bringup_timeout_exit_code_and_interrupt_stops_the_pipeline(tmp_path: Path) -> None:
+    report = run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), _step("b", "TIMEOUT", 4), _step("c", "PASS")))
+    assert report.verdict == "TIMEOUT" and report.exit_code == 4 and report.steps[2].verdict == "PASS"
+    calls: list[str] = []
+    report = run_bringup(_config(tmp_path), steps=(_step("a", "RAISE-INT", calls=calls), _step("b", "PASS", calls=calls)))
+    assert calls == ["a"] and report.exit_code == 130 and report.verdict == "INTERRUPTED"
+    assert report.steps[1].verdict == "SKIP" and "interrupted" in report.steps[1].detail
