@@ -79,11 +79,12 @@ def plot_timeline(path: Path, slices: Iterable[TraceSlice], *, title: str, devic
     ax.set_title(f"{title}\n{label}", fontsize=10)
     handles = [Patch(color=colour[m], label=m) for m in models]
     handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="prefill"))
-    ax.legend(handles=handles, loc="upper right", fontsize=8, ncols=min(4, len(handles)))
+    # Outside the axes, so it never hides a job slice.
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.005, 0.5), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110)
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
     os.replace(tmp, path)
 
