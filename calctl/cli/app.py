@@ -44,6 +44,7 @@ _COMMAND_MODULES: list[str] = [
     "calctl.cli.device_cmds",
     "calctl.cli.runner_cmds",
     "calctl.cli.serve_cmds",
+    "calctl.cli.soak_bench_cmds",
 ]
 
 

@@ -1,8 +1,10 @@
 """``calctl device``: look at the board through the runtime layer (SPEC §5, 001 §14).
 
-Thin: open the device with ``open_runtime``, read topology, versions, per-chip
-memory, counters and health, render. A figure the runtime cannot provide is
-shown as ``null``/"n/a", never 0. Nothing here configures or runs anything.
+Thin: pick the board from the environment (``select_board``: CALCTL_BOARD_ID,
+CALCTL_MOCK_SEED, CALRT_DEVICE), open it with ``open_runtime``, read topology,
+versions, per-chip memory, counters and health, render. A figure the runtime
+cannot provide is shown as ``null``/"n/a", never 0. Nothing here configures or
+runs anything.
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ import typer
 from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt
 from calctl.cli._output import Format
-from calctl.runtime import Runtime, open_runtime
+from calctl.runtime import BoardSelection, Runtime, open_runtime, select_board
 
 MOCK_NOTE = "mock device: a simulated board; its results are mock results, not evidence about hardware (SPEC §8)"
 
 
-def info_document(rt: Runtime, library: str | None) -> dict[str, Any]:
+def info_document(rt: Runtime, library: str | None, board: BoardSelection | None = None) -> dict[str, Any]:
     """The ``device info`` document: one entry per chip, ``None`` where the runtime cannot tell."""
     topo = rt.topology()
     memory = {m.chip: m for m in rt.memory_usage()}
@@ -44,6 +46,7 @@ def info_document(rt: Runtime, library: str | None) -> dict[str, Any]:
         "simulated": rt.kind.value == "mock",
         "note": MOCK_NOTE if rt.kind.value == "mock" else None,
         "library": library,
+        "board": board.describe() if board is not None else None,
         "versions": rt.versions(),
         "topology": {"chips": topo.chips, "calcores_per_chip": topo.calcores_per_chip},
         "chips": chips,
@@ -55,10 +58,19 @@ def info(
     calrt_lib: CalrtLibOpt = None,
     format: FormatOpt = Format.table,
 ) -> None:
-    """Show the board: topology, versions, per-chip memory, job counters and health."""
+    """Show the board: identity, topology, versions, per-chip memory, job counters and health.
+
+    The board comes from the environment: CALCTL_BOARD_ID and CALCTL_MOCK_SEED for the mock,
+    CALRT_DEVICE (handed to the vendor shim) for CalRT.
+    """
     lib = str(calrt_lib) if device is DeviceKind.calrt and calrt_lib is not None else None
-    with open_runtime(device.value, calrt_lib=lib if device is DeviceKind.calrt else None) as rt:
-        doc = info_document(rt, lib)
+    board = select_board(device.value)
+    if device is DeviceKind.mock:
+        rt_cm = open_runtime(device.value, **board.mock_options())
+    else:
+        rt_cm = open_runtime(device.value, calrt_lib=lib)
+    with rt_cm as rt:
+        doc = info_document(rt, lib, board)
     if format is Format.json:
         _output.emit_json(doc)
         return
@@ -68,6 +80,13 @@ def info(
         f"runtime {v.runtime}, driver {v.driver}, firmware {v.firmware}, C ABI {v.abi}"
         + (f"; library {lib}" if lib else "")
     )
+    b = doc["board"]
+    if device is DeviceKind.mock:
+        _output.stdout.print(f"board [bold]{b['id']}[/] (from {b['source']}), fault seed {b['seed']} ({b['seed_source']})")
+    else:
+        selector = b["selector"] or "unset: the shim's default device"
+        _output.stdout.print(f"board [bold]{b['id']}[/] (from {b['source']}), CALRT_DEVICE {selector}; [yellow]not confirmed[/]: "
+                             "the 0.7.6 C ABI cannot report which board the shim opened")
     if doc["note"]:
         _output.stdout.print(f"[yellow]{doc['note']}[/]")
 

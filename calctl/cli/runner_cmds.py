@@ -23,13 +23,13 @@ from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt, TrustedKeyOpt
 from calctl.cli._output import Format
 from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.cli._device import device_spec
 from calctl.errors import UsageError
 from calctl.runners import bringup as bringup_lib
-from calctl.runners.context import MOCK_LABEL, DeviceSpec, RunReport, StepLog, StepRecord, StepStatus, write_trace_outputs
+from calctl.runners.context import MOCK_LABEL, RunReport, StepLog, StepRecord, StepStatus, write_trace_outputs
 from calctl.runners.golden import GoldenResult, run_golden as golden_runner
 from calctl.runners.poc import POC_MOCK_TIME_SCALE, parse_expect_models, run_poc_combined
 from calctl.runners.warmup import WarmupResult, run_warmup as warmup_runner
-from calctl.runtime import DeviceKind as RuntimeDeviceKind
 
 # ---------------------------------------------------------------------------
 # Shared options
@@ -58,16 +58,8 @@ ReportOpt = Annotated[
 ]
 
 
-def _device(device: DeviceKind, calrt_lib: Path | None, time_scale: float | None = None, fault_plan: Path | None = None,
-            seed: int | None = None, serialize_chips: bool = False) -> DeviceSpec:
-    kind = RuntimeDeviceKind(device.value)
-    lib = calrt_lib if kind is RuntimeDeviceKind.CALRT else None
-    if kind is RuntimeDeviceKind.MOCK and calrt_lib is not None and str(calrt_lib) != os.environ.get("CALRT_LIBRARY"):
-        raise UsageError("--calrt-lib applies to --device calrt only")
-    if fault_plan is not None and not fault_plan.is_file():
-        raise UsageError(f"--fault-plan {fault_plan}: no such file")
-    return DeviceSpec(kind=kind, calrt_lib=lib, time_scale=time_scale, serialize_chips=serialize_chips,
-                      fault_plan=fault_plan, seed=seed)
+_device = device_spec
+
 
 
 def _live_log() -> StepLog:

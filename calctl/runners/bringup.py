@@ -10,6 +10,8 @@ budget        per-chip capacity GO/NO-GO (gate G0, §8)     validate
 run-golden    every model's golden on the device           validate, budget
 warmup        warm-up latency and stability                run-golden
 poc           the combined-calbin PoC (§6.4), S1/S2         run-golden; only for a combined or replica package
+soak          a short load/unload soak with mixed traffic  warmup
+              (``calctl soak``, 001 §13.3; cycles by level)
 ============  ==========================================  =======================
 
 A step whose needs did not pass is reported SKIP with the reason (never
@@ -18,8 +20,8 @@ SKIP with that reason too. A failing step makes the verdict FAIL; the exit
 code is the first failing step's (1 fail, 3 device error, 4 timeout, 130
 Ctrl-C, which also stops the pipeline).
 
-Extension point: :data:`STEPS` is the pipeline. A new stage (the short soak of
-``calctl soak``) is one more :class:`BringupStep` appended to it, with its
+Extension point: :data:`STEPS` is the pipeline. A new stage (like the short soak
+of ``calctl soak``) is one more :class:`BringupStep` appended to it, with its
 ``needs``; :func:`run_bringup` also takes ``steps=`` so a caller can run a
 different pipeline. Nothing else has to change: rendering and the report loop
 over whatever steps ran.
@@ -66,12 +68,15 @@ class LevelSettings:
     warmup_iterations: int
     poc_rounds: int
     step_timeout_s: float
+    soak_cycles: int  # load/unload cycles of the short soak
+    soak_traffic_s: float  # seconds of mixed traffic per soak cycle
 
 
 LEVELS: dict[Level, LevelSettings] = {
-    Level.QUICK: LevelSettings(warmup_iterations=5, poc_rounds=4, step_timeout_s=30.0),
-    Level.STANDARD: LevelSettings(warmup_iterations=20, poc_rounds=8, step_timeout_s=30.0),
-    Level.LONG: LevelSettings(warmup_iterations=200, poc_rounds=30, step_timeout_s=60.0),
+    Level.QUICK: LevelSettings(warmup_iterations=5, poc_rounds=4, step_timeout_s=30.0, soak_cycles=3, soak_traffic_s=0.5),
+    Level.STANDARD: LevelSettings(warmup_iterations=20, poc_rounds=8, step_timeout_s=30.0, soak_cycles=5, soak_traffic_s=1.0),
+    Level.LONG: LevelSettings(warmup_iterations=200, poc_rounds=30, step_timeout_s=60.0, soak_cycles=100,
+                              soak_traffic_s=2.0),
 }
 
 
@@ -237,14 +242,37 @@ def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
+def _soak(state: BringupState) -> StepOutcome:
+    """A short ``calctl soak``: load/unload cycles under mixed traffic, its evidence in ``<report>/soak/``."""
+    from calctl.runners.soak import SoakConfig, run_soak
+
+    cfg = state.config
+    s = cfg.settings
+    t0 = time.perf_counter()
+    out = cfg.out_dir / "soak"
+    report = run_soak(SoakConfig(package=cfg.package, trust=cfg.trust, device=cfg.device, out_dir=out,
+                                 cycles=s.soak_cycles, traffic_seconds=s.soak_traffic_s,
+                                 job_timeout_s=s.step_timeout_s))
+    doc = report.document
+    drift = doc["memory"]["max_drift_bytes"]
+    figure = (f"{doc['cycles']}/{s.soak_cycles} cycles, {doc['requests']['sent']} requests, "
+              f"{len(report.violations)} violation(s), max drift "
+              + ", ".join(f"chip{c} {'n/a' if v is None else f'{v / 2**20:+.1f} MiB'}" for c, v in sorted(drift.items())))
+    detail = "; ".join(v["message"] for v in report.violations[:3]) or "memory back to baseline, counters closed, no stale token"
+    verdict = "PASS" if report.ok else {"interrupted": Outcome.INTERRUPTED.value, "error": "ERROR"}.get(report.status, "FAIL")
+    files = {"json": str(out / "soak-report.json"), "plot": doc["files"].get("plot"), "events": str(out / "events.ndjson")}
+    return StepOutcome("soak", verdict, figure, time.perf_counter() - t0, report.exit_code, detail, files, doc)
+
+
 VALIDATE = BringupStep("validate", (), _validate)
 BUDGET = BringupStep("budget", ("validate",), _budget)
 GOLDEN = BringupStep("run-golden", ("validate", "budget"), _golden)
 WARMUP = BringupStep("warmup", ("run-golden",), _warmup)
 POC = BringupStep("poc", ("run-golden",), _poc, _poc_applies)
+SOAK = BringupStep("soak", ("warmup",), _soak)
 
-#: The pipeline, in order. Extension point: later stages (the short soak) are appended here.
-STEPS: tuple[BringupStep, ...] = (VALIDATE, BUDGET, GOLDEN, WARMUP, POC)
+#: The pipeline, in order. Extension point: later stages are appended here.
+STEPS: tuple[BringupStep, ...] = (VALIDATE, BUDGET, GOLDEN, WARMUP, POC, SOAK)
 
 
 # ---------------------------------------------------------------------------
@@ -366,6 +394,6 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
 
 
 __all__ = [
-    "BUDGET", "GOLDEN", "LEVELS", "POC", "STEPS", "VALIDATE", "WARMUP", "BringupConfig", "BringupReport", "BringupStep",
+    "BUDGET", "GOLDEN", "LEVELS", "POC", "SOAK", "STEPS", "VALIDATE", "WARMUP", "BringupConfig", "BringupReport", "BringupStep",
     "BringupState", "Level", "LevelSettings", "StepOutcome", "default_report_dir", "run_bringup",
 ]

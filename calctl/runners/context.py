@@ -29,6 +29,7 @@ This module does not run models, judge results or render anything.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import hashlib
 import time
@@ -301,15 +302,23 @@ def programs_document(programs: Sequence[ProgramDigest]) -> list[dict[str, Any]]
 # Traces
 
 
-def trace_slices(events: Sequence[TraceEvent]) -> list[TraceSlice]:
-    """Chrome-trace slices of the jobs that ran (a job aborted before it started has no interval)."""
-    return [
-        TraceSlice(chip=e.chip, start=e.start_ns / 1e9, end=e.end_ns / 1e9, model=e.model, graph=e.graph,
-                   engine=e.engine.value, job_id=int(e.job), generation=int(e.generation),
-                   ok=e.state is JobState.SUCCEEDED)
-        for e in events
-        if e.start_ns is not None and e.end_ns is not None
-    ]
+def trace_slices(events: Sequence[TraceEvent], *, phases: bool = False) -> list[TraceSlice]:
+    """Chrome-trace slices of the jobs that ran (a job aborted before it started has no interval).
+
+    ``phases``: add each job's h2d/compute/d2h intervals as sub-slices where the runtime reports them.
+    """
+    out: list[TraceSlice] = []
+    for e in events:
+        if e.start_ns is None or e.end_ns is None:
+            continue
+        job = TraceSlice(chip=e.chip, start=e.start_ns / 1e9, end=e.end_ns / 1e9, model=e.model, graph=e.graph,
+                         engine=e.engine.value, job_id=int(e.job), generation=int(e.generation),
+                         ok=e.state is JobState.SUCCEEDED)
+        out.append(job)
+        if phases and e.phases:
+            out.extend(dataclasses.replace(job, start=p.start_ns / 1e9, end=p.end_ns / 1e9, phase=p.phase.value)
+                       for p in e.phases)
+    return out
 
 
 def write_trace_outputs(

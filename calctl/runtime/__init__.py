@@ -16,6 +16,7 @@ from calctl.runtime.buffers import BufferState, Direction, HostBuffer
 from calctl.runtime.calbin import Calbin
 from calctl.runtime.errors import RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import KvManager, Runtime
+from calctl.runtime.selection import BoardSelection, select_board
 from calctl.runtime.types import (
     ChipCounters,
     ChipHealth,
@@ -45,7 +46,8 @@ def open_runtime(kind: DeviceKind | str = DeviceKind.MOCK, calrt_lib: Path | str
 
     ``mock``: ``mock_options`` are :class:`calctl.runtime.mock.MockBoardConfig`
     fields (``chips``, ``time_scale``, ``serialize_chips``, ``fault_plan`` (a
-    FaultPlan or a YAML path), ``seed``, ...).
+    FaultPlan or a YAML path), ``seed``, ...); ``select_board(kind).mock_options()``
+    gives the ones the environment asks for (``CALCTL_MOCK_SEED``).
     ``calrt``: ``calrt_lib`` or ``$CALRT_LIBRARY`` names the shim library; a
     missing or incompatible one raises LibraryError (exit 3) naming the path
     and the missing symbol.
@@ -75,8 +77,8 @@ def open_runtime(kind: DeviceKind | str = DeviceKind.MOCK, calrt_lib: Path | str
 
 
 __all__ = [
-    "BufferState", "Calbin", "ChipCounters", "ChipHealth", "ChipMemory", "DeviceKind", "Direction", "Engine",
+    "BoardSelection", "BufferState", "Calbin", "ChipCounters", "ChipHealth", "ChipMemory", "DeviceKind", "Direction", "Engine",
     "GenerationId", "Health", "HostBuffer", "Job", "JobId", "JobResult", "JobState", "KvLength", "KvManager",
     "KvSeqId", "ResetScope", "Runtime", "RuntimeLayerError", "RuntimeStatus", "Topology", "TraceEvent", "Versions",
-    "open_runtime", "CALRT_LIBRARY_ENV",
+    "open_runtime", "select_board", "CALRT_LIBRARY_ENV",
 ]

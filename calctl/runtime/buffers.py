@@ -172,6 +172,19 @@ class HostBuffer:
             assert self._storage is not None
             self._storage[: self.layout.nbytes] = 0
 
+    def shares_storage_with(self, other: "HostBuffer") -> bool:
+        """True when the two buffers are one buffer or share any byte of backing storage (000 §14:
+        two jobs in flight together must not). A released buffer shares nothing."""
+        if other is self or other.id == self.id:
+            return True
+        with self._lock:
+            mine = self._storage
+        with other._lock:
+            theirs = other._storage
+        if mine is None or theirs is None:
+            return False
+        return bool(np.shares_memory(mine, theirs))
+
     # -- runtime API (called by backends under their own lock) ---------------
 
     def device_view(self, name: str) -> np.ndarray:

@@ -167,9 +167,30 @@ class JobResult:
         return (self.end_ns - self.start_ns) / 1e9
 
 
+class JobPhase(str, enum.Enum):
+    """The three phases of a job on a chip (001 §14 ``h2d_ms, infer_ms, d2h_ms``)."""
+
+    H2D = "h2d"  # inputs host -> device
+    COMPUTE = "compute"
+    D2H = "d2h"  # outputs device -> host
+
+
+@dataclass(frozen=True)
+class PhaseInterval:
+    """When one phase of a job ran (``time.monotonic_ns()``)."""
+
+    phase: JobPhase
+    start_ns: int
+    end_ns: int
+
+
 @dataclass(frozen=True)
 class TraceEvent:
-    """One job interval on one chip (001 §13.2, §14). Times are ``time.monotonic_ns()`` (CLOCK_MONOTONIC)."""
+    """One job interval on one chip (001 §13.2, §14). Times are ``time.monotonic_ns()`` (CLOCK_MONOTONIC).
+
+    ``phases``: the job's h2d/compute/d2h intervals in order, or None when the runtime does not report
+    them (001 §14: unknown is None, never a made-up split). A phase that did not run is absent.
+    """
 
     job: JobId
     chip: int
@@ -182,6 +203,7 @@ class TraceEvent:
     end_ns: int | None
     state: JobState
     status: RuntimeStatus
+    phases: tuple[PhaseInterval, ...] | None = None
 
 
 @dataclass(frozen=True)

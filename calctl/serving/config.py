@@ -30,6 +30,7 @@ requires, and no name is matched by prefix or case.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,10 +98,48 @@ class BatchConfig:
     deadline_granularity_ms: float = 0.0
 
 
+class ExecutorMode(str, enum.Enum):
+    """How a worker drives its chip (000 §14, §19 M1/M2; docs/executor.md)."""
+
+    SYNC = "sync"  # submit, then wait inline for that job: nothing overlaps (the baseline)
+    ASYNC = "async"  # one job in flight, completions on their own thread
+    PINGPONG = "pingpong"  # two jobs in flight on alternating ping/pong banks
+
+    @property
+    def max_inflight(self) -> int:
+        return 2 if self is ExecutorMode.PINGPONG else 1
+
+
+@dataclass(frozen=True)
+class DowngradePolicy:
+    """The ping/pong downgrade monitor's thresholds (000 §14). Defaults follow 000 §19 M2."""
+
+    to: ExecutorMode = ExecutorMode.ASYNC
+    p99_regression: float = 0.05
+    p99_baseline_s: float | None = None  # None: measured while running with one job in flight
+    p99_window: int = 200
+    p99_min_samples: int = 50
+    consecutive_busy: int = 3
+    consecutive_timeouts: int = 1
+    pending_grace_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.to is ExecutorMode.PINGPONG:
+            raise ConfigError("executor.downgrade.to must be sync or async")
+
+
 @dataclass(frozen=True)
 class ExecutorConfig:
     max_inflight: int
     fixed_engine: bool
+    mode: ExecutorMode | None = None  # None: sync for max_inflight 1, pingpong for 2
+    downgrade: DowngradePolicy = field(default_factory=DowngradePolicy)
+
+    @property
+    def effective_mode(self) -> ExecutorMode:
+        if self.mode is not None:
+            return self.mode
+        return ExecutorMode.PINGPONG if self.max_inflight >= 2 else ExecutorMode.SYNC
 
 
 @dataclass(frozen=True)
@@ -479,7 +518,9 @@ def _scheduler_from_doc(doc: Mapping[str, Any], source: str, at: str) -> Schedul
             max_tenant_lane_share=float(b.get("max_tenant_lane_share", 0.5)),
             deadline_granularity_ms=float(b.get("deadline_granularity_ms", 0.0)),
         ),
-        executor=ExecutorConfig(e["max_inflight"], e["fixed_engine"]),
+        executor=ExecutorConfig(
+            e["max_inflight"], e["fixed_engine"], ExecutorMode(e["mode"]) if "mode" in e else None, _downgrade(e.get("downgrade") or {})
+        ),
         recovery=RecoveryConfig(r["max_resets_per_10min"], r["restart_on_unknown_dma"]),
         tenants={
             name: TenantConfig(t["weight"], t.get("max_active_sequences"), t.get("max_waiting_tokens"), t.get("qps"))
@@ -490,7 +531,30 @@ def _scheduler_from_doc(doc: Mapping[str, Any], source: str, at: str) -> Schedul
     )
 
 
+def _downgrade(d: Mapping[str, Any]) -> DowngradePolicy:
+    """The ``executor.downgrade`` block; cross-field problems are reported by :func:`_scheduler_rules`."""
+    base = DowngradePolicy()
+    return DowngradePolicy(
+        to=ExecutorMode(d.get("to", base.to.value)),
+        p99_regression=float(d.get("p99_regression", base.p99_regression)),
+        p99_baseline_s=float(d["p99_baseline_ms"]) / 1000.0 if "p99_baseline_ms" in d else None,
+        p99_window=int(d.get("p99_window", base.p99_window)),
+        p99_min_samples=int(d.get("p99_min_samples", base.p99_min_samples)),
+        consecutive_busy=int(d.get("consecutive_busy", base.consecutive_busy)),
+        consecutive_timeouts=int(d.get("consecutive_timeouts", base.consecutive_timeouts)),
+        pending_grace_s=float(d.get("pending_grace_ms", base.pending_grace_s * 1000)) / 1000.0,
+    )
+
+
 def _scheduler_rules(config: SchedulerConfig, at: str) -> Iterable[Problem]:
+    e = config.executor
+    if e.effective_mode.max_inflight > e.max_inflight:  # 001 §9.3: 2 in flight only when configured
+        yield (f"{at}/executor/mode", f"{e.effective_mode.value} needs max_inflight 2, the configuration has {e.max_inflight}")
+    if e.fixed_engine and e.effective_mode is ExecutorMode.PINGPONG:
+        yield (f"{at}/executor/fixed_engine", "pingpong alternates the ping and pong banks; it cannot use one fixed engine")
+    if e.downgrade.p99_min_samples > e.downgrade.p99_window:
+        yield (f"{at}/executor/downgrade/p99_min_samples",
+               f"{e.downgrade.p99_min_samples} exceeds p99_window {e.downgrade.p99_window}")
     q = config.queues
     if q.short_prefill_max_tokens >= q.medium_prefill_max_tokens:
         yield (

@@ -85,6 +85,10 @@ class TokenEvent:
     error: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # The ModelGeneration whose device job produced this token (000 §10, 001 §13.1 "no completion from an
+    # old generation is delivered"). Filled by the engine's worker; None from engines that do not tag
+    # tokens. The soak checks it against the generation the request was admitted under (docs/soak.md).
+    generation: int | None = None
 
 
 class RequestStream(Protocol):
@@ -131,6 +135,10 @@ class Engine(Protocol):
 
     async def admin(self, alias: str, action: str) -> Mapping[str, Any]:
         """load | unload | reload, run on the supervisor; returns a JSON-able outcome."""
+
+    async def executor(self, alias: str, mode: str | None = None) -> Mapping[str, Any]:
+        """The alias's executor status; with ``mode`` (sync | async | pingpong), set it first (an operator
+        action, 000 §14). ``ok`` is False when the configuration does not allow the mode."""
 
     def metrics_text(self) -> bytes:
         """Prometheus text exposition of every metric family."""

@@ -272,9 +272,11 @@ def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> 
     assert doc["verdict"] in ("PASS", "WARN") and doc["device"] == "mock" and doc["mock_result"] is True
     assert doc["runtime"]["runtime"] == "0.7.6" and doc["package"]["digest"] and doc["package"]["signer_key_id"]
     summary = {s["step"]: s for s in doc["summary"]}
-    assert list(summary) == ["validate", "budget", "run-golden", "warmup", "poc"]
+    assert list(summary) == ["validate", "budget", "run-golden", "warmup", "poc", "soak"]
     assert summary["budget"]["verdict"] == "GO" and summary["run-golden"]["verdict"] == "PASS"
     assert summary["poc"]["verdict"] == "S2"
+    assert summary["soak"]["verdict"] == "PASS" and (out / "soak" / "soak-report.json").is_file()
+    assert doc["steps"]["soak"]["violations"] == [] and doc["steps"]["soak"]["cycles"] >= 3
     for step in ("run-golden", "warmup", "poc"):
         assert (out / f"{step}.trace.json").is_file() and (out / f"{step}.png").read_bytes()[:8] == PNG_MAGIC
         assert doc["steps"][step]["device"] == "mock"
@@ -294,7 +296,7 @@ def test_bringup_single_package_skips_the_poc_and_a_bad_package_skips_the_rest(c
     assert r.code == 1
     summary = {s["step"]: s for s in r.json["summary"]}
     assert summary["validate"]["verdict"] == "FAIL"
-    for step in ("budget", "run-golden", "warmup", "poc"):  # reported, never silently dropped
+    for step in ("budget", "run-golden", "warmup", "poc", "soak"):  # reported, never silently dropped
         assert summary[step]["verdict"] == "SKIP" and summary[step]["detail"].startswith("skipped: needs")
     assert r.json["verdict"] == "FAIL" and (tmp_path / "b" / "report.json").is_file()
     shutil.rmtree(bad)

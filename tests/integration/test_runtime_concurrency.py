@@ -97,7 +97,10 @@ def test_two_chips_overlap_one_chip_serialises(replica: Package) -> None:
     assert m["two_chips_overlap"] > 0.5 * m["device_single"], m  # and the trace shows the overlap
     assert m["one_chip"] > 1.7 * single, m  # two jobs on one chip: about two
     assert m["one_chip_overlap"] == 0, m
-    assert m["ping_pong"] < 1.5 * single, m  # ping + pong: two-deep on one chip
+    # ping + pong: two-deep on one chip (000 §14), in flight together; since issue 10 the mock never lets them
+    # compute together (docs/runtime.md "Phases"): with the default 30/40/30 split they take ~1.4 jobs' time,
+    # still clearly less than two auto jobs.
+    assert m["ping_pong"] < 1.8 * single, m
     assert m["ping_pong_overlap"] > 0.5 * m["device_single"], m
 
 

@@ -12,15 +12,19 @@ What it simulates:
 
 * chips that really run in parallel: every chip has its own FIFO queue and two
   executor threads (one per ping/pong bank). An ``auto`` job runs alone on its
-  chip; a ``ping`` and a ``pong`` job may run together (two-deep, 001 §9.3,
-  000 §14). An MCHIP graph holds all its chips at once. ``serialize_chips``
+  chip; a ``ping`` and a ``pong`` job may be in flight together (two-deep, 001
+  §9.3, 000 §14). A job runs in phases (h2d, compute, d2h; ``timing.py``) and a
+  chip has one unit of each, so ping and pong overlap one's transfers with the
+  other's compute but never compute at the same time: two in flight is not two
+  computing, and the trace records each phase. An MCHIP graph holds all its chips at once. ``serialize_chips``
   adds one board-wide lock around execution, modelling a global runtime lock,
   so tools can be shown telling S1 from S2 (001 §1, §13.2);
 * per-chip DRAM: firmware reserve + the package's memory plan per chip (+ any
   leaked bytes); ``configure`` raises :class:`OutOfMemory` when a chip's plan
   does not fit (001 §8: each chip on its own, never the board total);
-* time: each job sleeps its :class:`TimingModel` duration x ``time_scale``,
-  minus the numpy compute already spent (the sleep releases the GIL);
+* time: each job sleeps its :class:`TimingModel` phases x ``time_scale``,
+  minus the numpy compute already spent in the compute phase (the sleep
+  releases the GIL);
 * compute: the package's tiny decoder with a real KV cache per sequence;
 * faults from a seeded :class:`FaultPlan` (``faults.py``), each halting fault
   with a chip or board reset scope (001 §11.3, §13.4);
@@ -47,7 +51,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -72,7 +76,7 @@ from calctl.runtime.errors import (
 from calctl.runtime.mock import compute
 from calctl.runtime.mock.faults import FaultDecision, FaultInjector, FaultKind, FaultPlan, FaultRule, InjectedFault
 from calctl.runtime.mock.kv import KvSequence, MockKvManager
-from calctl.runtime.mock.timing import TimingModel
+from calctl.runtime.mock.timing import PhaseSplit, TimingModel
 from calctl.runtime.types import (
     ChipCounters,
     ChipHealth,
@@ -84,8 +88,10 @@ from calctl.runtime.types import (
     Job,
     JobId,
     JobResult,
+    JobPhase,
     JobState,
     KvSeqId,
+    PhaseInterval,
     ResetScope,
     Topology,
     TraceEvent,
@@ -146,7 +152,7 @@ class _Hold:
 class _JobRecord:
     def __init__(
         self, job: Job, plan: GraphPlan, model: compute.LoadedModel, inputs: HostBuffer, outputs: HostBuffer,
-        seqs: list[KvSequence | None], bank: str, duration_s: float, halting: FaultDecision | None,
+        seqs: list[KvSequence | None], bank: str, phases: PhaseSplit, halting: FaultDecision | None,
         corruptions: list[FaultDecision],
     ) -> None:
         self.job = job
@@ -156,7 +162,8 @@ class _JobRecord:
         self.outputs = outputs
         self.seqs = seqs
         self.bank = bank
-        self.duration_s = duration_s
+        self.phases = phases  # scaled seconds per phase
+        self.phase_log: list[PhaseInterval] = []
         self.halting = halting
         self.corruptions = corruptions
         self.holds: list[_Hold] = []
@@ -178,6 +185,8 @@ class _Chip:
         self.index = index
         self.queue: deque[_JobRecord | _Hold] = deque()
         self.running: dict[str, _JobRecord | _Hold] = {}
+        # One unit per phase: ping and pong share them, so their computes never overlap (000 §14).
+        self.units = {JobPhase.H2D: threading.Lock(), JobPhase.COMPUTE: threading.Lock(), JobPhase.D2H: threading.Lock()}
         self.health = Health.OK
         self.fault_scope: ResetScope | None = None
         self.fault_detail: str | None = None
@@ -455,11 +464,11 @@ class MockRuntime:
             )
             for d in ([halting] if halting else []) + corruptions:
                 self._faults.record(d, job=job_id, graph=plan.name, model=plan.model, chips=plan.chips)
-            duration = self.config.timing.seconds(plan.name, plan.kind, plan.chips[0], tokens=tokens, kv_tokens=kv_tokens)
+            split = self.config.timing.phases(plan.name, plan.kind, plan.chips[0], tokens=tokens, kv_tokens=kv_tokens)
             bank = "auto" if len(plan.chips) > 1 or eng is Engine.AUTO else eng.value
             model = self._calbins[self._current.id][1][plan.model] if self._current else None
             assert model is not None
-            rec = _JobRecord(job, plan, model, inputs, outputs, seqs, bank, duration * self.config.time_scale, halting, corruptions)
+            rec = _JobRecord(job, plan, model, inputs, outputs, seqs, bank, split.scaled(self.config.time_scale), halting, corruptions)
             inputs.lend(job_id)
             outputs.lend(job_id)
             for s in seqs:
@@ -757,22 +766,31 @@ class MockRuntime:
             halting = rec.halting.rule.kind if rec.halting else None
             if halting is FaultKind.WAIT_TIMEOUT:
                 self._halt(rec, Health.HUNG)
-        t0 = time.perf_counter()
         if halting is FaultKind.WAIT_TIMEOUT:
             rec.abort.wait()  # hangs until a reset (or close) aborts it
             with self._cv:
                 self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, f"hung (injected wait_timeout); {rec.abort_reason}")
             return
-        error: str | None = None
-        if halting is None:
+        errors: list[str] = []
+
+        def work() -> None:
+            if halting is not None:
+                return
             try:
                 caches = [s.cache if s is not None else None for s in rec.seqs]
                 compute.run_graph(rec.model, rec.plan.kind, rec.inputs, rec.outputs, caches)
                 self._corrupt(rec)
             except Exception as exc:  # a mock bug must fail the job, not kill the chip thread
-                error = f"mock compute failed: {type(exc).__name__}: {exc}"
-        remaining = rec.duration_s - (time.perf_counter() - t0)
-        aborted = rec.abort.wait(remaining) if remaining > 0 else rec.abort.is_set()
+                errors.append(f"mock compute failed: {type(exc).__name__}: {exc}")
+
+        units = self._chips[rec.job.chips[0]].units
+        aborted, debt = False, 0.0
+        for phase, seconds, fn in ((JobPhase.H2D, rec.phases.h2d_s, None), (JobPhase.COMPUTE, rec.phases.compute_s, work),
+                                   (JobPhase.D2H, rec.phases.d2h_s, None)):
+            aborted, debt = self._phase(rec, units[phase], phase, seconds, fn, debt)
+            if aborted:
+                break
+        error = errors[0] if errors else None
         with self._cv:
             if aborted:
                 self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, rec.abort_reason)
@@ -787,6 +805,32 @@ class MockRuntime:
                 self._finish(rec, JobState.FAILED, RuntimeStatus.INTERNAL, error)
             else:
                 self._finish(rec, JobState.SUCCEEDED, RuntimeStatus.OK, None)
+
+    def _phase(self, rec: _JobRecord, unit: threading.Lock, phase: JobPhase, seconds: float,
+               work: Callable[[], None] | None, debt: float) -> tuple[bool, float]:
+        """Run one phase on the chip's unit for it: wait for the unit, do ``work``, sleep the rest.
+
+        Returns (aborted, debt): ``debt`` is how far the numpy work overran its phase, taken off the
+        next phase's sleep so a job alone on its chip still takes max(model time, real compute), as
+        before phases existed. A phase of zero seconds with no work is skipped (not traced). The unit
+        is taken and given back per phase, so a job waiting for the compute unit holds no channel.
+        """
+        if seconds <= 0 and work is None:
+            return rec.abort.is_set(), debt
+        while not unit.acquire(timeout=0.02):
+            if rec.abort.is_set():
+                return True, debt
+        try:
+            start_ns = time.monotonic_ns()
+            t0 = time.perf_counter()
+            if work is not None:
+                work()
+            remaining = seconds - debt - (time.perf_counter() - t0)
+            aborted = rec.abort.wait(remaining) if remaining > 0 else rec.abort.is_set()
+            rec.phase_log.append(PhaseInterval(phase, start_ns, time.monotonic_ns()))
+            return aborted, max(0.0, -remaining)
+        finally:
+            unit.release()
 
     def _corrupt(self, rec: _JobRecord) -> None:
         for d in rec.corruptions:
@@ -889,6 +933,7 @@ class MockRuntime:
                     job=rec.job.id, chip=c, model=rec.job.model, graph=rec.job.graph, engine=rec.job.engine,
                     generation=rec.job.generation, submit_ns=rec.job.submit_ns, start_ns=rec.start_ns,
                     end_ns=rec.end_ns, state=state, status=status,
+                    phases=tuple(rec.phase_log) if c == rec.job.chips[0] else (),
                 )
             )
         if quarantine:

@@ -35,6 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from calctl import __version__
 from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
+from calctl.serving.config import ExecutorMode
 from calctl.serving.protocol import (
     Engine,
     EngineRejection,
@@ -54,6 +55,7 @@ log = logging.getLogger(__name__)
 # an exception) may name a chip, a core, an address or a file, which public responses never show
 # (001 §10.1); it goes to the log with the request id instead.
 DEVICE_ERROR_MESSAGE = "the model failed while generating this response; retry the request"
+EXECUTOR_MODES = tuple(m.value for m in ExecutorMode)  # docs/executor.md
 INTERNAL_ERROR_MESSAGE = "internal error while generating this response; retry the request"
 
 
@@ -457,6 +459,29 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         if not found:
             return error_response(404, f"no live request {request_id!r}", type_="invalid_request_error", code="request_not_found")
         return JSONResponse({"id": request_id, "cancelled": True})
+
+    # Declared before the generic /{action} route, which would otherwise match "executor".
+    @app.get("/internal/models/{alias}/executor")
+    async def executor_status(alias: str, request: Request) -> JSONResponse:
+        require_admin(request)
+        engine.codec(alias)  # 404 for unknown aliases
+        return JSONResponse(dict(await engine.executor(alias)))
+
+    @app.post("/internal/models/{alias}/executor")
+    async def set_executor_mode(alias: str, request: Request) -> JSONResponse:
+        """Operator action (000 §14): the executor mode for new jobs; the only way back to ping/pong."""
+        require_admin(request)
+        engine.codec(alias)
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        mode = body.get("mode") if isinstance(body, dict) else None
+        if mode not in EXECUTOR_MODES:
+            return error_response(400, f"body must be {{\"mode\": one of {', '.join(EXECUTOR_MODES)}}}",
+                                  type_="invalid_request_error", param="mode", code="invalid_request")
+        outcome = await engine.executor(alias, mode)
+        return JSONResponse(dict(outcome), status_code=200 if outcome.get("ok") else 409)
 
     @app.post("/internal/models/{alias}/{action}")
     async def admin_model(alias: str, action: str, request: Request) -> JSONResponse:

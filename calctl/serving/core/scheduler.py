@@ -279,6 +279,7 @@ class Scheduler:
         self._counter = 0
         self._next_job = 1
         self._halted = False
+        self._inflight_limit = settings.budget.max_inflight_jobs
         self._events: list[Event] = []
 
     # -- API side ----------------------------------------------------------------------------
@@ -373,7 +374,7 @@ class Scheduler:
         wake_at: float | None = None
         # Draining keeps running admitted requests to completion (000 §12); nothing new is admitted.
         if not self._halted and self.model_state in (ModelState.READY, ModelState.DRAINING):
-            max_inflight = self.settings.budget.max_inflight_jobs
+            max_inflight = min(self.settings.budget.max_inflight_jobs, self._inflight_limit)
             while len(self._inflight) < max_inflight:
                 poll = self.decode.poll(now)
                 kind = self.prefill.next_kind(decode_ready=poll.profile is not None)
@@ -456,6 +457,20 @@ class Scheduler:
             self._quarantine[job] = inf  # it may still complete; that completion will be stale
         self._halted = True
         self._events.append(RecoveryNeeded(inf.generation, job, outcome.status, outcome.detail, inf.lanes))
+
+    def set_inflight_limit(self, limit: int) -> None:
+        """Hand out at most ``limit`` jobs at once from now on (capped by ``max_inflight_jobs``).
+
+        The executor lowers it when it leaves ping/pong (000 §14): jobs already in flight drain and
+        complete normally; no new job is handed out until fewer than ``limit`` are in flight.
+        """
+        if limit < 1:
+            raise InvariantViolation(f"in-flight limit {limit} < 1")
+        self._inflight_limit = limit
+
+    @property
+    def inflight_limit(self) -> int:
+        return min(self.settings.budget.max_inflight_jobs, self._inflight_limit)
 
     # -- lifecycle (000 §10–§12, 001 §11) -------------------------------------------------------
 

@@ -10,6 +10,7 @@ import asyncio
 import time
 from typing import Any, Mapping
 
+from calctl.serving.config import ExecutorMode
 from calctl.serving.core.admission import ModelState
 from calctl.serving.engine.metrics import ChipSnapshot, EngineSnapshot, SnapshotCollector
 from calctl.serving.engine.streams import EngineStream
@@ -90,6 +91,10 @@ class ServingEngine:
     def start_draining(self) -> None:
         self._draining = True
 
+    def drained(self) -> bool:
+        """No request is live in any worker: every admitted request reached its terminal event."""
+        return all(w.drained() for w in self.supervisor.workers.values())
+
     async def admin(self, alias: str, action: str) -> Mapping[str, Any]:
         self._worker(alias)
         fn = {"load": self.supervisor.load, "unload": self.supervisor.unload, "reload": self.supervisor.reload}[action]
@@ -97,6 +102,18 @@ class ServingEngine:
             return await asyncio.to_thread(fn)
         except Exception as exc:  # report, never crash the server on an admin action
             return {"ok": False, "action": action, "detail": f"{type(exc).__name__}: {exc}"}
+
+    async def executor(self, alias: str, mode: str | None = None) -> Mapping[str, Any]:
+        """Report the alias's executor; with ``mode``, set it for new jobs first (operator action, 000 §14)."""
+        w = self._worker(alias)
+        if mode is None:
+            return {"ok": True, **w.executor_status()}
+        try:
+            wanted = ExecutorMode(mode)
+        except ValueError:
+            raise EngineRejection(RejectCode.INVALID, f"executor mode {mode!r}: expected sync, async or pingpong",
+                                  param="mode") from None
+        return w.set_executor_mode(wanted)
 
     # -- observation ----------------------------------------------------------------------
 
@@ -117,6 +134,7 @@ class ServingEngine:
         return {
             "models": {a: {"state": w.state.value, "generation": w.generation, "live_requests": w.live_requests()}
                        for a, w in sup.workers.items()},
+            "executor": {a: w.executor_status() for a, w in sup.workers.items()},
             "package_digest": sup.loaded.digest if sup.loaded else None,
             "recoveries": sup.isolation_evidence(),
         }

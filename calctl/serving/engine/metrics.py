@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from calctl.serving.config import ExecutorMode
+
 # Latency buckets from 5 ms to 480 s (000 §16: long prefills and queue waits must stay visible).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 240, 480)
 FILL_BUCKETS = (0.0625, 0.125, 0.25, 0.5, 0.75, 1.0)
@@ -48,6 +50,9 @@ class EngineMetrics:
                                     buckets=FILL_BUCKETS, registry=r)
         self.downgrades = Counter("calctl_executor_downgrades_total", "Executor mode downgrades (000 §14).",
                                   ["model", "reason"], registry=r)
+        # Internal only (/metrics is never proxied publicly): which board this process owns (000 §3).
+        self.board_info = Gauge("calctl_board_info", "1 for the board this process owns (one process per board, 000 §3).",
+                                ["board", "device"], registry=r)
 
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)
@@ -93,13 +98,15 @@ class SnapshotCollector(Collector):
             kv_tok.add_metric([m.alias], float(m.kv_reserved_tokens))
             inflight.add_metric([m.alias], float(m.inflight_jobs))
             quarantined.add_metric([m.alias], float(m.quarantined_jobs))
-            mode.add_metric([m.alias, m.executor_mode], 1.0)
+            for name in EXECUTOR_MODES:  # every mode, 0 or 1, so a downgrade shows as a flip (000 §14)
+                mode.add_metric([m.alias, name], 1.0 if name == m.executor_mode else 0.0)
         for c in snap.chips:
             mem.add_metric([str(c.chip)], math.nan if c.used_bytes is None else float(c.used_bytes))
             memt.add_metric([str(c.chip)], math.nan if c.total_bytes is None else float(c.total_bytes))
         yield from (state, gen, queue, waiting, waiting_tok, kv, kv_tok, inflight, quarantined, mode, mem, memt)
 
 
+EXECUTOR_MODES = tuple(m.value for m in ExecutorMode)
 ALL_STATES = ("Unloaded", "Validating", "Configuring", "Warming", "Ready", "Draining", "Unloading", "Recovering", "Failed")
 
 

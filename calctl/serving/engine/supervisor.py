@@ -23,6 +23,7 @@ wait (001 §10.3).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -211,14 +212,24 @@ class DeviceSupervisor:
         """Initial load: create one worker per alias, then load. Requests may wait (WaitingModel) meanwhile."""
         lp = self._resolve(source)
         settings = self._check_or_fail(lp, initial=True)
+        configs = self._scheduler_configs(lp.package)
         for m in lp.package.models:
             codec = TextCodec.from_files(lp.root / m.tokenizer.file, lp.root / m.tokenizer.config if m.tokenizer.config else None,
                                          m.architecture.eos_token_id)
             self.workers[m.alias] = ModelWorker(m.alias, m, codec, settings[m.alias], self.metrics,
-                                                on_recovery=self._recover_async, options=self.worker_options)
+                                                on_recovery=self._recover_async,
+                                                options=self._worker_options(lp.package, m.alias, configs[m.alias]))
         self._set_all(ModelState.CONFIGURING)
         with self._lifecycle:
             self._configure_and_publish(lp)
+
+    def _worker_options(self, pkg: Package, alias: str, config: SchedulerConfig) -> WorkerOptions:
+        """The alias's ``executor`` block (000 §15) on top of the engine-wide worker options."""
+        chips = set(pkg.model(alias).target_chips)
+        alone = not any(chips & set(m.target_chips) for m in pkg.models if m.alias != alias)
+        e = config.executor
+        return dataclasses.replace(self.worker_options, mode=e.effective_mode, fixed_engine=e.fixed_engine,
+                                   downgrade=e.downgrade, chip_exclusive=alone)
 
     def _check_or_fail(self, lp: LoadedPackage, *, initial: bool) -> dict[str, Any]:
         t0 = time.monotonic()

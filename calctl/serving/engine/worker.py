@@ -5,7 +5,17 @@ the scheduler's KV lanes to runtime KV sequences, the host buffers of its jobs
 in flight, and the streams of its requests. Its thread runs the vLLM-style
 step::
 
-    schedule(now) -> submit jobs -> wait_any -> update_from_output -> events
+    schedule(now) -> submit jobs -> wait -> update_from_output -> events
+
+How the wait happens is the executor mode (000 §14, docs/executor.md):
+``sync`` waits inline on the worker thread for the one job it submitted;
+``async`` and ``pingpong`` hand the wait to completion threads (one per bank),
+so submission never blocks on a wait, with one job in flight (``async``) or two
+on alternating ping/pong banks (``pingpong``). In ping/pong the two jobs share
+nothing (:class:`~calctl.serving.engine.executor.BankSlots` checks it), and the
+:class:`~calctl.serving.engine.monitor.ExecutorMonitor` downgrades to one job
+in flight when 000 §14's conditions fire; jobs already submitted drain. Only an
+operator goes back to ping/pong (:meth:`ModelWorker.set_executor_mode`).
 
 Rules kept here (001 §10.3):
 
@@ -16,7 +26,10 @@ Rules kept here (001 §10.3):
 * KV commit only after device *and* output success (non-finite logits are a
   fault), rollback after a clean failure, Unknown after a timeout or fault;
 * a completion from a retired generation is dropped (StaleCompletion) but its
-  buffers are still released (000 §4 rule 4).
+  buffers are still released (000 §4 rule 4);
+* a recovery request waits until this worker's other jobs in flight have
+  completed (or timed out), so a fault in one ping/pong job never drops its
+  sibling (000 §14: submitted jobs drain).
 
 Recovery and lifecycle decisions belong to the DeviceSupervisor; the worker
 only reports ``RecoveryNeeded`` and follows instructions.
@@ -28,7 +41,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -39,6 +52,7 @@ from calctl.runtime.interface import Runtime
 from calctl.runtime.types import Engine as JobEngine
 from calctl.runtime.types import GenerationId as RtGenerationId
 from calctl.runtime.types import Job as RtJob
+from calctl.runtime.types import JobResult
 from calctl.runtime.types import KvSeqId
 from calctl.serving.core import admission as core_admission
 from calctl.serving.core.admission import AdmissionResult, ModelState, Verdict
@@ -58,7 +72,11 @@ from calctl.serving.core.scheduler import (
     StaleCompletion,
     TokenEmitted,
 )
+from calctl.errors import ConfigError
+from calctl.serving.config import DowngradePolicy, ExecutorMode
+from calctl.serving.engine.executor import BankSlots, DowngradeReason, DowngradeRecord, SlotConflict
 from calctl.serving.engine.metrics import EngineMetrics, ModelSnapshot
+from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, SamplingParams, TokenEvent
 from calctl.serving.text import TextCodec
@@ -68,6 +86,9 @@ Clock = Callable[[], float]
 
 #: 001 §11.3 "DeviceBusy -> bounded backoff": at most this many retries, doubling from 1 ms.
 BUSY_RETRIES = 6
+#: How often the worker reads its chip's counters for the downgrade monitor (000 §14).
+COUNTER_CHECK_S = 0.25
+MAX_DOWNGRADE_RECORDS = 100
 FAULT_STATUSES = frozenset({RuntimeStatus.CCU_EXCEPTION, RuntimeStatus.UNKNOWN_DMA_STATE, RuntimeStatus.DEVICE_LOST,
                             RuntimeStatus.TIMEOUT, RuntimeStatus.INTERNAL})
 
@@ -95,6 +116,9 @@ class _Inflight:
     request_ids: tuple[RequestId, ...]
     submitted: float
     graph: str
+    engine: JobEngine = JobEngine.AUTO
+    inline: bool = False  # sync mode: the worker thread waits for it; else a completion thread does
+    banked: bool = False  # submitted in ping/pong: it holds a BankSlots bank until it completes
 
 
 @dataclass
@@ -107,9 +131,15 @@ class RecoveryRequest:
 
 @dataclass
 class WorkerOptions:
+    """``mode``/``fixed_engine``/``downgrade`` come from the scheduler configuration's ``executor`` block
+    (000 §15); ``chip_exclusive``: no other alias runs on this worker's chip (its counters are ours)."""
+
     job_timeout_s: float = 30.0
-    engine: JobEngine = JobEngine.AUTO
     poll_s: float = 0.02
+    mode: ExecutorMode = ExecutorMode.SYNC
+    fixed_engine: bool = False
+    downgrade: DowngradePolicy = field(default_factory=DowngradePolicy)
+    chip_exclusive: bool = True
 
 
 class ModelWorker:
@@ -145,8 +175,30 @@ class ModelWorker:
         self._inflight: dict[JobId, _Inflight] = {}
         self._quarantine: dict[JobId, _Inflight] = {}
         self._recovery_pending = False
+        self._deferred_recovery: RecoveryRequest | None = None  # waits for the jobs still in flight to drain
+        self._stale_probe: _StaleProbe | None = None  # diagnostic only (arm_stale_redelivery)
+        # Executor (000 §14): the mode in use, the ping/pong banks, the downgrade monitor.
+        if self.options.mode.max_inflight > settings.budget.max_inflight_jobs:
+            raise ConfigError(f"{alias}: executor mode {self.options.mode.value} needs max_inflight "
+                              f"{self.options.mode.max_inflight}, the configuration allows {settings.budget.max_inflight_jobs}")
+        self._mode = self.options.mode
+        self._sched.set_inflight_limit(self._mode.max_inflight)
+        self._slots = BankSlots()
+        self._monitor = ExecutorMonitor(self.options.downgrade, self._mode, chip_exclusive=self.options.chip_exclusive)
+        self._downgrades: list[DowngradeRecord] = []  # automatic only (000 §14)
+        self._operator_changes: list[dict[str, Any]] = []
+        self._unclaimed: list[JobId] = []  # async/pingpong jobs no completion thread waits for yet
+        self._completion_cv = threading.Condition(self._lock)
+        self._next_counter_check = 0.0
         self._thread = threading.Thread(target=self._run, name=f"worker-{alias}", daemon=True)
         self._thread.start()
+        # One completion thread per bank: each waits for one job, so a short job finishing first
+        # never waits behind a long one (000 §14: two in flight).
+        self._completers = [
+            threading.Thread(target=self._completion_loop, name=f"worker-{alias}-completion{i}", daemon=True) for i in range(2)
+        ]
+        for t in self._completers:
+            t.start()
 
     # ------------------------------------------------------------------ properties
 
@@ -186,7 +238,7 @@ class ModelWorker:
             alias=self.alias, state=self._display_state.value, generation=self.generation if self._serving else None,
             queues=queues, waiting_requests=st.waiting_requests, waiting_prompt_tokens=st.waiting_prompt_tokens,
             kv_lanes={k.value: v for k, v in st.kv_by_state.items()}, kv_reserved_tokens=st.kv_reserved_tokens,
-            inflight_jobs=st.inflight_jobs, quarantined_jobs=st.quarantined_jobs, executor_mode="sync_inflight1",
+            inflight_jobs=st.inflight_jobs, quarantined_jobs=st.quarantined_jobs, executor_mode=self._mode.value,
         )
 
     # ------------------------------------------------------------------ API side
@@ -264,6 +316,8 @@ class ModelWorker:
             self._serving = True
             self._display_state = ModelState.READY
             self._recovery_pending = False
+            self._deferred_recovery = None
+            self._monitor.reset_counters()  # a reset or reconfigure may have restarted them
             self._pump(now)
         self._reject_all_as_unavailable = False
         self._wake.set()
@@ -283,6 +337,9 @@ class ModelWorker:
             for job_id, inf in list(self._inflight.items()):
                 self._quarantine[job_id] = inf
             self._inflight.clear()
+            self._unclaimed.clear()
+            self._deferred_recovery = None  # this retirement is the recovery (or teardown) it waited for
+            self._completion_cv.notify_all()
         self._wake.set()
 
     def forget_device_state(self) -> None:
@@ -303,6 +360,7 @@ class ModelWorker:
             if self._try_release(rt, inf):
                 with self._lock:
                     self._quarantine.pop(job_id, None)
+                    self._slots.release(job_id)
 
     def detach(self) -> None:
         with self._lock:
@@ -312,7 +370,11 @@ class ModelWorker:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        with self._lock:
+            self._completion_cv.notify_all()
         self._thread.join(timeout=5)
+        for t in self._completers:
+            t.join(timeout=5)
 
     def fail_all(self, reason: str) -> None:
         """Terminal failure of the generation (Failed): waiting and running requests get 503."""
@@ -330,37 +392,117 @@ class ModelWorker:
                 time.sleep(0.05)
 
     def _step(self) -> None:
+        wake_at, inline = self._schedule_and_launch()
+        if not (inline and self._wait_inline()):
+            # async/pingpong: completion threads wait for the device and wake us (_wake) when a job is done.
+            timeout = self.options.poll_s if wake_at is None else max(0.0, min(self.options.poll_s, wake_at - self._clock()))
+            self._wake.wait(timeout)
+            self._wake.clear()
+        self._sweep_quarantine()
+        self._check_counters()
+
+    def _schedule_and_launch(self) -> tuple[float | None, bool]:
+        """One schedule() and the submission of what it hands out. Returns (wake_at, inline: sync mode)."""
         jobs: tuple[PrefillJob | DecodeJob, ...] = ()
-        wake_at: float | None = None
         with self._lock:
             now = self._clock()
             # schedule() also expires deadlines and promotes waiters while the model loads; it hands
-            # out jobs only in Ready/Draining and not while halted for recovery.
+            # out jobs only in Ready/Draining and not while halted for recovery, and at most as many
+            # as the executor mode lets be in flight (Scheduler.set_inflight_limit).
             out = self._sched.schedule(now)
             jobs, wake_at = out.jobs, out.wake_at
             serving = self._serving and self._rt is not None
+            inline = self._mode is ExecutorMode.SYNC
             self._pump(now)
         if jobs and not serving:  # defensive: never submit outside a published generation
             for job in jobs:
                 self._complete(JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="no generation is being served"))
             jobs = ()
         for job in jobs:
-            self._launch(job)
-        if self._inflight:
-            self._reap()
-        else:
-            timeout = self.options.poll_s if wake_at is None else max(0.0, min(self.options.poll_s, wake_at - self._clock()))
-            self._wake.wait(timeout)
-            self._wake.clear()
-        self._sweep_quarantine()
+            self._launch(job, inline=inline)
+        return wake_at, inline
+
+    def _wait_inline(self) -> bool:
+        """Sync mode: wait on the worker thread for the job it submitted; no other job overlaps it. True if it waited.
+
+        Between wait slices the scheduler still runs (deadlines expire, waiters are promoted); it hands
+        out no job while the one in flight fills the limit of 1, only after an operator raised it."""
+        waited = False
+        while not self._stop.is_set():
+            rt = self._rt
+            with self._lock:
+                pending = [i for i in self._inflight.values() if i.inline]
+            if rt is None or not pending:
+                break
+            waited = True
+            self._await(rt, pending[0], tick=self._schedule_and_launch)
+        return waited
+
+    def _completion_loop(self) -> None:
+        """async/pingpong: take the next submitted job and wait for it, so submission never waits."""
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    while not self._unclaimed and not self._stop.is_set():
+                        self._completion_cv.wait(1.0)  # notified on every submit and on stop/retire
+                    if self._stop.is_set():
+                        return
+                    inf = self._inflight.get(self._unclaimed.pop(0))
+                    rt = self._rt
+                if inf is not None and rt is not None:
+                    self._await(rt, inf)
+                    self._wake.set()
+            except Exception:  # a bug must not kill a completion thread silently
+                log.exception("worker %s: unexpected error in a completion thread", self.alias)
+                time.sleep(0.05)
+
+    def _await(self, rt: Runtime, inf: _Inflight, *, tick: Callable[[], object] | None = None) -> None:
+        """Wait for one job in ``poll_s`` slices (a retirement or stop is noticed; ``tick`` runs between
+        slices) and complete it, or time it out."""
+        while not self._stop.is_set():
+            with self._lock:
+                if self._inflight.get(inf.core.job_id) is not inf:
+                    return  # retired meanwhile: it is quarantined and the sweep releases it
+            try:
+                done = rt.wait_any([inf.rt_job], timeout=self.options.poll_s)
+            except RuntimeLayerError as exc:
+                log.error("worker %s: waiting for job %s failed: %s", self.alias, inf.core.job_id, exc)
+                done = []
+                time.sleep(self.options.poll_s)
+            if done:
+                self._finish_job(rt, inf)
+                return
+            if self._clock() - inf.submitted > self.options.job_timeout_s:
+                self._time_out(inf)
+                return
+            if tick is not None:
+                tick()
+
+    def _check_counters(self) -> None:
+        """Feed the chip's job counters to the downgrade monitor (000 §14 counter anomalies)."""
+        rt, now = self._rt, self._clock()
+        if rt is None or not self._serving or now < self._next_counter_check:
+            return
+        self._next_counter_check = now + COUNTER_CHECK_S
+        try:
+            counters = rt.counters()
+        except RuntimeLayerError as exc:
+            log.warning("worker %s: reading chip counters failed: %s", self.alias, exc)
+            return
+        with self._lock:
+            own = len(self._inflight) + len(self._quarantine)
+            for c in counters:
+                if c.chip in self.chips:
+                    self._apply(self._monitor.counters(c, own_jobs=own, now=now))
 
     # ------------------------------------------------------------------ submit
 
-    def _launch(self, job: PrefillJob | DecodeJob) -> None:
+    def _launch(self, job: PrefillJob | DecodeJob, *, inline: bool) -> None:
         rt = self._rt
         assert rt is not None
         appended: list[KvSeqId] = []
         inputs = outputs = None
+        engine, banked = JobEngine.AUTO, False
         try:
             if isinstance(job, PrefillJob):
                 graph = job.graph
@@ -414,7 +556,13 @@ class ModelWorker:
                 kv_arg = list(seqs) + [None] * (b - len(seqs))
                 rids = batch.request_ids
                 self._metrics.batch_fill.labels(self.alias).observe(batch.fill_ratio)
-            rt_job = self._submit_with_backoff(rt, graph, inputs, outputs, kv_arg, job.generation)
+            engine, banked = self._choose_engine(job, inputs, outputs, seqs, tuple(rids))
+            rt_job = self._submit_with_backoff(rt, graph, inputs, outputs, kv_arg, job.generation, engine)
+        except SlotConflict as exc:  # 000 §14: the two ping/pong jobs would share state
+            with self._lock:
+                self._apply(self._monitor.crosstalk(f"at submit: {exc}"))
+            self._abort_launch(rt, job, appended, inputs, outputs, JobStatus.FAILED, f"refused: {exc}")
+            return
         except _LaunchFailed as exc:
             self._abort_launch(rt, job, appended, inputs, outputs, JobStatus.FAILED, str(exc))
             return
@@ -431,20 +579,43 @@ class ModelWorker:
             self._abort_launch(rt, job, appended, inputs, outputs, JobStatus.FAILED, f"internal error: {exc}")
             return
         with self._lock:
-            self._inflight[job.job_id] = _Inflight(job, rt_job, inputs, outputs, seqs, tuple(rids), self._clock(), graph)
+            self._inflight[job.job_id] = _Inflight(job, rt_job, inputs, outputs, seqs, tuple(rids), self._clock(), graph,
+                                                   engine, inline, banked)
+            if not inline:
+                self._unclaimed.append(job.job_id)
+                self._completion_cv.notify()
+
+    def _choose_engine(self, job: PrefillJob | DecodeJob, inputs: HostBuffer, outputs: HostBuffer,
+                       seqs: tuple[KvSeqId, ...], rids: tuple[RequestId, ...]) -> tuple[JobEngine, bool]:
+        """(engine, banked) for a new job: the free ping/pong bank in ping/pong (nothing shared with the
+        other, else SlotConflict), else ``auto`` (``ping`` with ``fixed_engine``). The mode in use now
+        decides: a mode change affects only jobs not yet submitted (000 §14)."""
+        with self._lock:
+            if self._mode is not ExecutorMode.PINGPONG:
+                return (JobEngine.PING if self.options.fixed_engine else JobEngine.AUTO), False
+            bank = self._slots.claim(job.job_id, inputs, outputs, seqs, rids)
+            if bank is None:
+                raise _LaunchFailed(f"both ping/pong banks hold a job ({self._slots.holders()})")
+        return bank, True
 
     def _submit_with_backoff(self, rt: Runtime, graph: str, inputs: HostBuffer, outputs: HostBuffer,
-                             kv: list[KvSeqId | None], generation: GenerationId) -> RtJob:
+                             kv: list[KvSeqId | None], generation: GenerationId, engine: JobEngine) -> RtJob:
         delay = 0.001
         for attempt in range(BUSY_RETRIES + 1):
             try:
-                return rt.submit(graph, inputs, outputs, self.options.engine, kv=kv, generation=RtGenerationId(int(generation)))
+                rt_job = rt.submit(graph, inputs, outputs, engine, kv=kv, generation=RtGenerationId(int(generation)))
             except DeviceBusy:
                 self._metrics.submit_busy.labels(self.alias).inc()
+                with self._lock:  # 000 §14: consecutive DeviceBusy downgrade ping/pong
+                    self._apply(self._monitor.submit_busy())
                 if attempt == BUSY_RETRIES:
                     raise
                 time.sleep(delay)
                 delay *= 2
+            else:
+                with self._lock:
+                    self._monitor.submit_ok()
+                return rt_job
         raise AssertionError("unreachable")
 
     def _abort_launch(self, rt: Runtime, job: PrefillJob | DecodeJob, appended: list[KvSeqId], inputs: HostBuffer | None,
@@ -463,51 +634,46 @@ class ModelWorker:
                 except RuntimeLayerError:
                     pass
         self._metrics.jobs.labels(self.alias, _graph_kind(job), "not_submitted").inc()
+        with self._lock:
+            self._slots.release(job.job_id)
         self._complete(JobOutcome(job.job_id, job.generation, status, detail=detail))
 
     # ------------------------------------------------------------------ completion
 
-    def _reap(self) -> None:
-        rt = self._rt
-        if rt is None:
-            return
+    def _time_out(self, inf: _Inflight) -> None:
+        """001 §11.3: Wait timeout -> stop new submits, lanes Unknown, quarantine (never free its buffers).
+        The job keeps its ping/pong bank until the runtime gives its buffers back."""
         with self._lock:
-            pending = list(self._inflight.values())
-        try:
-            done = rt.wait_any([p.rt_job for p in pending], timeout=self.options.poll_s)
-        except RuntimeLayerError as exc:
-            log.error("worker %s: wait_any failed: %s", self.alias, exc)
-            done = []
-        done_ids = {j.id for j in done}
-        now = self._clock()
-        for inf in pending:
-            if inf.rt_job.id in done_ids:
-                self._finish_job(rt, inf)
-            elif now - inf.submitted > self.options.job_timeout_s:
-                # 001 §11.3: Wait timeout -> stop new submits, lanes Unknown, quarantine (never free its buffers).
-                self._metrics.device_errors.labels(self.alias, "Timeout").inc()
-                self._metrics.jobs.labels(self.alias, _graph_kind(inf.core), "timeout").inc()
-                with self._lock:
-                    self._inflight.pop(inf.core.job_id, None)
-                    self._quarantine[inf.core.job_id] = inf
-                self._complete(JobOutcome(inf.core.job_id, inf.core.generation, JobStatus.TIMEOUT,
-                                          detail=f"no completion after {self.options.job_timeout_s:.1f}s",
-                                          ), runtime_status=RuntimeStatus.TIMEOUT)
+            if self._inflight.pop(inf.core.job_id, None) is None:
+                return
+            self._quarantine[inf.core.job_id] = inf
+            self._apply(self._monitor.job_timed_out())
+        self._metrics.device_errors.labels(self.alias, "Timeout").inc()
+        self._metrics.jobs.labels(self.alias, _graph_kind(inf.core), "timeout").inc()
+        self._complete(JobOutcome(inf.core.job_id, inf.core.generation, JobStatus.TIMEOUT,
+                                  detail=f"no completion after {self.options.job_timeout_s:.1f}s",
+                                  ), runtime_status=RuntimeStatus.TIMEOUT)
 
     def _finish_job(self, rt: Runtime, inf: _Inflight) -> None:
-        res = rt.query(inf.rt_job)
         with self._lock:
-            self._inflight.pop(inf.core.job_id, None)
+            if self._inflight.pop(inf.core.job_id, None) is None:
+                return  # retired while we waited: it is quarantined, the sweep releases it
+        res = rt.query(inf.rt_job)
         elapsed = self._clock() - inf.submitted
         self._metrics.job_seconds.labels(self.alias, inf.graph).observe(elapsed)
         runtime_status: RuntimeStatus | None = None
-        if res.ok:
-            try:
-                logits = inf.outputs.read("logits")
-            except RuntimeLayerError as exc:
-                outcome = JobOutcome(inf.core.job_id, inf.core.generation, JobStatus.FAULT, detail=f"output unreadable: {exc}")
-            else:
-                outcome = self._sample(inf, logits)
+        verdict: Downgrade | None = None
+        anomaly = _status_anomaly(inf, res)
+        if anomaly is not None:  # the runtime's answer contradicts itself: trust nothing it wrote
+            outcome = JobOutcome(inf.core.job_id, inf.core.generation, JobStatus.FAULT, detail=f"status anomaly: {anomaly}")
+            with self._lock:
+                verdict = self._monitor.status_anomaly(anomaly)
+            self._metrics.jobs.labels(self.alias, _graph_kind(inf.core), "bad_output").inc()
+        elif res.ok:
+            outcome, crosstalk = self._read_output(inf)
+            if crosstalk is not None:
+                with self._lock:
+                    verdict = self._monitor.crosstalk(crosstalk)
             if outcome.status is JobStatus.OK:
                 for s in inf.seqs:
                     rt.kv.commit(s)
@@ -525,11 +691,33 @@ class ModelWorker:
                         pass
             outcome = JobOutcome(inf.core.job_id, inf.core.generation, status, detail=f"{runtime_status.name}: {res.detail or ''}".strip())
         self._try_release(rt, inf)
+        with self._lock:
+            self._slots.release(inf.core.job_id)
+            self._apply(verdict)
+            if outcome.status is JobStatus.OK:
+                self._monitor.job_completed()
         self._complete(outcome, runtime_status=runtime_status)
 
-    def _sample(self, inf: _Inflight, logits: np.ndarray) -> JobOutcome:
+    def _read_output(self, inf: _Inflight) -> tuple[JobOutcome, str | None]:
+        """Sample a succeeded job's logits after the crosstalk checks (000 §14). Returns (outcome, crosstalk detail)."""
+        job = inf.core.job_id
+        try:
+            logits = inf.outputs.read("logits")
+        except RuntimeLayerError as exc:  # e.g. the buffer is still lent to another job: never read it
+            detail = f"output of job {job} unreadable: {exc}"
+            return JobOutcome(job, inf.core.generation, JobStatus.FAULT, detail=detail), detail
         if not np.all(np.isfinite(logits)):
-            return JobOutcome(inf.core.job_id, inf.core.generation, JobStatus.FAULT, detail="corrupted output: non-finite logits")
+            detail = f"corrupted output: non-finite logits in job {job}"
+            return JobOutcome(job, inf.core.generation, JobStatus.FAULT, detail=detail), detail
+        outcome = self._sample(inf, logits)
+        if inf.banked:
+            with self._lock:
+                problem = self._slots.check_completion(job, inf.engine, tuple(r.request_id for r in outcome.results))
+            if problem is not None:
+                return JobOutcome(job, inf.core.generation, JobStatus.FAULT, detail=f"crosstalk: {problem}"), problem
+        return outcome, None
+
+    def _sample(self, inf: _Inflight, logits: np.ndarray) -> JobOutcome:
         results = []
         with self._lock:
             for lane, rid in enumerate(inf.request_ids):
@@ -545,7 +733,9 @@ class ModelWorker:
         now = self._clock()
         with self._lock:
             self._sched.update_from_output(outcome, now)
-            self._pump(now, runtime_status)
+            # Tokens of this outcome are tagged with the job's generation (TokenEvent.generation, 001 §13.1).
+            self._pump(now, runtime_status, generation=outcome.generation)
+            self._start_deferred_recovery()
 
     def _try_release(self, rt: Runtime, inf: _Inflight) -> bool:
         ok = True
@@ -567,20 +757,22 @@ class ModelWorker:
             if res.state.terminal and self._try_release(rt, inf):
                 with self._lock:
                     self._quarantine.pop(job_id, None)
+                    self._slots.release(job_id)
                 # Its late completion is stale for the scheduler (000 §4 rule 4).
                 self._complete(JobOutcome(job_id, inf.core.generation, JobStatus.FAILED, detail="late completion"))
 
     # ------------------------------------------------------------------ events -> streams
 
-    def _pump(self, now: float, runtime_status: RuntimeStatus | None = None) -> None:
-        """Deliver scheduler events. Called with the worker lock held."""
+    def _pump(self, now: float, runtime_status: RuntimeStatus | None = None, *, generation: GenerationId | None = None) -> None:
+        """Deliver scheduler events. Called with the worker lock held. ``generation``: the job generation
+        of the outcome being applied (tokens are only ever emitted from one)."""
         while True:
             events = self._sched.drain_events()
             if not events:
                 return
             for ev in events:
                 if isinstance(ev, TokenEmitted):
-                    self._on_token(ev, now)
+                    self._on_token(ev, now, self._sched.generation if generation is None else generation)
                 elif isinstance(ev, TerminalEvent):
                     self._on_terminal(ev, now)
                 elif isinstance(ev, LaneReleased):
@@ -595,13 +787,30 @@ class ModelWorker:
                     self._metrics.stale.labels(self.alias).inc()
                     log.info("worker %s: stale completion of job %s dropped (%s)", self.alias, ev.job_id, ev.reason)
                 elif isinstance(ev, RecoveryNeeded):
+                    self._apply(self._monitor.recovery_needed(f"{ev.status.value}: {ev.detail}"))
                     if not self._recovery_pending:
                         self._recovery_pending = True
                         self._serving = False
                         req = RecoveryRequest(self.alias, ev.status, ev.detail, runtime_status)
-                        threading.Thread(target=self._on_recovery, args=(req,), name=f"recover-{self.alias}", daemon=True).start()
+                        if self._inflight:
+                            # 000 §14: submitted jobs drain; the reset waits until they completed or timed out.
+                            self._deferred_recovery = req
+                            log.warning("worker %s: recovery (%s) waits for %d job(s) in flight to drain",
+                                        self.alias, ev.status.value, len(self._inflight))
+                        else:
+                            self._start_recovery(req)
 
-    def _on_token(self, ev: TokenEmitted, now: float) -> None:
+    def _start_recovery(self, req: RecoveryRequest) -> None:
+        threading.Thread(target=self._on_recovery, args=(req,), name=f"recover-{self.alias}", daemon=True).start()
+
+    def _start_deferred_recovery(self) -> None:
+        """Called with the lock held after every completion: the last drained job releases the recovery."""
+        if self._deferred_recovery is not None and not self._inflight:
+            req, self._deferred_recovery = self._deferred_recovery, None
+            log.info("worker %s: jobs in flight drained; recovery starts", self.alias)
+            self._start_recovery(req)
+
+    def _on_token(self, ev: TokenEmitted, now: float, generation: GenerationId) -> None:
         ctx = self._requests.get(ev.request_id)
         if ctx is None:
             return
@@ -611,10 +820,115 @@ class ModelWorker:
             self._metrics.ttft.labels(self.alias).observe(now - ctx.arrived)
         elif ctx.last_token_at is not None:
             self._metrics.tpot.labels(self.alias).observe(now - ctx.last_token_at)
+            self._apply(self._monitor.latency(now - ctx.last_token_at))  # 000 §14 P99 regression
         ctx.last_token_at = now
         self._metrics.tokens.labels(self.alias).inc()
         self._metrics.tenant_tokens.labels(self.alias, ctx.gen.tenant).inc()
-        ctx.stream.post_token(TokenEvent(ev.token_id, prompt_tokens=len(ctx.gen.prompt_ids), completion_tokens=ctx.tokens))
+        event = TokenEvent(ev.token_id, prompt_tokens=len(ctx.gen.prompt_ids), completion_tokens=ctx.tokens,
+                           generation=int(generation))
+        ctx.stream.post_token(event)
+        if self._stale_probe is not None:
+            self._stale_probe_step(ctx.stream, event)
+
+    # ------------------------------------------------------------------ executor mode (000 §14)
+
+    @property
+    def executor_mode(self) -> ExecutorMode:
+        return self._mode
+
+    def downgrades(self) -> list[DowngradeRecord]:
+        with self._lock:
+            return list(self._downgrades)
+
+    def set_executor_mode(self, mode: ExecutorMode) -> dict[str, Any]:
+        """Operator action: use ``mode`` for jobs not yet submitted; jobs in flight drain.
+
+        The only way back to ping/pong after a downgrade (000 §14: never automatic). Refused
+        (``ok: False``) when the configuration does not allow it: ``executor.max_inflight`` is the
+        ceiling, and ping/pong cannot use a fixed engine.
+        """
+        with self._lock:
+            ceiling = self._sched.settings.budget.max_inflight_jobs
+            if mode.max_inflight > ceiling:
+                return {**self._status_locked(), "ok": False,
+                        "detail": f"{mode.value} needs executor.max_inflight {mode.max_inflight}; the configuration allows {ceiling}"}
+            if mode is ExecutorMode.PINGPONG and self.options.fixed_engine:
+                return {**self._status_locked(), "ok": False, "detail": "executor.fixed_engine is set: ping/pong needs both banks"}
+            previous = self._mode
+            self._change_mode(mode, None, "set by an operator")
+            self._operator_changes.append({"at": time.time(), "from": previous.value, "to": mode.value})
+            del self._operator_changes[:-MAX_DOWNGRADE_RECORDS]
+            status = {**self._status_locked(), "ok": True, "previous_mode": previous.value}
+        log.info("executor mode of %s set by an operator: %s -> %s (jobs in flight drain)", self.alias, previous.value, mode.value)
+        self._wake.set()
+        return status
+
+    def executor_status(self) -> dict[str, Any]:
+        with self._lock:
+            return self._status_locked()
+
+    def _status_locked(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "mode": self._mode.value,
+            "configured_mode": self.options.mode.value,
+            "max_inflight": self._sched.inflight_limit,
+            "configured_max_inflight": self._sched.settings.budget.max_inflight_jobs,
+            "inflight_jobs": len(self._inflight),
+            "banks": self._slots.holders() if self._mode is ExecutorMode.PINGPONG or self._slots.busy() else None,
+            "downgrades": [d.as_dict() for d in self._downgrades],
+            "operator_changes": list(self._operator_changes),
+            "monitor": self._monitor.state(),
+        }
+
+    def _apply(self, verdict: Downgrade | None) -> None:
+        """Act on a monitor verdict (lock held): leave ping/pong for the configured one-in-flight mode."""
+        if verdict is None or self._mode is not ExecutorMode.PINGPONG:
+            return
+        self._change_mode(self.options.downgrade.to, verdict.reason, verdict.detail)
+
+    def _change_mode(self, mode: ExecutorMode, reason: DowngradeReason | None, detail: str) -> None:
+        """Lock held. Only new jobs see the new mode: the scheduler hands out no job until fewer than
+        the new limit are in flight, so the ping/pong jobs already submitted drain first (000 §14).
+        ``reason`` None: an operator's choice, not a downgrade (not counted in the metric)."""
+        previous = self._mode
+        self._mode = mode
+        self._sched.set_inflight_limit(mode.max_inflight)
+        self._monitor.set_mode(mode)
+        if reason is not None and previous is ExecutorMode.PINGPONG and mode is not ExecutorMode.PINGPONG:
+            rec = DowngradeRecord(time.time(), previous, mode, reason, detail, len(self._inflight))
+            self._downgrades.append(rec)
+            del self._downgrades[:-MAX_DOWNGRADE_RECORDS]
+            self._metrics.downgrades.labels(self.alias, reason.value).inc()
+            log.warning("executor downgrade: model=%s from=%s to=%s reason=%s draining_jobs=%d detail=%s",
+                        self.alias, previous.value, mode.value, reason.value, rec.draining_jobs, detail)
+        self._completion_cv.notify_all()
+
+    # ------------------------------------------------------------------ diagnostics (calctl soak --inject)
+
+    def arm_stale_redelivery(self) -> None:
+        """DIAGNOSTIC ONLY, never used in serving: deliberately break the generation rule once.
+
+        ``calctl soak --inject stale-completion`` arms it to prove that the soak's checker catches a
+        completion from a retired generation (000 §4 rule 4, 001 §13.1). Once armed, the worker remembers
+        the last token it delivered; at the first token of a *newer* generation (after a reload or a
+        recovery), it delivers the remembered token, still tagged with its retired generation, to that
+        new request as well. Then it disarms itself.
+        """
+        with self._lock:
+            self._stale_probe = _StaleProbe()
+
+    def _stale_probe_step(self, stream: EngineStream, event: TokenEvent) -> None:
+        probe = self._stale_probe
+        assert probe is not None
+        old = probe.last
+        if old is not None and old.generation is not None and event.generation is not None and old.generation < event.generation:
+            log.warning("worker %s: DIAGNOSTIC stale-completion injection: re-delivering a token of retired generation "
+                        "%s to request %s (generation %s)", self.alias, old.generation, stream.request_id, event.generation)
+            stream.post_token(old)
+            self._stale_probe = None
+            return
+        probe.last = event
 
     def _on_terminal(self, ev: TerminalEvent, now: float) -> None:
         ctx = self._requests.pop(ev.request_id, None)
@@ -648,6 +962,26 @@ class ModelWorker:
 
 class _LaunchFailed(Exception):
     pass
+
+
+@dataclass
+class _StaleProbe:
+    """State of the stale-completion diagnostic (:meth:`ModelWorker.arm_stale_redelivery`)."""
+
+    last: TokenEvent | None = None
+
+
+def _status_anomaly(inf: _Inflight, res: JobResult) -> str | None:
+    """What is self-contradictory in the runtime's answer about a job that Wait reported done (000 §14)."""
+    if res.job.id != inf.rt_job.id:
+        return f"query about job {inf.rt_job.id} answered for job {res.job.id}"
+    if not res.state.terminal:
+        return f"job {res.job.id} was reported done but is {res.state.value}"
+    if res.ok and res.status != RuntimeStatus.OK:
+        return f"job {res.job.id} succeeded with status {res.status.name}"
+    if res.start_ns is not None and res.end_ns is not None and res.end_ns < res.start_ns:
+        return f"job {res.job.id} ended before it started"
+    return None
 
 
 def _graph_kind(job: PrefillJob | DecodeJob) -> str:

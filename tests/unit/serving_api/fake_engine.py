@@ -268,6 +268,8 @@ class FakeEngine:
         self.engine_cancels: list[str] = []
         self.admin_calls: list[tuple[str, str]] = []
         self.admin_outcome: dict[str, Any] = {"ok": True}
+        self.executor_calls: list[tuple[str, str | None]] = []
+        self.executor_outcome_ok = True
         self._lock = threading.Lock()
         self._submit_latches: dict[int, Latch] = {}
 
@@ -362,6 +364,11 @@ class FakeEngine:
         self._enter("admin")
         self.admin_calls.append((alias, action))
         return {**self.admin_outcome, "alias": alias, "action": action}
+
+    async def executor(self, alias: str, mode: str | None = None) -> Mapping[str, Any]:
+        self._enter("executor")
+        self.executor_calls.append((alias, mode))
+        return {"ok": self.executor_outcome_ok, "alias": alias, "mode": mode or "sync"}
 
     def metrics_text(self) -> bytes:
         self._enter("metrics_text")

@@ -1,0 +1,250 @@
+"""Scenarios ``ab`` (``--mode isolated|joint|all``) and ``interference`` (001 §9.4, §12 Phase 3, §13.2).
+
+``ab`` against a server at ``--url``:
+
+* ``isolated`` – each model of ``--models`` alone, one phase each;
+* ``joint`` – all models together, one phase; gate: B's success rate;
+* ``all`` – A isolated, B isolated, then A+B joint with the *same* seeded
+  workloads, then the 001 §13.2 comparison (:func:`metrics.compare`:
+  throughput_efficiency and overlap_ratio with paired bootstrap CIs over
+  steady-state windows) and gates (:mod:`gates`): efficiency >= 0.80, the
+  overlap CI above 0, each model's P99 TTFT and TPOT within 25 % of isolation,
+  B's success rate >= 99.9 % (with whether A was saturated).
+
+``interference``: the four prefill/decode pairs of 001 §9.4, with a
+prefill-heavy workload (prompts of 96–192 tokens, one output token: the chip
+runs prefill jobs) and a decode-heavy one (prompts of 4–16 tokens, 32–64 output
+tokens: the chip runs decode jobs). Each model's two workloads are measured in
+isolation once; each pair then runs jointly, and is judged like ``all``: the
+observation of 001 §9.4 per pair (TTFT for the prefill side, TPOT for the
+decode side) with its P99 degradation, and the pair's efficiency.
+
+Open-loop rates are per model (``--rate``). Whether the overlap and efficiency
+figures say anything about concurrency depends on the load: far below each
+model's capacity, joint and isolated runs serve the same tokens whatever the
+hardware does; near it, a serialising runtime shows (docs/bench.md).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from calctl.errors import UsageError
+from calctl.runners.bench import gates as G
+from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult, Table
+from calctl.runners.bench.http import PhaseResult, Target, run_phase, served_models
+from calctl.runners.bench.metrics import Comparison, ModelStats, compare, default_window, saturated, summarize, window_rates
+from calctl.runners.bench.plot import BarGroup, plot_ab, plot_pairs
+from calctl.runners.bench.workload import LengthDist, PlannedRequest, build_workload, offered_tokens
+
+Log = Callable[[str], None]
+
+
+def _target(opts: BenchOptions) -> Target:
+    if not opts.url:
+        raise UsageError("--url is required: this scenario drives a running server (e.g. `calctl serve`)")
+    return Target(opts.url, opts.api_key, opts.temperature, opts.request_timeout_s)
+
+
+def _check_models(target: Target, models: Sequence[str], need: int | None) -> None:
+    if need is not None and len(models) != need:
+        raise UsageError(f"--models: this mode needs exactly {need} models (A,B), got {len(models)}")
+    if not models:
+        raise UsageError("--models: name at least one model alias, e.g. --models model-a,model-b")
+    served = served_models(target)
+    missing = [m for m in models if m not in served]
+    if missing:
+        raise UsageError(f"--models: {', '.join(missing)} not served (ready) at {target.url}; it serves: "
+                         f"{', '.join(served) or 'nothing'}")
+
+
+def _workload(opts: BenchOptions, stream: int, prompt: LengthDist | None = None,
+              output: LengthDist | None = None) -> list[PlannedRequest]:
+    return build_workload(seed=opts.seed, stream=stream, rate=opts.rate, duration_s=opts.duration_s,
+                          burstiness=opts.burstiness, prompt=prompt or opts.prompt, output=output or opts.output,
+                          tokens=opts.token_range, max_requests=opts.max_requests)
+
+
+def _phase(target: Target, opts: BenchOptions, workloads: dict[str, list[PlannedRequest]], label: str, log: Log,
+           kinds: dict[str, str] | None = None) -> PhaseResult:
+    n = sum(len(w) for w in workloads.values())
+    log(f"  phase {label}: {n} request(s) over {opts.duration_s:g} s ({', '.join(workloads)})")
+    res = run_phase(target, workloads, label=label, duration_s=opts.duration_s, grace_s=opts.grace_s, seed=opts.seed,
+                    kinds=kinds)
+    ok = sum(1 for r in res.records if r.ok)
+    log(f"    {ok}/{len(res.records)} succeeded in {res.t_end - res.t0:.1f} s")
+    return res
+
+
+def _summary(opts: BenchOptions, alias: str, phase: PhaseResult, workload: Sequence[PlannedRequest]) -> ModelStats:
+    return summarize(alias, phase.of(alias), t0=phase.t0, slo=opts.slo, duration_s=opts.duration_s,
+                     offered_tokens=offered_tokens(workload))
+
+
+def _stats_rows(label: str, stats: Sequence[ModelStats]) -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
+    for s in stats:
+        rows.append((label, s.alias, f"{s.succeeded}/{s.requests}", _pct(s.success_rate), _ms(s.ttft.p50), _ms(s.ttft.p99),
+                     _ms(s.tpot.p50), _ms(s.tpot.p99), _ms(s.itl.p99), _ms(s.e2e.p99), _num(s.tokens_per_s),
+                     _num(s.requests_per_s), _num(s.goodput_rps), "yes" if saturated(s) else "no"))
+    return rows
+
+
+STATS_COLUMNS = ("phase", "model", "ok", "success", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "ITL P99", "E2E P99",
+                 "tok/s", "req/s", "goodput req/s", "saturated")
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1e3:.1f} ms"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2%}"
+
+
+def _gate_table(gates: Sequence[G.Gate]) -> Table:
+    rows = tuple((g.name, g.rule, "n/a" if g.value is None else f"{g.value:.3f}",
+                  {True: "PASS", False: "FAIL", None: "not evaluated"}[g.passed], g.detail) for g in gates)
+    return Table("001 §13.2 gates", ("gate", "rule", "value", "verdict", "evidence"), rows)
+
+
+def _comparison(opts: BenchOptions, a_iso: PhaseResult, b_iso: PhaseResult, joint: PhaseResult, a: str, b: str) -> Comparison:
+    w = opts.window_s or default_window(opts.duration_s)
+
+    def rates(phase: PhaseResult, alias: str) -> np.ndarray:
+        return window_rates(phase.of(alias), t0=phase.t0, duration_s=opts.duration_s, window_s=w)
+
+    return compare(rates(a_iso, a), rates(b_iso, b), rates(joint, a), rates(joint, b), window_s=w, seed=opts.seed)
+
+
+def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
+    target = _target(opts)
+    models = opts.models
+    _check_models(target, models, 2 if opts.mode is not Mode.ISOLATED else None)
+    workloads = {m: _workload(opts, i) for i, m in enumerate(models)}
+    iso: dict[str, PhaseResult] = {}
+    stats_iso: dict[str, ModelStats] = {}
+    if opts.mode in (Mode.ISOLATED, Mode.ALL):
+        for m in models:
+            iso[m] = _phase(target, opts, {m: workloads[m]}, f"{m} isolated", log)
+            stats_iso[m] = _summary(opts, m, iso[m], workloads[m])
+    joint: PhaseResult | None = None
+    stats_joint: dict[str, ModelStats] = {}
+    if opts.mode in (Mode.JOINT, Mode.ALL):
+        joint = _phase(target, opts, workloads, "joint", log)
+        stats_joint = {m: _summary(opts, m, joint, workloads[m]) for m in models}
+    gates: list[G.Gate] = []
+    cmp: Comparison | None = None
+    if opts.mode is Mode.ALL:
+        a, b = models
+        assert joint is not None
+        cmp = _comparison(opts, iso[a], iso[b], joint, a, b)
+        gates += G.concurrency_gates(cmp)
+        for m in models:
+            gates += G.degradation_gates(stats_iso[m], stats_joint[m])
+    if opts.mode in (Mode.JOINT, Mode.ALL):
+        gates.append(G.b_success_gate(stats_joint[models[0]], stats_joint[models[1]]))
+    verdict = G.verdict(gates)
+    rows = [r for m in stats_iso for r in _stats_rows("isolated", [stats_iso[m]])] + _stats_rows("joint", list(stats_joint.values()))
+    tables = [Table("per model and phase (successful requests)", STATS_COLUMNS, tuple(rows))]
+    if gates:
+        tables.append(_gate_table(gates))
+    plot = opts.out_dir / "bench.png"
+    bars: list[BarGroup] = []
+    for m in models:
+        si, sj = stats_iso.get(m), stats_joint.get(m)
+        bars.append((f"{m} TTFT", si.ttft.p99 if si else None, sj.ttft.p99 if sj else None))
+        bars.append((f"{m} TPOT", si.tpot.p99 if si else None, sj.tpot.p99 if sj else None))
+    plot_ab(plot, rates=cmp.rates if cmp else None, window_s=cmp.window_s if cmp else None, bars=bars,
+            title=f"calctl bench ab --mode {opts.mode.value}: {verdict}", device=opts.target_device,
+            names=(models[0], models[-1]))
+    body = {
+        "mode": opts.mode.value,
+        "phases": {
+            **{f"{m} isolated": {"stats": stats_iso[m].document(), "seconds": iso[m].t_end - iso[m].t0} for m in stats_iso},
+            **({"joint": {"stats": {m: s.document() for m, s in stats_joint.items()}, "seconds": joint.t_end - joint.t0}}
+               if joint is not None else {}),
+        },
+        "comparison": cmp.document() if cmp else None,
+        "overlap_ratio": cmp.overlap_ratio.as_dict() if cmp else None,
+        "throughput_efficiency": cmp.throughput_efficiency.as_dict() if cmp else None,
+    }
+    notes = [f"failing gate: {g.name}: {g.detail}" for g in G.failing(gates)]
+    return ScenarioResult("ab", verdict, 1 if verdict == "FAIL" else 0, tuple(gates), tuple(tables), body, plot,
+                          tuple(notes), mock_result=_mock(opts))
+
+
+def _mock(opts: BenchOptions) -> bool | None:
+    return {"mock": True, "calrt": False}.get(opts.target_device)
+
+
+# ---------------------------------------------------------------------------
+# interference (001 §9.4)
+
+PREFILL_HEAVY = ("prefill", LengthDist.parse("uniform:96:192"), LengthDist.parse("1"))
+DECODE_HEAVY = ("decode", LengthDist.parse("uniform:4:16"), LengthDist.parse("uniform:32:64"))
+#: 001 §9.4: (A's work, B's work, what to watch).
+PAIRS = (
+    (PREFILL_HEAVY, PREFILL_HEAVY, "DRAM/DMA/power peaks, TTFT"),
+    (PREFILL_HEAVY, DECODE_HEAVY, "does a long task slow B's TPOT"),
+    (DECODE_HEAVY, PREFILL_HEAVY, "symmetry, shared-queue bias"),
+    (DECODE_HEAVY, DECODE_HEAVY, "steady-state throughput, bandwidth"),
+)
+
+
+def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
+    target = _target(opts)
+    _check_models(target, opts.models, 2)
+    a, b = opts.models
+    work = {(m, kind[0]): _workload(opts, i, kind[1], kind[2])
+            for i, m in enumerate((a, b)) for kind in (PREFILL_HEAVY, DECODE_HEAVY)}
+    iso: dict[tuple[str, str], PhaseResult] = {}
+    for (m, k), wl in work.items():
+        iso[(m, k)] = _phase(target, opts, {m: wl}, f"{m} {k}-heavy isolated", log, kinds={m: f"{k}-heavy"})
+    gates: list[G.Gate] = []
+    rows: list[tuple[object, ...]] = []
+    pair_docs = []
+    pair_bars: list[tuple[str, list[BarGroup]]] = []
+    for wa, wb, watch in PAIRS:
+        name = f"A {wa[0]} + B {wb[0]}"
+        joint = _phase(target, opts, {a: work[(a, wa[0])], b: work[(b, wb[0])]}, name, log,
+                       kinds={a: f"{wa[0]}-heavy", b: f"{wb[0]}-heavy"})
+        pair_gates: list[G.Gate] = []
+        bars: list[BarGroup] = []
+        docs = {}
+        for m, w in ((a, wa), (b, wb)):
+            si = _summary(opts, m, iso[(m, w[0])], work[(m, w[0])])
+            sj = _summary(opts, m, joint, work[(m, w[0])])
+            # 001 §9.4: the prefill side is watched through TTFT, the decode side through TPOT.
+            metric = "ttft" if w[0] == "prefill" else "tpot"
+            g = [x for x in G.degradation_gates(si, sj) if x.name.startswith(f"p99_{metric}")]
+            pair_gates += [G.Gate(f"{name}: {x.name}", x.rule, x.value, x.passed, x.detail) for x in g]
+            iv, jv = (si.ttft.p99, sj.ttft.p99) if metric == "ttft" else (si.tpot.p99, sj.tpot.p99)
+            bars.append((f"{m} {metric.upper()}", iv, jv))
+            rows += _stats_rows(f"{name} (isolated)", [si]) + _stats_rows(f"{name} (joint)", [sj])
+            docs[m] = {"work": f"{w[0]}-heavy", "watched": metric, "isolated": si.document(), "joint": sj.document()}
+        cmp = _comparison(opts, iso[(a, wa[0])], iso[(b, wb[0])], joint, a, b)
+        eff = [x for x in G.concurrency_gates(cmp) if x.name == "throughput_efficiency"]
+        pair_gates += [G.Gate(f"{name}: {x.name}", x.rule, x.value, x.passed, x.detail) for x in eff]
+        gates += pair_gates
+        pair_bars.append((name, bars))
+        pair_docs.append({"pair": name, "observe": watch, "models": docs, "comparison": cmp.document(),
+                          "verdict": G.verdict(pair_gates)})
+    verdict = G.verdict(gates)
+    plot = opts.out_dir / "bench.png"
+    plot_pairs(plot, pair_bars, title=f"calctl bench interference (001 §9.4): {verdict}", device=opts.target_device)
+    tables = (Table("interference pairs: isolated vs joint", STATS_COLUMNS, tuple(rows)), _gate_table(gates))
+    notes = [f"failing gate: {g.name}: {g.detail}" for g in G.failing(gates)]
+    body = {"pairs": pair_docs, "workloads": {"prefill-heavy": {"prompt": PREFILL_HEAVY[1].spec, "output": PREFILL_HEAVY[2].spec},
+                                              "decode-heavy": {"prompt": DECODE_HEAVY[1].spec, "output": DECODE_HEAVY[2].spec}}}
+    return ScenarioResult("interference", verdict, 1 if verdict == "FAIL" else 0, tuple(gates), tables, body, plot,
+                          tuple(notes), mock_result=_mock(opts))
+
+
+__all__ = ["PAIRS", "run_ab", "run_interference"]

@@ -1,0 +1,101 @@
+"""What every ``calctl bench`` scenario receives and returns.
+
+A scenario is a :class:`Scenario` value registered in the one table
+:data:`calctl.runners.bench.scenarios.SCENARIOS`. Its ``run`` has this signature::
+
+    def run(options: BenchOptions, log: Callable[[str], None]) -> ScenarioResult
+
+* ``options`` – every ``calctl bench`` option, parsed (target URL and models,
+  rate, duration, length distributions, SLOs, seed, report directory; for
+  in-process scenarios the package, trust policy and device spec);
+* ``log`` – one line of progress for people (the CLI sends it to stderr);
+* the result carries a verdict, an exit code (0 pass, 1 a gate failed), the
+  gates, tables for people, a JSON body for machines and the picture it wrote
+  (in ``options.out_dir``). The CLI adds the common header and writes
+  ``bench-report.json``.
+
+A scenario raises :class:`~calctl.errors.UsageError` for options it cannot run
+with (exit 2). Nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from calctl.runners.bench.gates import Gate
+from calctl.runners.bench.metrics import Slo
+from calctl.runners.bench.workload import LengthDist, TokenRange
+from calctl.runners.context import DeviceSpec
+from calctl.signing.policy import TrustPolicy
+
+
+class Mode(str, enum.Enum):
+    ISOLATED = "isolated"  # each model alone
+    JOINT = "joint"  # all models together
+    ALL = "all"  # A isolated, B isolated, A+B joint, then the 001 §13.2 comparison
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    out_dir: Path
+    url: str | None = None
+    models: tuple[str, ...] = ()
+    mode: Mode = Mode.ALL
+    rate: float = 4.0  # requests/s per model
+    duration_s: float = 10.0  # arrival period of one phase
+    burstiness: float = 1.0
+    prompt: LengthDist = field(default_factory=lambda: LengthDist.parse("uniform:8:64"))
+    output: LengthDist = field(default_factory=lambda: LengthDist.parse("uniform:8:48"))
+    slo: Slo = Slo()
+    seed: int = 0
+    max_requests: int = 10000  # per model and phase
+    request_timeout_s: float = 60.0
+    window_s: float | None = None  # None: metrics.default_window(duration)
+    token_range: TokenRange = TokenRange()
+    temperature: float = 1.0
+    api_key: str | None = None
+    target_device: str = "unknown"  # what the operator says the server runs on (labels the report, SPEC §8)
+    # In-process scenarios (the engine on a device of our own):
+    package: Path | None = None
+    trust: TrustPolicy | None = None
+    device: DeviceSpec | None = None
+
+    @property
+    def grace_s(self) -> float:
+        """How long a phase waits for its last requests after the arrival period."""
+        return min(self.request_timeout_s, max(5.0, self.duration_s))
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    scenario: str
+    verdict: str  # PASS | FAIL | MEASURED, or the isolation grade F0 | F1 | F2
+    exit_code: int
+    gates: tuple[Gate, ...] = ()
+    tables: tuple[Table, ...] = ()
+    body: dict[str, Any] = field(default_factory=dict)
+    plot: Path | None = None
+    notes: tuple[str, ...] = ()
+    mock_result: bool | None = None  # True: produced on the mock device; None: unknown (a remote server)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    run: Callable[[BenchOptions, Callable[[str], None]], ScenarioResult]
+    needs_url: bool  # True: drives a server at --url; False: runs the engine in-process on --device
+    options: Sequence[str] = ()  # the options it reads, for --help and docs
+
+
+__all__ = ["BenchOptions", "Mode", "Scenario", "ScenarioResult", "Table"]

@@ -1,0 +1,186 @@
+"""The bench's HTTP side: open-loop phases of streaming ``/v1/completions`` requests (httpx).
+
+Each request is ``POST /v1/completions`` with the prompt as token ids,
+``max_tokens``, ``stream: true`` and ``stream_options.include_usage`` (so the
+completion-token count comes from the server, not from counting chunks). Times
+on the client's monotonic clock: sent, first SSE chunk carrying text (TTFT),
+every later text chunk (ITL), the end. An ``event: error`` after the first byte
+is a device error; a stream that ends without ``[DONE]`` is a transport error;
+a 4xx/5xx status is classed by status and OpenAI error code
+(:func:`~calctl.runners.traffic.outcome_of_status`).
+
+A phase sends every planned request at its arrival time, whatever the server is
+doing (open loop), and is bounded in time: requests still open ``grace_s``
+after the last arrival window closes are cancelled and recorded as ``timeout``.
+Nothing here computes statistics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import httpx
+
+from calctl.errors import UsageError
+from calctl.runners.bench.workload import PlannedRequest
+from calctl.runners.traffic import RequestOutcome, RequestRecord, outcome_of_status
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server under test. ``url`` is its base (``http://127.0.0.1:8000``; a trailing ``/v1`` is accepted)."""
+
+    url: str
+    api_key: str | None = None
+    temperature: float = 1.0
+    request_timeout_s: float = 60.0
+
+    @property
+    def base(self) -> str:
+        u = self.url.rstrip("/")
+        return u[: -len("/v1")] if u.endswith("/v1") else u
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def served_models(target: Target, timeout_s: float = 10.0) -> list[str]:
+    """``GET /v1/models``: the aliases the server reports Ready. UsageError when it cannot be reached."""
+    try:
+        r = httpx.get(f"{target.base}/v1/models", headers=target.headers(), timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise UsageError(f"--url {target.url}: cannot reach the server ({type(exc).__name__}: {exc})",
+                         hint="start it first, e.g. `calctl serve --port 8000`") from None
+    if r.status_code != 200:
+        raise UsageError(f"--url {target.url}: GET /v1/models answered {r.status_code}",
+                         hint="pass --api-key if the server requires one")
+    try:
+        return [m["id"] for m in r.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise UsageError(f"--url {target.url}: GET /v1/models did not return an OpenAI model list") from None
+
+
+@dataclass
+class PhaseResult:
+    """One phase: its records (every planned request, in send order per model), start and end."""
+
+    label: str
+    t0: float
+    duration_s: float
+    t_end: float
+    records: list[RequestRecord] = field(default_factory=list)
+
+    def of(self, alias: str) -> list[RequestRecord]:
+        return [r for r in self.records if r.alias == alias]
+
+
+async def _one(client: httpx.AsyncClient, target: Target, alias: str, kind: str, req: PlannedRequest, seed: int,
+               t0: float, rec_out: list[RequestRecord]) -> None:
+    delay = t0 + req.offset_s - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    rec = RequestRecord(alias, kind, time.monotonic(), len(req.prompt_ids), req.max_tokens, scheduled=t0 + req.offset_s)
+    rec_out.append(rec)
+    body = {"model": alias, "prompt": list(req.prompt_ids), "max_tokens": req.max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}, "temperature": target.temperature, "seed": seed}
+    try:
+        await asyncio.wait_for(_stream(client, target, body, rec), target.request_timeout_s)
+    except asyncio.TimeoutError:
+        rec.outcome, rec.end, rec.error = RequestOutcome.TIMEOUT, time.monotonic(), f"no end within {target.request_timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        rec.outcome, rec.end, rec.error = RequestOutcome.TRANSPORT, time.monotonic(), f"{type(exc).__name__}: {exc}"
+    except asyncio.CancelledError:
+        if rec.end is None:
+            rec.outcome, rec.end, rec.error = RequestOutcome.TIMEOUT, time.monotonic(), "the phase ended first"
+        raise
+
+
+async def _stream(client: httpx.AsyncClient, target: Target, body: dict[str, Any], rec: RequestRecord) -> None:
+    async with client.stream("POST", f"{target.base}/v1/completions", json=body, headers=target.headers()) as r:
+        rec.status = r.status_code
+        if r.status_code != 200:
+            raw = await r.aread()
+            code = None
+            try:
+                err = json.loads(raw)["error"]
+                code, rec.error = err.get("code"), err.get("message")
+            except (ValueError, KeyError, TypeError):
+                rec.error = raw[:200].decode(errors="replace")
+            rec.outcome, rec.end = outcome_of_status(r.status_code, code), time.monotonic()
+            return
+        error_event = False
+        done = False
+        usage_tokens: int | None = None
+        async for line in r.aiter_lines():
+            if line.startswith("event: error"):
+                error_event = True
+                continue
+            if not line.startswith("data: "):
+                continue
+            data = line[6:]
+            if data == "[DONE]":
+                done = True
+                break
+            doc = json.loads(data)
+            if error_event:
+                rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, (doc.get("error") or {}).get("message")
+                break
+            if doc.get("usage") and not doc.get("choices"):
+                usage_tokens = int(doc["usage"].get("completion_tokens") or 0)
+                continue
+            now = time.monotonic()
+            for ch in doc.get("choices") or ():
+                if ch.get("text"):
+                    if rec.first_token is None:
+                        rec.first_token = now
+                    rec.token_times.append(now)
+                if ch.get("finish_reason"):
+                    rec.finish = ch["finish_reason"]
+        rec.end = time.monotonic()
+        rec.tokens = usage_tokens if usage_tokens is not None else len(rec.token_times)
+        if rec.outcome is RequestOutcome.DEVICE_ERROR:
+            return
+        if not done:
+            rec.outcome, rec.error = RequestOutcome.TRANSPORT, "the stream ended without [DONE]"
+        elif rec.finish in ("stop", "length"):
+            rec.outcome = RequestOutcome.OK
+        elif rec.finish == "cancelled":
+            rec.outcome = RequestOutcome.CANCELLED
+        else:
+            rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, f"finish_reason {rec.finish!r}"
+
+
+def run_phase(target: Target, workloads: Mapping[str, Sequence[PlannedRequest]], *, label: str, duration_s: float,
+              grace_s: float, seed: int, kinds: Mapping[str, str] | None = None) -> PhaseResult:
+    """Send every planned request of every model at its offset from a common start; wait at most
+    ``duration_s + grace_s``. Runs its own event loop (call it from a plain thread)."""
+    return asyncio.run(_phase(target, workloads, label, duration_s, grace_s, seed, kinds or {}))
+
+
+async def _phase(target: Target, workloads: Mapping[str, Sequence[PlannedRequest]], label: str, duration_s: float,
+                 grace_s: float, seed: int, kinds: Mapping[str, str]) -> PhaseResult:
+    total = sum(len(w) for w in workloads.values())
+    limits = httpx.Limits(max_connections=max(16, min(2048, total)), max_keepalive_connections=64)
+    timeout = httpx.Timeout(connect=10.0, read=target.request_timeout_s, write=10.0, pool=target.request_timeout_s)
+    records: list[RequestRecord] = []
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        t0 = time.monotonic() + 0.05  # every task is created before the first arrival
+        tasks = []
+        for stream, (alias, wl) in enumerate(workloads.items()):
+            for i, req in enumerate(wl):
+                tasks.append(asyncio.create_task(_one(client, target, alias, kinds.get(alias, "load"), req,
+                                                      (seed * 1_000_003 + stream * 100_003 + i) % 2**31, t0, records)))
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=max(0.0, t0 + duration_s + grace_s - time.monotonic()))
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+    records.sort(key=lambda r: (r.alias, r.sent))
+    return PhaseResult(label, t0, duration_s, time.monotonic(), records)
+
+
+__all__ = ["PhaseResult", "Target", "run_phase", "served_models"]

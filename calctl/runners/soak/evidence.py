@@ -1,0 +1,170 @@
+"""What a soak leaves on disk, so that even a soak that is killed still leaves its evidence.
+
+In ``--report DIR``:
+
+* ``events.ndjson`` – one JSON object per line, appended and flushed as things
+  happen (cycle start, load with generation and golden + warm-up time, unload,
+  per-chip memory after it, violations, checkpoints). Written with ``O_APPEND``
+  line by line, so a killed process loses at most the line being written.
+* ``soak-report.json`` – the report, rewritten atomically (temporary file +
+  ``os.replace``) at every checkpoint (at least every minute by default) and at
+  every cycle end with ``"status": "running"``, and at the end with the final
+  status. A reader never sees a half-written file.
+* ``soak.png`` – at the end: per-chip memory over time against the baseline and
+  the drift limit, request latency over time per model, and the cycle markers.
+
+:class:`Series` keeps time series bounded (a 24-hour soak would otherwise hold
+millions of points): past ``max_points`` it keeps every other point and halves
+its sampling rate. This module does not decide anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+EVENTS_FILE = "events.ndjson"
+REPORT_FILE = "soak-report.json"
+PLOT_FILE = "soak.png"
+
+
+def render_json(document: dict[str, Any]) -> str:
+    """The one JSON renderer of calctl (``schema_version`` first, non-finite floats as null)."""
+    from calctl.cli._output import dumps  # pure rendering; no CLI state
+
+    return dumps(document)
+
+
+def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(render_json(document) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class EventLog:
+    """Append-only NDJSON, thread-safe; each line ``{"t": s since start, "wall": iso, "event": name, ...}``."""
+
+    def __init__(self, path: Path, t0: float) -> None:
+        self.path = path
+        self._t0 = t0
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.lines = 0
+
+    def write(self, event: str, **fields: Any) -> None:
+        from calctl.cli._output import to_jsonable
+
+        doc = {"t": round(time.monotonic() - self._t0, 4),
+               "wall": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "event": event,
+               **to_jsonable(fields)}
+        line = (json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        with self._lock:
+            if self._fd < 0:
+                return
+            os.write(self._fd, line)
+            self.lines += 1
+
+    def sync(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.fsync(self._fd)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = -1
+
+
+class Series:
+    """A bounded time series: (t, value) points, decimated by 2 whenever it outgrows ``max_points``."""
+
+    def __init__(self, max_points: int = 4000) -> None:
+        self.max_points = max_points
+        self._points: list[tuple[float, float]] = []
+        self._stride = 1
+        self._seen = 0
+        self._lock = threading.Lock()
+
+    def add(self, t: float, value: float) -> None:
+        with self._lock:
+            self._seen += 1
+            if (self._seen - 1) % self._stride:
+                return
+            self._points.append((t, value))
+            if len(self._points) > self.max_points:
+                self._points = self._points[::2]
+                self._stride *= 2
+
+    def points(self) -> list[tuple[float, float]]:
+        with self._lock:
+            return list(self._points)
+
+
+def plot_soak(path: Path, *, memory: dict[int, Series], baseline: dict[int, int | None], limits: dict[int, int | None],
+              latency: dict[str, Series], cycles: Sequence[tuple[float, float | None]], title: str, device: str) -> None:
+    """Per-chip memory (MiB above baseline) and request latency over time, with load/unload markers.
+
+    ``cycles``: (loaded_at, unloaded_at) in seconds since the start; the unloaded
+    gaps are shaded.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    mib = 1024.0**2
+    fig, (ax_mem, ax_lat) = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    for i, (chip, series) in enumerate(sorted(memory.items())):
+        pts = series.points()
+        base = baseline.get(chip)
+        if not pts or base is None:
+            continue
+        ax_mem.plot([t for t, _ in pts], [(v - base) / mib for _, v in pts], color=palette[i % len(palette)],
+                    linewidth=1.0, label=f"chip{chip}")
+    shown_limits = sorted({v for v in limits.values() if v is not None})
+    for lim in shown_limits:
+        ax_mem.axhline(lim / mib, color="red", linestyle="--", linewidth=0.8, label=f"drift limit {lim / mib:.0f} MiB")
+    ax_mem.axhline(0.0, color="grey", linewidth=0.6)
+    ax_mem.set_ylabel("memory above baseline (MiB)")
+    ax_mem.legend(loc="upper left", fontsize=8)
+    for i, (alias, series) in enumerate(sorted(latency.items())):
+        pts = series.points()
+        if pts:
+            ax_lat.scatter([t for t, _ in pts], [v * 1e3 for _, v in pts], s=3, alpha=0.5,
+                           color=palette[i % len(palette)], label=f"{alias} end-to-end")
+    ax_lat.set_ylabel("request latency (ms)")
+    ax_lat.set_xlabel("time since the soak started (s)")
+    if any(s.points() for s in latency.values()):
+        ax_lat.legend(loc="upper left", fontsize=8)
+    end = max([t for s in memory.values() for t, _ in s.points()] + [c[1] or c[0] for c in cycles] + [0.0])
+    for n, (loaded, unloaded) in enumerate(cycles):
+        for ax in (ax_mem, ax_lat):
+            ax.axvline(loaded, color="green", linewidth=0.5, alpha=0.6)
+        nxt = cycles[n + 1][0] if n + 1 < len(cycles) else (end if unloaded is not None else None)
+        if unloaded is not None and nxt is not None and nxt > unloaded:
+            for ax in (ax_mem, ax_lat):
+                ax.axvspan(unloaded, nxt, color="grey", alpha=0.12, linewidth=0)
+    label = "MOCK device: simulated board, not hardware evidence" if device == "mock" else f"device: {device}"
+    ax_mem.set_title(f"{title}\n{label}; green lines: loads (golden + warm-up passed), grey: unloaded", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+__all__ = ["EVENTS_FILE", "EventLog", "PLOT_FILE", "REPORT_FILE", "Series", "plot_soak", "render_json", "write_json_atomic"]

@@ -1,0 +1,318 @@
+"""One request, as a client saw it: :class:`RequestRecord`, shared by ``calctl soak`` and ``calctl bench``.
+
+Both tools measure the same things about a request (when it was sent, when the
+first token arrived, every later token, how it ended), over two transports:
+
+* the serving engine in-process (soak, the bench's fault-isolation scenario):
+  :class:`EngineLoop` runs an asyncio loop in its own thread and
+  :func:`drive_engine_request` submits one :class:`~calctl.serving.protocol.GenerationRequest`
+  through :class:`~calctl.serving.engine.ServingEngine` and consumes its stream,
+  streaming or not, cancelling or stopping it on cue;
+* HTTP against a server (``calctl.runners.bench.http``).
+
+Outcome classes are one vocabulary for both (:class:`RequestOutcome`), so a
+report counts errors by class the same way whatever the transport.
+
+This module does not decide what traffic to send (``soak.mix``,
+``bench.workload``) and does not judge results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Coroutine, TypeVar
+
+from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode
+
+T = TypeVar("T")
+
+
+class RequestOutcome(str, enum.Enum):
+    """How a request ended, by class (000 §5.2 statuses, 001 §11.3 scopes)."""
+
+    OK = "ok"  # finished: stop (EOS or a stop decided by the caller) or length
+    CANCELLED = "cancelled"  # the client cancelled it (intended by the workload)
+    INVALID = "invalid"  # 400 before any token
+    NOT_FOUND = "not_found"  # 404 unknown model
+    CAPACITY = "capacity"  # 429
+    UNAVAILABLE = "unavailable"  # 503: draining, loading, recovering, failed
+    DEADLINE = "deadline"  # the request's own deadline expired (queued or running)
+    DEVICE_ERROR = "device_error"  # admitted, then the generation failed (an error after the first byte)
+    TIMEOUT = "timeout"  # the client gave up waiting: no terminal event within its limit
+    TRANSPORT = "transport"  # connection or protocol error (HTTP only)
+
+    @property
+    def is_error(self) -> bool:
+        """Not what the client asked for. Cancellations are the workload's own choice."""
+        return self not in (RequestOutcome.OK, RequestOutcome.CANCELLED)
+
+
+_REJECTION_OUTCOME = {
+    RejectCode.INVALID: RequestOutcome.INVALID,
+    RejectCode.MODEL_NOT_FOUND: RequestOutcome.NOT_FOUND,
+    RejectCode.CAPACITY: RequestOutcome.CAPACITY,
+    RejectCode.UNAVAILABLE: RequestOutcome.UNAVAILABLE,
+    RejectCode.DEADLINE: RequestOutcome.DEADLINE,
+}
+
+
+def outcome_of_rejection(code: RejectCode) -> RequestOutcome:
+    return _REJECTION_OUTCOME.get(code, RequestOutcome.UNAVAILABLE)
+
+
+def outcome_of_status(status: int, code: str | None = None) -> RequestOutcome:
+    """An HTTP error status (and the OpenAI error ``code``) as an outcome class."""
+    if code == RejectCode.DEADLINE.value:
+        return RequestOutcome.DEADLINE
+    return {400: RequestOutcome.INVALID, 404: RequestOutcome.NOT_FOUND, 429: RequestOutcome.CAPACITY,
+            503: RequestOutcome.UNAVAILABLE}.get(status, RequestOutcome.TRANSPORT)
+
+
+@dataclass
+class RequestRecord:
+    """One request from the client's side. Times are ``time.monotonic()`` seconds.
+
+    ``token_times`` holds the arrival time of every event that carried output
+    (a token in-process; an SSE chunk with text over HTTP, which may carry more
+    than one token when the detokenizer held a partial character back).
+    ``tokens`` is the completion-token count the server reported (usage), or
+    the number of token events when it reported none.
+    """
+
+    alias: str
+    kind: str
+    sent: float
+    prompt_tokens: int
+    max_tokens: int
+    scheduled: float | None = None  # open-loop arrival time it was planned for (bench)
+    outcome: RequestOutcome = RequestOutcome.TRANSPORT
+    status: int | None = None
+    first_token: float | None = None
+    end: float | None = None
+    tokens: int = 0
+    token_times: list[float] = field(default_factory=list, repr=False)
+    finish: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is RequestOutcome.OK
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.sent
+
+    @property
+    def e2e(self) -> float | None:
+        return None if self.end is None else self.end - self.sent
+
+    @property
+    def tpot(self) -> float | None:
+        """(latency - TTFT) / (tokens - 1): time per output token after the first (vLLM's definition)."""
+        if self.end is None or self.first_token is None or self.tokens < 2:
+            return None
+        return (self.end - self.first_token) / (self.tokens - 1)
+
+    def itls(self) -> list[float]:
+        """Inter-token latencies: gaps between consecutive output events."""
+        t = self.token_times
+        return [b - a for a, b in zip(t, t[1:])]
+
+
+# ---------------------------------------------------------------------------
+# In-process: an asyncio loop of our own, in a thread
+
+
+class EngineLoop:
+    """An asyncio event loop running in a daemon thread; the engine's streams post into it.
+
+    The tools' main thread keeps the lifecycle (load, unload, fault injection)
+    and hands coroutines to this loop with :meth:`submit`. Use as a context
+    manager; :meth:`close` cancels whatever is still running and joins.
+    """
+
+    def __init__(self, name: str = "calctl-traffic") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> "Future[T]":
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call(self, fn: Callable[[], T], timeout: float = 10.0) -> T:
+        """Run ``fn`` on the loop thread and return its result."""
+
+        async def run() -> T:
+            return fn()
+
+        return self.submit(run()).result(timeout)
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            self.submit(cancel_all()).result(30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(30)
+            self.loop.close()
+
+    def __enter__(self) -> "EngineLoop":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class ClientPlan:
+    """What the client does with one request besides reading it.
+
+    ``streaming``: read token by token (TTFT and ITL known); otherwise wait for
+    the whole result, as a non-streaming HTTP client does. ``cancel_after_tokens``
+    / ``cancel_after_s``: cancel once that many tokens arrived / after that long.
+    ``stop_after_tokens``: end early on the caller's decision (a stop string),
+    which is a normal finish, not a cancellation.
+    """
+
+    kind: str
+    streaming: bool = True
+    cancel_after_tokens: int | None = None
+    cancel_after_s: float | None = None
+    stop_after_tokens: int | None = None
+
+
+@dataclass
+class EngineResult:
+    """A finished in-process request: the record plus what the soak's generation check needs."""
+
+    record: RequestRecord
+    request_id: str
+    served_generation: int | None  # the alias's generation right after submit returned
+    token_generations: list[int | None] = field(default_factory=list)
+    terminal_events: int = 0
+    completion_tokens_reported: int | None = None
+    synchronous_rejection: bool = False
+
+
+async def drive_engine_request(
+    submit: Callable[[GenerationRequest], Any],
+    request: GenerationRequest,
+    plan: ClientPlan,
+    *,
+    timeout_s: float,
+    served_generation: Callable[[], int | None] = lambda: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> EngineResult:
+    """Submit ``request`` with ``submit`` (``ServingEngine.submit``, on this loop) and consume its stream.
+
+    Never raises for a request-level outcome; a stream that gives no terminal
+    event within ``timeout_s`` is cancelled and recorded as ``timeout``.
+    """
+    rec = RequestRecord(request.alias, plan.kind, clock(), len(request.prompt_ids), request.max_tokens)
+    try:
+        stream = submit(request)
+    except EngineRejection as exc:
+        rec.outcome, rec.status, rec.error, rec.end = outcome_of_rejection(exc.code), exc.code.http_status, exc.message, clock()
+        return EngineResult(rec, request.request_id, None, synchronous_rejection=True)
+    result = EngineResult(rec, request.request_id, served_generation())
+    loop = asyncio.get_running_loop()
+    timer = loop.call_later(plan.cancel_after_s, stream.cancel, "client cancel (timer)") if plan.cancel_after_s is not None else None
+    deadline = rec.sent + timeout_s
+    try:
+        try:
+            await asyncio.wait_for(stream.admitted(), max(0.0, deadline - clock()))
+        except EngineRejection as exc:
+            rec.outcome, rec.status, rec.error, rec.end = outcome_of_rejection(exc.code), exc.code.http_status, exc.message, clock()
+            result.terminal_events = 1
+            return result
+        rec.status = 200
+        if plan.cancel_after_tokens == 0:
+            stream.cancel("client cancel")
+        events = stream.__aiter__()
+        collected: list[tuple[float, Any]] = []
+        while True:
+            ev = await asyncio.wait_for(events.__anext__(), max(0.0, deadline - clock()))
+            now = clock()
+            if ev.token_id is not None and ev.finish is None:
+                result.token_generations.append(ev.generation)
+                if plan.streaming:
+                    _on_token(rec, now)
+                else:
+                    collected.append((now, ev))
+                n = len(result.token_generations)
+                if plan.cancel_after_tokens is not None and n == plan.cancel_after_tokens:
+                    stream.cancel("client cancel")
+                if plan.stop_after_tokens is not None and n == plan.stop_after_tokens:
+                    stream.finish(FinishReason.STOP)
+            if ev.finish is not None:
+                result.terminal_events += 1
+                end = clock()
+                if not plan.streaming:  # a non-streaming client sees everything at the end
+                    for _ in collected:
+                        _on_token(rec, end)
+                rec.end = end
+                rec.finish = ev.finish.value
+                result.completion_tokens_reported = ev.completion_tokens
+                rec.tokens = ev.completion_tokens or len(result.token_generations)
+                if ev.finish is FinishReason.ERROR:
+                    rec.outcome, rec.error = error_outcome(ev.error), ev.error
+                elif ev.finish is FinishReason.CANCELLED:
+                    rec.outcome = RequestOutcome.CANCELLED
+                else:
+                    rec.outcome = RequestOutcome.OK
+                return result
+    except (asyncio.TimeoutError, StopAsyncIteration):
+        stream.cancel("client timeout")
+        rec.outcome, rec.end, rec.error = RequestOutcome.TIMEOUT, clock(), f"no terminal event within {timeout_s:g} s"
+        rec.tokens = len(result.token_generations)
+        return result
+    except asyncio.CancelledError:
+        stream.cancel("client shut down")
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def error_outcome(error: str | None) -> RequestOutcome:
+    """The class of an error after admission. The engine's text is ``"<alias>: <core reason>: <detail>"``
+    (``ModelWorker``); a deadline that expired while running is the request's own deadline, not a fault."""
+    parts = (error or "").split(": ", 2)
+    if len(parts) >= 2 and parts[1] == "deadline":
+        return RequestOutcome.DEADLINE
+    return RequestOutcome.DEVICE_ERROR
+
+
+def error_reason(error: str | None) -> str:
+    """The engine's core reason (``device_error``, ``generation_retired``, ...) of an error, else ``unknown``."""
+    parts = (error or "").split(": ", 2)
+    return parts[1] if len(parts) >= 2 and parts[1].replace("_", "").isalpha() else "unknown"
+
+
+def _on_token(rec: RequestRecord, now: float) -> None:
+    if rec.first_token is None:
+        rec.first_token = now
+    rec.token_times.append(now)
+
+
+__all__ = [
+    "ClientPlan", "EngineLoop", "EngineResult", "RequestOutcome", "RequestRecord", "drive_engine_request",
+    "error_outcome", "error_reason", "outcome_of_rejection", "outcome_of_status",
+]

@@ -1,0 +1,174 @@
+"""Issue 9 acceptance: ``calctl bench`` against a real ``calctl serve`` process on loopback, and fault isolation.
+
+Each server is ``python -m calctl serve`` on 127.0.0.1 with a free port, the
+mock board at time scale 5 (about 15 ms of device time per decode token, so the
+host's Python overhead does not dominate). The load saturates each model in
+isolation (rate 8/s against a capacity of about 6/s), which is where a
+serialising runtime shows: with ``--serialize-chips`` the joint run can only
+deliver one chip's worth. Bounded: 5 s of arrivals per phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, assert_no_traceback
+
+pytestmark = pytest.mark.slow
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LOAD = ("--models", "model-a,model-b", "--rate", "8", "--duration", "5", "--burstiness", "4", "--prompt-len", "16",
+        "--output-len", "8", "--seed", "1", "--target-device", "mock", "--format", "json")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _serve(tmp: Path, *extra: str) -> Iterator[str]:
+    port = _free_port()
+    log = open(tmp / f"serve-{port}.log", "wb")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "calctl", "serve", str(FIXTURE_PACKAGES / "combined"), "--trusted-key", str(TEST_PUB),
+         "--host", "127.0.0.1", "--port", str(port), "--time-scale", "5", "--warmup-iterations", "1",
+         "--log-level", "warning", *extra],
+        stdout=log, stderr=subprocess.STDOUT, env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp / f"serve-{port}.log").read_text()[-3000:]
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "calctl serve did not become ready in 60 s"
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def parallel_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with _serve(tmp_path_factory.mktemp("serve")) as url:
+        yield url
+
+
+def test_mode_all_on_parallel_chips_has_efficiency_with_ci(cli, parallel_server: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("bench", "--url", parallel_server, "--mode", "all", *LOAD, "--report", tmp_path / "b")
+    assert_no_traceback(r)
+    doc = r.json
+    eff, ovl = doc["throughput_efficiency"], doc["overlap_ratio"]
+    assert eff["mean"] >= 0.9, doc["gates"]
+    assert eff["ci_low"] is not None and eff["ci_low"] <= eff["mean"] <= eff["ci_high"] and eff["n"] >= 5
+    assert ovl["ci_low"] > 0.3  # two chips in parallel: close to 0.5
+    gates = {g["name"]: g for g in doc["gates"]}
+    assert gates["throughput_efficiency"]["passed"] and gates["overlap_ratio"]["passed"]
+    assert {"p99_ttft_degradation[model-a]", "p99_tpot_degradation[model-b]", "b_success_rate"} <= set(gates)
+    assert gates["b_success_rate"]["value"] == 1.0
+    phases = doc["phases"]
+    assert set(phases) == {"model-a isolated", "model-b isolated", "joint"}
+    a_iso = phases["model-a isolated"]["stats"]
+    assert a_iso["requests"] > 20 and a_iso["success_rate"] == 1.0
+    for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        assert 0 < a_iso[key]["p50"] <= a_iso[key]["p90"] <= a_iso[key]["p99"]
+    assert a_iso["tokens_per_s"] > 0 and a_iso["requests_per_s"] > 0 and a_iso["saturated"] is True
+    assert doc["mock_result"] is True and doc["device"] == "mock"
+    assert (tmp_path / "b" / "bench.png").read_bytes()[:8] == PNG_MAGIC
+    assert json.loads((tmp_path / "b" / "bench-report.json").read_text())["verdict"] == doc["verdict"]
+
+
+def test_interference_pairs_and_goodput(cli, parallel_server: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("bench", "--url", parallel_server, "--scenario", "interference", "--models", "model-a,model-b", "--rate", "3", "--burstiness", "8",
+            "--duration", "1.0", "--slo-ttft", "0.5", "--slo-tpot", "0.5", "--format", "json", "--report", tmp_path / "i")
+    assert_no_traceback(r)
+    assert r.code in (0, 1)  # the verdict depends on the host's jitter; the structure does not
+    pairs = r.json["pairs"]
+    assert [p["pair"] for p in pairs] == ["A prefill + B prefill", "A prefill + B decode", "A decode + B prefill",
+                                          "A decode + B decode"]
+    for p in pairs:
+        assert p["comparison"]["throughput_efficiency"]["mean"] > 0 and p["verdict"] in ("PASS", "FAIL")
+        for d in p["models"].values():
+            assert d["isolated"]["requests"] > 0 and d["joint"]["goodput_rps"] is not None
+            assert 0 <= d["joint"]["slo_attainment"] <= 1.0
+    assert pairs[1]["models"]["model-a"]["watched"] == "ttft" and pairs[1]["models"]["model-b"]["watched"] == "tpot"
+    assert pairs[1]["models"]["model-a"]["isolated"]["tpot_s"]["count"] == 0  # prefill-heavy: one token, no TPOT
+    gate_names = {g["name"] for g in r.json["gates"]}
+    assert "A prefill + B decode: p99_tpot_degradation[model-b]" in gate_names
+    assert r.json["mock_result"] is None and "not stated" in r.json["note"]  # --target-device not given
+
+
+def test_serialised_chips_fail_the_gates_and_say_which(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    with _serve(tmp_path, "--serialize-chips") as url:
+        r = cli("bench", "--url", url, "--mode", "all", *LOAD, "--report", tmp_path / "s")
+    assert_no_traceback(r)
+    assert r.code == 1
+    doc = r.json
+    assert doc["verdict"] == "FAIL"
+    failing = set(doc["failing_gates"])
+    # One chip's worth of tokens for two models: efficiency near 0.5, overlap near 0 (measured 0.49 and -0.02).
+    assert "throughput_efficiency" in failing and doc["throughput_efficiency"]["mean"] < 0.7, doc["gates"]
+    assert doc["overlap_ratio"]["mean"] < 0.15
+    assert {"p99_ttft_degradation[model-a]", "p99_ttft_degradation[model-b]"} <= failing
+    for name in failing:  # the report says which, on stderr too
+        assert f"failing gate: {name}:" in r.err
+
+
+def test_bench_usage_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    port = _free_port()
+    for args, needle in ((("--mode", "all"), "--url is required"),
+                         (("--scenario", "nope"), "expected one of"),
+                         (("--url", f"http://127.0.0.1:{port}", "--models", "model-a,model-b"), "cannot reach"),
+                         (("--url", "http://127.0.0.1:1", "--prompt-len", "uniform:9:2"), "--prompt-len"),
+                         (("--scenario", "fault-isolation", "--url", "http://127.0.0.1:1"), "--url does not apply")):
+        r = cli("bench", *args, "--report", tmp_path / "u")
+        assert r.code == 2, (args, r.err)
+        assert needle in r.err, r.err
+        assert_no_traceback(r)
+
+
+def test_fault_isolation_grades_f1_or_better_with_evidence(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("bench", "--scenario", "fault-isolation", str(FIXTURE_PACKAGES / "combined"), "--trusted-key", str(TEST_PUB),
+            "--format", "json", "--report", tmp_path / "f")
+    assert_no_traceback(r)
+    doc = r.json
+    assert doc["verdict"] in ("F1", "F2"), doc["grade_reason"]
+    assert r.code == 0 and doc["mock_result"] is True and "MOCK RESULT" in doc["note"]
+    rows = {p["phase"]: p for p in doc["phases"]}
+    assert list(rows) == ["baseline", "invalid-tensor", "kv-exhausted", "submit-busy", "wait-timeout", "ccu-exception",
+                          "drain-deadline", "unload-reload"]
+    assert rows["invalid-tensor"]["a_outcomes"] == {"invalid": 20} and rows["invalid-tensor"]["a_device_jobs"] == 0
+    assert rows["kv-exhausted"]["a_outcomes"].get("capacity", 0) > 0
+    assert rows["submit-busy"]["faults_fired"] == 10 and rows["submit-busy"]["recoveries"] == []
+    for name in ("wait-timeout", "ccu-exception"):  # the mock grants a chip reset: only A is touched
+        (rec,) = rows[name]["recoveries"]
+        assert rec["scope"] == "chip" and rec["affected_aliases"] == ["model-a"] and rec["ok"]
+    for name in ("invalid-tensor", "kv-exhausted", "submit-busy"):
+        assert rows[name]["b_impacted"] is False, rows[name]
+        assert rows[name]["b_succeeded"] == rows[name]["b_requests"] > 0
+    # A combined calbin reconfigures as a whole (001 §11.2): reloading A stops B too, and the report says so.
+    assert rows["unload-reload"]["b_impacted"] is True and "A and B" in rows["unload-reload"]["scope_granted"]
+    assert doc["verdict"] == "F1" and "lifecycle" in doc["grade_reason"]
+    assert (tmp_path / "f" / "bench.png").read_bytes()[:8] == PNG_MAGIC

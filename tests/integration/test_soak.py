@@ -1,0 +1,136 @@
+"""Issue 9 acceptance: ``calctl soak`` on the mock board (000 §19 M0/M4, 001 §12 Phase 5, §13.3).
+
+The real serving engine (supervisor, workers, scheduler, mock runtime) is
+driven in-process by the soak's mixed traffic. Bounded: a few cycles of about a
+second each; the 100-cycle run is benchmarks/bench_soak.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+
+pytestmark = pytest.mark.slow
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PKG = FIXTURE_PACKAGES / "combined"
+TRUST = ("--trusted-key", str(TEST_PUB))
+
+
+def _soak(cli, tmp_path: Path, *args: str):  # type: ignore[no-untyped-def]
+    return cli("soak", PKG, *TRUST, "--report", tmp_path / "soak", "--format", "json", *args)
+
+
+def test_ten_cycles_of_mixed_traffic_have_no_violation(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = _soak(cli, tmp_path, "--cycles", "10", "--traffic-seconds", "1.0")
+    assert_no_traceback(r)
+    assert r.code == 0, r.out[-3000:] + r.err[-3000:]
+    doc = r.json
+    assert list(doc)[:1] == ["schema_version"]
+    assert doc["ok"] is True and doc["cycles"] == 10 and doc["violations"] == [] and doc["status"] == "finished"
+    assert doc["device"] == "mock" and doc["mock_result"] is True and "MOCK RESULT" in doc["note"]
+    assert doc["package"]["digest"] and doc["package"]["signer_key_id"]
+    # Mixed traffic really was mixed: every kind was sent, and the intended classes came back.
+    by_kind = doc["requests"]["by_kind"]
+    assert {"stream", "plain", "cancel", "deadline", "stop", "long", "burst", "invalid"} <= set(by_kind)
+    outcomes = doc["requests"]["by_outcome"]
+    assert outcomes["ok"] > 100 and outcomes.get("cancelled", 0) > 5 and outcomes.get("invalid", 0) > 0
+    assert doc["requests"]["open"] == 0 and sum(outcomes.values()) == doc["requests"]["sent"]
+    assert doc["errors"]["already_configured"] == 0 and doc["errors"]["stale_completions_delivered"] == 0
+    assert doc["errors"]["device_errors"] == {}
+    gens = []
+    for c in doc["cycle_records"]:
+        # golden + warm-up before every Ready, memory back at the baseline, counters closed (001 §13.3)
+        assert c["load"]["ok"] and set(c["load"]["golden_warmup_s"]) == {"model-a", "model-b"}
+        assert all(m["drift_bytes"] == 0 and m["ok"] for m in c["memory_after_unload"])
+        assert all(k["pending"] == 0 for k in c["counters"]) and sum(k["submitted_in_cycle"] for k in c["counters"]) > 0
+        assert c["unload"]["drained_in_time"]
+        gens.append(c["load"]["generations"]["model-a"])
+    assert gens == sorted(set(gens)) and len(gens) == 10  # a new generation every load
+    out = tmp_path / "soak"
+    assert (out / "soak.png").read_bytes()[:8] == PNG_MAGIC
+    assert json.loads((out / "soak-report.json").read_text())["ok"] is True
+    events = [json.loads(line) for line in (out / "events.ndjson").read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "soak_start" and kinds[-1] == "soak_end"
+    assert kinds.count("loaded") == 10 and kinds.count("unloaded") == 10 and kinds.count("checkpoint") >= 10
+
+
+def test_a_memory_leak_fails_naming_the_chip_and_the_drift(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    plan = tmp_path / "leak.yaml"
+    plan.write_text(textwrap.dedent("""\
+        schema: calctl-fault-plan/v1
+        faults:
+          - {kind: memory_leak, unload: [2], model: model-a, bytes: 268435456}
+        """))
+    r = _soak(cli, tmp_path, "--cycles", "3", "--traffic-seconds", "0.3", "--fault-plan", str(plan))
+    assert_no_traceback(r)
+    assert r.code == 1
+    (v,) = r.json["violations"]
+    assert v["kind"] == "memory_drift" and v["cycle"] == 2 and v["occurrences"] == 2  # the 2nd and 3rd unloads
+    assert v["message"].startswith("chip 0: memory +256.0 MiB from the baseline") and "limit 163.8 MiB" in v["message"]
+    assert r.json["memory"]["max_drift_bytes"] == {"0": 268435456, "1": 0}
+    assert "violation memory_drift: chip 0: memory +256.0 MiB" in r.err
+
+
+def test_stale_completion_injection_is_caught(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = _soak(cli, tmp_path, "--cycles", "2", "--traffic-seconds", "0.6", "--inject", "stale-completion")
+    assert_no_traceback(r)
+    assert r.code == 1
+    stale = [v for v in r.json["violations"] if v["kind"] == "stale_generation"]
+    assert stale, r.json["violations"]
+    d = stale[0]["detail"]
+    assert d["token_generation"] < d["admitted_generation"] and d["admitted_generation"] == 2
+    assert "from generation 1" in stale[0]["message"] and r.json["errors"]["stale_completions_delivered"] >= 1
+    assert r.json["settings"]["inject"] == ["stale-completion"]
+
+
+def test_hours_mode_and_usage_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = _soak(cli, tmp_path, "--hours", "0.0003", "--traffic-seconds", "0.3", "--traffic", "none")
+    assert r.code == 0, r.err[-2000:]
+    assert r.json["cycles"] >= 1 and r.json["hours_planned"] == 0.0003 and r.json["requests"]["sent"] == 0
+    for bad in (("--cycles", "2", "--hours", "1"), (), ("--cycles", "2", "--traffic", "none", "--inject", "stale-completion"),
+                ("--cycles", "1", "--inject", "stale-completion"), ("--cycles", "2", "--fault-plan", "nope.yaml")):
+        r = cli("soak", PKG, *TRUST, "--report", tmp_path / "x", *bad)
+        assert r.code == 2, (bad, r.err)
+        assert_no_traceback(r)
+
+
+def test_a_killed_soak_leaves_its_evidence(tmp_path: Path) -> None:
+    """SIGKILL mid-run: the last checkpoint report and the event log are complete, parseable files."""
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "calctl", "soak", str(PKG), *TRUST, "--cycles", "200", "--traffic-seconds", "0.3",
+         "--checkpoint-interval", "0.2", "--report", str(out), "--format", "json"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )
+    report = out / "soak-report.json"
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            if report.is_file() and json.loads(report.read_text())["cycles"] >= 2:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("no checkpoint with 2 cycles within 60 s")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    doc = json.loads(report.read_text())
+    assert doc["status"] == "running" and doc["ok"] is None and doc["cycles"] >= 2 and doc["violations"] == []
+    assert len(doc["cycle_records"]) >= 2
+    lines = (out / "events.ndjson").read_text().splitlines()
+    events = [json.loads(x) for x in lines]  # every complete line parses
+    assert any(e["event"] == "checkpoint" and e["why"] == "interval" for e in events)
+    assert not any(e["event"] == "soak_end" for e in events)

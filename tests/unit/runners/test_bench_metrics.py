@@ -1,0 +1,167 @@
+"""Bench workloads, metrics, the 001 §13.2 comparison and gates, the SSE client, the scenario registry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import numpy as np
+import pytest
+
+from calctl.errors import UsageError
+from calctl.runners.bench import gates as G
+from calctl.runners.bench.base import BenchOptions, ScenarioResult
+from calctl.runners.bench.http import Target, _stream
+from calctl.runners.bench.metrics import Slo, compare, saturated, summarize, window_rates
+from calctl.runners.bench.scenarios import DEFAULT_SCENARIO, SCENARIOS
+from calctl.runners.bench.workload import LengthDist, TokenRange, arrival_times, build_workload
+from calctl.runners.traffic import RequestOutcome, RequestRecord
+
+
+def test_length_distributions() -> None:
+    rng = np.random.default_rng(0)
+    assert (LengthDist.parse("16").sample(rng, 5) == 16).all()
+    u = LengthDist.parse("uniform:4:8").sample(rng, 2000)
+    assert u.min() == 4 and u.max() == 8
+    n = LengthDist.parse("normal:20:5").sample(rng, 2000)
+    assert n.min() >= 1 and abs(n.mean() - 20) < 1
+    assert set(LengthDist.parse("choice:3,9").sample(rng, 200)) == {3, 9}
+    for bad in ("0", "uniform:5:2", "uniform:a:b", "normal:-1:2", "gauss:1", ""):
+        with pytest.raises(UsageError):
+            LengthDist.parse(bad)
+
+
+def test_gamma_arrivals_rate_burstiness_and_bounds() -> None:
+    rng = np.random.default_rng(1)
+    t = arrival_times(20.0, 500.0, 1.0, rng, 100_000)
+    gaps = np.diff(t)
+    assert abs(gaps.mean() - 0.05) < 0.005  # mean 1/rate
+    assert 0.9 < gaps.std() / gaps.mean() < 1.1  # Poisson: CV 1
+    regular = np.diff(arrival_times(20.0, 500.0, 4.0, np.random.default_rng(1), 100_000))
+    assert 0.4 < regular.std() / regular.mean() < 0.6  # gamma shape 4: CV 1/2
+    assert len(arrival_times(20.0, 500.0, 1.0, np.random.default_rng(1), 37)) == 37
+    assert arrival_times(20.0, 2.0, 1.0, np.random.default_rng(1), 1000).max() < 2.0
+
+
+def test_workloads_replay_per_seed_and_stream() -> None:
+    args = dict(rate=5.0, duration_s=4.0, burstiness=1.0, prompt=LengthDist.parse("uniform:2:9"),
+                output=LengthDist.parse("8"), tokens=TokenRange(3, 50), max_requests=100)
+    a1 = build_workload(seed=3, stream=0, **args)  # type: ignore[arg-type]
+    assert a1 == build_workload(seed=3, stream=0, **args)  # type: ignore[arg-type]
+    assert a1 != build_workload(seed=3, stream=1, **args)  # type: ignore[arg-type]
+    assert all(3 <= t < 50 for r in a1 for t in r.prompt_ids) and all(r.max_tokens == 8 for r in a1)
+
+
+def _rec(alias: str, sent: float, first: float, end: float, tokens: int, *, ok: bool = True) -> RequestRecord:
+    times = list(np.linspace(first, end, tokens)) if tokens else []
+    return RequestRecord(alias, "load", sent, 8, tokens, outcome=RequestOutcome.OK if ok else RequestOutcome.CAPACITY,
+                         first_token=first if tokens else None, end=end, tokens=tokens, token_times=times)
+
+
+def test_tpot_itl_and_summary_with_goodput() -> None:
+    r = _rec("a", 0.0, 0.1, 1.0, 10)
+    assert r.ttft == pytest.approx(0.1) and r.e2e == pytest.approx(1.0)
+    assert r.tpot == pytest.approx((1.0 - 0.1) / 9)  # (latency - TTFT) / (tokens - 1)
+    assert len(r.itls()) == 9 and sum(r.itls()) == pytest.approx(0.9)
+    recs = [r, _rec("a", 0.0, 0.5, 2.0, 4), _rec("a", 0.0, 0.0, 0.0, 0, ok=False)]
+    s = summarize("a", recs, t0=0.0, slo=Slo(ttft_s=0.2), duration_s=2.0, offered_tokens=14)
+    assert s.requests == 3 and s.succeeded == 2 and s.success_rate == pytest.approx(2 / 3)
+    assert s.completion_tokens == 14 and s.wall_s == pytest.approx(2.0) and s.tokens_per_s == pytest.approx(7.0)
+    assert s.goodput_rps == pytest.approx(0.5) and s.slo_attainment == pytest.approx(1 / 3)  # only the first met TTFT
+    assert s.outcomes == {"ok": 2, "capacity": 1} and saturated(s)  # a 429 means A was driven past capacity
+    assert summarize("a", recs, t0=0.0, slo=Slo()).goodput_rps is None  # no SLO given: no goodput, never 0
+
+
+def _steady(alias: str, rate_tokens: float, duration: float, *, stretch: float = 1.0) -> list[RequestRecord]:
+    """Requests of 10 tokens arriving every 10/rate s; ``stretch`` > 1 delivers them that much slower."""
+    out = []
+    t = 0.0
+    gap = 10.0 / rate_tokens
+    while t < duration:
+        start = t * stretch
+        out.append(_rec(alias, t, start + 0.01, start + 0.01 + 0.2, 10))
+        t += gap
+    return out
+
+
+def test_paired_windows_tell_parallel_from_serial() -> None:
+    d, w = 10.0, 1.0
+
+    def rates(recs: list[RequestRecord]) -> np.ndarray:
+        return window_rates(recs, t0=0.0, duration_s=d, window_s=w)
+
+    a, b = rates(_steady("a", 50, d)), rates(_steady("b", 50, d))
+    assert len(a) == 9 and a.mean() == pytest.approx(50, rel=0.1)  # the first window is dropped as ramp-up
+    parallel = compare(a, b, a.copy(), b.copy(), window_s=w)
+    assert parallel.throughput_efficiency.mean == pytest.approx(1.0)
+    assert parallel.overlap_ratio.mean == pytest.approx(0.5)
+    serial = compare(a, b, rates(_steady("a", 50, d, stretch=2.0)), rates(_steady("b", 50, d, stretch=2.0)), window_s=w)
+    assert serial.throughput_efficiency.mean == pytest.approx(0.5, abs=0.08)
+    assert abs(serial.overlap_ratio.mean) < 0.1
+    gates = {g.name: g for g in G.concurrency_gates(serial)}
+    assert gates["throughput_efficiency"].passed is False and "0.80" in gates["throughput_efficiency"].rule
+    assert gates["overlap_ratio"].passed is False
+    assert {g.name: g.passed for g in G.concurrency_gates(parallel)} == {"throughput_efficiency": True, "overlap_ratio": True}
+
+
+def test_degradation_and_b_success_gates() -> None:
+    iso = summarize("model-a", [_rec("model-a", 0, 0.1, 1.0, 10) for _ in range(5)], t0=0, slo=Slo())
+    worse = summarize("model-a", [_rec("model-a", 0, 0.2, 1.9, 10) for _ in range(5)], t0=0, slo=Slo())
+    ttft, tpot = G.degradation_gates(iso, worse)
+    assert ttft.name == "p99_ttft_degradation[model-a]" and ttft.passed is False and ttft.value == pytest.approx(1.0)
+    assert "+100.0 %" in ttft.detail and tpot.passed is False
+    assert all(g.passed for g in G.degradation_gates(iso, iso))
+    b_bad = summarize("model-b", [_rec("model-b", 0, 0.1, 1, 10)] * 999 + [_rec("model-b", 0, 0, 0, 0, ok=False)] * 2,
+                      t0=0, slo=Slo())
+    g = G.b_success_gate(iso, b_bad)
+    assert g.passed is False and "997" not in g.detail and "999/1001" in g.detail and "not saturated" in g.detail
+    assert G.verdict([g]) == "FAIL" and G.verdict([]) == "MEASURED" and G.failing([g]) == [g]
+
+
+def _sse(*events: str, status: int = 200) -> httpx.MockTransport:
+    body = "".join(events).encode()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert json.loads(request.content)["stream_options"] == {"include_usage": True}
+        return httpx.Response(status, content=body, headers={"content-type": "text/event-stream"})
+
+    return httpx.MockTransport(handler)
+
+
+def _chunk(text: str = "", finish: str | None = None) -> str:
+    return "data: " + json.dumps({"choices": [{"index": 0, "text": text, "finish_reason": finish}]}) + "\n\n"
+
+
+def _run_stream(transport: httpx.MockTransport) -> RequestRecord:
+    async def go() -> RequestRecord:
+        rec = RequestRecord("m", "load", 0.0, 4, 8)
+        async with httpx.AsyncClient(transport=transport) as c:
+            await _stream(c, Target("http://test"), {"model": "m", "stream_options": {"include_usage": True}}, rec)
+        return rec
+
+    return asyncio.run(go())
+
+
+def test_sse_client_outcomes() -> None:
+    usage = "data: " + json.dumps({"choices": [], "usage": {"completion_tokens": 3}}) + "\n\n"
+    ok = _run_stream(_sse(_chunk("a"), _chunk("bc"), _chunk("", "length"), usage, "data: [DONE]\n\n"))
+    assert ok.outcome is RequestOutcome.OK and ok.tokens == 3 and len(ok.token_times) == 2 and ok.finish == "length"
+    err = _run_stream(_sse(_chunk("a"), "event: error\ndata: " + json.dumps({"error": {"message": "device"}}) + "\n\n"))
+    assert err.outcome is RequestOutcome.DEVICE_ERROR and err.error == "device"
+    cut = _run_stream(_sse(_chunk("a")))
+    assert cut.outcome is RequestOutcome.TRANSPORT and "[DONE]" in (cut.error or "")
+    busy = _run_stream(_sse(json.dumps({"error": {"code": "rate_limit_exceeded", "message": "full"}}), status=429))
+    assert busy.outcome is RequestOutcome.CAPACITY and busy.status == 429 and busy.error == "full"
+    late = _run_stream(_sse(json.dumps({"error": {"code": "deadline_exceeded", "message": "x"}}), status=503))
+    assert late.outcome is RequestOutcome.DEADLINE
+
+
+def test_scenario_registry_is_one_explicit_table() -> None:
+    assert DEFAULT_SCENARIO == "ab" and list(SCENARIOS)[:3] == ["ab", "interference", "fault-isolation"]
+    for name, s in SCENARIOS.items():
+        assert s.name == name and callable(s.run) and s.summary
+    assert not SCENARIOS["fault-isolation"].needs_url and SCENARIOS["ab"].needs_url
+    # The contract a new scenario (e.g. issue 10's executor-modes) implements:
+    res = ScenarioResult("x", "MEASURED", 0)
+    assert res.gates == () and res.tables == () and BenchOptions.__dataclass_fields__["out_dir"]

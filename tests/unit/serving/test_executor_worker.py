@@ -1,0 +1,159 @@
+"""ModelWorker executor modes on the mock board (000 §14, §15): what each mode submits, what the monitor reacts to,
+and that going back to ping/pong is an operator action. The engine is real (supervisor, worker, core, mock);
+time scales are small, and nothing here asserts a duration."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from calctl.runtime.mock.faults import FaultKind, FaultRule
+from calctl.runtime.types import ChipCounters, Engine, JobId, JobPhase, JobState, TraceEvent
+from calctl.serving.config import DowngradePolicy, ExecutorMode
+from tests.integration.executor_harness import GOLDEN, Harness, executor_engine
+
+DECODE = "model_a_decode"
+
+
+def _jobs(h: Harness, since: int) -> list[TraceEvent]:
+    return sorted((e for e in h.rt.trace(since_ns=since) if e.model == "model-a"), key=lambda e: e.submit_ns)
+
+
+def _max_in_flight(events: list[TraceEvent]) -> int:
+    points = sorted([(e.start_ns, 1) for e in events if e.start_ns] + [(e.end_ns, -1) for e in events if e.end_ns])
+    level = best = 0
+    for _, d in points:
+        level += d
+        best = max(best, level)
+    return best
+
+
+@pytest.mark.parametrize("mode", list(ExecutorMode))
+def test_each_mode_serves_the_golden_tokens_with_its_own_engine_choice(mode: ExecutorMode) -> None:
+    with executor_engine(mode, time_scale=1.0) as h:
+        since = time.monotonic_ns()
+        outs = h.run(3)
+        assert all(o.ok and o.tokens == GOLDEN for o in outs), outs
+        jobs = _jobs(h, since)
+        engines = {e.engine for e in jobs}
+        if mode is ExecutorMode.PINGPONG:
+            assert engines == {Engine.PING, Engine.PONG}
+            assert _max_in_flight(jobs) == 2  # two in flight ...
+            computes = sorted((p.start_ns, p.end_ns) for e in jobs for p in e.phases or () if p.phase is JobPhase.COMPUTE)
+            assert all(a[1] <= b[0] for a, b in zip(computes, computes[1:]))  # ... never two computing
+        else:
+            assert engines == {Engine.AUTO} and _max_in_flight(jobs) == 1
+        assert h.metric("calctl_executor_mode", model="model-a", mode=mode.value) == 1.0
+        assert h.worker.executor_status()["downgrades"] == []
+
+
+def test_fixed_engine_sends_one_in_flight_jobs_to_ping() -> None:
+    with executor_engine(ExecutorMode.SYNC, max_inflight=1, fixed_engine=True, time_scale=0.5) as h:
+        since = time.monotonic_ns()
+        assert all(o.ok for o in h.run(2, 4))
+        assert {e.engine for e in _jobs(h, since)} == {Engine.PING}
+
+
+def test_status_anomaly_downgrades_and_the_job_is_not_trusted() -> None:
+    with executor_engine(time_scale=1.0) as h:
+        real_query = h.rt.query
+        armed = {"left": 1}
+
+        def lying_query(job):  # type: ignore[no-untyped-def]
+            res = real_query(job)
+            if job.graph == DECODE and res.state.terminal and armed["left"]:
+                armed["left"] -= 1
+                return dataclasses.replace(res, job=dataclasses.replace(res.job, id=JobId(res.job.id + 10_000)))
+            return res
+
+        h.rt.query = lying_query  # type: ignore[method-assign]
+        outs = h.run(3)
+        assert all(o.delivered_right() for o in outs)  # the lied-about job's token was never delivered
+        assert sum(not o.ok for o in outs) >= 1
+        (d,) = h.worker.downgrades()
+        assert d.reason.value == "status_anomaly" and "answered for job" in d.detail
+        assert h.worker.executor_mode is ExecutorMode.ASYNC
+
+
+def test_pending_counter_that_never_closes_downgrades() -> None:
+    policy = DowngradePolicy(pending_grace_s=0.3)
+    with executor_engine(time_scale=0.5, downgrade=policy) as h:
+        assert all(o.ok for o in h.run(2, 4))
+        h.rt.counters = lambda: (ChipCounters(0, 3, 100, 0), ChipCounters(1, 0, 0, 0))  # type: ignore[method-assign]
+        end = time.monotonic() + 5
+        while not h.worker.downgrades() and time.monotonic() < end:
+            time.sleep(0.05)
+        (d,) = h.worker.downgrades()
+        assert d.reason.value == "counter_anomaly" and "pending counter stays at 3" in d.detail
+
+
+def test_p99_regression_against_a_configured_baseline_downgrades_without_dropping() -> None:
+    policy = DowngradePolicy(p99_baseline_s=1e-6, p99_window=10, p99_min_samples=10)  # no real run beats 1 µs
+    with executor_engine(time_scale=0.5, downgrade=policy) as h:
+        outs = h.run(3)
+        assert all(o.ok and o.tokens == GOLDEN for o in outs)  # the downgrade drains; nothing is lost
+        (d,) = h.worker.downgrades()
+        assert d.reason.value == "p99_regression"
+        assert h.metric("calctl_executor_downgrades_total", model="model-a", reason="p99_regression") == 1.0
+
+
+def test_a_hung_job_downgrades_and_the_job_running_beside_it_drains() -> None:
+    with executor_engine(time_scale=2.0, job_timeout_s=0.6) as h:
+        h.run(2, 4, tag="warm")
+        since = time.monotonic_ns()
+        h.rt.arm_fault(FaultRule(FaultKind.WAIT_TIMEOUT, at=(6,), graph=DECODE))
+        outs = h.run(3)
+        _wait_ready(h)  # the reset is over: the hung job (and anything it aborted) is in the trace
+        assert all(o.delivered_right() for o in outs)
+        (d,) = h.worker.downgrades()
+        assert d.reason.value == "consecutive_timeouts"
+        jobs = {e.job: e for e in _jobs(h, since)}
+        (fault,) = h.rt.injected_faults()
+        hung = jobs[fault.job]
+        assert hung.start_ns is not None
+        # The job running on the other bank when its sibling hung completed before the reset; a job queued
+        # behind the hung chip never started (a hung chip runs nothing) and the reset ended it, never a job
+        # that had started.
+        running = [e for e in jobs.values() if e is not hung and e.start_ns and e.start_ns <= hung.start_ns < (e.end_ns or 0)]
+        assert running and all(e.state is JobState.SUCCEEDED for e in running)
+        assert all(e.start_ns is None for e in jobs.values() if e.state is JobState.ABORTED and e is not hung)
+        assert h.worker.executor_mode is ExecutorMode.ASYNC  # recovery never re-enables ping/pong
+        assert all(o.ok and o.tokens == GOLDEN for o in h.run(2, tag="after"))
+
+
+def test_a_ccu_fault_in_pingpong_is_an_uncertain_recovery() -> None:
+    with executor_engine(time_scale=1.0) as h:
+        h.rt.arm_fault(FaultRule(FaultKind.CCU_EXCEPTION, at=(5,), graph=DECODE))
+        outs = h.run(3)
+        assert all(o.delivered_right() for o in outs)
+        (d,) = h.worker.downgrades()
+        assert d.reason.value == "uncertain_recovery"
+        _wait_ready(h)
+        assert len(h.supervisor.recoveries) == 1 and h.supervisor.recoveries[0].ok
+
+
+def test_only_an_operator_goes_back_to_pingpong_within_the_configured_ceiling() -> None:
+    with executor_engine(time_scale=0.5, downgrade=DowngradePolicy(consecutive_busy=1)) as h:
+        h.rt.arm_fault(FaultRule(FaultKind.DEVICE_BUSY, at=(3,), graph=DECODE))
+        assert all(o.ok and o.tokens == GOLDEN for o in h.run(2))
+        assert h.worker.executor_mode is ExecutorMode.ASYNC
+        assert all(o.ok for o in h.run(2, tag="still"))
+        assert h.worker.executor_mode is ExecutorMode.ASYNC  # clean traffic does not bring ping/pong back
+        out = h.worker.set_executor_mode(ExecutorMode.PINGPONG)
+        assert out["ok"] and out["mode"] == "pingpong" and out["previous_mode"] == "async"
+        since = time.monotonic_ns()
+        assert all(o.ok and o.tokens == GOLDEN for o in h.run(3, tag="again"))
+        assert {e.engine for e in _jobs(h, since)} == {Engine.PING, Engine.PONG}
+        assert len(h.worker.downgrades()) == 1  # an operator change is not a downgrade
+    with executor_engine(ExecutorMode.ASYNC, max_inflight=1, time_scale=0.5) as h:
+        out = h.worker.set_executor_mode(ExecutorMode.PINGPONG)
+        assert not out["ok"] and "max_inflight" in out["detail"] and h.worker.executor_mode is ExecutorMode.ASYNC
+
+
+def _wait_ready(h: Harness, timeout_s: float = 10.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not h.worker.is_ready() and time.monotonic() < end:
+        time.sleep(0.02)
+    assert h.worker.is_ready()
