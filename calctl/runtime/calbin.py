@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from calctl.package.model import ChipMode, Graph, GraphKind, Model, Package, mask_of_chips
 from calctl.runtime.errors import InvalidCalbin
@@ -174,3 +174,38 @@ class Calbin:
     def __repr__(self) -> str:
         return f"Calbin(id={self.id}, package={self.package.name!r}, graphs={list(self.graph_names)})"
 
+
+
+# -- checks both backends make before a submit (one implementation, so they cannot drift) ---------
+
+
+def resolve_graph(current: "Calbin | None", name: str) -> GraphPlan:
+    """The configured graph named exactly ``name`` (001 §10.4: no fuzzy matching)."""
+    from calctl.runtime.errors import InvalidArgument, NotConfigured
+
+    if current is None:
+        raise NotConfigured(f"graph {name!r}: no calbin is configured")
+    plan = current.plan.graph(name)
+    if plan is None:
+        raise InvalidArgument(
+            f"no graph named exactly {name!r} in the configured calbin (it has: {', '.join(current.graph_names)})"
+        )
+    return plan
+
+
+def check_job_buffers(owned: Mapping[int, Any], plan: GraphPlan, inputs: Any, outputs: Any) -> None:
+    """A job's buffers belong to this device, match the graph and direction, and are the caller's (never shared)."""
+    from calctl.runtime.buffers import BufferState, Direction
+    from calctl.runtime.errors import BufferInUse, InvalidArgument
+
+    if inputs is outputs:
+        raise InvalidArgument("inputs and outputs must be two different buffers (a buffer is never shared)")
+    for buf, direction in ((inputs, Direction.INPUT), (outputs, Direction.OUTPUT)):
+        if owned.get(buf.id) is not buf:
+            raise InvalidArgument(f"{buf!r} does not belong to this device or was released")
+        if buf.direction is not direction or buf.graph != plan.name:
+            raise InvalidArgument(f"{buf!r} is not a {direction.value} buffer of graph {plan.name!r}")
+        if buf.state is not BufferState.OWNED_BY_CALLER:
+            raise BufferInUse(f"{buf!r} is owned by job {buf.job}; every job needs its own buffers", job=buf.job)
+    if inputs.batch != outputs.batch:
+        raise InvalidArgument(f"inputs are B{inputs.batch} but outputs are B{outputs.batch}")

@@ -58,10 +58,9 @@ import numpy as np
 from calctl.errors import ConfigError
 from calctl.package.model import GraphKind, Package
 from calctl.runtime.buffers import BufferState, Direction, HostBuffer, buffer_layout
-from calctl.runtime.calbin import Calbin, GraphPlan, plan_calbin
+from calctl.runtime.calbin import Calbin, GraphPlan, plan_calbin, check_job_buffers, resolve_graph
 from calctl.runtime.errors import (
     AlreadyConfigured,
-    BufferInUse,
     DeviceBusy,
     DeviceInUse,
     DeviceLost,
@@ -621,27 +620,10 @@ class MockRuntime:
                 raise DeviceLost(f"cannot {action}: chip {ch.index} is {ch.health.value}: {ch.fault_detail}", hint="reset first")
 
     def _graph(self, name: str) -> GraphPlan:
-        if self._current is None:
-            raise NotConfigured(f"graph {name!r}: no calbin is configured")
-        plan = self._current.plan.graph(name)
-        if plan is None:
-            raise InvalidArgument(
-                f"no graph named exactly {name!r} in the configured calbin (it has: {', '.join(self._current.graph_names)})"
-            )
-        return plan
+        return resolve_graph(self._current, name)
 
     def _check_job_buffers(self, plan: GraphPlan, inputs: HostBuffer, outputs: HostBuffer) -> None:
-        if inputs is outputs:
-            raise InvalidArgument("inputs and outputs must be two different buffers (a buffer is never shared)")
-        for buf, direction in ((inputs, Direction.INPUT), (outputs, Direction.OUTPUT)):
-            if self._buffers.get(buf.id) is not buf:
-                raise InvalidArgument(f"{buf!r} does not belong to this device or was released")
-            if buf.direction is not direction or buf.graph != plan.name:
-                raise InvalidArgument(f"{buf!r} is not a {direction.value} buffer of graph {plan.name!r}")
-            if buf.state is not BufferState.OWNED_BY_CALLER:
-                raise BufferInUse(f"{buf!r} is owned by job {buf.job}; every job needs its own buffers", job=buf.job)
-        if inputs.batch != outputs.batch:
-            raise InvalidArgument(f"inputs are B{inputs.batch} but outputs are B{outputs.batch}")
+        check_job_buffers(self._buffers, plan, inputs, outputs)
 
     def _bind_kv(
         self, plan: GraphPlan, inputs: HostBuffer, lanes: tuple[KvSeqId | None, ...]
