@@ -37,7 +37,7 @@ import numpy as np
 
 from calctl.package.model import GraphKind, Package, TensorSpec
 from calctl.runtime._native import lib as L
-from calctl.runtime.buffers import BufferState, Direction, HostBuffer, buffer_layout
+from calctl.runtime.buffers import BufferState, Direction, HostBuffer, buffer_layout, JobBuffersMixin
 from calctl.runtime.calbin import Calbin, GraphPlan, plan_calbin, check_job_buffers, resolve_graph
 from calctl.runtime.errors import (
     InvalidArgument,
@@ -83,7 +83,7 @@ class _NativeJob:
     result: JobResult | None = None
 
 
-class CalrtRuntime:
+class CalrtRuntime(JobBuffersMixin):
     """An open CalRT device; implements :class:`calctl.runtime.interface.Runtime`."""
 
     kind = DeviceKind.CALRT
@@ -289,20 +289,6 @@ class CalrtRuntime:
             self._check(self._fn.calrt_buffer_release(self._dev, buffer.native), f"release buffer {buffer.id}")
             buffer.mark_released()
             del self._buffers[buffer.id]
-
-    @contextmanager
-    def job_buffers(self, graph: str, batch: int = 1) -> Iterator[tuple[HostBuffer, HostBuffer]]:
-        inputs = self.alloc_inputs(graph, batch)
-        try:
-            outputs = self.alloc_outputs(graph, batch)
-        except BaseException:
-            self._let_go(inputs)
-            raise
-        try:
-            yield inputs, outputs
-        finally:
-            self._let_go(outputs)
-            self._let_go(inputs)
 
     def _let_go(self, buffer: HostBuffer) -> None:
         with self._lock:

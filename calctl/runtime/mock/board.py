@@ -47,17 +47,16 @@ import itertools
 import threading
 import time
 from collections import OrderedDict, deque
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from calctl.errors import ConfigError
 from calctl.package.model import GraphKind, Package
-from calctl.runtime.buffers import BufferState, Direction, HostBuffer, buffer_layout
+from calctl.runtime.buffers import BufferState, Direction, HostBuffer, buffer_layout, JobBuffersMixin
 from calctl.runtime.calbin import Calbin, GraphPlan, plan_calbin, check_job_buffers, resolve_graph
 from calctl.runtime.errors import (
     AlreadyConfigured,
@@ -199,7 +198,7 @@ def _item_record(item: "_JobRecord | _Hold") -> _JobRecord:
     return item.rec if isinstance(item, _Hold) else item
 
 
-class MockRuntime:
+class MockRuntime(JobBuffersMixin):
     """The mock board; implements :class:`calctl.runtime.interface.Runtime`. Open it with ``open_runtime("mock")``."""
 
     kind = DeviceKind.MOCK
@@ -388,20 +387,6 @@ class MockRuntime:
             buffer.check_releasable()
             buffer.mark_released()
             del self._buffers[buffer.id]
-
-    @contextmanager
-    def job_buffers(self, graph: str, batch: int = 1) -> Iterator[tuple[HostBuffer, HostBuffer]]:
-        inputs = self.alloc_inputs(graph, batch)
-        try:
-            outputs = self.alloc_outputs(graph, batch)
-        except BaseException:
-            self._let_go(inputs)
-            raise
-        try:
-            yield inputs, outputs
-        finally:
-            self._let_go(outputs)
-            self._let_go(inputs)
 
     def _let_go(self, buffer: HostBuffer) -> None:
         """Release now, or as soon as the job (or reset) that owns the buffer lets go of it."""
