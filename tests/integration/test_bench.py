@@ -3,7 +3,7 @@
 Each server is ``python -m calctl serve`` on 127.0.0.1 with a free port, the
 mock board at time scale 5 (about 15 ms of device time per decode token, so the
 host's Python overhead does not dominate). The load saturates each model in
-isolation (rate 8/s against a capacity of about 6/s), which is where a
+isolation (rate 4/s against a capacity of about 3/s at time scale 10), which is where a
 serialising runtime shows: with ``--serialize-chips`` the joint run can only
 deliver one chip's worth. Bounded: 5 s of arrivals per phase.
 """
@@ -28,7 +28,7 @@ from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, assert_no_traceback
 pytestmark = pytest.mark.slow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-LOAD = ("--models", "model-a,model-b", "--rate", "8", "--duration", "5", "--burstiness", "4", "--prompt-len", "16",
+LOAD = ("--models", "model-a,model-b", "--rate", "4", "--duration", "5", "--burstiness", "4", "--prompt-len", "16",
         "--output-len", "8", "--seed", "1", "--target-device", "mock", "--format", "json")
 
 
@@ -45,7 +45,7 @@ def _serve(tmp: Path, *extra: str) -> Iterator[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "calctl", "serve", str(FIXTURE_PACKAGES / "combined"), "--trusted-key", str(TEST_PUB),
-         "--host", "127.0.0.1", "--port", str(port), "--time-scale", "5", "--warmup-iterations", "1",
+         "--host", "127.0.0.1", "--port", str(port), "--time-scale", "10", "--warmup-iterations", "1",
          "--log-level", "warning", *extra],
         stdout=log, stderr=subprocess.STDOUT, env=env,
     )

@@ -55,9 +55,9 @@ def test_executor_modes_bench_m1_m2_and_the_overlap_in_the_trace(tmp_path: Path)
 
     assert report.m1.verdict != "not met", doc["M1"]
     p50, p99 = report.m1.checks[0].estimate.mean, report.m1.checks[1].estimate.mean
-    # M1 bounds regression only (000 §19): async being faster than sync is not a failure, so the check is
-    # one-sided; the lower bound only rejects an absurd baseline.
-    assert p50 is not None and p99 is not None and -0.5 < p50 < 0.10 and -0.5 < p99 < 0.10, doc["M1"]
+    # M1 bounds regression only (000 §19) and the verdict above already refuses "not met". These are sanity
+    # bounds on the point estimates: a P99 over ~30 requests is one slow request, so it gets a wide one.
+    assert p50 is not None and p99 is not None and -0.5 < p50 < 0.10 and -0.5 < p99 < 0.50, doc["M1"]
 
     ev = report.evidence
     assert ev.jobs > 0 and ev.two_in_flight_s > 0.3 * ev.busy_s  # two in flight most of the time ...
