@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.multiboard_harness import LoadClient, Outcome, boards, find_nginx, nginx_front  # noqa: E402
+from tests.integration.multiboard_harness import LoadClient, Outcome, boards, find_nginx, nginx_front
 
 
 @dataclass
@@ -77,7 +77,7 @@ def _tree_cpu_seconds(roots: list[int]) -> float:
             raw = (entry / "stat").read_text()
         except OSError:
             continue
-        rest = raw[raw.rindex(")") + 2:].split()  # fields after "(comm)": state ppid ... utime(12) stime(13)
+        rest = raw[raw.rindex(")") + 2 :].split()  # fields after "(comm)": state ppid ... utime(12) stime(13)
         stats[int(entry.name)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / tick)
     total, todo, seen = 0.0, list(roots), set()
     while todo:
@@ -101,8 +101,13 @@ def run_load(name: str, base: str, args: argparse.Namespace, pids: list[int]) ->
     """Closed loop at ``--concurrency``; count what completes in the window after the ramp-up (no ramp, no tail)."""
     LoadClient(base, workers=min(4, args.concurrency), max_tokens=4, max_requests=8, max_seconds=60).start().join(120)
     roots = [os.getpid(), *pids]
-    load = LoadClient(base, workers=args.concurrency, max_tokens=args.max_tokens, max_requests=100_000,
-                      max_seconds=args.ramp + args.seconds).start()
+    load = LoadClient(
+        base,
+        workers=args.concurrency,
+        max_tokens=args.max_tokens,
+        max_requests=100_000,
+        max_seconds=args.ramp + args.seconds,
+    ).start()
     time.sleep(args.ramp)
     cpu0, (busy0, total0) = _tree_cpu_seconds(roots), _cpu_times()
     w0 = time.time()
@@ -112,14 +117,25 @@ def run_load(name: str, base: str, args: argparse.Namespace, pids: list[int]) ->
     results: list[Outcome] = load.stop(timeout=120)
     window = [o for o in results if w0 <= o.ended < w1]
     ok = [o for o in window if o.complete]
-    return RunResult(name, len(ok), sum(o.completion_tokens for o in ok), w1 - w0, cpu1 - cpu0,
-                     (busy1 - busy0) / max(total1 - total0, 1.0), len(results) - sum(o.complete for o in results))
+    return RunResult(
+        name,
+        len(ok),
+        sum(o.completion_tokens for o in ok),
+        w1 - w0,
+        cpu1 - cpu0,
+        (busy1 - busy0) / max(total1 - total0, 1.0),
+        len(results) - sum(o.complete for o in results),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--time-scale", type=float, default=8.0, help="mock device time multiplier (default 8: ~24 ms per decode step)")
-    p.add_argument("--concurrency", type=int, default=16, help="client threads (default 16: enough to keep two boards busy)")
+    p.add_argument(
+        "--time-scale", type=float, default=8.0, help="mock device time multiplier (default 8: ~24 ms per decode step)"
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=16, help="client threads (default 16: enough to keep two boards busy)"
+    )
     p.add_argument("--max-tokens", type=int, default=24)
     p.add_argument("--ramp", type=float, default=5.0, help="seconds of load before the measured window")
     p.add_argument("--seconds", type=float, default=30.0, help="the measured window of each run")
@@ -137,15 +153,23 @@ def main(argv: list[str] | None = None) -> int:
             with nginx_front(pair, nginx) as front:
                 two = run_load("two boards, nginx", front.url, args, [b.proc.pid for b in pair] + [front.proc.pid])
                 split = [b.requests_finished() for b in pair]
-    print(f"mock boards, time scale {args.time_scale:g}, {args.concurrency} client threads, requests of {args.max_tokens} "
-          f"tokens (half streaming, both models); counted: completions in a {args.seconds:g} s window after {args.ramp:g} s")
-    print(f"{'run':<20} {'requests':>8} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'req/s':>7} {'our CPU':>8} "
-          f"{'machine':>8} {'failed':>6}")
+    print(
+        f"mock boards, time scale {args.time_scale:g}, {args.concurrency} client threads, requests of {args.max_tokens} "
+        f"tokens (half streaming, both models); counted: completions in a {args.seconds:g} s window after {args.ramp:g} s"
+    )
+    print(
+        f"{'run':<20} {'requests':>8} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'req/s':>7} {'our CPU':>8} "
+        f"{'machine':>8} {'failed':>6}"
+    )
     for r in (one, two):
-        print(f"{r.name:<20} {r.requests:>8} {r.tokens:>7} {r.seconds:>8.2f} {r.tokens_per_s:>9.1f} {r.requests_per_s:>7.2f} "
-              f"{r.cpu_share:>8.0%} {r.machine_busy:>8.0%} {r.failed:>6}")
-    print(f"our CPU: client + serve processes + nginx, share of {os.cpu_count()} cores; machine: all cores busy, "
-          "other work included")
+        print(
+            f"{r.name:<20} {r.requests:>8} {r.tokens:>7} {r.seconds:>8.2f} {r.tokens_per_s:>9.1f} {r.requests_per_s:>7.2f} "
+            f"{r.cpu_share:>8.0%} {r.machine_busy:>8.0%} {r.failed:>6}"
+        )
+    print(
+        f"our CPU: client + serve processes + nginx, share of {os.cpu_count()} cores; machine: all cores busy, "
+        "other work included"
+    )
     if not one.tokens or not two.tokens:
         print("a run completed no request: no ratio", file=sys.stderr)
         return 1

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calctl.serving.core import (  # noqa: E402
+from calctl.serving.core import (
     AdmissionController,
     AdmissionPolicy,
     BatchProfile,

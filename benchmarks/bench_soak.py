@@ -34,8 +34,20 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the report directory and print its path")
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="calctl-bench-soak-"))
-    cmd = [sys.executable, "-m", "calctl", "soak", "--cycles", str(args.cycles), "--traffic-seconds",
-           str(args.traffic_seconds), "--report", str(out / "soak"), "--format", "json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "calctl",
+        "soak",
+        "--cycles",
+        str(args.cycles),
+        "--traffic-seconds",
+        str(args.traffic_seconds),
+        "--report",
+        str(out / "soak"),
+        "--format",
+        "json",
+    ]
     if args.time_scale is not None:
         cmd += ["--time-scale", str(args.time_scale)]
     t0 = time.perf_counter()
@@ -48,14 +60,18 @@ def main() -> int:
         print(f"calctl soak exited {proc.returncode} without a JSON report")
         return 1
     drift = {k: (None if v is None else round(v / 2**20, 3)) for k, v in doc["memory"]["max_drift_bytes"].items()}
-    print(f"calctl soak --cycles {args.cycles} --traffic-seconds {args.traffic_seconds:g}: exit {proc.returncode}, "
-          f"{seconds:.1f} s wall ({seconds / max(1, doc['cycles']):.2f} s per cycle)")
+    print(
+        f"calctl soak --cycles {args.cycles} --traffic-seconds {args.traffic_seconds:g}: exit {proc.returncode}, "
+        f"{seconds:.1f} s wall ({seconds / max(1, doc['cycles']):.2f} s per cycle)"
+    )
     print(f"  cycles {doc['cycles']}, ok {doc['ok']}, violations {len(doc['violations'])}")
     for v in doc["violations"]:
         print(f"    {v['kind']}: {v['message']} (x{v['occurrences']})")
     print(f"  requests {doc['requests']['sent']}: {json.dumps(doc['requests']['by_outcome'], sort_keys=True)}")
-    print(f"  max drift MiB per chip: {drift}; AlreadyConfigured {doc['errors']['already_configured']}; "
-          f"stale delivered {doc['errors']['stale_completions_delivered']}")
+    print(
+        f"  max drift MiB per chip: {drift}; AlreadyConfigured {doc['errors']['already_configured']}; "
+        f"stale delivered {doc['errors']['stale_completions_delivered']}"
+    )
     if args.keep:
         print(f"  report: {out / 'soak'}")
     else:

@@ -86,8 +86,13 @@ def build(root: Path, size: int) -> None:
         chip = model["target_chips"][0]
         params = next(s for s in model["sections"] if s["kind"] == "params")
         params["size"] = (root / params["file"]).stat().st_size
-        region = next(r for c in doc["memory_plan"]["chips"] if c["chip"] == chip for r in c["regions"]
-                      if r["owner"] == model["alias"] and r["kind"] == "params")
+        region = next(
+            r
+            for c in doc["memory_plan"]["chips"]
+            if c["chip"] == chip
+            for r in c["regions"]
+            if r["owner"] == model["alias"] and r["kind"] == "params"
+        )
         new_size = -(-params["size"] // align) * align
         end = region["vaddr"] + region["size"]
         delta = -(-(new_size - region["size"]) // (256 * 1024**2)) * 256 * 1024**2  # keep later bases aligned
@@ -145,14 +150,19 @@ def main() -> int:
     pkg = tmp / "pkg"
     try:
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--build-only", str(pkg), "--size-gib", str(args.size_gib)], check=True)
+        subprocess.run(
+            [sys.executable, __file__, "--build-only", str(pkg), "--size-gib", str(args.size_gib)], check=True
+        )
         print(f"built {pkg}: 2 x {size / 1024**3:.2f} GiB blobs in {time.perf_counter() - t0:.1f}s")
         jobs = ["--jobs", str(args.jobs)] if args.jobs else []
         calctl = [sys.executable, "-m", "calctl"]
         tools = [
             ("calctl verify", [*calctl, "verify", str(pkg), "--trusted-key", str(TEST_PUB), *jobs]),
             ("sha256sum -c", ["sha256sum", "-c", "--strict", "--quiet", "checksums.sha256"]),
-            ("calctl validate", [*calctl, "validate", str(pkg), "--trusted-key", str(TEST_PUB), "--format", "json", *jobs]),
+            (
+                "calctl validate",
+                [*calctl, "validate", str(pkg), "--trusted-key", str(TEST_PUB), "--format", "json", *jobs],
+            ),
         ]
         results: dict[str, list[Run]] = {name: [] for name, _ in tools}
         for _ in range(args.runs):
@@ -160,14 +170,25 @@ def main() -> int:
                 results[name].append(timed(name, argv, pkg))
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         print(f"cores available: {cores}; page cache warm (cannot be dropped here): last run is the warm figure")
-        print(f"{'tool':<18}" + "".join(f"{'run ' + str(i + 1):>10}" for i in range(args.runs)) + f"{'peak RSS':>12}{'exit':>6}")
+        print(
+            f"{'tool':<18}"
+            + "".join(f"{'run ' + str(i + 1):>10}" for i in range(args.runs))
+            + f"{'peak RSS':>12}{'exit':>6}"
+        )
         for name, runs in results.items():
-            print(f"{name:<18}" + "".join(f"{r.seconds:>9.2f}s" for r in runs)
-                  + f"{max(r.max_rss_mb for r in runs):>10.1f}MB{runs[-1].returncode:>6}")
+            print(
+                f"{name:<18}"
+                + "".join(f"{r.seconds:>9.2f}s" for r in runs)
+                + f"{max(r.max_rss_mb for r in runs):>10.1f}MB{runs[-1].returncode:>6}"
+            )
         ratio = results["calctl verify"][-1].seconds / results["sha256sum -c"][-1].seconds
-        print(f"wall-time ratio calctl verify / sha256sum (warm): {ratio:.3f}  (target <= 0.65 on 2 cores, never > 1.05)")
-        print(f"calctl verify peak RSS: {max(r.max_rss_mb for r in results['calctl verify']):.1f} MB (target < 200 MB); "
-              f"floor inherited from this parent: {_self_rss_mb():.1f} MB")
+        print(
+            f"wall-time ratio calctl verify / sha256sum (warm): {ratio:.3f}  (target <= 0.65 on 2 cores, never > 1.05)"
+        )
+        print(
+            f"calctl verify peak RSS: {max(r.max_rss_mb for r in results['calctl verify']):.1f} MB (target < 200 MB); "
+            f"floor inherited from this parent: {_self_rss_mb():.1f} MB"
+        )
         validate_ok = results["calctl validate"][-1].returncode == 0
         print(f"calctl validate verdict on the bench package: {'accepted' if validate_ok else 'REJECTED'}")
         return 0

@@ -34,8 +34,12 @@ from calctl.package.model import Model, Package
 def _chip_load(model: Model, chip: int, chip_dram_bytes: int, package: Package | None) -> ChipLoad:
     if package is not None:
         return package_chip_load(package, chip, chip_dram_bytes=chip_dram_bytes)
-    return ChipLoad(chip=chip, dram_bytes=chip_dram_bytes, dram_source=Source.CONFIG,
-                    models=(model_chip_load(model, chip, (), workspace=WorkspaceOverride()),))
+    return ChipLoad(
+        chip=chip,
+        dram_bytes=chip_dram_bytes,
+        dram_source=Source.CONFIG,
+        models=(model_chip_load(model, chip, (), workspace=WorkspaceOverride()),),
+    )
 
 
 def _chips(model: Model, chip: int | None) -> tuple[int, ...]:
@@ -105,12 +109,14 @@ def max_sequences(
     return best
 
 
-def _go_with(load: ChipLoad, policy: BudgetPolicy, estimates: Estimates, alias: str, context: int | None,
-             sequences: int) -> bool:
+def _go_with(
+    load: ChipLoad, policy: BudgetPolicy, estimates: Estimates, alias: str, context: int | None, sequences: int
+) -> bool:
     """GO with ``alias`` at (context, sequences) and every other model on the chip at its defaults."""
     models = tuple(
         replace(m, default_context=context if context is not None else m.default_context, default_sequences=sequences)
-        if m.alias == alias else m
+        if m.alias == alias
+        else m
         for m in load.models
     )
     return evaluate(replace(load, models=models), policy, estimates).verdict is Verdict.GO

@@ -23,9 +23,9 @@ N chips). This module does no I/O and prints nothing.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Iterable, Mapping
 
 from calctl.budget.kv import kv_bytes, kv_bytes_per_token, kv_heads_per_chip
 from calctl.budget.policy import BudgetPolicy, Verdict
@@ -69,8 +69,13 @@ GUARD = "safety_guard"
 COMPONENTS = (W_COMPILED, KV, WORKSPACE, CODE, IO, RUNTIME, FRAGMENTATION, GUARD)
 
 _REGION_TERM = {
-    SectionKind.PARAMS: W_COMPILED, SectionKind.KV: KV, SectionKind.WORKSPACE: WORKSPACE,
-    SectionKind.CODE: CODE, SectionKind.COMMAND: CODE, SectionKind.IO: IO, SectionKind.RUNTIME: RUNTIME,
+    SectionKind.PARAMS: W_COMPILED,
+    SectionKind.KV: KV,
+    SectionKind.WORKSPACE: WORKSPACE,
+    SectionKind.CODE: CODE,
+    SectionKind.COMMAND: CODE,
+    SectionKind.IO: IO,
+    SectionKind.RUNTIME: RUNTIME,
 }
 
 
@@ -299,21 +304,33 @@ def _model_terms(
         count = count_params(m.shape)
         split = f" / {m.split} chips (matrices split, norms replicated)" if m.split > 1 else ""
         terms[W_COMPILED] = Component(
-            W_COMPILED, weight_bytes(count, m.weight_dtype, chips=m.split), Source.ESTIMATE,
+            W_COMPILED,
+            weight_bytes(count, m.weight_dtype, chips=m.split),
+            Source.ESTIMATE,
             f"estimate: {count.total:,} parameters x {m.weight_dtype}{split}; no quantisation scales or padding "
             "(a compiled package states W_compiled)",
         )
 
     if kv_override is not None:
-        terms[KV] = Component(KV, kv_override, Source.FORMULA, f"{kv_override:,} bytes of KV tokens asked for; {m.kv_detail}")
+        terms[KV] = Component(
+            KV, kv_override, Source.FORMULA, f"{kv_override:,} bytes of KV tokens asked for; {m.kv_detail}"
+        )
     else:
-        value = kv_bytes(m.shape, context=context, sequences=sequences, kv_dtype=m.kv_dtype,
-                         kv_heads=m.kv_heads, block_tokens=m.block_tokens)
+        value = kv_bytes(
+            m.shape,
+            context=context,
+            sequences=sequences,
+            kv_dtype=m.kv_dtype,
+            kv_heads=m.kv_heads,
+            block_tokens=m.block_tokens,
+        )
         elem = DTYPE_BITS[m.kv_dtype] / 8
         sliding = [w for w in m.shape.windows if w is not None]
         windows = f"; {len(sliding)} sliding layers hold at most {min(sliding)} tokens" if sliding else ""
         terms[KV] = Component(
-            KV, value, Source.FORMULA,
+            KV,
+            value,
+            Source.FORMULA,
             f"2 x {m.shape.n_layers} layers x {m.kv_heads} KV heads x {m.shape.head_dim} head_dim x "
             f"{context} tokens x {sequences} seq x {elem:g} B ({m.kv_dtype}){windows}; {m.kv_detail}",
         )
@@ -329,21 +346,29 @@ def _model_terms(
         # prefill and decode of one model reuse one workspace (001 §6.2 item 2).
         peak = prefill if prefill.bytes >= decode.bytes else decode
         terms[WORKSPACE] = Component(
-            WORKSPACE, peak.bytes, peak.source,
+            WORKSPACE,
+            peak.bytes,
+            peak.source,
             f"max(prefill {human(prefill.bytes)} [{prefill.detail}], decode {human(decode.bytes)} [{decode.detail}])",
         )
 
     code = m.code_and_commands or Stated(
-        est.code_and_commands_bytes, Source.ESTIMATE, f"{human(est.code_and_commands_bytes)} per model per chip, estimate")
+        est.code_and_commands_bytes,
+        Source.ESTIMATE,
+        f"{human(est.code_and_commands_bytes)} per model per chip, estimate",
+    )
     terms[CODE] = Component(CODE, code.bytes, code.source, code.detail)
 
     io = m.io_staging or Stated(
-        _estimate_io(m, context, sequences, est), Source.ESTIMATE,
-        "ping/pong prompt ids, decode tokens and fp32 logits, estimate")
+        _estimate_io(m, context, sequences, est),
+        Source.ESTIMATE,
+        "ping/pong prompt ids, decode tokens and fp32 logits, estimate",
+    )
     terms[IO] = Component(IO, io.bytes, io.source, io.detail)
 
     rt = m.runtime_metadata or Stated(
-        est.runtime_metadata_bytes, Source.ESTIMATE, f"{human(est.runtime_metadata_bytes)} per model per chip, estimate")
+        est.runtime_metadata_bytes, Source.ESTIMATE, f"{human(est.runtime_metadata_bytes)} per model per chip, estimate"
+    )
     terms[RUNTIME] = Component(RUNTIME, rt.bytes, rt.source, rt.detail)
     return terms
 
@@ -386,16 +411,25 @@ def evaluate(
     basis = sum(c.bytes for c in components if c.name in (W_COMPILED, KV, WORKSPACE))
     frac = Fraction(str(estimates.fragmentation)) * basis
     frag = -(-frac.numerator // frac.denominator)
-    components.append(Component(
-        FRAGMENTATION, frag, Source.ESTIMATE,
-        f"{fraction(estimates.fragmentation)} of W + KV + workspace, estimate (001 §8.4: measure after 100 load/unload cycles)",
-    ))
+    components.append(
+        Component(
+            FRAGMENTATION,
+            frag,
+            Source.ESTIMATE,
+            f"{fraction(estimates.fragmentation)} of W + KV + workspace, "
+            "estimate (001 §8.4: measure after 100 load/unload cycles)",
+        )
+    )
     static = sum(c.bytes for c in components)
     guard = policy.guard_bytes(load.dram_bytes)
-    components.append(Component(
-        GUARD, guard, Source.POLICY,
-        f"max({human(policy.guard_min_bytes)}, {fraction(policy.guard_fraction)} of chip DRAM) reserve (001 §8.2)",
-    ))
+    components.append(
+        Component(
+            GUARD,
+            guard,
+            Source.POLICY,
+            f"max({human(policy.guard_min_bytes)}, {fraction(policy.guard_fraction)} of chip DRAM) reserve (001 §8.2)",
+        )
+    )
     judgement = policy.judge(static, load.dram_bytes)
     return ChipBudget(
         chip=load.chip,
@@ -415,8 +449,12 @@ def evaluate(
 
 
 def passes(
-    load: ChipLoad, policy: BudgetPolicy, estimates: Estimates = Estimates(), *,
-    context: int | None = None, sequences: int | None = None,
+    load: ChipLoad,
+    policy: BudgetPolicy,
+    estimates: Estimates = Estimates(),
+    *,
+    context: int | None = None,
+    sequences: int | None = None,
 ) -> bool:
     return evaluate(load, policy, estimates, context=context, sequences=sequences).verdict is Verdict.GO
 
@@ -502,8 +540,11 @@ def model_chip_load(
     weights = stated({SectionKind.PARAMS})
     if weights is None and model.params:
         total = sum(t.nbytes for t in model.params)
-        weights = Stated(-(-total // split), Source.MANIFEST,
-                         f"params.tensors {total:,} bytes" + (f" / {split} chips" if split > 1 else ""))
+        weights = Stated(
+            -(-total // split),
+            Source.MANIFEST,
+            f"params.tensors {total:,} bytes" + (f" / {split} chips" if split > 1 else ""),
+        )
 
     kv_dt = kv_dtype or canonical_dtype(model.kv.dtype, f"{model.pointer}/kv/dtype")
     block = block_tokens or model.kv.block_tokens
@@ -517,12 +558,16 @@ def model_chip_load(
         prefill = decode = None
     else:
         peak = None
-        prefill = (Stated(workspace.prefill_bytes, Source.CONFIG, "--prefill-workspace")
-                   if workspace.prefill_bytes is not None
-                   else Stated(model.workspace.prefill_peak_bytes, Source.MANIFEST, "manifest workspace.prefill_peak_bytes"))
-        decode = (Stated(workspace.decode_bytes, Source.CONFIG, "--decode-workspace")
-                  if workspace.decode_bytes is not None
-                  else Stated(model.workspace.decode_peak_bytes, Source.MANIFEST, "manifest workspace.decode_peak_bytes"))
+        prefill = (
+            Stated(workspace.prefill_bytes, Source.CONFIG, "--prefill-workspace")
+            if workspace.prefill_bytes is not None
+            else Stated(model.workspace.prefill_peak_bytes, Source.MANIFEST, "manifest workspace.prefill_peak_bytes")
+        )
+        decode = (
+            Stated(workspace.decode_bytes, Source.CONFIG, "--decode-workspace")
+            if workspace.decode_bytes is not None
+            else Stated(model.workspace.decode_peak_bytes, Source.MANIFEST, "manifest workspace.decode_peak_bytes")
+        )
 
     return ModelLoad(
         alias=model.alias,
@@ -551,17 +596,24 @@ def _plan_notes(load_models: tuple[ModelLoad, ...], regions: tuple[MemoryRegion,
         own = [r for r in regions if r.owner == m.alias]
         kv_region = sum(r.size for r in own if r.kind is SectionKind.KV)
         ctx, seq = m.default_context or 0, m.default_sequences
-        need = kv_bytes(m.shape, context=ctx, sequences=seq, kv_dtype=m.kv_dtype, kv_heads=m.kv_heads,
-                        block_tokens=m.block_tokens)
+        need = kv_bytes(
+            m.shape, context=ctx, sequences=seq, kv_dtype=m.kv_dtype, kv_heads=m.kv_heads, block_tokens=m.block_tokens
+        )
         if kv_region and kv_region < need:
-            notes.append(f"{m.alias}: the memory plan reserves {kv_region:,} bytes of KV but the formula needs "
-                         f"{need:,} at its declared {ctx} tokens x {seq} sequences")
+            notes.append(
+                f"{m.alias}: the memory plan reserves {kv_region:,} bytes of KV but the formula needs "
+                f"{need:,} at its declared {ctx} tokens x {seq} sequences"
+            )
         ws_region = sum(r.size for r in own if r.kind is SectionKind.WORKSPACE)
         if ws_region and m.prefill_workspace is not None and ws_region < m.prefill_workspace.bytes:
-            notes.append(f"{m.alias}: the memory plan reserves {ws_region:,} bytes of workspace, below the "
-                         f"prefill peak {m.prefill_workspace.bytes:,}")
+            notes.append(
+                f"{m.alias}: the memory plan reserves {ws_region:,} bytes of workspace, below the "
+                f"prefill peak {m.prefill_workspace.bytes:,}"
+            )
         if m.split > 1:
-            notes.append(f"{m.alias} is split over {m.split} chips: manifest workspace peaks are taken as per-chip figures")
+            notes.append(
+                f"{m.alias} is split over {m.split} chips: manifest workspace peaks are taken as per-chip figures"
+            )
     return tuple(notes)
 
 
@@ -584,14 +636,21 @@ def package_chip_load(
     aliases = {m.alias for m in on_chip}
     shared = tuple(
         Component(_REGION_TERM[r.kind], r.size, Source.MANIFEST, f"memory plan {r.name} (owner {r.owner})")
-        for r in regions if r.owner not in aliases
+        for r in regions
+        if r.owner not in aliases
     )
     if chip_dram_bytes is None:
         dram, dram_source = pkg.device_cfg.chip_dram_bytes, Source.MANIFEST
     else:
         dram, dram_source = chip_dram_bytes, Source.CONFIG
-    return ChipLoad(chip=chip, dram_bytes=dram, dram_source=dram_source, models=loads, shared=shared,
-                    notes=_plan_notes(loads, regions))
+    return ChipLoad(
+        chip=chip,
+        dram_bytes=dram,
+        dram_source=dram_source,
+        models=loads,
+        shared=shared,
+        notes=_plan_notes(loads, regions),
+    )
 
 
 def plan_from_package(
@@ -605,8 +664,9 @@ def plan_from_package(
     """Per chip, each with the model(s) the manifest places on it (001 §8.2: A and B separately)."""
     chips = sorted({c for m in pkg.models for c in m.target_chips} | {r.chip for r in pkg.memory_plan})
     loads = tuple(
-        package_chip_load(pkg, c, chip_dram_bytes=chip_dram_bytes, kv_dtype=kv_dtype, block_tokens=block_tokens,
-                          workspace=workspace)
+        package_chip_load(
+            pkg, c, chip_dram_bytes=chip_dram_bytes, kv_dtype=kv_dtype, block_tokens=block_tokens, workspace=workspace
+        )
         for c in chips
     )
     whole = tuple(
@@ -649,8 +709,10 @@ def plan_from_config(
     notes.append(f"attention windows: {shape.window_convention}")
     if chip_dram_bytes is None:
         dram, dram_source = DEFAULT_CHIP_DRAM_BYTES, Source.ESTIMATE
-        notes.append(f"chip DRAM {human(dram)}: the reference board class, not a confirmed figure "
-                     "(001 §8.2: use the vendor's per-chip number, --chip-dram)")
+        notes.append(
+            f"chip DRAM {human(dram)}: the reference board class, not a confirmed figure "
+            "(001 §8.2: use the vendor's per-chip number, --chip-dram)"
+        )
     else:
         dram, dram_source = chip_dram_bytes, Source.CONFIG
     w_dtype = weight_dtype or shape.dtype
@@ -667,13 +729,17 @@ def plan_from_config(
             f"(B1, 000 §6), decode = one step over the active sequences, {estimates.activation_bits}-bit "
             "activations, tiled attention (no tokens x tokens score matrix)"
         )
-    notes.append(f"code_and_commands and runtime_metadata: {human(estimates.code_and_commands_bytes)} and "
-                 f"{human(estimates.runtime_metadata_bytes)} per chip, estimates "
-                 "(001 §15.1 item 7 asks the compiler for a static/peak memory report)")
+    notes.append(
+        f"code_and_commands and runtime_metadata: {human(estimates.code_and_commands_bytes)} and "
+        f"{human(estimates.runtime_metadata_bytes)} per chip, estimates "
+        "(001 §15.1 item 7 asks the compiler for a static/peak memory report)"
+    )
     heads = kv_heads_per_chip(shape.n_kv_heads, chips)
     if chips > 1:
-        notes.append(f"tensor parallel over {chips} chips: matrices split evenly (ceil), norms replicated, "
-                     f"KV heads ceil({shape.n_kv_heads}/{chips}) = {heads} per chip")
+        notes.append(
+            f"tensor parallel over {chips} chips: matrices split evenly (ceil), norms replicated, "
+            f"KV heads ceil({shape.n_kv_heads}/{chips}) = {heads} per chip"
+        )
     split_text = f"KV heads ceil({shape.n_kv_heads}/{chips}) = {heads} per chip; " if chips > 1 else ""
     kv_from = "--kv-dtype" if kv_dtype else "config torch_dtype"
     load = ModelLoad(
@@ -685,14 +751,21 @@ def plan_from_config(
         block_tokens=block,
         default_context=shape.context_limit,
         default_sequences=1,  # 001 §8.3: first round is B1
-        workspace_peak=(Stated(workspace.peak_bytes, Source.CONFIG, "--workspace")
-                        if workspace.peak_bytes is not None else None),
-        prefill_workspace=(Stated(workspace.prefill_bytes, Source.CONFIG, "--prefill-workspace")
-                           if workspace.prefill_bytes is not None else None),
-        decode_workspace=(Stated(workspace.decode_bytes, Source.CONFIG, "--decode-workspace")
-                          if workspace.decode_bytes is not None else None),
+        workspace_peak=(
+            Stated(workspace.peak_bytes, Source.CONFIG, "--workspace") if workspace.peak_bytes is not None else None
+        ),
+        prefill_workspace=(
+            Stated(workspace.prefill_bytes, Source.CONFIG, "--prefill-workspace")
+            if workspace.prefill_bytes is not None
+            else None
+        ),
+        decode_workspace=(
+            Stated(workspace.decode_bytes, Source.CONFIG, "--decode-workspace")
+            if workspace.decode_bytes is not None
+            else None
+        ),
         kv_detail=f"{split_text}{kv_dt} from {kv_from}, "
-                  + (f"blocks of {block} tokens (--block-tokens)" if block_tokens else "no block rounding"),
+        + (f"blocks of {block} tokens (--block-tokens)" if block_tokens else "no block rounding"),
     )
     loads = tuple(ChipLoad(chip=c, dram_bytes=dram, dram_source=dram_source, models=(load,)) for c in range(chips))
     return BudgetPlan(

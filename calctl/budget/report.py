@@ -103,7 +103,9 @@ def _tightest(results: list[SearchResult | None]) -> SearchResult | None:
     return min(found, key=lambda r: r.value) if found else None
 
 
-def default_grid_axes(plan: BudgetPlan, context: int | None, sequences: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def default_grid_axes(
+    plan: BudgetPlan, context: int | None, sequences: int | None
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Contexts: the context limit and five halvings (plus the asked context); sequences 1..16 (plus the asked)."""
     limits = [m.shape.context_limit for m in plan.models if m.shape.context_limit is not None]
     asked = [m.context(context) for m in plan.models if context is not None or m.default_context is not None]
@@ -114,8 +116,11 @@ def default_grid_axes(plan: BudgetPlan, context: int | None, sequences: int | No
 
 
 def run_grid(
-    plan: BudgetPlan, policy: BudgetPolicy, estimates: Estimates,
-    contexts: tuple[int, ...], sequences: tuple[int, ...],
+    plan: BudgetPlan,
+    policy: BudgetPolicy,
+    estimates: Estimates,
+    contexts: tuple[int, ...],
+    sequences: tuple[int, ...],
 ) -> Grid:
     rows = []
     for c in contexts:
@@ -154,25 +159,29 @@ def run_budget(
     models = []
     for m in plan.models:
         ctx, seq = m.context(context), m.sequences(sequences)
-        models.append(ModelSummary(
-            alias=m.alias,
-            chips=tuple(plan.chips_per_model.get(m.alias, ())),
-            context=ctx,
-            sequences=seq,
-            context_limit=m.shape.context_limit,
-            weight_dtype=m.weight_dtype,
-            kv_dtype=m.kv_dtype,
-            block_tokens=m.block_tokens,
-            kv_heads=m.shape.n_kv_heads,
-            kv_heads_per_chip=m.kv_heads,
-            head_dim=m.shape.head_dim,
-            n_layers=m.shape.n_layers,
-            # The whole model: every KV head, wherever it lives.
-            kv_bytes=kv_bytes(m.shape, context=ctx, sequences=seq, kv_dtype=m.kv_dtype, block_tokens=m.block_tokens),
-            kv_bytes_per_token=kv_bytes_per_token(m.shape, m.kv_dtype),
-            params=count_params(m.shape).total if m.weights is None else None,
-            window_convention=m.shape.window_convention,
-        ))
+        models.append(
+            ModelSummary(
+                alias=m.alias,
+                chips=tuple(plan.chips_per_model.get(m.alias, ())),
+                context=ctx,
+                sequences=seq,
+                context_limit=m.shape.context_limit,
+                weight_dtype=m.weight_dtype,
+                kv_dtype=m.kv_dtype,
+                block_tokens=m.block_tokens,
+                kv_heads=m.shape.n_kv_heads,
+                kv_heads_per_chip=m.kv_heads,
+                head_dim=m.shape.head_dim,
+                n_layers=m.shape.n_layers,
+                # The whole model: every KV head, wherever it lives.
+                kv_bytes=kv_bytes(
+                    m.shape, context=ctx, sequences=seq, kv_dtype=m.kv_dtype, block_tokens=m.block_tokens
+                ),
+                kv_bytes_per_token=kv_bytes_per_token(m.shape, m.kv_dtype),
+                params=count_params(m.shape).total if m.weights is None else None,
+                window_convention=m.shape.window_convention,
+            )
+        )
 
     assumptions = list(plan.assumptions)
     if not policy.within_recommendation:
@@ -212,33 +221,39 @@ def report_document(report: BudgetReport) -> dict[str, Any]:
         b = c.budget
         mc, mc_bound = _search(c.max_context)
         ms, ms_bound = _search(c.max_sequences)
-        chips.append({
-            "chip": b.chip,
-            "models": list(b.models),
-            "components": {x.name: x.bytes for x in b.components},
-            "sources": {x.name: x.source.value for x in b.components},
-            "details": {x.name: x.detail for x in b.components},
-            "static_bytes": b.static_bytes,
-            "required_bytes": b.required_bytes,
-            "dram_bytes": b.dram_bytes,
-            "limit_bytes": b.limit_bytes,
-            "guard_bytes": b.guard_bytes,
-            "usable_bytes": b.usable_bytes,
-            "headroom_bytes": b.headroom_bytes,
-            "verdict": b.verdict.value,
-            "reasons": list(b.reasons),
-            "notes": list(b.notes),
-            "max_context": mc,
-            "max_context_bound": mc_bound,
-            "max_sequences": ms,
-            "max_sequences_bound": ms_bound,
-        })
+        chips.append(
+            {
+                "chip": b.chip,
+                "models": list(b.models),
+                "components": {x.name: x.bytes for x in b.components},
+                "sources": {x.name: x.source.value for x in b.components},
+                "details": {x.name: x.detail for x in b.components},
+                "static_bytes": b.static_bytes,
+                "required_bytes": b.required_bytes,
+                "dram_bytes": b.dram_bytes,
+                "limit_bytes": b.limit_bytes,
+                "guard_bytes": b.guard_bytes,
+                "usable_bytes": b.usable_bytes,
+                "headroom_bytes": b.headroom_bytes,
+                "verdict": b.verdict.value,
+                "reasons": list(b.reasons),
+                "notes": list(b.notes),
+                "max_context": mc,
+                "max_context_bound": mc_bound,
+                "max_sequences": ms,
+                "max_sequences_bound": ms_bound,
+            }
+        )
     mc, mc_bound = _search(report.max_context)
     ms, ms_bound = _search(report.max_sequences)
     p = report.policy
     doc: dict[str, Any] = {
-        "input": {"kind": report.input.kind, "name": report.input.name, "path": report.input.path,
-                  "version": report.input.version},
+        "input": {
+            "kind": report.input.kind,
+            "name": report.input.name,
+            "path": report.input.path,
+            "version": report.input.version,
+        },
         "device": {
             # Every chip of one plan has the same local DRAM (device_cfg, --chip-dram or the default).
             "chips": len(report.chips),
@@ -246,7 +261,9 @@ def report_document(report: BudgetReport) -> dict[str, Any]:
             "source": report.chips[0].budget.dram_source.value if report.chips else None,
         },
         "policy": {
-            "limit": p.limit, "guard_fraction": p.guard_fraction, "guard_min_bytes": p.guard_min_bytes,
+            "limit": p.limit,
+            "guard_fraction": p.guard_fraction,
+            "guard_min_bytes": p.guard_min_bytes,
             "rule": "GO iff static <= floor(limit x DRAM) and DRAM - static >= max(guard_min, ceil(guard_fraction x DRAM))",
         },
         "context": report.context,
@@ -255,11 +272,22 @@ def report_document(report: BudgetReport) -> dict[str, Any]:
         "chips": chips,
         "models": [
             {
-                "alias": m.alias, "chips": list(m.chips), "context": m.context, "sequences": m.sequences,
-                "context_limit": m.context_limit, "weight_dtype": m.weight_dtype, "kv_dtype": m.kv_dtype,
-                "kv_bits": DTYPE_BITS[m.kv_dtype], "block_tokens": m.block_tokens, "n_layers": m.n_layers,
-                "kv_heads": m.kv_heads, "kv_heads_per_chip": m.kv_heads_per_chip, "head_dim": m.head_dim,
-                "kv_bytes": m.kv_bytes, "kv_bytes_per_token": m.kv_bytes_per_token, "params_estimate": m.params,
+                "alias": m.alias,
+                "chips": list(m.chips),
+                "context": m.context,
+                "sequences": m.sequences,
+                "context_limit": m.context_limit,
+                "weight_dtype": m.weight_dtype,
+                "kv_dtype": m.kv_dtype,
+                "kv_bits": DTYPE_BITS[m.kv_dtype],
+                "block_tokens": m.block_tokens,
+                "n_layers": m.n_layers,
+                "kv_heads": m.kv_heads,
+                "kv_heads_per_chip": m.kv_heads_per_chip,
+                "head_dim": m.head_dim,
+                "kv_bytes": m.kv_bytes,
+                "kv_bytes_per_token": m.kv_bytes_per_token,
+                "params_estimate": m.params,
                 "attention_windows": m.window_convention,
             }
             for m in report.models
@@ -278,8 +306,17 @@ def report_document(report: BudgetReport) -> dict[str, Any]:
             "contexts": list(g.contexts),
             "batches": list(g.sequences),
             "cells": [
-                [{"context": x.context, "batch": x.sequences, "verdict": x.verdict.value, "chip": x.chip,
-                  "static_bytes": x.static_bytes, "usable_bytes": x.usable_bytes} for x in row]
+                [
+                    {
+                        "context": x.context,
+                        "batch": x.sequences,
+                        "verdict": x.verdict.value,
+                        "chip": x.chip,
+                        "static_bytes": x.static_bytes,
+                        "usable_bytes": x.usable_bytes,
+                    }
+                    for x in row
+                ]
                 for row in g.cells
             ],
         }

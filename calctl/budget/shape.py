@@ -17,9 +17,10 @@ required number.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from calctl.budget.units import canonical_dtype
 from calctl.errors import UsageError
@@ -33,10 +34,30 @@ _MAX_CONFIG_BYTES = 4 * 1024 * 1024
 # Families whose MLP is a plain up/down pair (no gate projection). Everything else
 # in the Llama lineage (llama, mistral, qwen*, gemma*, phi3, smollm) is gated.
 _UNGATED = frozenset({"gpt2", "gpt_neox", "gpt_bigcode", "gptj", "opt", "bloom", "falcon", "phi", "starcoder2", "mpt"})
-_KNOWN_GATED = frozenset({
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
-    "gemma3_text", "phi3", "olmo", "olmo2", "olmoe", "granite", "granitemoe", "internlm2", "deepseek", "yi",
-})
+_KNOWN_GATED = frozenset(
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "phi3",
+        "olmo",
+        "olmo2",
+        "olmoe",
+        "granite",
+        "granitemoe",
+        "internlm2",
+        "deepseek",
+        "yi",
+    }
+)
 # Gemma-2/3 wrap attention and MLP in pre+post norms: four RMSNorms per layer.
 _SANDWICH_NORMS = frozenset({"gemma2", "gemma3", "gemma3_text"})
 # Per-head q/k RMSNorm (head_dim weights each).
@@ -199,7 +220,9 @@ def load_hf_config(path: Path) -> ModelShape:
     return shape_from_hf_config(doc, where=str(path), default_name=default_name)
 
 
-def shape_from_hf_config(doc: Mapping[str, Any], *, where: str = "config.json", default_name: str = "model") -> ModelShape:
+def shape_from_hf_config(
+    doc: Mapping[str, Any], *, where: str = "config.json", default_name: str = "model"
+) -> ModelShape:
     """Build a :class:`ModelShape` from a parsed ``config.json`` mapping."""
     notes: list[str] = []
     if "num_hidden_layers" not in doc and isinstance(doc.get("text_config"), dict):
@@ -252,8 +275,10 @@ def shape_from_hf_config(doc: Mapping[str, Any], *, where: str = "config.json", 
     tie = r.get_bool("tie_word_embeddings")
     if tie is None:
         tie = family in _TIED_BY_DEFAULT
-        notes.append(f"no tie_word_embeddings: {'tied' if tie else 'separate'} embeddings assumed "
-                     f"(the {family or 'generic'} default)")
+        notes.append(
+            f"no tie_word_embeddings: {'tied' if tie else 'separate'} embeddings assumed "
+            f"(the {family or 'generic'} default)"
+        )
 
     limit = r.get_int("max_position_embeddings", required=False)
 
@@ -330,12 +355,13 @@ def _moe_shape(r: _Reader, n_layers: int, notes: list[str]) -> MoeShape | None:
     first_dense = r.get_int("first_k_dense_replace", minimum=0, required=False) or 0
     freq = r.get_int("moe_layer_freq", required=False) or 1
     sparse = tuple(
-        i for i in range(n_layers)
-        if i not in only_dense and i >= first_dense and (i + 1) % step == 0 and i % freq == 0
+        i for i in range(n_layers) if i not in only_dense and i >= first_dense and (i + 1) % step == 0 and i % freq == 0
     )
     if len(sparse) != n_layers:
-        notes.append(f"{len(sparse)} of {n_layers} layers use experts (mlp_only_layers / decoder_sparse_step / "
-                     "first_k_dense_replace)")
+        notes.append(
+            f"{len(sparse)} of {n_layers} layers use experts (mlp_only_layers / decoder_sparse_step / "
+            "first_k_dense_replace)"
+        )
     return MoeShape(
         n_experts=n_experts,
         experts_per_token=top_k,
@@ -365,10 +391,14 @@ def _layer_windows(r: _Reader, family: str, n_layers: int) -> tuple[tuple[int | 
         if not any(sliding):
             return (), "layer_types: every layer full_attention"
         if window is None:
-            raise UsageError(f"{r.where}: field 'sliding_window': missing, but layer_types declares sliding_attention layers")
+            raise UsageError(
+                f"{r.where}: field 'sliding_window': missing, but layer_types declares sliding_attention layers"
+            )
         n = sum(sliding)
-        return (tuple(window if s else None for s in sliding),
-                f"layer_types: {n} sliding_attention layers (window {window}), {n_layers - n} full_attention")
+        return (
+            tuple(window if s else None for s in sliding),
+            f"layer_types: {n} sliding_attention layers (window {window}), {n_layers - n} full_attention",
+        )
     if family == "gemma2":
         if window is None:
             return (), "gemma2 without sliding_window: every layer full"

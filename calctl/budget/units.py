@@ -11,8 +11,8 @@ This module knows nothing about packages, configs or the GO/NO-GO policy.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Mapping
 
 from calctl.errors import UsageError
 
@@ -25,8 +25,16 @@ TIB = 1024**4
 #: is refused: it is the one spelling that means different things to different tools.
 _UNITS: Mapping[str, int] = {
     "b": 1,
-    "kib": KIB, "mib": MIB, "gib": GIB, "tib": TIB, "pib": 1024**5,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+    "kib": KIB,
+    "mib": MIB,
+    "gib": GIB,
+    "tib": TIB,
+    "pib": 1024**5,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "pb": 10**15,
 }
 _SIZE_RE = re.compile(r"^\s*(?P<num>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
 
@@ -35,14 +43,28 @@ MAX_SIZE_BYTES = 1024**5  # 1 PiB
 
 #: Storage width in bits. Canonical names first; HF ``torch_dtype`` spellings map onto them.
 DTYPE_BITS: Mapping[str, int] = {
-    "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4,
-    "uint8": 8, "int16": 16, "int32": 32, "int64": 64,
+    "fp32": 32,
+    "bf16": 16,
+    "fp16": 16,
+    "fp8": 8,
+    "int8": 8,
+    "int4": 4,
+    "uint8": 8,
+    "int16": 16,
+    "int32": 32,
+    "int64": 64,
 }
 _DTYPE_ALIASES: Mapping[str, str] = {
-    "float32": "fp32", "float": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
     "bfloat16": "bf16",
-    "float16": "fp16", "half": "fp16",
-    "float8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+    "float16": "fp16",
+    "half": "fp16",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
 }
 #: What ``--dtype`` and ``--kv-dtype`` accept (SPEC §4; fp32 for the mock packages).
 OPTION_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4", "fp32")

@@ -55,7 +55,9 @@ def count_params(shape: ModelShape) -> ParamCount:
     norms_per_layer = shape.norms_per_layer * h + (2 * shape.head_dim if shape.qk_norm else 0)
 
     mats = 3 if shape.gated_mlp else 2
-    dense = mats * h * shape.intermediate + ((2 if shape.gated_mlp else 1) * shape.intermediate + h if shape.mlp_bias else 0)
+    dense = mats * h * shape.intermediate + (
+        (2 if shape.gated_mlp else 1) * shape.intermediate + h if shape.mlp_bias else 0
+    )
     mlp = experts = shared = 0
     for layer in range(shape.n_layers):
         if shape.is_sparse(layer):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -24,14 +24,18 @@ TableJsonFormatOpt = FormatOpt
 
 DeviceOpt = Annotated[
     DeviceKind,
-    typer.Option("--device", help="mock (embedded simulated board, default) or calrt (real board via the CalRT C ABI)."),
+    typer.Option(
+        "--device", help="mock (embedded simulated board, default) or calrt (real board via the CalRT C ABI)."
+    ),
 ]
 CalrtLibOpt = Annotated[
-    Optional[Path],
-    typer.Option("--calrt-lib", envvar="CALRT_LIBRARY", help="Path of the CalRT C-ABI shim library (also CALRT_LIBRARY)."),
+    Path | None,
+    typer.Option(
+        "--calrt-lib", envvar="CALRT_LIBRARY", help="Path of the CalRT C-ABI shim library (also CALRT_LIBRARY)."
+    ),
 ]
 TrustedKeyOpt = Annotated[
-    Optional[list[Path]],
+    list[Path] | None,
     typer.Option(
         "--trusted-key",
         help="Ed25519 public key (PEM) trusted to sign packages; repeatable. A directory of keys comes from CALCTL_TRUSTED_KEYS.",
@@ -39,5 +43,7 @@ TrustedKeyOpt = Annotated[
 ]
 AllowUnsignedOpt = Annotated[
     bool,
-    typer.Option("--allow-unsigned", help="Accept an unsigned or untrusted package, reported as a warning (never silently)."),
+    typer.Option(
+        "--allow-unsigned", help="Accept an unsigned or untrusted package, reported as a warning (never silently)."
+    ),
 ]

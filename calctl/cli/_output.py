@@ -11,8 +11,9 @@ import enum
 import json
 import math
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -20,7 +21,8 @@ from rich.table import Table
 #: Version of every JSON document calctl prints. Bump on an incompatible change.
 SCHEMA_VERSION = "1"
 
-def _width(stream) -> int | None:  # type: ignore[no-untyped-def]
+
+def _width(stream: TextIO) -> int | None:
     # Logs and CI captures are not terminals: do not truncate tables to 80 columns there.
     return None if stream.isatty() else 200
 

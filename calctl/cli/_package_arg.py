@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,12 +12,16 @@ from calctl.package.bundled import bundled_package
 from calctl.signing.policy import TrustPolicy, make_policy
 
 PackageArg = Annotated[
-    Optional[Path],
-    typer.Argument(help="Package directory or .tar. Default: the bundled combined sample (mock device, test-only key)."),
+    Path | None,
+    typer.Argument(
+        help="Package directory or .tar. Default: the bundled combined sample (mock device, test-only key)."
+    ),
 ]
 
 
-def resolve_package(pkg: Path | None, trusted: list[Path] | None, allow_unsigned: bool) -> tuple[Path, TrustPolicy, bool]:
+def resolve_package(
+    pkg: Path | None, trusted: list[Path] | None, allow_unsigned: bool
+) -> tuple[Path, TrustPolicy, bool]:
     """Return (path, trust policy, is_bundled). The bundled sample trusts its test-only key."""
     if pkg is None:
         path = bundled_package("combined")

@@ -11,14 +11,14 @@ import importlib
 import os
 import sys
 import traceback
-from typing import Annotated, Optional
+from typing import Annotated, Any
 
 import typer
 
 try:  # Typer >= 0.16 vendors its own click; catch the exceptions it really raises.
-    from typer._click import exceptions as _click_exc  # type: ignore[import-not-found]
+    _click_exc: Any = importlib.import_module("typer._click.exceptions")
 except ImportError:  # pragma: no cover - older Typer on top of click
-    from click import exceptions as _click_exc
+    _click_exc = importlib.import_module("click.exceptions")
 
 from calctl import __version__
 from calctl.cli import _output
@@ -58,7 +58,7 @@ def _version_callback(value: bool) -> None:
 def _root(
     debug: Annotated[bool, typer.Option("--debug", envvar="CALCTL_DEBUG", help="Show tracebacks for errors.")] = False,
     version: Annotated[
-        Optional[bool], typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version.")
+        bool | None, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version.")
     ] = None,
 ) -> None:
     _state["debug"] = _state["debug"] or debug

@@ -10,7 +10,7 @@ maps them).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -38,40 +38,58 @@ from calctl.package.reader import load_manifest, package_root
 _DTYPES = "|".join(units.OPTION_DTYPES)
 
 HfConfigOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--hf-config", help="Budget a Hugging Face config.json instead of a package (weights estimated)."),
 ]
 ContextOpt = Annotated[
-    Optional[int],
-    typer.Option("--context", min=1, max=MAX_CONTEXT,
-                 help="Tokens per sequence. Default: the model's context limit (package context_limit, "
-                      "config max_position_embeddings)."),
+    int | None,
+    typer.Option(
+        "--context",
+        min=1,
+        max=MAX_CONTEXT,
+        help="Tokens per sequence. Default: the model's context limit (package context_limit, "
+        "config max_position_embeddings).",
+    ),
 ]
 BatchOpt = Annotated[
-    Optional[int],
-    typer.Option("--batch", min=1, max=MAX_SEQUENCES,
-                 help="Active sequences. Default: the package's kv.max_sequences; 1 for a config (001 §8.3 B1)."),
+    int | None,
+    typer.Option(
+        "--batch",
+        min=1,
+        max=MAX_SEQUENCES,
+        help="Active sequences. Default: the package's kv.max_sequences; 1 for a config (001 §8.3 B1).",
+    ),
 ]
 DtypeOpt = Annotated[
-    Optional[str],
-    typer.Option("--dtype", help=f"Weight dtype for the config estimate ({_DTYPES}; int4 = 0.5 byte). "
-                                 "Default: the config's torch_dtype."),
+    str | None,
+    typer.Option(
+        "--dtype",
+        help=f"Weight dtype for the config estimate ({_DTYPES}; int4 = 0.5 byte). Default: the config's torch_dtype.",
+    ),
 ]
 KvDtypeOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--kv-dtype", help=f"KV cache dtype ({_DTYPES}). Default: manifest kv.dtype / config torch_dtype."),
 ]
 ChipsOpt = Annotated[
-    Optional[int],
-    typer.Option("--chips", min=1, max=32,
-                 help="Config only: split weights and KV heads tensor-parallel over N chips (KV heads by ceiling division)."),
+    int | None,
+    typer.Option(
+        "--chips",
+        min=1,
+        max=32,
+        help="Config only: split weights and KV heads tensor-parallel over N chips (KV heads by ceiling division).",
+    ),
 ]
 BlockOpt = Annotated[
-    Optional[int],
-    typer.Option("--block-tokens", min=1, max=1 << 16,
-                 help="KV block (page) size in tokens for layout rounding. Default: manifest kv.block_tokens; none for a config."),
+    int | None,
+    typer.Option(
+        "--block-tokens",
+        min=1,
+        max=1 << 16,
+        help="KV block (page) size in tokens for layout rounding. Default: manifest kv.block_tokens; none for a config.",
+    ),
 ]
-SizeOpt = Optional[str]
+SizeOpt = str | None
 
 
 def budget(
@@ -82,24 +100,34 @@ def budget(
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     chips: ChipsOpt = None,
-    chip_dram: Annotated[SizeOpt, typer.Option(
-        "--chip-dram", help="Local DRAM of ONE chip, e.g. 16GiB (never the board total). Default: manifest "
-                            "device_cfg; 16GiB for a config.")] = None,
-    workspace: Annotated[SizeOpt, typer.Option(
-        "--workspace", help="Peak workspace per chip, e.g. 512MiB (replaces both phases).")] = None,
+    chip_dram: Annotated[
+        SizeOpt,
+        typer.Option(
+            "--chip-dram",
+            help="Local DRAM of ONE chip, e.g. 16GiB (never the board total). Default: manifest "
+            "device_cfg; 16GiB for a config.",
+        ),
+    ] = None,
+    workspace: Annotated[
+        SizeOpt, typer.Option("--workspace", help="Peak workspace per chip, e.g. 512MiB (replaces both phases).")
+    ] = None,
     prefill_workspace: Annotated[SizeOpt, typer.Option("--prefill-workspace", help="Prefill peak workspace.")] = None,
     decode_workspace: Annotated[SizeOpt, typer.Option("--decode-workspace", help="Decode peak workspace.")] = None,
     block_tokens: BlockOpt = None,
-    limit: Annotated[float, typer.Option(
-        "--limit", help="Static budget ceiling as a fraction of chip DRAM (001 §8.2: 0.75-0.80).")] = 0.80,
-    guard_fraction: Annotated[float, typer.Option(
-        "--guard-fraction", help="Reserve kept free, as a fraction of chip DRAM.")] = 0.15,
+    limit: Annotated[
+        float, typer.Option("--limit", help="Static budget ceiling as a fraction of chip DRAM (001 §8.2: 0.75-0.80).")
+    ] = 0.80,
+    guard_fraction: Annotated[
+        float, typer.Option("--guard-fraction", help="Reserve kept free, as a fraction of chip DRAM.")
+    ] = 0.15,
     guard_min: Annotated[str, typer.Option("--guard-min", help="Smallest reserve kept free.")] = "1GiB",
     grid: Annotated[bool, typer.Option("--grid", help="Also print a context x batch what-if table.")] = False,
-    grid_contexts: Annotated[Optional[str], typer.Option(
-        "--grid-contexts", help="Grid contexts, e.g. 4096,8192,32768 (implies --grid).")] = None,
-    grid_batches: Annotated[Optional[str], typer.Option(
-        "--grid-batches", help="Grid batches, e.g. 1,4,8 (implies --grid).")] = None,
+    grid_contexts: Annotated[
+        str | None, typer.Option("--grid-contexts", help="Grid contexts, e.g. 4096,8192,32768 (implies --grid).")
+    ] = None,
+    grid_batches: Annotated[
+        str | None, typer.Option("--grid-batches", help="Grid batches, e.g. 1,4,8 (implies --grid).")
+    ] = None,
     format: FormatOpt = Format.table,
 ) -> int:
     """Per-chip capacity plan (001 §8.1) and GO/NO-GO (001 §8.2, gate G0).
@@ -117,10 +145,14 @@ def budget(
     )
     dram = units.parse_size(chip_dram, "--chip-dram", allow_zero=False) if chip_dram is not None else None
     if workspace is not None and (prefill_workspace is not None or decode_workspace is not None):
-        raise UsageError("--workspace sets the peak itself; give it or --prefill-workspace/--decode-workspace, not both")
+        raise UsageError(
+            "--workspace sets the peak itself; give it or --prefill-workspace/--decode-workspace, not both"
+        )
     ws = WorkspaceOverride(
         peak_bytes=units.parse_size(workspace, "--workspace") if workspace is not None else None,
-        prefill_bytes=units.parse_size(prefill_workspace, "--prefill-workspace") if prefill_workspace is not None else None,
+        prefill_bytes=units.parse_size(prefill_workspace, "--prefill-workspace")
+        if prefill_workspace is not None
+        else None,
         decode_bytes=units.parse_size(decode_workspace, "--decode-workspace") if decode_workspace is not None else None,
     )
     kv_dt = units.canonical_dtype(kv_dtype, "--kv-dtype", units.OPTION_DTYPES) if kv_dtype is not None else None
@@ -129,15 +161,26 @@ def budget(
     axes_b = _int_list(grid_batches, "--grid-batches", MAX_SEQUENCES)
 
     def run(plan: BudgetPlan) -> BudgetReport:
-        return run_budget(plan, policy, context=context, sequences=batch, grid=grid,
-                          grid_contexts=axes_c, grid_sequences=axes_b)
+        return run_budget(
+            plan, policy, context=context, sequences=batch, grid=grid, grid_contexts=axes_c, grid_sequences=axes_b
+        )
 
     if hf_config is not None:
         if pkg is not None:
             raise UsageError("give a package or --hf-config, not both")
         shape = load_hf_config(hf_config)
-        report = run(plan_from_config(shape, path=str(hf_config), chips=chips or 1, chip_dram_bytes=dram,
-                                      weight_dtype=w_dt, kv_dtype=kv_dt, block_tokens=block_tokens, workspace=ws))
+        report = run(
+            plan_from_config(
+                shape,
+                path=str(hf_config),
+                chips=chips or 1,
+                chip_dram_bytes=dram,
+                weight_dtype=w_dt,
+                kv_dtype=kv_dt,
+                block_tokens=block_tokens,
+                workspace=ws,
+            )
+        )
     else:
         if chips is not None:
             raise UsageError("--chips applies to --hf-config; a package's manifest places its models on chips")
@@ -145,8 +188,9 @@ def budget(
             raise UsageError("--dtype applies to --hf-config; a package states its compiled weights (W_compiled)")
         path, _, _ = resolve_package(pkg, None, False)
         with package_root(path) as root:
-            plan = plan_from_package(load_manifest(root), chip_dram_bytes=dram, kv_dtype=kv_dt,
-                                     block_tokens=block_tokens, workspace=ws)
+            plan = plan_from_package(
+                load_manifest(root), chip_dram_bytes=dram, kv_dtype=kv_dt, block_tokens=block_tokens, workspace=ws
+            )
             report = run(plan)
 
     if format is Format.json:
@@ -173,8 +217,14 @@ def _int_list(text: str | None, what: str, ceiling: int) -> tuple[int, ...] | No
 
 
 def _row(budget: ChipBudget, name: str, value: int, source: str, detail: str) -> list[str]:
-    return [escape(name), f"{value:,}", units.gib(value), units.percent(value, budget.dram_bytes),
-            escape(source), escape(detail)]
+    return [
+        escape(name),
+        f"{value:,}",
+        units.gib(value),
+        units.percent(value, budget.dram_bytes),
+        escape(source),
+        escape(detail),
+    ]
 
 
 def _render(report: BudgetReport) -> None:
@@ -189,39 +239,65 @@ def _render(report: BudgetReport) -> None:
             f"({m.kv_bytes:,} bytes, {m.kv_bytes_per_token:,} bytes/token)"
         )
     p = report.policy
-    out.print(f"  policy: static <= {units.fraction(p.limit)} of chip DRAM and reserve >= "
-              f"max({units.human(p.guard_min_bytes)}, {units.fraction(p.guard_fraction)} of chip DRAM), "
-              "each chip on its own (001 §8.2)")
+    out.print(
+        f"  policy: static <= {units.fraction(p.limit)} of chip DRAM and reserve >= "
+        f"max({units.human(p.guard_min_bytes)}, {units.fraction(p.guard_fraction)} of chip DRAM), "
+        "each chip on its own (001 §8.2)"
+    )
 
     for chip in report.chips:
         b = chip.budget
         rows = [_row(b, c.name, c.bytes, c.source.value, c.detail) for c in b.components if c.name != "safety_guard"]
-        rows.append(["[bold]static[/]", f"{b.static_bytes:,}", units.gib(b.static_bytes),
-                     units.percent(b.static_bytes, b.dram_bytes), "", f"must be <= {units.gib(b.usable_bytes)} GiB usable"])
+        rows.append(
+            [
+                "[bold]static[/]",
+                f"{b.static_bytes:,}",
+                units.gib(b.static_bytes),
+                units.percent(b.static_bytes, b.dram_bytes),
+                "",
+                f"must be <= {units.gib(b.usable_bytes)} GiB usable",
+            ]
+        )
         guard = b.component("safety_guard")
         rows.append(_row(b, guard.name, guard.bytes, guard.source.value, guard.detail))
-        rows.append(["[bold]M_required[/]", f"{b.required_bytes:,}", units.gib(b.required_bytes),
-                     units.percent(b.required_bytes, b.dram_bytes), "", "static + safety_guard, must be <= DRAM"])
-        title = (f"chip {b.chip} ({escape(', '.join(b.models)) or 'no model'}): "
-                 f"DRAM {units.gib(b.dram_bytes)} GiB, limit {units.gib(b.limit_bytes)} GiB")
+        rows.append(
+            [
+                "[bold]M_required[/]",
+                f"{b.required_bytes:,}",
+                units.gib(b.required_bytes),
+                units.percent(b.required_bytes, b.dram_bytes),
+                "",
+                "static + safety_guard, must be <= DRAM",
+            ]
+        )
+        title = (
+            f"chip {b.chip} ({escape(', '.join(b.models)) or 'no model'}): "
+            f"DRAM {units.gib(b.dram_bytes)} GiB, limit {units.gib(b.limit_bytes)} GiB"
+        )
         _output.print_table(title, ["component", "bytes", "GiB", "% DRAM", "source", "detail"], rows)
         out.print(f"  {_output.styled_verdict(b.verdict.value)} chip {b.chip}: " + escape("; ".join(b.reasons)))
         for note in b.notes:
             out.print(f"  [yellow]note[/]: {escape(note)}")
         if chip.max_context is not None and chip.max_sequences is not None:
-            out.print(f"  largest context at the given batch: {chip.max_context.value:,} "
-                      f"({chip.max_context.bound.value}); largest batch at the given context: "
-                      f"{chip.max_sequences.value:,} ({chip.max_sequences.bound.value})")
+            out.print(
+                f"  largest context at the given batch: {chip.max_context.value:,} "
+                f"({chip.max_context.bound.value}); largest batch at the given context: "
+                f"{chip.max_sequences.value:,} ({chip.max_sequences.bound.value})"
+            )
 
     if report.grid is not None:
         g = report.grid
         rows = []
         for row in g.cells:
-            rows.append([f"{row[0].context:,}"] + [
-                f"{_output.styled_verdict(c.verdict.value)} {units.gib(c.static_bytes)}" for c in row])
+            rows.append(
+                [f"{row[0].context:,}"]
+                + [f"{_output.styled_verdict(c.verdict.value)} {units.gib(c.static_bytes)}" for c in row]
+            )
         _output.print_table(
             "what-if: verdict and static GiB of the tightest chip (rows: context, columns: batch)",
-            ["context"] + [f"batch {s}" for s in g.sequences], rows)
+            ["context"] + [f"batch {s}" for s in g.sequences],
+            rows,
+        )
 
     if report.assumptions:
         out.print("[bold]assumptions[/]")
@@ -230,8 +306,10 @@ def _render(report: BudgetReport) -> None:
     mc = report.max_context
     ms = report.max_sequences
     if mc is not None and ms is not None:
-        out.print(f"largest context at the given batch: [bold]{mc.value:,}[/] ({mc.bound.value}); "
-                  f"largest batch at the given context: [bold]{ms.value:,}[/] ({ms.bound.value})")
+        out.print(
+            f"largest context at the given batch: [bold]{mc.value:,}[/] ({mc.bound.value}); "
+            f"largest batch at the given context: [bold]{ms.value:,}[/] ({ms.bound.value})"
+        )
     failing = [str(c.budget.chip) for c in report.chips if c.budget.verdict is not Verdict.GO]
     where = f"chip {', '.join(failing)} over budget" if failing else "every chip within budget"
     out.print(f"verdict {_output.styled_verdict(report.verdict.value)}: {where}")

@@ -29,18 +29,20 @@ def info_document(rt: Runtime, library: str | None, board: BoardSelection | None
     health = {h.chip: h for h in rt.health()}
     chips = []
     for c in range(topo.chips):
-        chips.append({
-            "chip": c,
-            "calcores": topo.calcores_per_chip,
-            "dram_bytes": topo.dram_bytes[c],
-            "memory_used_bytes": memory[c].used_bytes,
-            "memory_total_bytes": memory[c].total_bytes,
-            "pending": counters[c].pending,
-            "finished": counters[c].finished,
-            "failed": counters[c].failed,
-            "health": health[c].health.value,
-            "health_detail": health[c].detail,
-        })
+        chips.append(
+            {
+                "chip": c,
+                "calcores": topo.calcores_per_chip,
+                "dram_bytes": topo.dram_bytes[c],
+                "memory_used_bytes": memory[c].used_bytes,
+                "memory_total_bytes": memory[c].total_bytes,
+                "pending": counters[c].pending,
+                "finished": counters[c].finished,
+                "failed": counters[c].failed,
+                "health": health[c].health.value,
+                "health_detail": health[c].detail,
+            }
+        )
     return {
         "device": rt.kind.value,
         "simulated": rt.kind.value == "mock",
@@ -82,11 +84,15 @@ def info(
     )
     b = doc["board"]
     if device is DeviceKind.mock:
-        _output.stdout.print(f"board [bold]{b['id']}[/] (from {b['source']}), fault seed {b['seed']} ({b['seed_source']})")
+        _output.stdout.print(
+            f"board [bold]{b['id']}[/] (from {b['source']}), fault seed {b['seed']} ({b['seed_source']})"
+        )
     else:
         selector = b["selector"] or "unset: the shim's default device"
-        _output.stdout.print(f"board [bold]{b['id']}[/] (from {b['source']}), CALRT_DEVICE {selector}; [yellow]not confirmed[/]: "
-                             "the 0.7.6 C ABI cannot report which board the shim opened")
+        _output.stdout.print(
+            f"board [bold]{b['id']}[/] (from {b['source']}), CALRT_DEVICE {selector}; [yellow]not confirmed[/]: "
+            "the 0.7.6 C ABI cannot report which board the shim opened"
+        )
     if doc["note"]:
         _output.stdout.print(f"[yellow]{doc['note']}[/]")
 
@@ -97,8 +103,16 @@ def info(
         None,
         ["chip", "CalCores", "DRAM bytes", "used bytes", "pending", "finished", "failed", "health"],
         [
-            [c["chip"], c["calcores"], n(c["dram_bytes"]), n(c["memory_used_bytes"]), n(c["pending"]), n(c["finished"]),
-             n(c["failed"]), c["health"] + (f" ({c['health_detail']})" if c["health_detail"] else "")]
+            [
+                c["chip"],
+                c["calcores"],
+                n(c["dram_bytes"]),
+                n(c["memory_used_bytes"]),
+                n(c["pending"]),
+                n(c["finished"]),
+                n(c["failed"]),
+                c["health"] + (f" ({c['health_detail']})" if c["health_detail"] else ""),
+            ]
             for c in doc["chips"]
         ],
     )

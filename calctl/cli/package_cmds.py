@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,13 +13,14 @@ from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
 from calctl.cli._output import Format
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import ExitCode, UsageError
-from calctl.package import archive, info as pkginfo
+from calctl.package import archive
+from calctl.package import info as pkginfo
 from calctl.package.model import SIGNATURE
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.sample import KINDS, build_sample
 from calctl.signing import keys, seal
 
-JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, max=256, help="Hashing threads (default: cores).")]
+JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Hashing threads (default: cores).")]
 
 
 def keygen(
@@ -40,8 +41,13 @@ def sample_package(
     key: Annotated[Path, typer.Option("--key", help="PREFIX.key from `calctl keygen` that signs the package.")],
     kind: Annotated[str, typer.Option("--kind", help=f"One of: {', '.join(KINDS)}.")] = "combined",
     seed: Annotated[int, typer.Option("--seed", help="Weight seed; same seed and key give byte-identical output.")] = 0,
-    profiles: Annotated[str, typer.Option("--profiles", help="Decode batch profiles, e.g. 1,4,8,16 (B>1 gets an inactive-lane contract).")] = "1",
-    tar: Annotated[Optional[Path], typer.Option("--tar", help="Also write a deterministic tar of the package here.")] = None,
+    profiles: Annotated[
+        str,
+        typer.Option("--profiles", help="Decode batch profiles, e.g. 1,4,8,16 (B>1 gets an inactive-lane contract)."),
+    ] = "1",
+    tar: Annotated[
+        Path | None, typer.Option("--tar", help="Also write a deterministic tar of the package here.")
+    ] = None,
     format: FormatOpt = Format.table,
 ) -> None:
     """Write a complete, valid, signed sample package for the mock device (the reference mock compiler)."""
@@ -56,9 +62,14 @@ def sample_package(
         archive.write_tar(path, tar)
     pkg = load_manifest(path)
     doc = {
-        "path": str(path), "kind": kind, "seed": seed, "aliases": list(pkg.aliases),
-        "digest": pkginfo.package_digest(path), "signer_key_id": keys.key_id(private.public_key()),
-        "tar": str(tar) if tar else None, "seconds": round(time.monotonic() - t0, 3),
+        "path": str(path),
+        "kind": kind,
+        "seed": seed,
+        "aliases": list(pkg.aliases),
+        "digest": pkginfo.package_digest(path),
+        "signer_key_id": keys.key_id(private.public_key()),
+        "tar": str(tar) if tar else None,
+        "seconds": round(time.monotonic() - t0, 3),
     }
     if format is Format.json:
         _output.emit_json(doc)
@@ -72,7 +83,7 @@ def sample_package(
 def pack(
     directory: Annotated[Path, typer.Argument(help="Package directory to seal.")],
     key: Annotated[Path, typer.Option("--key", help="PREFIX.key that signs checksums.sha256.")],
-    out: Annotated[Optional[Path], typer.Option("--out", help="Also write a deterministic PKG.tar here.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write a deterministic PKG.tar here.")] = None,
     jobs: JobsOpt = None,
     format: FormatOpt = Format.table,
 ) -> None:
@@ -85,12 +96,19 @@ def pack(
     if out:
         archive.write_tar(directory, out)
     listed = seal.parse_checksums((directory / "checksums.sha256").read_bytes())
-    doc = {"package": str(directory), "files": len(listed), "signer_key_id": kid,
-           "digest": pkginfo.package_digest(directory), "tar": str(out) if out else None}
+    doc = {
+        "package": str(directory),
+        "files": len(listed),
+        "signer_key_id": kid,
+        "digest": pkginfo.package_digest(directory),
+        "tar": str(out) if out else None,
+    }
     if format is Format.json:
         _output.emit_json(doc)
     else:
-        _output.stdout.print(f"sealed {directory}: {len(listed)} files, signed by {kid}" + (f"; wrote {out}" if out else ""))
+        _output.stdout.print(
+            f"sealed {directory}: {len(listed)} files, signed by {kid}" + (f"; wrote {out}" if out else "")
+        )
 
 
 def sign(
@@ -125,11 +143,17 @@ def verify(
     unsigned_only = findings and all(f.check == "signature" for f in findings) and report.hashes_ok
     ok = report.ok or (policy.allow_unsigned and unsigned_only)
     doc = {
-        "package": str(path), "ok": bool(ok), "files_checked": report.files_checked, "bytes_hashed": report.bytes_hashed,
+        "package": str(path),
+        "ok": bool(ok),
+        "files_checked": report.files_checked,
+        "bytes_hashed": report.bytes_hashed,
         "signer_key_id": report.signer.key_id if report.signer else None,
-        "trusted_key_ids": list(policy.key_ids), "seconds": round(elapsed, 3),
-        "findings": [{"check": f.check, "file": f.file, "message": f.message,
-                      "severity": "warning" if ok else "error"} for f in findings],
+        "trusted_key_ids": list(policy.key_ids),
+        "seconds": round(elapsed, 3),
+        "findings": [
+            {"check": f.check, "file": f.file, "message": f.message, "severity": "warning" if ok else "error"}
+            for f in findings
+        ],
     }
     if format is Format.json:
         _output.emit_json(doc)
@@ -138,8 +162,14 @@ def verify(
             level = "[yellow]warning[/]" if ok else "[red]FAIL[/]"
             _output.stdout.print(f"{level} {f.check}: {f.file}: {f.message}", highlight=False)
         if ok:
-            who = f"signed by {report.signer.key_id}" if report.signer else "UNSIGNED/UNTRUSTED (allowed by --allow-unsigned)"
-            _output.stdout.print(f"[green]verified[/] {path}: {report.files_checked} files, {report.bytes_hashed} bytes, {who} ({elapsed:.2f}s)")
+            who = (
+                f"signed by {report.signer.key_id}"
+                if report.signer
+                else "UNSIGNED/UNTRUSTED (allowed by --allow-unsigned)"
+            )
+            _output.stdout.print(
+                f"[green]verified[/] {path}: {report.files_checked} files, {report.bytes_hashed} bytes, {who} ({elapsed:.2f}s)"
+            )
         else:
             _output.stdout.print(f"[red]verification failed[/] for {path}: {len(findings)} problem(s)")
     return int(ExitCode.OK if ok else ExitCode.FAILED)
@@ -160,17 +190,36 @@ def inspect(
         return
     p = doc["package"]
     _output.stdout.print(f"[bold]{p['name']}[/] {p['version']} ({p['kind']}) at {path}")
-    _output.stdout.print(f"digest sha256:{doc['digest']}  signer: {doc['signer_key_id'] or 'unknown (no trusted key verifies it)'}")
+    _output.stdout.print(
+        f"digest sha256:{doc['digest']}  signer: {doc['signer_key_id'] or 'unknown (no trusted key verifies it)'}"
+    )
     rows = []
     for m in doc["models"]:
         for g in m["graphs"]:
-            rows.append([m["alias"], g["name"], g["kind"], g["chip_mode"], g["target_chips"], g["batch_profiles"], g["max_seq"], len(g["programs"])])
-    _output.print_table("Models and graphs", ["alias", "graph", "kind", "mode", "chips", "profiles", "max_seq", "ELFs"], rows)
+            rows.append(
+                [
+                    m["alias"],
+                    g["name"],
+                    g["kind"],
+                    g["chip_mode"],
+                    g["target_chips"],
+                    g["batch_profiles"],
+                    g["max_seq"],
+                    len(g["programs"]),
+                ]
+            )
+    _output.print_table(
+        "Models and graphs", ["alias", "graph", "kind", "mode", "chips", "profiles", "max_seq", "ELFs"], rows
+    )
     rows = []
     for c in doc["memory_plan"]:
         for r in c["regions"]:
-            rows.append([c["chip"], r["name"], r["kind"], r["vaddr"], f"{r['size']:,}", "rw" if r["writable"] else "ro"])
-        rows.append([c["chip"], "[bold]total reserved[/]", "", "", f"{c['reserved_bytes']:,}", f"of {c['dram_bytes']:,}"])
+            rows.append(
+                [c["chip"], r["name"], r["kind"], r["vaddr"], f"{r['size']:,}", "rw" if r["writable"] else "ro"]
+            )
+        rows.append(
+            [c["chip"], "[bold]total reserved[/]", "", "", f"{c['reserved_bytes']:,}", f"of {c['dram_bytes']:,}"]
+        )
     _output.print_table("Memory plan per chip", ["chip", "region", "kind", "vaddr", "bytes", ""], rows)
     _output.stdout.print(f"{len(doc['files'])} files, {doc['total_bytes']:,} bytes")
 

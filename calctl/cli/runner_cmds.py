@@ -14,60 +14,67 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from calctl.cli import _output
+from calctl.cli._device import device_spec
 from calctl.cli._options import AllowUnsignedOpt, CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt, TrustedKeyOpt
 from calctl.cli._output import Format
 from calctl.cli._package_arg import PackageArg, resolve_package
-from calctl.cli._device import device_spec
 from calctl.errors import UsageError
 from calctl.runners import bringup as bringup_lib
 from calctl.runners.context import MOCK_LABEL, RunReport, StepLog, StepRecord, StepStatus, write_trace_outputs
-from calctl.runners.golden import GoldenResult, run_golden as golden_runner
+from calctl.runners.golden import GoldenResult
+from calctl.runners.golden import run_golden as golden_runner
 from calctl.runners.poc import POC_MOCK_TIME_SCALE, parse_expect_models, run_poc_combined
-from calctl.runners.warmup import WarmupResult, run_warmup as warmup_runner
+from calctl.runners.warmup import WarmupResult
+from calctl.runners.warmup import run_warmup as warmup_runner
 
 # ---------------------------------------------------------------------------
 # Shared options
 
-ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Run only the model with exactly this alias.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Run only the model with exactly this alias.")]
 FaultPlanOpt = Annotated[
-    Optional[Path],
-    typer.Option("--fault-plan", help="Mock only: a calctl-fault-plan/v1 YAML of injected faults (docs/runtime.md §4)."),
+    Path | None,
+    typer.Option(
+        "--fault-plan", help="Mock only: a calctl-fault-plan/v1 YAML of injected faults (docs/runtime.md §4)."
+    ),
 ]
 TimeScaleOpt = Annotated[
-    Optional[float],
-    typer.Option("--time-scale", help="Mock only: multiply the simulated job times (default 1; the PoC uses "
-                                      f"{POC_MOCK_TIME_SCALE:g})."),
+    float | None,
+    typer.Option(
+        "--time-scale",
+        help=f"Mock only: multiply the simulated job times (default 1; the PoC uses {POC_MOCK_TIME_SCALE:g}).",
+    ),
 ]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", min=0, help="Mock only: fault-plan seed override.")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", min=0, help="Mock only: fault-plan seed override.")]
 StepTimeoutOpt = Annotated[
     float,
     typer.Option("--step-timeout", min=0.001, help="Seconds one device step may take; a hang past it is exit 4."),
 ]
 TraceOpt = Annotated[
-    Optional[Path], typer.Option("--trace", help="Write the per-chip trace as Chrome/Perfetto trace-event JSON here.")
+    Path | None, typer.Option("--trace", help="Write the per-chip trace as Chrome/Perfetto trace-event JSON here.")
 ]
-PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG timeline of chip0/chip1 activity here.")]
+PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Write a PNG timeline of chip0/chip1 activity here.")]
 ReportOpt = Annotated[
-    Optional[Path], typer.Option("--report", help="Write the JSON report here (on every path, a hang included).")
+    Path | None, typer.Option("--report", help="Write the JSON report here (on every path, a hang included).")
 ]
 
 
 _device = device_spec
 
 
-
 def _live_log() -> StepLog:
     """Steps on stderr as they end, so a person (or a CI log) sees progress and where a run stopped."""
 
     def show(rec: StepRecord) -> None:
-        _output.info(f"  {_output.styled_verdict(rec.status.value)} {escape(rec.name)} [dim]({rec.seconds:.2f} s)[/] "
-                     f"{escape(rec.detail)}")
+        _output.info(
+            f"  {_output.styled_verdict(rec.status.value)} {escape(rec.name)} [dim]({rec.seconds:.2f} s)[/] "
+            f"{escape(rec.detail)}"
+        )
 
     return StepLog(on_record=show)
 
@@ -79,13 +86,18 @@ def _write_report(path: Path, document: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _finish(report: RunReport, *, trace: Path | None, plot: Path | None, report_path: Path | None, format: Format,
-            render: Any) -> int:
+def _finish(
+    report: RunReport, *, trace: Path | None, plot: Path | None, report_path: Path | None, format: Format, render: Any
+) -> int:
     """Write trace, plot and report files, render, and return the exit code."""
     files: dict[str, str | None] = {"json": None, "plot": None}
     if trace is not None or plot is not None:
         files = write_trace_outputs(
-            report.events, trace=trace, plot=plot, device=report.header["device"], title=f"calctl {report.command}",
+            report.events,
+            trace=trace,
+            plot=plot,
+            device=report.header["device"],
+            title=f"calctl {report.command}",
             metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
         )
     report = report.with_body(trace=files)
@@ -109,8 +121,10 @@ def _footer(report: RunReport, report_path: Path | None) -> None:
     h = report.header
     pkg = h["package"]
     rt = h.get("runtime") or {}
-    out.print(f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; package {escape(str(pkg.get('name')))} "
-              f"sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}")
+    out.print(
+        f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; package {escape(str(pkg.get('name')))} "
+        f"sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}"
+    )
     if h.get("mock_result"):
         out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
     for label, key in (("trace", "json"), ("plot", "plot")):
@@ -130,7 +144,10 @@ def _steps_table(report: RunReport) -> None:
     _output.print_table(
         f"calctl {report.command}",
         ["step", "status", "seconds", "detail"],
-        [[escape(s.name), _output.styled_verdict(s.status.value), f"{s.seconds:.2f}", escape(s.detail)] for s in report.steps],
+        [
+            [escape(s.name), _output.styled_verdict(s.status.value), f"{s.seconds:.2f}", escape(s.detail)]
+            for s in report.steps
+        ],
     )
 
 
@@ -143,9 +160,12 @@ def junit_xml(report: RunReport) -> str:
     root = ET.Element("testsuites", name=f"calctl {report.command}")
     suite = ET.SubElement(root, "testsuite", name=suite_name)
     props = ET.SubElement(suite, "properties")
-    for name, value in (("device", report.header["device"]), ("verdict", report.verdict),
-                        ("package_digest", report.header["package"].get("digest") or ""),
-                        ("mock_result", str(report.header.get("mock_result")).lower())):
+    for name, value in (
+        ("device", report.header["device"]),
+        ("verdict", report.verdict),
+        ("package_digest", report.header["package"].get("digest") or ""),
+        ("mock_result", str(report.header.get("mock_result")).lower()),
+    ):
         ET.SubElement(props, "property", name=name, value=str(value))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for s in report.steps:
@@ -205,24 +225,35 @@ def _render_golden(report: RunReport) -> None:
     rows = []
     for r in report.body.get("models", []):
         assert isinstance(r, GoldenResult)
-        rows.append([
-            escape(r.alias), _output.styled_verdict("PASS" if r.ok else "FAIL"),
-            "yes" if r.prefill_allclose else "no",
-            "n/a" if r.prefill_max_abs_err is None else f"{r.prefill_max_abs_err:.3g}",
-            "n/a" if r.topk_agree is None else ("yes" if r.topk_agree else "no"),
-            f"{len(r.got_tokens)}/{len(r.expected_tokens)}",
-            "" if r.first_mismatch is None else str(r.first_mismatch),
-            escape(r.reason or ""),
-        ])
+        rows.append(
+            [
+                escape(r.alias),
+                _output.styled_verdict("PASS" if r.ok else "FAIL"),
+                "yes" if r.prefill_allclose else "no",
+                "n/a" if r.prefill_max_abs_err is None else f"{r.prefill_max_abs_err:.3g}",
+                "n/a" if r.topk_agree is None else ("yes" if r.topk_agree else "no"),
+                f"{len(r.got_tokens)}/{len(r.expected_tokens)}",
+                "" if r.first_mismatch is None else str(r.first_mismatch),
+                escape(r.reason or ""),
+            ]
+        )
     for nr in report.body.get("not_run", []):
         rows.append([escape(nr["alias"]), _output.styled_verdict("SKIP"), "", "", "", "", "", escape(nr["reason"])])
     if rows:
-        _output.print_table("golden per model", ["model", "verdict", "logits allclose", "max |err|", "top-k",
-                                                 "tokens", "first mismatch", "reason"], rows)
+        _output.print_table(
+            "golden per model",
+            ["model", "verdict", "logits allclose", "max |err|", "top-k", "tokens", "first mismatch", "reason"],
+            rows,
+        )
     programs = report.body.get("programs", [])
     if programs:
-        _output.stdout.print("programs configured: " + "; ".join(
-            f"chip{c['chip']}: {len(c['programs'])} ({sum(1 for p in c['programs'] if p['sealed'])} sealed)" for c in programs))
+        _output.stdout.print(
+            "programs configured: "
+            + "; ".join(
+                f"chip{c['chip']}: {len(c['programs'])} ({sum(1 for p in c['programs'] if p['sealed'])} sealed)"
+                for c in programs
+            )
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -231,8 +262,12 @@ def _render_golden(report: RunReport) -> None:
 
 def warmup(
     pkg: PackageArg = None,
-    iterations: Annotated[int, typer.Option("--iterations", "-n", min=1, max=100000, help="Warm-up iterations per model.")] = 20,
-    decode_steps: Annotated[int, typer.Option("--decode-steps", min=0, max=4096, help="Decode jobs per iteration.")] = 8,
+    iterations: Annotated[
+        int, typer.Option("--iterations", "-n", min=1, max=100000, help="Warm-up iterations per model.")
+    ] = 20,
+    decode_steps: Annotated[
+        int, typer.Option("--decode-steps", min=0, max=4096, help="Decode jobs per iteration.")
+    ] = 8,
     model: ModelOpt = None,
     device: DeviceOpt = DeviceKind.mock,
     calrt_lib: CalrtLibOpt = None,
@@ -254,8 +289,16 @@ def warmup(
     """
     spec = _device(device, calrt_lib, time_scale, fault_plan, seed)
     path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
-    result = warmup_runner(path, trust=trust, device=spec, iterations=iterations, model=model, decode_steps=decode_steps,
-                           step_timeout_s=step_timeout, log=_live_log())
+    result = warmup_runner(
+        path,
+        trust=trust,
+        device=spec,
+        iterations=iterations,
+        model=model,
+        decode_steps=decode_steps,
+        step_timeout_s=step_timeout,
+        log=_live_log(),
+    )
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_warmup)
 
 
@@ -270,14 +313,25 @@ def _render_warmup(report: RunReport) -> None:
         assert isinstance(r, WarmupResult)
         for graph, p in r.graphs.items():
             unstable = graph in r.unstable
-            rows.append([
-                escape(r.alias), escape(graph), str(p.count), _ms(p.p50), _ms(p.p90), _ms(p.p99),
-                "n/a" if p.cv is None else f"{p.cv:.3f}", _output.styled_verdict("WARN") + " unstable" if unstable else "",
-                f"{r.errors}/{r.iterations}",
-            ])
+            rows.append(
+                [
+                    escape(r.alias),
+                    escape(graph),
+                    str(p.count),
+                    _ms(p.p50),
+                    _ms(p.p90),
+                    _ms(p.p99),
+                    "n/a" if p.cv is None else f"{p.cv:.3f}",
+                    _output.styled_verdict("WARN") + " unstable" if unstable else "",
+                    f"{r.errors}/{r.iterations}",
+                ]
+            )
     if rows:
-        _output.print_table("warm-up latency per graph (ms, host submit -> wait, first iteration excluded)",
-                            ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors/iterations"], rows)
+        _output.print_table(
+            "warm-up latency per graph (ms, host submit -> wait, first iteration excluded)",
+            ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors/iterations"],
+            rows,
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -287,13 +341,19 @@ def _render_warmup(report: RunReport) -> None:
 def poc_combined(
     pkg: PackageArg = None,
     expect_models: Annotated[
-        Optional[str],
-        typer.Option("--expect-models", help="The exact two aliases the combined calbin must hold, e.g. model-a,model-b "
-                                             "(default only for the bundled sample)."),
+        str | None,
+        typer.Option(
+            "--expect-models",
+            help="The exact two aliases the combined calbin must hold, e.g. model-a,model-b "
+            "(default only for the bundled sample).",
+        ),
     ] = None,
-    rounds: Annotated[int, typer.Option("--rounds", min=2, max=10000, help="Measurement rounds (A alone, B alone, A+B).")] = 8,
+    rounds: Annotated[
+        int, typer.Option("--rounds", min=2, max=10000, help="Measurement rounds (A alone, B alone, A+B).")
+    ] = 8,
     serialize_chips: Annotated[
-        bool, typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (S1).")
+        bool,
+        typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (S1)."),
     ] = False,
     require_s2: Annotated[bool, typer.Option("--require-s2", help="Exit 1 unless the verdict is S2.")] = False,
     device: DeviceOpt = DeviceKind.mock,
@@ -321,12 +381,22 @@ def poc_combined(
     path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
     if expect_models is None:
         if not bundled:
-            raise UsageError("--expect-models is required: the PoC checks the exact model names before configure (001 §6.4)",
-                             hint="e.g. --expect-models model-a,model-b")
+            raise UsageError(
+                "--expect-models is required: the PoC checks the exact model names before configure (001 §6.4)",
+                hint="e.g. --expect-models model-a,model-b",
+            )
         expect_models = "model-a,model-b"
     expect = parse_expect_models(expect_models)
-    result = run_poc_combined(path, trust=trust, device=spec, expect_models=expect, rounds=rounds,
-                              step_timeout_s=step_timeout, require_s2=require_s2, log=_live_log())
+    result = run_poc_combined(
+        path,
+        trust=trust,
+        device=spec,
+        expect_models=expect,
+        rounds=rounds,
+        step_timeout_s=step_timeout,
+        require_s2=require_s2,
+        log=_live_log(),
+    )
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_poc)
 
 
@@ -344,21 +414,35 @@ def _render_poc(report: RunReport) -> None:
     rounds = body.get("rounds", [])
     if rounds:
         _output.print_table(
-            "rounds (seconds)", ["round", "A alone", "B alone", "A+B joint", "overlap_ratio", "efficiency", "both chips busy"],
-            [[str(r.index), f"{r.t_a:.4f}", f"{r.t_b:.4f}", f"{r.t_joint:.4f}", f"{r.overlap_ratio:.3f}",
-              f"{r.throughput_efficiency:.3f}", "n/a" if r.both_busy_fraction is None else f"{r.both_busy_fraction:.0%}"]
-             for r in rounds],
+            "rounds (seconds)",
+            ["round", "A alone", "B alone", "A+B joint", "overlap_ratio", "efficiency", "both chips busy"],
+            [
+                [
+                    str(r.index),
+                    f"{r.t_a:.4f}",
+                    f"{r.t_b:.4f}",
+                    f"{r.t_joint:.4f}",
+                    f"{r.overlap_ratio:.3f}",
+                    f"{r.throughput_efficiency:.3f}",
+                    "n/a" if r.both_busy_fraction is None else f"{r.both_busy_fraction:.0%}",
+                ]
+                for r in rounds
+            ],
         )
     out = _output.stdout
     if "overlap_ratio" in body:
-        out.print(f"overlap_ratio {_est(body['overlap_ratio'])}; throughput_efficiency {_est(body['throughput_efficiency'])} "
-                  "(mean [95% bootstrap CI] over rounds, 001 §13.2)")
+        out.print(
+            f"overlap_ratio {_est(body['overlap_ratio'])}; throughput_efficiency {_est(body['throughput_efficiency'])} "
+            "(mean [95% bootstrap CI] over rounds, 001 §13.2)"
+        )
     for reason in body.get("reasons", []):
         out.print(f"  - {escape(reason)}")
     xt = body.get("crosstalk")
     if xt:
-        out.print(f"crosstalk: {xt['checked_generations']} generations / {xt['checked_tokens']} tokens checked, "
-                  f"{xt['mismatch_count']} mismatch(es); {escape(xt['note'])}")
+        out.print(
+            f"crosstalk: {xt['checked_generations']} generations / {xt['checked_tokens']} tokens checked, "
+            f"{xt['mismatch_count']} mismatch(es); {escape(xt['note'])}"
+        )
     out.print(f"[dim]{escape(body.get('capability', ''))}[/]")
 
 
@@ -370,9 +454,13 @@ def bringup(
     pkg: PackageArg = None,
     device: DeviceOpt = DeviceKind.mock,
     calrt_lib: CalrtLibOpt = None,
-    level: Annotated[bringup_lib.Level, typer.Option("--level", help="quick | standard | long: warm-up iterations, "
-                                                                     "PoC rounds, step timeouts.")] = bringup_lib.Level.STANDARD,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Report directory (default ./calctl-bringup-<timestamp>).")] = None,
+    level: Annotated[
+        bringup_lib.Level,
+        typer.Option("--level", help="quick | standard | long: warm-up iterations, PoC rounds, step timeouts."),
+    ] = bringup_lib.Level.STANDARD,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Report directory (default ./calctl-bringup-<timestamp>).")
+    ] = None,
     time_scale: TimeScaleOpt = None,
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
@@ -392,10 +480,14 @@ def bringup(
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--report {out_dir}: exists and is not a directory")
     config = bringup_lib.BringupConfig(package=path, trust=trust, device=spec, level=level, out_dir=out_dir)
-    _output.info(f"calctl bringup ({level.value}) of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}")
+    _output.info(
+        f"calctl bringup ({level.value}) of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"
+    )
 
     def show(o: bringup_lib.StepOutcome) -> None:
-        _output.info(f"  {_output.styled_verdict(o.verdict)} {escape(o.name)} [dim]({o.seconds:.2f} s)[/] {escape(o.key_figure)}")
+        _output.info(
+            f"  {_output.styled_verdict(o.verdict)} {escape(o.name)} [dim]({o.seconds:.2f} s)[/] {escape(o.key_figure)}"
+        )
 
     result = bringup_lib.run_bringup(config, on_step=show)
     document = result.document()
@@ -408,8 +500,13 @@ def bringup(
 
 
 def _render_bringup(result: bringup_lib.BringupReport) -> None:
-    rows = [[escape(s.name), _output.styled_verdict(s.verdict), escape(s.key_figure), f"{s.seconds:.2f} s"] for s in result.steps]
-    _output.print_table(f"calctl bringup ({result.header['level']})", ["step", "verdict", "key figure", "duration"], rows)
+    rows = [
+        [escape(s.name), _output.styled_verdict(s.verdict), escape(s.key_figure), f"{s.seconds:.2f} s"]
+        for s in result.steps
+    ]
+    _output.print_table(
+        f"calctl bringup ({result.header['level']})", ["step", "verdict", "key figure", "duration"], rows
+    )
     out = _output.stdout
     for s in result.steps:
         if s.verdict not in ("PASS", "GO", "S2") and s.detail:
@@ -417,8 +514,10 @@ def _render_bringup(result: bringup_lib.BringupReport) -> None:
     h = result.header
     pkg = h["package"]
     rt = h.get("runtime") or {}
-    out.print(f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; package {escape(str(pkg.get('name')))} "
-              f"sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}")
+    out.print(
+        f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; package {escape(str(pkg.get('name')))} "
+        f"sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}"
+    )
     if h.get("mock_result"):
         out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
     out.print(f"report: {escape(str(result.out_dir / 'report.json'))} (traces and plots alongside)")

@@ -16,9 +16,10 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Iterator, Optional
+from typing import Annotated
 
 import typer
 
@@ -66,21 +67,51 @@ def _sigterm_interrupts() -> Iterator[None]:
 
 def serve(
     pkg: PackageArg = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="calculet-dual-model/v1 YAML (001 §10.4), cross-checked with the manifest.")] = None,
-    host: Annotated[str, typer.Option("--host", help="Bind address. Without API keys only loopback is allowed.")] = "127.0.0.1",
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="calculet-dual-model/v1 YAML (001 §10.4), cross-checked with the manifest."),
+    ] = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Bind address. Without API keys only loopback is allowed.")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8000,
     device: DeviceOpt = DeviceKind.mock,
     calrt_lib: CalrtLibOpt = None,
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
-    api_key: Annotated[Optional[list[str]], typer.Option("--api-key", help="KEY:TENANT, repeatable (also CALCTL_API_KEYS=k1:t1,k2:t2).")] = None,
-    admin_key: Annotated[Optional[list[str]], typer.Option("--admin-key", envvar="CALCTL_ADMIN_KEY", help="Key for /internal endpoints; repeatable.")] = None,
-    fault_plan: Annotated[Optional[Path], typer.Option("--fault-plan", help="Mock only: calctl-fault-plan/v1 YAML.")] = None,
-    time_scale: Annotated[float, typer.Option("--time-scale", min=0.0, help="Mock only: multiply modelled job times.")] = 1.0,
-    serialize_chips: Annotated[bool, typer.Option("--serialize-chips", help="Mock only: model a global runtime lock (S1).")] = False,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option("--api-key", help="KEY:TENANT, repeatable (also CALCTL_API_KEYS=k1:t1,k2:t2)."),
+    ] = None,
+    admin_key: Annotated[
+        list[str] | None,
+        typer.Option("--admin-key", envvar="CALCTL_ADMIN_KEY", help="Key for /internal endpoints; repeatable."),
+    ] = None,
+    fault_plan: Annotated[
+        Path | None, typer.Option("--fault-plan", help="Mock only: calctl-fault-plan/v1 YAML.")
+    ] = None,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", min=0.0, help="Mock only: multiply modelled job times.")
+    ] = 1.0,
+    serialize_chips: Annotated[
+        bool, typer.Option("--serialize-chips", help="Mock only: model a global runtime lock (S1).")
+    ] = False,
     warmup_iterations: Annotated[int, typer.Option("--warmup-iterations", min=0)] = 3,
-    drain_timeout: Annotated[float, typer.Option("--drain-timeout", min=0.0, help="Seconds to drain in-flight requests at shutdown (SIGTERM/SIGINT).")] = 30.0,
-    drain_grace: Annotated[float, typer.Option("--drain-grace", min=0.0, help="Keep the socket open at least this long after SIGTERM, answering readiness 503, so a balancer polling /health/ready notices first.")] = 0.0,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            "--drain-timeout", min=0.0, help="Seconds to drain in-flight requests at shutdown (SIGTERM/SIGINT)."
+        ),
+    ] = 30.0,
+    drain_grace: Annotated[
+        float,
+        typer.Option(
+            "--drain-grace",
+            min=0.0,
+            help="Keep the socket open at least this long after SIGTERM, answering readiness 503, "
+            "so a balancer polling /health/ready notices first.",
+        ),
+    ] = 0.0,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
     """Serve the package's models over an OpenAI-compatible HTTP API (one model per chip).
@@ -104,12 +135,16 @@ def serve(
     if env_keys:
         keys.update(_parse_keys([k for k in env_keys.split(",") if k.strip()]))
     if not keys and not _is_loopback(host):
-        raise UsageError(f"--host {host}: refusing to serve without API keys on a non-loopback address",
-                         hint="add --api-key KEY:TENANT (and --admin-key), or bind to 127.0.0.1")
+        raise UsageError(
+            f"--host {host}: refusing to serve without API keys on a non-loopback address",
+            hint="add --api-key KEY:TENANT (and --admin-key), or bind to 127.0.0.1",
+        )
     if device is not DeviceKind.mock and (fault_plan or serialize_chips or time_scale != 1.0):
         raise UsageError("--fault-plan, --time-scale and --serialize-chips apply to the mock device only")
     board = select_board(device.value)
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     path, policy, _ = resolve_package(pkg, trusted_key, allow_unsigned)
     dual = load_dual_model_config(config) if config else None
     mock_opts = {"time_scale": time_scale, "serialize_chips": serialize_chips, **board.mock_options()}
@@ -118,8 +153,12 @@ def serve(
     rt = open_runtime(device.value, calrt_lib, **(mock_opts if device is DeviceKind.mock else {}))
     server: DrainingServer | None = None
     with rt:
-        sup = DeviceSupervisor(rt, trust=policy, dual_config=dual,
-                               options=SupervisorOptions(warmup_iterations=warmup_iterations, drain_deadline_s=drain_timeout))
+        sup = DeviceSupervisor(
+            rt,
+            trust=policy,
+            dual_config=dual,
+            options=SupervisorOptions(warmup_iterations=warmup_iterations, drain_deadline_s=drain_timeout),
+        )
         sup.metrics.board_info.labels(board.board, rt.kind.value).set(1)
         try:
             with _sigterm_interrupts():
@@ -127,11 +166,22 @@ def serve(
             engine = ServingEngine(sup)
             app = create_app(engine, ApiSettings(api_keys=keys, admin_keys=frozenset(admin_key or [])))
             aliases = ", ".join(sup.workers)
-            _output.info(f"serving {aliases} from {path} on http://{host}:{port}, board {board.board} ({rt.kind.value} device"
-                         + (": mock results are not hardware evidence)" if rt.kind.value == "mock" else ")"))
-            server = DrainingServer(uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(),
-                                                   timeout_graceful_shutdown=max(1, int(drain_timeout))),
-                                    engine, drain_timeout_s=drain_timeout, drain_grace_s=drain_grace)
+            _output.info(
+                f"serving {aliases} from {path} on http://{host}:{port}, board {board.board} ({rt.kind.value} device"
+                + (": mock results are not hardware evidence)" if rt.kind.value == "mock" else ")")
+            )
+            server = DrainingServer(
+                uvicorn.Config(
+                    app,
+                    host=host,
+                    port=port,
+                    log_level=log_level.lower(),
+                    timeout_graceful_shutdown=max(1, int(drain_timeout)),
+                ),
+                engine,
+                drain_timeout_s=drain_timeout,
+                drain_grace_s=drain_grace,
+            )
             server.run()
             engine.start_draining()
         finally:
@@ -142,8 +192,10 @@ def serve(
     if outcome.signal is not None:
         if not outcome.drained:
             how = "a second signal" if outcome.forced else f"the drain deadline (--drain-timeout {drain_timeout:g} s)"
-            raise StepTimeout(f"{outcome.signal}: {how} closed the server with accepted requests still running",
-                              hint="raise --drain-timeout above the longest generation you allow")
+            raise StepTimeout(
+                f"{outcome.signal}: {how} closed the server with accepted requests still running",
+                hint="raise --drain-timeout above the longest generation you allow",
+            )
         _output.info(f"{outcome.signal}: drained in {outcome.seconds:.2f} s, board {board.board} released")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sys
 import xml.etree.ElementTree as ET
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -23,11 +23,18 @@ from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import ExitCode, UsageError
 from calctl.package.rules import RULES, Rule, Status, rule_by_id
 from calctl.package.rules.compat import parse_version
-from calctl.package.validate import CheckResult, Report, ValidationPolicy, validate as run_validation
+from calctl.package.validate import CheckResult, Report, ValidationPolicy
+from calctl.package.validate import validate as run_validation
 
-JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, max=256, help="Hashing threads (default: cores).")]
+JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Hashing threads (default: cores).")]
 
-_STATUS_LABEL = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.WARN: "WARN", Status.SKIP: "SKIP", Status.ERROR: "ERROR"}
+_STATUS_LABEL = {
+    Status.PASS: "PASS",
+    Status.FAIL: "FAIL",
+    Status.WARN: "WARN",
+    Status.SKIP: "SKIP",
+    Status.ERROR: "ERROR",
+}
 
 
 def _split_models(text: str | None) -> tuple[str, ...] | None:
@@ -46,20 +53,33 @@ def validate(
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
     expect_models: Annotated[
-        Optional[str], typer.Option("--expect-models", help="Exact comma-separated alias set the package must hold, e.g. model-a,model-b.")
+        str | None,
+        typer.Option(
+            "--expect-models", help="Exact comma-separated alias set the package must hold, e.g. model-a,model-b."
+        ),
     ] = None,
     runtime_version: Annotated[
-        Optional[str], typer.Option("--runtime-version", help="CalRT version in use (e.g. 0.7.6); must be in compatibility.json's range.")
+        str | None,
+        typer.Option(
+            "--runtime-version", help="CalRT version in use (e.g. 0.7.6); must be in compatibility.json's range."
+        ),
     ] = None,
     profile: Annotated[
-        Optional[list[int]], typer.Option("--profile", min=1, help="Batch profile the deployment will use; repeatable. Each must be compiled in.")
+        list[int] | None,
+        typer.Option(
+            "--profile", min=1, help="Batch profile the deployment will use; repeatable. Each must be compiled in."
+        ),
     ] = None,
     jobs: JobsOpt = None,
-    fail_on_warn: Annotated[bool, typer.Option("--fail-on-warn", help="Reject the package when any check warns.")] = False,
-    fail_on_skip: Annotated[bool, typer.Option("--fail-on-skip", help="Reject the package when any check was skipped.")] = False,
+    fail_on_warn: Annotated[
+        bool, typer.Option("--fail-on-warn", help="Reject the package when any check warns.")
+    ] = False,
+    fail_on_skip: Annotated[
+        bool, typer.Option("--fail-on-skip", help="Reject the package when any check was skipped.")
+    ] = False,
     format: FormatOpt = Format.table,
 ) -> int:
-    """Statically validate a package: layout, manifest, hashes, signature, chip masks, ELF, memory, tensors, tokenizer, compatibility.
+    """Statically validate a package: layout, manifest, hashes, signature, masks, ELF, memory, tensors, tokenizer, compatibility.
 
     Every rule appears in the report as pass, fail, warn, skip (with its reason) or error.
     Exit 0 = accepted (warnings allowed), 1 = rejected, 2 = usage or environment error.
@@ -69,8 +89,13 @@ def validate(
     models = _split_models(expect_models)
     path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
     policy = ValidationPolicy(
-        trust=trust, expect_models=models, profiles=tuple(sorted(set(profile or ()))), runtime_version=runtime_version,
-        jobs=jobs, fail_on_warn=fail_on_warn, fail_on_skip=fail_on_skip,
+        trust=trust,
+        expect_models=models,
+        profiles=tuple(sorted(set(profile or ()))),
+        runtime_version=runtime_version,
+        jobs=jobs,
+        fail_on_warn=fail_on_warn,
+        fail_on_skip=fail_on_skip,
     )
     report = run_validation(path, policy)
     if format is Format.json:
@@ -85,12 +110,21 @@ def validate(
 def _print_report(report: Report) -> None:
     rows = []
     for c in report.checks:
-        rows.append([
-            _output.styled_verdict(_STATUS_LABEL[c.status]), c.id, c.group.value,
-            escape(c.file or ""), escape(c.field or ""), escape(c.message),
-        ])
-    _output.stdout.print(_output.make_table(f"calctl validate {escape(report.package)}",
-                                            ["status", "rule", "group", "file", "field", "message"], rows))
+        rows.append(
+            [
+                _output.styled_verdict(_STATUS_LABEL[c.status]),
+                c.id,
+                c.group.value,
+                escape(c.file or ""),
+                escape(c.field or ""),
+                escape(c.message),
+            ]
+        )
+    _output.stdout.print(
+        _output.make_table(
+            f"calctl validate {escape(report.package)}", ["status", "rule", "group", "file", "field", "message"], rows
+        )
+    )
     n_rules = len(report.rule_ids())
     failed = report.failed_ids()
     counts = (
@@ -136,7 +170,9 @@ def junit_xml(report: Report) -> str:
             counts[group] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         rule = rule_by_id(rule_id)
         summary = rule.summary() if rule else rule_id
-        case = ET.SubElement(suites[group], "testcase", classname=f"calctl.validate.{group}", name=_x(f"{rule_id} {summary}"))
+        case = ET.SubElement(
+            suites[group], "testcase", classname=f"calctl.validate.{group}", name=_x(f"{rule_id} {summary}")
+        )
         counts[group]["tests"] += 1
         statuses = {c.status for c in entries}
         lines = "\n".join(_x(_line(c)) for c in entries)
@@ -186,8 +222,13 @@ def _emit_junit(report: Report) -> None:
 
 def _rule_doc(rule: type[Rule]) -> dict[str, Any]:
     return {
-        "id": rule.id, "group": rule.group.value, "severity": rule.severity.value, "summary": rule.summary(),
-        "explanation": rule.explanation, "sections": list(rule.sections), "needs": sorted(n.value for n in rule.needs),
+        "id": rule.id,
+        "group": rule.group.value,
+        "severity": rule.severity.value,
+        "summary": rule.summary(),
+        "explanation": rule.explanation,
+        "sections": list(rule.sections),
+        "needs": sorted(n.value for n in rule.needs),
     }
 
 

@@ -17,9 +17,9 @@ This module does no file I/O except :func:`load_params` (reads param blobs).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -162,7 +162,7 @@ class KvCache:
     length: int = 0
 
     @classmethod
-    def empty(cls, arch: Architecture, max_seq: int) -> "KvCache":
+    def empty(cls, arch: Architecture, max_seq: int) -> KvCache:
         shape = (arch.n_layers, max_seq, arch.n_kv_heads, arch.head_dim)
         return cls(np.zeros(shape, np.float32), np.zeros(shape, np.float32))
 

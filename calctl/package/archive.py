@@ -8,10 +8,10 @@ anything, and never writes outside the target directory.
 
 from __future__ import annotations
 
-import io
 import os
 import tarfile
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from calctl.errors import PackageFormatError, UsageError
 
@@ -99,7 +99,9 @@ def _check_member(m: tarfile.TarInfo, source: str) -> PurePosixPath:
     if "\\" in name or "\x00" in name:
         raise PackageFormatError(f"archive member {name!r} has a backslash or NUL in its name", path=source)
     if m.issym() or m.islnk():
-        raise PackageFormatError(f"archive member {name!r} is a link ({m.linkname!r}); packages hold regular files only", path=source)
+        raise PackageFormatError(
+            f"archive member {name!r} is a link ({m.linkname!r}); packages hold regular files only", path=source
+        )
     if m.isdev() or m.isfifo() or m.ischr() or m.isblk():
         raise PackageFormatError(f"archive member {name!r} is a device or FIFO", path=source)
     if not (m.isfile() or m.isdir()):
@@ -119,7 +121,7 @@ def extract_package(archive: Path, dest: Path) -> Path:
     """
     source = str(archive)
     try:
-        tf = tarfile.open(archive, "r:*")
+        tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - opened here to map its errors, closed by `with tf` below
     except (tarfile.TarError, OSError) as exc:
         raise PackageFormatError(f"not a readable tar archive: {exc}", path=source) from None
     with tf:
@@ -164,7 +166,7 @@ def extract_package(archive: Path, dest: Path) -> Path:
     return dest
 
 
-def _copy(src: io.BufferedReader, out: io.BufferedWriter, size: int, name: str, source: str) -> None:
+def _copy(src: IO[bytes], out: IO[bytes], size: int, name: str, source: str) -> None:
     remaining = size
     while remaining:
         chunk = src.read(min(remaining, 8 * 1024 * 1024))

@@ -66,7 +66,20 @@ def write_elf(*, machine: int, vaddr: int, text: bytes, binding: str, bss: int =
 
     ident = b"\x7fELF" + bytes([ELFCLASS64, ELFDATA2LSB, 1, 0]) + b"\0" * 8
     ehdr = ident + struct.pack(
-        "<HHIQQQIHHHHHH", ET_EXEC, machine, 1, vaddr, ph_off, sh_off, 0, EHDR_SIZE, PHDR_SIZE, phnum, SHDR_SIZE, shnum, 3
+        "<HHIQQQIHHHHHH",
+        ET_EXEC,
+        machine,
+        1,
+        vaddr,
+        ph_off,
+        sh_off,
+        0,
+        EHDR_SIZE,
+        PHDR_SIZE,
+        phnum,
+        SHDR_SIZE,
+        shnum,
+        3,
     )
     load = struct.pack("<IIQQQQQQ", PT_LOAD, PF_R | PF_X, text_off, vaddr, vaddr, len(text), len(text) + bss, 16)
     pnote = struct.pack("<IIQQQQQQ", PT_NOTE, PF_R, note_off, 0, 0, len(note), len(note), 4)
@@ -75,7 +88,9 @@ def write_elf(*, machine: int, vaddr: int, text: bytes, binding: str, bss: int =
     out += text + shstr
     out += b"\0" * (sh_off - len(out))
     null = b"\0" * SHDR_SIZE
-    s_text = struct.pack("<IIQQQQIIQQ", 1, SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR, vaddr, text_off, len(text), 0, 0, 16, 0)
+    s_text = struct.pack(
+        "<IIQQQQIIQQ", 1, SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR, vaddr, text_off, len(text), 0, 0, 16, 0
+    )
     s_note = struct.pack("<IIQQQQIIQQ", 7, SHT_NOTE, 0, 0, note_off, len(note), 0, 0, 4, 0)
     s_str = struct.pack("<IIQQQQIIQQ", 22, SHT_STRTAB, 0, 0, shstr_off, len(shstr), 0, 0, 1, 0)
     out += null + s_text + s_note + s_str

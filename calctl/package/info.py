@@ -39,45 +39,74 @@ def describe(pkg: Package, policy: TrustPolicy) -> dict[str, Any]:
     chips = []
     for chip in sorted({r.chip for r in pkg.memory_plan}):
         regions = pkg.regions_on(chip)
-        chips.append({
-            "chip": chip,
-            "dram_bytes": pkg.device_cfg.chip_dram_bytes,
-            "reserved_bytes": sum(r.size for r in regions),
-            "regions": [
-                {"name": r.name, "owner": r.owner, "kind": r.kind.value, "vaddr": f"0x{r.vaddr:x}", "size": r.size, "writable": r.writable}
-                for r in sorted(regions, key=lambda r: r.vaddr)
-            ],
-        })
+        chips.append(
+            {
+                "chip": chip,
+                "dram_bytes": pkg.device_cfg.chip_dram_bytes,
+                "reserved_bytes": sum(r.size for r in regions),
+                "regions": [
+                    {
+                        "name": r.name,
+                        "owner": r.owner,
+                        "kind": r.kind.value,
+                        "vaddr": f"0x{r.vaddr:x}",
+                        "size": r.size,
+                        "writable": r.writable,
+                    }
+                    for r in sorted(regions, key=lambda r: r.vaddr)
+                ],
+            }
+        )
     models = []
     for m in pkg.models:
         a = m.architecture
-        models.append({
-            "alias": m.alias,
-            "name": m.name,
-            "chip_mode": m.chip_mode.value,
-            "target_chips": list(m.target_chips),
-            "architecture": {
-                "family": a.family, "n_layers": a.n_layers, "d_model": a.d_model, "n_heads": a.n_heads,
-                "n_kv_heads": a.n_kv_heads, "head_dim": a.head_dim, "vocab_size": a.vocab_size,
-                "context_limit": a.context_limit, "dtype": a.dtype,
-            },
-            "kv": {"dtype": m.kv.dtype, "max_sequences": m.kv.max_sequences, "bytes": m.kv.bytes, "bytes_per_token": m.kv_bytes_per_token},
-            "tokenizer": m.tokenizer.file,
-            "graphs": [
-                {
-                    "name": g.name, "kind": g.kind.value, "chip_mode": g.chip_mode.value, "target_chips": list(g.target_chips),
-                    "batch_profiles": list(g.batch_profiles), "max_seq": g.max_seq,
-                    "programs": [s.file for s in g.code_sections],
-                }
-                for g in m.graphs
-            ],
-        })
+        models.append(
+            {
+                "alias": m.alias,
+                "name": m.name,
+                "chip_mode": m.chip_mode.value,
+                "target_chips": list(m.target_chips),
+                "architecture": {
+                    "family": a.family,
+                    "n_layers": a.n_layers,
+                    "d_model": a.d_model,
+                    "n_heads": a.n_heads,
+                    "n_kv_heads": a.n_kv_heads,
+                    "head_dim": a.head_dim,
+                    "vocab_size": a.vocab_size,
+                    "context_limit": a.context_limit,
+                    "dtype": a.dtype,
+                },
+                "kv": {
+                    "dtype": m.kv.dtype,
+                    "max_sequences": m.kv.max_sequences,
+                    "bytes": m.kv.bytes,
+                    "bytes_per_token": m.kv_bytes_per_token,
+                },
+                "tokenizer": m.tokenizer.file,
+                "graphs": [
+                    {
+                        "name": g.name,
+                        "kind": g.kind.value,
+                        "chip_mode": g.chip_mode.value,
+                        "target_chips": list(g.target_chips),
+                        "batch_profiles": list(g.batch_profiles),
+                        "max_seq": g.max_seq,
+                        "programs": [s.file for s in g.code_sections],
+                    }
+                    for g in m.graphs
+                ],
+            }
+        )
     return {
         "package": {"name": pkg.name, "version": pkg.version, "kind": pkg.kind, "path": str(pkg.root)},
         "digest": package_digest(pkg.root),
         "signer_key_id": signer_of(pkg.root, policy),
-        "device_cfg": {"chip_nums": pkg.device_cfg.chip_nums, "calcore_num": pkg.device_cfg.calcore_num,
-                       "chip_dram_bytes": pkg.device_cfg.chip_dram_bytes},
+        "device_cfg": {
+            "chip_nums": pkg.device_cfg.chip_nums,
+            "calcore_num": pkg.device_cfg.calcore_num,
+            "chip_dram_bytes": pkg.device_cfg.chip_dram_bytes,
+        },
         "models": models,
         "memory_plan": chips,
         "files": files,

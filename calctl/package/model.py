@@ -9,9 +9,10 @@ matching): ``package.model("model-a")`` either finds that alias or raises.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from calctl.errors import PackageError
 
@@ -25,13 +26,29 @@ PROVENANCE = "build-provenance.json"
 SEAL_FILES = frozenset({CHECKSUMS, SIGNATURE})
 
 DTYPE_BYTES: Mapping[str, int] = {
-    "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8,
-    "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "fp32": 4, "float32": 4,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "fp16": 2,
+    "float16": 2,
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp32": 4,
+    "float32": 4,
 }
 #: numpy dtype names for the dtypes numpy can hold (bf16 cannot).
 NUMPY_DTYPE: Mapping[str, str] = {
-    "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int64": "int64",
-    "fp16": "float16", "float16": "float16", "fp32": "float32", "float32": "float32",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int16": "int16",
+    "int32": "int32",
+    "int64": "int64",
+    "fp16": "float16",
+    "float16": "float16",
+    "fp32": "float32",
+    "float32": "float32",
 }
 
 
@@ -284,7 +301,8 @@ class Model:
             if s.name == self.kv.section:
                 return s
         raise PackageError(
-            f"kv.section {self.kv.section!r} names no section of model {self.alias!r}", field=f"{self.pointer}/kv/section"
+            f"kv.section {self.kv.section!r} names no section of model {self.alias!r}",
+            field=f"{self.pointer}/kv/section",
         )
 
     @property
@@ -346,7 +364,9 @@ class Package:
             if m.alias == alias:
                 return m
         raise PackageError(
-            f"no model with alias {alias!r} (the package has: {', '.join(self.aliases)})", path=MANIFEST, field="/models"
+            f"no model with alias {alias!r} (the package has: {', '.join(self.aliases)})",
+            path=MANIFEST,
+            field="/models",
         )
 
     def graph(self, name: str) -> Graph:
@@ -420,7 +440,9 @@ def _model(d: Mapping[str, Any], pointer: str) -> Model:
         architecture=arch,
         tokenizer=TokenizerRef(**d["tokenizer"]),
         params=tuple(
-            ParamTensor(name=t["name"], file=t["file"], dtype=t["dtype"], shape=tuple(t["shape"]), offset=int(t["offset"]))
+            ParamTensor(
+                name=t["name"], file=t["file"], dtype=t["dtype"], shape=tuple(t["shape"]), offset=int(t["offset"])
+            )
             for t in d["params"]["tensors"]
         ),
         kv=KvSpec(**d["kv"]),

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from calctl.errors import PackageError, PackageFormatError, UsageError
 from calctl.package import archive, schemas, yamlsafe
@@ -27,7 +28,9 @@ def read_manifest_document(root: Path) -> dict[str, Any]:
     doc = yamlsafe.load_file(root / MANIFEST, display=MANIFEST)
     if not isinstance(doc, dict):
         found = "empty" if doc is None else type(doc).__name__
-        raise PackageFormatError(f"top level is {found}, expected a mapping (schema calculet-package/v1)", path=MANIFEST)
+        raise PackageFormatError(
+            f"top level is {found}, expected a mapping (schema calculet-package/v1)", path=MANIFEST
+        )
     return doc
 
 
@@ -73,7 +76,7 @@ def read_json_document(root: Path, name: str, schema: str | None = None) -> dict
     return doc
 
 
-def _no_duplicates(source: str):  # type: ignore[no-untyped-def]
+def _no_duplicates(source: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for k, v in pairs:

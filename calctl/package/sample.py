@@ -33,7 +33,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from calctl import __version__
 from calctl.errors import UsageError
-from calctl.model import tiny, tokenizer as toklib
+from calctl.model import tiny
+from calctl.model import tokenizer as toklib
 from calctl.package import elfwriter
 from calctl.package.model import (
     COMPATIBILITY,
@@ -87,15 +88,37 @@ class ModelPlan:
 
 def _arch_a() -> Architecture:
     return Architecture(
-        family="calctl-tiny-decoder", n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=128,
-        vocab_size=384, context_limit=CONTEXT, dtype="fp32", rope_theta=10000.0, norm_eps=1e-5, tie_embeddings=False,
+        family="calctl-tiny-decoder",
+        n_layers=2,
+        d_model=64,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=16,
+        d_ff=128,
+        vocab_size=384,
+        context_limit=CONTEXT,
+        dtype="fp32",
+        rope_theta=10000.0,
+        norm_eps=1e-5,
+        tie_embeddings=False,
     )
 
 
 def _arch_b() -> Architecture:
     return Architecture(
-        family="calctl-tiny-decoder", n_layers=3, d_model=64, n_heads=4, n_kv_heads=1, head_dim=16, d_ff=160,
-        vocab_size=512, context_limit=CONTEXT, dtype="fp32", rope_theta=10000.0, norm_eps=1e-5, tie_embeddings=False,
+        family="calctl-tiny-decoder",
+        n_layers=3,
+        d_model=64,
+        n_heads=4,
+        n_kv_heads=1,
+        head_dim=16,
+        d_ff=160,
+        vocab_size=512,
+        context_limit=CONTEXT,
+        dtype="fp32",
+        rope_theta=10000.0,
+        norm_eps=1e-5,
+        tie_embeddings=False,
     )
 
 
@@ -116,7 +139,9 @@ def plan_models(kind: str, seed: int) -> list[ModelPlan]:
 def kv_bytes(arch: Architecture, kv_dtype: str, context: int, sequences: int, block_tokens: int) -> int:
     """001 §8.1 KV formula with block rounding of the context."""
     blocks = -(-context // block_tokens)
-    return 2 * arch.n_layers * arch.n_kv_heads * arch.head_dim * blocks * block_tokens * sequences * DTYPE_BYTES[kv_dtype]
+    return (
+        2 * arch.n_layers * arch.n_kv_heads * arch.head_dim * blocks * block_tokens * sequences * DTYPE_BYTES[kv_dtype]
+    )
 
 
 def _align(n: int, a: int) -> int:
@@ -216,9 +241,22 @@ def _build_model(w: _Writer, m: ModelPlan, decode_profiles: list[int]) -> tuple[
     param_size = _align(len(blob), 64 * 1024)
     kv_size = _align(kvb, 64 * 1024)
     sections = [
-        {"name": f"{m.name}.params.blk0", "kind": "params", "file": param_rel, "chip_mask": mask, "vaddr": PARAM_BASE, "size": len(blob)},
+        {
+            "name": f"{m.name}.params.blk0",
+            "kind": "params",
+            "file": param_rel,
+            "chip_mask": mask,
+            "vaddr": PARAM_BASE,
+            "size": len(blob),
+        },
         {"name": f"{m.name}.kv", "kind": "kv", "chip_mask": mask, "vaddr": KV_BASE, "size": kvb},
-        {"name": f"{m.name}.workspace", "kind": "workspace", "chip_mask": mask, "vaddr": WS_BASE, "size": PREFILL_WORKSPACE},
+        {
+            "name": f"{m.name}.workspace",
+            "kind": "workspace",
+            "chip_mask": mask,
+            "vaddr": WS_BASE,
+            "size": PREFILL_WORKSPACE,
+        },
         {"name": f"{m.name}.io", "kind": "io", "chip_mask": mask, "vaddr": IO_BASE, "size": IO_SIZE},
         {"name": f"{m.name}.runtime", "kind": "runtime", "chip_mask": mask, "vaddr": RT_BASE, "size": RT_SIZE},
     ]
@@ -231,55 +269,141 @@ def _build_model(w: _Writer, m: ModelPlan, decode_profiles: list[int]) -> tuple[
         for core in range(CALCORE_NUM):
             text = _deterministic_bytes(f"text:{gname}:{chip}:{core}", 2048 + 256 * core)
             elf = elfwriter.write_elf(
-                machine=EM_RISCV, vaddr=code_cursor, text=text, bss=1024,
+                machine=EM_RISCV,
+                vaddr=code_cursor,
+                text=text,
+                bss=1024,
                 binding=f"graph={gname};kind={kind};chip={chip};calcore={core}",
             )
             elf_rel = f"{m.dir}/{kind}/ccu{core}_chip{chip}.elf"
             w.write(elf_rel, elf)
-            gsections.append({"name": f"{gname}.ccu{core}_chip{chip}.code", "kind": "code", "file": elf_rel, "chip_mask": mask,
-                              "calcore": core, "vaddr": code_cursor, "size": len(text) + 1024})
+            gsections.append(
+                {
+                    "name": f"{gname}.ccu{core}_chip{chip}.code",
+                    "kind": "code",
+                    "file": elf_rel,
+                    "chip_mask": mask,
+                    "calcore": core,
+                    "vaddr": code_cursor,
+                    "size": len(text) + 1024,
+                }
+            )
             code_cursor = _align(code_cursor + len(text) + 1024, 4096)
             cmd = _command_blob(gname, chip, core, kind)
             cmd_rel = f"{m.dir}/{kind}/ccu{core}_chip{chip}.cmd"
             w.write(cmd_rel, cmd)
-            gsections.append({"name": f"{gname}.ccu{core}_chip{chip}.cmd", "kind": "command", "file": cmd_rel, "chip_mask": mask,
-                              "calcore": core, "vaddr": cmd_cursor, "size": len(cmd)})
+            gsections.append(
+                {
+                    "name": f"{gname}.ccu{core}_chip{chip}.cmd",
+                    "kind": "command",
+                    "file": cmd_rel,
+                    "chip_mask": mask,
+                    "calcore": core,
+                    "vaddr": cmd_cursor,
+                    "size": len(cmd),
+                }
+            )
             cmd_cursor = _align(cmd_cursor + len(cmd), 4096)
         inputs, outputs = _io_tensors(kind, arch.vocab_size, profiles)
         policy = None
         if max(profiles) > 1:
             # 000 §7.3: the explicit inactive-lane contract a B>1 profile needs.
-            policy = {"mask_input": "lane_valid", "writes_kv": False, "returns_logits": False, "kv_manager_mode": "per_lane"}
-        graphs.append({
-            "name": gname, "kind": kind, "chip_mode": "SCHIP", "target_chips": [chip], "batch_profiles": profiles,
-            "max_seq": arch.context_limit, "inputs": inputs, "outputs": outputs,
-            "csr": {"position_semantics": "committed_kv_length", "valid_length_input": "n_tokens" if kind == "prefill" else None},
-            "inactive_lane_policy": policy, "sections": gsections,
-        })
+            policy = {
+                "mask_input": "lane_valid",
+                "writes_kv": False,
+                "returns_logits": False,
+                "kv_manager_mode": "per_lane",
+            }
+        graphs.append(
+            {
+                "name": gname,
+                "kind": kind,
+                "chip_mode": "SCHIP",
+                "target_chips": [chip],
+                "batch_profiles": profiles,
+                "max_seq": arch.context_limit,
+                "inputs": inputs,
+                "outputs": outputs,
+                "csr": {
+                    "position_semantics": "committed_kv_length",
+                    "valid_length_input": "n_tokens" if kind == "prefill" else None,
+                },
+                "inactive_lane_policy": policy,
+                "sections": gsections,
+            }
+        )
     entry = {
-        "alias": m.alias, "name": m.name, "chip_mode": "SCHIP", "target_chips": [chip],
+        "alias": m.alias,
+        "name": m.name,
+        "chip_mode": "SCHIP",
+        "target_chips": [chip],
         "architecture": {k: v for k, v in arch.__dict__.items()},
         "tokenizer": {"file": tok_rel, "config": cfg_rel, "vocab_size": tok.get_vocab_size()},
         "params": {"tensors": ptensors},
-        "kv": {"dtype": "fp32", "block_tokens": block, "max_sequences": m.max_sequences, "bytes": kvb, "section": f"{m.name}.kv"},
+        "kv": {
+            "dtype": "fp32",
+            "block_tokens": block,
+            "max_sequences": m.max_sequences,
+            "bytes": kvb,
+            "section": f"{m.name}.kv",
+        },
         "workspace": {"prefill_peak_bytes": PREFILL_WORKSPACE, "decode_peak_bytes": DECODE_WORKSPACE},
         "golden": {
             "prompt": {"file": f"{g_rel}/prompt_ids.npy", "dtype": "int32", "shape": list(prompt.shape)},
             "prefill_logits": {"file": f"{g_rel}/prefill_logits.npy", "dtype": "float32", "shape": list(logits.shape)},
-            "decode_tokens": {"file": f"{g_rel}/expected_tokens.npy", "dtype": "int32", "shape": list(dec_tokens.shape)},
+            "decode_tokens": {
+                "file": f"{g_rel}/expected_tokens.npy",
+                "dtype": "int32",
+                "shape": list(dec_tokens.shape),
+            },
             "tolerance": {"rtol": 1e-4, "atol": 1e-4, "top_k": 5},
         },
         "sections": sections,
         "graphs": graphs,
     }
     regions = [
-        {"name": f"{m.alias}.code", "owner": m.alias, "kind": "code", "vaddr": CODE_BASE, "size": CODE_SIZE, "writable": False},
-        {"name": f"{m.alias}.command", "owner": m.alias, "kind": "command", "vaddr": CMD_BASE, "size": CMD_SIZE, "writable": False},
-        {"name": f"{m.alias}.params", "owner": m.alias, "kind": "params", "vaddr": PARAM_BASE, "size": param_size, "writable": False},
+        {
+            "name": f"{m.alias}.code",
+            "owner": m.alias,
+            "kind": "code",
+            "vaddr": CODE_BASE,
+            "size": CODE_SIZE,
+            "writable": False,
+        },
+        {
+            "name": f"{m.alias}.command",
+            "owner": m.alias,
+            "kind": "command",
+            "vaddr": CMD_BASE,
+            "size": CMD_SIZE,
+            "writable": False,
+        },
+        {
+            "name": f"{m.alias}.params",
+            "owner": m.alias,
+            "kind": "params",
+            "vaddr": PARAM_BASE,
+            "size": param_size,
+            "writable": False,
+        },
         {"name": f"{m.alias}.kv", "owner": m.alias, "kind": "kv", "vaddr": KV_BASE, "size": kv_size, "writable": True},
-        {"name": f"{m.alias}.workspace", "owner": m.alias, "kind": "workspace", "vaddr": WS_BASE, "size": PREFILL_WORKSPACE, "writable": True},
+        {
+            "name": f"{m.alias}.workspace",
+            "owner": m.alias,
+            "kind": "workspace",
+            "vaddr": WS_BASE,
+            "size": PREFILL_WORKSPACE,
+            "writable": True,
+        },
         {"name": f"{m.alias}.io", "owner": m.alias, "kind": "io", "vaddr": IO_BASE, "size": IO_SIZE, "writable": True},
-        {"name": f"{m.alias}.runtime", "owner": m.alias, "kind": "runtime", "vaddr": RT_BASE, "size": RT_SIZE, "writable": True},
+        {
+            "name": f"{m.alias}.runtime",
+            "owner": m.alias,
+            "kind": "runtime",
+            "vaddr": RT_BASE,
+            "size": RT_SIZE,
+            "writable": True,
+        },
     ]
     return entry, regions
 
@@ -298,7 +422,8 @@ def render_reserved_info(memory_plan: dict[str, Any], chip_dram_bytes: int) -> b
         for r in sorted(chip["regions"], key=lambda r: r["vaddr"]):
             perm = "rw-" if r["writable"] else ("r-x" if r["kind"] == "code" else "r--")
             lines.append(
-                f"region {r['name']} {r['owner']} {r['kind']} 0x{r['vaddr']:016x} 0x{r['vaddr'] + r['size']:016x} {r['size']} {perm}"
+                f"region {r['name']} {r['owner']} {r['kind']} 0x{r['vaddr']:016x} "
+                f"0x{r['vaddr'] + r['size']:016x} {r['size']} {perm}"
             )
             total += r["size"]
         lines.append(f"total {total}")
@@ -358,7 +483,9 @@ class _ManifestDumper(yaml.SafeDumper):
 
 
 def dump_manifest(doc: dict[str, Any]) -> bytes:
-    text = yaml.dump(doc, Dumper=_ManifestDumper, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
+    text = yaml.dump(
+        doc, Dumper=_ManifestDumper, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True
+    )
     return ("# calbin package manifest (calculet-package/v1); see docs/package-format.md\n" + text).encode()
 
 
@@ -389,7 +516,8 @@ def build_sample(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
     try:
         w = _Writer(tmp)
-        models, chips = [], {}
+        models: list[dict[str, Any]] = []
+        chips: dict[int, list[dict[str, Any]]] = {}
         for m in plan_models(kind, seed):
             entry, regions = _build_model(w, m, profiles)
             models.append(entry)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 from importlib import resources
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 
@@ -19,7 +20,7 @@ SCHEMA_FILES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_schema(name: str) -> dict[str, Any]:
     """The schema document for ``name`` (a key of SCHEMA_FILES or a file name)."""
     filename = SCHEMA_FILES.get(name, name)
@@ -27,7 +28,7 @@ def load_schema(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def validator(name: str) -> jsonschema.protocols.Validator:
     schema = load_schema(name)
     cls = jsonschema.validators.validator_for(schema)

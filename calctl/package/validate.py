@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from calctl.errors import PackageFormatError, UsageError
 from calctl.package import archive
@@ -92,9 +93,15 @@ class CheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "group": self.group.value, "severity": self.severity.value, "status": self.status.value,
-            "file": self.file, "field": self.field, "message": self.message,
-            "expected": self.expected, "found": self.found,
+            "id": self.id,
+            "group": self.group.value,
+            "severity": self.severity.value,
+            "status": self.status.value,
+            "file": self.file,
+            "field": self.field,
+            "message": self.message,
+            "expected": self.expected,
+            "found": self.found,
         }
 
 
@@ -128,9 +135,7 @@ class Report:
             return False
         if self.fail_on_warn and self.warnings:
             return False
-        if self.fail_on_skip and self.skipped:
-            return False
-        return True
+        return not (self.fail_on_skip and self.skipped)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -177,9 +182,19 @@ def run_rules(ctx: ValidationContext, rules: Sequence[type[Rule]] = RULES) -> tu
             notes = [f.message for f in findings]
             problems = [Finding(Status.PASS, "; ".join(notes) if notes else cls.summary())]
         for f in problems:
-            out.append(CheckResult(
-                cls.id, cls.group, cls.severity, f.status, _text(f.message), _opt(f.file), _opt(f.field), _opt(f.expected), _opt(f.found),
-            ))
+            out.append(
+                CheckResult(
+                    cls.id,
+                    cls.group,
+                    cls.severity,
+                    f.status,
+                    _text(f.message),
+                    _opt(f.file),
+                    _opt(f.field),
+                    _opt(f.expected),
+                    _opt(f.found),
+                )
+            )
     return tuple(out)
 
 
@@ -244,6 +259,10 @@ def _report(ctx: ValidationContext, display: str) -> Report:
             tk = ctx.signature.signer
             signer = tk.key_id if tk is not None else None
     return Report(
-        package=display, checks=checks, fail_on_warn=ctx.policy.fail_on_warn, fail_on_skip=ctx.policy.fail_on_skip,
-        digest=digest, signer_key_id=signer,
+        package=display,
+        checks=checks,
+        fail_on_warn=ctx.policy.fail_on_warn,
+        fail_on_skip=ctx.policy.fail_on_skip,
+        digest=digest,
+        signer_key_id=signer,
     )

@@ -24,7 +24,7 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that rejects aliases and duplicate keys."""
 
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.constructor.ConstructorError(
@@ -33,11 +33,14 @@ class _StrictLoader(yaml.SafeLoader):
         event = self.peek_event()
         if getattr(event, "anchor", None) is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, f"YAML anchor &{event.anchor} is not allowed (anchors/aliases are refused)", event.start_mark
+                None,
+                None,
+                f"YAML anchor &{event.anchor} is not allowed (anchors/aliases are refused)",
+                event.start_mark,
             )
         return super().compose_node(parent, index)
 
-    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+    def construct_mapping(self, node, deep=False):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
@@ -48,9 +51,7 @@ class _StrictLoader(yaml.SafeLoader):
                     None, None, "mapping key is not a scalar", key_node.start_mark
                 ) from None
             if hashable:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 

@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from calctl import __version__
 from calctl.budget.plan import plan_from_package
@@ -50,10 +51,19 @@ from calctl.errors import CalctlError
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.runners.context import MOCK_LABEL, DeviceSpec, Outcome, RunReport, StepStatus, outcome_of, write_trace_outputs
+from calctl.runners.context import (
+    MOCK_LABEL,
+    DeviceSpec,
+    Outcome,
+    RunReport,
+    StepStatus,
+    outcome_of,
+    write_trace_outputs,
+)
 from calctl.runners.golden import run_golden
 from calctl.runners.poc import run_poc_combined
-from calctl.runners.warmup import describe as describe_warmup, run_warmup
+from calctl.runners.warmup import describe as describe_warmup
+from calctl.runners.warmup import run_warmup
 from calctl.signing.policy import TrustPolicy
 
 
@@ -73,10 +83,15 @@ class LevelSettings:
 
 
 LEVELS: dict[Level, LevelSettings] = {
-    Level.QUICK: LevelSettings(warmup_iterations=5, poc_rounds=4, step_timeout_s=30.0, soak_cycles=3, soak_traffic_s=0.5),
-    Level.STANDARD: LevelSettings(warmup_iterations=20, poc_rounds=8, step_timeout_s=30.0, soak_cycles=5, soak_traffic_s=1.0),
-    Level.LONG: LevelSettings(warmup_iterations=200, poc_rounds=30, step_timeout_s=60.0, soak_cycles=100,
-                              soak_traffic_s=2.0),
+    Level.QUICK: LevelSettings(
+        warmup_iterations=5, poc_rounds=4, step_timeout_s=30.0, soak_cycles=3, soak_traffic_s=0.5
+    ),
+    Level.STANDARD: LevelSettings(
+        warmup_iterations=20, poc_rounds=8, step_timeout_s=30.0, soak_cycles=5, soak_traffic_s=1.0
+    ),
+    Level.LONG: LevelSettings(
+        warmup_iterations=200, poc_rounds=30, step_timeout_s=60.0, soak_cycles=100, soak_traffic_s=2.0
+    ),
 }
 
 
@@ -150,10 +165,14 @@ def _validate(state: BringupState) -> StepOutcome:
     warned = list(dict.fromkeys(c.id for c in report.warnings))
     verdict = "FAIL" if not report.ok else ("WARN" if warned else "PASS")
     figure = f"{len(report.rule_ids())} rules, {len(report.errors)} failing, {len(report.warnings)} warning(s)"
-    detail = (f"failed {', '.join(report.failed_ids())}" if not report.ok
-              else (f"warnings {', '.join(warned)}" if warned else "every rule passed"))
-    return StepOutcome("validate", verdict, figure, time.perf_counter() - t0, 0 if report.ok else 1, detail,
-                       document=report.to_dict())
+    detail = (
+        f"failed {', '.join(report.failed_ids())}"
+        if not report.ok
+        else (f"warnings {', '.join(warned)}" if warned else "every rule passed")
+    )
+    return StepOutcome(
+        "validate", verdict, figure, time.perf_counter() - t0, 0 if report.ok else 1, detail, document=report.to_dict()
+    )
 
 
 def _budget(state: BringupState) -> StepOutcome:
@@ -162,24 +181,39 @@ def _budget(state: BringupState) -> StepOutcome:
     report = run_budget(plan_from_package(state.package), BudgetPolicy())
     tight = max(report.chips, key=lambda c: c.budget.static_bytes / c.budget.dram_bytes)
     b = tight.budget
-    figure = f"tightest chip {b.chip}: static {b.static_bytes / b.dram_bytes:.1%} of DRAM (limit {b.limit_bytes / b.dram_bytes:.0%})"
+    figure = (
+        f"tightest chip {b.chip}: static {b.static_bytes / b.dram_bytes:.1%} of DRAM "
+        f"(limit {b.limit_bytes / b.dram_bytes:.0%})"
+    )
     go = report.verdict is Verdict.GO
     detail = "; ".join(f"chip {c.budget.chip} {c.budget.verdict.value}" for c in report.chips)
-    return StepOutcome("budget", report.verdict.value, figure, time.perf_counter() - t0, 0 if go else 1, detail,
-                       document=report_document(report))
+    return StepOutcome(
+        "budget",
+        report.verdict.value,
+        figure,
+        time.perf_counter() - t0,
+        0 if go else 1,
+        detail,
+        document=report_document(report),
+    )
 
 
 def _device_step(state: BringupState, name: str, report: RunReport, figure: str) -> StepOutcome:
     cfg = state.config
     files = write_trace_outputs(
-        report.events, trace=cfg.out_dir / f"{name}.trace.json", plot=cfg.out_dir / f"{name}.png",
-        device=cfg.device.kind.value, title=f"calctl bringup: {name}",
+        report.events,
+        trace=cfg.out_dir / f"{name}.trace.json",
+        plot=cfg.out_dir / f"{name}.png",
+        device=cfg.device.kind.value,
+        title=f"calctl bringup: {name}",
         metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
     )
     if state.header is None and report.header.get("runtime") is not None:
         state.header = report.header
     verdict = report.verdict
-    if verdict == Outcome.PASS.value and any(s.status is StepStatus.WARN for s in report.steps if s.name.startswith(("golden", "warmup"))):
+    if verdict == Outcome.PASS.value and any(
+        s.status is StepStatus.WARN for s in report.steps if s.name.startswith(("golden", "warmup"))
+    ):
         verdict = "WARN"
     doc = report.with_body(trace=files).document()
     return StepOutcome(name, verdict, figure, report.seconds, report.exit_code, report.error or "", files, doc)
@@ -195,14 +229,27 @@ def _golden(state: BringupState) -> StepOutcome:
 
 def _warmup(state: BringupState) -> StepOutcome:
     cfg = state.config
-    report = run_warmup(cfg.package, trust=cfg.trust, device=cfg.device, iterations=cfg.settings.warmup_iterations,
-                        step_timeout_s=cfg.settings.step_timeout_s)
+    report = run_warmup(
+        cfg.package,
+        trust=cfg.trust,
+        device=cfg.device,
+        iterations=cfg.settings.warmup_iterations,
+        step_timeout_s=cfg.settings.step_timeout_s,
+    )
     results = report.body.get("models", [])
     figure = "; ".join(_decode_p50(state, r) for r in results) or "no result"
     outcome = _device_step(state, "warmup", report, figure)
     detail = " | ".join(describe_warmup(r) for r in results)
-    return StepOutcome(outcome.name, outcome.verdict, outcome.key_figure, outcome.seconds, outcome.exit_code,
-                       outcome.detail or detail, outcome.files, outcome.document)
+    return StepOutcome(
+        outcome.name,
+        outcome.verdict,
+        outcome.key_figure,
+        outcome.seconds,
+        outcome.exit_code,
+        outcome.detail or detail,
+        outcome.files,
+        outcome.document,
+    )
 
 
 def _decode_p50(state: BringupState, r: Any) -> str:
@@ -225,8 +272,14 @@ def _poc_applies(state: BringupState) -> str | None:
 def _poc(state: BringupState) -> StepOutcome:
     cfg = state.config
     assert state.package is not None
-    report = run_poc_combined(cfg.package, trust=cfg.trust, device=cfg.device, expect_models=state.package.aliases,
-                              rounds=cfg.settings.poc_rounds, step_timeout_s=cfg.settings.step_timeout_s)
+    report = run_poc_combined(
+        cfg.package,
+        trust=cfg.trust,
+        device=cfg.device,
+        expect_models=state.package.aliases,
+        rounds=cfg.settings.poc_rounds,
+        step_timeout_s=cfg.settings.step_timeout_s,
+    )
     o, e = report.body.get("overlap_ratio"), report.body.get("throughput_efficiency")
     if o and e and o.get("mean") is not None and e.get("mean") is not None:
         figure = f"overlap {o['mean']:.2f} [{_f(o['ci_low'])}, {_f(o['ci_high'])}], efficiency {e['mean']:.2f}"
@@ -234,8 +287,16 @@ def _poc(state: BringupState) -> StepOutcome:
         figure = "no verdict"
     outcome = _device_step(state, "poc", report, figure)
     reasons = report.body.get("reasons") or []
-    return StepOutcome(outcome.name, outcome.verdict, outcome.key_figure, outcome.seconds, outcome.exit_code,
-                       outcome.detail or "; ".join(reasons), outcome.files, outcome.document)
+    return StepOutcome(
+        outcome.name,
+        outcome.verdict,
+        outcome.key_figure,
+        outcome.seconds,
+        outcome.exit_code,
+        outcome.detail or "; ".join(reasons),
+        outcome.files,
+        outcome.document,
+    )
 
 
 def _f(x: float | None) -> str:
@@ -250,17 +311,36 @@ def _soak(state: BringupState) -> StepOutcome:
     s = cfg.settings
     t0 = time.perf_counter()
     out = cfg.out_dir / "soak"
-    report = run_soak(SoakConfig(package=cfg.package, trust=cfg.trust, device=cfg.device, out_dir=out,
-                                 cycles=s.soak_cycles, traffic_seconds=s.soak_traffic_s,
-                                 job_timeout_s=s.step_timeout_s))
+    report = run_soak(
+        SoakConfig(
+            package=cfg.package,
+            trust=cfg.trust,
+            device=cfg.device,
+            out_dir=out,
+            cycles=s.soak_cycles,
+            traffic_seconds=s.soak_traffic_s,
+            job_timeout_s=s.step_timeout_s,
+        )
+    )
     doc = report.document
     drift = doc["memory"]["max_drift_bytes"]
-    figure = (f"{doc['cycles']}/{s.soak_cycles} cycles, {doc['requests']['sent']} requests, "
-              f"{len(report.violations)} violation(s), max drift "
-              + ", ".join(f"chip{c} {'n/a' if v is None else f'{v / 2**20:+.1f} MiB'}" for c, v in sorted(drift.items())))
-    detail = "; ".join(v["message"] for v in report.violations[:3]) or "memory back to baseline, counters closed, no stale token"
-    verdict = "PASS" if report.ok else {"interrupted": Outcome.INTERRUPTED.value, "error": "ERROR"}.get(report.status, "FAIL")
-    files = {"json": str(out / "soak-report.json"), "plot": doc["files"].get("plot"), "events": str(out / "events.ndjson")}
+    figure = (
+        f"{doc['cycles']}/{s.soak_cycles} cycles, {doc['requests']['sent']} requests, "
+        f"{len(report.violations)} violation(s), max drift "
+        + ", ".join(f"chip{c} {'n/a' if v is None else f'{v / 2**20:+.1f} MiB'}" for c, v in sorted(drift.items()))
+    )
+    detail = (
+        "; ".join(v["message"] for v in report.violations[:3])
+        or "memory back to baseline, counters closed, no stale token"
+    )
+    verdict = (
+        "PASS" if report.ok else {"interrupted": Outcome.INTERRUPTED.value, "error": "ERROR"}.get(report.status, "FAIL")
+    )
+    files = {
+        "json": str(out / "soak-report.json"),
+        "plot": doc["files"].get("plot"),
+        "events": str(out / "events.ndjson"),
+    }
     return StepOutcome("soak", verdict, figure, time.perf_counter() - t0, report.exit_code, detail, files, doc)
 
 
@@ -295,8 +375,17 @@ class BringupReport:
             "exit_code": self.exit_code,
             "seconds": round(self.seconds, 3),
             "report_dir": str(self.out_dir),
-            "summary": [{"step": s.name, "verdict": s.verdict, "key_figure": s.key_figure, "seconds": round(s.seconds, 3),
-                         "detail": s.detail, "files": s.files} for s in self.steps],
+            "summary": [
+                {
+                    "step": s.name,
+                    "verdict": s.verdict,
+                    "key_figure": s.key_figure,
+                    "seconds": round(s.seconds, 3),
+                    "detail": s.detail,
+                    "files": s.files,
+                }
+                for s in self.steps
+            ],
             "steps": {s.name: s.document for s in self.steps if s.document is not None},
         }
 
@@ -358,8 +447,14 @@ def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> Step
     try:
         return step.run(state)
     except KeyboardInterrupt:
-        return StepOutcome(step.name, Outcome.INTERRUPTED.value, "", time.perf_counter() - t0, Outcome.INTERRUPTED.exit_code,
-                           "interrupted (Ctrl-C)")
+        return StepOutcome(
+            step.name,
+            Outcome.INTERRUPTED.value,
+            "",
+            time.perf_counter() - t0,
+            Outcome.INTERRUPTED.exit_code,
+            "interrupted (Ctrl-C)",
+        )
     except CalctlError as exc:
         outcome = outcome_of(exc)
         code = int(exc.exit_code) if outcome is Outcome.ERROR else outcome.exit_code
@@ -394,6 +489,21 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
 
 
 __all__ = [
-    "BUDGET", "GOLDEN", "LEVELS", "POC", "SOAK", "STEPS", "VALIDATE", "WARMUP", "BringupConfig", "BringupReport", "BringupStep",
-    "BringupState", "Level", "LevelSettings", "StepOutcome", "default_report_dir", "run_bringup",
+    "BUDGET",
+    "GOLDEN",
+    "LEVELS",
+    "POC",
+    "SOAK",
+    "STEPS",
+    "VALIDATE",
+    "WARMUP",
+    "BringupConfig",
+    "BringupReport",
+    "BringupState",
+    "BringupStep",
+    "Level",
+    "LevelSettings",
+    "StepOutcome",
+    "default_report_dir",
+    "run_bringup",
 ]

@@ -33,12 +33,13 @@ import dataclasses
 import enum
 import hashlib
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from calctl import __version__
 from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError
@@ -78,10 +79,15 @@ class Outcome(str, enum.Enum):
 
     @property
     def exit_code(self) -> int:
-        return int({
-            Outcome.PASS: ExitCode.OK, Outcome.FAIL: ExitCode.FAILED, Outcome.TIMEOUT: ExitCode.TIMEOUT,
-            Outcome.ERROR: ExitCode.DEVICE, Outcome.INTERRUPTED: ExitCode.INTERRUPTED,
-        }[self])
+        return int(
+            {
+                Outcome.PASS: ExitCode.OK,
+                Outcome.FAIL: ExitCode.FAILED,
+                Outcome.TIMEOUT: ExitCode.TIMEOUT,
+                Outcome.ERROR: ExitCode.DEVICE,
+                Outcome.INTERRUPTED: ExitCode.INTERRUPTED,
+            }[self]
+        )
 
 
 def outcome_of(exc: BaseException) -> Outcome:
@@ -106,8 +112,11 @@ class StepStatus(str, enum.Enum):
 
 
 _STATUS_OF_OUTCOME = {
-    Outcome.FAIL: StepStatus.FAIL, Outcome.TIMEOUT: StepStatus.TIMEOUT, Outcome.ERROR: StepStatus.ERROR,
-    Outcome.INTERRUPTED: StepStatus.INTERRUPTED, Outcome.PASS: StepStatus.PASS,
+    Outcome.FAIL: StepStatus.FAIL,
+    Outcome.TIMEOUT: StepStatus.TIMEOUT,
+    Outcome.ERROR: StepStatus.ERROR,
+    Outcome.INTERRUPTED: StepStatus.INTERRUPTED,
+    Outcome.PASS: StepStatus.PASS,
 }
 
 
@@ -192,10 +201,16 @@ class DeviceSpec:
 
     def __post_init__(self) -> None:
         if self.kind is DeviceKind.CALRT:
-            given = [flag for flag, on in (("--time-scale", self.time_scale is not None),
-                                           ("--serialize-chips", self.serialize_chips),
-                                           ("--fault-plan", self.fault_plan is not None),
-                                           ("--seed", self.seed is not None)) if on]
+            given = [
+                flag
+                for flag, on in (
+                    ("--time-scale", self.time_scale is not None),
+                    ("--serialize-chips", self.serialize_chips),
+                    ("--fault-plan", self.fault_plan is not None),
+                    ("--seed", self.seed is not None),
+                )
+                if on
+            ]
             if given:
                 raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --device mock only")
         elif self.calrt_lib is not None:
@@ -207,7 +222,7 @@ class DeviceSpec:
     def is_mock(self) -> bool:
         return self.kind is DeviceKind.MOCK
 
-    def with_default_time_scale(self, time_scale: float) -> "DeviceSpec":
+    def with_default_time_scale(self, time_scale: float) -> DeviceSpec:
         """The same spec, with ``time_scale`` if the mock's is not set."""
         if not self.is_mock or self.time_scale is not None:
             return self
@@ -230,9 +245,12 @@ class DeviceSpec:
     def describe(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"kind": self.kind.value}
         if self.is_mock:
-            doc.update(time_scale=self.time_scale if self.time_scale is not None else 1.0,
-                       serialize_chips=self.serialize_chips,
-                       fault_plan=str(self.fault_plan) if self.fault_plan else None, seed=self.seed)
+            doc.update(
+                time_scale=self.time_scale if self.time_scale is not None else 1.0,
+                serialize_chips=self.serialize_chips,
+                fault_plan=str(self.fault_plan) if self.fault_plan else None,
+                seed=self.seed,
+            )
         else:
             doc["calrt_lib"] = str(self.calrt_lib) if self.calrt_lib else None
         return doc
@@ -280,10 +298,20 @@ def program_digests(calbin: Calbin) -> tuple[ProgramDigest, ...]:
                 digests[sec.file] = (hashlib.sha256(data).hexdigest(), len(data))
             digest, size = digests[sec.file]
             for chip in sec.chips:
-                out.append(ProgramDigest(
-                    chip=chip, model=gp.model, graph=gp.name, section=sec.name, kind=sec.kind.value, calcore=sec.calcore,
-                    file=sec.file, sha256=digest, bytes=size, sealed=sealed.get(sec.file) == digest,
-                ))
+                out.append(
+                    ProgramDigest(
+                        chip=chip,
+                        model=gp.model,
+                        graph=gp.name,
+                        section=sec.name,
+                        kind=sec.kind.value,
+                        calcore=sec.calcore,
+                        file=sec.file,
+                        sha256=digest,
+                        bytes=size,
+                        sealed=sealed.get(sec.file) == digest,
+                    )
+                )
     return tuple(sorted(out, key=lambda p: (p.chip, p.graph, p.calcore if p.calcore is not None else -1, p.section)))
 
 
@@ -291,10 +319,19 @@ def programs_document(programs: Sequence[ProgramDigest]) -> list[dict[str, Any]]
     """Per chip: the programs configured there (the report's ``programs``)."""
     chips: dict[int, list[dict[str, Any]]] = {}
     for p in programs:
-        chips.setdefault(p.chip, []).append({
-            "model": p.model, "graph": p.graph, "section": p.section, "kind": p.kind, "calcore": p.calcore,
-            "file": p.file, "sha256": p.sha256, "bytes": p.bytes, "sealed": p.sealed,
-        })
+        chips.setdefault(p.chip, []).append(
+            {
+                "model": p.model,
+                "graph": p.graph,
+                "section": p.section,
+                "kind": p.kind,
+                "calcore": p.calcore,
+                "file": p.file,
+                "sha256": p.sha256,
+                "bytes": p.bytes,
+                "sealed": p.sealed,
+            }
+        )
     return [{"chip": c, "programs": chips[c]} for c in sorted(chips)]
 
 
@@ -311,18 +348,33 @@ def trace_slices(events: Sequence[TraceEvent], *, phases: bool = False) -> list[
     for e in events:
         if e.start_ns is None or e.end_ns is None:
             continue
-        job = TraceSlice(chip=e.chip, start=e.start_ns / 1e9, end=e.end_ns / 1e9, model=e.model, graph=e.graph,
-                         engine=e.engine.value, job_id=int(e.job), generation=int(e.generation),
-                         ok=e.state is JobState.SUCCEEDED)
+        job = TraceSlice(
+            chip=e.chip,
+            start=e.start_ns / 1e9,
+            end=e.end_ns / 1e9,
+            model=e.model,
+            graph=e.graph,
+            engine=e.engine.value,
+            job_id=int(e.job),
+            generation=int(e.generation),
+            ok=e.state is JobState.SUCCEEDED,
+        )
         out.append(job)
         if phases and e.phases:
-            out.extend(dataclasses.replace(job, start=p.start_ns / 1e9, end=p.end_ns / 1e9, phase=p.phase.value)
-                       for p in e.phases)
+            out.extend(
+                dataclasses.replace(job, start=p.start_ns / 1e9, end=p.end_ns / 1e9, phase=p.phase.value)
+                for p in e.phases
+            )
     return out
 
 
 def write_trace_outputs(
-    events: Sequence[TraceEvent], *, trace: Path | None, plot: Path | None, device: str, title: str,
+    events: Sequence[TraceEvent],
+    *,
+    trace: Path | None,
+    plot: Path | None,
+    device: str,
+    title: str,
     metadata: dict[str, Any],
 ) -> dict[str, str | None]:
     """Write the Chrome/Perfetto JSON and/or the timeline PNG; return where they went."""
@@ -391,13 +443,13 @@ class RunContext:
 
     # -- lifecycle -----------------------------------------------------------------
 
-    def __enter__(self) -> "RunContext":
+    def __enter__(self) -> RunContext:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    def prepare(self) -> "RunContext":
+    def prepare(self) -> RunContext:
         self.open_device()
         self.validate()
         self.load()
@@ -410,19 +462,26 @@ class RunContext:
             self.rt = self._stack.enter_context(self.device.open())
             self.versions = self.rt.versions()
             topo = self.rt.topology()
-            note.detail = (f"{self.rt.kind.value}: {topo.chips} chips x {topo.calcores_per_chip} CalCores, "
-                           f"runtime {self.versions.runtime}")
+            note.detail = (
+                f"{self.rt.kind.value}: {topo.chips} chips x {topo.calcores_per_chip} CalCores, "
+                f"runtime {self.versions.runtime}"
+            )
             self.snapshot.memory_before = _memory(self.rt)
         return self.rt
 
     def validate(self) -> Report:
         with self.log.step("validate package") as note:
-            policy = ValidationPolicy(trust=self.trust, expect_models=self.expect_models,
-                                      runtime_version=self.versions.runtime if self.versions else None)
+            policy = ValidationPolicy(
+                trust=self.trust,
+                expect_models=self.expect_models,
+                runtime_version=self.versions.runtime if self.versions else None,
+            )
             report = validate(self.path, policy)
             self.validation = report
-            note.detail = (f"{len(report.rule_ids())} rules, {len(report.errors)} failing, {len(report.warnings)} warnings"
-                           + (f": {', '.join(report.failed_ids())}" if report.errors else ""))
+            note.detail = (
+                f"{len(report.rule_ids())} rules, {len(report.errors)} failing, {len(report.warnings)} warnings"
+                + (f": {', '.join(report.failed_ids())}" if report.errors else "")
+            )
             if not report:
                 raise CheckFailed(
                     f"{self.path}: the package failed validation ({', '.join(report.failed_ids()) or 'policy'}); "
@@ -440,8 +499,10 @@ class RunContext:
             pkg = load_manifest(root)
             digest = _digest(root)
             if self.validation is not None and digest != self.validation.digest:
-                raise CheckFailed(f"{self.path}: checksums.sha256 changed between validation and loading",
-                                  hint="something is writing to the package; copy it somewhere read-only")
+                raise CheckFailed(
+                    f"{self.path}: checksums.sha256 changed between validation and loading",
+                    hint="something is writing to the package; copy it somewhere read-only",
+                )
             self.pkg = pkg
             note.detail = f"{pkg.name} {pkg.version} ({pkg.kind}): {', '.join(pkg.aliases)}"
         return pkg
@@ -459,8 +520,10 @@ class RunContext:
             changed = sorted({p.file for p in self.programs if not p.sealed})
             note.detail = f"{len(self.calbin.graph_names)} graphs, {len({p.file for p in self.programs})} program files"
             if changed:
-                raise CheckFailed(f"program file(s) differ from the validated checksums: {', '.join(changed)}",
-                                  hint="the package changed after validation; re-validate and re-run")
+                raise CheckFailed(
+                    f"program file(s) differ from the validated checksums: {', '.join(changed)}",
+                    hint="the package changed after validation; re-validate and re-run",
+                )
         return self.calbin
 
     def configure(self) -> None:
@@ -515,7 +578,11 @@ class RunContext:
             if pending:
                 # 000 §12: a job that never completes is reclaimed only by a reset; a hung chip will not drain.
                 note.status = StepStatus.FAIL
-                why = f"chip {', '.join(map(str, hung))} hung" if hung else f"not drained after {self.drain_timeout_s:g} s"
+                why = (
+                    f"chip {', '.join(map(str, hung))} hung"
+                    if hung
+                    else f"not drained after {self.drain_timeout_s:g} s"
+                )
                 note.detail = f"{pending} job(s) still in flight ({why}); board reset"
                 rt.reset("board")
                 self.configured = False
@@ -526,8 +593,11 @@ class RunContext:
         before, after = self.snapshot.memory_before, self.snapshot.memory_after
         if not before or not after:
             return "calbin, buffers and device released"
-        back = [a["chip"] for a, b in zip(after, before)
-                if a["used_bytes"] is not None and b["used_bytes"] is not None and a["used_bytes"] == b["used_bytes"]]
+        back = [
+            a["chip"]
+            for a, b in zip(after, before, strict=True)
+            if a["used_bytes"] is not None and b["used_bytes"] is not None and a["used_bytes"] == b["used_bytes"]
+        ]
         return f"calbin and device released; memory back to baseline on chip {', '.join(map(str, back)) or 'none'}"
 
     # -- observation -------------------------------------------------------------------
@@ -551,9 +621,13 @@ class RunContext:
             "mock_result": mock,
             "note": MOCK_LABEL if mock else None,
             "device_options": self.device.describe(),
-            "runtime": None if self.versions is None else {
-                "runtime": self.versions.runtime, "driver": self.versions.driver,
-                "firmware": self.versions.firmware, "abi": self.versions.abi,
+            "runtime": None
+            if self.versions is None
+            else {
+                "runtime": self.versions.runtime,
+                "driver": self.versions.driver,
+                "firmware": self.versions.firmware,
+                "abi": self.versions.abi,
             },
             "package": {
                 "path": str(self.path),
@@ -563,15 +637,21 @@ class RunContext:
                 "digest": rep.digest if rep else None,
                 "signer_key_id": rep.signer_key_id if rep else None,
             },
-            "validation": None if rep is None else {
-                "ok": rep.ok, "failed_rules": list(rep.failed_ids()),
+            "validation": None
+            if rep is None
+            else {
+                "ok": rep.ok,
+                "failed_rules": list(rep.failed_ids()),
                 "warnings": list(dict.fromkeys(c.id for c in rep.warnings)),
             },
         }
 
     def memory_document(self) -> dict[str, Any]:
-        return {"before": self.snapshot.memory_before, "after": self.snapshot.memory_after,
-                "counters_after": self.snapshot.counters}
+        return {
+            "before": self.snapshot.memory_before,
+            "after": self.snapshot.memory_after,
+            "counters_after": self.snapshot.counters,
+        }
 
 
 def _digest(root: Path) -> str | None:
@@ -604,7 +684,9 @@ def _memory(rt: Runtime) -> list[dict[str, Any]] | None:
 
 def _counters(rt: Runtime) -> list[dict[str, Any]] | None:
     try:
-        return [{"chip": c.chip, "pending": c.pending, "finished": c.finished, "failed": c.failed} for c in rt.counters()]
+        return [
+            {"chip": c.chip, "pending": c.pending, "finished": c.finished, "failed": c.failed} for c in rt.counters()
+        ]
     except RuntimeLayerError:
         return None
 
@@ -614,10 +696,10 @@ def select_aliases(pkg: Package, model: str | None) -> tuple[str, ...]:
     if model is None:
         return pkg.aliases
     if model not in pkg.aliases:
-        raise UsageError(f"--model {model!r}: no model with exactly that alias; the package has: {', '.join(pkg.aliases)}")
+        raise UsageError(
+            f"--model {model!r}: no model with exactly that alias; the package has: {', '.join(pkg.aliases)}"
+        )
     return (model,)
-
-
 
 
 # ---------------------------------------------------------------------------
@@ -650,23 +732,41 @@ class RunReport:
             "exit_code": self.exit_code,
             "error": self.error,
             "seconds": round(self.seconds, 3),
-            "steps": [{"name": s.name, "status": s.status.value, "seconds": round(s.seconds, 4), "detail": s.detail}
-                      for s in self.steps],
+            "steps": [
+                {"name": s.name, "status": s.status.value, "seconds": round(s.seconds, 4), "detail": s.detail}
+                for s in self.steps
+            ],
             **self.body,
         }
 
-    def with_body(self, **extra: Any) -> "RunReport":
-        return RunReport(self.command, self.verdict, self.exit_code, self.header, self.steps, {**self.body, **extra},
-                         self.error, self.seconds, self.events)
+    def with_body(self, **extra: Any) -> RunReport:
+        return RunReport(
+            self.command,
+            self.verdict,
+            self.exit_code,
+            self.header,
+            self.steps,
+            {**self.body, **extra},
+            self.error,
+            self.seconds,
+            self.events,
+        )
 
 
-def finish(ctx: RunContext, command: str, verdict: str, exit_code: int, body: dict[str, Any], error: str | None,
-           t0: float) -> RunReport:
+def finish(
+    ctx: RunContext, command: str, verdict: str, exit_code: int, body: dict[str, Any], error: str | None, t0: float
+) -> RunReport:
     """Assemble the RunReport once ``ctx`` is closed (the teardown steps are part of the log)."""
     return RunReport(
-        command=command, verdict=verdict, exit_code=exit_code, header=ctx.header(command), steps=ctx.log.records,
+        command=command,
+        verdict=verdict,
+        exit_code=exit_code,
+        header=ctx.header(command),
+        steps=ctx.log.records,
         body={**body, "programs": programs_document(ctx.programs), "memory": ctx.memory_document()},
-        error=error, seconds=time.perf_counter() - t0, events=ctx.trace_events(),
+        error=error,
+        seconds=time.perf_counter() - t0,
+        events=ctx.trace_events(),
     )
 
 
@@ -677,7 +777,23 @@ def reraise_usage(exc: BaseException) -> None:
 
 
 __all__ = [
-    "MOCK_LABEL", "CalbinRefused", "DeviceSpec", "Outcome", "ProgramDigest", "RunContext", "RunReport", "StepLog", "StepNote",
-    "StepRecord", "StepStatus", "finish", "outcome_of", "program_digests", "programs_document", "reraise_usage",
-    "select_aliases", "trace_slices", "write_trace_outputs",
+    "MOCK_LABEL",
+    "CalbinRefused",
+    "DeviceSpec",
+    "Outcome",
+    "ProgramDigest",
+    "RunContext",
+    "RunReport",
+    "StepLog",
+    "StepNote",
+    "StepRecord",
+    "StepStatus",
+    "finish",
+    "outcome_of",
+    "program_digests",
+    "programs_document",
+    "reraise_usage",
+    "select_aliases",
+    "trace_slices",
+    "write_trace_outputs",
 ]

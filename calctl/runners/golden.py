@@ -116,7 +116,9 @@ def judge(golden: GoldenData, progress: GreedyProgress, seconds: float) -> Golde
     if progress.prefill_logits is None:
         reasons.append(f"{alias}: prefill: no logits (the step did not complete)")
     else:
-        chk = check_logits(progress.prefill_logits, golden.prefill_logits, rtol=tol.rtol, atol=tol.atol, top_k=tol.top_k)
+        chk = check_logits(
+            progress.prefill_logits, golden.prefill_logits, rtol=tol.rtol, atol=tol.atol, top_k=tol.top_k
+        )
         allclose, max_err, topk = chk.allclose, chk.max_abs_err, chk.topk_agree
         if not chk.allclose:
             reasons.append(
@@ -171,8 +173,15 @@ def run_golden_model(
     progress = GreedyProgress(alias)
     t0 = time.perf_counter()
     try:
-        greedy_run(rt, model, golden.prompt, len(golden.tokens), progress=progress, generation=generation,
-                   step_timeout_s=step_timeout_s)
+        greedy_run(
+            rt,
+            model,
+            golden.prompt,
+            len(golden.tokens),
+            progress=progress,
+            generation=generation,
+            step_timeout_s=step_timeout_s,
+        )
     except StepTimedOut as exc:
         partial = judge(golden, progress, time.perf_counter() - t0)
         exc.partial = dataclasses.replace(partial, ok=False, reason=str(exc))
@@ -211,15 +220,19 @@ def run_golden(
             for i, alias in enumerate(aliases):
                 with log.step(f"golden {alias}") as note:
                     try:
-                        r = run_golden_model(ctx.rt, ctx.pkg, alias, generation=generation, step_timeout_s=step_timeout_s)
+                        r = run_golden_model(
+                            ctx.rt, ctx.pkg, alias, generation=generation, step_timeout_s=step_timeout_s
+                        )
                     except StepTimedOut as exc:
                         if isinstance(exc.partial, GoldenResult):
                             results.append(exc.partial)
-                        not_run.extend({"alias": a, "reason": f"not run: {alias} hung"} for a in aliases[i + 1:])
+                        not_run.extend({"alias": a, "reason": f"not run: {alias} hung"} for a in aliases[i + 1 :])
                         raise
                     except BaseException as exc:
-                        not_run.extend({"alias": a, "reason": f"not run: {alias} failed ({type(exc).__name__})"}
-                                       for a in aliases[i + 1:])
+                        not_run.extend(
+                            {"alias": a, "reason": f"not run: {alias} failed ({type(exc).__name__})"}
+                            for a in aliases[i + 1 :]
+                        )
                         raise
                     results.append(r)
                     note.detail = _detail(r)

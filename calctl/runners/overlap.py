@@ -15,8 +15,8 @@ computing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -99,8 +99,9 @@ class ConcurrencyVerdict:
     reasons: tuple[str, ...] = field(default_factory=tuple)
 
 
-def judge(rounds: Sequence[Round], *, both_busy: float | None = None, efficiency_gate: float = EFFICIENCY_GATE,
-          seed: int = 0) -> ConcurrencyVerdict:
+def judge(
+    rounds: Sequence[Round], *, both_busy: float | None = None, efficiency_gate: float = EFFICIENCY_GATE, seed: int = 0
+) -> ConcurrencyVerdict:
     overlap = bootstrap([r.overlap_ratio for r in rounds], seed=seed)
     eff = bootstrap([r.efficiency for r in rounds], seed=seed + 1)
     reasons: list[str] = []

@@ -61,7 +61,8 @@ from calctl.runners.context import (
     outcome_of,
     reraise_usage,
 )
-from calctl.runners.golden import GoldenResult, first_mismatch, judge as judge_golden
+from calctl.runners.golden import GoldenResult, first_mismatch
+from calctl.runners.golden import judge as judge_golden
 from calctl.runners.overlap import ConcurrencyVerdict, Interval, Round, both_busy_fraction, judge
 from calctl.runners.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
 from calctl.runtime import GenerationId, Runtime
@@ -76,7 +77,12 @@ CROSSTALK_GATE_REQUESTS = 1000
 GENERATION = GenerationId(1)
 
 _FLOW = (
-    "open device", "validate package", "load package", "create calbin", "check names and chip targets", "configure",
+    "open device",
+    "validate package",
+    "load package",
+    "create calbin",
+    "check names and chip targets",
+    "configure",
     "allocate A/B buffers",
 )
 _ROUND_STEPS = ("concurrent rounds", "verify outputs", "overlap verdict")
@@ -95,7 +101,9 @@ def check_combined_calbin(plan: CalbinPlan, expect_models: tuple[str, ...]) -> l
     if dup_aliases:
         problems.append(f"duplicate model alias {', '.join(map(repr, dup_aliases))}")
     if set(aliases) != set(expect_models):
-        problems.append(f"the calbin's models {sorted(set(aliases))} are not exactly the expected {sorted(expect_models)}")
+        problems.append(
+            f"the calbin's models {sorted(set(aliases))} are not exactly the expected {sorted(expect_models)}"
+        )
     graph_names = [g.name for m in pkg.models for g in m.graphs]
     dup_graphs = sorted(g for g, n in Counter(graph_names).items() if n > 1)
     if dup_graphs:
@@ -103,8 +111,10 @@ def check_combined_calbin(plan: CalbinPlan, expect_models: tuple[str, ...]) -> l
     owner: dict[int, str] = {}
     for m in pkg.models:
         if m.chip_mode is not ChipMode.SCHIP or len(m.target_chips) != 1:
-            problems.append(f"model {m.alias!r} is {m.chip_mode.value} on chips {list(m.target_chips)}; "
-                            "each model must be SCHIP on exactly one chip")
+            problems.append(
+                f"model {m.alias!r} is {m.chip_mode.value} on chips {list(m.target_chips)}; "
+                "each model must be SCHIP on exactly one chip"
+            )
             continue
         chip = m.target_chips[0]
         if chip in owner:
@@ -113,17 +123,23 @@ def check_combined_calbin(plan: CalbinPlan, expect_models: tuple[str, ...]) -> l
         mask = mask_of_chips([chip])
         kinds = Counter(g.kind for g in m.graphs)
         if kinds[GraphKind.PREFILL] != 1 or kinds[GraphKind.DECODE] != 1 or len(m.graphs) != 2:
-            problems.append(f"model {m.alias!r} has {kinds[GraphKind.PREFILL]} prefill and {kinds[GraphKind.DECODE]} "
-                            "decode graphs; expected exactly one of each")
+            problems.append(
+                f"model {m.alias!r} has {kinds[GraphKind.PREFILL]} prefill and {kinds[GraphKind.DECODE]} "
+                "decode graphs; expected exactly one of each"
+            )
         for g in m.graphs:
             if g.chip_mode is not ChipMode.SCHIP or tuple(g.target_chips) != (chip,):
-                problems.append(f"graph {g.name!r} of {m.alias!r} is {g.chip_mode.value} on chips {list(g.target_chips)}, "
-                                f"expected SCHIP on chip {chip}")
+                problems.append(
+                    f"graph {g.name!r} of {m.alias!r} is {g.chip_mode.value} on chips {list(g.target_chips)}, "
+                    f"expected SCHIP on chip {chip}"
+                )
         for sec in m.all_sections():
             if sec.chip_mask != mask:
                 # 001 §6.2 item 4: A's sections never carry B's chip, and there is no cross-chip section.
-                problems.append(f"section {sec.name!r} of {m.alias!r} has chipMask {sec.chip_mask:#x}; "
-                                f"the model is on chip {chip} (mask {mask:#x} only)")
+                problems.append(
+                    f"section {sec.name!r} of {m.alias!r} has chipMask {sec.chip_mask:#x}; "
+                    f"the model is on chip {chip} (mask {mask:#x} only)"
+                )
     if len(pkg.models) != 2:
         problems.append(f"the calbin holds {len(pkg.models)} model(s); the combined PoC needs two, one per chip")
     return problems
@@ -175,8 +191,10 @@ class Mismatch:
     got: int | None
 
     def describe(self) -> str:
-        return (f"{self.alias}: round {self.round} ({self.phase}): {self.step}: output token {self.position}: "
-                f"expected {self.expected}, got {self.got}")
+        return (
+            f"{self.alias}: round {self.round} ({self.phase}): {self.step}: output token {self.position}: "
+            f"expected {self.expected}, got {self.got}"
+        )
 
 
 class _Checker:
@@ -201,8 +219,17 @@ class _Checker:
             self.tokens += len(got)
             bad = first_mismatch(ref, got)
             if bad is not None:
-                self.mismatches.append(Mismatch(alias, rnd, phase, step_name(bad), bad, ref[bad] if bad < len(ref) else None,
-                                                got[bad] if bad < len(got) else None))
+                self.mismatches.append(
+                    Mismatch(
+                        alias,
+                        rnd,
+                        phase,
+                        step_name(bad),
+                        bad,
+                        ref[bad] if bad < len(ref) else None,
+                        got[bad] if bad < len(got) else None,
+                    )
+                )
 
 
 def _workloads(pkg: Package, aliases: tuple[str, ...], golden: dict[str, GoldenData]) -> dict[str, Workload]:
@@ -226,13 +253,22 @@ def _workloads(pkg: Package, aliases: tuple[str, ...], golden: dict[str, GoldenD
 
 def _generate(rt: Runtime, pkg: Package, w: Workload, bufs: JobBuffers, timeout_s: float) -> tuple[int, ...]:
     progress = GreedyProgress(w.alias)
-    greedy_run(rt, pkg.model(w.alias), w.prompt, w.n_tokens, progress=progress, generation=GENERATION,
-               step_timeout_s=timeout_s, buffers=bufs)
+    greedy_run(
+        rt,
+        pkg.model(w.alias),
+        w.prompt,
+        w.n_tokens,
+        progress=progress,
+        generation=GENERATION,
+        step_timeout_s=timeout_s,
+        buffers=bufs,
+    )
     return tuple(progress.tokens)
 
 
-def _joint(rt: Runtime, pkg: Package, loads: list[Workload], bufs: dict[str, JobBuffers],
-           timeout_s: float) -> tuple[float, int, int, list[tuple[int, ...]]]:
+def _joint(
+    rt: Runtime, pkg: Package, loads: list[Workload], bufs: dict[str, JobBuffers], timeout_s: float
+) -> tuple[float, int, int, list[tuple[int, ...]]]:
     """A and B together, one thread each, released by one barrier. Returns (seconds, start_ns, end_ns, outputs)."""
     outputs: list[tuple[int, ...] | None] = [None] * len(loads)
     errors: list[BaseException | None] = [None] * len(loads)
@@ -245,7 +281,9 @@ def _joint(rt: Runtime, pkg: Package, loads: list[Workload], bufs: dict[str, Job
         except BaseException as exc:  # handed to the main thread below
             errors[i] = exc
 
-    threads = [threading.Thread(target=work, args=(i,), name=f"poc-{w.alias}", daemon=True) for i, w in enumerate(loads)]
+    threads = [
+        threading.Thread(target=work, args=(i,), name=f"poc-{w.alias}", daemon=True) for i, w in enumerate(loads)
+    ]
     for t in threads:
         t.start()
     try:
@@ -267,8 +305,11 @@ def _joint(rt: Runtime, pkg: Package, loads: list[Workload], bufs: dict[str, Job
 
 
 def _both_busy(rt: Runtime, start_ns: int, end_ns: int) -> float | None:
-    intervals = [Interval(e.chip, e.start_ns / 1e9, e.end_ns / 1e9)
-                 for e in rt.trace(since_ns=start_ns) if e.start_ns is not None and e.end_ns is not None]
+    intervals = [
+        Interval(e.chip, e.start_ns / 1e9, e.end_ns / 1e9)
+        for e in rt.trace(since_ns=start_ns)
+        if e.start_ns is not None and e.end_ns is not None
+    ]
     return both_busy_fraction(intervals, (start_ns / 1e9, end_ns / 1e9))
 
 
@@ -332,7 +373,7 @@ def run_poc_combined(
             "gate_requests": CROSSTALK_GATE_REQUESTS,
             "meets_gate": checker.generations >= CROSSTALK_GATE_REQUESTS and not checker.mismatches,
             "note": f"001 §13.1 asks for >= {CROSSTALK_GATE_REQUESTS} requests without crosstalk; "
-                    f"{checker.generations} generation(s) were checked here",
+            f"{checker.generations} generation(s) were checked here",
         }
     if verdict is not None:
         body["overlap_ratio"] = verdict.overlap_ratio.as_dict()
@@ -343,7 +384,11 @@ def run_poc_combined(
     if outcome is not Outcome.PASS or verdict is None:
         final, code = outcome.value, outcome.exit_code
     elif require_s2 and verdict.verdict != "S2":
-        final, code, error = verdict.verdict, Outcome.FAIL.exit_code, "S2 was required (--require-s2): " + "; ".join(verdict.reasons)
+        final, code, error = (
+            verdict.verdict,
+            Outcome.FAIL.exit_code,
+            "S2 was required (--require-s2): " + "; ".join(verdict.reasons),
+        )
     else:
         final, code = verdict.verdict, 0
     return finish(ctx, "poc combined", final, code, body, error, t0)
@@ -359,7 +404,12 @@ class _Found:
 
 
 def _flow(
-    ctx: RunContext, log: StepLog, expect: tuple[str, ...], rounds: int, timeout_s: float, body: dict[str, Any],
+    ctx: RunContext,
+    log: StepLog,
+    expect: tuple[str, ...],
+    rounds: int,
+    timeout_s: float,
+    body: dict[str, Any],
     found: _Found,
 ) -> None:
     ctx.open_device()
@@ -369,7 +419,9 @@ def _flow(
     rt = ctx.rt
     assert rt is not None
     aliases = tuple(m.alias for m in pkg.models if m.alias in expect)
-    body["phase"] = "001 §12 Phase 2 (one model on both chips)" if pkg.kind == "replica" else "001 §12 Phase 3 (two models)"
+    body["phase"] = (
+        "001 §12 Phase 2 (one model on both chips)" if pkg.kind == "replica" else "001 §12 Phase 3 (two models)"
+    )
 
     with log.step("check names and chip targets") as note:
         problems = check_combined_calbin(calbin.plan, expect)
@@ -401,8 +453,16 @@ def _flow(
                 progress = GreedyProgress(a)
                 g0 = time.perf_counter()
                 try:
-                    greedy_run(rt, pkg.model(a), golden[a].prompt, len(golden[a].tokens), progress=progress,
-                               generation=GENERATION, step_timeout_s=timeout_s, buffers=bufs[a])
+                    greedy_run(
+                        rt,
+                        pkg.model(a),
+                        golden[a].prompt,
+                        len(golden[a].tokens),
+                        progress=progress,
+                        generation=GENERATION,
+                        step_timeout_s=timeout_s,
+                        buffers=bufs[a],
+                    )
                 except StepTimedOut:
                     found.goldens.append(judge_golden(golden[a], progress, time.perf_counter() - g0))
                     raise
@@ -413,8 +473,10 @@ def _flow(
                 note.detail = f"{len(r.got_tokens)} tokens exact, logits max |err| {r.prefill_max_abs_err:.2g}"
 
         loads = _workloads(pkg, aliases, golden)
-        body["workloads"] = [{"alias": w.alias, "prompt_tokens": len(w.prompt), "output_tokens": w.n_tokens,
-                              "reference": w.reference} for w in loads.values()]
+        body["workloads"] = [
+            {"alias": w.alias, "prompt_tokens": len(w.prompt), "output_tokens": w.n_tokens, "reference": w.reference}
+            for w in loads.values()
+        ]
         checker = found.checker = _Checker(loads, golden)
         wa, wb = (loads[x] for x in aliases)
         results: list[RoundResult] = []
@@ -432,34 +494,58 @@ def _flow(
                 checker.check(wa.alias, k, "joint", joint_a)
                 checker.check(wb.alias, k, "joint", joint_b)
                 rnd = Round(t_a, t_b, t_j, len(out_a), len(out_b), len(joint_a) + len(joint_b))
-                results.append(RoundResult(k, t_a, t_b, t_j, len(out_a), len(out_b), rnd.overlap_ratio, rnd.efficiency,
-                                           _both_busy(rt, w0, w1)))
+                results.append(
+                    RoundResult(
+                        k,
+                        t_a,
+                        t_b,
+                        t_j,
+                        len(out_a),
+                        len(out_b),
+                        rnd.overlap_ratio,
+                        rnd.efficiency,
+                        _both_busy(rt, w0, w1),
+                    )
+                )
             body["rounds"] = results
-            note.detail = (f"{rounds} rounds of {wa.alias} alone, {wb.alias} alone, both together; "
-                           f"mean joint {sum(r.t_joint for r in results) / rounds * 1e3:.1f} ms vs serial "
-                           f"{sum(r.t_a + r.t_b for r in results) / rounds * 1e3:.1f} ms")
+            note.detail = (
+                f"{rounds} rounds of {wa.alias} alone, {wb.alias} alone, both together; "
+                f"mean joint {sum(r.t_joint for r in results) / rounds * 1e3:.1f} ms vs serial "
+                f"{sum(r.t_a + r.t_b for r in results) / rounds * 1e3:.1f} ms"
+            )
 
     with log.step("verify outputs") as note:
         note.detail = f"{checker.generations} generations, {checker.tokens} tokens checked"
         if checker.mismatches:
             first = checker.mismatches[0]
-            raise CheckFailed(f"output mismatch (crosstalk?): {first.describe()}"
-                              + (f" and {len(checker.mismatches) - 1} more" if len(checker.mismatches) > 1 else ""))
+            raise CheckFailed(
+                f"output mismatch (crosstalk?): {first.describe()}"
+                + (f" and {len(checker.mismatches) - 1} more" if len(checker.mismatches) > 1 else "")
+            )
         note.detail += ", all equal to their reference (no crosstalk)"
 
     with log.step("overlap verdict") as note:
         busy = [r.both_busy_fraction for r in results if r.both_busy_fraction is not None]
         mean_busy = sum(busy) / len(busy) if busy else None
-        verdict = judge([Round(r.t_a, r.t_b, r.t_joint, r.tokens_a, r.tokens_b, r.tokens_a + r.tokens_b) for r in results],
-                        both_busy=mean_busy)
+        verdict = judge(
+            [Round(r.t_a, r.t_b, r.t_joint, r.tokens_a, r.tokens_b, r.tokens_a + r.tokens_b) for r in results],
+            both_busy=mean_busy,
+        )
         reasons = list(verdict.reasons)
         if mean_busy is not None:
             reasons.append(f"per-chip trace: both chips computing during {mean_busy:.0%} of the joint wall time")
-        verdict = ConcurrencyVerdict(verdict.verdict, verdict.overlap_ratio, verdict.throughput_efficiency,
-                                     verdict.both_busy_fraction, tuple(reasons))
+        verdict = ConcurrencyVerdict(
+            verdict.verdict,
+            verdict.overlap_ratio,
+            verdict.throughput_efficiency,
+            verdict.both_busy_fraction,
+            tuple(reasons),
+        )
         o, e = verdict.overlap_ratio, verdict.throughput_efficiency
-        note.detail = (f"{verdict.verdict}: overlap_ratio {_f(o.mean)} [{_f(o.ci_low)}, {_f(o.ci_high)}], "
-                       f"efficiency {_f(e.mean)} [{_f(e.ci_low)}, {_f(e.ci_high)}]")
+        note.detail = (
+            f"{verdict.verdict}: overlap_ratio {_f(o.mean)} [{_f(o.ci_low)}, {_f(o.ci_high)}], "
+            f"efficiency {_f(e.mean)} [{_f(e.ci_low)}, {_f(e.ci_high)}]"
+        )
         if verdict.verdict != "S2":
             note.status = StepStatus.WARN
     found.verdict = verdict
@@ -472,17 +558,27 @@ def _f(x: float | None) -> str:
 def _capability(device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: Outcome) -> str:
     """What the run may be cited for (001 §1 C0–C4, S1/S2; SPEC §8)."""
     if device.is_mock:
-        return ("not evidence: a mock result shows the tool tells S1 from S2; the board's dual-chip concurrency stays "
-                "C3 until a --device calrt run with a vendor combined calbin measures it (001 §1, §6.4)")
+        return (
+            "not evidence: a mock result shows the tool tells S1 from S2; the board's dual-chip concurrency stays "
+            "C3 until a --device calrt run with a vendor combined calbin measures it (001 §1, §6.4)"
+        )
     if verdict is None or outcome is not Outcome.PASS:
         return "no claim: the PoC did not run to its verdict on this board"
     if verdict.verdict == "S2":
-        return ("measured S2 on this board for this package digest and runtime version (001 §13.2 evidence, C0 for this "
-                "configuration); S2 for the product still needs the §13.2 latency and §13.1 1000-request gates")
+        return (
+            "measured S2 on this board for this package digest and runtime version (001 §13.2 evidence, C0 for this "
+            "configuration); S2 for the product still needs the §13.2 latency and §13.1 1000-request gates"
+        )
     return "measured S1 only on this board for this package and runtime: the chips did not compute concurrently"
 
 
 __all__ = [
-    "CROSSTALK_GATE_REQUESTS", "POC_MOCK_TIME_SCALE", "Mismatch", "RoundResult", "Workload", "check_combined_calbin",
-    "parse_expect_models", "run_poc_combined",
+    "CROSSTALK_GATE_REQUESTS",
+    "POC_MOCK_TIME_SCALE",
+    "Mismatch",
+    "RoundResult",
+    "Workload",
+    "check_combined_calbin",
+    "parse_expect_models",
+    "run_poc_combined",
 ]

@@ -7,8 +7,8 @@ interval in a report.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -46,7 +46,13 @@ class Estimate:
     confidence: float = 0.95
 
     def as_dict(self) -> dict[str, float | int | None]:
-        return {"mean": self.mean, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "confidence": self.confidence}
+        return {
+            "mean": self.mean,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "n": self.n,
+            "confidence": self.confidence,
+        }
 
 
 def bootstrap(

@@ -47,7 +47,7 @@ class GoldenData:
     tolerance: Tolerance
 
     @classmethod
-    def load(cls, pkg: Package, alias: str) -> "GoldenData":
+    def load(cls, pkg: Package, alias: str) -> GoldenData:
         """Read the golden files of ``alias``; PackageError (exit 1) naming the file if one is unusable."""
         m = pkg.model(alias)
         g = m.golden
@@ -58,8 +58,10 @@ class GoldenData:
         if prompt.size < 1 or tokens.size < 1:
             raise PackageError("golden prompt and token sequence must not be empty", path=g.prompt.file)
         if logits.size != vocab:
-            raise PackageError(f"golden prefill logits hold {logits.size} values, the vocabulary has {vocab}",
-                               path=g.prefill_logits.file)
+            raise PackageError(
+                f"golden prefill logits hold {logits.size} values, the vocabulary has {vocab}",
+                path=g.prefill_logits.file,
+            )
         return cls(
             alias=alias,
             prompt=tuple(int(t) for t in prompt),
@@ -134,7 +136,7 @@ class StepTimedOut(StepTimeout):
         super().__init__(
             f"{alias}: {step} ({job.graph}, job {job.id} on chip {chips}) did not finish within {timeout_s:g} s; {recovery}",
             hint="a hang is a device fault (001 §11.3): the chip needs a reset, then golden + warm-up again before Ready "
-                 "(001 §13.3); raise --step-timeout only if the step is known to be slow",
+            "(001 §13.3); raise --step-timeout only if the step is known to be slow",
         )
         self.alias = alias
         self.step = step
@@ -165,14 +167,21 @@ def abort_hung(rt: Runtime, job: Job) -> str:
     return f"the hung job was aborted by a chip reset of chip {', '.join(done)}"
 
 
-def _wait(rt: Runtime, job: Job, step: str, alias: str, timeout_s: float, t_submit: float, progress: GreedyProgress) -> None:
+def _wait(
+    rt: Runtime, job: Job, step: str, alias: str, timeout_s: float, t_submit: float, progress: GreedyProgress
+) -> None:
     try:
         result = rt.wait(job, timeout_s)
     except Timeout:
         raise StepTimedOut(alias=alias, step=step, job=job, timeout_s=timeout_s, recovery=abort_hung(rt, job)) from None
     progress.timings.append(
-        StepTiming(step=step, graph=job.graph, job=job.id, seconds=time.perf_counter() - t_submit,
-                   device_seconds=result.device_seconds)
+        StepTiming(
+            step=step,
+            graph=job.graph,
+            job=job.id,
+            seconds=time.perf_counter() - t_submit,
+            device_seconds=result.device_seconds,
+        )
     )
 
 
@@ -202,7 +211,9 @@ def greedy_run(
             _run_steps(rt, model, prompt, n_tokens, seq, buffers, progress, generation, step_timeout_s)
         else:
             with rt.job_buffers(model.prefill.name) as (pi, po), rt.job_buffers(model.decode.name) as (di, do):
-                _run_steps(rt, model, prompt, n_tokens, seq, JobBuffers(pi, po, di, do), progress, generation, step_timeout_s)
+                _run_steps(
+                    rt, model, prompt, n_tokens, seq, JobBuffers(pi, po, di, do), progress, generation, step_timeout_s
+                )
     except BaseException:
         _free_quietly(rt, seq)
         raise
@@ -222,8 +233,15 @@ def _free_quietly(rt: Runtime, seq: KvSeqId) -> None:
 
 
 def _run_steps(
-    rt: Runtime, model: Model, prompt: tuple[int, ...], n_tokens: int, seq: KvSeqId, bufs: JobBuffers,
-    progress: GreedyProgress, generation: GenerationId, timeout_s: float,
+    rt: Runtime,
+    model: Model,
+    prompt: tuple[int, ...],
+    n_tokens: int,
+    seq: KvSeqId,
+    bufs: JobBuffers,
+    progress: GreedyProgress,
+    generation: GenerationId,
+    timeout_s: float,
 ) -> None:
     alias = model.alias
     prefill, decode = model.prefill, model.decode
@@ -232,7 +250,9 @@ def _run_steps(
     if not 1 <= len(prompt) <= capacity:
         raise ValueError(f"{alias}: prompt of {len(prompt)} tokens does not fit the prefill graph's {capacity}")
     if len(prompt) + n_tokens - 1 > decode.max_seq:
-        raise ValueError(f"{alias}: {len(prompt)} prompt + {n_tokens - 1} decoded tokens exceed max_seq {decode.max_seq}")
+        raise ValueError(
+            f"{alias}: {len(prompt)} prompt + {n_tokens - 1} decoded tokens exceed max_seq {decode.max_seq}"
+        )
 
     # Prefill: the whole prompt, padded to the graph's static shape; n_tokens is the CSR valid length.
     progress.current_step = "prefill"
@@ -252,7 +272,9 @@ def _run_steps(
     di, do = bufs.decode_inputs, bufs.decode_outputs
     pol = decode.inactive_lane_policy
     if pol is not None and pol.mask_input in di.names:
-        di.write(pol.mask_input, np.ones(di.batch, np.uint8))  # B1 on a B>1-capable graph: the one lane is active (000 §7.3)
+        di.write(
+            pol.mask_input, np.ones(di.batch, np.uint8)
+        )  # B1 on a B>1-capable graph: the one lane is active (000 §7.3)
     while len(progress.tokens) < n_tokens:
         step = f"decode[{len(progress.tokens) - 1}]"
         progress.current_step = step
@@ -267,4 +289,13 @@ def _run_steps(
     progress.current_step = None
 
 
-__all__ = ["GoldenData", "GreedyProgress", "JobBuffers", "StepTimedOut", "StepTiming", "abort_hung", "greedy_run", "step_name"]
+__all__ = [
+    "GoldenData",
+    "GreedyProgress",
+    "JobBuffers",
+    "StepTimedOut",
+    "StepTiming",
+    "abort_hung",
+    "greedy_run",
+    "step_name",
+]

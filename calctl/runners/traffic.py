@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, TypeVar
 
 from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode
 
@@ -69,8 +71,12 @@ def outcome_of_status(status: int, code: str | None = None) -> RequestOutcome:
     """An HTTP error status (and the OpenAI error ``code``) as an outcome class."""
     if code == RejectCode.DEADLINE.value:
         return RequestOutcome.DEADLINE
-    return {400: RequestOutcome.INVALID, 404: RequestOutcome.NOT_FOUND, 429: RequestOutcome.CAPACITY,
-            503: RequestOutcome.UNAVAILABLE}.get(status, RequestOutcome.TRANSPORT)
+    return {
+        400: RequestOutcome.INVALID,
+        404: RequestOutcome.NOT_FOUND,
+        429: RequestOutcome.CAPACITY,
+        503: RequestOutcome.UNAVAILABLE,
+    }.get(status, RequestOutcome.TRANSPORT)
 
 
 @dataclass
@@ -121,7 +127,7 @@ class RequestRecord:
     def itls(self) -> list[float]:
         """Inter-token latencies: gaps between consecutive output events."""
         t = self.token_times
-        return [b - a for a, b in zip(t, t[1:])]
+        return [b - a for a, b in itertools.pairwise(t)]
 
 
 # ---------------------------------------------------------------------------
@@ -145,7 +151,7 @@ class EngineLoop:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> "Future[T]":
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def call(self, fn: Callable[[], T], timeout: float = 10.0) -> T:
@@ -173,7 +179,7 @@ class EngineLoop:
             self._thread.join(30)
             self.loop.close()
 
-    def __enter__(self) -> "EngineLoop":
+    def __enter__(self) -> EngineLoop:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -229,17 +235,31 @@ async def drive_engine_request(
     try:
         stream = submit(request)
     except EngineRejection as exc:
-        rec.outcome, rec.status, rec.error, rec.end = outcome_of_rejection(exc.code), exc.code.http_status, exc.message, clock()
+        rec.outcome, rec.status, rec.error, rec.end = (
+            outcome_of_rejection(exc.code),
+            exc.code.http_status,
+            exc.message,
+            clock(),
+        )
         return EngineResult(rec, request.request_id, None, synchronous_rejection=True)
     result = EngineResult(rec, request.request_id, served_generation())
     loop = asyncio.get_running_loop()
-    timer = loop.call_later(plan.cancel_after_s, stream.cancel, "client cancel (timer)") if plan.cancel_after_s is not None else None
+    timer = (
+        loop.call_later(plan.cancel_after_s, stream.cancel, "client cancel (timer)")
+        if plan.cancel_after_s is not None
+        else None
+    )
     deadline = rec.sent + timeout_s
     try:
         try:
             await asyncio.wait_for(stream.admitted(), max(0.0, deadline - clock()))
         except EngineRejection as exc:
-            rec.outcome, rec.status, rec.error, rec.end = outcome_of_rejection(exc.code), exc.code.http_status, exc.message, clock()
+            rec.outcome, rec.status, rec.error, rec.end = (
+                outcome_of_rejection(exc.code),
+                exc.code.http_status,
+                exc.message,
+                clock(),
+            )
             result.terminal_events = 1
             return result
         rec.status = 200
@@ -313,6 +333,14 @@ def _on_token(rec: RequestRecord, now: float) -> None:
 
 
 __all__ = [
-    "ClientPlan", "EngineLoop", "EngineResult", "RequestOutcome", "RequestRecord", "drive_engine_request",
-    "error_outcome", "error_reason", "outcome_of_rejection", "outcome_of_status",
+    "ClientPlan",
+    "EngineLoop",
+    "EngineResult",
+    "RequestOutcome",
+    "RequestRecord",
+    "drive_engine_request",
+    "error_outcome",
+    "error_reason",
+    "outcome_of_rejection",
+    "outcome_of_status",
 ]

@@ -96,16 +96,30 @@ def run_warmup_model(
     def result() -> WarmupResult:
         graphs = {g: percentiles(v) for g, v in latencies.items()}
         unstable = tuple(g for g, p in graphs.items() if p.cv is not None and p.cv > CV_WARN)
-        return WarmupResult(alias=alias, ok=errors == 0 and attempted == iterations, iterations=attempted,
-                            errors=errors, graphs=graphs, unstable=unstable, first_error=first_error)
+        return WarmupResult(
+            alias=alias,
+            ok=errors == 0 and attempted == iterations,
+            iterations=attempted,
+            errors=errors,
+            graphs=graphs,
+            unstable=unstable,
+            first_error=first_error,
+        )
 
     for i in range(iterations):
         attempted += 1
         progress = GreedyProgress(alias)
         keep: dict[str, list[float]] = latencies if (i > 0 or iterations == 1) else {}
         try:
-            greedy_run(rt, model, golden.prompt, n_tokens, progress=progress, generation=generation,
-                       step_timeout_s=step_timeout_s)
+            greedy_run(
+                rt,
+                model,
+                golden.prompt,
+                n_tokens,
+                progress=progress,
+                generation=generation,
+                step_timeout_s=step_timeout_s,
+            )
         except StepTimedOut as exc:
             _record(keep, progress)
             errors += 1
@@ -172,8 +186,15 @@ def run_warmup(
             for alias in select_aliases(ctx.pkg, model):
                 with log.step(f"warmup {alias}") as note:
                     try:
-                        r = run_warmup_model(ctx.rt, ctx.pkg, alias, iterations=iterations, generation=generation,
-                                             step_timeout_s=step_timeout_s, decode_steps=decode_steps)
+                        r = run_warmup_model(
+                            ctx.rt,
+                            ctx.pkg,
+                            alias,
+                            iterations=iterations,
+                            generation=generation,
+                            step_timeout_s=step_timeout_s,
+                            decode_steps=decode_steps,
+                        )
                     except StepTimedOut as exc:
                         if isinstance(exc.partial, WarmupResult):
                             results.append(exc.partial)
@@ -191,7 +212,9 @@ def run_warmup(
         failed = [r for r in results if not r.ok]
         if failed:
             outcome = Outcome.FAIL
-            error = "; ".join(f"{r.alias}: {r.errors} error(s) in {r.iterations} iteration(s): {r.first_error}" for r in failed)
+            error = "; ".join(
+                f"{r.alias}: {r.errors} error(s) in {r.iterations} iteration(s): {r.first_error}" for r in failed
+            )
     body = {"iterations": iterations, "decode_steps": decode_steps, "cv_warn": CV_WARN, "models": results}
     return finish(ctx, "warmup", outcome.value, outcome.exit_code, body, error, t0)
 

@@ -41,7 +41,9 @@ from calctl.runtime.types import (
 CALRT_LIBRARY_ENV = "CALRT_LIBRARY"
 
 
-def open_runtime(kind: DeviceKind | str = DeviceKind.MOCK, calrt_lib: Path | str | None = None, **mock_options: Any) -> Runtime:
+def open_runtime(
+    kind: DeviceKind | str = DeviceKind.MOCK, calrt_lib: Path | str | None = None, **mock_options: Any
+) -> Runtime:
     """Open the device of ``kind``.
 
     ``mock``: ``mock_options`` are :class:`calctl.runtime.mock.MockBoardConfig`
@@ -77,8 +79,33 @@ def open_runtime(kind: DeviceKind | str = DeviceKind.MOCK, calrt_lib: Path | str
 
 
 __all__ = [
-    "BoardSelection", "BufferState", "Calbin", "ChipCounters", "ChipHealth", "ChipMemory", "DeviceKind", "Direction", "Engine",
-    "GenerationId", "Health", "HostBuffer", "Job", "JobId", "JobResult", "JobState", "KvLength", "KvManager",
-    "KvSeqId", "ResetScope", "Runtime", "RuntimeLayerError", "RuntimeStatus", "Topology", "TraceEvent", "Versions",
-    "open_runtime", "select_board", "CALRT_LIBRARY_ENV",
+    "CALRT_LIBRARY_ENV",
+    "BoardSelection",
+    "BufferState",
+    "Calbin",
+    "ChipCounters",
+    "ChipHealth",
+    "ChipMemory",
+    "DeviceKind",
+    "Direction",
+    "Engine",
+    "GenerationId",
+    "Health",
+    "HostBuffer",
+    "Job",
+    "JobId",
+    "JobResult",
+    "JobState",
+    "KvLength",
+    "KvManager",
+    "KvSeqId",
+    "ResetScope",
+    "Runtime",
+    "RuntimeLayerError",
+    "RuntimeStatus",
+    "Topology",
+    "TraceEvent",
+    "Versions",
+    "open_runtime",
+    "select_board",
 ]

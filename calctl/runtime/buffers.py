@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import enum
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -173,7 +174,7 @@ class HostBuffer:
             assert self._storage is not None
             self._storage[: self.layout.nbytes] = 0
 
-    def shares_storage_with(self, other: "HostBuffer") -> bool:
+    def shares_storage_with(self, other: HostBuffer) -> bool:
         """True when the two buffers are one buffer or share any byte of backing storage (000 §14:
         two jobs in flight together must not). A released buffer shares nothing."""
         if other is self or other.id == self.id:
@@ -241,7 +242,9 @@ class HostBuffer:
         if self._state is BufferState.RELEASED:
             raise InvalidArgument(f"cannot {action}: {self._what()} was released")
         if self._state is not BufferState.OWNED_BY_CALLER:
-            raise BufferInUse(f"cannot {action}: {self._what()} is owned by job {self._job} ({self._state.value})", job=self._job)
+            raise BufferInUse(
+                f"cannot {action}: {self._what()} is owned by job {self._job} ({self._state.value})", job=self._job
+            )
 
     def _view_locked(self, slot: TensorSlot) -> np.ndarray:
         assert self._storage is not None

@@ -16,9 +16,10 @@ chip's plan fits its DRAM (that is ``configure``'s OutOfMemory).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from calctl.package.model import ChipMode, Graph, GraphKind, Model, Package, mask_of_chips
 from calctl.runtime.errors import InvalidCalbin
@@ -84,11 +85,14 @@ def plan_calbin(package: Package, topology: Topology) -> CalbinPlan:
     for model in package.models:
         model_mask = mask_of_chips(model.target_chips)
         if not model.target_chips or model_mask & ~board_mask:
-            problems.append(f"model {model.alias!r} targets chips {list(model.target_chips)}, the board has 0..{topology.chips - 1}")
+            problems.append(
+                f"model {model.alias!r} targets chips {list(model.target_chips)}, the board has 0..{topology.chips - 1}"
+            )
         for sec in model.sections:
             if sec.chip_mask == 0 or sec.chip_mask & ~model_mask:
                 problems.append(
-                    f"section {sec.name!r} of model {model.alias!r} has chipMask {sec.chip_mask:#x} beyond the model's chips {list(model.target_chips)}"
+                    f"section {sec.name!r} of model {model.alias!r} has chipMask "
+                    f"{sec.chip_mask:#x} beyond the model's chips {list(model.target_chips)}"
                 )
         for g in model.graphs:
             if g.name in graphs:
@@ -96,16 +100,22 @@ def plan_calbin(package: Package, topology: Topology) -> CalbinPlan:
                 continue
             gmask = mask_of_chips(g.target_chips)
             if not g.target_chips or gmask & ~board_mask:
-                problems.append(f"graph {g.name!r} targets chips {list(g.target_chips)}, the board has 0..{topology.chips - 1}")
+                problems.append(
+                    f"graph {g.name!r} targets chips {list(g.target_chips)}, the board has 0..{topology.chips - 1}"
+                )
             if gmask & ~model_mask:
-                problems.append(f"graph {g.name!r} targets chips {list(g.target_chips)} outside model {model.alias!r}'s {list(model.target_chips)}")
+                problems.append(
+                    f"graph {g.name!r} targets chips {list(g.target_chips)} "
+                    f"outside model {model.alias!r}'s {list(model.target_chips)}"
+                )
             if g.chip_mode is ChipMode.SCHIP and len(g.target_chips) != 1:
                 problems.append(f"SCHIP graph {g.name!r} targets {len(g.target_chips)} chips, expected exactly 1")
             for sec in g.sections:
                 if sec.chip_mask == 0 or sec.chip_mask & ~gmask:
                     # 001 §6.4: a mask overreach means A could touch B's chip.
                     problems.append(
-                        f"section {sec.name!r} of graph {g.name!r} has chipMask {sec.chip_mask:#x}, beyond the graph's chips {list(g.target_chips)}"
+                        f"section {sec.name!r} of graph {g.name!r} has chipMask "
+                        f"{sec.chip_mask:#x}, beyond the graph's chips {list(g.target_chips)}"
                     )
             graphs[g.name] = GraphPlan(graph=g, model=model.alias, chips=tuple(sorted(g.target_chips)))
         per_chip: dict[int, int] = {}
@@ -117,7 +127,9 @@ def plan_calbin(package: Package, topology: Topology) -> CalbinPlan:
     chip_bytes = [0] * topology.chips
     for region in package.memory_plan:
         if not 0 <= region.chip < topology.chips:
-            problems.append(f"memory plan region {region.name!r} is on chip {region.chip}, the board has 0..{topology.chips - 1}")
+            problems.append(
+                f"memory plan region {region.name!r} is on chip {region.chip}, the board has 0..{topology.chips - 1}"
+            )
             continue
         chip_bytes[region.chip] += region.size
     if problems:
@@ -135,7 +147,7 @@ class Calbin:
     A configured calbin cannot be released; ``reset_configuration`` first.
     """
 
-    def __init__(self, plan: CalbinPlan, calbin_id: int, release: Callable[["Calbin"], None]) -> None:
+    def __init__(self, plan: CalbinPlan, calbin_id: int, release: Callable[[Calbin], None]) -> None:
         self.plan = plan
         self.id = calbin_id
         self._release = release
@@ -165,7 +177,7 @@ class Calbin:
             self._release(self)
             self._released = True
 
-    def __enter__(self) -> "Calbin":
+    def __enter__(self) -> Calbin:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
@@ -175,11 +187,10 @@ class Calbin:
         return f"Calbin(id={self.id}, package={self.package.name!r}, graphs={list(self.graph_names)})"
 
 
-
 # -- checks both backends make before a submit (one implementation, so they cannot drift) ---------
 
 
-def resolve_graph(current: "Calbin | None", name: str) -> GraphPlan:
+def resolve_graph(current: Calbin | None, name: str) -> GraphPlan:
     """The configured graph named exactly ``name`` (001 §10.4: no fuzzy matching)."""
     from calctl.runtime.errors import InvalidArgument, NotConfigured
 
@@ -200,8 +211,9 @@ def check_job_buffers(owned: Mapping[int, Any], plan: GraphPlan, inputs: Any, ou
 
     if inputs is outputs:
         raise InvalidArgument("inputs and outputs must be two different buffers (a buffer is never shared)")
-    for buf, direction in ((inputs, Direction.INPUT), (outputs, Direction.OUTPUT)):
-        if owned.get(buf.id) is not buf:
+    pairs: tuple[tuple[Any, Direction], ...] = ((inputs, Direction.INPUT), (outputs, Direction.OUTPUT))
+    for buf, direction in pairs:
+        if buf.id not in owned or owned[buf.id] is not buf:
             raise InvalidArgument(f"{buf!r} does not belong to this device or was released")
         if buf.direction is not direction or buf.graph != plan.name:
             raise InvalidArgument(f"{buf!r} is not a {direction.value} buffer of graph {plan.name!r}")

@@ -46,7 +46,9 @@ class RuntimeLayerError(DeviceError):
 
     code: ClassVar[RuntimeStatus] = RuntimeStatus.INTERNAL
 
-    def __init__(self, message: str, *, job: int | None = None, hint: str | None = None, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, job: int | None = None, hint: str | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message, status=int(self.code) if status is None else status, hint=hint)
         self.job = job
 
@@ -150,8 +152,20 @@ class LibraryError(RuntimeLayerError):
 _BY_STATUS: dict[int, type[RuntimeLayerError]] = {
     cls.code: cls
     for cls in (
-        DeviceBusy, Timeout, AlreadyConfigured, NotConfigured, InvalidCalbin, OutOfMemory, CcuException,
-        UnknownDmaState, DeviceLost, InvalidArgument, DeviceInUse, BufferInUse, NotSupported, JobAborted,
+        DeviceBusy,
+        Timeout,
+        AlreadyConfigured,
+        NotConfigured,
+        InvalidCalbin,
+        OutOfMemory,
+        CcuException,
+        UnknownDmaState,
+        DeviceLost,
+        InvalidArgument,
+        DeviceInUse,
+        BufferInUse,
+        NotSupported,
+        JobAborted,
         InternalRuntimeError,
     )
 }

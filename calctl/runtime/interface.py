@@ -24,9 +24,10 @@ This module declares; it implements nothing and imports no backend.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Iterable, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from calctl.package.model import Package
 from calctl.runtime.buffers import HostBuffer
@@ -87,8 +88,7 @@ class KvManager(Protocol):
         """Return the sequence to the pool."""
         ...
 
-    def length(self, seq: KvSeqId) -> KvLength:
-        ...
+    def length(self, seq: KvSeqId) -> KvLength: ...
 
 
 @runtime_checkable
@@ -106,7 +106,7 @@ class Runtime(Protocol):
         """Abort what is in flight, drop the configuration, release every handle. Idempotent."""
         ...
 
-    def __enter__(self) -> "Runtime": ...
+    def __enter__(self) -> Runtime: ...
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None: ...
 

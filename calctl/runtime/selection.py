@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from calctl.errors import UsageError
 from calctl.runtime.types import DeviceKind
@@ -63,8 +64,10 @@ class BoardSelection:
             doc["seed_source"] = MOCK_SEED_ENV if self.seed_from_env else "default"
         else:
             doc["selector"] = self.selector
-            doc["note"] = (f"{CALRT_DEVICE_ENV} is passed to the CalRT shim through the environment; the 0.7.6 C ABI "
-                           "cannot report which board it opened (vendor gap, 000 §3)")
+            doc["note"] = (
+                f"{CALRT_DEVICE_ENV} is passed to the CalRT shim through the environment; the 0.7.6 C ABI "
+                "cannot report which board it opened (vendor gap, 000 §3)"
+            )
         return doc
 
 
@@ -79,8 +82,13 @@ def select_board(kind: DeviceKind | str, environ: Mapping[str, str] | None = Non
         raw_seed = env.get(MOCK_SEED_ENV, "").strip()
         if raw_seed and not raw_seed.isdigit():
             raise UsageError(f"{MOCK_SEED_ENV}={raw_seed!r}: expected a non-negative integer")
-        return BoardSelection(device, label or DEFAULT_MOCK_BOARD, BOARD_ID_ENV if label else "default",
-                              seed=int(raw_seed) if raw_seed else 0, seed_from_env=bool(raw_seed))
+        return BoardSelection(
+            device,
+            label or DEFAULT_MOCK_BOARD,
+            BOARD_ID_ENV if label else "default",
+            seed=int(raw_seed) if raw_seed else 0,
+            seed_from_env=bool(raw_seed),
+        )
     selector = env.get(CALRT_DEVICE_ENV, "").strip() or None
     if label is None and selector is not None:
         _check_label(selector, CALRT_DEVICE_ENV, hint=f"or set {BOARD_ID_ENV} to a label for this board")
@@ -91,8 +99,11 @@ def select_board(kind: DeviceKind | str, environ: Mapping[str, str] | None = Non
 
 def _check_label(value: str, variable: str, *, hint: str | None = None) -> None:
     if not _LABEL.fullmatch(value):
-        raise UsageError(f"{variable}={value!r}: a board label is 1-64 characters of letters, digits and . _ : / - "
-                         "(it becomes a metric label)", hint=hint)
+        raise UsageError(
+            f"{variable}={value!r}: a board label is 1-64 characters of letters, digits and . _ : / - "
+            "(it becomes a metric label)",
+            hint=hint,
+        )
 
 
-__all__ = ["BoardSelection", "select_board", "BOARD_ID_ENV", "MOCK_SEED_ENV", "CALRT_DEVICE_ENV"]
+__all__ = ["BOARD_ID_ENV", "CALRT_DEVICE_ENV", "MOCK_SEED_ENV", "BoardSelection", "select_board"]

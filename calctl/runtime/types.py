@@ -54,7 +54,7 @@ class JobState(str, enum.Enum):
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.ABORTED)
 
     @classmethod
-    def from_code(cls, code: int) -> "JobState":
+    def from_code(cls, code: int) -> JobState:
         """From ``CALRT_JOB_*`` (declaration order); ValueError for a code the ABI does not define."""
         members = list(JobState)
         if not 0 <= code < len(members):
@@ -81,7 +81,7 @@ class Health(str, enum.Enum):
     UNKNOWN = "unknown"  # the runtime cannot tell
 
     @classmethod
-    def from_code(cls, code: int) -> "Health":
+    def from_code(cls, code: int) -> Health:
         """From ``CALRT_HEALTH_*``; an unknown code is UNKNOWN."""
         members = list(Health)
         return members[code] if 0 <= code < len(members) else Health.UNKNOWN

@@ -276,7 +276,9 @@ def parse_dual_model_config(doc: Any, *, source: str) -> DualModelConfig:
             problems.append((f"{at}/alias", f"{m['alias']!r} is already used by /models/{seen_alias[m['alias']]}"))
         seen_alias.setdefault(m["alias"], i)
         if m["chip_id"] in seen_chip:  # 001 §4: one model per chip
-            problems.append((f"{at}/chip_id", f"chip {m['chip_id']} is already used by /models/{seen_chip[m['chip_id']]}"))
+            problems.append(
+                (f"{at}/chip_id", f"chip {m['chip_id']} is already used by /models/{seen_chip[m['chip_id']]}")
+            )
         seen_chip.setdefault(m["chip_id"], i)
         if m["chip_id"] >= doc["device"]["expected_chips"]:
             problems.append(
@@ -342,18 +344,25 @@ def cross_check_dual_model(config: DualModelConfig, package: Package) -> None:
     configured = {m.alias for m in config.models}
     for alias in package.aliases:
         if alias not in configured:  # a combined calbin is configured and reset as a whole (001 §11.2)
-            problems.append(("/models", f"package model {alias!r} has no entry (a combined package serves all its models)"))
+            problems.append(
+                ("/models", f"package model {alias!r} has no entry (a combined package serves all its models)")
+            )
     for entry in config.models:
         at = entry.pointer
         model = _find_model(package, entry.alias)
         if model is None:
-            problems.append((f"{at}/alias", f"{entry.alias!r} is not a model of the package ({_names(package.aliases)})"))
+            problems.append(
+                (f"{at}/alias", f"{entry.alias!r} is not a model of the package ({_names(package.aliases)})")
+            )
             continue
         if entry.chip_id not in chips:
             problems.append((f"{at}/chip_id", f"{entry.chip_id} is not one of the package's chips {chips}"))
         elif entry.chip_id not in model.target_chips:
             problems.append(
-                (f"{at}/chip_id", f"model {entry.alias!r} targets chips {list(model.target_chips)}, not {entry.chip_id}")
+                (
+                    f"{at}/chip_id",
+                    f"model {entry.alias!r} targets chips {list(model.target_chips)}, not {entry.chip_id}",
+                )
             )
         for fld, name, kind in (
             ("prefill_graph", entry.prefill_graph, GraphKind.PREFILL),
@@ -454,7 +463,9 @@ def scheduler_settings(
         prefill_graph=model.prefill.name,
         profiles=batch_profiles(config, model),
         prefill_thresholds=PrefillThresholds(q.short_prefill_max_tokens, q.medium_prefill_max_tokens),
-        service_weights=ServiceWeights(q.decode_weight, q.short_prefill_weight, q.medium_prefill_weight, q.long_prefill_weight),
+        service_weights=ServiceWeights(
+            q.decode_weight, q.short_prefill_weight, q.medium_prefill_weight, q.long_prefill_weight
+        ),
         decode=DecodeOptions(
             batching_window_s=b.batching_window_us / 1e6,
             profile_thresholds=dict(b.profile_thresholds) or None,
@@ -482,7 +493,7 @@ def _schema_problems(schema: str, doc: Any, at: str) -> list[Problem]:
             missing = str(err.message).split("'")[1] if "'" in err.message else ""
             problems.append((f"{where}/{missing}", "required field is missing"))
         elif err.validator == "additionalProperties" and isinstance(err.instance, dict):
-            allowed = set((err.schema.get("properties") or {}).keys())  # type: ignore[union-attr]
+            allowed = set((err.schema.get("properties") or {}).keys())  # type: ignore[union-attr,unused-ignore]
             for key in err.instance:
                 if key not in allowed:
                     hint = f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
@@ -519,7 +530,10 @@ def _scheduler_from_doc(doc: Mapping[str, Any], source: str, at: str) -> Schedul
             deadline_granularity_ms=float(b.get("deadline_granularity_ms", 0.0)),
         ),
         executor=ExecutorConfig(
-            e["max_inflight"], e["fixed_engine"], ExecutorMode(e["mode"]) if "mode" in e else None, _downgrade(e.get("downgrade") or {})
+            e["max_inflight"],
+            e["fixed_engine"],
+            ExecutorMode(e["mode"]) if "mode" in e else None,
+            _downgrade(e.get("downgrade") or {}),
         ),
         recovery=RecoveryConfig(r["max_resets_per_10min"], r["restart_on_unknown_dma"]),
         tenants={
@@ -549,19 +563,27 @@ def _downgrade(d: Mapping[str, Any]) -> DowngradePolicy:
 def _scheduler_rules(config: SchedulerConfig, at: str) -> Iterable[Problem]:
     e = config.executor
     if e.effective_mode.max_inflight > e.max_inflight:  # 001 §9.3: 2 in flight only when configured
-        yield (f"{at}/executor/mode", f"{e.effective_mode.value} needs max_inflight 2, the configuration has {e.max_inflight}")
+        yield (
+            f"{at}/executor/mode",
+            f"{e.effective_mode.value} needs max_inflight 2, the configuration has {e.max_inflight}",
+        )
     if e.fixed_engine and e.effective_mode is ExecutorMode.PINGPONG:
-        yield (f"{at}/executor/fixed_engine", "pingpong alternates the ping and pong banks; it cannot use one fixed engine")
+        yield (
+            f"{at}/executor/fixed_engine",
+            "pingpong alternates the ping and pong banks; it cannot use one fixed engine",
+        )
     if e.downgrade.p99_min_samples > e.downgrade.p99_window:
-        yield (f"{at}/executor/downgrade/p99_min_samples",
-               f"{e.downgrade.p99_min_samples} exceeds p99_window {e.downgrade.p99_window}")
+        yield (
+            f"{at}/executor/downgrade/p99_min_samples",
+            f"{e.downgrade.p99_min_samples} exceeds p99_window {e.downgrade.p99_window}",
+        )
     q = config.queues
     if q.short_prefill_max_tokens >= q.medium_prefill_max_tokens:
         yield (
             f"{at}/queues/short_prefill_max_tokens",
             f"{q.short_prefill_max_tokens} must be below medium_prefill_max_tokens {q.medium_prefill_max_tokens}",
         )
-    for b, th in config.batch.profile_thresholds.items():
+    for b, _th in config.batch.profile_thresholds.items():
         if b not in config.batch.profiles:
             yield (f"{at}/batch/profile_thresholds/{b}", f"B{b} is not in batch.profiles {list(config.batch.profiles)}")
 

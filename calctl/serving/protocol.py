@@ -11,8 +11,9 @@ No FastAPI, no runtime and no scheduling logic here.
 from __future__ import annotations
 
 import enum
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping, Protocol
+from typing import Any, Protocol
 
 from calctl.serving.text import TextCodec
 
@@ -38,7 +39,9 @@ class RejectCode(str, enum.Enum):
 
 
 class EngineRejection(Exception):
-    def __init__(self, code: RejectCode, message: str, *, param: str | None = None, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self, code: RejectCode, message: str, *, param: str | None = None, retry_after_s: float | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -11,9 +11,10 @@ This module knows nothing about HTTP, scheduling or devices.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -34,7 +35,7 @@ class TextCodec:
     special_ids: frozenset[int] = field(default_factory=frozenset)
 
     @classmethod
-    def from_files(cls, tokenizer_json: Path, config_json: Path | None, eos_token_id: int | None) -> "TextCodec":
+    def from_files(cls, tokenizer_json: Path, config_json: Path | None, eos_token_id: int | None) -> TextCodec:
         try:
             tok = Tokenizer.from_file(str(tokenizer_json))
         except Exception as exc:  # tokenizers raises plain Exception subclasses
@@ -68,7 +69,9 @@ class TextCodec:
             raise ChatTemplateError("this model has no chat template; use /v1/completions")
         env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
         try:
-            return env.from_string(self.chat_template).render(messages=messages, add_generation_prompt=add_generation_prompt)
+            return env.from_string(self.chat_template).render(
+                messages=messages, add_generation_prompt=add_generation_prompt
+            )
         except TemplateError as exc:
             raise ChatTemplateError(f"chat template failed: {exc}") from None
 
@@ -94,14 +97,14 @@ class IncrementalDetokenizer:
         full = self._codec.decode(self._ids)
         if full.endswith("\ufffd"):
             return ""
-        delta = full[len(self._emitted):] if full.startswith(self._emitted) else ""
+        delta = full[len(self._emitted) :] if full.startswith(self._emitted) else ""
         self._emitted = full if full.startswith(self._emitted) else self._emitted
         return delta
 
     def flush(self) -> str:
         full = self._codec.decode(self._ids)
         if full.startswith(self._emitted) and len(full) > len(self._emitted):
-            delta = full[len(self._emitted):]
+            delta = full[len(self._emitted) :]
             self._emitted = full
             return delta
         return ""
@@ -134,7 +137,7 @@ class StopMatcher:
                 if buf.endswith(s[:n]):
                     keep = max(keep, n)
                     break
-        self._pending = buf[len(buf) - keep:] if keep else ""
+        self._pending = buf[len(buf) - keep :] if keep else ""
         return buf[: len(buf) - keep], False
 
     def flush(self) -> str:

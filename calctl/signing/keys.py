@@ -41,11 +41,16 @@ def generate(prefix: Path) -> tuple[Path, Path]:
     pub_path = Path(f"{prefix}.pub")
     for p in (priv_path, pub_path):
         if p.exists() or p.is_symlink():
-            raise UsageError(f"{p}: already exists; refusing to overwrite a key", hint="choose another PREFIX or remove the old files")
+            raise UsageError(
+                f"{p}: already exists; refusing to overwrite a key",
+                hint="choose another PREFIX or remove the old files",
+            )
     if not priv_path.parent.is_dir():
         raise UsageError(f"{priv_path.parent}: directory does not exist")
     key = Ed25519PrivateKey.generate()
-    priv_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    priv_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     pub_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
@@ -84,7 +89,9 @@ def load_private(path: Path) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-        raise UsageError(f"{path}: not an unencrypted PEM private key ({exc})", hint="create one with `calctl keygen PREFIX`") from None
+        raise UsageError(
+            f"{path}: not an unencrypted PEM private key ({exc})", hint="create one with `calctl keygen PREFIX`"
+        ) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise UsageError(f"{path}: is a {type(key).__name__}, expected an Ed25519 private key")
     return key
@@ -95,7 +102,9 @@ def load_public(path: Path) -> TrustedKey:
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-        raise UsageError(f"{path}: not a PEM public key ({exc})", hint="pass the PREFIX.pub written by `calctl keygen`") from None
+        raise UsageError(
+            f"{path}: not a PEM public key ({exc})", hint="pass the PREFIX.pub written by `calctl keygen`"
+        ) from None
     if not isinstance(key, Ed25519PublicKey):
         raise UsageError(f"{path}: is a {type(key).__name__}, expected an Ed25519 public key")
     return TrustedKey(key=key, key_id=key_id(key), source=str(path))

@@ -36,7 +36,9 @@ def test_public_key() -> TrustedKey:
     return load_public(test_key_paths()[1])
 
 
-def make_policy(explicit: list[Path] | None, allow_unsigned: bool = False, *, trust_test_key: bool = False) -> TrustPolicy:
+def make_policy(
+    explicit: list[Path] | None, allow_unsigned: bool = False, *, trust_test_key: bool = False
+) -> TrustPolicy:
     keys = trust_store(explicit)
     if trust_test_key and all(k.key_id != test_public_key().key_id for k in keys):
         keys.append(test_public_key())

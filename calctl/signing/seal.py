@@ -13,6 +13,7 @@ file size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -44,10 +45,8 @@ def sha256_file(path: Path) -> str:
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as fh:
         if hasattr(os, "posix_fadvise"):
-            try:
+            with contextlib.suppress(OSError):
                 os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-            except OSError:
-                pass
         while True:
             n = fh.readinto(buf)
             if not n:
@@ -99,7 +98,7 @@ def sealed_files(root: Path) -> list[str]:
 def hash_files(root: Path, rels: list[str], jobs: int | None = None) -> dict[str, str]:
     """SHA-256 of each relative path, computed in parallel; keeps the input order. Raises OSError."""
     digests = hash_files_checked(root, rels, jobs)
-    for rel, value in digests.items():
+    for _rel, value in digests.items():
         if isinstance(value, OSError):
             raise value
     return {r: str(v) for r, v in digests.items()}
@@ -124,7 +123,7 @@ def hash_files_checked(root: Path, rels: list[str], jobs: int | None = None) -> 
     # Largest first so the long files start early and the pool drains evenly.
     order = sorted(rels, key=lambda r: -size(r))
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(order) or 1))) as pool:
-        digests = dict(zip(order, pool.map(one, order)))
+        digests = dict(zip(order, pool.map(one, order), strict=True))
     return {r: digests[r] for r in rels}
 
 
@@ -247,7 +246,9 @@ class SealReport:
 
 def verify_hashes(root: Path, report: SealReport, jobs: int | None = None) -> dict[str, str] | None:
     if (root / CHECKSUMS).is_symlink():
-        report.findings.append(SealFinding("hash", CHECKSUMS, "is a symlink; the seal must be a regular file in the package"))
+        report.findings.append(
+            SealFinding("hash", CHECKSUMS, "is a symlink; the seal must be a regular file in the package")
+        )
         return None
     try:
         raw = (root / CHECKSUMS).read_bytes()
@@ -266,13 +267,15 @@ def verify_hashes(root: Path, report: SealReport, jobs: int | None = None) -> di
         if e.kind != "file":
             report.findings.append(SealFinding("hash", rel, f"is a {e.kind}; packages hold regular files only"))
         elif rel not in listed:
-            report.findings.append(SealFinding("hash", rel, "present in the package but not listed in checksums.sha256"))
+            report.findings.append(
+                SealFinding("hash", rel, "present in the package but not listed in checksums.sha256")
+            )
     present = []
     for rel in listed:
-        e = entries.get(rel)
-        if e is None:
+        found = entries.get(rel)
+        if found is None:
             report.findings.append(SealFinding("hash", rel, "listed in checksums.sha256 but missing from the package"))
-        elif e.kind == "file":
+        elif found.kind == "file":
             present.append(rel)
     digests = hash_files_checked(root, present, jobs)
     for rel, digest in digests.items():
@@ -283,7 +286,9 @@ def verify_hashes(root: Path, report: SealReport, jobs: int | None = None) -> di
         report.bytes_hashed += (root / rel).stat().st_size
         if digest != listed[rel]:
             report.findings.append(
-                SealFinding("hash", rel, f"sha256 mismatch: checksums.sha256 says {listed[rel][:16]}…, file has {digest[:16]}…")
+                SealFinding(
+                    "hash", rel, f"sha256 mismatch: checksums.sha256 says {listed[rel][:16]}…, file has {digest[:16]}…"
+                )
             )
     return listed
 
@@ -291,7 +296,9 @@ def verify_hashes(root: Path, report: SealReport, jobs: int | None = None) -> di
 def verify_signature(root: Path, trusted: list[TrustedKey], report: SealReport) -> None:
     sig_path = root / SIGNATURE
     if sig_path.is_symlink() or (root / CHECKSUMS).is_symlink():
-        report.findings.append(SealFinding("signature", SIGNATURE, "the seal files must be regular files, not symlinks"))
+        report.findings.append(
+            SealFinding("signature", SIGNATURE, "the seal files must be regular files, not symlinks")
+        )
         return
     try:
         sig = sig_path.read_bytes()
@@ -304,7 +311,9 @@ def verify_signature(root: Path, trusted: list[TrustedKey], report: SealReport) 
     except FileNotFoundError:
         return  # already reported by verify_hashes
     if len(sig) != 64:
-        report.findings.append(SealFinding("signature", SIGNATURE, f"is {len(sig)} bytes, expected a 64-byte raw Ed25519 signature"))
+        report.findings.append(
+            SealFinding("signature", SIGNATURE, f"is {len(sig)} bytes, expected a 64-byte raw Ed25519 signature")
+        )
         return
     if not trusted:
         report.findings.append(
@@ -320,7 +329,12 @@ def verify_signature(root: Path, trusted: list[TrustedKey], report: SealReport) 
         return
     ids = ", ".join(f"{k.key_id} ({k.source})" for k in trusted)
     report.findings.append(
-        SealFinding("signature", SIGNATURE, f"does not verify with any trusted key; tried {ids}: signed by another key, or checksums.sha256 changed after signing")
+        SealFinding(
+            "signature",
+            SIGNATURE,
+            f"does not verify with any trusted key; tried {ids}: signed "
+            "by another key, or checksums.sha256 changed after signing",
+        )
     )
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from calctl.runners.traffic import EngineLoop
 from calctl.runtime import open_runtime
@@ -59,8 +60,18 @@ class Harness:
 
     def run(self, n: int, max_tokens: int = len(GOLDEN), *, tag: str = "r", timeout_s: float = 60.0) -> list[Outcome]:
         """``n`` identical greedy requests at once; their outcomes in order."""
-        reqs = [GenerationRequest(f"{tag}-{i}", ALIAS, "tests", tuple(PROMPT), max_tokens, SamplingParams(temperature=0.0),
-                                  ignore_eos=True) for i in range(n)]
+        reqs = [
+            GenerationRequest(
+                f"{tag}-{i}",
+                ALIAS,
+                "tests",
+                tuple(PROMPT),
+                max_tokens,
+                SamplingParams(temperature=0.0),
+                ignore_eos=True,
+            )
+            for i in range(n)
+        ]
         return self.loop.submit(_gather(self.engine, reqs)).result(timeout_s)
 
     def metric(self, name: str, **labels: str) -> float | None:
@@ -95,16 +106,29 @@ async def _gather(engine: ServingEngine, reqs: list[GenerationRequest]) -> list[
 
 
 @contextlib.contextmanager
-def executor_engine(mode: ExecutorMode = ExecutorMode.PINGPONG, *, max_inflight: int = 2, fixed_engine: bool = False,
-                    time_scale: float = 1.0,
-                    downgrade: DowngradePolicy | None = None, job_timeout_s: float = 10.0,
-                    mock: dict[str, Any] | None = None, package: Path = SINGLE) -> Iterator[Harness]:
-    cfg = dataclasses.replace(default_scheduler_config(ALIAS, max_inflight=max_inflight),
-                              executor=ExecutorConfig(max_inflight, fixed_engine, mode, downgrade or DowngradePolicy()))
+def executor_engine(
+    mode: ExecutorMode = ExecutorMode.PINGPONG,
+    *,
+    max_inflight: int = 2,
+    fixed_engine: bool = False,
+    time_scale: float = 1.0,
+    downgrade: DowngradePolicy | None = None,
+    job_timeout_s: float = 10.0,
+    mock: dict[str, Any] | None = None,
+    package: Path = SINGLE,
+) -> Iterator[Harness]:
+    cfg = dataclasses.replace(
+        default_scheduler_config(ALIAS, max_inflight=max_inflight),
+        executor=ExecutorConfig(max_inflight, fixed_engine, mode, downgrade or DowngradePolicy()),
+    )
     with open_runtime("mock", time_scale=time_scale, **(mock or {})) as rt:
         assert isinstance(rt, MockRuntime)
-        sup = DeviceSupervisor(rt, trust=make_policy([TEST_PUB]), scheduler_configs={ALIAS: cfg},
-                               options=SupervisorOptions(warmup_iterations=1, job_timeout_s=job_timeout_s))
+        sup = DeviceSupervisor(
+            rt,
+            trust=make_policy([TEST_PUB]),
+            scheduler_configs={ALIAS: cfg},
+            options=SupervisorOptions(warmup_iterations=1, job_timeout_s=job_timeout_s),
+        )
         try:
             sup.start(package)
             with EngineLoop("executor-tests") as loop:

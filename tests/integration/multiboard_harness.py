@@ -30,9 +30,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 
@@ -102,13 +102,18 @@ class Backend:
 
     def requests_finished(self) -> float:
         """Sum of ``calctl_requests_total`` over models and outcomes."""
-        return sum(float(m.group(1)) for m in re.finditer(r"^calctl_requests_total\{[^}]*\} (\S+)$", self.metrics(), re.M))
+        return sum(
+            float(m.group(1)) for m in re.finditer(r"^calctl_requests_total\{[^}]*\} (\S+)$", self.metrics(), re.M)
+        )
 
     def live_requests(self) -> float:
         """Requests the board holds now: KV lanes not Free (admitted) plus requests waiting for admission."""
         text = self.metrics()
-        lanes = sum(float(m.group(2)) for m in re.finditer(r'^calctl_kv_lanes\{[^}]*state="(\w+)"[^}]*\} (\S+)$', text, re.M)
-                    if m.group(1) != "Free")
+        lanes = sum(
+            float(m.group(2))
+            for m in re.finditer(r'^calctl_kv_lanes\{[^}]*state="(\w+)"[^}]*\} (\S+)$', text, re.M)
+            if m.group(1) != "Free"
+        )
         waiting = sum(float(m.group(1)) for m in re.finditer(r"^calctl_waiting_requests\{[^}]*\} (\S+)$", text, re.M))
         return lanes + waiting
 
@@ -122,21 +127,32 @@ def _wait_ready(backends: list[Backend], timeout: float) -> None:
     while pending:
         for b in list(pending):
             if b.proc.poll() is not None:
-                raise RuntimeError(f"calctl serve for {b.board} exited with {b.proc.returncode} before it was ready:\n"
-                                   f"{b.log_text()[-3000:]}")
+                raise RuntimeError(
+                    f"calctl serve for {b.board} exited with {b.proc.returncode} before it was ready:\n"
+                    f"{b.log_text()[-3000:]}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{b.url}/health/ready", timeout=2).status_code == 200:
                     pending.remove(b)
         if pending and time.monotonic() > end:
-            raise RuntimeError(f"not ready after {timeout:.0f} s: {[b.board for b in pending]}\n"
-                               + "\n".join(b.log_text()[-2000:] for b in pending))
+            raise RuntimeError(
+                f"not ready after {timeout:.0f} s: {[b.board for b in pending]}\n"
+                + "\n".join(b.log_text()[-2000:] for b in pending)
+            )
         if pending:
             time.sleep(0.1)
 
 
 @contextlib.contextmanager
-def boards(workdir: Path, specs: list[tuple[str, int]], *, time_scale: float, drain_timeout: float,
-           ready_timeout: float = 90.0, extra_args: tuple[str, ...] = ()) -> Iterator[list[Backend]]:
+def boards(
+    workdir: Path,
+    specs: list[tuple[str, int]],
+    *,
+    time_scale: float,
+    drain_timeout: float,
+    ready_timeout: float = 90.0,
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[list[Backend]]:
     """One ``calctl serve`` per ``(board id, seed)``; all stopped (and killed if need be) on exit."""
     started: list[Backend] = []
     try:
@@ -144,12 +160,38 @@ def boards(workdir: Path, specs: list[tuple[str, int]], *, time_scale: float, dr
             port = free_port()
             log = workdir / f"serve-{board}.log"
             env = {**os.environ, "CALCTL_BOARD_ID": board, "CALCTL_MOCK_SEED": str(seed), "PYTHONUNBUFFERED": "1"}
-            cmd = [sys.executable, "-m", "calctl", "serve", str(COMBINED), "--trusted-key", str(TEST_PUB),
-                   "--host", "127.0.0.1", "--port", str(port), "--time-scale", str(time_scale),
-                   "--warmup-iterations", "1", "--drain-timeout", str(drain_timeout), "--log-level", "warning", *extra_args]
+            cmd = [
+                sys.executable,
+                "-m",
+                "calctl",
+                "serve",
+                str(COMBINED),
+                "--trusted-key",
+                str(TEST_PUB),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--time-scale",
+                str(time_scale),
+                "--warmup-iterations",
+                "1",
+                "--drain-timeout",
+                str(drain_timeout),
+                "--log-level",
+                "warning",
+                *extra_args,
+            ]
             with open(log, "wb") as out:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                        cwd=REPO, start_new_session=True)
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=REPO,
+                    start_new_session=True,
+                )
             started.append(Backend(board, seed, port, proc, log))
         _wait_ready(started, ready_timeout)
         yield started
@@ -165,7 +207,7 @@ def documented_nginx_block() -> str:
     """The tested nginx configuration of docs/deploy.md §3 (the fenced block between the markers)."""
     text = DEPLOY_DOC.read_text()
     start, stop = text.index(BEGIN), text.index(END)
-    block = text[start + len(BEGIN):stop]
+    block = text[start + len(BEGIN) : stop]
     m = re.search(r"```nginx\n(.*?)```", block, re.S)
     if m is None:
         raise AssertionError(f"{DEPLOY_DOC}: no ```nginx block between {BEGIN} and {END}")
@@ -212,9 +254,11 @@ class Nginx:
 
 
 # JSON lines: the test joins them with its own records by the X-Request-Id calctl sends.
-_LOG_FORMAT = ("log_format calctl_test escape=json '{\"msec\":\"$msec\",\"request_time\":\"$request_time\","
-               "\"status\":\"$status\",\"uri\":\"$request_uri\",\"upstream_addr\":\"$upstream_addr\","
-               "\"upstream_status\":\"$upstream_status\",\"request_id\":\"$upstream_http_x_request_id\"}';")
+_LOG_FORMAT = (
+    'log_format calctl_test escape=json \'{"msec":"$msec","request_time":"$request_time",'
+    '"status":"$status","uri":"$request_uri","upstream_addr":"$upstream_addr",'
+    '"upstream_status":"$upstream_status","request_id":"$upstream_http_x_request_id"}\';'
+)
 
 
 @contextlib.contextmanager
@@ -250,12 +294,15 @@ http {{
         if check.returncode != 0:
             raise AssertionError(f"nginx -t rejected the documented configuration:\n{check.stderr}")
         with open(root / "nginx.stdout", "wb") as out:
-            proc = subprocess.Popen(base, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                base, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         end = time.monotonic() + 20
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"nginx exited with {proc.returncode}:\n{(root / 'error.log').read_text(errors='replace')}")
+                raise RuntimeError(
+                    f"nginx exited with {proc.returncode}:\n{(root / 'error.log').read_text(errors='replace')}"
+                )
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
                 break
             if time.monotonic() > end:
@@ -320,8 +367,13 @@ def _check_finish(finish: str | None, tokens: int, max_tokens: int) -> tuple[boo
 
 
 def one_request(client: httpx.Client, base: str, index: int, model: str, stream: bool, max_tokens: int) -> Outcome:
-    body = {"model": model, "prompt": f"request {index}: the quick brown fox", "max_tokens": max_tokens,
-            "temperature": 0, "stream": stream}
+    body = {
+        "model": model,
+        "prompt": f"request {index}: the quick brown fox",
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": stream,
+    }
     if stream:
         body["stream_options"] = {"include_usage": True}
     started = time.time()
@@ -340,8 +392,21 @@ def one_request(client: httpx.Client, base: str, index: int, model: str, stream:
             detail = f"HTTP {status}: {text[:300]}"
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         detail = f"{type(exc).__name__}: {exc} (after {len(text)} bytes)"
-    return Outcome(index, model, stream, max_tokens, started, time.time(), status, request_id, retry_after, complete,
-                   tokens, detail, head + "\n\n" + text)
+    return Outcome(
+        index,
+        model,
+        stream,
+        max_tokens,
+        started,
+        time.time(),
+        status,
+        request_id,
+        retry_after,
+        complete,
+        tokens,
+        detail,
+        head + "\n\n" + text,
+    )
 
 
 @dataclass
@@ -379,7 +444,7 @@ class LoadClient:
                 with self._lock:
                     self.results.append(out)
 
-    def start(self) -> "LoadClient":
+    def start(self) -> LoadClient:
         self._deadline = time.monotonic() + self.max_seconds
         self._threads = [threading.Thread(target=self._run, name=f"load-{n}", daemon=True) for n in range(self.workers)]
         for t in self._threads:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,8 @@ class Served:
 
 def dual_config(tmp: Path, *, a_waiting: int = 64, b_waiting: int = 64, pkg: Path = COMBINED) -> Path:
     path = tmp / "dual.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         schema: calculet-dual-model/v1
         device: {{type: pcie, expected_chips: 2, combined_calbin: {pkg}}}
         models:
@@ -44,22 +46,34 @@ def dual_config(tmp: Path, *, a_waiting: int = 64, b_waiting: int = 64, pkg: Pat
           - {{alias: model-b, chip_id: 1, prefill_graph: model_b_prefill, decode_graph: model_b_decode,
               context_limit: 256, max_inflight: 1, max_waiting_requests: {b_waiting}}}
         recovery: {{allow_session_reset: false, restart_process_on_unknown_dma: true}}
-        """))
+        """)
+    )
     return path
 
 
 @contextlib.contextmanager
-def serving(pkg: Path = COMBINED, *, config: Path | None = None, time_scale: float = 0.05, fault_plan: Path | None = None,
-            api_keys: dict[str, str] | None = None, warmup_iterations: int = 1, drain_deadline_s: float = 10.0,
-            job_timeout_s: float = 10.0) -> Iterator[Served]:
+def serving(
+    pkg: Path = COMBINED,
+    *,
+    config: Path | None = None,
+    time_scale: float = 0.05,
+    fault_plan: Path | None = None,
+    api_keys: dict[str, str] | None = None,
+    warmup_iterations: int = 1,
+    drain_deadline_s: float = 10.0,
+    job_timeout_s: float = 10.0,
+) -> Iterator[Served]:
     opts: dict[str, Any] = {"time_scale": time_scale}
     if fault_plan is not None:
         opts["fault_plan"] = fault_plan
     with open_runtime("mock", **opts) as rt:
         sup = DeviceSupervisor(
-            rt, trust=make_policy([TEST_PUB]), dual_config=load_dual_model_config(config) if config else None,
-            options=SupervisorOptions(warmup_iterations=warmup_iterations, drain_deadline_s=drain_deadline_s,
-                                      job_timeout_s=job_timeout_s),
+            rt,
+            trust=make_policy([TEST_PUB]),
+            dual_config=load_dual_model_config(config) if config else None,
+            options=SupervisorOptions(
+                warmup_iterations=warmup_iterations, drain_deadline_s=drain_deadline_s, job_timeout_s=job_timeout_s
+            ),
         )
         try:
             sup.start(pkg)

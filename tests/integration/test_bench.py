@@ -17,8 +17,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -28,8 +28,26 @@ from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, assert_no_traceback
 pytestmark = pytest.mark.slow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-LOAD = ("--models", "model-a,model-b", "--rate", "4", "--duration", "5", "--burstiness", "4", "--prompt-len", "16",
-        "--output-len", "8", "--seed", "1", "--target-device", "mock", "--format", "json")
+LOAD = (
+    "--models",
+    "model-a,model-b",
+    "--rate",
+    "4",
+    "--duration",
+    "5",
+    "--burstiness",
+    "4",
+    "--prompt-len",
+    "16",
+    "--output-len",
+    "8",
+    "--seed",
+    "1",
+    "--target-device",
+    "mock",
+    "--format",
+    "json",
+)
 
 
 def _free_port() -> int:
@@ -41,13 +59,32 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def _serve(tmp: Path, *extra: str) -> Iterator[str]:
     port = _free_port()
-    log = open(tmp / f"serve-{port}.log", "wb")
+    log = open(tmp / f"serve-{port}.log", "wb")  # noqa: SIM115 - the server process writes it until the finally below
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "calctl", "serve", str(FIXTURE_PACKAGES / "combined"), "--trusted-key", str(TEST_PUB),
-         "--host", "127.0.0.1", "--port", str(port), "--time-scale", "10", "--warmup-iterations", "1",
-         "--log-level", "warning", *extra],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "calctl",
+            "serve",
+            str(FIXTURE_PACKAGES / "combined"),
+            "--trusted-key",
+            str(TEST_PUB),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--time-scale",
+            "10",
+            "--warmup-iterations",
+            "1",
+            "--log-level",
+            "warning",
+            *extra,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -101,13 +138,38 @@ def test_mode_all_on_parallel_chips_has_efficiency_with_ci(cli, parallel_server:
 
 
 def test_interference_pairs_and_goodput(cli, parallel_server: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    r = cli("bench", "--url", parallel_server, "--scenario", "interference", "--models", "model-a,model-b", "--rate", "3", "--burstiness", "8",
-            "--duration", "1.0", "--slo-ttft", "0.5", "--slo-tpot", "0.5", "--format", "json", "--report", tmp_path / "i")
+    r = cli(
+        "bench",
+        "--url",
+        parallel_server,
+        "--scenario",
+        "interference",
+        "--models",
+        "model-a,model-b",
+        "--rate",
+        "3",
+        "--burstiness",
+        "8",
+        "--duration",
+        "1.0",
+        "--slo-ttft",
+        "0.5",
+        "--slo-tpot",
+        "0.5",
+        "--format",
+        "json",
+        "--report",
+        tmp_path / "i",
+    )
     assert_no_traceback(r)
     assert r.code in (0, 1)  # the verdict depends on the host's jitter; the structure does not
     pairs = r.json["pairs"]
-    assert [p["pair"] for p in pairs] == ["A prefill + B prefill", "A prefill + B decode", "A decode + B prefill",
-                                          "A decode + B decode"]
+    assert [p["pair"] for p in pairs] == [
+        "A prefill + B prefill",
+        "A prefill + B decode",
+        "A decode + B prefill",
+        "A decode + B decode",
+    ]
     for p in pairs:
         assert p["comparison"]["throughput_efficiency"]["mean"] > 0 and p["verdict"] in ("PASS", "FAIL")
         for d in p["models"].values():
@@ -138,11 +200,13 @@ def test_serialised_chips_fail_the_gates_and_say_which(cli, tmp_path: Path) -> N
 
 def test_bench_usage_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = _free_port()
-    for args, needle in ((("--mode", "all"), "--url is required"),
-                         (("--scenario", "nope"), "expected one of"),
-                         (("--url", f"http://127.0.0.1:{port}", "--models", "model-a,model-b"), "cannot reach"),
-                         (("--url", "http://127.0.0.1:1", "--prompt-len", "uniform:9:2"), "--prompt-len"),
-                         (("--scenario", "fault-isolation", "--url", "http://127.0.0.1:1"), "--url does not apply")):
+    for args, needle in (
+        (("--mode", "all"), "--url is required"),
+        (("--scenario", "nope"), "expected one of"),
+        (("--url", f"http://127.0.0.1:{port}", "--models", "model-a,model-b"), "cannot reach"),
+        (("--url", "http://127.0.0.1:1", "--prompt-len", "uniform:9:2"), "--prompt-len"),
+        (("--scenario", "fault-isolation", "--url", "http://127.0.0.1:1"), "--url does not apply"),
+    ):
         r = cli("bench", *args, "--report", tmp_path / "u")
         assert r.code == 2, (args, r.err)
         assert needle in r.err, r.err
@@ -150,15 +214,33 @@ def test_bench_usage_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-unt
 
 
 def test_fault_isolation_grades_f1_or_better_with_evidence(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    r = cli("bench", "--scenario", "fault-isolation", str(FIXTURE_PACKAGES / "combined"), "--trusted-key", str(TEST_PUB),
-            "--format", "json", "--report", tmp_path / "f")
+    r = cli(
+        "bench",
+        "--scenario",
+        "fault-isolation",
+        str(FIXTURE_PACKAGES / "combined"),
+        "--trusted-key",
+        str(TEST_PUB),
+        "--format",
+        "json",
+        "--report",
+        tmp_path / "f",
+    )
     assert_no_traceback(r)
     doc = r.json
     assert doc["verdict"] in ("F1", "F2"), doc["grade_reason"]
     assert r.code == 0 and doc["mock_result"] is True and "MOCK RESULT" in doc["note"]
     rows = {p["phase"]: p for p in doc["phases"]}
-    assert list(rows) == ["baseline", "invalid-tensor", "kv-exhausted", "submit-busy", "wait-timeout", "ccu-exception",
-                          "drain-deadline", "unload-reload"]
+    assert list(rows) == [
+        "baseline",
+        "invalid-tensor",
+        "kv-exhausted",
+        "submit-busy",
+        "wait-timeout",
+        "ccu-exception",
+        "drain-deadline",
+        "unload-reload",
+    ]
     assert rows["invalid-tensor"]["a_outcomes"] == {"invalid": 20} and rows["invalid-tensor"]["a_device_jobs"] == 0
     assert rows["kv-exhausted"]["a_outcomes"].get("capacity", 0) > 0
     assert rows["submit-busy"]["faults_fired"] == 10 and rows["submit-busy"]["recoveries"] == []

@@ -41,9 +41,19 @@ DECODE = "model_a_decode"
 
 def test_executor_modes_bench_m1_m2_and_the_overlap_in_the_trace(tmp_path: Path) -> None:
     trace = tmp_path / "pp.trace.json"
-    report = run_executor_modes(ExecutorModesOptions(
-        SINGLE, make_policy([TEST_PUB]), device=DeviceSpec(time_scale=8.0), profile=TRANSFER_HEAVY,
-        rounds=6, warmup_rounds=1, concurrency=5, output_tokens=5, trace_path=trace))
+    report = run_executor_modes(
+        ExecutorModesOptions(
+            SINGLE,
+            make_policy([TEST_PUB]),
+            device=DeviceSpec(time_scale=8.0),
+            profile=TRANSFER_HEAVY,
+            rounds=6,
+            warmup_rounds=1,
+            concurrency=5,
+            output_tokens=5,
+            trace_path=trace,
+        )
+    )
     doc = json.loads(json.dumps(report.document()))
     assert doc["mock_result"] is True and any("MOCK RESULT" in n for n in doc["notes"])
     assert report.outputs_identical and report.automatic_downgrades == []
@@ -62,10 +72,14 @@ def test_executor_modes_bench_m1_m2_and_the_overlap_in_the_trace(tmp_path: Path)
     ev = report.evidence
     assert ev.jobs > 0 and ev.two_in_flight_s > 0.3 * ev.busy_s  # two in flight most of the time ...
     assert ev.compute_overlap_s == 0.0  # ... never two computing ...
-    assert ev.transfer_compute_overlap_s is not None and ev.transfer_compute_overlap_s > 0.1 * ev.busy_s  # ... transfers hidden
+    assert (
+        ev.transfer_compute_overlap_s is not None and ev.transfer_compute_overlap_s > 0.1 * ev.busy_s
+    )  # ... transfers hidden
 
     chrome = json.loads(trace.read_text())
-    tracks = {e["tid"]: e["args"]["name"] for e in chrome["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    tracks = {
+        e["tid"]: e["args"]["name"] for e in chrome["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     assert "chip0 pong" in tracks.values()
     cats = {e["cat"] for e in chrome["traceEvents"] if e["ph"] == "X"}
     assert {"job", "job.h2d", "job.compute", "job.d2h"} <= cats
@@ -132,7 +146,8 @@ def test_repeated_device_busy_in_pingpong_downgrades_without_dropping(caplog: py
 
 def test_operator_switches_the_executor_over_the_admin_api(tmp_path: Path) -> None:
     cfg = tmp_path / "dual.yaml"
-    cfg.write_text(textwrap.dedent(f"""\
+    cfg.write_text(
+        textwrap.dedent(f"""\
         schema: calculet-dual-model/v1
         device: {{type: pcie, expected_chips: 2, combined_calbin: {COMBINED}}}
         models:
@@ -153,11 +168,16 @@ def test_operator_switches_the_executor_over_the_admin_api(tmp_path: Path) -> No
           - {{alias: model-b, chip_id: 1, prefill_graph: model_b_prefill, decode_graph: model_b_decode,
               context_limit: 256, max_inflight: 1, max_waiting_requests: 64}}
         recovery: {{allow_session_reset: false, restart_process_on_unknown_dma: true}}
-        """))
+        """)
+    )
     with serving(config=cfg, time_scale=0.5) as s:
         url = f"{s.url}/internal/models"
         st = httpx.get(f"{url}/model-a/executor").json()
-        assert st["mode"] == "async" and st["configured_max_inflight"] == 2 and st["monitor"]["thresholds"]["consecutive_busy"] == 2
+        assert (
+            st["mode"] == "async"
+            and st["configured_max_inflight"] == 2
+            and st["monitor"]["thresholds"]["consecutive_busy"] == 2
+        )
         assert httpx.get(f"{url}/model-b/executor").json()["mode"] == "sync"  # 000 §15 default for max_inflight 1
 
         r = httpx.post(f"{url}/model-a/executor", json={"mode": "pingpong"})

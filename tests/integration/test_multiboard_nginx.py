@@ -28,8 +28,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import httpx
 import pytest
@@ -48,7 +48,9 @@ NGINX = find_nginx()
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(NGINX is None, reason="nginx is not installed (.ci/run installs Debian's nginx package when missing)"),
+    pytest.mark.skipif(
+        NGINX is None, reason="nginx is not installed (.ci/run installs Debian's nginx package when missing)"
+    ),
 ]
 
 TIME_SCALE = 4.0  # a 12-token request takes ~0.2-0.5 s of mock device time: requests overlap the SIGTERM
@@ -72,14 +74,21 @@ def _final_upstream(record: dict[str, str]) -> tuple[str, str]:
 
 def test_two_boards_behind_nginx_one_drains_on_sigterm_mid_load(tmp_path: Path) -> None:
     assert NGINX is not None
-    with boards(tmp_path, [("board-a", 11), ("board-b", 22)], time_scale=TIME_SCALE, drain_timeout=DRAIN_TIMEOUT) as (a, b):
+    with boards(tmp_path, [("board-a", 11), ("board-b", 22)], time_scale=TIME_SCALE, drain_timeout=DRAIN_TIMEOUT) as (
+        a,
+        b,
+    ):
         with nginx_front([a, b], NGINX) as front:
             load = LoadClient(front.url, workers=6, max_tokens=MAX_TOKENS, max_requests=400, max_seconds=90).start()
             try:
                 # Both boards take part before anything happens.
-                _wait_until(lambda: a.requests_finished() >= 4 and b.requests_finished() >= 4, 60, "both boards to serve")
+                _wait_until(
+                    lambda: a.requests_finished() >= 4 and b.requests_finished() >= 4, 60, "both boards to serve"
+                )
                 metrics_a = a.metrics()
-                direct_public = [httpx.get(a.url + path, timeout=5).text for path in ("/health/ready", "/health/live", "/v1/models")]
+                direct_public = [
+                    httpx.get(a.url + path, timeout=5).text for path in ("/health/ready", "/health/live", "/v1/models")
+                ]
 
                 # A long stream accepted directly by board-a: board-a is certainly mid-request at SIGTERM.
                 long_result: list[Outcome] = []
@@ -87,7 +96,9 @@ def test_two_boards_behind_nginx_one_drains_on_sigterm_mid_load(tmp_path: Path) 
                 long_thread = threading.Thread(target=_long_stream, args=(a, long_result, accepted), daemon=True)
                 long_thread.start()
                 assert accepted.wait(30), "board-a never accepted the long stream"
-                _wait_until(lambda: a.live_requests() >= 3, 20, "board-a to hold requests from nginx besides the long stream")
+                _wait_until(
+                    lambda: a.live_requests() >= 3, 20, "board-a to hold requests from nginx besides the long stream"
+                )
 
                 t_signal = time.time()
                 t0 = time.monotonic()
@@ -111,8 +122,10 @@ def test_two_boards_behind_nginx_one_drains_on_sigterm_mid_load(tmp_path: Path) 
 
     log_a = a.log_text()
     retried = [r for r in records if "," in r["upstream_status"]]
-    print(f"\n{len(results)} requests; drain {drain_seconds:.2f} s; attempts retried by nginx: "
-          f"{Counter(r['upstream_status'] for r in retried)}")
+    print(
+        f"\n{len(results)} requests; drain {drain_seconds:.2f} s; attempts retried by nginx: "
+        f"{Counter(r['upstream_status'] for r in retried)}"
+    )
 
     # -- the SIGTERMed board drained and left cleanly --------------------------------------------
     assert exit_code == 0, f"board-a exited {exit_code}:\n{log_a[-3000:]}"
@@ -126,8 +139,10 @@ def test_two_boards_behind_nginx_one_drains_on_sigterm_mid_load(tmp_path: Path) 
 
     # -- the clients: no request failed (every never-accepted attempt was retried on board-b) ----
     failed = [o for o in results if not o.complete]
-    assert not failed, "\n".join(f"#{o.index} {o.model} stream={o.stream}: {o.detail}" for o in failed[:10]) + \
-        f"\nnginx error log:\n{nginx_errors[-2000:]}"
+    assert not failed, (
+        "\n".join(f"#{o.index} {o.model} stream={o.stream}: {o.detail}" for o in failed[:10])
+        + f"\nnginx error log:\n{nginx_errors[-2000:]}"
+    )
     assert len(results) >= 20
     assert {(o.model, o.stream) for o in results} == {(m, s) for m in ("model-a", "model-b") for s in (False, True)}
 
@@ -135,8 +150,13 @@ def test_two_boards_behind_nginx_one_drains_on_sigterm_mid_load(tmp_path: Path) 
     by_id = {r["request_id"]: r for r in records if r["uri"] == "/v1/completions" and r["request_id"] not in ("", "-")}
     final = Counter(_final_upstream(r) for r in by_id.values())
     assert final[(a.address, "200")] >= 1 and final[(b.address, "200")] >= 1, final
-    spanning = [o for o in results
-                if o.started < t_signal < o.ended and o.request_id in by_id and _final_upstream(by_id[o.request_id])[0] == a.address]
+    spanning = [
+        o
+        for o in results
+        if o.started < t_signal < o.ended
+        and o.request_id in by_id
+        and _final_upstream(by_id[o.request_id])[0] == a.address
+    ]
     assert spanning, "no request through nginx was in flight on board-a at SIGTERM: the test did not test the drain"
     assert all(o.complete for o in spanning)
     print(f"{len(spanning)} requests through nginx were in flight on board-a at SIGTERM and finished there")
@@ -185,5 +205,10 @@ def _observe_drain(board: Backend) -> dict[str, object]:
         live = client.get(f"{board.url}/health/live")
         new = client.post(f"{board.url}/v1/completions", json={"model": "model-b", "prompt": "late", "max_tokens": 2})
     assert ready is not None and live is not None and new is not None
-    return {"ready": ready.status_code, "ready_body": ready.json(), "live": live.status_code, "new_request": new.status_code,
-            "retry_after": new.headers.get("retry-after")}
+    return {
+        "ready": ready.status_code,
+        "ready_body": ready.json(),
+        "live": live.status_code,
+        "new_request": new.status_code,
+        "retry_after": new.headers.get("retry-after"),
+    }

@@ -41,7 +41,7 @@ def test_acceptance_chain_exits_zero(sealed, cli) -> None:  # type: ignore[no-un
 
 
 def test_keygen_mode_and_refuses_overwrite(tmp_path: Path, cli, keypair) -> None:  # type: ignore[no-untyped-def]
-    key, pub = keypair
+    key, _pub = keypair
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     before = key.read_bytes()
     r = cli("keygen", tmp_path / "k")
@@ -58,8 +58,15 @@ def _verify_json(cli, pkg: Path, pub: Path):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(
     "victim",
-    ["manifest.yaml", "model-a/params/param_blk0.bin", "model-b/decode/ccu1_chip1.elf", "tokenizer/model-a/tokenizer.json",
-     "compatibility.json", "build-provenance.json", "model-b/golden/expected_tokens.npy"],
+    [
+        "manifest.yaml",
+        "model-a/params/param_blk0.bin",
+        "model-b/decode/ccu1_chip1.elf",
+        "tokenizer/model-a/tokenizer.json",
+        "compatibility.json",
+        "build-provenance.json",
+        "model-b/golden/expected_tokens.npy",
+    ],
 )
 def test_flipping_one_byte_of_any_file_fails_naming_it(sealed, cli, victim: str) -> None:  # type: ignore[no-untyped-def]
     pkg, pub = sealed
@@ -134,8 +141,12 @@ def test_pack_reseals_after_a_change(sealed, cli, keypair, tmp_path: Path) -> No
 @pytest.mark.skipif(shutil.which("sha256sum") is None, reason="coreutils sha256sum is not installed")
 @pytest.mark.parametrize("kind", ["single", "combined", "replica"])
 def test_sha256sum_strict_passes_in_every_sample(kind: str) -> None:
-    proc = subprocess.run(["sha256sum", "-c", "--strict", "--quiet", "checksums.sha256"], cwd=FIXTURE_PACKAGES / kind,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["sha256sum", "-c", "--strict", "--quiet", "checksums.sha256"],
+        cwd=FIXTURE_PACKAGES / kind,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -149,8 +160,19 @@ def _openssl_has_rawin() -> bool:
 @pytest.mark.skipif(not _openssl_has_rawin(), reason="openssl with `pkeyutl -rawin` (OpenSSL >= 3.0) is not installed")
 def test_signature_checks_with_openssl(sealed) -> None:  # type: ignore[no-untyped-def]
     pkg, pub = sealed
-    cmd = ["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", str(pub), "-rawin", "-in", "checksums.sha256",
-           "-sigfile", "checksums.sha256.sig"]
+    cmd = [
+        "openssl",
+        "pkeyutl",
+        "-verify",
+        "-pubin",
+        "-inkey",
+        str(pub),
+        "-rawin",
+        "-in",
+        "checksums.sha256",
+        "-sigfile",
+        "checksums.sha256.sig",
+    ]
     ok = subprocess.run(cmd, cwd=pkg, capture_output=True, text=True)
     assert ok.returncode == 0 and "Signature Verified Successfully" in ok.stdout
     sums = pkg / "checksums.sha256"
@@ -163,7 +185,8 @@ def test_signature_checks_with_openssl(sealed) -> None:  # type: ignore[no-untyp
 
 HOSTILE = {
     "malformed": b"schema: calculet-package/v1\nmodels: [\n",
-    "alias_bomb": b"a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b, *b, *b, *b]\n",
+    "alias_bomb": b"a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
+    b"c: [*b, *b, *b, *b, *b, *b, *b, *b]\n",
     "list": b"- schema: calculet-package/v1\n- models: []\n",
     "duplicate_key": b"schema: calculet-package/v1\nschema: calculet-package/v1\n",
     "wrong_type": b"schema: calculet-package/v1\npackage: 7\ndevice_cfg: {}\nmodels: {}\nmemory_plan: []\n",
@@ -266,8 +289,11 @@ def test_debug_shows_a_traceback_only_when_asked(tmp_path: Path, cli) -> None:  
 
 
 def test_console_script_runs_out_of_process(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "calctl", "inspect", str(FIXTURE_PACKAGES / "single"), "--format", "json"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "calctl", "inspect", str(FIXTURE_PACKAGES / "single"), "--format", "json"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["package"]["kind"] == "single"
 
@@ -275,8 +301,11 @@ def test_console_script_runs_out_of_process(tmp_path: Path) -> None:
 def test_wheel_ships_schemas_and_test_key(tmp_path: Path) -> None:
     """The bundled default must work from a non-editable install: its data must be in the wheel."""
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                           str(tmp_path), str(repo)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(repo)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot build a wheel here: {proc.stderr.strip()[-200:]}")
     wheel = next(tmp_path.glob("calctl-*.whl"))

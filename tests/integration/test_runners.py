@@ -61,7 +61,9 @@ def test_run_golden_passes_on_every_sample_package(cli, kind: str) -> None:  # t
     assert steps[:5] == ["open device", "validate package", "load package", "create calbin", "configure"]
     assert steps[-3:] == ["drain", "reset configuration", "release"]
     assert all(s["status"] in ("PASS", "WARN") for s in doc["steps"])
-    assert all(a["used_bytes"] == b["used_bytes"] for a, b in zip(doc["memory"]["after"], doc["memory"]["before"]))
+    assert all(
+        a["used_bytes"] == b["used_bytes"] for a, b in zip(doc["memory"]["after"], doc["memory"]["before"], strict=True)
+    )
 
 
 def _aliases(kind: str) -> list[str]:
@@ -231,7 +233,9 @@ def test_trace_json_and_png_show_one_track_per_chip(cli, tmp_path: Path) -> None
 
 
 def test_warmup_reports_percentiles_per_graph(cli) -> None:  # type: ignore[no-untyped-def]
-    r = cli("warmup", FIXTURE_PACKAGES / "combined", *TRUST, "--iterations", "4", "--decode-steps", "3", "--format", "json")
+    r = cli(
+        "warmup", FIXTURE_PACKAGES / "combined", *TRUST, "--iterations", "4", "--decode-steps", "3", "--format", "json"
+    )
     assert_no_traceback(r)
     assert r.code == 0, r.err
     doc = r.json
@@ -249,8 +253,19 @@ def test_warmup_reports_percentiles_per_graph(cli) -> None:  # type: ignore[no-u
 
 def test_warmup_counts_tokens_off_golden_as_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan = _plan(tmp_path, "corrupt", "{kind: corrupt_output, job: 5, graph: model_a_decode, magnitude: 8.0}")
-    r = cli("warmup", FIXTURE_PACKAGES / "single", *TRUST, "--iterations", "3", "--decode-steps", "3",
-            "--fault-plan", plan, "--format", "json")
+    r = cli(
+        "warmup",
+        FIXTURE_PACKAGES / "single",
+        *TRUST,
+        "--iterations",
+        "3",
+        "--decode-steps",
+        "3",
+        "--fault-plan",
+        plan,
+        "--format",
+        "json",
+    )
     assert r.code == 1
     (m,) = r.json["models"]
     # decode job 5 is iteration 1's second decode job: one iteration wrong, the others right
@@ -283,8 +298,20 @@ def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> 
     assert "calctl bringup" in r.out and "MOCK RESULT" in r.out
 
 
-def test_bringup_single_package_skips_the_poc_and_a_bad_package_skips_the_rest(cli, tmp_path: Path, copy_fixture) -> None:  # type: ignore[no-untyped-def]
-    r = cli("bringup", FIXTURE_PACKAGES / "single", *TRUST, "--level", "quick", "--report", tmp_path / "a", "--format", "json")
+def test_bringup_single_package_skips_the_poc_and_a_bad_package_skips_the_rest(
+    cli, tmp_path: Path, copy_fixture
+) -> None:  # type: ignore[no-untyped-def]
+    r = cli(
+        "bringup",
+        FIXTURE_PACKAGES / "single",
+        *TRUST,
+        "--level",
+        "quick",
+        "--report",
+        tmp_path / "a",
+        "--format",
+        "json",
+    )
     assert r.code == 0, r.err
     summary = {s["step"]: s for s in r.json["summary"]}
     assert summary["poc"]["verdict"] == "SKIP" and "does not apply" in summary["poc"]["detail"]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -24,9 +25,21 @@ from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, CliResult, asse
 
 TRUST = ("--trusted-key", str(TEST_PUB))
 FLOW = [
-    "open device", "validate package", "load package", "create calbin", "check names and chip targets", "configure",
-    "allocate A/B buffers", "golden model-a", "golden model-b", "concurrent rounds", "verify outputs", "overlap verdict",
-    "drain", "reset configuration", "release",
+    "open device",
+    "validate package",
+    "load package",
+    "create calbin",
+    "check names and chip targets",
+    "configure",
+    "allocate A/B buffers",
+    "golden model-a",
+    "golden model-b",
+    "concurrent rounds",
+    "verify outputs",
+    "overlap verdict",
+    "drain",
+    "reset configuration",
+    "release",
 ]
 
 
@@ -49,7 +62,9 @@ def _resealed(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
     doc = yaml.safe_load((root / MANIFEST).read_text())
     edit(doc)
     (root / MANIFEST).write_bytes(sample.dump_manifest(doc))
-    (root / RESERVED_INFO).write_bytes(sample.render_reserved_info(doc["memory_plan"], doc["device_cfg"]["chip_dram_bytes"]))
+    (root / RESERVED_INFO).write_bytes(
+        sample.render_reserved_info(doc["memory_plan"], doc["device_cfg"]["chip_dram_bytes"])
+    )
     sample.refresh_provenance(root)
     seal.seal(root, keys.load_private(TEST_KEY))
     return root
@@ -67,8 +82,10 @@ def test_combined_sample_is_s2_on_the_mock(cli, tmp_path: Path) -> None:  # type
     assert doc["both_busy_fraction"] > 0.5
     assert [s["name"] for s in doc["steps"]] == FLOW  # exactly 001 §6.4, in that order
     assert all(s["status"] == "PASS" for s in doc["steps"] if s["name"] != "validate package")
-    assert doc["placement"] == {"model-a": {"chip": 0, "graphs": ["model_a_prefill", "model_a_decode"]},
-                                "model-b": {"chip": 1, "graphs": ["model_b_prefill", "model_b_decode"]}}
+    assert doc["placement"] == {
+        "model-a": {"chip": 0, "graphs": ["model_a_prefill", "model_a_decode"]},
+        "model-b": {"chip": 1, "graphs": ["model_b_prefill", "model_b_decode"]},
+    }
     assert not set(doc["buffers"]["model-a"]) & set(doc["buffers"]["model-b"])
     assert [g["ok"] for g in doc["golden"]] == [True, True]
     xt = doc["crosstalk"]
@@ -138,8 +155,10 @@ def test_model_names_must_be_exactly_the_expected_ones(cli) -> None:  # type: ig
 def test_crosstalk_in_a_joint_round_exits_1_naming_model_round_and_position(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # model_b_decode jobs: 1-15 golden B, 16-30 round 0 alone, 31-45 round 0 joint -> job 35 is joint decode[4].
     plan = tmp_path / "xt.yaml"
-    plan.write_text("schema: calctl-fault-plan/v1\nfaults:\n"
-                    "  - {kind: corrupt_output, job: 35, graph: model_b_decode, magnitude: 8.0}\n")
+    plan.write_text(
+        "schema: calctl-fault-plan/v1\nfaults:\n"
+        "  - {kind: corrupt_output, job: 35, graph: model_b_decode, magnitude: 8.0}\n"
+    )
     r = _poc(cli, FIXTURE_PACKAGES / "combined", "--rounds", 2, "--time-scale", 2, "--fault-plan", plan)
     assert r.code == 1
     doc = r.json

@@ -44,14 +44,26 @@ def test_openai_client_both_aliases_match_golden() -> None:
             r = client.completions.create(model=alias, prompt=prompt, max_tokens=len(tokens), temperature=0)
             assert r.choices[0].text == want
             assert r.usage.prompt_tokens == len(prompt)
-            streamed = "".join(c.choices[0].text for c in client.completions.create(
-                model=alias, prompt=prompt, max_tokens=len(tokens), temperature=0, stream=True))
+            streamed = "".join(
+                c.choices[0].text
+                for c in client.completions.create(
+                    model=alias, prompt=prompt, max_tokens=len(tokens), temperature=0, stream=True
+                )
+            )
             assert streamed == want
-            chat = client.chat.completions.create(model=alias, messages=[{"role": "user", "content": "Hello board"}],
-                                                  max_tokens=8, temperature=0)
+            chat = client.chat.completions.create(
+                model=alias, messages=[{"role": "user", "content": "Hello board"}], max_tokens=8, temperature=0
+            )
             assert chat.choices[0].finish_reason in ("stop", "length") and chat.usage.completion_tokens >= 1
-            chunks = list(client.chat.completions.create(model=alias, messages=[{"role": "user", "content": "Hello board"}],
-                                                         max_tokens=8, temperature=0, stream=True))
+            chunks = list(
+                client.chat.completions.create(
+                    model=alias,
+                    messages=[{"role": "user", "content": "Hello board"}],
+                    max_tokens=8,
+                    temperature=0,
+                    stream=True,
+                )
+            )
             assert "".join(c.choices[0].delta.content or "" for c in chunks) == chat.choices[0].message.content
 
 
@@ -92,8 +104,11 @@ def test_reload_gives_503_to_new_requests_while_inflight_finish() -> None:
         result: dict[str, object] = {}
 
         def long_request() -> None:
-            r = httpx.post(f"{s.v1}/completions", json={"model": "model-a", "prompt": "Hello", "max_tokens": 120,
-                                                       "temperature": 0}, timeout=60)
+            r = httpx.post(
+                f"{s.v1}/completions",
+                json={"model": "model-a", "prompt": "Hello", "max_tokens": 120, "temperature": 0},
+                timeout=60,
+            )
             result["long"] = r
 
         t = threading.Thread(target=long_request)
@@ -101,13 +116,16 @@ def test_reload_gives_503_to_new_requests_while_inflight_finish() -> None:
         deadline = time.monotonic() + 10
         while worker.live_requests() == 0 and time.monotonic() < deadline:
             time.sleep(0.005)
-        reload = threading.Thread(target=lambda: result.update(reload=httpx.post(
-            f"{s.url}/internal/models/model-a/reload", timeout=60)))
+        reload = threading.Thread(
+            target=lambda: result.update(reload=httpx.post(f"{s.url}/internal/models/model-a/reload", timeout=60))
+        )
         reload.start()
         while worker.state.value != "Draining" and time.monotonic() < deadline:
             time.sleep(0.002)
         during = httpx.post(f"{s.v1}/completions", json={"model": "model-b", "prompt": "Hi", "max_tokens": 2})
-        assert during.status_code == 503 and "Retry-After" in during.headers  # combined package: both aliases (001 §11.2)
+        assert (
+            during.status_code == 503 and "Retry-After" in during.headers
+        )  # combined package: both aliases (001 §11.2)
         t.join(60)
         reload.join(60)
         long = result["long"]
@@ -128,16 +146,24 @@ def test_a_flooded_b_keeps_succeeding(tmp_path: Path) -> None:
         b_codes: Counter = Counter()
         stop = asyncio.Event()
         async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=200)) as c:
+
             async def flood_a() -> None:
                 while not stop.is_set():
-                    rs = await asyncio.gather(*[c.post(f"{url}/completions", json={"model": "model-a", "prompt": "flood",
-                                                                                   "max_tokens": 48}) for _ in range(40)])
+                    rs = await asyncio.gather(
+                        *[
+                            c.post(f"{url}/completions", json={"model": "model-a", "prompt": "flood", "max_tokens": 48})
+                            for _ in range(40)
+                        ]
+                    )
                     a_codes.update(r.status_code for r in rs)
 
             async def steady_b() -> None:
                 async def one() -> None:
-                    r = await c.post(f"{url}/completions", json={"model": "model-b", "prompt": "steady", "max_tokens": 8})
+                    r = await c.post(
+                        f"{url}/completions", json={"model": "model-b", "prompt": "steady", "max_tokens": 8}
+                    )
                     b_codes[r.status_code] += 1
+
                 for _ in range(50):
                     await asyncio.gather(*[one() for _ in range(4)])
                 stop.set()
@@ -177,7 +203,13 @@ def test_thousand_requests_with_cancel_deadline_disconnect_and_shutdown(monkeypa
             shut.set()
         alias = "model-a" if i % 2 else "model-b"
         kind = rng.choice(["plain", "deadline", "cancel", "disconnect", "stream"])
-        body = {"model": alias, "prompt": f"request {i}", "max_tokens": rng.randint(1, 24), "temperature": 0.7, "seed": i}
+        body = {
+            "model": alias,
+            "prompt": f"request {i}",
+            "max_tokens": rng.randint(1, 24),
+            "temperature": 0.7,
+            "seed": i,
+        }
         try:
             if kind == "deadline":
                 body["timeout"] = rng.choice([0.001, 0.01, 0.05])
@@ -247,12 +279,14 @@ def test_ccu_fault_on_a_recovers_while_b_keeps_serving(tmp_path: Path) -> None:
     """001 §11.3: a CCU exception on A -> Recovering -> Warming -> Ready; B unaffected; no stale tokens delivered."""
     plan = tmp_path / "faults.yaml"
     # Loading runs 16 golden + 8 warm-up decode jobs of model_a_decode; job 60 falls in serving traffic.
-    plan.write_text(textwrap.dedent("""\
+    plan.write_text(
+        textwrap.dedent("""\
         schema: calctl-fault-plan/v1
         seed: 3
         faults:
           - {kind: ccu_exception, job: 60, graph: model_a_decode, reset_scope: chip}
-        """))
+        """)
+    )
     a_prompt, a_tokens = golden(COMBINED, "model-a")
     b_prompt, b_tokens = golden(COMBINED, "model-b")
 
@@ -261,10 +295,13 @@ def test_ccu_fault_on_a_recovers_while_b_keeps_serving(tmp_path: Path) -> None:
         b_res: Counter = Counter()
         a_texts: list[str] = []
         async with httpx.AsyncClient(timeout=30) as c:
+
             async def a_loop() -> None:
                 for _ in range(12):
-                    r = await c.post(f"{url}/v1/completions", json={"model": "model-a", "prompt": a_prompt,
-                                                                   "max_tokens": len(a_tokens), "temperature": 0})
+                    r = await c.post(
+                        f"{url}/v1/completions",
+                        json={"model": "model-a", "prompt": a_prompt, "max_tokens": len(a_tokens), "temperature": 0},
+                    )
                     a_res[r.status_code] += 1
                     if r.status_code == 200:
                         a_texts.append(r.json()["choices"][0]["text"])
@@ -273,8 +310,10 @@ def test_ccu_fault_on_a_recovers_while_b_keeps_serving(tmp_path: Path) -> None:
 
             async def b_loop() -> None:
                 for _ in range(30):
-                    r = await c.post(f"{url}/v1/completions", json={"model": "model-b", "prompt": b_prompt,
-                                                                   "max_tokens": len(b_tokens), "temperature": 0})
+                    r = await c.post(
+                        f"{url}/v1/completions",
+                        json={"model": "model-b", "prompt": b_prompt, "max_tokens": len(b_tokens), "temperature": 0},
+                    )
                     b_res[r.status_code] += 1
 
             await asyncio.gather(a_loop(), b_loop())
@@ -289,7 +328,7 @@ def test_ccu_fault_on_a_recovers_while_b_keeps_serving(tmp_path: Path) -> None:
     assert a_res[503] >= 1 and a_res[200] >= 8, a_res
     assert all(t == want for t in a_texts)  # every delivered A output is correct: nothing stale or corrupt
     i = states.index("Recovering")
-    assert states[i:i + 3] == ["Recovering", "Warming", "Ready"], states
+    assert states[i : i + 3] == ["Recovering", "Warming", "Ready"], states
     assert len(rec) == 1 and rec[0].scope == "chip" and rec[0].affected_aliases == ("model-a",) and rec[0].ok
 
 
@@ -299,8 +338,16 @@ def test_metrics_parse_and_bounded_labels() -> None:
         httpx.post(f"{s.v1}/completions", json={"model": "model-b", "prompt": [9] * 400, "max_tokens": 3})
         text = httpx.get(f"{s.url}/metrics").text
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    for name in ("calctl_requests", "calctl_ttft_seconds", "calctl_kv_lanes", "calctl_model_state", "calctl_queue_depth",
-                 "calctl_admission_decisions", "calctl_chip_memory_used_bytes", "calctl_lifecycle_duration_seconds"):
+    for name in (
+        "calctl_requests",
+        "calctl_ttft_seconds",
+        "calctl_kv_lanes",
+        "calctl_model_state",
+        "calctl_queue_depth",
+        "calctl_admission_decisions",
+        "calctl_chip_memory_used_bytes",
+        "calctl_lifecycle_duration_seconds",
+    ):
         assert name in families, sorted(families)
     buckets = {s.labels["le"] for s in families["calctl_ttft_seconds"].samples if s.name.endswith("_bucket")}
     assert "480.0" in buckets

@@ -65,13 +65,17 @@ def _wait_ready_503(board: Backend) -> httpx.Response:
 
 
 def test_sigterm_keeps_serving_accepted_stream_then_exits_0(tmp_path: Path) -> None:
-    with boards(tmp_path, [("solo", 3)], time_scale=TIME_SCALE, drain_timeout=20, extra_args=("--drain-grace", "1.0")) as (b,):
+    with boards(
+        tmp_path, [("solo", 3)], time_scale=TIME_SCALE, drain_timeout=20, extra_args=("--drain-grace", "1.0")
+    ) as (b,):
         stream, out = _start_stream(b, max_tokens=48)
         t0 = time.monotonic()
         b.proc.send_signal(signal.SIGTERM)
         ready = _wait_ready_503(b)
         live = httpx.get(f"{b.url}/health/live", timeout=5)
-        late = httpx.post(f"{b.url}/v1/completions", json={"model": "model-b", "prompt": "late", "max_tokens": 2}, timeout=5)
+        late = httpx.post(
+            f"{b.url}/v1/completions", json={"model": "model-b", "prompt": "late", "max_tokens": 2}, timeout=5
+        )
         code = b.proc.wait(30)
         elapsed = time.monotonic() - t0
         stream.join(10)
@@ -101,7 +105,7 @@ def test_sigint_at_the_drain_deadline_exits_4_and_says_so(tmp_path: Path) -> Non
 
 def test_a_second_signal_stops_waiting(tmp_path: Path) -> None:
     with boards(tmp_path, [("solo", 3)], time_scale=TIME_SCALE, drain_timeout=30) as (b,):
-        stream, out = _start_stream(b, max_tokens=200)
+        stream, _out = _start_stream(b, max_tokens=200)
         b.proc.send_signal(signal.SIGTERM)
         assert _wait_ready_503(b).status_code == 503
         t0 = time.monotonic()
@@ -116,11 +120,27 @@ def test_a_second_signal_stops_waiting(tmp_path: Path) -> None:
 def test_sigterm_while_loading_releases_the_board_and_exits_130(tmp_path: Path) -> None:
     """Before it listens (golden + warm-up) there is nothing to drain: SIGTERM unwinds like Ctrl-C."""
     log = tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "calctl", "serve", str(COMBINED), "--trusted-key", str(TEST_PUB), "--port", str(free_port()),
-           "--time-scale", "20", "--warmup-iterations", "500", "--log-level", "info"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "calctl",
+        "serve",
+        str(COMBINED),
+        "--trusted-key",
+        str(TEST_PUB),
+        "--port",
+        str(free_port()),
+        "--time-scale",
+        "20",
+        "--warmup-iterations",
+        "500",
+        "--log-level",
+        "info",
+    ]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
+        )
     try:
         end = time.monotonic() + 60
         while "-> Warming" not in log.read_text(errors="replace"):

@@ -68,11 +68,13 @@ def test_ten_cycles_of_mixed_traffic_have_no_violation(cli, tmp_path: Path) -> N
 
 def test_a_memory_leak_fails_naming_the_chip_and_the_drift(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     plan = tmp_path / "leak.yaml"
-    plan.write_text(textwrap.dedent("""\
+    plan.write_text(
+        textwrap.dedent("""\
         schema: calctl-fault-plan/v1
         faults:
           - {kind: memory_leak, unload: [2], model: model-a, bytes: 268435456}
-        """))
+        """)
+    )
     r = _soak(cli, tmp_path, "--cycles", "3", "--traffic-seconds", "0.3", "--fault-plan", str(plan))
     assert_no_traceback(r)
     assert r.code == 1
@@ -99,8 +101,13 @@ def test_hours_mode_and_usage_errors(cli, tmp_path: Path) -> None:  # type: igno
     r = _soak(cli, tmp_path, "--hours", "0.0003", "--traffic-seconds", "0.3", "--traffic", "none")
     assert r.code == 0, r.err[-2000:]
     assert r.json["cycles"] >= 1 and r.json["hours_planned"] == 0.0003 and r.json["requests"]["sent"] == 0
-    for bad in (("--cycles", "2", "--hours", "1"), (), ("--cycles", "2", "--traffic", "none", "--inject", "stale-completion"),
-                ("--cycles", "1", "--inject", "stale-completion"), ("--cycles", "2", "--fault-plan", "nope.yaml")):
+    for bad in (
+        ("--cycles", "2", "--hours", "1"),
+        (),
+        ("--cycles", "2", "--traffic", "none", "--inject", "stale-completion"),
+        ("--cycles", "1", "--inject", "stale-completion"),
+        ("--cycles", "2", "--fault-plan", "nope.yaml"),
+    ):
         r = cli("soak", PKG, *TRUST, "--report", tmp_path / "x", *bad)
         assert r.code == 2, (bad, r.err)
         assert_no_traceback(r)
@@ -111,9 +118,27 @@ def test_a_killed_soak_leaves_its_evidence(tmp_path: Path) -> None:
     out = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "calctl", "soak", str(PKG), *TRUST, "--cycles", "200", "--traffic-seconds", "0.3",
-         "--checkpoint-interval", "0.2", "--report", str(out), "--format", "json"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        [
+            sys.executable,
+            "-m",
+            "calctl",
+            "soak",
+            str(PKG),
+            *TRUST,
+            "--cycles",
+            "200",
+            "--traffic-seconds",
+            "0.3",
+            "--checkpoint-interval",
+            "0.2",
+            "--report",
+            str(out),
+            "--format",
+            "json",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     report = out / "soak-report.json"
     deadline = time.monotonic() + 60

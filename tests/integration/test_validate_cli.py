@@ -20,7 +20,12 @@ def _calctl(*args: object, env: dict[str, str] | None = None) -> subprocess.Comp
     full_env = {k: v for k, v in os.environ.items() if k != "CALCTL_TRUSTED_KEYS"}
     full_env.update(env or {})
     proc = subprocess.run(
-        [sys.executable, "-m", "calctl", *map(str, args)], capture_output=True, text=True, cwd=REPO, env=full_env, timeout=120
+        [sys.executable, "-m", "calctl", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=full_env,
+        timeout=120,
     )
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     assert "internal error" not in proc.stdout + proc.stderr, proc.stderr
@@ -40,10 +45,26 @@ def test_fixture_package_exits_zero_with_schema_valid_json(kind: str) -> None:
 def test_fresh_batched_sample_as_tar_validates_with_profiles(tmp_path: Path) -> None:
     out = tmp_path / "b16"
     tar = tmp_path / "b16.tar"
-    proc = _calctl("sample-package", out, "--kind", "combined", "--key", TEST_KEY, "--profiles", "1,4,8,16", "--tar", tar)
+    proc = _calctl(
+        "sample-package", out, "--kind", "combined", "--key", TEST_KEY, "--profiles", "1,4,8,16", "--tar", tar
+    )
     assert proc.returncode == 0, proc.stderr
-    proc = _calctl("validate", tar, "--trusted-key", TEST_PUB, "--profile", "8", "--profile", "16",
-                   "--expect-models", "model-a,model-b", "--runtime-version", "0.7.6", "--format", "junit")
+    proc = _calctl(
+        "validate",
+        tar,
+        "--trusted-key",
+        TEST_PUB,
+        "--profile",
+        "8",
+        "--profile",
+        "16",
+        "--expect-models",
+        "model-a,model-b",
+        "--runtime-version",
+        "0.7.6",
+        "--format",
+        "junit",
+    )
     assert proc.returncode == 0, proc.stdout
     tree = ET.fromstring(proc.stdout)
     assert int(tree.get("failures", "-1")) == 0 and int(tree.get("errors", "-1")) == 0

@@ -18,11 +18,27 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from calctl.serving.core import GenerationId, JobId, KvCapacity, KvLaneManager, KvState, RequestId
 
 LANES, TOKENS, MAX_SEQ = 4, 64, 32
-FREE, RES, ACT, UPD, UNK, REL = (KvState.FREE, KvState.RESERVED, KvState.ACTIVE, KvState.UPDATING, KvState.UNKNOWN, KvState.RELEASING)
+FREE, RES, ACT, UPD, UNK, REL = (
+    KvState.FREE,
+    KvState.RESERVED,
+    KvState.ACTIVE,
+    KvState.UPDATING,
+    KvState.UNKNOWN,
+    KvState.RELEASING,
+)
 
 
 def _free_lane() -> dict[str, Any]:
-    return {"state": FREE, "owner": None, "gen": None, "committed": 0, "reserved": 0, "pending": 0, "job": None, "done": False}
+    return {
+        "state": FREE,
+        "owner": None,
+        "gen": None,
+        "committed": 0,
+        "reserved": 0,
+        "pending": 0,
+        "job": None,
+        "done": False,
+    }
 
 
 class KvLaneMachine(RuleBasedStateMachine):
@@ -58,7 +74,7 @@ class KvLaneMachine(RuleBasedStateMachine):
         if tokens > MAX_SEQ:
             try:
                 self.kv.reserve(owner, self.gen, tokens)
-            except Exception as exc:  # noqa: BLE001 - must be the invariant error, checked below
+            except Exception as exc:
                 assert type(exc).__name__ == "InvariantViolation"
                 return
             raise AssertionError("reserve beyond max_seq was accepted")
@@ -161,7 +177,13 @@ class KvLaneMachine(RuleBasedStateMachine):
         for lane, m in self.model.items():
             v = self.kv.lane(lane)  # type: ignore[arg-type]
             assert (v.state, v.owner, v.generation, v.committed_len, v.reserved_len, v.pending_tokens, v.job) == (
-                m["state"], m["owner"], m["gen"], m["committed"], m["reserved"], m["pending"], m["job"]
+                m["state"],
+                m["owner"],
+                m["gen"],
+                m["committed"],
+                m["reserved"],
+                m["pending"],
+                m["job"],
             ), (lane, v, m)
             assert 0 <= m["committed"] <= m["reserved"] <= MAX_SEQ
         assert self.kv.reserved_tokens == self._reserved_total() <= TOKENS

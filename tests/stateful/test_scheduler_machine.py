@@ -49,7 +49,10 @@ def _settings() -> SchedulerSettings:
         admission=AdmissionPolicy(
             context_limit=128,
             deadline_default_s=5.0,
-            tenants={TenantId("a"): TenantPolicy(weight=1.0, max_active_sequences=2), TenantId("b"): TenantPolicy(weight=3.0)},
+            tenants={
+                TenantId("a"): TenantPolicy(weight=1.0, max_active_sequences=2),
+                TenantId("b"): TenantPolicy(weight=3.0),
+            },
         ),
         prefill_graph="p",
         profiles=(BatchProfile("d", 1, 128), BatchProfile("d", 4, 128, InactiveLaneContract("valid"))),
@@ -83,8 +86,13 @@ class SchedulerMachine(RuleBasedStateMachine):
             elif isinstance(ev, RecoveryNeeded):
                 self.needs_recovery = True
 
-    @rule(tenant=st.sampled_from(["a", "b", "c"]), prompt=st.integers(0, 100), out=st.integers(0, 40),
-          deadline=st.one_of(st.none(), st.floats(0.001, 10.0)), counted=st.booleans())
+    @rule(
+        tenant=st.sampled_from(["a", "b", "c"]),
+        prompt=st.integers(0, 100),
+        out=st.integers(0, 40),
+        deadline=st.one_of(st.none(), st.floats(0.001, 10.0)),
+        counted=st.booleans(),
+    )
     def arrive(self, tenant: str, prompt: int, out: int, deadline: float | None, counted: bool) -> None:
         rid = f"r{self.n}"
         self.n += 1
@@ -125,12 +133,17 @@ class SchedulerMachine(RuleBasedStateMachine):
         self._pump()
 
     @precondition(lambda self: self.out)
-    @rule(data=st.data(), status=st.sampled_from([JobStatus.OK] * 6 + [JobStatus.FAILED, JobStatus.TIMEOUT, JobStatus.FAULT]),
-          stop=st.booleans())
+    @rule(
+        data=st.data(),
+        status=st.sampled_from([JobStatus.OK] * 6 + [JobStatus.FAILED, JobStatus.TIMEOUT, JobStatus.FAULT]),
+        stop=st.booleans(),
+    )
     def complete(self, data: st.DataObject, status: JobStatus, stop: bool) -> None:
         job = self.out.pop(data.draw(st.integers(0, len(self.out) - 1)))  # completions in any order
         rids = [job.request_id] if isinstance(job, PrefillJob) else [lane.request_id for lane in job.batch.lanes]
-        results = tuple(LaneResult(r, 7, stop=stop and i == 0) for i, r in enumerate(rids)) if status is JobStatus.OK else ()
+        results = (
+            tuple(LaneResult(r, 7, stop=stop and i == 0) for i, r in enumerate(rids)) if status is JobStatus.OK else ()
+        )
         self.sched.update_from_output(JobOutcome(job.job_id, job.generation, status, results, "injected"), self.now)
         if status is JobStatus.TIMEOUT:
             self.late.append((job, rids))

@@ -10,7 +10,7 @@ MEM; the ELF files themselves are ELF.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 from calctl.package.model import MANIFEST, ChipMode, Graph, Model, Package, Section, SectionKind, mask_of_chips
 from calctl.package.rules.base import Finding, Group, Need, Rule
@@ -52,21 +52,41 @@ class MasksWithinChipNums(Rule):
         for m in pkg.models:
             for c in m.target_chips:
                 if c >= n:
-                    yield self.problem(f"model {m.alias!r} targets chip {c}", file=MANIFEST, field=f"{m.pointer}/target_chips",
-                                       expected=f"chips 0..{n - 1}", found=list(m.target_chips))
+                    yield self.problem(
+                        f"model {m.alias!r} targets chip {c}",
+                        file=MANIFEST,
+                        field=f"{m.pointer}/target_chips",
+                        expected=f"chips 0..{n - 1}",
+                        found=list(m.target_chips),
+                    )
             for g in m.graphs:
                 for c in g.target_chips:
                     if c >= n:
-                        yield self.problem(f"graph {g.name} targets chip {c}", file=MANIFEST, field=f"{g.pointer}/target_chips",
-                                           expected=f"chips 0..{n - 1}", found=list(g.target_chips))
+                        yield self.problem(
+                            f"graph {g.name} targets chip {c}",
+                            file=MANIFEST,
+                            field=f"{g.pointer}/target_chips",
+                            expected=f"chips 0..{n - 1}",
+                            found=list(g.target_chips),
+                        )
             for s, _g in _owned_sections(m):
                 if s.chip_mask & ~allowed:
-                    yield self.problem(f"section {s.name} has mask bits beyond chip_nums={n}", file=MANIFEST,
-                                       field=f"{s.pointer}/chip_mask", expected=f"within {_hex(allowed)}", found=_hex(s.chip_mask))
+                    yield self.problem(
+                        f"section {s.name} has mask bits beyond chip_nums={n}",
+                        file=MANIFEST,
+                        field=f"{s.pointer}/chip_mask",
+                        expected=f"within {_hex(allowed)}",
+                        found=_hex(s.chip_mask),
+                    )
         for r in pkg.memory_plan:
             if r.chip >= n:
-                yield self.problem(f"memory region {r.name} is on chip {r.chip}", file=MANIFEST, field=r.pointer,
-                                   expected=f"chips 0..{n - 1}", found=r.chip)
+                yield self.problem(
+                    f"memory region {r.name} is on chip {r.chip}",
+                    file=MANIFEST,
+                    field=r.pointer,
+                    expected=f"chips 0..{n - 1}",
+                    found=r.chip,
+                )
         yield self.note(f"all masks within chip_nums={n}")
 
 
@@ -90,30 +110,64 @@ class GraphTargets(Rule):
         assert pkg is not None
         multi = pkg.kind in ("combined", "replica")
         if pkg.kind == "single" and len(pkg.models) != 1:
-            yield self.problem("a single package holds exactly one model", file=MANIFEST, field="/package/kind",
-                               expected=1, found=len(pkg.models))
+            yield self.problem(
+                "a single package holds exactly one model",
+                file=MANIFEST,
+                field="/package/kind",
+                expected=1,
+                found=len(pkg.models),
+            )
         if multi and len(pkg.models) < 2:
-            yield self.problem(f"a {pkg.kind} package holds at least two models", file=MANIFEST, field="/package/kind",
-                               expected=">= 2", found=len(pkg.models))
+            yield self.problem(
+                f"a {pkg.kind} package holds at least two models",
+                file=MANIFEST,
+                field="/package/kind",
+                expected=">= 2",
+                found=len(pkg.models),
+            )
         for m in pkg.models:
             if m.chip_mode is ChipMode.SCHIP and len(m.target_chips) != 1:
-                yield self.problem(f"SCHIP model {m.alias!r} must target exactly one chip", file=MANIFEST,
-                                   field=f"{m.pointer}/target_chips", expected="one chip", found=list(m.target_chips))
+                yield self.problem(
+                    f"SCHIP model {m.alias!r} must target exactly one chip",
+                    file=MANIFEST,
+                    field=f"{m.pointer}/target_chips",
+                    expected="one chip",
+                    found=list(m.target_chips),
+                )
             if multi and m.chip_mode is not ChipMode.SCHIP:
-                yield self.problem(f"model {m.alias!r} of a {pkg.kind} package must be SCHIP", file=MANIFEST,
-                                   field=f"{m.pointer}/chip_mode", expected="SCHIP", found=m.chip_mode.value)
+                yield self.problem(
+                    f"model {m.alias!r} of a {pkg.kind} package must be SCHIP",
+                    file=MANIFEST,
+                    field=f"{m.pointer}/chip_mode",
+                    expected="SCHIP",
+                    found=m.chip_mode.value,
+                )
             for g in m.graphs:
                 if g.chip_mode is ChipMode.SCHIP and len(g.target_chips) != 1:
-                    yield self.problem(f"SCHIP graph {g.name} must target exactly one chip", file=MANIFEST,
-                                       field=f"{g.pointer}/target_chips", expected="one chip", found=list(g.target_chips))
+                    yield self.problem(
+                        f"SCHIP graph {g.name} must target exactly one chip",
+                        file=MANIFEST,
+                        field=f"{g.pointer}/target_chips",
+                        expected="one chip",
+                        found=list(g.target_chips),
+                    )
                 outside = [c for c in g.target_chips if c not in m.target_chips]
                 if outside:
-                    yield self.problem(f"graph {g.name} targets chips its model {m.alias!r} does not", file=MANIFEST,
-                                       field=f"{g.pointer}/target_chips", expected=f"subset of {list(m.target_chips)}",
-                                       found=list(g.target_chips))
+                    yield self.problem(
+                        f"graph {g.name} targets chips its model {m.alias!r} does not",
+                        file=MANIFEST,
+                        field=f"{g.pointer}/target_chips",
+                        expected=f"subset of {list(m.target_chips)}",
+                        found=list(g.target_chips),
+                    )
                 if m.chip_mode is ChipMode.SCHIP and g.chip_mode is not ChipMode.SCHIP:
-                    yield self.problem(f"graph {g.name} of SCHIP model {m.alias!r} is {g.chip_mode.value}", file=MANIFEST,
-                                       field=f"{g.pointer}/chip_mode", expected="SCHIP", found=g.chip_mode.value)
+                    yield self.problem(
+                        f"graph {g.name} of SCHIP model {m.alias!r} is {g.chip_mode.value}",
+                        file=MANIFEST,
+                        field=f"{g.pointer}/chip_mode",
+                        expected="SCHIP",
+                        found=g.chip_mode.value,
+                    )
         yield self.note("graph chip modes and targets agree with their models")
 
 
@@ -146,17 +200,29 @@ class SingleChipSections(Rule):
                 if mode is ChipMode.SCHIP:
                     if len(s.chips) > 1:
                         yield self.problem(
-                            f"cross-chip section (gather/reduce/D2D) {s.name} in SCHIP {owner}: mask covers chips {list(s.chips)}",
-                            file=MANIFEST, field=f"{s.pointer}/chip_mask", expected=_hex(target_mask), found=_hex(s.chip_mask),
+                            f"cross-chip section (gather/reduce/D2D) {s.name} in "
+                            f"SCHIP {owner}: mask covers chips {list(s.chips)}",
+                            file=MANIFEST,
+                            field=f"{s.pointer}/chip_mask",
+                            expected=_hex(target_mask),
+                            found=_hex(s.chip_mask),
                         )
                     elif s.chip_mask != target_mask:
-                        yield self.problem(f"section {s.name} of SCHIP {owner} is on chip {list(s.chips)}, not its target",
-                                           file=MANIFEST, field=f"{s.pointer}/chip_mask", expected=_hex(target_mask),
-                                           found=_hex(s.chip_mask))
+                        yield self.problem(
+                            f"section {s.name} of SCHIP {owner} is on chip {list(s.chips)}, not its target",
+                            file=MANIFEST,
+                            field=f"{s.pointer}/chip_mask",
+                            expected=_hex(target_mask),
+                            found=_hex(s.chip_mask),
+                        )
                 elif s.chip_mask & ~target_mask:
-                    yield self.problem(f"section {s.name} of MCHIP {owner} reaches chips outside its targets",
-                                       file=MANIFEST, field=f"{s.pointer}/chip_mask", expected=f"within {_hex(target_mask)}",
-                                       found=_hex(s.chip_mask))
+                    yield self.problem(
+                        f"section {s.name} of MCHIP {owner} reaches chips outside its targets",
+                        file=MANIFEST,
+                        field=f"{s.pointer}/chip_mask",
+                        expected=f"within {_hex(target_mask)}",
+                        found=_hex(s.chip_mask),
+                    )
         yield self.note(f"{n} sections carry only their target chips")
 
 
@@ -181,18 +247,27 @@ class ChipOwnership(Rule):
         for m in pkg.models:
             for c in m.target_chips:
                 if c in owner_of and owner_of[c] != m.alias:
-                    yield self.problem(f"models {owner_of[c]!r} and {m.alias!r} both target chip {c}", file=MANIFEST,
-                                       field=f"{m.pointer}/target_chips")
+                    yield self.problem(
+                        f"models {owner_of[c]!r} and {m.alias!r} both target chip {c}",
+                        file=MANIFEST,
+                        field=f"{m.pointer}/target_chips",
+                    )
                 owner_of.setdefault(c, m.alias)
         for m in pkg.models:
             for s, _g in _owned_sections(m):
                 for c in s.chips:
                     other = owner_of.get(c)
                     if other is not None and other != m.alias and c not in m.target_chips:
-                        yield self.problem(f"section {s.name} of model {m.alias!r} reaches chip {c}, owned by model {other!r}",
-                                           file=MANIFEST, field=f"{s.pointer}/chip_mask",
-                                           expected=_hex(mask_of_chips(list(m.target_chips))), found=_hex(s.chip_mask))
-        yield self.note("each chip is used by one model only" if len(pkg.models) > 1 else "single model: nothing shared")
+                        yield self.problem(
+                            f"section {s.name} of model {m.alias!r} reaches chip {c}, owned by model {other!r}",
+                            file=MANIFEST,
+                            field=f"{s.pointer}/chip_mask",
+                            expected=_hex(mask_of_chips(list(m.target_chips))),
+                            found=_hex(s.chip_mask),
+                        )
+        yield self.note(
+            "each chip is used by one model only" if len(pkg.models) > 1 else "single model: nothing shared"
+        )
 
 
 class CrossModelPlacement(Rule):
@@ -219,9 +294,12 @@ class CrossModelPlacement(Rule):
                     for r in pkg.regions_on(c):
                         if r.owner != m.alias and r.owner in aliases and s.vaddr < r.end and r.vaddr < s.end:
                             yield self.problem(
-                                f"section {s.name} of model {m.alias!r} overlaps region {r.name} of model {r.owner!r} on chip {c}",
-                                file=MANIFEST, field=s.pointer,
-                                expected=f"outside [0x{r.vaddr:x}, 0x{r.end:x})", found=f"[0x{s.vaddr:x}, 0x{s.end:x})",
+                                f"section {s.name} of model {m.alias!r} overlaps "
+                                f"region {r.name} of model {r.owner!r} on chip {c}",
+                                file=MANIFEST,
+                                field=s.pointer,
+                                expected=f"outside [0x{r.vaddr:x}, 0x{r.end:x})",
+                                found=f"[0x{s.vaddr:x}, 0x{s.end:x})",
                             )
         yield self.note("no section is placed in another model's memory")
 
@@ -257,28 +335,46 @@ class ElfPerCalCore(Rule):
                 for s in g.code_sections:
                     n += 1
                     if s.calcore is None:
-                        yield self.problem(f"code section {s.name} names no CalCore", file=MANIFEST, field=f"{s.pointer}/calcore")
+                        yield self.problem(
+                            f"code section {s.name} names no CalCore", file=MANIFEST, field=f"{s.pointer}/calcore"
+                        )
                         continue
                     if s.file is None:
-                        yield self.problem(f"code section {s.name} has no ELF file", file=MANIFEST, field=f"{s.pointer}/file")
+                        yield self.problem(
+                            f"code section {s.name} has no ELF file", file=MANIFEST, field=f"{s.pointer}/file"
+                        )
                     elif files[s.file] > 1:
-                        yield self.problem(f"ELF {s.file!r} is used by {files[s.file]} code sections", file=MANIFEST,
-                                           field=f"{s.pointer}/file")
+                        yield self.problem(
+                            f"ELF {s.file!r} is used by {files[s.file]} code sections",
+                            file=MANIFEST,
+                            field=f"{s.pointer}/file",
+                        )
                     for chip in s.chips:
                         found[(s.calcore, chip)] += 1
                 for pair in sorted(expected - set(found)):
-                    yield self.problem(f"graph {g.name} has no ELF for CalCore {pair[0]} on chip {pair[1]}", file=MANIFEST,
-                                       field=f"{g.pointer}/sections", expected=f"ccu{pair[0]}_chip{pair[1]}", found="none")
+                    yield self.problem(
+                        f"graph {g.name} has no ELF for CalCore {pair[0]} on chip {pair[1]}",
+                        file=MANIFEST,
+                        field=f"{g.pointer}/sections",
+                        expected=f"ccu{pair[0]}_chip{pair[1]}",
+                        found="none",
+                    )
                 for pair, count in sorted(found.items()):
                     if pair not in expected:
                         yield self.problem(
                             f"graph {g.name} has an extra ELF for CalCore {pair[0]} on chip {pair[1]} "
                             f"(calcore_num={pkg.device_cfg.calcore_num}, targets {list(g.target_chips)})",
-                            file=MANIFEST, field=f"{g.pointer}/sections",
+                            file=MANIFEST,
+                            field=f"{g.pointer}/sections",
                         )
                     elif count > 1:
-                        yield self.problem(f"graph {g.name} has {count} ELFs for CalCore {pair[0]} on chip {pair[1]}",
-                                           file=MANIFEST, field=f"{g.pointer}/sections", expected=1, found=count)
+                        yield self.problem(
+                            f"graph {g.name} has {count} ELFs for CalCore {pair[0]} on chip {pair[1]}",
+                            file=MANIFEST,
+                            field=f"{g.pointer}/sections",
+                            expected=1,
+                            found=count,
+                        )
         yield self.note(f"{n} ELFs, exactly one per (CalCore, chip) of each graph")
 
 
@@ -309,25 +405,46 @@ class CommandPerCalCore(Rule):
                         continue
                     n += 1
                     if s.calcore is None:
-                        yield self.problem(f"command section {s.name} names no CalCore", file=MANIFEST, field=f"{s.pointer}/calcore")
+                        yield self.problem(
+                            f"command section {s.name} names no CalCore", file=MANIFEST, field=f"{s.pointer}/calcore"
+                        )
                         continue
                     if s.file is None:
-                        yield self.problem(f"command section {s.name} has no file", file=MANIFEST, field=f"{s.pointer}/file")
+                        yield self.problem(
+                            f"command section {s.name} has no file", file=MANIFEST, field=f"{s.pointer}/file"
+                        )
                     if len(s.chips) != 1:
-                        yield self.problem(f"command section {s.name} spans chips {list(s.chips)}", file=MANIFEST,
-                                           field=f"{s.pointer}/chip_mask", expected="one chip", found=_hex(s.chip_mask))
+                        yield self.problem(
+                            f"command section {s.name} spans chips {list(s.chips)}",
+                            file=MANIFEST,
+                            field=f"{s.pointer}/chip_mask",
+                            expected="one chip",
+                            found=_hex(s.chip_mask),
+                        )
                     for chip in s.chips:
                         if (s.calcore, chip) not in expected:
-                            yield self.problem(f"command section {s.name} is for CalCore {s.calcore} on chip {chip}, "
-                                               f"outside graph {g.name}", file=MANIFEST, field=s.pointer)
+                            yield self.problem(
+                                f"command section {s.name} is for CalCore {s.calcore} on chip {chip}, "
+                                f"outside graph {g.name}",
+                                file=MANIFEST,
+                                field=s.pointer,
+                            )
                         found.add((s.calcore, chip))
                 for pair in sorted(expected - found):
-                    yield self.problem(f"graph {g.name} has no command blob for CalCore {pair[0]} on chip {pair[1]}",
-                                       file=MANIFEST, field=f"{g.pointer}/sections")
+                    yield self.problem(
+                        f"graph {g.name} has no command blob for CalCore {pair[0]} on chip {pair[1]}",
+                        file=MANIFEST,
+                        field=f"{g.pointer}/sections",
+                    )
         yield self.note(f"{n} command blobs, each on its graph's (CalCore, chip) pairs")
 
 
 RULES: tuple[type[Rule], ...] = (
-    MasksWithinChipNums, GraphTargets, SingleChipSections, ChipOwnership, CrossModelPlacement, ElfPerCalCore,
+    MasksWithinChipNums,
+    GraphTargets,
+    SingleChipSections,
+    ChipOwnership,
+    CrossModelPlacement,
+    ElfPerCalCore,
     CommandPerCalCore,
 )

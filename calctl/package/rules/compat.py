@@ -10,7 +10,8 @@ here the version comes from the caller (``--runtime-version``).
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from calctl.package.model import COMPATIBILITY, PROVENANCE
 from calctl.package.rules.base import Finding, Group, Need, Rule
@@ -62,8 +63,13 @@ class CompatibilityValid(Rule):
                 continue
             lo, hi = parse_version(rng["min"]), parse_version(rng["max_exclusive"])
             if lo is not None and hi is not None and not lo < hi:
-                yield self.problem(f"{key} range is empty", file=COMPATIBILITY, field=f"/{key}",
-                                   expected="min < max_exclusive", found=f"[{rng['min']}, {rng['max_exclusive']})")
+                yield self.problem(
+                    f"{key} range is empty",
+                    file=COMPATIBILITY,
+                    field=f"/{key}",
+                    expected="min < max_exclusive",
+                    found=f"[{rng['min']}, {rng['max_exclusive']})",
+                )
         elf = doc["elf"]
         name = elf.get("machine_name")
         if name is not None:
@@ -71,8 +77,13 @@ class CompatibilityValid(Rule):
 
             number = ENUM_E_MACHINE.get(name)
             if isinstance(number, int) and number != elf["machine"]:
-                yield self.problem("machine_name names another e_machine", file=COMPATIBILITY, field="/elf/machine_name",
-                                   expected=f"{name} = {number}", found=elf["machine"])
+                yield self.problem(
+                    "machine_name names another e_machine",
+                    file=COMPATIBILITY,
+                    field="/elf/machine_name",
+                    expected=f"{name} = {number}",
+                    found=elf["machine"],
+                )
         pkg = ctx.package
         if pkg is None:
             yield self.skip("device agreement not checked: manifest failed MAN001", file=COMPATIBILITY, field="/device")
@@ -80,10 +91,17 @@ class CompatibilityValid(Rule):
             dev = doc["device"]
             for key in ("chip_nums", "calcore_num"):
                 if dev[key] != getattr(pkg.device_cfg, key):
-                    yield self.problem(f"device.{key} disagrees with the manifest device_cfg", file=COMPATIBILITY,
-                                       field=f"/device/{key}", expected=getattr(pkg.device_cfg, key), found=dev[key])
+                    yield self.problem(
+                        f"device.{key} disagrees with the manifest device_cfg",
+                        file=COMPATIBILITY,
+                        field=f"/device/{key}",
+                        expected=getattr(pkg.device_cfg, key),
+                        found=dev[key],
+                    )
         rt = doc["runtime"]
-        yield self.note(f"valid; runtime {rt.get('name', 'CalRT')} [{rt['min']}, {rt['max_exclusive']}), ELF machine {elf['machine']}")
+        yield self.note(
+            f"valid; runtime {rt.get('name', 'CalRT')} [{rt['min']}, {rt['max_exclusive']}), ELF machine {elf['machine']}"
+        )
 
 
 class RuntimeVersion(Rule):
@@ -111,12 +129,21 @@ class RuntimeVersion(Rule):
             return
         v, lo, hi = parse_version(given), parse_version(rt["min"]), parse_version(rt["max_exclusive"])
         if v is None:
-            yield self.problem(f"runtime version {given!r} is not a dotted version", field="--runtime-version",
-                               expected="e.g. 0.7.6", found=given)
+            yield self.problem(
+                f"runtime version {given!r} is not a dotted version",
+                field="--runtime-version",
+                expected="e.g. 0.7.6",
+                found=given,
+            )
             return
         if lo is None or hi is None or not lo <= v < hi:
-            yield self.problem(f"runtime {given} is outside the package's supported range", file=COMPATIBILITY,
-                               field="/runtime", expected=span, found=given)
+            yield self.problem(
+                f"runtime {given} is outside the package's supported range",
+                file=COMPATIBILITY,
+                field="/runtime",
+                expected=span,
+                found=given,
+            )
             return
         yield self.note(f"runtime {given} within {span}")
 
@@ -160,7 +187,9 @@ class ProvenanceSubjects(Rule):
             name, digest = subject["name"], subject["digest"]["sha256"]
             where = f"/subject/{i}"
             if name in seen:
-                yield self.problem(f"subject {name!r} appears twice (also /subject/{seen[name]})", file=PROVENANCE, field=where)
+                yield self.problem(
+                    f"subject {name!r} appears twice (also /subject/{seen[name]})", file=PROVENANCE, field=where
+                )
                 continue
             seen[name] = i
             if name == PROVENANCE:
@@ -168,8 +197,13 @@ class ProvenanceSubjects(Rule):
             elif name not in listed:
                 yield self.problem(f"subject {name!r} is not a file of the package", file=PROVENANCE, field=where)
             elif listed[name] != digest:
-                yield self.problem(f"subject {name!r} digest differs from checksums.sha256", file=PROVENANCE,
-                                   field=f"{where}/digest/sha256", expected=listed[name], found=digest)
+                yield self.problem(
+                    f"subject {name!r} digest differs from checksums.sha256",
+                    file=PROVENANCE,
+                    field=f"{where}/digest/sha256",
+                    expected=listed[name],
+                    found=digest,
+                )
         for name in listed:
             if name != PROVENANCE and name not in seen:
                 yield self.problem(f"file {name!r} is not a provenance subject", file=PROVENANCE, field="/subject")

@@ -26,14 +26,23 @@ import functools
 import os
 import stat
 import struct
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from calctl.errors import CalctlError
 from calctl.package import reader, schemas
-from calctl.package.model import CHECKSUMS, COMPATIBILITY, MANIFEST, PROVENANCE, SIGNATURE, Package, package_from_document
+from calctl.package.model import (
+    CHECKSUMS,
+    COMPATIBILITY,
+    MANIFEST,
+    PROVENANCE,
+    SIGNATURE,
+    Package,
+    package_from_document,
+)
 from calctl.package.rules.base import Need
 from calctl.signing import seal
 from calctl.signing.keys import TrustedKey
@@ -424,7 +433,9 @@ class ValidationContext:
             text = "missing: the package is unsigned" if str(exc) == "missing" else str(exc)
             return SignatureState(problem=f"checksums.sha256.sig {text}")
         if len(sig) != 64:
-            return SignatureState(problem=f"checksums.sha256.sig is {len(sig)} bytes, expected a 64-byte raw Ed25519 signature")
+            return SignatureState(
+                problem=f"checksums.sha256.sig is {len(sig)} bytes, expected a 64-byte raw Ed25519 signature"
+            )
         try:
             data = self.read_bytes(CHECKSUMS, seal.MAX_CHECKSUM_FILE)
         except ReadProblem as exc:
@@ -604,8 +615,13 @@ def _parse_elf(fh: Any, size: int) -> ElfInfo:
         ptype = h["p_type"]
         ptype_num = _PT_NUM.get(ptype, -1) if isinstance(ptype, str) else int(ptype)
         seg = ElfSegment(
-            index=i, type=ptype_num, flags=int(h["p_flags"]), offset=int(h["p_offset"]), vaddr=int(h["p_vaddr"]),
-            filesz=int(h["p_filesz"]), memsz=int(h["p_memsz"]),
+            index=i,
+            type=ptype_num,
+            flags=int(h["p_flags"]),
+            offset=int(h["p_offset"]),
+            vaddr=int(h["p_vaddr"]),
+            filesz=int(h["p_filesz"]),
+            memsz=int(h["p_memsz"]),
         )
         segments.append(seg)
         if seg.type == PT_NOTE and seg.filesz <= MAX_NOTE_BYTES and seg.offset + seg.filesz <= size:

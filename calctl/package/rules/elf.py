@@ -8,9 +8,10 @@ is MEM.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Iterator
 
 from calctl.package import elfwriter
 from calctl.package.model import Graph, Model, Section, SectionKind
@@ -48,7 +49,9 @@ def programs(ctx: ValidationContext, *, need_parsed: bool = True) -> Iterator[Pr
                     continue
                 parsed = ctx.elf(s.file)
                 if isinstance(parsed, str):
-                    yield Program(m, g, s, s.file, None, None if not need_parsed else "skipped: ELF001 failed for this file")
+                    yield Program(
+                        m, g, s, s.file, None, None if not need_parsed else "skipped: ELF001 failed for this file"
+                    )
                     continue
                 yield Program(m, g, s, s.file, parsed, None)
 
@@ -78,7 +81,9 @@ class ElfParses(Rule):
                 yield self.problem(f"does not parse as ELF: {ctx.elf(p.file)}", file=p.file)
                 continue
             if p.info.e_type != "ET_EXEC":
-                yield self.problem("is not an executable image", file=p.file, field="/e_type", expected="ET_EXEC", found=p.info.e_type)
+                yield self.problem(
+                    "is not an executable image", file=p.file, field="/e_type", expected="ET_EXEC", found=p.info.e_type
+                )
             if not any(seg.type == PT_LOAD for seg in p.info.segments):
                 yield self.problem("has no PT_LOAD segment", file=p.file, field="/program_headers")
         yield self.note(f"{n} ELF programs parse")
@@ -108,13 +113,25 @@ class ElfMachine(Rule):
                 continue
             n += 1
             if p.info.elf_class != want["class"]:
-                yield self.problem("wrong ELF class", file=p.file, field="/e_ident/EI_CLASS", expected=want["class"], found=p.info.elf_class)
+                yield self.problem(
+                    "wrong ELF class",
+                    file=p.file,
+                    field="/e_ident/EI_CLASS",
+                    expected=want["class"],
+                    found=p.info.elf_class,
+                )
             if p.info.data != want["data"]:
-                yield self.problem("wrong byte order", file=p.file, field="/e_ident/EI_DATA", expected=want["data"], found=p.info.data)
+                yield self.problem(
+                    "wrong byte order", file=p.file, field="/e_ident/EI_DATA", expected=want["data"], found=p.info.data
+                )
             if p.info.machine != want["machine"]:
-                yield self.problem("wrong machine", file=p.file, field="/e_machine",
-                                   expected=f"{want['machine']} ({want.get('machine_name', '?')})",
-                                   found=f"{p.info.machine} ({p.info.machine_name})")
+                yield self.problem(
+                    "wrong machine",
+                    file=p.file,
+                    field="/e_machine",
+                    expected=f"{want['machine']} ({want.get('machine_name', '?')})",
+                    found=f"{p.info.machine} ({p.info.machine_name})",
+                )
         yield self.note(f"{n} programs are {want['class']} {want['data']}-endian machine {want['machine']}")
 
 
@@ -141,11 +158,17 @@ class EntryInLoadSegment(Rule):
             loads = [s for s in p.info.segments if s.type == PT_LOAD]
             inside = [s for s in loads if s.vaddr <= e < s.vaddr + s.memsz]
             if not inside:
-                yield self.problem("entry point is outside every PT_LOAD segment", file=p.file, field="/e_entry",
-                                   expected=", ".join(f"[0x{s.vaddr:x}, 0x{s.vaddr + s.memsz:x})" for s in loads) or "a PT_LOAD",
-                                   found=f"0x{e:x}")
+                yield self.problem(
+                    "entry point is outside every PT_LOAD segment",
+                    file=p.file,
+                    field="/e_entry",
+                    expected=", ".join(f"[0x{s.vaddr:x}, 0x{s.vaddr + s.memsz:x})" for s in loads) or "a PT_LOAD",
+                    found=f"0x{e:x}",
+                )
             elif not any(s.flags & PF_X for s in inside):
-                yield self.problem("entry point lies in a non-executable segment", file=p.file, field="/e_entry", found=f"0x{e:x}")
+                yield self.problem(
+                    "entry point lies in a non-executable segment", file=p.file, field="/e_entry", found=f"0x{e:x}"
+                )
         yield self.note(f"{n} entry points inside executable PT_LOAD segments")
 
 
@@ -178,32 +201,53 @@ class LoadSegmentPlacement(Rule):
                 where = f"/program_headers/{seg.index}"
                 end = seg.vaddr + seg.memsz
                 if seg.offset + seg.filesz > p.info.file_size:
-                    yield self.problem("segment bytes run past the end of the file", file=p.file, field=where,
-                                       expected=f"offset+filesz <= {p.info.file_size}", found=seg.offset + seg.filesz)
+                    yield self.problem(
+                        "segment bytes run past the end of the file",
+                        file=p.file,
+                        field=where,
+                        expected=f"offset+filesz <= {p.info.file_size}",
+                        found=seg.offset + seg.filesz,
+                    )
                 if end > U64:
                     yield self.problem("segment wraps the 64-bit address space", file=p.file, field=where)
                     continue
                 s = p.section
                 if not (s.vaddr <= seg.vaddr and end <= s.end):
-                    yield self.problem(f"segment is outside its manifest section {s.name}", file=p.file, field=where,
-                                       expected=f"within [0x{s.vaddr:x}, 0x{s.end:x})", found=f"[0x{seg.vaddr:x}, 0x{end:x})")
+                    yield self.problem(
+                        f"segment is outside its manifest section {s.name}",
+                        file=p.file,
+                        field=where,
+                        expected=f"within [0x{s.vaddr:x}, 0x{s.end:x})",
+                        found=f"[0x{seg.vaddr:x}, 0x{end:x})",
+                    )
                 for chip in s.chips:
                     if chip not in p.model.target_chips:
                         continue  # a section on a foreign chip is CHIP003/CHIP004
-                    regions = [r for r in pkg.regions_on(chip) if r.owner == p.model.alias and r.kind is SectionKind.CODE]
+                    regions = [
+                        r for r in pkg.regions_on(chip) if r.owner == p.model.alias and r.kind is SectionKind.CODE
+                    ]
                     if not regions:
-                        yield self.skip(f"no code region of {p.model.alias!r} on chip {chip} to check against (MEM004)",
-                                        file=p.file, field=where)
+                        yield self.skip(
+                            f"no code region of {p.model.alias!r} on chip {chip} to check against (MEM004)",
+                            file=p.file,
+                            field=where,
+                        )
                     elif not any(r.vaddr <= seg.vaddr and end <= r.end for r in regions):
                         yield self.problem(
-                            f"segment is outside the code region of {p.model.alias!r} on chip {chip}", file=p.file, field=where,
-                            expected=" or ".join(f"[0x{r.vaddr:x}, 0x{r.end:x})" for r in regions), found=f"[0x{seg.vaddr:x}, 0x{end:x})",
+                            f"segment is outside the code region of {p.model.alias!r} on chip {chip}",
+                            file=p.file,
+                            field=where,
+                            expected=" or ".join(f"[0x{r.vaddr:x}, 0x{r.end:x})" for r in regions),
+                            found=f"[0x{seg.vaddr:x}, 0x{end:x})",
                         )
             ordered = sorted(loads, key=lambda x: x.vaddr)
-            for a, b in zip(ordered, ordered[1:]):
+            for a, b in itertools.pairwise(ordered):
                 if b.vaddr < a.vaddr + a.memsz:
-                    yield self.problem(f"PT_LOAD segments {a.index} and {b.index} overlap", file=p.file,
-                                       field=f"/program_headers/{b.index}")
+                    yield self.problem(
+                        f"PT_LOAD segments {a.index} and {b.index} overlap",
+                        file=p.file,
+                        field=f"/program_headers/{b.index}",
+                    )
         yield self.note(f"{n} programs load inside their sections and code regions")
 
 
@@ -230,11 +274,21 @@ class SegmentFlags(Rule):
             for seg in p.info.segments:
                 where = f"/program_headers/{seg.index}"
                 if seg.type == PT_LOAD and seg.filesz > seg.memsz:
-                    yield self.problem("p_filesz exceeds p_memsz", file=p.file, field=where,
-                                       expected=f"<= {seg.memsz}", found=seg.filesz)
+                    yield self.problem(
+                        "p_filesz exceeds p_memsz",
+                        file=p.file,
+                        field=where,
+                        expected=f"<= {seg.memsz}",
+                        found=seg.filesz,
+                    )
                 if seg.flags & PF_W and seg.flags & PF_X:
-                    yield self.problem("segment is both writable and executable (W^X)", file=p.file, field=f"{where}/p_flags",
-                                       expected="not W and X together", found=_flags(seg.flags))
+                    yield self.problem(
+                        "segment is both writable and executable (W^X)",
+                        file=p.file,
+                        field=f"{where}/p_flags",
+                        expected="not W and X together",
+                        found=_flags(seg.flags),
+                    )
         yield self.note(f"{n} programs: filesz <= memsz and W^X hold")
 
 
@@ -269,23 +323,54 @@ class BindingNote(Rule):
             want_name = f"ccu{s.calcore}_chip{chip}.elf"
             path = PurePosixPath(p.file)
             if path.name != want_name:
-                yield self.problem("file name does not match its section's CalCore and chip", file=p.file,
-                                   field=f"{s.pointer}/file", expected=want_name, found=path.name)
+                yield self.problem(
+                    "file name does not match its section's CalCore and chip",
+                    file=p.file,
+                    field=f"{s.pointer}/file",
+                    expected=want_name,
+                    found=path.name,
+                )
             if path.parent.name != g.kind.value:
-                yield self.problem("program is not in its graph kind's directory", file=p.file, field=f"{s.pointer}/file",
-                                   expected=f"<model>/{g.kind.value}/{want_name}", found=p.file)
-            notes = [nt for nt in p.info.notes if nt.name == elfwriter.NOTE_NAME.decode() and nt.type == elfwriter.NT_CALCULET_BINDING]
+                yield self.problem(
+                    "program is not in its graph kind's directory",
+                    file=p.file,
+                    field=f"{s.pointer}/file",
+                    expected=f"<model>/{g.kind.value}/{want_name}",
+                    found=p.file,
+                )
+            notes = [
+                nt
+                for nt in p.info.notes
+                if nt.name == elfwriter.NOTE_NAME.decode() and nt.type == elfwriter.NT_CALCULET_BINDING
+            ]
             if len(notes) != 1:
-                yield self.problem("expected exactly one Calculet binding note", file=p.file, field="/notes",
-                                   expected=1, found=len(notes))
+                yield self.problem(
+                    "expected exactly one Calculet binding note",
+                    file=p.file,
+                    field="/notes",
+                    expected=1,
+                    found=len(notes),
+                )
                 continue
             binding = elfwriter.parse_binding(notes[0].desc)
             want = {"graph": g.name, "kind": g.kind.value, "chip": str(chip), "calcore": str(s.calcore)}
             for key, value in want.items():
                 if binding.get(key) != value:
-                    yield self.problem(f"binding note {key} disagrees with the manifest", file=p.file, field=f"/notes/binding/{key}",
-                                       expected=value, found=binding.get(key, "absent"))
+                    yield self.problem(
+                        f"binding note {key} disagrees with the manifest",
+                        file=p.file,
+                        field=f"/notes/binding/{key}",
+                        expected=value,
+                        found=binding.get(key, "absent"),
+                    )
         yield self.note(f"{n} programs are bound to their graph, kind, chip and CalCore")
 
 
-RULES: tuple[type[Rule], ...] = (ElfParses, ElfMachine, EntryInLoadSegment, LoadSegmentPlacement, SegmentFlags, BindingNote)
+RULES: tuple[type[Rule], ...] = (
+    ElfParses,
+    ElfMachine,
+    EntryInLoadSegment,
+    LoadSegmentPlacement,
+    SegmentFlags,
+    BindingNote,
+)

@@ -7,7 +7,7 @@ Whether checksums.sha256 itself is authentic is SIG001.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from calctl.package.model import CHECKSUMS, SEAL_FILES
 from calctl.package.rules.base import Finding, Group, Need, Rule
@@ -49,7 +49,9 @@ class ListedFilesMatch(Rule):
             elif hashes.digests[rel] != want:
                 yield self.problem(
                     f"sha256 mismatch: checksums.sha256 says {want[:16]}…, the file has {hashes.digests[rel][:16]}…",
-                    file=rel, expected=want, found=hashes.digests[rel],
+                    file=rel,
+                    expected=want,
+                    found=hashes.digests[rel],
                 )
         jobs = ctx.policy.jobs or seal.default_jobs()
         yield self.note(f"{len(hashes.digests)} files, {hashes.bytes_hashed} bytes match ({jobs} hashing threads)")

@@ -7,7 +7,8 @@ bytes are right is HASH; whether a referenced file exists is MAN007.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from calctl.package import reader, yamlsafe
 from calctl.package.model import (
@@ -64,12 +65,16 @@ class EntryTypes(Rule):
                 where = "leaves the package" if _link_leaves(ctx, e.rel, target) else "points inside the package"
                 yield self.problem(
                     f"is a symlink to {target!r} ({where}); packages hold regular files only",
-                    file=e.rel, expected="regular file", found="symlink",
+                    file=e.rel,
+                    expected="regular file",
+                    found="symlink",
                 )
             elif e.kind not in (EntryKind.FILE, EntryKind.DIR):
                 yield self.problem(
-                    f"is a {e.kind.value}; packages hold regular files only", file=e.rel,
-                    expected="regular file", found=e.kind.value,
+                    f"is a {e.kind.value}; packages hold regular files only",
+                    file=e.rel,
+                    expected="regular file",
+                    found=e.kind.value,
                 )
         yield self.note(f"{count} entries, all regular files or directories")
 
@@ -130,7 +135,9 @@ class PathSafety(Rule):
                     checked += 1
                     problem = path_problem(name)
                     if problem:
-                        yield self.problem(f"unsafe subject name {name!r}: {problem}", file=PROVENANCE, field=f"/subject/{i}/name")
+                        yield self.problem(
+                            f"unsafe subject name {name!r}: {problem}", file=PROVENANCE, field=f"/subject/{i}/name"
+                        )
         # checksums.sha256 lines with unsafe paths make it unparseable; HASH001 reports that line.
         yield self.note(f"{checked} paths are safe relative POSIX paths")
 
@@ -216,19 +223,31 @@ class SizeLimitsRule(Rule):
         total = sum(e.size for e in files)
         for e in files:
             if e.size > limits.max_file_bytes:
-                yield self.problem("file is over the per-file size limit", file=e.rel,
-                                   expected=f"<= {limits.max_file_bytes} bytes", found=f"{e.size} bytes")
+                yield self.problem(
+                    "file is over the per-file size limit",
+                    file=e.rel,
+                    expected=f"<= {limits.max_file_bytes} bytes",
+                    found=f"{e.size} bytes",
+                )
         for name, limit in DOCUMENT_LIMITS.items():
             doc = ctx.entry(name)
             if doc is not None and doc.size > limit:
-                yield self.problem("document is over its size limit", file=name,
-                                   expected=f"<= {limit} bytes", found=f"{doc.size} bytes")
+                yield self.problem(
+                    "document is over its size limit",
+                    file=name,
+                    expected=f"<= {limit} bytes",
+                    found=f"{doc.size} bytes",
+                )
         if total > limits.max_total_bytes:
-            yield self.problem("package is over the total size limit",
-                               expected=f"<= {limits.max_total_bytes} bytes", found=f"{total} bytes")
+            yield self.problem(
+                "package is over the total size limit",
+                expected=f"<= {limits.max_total_bytes} bytes",
+                found=f"{total} bytes",
+            )
         if len(ctx.walk.entries) > limits.max_files:
-            yield self.problem("package has too many entries",
-                               expected=f"<= {limits.max_files}", found=len(ctx.walk.entries))
+            yield self.problem(
+                "package has too many entries", expected=f"<= {limits.max_files}", found=len(ctx.walk.entries)
+            )
         yield self.note(f"{len(files)} files, {total} bytes, all within limits")
 
 
@@ -284,5 +303,11 @@ class ArchiveExtraction(Rule):
 
 
 RULES: tuple[type[Rule], ...] = (
-    EntryTypes, PathSafety, HiddenFiles, RequiredFiles, SizeLimitsRule, AccountedFiles, ArchiveExtraction,
+    EntryTypes,
+    PathSafety,
+    HiddenFiles,
+    RequiredFiles,
+    SizeLimitsRule,
+    AccountedFiles,
+    ArchiveExtraction,
 )

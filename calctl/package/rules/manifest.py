@@ -9,7 +9,7 @@ tensor shapes are GOLD.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 from calctl.package.model import MANIFEST, GraphKind, SectionKind
 from calctl.package.rules.base import Finding, Group, Need, Rule
@@ -65,7 +65,9 @@ class UniqueNames(Rule):
         yield from self._dupes("model alias", [(m.alias, f"{m.pointer}/alias") for m in pkg.models])
         yield from self._dupes("model name", [(m.name, f"{m.pointer}/name") for m in pkg.models])
         yield from self._dupes("graph name", [(g.name, f"{g.pointer}/name") for m in pkg.models for g in m.graphs])
-        yield from self._dupes("section name", [(s.name, f"{s.pointer}/name") for m in pkg.models for s in m.all_sections()])
+        yield from self._dupes(
+            "section name", [(s.name, f"{s.pointer}/name") for m in pkg.models for s in m.all_sections()]
+        )
         yield from self._dupes("memory region name", [(r.name, f"{r.pointer}/name") for r in pkg.memory_plan])
         for m in pkg.models:
             yield from self._dupes(
@@ -73,8 +75,14 @@ class UniqueNames(Rule):
                 [(t.name, f"{m.pointer}/params/tensors/{i}/name") for i, t in enumerate(m.params)],
             )
             for g in m.graphs:
-                yield from self._dupes(f"input name of {g.name}", [(t.name, f"{g.pointer}/inputs/{i}/name") for i, t in enumerate(g.inputs)])
-                yield from self._dupes(f"output name of {g.name}", [(t.name, f"{g.pointer}/outputs/{i}/name") for i, t in enumerate(g.outputs)])
+                yield from self._dupes(
+                    f"input name of {g.name}",
+                    [(t.name, f"{g.pointer}/inputs/{i}/name") for i, t in enumerate(g.inputs)],
+                )
+                yield from self._dupes(
+                    f"output name of {g.name}",
+                    [(t.name, f"{g.pointer}/outputs/{i}/name") for i, t in enumerate(g.outputs)],
+                )
         yield self.note(f"{len(pkg.models)} models, {sum(len(m.graphs) for m in pkg.models)} graphs: all names unique")
 
     def _dupes(self, what: str, items: list[tuple[str, str]]) -> Iterator[Finding]:
@@ -83,7 +91,9 @@ class UniqueNames(Rule):
         for name, pointer in items:
             if counts[name] > 1:
                 if name in seen:
-                    yield self.problem(f"duplicate {what} {name!r} ({counts[name]} times)", file=MANIFEST, field=pointer)
+                    yield self.problem(
+                        f"duplicate {what} {name!r} ({counts[name]} times)", file=MANIFEST, field=pointer
+                    )
                 seen.add(name)
 
 
@@ -108,8 +118,12 @@ class PrefillAndDecode(Rule):
                 names = [g.name for g in m.graphs if g.kind is kind]
                 if len(names) != 1:
                     yield self.problem(
-                        f"model {m.alias!r} has {len(names)} {kind.value} graphs" + (f" ({', '.join(names)})" if names else ""),
-                        file=MANIFEST, field=f"{m.pointer}/graphs", expected=1, found=len(names),
+                        f"model {m.alias!r} has {len(names)} {kind.value} graphs"
+                        + (f" ({', '.join(names)})" if names else ""),
+                        file=MANIFEST,
+                        field=f"{m.pointer}/graphs",
+                        expected=1,
+                        found=len(names),
                     )
         yield self.note(f"{len(pkg.models)} models, each with one prefill and one decode graph")
 
@@ -138,12 +152,22 @@ class ExpectedModels(Rule):
             return
         for alias in want:
             if alias not in have:
-                yield self.problem(f"expected model {alias!r} is not in the package", file=MANIFEST, field="/models",
-                                   expected=sorted(set(want)), found=have)
+                yield self.problem(
+                    f"expected model {alias!r} is not in the package",
+                    file=MANIFEST,
+                    field="/models",
+                    expected=sorted(set(want)),
+                    found=have,
+                )
         for i, alias in enumerate(have):
             if alias not in want:
-                yield self.problem(f"model {alias!r} is not one of the expected models", file=MANIFEST, field=f"/models/{i}/alias",
-                                   expected=sorted(set(want)), found=have)
+                yield self.problem(
+                    f"model {alias!r} is not one of the expected models",
+                    file=MANIFEST,
+                    field=f"/models/{i}/alias",
+                    expected=sorted(set(want)),
+                    found=have,
+                )
         yield self.note(f"exactly the expected models: {', '.join(have)}")
 
 
@@ -172,12 +196,19 @@ class RequestedProfiles(Rule):
             return
         for m in pkg.models:
             if not any(g.kind is GraphKind.DECODE for g in m.graphs):
-                yield self.skip(f"model {m.alias!r} has no decode graph (MAN003)", file=MANIFEST, field=f"{m.pointer}/graphs")
+                yield self.skip(
+                    f"model {m.alias!r} has no decode graph (MAN003)", file=MANIFEST, field=f"{m.pointer}/graphs"
+                )
         for p in ctx.policy.profiles:
             for _m, g in decodes:
                 if p not in g.batch_profiles:
-                    yield self.problem(f"requested batch profile B{p} is not compiled into {g.name}", file=MANIFEST,
-                                       field=f"{g.pointer}/batch_profiles", expected=f"contains {p}", found=list(g.batch_profiles))
+                    yield self.problem(
+                        f"requested batch profile B{p} is not compiled into {g.name}",
+                        file=MANIFEST,
+                        field=f"{g.pointer}/batch_profiles",
+                        expected=f"contains {p}",
+                        found=list(g.batch_profiles),
+                    )
         yield self.note(f"requested profiles {list(ctx.policy.profiles)} present in: {offered}")
 
 
@@ -208,25 +239,49 @@ class InactiveLaneContract(Rule):
                 pol = g.inactive_lane_policy
                 where = f"{g.pointer}/inactive_lane_policy"
                 if pol is None:
-                    yield self.problem(f"graph {g.name} has profiles {list(g.batch_profiles)} but no inactive_lane_policy",
-                                       file=MANIFEST, field=where)
+                    yield self.problem(
+                        f"graph {g.name} has profiles {list(g.batch_profiles)} but no inactive_lane_policy",
+                        file=MANIFEST,
+                        field=where,
+                    )
                     continue
                 names = {t.name: t for t in g.inputs}
                 mask = names.get(pol.mask_input)
                 if mask is None:
-                    yield self.problem(f"mask_input {pol.mask_input!r} is not an input of {g.name}", file=MANIFEST,
-                                       field=f"{where}/mask_input", expected=sorted(names), found=pol.mask_input)
+                    yield self.problem(
+                        f"mask_input {pol.mask_input!r} is not an input of {g.name}",
+                        file=MANIFEST,
+                        field=f"{where}/mask_input",
+                        expected=sorted(names),
+                        found=pol.mask_input,
+                    )
                 elif "B" not in mask.shape:
-                    yield self.problem(f"mask input {pol.mask_input!r} has no batch dimension B", file=MANIFEST,
-                                       field=f"{where}/mask_input", expected="a shape containing B", found=list(mask.shape))
+                    yield self.problem(
+                        f"mask input {pol.mask_input!r} has no batch dimension B",
+                        file=MANIFEST,
+                        field=f"{where}/mask_input",
+                        expected="a shape containing B",
+                        found=list(mask.shape),
+                    )
                 if pol.writes_kv:
-                    yield self.problem("inactive lanes must not write KV", file=MANIFEST, field=f"{where}/writes_kv",
-                                       expected=False, found=True)
+                    yield self.problem(
+                        "inactive lanes must not write KV",
+                        file=MANIFEST,
+                        field=f"{where}/writes_kv",
+                        expected=False,
+                        found=True,
+                    )
                 if not pol.kv_manager_mode:
-                    yield self.problem("the KV manager mode for batched lanes is not declared", file=MANIFEST,
-                                       field=f"{where}/kv_manager_mode")
-        yield self.note(f"{batched} graph(s) with B>1, each with a complete inactive-lane contract" if batched
-                        else "no graph has a B>1 profile")
+                    yield self.problem(
+                        "the KV manager mode for batched lanes is not declared",
+                        file=MANIFEST,
+                        field=f"{where}/kv_manager_mode",
+                    )
+        yield self.note(
+            f"{batched} graph(s) with B>1, each with a complete inactive-lane contract"
+            if batched
+            else "no graph has a B>1 profile"
+        )
 
 
 class ReferencedFilesExist(Rule):
@@ -254,7 +309,9 @@ class ReferencedFilesExist(Rule):
             if e is None:
                 yield self.problem(f"names {ref.rel!r}, which is not in the package", file=MANIFEST, field=ref.pointer)
             elif e.kind is EntryKind.DIR:
-                yield self.problem(f"names {ref.rel!r}, which is a directory, not a file", file=MANIFEST, field=ref.pointer)
+                yield self.problem(
+                    f"names {ref.rel!r}, which is a directory, not a file", file=MANIFEST, field=ref.pointer
+                )
             elif e.kind is not EntryKind.FILE:
                 yield self.skip(f"{ref.rel!r} is a {e.kind.value} (LAY001)", file=MANIFEST, field=ref.pointer)
             seen.add(ref.rel)
@@ -281,34 +338,68 @@ class InternalReferences(Rule):
         for m in pkg.models:
             named = [s for s in m.sections if s.name == m.kv.section]
             if len(named) != 1:
-                yield self.problem(f"kv.section {m.kv.section!r} names {len(named)} sections of model {m.alias!r}",
-                                   file=MANIFEST, field=f"{m.pointer}/kv/section", expected=1, found=len(named))
+                yield self.problem(
+                    f"kv.section {m.kv.section!r} names {len(named)} sections of model {m.alias!r}",
+                    file=MANIFEST,
+                    field=f"{m.pointer}/kv/section",
+                    expected=1,
+                    found=len(named),
+                )
             elif named[0].kind is not SectionKind.KV:
-                yield self.problem(f"kv.section {m.kv.section!r} is a {named[0].kind.value} section", file=MANIFEST,
-                                   field=f"{m.pointer}/kv/section", expected="kv", found=named[0].kind.value)
+                yield self.problem(
+                    f"kv.section {m.kv.section!r} is a {named[0].kind.value} section",
+                    file=MANIFEST,
+                    field=f"{m.pointer}/kv/section",
+                    expected="kv",
+                    found=named[0].kind.value,
+                )
             kv_sections = [s for s in m.sections if s.kind is SectionKind.KV]
             if len(kv_sections) != 1:
-                yield self.problem(f"model {m.alias!r} has {len(kv_sections)} kv sections", file=MANIFEST,
-                                   field=f"{m.pointer}/sections", expected=1, found=len(kv_sections))
+                yield self.problem(
+                    f"model {m.alias!r} has {len(kv_sections)} kv sections",
+                    file=MANIFEST,
+                    field=f"{m.pointer}/sections",
+                    expected=1,
+                    found=len(kv_sections),
+                )
             graph_kv = [s for g in m.graphs for s in g.sections if s.kind is SectionKind.KV]
             for s in graph_kv:
-                yield self.problem("a kv section belongs to the model, not to one graph (prefill and decode share the KV)",
-                                   file=MANIFEST, field=s.pointer)
+                yield self.problem(
+                    "a kv section belongs to the model, not to one graph (prefill and decode share the KV)",
+                    file=MANIFEST,
+                    field=s.pointer,
+                )
             param_files = set(m.param_files)
             params_sections = [s for s in m.all_sections() if s.kind is SectionKind.PARAMS]
             by_file = Counter(s.file for s in params_sections)
             for f in sorted(param_files):
                 if by_file.get(f, 0) != 1:
-                    yield self.problem(f"parameter file {f!r} is the file of {by_file.get(f, 0)} params sections",
-                                       file=MANIFEST, field=f"{m.pointer}/sections", expected=1, found=by_file.get(f, 0))
+                    yield self.problem(
+                        f"parameter file {f!r} is the file of {by_file.get(f, 0)} params sections",
+                        file=MANIFEST,
+                        field=f"{m.pointer}/sections",
+                        expected=1,
+                        found=by_file.get(f, 0),
+                    )
             for s in params_sections:
                 if s.file is None or s.file not in param_files:
-                    yield self.problem(f"params section {s.name!r} holds no parameter tensors", file=MANIFEST,
-                                       field=f"{s.pointer}/file", expected=sorted(param_files), found=s.file)
+                    yield self.problem(
+                        f"params section {s.name!r} holds no parameter tensors",
+                        file=MANIFEST,
+                        field=f"{s.pointer}/file",
+                        expected=sorted(param_files),
+                        found=s.file,
+                    )
         yield self.note("kv.section and parameter files resolve exactly")
 
 
 RULES: tuple[type[Rule], ...] = (
-    ManifestSchema, UniqueNames, PrefillAndDecode, ExpectedModels, RequestedProfiles, InactiveLaneContract,
-    ReferencedFilesExist, InternalReferences,
+    ManifestSchema,
+    UniqueNames,
+    PrefillAndDecode,
+    ExpectedModels,
+    RequestedProfiles,
+    InactiveLaneContract,
+    ReferencedFilesExist,
+    InternalReferences,
 )

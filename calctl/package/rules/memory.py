@@ -9,8 +9,8 @@ policy (75-80 %, reserve) is ``calctl budget``, not validation.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from calctl.package.model import DTYPE_BYTES, MANIFEST, RESERVED_INFO, Model, SectionKind
 from calctl.package.rules.base import Finding, Group, Need, Rule
@@ -25,7 +25,16 @@ def kv_formula_bytes(m: Model) -> int:
     """001 §8.1 / SPEC §4: ``2 * n_layers * n_kv_heads * head_dim * ceil(context/block)*block * max_sequences * bytes``."""
     a = m.architecture
     blocks = -(-a.context_limit // m.kv.block_tokens)
-    return 2 * a.n_layers * a.n_kv_heads * a.head_dim * blocks * m.kv.block_tokens * m.kv.max_sequences * DTYPE_BYTES[m.kv.dtype]
+    return (
+        2
+        * a.n_layers
+        * a.n_kv_heads
+        * a.head_dim
+        * blocks
+        * m.kv.block_tokens
+        * m.kv.max_sequences
+        * DTYPE_BYTES[m.kv.dtype]
+    )
 
 
 class RegionsDisjoint(Rule):
@@ -48,14 +57,19 @@ class RegionsDisjoint(Rule):
             regions = sorted(pkg.regions_on(chip), key=lambda r: (r.vaddr, r.end))
             for r in regions:
                 if r.end > U64:
-                    yield self.problem(f"region {r.name} wraps the 64-bit address space", file=MANIFEST, field=r.pointer)
+                    yield self.problem(
+                        f"region {r.name} wraps the 64-bit address space", file=MANIFEST, field=r.pointer
+                    )
             for i, a in enumerate(regions):
-                for b in regions[i + 1:]:
+                for b in regions[i + 1 :]:
                     if b.vaddr >= a.end:
                         break
                     yield self.problem(
-                        f"regions {a.name} ({a.owner}) and {b.name} ({b.owner}) overlap on chip {chip}", file=MANIFEST,
-                        field=b.pointer, expected=f"start >= 0x{a.end:x}", found=f"0x{b.vaddr:x}",
+                        f"regions {a.name} ({a.owner}) and {b.name} ({b.owner}) overlap on chip {chip}",
+                        file=MANIFEST,
+                        field=b.pointer,
+                        expected=f"start >= 0x{a.end:x}",
+                        found=f"0x{b.vaddr:x}",
                     )
         yield self.note(f"{len(pkg.memory_plan)} regions, disjoint on each chip")
 
@@ -82,8 +96,13 @@ class FitsChipDram(Rule):
             total = sum(r.size for r in pkg.regions_on(chip))
             totals.append(f"chip {chip} {total}/{dram}")
             if total > dram:
-                yield self.problem(f"chip {chip} reserves more than its DRAM", file=MANIFEST, field="/memory_plan",
-                                   expected=f"<= {dram} bytes", found=f"{total} bytes")
+                yield self.problem(
+                    f"chip {chip} reserves more than its DRAM",
+                    file=MANIFEST,
+                    field="/memory_plan",
+                    expected=f"<= {dram} bytes",
+                    found=f"{total} bytes",
+                )
         yield self.note("reserved bytes per chip: " + ", ".join(totals))
 
 
@@ -109,11 +128,21 @@ class PrivateRegions(Rule):
             m = models.get(r.owner)
             kind = "writable " if r.writable else ""
             if m is None:
-                yield self.problem(f"{kind}region {r.name} is owned by {r.owner!r}, which is not a model of the package",
-                                   file=MANIFEST, field=f"{r.pointer}/owner", expected=sorted(models), found=r.owner)
+                yield self.problem(
+                    f"{kind}region {r.name} is owned by {r.owner!r}, which is not a model of the package",
+                    file=MANIFEST,
+                    field=f"{r.pointer}/owner",
+                    expected=sorted(models),
+                    found=r.owner,
+                )
             elif r.chip not in m.target_chips:
-                yield self.problem(f"{kind}region {r.name} of model {r.owner!r} is on chip {r.chip}, which the model does not target",
-                                   file=MANIFEST, field=f"{r.pointer}/owner", expected=f"chip in {list(m.target_chips)}", found=r.chip)
+                yield self.problem(
+                    f"{kind}region {r.name} of model {r.owner!r} is on chip {r.chip}, which the model does not target",
+                    file=MANIFEST,
+                    field=f"{r.pointer}/owner",
+                    expected=f"chip in {list(m.target_chips)}",
+                    found=r.chip,
+                )
         yield self.note("every region is private to a model on its own chip")
 
 
@@ -144,9 +173,12 @@ class SectionsInRegions(Rule):
                     candidates = [r for r in pkg.regions_on(chip) if r.owner == m.alias and r.kind is s.kind]
                     if not any(r.vaddr <= s.vaddr and s.end <= r.end for r in candidates):
                         yield self.problem(
-                            f"section {s.name} ({s.kind.value}) on chip {chip} is not inside a {s.kind.value} region of {m.alias!r}",
-                            file=MANIFEST, field=s.pointer,
-                            expected=" or ".join(f"[0x{r.vaddr:x}, 0x{r.end:x})" for r in candidates) or f"a {s.kind.value} region",
+                            f"section {s.name} ({s.kind.value}) on chip {chip} is "
+                            f"not inside a {s.kind.value} region of {m.alias!r}",
+                            file=MANIFEST,
+                            field=s.pointer,
+                            expected=" or ".join(f"[0x{r.vaddr:x}, 0x{r.end:x})" for r in candidates)
+                            or f"a {s.kind.value} region",
                             found=f"[0x{s.vaddr:x}, 0x{s.end:x})",
                         )
         yield self.note(f"{n} section placements inside their regions")
@@ -177,23 +209,42 @@ class KvSize(Rule):
                 yield self.problem(
                     f"kv.bytes of {m.alias!r} does not match 2*{a.n_layers}*{a.n_kv_heads}*{a.head_dim}"
                     f"*ceil({a.context_limit}/{m.kv.block_tokens})*{m.kv.block_tokens}*{m.kv.max_sequences}*{DTYPE_BYTES[m.kv.dtype]}",
-                    file=MANIFEST, field=f"{m.pointer}/kv/bytes", expected=want, found=m.kv.bytes,
+                    file=MANIFEST,
+                    field=f"{m.pointer}/kv/bytes",
+                    expected=want,
+                    found=m.kv.bytes,
                 )
             named = [s for s in m.sections if s.name == m.kv.section]
             if len(named) != 1:
-                yield self.skip(f"kv.section {m.kv.section!r} does not resolve (MAN008)", file=MANIFEST, field=f"{m.pointer}/kv/section")
+                yield self.skip(
+                    f"kv.section {m.kv.section!r} does not resolve (MAN008)",
+                    file=MANIFEST,
+                    field=f"{m.pointer}/kv/section",
+                )
                 continue
             section = named[0]
             if section.size != m.kv.bytes:
-                yield self.problem(f"kv section {section.name} is not kv.bytes", file=MANIFEST, field=f"{section.pointer}/size",
-                                   expected=m.kv.bytes, found=section.size)
+                yield self.problem(
+                    f"kv section {section.name} is not kv.bytes",
+                    file=MANIFEST,
+                    field=f"{section.pointer}/size",
+                    expected=m.kv.bytes,
+                    found=section.size,
+                )
             for chip in m.target_chips:
                 regions = [r for r in pkg.regions_on(chip) if r.owner == m.alias and r.kind is SectionKind.KV]
                 if not regions:
-                    yield self.problem(f"model {m.alias!r} has no kv region on chip {chip}", file=MANIFEST, field="/memory_plan")
+                    yield self.problem(
+                        f"model {m.alias!r} has no kv region on chip {chip}", file=MANIFEST, field="/memory_plan"
+                    )
                 elif sum(r.size for r in regions) < want:
-                    yield self.problem(f"kv region of {m.alias!r} on chip {chip} is smaller than the KV formula", file=MANIFEST,
-                                       field=regions[0].pointer, expected=f">= {want}", found=sum(r.size for r in regions))
+                    yield self.problem(
+                        f"kv region of {m.alias!r} on chip {chip} is smaller than the KV formula",
+                        file=MANIFEST,
+                        field=regions[0].pointer,
+                        expected=f">= {want}",
+                        found=sum(r.size for r in regions),
+                    )
         yield self.note("KV sizes match 2*L*H_kv*D*ceil(ctx/block)*block*seqs*bytes for every model")
 
 
@@ -209,14 +260,14 @@ class ReservedLine:
     perm: str
 
 
-_REGION = re.compile(
-    r"^region (\S+) (\S+) (\S+) 0x([0-9a-f]{1,16}) 0x([0-9a-f]{1,17}) ([0-9]{1,20}) ([r-][w-][x-])$"
-)
+_REGION = re.compile(r"^region (\S+) (\S+) (\S+) 0x([0-9a-f]{1,16}) 0x([0-9a-f]{1,17}) ([0-9]{1,20}) ([r-][w-][x-])$")
 _CHIP = re.compile(r"^chip ([0-9]{1,2}) dram ([0-9]{1,20})$")
 _TOTAL = re.compile(r"^total ([0-9]{1,22})$")
 
 
-def parse_reserved_info(text: str) -> tuple[dict[int, tuple[int, list[ReservedLine], int | None]], list[tuple[int, str]]]:
+def parse_reserved_info(
+    text: str,
+) -> tuple[dict[int, tuple[int, list[ReservedLine], int | None]], list[tuple[int, str]]]:
     """Parse the line format of ``render_reserved_info``; returns ({chip: (dram, regions, total)}, [(line, problem)])."""
     chips: dict[int, tuple[int, list[ReservedLine], int | None]] = {}
     problems: list[tuple[int, str]] = []
@@ -234,8 +285,18 @@ def parse_reserved_info(text: str) -> tuple[dict[int, tuple[int, list[ReservedLi
             if current is None:
                 problems.append((lineno, "region line before any 'chip' line"))
                 continue
-            chips[current][1].append(ReservedLine(lineno, m.group(1), m.group(2), m.group(3), int(m.group(4), 16),
-                                                  int(m.group(5), 16), int(m.group(6)), m.group(7)))
+            chips[current][1].append(
+                ReservedLine(
+                    lineno,
+                    m.group(1),
+                    m.group(2),
+                    m.group(3),
+                    int(m.group(4), 16),
+                    int(m.group(5), 16),
+                    int(m.group(6)),
+                    m.group(7),
+                )
+            )
         elif m := _TOTAL.match(line):
             if current is None:
                 problems.append((lineno, "total line before any 'chip' line"))
@@ -289,30 +350,46 @@ class ReservedInfoAgrees(Rule):
         dram = pkg.device_cfg.chip_dram_bytes
         for chip in plan_chips:
             if chip not in chips:
-                yield self.problem(f"chip {chip} of the memory plan is missing", file=RESERVED_INFO, expected=f"chip {chip} dram {dram}")
+                yield self.problem(
+                    f"chip {chip} of the memory plan is missing",
+                    file=RESERVED_INFO,
+                    expected=f"chip {chip} dram {dram}",
+                )
         for chip, (chip_dram, lines, total) in sorted(chips.items()):
             if chip not in plan_chips:
                 yield self.problem(f"chip {chip} is not in the manifest memory plan", file=RESERVED_INFO)
                 continue
             if chip_dram != dram:
-                yield self.problem(f"chip {chip} dram disagrees with device_cfg.chip_dram_bytes", file=RESERVED_INFO,
-                                   expected=dram, found=chip_dram)
+                yield self.problem(
+                    f"chip {chip} dram disagrees with device_cfg.chip_dram_bytes",
+                    file=RESERVED_INFO,
+                    expected=dram,
+                    found=chip_dram,
+                )
             plan = {r.name: r for r in pkg.regions_on(chip)}
             seen: set[str] = set()
             for ln in lines:
                 where = f"line {ln.lineno}"
                 if ln.name in seen:
-                    yield self.problem(f"region {ln.name} listed twice for chip {chip}", file=RESERVED_INFO, field=where)
+                    yield self.problem(
+                        f"region {ln.name} listed twice for chip {chip}", file=RESERVED_INFO, field=where
+                    )
                 seen.add(ln.name)
                 r = plan.get(ln.name)
                 if r is None:
-                    yield self.problem(f"region {ln.name} on chip {chip} is not in the manifest memory plan", file=RESERVED_INFO, field=where)
+                    yield self.problem(
+                        f"region {ln.name} on chip {chip} is not in the manifest memory plan",
+                        file=RESERVED_INFO,
+                        field=where,
+                    )
                     continue
                 want = (r.owner, r.kind.value, r.vaddr, r.end, r.size, _perm(r.kind, r.writable))
                 got = (ln.owner, ln.kind, ln.start, ln.end, ln.size, ln.perm)
                 if want != got:
                     yield self.problem(
-                        f"region {ln.name} on chip {chip} disagrees with the manifest", file=RESERVED_INFO, field=where,
+                        f"region {ln.name} on chip {chip} disagrees with the manifest",
+                        file=RESERVED_INFO,
+                        field=where,
                         expected=f"{want[0]} {want[1]} 0x{want[2]:x} 0x{want[3]:x} {want[4]} {want[5]}",
                         found=f"{got[0]} {got[1]} 0x{got[2]:x} 0x{got[3]:x} {got[4]} {got[5]}",
                     )
@@ -325,8 +402,12 @@ class ReservedInfoAgrees(Rule):
             if total is None:
                 yield self.problem(f"chip {chip} has no total line", file=RESERVED_INFO, expected=f"total {want_total}")
             elif total != want_total:
-                yield self.problem(f"chip {chip} total disagrees with the memory plan", file=RESERVED_INFO,
-                                   expected=want_total, found=total)
+                yield self.problem(
+                    f"chip {chip} total disagrees with the memory plan",
+                    file=RESERVED_INFO,
+                    expected=want_total,
+                    found=total,
+                )
         yield self.note(f"agrees with the memory plan for chips {plan_chips}")
 
 
@@ -349,8 +430,13 @@ class RegionPermissions(Rule):
         assert pkg is not None
         for r in pkg.memory_plan:
             if r.writable != r.kind.writable:
-                yield self.problem(f"{r.kind.value} region {r.name} has the wrong permission", file=MANIFEST,
-                                   field=f"{r.pointer}/writable", expected=r.kind.writable, found=r.writable)
+                yield self.problem(
+                    f"{r.kind.value} region {r.name} has the wrong permission",
+                    file=MANIFEST,
+                    field=f"{r.pointer}/writable",
+                    expected=r.kind.writable,
+                    found=r.writable,
+                )
         yield self.note(f"{len(pkg.memory_plan)} region permissions match their kinds")
 
 
@@ -375,8 +461,13 @@ class WorkspaceCoversPeaks(Rule):
             for chip in m.target_chips:
                 have = sum(s.size for s in m.all_sections() if s.kind is SectionKind.WORKSPACE and chip in s.chips)
                 if have < peak:
-                    yield self.problem(f"workspace of {m.alias!r} on chip {chip} is smaller than its peak", file=MANIFEST,
-                                       field=f"{m.pointer}/workspace", expected=f">= {peak}", found=have)
+                    yield self.problem(
+                        f"workspace of {m.alias!r} on chip {chip} is smaller than its peak",
+                        file=MANIFEST,
+                        field=f"{m.pointer}/workspace",
+                        expected=f">= {peak}",
+                        found=have,
+                    )
         yield self.note("workspace sections cover the declared peaks")
 
 
@@ -404,20 +495,39 @@ class SectionFileFits(Rule):
                 if s.file is None or s.kind not in (SectionKind.PARAMS, SectionKind.COMMAND):
                     continue
                 if not ctx.regular_file(s.file):
-                    yield self.skip(f"section {s.name}: file not checked (MAN007/LAY001/LAY002)", file=s.file, field=s.pointer)
+                    yield self.skip(
+                        f"section {s.name}: file not checked (MAN007/LAY001/LAY002)", file=s.file, field=s.pointer
+                    )
                     continue
                 n += 1
                 size = ctx.walk.entries[s.file].size
                 if s.offset > size:
-                    yield self.problem(f"section {s.name} starts past the end of its file", file=s.file,
-                                       field=f"{s.pointer}/offset", expected=f"<= {size}", found=s.offset)
+                    yield self.problem(
+                        f"section {s.name} starts past the end of its file",
+                        file=s.file,
+                        field=f"{s.pointer}/offset",
+                        expected=f"<= {size}",
+                        found=s.offset,
+                    )
                 elif size - s.offset > s.size:
-                    yield self.problem(f"the file of section {s.name} is larger than the section", file=s.file,
-                                       field=f"{s.pointer}/size", expected=f">= {size - s.offset}", found=s.size)
+                    yield self.problem(
+                        f"the file of section {s.name} is larger than the section",
+                        file=s.file,
+                        field=f"{s.pointer}/size",
+                        expected=f">= {size - s.offset}",
+                        found=s.size,
+                    )
         yield self.note(f"{n} section files fit their sections")
 
 
 RULES: tuple[type[Rule], ...] = (
-    RegionsDisjoint, FitsChipDram, PrivateRegions, SectionsInRegions, KvSize, ReservedInfoAgrees, RegionPermissions,
-    WorkspaceCoversPeaks, SectionFileFits,
+    RegionsDisjoint,
+    FitsChipDram,
+    PrivateRegions,
+    SectionsInRegions,
+    KvSize,
+    ReservedInfoAgrees,
+    RegionPermissions,
+    WorkspaceCoversPeaks,
+    SectionFileFits,
 )

@@ -6,7 +6,7 @@ the test-only key for the bundled sample); this module does not load keys.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from calctl.package.model import SIGNATURE
 from calctl.package.rules.base import Finding, Group, Rule, Severity
@@ -64,8 +64,11 @@ class NotTestKey(Rule):
             yield self.note("no trusted signer to compare (SIG001 reports the signature)")
             return
         if signer.key_id == test_public_key().key_id:
-            yield self.problem(f"signed by the published test-only key {TEST_KEY_NAME} ({signer.key_id}); "
-                               "acceptable for the mock device, never for a board", file=SIGNATURE)
+            yield self.problem(
+                f"signed by the published test-only key {TEST_KEY_NAME} ({signer.key_id}); "
+                "acceptable for the mock device, never for a board",
+                file=SIGNATURE,
+            )
             return
         yield self.note(f"signer {signer.key_id} is not the published test-only key")
 

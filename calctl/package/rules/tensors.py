@@ -7,9 +7,10 @@ device is ``calctl run-golden``, not validation.
 
 from __future__ import annotations
 
-from typing import Iterator
+import itertools
+from collections.abc import Iterator
 
-from calctl.package.model import DTYPE_BYTES, MANIFEST, NUMPY_DTYPE, BATCH_DIM, GraphKind, Model, SectionKind
+from calctl.package.model import BATCH_DIM, DTYPE_BYTES, MANIFEST, NUMPY_DTYPE, GraphKind, Model, SectionKind
 from calctl.package.rules.base import Finding, Group, Need, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
 
@@ -67,22 +68,41 @@ class GoldenFilesMatch(Rule):
                 n += 1
                 want = NUMPY_DTYPE.get(spec.dtype)
                 if want is None:
-                    yield self.problem(f"declared dtype {spec.dtype} cannot be held in a .npy file", file=MANIFEST,
-                                       field=f"{field}/dtype", expected=sorted(set(NUMPY_DTYPE)), found=spec.dtype)
+                    yield self.problem(
+                        f"declared dtype {spec.dtype} cannot be held in a .npy file",
+                        file=MANIFEST,
+                        field=f"{field}/dtype",
+                        expected=sorted(set(NUMPY_DTYPE)),
+                        found=spec.dtype,
+                    )
                     continue
                 arr = ctx.npy(spec.file)
                 if isinstance(arr, str):
-                    yield self.problem(f"does not load as .npy (allow_pickle=False): {arr}", file=spec.file, field=field)
+                    yield self.problem(
+                        f"does not load as .npy (allow_pickle=False): {arr}", file=spec.file, field=field
+                    )
                     continue
                 if not isinstance(arr, np.ndarray):
-                    yield self.problem(f"is not a single .npy array (found {type(arr).__name__})", file=spec.file, field=field)
+                    yield self.problem(
+                        f"is not a single .npy array (found {type(arr).__name__})", file=spec.file, field=field
+                    )
                     continue
                 if arr.dtype != np.dtype(want):
-                    yield self.problem("dtype differs from the manifest", file=spec.file, field=f"{field}/dtype",
-                                       expected=f"{spec.dtype} ({np.dtype(want).str})", found=arr.dtype.str)
+                    yield self.problem(
+                        "dtype differs from the manifest",
+                        file=spec.file,
+                        field=f"{field}/dtype",
+                        expected=f"{spec.dtype} ({np.dtype(want).str})",
+                        found=arr.dtype.str,
+                    )
                 if tuple(arr.shape) != tuple(spec.shape):
-                    yield self.problem("shape differs from the manifest", file=spec.file, field=f"{field}/shape",
-                                       expected=list(spec.shape), found=list(arr.shape))
+                    yield self.problem(
+                        "shape differs from the manifest",
+                        file=spec.file,
+                        field=f"{field}/shape",
+                        expected=list(spec.shape),
+                        found=list(arr.shape),
+                    )
         yield self.note(f"{n} golden files load and match their declarations")
 
 
@@ -108,27 +128,53 @@ class ContextLimits(Rule):
             limit = m.architecture.context_limit
             for g in m.graphs:
                 if g.max_seq > limit:
-                    yield self.problem(f"graph {g.name} max_seq exceeds the model's context_limit", file=MANIFEST,
-                                       field=f"{g.pointer}/max_seq", expected=f"<= {limit}", found=g.max_seq)
+                    yield self.problem(
+                        f"graph {g.name} max_seq exceeds the model's context_limit",
+                        file=MANIFEST,
+                        field=f"{g.pointer}/max_seq",
+                        expected=f"<= {limit}",
+                        found=g.max_seq,
+                    )
             prompt = m.golden.prompt.shape
             decode = m.golden.decode_tokens.shape
             field = f"{m.pointer}/golden"
             if len(prompt) not in (1, 2) or (len(prompt) == 2 and prompt[0] != 1):
-                yield self.problem("golden prompt must be [n] or [1, n]", file=MANIFEST, field=f"{field}/prompt/shape",
-                                   expected="[1, n]", found=list(prompt))
+                yield self.problem(
+                    "golden prompt must be [n] or [1, n]",
+                    file=MANIFEST,
+                    field=f"{field}/prompt/shape",
+                    expected="[1, n]",
+                    found=list(prompt),
+                )
                 continue
             n = int(prompt[-1])
             prefill = [g for g in m.graphs if g.kind is GraphKind.PREFILL]
             if n < 1:
-                yield self.problem("golden prompt is empty", file=MANIFEST, field=f"{field}/prompt/shape", expected=">= 1 token", found=n)
+                yield self.problem(
+                    "golden prompt is empty",
+                    file=MANIFEST,
+                    field=f"{field}/prompt/shape",
+                    expected=">= 1 token",
+                    found=n,
+                )
             for g in prefill:
                 if n > g.max_seq:
-                    yield self.problem(f"golden prompt is longer than {g.name} max_seq", file=MANIFEST,
-                                       field=f"{field}/prompt/shape", expected=f"<= {g.max_seq}", found=n)
+                    yield self.problem(
+                        f"golden prompt is longer than {g.name} max_seq",
+                        file=MANIFEST,
+                        field=f"{field}/prompt/shape",
+                        expected=f"<= {g.max_seq}",
+                        found=n,
+                    )
             steps = int(decode[-1]) if decode else 1
             if n + steps > limit:
-                yield self.problem("golden prompt plus decode tokens exceed the context limit", file=MANIFEST,
-                                   field=f"{field}/decode_tokens/shape", expected=f"<= {limit}", found=n + steps)
+                yield self.problem(
+                    "golden prompt plus decode tokens exceed the context limit",
+                    file=MANIFEST,
+                    field=f"{field}/decode_tokens/shape",
+                    expected=f"<= {limit}",
+                    found=n + steps,
+                )
         yield self.note("graph max_seq and golden lengths within each context limit")
 
 
@@ -153,12 +199,22 @@ class VocabularyAgrees(Rule):
             field = f"{m.pointer}/golden"
             logits = m.golden.prefill_logits.shape
             if not logits or logits[-1] != vocab:
-                yield self.problem("prefill_logits width is not the model's vocab_size", file=MANIFEST,
-                                   field=f"{field}/prefill_logits/shape", expected=f"[..., {vocab}]", found=list(logits))
+                yield self.problem(
+                    "prefill_logits width is not the model's vocab_size",
+                    file=MANIFEST,
+                    field=f"{field}/prefill_logits/shape",
+                    expected=f"[..., {vocab}]",
+                    found=list(logits),
+                )
             eos = m.architecture.eos_token_id
             if eos is not None and not 0 <= eos < vocab:
-                yield self.problem("eos_token_id is outside the vocabulary", file=MANIFEST,
-                                   field=f"{m.pointer}/architecture/eos_token_id", expected=f"< {vocab}", found=eos)
+                yield self.problem(
+                    "eos_token_id is outside the vocabulary",
+                    file=MANIFEST,
+                    field=f"{m.pointer}/architecture/eos_token_id",
+                    expected=f"< {vocab}",
+                    found=eos,
+                )
             for key in ("prompt", "decode_tokens"):
                 spec = getattr(m.golden, key)
                 arr, reason = _golden_array(ctx, m, key)
@@ -166,14 +222,24 @@ class VocabularyAgrees(Rule):
                     yield self.skip(str(reason), file=spec.file, field=f"{field}/{key}")
                     continue
                 if spec.dtype not in _INT:
-                    yield self.problem("token ids must be an integer dtype", file=MANIFEST, field=f"{field}/{key}/dtype",
-                                       expected="int32", found=spec.dtype)
+                    yield self.problem(
+                        "token ids must be an integer dtype",
+                        file=MANIFEST,
+                        field=f"{field}/{key}/dtype",
+                        expected="int32",
+                        found=spec.dtype,
+                    )
                     continue
                 if arr.size:  # type: ignore[attr-defined]
                     lo, hi = int(arr.min()), int(arr.max())  # type: ignore[attr-defined]
                     if lo < 0 or hi >= vocab:
-                        yield self.problem("token ids outside the vocabulary", file=spec.file, field=f"{field}/{key}",
-                                           expected=f"0..{vocab - 1}", found=f"{lo}..{hi}")
+                        yield self.problem(
+                            "token ids outside the vocabulary",
+                            file=spec.file,
+                            field=f"{field}/{key}",
+                            expected=f"0..{vocab - 1}",
+                            found=f"{lo}..{hi}",
+                        )
         yield self.note("golden logits and token ids agree with each vocabulary")
 
 
@@ -203,42 +269,101 @@ class GraphTensors(Rule):
                 inputs = {t.name: (i, t) for i, t in enumerate(g.inputs)}
                 outputs = {t.name: (i, t) for i, t in enumerate(g.outputs)}
                 if "tokens" not in inputs:
-                    yield self.problem(f"graph {g.name} has no 'tokens' input", file=MANIFEST, field=f"{g.pointer}/inputs",
-                                       expected="tokens", found=sorted(inputs))
+                    yield self.problem(
+                        f"graph {g.name} has no 'tokens' input",
+                        file=MANIFEST,
+                        field=f"{g.pointer}/inputs",
+                        expected="tokens",
+                        found=sorted(inputs),
+                    )
                 else:
                     i, t = inputs["tokens"]
                     where = f"{g.pointer}/inputs/{i}"
                     if t.dtype not in _INT:
-                        yield self.problem("tokens must be integers", file=MANIFEST, field=f"{where}/dtype", expected="int32", found=t.dtype)
+                        yield self.problem(
+                            "tokens must be integers",
+                            file=MANIFEST,
+                            field=f"{where}/dtype",
+                            expected="int32",
+                            found=t.dtype,
+                        )
                     if g.kind is GraphKind.PREFILL and (not t.shape or t.shape[-1] != g.max_seq):
-                        yield self.problem("prefill tokens length is not max_seq", file=MANIFEST, field=f"{where}/shape",
-                                           expected=f"[..., {g.max_seq}]", found=list(t.shape))
-                    if g.kind is GraphKind.DECODE and max(g.batch_profiles) > 1 and (not t.shape or t.shape[0] != BATCH_DIM):
-                        yield self.problem("batched decode tokens must lead with the batch dimension B", file=MANIFEST,
-                                           field=f"{where}/shape", expected="[B, ...]", found=list(t.shape))
+                        yield self.problem(
+                            "prefill tokens length is not max_seq",
+                            file=MANIFEST,
+                            field=f"{where}/shape",
+                            expected=f"[..., {g.max_seq}]",
+                            found=list(t.shape),
+                        )
+                    if (
+                        g.kind is GraphKind.DECODE
+                        and max(g.batch_profiles) > 1
+                        and (not t.shape or t.shape[0] != BATCH_DIM)
+                    ):
+                        yield self.problem(
+                            "batched decode tokens must lead with the batch dimension B",
+                            file=MANIFEST,
+                            field=f"{where}/shape",
+                            expected="[B, ...]",
+                            found=list(t.shape),
+                        )
                 if "logits" not in outputs:
-                    yield self.problem(f"graph {g.name} has no 'logits' output", file=MANIFEST, field=f"{g.pointer}/outputs",
-                                       expected="logits", found=sorted(outputs))
+                    yield self.problem(
+                        f"graph {g.name} has no 'logits' output",
+                        file=MANIFEST,
+                        field=f"{g.pointer}/outputs",
+                        expected="logits",
+                        found=sorted(outputs),
+                    )
                 else:
                     i, t = outputs["logits"]
                     where = f"{g.pointer}/outputs/{i}"
                     if t.dtype not in _FLOAT:
-                        yield self.problem("logits must be floating point", file=MANIFEST, field=f"{where}/dtype",
-                                           expected="float32", found=t.dtype)
+                        yield self.problem(
+                            "logits must be floating point",
+                            file=MANIFEST,
+                            field=f"{where}/dtype",
+                            expected="float32",
+                            found=t.dtype,
+                        )
                     if not t.shape or t.shape[-1] != vocab:
-                        yield self.problem("logits width is not vocab_size", file=MANIFEST, field=f"{where}/shape",
-                                           expected=f"[..., {vocab}]", found=list(t.shape))
-                    if g.kind is GraphKind.DECODE and max(g.batch_profiles) > 1 and (not t.shape or t.shape[0] != BATCH_DIM):
-                        yield self.problem("batched decode logits must lead with the batch dimension B", file=MANIFEST,
-                                           field=f"{where}/shape", expected="[B, ...]", found=list(t.shape))
+                        yield self.problem(
+                            "logits width is not vocab_size",
+                            file=MANIFEST,
+                            field=f"{where}/shape",
+                            expected=f"[..., {vocab}]",
+                            found=list(t.shape),
+                        )
+                    if (
+                        g.kind is GraphKind.DECODE
+                        and max(g.batch_profiles) > 1
+                        and (not t.shape or t.shape[0] != BATCH_DIM)
+                    ):
+                        yield self.problem(
+                            "batched decode logits must lead with the batch dimension B",
+                            file=MANIFEST,
+                            field=f"{where}/shape",
+                            expected="[B, ...]",
+                            found=list(t.shape),
+                        )
                 vl = g.valid_length_input
                 if vl is not None:
                     if vl not in inputs:
-                        yield self.problem(f"csr.valid_length_input {vl!r} is not an input", file=MANIFEST,
-                                           field=f"{g.pointer}/csr/valid_length_input", expected=sorted(inputs), found=vl)
+                        yield self.problem(
+                            f"csr.valid_length_input {vl!r} is not an input",
+                            file=MANIFEST,
+                            field=f"{g.pointer}/csr/valid_length_input",
+                            expected=sorted(inputs),
+                            found=vl,
+                        )
                     elif inputs[vl][1].dtype not in _INT:
-                        yield self.problem("valid-length input must be an integer", file=MANIFEST,
-                                           field=f"{g.pointer}/inputs/{inputs[vl][0]}/dtype", expected="int32", found=inputs[vl][1].dtype)
+                        yield self.problem(
+                            "valid-length input must be an integer",
+                            file=MANIFEST,
+                            field=f"{g.pointer}/inputs/{inputs[vl][0]}/dtype",
+                            expected="int32",
+                            found=inputs[vl][1].dtype,
+                        )
         yield self.note(f"{n} graphs have consistent tokens/logits tensors")
 
 
@@ -272,24 +397,45 @@ class ParamTensorsInBounds(Rule):
                 end = t.offset + nbytes
                 e = ctx.entry(t.file) if path_problem(t.file) is None else None
                 if e is None or e.kind is not EntryKind.FILE:
-                    yield self.skip(f"tensor {t.name}: file not checked ({'LAY001' if e is not None and e.kind is not EntryKind.DIR else 'MAN007'})",
-                                    file=t.file, field=where)
+                    yield self.skip(
+                        f"tensor {t.name}: file not checked "
+                        f"({'LAY001' if e is not None and e.kind is not EntryKind.DIR else 'MAN007'})",
+                        file=t.file,
+                        field=where,
+                    )
                 elif end > e.size:
-                    yield self.problem(f"tensor {t.name} runs past the end of its file", file=t.file, field=where,
-                                       expected=f"end <= {e.size}", found=end)
+                    yield self.problem(
+                        f"tensor {t.name} runs past the end of its file",
+                        file=t.file,
+                        field=where,
+                        expected=f"end <= {e.size}",
+                        found=end,
+                    )
                 s = sections.get(t.file)
                 if s is None:
-                    yield self.skip(f"tensor {t.name}: no params section loads {t.file!r} (MAN008)", file=MANIFEST, field=where)
+                    yield self.skip(
+                        f"tensor {t.name}: no params section loads {t.file!r} (MAN008)", file=MANIFEST, field=where
+                    )
                 elif end > s.size:
-                    yield self.problem(f"tensor {t.name} runs past its params section {s.name}", file=MANIFEST, field=where,
-                                       expected=f"end <= {s.size}", found=end)
+                    yield self.problem(
+                        f"tensor {t.name} runs past its params section {s.name}",
+                        file=MANIFEST,
+                        field=where,
+                        expected=f"end <= {s.size}",
+                        found=end,
+                    )
                 spans.setdefault(t.file, []).append((t.offset, end, t.name))
             for file, items in spans.items():
                 items.sort()
-                for (a0, a1, an), (b0, _b1, bn) in zip(items, items[1:]):
+                for (_a0, a1, an), (b0, _b1, bn) in itertools.pairwise(items):
                     if b0 < a1:
-                        yield self.problem(f"tensors {an} and {bn} overlap", file=file, field=f"{m.pointer}/params",
-                                           expected=f"{bn} offset >= {a1}", found=b0)
+                        yield self.problem(
+                            f"tensors {an} and {bn} overlap",
+                            file=file,
+                            field=f"{m.pointer}/params",
+                            expected=f"{bn} offset >= {a1}",
+                            found=b0,
+                        )
         yield self.note(f"{n} parameter tensors within their files and sections")
 
 

@@ -7,8 +7,9 @@ verified. Chat templates and sampling configuration belong to serving, not here.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import PurePosixPath
-from typing import Any, Iterator
+from typing import Any
 
 from calctl.package.model import MANIFEST, Model, Package
 from calctl.package.rules.base import Finding, Group, Need, Rule
@@ -51,7 +52,9 @@ class TokenizerLoads(Rule):
             field = f"{m.pointer}/tokenizer"
             for rel, what in ((m.tokenizer.file, "file"), (m.tokenizer.config, "config")):
                 if rel is not None and listed is not None and rel not in listed and ctx.entry(rel) is not None:
-                    yield self.problem(f"tokenizer {what} is not bound by checksums.sha256", file=rel, field=f"{field}/{what}")
+                    yield self.problem(
+                        f"tokenizer {what} is not bound by checksums.sha256", file=rel, field=f"{field}/{what}"
+                    )
             reason = ctx.content_gate(m.tokenizer.file)
             if reason:
                 yield self.skip(f"tokenizer checks skipped: {reason}", file=m.tokenizer.file, field=f"{field}/file")
@@ -59,8 +62,11 @@ class TokenizerLoads(Rule):
                 n += 1
                 tok = ctx.tokenizer(m.tokenizer.file)
                 if isinstance(tok, str):
-                    yield self.problem(f"does not load with tokenizers.Tokenizer.from_file: {tok}", file=m.tokenizer.file,
-                                       field=f"{field}/file")
+                    yield self.problem(
+                        f"does not load with tokenizers.Tokenizer.from_file: {tok}",
+                        file=m.tokenizer.file,
+                        field=f"{field}/file",
+                    )
             if m.tokenizer.config is not None:
                 yield from self._config(ctx, m.tokenizer.config, f"{field}/config")
         yield self.note(f"{n} tokenizers load")
@@ -107,16 +113,26 @@ class TokenizerVocab(Rule):
         for m in pkg.models:
             field = f"{m.pointer}/tokenizer/vocab_size"
             if m.tokenizer.vocab_size > m.architecture.vocab_size:
-                yield self.problem(f"tokenizer of {m.alias!r} has more entries than the model's vocabulary", file=MANIFEST,
-                                   field=field, expected=f"<= {m.architecture.vocab_size}", found=m.tokenizer.vocab_size)
+                yield self.problem(
+                    f"tokenizer of {m.alias!r} has more entries than the model's vocabulary",
+                    file=MANIFEST,
+                    field=field,
+                    expected=f"<= {m.architecture.vocab_size}",
+                    found=m.tokenizer.vocab_size,
+                )
             tok, reason = _loaded(ctx, m)
             if tok is None:
                 yield self.skip(str(reason), file=m.tokenizer.file, field=field)
                 continue
             size = tok.get_vocab_size(with_added_tokens=True)
             if size != m.tokenizer.vocab_size:
-                yield self.problem(f"tokenizer of {m.alias!r} has a different vocabulary size than the manifest says",
-                                   file=m.tokenizer.file, field=field, expected=m.tokenizer.vocab_size, found=size)
+                yield self.problem(
+                    f"tokenizer of {m.alias!r} has a different vocabulary size than the manifest says",
+                    file=m.tokenizer.file,
+                    field=field,
+                    expected=m.tokenizer.vocab_size,
+                    found=size,
+                )
         yield self.note("tokenizer vocabularies agree with the manifest and model configs")
 
 
@@ -155,22 +171,40 @@ class OneTokenizerPerAlias(Rule):
             if len(sharers) > 1 and all(_shared_ok(pkg, sharers[0], o) for o in sharers[1:]):
                 # Identical replicas may share one tokenizer, anywhere under tokenizer/.
                 if not parts or parts[0] != "tokenizer":
-                    yield self.problem(f"shared tokenizer of {m.alias!r} is not under tokenizer/", file=MANIFEST,
-                                       field=field, expected="tokenizer/...", found=m.tokenizer.file)
+                    yield self.problem(
+                        f"shared tokenizer of {m.alias!r} is not under tokenizer/",
+                        file=MANIFEST,
+                        field=field,
+                        expected="tokenizer/...",
+                        found=m.tokenizer.file,
+                    )
                 continue
             if owner != m.alias:
                 other = models.get(owner or "")
                 if other is not None:
-                    yield self.problem(f"model {m.alias!r} uses the tokenizer of model {owner!r}", file=MANIFEST, field=field,
-                                       expected=f"tokenizer/{m.alias}/...", found=m.tokenizer.file)
+                    yield self.problem(
+                        f"model {m.alias!r} uses the tokenizer of model {owner!r}",
+                        file=MANIFEST,
+                        field=field,
+                        expected=f"tokenizer/{m.alias}/...",
+                        found=m.tokenizer.file,
+                    )
                 else:
-                    yield self.problem(f"tokenizer of {m.alias!r} is not under tokenizer/{m.alias}/", file=MANIFEST, field=field,
-                                       expected=f"tokenizer/{m.alias}/...", found=m.tokenizer.file)
+                    yield self.problem(
+                        f"tokenizer of {m.alias!r} is not under tokenizer/{m.alias}/",
+                        file=MANIFEST,
+                        field=field,
+                        expected=f"tokenizer/{m.alias}/...",
+                        found=m.tokenizer.file,
+                    )
         for rel, ms in users.items():
             for other in ms[1:]:
                 if not _shared_ok(pkg, ms[0], other):
-                    yield self.problem(f"models {ms[0].alias!r} and {other.alias!r} share one tokenizer file {rel!r}",
-                                       file=MANIFEST, field=f"{other.pointer}/tokenizer/file")
+                    yield self.problem(
+                        f"models {ms[0].alias!r} and {other.alias!r} share one tokenizer file {rel!r}",
+                        file=MANIFEST,
+                        field=f"{other.pointer}/tokenizer/file",
+                    )
         yield self.note(f"{len(users)} tokenizer(s) for {len(pkg.models)} aliases, one to one")
 
 
@@ -217,8 +251,13 @@ class EndOfSequence(Rule):
             n += 1
             got = tok.token_to_id(eos)
             if got != eos_id:
-                yield self.problem(f"eos_token {eos!r} of {m.alias!r} maps to another id", file=cfg_rel, field=field,
-                                   expected=eos_id, found="absent" if got is None else got)
+                yield self.problem(
+                    f"eos_token {eos!r} of {m.alias!r} maps to another id",
+                    file=cfg_rel,
+                    field=field,
+                    expected=eos_id,
+                    found="absent" if got is None else got,
+                )
         yield self.note(f"{n} eos tokens agree with eos_token_id")
 
 

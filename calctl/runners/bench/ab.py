@@ -27,7 +27,7 @@ hardware does; near it, a serialising runtime shows (docs/bench.md).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -35,7 +35,15 @@ from calctl.errors import UsageError
 from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult, Table
 from calctl.runners.bench.http import PhaseResult, Target, run_phase, served_models
-from calctl.runners.bench.metrics import Comparison, ModelStats, compare, default_window, saturated, summarize, window_rates
+from calctl.runners.bench.metrics import (
+    Comparison,
+    ModelStats,
+    compare,
+    default_window,
+    saturated,
+    summarize,
+    window_rates,
+)
 from calctl.runners.bench.plot import BarGroup, plot_ab, plot_pairs
 from calctl.runners.bench.workload import LengthDist, PlannedRequest, build_workload, offered_tokens
 
@@ -56,44 +64,97 @@ def _check_models(target: Target, models: Sequence[str], need: int | None) -> No
     served = served_models(target)
     missing = [m for m in models if m not in served]
     if missing:
-        raise UsageError(f"--models: {', '.join(missing)} not served (ready) at {target.url}; it serves: "
-                         f"{', '.join(served) or 'nothing'}")
+        raise UsageError(
+            f"--models: {', '.join(missing)} not served (ready) at {target.url}; it serves: "
+            f"{', '.join(served) or 'nothing'}"
+        )
 
 
-def _workload(opts: BenchOptions, stream: int, prompt: LengthDist | None = None,
-              output: LengthDist | None = None) -> list[PlannedRequest]:
-    return build_workload(seed=opts.seed, stream=stream, rate=opts.rate, duration_s=opts.duration_s,
-                          burstiness=opts.burstiness, prompt=prompt or opts.prompt, output=output or opts.output,
-                          tokens=opts.token_range, max_requests=opts.max_requests)
+def _workload(
+    opts: BenchOptions, stream: int, prompt: LengthDist | None = None, output: LengthDist | None = None
+) -> list[PlannedRequest]:
+    return build_workload(
+        seed=opts.seed,
+        stream=stream,
+        rate=opts.rate,
+        duration_s=opts.duration_s,
+        burstiness=opts.burstiness,
+        prompt=prompt or opts.prompt,
+        output=output or opts.output,
+        tokens=opts.token_range,
+        max_requests=opts.max_requests,
+    )
 
 
-def _phase(target: Target, opts: BenchOptions, workloads: dict[str, list[PlannedRequest]], label: str, log: Log,
-           kinds: dict[str, str] | None = None) -> PhaseResult:
+def _phase(
+    target: Target,
+    opts: BenchOptions,
+    workloads: dict[str, list[PlannedRequest]],
+    label: str,
+    log: Log,
+    kinds: dict[str, str] | None = None,
+) -> PhaseResult:
     n = sum(len(w) for w in workloads.values())
     log(f"  phase {label}: {n} request(s) over {opts.duration_s:g} s ({', '.join(workloads)})")
-    res = run_phase(target, workloads, label=label, duration_s=opts.duration_s, grace_s=opts.grace_s, seed=opts.seed,
-                    kinds=kinds)
+    res = run_phase(
+        target, workloads, label=label, duration_s=opts.duration_s, grace_s=opts.grace_s, seed=opts.seed, kinds=kinds
+    )
     ok = sum(1 for r in res.records if r.ok)
     log(f"    {ok}/{len(res.records)} succeeded in {res.t_end - res.t0:.1f} s")
     return res
 
 
 def _summary(opts: BenchOptions, alias: str, phase: PhaseResult, workload: Sequence[PlannedRequest]) -> ModelStats:
-    return summarize(alias, phase.of(alias), t0=phase.t0, slo=opts.slo, duration_s=opts.duration_s,
-                     offered_tokens=offered_tokens(workload))
+    return summarize(
+        alias,
+        phase.of(alias),
+        t0=phase.t0,
+        slo=opts.slo,
+        duration_s=opts.duration_s,
+        offered_tokens=offered_tokens(workload),
+    )
 
 
 def _stats_rows(label: str, stats: Sequence[ModelStats]) -> list[tuple[object, ...]]:
     rows: list[tuple[object, ...]] = []
     for s in stats:
-        rows.append((label, s.alias, f"{s.succeeded}/{s.requests}", _pct(s.success_rate), _ms(s.ttft.p50), _ms(s.ttft.p99),
-                     _ms(s.tpot.p50), _ms(s.tpot.p99), _ms(s.itl.p99), _ms(s.e2e.p99), _num(s.tokens_per_s),
-                     _num(s.requests_per_s), _num(s.goodput_rps), "yes" if saturated(s) else "no"))
+        rows.append(
+            (
+                label,
+                s.alias,
+                f"{s.succeeded}/{s.requests}",
+                _pct(s.success_rate),
+                _ms(s.ttft.p50),
+                _ms(s.ttft.p99),
+                _ms(s.tpot.p50),
+                _ms(s.tpot.p99),
+                _ms(s.itl.p99),
+                _ms(s.e2e.p99),
+                _num(s.tokens_per_s),
+                _num(s.requests_per_s),
+                _num(s.goodput_rps),
+                "yes" if saturated(s) else "no",
+            )
+        )
     return rows
 
 
-STATS_COLUMNS = ("phase", "model", "ok", "success", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "ITL P99", "E2E P99",
-                 "tok/s", "req/s", "goodput req/s", "saturated")
+STATS_COLUMNS = (
+    "phase",
+    "model",
+    "ok",
+    "success",
+    "TTFT P50",
+    "TTFT P99",
+    "TPOT P50",
+    "TPOT P99",
+    "ITL P99",
+    "E2E P99",
+    "tok/s",
+    "req/s",
+    "goodput req/s",
+    "saturated",
+)
 
 
 def _ms(x: float | None) -> str:
@@ -109,12 +170,22 @@ def _pct(x: float | None) -> str:
 
 
 def _gate_table(gates: Sequence[G.Gate]) -> Table:
-    rows = tuple((g.name, g.rule, "n/a" if g.value is None else f"{g.value:.3f}",
-                  {True: "PASS", False: "FAIL", None: "not evaluated"}[g.passed], g.detail) for g in gates)
+    rows = tuple(
+        (
+            g.name,
+            g.rule,
+            "n/a" if g.value is None else f"{g.value:.3f}",
+            {True: "PASS", False: "FAIL", None: "not evaluated"}[g.passed],
+            g.detail,
+        )
+        for g in gates
+    )
     return Table("001 §13.2 gates", ("gate", "rule", "value", "verdict", "evidence"), rows)
 
 
-def _comparison(opts: BenchOptions, a_iso: PhaseResult, b_iso: PhaseResult, joint: PhaseResult, a: str, b: str) -> Comparison:
+def _comparison(
+    opts: BenchOptions, a_iso: PhaseResult, b_iso: PhaseResult, joint: PhaseResult, a: str, b: str
+) -> Comparison:
     w = opts.window_s or default_window(opts.duration_s)
 
     def rates(phase: PhaseResult, alias: str) -> np.ndarray:
@@ -151,7 +222,9 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
     if opts.mode in (Mode.JOINT, Mode.ALL):
         gates.append(G.b_success_gate(stats_joint[models[0]], stats_joint[models[1]]))
     verdict = G.verdict(gates)
-    rows = [r for m in stats_iso for r in _stats_rows("isolated", [stats_iso[m]])] + _stats_rows("joint", list(stats_joint.values()))
+    rows = [r for m in stats_iso for r in _stats_rows("isolated", [stats_iso[m]])] + _stats_rows(
+        "joint", list(stats_joint.values())
+    )
     tables = [Table("per model and phase (successful requests)", STATS_COLUMNS, tuple(rows))]
     if gates:
         tables.append(_gate_table(gates))
@@ -161,23 +234,49 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
         si, sj = stats_iso.get(m), stats_joint.get(m)
         bars.append((f"{m} TTFT", si.ttft.p99 if si else None, sj.ttft.p99 if sj else None))
         bars.append((f"{m} TPOT", si.tpot.p99 if si else None, sj.tpot.p99 if sj else None))
-    plot_ab(plot, rates=cmp.rates if cmp else None, window_s=cmp.window_s if cmp else None, bars=bars,
-            title=f"calctl bench ab --mode {opts.mode.value}: {verdict}", device=opts.target_device,
-            names=(models[0], models[-1]))
+    plot_ab(
+        plot,
+        rates=cmp.rates if cmp else None,
+        window_s=cmp.window_s if cmp else None,
+        bars=bars,
+        title=f"calctl bench ab --mode {opts.mode.value}: {verdict}",
+        device=opts.target_device,
+        names=(models[0], models[-1]),
+    )
     body = {
         "mode": opts.mode.value,
         "phases": {
-            **{f"{m} isolated": {"stats": stats_iso[m].document(), "seconds": iso[m].t_end - iso[m].t0} for m in stats_iso},
-            **({"joint": {"stats": {m: s.document() for m, s in stats_joint.items()}, "seconds": joint.t_end - joint.t0}}
-               if joint is not None else {}),
+            **{
+                f"{m} isolated": {"stats": stats_iso[m].document(), "seconds": iso[m].t_end - iso[m].t0}
+                for m in stats_iso
+            },
+            **(
+                {
+                    "joint": {
+                        "stats": {m: s.document() for m, s in stats_joint.items()},
+                        "seconds": joint.t_end - joint.t0,
+                    }
+                }
+                if joint is not None
+                else {}
+            ),
         },
         "comparison": cmp.document() if cmp else None,
         "overlap_ratio": cmp.overlap_ratio.as_dict() if cmp else None,
         "throughput_efficiency": cmp.throughput_efficiency.as_dict() if cmp else None,
     }
     notes = [f"failing gate: {g.name}: {g.detail}" for g in G.failing(gates)]
-    return ScenarioResult("ab", verdict, 1 if verdict == "FAIL" else 0, tuple(gates), tuple(tables), body, plot,
-                          tuple(notes), mock_result=_mock(opts))
+    return ScenarioResult(
+        "ab",
+        verdict,
+        1 if verdict == "FAIL" else 0,
+        tuple(gates),
+        tuple(tables),
+        body,
+        plot,
+        tuple(notes),
+        mock_result=_mock(opts),
+    )
 
 
 def _mock(opts: BenchOptions) -> bool | None:
@@ -202,8 +301,11 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
     target = _target(opts)
     _check_models(target, opts.models, 2)
     a, b = opts.models
-    work = {(m, kind[0]): _workload(opts, i, kind[1], kind[2])
-            for i, m in enumerate((a, b)) for kind in (PREFILL_HEAVY, DECODE_HEAVY)}
+    work = {
+        (m, kind[0]): _workload(opts, i, kind[1], kind[2])
+        for i, m in enumerate((a, b))
+        for kind in (PREFILL_HEAVY, DECODE_HEAVY)
+    }
     iso: dict[tuple[str, str], PhaseResult] = {}
     for (m, k), wl in work.items():
         iso[(m, k)] = _phase(target, opts, {m: wl}, f"{m} {k}-heavy isolated", log, kinds={m: f"{k}-heavy"})
@@ -213,8 +315,14 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
     pair_bars: list[tuple[str, list[BarGroup]]] = []
     for wa, wb, watch in PAIRS:
         name = f"A {wa[0]} + B {wb[0]}"
-        joint = _phase(target, opts, {a: work[(a, wa[0])], b: work[(b, wb[0])]}, name, log,
-                       kinds={a: f"{wa[0]}-heavy", b: f"{wb[0]}-heavy"})
+        joint = _phase(
+            target,
+            opts,
+            {a: work[(a, wa[0])], b: work[(b, wb[0])]},
+            name,
+            log,
+            kinds={a: f"{wa[0]}-heavy", b: f"{wb[0]}-heavy"},
+        )
         pair_gates: list[G.Gate] = []
         bars: list[BarGroup] = []
         docs = {}
@@ -234,17 +342,38 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
         pair_gates += [G.Gate(f"{name}: {x.name}", x.rule, x.value, x.passed, x.detail) for x in eff]
         gates += pair_gates
         pair_bars.append((name, bars))
-        pair_docs.append({"pair": name, "observe": watch, "models": docs, "comparison": cmp.document(),
-                          "verdict": G.verdict(pair_gates)})
+        pair_docs.append(
+            {
+                "pair": name,
+                "observe": watch,
+                "models": docs,
+                "comparison": cmp.document(),
+                "verdict": G.verdict(pair_gates),
+            }
+        )
     verdict = G.verdict(gates)
     plot = opts.out_dir / "bench.png"
     plot_pairs(plot, pair_bars, title=f"calctl bench interference (001 §9.4): {verdict}", device=opts.target_device)
     tables = (Table("interference pairs: isolated vs joint", STATS_COLUMNS, tuple(rows)), _gate_table(gates))
     notes = [f"failing gate: {g.name}: {g.detail}" for g in G.failing(gates)]
-    body = {"pairs": pair_docs, "workloads": {"prefill-heavy": {"prompt": PREFILL_HEAVY[1].spec, "output": PREFILL_HEAVY[2].spec},
-                                              "decode-heavy": {"prompt": DECODE_HEAVY[1].spec, "output": DECODE_HEAVY[2].spec}}}
-    return ScenarioResult("interference", verdict, 1 if verdict == "FAIL" else 0, tuple(gates), tables, body, plot,
-                          tuple(notes), mock_result=_mock(opts))
+    body = {
+        "pairs": pair_docs,
+        "workloads": {
+            "prefill-heavy": {"prompt": PREFILL_HEAVY[1].spec, "output": PREFILL_HEAVY[2].spec},
+            "decode-heavy": {"prompt": DECODE_HEAVY[1].spec, "output": DECODE_HEAVY[2].spec},
+        },
+    }
+    return ScenarioResult(
+        "interference",
+        verdict,
+        1 if verdict == "FAIL" else 0,
+        tuple(gates),
+        tables,
+        body,
+        plot,
+        tuple(notes),
+        mock_result=_mock(opts),
+    )
 
 
 __all__ = ["PAIRS", "run_ab", "run_interference"]

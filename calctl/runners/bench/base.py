@@ -21,9 +21,10 @@ with (exit 2). Nothing here runs anything.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.metrics import Slo

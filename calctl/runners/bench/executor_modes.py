@@ -49,9 +49,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -124,7 +125,9 @@ class ExecutorModesOptions:
         if self.rounds < 2:
             raise UsageError("executor-modes needs at least 2 measured rounds (a confidence interval needs two)")
         if self.concurrency < 2:
-            raise UsageError("executor-modes needs at least 2 concurrent requests: one request never has two jobs in flight")
+            raise UsageError(
+                "executor-modes needs at least 2 concurrent requests: one request never has two jobs in flight"
+            )
         if self.output_tokens < 2 or self.prompt_tokens < 1:
             raise UsageError("executor-modes needs prompt_tokens >= 1 and output_tokens >= 2")
 
@@ -156,7 +159,13 @@ class Check:
     detail: str
 
     def document(self) -> dict[str, Any]:
-        return {"name": self.name, "rule": self.rule, **self.estimate.as_dict(), "passed": self.passed, "detail": self.detail}
+        return {
+            "name": self.name,
+            "rule": self.rule,
+            **self.estimate.as_dict(),
+            "passed": self.passed,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
@@ -167,7 +176,12 @@ class Milestone:
     notes: tuple[str, ...] = ()
 
     def document(self) -> dict[str, Any]:
-        return {"name": self.name, "verdict": self.verdict, "checks": [c.document() for c in self.checks], "notes": list(self.notes)}
+        return {
+            "name": self.name,
+            "verdict": self.verdict,
+            "checks": [c.document() for c in self.checks],
+            "notes": list(self.notes),
+        }
 
 
 @dataclass(frozen=True)
@@ -204,14 +218,27 @@ class ExecutorModesReport:
 
     def document(self) -> dict[str, Any]:
         return {
-            "device": self.device, "mock_result": self.mock, "alias": self.alias,
-            "phase_profile": None if self.profile is None else {
-                "name": self.profile.name, "h2d_share": self.profile.h2d_share, "compute_share": self.profile.compute_share,
-                "d2h_share": self.profile.d2h_share},
-            "time_scale": self.time_scale, "workload": self.options, "modes": self.per_mode,
-            "M1": self.m1.document(), "M2": self.m2.document(), "outputs_identical": self.outputs_identical,
-            "trace_evidence": self.evidence.document(), "automatic_downgrades": self.automatic_downgrades,
-            "notes": self.notes, "trace": str(self.trace_path) if self.trace_path else None,
+            "device": self.device,
+            "mock_result": self.mock,
+            "alias": self.alias,
+            "phase_profile": None
+            if self.profile is None
+            else {
+                "name": self.profile.name,
+                "h2d_share": self.profile.h2d_share,
+                "compute_share": self.profile.compute_share,
+                "d2h_share": self.profile.d2h_share,
+            },
+            "time_scale": self.time_scale,
+            "workload": self.options,
+            "modes": self.per_mode,
+            "M1": self.m1.document(),
+            "M2": self.m2.document(),
+            "outputs_identical": self.outputs_identical,
+            "trace_evidence": self.evidence.document(),
+            "automatic_downgrades": self.automatic_downgrades,
+            "notes": self.notes,
+            "trace": str(self.trace_path) if self.trace_path else None,
             "plot": str(self.plot_path) if self.plot_path else None,
         }
 
@@ -231,12 +258,24 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
             raise UsageError(f"model {alias!r} is not in the package (it has {', '.join(pkg.aliases)})")
         vocab = pkg.model(alias).architecture.vocab_size
         # The ceiling is 2 in flight; the mode starts at sync and the rounds switch it (operator action).
-        configs = {a: dataclasses.replace(default_scheduler_config(a, max_inflight=2),
-                                          executor=ExecutorConfig(2, False, ExecutorMode.SYNC)) for a in pkg.aliases}
-        sup = DeviceSupervisor(rt, trust=opts.trust, scheduler_configs=configs, options=SupervisorOptions(warmup_iterations=1))
+        configs = {
+            a: dataclasses.replace(
+                default_scheduler_config(a, max_inflight=2), executor=ExecutorConfig(2, False, ExecutorMode.SYNC)
+            )
+            for a in pkg.aliases
+        }
+        sup = DeviceSupervisor(
+            rt, trust=opts.trust, scheduler_configs=configs, options=SupervisorOptions(warmup_iterations=1)
+        )
         try:
-            log(f"  loading {opts.package} on the {device.kind.value} device"
-                + (f" (time scale {device.time_scale:g}, {opts.profile.label()})" if device.is_mock and opts.profile else ""))
+            log(
+                f"  loading {opts.package} on the {device.kind.value} device"
+                + (
+                    f" (time scale {device.time_scale:g}, {opts.profile.label()})"
+                    if device.is_mock and opts.profile
+                    else ""
+                )
+            )
             sup.start(root)
             engine = ServingEngine(sup)
             worker = sup.workers[alias]
@@ -247,12 +286,14 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
             with EngineLoop("executor-modes") as loop:
                 for r in range(opts.warmup_rounds + opts.rounds):
                     measured = r >= opts.warmup_rounds
-                    for mode in MODES[r % 3:] + MODES[: r % 3]:  # rotate the order: no mode always runs first
+                    for mode in MODES[r % 3 :] + MODES[: r % 3]:  # rotate the order: no mode always runs first
                         before = len(worker.downgrades())
                         outcome = worker.set_executor_mode(mode)
                         if not outcome["ok"]:
                             raise UsageError(f"executor mode {mode.value}: {outcome.get('detail')}")
-                        rnd = loop.submit(_round(engine, alias, mode, r, prompt, opts)).result(opts.request_timeout_s + 30)
+                        rnd = loop.submit(_round(engine, alias, mode, r, prompt, opts)).result(
+                            opts.request_timeout_s + 30
+                        )
                         new = worker.downgrades()[before:]
                         if new:  # the monitor left ping/pong during the round: say so, never hide it
                             auto_downgrades.extend({**d.as_dict(), "round": r} for d in new)
@@ -260,8 +301,10 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                             rounds[mode].append(rnd)
                     if measured:
                         done = r - opts.warmup_rounds + 1
-                        log(f"  round {done}/{opts.rounds}: " + ", ".join(
-                            f"{m.value} {rounds[m][-1].wall_s * 1e3:.0f} ms" for m in MODES))
+                        log(
+                            f"  round {done}/{opts.rounds}: "
+                            + ", ".join(f"{m.value} {rounds[m][-1].wall_s * 1e3:.0f} ms" for m in MODES)
+                        )
             events = _round_trace(rt, rounds[ExecutorMode.PINGPONG], worker.chips, alias)
             last = _round_trace(rt, rounds[ExecutorMode.PINGPONG][-1:], worker.chips, alias)
         finally:
@@ -269,13 +312,19 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
     report = _judge(opts, device, alias, rounds, events, auto_downgrades)
     if opts.trace_path is not None or opts.plot_path is not None:
         slices = trace_slices(last, phases=True)
-        meta = {"scenario": "executor-modes", "mode": "pingpong", "mock_result": device.is_mock,
-                "phase_profile": opts.profile.label() if opts.profile else None}
+        meta = {
+            "scenario": "executor-modes",
+            "mode": "pingpong",
+            "mock_result": device.is_mock,
+            "phase_profile": opts.profile.label() if opts.profile else None,
+        }
         if opts.trace_path is not None:
             write_chrome_trace(opts.trace_path, slices, device=device.kind.value, metadata=meta)
             report.trace_path = opts.trace_path
         if opts.plot_path is not None:
-            title = f"executor-modes: {alias}, last ping/pong round" + (f", {opts.profile.label()}" if opts.profile else "")
+            title = f"executor-modes: {alias}, last ping/pong round" + (
+                f", {opts.profile.label()}" if opts.profile else ""
+            )
             plot_timeline(opts.plot_path, slices, title=title, device=device.kind.value)
             report.plot_path = opts.plot_path
     return report
@@ -291,8 +340,10 @@ class _OpenDevice:
     def __enter__(self) -> Runtime:
         d = self.device
         if d.is_mock and self.profile is not None:
-            options: dict[str, Any] = {"timing": TimingModel().with_shares(self.profile.h2d_share, self.profile.d2h_share),
-                                       "serialize_chips": d.serialize_chips}
+            options: dict[str, Any] = {
+                "timing": TimingModel().with_shares(self.profile.h2d_share, self.profile.d2h_share),
+                "serialize_chips": d.serialize_chips,
+            }
             if d.time_scale is not None:
                 options["time_scale"] = d.time_scale
             if d.fault_plan is not None:
@@ -336,8 +387,14 @@ class _TokenTap:
         self._stream.finish(reason)
 
 
-async def _round(engine: ServingEngine, alias: str, mode: ExecutorMode, index: int, prompt: tuple[int, ...],
-                 opts: ExecutorModesOptions) -> _Round:
+async def _round(
+    engine: ServingEngine,
+    alias: str,
+    mode: ExecutorMode,
+    index: int,
+    prompt: tuple[int, ...],
+    opts: ExecutorModesOptions,
+) -> _Round:
     taps: dict[str, _TokenTap] = {}
 
     def submit(req: GenerationRequest) -> _TokenTap:
@@ -345,12 +402,23 @@ async def _round(engine: ServingEngine, alias: str, mode: ExecutorMode, index: i
         taps[req.request_id] = tap
         return tap
 
-    reqs = [GenerationRequest(f"xm-{index}-{mode.value}-{i}", alias, "executor-modes", prompt, opts.output_tokens,
-                              SamplingParams(temperature=0.0), ignore_eos=True) for i in range(opts.concurrency)]
+    reqs = [
+        GenerationRequest(
+            f"xm-{index}-{mode.value}-{i}",
+            alias,
+            "executor-modes",
+            prompt,
+            opts.output_tokens,
+            SamplingParams(temperature=0.0),
+            ignore_eos=True,
+        )
+        for i in range(opts.concurrency)
+    ]
     start_ns = time.monotonic_ns()
     t0 = time.monotonic()
-    results = await asyncio.gather(*(drive_engine_request(submit, r, ClientPlan("executor-modes"), timeout_s=opts.request_timeout_s)
-                                     for r in reqs))
+    results = await asyncio.gather(
+        *(drive_engine_request(submit, r, ClientPlan("executor-modes"), timeout_s=opts.request_timeout_s) for r in reqs)
+    )
     wall = time.monotonic() - t0
     tokens = [taps[r.request_id].tokens if r.request_id in taps else [] for r in reqs]
     return _Round(mode, index, start_ns, wall, [res.record for res in results], tokens)
@@ -361,17 +429,28 @@ def _round_trace(rt: Runtime, rounds: Sequence[_Round], chips: Sequence[int], al
         return []
     spans = [(r.start_ns, r.start_ns + int(r.wall_s * 1e9)) for r in rounds]
     events = rt.trace(since_ns=spans[0][0])
-    return [e for e in events if e.model == alias and e.chip in chips and any(lo <= e.submit_ns <= hi for lo, hi in spans)]
+    return [
+        e for e in events if e.model == alias and e.chip in chips and any(lo <= e.submit_ns <= hi for lo, hi in spans)
+    ]
 
 
 # -- judging ------------------------------------------------------------------------------------------
 
 
-def _judge(opts: ExecutorModesOptions, device: DeviceSpec, alias: str, rounds: dict[ExecutorMode, list[_Round]],
-           events: Sequence[TraceEvent], auto_downgrades: list[dict[str, Any]]) -> ExecutorModesReport:
+def _judge(
+    opts: ExecutorModesOptions,
+    device: DeviceSpec,
+    alias: str,
+    rounds: dict[ExecutorMode, list[_Round]],
+    events: Sequence[TraceEvent],
+    auto_downgrades: list[dict[str, Any]],
+) -> ExecutorModesReport:
     base = rounds[ExecutorMode.SYNC]
-    reference = next((t for r in base for t, rec in zip(r.tokens, r.records) if rec.ok), None)
-    identical = {m: all(rec.ok and t == reference for r in rs for t, rec in zip(r.tokens, r.records)) for m, rs in rounds.items()}
+    reference = next((t for r in base for t, rec in zip(r.tokens, r.records, strict=True) if rec.ok), None)
+    identical = {
+        m: all(rec.ok and t == reference for r in rs for t, rec in zip(r.tokens, r.records, strict=True))
+        for m, rs in rounds.items()
+    }
     per_mode = {m.value: _mode_summary(rs) for m, rs in rounds.items()}
     n = len(base)
     seed = opts.seed
@@ -400,11 +479,26 @@ def _judge(opts: ExecutorModesOptions, device: DeviceSpec, alias: str, rounds: d
 
     def sanity(mode: ExecutorMode) -> list[Check]:
         errors = sum(r.errors for r in rounds[mode])
-        out = [Check("errors", "== 0", Estimate(float(errors), None, None, sum(len(r.records) for r in rounds[mode])),
-                     errors == 0, f"{errors} request(s) did not finish normally")]
-        out.append(Check("same_tokens", "== sync", Estimate(1.0 if identical[mode] else 0.0, None, None, 1), identical[mode],
-                         "every request produced the sync baseline's tokens" if identical[mode]
-                         else "some request's tokens differ from the sync baseline: not equivalent"))
+        out = [
+            Check(
+                "errors",
+                "== 0",
+                Estimate(float(errors), None, None, sum(len(r.records) for r in rounds[mode])),
+                errors == 0,
+                f"{errors} request(s) did not finish normally",
+            )
+        ]
+        out.append(
+            Check(
+                "same_tokens",
+                "== sync",
+                Estimate(1.0 if identical[mode] else 0.0, None, None, 1),
+                identical[mode],
+                "every request produced the sync baseline's tokens"
+                if identical[mode]
+                else "some request's tokens differ from the sync baseline: not equivalent",
+            )
+        )
         return out
 
     m1_checks = [
@@ -413,33 +507,56 @@ def _judge(opts: ExecutorModesOptions, device: DeviceSpec, alias: str, rounds: d
         *sanity(ExecutorMode.ASYNC),
     ]
     m2_checks = [
-        _at_least("throughput_gain", gain(ExecutorMode.PINGPONG), M2_GAIN_LIMIT, "ping/pong aggregate tokens/s vs sync"),
+        _at_least(
+            "throughput_gain", gain(ExecutorMode.PINGPONG), M2_GAIN_LIMIT, "ping/pong aggregate tokens/s vs sync"
+        ),
         _at_most("p99_e2e_regression", delta(ExecutorMode.PINGPONG, 99), M2_P99_LIMIT, "ping/pong P99 E2E vs sync"),
         *sanity(ExecutorMode.PINGPONG),
     ]
     evidence = trace_evidence(events)
-    m2_notes = ["M2 also needs 24 h without errors before ping/pong is the default: run `calctl soak` with "
-                "executor.mode pingpong; not assessed here"]
+    m2_notes = [
+        "M2 also needs 24 h without errors before ping/pong is the default: run `calctl soak` with "
+        "executor.mode pingpong; not assessed here"
+    ]
     if auto_downgrades:
-        m2_notes.append(f"the downgrade monitor left ping/pong {len(auto_downgrades)} time(s) during the run "
-                        f"({', '.join(sorted({d['reason'] for d in auto_downgrades}))}): those rounds are not pure ping/pong")
+        m2_notes.append(
+            f"the downgrade monitor left ping/pong {len(auto_downgrades)} time(s) during the run "
+            f"({', '.join(sorted({d['reason'] for d in auto_downgrades}))}): those rounds are not pure ping/pong"
+        )
     notes = []
     if device.is_mock:
-        notes.append("MOCK RESULT: simulated timing; the phase split is an input of the mock, not a measurement of a board. "
-                     "It grades nothing on hardware: ping/pong on the board stays C1 (symbols present, not measured) and "
-                     "this executor C2 (built on confirmed interfaces, awaiting hardware acceptance) until this scenario "
-                     "runs with --device calrt (SPEC §8, 001 §1).")
+        notes.append(
+            "MOCK RESULT: simulated timing; the phase split is an input of the mock, not a measurement of a board. "
+            "It grades nothing on hardware: ping/pong on the board stays C1 (symbols present, not measured) and "
+            "this executor C2 (built on confirmed interfaces, awaiting hardware acceptance) until this scenario "
+            "runs with --device calrt (SPEC §8, 001 §1)."
+        )
     if evidence.compute_overlap_s is None:
-        notes.append("the runtime reports no job phases: whether ping/pong computes overlapped is unknown, only "
-                     "two-in-flight time is shown")
+        notes.append(
+            "the runtime reports no job phases: whether ping/pong computes overlapped is unknown, only "
+            "two-in-flight time is shown"
+        )
     return ExecutorModesReport(
-        device=device.kind.value, mock=device.is_mock, alias=alias, profile=opts.profile if device.is_mock else None,
+        device=device.kind.value,
+        mock=device.is_mock,
+        alias=alias,
+        profile=opts.profile if device.is_mock else None,
         time_scale=device.time_scale if device.is_mock else None,
-        options={"rounds": opts.rounds, "warmup_rounds": opts.warmup_rounds, "concurrency": opts.concurrency,
-                 "prompt_tokens": opts.prompt_tokens, "output_tokens": opts.output_tokens, "seed": opts.seed},
-        per_mode=per_mode, m1=_milestone("M1", m1_checks), m2=_milestone("M2", m2_checks, m2_notes),
-        outputs_identical=all(identical.values()), evidence=evidence,
-        automatic_downgrades=auto_downgrades, notes=notes,
+        options={
+            "rounds": opts.rounds,
+            "warmup_rounds": opts.warmup_rounds,
+            "concurrency": opts.concurrency,
+            "prompt_tokens": opts.prompt_tokens,
+            "output_tokens": opts.output_tokens,
+            "seed": opts.seed,
+        },
+        per_mode=per_mode,
+        m1=_milestone("M1", m1_checks),
+        m2=_milestone("M2", m2_checks, m2_notes),
+        outputs_identical=all(identical.values()),
+        evidence=evidence,
+        automatic_downgrades=auto_downgrades,
+        notes=notes,
     )
 
 
@@ -457,7 +574,9 @@ def _mode_summary(rounds: Sequence[_Round]) -> dict[str, Any]:
 
     rates = [rnd.output_tokens / rnd.wall_s for rnd in rounds if rnd.wall_s > 0]
     return {
-        "rounds": len(rounds), "requests": len(recs), "errors": len(recs) - len(ok),
+        "rounds": len(rounds),
+        "requests": len(recs),
+        "errors": len(recs) - len(ok),
         "e2e_s": pct([r.e2e for r in ok if r.e2e is not None]),
         "ttft_s": pct([r.ttft for r in ok if r.ttft is not None]),
         "itl_s": pct([x for r in ok for x in r.itls()]),
@@ -470,7 +589,9 @@ def _at_most(name: str, est: Estimate, limit: float, what: str) -> Check:
     rule = f"<= {limit:+.0%}"
     if est.mean is None:
         return Check(name, rule, est, None, f"{what}: no measurement")
-    text = f"{what}: {_pct(est.mean)}" + (f" [95 % CI {_pct(est.ci_low)}, {_pct(est.ci_high)}]" if est.ci_low is not None else " (no CI)")
+    text = f"{what}: {_pct(est.mean)}" + (
+        f" [95 % CI {_pct(est.ci_low)}, {_pct(est.ci_high)}]" if est.ci_low is not None else " (no CI)"
+    )
     if est.ci_low is None or est.ci_high is None:
         return Check(name, rule, est, None, text + ": no interval, inconclusive")
     if est.ci_high <= limit:
@@ -484,7 +605,9 @@ def _at_least(name: str, est: Estimate, limit: float, what: str) -> Check:
     rule = f">= {limit:+.0%}"
     if est.mean is None:
         return Check(name, rule, est, None, f"{what}: no measurement")
-    text = f"{what}: {_pct(est.mean)}" + (f" [95 % CI {_pct(est.ci_low)}, {_pct(est.ci_high)}]" if est.ci_low is not None else " (no CI)")
+    text = f"{what}: {_pct(est.mean)}" + (
+        f" [95 % CI {_pct(est.ci_low)}, {_pct(est.ci_high)}]" if est.ci_low is not None else " (no CI)"
+    )
     if est.ci_low is None or est.ci_high is None:
         return Check(name, rule, est, None, text + ": no interval, inconclusive")
     if est.ci_low >= limit:
@@ -530,10 +653,21 @@ def trace_evidence(events: Sequence[TraceEvent]) -> TraceEvidence:
         compute2 += _covered(computes, 2)
         for e in mine:
             own = [(p.start_ns, p.end_ns) for p in e.phases or () if p.phase is not JobPhase.COMPUTE]
-            others = [(p.start_ns, p.end_ns) for o in mine if o is not e for p in o.phases or () if p.phase is JobPhase.COMPUTE]
+            others = [
+                (p.start_ns, p.end_ns)
+                for o in mine
+                if o is not e
+                for p in o.phases or ()
+                if p.phase is JobPhase.COMPUTE
+            ]
             transfer_compute += sum(_intersection(a, others) for a in own)
-    return TraceEvidence(len(jobs), busy / 1e9, inflight2 / 1e9, None if compute2 is None else compute2 / 1e9,
-                         None if transfer_compute is None else transfer_compute / 1e9)
+    return TraceEvidence(
+        len(jobs),
+        busy / 1e9,
+        inflight2 / 1e9,
+        None if compute2 is None else compute2 / 1e9,
+        None if transfer_compute is None else transfer_compute / 1e9,
+    )
 
 
 def _covered(spans: Sequence[tuple[int, int]], depth: int) -> float:
@@ -558,7 +692,9 @@ def _intersection(span: tuple[int, int], others: Sequence[tuple[int, int]]) -> f
 def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
     """``calctl bench --scenario executor-modes``: judged transfer-heavy run, plus the compute-bound control on the mock."""
     if options.package is None or options.trust is None:
-        raise UsageError("--scenario executor-modes runs the engine in-process: it needs a package (PKG) and a trust policy")
+        raise UsageError(
+            "--scenario executor-modes runs the engine in-process: it needs a package (PKG) and a trust policy"
+        )
     if len(options.models) > 1:
         raise UsageError("--scenario executor-modes measures one model: give at most one --models alias")
     device = options.device or DeviceSpec()
@@ -566,29 +702,55 @@ def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
     runs: list[ExecutorModesReport] = []
     profiles: tuple[PhaseProfile | None, ...] = (TRANSFER_HEAVY, COMPUTE_BOUND) if device.is_mock else (None,)
     for i, profile in enumerate(profiles):
-        log(f"executor-modes: {profile.label() if profile else 'device phases'}" + (" (control, not judged)" if i else ""))
+        log(
+            f"executor-modes: {profile.label() if profile else 'device phases'}"
+            + (" (control, not judged)" if i else "")
+        )
         out = options.out_dir
-        runs.append(run_executor_modes(ExecutorModesOptions(
-            options.package, options.trust, alias=alias, device=device, profile=profile, seed=options.seed,
-            trace_path=out / f"executor-modes-{profile.name if profile else 'device'}.trace.json",
-            plot_path=out / f"executor-modes-{profile.name if profile else 'device'}.png" if i == 0 else None,
-        ), log))
+        runs.append(
+            run_executor_modes(
+                ExecutorModesOptions(
+                    options.package,
+                    options.trust,
+                    alias=alias,
+                    device=device,
+                    profile=profile,
+                    seed=options.seed,
+                    trace_path=out / f"executor-modes-{profile.name if profile else 'device'}.trace.json",
+                    plot_path=out / f"executor-modes-{profile.name if profile else 'device'}.png" if i == 0 else None,
+                ),
+                log,
+            )
+        )
     judged = runs[0]
-    gates = tuple(Gate(f"{m.name}.{c.name}", c.rule, c.estimate.mean, c.passed, c.detail) for m in (judged.m1, judged.m2)
-                  for c in m.checks)
+    gates = tuple(
+        Gate(f"{m.name}.{c.name}", c.rule, c.estimate.mean, c.passed, c.detail)
+        for m in (judged.m1, judged.m2)
+        for c in m.checks
+    )
     verdicts = (judged.m1.verdict, judged.m2.verdict)
     verdict = "FAIL" if "not met" in verdicts else ("PASS" if all(v == "met" for v in verdicts) else "MEASURED")
     tables = [_modes_table(r) for r in runs] + [_evidence_table(runs)]
-    notes = [f"M1 {judged.m1.verdict}, M2 {judged.m2.verdict}" + (f" ({judged.profile.label()})" if judged.profile else "")]
+    notes = [
+        f"M1 {judged.m1.verdict}, M2 {judged.m2.verdict}" + (f" ({judged.profile.label()})" if judged.profile else "")
+    ]
     notes += list(judged.m2.notes) + judged.notes
     if len(runs) > 1:
         control = runs[1]
-        notes.append(f"control {control.profile.label() if control.profile else ''}: M2 {control.m2.verdict}; "
-                     f"throughput gain {_pct(control.m2.checks[0].estimate.mean)}: with no transfer to hide, ping/pong "
-                     "hides only host time")
+        notes.append(
+            f"control {control.profile.label() if control.profile else ''}: M2 {control.m2.verdict}; "
+            f"throughput gain {_pct(control.m2.checks[0].estimate.mean)}: with no transfer to hide, ping/pong "
+            "hides only host time"
+        )
     return ScenarioResult(
-        scenario="executor-modes", verdict=verdict, exit_code=1 if verdict == "FAIL" else 0, gates=gates,
-        tables=tuple(tables), body={"runs": [r.document() for r in runs]}, plot=judged.plot_path, notes=tuple(notes),
+        scenario="executor-modes",
+        verdict=verdict,
+        exit_code=1 if verdict == "FAIL" else 0,
+        gates=gates,
+        tables=tuple(tables),
+        body={"runs": [r.document() for r in runs]},
+        plot=judged.plot_path,
+        notes=tuple(notes),
         mock_result=device.is_mock,
     )
 
@@ -597,22 +759,49 @@ def _modes_table(r: ExecutorModesReport) -> Table:
     rows = []
     for mode, s in r.per_mode.items():
         tp = s["throughput_tokens_per_s"]
-        rows.append((mode, s["requests"], s["errors"], _ms(s["e2e_s"]["p50"]), _ms(s["e2e_s"]["p99"]), _ms(s["ttft_s"]["p99"]),
-                     _ms(s["itl_s"]["p99"]), f"{tp['mean']:.1f} [{tp['ci_low'] or 0:.1f}, {tp['ci_high'] or 0:.1f}]"
-                     if tp["mean"] is not None else "n/a"))
-    title = f"executor modes, {r.alias}" + (f", {r.profile.label()}" if r.profile else "") + (" (MOCK)" if r.mock else "")
-    return Table(title, ("mode", "requests", "errors", "P50 E2E", "P99 E2E", "P99 TTFT", "P99 ITL", "tokens/s [95 % CI]"), tuple(rows))
+        rows.append(
+            (
+                mode,
+                s["requests"],
+                s["errors"],
+                _ms(s["e2e_s"]["p50"]),
+                _ms(s["e2e_s"]["p99"]),
+                _ms(s["ttft_s"]["p99"]),
+                _ms(s["itl_s"]["p99"]),
+                f"{tp['mean']:.1f} [{tp['ci_low'] or 0:.1f}, {tp['ci_high'] or 0:.1f}]"
+                if tp["mean"] is not None
+                else "n/a",
+            )
+        )
+    title = (
+        f"executor modes, {r.alias}" + (f", {r.profile.label()}" if r.profile else "") + (" (MOCK)" if r.mock else "")
+    )
+    return Table(
+        title,
+        ("mode", "requests", "errors", "P50 E2E", "P99 E2E", "P99 TTFT", "P99 ITL", "tokens/s [95 % CI]"),
+        tuple(rows),
+    )
 
 
 def _evidence_table(runs: Sequence[ExecutorModesReport]) -> Table:
     rows = []
     for r in runs:
         e = r.evidence
-        rows.append((r.profile.name if r.profile else r.device, e.jobs, f"{e.busy_s:.3f}", f"{e.two_in_flight_s:.3f}",
-                     "n/a" if e.compute_overlap_s is None else f"{e.compute_overlap_s:.3f}",
-                     "n/a" if e.transfer_compute_overlap_s is None else f"{e.transfer_compute_overlap_s:.3f}"))
-    return Table("ping/pong trace: two in flight is not two computing (seconds)",
-                 ("profile", "jobs", "busy", "two in flight", "two computing", "transfer || compute"), tuple(rows))
+        rows.append(
+            (
+                r.profile.name if r.profile else r.device,
+                e.jobs,
+                f"{e.busy_s:.3f}",
+                f"{e.two_in_flight_s:.3f}",
+                "n/a" if e.compute_overlap_s is None else f"{e.compute_overlap_s:.3f}",
+                "n/a" if e.transfer_compute_overlap_s is None else f"{e.transfer_compute_overlap_s:.3f}",
+            )
+        )
+    return Table(
+        "ping/pong trace: two in flight is not two computing (seconds)",
+        ("profile", "jobs", "busy", "two in flight", "two computing", "transfer || compute"),
+        tuple(rows),
+    )
 
 
 def _ms(x: float | None) -> str:
@@ -620,9 +809,21 @@ def _ms(x: float | None) -> str:
 
 
 EXECUTOR_MODES = Scenario(
-    "executor-modes", "sync vs async(1) vs ping/pong on one engine in-process; M1/M2 of 000 §19 with CIs and trace evidence",
-    run_scenario, needs_url=False, options=("PKG", "--models", "--time-scale", "--seed"),
+    "executor-modes",
+    "sync vs async(1) vs ping/pong on one engine in-process; M1/M2 of 000 §19 with CIs and trace evidence",
+    run_scenario,
+    needs_url=False,
+    options=("PKG", "--models", "--time-scale", "--seed"),
 )
 
-__all__ = ["COMPUTE_BOUND", "EXECUTOR_MODES", "ExecutorModesOptions", "ExecutorModesReport", "PhaseProfile", "TRANSFER_HEAVY",
-           "run_executor_modes", "run_scenario", "trace_evidence"]
+__all__ = [
+    "COMPUTE_BOUND",
+    "EXECUTOR_MODES",
+    "TRANSFER_HEAVY",
+    "ExecutorModesOptions",
+    "ExecutorModesReport",
+    "PhaseProfile",
+    "run_executor_modes",
+    "run_scenario",
+    "trace_evidence",
+]

@@ -49,16 +49,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+
+import numpy as np
 
 from calctl.errors import UsageError
 from calctl.runners.bench.base import BenchOptions, ScenarioResult, Table
 from calctl.runners.bench.plot import plot_timeline
 from calctl.runners.context import DeviceSpec
-import numpy as np
-
 from calctl.runners.stats import bootstrap, percentiles
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, drive_engine_request
 from calctl.runtime.mock.faults import FaultKind, FaultRule
@@ -108,17 +109,32 @@ class _Run:
     # -- helpers ---------------------------------------------------------------------------------
 
     def a_request(self, n: int, prompt_len: int, max_tokens: int, *, tag: str) -> GenerationRequest:
-        return GenerationRequest(f"fi-{tag}-{n}", self.a, "fault-isolation", tuple([5] * prompt_len), max_tokens,
-                                 SamplingParams(temperature=0.0), ignore_eos=True)
+        return GenerationRequest(
+            f"fi-{tag}-{n}",
+            self.a,
+            "fault-isolation",
+            tuple([5] * prompt_len),
+            max_tokens,
+            SamplingParams(temperature=0.0),
+            ignore_eos=True,
+        )
 
     def run_a(self, requests: list[GenerationRequest], *, timeout_s: float = 60.0) -> list[EngineResult]:
-        futures = [self.loop.submit(drive_engine_request(self.engine.submit, r, ClientPlan("fault-isolation"),
-                                                         timeout_s=timeout_s)) for r in requests]
+        futures = [
+            self.loop.submit(
+                drive_engine_request(self.engine.submit, r, ClientPlan("fault-isolation"), timeout_s=timeout_s)
+            )
+            for r in requests
+        ]
         return [f.result(timeout_s + 10) for f in futures]
 
-    def start_a(self, requests: list[GenerationRequest], *, timeout_s: float = 60.0) -> list["Future[EngineResult]"]:
-        return [self.loop.submit(drive_engine_request(self.engine.submit, r, ClientPlan("fault-isolation"),
-                                                      timeout_s=timeout_s)) for r in requests]
+    def start_a(self, requests: list[GenerationRequest], *, timeout_s: float = 60.0) -> list[Future[EngineResult]]:
+        return [
+            self.loop.submit(
+                drive_engine_request(self.engine.submit, r, ClientPlan("fault-isolation"), timeout_s=timeout_s)
+            )
+            for r in requests
+        ]
 
     def wait_ready(self, timeout_s: float = 60.0) -> bool:
         end = time.monotonic() + timeout_s
@@ -148,8 +164,15 @@ class _Run:
                 await asyncio.sleep(0.005)
                 continue
             n += 1
-            req = GenerationRequest(f"fi-b{index}-{n}", self.b, "fault-isolation", tuple(range(10, 26)), 16,
-                                    SamplingParams(temperature=0.0), ignore_eos=True)
+            req = GenerationRequest(
+                f"fi-b{index}-{n}",
+                self.b,
+                "fault-isolation",
+                tuple(range(10, 26)),
+                16,
+                SamplingParams(temperature=0.0),
+                ignore_eos=True,
+            )
             with self.b_lock:
                 self.b_inflight += 1
             try:
@@ -189,7 +212,9 @@ class _Run:
         self.pause_b()
         ph.end = time.monotonic()
         ph.recoveries = self.sup.recoveries[r0:]
-        ph.b_events = [f"{e.state}" + (f" ({e.detail})" if e.detail else "") for e in self.sup.history[h0:] if e.alias == self.b]
+        ph.b_events = [
+            f"{e.state}" + (f" ({e.detail})" if e.detail else "") for e in self.sup.history[h0:] if e.alias == self.b
+        ]
         ph.a_jobs = self.a_jobs_since(since)
         ph.faults_fired = len(self.rt.injected_faults()) - faults0
         if ph.scope_from_jobs:
@@ -221,12 +246,14 @@ class _Run:
         graph = self.a_decode_graph()
         busy0 = self.busy_retries()
         # The worker retries DeviceBusy 6 times (7 submits); 3 busy are absorbed, 7 in a row fail one job.
-        self.rt.arm_fault(FaultRule(FaultKind.DEVICE_BUSY, at=(2, 3, 4) + tuple(range(20, 27)), graph=graph))
+        self.rt.arm_fault(FaultRule(FaultKind.DEVICE_BUSY, at=(2, 3, 4, *tuple(range(20, 27))), graph=graph))
         for i in range(4):
             ph.a_results += self.run_a([self.a_request(i, 8, 12, tag="busy")])
         retries = self.busy_retries() - busy0
-        ph.scope = (f"A's submit queue: {retries} busy retries with bounded backoff, "
-                    f"{sum(1 for r in ph.a_results if not r.record.ok)} job(s) failed past the limit; no reset")
+        ph.scope = (
+            f"A's submit queue: {retries} busy retries with bounded backoff, "
+            f"{sum(1 for r in ph.a_results if not r.record.ok)} job(s) failed past the limit; no reset"
+        )
 
     def _halting(self, ph: _Phase, kind: FaultKind) -> None:
         self.rt.arm_fault(FaultRule(kind, at=(3,), graph=self.a_decode_graph(), reset_scope=ResetScope.CHIP))
@@ -271,8 +298,10 @@ class _Run:
         opts = self.opts
         device = (opts.device or DeviceSpec()).with_default_time_scale(FAULT_ISOLATION_TIME_SCALE)
         if not device.is_mock:
-            raise UsageError("--scenario fault-isolation arms faults at run time on the mock board; on a board, inject "
-                             "faults with the vendor's tools and measure B with `calctl bench --url ... --mode joint`")
+            raise UsageError(
+                "--scenario fault-isolation arms faults at run time on the mock board; on a board, inject "
+                "faults with the vendor's tools and measure B with `calctl bench --url ... --mode joint`"
+            )
         if opts.package is None or opts.trust is None:
             raise UsageError("--scenario fault-isolation needs a package (PKG) and a trust policy")
         self.phases: list[_Phase] = []
@@ -292,12 +321,15 @@ class _Run:
             with package_root(opts.package) as root:
                 aliases = load_manifest(root).aliases
             if len(aliases) != 2:
-                raise UsageError(f"--scenario fault-isolation needs a package with two models, this one has {len(aliases)}")
+                raise UsageError(
+                    f"--scenario fault-isolation needs a package with two models, this one has {len(aliases)}"
+                )
             self.a, self.b = opts.models if len(opts.models) == 2 else aliases
             if {self.a, self.b} != set(aliases):
                 raise UsageError(f"--models {','.join(opts.models)}: the package's models are {', '.join(aliases)}")
             self.sup = DeviceSupervisor(
-                rt, trust=opts.trust,
+                rt,
+                trust=opts.trust,
                 scheduler_configs={self.a: default_scheduler_config(self.a, max_waiting_requests=A_WAITING)},
                 options=SupervisorOptions(warmup_iterations=1, drain_deadline_s=10.0, job_timeout_s=JOB_TIMEOUT_S),
             )
@@ -310,15 +342,31 @@ class _Run:
                     b_clients = [loop.submit(self.b_client(i)) for i in range(B_CLIENTS)]
                     t_start = time.monotonic()
                     self.phase("baseline", "-", "none", self.baseline)
-                    self.phase("invalid-tensor", REQUEST, "10 prompts over the context limit, 10 empty prompts", self.invalid)
-                    self.phase("kv-exhausted", REQUEST, "48 concurrent 16-token requests (16 lanes + 4 waiting)",
-                               self.kv_exhausted)
-                    self.phase("submit-busy", REQUEST, "DeviceBusy on 3, then 7 consecutive A decode submits", self.submit_busy)
-                    self.phase("wait-timeout", RUNTIME, f"an A decode job hangs (job timeout {JOB_TIMEOUT_S:g} s)",
-                               self.wait_timeout)
+                    self.phase(
+                        "invalid-tensor", REQUEST, "10 prompts over the context limit, 10 empty prompts", self.invalid
+                    )
+                    self.phase(
+                        "kv-exhausted",
+                        REQUEST,
+                        "48 concurrent 16-token requests (16 lanes + 4 waiting)",
+                        self.kv_exhausted,
+                    )
+                    self.phase(
+                        "submit-busy", REQUEST, "DeviceBusy on 3, then 7 consecutive A decode submits", self.submit_busy
+                    )
+                    self.phase(
+                        "wait-timeout",
+                        RUNTIME,
+                        f"an A decode job hangs (job timeout {JOB_TIMEOUT_S:g} s)",
+                        self.wait_timeout,
+                    )
                     self.phase("ccu-exception", RUNTIME, "an A decode job ends in a CCU exception", self.ccu_exception)
-                    self.phase("drain-deadline", LIFECYCLE, "reload of A with long requests in flight, drain deadline 0.1 s",
-                               self.drain_deadline)
+                    self.phase(
+                        "drain-deadline",
+                        LIFECYCLE,
+                        "reload of A with long requests in flight, drain deadline 0.1 s",
+                        self.drain_deadline,
+                    )
                     self.phase("unload-reload", LIFECYCLE, "reload of A (drain completes)", self.unload_reload)
                     self.stop_b = True
                     self.b_run.set()
@@ -354,61 +402,144 @@ class _Run:
             # the grade. B counts as latency-impacted only when the bootstrap CI of its P99 lies above
             # the gate: a systematic degradation, not one outlier (evidence, not a single draw).
             p99_ci = bootstrap(lat, lambda x: float(np.percentile(x, 99)), seed=7) if len(lat) >= 2 else None
-            if (ph.name != "baseline" and gate_s is not None and p99_ci is not None and p99_ci.ci_low is not None
-                    and p99_ci.ci_low > gate_s):
-                reasons.append(f"B P99 E2E {p99 * 1e3:.0f} ms (95 % CI low {p99_ci.ci_low * 1e3:.0f} ms) > gate "  # type: ignore[operator]
-                               f"{gate_s * 1e3:.0f} ms (baseline {base_p99 * 1e3:.0f} ms + 25 %)")  # type: ignore[operator]
+            if (
+                ph.name != "baseline"
+                and gate_s is not None
+                and p99 is not None
+                and base_p99 is not None
+                and p99_ci is not None
+                and p99_ci.ci_low is not None
+                and p99_ci.ci_low > gate_s
+            ):
+                reasons.append(
+                    f"B P99 E2E {p99 * 1e3:.0f} ms (95 % CI low {p99_ci.ci_low * 1e3:.0f} ms) > gate "
+                    f"{gate_s * 1e3:.0f} ms (baseline {base_p99 * 1e3:.0f} ms + 25 %)"
+                )
             impacted = bool(reasons) and ph.name != "baseline"
             if impacted:
                 impacted_by_cls[ph.cls].append(ph.name)
             a_seen = _fmt_counts(_counts(r.record.outcome.value for r in ph.a_results)) or "no A request"
-            rows.append((ph.name, ph.cls, ph.injected, a_seen + (f"; {ph.faults_fired} fault(s) fired" if ph.faults_fired else ""),
-                         ph.scope, f"{len(b_ok)}/{len(b)}",
-                         "n/a" if p99 is None else f"{p99 * 1e3:.0f} ms", "YES: " + "; ".join(reasons) if impacted else "no"))
-            docs.append({
-                "phase": ph.name, "class": ph.cls, "injected_on_a": ph.injected,
-                "a_outcomes": _counts(r.record.outcome.value for r in ph.a_results), "a_device_jobs": ph.a_jobs,
-                "faults_fired": ph.faults_fired,
-                "scope_granted": ph.scope,
-                "recoveries": [{"alias": r.alias, "reason": r.reason, "runtime_status": r.runtime_status, "scope": r.scope,
-                                "affected_aliases": list(r.affected_aliases), "ok": r.ok, "seconds": round(r.seconds, 4)}
-                               for r in ph.recoveries],
-                "b_requests": len(b), "b_succeeded": len(b_ok),
-                "b_outcomes": _counts(r.record.outcome.value for r in b), "b_p99_e2e_s": p99,
-                "b_lifecycle": ph.b_events, "b_impacted": impacted, "b_impact": reasons if impacted else [],
-                "seconds": round(ph.end - ph.start, 3), "note": ph.note,
-            })
+            rows.append(
+                (
+                    ph.name,
+                    ph.cls,
+                    ph.injected,
+                    a_seen + (f"; {ph.faults_fired} fault(s) fired" if ph.faults_fired else ""),
+                    ph.scope,
+                    f"{len(b_ok)}/{len(b)}",
+                    "n/a" if p99 is None else f"{p99 * 1e3:.0f} ms",
+                    "YES: " + "; ".join(reasons) if impacted else "no",
+                )
+            )
+            docs.append(
+                {
+                    "phase": ph.name,
+                    "class": ph.cls,
+                    "injected_on_a": ph.injected,
+                    "a_outcomes": _counts(r.record.outcome.value for r in ph.a_results),
+                    "a_device_jobs": ph.a_jobs,
+                    "faults_fired": ph.faults_fired,
+                    "scope_granted": ph.scope,
+                    "recoveries": [
+                        {
+                            "alias": r.alias,
+                            "reason": r.reason,
+                            "runtime_status": r.runtime_status,
+                            "scope": r.scope,
+                            "affected_aliases": list(r.affected_aliases),
+                            "ok": r.ok,
+                            "seconds": round(r.seconds, 4),
+                        }
+                        for r in ph.recoveries
+                    ],
+                    "b_requests": len(b),
+                    "b_succeeded": len(b_ok),
+                    "b_outcomes": _counts(r.record.outcome.value for r in b),
+                    "b_p99_e2e_s": p99,
+                    "b_lifecycle": ph.b_events,
+                    "b_impacted": impacted,
+                    "b_impact": reasons if impacted else [],
+                    "seconds": round(ph.end - ph.start, 3),
+                    "note": ph.note,
+                }
+            )
         if impacted_by_cls[REQUEST]:
             grade = "F0"
-            why = (f"request/resource faults on A impacted B ({', '.join(impacted_by_cls[REQUEST])}): A and B share "
-                   "even the request-level fault domain")
+            why = (
+                f"request/resource faults on A impacted B ({', '.join(impacted_by_cls[REQUEST])}): A and B share "
+                "even the request-level fault domain"
+            )
         elif impacted_by_cls[RUNTIME] or impacted_by_cls[LIFECYCLE]:
             grade = "F1"
-            why = ("request and resource faults on A were isolated from B; "
-                   + "; ".join(f"{cls} faults impacted B ({', '.join(v)})" for cls, v in impacted_by_cls.items() if v and cls != REQUEST)
-                   + ": a shared fault domain (001 §13.4)")
+            why = (
+                "request and resource faults on A were isolated from B; "
+                + "; ".join(
+                    f"{cls} faults impacted B ({', '.join(v)})"
+                    for cls, v in impacted_by_cls.items()
+                    if v and cls != REQUEST
+                )
+                + ": a shared fault domain (001 §13.4)"
+            )
         else:
             grade = "F2"
             why = "no fault or lifecycle action on A impacted B (chip-scoped recovery, B untouched)"
-        notes = [f"grade {grade}: {why}", "MOCK RESULT: faults injected on the simulated board; this grades the tool and "
-                 "the engine's isolation logic, not a Calculet board's fault domains (SPEC §8)",
-                 "not exercised: KV corruption (silent on the device; only golden checks see it)"]
+        notes = [
+            f"grade {grade}: {why}",
+            "MOCK RESULT: faults injected on the simulated board; this grades the tool and "
+            "the engine's isolation logic, not a Calculet board's fault domains (SPEC §8)",
+            "not exercised: KV corruption (silent on the device; only golden checks see it)",
+        ]
         points = [(r.record.sent - t_start, r.record.e2e, r.record.ok) for r in self.b_results]
         plot = self.opts.out_dir / "bench.png"
-        plot_timeline(plot, points=points, phases=[(p.name, p.start - t_start, p.end - t_start) for p in self.phases],
-                      gate_s=gate_s, title=f"calctl bench fault-isolation: {grade} (B = {self.b}, faults on A = {self.a})",
-                      device="mock")
-        table = Table(f"fault isolation evidence (A = {self.a}, B = {self.b}; B baseline P99 E2E "
-                      f"{'n/a' if base_p99 is None else f'{base_p99 * 1e3:.0f} ms'})",
-                      ("phase", "class", "injected on A", "A saw", "scope the runtime granted", "B ok", "B P99 E2E",
-                       "B impacted"), tuple(rows))
-        body = {"grade": grade, "grade_reason": why, "a": self.a, "b": self.b, "phases": docs,
-                "b_baseline_p99_e2e_s": base_p99, "b_latency_gate_s": gate_s,
-                "device_options": device.describe(),
-                "rules": {"F0": "a request/resource fault on A impacted B", "F1": "request/resource isolated; a runtime "
-                          "fault or lifecycle action on A impacted B", "F2": "nothing on A impacted B"}}
-        return ScenarioResult("fault-isolation", grade, 1 if grade == "F0" else 0, (), (table,), body, plot, tuple(notes),
-                              mock_result=True)
+        plot_timeline(
+            plot,
+            points=points,
+            phases=[(p.name, p.start - t_start, p.end - t_start) for p in self.phases],
+            gate_s=gate_s,
+            title=f"calctl bench fault-isolation: {grade} (B = {self.b}, faults on A = {self.a})",
+            device="mock",
+        )
+        table = Table(
+            f"fault isolation evidence (A = {self.a}, B = {self.b}; B baseline P99 E2E "
+            f"{'n/a' if base_p99 is None else f'{base_p99 * 1e3:.0f} ms'})",
+            (
+                "phase",
+                "class",
+                "injected on A",
+                "A saw",
+                "scope the runtime granted",
+                "B ok",
+                "B P99 E2E",
+                "B impacted",
+            ),
+            tuple(rows),
+        )
+        body = {
+            "grade": grade,
+            "grade_reason": why,
+            "a": self.a,
+            "b": self.b,
+            "phases": docs,
+            "b_baseline_p99_e2e_s": base_p99,
+            "b_latency_gate_s": gate_s,
+            "device_options": device.describe(),
+            "rules": {
+                "F0": "a request/resource fault on A impacted B",
+                "F1": "request/resource isolated; a runtime fault or lifecycle action on A impacted B",
+                "F2": "nothing on A impacted B",
+            },
+        }
+        return ScenarioResult(
+            "fault-isolation",
+            grade,
+            1 if grade == "F0" else 0,
+            (),
+            (table,),
+            body,
+            plot,
+            tuple(notes),
+            mock_result=True,
+        )
 
     def b_in(self, ph: _Phase) -> list[EngineResult]:
         return [r for r in self.b_results if ph.start <= r.record.sent < ph.end]
@@ -419,8 +550,10 @@ def _scope(recoveries: list[Any]) -> str:
         return "none needed"
     parts = []
     for r in recoveries:
-        parts.append(f"{r.scope} reset for {r.reason} of {r.alias}, touched {', '.join(r.affected_aliases)}"
-                     + ("" if r.ok else " (recovery FAILED)"))
+        parts.append(
+            f"{r.scope} reset for {r.reason} of {r.alias}, touched {', '.join(r.affected_aliases)}"
+            + ("" if r.ok else " (recovery FAILED)")
+        )
     return "; ".join(parts)
 
 

@@ -17,8 +17,9 @@ gate failed, else PASS. This module does not measure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from calctl.runners.bench.metrics import Comparison, ModelStats, degradation, saturated
 
@@ -52,15 +53,36 @@ def concurrency_gates(cmp: Comparison) -> list[Gate]:
         gates.append(Gate("throughput_efficiency", f">= {EFFICIENCY_GATE:.2f}", None, None, "no steady-state window"))
     else:
         ci = f" [95 % CI {_fmt(e.ci_low)}, {_fmt(e.ci_high)}]" if e.ci_low is not None else " (no CI)"
-        gates.append(Gate("throughput_efficiency", f">= {EFFICIENCY_GATE:.2f}", e.mean, e.mean >= EFFICIENCY_GATE,
-                          f"joint tokens/s over the sum of isolated tokens/s = {e.mean:.3f}{ci}"))
+        gates.append(
+            Gate(
+                "throughput_efficiency",
+                f">= {EFFICIENCY_GATE:.2f}",
+                e.mean,
+                e.mean >= EFFICIENCY_GATE,
+                f"joint tokens/s over the sum of isolated tokens/s = {e.mean:.3f}{ci}",
+            )
+        )
     if o.ci_low is None:
-        gates.append(Gate("overlap_ratio", "CI above 0", o.mean, None,
-                          f"overlap_ratio {_fmt(o.mean)}: fewer than 2 windows, no interval"))
+        gates.append(
+            Gate(
+                "overlap_ratio",
+                "CI above 0",
+                o.mean,
+                None,
+                f"overlap_ratio {_fmt(o.mean)}: fewer than 2 windows, no interval",
+            )
+        )
     else:
-        gates.append(Gate("overlap_ratio", "CI above 0", o.mean, o.ci_low > 0,
-                          f"overlap_ratio {_fmt(o.mean)} [95 % CI {_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
-                          + ("" if o.ci_low > 0 else ": the joint run was not faster than running A and B one after the other")))
+        gates.append(
+            Gate(
+                "overlap_ratio",
+                "CI above 0",
+                o.mean,
+                o.ci_low > 0,
+                f"overlap_ratio {_fmt(o.mean)} [95 % CI {_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
+                + ("" if o.ci_low > 0 else ": the joint run was not faster than running A and B one after the other"),
+            )
+        )
     return gates
 
 
@@ -73,28 +95,47 @@ def degradation_gates(iso: ModelStats, joint: ModelStats) -> list[Gate]:
         if d is None or i is None or j is None:
             out.append(Gate(name, rule, None, None, f"no P99 {metric.upper()} in isolation or jointly"))
             continue
-        out.append(Gate(name, rule, d, d <= P99_DEGRADATION_GATE,
-                        f"{iso.alias} P99 {metric.upper()} {j * 1e3:.1f} ms joint vs {i * 1e3:.1f} ms isolated ({_fmt(d, True)})"))
+        out.append(
+            Gate(
+                name,
+                rule,
+                d,
+                d <= P99_DEGRADATION_GATE,
+                f"{iso.alias} P99 {metric.upper()} {j * 1e3:.1f} ms joint vs {i * 1e3:.1f} ms isolated ({_fmt(d, True)})",
+            )
+        )
     return out
 
 
 def b_success_gate(a_joint: ModelStats, b_joint: ModelStats) -> Gate:
     rate = b_joint.success_rate
     sat = saturated(a_joint)
-    a_note = (f"A ({a_joint.alias}) was saturated ({_load_note(a_joint)})" if sat else
-              f"A ({a_joint.alias}) was not saturated ({_load_note(a_joint)}): raise --rate to test B under a saturated A")
+    a_note = (
+        f"A ({a_joint.alias}) was saturated ({_load_note(a_joint)})"
+        if sat
+        else f"A ({a_joint.alias}) was not saturated ({_load_note(a_joint)}): raise --rate to test B under a saturated A"
+    )
     if rate is None:
-        return Gate("b_success_rate", f">= {B_SUCCESS_GATE:.1%}", None, None, f"B ({b_joint.alias}) sent no request; {a_note}")
-    return Gate("b_success_rate", f">= {B_SUCCESS_GATE:.1%}", rate, rate >= B_SUCCESS_GATE,
-                f"B ({b_joint.alias}) {b_joint.succeeded}/{b_joint.requests} succeeded in the joint phase "
-                f"({rate:.2%}); {a_note}")
+        return Gate(
+            "b_success_rate", f">= {B_SUCCESS_GATE:.1%}", None, None, f"B ({b_joint.alias}) sent no request; {a_note}"
+        )
+    return Gate(
+        "b_success_rate",
+        f">= {B_SUCCESS_GATE:.1%}",
+        rate,
+        rate >= B_SUCCESS_GATE,
+        f"B ({b_joint.alias}) {b_joint.succeeded}/{b_joint.requests} succeeded in the joint phase "
+        f"({rate:.2%}); {a_note}",
+    )
 
 
 def _load_note(s: ModelStats) -> str:
     parts = [f"{s.outcomes.get('capacity', 0)} x 429, {s.outcomes.get('unavailable', 0)} x 503"]
     if s.offered_tokens_per_s is not None and s.delivered_tokens_per_s is not None:
-        parts.append(f"delivered {s.delivered_tokens_per_s:.1f} of {s.offered_tokens_per_s:.1f} offered tokens/s "
-                     "during the arrivals")
+        parts.append(
+            f"delivered {s.delivered_tokens_per_s:.1f} of {s.offered_tokens_per_s:.1f} offered tokens/s "
+            "during the arrivals"
+        )
     return ", ".join(parts)
 
 
@@ -109,5 +150,14 @@ def failing(gates: Sequence[Gate]) -> list[Gate]:
     return [g for g in gates if g.passed is False]
 
 
-__all__ = ["B_SUCCESS_GATE", "EFFICIENCY_GATE", "Gate", "P99_DEGRADATION_GATE", "b_success_gate", "concurrency_gates",
-           "degradation_gates", "failing", "verdict"]
+__all__ = [
+    "B_SUCCESS_GATE",
+    "EFFICIENCY_GATE",
+    "P99_DEGRADATION_GATE",
+    "Gate",
+    "b_success_gate",
+    "concurrency_gates",
+    "degradation_gates",
+    "failing",
+    "verdict",
+]

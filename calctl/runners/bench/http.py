@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import httpx
 
@@ -53,11 +54,15 @@ def served_models(target: Target, timeout_s: float = 10.0) -> list[str]:
     try:
         r = httpx.get(f"{target.base}/v1/models", headers=target.headers(), timeout=timeout_s)
     except httpx.HTTPError as exc:
-        raise UsageError(f"--url {target.url}: cannot reach the server ({type(exc).__name__}: {exc})",
-                         hint="start it first, e.g. `calctl serve --port 8000`") from None
+        raise UsageError(
+            f"--url {target.url}: cannot reach the server ({type(exc).__name__}: {exc})",
+            hint="start it first, e.g. `calctl serve --port 8000`",
+        ) from None
     if r.status_code != 200:
-        raise UsageError(f"--url {target.url}: GET /v1/models answered {r.status_code}",
-                         hint="pass --api-key if the server requires one")
+        raise UsageError(
+            f"--url {target.url}: GET /v1/models answered {r.status_code}",
+            hint="pass --api-key if the server requires one",
+        )
     try:
         return [m["id"] for m in r.json()["data"]]
     except (ValueError, KeyError, TypeError):
@@ -78,19 +83,38 @@ class PhaseResult:
         return [r for r in self.records if r.alias == alias]
 
 
-async def _one(client: httpx.AsyncClient, target: Target, alias: str, kind: str, req: PlannedRequest, seed: int,
-               t0: float, rec_out: list[RequestRecord]) -> None:
+async def _one(
+    client: httpx.AsyncClient,
+    target: Target,
+    alias: str,
+    kind: str,
+    req: PlannedRequest,
+    seed: int,
+    t0: float,
+    rec_out: list[RequestRecord],
+) -> None:
     delay = t0 + req.offset_s - time.monotonic()
     if delay > 0:
         await asyncio.sleep(delay)
     rec = RequestRecord(alias, kind, time.monotonic(), len(req.prompt_ids), req.max_tokens, scheduled=t0 + req.offset_s)
     rec_out.append(rec)
-    body = {"model": alias, "prompt": list(req.prompt_ids), "max_tokens": req.max_tokens, "stream": True,
-            "stream_options": {"include_usage": True}, "temperature": target.temperature, "seed": seed}
+    body = {
+        "model": alias,
+        "prompt": list(req.prompt_ids),
+        "max_tokens": req.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": target.temperature,
+        "seed": seed,
+    }
     try:
         await asyncio.wait_for(_stream(client, target, body, rec), target.request_timeout_s)
     except asyncio.TimeoutError:
-        rec.outcome, rec.end, rec.error = RequestOutcome.TIMEOUT, time.monotonic(), f"no end within {target.request_timeout_s:g} s"
+        rec.outcome, rec.end, rec.error = (
+            RequestOutcome.TIMEOUT,
+            time.monotonic(),
+            f"no end within {target.request_timeout_s:g} s",
+        )
     except httpx.HTTPError as exc:
         rec.outcome, rec.end, rec.error = RequestOutcome.TRANSPORT, time.monotonic(), f"{type(exc).__name__}: {exc}"
     except asyncio.CancelledError:
@@ -154,15 +178,30 @@ async def _stream(client: httpx.AsyncClient, target: Target, body: dict[str, Any
             rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, f"finish_reason {rec.finish!r}"
 
 
-def run_phase(target: Target, workloads: Mapping[str, Sequence[PlannedRequest]], *, label: str, duration_s: float,
-              grace_s: float, seed: int, kinds: Mapping[str, str] | None = None) -> PhaseResult:
+def run_phase(
+    target: Target,
+    workloads: Mapping[str, Sequence[PlannedRequest]],
+    *,
+    label: str,
+    duration_s: float,
+    grace_s: float,
+    seed: int,
+    kinds: Mapping[str, str] | None = None,
+) -> PhaseResult:
     """Send every planned request of every model at its offset from a common start; wait at most
     ``duration_s + grace_s``. Runs its own event loop (call it from a plain thread)."""
     return asyncio.run(_phase(target, workloads, label, duration_s, grace_s, seed, kinds or {}))
 
 
-async def _phase(target: Target, workloads: Mapping[str, Sequence[PlannedRequest]], label: str, duration_s: float,
-                 grace_s: float, seed: int, kinds: Mapping[str, str]) -> PhaseResult:
+async def _phase(
+    target: Target,
+    workloads: Mapping[str, Sequence[PlannedRequest]],
+    label: str,
+    duration_s: float,
+    grace_s: float,
+    seed: int,
+    kinds: Mapping[str, str],
+) -> PhaseResult:
     total = sum(len(w) for w in workloads.values())
     limits = httpx.Limits(max_connections=max(16, min(2048, total)), max_keepalive_connections=64)
     timeout = httpx.Timeout(connect=10.0, read=target.request_timeout_s, write=10.0, pool=target.request_timeout_s)
@@ -172,8 +211,20 @@ async def _phase(target: Target, workloads: Mapping[str, Sequence[PlannedRequest
         tasks = []
         for stream, (alias, wl) in enumerate(workloads.items()):
             for i, req in enumerate(wl):
-                tasks.append(asyncio.create_task(_one(client, target, alias, kinds.get(alias, "load"), req,
-                                                      (seed * 1_000_003 + stream * 100_003 + i) % 2**31, t0, records)))
+                tasks.append(
+                    asyncio.create_task(
+                        _one(
+                            client,
+                            target,
+                            alias,
+                            kinds.get(alias, "load"),
+                            req,
+                            (seed * 1_000_003 + stream * 100_003 + i) % 2**31,
+                            t0,
+                            records,
+                        )
+                    )
+                )
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=max(0.0, t0 + duration_s + grace_s - time.monotonic()))
             for t in pending:

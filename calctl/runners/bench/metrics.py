@@ -32,8 +32,9 @@ This module does no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,9 +52,7 @@ class Slo:
             return False
         if self.ttft_s is not None and (r.ttft is None or r.ttft > self.ttft_s):
             return False
-        if self.tpot_s is not None and r.tpot is not None and r.tpot > self.tpot_s:
-            return False
-        return True
+        return not (self.tpot_s is not None and r.tpot is not None and r.tpot > self.tpot_s)
 
     @property
     def given(self) -> bool:
@@ -88,17 +87,36 @@ class ModelStats:
             return {"p50": x.p50, "p90": x.p90, "p99": x.p99, "mean": x.mean, "count": x.count}
 
         return {
-            "alias": self.alias, "requests": self.requests, "succeeded": self.succeeded, "success_rate": self.success_rate,
-            "outcomes": self.outcomes, "ttft_s": p(self.ttft), "tpot_s": p(self.tpot), "itl_s": p(self.itl),
-            "e2e_s": p(self.e2e), "completion_tokens": self.completion_tokens, "wall_s": self.wall_s,
-            "tokens_per_s": self.tokens_per_s, "requests_per_s": self.requests_per_s, "goodput_rps": self.goodput_rps,
-            "slo_attainment": self.slo_attainment, "offered_tokens_per_s": self.offered_tokens_per_s,
-            "delivered_tokens_per_s": self.delivered_tokens_per_s, "saturated": saturated(self),
+            "alias": self.alias,
+            "requests": self.requests,
+            "succeeded": self.succeeded,
+            "success_rate": self.success_rate,
+            "outcomes": self.outcomes,
+            "ttft_s": p(self.ttft),
+            "tpot_s": p(self.tpot),
+            "itl_s": p(self.itl),
+            "e2e_s": p(self.e2e),
+            "completion_tokens": self.completion_tokens,
+            "wall_s": self.wall_s,
+            "tokens_per_s": self.tokens_per_s,
+            "requests_per_s": self.requests_per_s,
+            "goodput_rps": self.goodput_rps,
+            "slo_attainment": self.slo_attainment,
+            "offered_tokens_per_s": self.offered_tokens_per_s,
+            "delivered_tokens_per_s": self.delivered_tokens_per_s,
+            "saturated": saturated(self),
         }
 
 
-def summarize(alias: str, records: Sequence[RequestRecord], *, t0: float, slo: Slo, duration_s: float | None = None,
-              offered_tokens: int | None = None) -> ModelStats:
+def summarize(
+    alias: str,
+    records: Sequence[RequestRecord],
+    *,
+    t0: float,
+    slo: Slo,
+    duration_s: float | None = None,
+    offered_tokens: int | None = None,
+) -> ModelStats:
     """``duration_s`` (the arrival period) and ``offered_tokens`` (sum of ``max_tokens``) give the offered and
     delivered token rates over the arrival period, from which :func:`saturated` tells whether the load exceeded
     what the model served."""
@@ -112,12 +130,18 @@ def summarize(alias: str, records: Sequence[RequestRecord], *, t0: float, slo: S
     itls = [x for r in ok for x in r.itls()]
     met = sum(1 for r in records if slo.met(r)) if slo.given else None
     return ModelStats(
-        alias=alias, requests=len(records), succeeded=len(ok), outcomes=outcomes,
+        alias=alias,
+        requests=len(records),
+        succeeded=len(ok),
+        outcomes=outcomes,
         ttft=percentiles([r.ttft for r in ok if r.ttft is not None]),
         tpot=percentiles([r.tpot for r in ok if r.tpot is not None]),
-        itl=percentiles(itls), e2e=percentiles([r.e2e for r in ok if r.e2e is not None]),
-        completion_tokens=tokens, wall_s=wall,
-        tokens_per_s=tokens / wall if wall > 0 else None, requests_per_s=len(ok) / wall if wall > 0 else None,
+        itl=percentiles(itls),
+        e2e=percentiles([r.e2e for r in ok if r.e2e is not None]),
+        completion_tokens=tokens,
+        wall_s=wall,
+        tokens_per_s=tokens / wall if wall > 0 else None,
+        requests_per_s=len(ok) / wall if wall > 0 else None,
         goodput_rps=(met / wall if wall > 0 else None) if met is not None else None,
         slo_attainment=(met / len(records) if records else None) if met is not None else None,
         offered_tokens_per_s=offered_tokens / duration_s if duration_s and offered_tokens is not None else None,
@@ -168,9 +192,10 @@ class Comparison:
         return {
             "throughput_efficiency": self.throughput_efficiency.as_dict(),
             "overlap_ratio": self.overlap_ratio.as_dict(),
-            "windows": self.windows, "window_s": self.window_s,
+            "windows": self.windows,
+            "window_s": self.window_s,
             "method": "paired bootstrap over steady-state time windows (same seeded workload per model in every phase; "
-                      "first window dropped as ramp-up), 2000 resamples, 95 % percentile interval",
+            "first window dropped as ramp-up), 2000 resamples, 95 % percentile interval",
             "rates_tokens_per_s": self.rates,
         }
 
@@ -188,15 +213,20 @@ def _overlap(m: np.ndarray) -> float:
     return float(1.0 - 1.0 / speedup) if speedup > 0 else float("nan")
 
 
-def compare(a_iso: np.ndarray, b_iso: np.ndarray, a_joint: np.ndarray, b_joint: np.ndarray, *, window_s: float,
-            seed: int = 0) -> Comparison:
+def compare(
+    a_iso: np.ndarray, b_iso: np.ndarray, a_joint: np.ndarray, b_joint: np.ndarray, *, window_s: float, seed: int = 0
+) -> Comparison:
     n = min(len(a_iso), len(b_iso), len(a_joint), len(b_joint))
     m = np.stack([a_iso[:n], b_iso[:n], a_joint[:n], b_joint[:n]], axis=1) if n else np.zeros((0, 4))
     rows = m.tolist()  # rows are windows: the paired bootstrap resamples them together
     eff = bootstrap(rows, _efficiency, seed=seed) if n else Estimate(None, None, None, 0)
     ovl = bootstrap(rows, _overlap, seed=seed + 1) if n else Estimate(None, None, None, 0)
-    rates = {"a_isolated": a_iso.tolist(), "b_isolated": b_iso.tolist(), "a_joint": a_joint.tolist(),
-             "b_joint": b_joint.tolist()}
+    rates = {
+        "a_isolated": a_iso.tolist(),
+        "b_isolated": b_iso.tolist(),
+        "a_joint": a_joint.tolist(),
+        "b_joint": b_joint.tolist(),
+    }
     return Comparison(eff, ovl, n, window_s, rates)
 
 
@@ -214,11 +244,23 @@ SATURATION_SHARE = 0.85
 def saturated(stats: ModelStats) -> bool:
     """The model was driven past what it serves: it refused requests (429/503), or during the arrival period it
     delivered clearly fewer tokens than were offered (a queue was building up)."""
-    if stats.outcomes.get(RequestOutcome.CAPACITY.value, 0) + stats.outcomes.get(RequestOutcome.UNAVAILABLE.value, 0) > 0:
+    if (
+        stats.outcomes.get(RequestOutcome.CAPACITY.value, 0) + stats.outcomes.get(RequestOutcome.UNAVAILABLE.value, 0)
+        > 0
+    ):
         return True
     off, got = stats.offered_tokens_per_s, stats.delivered_tokens_per_s
     return off is not None and got is not None and off > 0 and got < SATURATION_SHARE * off
 
 
-__all__ = ["Comparison", "ModelStats", "Slo", "compare", "default_window", "degradation", "saturated", "summarize",
-           "window_rates"]
+__all__ = [
+    "Comparison",
+    "ModelStats",
+    "Slo",
+    "compare",
+    "default_window",
+    "degradation",
+    "saturated",
+    "summarize",
+    "window_rates",
+]

@@ -13,8 +13,9 @@ device, or a server whose device the bench was not told.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 BarGroup = tuple[str, float | None, float | None]  # label, isolated, joint (seconds)
 
@@ -59,16 +60,30 @@ def _bars(ax: Any, groups: Sequence[BarGroup], ylabel: str) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
-def plot_ab(path: Path, *, rates: dict[str, list[float]] | None, window_s: float | None, bars: Sequence[BarGroup],
-            title: str, device: str, names: tuple[str, str] = ("A", "B")) -> None:
+def plot_ab(
+    path: Path,
+    *,
+    rates: dict[str, list[float]] | None,
+    window_s: float | None,
+    bars: Sequence[BarGroup],
+    title: str,
+    device: str,
+    names: tuple[str, str] = ("A", "B"),
+) -> None:
     plt = _pyplot()
     fig, (ax_r, ax_b) = plt.subplots(1, 2, figsize=(13, 4.8))
     if rates and window_s:
         for name, style in (("a_isolated", "-"), ("b_isolated", "-"), ("a_joint", "--"), ("b_joint", "--")):
             values = rates.get(name) or []
             model = names[0] if name.startswith("a_") else names[1]
-            ax_r.plot([(i + 1.5) * window_s for i in range(len(values))], values, style, marker="o", markersize=3,
-                      label=f"{model} {name.split('_', 1)[1]}")
+            ax_r.plot(
+                [(i + 1.5) * window_s for i in range(len(values))],
+                values,
+                style,
+                marker="o",
+                markersize=3,
+                label=f"{model} {name.split('_', 1)[1]}",
+            )
         ax_r.set_xlabel("time in the phase (s)")
         ax_r.set_ylabel("tokens/s delivered (successful requests)")
         ax_r.legend(fontsize=8)
@@ -86,22 +101,31 @@ def plot_ab(path: Path, *, rates: dict[str, list[float]] | None, window_s: float
 def plot_pairs(path: Path, pairs: Sequence[tuple[str, Sequence[BarGroup]]], *, title: str, device: str) -> None:
     plt = _pyplot()
     fig, axes = plt.subplots(1, max(1, len(pairs)), figsize=(4 * max(1, len(pairs)), 4.2), squeeze=False)
-    for ax, (name, groups) in zip(axes[0], pairs):
+    for ax, (name, groups) in zip(axes[0], pairs, strict=False):
         _bars(ax, groups, "P99 (ms)")
         ax.set_title(name, fontsize=9)
     fig.suptitle(f"{title}\n{_device_label(device)}", fontsize=10)
     _save(fig, path)
 
 
-def plot_timeline(path: Path, *, points: Sequence[tuple[float, float | None, bool]], phases: Sequence[tuple[str, float, float]],
-                  gate_s: float | None, title: str, device: str) -> None:
+def plot_timeline(
+    path: Path,
+    *,
+    points: Sequence[tuple[float, float | None, bool]],
+    phases: Sequence[tuple[str, float, float]],
+    gate_s: float | None,
+    title: str,
+    device: str,
+) -> None:
     """``points``: (t, latency s or None, ok) of B's requests; ``phases``: (name, start, end) seconds."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(13, 4.5))
     colours = ["#f0f0f0", "#dde8f5"]
     for i, (name, s, e) in enumerate(phases):
         ax.axvspan(s, e, color=colours[i % 2], linewidth=0)
-        ax.text((s + e) / 2, 1.0, name, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7, rotation=0)
+        ax.text(
+            (s + e) / 2, 1.0, name, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7, rotation=0
+        )
     ok = [(t, v * 1e3) for t, v, good in points if good and v is not None]
     bad = [t for t, _, good in points if not good]
     if ok:

@@ -16,18 +16,36 @@ from calctl.runners.bench.executor_modes import EXECUTOR_MODES
 from calctl.runners.bench.fault_isolation import run_fault_isolation
 
 AB = Scenario(
-    "ab", "A and B isolated and/or joint per --mode; 001 §13.2 overlap, efficiency, P99 and B-success gates",
-    run_ab, needs_url=True,
-    options=("--url", "--models", "--mode", "--rate", "--duration", "--burstiness", "--prompt-len", "--output-len",
-             "--slo-ttft", "--slo-tpot"),
+    "ab",
+    "A and B isolated and/or joint per --mode; 001 §13.2 overlap, efficiency, P99 and B-success gates",
+    run_ab,
+    needs_url=True,
+    options=(
+        "--url",
+        "--models",
+        "--mode",
+        "--rate",
+        "--duration",
+        "--burstiness",
+        "--prompt-len",
+        "--output-len",
+        "--slo-ttft",
+        "--slo-tpot",
+    ),
 )
 INTERFERENCE = Scenario(
-    "interference", "the four prefill/decode pairs of 001 §9.4, each isolated vs joint",
-    run_interference, needs_url=True, options=("--url", "--models", "--rate", "--duration", "--burstiness"),
+    "interference",
+    "the four prefill/decode pairs of 001 §9.4, each isolated vs joint",
+    run_interference,
+    needs_url=True,
+    options=("--url", "--models", "--rate", "--duration", "--burstiness"),
 )
 FAULT_ISOLATION = Scenario(
-    "fault-isolation", "faults injected on A in-process on the mock, B measured throughout: F0/F1/F2 (001 §13.4)",
-    run_fault_isolation, needs_url=False, options=("PKG", "--models", "--time-scale"),
+    "fault-isolation",
+    "faults injected on A in-process on the mock, B measured throughout: F0/F1/F2 (001 §13.4)",
+    run_fault_isolation,
+    needs_url=False,
+    options=("PKG", "--models", "--time-scale"),
 )
 
 #: name -> scenario, in --help order. The default scenario is the first.

@@ -20,8 +20,8 @@ duration). Nothing here sends anything.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -35,7 +35,7 @@ class LengthDist:
     spec: str
 
     @classmethod
-    def parse(cls, spec: str, *, name: str = "length") -> "LengthDist":
+    def parse(cls, spec: str, *, name: str = "length") -> LengthDist:
         s = spec.strip().lower()
         try:
             if re.fullmatch(r"\d+", s):
@@ -80,8 +80,9 @@ class LengthDist:
         return int(max(self.params))
 
 
-def arrival_times(rate: float, duration_s: float, burstiness: float, rng: np.random.Generator,
-                  max_requests: int) -> np.ndarray:
+def arrival_times(
+    rate: float, duration_s: float, burstiness: float, rng: np.random.Generator, max_requests: int
+) -> np.ndarray:
     """Arrival offsets (seconds from the phase start) of a gamma renewal process, within ``duration_s``."""
     if rate <= 0 or burstiness <= 0:
         raise UsageError("--rate and --burstiness must be positive")
@@ -114,7 +115,7 @@ class TokenRange:
     high: int = 256
 
     @classmethod
-    def parse(cls, spec: str) -> "TokenRange":
+    def parse(cls, spec: str) -> TokenRange:
         try:
             lo, hi = (int(x) for x in spec.split(":"))
         except ValueError:
@@ -124,8 +125,18 @@ class TokenRange:
         return cls(lo, hi)
 
 
-def build_workload(*, seed: int, stream: int, rate: float, duration_s: float, burstiness: float, prompt: LengthDist,
-                   output: LengthDist, tokens: TokenRange, max_requests: int) -> list[PlannedRequest]:
+def build_workload(
+    *,
+    seed: int,
+    stream: int,
+    rate: float,
+    duration_s: float,
+    burstiness: float,
+    prompt: LengthDist,
+    output: LengthDist,
+    tokens: TokenRange,
+    max_requests: int,
+) -> list[PlannedRequest]:
     """The requests of one model in one phase. ``stream`` (the model's index) decorrelates models."""
     rng = np.random.default_rng([seed, stream])
     times = arrival_times(rate, duration_s, burstiness, rng, max_requests)
@@ -133,7 +144,7 @@ def build_workload(*, seed: int, stream: int, rate: float, duration_s: float, bu
     plens = prompt.sample(rng, n)
     olens = output.sample(rng, n)
     out = []
-    for t, p, o in zip(times, plens, olens):
+    for t, p, o in zip(times, plens, olens, strict=True):
         ids = rng.integers(tokens.low, tokens.high, size=int(p))
         out.append(PlannedRequest(float(t), tuple(int(x) for x in ids), int(o)))
     return out

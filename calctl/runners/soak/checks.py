@@ -22,8 +22,9 @@ anything or touches a device.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from calctl.runners.traffic import EngineResult, RequestOutcome
 from calctl.runtime.types import ChipCounters, ChipMemory
@@ -63,9 +64,17 @@ class ViolationBook:
         with self._lock:
             entry = self._items.get(key)
             if entry is None:
-                self._items[key] = {"kind": v.kind, "message": v.message, "cycle": v.cycle, "at_s": round(v.at_s, 3),
-                                    "subject": v.subject or None, "detail": dict(v.detail), "occurrences": 1,
-                                    "last_cycle": v.cycle, "last_message": v.message}
+                self._items[key] = {
+                    "kind": v.kind,
+                    "message": v.message,
+                    "cycle": v.cycle,
+                    "at_s": round(v.at_s, 3),
+                    "subject": v.subject or None,
+                    "detail": dict(v.detail),
+                    "occurrences": 1,
+                    "last_cycle": v.cycle,
+                    "last_message": v.message,
+                }
                 return True
             entry["occurrences"] += 1
             entry["last_cycle"] = v.cycle
@@ -112,13 +121,20 @@ class ChipDrift:
 
     def document(self) -> dict[str, Any]:
         d, lim = self.drift_bytes, self.limit_bytes
-        return {"chip": self.chip, "baseline_bytes": self.baseline_bytes, "used_bytes": self.used_bytes,
-                "drift_bytes": d, "drift_mib": None if d is None else round(d / MIB, 3),
-                "limit_bytes": lim, "ok": self.ok}
+        return {
+            "chip": self.chip,
+            "baseline_bytes": self.baseline_bytes,
+            "used_bytes": self.used_bytes,
+            "drift_bytes": d,
+            "drift_mib": None if d is None else round(d / MIB, 3),
+            "limit_bytes": lim,
+            "ok": self.ok,
+        }
 
 
-def check_memory(baseline: Sequence[ChipMemory], now: Sequence[ChipMemory], *, cycle: int | None,
-                 at_s: float) -> tuple[list[ChipDrift], list[Violation]]:
+def check_memory(
+    baseline: Sequence[ChipMemory], now: Sequence[ChipMemory], *, cycle: int | None, at_s: float
+) -> tuple[list[ChipDrift], list[Violation]]:
     """Per chip, the drift from the baseline after an unload (001 §13.3); a violation names chip and drift."""
     base = {m.chip: m for m in baseline}
     drifts: list[ChipDrift] = []
@@ -131,14 +147,24 @@ def check_memory(baseline: Sequence[ChipMemory], now: Sequence[ChipMemory], *, c
         if cd.ok is False:
             d, lim = cd.drift_bytes, cd.limit_bytes
             assert d is not None and lim is not None and total is not None
-            violations.append(Violation(
-                "memory_drift",
-                f"chip {m.chip}: memory {'+' if d >= 0 else ''}{d / MIB:.1f} MiB from the baseline after the unload of "
-                f"cycle {cycle} (limit {lim / MIB:.1f} MiB = max(64 MiB, 1 % of {total / MIB:.0f} MiB local DRAM), 001 §13.3)",
-                cycle, at_s, subject=f"chip{m.chip}",
-                detail={"chip": m.chip, "drift_bytes": d, "limit_bytes": lim, "used_bytes": m.used_bytes,
-                        "baseline_bytes": cd.baseline_bytes},
-            ))
+            violations.append(
+                Violation(
+                    "memory_drift",
+                    f"chip {m.chip}: memory {'+' if d >= 0 else ''}{d / MIB:.1f} MiB from the baseline after the unload of "
+                    f"cycle {cycle} (limit {lim / MIB:.1f} MiB = max(64 MiB, "
+                    f"1 % of {total / MIB:.0f} MiB local DRAM), 001 §13.3)",
+                    cycle,
+                    at_s,
+                    subject=f"chip{m.chip}",
+                    detail={
+                        "chip": m.chip,
+                        "drift_bytes": d,
+                        "limit_bytes": lim,
+                        "used_bytes": m.used_bytes,
+                        "baseline_bytes": cd.baseline_bytes,
+                    },
+                )
+            )
     return drifts, violations
 
 
@@ -146,8 +172,14 @@ def check_memory(baseline: Sequence[ChipMemory], now: Sequence[ChipMemory], *, c
 # Job counters
 
 
-def check_counters(before: Sequence[ChipCounters], after: Sequence[ChipCounters], submitted: Mapping[int, int], *,
-                   cycle: int | None, at_s: float) -> list[Violation]:
+def check_counters(
+    before: Sequence[ChipCounters],
+    after: Sequence[ChipCounters],
+    submitted: Mapping[int, int],
+    *,
+    cycle: int | None,
+    at_s: float,
+) -> list[Violation]:
     """After a drain: nothing pending, and every job submitted since ``before`` finished or failed.
 
     ``submitted`` counts the jobs the host submitted per chip over the same
@@ -158,21 +190,34 @@ def check_counters(before: Sequence[ChipCounters], after: Sequence[ChipCounters]
     prev = {c.chip: c for c in before}
     for c in after:
         if c.pending is not None and c.pending != 0:
-            out.append(Violation("counters_open", f"chip {c.chip}: {c.pending} job(s) still pending after the drain of "
-                                                  f"cycle {cycle} (001 §13.3: counters must close)",
-                                 cycle, at_s, subject=f"chip{c.chip}", detail={"chip": c.chip, "pending": c.pending}))
+            out.append(
+                Violation(
+                    "counters_open",
+                    f"chip {c.chip}: {c.pending} job(s) still pending after the drain of "
+                    f"cycle {cycle} (001 §13.3: counters must close)",
+                    cycle,
+                    at_s,
+                    subject=f"chip{c.chip}",
+                    detail={"chip": c.chip, "pending": c.pending},
+                )
+            )
         p = prev.get(c.chip)
         if p is None or None in (c.finished, c.failed, p.finished, p.failed):
             continue
         ended = (c.finished - p.finished) + (c.failed - p.failed)  # type: ignore[operator]
         sent = submitted.get(c.chip, 0)
         if ended != sent:
-            out.append(Violation(
-                "counters_mismatch",
-                f"chip {c.chip}: the host submitted {sent} job(s) in cycle {cycle}, the device reports "
-                f"{c.finished - p.finished} finished + {c.failed - p.failed} failed = {ended}",  # type: ignore[operator]
-                cycle, at_s, subject=f"chip{c.chip}", detail={"chip": c.chip, "submitted": sent, "ended": ended},
-            ))
+            out.append(
+                Violation(
+                    "counters_mismatch",
+                    f"chip {c.chip}: the host submitted {sent} job(s) in cycle {cycle}, the device reports "
+                    f"{c.finished - p.finished} finished + {c.failed - p.failed} failed = {ended}",  # type: ignore[operator]
+                    cycle,
+                    at_s,
+                    subject=f"chip{c.chip}",
+                    detail={"chip": c.chip, "submitted": sent, "ended": ended},
+                )
+            )
     return out
 
 
@@ -180,8 +225,9 @@ def check_counters(before: Sequence[ChipCounters], after: Sequence[ChipCounters]
 # Requests and generations
 
 
-def check_generations(result: EngineResult, newest_generation: int | None, *, cycle: int | None,
-                      at_s: float) -> list[Violation]:
+def check_generations(
+    result: EngineResult, newest_generation: int | None, *, cycle: int | None, at_s: float
+) -> list[Violation]:
     """No completion from another generation is delivered (001 §13.1, 000 §4 rule 4).
 
     The generation a request was *admitted under* is the generation of the job
@@ -199,40 +245,68 @@ def check_generations(result: EngineResult, newest_generation: int | None, *, cy
     out: list[Violation] = []
     subject = f"{rec.alias}:{result.request_id}"
     if any(g is None for g in gens):
-        out.append(Violation("untagged_token", f"{rec.alias}: request {result.request_id} received a token without a "
-                                               "generation tag; the generation rule cannot be checked",
-                             cycle, at_s, subject=rec.alias))
+        out.append(
+            Violation(
+                "untagged_token",
+                f"{rec.alias}: request {result.request_id} received a token without a "
+                "generation tag; the generation rule cannot be checked",
+                cycle,
+                at_s,
+                subject=rec.alias,
+            )
+        )
         return out
     admitted = gens[0]
     assert admitted is not None
     for i, g in enumerate(gens[1:], start=1):
         if g != admitted:
-            out.append(Violation(
-                "stale_generation",
-                f"{rec.alias}: request {result.request_id}, admitted under generation {admitted}, received token #{i} "
-                f"from generation {g} (001 §13.1: no completion from another generation is delivered)",
-                cycle, at_s, subject=subject,
-                detail={"alias": rec.alias, "request_id": result.request_id, "admitted_generation": admitted,
-                        "token_generation": g, "token_index": i},
-            ))
+            out.append(
+                Violation(
+                    "stale_generation",
+                    f"{rec.alias}: request {result.request_id}, admitted under generation {admitted}, received token #{i} "
+                    f"from generation {g} (001 §13.1: no completion from another generation is delivered)",
+                    cycle,
+                    at_s,
+                    subject=subject,
+                    detail={
+                        "alias": rec.alias,
+                        "request_id": result.request_id,
+                        "admitted_generation": admitted,
+                        "token_generation": g,
+                        "token_index": i,
+                    },
+                )
+            )
             break
     served = result.served_generation
     if served is not None and admitted < served:
-        out.append(Violation(
-            "stale_generation",
-            f"{rec.alias}: request {result.request_id} was served by generation {admitted}, older than generation "
-            f"{served} that served the model when the request was submitted",
-            cycle, at_s, subject=subject,
-            detail={"alias": rec.alias, "request_id": result.request_id, "admitted_generation": admitted,
-                    "served_generation": served},
-        ))
+        out.append(
+            Violation(
+                "stale_generation",
+                f"{rec.alias}: request {result.request_id} was served by generation {admitted}, older than generation "
+                f"{served} that served the model when the request was submitted",
+                cycle,
+                at_s,
+                subject=subject,
+                detail={
+                    "alias": rec.alias,
+                    "request_id": result.request_id,
+                    "admitted_generation": admitted,
+                    "served_generation": served,
+                },
+            )
+        )
     if newest_generation is not None and admitted > newest_generation:
-        out.append(Violation(
-            "unknown_generation",
-            f"{rec.alias}: request {result.request_id} received tokens of generation {admitted}, never published "
-            f"(newest {newest_generation})",
-            cycle, at_s, subject=subject,
-        ))
+        out.append(
+            Violation(
+                "unknown_generation",
+                f"{rec.alias}: request {result.request_id} received tokens of generation {admitted}, never published "
+                f"(newest {newest_generation})",
+                cycle,
+                at_s,
+                subject=subject,
+            )
+        )
     return out
 
 
@@ -241,23 +315,42 @@ def check_request(result: EngineResult, *, cycle: int | None, at_s: float) -> li
     rec = result.record
     out: list[Violation] = []
     if rec.outcome is RequestOutcome.TIMEOUT:
-        out.append(Violation("request_hung", f"{rec.alias}: request {result.request_id} ({rec.kind}) got no terminal event "
-                                             f"within the client's limit: {rec.error}",
-                             cycle, at_s, subject=f"{rec.alias}:hung"))
+        out.append(
+            Violation(
+                "request_hung",
+                f"{rec.alias}: request {result.request_id} ({rec.kind}) got no terminal event "
+                f"within the client's limit: {rec.error}",
+                cycle,
+                at_s,
+                subject=f"{rec.alias}:hung",
+            )
+        )
         return out
     reported = result.completion_tokens_reported
     if reported is not None and reported != len(result.token_generations):
-        out.append(Violation(
-            "token_count",
-            f"{rec.alias}: request {result.request_id} ({rec.kind}) received {len(result.token_generations)} token "
-            f"event(s), the engine reports {reported} completion token(s)",
-            cycle, at_s, subject=f"{rec.alias}:{result.request_id}",
-            detail={"received": len(result.token_generations), "reported": reported},
-        ))
+        out.append(
+            Violation(
+                "token_count",
+                f"{rec.alias}: request {result.request_id} ({rec.kind}) received {len(result.token_generations)} token "
+                f"event(s), the engine reports {reported} completion token(s)",
+                cycle,
+                at_s,
+                subject=f"{rec.alias}:{result.request_id}",
+                detail={"received": len(result.token_generations), "reported": reported},
+            )
+        )
     return out
 
 
 __all__ = [
-    "ChipDrift", "DRIFT_FLOOR_BYTES", "MIB", "Violation", "ViolationBook", "check_counters", "check_generations",
-    "check_memory", "check_request", "drift_limit_bytes",
+    "DRIFT_FLOOR_BYTES",
+    "MIB",
+    "ChipDrift",
+    "Violation",
+    "ViolationBook",
+    "check_counters",
+    "check_generations",
+    "check_memory",
+    "check_request",
+    "drift_limit_bytes",
 ]

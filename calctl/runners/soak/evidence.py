@@ -24,9 +24,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 EVENTS_FILE = "events.ndjson"
 REPORT_FILE = "soak-report.json"
@@ -64,9 +65,12 @@ class EventLog:
     def write(self, event: str, **fields: Any) -> None:
         from calctl.cli._output import to_jsonable
 
-        doc = {"t": round(time.monotonic() - self._t0, 4),
-               "wall": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "event": event,
-               **to_jsonable(fields)}
+        doc = {
+            "t": round(time.monotonic() - self._t0, 4),
+            "wall": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "event": event,
+            **to_jsonable(fields),
+        }
         line = (json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n").encode()
         with self._lock:
             if self._fd < 0:
@@ -112,8 +116,17 @@ class Series:
             return list(self._points)
 
 
-def plot_soak(path: Path, *, memory: dict[int, Series], baseline: dict[int, int | None], limits: dict[int, int | None],
-              latency: dict[str, Series], cycles: Sequence[tuple[float, float | None]], title: str, device: str) -> None:
+def plot_soak(
+    path: Path,
+    *,
+    memory: dict[int, Series],
+    baseline: dict[int, int | None],
+    limits: dict[int, int | None],
+    latency: dict[str, Series],
+    cycles: Sequence[tuple[float, float | None]],
+    title: str,
+    device: str,
+) -> None:
     """Per-chip memory (MiB above baseline) and request latency over time, with load/unload markers.
 
     ``cycles``: (loaded_at, unloaded_at) in seconds since the start; the unloaded
@@ -132,8 +145,13 @@ def plot_soak(path: Path, *, memory: dict[int, Series], baseline: dict[int, int 
         base = baseline.get(chip)
         if not pts or base is None:
             continue
-        ax_mem.plot([t for t, _ in pts], [(v - base) / mib for _, v in pts], color=palette[i % len(palette)],
-                    linewidth=1.0, label=f"chip{chip}")
+        ax_mem.plot(
+            [t for t, _ in pts],
+            [(v - base) / mib for _, v in pts],
+            color=palette[i % len(palette)],
+            linewidth=1.0,
+            label=f"chip{chip}",
+        )
     shown_limits = sorted({v for v in limits.values() if v is not None})
     for lim in shown_limits:
         ax_mem.axhline(lim / mib, color="red", linestyle="--", linewidth=0.8, label=f"drift limit {lim / mib:.0f} MiB")
@@ -143,8 +161,14 @@ def plot_soak(path: Path, *, memory: dict[int, Series], baseline: dict[int, int 
     for i, (alias, series) in enumerate(sorted(latency.items())):
         pts = series.points()
         if pts:
-            ax_lat.scatter([t for t, _ in pts], [v * 1e3 for _, v in pts], s=3, alpha=0.5,
-                           color=palette[i % len(palette)], label=f"{alias} end-to-end")
+            ax_lat.scatter(
+                [t for t, _ in pts],
+                [v * 1e3 for _, v in pts],
+                s=3,
+                alpha=0.5,
+                color=palette[i % len(palette)],
+                label=f"{alias} end-to-end",
+            )
     ax_lat.set_ylabel("request latency (ms)")
     ax_lat.set_xlabel("time since the soak started (s)")
     if any(s.points() for s in latency.values()):
@@ -167,4 +191,13 @@ def plot_soak(path: Path, *, memory: dict[int, Series], baseline: dict[int, int 
     os.replace(tmp, path)
 
 
-__all__ = ["EVENTS_FILE", "EventLog", "PLOT_FILE", "REPORT_FILE", "Series", "plot_soak", "render_json", "write_json_atomic"]
+__all__ = [
+    "EVENTS_FILE",
+    "PLOT_FILE",
+    "REPORT_FILE",
+    "EventLog",
+    "Series",
+    "plot_soak",
+    "render_json",
+    "write_json_atomic",
+]

@@ -27,8 +27,8 @@ This module builds requests; it does not send them.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from calctl.runners.traffic import ClientPlan
 from calctl.serving.protocol import GenerationRequest, SamplingParams
@@ -120,8 +120,9 @@ KINDS: tuple[RequestKind, ...] = (
 class MixedTraffic:
     """Draws the next request of one client. One instance per client (it owns the client's RNG)."""
 
-    def __init__(self, alias: str, limits: ModelLimits, *, seed: int, client: int,
-                 kinds: tuple[RequestKind, ...] = KINDS) -> None:
+    def __init__(
+        self, alias: str, limits: ModelLimits, *, seed: int, client: int, kinds: tuple[RequestKind, ...] = KINDS
+    ) -> None:
         self.alias = alias
         self.limits = limits
         self.client = client
@@ -150,4 +151,4 @@ class MixedTraffic:
         return req, plan
 
 
-__all__ = ["KINDS", "MixedTraffic", "ModelLimits", "RequestKind", "TENANT"]
+__all__ = ["KINDS", "TENANT", "MixedTraffic", "ModelLimits", "RequestKind"]

@@ -51,10 +51,11 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from calctl import __version__
 from calctl.errors import CalctlError, CheckFailed, ExitCode, UsageError
@@ -118,7 +119,9 @@ class SoakConfig:
         if self.clients_per_model < 1:
             raise UsageError("--clients must be at least 1")
         if self.inject and self.traffic is Traffic.NONE:
-            raise UsageError("--inject needs traffic: the injected fault is only visible to requests (use --traffic mixed)")
+            raise UsageError(
+                "--inject needs traffic: the injected fault is only visible to requests (use --traffic mixed)"
+            )
         if Injection.STALE_COMPLETION in self.inject and self.cycles is not None and self.cycles < 2:
             raise UsageError("--inject stale-completion needs at least 2 cycles: it fires after the first reload")
         if not self.checkpoint_interval_s > 0 or not self.sample_interval_s > 0:
@@ -228,8 +231,13 @@ class _Requests:
             for alias in sorted(set(self.cycle_e2e) | set(self.cycle_ttft)):
                 e2e = percentiles(self.cycle_e2e.get(alias, []))
                 ttft = percentiles(self.cycle_ttft.get(alias, []))
-                lat[alias] = {"n": e2e.count, "e2e_p50_ms": _ms(e2e.p50), "e2e_p99_ms": _ms(e2e.p99),
-                              "ttft_p50_ms": _ms(ttft.p50), "ttft_p99_ms": _ms(ttft.p99)}
+                lat[alias] = {
+                    "n": e2e.count,
+                    "e2e_p50_ms": _ms(e2e.p50),
+                    "e2e_p99_ms": _ms(e2e.p99),
+                    "ttft_p50_ms": _ms(ttft.p50),
+                    "ttft_p99_ms": _ms(ttft.p99),
+                }
             self.cycle_outcomes = Counter()
             self.cycle_e2e, self.cycle_ttft = {}, {}
             return outcomes, lat
@@ -244,8 +252,15 @@ def _ms(x: float | None) -> float | None:
 
 
 class _TrafficDriver:
-    def __init__(self, loop: EngineLoop, engine: ServingEngine, sup: DeviceSupervisor, config: SoakConfig,
-                 on_result: Callable[[EngineResult], None], requests: _Requests) -> None:
+    def __init__(
+        self,
+        loop: EngineLoop,
+        engine: ServingEngine,
+        sup: DeviceSupervisor,
+        config: SoakConfig,
+        on_result: Callable[[EngineResult], None],
+        requests: _Requests,
+    ) -> None:
         self._loop = loop
         self._engine = engine
         self._sup = sup
@@ -271,8 +286,13 @@ class _TrafficDriver:
                 self._requests.sent += 1
                 self._requests.outstanding += 1
             try:
-                res = await drive_engine_request(self._engine.submit, req, plan, timeout_s=self._config.request_timeout_s,
-                                                 served_generation=lambda: worker.generation)
+                res = await drive_engine_request(
+                    self._engine.submit,
+                    req,
+                    plan,
+                    timeout_s=self._config.request_timeout_s,
+                    served_generation=lambda: worker.generation,
+                )
             finally:
                 with self._requests.lock:
                     self._requests.outstanding -= 1
@@ -290,7 +310,7 @@ class _TrafficDriver:
         for f in self._futures:
             try:
                 f.result(max(0.0, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001 - a client that did not end in time (or crashed) is counted
+            except Exception:
                 if not f.done():
                     running += 1
                     f.cancel()
@@ -350,19 +370,36 @@ class _Soak:
         with self.requests.lock:
             by = Counter(self.requests.by_outcome)
             sent = self.requests.sent
-        rejected = sum(by[o.value] for o in (RequestOutcome.INVALID, RequestOutcome.CAPACITY, RequestOutcome.UNAVAILABLE,
-                                               RequestOutcome.DEADLINE, RequestOutcome.NOT_FOUND))
-        errors = sum(by[o.value] for o in (RequestOutcome.DEVICE_ERROR, RequestOutcome.TIMEOUT, RequestOutcome.TRANSPORT))
+        rejected = sum(
+            by[o.value]
+            for o in (
+                RequestOutcome.INVALID,
+                RequestOutcome.CAPACITY,
+                RequestOutcome.UNAVAILABLE,
+                RequestOutcome.DEADLINE,
+                RequestOutcome.NOT_FOUND,
+            )
+        )
+        errors = sum(
+            by[o.value] for o in (RequestOutcome.DEVICE_ERROR, RequestOutcome.TIMEOUT, RequestOutcome.TRANSPORT)
+        )
         gen = None
         if self.sup is not None and self.sup.workers:
             gen = max(w.generation for w in self.sup.workers.values())
         c = self.config
         return SoakProgress(
-            phase=self.phase, elapsed_s=self.now_s(), cycles_done=self.cycles_done, cycles_total=c.cycles,
-            deadline_s=c.hours * 3600 if c.hours is not None else None, requests=sent,
-            ok=by[RequestOutcome.OK.value] + by[RequestOutcome.CANCELLED.value], rejected=rejected, errors=errors,
+            phase=self.phase,
+            elapsed_s=self.now_s(),
+            cycles_done=self.cycles_done,
+            cycles_total=c.cycles,
+            deadline_s=c.hours * 3600 if c.hours is not None else None,
+            requests=sent,
+            ok=by[RequestOutcome.OK.value] + by[RequestOutcome.CANCELLED.value],
+            rejected=rejected,
+            errors=errors,
             violations=len(self.violations),
-            generation=gen, max_drift_mib={k: (None if v is None else v / MIB) for k, v in self.max_drift.items()},
+            generation=gen,
+            max_drift_mib={k: (None if v is None else v / MIB) for k, v in self.max_drift.items()},
         )
 
     def violate(self, v: checks.Violation) -> None:
@@ -382,7 +419,7 @@ class _Soak:
                 if self.on_progress is not None and now >= next_progress:
                     next_progress = now + 0.5
                     self.on_progress(self.progress())
-            except Exception as exc:  # noqa: BLE001 - a failed checkpoint (disk full) must not stop the soak
+            except Exception as exc:
                 self.events.write("sampler_error", error=f"{type(exc).__name__}: {exc}")
 
     def sample_memory(self) -> list[ChipMemory] | None:
@@ -411,9 +448,17 @@ class _Soak:
 
     def run(self) -> SoakReport:
         c = self.config
-        self.events.write("soak_start", package=str(c.package), device=c.device.describe(), cycles=c.cycles, hours=c.hours,
-                          traffic=c.traffic.value, traffic_seconds=c.traffic_seconds, inject=sorted(i.value for i in c.inject),
-                          seed=c.seed)
+        self.events.write(
+            "soak_start",
+            package=str(c.package),
+            device=c.device.describe(),
+            cycles=c.cycles,
+            hours=c.hours,
+            traffic=c.traffic.value,
+            traffic_seconds=c.traffic_seconds,
+            inject=sorted(i.value for i in c.inject),
+            seed=c.seed,
+        )
         try:
             self._validate()
         except BaseException:
@@ -446,7 +491,9 @@ class _Soak:
             if exit_code == ExitCode.OK and not ok:
                 exit_code = int(ExitCode.FAILED)
             self.header["files"] = self._plot()
-            self.events.write("soak_end", status=self.status, ok=ok, cycles=self.cycles_done, violations=len(self.violations))
+            self.events.write(
+                "soak_end", status=self.status, ok=ok, cycles=self.cycles_done, violations=len(self.violations)
+            )
             with self._lock:
                 doc = self.document()
                 evidence.write_json_atomic(c.out_dir / evidence.REPORT_FILE, doc)
@@ -470,9 +517,13 @@ class _Soak:
             self.sample_memory()
             sampler.start()
             self.sup = sup = DeviceSupervisor(
-                rt, trust=c.trust,  # type: ignore[arg-type]  # SubmitCounter is the runtime, with submits counted
-                options=SupervisorOptions(warmup_iterations=c.warmup_iterations, drain_deadline_s=c.drain_deadline_s,
-                                          job_timeout_s=c.job_timeout_s),
+                rt,  # a SubmitCounter: the runtime, with its submits counted
+                trust=c.trust,
+                options=SupervisorOptions(
+                    warmup_iterations=c.warmup_iterations,
+                    drain_deadline_s=c.drain_deadline_s,
+                    job_timeout_s=c.job_timeout_s,
+                ),
             )
             loop = EngineLoop("soak-traffic")
             traffic: list[_TrafficDriver] = []
@@ -489,9 +540,15 @@ class _Soak:
                 for t in traffic:  # still running after a failed load or unload
                     hung = t.stop(c.request_timeout_s + 5.0)
                     if hung:
-                        self.violate(checks.Violation("request_hung", f"{hung} client(s) still had a request open at "
-                                                                      "the end of the soak", self.cycle_index(),
-                                                      self.now_s(), subject="end"))
+                        self.violate(
+                            checks.Violation(
+                                "request_hung",
+                                f"{hung} client(s) still had a request open at the end of the soak",
+                                self.cycle_index(),
+                                self.now_s(),
+                                subject="end",
+                            )
+                        )
                 loop.close()
                 self._final_checks(sup)
                 sup.shutdown(c.drain_deadline_s)
@@ -503,15 +560,27 @@ class _Soak:
         report = validate(c.package, ValidationPolicy(trust=c.trust))
         with package_root(c.package) as root:
             pkg = load_manifest(root)
-        self.header["package"] = {"path": str(c.package), "name": pkg.name, "version": pkg.version, "kind": pkg.kind,
-                                  "aliases": list(pkg.aliases), "digest": report.digest,
-                                  "signer_key_id": report.signer_key_id}
-        self.header["validation"] = {"ok": report.ok, "failed_rules": list(report.failed_ids()),
-                                     "warnings": list(dict.fromkeys(x.id for x in report.warnings))}
+        self.header["package"] = {
+            "path": str(c.package),
+            "name": pkg.name,
+            "version": pkg.version,
+            "kind": pkg.kind,
+            "aliases": list(pkg.aliases),
+            "digest": report.digest,
+            "signer_key_id": report.signer_key_id,
+        }
+        self.header["validation"] = {
+            "ok": report.ok,
+            "failed_rules": list(report.failed_ids()),
+            "warnings": list(dict.fromkeys(x.id for x in report.warnings)),
+        }
         if not report:
             self.events.write("validation_failed", failed=list(report.failed_ids()))
-            raise CheckFailed(f"{c.package}: the package failed validation ({', '.join(report.failed_ids())}); "
-                              "the soak never touched the device", hint=f"run `calctl validate {c.package}`")
+            raise CheckFailed(
+                f"{c.package}: the package failed validation ({', '.join(report.failed_ids())}); "
+                "the soak never touched the device",
+                hint=f"run `calctl validate {c.package}`",
+            )
 
     def _last(self, index: int) -> bool:
         c = self.config
@@ -520,7 +589,9 @@ class _Soak:
         assert c.hours is not None
         return self.now_s() >= c.hours * 3600
 
-    def _cycles(self, sup: DeviceSupervisor, rt: SubmitCounter, loop: EngineLoop, traffic: list[_TrafficDriver]) -> None:
+    def _cycles(
+        self, sup: DeviceSupervisor, rt: SubmitCounter, loop: EngineLoop, traffic: list[_TrafficDriver]
+    ) -> None:
         """Cycle until done or a load/unload fails. ``traffic`` holds the running driver, for the caller's cleanup."""
         c = self.config
         index = 1  # cycles are numbered from 1 in every report and message
@@ -536,8 +607,11 @@ class _Soak:
                 if Injection.STALE_COMPLETION in c.inject:
                     for w in sup.workers.values():
                         w.arm_stale_redelivery()
-                    self.events.write("inject", what=Injection.STALE_COMPLETION.value,
-                                      detail="diagnostic: one token of a retired generation is re-delivered after the first reload")
+                    self.events.write(
+                        "inject",
+                        what=Injection.STALE_COMPLETION.value,
+                        detail="diagnostic: one token of a retired generation is re-delivered after the first reload",
+                    )
                 driver = _TrafficDriver(loop, ServingEngine(sup), sup, c, self._on_result, self.requests)
                 traffic.append(driver)
                 driver.start()
@@ -552,9 +626,15 @@ class _Soak:
                 hung = traffic.pop().stop(c.request_timeout_s + 5.0)
                 self.events.write("traffic_stopped", clients_still_running=hung)
                 if hung:
-                    self.violate(checks.Violation("request_hung", f"{hung} client(s) still had a request open after "
-                                                                  f"{c.request_timeout_s + 5.0:g} s", index, self.now_s(),
-                                                  subject="end"))
+                    self.violate(
+                        checks.Violation(
+                            "request_hung",
+                            f"{hung} client(s) still had a request open after {c.request_timeout_s + 5.0:g} s",
+                            index,
+                            self.now_s(),
+                            subject="end",
+                        )
+                    )
             if not self._unload(sup, cyc, counters_before, submitted_before, rt):
                 return
             self.cycles_done = index
@@ -579,8 +659,11 @@ class _Soak:
             name = type(exc).__name__
             self.lifecycle_errors[f"load:{name}"] += 1
             kind = "already_configured" if isinstance(exc, AlreadyConfigured) else "load_failed"
-            self.violate(checks.Violation(kind, f"cycle {cyc.index}: load failed: {name}: {exc}", cyc.index, self.now_s(),
-                                          subject=kind))
+            self.violate(
+                checks.Violation(
+                    kind, f"cycle {cyc.index}: load failed: {name}: {exc}", cyc.index, self.now_s(), subject=kind
+                )
+            )
             cyc.doc["load"] = {"ok": False, "error": f"{name}: {exc}", "seconds": round(time.monotonic() - t, 4)}
             self.events.write("load_failed", cycle=cyc.index, error=f"{name}: {exc}")
             self.status = "aborted"
@@ -589,14 +672,25 @@ class _Soak:
         cyc.loaded_s = self.now_s()
         gens = {a: w.generation for a, w in sup.workers.items()}
         gw = _golden_warmup_seconds(sup.history[h0:])
-        cyc.doc["load"] = {"ok": True, "seconds": round(seconds, 4), "generations": gens, "golden_warmup_s": gw,
-                           "warmup_iterations": c.warmup_iterations}
+        cyc.doc["load"] = {
+            "ok": True,
+            "seconds": round(seconds, 4),
+            "generations": gens,
+            "golden_warmup_s": gw,
+            "warmup_iterations": c.warmup_iterations,
+        }
         self.events.write("loaded", cycle=cyc.index, seconds=round(seconds, 4), generations=gens, golden_warmup_s=gw)
         self.sample_memory()
         return True
 
-    def _unload(self, sup: DeviceSupervisor, cyc: _Cycle, counters_before: list[ChipCounters],
-                submitted_before: dict[int, int], rt: SubmitCounter) -> bool:
+    def _unload(
+        self,
+        sup: DeviceSupervisor,
+        cyc: _Cycle,
+        counters_before: list[ChipCounters],
+        submitted_before: dict[int, int],
+        rt: SubmitCounter,
+    ) -> bool:
         self.phase = "unloading"
         t = time.monotonic()
         try:
@@ -606,8 +700,15 @@ class _Soak:
         except (CalctlError, RuntimeLayerError) as exc:
             name = type(exc).__name__
             self.lifecycle_errors[f"unload:{name}"] += 1
-            self.violate(checks.Violation("unload_failed", f"cycle {cyc.index}: unload failed: {name}: {exc}", cyc.index,
-                                          self.now_s(), subject="unload_failed"))
+            self.violate(
+                checks.Violation(
+                    "unload_failed",
+                    f"cycle {cyc.index}: unload failed: {name}: {exc}",
+                    cyc.index,
+                    self.now_s(),
+                    subject="unload_failed",
+                )
+            )
             self.events.write("unload_failed", cycle=cyc.index, error=f"{name}: {exc}")
             self.status = "aborted"
             return False
@@ -629,21 +730,45 @@ class _Soak:
         found = mem_violations + checks.check_counters(counters_before, after, delta, cycle=cyc.index, at_s=at)
         for alias, w in sup.workers.items():
             if w.inflight() or w.quarantined():
-                found.append(checks.Violation(
-                    "worker_not_drained", f"{alias}: {w.inflight()} job(s) in flight and {w.quarantined()} quarantined "
-                                          f"after the unload of cycle {cyc.index}", cyc.index, at, subject=alias))
+                found.append(
+                    checks.Violation(
+                        "worker_not_drained",
+                        f"{alias}: {w.inflight()} job(s) in flight and {w.quarantined()} quarantined "
+                        f"after the unload of cycle {cyc.index}",
+                        cyc.index,
+                        at,
+                        subject=alias,
+                    )
+                )
         for v in found:
             self.violate(v)
         outcomes, latency = self.requests.take_cycle()
         cyc.doc.update(
             unload={"ok": True, "seconds": round(seconds, 4), "drained_in_time": drained},
             memory_after_unload=[d.document() for d in drifts],
-            counters=[{"chip": a.chip, "pending": a.pending, "finished": a.finished, "failed": a.failed,
-                       "submitted_in_cycle": delta.get(a.chip, 0)} for a in after],
-            requests=outcomes, latency=latency, new_violations=len(found),
+            counters=[
+                {
+                    "chip": a.chip,
+                    "pending": a.pending,
+                    "finished": a.finished,
+                    "failed": a.failed,
+                    "submitted_in_cycle": delta.get(a.chip, 0),
+                }
+                for a in after
+            ],
+            requests=outcomes,
+            latency=latency,
+            new_violations=len(found),
         )
-        self.events.write("unloaded", cycle=cyc.index, seconds=round(seconds, 4), drained_in_time=drained,
-                          memory=[d.document() for d in drifts], counters=cyc.doc["counters"], requests=outcomes)
+        self.events.write(
+            "unloaded",
+            cycle=cyc.index,
+            seconds=round(seconds, 4),
+            drained_in_time=drained,
+            memory=[d.document() for d in drifts],
+            counters=cyc.doc["counters"],
+            requests=outcomes,
+        )
         return True
 
     def _on_result(self, res: EngineResult) -> None:
@@ -651,14 +776,25 @@ class _Soak:
         self.requests.add(res, at)
         cycle = self.cycle_index()
         sup = self.sup
-        newest = sup.workers[res.record.alias].generation if sup is not None and res.record.alias in sup.workers else None
-        found = checks.check_request(res, cycle=cycle, at_s=at) + checks.check_generations(res, newest, cycle=cycle, at_s=at)
+        newest = (
+            sup.workers[res.record.alias].generation if sup is not None and res.record.alias in sup.workers else None
+        )
+        found = checks.check_request(res, cycle=cycle, at_s=at) + checks.check_generations(
+            res, newest, cycle=cycle, at_s=at
+        )
         if res.record.kind == "invalid" and (res.token_generations or res.record.outcome in _ADMITTED_OUTCOMES):
             # 001 §11.3: an invalid request is refused before the device (400; 503 while the model is away is fine).
-            found.append(checks.Violation("invalid_admitted", f"{res.record.alias}: a prompt of {res.record.prompt_tokens} "
-                                                              f"tokens, over the context limit, was admitted and ended "
-                                                              f"{res.record.outcome.value}", cycle, at,
-                                          subject=f"{res.record.alias}:invalid"))
+            found.append(
+                checks.Violation(
+                    "invalid_admitted",
+                    f"{res.record.alias}: a prompt of {res.record.prompt_tokens} "
+                    f"tokens, over the context limit, was admitted and ended "
+                    f"{res.record.outcome.value}",
+                    cycle,
+                    at,
+                    subject=f"{res.record.alias}:invalid",
+                )
+            )
         for v in found:
             self.violate(v)
 
@@ -667,26 +803,49 @@ class _Soak:
         with self.requests.lock:
             open_requests = self.requests.outstanding
         if open_requests:
-            self.violate(checks.Violation("requests_open", f"{open_requests} request(s) never ended", self.cycle_index(), at,
-                                          subject="end"))
+            self.violate(
+                checks.Violation(
+                    "requests_open", f"{open_requests} request(s) never ended", self.cycle_index(), at, subject="end"
+                )
+            )
         for alias, w in sup.workers.items():
             if w.live_requests():
-                self.violate(checks.Violation("requests_open", f"{alias}: the engine still holds {w.live_requests()} "
-                                                               "request(s) after the final drain", self.cycle_index(), at,
-                                              subject=f"{alias}:end"))
+                self.violate(
+                    checks.Violation(
+                        "requests_open",
+                        f"{alias}: the engine still holds {w.live_requests()} request(s) after the final drain",
+                        self.cycle_index(),
+                        at,
+                        subject=f"{alias}:end",
+                    )
+                )
         explained = self._injected_runtime_faults()
         errors = self._device_errors(sup)
         device_errors = int(sum(errors.values(), 0))
         device_error_requests = self.requests.by_outcome[RequestOutcome.DEVICE_ERROR.value]
         if not explained and (device_errors or device_error_requests):
-            self.violate(checks.Violation(
-                "unexpected_errors", f"{device_errors} device error(s) and {device_error_requests} request(s) failed "
-                                     f"on the device ({', '.join(f'{k}={v}' for k, v in sorted(errors.items())) or 'by request'}) "
-                                     "with no injected fault to explain them", self.cycle_index(), at, subject="device"))
+            self.violate(
+                checks.Violation(
+                    "unexpected_errors",
+                    f"{device_errors} device error(s) and {device_error_requests} request(s) failed "
+                    f"on the device ({', '.join(f'{k}={v}' for k, v in sorted(errors.items())) or 'by request'}) "
+                    "with no injected fault to explain them",
+                    self.cycle_index(),
+                    at,
+                    subject="device",
+                )
+            )
         if not explained and self.drain_deadline_hits:
-            self.violate(checks.Violation("drain_deadline", f"{self.drain_deadline_hits} unload(s) missed the drain deadline "
-                                                            f"of {self.config.drain_deadline_s:g} s with no injected fault",
-                                          self.cycle_index(), at, subject="drain"))
+            self.violate(
+                checks.Violation(
+                    "drain_deadline",
+                    f"{self.drain_deadline_hits} unload(s) missed the drain deadline "
+                    f"of {self.config.drain_deadline_s:g} s with no injected fault",
+                    self.cycle_index(),
+                    at,
+                    subject="drain",
+                )
+            )
 
     def _injected_runtime_faults(self) -> int:
         rt = self.rt
@@ -697,25 +856,36 @@ class _Soak:
 
     @staticmethod
     def _device_errors(sup: DeviceSupervisor) -> dict[str, int]:
-        return {f"{labels['model']}/{labels['error']}": int(v)
-                for labels, v in _samples(sup, "calctl_device_errors_total") if v}
+        return {
+            f"{labels['model']}/{labels['error']}": int(v)
+            for labels, v in _samples(sup, "calctl_device_errors_total")
+            if v
+        }
 
     # -- report ------------------------------------------------------------------------------------
 
     def _plot(self) -> dict[str, str | None]:
         c = self.config
-        files: dict[str, str | None] = {"report": str(c.out_dir / evidence.REPORT_FILE),
-                                        "events": str(c.out_dir / evidence.EVENTS_FILE), "plot": None}
+        files: dict[str, str | None] = {
+            "report": str(c.out_dir / evidence.REPORT_FILE),
+            "events": str(c.out_dir / evidence.EVENTS_FILE),
+            "plot": None,
+        }
         try:
             evidence.plot_soak(
-                c.out_dir / evidence.PLOT_FILE, memory=self.memory_series,
+                c.out_dir / evidence.PLOT_FILE,
+                memory=self.memory_series,
                 baseline={m.chip: m.used_bytes for m in self.baseline},
-                limits={m.chip: checks.drift_limit_bytes(m.total_bytes) if m.total_bytes else None for m in self.baseline},
-                latency=self.requests.latency, cycles=[(cy.loaded_s, cy.unloaded_s) for cy in self.cycles if cy.loaded_s is not None],
-                title=f"calctl soak: {self.cycles_done} load/unload cycle(s)", device=c.device.kind.value,
+                limits={
+                    m.chip: checks.drift_limit_bytes(m.total_bytes) if m.total_bytes else None for m in self.baseline
+                },
+                latency=self.requests.latency,
+                cycles=[(cy.loaded_s, cy.unloaded_s) for cy in self.cycles if cy.loaded_s is not None],
+                title=f"calctl soak: {self.cycles_done} load/unload cycle(s)",
+                device=c.device.kind.value,
             )
             files["plot"] = str(c.out_dir / evidence.PLOT_FILE)
-        except Exception as exc:  # noqa: BLE001 - a picture must never cost the evidence
+        except Exception as exc:
             self.events.write("plot_failed", error=f"{type(exc).__name__}: {exc}")
         return files
 
@@ -724,13 +894,18 @@ class _Soak:
         mock = c.device.is_mock
         sup = self.sup
         with self.requests.lock:
-            req: dict[str, Any] = {"sent": self.requests.sent, "open": self.requests.outstanding,
-                   "by_outcome": dict(self.requests.by_outcome),
-                   "by_model": {a: dict(v) for a, v in self.requests.by_alias_outcome.items()},
-                   "by_kind": {k: dict(v) for k, v in self.requests.by_kind_outcome.items()}}
+            req: dict[str, Any] = {
+                "sent": self.requests.sent,
+                "open": self.requests.outstanding,
+                "by_outcome": dict(self.requests.by_outcome),
+                "by_model": {a: dict(v) for a, v in self.requests.by_alias_outcome.items()},
+                "by_kind": {k: dict(v) for k, v in self.requests.by_kind_outcome.items()},
+            }
             reasons = dict(self.requests.device_error_reasons)
         violations = self.violations.documents()
-        stale_dropped = {labels["model"]: int(v) for labels, v in _samples(sup, "calctl_stale_completions_total")} if sup else {}
+        stale_dropped = (
+            {labels["model"]: int(v) for labels, v in _samples(sup, "calctl_stale_completions_total")} if sup else {}
+        )
         delivered = sum(v["occurrences"] for v in violations if v["kind"] == "stale_generation")
         limits = {m.chip: checks.drift_limit_bytes(m.total_bytes) if m.total_bytes else None for m in self.baseline}
         return {
@@ -750,10 +925,16 @@ class _Soak:
             "cycles_planned": c.cycles,
             "hours_planned": c.hours,
             "seconds": round(self.end_s if self.end_s is not None else self.now_s(), 3),
-            "settings": {"traffic": c.traffic.value, "traffic_seconds": c.traffic_seconds,
-                         "clients_per_model": c.clients_per_model, "seed": c.seed,
-                         "inject": sorted(i.value for i in c.inject), "warmup_iterations": c.warmup_iterations,
-                         "drain_deadline_s": c.drain_deadline_s, "checkpoint_interval_s": c.checkpoint_interval_s},
+            "settings": {
+                "traffic": c.traffic.value,
+                "traffic_seconds": c.traffic_seconds,
+                "clients_per_model": c.clients_per_model,
+                "seed": c.seed,
+                "inject": sorted(i.value for i in c.inject),
+                "warmup_iterations": c.warmup_iterations,
+                "drain_deadline_s": c.drain_deadline_s,
+                "checkpoint_interval_s": c.checkpoint_interval_s,
+            },
             "violations": violations,
             "requests": req,
             "errors": {
@@ -761,7 +942,9 @@ class _Soak:
                 "device_error_reasons": reasons,
                 "device_errors": self._device_errors(sup) if sup else {},
                 "lifecycle": dict(self.lifecycle_errors),
-                "already_configured": sum(v for k, v in self.lifecycle_errors.items() if k.endswith("AlreadyConfigured")),
+                "already_configured": sum(
+                    v for k, v in self.lifecycle_errors.items() if k.endswith("AlreadyConfigured")
+                ),
                 "stale_completions_dropped": stale_dropped,
                 "stale_completions_delivered": delivered,
                 "drain_deadline_hits": self.drain_deadline_hits,
@@ -772,12 +955,18 @@ class _Soak:
                 "drift_limit_bytes": limits,
                 "max_drift_bytes": {str(k): v for k, v in self.max_drift.items()},
                 "rule": "after every unload, each chip within max(64 MiB, 1 % of its local DRAM) of the baseline "
-                        "measured before the first load (001 §13.3)",
+                "measured before the first load (001 §13.3)",
             },
-            "cycle_records": [dict(cycle=cy.index, started_s=round(cy.started_s, 3), **cy.doc) for cy in self.cycles[-2000:]],
+            "cycle_records": [
+                dict(cycle=cy.index, started_s=round(cy.started_s, 3), **cy.doc) for cy in self.cycles[-2000:]
+            ],
             "cycle_records_truncated": len(self.cycles) > 2000,
-            "files": self.header.get("files") or {"report": str(c.out_dir / evidence.REPORT_FILE),
-                                                   "events": str(c.out_dir / evidence.EVENTS_FILE), "plot": None},
+            "files": self.header.get("files")
+            or {
+                "report": str(c.out_dir / evidence.REPORT_FILE),
+                "events": str(c.out_dir / evidence.EVENTS_FILE),
+                "plot": None,
+            },
         }
 
 
@@ -805,8 +994,16 @@ def _mem_doc(m: ChipMemory) -> dict[str, Any]:
 
 
 def _recovery_doc(r: Any) -> dict[str, Any]:
-    return {"alias": r.alias, "reason": r.reason, "runtime_status": r.runtime_status, "scope": r.scope,
-            "affected_aliases": list(r.affected_aliases), "ok": r.ok, "seconds": round(r.seconds, 4), "detail": r.detail}
+    return {
+        "alias": r.alias,
+        "reason": r.reason,
+        "runtime_status": r.runtime_status,
+        "scope": r.scope,
+        "affected_aliases": list(r.affected_aliases),
+        "ok": r.ok,
+        "seconds": round(r.seconds, 4),
+        "detail": r.detail,
+    }
 
 
 def _samples(sup: DeviceSupervisor | None, family: str) -> list[tuple[dict[str, str], float]]:
@@ -827,4 +1024,13 @@ def run_soak(config: SoakConfig, *, on_progress: Callable[[SoakProgress], None] 
     return _Soak(config, on_progress).run()
 
 
-__all__ = ["Injection", "SoakConfig", "SoakProgress", "SoakReport", "SubmitCounter", "Traffic", "default_report_dir", "run_soak"]
+__all__ = [
+    "Injection",
+    "SoakConfig",
+    "SoakProgress",
+    "SoakReport",
+    "SubmitCounter",
+    "Traffic",
+    "default_report_dir",
+    "run_soak",
+]

@@ -26,23 +26,23 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from ctypes import byref, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from calctl.package.model import GraphKind, Package, TensorSpec
 from calctl.runtime._native import lib as L
-from calctl.runtime.buffers import BufferState, Direction, HostBuffer, buffer_layout, JobBuffersMixin
-from calctl.runtime.calbin import Calbin, GraphPlan, plan_calbin, check_job_buffers, resolve_graph
+from calctl.runtime.buffers import BufferState, Direction, HostBuffer, JobBuffersMixin, buffer_layout
+from calctl.runtime.calbin import Calbin, GraphPlan, check_job_buffers, plan_calbin, resolve_graph
 from calctl.runtime.errors import (
+    InternalRuntimeError,
     InvalidArgument,
     InvalidCalbin,
-    InternalRuntimeError,
     RuntimeStatus,
     Timeout,
     error_class,
@@ -120,7 +120,9 @@ class CalrtRuntime(JobBuffersMixin):
         self._topology = Topology(
             chips=chips,
             calcores_per_chip=int(topo.calcores_per_chip),
-            dram_bytes=tuple(None if topo.dram_bytes[c] == L.UNKNOWN_U64 else int(topo.dram_bytes[c]) for c in range(chips)),
+            dram_bytes=tuple(
+                None if topo.dram_bytes[c] == L.UNKNOWN_U64 else int(topo.dram_bytes[c]) for c in range(chips)
+            ),
         )
 
     # -- the choke point ---------------------------------------------------------------
@@ -133,7 +135,7 @@ class CalrtRuntime(JobBuffersMixin):
 
     # -- device ------------------------------------------------------------------------
 
-    def __enter__(self) -> "CalrtRuntime":
+    def __enter__(self) -> CalrtRuntime:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
@@ -169,7 +171,9 @@ class CalrtRuntime(JobBuffersMixin):
             self._check_open()
             self._check(self._fn.calrt_versions_get(self._dev, byref(v)), "query versions")
         major, minor = self.library.abi
-        return Versions(runtime=_text(v.runtime), driver=_text(v.driver), firmware=_text(v.firmware), abi=f"{major}.{minor}")
+        return Versions(
+            runtime=_text(v.runtime), driver=_text(v.driver), firmware=_text(v.firmware), abi=f"{major}.{minor}"
+        )
 
     # -- calbin / configuration ----------------------------------------------------------
 
@@ -179,7 +183,9 @@ class CalrtRuntime(JobBuffersMixin):
 
         def tensors(specs: Sequence[TensorSpec]) -> tuple[int, ctypes.Array[L.CalrtTensorDesc]]:
             if any(len(t.shape) > L.MAX_DIMS or t.dtype not in L.DTYPE_CODES for t in specs):
-                raise InvalidCalbin(f"package {package.name!r}: a tensor has more than {L.MAX_DIMS} dims or a dtype the C ABI lacks")
+                raise InvalidCalbin(
+                    f"package {package.name!r}: a tensor has more than {L.MAX_DIMS} dims or a dtype the C ABI lacks"
+                )
             arr = (L.CalrtTensorDesc * max(len(specs), 1))()
             for i, t in enumerate(specs):
                 dims = (ctypes.c_int64 * L.MAX_DIMS)(*[L.DIM_BATCH if d == "B" else int(d) for d in t.shape])
@@ -194,11 +200,22 @@ class CalrtRuntime(JobBuffersMixin):
             n_in, ins = tensors(g.inputs)
             n_out, outs = tensors(g.outputs)
             lane_valid = g.inactive_lane_policy.mask_input if g.inactive_lane_policy else None
-            positions = "positions" if g.kind is GraphKind.DECODE and any(t.name == "positions" for t in g.inputs) else None
+            positions = (
+                "positions" if g.kind is GraphKind.DECODE and any(t.name == "positions" for t in g.inputs) else None
+            )
             keep.append(profiles)
             graphs[i] = L.CalrtGraphDesc(
-                g.name.encode(), gp.model.encode(), L.GRAPH_PREFILL if g.kind is GraphKind.PREFILL else L.GRAPH_DECODE,
-                gp.chip_mask, g.max_seq, len(g.batch_profiles), profiles, n_in, ins, n_out, outs,
+                g.name.encode(),
+                gp.model.encode(),
+                L.GRAPH_PREFILL if g.kind is GraphKind.PREFILL else L.GRAPH_DECODE,
+                gp.chip_mask,
+                g.max_seq,
+                len(g.batch_profiles),
+                profiles,
+                n_in,
+                ins,
+                n_out,
+                outs,
                 g.valid_length_input.encode() if g.valid_length_input else None,
                 positions.encode() if positions else None,
                 lane_valid.encode() if lane_valid else None,
@@ -206,17 +223,28 @@ class CalrtRuntime(JobBuffersMixin):
         models = (L.CalrtModelDesc * len(plan.models))()
         for i, mp in enumerate(plan.models.values()):
             models[i] = L.CalrtModelDesc(
-                mp.alias.encode(), sum(1 << c for c in mp.chips), mp.model.kv.max_sequences, max(g.max_seq for g in mp.model.graphs)
+                mp.alias.encode(),
+                sum(1 << c for c in mp.chips),
+                mp.model.kv.max_sequences,
+                max(g.max_seq for g in mp.model.graphs),
             )
         plan_bytes = (c_uint64 * len(plan.chip_plan_bytes))(*plan.chip_plan_bytes)
         desc = L.CalrtCalbinDesc(
-            str(Path(package.root).resolve()).encode(), len(plan.graphs), graphs, len(plan.models), models,
-            len(plan.chip_plan_bytes), plan_bytes,
+            str(Path(package.root).resolve()).encode(),
+            len(plan.graphs),
+            graphs,
+            len(plan.models),
+            models,
+            len(plan.chip_plan_bytes),
+            plan_bytes,
         )
         handle = c_void_p()
         with self._lock:
             self._check_open()
-            self._check(self._fn.calrt_calbin_create(self._dev, byref(desc), byref(handle)), f"create a calbin from {package.name!r}")
+            self._check(
+                self._fn.calrt_calbin_create(self._dev, byref(desc), byref(handle)),
+                f"create a calbin from {package.name!r}",
+            )
             calbin = Calbin(plan, next(self._calbin_ids), self._release_calbin)
             self._calbins[calbin.id] = (calbin, handle)
             return calbin
@@ -237,7 +265,9 @@ class CalrtRuntime(JobBuffersMixin):
             entry = self._calbins.get(calbin.id)
             if entry is None or entry[0] is not calbin:
                 raise InvalidArgument(f"{calbin!r} was not created on this device or was released")
-            self._check(self._fn.calrt_configure(self._dev, entry[1]), f"configure calbin {calbin.id} ({calbin.package.name!r})")
+            self._check(
+                self._fn.calrt_configure(self._dev, entry[1]), f"configure calbin {calbin.id} ({calbin.package.name!r})"
+            )
             self._current = calbin
 
     def reset_configuration(self) -> None:
@@ -269,7 +299,10 @@ class CalrtRuntime(JobBuffersMixin):
             self._check_open()
             layout = buffer_layout(self._graph(graph).graph, direction, batch)
             handle, data = c_void_p(), c_void_p()
-            self._check(self._fn.calrt_buffer_create(self._dev, layout.nbytes, byref(handle)), f"create a {direction.value} buffer")
+            self._check(
+                self._fn.calrt_buffer_create(self._dev, layout.nbytes, byref(handle)),
+                f"create a {direction.value} buffer",
+            )
             try:
                 self._check(self._fn.calrt_buffer_data(self._dev, handle, byref(data)), "map a buffer")
             except BaseException:
@@ -328,18 +361,33 @@ class CalrtRuntime(JobBuffersMixin):
             self._check_job_buffers(plan, inputs, outputs)
             if len(lanes) != inputs.batch:
                 raise InvalidArgument(
-                    f"graph {plan.name!r} at B{inputs.batch} needs kv= with {inputs.batch} entries (a KvSeqId per lane, None for an inactive lane), got {len(lanes)}"
+                    f"graph {plan.name!r} at B{inputs.batch} needs kv= with {inputs.batch} "
+                    f"entries (a KvSeqId per lane, None for an inactive lane), got {len(lanes)}"
                 )
             kv_arr = (c_uint64 * max(len(lanes), 1))(*[L.KV_NONE if s is None else int(s) for s in lanes])
             desc = L.CalrtJobDesc(
-                plan.name.encode(), inputs.native, outputs.native, eng.code, inputs.batch, len(lanes), kv_arr, int(generation)
+                plan.name.encode(),
+                inputs.native,
+                outputs.native,
+                eng.code,
+                inputs.batch,
+                len(lanes),
+                kv_arr,
+                int(generation),
             )
             job_id = c_uint64()
             submit_ns = time.monotonic_ns()
             self._check(self._fn.calrt_job_submit(self._dev, byref(desc), byref(job_id)), f"submit {plan.name!r}")
             job = Job(
-                id=JobId(job_id.value), graph=plan.name, model=plan.model, chips=plan.chips, engine=eng,
-                generation=generation, batch=inputs.batch, kv=lanes, submit_ns=submit_ns,
+                id=JobId(job_id.value),
+                graph=plan.name,
+                model=plan.model,
+                chips=plan.chips,
+                engine=eng,
+                generation=generation,
+                batch=inputs.batch,
+                kv=lanes,
+                submit_ns=submit_ns,
             )
             inputs.lend(job.id)
             outputs.lend(job.id)
@@ -408,10 +456,18 @@ class CalrtRuntime(JobBuffersMixin):
         with self._lock:
             if rec.result is not None:
                 return rec.result
-            status = RuntimeStatus(info.status) if info.status in RuntimeStatus._value2member_map_ else RuntimeStatus.INTERNAL
+            status = (
+                RuntimeStatus(info.status)
+                if info.status in RuntimeStatus._value2member_map_
+                else RuntimeStatus.INTERNAL
+            )
             state = _state(int(info.state), rec.job.id)
             result = JobResult(
-                job=rec.job, state=state, status=status, start_ns=_ns(info.start_ns), end_ns=_ns(info.end_ns),
+                job=rec.job,
+                state=state,
+                status=status,
+                start_ns=_ns(info.start_ns),
+                end_ns=_ns(info.end_ns),
                 detail=None if state is JobState.SUCCEEDED else self.library.status_string(int(info.status)),
             )
             rec.result = result
@@ -425,13 +481,23 @@ class CalrtRuntime(JobBuffersMixin):
             for chip in rec.job.chips:
                 self._trace.append(
                     TraceEvent(
-                        job=rec.job.id, chip=chip, model=rec.job.model, graph=rec.job.graph, engine=rec.job.engine,
-                        generation=rec.job.generation, submit_ns=int(info.submit_ns) or rec.job.submit_ns,
-                        start_ns=result.start_ns, end_ns=result.end_ns, state=state, status=status,
+                        job=rec.job.id,
+                        chip=chip,
+                        model=rec.job.model,
+                        graph=rec.job.graph,
+                        engine=rec.job.engine,
+                        generation=rec.job.generation,
+                        submit_ns=int(info.submit_ns) or rec.job.submit_ns,
+                        start_ns=result.start_ns,
+                        end_ns=result.end_ns,
+                        state=state,
+                        status=status,
                     )
                 )
             if not self._closed:
-                self._check(self._fn.calrt_job_release(self._dev, rec.job.id), f"release job {rec.job.id}", job=rec.job.id)
+                self._check(
+                    self._fn.calrt_job_release(self._dev, rec.job.id), f"release job {rec.job.id}", job=rec.job.id
+                )
             return result
 
     def _record(self, job: Job) -> _NativeJob:
@@ -439,13 +505,15 @@ class CalrtRuntime(JobBuffersMixin):
             self._check_open()
             rec = self._jobs.get(job.id)
             if rec is None or rec.job != job:
-                raise InvalidArgument(f"job {job.id} is not known to this device (never submitted here, or older than the last {HISTORY} jobs)")
+                raise InvalidArgument(
+                    f"job {job.id} is not known to this device (never submitted here, or older than the last {HISTORY} jobs)"
+                )
             return rec
 
     # -- KV / observation -------------------------------------------------------------------------
 
     @property
-    def kv(self) -> "CalrtKvManager":
+    def kv(self) -> CalrtKvManager:
         return self._kv
 
     def memory_usage(self) -> tuple[ChipMemory, ...]:
@@ -473,7 +541,11 @@ class CalrtRuntime(JobBuffersMixin):
                     out.append(ChipCounters(chip=c, pending=None, finished=None, failed=None))
                     continue
                 self._check(rc, f"query chip {c} counters")
-                out.append(ChipCounters(chip=c, pending=_u64(cnt.pending), finished=_u64(cnt.finished), failed=_u64(cnt.failed)))
+                out.append(
+                    ChipCounters(
+                        chip=c, pending=_u64(cnt.pending), finished=_u64(cnt.finished), failed=_u64(cnt.failed)
+                    )
+                )
         return tuple(out)
 
     def health(self) -> tuple[ChipHealth, ...]:
@@ -614,7 +686,7 @@ def _text(raw: bytes) -> str:
 def _ms(timeout: float) -> int:
     if not timeout > 0:
         return 0
-    return min(int(math.ceil(timeout * 1000)), L.WAIT_MAX_MS)
+    return min(math.ceil(timeout * 1000), L.WAIT_MAX_MS)
 
 
 def _ns(value: int) -> int | None:

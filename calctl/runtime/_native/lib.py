@@ -33,8 +33,17 @@ WAIT_MAX_MS = 2**32 - 2
 
 GRAPH_PREFILL, GRAPH_DECODE = 0, 1
 DTYPE_CODES = {
-    "int8": 1, "uint8": 2, "int16": 3, "int32": 4, "int64": 5,
-    "fp16": 6, "float16": 6, "bf16": 7, "bfloat16": 7, "fp32": 8, "float32": 8,
+    "int8": 1,
+    "uint8": 2,
+    "int16": 3,
+    "int32": 4,
+    "int64": 5,
+    "fp16": 6,
+    "float16": 6,
+    "bf16": 7,
+    "bfloat16": 7,
+    "fp32": 8,
+    "float32": 8,
 }
 
 calrt_status = c_int32
@@ -207,7 +216,8 @@ def load_library(path: str | Path | None) -> CalrtLibrary:
         raise LibraryError(f"CalRT library {p}: calrt_abi_version failed with status {rc}")
     if major.value != ABI_MAJOR or minor.value < ABI_MINOR:
         raise LibraryError(
-            f"CalRT library {p}: C ABI {major.value}.{minor.value} is incompatible; calctl needs {ABI_MAJOR}.x with x >= {ABI_MINOR}",
+            f"CalRT library {p}: C ABI {major.value}.{minor.value} is "
+            f"incompatible; calctl needs {ABI_MAJOR}.x with x >= {ABI_MINOR}",
             hint="use a shim built for this calctl version (docs/calrt-c-abi.md §2)",
         )
     return CalrtLibrary(path=p, fn=cdll, abi=(major.value, minor.value))

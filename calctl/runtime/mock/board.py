@@ -47,17 +47,17 @@ import itertools
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from calctl.errors import ConfigError
 from calctl.package.model import GraphKind, Package
-from calctl.runtime.buffers import BufferState, Direction, HostBuffer, buffer_layout, JobBuffersMixin
-from calctl.runtime.calbin import Calbin, GraphPlan, plan_calbin, check_job_buffers, resolve_graph
+from calctl.runtime.buffers import BufferState, Direction, HostBuffer, JobBuffersMixin, buffer_layout
+from calctl.runtime.calbin import Calbin, GraphPlan, check_job_buffers, plan_calbin, resolve_graph
 from calctl.runtime.errors import (
     AlreadyConfigured,
     DeviceBusy,
@@ -85,8 +85,8 @@ from calctl.runtime.types import (
     Health,
     Job,
     JobId,
-    JobResult,
     JobPhase,
+    JobResult,
     JobState,
     KvSeqId,
     PhaseInterval,
@@ -101,7 +101,7 @@ MIB = 1024**2
 
 # One physical device per process (001 §2.1: VirtualDevice "temporary only support one physical device").
 _PROCESS_LOCK = threading.Lock()
-_PROCESS_DEVICE: "MockRuntime | None" = None
+_PROCESS_DEVICE: MockRuntime | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class _Hold:
 
     bank = "auto"
 
-    def __init__(self, rec: "_JobRecord", chip: int) -> None:
+    def __init__(self, rec: _JobRecord, chip: int) -> None:
         self.rec = rec
         self.chip = chip
         self.acquired = threading.Event()
@@ -149,8 +149,16 @@ class _Hold:
 
 class _JobRecord:
     def __init__(
-        self, job: Job, plan: GraphPlan, model: compute.LoadedModel, inputs: HostBuffer, outputs: HostBuffer,
-        seqs: list[KvSequence | None], bank: str, phases: PhaseSplit, halting: FaultDecision | None,
+        self,
+        job: Job,
+        plan: GraphPlan,
+        model: compute.LoadedModel,
+        inputs: HostBuffer,
+        outputs: HostBuffer,
+        seqs: list[KvSequence | None],
+        bank: str,
+        phases: PhaseSplit,
+        halting: FaultDecision | None,
         corruptions: list[FaultDecision],
     ) -> None:
         self.job = job
@@ -175,7 +183,14 @@ class _JobRecord:
         self.abort_reason = "aborted"
 
     def result(self) -> JobResult:
-        return JobResult(job=self.job, state=self.state, status=self.status, start_ns=self.start_ns, end_ns=self.end_ns, detail=self.detail)
+        return JobResult(
+            job=self.job,
+            state=self.state,
+            status=self.status,
+            start_ns=self.start_ns,
+            end_ns=self.end_ns,
+            detail=self.detail,
+        )
 
 
 class _Chip:
@@ -184,7 +199,11 @@ class _Chip:
         self.queue: deque[_JobRecord | _Hold] = deque()
         self.running: dict[str, _JobRecord | _Hold] = {}
         # One unit per phase: ping and pong share them, so their computes never overlap (000 §14).
-        self.units = {JobPhase.H2D: threading.Lock(), JobPhase.COMPUTE: threading.Lock(), JobPhase.D2H: threading.Lock()}
+        self.units = {
+            JobPhase.H2D: threading.Lock(),
+            JobPhase.COMPUTE: threading.Lock(),
+            JobPhase.D2H: threading.Lock(),
+        }
         self.health = Health.OK
         self.fault_scope: ResetScope | None = None
         self.fault_detail: str | None = None
@@ -194,7 +213,7 @@ class _Chip:
         self.leaked_bytes = 0
 
 
-def _item_record(item: "_JobRecord | _Hold") -> _JobRecord:
+def _item_record(item: _JobRecord | _Hold) -> _JobRecord:
     return item.rec if isinstance(item, _Hold) else item
 
 
@@ -249,7 +268,7 @@ class MockRuntime(JobBuffersMixin):
 
     # -- device ------------------------------------------------------------------
 
-    def __enter__(self) -> "MockRuntime":
+    def __enter__(self) -> MockRuntime:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
@@ -428,7 +447,10 @@ class MockRuntime(JobBuffersMixin):
             for c in plan.chips:
                 chip = self._chips[c]
                 if chip.health is Health.FAULTED:
-                    raise DeviceLost(f"chip {c} is halted: {chip.fault_detail}", hint=f"reset the {chip.fault_scope.value if chip.fault_scope else 'chip'}")
+                    raise DeviceLost(
+                        f"chip {c} is halted: {chip.fault_detail}",
+                        hint=f"reset the {chip.fault_scope.value if chip.fault_scope else 'chip'}",
+                    )
             primary = self._chips[plan.chips[0]]
             if len(primary.queue) + len(primary.running) >= self.config.max_queue_depth:
                 raise DeviceBusy(f"chip {primary.index}'s job queue is full ({self.config.max_queue_depth} jobs)")
@@ -437,14 +459,23 @@ class MockRuntime(JobBuffersMixin):
             busy = next((d for d in decisions if d.rule.kind is FaultKind.DEVICE_BUSY), None)
             if busy is not None:
                 self._faults.record(busy, job=None, graph=plan.name, model=plan.model, chips=plan.chips)
-                raise DeviceBusy(f"submit of {plan.name!r} refused (injected device_busy, rule {busy.rule_index}, event {busy.ordinal})")
+                raise DeviceBusy(
+                    f"submit of {plan.name!r} refused (injected device_busy, rule {busy.rule_index}, event {busy.ordinal})"
+                )
             halting = next((d for d in decisions if d.rule.kind.halts_chip), None)
             corruptions = [d for d in decisions if d.rule.kind in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION)]
 
             job_id = JobId(next(self._job_ids))
             job = Job(
-                id=job_id, graph=plan.name, model=plan.model, chips=plan.chips, engine=eng, generation=generation,
-                batch=inputs.batch, kv=lanes, submit_ns=time.monotonic_ns(),
+                id=job_id,
+                graph=plan.name,
+                model=plan.model,
+                chips=plan.chips,
+                engine=eng,
+                generation=generation,
+                batch=inputs.batch,
+                kv=lanes,
+                submit_ns=time.monotonic_ns(),
             )
             for d in ([halting] if halting else []) + corruptions:
                 self._faults.record(d, job=job_id, graph=plan.name, model=plan.model, chips=plan.chips)
@@ -452,7 +483,18 @@ class MockRuntime(JobBuffersMixin):
             bank = "auto" if len(plan.chips) > 1 or eng is Engine.AUTO else eng.value
             model = self._calbins[self._current.id][1][plan.model] if self._current else None
             assert model is not None
-            rec = _JobRecord(job, plan, model, inputs, outputs, seqs, bank, split.scaled(self.config.time_scale), halting, corruptions)
+            rec = _JobRecord(
+                job,
+                plan,
+                model,
+                inputs,
+                outputs,
+                seqs,
+                bank,
+                split.scaled(self.config.time_scale),
+                halting,
+                corruptions,
+            )
             inputs.lend(job_id)
             outputs.lend(job_id)
             for s in seqs:
@@ -499,7 +541,10 @@ class MockRuntime(JobBuffersMixin):
         with self._cv:
             rec = self._jobs.get(job.id)
             if rec is None or rec.job != job:
-                raise InvalidArgument(f"job {job.id} is not known to this device (never submitted here, or older than the last {self.config.history} jobs)")
+                raise InvalidArgument(
+                    f"job {job.id} is not known to this device (never submitted "
+                    f"here, or older than the last {self.config.history} jobs)"
+                )
             return rec
 
     @staticmethod
@@ -529,7 +574,9 @@ class MockRuntime(JobBuffersMixin):
 
     def counters(self) -> tuple[ChipCounters, ...]:
         with self._cv:
-            return tuple(ChipCounters(chip=c.index, pending=c.pending, finished=c.finished, failed=c.failed) for c in self._chips)
+            return tuple(
+                ChipCounters(chip=c.index, pending=c.pending, finished=c.finished, failed=c.failed) for c in self._chips
+            )
 
     def health(self) -> tuple[ChipHealth, ...]:
         with self._cv:
@@ -561,13 +608,17 @@ class MockRuntime(JobBuffersMixin):
         with self._cv:
             self._check_open()
             if sc not in self.config.reset_scopes:
-                raise NotSupported(f"this board grants no {sc.value} reset (granted: {', '.join(s.value for s in self.config.reset_scopes)})")
+                raise NotSupported(
+                    f"this board grants no {sc.value} reset (granted: {', '.join(s.value for s in self.config.reset_scopes)})"
+                )
             if sc is ResetScope.CHIP:
                 if chip is None or not 0 <= chip < self.config.chips:
                     raise InvalidArgument(f"a chip reset needs chip=0..{self.config.chips - 1}, got {chip!r}")
                 target = self._chips[chip]
                 if target.fault_scope is ResetScope.BOARD:
-                    raise DeviceLost(f"chip {chip}: {target.fault_detail}; a chip reset cannot recover it", hint="reset the board")
+                    raise DeviceLost(
+                        f"chip {chip}: {target.fault_detail}; a chip reset cannot recover it", hint="reset the board"
+                    )
                 affected = {chip}
             else:
                 affected = set(range(self.config.chips))
@@ -602,7 +653,9 @@ class MockRuntime(JobBuffersMixin):
     def _check_board_healthy(self, action: str) -> None:
         for ch in self._chips:
             if ch.health is not Health.OK:
-                raise DeviceLost(f"cannot {action}: chip {ch.index} is {ch.health.value}: {ch.fault_detail}", hint="reset first")
+                raise DeviceLost(
+                    f"cannot {action}: chip {ch.index} is {ch.health.value}: {ch.fault_detail}", hint="reset first"
+                )
 
     def _graph(self, name: str) -> GraphPlan:
         return resolve_graph(self._current, name)
@@ -617,7 +670,8 @@ class MockRuntime(JobBuffersMixin):
         batch = inputs.batch
         if len(lanes) != batch:
             raise InvalidArgument(
-                f"graph {plan.name!r} at B{batch} needs kv= with {batch} entries (a KvSeqId per lane, None for an inactive lane), got {len(lanes)}"
+                f"graph {plan.name!r} at B{batch} needs kv= with {batch} entries (a "
+                f"KvSeqId per lane, None for an inactive lane), got {len(lanes)}"
             )
         vocab = self._model_arch_vocab(plan)
         seen: set[KvSeqId] = set()
@@ -627,7 +681,9 @@ class MockRuntime(JobBuffersMixin):
                 raise InvalidArgument(f"graph {plan.name!r} lane {lane} is active but kv[{lane}] is None")
             s = self._kv.sequence(seq)
             if s.model != plan.model:
-                raise InvalidArgument(f"KV sequence {seq} belongs to model {s.model!r}, graph {plan.name!r} to {plan.model!r}")
+                raise InvalidArgument(
+                    f"KV sequence {seq} belongs to model {s.model!r}, graph {plan.name!r} to {plan.model!r}"
+                )
             if seq in seen:
                 raise InvalidArgument(f"KV sequence {seq} is bound to two lanes of one job")
             seen.add(seq)
@@ -650,13 +706,17 @@ class MockRuntime(JobBuffersMixin):
                 raise InvalidArgument(f"graph {plan.name!r}: token ids outside 0..{vocab - 1}")
             s = bound(lanes[0], 0, n)
             if s.committed != 0:
-                raise InvalidArgument(f"prefill writes from position 0 but KV sequence {s.id} has {s.committed} committed tokens")
+                raise InvalidArgument(
+                    f"prefill writes from position 0 but KV sequence {s.id} has {s.committed} committed tokens"
+                )
             return [s], n, 0
         active = compute.decode_lanes(inputs)
         active_lanes = {lane for lane, _, _ in active}
         for lane, seq in enumerate(lanes):
             if lane not in active_lanes and seq is not None:
-                raise InvalidArgument(f"graph {plan.name!r} lane {lane} is inactive (lane_valid 0) but kv[{lane}] names sequence {seq}")
+                raise InvalidArgument(
+                    f"graph {plan.name!r} lane {lane} is inactive (lane_valid 0) but kv[{lane}] names sequence {seq}"
+                )
         seqs: list[KvSequence | None] = [None] * batch
         kv_tokens = 0
         for lane, token, position in active:
@@ -677,7 +737,7 @@ class MockRuntime(JobBuffersMixin):
 
     # -- execution ----------------------------------------------------------------------------
 
-    def _startable(self, chip: _Chip) -> "_JobRecord | _Hold | None":
+    def _startable(self, chip: _Chip) -> _JobRecord | _Hold | None:
         if not chip.queue or chip.health is not Health.OK:
             return None
         head = chip.queue[0]
@@ -736,7 +796,12 @@ class MockRuntime(JobBuffersMixin):
         if halting is FaultKind.WAIT_TIMEOUT:
             rec.abort.wait()  # hangs until a reset (or close) aborts it
             with self._cv:
-                self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, f"hung (injected wait_timeout); {rec.abort_reason}")
+                self._finish(
+                    rec,
+                    JobState.ABORTED,
+                    RuntimeStatus.JOB_ABORTED,
+                    f"hung (injected wait_timeout); {rec.abort_reason}",
+                )
             return
         errors: list[str] = []
 
@@ -752,8 +817,11 @@ class MockRuntime(JobBuffersMixin):
 
         units = self._chips[rec.job.chips[0]].units
         aborted, debt = False, 0.0
-        for phase, seconds, fn in ((JobPhase.H2D, rec.phases.h2d_s, None), (JobPhase.COMPUTE, rec.phases.compute_s, work),
-                                   (JobPhase.D2H, rec.phases.d2h_s, None)):
+        for phase, seconds, fn in (
+            (JobPhase.H2D, rec.phases.h2d_s, None),
+            (JobPhase.COMPUTE, rec.phases.compute_s, work),
+            (JobPhase.D2H, rec.phases.d2h_s, None),
+        ):
             aborted, debt = self._phase(rec, units[phase], phase, seconds, fn, debt)
             if aborted:
                 break
@@ -762,19 +830,33 @@ class MockRuntime(JobBuffersMixin):
             if aborted:
                 self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, rec.abort_reason)
             elif halting is FaultKind.CCU_EXCEPTION:
-                self._finish(rec, JobState.FAILED, RuntimeStatus.CCU_EXCEPTION, "CalCore exception (injected ccu_exception)")
+                self._finish(
+                    rec, JobState.FAILED, RuntimeStatus.CCU_EXCEPTION, "CalCore exception (injected ccu_exception)"
+                )
                 self._halt(rec, Health.FAULTED)
             elif halting is FaultKind.UNKNOWN_DMA_STATE:
-                self._finish(rec, JobState.FAILED, RuntimeStatus.UNKNOWN_DMA_STATE,
-                             "DMA state unknown (injected unknown_dma_state); buffers held until a reset", quarantine=True)
+                self._finish(
+                    rec,
+                    JobState.FAILED,
+                    RuntimeStatus.UNKNOWN_DMA_STATE,
+                    "DMA state unknown (injected unknown_dma_state); buffers held until a reset",
+                    quarantine=True,
+                )
                 self._halt(rec, Health.FAULTED)
             elif error is not None:
                 self._finish(rec, JobState.FAILED, RuntimeStatus.INTERNAL, error)
             else:
                 self._finish(rec, JobState.SUCCEEDED, RuntimeStatus.OK, None)
 
-    def _phase(self, rec: _JobRecord, unit: threading.Lock, phase: JobPhase, seconds: float,
-               work: Callable[[], None] | None, debt: float) -> tuple[bool, float]:
+    def _phase(
+        self,
+        rec: _JobRecord,
+        unit: threading.Lock,
+        phase: JobPhase,
+        seconds: float,
+        work: Callable[[], None] | None,
+        debt: float,
+    ) -> tuple[bool, float]:
         """Run one phase on the chip's unit for it: wait for the unit, do ``work``, sleep the rest.
 
         Returns (aborted, debt): ``debt`` is how far the numpy work overran its phase, taken off the
@@ -881,7 +963,9 @@ class MockRuntime(JobBuffersMixin):
             self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, reason)
         return running
 
-    def _finish(self, rec: _JobRecord, state: JobState, status: RuntimeStatus, detail: str | None, *, quarantine: bool = False) -> None:
+    def _finish(
+        self, rec: _JobRecord, state: JobState, status: RuntimeStatus, detail: str | None, *, quarantine: bool = False
+    ) -> None:
         """Terminal transition, exactly once, under the board lock."""
         if rec.state.terminal:
             return
@@ -897,9 +981,17 @@ class MockRuntime(JobBuffersMixin):
                 ch.failed += 1
             self._trace.append(
                 TraceEvent(
-                    job=rec.job.id, chip=c, model=rec.job.model, graph=rec.job.graph, engine=rec.job.engine,
-                    generation=rec.job.generation, submit_ns=rec.job.submit_ns, start_ns=rec.start_ns,
-                    end_ns=rec.end_ns, state=state, status=status,
+                    job=rec.job.id,
+                    chip=c,
+                    model=rec.job.model,
+                    graph=rec.job.graph,
+                    engine=rec.job.engine,
+                    generation=rec.job.generation,
+                    submit_ns=rec.job.submit_ns,
+                    start_ns=rec.start_ns,
+                    end_ns=rec.end_ns,
+                    state=state,
+                    status=status,
                     phases=tuple(rec.phase_log) if c == rec.job.chips[0] else (),
                 )
             )

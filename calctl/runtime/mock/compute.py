@@ -20,8 +20,8 @@ schedule, time or validate KV bookkeeping.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -45,7 +45,9 @@ class LoadedModel:
         return tiny.KvCache.empty(self.arch, self.max_seq)
 
 
-def _io(graph: Graph) -> tuple[dict[str, tuple[str, tuple[int | str, ...]]], dict[str, tuple[str, tuple[int | str, ...]]]]:
+def _io(
+    graph: Graph,
+) -> tuple[dict[str, tuple[str, tuple[int | str, ...]]], dict[str, tuple[str, tuple[int | str, ...]]]]:
     return ({t.name: (t.dtype, t.shape) for t in graph.inputs}, {t.name: (t.dtype, t.shape) for t in graph.outputs})
 
 
@@ -71,8 +73,15 @@ def check_io_contract(model: Model, graph: Graph) -> None:
         if max(graph.batch_profiles) > 1:
             expected.add("lane_valid")
             pol = graph.inactive_lane_policy
-            if ins.get("lane_valid") != ("uint8", ("B",)) or pol is None or pol.mask_input != "lane_valid" or pol.writes_kv:
-                problems.append("a B>1 profile needs lane_valid uint8 [B] as the inactive-lane mask that writes no KV (000 §7.3)")
+            if (
+                ins.get("lane_valid") != ("uint8", ("B",))
+                or pol is None
+                or pol.mask_input != "lane_valid"
+                or pol.writes_kv
+            ):
+                problems.append(
+                    "a B>1 profile needs lane_valid uint8 [B] as the inactive-lane mask that writes no KV (000 §7.3)"
+                )
         if set(ins) != expected:
             problems.append(f"inputs {sorted(ins)} are not exactly {sorted(expected)}")
     if graph.position_semantics != "committed_kv_length":

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import jsonschema
 import numpy as np
@@ -61,8 +62,18 @@ _RULE_SCHEMA: dict[str, Any] = {
     "properties": {
         "kind": {"enum": [k.value for k in FaultKind]},
         "probability": {"type": "number", "minimum": 0, "maximum": 1},
-        "job": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}]},
-        "unload": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}]},
+        "job": {
+            "oneOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+            ]
+        },
+        "unload": {
+            "oneOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+            ]
+        },
         "graph": {"type": "string", "minLength": 1},
         "model": {"type": "string", "minLength": 1},
         "chip": {"type": "integer", "minimum": 0},
@@ -113,21 +124,23 @@ class FaultPlan:
     seed: int = 0
 
     @classmethod
-    def from_document(cls, doc: Any, *, source: str = "fault plan") -> "FaultPlan":
+    def from_document(cls, doc: Any, *, source: str = "fault plan") -> FaultPlan:
         """Build a plan from a parsed document; :class:`ConfigError` names the field on any problem."""
         validator = jsonschema.Draft202012Validator(PLAN_SCHEMA)
         errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
         if errors:
             err = errors[0]
             where = "/" + "/".join(str(p) for p in err.absolute_path)
-            raise ConfigError(f"{source}: {where}: {err.message}", hint=f"see docs/runtime.md for the {SCHEMA_ID} format")
+            raise ConfigError(
+                f"{source}: {where}: {err.message}", hint=f"see docs/runtime.md for the {SCHEMA_ID} format"
+            )
         rules = []
         for i, r in enumerate(doc["faults"]):
             rules.append(_rule(r, f"{source}: /faults/{i}"))
         return cls(rules=tuple(rules), seed=int(doc.get("seed", 0)))
 
     @classmethod
-    def load(cls, path: Path) -> "FaultPlan":
+    def load(cls, path: Path) -> FaultPlan:
         try:
             with open(path, "rb") as fh:
                 data = fh.read(MAX_PLAN_BYTES + 1)
@@ -147,12 +160,17 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
     trigger_key = "unload" if kind.on_unload else "job"
     wrong_key = "job" if kind.on_unload else "unload"
     if wrong_key in r:
-        raise ConfigError(f"{where}: {kind.value} fires on {'unloads' if kind.on_unload else 'job submissions'}; use {trigger_key!r}, not {wrong_key!r}")
+        raise ConfigError(
+            f"{where}: {kind.value} fires on {'unloads' if kind.on_unload else 'job submissions'}; "
+            f"use {trigger_key!r}, not {wrong_key!r}"
+        )
     has_p, has_at = "probability" in r, trigger_key in r
     if has_p == has_at:
         raise ConfigError(f"{where}: give exactly one of 'probability' and {trigger_key!r}")
     if "reset_scope" in r and not kind.halts_chip:
-        raise ConfigError(f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)")
+        raise ConfigError(
+            f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)"
+        )
     if "magnitude" in r and kind not in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION):
         raise ConfigError(f"{where}: magnitude applies only to corrupt_output and kv_corruption")
     if "bytes" in r and kind is not FaultKind.MEMORY_LEAK:
@@ -225,7 +243,7 @@ class FaultInjector:
 
     def add_rule(self, rule: FaultRule) -> int:
         """Arm one more rule at run time (tests and tools); its ordinals count from now."""
-        self.plan = FaultPlan(rules=self.plan.rules + (rule,), seed=self.plan.seed)
+        self.plan = FaultPlan(rules=(*self.plan.rules, rule), seed=self.plan.seed)
         self._counts.append(0)
         self._fired.append(0)
         return len(self.plan.rules) - 1
@@ -236,12 +254,20 @@ class FaultInjector:
     def on_unload(self, *, model: str, chips: Sequence[int]) -> list[FaultDecision]:
         return self._decide(unload=True, graph=None, model=model, chips=chips)
 
-    def record(self, decision: FaultDecision, *, job: int | None, graph: str | None, model: str, chips: Sequence[int]) -> None:
+    def record(
+        self, decision: FaultDecision, *, job: int | None, graph: str | None, model: str, chips: Sequence[int]
+    ) -> None:
         rule = decision.rule
         self._log.append(
             InjectedFault(
-                rule_index=decision.rule_index, kind=rule.kind, ordinal=decision.ordinal, job=job, graph=graph,
-                model=model, chips=tuple(chips), reset_scope=rule.reset_scope if rule.kind.halts_chip else None,
+                rule_index=decision.rule_index,
+                kind=rule.kind,
+                ordinal=decision.ordinal,
+                job=job,
+                graph=graph,
+                model=model,
+                chips=tuple(chips),
+                reset_scope=rule.reset_scope if rule.kind.halts_chip else None,
             )
         )
 
@@ -254,10 +280,11 @@ class FaultInjector:
             n = self._counts[i]
             if rule.max_count is not None and self._fired[i] >= rule.max_count:
                 continue
-            if rule.probability is not None:
-                fires = _draw(self.seed, i, n, "p") / 2.0**64 < rule.probability
-            else:
-                fires = n in rule.at
+            fires = (
+                _draw(self.seed, i, n, "p") / 2.0**64 < rule.probability
+                if rule.probability is not None
+                else n in rule.at
+            )
             if fires:
                 self._fired[i] += 1
                 out.append(FaultDecision(rule_index=i, rule=rule, ordinal=n, rng_key=_draw(self.seed, i, n, "rng")))

@@ -76,7 +76,9 @@ class MockKvManager:
     def sequence(self, seq: KvSeqId) -> KvSequence:
         s = self._seqs.get(seq)
         if s is None:
-            raise InvalidArgument(f"unknown KV sequence {seq} (never allocated, freed, or dropped by a reset of the configuration)")
+            raise InvalidArgument(
+                f"unknown KV sequence {seq} (never allocated, freed, or dropped by a reset of the configuration)"
+            )
         return s
 
     def wipe_chips(self, chips: set[int]) -> None:
@@ -106,7 +108,9 @@ class MockKvManager:
             s = self._idle(seq, "append to")
             cap = self._space(s.model).model.max_seq
             if n < 1 or s.reserved + n > cap:
-                raise InvalidArgument(f"KV sequence {seq}: cannot reserve {n} more tokens ({s.reserved} reserved, max_seq {cap})")
+                raise InvalidArgument(
+                    f"KV sequence {seq}: cannot reserve {n} more tokens ({s.reserved} reserved, max_seq {cap})"
+                )
             position = s.reserved
             s.reserved += n
             return position
@@ -115,7 +119,9 @@ class MockKvManager:
         with self._lock:
             s = self._idle(seq, "commit")
             if s.last_job_failed and s.reserved > s.committed:
-                raise InvalidArgument(f"KV sequence {seq}: the job that wrote the reserved tokens failed; rollback instead (000 §9.2)")
+                raise InvalidArgument(
+                    f"KV sequence {seq}: the job that wrote the reserved tokens failed; rollback instead (000 §9.2)"
+                )
             s.committed = s.reserved
             return s.length
 
@@ -130,7 +136,9 @@ class MockKvManager:
         with self._lock:
             s = self._idle(seq, "trim")
             if s.reserved != s.committed:
-                raise InvalidArgument(f"KV sequence {seq}: {s.reserved - s.committed} tokens are reserved; commit or roll back first")
+                raise InvalidArgument(
+                    f"KV sequence {seq}: {s.reserved - s.committed} tokens are reserved; commit or roll back first"
+                )
             if not 0 <= n <= s.committed:
                 raise InvalidArgument(f"KV sequence {seq}: cannot remove {n} of {s.committed} committed tokens")
             s.committed -= n
@@ -162,5 +170,7 @@ class MockKvManager:
     def _idle(self, seq: KvSeqId, action: str) -> KvSequence:
         s = self.sequence(seq)
         if s.busy_job is not None:
-            raise DeviceBusy(f"cannot {action} KV sequence {seq}: job {s.busy_job} in flight is writing it", job=s.busy_job)
+            raise DeviceBusy(
+                f"cannot {action} KV sequence {seq}: job {s.busy_job} in flight is writing it", job=s.busy_job
+            )
         return s

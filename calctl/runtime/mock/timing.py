@@ -27,8 +27,8 @@ computes durations; it does not sleep.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping
 
 from calctl.errors import ConfigError
 from calctl.package.model import GraphKind
@@ -46,7 +46,7 @@ class PhaseSplit:
     def total_s(self) -> float:
         return self.h2d_s + self.compute_s + self.d2h_s
 
-    def scaled(self, factor: float) -> "PhaseSplit":
+    def scaled(self, factor: float) -> PhaseSplit:
         return PhaseSplit(self.h2d_s * factor, self.compute_s * factor, self.d2h_s * factor)
 
 
@@ -60,7 +60,14 @@ class GraphTiming:
     d2h_share: float = 0.3
 
     def __post_init__(self) -> None:
-        for name in ("prefill_base_s", "prefill_per_token_s", "decode_base_s", "decode_per_kv_token_s", "h2d_share", "d2h_share"):
+        for name in (
+            "prefill_base_s",
+            "prefill_per_token_s",
+            "decode_base_s",
+            "decode_per_kv_token_s",
+            "h2d_share",
+            "d2h_share",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ConfigError(f"timing {name} must be a non-negative number, got {value!r}")
@@ -95,7 +102,7 @@ class TimingModel:
         h2d, d2h = total * t.h2d_share, total * t.d2h_share
         return PhaseSplit(h2d, total - h2d - d2h, d2h)
 
-    def with_shares(self, h2d_share: float, d2h_share: float) -> "TimingModel":
+    def with_shares(self, h2d_share: float, d2h_share: float) -> TimingModel:
         """The same model with every graph's phase split replaced (benches compare splits)."""
         return TimingModel(
             default=replace(self.default, h2d_share=h2d_share, d2h_share=d2h_share),

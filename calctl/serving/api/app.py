@@ -23,8 +23,9 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -67,16 +68,27 @@ class ApiSettings:
     chat_default_max_tokens: int | None = None  # None: up to the context limit
 
 
-def error_body(status: int, message: str, *, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+def error_body(
+    status: int, message: str, *, type_: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def error_response(status: int, message: str, *, type_: str, param: str | None = None, code: str | None = None,
-                   retry_after_s: float | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    message: str,
+    *,
+    type_: str,
+    param: str | None = None,
+    code: str | None = None,
+    retry_after_s: float | None = None,
+) -> JSONResponse:
     headers = {}
     if retry_after_s is not None or status in (429, 503):
         headers["Retry-After"] = str(max(1, math.ceil(retry_after_s or 1)))
-    return JSONResponse(error_body(status, message, type_=type_, param=param, code=code), status_code=status, headers=headers)
+    return JSONResponse(
+        error_body(status, message, type_=type_, param=param, code=code), status_code=status, headers=headers
+    )
 
 
 def rejection_response(exc: EngineRejection) -> JSONResponse:
@@ -84,8 +96,15 @@ def rejection_response(exc: EngineRejection) -> JSONResponse:
     param = exc.param
     if param is None and exc.code is RejectCode.MODEL_NOT_FOUND:
         param = "model"  # OpenAI names the parameter; the engine's rejection need not
-    type_ = {400: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable"}[status]
-    return error_response(status, exc.message, type_=type_, param=param, code=exc.code.value, retry_after_s=exc.retry_after_s)
+    type_ = {
+        400: "invalid_request_error",
+        404: "invalid_request_error",
+        429: "rate_limit_error",
+        503: "service_unavailable",
+    }[status]
+    return error_response(
+        status, exc.message, type_=type_, param=param, code=exc.code.value, retry_after_s=exc.retry_after_s
+    )
 
 
 class _Unauthorized(Exception):
@@ -142,8 +161,9 @@ class _SseResponse(StreamingResponse):
     either way the request would go on generating for nobody until the garbage collector got round to it.
     """
 
-    def __init__(self, content: AsyncGenerator[bytes, None], *, engine_stream: RequestStream, outcome: _SseOutcome,
-                 **kw: Any) -> None:
+    def __init__(
+        self, content: AsyncGenerator[bytes, None], *, engine_stream: RequestStream, outcome: _SseOutcome, **kw: Any
+    ) -> None:
         super().__init__(content, **kw)
         self._body = content
         self._engine_stream = engine_stream
@@ -184,27 +204,49 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
 
     @app.exception_handler(_Unauthorized)
     async def _unauth(_: Request, __: _Unauthorized) -> JSONResponse:
-        return JSONResponse(error_body(401, "missing or invalid API key", type_="invalid_request_error", code="invalid_api_key"),
-                            status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        return JSONResponse(
+            error_body(401, "missing or invalid API key", type_="invalid_request_error", code="invalid_api_key"),
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
     @app.exception_handler(_AdminDisabled)
     async def _admin_disabled(_: Request, __: _AdminDisabled) -> JSONResponse:
-        return JSONResponse(error_body(403, "the admin API is disabled: no admin key is configured",
-                                       type_="permission_error", code="admin_disabled"), status_code=403)
+        return JSONResponse(
+            error_body(
+                403,
+                "the admin API is disabled: no admin key is configured",
+                type_="permission_error",
+                code="admin_disabled",
+            ),
+            status_code=403,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        return error_response(400, f"{'.'.join(loc) or 'body'}: {first.get('msg')}", type_="invalid_request_error",
-                              param=".".join(loc) or None, code="invalid_request")
+        return error_response(
+            400,
+            f"{'.'.join(loc) or 'body'}: {first.get('msg')}",
+            type_="invalid_request_error",
+            param=".".join(loc) or None,
+            code="invalid_request",
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         # Unknown routes and methods: the same OpenAI error body as every other error, not {"detail": ...}.
-        return JSONResponse(error_body(exc.status_code, str(exc.detail), type_="invalid_request_error",
-                                       code="not_found" if exc.status_code == 404 else None),
-                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            error_body(
+                exc.status_code,
+                str(exc.detail),
+                type_="invalid_request_error",
+                code="not_found" if exc.status_code == 404 else None,
+            ),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
 
     @app.exception_handler(EngineRejection)
     async def _rejected(_: Request, exc: EngineRejection) -> JSONResponse:
@@ -222,14 +264,21 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
             return JSONResponse({"status": "draining"}, status_code=503)
         ok = engine.is_ready(None)
         models = {m.alias: m.state for m in engine.models()}
-        return JSONResponse({"status": "ready" if ok else "not_ready", "models": models}, status_code=200 if ok else 503)
+        return JSONResponse(
+            {"status": "ready" if ok else "not_ready", "models": models}, status_code=200 if ok else 503
+        )
 
     @app.get("/health/ready/{alias}")
     async def ready_model(alias: str) -> JSONResponse:
         states = {m.alias: m.state for m in engine.models()}
         if alias not in states:
-            return error_response(404, f"model {alias!r} does not exist", type_="invalid_request_error", param="model",
-                                  code="model_not_found")
+            return error_response(
+                404,
+                f"model {alias!r} does not exist",
+                type_="invalid_request_error",
+                param="model",
+                code="model_not_found",
+            )
         ok = engine.is_ready(alias) and not engine.is_draining()
         return JSONResponse({"model": alias, "state": states[alias]}, status_code=200 if ok else 503)
 
@@ -259,14 +308,18 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         if isinstance(body.prompt, str):
             prompt_ids = codec.encode(body.prompt)
         elif body.prompt and isinstance(body.prompt[0], str):
-            prompt_ids = codec.encode(body.prompt[0])  # type: ignore[arg-type]
+            prompt_ids = codec.encode(body.prompt[0])
         else:
             prompt_ids = list(body.prompt)  # type: ignore[arg-type]
             bad = [t for t in prompt_ids if t >= codec.vocab_size]
             if bad:
-                return error_response(400, f"token id {bad[0]} is outside the vocabulary of {body.model!r} "
-                                           f"({codec.vocab_size} entries)", type_="invalid_request_error", param="prompt",
-                                      code="invalid_prompt")
+                return error_response(
+                    400,
+                    f"token id {bad[0]} is outside the vocabulary of {body.model!r} ({codec.vocab_size} entries)",
+                    type_="invalid_request_error",
+                    param="prompt",
+                    code="invalid_prompt",
+                )
         max_tokens = body.max_tokens or 16
         return await _generate(request, tenant, body, prompt_ids, max_tokens, chat=False)
 
@@ -281,7 +334,9 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
             prompt = codec.render_chat(messages, add_generation_prompt=True)
         except (ValueError, ChatTemplateError) as exc:
-            return error_response(400, str(exc), type_="invalid_request_error", param="messages", code="invalid_messages")
+            return error_response(
+                400, str(exc), type_="invalid_request_error", param="messages", code="invalid_messages"
+            )
         prompt_ids = codec.encode(prompt)
         limit = engine.context_limit(body.model)
         max_tokens = body.max_completion_tokens or body.max_tokens or settings.chat_default_max_tokens
@@ -293,28 +348,45 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         try:
             raw = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return error_response(400, "request body is not valid JSON", type_="invalid_request_error", code="invalid_json")
+            return error_response(
+                400, "request body is not valid JSON", type_="invalid_request_error", code="invalid_json"
+            )
         if not isinstance(raw, dict):
-            return error_response(400, "request body must be a JSON object", type_="invalid_request_error", code="invalid_json")
+            return error_response(
+                400, "request body must be a JSON object", type_="invalid_request_error", code="invalid_json"
+            )
         try:
             body = model.model_validate(raw)  # type: ignore[attr-defined]
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first.get("loc", ()))
-            return error_response(400, f"{loc or 'body'}: {first.get('msg')}", type_="invalid_request_error", param=loc or None,
-                                  code="invalid_request")
-        unsupported = body.unsupported()  # type: ignore[attr-defined]
+            return error_response(
+                400,
+                f"{loc or 'body'}: {first.get('msg')}",
+                type_="invalid_request_error",
+                param=loc or None,
+                code="invalid_request",
+            )
+        unsupported = body.unsupported()
         if unsupported:
-            return error_response(400, unsupported[1], type_="invalid_request_error", param=unsupported[0],
-                                  code="unsupported_parameter")
+            return error_response(
+                400, unsupported[1], type_="invalid_request_error", param=unsupported[0], code="unsupported_parameter"
+            )
         return body
 
-    async def _generate(request: Request, tenant: str, body: Any, prompt_ids: list[int], max_tokens: int, *, chat: bool) -> Response:
+    async def _generate(
+        request: Request, tenant: str, body: Any, prompt_ids: list[int], max_tokens: int, *, chat: bool
+    ) -> Response:
         prefix = "chatcmpl" if chat else "cmpl"
         request_id = f"{prefix}-{uuid.uuid4().hex}"
         gen = GenerationRequest(
-            request_id=request_id, alias=body.model, tenant=tenant, prompt_ids=tuple(prompt_ids), max_tokens=max_tokens,
-            sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p, seed=body.seed), timeout_s=body.timeout,
+            request_id=request_id,
+            alias=body.model,
+            tenant=tenant,
+            prompt_ids=tuple(prompt_ids),
+            max_tokens=max_tokens,
+            sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p, seed=body.seed),
+            timeout_s=body.timeout,
         )
         stream = engine.submit(gen)  # raises EngineRejection -> real HTTP status
         try:
@@ -349,18 +421,35 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
             return error_response(500, INTERNAL_ERROR_MESSAGE, type_="server_error", code="internal_error")
         if error is not None:
             log.error("request %s: generation failed: %s", request_id, error)
-            return error_response(503, DEVICE_ERROR_MESSAGE, type_="service_unavailable", code="device_error",
-                                  retry_after_s=1)
+            return error_response(
+                503, DEVICE_ERROR_MESSAGE, type_="service_unavailable", code="device_error", retry_after_s=1
+            )
         if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish,
+            }
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
             obj = "text_completion"
-        return JSONResponse({"id": request_id, "object": obj, "created": created, "model": body.model, "choices": [choice],
-                             "usage": usage}, headers=headers)
+        return JSONResponse(
+            {
+                "id": request_id,
+                "object": obj,
+                "created": created,
+                "model": body.model,
+                "choices": [choice],
+                "usage": usage,
+            },
+            headers=headers,
+        )
 
-    async def _collect(stream: RequestStream, codec: Any, stops: list[str]) -> tuple[str, str, dict[str, int], str | None]:
+    async def _collect(
+        stream: RequestStream, codec: Any, stops: list[str]
+    ) -> tuple[str, str, dict[str, int], str | None]:
         detok = IncrementalDetokenizer(codec)
         matcher = StopMatcher(stops)
         parts: list[str] = []
@@ -387,11 +476,21 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
                 break
         return "".join(parts), finish, usage, None
 
-    async def _sse(stream: RequestStream, codec: Any, body: Any, request_id: str, created: int, chat: bool,
-                   include_usage: bool, outcome: _SseOutcome) -> AsyncGenerator[bytes, None]:
+    async def _sse(
+        stream: RequestStream,
+        codec: Any,
+        body: Any,
+        request_id: str,
+        created: int,
+        chat: bool,
+        include_usage: bool,
+        outcome: _SseOutcome,
+    ) -> AsyncGenerator[bytes, None]:
         obj = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(delta_text: str | None, finish: str | None, *, role: bool = False, usage: dict[str, int] | None = None) -> bytes:
+        def chunk(
+            delta_text: str | None, finish: str | None, *, role: bool = False, usage: dict[str, int] | None = None
+        ) -> bytes:
             if chat:
                 delta: dict[str, Any] = {}
                 if role:
@@ -401,7 +500,13 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
                 choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
             else:
                 choices = [{"index": 0, "text": delta_text or "", "logprobs": None, "finish_reason": finish}]
-            doc: dict[str, Any] = {"id": request_id, "object": obj, "created": created, "model": body.model, "choices": choices}
+            doc: dict[str, Any] = {
+                "id": request_id,
+                "object": obj,
+                "created": created,
+                "model": body.model,
+                "choices": choices,
+            }
             if usage is not None:
                 doc = {**doc, "choices": [], "usage": usage}
             return f"data: {json.dumps(doc, separators=(',', ':'))}\n\n".encode()
@@ -414,7 +519,9 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
                 yield chunk("", None, role=True)
             async for ev in stream:
                 usage = _usage(ev)
-                if ev.token_id is not None and not (ev.finish is FinishReason.STOP and ev.token_id == codec.eos_token_id):
+                if ev.token_id is not None and not (
+                    ev.finish is FinishReason.STOP and ev.token_id == codec.eos_token_id
+                ):
                     safe, stopped = matcher.feed(detok.push(ev.token_id))
                     if safe:
                         yield chunk(safe, None)
@@ -457,7 +564,9 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         require_admin(request)
         found = engine.cancel(request_id)
         if not found:
-            return error_response(404, f"no live request {request_id!r}", type_="invalid_request_error", code="request_not_found")
+            return error_response(
+                404, f"no live request {request_id!r}", type_="invalid_request_error", code="request_not_found"
+            )
         return JSONResponse({"id": request_id, "cancelled": True})
 
     # Declared before the generic /{action} route, which would otherwise match "executor".
@@ -478,8 +587,13 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
             body = None
         mode = body.get("mode") if isinstance(body, dict) else None
         if mode not in EXECUTOR_MODES:
-            return error_response(400, f"body must be {{\"mode\": one of {', '.join(EXECUTOR_MODES)}}}",
-                                  type_="invalid_request_error", param="mode", code="invalid_request")
+            return error_response(
+                400,
+                f'body must be {{"mode": one of {", ".join(EXECUTOR_MODES)}}}',
+                type_="invalid_request_error",
+                param="mode",
+                code="invalid_request",
+            )
         outcome = await engine.executor(alias, mode)
         return JSONResponse(dict(outcome), status_code=200 if outcome.get("ok") else 409)
 
@@ -487,7 +601,9 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
     async def admin_model(alias: str, action: str, request: Request) -> JSONResponse:
         require_admin(request)
         if action not in ("load", "unload", "reload"):
-            return error_response(404, f"unknown action {action!r}; expected load, unload or reload", type_="invalid_request_error")
+            return error_response(
+                404, f"unknown action {action!r}; expected load, unload or reload", type_="invalid_request_error"
+            )
         engine.codec(alias)  # 404 for unknown aliases
         outcome = await engine.admin(alias, action)
         status = 200 if outcome.get("ok") else 409
@@ -497,11 +613,17 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
 
 
 def _usage(ev: Any) -> dict[str, int]:
-    return {"prompt_tokens": ev.prompt_tokens, "completion_tokens": ev.completion_tokens,
-            "total_tokens": ev.prompt_tokens + ev.completion_tokens}
+    return {
+        "prompt_tokens": ev.prompt_tokens,
+        "completion_tokens": ev.completion_tokens,
+        "total_tokens": ev.prompt_tokens + ev.completion_tokens,
+    }
 
 
 def _finish_name(reason: FinishReason) -> str:
-    return {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.CANCELLED: "cancelled",
-            FinishReason.ERROR: "error"}[reason]
-
+    return {
+        FinishReason.STOP: "stop",
+        FinishReason.LENGTH: "length",
+        FinishReason.CANCELLED: "cancelled",
+        FinishReason.ERROR: "error",
+    }[reason]

@@ -7,7 +7,7 @@ cannot honour with a non-default value (``n > 1``, ``logprobs``, ``echo``,
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -21,16 +21,16 @@ class _Common(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(min_length=1, max_length=256)
-    max_tokens: Optional[int] = Field(default=None, ge=1, le=1_000_000)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: Optional[int] = None
-    stop: Optional[Union[str, list[str]]] = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
     stream: bool = False
-    stream_options: Optional[StreamOptions] = None
+    stream_options: StreamOptions | None = None
     n: int = 1
-    user: Optional[str] = None
-    timeout: Optional[float] = Field(default=None, gt=0, description="calctl extension: request deadline in seconds")
+    user: str | None = None
+    timeout: float | None = Field(default=None, gt=0, description="calctl extension: request deadline in seconds")
 
     @field_validator("stop")
     @classmethod
@@ -49,20 +49,32 @@ class _Common(BaseModel):
         if self.n != 1:
             return "n", "only n=1 is supported"
         extra = self.model_extra or {}
-        for name in ("logprobs", "top_logprobs", "best_of", "echo", "suffix", "tools", "functions", "response_format",
-                     "logit_bias"):
+        for name in (
+            "logprobs",
+            "top_logprobs",
+            "best_of",
+            "echo",
+            "suffix",
+            "tools",
+            "functions",
+            "response_format",
+            "logit_bias",
+        ):
             value = extra.get(name)
             # Unset, off or empty asks for nothing calctl lacks (client libraries send ``tools: []``,
             # ``suffix: ""``); only best_of=1 and response_format text are non-empty defaults.
-            if value in (None, False, 0, "", [], {}) or (name == "best_of" and value == 1) or (
-                    name == "response_format" and value == {"type": "text"}):
+            if (
+                value in (None, False, 0, "", [], {})
+                or (name == "best_of" and value == 1)
+                or (name == "response_format" and value == {"type": "text"})
+            ):
                 continue
             return name, f"{name} is not supported by this server"
         return None
 
 
 class CompletionRequest(_Common):
-    prompt: Union[str, list[str], list[int]]
+    prompt: str | list[str] | list[int]
 
     @field_validator("prompt")
     @classmethod
@@ -81,7 +93,7 @@ class CompletionRequest(_Common):
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: Union[str, list[dict[str, Any]], None] = None
+    content: str | list[dict[str, Any]] | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -98,4 +110,4 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: Optional[int] = Field(default=None, ge=1, le=1_000_000)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=1_000_000)

@@ -27,9 +27,10 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 import uvicorn
 
@@ -64,8 +65,15 @@ class DrainOutcome:
 class DrainingServer(uvicorn.Server):
     """``uvicorn.Server`` whose SIGTERM/SIGINT drains the engine first (see the module docstring)."""
 
-    def __init__(self, config: uvicorn.Config, engine: Drainable, *, drain_timeout_s: float, drain_grace_s: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        engine: Drainable,
+        *,
+        drain_timeout_s: float,
+        drain_grace_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(config)
         self.engine = engine
         self.drain_timeout_s = drain_timeout_s
@@ -124,12 +132,18 @@ class DrainingServer(uvicorn.Server):
         elapsed = self._clock() - self._started_at
         if not self._announced:
             self._announced = True
-            log.info("%s: draining (readiness 503, new requests 503 + Retry-After); deadline %.1f s, grace %.1f s",
-                     signal.Signals(self._signal or signal.SIGTERM).name, self.drain_timeout_s, self.drain_grace_s)
+            log.info(
+                "%s: draining (readiness 503, new requests 503 + Retry-After); deadline %.1f s, grace %.1f s",
+                signal.Signals(self._signal or signal.SIGTERM).name,
+                self.drain_timeout_s,
+                self.drain_grace_s,
+            )
         drained = self.engine.drained()
         if (drained and elapsed >= self.drain_grace_s) or elapsed >= self.drain_timeout_s:
             if not drained:
-                log.warning("drain deadline of %.1f s reached with requests still live; closing anyway", self.drain_timeout_s)
+                log.warning(
+                    "drain deadline of %.1f s reached with requests still live; closing anyway", self.drain_timeout_s
+                )
             # uvicorn's own graceful wait (responses still being written) gets what is left of the budget.
             self.config.timeout_graceful_shutdown = max(self.drain_timeout_s - elapsed, MIN_FLUSH_S)  # type: ignore[assignment]
             self.should_exit = True
@@ -147,8 +161,12 @@ class DrainingServer(uvicorn.Server):
             return DrainOutcome(None, self.engine.drained(), False, 0.0)
         if self._closed_at is None:  # stopped before a tick noticed (e.g. the app failed): judge now
             self._closed_at, self._drained_at_close = self._clock(), self.engine.drained()
-        return DrainOutcome(signal.Signals(self._signal or signal.SIGTERM).name, self._drained_at_close, self._forced,
-                            self._closed_at - self._started_at)
+        return DrainOutcome(
+            signal.Signals(self._signal or signal.SIGTERM).name,
+            self._drained_at_close,
+            self._forced,
+            self._closed_at - self._started_at,
+        )
 
 
-__all__ = ["DrainingServer", "DrainOutcome", "Drainable", "DRAIN_SIGNALS"]
+__all__ = ["DRAIN_SIGNALS", "DrainOutcome", "Drainable", "DrainingServer"]

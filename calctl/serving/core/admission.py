@@ -216,7 +216,7 @@ class AdmissionStats:
 class TokenBucket:
     """A token bucket driven by an explicit clock (per-tenant QPS, 000 §5.3)."""
 
-    __slots__ = ("rate", "burst", "tokens", "last")
+    __slots__ = ("burst", "last", "rate", "tokens")
 
     def __init__(self, rate: float, burst: float, now: float) -> None:
         self.rate = rate
@@ -242,7 +242,7 @@ class _Phase(enum.Enum):
 
 
 class _Entry:
-    __slots__ = ("request_id", "tenant", "arrived_at", "phase", "prompt", "max_tokens", "deadline", "tag")
+    __slots__ = ("arrived_at", "deadline", "max_tokens", "phase", "prompt", "request_id", "tag", "tenant")
 
     def __init__(self, request_id: RequestId, tenant: TenantId, arrived_at: float, deadline: float) -> None:
         self.request_id = request_id
@@ -256,7 +256,7 @@ class _Entry:
 
 
 class _TenantState:
-    __slots__ = ("tenant", "policy", "active", "waiting_tokens", "bucket", "fifo", "head", "head_token")
+    __slots__ = ("active", "bucket", "fifo", "head", "head_token", "policy", "tenant", "waiting_tokens")
 
     def __init__(self, tenant: TenantId, policy: TenantPolicy) -> None:
         self.tenant = tenant
@@ -395,7 +395,9 @@ class AdmissionController:
         ticket_deadline = entry.deadline
         if result is None:
             entry.deadline = ticket.arrived_at + (
-                self.policy.deadline_default_s if deadline_s is None else min(deadline_s, self.policy.deadline_default_s)
+                self.policy.deadline_default_s
+                if deadline_s is None
+                else min(deadline_s, self.policy.deadline_default_s)
             )
             if now >= entry.deadline:
                 result = AdmissionResult(

@@ -134,7 +134,7 @@ class DecodeBatch:
         """The active lanes as records (built on demand; the hot path uses the tuples)."""
         return tuple(
             BatchLane(i, rid, kv, self.token_ids[i], self.positions[i])
-            for i, (rid, kv) in enumerate(zip(self.request_ids, self.kv_lanes))
+            for i, (rid, kv) in enumerate(zip(self.request_ids, self.kv_lanes, strict=True))
         )
 
     @classmethod
@@ -154,7 +154,7 @@ class DecodeBatch:
         if not 1 <= n <= b or not n == len(kv_lanes) == len(token_ids) == len(positions):
             raise InvariantViolation(f"{profile.name}: {n} active lanes / inconsistent lane arrays")
         limit = profile.max_seq - 1
-        for rid, position in zip(request_ids, positions):
+        for rid, position in zip(request_ids, positions, strict=True):
             if position > limit:  # 000 §7.1 validate_generation_and_length
                 raise InvariantViolation(f"{rid}: position {position} is past {profile.name} max_seq {profile.max_seq}")
         tokens = list(token_ids)
@@ -168,7 +168,9 @@ class DecodeBatch:
             tokens.extend([tokens[0] if contract.pad_token_id is None else contract.pad_token_id] * pad)
             pos.extend([pos[0] if contract.pad_position is None else contract.pad_position] * pad)
             valid.extend([False] * pad)
-        return cls(job_id, generation, profile, tuple(request_ids), tuple(kv_lanes), tuple(tokens), tuple(pos), tuple(valid))
+        return cls(
+            job_id, generation, profile, tuple(request_ids), tuple(kv_lanes), tuple(tokens), tuple(pos), tuple(valid)
+        )
 
 
 @dataclass(frozen=True, slots=True)

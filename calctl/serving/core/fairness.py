@@ -41,7 +41,7 @@ class FairTag:
 
 
 class _Tenant:
-    __slots__ = ("weight", "vt", "outstanding", "served_cost")
+    __slots__ = ("outstanding", "served_cost", "vt", "weight")
 
     def __init__(self, weight: float) -> None:
         self.weight = weight

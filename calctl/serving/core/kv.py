@@ -93,7 +93,7 @@ class KvStats:
 
 
 class _Lane:
-    __slots__ = ("lane", "state", "owner", "generation", "committed", "reserved", "pending", "job")
+    __slots__ = ("committed", "generation", "job", "lane", "owner", "pending", "reserved", "state")
 
     def __init__(self, lane: LaneId) -> None:
         self.lane = lane
@@ -234,9 +234,9 @@ class KvLaneManager:
         lanes = [self._get(lane) for lane, _, _ in items]
         if len({ln.lane for ln in lanes}) != len(lanes):
             raise InvariantViolation(f"job {job}: a lane appears twice in one batch")
-        for ln, (_, position, tokens) in zip(lanes, items):
+        for ln, (_, position, tokens) in zip(lanes, items, strict=True):
             self._check_update(ln, job, position, tokens)
-        for ln, (_, _, tokens) in zip(lanes, items):
+        for ln, (_, _, tokens) in zip(lanes, items, strict=True):
             ln.state = KvState.UPDATING
             ln.pending = tokens
             ln.job = job

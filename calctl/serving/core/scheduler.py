@@ -420,13 +420,13 @@ class Scheduler:
                     f"job {job}: results for {sorted(results)} do not match its lanes "
                     f"{sorted(s.request_id for s in inf.seqs)}"
                 )
-            for seq, lane in zip(inf.seqs, inf.lanes):
+            for seq, lane in zip(inf.seqs, inf.lanes, strict=True):
                 verdict = self.registry.check_callback(seq.request_id, inf.generation, job)
                 self.kv.commit(lane, job)  # device and output succeeded (000 §9.2 rule 5)
                 self._after_success(seq, verdict, results[seq.request_id], job, now)
             return
         if outcome.status is JobStatus.FAILED:
-            for seq, lane in zip(inf.seqs, inf.lanes):
+            for seq, lane in zip(inf.seqs, inf.lanes, strict=True):
                 verdict = self.registry.check_callback(seq.request_id, inf.generation, job)
                 self.kv.rollback(lane, job)
                 if verdict is CallbackVerdict.CANCEL_DRAINED:
@@ -442,7 +442,7 @@ class Scheduler:
                     )
             return
         # TIMEOUT / FAULT: lanes Unknown, whole job fails (no lane-level isolation declared, 000 §7.4).
-        for seq, lane in zip(inf.seqs, inf.lanes):
+        for seq, lane in zip(inf.seqs, inf.lanes, strict=True):
             self.kv.mark_unknown(lane)
             self.registry.detach_job(seq)
             self.registry.finish(
@@ -545,7 +545,10 @@ class Scheduler:
         adm = self.admission.stats()
         return SchedulerStats(
             requests_by_state=self.registry.counts(),
-            prefill_depth={k: self.prefill.depth(k) for k in (WorkKind.PREFILL_SHORT, WorkKind.PREFILL_MEDIUM, WorkKind.PREFILL_LONG)},
+            prefill_depth={
+                k: self.prefill.depth(k)
+                for k in (WorkKind.PREFILL_SHORT, WorkKind.PREFILL_MEDIUM, WorkKind.PREFILL_LONG)
+            },
             decode_ready=self.decode.ready_count,
             inflight_jobs=len(self._inflight),
             quarantined_jobs=len(self._quarantine),
@@ -593,9 +596,13 @@ class Scheduler:
         if prefill_ready != self.prefill.total_depth:
             raise InvariantViolation(f"{prefill_ready} PrefillReady requests, queues hold {self.prefill.total_depth}")
         if decode_ready != self.decode.ready_count:
-            raise InvariantViolation(f"{decode_ready} DecodeReady requests, decode queue holds {self.decode.ready_count}")
+            raise InvariantViolation(
+                f"{decode_ready} DecodeReady requests, decode queue holds {self.decode.ready_count}"
+            )
         if admitted != self.admission.stats().admitted:
-            raise InvariantViolation(f"{admitted} admitted requests, admission counts {self.admission.stats().admitted}")
+            raise InvariantViolation(
+                f"{admitted} admitted requests, admission counts {self.admission.stats().admitted}"
+            )
         if len(self._inflight) > self.settings.budget.max_inflight_jobs:
             raise InvariantViolation(f"{len(self._inflight)} jobs in flight > max_inflight_jobs")
 
@@ -670,7 +677,9 @@ class Scheduler:
         self.kv.begin_update(lane, job, 0, seq.prompt_tokens)  # the whole prompt, never a chunk (000 §6)
         self.registry.start_job(seq, job, self.generation, now)
         self._inflight[job] = _Inflight(job, self.generation, (seq,), (lane,), now)
-        return PrefillJob(job, self.generation, self.settings.prefill_graph, seq.request_id, lane, seq.prompt_tokens, kind)
+        return PrefillJob(
+            job, self.generation, self.settings.prefill_graph, seq.request_id, lane, seq.prompt_tokens, kind
+        )
 
     def _start_decode(self, profile: BatchProfile, now: float) -> DecodeJob | None:
         sel = self.decode.take(profile, now, self.generation)
@@ -680,13 +689,22 @@ class Scheduler:
             return None
         job = self._job_id()
         seqs = list(sel.selected)
-        lanes = [seq.kv_lane for seq in seqs]
-        tokens = [seq.last_token for seq in seqs]
-        if None in lanes or None in tokens:
-            raise InvariantViolation(f"job {job}: a DecodeReady request without a lane or a last token")
-        positions = self.kv.begin_decode_batch(job, lanes)  # type: ignore[arg-type]  # 000 §9.2 rule 4
+        lanes: list[LaneId] = []
+        tokens: list[int] = []
+        for seq in seqs:
+            if seq.kv_lane is None or seq.last_token is None:
+                raise InvariantViolation(f"job {job}: a DecodeReady request without a lane or a last token")
+            lanes.append(seq.kv_lane)
+            tokens.append(seq.last_token)
+        positions = self.kv.begin_decode_batch(job, lanes)  # 000 §9.2 rule 4
         batch = DecodeBatch.build(
-            job, self.generation, profile, [s.request_id for s in seqs], lanes, tokens, positions  # type: ignore[arg-type]
+            job,
+            self.generation,
+            profile,
+            [s.request_id for s in seqs],
+            lanes,
+            tokens,
+            positions,
         )
         self.registry.start_batch(seqs, job, self.generation, now)
         self._inflight[job] = _Inflight(job, self.generation, tuple(seqs), batch.kv_lanes, now)
@@ -709,9 +727,7 @@ class Scheduler:
         self._events.append(TokenEmitted(seq.request_id, result.token_id, index, job))
         if result.stop or seq.generated_tokens >= seq.max_new_tokens:
             self.registry.move(seq, _S.FINISHING, now)
-            self.registry.finish(
-                seq, _S.COMPLETED, FinishReason.STOP if result.stop else FinishReason.LENGTH, now
-            )
+            self.registry.finish(seq, _S.COMPLETED, FinishReason.STOP if result.stop else FinishReason.LENGTH, now)
             return
         self.registry.move(seq, _S.DECODE_READY, now)
         self.decode.push(seq, now)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from calctl.serving.config import ExecutorMode
 from calctl.serving.core.admission import ModelState
@@ -35,8 +36,9 @@ class ServingEngine:
         w = self.supervisor.workers.get(alias)  # exact match only: no case folding, no prefixes
         if w is None:
             known = ", ".join(sorted(self.supervisor.workers)) or "none"
-            raise EngineRejection(RejectCode.MODEL_NOT_FOUND, f"model {alias!r} does not exist (served models: {known})",
-                                  param="model")
+            raise EngineRejection(
+                RejectCode.MODEL_NOT_FOUND, f"model {alias!r} does not exist (served models: {known})", param="model"
+            )
         return w
 
     def codec(self, alias: str) -> TextCodec:
@@ -48,7 +50,9 @@ class ServingEngine:
 
     def models(self) -> list[ModelInfo]:
         return [
-            ModelInfo(alias, w.state.value, w.generation if w.is_ready() else None, self.context_limit(alias), self._created)
+            ModelInfo(
+                alias, w.state.value, w.generation if w.is_ready() else None, self.context_limit(alias), self._created
+            )
             for alias, w in self.supervisor.workers.items()
         ]
 
@@ -58,7 +62,8 @@ class ServingEngine:
             raise EngineRejection(RejectCode.UNAVAILABLE, "the server is shutting down", retry_after_s=1.0)
         loop = asyncio.get_running_loop()
         stream = EngineStream(
-            request.request_id, loop,
+            request.request_id,
+            loop,
             on_cancel=lambda rid, reason: w.cancel(rid, reason),
             on_finish=lambda rid, reason: w.cancel(rid, "stop sequence", stop=True),
         )
@@ -68,8 +73,12 @@ class ServingEngine:
     def submit_threadsafe(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> EngineStream:
         """For tools driving the engine from their own loop thread (soak, bench)."""
         w = self._worker(request.alias)
-        stream = EngineStream(request.request_id, loop, on_cancel=lambda rid, reason: w.cancel(rid, reason),
-                              on_finish=lambda rid, reason: w.cancel(rid, "stop sequence", stop=True))
+        stream = EngineStream(
+            request.request_id,
+            loop,
+            on_cancel=lambda rid, reason: w.cancel(rid, reason),
+            on_finish=lambda rid, reason: w.cancel(rid, "stop sequence", stop=True),
+        )
         w.submit(request, stream)
         return stream
 
@@ -97,7 +106,12 @@ class ServingEngine:
 
     async def admin(self, alias: str, action: str) -> Mapping[str, Any]:
         self._worker(alias)
-        fn = {"load": self.supervisor.load, "unload": self.supervisor.unload, "reload": self.supervisor.reload}[action]
+        actions: dict[str, Callable[[], Mapping[str, Any]]] = {
+            "load": self.supervisor.load,
+            "unload": self.supervisor.unload,
+            "reload": self.supervisor.reload,
+        }
+        fn = actions[action]
         try:
             return await asyncio.to_thread(fn)
         except Exception as exc:  # report, never crash the server on an admin action
@@ -111,8 +125,9 @@ class ServingEngine:
         try:
             wanted = ExecutorMode(mode)
         except ValueError:
-            raise EngineRejection(RejectCode.INVALID, f"executor mode {mode!r}: expected sync, async or pingpong",
-                                  param="mode") from None
+            raise EngineRejection(
+                RejectCode.INVALID, f"executor mode {mode!r}: expected sync, async or pingpong", param="mode"
+            ) from None
         return w.set_executor_mode(wanted)
 
     # -- observation ----------------------------------------------------------------------
@@ -132,12 +147,14 @@ class ServingEngine:
     def status(self) -> dict[str, Any]:
         sup = self.supervisor
         return {
-            "models": {a: {"state": w.state.value, "generation": w.generation, "live_requests": w.live_requests()}
-                       for a, w in sup.workers.items()},
+            "models": {
+                a: {"state": w.state.value, "generation": w.generation, "live_requests": w.live_requests()}
+                for a, w in sup.workers.items()
+            },
             "executor": {a: w.executor_status() for a, w in sup.workers.items()},
             "package_digest": sup.loaded.digest if sup.loaded else None,
             "recoveries": sup.isolation_evidence(),
         }
 
 
-__all__ = ["ServingEngine", "DeviceSupervisor", "SupervisorOptions", "WorkerOptions", "ModelState"]
+__all__ = ["DeviceSupervisor", "ModelState", "ServingEngine", "SupervisorOptions", "WorkerOptions"]

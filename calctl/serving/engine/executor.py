@@ -60,8 +60,14 @@ class DowngradeRecord:
     draining_jobs: int  # jobs in flight that were left to drain
 
     def as_dict(self) -> dict[str, Any]:
-        return {"at": self.at, "from": self.from_mode.value, "to": self.to_mode.value, "reason": self.reason.value,
-                "detail": self.detail, "draining_jobs": self.draining_jobs}
+        return {
+            "at": self.at,
+            "from": self.from_mode.value,
+            "to": self.to_mode.value,
+            "reason": self.reason.value,
+            "detail": self.detail,
+            "draining_jobs": self.draining_jobs,
+        }
 
 
 class SlotConflict(Exception):
@@ -91,8 +97,14 @@ class BankSlots:
     def busy(self) -> int:
         return sum(s is not None for s in self._slots.values())
 
-    def claim(self, job: JobId, inputs: HostBuffer, outputs: HostBuffer, seqs: tuple[KvSeqId, ...],
-              requests: tuple[RequestId, ...]) -> Engine | None:
+    def claim(
+        self,
+        job: JobId,
+        inputs: HostBuffer,
+        outputs: HostBuffer,
+        seqs: tuple[KvSeqId, ...],
+        requests: tuple[RequestId, ...],
+    ) -> Engine | None:
         """Put ``job`` on the free bank (alternating). None when both banks hold a job.
 
         Raises :class:`SlotConflict` when the job would share a buffer, backing storage, a KV
@@ -110,7 +122,9 @@ class BankSlots:
                 continue
             problems = _shared(new, other)
             if problems:
-                raise SlotConflict(f"job {job} for {bank.value} shares {', '.join(problems)} with job {other.job} on {other_bank.value}")
+                raise SlotConflict(
+                    f"job {job} for {bank.value} shares {', '.join(problems)} with job {other.job} on {other_bank.value}"
+                )
         self._slots[bank] = new
         self._last = bank
         return bank
@@ -137,7 +151,9 @@ class BankSlots:
                 continue
             problems = _shared(slot, other)
             if problems:
-                return f"job {job} on {bank.value} shares {', '.join(problems)} with job {other.job} on {other_bank.value}"
+                return (
+                    f"job {job} on {bank.value} shares {', '.join(problems)} with job {other.job} on {other_bank.value}"
+                )
         return None
 
 
@@ -146,7 +162,9 @@ def _shared(a: _Slot, b: _Slot) -> list[str]:
     for mine in (a.inputs, a.outputs):
         for theirs in (b.inputs, b.outputs):
             if mine.shares_storage_with(theirs):
-                problems.append(f"buffer storage ({mine.direction.value} {mine.id} / {theirs.direction.value} {theirs.id})")
+                problems.append(
+                    f"buffer storage ({mine.direction.value} {mine.id} / {theirs.direction.value} {theirs.id})"
+                )
     if a.seqs & b.seqs:
         problems.append(f"KV sequence(s) {sorted(int(s) for s in a.seqs & b.seqs)}")
     if a.requests & b.requests:
@@ -154,4 +172,12 @@ def _shared(a: _Slot, b: _Slot) -> list[str]:
     return problems
 
 
-__all__ = ["BANKS", "BankSlots", "DowngradeReason", "DowngradeRecord", "DowngradePolicy", "ExecutorMode", "SlotConflict"]
+__all__ = [
+    "BANKS",
+    "BankSlots",
+    "DowngradePolicy",
+    "DowngradeReason",
+    "DowngradeRecord",
+    "ExecutorMode",
+    "SlotConflict",
+]

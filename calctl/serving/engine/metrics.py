@@ -10,7 +10,7 @@ A per-chip figure the runtime cannot give is NaN, never 0 (001 §14).
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -27,32 +27,82 @@ class EngineMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter("calctl_requests_total", "Requests by terminal outcome.", ["model", "outcome"], registry=r)
-        self.admission = Counter("calctl_admission_decisions_total", "Admission decisions (000 §5.2).", ["model", "verdict"], registry=r)
+        self.requests = Counter(
+            "calctl_requests_total", "Requests by terminal outcome.", ["model", "outcome"], registry=r
+        )
+        self.admission = Counter(
+            "calctl_admission_decisions_total", "Admission decisions (000 §5.2).", ["model", "verdict"], registry=r
+        )
         self.tokens = Counter("calctl_generated_tokens_total", "Tokens delivered to clients.", ["model"], registry=r)
         self.prompt_tokens = Counter("calctl_prompt_tokens_total", "Prompt tokens admitted.", ["model"], registry=r)
-        self.tenant_tokens = Counter("calctl_tenant_service_tokens_total", "Tokens served per tenant (000 §5.3).",
-                                     ["model", "tenant"], registry=r)
-        self.jobs = Counter("calctl_jobs_total", "Device jobs by graph kind and result.", ["model", "graph", "result"], registry=r)
-        self.device_errors = Counter("calctl_device_errors_total", "Runtime errors by class.", ["model", "error"], registry=r)
-        self.submit_busy = Counter("calctl_submit_busy_retries_total", "DeviceBusy at submit, retried with backoff.", ["model"], registry=r)
-        self.stale = Counter("calctl_stale_completions_total", "Completions dropped as stale (000 §4).", ["model"], registry=r)
-        self.recoveries = Counter("calctl_recoveries_total", "Recoveries by fault and reset scope.", ["model", "reason", "scope"], registry=r)
-        self.lifecycle = Histogram("calctl_lifecycle_duration_seconds", "Load/configure/warmup/drain/unload durations.",
-                                   ["model", "phase"], buckets=LATENCY_BUCKETS, registry=r)
-        self.ttft = Histogram("calctl_ttft_seconds", "Time to first token.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.tpot = Histogram("calctl_tpot_seconds", "Time per output token after the first.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.queue_time = Histogram("calctl_queue_time_seconds", "Arrival to first device job.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.e2e = Histogram("calctl_e2e_seconds", "Arrival to terminal event.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.job_seconds = Histogram("calctl_job_duration_seconds", "Device job duration (submit to completion).",
-                                     ["model", "graph"], buckets=LATENCY_BUCKETS, registry=r)
-        self.batch_fill = Histogram("calctl_batch_fill_ratio", "Active lanes / compiled batch (000 §16).", ["model"],
-                                    buckets=FILL_BUCKETS, registry=r)
-        self.downgrades = Counter("calctl_executor_downgrades_total", "Executor mode downgrades (000 §14).",
-                                  ["model", "reason"], registry=r)
+        self.tenant_tokens = Counter(
+            "calctl_tenant_service_tokens_total",
+            "Tokens served per tenant (000 §5.3).",
+            ["model", "tenant"],
+            registry=r,
+        )
+        self.jobs = Counter(
+            "calctl_jobs_total", "Device jobs by graph kind and result.", ["model", "graph", "result"], registry=r
+        )
+        self.device_errors = Counter(
+            "calctl_device_errors_total", "Runtime errors by class.", ["model", "error"], registry=r
+        )
+        self.submit_busy = Counter(
+            "calctl_submit_busy_retries_total", "DeviceBusy at submit, retried with backoff.", ["model"], registry=r
+        )
+        self.stale = Counter(
+            "calctl_stale_completions_total", "Completions dropped as stale (000 §4).", ["model"], registry=r
+        )
+        self.recoveries = Counter(
+            "calctl_recoveries_total", "Recoveries by fault and reset scope.", ["model", "reason", "scope"], registry=r
+        )
+        self.lifecycle = Histogram(
+            "calctl_lifecycle_duration_seconds",
+            "Load/configure/warmup/drain/unload durations.",
+            ["model", "phase"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "calctl_ttft_seconds", "Time to first token.", ["model"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.tpot = Histogram(
+            "calctl_tpot_seconds",
+            "Time per output token after the first.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_time = Histogram(
+            "calctl_queue_time_seconds", "Arrival to first device job.", ["model"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.e2e = Histogram(
+            "calctl_e2e_seconds", "Arrival to terminal event.", ["model"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.job_seconds = Histogram(
+            "calctl_job_duration_seconds",
+            "Device job duration (submit to completion).",
+            ["model", "graph"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_fill = Histogram(
+            "calctl_batch_fill_ratio",
+            "Active lanes / compiled batch (000 §16).",
+            ["model"],
+            buckets=FILL_BUCKETS,
+            registry=r,
+        )
+        self.downgrades = Counter(
+            "calctl_executor_downgrades_total", "Executor mode downgrades (000 §14).", ["model", "reason"], registry=r
+        )
         # Internal only (/metrics is never proxied publicly): which board this process owns (000 §3).
-        self.board_info = Gauge("calctl_board_info", "1 for the board this process owns (one process per board, 000 §3).",
-                                ["board", "device"], registry=r)
+        self.board_info = Gauge(
+            "calctl_board_info",
+            "1 for the board this process owns (one process per board, 000 §3).",
+            ["board", "device"],
+            registry=r,
+        )
 
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)
@@ -64,7 +114,7 @@ class EngineMetrics:
 class SnapshotCollector(Collector):
     """Gauges computed at scrape time from the engine's snapshots (queues, KV, states, chips)."""
 
-    def __init__(self, snapshot: Callable[[], "EngineSnapshot"]) -> None:
+    def __init__(self, snapshot: Callable[[], EngineSnapshot]) -> None:
         self._snapshot = snapshot
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
@@ -72,19 +122,30 @@ class SnapshotCollector(Collector):
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         snap = self._snapshot()
-        state = GaugeMetricFamily("calctl_model_state", "1 for the alias's current lifecycle state (001 §11.1).",
-                                  labels=["model", "state"])
+        state = GaugeMetricFamily(
+            "calctl_model_state", "1 for the alias's current lifecycle state (001 §11.1).", labels=["model", "state"]
+        )
         gen = GaugeMetricFamily("calctl_model_generation", "Current ModelGeneration id.", labels=["model"])
         queue = GaugeMetricFamily("calctl_queue_depth", "Queued requests by class (000 §6).", labels=["model", "queue"])
         waiting = GaugeMetricFamily("calctl_waiting_requests", "Requests waiting for admission.", labels=["model"])
-        waiting_tok = GaugeMetricFamily("calctl_waiting_prompt_tokens", "Prompt tokens waiting for admission.", labels=["model"])
+        waiting_tok = GaugeMetricFamily(
+            "calctl_waiting_prompt_tokens", "Prompt tokens waiting for admission.", labels=["model"]
+        )
         kv = GaugeMetricFamily("calctl_kv_lanes", "KV lanes by state (000 §9.1).", labels=["model", "state"])
-        kv_tok = GaugeMetricFamily("calctl_kv_reserved_tokens", "KV tokens reserved by admitted requests.", labels=["model"])
+        kv_tok = GaugeMetricFamily(
+            "calctl_kv_reserved_tokens", "KV tokens reserved by admitted requests.", labels=["model"]
+        )
         inflight = GaugeMetricFamily("calctl_executor_inflight_jobs", "Jobs in flight (000 §14).", labels=["model"])
-        quarantined = GaugeMetricFamily("calctl_quarantined_jobs", "Timed-out jobs whose buffers are held (000 §12).", labels=["model"])
+        quarantined = GaugeMetricFamily(
+            "calctl_quarantined_jobs", "Timed-out jobs whose buffers are held (000 §12).", labels=["model"]
+        )
         mode = GaugeMetricFamily("calctl_executor_mode", "1 for the executor mode in use.", labels=["model", "mode"])
-        mem = GaugeMetricFamily("calctl_chip_memory_used_bytes", "Per-chip DRAM in use (internal; NaN = not reported).", labels=["chip"])
-        memt = GaugeMetricFamily("calctl_chip_memory_total_bytes", "Per-chip DRAM size (internal; NaN = not reported).", labels=["chip"])
+        mem = GaugeMetricFamily(
+            "calctl_chip_memory_used_bytes", "Per-chip DRAM in use (internal; NaN = not reported).", labels=["chip"]
+        )
+        memt = GaugeMetricFamily(
+            "calctl_chip_memory_total_bytes", "Per-chip DRAM size (internal; NaN = not reported).", labels=["chip"]
+        )
         for m in snap.models:
             for s in ALL_STATES:
                 state.add_metric([m.alias, s], 1.0 if s == m.state else 0.0)
@@ -107,16 +168,48 @@ class SnapshotCollector(Collector):
 
 
 EXECUTOR_MODES = tuple(m.value for m in ExecutorMode)
-ALL_STATES = ("Unloaded", "Validating", "Configuring", "Warming", "Ready", "Draining", "Unloading", "Recovering", "Failed")
+ALL_STATES = (
+    "Unloaded",
+    "Validating",
+    "Configuring",
+    "Warming",
+    "Ready",
+    "Draining",
+    "Unloading",
+    "Recovering",
+    "Failed",
+)
 
 
 class ModelSnapshot:
-    __slots__ = ("alias", "state", "generation", "queues", "waiting_requests", "waiting_prompt_tokens", "kv_lanes",
-                 "kv_reserved_tokens", "inflight_jobs", "quarantined_jobs", "executor_mode")
+    __slots__ = (
+        "alias",
+        "executor_mode",
+        "generation",
+        "inflight_jobs",
+        "kv_lanes",
+        "kv_reserved_tokens",
+        "quarantined_jobs",
+        "queues",
+        "state",
+        "waiting_prompt_tokens",
+        "waiting_requests",
+    )
 
-    def __init__(self, alias: str, state: str, generation: int | None, queues: dict[str, int], waiting_requests: int,
-                 waiting_prompt_tokens: int, kv_lanes: dict[str, int], kv_reserved_tokens: int, inflight_jobs: int,
-                 quarantined_jobs: int, executor_mode: str) -> None:
+    def __init__(
+        self,
+        alias: str,
+        state: str,
+        generation: int | None,
+        queues: dict[str, int],
+        waiting_requests: int,
+        waiting_prompt_tokens: int,
+        kv_lanes: dict[str, int],
+        kv_reserved_tokens: int,
+        inflight_jobs: int,
+        quarantined_jobs: int,
+        executor_mode: str,
+    ) -> None:
         self.alias, self.state, self.generation = alias, state, generation
         self.queues, self.waiting_requests, self.waiting_prompt_tokens = queues, waiting_requests, waiting_prompt_tokens
         self.kv_lanes, self.kv_reserved_tokens = kv_lanes, kv_reserved_tokens
@@ -124,14 +217,14 @@ class ModelSnapshot:
 
 
 class ChipSnapshot:
-    __slots__ = ("chip", "used_bytes", "total_bytes")
+    __slots__ = ("chip", "total_bytes", "used_bytes")
 
     def __init__(self, chip: int, used_bytes: int | None, total_bytes: int | None) -> None:
         self.chip, self.used_bytes, self.total_bytes = chip, used_bytes, total_bytes
 
 
 class EngineSnapshot:
-    __slots__ = ("models", "chips")
+    __slots__ = ("chips", "models")
 
     def __init__(self, models: list[ModelSnapshot], chips: list[ChipSnapshot]) -> None:
         self.models, self.chips = models, chips

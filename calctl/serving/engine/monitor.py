@@ -89,7 +89,9 @@ class ExecutorMonitor:
         return self._fire(DowngradeReason.STATUS_ANOMALY, detail)
 
     def recovery_needed(self, detail: str) -> Downgrade | None:
-        return self._fire(DowngradeReason.UNCERTAIN_RECOVERY, f"recovery needed with two jobs sharing the chip: {detail}")
+        return self._fire(
+            DowngradeReason.UNCERTAIN_RECOVERY, f"recovery needed with two jobs sharing the chip: {detail}"
+        )
 
     def submit_busy(self) -> Downgrade | None:
         self._busy_run += 1
@@ -103,7 +105,9 @@ class ExecutorMonitor:
     def job_timed_out(self) -> Downgrade | None:
         self._timeout_run += 1
         if self._timeout_run >= self.policy.consecutive_timeouts:
-            return self._fire(DowngradeReason.CONSECUTIVE_TIMEOUTS, f"Wait timed out {self._timeout_run} time(s) in a row")
+            return self._fire(
+                DowngradeReason.CONSECUTIVE_TIMEOUTS, f"Wait timed out {self._timeout_run} time(s) in a row"
+            )
         return None
 
     def job_completed(self) -> None:
@@ -118,18 +122,25 @@ class ExecutorMonitor:
             for name in ("finished", "failed"):
                 before, after = getattr(prev, name), getattr(sample, name)
                 if before is not None and after is not None and after < before:
-                    return self._fire(DowngradeReason.COUNTER_ANOMALY, f"chip {chip} {name} counter went backwards: {before} -> {after}")
+                    return self._fire(
+                        DowngradeReason.COUNTER_ANOMALY,
+                        f"chip {chip} {name} counter went backwards: {before} -> {after}",
+                    )
         if sample.pending is None:
             return None  # the runtime cannot tell: no check (001 §14), never a guessed 0
         if sample.pending < 0:
-            return self._fire(DowngradeReason.COUNTER_ANOMALY, f"chip {chip} pending counter is negative ({sample.pending})")
+            return self._fire(
+                DowngradeReason.COUNTER_ANOMALY, f"chip {chip} pending counter is negative ({sample.pending})"
+            )
         if not self.chip_exclusive or own_jobs > 0 or sample.pending == 0:
             self._pending_open_since.pop(chip, None)
             return None
         since = self._pending_open_since.setdefault(chip, now)
         if now - since > self.policy.pending_grace_s:
-            return self._fire(DowngradeReason.COUNTER_ANOMALY,
-                              f"chip {chip} pending counter stays at {sample.pending} for {now - since:.1f}s with no job of ours on it")
+            return self._fire(
+                DowngradeReason.COUNTER_ANOMALY,
+                f"chip {chip} pending counter stays at {sample.pending} for {now - since:.1f}s with no job of ours on it",
+            )
         return None
 
     def reset_counters(self) -> None:
@@ -176,12 +187,22 @@ class ExecutorMonitor:
             "consecutive_busy": self._busy_run,
             "consecutive_timeouts": self._timeout_run,
             "p99_baseline_ms": None if baseline is None else baseline * 1e3,
-            "p99_baseline_source": "configured" if self.policy.p99_baseline_s is not None
-            else ("measured with one job in flight" if baseline is not None else "none yet: the P99 check is waiting for a baseline"),
+            "p99_baseline_source": "configured"
+            if self.policy.p99_baseline_s is not None
+            else (
+                "measured with one job in flight"
+                if baseline is not None
+                else "none yet: the P99 check is waiting for a baseline"
+            ),
             "p99_window_ms": None if self._last_p99 is None else self._last_p99 * 1e3,
-            "thresholds": {"p99_regression": self.policy.p99_regression, "consecutive_busy": self.policy.consecutive_busy,
-                           "consecutive_timeouts": self.policy.consecutive_timeouts, "pending_grace_s": self.policy.pending_grace_s,
-                           "p99_window": self.policy.p99_window, "p99_min_samples": self.policy.p99_min_samples},
+            "thresholds": {
+                "p99_regression": self.policy.p99_regression,
+                "consecutive_busy": self.policy.consecutive_busy,
+                "consecutive_timeouts": self.policy.consecutive_timeouts,
+                "pending_grace_s": self.policy.pending_grace_s,
+                "p99_window": self.policy.p99_window,
+                "p99_min_samples": self.policy.p99_min_samples,
+            },
         }
 
 

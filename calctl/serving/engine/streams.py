@@ -11,8 +11,9 @@ No scheduling and no device access here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 from calctl.serving.protocol import EngineRejection, FinishReason, TokenEvent
 
@@ -23,8 +24,8 @@ class EngineStream:
         request_id: str,
         loop: asyncio.AbstractEventLoop,
         *,
-        on_cancel: Callable[[str, str], None],
-        on_finish: Callable[[str, FinishReason], None],
+        on_cancel: Callable[[str, str], object],
+        on_finish: Callable[[str, FinishReason], object],
     ) -> None:
         self.request_id = request_id
         self._loop = loop
@@ -65,10 +66,8 @@ class EngineStream:
         return self._closed.is_set()
 
     def _call(self, fn: Callable[..., None], *args: object) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # a closed loop: the server is gone, nobody is listening
             self._loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: the server is gone, nobody is listening
-            pass
 
     def _set_admitted(self) -> None:
         if not self._admitted.done():

@@ -23,6 +23,7 @@ wait (001 §10.3).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import shutil
@@ -30,11 +31,12 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from calctl.budget import BudgetPolicy, Verdict as BudgetVerdict, max_kv_tokens, max_sequences, run_budget
+from calctl.budget import BudgetPolicy, max_kv_tokens, max_sequences, run_budget
+from calctl.budget import Verdict as BudgetVerdict
 from calctl.budget.plan import plan_from_package
 from calctl.errors import CalctlError, CheckFailed, ConfigError
 from calctl.package import archive
@@ -175,18 +177,26 @@ class DeviceSupervisor:
         """Steps 2–4 and 8's static half: validate, cross-check the config, plan capacity. Outside the lock."""
         expect = tuple(m.alias for m in self.dual_config.models) if self.dual_config else None
         profiles = tuple(sorted({p for c in self._scheduler_configs(lp.package).values() for p in c.batch.profiles}))
-        report = validate(lp.root, ValidationPolicy(trust=self.trust, expect_models=expect, profiles=profiles,
-                                                     runtime_version=self.rt.versions().runtime))
+        report = validate(
+            lp.root,
+            ValidationPolicy(
+                trust=self.trust, expect_models=expect, profiles=profiles, runtime_version=self.rt.versions().runtime
+            ),
+        )
         if not report:
             failed = ", ".join(sorted({c.id for c in report.errors}))[:400]
-            raise CheckFailed(f"{lp.source}: package failed validation ({failed})", hint=f"run `calctl validate {lp.source}`")
+            raise CheckFailed(
+                f"{lp.source}: package failed validation ({failed})", hint=f"run `calctl validate {lp.source}`"
+            )
         if self.dual_config:
             cross_check_dual_model(self.dual_config, lp.package)
         topo = self.rt.topology()
         dram = next((d for d in topo.dram_bytes if d), lp.package.device_cfg.chip_dram_bytes)
         budget = run_budget(plan_from_package(lp.package, chip_dram_bytes=dram), self.budget_policy)
         if budget.verdict is not BudgetVerdict.GO:
-            raise CheckFailed(f"{lp.source}: capacity plan is NO-GO (001 §8.2)", hint=f"run `calctl budget {lp.source}`")
+            raise CheckFailed(
+                f"{lp.source}: capacity plan is NO-GO (001 §8.2)", hint=f"run `calctl budget {lp.source}`"
+            )
         settings = {}
         for alias, cfg in self._scheduler_configs(lp.package).items():
             model = lp.package.model(alias)
@@ -194,7 +204,9 @@ class DeviceSupervisor:
             seqs = max_sequences(model, dram, self.budget_policy, package=lp.package, chip=chip)
             tokens = max_kv_tokens(model, dram, self.budget_policy, package=lp.package, chip=chip)
             limit = self.dual_config.model(alias).context_limit if self.dual_config else None
-            settings[alias] = scheduler_settings(cfg, model, max_sequences=seqs, max_kv_tokens=tokens, context_limit=limit)
+            settings[alias] = scheduler_settings(
+                cfg, model, max_sequences=seqs, max_kv_tokens=tokens, context_limit=limit
+            )
         return settings
 
     def _scheduler_configs(self, pkg: Package) -> dict[str, SchedulerConfig]:
@@ -214,11 +226,20 @@ class DeviceSupervisor:
         settings = self._check_or_fail(lp, initial=True)
         configs = self._scheduler_configs(lp.package)
         for m in lp.package.models:
-            codec = TextCodec.from_files(lp.root / m.tokenizer.file, lp.root / m.tokenizer.config if m.tokenizer.config else None,
-                                         m.architecture.eos_token_id)
-            self.workers[m.alias] = ModelWorker(m.alias, m, codec, settings[m.alias], self.metrics,
-                                                on_recovery=self._recover_async,
-                                                options=self._worker_options(lp.package, m.alias, configs[m.alias]))
+            codec = TextCodec.from_files(
+                lp.root / m.tokenizer.file,
+                lp.root / m.tokenizer.config if m.tokenizer.config else None,
+                m.architecture.eos_token_id,
+            )
+            self.workers[m.alias] = ModelWorker(
+                m.alias,
+                m,
+                codec,
+                settings[m.alias],
+                self.metrics,
+                on_recovery=self._recover_async,
+                options=self._worker_options(lp.package, m.alias, configs[m.alias]),
+            )
         self._set_all(ModelState.CONFIGURING)
         with self._lifecycle:
             self._configure_and_publish(lp)
@@ -228,8 +249,13 @@ class DeviceSupervisor:
         chips = set(pkg.model(alias).target_chips)
         alone = not any(chips & set(m.target_chips) for m in pkg.models if m.alias != alias)
         e = config.executor
-        return dataclasses.replace(self.worker_options, mode=e.effective_mode, fixed_engine=e.fixed_engine,
-                                   downgrade=e.downgrade, chip_exclusive=alone)
+        return dataclasses.replace(
+            self.worker_options,
+            mode=e.effective_mode,
+            fixed_engine=e.fixed_engine,
+            downgrade=e.downgrade,
+            chip_exclusive=alone,
+        )
 
     def _check_or_fail(self, lp: LoadedPackage, *, initial: bool) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -252,10 +278,8 @@ class DeviceSupervisor:
             self._golden_and_warmup(lp.package, list(self.workers), gen)
         except BaseException:
             self._set_all(ModelState.FAILED, detail="golden/warmup failed")
-            try:
+            with contextlib.suppress(RuntimeLayerError):
                 self.rt.reset_configuration()
-            except RuntimeLayerError:
-                pass
             raise
         for alias, w in self.workers.items():
             w.publish(self.rt, gen)
@@ -268,12 +292,20 @@ class DeviceSupervisor:
         """Step 9: golden + warm-up gate readiness; a mismatch is a failed load, never Ready (001 §11.1)."""
         for alias in aliases:
             t0 = time.monotonic()
-            g = run_golden_model(self.rt, pkg, alias, generation=RtGenerationId(gen), step_timeout_s=self.options.step_timeout_s)
+            g = run_golden_model(
+                self.rt, pkg, alias, generation=RtGenerationId(gen), step_timeout_s=self.options.step_timeout_s
+            )
             if not g.ok:
                 raise CheckFailed(f"{alias}: golden check failed before Ready: {g.reason}")
             if self.options.warmup_iterations > 0:
-                w = run_warmup_model(self.rt, pkg, alias, iterations=self.options.warmup_iterations,
-                                     generation=RtGenerationId(gen), step_timeout_s=self.options.step_timeout_s)
+                w = run_warmup_model(
+                    self.rt,
+                    pkg,
+                    alias,
+                    iterations=self.options.warmup_iterations,
+                    generation=RtGenerationId(gen),
+                    step_timeout_s=self.options.step_timeout_s,
+                )
                 if not w.ok:
                     raise CheckFailed(f"{alias}: warm-up had {w.errors} error(s) in {w.iterations} iterations")
             self.metrics.lifecycle.labels(alias, "warmup").observe(time.monotonic() - t0)
@@ -367,7 +399,12 @@ class DeviceSupervisor:
                     log.error("reload failed (%s); rolling back to %s", exc, current.source)
                     self._set_all(ModelState.CONFIGURING, admission=ModelState.UNLOADING, detail="rollback")
                     self._configure_and_publish(current)
-                    return {"ok": False, "action": "reload", "detail": str(exc), "serving": "rolled back to the previous package"}
+                    return {
+                        "ok": False,
+                        "action": "reload",
+                        "detail": str(exc),
+                        "serving": "rolled back to the previous package",
+                    }
             finally:
                 for w in self.workers.values():
                     w.set_rejecting(False)
@@ -403,9 +440,20 @@ class DeviceSupervisor:
                 self._resets.popleft()
             if len(self._resets) >= self.options.max_resets_per_10min:
                 worker.fail_all(f"more than {self.options.max_resets_per_10min} resets in 10 minutes")
-                self._event(req.alias, ModelState.FAILED, "reset budget exhausted (000 §15 recovery.max_resets_per_10min)")
-                rec = RecoveryRecord(req.alias, req.status.value, _status_name(req.runtime_status), "none", (req.alias,), False,
-                                     time.monotonic() - t0, t0, "reset budget exhausted")
+                self._event(
+                    req.alias, ModelState.FAILED, "reset budget exhausted (000 §15 recovery.max_resets_per_10min)"
+                )
+                rec = RecoveryRecord(
+                    req.alias,
+                    req.status.value,
+                    _status_name(req.runtime_status),
+                    "none",
+                    (req.alias,),
+                    False,
+                    time.monotonic() - t0,
+                    t0,
+                    "reset budget exhausted",
+                )
                 self.recoveries.append(rec)
                 return rec
             self._resets.append(now)
@@ -449,8 +497,17 @@ class DeviceSupervisor:
                     self._event(a, ModelState.FAILED, detail)
             for a in affected:
                 self.metrics.recoveries.labels(a, req.status.value, scope).inc()
-            rec = RecoveryRecord(req.alias, req.status.value, _status_name(req.runtime_status), scope, tuple(affected), ok,
-                                 time.monotonic() - t0, t0, detail)
+            rec = RecoveryRecord(
+                req.alias,
+                req.status.value,
+                _status_name(req.runtime_status),
+                scope,
+                tuple(affected),
+                ok,
+                time.monotonic() - t0,
+                t0,
+                detail,
+            )
             self.recoveries.append(rec)
             return rec
 
@@ -487,6 +544,4 @@ def _status_name(status: RuntimeStatus | None) -> str | None:
     return status.name if status is not None else None
 
 
-__all__ = ["DeviceSupervisor", "SupervisorOptions", "RecoveryRecord"]
-_ = Callable
-_ = field
+__all__ = ["DeviceSupervisor", "RecoveryRecord", "SupervisorOptions"]

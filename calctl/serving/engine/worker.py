@@ -37,14 +37,17 @@ only reports ``RecoveryNeeded`` and follows instructions.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from calctl.errors import ConfigError
 from calctl.package.model import Model
 from calctl.runtime.buffers import HostBuffer
 from calctl.runtime.errors import DeviceBusy, RuntimeLayerError, RuntimeStatus
@@ -52,8 +55,8 @@ from calctl.runtime.interface import Runtime
 from calctl.runtime.types import Engine as JobEngine
 from calctl.runtime.types import GenerationId as RtGenerationId
 from calctl.runtime.types import Job as RtJob
-from calctl.runtime.types import JobResult
-from calctl.runtime.types import KvSeqId
+from calctl.runtime.types import JobResult, KvSeqId
+from calctl.serving.config import DowngradePolicy, ExecutorMode
 from calctl.serving.core import admission as core_admission
 from calctl.serving.core.admission import AdmissionResult, ModelState, Verdict
 from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId, TenantId
@@ -72,13 +75,18 @@ from calctl.serving.core.scheduler import (
     StaleCompletion,
     TokenEmitted,
 )
-from calctl.errors import ConfigError
-from calctl.serving.config import DowngradePolicy, ExecutorMode
 from calctl.serving.engine.executor import BankSlots, DowngradeReason, DowngradeRecord, SlotConflict
 from calctl.serving.engine.metrics import EngineMetrics, ModelSnapshot
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
 from calctl.serving.engine.streams import EngineStream
-from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, SamplingParams, TokenEvent
+from calctl.serving.protocol import (
+    EngineRejection,
+    FinishReason,
+    GenerationRequest,
+    RejectCode,
+    SamplingParams,
+    TokenEvent,
+)
 from calctl.serving.text import TextCodec
 
 log = logging.getLogger("calctl.serve")
@@ -89,8 +97,15 @@ BUSY_RETRIES = 6
 #: How often the worker reads its chip's counters for the downgrade monitor (000 §14).
 COUNTER_CHECK_S = 0.25
 MAX_DOWNGRADE_RECORDS = 100
-FAULT_STATUSES = frozenset({RuntimeStatus.CCU_EXCEPTION, RuntimeStatus.UNKNOWN_DMA_STATE, RuntimeStatus.DEVICE_LOST,
-                            RuntimeStatus.TIMEOUT, RuntimeStatus.INTERNAL})
+FAULT_STATUSES = frozenset(
+    {
+        RuntimeStatus.CCU_EXCEPTION,
+        RuntimeStatus.UNKNOWN_DMA_STATE,
+        RuntimeStatus.DEVICE_LOST,
+        RuntimeStatus.TIMEOUT,
+        RuntimeStatus.INTERNAL,
+    }
+)
 
 
 @dataclass
@@ -179,8 +194,10 @@ class ModelWorker:
         self._stale_probe: _StaleProbe | None = None  # diagnostic only (arm_stale_redelivery)
         # Executor (000 §14): the mode in use, the ping/pong banks, the downgrade monitor.
         if self.options.mode.max_inflight > settings.budget.max_inflight_jobs:
-            raise ConfigError(f"{alias}: executor mode {self.options.mode.value} needs max_inflight "
-                              f"{self.options.mode.max_inflight}, the configuration allows {settings.budget.max_inflight_jobs}")
+            raise ConfigError(
+                f"{alias}: executor mode {self.options.mode.value} needs max_inflight "
+                f"{self.options.mode.max_inflight}, the configuration allows {settings.budget.max_inflight_jobs}"
+            )
         self._mode = self.options.mode
         self._sched.set_inflight_limit(self._mode.max_inflight)
         self._slots = BankSlots()
@@ -195,7 +212,8 @@ class ModelWorker:
         # One completion thread per bank: each waits for one job, so a short job finishing first
         # never waits behind a long one (000 §14: two in flight).
         self._completers = [
-            threading.Thread(target=self._completion_loop, name=f"worker-{alias}-completion{i}", daemon=True) for i in range(2)
+            threading.Thread(target=self._completion_loop, name=f"worker-{alias}-completion{i}", daemon=True)
+            for i in range(2)
         ]
         for t in self._completers:
             t.start()
@@ -235,10 +253,17 @@ class ModelWorker:
         queues = {k.value.replace("prefill_", ""): v for k, v in st.prefill_depth.items()}
         queues["decode"] = st.decode_ready
         return ModelSnapshot(
-            alias=self.alias, state=self._display_state.value, generation=self.generation if self._serving else None,
-            queues=queues, waiting_requests=st.waiting_requests, waiting_prompt_tokens=st.waiting_prompt_tokens,
-            kv_lanes={k.value: v for k, v in st.kv_by_state.items()}, kv_reserved_tokens=st.kv_reserved_tokens,
-            inflight_jobs=st.inflight_jobs, quarantined_jobs=st.quarantined_jobs, executor_mode=self._mode.value,
+            alias=self.alias,
+            state=self._display_state.value,
+            generation=self.generation if self._serving else None,
+            queues=queues,
+            waiting_requests=st.waiting_requests,
+            waiting_prompt_tokens=st.waiting_prompt_tokens,
+            kv_lanes={k.value: v for k, v in st.kv_by_state.items()},
+            kv_reserved_tokens=st.kv_reserved_tokens,
+            inflight_jobs=st.inflight_jobs,
+            quarantined_jobs=st.quarantined_jobs,
+            executor_mode=self._mode.value,
         )
 
     # ------------------------------------------------------------------ API side
@@ -247,10 +272,13 @@ class ModelWorker:
         """Admission is decided here, atomically, before the first byte (000 §5.2). Raises EngineRejection."""
         rid = RequestId(req.request_id)
         if not req.prompt_ids:
-            raise EngineRejection(RejectCode.INVALID, "the prompt is empty: at least one token is needed", param="prompt")
+            raise EngineRejection(
+                RejectCode.INVALID, "the prompt is empty: at least one token is needed", param="prompt"
+            )
         if self._reject_all_as_unavailable:
-            raise EngineRejection(RejectCode.UNAVAILABLE, f"model {self.alias!r} is being reloaded; retry shortly",
-                                  retry_after_s=1.0)
+            raise EngineRejection(
+                RejectCode.UNAVAILABLE, f"model {self.alias!r} is being reloaded; retry shortly", retry_after_s=1.0
+            )
         now = self._clock()
         with self._lock:
             ticket = self._sched.arrive(rid, TenantId(req.tenant), now)
@@ -259,8 +287,9 @@ class ModelWorker:
                 raise _rejection(ticket, self.alias)
             seed = req.sampling.seed
             self._requests[rid] = _Request(req, stream, now, np.random.default_rng(seed))
-            result = self._sched.submit(ticket, prompt_tokens=len(req.prompt_ids), max_tokens=req.max_tokens,
-                                        deadline_s=req.timeout_s, now=now)
+            result = self._sched.submit(
+                ticket, prompt_tokens=len(req.prompt_ids), max_tokens=req.max_tokens, deadline_s=req.timeout_s, now=now
+            )
             self._count_verdict(result)
             if not result.verdict.accepted:
                 self._requests.pop(rid, None)
@@ -352,10 +381,8 @@ class ModelWorker:
         if rt is None:
             return
         for seq in seqs:
-            try:
+            with contextlib.suppress(RuntimeLayerError):  # the reset already dropped it
                 rt.kv.free(seq)
-            except RuntimeLayerError:
-                pass  # the reset already dropped it
         for job_id, inf in quarantined:
             if self._try_release(rt, inf):
                 with self._lock:
@@ -395,7 +422,9 @@ class ModelWorker:
         wake_at, inline = self._schedule_and_launch()
         if not (inline and self._wait_inline()):
             # async/pingpong: completion threads wait for the device and wake us (_wake) when a job is done.
-            timeout = self.options.poll_s if wake_at is None else max(0.0, min(self.options.poll_s, wake_at - self._clock()))
+            timeout = (
+                self.options.poll_s if wake_at is None else max(0.0, min(self.options.poll_s, wake_at - self._clock()))
+            )
             self._wake.wait(timeout)
             self._wake.clear()
         self._sweep_quarantine()
@@ -416,7 +445,9 @@ class ModelWorker:
             self._pump(now)
         if jobs and not serving:  # defensive: never submit outside a published generation
             for job in jobs:
-                self._complete(JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="no generation is being served"))
+                self._complete(
+                    JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="no generation is being served")
+                )
             jobs = ()
         for job in jobs:
             self._launch(job, inline=inline)
@@ -547,7 +578,9 @@ class ModelWorker:
                     pos = rt.kv.append(s, 1)
                     appended.append(s)
                     if pos != batch.positions[i]:  # 000 §9.2 rule 4
-                        raise _LaunchFailed(f"lane {batch.kv_lanes[i]}: KV position {pos} != scheduled position {batch.positions[i]}")
+                        raise _LaunchFailed(
+                            f"lane {batch.kv_lanes[i]}: KV position {pos} != scheduled position {batch.positions[i]}"
+                        )
                 inputs, outputs = rt.alloc_inputs(graph, b), rt.alloc_outputs(graph, b)
                 inputs.write("tokens", np.array(batch.token_ids, dtype=np.int32).reshape(b, 1))
                 inputs.write("positions", np.array(batch.positions, dtype=np.int32))
@@ -567,7 +600,9 @@ class ModelWorker:
             self._abort_launch(rt, job, appended, inputs, outputs, JobStatus.FAILED, str(exc))
             return
         except DeviceBusy as exc:
-            self._abort_launch(rt, job, appended, inputs, outputs, JobStatus.FAILED, f"device busy after {BUSY_RETRIES} retries: {exc}")
+            self._abort_launch(
+                rt, job, appended, inputs, outputs, JobStatus.FAILED, f"device busy after {BUSY_RETRIES} retries: {exc}"
+            )
             return
         except RuntimeLayerError as exc:
             status = JobStatus.FAULT if exc.status in {int(s) for s in FAULT_STATUSES} else JobStatus.FAILED
@@ -579,14 +614,21 @@ class ModelWorker:
             self._abort_launch(rt, job, appended, inputs, outputs, JobStatus.FAILED, f"internal error: {exc}")
             return
         with self._lock:
-            self._inflight[job.job_id] = _Inflight(job, rt_job, inputs, outputs, seqs, tuple(rids), self._clock(), graph,
-                                                   engine, inline, banked)
+            self._inflight[job.job_id] = _Inflight(
+                job, rt_job, inputs, outputs, seqs, tuple(rids), self._clock(), graph, engine, inline, banked
+            )
             if not inline:
                 self._unclaimed.append(job.job_id)
                 self._completion_cv.notify()
 
-    def _choose_engine(self, job: PrefillJob | DecodeJob, inputs: HostBuffer, outputs: HostBuffer,
-                       seqs: tuple[KvSeqId, ...], rids: tuple[RequestId, ...]) -> tuple[JobEngine, bool]:
+    def _choose_engine(
+        self,
+        job: PrefillJob | DecodeJob,
+        inputs: HostBuffer,
+        outputs: HostBuffer,
+        seqs: tuple[KvSeqId, ...],
+        rids: tuple[RequestId, ...],
+    ) -> tuple[JobEngine, bool]:
         """(engine, banked) for a new job: the free ping/pong bank in ping/pong (nothing shared with the
         other, else SlotConflict), else ``auto`` (``ping`` with ``fixed_engine``). The mode in use now
         decides: a mode change affects only jobs not yet submitted (000 §14)."""
@@ -598,8 +640,16 @@ class ModelWorker:
                 raise _LaunchFailed(f"both ping/pong banks hold a job ({self._slots.holders()})")
         return bank, True
 
-    def _submit_with_backoff(self, rt: Runtime, graph: str, inputs: HostBuffer, outputs: HostBuffer,
-                             kv: list[KvSeqId | None], generation: GenerationId, engine: JobEngine) -> RtJob:
+    def _submit_with_backoff(
+        self,
+        rt: Runtime,
+        graph: str,
+        inputs: HostBuffer,
+        outputs: HostBuffer,
+        kv: list[KvSeqId | None],
+        generation: GenerationId,
+        engine: JobEngine,
+    ) -> RtJob:
         delay = 0.001
         for attempt in range(BUSY_RETRIES + 1):
             try:
@@ -618,21 +668,25 @@ class ModelWorker:
                 return rt_job
         raise AssertionError("unreachable")
 
-    def _abort_launch(self, rt: Runtime, job: PrefillJob | DecodeJob, appended: list[KvSeqId], inputs: HostBuffer | None,
-                      outputs: HostBuffer | None, status: JobStatus, detail: str) -> None:
+    def _abort_launch(
+        self,
+        rt: Runtime,
+        job: PrefillJob | DecodeJob,
+        appended: list[KvSeqId],
+        inputs: HostBuffer | None,
+        outputs: HostBuffer | None,
+        status: JobStatus,
+        detail: str,
+    ) -> None:
         log.warning("worker %s: job %s not submitted: %s", self.alias, job.job_id, detail)
         if status is JobStatus.FAILED:
             for s in appended:
-                try:
+                with contextlib.suppress(RuntimeLayerError):
                     rt.kv.rollback(s)
-                except RuntimeLayerError:
-                    pass
         for buf in (inputs, outputs):
             if buf is not None:
-                try:
+                with contextlib.suppress(RuntimeLayerError):
                     rt.release_buffer(buf)
-                except RuntimeLayerError:
-                    pass
         self._metrics.jobs.labels(self.alias, _graph_kind(job), "not_submitted").inc()
         with self._lock:
             self._slots.release(job.job_id)
@@ -650,9 +704,15 @@ class ModelWorker:
             self._apply(self._monitor.job_timed_out())
         self._metrics.device_errors.labels(self.alias, "Timeout").inc()
         self._metrics.jobs.labels(self.alias, _graph_kind(inf.core), "timeout").inc()
-        self._complete(JobOutcome(inf.core.job_id, inf.core.generation, JobStatus.TIMEOUT,
-                                  detail=f"no completion after {self.options.job_timeout_s:.1f}s",
-                                  ), runtime_status=RuntimeStatus.TIMEOUT)
+        self._complete(
+            JobOutcome(
+                inf.core.job_id,
+                inf.core.generation,
+                JobStatus.TIMEOUT,
+                detail=f"no completion after {self.options.job_timeout_s:.1f}s",
+            ),
+            runtime_status=RuntimeStatus.TIMEOUT,
+        )
 
     def _finish_job(self, rt: Runtime, inf: _Inflight) -> None:
         with self._lock:
@@ -665,7 +725,9 @@ class ModelWorker:
         verdict: Downgrade | None = None
         anomaly = _status_anomaly(inf, res)
         if anomaly is not None:  # the runtime's answer contradicts itself: trust nothing it wrote
-            outcome = JobOutcome(inf.core.job_id, inf.core.generation, JobStatus.FAULT, detail=f"status anomaly: {anomaly}")
+            outcome = JobOutcome(
+                inf.core.job_id, inf.core.generation, JobStatus.FAULT, detail=f"status anomaly: {anomaly}"
+            )
             with self._lock:
                 verdict = self._monitor.status_anomaly(anomaly)
             self._metrics.jobs.labels(self.alias, _graph_kind(inf.core), "bad_output").inc()
@@ -677,19 +739,30 @@ class ModelWorker:
             if outcome.status is JobStatus.OK:
                 for s in inf.seqs:
                     rt.kv.commit(s)
-            self._metrics.jobs.labels(self.alias, _graph_kind(inf.core), "ok" if outcome.status is JobStatus.OK else "bad_output").inc()
+            self._metrics.jobs.labels(
+                self.alias, _graph_kind(inf.core), "ok" if outcome.status is JobStatus.OK else "bad_output"
+            ).inc()
         else:
-            runtime_status = RuntimeStatus(res.status) if res.status in RuntimeStatus._value2member_map_ else RuntimeStatus.INTERNAL
+            runtime_status = (
+                RuntimeStatus(res.status) if res.status in RuntimeStatus._value2member_map_ else RuntimeStatus.INTERNAL
+            )
             self._metrics.device_errors.labels(self.alias, runtime_status.name).inc()
             self._metrics.jobs.labels(self.alias, _graph_kind(inf.core), "failed").inc()
-            status = JobStatus.FAULT if runtime_status in FAULT_STATUSES or runtime_status is RuntimeStatus.JOB_ABORTED else JobStatus.FAILED
+            status = (
+                JobStatus.FAULT
+                if runtime_status in FAULT_STATUSES or runtime_status is RuntimeStatus.JOB_ABORTED
+                else JobStatus.FAILED
+            )
             if status is JobStatus.FAILED:
                 for s in inf.seqs:
-                    try:
+                    with contextlib.suppress(RuntimeLayerError):
                         rt.kv.rollback(s)
-                    except RuntimeLayerError:
-                        pass
-            outcome = JobOutcome(inf.core.job_id, inf.core.generation, status, detail=f"{runtime_status.name}: {res.detail or ''}".strip())
+            outcome = JobOutcome(
+                inf.core.job_id,
+                inf.core.generation,
+                status,
+                detail=f"{runtime_status.name}: {res.detail or ''}".strip(),
+            )
         self._try_release(rt, inf)
         with self._lock:
             self._slots.release(inf.core.job_id)
@@ -763,7 +836,9 @@ class ModelWorker:
 
     # ------------------------------------------------------------------ events -> streams
 
-    def _pump(self, now: float, runtime_status: RuntimeStatus | None = None, *, generation: GenerationId | None = None) -> None:
+    def _pump(
+        self, now: float, runtime_status: RuntimeStatus | None = None, *, generation: GenerationId | None = None
+    ) -> None:
         """Deliver scheduler events. Called with the worker lock held. ``generation``: the job generation
         of the outcome being applied (tokens are only ever emitted from one)."""
         while True:
@@ -795,8 +870,12 @@ class ModelWorker:
                         if self._inflight:
                             # 000 §14: submitted jobs drain; the reset waits until they completed or timed out.
                             self._deferred_recovery = req
-                            log.warning("worker %s: recovery (%s) waits for %d job(s) in flight to drain",
-                                        self.alias, ev.status.value, len(self._inflight))
+                            log.warning(
+                                "worker %s: recovery (%s) waits for %d job(s) in flight to drain",
+                                self.alias,
+                                ev.status.value,
+                                len(self._inflight),
+                            )
                         else:
                             self._start_recovery(req)
 
@@ -824,8 +903,9 @@ class ModelWorker:
         ctx.last_token_at = now
         self._metrics.tokens.labels(self.alias).inc()
         self._metrics.tenant_tokens.labels(self.alias, ctx.gen.tenant).inc()
-        event = TokenEvent(ev.token_id, prompt_tokens=len(ctx.gen.prompt_ids), completion_tokens=ctx.tokens,
-                           generation=int(generation))
+        event = TokenEvent(
+            ev.token_id, prompt_tokens=len(ctx.gen.prompt_ids), completion_tokens=ctx.tokens, generation=int(generation)
+        )
         ctx.stream.post_token(event)
         if self._stale_probe is not None:
             self._stale_probe_step(ctx.stream, event)
@@ -850,16 +930,28 @@ class ModelWorker:
         with self._lock:
             ceiling = self._sched.settings.budget.max_inflight_jobs
             if mode.max_inflight > ceiling:
-                return {**self._status_locked(), "ok": False,
-                        "detail": f"{mode.value} needs executor.max_inflight {mode.max_inflight}; the configuration allows {ceiling}"}
+                return {
+                    **self._status_locked(),
+                    "ok": False,
+                    "detail": f"{mode.value} needs executor.max_inflight {mode.max_inflight}; the configuration allows {ceiling}",
+                }
             if mode is ExecutorMode.PINGPONG and self.options.fixed_engine:
-                return {**self._status_locked(), "ok": False, "detail": "executor.fixed_engine is set: ping/pong needs both banks"}
+                return {
+                    **self._status_locked(),
+                    "ok": False,
+                    "detail": "executor.fixed_engine is set: ping/pong needs both banks",
+                }
             previous = self._mode
             self._change_mode(mode, None, "set by an operator")
             self._operator_changes.append({"at": time.time(), "from": previous.value, "to": mode.value})
             del self._operator_changes[:-MAX_DOWNGRADE_RECORDS]
             status = {**self._status_locked(), "ok": True, "previous_mode": previous.value}
-        log.info("executor mode of %s set by an operator: %s -> %s (jobs in flight drain)", self.alias, previous.value, mode.value)
+        log.info(
+            "executor mode of %s set by an operator: %s -> %s (jobs in flight drain)",
+            self.alias,
+            previous.value,
+            mode.value,
+        )
         self._wake.set()
         return status
 
@@ -900,8 +992,15 @@ class ModelWorker:
             self._downgrades.append(rec)
             del self._downgrades[:-MAX_DOWNGRADE_RECORDS]
             self._metrics.downgrades.labels(self.alias, reason.value).inc()
-            log.warning("executor downgrade: model=%s from=%s to=%s reason=%s draining_jobs=%d detail=%s",
-                        self.alias, previous.value, mode.value, reason.value, rec.draining_jobs, detail)
+            log.warning(
+                "executor downgrade: model=%s from=%s to=%s reason=%s draining_jobs=%d detail=%s",
+                self.alias,
+                previous.value,
+                mode.value,
+                reason.value,
+                rec.draining_jobs,
+                detail,
+            )
         self._completion_cv.notify_all()
 
     # ------------------------------------------------------------------ diagnostics (calctl soak --inject)
@@ -922,9 +1021,20 @@ class ModelWorker:
         probe = self._stale_probe
         assert probe is not None
         old = probe.last
-        if old is not None and old.generation is not None and event.generation is not None and old.generation < event.generation:
-            log.warning("worker %s: DIAGNOSTIC stale-completion injection: re-delivering a token of retired generation "
-                        "%s to request %s (generation %s)", self.alias, old.generation, stream.request_id, event.generation)
+        if (
+            old is not None
+            and old.generation is not None
+            and event.generation is not None
+            and old.generation < event.generation
+        ):
+            log.warning(
+                "worker %s: DIAGNOSTIC stale-completion injection: re-delivering a token of retired generation "
+                "%s to request %s (generation %s)",
+                self.alias,
+                old.generation,
+                stream.request_id,
+                event.generation,
+            )
             stream.post_token(old)
             self._stale_probe = None
             return
@@ -939,15 +1049,19 @@ class ModelWorker:
         if ctx is None:
             return
         self._metrics.e2e.labels(self.alias).observe(now - ctx.arrived)
-        usage = dict(prompt_tokens=len(ctx.gen.prompt_ids), completion_tokens=ctx.tokens)
+        prompt_n, completion_n = len(ctx.gen.prompt_ids), ctx.tokens
         if ev.http_status is not None and ctx.tokens == 0:
             code = {400: RejectCode.INVALID, 429: RejectCode.CAPACITY}.get(ev.http_status, RejectCode.UNAVAILABLE)
             if ev.reason is CoreFinish.DEADLINE:
                 code = RejectCode.DEADLINE
             if ev.reason is CoreFinish.CANCELLED:
-                ctx.stream.post_end(TokenEvent(None, FinishReason.CANCELLED, **usage))
+                ctx.stream.post_end(
+                    TokenEvent(None, FinishReason.CANCELLED, prompt_tokens=prompt_n, completion_tokens=completion_n)
+                )
                 return
-            ctx.stream.post_rejected(EngineRejection(code, f"{self.alias}: {ev.detail}", retry_after_s=ev.retry_after_s))
+            ctx.stream.post_rejected(
+                EngineRejection(code, f"{self.alias}: {ev.detail}", retry_after_s=ev.retry_after_s)
+            )
             return
         finish = {
             CoreFinish.STOP: FinishReason.STOP,
@@ -957,7 +1071,9 @@ class ModelWorker:
         error = None
         if finish is FinishReason.ERROR:
             error = f"{self.alias}: {ev.reason.value}: {ev.detail}"
-        ctx.stream.post_end(TokenEvent(None, finish, error=error, **usage))
+        ctx.stream.post_end(
+            TokenEvent(None, finish, error=error, prompt_tokens=prompt_n, completion_tokens=completion_n)
+        )
 
 
 class _LaunchFailed(Exception):
@@ -1016,4 +1132,4 @@ def sample_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Ge
     return int(rng.choice(len(p), p=p))
 
 
-__all__ = ["ModelWorker", "WorkerOptions", "RecoveryRequest", "sample_token", "core_admission"]
+__all__ = ["ModelWorker", "RecoveryRequest", "WorkerOptions", "core_admission", "sample_token"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -70,11 +71,28 @@ def test_qwen3_reference_through_the_cli(capsys: pytest.CaptureFixture[str], hf_
 
 
 def test_table_output_names_every_term_and_the_verdict(capsys: pytest.CaptureFixture[str], hf_assets_dir: Path) -> None:
-    code, out, _ = run(capsys, "--hf-config", str(hf_assets_dir / "gemma-2-2b" / "config.json"), "--context", "8192",
-                       "--kv-dtype", "bf16", "--grid")
+    code, out, _ = run(
+        capsys,
+        "--hf-config",
+        str(hf_assets_dir / "gemma-2-2b" / "config.json"),
+        "--context",
+        "8192",
+        "--kv-dtype",
+        "bf16",
+        "--grid",
+    )
     assert code == 0
-    for term in ("W_compiled", "KV", "workspace_peak", "code_and_commands", "io_staging", "runtime_metadata",
-                 "allocator_fragmentation", "safety_guard", "M_required"):
+    for term in (
+        "W_compiled",
+        "KV",
+        "workspace_peak",
+        "code_and_commands",
+        "io_staging",
+        "runtime_metadata",
+        "allocator_fragmentation",
+        "safety_guard",
+        "M_required",
+    ):
         assert term in out
     assert "gemma2: even layers slide" in out  # the window convention it assumed
     assert "what-if" in out
@@ -82,8 +100,17 @@ def test_table_output_names_every_term_and_the_verdict(capsys: pytest.CaptureFix
 
 
 def test_grid_json(capsys: pytest.CaptureFixture[str], hf_assets_dir: Path) -> None:
-    code, doc = run_json(capsys, "--hf-config", str(hf_assets_dir / "Llama-3.2-3B" / "config.json"),
-                         "--context", "8192", "--grid-contexts", "8192,65536", "--grid-batches", "1,8")
+    _code, doc = run_json(
+        capsys,
+        "--hf-config",
+        str(hf_assets_dir / "Llama-3.2-3B" / "config.json"),
+        "--context",
+        "8192",
+        "--grid-contexts",
+        "8192,65536",
+        "--grid-batches",
+        "1,8",
+    )
     grid = doc["grid"]
     assert (grid["contexts"], grid["batches"]) == ([8192, 65536], [1, 8])
     cell = grid["cells"][0][0]
@@ -230,8 +257,9 @@ def test_dram_source_and_limit_band_are_reported(capsys: pytest.CaptureFixture[s
 
 def test_package_what_if_overrides(capsys: pytest.CaptureFixture[str], fixture_packages_dir: Path) -> None:
     pkg = str(fixture_packages_dir / "single")
-    code, doc = run_json(capsys, pkg, "--context", "100", "--batch", "3", "--kv-dtype", "bf16",
-                         "--prefill-workspace", "200MiB")
+    code, doc = run_json(
+        capsys, pkg, "--context", "100", "--batch", "3", "--kv-dtype", "bf16", "--prefill-workspace", "200MiB"
+    )
     chip = doc["chips"][0]
     # 100 tokens in blocks of 16 -> 112; 2 x 2 layers x 2 heads x 16 x 112 x 3 seq x 2 bytes
     assert chip["components"]["KV"] == 2 * 2 * 2 * 16 * 112 * 3 * 2

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -26,12 +27,12 @@ def test_qwen3_30b_a3b_kv_is_the_001_reference(hf_shape: Callable[[str], ModelSh
 #   2 (K,V) x layers x kv_heads x head_dim x 2
 DENSE = [
     # name,                  layers, kv_heads, head_dim, bytes/token
-    ("Llama-3.2-1B",             16,  8,  64,  32_768),  # 2*16*8*64*2   = 32768
-    ("Llama-3.2-3B",             28,  8, 128, 114_688),  # 2*28*8*128*2  = 114688
-    ("Qwen2.5-1.5B-Instruct",    28,  2, 128,  28_672),  # 2*28*2*128*2  = 28672 (head_dim = 1536/12)
-    ("Qwen2.5-3B-Instruct",      36,  2, 128,  36_864),  # 2*36*2*128*2  = 36864 (head_dim = 2048/16)
-    ("gemma-2-2b",               26,  4, 256, 106_496),  # 2*26*4*256*2  = 106496 (explicit head_dim; 2304/8 = 288)
-    ("SmolLM2-1.7B",             24, 32,  64, 196_608),  # 2*24*32*64*2  = 196608 (no GQA: 32 KV heads)
+    ("Llama-3.2-1B", 16, 8, 64, 32_768),  # 2*16*8*64*2   = 32768
+    ("Llama-3.2-3B", 28, 8, 128, 114_688),  # 2*28*8*128*2  = 114688
+    ("Qwen2.5-1.5B-Instruct", 28, 2, 128, 28_672),  # 2*28*2*128*2  = 28672 (head_dim = 1536/12)
+    ("Qwen2.5-3B-Instruct", 36, 2, 128, 36_864),  # 2*36*2*128*2  = 36864 (head_dim = 2048/16)
+    ("gemma-2-2b", 26, 4, 256, 106_496),  # 2*26*4*256*2  = 106496 (explicit head_dim; 2304/8 = 288)
+    ("SmolLM2-1.7B", 24, 32, 64, 196_608),  # 2*24*32*64*2  = 196608 (no GQA: 32 KV heads)
 ]
 
 
@@ -59,8 +60,9 @@ def test_gemma2_even_layers_slide(hf_shape: Callable[[str], ModelShape]) -> None
     assert kv_bytes_per_token(s, "bf16") * 8192 == 872_415_232
 
 
-def test_qwen2_window_is_ignored_unless_use_sliding_window(hf_shape: Callable[[str], ModelShape],
-                                                         hf_config_doc: Callable[[str], dict[str, Any]]) -> None:
+def test_qwen2_window_is_ignored_unless_use_sliding_window(
+    hf_shape: Callable[[str], ModelShape], hf_config_doc: Callable[[str], dict[str, Any]]
+) -> None:
     off = hf_shape("Qwen2.5-1.5B-Instruct")  # states sliding_window 32768 with use_sliding_window false
     assert off.windows == (None,) * 28
     assert "use_sliding_window is false" in off.window_convention
@@ -74,8 +76,11 @@ def test_qwen2_window_is_ignored_unless_use_sliding_window(hf_shape: Callable[[s
 
 
 def test_explicit_layer_types_win(hf_config_doc: Callable[[str], dict[str, Any]]) -> None:
-    doc = {**hf_config_doc("Llama-3.2-1B"), "sliding_window": 1024,
-           "layer_types": ["sliding_attention", "full_attention"] * 8}
+    doc = {
+        **hf_config_doc("Llama-3.2-1B"),
+        "sliding_window": 1024,
+        "layer_types": ["sliding_attention", "full_attention"] * 8,
+    }
     s = shape_from_hf_config(doc)
     assert s.windows == (1024, None) * 8
     assert s.window_convention.startswith("layer_types: 8 sliding_attention")
@@ -86,7 +91,9 @@ def test_mistral_style_window_applies_to_every_layer(hf_config_doc: Callable[[st
     s = shape_from_hf_config(doc)
     assert s.windows == (4096,) * 16
     # Past the window the cache stops growing.
-    assert kv_bytes(s, context=100_000, sequences=1, kv_dtype="bf16") == kv_bytes(s, context=4096, sequences=1, kv_dtype="bf16")
+    assert kv_bytes(s, context=100_000, sequences=1, kv_dtype="bf16") == kv_bytes(
+        s, context=4096, sequences=1, kv_dtype="bf16"
+    )
 
 
 def test_block_rounding_is_per_sequence_and_per_layer(hf_shape: Callable[[str], ModelShape]) -> None:
@@ -100,14 +107,16 @@ def test_block_rounding_is_per_sequence_and_per_layer(hf_shape: Callable[[str], 
     assert cached_tokens(8192, 4000, 64) == 4032
 
 
-@pytest.mark.parametrize(("heads", "chips", "per_chip"), [(4, 1, 4), (4, 2, 2), (4, 3, 2), (1, 2, 1), (8, 8, 1), (2, 4, 1)])
+@pytest.mark.parametrize(
+    ("heads", "chips", "per_chip"), [(4, 1, 4), (4, 2, 2), (4, 3, 2), (1, 2, 1), (8, 8, 1), (2, 4, 1)]
+)
 def test_kv_heads_split_across_chips_by_ceiling(heads: int, chips: int, per_chip: int) -> None:
     assert kv_heads_per_chip(heads, chips) == per_chip
 
 
 def test_kv_dtype_widths(hf_shape: Callable[[str], ModelShape]) -> None:
     s = hf_shape("Qwen3-30B-A3B")
-    assert kv_bytes_per_token(s, "fp8") == 49_152   # 2 x 48 x 4 x 128 x 1
+    assert kv_bytes_per_token(s, "fp8") == 49_152  # 2 x 48 x 4 x 128 x 1
     assert kv_bytes_per_token(s, "int4") == 24_576  # 2 x 48 x 4 x 128 x 0.5
     assert kv_bytes(s, context=40960, sequences=1, kv_dtype="int4") == 4_026_531_840 // 4
     # On 2 chips each holds 2 of the 4 KV heads: half the reference.

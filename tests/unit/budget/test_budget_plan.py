@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -53,9 +54,14 @@ def test_package_components_come_from_the_manifest(packages: dict[str, Package])
     assert chip0.component("code_and_commands").bytes == region[(0, "model-a.code")] + region[(0, "model-a.command")]
     sources = {c.name: c.source for c in chip0.components}
     assert sources == {
-        "W_compiled": Source.MANIFEST, "KV": Source.FORMULA, "workspace_peak": Source.MANIFEST,
-        "code_and_commands": Source.MANIFEST, "io_staging": Source.MANIFEST, "runtime_metadata": Source.MANIFEST,
-        "allocator_fragmentation": Source.ESTIMATE, "safety_guard": Source.POLICY,
+        "W_compiled": Source.MANIFEST,
+        "KV": Source.FORMULA,
+        "workspace_peak": Source.MANIFEST,
+        "code_and_commands": Source.MANIFEST,
+        "io_staging": Source.MANIFEST,
+        "runtime_metadata": Source.MANIFEST,
+        "allocator_fragmentation": Source.ESTIMATE,
+        "safety_guard": Source.POLICY,
     }
     # At the declared point (context_limit x kv.max_sequences) the formula equals the compiled KV region.
     assert chip0.component("KV").bytes == pkg.model("model-a").kv.bytes == region[(0, "model-a.kv")]

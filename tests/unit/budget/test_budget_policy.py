@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 import pytest
 
@@ -64,8 +64,14 @@ def test_go_explains_both_checks() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"limit": 0.0}, {"limit": 1.2}, {"limit": float("nan")}, {"guard_fraction": 1.0}, {"guard_fraction": -0.1},
-     {"guard_min_bytes": -1}],
+    [
+        {"limit": 0.0},
+        {"limit": 1.2},
+        {"limit": float("nan")},
+        {"guard_fraction": 1.0},
+        {"guard_fraction": -0.1},
+        {"guard_min_bytes": -1},
+    ],
 )
 def test_policy_rejects_out_of_range_values(kwargs: dict[str, float]) -> None:
     with pytest.raises(UsageError):
@@ -102,8 +108,9 @@ def test_chip_verdict_flips_exactly_at_each_threshold(
 def test_each_chip_is_judged_on_its_own_dram(hf_shape: Callable[[str], ModelShape]) -> None:
     # Two chips of 8 GiB are not one chip of 16 GiB (001 §8.2): a load that needs ~10 GiB
     # static fails on each 8 GiB chip even though the board total would hold it.
-    plan = plan_from_config(hf_shape("Llama-3.2-1B"), chips=1, chip_dram_bytes=8 * GIB,
-                            workspace=WorkspaceOverride(peak_bytes=6 * GIB))
+    plan = plan_from_config(
+        hf_shape("Llama-3.2-1B"), chips=1, chip_dram_bytes=8 * GIB, workspace=WorkspaceOverride(peak_bytes=6 * GIB)
+    )
     load = plan.loads[0]
     budget = evaluate(load, BudgetPolicy(), context=4096, sequences=1)
     assert budget.verdict is Verdict.NO_GO

@@ -57,12 +57,19 @@ def test_parse_size_can_refuse_zero() -> None:
 
 def test_dtype_widths_keep_int4_at_half_a_byte() -> None:
     assert {d: DTYPE_BITS[d] for d in ("bf16", "fp16", "fp8", "int8", "int4", "fp32")} == {
-        "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4, "fp32": 32,
+        "bf16": 16,
+        "fp16": 16,
+        "fp8": 8,
+        "int8": 8,
+        "int4": 4,
+        "fp32": 32,
     }
 
 
-@pytest.mark.parametrize(("name", "canonical"), [("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32"),
-                                                 ("BF16", "bf16"), ("float8_e4m3fn", "fp8")])
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32"), ("BF16", "bf16"), ("float8_e4m3fn", "fp8")],
+)
 def test_hf_dtype_spellings_map_to_canonical(name: str, canonical: str) -> None:
     assert canonical_dtype(name, "torch_dtype") == canonical
 

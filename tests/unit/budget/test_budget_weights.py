@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -64,8 +65,17 @@ def test_qwen3_30b_a3b_moe_count_and_the_report_ballpark(hf_shape: Callable[[str
 
 
 def _tiny(**extra: Any) -> dict[str, Any]:
-    return {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2,
-            "num_key_value_heads": 1, "vocab_size": 10, "intermediate_size": 16, "tie_word_embeddings": True, **extra}
+    return {
+        "model_type": "mixtral",
+        "num_hidden_layers": 2,
+        "hidden_size": 8,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "vocab_size": 10,
+        "intermediate_size": 16,
+        "tie_word_embeddings": True,
+        **extra,
+    }
 
 
 def test_mixtral_style_experts_use_intermediate_size() -> None:
@@ -78,17 +88,31 @@ def test_mixtral_style_experts_use_intermediate_size() -> None:
 
 
 def test_shared_experts_and_dense_layers_are_counted() -> None:
-    qwen2_moe = shape_from_hf_config(_tiny(model_type="qwen2_moe", num_experts=4, num_experts_per_tok=2,
-                                           moe_intermediate_size=4, shared_expert_intermediate_size=12,
-                                           mlp_only_layers=[0]))
+    qwen2_moe = shape_from_hf_config(
+        _tiny(
+            model_type="qwen2_moe",
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=4,
+            shared_expert_intermediate_size=12,
+            mlp_only_layers=[0],
+        )
+    )
     assert qwen2_moe.moe is not None and qwen2_moe.moe.sparse_layers == (1,)
     c = count_params(qwen2_moe)
-    assert c.mlp == 3 * 8 * 16                     # layer 0 stays dense
-    assert c.experts == 4 * 3 * 8 * 4 + 8 * 4       # layer 1: experts + router
-    assert c.shared_experts == 3 * 8 * 12 + 8       # shared expert + its hidden->1 gate
+    assert c.mlp == 3 * 8 * 16  # layer 0 stays dense
+    assert c.experts == 4 * 3 * 8 * 4 + 8 * 4  # layer 1: experts + router
+    assert c.shared_experts == 3 * 8 * 12 + 8  # shared expert + its hidden->1 gate
 
-    deepseek_style = shape_from_hf_config(_tiny(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=4,
-                                                n_shared_experts=2, first_k_dense_replace=1))
+    deepseek_style = shape_from_hf_config(
+        _tiny(
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=4,
+            n_shared_experts=2,
+            first_k_dense_replace=1,
+        )
+    )
     assert deepseek_style.moe is not None and deepseek_style.moe.shared_intermediate == 8
     assert count_params(deepseek_style).shared_experts == 3 * 8 * 8
 

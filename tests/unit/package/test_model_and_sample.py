@@ -18,7 +18,6 @@ from calctl.package.model import GraphKind
 from calctl.package.reader import load_manifest
 from calctl.package.sample import build_sample, kv_bytes
 from calctl.signing.keys import load_private
-
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY
 
 

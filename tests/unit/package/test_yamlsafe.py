@@ -30,9 +30,10 @@ def test_refused_documents_name_the_problem(text: str, fragment: str) -> None:
 
 def test_billion_laughs_is_refused_before_expansion() -> None:
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
     )
-    with pytest.raises(PackageFormatError, match="alias|anchor"):
+    with pytest.raises(PackageFormatError, match=r"alias|anchor"):
         yamlsafe.loads(bomb, source="m.yaml")
 
 

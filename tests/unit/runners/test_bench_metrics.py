@@ -45,8 +45,15 @@ def test_gamma_arrivals_rate_burstiness_and_bounds() -> None:
 
 
 def test_workloads_replay_per_seed_and_stream() -> None:
-    args = dict(rate=5.0, duration_s=4.0, burstiness=1.0, prompt=LengthDist.parse("uniform:2:9"),
-                output=LengthDist.parse("8"), tokens=TokenRange(3, 50), max_requests=100)
+    args = dict(
+        rate=5.0,
+        duration_s=4.0,
+        burstiness=1.0,
+        prompt=LengthDist.parse("uniform:2:9"),
+        output=LengthDist.parse("8"),
+        tokens=TokenRange(3, 50),
+        max_requests=100,
+    )
     a1 = build_workload(seed=3, stream=0, **args)  # type: ignore[arg-type]
     assert a1 == build_workload(seed=3, stream=0, **args)  # type: ignore[arg-type]
     assert a1 != build_workload(seed=3, stream=1, **args)  # type: ignore[arg-type]
@@ -55,8 +62,18 @@ def test_workloads_replay_per_seed_and_stream() -> None:
 
 def _rec(alias: str, sent: float, first: float, end: float, tokens: int, *, ok: bool = True) -> RequestRecord:
     times = list(np.linspace(first, end, tokens)) if tokens else []
-    return RequestRecord(alias, "load", sent, 8, tokens, outcome=RequestOutcome.OK if ok else RequestOutcome.CAPACITY,
-                         first_token=first if tokens else None, end=end, tokens=tokens, token_times=times)
+    return RequestRecord(
+        alias,
+        "load",
+        sent,
+        8,
+        tokens,
+        outcome=RequestOutcome.OK if ok else RequestOutcome.CAPACITY,
+        first_token=first if tokens else None,
+        end=end,
+        tokens=tokens,
+        token_times=times,
+    )
 
 
 def test_tpot_itl_and_summary_with_goodput() -> None:
@@ -102,7 +119,10 @@ def test_paired_windows_tell_parallel_from_serial() -> None:
     gates = {g.name: g for g in G.concurrency_gates(serial)}
     assert gates["throughput_efficiency"].passed is False and "0.80" in gates["throughput_efficiency"].rule
     assert gates["overlap_ratio"].passed is False
-    assert {g.name: g.passed for g in G.concurrency_gates(parallel)} == {"throughput_efficiency": True, "overlap_ratio": True}
+    assert {g.name: g.passed for g in G.concurrency_gates(parallel)} == {
+        "throughput_efficiency": True,
+        "overlap_ratio": True,
+    }
 
 
 def test_degradation_and_b_success_gates() -> None:
@@ -112,8 +132,9 @@ def test_degradation_and_b_success_gates() -> None:
     assert ttft.name == "p99_ttft_degradation[model-a]" and ttft.passed is False and ttft.value == pytest.approx(1.0)
     assert "+100.0 %" in ttft.detail and tpot.passed is False
     assert all(g.passed for g in G.degradation_gates(iso, iso))
-    b_bad = summarize("model-b", [_rec("model-b", 0, 0.1, 1, 10)] * 999 + [_rec("model-b", 0, 0, 0, 0, ok=False)] * 2,
-                      t0=0, slo=Slo())
+    b_bad = summarize(
+        "model-b", [_rec("model-b", 0, 0.1, 1, 10)] * 999 + [_rec("model-b", 0, 0, 0, 0, ok=False)] * 2, t0=0, slo=Slo()
+    )
     g = G.b_success_gate(iso, b_bad)
     assert g.passed is False and "997" not in g.detail and "999/1001" in g.detail and "not saturated" in g.detail
     assert G.verdict([g]) == "FAIL" and G.verdict([]) == "MEASURED" and G.failing([g]) == [g]

@@ -109,7 +109,7 @@ def test_combined_check_names_are_exact(combined: Package) -> None:
 
 def test_combined_check_refuses_mask_overreach(combined: Package) -> None:
     b = combined.models[1]
-    sections = (dataclasses.replace(b.sections[0], chip_mask=0b11),) + b.sections[1:]
+    sections = (dataclasses.replace(b.sections[0], chip_mask=3), *b.sections[1:])
     problems = check_combined_calbin(_plan(_with_model(combined, 1, sections=sections)), ("model-a", "model-b"))
     assert any("chipMask 0x3" in p and b.sections[0].name in p for p in problems)
 
@@ -117,8 +117,10 @@ def test_combined_check_refuses_mask_overreach(combined: Package) -> None:
 def test_combined_check_refuses_cross_chip_graph_section(combined: Package) -> None:
     a = combined.models[0]
     g = a.graphs[0]
-    graph = dataclasses.replace(g, sections=(dataclasses.replace(g.sections[0], chip_mask=0b10),) + g.sections[1:])
-    problems = check_combined_calbin(_plan(_with_model(combined, 0, graphs=(graph,) + a.graphs[1:])), ("model-a", "model-b"))
+    graph = dataclasses.replace(g, sections=(dataclasses.replace(g.sections[0], chip_mask=2), *g.sections[1:]))
+    problems = check_combined_calbin(
+        _plan(_with_model(combined, 0, graphs=(graph, *a.graphs[1:]))), ("model-a", "model-b")
+    )
     assert any(g.sections[0].name in p and "chip 0" in p for p in problems)
 
 
@@ -163,8 +165,12 @@ def test_step_log_records_status_from_exceptions() -> None:
         raise KeyboardInterrupt
     log.skip("later", "not reached")
     assert [(r.name, r.status) for r in log.records] == [
-        ("ok", StepStatus.PASS), ("bad", StepStatus.FAIL), ("hang", StepStatus.TIMEOUT), ("device", StepStatus.ERROR),
-        ("ctrl-c", StepStatus.INTERRUPTED), ("later", StepStatus.SKIP),
+        ("ok", StepStatus.PASS),
+        ("bad", StepStatus.FAIL),
+        ("hang", StepStatus.TIMEOUT),
+        ("device", StepStatus.ERROR),
+        ("ctrl-c", StepStatus.INTERRUPTED),
+        ("later", StepStatus.SKIP),
     ]
     assert seen == ["ok", "bad", "hang", "device", "ctrl-c", "later"]
     assert log.records[1].detail == "golden mismatch"
@@ -194,8 +200,14 @@ def test_device_spec_keeps_mock_options_off_calrt() -> None:
 # bring-up pipeline: dependencies, skips, verdict, extension
 
 
-def _step(name: str, verdict: str, code: int = 0, needs: tuple[str, ...] = (), calls: list[str] | None = None,
-          applies: str | None = None) -> BringupStep:
+def _step(
+    name: str,
+    verdict: str,
+    code: int = 0,
+    needs: tuple[str, ...] = (),
+    calls: list[str] | None = None,
+    applies: str | None = None,
+) -> BringupStep:
     def run(state: object) -> StepOutcome:
         if calls is not None:
             calls.append(name)
@@ -207,7 +219,9 @@ def _step(name: str, verdict: str, code: int = 0, needs: tuple[str, ...] = (), c
 
 
 def _config(tmp_path: Path) -> BringupConfig:
-    return BringupConfig(package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=Level.QUICK, out_dir=tmp_path / "out")
+    return BringupConfig(
+        package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=Level.QUICK, out_dir=tmp_path / "out"
+    )
 
 
 def test_bringup_failing_step_skips_its_dependents_with_the_reason(tmp_path: Path) -> None:
@@ -246,6 +260,8 @@ def test_bringup_timeout_exit_code_and_interrupt_stops_the_pipeline(tmp_path: Pa
     report = run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), _step("b", "TIMEOUT", 4), _step("c", "PASS")))
     assert report.verdict == "TIMEOUT" and report.exit_code == 4 and report.steps[2].verdict == "PASS"
     calls: list[str] = []
-    report = run_bringup(_config(tmp_path), steps=(_step("a", "RAISE-INT", calls=calls), _step("b", "PASS", calls=calls)))
+    report = run_bringup(
+        _config(tmp_path), steps=(_step("a", "RAISE-INT", calls=calls), _step("b", "PASS", calls=calls))
+    )
     assert calls == ["a"] and report.exit_code == 130 and report.verdict == "INTERRUPTED"
     assert report.steps[1].verdict == "SKIP" and "interrupted" in report.steps[1].detail

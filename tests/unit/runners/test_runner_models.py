@@ -4,8 +4,8 @@ mock board: results, and that the KV sequence and buffers are freed on every pat
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -62,7 +62,11 @@ def test_timeout_aborts_the_hung_job_keeps_the_configuration_and_cleans_up(rt: M
     exc = info.value
     assert exc.exit_code == 4 and exc.step == "decode[1]" and exc.alias == "model-b"
     assert "chip reset of chip 1" in exc.recovery
-    assert isinstance(exc.partial, GoldenResult) and not exc.partial.ok and exc.partial.got_tokens == exc.partial.expected_tokens[:2]
+    assert (
+        isinstance(exc.partial, GoldenResult)
+        and not exc.partial.ok
+        and exc.partial.got_tokens == exc.partial.expected_tokens[:2]
+    )
     assert exc.partial.reason == str(exc)
     _assert_clean(rt, combined)
     assert all(h.health is Health.OK for h in rt.health()) and rt.current_calbin is not None

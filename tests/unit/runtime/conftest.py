@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from runtime_helpers import NATIVE, Backend, package
@@ -22,10 +22,27 @@ from calctl.runtime import Runtime, open_runtime
 def _compile(tmp: Path, name: str, *defines: str) -> Path:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler (cc or gcc) on PATH: cannot build tests/native/calrt_stub.c, so the calrt backend is untested here")
+        pytest.skip(
+            "no C compiler (cc or gcc) on PATH: cannot build tests/native/calrt_stub.c, so the calrt backend is untested here"
+        )
     out = tmp / name
-    cmd = [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror", *defines,
-           "-I", str(NATIVE), "-o", str(out), str(NATIVE / "calrt_stub.c")]
+    cmd = [
+        cc,
+        "-std=c11",
+        "-O1",
+        "-fPIC",
+        "-shared",
+        "-pthread",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        *defines,
+        "-I",
+        str(NATIVE),
+        "-o",
+        str(out),
+        str(NATIVE / "calrt_stub.c"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"building the CalRT stub failed:\n{' '.join(cmd)}\n{proc.stderr}"
     return out

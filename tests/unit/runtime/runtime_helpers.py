@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -50,8 +50,12 @@ class Backend:
     def arm(self, rt: Runtime, fault: str) -> None:
         """Make the next submitted job hit ``fault``: busy | hang | ccu | dma."""
         if isinstance(rt, MockRuntime):
-            kind = {"busy": FaultKind.DEVICE_BUSY, "hang": FaultKind.WAIT_TIMEOUT, "ccu": FaultKind.CCU_EXCEPTION,
-                    "dma": FaultKind.UNKNOWN_DMA_STATE}[fault]
+            kind = {
+                "busy": FaultKind.DEVICE_BUSY,
+                "hang": FaultKind.WAIT_TIMEOUT,
+                "ccu": FaultKind.CCU_EXCEPTION,
+                "dma": FaultKind.UNKNOWN_DMA_STATE,
+            }[fault]
             rt.arm_fault(FaultRule(kind=kind, at=(1,)))
         else:
             stub_set_fault(rt, fault)

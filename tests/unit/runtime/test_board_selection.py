@@ -22,13 +22,16 @@ def test_mock_board_and_seed_from_the_environment() -> None:
         assert rt.config.seed == 11  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("env, needle", [
-    ({"CALCTL_MOCK_SEED": "-1"}, "CALCTL_MOCK_SEED"),
-    ({"CALCTL_MOCK_SEED": "seven"}, "CALCTL_MOCK_SEED"),
-    ({"CALCTL_BOARD_ID": "board 1"}, "CALCTL_BOARD_ID"),
-    ({"CALCTL_BOARD_ID": 'b"}'}, "CALCTL_BOARD_ID"),
-    ({"CALCTL_BOARD_ID": "x" * 65}, "CALCTL_BOARD_ID"),
-])
+@pytest.mark.parametrize(
+    "env, needle",
+    [
+        ({"CALCTL_MOCK_SEED": "-1"}, "CALCTL_MOCK_SEED"),
+        ({"CALCTL_MOCK_SEED": "seven"}, "CALCTL_MOCK_SEED"),
+        ({"CALCTL_BOARD_ID": "board 1"}, "CALCTL_BOARD_ID"),
+        ({"CALCTL_BOARD_ID": 'b"}'}, "CALCTL_BOARD_ID"),
+        ({"CALCTL_BOARD_ID": "x" * 65}, "CALCTL_BOARD_ID"),
+    ],
+)
 def test_malformed_values_are_usage_errors(env: dict[str, str], needle: str) -> None:
     with pytest.raises(UsageError, match=needle):
         select_board("mock", env)
@@ -36,7 +39,12 @@ def test_malformed_values_are_usage_errors(env: dict[str, str], needle: str) -> 
 
 def test_calrt_selection_is_requested_never_confirmed() -> None:
     sel = select_board(DeviceKind.CALRT, {"CALRT_DEVICE": "0000:01:00.0"})
-    assert (sel.board, sel.source, sel.selector, sel.confirmed) == ("0000:01:00.0", "CALRT_DEVICE", "0000:01:00.0", False)
+    assert (sel.board, sel.source, sel.selector, sel.confirmed) == (
+        "0000:01:00.0",
+        "CALRT_DEVICE",
+        "0000:01:00.0",
+        False,
+    )
     assert "cannot report which board" in sel.describe()["note"]
     named = select_board("calrt", {"CALRT_DEVICE": "0000:02:00.0", "CALCTL_BOARD_ID": "rack1-b4"})
     assert (named.board, named.selector) == ("rack1-b4", "0000:02:00.0")
@@ -56,8 +64,13 @@ def test_device_info_shows_the_board(cli, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("CALCTL_MOCK_SEED", "5")
     r = cli("device", "info", "--format", "json")
     assert r.code == 0, r.err
-    assert r.json["board"] == {"id": "board-7", "source": "CALCTL_BOARD_ID", "confirmed": True, "seed": 5,
-                               "seed_source": "CALCTL_MOCK_SEED"}
+    assert r.json["board"] == {
+        "id": "board-7",
+        "source": "CALCTL_BOARD_ID",
+        "confirmed": True,
+        "seed": 5,
+        "seed_source": "CALCTL_MOCK_SEED",
+    }
     r = cli("device", "info")
     assert r.code == 0 and "board board-7 (from CALCTL_BOARD_ID), fault seed 5" in r.out
 

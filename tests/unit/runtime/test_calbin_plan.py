@@ -20,23 +20,42 @@ def _with_graph(pkg: Package, alias: str, graph_name: str, **changes: object) ->
     models = []
     for m in pkg.models:
         if m.alias == alias:
-            m = dataclasses.replace(m, graphs=tuple(dataclasses.replace(g, **changes) if g.name == graph_name else g for g in m.graphs))
+            m = dataclasses.replace(
+                m, graphs=tuple(dataclasses.replace(g, **changes) if g.name == graph_name else g for g in m.graphs)
+            )
         models.append(m)
     return dataclasses.replace(pkg, models=tuple(models))
 
 
 def _overreach(pkg: Package) -> Package:
     g = pkg.graph("model_a_prefill")
-    return _with_graph(pkg, "model-a", "model_a_prefill", sections=(dataclasses.replace(g.sections[0], chip_mask=0b11),) + g.sections[1:])
+    return _with_graph(
+        pkg,
+        "model-a",
+        "model_a_prefill",
+        sections=(dataclasses.replace(g.sections[0], chip_mask=3), *g.sections[1:]),
+    )
 
 
 CASES = {
     "mask overreach": (_overreach, "chipMask 0x3, beyond the graph's chips"),
-    "duplicate name": (lambda p: _with_graph(p, "model-b", "model_b_prefill", name="model_a_prefill"), "duplicate graph name"),
-    "chip outside the board": (lambda p: _with_graph(p, "model-a", "model_a_decode", target_chips=(2,)), "targets chips [2]"),
-    "graph outside its model": (lambda p: _with_graph(p, "model-a", "model_a_decode", target_chips=(1,)), "outside model 'model-a'"),
+    "duplicate name": (
+        lambda p: _with_graph(p, "model-b", "model_b_prefill", name="model_a_prefill"),
+        "duplicate graph name",
+    ),
+    "chip outside the board": (
+        lambda p: _with_graph(p, "model-a", "model_a_decode", target_chips=(2,)),
+        "targets chips [2]",
+    ),
+    "graph outside its model": (
+        lambda p: _with_graph(p, "model-a", "model_a_decode", target_chips=(1,)),
+        "outside model 'model-a'",
+    ),
     "SCHIP on two chips": (lambda p: _with_graph(p, "model-a", "model_a_decode", target_chips=(0, 1)), "SCHIP graph"),
-    "CalCore count": (lambda p: dataclasses.replace(p, device_cfg=DeviceCfg(chip_nums=2, calcore_num=4, chip_dram_bytes=1)), "4 CalCores"),
+    "CalCore count": (
+        lambda p: dataclasses.replace(p, device_cfg=DeviceCfg(chip_nums=2, calcore_num=4, chip_dram_bytes=1)),
+        "4 CalCores",
+    ),
 }
 
 
@@ -59,7 +78,10 @@ def test_plan_of_a_good_package() -> None:
     pkg = package("replica")
     plan = plan_calbin(pkg, BOARD)
     assert {n: g.chips for n, g in plan.graphs.items()} == {
-        "model_a0_prefill": (0,), "model_a0_decode": (0,), "model_a1_prefill": (1,), "model_a1_decode": (1,)
+        "model_a0_prefill": (0,),
+        "model_a0_decode": (0,),
+        "model_a1_prefill": (1,),
+        "model_a1_decode": (1,),
     }
     assert plan.chip_plan_bytes == tuple(sum(r.size for r in pkg.regions_on(c)) for c in (0, 1))
     assert plan.models["model-a1"].plan_bytes == {1: plan.chip_plan_bytes[1]}

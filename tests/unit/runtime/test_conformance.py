@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from runtime_helpers import Backend, golden_prompt, package, prefill_job, write_decode, write_prefill
 
 from calctl.errors import DeviceError, ExitCode
 from calctl.package.model import Package
@@ -34,8 +35,6 @@ from calctl.runtime.errors import (
 )
 from calctl.runtime.types import Engine, GenerationId, Health, JobState, KvLength
 
-from runtime_helpers import Backend, golden_prompt, package, prefill_job, write_decode, write_prefill
-
 
 def test_backend_implements_the_protocols(rt: Runtime) -> None:
     assert isinstance(rt, Runtime) and isinstance(rt.kv, KvManager)
@@ -55,7 +54,7 @@ def test_lifecycle_and_memory_back_to_baseline(rt: Runtime, combined: Package) -
         rt.configure(calbin)
         assert rt.current_calbin is calbin
         loaded = rt.memory_usage()
-        for chip, (before, after) in enumerate(zip(baseline, loaded)):
+        for chip, (before, after) in enumerate(zip(baseline, loaded, strict=True)):
             assert after.used_bytes - before.used_bytes == sum(r.size for r in combined.regions_on(chip))
         rt.reset_configuration()
     assert rt.current_calbin is None
@@ -72,10 +71,9 @@ def test_one_physical_device_per_process(backend: Backend) -> None:
 
 
 def test_device_released_when_the_block_raises(backend: Backend) -> None:
-    with pytest.raises(RuntimeError, match="boom"):
-        with backend.open() as rt:
-            rt.configure(rt.create_calbin(package("combined")))
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), backend.open() as rt:
+        rt.configure(rt.create_calbin(package("combined")))
+        raise RuntimeError("boom")
     with backend.open() as rt:
         assert rt.current_calbin is None
 
@@ -106,7 +104,7 @@ def test_submit_and_wait_chip_comes_from_the_graph(configured: Runtime, combined
     rt = configured
     results = {}
     for alias in ("model-a", "model-b"):
-        job, seq, inputs, outputs = prefill_job(rt, combined, alias, generation=GenerationId(7))
+        job, seq, _inputs, outputs = prefill_job(rt, combined, alias, generation=GenerationId(7))
         result = rt.wait(job, 10)
         assert result.ok and result.state is JobState.SUCCEEDED and result.status is RuntimeStatus.OK
         assert result.start_ns is not None and result.end_ns is not None and result.end_ns >= result.start_ns
@@ -114,14 +112,17 @@ def test_submit_and_wait_chip_comes_from_the_graph(configured: Runtime, combined
         logits = outputs.read("logits")
         assert logits.shape == (1, combined.model(alias).architecture.vocab_size)
         assert np.isfinite(logits).all() and np.abs(logits).max() > 0
-        assert rt.kv.commit(seq) == KvLength(committed=len(golden_prompt(combined, alias)), reserved=len(golden_prompt(combined, alias)))
+        assert rt.kv.commit(seq) == KvLength(
+            committed=len(golden_prompt(combined, alias)), reserved=len(golden_prompt(combined, alias))
+        )
         results[alias] = logits
     counters = {c.chip: c for c in rt.counters()}
     assert (counters[0].pending, counters[0].finished, counters[0].failed) == (0, 1, 0)
     assert (counters[1].pending, counters[1].finished, counters[1].failed) == (0, 1, 0)
     trace = rt.trace()
     assert sorted((e.chip, e.graph, e.generation, e.engine) for e in trace) == [
-        (0, "model_a_prefill", 7, Engine.AUTO), (1, "model_b_prefill", 7, Engine.AUTO)
+        (0, "model_a_prefill", 7, Engine.AUTO),
+        (1, "model_b_prefill", 7, Engine.AUTO),
     ]
 
 
@@ -181,7 +182,9 @@ def test_kv_capacity(configured: Runtime, combined: Package) -> None:
         rt.kv.allocate("model-c")
 
 
-def test_timeout_leaves_the_job_in_flight_and_its_buffers_owned(backend: Backend, configured: Runtime, combined: Package) -> None:
+def test_timeout_leaves_the_job_in_flight_and_its_buffers_owned(
+    backend: Backend, configured: Runtime, combined: Package
+) -> None:
     rt = configured
     backend.arm(rt, "hang")
     job, seq, inputs, outputs = prefill_job(rt, combined, "model-a")
@@ -283,10 +286,12 @@ def test_job_buffers_released_when_a_hung_job_lets_go(backend: Backend, configur
     assert (inputs.state, outputs.state) == (BufferState.RELEASED,) * 2
 
 
-def test_ccu_exception_halts_only_its_chip_until_reset(backend: Backend, configured: Runtime, combined: Package) -> None:
+def test_ccu_exception_halts_only_its_chip_until_reset(
+    backend: Backend, configured: Runtime, combined: Package
+) -> None:
     rt = configured
     backend.arm(rt, "ccu")
-    job, seq, inputs, outputs = prefill_job(rt, combined, "model-a")
+    job, seq, inputs, _outputs = prefill_job(rt, combined, "model-a")
     with pytest.raises(CcuException) as exc:
         rt.wait(job, 10)
     assert exc.value.status == RuntimeStatus.CCU_EXCEPTION and exc.value.job == job.id

@@ -42,7 +42,12 @@ def test_the_documented_example_loads(tmp_path: Path) -> None:
     plan = FaultPlan.load(path)
     assert plan.seed == 7
     hang, corrupt, busy, leak = plan.rules
-    assert (hang.kind, hang.at, hang.graph, hang.reset_scope) == (FaultKind.WAIT_TIMEOUT, (3,), "model_a_decode", ResetScope.BOARD)
+    assert (hang.kind, hang.at, hang.graph, hang.reset_scope) == (
+        FaultKind.WAIT_TIMEOUT,
+        (3,),
+        "model_a_decode",
+        ResetScope.BOARD,
+    )
     assert (corrupt.probability, corrupt.model, corrupt.magnitude) == (0.05, "model-b", 2.0)
     assert (busy.chip, busy.max_count, busy.reset_scope) == (1, 2, ResetScope.CHIP)
     assert (leak.at, leak.leak_bytes) == ((1, 4), 1048576)
@@ -88,10 +93,15 @@ def test_bad_documents_are_refused(tmp_path: Path) -> None:
 
 
 def test_probability_draws_depend_only_on_seed_rule_and_ordinal() -> None:
-    plan = FaultPlan.from_document({"schema": "calctl-fault-plan/v1", "faults": [
-        {"kind": "corrupt_output", "probability": 0.5, "graph": "a"},
-        {"kind": "corrupt_output", "probability": 0.5, "graph": "b"},
-    ]})
+    plan = FaultPlan.from_document(
+        {
+            "schema": "calctl-fault-plan/v1",
+            "faults": [
+                {"kind": "corrupt_output", "probability": 0.5, "graph": "a"},
+                {"kind": "corrupt_output", "probability": 0.5, "graph": "b"},
+            ],
+        }
+    )
 
     def fired(seed: int, order: list[str]) -> dict[str, list[int]]:
         inj = FaultInjector(plan, seed)
@@ -106,8 +116,11 @@ def test_probability_draws_depend_only_on_seed_rule_and_ordinal() -> None:
     assert interleaved == grouped  # another interleaving of the two graphs: the same faults
     assert 0 < len(interleaved["a"]) < 20
     assert fired(4, ["a", "b"] * 20) != interleaved
-    capped = FaultInjector(FaultPlan.from_document({"schema": "calctl-fault-plan/v1", "faults": [
-        {"kind": "device_busy", "probability": 1.0, "max_count": 2}]}))
+    capped = FaultInjector(
+        FaultPlan.from_document(
+            {"schema": "calctl-fault-plan/v1", "faults": [{"kind": "device_busy", "probability": 1.0, "max_count": 2}]}
+        )
+    )
     assert [len(capped.on_submit(graph="g", model="m", chips=(0,))) for _ in range(4)] == [1, 1, 0, 0]
 
 
@@ -115,4 +128,9 @@ def test_the_example_in_docs_runtime_md_is_valid() -> None:
     text = (Path(__file__).resolve().parents[3] / "docs" / "runtime.md").read_text()
     block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
     plan = FaultPlan.from_document(yaml.safe_load(block), source="docs/runtime.md")
-    assert [r.kind for r in plan.rules] == [FaultKind.WAIT_TIMEOUT, FaultKind.CORRUPT_OUTPUT, FaultKind.DEVICE_BUSY, FaultKind.MEMORY_LEAK]
+    assert [r.kind for r in plan.rules] == [
+        FaultKind.WAIT_TIMEOUT,
+        FaultKind.CORRUPT_OUTPUT,
+        FaultKind.DEVICE_BUSY,
+        FaultKind.MEMORY_LEAK,
+    ]

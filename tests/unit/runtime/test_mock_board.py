@@ -20,7 +20,9 @@ from calctl.runtime.types import Engine, Health, JobState, ResetScope
 
 MIB = 1024 * 1024
 #: Every job takes exactly this long (no per-token term): timing tests compare multiples of it.
-FIXED = TimingModel(default=GraphTiming(prefill_base_s=0.05, prefill_per_token_s=0.0, decode_base_s=0.05, decode_per_kv_token_s=0.0))
+FIXED = TimingModel(
+    default=GraphTiming(prefill_base_s=0.05, prefill_per_token_s=0.0, decode_base_s=0.05, decode_per_kv_token_s=0.0)
+)
 
 
 def test_configure_fails_with_out_of_memory_when_a_chip_plan_does_not_fit() -> None:
@@ -39,7 +41,11 @@ def test_ping_and_pong_run_two_deep_auto_runs_alone() -> None:
     pkg = package("single")
     with open_runtime("mock", timing=FIXED) as rt:
         rt.configure(rt.create_calbin(pkg))
-        for engines, overlapping in (((Engine.PING, Engine.PONG), True), ((Engine.AUTO, Engine.PING), False), ((Engine.PING, Engine.PING), False)):
+        for engines, overlapping in (
+            ((Engine.PING, Engine.PONG), True),
+            ((Engine.AUTO, Engine.PING), False),
+            ((Engine.PING, Engine.PING), False),
+        ):
             jobs = [prefill_job(rt, pkg, "model-a", engine=e)[0] for e in engines]
             results = [rt.wait(j, 10) for j in jobs]
             a, b = sorted(results, key=lambda r: r.start_ns)
@@ -53,7 +59,9 @@ def _mchip_combined() -> Package:
     a = pkg.model("model-a")
     graphs = tuple(
         dataclasses.replace(
-            g, chip_mode=ChipMode.MCHIP, target_chips=(0, 1),
+            g,
+            chip_mode=ChipMode.MCHIP,
+            target_chips=(0, 1),
             sections=tuple(dataclasses.replace(s, chip_mask=3) for s in g.sections),
         )
         for g in a.graphs
@@ -96,11 +104,17 @@ def test_chip_reset_aborts_an_mchip_job_holding_it_while_its_primary_queues() ->
     pkg = package("replica")
     a1 = pkg.model("model-a1")
     graphs = tuple(
-        dataclasses.replace(g, chip_mode=ChipMode.MCHIP, target_chips=(0, 1),
-                            sections=tuple(dataclasses.replace(s, chip_mask=3) for s in g.sections))
+        dataclasses.replace(
+            g,
+            chip_mode=ChipMode.MCHIP,
+            target_chips=(0, 1),
+            sections=tuple(dataclasses.replace(s, chip_mask=3) for s in g.sections),
+        )
         for g in a1.graphs
     )
-    pkg = dataclasses.replace(pkg, models=(pkg.model("model-a0"), dataclasses.replace(a1, target_chips=(0, 1), graphs=graphs)))
+    pkg = dataclasses.replace(
+        pkg, models=(pkg.model("model-a0"), dataclasses.replace(a1, target_chips=(0, 1), graphs=graphs))
+    )
     with open_runtime("mock", timing=FIXED) as rt:
         rt.configure(rt.create_calbin(pkg))
         rt.arm_fault(FaultRule(kind=FaultKind.WAIT_TIMEOUT, at=(1,), graph="model_a0_prefill"))
@@ -117,7 +131,9 @@ def test_chip_reset_aborts_an_mchip_job_holding_it_while_its_primary_queues() ->
 
 def test_board_scope_fault_halts_both_chips_and_refuses_a_chip_reset() -> None:
     pkg = package("combined")
-    plan = FaultPlan(rules=(FaultRule(kind=FaultKind.CCU_EXCEPTION, at=(1,), model="model-a", reset_scope=ResetScope.BOARD),))
+    plan = FaultPlan(
+        rules=(FaultRule(kind=FaultKind.CCU_EXCEPTION, at=(1,), model="model-a", reset_scope=ResetScope.BOARD),)
+    )
     with open_runtime("mock", fault_plan=plan) as rt:
         baseline = rt.memory_usage()
         rt.configure(rt.create_calbin(pkg))
@@ -152,10 +168,12 @@ def test_a_board_granting_only_board_resets_refuses_chip_resets() -> None:
 def test_memory_returns_to_baseline_unless_the_leak_fault_fires() -> None:
     pkg = package("combined")
     plan_a = sum(r.size for r in pkg.memory_plan if r.owner == "model-a")
-    plan = FaultPlan(rules=(
-        FaultRule(kind=FaultKind.MEMORY_LEAK, at=(3,), model="model-a"),
-        FaultRule(kind=FaultKind.MEMORY_LEAK, at=(4,), model="model-b", leak_bytes=4096),
-    ))
+    plan = FaultPlan(
+        rules=(
+            FaultRule(kind=FaultKind.MEMORY_LEAK, at=(3,), model="model-a"),
+            FaultRule(kind=FaultKind.MEMORY_LEAK, at=(4,), model="model-b", leak_bytes=4096),
+        )
+    )
     with open_runtime("mock", fault_plan=plan) as rt:
         baseline = [m.used_bytes for m in rt.memory_usage()]
         calbin = rt.create_calbin(pkg)
@@ -171,7 +189,8 @@ def test_memory_returns_to_baseline_unless_the_leak_fault_fires() -> None:
         rt.reset_configuration()  # 4th unload of model-b leaks 4096 bytes on chip 1
         assert [m.used_bytes for m in rt.memory_usage()] == [baseline[0] + plan_a, baseline[1] + 4096]
         assert [(f.kind, f.model, f.ordinal) for f in rt.injected_faults()] == [
-            (FaultKind.MEMORY_LEAK, "model-a", 3), (FaultKind.MEMORY_LEAK, "model-b", 4)
+            (FaultKind.MEMORY_LEAK, "model-a", 3),
+            (FaultKind.MEMORY_LEAK, "model-b", 4),
         ]
         rt.reset("board")  # a device re-init reclaims leaks too
         assert [m.used_bytes for m in rt.memory_usage()] == baseline
@@ -232,15 +251,17 @@ def test_kv_corruption_shows_in_the_next_decode_step() -> None:
 
 def test_same_plan_and_seed_reproduce_the_same_faults() -> None:
     pkg = package("combined")
-    plan = FaultPlan.from_document({
-        "schema": "calctl-fault-plan/v1",
-        "seed": 11,
-        "faults": [
-            {"kind": "corrupt_output", "probability": 0.3, "graph": "model_a_prefill"},
-            {"kind": "device_busy", "probability": 0.25, "model": "model-b"},
-            {"kind": "kv_corruption", "job": [2, 5], "graph": "model_b_prefill"},
-        ],
-    })
+    plan = FaultPlan.from_document(
+        {
+            "schema": "calctl-fault-plan/v1",
+            "seed": 11,
+            "faults": [
+                {"kind": "corrupt_output", "probability": 0.3, "graph": "model_a_prefill"},
+                {"kind": "device_busy", "probability": 0.25, "model": "model-b"},
+                {"kind": "kv_corruption", "job": [2, 5], "graph": "model_b_prefill"},
+            ],
+        }
+    )
 
     def run(seed: int | None) -> tuple[list[tuple[object, ...]], list[np.ndarray]]:
         logits = []
@@ -272,7 +293,7 @@ def test_same_plan_and_seed_reproduce_the_same_faults() -> None:
     faults1, logits1 = run(None)
     faults2, logits2 = run(None)
     assert faults1 == faults2
-    assert all(np.array_equal(x, y) for x, y in zip(logits1, logits2)) and len(logits1) == len(logits2)
+    assert all(np.array_equal(x, y) for x, y in zip(logits1, logits2, strict=True)) and len(logits1) == len(logits2)
     kinds = {f[1] for f in faults1}
     assert kinds == {FaultKind.CORRUPT_OUTPUT, FaultKind.DEVICE_BUSY, FaultKind.KV_CORRUPTION}
     # Exact ordinals fire on the 2nd/5th matching submit, unless an injected busy refused that submit.
@@ -285,11 +306,16 @@ def test_same_plan_and_seed_reproduce_the_same_faults() -> None:
 def test_the_mock_refuses_what_it_cannot_execute() -> None:
     pkg = package("single")
     other = dataclasses.replace(
-        pkg, models=(dataclasses.replace(pkg.model("model-a"), architecture=dataclasses.replace(pkg.model("model-a").architecture, family="qwen3-moe")),)
+        pkg,
+        models=(
+            dataclasses.replace(
+                pkg.model("model-a"),
+                architecture=dataclasses.replace(pkg.model("model-a").architecture, family="qwen3-moe"),
+            ),
+        ),
     )
-    with open_runtime("mock") as rt:
-        with pytest.raises(InvalidCalbin, match="qwen3-moe"):
-            rt.create_calbin(other)
+    with open_runtime("mock") as rt, pytest.raises(InvalidCalbin, match="qwen3-moe"):
+        rt.create_calbin(other)
 
 
 def test_mock_options_are_checked() -> None:
@@ -308,8 +334,10 @@ def test_decode_batch_lanes_and_inactive_lane_policy() -> None:
     dec = dataclasses.replace(
         m.decode,
         batch_profiles=(1, 4),
-        inputs=m.decode.inputs + (dataclasses.replace(m.decode.inputs[1], name="lane_valid", dtype="uint8"),),
-        inactive_lane_policy=InactiveLanePolicy(mask_input="lane_valid", writes_kv=False, returns_logits=False, kv_manager_mode="per_lane"),
+        inputs=(*m.decode.inputs, dataclasses.replace(m.decode.inputs[1], name="lane_valid", dtype="uint8")),
+        inactive_lane_policy=InactiveLanePolicy(
+            mask_input="lane_valid", writes_kv=False, returns_logits=False, kv_manager_mode="per_lane"
+        ),
     )
     m4 = dataclasses.replace(m, graphs=(m.prefill, dec))
     pkg4 = dataclasses.replace(pkg, models=(m4,))

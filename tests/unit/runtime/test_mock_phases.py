@@ -25,18 +25,33 @@ UNIT = 0.06
 
 
 def fixed(h2d: float, d2h: float) -> TimingModel:
-    return TimingModel(default=GraphTiming(prefill_base_s=UNIT, prefill_per_token_s=0.0, decode_base_s=UNIT,
-                                           decode_per_kv_token_s=0.0, h2d_share=h2d, d2h_share=d2h))
+    return TimingModel(
+        default=GraphTiming(
+            prefill_base_s=UNIT,
+            prefill_per_token_s=0.0,
+            decode_base_s=UNIT,
+            decode_per_kv_token_s=0.0,
+            h2d_share=h2d,
+            d2h_share=d2h,
+        )
+    )
 
 
 def test_phases_split_the_same_total() -> None:
     t = TimingModel()
-    for kind, kw in ((GraphKind.PREFILL, {"tokens": 22, "kv_tokens": 0}), (GraphKind.DECODE, {"tokens": 1, "kv_tokens": 40})):
+    for kind, kw in (
+        (GraphKind.PREFILL, {"tokens": 22, "kv_tokens": 0}),
+        (GraphKind.DECODE, {"tokens": 1, "kv_tokens": 40}),
+    ):
         split = t.phases("g", kind, 0, **kw)
         assert split.total_s == pytest.approx(t.seconds("g", kind, 0, **kw))
-        assert split.h2d_s == pytest.approx(0.3 * split.total_s) and split.compute_s == pytest.approx(0.4 * split.total_s)
+        assert split.h2d_s == pytest.approx(0.3 * split.total_s) and split.compute_s == pytest.approx(
+            0.4 * split.total_s
+        )
     only = t.with_shares(0.0, 0.0).phases("g", GraphKind.DECODE, 0, tokens=1, kv_tokens=40)
-    assert only.h2d_s == only.d2h_s == 0 and only.compute_s == pytest.approx(t.seconds("g", GraphKind.DECODE, 0, tokens=1, kv_tokens=40))
+    assert only.h2d_s == only.d2h_s == 0 and only.compute_s == pytest.approx(
+        t.seconds("g", GraphKind.DECODE, 0, tokens=1, kv_tokens=40)
+    )
     with pytest.raises(ConfigError, match="below 1"):
         GraphTiming(h2d_share=0.5, d2h_share=0.5)
     with pytest.raises(ConfigError, match="h2d_share"):
@@ -73,14 +88,15 @@ def test_ping_pong_hide_transfers_behind_compute_but_never_compute_together() ->
     assert _overlap(_phase(a, JobPhase.COMPUTE), _phase(b, JobPhase.COMPUTE)) == 0
     first, second = sorted((a, b), key=lambda e: _phase(e, JobPhase.COMPUTE)[0])
     # the second job's upload ran while the first computed, or the first's download while the second computed
-    hidden = _overlap(_phase(second, JobPhase.H2D), _phase(first, JobPhase.COMPUTE)) + \
-        _overlap(_phase(first, JobPhase.D2H), _phase(second, JobPhase.COMPUTE))
+    hidden = _overlap(_phase(second, JobPhase.H2D), _phase(first, JobPhase.COMPUTE)) + _overlap(
+        _phase(first, JobPhase.D2H), _phase(second, JobPhase.COMPUTE)
+    )
     assert hidden > 0.2 * UNIT * 1e9
     for e in (a, b):  # phases are in order and inside the job's interval
         assert e.phases is not None and [p.phase for p in e.phases] == [JobPhase.H2D, JobPhase.COMPUTE, JobPhase.D2H]
         assert e.start_ns is not None and e.end_ns is not None
         assert e.start_ns <= e.phases[0].start_ns and e.phases[-1].end_ns <= e.end_ns
-        assert all(p.end_ns <= q.start_ns for p, q in zip(e.phases, e.phases[1:]))
+        assert all(p.end_ns <= q.start_ns for p, q in zip(e.phases, e.phases[1:], strict=False))
 
 
 def test_all_compute_jobs_gain_nothing_from_ping_pong() -> None:

@@ -54,7 +54,11 @@ def test_every_abi_function_has_argtypes_and_restype(calrt_stub: Path) -> None:
         fn = getattr(lib.fn, name)
         assert fn.restype is restype and fn.argtypes == argtypes, name
     header = (Path(__file__).resolve().parents[2] / "native" / "calrt.h").read_text()
-    declared = {line.split("(")[0].split()[-1].lstrip("*") for line in header.splitlines() if line.startswith(("calrt_status calrt_", "const char *calrt_"))}
+    declared = {
+        line.split("(")[0].split()[-1].lstrip("*")
+        for line in header.splitlines()
+        if line.startswith(("calrt_status calrt_", "const char *calrt_"))
+    }
     assert declared == set(L.SIGNATURES)  # the ctypes table is exactly the header's ABI
 
 

@@ -81,18 +81,19 @@ class FakeDevice:
     events: list[Any] = field(default_factory=list)
     jobs: list[Any] = field(default_factory=list)
 
-    def add(self, rid: str, tenant: str = "t", *, prompt: int = 10, max_tokens: int = 4, deadline_s: float | None = None):
+    def add(
+        self, rid: str, tenant: str = "t", *, prompt: int = 10, max_tokens: int = 4, deadline_s: float | None = None
+    ):
         ticket = self.sched.arrive(RequestId(rid), TenantId(tenant), self.clock.now)
         assert isinstance(ticket, Ticket), ticket
-        return self.sched.submit(ticket, prompt_tokens=prompt, max_tokens=max_tokens, deadline_s=deadline_s, now=self.clock.now)
+        return self.sched.submit(
+            ticket, prompt_tokens=prompt, max_tokens=max_tokens, deadline_s=deadline_s, now=self.clock.now
+        )
 
     def outcome(self, job: Any, status: JobStatus = JobStatus.OK) -> JobOutcome:
         if status is not JobStatus.OK:
             return JobOutcome(job.job_id, job.generation, status, detail="injected")
-        if isinstance(job, PrefillJob):
-            rids = [job.request_id]
-        else:
-            rids = [lane.request_id for lane in job.batch.lanes]
+        rids = [job.request_id] if isinstance(job, PrefillJob) else [lane.request_id for lane in job.batch.lanes]
         results = []
         for rid in rids:
             seq = self.sched.registry.get(rid)
@@ -129,4 +130,4 @@ def make_device(clock: FakeClock, **settings: Any) -> FakeDevice:
     return FakeDevice(Scheduler(make_settings(**settings), generation=GenerationId(1)), clock)
 
 
-__all__ = ["B1", "FakeClock", "FakeDevice", "bprofile", "make_device", "make_settings", "replace", "DecodeJob"]
+__all__ = ["B1", "DecodeJob", "FakeClock", "FakeDevice", "bprofile", "make_device", "make_settings", "replace"]

@@ -40,25 +40,54 @@ def test_000_s15_block_means_sync_and_two_in_flight_means_pingpong() -> None:
 
 
 def test_explicit_mode_and_downgrade_block() -> None:
-    e = parse({"max_inflight": 2, "fixed_engine": False, "mode": "async",
-               "downgrade": {"to": "sync", "p99_regression": 0.1, "p99_baseline_ms": 12.5, "p99_window": 100,
-                             "p99_min_samples": 20, "consecutive_busy": 5, "consecutive_timeouts": 2, "pending_grace_ms": 500}}).executor
-    assert e.effective_mode is ExecutorMode.ASYNC and e.max_inflight == 2  # async now, ping/pong allowed for the operator
+    e = parse(
+        {
+            "max_inflight": 2,
+            "fixed_engine": False,
+            "mode": "async",
+            "downgrade": {
+                "to": "sync",
+                "p99_regression": 0.1,
+                "p99_baseline_ms": 12.5,
+                "p99_window": 100,
+                "p99_min_samples": 20,
+                "consecutive_busy": 5,
+                "consecutive_timeouts": 2,
+                "pending_grace_ms": 500,
+            },
+        }
+    ).executor
+    assert (
+        e.effective_mode is ExecutorMode.ASYNC and e.max_inflight == 2
+    )  # async now, ping/pong allowed for the operator
     assert e.downgrade == DowngradePolicy(ExecutorMode.SYNC, 0.1, 0.0125, 100, 20, 5, 2, 0.5)
     assert parse({"max_inflight": 1, "fixed_engine": True}).executor.downgrade == DowngradePolicy()
 
 
-@pytest.mark.parametrize("executor, where, text", [
-    ({"max_inflight": 1, "fixed_engine": False, "mode": "pingpong"}, "/executor/mode", "needs max_inflight 2"),
-    ({"max_inflight": 2, "fixed_engine": True}, "/executor/fixed_engine", "cannot use one fixed engine"),
-    ({"max_inflight": 2, "fixed_engine": False, "downgrade": {"p99_window": 20, "p99_min_samples": 30}},
-     "/executor/downgrade/p99_min_samples", "exceeds p99_window"),
-    ({"max_inflight": 2, "fixed_engine": False, "downgrade": {"to": "pingpong"}}, "/executor/downgrade/to", ""),
-    ({"max_inflight": 2, "fixed_engine": False, "mode": "batch"}, "/executor/mode", ""),
-    ({"max_inflight": 2, "fixed_engine": False, "downgrade": {"consecutive_busy": 0}}, "/executor/downgrade/consecutive_busy", ""),
-    ({"max_inflight": 2, "fixed_engine": False, "downgrade": {"auto_reenable": True}}, "/executor/downgrade/auto_reenable",
-     "unknown field"),
-])
+@pytest.mark.parametrize(
+    "executor, where, text",
+    [
+        ({"max_inflight": 1, "fixed_engine": False, "mode": "pingpong"}, "/executor/mode", "needs max_inflight 2"),
+        ({"max_inflight": 2, "fixed_engine": True}, "/executor/fixed_engine", "cannot use one fixed engine"),
+        (
+            {"max_inflight": 2, "fixed_engine": False, "downgrade": {"p99_window": 20, "p99_min_samples": 30}},
+            "/executor/downgrade/p99_min_samples",
+            "exceeds p99_window",
+        ),
+        ({"max_inflight": 2, "fixed_engine": False, "downgrade": {"to": "pingpong"}}, "/executor/downgrade/to", ""),
+        ({"max_inflight": 2, "fixed_engine": False, "mode": "batch"}, "/executor/mode", ""),
+        (
+            {"max_inflight": 2, "fixed_engine": False, "downgrade": {"consecutive_busy": 0}},
+            "/executor/downgrade/consecutive_busy",
+            "",
+        ),
+        (
+            {"max_inflight": 2, "fixed_engine": False, "downgrade": {"auto_reenable": True}},
+            "/executor/downgrade/auto_reenable",
+            "unknown field",
+        ),
+    ],
+)
 def test_bad_executor_blocks_name_the_field(executor: dict[str, Any], where: str, text: str) -> None:
     with pytest.raises(ConfigFieldError) as exc:
         parse(executor)

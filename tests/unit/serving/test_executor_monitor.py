@@ -24,11 +24,14 @@ def test_nothing_fires_outside_pingpong() -> None:
         assert m.submit_busy() is None and m.job_timed_out() is None
 
 
-@pytest.mark.parametrize("call, reason", [
-    (lambda m: m.crosstalk("non-finite logits"), DowngradeReason.OUTPUT_CROSSTALK),
-    (lambda m: m.status_anomaly("reported done but running"), DowngradeReason.STATUS_ANOMALY),
-    (lambda m: m.recovery_needed("fault: CCU_EXCEPTION"), DowngradeReason.UNCERTAIN_RECOVERY),
-])
+@pytest.mark.parametrize(
+    "call, reason",
+    [
+        (lambda m: m.crosstalk("non-finite logits"), DowngradeReason.OUTPUT_CROSSTALK),
+        (lambda m: m.status_anomaly("reported done but running"), DowngradeReason.STATUS_ANOMALY),
+        (lambda m: m.recovery_needed("fault: CCU_EXCEPTION"), DowngradeReason.UNCERTAIN_RECOVERY),
+    ],
+)
 def test_immediate_conditions(call, reason) -> None:  # type: ignore[no-untyped-def]
     d = call(monitor())
     assert d is not None and d.reason is reason and d.detail
@@ -66,7 +69,12 @@ def test_counters_going_backwards() -> None:
     assert m.counters(ChipCounters(0, 1, 10, 2), own_jobs=1, now=0.0) is None
     assert m.counters(ChipCounters(0, 0, 11, 2), own_jobs=0, now=0.1) is None
     d = m.counters(ChipCounters(0, 0, 9, 2), own_jobs=0, now=0.2)
-    assert d is not None and d.reason is DowngradeReason.COUNTER_ANOMALY and "finished" in d.detail and "11 -> 9" in d.detail
+    assert (
+        d is not None
+        and d.reason is DowngradeReason.COUNTER_ANOMALY
+        and "finished" in d.detail
+        and "11 -> 9" in d.detail
+    )
     m.reset_counters()  # after a reset the runtime may restart them: no anomaly
     assert m.counters(ChipCounters(0, 0, 0, 0), own_jobs=0, now=0.3) is None
 

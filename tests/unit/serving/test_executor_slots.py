@@ -22,8 +22,14 @@ def pair() -> tuple[HostBuffer, HostBuffer]:
     return buf(Direction.INPUT), buf(Direction.OUTPUT)
 
 
-def claim(slots: BankSlots, job: int, *, io: tuple[HostBuffer, HostBuffer] | None = None, seqs: tuple[int, ...] = (),
-          rids: tuple[str, ...] = ()) -> Engine | None:
+def claim(
+    slots: BankSlots,
+    job: int,
+    *,
+    io: tuple[HostBuffer, HostBuffer] | None = None,
+    seqs: tuple[int, ...] = (),
+    rids: tuple[str, ...] = (),
+) -> Engine | None:
     i, o = io or pair()
     return slots.claim(JobId(job), i, o, tuple(KvSeqId(s) for s in seqs), tuple(RequestId(r) for r in rids))
 
@@ -47,7 +53,10 @@ def test_shared_buffer_storage_is_refused() -> None:
     backing = np.zeros(64, np.uint8)
     first = (buf(Direction.INPUT, backing[:16]), buf(Direction.OUTPUT, backing[16:32]))
     claim(s, 1, io=first)
-    overlapping = (buf(Direction.INPUT, backing[24:40]), buf(Direction.OUTPUT, backing[48:64]))  # overlaps first's outputs
+    overlapping = (
+        buf(Direction.INPUT, backing[24:40]),
+        buf(Direction.OUTPUT, backing[48:64]),
+    )  # overlaps first's outputs
     with pytest.raises(SlotConflict, match="buffer storage"):
         claim(s, 2, io=overlapping)
     with pytest.raises(SlotConflict, match="buffer storage"):

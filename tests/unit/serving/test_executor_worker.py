@@ -5,6 +5,7 @@ time scales are small, and nothing here asserts a duration."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 
 import pytest
@@ -41,8 +42,10 @@ def test_each_mode_serves_the_golden_tokens_with_its_own_engine_choice(mode: Exe
         if mode is ExecutorMode.PINGPONG:
             assert engines == {Engine.PING, Engine.PONG}
             assert _max_in_flight(jobs) == 2  # two in flight ...
-            computes = sorted((p.start_ns, p.end_ns) for e in jobs for p in e.phases or () if p.phase is JobPhase.COMPUTE)
-            assert all(a[1] <= b[0] for a, b in zip(computes, computes[1:]))  # ... never two computing
+            computes = sorted(
+                (p.start_ns, p.end_ns) for e in jobs for p in e.phases or () if p.phase is JobPhase.COMPUTE
+            )
+            assert all(a[1] <= b[0] for a, b in itertools.pairwise(computes))  # ... never two computing
         else:
             assert engines == {Engine.AUTO} and _max_in_flight(jobs) == 1
         assert h.metric("calctl_executor_mode", model="model-a", mode=mode.value) == 1.0
@@ -116,7 +119,9 @@ def test_a_hung_job_downgrades_and_the_job_running_beside_it_drains() -> None:
         # The job running on the other bank when its sibling hung completed before the reset; a job queued
         # behind the hung chip never started (a hung chip runs nothing) and the reset ended it, never a job
         # that had started.
-        running = [e for e in jobs.values() if e is not hung and e.start_ns and e.start_ns <= hung.start_ns < (e.end_ns or 0)]
+        running = [
+            e for e in jobs.values() if e is not hung and e.start_ns and e.start_ns <= hung.start_ns < (e.end_ns or 0)
+        ]
         assert running and all(e.state is JobState.SUCCEEDED for e in running)
         assert all(e.start_ns is None for e in jobs.values() if e.state is JobState.ABORTED and e is not hung)
         assert h.worker.executor_mode is ExecutorMode.ASYNC  # recovery never re-enables ping/pong

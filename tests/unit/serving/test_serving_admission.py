@@ -45,8 +45,19 @@ def _ctl(
     )
 
 
-def _admit(ctl: AdmissionController, rid: str, *, prompt: int = 10, out: int = 10, tenant: str = "t", now: float = 0.0, deadline_s=None):
-    return ctl.admit_now(RequestId(rid), TenantId(tenant), prompt_tokens=prompt, max_tokens=out, deadline_s=deadline_s, now=now)
+def _admit(
+    ctl: AdmissionController,
+    rid: str,
+    *,
+    prompt: int = 10,
+    out: int = 10,
+    tenant: str = "t",
+    now: float = 0.0,
+    deadline_s=None,
+):
+    return ctl.admit_now(
+        RequestId(rid), TenantId(tenant), prompt_tokens=prompt, max_tokens=out, deadline_s=deadline_s, now=now
+    )
 
 
 def _clean(ctl: AdmissionController) -> None:
@@ -125,8 +136,8 @@ def test_queue_when_no_lane_then_promote_on_release() -> None:
     assert q.verdict is Verdict.QUEUE and "0 of 1 lanes free" in q.reason
     assert ctl.promote(1.0) == []
     # the scheduler frees the KV lane once the runtime confirmed it; admission frees the tenant slot
-    ctl._kv.release(0)  # noqa: SLF001 - the scheduler's job in production
-    ctl._kv.confirm_released(0)  # noqa: SLF001
+    ctl._kv.release(0)
+    ctl._kv.confirm_released(0)
     ctl.release(RequestId("a"), served_prompt_tokens=10, served_output_tokens=10)
     promoted = ctl.promote(1.0)
     assert [p.request_id for p in promoted] == ["b"]
@@ -177,7 +188,7 @@ def test_burst_against_active_sequence_cap() -> None:
     ctl = _ctl(seqs=3, waiting=50)
     results = [_admit(ctl, f"r{i}") for i in range(20)]
     assert sum(r.verdict is Verdict.ADMIT for r in results) == 3
-    assert ctl._kv.free_lanes == 0  # noqa: SLF001
+    assert ctl._kv.free_lanes == 0
     ctl.check_invariants()
 
 
@@ -194,7 +205,9 @@ def test_every_rejection_path_rolls_back() -> None:
     for name, kw in paths.items():
         ticket = ctl.arrive(RequestId(name), T, 0.0)
         assert isinstance(ticket, Ticket)
-        r = ctl.decide(ticket, prompt_tokens=kw["prompt"], max_tokens=kw["out"], deadline_s=kw.get("deadline_s"), now=0.01)
+        r = ctl.decide(
+            ticket, prompt_tokens=kw["prompt"], max_tokens=kw["out"], deadline_s=kw.get("deadline_s"), now=0.01
+        )
         assert not r.verdict.accepted, name
         assert ctl.stats() == base, name
         ctl.check_invariants()
@@ -270,8 +283,8 @@ def test_tenant_active_sequence_cap_parks_only_that_tenant() -> None:
     assert _admit(ctl, "b1", tenant="b").verdict is Verdict.ADMIT  # not blocked behind a2
     assert ctl.promote(0.0) == []
     ctl.release(RequestId("a1"), served_prompt_tokens=10, served_output_tokens=10)
-    ctl._kv.release(0)  # noqa: SLF001
-    ctl._kv.confirm_released(0)  # noqa: SLF001
+    ctl._kv.release(0)
+    ctl._kv.confirm_released(0)
     assert [p.request_id for p in ctl.promote(0.1)] == ["a2"]
     ctl.check_invariants()
 

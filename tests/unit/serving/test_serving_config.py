@@ -114,7 +114,9 @@ def test_001_s104_example_loads_and_cross_checks(tmp_path: Path, combined: Packa
 
 def test_tenants_map_and_extensions(tmp_path: Path) -> None:
     """000 §5.3: tenant weights and quotas come from configuration; 'default' covers unlisted tenants."""
-    text = SCHEDULER_000_S15 + "tenants:\n  gold: {weight: 3, max_active_sequences: 4, qps: 10}\n  default: {weight: 1}\n"
+    text = (
+        SCHEDULER_000_S15 + "tenants:\n  gold: {weight: 3, max_active_sequences: 4, qps: 10}\n  default: {weight: 1}\n"
+    )
     cfg = load_scheduler_config(_write(tmp_path, "s.yaml", text))
     assert cfg.tenants["gold"].weight == 3 and cfg.tenants["gold"].qps == 10
     pkg = load_manifest(FIXTURES / "single")
@@ -127,18 +129,42 @@ def test_tenants_map_and_extensions(tmp_path: Path) -> None:
     ("mutate", "field", "fragment"),
     [
         (lambda d: d.__setitem__("schema", "calculet-scheduler/v2"), "/schema", "calculet-scheduler/v1"),
-        (lambda d: d["admission"].pop("deadline_default_ms"), "/admission/deadline_default_ms", "required field is missing"),
-        (lambda d: d["admission"].__setitem__("max_waiting_requests", 0), "/admission/max_waiting_requests", "less than the minimum"),
+        (
+            lambda d: d["admission"].pop("deadline_default_ms"),
+            "/admission/deadline_default_ms",
+            "required field is missing",
+        ),
+        (
+            lambda d: d["admission"].__setitem__("max_waiting_requests", 0),
+            "/admission/max_waiting_requests",
+            "less than the minimum",
+        ),
         (lambda d: d["queues"].__setitem__("decode_weight", "8"), "/queues/decode_weight", "not of type 'integer'"),
-        (lambda d: d["queues"].__setitem__("short_prefill_max_tokens", 5000), "/queues/short_prefill_max_tokens", "must be below"),
+        (
+            lambda d: d["queues"].__setitem__("short_prefill_max_tokens", 5000),
+            "/queues/short_prefill_max_tokens",
+            "must be below",
+        ),
         (lambda d: d["batch"].__setitem__("profiles", []), "/batch/profiles", "should be non-empty"),
         (lambda d: d["batch"].__setitem__("profiles", [1, 1]), "/batch/profiles", "non-unique"),
         (lambda d: d["batch"].__setitem__("batching_window_us", -1), "/batch/batching_window_us", "minimum"),
         (lambda d: d["batch"].__setitem__("chunked_prefill", True), "/batch/chunked_prefill", "unknown field"),
-        (lambda d: d["batch"].__setitem__("profile_thresholds", {"8": 6}), "/batch/profile_thresholds/8", "not in batch.profiles"),
+        (
+            lambda d: d["batch"].__setitem__("profile_thresholds", {"8": 6}),
+            "/batch/profile_thresholds/8",
+            "not in batch.profiles",
+        ),
         (lambda d: d["executor"].__setitem__("max_inflight", 3), "/executor/max_inflight", "maximum"),
-        (lambda d: d["recovery"].__setitem__("restart_on_unknown_dma", "yes"), "/recovery/restart_on_unknown_dma", "boolean"),
-        (lambda d: d.__setitem__("tenants", {"t": {"weight": 0}}), "/tenants/t/weight", "less than or equal to the minimum"),
+        (
+            lambda d: d["recovery"].__setitem__("restart_on_unknown_dma", "yes"),
+            "/recovery/restart_on_unknown_dma",
+            "boolean",
+        ),
+        (
+            lambda d: d.__setitem__("tenants", {"t": {"weight": 0}}),
+            "/tenants/t/weight",
+            "less than or equal to the minimum",
+        ),
         (lambda d: d.__setitem__("tenants", {"t": {"qps": 1}}), "/tenants/t/weight", "required field is missing"),
         (lambda d: d.__setitem__("model_alias", "bad alias!"), "/model_alias", "does not match"),
     ],
@@ -150,7 +176,7 @@ def test_each_bad_scheduler_field_is_named(tmp_path: Path, mutate, field: str, f
         load_scheduler_config(path)
     err = info.value
     assert isinstance(err, ConfigFieldError) and field in err.fields, (err.fields, str(err))
-    line = next(l for l in str(err).splitlines() if f": {field}: " in l)
+    line = next(ln for ln in str(err).splitlines() if f": {field}: " in ln)
     assert line.startswith(f"{path}: {field}: ") and fragment in line, line
 
 
@@ -165,9 +191,15 @@ def test_each_bad_scheduler_field_is_named(tmp_path: Path, mutate, field: str, f
         (lambda d: d["models"][0].pop("decode_graph"), "/models/0/decode_graph", "required field is missing"),
         (lambda d: d["models"][0].__setitem__("max_inflight", 0), "/models/0/max_inflight", "minimum"),
         (lambda d: d["recovery"].pop("allow_session_reset"), "/recovery/allow_session_reset", "required"),
-        (lambda d: d["models"][0].__setitem__("scheduler", {"batch": {"profiles": [1]}}), "/models/0/scheduler/admission", "required"),
         (
-            lambda d: d["models"][0].__setitem__("scheduler", {**yaml.safe_load(SCHEDULER_000_S15), "model_alias": "model-a"}),
+            lambda d: d["models"][0].__setitem__("scheduler", {"batch": {"profiles": [1]}}),
+            "/models/0/scheduler/admission",
+            "required",
+        ),
+        (
+            lambda d: d["models"][0].__setitem__(
+                "scheduler", {**yaml.safe_load(SCHEDULER_000_S15), "model_alias": "model-a"}
+            ),
             "/models/0/scheduler/admission/max_waiting_requests",
             "disagrees with /models/0/max_waiting_requests 64",
         ),
@@ -179,19 +211,19 @@ def test_each_bad_dual_field_is_named(tmp_path: Path, mutate, field: str, fragme
     with pytest.raises(ConfigFieldError) as info:
         load_dual_model_config(path)
     assert field in info.value.fields, (info.value.fields, str(info.value))
-    line = next(l for l in str(info.value).splitlines() if f": {field}: " in l)
+    line = next(ln for ln in str(info.value).splitlines() if f": {field}: " in ln)
     assert fragment in line, line
 
 
 def test_yaml_problems_are_config_errors(tmp_path: Path) -> None:
     """Malformed YAML, duplicate keys and missing files are ConfigErrors naming the file (no traceback)."""
-    with pytest.raises(ConfigError, match="dup.yaml"):
+    with pytest.raises(ConfigError, match=r"dup\.yaml"):
         load_scheduler_config(_write(tmp_path, "dup.yaml", SCHEDULER_000_S15 + "model_alias: again\n"))
-    with pytest.raises(ConfigError, match="bad.yaml"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml"):
         load_scheduler_config(_write(tmp_path, "bad.yaml", "schema: [unclosed\n"))
-    with pytest.raises(ConfigError, match="missing.yaml"):
+    with pytest.raises(ConfigError, match=r"missing\.yaml"):
         load_scheduler_config(tmp_path / "missing.yaml")
-    with pytest.raises(ConfigFieldError, match="list.yaml: /: "):
+    with pytest.raises(ConfigFieldError, match=r"list\.yaml: /: "):
         load_scheduler_config(_write(tmp_path, "list.yaml", "- 1\n"))
 
 
@@ -226,13 +258,17 @@ def test_cross_check_b4_needs_an_inactive_lane_contract(tmp_path: Path, combined
     """000 §7.3: a compiled B4 without a mask contract is refused; with one it builds B4 profiles."""
     text = _edit(SCHEDULER_000_S15, lambda d: d["batch"].__setitem__("profiles", [1, 4]))
     cfg = load_scheduler_config(_write(tmp_path, "s.yaml", text))
-    with pytest.raises(ConfigFieldError, match=r"/batch/profiles/1: profile B4 of graph 'model_a_decode' has no inactive-lane contract"):
+    with pytest.raises(
+        ConfigFieldError, match=r"/batch/profiles/1: profile B4 of graph 'model_a_decode' has no inactive-lane contract"
+    ):
         cross_check_scheduler(cfg, _with_decode(combined, (1, 4), None))
     pkg = _with_decode(combined, (1, 4), InactiveLanePolicy("lane_valid", writes_kv=False, returns_logits=True))
     cross_check_scheduler(cfg, pkg)
     settings = scheduler_settings(cfg, pkg.models[0], max_sequences=16, max_kv_tokens=4096)
     b4 = settings.profiles[1]
-    assert b4.compiled_batch == 4 and b4.inactive_lanes is not None and b4.inactive_lanes.valid_mask_input == "lane_valid"
+    assert (
+        b4.compiled_batch == 4 and b4.inactive_lanes is not None and b4.inactive_lanes.valid_mask_input == "lane_valid"
+    )
     Scheduler(settings, generation=GenerationId(1))
     with pytest.raises(ProfileRefused):  # the core refuses it on its own too
         Scheduler(
@@ -244,21 +280,55 @@ def test_cross_check_b4_needs_an_inactive_lane_contract(tmp_path: Path, combined
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d["models"][1].__setitem__("chip_id", 2) or d["device"].__setitem__("expected_chips", 3),
-         "/models/1/chip_id: 2 is not one of the package's chips [0, 1]"),
-        (lambda d: d["models"][0].__setitem__("chip_id", 1) or d["models"][1].__setitem__("chip_id", 0),
-         "/models/0/chip_id: model 'model-a' targets chips [0], not 1"),
-        (lambda d: d["models"][0].__setitem__("prefill_graph", "model_a_prefil"), "/models/0/prefill_graph: no graph named 'model_a_prefil'"),
-        (lambda d: d["models"][0].__setitem__("decode_graph", "model_b_decode"),
-         "/models/0/decode_graph: graph 'model_b_decode' is the decode graph of model 'model-b', not a decode graph of 'model-a'"),
-        (lambda d: d["models"][0].__setitem__("decode_graph", "model_a_prefill"),
-         "/models/0/decode_graph: graph 'model_a_prefill' is the prefill graph of model 'model-a'"),
-        (lambda d: d["models"][1].__setitem__("context_limit", 4096), "/models/1/context_limit: 4096 exceeds model 'model-b' context limit 256"),
-        (lambda d: d["models"][1].__setitem__("alias", "model-c"), "/models/1/alias: 'model-c' is not a model of the package"),
+        (
+            lambda d: d["models"][1].__setitem__("chip_id", 2) or d["device"].__setitem__("expected_chips", 3),
+            "/models/1/chip_id: 2 is not one of the package's chips [0, 1]",
+        ),
+        (
+            lambda d: d["models"][0].__setitem__("chip_id", 1) or d["models"][1].__setitem__("chip_id", 0),
+            "/models/0/chip_id: model 'model-a' targets chips [0], not 1",
+        ),
+        (
+            lambda d: d["models"][0].__setitem__("prefill_graph", "model_a_prefil"),
+            "/models/0/prefill_graph: no graph named 'model_a_prefil'",
+        ),
+        (
+            lambda d: d["models"][0].__setitem__("decode_graph", "model_b_decode"),
+            "/models/0/decode_graph: graph 'model_b_decode' is the decode "
+            "graph of model 'model-b', not a decode graph of 'model-a'",
+        ),
+        (
+            lambda d: d["models"][0].__setitem__("decode_graph", "model_a_prefill"),
+            "/models/0/decode_graph: graph 'model_a_prefill' is the prefill graph of model 'model-a'",
+        ),
+        (
+            lambda d: d["models"][1].__setitem__("context_limit", 4096),
+            "/models/1/context_limit: 4096 exceeds model 'model-b' context limit 256",
+        ),
+        (
+            lambda d: d["models"][1].__setitem__("alias", "model-c"),
+            "/models/1/alias: 'model-c' is not a model of the package",
+        ),
         (lambda d: d["models"].pop(1), "/models: package model 'model-b' has no entry"),
-        (lambda d: d["device"].__setitem__("expected_chips", 4), "/device/expected_chips: 4 does not match the package's chip_nums 2"),
-        (lambda d: d["models"][0].__setitem__("scheduler", {**yaml.safe_load(SCHEDULER_000_S15), "batch": {"profiles": [8], "batching_window_us": 0}, "admission": {"max_waiting_requests": 64, "max_waiting_prompt_tokens": 1000, "deadline_default_ms": 1000}}),
-         "/models/0/scheduler/batch/profiles/0: profile B8 is not compiled"),
+        (
+            lambda d: d["device"].__setitem__("expected_chips", 4),
+            "/device/expected_chips: 4 does not match the package's chip_nums 2",
+        ),
+        (
+            lambda d: d["models"][0].__setitem__(
+                "scheduler",
+                {
+                    **yaml.safe_load(SCHEDULER_000_S15),
+                    "batch": {"profiles": [8], "batching_window_us": 0},
+                    "admission": {
+                        "max_waiting_requests": 64,
+                        "max_waiting_prompt_tokens": 1000,
+                        "deadline_default_ms": 1000,
+                    },
+                },
+            ),
+            "/models/0/scheduler/batch/profiles/0: profile B8 is not compiled",
+        ),
     ],
 )
 def test_dual_cross_check_names_the_field(tmp_path: Path, combined: Package, mutate, message: str) -> None:  # type: ignore[no-untyped-def]

@@ -26,8 +26,14 @@ G = GenerationId(1)
 
 def _seq(rid: str, *, tenant: str = "t", deadline: float = 100.0, vf: float = 0.0, gen: int = 1) -> SequenceState:
     return SequenceState(
-        RequestId(rid), TenantId(tenant), 0.0, state=RequestState.DECODE_READY, deadline=deadline,
-        virtual_finish=vf, generation=GenerationId(gen), last_token=42,
+        RequestId(rid),
+        TenantId(tenant),
+        0.0,
+        state=RequestState.DECODE_READY,
+        deadline=deadline,
+        virtual_finish=vf,
+        generation=GenerationId(gen),
+        last_token=42,
     )
 
 
@@ -55,7 +61,12 @@ def test_lane_selection_for_ready_0_to_b_plus_1(ready: int) -> None:
 def test_deadline_cancel_and_generation_mismatch_are_skipped() -> None:
     """000 §7.2 rule 1 / §17.1: expired, cancelled (discarded) and wrong-generation requests never get a lane."""
     ds = _ds()
-    expired, cancelled, stale, ok = _seq("exp", deadline=1.0), _seq("cxl", deadline=2.0), _seq("old", deadline=3.0, gen=0), _seq("ok", deadline=4.0)
+    expired, cancelled, stale, ok = (
+        _seq("exp", deadline=1.0),
+        _seq("cxl", deadline=2.0),
+        _seq("old", deadline=3.0, gen=0),
+        _seq("ok", deadline=4.0),
+    )
     for s in (expired, cancelled, stale, ok):
         ds.push(s, 0.0)
     cancelled.state = RequestState.CANCELLED  # the registry cancelled it; the scheduler discards it
@@ -63,7 +74,8 @@ def test_deadline_cancel_and_generation_mismatch_are_skipped() -> None:
     sel = ds.take(B1, 1.5, G)
     assert [s.request_id for s in sel.selected] == ["ok"]
     assert [(d.seq.request_id, d.reason) for d in sel.dropped] == [
-        ("exp", FinishReason.DEADLINE), ("old", FinishReason.GENERATION_RETIRED)
+        ("exp", FinishReason.DEADLINE),
+        ("old", FinishReason.GENERATION_RETIRED),
     ]
     assert ds.ready_count == 0
 

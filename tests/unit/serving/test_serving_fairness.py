@@ -47,7 +47,9 @@ class Backlog:
     def submit(self, tenant: str, prompt: int, out: int) -> None:
         self.n += 1
         rid = f"{tenant}-{self.n}"
-        r = self.ctl.admit_now(RequestId(rid), TenantId(tenant), prompt_tokens=prompt, max_tokens=out, deadline_s=None, now=0.0)
+        r = self.ctl.admit_now(
+            RequestId(rid), TenantId(tenant), prompt_tokens=prompt, max_tokens=out, deadline_s=None, now=0.0
+        )
         self.meta[rid] = (tenant, prompt, out)
         if r.verdict is Verdict.ADMIT:
             self.active.append((rid, tenant, prompt, out))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import pytest
@@ -26,8 +27,14 @@ ALL = (WorkKind.DECODE, WorkKind.PREFILL_SHORT, WorkKind.PREFILL_MEDIUM, WorkKin
 
 def _seq(rid: str, prompt: int, vf: float = 0.0, deadline: float = 100.0) -> SequenceState:
     return SequenceState(
-        RequestId(rid), TenantId("t"), 0.0, state=RequestState.PREFILL_READY, prompt_tokens=prompt,
-        virtual_finish=vf, deadline=deadline, generation=G,
+        RequestId(rid),
+        TenantId("t"),
+        0.0,
+        state=RequestState.PREFILL_READY,
+        prompt_tokens=prompt,
+        virtual_finish=vf,
+        deadline=deadline,
+        generation=G,
     )
 
 
@@ -35,7 +42,10 @@ def test_classification_uses_configured_thresholds() -> None:
     """000 §6 / §15: short <= 512 < medium <= 4096 < long by default; thresholds are configuration."""
     t = PrefillThresholds()
     assert [t.classify(n) for n in (1, 512, 513, 4096, 4097)] == [
-        WorkKind.PREFILL_SHORT, WorkKind.PREFILL_SHORT, WorkKind.PREFILL_MEDIUM, WorkKind.PREFILL_MEDIUM,
+        WorkKind.PREFILL_SHORT,
+        WorkKind.PREFILL_SHORT,
+        WorkKind.PREFILL_MEDIUM,
+        WorkKind.PREFILL_MEDIUM,
         WorkKind.PREFILL_LONG,
     ]
     custom = PrefillThresholds(16, 64)
@@ -48,7 +58,12 @@ def test_arbiter_gives_8_4_2_1_shares_when_all_backlogged() -> None:
     """000 §6: decode:short:medium:long = 8:4:2:1 service opportunities, interleaved."""
     arb = ServiceArbiter(ServiceWeights())
     picks = [arb.pick(ALL) for _ in range(150)]
-    assert Counter(picks) == {WorkKind.DECODE: 80, WorkKind.PREFILL_SHORT: 40, WorkKind.PREFILL_MEDIUM: 20, WorkKind.PREFILL_LONG: 10}
+    assert Counter(picks) == {
+        WorkKind.DECODE: 80,
+        WorkKind.PREFILL_SHORT: 40,
+        WorkKind.PREFILL_MEDIUM: 20,
+        WorkKind.PREFILL_LONG: 10,
+    }
     # smooth: decode never takes more than 2 opportunities in a row
     run = longest = 0
     for p in picks:
@@ -64,7 +79,7 @@ def test_long_prefill_gets_its_minimum_share_under_continuous_decode() -> None:
     picks = [arb.pick(eligible) for _ in range(130)]
     gaps = [i for i, p in enumerate(picks) if p is WorkKind.PREFILL_LONG]
     assert len(gaps) == 10  # 1 / (8 + 4 + 1) of 130
-    assert max(b - a for a, b in zip(gaps, gaps[1:])) <= 13
+    assert max(b - a for a, b in itertools.pairwise(gaps)) <= 13
 
 
 def test_idle_kind_cannot_bank_turns_and_arbiter_is_work_conserving() -> None:
@@ -92,7 +107,12 @@ def test_queues_are_wfq_ordered_and_whole_prompts() -> None:
 def test_pop_skips_expired_wrong_generation_and_discarded() -> None:
     """000 §7.2 rule 1 applies to prefill too: expired and stale-generation requests are dropped, not run."""
     ps = PrefillScheduler(PrefillThresholds(), ServiceWeights())
-    gone, late, old, ok = _seq("gone", 5, vf=1), _seq("late", 5, vf=2, deadline=1.0), _seq("old", 5, vf=3), _seq("ok", 5, vf=4)
+    gone, late, old, ok = (
+        _seq("gone", 5, vf=1),
+        _seq("late", 5, vf=2, deadline=1.0),
+        _seq("old", 5, vf=3),
+        _seq("ok", 5, vf=4),
+    )
     old.generation = GenerationId(0)
     for s in (gone, late, old, ok):
         ps.push(s)
@@ -100,6 +120,7 @@ def test_pop_skips_expired_wrong_generation_and_discarded() -> None:
     got, dropped = ps.pop(WorkKind.PREFILL_SHORT, 2.0, G)
     assert got is ok
     assert [(d.seq.request_id, d.reason) for d in dropped] == [
-        ("late", FinishReason.DEADLINE), ("old", FinishReason.GENERATION_RETIRED)
+        ("late", FinishReason.DEADLINE),
+        ("old", FinishReason.GENERATION_RETIRED),
     ]
     assert ps.total_depth == 0

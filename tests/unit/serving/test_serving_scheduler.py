@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from serving_helpers import FakeClock, bprofile, make_device, B1
+from serving_helpers import B1, FakeClock, bprofile, make_device
 
 from calctl.serving.core import (
     CancelOutcome,
@@ -53,7 +53,9 @@ def test_request_lifecycle_prefill_decode_complete(clock: FakeClock) -> None:
     lane = first[0].kv_lane
     assert dev.sched.kv.committed_len(lane) == 10
     second = dev.step()
-    assert isinstance(second[0], DecodeJob) and second[0].batch.positions == (10,) and second[0].batch.token_ids == (100,)
+    assert (
+        isinstance(second[0], DecodeJob) and second[0].batch.positions == (10,) and second[0].batch.token_ids == (100,)
+    )
     dev.run(3)
     tokens = [e for e in dev.events if isinstance(e, TokenEmitted)]
     assert [(t.index, t.token_id) for t in tokens] == [(0, 100), (1, 101), (2, 102)]
@@ -124,7 +126,9 @@ def test_timeout_quarantines_lanes_and_drops_the_late_completion(clock: FakeCloc
     assert dev.sched.halted and dev.sched.schedule(clock.now).jobs == ()
     dev.sched.check_invariants()
     # The job finishes after all: its completion is stale and delivers nothing.
-    dev.sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("victim"), 1),)), clock.now)
+    dev.sched.update_from_output(
+        JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("victim"), 1),)), clock.now
+    )
     evs = dev.pump()
     assert [type(e) for e in evs] == [StaleCompletion] and evs[0].lanes == (job.kv_lane,)
     assert dev.sched.stats().quarantined_jobs == 0
@@ -164,7 +168,9 @@ def test_stale_or_unknown_job_and_generation_tags(clock: FakeClock) -> None:
     with pytest.raises(InvariantViolation):
         dev.sched.update_from_output(JobOutcome(job.job_id, GenerationId(7), JobStatus.OK), clock.now)
     with pytest.raises(InvariantViolation, match="do not match"):  # 000 §7.4 lane consistency
-        dev.sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("zz"), 1),)), clock.now)
+        dev.sched.update_from_output(
+            JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("zz"), 1),)), clock.now
+        )
 
 
 def test_deadline_expiry_frees_resources_without_running(clock: FakeClock) -> None:
@@ -257,7 +263,10 @@ def test_b4_profile_end_to_end_with_inactive_lanes(clock: FakeClock) -> None:
             if isinstance(job, DecodeJob) and job.batch.profile.compiled_batch == 4:
                 b4.append(job.batch)
                 for lane in job.batch.lanes:  # committed after the step: position + 1
-                    assert lane.position + 1 == dev.sched.kv.committed_len(lane.kv_lane) or dev.sched.kv.state(lane.kv_lane) is not KvState.ACTIVE
+                    assert (
+                        lane.position + 1 == dev.sched.kv.committed_len(lane.kv_lane)
+                        or dev.sched.kv.state(lane.kv_lane) is not KvState.ACTIVE
+                    )
     assert b4 and b4[0].lane_valid == (True, True, True, False)
     assert [lane.request_id for lane in b4[0].lanes] == ["r0", "r1", "r2"]  # earliest deadline first
     assert Counter(e.state for e in _terminals(dev.events).values()) == {S.COMPLETED: 3}

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import socket
@@ -102,16 +103,31 @@ def parse_sse(body: bytes | str) -> list[SseEvent]:
 class AsgiCall:
     """One HTTP request to an ASGI app, with the client's side under the test's control."""
 
-    def __init__(self, app: Any, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, app: Any, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> None:
         self._app = app
         raw = json.dumps(body).encode() if body is not None else b""
         self._body = raw
-        hdrs = {"host": "testserver", "content-type": "application/json", "content-length": str(len(raw)), **(headers or {})}
+        hdrs = {
+            "host": "testserver",
+            "content-type": "application/json",
+            "content-length": str(len(raw)),
+            **(headers or {}),
+        }
         self.scope = {
-            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-            "method": method, "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-            "root_path": "", "headers": [(k.lower().encode(), v.encode()) for k, v in hdrs.items()],
-            "client": ("127.0.0.1", 50000), "server": ("testserver", 80),
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(k.lower().encode(), v.encode()) for k, v in hdrs.items()],
+            "client": ("127.0.0.1", 50000),
+            "server": ("testserver", 80),
         }
         self._sent_body = False
         self._disconnect = asyncio.Event()
@@ -136,7 +152,7 @@ class AsgiCall:
         await self._accept.acquire()  # a client that stops reading: send() blocks, as on a full socket
         await self._messages.put(message)
 
-    def start(self) -> "AsgiCall":
+    def start(self) -> AsgiCall:
         self.task = asyncio.ensure_future(self._app(self.scope, self._receive, self._send))
         return self
 
@@ -187,10 +203,8 @@ class AsgiCall:
     async def close(self) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
-            try:
+            with contextlib.suppress(BaseException):
                 await self.task
-            except BaseException:
-                pass
 
 
 def free_socket() -> socket.socket:
@@ -209,10 +223,11 @@ class ServerThread:
         self.base_url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True,
-                                        name=f"uvicorn-{self.port}")
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True, name=f"uvicorn-{self.port}"
+        )
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:  # uvicorn offers no event for this; it takes a few ms

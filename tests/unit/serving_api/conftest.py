@@ -7,7 +7,7 @@ every test rather than by one.
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
 import pytest
@@ -45,8 +45,9 @@ async def _scan(response: httpx.Response) -> None:
 @pytest.fixture
 async def client(app) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=10,
-                                 event_hooks={"response": [_scan]}) as c:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://testserver", timeout=10, event_hooks={"response": [_scan]}
+    ) as c:
         yield c
 
 

@@ -21,12 +21,14 @@ It does no scheduling, no device work and no HTTP.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator, Mapping
+from typing import Any
 
 from calctl.serving.protocol import (
     EngineRejection,
@@ -72,10 +74,8 @@ class Latch:
             self._flag.set()
             waiters, self._waiters = self._waiters, []
         for loop, event in waiters:
-            try:
+            with contextlib.suppress(RuntimeError):  # that loop has closed; nobody is waiting any more
                 loop.call_soon_threadsafe(event.set)
-            except RuntimeError:  # that loop has closed; nobody is waiting any more
-                pass
 
     def is_set(self) -> bool:
         return self._flag.is_set()
@@ -198,7 +198,9 @@ class FakeStream:
         try:
             while True:
                 if self._stop_reason is FinishReason.CANCELLED:
-                    yield self._end(TokenEvent(None, FinishReason.CANCELLED, prompt_tokens=prompt, completion_tokens=produced))
+                    yield self._end(
+                        TokenEvent(None, FinishReason.CANCELLED, prompt_tokens=prompt, completion_tokens=produced)
+                    )
                     return
                 if self._stop_reason is FinishReason.STOP:  # finish(): a few in-flight tokens, then silence
                     if inflight <= 0:
@@ -209,8 +211,15 @@ class FakeStream:
                     await wait_any(self.released, self.stopped)
                     continue
                 if produced == self.script.error_after:
-                    yield self._end(TokenEvent(None, FinishReason.ERROR, error=DEVICE_FAULT, prompt_tokens=prompt,
-                                               completion_tokens=produced))
+                    yield self._end(
+                        TokenEvent(
+                            None,
+                            FinishReason.ERROR,
+                            error=DEVICE_FAULT,
+                            prompt_tokens=prompt,
+                            completion_tokens=produced,
+                        )
+                    )
                     return
                 if produced == self.script.raise_after:
                     raise RuntimeError(f"engine bug: {DEVICE_FAULT}")
@@ -317,8 +326,16 @@ class FakeEngine:
 
     def models(self) -> list[ModelInfo]:
         self._enter("models")
-        return [ModelInfo(alias=a, state=s, generation=self.generation[a] if s == "Ready" else None,
-                          context_limit=CONTEXT_LIMIT, created=self.created) for a, s in self.states.items()]
+        return [
+            ModelInfo(
+                alias=a,
+                state=s,
+                generation=self.generation[a] if s == "Ready" else None,
+                context_limit=CONTEXT_LIMIT,
+                created=self.created,
+            )
+            for a, s in self.states.items()
+        ]
 
     def submit(self, request: GenerationRequest) -> FakeStream:
         self._enter("submit")
@@ -327,14 +344,19 @@ class FakeEngine:
         if self.draining:
             raise EngineRejection(RejectCode.UNAVAILABLE, "the server is draining", retry_after_s=5)
         if self.states[request.alias] != "Ready":
-            raise EngineRejection(RejectCode.UNAVAILABLE, f"model {request.alias!r} is {self.states[request.alias]}",
-                                  retry_after_s=2.5)
+            raise EngineRejection(
+                RejectCode.UNAVAILABLE, f"model {request.alias!r} is {self.states[request.alias]}", retry_after_s=2.5
+            )
         vocab = package_codec(request.alias).vocab_size
         if any(t < 0 or t >= vocab for t in request.prompt_ids):
             raise AssertionError("the API let a token id outside the vocabulary reach the engine")
         if len(request.prompt_ids) >= CONTEXT_LIMIT:
-            raise EngineRejection(RejectCode.INVALID, f"the prompt has {len(request.prompt_ids)} tokens but the context "
-                                  f"limit of {request.alias} is {CONTEXT_LIMIT}", param="prompt")
+            raise EngineRejection(
+                RejectCode.INVALID,
+                f"the prompt has {len(request.prompt_ids)} tokens but the context "
+                f"limit of {request.alias} is {CONTEXT_LIMIT}",
+                param="prompt",
+            )
         if script.reject is not None:
             raise script.reject
         stream = FakeStream(request, script, package_codec(request.alias))
@@ -372,5 +394,6 @@ class FakeEngine:
 
     def metrics_text(self) -> bytes:
         self._enter("metrics_text")
-        return b"# HELP calctl_requests_total Requests.\n# TYPE calctl_requests_total counter\ncalctl_requests_total 0.0\n"
-
+        return (
+            b"# HELP calctl_requests_total Requests.\n# TYPE calctl_requests_total counter\ncalctl_requests_total 0.0\n"
+        )

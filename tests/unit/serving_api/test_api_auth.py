@@ -28,19 +28,42 @@ def bearer(key: str) -> dict[str, str]:
 def assert_401(r: httpx.Response) -> None:
     assert r.status_code == 401
     assert r.headers["www-authenticate"] == "Bearer"
-    assert r.json() == {"error": {"message": "missing or invalid API key", "type": "invalid_request_error", "param": None,
-                                  "code": "invalid_api_key"}}
+    assert r.json() == {
+        "error": {
+            "message": "missing or invalid API key",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    }
 
 
-@pytest.mark.parametrize("headers", [{}, bearer("sk-mallory"), bearer(""), {"Authorization": "Basic c2stYWxpY2U6"},
-                                     {"Authorization": "sk-alice"}, bearer("sk-alicex"), bearer("sk-ali"), bearer(ADMIN)],
-                         ids=["none", "wrong", "empty", "basic", "no-scheme", "longer", "prefix", "admin-key"])
-@pytest.mark.parametrize(("method", "path", "body"), [
-    ("GET", "/v1/models", None), ("POST", "/v1/completions", TEXT), ("POST", "/v1/chat/completions", CHAT),
-    ("POST", "/v1/completions", {**TEXT, "stream": True}),
-])
-async def test_public_endpoints_need_a_valid_key(client: httpx.AsyncClient, engine: FakeEngine, headers: dict[str, str],
-                                                 method: str, path: str, body: dict | None) -> None:
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        bearer("sk-mallory"),
+        bearer(""),
+        {"Authorization": "Basic c2stYWxpY2U6"},
+        {"Authorization": "sk-alice"},
+        bearer("sk-alicex"),
+        bearer("sk-ali"),
+        bearer(ADMIN),
+    ],
+    ids=["none", "wrong", "empty", "basic", "no-scheme", "longer", "prefix", "admin-key"],
+)
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/models", None),
+        ("POST", "/v1/completions", TEXT),
+        ("POST", "/v1/chat/completions", CHAT),
+        ("POST", "/v1/completions", {**TEXT, "stream": True}),
+    ],
+)
+async def test_public_endpoints_need_a_valid_key(
+    client: httpx.AsyncClient, engine: FakeEngine, headers: dict[str, str], method: str, path: str, body: dict | None
+) -> None:
     r = await client.request(method, path, json=body, headers=headers)
     assert_401(r)
     assert engine.submitted == []
@@ -52,13 +75,20 @@ async def test_auth_comes_before_validation_and_model_lookup(client: httpx.Async
     assert engine.calls == []
 
 
-@pytest.mark.parametrize(("headers", "tenant"), [
-    (bearer("sk-alice"), "tenant-a"), (bearer("sk-bob"), "tenant-b"), ({"authorization": "bearer sk-bob"}, "tenant-b"),
-    (bearer("  sk-alice  "), "tenant-a"), ({"x-api-key": "sk-bob"}, "tenant-b"),
-])
+@pytest.mark.parametrize(
+    ("headers", "tenant"),
+    [
+        (bearer("sk-alice"), "tenant-a"),
+        (bearer("sk-bob"), "tenant-b"),
+        ({"authorization": "bearer sk-bob"}, "tenant-b"),
+        (bearer("  sk-alice  "), "tenant-a"),
+        ({"x-api-key": "sk-bob"}, "tenant-b"),
+    ],
+)
 @pytest.mark.parametrize(("path", "body"), [("/v1/completions", TEXT), ("/v1/chat/completions", CHAT)])
-async def test_tenant_comes_from_the_key_only(client: httpx.AsyncClient, engine: FakeEngine, headers: dict[str, str],
-                                              tenant: str, path: str, body: dict) -> None:
+async def test_tenant_comes_from_the_key_only(
+    client: httpx.AsyncClient, engine: FakeEngine, headers: dict[str, str], tenant: str, path: str, body: dict
+) -> None:
     # A request cannot choose its tenant (weights and limits are configuration, 000 §5.3).
     spoof = {"user": "tenant-b" if tenant == "tenant-a" else "tenant-a", "tenant": "tenant-admin"}
     r = await client.post(path, json={**body, **spoof}, headers=headers)
@@ -80,7 +110,9 @@ async def test_health_and_metrics_need_no_key(client: httpx.AsyncClient) -> None
 
 
 @pytest.mark.parametrize("headers", [{}, bearer("sk-alice"), bearer("adm-wrong")], ids=["none", "api-key", "wrong"])
-async def test_internal_needs_the_admin_key(client: httpx.AsyncClient, engine: FakeEngine, headers: dict[str, str]) -> None:
+async def test_internal_needs_the_admin_key(
+    client: httpx.AsyncClient, engine: FakeEngine, headers: dict[str, str]
+) -> None:
     assert_401(await client.delete("/internal/requests/cmpl-1", headers=headers))
     assert_401(await client.post("/internal/models/model-a/reload", headers=headers))
     assert engine.engine_cancels == [] and engine.admin_calls == []
@@ -113,14 +145,20 @@ async def test_admin_failure_is_409_and_unknowns_are_404(client: httpx.AsyncClie
 
 
 @pytest.mark.parametrize("settings", [ApiSettings(api_keys=KEYS)], ids=["api-keys-only"])
-async def test_internal_is_closed_when_api_keys_exist_but_no_admin_key(client: httpx.AsyncClient, engine: FakeEngine) -> None:
+async def test_internal_is_closed_when_api_keys_exist_but_no_admin_key(
+    client: httpx.AsyncClient, engine: FakeEngine
+) -> None:
     # API keys mean the server may listen beyond loopback; /internal (cancel anyone's request, unload models)
     # must not then be open to every client, nor to every API key.
     for headers in ({}, bearer("sk-alice")):
         r = await client.post("/internal/models/model-a/unload", headers=headers)
         assert r.status_code == 403
-        assert r.json()["error"] == {"message": "the admin API is disabled: no admin key is configured",
-                                     "type": "permission_error", "param": None, "code": "admin_disabled"}
+        assert r.json()["error"] == {
+            "message": "the admin API is disabled: no admin key is configured",
+            "type": "permission_error",
+            "param": None,
+            "code": "admin_disabled",
+        }
         assert (await client.delete("/internal/requests/cmpl-1", headers=headers)).status_code == 403
     assert engine.admin_calls == [] and engine.engine_cancels == []
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -142,8 +143,9 @@ async def test_a_client_that_stays_is_never_cancelled(app: Any, engine: FakeEngi
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_delete_internal_request_ends_a_live_request(app: Any, client: httpx.AsyncClient, engine: FakeEngine,
-                                                           stream: bool) -> None:
+async def test_delete_internal_request_ends_a_live_request(
+    app: Any, client: httpx.AsyncClient, engine: FakeEngine, stream: bool
+) -> None:
     engine.script(pause_after=2)
     c = call(app, "/v1/completions", stream=stream)
     try:
@@ -193,14 +195,17 @@ def test_uvicorn_stream_socket_close_cancels_once(serve: Callable[..., ServerThr
     assert s.outcome is FinishReason.CANCELLED
 
 
-def test_uvicorn_non_streaming_socket_close_while_queued_cancels_once(serve: Callable[..., ServerThread],
-                                                                      engine: FakeEngine) -> None:
+def test_uvicorn_non_streaming_socket_close_while_queued_cancels_once(
+    serve: Callable[..., ServerThread], engine: FakeEngine
+) -> None:
     engine.script(hold_queued=True)
     server = serve(engine)
     body = json.dumps(TEXT).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         s = engine.stream_blocking()
         s.queued.wait_blocking()
     s.cancelled.wait_blocking()

@@ -25,7 +25,9 @@ def admin() -> dict[str, str]:
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer sk-alice"}], ids=["none", "api-key"])
 async def test_needs_the_admin_key(client: httpx.AsyncClient, engine: FakeEngine, headers: dict[str, str]) -> None:
     assert (await client.get("/internal/models/model-a/executor", headers=headers)).status_code == 401
-    assert (await client.post("/internal/models/model-a/executor", json={"mode": "pingpong"}, headers=headers)).status_code == 401
+    assert (
+        await client.post("/internal/models/model-a/executor", json={"mode": "pingpong"}, headers=headers)
+    ).status_code == 401
     assert engine.executor_calls == []
 
 
@@ -39,7 +41,9 @@ async def test_report_and_set(client: httpx.AsyncClient, engine: FakeEngine) -> 
 
 
 @pytest.mark.parametrize("body", [{"mode": "turbo"}, {"mode": None}, {}, ["pingpong"], "pingpong"])
-async def test_a_bad_body_is_400_and_reaches_no_engine(client: httpx.AsyncClient, engine: FakeEngine, body: object) -> None:
+async def test_a_bad_body_is_400_and_reaches_no_engine(
+    client: httpx.AsyncClient, engine: FakeEngine, body: object
+) -> None:
     r = await client.post("/internal/models/model-a/executor", json=body, headers=admin())
     assert r.status_code == 400 and r.json()["error"]["param"] == "mode"
     assert engine.executor_calls == []

@@ -43,14 +43,20 @@ def stream_text(kind: str, events: list[SseEvent]) -> str:
 
 
 def finish_of(events: list[SseEvent]) -> list[str]:
-    return [ev.json["choices"][0]["finish_reason"] for ev in events
-            if ev.data != "[DONE]" and ev.json["choices"] and ev.json["choices"][0]["finish_reason"] is not None]
+    return [
+        ev.json["choices"][0]["finish_reason"]
+        for ev in events
+        if ev.data != "[DONE]" and ev.json["choices"] and ev.json["choices"][0]["finish_reason"] is not None
+    ]
 
 
 def expected_usage(engine: FakeEngine, index: int = 0) -> dict[str, int]:
     last = engine.streams[index].sent[-1]
-    return {"prompt_tokens": last.prompt_tokens, "completion_tokens": last.completion_tokens,
-            "total_tokens": last.prompt_tokens + last.completion_tokens}
+    return {
+        "prompt_tokens": last.prompt_tokens,
+        "completion_tokens": last.completion_tokens,
+        "total_tokens": last.prompt_tokens + last.completion_tokens,
+    }
 
 
 # -- non-streaming bodies -------------------------------------------------------------------
@@ -69,8 +75,11 @@ async def test_text_completion_body(client: httpx.AsyncClient, engine: FakeEngin
     assert body["choices"] == [{"index": 0, "text": DEFAULT_TEXT, "logprobs": None, "finish_reason": "stop"}]
     codec = package_codec(model)
     prompt_ids = codec.encode("Say hello.")
-    assert body["usage"] == {"prompt_tokens": len(prompt_ids), "completion_tokens": len(codec.encode(DEFAULT_TEXT)) + 1,
-                             "total_tokens": len(prompt_ids) + len(codec.encode(DEFAULT_TEXT)) + 1}
+    assert body["usage"] == {
+        "prompt_tokens": len(prompt_ids),
+        "completion_tokens": len(codec.encode(DEFAULT_TEXT)) + 1,
+        "total_tokens": len(prompt_ids) + len(codec.encode(DEFAULT_TEXT)) + 1,
+    }
     (req,) = engine.submitted
     assert req.request_id == body["id"]
     assert req.alias == model
@@ -87,8 +96,14 @@ async def test_chat_completion_body(client: httpx.AsyncClient, engine: FakeEngin
     assert body["id"].startswith("chatcmpl-") and body["id"] == r.headers["x-request-id"]
     assert body["object"] == "chat.completion"
     assert body["model"] == model
-    assert body["choices"] == [{"index": 0, "message": {"role": "assistant", "content": DEFAULT_TEXT},
-                                "logprobs": None, "finish_reason": "stop"}]
+    assert body["choices"] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": DEFAULT_TEXT},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ]
     assert body["usage"] == expected_usage(engine)
     codec = package_codec(model)
     rendered = codec.render_chat(MESSAGES, add_generation_prompt=True)
@@ -138,8 +153,9 @@ async def test_max_tokens_gives_length(client: httpx.AsyncClient, engine: FakeEn
 
 @pytest.mark.parametrize("kind", ["text", "chat"])
 @pytest.mark.parametrize("stream", [False, True])
-async def test_eos_gives_stop_and_its_text_never_appears(client: httpx.AsyncClient, engine: FakeEngine, kind: str,
-                                                         stream: bool) -> None:
+async def test_eos_gives_stop_and_its_text_never_appears(
+    client: httpx.AsyncClient, engine: FakeEngine, kind: str, stream: bool
+) -> None:
     r = await client.post(PATHS[kind], json=request_body(kind, stream=stream))
     assert engine.streams[0].sent[-1].token_id == EOS_TOKEN_ID
     assert engine.streams[0].sent[-1].finish is FinishReason.STOP
@@ -179,7 +195,12 @@ async def test_text_stream_shape(client: httpx.AsyncClient, engine: FakeEngine) 
     rid = r.headers["x-request-id"]
     for c in chunks:
         assert set(c) == {"id", "object", "created", "model", "choices"}  # no usage unless asked for
-        assert (c["id"], c["object"], c["model"], c["created"]) == (rid, "text_completion", "model-a", chunks[0]["created"])
+        assert (c["id"], c["object"], c["model"], c["created"]) == (
+            rid,
+            "text_completion",
+            "model-a",
+            chunks[0]["created"],
+        )
         assert len(c["choices"]) == 1 and c["choices"][0]["index"] == 0
     assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None] * (len(chunks) - 1)
     assert chunks[-1]["choices"][0] == {"index": 0, "text": "", "logprobs": None, "finish_reason": "stop"}
@@ -200,9 +221,12 @@ async def test_chat_stream_shape_first_chunk_carries_role(client: httpx.AsyncCli
 
 
 @pytest.mark.parametrize("kind", ["text", "chat"])
-async def test_stream_include_usage_adds_a_usage_chunk(client: httpx.AsyncClient, engine: FakeEngine, kind: str) -> None:
-    r = await client.post(PATHS[kind], json=request_body(kind, stream=True, max_tokens=4,
-                                                          stream_options={"include_usage": True}))
+async def test_stream_include_usage_adds_a_usage_chunk(
+    client: httpx.AsyncClient, engine: FakeEngine, kind: str
+) -> None:
+    r = await client.post(
+        PATHS[kind], json=request_body(kind, stream=True, max_tokens=4, stream_options={"include_usage": True})
+    )
     events = parse_sse(r.content)
     assert events[-1].data == "[DONE]"
     usage_chunk = events[-2].json
@@ -235,10 +259,13 @@ STOP_CASES = [
 @pytest.mark.parametrize("kind", ["text", "chat"])
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(("stop", "expected"), STOP_CASES)
-async def test_stop_strings_cut_the_text(client: httpx.AsyncClient, engine: FakeEngine, kind: str, stream: bool,
-                                         stop: Any, expected: str) -> None:
-    r = await client.post(PATHS[kind], json=request_body(kind, stream=stream, stop=stop,
-                                                          stream_options={"include_usage": True} if stream else None))
+async def test_stop_strings_cut_the_text(
+    client: httpx.AsyncClient, engine: FakeEngine, kind: str, stream: bool, stop: Any, expected: str
+) -> None:
+    r = await client.post(
+        PATHS[kind],
+        json=request_body(kind, stream=stream, stop=stop, stream_options={"include_usage": True} if stream else None),
+    )
     assert r.status_code == 200
     if stream:
         events = parse_sse(r.content)
@@ -256,8 +283,9 @@ async def test_stop_strings_cut_the_text(client: httpx.AsyncClient, engine: Fake
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_stop_prefix_held_back_is_released_at_the_end(client: httpx.AsyncClient, engine: FakeEngine,
-                                                              stream: bool) -> None:
+async def test_a_stop_prefix_held_back_is_released_at_the_end(
+    client: httpx.AsyncClient, engine: FakeEngine, stream: bool
+) -> None:
     # "hi" could start "hi!"; when the model ends instead, the held-back "hi" must still be sent.
     engine.script(text="Hello hi")
     r = await client.post("/v1/completions", json=request_body("text", stream=stream, stop=["hi!"]))
@@ -274,7 +302,9 @@ async def test_a_stop_prefix_is_released_when_the_match_fails(client: httpx.Asyn
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_stop_string_hit_by_max_tokens_last_token(client: httpx.AsyncClient, engine: FakeEngine, stream: bool) -> None:
+async def test_stop_string_hit_by_max_tokens_last_token(
+    client: httpx.AsyncClient, engine: FakeEngine, stream: bool
+) -> None:
     # The 7th token "d" completes "world" and is also the max_tokens-th: the stop string wins, as in OpenAI.
     r = await client.post("/v1/completions", json=request_body("text", stream=stream, stop="world", max_tokens=7))
     if stream:
@@ -292,7 +322,8 @@ async def test_empty_stop_list_and_empty_stop_string_are_ignored(client: httpx.A
         assert r.json()["choices"][0]["text"] == DEFAULT_TEXT
 
 
-async def test_tenant_is_default_without_api_keys_and_never_from_user(client: httpx.AsyncClient,
-                                                                       engine: FakeEngine) -> None:
+async def test_tenant_is_default_without_api_keys_and_never_from_user(
+    client: httpx.AsyncClient, engine: FakeEngine
+) -> None:
     await client.post("/v1/completions", json=request_body("text", user="tenant-b", tenant="tenant-b"))
     assert engine.submitted[0].tenant == "default"

@@ -23,7 +23,9 @@ async def test_models_lists_ready_aliases_in_openai_shape(client: httpx.AsyncCli
 
 
 @pytest.mark.parametrize("state", ["Loading", "Validating", "Warming", "Draining", "Recovering", "Failed", "Unloaded"])
-async def test_models_hides_aliases_that_are_not_ready(client: httpx.AsyncClient, engine: FakeEngine, state: str) -> None:
+async def test_models_hides_aliases_that_are_not_ready(
+    client: httpx.AsyncClient, engine: FakeEngine, state: str
+) -> None:
     engine.states["model-b"] = state
     r = await client.get("/v1/models")
     assert [m["id"] for m in r.json()["data"]] == ["model-a"]
@@ -31,8 +33,9 @@ async def test_models_hides_aliases_that_are_not_ready(client: httpx.AsyncClient
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
 @pytest.mark.parametrize("stream", [False, True])
-async def test_unknown_model_is_404_model_not_found(client: httpx.AsyncClient, engine: FakeEngine, path: str,
-                                                    stream: bool) -> None:
+async def test_unknown_model_is_404_model_not_found(
+    client: httpx.AsyncClient, engine: FakeEngine, path: str, stream: bool
+) -> None:
     body = {"model": "model-z", "stream": stream, "prompt": "hi", "messages": [{"role": "user", "content": "hi"}]}
     r = await client.post(path, json=body)
     assert r.status_code == 404

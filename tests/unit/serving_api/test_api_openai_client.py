@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import openai
 import pytest
-from openai.types.chat import ChatCompletionMessageParam
 from api_harness import ServerThread
 from fake_engine import DEFAULT_TEXT, FakeEngine, package_codec
+from openai.types.chat import ChatCompletionMessageParam
 
 from calctl.serving.api.app import ApiSettings
 from calctl.serving.protocol import EngineRejection, RejectCode
@@ -58,8 +58,11 @@ def test_text_completion(oai: openai.OpenAI, model: str) -> None:
 
 @pytest.mark.parametrize("model", ["model-a", "model-b"])
 def test_chat_streaming_with_usage(oai: openai.OpenAI, model: str) -> None:
-    chunks = list(oai.chat.completions.create(model=model, messages=MESSAGES, stream=True,
-                                              stream_options={"include_usage": True}, stop=["says"]))
+    chunks = list(
+        oai.chat.completions.create(
+            model=model, messages=MESSAGES, stream=True, stream_options={"include_usage": True}, stop=["says"]
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "Hello world, the calculet "

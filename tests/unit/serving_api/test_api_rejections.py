@@ -31,35 +31,58 @@ REJECTIONS = [
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("queued", [False, True], ids=["at-submit", "while-queued"])
 @pytest.mark.parametrize(("code", "status", "type_", "retry_after"), REJECTIONS, ids=[c[0].name for c in REJECTIONS])
-async def test_rejection_is_a_real_status(client: httpx.AsyncClient, engine: FakeEngine, path: str, stream: bool,
-                                          queued: bool, code: RejectCode, status: int, type_: str,
-                                          retry_after: str | None) -> None:
-    rejection = EngineRejection(code, f"refused: {code.value}", param="prompt" if code is RejectCode.INVALID else None,
-                                retry_after_s=2.2 if retry_after else None)
+async def test_rejection_is_a_real_status(
+    client: httpx.AsyncClient,
+    engine: FakeEngine,
+    path: str,
+    stream: bool,
+    queued: bool,
+    code: RejectCode,
+    status: int,
+    type_: str,
+    retry_after: str | None,
+) -> None:
+    rejection = EngineRejection(
+        code,
+        f"refused: {code.value}",
+        param="prompt" if code is RejectCode.INVALID else None,
+        retry_after_s=2.2 if retry_after else None,
+    )
     engine.script(**{"reject_queued" if queued else "reject": rejection})
     r = await client.post(path, json={**BODIES[path], "stream": stream})
     assert r.status_code == status
     assert r.headers["content-type"] == "application/json"
     assert r.headers.get("retry-after") == retry_after
     err = r.json()["error"]
-    assert err == {"message": f"refused: {code.value}", "type": type_,
-                   "param": {RejectCode.INVALID: "prompt", RejectCode.MODEL_NOT_FOUND: "model"}.get(code),
-                   "code": code.value}
+    assert err == {
+        "message": f"refused: {code.value}",
+        "type": type_,
+        "param": {RejectCode.INVALID: "prompt", RejectCode.MODEL_NOT_FOUND: "model"}.get(code),
+        "code": code.value,
+    }
     if queued:
         assert engine.streams[0].cancel_calls == ["rejected"]  # the API releases what submit() reserved
 
 
 @pytest.mark.parametrize("code", [RejectCode.CAPACITY, RejectCode.UNAVAILABLE])
-async def test_retry_after_defaults_to_one_second(client: httpx.AsyncClient, engine: FakeEngine, code: RejectCode) -> None:
+async def test_retry_after_defaults_to_one_second(
+    client: httpx.AsyncClient, engine: FakeEngine, code: RejectCode
+) -> None:
     engine.script(reject=EngineRejection(code, "busy"))
     r = await client.post("/v1/completions", json=TEXT)
     assert r.headers["retry-after"] == "1"
 
 
 @pytest.mark.parametrize("path", list(BODIES))
-async def test_prompt_over_the_context_states_the_numbers(client: httpx.AsyncClient, engine: FakeEngine, path: str) -> None:
+async def test_prompt_over_the_context_states_the_numbers(
+    client: httpx.AsyncClient, engine: FakeEngine, path: str
+) -> None:
     long_text = "hello " * 300
-    body = {**TEXT, "prompt": long_text} if path == "/v1/completions" else {**CHAT, "messages": [{"role": "user", "content": long_text}]}
+    body = (
+        {**TEXT, "prompt": long_text}
+        if path == "/v1/completions"
+        else {**CHAT, "messages": [{"role": "user", "content": long_text}]}
+    )
     r = await client.post(path, json={**body, "stream": True})
     assert r.status_code == 400
     err = r.json()["error"]
@@ -77,7 +100,9 @@ def engine_prompt_ids(engine: FakeEngine, path: str, text: str) -> list[int]:
 
 
 @pytest.mark.parametrize("path", list(BODIES))
-async def test_alias_not_ready_is_503_with_retry_after(client: httpx.AsyncClient, engine: FakeEngine, path: str) -> None:
+async def test_alias_not_ready_is_503_with_retry_after(
+    client: httpx.AsyncClient, engine: FakeEngine, path: str
+) -> None:
     engine.states["model-a"] = "Loading"
     r = await client.post(path, json={**BODIES[path], "stream": True})
     assert r.status_code == 503
@@ -98,8 +123,9 @@ async def test_draining_is_503_for_new_requests(client: httpx.AsyncClient, engin
 
 
 @pytest.mark.parametrize("path", list(BODIES))
-async def test_error_mid_stream_is_an_sse_error_event_without_done(client: httpx.AsyncClient, engine: FakeEngine,
-                                                                    path: str) -> None:
+async def test_error_mid_stream_is_an_sse_error_event_without_done(
+    client: httpx.AsyncClient, engine: FakeEngine, path: str
+) -> None:
     engine.script(error_after=3)
     r = await client.post(path, json={**BODIES[path], "stream": True})
     assert r.status_code == 200  # headers were sent before the fault
@@ -123,8 +149,9 @@ async def test_error_non_streaming_is_503(client: httpx.AsyncClient, engine: Fak
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_device_fault_details_are_not_shown_to_the_client(client: httpx.AsyncClient, engine: FakeEngine,
-                                                                stream: bool) -> None:
+async def test_device_fault_details_are_not_shown_to_the_client(
+    client: httpx.AsyncClient, engine: FakeEngine, stream: bool
+) -> None:
     # The client fixture scans every body; this test makes sure there is something to find.
     with pytest.raises(AssertionError, match="chip"):
         scan_public({"error": {"message": DEVICE_FAULT}})
@@ -134,8 +161,9 @@ async def test_device_fault_details_are_not_shown_to_the_client(client: httpx.As
 
 
 @pytest.mark.parametrize("path", list(BODIES))
-async def test_engine_exception_mid_stream_is_an_sse_error_event(client: httpx.AsyncClient, engine: FakeEngine,
-                                                                  path: str) -> None:
+async def test_engine_exception_mid_stream_is_an_sse_error_event(
+    client: httpx.AsyncClient, engine: FakeEngine, path: str
+) -> None:
     engine.script(raise_after=2)
     r = await client.post(path, json={**BODIES[path], "stream": True})
     events = parse_sse(r.content)
@@ -145,7 +173,9 @@ async def test_engine_exception_mid_stream_is_an_sse_error_event(client: httpx.A
     assert engine.streams[0].cancel_calls == ["engine_error"]  # the request is released, once
 
 
-async def test_engine_exception_non_streaming_is_a_500_openai_error(client: httpx.AsyncClient, engine: FakeEngine) -> None:
+async def test_engine_exception_non_streaming_is_a_500_openai_error(
+    client: httpx.AsyncClient, engine: FakeEngine
+) -> None:
     engine.script(raise_after=2)
     r = await client.post("/v1/completions", json=TEXT)
     assert r.status_code == 500

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from fake_engine import package_codec
 from hypothesis import given, settings
@@ -28,7 +30,7 @@ def split_text(draw: st.DrawFn) -> tuple[str, list[str]]:
     text = draw(st.text(alphabet="abc.", max_size=30))
     cuts = sorted(draw(st.sets(st.integers(0, len(text)), max_size=len(text) + 1)))
     bounds = [0, *cuts, len(text)]
-    return text, [text[i:j] for i, j in zip(bounds, bounds[1:])]
+    return text, [text[i:j] for i, j in itertools.pairwise(bounds)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -38,7 +40,7 @@ def test_stop_matcher_over_any_split(case: tuple[str, list[str]], stops: list[st
     out, stopped = run_matcher(stops, deltas)
     assert text.startswith(out)  # never invents or reorders text
     if stopped:
-        assert any(text[len(out):].startswith(s) for s in stops)  # cut exactly where a stop string begins
+        assert any(text[len(out) :].startswith(s) for s in stops)  # cut exactly where a stop string begins
         assert not any(s in out for s in stops)  # and no stop string was sent
     else:
         assert out == text  # nothing held back at the end

@@ -44,9 +44,22 @@ INVALID: list[tuple[str, dict[str, Any], str | None]] = [
     ("/v1/chat/completions", {**CHAT, "messages": []}, "messages"),
     ("/v1/chat/completions", {"model": "model-a"}, "messages"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
-    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "look:"}, {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]},
-     "messages"),
+    (
+        "/v1/chat/completions",
+        {
+            **CHAT,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "look:"},
+                        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+                    ],
+                }
+            ],
+        },
+        "messages",
+    ),
     ("/v1/completions", {**TEXT, "stream_options": {"include_usage": "maybe"}}, "stream_options"),
     ("/v1/completions", {**TEXT, "timeout": 0}, "timeout"),
 ]
@@ -59,8 +72,9 @@ def _id(case: tuple[str, dict[str, Any], str | None]) -> str:
 
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("case", INVALID, ids=[_id(c) for c in INVALID])
-async def test_invalid_request_is_400_naming_the_param(client: httpx.AsyncClient, engine: FakeEngine,
-                                                       case: tuple[str, dict[str, Any], str | None], stream: bool) -> None:
+async def test_invalid_request_is_400_naming_the_param(
+    client: httpx.AsyncClient, engine: FakeEngine, case: tuple[str, dict[str, Any], str | None], stream: bool
+) -> None:
     path, body, param = case
     r = await client.post(path, json={**body, "stream": stream})
     assert r.status_code == 400, r.text
@@ -74,16 +88,20 @@ async def test_invalid_request_is_400_naming_the_param(client: httpx.AsyncClient
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
-@pytest.mark.parametrize(("raw", "message"), [
-    (b'{"model": "model-a", "prompt": ', "not valid JSON"),
-    (b"", "not valid JSON"),
-    (b"\xff\xfe{}", "not valid JSON"),
-    (b'["model-a", "hi"]', "must be a JSON object"),
-    (b'"hi"', "must be a JSON object"),
-    (b"null", "must be a JSON object"),
-])
-async def test_body_that_is_not_a_json_object_is_400(client: httpx.AsyncClient, engine: FakeEngine, path: str, raw: bytes,
-                                                     message: str) -> None:
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b'{"model": "model-a", "prompt": ', "not valid JSON"),
+        (b"", "not valid JSON"),
+        (b"\xff\xfe{}", "not valid JSON"),
+        (b'["model-a", "hi"]', "must be a JSON object"),
+        (b'"hi"', "must be a JSON object"),
+        (b"null", "must be a JSON object"),
+    ],
+)
+async def test_body_that_is_not_a_json_object_is_400(
+    client: httpx.AsyncClient, engine: FakeEngine, path: str, raw: bytes, message: str
+) -> None:
     r = await client.post(path, content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 400
     err = r.json()["error"]
@@ -106,8 +124,18 @@ async def test_vocabulary_is_the_alias_own(client: httpx.AsyncClient, engine: Fa
 
 
 async def test_harmless_defaults_and_unknown_fields_are_accepted(client: httpx.AsyncClient, engine: FakeEngine) -> None:
-    body = {**CHAT, "n": 1, "logprobs": False, "echo": False, "best_of": 1, "logit_bias": {}, "tools": None,
-            "frequency_penalty": 0, "presence_penalty": 0, "some_vendor_extension": {"x": 1}}
+    body = {
+        **CHAT,
+        "n": 1,
+        "logprobs": False,
+        "echo": False,
+        "best_of": 1,
+        "logit_bias": {},
+        "tools": None,
+        "frequency_penalty": 0,
+        "presence_penalty": 0,
+        "some_vendor_extension": {"x": 1},
+    }
     r = await client.post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
 
@@ -117,8 +145,9 @@ async def test_four_stops_are_accepted(client: httpx.AsyncClient) -> None:
     assert r.status_code == 200
 
 
-async def test_model_without_chat_template_is_400_on_chat(client: httpx.AsyncClient, engine: FakeEngine,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_model_without_chat_template_is_400_on_chat(
+    client: httpx.AsyncClient, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(package_codec("model-b"), "chat_template", None)
     r = await client.post("/v1/chat/completions", json={**CHAT, "model": "model-b"})
     assert r.status_code == 400
@@ -126,19 +155,33 @@ async def test_model_without_chat_template_is_400_on_chat(client: httpx.AsyncCli
     assert "/v1/completions" in r.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("extra", [{"tools": []}, {"functions": []}, {"response_format": {"type": "text"}},
-                                   {"suffix": ""}, {"logit_bias": None}, {"top_logprobs": 0}],
-                         ids=lambda e: next(iter(e)))
-async def test_empty_or_default_values_of_unsupported_fields_are_accepted(client: httpx.AsyncClient, extra: dict) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tools": []},
+        {"functions": []},
+        {"response_format": {"type": "text"}},
+        {"suffix": ""},
+        {"logit_bias": None},
+        {"top_logprobs": 0},
+    ],
+    ids=lambda e: next(iter(e)),
+)
+async def test_empty_or_default_values_of_unsupported_fields_are_accepted(
+    client: httpx.AsyncClient, extra: dict
+) -> None:
     # Client libraries send these empty/default values routinely; they ask for nothing calctl lacks.
     r = await client.post("/v1/chat/completions", json={**CHAT, **extra})
     assert r.status_code == 200, r.text
 
 
-@pytest.mark.parametrize(("method", "path", "status"), [("GET", "/v1/nothing", 404), ("GET", "/v1/completions", 405),
-                                                        ("PUT", "/v1/models", 405)])
-async def test_unknown_routes_and_methods_get_openai_error_bodies(client: httpx.AsyncClient, method: str, path: str,
-                                                                  status: int) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("GET", "/v1/nothing", 404), ("GET", "/v1/completions", 405), ("PUT", "/v1/models", 405)],
+)
+async def test_unknown_routes_and_methods_get_openai_error_bodies(
+    client: httpx.AsyncClient, method: str, path: str, status: int
+) -> None:
     r = await client.request(method, path)
     assert r.status_code == status
     err = r.json()["error"]

@@ -39,8 +39,13 @@ def _server(engine: FakeEngine, clock: Clock, *, timeout: float = 10.0, grace: f
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         raise AssertionError("no request in these tests")
 
-    return DrainingServer(uvicorn.Config(app, timeout_graceful_shutdown=30), engine, drain_timeout_s=timeout,
-                          drain_grace_s=grace, clock=clock)
+    return DrainingServer(
+        uvicorn.Config(app, timeout_graceful_shutdown=30),
+        engine,
+        drain_timeout_s=timeout,
+        drain_grace_s=grace,
+        clock=clock,
+    )
 
 
 def _tick(server: DrainingServer) -> bool:

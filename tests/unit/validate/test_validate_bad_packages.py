@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,8 +24,16 @@ from calctl.signing import keys, seal
 from tests.unit.validate.validate_factory import copy_package, edit_json, edit_manifest, reseal, validate_json
 
 GROUP_PREFIX = {
-    "layout": "LAY", "manifest": "MAN", "hash": "HASH", "signature": "SIG", "chip": "CHIP", "elf": "ELF",
-    "memory": "MEM", "tensors": "GOLD", "tokenizer": "TOK", "compat": ("COMP", "PROV"),
+    "layout": "LAY",
+    "manifest": "MAN",
+    "hash": "HASH",
+    "signature": "SIG",
+    "chip": "CHIP",
+    "elf": "ELF",
+    "memory": "MEM",
+    "tensors": "GOLD",
+    "tokenizer": "TOK",
+    "compat": ("COMP", "PROV"),
 }
 
 
@@ -98,7 +107,10 @@ def _rewrite_elf(root: Path, rel: str, **overrides: Any) -> None:
     graph = next(g for m in doc["models"] for g in m["graphs"] for s in g["sections"] if s.get("file") == rel)
     chip = section["chip_mask"].bit_length() - 1
     args: dict[str, Any] = {
-        "machine": sample.EM_RISCV, "vaddr": section["vaddr"], "text": b"\x13" * 2048, "bss": 1024,
+        "machine": sample.EM_RISCV,
+        "vaddr": section["vaddr"],
+        "text": b"\x13" * 2048,
+        "bss": 1024,
         "binding": f"graph={graph['name']};kind={graph['kind']};chip={chip};calcore={section['calcore']}",
     }
     args.update(overrides)
@@ -235,7 +247,9 @@ CASES: list[tuple[str, Callable[[Path], None], str, tuple[str, ...]]] = [
 ]
 
 
-@pytest.mark.parametrize(("group", "mutate", "rule_id", "extra"), CASES, ids=[f"{c[0]}-{c[2]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    ("group", "mutate", "rule_id", "extra"), CASES, ids=[f"{c[0]}-{c[2]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_bad_package_rejected_by_its_group_only(tmp_path: Path, cli, group: str, mutate, rule_id: str, extra) -> None:  # type: ignore[no-untyped-def]
     root = copy_package(tmp_path)
     mutate(root)

@@ -12,6 +12,7 @@ explained by a failing rule; every unresealed change to a sealed file exits 1.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import struct
@@ -41,16 +42,30 @@ PRIVATE = keys.load_private(TEST_KEY)
 
 # ELF64 little-endian header and program-header fields: (offset, struct format).
 ELF_FIELDS = {
-    "EI_CLASS": (4, "<B"), "EI_DATA": (5, "<B"), "e_type": (16, "<H"), "e_machine": (18, "<H"),
-    "e_entry": (24, "<Q"), "e_phoff": (32, "<Q"), "e_shoff": (40, "<Q"), "e_phentsize": (54, "<H"),
-    "e_phnum": (56, "<H"), "e_shnum": (60, "<H"), "e_shstrndx": (62, "<H"),
+    "EI_CLASS": (4, "<B"),
+    "EI_DATA": (5, "<B"),
+    "e_type": (16, "<H"),
+    "e_machine": (18, "<H"),
+    "e_entry": (24, "<Q"),
+    "e_phoff": (32, "<Q"),
+    "e_shoff": (40, "<Q"),
+    "e_phentsize": (54, "<H"),
+    "e_phnum": (56, "<H"),
+    "e_shnum": (60, "<H"),
+    "e_shstrndx": (62, "<H"),
 }
 for _i in (0, 1):
     base = 64 + 56 * _i
-    ELF_FIELDS.update({
-        f"ph{_i}.p_type": (base, "<I"), f"ph{_i}.p_flags": (base + 4, "<I"), f"ph{_i}.p_offset": (base + 8, "<Q"),
-        f"ph{_i}.p_vaddr": (base + 16, "<Q"), f"ph{_i}.p_filesz": (base + 32, "<Q"), f"ph{_i}.p_memsz": (base + 40, "<Q"),
-    })
+    ELF_FIELDS.update(
+        {
+            f"ph{_i}.p_type": (base, "<I"),
+            f"ph{_i}.p_flags": (base + 4, "<I"),
+            f"ph{_i}.p_offset": (base + 8, "<Q"),
+            f"ph{_i}.p_vaddr": (base + 16, "<Q"),
+            f"ph{_i}.p_filesz": (base + 32, "<Q"),
+            f"ph{_i}.p_memsz": (base + 40, "<Q"),
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -69,10 +84,10 @@ def _leaf_paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
     out = [prefix] if prefix else []
     if isinstance(node, dict):
         for k, v in node.items():
-            out += _leaf_paths(v, prefix + (k,))
+            out += _leaf_paths(v, (*prefix, k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            out += _leaf_paths(v, prefix + (i,))
+            out += _leaf_paths(v, (*prefix, i))
     return out
 
 
@@ -80,27 +95,62 @@ MANIFEST_DOC = yaml.safe_load((BASE / MANIFEST).read_text())
 MANIFEST_PATHS = _leaf_paths(MANIFEST_DOC)
 
 values = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
     st.sampled_from([0, 1, 2, 3, 255, 2**32, 2**64 - 1, 2**64, -1]),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
-    st.sampled_from(["../../etc/passwd", "/etc/passwd", "model-a", "SCHIP", "MCHIP", "B", "", "tokenizer/model-b/tokenizer.json"]),
-    st.lists(st.integers(min_value=-3, max_value=70), max_size=4), st.just({}), st.just({"x": 1}),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(
+        ["../../etc/passwd", "/etc/passwd", "model-a", "SCHIP", "MCHIP", "B", "", "tokenizer/model-b/tokenizer.json"]
+    ),
+    st.lists(st.integers(min_value=-3, max_value=70), max_size=4),
+    st.just({}),
+    st.just({"x": 1}),
 )
 
 mutations = st.one_of(
-    st.builds(lambda f, pos, x: Mutation("flip", (f, pos, x), False),
-              st.sampled_from(FILES), st.integers(min_value=0, max_value=10**7), st.integers(min_value=1, max_value=255)),
-    st.builds(lambda f, frac: Mutation("truncate", (f, frac), False), st.sampled_from(HASHED), st.floats(min_value=0, max_value=0.99)),
-    st.builds(lambda i, v, delete, r: Mutation("manifest", (i, v, delete), r),
-              st.integers(min_value=0, max_value=len(MANIFEST_PATHS) - 1), values, st.booleans(), st.booleans()),
-    st.builds(lambda t, r: Mutation("yaml", (t,), r),
-              st.one_of(st.text(max_size=200), st.sampled_from(["{", "a: &x 1\nb: *x\n", "a: 1\na: 2\n", "- 1\n- 2\n", "", "null"])),
-              st.booleans()),
-    st.builds(lambda f, field, v, r: Mutation("elf", (f, field, v), r),
-              st.sampled_from(ELFS), st.sampled_from(sorted(ELF_FIELDS)),
-              st.one_of(st.sampled_from([0, 1, 2, 3, 4, 5, 7, 62, 243, 0xFFFF, 2**31]), st.integers(min_value=0, max_value=2**64 - 1)),
-              st.booleans()),
-    st.builds(lambda f, data, r: Mutation("junk", (f, data), r), st.sampled_from(CONTENT), st.binary(max_size=300), st.booleans()),
+    st.builds(
+        lambda f, pos, x: Mutation("flip", (f, pos, x), False),
+        st.sampled_from(FILES),
+        st.integers(min_value=0, max_value=10**7),
+        st.integers(min_value=1, max_value=255),
+    ),
+    st.builds(
+        lambda f, frac: Mutation("truncate", (f, frac), False),
+        st.sampled_from(HASHED),
+        st.floats(min_value=0, max_value=0.99),
+    ),
+    st.builds(
+        lambda i, v, delete, r: Mutation("manifest", (i, v, delete), r),
+        st.integers(min_value=0, max_value=len(MANIFEST_PATHS) - 1),
+        values,
+        st.booleans(),
+        st.booleans(),
+    ),
+    st.builds(
+        lambda t, r: Mutation("yaml", (t,), r),
+        st.one_of(
+            st.text(max_size=200), st.sampled_from(["{", "a: &x 1\nb: *x\n", "a: 1\na: 2\n", "- 1\n- 2\n", "", "null"])
+        ),
+        st.booleans(),
+    ),
+    st.builds(
+        lambda f, field, v, r: Mutation("elf", (f, field, v), r),
+        st.sampled_from(ELFS),
+        st.sampled_from(sorted(ELF_FIELDS)),
+        st.one_of(
+            st.sampled_from([0, 1, 2, 3, 4, 5, 7, 62, 243, 0xFFFF, 2**31]),
+            st.integers(min_value=0, max_value=2**64 - 1),
+        ),
+        st.booleans(),
+    ),
+    st.builds(
+        lambda f, data, r: Mutation("junk", (f, data), r),
+        st.sampled_from(CONTENT),
+        st.binary(max_size=300),
+        st.booleans(),
+    ),
     st.builds(lambda f, outside: Mutation("symlink", (f, outside), False), st.sampled_from(HASHED), st.booleans()),
     st.builds(lambda f: Mutation("huge", (f,), False), st.sampled_from(HASHED)),
     st.builds(lambda f: Mutation("fifo", (f,), False), st.sampled_from(HASHED)),
@@ -170,10 +220,8 @@ def _apply(root: Path, m: Mutation) -> bool:
         p.unlink()
         os.mkfifo(p)
     if m.reseal:
-        try:
+        with contextlib.suppress(Exception):
             sample.refresh_provenance(root)
-        except Exception:  # noqa: BLE001 - a mutated package may not even yield provenance; sealing is enough
-            pass
         seal.seal(root, PRIVATE)
     return True
 

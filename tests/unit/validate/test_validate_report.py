@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -31,9 +31,16 @@ def _policy(**kw) -> ValidationPolicy:  # type: ignore[no-untyped-def]
 def test_registry_ids_are_stable_unique_and_documented() -> None:
     assert len(ALL_IDS) == len(set(ALL_IDS))
     prefixes = {
-        Group.LAYOUT: ("LAY",), Group.MANIFEST: ("MAN",), Group.HASH: ("HASH",), Group.SIGNATURE: ("SIG",),
-        Group.CHIP: ("CHIP",), Group.ELF: ("ELF",), Group.MEMORY: ("MEM",), Group.TENSORS: ("GOLD",),
-        Group.TOKENIZER: ("TOK",), Group.COMPAT: ("COMP", "PROV"),
+        Group.LAYOUT: ("LAY",),
+        Group.MANIFEST: ("MAN",),
+        Group.HASH: ("HASH",),
+        Group.SIGNATURE: ("SIG",),
+        Group.CHIP: ("CHIP",),
+        Group.ELF: ("ELF",),
+        Group.MEMORY: ("MEM",),
+        Group.TENSORS: ("GOLD",),
+        Group.TOKENIZER: ("TOK",),
+        Group.COMPAT: ("COMP", "PROV"),
     }
     for r in RULES:
         assert re.fullmatch(r"[A-Z]{3,4}[0-9]{3}", r.id), r.id
@@ -44,7 +51,7 @@ def test_registry_ids_are_stable_unique_and_documented() -> None:
     assert {r.group for r in RULES} == set(Group)
     for group in Group:  # IDs within a group are numbered 001, 002, ... without gaps
         for prefix in prefixes[group]:
-            nums = sorted(int(r.id[len(prefix):]) for r in RULES if r.group is group and r.id.startswith(prefix))
+            nums = sorted(int(r.id[len(prefix) :]) for r in RULES if r.group is group and r.id.startswith(prefix))
             assert nums == list(range(1, len(nums) + 1)), (prefix, nums)
 
 
@@ -91,7 +98,9 @@ def test_docs_rules_md_is_generated_from_the_code() -> None:
 
 @pytest.mark.parametrize("kind", ["single", "combined", "replica"])
 def test_fixture_packages_validate_with_no_skip(cli, kind: str) -> None:  # type: ignore[no-untyped-def]
-    code, doc = validate_json(cli, FIXTURE_PACKAGES / kind, "--fail-on-skip", "--runtime-version", "0.7.6", "--profile", "1")
+    code, doc = validate_json(
+        cli, FIXTURE_PACKAGES / kind, "--fail-on-skip", "--runtime-version", "0.7.6", "--profile", "1"
+    )
     assert code == 0, [c for c in doc["checks"] if c["status"] != "pass"]
     assert doc["ok"] is True and doc["errors"] == 0 and doc["skipped"] == 0
     assert [c["id"] for c in doc["checks"]] == ALL_IDS  # one entry per rule, in registry order
@@ -117,7 +126,7 @@ def test_json_report_validates_against_its_schema(cli, tmp_path: Path) -> None: 
     for pkg in (FIXTURE_PACKAGES / "combined", root):
         r = cli("validate", pkg, "--trusted-key", TEST_PUB, "--format", "json")
         doc = r.json
-        assert list(doc)[0] == "schema_version"
+        assert next(iter(doc)) == "schema_version"
         assert list(schemas.iter_errors(REPORT_SCHEMA, doc)) == []
         assert doc["errors"] == sum(c["status"] in ("fail", "error") for c in doc["checks"])
         assert doc["warnings"] == sum(c["status"] == "warn" for c in doc["checks"])

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -20,7 +21,16 @@ from calctl.package.model import MANIFEST, RESERVED_INFO
 from calctl.signing import keys, seal
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB
 
-__all__ = ["TEST_KEY", "TEST_PUB", "copy_package", "edit_manifest", "edit_json", "reseal", "read_manifest", "validate_json"]
+__all__ = [
+    "TEST_KEY",
+    "TEST_PUB",
+    "copy_package",
+    "edit_json",
+    "edit_manifest",
+    "read_manifest",
+    "reseal",
+    "validate_json",
+]
 
 
 def copy_package(dst_parent: Path, kind: str = "combined", name: str | None = None) -> Path:
@@ -49,7 +59,9 @@ def reseal(root: Path, *, reserved_info: bool = True, provenance: bool = True, k
     """Make the mutated package internally sealed again (hash and signature pass)."""
     if reserved_info:
         doc = read_manifest(root)
-        (root / RESERVED_INFO).write_bytes(sample.render_reserved_info(doc["memory_plan"], doc["device_cfg"]["chip_dram_bytes"]))
+        (root / RESERVED_INFO).write_bytes(
+            sample.render_reserved_info(doc["memory_plan"], doc["device_cfg"]["chip_dram_bytes"])
+        )
     if provenance:
         sample.refresh_provenance(root)
     seal.seal(root, keys.load_private(key))
