@@ -72,8 +72,8 @@ def build(root: Path, size: int) -> None:
     import yaml
 
     sys.path.insert(0, str(REPO))
+    from calctl.compiler.sample import dump_manifest, refresh_provenance, render_reserved_info
     from calctl.package.model import MANIFEST, RESERVED_INFO
-    from calctl.package.sample import dump_manifest, refresh_provenance, render_reserved_info
     from calctl.signing import keys, seal
 
     shutil.copytree(FIXTURE, root)

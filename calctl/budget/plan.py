@@ -36,7 +36,7 @@ from calctl.errors import UsageError
 from calctl.package.model import MemoryRegion, Model, Package, SectionKind
 
 #: Per-chip local DRAM assumed when nothing states it: the reference board class
-#: (the mock board's figure, calctl.package.sample.CHIP_DRAM_BYTES). 001 §8.2: only the
+#: (the mock board's figure, calctl.compiler.sample.CHIP_DRAM_BYTES). 001 §8.2: only the
 #: vendor-confirmed local figure is a real input.
 DEFAULT_CHIP_DRAM_BYTES = 16 * GIB
 

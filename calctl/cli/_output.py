@@ -6,20 +6,15 @@ JSON and JUnit go to stdout; logs, progress and error lines go to stderr, so a
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import json
-import math
 import sys
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
 
-#: Version of every JSON document calctl prints. Bump on an incompatible change.
-SCHEMA_VERSION = "1"
+from calctl.records import dumps
 
 
 def _width(stream: TextIO) -> int | None:
@@ -35,35 +30,6 @@ class Format(str, enum.Enum):
     table = "table"
     json = "json"
     junit = "junit"
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Convert dataclasses, enums, paths and numpy scalars into plain JSON values.
-
-    Non-finite floats become ``null``: a figure that cannot be measured is absent,
-    never a fake number.
-    """
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, enum.Enum):
-        return to_jsonable(obj.value)
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        items = sorted(obj) if isinstance(obj, (set, frozenset)) else obj
-        return [to_jsonable(v) for v in items]
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if hasattr(obj, "item") and callable(obj.item):  # numpy scalar
-        return to_jsonable(obj.item())
-    return obj
-
-
-def dumps(document: dict[str, Any]) -> str:
-    body = {"schema_version": SCHEMA_VERSION, **to_jsonable(document)}
-    return json.dumps(body, indent=2, sort_keys=False, allow_nan=False)
 
 
 def emit_json(document: dict[str, Any]) -> None:

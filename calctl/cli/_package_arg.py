@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from calctl.cli import _output
-from calctl.package.bundled import bundled_package
+from calctl.compiler.bundled import bundled_package
 from calctl.signing.policy import TrustPolicy, make_policy
 
 PackageArg = Annotated[

@@ -12,13 +12,13 @@ from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
 from calctl.cli._output import Format
 from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.compiler.sample import KINDS, build_sample
 from calctl.errors import ExitCode, UsageError
 from calctl.package import archive
 from calctl.package import info as pkginfo
-from calctl.package.model import SIGNATURE
 from calctl.package.reader import load_manifest, package_root
-from calctl.package.sample import KINDS, build_sample
 from calctl.signing import keys, seal
+from calctl.signing.files import SIGNATURE
 
 JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Hashing threads (default: cores).")]
 

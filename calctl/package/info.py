@@ -10,8 +10,9 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from calctl.package.model import CHECKSUMS, Package
+from calctl.package.model import Package
 from calctl.signing import seal
+from calctl.signing.files import CHECKSUMS
 from calctl.signing.policy import TrustPolicy
 
 

@@ -18,12 +18,8 @@ from calctl.errors import PackageError
 
 MANIFEST = "manifest.yaml"
 RESERVED_INFO = "model_memory_reserved_info.txt"
-CHECKSUMS = "checksums.sha256"
-SIGNATURE = "checksums.sha256.sig"
 COMPATIBILITY = "compatibility.json"
 PROVENANCE = "build-provenance.json"
-#: Files whose digest is not in checksums.sha256 (the seal itself).
-SEAL_FILES = frozenset({CHECKSUMS, SIGNATURE})
 
 DTYPE_BYTES: Mapping[str, int] = {
     "int8": 1,

@@ -34,12 +34,12 @@ from typing import Any
 
 from calctl.errors import PackageFormatError, UsageError
 from calctl.package import archive
-from calctl.package.model import CHECKSUMS
 from calctl.package.reader import package_root
 from calctl.package.rules import RULES
 from calctl.package.rules.base import Finding, Group, Rule, Severity, Status
 from calctl.package.rules.context import ReadProblem, ValidationContext
 from calctl.signing import seal
+from calctl.signing.files import CHECKSUMS
 from calctl.signing.policy import TrustPolicy
 
 REPORT_SCHEMA = "validate-report/v1"

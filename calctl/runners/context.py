@@ -43,7 +43,7 @@ from typing import Any
 
 from calctl import __version__
 from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError
-from calctl.package.model import CHECKSUMS, Package, SectionKind
+from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import Report, ValidationPolicy, validate
 from calctl.runners.trace import TraceSlice, plot_timeline, write_chrome_trace
@@ -51,6 +51,7 @@ from calctl.runtime import Calbin, DeviceKind, Health, Runtime, TraceEvent, Vers
 from calctl.runtime.errors import InvalidCalbin, RuntimeLayerError
 from calctl.runtime.types import JobState
 from calctl.signing import seal
+from calctl.signing.files import CHECKSUMS
 from calctl.signing.policy import TrustPolicy
 
 #: Printed on and stored in every report produced on the mock device (SPEC §8).

@@ -26,7 +26,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from calctl.errors import PackageFormatError
-from calctl.package.model import CHECKSUMS, SEAL_FILES, SIGNATURE
+from calctl.signing.files import CHECKSUMS, SEAL_FILES, SIGNATURE
 from calctl.signing.keys import TrustedKey, key_id
 
 CHUNK = 8 * 1024 * 1024

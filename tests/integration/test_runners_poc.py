@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from calctl.package import sample
+from calctl.compiler import sample
 from calctl.package.model import MANIFEST, RESERVED_INFO
 from calctl.signing import keys, seal
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, CliResult, assert_no_traceback

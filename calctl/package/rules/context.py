@@ -34,17 +34,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from calctl.errors import CalctlError
 from calctl.package import reader, schemas
-from calctl.package.model import (
-    CHECKSUMS,
-    COMPATIBILITY,
-    MANIFEST,
-    PROVENANCE,
-    SIGNATURE,
-    Package,
-    package_from_document,
-)
+from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
 from calctl.package.rules.base import Need
 from calctl.signing import seal
+from calctl.signing.files import CHECKSUMS, SIGNATURE
 from calctl.signing.keys import TrustedKey
 
 if TYPE_CHECKING:  # pragma: no cover - typing only

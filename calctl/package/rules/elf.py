@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from calctl.package import elfwriter
+from calctl.package import binding
 from calctl.package.model import Graph, Model, Section, SectionKind
 from calctl.package.rules.base import Finding, Group, Need, Rule
 from calctl.package.rules.context import PF_R, PF_W, PF_X, PT_LOAD, ElfInfo, ValidationContext
@@ -305,7 +305,7 @@ class BindingNote(Rule):
     sections = ("001 §6.1", "001 §6.4", "001 §3", "SPEC §2")
     explanation = (
         "Each program carries one PT_NOTE named 'Calculet' (type 1) with 'graph=…;kind=…;chip=…;calcore=…' "
-        "(calctl.package.elfwriter). It must name the graph, graph kind, chip and CalCore of the manifest "
+        "(calctl.package.binding). It must name the graph, graph kind, chip and CalCore of the manifest "
         "section that loads it, and the file must be <model>/<kind>/ccu<calcore>_chip<chip>.elf (SPEC §2). "
         "A program moved to another graph, chip or core (001 §3 forbids renaming subgraphs or reusing another "
         "chip's program) is caught here."
@@ -341,7 +341,7 @@ class BindingNote(Rule):
             notes = [
                 nt
                 for nt in p.info.notes
-                if nt.name == elfwriter.NOTE_NAME.decode() and nt.type == elfwriter.NT_CALCULET_BINDING
+                if nt.name == binding.NOTE_NAME.decode() and nt.type == binding.NT_CALCULET_BINDING
             ]
             if len(notes) != 1:
                 yield self.problem(
@@ -352,16 +352,16 @@ class BindingNote(Rule):
                     found=len(notes),
                 )
                 continue
-            binding = elfwriter.parse_binding(notes[0].desc)
+            bound = binding.parse_binding(notes[0].desc)
             want = {"graph": g.name, "kind": g.kind.value, "chip": str(chip), "calcore": str(s.calcore)}
             for key, value in want.items():
-                if binding.get(key) != value:
+                if bound.get(key) != value:
                     yield self.problem(
                         f"binding note {key} disagrees with the manifest",
                         file=p.file,
                         field=f"/notes/binding/{key}",
                         expected=value,
-                        found=binding.get(key, "absent"),
+                        found=bound.get(key, "absent"),
                     )
         yield self.note(f"{n} programs are bound to their graph, kind, chip and CalCore")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from calctl.package.model import CHECKSUMS, SEAL_FILES
 from calctl.package.rules.base import Finding, Group, Need, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext
 from calctl.signing import seal
+from calctl.signing.files import CHECKSUMS, SEAL_FILES
 
 
 class ListedFilesMatch(Rule):

@@ -11,17 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from calctl.package import reader, yamlsafe
-from calctl.package.model import (
-    CHECKSUMS,
-    COMPATIBILITY,
-    MANIFEST,
-    PROVENANCE,
-    RESERVED_INFO,
-    SIGNATURE,
-)
+from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, RESERVED_INFO
 from calctl.package.rules.base import Finding, Group, Need, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
 from calctl.signing import seal
+from calctl.signing.files import CHECKSUMS, SIGNATURE
 
 #: Files every package carries at its top level (SPEC §2). The signature is SIG001's business.
 REQUIRED_FILES = (MANIFEST, RESERVED_INFO, CHECKSUMS, COMPATIBILITY, PROVENANCE)

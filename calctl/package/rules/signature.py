@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from calctl.package.model import SIGNATURE
 from calctl.package.rules.base import Finding, Group, Rule, Severity
 from calctl.package.rules.context import ValidationContext
+from calctl.signing.files import SIGNATURE
 from calctl.signing.policy import TEST_KEY_NAME, test_public_key
 
 

@@ -36,7 +36,7 @@ PLOT_FILE = "soak.png"
 
 def render_json(document: dict[str, Any]) -> str:
     """The one JSON renderer of calctl (``schema_version`` first, non-finite floats as null)."""
-    from calctl.cli._output import dumps  # pure rendering; no CLI state
+    from calctl.records import dumps
 
     return dumps(document)
 
@@ -63,7 +63,7 @@ class EventLog:
         self.lines = 0
 
     def write(self, event: str, **fields: Any) -> None:
-        from calctl.cli._output import to_jsonable
+        from calctl.records import to_jsonable
 
         doc = {
             "t": round(time.monotonic() - self._t0, 4),

@@ -4,7 +4,7 @@ The mock executes the calctl tiny decoder (:mod:`calctl.model.tiny`) with the
 weights read from the package's param blobs and a real KV cache per sequence,
 so golden runs, KV corruption and cross-model crosstalk are genuinely
 detectable (SPEC §5). It accepts only graphs with the tiny decoder's I/O
-contract (the one :mod:`calctl.package.sample` writes):
+contract (the one :mod:`calctl.compiler.sample` writes):
 
 * prefill: inputs ``tokens [1, N] int32`` and ``n_tokens [1] int32`` (the CSR
   valid length), output ``logits [1, vocab] float32``;

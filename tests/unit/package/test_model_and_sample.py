@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
+from calctl.compiler.sample import build_sample, kv_bytes
 from calctl.errors import PackageError
 from calctl.model import tiny
 from calctl.package.model import GraphKind
 from calctl.package.reader import load_manifest
-from calctl.package.sample import build_sample, kv_bytes
 from calctl.signing.keys import load_private
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY
 

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from calctl.package import elfwriter, sample
-from calctl.package.model import PROVENANCE, RESERVED_INFO, SIGNATURE
+from calctl.compiler import elfwriter, sample
+from calctl.package.model import PROVENANCE, RESERVED_INFO
 from calctl.signing import keys, seal
+from calctl.signing.files import SIGNATURE
 from tests.unit.validate.validate_factory import copy_package, edit_json, edit_manifest, reseal, validate_json
 
 GROUP_PREFIX = {

@@ -25,10 +25,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calctl.package import sample
-from calctl.package.model import MANIFEST, SEAL_FILES
+from calctl.compiler import sample
+from calctl.package.model import MANIFEST
 from calctl.package.rules import RULES
 from calctl.signing import keys, seal
+from calctl.signing.files import SEAL_FILES
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY
 from tests.unit.validate.validate_factory import validate_json
 

@@ -205,7 +205,7 @@ def test_expect_models_is_exact(cli) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_profiles_must_be_compiled(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from calctl.package.sample import build_sample
+    from calctl.compiler.sample import build_sample
     from calctl.signing.keys import load_private
     from tests.conftest import TEST_KEY
 

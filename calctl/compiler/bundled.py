@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from calctl import __version__
-from calctl.package.sample import KINDS, build_sample
+from calctl.compiler.sample import KINDS, build_sample
 from calctl.signing.keys import load_private
 from calctl.signing.policy import test_key_paths
 

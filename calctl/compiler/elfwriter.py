@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import struct
 
+from calctl.package.binding import NOTE_NAME, NT_CALCULET_BINDING
+
 ELFCLASS64 = 2
 ELFDATA2LSB = 1
 ET_EXEC = 2
@@ -22,8 +24,6 @@ PT_NOTE = 4
 PF_X, PF_W, PF_R = 1, 2, 4
 SHT_PROGBITS, SHT_NOTE, SHT_STRTAB = 1, 7, 3
 SHF_ALLOC, SHF_EXECINSTR = 0x2, 0x4
-NOTE_NAME = b"Calculet"
-NT_CALCULET_BINDING = 1
 EHDR_SIZE, PHDR_SIZE, SHDR_SIZE = 64, 56, 64
 
 
@@ -35,16 +35,6 @@ def note_payload(binding: str) -> bytes:
     name = NOTE_NAME + b"\0"
     desc = binding.encode("ascii")
     return struct.pack("<III", len(name), len(desc), NT_CALCULET_BINDING) + _pad(name, 4) + _pad(desc, 4)
-
-
-def parse_binding(desc: bytes | str) -> dict[str, str]:
-    text = desc.decode("ascii", "replace") if isinstance(desc, bytes) else desc
-    out: dict[str, str] = {}
-    for part in text.rstrip("\0").split(";"):
-        if "=" in part:
-            k, v = part.split("=", 1)
-            out[k] = v
-    return out
 
 
 def write_elf(*, machine: int, vaddr: int, text: bytes, binding: str, bss: int = 0) -> bytes:

@@ -32,20 +32,13 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from calctl import __version__
+from calctl.compiler import elfwriter
 from calctl.errors import UsageError
 from calctl.model import tiny
 from calctl.model import tokenizer as toklib
-from calctl.package import elfwriter
-from calctl.package.model import (
-    COMPATIBILITY,
-    DTYPE_BYTES,
-    MANIFEST,
-    PROVENANCE,
-    RESERVED_INFO,
-    SEAL_FILES,
-    Architecture,
-)
+from calctl.package.model import COMPATIBILITY, DTYPE_BYTES, MANIFEST, PROVENANCE, RESERVED_INFO, Architecture
 from calctl.signing import seal
+from calctl.signing.files import SEAL_FILES
 
 KINDS = ("single", "combined", "replica")
 CHIP_NUMS = 2

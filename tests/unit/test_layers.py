@@ -1,0 +1,82 @@
+"""The folder tree reads top-down: no folder of calctl imports a folder above it.
+
+Layers, lowest first. A module may import its own folder and any folder in a
+lower layer; folders in one layer do not import each other. Imports inside
+functions count too (a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import calctl
+
+ROOT = Path(calctl.__file__).parent
+
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"errors", "records", "__init__"}),
+    frozenset({"signing"}),
+    frozenset({"package"}),
+    frozenset({"budget", "model"}),
+    frozenset({"compiler"}),
+    frozenset({"runtime"}),
+    frozenset({"serving"}),
+    frozenset({"runners"}),
+    frozenset({"cli"}),
+    frozenset({"__main__"}),
+)
+
+#: Edges the engine-loop rework removes; each must disappear, never grow.
+PENDING: frozenset[tuple[str, str]] = frozenset({("serving", "runners")})
+
+
+def _layer(top: str) -> int:
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"calctl/{top} is in no layer of {__name__}.LAYERS: add it")
+
+
+def _top(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if (
+                parts[0] == "calctl"
+                and len(parts) > 1
+                and ((ROOT / parts[1]).is_dir() or (ROOT / f"{parts[1]}.py").exists())
+            ):
+                out.add(parts[1])
+    return out
+
+
+def test_no_folder_imports_a_folder_above_it() -> None:
+    bad: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        src = _top(path)
+        for dst in _imports(path):
+            if dst == src:
+                continue
+            if _layer(dst) >= _layer(src):
+                seen.add((src, dst))
+                if (src, dst) not in PENDING:
+                    bad.append(
+                        f"{path.relative_to(ROOT.parent)} imports calctl.{dst} (layer {_layer(dst)} >= {_layer(src)})"
+                    )
+    assert not bad, "\n".join(bad)
+    stale = PENDING - seen
+    assert not stale, f"remove {sorted(stale)} from PENDING: those imports are gone"
