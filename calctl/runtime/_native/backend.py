@@ -36,9 +36,10 @@ from types import TracebackType
 import numpy as np
 
 from calctl.package.model import GraphKind, Package, TensorSpec
+from calctl.runtime._native import ext
 from calctl.runtime._native import lib as L
 from calctl.runtime.buffers import BufferState, Direction, HostBuffer, JobBuffersMixin, buffer_layout
-from calctl.runtime.calbin import Calbin, GraphPlan, check_job_buffers, plan_calbin, resolve_graph
+from calctl.runtime.calbin import Calbin, GraphPlan, ModelPlan, check_job_buffers, plan_calbin, resolve_graph
 from calctl.runtime.errors import (
     InternalRuntimeError,
     InvalidArgument,
@@ -245,9 +246,26 @@ class CalrtRuntime(JobBuffersMixin):
                 self._fn.calrt_calbin_create(self._dev, byref(desc), byref(handle)),
                 f"create a calbin from {package.name!r}",
             )
+            try:
+                self._describe_models(plan.models.values(), handle)
+            except BaseException:
+                self._fn.calrt_calbin_release(self._dev, handle)
+                raise
             calbin = Calbin(plan, next(self._calbin_ids), self._release_calbin)
             self._calbins[calbin.id] = (calbin, handle)
             return calbin
+
+    def _describe_models(self, models: Iterable[ModelPlan], handle: c_void_p) -> None:
+        """Optional C ABI extension (§11): hand a computing board each model's architecture and tensors."""
+        if not self.library.has("calrt_ext_model_set"):
+            return
+        for mp in models:
+            keep: list[object] = []
+            desc = ext.model_desc(mp.model, keep)
+            rc = self._fn.calrt_ext_model_set(self._dev, handle, byref(desc))
+            if rc == RuntimeStatus.NOT_SUPPORTED:  # the shim does not know model v1: it computes on its own
+                return
+            self._check(rc, f"describe model {mp.alias!r} (C ABI extension model v{L.EXT_MODEL_VERSION})")
 
     def _release_calbin(self, calbin: Calbin) -> None:
         with self._lock:

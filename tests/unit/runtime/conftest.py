@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime_helpers import NATIVE, Backend, package
+from runtime_helpers import HEADERS, NATIVE, Backend, package
 
 from calctl.package.model import Package
 from calctl.runtime import Runtime, open_runtime
+from calctl.runtime._native.build import build_reference
 
 
 def _compile(tmp: Path, name: str, *defines: str) -> Path:
@@ -38,7 +39,7 @@ def _compile(tmp: Path, name: str, *defines: str) -> Path:
         "-Werror",
         *defines,
         "-I",
-        str(NATIVE),
+        str(HEADERS),
         "-o",
         str(out),
         str(NATIVE / "calrt_stub.c"),
@@ -60,9 +61,24 @@ def calrt_stub_without_kv_free(tmp_path_factory: pytest.TempPathFactory) -> Path
     return _compile(tmp_path_factory.mktemp("calrt-stub-nokvfree"), "libcalrt_nokvfree.so", "-DCALRT_STUB_OMIT_KV_FREE")
 
 
+@pytest.fixture(scope="session")
+def calrt_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference board, built the way ``calctl device build-reference`` builds it."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler (cc or gcc) on PATH: cannot build the reference board")
+    return build_reference(tmp_path_factory.mktemp("calrt-reference")).library
+
+
 @pytest.fixture(autouse=True)
 def _no_stub_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("CALRT_STUB_FAULTS", "CALRT_STUB_ABI_MAJOR", "CALRT_LIBRARY"):
+    for var in (
+        "CALRT_STUB_FAULTS",
+        "CALRT_STUB_ABI_MAJOR",
+        "CALRT_LIBRARY",
+        "CALRT_REF_FAULTS",
+        "CALRT_REF_BOARD_LOCK",
+        "CALRT_REF_TIME_SCALE",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -71,12 +87,12 @@ def combined() -> Package:
     return package("combined")
 
 
-@pytest.fixture(params=["mock", "calrt"])
+@pytest.fixture(params=["mock", "calrt", "reference"])
 def backend(request: pytest.FixtureRequest) -> Backend:
     if request.param == "mock":
         return Backend("mock", lambda: open_runtime("mock"))
-    lib = request.getfixturevalue("calrt_stub")
-    return Backend("calrt", lambda: open_runtime("calrt", calrt_lib=lib))
+    lib = request.getfixturevalue("calrt_stub" if request.param == "calrt" else "calrt_reference")
+    return Backend(request.param, lambda: open_runtime("calrt", calrt_lib=lib))
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,9 @@ from calctl.runtime.types import KvSeqId
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ROOT / "fixtures" / "packages"
 NATIVE = ROOT / "tests" / "native"
+HEADERS = ROOT / "calctl" / "runtime" / "_native" / "reference"  # calrt.h, calrt_ext.h: shipped in the package
 
-# calrt_stub_set_fault codes (tests/native/calrt_stub.c)
+# calrt_ext_fault_set codes (calctl/runtime/_native/reference/calrt_ext.h)
 STUB_FAULT = {"busy": 1, "hang": 2, "ccu": 3, "no_chip_memory": 4, "delay_ms": 5, "dma": 6, "no_chip_reset": 7}
 
 _PACKAGE_CACHE: dict[str, Package] = {}
@@ -34,9 +34,8 @@ def package(kind: str) -> Package:
 
 
 def stub_set_fault(rt: Runtime, name: str, value: int = 1) -> None:
-    fn = rt.library.fn.calrt_stub_set_fault  # type: ignore[attr-defined]
-    fn.restype = ctypes.c_int32
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32]
+    """Arm a fault switch through the calrt_ext.h test hook (the stub and the reference board export it)."""
+    fn = rt.library.fn.calrt_ext_fault_set  # type: ignore[attr-defined]
     assert fn(rt._dev, STUB_FAULT[name], value) == 0  # type: ignore[attr-defined]
 
 

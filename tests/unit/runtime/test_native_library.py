@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runtime_helpers import stub_set_fault
+from runtime_helpers import HEADERS, stub_set_fault
 
 from calctl.errors import ExitCode
 from calctl.runtime import open_runtime
@@ -53,7 +53,7 @@ def test_every_abi_function_has_argtypes_and_restype(calrt_stub: Path) -> None:
     for name, (restype, argtypes) in L.SIGNATURES.items():
         fn = getattr(lib.fn, name)
         assert fn.restype is restype and fn.argtypes == argtypes, name
-    header = (Path(__file__).resolve().parents[2] / "native" / "calrt.h").read_text()
+    header = (HEADERS / "calrt.h").read_text()
     declared = {
         line.split("(")[0].split()[-1].lstrip("*")
         for line in header.splitlines()
