@@ -584,6 +584,20 @@ class CalrtRuntime(JobBuffersMixin):
         with self._lock:
             return tuple(e for e in self._trace if e.submit_ns >= since_ns)
 
+    def arm_test_fault(self, fault: str, value: int = 1) -> None:
+        """Arm a fault switch through the optional ``calrt_ext_fault_set`` test hook (calrt_ext.h).
+
+        NotSupported when the library does not export the hook (a production shim must not)."""
+        if fault not in L.EXT_FAULTS:
+            raise InvalidArgument(f"fault {fault!r}: expected one of {', '.join(L.EXT_FAULTS)}")
+        if not self.library.has("calrt_ext_fault_set"):
+            raise error_class(RuntimeStatus.NOT_SUPPORTED)(
+                f"CalRT library {self.library.path} does not export the calrt_ext_fault_set test hook"
+            )
+        with self._lock:
+            self._check_open()
+            self._check(self._fn.calrt_ext_fault_set(self._dev, L.EXT_FAULTS[fault], value), f"arm fault {fault}")
+
     # -- recovery ---------------------------------------------------------------------------------
 
     def reset(self, scope: ResetScope | str = ResetScope.CHIP, chip: int | None = None) -> None:

@@ -6,14 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest
-from calctl.runtime import Job, Runtime
-from calctl.runtime.buffers import HostBuffer
+from calctl.runtime import Runtime
+from calctl.runtime.conformance import golden_prompt, prefill_job, write_decode, write_prefill
 from calctl.runtime.mock import FaultKind, FaultRule, MockRuntime
-from calctl.runtime.types import KvSeqId
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ROOT / "fixtures" / "packages"
@@ -60,32 +57,4 @@ class Backend:
             stub_set_fault(rt, fault)
 
 
-def write_prefill(inputs: HostBuffer, prompt: np.ndarray) -> None:
-    tokens = np.zeros(inputs.layout.slot("tokens").shape, np.int32)
-    tokens[0, : len(prompt)] = prompt
-    inputs.write("tokens", tokens)
-    inputs.write("n_tokens", np.array([len(prompt)], np.int32))
-
-
-def write_decode(inputs: HostBuffer, token: int, position: int) -> None:
-    inputs.write("tokens", np.array([[token]], np.int32))
-    inputs.write("positions", np.array([position], np.int32))
-
-
-def golden_prompt(pkg: Package, alias: str) -> np.ndarray:
-    m = pkg.model(alias)
-    return np.load(pkg.root / m.golden.prompt.file).reshape(-1).astype(np.int32)
-
-
-def prefill_job(
-    rt: Runtime, pkg: Package, alias: str, prompt: np.ndarray | None = None, **submit: object
-) -> tuple[Job, KvSeqId, HostBuffer, HostBuffer]:
-    """Allocate a sequence and buffers, reserve, submit one prefill. Returns (job, seq, inputs, outputs)."""
-    m = pkg.model(alias)
-    prompt = golden_prompt(pkg, alias) if prompt is None else prompt
-    seq = rt.kv.allocate(alias)
-    inputs, outputs = rt.alloc_inputs(m.prefill.name), rt.alloc_outputs(m.prefill.name)
-    write_prefill(inputs, prompt)
-    rt.kv.append(seq, len(prompt))
-    job = rt.submit(m.prefill.name, inputs, outputs, kv=[seq], **submit)  # type: ignore[arg-type]
-    return job, seq, inputs, outputs
+__all__ = ["Backend", "golden_prompt", "package", "prefill_job", "stub_set_fault", "write_decode", "write_prefill"]
