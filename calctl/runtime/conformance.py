@@ -1096,6 +1096,58 @@ def _two_in_flight(s: Session) -> str:
     return f"both accepted and completed in order; overlap {overlap / 1e6:.2f} ms ({mode})"
 
 
+@check(
+    "blocked_wait_holds_no_lock",
+    "while one thread is blocked in wait, other threads submit, wait, query and use KV (C ABI §8, GIL released)",
+)
+def _blocked_wait(s: Session) -> str:
+    pkg = s.package
+    a, b = s.pair()
+    with s.configured() as rt:
+        s.arm(rt, "hang")
+        hung, _, _, _ = prefill_job(rt, pkg, a)
+        outcome: list[BaseException] = []
+
+        def waiter() -> None:
+            try:
+                rt.wait(hung, 60)
+            except CalctlError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=waiter, daemon=True)
+        thread.start()
+        raw = _unwrap(rt)
+        deadline = time.monotonic() + 10
+        while s.native and raw._blocked == 0 and time.monotonic() < deadline:  # inside calrt_job_wait
+            time.sleep(0.005)
+        done = 0
+        for _ in range(4):  # all of this runs while the waiter sits in the C call
+            job, seq, _, _ = prefill_job(rt, pkg, b)
+            expect(
+                rt.wait(job, 10).ok,
+                "a job on the other chip completes while a thread is blocked in wait",
+                call="rt.wait",
+            )
+            rt.kv.commit(seq)
+            rt.kv.free(seq)
+            expect(not rt.query(hung).state.terminal, "the hung job is still in flight", returned=rt.query(hung))
+            done += 1
+        expect(
+            thread.is_alive(),
+            "the waiter is still blocked (it must not have returned early)",
+            call="rt.wait",
+            returned=outcome,
+        )
+        scope = s.reset_chip_or_board(rt, s.chip_of(a))
+        thread.join(10)
+        expect(
+            not thread.is_alive() and [type(e) for e in outcome] == [JobAborted],
+            "the waiter returns JobAborted after the reset",
+            returned=[_returned(e) for e in outcome],
+        )
+    return f"{done} submit/wait/KV rounds on chip {s.chip_of(b)} while a thread was blocked in wait; released by a {scope} reset"
+
+
 @check("close_aborts_waiters", "closing the device with a thread blocked in wait aborts its job and lets it return")
 def _close(s: Session) -> str:
     pkg = s.package
