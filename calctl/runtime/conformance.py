@@ -1396,6 +1396,10 @@ def _exit_text(code: int | None) -> str:
 
 
 def _child_main(spec_text: str) -> int:
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing shim leaves a row, not a core file
     spec = json.loads(spec_text)
     target = Target(
         DeviceKind(spec["device"]), Path(spec["package"]), Path(spec["library"]) if spec.get("library") else None

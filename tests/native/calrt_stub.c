@@ -27,7 +27,8 @@
  *   no_chip_reset=1   calrt_reset(CHIP) returns CALRT_E_NOT_SUPPORTED (0.7.6: board reset only)
  *   delay_ms=N        every job takes N ms
  * CALRT_STUB_ABI_MAJOR=N makes calrt_abi_version report major N (incompatibility tests).
- * Compile with -DCALRT_STUB_OMIT_KV_FREE to leave out calrt_kv_free (missing-symbol tests).
+ * Compile with -DCALRT_STUB_OMIT_KV_FREE to leave out calrt_kv_free (missing-symbol tests), and with
+ * -DCALRT_STUB_CRASH_IN_WAIT to make calrt_job_wait abort the process (crashing-shim tests).
  */
 #define _GNU_SOURCE
 #include "calrt.h"
@@ -746,6 +747,9 @@ static uint64_t next_wake(calrt_device *d, uint64_t deadline) {
 }
 
 calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_ms, calrt_job_info *out) {
+#ifdef CALRT_STUB_CRASH_IN_WAIT
+    abort(); /* a shim that crashes the process (conformance must report it, not die with it) */
+#endif
     if (!d) return CALRT_E_INVALID_ARGUMENT;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
     pthread_mutex_lock(&d->mu);

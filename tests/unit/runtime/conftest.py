@@ -62,6 +62,12 @@ def calrt_stub_without_kv_free(tmp_path_factory: pytest.TempPathFactory) -> Path
 
 
 @pytest.fixture(scope="session")
+def calrt_stub_crashing_in_wait(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stub built so that ``calrt_job_wait`` aborts the process: a shim that crashes."""
+    return _compile(tmp_path_factory.mktemp("calrt-stub-crash"), "libcalrt_crash.so", "-DCALRT_STUB_CRASH_IN_WAIT")
+
+
+@pytest.fixture(scope="session")
 def calrt_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference board, built the way ``calctl device build-reference`` builds it."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:

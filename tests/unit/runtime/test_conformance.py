@@ -94,6 +94,16 @@ def test_a_check_past_its_bound_is_a_timeout_and_the_rest_go_on(
     assert seen == ["abi_version", "status_strings", "job_states_timestamps"] and not report.passed  # suite order
 
 
+def test_a_shim_that_crashes_is_a_fail_row_and_the_rest_go_on(calrt_stub_crashing_in_wait: Path) -> None:
+    report = run_suite(
+        Target(DeviceKind.CALRT, COMBINED, calrt_stub_crashing_in_wait), ["status_strings", "wait_any", "abi_version"]
+    )
+    verdicts = {r.name: r.verdict for r in report.results}
+    assert verdicts == {"abi_version": Verdict.PASS, "status_strings": Verdict.PASS, "wait_any": Verdict.FAIL}
+    crashed = next(r for r in report.results if r.name == "wait_any")
+    assert "died" in crashed.detail and "SIGABRT" in crashed.detail, crashed.detail
+
+
 def test_refused_features_are_unsupported_never_pass_and_grade_c4(
     calrt_stub: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -132,3 +132,13 @@ def test_conformance_usage_and_library_errors(
     assert r.code == 2 and "nope" in r.err
     for res in (r,):
         assert_no_traceback(res)
+
+
+def test_conformance_on_a_hanging_library_reports_timeout_rows(cli, calrt_stub: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("CALRT_STUB_FAULTS", "delay_ms=5000")
+    args = ("device", "conformance", "--calrt-lib", calrt_stub, "--check-timeout", "1", "--format", "json")
+    r = cli(*args, "--check", "job_states_timestamps", "--check", "status_strings")
+    assert r.code == 1, r.err
+    rows = {c["name"]: c["verdict"] for c in r.json["checks"]}
+    assert rows == {"status_strings": "PASS", "job_states_timestamps": "TIMEOUT"}
+    assert r.json["counts"]["TIMEOUT"] == 1 and r.json["verdict"] == "FAIL"
