@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 
 from calctl.model import tiny
 from calctl.package.model import Architecture, Package, ParamTensor
@@ -24,6 +23,7 @@ from calctl.package.reader import load_manifest
 from calctl.runtime import open_runtime
 from calctl.runtime.conformance import golden_prompt, prefill_job, write_decode
 from tests.conftest import FIXTURE_PACKAGES
+from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 
 ALIAS = "model-a"
 

@@ -17,9 +17,9 @@ import json
 from pathlib import Path
 
 import pytest
-from reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 
 PKG = FIXTURE_PACKAGES / "combined"
 TRUST = ("--trusted-key", str(TEST_PUB))

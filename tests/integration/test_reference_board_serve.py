@@ -26,11 +26,11 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 from tokenizers import Tokenizer
 
 from calctl.package.reader import load_manifest
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB
+from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 
 PKG = FIXTURE_PACKAGES / "combined"
 ALIASES = ("model-a", "model-b")

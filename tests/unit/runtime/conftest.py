@@ -13,14 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime_helpers import HEADERS, NATIVE, Backend, package
+from runtime_helpers import NATIVE, Backend, package
 
 from calctl.package.model import Package
 from calctl.runtime import Runtime, open_runtime
-from calctl.runtime._native.build import build_reference
 
 
 def _compile(tmp: Path, name: str, *defines: str) -> Path:
+    from calctl.runtime._native.build import SOURCE_DIR
+
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip(
@@ -39,7 +40,7 @@ def _compile(tmp: Path, name: str, *defines: str) -> Path:
         "-Werror",
         *defines,
         "-I",
-        str(HEADERS),
+        str(SOURCE_DIR),  # calrt.h and calrt_ext.h ship in the package
         "-o",
         str(out),
         str(NATIVE / "calrt_stub.c"),
@@ -72,6 +73,8 @@ def calrt_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference board, built the way ``calctl device build-reference`` builds it."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler (cc or gcc) on PATH: cannot build the reference board")
+    from calctl.runtime._native.build import build_reference
+
     return build_reference(tmp_path_factory.mktemp("calrt-reference")).library
 
 

@@ -15,7 +15,6 @@ from calctl.runtime.mock import FaultKind, FaultRule, MockRuntime
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ROOT / "fixtures" / "packages"
 NATIVE = ROOT / "tests" / "native"
-HEADERS = ROOT / "calctl" / "runtime" / "_native" / "reference"  # calrt.h, calrt_ext.h: shipped in the package
 
 # calrt_ext_fault_set codes (calctl/runtime/_native/reference/calrt_ext.h)
 STUB_FAULT = {"busy": 1, "hang": 2, "ccu": 3, "no_chip_memory": 4, "delay_ms": 5, "dma": 6, "no_chip_reset": 7}

@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runtime_helpers import PACKAGES
 
 from calctl.runtime import DeviceKind
 from calctl.runtime.conformance import (
@@ -27,8 +26,9 @@ from calctl.runtime.conformance import (
     run_suite,
     vendor_questions,
 )
+from tests.conftest import FIXTURE_PACKAGES
 
-COMBINED = PACKAGES / "combined"
+COMBINED = FIXTURE_PACKAGES / "combined"
 
 
 def _target(request: pytest.FixtureRequest, backend: str) -> Target:

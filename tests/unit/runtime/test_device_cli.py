@@ -142,3 +142,15 @@ def test_conformance_on_a_hanging_library_reports_timeout_rows(cli, calrt_stub: 
     rows = {c["name"]: c["verdict"] for c in r.json["checks"]}
     assert rows == {"status_strings": "PASS", "job_states_timestamps": "TIMEOUT"}
     assert r.json["counts"]["TIMEOUT"] == 1 and r.json["verdict"] == "FAIL"
+
+
+def test_conformance_junit_survives_control_characters_from_a_shim() -> None:
+    import xml.etree.ElementTree as ET
+
+    from calctl.cli.device_native_cmds import conformance_junit
+
+    row = {"name": "status_strings", "verdict": "FAIL", "seconds": 0.1, "detail": "string 'bad\x01\x1b'"}
+    doc = {"library": "lib\x00.so", "abi": "1.0", "package": "p", "vendor_questions": []}
+    doc["checks"] = [{**row, "call": "calrt_status_string", "arguments": "7", "returned": "\x07"}]
+    root = ET.fromstring(conformance_junit(doc))
+    assert root.get("failures") == "1" and "bad" in root.find(".//failure").get("message")

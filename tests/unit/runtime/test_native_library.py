@@ -8,14 +8,17 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from runtime_helpers import HEADERS, package, stub_set_fault
+from runtime_helpers import stub_set_fault
 
 from calctl.errors import ExitCode
+from calctl.package.reader import load_manifest
 from calctl.runtime import open_runtime
 from calctl.runtime._native import ext
 from calctl.runtime._native import lib as L
 from calctl.runtime._native.backend import CalrtRuntime
+from calctl.runtime._native.build import SOURCE_DIR
 from calctl.runtime.errors import InvalidCalbin, LibraryError, NotSupported, RuntimeStatus
+from tests.conftest import FIXTURE_PACKAGES
 
 
 def test_no_library_named() -> None:
@@ -57,7 +60,7 @@ def test_every_abi_function_has_argtypes_and_restype(calrt_stub: Path) -> None:
     for name, (restype, argtypes) in L.SIGNATURES.items():
         fn = getattr(lib.fn, name)
         assert fn.restype is restype and fn.argtypes == argtypes, name
-    header = (HEADERS / "calrt.h").read_text()
+    header = (SOURCE_DIR / "calrt.h").read_text()
     declared = {
         line.split("(")[0].split()[-1].lstrip("*")
         for line in header.splitlines()
@@ -98,7 +101,7 @@ def _model_set(rt, calbin, desc) -> int:  # type: ignore[no-untyped-def]
 
 
 def test_reference_board_refuses_bad_model_descriptions(calrt_reference: Path) -> None:
-    pkg = package("combined")
+    pkg = load_manifest(FIXTURE_PACKAGES / "combined")
     model = pkg.model("model-a")
     with open_runtime("calrt", calrt_lib=calrt_reference) as rt:
         assert rt.library.has("calrt_ext_model_set") and rt.library.has("calrt_ext_fault_set")
@@ -140,13 +143,13 @@ def test_reference_board_refuses_bad_model_descriptions(calrt_reference: Path) -
 def test_reference_board_without_the_model_description_refuses_configure(calrt_reference: Path) -> None:
     library = dataclasses.replace(L.load_library(calrt_reference), extensions=frozenset())
     with CalrtRuntime(library) as rt:
-        calbin = rt.create_calbin(package("combined"))
+        calbin = rt.create_calbin(load_manifest(FIXTURE_PACKAGES / "combined"))
         with pytest.raises(InvalidCalbin, match="configure"):
             rt.configure(calbin)
 
 
 def test_a_parameter_without_a_role_is_named(calrt_reference: Path) -> None:
-    model = package("combined").model("model-a")
+    model = load_manifest(FIXTURE_PACKAGES / "combined").model("model-a")
     odd = dataclasses.replace(model.params[1], name="layers.0.mystery")
     broken = dataclasses.replace(model, params=(model.params[0], odd, *model.params[2:]))
     with pytest.raises(InvalidCalbin, match=r"'layers\.0\.mystery' has no role"):
