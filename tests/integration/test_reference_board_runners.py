@@ -32,7 +32,7 @@ def _calrt(lib: Path) -> tuple[str, ...]:
 def _is_calrt_result(doc: dict, lib: Path) -> None:  # type: ignore[type-arg]
     assert doc["device"] == "calrt" and doc["mock_result"] is False, doc["device"]
     assert doc["device_options"]["calrt_lib"] == str(lib)
-    assert doc["runtime"]["firmware"] == "reference"
+    assert doc["runtime"]["firmware"] == "reference (software model, no hardware)"
 
 
 def test_run_golden_and_warmup_pass_through_the_c_abi(cli, reference_board: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811

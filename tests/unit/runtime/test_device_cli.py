@@ -63,7 +63,7 @@ def test_build_reference_prints_the_library_last_and_reuses_an_identical_build(c
     r = cli("device", "build-reference", "--out", out)
     assert r.code == 0 and Path(r.out.strip().splitlines()[-1]) == lib and "reused" in r.out
     r = cli("device", "info", "--device", "calrt", "--calrt-lib", lib, "--format", "json")
-    assert r.code == 0 and r.json["versions"]["firmware"] == "reference"
+    assert r.code == 0 and r.json["versions"]["firmware"] == "reference (software model, no hardware)"
 
 
 def test_build_reference_defaults_to_the_cache_dir(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

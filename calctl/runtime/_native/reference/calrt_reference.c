@@ -782,7 +782,7 @@ calrt_status calrt_versions_get(calrt_device *d, calrt_versions *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->runtime, sizeof out->runtime, "0.7.6");
     snprintf(out->driver, sizeof out->driver, "1.0.0");
-    snprintf(out->firmware, sizeof out->firmware, "reference");
+    snprintf(out->firmware, sizeof out->firmware, "reference (software model, no hardware)");
     return CALRT_OK;
 }
 
