@@ -451,6 +451,28 @@ def _status_strings(s: Session) -> str:
     return f"{len(seen)} distinct strings; undefined codes answered"
 
 
+@check("versions_topology", "versions are reported; topology has 1-16 chips and DRAM per chip or unknown, never 0")
+def _versions(s: Session) -> str:
+    with s.open() as rt:
+        v = rt.versions()
+        topo = rt.topology()
+    for name in ("runtime", "driver", "firmware"):
+        expect(
+            bool(getattr(v, name).strip()),
+            f"calrt_versions_get reports a {name} version",
+            call="rt.versions",
+            returned=v,
+        )
+    expect(
+        1 <= topo.chips <= 16 and topo.calcores_per_chip >= 1, "a plausible topology", call="rt.topology", returned=topo
+    )
+    for c, dram in enumerate(topo.dram_bytes):
+        expect(dram is None or dram > 0, f"chip {c}: DRAM 0 means unknown reported as 0 (001 §14)", returned=topo)
+    s.evidence.update(runtime=v.runtime, driver=v.driver, firmware=v.firmware, chips=topo.chips)
+    shape = f"{topo.chips} chips x {topo.calcores_per_chip} CalCores"
+    return f"runtime {v.runtime}, driver {v.driver}, firmware {v.firmware}; {shape}"
+
+
 @check("one_device_per_process", "a second device open is DEVICE_IN_USE; open works again after close")
 def _one_device(s: Session) -> str:
     with s.open():
@@ -1069,31 +1091,35 @@ def _concurrent(s: Session) -> str:
 def _two_in_flight(s: Session) -> str:
     pkg = s.package
     m = pkg.models[0]
+    pairs, best = 3, 0  # the largest overlap of three PING/PONG pairs: one late thread wake must not decide
     with s.configured() as rt:
-        first, s1, _, o1 = prefill_job(rt, pkg, m.alias, engine=Engine.PING)
-        try:
-            second, s2, _, o2 = prefill_job(rt, pkg, m.alias, engine=Engine.PONG)
-        except DeviceBusy:
-            rt.wait(first, 10)
-            s.evidence.update(max_in_flight=1, refused="DEVICE_BUSY")
-            return "a second job on the chip was refused with DEVICE_BUSY: one in flight"
-        r1, r2 = rt.wait(first, 10), rt.wait(second, 10)
-        expect(r1.ok and r2.ok, "both jobs succeed", call="rt.wait", returned=(r1.state, r2.state))
-        assert r1.start_ns and r2.start_ns and r1.end_ns and r2.end_ns
-        expect(
-            r1.start_ns <= r2.start_ns, "jobs on one chip start in submit order", returned=(r1.start_ns, r2.start_ns)
-        )
-        expect(
-            bool(np.array_equal(o1.read("logits"), o2.read("logits"))),
-            "both lanes computed the same prompt alike",
-            returned=None,
-        )
-        overlap = max(0, min(r1.end_ns, r2.end_ns) - max(r1.start_ns, r2.start_ns))
-        s.evidence.update(max_in_flight=2 if overlap > 0 else 1, overlap_ms=overlap / 1e6, chip=m.target_chips[0])
-        rt.kv.free(s1)
-        rt.kv.free(s2)
-    mode = "two in flight" if overlap else "serialised"
-    return f"both accepted and completed in order; overlap {overlap / 1e6:.2f} ms ({mode})"
+        for _ in range(pairs):
+            first, s1, _, o1 = prefill_job(rt, pkg, m.alias, engine=Engine.PING)
+            try:
+                second, s2, _, o2 = prefill_job(rt, pkg, m.alias, engine=Engine.PONG)
+            except DeviceBusy:
+                rt.wait(first, 10)
+                s.evidence.update(max_in_flight=1, refused="DEVICE_BUSY")
+                return "a second job on the chip was refused with DEVICE_BUSY: one in flight"
+            r1, r2 = rt.wait(first, 10), rt.wait(second, 10)
+            expect(r1.ok and r2.ok, "both jobs succeed", call="rt.wait", returned=(r1.state, r2.state))
+            assert r1.start_ns and r2.start_ns and r1.end_ns and r2.end_ns
+            expect(
+                r1.start_ns <= r2.start_ns,
+                "jobs on one chip start in submit order",
+                returned=(r1.start_ns, r2.start_ns),
+            )
+            expect(
+                bool(np.array_equal(o1.read("logits"), o2.read("logits"))),
+                "both lanes computed the same prompt alike",
+                returned=None,
+            )
+            best = max(best, min(r1.end_ns, r2.end_ns) - max(r1.start_ns, r2.start_ns))
+            rt.kv.free(s1)
+            rt.kv.free(s2)
+        s.evidence.update(max_in_flight=2 if best > 0 else 1, overlap_ms=best / 1e6, chip=m.target_chips[0])
+    mode = "two in flight" if best > 0 else "serialised"
+    return f"{pairs} pairs accepted and completed in order; largest overlap {best / 1e6:.2f} ms ({mode})"
 
 
 @check(
