@@ -121,4 +121,7 @@ def info(
 def register(app: typer.Typer) -> None:
     device_app = typer.Typer(help="Look at the board (mock by default, or CalRT).", no_args_is_help=True)
     device_app.command("info")(info)
+    from calctl.cli import device_native_cmds  # build-reference, conformance (the C ABI, docs/calrt-c-abi.md §12-13)
+
+    device_native_cmds.register(device_app)
     app.add_typer(device_app, name="device")

@@ -3,7 +3,9 @@
  *
  * Built by the test suite (tests/unit/runtime/conftest.py) into a temporary
  * directory, so the ctypes marshalling in calctl/runtime/_native is exercised
- * against real C. It is NOT a board model: no numerics beyond "outputs are a
+ * against real C. The headers are the package's (calctl/runtime/_native/reference/).
+ * It is the "bookkeeping-only" library; the computing board is
+ * calctl/runtime/_native/reference/calrt_reference.c. It is NOT a board model: no numerics beyond "outputs are a
  * deterministic function of the inputs", no parallelism beyond per-chip
  * timestamps. What it does implement faithfully is the ABI's bookkeeping:
  * status codes, one device per process, one current calbin, buffer ownership,
@@ -14,7 +16,8 @@
  * it is retired (outputs written, buffers given back) the first time any call
  * observes the clock past its end.
  *
- * Fault switches (stub only): calrt_stub_set_fault(dev, fault, value), or the
+ * Fault switches: calrt_stub_set_fault(dev, fault, value) (also exported as the
+ * calrt_ext.h test hook calrt_ext_fault_set), or the
  * env var CALRT_STUB_FAULTS="busy=1,hang=1,delay_ms=20" read at device open.
  *   busy=N            the next N submits return CALRT_E_DEVICE_BUSY
  *   hang=N            the next N jobs never finish (until a reset)
@@ -24,10 +27,12 @@
  *   no_chip_reset=1   calrt_reset(CHIP) returns CALRT_E_NOT_SUPPORTED (0.7.6: board reset only)
  *   delay_ms=N        every job takes N ms
  * CALRT_STUB_ABI_MAJOR=N makes calrt_abi_version report major N (incompatibility tests).
- * Compile with -DCALRT_STUB_OMIT_KV_FREE to leave out calrt_kv_free (missing-symbol tests).
+ * Compile with -DCALRT_STUB_OMIT_KV_FREE to leave out calrt_kv_free (missing-symbol tests), and with
+ * -DCALRT_STUB_CRASH_IN_WAIT to make calrt_job_wait abort the process (crashing-shim tests).
  */
 #define _GNU_SOURCE
 #include "calrt.h"
+#include "calrt_ext.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -333,6 +338,9 @@ calrt_status calrt_stub_set_fault(calrt_device *d, uint32_t fault, uint32_t valu
     pthread_mutex_unlock(&d->mu);
     return rc;
 }
+
+/* The same switches under the optional test-hook name of calrt_ext.h, which `calctl device conformance` uses. */
+calrt_status calrt_ext_fault_set(calrt_device *d, uint32_t fault, uint32_t value) { return calrt_stub_set_fault(d, fault, value); }
 
 calrt_status calrt_abi_version(uint32_t *major, uint32_t *minor) {
     if (!major || !minor) return CALRT_E_INVALID_ARGUMENT;
@@ -739,6 +747,9 @@ static uint64_t next_wake(calrt_device *d, uint64_t deadline) {
 }
 
 calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_ms, calrt_job_info *out) {
+#ifdef CALRT_STUB_CRASH_IN_WAIT
+    abort(); /* a shim that crashes the process (conformance must report it, not die with it) */
+#endif
     if (!d) return CALRT_E_INVALID_ARGUMENT;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
     pthread_mutex_lock(&d->mu);

@@ -36,9 +36,10 @@ from types import TracebackType
 import numpy as np
 
 from calctl.package.model import GraphKind, Package, TensorSpec
+from calctl.runtime._native import ext
 from calctl.runtime._native import lib as L
 from calctl.runtime.buffers import BufferState, Direction, HostBuffer, JobBuffersMixin, buffer_layout
-from calctl.runtime.calbin import Calbin, GraphPlan, check_job_buffers, plan_calbin, resolve_graph
+from calctl.runtime.calbin import Calbin, GraphPlan, ModelPlan, check_job_buffers, plan_calbin, resolve_graph
 from calctl.runtime.errors import (
     InternalRuntimeError,
     InvalidArgument,
@@ -245,9 +246,26 @@ class CalrtRuntime(JobBuffersMixin):
                 self._fn.calrt_calbin_create(self._dev, byref(desc), byref(handle)),
                 f"create a calbin from {package.name!r}",
             )
+            try:
+                self._describe_models(plan.models.values(), handle)
+            except BaseException:
+                self._fn.calrt_calbin_release(self._dev, handle)
+                raise
             calbin = Calbin(plan, next(self._calbin_ids), self._release_calbin)
             self._calbins[calbin.id] = (calbin, handle)
             return calbin
+
+    def _describe_models(self, models: Iterable[ModelPlan], handle: c_void_p) -> None:
+        """Optional C ABI extension (§11): hand a computing board each model's architecture and tensors."""
+        if not self.library.has("calrt_ext_model_set"):
+            return
+        for mp in models:
+            keep: list[object] = []
+            desc = ext.model_desc(mp.model, keep)
+            rc = self._fn.calrt_ext_model_set(self._dev, handle, byref(desc))
+            if rc == RuntimeStatus.NOT_SUPPORTED:  # the shim does not know model v1: it computes on its own
+                return
+            self._check(rc, f"describe model {mp.alias!r} (C ABI extension model v{L.EXT_MODEL_VERSION})")
 
     def _release_calbin(self, calbin: Calbin) -> None:
         with self._lock:
@@ -565,6 +583,20 @@ class CalrtRuntime(JobBuffersMixin):
     def trace(self, *, since_ns: int = 0) -> tuple[TraceEvent, ...]:
         with self._lock:
             return tuple(e for e in self._trace if e.submit_ns >= since_ns)
+
+    def arm_test_fault(self, fault: str, value: int = 1) -> None:
+        """Arm a fault switch through the optional ``calrt_ext_fault_set`` test hook (calrt_ext.h).
+
+        NotSupported when the library does not export the hook (a production shim must not)."""
+        if fault not in L.EXT_FAULTS:
+            raise InvalidArgument(f"fault {fault!r}: expected one of {', '.join(L.EXT_FAULTS)}")
+        if not self.library.has("calrt_ext_fault_set"):
+            raise error_class(RuntimeStatus.NOT_SUPPORTED)(
+                f"CalRT library {self.library.path} does not export the calrt_ext_fault_set test hook"
+            )
+        with self._lock:
+            self._check_open()
+            self._check(self._fn.calrt_ext_fault_set(self._dev, L.EXT_FAULTS[fault], value), f"arm fault {fault}")
 
     # -- recovery ---------------------------------------------------------------------------------
 

@@ -1,10 +1,15 @@
-"""ctypes declarations of the CalRT C ABI 1.x (docs/calrt-c-abi.md, tests/native/calrt.h).
+"""ctypes declarations of the CalRT C ABI 1.x (docs/calrt-c-abi.md, ``reference/calrt.h``).
 
 :func:`load_library` opens the shim, checks that *every* function calctl calls
 is exported (naming the first missing symbol and the path), sets ``argtypes``
 and ``restype`` for each of them, and checks ``calrt_abi_version`` (major must
 equal :data:`ABI_MAJOR`, minor at least :data:`ABI_MINOR`). Any failure is a
 :class:`LibraryError` (exit 3).
+
+The optional extensions of ``reference/calrt_ext.h`` (:data:`EXTENSIONS`: the
+model description a computing board needs, and a fault-injection test hook) are
+declared when the library exports them and are ``None`` otherwise; a vendor
+shim exports none of them (docs/calrt-c-abi.md §11).
 
 This module declares and loads; it never calls into a device
 (:mod:`calctl.runtime._native.backend` does).
@@ -136,6 +141,60 @@ class CalrtJobInfo(ctypes.Structure):
     ]
 
 
+class CalrtExtParam(ctypes.Structure):
+    _fields_ = [
+        ("role", c_uint32),
+        ("layer", c_uint32),
+        ("file", c_char_p),
+        ("offset", c_uint64),
+        ("dtype", c_uint32),
+        ("elements", c_uint64),
+    ]
+
+
+class CalrtExtModelDesc(ctypes.Structure):
+    _fields_ = [
+        ("version", c_uint32),
+        ("alias", c_char_p),
+        ("family", c_char_p),
+        ("n_layers", c_uint32),
+        ("d_model", c_uint32),
+        ("n_heads", c_uint32),
+        ("n_kv_heads", c_uint32),
+        ("head_dim", c_uint32),
+        ("d_ff", c_uint32),
+        ("vocab_size", c_uint32),
+        ("flags", c_uint32),
+        ("rope_theta", ctypes.c_double),
+        ("norm_eps", ctypes.c_double),
+        ("n_params", c_uint32),
+        ("params", POINTER(CalrtExtParam)),
+    ]
+
+
+EXT_MODEL_VERSION = 1
+EXT_TIED_EMBEDDINGS, EXT_QKV_BIAS, EXT_QK_NORM, EXT_ROPE_HALF = 0x1, 0x2, 0x4, 0x8
+#: calrt_ext_param.role codes (calrt_ext.h): the model-wide tensors, then the per-layer ones.
+EXT_ROLES = {"embed": 1, "final_norm": 2, "lm_head": 3}
+EXT_LAYER_ROLES = {
+    "attn_norm": 10,
+    "wq": 11,
+    "wk": 12,
+    "wv": 13,
+    "wo": 14,
+    "mlp_norm": 15,
+    "w_gate": 16,
+    "w_up": 17,
+    "w_down": 18,
+    "bq": 19,
+    "bk": 20,
+    "bv": 21,
+    "q_norm": 22,
+    "k_norm": 23,
+}
+#: calrt_ext_fault_set codes (calrt_ext.h; the stub's calrt_stub_set_fault uses the same).
+EXT_FAULTS = {"busy": 1, "hang": 2, "ccu": 3, "no_chip_memory": 4, "delay_ms": 5, "dma": 6, "no_chip_reset": 7}
+
 _P = POINTER
 #: Every function calctl calls: name -> (restype, argtypes). The ABI is exactly this table.
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -171,6 +230,12 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "calrt_reset": (calrt_status, [calrt_device_p, c_uint32, c_uint32]),
 }
 
+#: Optional extension functions (calrt_ext.h): declared when exported, never required.
+EXTENSIONS: dict[str, tuple[Any, list[Any]]] = {
+    "calrt_ext_model_set": (calrt_status, [calrt_device_p, calrt_calbin_p, _P(CalrtExtModelDesc)]),
+    "calrt_ext_fault_set": (calrt_status, [calrt_device_p, c_uint32, c_uint32]),
+}
+
 
 @dataclass(frozen=True)
 class CalrtLibrary:
@@ -179,6 +244,11 @@ class CalrtLibrary:
     path: Path
     fn: ctypes.CDLL
     abi: tuple[int, int]
+    extensions: frozenset[str] = frozenset()
+
+    def has(self, extension: str) -> bool:
+        """Whether the optional extension function ``extension`` (see :data:`EXTENSIONS`) is exported."""
+        return extension in self.extensions
 
     def status_string(self, status: int) -> str:
         raw = self.fn.calrt_status_string(status)
@@ -206,7 +276,8 @@ def load_library(path: str | Path | None) -> CalrtLibrary:
             f"CalRT library {p}: missing symbol {missing[0]}{more}",
             hint=f"the library must implement the calctl CalRT C ABI {ABI_MAJOR}.{ABI_MINOR} (docs/calrt-c-abi.md)",
         )
-    for name, (restype, argtypes) in SIGNATURES.items():
+    present = {name for name in EXTENSIONS if hasattr(cdll, name)}
+    for name, (restype, argtypes) in [*SIGNATURES.items(), *((n, EXTENSIONS[n]) for n in sorted(present))]:
         fn = getattr(cdll, name)
         fn.restype = restype
         fn.argtypes = argtypes
@@ -220,4 +291,4 @@ def load_library(path: str | Path | None) -> CalrtLibrary:
             f"incompatible; calctl needs {ABI_MAJOR}.x with x >= {ABI_MINOR}",
             hint="use a shim built for this calctl version (docs/calrt-c-abi.md §2)",
         )
-    return CalrtLibrary(path=p, fn=cdll, abi=(major.value, minor.value))
+    return CalrtLibrary(path=p, fn=cdll, abi=(major.value, minor.value), extensions=frozenset(present))

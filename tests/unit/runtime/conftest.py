@@ -20,6 +20,8 @@ from calctl.runtime import Runtime, open_runtime
 
 
 def _compile(tmp: Path, name: str, *defines: str) -> Path:
+    from calctl.runtime._native.build import SOURCE_DIR
+
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip(
@@ -38,7 +40,7 @@ def _compile(tmp: Path, name: str, *defines: str) -> Path:
         "-Werror",
         *defines,
         "-I",
-        str(NATIVE),
+        str(SOURCE_DIR),  # calrt.h and calrt_ext.h ship in the package
         "-o",
         str(out),
         str(NATIVE / "calrt_stub.c"),
@@ -60,9 +62,32 @@ def calrt_stub_without_kv_free(tmp_path_factory: pytest.TempPathFactory) -> Path
     return _compile(tmp_path_factory.mktemp("calrt-stub-nokvfree"), "libcalrt_nokvfree.so", "-DCALRT_STUB_OMIT_KV_FREE")
 
 
+@pytest.fixture(scope="session")
+def calrt_stub_crashing_in_wait(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stub built so that ``calrt_job_wait`` aborts the process: a shim that crashes."""
+    return _compile(tmp_path_factory.mktemp("calrt-stub-crash"), "libcalrt_crash.so", "-DCALRT_STUB_CRASH_IN_WAIT")
+
+
+@pytest.fixture(scope="session")
+def calrt_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference board, built the way ``calctl device build-reference`` builds it."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler (cc or gcc) on PATH: cannot build the reference board")
+    from calctl.runtime._native.build import build_reference
+
+    return build_reference(tmp_path_factory.mktemp("calrt-reference")).library
+
+
 @pytest.fixture(autouse=True)
 def _no_stub_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("CALRT_STUB_FAULTS", "CALRT_STUB_ABI_MAJOR", "CALRT_LIBRARY"):
+    for var in (
+        "CALRT_STUB_FAULTS",
+        "CALRT_STUB_ABI_MAJOR",
+        "CALRT_LIBRARY",
+        "CALRT_REF_FAULTS",
+        "CALRT_REF_BOARD_LOCK",
+        "CALRT_REF_TIME_SCALE",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -71,12 +96,12 @@ def combined() -> Package:
     return package("combined")
 
 
-@pytest.fixture(params=["mock", "calrt"])
+@pytest.fixture(params=["mock", "calrt", "reference"])
 def backend(request: pytest.FixtureRequest) -> Backend:
     if request.param == "mock":
         return Backend("mock", lambda: open_runtime("mock"))
-    lib = request.getfixturevalue("calrt_stub")
-    return Backend("calrt", lambda: open_runtime("calrt", calrt_lib=lib))
+    lib = request.getfixturevalue("calrt_stub" if request.param == "calrt" else "calrt_reference")
+    return Backend(request.param, lambda: open_runtime("calrt", calrt_lib=lib))
 
 
 @pytest.fixture

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest
-from calctl.runtime import Job, Runtime
-from calctl.runtime.buffers import HostBuffer
+from calctl.runtime import Runtime
+from calctl.runtime.conformance import golden_prompt, prefill_job, write_decode, write_prefill
 from calctl.runtime.mock import FaultKind, FaultRule, MockRuntime
-from calctl.runtime.types import KvSeqId
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ROOT / "fixtures" / "packages"
 NATIVE = ROOT / "tests" / "native"
 
-# calrt_stub_set_fault codes (tests/native/calrt_stub.c)
+# calrt_ext_fault_set codes (calctl/runtime/_native/reference/calrt_ext.h)
 STUB_FAULT = {"busy": 1, "hang": 2, "ccu": 3, "no_chip_memory": 4, "delay_ms": 5, "dma": 6, "no_chip_reset": 7}
 
 _PACKAGE_CACHE: dict[str, Package] = {}
@@ -34,9 +30,8 @@ def package(kind: str) -> Package:
 
 
 def stub_set_fault(rt: Runtime, name: str, value: int = 1) -> None:
-    fn = rt.library.fn.calrt_stub_set_fault  # type: ignore[attr-defined]
-    fn.restype = ctypes.c_int32
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32]
+    """Arm a fault switch through the calrt_ext.h test hook (the stub and the reference board export it)."""
+    fn = rt.library.fn.calrt_ext_fault_set  # type: ignore[attr-defined]
     assert fn(rt._dev, STUB_FAULT[name], value) == 0  # type: ignore[attr-defined]
 
 
@@ -61,32 +56,4 @@ class Backend:
             stub_set_fault(rt, fault)
 
 
-def write_prefill(inputs: HostBuffer, prompt: np.ndarray) -> None:
-    tokens = np.zeros(inputs.layout.slot("tokens").shape, np.int32)
-    tokens[0, : len(prompt)] = prompt
-    inputs.write("tokens", tokens)
-    inputs.write("n_tokens", np.array([len(prompt)], np.int32))
-
-
-def write_decode(inputs: HostBuffer, token: int, position: int) -> None:
-    inputs.write("tokens", np.array([[token]], np.int32))
-    inputs.write("positions", np.array([position], np.int32))
-
-
-def golden_prompt(pkg: Package, alias: str) -> np.ndarray:
-    m = pkg.model(alias)
-    return np.load(pkg.root / m.golden.prompt.file).reshape(-1).astype(np.int32)
-
-
-def prefill_job(
-    rt: Runtime, pkg: Package, alias: str, prompt: np.ndarray | None = None, **submit: object
-) -> tuple[Job, KvSeqId, HostBuffer, HostBuffer]:
-    """Allocate a sequence and buffers, reserve, submit one prefill. Returns (job, seq, inputs, outputs)."""
-    m = pkg.model(alias)
-    prompt = golden_prompt(pkg, alias) if prompt is None else prompt
-    seq = rt.kv.allocate(alias)
-    inputs, outputs = rt.alloc_inputs(m.prefill.name), rt.alloc_outputs(m.prefill.name)
-    write_prefill(inputs, prompt)
-    rt.kv.append(seq, len(prompt))
-    job = rt.submit(m.prefill.name, inputs, outputs, kv=[seq], **submit)  # type: ignore[arg-type]
-    return job, seq, inputs, outputs
+__all__ = ["Backend", "golden_prompt", "package", "prefill_job", "stub_set_fault", "write_decode", "write_prefill"]

@@ -49,3 +49,108 @@ def test_device_info_names_the_missing_symbol(cli, calrt_stub_without_kv_free: P
     r = cli("device", "info", "--device", "calrt", "--calrt-lib", calrt_stub_without_kv_free)
     assert r.code == 3 and "calrt_kv_free" in r.err and str(calrt_stub_without_kv_free) in r.err.replace("\n", "")
     assert_no_traceback(r)
+
+
+# -- device build-reference ------------------------------------------------------------------
+
+
+def test_build_reference_prints_the_library_last_and_reuses_an_identical_build(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "board"
+    r = cli("device", "build-reference", "--out", out)
+    assert r.code == 0, r.err
+    lib = Path(r.out.strip().splitlines()[-1])
+    assert lib == out / "libcalrt_reference.so" and lib.is_file() and "built" in r.out
+    r = cli("device", "build-reference", "--out", out)
+    assert r.code == 0 and Path(r.out.strip().splitlines()[-1]) == lib and "reused" in r.out
+    r = cli("device", "info", "--device", "calrt", "--calrt-lib", lib, "--format", "json")
+    assert r.code == 0 and r.json["versions"]["firmware"] == "reference (software model, no hardware)"
+
+
+def test_build_reference_defaults_to_the_cache_dir(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("CALCTL_CACHE_DIR", str(tmp_path / "cache"))
+    r = cli("device", "build-reference")
+    assert r.code == 0, r.err
+    lib = Path(r.out.strip().splitlines()[-1])
+    assert lib.is_file() and lib.parent.parent == tmp_path / "cache" / "calrt-reference"
+
+
+def test_build_reference_without_a_compiler_is_exit_2(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    r = cli("device", "build-reference", "--out", tmp_path / "x")
+    assert r.code == 2 and "no-such-cc" in r.err and "CC=" in r.err
+    assert_no_traceback(r)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.delenv("CC")
+    r = cli("device", "build-reference", "--out", blocker)
+    assert r.code == 2 and str(blocker) in r.err.replace("\n", "")
+    assert_no_traceback(r)
+
+
+# -- device conformance ----------------------------------------------------------------------
+
+
+def test_conformance_on_the_stub_fails_golden_only(cli, calrt_stub: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--format", "json")
+    assert r.code == 1, r.err
+    doc = r.json
+    assert doc["device"] == "calrt" and doc["library"] == str(calrt_stub) and doc["verdict"] == "FAIL"
+    failed = [c for c in doc["checks"] if c["verdict"] != "PASS"]
+    assert [c["name"] for c in failed] == ["golden_compute"]
+    assert "graph 'model_a_prefill'" in failed[0]["detail"] and failed[0]["call"] and failed[0]["returned"]
+    assert {q["grade"] for q in doc["vendor_questions"]} <= {"C0", "C1", "C4"} and "as measured here" in doc["note"]
+
+
+def test_conformance_on_the_reference_board_passes_table_and_junit(cli, calrt_reference: Path) -> None:  # type: ignore[no-untyped-def]
+    import xml.etree.ElementTree as ET
+
+    r = cli(
+        "device", "conformance", "--calrt-lib", calrt_reference, "--check", "golden_compute", "--check", "kv_lifecycle"
+    )
+    assert r.code == 0, r.out + r.err
+    assert "golden_compute" in r.out and "vendor questions" in r.out and "verdict PASS" in r.out
+    r = cli("device", "conformance", "--calrt-lib", calrt_reference, "--check", "memory_counters", "--format", "junit")
+    assert r.code == 0, r.err
+    root = ET.fromstring(r.out)
+    assert (
+        root.get("tests") == "1"
+        and root.get("failures") == "0"
+        and root.find(".//testcase").get("name") == "memory_counters"
+    )
+
+
+def test_conformance_usage_and_library_errors(
+    cli, tmp_path: Path, calrt_stub_without_kv_free: Path, calrt_stub: Path
+) -> None:  # type: ignore[no-untyped-def]
+    r = cli("device", "conformance")
+    assert r.code == 2 and "--calrt-lib" in r.err
+    r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--check", "no_such_check")
+    assert r.code == 2 and "no_such_check" in r.err and "golden_compute" in r.err
+    r = cli("device", "conformance", "--calrt-lib", calrt_stub_without_kv_free)
+    assert r.code == 3 and "missing symbol calrt_kv_free" in r.err
+    r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--package", tmp_path / "nope")
+    assert r.code == 2 and "nope" in r.err
+    for res in (r,):
+        assert_no_traceback(res)
+
+
+def test_conformance_on_a_hanging_library_reports_timeout_rows(cli, calrt_stub: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("CALRT_STUB_FAULTS", "delay_ms=5000")
+    args = ("device", "conformance", "--calrt-lib", calrt_stub, "--check-timeout", "1", "--format", "json")
+    r = cli(*args, "--check", "job_states_timestamps", "--check", "status_strings")
+    assert r.code == 1, r.err
+    rows = {c["name"]: c["verdict"] for c in r.json["checks"]}
+    assert rows == {"status_strings": "PASS", "job_states_timestamps": "TIMEOUT"}
+    assert r.json["counts"]["TIMEOUT"] == 1 and r.json["verdict"] == "FAIL"
+
+
+def test_conformance_junit_survives_control_characters_from_a_shim() -> None:
+    import xml.etree.ElementTree as ET
+
+    from calctl.cli.device_native_cmds import conformance_junit
+
+    row = {"name": "status_strings", "verdict": "FAIL", "seconds": 0.1, "detail": "string 'bad\x01\x1b'"}
+    doc = {"library": "lib\x00.so", "abi": "1.0", "package": "p", "vendor_questions": []}
+    doc["checks"] = [{**row, "call": "calrt_status_string", "arguments": "7", "returned": "\x07"}]
+    root = ET.fromstring(conformance_junit(doc))
+    assert root.get("failures") == "1" and "bad" in root.find(".//failure").get("message")

@@ -53,7 +53,9 @@ def test_every_abi_function_has_argtypes_and_restype(calrt_stub: Path) -> None:
     for name, (restype, argtypes) in L.SIGNATURES.items():
         fn = getattr(lib.fn, name)
         assert fn.restype is restype and fn.argtypes == argtypes, name
-    header = (Path(__file__).resolve().parents[2] / "native" / "calrt.h").read_text()
+    from calctl.runtime._native.build import SOURCE_DIR  # calrt.h ships in the package
+
+    header = (SOURCE_DIR / "calrt.h").read_text()
     declared = {
         line.split("(")[0].split()[-1].lstrip("*")
         for line in header.splitlines()

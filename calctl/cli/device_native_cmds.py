@@ -1,0 +1,206 @@
+"""``calctl device build-reference`` and ``calctl device conformance``: the C ABI side of ``calctl device``.
+
+* ``build-reference``: compile the reference board (C source shipped in the
+  package, docs/calrt-c-abi.md §12) with the system C compiler; the library's
+  path is the last line of the output.
+* ``conformance``: run :mod:`calctl.runtime.conformance` against a C-ABI
+  library (docs/calrt-c-abi.md §13) and render its rows and the graded vendor
+  questions as a table, JSON or JUnit.
+
+Thin: parse, call the library, render. Registered under ``calctl device`` by
+``device_cmds.register``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from calctl.cli import _output
+from calctl.cli._options import CalrtLibOpt
+from calctl.cli._output import Format
+from calctl.errors import UsageError
+
+ConformanceFormatOpt = Annotated[
+    Format,
+    typer.Option("--format", "-f", help="Output format: table for people, json or junit (stdout) for machines."),
+]
+
+
+def build_reference(
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Directory for the library. Default: the calctl cache ($CALCTL_CACHE_DIR), keyed by source digest.",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even if an identical build exists.")] = False,
+) -> None:
+    """Build the reference board: a C library implementing the CalRT C ABI that really computes.
+
+    Compiles the C source shipped in calctl with $CC, cc or gcc. The last line of the output is the
+    library's path, for --calrt-lib or CALRT_LIBRARY. Exit 0 built or reused, 2 no compiler or the build failed.
+    """
+    from calctl.runtime._native.build import build_reference as build
+
+    result = build(out, force=force)
+    _output.stdout.print(f"[dim]{' '.join(result.command)}[/]")
+    _output.stdout.print(
+        f"reference board {'reused (same sources)' if result.reused else 'built'}; source digest {result.digest[:16]}"
+    )
+    print(result.library, flush=True)  # the last line: just the path, no markup
+
+
+CheckOpt = Annotated[
+    list[str] | None,
+    typer.Option("--check", help="Run only this check (repeatable). Default: every check."),
+]
+
+
+def conformance(
+    calrt_lib: CalrtLibOpt = None,
+    package: Annotated[
+        Path | None,
+        typer.Option(
+            "--package", help="Package the checks load (directory or .tar). Default: the bundled combined sample."
+        ),
+    ] = None,
+    check: CheckOpt = None,
+    check_timeout: Annotated[
+        float, typer.Option("--check-timeout", min=1.0, help="Seconds each check may take before it is a TIMEOUT.")
+    ] = 60.0,
+    format: ConformanceFormatOpt = Format.table,
+) -> int:
+    """Check a CalRT C-ABI library against the ABI calctl needs (docs/calrt-c-abi.md), one call at a time.
+
+    Each check ends PASS, FAIL (with the call, its arguments and what came back), UNSUPPORTED (the
+    library answered NOT_SUPPORTED; never a pass) or TIMEOUT (each check runs in a child process, killed
+    after --check-timeout). Then the vendor questions of 000 §20 / 001 §15.2 the ABI can reach, graded
+    C0 (measured here), C1 (symbol present, behaviour not shown) or C4 (refused).
+    Exit 0 no FAIL or TIMEOUT, 1 a check failed or timed out, 2 usage, 3 the library cannot be loaded.
+    """
+    from calctl.compiler.bundled import bundled_package
+    from calctl.package.reader import package_root
+    from calctl.runtime import DeviceKind as RuntimeDeviceKind
+    from calctl.runtime._native.lib import load_library
+    from calctl.runtime.conformance import CHECK_NAMES, Target, run_suite, vendor_questions
+
+    if calrt_lib is None:
+        raise UsageError(
+            "device conformance needs the library to check", hint="pass --calrt-lib PATH or set CALRT_LIBRARY"
+        )
+    unknown = [c for c in check or [] if c not in CHECK_NAMES]
+    if unknown:
+        raise UsageError(f"--check {unknown[0]}: no such check", hint=f"checks: {', '.join(CHECK_NAMES)}")
+    library = load_library(calrt_lib)  # exit 3 here, naming the path and the missing symbol
+    with contextlib.ExitStack() as stack:
+        root = stack.enter_context(package_root(package)) if package is not None else bundled_package("combined")
+        target = Target(RuntimeDeviceKind.CALRT, Path(root).resolve(), Path(calrt_lib).resolve())
+
+        def progress(r: Any) -> None:
+            _output.info(f"  {_output.styled_verdict(r.verdict.value)} {r.name} ({r.seconds:.2f} s)")
+
+        report = run_suite(target, check, check_timeout=check_timeout, on_result=progress)
+    answers = vendor_questions(report.results)
+    verdict = "PASS" if report.passed else "FAIL"
+    doc = {
+        "command": "device conformance",
+        "device": "calrt",
+        "library": str(calrt_lib),
+        "abi": f"{library.abi[0]}.{library.abi[1]}",
+        "extensions": sorted(library.extensions),
+        "package": str(package) if package is not None else "bundled combined sample",
+        "verdict": verdict,
+        "counts": report.counts(),
+        "checks": [r.to_dict() for r in report.results],
+        "vendor_questions": [a.to_dict() for a in answers],
+        "note": GRADE_NOTE.format(library=calrt_lib),
+    }
+    if format is Format.json:
+        _output.emit_json(doc)
+    elif format is Format.junit:
+        print(conformance_junit(doc), end="")
+    else:
+        _render_conformance(doc)
+    return 0 if report.passed else 1
+
+
+GRADE_NOTE = (
+    "grades describe the library {library} as measured here (001 §1: C0 measured, C1 symbol present but behaviour "
+    "not shown, C4 refused); they are evidence about a Calculet board only when that library drives one"
+)
+
+
+def _render_conformance(doc: dict[str, Any]) -> None:
+    _output.stdout.print(
+        f"library [bold]{doc['library']}[/]: C ABI {doc['abi']}; extensions: {', '.join(doc['extensions']) or 'none'}; "
+        f"package {doc['package']}"
+    )
+    _output.print_table(
+        "conformance",
+        ["check", "verdict", "seconds", "detail"],
+        [[c["name"], _output.styled_verdict(c["verdict"]), f"{c['seconds']:.2f}", c["detail"]] for c in doc["checks"]],
+    )
+    for c in doc["checks"]:
+        if c["verdict"] in ("FAIL", "UNSUPPORTED") and (c["call"] or c["returned"]):
+            _output.stdout.print(
+                f"[bold]{c['name']}[/] {c['verdict']}: call {c['call']}({c['arguments'] or ''}) returned {c['returned']}"
+            )
+    _output.print_table(
+        "vendor questions (000 §20, 001 §15.2)",
+        ["question", "grade", "answer", "evidence", "source"],
+        [[q["question"], q["grade"], q["answer"], q["evidence"], q["source"]] for q in doc["vendor_questions"]],
+    )
+    _output.stdout.print(f"[dim]{doc['note']}[/]")
+    counts = ", ".join(f"{n} {k}" for k, n in doc["counts"].items() if n)
+    _output.stdout.print(f"verdict {_output.styled_verdict(doc['verdict'])} ({counts})")
+
+
+def conformance_junit(doc: dict[str, Any]) -> str:
+    """One testcase per check: FAIL a failure, TIMEOUT an error, UNSUPPORTED skipped (never a pass)."""
+    root = ET.Element("testsuites", name="calctl device conformance")
+    suite = ET.SubElement(root, "testsuite", name="calctl.device.conformance")
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("library", doc["library"]), ("abi", doc["abi"]), ("package", doc["package"])):
+        ET.SubElement(props, "property", name=name, value=str(value))
+    for q in doc["vendor_questions"]:
+        ET.SubElement(props, "property", name=f"vendor: {q['question']}", value=f"{q['grade']}: {q['answer']}")
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for c in doc["checks"]:
+        case = ET.SubElement(
+            suite, "testcase", classname="calctl.device.conformance", name=c["name"], time=f"{c['seconds']:.4f}"
+        )
+        counts["tests"] += 1
+        text = c["detail"] + (
+            f"\ncall {c['call']}({c['arguments'] or ''}) returned {c['returned']}" if c["call"] else ""
+        )
+        if c["verdict"] == "FAIL":
+            ET.SubElement(case, "failure", message=c["detail"], type="fail").text = text
+            counts["failures"] += 1
+        elif c["verdict"] == "TIMEOUT":
+            ET.SubElement(case, "error", message=c["detail"], type="timeout").text = text
+            counts["errors"] += 1
+        elif c["verdict"] == "UNSUPPORTED":
+            ET.SubElement(case, "skipped", message=f"UNSUPPORTED: {c['detail']}")
+            counts["skipped"] += 1
+        ET.SubElement(case, "system-out").text = c["detail"]
+    for k, v in counts.items():
+        suite.set(k, str(v))
+        root.set(k, str(v))
+    ET.indent(root)
+    xml = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return _NOT_XML.sub("\ufffd", xml)  # a shim's strings may carry control characters XML 1.0 cannot hold
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def register(device_app: typer.Typer) -> None:
+    device_app.command("build-reference")(build_reference)
+    device_app.command("conformance")(conformance)

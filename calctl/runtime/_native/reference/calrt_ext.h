@@ -1,0 +1,94 @@
+/*
+ * calrt_ext.h -- optional, versioned extensions to the calctl CalRT C ABI 1.x (docs/calrt-c-abi.md §11).
+ *
+ * Nothing here is required. calctl looks each symbol up after loading a shim and
+ * uses it only when present; a thin vendor shim over CalRT 0.7.6 exports none of
+ * them (the vendor calbin carries its own tensors and architecture). The
+ * reference board (calrt_reference.c) needs the model extension, because it
+ * computes the model itself from the package's parameter blobs.
+ *
+ *   calrt_ext_model_set   "model v1": a model's architecture and its parameter table,
+ *                         given after calrt_calbin_create and before calrt_configure.
+ *                         Returns NOT_SUPPORTED for a desc->version it does not know.
+ *   calrt_ext_fault_set   test hook: arm a fault (codes below) on the open device, so a
+ *                         conformance run can show timeouts, CCU/DMA failures and resets.
+ *                         A production shim must not export it.
+ */
+#ifndef CALRT_EXT_H
+#define CALRT_EXT_H
+
+#include "calrt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CALRT_EXT_MODEL_VERSION 1
+
+/* calrt_ext_model_desc.flags */
+#define CALRT_EXT_TIED_EMBEDDINGS 0x1u   /* logits = h @ embed^T (no lm_head tensor) */
+#define CALRT_EXT_QKV_BIAS 0x2u          /* bq/bk/bv added after the q/k/v projections (qwen2) */
+#define CALRT_EXT_QK_NORM 0x4u           /* RMSNorm over head_dim of q and k before RoPE (qwen3) */
+#define CALRT_EXT_ROPE_HALF 0x8u         /* RoPE rotates halves (HF "rotate_half"); default: (even, odd) pairs */
+
+/* calrt_ext_param.role: what a tensor is; per-layer roles carry calrt_ext_param.layer */
+enum {
+    CALRT_EXT_EMBED = 1,       /* [vocab, d_model] */
+    CALRT_EXT_FINAL_NORM = 2,  /* [d_model] */
+    CALRT_EXT_LM_HEAD = 3,     /* [d_model, vocab] (absent with CALRT_EXT_TIED_EMBEDDINGS) */
+    CALRT_EXT_ATTN_NORM = 10,  /* [d_model] */
+    CALRT_EXT_WQ = 11,         /* [d_model, n_heads * head_dim] */
+    CALRT_EXT_WK = 12,         /* [d_model, n_kv_heads * head_dim] */
+    CALRT_EXT_WV = 13,         /* [d_model, n_kv_heads * head_dim] */
+    CALRT_EXT_WO = 14,         /* [n_heads * head_dim, d_model] */
+    CALRT_EXT_MLP_NORM = 15,   /* [d_model] */
+    CALRT_EXT_W_GATE = 16,     /* [d_model, d_ff] */
+    CALRT_EXT_W_UP = 17,       /* [d_model, d_ff] */
+    CALRT_EXT_W_DOWN = 18,     /* [d_ff, d_model] */
+    CALRT_EXT_BQ = 19,         /* [n_heads * head_dim]     (CALRT_EXT_QKV_BIAS) */
+    CALRT_EXT_BK = 20,         /* [n_kv_heads * head_dim]  (CALRT_EXT_QKV_BIAS) */
+    CALRT_EXT_BV = 21,         /* [n_kv_heads * head_dim]  (CALRT_EXT_QKV_BIAS) */
+    CALRT_EXT_Q_NORM = 22,     /* [head_dim]               (CALRT_EXT_QK_NORM) */
+    CALRT_EXT_K_NORM = 23      /* [head_dim]               (CALRT_EXT_QK_NORM) */
+};
+
+typedef struct {
+    uint32_t role;             /* CALRT_EXT_* above */
+    uint32_t layer;            /* per-layer roles: 0..n_layers-1; else 0 */
+    const char *file;          /* relative to calrt_calbin_desc.path; no absolute path, no ".." */
+    uint64_t offset;           /* bytes into the file */
+    uint32_t dtype;            /* CALRT_DTYPE_FP32 / FP16 / BF16, little-endian */
+    uint64_t elements;         /* number of elements (row-major, shape as the role says) */
+} calrt_ext_param;
+
+typedef struct {
+    uint32_t version;          /* CALRT_EXT_MODEL_VERSION */
+    const char *alias;         /* a model of the calbin (calrt_model_desc.alias) */
+    const char *family;        /* architecture family, informational */
+    uint32_t n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab_size;
+    uint32_t flags;            /* CALRT_EXT_* flags */
+    double rope_theta;
+    double norm_eps;
+    uint32_t n_params;
+    const calrt_ext_param *params;
+} calrt_ext_model_desc;
+
+calrt_status calrt_ext_model_set(calrt_device *dev, calrt_calbin *calbin, const calrt_ext_model_desc *desc);
+
+/* calrt_ext_fault_set(dev, fault, value): test hook */
+enum {
+    CALRT_EXT_FAULT_BUSY = 1,            /* the next N submits return DEVICE_BUSY */
+    CALRT_EXT_FAULT_HANG = 2,            /* the next N jobs never finish until a reset */
+    CALRT_EXT_FAULT_CCU = 3,             /* the next N jobs fail with CCU_EXCEPTION; their chip halts */
+    CALRT_EXT_FAULT_NO_CHIP_MEMORY = 4,  /* calrt_memory_usage returns NOT_SUPPORTED */
+    CALRT_EXT_FAULT_DELAY_MS = 5,        /* every job takes at least N ms more */
+    CALRT_EXT_FAULT_DMA = 6,             /* the next N jobs fail with UNKNOWN_DMA_STATE; buffers held until reset */
+    CALRT_EXT_FAULT_NO_CHIP_RESET = 7    /* calrt_reset(CHIP) returns NOT_SUPPORTED */
+};
+
+calrt_status calrt_ext_fault_set(calrt_device *dev, uint32_t fault, uint32_t value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CALRT_EXT_H */

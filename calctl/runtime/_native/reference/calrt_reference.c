@@ -1,0 +1,1545 @@
+/*
+ * calrt_reference.c -- the calctl reference board: the CalRT C ABI 1.0 (calrt.h) implemented
+ * by a board model that really computes (docs/calrt-c-abi.md §12).
+ *
+ * It plays the part XRT's software emulation plays for XRT: the ctypes layer, the runners and
+ * the serving engine run against real C threads, real completions and real numerics, with no
+ * hardware. It is NOT a Calculet board and nothing it measures is evidence about one (SPEC §9).
+ *
+ * What it models:
+ *   - one device per process, one current calbin, buffer ownership, job states with
+ *     CLOCK_MONOTONIC timestamps, KV sequences per model alias, per-chip memory and counters,
+ *     chip and board reset (the bookkeeping of the ABI, as tests/native/calrt_stub.c has it);
+ *   - per chip a FIFO queue and two worker threads (one per ping/pong bank): jobs on different
+ *     chips run at the same time; on one chip they start in submit order; an AUTO job runs alone,
+ *     a PING and a PONG job may be in flight together (two-deep, 000 §14, 001 §9.3);
+ *   - a job runs in three phases (h2d, compute, d2h) and a chip has one unit of each, so two jobs
+ *     in flight on one chip overlap transfers with compute but never compute together;
+ *   - time: prefill a + b*tokens, decode c + d*kv_tokens (the mock's defaults), times
+ *     CALRT_REF_TIME_SCALE; the real compute time counts towards it;
+ *   - compute: the package's decoder (RMSNorm, RoPE, GQA attention, SiLU MLP; optional q/k/v
+ *     bias, q/k norm, untied lm_head), float32 with double accumulation, from the parameter
+ *     blobs the calrt_ext_model_set extension names (calrt_ext.h); the KV cache of every sequence
+ *     lives in board memory;
+ *   - CALRT_REF_BOARD_LOCK=1: one board-wide lock around job execution (a global runtime lock),
+ *     so the chips never overlap and a PoC must report S1.
+ *
+ * Fault switches: calrt_ext_fault_set(dev, fault, value), or CALRT_REF_FAULTS="busy=1,hang=1"
+ * read at device open (names as in calrt_ext.h: busy, hang, ccu, dma, no_chip_memory,
+ * no_chip_reset, delay_ms).
+ *
+ * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
+ * its output buffer at the end of d2h, both under the device mutex, and never after it was
+ * aborted; a reset returns only when the workers of its chips have left the aborted jobs, so a
+ * caller may free buffers, sequences and calbins as soon as it returns.
+ */
+#define _GNU_SOURCE
+#include "calrt.h"
+#include "calrt_ext.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define REF_CHIPS 2
+#define REF_CALCORES 2
+#define REF_BANKS 3 /* running slot per engine: AUTO, PING, PONG */
+#define REF_WORKERS 2
+#define REF_DRAM (16ULL << 30)
+#define REF_BASELINE (64ULL << 20)
+#define REF_MAX_LANES 64
+#define REF_QUEUE_DEPTH 64
+
+enum { PH_H2D = 0, PH_COMPUTE = 1, PH_D2H = 2 };
+
+typedef struct {
+    char *name;
+    uint32_t dtype, rank;
+    int64_t dims[CALRT_MAX_DIMS];
+} tensor;
+
+typedef struct {
+    float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
+    float *bq, *bk, *bv, *q_norm, *k_norm;
+} layer_w;
+
+typedef struct {
+    int loaded;
+    uint32_t n_layers, d, h, kvh, hd, ff, vocab, flags;
+    double theta, eps;
+    float *embed, *final_norm, *lm_head;
+    layer_w *layers;
+} net;
+
+typedef struct {
+    char *alias;
+    uint32_t chip_mask, max_sequences, max_seq, live;
+    net net;
+} model;
+
+typedef struct {
+    char *name;
+    model *model;
+    uint32_t kind, chip_mask, max_seq, nprof;
+    uint32_t prof[16];
+    uint32_t nin, nout;
+    tensor *in, *out;
+    char *vlen, *pos, *lane;
+} graph;
+
+struct calrt_calbin {
+    uint32_t ngraphs, nmodels;
+    graph *graphs;
+    model *models;
+    char *path;
+    uint64_t plan[CALRT_MAX_CHIPS];
+    struct calrt_calbin *next;
+};
+
+struct calrt_buffer {
+    unsigned char *data;
+    uint64_t size;
+    calrt_job_id owner;   /* job in flight (or quarantined) owning it, 0 = caller */
+    uint32_t owner_mask;  /* chips of that job, so a reset knows whose buffers it frees */
+    int quarantined;
+    struct calrt_buffer *next;
+};
+
+typedef struct seq {
+    calrt_kv_seq id;
+    model *m;
+    uint32_t committed, reserved;
+    calrt_job_id busy;
+    int last_failed;
+    float *k, *v;         /* [layers][max_seq][kv_heads][head_dim]: board memory */
+    struct seq *next;
+} seq;
+
+typedef struct job {
+    calrt_job_info info;
+    graph *g;
+    calrt_buffer *in, *out;
+    uint32_t batch, nkv, bank;
+    calrt_kv_seq kv[REF_MAX_LANES];
+    seq *seqs[REF_MAX_LANES];
+    int fault;            /* 0, or CALRT_EXT_FAULT_HANG / _CCU / _DMA */
+    int aborted;          /* a reset (or close) ended it; the worker must not touch its buffers */
+    int hung;             /* running and hanging */
+    uint32_t tokens, kv_tokens;
+    unsigned char *din;   /* the job's copy of its inputs (taken at h2d) */
+    float *dout;          /* logits [batch][vocab] (copied out at d2h) */
+    int compute_failed;
+    struct job *next;     /* device list */
+    struct job *qnext;    /* chip queue */
+} job;
+
+typedef struct {
+    job *qhead, *qtail;
+    uint32_t qlen;
+    job *running[REF_BANKS];
+    int unit_busy[3];
+    uint32_t health;
+    calrt_counters counters;
+    pthread_t workers[REF_WORKERS];
+} chip;
+
+struct calrt_device {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct calrt_calbin *calbins, *current;
+    calrt_buffer *buffers;
+    job *jobs;
+    seq *seqs;
+    uint64_t next_job, next_seq;
+    chip chips[REF_CHIPS];
+    int quit;
+    int board_lock, board_busy;
+    double time_scale;
+    uint32_t f_busy, f_hang, f_ccu, f_dma, f_no_mem, f_no_chip_reset, delay_ms;
+};
+
+typedef struct {
+    calrt_device *d;
+    uint32_t chip;
+} worker_arg;
+
+static pthread_mutex_t g_open_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_open = 0;
+static worker_arg g_args[REF_CHIPS];
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
+
+static uint32_t dtype_size(uint32_t d) {
+    switch (d) {
+    case CALRT_DTYPE_INT8: case CALRT_DTYPE_UINT8: return 1;
+    case CALRT_DTYPE_INT16: case CALRT_DTYPE_FP16: case CALRT_DTYPE_BF16: return 2;
+    case CALRT_DTYPE_INT32: case CALRT_DTYPE_FP32: return 4;
+    case CALRT_DTYPE_INT64: return 8;
+    default: return 0;
+    }
+}
+
+static uint64_t tensor_bytes(const tensor *t, uint32_t batch) {
+    uint64_t n = dtype_size(t->dtype);
+    for (uint32_t i = 0; i < t->rank; i++) n *= (uint64_t)(t->dims[i] == CALRT_DIM_BATCH ? batch : t->dims[i]);
+    return n;
+}
+
+/* Offset of tensor idx in a buffer laid out per the ABI (64-byte aligned, in order); *total gets the size. */
+static uint64_t tensor_offset(const tensor *ts, uint32_t n, uint32_t idx, uint32_t batch, uint64_t *total) {
+    uint64_t off = 0, found = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        off += (CALRT_ALIGN - off % CALRT_ALIGN) % CALRT_ALIGN;
+        if (i == idx) found = off;
+        off += tensor_bytes(&ts[i], batch);
+    }
+    if (total) *total = off ? off : 1;
+    return found;
+}
+
+static int find_tensor(const tensor *ts, uint32_t n, const char *name) {
+    if (!name) return -1;
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(ts[i].name, name) == 0) return (int)i;
+    return -1;
+}
+
+static int32_t read_i32(const graph *g, const unsigned char *data, int idx, uint32_t batch, uint32_t elem) {
+    uint64_t off = tensor_offset(g->in, g->nin, (uint32_t)idx, batch, NULL) + 4ULL * elem;
+    int32_t v;
+    memcpy(&v, data + off, 4);
+    return v;
+}
+
+static uint8_t read_u8(const graph *g, const unsigned char *data, int idx, uint32_t batch, uint32_t elem) {
+    return data[tensor_offset(g->in, g->nin, (uint32_t)idx, batch, NULL) + elem];
+}
+
+static int lowest_chip(uint32_t mask) {
+    for (int c = 0; c < REF_CHIPS; c++)
+        if (mask >> c & 1) return c;
+    return 0;
+}
+
+static seq *find_seq(calrt_device *d, calrt_kv_seq id) {
+    for (seq *s = d->seqs; s; s = s->next)
+        if (s->id == id) return s;
+    return NULL;
+}
+
+static job *find_job(calrt_device *d, calrt_job_id id) {
+    for (job *j = d->jobs; j; j = j->next)
+        if (j->info.id == id) return j;
+    return NULL;
+}
+
+static int terminal(uint32_t state) { return state >= CALRT_JOB_SUCCEEDED; }
+
+static void abs_deadline(uint64_t ns, struct timespec *ts) {
+    ts->tv_sec = (time_t)(ns / 1000000000ULL);
+    ts->tv_nsec = (long)(ns % 1000000000ULL);
+}
+
+static void wait_until(calrt_device *d, uint64_t deadline) {
+    struct timespec ts;
+    abs_deadline(deadline, &ts);
+    pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+}
+
+/* ------------------------------------------------------------------------- */
+/* the decoder (float32 storage, double accumulation)                        */
+
+static void matvec(const float *x, const float *w, uint32_t in, uint32_t out, const float *bias, float *y, double *acc) {
+    for (uint32_t o = 0; o < out; o++) acc[o] = bias ? bias[o] : 0.0;
+    for (uint32_t i = 0; i < in; i++) {
+        double xi = x[i];
+        const float *row = w + (uint64_t)i * out;
+        for (uint32_t o = 0; o < out; o++) acc[o] += xi * row[o];
+    }
+    for (uint32_t o = 0; o < out; o++) y[o] = (float)acc[o];
+}
+
+static void rms_norm(const float *x, const float *w, uint32_t n, double eps, float *y) {
+    double ss = 0;
+    for (uint32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / n + eps));
+    for (uint32_t i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
+}
+
+static void rope(float *x, uint32_t heads, uint32_t hd, uint32_t pos, double theta, int half) {
+    for (uint32_t i = 0; i < hd / 2; i++) {
+        double inv = pow(theta, -(double)(2 * i) / hd);
+        double ang = (double)pos * inv;
+        float c = (float)cos(ang), s = (float)sin(ang);
+        for (uint32_t hh = 0; hh < heads; hh++) {
+            float *v = x + (uint64_t)hh * hd;
+            uint32_t a = half ? i : 2 * i, b = half ? i + hd / 2 : 2 * i + 1;
+            float x1 = v[a], x2 = v[b];
+            v[a] = x1 * c - x2 * s;
+            v[b] = x1 * s + x2 * c;
+        }
+    }
+}
+
+/* Run n tokens at positions start.. through the model, writing K/V into the sequence's cache;
+ * logits of the last token go to out[vocab]. Returns 0, or -1 when memory runs out. */
+static int forward(const net *m, seq *s, uint32_t max_seq, const int32_t *tokens, uint32_t n, uint32_t start, float *out) {
+    uint32_t d = m->d, h = m->h, kvh = m->kvh, hd = m->hd, ff = m->ff, group = h / kvh;
+    uint32_t qd = h * hd, kd = kvh * hd, end = start + n, wide = d > ff ? d : ff;
+    if (wide < qd) wide = qd;
+    if (wide < m->vocab) wide = m->vocab;
+    float *x = malloc(sizeof(float) * (uint64_t)n * d), *a = malloc(sizeof(float) * d);
+    float *q = malloc(sizeof(float) * (uint64_t)n * qd), *att = malloc(sizeof(float) * qd);
+    float *g = malloc(sizeof(float) * ff), *u = malloc(sizeof(float) * ff), *t = malloc(sizeof(float) * wide);
+    double *acc = malloc(sizeof(double) * wide), *sc = malloc(sizeof(double) * end);
+    int rc = 0;
+    if (!x || !a || !q || !att || !g || !u || !t || !acc || !sc) { rc = -1; goto done; }
+    for (uint32_t i = 0; i < n; i++) memcpy(x + (uint64_t)i * d, m->embed + (uint64_t)tokens[i] * d, sizeof(float) * d);
+    uint64_t lstride = (uint64_t)max_seq * kd;
+    double scale = 1.0 / sqrt((double)hd);
+    for (uint32_t l = 0; l < m->n_layers; l++) {
+        const layer_w *w = &m->layers[l];
+        float *kc = s->k + l * lstride, *vc = s->v + l * lstride;
+        for (uint32_t i = 0; i < n; i++) {
+            float *qi = q + (uint64_t)i * qd, *ki = kc + (uint64_t)(start + i) * kd, *vi = vc + (uint64_t)(start + i) * kd;
+            rms_norm(x + (uint64_t)i * d, w->attn_norm, d, m->eps, a);
+            matvec(a, w->wq, d, qd, w->bq, qi, acc);
+            matvec(a, w->wk, d, kd, w->bk, ki, acc);
+            matvec(a, w->wv, d, kd, w->bv, vi, acc);
+            if (m->flags & CALRT_EXT_QK_NORM) {
+                for (uint32_t hh = 0; hh < h; hh++) rms_norm(qi + hh * hd, w->q_norm, hd, m->eps, qi + hh * hd);
+                for (uint32_t hh = 0; hh < kvh; hh++) rms_norm(ki + hh * hd, w->k_norm, hd, m->eps, ki + hh * hd);
+            }
+            rope(qi, h, hd, start + i, m->theta, (m->flags & CALRT_EXT_ROPE_HALF) != 0);
+            rope(ki, kvh, hd, start + i, m->theta, (m->flags & CALRT_EXT_ROPE_HALF) != 0);
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t len = start + i + 1; /* query i attends to cached keys 0..start+i */
+            const float *qi = q + (uint64_t)i * qd;
+            for (uint32_t hh = 0; hh < h; hh++) {
+                uint32_t kv = hh / group;
+                double mx = -INFINITY, sum = 0;
+                for (uint32_t p = 0; p < len; p++) {
+                    const float *kp = kc + (uint64_t)p * kd + kv * hd;
+                    double dot = 0;
+                    for (uint32_t e = 0; e < hd; e++) dot += (double)qi[hh * hd + e] * kp[e];
+                    sc[p] = dot * scale;
+                    if (sc[p] > mx) mx = sc[p];
+                }
+                for (uint32_t p = 0; p < len; p++) sum += (sc[p] = exp(sc[p] - mx));
+                for (uint32_t e = 0; e < hd; e++) {
+                    double o = 0;
+                    for (uint32_t p = 0; p < len; p++) o += sc[p] * vc[(uint64_t)p * kd + kv * hd + e];
+                    att[hh * hd + e] = (float)(o / sum);
+                }
+            }
+            float *xi = x + (uint64_t)i * d;
+            matvec(att, w->wo, qd, d, NULL, t, acc);
+            for (uint32_t e = 0; e < d; e++) xi[e] += t[e];
+            rms_norm(xi, w->mlp_norm, d, m->eps, a);
+            matvec(a, w->w_gate, d, ff, NULL, g, acc);
+            matvec(a, w->w_up, d, ff, NULL, u, acc);
+            for (uint32_t e = 0; e < ff; e++) g[e] = g[e] / (1.0f + expf(-g[e])) * u[e];
+            matvec(g, w->w_down, ff, d, NULL, t, acc);
+            for (uint32_t e = 0; e < d; e++) xi[e] += t[e];
+        }
+    }
+    rms_norm(x + (uint64_t)(n - 1) * d, m->final_norm, d, m->eps, a);
+    if (m->flags & CALRT_EXT_TIED_EMBEDDINGS) {
+        for (uint32_t v = 0; v < m->vocab; v++) {
+            const float *row = m->embed + (uint64_t)v * d;
+            double dot = 0;
+            for (uint32_t e = 0; e < d; e++) dot += (double)a[e] * row[e];
+            out[v] = (float)dot;
+        }
+    } else {
+        matvec(a, m->lm_head, d, m->vocab, NULL, out, acc);
+    }
+done:
+    free(x); free(a); free(q); free(att); free(g); free(u); free(t); free(acc); free(sc);
+    return rc;
+}
+
+/* Execute a job's graph on its private input copy: caches of active lanes updated, logits into dout. */
+static int run_graph(job *j) {
+    graph *gr = j->g;
+    const net *m = &gr->model->net;
+    uint32_t vocab = m->vocab;
+    int tok = find_tensor(gr->in, gr->nin, "tokens");
+    memset(j->dout, 0, sizeof(float) * (uint64_t)j->batch * vocab);
+    if (gr->kind == CALRT_GRAPH_PREFILL) {
+        int vl = find_tensor(gr->in, gr->nin, gr->vlen);
+        uint32_t n = (uint32_t)read_i32(gr, j->din, vl, j->batch, 0);
+        const int32_t *tokens = (const int32_t *)(j->din + tensor_offset(gr->in, gr->nin, (uint32_t)tok, j->batch, NULL));
+        return forward(m, j->seqs[0], gr->model->max_seq, tokens, n, 0, j->dout);
+    }
+    int pos = find_tensor(gr->in, gr->nin, gr->pos), lane = find_tensor(gr->in, gr->nin, gr->lane);
+    for (uint32_t l = 0; l < j->batch; l++) {
+        if (lane >= 0 && !read_u8(gr, j->din, lane, j->batch, l)) continue;
+        int32_t token = read_i32(gr, j->din, tok, j->batch, l);
+        uint32_t p = (uint32_t)read_i32(gr, j->din, pos, j->batch, l);
+        if (forward(m, j->seqs[l], gr->model->max_seq, &token, 1, p, j->dout + (uint64_t)l * vocab)) return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* job bookkeeping (device mutex held)                                       */
+
+static void dequeue(chip *ch, job *j) {
+    for (job **p = &ch->qhead; *p; p = &(*p)->qnext) {
+        if (*p != j) continue;
+        *p = j->qnext;
+        if (ch->qtail == j) {
+            ch->qtail = NULL;
+            for (job *k = ch->qhead; k; k = k->qnext) ch->qtail = k;
+        }
+        ch->qlen--;
+        j->qnext = NULL;
+        return;
+    }
+}
+
+static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status, int quarantine) {
+    uint64_t t = now_ns();
+    if (j->info.start_ns) j->info.end_ns = t > j->info.start_ns ? t : j->info.start_ns;
+    j->info.state = state;
+    j->info.status = status;
+    for (int c = 0; c < REF_CHIPS; c++) {
+        if (!(j->info.chip_mask >> c & 1)) continue;
+        d->chips[c].counters.pending--;
+        if (state == CALRT_JOB_SUCCEEDED) d->chips[c].counters.finished++;
+        else d->chips[c].counters.failed++;
+    }
+    if (quarantine) {
+        j->in->quarantined = j->out->quarantined = 1;
+    } else {
+        j->in->owner = j->out->owner = 0;
+        j->in->owner_mask = j->out->owner_mask = 0;
+    }
+    for (uint32_t l = 0; l < j->nkv; l++) {
+        seq *s = j->seqs[l];
+        if (s && s->busy == j->info.id) {
+            s->busy = 0;
+            s->last_failed = state != CALRT_JOB_SUCCEEDED;
+        }
+    }
+    free(j->din); free(j->dout);
+    j->din = NULL; j->dout = NULL;
+    pthread_cond_broadcast(&d->cv);
+}
+
+static void abort_jobs(calrt_device *d, uint32_t mask, int include_running);
+
+static int chips_idle(calrt_device *d, uint32_t mask) {
+    for (int c = 0; c < REF_CHIPS; c++) {
+        if (!(mask >> c & 1)) continue;
+        for (int b = 0; b < REF_BANKS; b++)
+            if (d->chips[c].running[b]) return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------- */
+/* the chip workers                                                          */
+
+static job *startable(chip *ch) {
+    job *head = ch->qhead;
+    if (!head || ch->health != CALRT_HEALTH_OK) return NULL;
+    for (int b = 0; b < REF_BANKS; b++)
+        if (ch->running[b] && ch->running[b]->hung) return NULL; /* a hung job halts its chip */
+    if (head->bank == CALRT_ENGINE_AUTO) {
+        for (int b = 0; b < REF_BANKS; b++)
+            if (ch->running[b]) return NULL;
+        return head;
+    }
+    return ch->running[CALRT_ENGINE_AUTO] || ch->running[head->bank] ? NULL : head;
+}
+
+
+static double job_seconds(const calrt_device *d, const job *j) {
+    /* the mock's default timing model (calctl/runtime/mock/timing.py), scaled */
+    double base = j->g->kind == CALRT_GRAPH_PREFILL ? 0.004 + 0.00005 * j->tokens : 0.003 + 0.000005 * j->kv_tokens;
+    return base * d->time_scale + d->delay_ms / 1000.0;
+}
+
+static int stop(const calrt_device *d, const job *j) { return j->aborted || d->quit; }
+
+static int take_unit(calrt_device *d, chip *ch, job *j, int unit) {
+    while (ch->unit_busy[unit] && !stop(d, j)) pthread_cond_wait(&d->cv, &d->mu);
+    if (stop(d, j)) return 0;
+    ch->unit_busy[unit] = 1;
+    return 1;
+}
+
+static void give_unit(calrt_device *d, chip *ch, int unit) {
+    ch->unit_busy[unit] = 0;
+    pthread_cond_broadcast(&d->cv);
+}
+
+/* Run one picked job to its end. Called and returns with the device mutex held; the mutex is
+ * dropped while computing and while sleeping. An aborted job is left for the reset to finish. */
+static void run_job(calrt_device *d, uint32_t c, job *j) {
+    chip *ch = &d->chips[c];
+    int held = 0;
+    if (d->board_lock) { /* CALRT_REF_BOARD_LOCK: one job on the whole board at a time */
+        while (d->board_busy && !stop(d, j)) pthread_cond_wait(&d->cv, &d->mu);
+        if (stop(d, j)) return;
+        d->board_busy = held = 1;
+    }
+    j->info.state = CALRT_JOB_RUNNING;
+    j->info.start_ns = now_ns();
+    if (j->fault == CALRT_EXT_FAULT_HANG) {
+        j->hung = 1;
+        while (!stop(d, j)) pthread_cond_wait(&d->cv, &d->mu);
+        goto out;
+    }
+    static const double share[3] = {0.3, 0.4, 0.3}; /* h2d / compute / d2h, as the mock's default split */
+    double total = job_seconds(d, j), debt = 0;
+    for (int ph = PH_H2D; ph <= PH_D2H; ph++) {
+        if (!take_unit(d, ch, j, ph)) goto out;
+        uint64_t t0 = now_ns();
+        if (ph == PH_H2D) {
+            uint64_t need;
+            tensor_offset(j->g->in, j->g->nin, 0, j->batch, &need);
+            memcpy(j->din, j->in->data, need);
+        } else if (ph == PH_COMPUTE && !j->fault) {
+            pthread_mutex_unlock(&d->mu);
+            int rc = run_graph(j);
+            pthread_mutex_lock(&d->mu);
+            if (rc) j->compute_failed = 1;
+        }
+        double remaining = total * share[ph] - debt - (double)(now_ns() - t0) / 1e9;
+        if (remaining > 0) {
+            uint64_t until = now_ns() + (uint64_t)(remaining * 1e9);
+            while (!stop(d, j) && now_ns() < until) wait_until(d, until);
+        }
+        debt = remaining < 0 ? -remaining : 0;
+        if (ph == PH_D2H && !stop(d, j) && !j->fault && !j->compute_failed) {
+            int lg = find_tensor(j->g->out, j->g->nout, "logits");
+            uint64_t off = tensor_offset(j->g->out, j->g->nout, (uint32_t)lg, j->batch, NULL);
+            memcpy(j->out->data + off, j->dout, sizeof(float) * (uint64_t)j->batch * j->g->model->net.vocab);
+        }
+        give_unit(d, ch, ph);
+        if (stop(d, j)) goto out;
+    }
+    if (j->fault == CALRT_EXT_FAULT_CCU || j->fault == CALRT_EXT_FAULT_DMA) {
+        int dma = j->fault == CALRT_EXT_FAULT_DMA;
+        finish(d, j, CALRT_JOB_FAILED, dma ? CALRT_E_UNKNOWN_DMA_STATE : CALRT_E_CCU_EXCEPTION, dma);
+        ch->health = CALRT_HEALTH_FAULTED; /* the chip halts until a reset */
+        abort_jobs(d, 1u << c, 0);
+    } else if (j->compute_failed) {
+        finish(d, j, CALRT_JOB_FAILED, CALRT_E_OUT_OF_MEMORY, 0);
+    } else {
+        finish(d, j, CALRT_JOB_SUCCEEDED, CALRT_OK, 0);
+    }
+out:
+    if (held) {
+        d->board_busy = 0;
+        pthread_cond_broadcast(&d->cv);
+    }
+}
+
+static void *worker_main(void *arg) {
+    worker_arg *wa = arg;
+    calrt_device *d = wa->d;
+    chip *ch = &d->chips[wa->chip];
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        job *j = NULL;
+        while (!d->quit && !(j = startable(ch))) pthread_cond_wait(&d->cv, &d->mu);
+        if (d->quit) break;
+        dequeue(ch, j);
+        ch->running[j->bank] = j;
+        run_job(d, wa->chip, j);
+        ch->running[j->bank] = NULL; /* the last touch of j: a reset finishes an aborted job after this */
+        pthread_cond_broadcast(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* Abort the jobs of the chips in mask. Queued ones end at once; with include_running, running
+ * ones are told to stop, and they end (and their buffers come back) once their workers left. */
+static void abort_jobs(calrt_device *d, uint32_t mask, int include_running) {
+    int waiting = 0;
+    for (job *j = d->jobs; j; j = j->next) {
+        if (terminal(j->info.state) || !(j->info.chip_mask & mask) || j->aborted) continue;
+        chip *ch = &d->chips[lowest_chip(j->info.chip_mask)];
+        int picked = 0;
+        for (int b = 0; b < REF_BANKS; b++) picked |= ch->running[b] == j;
+        if (!picked) {
+            dequeue(ch, j);
+            j->aborted = 1;
+            finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
+        } else if (include_running) {
+            j->aborted = 1;
+            waiting = 1;
+        }
+    }
+    if (!waiting) return;
+    pthread_cond_broadcast(&d->cv);
+    while (!chips_idle(d, mask)) pthread_cond_wait(&d->cv, &d->mu);
+    for (job *j = d->jobs; j; j = j->next) {
+        if (terminal(j->info.state) || !j->aborted) continue;
+        j->hung = 0;
+        finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+
+static void parse_env(calrt_device *d) {
+    const char *lock = getenv("CALRT_REF_BOARD_LOCK");
+    d->board_lock = lock && *lock && strcmp(lock, "0") != 0;
+    const char *scale = getenv("CALRT_REF_TIME_SCALE");
+    d->time_scale = 1.0;
+    if (scale && *scale) {
+        char *end = NULL;
+        double v = strtod(scale, &end);
+        if (end && *end == 0 && v >= 0 && isfinite(v)) d->time_scale = v;
+    }
+    const char *env = getenv("CALRT_REF_FAULTS");
+    if (!env) return;
+    char *copy = strdup(env), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) continue;
+        *eq = 0;
+        uint32_t v = (uint32_t)strtoul(eq + 1, NULL, 10);
+        if (!strcmp(tok, "busy")) d->f_busy = v;
+        else if (!strcmp(tok, "hang")) d->f_hang = v;
+        else if (!strcmp(tok, "ccu")) d->f_ccu = v;
+        else if (!strcmp(tok, "dma")) d->f_dma = v;
+        else if (!strcmp(tok, "no_chip_memory")) d->f_no_mem = v;
+        else if (!strcmp(tok, "no_chip_reset")) d->f_no_chip_reset = v;
+        else if (!strcmp(tok, "delay_ms")) d->delay_ms = v;
+    }
+    free(copy);
+}
+
+calrt_status calrt_ext_fault_set(calrt_device *d, uint32_t fault, uint32_t value) {
+    if (!d) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = CALRT_OK;
+    switch (fault) {
+    case CALRT_EXT_FAULT_BUSY: d->f_busy = value; break;
+    case CALRT_EXT_FAULT_HANG: d->f_hang = value; break;
+    case CALRT_EXT_FAULT_CCU: d->f_ccu = value; break;
+    case CALRT_EXT_FAULT_DMA: d->f_dma = value; break;
+    case CALRT_EXT_FAULT_NO_CHIP_MEMORY: d->f_no_mem = value; break;
+    case CALRT_EXT_FAULT_NO_CHIP_RESET: d->f_no_chip_reset = value; break;
+    case CALRT_EXT_FAULT_DELAY_MS: d->delay_ms = value; break;
+    default: rc = CALRT_E_INVALID_ARGUMENT;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_abi_version(uint32_t *major, uint32_t *minor) {
+    if (!major || !minor) return CALRT_E_INVALID_ARGUMENT;
+    *major = CALRT_ABI_MAJOR;
+    *minor = CALRT_ABI_MINOR;
+    return CALRT_OK;
+}
+
+const char *calrt_status_string(calrt_status s) {
+    switch (s) {
+    case CALRT_OK: return "ok";
+    case CALRT_E_DEVICE_BUSY: return "device busy";
+    case CALRT_E_TIMEOUT: return "timeout";
+    case CALRT_E_ALREADY_CONFIGURED: return "already configured";
+    case CALRT_E_NOT_CONFIGURED: return "not configured";
+    case CALRT_E_INVALID_CALBIN: return "invalid calbin";
+    case CALRT_E_OUT_OF_MEMORY: return "out of memory";
+    case CALRT_E_CCU_EXCEPTION: return "CCU exception";
+    case CALRT_E_UNKNOWN_DMA_STATE: return "unknown DMA state";
+    case CALRT_E_DEVICE_LOST: return "device lost";
+    case CALRT_E_INVALID_ARGUMENT: return "invalid argument";
+    case CALRT_E_DEVICE_IN_USE: return "device in use";
+    case CALRT_E_BUFFER_IN_USE: return "buffer in use";
+    case CALRT_E_NOT_SUPPORTED: return "not supported";
+    case CALRT_E_JOB_ABORTED: return "job aborted";
+    default: return "internal error";
+    }
+}
+
+calrt_status calrt_device_open(calrt_device **out) {
+    if (!out) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&g_open_mu);
+    if (g_open) {
+        pthread_mutex_unlock(&g_open_mu);
+        return CALRT_E_DEVICE_IN_USE;
+    }
+    calrt_device *d = calloc(1, sizeof *d);
+    if (!d) {
+        pthread_mutex_unlock(&g_open_mu);
+        return CALRT_E_INTERNAL;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    d->next_job = d->next_seq = 1;
+    parse_env(d);
+    int started = 0;
+    for (uint32_t c = 0; c < REF_CHIPS; c++) {
+        g_args[c].d = d;
+        g_args[c].chip = c;
+        for (int w = 0; w < REF_WORKERS; w++) {
+            if (pthread_create(&d->chips[c].workers[w], NULL, worker_main, &g_args[c]) != 0) goto fail;
+            started++;
+        }
+    }
+    g_open = 1;
+    pthread_mutex_unlock(&g_open_mu);
+    *out = d;
+    return CALRT_OK;
+fail:
+    pthread_mutex_lock(&d->mu);
+    d->quit = 1;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    for (int i = 0; i < started; i++) pthread_join(d->chips[i / REF_WORKERS].workers[i % REF_WORKERS], NULL);
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+    pthread_mutex_unlock(&g_open_mu);
+    return CALRT_E_INTERNAL;
+}
+
+static void free_net(net *m) {
+    free(m->embed); free(m->final_norm); free(m->lm_head);
+    for (uint32_t l = 0; m->layers && l < m->n_layers; l++) {
+        layer_w *w = &m->layers[l];
+        free(w->attn_norm); free(w->wq); free(w->wk); free(w->wv); free(w->wo); free(w->mlp_norm);
+        free(w->w_gate); free(w->w_up); free(w->w_down); free(w->bq); free(w->bk); free(w->bv);
+        free(w->q_norm); free(w->k_norm);
+    }
+    free(m->layers);
+    memset(m, 0, sizeof *m);
+}
+
+static void free_calbin(struct calrt_calbin *cb) {
+    for (uint32_t i = 0; i < cb->ngraphs; i++) {
+        graph *g = &cb->graphs[i];
+        for (uint32_t k = 0; g->in && k < g->nin; k++) free(g->in[k].name);
+        for (uint32_t k = 0; g->out && k < g->nout; k++) free(g->out[k].name);
+        free(g->in); free(g->out); free(g->name); free(g->vlen); free(g->pos); free(g->lane);
+    }
+    for (uint32_t i = 0; i < cb->nmodels; i++) {
+        free(cb->models[i].alias);
+        free_net(&cb->models[i].net);
+    }
+    free(cb->graphs); free(cb->models); free(cb->path); free(cb);
+}
+
+static void free_seq(seq *s) {
+    free(s->k); free(s->v); free(s);
+}
+
+static void free_seqs(calrt_device *d) {
+    for (seq *s = d->seqs, *n; s; s = n) { n = s->next; free_seq(s); }
+    d->seqs = NULL;
+}
+
+calrt_status calrt_device_close(calrt_device *d) {
+    if (!d) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    abort_jobs(d, (1u << REF_CHIPS) - 1, 1);
+    d->quit = 1;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    for (int c = 0; c < REF_CHIPS; c++)
+        for (int w = 0; w < REF_WORKERS; w++) pthread_join(d->chips[c].workers[w], NULL);
+    for (job *j = d->jobs, *n; j; j = n) { n = j->next; free(j->din); free(j->dout); free(j); }
+    for (calrt_buffer *b = d->buffers, *n; b; b = n) { n = b->next; free(b->data); free(b); }
+    for (struct calrt_calbin *c = d->calbins, *n; c; c = n) { n = c->next; free_calbin(c); }
+    free_seqs(d);
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+    pthread_mutex_lock(&g_open_mu);
+    g_open = 0;
+    pthread_mutex_unlock(&g_open_mu);
+    return CALRT_OK;
+}
+
+calrt_status calrt_versions_get(calrt_device *d, calrt_versions *out) {
+    if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    snprintf(out->runtime, sizeof out->runtime, "0.7.6");
+    snprintf(out->driver, sizeof out->driver, "1.0.0");
+    snprintf(out->firmware, sizeof out->firmware, "reference (software model, no hardware)");
+    return CALRT_OK;
+}
+
+calrt_status calrt_topology_get(calrt_device *d, calrt_topology *out) {
+    if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    out->chips = REF_CHIPS;
+    out->calcores_per_chip = REF_CALCORES;
+    for (int c = 0; c < CALRT_MAX_CHIPS; c++) out->dram_bytes[c] = c < REF_CHIPS ? REF_DRAM : CALRT_UNKNOWN_U64;
+    return CALRT_OK;
+}
+
+static int copy_tensors(tensor **dst, const calrt_tensor_desc *src, uint32_t n) {
+    *dst = calloc(n ? n : 1, sizeof(tensor));
+    if (!*dst || (n && !src)) return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!src[i].name || src[i].rank > CALRT_MAX_DIMS || !dtype_size(src[i].dtype)) return 0;
+        for (uint32_t k = 0; k < src[i].rank; k++)
+            if (src[i].dims[k] != CALRT_DIM_BATCH && (src[i].dims[k] < 1 || src[i].dims[k] > (1 << 24))) return 0;
+        (*dst)[i].name = strdup(src[i].name);
+        (*dst)[i].dtype = src[i].dtype;
+        (*dst)[i].rank = src[i].rank;
+        memcpy((*dst)[i].dims, src[i].dims, sizeof src[i].dims);
+    }
+    return 1;
+}
+
+calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc, calrt_calbin **out) {
+    if (!d || !desc || !out || !desc->path) return CALRT_E_INVALID_ARGUMENT;
+    struct stat st;
+    if (stat(desc->path, &st) != 0 || !S_ISDIR(st.st_mode)) return CALRT_E_INVALID_CALBIN;
+    if (desc->n_graphs == 0 || desc->n_models == 0 || desc->n_chips > REF_CHIPS || !desc->graphs || !desc->models ||
+        (desc->n_chips && !desc->plan_bytes))
+        return CALRT_E_INVALID_CALBIN;
+    struct calrt_calbin *cb = calloc(1, sizeof *cb);
+    if (!cb) return CALRT_E_INTERNAL;
+    cb->path = strdup(desc->path);
+    cb->nmodels = desc->n_models;
+    cb->models = calloc(desc->n_models, sizeof(model));
+    cb->ngraphs = desc->n_graphs;
+    cb->graphs = calloc(desc->n_graphs, sizeof(graph));
+    calrt_status rc = cb->models && cb->graphs ? CALRT_OK : CALRT_E_INTERNAL;
+    for (uint32_t i = 0; rc == CALRT_OK && i < desc->n_models; i++) {
+        const calrt_model_desc *m = &desc->models[i];
+        cb->models[i].alias = dupstr(m->alias);
+        cb->models[i].chip_mask = m->chip_mask;
+        cb->models[i].max_sequences = m->kv_max_sequences;
+        cb->models[i].max_seq = m->kv_max_seq;
+        if (!m->alias || m->chip_mask == 0 || m->chip_mask >> REF_CHIPS) rc = CALRT_E_INVALID_CALBIN;
+        for (uint32_t k = 0; rc == CALRT_OK && k < i; k++)
+            if (!strcmp(cb->models[k].alias, m->alias)) rc = CALRT_E_INVALID_CALBIN;
+    }
+    for (uint32_t i = 0; i < desc->n_graphs && rc == CALRT_OK; i++) {
+        const calrt_graph_desc *gd = &desc->graphs[i];
+        graph *g = &cb->graphs[i];
+        g->name = dupstr(gd->name);
+        g->kind = gd->kind;
+        g->chip_mask = gd->chip_mask;
+        g->max_seq = gd->max_seq;
+        g->vlen = dupstr(gd->valid_length_input);
+        g->pos = dupstr(gd->positions_input);
+        g->lane = dupstr(gd->lane_valid_input);
+        g->nin = gd->n_inputs;
+        g->nout = gd->n_outputs;
+        if (!copy_tensors(&g->in, gd->inputs, gd->n_inputs) || !copy_tensors(&g->out, gd->outputs, gd->n_outputs)) rc = CALRT_E_INVALID_CALBIN;
+        if (!g->name || !gd->model || gd->kind > CALRT_GRAPH_DECODE || gd->chip_mask == 0 || gd->chip_mask >> REF_CHIPS ||
+            gd->n_batch_profiles == 0 || gd->n_batch_profiles > 16 || !gd->batch_profiles)
+            rc = CALRT_E_INVALID_CALBIN;
+        for (uint32_t k = 0; rc == CALRT_OK && k < gd->n_batch_profiles; k++) {
+            if (gd->batch_profiles[k] == 0 || gd->batch_profiles[k] > REF_MAX_LANES) rc = CALRT_E_INVALID_CALBIN;
+            g->prof[g->nprof++] = gd->batch_profiles[k];
+        }
+        for (uint32_t k = 0; rc == CALRT_OK && k < i; k++)
+            if (!strcmp(cb->graphs[k].name, g->name)) rc = CALRT_E_INVALID_CALBIN; /* duplicate name */
+        for (uint32_t k = 0; rc == CALRT_OK && k < cb->nmodels; k++)
+            if (!strcmp(cb->models[k].alias, gd->model)) g->model = &cb->models[k];
+        if (rc == CALRT_OK && (!g->model || (g->chip_mask & ~g->model->chip_mask))) rc = CALRT_E_INVALID_CALBIN;
+        /* one chip per graph on this board: an MCHIP graph needs cross-chip compute it does not model */
+        if (rc == CALRT_OK && (g->chip_mask & (g->chip_mask - 1))) rc = CALRT_E_INVALID_CALBIN;
+    }
+    for (uint32_t c = 0; c < desc->n_chips && rc == CALRT_OK; c++) cb->plan[c] = desc->plan_bytes[c];
+    if (rc != CALRT_OK) {
+        free_calbin(cb);
+        return rc;
+    }
+    pthread_mutex_lock(&d->mu);
+    cb->next = d->calbins;
+    d->calbins = cb;
+    pthread_mutex_unlock(&d->mu);
+    *out = cb;
+    return CALRT_OK;
+}
+
+static int known_calbin(calrt_device *d, struct calrt_calbin *cb) {
+    for (struct calrt_calbin *p = d->calbins; p; p = p->next)
+        if (p == cb) return 1;
+    return 0;
+}
+
+calrt_status calrt_calbin_release(calrt_device *d, calrt_calbin *cb) {
+    if (!d || !cb) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = CALRT_E_INVALID_ARGUMENT;
+    if (d->current == cb) {
+        rc = CALRT_E_DEVICE_BUSY;
+    } else {
+        for (struct calrt_calbin **p = &d->calbins; *p; p = &(*p)->next) {
+            if (*p == cb) {
+                *p = cb->next;
+                free_calbin(cb);
+                rc = CALRT_OK;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+/* extension: model v1                                                       */
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) { man <<= 1; exp--; }
+            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static int safe_relative(const char *p) {
+    if (!p || !*p || p[0] == '/') return 0;
+    for (const char *s = p; *s;) {
+        const char *e = strchr(s, '/');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n == 0 || (n == 2 && s[0] == '.' && s[1] == '.')) return 0;
+        s += n + (e ? 1 : 0);
+    }
+    return 1;
+}
+
+/* Read one parameter tensor as float32; NULL on any problem. */
+static float *read_param(const char *root, const calrt_ext_param *p) {
+    uint32_t size = dtype_size(p->dtype);
+    if (!safe_relative(p->file) || p->elements == 0 || p->elements > (1ULL << 32) ||
+        (p->dtype != CALRT_DTYPE_FP32 && p->dtype != CALRT_DTYPE_FP16 && p->dtype != CALRT_DTYPE_BF16))
+        return NULL;
+    size_t plen = strlen(root) + strlen(p->file) + 2;
+    char *path = malloc(plen);
+    if (!path) return NULL;
+    snprintf(path, plen, "%s/%s", root, p->file);
+    FILE *f = fopen(path, "rb");
+    free(path);
+    if (!f) return NULL;
+    float *out = malloc(sizeof(float) * p->elements);
+    unsigned char *raw = size == 4 ? (unsigned char *)out : malloc((size_t)size * p->elements);
+    int ok = out && raw && fseeko(f, (off_t)p->offset, SEEK_SET) == 0 && fread(raw, size, p->elements, f) == p->elements;
+    fclose(f);
+    if (ok && size == 2) {
+        for (uint64_t i = 0; i < p->elements; i++) {
+            uint16_t h;
+            memcpy(&h, raw + 2 * i, 2);
+            if (p->dtype == CALRT_DTYPE_BF16) {
+                uint32_t bits = (uint32_t)h << 16;
+                memcpy(&out[i], &bits, 4);
+            } else {
+                out[i] = half_to_float(h);
+            }
+        }
+    }
+    if (size == 2) free(raw);
+    if (!ok) { free(out); return NULL; }
+    return out;
+}
+
+/* The graph I/O contract the board computes (the calctl tiny-decoder contract, docs/runtime.md). */
+static int graph_contract_ok(const graph *g, uint32_t vocab) {
+    if (g->nout != 1 || strcmp(g->out[0].name, "logits") || g->out[0].dtype != CALRT_DTYPE_FP32 || g->out[0].rank != 2 ||
+        g->out[0].dims[1] != (int64_t)vocab)
+        return 0;
+    int tok = find_tensor(g->in, g->nin, "tokens");
+    if (tok < 0 || g->in[tok].dtype != CALRT_DTYPE_INT32 || g->in[tok].rank != 2) return 0;
+    if (g->kind == CALRT_GRAPH_PREFILL) {
+        int vl = find_tensor(g->in, g->nin, g->vlen);
+        if (g->out[0].dims[0] != 1 || g->in[tok].dims[0] != 1 || g->in[tok].dims[1] < 1) return 0;
+        if (g->in[tok].dims[1] > (int64_t)g->model->max_seq) return 0;
+        if (vl < 0 || g->in[vl].dtype != CALRT_DTYPE_INT32) return 0;
+        for (uint32_t k = 0; k < g->nprof; k++)
+            if (g->prof[k] != 1) return 0;
+        return 1;
+    }
+    int pos = find_tensor(g->in, g->nin, g->pos), lane = find_tensor(g->in, g->nin, g->lane);
+    if (g->out[0].dims[0] != CALRT_DIM_BATCH || g->in[tok].dims[0] != CALRT_DIM_BATCH || g->in[tok].dims[1] != 1) return 0;
+    if (pos < 0 || g->in[pos].dtype != CALRT_DTYPE_INT32) return 0;
+    if (g->lane && (lane < 0 || g->in[lane].dtype != CALRT_DTYPE_UINT8)) return 0;
+    return 1;
+}
+
+calrt_status calrt_ext_model_set(calrt_device *d, calrt_calbin *cb, const calrt_ext_model_desc *desc) {
+    if (!d || !cb || !desc) return CALRT_E_INVALID_ARGUMENT;
+    if (desc->version != CALRT_EXT_MODEL_VERSION) return CALRT_E_NOT_SUPPORTED;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = !known_calbin(d, cb) ? CALRT_E_INVALID_ARGUMENT : d->current == cb ? CALRT_E_DEVICE_BUSY : CALRT_OK;
+    pthread_mutex_unlock(&d->mu);
+    if (rc != CALRT_OK) return rc;
+    model *m = NULL;
+    for (uint32_t i = 0; desc->alias && i < cb->nmodels; i++)
+        if (!strcmp(cb->models[i].alias, desc->alias)) m = &cb->models[i];
+    if (!m) return CALRT_E_INVALID_ARGUMENT;
+    uint32_t L = desc->n_layers, D = desc->d_model, H = desc->n_heads, KVH = desc->n_kv_heads, HD = desc->head_dim;
+    uint32_t FF = desc->d_ff, V = desc->vocab_size;
+    if (!L || !D || !H || !KVH || !HD || !FF || !V || H % KVH || HD % 2 || L > 4096 || D > 65536 || FF > 262144 ||
+        V > 1048576 || H * HD > 65536 || !(desc->rope_theta > 0) || !(desc->norm_eps > 0) || (desc->n_params && !desc->params))
+        return CALRT_E_INVALID_CALBIN;
+    net n;
+    memset(&n, 0, sizeof n);
+    n.n_layers = L; n.d = D; n.h = H; n.kvh = KVH; n.hd = HD; n.ff = FF; n.vocab = V;
+    n.flags = desc->flags; n.theta = desc->rope_theta; n.eps = desc->norm_eps;
+    n.layers = calloc(L, sizeof(layer_w));
+    if (!n.layers) return CALRT_E_OUT_OF_MEMORY;
+    rc = CALRT_OK;
+    for (uint32_t i = 0; rc == CALRT_OK && i < desc->n_params; i++) {
+        const calrt_ext_param *p = &desc->params[i];
+        float **slot = NULL;
+        uint64_t want = 0;
+        layer_w *w = p->layer < L ? &n.layers[p->layer] : NULL;
+        int per_layer = p->role >= CALRT_EXT_ATTN_NORM;
+        if (per_layer && !w) { rc = CALRT_E_INVALID_CALBIN; break; }
+        switch (p->role) {
+        case CALRT_EXT_EMBED: slot = &n.embed; want = (uint64_t)V * D; break;
+        case CALRT_EXT_FINAL_NORM: slot = &n.final_norm; want = D; break;
+        case CALRT_EXT_LM_HEAD: slot = &n.lm_head; want = (uint64_t)D * V; break;
+        case CALRT_EXT_ATTN_NORM: slot = &w->attn_norm; want = D; break;
+        case CALRT_EXT_WQ: slot = &w->wq; want = (uint64_t)D * H * HD; break;
+        case CALRT_EXT_WK: slot = &w->wk; want = (uint64_t)D * KVH * HD; break;
+        case CALRT_EXT_WV: slot = &w->wv; want = (uint64_t)D * KVH * HD; break;
+        case CALRT_EXT_WO: slot = &w->wo; want = (uint64_t)H * HD * D; break;
+        case CALRT_EXT_MLP_NORM: slot = &w->mlp_norm; want = D; break;
+        case CALRT_EXT_W_GATE: slot = &w->w_gate; want = (uint64_t)D * FF; break;
+        case CALRT_EXT_W_UP: slot = &w->w_up; want = (uint64_t)D * FF; break;
+        case CALRT_EXT_W_DOWN: slot = &w->w_down; want = (uint64_t)FF * D; break;
+        case CALRT_EXT_BQ: slot = &w->bq; want = (uint64_t)H * HD; break;
+        case CALRT_EXT_BK: slot = &w->bk; want = (uint64_t)KVH * HD; break;
+        case CALRT_EXT_BV: slot = &w->bv; want = (uint64_t)KVH * HD; break;
+        case CALRT_EXT_Q_NORM: slot = &w->q_norm; want = HD; break;
+        case CALRT_EXT_K_NORM: slot = &w->k_norm; want = HD; break;
+        default: rc = CALRT_E_INVALID_CALBIN;
+        }
+        if (rc != CALRT_OK) break;
+        if (*slot || p->elements != want) { rc = CALRT_E_INVALID_CALBIN; break; } /* duplicate or wrong size */
+        if (!(*slot = read_param(cb->path, p))) rc = CALRT_E_INVALID_CALBIN;
+    }
+    /* every tensor the flags call for must be there, and none the flags rule out */
+    int tied = (n.flags & CALRT_EXT_TIED_EMBEDDINGS) != 0, bias = (n.flags & CALRT_EXT_QKV_BIAS) != 0;
+    int qkn = (n.flags & CALRT_EXT_QK_NORM) != 0;
+    if (rc == CALRT_OK && (!n.embed || !n.final_norm || (!tied != !!n.lm_head))) rc = CALRT_E_INVALID_CALBIN;
+    for (uint32_t l = 0; rc == CALRT_OK && l < L; l++) {
+        layer_w *w = &n.layers[l];
+        if (!w->attn_norm || !w->wq || !w->wk || !w->wv || !w->wo || !w->mlp_norm || !w->w_gate || !w->w_up || !w->w_down ||
+            !bias != !w->bq || !bias != !w->bk || !bias != !w->bv || !qkn != !w->q_norm || !qkn != !w->k_norm)
+            rc = CALRT_E_INVALID_CALBIN;
+    }
+    n.loaded = 1;
+    for (uint32_t i = 0; rc == CALRT_OK && i < cb->ngraphs; i++) {
+        graph *g = &cb->graphs[i];
+        if (g->model == m && !graph_contract_ok(g, V)) rc = CALRT_E_INVALID_CALBIN;
+    }
+    if (rc != CALRT_OK) {
+        free_net(&n);
+        return rc;
+    }
+    pthread_mutex_lock(&d->mu);
+    if (d->current == cb) {
+        rc = CALRT_E_DEVICE_BUSY;
+        free_net(&n);
+    } else {
+        free_net(&m->net);
+        m->net = n;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+
+calrt_status calrt_configure(calrt_device *d, calrt_calbin *cb) {
+    if (!d || !cb) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = known_calbin(d, cb) ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
+    if (rc == CALRT_OK && d->current) rc = CALRT_E_ALREADY_CONFIGURED;
+    for (int c = 0; rc == CALRT_OK && c < REF_CHIPS; c++) {
+        if (d->chips[c].health != CALRT_HEALTH_OK) rc = CALRT_E_DEVICE_LOST;
+        else if (REF_BASELINE + cb->plan[c] > REF_DRAM) rc = CALRT_E_OUT_OF_MEMORY;
+    }
+    /* the board computes: a model without its description (calrt_ext_model_set) cannot run */
+    for (uint32_t i = 0; rc == CALRT_OK && i < cb->nmodels; i++)
+        if (!cb->models[i].net.loaded) rc = CALRT_E_INVALID_CALBIN;
+    if (rc == CALRT_OK) {
+        for (uint32_t i = 0; i < cb->nmodels; i++) cb->models[i].live = 0;
+        d->current = cb;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_reset_configuration(calrt_device *d) {
+    if (!d) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = CALRT_OK;
+    if (!d->current) rc = CALRT_E_NOT_CONFIGURED;
+    for (job *j = d->jobs; rc == CALRT_OK && j; j = j->next)
+        if (!terminal(j->info.state)) rc = CALRT_E_DEVICE_BUSY;
+    if (rc == CALRT_OK) {
+        free_seqs(d);
+        d->current = NULL;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_buffer_create(calrt_device *d, uint64_t bytes, calrt_buffer **out) {
+    if (!d || !out || bytes == 0 || bytes > (1ULL << 34)) return CALRT_E_INVALID_ARGUMENT;
+    calrt_buffer *b = calloc(1, sizeof *b);
+    if (!b) return CALRT_E_OUT_OF_MEMORY;
+    b->data = calloc(1, bytes);
+    if (!b->data) { free(b); return CALRT_E_OUT_OF_MEMORY; }
+    b->size = bytes;
+    pthread_mutex_lock(&d->mu);
+    b->next = d->buffers;
+    d->buffers = b;
+    pthread_mutex_unlock(&d->mu);
+    *out = b;
+    return CALRT_OK;
+}
+
+static int known_buffer(calrt_device *d, calrt_buffer *b) {
+    for (calrt_buffer *p = d->buffers; p; p = p->next)
+        if (p == b) return 1;
+    return 0;
+}
+
+calrt_status calrt_buffer_data(calrt_device *d, calrt_buffer *b, void **data) {
+    if (!d || !b || !data) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = known_buffer(d, b) ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
+    if (rc == CALRT_OK) *data = b->data;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_buffer_release(calrt_device *d, calrt_buffer *b) {
+    if (!d || !b) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = CALRT_E_INVALID_ARGUMENT;
+    for (calrt_buffer **p = &d->buffers; *p; p = &(*p)->next) {
+        if (*p != b) continue;
+        if (b->owner || b->quarantined) {
+            rc = CALRT_E_BUFFER_IN_USE;
+        } else {
+            *p = b->next;
+            free(b->data);
+            free(b);
+            rc = CALRT_OK;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+static graph *find_graph(calrt_device *d, const char *name) {
+    if (!d->current || !name) return NULL;
+    for (uint32_t i = 0; i < d->current->ngraphs; i++)
+        if (!strcmp(d->current->graphs[i].name, name)) return &d->current->graphs[i];
+    return NULL;
+}
+
+/* 000 §9.2: the job writes exactly the reserved tokens, at position == committed length; also the
+ * inputs this board computes on (token ids, valid length) must be in range. Resolves j->seqs. */
+static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *desc, job *j) {
+    if (desc->n_kv != desc->batch || !desc->kv) return CALRT_E_INVALID_ARGUMENT;
+    const unsigned char *data = desc->inputs->data;
+    int vlen = find_tensor(g->in, g->nin, g->vlen), pos = find_tensor(g->in, g->nin, g->pos);
+    int lane = find_tensor(g->in, g->nin, g->lane), tok = find_tensor(g->in, g->nin, "tokens");
+    uint32_t vocab = g->model->net.vocab;
+    for (uint32_t l = 0; l < desc->batch; l++) {
+        int active = lane < 0 || read_u8(g, data, lane, desc->batch, l);
+        calrt_kv_seq id = desc->kv[l];
+        if (!active) {
+            if (id != CALRT_KV_NONE) return CALRT_E_INVALID_ARGUMENT;
+            continue;
+        }
+        seq *s = find_seq(d, id);
+        if (!s || s->m != g->model) return CALRT_E_INVALID_ARGUMENT;
+        if (s->busy) return CALRT_E_DEVICE_BUSY;
+        for (uint32_t k = 0; k < l; k++)
+            if (desc->kv[k] == id) return CALRT_E_INVALID_ARGUMENT;
+        uint32_t writes = 1;
+        if (g->kind == CALRT_GRAPH_PREFILL) {
+            if (s->committed != 0) return CALRT_E_INVALID_ARGUMENT;
+            int32_t n = read_i32(g, data, vlen, desc->batch, 0);
+            if (n < 1 || n > g->in[tok].dims[1]) return CALRT_E_INVALID_ARGUMENT;
+            writes = (uint32_t)n;
+            for (int32_t i = 0; i < n; i++) {
+                int32_t t = read_i32(g, data, tok, desc->batch, (uint32_t)i);
+                if (t < 0 || (uint32_t)t >= vocab) return CALRT_E_INVALID_ARGUMENT;
+            }
+            j->tokens = writes;
+        } else {
+            if ((uint32_t)read_i32(g, data, pos, desc->batch, l) != s->committed) return CALRT_E_INVALID_ARGUMENT;
+            int32_t t = read_i32(g, data, tok, desc->batch, l);
+            if (t < 0 || (uint32_t)t >= vocab) return CALRT_E_INVALID_ARGUMENT;
+            j->kv_tokens += s->committed + 1;
+        }
+        if (s->reserved - s->committed != writes) return CALRT_E_INVALID_ARGUMENT;
+        j->seqs[l] = s;
+    }
+    return CALRT_OK;
+}
+
+/* KV storage of a sequence in board memory, allocated on its first job. */
+static int seq_storage(seq *s) {
+    if (s->k) return 1;
+    const net *m = &s->m->net;
+    uint64_t n = (uint64_t)m->n_layers * s->m->max_seq * m->kvh * m->hd;
+    s->k = malloc(sizeof(float) * n);
+    s->v = malloc(sizeof(float) * n);
+    if (s->k && s->v) return 1;
+    free(s->k); free(s->v);
+    s->k = s->v = NULL;
+    return 0;
+}
+
+calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt_job_id *out) {
+    if (!d || !desc || !out || !desc->inputs || !desc->outputs || desc->engine > CALRT_ENGINE_PONG || desc->batch > REF_MAX_LANES ||
+        desc->batch == 0)
+        return CALRT_E_INVALID_ARGUMENT;
+    job *j = calloc(1, sizeof *j);
+    if (!j) return CALRT_E_OUT_OF_MEMORY;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = CALRT_OK;
+    graph *g = NULL;
+    uint64_t need_in = 0, need_out = 0;
+    if (!d->current) rc = CALRT_E_NOT_CONFIGURED;
+    else if (!(g = find_graph(d, desc->graph))) rc = CALRT_E_INVALID_ARGUMENT;
+    if (rc == CALRT_OK) {
+        int prof_ok = 0;
+        for (uint32_t k = 0; k < g->nprof; k++) prof_ok |= g->prof[k] == desc->batch;
+        tensor_offset(g->in, g->nin, 0, desc->batch, &need_in);
+        tensor_offset(g->out, g->nout, 0, desc->batch, &need_out);
+        if (!prof_ok || desc->inputs == desc->outputs || !known_buffer(d, desc->inputs) || !known_buffer(d, desc->outputs) ||
+            desc->inputs->size < need_in || desc->outputs->size < need_out)
+            rc = CALRT_E_INVALID_ARGUMENT;
+        else if (desc->inputs->owner || desc->outputs->owner || desc->inputs->quarantined || desc->outputs->quarantined)
+            rc = CALRT_E_BUFFER_IN_USE;
+    }
+    int c = g ? lowest_chip(g->chip_mask) : 0;
+    if (rc == CALRT_OK && d->chips[c].health == CALRT_HEALTH_FAULTED) rc = CALRT_E_DEVICE_LOST;
+    if (rc == CALRT_OK) rc = check_job(d, g, desc, j);
+    if (rc == CALRT_OK) {
+        uint32_t inflight = d->chips[c].qlen;
+        for (int b = 0; b < REF_BANKS; b++) inflight += d->chips[c].running[b] != NULL;
+        if (inflight >= REF_QUEUE_DEPTH) rc = CALRT_E_DEVICE_BUSY; /* the chip's queue is full: back off */
+    }
+    if (rc == CALRT_OK && d->f_busy) {
+        d->f_busy--;
+        rc = CALRT_E_DEVICE_BUSY;
+    }
+    if (rc == CALRT_OK) {
+        j->din = malloc(need_in);
+        j->dout = malloc(sizeof(float) * (uint64_t)desc->batch * g->model->net.vocab);
+        if (!j->din || !j->dout) rc = CALRT_E_OUT_OF_MEMORY;
+        for (uint32_t l = 0; rc == CALRT_OK && l < desc->batch; l++)
+            if (j->seqs[l] && !seq_storage(j->seqs[l])) rc = CALRT_E_OUT_OF_MEMORY;
+    }
+    if (rc != CALRT_OK) {
+        pthread_mutex_unlock(&d->mu);
+        free(j->din); free(j->dout); free(j);
+        return rc;
+    }
+    j->info.id = d->next_job++;
+    j->info.state = CALRT_JOB_QUEUED;
+    j->info.chip_mask = g->chip_mask;
+    j->info.engine = desc->engine;
+    j->info.generation = desc->generation;
+    j->info.submit_ns = now_ns();
+    j->g = g;
+    j->in = desc->inputs;
+    j->out = desc->outputs;
+    j->batch = desc->batch;
+    j->bank = desc->engine;
+    j->nkv = desc->n_kv;
+    memcpy(j->kv, desc->kv, sizeof(calrt_kv_seq) * desc->n_kv);
+    if (d->f_hang) { d->f_hang--; j->fault = CALRT_EXT_FAULT_HANG; }
+    else if (d->f_ccu) { d->f_ccu--; j->fault = CALRT_EXT_FAULT_CCU; }
+    else if (d->f_dma) { d->f_dma--; j->fault = CALRT_EXT_FAULT_DMA; }
+    j->in->owner = j->out->owner = j->info.id;
+    j->in->owner_mask = j->out->owner_mask = g->chip_mask;
+    for (uint32_t l = 0; l < j->nkv; l++)
+        if (j->seqs[l]) { j->seqs[l]->busy = j->info.id; j->seqs[l]->last_failed = 0; }
+    d->chips[c].counters.pending++;
+    j->next = d->jobs;
+    d->jobs = j;
+    chip *ch = &d->chips[c];
+    if (ch->qtail) ch->qtail->qnext = j;
+    else ch->qhead = j;
+    ch->qtail = j;
+    ch->qlen++;
+    *out = j->info.id;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    return CALRT_OK;
+}
+
+calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *out) {
+    if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    job *j = find_job(d, id);
+    if (j) *out = j->info;
+    pthread_mutex_unlock(&d->mu);
+    return j ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
+}
+
+calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_ms, calrt_job_info *out) {
+    if (!d) return CALRT_E_INVALID_ARGUMENT;
+    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        job *j = find_job(d, id);
+        if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
+        if (terminal(j->info.state) || now_ns() >= deadline) {
+            if (out) *out = j->info;
+            calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_TIMEOUT;
+            pthread_mutex_unlock(&d->mu);
+            return rc;
+        }
+        wait_until(d, deadline); /* releases the device mutex while blocked */
+    }
+}
+
+calrt_status calrt_job_wait_any(calrt_device *d, const calrt_job_id *ids, uint32_t n, uint32_t timeout_ms, uint32_t *index) {
+    if (!d || !ids || !index || n == 0) return CALRT_E_INVALID_ARGUMENT;
+    uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        for (uint32_t i = 0; i < n; i++) {
+            job *j = find_job(d, ids[i]);
+            if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
+            if (terminal(j->info.state)) { *index = i; pthread_mutex_unlock(&d->mu); return CALRT_OK; }
+        }
+        if (now_ns() >= deadline) { pthread_mutex_unlock(&d->mu); return CALRT_E_TIMEOUT; }
+        wait_until(d, deadline);
+    }
+}
+
+calrt_status calrt_job_release(calrt_device *d, calrt_job_id id) {
+    if (!d) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = CALRT_E_INVALID_ARGUMENT;
+    for (job **p = &d->jobs; *p; p = &(*p)->next) {
+        if ((*p)->info.id != id) continue;
+        if (!terminal((*p)->info.state)) { rc = CALRT_E_DEVICE_BUSY; break; }
+        job *j = *p;
+        *p = j->next;
+        free(j->din); free(j->dout); free(j);
+        rc = CALRT_OK;
+        break;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+static model *find_model(calrt_device *d, const char *alias) {
+    if (!d->current || !alias) return NULL;
+    for (uint32_t i = 0; i < d->current->nmodels; i++)
+        if (!strcmp(d->current->models[i].alias, alias)) return &d->current->models[i];
+    return NULL;
+}
+
+calrt_status calrt_kv_can_allocate(calrt_device *d, const char *alias, uint32_t n, uint32_t *yes) {
+    if (!d || !yes) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = CALRT_OK;
+    model *m = find_model(d, alias);
+    if (!d->current) rc = CALRT_E_NOT_CONFIGURED;
+    else if (!m) rc = CALRT_E_INVALID_ARGUMENT;
+    else *yes = (uint64_t)m->live + n <= m->max_sequences;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_kv_allocate(calrt_device *d, const char *alias, calrt_kv_seq *out) {
+    if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = CALRT_OK;
+    model *m = find_model(d, alias);
+    seq *s = NULL;
+    if (!d->current) rc = CALRT_E_NOT_CONFIGURED;
+    else if (!m) rc = CALRT_E_INVALID_ARGUMENT;
+    else if (m->live >= m->max_sequences) rc = CALRT_E_OUT_OF_MEMORY;
+    else if (!(s = calloc(1, sizeof *s))) rc = CALRT_E_OUT_OF_MEMORY;
+    if (rc == CALRT_OK) {
+        s->id = d->next_seq++;
+        s->m = m;
+        s->next = d->seqs;
+        d->seqs = s;
+        m->live++;
+        *out = s->id;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+/* Look up an idle sequence; returns the status to report when it is missing or busy. */
+static calrt_status idle_seq(calrt_device *d, calrt_kv_seq id, seq **out) {
+    seq *s = find_seq(d, id);
+    if (!s) return CALRT_E_INVALID_ARGUMENT;
+    if (s->busy) return CALRT_E_DEVICE_BUSY;
+    *out = s;
+    return CALRT_OK;
+}
+
+calrt_status calrt_kv_append(calrt_device *d, calrt_kv_seq id, uint32_t n, uint32_t *position) {
+    if (!d || !position) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    seq *s = NULL;
+    calrt_status rc = idle_seq(d, id, &s);
+    if (rc == CALRT_OK && (n == 0 || (uint64_t)s->reserved + n > s->m->max_seq)) rc = CALRT_E_INVALID_ARGUMENT;
+    if (rc == CALRT_OK) { *position = s->reserved; s->reserved += n; }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_kv_commit(calrt_device *d, calrt_kv_seq id) {
+    if (!d) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    seq *s = NULL;
+    calrt_status rc = idle_seq(d, id, &s);
+    if (rc == CALRT_OK && s->last_failed && s->reserved > s->committed) rc = CALRT_E_INVALID_ARGUMENT;
+    if (rc == CALRT_OK) s->committed = s->reserved;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_kv_rollback(calrt_device *d, calrt_kv_seq id) {
+    if (!d) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    seq *s = NULL;
+    calrt_status rc = idle_seq(d, id, &s);
+    if (rc == CALRT_OK) { s->reserved = s->committed; s->last_failed = 0; }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_kv_remove_tokens_at_end(calrt_device *d, calrt_kv_seq id, uint32_t n) {
+    if (!d) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    seq *s = NULL;
+    calrt_status rc = idle_seq(d, id, &s);
+    if (rc == CALRT_OK && (s->reserved != s->committed || n > s->committed)) rc = CALRT_E_INVALID_ARGUMENT;
+    if (rc == CALRT_OK) s->committed = s->reserved = s->committed - n;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_kv_free(calrt_device *d, calrt_kv_seq id) {
+    if (!d) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    seq *s = NULL;
+    calrt_status rc = idle_seq(d, id, &s);
+    if (rc == CALRT_OK) {
+        for (seq **p = &d->seqs; *p; p = &(*p)->next) {
+            if (*p == s) { *p = s->next; break; }
+        }
+        s->m->live--;
+        free_seq(s);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_kv_length(calrt_device *d, calrt_kv_seq id, uint32_t *committed, uint32_t *reserved) {
+    if (!d || !committed || !reserved) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    seq *s = find_seq(d, id);
+    if (s) { *committed = s->committed; *reserved = s->reserved; }
+    pthread_mutex_unlock(&d->mu);
+    return s ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
+}
+
+calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *out) {
+    if (!d || !out || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    calrt_status rc = d->f_no_mem ? CALRT_E_NOT_SUPPORTED : CALRT_OK;
+    if (rc == CALRT_OK) {
+        out->used_bytes = REF_BASELINE + (d->current ? d->current->plan[chip] : 0);
+        out->total_bytes = REF_DRAM;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+calrt_status calrt_chip_counters(calrt_device *d, uint32_t chip, calrt_counters *out) {
+    if (!d || !out || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    *out = d->chips[chip].counters;
+    pthread_mutex_unlock(&d->mu);
+    return CALRT_OK;
+}
+
+calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health) {
+    if (!d || !health || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    *health = d->chips[chip].health;
+    for (int b = 0; b < REF_BANKS; b++) {
+        job *j = d->chips[chip].running[b];
+        if (j && j->hung && !terminal(j->info.state)) *health = CALRT_HEALTH_HUNG;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return CALRT_OK;
+}
+
+calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
+    if (!d || (scope != CALRT_RESET_CHIP && scope != CALRT_RESET_BOARD) || (scope == CALRT_RESET_CHIP && chip >= REF_CHIPS))
+        return CALRT_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&d->mu);
+    if (scope == CALRT_RESET_CHIP && d->f_no_chip_reset) {
+        pthread_mutex_unlock(&d->mu);
+        return CALRT_E_NOT_SUPPORTED;
+    }
+    uint32_t mask = scope == CALRT_RESET_BOARD ? (1u << REF_CHIPS) - 1 : 1u << chip;
+    abort_jobs(d, mask, 1); /* returns once the workers of these chips left their jobs */
+    for (calrt_buffer *b = d->buffers; b; b = b->next) {
+        if (b->owner_mask & mask) b->quarantined = 0, b->owner = 0, b->owner_mask = 0; /* DMA state known again */
+    }
+    for (int c = 0; c < REF_CHIPS; c++)
+        if (mask >> c & 1) d->chips[c].health = CALRT_HEALTH_OK;
+    if (scope == CALRT_RESET_BOARD) {
+        free_seqs(d);
+        d->current = NULL;
+    } else {
+        for (seq *s = d->seqs; s; s = s->next)
+            if (s->m->chip_mask & mask) s->committed = s->reserved = 0, s->busy = 0, s->last_failed = 0;
+    }
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    return CALRT_OK;
+}
