@@ -124,7 +124,7 @@ def reference_logits(
     t = tokens.shape[0]
     h, kvh, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
     group = h // kvh
-    p64 = {k: np.asarray(v, dtype=dtype) for k, v in params.items()}
+    p64 = {k: np.asarray(v, dtype=dtype) for k, v in params.items()}  # no copy when already ``dtype``
     pos = np.arange(t)
     x = p64["embed"][tokens]
     causal = np.tril(np.ones((t, t), dtype=bool))
@@ -163,23 +163,34 @@ def reference_logits(
 
 
 def reference_generate(
-    params: Params, arch: Architecture, prompt: np.ndarray, steps: int, *, dtype: type[np.floating] = np.float64
+    params: Params,
+    arch: Architecture,
+    prompt: np.ndarray,
+    steps: int,
+    *,
+    dtype: type[np.floating] = np.float64,
+    stop_margin: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Greedy continuation by full recompute.
 
-    Returns ``(tokens, margins, first_logits)``: the ``steps`` greedy tokens, the top-1
-    minus top-2 logit margin at each step, and the logits after the prompt.
+    Returns ``(tokens, margins, first_logits)``: the greedy tokens, the top-1 minus
+    top-2 logit margin at each step, and the logits after the prompt. With
+    ``stop_margin`` generation stops before the first step whose margin is below
+    it (that step's margin is still returned, its token is not).
     """
+    converted = {k: np.asarray(v, dtype=dtype) for k, v in params.items()}  # once, not per step
     seq = [int(t) for t in np.asarray(prompt).reshape(-1)]
     out: list[int] = []
     margins: list[float] = []
     first: np.ndarray | None = None
     for _ in range(steps):
-        logits = reference_logits(params, arch, np.array(seq), dtype=dtype, last_only=True)[0]
+        logits = reference_logits(converted, arch, np.array(seq), dtype=dtype, last_only=True)[0]
         if first is None:
             first = logits
         top2 = np.sort(logits)[-2:]
         margins.append(float(top2[1] - top2[0]))
+        if stop_margin is not None and margins[-1] < stop_margin:
+            break
         nxt = int(np.argmax(logits))
         out.append(nxt)
         seq.append(nxt)
