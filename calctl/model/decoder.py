@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calctl.model.native import gemv_f16
 from calctl.package.architecture import expected_tensor_shapes
 from calctl.package.model import NUMPY_DTYPE, Architecture, ParamTensor
 
@@ -65,8 +66,8 @@ def init_params(arch: Architecture, rng: np.random.Generator) -> dict[str, np.nd
     return params
 
 
-def load_params(root: Path, tensors: tuple[ParamTensor, ...]) -> dict[str, np.ndarray]:
-    """Read parameter tensors from their blobs (offset/shape/dtype from the manifest) as float32."""
+def load_params(root: Path, tensors: tuple[ParamTensor, ...], *, keep_dtype: bool = False) -> dict[str, np.ndarray]:
+    """Read parameter tensors from their blobs (offset/shape/dtype from the manifest), as float32 unless ``keep_dtype``."""
     out: dict[str, np.ndarray] = {}
     for t in tensors:
         if t.dtype not in NUMPY_DTYPE:
@@ -76,7 +77,8 @@ def load_params(root: Path, tensors: tuple[ParamTensor, ...]) -> dict[str, np.nd
         arr = np.fromfile(root / t.file, dtype=dtype, count=count, offset=t.offset)
         if arr.size != count:
             raise ValueError(f"{t.file}: tensor {t.name} needs {count} elements at offset {t.offset}, file too short")
-        out[t.name] = arr.reshape(t.shape).astype(np.float32, copy=False)
+        arr = arr.reshape(t.shape)
+        out[t.name] = arr.astype(arr.dtype.newbyteorder("=")) if keep_dtype else arr.astype(np.float32, copy=False)
     return out
 
 
@@ -203,39 +205,86 @@ def reference_generate(
 
 
 @dataclass(frozen=True)
+class Linear:
+    """``y = x @ w`` with ``w [in, out]`` float32; ``half`` is ``w.T`` float16 for the native one-token GEMV."""
+
+    w: np.ndarray
+    half: np.ndarray | None = None
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        gemv = _native_gemv() if self.half is not None and x.shape[0] == 1 else None
+        if gemv is not None and self.half is not None:
+            y = np.empty((1, self.half.shape[0]), np.float32)
+            gemv(self.half, np.ascontiguousarray(x[0], dtype=np.float32), y[0])
+            return y
+        return x @ self.w
+
+
+@dataclass(frozen=True)
 class LayerWeights:
     attn_norm: np.ndarray
-    wqkv: np.ndarray  # [d_model, (n_heads + 2 n_kv_heads) * head_dim]
+    wqkv: Linear  # [d_model, (n_heads + 2 n_kv_heads) * head_dim]
     bqkv: np.ndarray | None
     q_norm: np.ndarray | None
     k_norm: np.ndarray | None
-    wo: np.ndarray
+    wo: Linear
     mlp_norm: np.ndarray
-    w_gate_up: np.ndarray  # [d_model, 2 d_ff]
-    w_down: np.ndarray
+    w_gate_up: Linear  # [d_model, 2 d_ff]
+    w_down: Linear
 
 
 @dataclass(frozen=True)
 class Weights:
-    """Float32 weights laid out for the cached path (fused matrices, the LM head ready for a GEMV)."""
+    """Float32 weights laid out for the cached path (fused matrices, the LM head ready for a GEMV).
+
+    When the package stores fp16 weights and the native GEMV builds (:mod:`calctl.model.native`),
+    every matrix also keeps its stored fp16 values, transposed, and one-token steps read those:
+    decode is memory-bound, and this halves the bytes per token with exactly the stored weights.
+    """
 
     arch: Architecture
     embed: np.ndarray
     layers: tuple[LayerWeights, ...]
     final_norm: np.ndarray
     lm_head: np.ndarray  # [vocab, d_model] when tied (the embedding itself), else [d_model, vocab]
+    lm_head_half: np.ndarray | None = None  # [vocab, d_model] float16
+
+    @property
+    def native(self) -> bool:
+        return self.lm_head_half is not None
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         """LM head of one hidden row ``x [d_model]``."""
+        gemv = _native_gemv() if self.lm_head_half is not None else None
+        if gemv is not None and self.lm_head_half is not None:
+            y = np.empty(self.lm_head_half.shape[0], np.float32)
+            gemv(self.lm_head_half, np.ascontiguousarray(x, dtype=np.float32), y)
+            return y
         return self.embed @ x if self.arch.tie_embeddings else x @ self.lm_head
 
 
-def prepare(params: Params, arch: Architecture) -> Weights:
-    """Fuse and convert ``params`` to the float32 layout :func:`prefill` and :func:`decode_step` use."""
+_native_gemv = gemv_f16
+
+
+def prepare(params: Params, arch: Architecture, *, native: bool = True) -> Weights:
+    """Fuse and convert ``params`` to the layout :func:`prefill` and :func:`decode_step` use.
+
+    With every tensor float16 (the package stores fp16) and ``native`` allowed, the fp16 copies
+    the native one-token GEMV reads are kept too, when that GEMV builds on this machine.
+    """
     _check_style(arch)
+    half = native and all(np.asarray(v).dtype == np.float16 for v in params.values()) and _native_gemv() is not None
 
     def f32(name: str) -> np.ndarray:
         return np.ascontiguousarray(params[name], dtype=np.float32)
+
+    def linear(*names: str) -> Linear:
+        w = np.concatenate([f32(n) for n in names], axis=1) if len(names) > 1 else f32(names[0])
+        h = None
+        if half:
+            stored = np.concatenate([np.asarray(params[n]) for n in names], axis=1)
+            h = np.ascontiguousarray(stored.T, dtype=np.float16)
+        return Linear(w, h)
 
     layers = []
     for i in range(arch.n_layers):
@@ -243,23 +292,28 @@ def prepare(params: Params, arch: Architecture) -> Weights:
         layers.append(
             LayerWeights(
                 attn_norm=f32(p + "attn_norm"),
-                wqkv=np.concatenate([f32(p + "wq"), f32(p + "wk"), f32(p + "wv")], axis=1),
+                wqkv=linear(p + "wq", p + "wk", p + "wv"),
                 bqkv=np.concatenate([f32(p + "bq"), f32(p + "bk"), f32(p + "bv")]) if arch.attn_bias else None,
                 q_norm=f32(p + "q_norm") if arch.qk_norm else None,
                 k_norm=f32(p + "k_norm") if arch.qk_norm else None,
-                wo=f32(p + "wo"),
+                wo=linear(p + "wo"),
                 mlp_norm=f32(p + "mlp_norm"),
-                w_gate_up=np.concatenate([f32(p + "w_gate"), f32(p + "w_up")], axis=1),
-                w_down=f32(p + "w_down"),
+                w_gate_up=linear(p + "w_gate", p + "w_up"),
+                w_down=linear(p + "w_down"),
             )
         )
     embed = f32("embed")
+    head_half = None
+    if half:
+        src = params["embed"] if arch.tie_embeddings else np.asarray(params["lm_head"]).T
+        head_half = np.ascontiguousarray(src, dtype=np.float16)
     return Weights(
         arch=arch,
         embed=embed,
         layers=tuple(layers),
         final_norm=f32("final_norm"),
         lm_head=embed if arch.tie_embeddings else f32("lm_head"),
+        lm_head_half=head_half,
     )
 
 
@@ -346,7 +400,7 @@ def _forward_cached(w: Weights, tokens: np.ndarray, cache: KvCache, start: int) 
     x = w.embed[tokens]
     with np.errstate(over="ignore"):
         for i, lw in enumerate(w.layers):
-            qkv = _rms(x, lw.attn_norm, eps) @ lw.wqkv
+            qkv = lw.wqkv(_rms(x, lw.attn_norm, eps))
             if lw.bqkv is not None:
                 qkv += lw.bqkv
             q = qkv[:, :qw].reshape(n, h, hd)
@@ -357,10 +411,10 @@ def _forward_cached(w: Weights, tokens: np.ndarray, cache: KvCache, start: int) 
             cache.k[i, start:end] = _rope(k, cos, sin, arch.rope_style)
             cache.v[i, start:end] = qkv[:, qw + kw :].reshape(n, kvh, hd)
             attn = _attend(_rope(q, cos, sin, arch.rope_style), cache.k[i, :end], cache.v[i, :end], start)
-            x = x + attn @ lw.wo
-            gu = _rms(x, lw.mlp_norm, eps) @ lw.w_gate_up
+            x = x + lw.wo(attn)
+            gu = lw.w_gate_up(_rms(x, lw.mlp_norm, eps))
             gate, up = gu[:, : arch.d_ff], gu[:, arch.d_ff :]
-            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ lw.w_down
+            x = x + lw.w_down(gate / (1.0 + np.exp(-gate)) * up)
     cache.length = end
     last = _rms(x[-1], w.final_norm, eps)
     return np.asarray(w.logits(last), dtype=np.float32)

@@ -96,8 +96,28 @@ def check_io_contract(model: Model, graph: Graph) -> None:
         )
 
 
+_blas_limited = False
+
+
+def single_threaded_blas() -> None:
+    """Keep BLAS to one thread per calling thread, process-wide (threadpoolctl).
+
+    The mock computes each chip's jobs on that chip's own thread; on the 2-core
+    reference machine two chips are two cores. A multi-threaded BLAS inside each
+    would oversubscribe the cores, and its spinning threads slow a 135M model's
+    decode several-fold on a loaded machine.
+    """
+    global _blas_limited
+    if not _blas_limited:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
+        _blas_limited = True
+
+
 def load_model(package: Package, model: Model) -> LoadedModel:
     """Check every graph's I/O contract and read the params; InvalidCalbin on any problem."""
+    single_threaded_blas()
     if model.architecture.family not in MOCK_FAMILIES or model.architecture.rope_style not in decoder.ROPE_STYLES:
         raise InvalidCalbin(
             f"the mock board cannot execute model {model.alias!r}: architecture family {model.architecture.family!r} "
@@ -107,7 +127,7 @@ def load_model(package: Package, model: Model) -> LoadedModel:
     for g in model.graphs:
         check_io_contract(model, g)
     try:
-        params = decoder.load_params(package.root, model.params)
+        params = decoder.load_params(package.root, model.params, keep_dtype=True)
     except (OSError, ValueError, KeyError) as exc:
         raise InvalidCalbin(f"model {model.alias!r}: cannot read params: {exc}") from None
     expected = decoder.param_layout(model.architecture)
