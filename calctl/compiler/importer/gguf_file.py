@@ -167,7 +167,12 @@ def read_gguf(path: Path) -> GgufCheckpoint:
     try:
         reader = GGUFReader(str(path), "r")
     except Exception as exc:  # the reader raises ValueError/IndexError/struct errors on short files
-        raise CheckpointError(path, f"truncated or corrupt GGUF: {type(exc).__name__}: {exc}") from None
+        raise CheckpointError(
+            path,
+            f"truncated or corrupt GGUF ({path.stat().st_size} bytes): the gguf reader stopped with "
+            f"{type(exc).__name__}: {exc}",
+            hint="expected a complete GGUF v2/v3 file; re-download or re-convert it",
+        ) from None
     meta = _metadata(reader, path)
     tensors = {t.name: t for t in reader.tensors}
     size = path.stat().st_size
