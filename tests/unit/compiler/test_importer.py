@@ -243,3 +243,25 @@ def test_gguf_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
     w.close()
     with pytest.raises(CheckpointError, match=r"notok\.gguf: no tokenizer\.ggml\.model"):
         read_gguf_file(path)
+
+
+def test_bf16_safetensors_are_widened_exactly(tmp_path: Path) -> None:
+    """numpy has no bfloat16: the importer reads the raw 16 bits the header declares and widens them exactly."""
+    import struct
+
+    hf_dir, _, weights = write_hf_dir(tmp_path / "hf", "llama", seed=9)
+    header: dict[str, object] = {}
+    blobs, offset = [], 0
+    for name, arr in weights.items():
+        bits = (arr.astype(np.float32).view(np.uint32) >> 16).astype("<u2")  # truncate to bf16
+        data = bits.tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    raw = json.dumps(header).encode()
+    (hf_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+    ck = read_hf(hf_dir)
+    want = weights["model.layers.1.mlp.down_proj.weight"].view(np.uint32) & np.uint32(0xFFFF0000)
+    np.testing.assert_array_equal(ck.params["layers.1.w_down"].T.view(np.uint32), want)
+    import_checkpoint(tmp_path / "pkg", ck, ImportOptions(alias="bf"), _key())
+    assert load_manifest(tmp_path / "pkg").models[0].architecture.family == "llama"
