@@ -90,6 +90,7 @@ class Checkpoint:
     tokenizer_config: Mapping[str, Any]
     sources: tuple[Path, ...]
     notes: tuple[str, ...] = ()
+    tokenizer_config_file: bytes | None = None  # the original bytes, kept as they are (Hugging Face)
 
 
 def default_alias(stem: str) -> str:
@@ -270,15 +271,18 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
     params = stored(ck.params, opts.dtype)
     gold, label = make_golden(params, arch, golden_prompts(ck, tok))
     err = self_check(decoder.prepare(params, arch), arch, gold)
-    cfg = dict(ck.tokenizer_config)
-    cfg["model_max_length"] = context
+    if ck.tokenizer_config_file is not None:
+        tok_cfg = ck.tokenizer_config_file
+    else:
+        cfg = {**ck.tokenizer_config, "model_max_length": context}
+        tok_cfg = (json.dumps(cfg, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
     pre, dec = workspace_bytes(arch)
     content = ModelContent(
         arch=arch,
         params=params,
         param_dtype=opts.dtype,
         tokenizer_json=ck.tokenizer_json,
-        tokenizer_config=(json.dumps(cfg, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"),
+        tokenizer_config=tok_cfg,
         tokenizer_vocab=vocab,
         golden=gold,
         max_sequences=opts.sequences,
@@ -352,6 +356,7 @@ def read_hf(root: Path) -> Checkpoint:
         tokenizer_json=hf.tokenizer_json,
         tokenizer_config=hf.tokenizer_config,
         sources=hf.sources,
+        tokenizer_config_file=hf.tokenizer_config_bytes,
     )
 
 

@@ -35,6 +35,7 @@ class HfCheckpoint:
     params: dict[str, np.ndarray]  # package names, float32, [in, out]
     tokenizer_json: bytes
     tokenizer_config: dict[str, Any]
+    tokenizer_config_bytes: bytes
     sources: tuple[Path, ...]  # every file read, for provenance
 
 
@@ -182,6 +183,7 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
         params=params,
         tokenizer_json=tok_bytes,
         tokenizer_config=tok_cfg,
+        tokenizer_config_bytes=tok_cfg_path.read_bytes(),
         sources=(cfg_path, *files, tok_path, tok_cfg_path),
     )
 

@@ -265,3 +265,12 @@ def test_bf16_safetensors_are_widened_exactly(tmp_path: Path) -> None:
     np.testing.assert_array_equal(ck.params["layers.1.w_down"].T.view(np.uint32), want)
     import_checkpoint(tmp_path / "pkg", ck, ImportOptions(alias="bf"), _key())
     assert load_manifest(tmp_path / "pkg").models[0].architecture.family == "llama"
+
+
+def test_hf_tokenizer_files_are_kept_byte_for_byte(tmp_path: Path) -> None:
+    hf_dir, _, _ = write_hf_dir(tmp_path / "hf", "qwen2")
+    import_checkpoint(tmp_path / "pkg", read_hf(hf_dir), ImportOptions(alias="q2"), _key())
+    m = load_manifest(tmp_path / "pkg").models[0]
+    assert m.tokenizer.config is not None
+    for rel, name in ((m.tokenizer.file, "tokenizer.json"), (m.tokenizer.config, "tokenizer_config.json")):
+        assert (tmp_path / "pkg" / rel).read_bytes() == (hf_dir / name).read_bytes()
