@@ -165,19 +165,22 @@ def render_chat(template: str, cfg: Mapping[str, Any], content: str) -> str:
     )
 
 
-def golden_prompts(ck: Checkpoint, tok: Any) -> list[tuple[str, list[int]]]:
-    """The fixed prompts as ``(label, ids)``: the chat-templated one first when the model has a template."""
+def golden_prompts(ck: Checkpoint, tok: Any) -> tuple[list[tuple[str, list[int]]], list[str]]:
+    """The fixed prompts as ``(label, ids)``, the chat-templated one first when the model has a template; notes."""
     out: list[tuple[str, list[int]]] = []
+    notes: list[str] = []
     template = ck.tokenizer_config.get("chat_template")
     if isinstance(template, str) and template:
         try:
             text = render_chat(template, ck.tokenizer_config, CHAT_PROMPT)
             out.append((f"chat: {CHAT_PROMPT}", tok.encode(text, add_special_tokens=False).ids))
-        except Exception:  # an exotic template: golden still runs on the plain prompts
-            pass
+        except Exception as exc:  # jinja2 raises many types; golden still runs on the plain prompts
+            notes.append(f"the chat template does not render ({type(exc).__name__}: {exc}); golden uses plain prompts")
+    else:
+        notes.append("no chat_template in the tokenizer config; golden uses plain prompts")
     for p in PLAIN_PROMPTS:
         out.append((p, tok.encode(p, add_special_tokens=False).ids))
-    return [(label, ids) for label, ids in out if ids]
+    return [(label, ids) for label, ids in out if ids], notes
 
 
 def make_golden(
@@ -269,7 +272,8 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
             ck.sources[0], f"the tokenizer has {vocab} entries, more than the model's vocab_size {arch.vocab_size}"
         )
     params = stored(ck.params, opts.dtype)
-    gold, label = make_golden(params, arch, golden_prompts(ck, tok))
+    prompts, notes = golden_prompts(ck, tok)
+    gold, label = make_golden(params, arch, prompts)
     err = self_check(decoder.prepare(params, arch), arch, gold)
     if ck.tokenizer_config_file is not None:
         tok_cfg = ck.tokenizer_config_file
@@ -299,6 +303,7 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
         "golden_prompt": label,
         "golden_tokens": len(gold.decode_tokens),
         "golden_self_check_max_abs_err": err,
+        "notes": notes,
     }
     return content, summary
 
@@ -341,7 +346,8 @@ def import_checkpoint(out: Path, ck: Checkpoint, opts: ImportOptions, key: Ed255
         ),
     )
     write_package(Path(out), spec, [(plan, lambda: content)], key)
-    return {**summary, "path": str(out), "alias": opts.alias, "chip": opts.chip, "notes": list(ck.notes)}
+    notes = [*ck.notes, *summary.pop("notes")]
+    return {**summary, "path": str(out), "alias": opts.alias, "chip": opts.chip, "notes": notes}
 
 
 def read_hf(root: Path) -> Checkpoint:

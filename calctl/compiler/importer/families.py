@@ -6,9 +6,9 @@ Every family is the Llama block; the differences become manifest fields
 =========  ==========  =========  =======  ============================
 family     attn_bias   qk_norm    rope     head_dim
 =========  ==========  =========  =======  ============================
-llama      config      no         half     config or d_model / n_heads
-qwen2      yes (q/k/v) no         half     d_model / n_heads
-qwen3      config      yes        half     config (explicit)
+llama      config      no         half     config, else d_model / n_heads
+qwen2      yes (q/k/v) no         half     config, else d_model / n_heads
+qwen3      config      yes        half     config (explicit), else d_model / n_heads
 =========  ==========  =========  =======  ============================
 
 ``rope: half`` is Hugging Face's ``rotate_half`` convention. GGUF stores Llama's
@@ -161,11 +161,7 @@ def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
         raise CheckpointError(where, "use_sliding_window true: sliding-window attention is not supported")
     d = c.integer("hidden_size")
     heads = c.integer("num_attention_heads")
-    default_hd = d // heads
-    if model_type == "qwen3":
-        head_dim = c.integer("head_dim", default_hd)
-    else:
-        head_dim = c.integer("head_dim", default_hd) if doc.get("head_dim") is not None else default_hd
+    head_dim = c.integer("head_dim") if doc.get("head_dim") is not None else d // heads
     attn_bias = True if model_type == "qwen2" else c.flag("attention_bias", False)
     fc = FamilyConfig(
         family=model_type,

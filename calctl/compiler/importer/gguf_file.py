@@ -74,13 +74,7 @@ def permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def _field_value(field: Any) -> Any:
-    from gguf import GGUFValueType
-
-    if not field.types:
-        return None
-    if field.types[0] == GGUFValueType.ARRAY:
-        return field.contents()
-    return field.contents()
+    return field.contents() if field.types else None
 
 
 def _metadata(reader: Any, path: Path) -> dict[str, Any]:
