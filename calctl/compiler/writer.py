@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from calctl import __version__
 from calctl.compiler import elfwriter
 from calctl.errors import UsageError
-from calctl.package.architecture import expected_tensor_shapes
+from calctl.package.architecture import FP32_TENSORS, expected_tensor_shapes
 from calctl.package.model import COMPATIBILITY, DTYPE_BYTES, MANIFEST, PROVENANCE, RESERVED_INFO, Architecture
 from calctl.signing import seal
 from calctl.signing.files import SEAL_FILES
@@ -146,7 +146,7 @@ def npy(arr: np.ndarray) -> bytes:
 
 
 #: Architecture fields that state a family difference (docs/import.md).
-FAMILY_FIELDS = ("rope_style", "attn_bias", "qk_norm")
+FAMILY_FIELDS = ("rope_style", "attn_bias", "qk_norm", "rope_freq_factors")
 
 
 def architecture_document(arch: Architecture, *, explicit: bool = True) -> dict[str, Any]:
@@ -182,16 +182,14 @@ def io_tensors(kind: str, context: int, vocab: int, profiles: list[int]) -> tupl
 
 def param_blob(content: ModelContent, rel: str) -> tuple[bytes, list[dict[str, Any]]]:
     """The parameter blob (64-byte aligned tensors, little-endian) and its manifest tensor list."""
-    np_dtype = {"fp32": "<f4", "fp16": "<f2"}[content.param_dtype]
     blob = bytearray()
     tensors = []
     for name, shape in expected_tensor_shapes(content.arch).items():
-        arr = np.ascontiguousarray(content.params[name], dtype=np_dtype)
+        dtype = "fp32" if name in FP32_TENSORS else content.param_dtype
+        arr = np.ascontiguousarray(content.params[name], dtype={"fp32": "<f4", "fp16": "<f2"}[dtype])
         if arr.shape != shape:
             raise ValueError(f"tensor {name}: shape {arr.shape}, the architecture needs {shape}")
-        tensors.append(
-            {"name": name, "file": rel, "dtype": content.param_dtype, "shape": list(shape), "offset": len(blob)}
-        )
+        tensors.append({"name": name, "file": rel, "dtype": dtype, "shape": list(shape), "offset": len(blob)})
         blob += arr.tobytes()
         blob += b"\0" * (-len(blob) % 64)
     return bytes(blob), tensors

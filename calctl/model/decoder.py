@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from calctl.model.native import gemv_f16
-from calctl.package.architecture import expected_tensor_shapes
+from calctl.package.architecture import FP32_TENSORS, expected_tensor_shapes
 from calctl.package.model import NUMPY_DTYPE, Architecture, ParamTensor
 
 Params = Mapping[str, np.ndarray]
@@ -95,10 +95,17 @@ def _ref_rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def _ref_rope(x: np.ndarray, pos: np.ndarray, arch: Architecture) -> np.ndarray:
+def inv_frequencies(arch: Architecture, factors: np.ndarray | None) -> np.ndarray:
+    """float64 ``[head_dim/2]``: ``rope_theta^(-2i/head_dim)``, divided by the per-pair factors when given."""
+    hd = arch.head_dim
+    inv = arch.rope_theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    return inv if factors is None else inv / np.asarray(factors, dtype=np.float64)
+
+
+def _ref_rope(x: np.ndarray, pos: np.ndarray, arch: Architecture, factors: np.ndarray | None) -> np.ndarray:
     """Rotate one head ``x [T, head_dim]`` by its positions, written out per style."""
     hd = x.shape[-1]
-    inv = arch.rope_theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    inv = inv_frequencies(arch, factors)
     ang = pos.astype(np.float64)[:, None] * inv[None, :]
     c, s = np.cos(ang).astype(x.dtype), np.sin(ang).astype(x.dtype)
     if arch.rope_style == "interleaved":
@@ -128,6 +135,7 @@ def reference_logits(
     group = h // kvh
     p64 = {k: np.asarray(v, dtype=dtype) for k, v in params.items()}  # no copy when already ``dtype``
     pos = np.arange(t)
+    factors = p64.get("rope_freq_factors") if arch.rope_freq_factors else None
     x = p64["embed"][tokens]
     causal = np.tril(np.ones((t, t), dtype=bool))
     for i in range(arch.n_layers):
@@ -142,13 +150,13 @@ def reference_logits(
             kg = k[:, g * hd : (g + 1) * hd]
             if arch.qk_norm:
                 kg = _ref_rms(kg, p64[p + "k_norm"], arch.norm_eps)
-            keys.append(_ref_rope(kg, pos, arch))
+            keys.append(_ref_rope(kg, pos, arch, factors))
             values.append(v[:, g * hd : (g + 1) * hd])
         for head in range(h):
             qh = q[:, head * hd : (head + 1) * hd]
             if arch.qk_norm:
                 qh = _ref_rms(qh, p64[p + "q_norm"], arch.norm_eps)
-            qh = _ref_rope(qh, pos, arch)
+            qh = _ref_rope(qh, pos, arch, factors)
             scores = qh @ keys[head // group].T / np.sqrt(hd)
             scores = np.where(causal, scores, -np.inf)
             w = np.exp(scores - scores.max(axis=-1, keepdims=True))
@@ -248,6 +256,7 @@ class Weights:
     final_norm: np.ndarray
     lm_head: np.ndarray  # [vocab, d_model] when tied (the embedding itself), else [d_model, vocab]
     lm_head_half: np.ndarray | None = None  # [vocab, d_model] float16
+    rope_factors: np.ndarray | None = None  # float64 [head_dim/2] (arch.rope_freq_factors)
 
     @property
     def native(self) -> bool:
@@ -273,7 +282,11 @@ def prepare(params: Params, arch: Architecture, *, native: bool = True) -> Weigh
     the native one-token GEMV reads are kept too, when that GEMV builds on this machine.
     """
     _check_style(arch)
-    half = native and all(np.asarray(v).dtype == np.float16 for v in params.values()) and _native_gemv() is not None
+    half = (
+        native
+        and all(np.asarray(v).dtype == np.float16 for k, v in params.items() if k not in FP32_TENSORS)
+        and _native_gemv() is not None
+    )
 
     def f32(name: str) -> np.ndarray:
         return np.ascontiguousarray(params[name], dtype=np.float32)
@@ -314,6 +327,7 @@ def prepare(params: Params, arch: Architecture, *, native: bool = True) -> Weigh
         final_norm=f32("final_norm"),
         lm_head=embed if arch.tie_embeddings else f32("lm_head"),
         lm_head_half=head_half,
+        rope_factors=np.asarray(params["rope_freq_factors"], dtype=np.float64) if arch.rope_freq_factors else None,
     )
 
 
@@ -342,9 +356,8 @@ def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)) * w
 
 
-def _rope_tables(start: int, n: int, arch: Architecture) -> tuple[np.ndarray, np.ndarray]:
-    hd = arch.head_dim
-    inv = arch.rope_theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+def _rope_tables(start: int, n: int, arch: Architecture, factors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    inv = inv_frequencies(arch, factors)
     ang = np.arange(start, start + n, dtype=np.float64)[:, None] * inv[None, :]
     return np.cos(ang).astype(np.float32)[:, None, :], np.sin(ang).astype(np.float32)[:, None, :]
 
@@ -396,7 +409,7 @@ def _forward_cached(w: Weights, tokens: np.ndarray, cache: KvCache, start: int) 
     h, kvh, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
     qw, kw = h * hd, kvh * hd
     eps = arch.norm_eps
-    cos, sin = _rope_tables(start, n, arch)
+    cos, sin = _rope_tables(start, n, arch, w.rope_factors)
     x = w.embed[tokens]
     with np.errstate(over="ignore"):
         for i, lw in enumerate(w.layers):

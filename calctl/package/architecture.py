@@ -5,7 +5,8 @@ architecture symbols, and the architecture flag that makes it present. Every
 decoder family shares the Llama block; the differences are explicit manifest
 fields (``attn_bias``, ``qk_norm``, ``tie_embeddings``, ``head_dim``) rather than
 something inferred from the family name, so a C implementation reads the same
-facts (docs/import.md). Matrices are ``[in, out]`` (``y = x @ W``).
+facts (docs/import.md). Matrices are ``[in, out]`` (``y = x @ W``);
+``rope_freq_factors`` divides each RoPE pair's frequency (Llama 3.x scaling).
 
 Pure: no I/O, no numpy. The mock's decoder (``calctl.model.decoder``) and the
 compilers use it to lay out params; validation checks manifests against it.
@@ -17,6 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from calctl.package.model import Architecture
+
+#: Tensors stored float32 whatever the weights' dtype (small, and their precision is the model's).
+FP32_TENSORS = frozenset({"rope_freq_factors"})
 
 #: Families whose tensors this table knows. ``calctl-tiny-decoder`` is the bundled sample model.
 DECODER_FAMILIES = ("calctl-tiny-decoder", "llama", "qwen2", "qwen3")
@@ -46,6 +50,7 @@ _DECODER_ROWS: tuple[TensorRow, ...] = (
     TensorRow("layers.{i}.w_up", ("d_model", "d_ff")),
     TensorRow("layers.{i}.w_down", ("d_ff", "d_model")),
     TensorRow("final_norm", ("d_model",)),
+    TensorRow("rope_freq_factors", ("rope_pairs",), when="rope_freq_factors"),
     TensorRow("lm_head", ("d_model", "vocab"), when="untied"),
 )
 
@@ -61,6 +66,7 @@ def _dims(arch: Architecture) -> dict[str, int]:
         "kv_width": arch.n_kv_heads * arch.head_dim,
         "head_dim": arch.head_dim,
         "d_ff": arch.d_ff,
+        "rope_pairs": arch.head_dim // 2,
     }
 
 

@@ -197,6 +197,9 @@ class Architecture:
     qk_norm: bool = False  # RMSNorm over head_dim on each query/key head before RoPE (Qwen3)
     max_position_embeddings: int | None = None  # the checkpoint's trained maximum; context_limit is the cap in use
     bos_token_id: int | None = None
+    # Per-pair RoPE frequency divisors, tensor ``rope_freq_factors [head_dim/2]`` (Llama 3.x ``rope_scaling: llama3``;
+    # llama.cpp's ``rope_freqs``): pair i rotates by position * rope_theta^(-2i/head_dim) / factor[i].
+    rope_freq_factors: bool = False
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from calctl.compiler.writer import (
 )
 from calctl.errors import UsageError
 from calctl.model import decoder
+from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Architecture
 
 DEFAULT_CONTEXT_CAP = 4096
@@ -254,6 +255,9 @@ def stored(params: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray
         return {k: np.asarray(v, dtype=np.float32) for k, v in params.items()}
     out = {}
     for k, v in params.items():
+        if k in FP32_TENSORS:
+            out[k] = np.asarray(v, dtype=np.float32)
+            continue
         h = np.asarray(v, dtype=np.float16)
         if not np.all(np.isfinite(h)):
             raise CheckpointError(k, "does not fit fp16 (values beyond +-65504); import with --dtype fp32")

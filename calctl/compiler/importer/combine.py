@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from calctl.compiler.writer import BuildInfo, GoldenCase, ModelContent, ModelPlan, PackageSpec, write_package
 from calctl.errors import PackageError, UsageError
 from calctl.model import decoder
+from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Model, Package
 from calctl.package.reader import load_manifest
 from calctl.signing import seal
@@ -79,7 +80,7 @@ def _npy(pkg: Package, rel: str) -> np.ndarray:
 def content_of(src: Source) -> ModelContent:
     """The model of ``src`` as compiler content (weights back from its blobs)."""
     pkg, m = src.package, src.model
-    dtypes = {t.dtype for t in m.params}
+    dtypes = {t.dtype for t in m.params if t.name not in FP32_TENSORS}
     if len(dtypes) != 1 or next(iter(dtypes)) not in ("fp32", "fp16"):
         raise PackageError(
             f"parameter dtypes {sorted(dtypes)}: combine re-lays out fp32 or fp16 blobs only", path=str(src.root)

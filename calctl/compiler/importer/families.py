@@ -15,8 +15,10 @@ qwen3      config      yes        half     config (explicit), else d_model / n_h
 Q/K rows permuted for llama.cpp's interleaved RoPE; :mod:`.gguf_file` undoes
 that, so every imported package holds Hugging Face row order.
 
-Anything this cannot run exactly is refused, naming the config key: other
-``model_type`` values, RoPE scaling, sliding windows, a non-SiLU activation,
+Llama 3.x ``rope_scaling: llama3`` becomes per-pair RoPE frequency divisors
+(tensor ``rope_freq_factors``, llama.cpp's ``rope_freqs``). Anything this cannot
+run exactly is refused, naming the config key: other ``model_type`` values,
+other RoPE scaling, sliding windows, a non-SiLU activation,
 MLP or output-projection biases. This module is pure: no file I/O.
 """
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from calctl.errors import UsageError
@@ -62,6 +64,7 @@ class FamilyConfig:
     qk_norm: bool
     bos_token_id: int | None
     eos_token_id: int | None
+    rope_factors: tuple[float, ...] | None = None  # per-pair frequency divisors (Llama 3.x rope_scaling)
 
     def architecture(self, *, context: int, dtype: str, eos_token_id: int | None) -> Architecture:
         return Architecture(
@@ -84,6 +87,7 @@ class FamilyConfig:
             qk_norm=self.qk_norm,
             max_position_embeddings=self.max_position_embeddings,
             bos_token_id=self.bos_token_id,
+            rope_freq_factors=self.rope_factors is not None,
         )
 
 
@@ -96,11 +100,13 @@ def unsupported_family(where: object, key: str, value: object) -> CheckpointErro
 
 
 class _Cfg:
-    def __init__(self, doc: Mapping[str, Any], where: object, prefix: str = "") -> None:
+    def __init__(self, doc: Mapping[str, Any], where: object, prefix: str = "", label: str | None = None) -> None:
+        """``prefix`` is prepended to every key looked up; ``label`` (default ``prefix``) to keys in messages."""
         self.doc, self.where, self.prefix = doc, where, prefix
+        self.label = prefix if label is None else label
 
     def _err(self, key: str, what: str, found: object) -> CheckpointError:
-        return CheckpointError(self.where, f"{self.prefix}{key}: expected {what}, found {found!r}")
+        return CheckpointError(self.where, f"{self.label}{key}: expected {what}, found {found!r}")
 
     def integer(self, key: str, default: int | None = None, minimum: int = 1) -> int:
         v = self.doc.get(self.prefix + key, default)
@@ -147,11 +153,13 @@ def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
     if model_type not in SUPPORTED:
         raise unsupported_family(where, "model_type", model_type)
     c = _Cfg(doc, where)
-    if doc.get("rope_scaling") not in (None, {}):
+    scaling = doc.get("rope_scaling")
+    rope_type = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, Mapping) else None
+    if scaling not in (None, {}) and (rope_type not in ("llama3", "default") or model_type != "llama"):
         raise CheckpointError(
             where,
-            f"rope_scaling {doc.get('rope_scaling')!r}: RoPE scaling is not implemented by the mock's decoder",
-            hint="expected rope_scaling null (plain RoPE with rope_theta)",
+            f"rope_scaling {scaling!r}: only Llama 3's 'llama3' frequency scaling is implemented",
+            hint="expected rope_scaling null (plain RoPE with rope_theta) or rope_type 'llama3' (model_type llama)",
         )
     if doc.get("hidden_act", "silu") != "silu":
         raise CheckpointError(where, f"hidden_act {doc.get('hidden_act')!r}: expected 'silu' (SiLU-gated MLP)")
@@ -181,7 +189,34 @@ def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
         bos_token_id=c.token_id("bos_token_id"),
         eos_token_id=c.token_id("eos_token_id"),
     )
+    if rope_type == "llama3" and isinstance(scaling, Mapping):
+        fc = replace(fc, rope_factors=llama3_rope_factors(_Cfg(scaling, where, label="rope_scaling."), fc))
     return _check_shape(where, fc)
+
+
+def llama3_rope_factors(s: _Cfg, fc: FamilyConfig) -> tuple[float, ...]:
+    """Per-pair divisors of Llama 3's ``rope_scaling: llama3`` (transformers ``_compute_llama3_parameters``).
+
+    Pairs whose wavelength is shorter than ``original_max_position_embeddings / high_freq_factor``
+    keep their frequency, longer than ``... / low_freq_factor`` divide it by ``factor``, and the
+    band between is interpolated: divisor ``1 / ((1 - smooth) / factor + smooth)``.
+    """
+    factor = s.number("factor")
+    low, high = s.number("low_freq_factor", 1.0), s.number("high_freq_factor", 4.0)
+    old = s.integer("original_max_position_embeddings", 8192)
+    if high <= low:
+        raise CheckpointError(s.where, f"rope_scaling: high_freq_factor {high} must exceed low_freq_factor {low}")
+    out = []
+    for i in range(0, fc.head_dim, 2):
+        wavelen = 2 * math.pi * fc.rope_theta ** (i / fc.head_dim)
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1.0 / ((1.0 - smooth) / factor + smooth))
+    return tuple(out)
 
 
 def from_gguf_metadata(meta: Mapping[str, Any], where: object, *, has_output: bool) -> FamilyConfig:

@@ -181,6 +181,15 @@ def read_gguf(path: Path) -> GgufCheckpoint:
     if cfg.family == "qwen2" or "blk.0.attn_q.bias" in tensors:
         cfg = replace(cfg, attn_bias=True)
     params: dict[str, np.ndarray] = {}
+    freqs = tensors.get("rope_freqs.weight")  # llama.cpp's Llama 3 rope scaling: per-pair divisors
+    if freqs is not None:
+        factors = _dequantize(freqs, path).reshape(-1)
+        if factors.shape != (cfg.head_dim // 2,) or not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+            raise CheckpointError(
+                path, f"tensor rope_freqs.weight: expected {cfg.head_dim // 2} positive factors, found {factors.shape}"
+            )
+        params["rope_freq_factors"] = factors.astype(np.float32)
+        cfg = replace(cfg, rope_factors=tuple(float(f) for f in factors))
     for gname, name, shape, transpose in _gguf_names(cfg):
         found = tensors.get(gname)
         if found is None:

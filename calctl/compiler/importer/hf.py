@@ -139,6 +139,8 @@ def load_weights(files: list[Path], cfg: FamilyConfig) -> dict[str, np.ndarray]:
         for k in st.header:
             index.setdefault(k, st)
     out: dict[str, np.ndarray] = {}
+    if cfg.rope_factors is not None:  # computed from config.json's rope_scaling, not stored in the weights
+        out["rope_freq_factors"] = np.array(cfg.rope_factors, dtype=np.float32)
     where = ", ".join(p.name for p in files)
     for hf_name, name, shape, transpose in hf_tensor_names(cfg):
         found = index.get(hf_name)

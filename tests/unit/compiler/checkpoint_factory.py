@@ -22,6 +22,15 @@ from calctl.model import tokenizer as toklib
 FAMILIES = ("llama", "qwen2", "qwen3")
 
 
+LLAMA3_SCALING = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,  # small, so a 16-wide head has pairs in all three bands
+}
+
+
 def tiny_config(family: str, *, tie: bool = False, vocab: int = 384, layers: int = 2) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "model_type": family,
@@ -165,6 +174,21 @@ def write_gguf(
         "mlp.up_proj.weight": "ffn_up.weight",
         "mlp.down_proj.weight": "ffn_down.weight",
     }
+    scaling = cfg.get("rope_scaling")
+    if scaling:  # llama.cpp's convert_hf_to_gguf.py LlamaModel.generate_extra_tensors, restated
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        factors = []
+        for freq in 1.0 / (cfg["rope_theta"] ** (np.arange(0, hd, 2) / hd)):
+            wavelen = 2 * np.pi / freq
+            if wavelen < old / high:
+                factors.append(1.0)
+            elif wavelen > old / low:
+                factors.append(factor)
+            else:
+                smooth = (old / wavelen - low) / (high - low)
+                factors.append(1 / ((1 - smooth) / factor + smooth))
+        w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
     for hf_name, arr in weights.items():
         if hf_name in names:
             gname = names[hf_name]
@@ -219,6 +243,16 @@ def hf_forward(weights: dict[str, np.ndarray], cfg: dict[str, Any], tokens: list
         return g * (x / np.sqrt((x**2).mean(-1, keepdims=True) + eps))
 
     inv = 1.0 / (cfg["rope_theta"] ** (np.arange(0, hd, 2) / hd))
+    scaling = cfg.get("rope_scaling")
+    if scaling:  # transformers' _compute_llama3_parameters, restated
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * np.pi / inv
+        inv_llama = np.where(wavelen > old / low, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * inv_llama / factor + smooth * inv_llama
+        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+        inv = np.where(medium, smoothed, inv_llama)
     freqs = np.outer(np.arange(t), inv)
     emb = np.concatenate([freqs, freqs], -1)
     cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from checkpoint_factory import dequantized, hf_forward, tiny_config, write_gguf, write_hf_dir
+from checkpoint_factory import LLAMA3_SCALING, dequantized, hf_forward, tiny_config, write_gguf, write_hf_dir
 
 from calctl.compiler.importer.build import ImportOptions, import_checkpoint, read_gguf_file, read_hf
 from calctl.compiler.importer.families import CheckpointError
@@ -46,6 +46,29 @@ def test_hf_and_gguf_imports_match_a_direct_forward_of_the_original(tmp_path: Pa
         cached, reference = _package_logits(out, PROMPT)
         np.testing.assert_allclose(reference, want, rtol=1e-9, atol=1e-9, err_msg=f"{name} reference")
         np.testing.assert_allclose(cached, want[-1], rtol=1e-4, atol=1e-4, err_msg=f"{name} mock path")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_llama3_rope_scaling_in_both_formats_matches_transformers(tmp_path: Path, dtype: str) -> None:
+    cfg = {**tiny_config("llama"), "rope_scaling": LLAMA3_SCALING}
+    hf_dir, cfg, weights = write_hf_dir(tmp_path / "hf", "llama", seed=11, config=cfg)
+    long_prompt = [(7 * i + 3) % 384 for i in range(48)]  # long enough for the low-frequency pairs to matter
+    want = hf_forward(weights, cfg, long_prompt)
+    plain = hf_forward(weights, {**cfg, "rope_scaling": None}, long_prompt)
+    assert np.max(np.abs(plain - want)) > 1e-3  # the scaling changes the model: the check below means something
+    for name, ck in (
+        ("hf", read_hf(hf_dir)),
+        ("gguf", read_gguf_file(write_gguf(tmp_path / "m.gguf", hf_dir, cfg, weights))),
+    ):
+        out = tmp_path / f"pkg-{name}-{dtype}"
+        import_checkpoint(out, ck, ImportOptions(alias=f"l3-{name}", dtype=dtype), _key())
+        m = load_manifest(out).models[0]
+        assert m.architecture.rope_freq_factors
+        assert {t.dtype for t in m.params if t.name == "rope_freq_factors"} == {"fp32"}
+        cached, reference = _package_logits(out, long_prompt)
+        tol = 1e-4 if dtype == "fp32" else 5e-2
+        np.testing.assert_allclose(reference[-1], want[-1], atol=tol, err_msg=f"{name} reference")
+        np.testing.assert_allclose(cached, want[-1], atol=tol, err_msg=f"{name} mock path")
 
 
 def test_the_manifest_states_the_family_differences(tmp_path: Path) -> None:
@@ -161,7 +184,8 @@ def test_gguf_of_an_unsupported_architecture_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("key", "value", "match"),
     [
-        ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "rope_scaling"),
+        ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}, "only Llama 3's 'llama3' frequency scaling"),
+        ("rope_scaling", {"rope_type": "llama3"}, "rope_scaling.factor: expected a finite number"),
         ("hidden_act", "gelu", "hidden_act 'gelu'"),
         ("num_key_value_heads", 3, "not a multiple"),
         ("hidden_size", "64", "hidden_size: expected an integer"),
