@@ -208,3 +208,32 @@ def test_smollm2_import_validate_golden_and_serve_paris(cli, tmp_path: Path) -> 
         short = client.chat.completions.create(model="smollm2-0", messages=question, temperature=0, max_tokens=3)
         assert short.choices[0].finish_reason == "length" and short.usage is not None
         assert short.usage.completion_tokens == 3
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_the_mock_boards_logits_match_a_direct_forward_of_the_original(cli, tmp_path: Path, family: str) -> None:  # type: ignore[no-untyped-def]
+    """Through the mock runtime itself (create_calbin, configure, prefill job), from a GGUF import."""
+    from checkpoint_factory import hf_forward
+
+    from calctl.package.reader import load_manifest
+    from calctl.runners.steps import GreedyProgress, greedy_run
+    from calctl.runtime import open_runtime
+
+    hf_dir, cfg, weights = write_hf_dir(tmp_path / "hf", family, seed=12)
+    gguf_path = write_gguf(tmp_path / "m.gguf", hf_dir, cfg, weights)
+    out = tmp_path / "pkg"
+    assert cli("import", "gguf", gguf_path, out, "--key", TEST_KEY, "--alias", "m", "--dtype", "fp32").code == 0
+    prompt = (11, 22, 33, 44, 55, 66, 77)
+    pkg = load_manifest(out)
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg))
+        progress = GreedyProgress("m")
+        greedy_run(rt, pkg.model("m"), prompt, 4, progress=progress)
+    assert progress.prefill_logits is not None
+    want = hf_forward(weights, cfg, list(prompt))
+    np.testing.assert_allclose(progress.prefill_logits, want[-1], rtol=1e-4, atol=1e-4)
+    seq, expected = list(prompt), []
+    for _ in range(4):  # greedy continuation of the original, recomputed from scratch each step
+        expected.append(int(np.argmax(hf_forward(weights, cfg, seq)[-1])))
+        seq.append(expected[-1])
+    assert progress.tokens == expected
