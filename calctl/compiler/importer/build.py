@@ -130,13 +130,18 @@ def _token_text(value: object) -> str | None:
     return None
 
 
+def _tokenizer_source(ck: Checkpoint) -> Path:
+    """The file the tokenizer came from: ``tokenizer.json`` of a directory, else the GGUF file."""
+    return next((p for p in ck.sources if p.name == "tokenizer.json"), ck.sources[0])
+
+
 def _tokenizer(ck: Checkpoint) -> Any:
     from tokenizers import Tokenizer
 
     try:
         return Tokenizer.from_str(ck.tokenizer_json.decode("utf-8"))
-    except Exception as exc:
-        raise CheckpointError(ck.sources[0], f"tokenizer does not load: {exc}") from None
+    except Exception as exc:  # tokenizers raises plain Exception subclasses
+        raise CheckpointError(_tokenizer_source(ck), f"the tokenizer does not load: {exc}") from None
 
 
 def _eos_id(ck: Checkpoint, tok: Any) -> int | None:
@@ -273,7 +278,8 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
     vocab = int(tok.get_vocab_size(with_added_tokens=True))
     if vocab > arch.vocab_size:
         raise CheckpointError(
-            ck.sources[0], f"the tokenizer has {vocab} entries, more than the model's vocab_size {arch.vocab_size}"
+            _tokenizer_source(ck),
+            f"the tokenizer has {vocab} entries, more than the model's vocab_size {arch.vocab_size}",
         )
     params = stored(ck.params, opts.dtype)
     prompts, notes = golden_prompts(ck, tok)

@@ -298,3 +298,19 @@ def test_hf_tokenizer_files_are_kept_byte_for_byte(tmp_path: Path) -> None:
     assert m.tokenizer.config is not None
     for rel, name in ((m.tokenizer.file, "tokenizer.json"), (m.tokenizer.config, "tokenizer_config.json")):
         assert (tmp_path / "pkg" / rel).read_bytes() == (hf_dir / name).read_bytes()
+
+
+def test_a_tokenizer_larger_than_the_vocabulary_is_refused_naming_it(tmp_path: Path) -> None:
+    from calctl.model import tokenizer as toklib
+
+    cfg = tiny_config("llama", vocab=512)
+    hf_dir, _, _ = write_hf_dir(tmp_path / "hf", "llama", config=cfg)
+    (hf_dir / "config.json").write_text(json.dumps({**cfg, "vocab_size": 384}))
+    from checkpoint_factory import random_hf_weights
+    from safetensors.numpy import save_file
+
+    save_file(random_hf_weights({**cfg, "vocab_size": 384}), str(hf_dir / "model.safetensors"))
+    assert toklib.train(512).get_vocab_size() == 512
+    with pytest.raises(CheckpointError, match=r"tokenizer\.json: the tokenizer has 512 entries, more than .* 384"):
+        import_checkpoint(tmp_path / "pkg", read_hf(hf_dir), ImportOptions(alias="x"), _key())
+    assert not (tmp_path / "pkg").exists()
