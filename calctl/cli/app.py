@@ -39,6 +39,7 @@ _state = {"debug": False}
 # Explicit registry: module path -> has register(app). Order = order in --help.
 _COMMAND_MODULES: list[str] = [
     "calctl.cli.package_cmds",
+    "calctl.cli.import_cmds",
     "calctl.cli.validate_cmds",
     "calctl.cli.budget_cmds",
     "calctl.cli.device_cmds",

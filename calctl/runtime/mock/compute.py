@@ -1,10 +1,11 @@
-"""What the mock board computes: the package's tiny decoder on the package's params.
+"""What the mock board computes: the package's decoder on the package's params.
 
-The mock executes the calctl tiny decoder (:mod:`calctl.model.tiny`) with the
+The mock executes the numpy decoder (:mod:`calctl.model.decoder`: the calctl
+tiny sample model and the imported Llama / Qwen2 / Qwen3 families) with the
 weights read from the package's param blobs and a real KV cache per sequence,
 so golden runs, KV corruption and cross-model crosstalk are genuinely
-detectable (SPEC §5). It accepts only graphs with the tiny decoder's I/O
-contract (the one :mod:`calctl.compiler.sample` writes):
+detectable (SPEC §5). It accepts only graphs with the decoder's I/O contract
+(the one :mod:`calctl.compiler.sample` and :mod:`calctl.compiler.importer` write):
 
 * prefill: inputs ``tokens [1, N] int32`` and ``n_tokens [1] int32`` (the CSR
   valid length), output ``logits [1, vocab] float32``;
@@ -20,29 +21,31 @@ schedule, time or validate KV bookkeeping.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from calctl.model import tiny
+from calctl.model import decoder
+from calctl.package.architecture import DECODER_FAMILIES
 from calctl.package.model import Architecture, Graph, GraphKind, Model, Package
 from calctl.runtime.buffers import HostBuffer
 from calctl.runtime.errors import InvalidCalbin
 
-TINY_FAMILY = "calctl-tiny-decoder"
+#: Families the mock can execute.
+MOCK_FAMILIES = DECODER_FAMILIES
 
 
 @dataclass(frozen=True)
 class LoadedModel:
     alias: str
     arch: Architecture
-    params: Mapping[str, np.ndarray]
+    params: decoder.Weights
     max_seq: int  # KV capacity of one sequence (largest graph max_seq)
     max_sequences: int
 
-    def empty_cache(self) -> tiny.KvCache:
-        return tiny.KvCache.empty(self.arch, self.max_seq)
+    def empty_cache(self) -> decoder.KvCache:
+        return decoder.KvCache.empty(self.arch, self.max_seq)
 
 
 def _io(
@@ -52,7 +55,7 @@ def _io(
 
 
 def check_io_contract(model: Model, graph: Graph) -> None:
-    """Raise InvalidCalbin unless ``graph`` has the tiny decoder's I/O contract."""
+    """Raise InvalidCalbin unless ``graph`` has the decoder's I/O contract."""
     vocab = model.architecture.vocab_size
     ins, outs = _io(graph)
     problems: list[str] = []
@@ -89,31 +92,55 @@ def check_io_contract(model: Model, graph: Graph) -> None:
     if problems:
         raise InvalidCalbin(
             f"the mock board cannot execute graph {graph.name!r}: {problems[0]}",
-            hint="the mock runs the calctl tiny-decoder I/O contract (docs/runtime.md); use --device calrt for other packages",
+            hint="the mock runs the calctl decoder I/O contract (docs/runtime.md); use --device calrt for other packages",
         )
+
+
+_blas_limited = False
+
+
+def single_threaded_blas() -> None:
+    """Keep BLAS to one thread per calling thread, process-wide (threadpoolctl).
+
+    The mock computes each chip's jobs on that chip's own thread; on the 2-core
+    reference machine two chips are two cores. A multi-threaded BLAS inside each
+    would oversubscribe the cores, and its spinning threads slow a 135M model's
+    decode several-fold on a loaded machine.
+    """
+    global _blas_limited
+    if not _blas_limited:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
+        _blas_limited = True
 
 
 def load_model(package: Package, model: Model) -> LoadedModel:
     """Check every graph's I/O contract and read the params; InvalidCalbin on any problem."""
-    if model.architecture.family != TINY_FAMILY:
+    single_threaded_blas()
+    if model.architecture.family not in MOCK_FAMILIES or model.architecture.rope_style not in decoder.ROPE_STYLES:
         raise InvalidCalbin(
             f"the mock board cannot execute model {model.alias!r}: architecture family {model.architecture.family!r} "
-            f"is not {TINY_FAMILY!r}",
-            hint="the mock runs only the calctl tiny decoder; use --device calrt for other packages",
+            f"(rope_style {model.architecture.rope_style!r}) is not one of {', '.join(MOCK_FAMILIES)}",
+            hint="the mock runs the numpy decoder families (docs/import.md); use --device calrt for other packages",
         )
     for g in model.graphs:
         check_io_contract(model, g)
     try:
-        params = tiny.load_params(package.root, model.params)
+        params = decoder.load_params(package.root, model.params, keep_dtype=True)
     except (OSError, ValueError, KeyError) as exc:
         raise InvalidCalbin(f"model {model.alias!r}: cannot read params: {exc}") from None
-    missing = [name for name, _ in tiny.param_layout(model.architecture) if name not in params]
+    expected = decoder.param_layout(model.architecture)
+    missing = [name for name, _ in expected if name not in params]
     if missing:
         raise InvalidCalbin(f"model {model.alias!r}: params lack {', '.join(missing[:5])}")
+    wrong = [f"{n} {params[n].shape} (expected {s})" for n, s in expected if params[n].shape != s]
+    if wrong:
+        raise InvalidCalbin(f"model {model.alias!r}: parameter shapes differ from the architecture: {wrong[0]}")
     return LoadedModel(
         alias=model.alias,
         arch=model.architecture,
-        params=params,
+        params=decoder.prepare(params, model.architecture),
         max_seq=max(g.max_seq for g in model.graphs),
         max_sequences=model.kv.max_sequences,
     )
@@ -132,7 +159,11 @@ def decode_lanes(inputs: HostBuffer) -> list[tuple[int, int, int]]:
 
 
 def run_graph(
-    model: LoadedModel, kind: GraphKind, inputs: HostBuffer, outputs: HostBuffer, caches: Sequence[tiny.KvCache | None]
+    model: LoadedModel,
+    kind: GraphKind,
+    inputs: HostBuffer,
+    outputs: HostBuffer,
+    caches: Sequence[decoder.KvCache | None],
 ) -> None:
     """Execute one job: read inputs, update the caches of the active lanes, write logits."""
     logits = outputs.device_view("logits")
@@ -141,10 +172,10 @@ def run_graph(
         tokens = inputs.device_view("tokens")[0, :n]
         cache = caches[0]
         assert cache is not None
-        logits[0] = tiny.prefill(model.params, model.arch, tokens, cache)
+        logits[0] = decoder.prefill(model.params, model.arch, tokens, cache)
         return
     logits[...] = 0.0
     for lane, token, position in decode_lanes(inputs):
         cache = caches[lane]
         assert cache is not None
-        logits[lane] = tiny.decode_step(model.params, model.arch, token, position, cache)
+        logits[lane] = decoder.decode_step(model.params, model.arch, token, position, cache)

@@ -2,7 +2,7 @@
 
 Sequences live in a namespace per model alias, with the model's
 ``kv.max_sequences`` slots (0.7.6 ``canAllocate(seq_num)``). Each holds a
-:class:`calctl.model.tiny.KvCache` the executing jobs write into, plus the
+:class:`calctl.model.decoder.KvCache` the executing jobs write into, plus the
 bookkeeping 000 §9.2 asks for: committed <= reserved <= max_seq, commit only
 after the writing job succeeded, nothing touched while a job in flight is
 bound to the sequence.
@@ -17,7 +17,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from calctl.model import tiny
+from calctl.model import decoder
 from calctl.runtime.errors import DeviceBusy, InvalidArgument, NotConfigured, OutOfMemory
 from calctl.runtime.mock.compute import LoadedModel
 from calctl.runtime.types import KvLength, KvSeqId
@@ -28,7 +28,7 @@ class KvSequence:
     id: KvSeqId
     model: str
     chips: tuple[int, ...]
-    cache: tiny.KvCache
+    cache: decoder.KvCache
     committed: int = 0
     reserved: int = 0
     busy_job: int | None = None  # a job in flight is writing this sequence

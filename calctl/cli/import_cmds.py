@@ -1,0 +1,152 @@
+"""``calctl import hf|gguf`` and ``calctl combine``: the reference mock compiler for real checkpoints.
+
+Thin: parse options, call :mod:`calctl.compiler.importer`, render the summary.
+Exit 0 written; 2 bad input (a missing, truncated or unsupported checkpoint, a
+bad option: the message names the file and what was expected); 1 an input
+package of ``combine`` that does not verify. Nothing is left behind on failure.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from calctl.cli import _output
+from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
+from calctl.cli._output import Format
+from calctl.compiler.importer import build
+from calctl.compiler.importer.combine import combine as combine_packages
+from calctl.compiler.importer.combine import open_source
+from calctl.package import info as pkginfo
+from calctl.signing import keys
+from calctl.signing.policy import make_policy
+
+KeyOpt = Annotated[Path, typer.Option("--key", help="PREFIX.key from `calctl keygen` that signs the package.")]
+AliasOpt = Annotated[
+    str | None, typer.Option("--alias", help="Model alias (default: from the directory or file name).")
+]
+ChipOpt = Annotated[int, typer.Option("--chip", help="Chip the model runs on (0 or 1).")]
+ContextOpt = Annotated[
+    int | None,
+    typer.Option("--context", help="Context cap for the KV plan (default: min(max_position_embeddings, 4096))."),
+]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="How the parameter blobs store weights: fp16 or fp32.")]
+SequencesOpt = Annotated[int, typer.Option("--sequences", help="KV sequences (lanes) the KV region holds.")]
+NameOpt = Annotated[str | None, typer.Option("--name", help="Package name (default: ALIAS-hf / ALIAS-gguf).")]
+
+
+def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportOptions, fmt: Format) -> None:
+    private = keys.load_private(key)
+    t0 = time.monotonic()
+    build.check_options(opts)
+    ck = ck_reader(source)
+    summary = build.import_checkpoint(out, ck, opts, private)
+    summary["digest"] = pkginfo.package_digest(out)
+    summary["signer_key_id"] = keys.key_id(private.public_key())
+    summary["seconds"] = round(time.monotonic() - t0, 3)
+    if fmt is Format.json:
+        _output.emit_json(summary)
+        return
+    _output.stdout.print(
+        f"wrote {out}: {summary['family']} model {summary['alias']!r} on chip{summary['chip']} "
+        f"({summary['parameters']:,} parameters, {summary['layers']} layers, {summary['dtype']}, context "
+        f"{summary['context']}); golden: {summary['golden_prompt']!r}, {summary['golden_tokens']} tokens; "
+        f"signed by {summary['signer_key_id']}",
+        markup=False,
+        highlight=False,
+    )
+    for note in summary["notes"]:
+        _output.info(note)
+
+
+def import_hf(
+    directory: Annotated[
+        Path, typer.Argument(help="Hugging Face model directory (config.json, *.safetensors, tokenizer).")
+    ],
+    out: Annotated[Path, typer.Argument(help="Output package directory (must not exist, or be empty).")],
+    key: KeyOpt,
+    alias: AliasOpt = None,
+    chip: ChipOpt = 0,
+    context: ContextOpt = None,
+    dtype: DtypeOpt = "fp16",
+    sequences: SequencesOpt = build.DEFAULT_SEQUENCES,
+    name: NameOpt = None,
+    format: FormatOpt = Format.table,
+) -> None:
+    """Import a Hugging Face Llama / Qwen2 / Qwen3 checkpoint as a sealed single-model package."""
+    opts = build.ImportOptions(
+        alias=alias or build.default_alias(directory.resolve().name),
+        chip=chip,
+        context=context,
+        dtype=dtype,
+        sequences=sequences,
+        name=name,
+    )
+    _run(build.read_hf, directory, out, key, opts, format)
+
+
+def import_gguf(
+    file: Annotated[Path, typer.Argument(help="GGUF model file (llama.cpp).")],
+    out: Annotated[Path, typer.Argument(help="Output package directory (must not exist, or be empty).")],
+    key: KeyOpt,
+    alias: AliasOpt = None,
+    chip: ChipOpt = 0,
+    context: ContextOpt = None,
+    dtype: DtypeOpt = "fp16",
+    sequences: SequencesOpt = build.DEFAULT_SEQUENCES,
+    name: NameOpt = None,
+    format: FormatOpt = Format.table,
+) -> None:
+    """Import a GGUF Llama / Qwen2 / Qwen3 model (dequantised) as a sealed single-model package."""
+    opts = build.ImportOptions(
+        alias=alias or build.default_alias(file.name.removesuffix(".gguf")),
+        chip=chip,
+        context=context,
+        dtype=dtype,
+        sequences=sequences,
+        name=name,
+    )
+    _run(build.read_gguf_file, file, out, key, opts, format)
+
+
+def combine(
+    package_a: Annotated[Path, typer.Argument(help="Single-model package for chip 0.")],
+    package_b: Annotated[Path, typer.Argument(help="Single-model package for chip 1 (the same model: a replica).")],
+    out: Annotated[Path, typer.Argument(help="Output package directory (must not exist, or be empty).")],
+    key: KeyOpt,
+    alias_a: Annotated[str | None, typer.Option("--alias-a", help="Alias of the chip-0 model.")] = None,
+    alias_b: Annotated[str | None, typer.Option("--alias-b", help="Alias of the chip-1 model.")] = None,
+    name: NameOpt = None,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
+    format: FormatOpt = Format.table,
+) -> None:
+    """Make a combined (two models, one per chip) or replica (one model on both chips) package."""
+    private = keys.load_private(key)
+    policy = make_policy(trusted_key, allow_unsigned)
+    a = open_source(package_a, list(policy.keys), allow_unsigned)
+    b = open_source(package_b, list(policy.keys), allow_unsigned)
+    doc = combine_packages(out, a, b, private, alias_a=alias_a, alias_b=alias_b, name=name)
+    doc["digest"] = pkginfo.package_digest(out)
+    if format is Format.json:
+        _output.emit_json(doc)
+        return
+    _output.stdout.print(
+        f"wrote {doc['kind']} package {out}: {doc['aliases'][0]} on chip0, {doc['aliases'][1]} on chip1",
+        markup=False,
+        highlight=False,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    import_app = typer.Typer(
+        help="Import a real checkpoint (Hugging Face or GGUF) as a sealed package the mock can run.",
+        no_args_is_help=True,
+    )
+    import_app.command("hf")(import_hf)
+    import_app.command("gguf")(import_gguf)
+    app.add_typer(import_app, name="import")
+    app.command("combine")(combine)

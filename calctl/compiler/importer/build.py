@@ -1,0 +1,392 @@
+"""Turn a read checkpoint into a sealed single-model package (``calctl import hf|gguf``).
+
+What comes from where:
+
+* architecture: the checkpoint's config (:mod:`.families`), ``context_limit``
+  = ``--context`` (default ``min(max_position_embeddings, 4096)``, 001 §8.3: 4K);
+* weights: stored ``fp16`` (default) or ``fp32`` parameter blobs;
+* KV region: 001 §8.1 with the real layer/KV-head/head_dim numbers, the context
+  cap, ``--sequences`` lanes and 16-token blocks, fp32 (what the mock's cache
+  holds) – the same bytes ``calctl budget --hf-config config.json --context C
+  --batch S --kv-dtype fp32 --block-tokens 16`` prints;
+* workspace: the activations of one whole-context prefill (including the
+  ``heads x context x context`` score matrix the numpy decoder materialises)
+  and of one decode step, fp32;
+* golden: the float64 no-cache reference path (``calctl.model.decoder``) on the
+  stored (rounded) weights, on a fixed list of prompts, the chat-templated one
+  first; the first prompt whose greedy path keeps a clear top-1 margin is used,
+  its decode tokens cut before the first near-tie. Before anything is written the
+  cached float32 path the mock runs must reproduce it within the tolerance the
+  manifest states.
+
+This module decides content; :mod:`calctl.compiler.writer` writes the package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from calctl.compiler.importer.families import CheckpointError, FamilyConfig
+from calctl.compiler.writer import (
+    PARAM_DTYPES,
+    BuildInfo,
+    GoldenCase,
+    ModelContent,
+    ModelPlan,
+    PackageSpec,
+    write_package,
+)
+from calctl.errors import UsageError
+from calctl.model import decoder
+from calctl.package.architecture import FP32_TENSORS
+from calctl.package.model import Architecture
+
+DEFAULT_CONTEXT_CAP = 4096
+DEFAULT_SEQUENCES = 4
+BLOCK_TOKENS = 16
+GOLDEN_STEPS = 8
+#: Golden tolerance for the mock's float32 cached path against the float64 reference (both on the stored weights).
+GOLDEN_RTOL = 1e-3
+GOLDEN_ATOL = 2e-3
+GOLDEN_TOP_K = 5
+#: A greedy step is kept in the golden token sequence only while top-1 leads top-2 by this much (>> atol).
+GOLDEN_MARGIN = 0.05
+
+CHAT_PROMPT = "What is the capital of France?"
+PLAIN_PROMPTS = (
+    "The capital of France is",
+    "Prefill reads the whole prompt; decode adds one token at a time.",
+    "Hello, how are you today?",
+)
+ALIAS_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    alias: str
+    chip: int = 0
+    context: int | None = None
+    dtype: str = "fp16"
+    sequences: int = DEFAULT_SEQUENCES
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a reader produced, whatever the format."""
+
+    kind: str  # hf | gguf
+    config: FamilyConfig
+    params: Mapping[str, np.ndarray]
+    tokenizer_json: bytes
+    tokenizer_config: Mapping[str, Any]
+    sources: tuple[Path, ...]
+    notes: tuple[str, ...] = ()
+    tokenizer_config_file: bytes | None = None  # the original bytes, kept as they are (Hugging Face)
+
+
+def default_alias(stem: str) -> str:
+    alias = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")[:64]
+    return alias or "model"
+
+
+def check_options(opts: ImportOptions) -> None:
+    if not ALIAS_RE.match(opts.alias):
+        raise UsageError(f"--alias {opts.alias!r}: expected lowercase letters, digits, '.', '_' or '-' (1-64)")
+    if opts.chip not in (0, 1):
+        raise UsageError(f"--chip {opts.chip}: expected 0 or 1 (the board has two chips)")
+    if opts.dtype not in PARAM_DTYPES:
+        raise UsageError(f"--dtype {opts.dtype!r}: expected one of {', '.join(PARAM_DTYPES)}")
+    if opts.context is not None and not 16 <= opts.context <= 1 << 20:
+        raise UsageError(f"--context {opts.context}: expected 16..{1 << 20} tokens")
+    if not 1 <= opts.sequences <= 64:
+        raise UsageError(f"--sequences {opts.sequences}: expected 1..64")
+
+
+def _context(cfg: FamilyConfig, requested: int | None) -> int:
+    if requested is None:
+        return min(cfg.max_position_embeddings, DEFAULT_CONTEXT_CAP)
+    if requested > cfg.max_position_embeddings:
+        raise UsageError(
+            f"--context {requested}: larger than the model's max_position_embeddings {cfg.max_position_embeddings}"
+        )
+    return requested
+
+
+def _token_text(value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+def _tokenizer_source(ck: Checkpoint) -> Path:
+    """The file the tokenizer came from: ``tokenizer.json`` of a directory, else the GGUF file."""
+    return next((p for p in ck.sources if p.name == "tokenizer.json"), ck.sources[0])
+
+
+def _tokenizer(ck: Checkpoint) -> Any:
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_str(ck.tokenizer_json.decode("utf-8"))
+    except Exception as exc:  # tokenizers raises plain Exception subclasses
+        raise CheckpointError(_tokenizer_source(ck), f"the tokenizer does not load: {exc}") from None
+
+
+def _eos_id(ck: Checkpoint, tok: Any) -> int | None:
+    text = _token_text(ck.tokenizer_config.get("eos_token"))
+    if text is not None:
+        i = tok.token_to_id(text)
+        if i is not None:
+            return int(i)
+    return ck.config.eos_token_id
+
+
+def render_chat(template: str, cfg: Mapping[str, Any], content: str) -> str:
+    """The chat template rendered for one user message, as Hugging Face renders it."""
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    return env.from_string(template).render(
+        messages=[{"role": "user", "content": content}],
+        add_generation_prompt=True,
+        bos_token=_token_text(cfg.get("bos_token")) or "",
+        eos_token=_token_text(cfg.get("eos_token")) or "",
+        raise_exception=raise_exception,
+    )
+
+
+def golden_prompts(ck: Checkpoint, tok: Any) -> tuple[list[tuple[str, list[int]]], list[str]]:
+    """The fixed prompts as ``(label, ids)``, the chat-templated one first when the model has a template; notes."""
+    out: list[tuple[str, list[int]]] = []
+    notes: list[str] = []
+    template = ck.tokenizer_config.get("chat_template")
+    if isinstance(template, str) and template:
+        try:
+            text = render_chat(template, ck.tokenizer_config, CHAT_PROMPT)
+            out.append((f"chat: {CHAT_PROMPT}", tok.encode(text, add_special_tokens=False).ids))
+        except Exception as exc:  # jinja2 raises many types; golden still runs on the plain prompts
+            notes.append(f"the chat template does not render ({type(exc).__name__}: {exc}); golden uses plain prompts")
+    else:
+        notes.append("no chat_template in the tokenizer config; golden uses plain prompts")
+    for p in PLAIN_PROMPTS:
+        out.append((p, tok.encode(p, add_special_tokens=False).ids))
+    return [(label, ids) for label, ids in out if ids], notes
+
+
+def make_golden(
+    params: Mapping[str, np.ndarray], arch: Architecture, prompts: list[tuple[str, list[int]]]
+) -> tuple[GoldenCase, str]:
+    """Golden data from the float64 reference on the first prompt with a clear greedy margin."""
+    vocab = arch.vocab_size
+    params64 = {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}
+    for label, ids in prompts:
+        ids = [i for i in ids if i < vocab]
+        if not ids or len(ids) + GOLDEN_STEPS > arch.context_limit:
+            continue
+        prompt = np.array(ids, dtype=np.int32)
+        tokens, _, first = decoder.reference_generate(params64, arch, prompt, GOLDEN_STEPS, stop_margin=GOLDEN_MARGIN)
+        if len(tokens) == 0:
+            continue
+        keep = len(tokens)
+        return (
+            GoldenCase(
+                prompt=prompt.reshape(1, -1),
+                prefill_logits=first.reshape(1, -1).astype(np.float32),
+                decode_tokens=tokens[:keep].astype(np.int32),
+                rtol=GOLDEN_RTOL,
+                atol=GOLDEN_ATOL,
+                top_k=GOLDEN_TOP_K,
+            ),
+            label,
+        )
+    raise CheckpointError(
+        "golden",
+        f"no fixed prompt gives a greedy first token with a top-1 margin of at least {GOLDEN_MARGIN}",
+        hint="the weights may be degenerate (all-equal logits)",
+    )
+
+
+def self_check(weights: decoder.Weights, arch: Architecture, gold: GoldenCase) -> float:
+    """Run the cached float32 path (what the mock executes) on the golden; the max |logit error|."""
+    cache = decoder.KvCache.empty(arch, int(gold.prompt.shape[1]) + len(gold.decode_tokens) + 1)
+    logits = decoder.prefill(weights, arch, gold.prompt[0], cache)
+    want = gold.prefill_logits[0]
+    err = float(np.max(np.abs(logits - want)))
+    if not np.allclose(logits, want, rtol=gold.rtol, atol=gold.atol):
+        raise CheckpointError(
+            "golden", f"the mock's float32 path differs from the float64 reference by {err:.3g} (> atol {gold.atol})"
+        )
+    got, tok = [], int(np.argmax(logits))
+    for _ in range(len(gold.decode_tokens)):
+        got.append(tok)
+        tok = int(np.argmax(decoder.decode_step(weights, arch, tok, cache.length, cache)))
+    if got != gold.decode_tokens.tolist():
+        raise CheckpointError(
+            "golden", f"the mock's float32 path decodes {got}, the reference {gold.decode_tokens.tolist()}"
+        )
+    return err
+
+
+def workspace_bytes(arch: Architecture) -> tuple[int, int]:
+    """(prefill peak, decode peak) fp32 activation bytes of the numpy decoder, rounded up to MiB."""
+    c, d, f = arch.context_limit, arch.d_model, arch.d_ff
+    qkv = (arch.n_heads + 2 * arch.n_kv_heads) * arch.head_dim
+    per_token = 3 * d + qkv + 3 * f + arch.n_heads * arch.head_dim
+    prefill = 4 * (c * per_token + arch.n_heads * c * c + arch.vocab_size)
+    decode = 4 * (per_token + arch.n_heads * c + arch.vocab_size)
+    mib = 1024 * 1024
+    return -(-prefill // mib) * mib, -(-decode // mib) * mib
+
+
+def stored(params: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The weights exactly as the blobs will hold them, back in float32."""
+    if dtype == "fp32":
+        return {k: np.asarray(v, dtype=np.float32) for k, v in params.items()}
+    out = {}
+    for k, v in params.items():
+        if k in FP32_TENSORS:
+            out[k] = np.asarray(v, dtype=np.float32)
+            continue
+        h = np.asarray(v, dtype=np.float16)
+        if not np.all(np.isfinite(h)):
+            raise CheckpointError(k, "does not fit fp16 (values beyond +-65504); import with --dtype fp32")
+        out[k] = h.astype(np.float32)
+    return out
+
+
+def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, dict[str, Any]]:
+    """Decide everything about the model; returns the content and a summary for the report."""
+    tok = _tokenizer(ck)
+    context = _context(ck.config, opts.context)
+    arch = ck.config.architecture(context=context, dtype=opts.dtype, eos_token_id=_eos_id(ck, tok))
+    vocab = int(tok.get_vocab_size(with_added_tokens=True))
+    if vocab > arch.vocab_size:
+        raise CheckpointError(
+            _tokenizer_source(ck),
+            f"the tokenizer has {vocab} entries, more than the model's vocab_size {arch.vocab_size}",
+        )
+    params = stored(ck.params, opts.dtype)
+    prompts, notes = golden_prompts(ck, tok)
+    gold, label = make_golden(params, arch, prompts)
+    err = self_check(decoder.prepare(params, arch), arch, gold)
+    if ck.tokenizer_config_file is not None:
+        tok_cfg = ck.tokenizer_config_file
+    else:
+        cfg = {**ck.tokenizer_config, "model_max_length": context}
+        tok_cfg = (json.dumps(cfg, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    pre, dec = workspace_bytes(arch)
+    content = ModelContent(
+        arch=arch,
+        params=params,
+        param_dtype=opts.dtype,
+        tokenizer_json=ck.tokenizer_json,
+        tokenizer_config=tok_cfg,
+        tokenizer_vocab=vocab,
+        golden=gold,
+        max_sequences=opts.sequences,
+        prefill_workspace=pre,
+        decode_workspace=dec,
+        block_tokens=BLOCK_TOKENS,
+    )
+    summary = {
+        "family": arch.family,
+        "layers": arch.n_layers,
+        "parameters": int(sum(int(np.prod(v.shape)) for v in params.values())),
+        "context": context,
+        "dtype": opts.dtype,
+        "golden_prompt": label,
+        "golden_tokens": len(gold.decode_tokens),
+        "golden_self_check_max_abs_err": err,
+        "notes": notes,
+    }
+    return content, summary
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def import_checkpoint(out: Path, ck: Checkpoint, opts: ImportOptions, key: Ed25519PrivateKey) -> dict[str, Any]:
+    """Write the sealed single-model package for ``ck`` at ``out``; returns a summary."""
+    check_options(opts)
+    content, summary = model_content(ck, opts)
+    name = opts.name or f"{opts.alias}-{ck.kind}"
+    model_name = re.sub(r"[^A-Za-z0-9_]+", "_", opts.alias)
+    plan = ModelPlan(alias=opts.alias, name=model_name, dir=opts.alias, chip=opts.chip)
+    deps = tuple({"uri": f"file:{p.name}", "digest": {"sha256": _digest(p)}} for p in ck.sources if p.is_file())
+    spec = PackageSpec(
+        name=re.sub(r"[^A-Za-z0-9_.-]+", "-", name)[:128].lstrip("-_.") or "imported",
+        kind="single",
+        description=f"{ck.config.family} checkpoint imported by calctl import {ck.kind} for the mock device "
+        "(numpy decoder); not a real board program",
+        compiler=f"calctl-import-{ck.kind}",
+        build=BuildInfo(
+            build_type=f"urn:calctl:import-{ck.kind}:v1",
+            builder="urn:calctl:import",
+            invocation=f"import-{ck.kind}-{opts.alias}",
+            parameters={
+                "source": ck.kind,
+                "alias": opts.alias,
+                "chip": opts.chip,
+                "context": content.arch.context_limit,
+                "dtype": opts.dtype,
+                "sequences": opts.sequences,
+            },
+            dependencies=deps,
+        ),
+    )
+    write_package(Path(out), spec, [(plan, lambda: content)], key)
+    notes = [*ck.notes, *summary.pop("notes")]
+    return {**summary, "path": str(out), "alias": opts.alias, "chip": opts.chip, "notes": notes}
+
+
+def read_hf(root: Path) -> Checkpoint:
+    """A Hugging Face model directory as a :class:`Checkpoint`."""
+    from calctl.compiler.importer.hf import read_hf_dir
+
+    hf = read_hf_dir(root)
+    return Checkpoint(
+        kind="hf",
+        config=hf.config,
+        params=hf.params,
+        tokenizer_json=hf.tokenizer_json,
+        tokenizer_config=hf.tokenizer_config,
+        sources=hf.sources,
+        tokenizer_config_file=hf.tokenizer_config_bytes,
+    )
+
+
+def read_gguf_file(path: Path) -> Checkpoint:
+    """A GGUF file as a :class:`Checkpoint` (weights dequantised, Llama Q/K rows back in HF order)."""
+    from calctl.compiler.importer.gguf_file import read_gguf
+
+    g = read_gguf(path)
+    return Checkpoint(
+        kind="gguf",
+        config=g.config,
+        params=g.params,
+        tokenizer_json=g.tokenizer_json,
+        tokenizer_config=g.tokenizer_config,
+        sources=(g.path,),
+        notes=(f"GGUF tensor types: {', '.join(g.quant_types)} (dequantised with gguf.quants)",),
+    )

@@ -1,0 +1,257 @@
+"""The checkpoint families ``calctl import`` accepts, and their config as an explicit Architecture.
+
+Every family is the Llama block; the differences become manifest fields
+(docs/import.md) instead of being implied by the family name:
+
+=========  ==========  =========  =======  ============================
+family     attn_bias   qk_norm    rope     head_dim
+=========  ==========  =========  =======  ============================
+llama      config      no         half     config, else d_model / n_heads
+qwen2      yes (q/k/v) no         half     config, else d_model / n_heads
+qwen3      config      yes        half     config (explicit), else d_model / n_heads
+=========  ==========  =========  =======  ============================
+
+``rope: half`` is Hugging Face's ``rotate_half`` convention. GGUF stores Llama's
+Q/K rows permuted for llama.cpp's interleaved RoPE; :mod:`.gguf_file` undoes
+that, so every imported package holds Hugging Face row order.
+
+Llama 3.x ``rope_scaling: llama3`` becomes per-pair RoPE frequency divisors
+(tensor ``rope_freq_factors``, llama.cpp's ``rope_freqs``). Anything this cannot
+run exactly is refused, naming the config key: other ``model_type`` values,
+other RoPE scaling, sliding windows, a non-SiLU activation,
+MLP or output-projection biases. This module is pure: no file I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from calctl.errors import UsageError
+from calctl.package.model import Architecture
+
+SUPPORTED = ("llama", "qwen2", "qwen3")
+SUPPORTED_TEXT = "llama (Llama 3.x, TinyLlama, SmolLM2), qwen2 (Qwen2, Qwen2.5), qwen3 (dense Qwen3)"
+
+
+class CheckpointError(UsageError):
+    """A checkpoint file is missing, truncated or not what the importer can run (exit 2)."""
+
+    def __init__(self, path: object, message: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{path}: {message}", hint=hint)
+        self.path = str(path)
+
+
+@dataclass(frozen=True)
+class FamilyConfig:
+    """A checkpoint's architecture as the importer reads it (before the context cap)."""
+
+    family: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int
+    vocab_size: int
+    max_position_embeddings: int
+    rope_theta: float
+    norm_eps: float
+    tie_embeddings: bool
+    attn_bias: bool
+    qk_norm: bool
+    bos_token_id: int | None
+    eos_token_id: int | None
+    rope_factors: tuple[float, ...] | None = None  # per-pair frequency divisors (Llama 3.x rope_scaling)
+
+    def architecture(self, *, context: int, dtype: str, eos_token_id: int | None) -> Architecture:
+        return Architecture(
+            family=self.family,
+            n_layers=self.n_layers,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
+            d_ff=self.d_ff,
+            vocab_size=self.vocab_size,
+            context_limit=context,
+            dtype=dtype,
+            rope_theta=self.rope_theta,
+            norm_eps=self.norm_eps,
+            tie_embeddings=self.tie_embeddings,
+            eos_token_id=eos_token_id,
+            rope_style="half",
+            attn_bias=self.attn_bias,
+            qk_norm=self.qk_norm,
+            max_position_embeddings=self.max_position_embeddings,
+            bos_token_id=self.bos_token_id,
+            rope_freq_factors=self.rope_factors is not None,
+        )
+
+
+def unsupported_family(where: object, key: str, value: object) -> CheckpointError:
+    return CheckpointError(
+        where,
+        f"{key} {value!r} is not a supported family",
+        hint=f"supported: {SUPPORTED_TEXT}",
+    )
+
+
+class _Cfg:
+    def __init__(self, doc: Mapping[str, Any], where: object, prefix: str = "", label: str | None = None) -> None:
+        """``prefix`` is prepended to every key looked up; ``label`` (default ``prefix``) to keys in messages."""
+        self.doc, self.where, self.prefix = doc, where, prefix
+        self.label = prefix if label is None else label
+
+    def _err(self, key: str, what: str, found: object) -> CheckpointError:
+        return CheckpointError(self.where, f"{self.label}{key}: expected {what}, found {found!r}")
+
+    def integer(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+        v = self.doc.get(self.prefix + key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise self._err(key, f"an integer >= {minimum}", v)
+        return v
+
+    def number(self, key: str, default: float | None = None) -> float:
+        v = self.doc.get(self.prefix + key, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+            raise self._err(key, "a finite number > 0", v)
+        return float(v)
+
+    def flag(self, key: str, default: bool) -> bool:
+        v = self.doc.get(self.prefix + key, default)
+        if not isinstance(v, bool):
+            raise self._err(key, "true or false", v)
+        return v
+
+    def token_id(self, key: str) -> int | None:
+        v = self.doc.get(self.prefix + key)
+        if isinstance(v, list):  # several EOS ids (Llama 3 instruct): the first is the end-of-turn default
+            v = v[0] if v else None
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise self._err(key, "a token id >= 0 or null", v)
+        return v
+
+
+def _check_shape(where: object, fc: FamilyConfig) -> FamilyConfig:
+    if fc.n_heads % fc.n_kv_heads:
+        raise CheckpointError(
+            where, f"num_attention_heads {fc.n_heads} is not a multiple of num_key_value_heads {fc.n_kv_heads}"
+        )
+    if fc.head_dim % 2:
+        raise CheckpointError(where, f"head_dim {fc.head_dim} is odd; RoPE rotates pairs and needs an even head_dim")
+    return fc
+
+
+def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
+    """A Hugging Face ``config.json`` mapping as a :class:`FamilyConfig`; CheckpointError otherwise."""
+    model_type = doc.get("model_type")
+    if model_type not in SUPPORTED:
+        raise unsupported_family(where, "model_type", model_type)
+    c = _Cfg(doc, where)
+    scaling = doc.get("rope_scaling")
+    rope_type = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, Mapping) else None
+    if scaling not in (None, {}) and (rope_type not in ("llama3", "default") or model_type != "llama"):
+        raise CheckpointError(
+            where,
+            f"rope_scaling {scaling!r}: only Llama 3's 'llama3' frequency scaling is implemented",
+            hint="expected rope_scaling null (plain RoPE with rope_theta) or rope_type 'llama3' (model_type llama)",
+        )
+    if doc.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(where, f"hidden_act {doc.get('hidden_act')!r}: expected 'silu' (SiLU-gated MLP)")
+    if doc.get("mlp_bias"):
+        raise CheckpointError(where, "mlp_bias true: MLP biases are not supported (expected false)")
+    if doc.get("use_sliding_window"):
+        raise CheckpointError(where, "use_sliding_window true: sliding-window attention is not supported")
+    d = c.integer("hidden_size")
+    heads = c.integer("num_attention_heads")
+    head_dim = c.integer("head_dim") if doc.get("head_dim") is not None else d // heads
+    attn_bias = True if model_type == "qwen2" else c.flag("attention_bias", False)
+    fc = FamilyConfig(
+        family=model_type,
+        n_layers=c.integer("num_hidden_layers"),
+        d_model=d,
+        n_heads=heads,
+        n_kv_heads=c.integer("num_key_value_heads", heads),
+        head_dim=head_dim,
+        d_ff=c.integer("intermediate_size"),
+        vocab_size=c.integer("vocab_size"),
+        max_position_embeddings=c.integer("max_position_embeddings", 2048),
+        rope_theta=c.number("rope_theta", 10000.0),
+        norm_eps=c.number("rms_norm_eps", 1e-6),
+        tie_embeddings=c.flag("tie_word_embeddings", False),
+        attn_bias=attn_bias,
+        qk_norm=model_type == "qwen3",
+        bos_token_id=c.token_id("bos_token_id"),
+        eos_token_id=c.token_id("eos_token_id"),
+    )
+    if rope_type == "llama3" and isinstance(scaling, Mapping):
+        fc = replace(fc, rope_factors=llama3_rope_factors(_Cfg(scaling, where, label="rope_scaling."), fc))
+    return _check_shape(where, fc)
+
+
+def llama3_rope_factors(s: _Cfg, fc: FamilyConfig) -> tuple[float, ...]:
+    """Per-pair divisors of Llama 3's ``rope_scaling: llama3`` (transformers ``_compute_llama3_parameters``).
+
+    Pairs whose wavelength is shorter than ``original_max_position_embeddings / high_freq_factor``
+    keep their frequency, longer than ``... / low_freq_factor`` divide it by ``factor``, and the
+    band between is interpolated: divisor ``1 / ((1 - smooth) / factor + smooth)``.
+    """
+    factor = s.number("factor")
+    low, high = s.number("low_freq_factor", 1.0), s.number("high_freq_factor", 4.0)
+    old = s.integer("original_max_position_embeddings", 8192)
+    if high <= low:
+        raise CheckpointError(s.where, f"rope_scaling: high_freq_factor {high} must exceed low_freq_factor {low}")
+    out = []
+    for i in range(0, fc.head_dim, 2):
+        wavelen = 2 * math.pi * fc.rope_theta ** (i / fc.head_dim)
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1.0 / ((1.0 - smooth) / factor + smooth))
+    return tuple(out)
+
+
+def from_gguf_metadata(meta: Mapping[str, Any], where: object, *, has_output: bool) -> FamilyConfig:
+    """GGUF key/value metadata (``general.architecture`` and ``<arch>.*``) as a :class:`FamilyConfig`."""
+    arch = meta.get("general.architecture")
+    if arch not in SUPPORTED:
+        raise unsupported_family(where, "general.architecture", arch)
+    c = _Cfg(meta, where, prefix=f"{arch}.")
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise CheckpointError(
+            where, f"{arch}.rope.scaling.type {scaling!r}: RoPE scaling is not implemented by the mock's decoder"
+        )
+    if meta.get(f"{arch}.attention.sliding_window") and arch != "qwen2":
+        raise CheckpointError(where, f"{arch}.attention.sliding_window: sliding-window attention is not supported")
+    d = c.integer("embedding_length")
+    heads = c.integer("attention.head_count")
+    tokens = meta.get("tokenizer.ggml.tokens")
+    vocab_default = len(tokens) if isinstance(tokens, list) else None
+    fc = FamilyConfig(
+        family=arch,
+        n_layers=c.integer("block_count"),
+        d_model=d,
+        n_heads=heads,
+        n_kv_heads=c.integer("attention.head_count_kv", heads),
+        head_dim=c.integer("attention.key_length", d // heads),
+        d_ff=c.integer("feed_forward_length"),
+        vocab_size=c.integer("vocab_size", vocab_default),
+        max_position_embeddings=c.integer("context_length", 2048),
+        rope_theta=c.number("rope.freq_base", 10000.0),
+        norm_eps=c.number("attention.layer_norm_rms_epsilon", 1e-6),
+        tie_embeddings=not has_output,
+        attn_bias=False,  # set by the caller from the tensors present (qwen2 always has q/k/v bias)
+        qk_norm=arch == "qwen3",
+        bos_token_id=_Cfg(meta, where, "tokenizer.ggml.").token_id("bos_token_id"),
+        eos_token_id=_Cfg(meta, where, "tokenizer.ggml.").token_id("eos_token_id"),
+    )
+    return _check_shape(where, fc)

@@ -1,0 +1,291 @@
+"""Read a llama.cpp GGUF file: metadata, dequantised weights, and a rebuilt tokenizer.
+
+* Weights: ``gguf.GGUFReader`` maps the file; every tensor is dequantised to
+  float32 by ``gguf.quants.dequantize`` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, the
+  K-quants and whatever else that library covers). A type it cannot dequantise
+  is refused by name.
+* Llama's Q/K rows: llama.cpp's converter permutes ``q_proj``/``k_proj`` rows
+  (per head, the two RoPE halves interleaved) so that its "normal" RoPE rotates
+  adjacent pairs. :func:`unpermute_rope_rows` undoes it, so the package holds
+  Hugging Face row order and runs with ``rope_style: half``, exactly as the HF
+  original. Qwen2/Qwen3 are stored unpermuted (NeoX RoPE) and are left alone.
+* Tokenizer: ``tokenizer.ggml.*`` (tokens, merges, token types, BOS/EOS, the
+  ``pre`` splitting rule) become a ``tokenizers`` byte-level BPE tokenizer;
+  ``tokenizer.chat_template`` goes into ``tokenizer_config.json``. Only the GPT-2
+  style BPE (``tokenizer.ggml.model = gpt2``) is rebuilt; SentencePiece
+  vocabularies are refused with what to use instead.
+
+This module reads the file; it writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_gguf_metadata
+
+# tokenizer.ggml.pre -> the regex llama.cpp splits with before BPE (llama-vocab.cpp); None = GPT-2's own.
+_LLAMA3_RE = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_RE = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+PRE_TOKENIZERS: dict[str, str] = {
+    "default": "gpt2",
+    "gpt2": "gpt2",
+    "gpt-2": "gpt2",
+    "smollm": "digits+gpt2",
+    "starcoder": "digits+gpt2",
+    "refact": "digits+gpt2",
+    "llama3": "llama3",
+    "llama-bpe": "llama3",
+    "qwen2": "qwen2",
+}
+TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4
+
+
+@dataclass(frozen=True)
+class GgufCheckpoint:
+    path: Path
+    config: FamilyConfig
+    params: dict[str, np.ndarray]
+    tokenizer_json: bytes
+    tokenizer_config: dict[str, Any]
+    quant_types: tuple[str, ...]
+
+
+def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's ``permute(w, n_head)`` of Q/K rows (convert_hf_to_gguf.py, LlamaModel)."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's own permutation (for tests that write GGUF files like its converter does)."""
+    rows = w.shape[0]
+    return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _field_value(field: Any) -> Any:
+    return field.contents() if field.types else None
+
+
+def _metadata(reader: Any, path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF."):
+            continue
+        try:
+            out[name] = _field_value(field)
+        except Exception as exc:  # a corrupt field: name it
+            raise CheckpointError(path, f"metadata key {name}: cannot decode ({exc})") from None
+    return out
+
+
+def _gguf_names(cfg: FamilyConfig) -> list[tuple[str, str, tuple[int, ...], bool]]:
+    """``(gguf name, package name, numpy shape as stored, transpose)``."""
+    d, f, v, hd = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.head_dim
+    qw, kw = cfg.n_heads * hd, cfg.n_kv_heads * hd
+    out: list[tuple[str, str, tuple[int, ...], bool]] = [("token_embd.weight", "embed", (v, d), False)]
+    for i in range(cfg.n_layers):
+        b, p = f"blk.{i}.", f"layers.{i}."
+        out += [
+            (b + "attn_norm.weight", p + "attn_norm", (d,), False),
+            (b + "attn_q.weight", p + "wq", (qw, d), True),
+            (b + "attn_k.weight", p + "wk", (kw, d), True),
+            (b + "attn_v.weight", p + "wv", (kw, d), True),
+        ]
+        if cfg.attn_bias:
+            out += [
+                (b + "attn_q.bias", p + "bq", (qw,), False),
+                (b + "attn_k.bias", p + "bk", (kw,), False),
+                (b + "attn_v.bias", p + "bv", (kw,), False),
+            ]
+        if cfg.qk_norm:
+            out += [
+                (b + "attn_q_norm.weight", p + "q_norm", (hd,), False),
+                (b + "attn_k_norm.weight", p + "k_norm", (hd,), False),
+            ]
+        out += [
+            (b + "attn_output.weight", p + "wo", (d, qw), True),
+            (b + "ffn_norm.weight", p + "mlp_norm", (d,), False),
+            (b + "ffn_gate.weight", p + "w_gate", (f, d), True),
+            (b + "ffn_up.weight", p + "w_up", (f, d), True),
+            (b + "ffn_down.weight", p + "w_down", (d, f), True),
+        ]
+    out.append(("output_norm.weight", "final_norm", (d,), False))
+    if not cfg.tie_embeddings:
+        out.append(("output.weight", "lm_head", (v, d), True))
+    return out
+
+
+def _dequantize(t: Any, path: Path) -> np.ndarray:
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    shape = tuple(int(x) for x in reversed(list(t.shape)))
+    try:
+        qtype = GGMLQuantizationType(int(t.tensor_type))
+        if qtype is GGMLQuantizationType.F32:
+            arr = np.asarray(t.data, dtype=np.float32)
+        elif qtype is GGMLQuantizationType.F16:
+            arr = np.asarray(t.data, dtype=np.float16).astype(np.float32)
+        else:
+            arr = dequantize(np.asarray(t.data), qtype)
+        return np.asarray(arr, dtype=np.float32).reshape(shape)
+    except NotImplementedError:
+        raise CheckpointError(
+            path, f"tensor {t.name}: gguf cannot dequantise type {t.tensor_type!s}", hint="re-quantise to Q8_0/Q4_K/F16"
+        ) from None
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(path, f"tensor {t.name}: data does not fit shape {list(shape)} ({exc})") from None
+
+
+def read_gguf(path: Path) -> GgufCheckpoint:
+    """Read and check a GGUF file; CheckpointError (exit 2) naming the file and what was expected otherwise."""
+    from gguf import GGUFReader
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(path, "no such file; expected a GGUF model file")
+    with path.open("rb") as fh:
+        if fh.read(4) != b"GGUF":
+            raise CheckpointError(path, "not a GGUF file (it does not start with the magic 'GGUF')")
+    try:
+        reader = GGUFReader(str(path), "r")
+    except Exception as exc:  # the reader raises ValueError/IndexError/struct errors on short files
+        raise CheckpointError(
+            path,
+            f"truncated or corrupt GGUF ({path.stat().st_size} bytes): the gguf reader stopped with "
+            f"{type(exc).__name__}: {exc}",
+            hint="expected a complete GGUF v2/v3 file; re-download or re-convert it",
+        ) from None
+    meta = _metadata(reader, path)
+    tensors = {t.name: t for t in reader.tensors}
+    size = path.stat().st_size
+    for t in reader.tensors:
+        if int(t.data_offset) + int(t.n_bytes) > size or int(np.asarray(t.data).nbytes) != int(t.n_bytes):
+            raise CheckpointError(
+                path,
+                f"truncated: tensor {t.name} needs bytes {int(t.data_offset)}..{int(t.data_offset) + int(t.n_bytes)}, "
+                f"the file has {size}",
+            )
+    cfg = from_gguf_metadata(meta, path, has_output="output.weight" in tensors)
+    if cfg.family == "qwen2" or "blk.0.attn_q.bias" in tensors:
+        cfg = replace(cfg, attn_bias=True)
+    params: dict[str, np.ndarray] = {}
+    freqs = tensors.get("rope_freqs.weight")  # llama.cpp's Llama 3 rope scaling: per-pair divisors
+    if freqs is not None:
+        factors = _dequantize(freqs, path).reshape(-1)
+        if factors.shape != (cfg.head_dim // 2,) or not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+            raise CheckpointError(
+                path, f"tensor rope_freqs.weight: expected {cfg.head_dim // 2} positive factors, found {factors.shape}"
+            )
+        params["rope_freq_factors"] = factors.astype(np.float32)
+        cfg = replace(cfg, rope_factors=tuple(float(f) for f in factors))
+    for gname, name, shape, transpose in _gguf_names(cfg):
+        found = tensors.get(gname)
+        if found is None:
+            raise CheckpointError(path, f"no tensor {gname} (expected shape {list(shape)} for {cfg.family})")
+        t = found
+        stored = tuple(int(x) for x in reversed(list(t.shape)))
+        if stored != shape:
+            raise CheckpointError(path, f"tensor {gname} has shape {list(stored)}, the metadata implies {list(shape)}")
+        arr = _dequantize(t, path)
+        if cfg.family == "llama" and name.endswith((".wq", ".wk", ".bq", ".bk")):
+            arr = unpermute_rope_rows(arr, cfg.n_heads if name.endswith((".wq", ".bq")) else cfg.n_kv_heads)
+        if not np.all(np.isfinite(arr)):
+            raise CheckpointError(path, f"tensor {gname} holds NaN or infinite values")
+        params[name] = np.ascontiguousarray(arr.T) if transpose else arr
+    tok_json, tok_cfg = build_tokenizer(meta, path, context=cfg.max_position_embeddings)
+    quant = tuple(sorted({getattr(t.tensor_type, "name", str(t.tensor_type)) for t in reader.tensors}))
+    return GgufCheckpoint(
+        path=path, config=cfg, params=params, tokenizer_json=tok_json, tokenizer_config=tok_cfg, quant_types=quant
+    )
+
+
+def _pre_tokenizer(kind: str) -> Any:
+    from tokenizers import Regex, pre_tokenizers
+
+    byte_level = pre_tokenizers.ByteLevel(
+        add_prefix_space=False, trim_offsets=True, use_regex=kind != "llama3" and kind != "qwen2"
+    )
+    if kind == "gpt2":
+        return byte_level
+    if kind == "digits+gpt2":
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    regex = _LLAMA3_RE if kind == "llama3" else _QWEN2_RE
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False), byte_level])
+
+
+def build_tokenizer(meta: dict[str, Any], path: Path, *, context: int) -> tuple[bytes, dict[str, Any]]:
+    """``tokenizer.json`` bytes and a ``tokenizer_config.json`` mapping from ``tokenizer.ggml.*``."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+
+    model = meta.get("tokenizer.ggml.model")
+    if model is None:
+        raise CheckpointError(path, "no tokenizer.ggml.model: the file carries no tokenizer (expected gpt2 BPE)")
+    if model != "gpt2":
+        raise CheckpointError(
+            path,
+            f"tokenizer.ggml.model {model!r}: only the GPT-2 style byte-level BPE ('gpt2') is rebuilt from GGUF",
+            hint="import the Hugging Face directory of this model instead (calctl import hf)",
+        )
+    tokens = meta.get("tokenizer.ggml.tokens")
+    merges = meta.get("tokenizer.ggml.merges")
+    if not isinstance(tokens, list) or not tokens or not isinstance(merges, list):
+        raise CheckpointError(path, "tokenizer.ggml.tokens and tokenizer.ggml.merges must be non-empty string arrays")
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    kind = PRE_TOKENIZERS.get(str(pre))
+    if kind is None:
+        raise CheckpointError(
+            path,
+            f"tokenizer.ggml.pre {pre!r}: unknown pre-tokenizer",
+            hint=f"supported: {', '.join(sorted(PRE_TOKENIZERS))}",
+        )
+    types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    pairs = []
+    for m in merges:
+        a, sep, b = str(m).partition(" ")
+        if not sep:
+            raise CheckpointError(path, f"tokenizer.ggml.merges entry {m!r} is not 'left right'")
+        pairs.append((a, b))
+    try:
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
+    except Exception as exc:
+        raise CheckpointError(path, f"tokenizer.ggml.*: tokenizers cannot build a BPE from them ({exc})") from None
+    tok.pre_tokenizer = _pre_tokenizer(kind)
+    tok.decoder = decoders.ByteLevel()
+    special = [
+        AddedToken(t, special=types[i] == TOKEN_CONTROL, normalized=False)
+        for i, t in enumerate(tokens)
+        if i < len(types) and types[i] in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
+    ]
+    tok.add_special_tokens([a for a in special if a.special])
+    tok.add_tokens([a for a in special if not a.special])
+
+    def token(key: str) -> str | None:
+        i = meta.get(key)
+        return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
+
+    cfg = {
+        "bos_token": token("tokenizer.ggml.bos_token_id"),
+        "eos_token": token("tokenizer.ggml.eos_token_id"),
+        "pad_token": token("tokenizer.ggml.padding_token_id"),
+        "unk_token": token("tokenizer.ggml.unknown_token_id"),
+        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        "chat_template": meta.get("tokenizer.chat_template"),
+        "model_max_length": context,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "clean_up_tokenization_spaces": False,
+    }
+    canon = json.dumps(json.loads(tok.to_str()), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    return canon.encode("utf-8"), {k: v for k, v in cfg.items() if v is not None}

@@ -1,0 +1,199 @@
+"""Read a Hugging Face model directory: ``config.json``, ``*.safetensors``, the tokenizer files.
+
+Weights load through the ``safetensors`` numpy API; BF16 tensors (which numpy
+cannot hold) are read from the same file by the offsets its header declares and
+widened to float32 exactly. Tensor names follow ``transformers``' Llama/Qwen2/
+Qwen3 modules and become the package's names (``calctl.package.architecture``),
+matrices transposed to ``[in, out]``. Every shape is checked against the config
+before anything is written.
+
+The tokenizer files are kept as they are (001 §8.3: each model keeps its own).
+This module reads files; it writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class HfCheckpoint:
+    root: Path
+    config: FamilyConfig
+    params: dict[str, np.ndarray]  # package names, float32, [in, out]
+    tokenizer_json: bytes
+    tokenizer_config: dict[str, Any]
+    tokenizer_config_bytes: bytes
+    sources: tuple[Path, ...]  # every file read, for provenance
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise CheckpointError(path, f"missing: a Hugging Face model directory has {what}")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise CheckpointError(path, f"larger than {MAX_CONFIG_BYTES} bytes; not {what}")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(path, f"is not valid JSON ({exc}); expected {what}") from None
+    if not isinstance(doc, dict):
+        raise CheckpointError(path, f"is a JSON {type(doc).__name__}; expected {what} (an object)")
+    return doc
+
+
+def hf_tensor_names(cfg: FamilyConfig) -> Iterator[tuple[str, str, tuple[int, ...], bool]]:
+    """``(hf name, package name, hf shape, transpose)`` for every tensor the config needs."""
+    d, f, v, hd = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.head_dim
+    qw, kw = cfg.n_heads * hd, cfg.n_kv_heads * hd
+    yield "model.embed_tokens.weight", "embed", (v, d), False
+    for i in range(cfg.n_layers):
+        hp, pp = f"model.layers.{i}.", f"layers.{i}."
+        yield hp + "input_layernorm.weight", pp + "attn_norm", (d,), False
+        yield hp + "self_attn.q_proj.weight", pp + "wq", (qw, d), True
+        yield hp + "self_attn.k_proj.weight", pp + "wk", (kw, d), True
+        yield hp + "self_attn.v_proj.weight", pp + "wv", (kw, d), True
+        if cfg.attn_bias:
+            yield hp + "self_attn.q_proj.bias", pp + "bq", (qw,), False
+            yield hp + "self_attn.k_proj.bias", pp + "bk", (kw,), False
+            yield hp + "self_attn.v_proj.bias", pp + "bv", (kw,), False
+        if cfg.qk_norm:
+            yield hp + "self_attn.q_norm.weight", pp + "q_norm", (hd,), False
+            yield hp + "self_attn.k_norm.weight", pp + "k_norm", (hd,), False
+        yield hp + "self_attn.o_proj.weight", pp + "wo", (d, qw), True
+        yield hp + "post_attention_layernorm.weight", pp + "mlp_norm", (d,), False
+        yield hp + "mlp.gate_proj.weight", pp + "w_gate", (f, d), True
+        yield hp + "mlp.up_proj.weight", pp + "w_up", (f, d), True
+        yield hp + "mlp.down_proj.weight", pp + "w_down", (d, f), True
+    yield "model.norm.weight", "final_norm", (d,), False
+    if not cfg.tie_embeddings:
+        yield "lm_head.weight", "lm_head", (v, d), True
+
+
+class _SafetensorsFile:
+    """One ``.safetensors`` file: its header read strictly, tensors through the safetensors numpy API."""
+
+    def __init__(self, path: Path) -> None:
+        from safetensors import safe_open
+
+        self.path = path
+        size = path.stat().st_size
+        try:
+            with path.open("rb") as fh:
+                raw = fh.read(8)
+                if len(raw) < 8:
+                    raise CheckpointError(
+                        path, f"truncated: {size} bytes, a safetensors file starts with an 8-byte header length"
+                    )
+                (n,) = struct.unpack("<Q", raw)
+                if n > MAX_HEADER_BYTES or 8 + n > size:
+                    raise CheckpointError(
+                        path, f"truncated or not safetensors: header of {n} bytes in a {size}-byte file"
+                    )
+                header = json.loads(fh.read(n))
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise CheckpointError(path, f"not a safetensors file: cannot read its header ({exc})") from None
+        if not isinstance(header, dict):
+            raise CheckpointError(path, "not a safetensors file: the header is not a JSON object")
+        self.data_start = 8 + n
+        self.header = {k: v for k, v in header.items() if k != "__metadata__"}
+        end = max((int(t["data_offsets"][1]) for t in self.header.values()), default=0)
+        if self.data_start + end > size:
+            raise CheckpointError(
+                path, f"truncated: the header declares {self.data_start + end} bytes of data, the file has {size}"
+            )
+        try:
+            self._handle: Any = safe_open(str(path), framework="np")
+        except Exception as exc:  # safetensors raises its own SafetensorError (an Exception)
+            raise CheckpointError(path, f"safetensors cannot open it: {exc}") from None
+
+    def get(self, name: str) -> np.ndarray:
+        info = self.header[name]
+        if info.get("dtype") == "BF16":  # numpy has no bfloat16: widen the raw 16 bits exactly
+            start, stop = (int(x) for x in info["data_offsets"])
+            count = (stop - start) // 2
+            raw = np.fromfile(self.path, dtype="<u2", count=count, offset=self.data_start + start)
+            return (raw.astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
+        try:
+            return np.asarray(self._handle.get_tensor(name))
+        except Exception as exc:
+            raise CheckpointError(self.path, f"tensor {name}: cannot read ({exc})") from None
+
+
+def load_weights(files: list[Path], cfg: FamilyConfig) -> dict[str, np.ndarray]:
+    """Every tensor ``cfg`` needs, by package name, float32 ``[in, out]``; CheckpointError naming file and tensor."""
+    index: dict[str, _SafetensorsFile] = {}
+    for path in files:
+        st = _SafetensorsFile(path)
+        for k in st.header:
+            index.setdefault(k, st)
+    out: dict[str, np.ndarray] = {}
+    if cfg.rope_factors is not None:  # computed from config.json's rope_scaling, not stored in the weights
+        out["rope_freq_factors"] = np.array(cfg.rope_factors, dtype=np.float32)
+    where = ", ".join(p.name for p in files)
+    for hf_name, name, shape, transpose in hf_tensor_names(cfg):
+        found = index.get(hf_name)
+        if found is None:
+            raise CheckpointError(files[0].parent, f"no tensor {hf_name} in {where} (expected shape {list(shape)})")
+        st = found
+        declared = tuple(st.header[hf_name].get("shape", ()))
+        if declared != shape:
+            raise CheckpointError(
+                st.path, f"tensor {hf_name} has shape {list(declared)}, config.json implies {list(shape)}"
+            )
+        arr = st.get(hf_name).astype(np.float32, copy=False)
+        if not np.all(np.isfinite(arr)):
+            raise CheckpointError(st.path, f"tensor {hf_name} holds NaN or infinite values")
+        out[name] = np.ascontiguousarray(arr.T) if transpose else arr
+    return out
+
+
+def read_hf_dir(root: Path) -> HfCheckpoint:
+    """Read and check a Hugging Face model directory; CheckpointError (exit 2) naming the file otherwise."""
+    root = Path(root)
+    if not root.is_dir():
+        raise CheckpointError(root, "not a directory; expected a Hugging Face model directory (config.json, ...)")
+    cfg_path = root / "config.json"
+    cfg = from_hf_config(_read_json(cfg_path, "config.json"), cfg_path)
+    files = sorted(root.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(root, "no *.safetensors file; expected the weights in safetensors format")
+    tok_path = root / "tokenizer.json"
+    if not tok_path.is_file():
+        raise CheckpointError(tok_path, "missing: the model's tokenizer (tokenizer.json) is required")
+    tok_bytes = tok_path.read_bytes()
+    _check_tokenizer(tok_path)
+    tok_cfg_path = root / "tokenizer_config.json"
+    tok_cfg = _read_json(tok_cfg_path, "tokenizer_config.json") if tok_cfg_path.is_file() else {}
+    if not tok_cfg:
+        raise CheckpointError(tok_cfg_path, "missing: tokenizer_config.json (eos_token, chat_template) is required")
+    params = load_weights(files, cfg)
+    return HfCheckpoint(
+        root=root,
+        config=cfg,
+        params=params,
+        tokenizer_json=tok_bytes,
+        tokenizer_config=tok_cfg,
+        tokenizer_config_bytes=tok_cfg_path.read_bytes(),
+        sources=(cfg_path, *files, tok_path, tok_cfg_path),
+    )
+
+
+def _check_tokenizer(path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises plain Exception subclasses
+        raise CheckpointError(path, f"the tokenizers library cannot load it: {exc}") from None

