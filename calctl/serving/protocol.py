@@ -140,3 +140,6 @@ class Engine(Protocol):
 
     def metrics_text(self) -> bytes:
         """Prometheus text exposition of every metric family."""
+
+    def trace(self, since_ns: int = 0) -> Mapping[str, Any]:
+        """The device's per-chip job intervals since ``since_ns`` (internal: it names chips)."""

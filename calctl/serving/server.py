@@ -77,8 +77,11 @@ def bind_listener(host: str, port: int) -> socket.socket:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise UsageError(f"--host {host}: cannot resolve the address ({exc.strerror})") from None
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, type_, proto, _, addr = infos[0]
+    # proto must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose proto says
+    # TCP, and without it Nagle + delayed ACK hold a stream's small SSE writes for 40 ms on a kept-alive
+    # connection (what uvicorn's own bind gets right by using getaddrinfo's proto).
+    sock = socket.socket(family, type_, proto or socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is not "taken"
         sock.bind(addr)

@@ -48,3 +48,35 @@ def test_a_taken_port_with_a_package_never_loads_it(cli, taken_port: int, monkey
     monkeypatch.setattr(supervisor.DeviceSupervisor, "start", forbidden)
     r = cli("serve", FIXTURE_PACKAGES / "single", "--trusted-key", TEST_PUB, "--port", str(taken_port))
     assert r.code == 2 and "already in use" in r.err, r.err
+
+
+def test_the_listener_lets_asyncio_disable_nagle() -> None:
+    """Found by benchmarks/bench_serve.py: a listener created with proto 0 gives accepted connections without
+    TCP_NODELAY (asyncio checks proto), and SSE deltas on a kept-alive connection then wait 40 ms for a delayed
+    ACK. The listener says IPPROTO_TCP, so every connection uvicorn accepts from it has TCP_NODELAY."""
+    import asyncio
+
+    from calctl.serving.server import bind_listener
+
+    listener = bind_listener("127.0.0.1", 0)
+    assert listener.proto == socket.IPPROTO_TCP
+
+    async def accept_one() -> int:
+        seen: list[int] = []
+
+        def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_conn, sock=listener)
+        port = listener.getsockname()[1]
+        _, w = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(200):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        w.close()
+        server.close()
+        return seen[0]
+
+    assert asyncio.run(accept_one()) != 0

@@ -82,6 +82,11 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
             )
         return JSONResponse({"id": request_id, "cancelled": True})
 
+    @app.get("/internal/trace", dependencies=[Depends(auth.admin)])
+    async def device_trace(since_ns: int = 0) -> JSONResponse:
+        """The device's own job intervals per chip (``benchmarks/bench_serve.py`` reads them)."""
+        return JSONResponse(dict(engine.trace(since_ns)))
+
     # Declared before the generic /{action} route, which would otherwise match "executor".
     @app.get("/internal/models/{alias}/executor", dependencies=[Depends(auth.admin)])
     async def executor_status(alias: str) -> JSONResponse:

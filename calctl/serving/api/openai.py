@@ -198,10 +198,12 @@ def openai_router(engine: Engine, settings: ApiSettings, auth: Auth) -> APIRoute
         headers = {"X-Request-Id": request_id}
         deltas = text_deltas(stream, codec, body.stop_list(), prompt_ids=prompt_ids)
         if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            opts = body.stream_options
+            include_usage = bool(opts and opts.include_usage)
+            continuous = bool(opts and opts.continuous_usage_stats)
             outcome = _SseOutcome()
             return _SseResponse(
-                _sse(deltas, stream, body.model, request_id, created, chat, include_usage, outcome),
+                _sse(deltas, stream, body.model, request_id, created, chat, include_usage, outcome, continuous),
                 engine_stream=stream,
                 outcome=outcome,
                 media_type="text/event-stream",
@@ -265,11 +267,17 @@ async def _sse(
     chat: bool,
     include_usage: bool,
     outcome: _SseOutcome,
+    continuous_usage: bool = False,
 ) -> AsyncGenerator[bytes, None]:
     obj = "chat.completion.chunk" if chat else "text_completion"
 
     def chunk(
-        text: str | None, finish: str | None, *, role: bool = False, usage: dict[str, int] | None = None
+        text: str | None,
+        finish: str | None,
+        *,
+        role: bool = False,
+        usage: dict[str, int] | None = None,
+        running: dict[str, int] | None = None,
     ) -> bytes:
         if chat:
             delta: dict[str, Any] = {}
@@ -283,6 +291,8 @@ async def _sse(
         doc: dict[str, Any] = {"id": request_id, "object": obj, "created": created, "model": model, "choices": choices}
         if usage is not None:
             doc = {**doc, "choices": [], "usage": usage}
+        elif running is not None:
+            doc["usage"] = running
         return f"data: {json.dumps(doc, separators=(',', ':'))}\n\n".encode()
 
     usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
@@ -291,8 +301,9 @@ async def _sse(
             yield chunk("", None, role=True)
         async for d in deltas:
             usage = d.usage
+            running = usage if continuous_usage else None
             if d.finish is None:
-                yield chunk(d.text, None)
+                yield chunk(d.text, None, running=running)
                 continue
             outcome.done = True
             if d.error is not None:
@@ -302,8 +313,8 @@ async def _sse(
                 yield f"event: error\ndata: {json.dumps(err)}\n\n".encode()
                 return
             if d.text:
-                yield chunk(d.text, None)
-            yield chunk(None if chat else "", d.finish)
+                yield chunk(d.text, None, running=running)
+            yield chunk(None if chat else "", d.finish, running=running)
         if include_usage:
             yield chunk(None, None, usage=usage)
         yield b"data: [DONE]\n\n"

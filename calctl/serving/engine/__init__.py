@@ -139,6 +139,28 @@ class ServingEngine:
     def metrics_text(self) -> bytes:
         return self.supervisor.metrics.text()
 
+    def trace(self, since_ns: int = 0) -> dict[str, Any]:
+        """The device's own per-chip job intervals since ``since_ns`` (CLOCK_MONOTONIC), for /internal/trace.
+
+        Internal only: it names chips. ``device`` says which runtime measured them (mock results are mock)."""
+        rt = self.supervisor.rt
+        events = [
+            {
+                "job": int(e.job),
+                "chip": e.chip,
+                "model": e.model,
+                "graph": e.graph,
+                "engine": e.engine.value,
+                "generation": int(e.generation),
+                "submit_ns": e.submit_ns,
+                "start_ns": e.start_ns,
+                "end_ns": e.end_ns,
+                "state": e.state.value,
+            }
+            for e in rt.trace(since_ns=since_ns)
+        ]
+        return {"device": rt.kind.value, "clock": "CLOCK_MONOTONIC", "events": events}
+
     def status(self) -> dict[str, Any]:
         sup = self.supervisor
         return {
