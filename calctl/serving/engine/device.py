@@ -26,11 +26,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from calctl.package.model import Model
-from calctl.runtime.buffers import HostBuffer
+from calctl.runtime.buffers import BufferState, HostBuffer
 from calctl.runtime.errors import DeviceBusy, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import Engine as JobEngine
@@ -48,6 +49,8 @@ Clock = Callable[[], float]
 
 #: 001 §11.3 "DeviceBusy -> bounded backoff": at most this many retries, doubling from 1 ms.
 BUSY_RETRIES = 6
+#: Finished jobs' buffers kept for reuse per (graph, direction, batch): two banks, and one spare.
+POOL_PER_SHAPE = 3
 FAULT_STATUSES = frozenset(
     {
         RuntimeStatus.CCU_EXCEPTION,
@@ -147,7 +150,13 @@ class DeviceExecutor:
         self._width = model.prefill.input("tokens").concrete_shape(1)[1]
         self._m_busy = metrics.submit_busy.labels(alias)
         self._m_fill = metrics.batch_fill.labels(alias)
+        self._m_jobs: dict[tuple[str, str], Any] = {}  # (graph kind, result) -> counter child
+        self._m_job_s: dict[str, Any] = {}  # graph -> histogram child
         self._verdicts: list[Downgrade] = []  # monitor verdicts for the core to act on (it owns the mode)
+        # Host buffers back from finished jobs, by (graph, direction, batch), reused for the next job instead
+        # of a release + alloc per token. Only a buffer the runtime gave back (owned by us) is pooled; a
+        # quarantined one never is. Released at retire/detach, so an unload leaves nothing allocated.
+        self._pool: dict[tuple[str, bool, int], list[HostBuffer]] = {}
 
     # ------------------------------------------------------------------ submit
 
@@ -176,7 +185,7 @@ class DeviceExecutor:
                 appended.append(seq)
                 if pos != 0:
                     raise LaunchFailed(f"KV sequence {seq} starts at {pos}, expected 0 for a prefill")
-                inputs, outputs = rt.alloc_inputs(graph), rt.alloc_outputs(graph)
+                inputs, outputs = self._buffers(rt, graph, 1)
                 inputs.write("tokens", tokens)
                 inputs.write("n_tokens", np.array([len(prompt)], dtype=np.int32))
                 seqs: tuple[KvSeqId, ...] = (seq,)
@@ -197,7 +206,7 @@ class DeviceExecutor:
                         raise LaunchFailed(
                             f"lane {batch.kv_lanes[i]}: KV position {pos} != scheduled position {batch.positions[i]}"
                         )
-                inputs, outputs = rt.alloc_inputs(graph, b), rt.alloc_outputs(graph, b)
+                inputs, outputs = self._buffers(rt, graph, b)
                 inputs.write("tokens", np.array(batch.token_ids, dtype=np.int32).reshape(b, 1))
                 inputs.write("positions", np.array(batch.positions, dtype=np.int32))
                 if b > 1:
@@ -222,6 +231,41 @@ class DeviceExecutor:
         inf = Inflight(job, rt_job, inputs, outputs, seqs, tuple(rids), self._clock(), graph, engine, banked)
         self.inflight[job.job_id] = inf
         return inf
+
+    def _buffers(self, rt: Runtime, graph: str, batch: int) -> tuple[HostBuffer, HostBuffer]:
+        """Input and output buffers for one job: pooled ones (zeroed) when there are, else new ones."""
+        out = []
+        for is_input in (True, False):
+            pool = self._pool.get((graph, is_input, batch))
+            if pool:
+                buf = pool.pop()
+                buf.clear()  # nothing of the previous job is readable by, or mistaken for, this one
+            else:
+                buf = rt.alloc_inputs(graph, batch) if is_input else rt.alloc_outputs(graph, batch)
+            out.append(buf)
+        return out[0], out[1]
+
+    def _recycle(self, inf: Inflight) -> None:
+        """A finished job's buffers back to the pool; ones the runtime still holds stay with the quarantine."""
+        for buf, is_input in ((inf.inputs, True), (inf.outputs, False)):
+            if buf.state is BufferState.OWNED_BY_CALLER:
+                pool = self._pool.setdefault((buf.graph, is_input, buf.batch), [])
+                if len(pool) < POOL_PER_SHAPE:
+                    pool.append(buf)
+                    continue
+            self._release_one(buf)
+
+    def _release_one(self, buf: HostBuffer) -> None:
+        if self.rt is not None:
+            with contextlib.suppress(RuntimeLayerError):
+                self.rt.release_buffer(buf)
+
+    def release_pool(self) -> None:
+        """Give every pooled buffer back to the runtime (unload, reset, detach)."""
+        pools, self._pool = self._pool, {}
+        for pool in pools.values():
+            for buf in pool:
+                self._release_one(buf)
 
     def hand_to_completer(self, inf: Inflight) -> None:
         """async / pingpong: a completion thread waits for ``inf`` and posts its end to the inbox."""
@@ -302,10 +346,15 @@ class DeviceExecutor:
             if buf is not None:
                 with contextlib.suppress(RuntimeLayerError):
                     rt.release_buffer(buf)
-        kind = "prefill" if isinstance(job, PrefillJob) else "decode"
-        self._metrics.jobs.labels(self.alias, kind, "not_submitted").inc()
+        self._count_job("prefill" if isinstance(job, PrefillJob) else "decode", "not_submitted")
         self.slots.release(job.job_id)
         return JobOutcome(job.job_id, job.generation, status, detail=detail)
+
+    def _count_job(self, kind: str, result: str) -> None:
+        child = self._m_jobs.get((kind, result))
+        if child is None:
+            child = self._m_jobs[(kind, result)] = self._metrics.jobs.labels(self.alias, kind, result)
+        child.inc()
 
     # ------------------------------------------------------------------ verdicts for the monitor
 
@@ -374,7 +423,7 @@ class DeviceExecutor:
         self.quarantine[inf.job_id] = inf
         self._monitor_verdict(self._monitor.job_timed_out())
         self._metrics.device_errors.labels(self.alias, "Timeout").inc()
-        self._metrics.jobs.labels(self.alias, inf.kind, "timeout").inc()
+        self._count_job(inf.kind, "timeout")
         return JobOutcome(
             inf.job_id, inf.core.generation, JobStatus.TIMEOUT, detail=f"no completion after {self.job_timeout_s:.1f}s"
         )
@@ -387,28 +436,29 @@ class DeviceExecutor:
         rt = self.rt
         assert rt is not None
         res = rt.query(inf.rt_job)
-        self._metrics.job_seconds.labels(self.alias, inf.graph).observe(self._clock() - inf.submitted)
+        hist = self._m_job_s.get(inf.graph)
+        if hist is None:
+            hist = self._m_job_s[inf.graph] = self._metrics.job_seconds.labels(self.alias, inf.graph)
+        hist.observe(self._clock() - inf.submitted)
         job, gen = inf.job_id, inf.core.generation
         fin: Finished
         anomaly = _status_anomaly(inf, res)
         if anomaly is not None:  # the runtime's answer contradicts itself: trust nothing it wrote
             fin = Finished(JobOutcome(job, gen, JobStatus.FAULT, detail=f"status anomaly: {anomaly}"))
             self._monitor_verdict(self._monitor.status_anomaly(anomaly))
-            self._metrics.jobs.labels(self.alias, inf.kind, "bad_output").inc()
+            self._count_job(inf.kind, "bad_output")
         elif res.ok:
             fin = self._read_output(inf)
             if fin.outcome.status is JobStatus.OK:
                 for s in inf.seqs:
                     rt.kv.commit(s)  # device and output succeeded (000 §9.2 rule 5)
-            self._metrics.jobs.labels(
-                self.alias, inf.kind, "ok" if fin.outcome.status is JobStatus.OK else "bad_output"
-            ).inc()
+            self._count_job(inf.kind, "ok" if fin.outcome.status is JobStatus.OK else "bad_output")
         else:
             status_code = (
                 RuntimeStatus(res.status) if res.status in RuntimeStatus._value2member_map_ else RuntimeStatus.INTERNAL
             )
             self._metrics.device_errors.labels(self.alias, status_code.name).inc()
-            self._metrics.jobs.labels(self.alias, inf.kind, "failed").inc()
+            self._count_job(inf.kind, "failed")
             status = (
                 JobStatus.FAULT
                 if status_code in FAULT_STATUSES or status_code is RuntimeStatus.JOB_ABORTED
@@ -422,7 +472,10 @@ class DeviceExecutor:
                 JobOutcome(job, gen, status, detail=f"{status_code.name}: {res.detail or ''}".strip()),
                 runtime_status=status_code,
             )
-        self.try_release(inf)
+        if fin.outcome.status is JobStatus.FAULT:
+            self.try_release(inf)  # never reuse what a faulted job touched
+        else:
+            self._recycle(inf)
         self.slots.release(job)
         if fin.outcome.status is JobStatus.OK:
             self._monitor.job_completed()
@@ -478,6 +531,7 @@ class DeviceExecutor:
 
     def retire(self) -> None:
         """Every job in flight is quarantined: its buffers are kept until the runtime gives them back."""
+        self.release_pool()
         for job_id, inf in list(self.inflight.items()):
             inf.abandoned = True
             self.quarantine[job_id] = inf
@@ -493,6 +547,7 @@ class DeviceExecutor:
 
     def forget_device_state(self) -> None:
         """After a reset: free every runtime KV sequence and release buffers the runtime gave back."""
+        self.release_pool()
         rt = self.rt
         seqs = list(self.lane_seq.values())
         self.lane_seq.clear()

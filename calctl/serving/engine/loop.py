@@ -378,6 +378,7 @@ class EngineCore:
     def detach(self) -> None:
         def apply() -> None:
             self._serving = False
+            self._exec.release_pool()
             self._exec.rt = None
 
         self._call(apply)
