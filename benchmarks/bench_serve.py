@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -207,6 +208,11 @@ class Single:
     decode_ms: list[float] = field(default_factory=list)
     itl_ms: list[float] = field(default_factory=list)
     held_first: int = 0  # requests whose first token was part of a character (no TTFT sample)
+    # Where the host time goes (from the device's own timestamps, the client's clock):
+    send_to_submit_ms: list[float] = field(default_factory=list)  # HTTP, parse, tokenize, admit, schedule, launch
+    submit_to_start_ms: list[float] = field(default_factory=list)  # the board's own dispatch (mock chip thread)
+    end_to_delta_ms: list[float] = field(default_factory=list)  # completion, sample, deliver, SSE, client
+    end_to_next_submit_ms: list[float] = field(default_factory=list)  # decode: completion -> next job submitted
 
 
 def one_in_flight(client: httpx.Client, url: str, n: int, max_tokens: int) -> Single:
@@ -223,12 +229,19 @@ def one_in_flight(client: httpx.Client, url: str, n: int, max_tokens: int) -> Si
         out.prefill_ms.append(p_ms)
         if s.tokens_at[0] == 1:  # the first token was text on its own: its delta time is the TTFT
             out.ttft_overhead_ms.append((s.deltas_ns[0] - s.sent_ns) / 1e6 - p_ms)
+            pf = prefill[0]
+            out.send_to_submit_ms.append((pf["submit_ns"] - s.sent_ns) / 1e6)
+            out.submit_to_start_ms.append((pf["start_ns"] - pf["submit_ns"]) / 1e6)
+            out.end_to_delta_ms.append((s.deltas_ns[0] - pf["end_ns"]) / 1e6)
         else:
             out.held_first += 1
         if not decode or len(s.deltas_ns) < 2 or s.tokens_at[-1] <= s.tokens_at[0]:
             continue
         d = [(e["end_ns"] - e["start_ns"]) / 1e6 for e in decode]
         out.decode_ms.extend(d)
+        steps = sorted(prefill + decode, key=lambda e: e["submit_ns"])
+        out.end_to_next_submit_ms.extend((b["submit_ns"] - a["end_ns"]) / 1e6 for a, b in itertools.pairwise(steps))
+        out.submit_to_start_ms.extend((e["start_ns"] - e["submit_ns"]) / 1e6 for e in decode)
         tpot = (s.deltas_ns[-1] - s.deltas_ns[0]) / 1e6 / (s.tokens_at[-1] - s.tokens_at[0])
         out.tpot_overhead_ms.append(tpot - statistics.fmean(d))
         for k in range(1, len(s.deltas_ns)):  # inter-token latency: consecutive deltas one token apart
@@ -327,6 +340,10 @@ def main() -> None:
                     "itl_p99_over_decode": pct(single.itl_ms, 0.99) / decode_step,
                     "chip0_busy_over_wall": busy[0],
                     "chip1_busy_over_wall": busy[1],
+                    "ttft_send_to_submit_ms_p50": statistics.median(single.send_to_submit_ms),
+                    "submit_to_start_ms_p50": statistics.median(single.submit_to_start_ms),
+                    "ttft_end_to_delta_ms_p50": statistics.median(single.end_to_delta_ms),
+                    "decode_end_to_next_submit_ms_p50": statistics.median(single.end_to_next_submit_ms),
                     "requests": float(args.requests),
                     "ttft_samples": float(len(single.ttft_overhead_ms)),
                     "itl_samples": float(len(single.itl_ms)),
@@ -351,6 +368,10 @@ def main() -> None:
         ("ITL P99 (ms)", None, "itl_ms_p99", ".2f"),
         ("  ITL samples (one token apart)", None, "itl_samples", ".0f"),
         ("ITL P99 / device decode step", "<= 3", "itl_p99_over_decode", ".2f"),
+        ("where it goes, P50 (ms): send -> prefill submit", None, "ttft_send_to_submit_ms_p50", ".2f"),
+        ("  job submit -> device start (board)", None, "submit_to_start_ms_p50", ".2f"),
+        ("  prefill end -> first delta at client", None, "ttft_end_to_delta_ms_p50", ".2f"),
+        ("  job end -> next job submitted", None, "decode_end_to_next_submit_ms_p50", ".2f"),
         ("chip0 busy / wall, saturation", ">= 0.95", "chip0_busy_over_wall", ".3f"),
         ("chip1 busy / wall, saturation", ">= 0.95", "chip1_busy_over_wall", ".3f"),
     ]

@@ -218,6 +218,8 @@ class EngineCore:
         self._operator_changes: list[dict[str, Any]] = []
         self._next_counter_check = 0.0
         self._wake_at: float | None = None
+        # (runtime status, job generation) of an outcome applied but not yet delivered (see _apply_outcome)
+        self._pending: tuple[RuntimeStatus | None, GenerationId] | None = None
         self._inflight_n = 0
         self._quarantined_n = 0
         m = metrics
@@ -559,14 +561,15 @@ class EngineCore:
         # mode lets be in flight (Scheduler.set_inflight_limit).
         out = self._sched.schedule(now)
         self._wake_at = out.wake_at
-        self._deliver()
         if not out.jobs:
+            self._deliver()
             return
         if not (self._serving and self._exec.rt is not None):  # defensive: never submit outside a generation
             for job in out.jobs:
                 self._apply_outcome(
                     JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="no generation is being served")
                 )
+            self._deliver()
             return
         pingpong = self._mode is ExecutorMode.PINGPONG
         for job in out.jobs:
@@ -585,6 +588,9 @@ class EngineCore:
             elif self._mode is not ExecutorMode.SYNC:
                 self._exec.hand_to_completer(launched)
         self._inflight_n = len(self._exec.inflight)
+        # The tokens of the job that just finished go to their streams only now, after the next job was
+        # submitted: waking the event loop hands it the GIL, and the device should not wait for that.
+        self._deliver()
 
     # ------------------------------------------------------------------ admission
 
@@ -635,13 +641,13 @@ class EngineCore:
         outcome = fin.outcome
         if outcome.status is JobStatus.OK:
             outcome = self._sample(inf, fin)
-        self._apply_outcome(outcome, fin.runtime_status)
+        self._apply_outcome(outcome, fin.runtime_status, defer=True)
 
     def _job_timed_out(self, inf: Inflight) -> None:
         outcome = self._exec.time_out(inf)
         self._act_on_verdicts()
         if outcome is not None:
-            self._apply_outcome(outcome, RuntimeStatus.TIMEOUT)
+            self._apply_outcome(outcome, RuntimeStatus.TIMEOUT, defer=True)
 
     def _sample(self, inf: Inflight, fin: Finished) -> JobOutcome:
         logits = fin.logits
@@ -657,10 +663,17 @@ class EngineCore:
             results.append(LaneResult(rid, token, stop=(not ctx.gen.ignore_eos) and token == eos))
         return JobOutcome(inf.job_id, inf.core.generation, JobStatus.OK, tuple(results))
 
-    def _apply_outcome(self, outcome: JobOutcome, runtime_status: RuntimeStatus | None = None) -> None:
+    def _apply_outcome(
+        self, outcome: JobOutcome, runtime_status: RuntimeStatus | None = None, *, defer: bool = False
+    ) -> None:
+        """``update_from_output``, then deliver its events now, or (``defer``) at the end of this step, after
+        the next launch. Either way its tokens are tagged with the job's generation (001 §13.1)."""
         self._sched.update_from_output(outcome, self._clock())
-        # Tokens of this outcome are tagged with the job's generation (TokenEvent.generation, 001 §13.1).
-        self._deliver(runtime_status, generation=outcome.generation)
+        if defer:
+            prev = self._pending
+            self._pending = (runtime_status or (prev[0] if prev else None), outcome.generation)
+        else:
+            self._deliver(runtime_status, generation=outcome.generation)
         self._inflight_n = len(self._exec.inflight)
         if self._deferred_recovery is not None and not self._exec.inflight:
             req, self._deferred_recovery = self._deferred_recovery, None
@@ -671,6 +684,11 @@ class EngineCore:
 
     def _deliver(self, runtime_status: RuntimeStatus | None = None, *, generation: GenerationId | None = None) -> None:
         """Deliver the scheduler's events. ``generation``: the job generation of the outcome being applied."""
+        if self._pending is not None:  # a finished job's events waited for the next launch
+            status, gen = self._pending
+            self._pending = None
+            runtime_status = runtime_status or status
+            generation = gen if generation is None else generation
         while True:
             events = self._sched.drain_events()
             if not events:
