@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calctl.runners.stats import Estimate, bootstrap
+from calctl.checks.stats import Estimate, bootstrap
 
 EFFICIENCY_GATE = 0.80
 

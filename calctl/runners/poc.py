@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calctl.checks.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
 from calctl.errors import CalctlError, CheckFailed, UsageError
 from calctl.package.model import ChipMode, GraphKind, Package, mask_of_chips
 from calctl.runners.context import (
@@ -64,7 +65,6 @@ from calctl.runners.context import (
 from calctl.runners.golden import GoldenResult, first_mismatch
 from calctl.runners.golden import judge as judge_golden
 from calctl.runners.overlap import ConcurrencyVerdict, Interval, Round, both_busy_fraction, judge
-from calctl.runners.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
 from calctl.runtime import GenerationId, Runtime
 from calctl.runtime.calbin import CalbinPlan
 from calctl.signing.policy import TrustPolicy

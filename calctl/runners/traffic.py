@@ -10,8 +10,9 @@ first token arrived, every later token, how it ended), over two transports:
   streaming or not, cancelling or stopping it on cue;
 * HTTP against a server (``calctl.runners.bench.http``).
 
-Outcome classes are one vocabulary for both (:class:`RequestOutcome`), so a
-report counts errors by class the same way whatever the transport.
+Outcome classes are one vocabulary for both (:class:`RequestOutcome`, from the
+one outcome table in ``calctl.serving.outcomes``), so a report counts errors by
+class the same way whatever the transport.
 
 This module does not decide what traffic to send (``soak.mix``,
 ``bench.workload``) and does not judge results.
@@ -20,7 +21,6 @@ This module does not decide what traffic to send (``soak.mix``,
 from __future__ import annotations
 
 import asyncio
-import enum
 import itertools
 import threading
 import time
@@ -29,54 +29,21 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from calctl.serving import outcomes
+from calctl.serving.outcomes import RequestOutcome
 from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode
 
 T = TypeVar("T")
 
 
-class RequestOutcome(str, enum.Enum):
-    """How a request ended, by class (000 §5.2 statuses, 001 §11.3 scopes)."""
-
-    OK = "ok"  # finished: stop (EOS or a stop decided by the caller) or length
-    CANCELLED = "cancelled"  # the client cancelled it (intended by the workload)
-    INVALID = "invalid"  # 400 before any token
-    NOT_FOUND = "not_found"  # 404 unknown model
-    CAPACITY = "capacity"  # 429
-    UNAVAILABLE = "unavailable"  # 503: draining, loading, recovering, failed
-    DEADLINE = "deadline"  # the request's own deadline expired (queued or running)
-    DEVICE_ERROR = "device_error"  # admitted, then the generation failed (an error after the first byte)
-    TIMEOUT = "timeout"  # the client gave up waiting: no terminal event within its limit
-    TRANSPORT = "transport"  # connection or protocol error (HTTP only)
-
-    @property
-    def is_error(self) -> bool:
-        """Not what the client asked for. Cancellations are the workload's own choice."""
-        return self not in (RequestOutcome.OK, RequestOutcome.CANCELLED)
-
-
-_REJECTION_OUTCOME = {
-    RejectCode.INVALID: RequestOutcome.INVALID,
-    RejectCode.MODEL_NOT_FOUND: RequestOutcome.NOT_FOUND,
-    RejectCode.CAPACITY: RequestOutcome.CAPACITY,
-    RejectCode.UNAVAILABLE: RequestOutcome.UNAVAILABLE,
-    RejectCode.DEADLINE: RequestOutcome.DEADLINE,
-}
-
-
 def outcome_of_rejection(code: RejectCode) -> RequestOutcome:
-    return _REJECTION_OUTCOME.get(code, RequestOutcome.UNAVAILABLE)
+    """A refusal before any token, by its code (the table in ``calctl.serving.outcomes``)."""
+    return outcomes.client_outcome_of_rejection(code)
 
 
 def outcome_of_status(status: int, code: str | None = None) -> RequestOutcome:
     """An HTTP error status (and the OpenAI error ``code``) as an outcome class."""
-    if code == RejectCode.DEADLINE.value:
-        return RequestOutcome.DEADLINE
-    return {
-        400: RequestOutcome.INVALID,
-        404: RequestOutcome.NOT_FOUND,
-        429: RequestOutcome.CAPACITY,
-        503: RequestOutcome.UNAVAILABLE,
-    }.get(status, RequestOutcome.TRANSPORT)
+    return outcomes.client_outcome_of_status(status, code)
 
 
 @dataclass
@@ -237,7 +204,7 @@ async def drive_engine_request(
     except EngineRejection as exc:
         rec.outcome, rec.status, rec.error, rec.end = (
             outcome_of_rejection(exc.code),
-            exc.code.http_status,
+            outcomes.rejection(exc.code).http_status,
             exc.message,
             clock(),
         )
@@ -256,7 +223,7 @@ async def drive_engine_request(
         except EngineRejection as exc:
             rec.outcome, rec.status, rec.error, rec.end = (
                 outcome_of_rejection(exc.code),
-                exc.code.http_status,
+                outcomes.rejection(exc.code).http_status,
                 exc.message,
                 clock(),
             )
@@ -291,12 +258,9 @@ async def drive_engine_request(
                 rec.finish = ev.finish.value
                 result.completion_tokens_reported = ev.completion_tokens
                 rec.tokens = ev.completion_tokens or len(result.token_generations)
+                rec.outcome = outcomes.client_outcome_of_end(ev.finish, ev.outcome)
                 if ev.finish is FinishReason.ERROR:
-                    rec.outcome, rec.error = error_outcome(ev.error), ev.error
-                elif ev.finish is FinishReason.CANCELLED:
-                    rec.outcome = RequestOutcome.CANCELLED
-                else:
-                    rec.outcome = RequestOutcome.OK
+                    rec.error = ev.error
                 return result
     except (asyncio.TimeoutError, StopAsyncIteration):
         stream.cancel("client timeout")
@@ -311,17 +275,11 @@ async def drive_engine_request(
             timer.cancel()
 
 
-def error_outcome(error: str | None) -> RequestOutcome:
-    """The class of an error after admission. The engine's text is ``"<alias>: <core reason>: <detail>"``
-    (``ModelWorker``); a deadline that expired while running is the request's own deadline, not a fault."""
-    parts = (error or "").split(": ", 2)
-    if len(parts) >= 2 and parts[1] == "deadline":
-        return RequestOutcome.DEADLINE
-    return RequestOutcome.DEVICE_ERROR
-
-
 def error_reason(error: str | None) -> str:
-    """The engine's core reason (``device_error``, ``generation_retired``, ...) of an error, else ``unknown``."""
+    """The engine's core reason (``device_error``, ``generation_retired``, ...) of an error, else ``unknown``.
+
+    The engine writes ``"<alias>: <core reason>: <detail>"`` (``EngineCore``); this is for reports that
+    break device errors down by cause. The class of an outcome comes from ``TokenEvent.outcome``."""
     parts = (error or "").split(": ", 2)
     return parts[1] if len(parts) >= 2 and parts[1].replace("_", "").isalpha() else "unknown"
 
@@ -339,7 +297,6 @@ __all__ = [
     "RequestOutcome",
     "RequestRecord",
     "drive_engine_request",
-    "error_outcome",
     "error_reason",
     "outcome_of_rejection",
     "outcome_of_status",

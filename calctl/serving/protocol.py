@@ -19,23 +19,15 @@ from calctl.serving.text import TextCodec
 
 
 class RejectCode(str, enum.Enum):
-    """Why a request was refused before any token; each maps to one HTTP status (000 §5.2)."""
+    """Why a request was refused before any token; the value is the OpenAI error ``code``.
 
-    INVALID = "invalid_request_error"  # 400 RejectInvalid
-    MODEL_NOT_FOUND = "model_not_found"  # 404
-    CAPACITY = "rate_limit_exceeded"  # 429 RejectCapacity
-    UNAVAILABLE = "model_unavailable"  # 503 RejectUnavailable (draining, recovering, failed, loading)
-    DEADLINE = "deadline_exceeded"  # 503: the request expired while queued
+    Its HTTP status and error type are in :mod:`calctl.serving.outcomes` (the one table)."""
 
-    @property
-    def http_status(self) -> int:
-        return {
-            RejectCode.INVALID: 400,
-            RejectCode.MODEL_NOT_FOUND: 404,
-            RejectCode.CAPACITY: 429,
-            RejectCode.UNAVAILABLE: 503,
-            RejectCode.DEADLINE: 503,
-        }[self]
+    INVALID = "invalid_request_error"  # RejectInvalid (000 §5.2)
+    MODEL_NOT_FOUND = "model_not_found"
+    CAPACITY = "rate_limit_exceeded"  # RejectCapacity
+    UNAVAILABLE = "model_unavailable"  # RejectUnavailable (draining, recovering, failed, loading)
+    DEADLINE = "deadline_exceeded"  # the request expired while queued
 
 
 class EngineRejection(Exception):
@@ -92,6 +84,9 @@ class TokenEvent:
     # old generation is delivered"). Filled by the engine's worker; None from engines that do not tag
     # tokens. The soak checks it against the generation the request was admitted under (docs/soak.md).
     generation: int | None = None
+    # On the terminal event: the engine's :class:`calctl.serving.outcomes.Outcome` value (``stop``,
+    # ``deadline``, ``device_error``, ...), so a client classifies an error without parsing its text.
+    outcome: str | None = None
 
 
 class RequestStream(Protocol):
@@ -145,3 +140,6 @@ class Engine(Protocol):
 
     def metrics_text(self) -> bytes:
         """Prometheus text exposition of every metric family."""
+
+    def trace(self, since_ns: int = 0) -> Mapping[str, Any]:
+        """The device's per-chip job intervals since ``since_ns`` (internal: it names chips)."""

@@ -2,8 +2,17 @@
 
 One :class:`TextCodec` per alias, built from the package's own ``tokenizer.json``
 and ``tokenizer_config.json`` (001 §8.3: each model keeps its own tokenizer, so
-an alias can never be served with another model's vocabulary). Chat templates
-render in Jinja2's immutable sandbox, as Hugging Face does.
+an alias can never be served with another model's vocabulary). The chat template
+is compiled once per codec and renders in Jinja2's immutable sandbox with the
+variables Hugging Face templates expect (``messages``, ``add_generation_prompt``,
+``bos_token``, ``eos_token``, ``raise_exception``).
+
+:class:`IncrementalDetokenizer` turns streamed token ids into text deltas that
+are always whole characters: a byte-level BPE token can end in the middle of a
+UTF-8 sequence, and that partial character is held until the token that
+completes it arrives (the offsets technique of Hugging Face's ``TextStreamer``
+and vLLM's detokenizer, so each step decodes a short window, not the whole
+output). :class:`StopMatcher` finds stop strings across delta boundaries.
 
 This module knows nothing about HTTP, scheduling or devices.
 """
@@ -16,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
@@ -33,6 +42,17 @@ class TextCodec:
     chat_template: str | None
     eos_token_id: int | None
     special_ids: frozenset[int] = field(default_factory=frozenset)
+    special_tokens: dict[str, str] = field(default_factory=dict)  # bos_token / eos_token text, for templates
+
+    def __post_init__(self) -> None:
+        self._template: Template | None = None
+        if self.chat_template:
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
+            env.globals["raise_exception"] = _raise_exception
+            try:
+                self._template = env.from_string(self.chat_template)  # compiled once, rendered per request
+            except TemplateError as exc:
+                raise ConfigError(f"chat template does not compile: {exc}") from None
 
     @classmethod
     def from_files(cls, tokenizer_json: Path, config_json: Path | None, eos_token_id: int | None) -> TextCodec:
@@ -41,18 +61,38 @@ class TextCodec:
         except Exception as exc:  # tokenizers raises plain Exception subclasses
             raise ConfigError(f"{tokenizer_json}: cannot load tokenizer: {exc}") from None
         template = None
+        names: dict[str, str] = {}
         if config_json is not None and config_json.is_file():
             try:
                 cfg = json.loads(config_json.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"{config_json}: cannot read tokenizer config: {exc}") from None
             template = cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
-            if eos_token_id is None and isinstance(cfg.get("eos_token"), str):
-                eos_token_id = tok.token_to_id(cfg["eos_token"])
+            for key in ("bos_token", "eos_token"):
+                value = cfg.get(key)
+                if isinstance(value, dict):  # the AddedToken form: {"content": "<s>", ...}
+                    value = value.get("content")
+                if isinstance(value, str):
+                    names[key] = value
+            if eos_token_id is None and "eos_token" in names:
+                eos_token_id = tok.token_to_id(names["eos_token"])
+        if eos_token_id is not None and "eos_token" not in names:
+            eos_text = tok.id_to_token(eos_token_id)
+            if eos_text is not None:
+                names["eos_token"] = eos_text
         specials = frozenset(
             i for t, i in tok.get_vocab(with_added_tokens=True).items() if t.startswith("<|") and t.endswith("|>")
         )
-        return cls(tokenizer=tok, chat_template=template, eos_token_id=eos_token_id, special_ids=specials)
+        try:
+            return cls(
+                tokenizer=tok,
+                chat_template=template,
+                eos_token_id=eos_token_id,
+                special_ids=specials,
+                special_tokens=names,
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"{config_json}: {exc}") from None
 
     @property
     def vocab_size(self) -> int:
@@ -65,49 +105,72 @@ class TextCodec:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def render_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        if not self.chat_template:
+        """The model's own chat template over ``messages`` (the template compiled once, at load)."""
+        if self._template is None or not self.chat_template:
             raise ChatTemplateError("this model has no chat template; use /v1/completions")
-        env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
         try:
-            return env.from_string(self.chat_template).render(
-                messages=messages, add_generation_prompt=add_generation_prompt
+            return self._template.render(
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.special_tokens.get("bos_token", ""),
+                eos_token=self.special_tokens.get("eos_token", ""),
             )
         except TemplateError as exc:
             raise ChatTemplateError(f"chat template failed: {exc}") from None
 
 
-class IncrementalDetokenizer:
-    """Turn a growing list of token ids into text deltas.
+def _raise_exception(message: str) -> None:
+    """``raise_exception(...)`` in a Hugging Face chat template: the messages break the template's rules."""
+    raise ChatTemplateError(f"chat template refused the messages: {message}")
 
-    Byte-level BPE tokens can split a UTF-8 character; a delta is held back while
-    the decoded text ends in U+FFFD so a client never sees half a character.
+
+#: Tokens of context kept before the text being streamed: enough for a decoder that treats the first token of
+#: a decode specially (SentencePiece/Metaspace drops a leading space) and for the longest UTF-8 character.
+CONTEXT_TOKENS = 6
+
+
+class IncrementalDetokenizer:
+    """Turn a growing list of token ids into text deltas that are always whole characters.
+
+    Each push decodes only a window: ``ids[prefix:]`` against ``ids[prefix:read]``
+    (the text already sent). When the window's text ends in U+FFFD, the last
+    token split a UTF-8 character and nothing is sent until a later token
+    completes it. ``context``: the last prompt token ids, so the first output
+    token decodes as it does in the middle of the text.
     """
 
-    def __init__(self, codec: TextCodec) -> None:
+    def __init__(self, codec: TextCodec, context: Sequence[int] = ()) -> None:
         self._codec = codec
-        self._ids: list[int] = []
-        self._emitted = ""
+        ctx = list(context)[-CONTEXT_TOKENS:]
+        self._ids: list[int] = ctx
+        self._prefix = 0
+        self._read = len(ctx)
+        self._parts: list[str] = []
 
     @property
     def text(self) -> str:
-        return self._emitted
+        """Everything sent so far."""
+        return "".join(self._parts)
 
     def push(self, token_id: int) -> str:
         self._ids.append(token_id)
-        full = self._codec.decode(self._ids)
-        if full.endswith("\ufffd"):
-            return ""
-        delta = full[len(self._emitted) :] if full.startswith(self._emitted) else ""
-        self._emitted = full if full.startswith(self._emitted) else self._emitted
-        return delta
+        return self._advance(final=False)
 
     def flush(self) -> str:
-        full = self._codec.decode(self._ids)
-        if full.startswith(self._emitted) and len(full) > len(self._emitted):
-            delta = full[len(self._emitted) :]
-            self._emitted = full
-            return delta
-        return ""
+        """At the end of the output: whatever is held (a character never completed decodes as U+FFFD)."""
+        return self._advance(final=True)
+
+    def _advance(self, *, final: bool) -> str:
+        ids, decode = self._ids, self._codec.decode
+        sent = decode(ids[self._prefix : self._read])
+        window = decode(ids[self._prefix :])
+        if len(window) <= len(sent) or (window.endswith("\ufffd") and not final):
+            return ""  # nothing new yet, or a character split across tokens: wait for the rest of it
+        delta = window[len(sent) :]
+        # The tokens just sent become the next window's context (vLLM's prefix/read offsets).
+        self._prefix, self._read = self._read, len(ids)
+        self._parts.append(delta)
+        return delta
 
 
 class StopMatcher:

@@ -19,7 +19,7 @@ from calctl.runtime import open_runtime
 from calctl.runtime.mock import MockRuntime
 from calctl.serving.config import DowngradePolicy, ExecutorConfig, ExecutorMode, default_scheduler_config
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
-from calctl.serving.engine.worker import ModelWorker
+from calctl.serving.engine.loop import EngineCore
 from calctl.serving.protocol import EngineRejection, GenerationRequest, SamplingParams
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB
@@ -55,23 +55,18 @@ class Harness:
     loop: EngineLoop
 
     @property
-    def worker(self) -> ModelWorker:
+    def worker(self) -> EngineCore:
         return self.supervisor.workers[ALIAS]
+
+    def request(self, request_id: str, max_tokens: int = len(GOLDEN)) -> GenerationRequest:
+        """A greedy request for the golden prompt that ignores EOS."""
+        return GenerationRequest(
+            request_id, ALIAS, "tests", tuple(PROMPT), max_tokens, SamplingParams(temperature=0.0), ignore_eos=True
+        )
 
     def run(self, n: int, max_tokens: int = len(GOLDEN), *, tag: str = "r", timeout_s: float = 60.0) -> list[Outcome]:
         """``n`` identical greedy requests at once; their outcomes in order."""
-        reqs = [
-            GenerationRequest(
-                f"{tag}-{i}",
-                ALIAS,
-                "tests",
-                tuple(PROMPT),
-                max_tokens,
-                SamplingParams(temperature=0.0),
-                ignore_eos=True,
-            )
-            for i in range(n)
-        ]
+        reqs = [self.request(f"{tag}-{i}", max_tokens) for i in range(n)]
         return self.loop.submit(_gather(self.engine, reqs)).result(timeout_s)
 
     def metric(self, name: str, **labels: str) -> float | None:

@@ -174,7 +174,7 @@ def test_missing_calrt_library_is_a_device_error_with_a_report(cli, tmp_path: Pa
 
 
 def test_ctrl_c_releases_everything_and_exits_130(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import calctl.runners.golden as golden
+    import calctl.checks.golden as golden
 
     def interrupted(rt, model, prompt, n_tokens, **_: object):  # type: ignore[no-untyped-def]
         """Submit a real prefill, then Ctrl-C while it is in flight (its buffers and KV owned by the job)."""

@@ -40,6 +40,7 @@ from calctl.serving.core import (
     Ticket,
 )
 from calctl.serving.core.prefill import PrefillThresholds
+from calctl.serving.outcomes import http_status_of_verdict
 
 
 def _settings() -> SchedulerSettings:
@@ -99,7 +100,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.known.add(rid)
         t = self.sched.arrive(RequestId(rid), TenantId(tenant), self.now)
         if not isinstance(t, Ticket):
-            assert t.http_status in (429, 503)
+            assert http_status_of_verdict(t.verdict) in (429, 503)
             return
         if counted:
             self.sched.submit(t, prompt_tokens=prompt, max_tokens=out, deadline_s=deadline, now=self.now)

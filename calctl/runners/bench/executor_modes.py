@@ -56,12 +56,12 @@ from typing import Any
 
 import numpy as np
 
+from calctl.checks.stats import Estimate, bootstrap, percentiles
 from calctl.errors import UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
 from calctl.runners.bench.gates import Gate
 from calctl.runners.context import DeviceSpec, trace_slices
-from calctl.runners.stats import Estimate, bootstrap, percentiles
 from calctl.runners.trace import plot_timeline, write_chrome_trace
 from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, drive_engine_request
 from calctl.runtime import Runtime, TraceEvent, open_runtime

@@ -56,11 +56,11 @@ from typing import Any
 
 import numpy as np
 
+from calctl.checks.stats import bootstrap, percentiles
 from calctl.errors import UsageError
 from calctl.runners.bench.base import BenchOptions, ScenarioResult, Table
 from calctl.runners.bench.plot import plot_timeline
 from calctl.runners.context import DeviceSpec
-from calctl.runners.stats import bootstrap, percentiles
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, drive_engine_request
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import ResetScope

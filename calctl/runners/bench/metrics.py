@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from calctl.runners.stats import Estimate, Percentiles, bootstrap, percentiles
+from calctl.checks.stats import Estimate, Percentiles, bootstrap, percentiles
 from calctl.runners.traffic import RequestOutcome, RequestRecord
 
 

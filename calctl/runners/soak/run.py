@@ -31,7 +31,7 @@ engine dropped, recoveries). A device error, or a drain that missed its
 deadline, is a violation unless the mock injected faults that explain it.
 
 ``--inject stale-completion`` arms the worker's diagnostic hook
-(:meth:`~calctl.serving.engine.worker.ModelWorker.arm_stale_redelivery`): after
+(:meth:`~calctl.serving.engine.loop.EngineCore.arm_stale_redelivery`): after
 the first reload one token of the retired generation is delivered to a request
 of the new one, and the soak must exit 1 naming it. It exists to prove the
 checker, never for serving.
@@ -58,13 +58,13 @@ from pathlib import Path
 from typing import Any
 
 from calctl import __version__
+from calctl.checks.stats import percentiles
 from calctl.errors import CalctlError, CheckFailed, ExitCode, UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.runners.context import MOCK_LABEL, DeviceSpec
 from calctl.runners.soak import checks, evidence
 from calctl.runners.soak.mix import MixedTraffic, ModelLimits
-from calctl.runners.stats import percentiles
 from calctl.runners.traffic import EngineLoop, EngineResult, RequestOutcome, drive_engine_request, error_reason
 from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime

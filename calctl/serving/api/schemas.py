@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
     include_usage: bool = False
+    # vLLM's extension: every chunk carries the usage so far, so a client can tell how many tokens a
+    # delta covers (a character split across tokens is one delta for several tokens).
+    continuous_usage_stats: bool = False
 
 
 class _Common(BaseModel):

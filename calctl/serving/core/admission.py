@@ -78,26 +78,15 @@ class Verdict(enum.Enum):
 
     ADMIT = "admit"  # -> PrefillReady
     QUEUE = "queue"  # keeps waiting; there is hope before the deadline
-    REJECT_INVALID = "reject_invalid"  # 400: prompt / total context out of range
-    REJECT_CAPACITY = "reject_capacity"  # 429: queue / token budget full
-    REJECT_UNAVAILABLE = "reject_unavailable"  # 503: model draining / recovering / failed
+    REJECT_INVALID = "reject_invalid"  # RejectInvalid: prompt / total context out of range
+    REJECT_CAPACITY = "reject_capacity"  # RejectCapacity: queue / token budget full
+    REJECT_UNAVAILABLE = "reject_unavailable"  # RejectUnavailable: model draining / recovering / failed
 
-    @property
-    def http_status(self) -> int | None:
-        return _HTTP_STATUS[self]
+    # The HTTP status of each is in calctl.serving.outcomes, not here: the core knows no protocol.
 
     @property
     def accepted(self) -> bool:
         return self in (Verdict.ADMIT, Verdict.QUEUE)
-
-
-_HTTP_STATUS = {
-    Verdict.ADMIT: None,
-    Verdict.QUEUE: None,
-    Verdict.REJECT_INVALID: 400,
-    Verdict.REJECT_CAPACITY: 429,
-    Verdict.REJECT_UNAVAILABLE: 503,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +99,9 @@ class AdmissionResult:
     lane: LaneId | None = None  # ADMIT: the KV lane reserved for the request
     deadline: float | None = None  # ADMIT/QUEUE: absolute monotonic deadline
     virtual_finish: float | None = None  # ADMIT/QUEUE: the WFQ tag (000 §5.3)
-
-    @property
-    def http_status(self) -> int | None:
-        return self.verdict.http_status
+    # REJECT_INVALID: the request input that is out of range: "prompt" (alone it leaves no room for one
+    # output token), "max_tokens" (the prompt fits, the asked-for output does not) or "timeout".
+    field: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -615,28 +603,42 @@ class AdmissionController:
     # -- internals -----------------------------------------------------------------------------
 
     def _validate(self, prompt_tokens: int, max_tokens: int, deadline_s: float | None) -> AdmissionResult | None:
-        reason: str | None = None
         cap = self._kv.capacity
         total = prompt_tokens + max_tokens
+        limits = (
+            (self.policy.context_limit, "context limit"),
+            (cap.max_seq, "max_seq"),
+            (cap.max_kv_tokens, "the KV budget of"),
+        )
         if prompt_tokens < 1:
-            reason = f"prompt is empty ({prompt_tokens} tokens)"
-        elif max_tokens < 1:
-            reason = f"max_tokens must be at least 1, got {max_tokens}"
-        elif total > self.policy.context_limit:
-            reason = (
-                f"prompt has {prompt_tokens} tokens + max_tokens {max_tokens} exceeds context limit "
-                f"{self.policy.context_limit}"
+            return AdmissionResult(Verdict.REJECT_INVALID, f"prompt is empty ({prompt_tokens} tokens)", field="prompt")
+        if max_tokens < 1:
+            return AdmissionResult(
+                Verdict.REJECT_INVALID, f"max_tokens must be at least 1, got {max_tokens}", field="max_tokens"
             )
-        elif total > cap.max_seq:
-            reason = f"prompt has {prompt_tokens} tokens + max_tokens {max_tokens} exceeds max_seq {cap.max_seq}"
-        elif total > cap.max_kv_tokens:
-            reason = (
-                f"prompt has {prompt_tokens} tokens + max_tokens {max_tokens} exceeds the KV budget of "
-                f"{cap.max_kv_tokens} tokens"
+        for limit, name in limits:
+            if prompt_tokens + 1 > limit:  # the prompt alone leaves no room for one output token
+                unit = " tokens" if name.startswith("the KV") else ""
+                return AdmissionResult(
+                    Verdict.REJECT_INVALID,
+                    f"prompt has {prompt_tokens} tokens; with at least 1 output token it exceeds {name} {limit}{unit}",
+                    field="prompt",
+                )
+        for limit, name in limits:
+            if total > limit:
+                unit = " tokens" if name.startswith("the KV") else ""
+                return AdmissionResult(
+                    Verdict.REJECT_INVALID,
+                    f"prompt has {prompt_tokens} tokens + max_tokens {max_tokens} exceeds {name} {limit}{unit}",
+                    field="max_tokens",
+                )
+        if deadline_s is not None and not (deadline_s > 0 and math.isfinite(deadline_s)):
+            return AdmissionResult(
+                Verdict.REJECT_INVALID,
+                f"deadline must be a positive number of milliseconds, got {_ms(deadline_s)}",
+                field="timeout",
             )
-        elif deadline_s is not None and not (deadline_s > 0 and math.isfinite(deadline_s)):
-            reason = f"deadline must be a positive number of milliseconds, got {_ms(deadline_s)}"
-        return None if reason is None else AdmissionResult(Verdict.REJECT_INVALID, reason)
+        return None
 
     def _unavailable(self) -> AdmissionResult:
         return AdmissionResult(

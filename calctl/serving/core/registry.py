@@ -149,7 +149,9 @@ class RequestRegistry:
         if seq.generation != generation or seq.current_job != job:
             return CallbackVerdict.STALE
         seq.current_job = None
-        return CallbackVerdict.CANCEL_DRAINED if seq.cancel_requested else CallbackVerdict.ACCEPT
+        if seq.cancel_requested:
+            return CallbackVerdict.CANCEL_DRAINED
+        return CallbackVerdict.STOP_DRAINED if seq.stop_requested else CallbackVerdict.ACCEPT
 
     def detach_job(self, seq: SequenceState) -> JobId | None:
         """Forget the job holding a Running request because that job was retired (timeout, reset).
@@ -176,6 +178,29 @@ class RequestRegistry:
             return CancelOutcome.FLAGGED
         return CancelOutcome.ALREADY_FINISHING  # FINISHING: the output is complete
 
+    def stop(self, request_id: RequestId, now: float) -> CancelOutcome:
+        """A stop string matched in the output already streamed: end the request as Completed/STOP.
+
+        Immediate when no job holds the request (DecodeReady -> Finishing -> Completed); a flag while
+        one does (the job drains, its lane result is discarded, then Completed). Before any output a stop
+        cannot have matched, so it is a cancel. Idempotent like :meth:`cancel`, whose outcomes it returns.
+        """
+        seq = self._live.get(request_id)
+        if seq is None:
+            return CancelOutcome.ALREADY_TERMINAL if request_id in self._recent else CancelOutcome.UNKNOWN
+        if seq.state is RequestState.DECODE_READY:
+            self.move(seq, RequestState.FINISHING, now)
+            self.finish(seq, RequestState.COMPLETED, FinishReason.STOP, now, detail="stop string")
+            return CancelOutcome.CANCELLED
+        if seq.state in IMMEDIATELY_CANCELLABLE:
+            return self.cancel(request_id, now)
+        if seq.state in RUNNING_STATES:
+            if seq.cancel_requested or seq.stop_requested:
+                return CancelOutcome.ALREADY_REQUESTED
+            seq.stop_requested = True
+            return CancelOutcome.FLAGGED
+        return CancelOutcome.ALREADY_FINISHING
+
     def finish(
         self,
         seq: SequenceState,
@@ -184,7 +209,6 @@ class RequestRegistry:
         now: float,
         *,
         detail: str = "",
-        http_status: int | None = None,
         retry_after_s: float | None = None,
     ) -> bool:
         """Enter a terminal state once (000 §4 rule 3). Returns False, changing nothing, if already terminal.
@@ -223,7 +247,6 @@ class RequestRegistry:
             job_id=seq.last_job,
             prompt_tokens=seq.prompt_tokens,
             generated_tokens=seq.generated_tokens,
-            http_status=http_status,
             retry_after_s=retry_after_s,
         )
         if self._on_terminal is not None:

@@ -70,7 +70,8 @@ ALLOWED_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
     _S.WAITING_ADMISSION: frozenset({_S.WAITING_MODEL, _S.PREFILL_READY, _S.CANCELLED, _S.FAILED}),
     _S.PREFILL_READY: frozenset({_S.PREFILL_RUNNING, _S.CANCELLED, _S.FAILED}),
     _S.PREFILL_RUNNING: frozenset({_S.DECODE_READY, _S.FINISHING, _S.CANCELLED, _S.FAILED}),
-    _S.DECODE_READY: frozenset({_S.DECODE_RUNNING, _S.CANCELLED, _S.FAILED}),
+    # DecodeReady -> Finishing: a stop string matched in the output already streamed (000 §2 Finishing).
+    _S.DECODE_READY: frozenset({_S.DECODE_RUNNING, _S.FINISHING, _S.CANCELLED, _S.FAILED}),
     _S.DECODE_RUNNING: frozenset({_S.DECODE_READY, _S.FINISHING, _S.CANCELLED, _S.FAILED}),
     _S.FINISHING: frozenset({_S.COMPLETED, _S.FAILED}),
     _S.COMPLETED: frozenset(),
@@ -80,15 +81,16 @@ ALLOWED_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
 
 
 class FinishReason(enum.Enum):
-    """Why a request reached its terminal state; the API maps these to HTTP / OpenAI finish reasons."""
+    """Why a request reached its terminal state. ``calctl.serving.outcomes`` maps each to the protocol's
+    finish reason, the HTTP status and the metric outcome; the core carries no HTTP numbers."""
 
-    STOP = "stop"  # EOS or a stop sequence (Completed)
+    STOP = "stop"  # EOS, or a stop string the engine found in the text (Completed)
     LENGTH = "length"  # max_tokens reached (Completed)
     CANCELLED = "cancelled"  # client or operator cancel (Cancelled)
     DEADLINE = "deadline"  # deadline expired before completion (Failed)
-    REJECTED_INVALID = "rejected_invalid"  # 000 §5.2 RejectInvalid, HTTP 400
-    REJECTED_CAPACITY = "rejected_capacity"  # 000 §5.2 RejectCapacity, HTTP 429
-    REJECTED_UNAVAILABLE = "rejected_unavailable"  # 000 §5.2 RejectUnavailable, HTTP 503
+    REJECTED_INVALID = "rejected_invalid"  # 000 §5.2 RejectInvalid
+    REJECTED_CAPACITY = "rejected_capacity"  # 000 §5.2 RejectCapacity
+    REJECTED_UNAVAILABLE = "rejected_unavailable"  # 000 §5.2 RejectUnavailable
     DEVICE_ERROR = "device_error"  # the job failed or faulted on the device (000 §7.4)
     GENERATION_RETIRED = "generation_retired"  # the model generation was reset/unloaded (000 §10, §12)
     INTERNAL = "internal"  # the core refused a lane before submit (000 §7.4)
@@ -110,6 +112,7 @@ class CallbackVerdict(enum.Enum):
 
     ACCEPT = "accept"  # matches the request's generation and current job: apply it
     CANCEL_DRAINED = "cancel_drained"  # matches, but cancel was flagged while running: finish as Cancelled
+    STOP_DRAINED = "stop_drained"  # matches, but a stop string ended it while running: finish as Completed
     STALE = "stale"  # old generation/job or request gone: drop it (resources are still reclaimed)
 
 
@@ -139,6 +142,7 @@ class SequenceState:
     current_job: JobId | None = None  # the job that holds the request now (Running states only)
     last_job: JobId | None = None
     cancel_requested: bool = False
+    stop_requested: bool = False  # a stop string matched while a job held the request: Completed on drain
     queue_token: int = -1  # the live scheduler-queue entry of this request (lazy deletion)
 
 
@@ -156,5 +160,4 @@ class TerminalEvent:
     job_id: JobId | None
     prompt_tokens: int
     generated_tokens: int
-    http_status: int | None = None  # set when the request never produced output (400/429/503)
-    retry_after_s: float | None = None
+    retry_after_s: float | None = None  # a hint for a refused request (Retry-After)

@@ -337,23 +337,27 @@ class Scheduler:
                 _FINISH_FOR_VERDICT[result.verdict],
                 now,
                 detail=result.reason,
-                http_status=result.http_status,
                 retry_after_s=result.retry_after_s,
             )
         return result
 
-    def abandon(self, request_id: RequestId, now: float, *, detail: str, http_status: int = 400) -> bool:
+    def abandon(self, request_id: RequestId, now: float, *, detail: str) -> bool:
         """End a request that failed before :meth:`submit` (e.g. the tokenizer refused it); rolls its slot back."""
         seq = self.registry.get(request_id)
         if seq is None or seq.state is not _S.NEW:
             return False
-        return self.registry.finish(
-            seq, _S.FAILED, FinishReason.REJECTED_INVALID, now, detail=detail, http_status=http_status
-        )
+        return self.registry.finish(seq, _S.FAILED, FinishReason.REJECTED_INVALID, now, detail=detail)
 
     def cancel(self, request_id: RequestId, now: float) -> CancelOutcome:
         """Idempotent cancel (000 §4): immediate unless a job holds the request, then on drain."""
         return self.registry.cancel(request_id, now)
+
+    def stop(self, request_id: RequestId, now: float) -> CancelOutcome:
+        """A stop string matched: Completed/STOP now, or when the job holding the request drains."""
+        seq = self.registry.get(request_id)
+        if seq is not None and seq.state is _S.DECODE_READY:
+            self.decode.discard(seq)  # it leaves the decode queue through Finishing, not straight to terminal
+        return self.registry.stop(request_id, now)
 
     def confirm_kv_released(self, lane: LaneId) -> None:
         """The runtime freed the sequence of a lane announced by :class:`LaneReleased` (000 §9.2 rule 2)."""
@@ -431,6 +435,8 @@ class Scheduler:
                 self.kv.rollback(lane, job)
                 if verdict is CallbackVerdict.CANCEL_DRAINED:
                     self.registry.finish(seq, _S.CANCELLED, FinishReason.CANCELLED, now, detail="cancelled")
+                elif verdict is CallbackVerdict.STOP_DRAINED:
+                    self._finish_stopped(seq, now)  # the client has its whole output; the failed step is moot
                 else:
                     self.registry.finish(
                         seq,
@@ -438,20 +444,21 @@ class Scheduler:
                         FinishReason.DEVICE_ERROR,
                         now,
                         detail=f"job {job} failed: {outcome.detail}",
-                        http_status=None if seq.generated_tokens else 503,
                     )
             return
         # TIMEOUT / FAULT: lanes Unknown, whole job fails (no lane-level isolation declared, 000 §7.4).
         for seq, lane in zip(inf.seqs, inf.lanes, strict=True):
             self.kv.mark_unknown(lane)
             self.registry.detach_job(seq)
+            if seq.stop_requested and not seq.cancel_requested:
+                self._finish_stopped(seq, now)
+                continue
             self.registry.finish(
                 seq,
                 _S.CANCELLED if seq.cancel_requested else _S.FAILED,
                 FinishReason.CANCELLED if seq.cancel_requested else FinishReason.DEVICE_ERROR,
                 now,
                 detail=f"job {job} {outcome.status.value}: {outcome.detail}",
-                http_status=None if seq.generated_tokens else 503,
             )
         if outcome.status is JobStatus.TIMEOUT:
             self._quarantine[job] = inf  # it may still complete; that completion will be stale
@@ -485,7 +492,6 @@ class Scheduler:
                     FinishReason.REJECTED_UNAVAILABLE,
                     now,
                     detail=result.reason,
-                    http_status=503,
                     retry_after_s=result.retry_after_s,
                 )
 
@@ -510,13 +516,15 @@ class Scheduler:
                 unknown.append(view.lane)
         for seq in self.registry:
             if seq.state in _HOLDS_DEVICE_STATE or seq.state is _S.FINISHING:
+                if seq.stop_requested and not seq.cancel_requested and seq.state is not _S.FINISHING:
+                    self._finish_stopped(seq, now)
+                    continue
                 self.registry.finish(
                     seq,
                     _S.CANCELLED if seq.cancel_requested else _S.FAILED,
                     FinishReason.CANCELLED if seq.cancel_requested else FinishReason.GENERATION_RETIRED,
                     now,
                     detail=f"generation {self.generation} retired: {reason}",
-                    http_status=None if seq.generated_tokens else 503,
                 )
         return unknown
 
@@ -635,7 +643,6 @@ class Scheduler:
                     FinishReason.DEADLINE,
                     now,
                     detail=result.reason,
-                    http_status=result.http_status,
                     retry_after_s=result.retry_after_s,
                 )
         heap = self._deadlines
@@ -716,6 +723,9 @@ class Scheduler:
         if verdict is CallbackVerdict.CANCEL_DRAINED:  # the lane result is discarded, the batch drained (000 §18)
             self.registry.finish(seq, _S.CANCELLED, FinishReason.CANCELLED, now, detail="cancelled while running")
             return
+        if verdict is CallbackVerdict.STOP_DRAINED:  # a stop string ended it: this step's token is not output
+            self._finish_stopped(seq, now)
+            return
         if verdict is not CallbackVerdict.ACCEPT:
             raise InvariantViolation(f"{seq.request_id}: in-flight job {job} got verdict {verdict.value}")
         if seq.deadline <= now:
@@ -731,6 +741,12 @@ class Scheduler:
             return
         self.registry.move(seq, _S.DECODE_READY, now)
         self.decode.push(seq, now)
+
+    def _finish_stopped(self, seq: SequenceState, now: float) -> None:
+        """Completed/STOP for a request whose stop string matched while a job held it (its job is detached)."""
+        if seq.state is not _S.FINISHING:
+            self.registry.move(seq, _S.FINISHING, now)
+        self.registry.finish(seq, _S.COMPLETED, FinishReason.STOP, now, detail="stop string")
 
     def _on_terminal(self, seq: SequenceState, event: TerminalEvent, previous: RequestState) -> None:
         """Exactly once per request (000 §4 rule 3): release everything it holds, then publish the event."""

@@ -1,4 +1,4 @@
-"""The serving engine: DeviceSupervisor + one ModelWorker per alias + a Router by ``model`` (001 §4).
+"""The serving engine: DeviceSupervisor + one EngineCore per alias + a Router by ``model`` (001 §4).
 
 :class:`ServingEngine` implements :class:`calctl.serving.protocol.Engine` for the
 HTTP layer; soak and bench tools drive the same object without HTTP.
@@ -13,16 +13,16 @@ from typing import Any
 
 from calctl.serving.config import ExecutorMode
 from calctl.serving.core.admission import ModelState
+from calctl.serving.engine.loop import EngineCore, WorkerOptions
 from calctl.serving.engine.metrics import ChipSnapshot, EngineSnapshot, SnapshotCollector
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.engine.supervisor import DeviceSupervisor, SupervisorOptions
-from calctl.serving.engine.worker import ModelWorker, WorkerOptions
 from calctl.serving.protocol import EngineRejection, GenerationRequest, ModelInfo, RejectCode
 from calctl.serving.text import TextCodec
 
 
 class ServingEngine:
-    """Router by exact alias (001 §10.1) over the supervisor's workers."""
+    """Router by exact alias (001 §10.1) over the supervisor's engine cores."""
 
     def __init__(self, supervisor: DeviceSupervisor) -> None:
         self.supervisor = supervisor
@@ -32,7 +32,7 @@ class ServingEngine:
 
     # -- routing -------------------------------------------------------------------------
 
-    def _worker(self, alias: str) -> ModelWorker:
+    def _worker(self, alias: str) -> EngineCore:
         w = self.supervisor.workers.get(alias)  # exact match only: no case folding, no prefixes
         if w is None:
             known = ", ".join(sorted(self.supervisor.workers)) or "none"
@@ -60,26 +60,21 @@ class ServingEngine:
         w = self._worker(request.alias)
         if self._draining:
             raise EngineRejection(RejectCode.UNAVAILABLE, "the server is shutting down", retry_after_s=1.0)
-        loop = asyncio.get_running_loop()
-        stream = EngineStream(
-            request.request_id,
-            loop,
-            on_cancel=lambda rid, reason: w.cancel(rid, reason),
-            on_finish=lambda rid, reason: w.cancel(rid, "stop sequence", stop=True),
-        )
-        w.submit(request, stream)
-        return stream
+        return self._open(w, request, asyncio.get_running_loop())
 
     def submit_threadsafe(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> EngineStream:
         """For tools driving the engine from their own loop thread (soak, bench)."""
-        w = self._worker(request.alias)
+        return self._open(self._worker(request.alias), request, loop)
+
+    @staticmethod
+    def _open(core: EngineCore, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> EngineStream:
         stream = EngineStream(
             request.request_id,
             loop,
-            on_cancel=lambda rid, reason: w.cancel(rid, reason),
-            on_finish=lambda rid, reason: w.cancel(rid, "stop sequence", stop=True),
+            on_cancel=lambda rid, reason: core.cancel(rid, reason),
+            on_finish=lambda rid, reason: core.stop(rid),
         )
-        w.submit(request, stream)
+        core.submit(request, stream)
         return stream
 
     def cancel(self, request_id: str) -> bool:
@@ -143,6 +138,28 @@ class ServingEngine:
 
     def metrics_text(self) -> bytes:
         return self.supervisor.metrics.text()
+
+    def trace(self, since_ns: int = 0) -> dict[str, Any]:
+        """The device's own per-chip job intervals since ``since_ns`` (CLOCK_MONOTONIC), for /internal/trace.
+
+        Internal only: it names chips. ``device`` says which runtime measured them (mock results are mock)."""
+        rt = self.supervisor.rt
+        events = [
+            {
+                "job": int(e.job),
+                "chip": e.chip,
+                "model": e.model,
+                "graph": e.graph,
+                "engine": e.engine.value,
+                "generation": int(e.generation),
+                "submit_ns": e.submit_ns,
+                "start_ns": e.start_ns,
+                "end_ns": e.end_ns,
+                "state": e.state.value,
+            }
+            for e in rt.trace(since_ns=since_ns)
+        ]
+        return {"device": rt.kind.value, "clock": "CLOCK_MONOTONIC", "events": events}
 
     def status(self) -> dict[str, Any]:
         sup = self.supervisor

@@ -36,7 +36,7 @@ import numpy as np
 
 from calctl.runtime.types import ChipCounters
 from calctl.serving.config import DowngradePolicy, ExecutorMode
-from calctl.serving.engine.executor import DowngradeReason
+from calctl.serving.engine.modes import DowngradeReason
 
 
 @dataclass(frozen=True)

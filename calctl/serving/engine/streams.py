@@ -15,6 +15,7 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable
 
+from calctl.serving import outcomes
 from calctl.serving.protocol import EngineRejection, FinishReason, TokenEvent
 
 
@@ -76,8 +77,9 @@ class EngineStream:
     def _set_rejected(self, rejection: EngineRejection) -> None:
         if not self._admitted.done():
             self._admitted.set_exception(rejection)
-        else:  # admitted earlier (cannot happen for rejections with a status, but never lose it)
-            self._queue.put_nowait(TokenEvent(None, FinishReason.ERROR, error=rejection.message))
+        else:  # admitted earlier, then ended before its first token (e.g. its deadline while PrefillReady)
+            outcome = outcomes.rejection(rejection.code).outcome.value
+            self._queue.put_nowait(TokenEvent(None, FinishReason.ERROR, error=rejection.message, outcome=outcome))
 
     def _put(self, event: TokenEvent, admit: bool) -> None:
         if admit:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import queue
 import shutil
 import tempfile
 import threading
@@ -38,14 +39,14 @@ from typing import Any
 from calctl.budget import BudgetPolicy, max_kv_tokens, max_sequences, run_budget
 from calctl.budget import Verdict as BudgetVerdict
 from calctl.budget.plan import plan_from_package
+from calctl.checks.golden import run_golden_model
+from calctl.checks.warmup import run_warmup_model
 from calctl.errors import CalctlError, CheckFailed, ConfigError
 from calctl.package import archive
 from calctl.package.info import package_digest
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.runners.golden import run_golden_model
-from calctl.runners.warmup import run_warmup_model
 from calctl.runtime.errors import DeviceLost, NotSupported, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import GenerationId as RtGenerationId
@@ -57,8 +58,8 @@ from calctl.serving.config import (
     scheduler_settings,
 )
 from calctl.serving.core.admission import ModelState
+from calctl.serving.engine.loop import EngineCore, RecoveryRequest, WorkerOptions
 from calctl.serving.engine.metrics import EngineMetrics
-from calctl.serving.engine.worker import ModelWorker, RecoveryRequest, WorkerOptions
 from calctl.serving.text import TextCodec
 from calctl.signing.policy import TrustPolicy
 
@@ -128,7 +129,7 @@ class DeviceSupervisor:
         self.metrics = metrics or EngineMetrics()
         self.worker_options = worker_options or WorkerOptions(job_timeout_s=self.options.job_timeout_s)
         self.budget_policy = budget_policy or BudgetPolicy()
-        self.workers: dict[str, ModelWorker] = {}
+        self.workers: dict[str, EngineCore] = {}  # one engine core per alias
         self.loaded: LoadedPackage | None = None
         self.previous: LoadedPackage | None = None  # 000 §11 step 11: retained for rollback
         self.recoveries: list[RecoveryRecord] = []
@@ -137,6 +138,11 @@ class DeviceSupervisor:
         self._generation = 0
         self._resets: deque[float] = deque()
         self._closed = False
+        # Recovery requests from the engine cores are queued here and handled one at a time by the
+        # supervisor's own thread: a core only posts, it never waits for (or starts) a recovery.
+        self._recovery_queue: queue.SimpleQueue[RecoveryRequest | None] = queue.SimpleQueue()
+        self._recovery_thread = threading.Thread(target=self._recovery_loop, name="supervisor-recovery", daemon=True)
+        self._recovery_thread.start()
 
     # ------------------------------------------------------------------ helpers
 
@@ -231,13 +237,13 @@ class DeviceSupervisor:
                 lp.root / m.tokenizer.config if m.tokenizer.config else None,
                 m.architecture.eos_token_id,
             )
-            self.workers[m.alias] = ModelWorker(
+            self.workers[m.alias] = EngineCore(
                 m.alias,
                 m,
                 codec,
                 settings[m.alias],
                 self.metrics,
-                on_recovery=self._recover_async,
+                on_recovery=self._recovery_queue.put,
                 options=self._worker_options(lp.package, m.alias, configs[m.alias]),
             )
         self._set_all(ModelState.CONFIGURING)
@@ -412,11 +418,16 @@ class DeviceSupervisor:
 
     # ------------------------------------------------------------------ recovery (001 §11.3)
 
-    def _recover_async(self, req: RecoveryRequest) -> None:
-        try:
-            self.recover(req)
-        except Exception:  # never let a recovery thread die silently
-            log.exception("recovery of %s failed", req.alias)
+    def _recovery_loop(self) -> None:
+        """The supervisor's lifecycle thread for recoveries: one at a time, in the order the cores asked."""
+        while True:
+            req = self._recovery_queue.get()
+            if req is None:
+                return
+            try:
+                self.recover(req)
+            except Exception:  # a recovery that raised is logged; the cores stay as the failure left them
+                log.exception("recovery of %s failed", req.alias)
 
     def _reset(self, scope: str, chip: int | None) -> str:
         """Ask for ``scope``; fall back to a board reset when the runtime does not grant it. Returns what was done."""
@@ -529,8 +540,9 @@ class DeviceSupervisor:
                 self._set_all(ModelState.UNLOADED, detail="shutdown")
             for w in self.workers.values():
                 w.detach()
-                w.stop()
+                w.shutdown()
             self._closed = True
+            self._recovery_queue.put(None)
             for lp in (self.loaded, self.previous):
                 if lp and lp.temp_dir:
                     shutil.rmtree(lp.temp_dir, ignore_errors=True)

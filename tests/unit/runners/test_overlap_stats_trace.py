@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from calctl.checks.stats import bootstrap, percentiles
 from calctl.runners.overlap import Interval, Round, both_busy_fraction, judge
-from calctl.runners.stats import bootstrap, percentiles
 from calctl.runners.trace import TraceSlice, chrome_trace, plot_timeline
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from calctl.checks.steps import GoldenData, GreedyProgress, step_name
 from calctl.errors import CheckFailed, ExitCode, StepTimeout, UsageError
 from calctl.package.model import ChipMode, Package, Tolerance
 from calctl.package.reader import load_manifest
@@ -16,7 +17,6 @@ from calctl.runners.bringup import BringupConfig, BringupStep, Level, StepOutcom
 from calctl.runners.context import DeviceSpec, Outcome, StepLog, StepStatus, outcome_of
 from calctl.runners.golden import check_logits, first_mismatch, judge
 from calctl.runners.poc import check_combined_calbin, parse_expect_models
-from calctl.runners.steps import GoldenData, GreedyProgress, step_name
 from calctl.runtime import DeviceKind
 from calctl.runtime.calbin import CalbinPlan
 from calctl.runtime.errors import CcuException

@@ -6,7 +6,7 @@ import pytest
 
 from calctl.runtime.types import ChipCounters
 from calctl.serving.config import DowngradePolicy, ExecutorMode
-from calctl.serving.engine.executor import DowngradeReason
+from calctl.serving.engine.modes import DowngradeReason
 from calctl.serving.engine.monitor import ExecutorMonitor
 
 PP = ExecutorMode.PINGPONG

@@ -8,7 +8,7 @@ import pytest
 from calctl.runtime.buffers import BufferLayout, Direction, HostBuffer, TensorSlot
 from calctl.runtime.types import Engine, KvSeqId
 from calctl.serving.core.ids import JobId, RequestId
-from calctl.serving.engine.executor import BankSlots, SlotConflict
+from calctl.serving.engine.modes import BankSlots, SlotConflict
 
 _ids = iter(range(1, 10_000))
 

@@ -19,6 +19,7 @@ from calctl.serving.core import (
     Ticket,
     Verdict,
 )
+from calctl.serving.outcomes import http_status_of_verdict
 
 T = TenantId("t")
 
@@ -70,7 +71,7 @@ def test_admit_when_ready_and_budget_suffices() -> None:
     """000 §5.2 Admit: generation Ready and budget sufficient -> a KV lane is reserved."""
     ctl = _ctl()
     r = _admit(ctl, "a")
-    assert r.verdict is Verdict.ADMIT and r.lane == 0 and r.http_status is None
+    assert r.verdict is Verdict.ADMIT and r.lane == 0 and http_status_of_verdict(r.verdict) is None
     assert r.deadline == pytest.approx(10.0)
 
 
@@ -78,8 +79,18 @@ def test_context_overflow_is_400_with_the_numbers() -> None:
     """000 §5.2 RejectInvalid (400): prompt/total context out of range, reason states the numbers."""
     ctl = _ctl(context=256)
     r = _admit(ctl, "a", prompt=300, out=100)
-    assert r.verdict is Verdict.REJECT_INVALID and r.http_status == 400
-    assert r.reason == "prompt has 300 tokens + max_tokens 100 exceeds context limit 256"
+    assert r.verdict is Verdict.REJECT_INVALID and http_status_of_verdict(r.verdict) == 400
+    # The prompt alone leaves no room for one output token: the prompt is to blame, not max_tokens (issue 21).
+    assert r.reason == "prompt has 300 tokens; with at least 1 output token it exceeds context limit 256"
+    assert r.field == "prompt"
+    _clean(ctl)
+
+
+def test_a_prompt_that_fits_with_too_many_max_tokens_blames_max_tokens() -> None:
+    ctl = _ctl(context=256)
+    r = _admit(ctl, "a", prompt=200, out=100)
+    assert r.verdict is Verdict.REJECT_INVALID and r.field == "max_tokens"
+    assert r.reason == "prompt has 200 tokens + max_tokens 100 exceeds context limit 256"
     _clean(ctl)
 
 
@@ -114,7 +125,7 @@ def test_unavailable_model_is_503_with_retry_after(state: ModelState) -> None:
     ctl = _ctl(state=state)
     r = ctl.arrive(RequestId("a"), T, 0.0)
     assert isinstance(r, AdmissionResult) and r.verdict is Verdict.REJECT_UNAVAILABLE
-    assert r.http_status == 503 and r.retry_after_s and state.value.lower() in r.reason
+    assert http_status_of_verdict(r.verdict) == 503 and r.retry_after_s and state.value.lower() in r.reason
 
 
 def test_loading_model_queues_as_waiting_model() -> None:
@@ -151,7 +162,7 @@ def test_full_waiting_queue_is_429_with_numbers() -> None:
     assert _admit(ctl, "b").verdict is Verdict.QUEUE
     assert _admit(ctl, "c").verdict is Verdict.QUEUE
     r = _admit(ctl, "d")
-    assert r.verdict is Verdict.REJECT_CAPACITY and r.http_status == 429
+    assert r.verdict is Verdict.REJECT_CAPACITY and http_status_of_verdict(r.verdict) == 429
     assert r.reason == "2 requests already waiting (max_waiting_requests 2)" and r.retry_after_s == 1.0
 
 
@@ -228,7 +239,7 @@ def test_every_rejection_path_rolls_back() -> None:
     # drain withdraws the queue with 503
     assert _admit(ctl, "drained", prompt=20, now=2.0).verdict is Verdict.QUEUE
     withdrawn = ctl.set_model_state(ModelState.DRAINING)
-    assert [(rid, r.http_status) for rid, r in withdrawn] == [("drained", 503)]
+    assert [(rid, http_status_of_verdict(r.verdict)) for rid, r in withdrawn] == [("drained", 503)]
     assert ctl.stats() == base
     ctl.check_invariants()
 

@@ -31,8 +31,13 @@ from calctl.serving.core import (
     TokenEmitted,
     Verdict,
 )
+from calctl.serving.outcomes import http_status_of_end, http_status_of_verdict
 
 S = RequestState
+
+
+def _end_status(ev: TerminalEvent) -> int | None:
+    return http_status_of_end(ev.reason, ev.generated_tokens)
 
 
 def _terminals(events) -> dict[str, TerminalEvent]:
@@ -120,7 +125,7 @@ def test_timeout_quarantines_lanes_and_drops_the_late_completion(clock: FakeCloc
     dev.sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.TIMEOUT, detail="Wait 5s"), clock.now)
     evs = dev.pump()
     term = _terminals(evs)["victim"]
-    assert term.state is S.FAILED and term.reason is FinishReason.DEVICE_ERROR and term.http_status == 503
+    assert term.state is S.FAILED and term.reason is FinishReason.DEVICE_ERROR and _end_status(term) == 503
     assert [type(e) for e in evs if isinstance(e, RecoveryNeeded)] == [RecoveryNeeded]
     assert dev.sched.kv.state(job.kv_lane) is KvState.UNKNOWN
     assert dev.sched.halted and dev.sched.schedule(clock.now).jobs == ()
@@ -207,9 +212,9 @@ def test_draining_rejects_new_and_withdraws_waiting_but_finishes_admitted(clock:
     assert dev.add("waiting").verdict is Verdict.QUEUE
     dev.sched.set_model_state(ModelState.DRAINING, clock.now)
     r = dev.sched.arrive(RequestId("new"), TenantId("t"), clock.now)
-    assert not isinstance(r, Ticket) and r.http_status == 503
+    assert not isinstance(r, Ticket) and http_status_of_verdict(r.verdict) == 503
     evs = dev.pump()
-    assert _terminals(evs)["waiting"].http_status == 503
+    assert _end_status(_terminals(evs)["waiting"]) == 503
     dev.run(5)  # drain: the admitted request runs to completion
     assert _terminals(dev.events)["admitted"].state is S.COMPLETED
     assert len(dev.sched.registry) == 0
@@ -234,7 +239,7 @@ def test_abandon_rolls_back_before_submit(clock: FakeClock) -> None:
     assert isinstance(ticket, Ticket)
     assert dev.sched.abandon(RequestId("r"), clock.now, detail="prompt is not valid UTF-8")
     assert not dev.sched.abandon(RequestId("r"), clock.now, detail="again")
-    assert _terminals(dev.pump())["r"].http_status == 400
+    assert _end_status(_terminals(dev.pump())["r"]) == 400
     assert isinstance(dev.sched.arrive(RequestId("r2"), TenantId("t"), clock.now), Ticket)  # slot is free again
 
 
@@ -298,5 +303,50 @@ def test_one_worker_overload_does_not_touch_another(clock: FakeClock) -> None:
     a.add("a0")
     a.add("a1")
     rej = a.sched.arrive(RequestId("a2"), TenantId("t"), clock.now)
-    assert not isinstance(rej, Ticket) and rej.http_status == 429
+    assert not isinstance(rej, Ticket) and http_status_of_verdict(rej.verdict) == 429
     assert b.add("b0").verdict is Verdict.ADMIT
+
+
+def test_a_stop_string_is_a_real_finish_reason_not_a_cancel(clock: FakeClock) -> None:
+    """Issue 15 item 2: a stop string found in the text ends the request Completed/STOP, from DecodeReady at once."""
+    dev = make_device(clock)
+    dev.add("r", prompt=10, max_tokens=20)
+    dev.run(3)  # prefill + two decode steps: DecodeReady between steps
+    seq = dev.sched.registry.get(RequestId("r"))
+    assert seq is not None and seq.state is S.DECODE_READY
+    assert dev.sched.stop(RequestId("r"), clock.now) is CancelOutcome.CANCELLED
+    term = _terminals(dev.pump())["r"]
+    assert term.state is S.COMPLETED and term.reason is FinishReason.STOP and term.detail == "stop string"
+    assert _end_status(term) is None
+    assert dev.sched.stop(RequestId("r"), clock.now) is CancelOutcome.ALREADY_TERMINAL
+    dev.sched.check_invariants()
+
+
+def test_a_stop_string_while_running_completes_when_the_job_drains(clock: FakeClock) -> None:
+    """The job holding the request drains; its lane result is discarded, the request is Completed/STOP."""
+    dev = make_device(clock)
+    dev.add("r", prompt=10, max_tokens=20)
+    dev.run(2)
+    out = dev.sched.schedule(clock.now)
+    (job,) = out.jobs
+    assert dev.sched.stop(RequestId("r"), clock.now) is CancelOutcome.FLAGGED
+    assert dev.sched.stop(RequestId("r"), clock.now) is CancelOutcome.ALREADY_REQUESTED
+    dev.sched.update_from_output(dev.outcome(job), clock.now)
+    evs = dev.pump()
+    assert not [e for e in evs if isinstance(e, TokenEmitted)]  # the step after the stop is not output
+    term = _terminals(evs)["r"]
+    assert term.state is S.COMPLETED and term.reason is FinishReason.STOP and term.generated_tokens == 2
+    dev.sched.check_invariants()
+
+
+@pytest.mark.parametrize("status", [JobStatus.FAILED, JobStatus.FAULT, JobStatus.TIMEOUT])
+def test_a_stop_string_survives_a_failed_last_step(clock: FakeClock, status: JobStatus) -> None:
+    """The client already has its whole output: a failing step after the stop does not turn it into an error."""
+    dev = make_device(clock)
+    dev.add("r", prompt=10, max_tokens=20)
+    dev.run(2)
+    (job,) = dev.sched.schedule(clock.now).jobs
+    dev.sched.stop(RequestId("r"), clock.now)
+    dev.sched.update_from_output(dev.outcome(job, status), clock.now)
+    term = _terminals(dev.pump())["r"]
+    assert term.state is S.COMPLETED and term.reason is FinishReason.STOP

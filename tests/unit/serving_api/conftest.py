@@ -1,4 +1,4 @@
-"""Fixtures for the HTTP-layer tests: a fake engine, the app over it, an in-process client and a uvicorn server.
+"""Fixtures for the HTTP-layer tests: a fake engine, the app over it and an in-process client (no sockets).
 
 Every JSON or SSE body the ``client`` fixture receives is scanned for chip ids,
 paths and addresses (``api_harness.scan_body``), so the leak rule is checked by
@@ -7,11 +7,11 @@ every test rather than by one.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from api_harness import ServerThread, scan_body
+from api_harness import scan_body
 from fake_engine import FakeEngine
 
 from calctl.serving.api.app import ApiSettings, create_app
@@ -49,18 +49,3 @@ async def client(app) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-un
         transport=transport, base_url="http://testserver", timeout=10, event_hooks={"response": [_scan]}
     ) as c:
         yield c
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., ServerThread]]:
-    """``serve(engine, settings)`` -> a running uvicorn ServerThread; all are shut down after the test."""
-    servers: list[ServerThread] = []
-
-    def start(engine: FakeEngine, settings: ApiSettings | None = None) -> ServerThread:
-        server = ServerThread(create_app(engine, settings or ApiSettings()))
-        servers.append(server.__enter__())
-        return server
-
-    yield start
-    for server in servers:
-        server.__exit__(None, None, None)

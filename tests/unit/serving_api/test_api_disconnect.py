@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
-from api_harness import AsgiCall, ServerThread, parse_sse
+from api_harness import AsgiCall, parse_sse
 from fake_engine import FakeEngine
 
 from calctl.serving.protocol import FinishReason
@@ -175,39 +173,4 @@ async def test_delete_unknown_request_is_404(client: httpx.AsyncClient, engine: 
     assert engine.engine_cancels == ["cmpl-doesnotexist"]
 
 
-# -- over a real socket ------------------------------------------------------------------------
-
-
-def test_uvicorn_stream_socket_close_cancels_once(serve: Callable[..., ServerThread], engine: FakeEngine) -> None:
-    engine.script(pause_after=4)
-    server = serve(engine)
-    with httpx.Client(base_url=server.base_url, timeout=5) as http:
-        with http.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
-            assert r.status_code == 200
-            lines = r.iter_lines()
-            first = next(line for line in lines if line.startswith("data: "))
-            assert json.loads(first[6:])["choices"][0]["delta"]["role"] == "assistant"
-            s = engine.stream_blocking()
-            s.paused.wait_blocking()
-        # leaving the block closes the half-read response, and with it the connection
-    s.cancelled.wait_blocking()
-    assert s.cancel_calls == ["client_disconnected"]
-    assert s.outcome is FinishReason.CANCELLED
-
-
-def test_uvicorn_non_streaming_socket_close_while_queued_cancels_once(
-    serve: Callable[..., ServerThread], engine: FakeEngine
-) -> None:
-    engine.script(hold_queued=True)
-    server = serve(engine)
-    body = json.dumps(TEXT).encode()
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        s = engine.stream_blocking()
-        s.queued.wait_blocking()
-    s.cancelled.wait_blocking()
-    assert s.cancel_calls == ["client_disconnected"]
-    assert s.sent == []
+# The same over a real uvicorn socket: tests/integration/test_serve_api_uvicorn.py.

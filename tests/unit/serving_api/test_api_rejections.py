@@ -57,7 +57,11 @@ async def test_rejection_is_a_real_status(
     assert err == {
         "message": f"refused: {code.value}",
         "type": type_,
-        "param": {RejectCode.INVALID: "prompt", RejectCode.MODEL_NOT_FOUND: "model"}.get(code),
+        # The chat endpoint's prompt is its messages: a prompt refused by the engine is blamed on them.
+        "param": {
+            RejectCode.INVALID: "messages" if path.endswith("/chat/completions") else "prompt",
+            RejectCode.MODEL_NOT_FOUND: "model",
+        }.get(code),
         "code": code.value,
     }
     if queued:
@@ -89,7 +93,8 @@ async def test_prompt_over_the_context_states_the_numbers(
     tokens = len(engine_prompt_ids(engine, path, long_text))
     assert tokens > CONTEXT_LIMIT
     assert str(tokens) in err["message"] and str(CONTEXT_LIMIT) in err["message"]
-    assert (err["param"], err["code"]) == ("prompt", "invalid_request_error")
+    want = "messages" if path.endswith("/chat/completions") else "prompt"  # never max_tokens (issue 21)
+    assert (err["param"], err["code"]) == (want, "invalid_request_error")
 
 
 def engine_prompt_ids(engine: FakeEngine, path: str, text: str) -> list[int]:

@@ -1,21 +1,49 @@
-"""The official ``openai`` client against uvicorn on loopback (issue 8 acceptance, here over the fake engine)."""
+"""The HTTP layer over a real uvicorn socket on loopback, with the fake engine of tests/unit/serving_api:
+the official ``openai`` client (issue 8 acceptance), and client disconnects that only a socket can show.
+
+These start server threads, so they live here rather than with the in-process API tests."""
 
 from __future__ import annotations
 
+import json
+import socket
 from collections.abc import Callable, Iterator
 
+import httpx
 import openai
 import pytest
-from api_harness import ServerThread
-from fake_engine import DEFAULT_TEXT, FakeEngine, package_codec
 from openai.types.chat import ChatCompletionMessageParam
 
-from calctl.serving.api.app import ApiSettings
-from calctl.serving.protocol import EngineRejection, RejectCode
+from calctl.serving.api.app import ApiSettings, create_app
+from calctl.serving.protocol import EngineRejection, FinishReason, RejectCode
+from tests.unit.serving_api.api_harness import ServerThread
+from tests.unit.serving_api.fake_engine import DEFAULT_TEXT, FakeEngine, package_codec
 
 KEY = "sk-alice"
 SETTINGS = ApiSettings(api_keys={KEY: "tenant-a"}, admin_keys=frozenset({"adm"}))
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
+CHAT = {"model": "model-a", "messages": [{"role": "user", "content": "Say hello."}]}
+TEXT = {"model": "model-a", "prompt": "Say hello.", "max_tokens": 64}
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., ServerThread]]:
+    """``serve(engine, settings)`` -> a running uvicorn ServerThread; all are shut down after the test."""
+    servers: list[ServerThread] = []
+
+    def start(engine: FakeEngine, settings: ApiSettings | None = None) -> ServerThread:
+        server = ServerThread(create_app(engine, settings or ApiSettings()))
+        servers.append(server.__enter__())
+        return server
+
+    yield start
+    for server in servers:
+        server.__exit__(None, None, None)
 
 
 @pytest.fixture
@@ -102,3 +130,41 @@ def test_error_mid_stream_raises_in_the_client(oai: openai.OpenAI, engine: FakeE
     with pytest.raises(openai.APIError, match="the model failed while generating"):
         for _ in stream:
             pass
+
+
+# -- over a real socket ------------------------------------------------------------------------
+
+
+def test_uvicorn_stream_socket_close_cancels_once(serve: Callable[..., ServerThread], engine: FakeEngine) -> None:
+    engine.script(pause_after=4)
+    server = serve(engine)
+    with httpx.Client(base_url=server.base_url, timeout=5) as http:
+        with http.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            assert json.loads(first[6:])["choices"][0]["delta"]["role"] == "assistant"
+            s = engine.stream_blocking()
+            s.paused.wait_blocking()
+        # leaving the block closes the half-read response, and with it the connection
+    s.cancelled.wait_blocking()
+    assert s.cancel_calls == ["client_disconnected"]
+    assert s.outcome is FinishReason.CANCELLED
+
+
+def test_uvicorn_non_streaming_socket_close_while_queued_cancels_once(
+    serve: Callable[..., ServerThread], engine: FakeEngine
+) -> None:
+    engine.script(hold_queued=True)
+    server = serve(engine)
+    body = json.dumps(TEXT).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        s = engine.stream_blocking()
+        s.queued.wait_blocking()
+    s.cancelled.wait_blocking()
+    assert s.cancel_calls == ["client_disconnected"]
+    assert s.sent == []

@@ -1,0 +1,87 @@
+"""The one generator of text deltas over an engine stream, shared by the collecting and the SSE paths.
+
+It does what a real server does with a model's tokens (issue 17 item 3):
+
+* the EOS token ends the output and is never text (``finish_reason: "stop"``);
+* every delta is whole UTF-8 characters: a character split across tokens is held
+  until the token that completes it (:class:`~calctl.serving.text.IncrementalDetokenizer`);
+* a stop string is found across token boundaries and never sent
+  (:class:`~calctl.serving.text.StopMatcher`); the engine is told, and ends the
+  request as Completed with finish reason ``stop`` (a real finish, not a cancel);
+* ``usage`` counts the model's tokens, as the engine reports them.
+
+No HTTP here: the endpoints turn :class:`Delta` values into JSON or SSE chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from calctl.serving.outcomes import ENDINGS
+from calctl.serving.protocol import FinishReason, RequestStream, TokenEvent
+from calctl.serving.text import IncrementalDetokenizer, StopMatcher, TextCodec
+
+#: The OpenAI ``finish_reason`` of each protocol finish reason.
+FINISH_NAMES = {
+    FinishReason.STOP: "stop",
+    FinishReason.LENGTH: "length",
+    FinishReason.CANCELLED: "cancelled",
+    FinishReason.ERROR: "error",
+}
+assert {e.finish for e in ENDINGS.values()} <= set(FINISH_NAMES)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Text to send now; on the last delta ``finish`` is set (and ``error`` when generation failed)."""
+
+    text: str
+    usage: dict[str, int]
+    finish: str | None = None
+    error: str | None = None  # the engine's own text: for the log, never for the client (001 §10.1)
+    outcome: str | None = None  # calctl.serving.outcomes.Outcome value of a failed stream
+
+
+def usage_of(ev: TokenEvent) -> dict[str, int]:
+    return {
+        "prompt_tokens": ev.prompt_tokens,
+        "completion_tokens": ev.completion_tokens,
+        "total_tokens": ev.prompt_tokens + ev.completion_tokens,
+    }
+
+
+async def text_deltas(
+    stream: RequestStream, codec: TextCodec, stops: Sequence[str], *, prompt_ids: Sequence[int] = ()
+) -> AsyncIterator[Delta]:
+    """Text deltas of ``stream``; the last one carries the finish reason. Empty deltas are not yielded."""
+    detok = IncrementalDetokenizer(codec, context=prompt_ids)
+    matcher = StopMatcher(stops)
+    eos = codec.eos_token_id
+    usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": 0, "total_tokens": len(prompt_ids)}
+    async for ev in stream:
+        usage = usage_of(ev)
+        if ev.token_id is not None and ev.token_id != eos:
+            safe, stopped = matcher.feed(detok.push(ev.token_id))
+            if stopped:
+                # Stop reading here: after finish() the engine may still deliver a token already in flight,
+                # or nothing at all, so waiting for more would hang.
+                stream.finish(FinishReason.STOP)
+                yield Delta(safe, usage, "stop")
+                return
+            if safe:
+                yield Delta(safe, usage)
+        if ev.finish is not None:
+            if ev.finish is FinishReason.ERROR:
+                yield Delta("", usage, "error", error=ev.error or "device error", outcome=ev.outcome)
+                return
+            safe, stopped = matcher.feed(detok.flush())
+            tail = safe + ("" if stopped else matcher.flush())
+            yield Delta(tail, usage, "stop" if stopped else FINISH_NAMES[ev.finish])
+            return
+    # The stream ended without a terminal event (an engine that stopped after finish()): what was held is sent.
+    safe, stopped = matcher.feed(detok.flush())
+    yield Delta(safe + ("" if stopped else matcher.flush()), usage, "stop" if stopped else "length")
+
+
+__all__ = ["FINISH_NAMES", "Delta", "text_deltas", "usage_of"]

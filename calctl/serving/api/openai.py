@@ -1,0 +1,332 @@
+"""The OpenAI endpoints: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions`` (001 §10.1).
+
+* validation and admission finish before the first byte, so 400/404/429/503 are
+  real HTTP statuses with OpenAI error bodies (000 §5.2);
+* a client that disconnects, streaming or not, cancels its request (000 §4);
+* an error after streaming started is an SSE ``error`` event and the stream is
+  closed, never a silent truncation;
+* the text comes from :func:`~calctl.serving.api.deltas.text_deltas` for both the
+  collecting and the SSE responses, so they cannot disagree.
+
+The engine does the work; this module only translates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.types import Receive, Scope, Send
+
+from calctl.serving import outcomes
+from calctl.serving.api.auth import ApiSettings, Auth
+from calctl.serving.api.deltas import Delta, text_deltas
+from calctl.serving.api.errors import error_body, error_response, invalid
+from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
+from calctl.serving.protocol import Engine, EngineRejection, GenerationRequest, RequestStream, SamplingParams
+from calctl.serving.text import ChatTemplateError, TextCodec
+
+T = TypeVar("T")
+DISCONNECT_POLL_S = 0.05
+log = logging.getLogger("calctl.serving.api")
+INTERNAL_ERROR = ("internal_error", "internal error while generating this response; retry the request")
+
+
+async def _race_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` but give up (raise CancelledError) if the client leaves first."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                raise asyncio.CancelledError("client disconnected")
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+@dataclass
+class _SseOutcome:
+    done: bool = False  # the engine's stream ended, or this layer already released it
+
+
+class _SseResponse(StreamingResponse):
+    """An SSE response over one engine stream that releases the stream however the response ends (000 §4).
+
+    The cancel cannot live in the body generator's ``finally`` alone: when the client leaves while a
+    ``send()`` is blocked (it stopped reading), Starlette abandons the generator parked at a ``yield``
+    without closing it, and when the client leaves before the first body byte the generator never runs;
+    either way the request would go on generating for nobody until the garbage collector got round to it.
+    """
+
+    def __init__(
+        self, content: AsyncGenerator[bytes, None], *, engine_stream: RequestStream, outcome: _SseOutcome, **kw: Any
+    ) -> None:
+        super().__init__(content, **kw)
+        self._body = content
+        self._engine_stream = engine_stream
+        self._outcome = outcome
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self._outcome.done:
+                # The client left mid-stream (or the server is shutting down): 000 §4 cancel, exactly once.
+                self._outcome.done = True
+                self._engine_stream.cancel("client_disconnected")
+            await self._body.aclose()  # run the generator's cleanup now, not at garbage collection
+
+
+def _public_error(delta: Delta) -> tuple[str, str]:
+    """(OpenAI error code, message) a client sees for a stream that failed after admission."""
+    return outcomes.public_error(delta.outcome)
+
+
+def openai_router(engine: Engine, settings: ApiSettings, auth: Auth) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/v1/models")
+    async def list_models(_: str = Depends(auth.tenant)) -> dict[str, Any]:
+        data = [
+            {"id": m.alias, "object": "model", "created": m.created, "owned_by": "calctl"}
+            for m in engine.models()
+            if m.state == "Ready"
+        ]
+        return {"object": "list", "data": data}
+
+    @router.post("/v1/completions", response_model=None)
+    async def completions(request: Request, tenant: str = Depends(auth.tenant)) -> Response:
+        body = await _parse(request, CompletionRequest)
+        if isinstance(body, Response):
+            return body
+        codec = engine.codec(body.model)
+        if isinstance(body.prompt, str):
+            prompt_ids = codec.encode(body.prompt)
+        elif body.prompt and isinstance(body.prompt[0], str):
+            prompt_ids = codec.encode(body.prompt[0])
+        else:
+            prompt_ids = list(body.prompt)  # type: ignore[arg-type]
+            bad = [t for t in prompt_ids if t >= codec.vocab_size]
+            if bad:
+                return invalid(
+                    f"token id {bad[0]} is outside the vocabulary of {body.model!r} ({codec.vocab_size} entries)",
+                    param="prompt",
+                    code="invalid_prompt",
+                )
+        max_tokens = body.max_tokens or 16
+        return await _generate(request, tenant, body, codec, prompt_ids, max_tokens, chat=False)
+
+    @router.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(request: Request, tenant: str = Depends(auth.tenant)) -> Response:
+        body = await _parse(request, ChatCompletionRequest)
+        if isinstance(body, Response):
+            return body
+        codec = engine.codec(body.model)
+        try:
+            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            prompt = codec.render_chat(messages, add_generation_prompt=True)  # the model's own template
+        except (ValueError, ChatTemplateError) as exc:
+            return invalid(str(exc), param="messages", code="invalid_messages")
+        prompt_ids = codec.encode(prompt)
+        limit = engine.context_limit(body.model)
+        max_tokens = body.max_completion_tokens or body.max_tokens or settings.chat_default_max_tokens
+        if max_tokens is None:
+            max_tokens = max(1, limit - len(prompt_ids))
+        return await _generate(request, tenant, body, codec, prompt_ids, max_tokens, chat=True)
+
+    async def _parse(request: Request, model: type[T]) -> T | Response:
+        try:
+            raw = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return invalid("request body is not valid JSON", code="invalid_json")
+        if not isinstance(raw, dict):
+            return invalid("request body must be a JSON object", code="invalid_json")
+        try:
+            body = model.model_validate(raw)  # type: ignore[attr-defined]
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first.get("loc", ()))
+            return invalid(f"{loc or 'body'}: {first.get('msg')}", param=loc or None)
+        unsupported = body.unsupported()
+        if unsupported:
+            return invalid(unsupported[1], param=unsupported[0], code="unsupported_parameter")
+        return body
+
+    async def _generate(
+        request: Request,
+        tenant: str,
+        body: Any,
+        codec: TextCodec,
+        prompt_ids: list[int],
+        max_tokens: int,
+        *,
+        chat: bool,
+    ) -> Response:
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        gen = GenerationRequest(
+            request_id=request_id,
+            alias=body.model,
+            tenant=tenant,
+            prompt_ids=tuple(prompt_ids),
+            max_tokens=max_tokens,
+            sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p, seed=body.seed),
+            timeout_s=body.timeout,
+        )
+        stream = engine.submit(gen)  # raises EngineRejection -> real HTTP status
+        try:
+            await _race_disconnect(request, stream.admitted())
+        except asyncio.CancelledError:
+            stream.cancel("client_disconnected")
+            return Response(status_code=499)
+        except EngineRejection:
+            stream.cancel("rejected")
+            raise
+        created = int(time.time())
+        headers = {"X-Request-Id": request_id}
+        deltas = text_deltas(stream, codec, body.stop_list(), prompt_ids=prompt_ids)
+        if body.stream:
+            opts = body.stream_options
+            include_usage = bool(opts and opts.include_usage)
+            continuous = bool(opts and opts.continuous_usage_stats)
+            outcome = _SseOutcome()
+            return _SseResponse(
+                _sse(deltas, stream, body.model, request_id, created, chat, include_usage, outcome, continuous),
+                engine_stream=stream,
+                outcome=outcome,
+                media_type="text/event-stream",
+                headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        try:
+            last = await _race_disconnect(request, _collect(deltas))
+        except asyncio.CancelledError:
+            stream.cancel("client_disconnected")
+            return Response(status_code=499)
+        except Exception:  # an engine bug: release the request, answer in OpenAI form, keep details in the log
+            log.exception("request %s: the engine failed while generating", request_id)
+            stream.cancel("engine_error")
+            return error_response(500, INTERNAL_ERROR[1], type_="server_error", code=INTERNAL_ERROR[0])
+        text, end = last
+        if end.error is not None:
+            log.error("request %s: generation failed: %s", request_id, end.error)
+            code, message = _public_error(end)
+            return error_response(503, message, type_="service_unavailable", code=code, retry_after_s=1)
+        if chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": end.finish,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": end.finish}
+            obj = "text_completion"
+        return JSONResponse(
+            {
+                "id": request_id,
+                "object": obj,
+                "created": created,
+                "model": body.model,
+                "choices": [choice],
+                "usage": end.usage,
+            },
+            headers=headers,
+        )
+
+    return router
+
+
+async def _collect(deltas: AsyncIterator[Delta]) -> tuple[str, Delta]:
+    parts: list[str] = []
+    last = Delta("", {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, "length")
+    async for d in deltas:
+        parts.append(d.text)
+        last = d
+    return "".join(parts), last
+
+
+async def _sse(
+    deltas: AsyncIterator[Delta],
+    stream: RequestStream,
+    model: str,
+    request_id: str,
+    created: int,
+    chat: bool,
+    include_usage: bool,
+    outcome: _SseOutcome,
+    continuous_usage: bool = False,
+) -> AsyncGenerator[bytes, None]:
+    obj = "chat.completion.chunk" if chat else "text_completion"
+
+    def chunk(
+        text: str | None,
+        finish: str | None,
+        *,
+        role: bool = False,
+        usage: dict[str, int] | None = None,
+        running: dict[str, int] | None = None,
+    ) -> bytes:
+        if chat:
+            delta: dict[str, Any] = {}
+            if role:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        else:
+            choices = [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}]
+        doc: dict[str, Any] = {"id": request_id, "object": obj, "created": created, "model": model, "choices": choices}
+        if usage is not None:
+            doc = {**doc, "choices": [], "usage": usage}
+        elif running is not None:
+            doc["usage"] = running
+        return f"data: {json.dumps(doc, separators=(',', ':'))}\n\n".encode()
+
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    try:
+        if chat:
+            yield chunk("", None, role=True)
+        async for d in deltas:
+            usage = d.usage
+            running = usage if continuous_usage else None
+            if d.finish is None:
+                yield chunk(d.text, None, running=running)
+                continue
+            outcome.done = True
+            if d.error is not None:
+                log.error("request %s: generation failed: %s", request_id, d.error)
+                code, message = _public_error(d)
+                err = error_body(message, type_="service_unavailable", code=code)
+                yield f"event: error\ndata: {json.dumps(err)}\n\n".encode()
+                return
+            if d.text:
+                yield chunk(d.text, None, running=running)
+            yield chunk(None if chat else "", d.finish, running=running)
+        if include_usage:
+            yield chunk(None, None, usage=usage)
+        yield b"data: [DONE]\n\n"
+    except Exception:
+        # An engine bug after the headers went out: the status cannot change any more, so say so in the
+        # stream (never a silent truncation, never [DONE]) and release the request once.
+        log.exception("request %s: the engine failed while streaming", request_id)
+        outcome.done = True
+        stream.cancel("engine_error")
+        err = error_body(INTERNAL_ERROR[1], type_="server_error", code=INTERNAL_ERROR[0])
+        yield f"event: error\ndata: {json.dumps(err)}\n\n".encode()
+    # No ``finally: cancel`` here: _SseResponse releases the stream if this generator did not finish.
+
+
+__all__ = ["openai_router"]

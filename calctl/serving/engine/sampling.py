@@ -1,0 +1,31 @@
+"""Sampling: one token from one lane's logits, with the request's own RNG (greedy at temperature 0).
+
+No scheduling, no device and no request state here; the engine core calls it on its own thread.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from calctl.serving.protocol import SamplingParams
+
+
+def sample_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> int:
+    """Greedy at temperature 0; otherwise temperature + nucleus (top-p) sampling with the request's RNG."""
+    if sampling.greedy:
+        return int(np.argmax(logits))
+    z = logits.astype(np.float64) / sampling.temperature
+    z -= z.max()
+    p = np.exp(z)
+    p /= p.sum()
+    if sampling.top_p < 1.0:
+        order = np.argsort(-p)
+        cum = np.cumsum(p[order])
+        keep = order[: int(np.searchsorted(cum, sampling.top_p) + 1)]
+        mask = np.zeros_like(p)
+        mask[keep] = p[keep]
+        p = mask / mask.sum()
+    return int(rng.choice(len(p), p=p))
+
+
+__all__ = ["sample_token"]

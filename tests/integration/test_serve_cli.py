@@ -1,0 +1,82 @@
+"""``calctl serve`` start-up as a user meets it (issue 21): a port that is taken is calctl's own usage error,
+exit 2, before the board is opened or the package is loaded."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+
+
+@pytest.fixture
+def taken_port() -> int:  # type: ignore[misc]
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    try:
+        yield s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def test_a_taken_port_is_exit_2_before_the_board_or_the_package(
+    cli, taken_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    # A board that cannot be opened and a bundled sample that would have to be built: either would show if
+    # serve touched it before the port (exit 3 for the board, files in the cache for the sample).
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CALCTL_CACHE_DIR", str(cache))
+    monkeypatch.setenv("CALRT_LIBRARY", str(tmp_path / "no-such-libcalrt.so"))
+    r = cli("serve", "--device", "calrt", "--port", str(taken_port))
+    assert_no_traceback(r)
+    assert r.code == 2, r.err
+    assert f"error: --port {taken_port}: 127.0.0.1:{taken_port} is already in use" in r.err
+    assert "hint: choose another --port" in r.err
+    assert "Errno" not in r.err and "serving" not in r.err
+    assert not cache.exists() or not any(cache.iterdir())  # the bundled sample was never built
+
+
+def test_a_taken_port_with_a_package_never_loads_it(cli, taken_port: int, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import calctl.serving.engine.supervisor as supervisor
+
+    def forbidden(*_a: object, **_kw: object) -> None:
+        raise AssertionError("the package was loaded before the port was checked")
+
+    monkeypatch.setattr(supervisor.DeviceSupervisor, "start", forbidden)
+    r = cli("serve", FIXTURE_PACKAGES / "single", "--trusted-key", TEST_PUB, "--port", str(taken_port))
+    assert r.code == 2 and "already in use" in r.err, r.err
+
+
+def test_the_listener_lets_asyncio_disable_nagle() -> None:
+    """Found by benchmarks/bench_serve.py: a listener created with proto 0 gives accepted connections without
+    TCP_NODELAY (asyncio checks proto), and SSE deltas on a kept-alive connection then wait 40 ms for a delayed
+    ACK. The listener says IPPROTO_TCP, so every connection uvicorn accepts from it has TCP_NODELAY."""
+    import asyncio
+
+    from calctl.serving.server import bind_listener
+
+    listener = bind_listener("127.0.0.1", 0)
+    assert listener.proto == socket.IPPROTO_TCP
+
+    async def accept_one() -> int:
+        seen: list[int] = []
+
+        def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_conn, sock=listener)
+        port = listener.getsockname()[1]
+        _, w = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(200):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        w.close()
+        server.close()
+        return seen[0]
+
+    assert asyncio.run(accept_one()) != 0

@@ -1,0 +1,85 @@
+"""The one outcome table (issue 15 item 2): every core reason and verdict has exactly one row, and every layer
+reads the same numbers from it."""
+
+from __future__ import annotations
+
+import pytest
+
+from calctl.serving import outcomes
+from calctl.serving.core.admission import Verdict
+from calctl.serving.core.request import FinishReason as CoreFinish
+from calctl.serving.outcomes import ENDINGS, REJECTIONS, VERDICT_REJECTION, Outcome, RequestOutcome
+from calctl.serving.protocol import FinishReason, RejectCode
+
+
+def test_every_core_finish_reason_and_reject_code_has_a_row() -> None:
+    assert set(ENDINGS) == set(CoreFinish)
+    assert set(REJECTIONS) == set(RejectCode)
+    assert set(VERDICT_REJECTION) == {v for v in Verdict if not v.accepted}
+
+
+@pytest.mark.parametrize(
+    ("verdict", "status", "type_", "code"),
+    [
+        (Verdict.REJECT_INVALID, 400, "invalid_request_error", "invalid_request_error"),
+        (Verdict.REJECT_CAPACITY, 429, "rate_limit_error", "rate_limit_exceeded"),
+        (Verdict.REJECT_UNAVAILABLE, 503, "service_unavailable", "model_unavailable"),
+    ],
+)
+def test_a_verdict_is_one_http_error(verdict: Verdict, status: int, type_: str, code: str) -> None:
+    r = outcomes.rejection(VERDICT_REJECTION[verdict])
+    assert (r.http_status, r.error_type, r.code.value) == (status, type_, code)
+    assert outcomes.http_status_of_verdict(verdict) == status
+    # The HTTP client and the in-process client classify it the same way.
+    assert outcomes.client_outcome_of_status(status, code) is outcomes.client_outcome_of_rejection(r.code)
+
+
+def test_the_core_carries_no_http_numbers() -> None:
+    from calctl.serving.core.admission import AdmissionResult
+    from calctl.serving.core.request import TerminalEvent
+
+    assert not hasattr(Verdict.REJECT_CAPACITY, "http_status")
+    assert "http_status" not in AdmissionResult.__dataclass_fields__
+    assert "http_status" not in TerminalEvent.__dataclass_fields__
+
+
+def test_endings_before_and_after_output() -> None:
+    # A device error before the first token is a 503; after it, the stream ends in error.
+    assert outcomes.http_status_of_end(CoreFinish.DEVICE_ERROR, 0) == 503
+    assert outcomes.http_status_of_end(CoreFinish.DEVICE_ERROR, 3) is None
+    assert ENDINGS[CoreFinish.DEVICE_ERROR].finish is FinishReason.ERROR
+    # A stop string and EOS are the same normal finish; a cancel is never an HTTP error.
+    assert ENDINGS[CoreFinish.STOP].finish is FinishReason.STOP and ENDINGS[CoreFinish.STOP].outcome is Outcome.STOP
+    assert outcomes.http_status_of_end(CoreFinish.CANCELLED, 0) is None
+    # A deadline is the request's own, not a fault, in every vocabulary.
+    assert outcomes.client_outcome_of_end(FinishReason.ERROR, Outcome.DEADLINE.value) is RequestOutcome.DEADLINE
+    assert outcomes.client_outcome_of_end(FinishReason.ERROR, None) is RequestOutcome.DEVICE_ERROR
+    assert outcomes.client_outcome_of_end(FinishReason.STOP, "stop") is RequestOutcome.OK
+
+
+def test_a_status_from_another_server_is_classified_by_status() -> None:
+    assert outcomes.client_outcome_of_status(429, "something_else") is RequestOutcome.CAPACITY
+    assert outcomes.client_outcome_of_status(503, None) is RequestOutcome.UNAVAILABLE
+    assert outcomes.client_outcome_of_status(500, None) is RequestOutcome.TRANSPORT
+    assert outcomes.client_outcome_of_status(503, "deadline_exceeded") is RequestOutcome.DEADLINE
+
+
+def test_a_deadline_after_admission_but_before_output_is_a_deadline_not_a_device_error() -> None:
+    """Found by the rework: the soak counted these as unexplained device errors."""
+    import asyncio
+
+    from calctl.serving.engine.streams import EngineStream
+    from calctl.serving.protocol import EngineRejection
+
+    async def run() -> RequestOutcome:
+        loop = asyncio.get_running_loop()
+        s = EngineStream("r", loop, on_cancel=lambda *_: None, on_finish=lambda *_: None)
+        s.post_admitted()
+        s.post_rejected(EngineRejection(RejectCode.DEADLINE, "m: deadline expired in PrefillReady"))
+        await s.admitted()
+        events = [ev async for ev in s]
+        (end,) = events
+        assert end.finish is FinishReason.ERROR
+        return outcomes.client_outcome_of_end(end.finish, end.outcome)
+
+    assert asyncio.run(run()) is RequestOutcome.DEADLINE
