@@ -43,6 +43,7 @@ from typing import Any
 
 from calctl import __version__
 from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError
+from calctl.package.info import package_digest
 from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import Report, ValidationPolicy, validate
@@ -656,10 +657,7 @@ class RunContext:
 
 
 def _digest(root: Path) -> str | None:
-    try:
-        return hashlib.sha256((root / CHECKSUMS).read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return None
+    return package_digest(root)
 
 
 def _pending(rt: Runtime) -> int | None:

@@ -37,7 +37,7 @@ from calctl.package import reader, schemas
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
 from calctl.package.rules.base import Need
 from calctl.signing import seal
-from calctl.signing.files import CHECKSUMS, SIGNATURE
+from calctl.signing.files import CHECKSUMS, SIGNATURE, NotReadable, read_regular
 from calctl.signing.keys import TrustedKey
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -294,14 +294,9 @@ class ValidationContext:
             raise ReadProblem(f"is {e.size} bytes, over the {limit} byte limit for this file")
         assert self.root is not None
         try:
-            fd = os.open(self.root / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError as exc:
-            raise ReadProblem(f"cannot open: {exc.strerror or exc}") from None
-        with os.fdopen(fd, "rb") as fh:
-            data = fh.read(limit + 1)
-        if len(data) > limit:
-            raise ReadProblem(f"grew over the {limit} byte limit while being read")
-        return data
+            return read_regular(self.root / rel, limit)
+        except NotReadable as exc:
+            raise ReadProblem(exc.reason) from None
 
     def regular_file(self, rel: str) -> bool:
         e = self.entry(rel) if path_problem(rel) is None else None
