@@ -29,7 +29,7 @@ import struct
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from calctl.errors import CalctlError
@@ -190,29 +190,33 @@ PF_X, PF_W, PF_R = 1, 2, 4
 
 
 def path_problem(rel: str) -> str | None:
-    """Why ``rel`` is not a safe package-relative POSIX path, or None (001 §6.3)."""
-    if not rel:
-        return "empty path"
-    if rel.startswith("/") or PurePosixPath(rel).is_absolute():
-        return "absolute path"
-    if "\\" in rel:
-        return "contains a backslash"
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in rel):
-        return "contains a control character"
-    try:
-        rel.encode("utf-8")
-    except UnicodeEncodeError:
-        return "name is not valid UTF-8"
-    parts = rel.split("/")
-    if any(p == ".." for p in parts):
-        return "contains '..'"
-    if any(p in ("", ".") for p in parts):
-        return "contains an empty or '.' component"
+    """Why ``rel`` is not a safe package-relative POSIX path, or None (001 §6.3).
+
+    The checksums.sha256 rules (:func:`calctl.signing.seal.checksum_line_problem`:
+    no control or line-separator characters, no backslash, canonical, UTF-8)
+    plus the file-system length limits.
+    """
+    problem = seal.checksum_line_problem(rel)
+    if problem:
+        return problem
     if len(rel) > MAX_PATH_CHARS:
         return f"longer than {MAX_PATH_CHARS} characters"
-    if any(len(p.encode("utf-8")) > MAX_COMPONENT_BYTES for p in parts):
+    if any(len(p.encode("utf-8")) > MAX_COMPONENT_BYTES for p in rel.split("/")):
         return f"a component is longer than {MAX_COMPONENT_BYTES} bytes"
     return None
+
+
+def shown(rel: str) -> str:
+    """A file name as every message prints it: undecodable bytes as ``\\xNN``, the same everywhere."""
+    return printable(rel) if rel else "(empty)"
+
+
+def printable(text: str) -> str:
+    """``text`` with undecodable bytes (lone surrogates from os's surrogateescape) as ``\\xNN``."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate outside the escape range: not from the file system
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _walk(root: Path) -> Walk:
