@@ -69,7 +69,7 @@ def _flag(arch: Architecture, when: str | None) -> bool:
         return True
     if when == "untied":
         return not arch.tie_embeddings
-    return bool(getattr(arch, when))
+    return bool(getattr(arch, when, False))
 
 
 def expected_tensor_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:

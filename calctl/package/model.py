@@ -191,12 +191,6 @@ class Architecture:
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
     eos_token_id: int | None = None
-    # Family differences as explicit fields (docs/import.md), so a C decoder reads facts, not family names.
-    rope_style: str = "interleaved"  # "interleaved": pairs (2i, 2i+1); "half": (i, i + head_dim/2), HF rotate_half
-    attn_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
-    qk_norm: bool = False  # RMSNorm over head_dim on each query/key head before RoPE (Qwen3)
-    max_position_embeddings: int | None = None  # the checkpoint's trained maximum; context_limit is the cap in use
-    bos_token_id: int | None = None
 
 
 @dataclass(frozen=True)

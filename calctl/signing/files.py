@@ -49,11 +49,12 @@ def kind_phrase(mode: int) -> str:
     return "a special file"
 
 
-def read_regular(path: Path | str, limit: int) -> bytes:
+def read_regular(path: Path | str, limit: int, *, head: bool = False) -> bytes:
     """The bytes of the regular file ``path`` (at most ``limit``); raises :class:`NotReadable` otherwise.
 
     Never follows a final symlink, never blocks on a FIFO, never opens a device
-    for reading, never reads more than ``limit + 1`` bytes.
+    for reading, never reads more than ``limit + 1`` bytes. With ``head=True``
+    a larger file is not an error: its first ``limit`` bytes are returned.
     """
     try:
         st = os.lstat(path)
@@ -63,7 +64,7 @@ def read_regular(path: Path | str, limit: int) -> bytes:
         raise NotReadable(f"cannot be inspected: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
         raise NotReadable(f"is {kind_phrase(st.st_mode)}, not a regular file")
-    if st.st_size > limit:
+    if st.st_size > limit and not head:
         raise NotReadable(f"is {st.st_size} bytes, over the {limit} byte limit for this file")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -92,6 +93,8 @@ def read_regular(path: Path | str, limit: int) -> bytes:
     finally:
         os.close(fd)
     data = b"".join(chunks)
+    if head:
+        return data[:limit]
     if len(data) > limit:
         raise NotReadable(f"grew over the {limit} byte limit while being read")
     return data

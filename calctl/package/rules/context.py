@@ -182,10 +182,40 @@ class ElfInfo:
     segments: tuple[ElfSegment, ...]
     notes: tuple[ElfNote, ...]
     file_size: int
+    headers: ElfHeaderTables = field(default_factory=lambda: ElfHeaderTables())
+
+
+@dataclass(frozen=True)
+class ElfSectionHeader:
+    index: int
+    type: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ElfHeaderTables:
+    """Where the ELF header says its program and section header tables are (raw e_* fields)."""
+
+    phoff: int = 0
+    phnum: int = 0
+    phentsize: int = 0
+    shoff: int = 0
+    shnum: int = 0
+    shentsize: int = 0
+    shstrndx: int = 0
+    #: The section headers, when the table lies inside the file (else empty).
+    sections: tuple[ElfSectionHeader, ...] = ()
 
 
 PT_LOAD = 1
 PT_NOTE = 4
+SHT_STRTAB = 3
+SHT_NOBITS = 8
+SHN_UNDEF = 0
+SHN_LORESERVE = 0xFF00
+#: More section headers than this is not a CalCore program (the sample has 4).
+MAX_SECTION_HEADERS = 4096
 PF_X, PF_W, PF_R = 1, 2, 4
 
 
@@ -299,6 +329,22 @@ class ValidationContext:
         assert self.root is not None
         try:
             return read_regular(self.root / rel, limit)
+        except NotReadable as exc:
+            raise ReadProblem(exc.reason) from None
+
+    def read_head(self, rel: str, n: int) -> bytes:
+        """The first ``n`` bytes of a regular package file (fewer if it is shorter), never through a link."""
+        problem = path_problem(rel)
+        if problem:
+            raise ReadProblem(f"unsafe path ({problem})")
+        e = self.entry(rel)
+        if e is None:
+            raise ReadProblem("missing")
+        if e.kind is not EntryKind.FILE:
+            raise ReadProblem(f"is a {e.kind.value}, not a regular file")
+        assert self.root is not None
+        try:
+            return read_regular(self.root / rel, n, head=True)
         except NotReadable as exc:
             raise ReadProblem(exc.reason) from None
 
@@ -619,7 +665,31 @@ def _parse_elf(fh: Any, size: int) -> ElfInfo:
         if seg.type == PT_NOTE and seg.filesz <= MAX_NOTE_BYTES and seg.offset + seg.filesz <= size:
             fh.seek(seg.offset)
             notes.extend(_parse_notes(fh.read(seg.filesz), little))
+    hdr = elf.header
+    shoff, shnum, shentsize = int(hdr["e_shoff"]), int(hdr["e_shnum"]), int(hdr["e_shentsize"])
+    sections: list[ElfSectionHeader] = []
+    if (
+        0 < shnum <= MAX_SECTION_HEADERS
+        and shoff + shnum * shentsize <= size
+        and shentsize == (64 if elf.elfclass == 64 else 40)
+    ):
+        for i in range(shnum):
+            sh = elf._get_section_header(i)
+            sh_type = sh["sh_type"]
+            type_num = _SHT_NUM.get(sh_type, -1) if isinstance(sh_type, str) else int(sh_type)
+            sections.append(ElfSectionHeader(i, type_num, int(sh["sh_offset"]), int(sh["sh_size"])))
+    tables = ElfHeaderTables(
+        phoff=int(hdr["e_phoff"]),
+        phnum=int(hdr["e_phnum"]),
+        phentsize=int(hdr["e_phentsize"]),
+        shoff=shoff,
+        shnum=shnum,
+        shentsize=shentsize,
+        shstrndx=int(hdr["e_shstrndx"]),
+        sections=tuple(sections),
+    )
     return ElfInfo(
+        headers=tables,
         elf_class=f"ELF{elf.elfclass}",
         data="little" if little else "big",
         machine=machine,
@@ -643,6 +713,15 @@ def _pt_numbers() -> dict[str, int]:
 
 
 _PT_NUM = _pt_numbers()
+
+
+def _sht_numbers() -> dict[str, int]:
+    from elftools.elf import enums
+
+    return {k: v for k, v in enums.ENUM_SH_TYPE_BASE.items() if isinstance(v, int)}
+
+
+_SHT_NUM = _sht_numbers()
 
 
 def _parse_notes(data: bytes, little: bool) -> Iterator[ElfNote]:
