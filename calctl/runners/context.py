@@ -7,7 +7,10 @@
    runtime version, so a failing package never reaches ``configure``
    (001 §16 PR1); the failing rule IDs become a :class:`CheckFailed` (exit 1);
 3. ``load`` – the package read from the same bytes that were validated (its
-   digest must equal the validated one);
+   digest must equal the validated one), then ``check device fit``: chip count,
+   CalCores and per-chip DRAM (declared and reserved) against the device's
+   topology (:func:`calctl.budget.device.device_fit`), so a manifest that
+   raises ``chip_dram_bytes`` never reaches configure;
 4. ``create calbin`` – and the sha256 of every program (code and command
    section) the calbin hands the runtime, per chip, each checked against the
    sealed ``checksums.sha256`` (the issue's "ran whatever was already loaded");
@@ -42,6 +45,7 @@ from types import TracebackType
 from typing import Any
 
 from calctl import __version__
+from calctl.budget.device import device_fit
 from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError
 from calctl.package.info import package_digest
 from calctl.package.model import Package, SectionKind
@@ -507,7 +511,24 @@ class RunContext:
                 )
             self.pkg = pkg
             note.detail = f"{pkg.name} {pkg.version} ({pkg.kind}): {', '.join(pkg.aliases)}"
+        if self.rt is not None:
+            self.check_device_fit()
         return pkg
+
+    def check_device_fit(self) -> None:
+        """The package's chips, CalCores and DRAM against the device's topology, before configure (001 §8.2)."""
+        assert self.rt is not None and self.pkg is not None, "open_device() and load() first"
+        with self.log.step("check device fit") as note:
+            fit = device_fit(self.pkg, self.rt.topology())
+            note.detail = fit.summary()
+            if not fit.ok:
+                raise CheckFailed(
+                    f"{self.path}: the package does not fit the {self.rt.kind.value} device: {fit.summary()}; "
+                    "it never reached configure",
+                    hint="build the package for this board (device_cfg and memory_plan), or use the board it was built for",
+                )
+            if fit.notes:
+                note.status = StepStatus.WARN
 
     def create_calbin(self) -> Calbin:
         assert self.rt is not None and self.pkg is not None, "open_device() and load() first"
@@ -636,8 +657,8 @@ class RunContext:
                 "name": pkg.name if pkg else None,
                 "version": pkg.version if pkg else None,
                 "kind": pkg.kind if pkg else None,
-                "digest": rep.digest if rep else None,
-                "signer_key_id": rep.signer_key_id if rep else None,
+                "digest": rep.digest if rep is not None else None,  # a refused Report is falsy
+                "signer_key_id": rep.signer_key_id if rep is not None else None,
             },
             "validation": None
             if rep is None
