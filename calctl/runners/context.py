@@ -7,7 +7,7 @@
    runtime version, so a failing package never reaches ``configure``
    (001 §16 PR1); the failing rule IDs become a :class:`CheckFailed` (exit 1);
 3. ``load`` – the package read from the same bytes that were validated (its
-   digest must equal the validated one), then ``check device fit``: chip count,
+   digest must equal the validated one), and its fit to the device: chip count,
    CalCores and per-chip DRAM (declared and reserved) against the device's
    topology (:func:`calctl.budget.device.device_fit`), so a manifest that
    raises ``chip_dram_bytes`` never reaches configure;
@@ -511,24 +511,23 @@ class RunContext:
                 )
             self.pkg = pkg
             note.detail = f"{pkg.name} {pkg.version} ({pkg.kind}): {', '.join(pkg.aliases)}"
-        if self.rt is not None:
-            self.check_device_fit()
+            if self.rt is not None:
+                self._check_device_fit(note)
         return pkg
 
-    def check_device_fit(self) -> None:
+    def _check_device_fit(self, note: StepNote) -> None:
         """The package's chips, CalCores and DRAM against the device's topology, before configure (001 §8.2)."""
-        assert self.rt is not None and self.pkg is not None, "open_device() and load() first"
-        with self.log.step("check device fit") as note:
-            fit = device_fit(self.pkg, self.rt.topology())
-            note.detail = fit.summary()
-            if not fit.ok:
-                raise CheckFailed(
-                    f"{self.path}: the package does not fit the {self.rt.kind.value} device: {fit.summary()}; "
-                    "it never reached configure",
-                    hint="build the package for this board (device_cfg and memory_plan), or use the board it was built for",
-                )
-            if fit.notes:
-                note.status = StepStatus.WARN
+        assert self.rt is not None and self.pkg is not None
+        fit = device_fit(self.pkg, self.rt.topology())
+        if not fit.ok:
+            raise CheckFailed(
+                f"{self.path}: the package does not fit the {self.rt.kind.value} device: {fit.summary()}; "
+                "it never reached configure",
+                hint="build the package for this board (device_cfg and memory_plan), or use the board it was built for",
+            )
+        note.detail += f"; device fit: {fit.summary()}"
+        if fit.notes:
+            note.status = StepStatus.WARN
 
     def create_calbin(self) -> Calbin:
         assert self.rt is not None and self.pkg is not None, "open_device() and load() first"

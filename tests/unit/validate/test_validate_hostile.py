@@ -277,8 +277,8 @@ def test_raised_chip_dram_passes_validate_but_never_reaches_configure(tmp_path: 
     assert code == 1
     assert_never_configured(run)
     steps = {s["name"]: s for s in run["steps"]}
-    assert steps["check device fit"]["status"] == "FAIL"
-    assert "chip_dram_bytes" in steps["check device fit"]["detail"]
+    assert steps["load package"]["status"] == "FAIL"
+    assert "chip_dram_bytes" in steps["load package"]["detail"]
 
 
 def test_device_fit_is_a_pure_function_serve_can_call(tmp_path: Path) -> None:
