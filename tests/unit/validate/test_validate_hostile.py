@@ -749,3 +749,15 @@ def test_gzip_package_of_a_real_package_still_validates(tmp_path: Path, cli) -> 
     gz.write_bytes(gzip.compress(tar.read_bytes()))
     code, doc = validate_json(cli, gz)
     assert code == 0, failing(doc)
+
+
+def test_budget_hf_config_fifo_and_huge_integer(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    r = calctl("budget", "--hf-config", fifo)
+    assert r.returncode == 2 and "FIFO" in r.stderr
+    huge = tmp_path / "huge" / "config.json"
+    huge.parent.mkdir()
+    huge.write_text('{"num_hidden_layers": ' + "9" * 6000 + "}")
+    r = calctl("budget", "--hf-config", huge)
+    assert r.returncode == 2 and "number" in r.stderr
