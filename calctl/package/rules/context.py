@@ -597,10 +597,13 @@ class ValidationContext:
         if e.size > MAX_ELF_BYTES:
             return f"larger than the {MAX_ELF_BYTES} byte limit for programs"
         try:
-            fd = os.open(self.root / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(self.root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
             return f"cannot open: {exc.strerror or exc}"
         with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced after the walk: never read a FIFO
+                return "is no longer a regular file"
+            os.set_blocking(fd, True)
             try:
                 return _parse_elf(fh, e.size)
             except (KeyboardInterrupt, SystemExit):
