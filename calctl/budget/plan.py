@@ -154,6 +154,13 @@ class ModelLoad:
     prefill_workspace: Stated | None = None
     decode_workspace: Stated | None = None
     kv_detail: str = ""
+    #: What the package's memory plan reserves on this chip for the model's workspace and KV. A
+    #: reservation is memory the chip must hold whatever the declared peak or the formula says, so
+    #: each is a floor under its term (a 20 GiB workspace region does not fit a 16 GiB chip).
+    reserved_workspace: Stated | None = None
+    reserved_kv: Stated | None = None
+    #: (context, sequences) the KV reservation was compiled for; a what-if at another point ignores it.
+    reserved_kv_at: tuple[int, int] | None = None
 
     @property
     def kv_heads(self) -> int:
@@ -370,6 +377,34 @@ def _model_terms(
         est.runtime_metadata_bytes, Source.ESTIMATE, f"{human(est.runtime_metadata_bytes)} per model per chip, estimate"
     )
     terms[RUNTIME] = Component(RUNTIME, rt.bytes, rt.source, rt.detail)
+    # The compiled reservations are floors at the compiled point only: a what-if (another context,
+    # batch or workspace) asks about a different compilation.
+    compiled_point = m.reserved_kv_at == (context, sequences)
+    ws_stated = m.workspace_peak is None and all(
+        w is not None and w.source is Source.MANIFEST for w in (m.prefill_workspace, m.decode_workspace)
+    )
+    return _floor_by_reservations(m, terms, kv_floor=kv_override is None and compiled_point, workspace_floor=ws_stated)
+
+
+def _floor_by_reservations(
+    m: ModelLoad, terms: dict[str, Component], *, kv_floor: bool, workspace_floor: bool
+) -> dict[str, Component]:
+    """A term is never less than the memory-plan region reserved for it on this chip."""
+    floors = []
+    if workspace_floor:
+        floors.append((WORKSPACE, m.reserved_workspace))
+    if kv_floor:
+        floors.append((KV, m.reserved_kv))
+    for name, reserved in floors:
+        if reserved is not None and reserved.bytes > terms[name].bytes:
+            was = terms[name]
+            terms[name] = Component(
+                name,
+                reserved.bytes,
+                reserved.source,
+                f"{reserved.detail} reserves {human(reserved.bytes)}, more than the {human(was.bytes)} of "
+                f"[{was.detail}]",
+            )
     return terms
 
 
@@ -586,7 +621,17 @@ def model_chip_load(
         prefill_workspace=prefill,
         decode_workspace=decode,
         kv_detail=f"{split_text}{kv_dt} from {kv_src}, blocks of {block} tokens from {block_src}",
+        reserved_workspace=_reserved(own, SectionKind.WORKSPACE),
+        reserved_kv=_reserved(own, SectionKind.KV),
+        reserved_kv_at=(model.architecture.context_limit, model.kv.max_sequences),
     )
+
+
+def _reserved(own: list[MemoryRegion], kind: SectionKind) -> Stated | None:
+    rs = [r for r in own if r.kind is kind]
+    if not rs:
+        return None
+    return Stated(sum(r.size for r in rs), Source.MANIFEST, f"memory plan {_names(r.name for r in rs)}")
 
 
 def _plan_notes(load_models: tuple[ModelLoad, ...], regions: tuple[MemoryRegion, ...]) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from typing import Any
 from calctl.budget.units import canonical_dtype
 from calctl.errors import UsageError
 from calctl.package.model import Model
+from calctl.signing.files import NotReadable, read_regular
 
 #: Largest plausible value of any architecture count; bigger is a broken file.
 _MAX_COUNT = 2**31 - 1
@@ -200,20 +201,22 @@ def load_hf_config(path: Path) -> ModelShape:
     """Read a Hugging Face ``config.json`` file into a :class:`ModelShape`."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(_MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise UsageError(f"--hf-config {path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"--hf-config {path}: is a directory", hint="give the config.json file itself") from None
-    except OSError as exc:
-        raise UsageError(f"--hf-config {path}: cannot read: {exc.strerror}") from None
-    if len(data) > _MAX_CONFIG_BYTES:
-        raise UsageError(f"{path}: larger than {_MAX_CONFIG_BYTES} bytes; not a config.json")
+        # A regular file only: a FIFO or device never blocks the command (issue 16).
+        data = read_regular(path, _MAX_CONFIG_BYTES)
+    except NotReadable as exc:
+        if exc.missing:
+            raise UsageError(f"--hf-config {path}: no such file") from None
+        if path.is_dir():
+            raise UsageError(f"--hf-config {path}: is a directory", hint="give the config.json file itself") from None
+        if "byte limit" in exc.reason:
+            raise UsageError(f"{path}: larger than {_MAX_CONFIG_BYTES} bytes; not a config.json") from None
+        raise UsageError(f"--hf-config {path}: {exc.reason}") from None
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{path}: malformed JSON: {exc}") from None
+    except ValueError as exc:  # an integer of thousands of digits (Python's int-string limit)
+        raise UsageError(f"{path}: unusable number: {exc}") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{path}: top level is {type(doc).__name__}, expected an object")
     default_name = path.parent.name if path.name == "config.json" else path.stem

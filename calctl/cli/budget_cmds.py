@@ -29,11 +29,14 @@ from calctl.budget.policy import BudgetPolicy, Verdict, check_fraction
 from calctl.budget.report import BudgetReport, report_document, run_budget
 from calctl.budget.shape import load_hf_config
 from calctl.cli import _output
-from calctl.cli._options import FormatOpt
+from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
 from calctl.cli._output import Format
 from calctl.cli._package_arg import PackageArg, resolve_package
-from calctl.errors import ExitCode, UsageError
+from calctl.errors import CheckFailed, ExitCode, UsageError
+from calctl.package.info import package_digest
 from calctl.package.reader import load_manifest, package_root
+from calctl.package.validate import Report, ValidationPolicy, validate
+from calctl.signing.policy import TrustPolicy
 
 _DTYPES = "|".join(units.OPTION_DTYPES)
 
@@ -128,13 +131,18 @@ def budget(
     grid_batches: Annotated[
         str | None, typer.Option("--grid-batches", help="Grid batches, e.g. 1,4,8 (implies --grid).")
     ] = None,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
     format: FormatOpt = Format.table,
 ) -> int:
     """Per-chip capacity plan (001 §8.1) and GO/NO-GO (001 §8.2, gate G0).
 
     Budgets a package (default: the bundled combined sample) chip by chip with
     the model(s) on each chip, or a Hugging Face config.json with --hf-config.
-    Exit 0 GO on every chip, 1 NO-GO, 2 bad input.
+    A package is validated first, with the same trust options as the runners
+    (a package that fails validation gets no plan: exit 1; --allow-unsigned
+    lets a draft be planned, reported as a warning). Exit 0 GO on every chip,
+    1 NO-GO or refused, 2 bad input.
     """
     if format is Format.junit:
         raise UsageError("--format junit: budget prints table or json")
@@ -165,7 +173,10 @@ def budget(
             plan, policy, context=context, sequences=batch, grid=grid, grid_contexts=axes_c, grid_sequences=axes_b
         )
 
+    validation: Report | None = None
     if hf_config is not None:
+        if trusted_key or allow_unsigned:
+            raise UsageError("--trusted-key/--allow-unsigned apply to a package, not to --hf-config")
         if pkg is not None:
             raise UsageError("give a package or --hf-config, not both")
         shape = load_hf_config(hf_config)
@@ -186,18 +197,46 @@ def budget(
             raise UsageError("--chips applies to --hf-config; a package's manifest places its models on chips")
         if w_dt is not None:
             raise UsageError("--dtype applies to --hf-config; a package states its compiled weights (W_compiled)")
-        path, _, _ = resolve_package(pkg, None, False)
+        path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+        validation = _validated(path, trust)
         with package_root(path) as root:
+            if package_digest(root) != validation.digest:
+                raise CheckFailed(
+                    f"{path}: checksums.sha256 changed between validation and planning",
+                    hint="something is writing to the package; copy it somewhere read-only",
+                )
             plan = plan_from_package(
                 load_manifest(root), chip_dram_bytes=dram, kv_dtype=kv_dt, block_tokens=block_tokens, workspace=ws
             )
             report = run(plan)
 
+    doc = report_document(report)
+    if validation is not None:
+        doc["validation"] = {
+            "ok": validation.ok,
+            "digest": validation.digest,
+            "signer_key_id": validation.signer_key_id,
+            "warnings": [{"id": c.id, "file": c.file, "message": c.message} for c in validation.warnings],
+        }
     if format is Format.json:
-        _output.emit_json(report_document(report))
+        _output.emit_json(doc)
     else:
         _render(report)
     return int(ExitCode.OK if report.verdict is Verdict.GO else ExitCode.FAILED)
+
+
+def _validated(path: Path, trust: TrustPolicy) -> Report:
+    """docs/validate.md: every command that reads a package validates it first; a refused package gets no plan."""
+    validation = validate(path, ValidationPolicy(trust=trust))
+    if not validation:
+        raise CheckFailed(
+            f"{path}: the package failed validation ({', '.join(validation.failed_ids()) or 'policy'}); "
+            "no budget is computed for a package that would never be loaded",
+            hint=f"run `calctl validate {path}` for every finding",
+        )
+    for c in validation.warnings:
+        _output.info(f"[yellow]warning[/] {escape(c.id)}: {escape(c.file + ': ' if c.file else '')}{escape(c.message)}")
+    return validation
 
 
 def _int_list(text: str | None, what: str, ceiling: int) -> tuple[int, ...] | None:

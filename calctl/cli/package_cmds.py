@@ -91,6 +91,8 @@ def pack(
     if not directory.is_dir():
         raise UsageError(f"{directory}: not a directory", hint="pack takes an unpacked package directory")
     private = keys.load_private(key)
+    if out:
+        archive.check_tar_destination(directory, out)  # before sealing: a failed pack changes nothing
     load_manifest(directory)  # refuse to seal something that is not a package at all
     kid = seal.seal(directory, private, jobs)
     if out:

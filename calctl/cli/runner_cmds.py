@@ -116,15 +116,20 @@ def _finish(
     return report.exit_code
 
 
+def _package_line(pkg: dict[str, Any]) -> str:
+    """The footer's package part; a package refused before loading has a path but no name (issue 16)."""
+    name = pkg.get("name")
+    what = f"package {escape(str(name))}" if name else f"package {escape(str(pkg.get('path')))} (not loaded)"
+    digest = f"sha256:{pkg['digest']}" if pkg.get("digest") else "no digest (checksums.sha256 not readable)"
+    return f"{what} {digest}, signer {pkg.get('signer_key_id') or 'not verified'}"
+
+
 def _footer(report: RunReport, report_path: Path | None) -> None:
     out = _output.stdout
     h = report.header
     pkg = h["package"]
     rt = h.get("runtime") or {}
-    out.print(
-        f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; package {escape(str(pkg.get('name')))} "
-        f"sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}"
-    )
+    out.print(f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; {_package_line(pkg)}")
     if h.get("mock_result"):
         out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
     for label, key in (("trace", "json"), ("plot", "plot")):
@@ -514,10 +519,7 @@ def _render_bringup(result: bringup_lib.BringupReport) -> None:
     h = result.header
     pkg = h["package"]
     rt = h.get("runtime") or {}
-    out.print(
-        f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; package {escape(str(pkg.get('name')))} "
-        f"sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}"
-    )
+    out.print(f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; {_package_line(pkg)}")
     if h.get("mock_result"):
         out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
     out.print(f"report: {escape(str(result.out_dir / 'report.json'))} (traces and plots alongside)")

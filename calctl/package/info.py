@@ -12,16 +12,15 @@ from typing import Any
 
 from calctl.package.model import Package
 from calctl.signing import seal
-from calctl.signing.files import CHECKSUMS
+from calctl.signing.files import CHECKSUMS, NotReadable, read_regular
 from calctl.signing.policy import TrustPolicy
 
 
 def package_digest(root: Path) -> str | None:
-    if (root / CHECKSUMS).is_symlink():
-        return None
+    """SHA-256 of checksums.sha256, or None when it is missing or not a readable regular file."""
     try:
-        return hashlib.sha256((root / CHECKSUMS).read_bytes()).hexdigest()
-    except FileNotFoundError:
+        return hashlib.sha256(read_regular(root / CHECKSUMS, seal.MAX_CHECKSUM_FILE)).hexdigest()
+    except NotReadable:
         return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 from calctl.errors import PackageError, PackageFormatError, UsageError
 from calctl.package import archive, schemas, yamlsafe
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
+from calctl.signing.files import NotReadable, read_regular
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 
@@ -50,18 +52,22 @@ def load_manifest(root: Path) -> Package:
 
 
 def read_json_document(root: Path, name: str, schema: str | None = None) -> dict[str, Any]:
-    path = root / name
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_JSON_BYTES + 1)
-    except FileNotFoundError:
-        raise PackageFormatError("file not found", path=name) from None
-    except OSError as exc:
-        raise PackageFormatError(f"cannot read: {exc.strerror}", path=name) from None
-    if len(data) > MAX_JSON_BYTES:
-        raise PackageFormatError(f"larger than the {MAX_JSON_BYTES} byte limit", path=name)
+        data = read_regular(root / name, MAX_JSON_BYTES)
+    except NotReadable as exc:
+        if exc.missing:
+            raise PackageFormatError("file not found", path=name) from None
+        if "byte limit" in exc.reason:
+            raise PackageFormatError(f"larger than the {MAX_JSON_BYTES} byte limit", path=name) from None
+        raise PackageFormatError(f"{exc.reason}, expected a JSON file", path=name) from None
     try:
-        doc = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates(name))
+        doc = json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_no_duplicates(name),
+            parse_constant=_no_constant(name),
+            parse_int=_bounded_int(name),
+            parse_float=_finite_float(name),
+        )
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PackageFormatError(f"malformed JSON: {exc}", path=name) from None
     except RecursionError:
@@ -84,6 +90,36 @@ def _no_duplicates(source: str) -> Callable[[list[tuple[str, Any]]], dict[str, A
                 raise PackageFormatError(f"duplicate key {k!r}", path=source)
             out[k] = v
         return out
+
+    return hook
+
+
+def _no_constant(source: str) -> Callable[[str], Any]:
+    def hook(name: str) -> Any:
+        # Python's json accepts NaN/Infinity, which JSON does not; numbers here must be finite.
+        raise PackageFormatError(f"{name} is not a JSON number (non-finite numbers are refused)", path=source)
+
+    return hook
+
+
+def _bounded_int(source: str) -> Callable[[str], int]:
+    def hook(text: str) -> int:
+        digits = len(text.lstrip("-"))
+        if digits > yamlsafe.MAX_INT_DIGITS:
+            raise PackageFormatError(
+                f"an integer of {digits} digits (at most {yamlsafe.MAX_INT_DIGITS} are accepted)", path=source
+            )
+        return int(text)
+
+    return hook
+
+
+def _finite_float(source: str) -> Callable[[str], float]:
+    def hook(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise PackageFormatError(f"{text[:40]} overflows to a non-finite number", path=source)
+        return value
 
     return hook
 

@@ -1,9 +1,17 @@
-"""Access to the JSON Schemas shipped in ``calctl/schemas/`` (also ``schemas/`` at the repo root)."""
+"""Access to the JSON Schemas shipped in ``calctl/schemas/`` (also ``schemas/`` at the repo root).
+
+Validation is stricter than stock jsonschema in three ways, each a hole a
+hostile manifest used: ``integer`` means a Python int (not ``384.0``),
+``number`` means a finite one (not NaN or infinity), and a ``pattern``'s final
+``$`` matches only at the end of the string (not before a trailing newline).
+"""
 
 from __future__ import annotations
 
 import functools
 import json
+import math
+import re
 from collections.abc import Iterator
 from importlib import resources
 from typing import Any
@@ -28,12 +36,52 @@ def load_schema(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
+def _is_integer(_checker: Any, instance: Any) -> bool:
+    # jsonschema counts 384.0 as an integer (JSON Schema's "mathematical" integer); a
+    # manifest's integers are Python ints, so an integral float is refused where an
+    # integer is meant (it crashed shape arithmetic after configure).
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _is_number(_checker: Any, instance: Any) -> bool:
+    if isinstance(instance, bool):
+        return False
+    if isinstance(instance, int):
+        return True
+    return isinstance(instance, float) and math.isfinite(instance)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
+    """``pattern`` with ECMA-262 semantics: a final ``$`` matches only at the very end.
+
+    Python's ``$`` also matches before a trailing newline, so ``"model-a\\n"``
+    passed ``^[A-Za-z0-9._-]+$``. Schemas keep the portable ``^...$`` spelling;
+    this checks it as JSON Schema means it.
+    """
+    if not validator.is_type(instance, "string"):
+        return
+    if _ecma(pattern).search(instance) is None:
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.cache
+def _ecma(pattern: str) -> re.Pattern[str]:
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
+
+
 @functools.cache
 def validator(name: str) -> jsonschema.protocols.Validator:
     schema = load_schema(name)
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    base = jsonschema.validators.validator_for(schema)
+    base.check_schema(schema)
+    strict = jsonschema.validators.extend(
+        base,
+        validators={"pattern": _pattern},
+        type_checker=base.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number}),
+    )
+    return strict(schema, format_checker=base.FORMAT_CHECKER)
 
 
 def pointer(path: Any) -> str:

@@ -37,7 +37,7 @@ from calctl.package import archive
 from calctl.package.reader import package_root
 from calctl.package.rules import RULES
 from calctl.package.rules.base import Finding, Group, Rule, Severity, Status
-from calctl.package.rules.context import ReadProblem, ValidationContext
+from calctl.package.rules.context import ReadProblem, ValidationContext, printable
 from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS
 from calctl.signing.policy import TrustPolicy
@@ -199,8 +199,12 @@ def run_rules(ctx: ValidationContext, rules: Sequence[type[Rule]] = RULES) -> tu
 
 
 def _text(s: str) -> str:
-    """Make any text printable and encodable: file names on disk may hold undecodable bytes."""
-    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+    """Make any text printable and encodable: file names on disk may hold undecodable bytes.
+
+    Undecodable bytes arrive as lone surrogates (os's surrogateescape); they are
+    printed as ``\\xNN``, exactly as :func:`calctl.package.rules.context.shown` does.
+    """
+    return printable(s)
 
 
 def _opt(s: str | None) -> str | None:

@@ -1,24 +1,34 @@
 """Hardened YAML loading for manifests and configs.
 
-PyYAML's safe loader plus three refusals a signed-package reader needs:
-documents over a size limit (read no further than the limit), anchors/aliases
-(an "alias bomb" expands exponentially), and duplicate mapping keys (YAML lets
-the last one win silently, so two readers could disagree about one manifest).
+PyYAML's safe loader plus the refusals a signed-package reader needs:
+documents over a size limit (read no further than the limit, and only from a
+regular file: a FIFO never blocks the reader), anchors/aliases (an "alias bomb"
+expands exponentially), duplicate mapping keys (YAML lets the last one win
+silently, so two readers could disagree about one manifest), integers of more
+than :data:`MAX_INT_DIGITS` digits (Python refuses to convert ints of thousands
+of digits to text, so such a value would crash whatever prints it), and
+non-finite floats (``.nan``, ``.inf``, or ``1e999`` which overflows to inf): no
+number in a manifest or config is meant to be one, and NaN compares false to
+every bound a schema or a tolerance check applies.
 
 This module parses; it does not know any schema.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from calctl.errors import PackageFormatError
+from calctl.signing.files import NotReadable, read_regular
 
 #: Manifests and configs are small; anything bigger is refused before parsing.
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+#: Longest integer literal accepted (digits, without sign, prefix or '_'): 2**64 has 20, 0x-hex 16.
+MAX_INT_DIGITS = 40
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -40,6 +50,23 @@ class _StrictLoader(yaml.SafeLoader):
             )
         return super().compose_node(parent, index)
 
+    def construct_yaml_int(self, node):
+        text = str(node.value).replace("_", "").lstrip("+-")
+        digits = len(text[2:] if text[:2].lower() in ("0x", "0o", "0b") else text)
+        if digits > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {digits} digits (at most {MAX_INT_DIGITS} are accepted)", node.start_mark
+            )
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node):
+        value = super().construct_yaml_float(node)
+        if not math.isfinite(value):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"non-finite number {node.value!r} is refused (numbers must be finite)", node.start_mark
+            )
+        return value
+
     def construct_mapping(self, node, deep=False):
         seen: set[Any] = set()
         for key_node, _ in node.value:
@@ -54,6 +81,10 @@ class _StrictLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
 
 
 def loads(text: str | bytes, *, source: str) -> Any:
@@ -88,16 +119,13 @@ def load_file(path: Path, *, display: str | None = None, max_bytes: int = DEFAUL
     """Read and parse ``path`` with a size limit checked before reading it all."""
     name = display or str(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise PackageFormatError("file not found", path=name) from None
-    except IsADirectoryError:
-        raise PackageFormatError("is a directory, expected a YAML file", path=name) from None
-    except OSError as exc:
-        raise PackageFormatError(f"cannot read: {exc.strerror}", path=name) from None
-    if len(data) > max_bytes:
-        raise PackageFormatError(f"larger than the {max_bytes} byte limit for YAML documents", path=name)
+        data = read_regular(path, max_bytes)
+    except NotReadable as exc:
+        if exc.missing:
+            raise PackageFormatError("file not found", path=name) from None
+        if "byte limit" in exc.reason:
+            raise PackageFormatError(f"larger than the {max_bytes} byte limit for YAML documents", path=name) from None
+        raise PackageFormatError(f"{exc.reason}, expected a YAML file", path=name) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

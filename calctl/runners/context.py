@@ -7,7 +7,10 @@
    runtime version, so a failing package never reaches ``configure``
    (001 §16 PR1); the failing rule IDs become a :class:`CheckFailed` (exit 1);
 3. ``load`` – the package read from the same bytes that were validated (its
-   digest must equal the validated one);
+   digest must equal the validated one), and its fit to the device: chip count,
+   CalCores and per-chip DRAM (declared and reserved) against the device's
+   topology (:func:`calctl.budget.device.device_fit`), so a manifest that
+   raises ``chip_dram_bytes`` never reaches configure;
 4. ``create calbin`` – and the sha256 of every program (code and command
    section) the calbin hands the runtime, per chip, each checked against the
    sealed ``checksums.sha256`` (the issue's "ran whatever was already loaded");
@@ -42,7 +45,9 @@ from types import TracebackType
 from typing import Any
 
 from calctl import __version__
+from calctl.budget.device import device_fit
 from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError
+from calctl.package.info import package_digest
 from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import Report, ValidationPolicy, validate
@@ -506,7 +511,23 @@ class RunContext:
                 )
             self.pkg = pkg
             note.detail = f"{pkg.name} {pkg.version} ({pkg.kind}): {', '.join(pkg.aliases)}"
+            if self.rt is not None:
+                self._check_device_fit(note)
         return pkg
+
+    def _check_device_fit(self, note: StepNote) -> None:
+        """The package's chips, CalCores and DRAM against the device's topology, before configure (001 §8.2)."""
+        assert self.rt is not None and self.pkg is not None
+        fit = device_fit(self.pkg, self.rt.topology())
+        if not fit.ok:
+            raise CheckFailed(
+                f"{self.path}: the package does not fit the {self.rt.kind.value} device: {fit.summary()}; "
+                "it never reached configure",
+                hint="build the package for this board (device_cfg and memory_plan), or use the board it was built for",
+            )
+        note.detail += f"; device fit: {fit.summary()}"
+        if fit.notes:
+            note.status = StepStatus.WARN
 
     def create_calbin(self) -> Calbin:
         assert self.rt is not None and self.pkg is not None, "open_device() and load() first"
@@ -635,8 +656,8 @@ class RunContext:
                 "name": pkg.name if pkg else None,
                 "version": pkg.version if pkg else None,
                 "kind": pkg.kind if pkg else None,
-                "digest": rep.digest if rep else None,
-                "signer_key_id": rep.signer_key_id if rep else None,
+                "digest": rep.digest if rep is not None else None,  # a refused Report is falsy
+                "signer_key_id": rep.signer_key_id if rep is not None else None,
             },
             "validation": None
             if rep is None
@@ -656,10 +677,7 @@ class RunContext:
 
 
 def _digest(root: Path) -> str | None:
-    try:
-        return hashlib.sha256((root / CHECKSUMS).read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return None
+    return package_digest(root)
 
 
 def _pending(rt: Runtime) -> int | None:

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from calctl.errors import UsageError
+from calctl.signing.files import NotReadable, read_regular
 
 TRUST_DIR_ENV = "CALCTL_TRUSTED_KEYS"
 MAX_KEY_FILE_BYTES = 64 * 1024
@@ -71,17 +72,11 @@ def generate(prefix: Path) -> tuple[Path, Path]:
 
 def _read_small(path: Path, what: str) -> bytes:
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_KEY_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: {what} not found") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory, expected a {what} file") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read {what}: {exc.strerror}") from None
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise UsageError(f"{path}: too large to be a {what}")
-    return data
+        return read_regular(path, MAX_KEY_FILE_BYTES)
+    except NotReadable as exc:
+        if exc.missing:
+            raise UsageError(f"{path}: {what} not found") from None
+        raise UsageError(f"{path}: {exc.reason}, expected a {what} file") from None
 
 
 def load_private(path: Path) -> Ed25519PrivateKey:

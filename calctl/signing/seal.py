@@ -20,18 +20,20 @@ import re
 import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from calctl.errors import PackageFormatError
-from calctl.signing.files import CHECKSUMS, SEAL_FILES, SIGNATURE
+from calctl.signing.files import CHECKSUMS, SEAL_FILES, SIGNATURE, NotReadable, read_regular
 from calctl.signing.keys import TrustedKey, key_id
 
 CHUNK = 8 * 1024 * 1024
-_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+_LINE = re.compile(r"([0-9a-f]{64}) [ *](.+)", re.DOTALL)
 MAX_CHECKSUM_FILE = 64 * 1024 * 1024
+#: A raw Ed25519 signature is 64 bytes; anything much larger is not one.
+MAX_SIGNATURE_FILE = 4096
 
 
 def default_jobs() -> int:
@@ -39,14 +41,22 @@ def default_jobs() -> int:
 
 
 def sha256_file(path: Path) -> str:
-    """Stream ``path`` through SHA-256 with one reusable buffer."""
+    """Stream the regular file ``path`` through SHA-256 with one reusable buffer.
+
+    Opened without following a link and without blocking, and refused (OSError)
+    unless it is a regular file, so a FIFO swapped in never hangs the hashing.
+    """
     h = hashlib.sha256()
     buf = bytearray(CHUNK)
     view = memoryview(buf)
-    with open(path, "rb", buffering=0) as fh:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb", buffering=0) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotReadable("is not a regular file")
+        os.set_blocking(fd, True)
         if hasattr(os, "posix_fadvise"):
             with contextlib.suppress(OSError):
-                os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         while True:
             n = fh.readinto(buf)
             if not n:
@@ -58,7 +68,20 @@ def sha256_file(path: Path) -> str:
 @dataclass(frozen=True)
 class FileEntry:
     rel: str
-    kind: str  # "file" | "symlink" | "dir" | "special"
+    kind: str  # "file" | "symlink" | "special" | "unreadable"
+
+    @property
+    def phrase(self) -> str:
+        """What the entry is, for messages: "a symlink", "a special file", "an unreadable directory"."""
+        return _KIND_PHRASE.get(self.kind, f"a {self.kind}")
+
+
+_KIND_PHRASE = {
+    "file": "a regular file",
+    "symlink": "a symlink",
+    "special": "a special file (FIFO, socket or device)",
+    "unreadable": "an unreadable directory",
+}
 
 
 def list_package_files(root: Path) -> list[FileEntry]:
@@ -132,30 +155,77 @@ def render_checksums(digests: dict[str, str]) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
+def checksum_line_problem(rel: str) -> str | None:
+    """Why ``rel`` cannot be a path in checksums.sha256 (or in a package at all), or None.
+
+    Paths are canonical, package-relative POSIX names that every reader splits
+    the same way: no control characters (C0, DEL or C1), no Unicode line or
+    paragraph separators, no backslash (coreutils would unescape it), no empty,
+    ``.`` or ``..`` component, no leading ``/``.
+    """
+    if not rel:
+        return "empty path"
+    if rel.startswith("/"):
+        return "absolute path"
+    if "\\" in rel:
+        return "contains a backslash"
+    for c in rel:
+        o = ord(c)
+        if o < 0x20 or 0x7F <= o <= 0x9F:
+            return f"contains the control character U+{o:04X}"
+        if c in LINE_SEPARATORS:
+            return f"contains the line separator U+{o:04X}"
+        if 0xD800 <= o <= 0xDFFF:
+            return "name is not valid UTF-8"
+    parts = rel.split("/")
+    if any(p == ".." for p in parts):
+        return "contains '..'"
+    if any(p in ("", ".") for p in parts):
+        return "is not canonical (an empty or '.' component)"
+    return None
+
+
+#: Characters str.splitlines() (but not coreutils) treats as line breaks, besides the C0/C1 controls.
+LINE_SEPARATORS = frozenset({"\u2028", "\u2029"})
+
+
 def parse_checksums(data: bytes, source: str = CHECKSUMS) -> dict[str, str]:
-    """Parse coreutils-format checksums strictly; any odd line is an error naming it."""
+    """Parse checksums.sha256 strictly; any odd line is an error naming it.
+
+    The format is coreutils' (``sha256sum -c --strict``): lines end in ``\\n``
+    and only ``\\n`` separates lines (never ``\\r``, ``\\f``, U+0085 or U+2028,
+    which ``str.splitlines`` would also split on). calctl accepts a subset of what
+    ``sha256sum -c --strict`` accepts, with the same meaning: exactly
+    ``<64 lowercase hex> <space or *><path>\\n`` per line, the last line
+    terminated, no comments, no blank lines, no escaped names, each path canonical
+    and listed once (docs/package-format.md lists where calctl is stricter).
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PackageFormatError(f"not UTF-8 (byte {exc.start})", path=source) from None
+    if not text:
+        raise PackageFormatError("lists no files", path=source)
+    if not text.endswith("\n"):
+        raise PackageFormatError("the last line does not end in a newline ('\\n')", path=source)
     out: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        m = _LINE.match(line)
+    for lineno, line in enumerate(text[:-1].split("\n"), start=1):
+        m = _LINE.fullmatch(line)
         if not m:
-            raise PackageFormatError(f"line {lineno}: expected '<64 hex>  <path>', found {line[:80]!r}", path=source)
+            raise PackageFormatError(
+                f"line {lineno}: expected '<64 lowercase hex>  <path>', found {line[:80]!r}", path=source
+            )
         digest, rel = m.group(1), m.group(2)
         if rel.startswith("./"):
             rel = rel[2:]
-        p = PurePosixPath(rel)
-        if rel.startswith("/") or any(part in ("..", "") for part in rel.split("/")) or "\\" in rel:
-            raise PackageFormatError(f"line {lineno}: unsafe path {rel!r}", path=source)
+        problem = checksum_line_problem(rel)
+        if problem:
+            raise PackageFormatError(f"line {lineno}: unsafe path {rel!r}: {problem}", path=source)
         if rel in out:
             raise PackageFormatError(f"line {lineno}: {rel!r} listed twice", path=source)
-        if str(p) in SEAL_FILES:
+        if rel in SEAL_FILES:
             raise PackageFormatError(f"line {lineno}: {rel!r} must not list itself or its signature", path=source)
         out[rel] = digest
-    if not out:
-        raise PackageFormatError("lists no files", path=source)
     return out
 
 
@@ -178,16 +248,36 @@ def _atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
         os.close(dfd)
 
 
-def write_checksums(root: Path, jobs: int | None = None) -> bytes:
+def sealable_files(root: Path) -> list[str]:
+    """The files ``checksums.sha256`` must list, after checking every entry; raises before anything is written.
+
+    Every entry must be a regular file (no links, FIFOs, devices, unreadable
+    directories), visible (no name starting with '.') and have a canonical UTF-8
+    name that ``sha256sum -c`` reads back as the same path
+    (:func:`checksum_line_problem`).
+    """
     entries = list_package_files(root)
-    bad = [e for e in entries if e.kind != "file"]
-    if bad:
-        raise PackageFormatError(f"{bad[0].rel} is a {bad[0].kind}; packages hold regular files only", path=str(root))
-    rels = [e.rel for e in entries if e.rel not in SEAL_FILES and not e.rel.split("/")[-1].startswith(".")]
-    hidden = [e.rel for e in entries if e.rel.split("/")[-1].startswith(".") and e.rel not in SEAL_FILES]
-    if hidden:
-        raise PackageFormatError(f"{hidden[0]}: hidden files are not allowed in a package", path=str(root))
-    data = render_checksums(hash_files(root, rels, jobs))
+    for e in entries:
+        shown = e.rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        if e.kind != "file":
+            raise PackageFormatError(f"{shown} is {e.phrase}; packages hold regular files only", path=str(root))
+        problem = checksum_line_problem(e.rel)
+        if problem:
+            raise PackageFormatError(f"{shown!r}: unsafe file name: {problem}", path=str(root))
+        if e.rel not in SEAL_FILES and e.rel.split("/")[-1].startswith("."):
+            raise PackageFormatError(f"{shown}: hidden files are not allowed in a package", path=str(root))
+    return [e.rel for e in entries if e.rel not in SEAL_FILES]
+
+
+def checksums_for(root: Path, jobs: int | None = None) -> bytes:
+    """The checksums.sha256 bytes ``root`` should carry, computed and re-parsed without writing anything."""
+    data = render_checksums(hash_files(root, sealable_files(root), jobs))
+    parse_checksums(data)  # what we write must read back; never seal a file we cannot verify
+    return data
+
+
+def write_checksums(root: Path, jobs: int | None = None) -> bytes:
+    data = checksums_for(root, jobs)
     _atomic_write(root / CHECKSUMS, data)
     return data
 
@@ -195,21 +285,47 @@ def write_checksums(root: Path, jobs: int | None = None) -> bytes:
 def sign(root: Path, key: Ed25519PrivateKey) -> str:
     """Sign the existing checksums.sha256; returns the signer's key id."""
     try:
-        data = (root / CHECKSUMS).read_bytes()
-    except FileNotFoundError:
-        raise PackageFormatError("missing; run `calctl pack` first", path=CHECKSUMS) from None
+        data = read_regular(root / CHECKSUMS, MAX_CHECKSUM_FILE)
+    except NotReadable as exc:
+        hint = "; run `calctl pack` first" if exc.missing else ""
+        raise PackageFormatError(f"{exc.reason}{hint}", path=CHECKSUMS) from None
     parse_checksums(data)
     _atomic_write(root / SIGNATURE, key.sign(data))
     return key_id(key.public_key())
 
 
 def seal(root: Path, key: Ed25519PrivateKey, jobs: int | None = None) -> str:
-    """Write checksums then the signature. Returns the signer key id."""
-    sig = root / SIGNATURE
-    if sig.exists():
-        sig.unlink()  # a stale signature must never sit beside new checksums
-    write_checksums(root, jobs)
-    return sign(root, key)
+    """Write checksums then the signature. Returns the signer key id.
+
+    Everything is checked and computed first (names, types, hashes, the new
+    checksums re-parsed); only then are the two seal files replaced, each
+    atomically. If anything fails the package is left exactly as it was: a
+    stale signature is never left beside new checksums, and old checksums are
+    put back if the signature cannot be written.
+    """
+    data = checksums_for(root, jobs)
+    signature = key.sign(data)
+    old: dict[str, bytes | None] = {}
+    for name, limit in ((CHECKSUMS, MAX_CHECKSUM_FILE), (SIGNATURE, MAX_SIGNATURE_FILE)):
+        try:
+            old[name] = read_regular(root / name, limit)
+        except NotReadable as exc:
+            if not exc.missing:
+                raise PackageFormatError(f"{exc.reason}; remove it and pack again", path=name) from None
+            old[name] = None
+    _atomic_write(root / CHECKSUMS, data)
+    try:
+        _atomic_write(root / SIGNATURE, signature)
+    except BaseException:
+        previous = old[CHECKSUMS]
+        if previous is None:
+            with contextlib.suppress(OSError):
+                (root / CHECKSUMS).unlink()
+        else:
+            with contextlib.suppress(OSError):
+                _atomic_write(root / CHECKSUMS, previous)
+        raise
+    return key_id(key.public_key())
 
 
 # ---------------------------------------------------------------------------
@@ -245,15 +361,11 @@ class SealReport:
 
 
 def verify_hashes(root: Path, report: SealReport, jobs: int | None = None) -> dict[str, str] | None:
-    if (root / CHECKSUMS).is_symlink():
-        report.findings.append(
-            SealFinding("hash", CHECKSUMS, "is a symlink; the seal must be a regular file in the package")
-        )
-        return None
     try:
-        raw = (root / CHECKSUMS).read_bytes()
-    except FileNotFoundError:
-        report.findings.append(SealFinding("hash", CHECKSUMS, "missing: the package is not sealed (run `calctl pack`)"))
+        raw = read_regular(root / CHECKSUMS, MAX_CHECKSUM_FILE)
+    except NotReadable as exc:
+        why = "missing: the package is not sealed (run `calctl pack`)" if exc.missing else exc.reason
+        report.findings.append(SealFinding("hash", CHECKSUMS, why))
         return None
     try:
         listed = parse_checksums(raw)
@@ -265,7 +377,7 @@ def verify_hashes(root: Path, report: SealReport, jobs: int | None = None) -> di
         if rel in SEAL_FILES:
             continue
         if e.kind != "file":
-            report.findings.append(SealFinding("hash", rel, f"is a {e.kind}; packages hold regular files only"))
+            report.findings.append(SealFinding("hash", rel, f"is {e.phrase}; packages hold regular files only"))
         elif rel not in listed:
             report.findings.append(
                 SealFinding("hash", rel, "present in the package but not listed in checksums.sha256")
@@ -294,22 +406,17 @@ def verify_hashes(root: Path, report: SealReport, jobs: int | None = None) -> di
 
 
 def verify_signature(root: Path, trusted: list[TrustedKey], report: SealReport) -> None:
-    sig_path = root / SIGNATURE
-    if sig_path.is_symlink() or (root / CHECKSUMS).is_symlink():
-        report.findings.append(
-            SealFinding("signature", SIGNATURE, "the seal files must be regular files, not symlinks")
-        )
-        return
     try:
-        sig = sig_path.read_bytes()
-    except FileNotFoundError:
-        report.findings.append(SealFinding("signature", SIGNATURE, "missing: the package is unsigned"))
+        sig = read_regular(root / SIGNATURE, MAX_SIGNATURE_FILE)
+    except NotReadable as exc:
+        why = "missing: the package is unsigned" if exc.missing else exc.reason
+        report.findings.append(SealFinding("signature", SIGNATURE, why))
         return
     report.signature_present = True
     try:
-        data = (root / CHECKSUMS).read_bytes()
-    except FileNotFoundError:
-        return  # already reported by verify_hashes
+        data = read_regular(root / CHECKSUMS, MAX_CHECKSUM_FILE)
+    except NotReadable:
+        return  # verify_hashes reports why checksums.sha256 cannot be read
     if len(sig) != 64:
         report.findings.append(
             SealFinding("signature", SIGNATURE, f"is {len(sig)} bytes, expected a 64-byte raw Ed25519 signature")

@@ -16,13 +16,13 @@ from calctl.package.rules.base import Group, Rule, Severity, Status
 
 RULES: tuple[type[Rule], ...] = (
     *layout.RULES,  # LAY001-LAY007
-    *manifest.RULES,  # MAN001-MAN008
+    *manifest.RULES,  # MAN001-MAN009
     *hashes.RULES,  # HASH001-HASH002
     *signature.RULES,  # SIG001-SIG002
-    *chipmask.RULES,  # CHIP001-CHIP007
+    *chipmask.RULES,  # CHIP001-CHIP008
     *elf.RULES,  # ELF001-ELF006
     *memory.RULES,  # MEM001-MEM009
-    *tensors.RULES,  # GOLD001-GOLD005
+    *tensors.RULES,  # GOLD001-GOLD006
     *tokenizer.RULES,  # TOK001-TOK004
     *compat.RULES,  # COMP001-COMP002, PROV001-PROV002
 )

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
+from calctl.package import binding
 from calctl.package.model import MANIFEST, ChipMode, Graph, Model, Package, Section, SectionKind, mask_of_chips
 from calctl.package.rules.base import Finding, Group, Need, Rule
-from calctl.package.rules.context import ValidationContext
+from calctl.package.rules.context import ReadProblem, ValidationContext
 
 _PKG = frozenset({Need.ROOT, Need.MANIFEST})
 
@@ -439,6 +440,100 @@ class CommandPerCalCore(Rule):
         yield self.note(f"{n} command blobs, each on its graph's (CalCore, chip) pairs")
 
 
+class SlotBinding(Rule):
+    """Every program and command file is bound to exactly one (model, graph, chip, CalCore) slot."""
+
+    id = "CHIP008"
+    group = Group.CHIP
+    needs = _PKG
+    sections = ("001 §6.1", "001 §6.2 item 5", "001 §3", "001 §6.4", "SPEC §2")
+    explanation = (
+        "The runtime receives each code and command file for one slot: one model, one graph, one chip, one "
+        "CalCore (001 §6.1: every chip-local ccu program has its own command blobs; §3: reusing another chip's "
+        "or model's program is forbidden). The manifest alone cannot prove which slot a file was built for, so "
+        "each file is bound four ways: (1) its path is <alias>/<kind>/ccu<calcore>_chip<chip>.elf or .cmd of "
+        "exactly the section that loads it; (2) one file per slot: no file is named by two sections (of any "
+        "kind, of any model); (3) a command blob's own header (magic CALCMD01, chip, CalCore, graph name; "
+        "calctl.package.binding) names that same chip, CalCore and graph (an ELF's binding note is ELF006); "
+        "(4) a command blob has a non-empty command stream after its header. Copying model B's chip-1 blob "
+        "over model A's chip-0 blob, or pointing A's command section at B's file, fails here even when the "
+        "package is resealed."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.package
+        assert pkg is not None
+        uses = Counter(s.file for m in pkg.models for s in m.all_sections() if s.file)
+        n = 0
+        for m in pkg.models:
+            for g in m.graphs:
+                for s in g.sections:
+                    if s.kind not in (SectionKind.CODE, SectionKind.COMMAND) or s.file is None:
+                        continue
+                    if s.calcore is None or len(s.chips) != 1:
+                        continue  # no slot to bind to: CHIP006 / CHIP007 report the section
+                    n += 1
+                    chip = s.chips[0]
+                    ext = "elf" if s.kind is SectionKind.CODE else "cmd"
+                    want = f"{m.alias}/{g.kind.value}/ccu{s.calcore}_chip{chip}.{ext}"
+                    if s.file != want:
+                        yield self.problem(
+                            f"{s.kind.value} section {s.name} loads a file whose path names another slot",
+                            file=MANIFEST,
+                            field=f"{s.pointer}/file",
+                            expected=want,
+                            found=s.file,
+                        )
+                    if uses[s.file] > 1:
+                        yield self.problem(
+                            f"{s.file!r} is named by {uses[s.file]} sections; one file per slot",
+                            file=MANIFEST,
+                            field=f"{s.pointer}/file",
+                            expected=1,
+                            found=uses[s.file],
+                        )
+                    if s.kind is SectionKind.COMMAND:
+                        yield from self._command(ctx, s, g, chip)
+        yield self.note(f"{n} program and command files, each bound to its own slot")
+
+    def _command(self, ctx: ValidationContext, s: Section, g: Graph, chip: int) -> Iterator[Finding]:
+        assert s.file is not None and s.calcore is not None
+        reason = ctx.content_gate(s.file)
+        if reason:
+            yield self.skip(f"command header not read: {reason}", file=s.file, field=s.pointer)
+            return
+        try:
+            head = ctx.read_head(s.file, binding.CMD_HEADER_BYTES)
+        except ReadProblem as exc:
+            yield self.problem(f"command blob {exc}", file=s.file)
+            return
+        parsed = binding.parse_command_header(head)
+        if isinstance(parsed, str):
+            yield self.problem(f"command blob header: {parsed}", file=s.file, field="/header")
+            return
+        for key, want, got in (
+            ("graph", g.name, parsed.graph),
+            ("chip", chip, parsed.chip),
+            ("calcore", s.calcore, parsed.calcore),
+        ):
+            if want != got:
+                yield self.problem(
+                    f"command blob header {key} disagrees with the section that loads it ({s.name})",
+                    file=s.file,
+                    field=f"/header/{key}",
+                    expected=want,
+                    found=got,
+                )
+        size = ctx.walk.entries[s.file].size
+        if size <= binding.CMD_HEADER_BYTES:
+            yield self.problem(
+                "command blob has a header and no command stream",
+                file=s.file,
+                expected=f"> {binding.CMD_HEADER_BYTES} bytes",
+                found=f"{size} bytes",
+            )
+
+
 RULES: tuple[type[Rule], ...] = (
     MasksWithinChipNums,
     GraphTargets,
@@ -447,4 +542,5 @@ RULES: tuple[type[Rule], ...] = (
     CrossModelPlacement,
     ElfPerCalCore,
     CommandPerCalCore,
+    SlotBinding,
 )

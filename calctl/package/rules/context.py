@@ -29,7 +29,7 @@ import struct
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from calctl.errors import CalctlError
@@ -37,7 +37,7 @@ from calctl.package import reader, schemas
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
 from calctl.package.rules.base import Need
 from calctl.signing import seal
-from calctl.signing.files import CHECKSUMS, SIGNATURE
+from calctl.signing.files import CHECKSUMS, SIGNATURE, NotReadable, read_regular
 from calctl.signing.keys import TrustedKey
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -182,37 +182,71 @@ class ElfInfo:
     segments: tuple[ElfSegment, ...]
     notes: tuple[ElfNote, ...]
     file_size: int
+    headers: ElfHeaderTables = field(default_factory=lambda: ElfHeaderTables())
+
+
+@dataclass(frozen=True)
+class ElfSectionHeader:
+    index: int
+    type: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ElfHeaderTables:
+    """Where the ELF header says its program and section header tables are (raw e_* fields)."""
+
+    phoff: int = 0
+    phnum: int = 0
+    phentsize: int = 0
+    shoff: int = 0
+    shnum: int = 0
+    shentsize: int = 0
+    shstrndx: int = 0
+    #: The section headers, when the table lies inside the file (else empty).
+    sections: tuple[ElfSectionHeader, ...] = ()
 
 
 PT_LOAD = 1
 PT_NOTE = 4
+SHT_STRTAB = 3
+SHT_NOBITS = 8
+SHN_UNDEF = 0
+SHN_LORESERVE = 0xFF00
+#: More section headers than this is not a CalCore program (the sample has 4).
+MAX_SECTION_HEADERS = 4096
 PF_X, PF_W, PF_R = 1, 2, 4
 
 
 def path_problem(rel: str) -> str | None:
-    """Why ``rel`` is not a safe package-relative POSIX path, or None (001 §6.3)."""
-    if not rel:
-        return "empty path"
-    if rel.startswith("/") or PurePosixPath(rel).is_absolute():
-        return "absolute path"
-    if "\\" in rel:
-        return "contains a backslash"
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in rel):
-        return "contains a control character"
-    try:
-        rel.encode("utf-8")
-    except UnicodeEncodeError:
-        return "name is not valid UTF-8"
-    parts = rel.split("/")
-    if any(p == ".." for p in parts):
-        return "contains '..'"
-    if any(p in ("", ".") for p in parts):
-        return "contains an empty or '.' component"
+    """Why ``rel`` is not a safe package-relative POSIX path, or None (001 §6.3).
+
+    The checksums.sha256 rules (:func:`calctl.signing.seal.checksum_line_problem`:
+    no control or line-separator characters, no backslash, canonical, UTF-8)
+    plus the file-system length limits.
+    """
+    problem = seal.checksum_line_problem(rel)
+    if problem:
+        return problem
     if len(rel) > MAX_PATH_CHARS:
         return f"longer than {MAX_PATH_CHARS} characters"
-    if any(len(p.encode("utf-8")) > MAX_COMPONENT_BYTES for p in parts):
+    if any(len(p.encode("utf-8")) > MAX_COMPONENT_BYTES for p in rel.split("/")):
         return f"a component is longer than {MAX_COMPONENT_BYTES} bytes"
     return None
+
+
+def shown(rel: str) -> str:
+    """A file name as every message prints it: undecodable bytes as ``\\xNN``, the same everywhere."""
+    return printable(rel) if rel else "(empty)"
+
+
+def printable(text: str) -> str:
+    """``text`` with undecodable bytes (lone surrogates from os's surrogateescape) as ``\\xNN``."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate outside the escape range: not from the file system
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _walk(root: Path) -> Walk:
@@ -294,14 +328,25 @@ class ValidationContext:
             raise ReadProblem(f"is {e.size} bytes, over the {limit} byte limit for this file")
         assert self.root is not None
         try:
-            fd = os.open(self.root / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError as exc:
-            raise ReadProblem(f"cannot open: {exc.strerror or exc}") from None
-        with os.fdopen(fd, "rb") as fh:
-            data = fh.read(limit + 1)
-        if len(data) > limit:
-            raise ReadProblem(f"grew over the {limit} byte limit while being read")
-        return data
+            return read_regular(self.root / rel, limit)
+        except NotReadable as exc:
+            raise ReadProblem(exc.reason) from None
+
+    def read_head(self, rel: str, n: int) -> bytes:
+        """The first ``n`` bytes of a regular package file (fewer if it is shorter), never through a link."""
+        problem = path_problem(rel)
+        if problem:
+            raise ReadProblem(f"unsafe path ({problem})")
+        e = self.entry(rel)
+        if e is None:
+            raise ReadProblem("missing")
+        if e.kind is not EntryKind.FILE:
+            raise ReadProblem(f"is a {e.kind.value}, not a regular file")
+        assert self.root is not None
+        try:
+            return read_regular(self.root / rel, n, head=True)
+        except NotReadable as exc:
+            raise ReadProblem(exc.reason) from None
 
     def regular_file(self, rel: str) -> bool:
         e = self.entry(rel) if path_problem(rel) is None else None
@@ -552,10 +597,13 @@ class ValidationContext:
         if e.size > MAX_ELF_BYTES:
             return f"larger than the {MAX_ELF_BYTES} byte limit for programs"
         try:
-            fd = os.open(self.root / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(self.root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
             return f"cannot open: {exc.strerror or exc}"
         with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced after the walk: never read a FIFO
+                return "is no longer a regular file"
+            os.set_blocking(fd, True)
             try:
                 return _parse_elf(fh, e.size)
             except (KeyboardInterrupt, SystemExit):
@@ -620,7 +668,31 @@ def _parse_elf(fh: Any, size: int) -> ElfInfo:
         if seg.type == PT_NOTE and seg.filesz <= MAX_NOTE_BYTES and seg.offset + seg.filesz <= size:
             fh.seek(seg.offset)
             notes.extend(_parse_notes(fh.read(seg.filesz), little))
+    hdr = elf.header
+    shoff, shnum, shentsize = int(hdr["e_shoff"]), int(hdr["e_shnum"]), int(hdr["e_shentsize"])
+    sections: list[ElfSectionHeader] = []
+    if (
+        0 < shnum <= MAX_SECTION_HEADERS
+        and shoff + shnum * shentsize <= size
+        and shentsize == (64 if elf.elfclass == 64 else 40)
+    ):
+        for i in range(shnum):
+            sh = elf._get_section_header(i)
+            sh_type = sh["sh_type"]
+            type_num = _SHT_NUM.get(sh_type, -1) if isinstance(sh_type, str) else int(sh_type)
+            sections.append(ElfSectionHeader(i, type_num, int(sh["sh_offset"]), int(sh["sh_size"])))
+    tables = ElfHeaderTables(
+        phoff=int(hdr["e_phoff"]),
+        phnum=int(hdr["e_phnum"]),
+        phentsize=int(hdr["e_phentsize"]),
+        shoff=shoff,
+        shnum=shnum,
+        shentsize=shentsize,
+        shstrndx=int(hdr["e_shstrndx"]),
+        sections=tuple(sections),
+    )
     return ElfInfo(
+        headers=tables,
         elf_class=f"ELF{elf.elfclass}",
         data="little" if little else "big",
         machine=machine,
@@ -644,6 +716,15 @@ def _pt_numbers() -> dict[str, int]:
 
 
 _PT_NUM = _pt_numbers()
+
+
+def _sht_numbers() -> dict[str, int]:
+    from elftools.elf import enums
+
+    return {k: v for k, v in enums.ENUM_SH_TYPE_BASE.items() if isinstance(v, int)}
+
+
+_SHT_NUM = _sht_numbers()
 
 
 def _parse_notes(data: bytes, little: bool) -> Iterator[ElfNote]:

@@ -12,11 +12,24 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
 from calctl.package import binding
 from calctl.package.model import Graph, Model, Section, SectionKind
 from calctl.package.rules.base import Finding, Group, Need, Rule
-from calctl.package.rules.context import PF_R, PF_W, PF_X, PT_LOAD, ElfInfo, ValidationContext
+from calctl.package.rules.context import (
+    MAX_SECTION_HEADERS,
+    PF_R,
+    PF_W,
+    PF_X,
+    PT_LOAD,
+    SHN_LORESERVE,
+    SHN_UNDEF,
+    SHT_NOBITS,
+    SHT_STRTAB,
+    ElfInfo,
+    ValidationContext,
+)
 
 _PKG = frozenset({Need.ROOT, Need.MANIFEST})
 U64 = 1 << 64
@@ -56,6 +69,57 @@ def programs(ctx: ValidationContext, *, need_parsed: bool = True) -> Iterator[Pr
                 yield Program(m, g, s, s.file, parsed, None)
 
 
+def _header_table_problems(info: ElfInfo) -> Iterator[tuple[str, str, Any, Any]]:
+    """What readelf would report about the header tables: (message, field, expected, found)."""
+    h = info.headers
+    size = info.file_size
+    ph_ent, sh_ent = (56, 64) if info.elf_class == "ELF64" else (32, 40)
+    if h.phnum and h.phentsize != ph_ent:
+        yield "program header entry size is not that of the ELF class", "/e_phentsize", ph_ent, h.phentsize
+    if h.phoff + h.phnum * h.phentsize > size:
+        yield "program header table runs past the end of the file", "/e_phoff", f"<= {size}", h.phoff
+    if h.shnum == 0 and h.shoff == 0:
+        if h.shstrndx != SHN_UNDEF:
+            yield "e_shstrndx names a section but there is no section header table", "/e_shstrndx", 0, h.shstrndx
+        return
+    if h.shentsize != sh_ent:
+        yield "section header entry size is not that of the ELF class", "/e_shentsize", sh_ent, h.shentsize
+        return
+    end = h.shoff + h.shnum * h.shentsize
+    if h.shoff > size or end > size:
+        yield "section header table runs past the end of the file", "/e_shoff", f"end <= {size}", f"end {end}"
+        return
+    if h.shnum == 0:
+        yield (
+            "e_shoff is set but e_shnum is 0 (extended numbering is not used by CalCore programs)",
+            "/e_shnum",
+            ">= 1",
+            0,
+        )
+        return
+    if h.shnum > MAX_SECTION_HEADERS:
+        yield "too many section headers", "/e_shnum", f"<= {MAX_SECTION_HEADERS}", h.shnum
+        return
+    if h.shstrndx != SHN_UNDEF:
+        if h.shstrndx >= h.shnum or h.shstrndx >= SHN_LORESERVE:
+            yield "e_shstrndx is out of range of the section header table", "/e_shstrndx", f"< {h.shnum}", h.shstrndx
+        elif h.sections and h.sections[h.shstrndx].type != SHT_STRTAB:
+            yield (
+                "e_shstrndx does not name a string table",
+                f"/sections/{h.shstrndx}/sh_type",
+                "SHT_STRTAB",
+                (h.sections[h.shstrndx].type),
+            )
+    for sec in h.sections:
+        if sec.type != SHT_NOBITS and sec.offset + sec.size > size:
+            yield (
+                f"section {sec.index}'s bytes run past the end of the file",
+                f"/sections/{sec.index}",
+                f"offset+size <= {size}",
+                sec.offset + sec.size,
+            )
+
+
 class ElfParses(Rule):
     """Each ELF program parses with pyelftools as an executable with at least one PT_LOAD segment."""
 
@@ -66,8 +130,10 @@ class ElfParses(Rule):
     explanation = (
         "Phase 1 of bring-up starts with static checks of SCHIP, masks, ELF, commands, parameters, KV, "
         "addresses and hashes (001 §12). Every chip-local ccu ELF must parse with pyelftools, be ET_EXEC and "
-        "have a loadable segment. Parse errors are reported with pyelftools' message; the other ELF rules "
-        "then skip that file."
+        "have a loadable segment. Its header tables must be what readelf accepts: the program and section "
+        "header tables lie inside the file with the entry size of the ELF class, e_shstrndx names an existing "
+        "SHT_STRTAB section (or is SHN_UNDEF), and every section's bytes (but SHT_NOBITS) lie inside the "
+        "file. Parse errors are reported with pyelftools' message; the other ELF rules then skip that file."
     )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
@@ -86,6 +152,8 @@ class ElfParses(Rule):
                 )
             if not any(seg.type == PT_LOAD for seg in p.info.segments):
                 yield self.problem("has no PT_LOAD segment", file=p.file, field="/program_headers")
+            for message, field, expected, found in _header_table_problems(p.info):
+                yield self.problem(message, file=p.file, field=field, expected=expected, found=found)
         yield self.note(f"{n} ELF programs parse")
 
 
@@ -136,7 +204,7 @@ class ElfMachine(Rule):
 
 
 class EntryInLoadSegment(Rule):
-    """The entry point lies inside an executable PT_LOAD segment."""
+    """The entry point lies inside the file bytes of an executable PT_LOAD segment (not its bss tail)."""
 
     id = "ELF003"
     group = Group.ELF
@@ -144,7 +212,8 @@ class EntryInLoadSegment(Rule):
     sections = ("001 §6.1", "001 §12 Phase 1 item 1")
     explanation = (
         "A CalCore starts at e_entry; an entry point outside every loaded, executable segment jumps into "
-        "unmapped or data memory."
+        "unmapped or data memory, and one in a segment's zero-filled tail [p_vaddr+p_filesz, p_vaddr+p_memsz) "
+        "(its bss) executes zeros: it must lie in the segment's file bytes."
     )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
@@ -168,6 +237,14 @@ class EntryInLoadSegment(Rule):
             elif not any(s.flags & PF_X for s in inside):
                 yield self.problem(
                     "entry point lies in a non-executable segment", file=p.file, field="/e_entry", found=f"0x{e:x}"
+                )
+            elif not any(s.flags & PF_X and s.vaddr <= e < s.vaddr + s.filesz for s in inside):
+                yield self.problem(
+                    "entry point lies in the zero-filled tail (bss) of its segment, past the file bytes",
+                    file=p.file,
+                    field="/e_entry",
+                    expected=", ".join(f"[0x{s.vaddr:x}, 0x{s.vaddr + s.filesz:x})" for s in inside if s.flags & PF_X),
+                    found=f"0x{e:x}",
                 )
         yield self.note(f"{n} entry points inside executable PT_LOAD segments")
 

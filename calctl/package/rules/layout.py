@@ -13,7 +13,7 @@ from typing import Any
 from calctl.package import reader, yamlsafe
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, RESERVED_INFO
 from calctl.package.rules.base import Finding, Group, Need, Rule
-from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
+from calctl.package.rules.context import EntryKind, ValidationContext, path_problem, shown
 from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS, SIGNATURE
 
@@ -96,7 +96,9 @@ class PathSafety(Rule):
     sections = ("SPEC §2", "001 §6.3", "001 §10.4")
     explanation = (
         "Paths are package-relative POSIX names: no absolute paths, no '..', no empty or '.' components, no "
-        "backslashes, no control characters, valid UTF-8, bounded length. This covers the names on disk, the "
+        "backslashes, no control characters (C0, DEL, C1) or Unicode line separators (U+2028, U+2029), valid "
+        "UTF-8, bounded length: the rules of checksums.sha256, so every reader splits a name the same way. "
+        "This covers the names on disk, the "
         "paths in checksums.sha256, every file the manifest names (sections, parameters, tokenizer, golden) "
         "and the provenance subjects, so no field can make a loader reach outside the package. Two names that "
         "differ only by case are refused too: on a case-insensitive file system they are one file."
@@ -136,8 +138,7 @@ class PathSafety(Rule):
         yield self.note(f"{checked} paths are safe relative POSIX paths")
 
 
-def _printable(rel: str) -> str:
-    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") if rel else "(empty)"
+_printable = shown
 
 
 def _manifest_paths(node: Any, pointer: str) -> Iterator[tuple[str, Any]]:
@@ -205,7 +206,7 @@ class SizeLimitsRule(Rule):
     explanation = (
         "A single file may not exceed the per-file limit (default 64 GiB: the reference board package holds "
         "two ~8.5 GiB parameter blobs, 001 §3), the package may not exceed the total limit (256 GiB) or the "
-        "file-count limit (100,000). The structured documents have their own small ceilings, checked before "
+        "file-count limit (10,000). The structured documents have their own small ceilings, checked before "
         "they are parsed: manifest.yaml 4 MiB, compatibility.json and build-provenance.json 16 MiB, "
         "checksums.sha256 64 MiB, model_memory_reserved_info.txt 1 MiB. A file over its limit is neither "
         "hashed nor parsed; HASH001 and the content rules say they skipped it."

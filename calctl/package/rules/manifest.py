@@ -16,6 +16,7 @@ from calctl.package.rules.base import Finding, Group, Need, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
 
 _PKG = frozenset({Need.ROOT, Need.MANIFEST})
+_MASK_DTYPES = frozenset({"uint8", "int8", "int16", "int32"})
 
 
 class ManifestSchema(Rule):
@@ -221,8 +222,9 @@ class InactiveLaneContract(Rule):
     sections = ("000 §7.3", "000 §17.3")
     explanation = (
         "Never pad an inactive lane with token 0 (000 §7.3): a B>1 profile is only usable with the vendor's "
-        "contract for inactive lanes: the valid-mask input (which must be a declared input of the graph whose "
-        "shape has the batch dimension B), the KV manager mode, whether logits are returned, and whether an "
+        "contract for inactive lanes: the valid-mask input (a declared integer input of the graph, leading with "
+        "the batch dimension B, and not a data input such as tokens, positions or the valid-length input), the "
+        "KV manager mode, whether logits are returned, and whether an "
         "inactive lane writes KV, which it must not (000 §17.3: 'inactive lane 不写 KV' is mandatory for B>1). "
         "Without the contract the profile must not reach Ready."
     )
@@ -255,13 +257,31 @@ class InactiveLaneContract(Rule):
                         expected=sorted(names),
                         found=pol.mask_input,
                     )
-                elif "B" not in mask.shape:
+                elif pol.mask_input in ("tokens", "positions", g.valid_length_input):
+                    # A data input cannot double as the lane mask: its values are tokens or lengths, so
+                    # "valid" would be whatever token id happens to be non-zero (000 §7.3).
                     yield self.problem(
-                        f"mask input {pol.mask_input!r} has no batch dimension B",
+                        f"mask_input {pol.mask_input!r} is a data input of {g.name}, not a lane mask",
                         file=MANIFEST,
                         field=f"{where}/mask_input",
-                        expected="a shape containing B",
+                        expected="a dedicated [B] mask input (e.g. lane_valid)",
+                        found=pol.mask_input,
+                    )
+                elif not mask.shape or mask.shape[0] != "B":
+                    yield self.problem(
+                        f"mask input {pol.mask_input!r} does not lead with the batch dimension B",
+                        file=MANIFEST,
+                        field=f"{where}/mask_input",
+                        expected="[B, ...]",
                         found=list(mask.shape),
+                    )
+                elif mask.dtype not in _MASK_DTYPES:
+                    yield self.problem(
+                        f"mask input {pol.mask_input!r} is not an integer mask",
+                        file=MANIFEST,
+                        field=f"{where}/mask_input",
+                        expected=sorted(_MASK_DTYPES),
+                        found=mask.dtype,
                     )
                 if pol.writes_kv:
                     yield self.problem(
@@ -393,6 +413,51 @@ class InternalReferences(Rule):
         yield self.note("kv.section and parameter files resolve exactly")
 
 
+class ModelOwnFiles(Rule):
+    """Each model's section files, parameter tensors and golden data lie in that model's own directory."""
+
+    id = "MAN009"
+    group = Group.MANIFEST
+    needs = _PKG
+    sections = ("001 §6.1", "001 §6.2 item 2", "001 §3", "SPEC §2")
+    explanation = (
+        "001 §6.1: each model has its own parameter blocks and mapping ('每个模型独立的参数块'), its own "
+        "programs, command blobs and golden data. Every such file a model names (section files, parameter "
+        "tensors, golden data) lies under that model's directory <alias>/ (SPEC §2), and no such file is named "
+        "by two models. Otherwise model A can load model B's parameter blob or command stream, and only a "
+        "golden run after configure would notice. Tokenizers are bound by content instead (TOK003: identical "
+        "replicas may share one)."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        owners: dict[str, list[str]] = {}
+        n = 0
+        for ref in ctx.references:
+            if "/tokenizer/" in ref.pointer:
+                continue  # tokenizers bind by content, and identical replicas may share one (TOK003)
+            n += 1
+            owners.setdefault(ref.rel, [])
+            if ref.model not in owners[ref.rel]:
+                owners[ref.rel].append(ref.model)
+            prefix = f"{ref.model}/"
+            if not ref.rel.startswith(prefix):
+                yield self.problem(
+                    f"model {ref.model!r} names a file outside its own directory",
+                    file=MANIFEST,
+                    field=ref.pointer,
+                    expected=f"{prefix}...",
+                    found=ref.rel,
+                )
+        for rel, models in owners.items():
+            if len(models) > 1:
+                yield self.problem(
+                    f"{rel!r} is named by models {', '.join(repr(a) for a in models)}; each model has its own files",
+                    file=MANIFEST,
+                    field="/models",
+                )
+        yield self.note(f"{n} file references, each inside its own model's directory")
+
+
 RULES: tuple[type[Rule], ...] = (
     ManifestSchema,
     UniqueNames,
@@ -402,4 +467,5 @@ RULES: tuple[type[Rule], ...] = (
     InactiveLaneContract,
     ReferencedFilesExist,
     InternalReferences,
+    ModelOwnFiles,
 )

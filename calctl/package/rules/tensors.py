@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
+from calctl.package.architecture import expected_tensor_shapes
 from calctl.package.model import BATCH_DIM, DTYPE_BYTES, MANIFEST, NUMPY_DTYPE, GraphKind, Model, SectionKind
 from calctl.package.rules.base import Finding, Group, Need, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
@@ -439,4 +440,78 @@ class ParamTensorsInBounds(Rule):
         yield self.note(f"{n} parameter tensors within their files and sections")
 
 
-RULES: tuple[type[Rule], ...] = (GoldenFilesMatch, ContextLimits, VocabularyAgrees, GraphTensors, ParamTensorsInBounds)
+class ArchitectureMatchesTensors(Rule):
+    """The architecture numbers (d_model, n_heads, head_dim, d_ff, vocab, layers) are those of the tensors."""
+
+    id = "GOLD006"
+    group = Group.TENSORS
+    needs = _PKG
+    sections = ("001 §8.1", "001 §6.1", "001 §6.2 item 6")
+    explanation = (
+        "The budget (001 §8.1: KV = 2 x layers x kv_heads x head_dim x ...), the KV formula check (MEM005) and "
+        "the runtime all trust the manifest's architecture numbers, so they must be the numbers the weights "
+        "were built with. For each model, calctl.package.architecture.expected_tensor_shapes(architecture) "
+        "gives every parameter tensor the family has, with its shape; params.tensors must hold exactly those "
+        "names with exactly those shapes (none missing, none extra). n_heads must be a multiple of n_kv_heads "
+        "(grouped-query attention). An unknown family fails: its tensors cannot be checked."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.package
+        assert pkg is not None
+        n = 0
+        for m in pkg.models:
+            a = m.architecture
+            where = f"{m.pointer}/architecture"
+            if a.n_heads % a.n_kv_heads:
+                yield self.problem(
+                    f"model {m.alias!r}: n_heads is not a multiple of n_kv_heads",
+                    file=MANIFEST,
+                    field=f"{where}/n_kv_heads",
+                    expected=f"a divisor of {a.n_heads}",
+                    found=a.n_kv_heads,
+                )
+            try:
+                want = expected_tensor_shapes(a)
+            except KeyError as exc:
+                yield self.problem(str(exc.args[0] if exc.args else exc), file=MANIFEST, field=f"{where}/family")
+                continue
+            have = {t.name: (i, t) for i, t in enumerate(m.params)}
+            for name, shape in want.items():
+                n += 1
+                if name not in have:
+                    yield self.problem(
+                        f"model {m.alias!r} has no parameter tensor {name} (family {a.family})",
+                        file=MANIFEST,
+                        field=f"{m.pointer}/params/tensors",
+                        expected=f"{name} {list(shape)}",
+                        found="absent",
+                    )
+                    continue
+                i, t = have[name]
+                if tuple(t.shape) != shape:
+                    yield self.problem(
+                        f"tensor {name} of {m.alias!r} does not have the shape its architecture implies",
+                        file=MANIFEST,
+                        field=f"{m.pointer}/params/tensors/{i}/shape",
+                        expected=list(shape),
+                        found=list(t.shape),
+                    )
+            for name, (i, _t) in have.items():
+                if name not in want:
+                    yield self.problem(
+                        f"tensor {name} of {m.alias!r} is not a tensor of family {a.family}",
+                        file=MANIFEST,
+                        field=f"{m.pointer}/params/tensors/{i}/name",
+                    )
+        yield self.note(f"{n} parameter tensors have the shapes their architectures imply")
+
+
+RULES: tuple[type[Rule], ...] = (
+    GoldenFilesMatch,
+    ContextLimits,
+    VocabularyAgrees,
+    GraphTensors,
+    ParamTensorsInBounds,
+    ArchitectureMatchesTensors,
+)

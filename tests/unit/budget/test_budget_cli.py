@@ -10,12 +10,15 @@ from typing import Any
 import pytest
 
 from calctl.cli.app import main
+from tests.conftest import TEST_PUB
 
 GIB = 1024**3
 
 
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["budget", *args])
+def run(capsys: pytest.CaptureFixture[str], *args: str, trust: bool = True) -> tuple[int, str, str]:
+    """``calctl budget ARGS``; a package run trusts the fixtures' test-only key (budget validates first)."""
+    extra = ["--trusted-key", str(TEST_PUB)] if trust and "--hf-config" not in args else []
+    code = main(["budget", *args, *extra])
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     assert "internal error" not in err
