@@ -38,6 +38,7 @@ from typing import Any
 
 from calctl.budget import BudgetPolicy, max_kv_tokens, max_sequences, run_budget
 from calctl.budget import Verdict as BudgetVerdict
+from calctl.budget.device import device_fit
 from calctl.budget.plan import plan_from_package
 from calctl.checks.golden import run_golden_model
 from calctl.checks.warmup import run_warmup_model
@@ -197,6 +198,12 @@ class DeviceSupervisor:
         if self.dual_config:
             cross_check_dual_model(self.dual_config, lp.package)
         topo = self.rt.topology()
+        fit = device_fit(lp.package, topo)
+        if not fit.ok:  # before configure: a package that does not fit the board never reaches it
+            raise CheckFailed(
+                f"{lp.source}: the package does not fit the device: {fit.summary()}",
+                hint=f"run `calctl budget {lp.source}` and `calctl device info`",
+            )
         dram = next((d for d in topo.dram_bytes if d), lp.package.device_cfg.chip_dram_bytes)
         budget = run_budget(plan_from_package(lp.package, chip_dram_bytes=dram), self.budget_policy)
         if budget.verdict is not BudgetVerdict.GO:
