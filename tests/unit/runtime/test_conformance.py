@@ -13,7 +13,6 @@ import time
 
 import numpy as np
 import pytest
-from runtime_helpers import Backend, golden_prompt, package, prefill_job, write_decode, write_prefill
 
 from calctl.errors import DeviceError, ExitCode
 from calctl.package.model import Package
@@ -34,6 +33,7 @@ from calctl.runtime.errors import (
     UnknownDmaState,
 )
 from calctl.runtime.types import Engine, GenerationId, Health, JobState, KvLength
+from tests.unit.runtime.runtime_helpers import Backend, golden_prompt, package, prefill_job, write_decode, write_prefill
 
 
 def test_backend_implements_the_protocols(rt: Runtime) -> None:

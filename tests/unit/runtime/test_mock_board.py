@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 import pytest
-from runtime_helpers import golden_prompt, package, prefill_job, write_decode
 
 from calctl.errors import ConfigError
 from calctl.package.model import ChipMode, InactiveLanePolicy, Package
@@ -17,6 +16,7 @@ from calctl.runtime import open_runtime
 from calctl.runtime.errors import DeviceLost, InvalidArgument, InvalidCalbin, NotSupported, OutOfMemory, RuntimeStatus
 from calctl.runtime.mock import FaultKind, FaultPlan, FaultRule, GraphTiming, MockRuntime, TimingModel
 from calctl.runtime.types import Engine, Health, JobState, ResetScope
+from tests.unit.runtime.runtime_helpers import golden_prompt, package, prefill_job, write_decode
 
 MIB = 1024 * 1024
 #: Every job takes exactly this long (no per-token term): timing tests compare multiples of it.

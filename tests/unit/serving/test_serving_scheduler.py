@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from serving_helpers import B1, FakeClock, bprofile, make_device
 
 from calctl.serving.core import (
     CancelOutcome,
@@ -31,6 +30,7 @@ from calctl.serving.core import (
     TokenEmitted,
     Verdict,
 )
+from tests.unit.serving.serving_helpers import B1, FakeClock, bprofile, make_device
 
 S = RequestState
 

@@ -6,12 +6,12 @@ from collections.abc import Callable, Iterator
 
 import openai
 import pytest
-from api_harness import ServerThread
-from fake_engine import DEFAULT_TEXT, FakeEngine, package_codec
 from openai.types.chat import ChatCompletionMessageParam
 
 from calctl.serving.api.app import ApiSettings
 from calctl.serving.protocol import EngineRejection, RejectCode
+from tests.unit.serving_api.api_harness import ServerThread
+from tests.unit.serving_api.fake_engine import DEFAULT_TEXT, FakeEngine, package_codec
 
 KEY = "sk-alice"
 SETTINGS = ApiSettings(api_keys={KEY: "tenant-a"}, admin_keys=frozenset({"adm"}))
