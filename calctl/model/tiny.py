@@ -4,8 +4,9 @@ Llama-shaped (RMSNorm, RoPE, grouped-query attention, SiLU-gated MLP, tied
 embeddings), float32. Two independent code paths:
 
 * :func:`reference_logits` recomputes attention over the whole sequence with a
-  causal mask and no cache. ``calctl sample-package`` uses it to write golden
-  data.
+  causal mask and no cache. ``calctl sample-package`` runs it in float64 to
+  write golden data (``dtype=np.float64``), so the golden bits do not depend on
+  the float32 kernels of the BLAS and CPU at hand.
 * :class:`KvCache` + :func:`prefill` / :func:`decode_step` is the cached path the
   mock device runs, with the KV cache living in device memory.
 
@@ -81,10 +82,12 @@ def _rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def _rope_angles(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+def _rope_angles(
+    positions: np.ndarray, head_dim: int, theta: float, dtype: type[np.floating] = np.float32
+) -> tuple[np.ndarray, np.ndarray]:
     inv = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     ang = positions.astype(np.float64)[:, None] * inv[None, :]
-    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
 
 
 def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -101,20 +104,27 @@ def _silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-def _lm_head(params: Params, arch: Architecture, h: np.ndarray) -> np.ndarray:
+def _lm_head(params: Params, arch: Architecture, h: np.ndarray, dtype: type[np.floating] = np.float32) -> np.ndarray:
     w = params["embed"].T if arch.tie_embeddings else params["lm_head"]
-    return (h @ w).astype(np.float32)
+    return (h @ w).astype(dtype)
 
 
-def reference_logits(params: Params, arch: Architecture, tokens: np.ndarray) -> np.ndarray:
-    """Logits ``[T, vocab]`` for every position, recomputing full causal attention."""
+def reference_logits(
+    params: Params, arch: Architecture, tokens: np.ndarray, *, dtype: type[np.floating] = np.float32
+) -> np.ndarray:
+    """Logits ``[T, vocab]`` for every position, recomputing full causal attention.
+
+    ``dtype`` is the arithmetic precision: the float32 weights are widened once and
+    every activation stays in ``dtype`` (float64 for golden data).
+    """
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
     t = tokens.shape[0]
     h, kvh, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
     group = h // kvh
+    params = {k: v.astype(dtype, copy=False) for k, v in params.items()}
     x = params["embed"][tokens]
-    cos, sin = _rope_angles(np.arange(t), hd, arch.rope_theta)
-    mask = np.triu(np.full((t, t), -np.inf, dtype=np.float32), k=1)
+    cos, sin = _rope_angles(np.arange(t), hd, arch.rope_theta, dtype)
+    mask = np.triu(np.full((t, t), -np.inf, dtype=dtype), k=1)
     for i in range(arch.n_layers):
         p = f"layers.{i}."
         a = _rms_norm(x, params[p + "attn_norm"], arch.norm_eps)
@@ -132,16 +142,18 @@ def reference_logits(params: Params, arch: Architecture, tokens: np.ndarray) -> 
         m = _rms_norm(x, params[p + "mlp_norm"], arch.norm_eps)
         x = x + (_silu(m @ params[p + "w_gate"]) * (m @ params[p + "w_up"])) @ params[p + "w_down"]
     x = _rms_norm(x, params["final_norm"], arch.norm_eps)
-    return _lm_head(params, arch, x)
+    return _lm_head(params, arch, x, dtype)
 
 
-def reference_generate(params: Params, arch: Architecture, prompt: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
+def reference_generate(
+    params: Params, arch: Architecture, prompt: np.ndarray, steps: int, *, dtype: type[np.floating] = np.float32
+) -> tuple[np.ndarray, float]:
     """Greedy continuation by full recompute; also returns the smallest top-1 margin seen."""
     seq = list(np.asarray(prompt).reshape(-1))
     out: list[int] = []
     min_margin = float("inf")
     for _ in range(steps):
-        logits = reference_logits(params, arch, np.array(seq))[-1]
+        logits = reference_logits(params, arch, np.array(seq), dtype=dtype)[-1]
         top2 = np.sort(logits)[-2:]
         min_margin = min(min_margin, float(top2[1] - top2[0]))
         nxt = int(np.argmax(logits))
