@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -15,8 +14,9 @@ from calctl.package.model import ChipMode, InactiveLanePolicy, Package
 from calctl.runtime import open_runtime
 from calctl.runtime.errors import DeviceLost, InvalidArgument, InvalidCalbin, NotSupported, OutOfMemory, RuntimeStatus
 from calctl.runtime.mock import FaultKind, FaultPlan, FaultRule, GraphTiming, MockRuntime, TimingModel
-from calctl.runtime.types import Engine, Health, JobState, ResetScope
+from calctl.runtime.types import Engine, Health, Job, JobState, ResetScope
 from tests.unit.runtime.runtime_helpers import golden_prompt, package, prefill_job, write_decode
+from tests.waiting import wait_until
 
 MIB = 1024 * 1024
 #: Every job takes exactly this long (no per-token term): timing tests compare multiples of it.
@@ -70,6 +70,16 @@ def _mchip_combined() -> Package:
     return dataclasses.replace(pkg, models=(a2, pkg.model("model-b")))
 
 
+def _holds_acquired(rt: MockRuntime, job: Job) -> bool:
+    """The mock's own view: every secondary chip of an MCHIP job is held for it (no public API shows this)."""
+    return all(h.acquired.is_set() for h in rt._jobs[job.id].holds)
+
+
+def _primary_picked_up(rt: MockRuntime, job: Job) -> bool:
+    """The job's primary chip has taken it off its queue (it now waits there for its other chips)."""
+    return all(_item is not rt._jobs[job.id] for _item in rt._chips[job.chips[0]].queue)
+
+
 def test_an_mchip_job_holds_all_its_chips() -> None:
     pkg = _mchip_combined()
     with open_runtime("mock", timing=FIXED) as rt:
@@ -91,7 +101,8 @@ def test_chip_reset_aborts_an_mchip_job_waiting_for_its_second_chip() -> None:
         rt.arm_fault(FaultRule(kind=FaultKind.WAIT_TIMEOUT, at=(1,), graph="model_b_prefill"))
         hung = prefill_job(rt, pkg, "model-b")[0]
         job_a = prefill_job(rt, pkg, "model-a")[0]
-        time.sleep(0.1)
+        wait_until(lambda: rt.query(hung).state is JobState.RUNNING, what="the hung job to occupy chip 1")
+        wait_until(lambda: _primary_picked_up(rt, job_a), what="chip 0 to pick up the MCHIP job")
         assert rt.query(job_a).state is JobState.QUEUED  # chip 0 is free, chip 1 hangs
         rt.reset("chip", chip=1)
         for job in (hung, job_a):
@@ -120,7 +131,8 @@ def test_chip_reset_aborts_an_mchip_job_holding_it_while_its_primary_queues() ->
         rt.arm_fault(FaultRule(kind=FaultKind.WAIT_TIMEOUT, at=(1,), graph="model_a0_prefill"))
         hung = prefill_job(rt, pkg, "model-a0")[0]
         mchip = prefill_job(rt, pkg, "model-a1")[0]
-        time.sleep(0.1)
+        wait_until(lambda: rt.query(hung).state is JobState.RUNNING, what="the hung job to occupy chip 0")
+        wait_until(lambda: _holds_acquired(rt, mchip), what="the MCHIP job to hold idle chip 1")
         assert rt.query(mchip).state is JobState.QUEUED
         rt.reset("chip", chip=1)  # must not wait for chip 0's hang
         assert rt.query(mchip).state is JobState.ABORTED and not rt.query(hung).state.terminal
