@@ -45,6 +45,9 @@ from calctl.signing import seal
 from calctl.signing.files import SEAL_FILES
 
 KINDS = ("single", "combined", "replica")
+#: Bumped whenever the bytes a (kind, seed, profiles, key) produces change, so a cache of bundled samples
+#: built by an older generator of the same calctl version is not reused (2: float64 golden on a 2**-16 grid).
+GENERATOR_REVISION = 2
 CHIP_NUMS = 2
 CALCORE_NUM = 2
 #: The mock board's per-chip local DRAM; matches the reference board class (001 §3, §8.2).
