@@ -190,7 +190,7 @@ def golden_logits(logits: np.ndarray) -> np.ndarray:
     logits = np.asarray(logits, dtype=np.float64)
     steps = np.round(logits / GOLDEN_LOGIT_STEP)  # round half to even: no platform choice involved
     if not np.all(np.abs(steps) < 2**24):
-        raise RuntimeError("golden logits of 256 or more in magnitude cannot be stored exactly; change the seed")
+        raise ValueError("golden logits of 256 or more in magnitude cannot be stored exactly on the golden grid")
     return (steps * GOLDEN_LOGIT_STEP).astype(np.float32)
 
 
@@ -200,7 +200,9 @@ def _topk_margin(logits: np.ndarray, k: int) -> float:
     return float(desc[k - 1] - desc[k]) if desc.size > k else float("inf")
 
 
-def _golden(params: dict[str, np.ndarray], arch: Architecture, tok: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _golden(
+    params: dict[str, np.ndarray], arch: Architecture, tok: Any, alias: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pick the first built-in prompt whose greedy path and prefill top-k have clear margins (float64 reference)."""
     k = int(GOLDEN_TOLERANCE["top_k"])
     for text in GOLDEN_PROMPTS:
@@ -209,7 +211,11 @@ def _golden(params: dict[str, np.ndarray], arch: Architecture, tok: Any) -> tupl
         logits = tiny.reference_logits(params, arch, ids, dtype=np.float64)[-1]
         if margin >= GOLDEN_MARGIN and _topk_margin(logits, k) >= GOLDEN_MARGIN:
             return ids.reshape(1, -1), golden_logits(logits).reshape(1, -1), tokens
-    raise RuntimeError("no golden prompt with clear greedy and top-k margins; change the seed")
+    raise UsageError(
+        f"model {alias}: no built-in golden prompt has greedy and top-{k} margins of {GOLDEN_MARGIN:g} with these "
+        "weights",
+        hint="choose another --seed",
+    )
 
 
 def _npy(arr: np.ndarray) -> bytes:
@@ -259,7 +265,7 @@ def _build_model(w: _Writer, m: ModelPlan, decode_profiles: list[int]) -> tuple[
         blob += b"\0" * (-len(blob) % 64)
     w.write(param_rel, bytes(blob))
 
-    prompt, logits, dec_tokens = _golden(params, arch, tok)
+    prompt, logits, dec_tokens = _golden(params, arch, tok, m.alias)
     g_rel = f"{m.dir}/golden"
     w.write(f"{g_rel}/prompt_ids.npy", _npy(prompt))
     w.write(f"{g_rel}/prefill_logits.npy", _npy(logits))

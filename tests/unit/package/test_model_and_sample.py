@@ -55,7 +55,7 @@ def test_golden_logits_round_to_exact_float32_steps() -> None:
     assert got.dtype == np.float32
     # Round half to even, every value a whole number of steps and exactly representable in float32.
     assert got.tolist() == [0.0, 0.0, 0.0, 2 * step, -2 * step, 3.0, round(255.9 / step) * step]
-    with pytest.raises(RuntimeError, match="256"):
+    with pytest.raises(ValueError, match="256"):
         golden_logits(np.array([256.0]))
 
 
@@ -190,3 +190,13 @@ def test_batch_profiles_get_an_inactive_lane_contract(tmp_path: Path) -> None:
     assert dec.inactive_lane_policy is not None and dec.inactive_lane_policy.mask_input == "lane_valid"
     assert dec.input("lane_valid").concrete_shape(8) == (8,)
     assert pkg.model("model-a").prefill.batch_profiles == (1,)
+
+
+def test_weights_without_a_clear_golden_prompt_are_a_usage_error(tmp_path: Path, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from calctl.compiler import sample
+
+    monkeypatch.setattr(sample, "GOLDEN_MARGIN", 1e9)  # no prompt leads by that much: as if the seed were unlucky
+    r = cli("sample-package", tmp_path / "p", "--kind", "single", "--key", TEST_KEY)
+    assert r.code == 2, r.err
+    assert "model-a" in r.err and "golden prompt" in r.err and "--seed" in r.err and "Traceback" not in r.err
+    assert not (tmp_path / "p").exists() and not list(tmp_path.iterdir())  # nothing half-written is left

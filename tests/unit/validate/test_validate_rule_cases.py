@@ -2,8 +2,8 @@
 
 Each case mutates a copy of the combined fixture the way a broken compiler or a hand edit would, reseals
 it with the test key (so HASH and SIG pass) and expects the rule's ID to fail with a finding that names the
-broken thing. The unmutated fixture is the good package: the same rule passes on it
-(``test_rule_coverage.py`` checks that for every rule).
+broken thing. The unmutated fixture is the good package: every rule passes on it, which
+``test_rule_coverage.py`` checks for every registered rule.
 """
 
 from __future__ import annotations
@@ -190,10 +190,6 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
 def test_bad_package_fails_by_the_rule_id(tmp_path: Path, cli, rule_id: str, mutate, says: str) -> None:  # type: ignore[no-untyped-def]
     rule = rule_by_id(rule_id)
     assert rule is not None
-    good = copy_package(tmp_path, name="good")
-    _, doc = validate_json(cli, good)
-    assert {c["status"] for c in doc["checks"] if c["id"] == rule_id} == {"pass"}, "the good package must pass"
-
     root = copy_package(tmp_path)
     mutate(root)
     code, doc = validate_json(cli, root)
