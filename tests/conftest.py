@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
@@ -16,10 +19,18 @@ FIXTURE_PACKAGES = FIXTURES / "packages"
 TEST_KEY = FIXTURES / "keys" / "calctl-test-only-DO-NOT-TRUST.key"
 TEST_PUB = FIXTURES / "keys" / "calctl-test-only-DO-NOT-TRUST.pub"
 
-# Hermetic cache for the bundled sample packages: never the user's ~/.cache.
-os.environ.setdefault("CALCTL_CACHE_DIR", tempfile.mkdtemp(prefix="calctl-test-cache-"))
+# Nothing a test run keeps goes into the checkout or the user's home: one scratch directory per session,
+# removed at exit, holds the bundled-sample cache and Hypothesis's storage (it caches constants and Unicode
+# tables even with no example database). pytest's own cache is off in pyproject.toml (-p no:cacheprovider).
+SCRATCH = Path(tempfile.mkdtemp(prefix="calctl-tests-"))
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
+os.environ.setdefault("CALCTL_CACHE_DIR", str(SCRATCH / "cache"))
 os.environ.pop("CALCTL_TRUSTED_KEYS", None)
 os.environ.pop("CALCTL_DEBUG", None)
+set_hypothesis_home_dir(SCRATCH / "hypothesis")
+# No example database: a failure is reported with its minimal example and seed, not replayed from disk.
+settings.register_profile("calctl", database=None)
+settings.load_profile("calctl")
 
 
 @dataclass

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from calctl import __version__
-from calctl.compiler.sample import KINDS, build_sample
+from calctl.compiler.sample import GENERATOR_REVISION, KINDS, build_sample
 from calctl.signing.keys import load_private
 from calctl.signing.policy import test_key_paths
 
@@ -30,7 +30,7 @@ def bundled_package(kind: str = "combined", seed: int = 0) -> Path:
     """Path of the bundled sample of ``kind``, building it if needed."""
     if kind not in KINDS:
         raise ValueError(kind)
-    target = cache_dir() / "samples" / __version__ / f"{kind}-seed{seed}"
+    target = cache_dir() / "samples" / f"{__version__}-r{GENERATOR_REVISION}" / f"{kind}-seed{seed}"
     if (target / "checksums.sha256.sig").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "compiler"))
-from checkpoint_factory import write_gguf, write_hf_dir
-
 from tests.conftest import TEST_KEY, TEST_PUB
+from tests.unit.compiler.checkpoint_factory import write_gguf, write_hf_dir
 
 TRUST = ("--trusted-key", str(TEST_PUB))
 
@@ -213,11 +210,10 @@ def test_smollm2_import_validate_golden_and_serve_paris(cli, tmp_path: Path) -> 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
 def test_the_mock_boards_logits_match_a_direct_forward_of_the_original(cli, tmp_path: Path, family: str) -> None:  # type: ignore[no-untyped-def]
     """Through the mock runtime itself (create_calbin, configure, prefill job), from a GGUF import."""
-    from checkpoint_factory import hf_forward
-
     from calctl.package.reader import load_manifest
     from calctl.runners.steps import GreedyProgress, greedy_run
     from calctl.runtime import open_runtime
+    from tests.unit.compiler.checkpoint_factory import hf_forward
 
     hf_dir, cfg, weights = write_hf_dir(tmp_path / "hf", family, seed=12)
     gguf_path = write_gguf(tmp_path / "m.gguf", hf_dir, cfg, weights)

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from calctl.serving.core.kv import KvState
 from calctl.serving.engine.streams import EngineStream
 from tests.integration.serve_harness import COMBINED, dual_config, golden, serving
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -120,15 +121,12 @@ def test_reload_gives_503_to_new_requests_while_inflight_finish() -> None:
 
         t = threading.Thread(target=long_request)
         t.start()
-        deadline = time.monotonic() + 10
-        while worker.live_requests() == 0 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: worker.live_requests() > 0, what="the long request to be in flight")
         reload = threading.Thread(
             target=lambda: result.update(reload=httpx.post(f"{s.url}/internal/models/model-a/reload", timeout=60))
         )
         reload.start()
-        while worker.state.value != "Draining" and time.monotonic() < deadline:
-            time.sleep(0.002)
+        wait_until(lambda: worker.state.value == "Draining", what="model-a to start draining for the reload")
         during = httpx.post(f"{s.v1}/completions", json={"model": "model-b", "prompt": "Hi", "max_tokens": 2})
         assert (
             during.status_code == 503 and "Retry-After" in during.headers

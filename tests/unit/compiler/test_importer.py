@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from checkpoint_factory import LLAMA3_SCALING, dequantized, hf_forward, tiny_config, write_gguf, write_hf_dir
 
 from calctl.compiler.importer.build import ImportOptions, import_checkpoint, read_gguf_file, read_hf
 from calctl.compiler.importer.families import CheckpointError
@@ -17,6 +16,14 @@ from calctl.package.architecture import expected_tensor_shapes
 from calctl.package.reader import load_manifest
 from calctl.signing.keys import load_private
 from tests.conftest import TEST_KEY
+from tests.unit.compiler.checkpoint_factory import (
+    LLAMA3_SCALING,
+    dequantized,
+    hf_forward,
+    tiny_config,
+    write_gguf,
+    write_hf_dir,
+)
 
 PROMPT = [5, 17, 42, 101, 7, 250, 33, 64, 12, 300]
 
@@ -306,8 +313,9 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused_naming_it(tmp_path: P
     cfg = tiny_config("llama", vocab=512)
     hf_dir, _, _ = write_hf_dir(tmp_path / "hf", "llama", config=cfg)
     (hf_dir / "config.json").write_text(json.dumps({**cfg, "vocab_size": 384}))
-    from checkpoint_factory import random_hf_weights
     from safetensors.numpy import save_file
+
+    from tests.unit.compiler.checkpoint_factory import random_hf_weights
 
     save_file(random_hf_weights({**cfg, "vocab_size": 384}), str(hf_dir / "model.safetensors"))
     assert toklib.train(512).get_vocab_size() == 512

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime_helpers import NATIVE, Backend, package
 
 from calctl.package.model import Package
 from calctl.runtime import Runtime, open_runtime
+from tests.unit.runtime.runtime_helpers import NATIVE, Backend, package
 
 
 def _compile(tmp: Path, name: str, *defines: str) -> Path:

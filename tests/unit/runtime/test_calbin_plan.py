@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from runtime_helpers import package
 
 from calctl.package.model import DeviceCfg, Package
 from calctl.runtime import Runtime
 from calctl.runtime.calbin import plan_calbin
 from calctl.runtime.errors import InvalidCalbin, RuntimeStatus
 from calctl.runtime.types import Topology
+from tests.unit.runtime.runtime_helpers import package
 
 BOARD = Topology(chips=2, calcores_per_chip=2, dram_bytes=(16 << 30, 16 << 30))
 

@@ -11,7 +11,6 @@ import json
 import time
 
 import pytest
-from runtime_helpers import package, prefill_job
 
 from calctl.errors import ConfigError
 from calctl.package.model import GraphKind
@@ -20,6 +19,7 @@ from calctl.runners.trace import chrome_trace
 from calctl.runtime import open_runtime
 from calctl.runtime.mock import GraphTiming, TimingModel
 from calctl.runtime.types import Engine, JobPhase, TraceEvent
+from tests.unit.runtime.runtime_helpers import package, prefill_job
 
 UNIT = 0.06
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runtime_helpers import stub_set_fault
 
 from calctl.errors import ExitCode
 from calctl.runtime import open_runtime
 from calctl.runtime._native import lib as L
 from calctl.runtime.errors import LibraryError, NotSupported, RuntimeStatus
+from tests.unit.runtime.runtime_helpers import stub_set_fault
 
 
 def test_no_library_named() -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from serving_helpers import FakeClock
+
+from tests.unit.serving.serving_helpers import FakeClock
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 import yaml
-from serving_helpers import FakeClock, make_device
 
 from calctl.serving.config import (
     ConfigFieldError,
@@ -15,6 +14,7 @@ from calctl.serving.config import (
     default_scheduler_config,
     parse_scheduler_config,
 )
+from tests.unit.serving.serving_helpers import FakeClock, make_device
 
 BASE = """\
 schema: calculet-scheduler/v1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from serving_helpers import B1, bprofile
 
 from calctl.serving.core import (
     BatchProfile,
@@ -20,6 +19,7 @@ from calctl.serving.core import (
     TenantId,
 )
 from calctl.serving.core.request import FinishReason
+from tests.unit.serving.serving_helpers import B1, bprofile
 
 G = GenerationId(1)
 

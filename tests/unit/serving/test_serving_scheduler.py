@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from serving_helpers import B1, FakeClock, bprofile, make_device
 
 from calctl.serving.core import (
     CancelOutcome,
@@ -32,6 +31,7 @@ from calctl.serving.core import (
     Verdict,
 )
 from calctl.serving.outcomes import http_status_of_end, http_status_of_verdict
+from tests.unit.serving.serving_helpers import B1, FakeClock, bprofile, make_device
 
 S = RequestState
 

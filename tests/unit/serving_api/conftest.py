@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from api_harness import scan_body
-from fake_engine import FakeEngine
 
 from calctl.serving.api.app import ApiSettings, create_app
+from tests.unit.serving_api.api_harness import scan_body
+from tests.unit.serving_api.fake_engine import FakeEngine
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from api_harness import AsgiCall, parse_sse
-from fake_engine import FakeEngine
 
 from calctl.serving.protocol import FinishReason
+from tests.unit.serving_api.api_harness import AsgiCall, parse_sse
+from tests.unit.serving_api.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.anyio
 

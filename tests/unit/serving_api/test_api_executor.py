@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from fake_engine import FakeEngine
 
 from calctl.serving.api.app import ApiSettings
+from tests.unit.serving_api.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.anyio
 

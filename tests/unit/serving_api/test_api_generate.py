@@ -6,10 +6,10 @@ from typing import Any
 
 import httpx
 import pytest
-from api_harness import SseEvent, parse_sse
-from fake_engine import CONTEXT_LIMIT, DEFAULT_TEXT, EOS_TOKEN_ID, FakeEngine, package_codec
 
 from calctl.serving.protocol import FinishReason, SamplingParams
+from tests.unit.serving_api.api_harness import SseEvent, parse_sse
+from tests.unit.serving_api.fake_engine import CONTEXT_LIMIT, DEFAULT_TEXT, EOS_TOKEN_ID, FakeEngine, package_codec
 
 pytestmark = pytest.mark.anyio
 

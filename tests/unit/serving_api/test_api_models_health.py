@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from fake_engine import FakeEngine
+
+from tests.unit.serving_api.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.anyio
 

@@ -15,12 +15,12 @@ from typing import Any
 import fake_engine
 import httpx
 import pytest
-from api_harness import parse_sse
-from fake_engine import EOS_TOKEN_ID, FakeEngine
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from calctl.serving.protocol import FinishReason
 from calctl.serving.text import IncrementalDetokenizer, StopMatcher, TextCodec
+from tests.unit.serving_api.api_harness import parse_sse
+from tests.unit.serving_api.fake_engine import EOS_TOKEN_ID, FakeEngine
 
 pytestmark = pytest.mark.anyio
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import httpx
 import pytest
-from api_harness import parse_sse, scan_public
-from fake_engine import CONTEXT_LIMIT, DEVICE_FAULT, FakeEngine
 
 from calctl.serving.protocol import EngineRejection, RejectCode
+from tests.unit.serving_api.api_harness import parse_sse, scan_public
+from tests.unit.serving_api.fake_engine import CONTEXT_LIMIT, DEVICE_FAULT, FakeEngine
 
 pytestmark = pytest.mark.anyio
 

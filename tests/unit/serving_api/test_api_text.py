@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from fake_engine import package_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calctl.serving.text import IncrementalDetokenizer, StopMatcher
+from tests.unit.serving_api.fake_engine import package_codec
 
 ALPHABET = "ab c.\n" + "é✓日本" + "\U0001f600"
 

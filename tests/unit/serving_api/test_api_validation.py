@@ -6,7 +6,8 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_engine import FakeEngine, package_codec
+
+from tests.unit.serving_api.fake_engine import FakeEngine, package_codec
 
 pytestmark = pytest.mark.anyio
 
