@@ -15,7 +15,7 @@ from calctl.model import decoder
 from calctl.package.architecture import expected_tensor_shapes
 from calctl.package.reader import load_manifest
 from calctl.signing.keys import load_private
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, TEST_PUB
 from tests.unit.compiler.checkpoint_factory import (
     LLAMA3_SCALING,
     dequantized,
@@ -150,7 +150,7 @@ def test_kv_plan_equals_budget_hf_config(tmp_path: Path, cli) -> None:  # type: 
     out = tmp_path / "pkg"
     r = cli("import", "hf", hf_dir, out, "--key", TEST_KEY, "--context", "496", "--sequences", "3")
     assert r.code == 0, r.err
-    pkg = cli("budget", out, "--format", "json")
+    pkg = cli("budget", out, "--trusted-key", TEST_PUB, "--format", "json")
     cfg = cli(
         "budget", "--hf-config", hf_dir / "config.json", "--context", "496", "--batch", "3",
         "--kv-dtype", "fp32", "--block-tokens", "16", "--format", "json",

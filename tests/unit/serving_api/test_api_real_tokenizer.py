@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import fake_engine
 import httpx
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from calctl.serving.protocol import FinishReason
 from calctl.serving.text import IncrementalDetokenizer, StopMatcher, TextCodec
+from tests.unit.serving_api import fake_engine
 from tests.unit.serving_api.api_harness import parse_sse
 from tests.unit.serving_api.fake_engine import EOS_TOKEN_ID, FakeEngine
 
