@@ -30,7 +30,7 @@ from calctl.budget.report import BudgetReport, report_document, run_budget
 from calctl.budget.shape import load_hf_config
 from calctl.cli import _output
 from calctl.cli._options import FormatOpt
-from calctl.cli._output import Format
+from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import ExitCode, UsageError
 from calctl.package.reader import load_manifest, package_root
@@ -128,16 +128,15 @@ def budget(
     grid_batches: Annotated[
         str | None, typer.Option("--grid-batches", help="Grid batches, e.g. 1,4,8 (implies --grid).")
     ] = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> int:
-    """Per-chip capacity plan (001 §8.1) and GO/NO-GO (001 §8.2, gate G0).
+    """Per-chip capacity plan and GO/NO-GO (001 §8, gate G0).
 
-    Budgets a package (default: the bundled combined sample) chip by chip with
-    the model(s) on each chip, or a Hugging Face config.json with --hf-config.
+    M_required per chip by the 001 §8.1 formula, judged by the 001 §8.2 policy. Budgets a package
+    (default: the bundled combined sample) chip by chip with the model(s) on each chip, or a Hugging Face
+    config.json with --hf-config.
     Exit 0 GO on every chip, 1 NO-GO, 2 bad input.
     """
-    if format is Format.junit:
-        raise UsageError("--format junit: budget prints table or json")
     policy = BudgetPolicy(
         limit=check_fraction(limit, "--limit", zero_ok=False, one_ok=True),
         guard_fraction=check_fraction(guard_fraction, "--guard-fraction", zero_ok=True, one_ok=False),
@@ -193,7 +192,7 @@ def budget(
             )
             report = run(plan)
 
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json(report_document(report))
     else:
         _render(report)

@@ -15,7 +15,7 @@ import typer
 
 from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt
-from calctl.cli._output import Format
+from calctl.cli._output import TableJson
 from calctl.runtime import BoardSelection, Runtime, open_runtime, select_board
 
 MOCK_NOTE = "mock device: a simulated board; its results are mock results, not evidence about hardware (SPEC §8)"
@@ -58,7 +58,7 @@ def info_document(rt: Runtime, library: str | None, board: BoardSelection | None
 def info(
     device: DeviceOpt = DeviceKind.mock,
     calrt_lib: CalrtLibOpt = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
     """Show the board: identity, topology, versions, per-chip memory, job counters and health.
 
@@ -73,7 +73,7 @@ def info(
         rt_cm = open_runtime(device.value, calrt_lib=lib)
     with rt_cm as rt:
         doc = info_document(rt, lib, board)
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json(doc)
         return
     v = doc["versions"]

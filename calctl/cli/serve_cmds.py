@@ -74,7 +74,9 @@ def serve(
     host: Annotated[
         str, typer.Option("--host", help="Bind address. Without API keys only loopback is allowed.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8000,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="TCP port to listen on (0: any free port).")
+    ] = 8000,
     device: DeviceOpt = DeviceKind.mock,
     calrt_lib: CalrtLibOpt = None,
     trusted_key: TrustedKeyOpt = None,
@@ -96,7 +98,9 @@ def serve(
     serialize_chips: Annotated[
         bool, typer.Option("--serialize-chips", help="Mock only: model a global runtime lock (S1).")
     ] = False,
-    warmup_iterations: Annotated[int, typer.Option("--warmup-iterations", min=0)] = 3,
+    warmup_iterations: Annotated[
+        int, typer.Option("--warmup-iterations", min=0, help="Warm-up iterations per model before it is Ready.")
+    ] = 3,
     drain_timeout: Annotated[
         float,
         typer.Option(
@@ -112,7 +116,9 @@ def serve(
             "so a balancer polling /health/ready notices first.",
         ),
     ] = 0.0,
-    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="Server log level: debug, info, warning, error or critical.")
+    ] = "info",
 ) -> None:
     """Serve the package's models over an OpenAI-compatible HTTP API (one model per chip).
 

@@ -42,7 +42,7 @@ from types import TracebackType
 from typing import Any
 
 from calctl import __version__
-from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError
+from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError, interrupt_reason
 from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import Report, ValidationPolicy, validate
@@ -76,7 +76,7 @@ class Outcome(str, enum.Enum):
     FAIL = "FAIL"  # it ran and the thing checked is wrong (or the package was refused)
     TIMEOUT = "TIMEOUT"  # a step hung past its deadline
     ERROR = "ERROR"  # the device or runtime failed
-    INTERRUPTED = "INTERRUPTED"  # Ctrl-C
+    INTERRUPTED = "INTERRUPTED"  # SIGINT (Ctrl-C) or SIGTERM
 
     @property
     def exit_code(self) -> int:
@@ -100,6 +100,13 @@ def outcome_of(exc: BaseException) -> Outcome:
     if isinstance(exc, CalctlError) and exc.exit_code == ExitCode.FAILED:
         return Outcome.FAIL
     return Outcome.ERROR
+
+
+def error_text(exc: BaseException) -> str:
+    """What a report says about the exception that ended a step or a run (``interrupted (SIGTERM)`` for a signal)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return interrupt_reason(exc)
+    return str(exc) or type(exc).__name__
 
 
 class StepStatus(str, enum.Enum):
@@ -181,7 +188,7 @@ class StepLog:
 
 
 def _detail(note: StepNote, exc: BaseException) -> str:
-    what = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else (str(exc) or type(exc).__name__)
+    what = error_text(exc)
     return f"{note.detail}; {what}" if note.detail else what
 
 
@@ -789,6 +796,7 @@ __all__ = [
     "StepNote",
     "StepRecord",
     "StepStatus",
+    "error_text",
     "finish",
     "outcome_of",
     "program_digests",

@@ -57,6 +57,7 @@ from calctl.runners.context import (
     RunReport,
     StepLog,
     StepStatus,
+    error_text,
     finish,
     outcome_of,
     reraise_usage,
@@ -360,7 +361,7 @@ def run_poc_combined(
                 raise
     except (CalctlError, KeyboardInterrupt) as exc:
         reraise_usage(exc)
-        outcome, error = outcome_of(exc), str(exc) or type(exc).__name__
+        outcome, error = outcome_of(exc), error_text(exc)
 
     verdict, checker = found.verdict, found.checker
     body["golden"] = found.goldens

@@ -13,11 +13,12 @@ time, the chips overlapped.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from calctl.records import atomic_output, write_atomic
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def chrome_trace(
 def write_chrome_trace(
     path: Path, slices: Sequence[TraceSlice], *, device: str, metadata: dict[str, Any] | None = None
 ) -> None:
-    _atomic_write_text(path, json.dumps(chrome_trace(slices, device=device, metadata=metadata), indent=1))
+    write_atomic(path, json.dumps(chrome_trace(slices, device=device, metadata=metadata), indent=1))
 
 
 def plot_timeline(path: Path, slices: Iterable[TraceSlice], *, title: str, device: str) -> None:
@@ -146,14 +147,6 @@ def plot_timeline(path: Path, slices: Iterable[TraceSlice], *, title: str, devic
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.005, 0.5), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
-    os.replace(tmp, path)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -282,7 +282,7 @@ def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> 
     r = cli("bringup")
     assert_no_traceback(r)
     assert r.code == 0, r.out + r.err
-    (out,) = tmp_path.glob("calctl-bringup-*")
+    (out,) = tmp_path.glob("calctl-reports/bringup-*")  # the documented default report directory
     doc = json.loads((out / "report.json").read_text())
     assert doc["verdict"] in ("PASS", "WARN") and doc["device"] == "mock" and doc["mock_result"] is True
     assert doc["runtime"]["runtime"] == "0.7.6" and doc["package"]["digest"] and doc["package"]["signer_key_id"]

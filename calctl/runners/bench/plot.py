@@ -12,10 +12,11 @@ device, or a server whose device the bench was not told.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from calctl.records import atomic_output
 
 BarGroup = tuple[str, float | None, float | None]  # label, isolated, joint (seconds)
 
@@ -31,12 +32,10 @@ def _device_label(device: str) -> str:
 def _save(fig: Any, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
     fig.tight_layout()
-    fig.savefig(tmp, dpi=100)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def _pyplot() -> Any:

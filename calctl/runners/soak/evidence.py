@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from calctl.records import atomic_output, write_json
+
 EVENTS_FILE = "events.ndjson"
 REPORT_FILE = "soak-report.json"
 PLOT_FILE = "soak.png"
@@ -42,13 +44,7 @@ def render_json(document: dict[str, Any]) -> str:
 
 
 def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(render_json(document) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_json(path, document)
 
 
 class EventLog:
@@ -184,11 +180,9 @@ def plot_soak(
     label = "MOCK device: simulated board, not hardware evidence" if device == "mock" else f"device: {device}"
     ax_mem.set_title(f"{title}\n{label}; green lines: loads (golden + warm-up passed), grey: unloaded", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 __all__ = [

@@ -57,7 +57,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl import __version__
+from calctl import __version__, records
 from calctl.errors import CalctlError, CheckFailed, ExitCode, UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
@@ -160,7 +160,7 @@ class SoakReport:
 
 
 def default_report_dir(now: datetime | None = None) -> Path:
-    return Path(f"calctl-soak-{(now or datetime.now()).strftime('%Y%m%d-%H%M%S')}")
+    return records.default_report_dir("soak", now)
 
 
 # ---------------------------------------------------------------------------
