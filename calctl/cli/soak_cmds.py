@@ -41,6 +41,11 @@ def _mib(x: int | float | None) -> str:
     return "n/a" if x is None else f"{x / 1024**2:+.1f} MiB"
 
 
+def _requests_line(sent: int, by_outcome: dict[str, int]) -> str:
+    """One way to count requests, in the progress bar and the summary alike: sent, then each outcome."""
+    return f"{sent} sent" + "".join(f", {k} {v}" for k, v in sorted(by_outcome.items()))
+
+
 class TrafficOpt(str, enum.Enum):
     mixed = "mixed"
     none = "none"
@@ -197,8 +202,8 @@ class _SoakProgress:
             completed, done = min(self._total, p.elapsed_s), f"{p.cycles_done} cycles"
         drift = " ".join(f"chip{c} {'n/a' if v is None else f'{v:+.0f}'}" for c, v in sorted(p.max_drift_mib.items()))
         live = (
-            f"{p.phase} | gen {p.generation if p.generation is not None else '-'} | req {p.requests} ok {p.ok} "
-            f"rejected {p.rejected} errors {p.errors} | violations {p.violations} | drift MiB {drift}"
+            f"{p.phase} | gen {p.generation if p.generation is not None else '-'} | "
+            f"{_requests_line(p.requests, p.by_outcome)} | violations {p.violations} | drift MiB {drift}"
         )
         self._progress.update(self._task, completed=completed, done=done, live=escape(live))
 
@@ -211,7 +216,7 @@ def _render_soak(doc: dict[str, Any]) -> None:
         ("status", doc["status"]),
         ("cycles", f"{doc['cycles']}" + (f" of {doc['cycles_planned']}" if doc["cycles_planned"] else "")),
         ("duration", f"{doc['seconds']:.1f} s"),
-        ("requests", f"{req['sent']} sent, " + ", ".join(f"{k} {v}" for k, v in sorted(req["by_outcome"].items()))),
+        ("requests", _requests_line(req["sent"], req["by_outcome"])),
         ("device errors", ", ".join(f"{k} {v}" for k, v in sorted(errs["device_errors"].items())) or "none"),
         (
             "lifecycle errors",
@@ -241,10 +246,14 @@ def _render_soak(doc: dict[str, Any]) -> None:
         f"report: {escape(str(files.get('report')))}; events: {escape(str(files.get('events')))}; "
         f"plot: {escape(str(files.get('plot')))}"
     )
-    verdict = "PASS" if doc.get("ok") else "FAIL"
-    out.print(
-        f"verdict {_output.styled_verdict(verdict)}: {len(doc['violations'])} violation(s) in {doc['cycles']} cycle(s)"
-    )
+    verdict = doc.get("verdict") or ("PASS" if doc.get("ok") else "FAIL")
+    n = len(doc["violations"])
+    line = f"verdict {_output.styled_verdict(verdict)}: {n} violation(s) in {doc['cycles']} complete cycle(s)"
+    i = doc.get("interrupted")
+    if i:
+        cut = f"; cycle {i['cycle']} cut short while {i['phase']}" if i.get("cycle") is not None else ""
+        line += f" ({escape(i['signal'])} after {i['at_s']:.1f} s{cut}; not judged past that point)"
+    out.print(line)
 
 
 def register(app: typer.Typer) -> None:
