@@ -198,6 +198,8 @@ def bench(
     for note in result.notes:
         if note.startswith("failing gate"):
             _output.info(f"[bold red]{escape(note)}[/]")
+        elif note.startswith("not judged"):
+            _output.info(f"[bold yellow]{escape(note)}[/]")
     return result.exit_code
 
 
@@ -241,6 +243,7 @@ def _bench_document(opts: Any, result: Any, scenario: str, started: datetime, se
         },
         "gates": [g.document() for g in result.gates],
         "failing_gates": [g.name for g in result.gates if g.passed is False],
+        "not_judged_gates": [g.name for g in result.gates if g.passed is None],
         **result.body,
         "notes": list(result.notes),
         "files": {"report": str(opts.out_dir / "bench-report.json"), "plot": str(result.plot) if result.plot else None},
@@ -268,6 +271,11 @@ def _render_bench(result: Any, doc: dict[str, Any]) -> None:
     out.print(
         f"verdict {_output.styled_verdict(result.verdict)}"
         + (f": failing {escape(', '.join(doc['failing_gates']))}" if doc["failing_gates"] else "")
+        + (
+            f"; not judged (too few samples or no interval): {escape(', '.join(doc['not_judged_gates']))}"
+            if doc["not_judged_gates"]
+            else ""
+        )
     )
 
 

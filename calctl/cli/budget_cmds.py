@@ -278,11 +278,13 @@ def _render(report: BudgetReport) -> None:
         for note in b.notes:
             out.print(f"  [yellow]note[/]: {escape(note)}")
         if chip.max_context is not None and chip.max_sequences is not None:
+            lanes = [m.sequences for m in report.models if b.chip in m.chips]
             out.print(
                 f"  largest context at the given batch: {chip.max_context.value:,} "
                 f"({chip.max_context.bound.value}); largest batch at the given context: "
                 f"{chip.max_sequences.value:,} ({chip.max_sequences.bound.value})"
             )
+            out.print(f"  [dim]{_what_if_note(lanes)}[/]")
 
     if report.grid is not None:
         g = report.grid
@@ -309,9 +311,19 @@ def _render(report: BudgetReport) -> None:
             f"largest context at the given batch: [bold]{mc.value:,}[/] ({mc.bound.value}); "
             f"largest batch at the given context: [bold]{ms.value:,}[/] ({ms.bound.value})"
         )
+        out.print(f"[dim]{_what_if_note([m.sequences for m in report.models])}[/]")
     failing = [str(c.budget.chip) for c in report.chips if c.budget.verdict is not Verdict.GO]
     where = f"chip {', '.join(failing)} over budget" if failing else "every chip within budget"
     out.print(f"verdict {_output.styled_verdict(report.verdict.value)}: {where}")
+
+
+def _what_if_note(lanes: list[int]) -> str:
+    """Why "largest batch 98,985" for a package with 16 lanes: it is what memory alone would allow."""
+    served = f"{max(lanes)} lane(s)" if lanes else "its compiled lanes"
+    return (
+        f"(memory what-ifs: what this chip's DRAM alone would hold; the package itself serves at most {served}, "
+        "its kv.max_sequences, and its context_limit)"
+    )
 
 
 def register(app: typer.Typer) -> None:

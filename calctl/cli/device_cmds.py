@@ -1,4 +1,4 @@
-"""``calctl device``: look at the board through the runtime layer (SPEC §5, 001 §14).
+"""``calctl device``: look at the board through the runtime layer (docs/runtime.md, 001 §14).
 
 Thin: pick the board from the environment (``select_board``: CALCTL_BOARD_ID,
 CALCTL_MOCK_SEED, CALRT_DEVICE), open it with ``open_runtime``, read topology,
@@ -18,7 +18,9 @@ from calctl.cli._options import CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt
 from calctl.cli._output import TableJson
 from calctl.runtime import BoardSelection, Runtime, open_runtime, select_board
 
-MOCK_NOTE = "mock device: a simulated board; its results are mock results, not evidence about hardware (SPEC §8)"
+MOCK_NOTE = (
+    "mock device: a simulated board; its results are mock results, not evidence about hardware (docs/runtime.md §5)"
+)
 
 
 def info_document(rt: Runtime, library: str | None, board: BoardSelection | None = None) -> dict[str, Any]:
@@ -101,13 +103,13 @@ def info(
 
     _output.print_table(
         None,
-        ["chip", "CalCores", "DRAM bytes", "used bytes", "pending", "finished", "failed", "health"],
+        ["chip", "CalCores", "DRAM", "used", "pending", "finished", "failed", "health"],
         [
             [
                 c["chip"],
                 c["calcores"],
-                n(c["dram_bytes"]),
-                n(c["memory_used_bytes"]),
+                _output.mib(c["dram_bytes"]),
+                _output.mib(c["memory_used_bytes"]),
                 n(c["pending"]),
                 n(c["finished"]),
                 n(c["failed"]),

@@ -227,13 +227,20 @@ def inspect(
     for c in doc["memory_plan"]:
         for r in c["regions"]:
             rows.append(
-                [c["chip"], r["name"], r["kind"], r["vaddr"], f"{r['size']:,}", "rw" if r["writable"] else "ro"]
+                [c["chip"], r["name"], r["kind"], r["vaddr"], _output.mib(r["size"]), "rw" if r["writable"] else "ro"]
             )
         rows.append(
-            [c["chip"], "[bold]total reserved[/]", "", "", f"{c['reserved_bytes']:,}", f"of {c['dram_bytes']:,}"]
+            [
+                c["chip"],
+                "[bold]total reserved[/]",
+                "",
+                "",
+                _output.mib(c["reserved_bytes"]),
+                f"of {_output.mib(c['dram_bytes'])} DRAM",
+            ]
         )
-    _output.print_table("Memory plan per chip", ["chip", "region", "kind", "vaddr", "bytes", ""], rows)
-    _output.stdout.print(f"{len(doc['files'])} files, {doc['total_bytes']:,} bytes")
+    _output.print_table("Memory plan per chip", ["chip", "region", "kind", "vaddr", "size", "access"], rows)
+    _output.stdout.print(f"{len(doc['files'])} files, {_output.mib(doc['total_bytes'])} ({doc['total_bytes']:,} bytes)")
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,8 @@ the report's (0, 1, 3, 4, 130). No device logic lives here.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -59,16 +61,29 @@ TraceOpt = Annotated[
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Write a PNG timeline of chip0/chip1 activity here.")]
 
 
-def _live_log() -> StepLog:
-    """Steps on stderr as they end, so a person (or a CI log) sees progress and where a run stopped."""
+def _step_line(rec: StepRecord) -> str:
+    return (
+        f"  {_output.styled_verdict(rec.status.value)} {escape(rec.name)} [dim]({rec.seconds:.2f} s)[/] "
+        f"{escape(rec.detail)}"
+    )
 
-    def show(rec: StepRecord) -> None:
-        _output.info(
-            f"  {_output.styled_verdict(rec.status.value)} {escape(rec.name)} [dim]({rec.seconds:.2f} s)[/] "
-            f"{escape(rec.detail)}"
-        )
 
-    return StepLog(on_record=show)
+@contextlib.contextmanager
+def _live_log(format: Format | TableJson) -> Iterator[StepLog]:
+    """Steps on stderr as they end, so a person (or a CI log) sees progress and where a run stopped.
+
+    On a terminal, with the table on the same screen, the progress is one transient status line (the steps
+    table at the end lists every step once); in a log, or with --format json/junit, one line per step.
+    """
+    if format.value == "table" and _output.stderr.is_terminal and _output.stdout.is_terminal:
+        with _output.stderr.status("starting", spinner="dots") as status:
+
+            def show_live(rec: StepRecord) -> None:
+                status.update(_step_line(rec).strip())
+
+            yield StepLog(on_record=show_live)
+        return
+    yield StepLog(on_record=lambda rec: _output.info(_step_line(rec)))
 
 
 def _finish(
@@ -100,15 +115,23 @@ def _finish(
     return report.exit_code
 
 
+def provenance_line(header: dict[str, Any]) -> str:
+    """``device mock, runtime 0.7.6; package NAME VERSION sha256:..., signer ...``, or what was not established."""
+    pkg = header.get("package") or {}
+    rt = header.get("runtime") or {}
+    if pkg.get("name"):
+        what = f"package {escape(str(pkg['name']))} {escape(str(pkg.get('version') or ''))}".rstrip()
+        what += f" sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}"
+    else:
+        digest = f" (sha256:{pkg['digest']})" if pkg.get("digest") else ""
+        what = f"package {escape(str(pkg.get('path') or 'n/a'))}{digest}: refused before it was loaded"
+    return f"device {header['device']}, runtime {rt.get('runtime', 'n/a')}; {what}"
+
+
 def _footer(report: RunReport, report_path: Path | None) -> None:
     out = _output.stdout
     h = report.header
-    pkg = h["package"]
-    rt = h.get("runtime") or {}
-    out.print(
-        f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; package {escape(str(pkg.get('name')))} "
-        f"sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}"
-    )
+    out.print(provenance_line(h))
     if h.get("mock_result"):
         out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
     for label, key in (("trace", "json"), ("plot", "plot")):
@@ -119,6 +142,9 @@ def _footer(report: RunReport, report_path: Path | None) -> None:
     line = f"verdict {_output.styled_verdict(report.verdict)}"
     if report.error:
         line += f": {escape(report.error)}"
+    elif report.verdict == "WARN":
+        warnings = report.body.get("warnings") or []
+        line += f": passed with {len(warnings)} warning(s): " + escape("; ".join(warnings))
     elif report.verdict in ("S1", "S2") and report.body.get("reasons"):
         line += f": {escape(report.body['reasons'][0])}"
     out.print(line)
@@ -204,10 +230,8 @@ def run_golden(
     """
     spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed)
     path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
-    with interruptible():
-        result = golden_runner(
-            path, trust=trust, device=spec, model=model, step_timeout_s=step_timeout, log=_live_log()
-        )
+    with interruptible(), _live_log(format) as log:
+        result = golden_runner(path, trust=trust, device=spec, model=model, step_timeout_s=step_timeout, log=log)
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_golden)
 
 
@@ -282,7 +306,7 @@ def warmup(
     """
     spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed)
     path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
-    with interruptible():
+    with interruptible(), _live_log(format) as log:
         result = warmup_runner(
             path,
             trust=trust,
@@ -291,7 +315,7 @@ def warmup(
             model=model,
             decode_steps=decode_steps,
             step_timeout_s=step_timeout,
-            log=_live_log(),
+            log=log,
         )
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_warmup)
 
@@ -381,7 +405,7 @@ def poc_combined(
             )
         expect_models = "model-a,model-b"
     expect = parse_expect_models(expect_models)
-    with interruptible():
+    with interruptible(), _live_log(format) as log:
         result = run_poc_combined(
             path,
             trust=trust,
@@ -390,7 +414,7 @@ def poc_combined(
             rounds=rounds,
             step_timeout_s=step_timeout,
             require_s2=require_s2,
-            log=_live_log(),
+            log=log,
         )
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_poc)
 
@@ -508,12 +532,7 @@ def _render_bringup(result: bringup_lib.BringupReport) -> None:
         if s.verdict not in ("PASS", "GO", "S2") and s.detail:
             out.print(f"  {escape(s.name)}: {escape(s.detail)}")
     h = result.header
-    pkg = h["package"]
-    rt = h.get("runtime") or {}
-    out.print(
-        f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; package {escape(str(pkg.get('name')))} "
-        f"sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}"
-    )
+    out.print(provenance_line(h))
     if h.get("mock_result"):
         out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
     out.print(f"report: {escape(str(result.out_dir / 'report.json'))} (traces and plots alongside)")

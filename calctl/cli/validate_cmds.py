@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.padding import Padding
+from rich.text import Text
 
 from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, ResultFormatOpt, TrustedKeyOpt
@@ -119,7 +121,7 @@ def _print_report(report: Report, *, verbose: bool = False) -> None:
             f"  {_output.styled_verdict(_STATUS_LABEL[c.status])} {c.id} [dim]{c.group.value}[/]"
             + (f" {where}" if where else "")
         )
-        out.print(f"      {escape(c.message)}", soft_wrap=False)
+        out.print(Padding(Text(c.message), (0, 0, 0, 6)), soft_wrap=False)
     passed = sorted({c.id for c in report.checks if c.status is Status.PASS} - set(report.failed_ids()))
     if not verbose:
         out.print(f"  [dim]{len(passed)} rule(s) passed (--verbose lists them; --format json has every result)[/]")
@@ -128,8 +130,8 @@ def _print_report(report: Report, *, verbose: bool = False) -> None:
     warned = [c.id for c in report.warnings]
     skipped = list(dict.fromkeys(c.id for c in report.skipped))
     counts = (
-        f"{n_rules} rules: {len(passed)} passed, {len(failed)} failing"
-        + (f" ({', '.join(failed)})" if failed else "")
+        (f"failed {', '.join(failed)}; " if failed else "")
+        + f"{n_rules} rules: {len(passed)} passed, {len(failed)} failing"
         + f", {_output.warning_summary(warned)}, {len(skipped)} skipped"
         + (f" ({', '.join(skipped)})" if skipped else "")
     )
@@ -140,7 +142,7 @@ def _print_report(report: Report, *, verbose: bool = False) -> None:
     why = ""
     if not report.ok and not failed:
         why = "; rejected by --fail-on-warn/--fail-on-skip"
-    out.print(f"verdict {_output.styled_verdict(verdict)}: {counts}{why}", soft_wrap=False)
+    out.print(f"verdict {_output.styled_verdict(verdict)}: {counts}{why}")
 
 
 def _verdict(report: Report) -> str:

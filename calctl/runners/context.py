@@ -486,19 +486,22 @@ class RunContext:
             )
             report = validate(self.path, policy)
             self.validation = report
+            warned = list(dict.fromkeys(c.id for c in report.warnings))
             note.detail = (
-                f"{len(report.rule_ids())} rules, {len(report.errors)} failing, {len(report.warnings)} warnings"
+                f"{len(report.rule_ids())} rules, {len(report.failed_ids())} failing, {len(warned)} warning(s)"
                 + (f": {', '.join(report.failed_ids())}" if report.errors else "")
             )
             if not report:
+                findings = [f"{c.id}: {c.message}" for c in report.errors]
+                shown = "; ".join(findings[:4]) + (f"; and {len(findings) - 4} more" if len(findings) > 4 else "")
                 raise CheckFailed(
-                    f"{self.path}: the package failed validation ({', '.join(report.failed_ids()) or 'policy'}); "
+                    f"{self.path}: the package failed validation ({shown or 'rejected by policy'}); "
                     "it never reached configure",
                     hint=f"run `calctl validate {self.path}` for every finding",
                 )
-            if report.warnings:
+            if warned:
                 note.status = StepStatus.WARN
-                note.detail += f" ({', '.join(dict.fromkeys(c.id for c in report.warnings))})"
+                note.detail += f" ({', '.join(warned)})"
         return report
 
     def load(self) -> Package:
@@ -724,7 +727,7 @@ class RunReport:
     """
 
     command: str
-    verdict: str  # PASS | FAIL | TIMEOUT | ERROR | INTERRUPTED; the PoC reports S1 | S2 when it ran to the end
+    verdict: str  # PASS | WARN | FAIL | TIMEOUT | ERROR | INTERRUPTED; the PoC reports S1 | S2 when it ran to the end
     exit_code: int
     header: dict[str, Any]
     steps: tuple[StepRecord, ...]
@@ -764,14 +767,26 @@ class RunReport:
 def finish(
     ctx: RunContext, command: str, verdict: str, exit_code: int, body: dict[str, Any], error: str | None, t0: float
 ) -> RunReport:
-    """Assemble the RunReport once ``ctx`` is closed (the teardown steps are part of the log)."""
+    """Assemble the RunReport once ``ctx`` is closed (the teardown steps are part of the log).
+
+    A PASS with a step that warned is WARN (docs/cli.md "Verdicts": passed, exit 0, every warning named in
+    ``warnings``), the word bringup and validate use for the same result.
+    """
+    warnings = [f"{s.name}: {s.detail}" for s in ctx.log.records if s.status is StepStatus.WARN]
+    if verdict == Outcome.PASS.value and warnings:
+        verdict = "WARN"
     return RunReport(
         command=command,
         verdict=verdict,
         exit_code=exit_code,
         header=ctx.header(command),
         steps=ctx.log.records,
-        body={**body, "programs": programs_document(ctx.programs), "memory": ctx.memory_document()},
+        body={
+            **body,
+            "warnings": warnings,
+            "programs": programs_document(ctx.programs),
+            "memory": ctx.memory_document(),
+        },
         error=error,
         seconds=time.perf_counter() - t0,
         events=ctx.trace_events(),
