@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 
 from calctl.records import dumps
@@ -72,6 +73,26 @@ def make_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequenc
 
 def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     stdout.print(make_table(title, columns, rows))
+
+
+def print_rows(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A table when it roughly fits the console; else one block per row (first cell as its heading, then
+    ``column: value`` lines), so long cells wrap as sentences instead of being folded mid-word."""
+    rows = [list(r) for r in rows]
+    table = make_table(title, columns, rows)
+    for col in table.columns:
+        col.overflow = "ellipsis"
+    natural = stdout.measure(table, options=stdout.options.update(max_width=100_000)).maximum
+    if natural <= 1.5 * stdout.width or not rows:  # a little wrapping inside cells still reads as a table
+        stdout.print(table)
+        return
+    if title:
+        stdout.print(f"[bold]{title}[/]")
+    for row in rows:
+        stdout.print(f"[bold]{columns[0]} {'' if row[0] is None else row[0]}[/]")
+        for name, value in zip(columns[1:], row[1:], strict=False):
+            if value not in (None, ""):
+                stdout.print(Padding(f"[dim]{name}:[/] {value}", (0, 0, 0, 2)))
 
 
 def info(message: str) -> None:

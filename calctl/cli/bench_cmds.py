@@ -64,9 +64,8 @@ def bench(
         str,
         typer.Option(
             "--scenario",
-            help="ab (default; --mode), interference (001 §9.4), "
-            "fault-isolation (001 §13.4, in-process on the mock), or "
-            "another registered scenario (an unknown name lists them).",
+            help="ab (default; --mode), interference (001 §9.4), fault-isolation (001 §13.4, in-process on the "
+            "mock), executor-modes (sync/async/pingpong, in-process; docs/executor.md); an unknown name lists them.",
         ),
     ] = "ab",
     url: Annotated[str | None, typer.Option("--url", help="The server to drive, e.g. http://127.0.0.1:8000.")] = None,
@@ -110,7 +109,10 @@ def bench(
         str | None, typer.Option("--api-key", envvar="CALCTL_BENCH_API_KEY", help="Bearer key for the server.")
     ] = None,
     target_device: Annotated[
-        TargetDeviceOpt, typer.Option("--target-device", help="What the server runs on, to label the report (SPEC §8).")
+        TargetDeviceOpt,
+        typer.Option(
+            "--target-device", help="What the server runs on, to label the report (docs/bench.md, mock results)."
+        ),
     ] = TargetDeviceOpt.unknown,
     report: Annotated[
         Path | None,
@@ -195,7 +197,7 @@ def bench(
         _output.emit_json(doc)
     else:
         _render_bench(result, doc)
-    for note in result.notes:
+    for note in result.notes if _output.is_json(format) else ():  # the table run prints them on stdout
         if note.startswith("failing gate"):
             _output.info(f"[bold red]{escape(note)}[/]")
         elif note.startswith("not judged"):
@@ -252,7 +254,7 @@ def _bench_document(opts: Any, result: Any, scenario: str, started: datetime, se
 
 def _render_bench(result: Any, doc: dict[str, Any]) -> None:
     for t in result.tables:
-        _output.print_table(t.title, list(t.columns), [[escape(str(c)) for c in row] for row in t.rows])
+        _output.print_rows(t.title, list(t.columns), [[escape(str(c)) for c in row] for row in t.rows])
     out = _output.stdout
     for key in ("throughput_efficiency", "overlap_ratio"):
         est = doc.get(key)

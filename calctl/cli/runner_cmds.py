@@ -99,6 +99,7 @@ def _finish(
             device=report.header["device"],
             title=f"calctl {report.command}",
             metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
+            marks=report.body.get("marks") or (),
         )
     report = report.with_body(trace=files)
     if report_path is not None:
@@ -324,6 +325,16 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:.3f}"
 
 
+def _stability(cv: float | None, unstable: bool, limit: float | None) -> str:
+    """Never blank: stable, WARN unstable, or why it could not be told."""
+    bound = f"CV {'>' if unstable else '<='} {limit:g}" if limit is not None else ""
+    if unstable:
+        return f"{_output.styled_verdict('WARN')} unstable ({bound})"
+    if cv is None:
+        return "n/a (too few jobs for a CV)"
+    return f"stable ({bound})" if bound else "stable"
+
+
 def _render_warmup(report: RunReport) -> None:
     _steps_table(report)
     rows = []
@@ -340,7 +351,7 @@ def _render_warmup(report: RunReport) -> None:
                     _ms(p.p90),
                     _ms(p.p99),
                     "n/a" if p.cv is None else f"{p.cv:.3f}",
-                    _output.styled_verdict("WARN") + " unstable" if unstable else "",
+                    _stability(p.cv, unstable, report.body.get("cv_warn")),
                     f"{r.errors}/{r.iterations}",
                 ]
             )
@@ -427,6 +438,15 @@ def _est(d: dict[str, Any] | None) -> str:
     return f"{d['mean']:.3f}{ci}"
 
 
+#: What the two PoC figures can be, printed under them (issue 21: "overlap_ratio tops out at 0.5").
+OVERLAP_BOUNDS = (
+    "overlap_ratio = 1 - T_joint / (T_A + T_B): 0 = no faster than A then B; at most "
+    "1 - max(T_A, T_B) / (T_A + T_B), which is 0.5 for equal A and B fully in parallel. "
+    "throughput_efficiency = joint tokens/s / (A + B isolated tokens/s): 1 = no loss; a value just above 1 "
+    "(e.g. 1.01) is timing noise, not a gain"
+)
+
+
 def _render_poc(report: RunReport) -> None:
     _steps_table(report)
     body = report.body
@@ -454,6 +474,7 @@ def _render_poc(report: RunReport) -> None:
             f"overlap_ratio {_est(body['overlap_ratio'])}; throughput_efficiency {_est(body['throughput_efficiency'])} "
             "(mean [95% bootstrap CI] over rounds, 001 §13.2)"
         )
+        out.print(f"[dim]{OVERLAP_BOUNDS}[/]")
     for reason in body.get("reasons", []):
         out.print(f"  - {escape(reason)}")
     xt = body.get("crosstalk")

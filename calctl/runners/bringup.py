@@ -208,6 +208,7 @@ def _device_step(state: BringupState, name: str, report: RunReport, figure: str)
         device=cfg.device.kind.value,
         title=f"calctl bringup: {name}",
         metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
+        marks=report.body.get("marks") or (),
     )
     if state.header is None and report.header.get("runtime") is not None:
         state.header = report.header

@@ -46,7 +46,7 @@ from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, Usage
 from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import Report, ValidationPolicy, validate
-from calctl.runners.trace import TraceSlice, plot_timeline, write_chrome_trace
+from calctl.runners.trace import Mark, TraceSlice, plot_timeline, write_chrome_trace
 from calctl.runtime import Calbin, DeviceKind, Health, Runtime, TraceEvent, Versions, open_runtime
 from calctl.runtime.errors import InvalidCalbin, RuntimeLayerError
 from calctl.runtime.types import JobState
@@ -384,8 +384,9 @@ def write_trace_outputs(
     device: str,
     title: str,
     metadata: dict[str, Any],
+    marks: Sequence[Mark] = (),
 ) -> dict[str, str | None]:
-    """Write the Chrome/Perfetto JSON and/or the timeline PNG; return where they went."""
+    """Write the Chrome/Perfetto JSON and/or the timeline PNG (``marks`` shaded behind it); return where they went."""
     slices = trace_slices(events)
     out: dict[str, str | None] = {"json": None, "plot": None}
     if trace is not None:
@@ -393,7 +394,7 @@ def write_trace_outputs(
         out["json"] = str(trace)
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_timeline(plot, slices, title=title, device=device)
+        plot_timeline(plot, slices, title=title, device=device, marks=marks)
         out["plot"] = str(plot)
     return out
 

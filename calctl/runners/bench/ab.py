@@ -242,10 +242,23 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
         tables.append(_gate_table(gates))
     plot = opts.out_dir / "bench.png"
     bars: list[BarGroup] = []
+    verdicts = {g.name: g.verdict for g in gates}
     for m in models:
         si, sj = stats_iso.get(m), stats_joint.get(m)
-        bars.append((f"{m} TTFT", si.ttft.p99 if si else None, sj.ttft.p99 if sj else None))
-        bars.append((f"{m} TPOT", si.tpot.p99 if si else None, sj.tpot.p99 if sj else None))
+        for metric in ("ttft", "tpot"):
+            pi = getattr(si, metric) if si else None
+            pj = getattr(sj, metric) if sj else None
+            bars.append(
+                BarGroup(
+                    f"{m} {metric.upper()}",
+                    pi.p99 if pi else None,
+                    pj.p99 if pj else None,
+                    pi.count if pi else None,
+                    pj.count if pj else None,
+                    verdicts.get(f"p99_{metric}_degradation[{m}]"),
+                    m,
+                )
+            )
     plot_ab(
         plot,
         rates=cmp.rates if cmp else None,
@@ -292,8 +305,8 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
 
 
 def _gate_notes(gates: Sequence[G.Gate]) -> list[str]:
-    return [f"failing gate: {g.name}: {g.detail}" for g in G.failing(gates)] + [
-        f"not judged: {g.name}: {g.detail}" for g in G.not_judged(gates)
+    return [f"failing gate: {g.name}: {g.full}" for g in G.failing(gates)] + [
+        f"not judged: {g.name}: {g.note or g.detail}" for g in G.not_judged(gates)
     ]
 
 
@@ -359,7 +372,17 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
             g = [x for x in G.degradation_gates(si, sj, load) if x.name.startswith(f"p99_{metric}")]
             pair_gates += [dataclasses.replace(x, name=f"{name}: {x.name}") for x in g]
             iv, jv = (si.ttft.p99, sj.ttft.p99) if metric == "ttft" else (si.tpot.p99, sj.tpot.p99)
-            bars.append((f"{m} {metric.upper()}", iv, jv))
+            bars.append(
+                BarGroup(
+                    f"{m} {metric.upper()}",
+                    iv,
+                    jv,
+                    getattr(si, metric).count,
+                    getattr(sj, metric).count,
+                    g[0].verdict if g else None,
+                    m,
+                )
+            )
             rows += _stats_rows(f"{name}, joint", [sj])
             rate_rows += _rate_rows(f"{name}, joint", [sj])
             docs[m] = {"work": f"{w[0]}-heavy", "watched": metric, "isolated": si.document(), "joint": sj.document()}

@@ -70,14 +70,19 @@ class Gate:
     name: str
     rule: str
     value: float | None
-    passed: bool | None  # None: not judged (``detail`` says why)
-    detail: str = ""
+    passed: bool | None  # None: not judged (``note`` says why)
+    detail: str = ""  # what was measured
     samples: int | None = None  # the fewest samples the judgement rests on (per phase), where that applies
     min_samples: int | None = None
+    note: str = ""  # why it was not judged, and what would give enough
 
     @property
     def verdict(self) -> str:
         return {True: "PASS", False: "FAIL", None: NOT_JUDGED}[self.passed]
+
+    @property
+    def full(self) -> str:
+        return f"{self.detail}: {self.note}" if self.note else self.detail
 
     def document(self) -> dict[str, Any]:
         return {
@@ -88,7 +93,7 @@ class Gate:
             "verdict": self.verdict,
             "samples": self.samples,
             "min_samples": self.min_samples,
-            "detail": self.detail,
+            "detail": self.full,
         }
 
 
@@ -165,9 +170,10 @@ def degradation_gates(iso: ModelStats, joint: ModelStats, load: Load | None = No
                     rule,
                     d,
                     None,
-                    f"{measured}: a P99 needs >= {need} samples per phase, not judged from {have}{hint}",
+                    measured,
                     have,
                     need,
+                    f"a P99 needs >= {need} samples per phase, not judged from {have}{hint}",
                 )
             )
             continue
@@ -196,9 +202,10 @@ def b_success_gate(a_joint: ModelStats, b_joint: ModelStats, load: Load | None =
             f">= {B_SUCCESS_GATE:.1%}",
             rate,
             None,
-            f"{measured}: 99.9 % needs >= {need} requests to pass, not judged from {b_joint.requests}{hint}",
+            measured,
             b_joint.requests,
             need,
+            f"99.9 % needs >= {need} requests to pass, not judged from {b_joint.requests}{hint}",
         )
     return Gate(
         "b_success_rate",

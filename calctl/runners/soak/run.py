@@ -928,11 +928,23 @@ class _Soak:
                 cycles=[(cy.loaded_s, cy.unloaded_s) for cy in self.cycles if cy.loaded_s is not None],
                 title=self._plot_title(),
                 device=c.device.kind.value,
+                checks=self._unload_checks(),
+                interrupted=(self.interrupted["at_s"], self.interrupted["signal"]) if self.interrupted else None,
             )
             files["plot"] = str(c.out_dir / evidence.PLOT_FILE)
         except Exception as exc:
             self.events.write("plot_failed", error=f"{type(exc).__name__}: {exc}")
         return files
+
+    def _unload_checks(self) -> dict[int, list[tuple[float, int | None]]]:
+        """Per chip: (time, drift) of every after-unload memory check (001 §13.3), for the picture."""
+        out: dict[int, list[tuple[float, int | None]]] = {}
+        for cy in self.cycles:
+            if cy.unloaded_s is None:
+                continue
+            for d in cy.doc.get("memory_after_unload", []):
+                out.setdefault(int(d["chip"]), []).append((cy.unloaded_s, d["drift_bytes"]))
+        return out
 
     def _plot_title(self) -> str:
         c = self.config

@@ -131,14 +131,14 @@ def test_a_p99_gate_on_17_samples_is_not_judged_and_says_what_would_be_enough() 
     ttft, tpot = G.degradation_gates(iso, worse, G.Load(duration_s=5.0, rate=4.0))
     for g in (ttft, tpot):  # +250 % measured, but the "P99" of 17 requests is the slowest one: no verdict
         assert g.passed is None and g.verdict == "NOT JUDGED" and g.samples == 17 and g.min_samples == 100
-        assert "n=17 isolated, n=17 joint" in g.detail and ">= 100 samples" in g.detail
-        assert "--duration 30 (at --rate 4)" in g.detail and "--rate 23.5 (at --duration 5" in g.detail
+        assert "n=17 isolated, n=17 joint" in g.full and ">= 100 samples" in g.full
+        assert "--duration 30 (at --rate 4)" in g.full and "--rate 23.5 (at --duration 5" in g.full
     assert ttft.value == pytest.approx(2.5)
     assert G.verdict([ttft, tpot]) == "NOT JUDGED" and G.failing([ttft, tpot]) == []
     assert G.MIN_SAMPLES == {"p50": 2, "p90": 10, "p99": 100}
     ok_b = summarize("model-b", [_rec("model-b", 0, 0.1, 1, 10)] * 17, t0=0, slo=Slo())
     b = G.b_success_gate(iso, ok_b)
-    assert b.passed is None and "needs >= 1000 requests" in b.detail and b.value == 1.0
+    assert b.passed is None and "needs >= 1000 requests" in b.full and b.value == 1.0
     assert b.document()["verdict"] == "NOT JUDGED" and b.document()["samples"] == 17
 
 
