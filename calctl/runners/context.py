@@ -20,7 +20,7 @@ logged step, so a report shows that the board was left clean.
 
 :class:`StepLog` records named steps with status, duration and detail (the
 PoC's "each step logged with its status"). :func:`header` is the block every
-report starts with: device kind (mock results labelled as such, SPEC §8),
+report starts with: device kind (mock results labelled as such, docs/runtime.md §5),
 runtime versions, package digest and signer.
 
 This module does not run models, judge results or render anything.
@@ -54,10 +54,10 @@ from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS
 from calctl.signing.policy import TrustPolicy
 
-#: Printed on and stored in every report produced on the mock device (SPEC §8).
+#: Printed on and stored in every report produced on the mock device (docs/runtime.md §5).
 MOCK_LABEL = (
     "MOCK RESULT: produced on the simulated mock board. It shows that the tool and the package work end to end; "
-    "it is not evidence about a Calculet board (SPEC §8, docs/runtime.md §5)"
+    "it is not evidence about a Calculet board (docs/runtime.md §5)"
 )
 
 

@@ -34,7 +34,7 @@ logged SKIP with the reason, so a report shows, e.g., that configure never ran):
 11. ``drain``, ``reset configuration``, ``release`` (the RunContext teardown).
 
 On the mock the verdict shows that the tool tells S1 from S2; it is not
-evidence about a board (SPEC §8): the report says so. This module does not
+evidence about a board (docs/runtime.md §5): the report says so. This module does not
 print or write files.
 """
 
@@ -568,7 +568,7 @@ def _f(x: float | None) -> str:
 
 
 def _capability(device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: Outcome) -> str:
-    """What the run may be cited for (001 §1 C0–C4, S1/S2; SPEC §8)."""
+    """What the run may be cited for (001 §1 C0–C4, S1/S2; docs/runtime.md §5)."""
     if device.is_mock:
         return (
             "not evidence: a mock result shows the tool tells S1 from S2; the board's dual-chip concurrency stays "

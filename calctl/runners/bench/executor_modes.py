@@ -41,7 +41,7 @@ split where overlap is possible (30 % h2d, 40 % compute, 30 % d2h) and with a
 compute-bound control (0 / 100 / 0) where ping/pong can only hide host time,
 so the gain is seen to come from the modelled phases and nothing else. Only
 the first is judged; a mock result grades nothing on the board (ping/pong
-stays C1 there, SPEC §8, 001 §1).
+stays C1 there, docs/runtime.md §5, 001 §1).
 """
 
 from __future__ import annotations
@@ -566,7 +566,7 @@ def _judge(
             "MOCK RESULT: simulated timing; the phase split is an input of the mock, not a measurement of a board. "
             "It grades nothing on hardware: ping/pong on the board stays C1 (symbols present, not measured) and "
             "this executor C2 (built on confirmed interfaces, awaiting hardware acceptance) until this scenario "
-            "runs with --device calrt (SPEC §8, 001 §1)."
+            "runs with --device calrt (docs/runtime.md §5, 001 §1)."
         )
     if evidence.compute_overlap_s is None:
         notes.append(

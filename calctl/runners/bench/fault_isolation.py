@@ -41,7 +41,7 @@ Grade, from observation only (001 §13.4):
 A combined calbin reconfigures as a whole (001 §11.2): reloading A drains and
 reloads B too, which the lifecycle rows show, so a combined package grades F1
 at best. On the mock these are mock results: they show the tool and the
-engine's isolation logic, not a board's fault domains (SPEC §8).
+engine's isolation logic, not a board's fault domains (docs/runtime.md §5).
 """
 
 from __future__ import annotations
@@ -486,7 +486,7 @@ class _Run:
         notes = [
             f"grade {grade}: {why}",
             "MOCK RESULT: faults injected on the simulated board; this grades the tool and "
-            "the engine's isolation logic, not a Calculet board's fault domains (SPEC §8)",
+            "the engine's isolation logic, not a Calculet board's fault domains (docs/runtime.md §5)",
             "not exercised: KV corruption (silent on the device; only golden checks see it)",
         ]
         points = [(r.record.sent - t_start, r.record.e2e, r.record.ok) for r in self.b_results]

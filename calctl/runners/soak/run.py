@@ -39,7 +39,7 @@ checker, never for serving.
 Evidence (:mod:`calctl.runners.soak.evidence`): ``events.ndjson`` appended as it
 happens, ``soak-report.json`` rewritten atomically at every checkpoint (every
 ``checkpoint_interval_s``, default 60 s) and cycle end, ``soak.png`` at the end.
-Mock results are labelled as such (SPEC §8). This module does not print.
+Mock results are labelled as such (docs/runtime.md §5). This module does not print.
 """
 
 from __future__ import annotations
