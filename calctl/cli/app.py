@@ -166,8 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         code = ExitCode.INTERRUPTED
     except _click_exc.ClickException as exc:
         # Usage errors: show click's message (names the option) without a traceback.
-        if type(exc).__name__ == "NoArgsIsHelpError" and exc.ctx is not None:
-            _output.stdout.print(exc.ctx.get_help(), markup=False, highlight=False)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            # Building the exception rendered the help already (Typer's rich help prints as it formats).
+            message = exc.format_message()
+            if message.strip():
+                _output.stdout.print(message, markup=False, highlight=False)
             return int(ExitCode.USAGE)
         if isinstance(exc, _click_exc.UsageError) and exc.ctx is not None:
             _output.stderr.print(exc.ctx.get_usage(), markup=False, highlight=False)

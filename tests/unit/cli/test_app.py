@@ -146,3 +146,10 @@ def test_junit_renderer_escapes_what_xml_cannot_carry() -> None:
     assert "]]>" in text and "<tag>" in text and "\x00" not in text and "\x1b" not in text
     assert "\ufffd" in text
     assert root.get("tests") == "3"
+
+
+@pytest.mark.parametrize("args", [(), ("poc",), ("device",)])
+def test_a_group_without_a_command_prints_its_help_once_and_exits_2(cli, args) -> None:  # type: ignore[no-untyped-def]
+    r = cli(*args)
+    assert r.code == 2
+    assert (r.out + r.err).count("Usage: calctl") == 1

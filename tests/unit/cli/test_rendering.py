@@ -50,3 +50,48 @@ def test_sizes_for_people() -> None:
 def test_every_table_column_has_a_header() -> None:
     with pytest.raises(ValueError, match="header"):
         _output.make_table("t", ["chip", ""], [])
+
+
+def test_warmup_stability_is_never_blank() -> None:
+    assert runner_cmds._stability(0.05, False, 0.25) == "stable (CV <= 0.25)"
+    assert "unstable (CV > 0.25)" in runner_cmds._stability(0.4, True, 0.25)
+    assert runner_cmds._stability(None, False, 0.25).startswith("n/a")
+
+
+def test_soak_progress_and_summary_count_requests_the_same_way() -> None:
+    from calctl.cli import soak_cmds
+
+    by = {"ok": 163, "cancelled": 28, "deadline": 12, "invalid": 7, "unavailable": 26}
+    line = soak_cmds._requests_line(236, by)
+    assert line == "236 sent, cancelled 28, deadline 12, invalid 7, ok 163, unavailable 26"
+    assert "rejected" not in line
+
+
+def test_the_poc_figures_bounds_are_printed_with_them() -> None:
+    assert "0.5" in runner_cmds.OVERLAP_BOUNDS and "1.01" in runner_cmds.OVERLAP_BOUNDS
+
+
+def test_sigterm_and_sigint_raise_interrupted_once_and_the_handlers_come_back() -> None:
+    import os
+    import signal
+
+    from calctl.cli._signals import interruptible
+    from calctl.errors import Interrupted, interrupt_reason
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as caught, interruptible():
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs between bytecodes of the main thread
+            pass
+    assert caught.value.signal_name == "SIGTERM" and interrupt_reason(caught.value) == "interrupted (SIGTERM)"
+    assert signal.getsignal(signal.SIGTERM) is before
+    with interruptible():  # a second signal while the first is being handled is ignored
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        except Interrupted:
+            os.kill(os.getpid(), signal.SIGINT)  # ignored: the teardown goes on
+            for _ in range(1000):
+                pass
+    assert signal.getsignal(signal.SIGINT) is not None  # restored to what it was
