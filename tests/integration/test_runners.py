@@ -348,3 +348,42 @@ def test_junit_has_one_testcase_per_step(cli, tmp_path: Path) -> None:  # type: 
     assert root.get("failures") == "1"
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["device"] == "mock" and props["mock_result"] == "true" and props["verdict"] == "FAIL"
+
+
+def test_sigterm_stops_bringup_interrupted_with_its_report(tmp_path: Path) -> None:
+    """Issue 21: SIGTERM (timeout, CI) is handled like Ctrl-C: the step is INTERRUPTED, the rest SKIP, exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "bringup"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "calctl", "bringup", str(FIXTURE_PACKAGES / "combined"), *TRUST, "--report", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "run-golden.png").is_file():  # the device steps have started
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "bringup did not reach its device steps in 120 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    doc = json.loads((out / "report.json").read_text())
+    summary = {s["step"]: s for s in doc["summary"]}
+    assert doc["verdict"] == "INTERRUPTED" and doc["exit_code"] == 130
+    cut = [s for s in summary.values() if s["verdict"] == "INTERRUPTED"]
+    assert len(cut) == 1 and "SIGTERM" in cut[0]["detail"]
+    assert summary["soak"]["verdict"] in ("SKIP", "INTERRUPTED")
+    assert "verdict INTERRUPTED" in stdout
