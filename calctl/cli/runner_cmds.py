@@ -326,13 +326,12 @@ def _ms(x: float | None) -> str:
 
 
 def _stability(cv: float | None, unstable: bool, limit: float | None) -> str:
-    """Never blank: stable, WARN unstable, or why it could not be told."""
-    bound = f"CV {'>' if unstable else '<='} {limit:g}" if limit is not None else ""
+    """Never blank: stable, WARN unstable, or why it could not be told (the CV limit is in the table's title)."""
     if unstable:
-        return f"{_output.styled_verdict('WARN')} unstable ({bound})"
+        return f"{_output.styled_verdict('WARN')} unstable"
     if cv is None:
-        return "n/a (too few jobs for a CV)"
-    return f"stable ({bound})" if bound else "stable"
+        return "n/a (too few jobs)"
+    return "stable"
 
 
 def _render_warmup(report: RunReport) -> None:
@@ -357,8 +356,9 @@ def _render_warmup(report: RunReport) -> None:
             )
     if rows:
         _output.print_table(
-            "warm-up latency per graph (ms, host submit -> wait, first iteration excluded)",
-            ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors/iterations"],
+            "warm-up latency per graph (ms, host submit -> wait, first iteration excluded; "
+            f"stable: CV <= {report.body.get('cv_warn', 0.25):g}; errors of iterations)",
+            ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors"],
             rows,
         )
 
