@@ -52,6 +52,17 @@ def test_listed_line_is_the_commands_own_first_paragraph(name: str) -> None:
     assert (cmd.help or "").split("\n\n")[0] == line
 
 
+def test_every_registered_command_is_in_the_fast_listing() -> None:
+    """A new command module in app._COMMAND_MODULES must add its commands to calctl/cli/_commands.py."""
+    from calctl.cli import app as app_module
+
+    for module in app_module._COMMAND_MODULES:
+        for name in _LazyGroup._module_group(module).commands:
+            assert name in _COMMANDS, f"{module} registers {name!r}: add it to calctl/cli/_commands.py COMMANDS"
+            assert _COMMANDS[name][0] == module, name
+    assert {m for m, _ in _COMMANDS.values()} <= set(app_module._COMMAND_MODULES)
+
+
 def test_top_level_help_lists_every_command_within_80_columns() -> None:
     text = root_help(width=80)
     assert all(len(line) <= 80 for line in text.splitlines())
