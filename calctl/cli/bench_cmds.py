@@ -34,8 +34,8 @@ from calctl.cli._options import (
 )
 from calctl.cli._output import TableJson
 from calctl.cli._package_arg import resolve_package
-from calctl.cli._signals import interruptible
-from calctl.errors import UsageError
+from calctl.cli._signals import interrupt_behind, interruptible
+from calctl.errors import ExitCode, UsageError, interrupt_reason
 from calctl.records import write_json
 from calctl.runners.context import MOCK_LABEL
 
@@ -138,7 +138,7 @@ def bench(
     Exit 0 gates pass (or only measured), 1 a gate failed (named) or fault isolation F0, 2 usage (also: server
     unreachable), 3 device error.
     """
-    from calctl.runners.bench.base import BenchOptions, Mode
+    from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult
     from calctl.runners.bench.metrics import Slo
     from calctl.runners.bench.scenarios import SCENARIOS
     from calctl.runners.bench.workload import LengthDist, TokenRange
@@ -189,8 +189,23 @@ def bench(
         + (f" against {escape(url or '')}" if chosen.needs_url else " in-process on the mock board")
         + f" -> {escape(str(out_dir))}"
     )
-    with interruptible():
-        result = chosen.run(opts, lambda line: _output.info(escape(line)))
+    try:
+        with interruptible():
+            result = chosen.run(opts, lambda line: _output.info(escape(line)))
+    except BaseException as exc:  # SIGINT or SIGTERM (or a teardown error behind one): the report says so, exit 130
+        interrupt = interrupt_behind(exc)
+        if interrupt is None:
+            raise
+        notes = [f"{interrupt_reason(interrupt)} before the scenario finished: nothing was judged"]
+        if interrupt is not exc:
+            notes.append(f"while stopping: {type(exc).__name__}: {exc}")
+        result = ScenarioResult(
+            scenario,
+            "INTERRUPTED",
+            int(ExitCode.INTERRUPTED),
+            notes=tuple(notes),
+            mock_result={"mock": True, "calrt": False}.get(opts.target_device),
+        )
     doc = _bench_document(opts, result, scenario, started, time.perf_counter() - t0)
     write_json(out_dir / "bench-report.json", doc)
     if _output.is_json(format):

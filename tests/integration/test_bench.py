@@ -260,3 +260,38 @@ def test_fault_isolation_grades_f1_or_better_with_evidence(cli, tmp_path: Path) 
     assert rows["unload-reload"]["b_impacted"] is True and "A and B" in rows["unload-reload"]["scope_granted"]
     assert doc["verdict"] == "F1" and "lifecycle" in doc["grade_reason"]
     assert (tmp_path / "f" / "bench.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_sigterm_ends_a_bench_interrupted_with_its_report(tmp_path: Path) -> None:
+    """Issue 21: SIGTERM is handled like SIGINT: verdict INTERRUPTED, exit 130, bench-report.json written."""
+    import os
+    import signal
+    import sys
+
+    out = tmp_path / "f"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "calctl", "bench", "--scenario", "fault-isolation", "--report", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # wait until the scenario runs its first phase
+            if "phase baseline" in line:
+                break
+        else:
+            pytest.fail(f"the bench ended before its first phase ({proc.wait(30)})")
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 130, stderr[-3000:]
+    doc = json.loads((out / "bench-report.json").read_text())
+    assert doc["verdict"] == "INTERRUPTED" and doc["exit_code"] == 130 and doc["mock_result"] is True
+    assert any("interrupted (SIGTERM)" in n for n in doc["notes"])
+    assert "verdict INTERRUPTED" in stdout

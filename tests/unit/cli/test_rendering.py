@@ -95,3 +95,18 @@ def test_sigterm_and_sigint_raise_interrupted_once_and_the_handlers_come_back() 
             for _ in range(1000):
                 pass
     assert signal.getsignal(signal.SIGINT) is not None  # restored to what it was
+
+
+def test_an_error_while_unwinding_an_interrupt_is_part_of_the_interrupt() -> None:
+    from calctl.cli._signals import interrupt_behind
+    from calctl.errors import Interrupted
+
+    try:
+        try:
+            raise Interrupted("SIGTERM")
+        except KeyboardInterrupt:
+            raise RuntimeError("Event loop is closed") from None
+    except RuntimeError as exc:
+        found = interrupt_behind(exc)
+    assert isinstance(found, Interrupted) and found.signal_name == "SIGTERM"
+    assert interrupt_behind(RuntimeError("plain")) is None
