@@ -37,7 +37,6 @@ from calctl.cli._package_arg import resolve_package
 from calctl.cli._signals import interrupt_behind, interruptible
 from calctl.errors import ExitCode, UsageError, interrupt_reason
 from calctl.records import write_json
-from calctl.runners.context import MOCK_LABEL
 
 
 class ModeOpt(str, enum.Enum):
@@ -221,6 +220,8 @@ def bench(
 
 
 def _bench_document(opts: Any, result: Any, scenario: str, started: datetime, seconds: float) -> dict[str, Any]:
+    from calctl.runners.context import MOCK_LABEL
+
     mock = result.mock_result
     return {
         "command": "bench",
@@ -268,6 +269,8 @@ def _bench_document(opts: Any, result: Any, scenario: str, started: datetime, se
 
 
 def _render_bench(result: Any, doc: dict[str, Any]) -> None:
+    from calctl.runners.context import MOCK_LABEL
+
     for t in result.tables:
         _output.print_rows(t.title, list(t.columns), [[escape(str(c)) for c in row] for row in t.rows])
     out = _output.stdout

@@ -1,4 +1,8 @@
-"""Package commands: keygen, sample-package, pack, sign, verify, inspect."""
+"""Package commands: keygen, sample-package, pack, sign, verify, inspect.
+
+The libraries (the sample compiler with numpy, signing, the package reader) are
+imported inside the commands, so a command's ``--help`` does not load them.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +16,10 @@ from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, TrustedKeyOpt
 from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
-from calctl.compiler.sample import KINDS, build_sample
 from calctl.errors import ExitCode, UsageError
-from calctl.package import archive
-from calctl.package import info as pkginfo
-from calctl.package.reader import load_manifest, package_root
-from calctl.signing import keys, seal
-from calctl.signing.files import SIGNATURE
+
+#: calctl.compiler.sample.KINDS, spelled out so --help needs no compiler (a unit test keeps them equal).
+SAMPLE_KINDS = ("single", "combined", "replica")
 
 
 def keygen(
@@ -26,6 +27,8 @@ def keygen(
     format: FormatOpt = TableJson.table,
 ) -> None:
     """Create an Ed25519 signing key pair for packages."""
+    from calctl.signing import keys
+
     priv, pub = keys.generate(prefix)
     kid = keys.load_public(pub).key_id
     if _output.is_json(format):
@@ -37,7 +40,7 @@ def keygen(
 def sample_package(
     out: Annotated[Path, typer.Argument(help="Output directory (must not exist, or be empty).")],
     key: Annotated[Path, typer.Option("--key", help="PREFIX.key from `calctl keygen` that signs the package.")],
-    kind: Annotated[str, typer.Option("--kind", help=f"One of: {', '.join(KINDS)}.")] = "combined",
+    kind: Annotated[str, typer.Option("--kind", help=f"One of: {', '.join(SAMPLE_KINDS)}.")] = "combined",
     seed: Annotated[int, typer.Option("--seed", help="Weight seed; same seed and key give byte-identical output.")] = 0,
     profiles: Annotated[
         str,
@@ -49,6 +52,12 @@ def sample_package(
     format: FormatOpt = TableJson.table,
 ) -> None:
     """Write a complete, valid, signed sample package for the mock device (the reference mock compiler)."""
+    from calctl.compiler.sample import build_sample
+    from calctl.package import archive
+    from calctl.package import info as pkginfo
+    from calctl.package.reader import load_manifest
+    from calctl.signing import keys
+
     try:
         prof = tuple(int(p) for p in profiles.split(",") if p.strip())
     except ValueError:
@@ -90,6 +99,11 @@ def pack(
     Writes checksums.sha256 for every file of DIRECTORY, signs it with --key, and with --out also writes a
     deterministic tar.
     """
+    from calctl.package import archive
+    from calctl.package import info as pkginfo
+    from calctl.package.reader import load_manifest
+    from calctl.signing import keys, seal
+
     if not directory.is_dir():
         raise UsageError(f"{directory}: not a directory", hint="pack takes an unpacked package directory")
     private = keys.load_private(key)
@@ -122,6 +136,9 @@ def sign(
 
     E.g. with a release key after a build signed it with a development key.
     """
+    from calctl.signing import keys, seal
+    from calctl.signing.files import SIGNATURE
+
     if not directory.is_dir():
         raise UsageError(f"{directory}: not a directory")
     kid = seal.sign(directory, keys.load_private(key))
@@ -142,6 +159,9 @@ def verify(
 
     Exit 0 verified, 1 names each bad file or key, 2 usage.
     """
+    from calctl.package.reader import package_root
+    from calctl.signing import seal
+
     path, policy, _ = resolve_package(pkg, trusted_key, allow_unsigned)
     t0 = time.monotonic()
     with package_root(path) as root:
@@ -193,6 +213,9 @@ def inspect(
     Per graph its kind, chip mode, target chips, batch profiles, max_seq and ELF count; per chip the memory
     plan's regions; the files and the signer.
     """
+    from calctl.package import info as pkginfo
+    from calctl.package.reader import load_manifest, package_root
+
     path, policy, _ = resolve_package(pkg, trusted_key, False)
     with package_root(path) as root:
         doc = pkginfo.describe(load_manifest(root), policy)

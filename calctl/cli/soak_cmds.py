@@ -34,7 +34,6 @@ from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
-from calctl.runners.context import MOCK_LABEL
 
 
 def _mib(x: int | float | None) -> str:
@@ -209,6 +208,8 @@ class _SoakProgress:
 
 
 def _render_soak(doc: dict[str, Any]) -> None:
+    from calctl.runners.context import MOCK_LABEL
+
     out = _output.stdout
     req = doc["requests"]
     errs = doc["errors"]

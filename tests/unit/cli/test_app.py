@@ -164,3 +164,16 @@ def test_a_group_without_a_command_prints_its_help_once_and_exits_2(cli, args) -
     r = cli(*args)
     assert r.code == 2
     assert (r.out + r.err).count("Usage: calctl") == 1
+
+
+@pytest.mark.parametrize("module", ["calctl.cli.package_cmds", "calctl.cli.soak_cmds", "calctl.cli.bench_cmds"])
+def test_light_command_modules_import_no_heavy_library(module: str) -> None:
+    loaded = _imported_after(f"import {module}")
+    assert not {m for m in (*HEAVY, "jsonschema", "cryptography") if m in loaded}
+
+
+def test_sample_kinds_in_the_help_are_the_compilers() -> None:
+    from calctl.cli.package_cmds import SAMPLE_KINDS
+    from calctl.compiler.sample import KINDS
+
+    assert SAMPLE_KINDS == KINDS
