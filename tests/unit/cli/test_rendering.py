@@ -110,3 +110,28 @@ def test_an_error_while_unwinding_an_interrupt_is_part_of_the_interrupt() -> Non
         found = interrupt_behind(exc)
     assert isinstance(found, Interrupted) and found.signal_name == "SIGTERM"
     assert interrupt_behind(RuntimeError("plain")) is None
+
+
+def test_a_table_far_wider_than_the_console_prints_as_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    monkeypatch.setattr(_output, "stdout", Console(file=buf, width=100, highlight=False))
+    long = "a DeviceBusy on 3, then 7 consecutive A decode submits with bounded backoff and no reset " * 2
+    _output.print_rows("evidence", ["phase", "injected", "granted", "B impacted"], [["submit-busy", long, long, "no"]])
+    lines = buf.getvalue().splitlines()
+    assert all(len(line) <= 100 for line in lines)
+    assert lines[0] == "evidence" and lines[1] == "phase submit-busy" and "  injected: a DeviceBusy" in lines[2]
+    buf.truncate(0)
+    buf.seek(0)
+    _output.print_rows("small", ["phase", "B ok"], [["baseline", "12/12"]])
+    assert "┃ phase" in buf.getvalue()  # a table that fits stays a table
+
+
+def test_budget_explains_its_memory_what_ifs(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("budget")
+    assert r.code == 0, r.err
+    assert "largest batch at the given context" in r.out
+    assert "memory what-ifs" in r.out and "serves at most 16 lane(s)" in r.out
