@@ -123,8 +123,8 @@ def time_decoder(
 
 
 def time_board(pkg_path: Path, prompt: np.ndarray, tokens: int, runs: int) -> tuple[float, float]:
+    from calctl.checks.steps import GreedyProgress, greedy_run
     from calctl.package.reader import load_manifest
-    from calctl.runners.steps import GreedyProgress, greedy_run
     from calctl.runtime import open_runtime
 
     pkg = load_manifest(pkg_path)

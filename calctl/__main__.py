@@ -1,3 +1,3 @@
-from calctl.cli.app import run
+from calctl.cli import run
 
 run()

@@ -105,3 +105,22 @@ class StepTimeout(CalctlError):
     """A step exceeded its deadline (exit 4)."""
 
     exit_code = ExitCode.TIMEOUT
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived during a long command (exit 130, like Ctrl-C).
+
+    A :class:`KeyboardInterrupt`, so every ``except KeyboardInterrupt`` teardown
+    path treats a ``timeout``/CI/systemd SIGTERM exactly like Ctrl-C. Raised by
+    the handler of :func:`calctl.cli._signals.interruptible`.
+    """
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+def interrupt_reason(exc: BaseException) -> str:
+    """``interrupted (SIGTERM)``, ``interrupted (SIGINT)``: how an interrupted step or run says why it stopped."""
+    name = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
+    return f"interrupted ({name}{', Ctrl-C' if name == 'SIGINT' else ''})"

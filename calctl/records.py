@@ -2,15 +2,22 @@
 
 ``dumps`` is used by the CLI's ``--format json``, by report files and by the
 soak's evidence log alike, so a figure is rendered the same way everywhere.
+:func:`write_json` / :func:`write_atomic` / :func:`atomic_output` are the one
+way calctl writes a file a reader may look at while it is written.
 Nothing here prints or knows about terminals (that is ``calctl.cli._output``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
 import math
+import os
+import threading
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,4 +54,76 @@ def dumps(document: dict[str, Any]) -> str:
     return json.dumps(body, indent=2, sort_keys=False, allow_nan=False)
 
 
-__all__ = ["SCHEMA_VERSION", "dumps", "to_jsonable"]
+@contextlib.contextmanager
+def atomic_output(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; when the body returns, it becomes ``path`` in one rename.
+
+    The one atomic writer of calctl (reports, checksums, signatures, tars, PNGs,
+    traces): a reader, or a crash, never sees a half-written file under ``path``.
+    The temporary name keeps the suffix (matplotlib picks the format from it) and
+    is unique per process and thread. The data is fsync'ed before the rename and
+    the directory after it; on any exception the temporary file is removed and
+    ``path`` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}-{threading.get_ident()}{path.suffix}")
+    try:
+        yield tmp
+        if not tmp.exists():
+            raise FileNotFoundError(f"{tmp}: the writer produced no file")
+        os.chmod(tmp, mode)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    with contextlib.suppress(OSError):  # not every file system lets a directory be fsync'ed
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
+    """Write ``data`` (text is UTF-8) to ``path`` atomically (:func:`atomic_output`)."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    with atomic_output(path, mode=mode) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+
+
+#: Where soak, bench and bringup write their evidence when ``--report`` is not given (docs/cli.md).
+REPORT_DIR_ENV = "CALCTL_REPORT_DIR"
+DEFAULT_REPORT_BASE = "calctl-reports"
+
+
+def default_report_dir(command: str, now: datetime | None = None) -> Path:
+    """``$CALCTL_REPORT_DIR/<command>-<YYYYmmdd-HHMMSS>``, by default under ``./calctl-reports`` (one directory to
+    ignore in version control, instead of one per run in the current directory)."""
+    base = Path(os.environ.get(REPORT_DIR_ENV) or DEFAULT_REPORT_BASE)
+    return base / f"{command}-{(now or datetime.now()).strftime('%Y%m%d-%H%M%S')}"
+
+
+def write_json(path: Path, document: dict[str, Any]) -> None:
+    """Write one JSON document (:func:`dumps`, newline-terminated) to ``path`` atomically."""
+    write_atomic(path, dumps(document) + "\n")
+
+
+__all__ = [
+    "DEFAULT_REPORT_BASE",
+    "REPORT_DIR_ENV",
+    "SCHEMA_VERSION",
+    "atomic_output",
+    "default_report_dir",
+    "dumps",
+    "to_jsonable",
+    "write_atomic",
+    "write_json",
+]

@@ -38,7 +38,7 @@ from calctl.runtime.errors import DeviceLost, NotSupported, RuntimeLayerError, T
 
 @dataclass(frozen=True)
 class GoldenData:
-    """A model's golden data (SPEC §2 ``<model>/golden/``), as the device runners use it."""
+    """A model's golden data (docs/package-format.md ``<model>/golden/``), as the device runners use it."""
 
     alias: str
     prompt: tuple[int, ...]

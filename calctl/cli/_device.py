@@ -1,14 +1,17 @@
-"""Turning the shared --device/--calrt-lib/--time-scale/--fault-plan options into a DeviceSpec, in one place."""
+"""Turning the shared options into run inputs, in one place: --device/--calrt-lib/--time-scale/--fault-plan/--seed
+into a DeviceSpec, and --report DIR into a report directory (docs/cli.md, report directories)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from calctl.cli._options import DeviceKind
 from calctl.errors import UsageError
-from calctl.runners.context import DeviceSpec
-from calctl.runtime import DeviceKind as RuntimeDeviceKind
+
+if TYPE_CHECKING:
+    from calctl.runners.context import DeviceSpec
 
 
 def device_spec(
@@ -19,6 +22,9 @@ def device_spec(
     seed: int | None = None,
     serialize_chips: bool = False,
 ) -> DeviceSpec:
+    from calctl.runners.context import DeviceSpec
+    from calctl.runtime import DeviceKind as RuntimeDeviceKind
+
     kind = RuntimeDeviceKind(device.value)
     lib = calrt_lib if kind is RuntimeDeviceKind.CALRT else None
     if kind is RuntimeDeviceKind.MOCK and calrt_lib is not None and str(calrt_lib) != os.environ.get("CALRT_LIBRARY"):
@@ -33,3 +39,13 @@ def device_spec(
         fault_plan=fault_plan,
         seed=seed,
     )
+
+
+def report_dir(report: Path | None, command: str) -> Path:
+    """``--report DIR``, else the documented default ``$CALCTL_REPORT_DIR`` or ``./calctl-reports``/COMMAND-STAMP."""
+    from calctl.records import default_report_dir
+
+    out = report if report is not None else default_report_dir(command)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--report {out}: exists and is not a directory")
+    return out

@@ -1,35 +1,57 @@
 """Rendering: tables for people, JSON/JUnit for machines. One renderer each.
 
 JSON and JUnit go to stdout; logs, progress and error lines go to stderr, so a
-``--format json`` run can be piped straight into ``jq``.
+``--format json`` run can be piped straight into ``jq``. The one verdict
+vocabulary (docs/cli.md "Verdicts") is styled here. Nothing here decides a
+verdict or knows what a command does.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 
 from calctl.records import dumps
 
+#: Tables are laid out for this many columns when stdout is not a terminal (logs, CI captures); a
+#: terminal gets its own width. Wide columns wrap inside their cell instead of being cut.
+LOG_WIDTH = 100
+
 
 def _width(stream: TextIO) -> int | None:
-    # Logs and CI captures are not terminals: do not truncate tables to 80 columns there.
-    return None if stream.isatty() else 200
+    return None if stream.isatty() else LOG_WIDTH
 
 
 stdout = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
+class TableJson(str, enum.Enum):
+    """``--format`` of a command that prints a document: a table for people or one JSON document."""
+
+    table = "table"
+    json = "json"
+
+
 class Format(str, enum.Enum):
+    """``--format`` of a command that produces test results: also JUnit XML for CI."""
+
     table = "table"
     json = "json"
     junit = "junit"
+
+
+def is_json(format: TableJson | Format) -> bool:
+    return format.value == "json"
 
 
 def emit_json(document: dict[str, Any]) -> None:
@@ -39,9 +61,11 @@ def emit_json(document: dict[str, Any]) -> None:
 
 
 def make_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    if any(not c.strip() for c in columns):
+        raise ValueError(f"every table column needs a header: {list(columns)}")
     table = Table(title=title, title_justify="left", header_style="bold")
     for col in columns:
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row))
     return table
@@ -51,25 +75,142 @@ def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequen
     stdout.print(make_table(title, columns, rows))
 
 
+def print_rows(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A table when it roughly fits the console; else one block per row (first cell as its heading, then
+    ``column: value`` lines), so long cells wrap as sentences instead of being folded mid-word."""
+    rows = [list(r) for r in rows]
+    table = make_table(title, columns, rows)
+    for col in table.columns:
+        col.overflow = "ellipsis"
+    natural = stdout.measure(table, options=stdout.options.update(max_width=100_000)).maximum
+    if natural <= 1.5 * stdout.width or not rows:  # a little wrapping inside cells still reads as a table
+        stdout.print(table)
+        return
+    if title:
+        stdout.print(f"[bold]{title}[/]")
+    for row in rows:
+        stdout.print(f"[bold]{columns[0]} {'' if row[0] is None else row[0]}[/]")
+        for name, value in zip(columns[1:], row[1:], strict=False):
+            if value not in (None, ""):
+                stdout.print(Padding(f"[dim]{name}:[/] {value}", (0, 0, 0, 2)))
+
+
 def info(message: str) -> None:
     """A log line for people: stderr, never mixed into machine output."""
     stderr.print(message)
 
 
+def mib(n: int | float | None) -> str:
+    """A byte count for people: MiB below 1 GiB, else GiB (``n/a`` when unknown)."""
+    if n is None:
+        return "n/a"
+    if abs(n) >= 1024**3:
+        return f"{n / 1024**3:.2f} GiB"
+    return f"{n / 1024**2:.1f} MiB"
+
+
+# ---------------------------------------------------------------------------
+# Verdicts: one vocabulary across commands (docs/cli.md "Verdicts").
+
 VERDICT_STYLE = {
     "PASS": "bold green",
     "GO": "bold green",
-    "OK": "bold green",
     "S2": "bold green",
     "WARN": "bold yellow",
     "S1": "bold yellow",
+    "NOT JUDGED": "bold yellow",
     "SKIP": "yellow",
     "FAIL": "bold red",
     "NO-GO": "bold red",
     "ERROR": "bold red",
+    "TIMEOUT": "bold red",
+    "INTERRUPTED": "bold magenta",
+    "F2": "bold green",
+    "F1": "bold yellow",
+    "F0": "bold red",
 }
 
 
 def styled_verdict(verdict: str) -> str:
     style = VERDICT_STYLE.get(verdict.upper())
     return f"[{style}]{verdict}[/]" if style else verdict
+
+
+def warning_summary(ids: Iterable[str]) -> str:
+    """``N warning(s) (ID, ID)``: every warning counted is named."""
+    named = list(dict.fromkeys(ids))
+    return f"{len(named)} warning(s)" + (f" ({', '.join(named)})" if named else "")
+
+
+# ---------------------------------------------------------------------------
+# JUnit XML: the one renderer (validate and the runners build suites of cases).
+
+# Characters XML 1.0 cannot carry at all, even escaped: replaced by U+FFFD.
+_XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: object) -> str:
+    return _XML_BAD.sub("\ufffd", "" if text is None else str(text))
+
+
+@dataclass(frozen=True)
+class JunitCase:
+    """One testcase. ``outcome`` None = passed; else failure | error | skipped with its message."""
+
+    name: str
+    classname: str
+    seconds: float | None = None
+    outcome: str | None = None
+    message: str = ""
+    kind: str = ""  # the failure/error ``type`` attribute
+    text: str = ""  # body of the failure/error element
+    output: str = ""  # system-out
+
+
+@dataclass(frozen=True)
+class JunitSuite:
+    name: str
+    cases: Sequence[JunitCase]
+    properties: Sequence[tuple[str, str]] = field(default_factory=tuple)
+
+
+def junit_xml(name: str, suites: Sequence[JunitSuite]) -> str:
+    """JUnit XML (the Jenkins/GitLab schema) of ``suites``; every string is made XML-safe first."""
+    root = ET.Element("testsuites", name=xml_safe(name))
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for s in suites:
+        suite = ET.SubElement(root, "testsuite", name=xml_safe(s.name))
+        if s.properties:
+            props = ET.SubElement(suite, "properties")
+            for key, value in s.properties:
+                ET.SubElement(props, "property", name=xml_safe(key), value=xml_safe(value))
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        for c in s.cases:
+            attrs = {"classname": xml_safe(c.classname), "name": xml_safe(c.name)}
+            if c.seconds is not None:
+                attrs["time"] = f"{c.seconds:.4f}"
+            case = ET.SubElement(suite, "testcase", attrs)
+            counts["tests"] += 1
+            if c.outcome in ("failure", "error"):
+                el = ET.SubElement(case, c.outcome, message=xml_safe(c.message), type=xml_safe(c.kind or c.outcome))
+                el.text = xml_safe(c.text or c.message)
+                counts["failures" if c.outcome == "failure" else "errors"] += 1
+            elif c.outcome == "skipped":
+                ET.SubElement(case, "skipped", message=xml_safe(c.message))
+                counts["skipped"] += 1
+            elif c.outcome is not None:
+                raise ValueError(f"JUnit outcome {c.outcome!r}: expected failure, error, skipped or None")
+            if c.output:
+                ET.SubElement(case, "system-out").text = xml_safe(c.output)
+        for k, v in counts.items():
+            suite.set(k, str(v))
+            totals[k] += v
+    for k, v in totals.items():
+        root.set(k, str(v))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def emit_junit(name: str, suites: Sequence[JunitSuite]) -> None:
+    sys.stdout.write(junit_xml(name, suites))
+    sys.stdout.flush()

@@ -1,15 +1,20 @@
-"""Resolving the PKG argument: a path, or the bundled sample when omitted."""
+"""Resolving the PKG argument: a path, or the bundled sample when omitted.
+
+The sample compiler (numpy) and the signing library are imported only when a
+command resolves its package, never by ``calctl --help``.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from calctl.cli import _output
-from calctl.compiler.bundled import bundled_package
-from calctl.signing.policy import TrustPolicy, make_policy
+
+if TYPE_CHECKING:
+    from calctl.signing.policy import TrustPolicy
 
 PackageArg = Annotated[
     Path | None,
@@ -23,7 +28,11 @@ def resolve_package(
     pkg: Path | None, trusted: list[Path] | None, allow_unsigned: bool
 ) -> tuple[Path, TrustPolicy, bool]:
     """Return (path, trust policy, is_bundled). The bundled sample trusts its test-only key."""
+    from calctl.signing.policy import make_policy
+
     if pkg is None:
+        from calctl.compiler.bundled import bundled_package
+
         path = bundled_package("combined")
         _output.info(f"[dim]using the bundled combined sample package: {path}[/]")
         return path, make_policy(trusted, allow_unsigned, trust_test_key=True), True

@@ -1,42 +1,42 @@
 """The calctl Typer application and the one place errors become exit codes.
 
-Commands live in one module per noun; each exposes ``register(app)``. The list
-``_COMMAND_MODULES`` below is explicit so the CLI surface is reviewable in one
-place. Nothing here knows what a command does.
+Commands live in one module per noun; each exposes ``register(app)``. The table
+``calctl.cli._commands.COMMANDS`` is explicit so the CLI surface is reviewable
+in one place: command name -> the module that registers it and the one line
+``calctl --help`` lists for it. A command module is imported only when its command runs (or its
+own ``--help`` is asked for), so ``calctl --help`` and ``calctl --version``
+import no numpy, matplotlib, FastAPI or tokenizers; a unit test keeps the lines
+equal to each command's own docstring. Nothing here knows what a command does.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import traceback
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import typer
+from typer.core import TyperGroup
 
 try:  # Typer >= 0.16 vendors its own click; catch the exceptions it really raises.
     _click_exc: Any = importlib.import_module("typer._click.exceptions")
+    _click: Any = importlib.import_module("typer._click")
 except ImportError:  # pragma: no cover - older Typer on top of click
     _click_exc = importlib.import_module("click.exceptions")
+    _click = importlib.import_module("click")
 
 from calctl import __version__
 from calctl.cli import _output
-from calctl.errors import CalctlError, ExitCode
+from calctl.cli._commands import COMMANDS as _COMMANDS
+from calctl.cli._commands import ROOT_HELP
+from calctl.errors import CalctlError, ExitCode, interrupt_reason
 
-app = typer.Typer(
-    name="calctl",
-    help="Validate, seal and budget calbin packages; run bring-up checks and serve models on a Calculet board "
-    "(mock device by default).",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    rich_markup_mode="rich",
-)
-
-_state = {"debug": False}
-
-# Explicit registry: module path -> has register(app). Order = order in --help.
+# Explicit registry: module path -> has register(app). Every command they register must be listed in
+# calctl.cli._commands.COMMANDS (a unit test checks it); one that is not yet is still found, by importing
+# the modules not named there when the command list is needed.
 _COMMAND_MODULES: list[str] = [
     "calctl.cli.package_cmds",
     "calctl.cli.import_cmds",
@@ -45,8 +45,86 @@ _COMMAND_MODULES: list[str] = [
     "calctl.cli.device_cmds",
     "calctl.cli.runner_cmds",
     "calctl.cli.serve_cmds",
-    "calctl.cli.soak_bench_cmds",
+    "calctl.cli.soak_cmds",
+    "calctl.cli.bench_cmds",
 ]
+_EXTRA_MODULES: list[str] = [m for m in _COMMAND_MODULES if m not in {mod for mod, _ in _COMMANDS.values()}]
+
+
+def _reflow(text: str | None) -> str | None:
+    """Join the lines of each paragraph: help text reads as sentences, never broken where the source wrapped."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines() if line.strip()) for p in paragraphs)
+
+
+def _polish(cmd: Any) -> Any:
+    """Reflow the help of a command tree, and show flags without a ``<bool>`` value placeholder."""
+    cmd.help = _reflow(cmd.help)
+    ctx = _click.Context(cmd, info_name=cmd.name)
+    for param in cmd.get_params(ctx):  # includes --help
+        if getattr(param, "is_flag", False) and not getattr(param, "count", False):
+            param.metavar = ""
+        if getattr(param, "help", None):
+            param.help = _reflow(param.help)
+    for sub in getattr(cmd, "commands", {}).values():
+        _polish(sub)
+    return cmd
+
+
+class _LazyGroup(TyperGroup):
+    """The root group: lists commands from ``_COMMANDS`` and imports a command's module only to run it."""
+
+    _loaded: ClassVar[dict[str, Any]] = {}
+    _listing: ClassVar[bool] = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = list(_COMMANDS)
+        for module in _EXTRA_MODULES:
+            names += [n for n in self._module_group(module).commands if n not in names]
+        return names
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        entry = _COMMANDS.get(cmd_name)
+        if entry is not None and self._listing:
+            return typer.core.TyperCommand(name=cmd_name, help=entry[1])
+        modules = [entry[0]] if entry is not None else list(_EXTRA_MODULES)
+        for module in modules:
+            cmd = self._module_group(module).commands.get(cmd_name)
+            if cmd is not None:
+                return cmd
+        return None
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        type(self)._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            type(self)._listing = False
+
+    @classmethod
+    def _module_group(cls, module: str) -> Any:
+        group = cls._loaded.get(module)
+        if group is None:
+            holder = typer.Typer(rich_markup_mode="rich")
+            importlib.import_module(module).register(holder)
+            group = _polish(typer.main.get_group(holder))
+            cls._loaded[module] = group
+        return group
+
+
+app = typer.Typer(
+    name="calctl",
+    cls=_LazyGroup,
+    help=ROOT_HELP,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+
+_state = {"debug": False}
 
 
 def _version_callback(value: bool) -> None:
@@ -65,14 +143,6 @@ def _root(
     _state["debug"] = _state["debug"] or debug
 
 
-def _load_commands() -> None:
-    for name in _COMMAND_MODULES:
-        importlib.import_module(name).register(app)
-
-
-_load_commands()
-
-
 def _debug_requested(argv: list[str]) -> bool:
     env = os.environ.get("CALCTL_DEBUG", "").strip().lower()
     return _state["debug"] or "--debug" in argv or env in {"1", "true", "yes", "on"}
@@ -84,11 +154,16 @@ def _print_error(cause: str, hint: str | None) -> None:
         _output.stderr.print(f"[dim]hint:[/] {hint}", markup=True, highlight=False)
 
 
+def root_command() -> Any:
+    """The click command of the whole CLI (its root group polished like every sub-command)."""
+    return _polish(typer.main.get_command(app))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. Returns (and exits with) a documented exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     _state["debug"] = False  # per invocation: in-process callers (tests) run main() many times
-    command = typer.main.get_command(app)
+    command = root_command()
     try:
         result = command.main(args=args, prog_name="calctl", standalone_mode=False)
         code = int(result) if isinstance(result, int) else ExitCode.OK
@@ -104,15 +179,18 @@ def main(argv: list[str] | None = None) -> int:
         code = ExitCode.INTERRUPTED
     except _click_exc.ClickException as exc:
         # Usage errors: show click's message (names the option) without a traceback.
-        if type(exc).__name__ == "NoArgsIsHelpError" and exc.ctx is not None:
-            _output.stdout.print(exc.ctx.get_help(), markup=False, highlight=False)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            # Building the exception rendered the help already (Typer's rich help prints as it formats).
+            message = exc.format_message()
+            if message.strip():
+                _output.stdout.print(message, markup=False, highlight=False)
             return int(ExitCode.USAGE)
         if isinstance(exc, _click_exc.UsageError) and exc.ctx is not None:
             _output.stderr.print(exc.ctx.get_usage(), markup=False, highlight=False)
         _print_error(_escape(exc.format_message()), "run with --help for the options")
         code = ExitCode.USAGE
-    except KeyboardInterrupt:
-        _print_error("interrupted", None)
+    except KeyboardInterrupt as exc:
+        _print_error(interrupt_reason(exc), None)
         code = ExitCode.INTERRUPTED
     except BrokenPipeError:
         code = ExitCode.OK

@@ -30,7 +30,7 @@ from calctl.budget.report import BudgetReport, report_document, run_budget
 from calctl.budget.shape import load_hf_config
 from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
-from calctl.cli._output import Format
+from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import CheckFailed, ExitCode, UsageError
 from calctl.package.info import package_digest
@@ -133,19 +133,17 @@ def budget(
     ] = None,
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> int:
-    """Per-chip capacity plan (001 §8.1) and GO/NO-GO (001 §8.2, gate G0).
+    """Per-chip capacity plan and GO/NO-GO (001 §8, gate G0).
 
-    Budgets a package (default: the bundled combined sample) chip by chip with
-    the model(s) on each chip, or a Hugging Face config.json with --hf-config.
-    A package is validated first, with the same trust options as the runners
-    (a package that fails validation gets no plan: exit 1; --allow-unsigned
-    lets a draft be planned, reported as a warning). Exit 0 GO on every chip,
-    1 NO-GO or refused, 2 bad input.
+    M_required per chip by the 001 §8.1 formula, judged by the 001 §8.2 policy. Budgets a package
+    (default: the bundled combined sample) chip by chip with the model(s) on each chip, or a Hugging Face
+    config.json with --hf-config. A package is validated first, with the same trust options as the runners
+    (a package that fails validation gets no plan: exit 1; --allow-unsigned lets a draft be planned,
+    reported as a warning).
+    Exit 0 GO on every chip, 1 NO-GO or refused, 2 bad input.
     """
-    if format is Format.junit:
-        raise UsageError("--format junit: budget prints table or json")
     policy = BudgetPolicy(
         limit=check_fraction(limit, "--limit", zero_ok=False, one_ok=True),
         guard_fraction=check_fraction(guard_fraction, "--guard-fraction", zero_ok=True, one_ok=False),
@@ -218,7 +216,7 @@ def budget(
             "signer_key_id": validation.signer_key_id,
             "warnings": [{"id": c.id, "file": c.file, "message": c.message} for c in validation.warnings],
         }
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json(doc)
     else:
         _render(report)
@@ -318,11 +316,13 @@ def _render(report: BudgetReport) -> None:
         for note in b.notes:
             out.print(f"  [yellow]note[/]: {escape(note)}")
         if chip.max_context is not None and chip.max_sequences is not None:
+            lanes = [m.sequences for m in report.models if b.chip in m.chips]
             out.print(
                 f"  largest context at the given batch: {chip.max_context.value:,} "
                 f"({chip.max_context.bound.value}); largest batch at the given context: "
                 f"{chip.max_sequences.value:,} ({chip.max_sequences.bound.value})"
             )
+            out.print(f"  [dim]{_what_if_note(lanes)}[/]")
 
     if report.grid is not None:
         g = report.grid
@@ -349,9 +349,19 @@ def _render(report: BudgetReport) -> None:
             f"largest context at the given batch: [bold]{mc.value:,}[/] ({mc.bound.value}); "
             f"largest batch at the given context: [bold]{ms.value:,}[/] ({ms.bound.value})"
         )
+        out.print(f"[dim]{_what_if_note([m.sequences for m in report.models])}[/]")
     failing = [str(c.budget.chip) for c in report.chips if c.budget.verdict is not Verdict.GO]
     where = f"chip {', '.join(failing)} over budget" if failing else "every chip within budget"
     out.print(f"verdict {_output.styled_verdict(report.verdict.value)}: {where}")
+
+
+def _what_if_note(lanes: list[int]) -> str:
+    """Why "largest batch 98,985" for a package with 16 lanes: it is what memory alone would allow."""
+    served = f"{max(lanes)} lane(s)" if lanes else "its compiled lanes"
+    return (
+        f"(memory what-ifs: what this chip's DRAM alone would hold; the package itself serves at most {served}, "
+        "its kv.max_sequences, and its context_limit)"
+    )
 
 
 def register(app: typer.Typer) -> None:

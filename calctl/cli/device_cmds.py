@@ -1,4 +1,4 @@
-"""``calctl device``: look at the board through the runtime layer (SPEC §5, 001 §14).
+"""``calctl device``: look at the board through the runtime layer (docs/runtime.md, 001 §14).
 
 Thin: pick the board from the environment (``select_board``: CALCTL_BOARD_ID,
 CALCTL_MOCK_SEED, CALRT_DEVICE), open it with ``open_runtime``, read topology,
@@ -15,10 +15,12 @@ import typer
 
 from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt
-from calctl.cli._output import Format
+from calctl.cli._output import TableJson
 from calctl.runtime import BoardSelection, Runtime, open_runtime, select_board
 
-MOCK_NOTE = "mock device: a simulated board; its results are mock results, not evidence about hardware (SPEC §8)"
+MOCK_NOTE = (
+    "mock device: a simulated board; its results are mock results, not evidence about hardware (docs/runtime.md §5)"
+)
 
 
 def info_document(rt: Runtime, library: str | None, board: BoardSelection | None = None) -> dict[str, Any]:
@@ -58,7 +60,7 @@ def info_document(rt: Runtime, library: str | None, board: BoardSelection | None
 def info(
     device: DeviceOpt = DeviceKind.mock,
     calrt_lib: CalrtLibOpt = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
     """Show the board: identity, topology, versions, per-chip memory, job counters and health.
 
@@ -73,7 +75,7 @@ def info(
         rt_cm = open_runtime(device.value, calrt_lib=lib)
     with rt_cm as rt:
         doc = info_document(rt, lib, board)
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json(doc)
         return
     v = doc["versions"]
@@ -101,13 +103,13 @@ def info(
 
     _output.print_table(
         None,
-        ["chip", "CalCores", "DRAM bytes", "used bytes", "pending", "finished", "failed", "health"],
+        ["chip", "CalCores", "DRAM", "used", "pending", "finished", "failed", "health"],
         [
             [
                 c["chip"],
                 c["calcores"],
-                n(c["dram_bytes"]),
-                n(c["memory_used_bytes"]),
+                _output.mib(c["dram_bytes"]),
+                _output.mib(c["memory_used_bytes"]),
                 n(c["pending"]),
                 n(c["finished"]),
                 n(c["failed"]),

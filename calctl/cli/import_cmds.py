@@ -16,7 +16,7 @@ import typer
 
 from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
-from calctl.cli._output import Format
+from calctl.cli._output import TableJson
 from calctl.compiler.importer import build
 from calctl.compiler.importer.combine import combine as combine_packages
 from calctl.compiler.importer.combine import open_source
@@ -38,7 +38,7 @@ SequencesOpt = Annotated[int, typer.Option("--sequences", help="KV sequences (la
 NameOpt = Annotated[str | None, typer.Option("--name", help="Package name (default: ALIAS-hf / ALIAS-gguf).")]
 
 
-def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportOptions, fmt: Format) -> None:
+def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportOptions, fmt: TableJson) -> None:
     private = keys.load_private(key)
     t0 = time.monotonic()
     build.check_options(opts)
@@ -47,7 +47,7 @@ def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportO
     summary["digest"] = pkginfo.package_digest(out)
     summary["signer_key_id"] = keys.key_id(private.public_key())
     summary["seconds"] = round(time.monotonic() - t0, 3)
-    if fmt is Format.json:
+    if _output.is_json(fmt):
         _output.emit_json(summary)
         return
     _output.stdout.print(
@@ -74,7 +74,7 @@ def import_hf(
     dtype: DtypeOpt = "fp16",
     sequences: SequencesOpt = build.DEFAULT_SEQUENCES,
     name: NameOpt = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
     """Import a Hugging Face Llama / Qwen2 / Qwen3 checkpoint as a sealed single-model package."""
     opts = build.ImportOptions(
@@ -98,7 +98,7 @@ def import_gguf(
     dtype: DtypeOpt = "fp16",
     sequences: SequencesOpt = build.DEFAULT_SEQUENCES,
     name: NameOpt = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
     """Import a GGUF Llama / Qwen2 / Qwen3 model (dequantised) as a sealed single-model package."""
     opts = build.ImportOptions(
@@ -122,7 +122,7 @@ def combine(
     name: NameOpt = None,
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
     """Make a combined (two models, one per chip) or replica (one model on both chips) package."""
     private = keys.load_private(key)
@@ -131,7 +131,7 @@ def combine(
     b = open_source(package_b, list(policy.keys), allow_unsigned)
     doc = combine_packages(out, a, b, private, alias_a=alias_a, alias_b=alias_b, name=name)
     doc["digest"] = pkginfo.package_digest(out)
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json(doc)
         return
     _output.stdout.print(

@@ -1,4 +1,8 @@
-"""Package commands: keygen, sample-package, pack, sign, verify, inspect."""
+"""Package commands: keygen, sample-package, pack, sign, verify, inspect.
+
+The libraries (the sample compiler with numpy, signing, the package reader) are
+imported inside the commands, so a command's ``--help`` does not load them.
+"""
 
 from __future__ import annotations
 
@@ -9,28 +13,25 @@ from typing import Annotated
 import typer
 
 from calctl.cli import _output
-from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
-from calctl.cli._output import Format
+from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, TrustedKeyOpt
+from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
-from calctl.compiler.sample import KINDS, build_sample
 from calctl.errors import ExitCode, UsageError
-from calctl.package import archive
-from calctl.package import info as pkginfo
-from calctl.package.reader import load_manifest, package_root
-from calctl.signing import keys, seal
-from calctl.signing.files import SIGNATURE
 
-JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Hashing threads (default: cores).")]
+#: calctl.compiler.sample.KINDS, spelled out so --help needs no compiler (a unit test keeps them equal).
+SAMPLE_KINDS = ("single", "combined", "replica")
 
 
 def keygen(
     prefix: Annotated[Path, typer.Argument(help="Writes PREFIX.key (mode 0600) and PREFIX.pub; never overwrites.")],
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
     """Create an Ed25519 signing key pair for packages."""
+    from calctl.signing import keys
+
     priv, pub = keys.generate(prefix)
     kid = keys.load_public(pub).key_id
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json({"private_key": str(priv), "public_key": str(pub), "key_id": kid})
     else:
         _output.stdout.print(f"wrote {priv} (private, 0600) and {pub} (public); key id {kid}")
@@ -39,7 +40,7 @@ def keygen(
 def sample_package(
     out: Annotated[Path, typer.Argument(help="Output directory (must not exist, or be empty).")],
     key: Annotated[Path, typer.Option("--key", help="PREFIX.key from `calctl keygen` that signs the package.")],
-    kind: Annotated[str, typer.Option("--kind", help=f"One of: {', '.join(KINDS)}.")] = "combined",
+    kind: Annotated[str, typer.Option("--kind", help=f"One of: {', '.join(SAMPLE_KINDS)}.")] = "combined",
     seed: Annotated[int, typer.Option("--seed", help="Weight seed; same seed and key give byte-identical output.")] = 0,
     profiles: Annotated[
         str,
@@ -48,9 +49,15 @@ def sample_package(
     tar: Annotated[
         Path | None, typer.Option("--tar", help="Also write a deterministic tar of the package here.")
     ] = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
     """Write a complete, valid, signed sample package for the mock device (the reference mock compiler)."""
+    from calctl.compiler.sample import build_sample
+    from calctl.package import archive
+    from calctl.package import info as pkginfo
+    from calctl.package.reader import load_manifest
+    from calctl.signing import keys
+
     try:
         prof = tuple(int(p) for p in profiles.split(",") if p.strip())
     except ValueError:
@@ -71,7 +78,7 @@ def sample_package(
         "tar": str(tar) if tar else None,
         "seconds": round(time.monotonic() - t0, 3),
     }
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json(doc)
     else:
         _output.stdout.print(
@@ -85,9 +92,18 @@ def pack(
     key: Annotated[Path, typer.Option("--key", help="PREFIX.key that signs checksums.sha256.")],
     out: Annotated[Path | None, typer.Option("--out", help="Also write a deterministic PKG.tar here.")] = None,
     jobs: JobsOpt = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
-    """Seal a package: write checksums.sha256 for every file, sign it, optionally tar it."""
+    """Seal a package: checksums.sha256 for every file, signed, optionally tarred.
+
+    Writes checksums.sha256 for every file of DIRECTORY, signs it with --key, and with --out also writes a
+    deterministic tar.
+    """
+    from calctl.package import archive
+    from calctl.package import info as pkginfo
+    from calctl.package.reader import load_manifest
+    from calctl.signing import keys, seal
+
     if not directory.is_dir():
         raise UsageError(f"{directory}: not a directory", hint="pack takes an unpacked package directory")
     private = keys.load_private(key)
@@ -105,7 +121,7 @@ def pack(
         "digest": pkginfo.package_digest(directory),
         "tar": str(out) if out else None,
     }
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json(doc)
     else:
         _output.stdout.print(
@@ -116,13 +132,19 @@ def pack(
 def sign(
     directory: Annotated[Path, typer.Argument(help="Package directory whose checksums.sha256 to sign.")],
     key: Annotated[Path, typer.Option("--key", help="PREFIX.key to sign with.")],
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
-    """(Re-)sign an already packed package's checksums.sha256, e.g. with a release key."""
+    """(Re-)sign an already packed package's checksums.sha256.
+
+    E.g. with a release key after a build signed it with a development key.
+    """
+    from calctl.signing import keys, seal
+    from calctl.signing.files import SIGNATURE
+
     if not directory.is_dir():
         raise UsageError(f"{directory}: not a directory")
     kid = seal.sign(directory, keys.load_private(key))
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json({"package": str(directory), "signature": SIGNATURE, "signer_key_id": kid})
     else:
         _output.stdout.print(f"signed {directory}/checksums.sha256 with key {kid}")
@@ -133,9 +155,15 @@ def verify(
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
     jobs: JobsOpt = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> int:
-    """Check every hash and the signature (fast; no other validation). Exit 1 names each bad file or key."""
+    """Check every hash and the signature (fast; no other validation).
+
+    Exit 0 verified, 1 names each bad file or key, 2 usage.
+    """
+    from calctl.package.reader import package_root
+    from calctl.signing import seal
+
     path, policy, _ = resolve_package(pkg, trusted_key, allow_unsigned)
     t0 = time.monotonic()
     with package_root(path) as root:
@@ -157,7 +185,7 @@ def verify(
             for f in findings
         ],
     }
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json(doc)
     else:
         for f in findings:
@@ -180,14 +208,21 @@ def verify(
 def inspect(
     pkg: PackageArg = None,
     trusted_key: TrustedKeyOpt = None,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
-    """Show what a package contains: models, graphs, chip targets, profiles, memory plan, files, signer."""
+    """Show what a package contains: models, graphs, chips, memory plan, signer.
+
+    Per graph its kind, chip mode, target chips, batch profiles, max_seq and ELF count; per chip the memory
+    plan's regions; the files and the signer.
+    """
+    from calctl.package import info as pkginfo
+    from calctl.package.reader import load_manifest, package_root
+
     path, policy, _ = resolve_package(pkg, trusted_key, False)
     with package_root(path) as root:
         doc = pkginfo.describe(load_manifest(root), policy)
     doc["package"]["path"] = str(path)
-    if format is Format.json:
+    if _output.is_json(format):
         _output.emit_json(doc)
         return
     p = doc["package"]
@@ -217,13 +252,20 @@ def inspect(
     for c in doc["memory_plan"]:
         for r in c["regions"]:
             rows.append(
-                [c["chip"], r["name"], r["kind"], r["vaddr"], f"{r['size']:,}", "rw" if r["writable"] else "ro"]
+                [c["chip"], r["name"], r["kind"], r["vaddr"], _output.mib(r["size"]), "rw" if r["writable"] else "ro"]
             )
         rows.append(
-            [c["chip"], "[bold]total reserved[/]", "", "", f"{c['reserved_bytes']:,}", f"of {c['dram_bytes']:,}"]
+            [
+                c["chip"],
+                "[bold]total reserved[/]",
+                "",
+                "",
+                _output.mib(c["reserved_bytes"]),
+                f"of {_output.mib(c['dram_bytes'])} DRAM",
+            ]
         )
-    _output.print_table("Memory plan per chip", ["chip", "region", "kind", "vaddr", "bytes", ""], rows)
-    _output.stdout.print(f"{len(doc['files'])} files, {doc['total_bytes']:,} bytes")
+    _output.print_table("Memory plan per chip", ["chip", "region", "kind", "vaddr", "size", "access"], rows)
+    _output.stdout.print(f"{len(doc['files'])} files, {_output.mib(doc['total_bytes'])} ({doc['total_bytes']:,} bytes)")
 
 
 def register(app: typer.Typer) -> None:

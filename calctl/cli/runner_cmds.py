@@ -10,9 +10,8 @@ the report's (0, 1, 3, 4, 130). No device logic lives here.
 
 from __future__ import annotations
 
-import os
-import sys
-import xml.etree.ElementTree as ET
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,16 +19,31 @@ import typer
 from rich.markup import escape
 
 from calctl.cli import _output
-from calctl.cli._device import device_spec
-from calctl.cli._options import AllowUnsignedOpt, CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt, TrustedKeyOpt
-from calctl.cli._output import Format
+from calctl.cli._device import device_spec, report_dir
+from calctl.cli._options import (
+    AllowUnsignedOpt,
+    CalrtLibOpt,
+    DeviceKind,
+    DeviceOpt,
+    FaultPlanOpt,
+    FormatOpt,
+    ReportFileOpt,
+    ResultFormatOpt,
+    SeedOpt,
+    TimeScaleOpt,
+    TrustedKeyOpt,
+    report_dir_option,
+)
+from calctl.cli._output import Format, TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
+from calctl.records import write_json
 from calctl.runners import bringup as bringup_lib
 from calctl.runners.context import MOCK_LABEL, RunReport, StepLog, StepRecord, StepStatus, write_trace_outputs
 from calctl.runners.golden import GoldenResult
 from calctl.runners.golden import run_golden as golden_runner
-from calctl.runners.poc import POC_MOCK_TIME_SCALE, parse_expect_models, run_poc_combined
+from calctl.runners.poc import parse_expect_models, run_poc_combined
 from calctl.runners.warmup import WarmupResult
 from calctl.runners.warmup import run_warmup as warmup_runner
 
@@ -37,20 +51,6 @@ from calctl.runners.warmup import run_warmup as warmup_runner
 # Shared options
 
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Run only the model with exactly this alias.")]
-FaultPlanOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--fault-plan", help="Mock only: a calctl-fault-plan/v1 YAML of injected faults (docs/runtime.md §4)."
-    ),
-]
-TimeScaleOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--time-scale",
-        help=f"Mock only: multiply the simulated job times (default 1; the PoC uses {POC_MOCK_TIME_SCALE:g}).",
-    ),
-]
-SeedOpt = Annotated[int | None, typer.Option("--seed", min=0, help="Mock only: fault-plan seed override.")]
 StepTimeoutOpt = Annotated[
     float,
     typer.Option("--step-timeout", min=0.001, help="Seconds one device step may take; a hang past it is exit 4."),
@@ -59,31 +59,31 @@ TraceOpt = Annotated[
     Path | None, typer.Option("--trace", help="Write the per-chip trace as Chrome/Perfetto trace-event JSON here.")
 ]
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Write a PNG timeline of chip0/chip1 activity here.")]
-ReportOpt = Annotated[
-    Path | None, typer.Option("--report", help="Write the JSON report here (on every path, a hang included).")
-]
 
 
-_device = device_spec
+def _step_line(rec: StepRecord) -> str:
+    return (
+        f"  {_output.styled_verdict(rec.status.value)} {escape(rec.name)} [dim]({rec.seconds:.2f} s)[/] "
+        f"{escape(rec.detail)}"
+    )
 
 
-def _live_log() -> StepLog:
-    """Steps on stderr as they end, so a person (or a CI log) sees progress and where a run stopped."""
+@contextlib.contextmanager
+def _live_log(format: Format | TableJson) -> Iterator[StepLog]:
+    """Steps on stderr as they end, so a person (or a CI log) sees progress and where a run stopped.
 
-    def show(rec: StepRecord) -> None:
-        _output.info(
-            f"  {_output.styled_verdict(rec.status.value)} {escape(rec.name)} [dim]({rec.seconds:.2f} s)[/] "
-            f"{escape(rec.detail)}"
-        )
+    On a terminal, with the table on the same screen, the progress is one transient status line (the steps
+    table at the end lists every step once); in a log, or with --format json/junit, one line per step.
+    """
+    if format.value == "table" and _output.stderr.is_terminal and _output.stdout.is_terminal:
+        with _output.stderr.status("starting", spinner="dots") as status:
 
-    return StepLog(on_record=show)
+            def show_live(rec: StepRecord) -> None:
+                status.update(_step_line(rec).strip())
 
-
-def _write_report(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(_output.dumps(document) + "\n")
-    os.replace(tmp, path)
+            yield StepLog(on_record=show_live)
+        return
+    yield StepLog(on_record=lambda rec: _output.info(_step_line(rec)))
 
 
 def _finish(
@@ -99,15 +99,15 @@ def _finish(
             device=report.header["device"],
             title=f"calctl {report.command}",
             metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
+            marks=report.body.get("marks") or (),
         )
     report = report.with_body(trace=files)
     if report_path is not None:
-        _write_report(report_path, report.document())
+        write_json(report_path, report.document())
     if format is Format.json:
         _output.emit_json(report.document())
     elif format is Format.junit:
-        sys.stdout.write(junit_xml(report))
-        sys.stdout.flush()
+        _output.emit_junit(f"calctl {report.command}", junit_suites(report))
     else:
         render(report)
         _footer(report, report_path)
@@ -116,20 +116,23 @@ def _finish(
     return report.exit_code
 
 
-def _package_line(pkg: dict[str, Any]) -> str:
-    """The footer's package part; a package refused before loading has a path but no name (issue 16)."""
-    name = pkg.get("name")
-    what = f"package {escape(str(name))}" if name else f"package {escape(str(pkg.get('path')))} (not loaded)"
-    digest = f"sha256:{pkg['digest']}" if pkg.get("digest") else "no digest (checksums.sha256 not readable)"
-    return f"{what} {digest}, signer {pkg.get('signer_key_id') or 'not verified'}"
+def provenance_line(header: dict[str, Any]) -> str:
+    """``device mock, runtime 0.7.6; package NAME VERSION sha256:..., signer ...``, or what was not established."""
+    pkg = header.get("package") or {}
+    rt = header.get("runtime") or {}
+    if pkg.get("name"):
+        what = f"package {escape(str(pkg['name']))} {escape(str(pkg.get('version') or ''))}".rstrip()
+        what += f" sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}"
+    else:
+        digest = f" (sha256:{pkg['digest']})" if pkg.get("digest") else ""
+        what = f"package {escape(str(pkg.get('path') or 'n/a'))}{digest}: refused before it was loaded"
+    return f"device {header['device']}, runtime {rt.get('runtime', 'n/a')}; {what}"
 
 
 def _footer(report: RunReport, report_path: Path | None) -> None:
     out = _output.stdout
     h = report.header
-    pkg = h["package"]
-    rt = h.get("runtime") or {}
-    out.print(f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; {_package_line(pkg)}")
+    out.print(provenance_line(h))
     if h.get("mock_result"):
         out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
     for label, key in (("trace", "json"), ("plot", "plot")):
@@ -140,6 +143,9 @@ def _footer(report: RunReport, report_path: Path | None) -> None:
     line = f"verdict {_output.styled_verdict(report.verdict)}"
     if report.error:
         line += f": {escape(report.error)}"
+    elif report.verdict == "WARN":
+        warnings = report.body.get("warnings") or []
+        line += f": passed with {len(warnings)} warning(s): " + escape("; ".join(warnings))
     elif report.verdict in ("S1", "S2") and report.body.get("reasons"):
         line += f": {escape(report.body['reasons'][0])}"
     out.print(line)
@@ -159,38 +165,40 @@ def _steps_table(report: RunReport) -> None:
 # ---------------------------------------------------------------------------
 # JUnit: one testcase per step
 
+_JUNIT_OUTCOME = {
+    StepStatus.FAIL: "failure",
+    StepStatus.ERROR: "error",
+    StepStatus.TIMEOUT: "error",
+    StepStatus.INTERRUPTED: "error",
+    StepStatus.SKIP: "skipped",
+}
 
-def junit_xml(report: RunReport) -> str:
+
+def junit_suites(report: RunReport) -> list[_output.JunitSuite]:
     suite_name = f"calctl.{report.command.replace(' ', '.')}"
-    root = ET.Element("testsuites", name=f"calctl {report.command}")
-    suite = ET.SubElement(root, "testsuite", name=suite_name)
-    props = ET.SubElement(suite, "properties")
-    for name, value in (
-        ("device", report.header["device"]),
+    cases = [
+        _output.JunitCase(
+            name=s.name,
+            classname=suite_name,
+            seconds=s.seconds,
+            outcome=_JUNIT_OUTCOME.get(s.status),
+            message=s.detail,
+            kind="fail" if s.status is StepStatus.FAIL else s.status.value.lower(),
+            output=s.detail,
+        )
+        for s in report.steps
+    ]
+    props = [
+        ("device", str(report.header["device"])),
         ("verdict", report.verdict),
         ("package_digest", report.header["package"].get("digest") or ""),
         ("mock_result", str(report.header.get("mock_result")).lower()),
-    ):
-        ET.SubElement(props, "property", name=name, value=str(value))
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for s in report.steps:
-        case = ET.SubElement(suite, "testcase", classname=suite_name, name=s.name, time=f"{s.seconds:.4f}")
-        counts["tests"] += 1
-        if s.status is StepStatus.FAIL:
-            ET.SubElement(case, "failure", message=s.detail, type="fail").text = s.detail
-            counts["failures"] += 1
-        elif s.status in (StepStatus.ERROR, StepStatus.TIMEOUT, StepStatus.INTERRUPTED):
-            ET.SubElement(case, "error", message=s.detail, type=s.status.value.lower()).text = s.detail
-            counts["errors"] += 1
-        elif s.status is StepStatus.SKIP:
-            ET.SubElement(case, "skipped", message=s.detail)
-            counts["skipped"] += 1
-        ET.SubElement(case, "system-out").text = s.detail
-    for k, v in counts.items():
-        suite.set(k, str(v))
-        root.set(k, str(v))
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    ]
+    return [_output.JunitSuite(suite_name, cases, props)]
+
+
+def junit_xml(report: RunReport) -> str:
+    return _output.junit_xml(f"calctl {report.command}", junit_suites(report))
 
 
 # ---------------------------------------------------------------------------
@@ -208,20 +216,23 @@ def run_golden(
     step_timeout: StepTimeoutOpt = 30.0,
     trace: TraceOpt = None,
     plot: PlotOpt = None,
-    report: ReportOpt = None,
+    report: ReportFileOpt = None,
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
-    format: FormatOpt = Format.table,
+    format: ResultFormatOpt = Format.table,
 ) -> int:
-    """Golden correctness on a device: validate, configure, then per model prefill + greedy decode against the
-    package's golden data (logits within rtol/atol, top-k agreement, exact tokens).
+    """Golden correctness of every model on a device.
+
+    Validates, configures, then per model runs prefill + greedy decode against the package's golden data
+    (logits within rtol/atol, top-k agreement, exact tokens).
 
     Exit 0 every model exact, 1 a mismatch (named: model, step, position) or a refused package,
     3 device error, 4 a step hung past --step-timeout (partial report written), 130 Ctrl-C.
     """
-    spec = _device(device, calrt_lib, time_scale, fault_plan, seed)
+    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed)
     path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
-    result = golden_runner(path, trust=trust, device=spec, model=model, step_timeout_s=step_timeout, log=_live_log())
+    with interruptible(), _live_log(format) as log:
+        result = golden_runner(path, trust=trust, device=spec, model=model, step_timeout_s=step_timeout, log=log)
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_golden)
 
 
@@ -282,33 +293,45 @@ def warmup(
     step_timeout: StepTimeoutOpt = 30.0,
     trace: TraceOpt = None,
     plot: PlotOpt = None,
-    report: ReportOpt = None,
+    report: ReportFileOpt = None,
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
-    format: FormatOpt = Format.table,
+    format: ResultFormatOpt = Format.table,
 ) -> int:
-    """Warm-up on a device: N iterations of prefill + decode per model; per graph P50/P90/P99 latency and the
-    coefficient of variation (a warning when CV > 0.25), and errors (failed jobs, tokens off golden).
+    """Warm-up latency percentiles and stability per graph on a device.
+
+    N iterations of prefill + decode per model; per graph P50/P90/P99 latency and the coefficient of
+    variation (stable when CV <= 0.25, else a WARN), and errors (failed jobs, tokens off golden).
 
     Exit 0 no errors (unstable latency is a warning), 1 errors, 3 device error, 4 a step hung, 130 Ctrl-C.
     """
-    spec = _device(device, calrt_lib, time_scale, fault_plan, seed)
+    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed)
     path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
-    result = warmup_runner(
-        path,
-        trust=trust,
-        device=spec,
-        iterations=iterations,
-        model=model,
-        decode_steps=decode_steps,
-        step_timeout_s=step_timeout,
-        log=_live_log(),
-    )
+    with interruptible(), _live_log(format) as log:
+        result = warmup_runner(
+            path,
+            trust=trust,
+            device=spec,
+            iterations=iterations,
+            model=model,
+            decode_steps=decode_steps,
+            step_timeout_s=step_timeout,
+            log=log,
+        )
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_warmup)
 
 
 def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:.3f}"
+
+
+def _stability(cv: float | None, unstable: bool, limit: float | None) -> str:
+    """Never blank: stable, WARN unstable, or why it could not be told (the CV limit is in the table's title)."""
+    if unstable:
+        return f"{_output.styled_verdict('WARN')} unstable"
+    if cv is None:
+        return "n/a (too few jobs)"
+    return "stable"
 
 
 def _render_warmup(report: RunReport) -> None:
@@ -327,14 +350,15 @@ def _render_warmup(report: RunReport) -> None:
                     _ms(p.p90),
                     _ms(p.p99),
                     "n/a" if p.cv is None else f"{p.cv:.3f}",
-                    _output.styled_verdict("WARN") + " unstable" if unstable else "",
+                    _stability(p.cv, unstable, report.body.get("cv_warn")),
                     f"{r.errors}/{r.iterations}",
                 ]
             )
     if rows:
         _output.print_table(
-            "warm-up latency per graph (ms, host submit -> wait, first iteration excluded)",
-            ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors/iterations"],
+            "warm-up latency per graph (ms, host submit -> wait, first iteration excluded; "
+            f"stable: CV <= {report.body.get('cv_warn', 0.25):g}; errors of iterations)",
+            ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors"],
             rows,
         )
 
@@ -369,10 +393,10 @@ def poc_combined(
     step_timeout: StepTimeoutOpt = 30.0,
     trace: TraceOpt = None,
     plot: PlotOpt = None,
-    report: ReportOpt = None,
+    report: ReportFileOpt = None,
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
-    format: FormatOpt = Format.table,
+    format: ResultFormatOpt = Format.table,
 ) -> int:
     """The combined-calbin PoC, exactly 001 §6.4: open device, create calbin, check exact model names and chip
     targets (exit 1 before configure on any problem), configure once, A/B buffers, A golden, B golden, rounds of
@@ -382,7 +406,7 @@ def poc_combined(
     Exit 0 for S1 or S2 (with --require-s2 only S2), 1 refused package or output mismatch, 3 device error,
     4 a step hung, 130 Ctrl-C.
     """
-    spec = _device(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
+    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
     path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
     if expect_models is None:
         if not bundled:
@@ -392,16 +416,17 @@ def poc_combined(
             )
         expect_models = "model-a,model-b"
     expect = parse_expect_models(expect_models)
-    result = run_poc_combined(
-        path,
-        trust=trust,
-        device=spec,
-        expect_models=expect,
-        rounds=rounds,
-        step_timeout_s=step_timeout,
-        require_s2=require_s2,
-        log=_live_log(),
-    )
+    with interruptible(), _live_log(format) as log:
+        result = run_poc_combined(
+            path,
+            trust=trust,
+            device=spec,
+            expect_models=expect,
+            rounds=rounds,
+            step_timeout_s=step_timeout,
+            require_s2=require_s2,
+            log=log,
+        )
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_poc)
 
 
@@ -411,6 +436,15 @@ def _est(d: dict[str, Any] | None) -> str:
     lo, hi = d.get("ci_low"), d.get("ci_high")
     ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else " (no CI)"
     return f"{d['mean']:.3f}{ci}"
+
+
+#: What the two PoC figures can be, printed under them (issue 21: "overlap_ratio tops out at 0.5").
+OVERLAP_BOUNDS = (
+    "overlap_ratio = 1 - T_joint / (T_A + T_B): 0 = no faster than A then B; at most "
+    "1 - max(T_A, T_B) / (T_A + T_B), which is 0.5 for equal A and B fully in parallel. "
+    "throughput_efficiency = joint tokens/s / (A + B isolated tokens/s): 1 = no loss; a value just above 1 "
+    "(e.g. 1.01) is timing noise, not a gain"
+)
 
 
 def _render_poc(report: RunReport) -> None:
@@ -440,6 +474,7 @@ def _render_poc(report: RunReport) -> None:
             f"overlap_ratio {_est(body['overlap_ratio'])}; throughput_efficiency {_est(body['throughput_efficiency'])} "
             "(mean [95% bootstrap CI] over rounds, 001 §13.2)"
         )
+        out.print(f"[dim]{OVERLAP_BOUNDS}[/]")
     for reason in body.get("reasons", []):
         out.print(f"  - {escape(reason)}")
     xt = body.get("crosstalk")
@@ -464,26 +499,26 @@ def bringup(
         typer.Option("--level", help="quick | standard | long: warm-up iterations, PoC rounds, step timeouts."),
     ] = bringup_lib.Level.STANDARD,
     report: Annotated[
-        Path | None, typer.Option("--report", help="Report directory (default ./calctl-bringup-<timestamp>).")
+        Path | None,
+        report_dir_option("./calctl-reports/bringup-<timestamp>", "report.json, each step's trace and picture"),
     ] = None,
     time_scale: TimeScaleOpt = None,
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> int:
-    """The bench pipeline in one command: validate, budget, run-golden, warmup, and the combined PoC for a combined
-    or replica package; one summary, report.json, traces and plots in the report directory.
+    """The bench pipeline in one command: validate, budget, golden, warm-up, PoC, short soak.
+
+    Runs validate, budget, run-golden, warmup, the combined PoC (for a combined or replica package) and a
+    short load/unload soak, in that order; one summary, and report.json with every step's trace and picture
+    in the report directory (default ./calctl-reports/bringup-<timestamp>, printed at the start).
 
     With no PKG: the bundled combined sample on the mock device. Exit 0 PASS/WARN, else the first failing
     step's code (1 fail, 3 device, 4 timeout, 130 Ctrl-C).
     """
-    if format is Format.junit:
-        raise UsageError("--format junit: bringup prints table or json")
-    spec = _device(device, calrt_lib, time_scale)
+    spec = device_spec(device, calrt_lib, time_scale)
     path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
-    out_dir = report if report is not None else bringup_lib.default_report_dir()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--report {out_dir}: exists and is not a directory")
+    out_dir = report_dir(report, "bringup")
     config = bringup_lib.BringupConfig(package=path, trust=trust, device=spec, level=level, out_dir=out_dir)
     _output.info(
         f"calctl bringup ({level.value}) of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"
@@ -494,10 +529,11 @@ def bringup(
             f"  {_output.styled_verdict(o.verdict)} {escape(o.name)} [dim]({o.seconds:.2f} s)[/] {escape(o.key_figure)}"
         )
 
-    result = bringup_lib.run_bringup(config, on_step=show)
+    with interruptible():
+        result = bringup_lib.run_bringup(config, on_step=show)
     document = result.document()
-    _write_report(out_dir / "report.json", document)
-    if format is Format.json:
+    write_json(out_dir / "report.json", document)
+    if _output.is_json(format):
         _output.emit_json(document)
     else:
         _render_bringup(result)
@@ -517,9 +553,7 @@ def _render_bringup(result: bringup_lib.BringupReport) -> None:
         if s.verdict not in ("PASS", "GO", "S2") and s.detail:
             out.print(f"  {escape(s.name)}: {escape(s.detail)}")
     h = result.header
-    pkg = h["package"]
-    rt = h.get("runtime") or {}
-    out.print(f"device {h['device']}, runtime {rt.get('runtime', 'n/a')}; {_package_line(pkg)}")
+    out.print(provenance_line(h))
     if h.get("mock_result"):
         out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
     out.print(f"report: {escape(str(result.out_dir / 'report.json'))} (traces and plots alongside)")

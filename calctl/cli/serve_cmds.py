@@ -86,7 +86,7 @@ def serve(
         ),
     ] = 0.0,
     log_level: Annotated[
-        str, typer.Option("--log-level", help="Server log level: debug, info, warning or error.")
+        str, typer.Option("--log-level", help="Server log level: debug, info, warning, error or critical.")
     ] = "info",
 ) -> None:
     """Serve the package's models over an OpenAI-compatible HTTP API (one model per chip).

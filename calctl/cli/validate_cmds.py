@@ -8,25 +8,23 @@ allowed), 1 rejected, 2 usage or environment error. No rule logic lives here.
 
 from __future__ import annotations
 
-import re
-import sys
-import xml.etree.ElementTree as ET
+import difflib
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.padding import Padding
+from rich.text import Text
 
 from calctl.cli import _output
-from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
-from calctl.cli._output import Format
+from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, ResultFormatOpt, TrustedKeyOpt
+from calctl.cli._output import Format, TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import ExitCode, UsageError
 from calctl.package.rules import RULES, Rule, Status, rule_by_id
 from calctl.package.rules.compat import parse_version
 from calctl.package.validate import CheckResult, Report, ValidationPolicy
 from calctl.package.validate import validate as run_validation
-
-JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Hashing threads (default: cores).")]
 
 _STATUS_LABEL = {
     Status.PASS: "PASS",
@@ -77,11 +75,16 @@ def validate(
     fail_on_skip: Annotated[
         bool, typer.Option("--fail-on-skip", help="Reject the package when any check was skipped.")
     ] = False,
-    format: FormatOpt = Format.table,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Table: list every rule's result, passes included.")
+    ] = False,
+    format: ResultFormatOpt = Format.table,
 ) -> int:
-    """Statically validate a package: layout, manifest, hashes, signature, masks, ELF, memory, tensors, tokenizer, compatibility.
+    """Statically validate a package before it touches a board.
 
-    Every rule appears in the report as pass, fail, warn, skip (with its reason) or error.
+    Checks layout, manifest, hashes, signature, chip masks, ELF, memory plan, tensors, tokenizer and
+    compatibility. The table shows failures, errors, warnings and skips in full and counts the passes
+    (--verbose lists every rule); JSON and JUnit always hold every rule's result.
     Exit 0 = accepted (warnings allowed), 1 = rejected, 2 = usage or environment error.
     """
     if runtime_version is not None and parse_version(runtime_version) is None:
@@ -101,119 +104,106 @@ def validate(
     if format is Format.json:
         _output.emit_json(report.to_dict())
     elif format is Format.junit:
-        _emit_junit(report)
+        _output.emit_junit("calctl validate", junit_suites(report))
     else:
-        _print_report(report)
+        _print_report(report, verbose=verbose)
     return int(ExitCode.OK if report.ok else ExitCode.FAILED)
 
 
-def _print_report(report: Report) -> None:
-    rows = []
-    for c in report.checks:
-        rows.append(
-            [
-                _output.styled_verdict(_STATUS_LABEL[c.status]),
-                c.id,
-                c.group.value,
-                escape(c.file or ""),
-                escape(c.field or ""),
-                escape(c.message),
-            ]
+def _print_report(report: Report, *, verbose: bool = False) -> None:
+    """Failures, errors, warnings and skips in full (one finding per block); passes counted (``--verbose``: listed)."""
+    out = _output.stdout
+    shown = [c for c in report.checks if verbose or c.status is not Status.PASS]
+    out.print(f"[bold]calctl validate[/] {escape(report.package)}")
+    for c in shown:
+        where = ": ".join(escape(p) for p in (c.file, c.field) if p)
+        out.print(
+            f"  {_output.styled_verdict(_STATUS_LABEL[c.status])} {c.id} [dim]{c.group.value}[/]"
+            + (f" {where}" if where else "")
         )
-    _output.stdout.print(
-        _output.make_table(
-            f"calctl validate {escape(report.package)}", ["status", "rule", "group", "file", "field", "message"], rows
-        )
-    )
+        out.print(Padding(Text(c.message), (0, 0, 0, 6)), soft_wrap=False)
+    passed = sorted({c.id for c in report.checks if c.status is Status.PASS} - set(report.failed_ids()))
+    if not verbose:
+        out.print(f"  [dim]{len(passed)} rule(s) passed (--verbose lists them; --format json has every result)[/]")
     n_rules = len(report.rule_ids())
     failed = report.failed_ids()
+    warned = [c.id for c in report.warnings]
+    skipped = list(dict.fromkeys(c.id for c in report.skipped))
     counts = (
-        f"{n_rules} rules; {len(report.errors)} failing, {len(report.warnings)} warnings, {len(report.skipped)} skipped"
+        (f"failed {', '.join(failed)}; " if failed else "")
+        + f"{n_rules} rules: {len(passed)} passed, {len(failed)} failing"
+        + f", {_output.warning_summary(warned)}, {len(skipped)} skipped"
+        + (f" ({', '.join(skipped)})" if skipped else "")
     )
     if report.digest:
-        _output.stdout.print(f"digest sha256:{report.digest}  signer: {report.signer_key_id or 'not verified'}")
-    if report.ok:
-        _output.stdout.print(f"{_output.styled_verdict('PASS')} {escape(report.package)}: {counts}")
-    else:
-        why = f"failed {', '.join(failed)}" if failed else "rejected by --fail-on-warn/--fail-on-skip"
-        _output.stdout.print(f"{_output.styled_verdict('FAIL')} {escape(report.package)}: {counts}; {why}")
+        out.print(f"digest sha256:{report.digest}", soft_wrap=False)
+        out.print(f"signer: {report.signer_key_id or 'not verified'}")
+    verdict = _verdict(report)
+    why = ""
+    if not report.ok and not failed:
+        why = "; rejected by --fail-on-warn/--fail-on-skip"
+    out.print(f"verdict {_output.styled_verdict(verdict)}: {counts}{why}")
+
+
+def _verdict(report: Report) -> str:
+    """PASS, WARN (accepted with warnings) or FAIL: the words of docs/cli.md "Verdicts"."""
+    if not report.ok:
+        return "FAIL"
+    return "WARN" if report.warnings else "PASS"
 
 
 # ---------------------------------------------------------------------------
 # JUnit XML: one testsuite per group, one testcase per rule.
 
-_XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
-
-def _x(text: str | None) -> str:
-    return _XML_BAD.sub("\ufffd", text or "")
-
-
-def junit_xml(report: Report) -> str:
-    """The report as JUnit XML: failures = fail (and warn/skip when the policy rejects them)."""
-    root = ET.Element("testsuites", name="calctl validate")
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+def junit_suites(report: Report) -> list[_output.JunitSuite]:
+    """The report as JUnit suites: failures = fail (and warn/skip when the policy rejects them)."""
     by_rule: dict[str, list[CheckResult]] = {}
     for c in report.checks:
         by_rule.setdefault(c.id, []).append(c)
-    suites: dict[str, ET.Element] = {}
-    counts: dict[str, dict[str, int]] = {}
+    rejecting = {Status.FAIL}
+    if report.fail_on_warn:
+        rejecting.add(Status.WARN)
+    if report.fail_on_skip:
+        rejecting.add(Status.SKIP)
+    cases: dict[str, list[_output.JunitCase]] = {}
     for rule_id, entries in by_rule.items():
-        first = entries[0]
-        group = first.group.value
-        if group not in suites:
-            suites[group] = ET.SubElement(root, "testsuite", name=f"calctl.validate.{group}")
-            props = ET.SubElement(suites[group], "properties")
-            ET.SubElement(props, "property", name="package", value=_x(report.package))
-            if report.digest:
-                ET.SubElement(props, "property", name="digest", value=report.digest)
-            counts[group] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        group = entries[0].group.value
         rule = rule_by_id(rule_id)
         summary = rule.summary() if rule else rule_id
-        case = ET.SubElement(
-            suites[group], "testcase", classname=f"calctl.validate.{group}", name=_x(f"{rule_id} {summary}")
-        )
-        counts[group]["tests"] += 1
         statuses = {c.status for c in entries}
-        lines = "\n".join(_x(_line(c)) for c in entries)
-        rejecting = {Status.FAIL}
-        if report.fail_on_warn:
-            rejecting.add(Status.WARN)
-        if report.fail_on_skip:
-            rejecting.add(Status.SKIP)
+        lines = "\n".join(_line(c) for c in entries)
+        outcome, message, kind = None, "", ""
         if Status.ERROR in statuses:
             crashed = next(c for c in entries if c.status is Status.ERROR)
-            el = ET.SubElement(case, "error", message=_x(crashed.message), type="error")
-            el.text = lines
-            counts[group]["errors"] += 1
+            outcome, message, kind = "error", crashed.message, "error"
         elif statuses & rejecting:
             bad = next(c for c in entries if c.status in rejecting)
-            el = ET.SubElement(case, "failure", message=_x(bad.message), type=bad.status.value)
-            el.text = lines
-            counts[group]["failures"] += 1
+            outcome, message, kind = "failure", bad.message, bad.status.value
         elif statuses == {Status.SKIP}:
-            ET.SubElement(case, "skipped", message=_x(entries[0].message))
-            counts[group]["skipped"] += 1
-        out = ET.SubElement(case, "system-out")
-        out.text = lines
-    for group, el in suites.items():
-        for k, v in counts[group].items():
-            el.set(k, str(v))
-            totals[k] += v
-    for k, v in totals.items():
-        root.set(k, str(v))
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+            outcome, message = "skipped", entries[0].message
+        cases.setdefault(group, []).append(
+            _output.JunitCase(
+                name=f"{rule_id} {summary}",
+                classname=f"calctl.validate.{group}",
+                outcome=outcome,
+                message=message,
+                kind=kind,
+                text=lines,
+                output=lines,
+            )
+        )
+    props = [("package", report.package)] + ([("digest", report.digest)] if report.digest else [])
+    return [_output.JunitSuite(f"calctl.validate.{g}", cs, props) for g, cs in cases.items()]
+
+
+def junit_xml(report: Report) -> str:
+    return _output.junit_xml("calctl validate", junit_suites(report))
 
 
 def _line(c: CheckResult) -> str:
     where = ": ".join(p for p in (c.file, c.field) if p)
     return f"{c.status.value.upper()} {c.id} {where + ': ' if where else ''}{c.message}"
-
-
-def _emit_junit(report: Report) -> None:
-    sys.stdout.write(junit_xml(report))
-    sys.stdout.flush()
 
 
 # ---------------------------------------------------------------------------
@@ -232,15 +222,9 @@ def _rule_doc(rule: type[Rule]) -> dict[str, Any]:
     }
 
 
-def _table_or_json(format: Format) -> Format:
-    if format is Format.junit:
-        raise UsageError("--format junit applies to `calctl validate` only; use table or json")
-    return format
-
-
-def rules(format: FormatOpt = Format.table) -> None:
-    """List every validation rule: stable ID, group, severity and one-line summary."""
-    if _table_or_json(format) is Format.json:
+def rules(format: FormatOpt = TableJson.table) -> None:
+    """List every validation rule: ID, group, severity, summary."""
+    if _output.is_json(format):
         _output.emit_json({"rules": [_rule_doc(r) for r in RULES]})
         return
     _output.print_table(
@@ -252,15 +236,18 @@ def rules(format: FormatOpt = Format.table) -> None:
 
 def explain(
     rule_id: Annotated[str, typer.Argument(metavar="ID", help="Rule ID, e.g. CHIP003 (see `calctl rules`).")],
-    format: FormatOpt = Format.table,
+    format: FormatOpt = TableJson.table,
 ) -> None:
-    """Explain one validation rule: what it checks, why, and the report section it enforces."""
-    fmt = _table_or_json(format)
+    """Explain one validation rule: what it checks, why, and where from.
+
+    Prints the rule's explanation and the report sections it enforces (001 = the dual-model report,
+    000 = the scheduling report; SPEC §N: docs/cli.md, "Citations").
+    """
     rule = rule_by_id(rule_id)
     if rule is None:
-        raise UsageError(f"unknown rule ID {rule_id!r}", hint="run `calctl rules` for the list of IDs")
+        raise UsageError(f"unknown rule ID {rule_id!r}", hint=_did_you_mean(rule_id))
     doc = _rule_doc(rule)
-    if fmt is Format.json:
+    if _output.is_json(format):
         _output.emit_json(doc)
         return
     _output.stdout.print(f"[bold]{rule.id}[/] ({rule.group.value}, {rule.severity.value}): {escape(rule.summary())}")
@@ -269,6 +256,14 @@ def explain(
     needs = [n.value for n in sorted(rule.needs, key=lambda n: n.value) if n.value != "root"]
     if needs:
         _output.stdout.print(f"[dim]skips (with the reason) when unavailable:[/] {', '.join(needs)}")
+
+
+def _did_you_mean(rule_id: str) -> str:
+    ids = [r.id for r in RULES]
+    close = difflib.get_close_matches(rule_id.upper(), ids, n=3, cutoff=0.6)
+    if close:
+        return f"did you mean {' or '.join(close)}? (`calctl rules` lists every ID)"
+    return "run `calctl rules` for the list of IDs"
 
 
 def register(app: typer.Typer) -> None:

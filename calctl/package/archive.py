@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from calctl.errors import PackageFormatError, UsageError
+from calctl.records import atomic_output
 
 #: Ceilings for extraction (docs/package-format.md "Limits"); a real board package holds two ~8.5 GiB blobs
 #: and a few dozen files.
@@ -75,37 +76,29 @@ def write_tar(src: Path, out: Path) -> None:
     """
     top = src.name
     check_tar_destination(src, out)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tf:
-            dirs: set[str] = set()
-            for path in _walk(src):
-                rel = path.relative_to(src).as_posix()
-                if path.is_symlink() or not path.is_file():
-                    raise UsageError(f"{path}: not a regular file; packages contain regular files only")
-                parents = PurePosixPath(rel).parents
-                for parent in reversed(list(parents)[:-1]):
-                    d = f"{top}/{parent.as_posix()}"
-                    if d not in dirs:
-                        dirs.add(d)
-                        tf.addfile(_dir_info(d))
-                if f"{top}" not in dirs:
-                    dirs.add(top)
-                info = tarfile.TarInfo(f"{top}/{rel}")
-                st = path.stat()
-                info.size = st.st_size
-                info.mtime = FIXED_MTIME
-                info.mode = 0o755 if st.st_mode & 0o111 else 0o644
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                with open(path, "rb") as fh:
-                    tf.addfile(info, fh)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_output(out) as tmp, tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tf:
+        dirs: set[str] = set()
+        for path in _walk(src):
+            rel = path.relative_to(src).as_posix()
+            if path.is_symlink() or not path.is_file():
+                raise UsageError(f"{path}: not a regular file; packages contain regular files only")
+            parents = PurePosixPath(rel).parents
+            for parent in reversed(list(parents)[:-1]):
+                d = f"{top}/{parent.as_posix()}"
+                if d not in dirs:
+                    dirs.add(d)
+                    tf.addfile(_dir_info(d))
+            if f"{top}" not in dirs:
+                dirs.add(top)
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            st = path.stat()
+            info.size = st.st_size
+            info.mtime = FIXED_MTIME
+            info.mode = 0o755 if st.st_mode & 0o111 else 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with open(path, "rb") as fh:
+                tf.addfile(info, fh)
 
 
 def _dir_info(name: str) -> tarfile.TarInfo:

@@ -4,7 +4,7 @@ Each runner takes a package, a trust policy and a device spec, goes through
 :class:`calctl.runners.context.RunContext` (validate before configure, record
 the programs configured per chip, tear down on every path) and returns a
 report that names the device, runtime version, package digest and signer and
-never claims more than it measured (SPEC §8):
+never claims more than it measured (docs/runtime.md §5):
 
 * ``steps``   – one model's prefill + greedy decode on a device (shared);
 * ``golden``  – :func:`run_golden_model` (also used by the serving engine) and ``run-golden``;

@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl import __version__
+from calctl import __version__, records
 from calctl.budget.plan import plan_from_package
 from calctl.budget.policy import BudgetPolicy, Verdict
 from calctl.budget.report import report_document, run_budget
@@ -57,6 +57,7 @@ from calctl.runners.context import (
     Outcome,
     RunReport,
     StepStatus,
+    error_text,
     outcome_of,
     write_trace_outputs,
 )
@@ -207,6 +208,7 @@ def _device_step(state: BringupState, name: str, report: RunReport, figure: str)
         device=cfg.device.kind.value,
         title=f"calctl bringup: {name}",
         metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
+        marks=report.body.get("marks") or (),
     )
     if state.header is None and report.header.get("runtime") is not None:
         state.header = report.header
@@ -391,8 +393,7 @@ class BringupReport:
 
 
 def default_report_dir(now: datetime | None = None) -> Path:
-    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
-    return Path(f"calctl-bringup-{stamp}")
+    return records.default_report_dir("bringup", now)
 
 
 def run_bringup(
@@ -435,7 +436,7 @@ def run_bringup(
 
 def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> StepOutcome:
     if interrupted:
-        return StepOutcome(step.name, "SKIP", "", 0.0, 0, "not run: the pipeline was interrupted (Ctrl-C)")
+        return StepOutcome(step.name, "SKIP", "", 0.0, 0, "not run: the pipeline was interrupted")
     unmet = [n for n in step.needs if n not in state.outcomes or not state.outcomes[n].passed]
     if unmet:
         why = ", ".join(f"{n} {state.outcomes[n].verdict if n in state.outcomes else 'did not run'}" for n in unmet)
@@ -446,14 +447,14 @@ def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> Step
     t0 = time.perf_counter()
     try:
         return step.run(state)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         return StepOutcome(
             step.name,
             Outcome.INTERRUPTED.value,
             "",
             time.perf_counter() - t0,
             Outcome.INTERRUPTED.exit_code,
-            "interrupted (Ctrl-C)",
+            error_text(exc),
         )
     except CalctlError as exc:
         outcome = outcome_of(exc)

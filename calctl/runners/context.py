@@ -23,7 +23,7 @@ logged step, so a report shows that the board was left clean.
 
 :class:`StepLog` records named steps with status, duration and detail (the
 PoC's "each step logged with its status"). :func:`header` is the block every
-report starts with: device kind (mock results labelled as such, SPEC §8),
+report starts with: device kind (mock results labelled as such, docs/runtime.md §5),
 runtime versions, package digest and signer.
 
 This module does not run models, judge results or render anything.
@@ -46,12 +46,12 @@ from typing import Any
 
 from calctl import __version__
 from calctl.budget.device import device_fit
-from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError
+from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError, interrupt_reason
 from calctl.package.info import package_digest
 from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import Report, ValidationPolicy, validate
-from calctl.runners.trace import TraceSlice, plot_timeline, write_chrome_trace
+from calctl.runners.trace import Mark, TraceSlice, plot_timeline, write_chrome_trace
 from calctl.runtime import Calbin, DeviceKind, Health, Runtime, TraceEvent, Versions, open_runtime
 from calctl.runtime.errors import InvalidCalbin, RuntimeLayerError
 from calctl.runtime.types import JobState
@@ -59,10 +59,10 @@ from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS
 from calctl.signing.policy import TrustPolicy
 
-#: Printed on and stored in every report produced on the mock device (SPEC §8).
+#: Printed on and stored in every report produced on the mock device (docs/runtime.md §5).
 MOCK_LABEL = (
     "MOCK RESULT: produced on the simulated mock board. It shows that the tool and the package work end to end; "
-    "it is not evidence about a Calculet board (SPEC §8, docs/runtime.md §5)"
+    "it is not evidence about a Calculet board (docs/runtime.md §5)"
 )
 
 
@@ -81,7 +81,7 @@ class Outcome(str, enum.Enum):
     FAIL = "FAIL"  # it ran and the thing checked is wrong (or the package was refused)
     TIMEOUT = "TIMEOUT"  # a step hung past its deadline
     ERROR = "ERROR"  # the device or runtime failed
-    INTERRUPTED = "INTERRUPTED"  # Ctrl-C
+    INTERRUPTED = "INTERRUPTED"  # SIGINT (Ctrl-C) or SIGTERM
 
     @property
     def exit_code(self) -> int:
@@ -105,6 +105,13 @@ def outcome_of(exc: BaseException) -> Outcome:
     if isinstance(exc, CalctlError) and exc.exit_code == ExitCode.FAILED:
         return Outcome.FAIL
     return Outcome.ERROR
+
+
+def error_text(exc: BaseException) -> str:
+    """What a report says about the exception that ended a step or a run (``interrupted (SIGTERM)`` for a signal)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return interrupt_reason(exc)
+    return str(exc) or type(exc).__name__
 
 
 class StepStatus(str, enum.Enum):
@@ -186,7 +193,7 @@ class StepLog:
 
 
 def _detail(note: StepNote, exc: BaseException) -> str:
-    what = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else (str(exc) or type(exc).__name__)
+    what = error_text(exc)
     return f"{note.detail}; {what}" if note.detail else what
 
 
@@ -382,8 +389,9 @@ def write_trace_outputs(
     device: str,
     title: str,
     metadata: dict[str, Any],
+    marks: Sequence[Mark] = (),
 ) -> dict[str, str | None]:
-    """Write the Chrome/Perfetto JSON and/or the timeline PNG; return where they went."""
+    """Write the Chrome/Perfetto JSON and/or the timeline PNG (``marks`` shaded behind it); return where they went."""
     slices = trace_slices(events)
     out: dict[str, str | None] = {"json": None, "plot": None}
     if trace is not None:
@@ -391,7 +399,7 @@ def write_trace_outputs(
         out["json"] = str(trace)
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_timeline(plot, slices, title=title, device=device)
+        plot_timeline(plot, slices, title=title, device=device, marks=marks)
         out["plot"] = str(plot)
     return out
 
@@ -484,19 +492,22 @@ class RunContext:
             )
             report = validate(self.path, policy)
             self.validation = report
+            warned = list(dict.fromkeys(c.id for c in report.warnings))
             note.detail = (
-                f"{len(report.rule_ids())} rules, {len(report.errors)} failing, {len(report.warnings)} warnings"
+                f"{len(report.rule_ids())} rules, {len(report.failed_ids())} failing, {len(warned)} warning(s)"
                 + (f": {', '.join(report.failed_ids())}" if report.errors else "")
             )
             if not report:
+                findings = [f"{c.id}: {c.message}" for c in report.errors]
+                shown = "; ".join(findings[:4]) + (f"; and {len(findings) - 4} more" if len(findings) > 4 else "")
                 raise CheckFailed(
-                    f"{self.path}: the package failed validation ({', '.join(report.failed_ids()) or 'policy'}); "
+                    f"{self.path}: the package failed validation ({shown or 'rejected by policy'}); "
                     "it never reached configure",
                     hint=f"run `calctl validate {self.path}` for every finding",
                 )
-            if report.warnings:
+            if warned:
                 note.status = StepStatus.WARN
-                note.detail += f" ({', '.join(dict.fromkeys(c.id for c in report.warnings))})"
+                note.detail += f" ({', '.join(warned)})"
         return report
 
     def load(self) -> Package:
@@ -735,7 +746,7 @@ class RunReport:
     """
 
     command: str
-    verdict: str  # PASS | FAIL | TIMEOUT | ERROR | INTERRUPTED; the PoC reports S1 | S2 when it ran to the end
+    verdict: str  # PASS | WARN | FAIL | TIMEOUT | ERROR | INTERRUPTED; the PoC reports S1 | S2 when it ran to the end
     exit_code: int
     header: dict[str, Any]
     steps: tuple[StepRecord, ...]
@@ -775,14 +786,26 @@ class RunReport:
 def finish(
     ctx: RunContext, command: str, verdict: str, exit_code: int, body: dict[str, Any], error: str | None, t0: float
 ) -> RunReport:
-    """Assemble the RunReport once ``ctx`` is closed (the teardown steps are part of the log)."""
+    """Assemble the RunReport once ``ctx`` is closed (the teardown steps are part of the log).
+
+    A PASS with a step that warned is WARN (docs/cli.md "Verdicts": passed, exit 0, every warning named in
+    ``warnings``), the word bringup and validate use for the same result.
+    """
+    warnings = [f"{s.name}: {s.detail}" for s in ctx.log.records if s.status is StepStatus.WARN]
+    if verdict == Outcome.PASS.value and warnings:
+        verdict = "WARN"
     return RunReport(
         command=command,
         verdict=verdict,
         exit_code=exit_code,
         header=ctx.header(command),
         steps=ctx.log.records,
-        body={**body, "programs": programs_document(ctx.programs), "memory": ctx.memory_document()},
+        body={
+            **body,
+            "warnings": warnings,
+            "programs": programs_document(ctx.programs),
+            "memory": ctx.memory_document(),
+        },
         error=error,
         seconds=time.perf_counter() - t0,
         events=ctx.trace_events(),
@@ -807,6 +830,7 @@ __all__ = [
     "StepNote",
     "StepRecord",
     "StepStatus",
+    "error_text",
     "finish",
     "outcome_of",
     "program_digests",

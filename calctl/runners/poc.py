@@ -34,7 +34,7 @@ logged SKIP with the reason, so a report shows, e.g., that configure never ran):
 11. ``drain``, ``reset configuration``, ``release`` (the RunContext teardown).
 
 On the mock the verdict shows that the tool tells S1 from S2; it is not
-evidence about a board (SPEC §8): the report says so. This module does not
+evidence about a board (docs/runtime.md §5): the report says so. This module does not
 print or write files.
 """
 
@@ -58,6 +58,7 @@ from calctl.runners.context import (
     RunReport,
     StepLog,
     StepStatus,
+    error_text,
     finish,
     outcome_of,
     reraise_usage,
@@ -65,6 +66,7 @@ from calctl.runners.context import (
 from calctl.runners.golden import GoldenResult, first_mismatch
 from calctl.runners.golden import judge as judge_golden
 from calctl.runners.overlap import ConcurrencyVerdict, Interval, Round, both_busy_fraction, judge
+from calctl.runners.trace import Mark
 from calctl.runtime import GenerationId, Runtime
 from calctl.runtime.calbin import CalbinPlan
 from calctl.signing.policy import TrustPolicy
@@ -360,7 +362,7 @@ def run_poc_combined(
                 raise
     except (CalctlError, KeyboardInterrupt) as exc:
         reraise_usage(exc)
-        outcome, error = outcome_of(exc), str(exc) or type(exc).__name__
+        outcome, error = outcome_of(exc), error_text(exc)
 
     verdict, checker = found.verdict, found.checker
     body["golden"] = found.goldens
@@ -448,10 +450,16 @@ def _flow(
             note.detail = "; ".join(f"{a}: buffers {list(v)}" for a, v in ids.items()) + " (none shared)"
 
         golden = {a: GoldenData.load(pkg, a) for a in aliases}
+        marks: list[Mark] = body.setdefault("marks", [])  # the picture shades these phases
+
+        def mark(label: str, start_ns: int) -> None:
+            marks.append(Mark(label, start_ns / 1e9, time.monotonic_ns() / 1e9))
+
         for a in aliases:  # A golden, then B golden (serially, 001 §12 Phase 2 step 2)
             with log.step(f"golden {a}") as note:
                 progress = GreedyProgress(a)
                 g0 = time.perf_counter()
+                m0 = time.monotonic_ns()
                 try:
                     greedy_run(
                         rt,
@@ -467,6 +475,7 @@ def _flow(
                     found.goldens.append(judge_golden(golden[a], progress, time.perf_counter() - g0))
                     raise
                 r = judge_golden(golden[a], progress, time.perf_counter() - g0)
+                mark(f"golden {a}", m0)
                 found.goldens.append(r)
                 if not r.ok:
                     raise CheckFailed(f"golden failed: {r.reason}")
@@ -482,15 +491,18 @@ def _flow(
         results: list[RoundResult] = []
         with log.step("concurrent rounds") as note:
             for k in range(rounds):
-                s = time.perf_counter()
+                s, m0 = time.perf_counter(), time.monotonic_ns()
                 out_a = _generate(rt, pkg, wa, bufs[wa.alias], timeout_s)
                 t_a = time.perf_counter() - s
+                mark("A alone", m0)
                 checker.check(wa.alias, k, "alone", out_a)
-                s = time.perf_counter()
+                s, m0 = time.perf_counter(), time.monotonic_ns()
                 out_b = _generate(rt, pkg, wb, bufs[wb.alias], timeout_s)
                 t_b = time.perf_counter() - s
+                mark("B alone", m0)
                 checker.check(wb.alias, k, "alone", out_b)
                 t_j, w0, w1, (joint_a, joint_b) = _joint(rt, pkg, [wa, wb], bufs, timeout_s)
+                marks.append(Mark("A+B joint", w0 / 1e9, w1 / 1e9))
                 checker.check(wa.alias, k, "joint", joint_a)
                 checker.check(wb.alias, k, "joint", joint_b)
                 rnd = Round(t_a, t_b, t_j, len(out_a), len(out_b), len(joint_a) + len(joint_b))
@@ -556,7 +568,7 @@ def _f(x: float | None) -> str:
 
 
 def _capability(device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: Outcome) -> str:
-    """What the run may be cited for (001 §1 C0–C4, S1/S2; SPEC §8)."""
+    """What the run may be cited for (001 §1 C0–C4, S1/S2; docs/runtime.md §5)."""
     if device.is_mock:
         return (
             "not evidence: a mock result shows the tool tells S1 from S2; the board's dual-chip concurrency stays "

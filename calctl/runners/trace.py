@@ -13,11 +13,12 @@ time, the chips overlapped.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from calctl.records import atomic_output, write_atomic
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,72 @@ def chrome_trace(
 def write_chrome_trace(
     path: Path, slices: Sequence[TraceSlice], *, device: str, metadata: dict[str, Any] | None = None
 ) -> None:
-    _atomic_write_text(path, json.dumps(chrome_trace(slices, device=device, metadata=metadata), indent=1))
+    write_atomic(path, json.dumps(chrome_trace(slices, device=device, metadata=metadata), indent=1))
 
 
-def plot_timeline(path: Path, slices: Iterable[TraceSlice], *, title: str, device: str) -> None:
+@dataclass(frozen=True)
+class Mark:
+    """A labelled span of the run (a PoC round phase, a golden run), shaded behind the lanes."""
+
+    label: str  # what ran: e.g. "golden model-a", "A alone", "B alone", "A+B joint"
+    start: float  # seconds, the same monotonic clock as the slices
+    end: float
+
+
+def busy_overlap(slices: Sequence[TraceSlice], chips: tuple[int, int] = (0, 1)) -> list[tuple[float, float]]:
+    """Intervals during which both ``chips`` had a job running (the PoC's "both chips computing")."""
+
+    def union(chip: int) -> list[tuple[float, float]]:
+        out: list[tuple[float, float]] = []
+        for a, b in sorted((x.start, x.end) for x in slices if x.chip == chip and x.phase is None):
+            if out and a <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], b))
+            else:
+                out.append((a, b))
+        return out
+
+    u0, u1 = union(chips[0]), union(chips[1])
+    both: list[tuple[float, float]] = []
+    i = j = 0
+    while i < len(u0) and j < len(u1):
+        lo, hi = max(u0[i][0], u1[j][0]), min(u0[i][1], u1[j][1])
+        if lo < hi:
+            both.append((lo, hi))
+        if u0[i][1] < u1[j][1]:
+            i += 1
+        else:
+            j += 1
+    return both
+
+
+_MARK_COLOUR = {"golden": "#dddddd", "A alone": "#d6e6f5", "B alone": "#fde3cc", "A+B joint": "#d5f0d5"}
+
+
+def _mark_kind(label: str) -> str:
+    return "golden" if label.startswith("golden") else label
+
+
+def plot_timeline(
+    path: Path,
+    slices: Iterable[TraceSlice],
+    *,
+    title: str,
+    device: str,
+    marks: Sequence[Mark] = (),
+    chips: Sequence[int] | None = None,
+    lane_names: dict[str, str] | None = None,
+    notes: Sequence[str] = (),
+) -> None:
+    """One lane per chip (and a pong lane where pong jobs ran), jobs coloured by model, prefill hatched.
+
+    With both chips shown, a lane "both chips busy" draws the overlap itself, so concurrency reads as
+    overlap and not as blocks taking turns; ``marks`` shade the phases of the run behind the lanes (the
+    PoC's golden runs, A alone, B alone, A+B joint). ``chips``: the chips to draw (default: those that ran a
+    job, and chips 0 and 1). A chip gets one lane per engine that ran there: ``ping`` (or ``auto``) is the
+    chip's own lane, ``pong`` and any other engine label (e.g. a compared round) get their own; ``lane_names``
+    maps an engine to its lane suffix, e.g. ``{"ping": " ping engine"}``. ``notes``: lines printed under the
+    picture (the figures it illustrates, with their CIs).
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -95,48 +158,73 @@ def plot_timeline(path: Path, slices: Iterable[TraceSlice], *, title: str, devic
     from matplotlib.patches import Patch
 
     items = list(slices)
-    t0 = min((s.start for s in items), default=0.0)
+    names = {
+        "": "",
+        "pong": " pong",
+        **{("" if k in ("ping", "auto") else k): v for k, v in (lane_names or {}).items()},
+    }
+
+    def lane_of(s: TraceSlice) -> str:
+        return "" if s.engine in ("ping", "auto", "") else s.engine
+
+    def lane_order(key: tuple[int, str]) -> tuple[int, int, str]:
+        chip, lane = key
+        return (chip, 0 if lane == "" else 1 if lane == "pong" else 2, lane)
+
+    t0 = min([s.start for s in items] + [m.start for m in marks], default=0.0)
     models = sorted({s.model for s in items})
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
     colour = {m: palette[i % len(palette)] for i, m in enumerate(models)}
+    shown = sorted(set(chips) if chips is not None else {s.chip for s in items} | {0, 1})
     # One lane per chip, plus a pong lane for a chip that ran pong jobs (they overlap its ping jobs).
-    lanes = sorted(
-        {(s.chip, False) for s in items}
-        | {(0, False), (1, False)}
-        | {(s.chip, True) for s in items if s.engine == "pong"}
+    lanes: list[tuple[int, str]] = sorted(
+        {(c, "") for c in shown} | {(s.chip, lane_of(s)) for s in items if s.chip in shown}, key=lane_order
     )
-    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.9 * len(lanes)))
+    overlap_lane = 0 in shown and 1 in shown
+    n_lanes = len(lanes) + (1 if overlap_lane else 0)
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.9 * n_lanes))
+    for m in marks:  # behind everything
+        ax.axvspan(
+            (m.start - t0) * 1e3,
+            (m.end - t0) * 1e3,
+            color=_MARK_COLOUR.get(_mark_kind(m.label), "#eeeeee"),
+            alpha=0.8,
+            linewidth=0,
+            zorder=0,
+        )
     phase_colour = {"h2d": "#bbbbbb", "compute": "#222222", "d2h": "#777777"}
     for s in items:
-        y = lanes.index((s.chip, s.engine == "pong"))
-        if s.phase is not None:  # a sub-slice: a thin bar inside its job's bar
-            ax.barh(
-                y,
-                (s.end - s.start) * 1e3,
-                left=(s.start - t0) * 1e3,
-                height=0.25,
-                color=phase_colour.get(s.phase, "#555555"),
-                linewidth=0,
-            )
+        if s.chip not in shown:
             continue
-        hatch = "//" if "prefill" in s.graph else None
-        ax.barh(
-            y,
-            (s.end - s.start) * 1e3,
-            left=(s.start - t0) * 1e3,
-            height=0.6,
-            color=colour[s.model],
-            edgecolor="black" if not s.ok else colour[s.model],
-            hatch=hatch,
-            linewidth=0.3,
-        )
-    ax.set_yticks(range(len(lanes)), [f"chip{c} pong" if pong else f"chip{c}" for c, pong in lanes])
+        y = lanes.index((s.chip, lane_of(s)))
+        left, width = (s.start - t0) * 1e3, (s.end - s.start) * 1e3
+        if s.phase is not None:  # a sub-slice: a thin bar inside its job's bar
+            ax.barh(y, width, left=left, height=0.25, color=phase_colour.get(s.phase, "#555555"), linewidth=0, zorder=3)
+            continue
+        ax.barh(y, width, left=left, height=0.6, color=colour[s.model], linewidth=0, zorder=2)
+        if "prefill" in s.graph:  # the hatch in white over the job's colour: visible on any fill
+            ax.barh(y, width, left=left, height=0.6, fill=False, hatch="///", edgecolor="white", linewidth=0, zorder=2)
+        if not s.ok:
+            ax.barh(y, width, left=left, height=0.6, fill=False, edgecolor="red", linewidth=1.2, zorder=4)
+    labels = [f"chip{c}{names.get(lane, f' {lane}')}" for c, lane in lanes]
+    if overlap_lane:
+        y = len(lanes)
+        for a, b in busy_overlap(items):
+            ax.barh(y, (b - a) * 1e3, left=(a - t0) * 1e3, height=0.6, color="#2e7d32", linewidth=0, zorder=2)
+        labels.append("both chips busy")
+    ax.set_yticks(range(n_lanes), labels)
     ax.invert_yaxis()
-    ax.set_xlabel("time since first job (ms)")
+    ax.set_xlabel("time since the first job (ms)")
     label = "MOCK device: simulated timing, not hardware evidence" if device == "mock" else f"device: {device}"
     ax.set_title(f"{title}\n{label}", fontsize=10)
     handles = [Patch(color=colour[m], label=m) for m in models]
-    handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="prefill"))
+    handles.append(Patch(facecolor="#777777", edgecolor="white", hatch="///", label="prefill (hatched)"))
+    if any(not s.ok for s in items):
+        handles.append(Patch(facecolor="white", edgecolor="red", label="failed job"))
+    if overlap_lane:
+        handles.append(Patch(color="#2e7d32", label="both chips busy"))
+    for kind in dict.fromkeys(_mark_kind(m.label) for m in marks):
+        handles.append(Patch(color=_MARK_COLOUR.get(kind, "#eeeeee"), label=f"phase: {kind}"))
     for ph in sorted(
         {s.phase for s in items if s.phase is not None},
         key=lambda p: (p not in phase_colour, list(phase_colour).index(p) if p in phase_colour else 0, p),
@@ -145,15 +233,9 @@ def plot_timeline(path: Path, slices: Iterable[TraceSlice], *, title: str, devic
     # Outside the axes, so it never hides a job slice.
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.005, 0.5), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
+    if notes:
+        fig.text(0.01, 0.0, "\n".join(notes), ha="left", va="top", fontsize=8, family="monospace")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
-    os.replace(tmp, path)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -37,6 +37,7 @@ from calctl.runners.context import (
     RunReport,
     StepLog,
     StepStatus,
+    error_text,
     finish,
     outcome_of,
     reraise_usage,
@@ -96,7 +97,7 @@ def run_warmup(
                         note.status = StepStatus.WARN
     except (CalctlError, KeyboardInterrupt) as exc:
         reraise_usage(exc)
-        outcome, error = outcome_of(exc), str(exc) or type(exc).__name__
+        outcome, error = outcome_of(exc), error_text(exc)
     if outcome is Outcome.PASS:
         failed = [r for r in results if not r.ok]
         if failed:

@@ -26,6 +26,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from calctl.errors import PackageFormatError
+from calctl.records import write_atomic
 from calctl.signing.files import CHECKSUMS, SEAL_FILES, SIGNATURE, NotReadable, read_regular
 from calctl.signing.keys import TrustedKey, key_id
 
@@ -229,23 +230,8 @@ def parse_checksums(data: bytes, source: str = CHECKSUMS) -> dict[str, str]:
     return out
 
 
-def _atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+def _atomic_write(path: Path, data: bytes) -> None:
+    write_atomic(path, data)
 
 
 def sealable_files(root: Path) -> list[str]:

@@ -210,8 +210,8 @@ def test_smollm2_import_validate_golden_and_serve_paris(cli, tmp_path: Path) -> 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
 def test_the_mock_boards_logits_match_a_direct_forward_of_the_original(cli, tmp_path: Path, family: str) -> None:  # type: ignore[no-untyped-def]
     """Through the mock runtime itself (create_calbin, configure, prefill job), from a GGUF import."""
+    from calctl.checks.steps import GreedyProgress, greedy_run
     from calctl.package.reader import load_manifest
-    from calctl.runners.steps import GreedyProgress, greedy_run
     from calctl.runtime import open_runtime
     from tests.unit.compiler.checkpoint_factory import hf_forward
 

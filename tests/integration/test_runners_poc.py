@@ -168,3 +168,14 @@ def test_crosstalk_in_a_joint_round_exits_1_naming_model_round_and_position(cli,
     assert first in doc["error"] and doc["crosstalk"]["mismatch_count"] == 1
     steps = _steps(doc)
     assert steps["verify outputs"]["status"] == "FAIL" and steps["overlap verdict"]["status"] == "SKIP"
+
+
+def test_a_refused_model_set_names_the_missing_and_the_unexpected_aliases(cli) -> None:  # type: ignore[no-untyped-def]
+    """Issue 21: not just "MAN004"; and the footer never prints `package None sha256:n/a`."""
+    r = cli("poc", "combined", FIXTURE_PACKAGES / "combined", "--expect-models", "model-a,model-x", *TRUST)
+    assert_no_traceback(r)
+    assert r.code == 1
+    assert "expected model 'model-x' is not in the package" in r.out
+    assert "model 'model-b' is not one of the expected models" in r.out
+    assert "package None" not in r.out and "sha256:n/a" not in r.out
+    assert "refused before it was loaded" in r.out

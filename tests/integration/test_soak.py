@@ -159,3 +159,75 @@ def test_a_killed_soak_leaves_its_evidence(tmp_path: Path) -> None:
     events = [json.loads(x) for x in lines]  # every complete line parses
     assert any(e["event"] == "checkpoint" and e["why"] == "interval" for e in events)
     assert not any(e["event"] == "soak_end" for e in events)
+
+
+def _start_soak(out: Path, *, ignore_sigint: bool = False) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "calctl",
+            "soak",
+            str(PKG),
+            *TRUST,
+            "--cycles",
+            "30",
+            "--traffic-seconds",
+            "1.0",
+            "--report",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # A shell starts a background job with SIGINT ignored; Python then installs no handler of its own.
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None,
+    )
+
+
+def _wait_for_traffic(out: Path, proc: subprocess.Popen[str], timeout_s: float = 90.0) -> None:
+    events = out / "events.ndjson"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the soak ended early ({proc.returncode}): {proc.stderr.read() if proc.stderr else ''}")
+        if events.is_file() and any(
+            json.loads(line).get("event") == "loaded" for line in events.read_text().splitlines() if line.endswith("}")
+        ):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the soak loaded nothing within {timeout_s:g} s")
+
+
+@pytest.mark.parametrize(
+    ("sig", "ignore_sigint"), [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["SIGTERM", "SIGINT-in-background"]
+)
+def test_a_signalled_soak_ends_interrupted_with_its_evidence_closed(
+    tmp_path: Path, sig: signal.Signals, ignore_sigint: bool
+) -> None:
+    """``timeout 5 calctl soak`` (SIGTERM) and Ctrl-C of a backgrounded soak: INTERRUPTED, exit 130, closed."""
+    out = tmp_path / "soak"
+    proc = _start_soak(out, ignore_sigint=ignore_sigint)
+    try:
+        _wait_for_traffic(out, proc)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    doc = json.loads((out / "soak-report.json").read_text())
+    assert doc["status"] == "interrupted" and doc["verdict"] == "INTERRUPTED" and doc["ok"] is False
+    assert doc["interrupted"]["signal"] == sig.name and doc["cycles"] < 30
+    events = [json.loads(x) for x in (out / "events.ndjson").read_text().splitlines()]
+    cut = [e for e in events if e["event"] == "cycle_interrupted"]
+    assert len(cut) == 1 and cut[0]["cycle"] == doc["cycles"] + 1 and cut[0]["signal"] == sig.name
+    assert events[-1]["event"] == "soak_end" and events[-1]["status"] == "interrupted"
+    assert (out / "soak.png").read_bytes()[:8] == PNG_MAGIC
+    assert doc["files"]["plot"] == str(out / "soak.png")
+    assert "verdict INTERRUPTED" in stdout and f"({sig.name}" in stdout
+    assert "verdict FAIL" not in stdout

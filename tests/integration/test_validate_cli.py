@@ -104,3 +104,39 @@ def test_usage_errors_exit_two(tmp_path: Path) -> None:
     proc = _calctl("explain", "XYZ999")
     assert proc.returncode == 2 and "XYZ999" in proc.stderr
     assert _calctl("validate", FIXTURE_PACKAGES / "single", "--profile", "zero").returncode == 2
+
+
+def _at_width(monkeypatch, width: int):  # type: ignore[no-untyped-def]
+    import io
+
+    from rich.console import Console
+
+    from calctl.cli import _output
+
+    buf = io.StringIO()
+    monkeypatch.setattr(_output, "stdout", Console(file=buf, width=width, highlight=False, soft_wrap=True))
+    return buf
+
+
+def test_validate_of_the_bundled_sample_fits_one_80x40_screen(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 21: failures and warnings in full, passes counted; the whole summary on one 80x40 terminal."""
+    buf = _at_width(monkeypatch, 80)
+    r = cli("validate")
+    assert r.code == 0, r.err
+    lines = buf.getvalue().splitlines()
+    assert len(lines) <= 40, "\n".join(lines)
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    text = buf.getvalue()
+    assert "WARN SIG002" in text and "test-only key" in text  # the warning, its text uncut
+    assert "rule(s) passed" in text and "PASS LAY" not in text
+    assert "verdict WARN" in text and "1 warning(s) (SIG002)" in text  # the warning named where it is counted
+
+
+def test_validate_verbose_lists_every_rule(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from calctl.package.rules import RULES
+
+    buf = _at_width(monkeypatch, 100)
+    r = cli("validate", "--verbose")
+    assert r.code == 0, r.err
+    text = buf.getvalue()
+    assert all(f" {rule.id} " in text for rule in RULES)

@@ -8,5 +8,5 @@
 * :mod:`~calctl.runners.bench.scenarios` – the registry (``ab``, ``interference``, ``fault-isolation``);
 * :mod:`~calctl.runners.bench.plot` – the pictures.
 
-Nothing here prints; ``calctl.cli.soak_bench_cmds`` renders (docs/bench.md).
+Nothing here prints; ``calctl.cli.bench_cmds`` renders (docs/bench.md).
 """

@@ -27,10 +27,12 @@ hardware does; near it, a serialising runtime shows (docs/bench.md).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from calctl.checks.stats import Percentiles
 from calctl.errors import UsageError
 from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult, Table
@@ -115,50 +117,52 @@ def _summary(opts: BenchOptions, alias: str, phase: PhaseResult, workload: Seque
     )
 
 
+def _pn(p: Percentiles, *keys: str) -> str:
+    """``4.1 / 9.8 ms (n=17)``: the percentiles asked for, and the sample count they rest on."""
+    if p.count == 0:
+        return "n/a (n=0)"
+    values = " / ".join(_ms_bare(getattr(p, k)) for k in keys)
+    return f"{values} ms (n={p.count})"
+
+
 def _stats_rows(label: str, stats: Sequence[ModelStats]) -> list[tuple[object, ...]]:
-    rows: list[tuple[object, ...]] = []
-    for s in stats:
-        rows.append(
-            (
-                label,
-                s.alias,
-                f"{s.succeeded}/{s.requests}",
-                _pct(s.success_rate),
-                _ms(s.ttft.p50),
-                _ms(s.ttft.p99),
-                _ms(s.tpot.p50),
-                _ms(s.tpot.p99),
-                _ms(s.itl.p99),
-                _ms(s.e2e.p99),
-                _num(s.tokens_per_s),
-                _num(s.requests_per_s),
-                _num(s.goodput_rps),
-                "yes" if saturated(s) else "no",
-            )
+    """Latency per model and phase: every percentile with its sample count."""
+    return [
+        (
+            label,
+            s.alias,
+            f"{s.succeeded}/{s.requests}",
+            _pn(s.ttft, "p50", "p99"),
+            _pn(s.tpot, "p50", "p99"),
+            _pn(s.itl, "p99"),
+            _pn(s.e2e, "p99"),
         )
-    return rows
+        for s in stats
+    ]
 
 
-STATS_COLUMNS = (
-    "phase",
-    "model",
-    "ok",
-    "success",
-    "TTFT P50",
-    "TTFT P99",
-    "TPOT P50",
-    "TPOT P99",
-    "ITL P99",
-    "E2E P99",
-    "tok/s",
-    "req/s",
-    "goodput req/s",
-    "saturated",
-)
+def _rate_rows(label: str, stats: Sequence[ModelStats]) -> list[tuple[object, ...]]:
+    """Throughput per model and phase."""
+    return [
+        (
+            label,
+            s.alias,
+            _pct(s.success_rate),
+            _num(s.tokens_per_s),
+            _num(s.requests_per_s),
+            _num(s.goodput_rps),
+            "yes" if saturated(s) else "no",
+        )
+        for s in stats
+    ]
 
 
-def _ms(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 1e3:.1f} ms"
+STATS_COLUMNS = ("phase", "model", "ok/sent", "TTFT P50 / P99", "TPOT P50 / P99", "ITL P99", "E2E P99")
+RATE_COLUMNS = ("phase", "model", "success", "tok/s", "req/s", "goodput req/s", "saturated")
+
+
+def _ms_bare(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1e3:.1f}"
 
 
 def _num(x: float | None) -> str:
@@ -169,18 +173,19 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2%}"
 
 
-def _gate_table(gates: Sequence[G.Gate]) -> Table:
+def _gate_table(gates: Sequence[G.Gate], title: str = "gates (001 §13.2)") -> Table:
     rows = tuple(
         (
             g.name,
             g.rule,
             "n/a" if g.value is None else f"{g.value:.3f}",
-            {True: "PASS", False: "FAIL", None: "not evaluated"}[g.passed],
+            g.verdict,
+            "" if g.samples is None else f"{g.samples} (>= {g.min_samples})",
             g.detail,
         )
         for g in gates
     )
-    return Table("001 §13.2 gates", ("gate", "rule", "value", "verdict", "evidence"), rows)
+    return Table(title, ("gate", "rule", "value", "verdict", "samples", "evidence"), rows)
 
 
 def _comparison(
@@ -212,28 +217,48 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
         stats_joint = {m: _summary(opts, m, joint, workloads[m]) for m in models}
     gates: list[G.Gate] = []
     cmp: Comparison | None = None
+    load = G.Load(opts.duration_s, opts.rate)
     if opts.mode is Mode.ALL:
         a, b = models
         assert joint is not None
         cmp = _comparison(opts, iso[a], iso[b], joint, a, b)
         gates += G.concurrency_gates(cmp)
         for m in models:
-            gates += G.degradation_gates(stats_iso[m], stats_joint[m])
+            gates += G.degradation_gates(stats_iso[m], stats_joint[m], load)
     if opts.mode in (Mode.JOINT, Mode.ALL):
-        gates.append(G.b_success_gate(stats_joint[models[0]], stats_joint[models[1]]))
+        gates.append(G.b_success_gate(stats_joint[models[0]], stats_joint[models[1]], load))
     verdict = G.verdict(gates)
     rows = [r for m in stats_iso for r in _stats_rows("isolated", [stats_iso[m]])] + _stats_rows(
         "joint", list(stats_joint.values())
     )
-    tables = [Table("per model and phase (successful requests)", STATS_COLUMNS, tuple(rows))]
+    rate_rows = [r for m in stats_iso for r in _rate_rows("isolated", [stats_iso[m]])] + _rate_rows(
+        "joint", list(stats_joint.values())
+    )
+    tables = [
+        Table("latency per model and phase (successful requests; n = samples)", STATS_COLUMNS, tuple(rows)),
+        Table("throughput per model and phase", RATE_COLUMNS, tuple(rate_rows)),
+    ]
     if gates:
         tables.append(_gate_table(gates))
     plot = opts.out_dir / "bench.png"
     bars: list[BarGroup] = []
+    verdicts = {g.name: g.verdict for g in gates}
     for m in models:
         si, sj = stats_iso.get(m), stats_joint.get(m)
-        bars.append((f"{m} TTFT", si.ttft.p99 if si else None, sj.ttft.p99 if sj else None))
-        bars.append((f"{m} TPOT", si.tpot.p99 if si else None, sj.tpot.p99 if sj else None))
+        for metric in ("ttft", "tpot"):
+            pi = getattr(si, metric) if si else None
+            pj = getattr(sj, metric) if sj else None
+            bars.append(
+                BarGroup(
+                    f"{m} {metric.upper()}",
+                    pi.p99 if pi else None,
+                    pj.p99 if pj else None,
+                    pi.count if pi else None,
+                    pj.count if pj else None,
+                    verdicts.get(f"p99_{metric}_degradation[{m}]"),
+                    m,
+                )
+            )
     plot_ab(
         plot,
         rates=cmp.rates if cmp else None,
@@ -265,7 +290,7 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
         "overlap_ratio": cmp.overlap_ratio.as_dict() if cmp else None,
         "throughput_efficiency": cmp.throughput_efficiency.as_dict() if cmp else None,
     }
-    notes = [f"failing gate: {g.name}: {g.detail}" for g in G.failing(gates)]
+    notes = _gate_notes(gates)
     return ScenarioResult(
         "ab",
         verdict,
@@ -277,6 +302,12 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
         tuple(notes),
         mock_result=_mock(opts),
     )
+
+
+def _gate_notes(gates: Sequence[G.Gate]) -> list[str]:
+    return [f"failing gate: {g.name}: {g.full}" for g in G.failing(gates)] + [
+        f"not judged: {g.name}: {g.note or g.detail}" for g in G.not_judged(gates)
+    ]
 
 
 def _mock(opts: BenchOptions) -> bool | None:
@@ -310,7 +341,14 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
     for (m, k), wl in work.items():
         iso[(m, k)] = _phase(target, opts, {m: wl}, f"{m} {k}-heavy isolated", log, kinds={m: f"{k}-heavy"})
     gates: list[G.Gate] = []
-    rows: list[tuple[object, ...]] = []
+    load = G.Load(opts.duration_s, opts.rate)
+    iso_stats = {(m, k): _summary(opts, m, iso[(m, k)], work[(m, k)]) for (m, k) in work}
+    rows: list[tuple[object, ...]] = [
+        r for (m, k), s in iso_stats.items() for r in _stats_rows(f"{k}-heavy alone", [s])
+    ]
+    rate_rows: list[tuple[object, ...]] = [
+        r for (m, k), s in iso_stats.items() for r in _rate_rows(f"{k}-heavy alone", [s])
+    ]
     pair_docs = []
     pair_bars: list[tuple[str, list[BarGroup]]] = []
     for wa, wb, watch in PAIRS:
@@ -327,19 +365,30 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
         bars: list[BarGroup] = []
         docs = {}
         for m, w in ((a, wa), (b, wb)):
-            si = _summary(opts, m, iso[(m, w[0])], work[(m, w[0])])
+            si = iso_stats[(m, w[0])]
             sj = _summary(opts, m, joint, work[(m, w[0])])
             # 001 §9.4: the prefill side is watched through TTFT, the decode side through TPOT.
             metric = "ttft" if w[0] == "prefill" else "tpot"
-            g = [x for x in G.degradation_gates(si, sj) if x.name.startswith(f"p99_{metric}")]
-            pair_gates += [G.Gate(f"{name}: {x.name}", x.rule, x.value, x.passed, x.detail) for x in g]
+            g = [x for x in G.degradation_gates(si, sj, load) if x.name.startswith(f"p99_{metric}")]
+            pair_gates += [dataclasses.replace(x, name=f"{name}: {x.name}") for x in g]
             iv, jv = (si.ttft.p99, sj.ttft.p99) if metric == "ttft" else (si.tpot.p99, sj.tpot.p99)
-            bars.append((f"{m} {metric.upper()}", iv, jv))
-            rows += _stats_rows(f"{name} (isolated)", [si]) + _stats_rows(f"{name} (joint)", [sj])
+            bars.append(
+                BarGroup(
+                    f"{m} {metric.upper()}",
+                    iv,
+                    jv,
+                    getattr(si, metric).count,
+                    getattr(sj, metric).count,
+                    g[0].verdict if g else None,
+                    m,
+                )
+            )
+            rows += _stats_rows(f"{name}, joint", [sj])
+            rate_rows += _rate_rows(f"{name}, joint", [sj])
             docs[m] = {"work": f"{w[0]}-heavy", "watched": metric, "isolated": si.document(), "joint": sj.document()}
         cmp = _comparison(opts, iso[(a, wa[0])], iso[(b, wb[0])], joint, a, b)
         eff = [x for x in G.concurrency_gates(cmp) if x.name == "throughput_efficiency"]
-        pair_gates += [G.Gate(f"{name}: {x.name}", x.rule, x.value, x.passed, x.detail) for x in eff]
+        pair_gates += [dataclasses.replace(x, name=f"{name}: {x.name}") for x in eff]
         gates += pair_gates
         pair_bars.append((name, bars))
         pair_docs.append(
@@ -354,8 +403,12 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
     verdict = G.verdict(gates)
     plot = opts.out_dir / "bench.png"
     plot_pairs(plot, pair_bars, title=f"calctl bench interference (001 §9.4): {verdict}", device=opts.target_device)
-    tables = (Table("interference pairs: isolated vs joint", STATS_COLUMNS, tuple(rows)), _gate_table(gates))
-    notes = [f"failing gate: {g.name}: {g.detail}" for g in G.failing(gates)]
+    tables = (
+        Table("interference (001 §9.4): latency, each workload alone then each pair joint", STATS_COLUMNS, tuple(rows)),
+        Table("interference (001 §9.4): throughput", RATE_COLUMNS, tuple(rate_rows)),
+        _gate_table(gates, "interference pairs (001 §9.4), judged by the 001 §13.2 rules"),
+    )
+    notes = _gate_notes(gates)
     body = {
         "pairs": pair_docs,
         "workloads": {

@@ -58,7 +58,7 @@ class BenchOptions:
     token_range: TokenRange = TokenRange()
     temperature: float = 1.0
     api_key: str | None = None
-    target_device: str = "unknown"  # what the operator says the server runs on (labels the report, SPEC §8)
+    target_device: str = "unknown"  # what the operator says the server runs on (labels the report, docs/runtime.md §5)
     # In-process scenarios (the engine on a device of our own):
     package: Path | None = None
     trust: TrustPolicy | None = None

@@ -41,7 +41,7 @@ split where overlap is possible (30 % h2d, 40 % compute, 30 % d2h) and with a
 compute-bound control (0 / 100 / 0) where ping/pong can only hide host time,
 so the gain is seen to come from the modelled phases and nothing else. Only
 the first is judged; a mock result grades nothing on the board (ping/pong
-stays C1 there, SPEC §8, 001 §1).
+stays C1 there, docs/runtime.md §5, 001 §1).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
 from calctl.runners.bench.gates import Gate
 from calctl.runners.context import DeviceSpec, trace_slices
-from calctl.runners.trace import plot_timeline, write_chrome_trace
+from calctl.runners.trace import TraceSlice, plot_timeline, write_chrome_trace
 from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, drive_engine_request
 from calctl.runtime import Runtime, TraceEvent, open_runtime
 from calctl.runtime.mock.timing import TimingModel
@@ -307,6 +307,8 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                         )
             events = _round_trace(rt, rounds[ExecutorMode.PINGPONG], worker.chips, alias)
             last = _round_trace(rt, rounds[ExecutorMode.PINGPONG][-1:], worker.chips, alias)
+            last_sync = _round_trace(rt, rounds[ExecutorMode.SYNC][-1:], worker.chips, alias)
+            chips = tuple(worker.chips)
         finally:
             sup.shutdown(5.0)
     report = _judge(opts, device, alias, rounds, events, auto_downgrades)
@@ -322,12 +324,47 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
             write_chrome_trace(opts.trace_path, slices, device=device.kind.value, metadata=meta)
             report.trace_path = opts.trace_path
         if opts.plot_path is not None:
-            title = f"executor-modes: {alias}, last ping/pong round" + (
+            title = f"executor-modes: {alias}, the last sync round against the last ping/pong round" + (
                 f", {opts.profile.label()}" if opts.profile else ""
             )
-            plot_timeline(opts.plot_path, slices, title=title, device=device.kind.value)
+            plot_timeline(
+                opts.plot_path,
+                [*slices, *_aligned(trace_slices(last_sync, phases=True), rounds, "sync round")],
+                title=title,
+                device=device.kind.value,
+                chips=chips,
+                lane_names={"ping": " ping/pong round: ping engine", "pong": " ping/pong round: pong engine"},
+                notes=_plot_notes(report),
+            )
             report.plot_path = opts.plot_path
     return report
+
+
+def _aligned(slices: list[TraceSlice], rounds: dict[ExecutorMode, list[_Round]], lane: str) -> list[TraceSlice]:
+    """The last sync round's slices on a lane of their own, shifted to start where the last ping/pong round did."""
+    sync, pp = rounds[ExecutorMode.SYNC], rounds[ExecutorMode.PINGPONG]
+    if not sync or not pp:
+        return []
+    shift = (pp[-1].start_ns - sync[-1].start_ns) / 1e9
+    return [dataclasses.replace(s, engine=lane, start=s.start + shift, end=s.end + shift) for s in slices]
+
+
+def _plot_notes(report: ExecutorModesReport) -> list[str]:
+    """The figures the picture illustrates, with their CIs (they were only in the JSON)."""
+    lines = []
+    for m in (report.m1, report.m2):
+        for c in m.checks:
+            e = c.estimate
+            ci = (
+                f" [95 % CI {e.ci_low:+.1%}, {e.ci_high:+.1%}]"
+                if e.ci_low is not None and e.ci_high is not None
+                else ""
+            )
+            exact = c.rule.startswith("==")  # a count or an equality, not a relative change
+            mean = "n/a" if e.mean is None else (f"{e.mean:g}" if exact else f"{e.mean:+.1%}")
+            verdict = {True: "PASS", False: "FAIL", None: "NOT JUDGED"}[c.passed]
+            lines.append(f"{m.name} {c.name}: {mean}{ci} ({c.rule}) -> {verdict}")
+    return lines
 
 
 class _OpenDevice:
@@ -529,7 +566,7 @@ def _judge(
             "MOCK RESULT: simulated timing; the phase split is an input of the mock, not a measurement of a board. "
             "It grades nothing on hardware: ping/pong on the board stays C1 (symbols present, not measured) and "
             "this executor C2 (built on confirmed interfaces, awaiting hardware acceptance) until this scenario "
-            "runs with --device calrt (SPEC §8, 001 §1)."
+            "runs with --device calrt (docs/runtime.md §5, 001 §1)."
         )
     if evidence.compute_overlap_s is None:
         notes.append(

@@ -41,7 +41,7 @@ Grade, from observation only (001 §13.4):
 A combined calbin reconfigures as a whole (001 §11.2): reloading A drains and
 reloads B too, which the lifecycle rows show, so a combined package grades F1
 at best. On the mock these are mock results: they show the tool and the
-engine's isolation logic, not a board's fault domains (SPEC §8).
+engine's isolation logic, not a board's fault domains (docs/runtime.md §5).
 """
 
 from __future__ import annotations
@@ -339,39 +339,55 @@ class _Run:
                 self.engine = ServingEngine(self.sup)
                 with EngineLoop("fault-isolation") as loop:
                     self.loop = loop
-                    b_clients = [loop.submit(self.b_client(i)) for i in range(B_CLIENTS)]
-                    t_start = time.monotonic()
-                    self.phase("baseline", "-", "none", self.baseline)
-                    self.phase(
-                        "invalid-tensor", REQUEST, "10 prompts over the context limit, 10 empty prompts", self.invalid
-                    )
-                    self.phase(
-                        "kv-exhausted",
-                        REQUEST,
-                        "48 concurrent 16-token requests (16 lanes + 4 waiting)",
-                        self.kv_exhausted,
-                    )
-                    self.phase(
-                        "submit-busy", REQUEST, "DeviceBusy on 3, then 7 consecutive A decode submits", self.submit_busy
-                    )
-                    self.phase(
-                        "wait-timeout",
-                        RUNTIME,
-                        f"an A decode job hangs (job timeout {JOB_TIMEOUT_S:g} s)",
-                        self.wait_timeout,
-                    )
-                    self.phase("ccu-exception", RUNTIME, "an A decode job ends in a CCU exception", self.ccu_exception)
-                    self.phase(
-                        "drain-deadline",
-                        LIFECYCLE,
-                        "reload of A with long requests in flight, drain deadline 0.1 s",
-                        self.drain_deadline,
-                    )
-                    self.phase("unload-reload", LIFECYCLE, "reload of A (drain completes)", self.unload_reload)
-                    self.stop_b = True
-                    self.b_run.set()
-                    for f in b_clients:
-                        f.result(70)
+                    try:
+                        b_clients = [loop.submit(self.b_client(i)) for i in range(B_CLIENTS)]
+                        t_start = time.monotonic()
+                        self.phase("baseline", "-", "none", self.baseline)
+                        self.phase(
+                            "invalid-tensor",
+                            REQUEST,
+                            "10 prompts over the context limit, 10 empty prompts",
+                            self.invalid,
+                        )
+                        self.phase(
+                            "kv-exhausted",
+                            REQUEST,
+                            "48 concurrent 16-token requests (16 lanes + 4 waiting)",
+                            self.kv_exhausted,
+                        )
+                        self.phase(
+                            "submit-busy",
+                            REQUEST,
+                            "DeviceBusy on 3, then 7 consecutive A decode submits",
+                            self.submit_busy,
+                        )
+                        self.phase(
+                            "wait-timeout",
+                            RUNTIME,
+                            f"an A decode job hangs (job timeout {JOB_TIMEOUT_S:g} s)",
+                            self.wait_timeout,
+                        )
+                        self.phase(
+                            "ccu-exception", RUNTIME, "an A decode job ends in a CCU exception", self.ccu_exception
+                        )
+                        self.phase(
+                            "drain-deadline",
+                            LIFECYCLE,
+                            "reload of A with long requests in flight, drain deadline 0.1 s",
+                            self.drain_deadline,
+                        )
+                        self.phase("unload-reload", LIFECYCLE, "reload of A (drain completes)", self.unload_reload)
+                        self.stop_b = True
+                        self.b_run.set()
+                        for f in b_clients:
+                            f.result(70)
+                    except BaseException:
+                        # SIGINT/SIGTERM or a failure mid-phase: end the engine while the loop still runs, so the
+                        # streams of the requests it aborts can still be delivered (never into a closed loop).
+                        self.stop_b = True
+                        self.b_run.set()
+                        self.sup.shutdown(5.0)
+                        raise
             finally:
                 self.sup.shutdown(5.0)
         return self.result(t_start, device)
@@ -486,7 +502,7 @@ class _Run:
         notes = [
             f"grade {grade}: {why}",
             "MOCK RESULT: faults injected on the simulated board; this grades the tool and "
-            "the engine's isolation logic, not a Calculet board's fault domains (SPEC §8)",
+            "the engine's isolation logic, not a Calculet board's fault domains (docs/runtime.md §5)",
             "not exercised: KV corruption (silent on the device; only golden checks see it)",
         ]
         points = [(r.record.sent - t_start, r.record.e2e, r.record.ok) for r in self.b_results]

@@ -10,13 +10,25 @@ p99_tpot_degradation[X]    P99 TPOT of X joint <= 1.25 x isolated               
 b_success_rate             B's success rate in the joint phase >= 99.9 %        "A 满载时 B 成功率 >= 99.9%"
 =========================  ==================================================  ===========
 
-A gate that cannot be evaluated (no samples, no interval) is ``passed=None``
-with the reason: never a made-up pass. The verdict is FAIL when any evaluated
-gate failed, else PASS. This module does not measure.
+A gate that cannot be judged is ``passed=None``, verdict **NOT JUDGED**, with
+the reason: never a made-up pass or fail. That includes a percentile read from
+too few samples: percentile ``q`` is judged only from at least ``1 / (1 - q)``
+samples (:data:`MIN_SAMPLES`: P50 2, P90 10, P99 100), so that at least one
+sample lies beyond it; from 17 requests the "P99" is the slowest one, and a
+gate on it would judge one request. B's success rate is PASS only from at
+least :data:`B_SUCCESS_MIN_REQUESTS` requests (what 99.9 % can be told from);
+an observed rate below the gate is FAIL at any count (the failed requests are
+facts, not a tail estimate). A NOT JUDGED gate names the sample count and the
+``--duration`` or ``--rate`` that would give enough.
+
+The verdict is FAIL when any gate failed, else NOT JUDGED when any gate could
+not be judged, else PASS (MEASURED when there is no gate). This module does
+not measure.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,17 +39,62 @@ EFFICIENCY_GATE = 0.80
 P99_DEGRADATION_GATE = 0.25
 B_SUCCESS_GATE = 0.999
 
+#: Fewest samples a percentile is judged from: 1 / (1 - q), so at least one sample lies beyond it.
+MIN_SAMPLES = {"p50": 2, "p90": 10, "p99": 100}
+#: Fewest requests a B success rate of 99.9 % can be PASSED from (one failure is 0.1 %).
+B_SUCCESS_MIN_REQUESTS = 1000
+
+NOT_JUDGED = "NOT JUDGED"
+
+
+@dataclass(frozen=True)
+class Load:
+    """The open-loop load of a phase (per model), to say what would give enough samples."""
+
+    duration_s: float
+    rate: float
+
+    def advice(self, have: int, need: int) -> str:
+        if have <= 0:
+            return "no sample at all: check that the requests succeed"
+        factor = need / have
+        return (
+            f"--duration {math.ceil(self.duration_s * factor):g} (at --rate {self.rate:g}) or "
+            f"--rate {self.rate * factor:.3g} (at --duration {self.duration_s:g}, if the server keeps up) "
+            f"would give about {need}"
+        )
+
 
 @dataclass(frozen=True)
 class Gate:
     name: str
     rule: str
     value: float | None
-    passed: bool | None  # None: not evaluated (``detail`` says why)
-    detail: str = ""
+    passed: bool | None  # None: not judged (``note`` says why)
+    detail: str = ""  # what was measured
+    samples: int | None = None  # the fewest samples the judgement rests on (per phase), where that applies
+    min_samples: int | None = None
+    note: str = ""  # why it was not judged, and what would give enough
+
+    @property
+    def verdict(self) -> str:
+        return {True: "PASS", False: "FAIL", None: NOT_JUDGED}[self.passed]
+
+    @property
+    def full(self) -> str:
+        return f"{self.detail}: {self.note}" if self.note else self.detail
 
     def document(self) -> dict[str, Any]:
-        return {"name": self.name, "rule": self.rule, "value": self.value, "passed": self.passed, "detail": self.detail}
+        return {
+            "name": self.name,
+            "rule": self.rule,
+            "value": self.value,
+            "passed": self.passed,
+            "verdict": self.verdict,
+            "samples": self.samples,
+            "min_samples": self.min_samples,
+            "detail": self.full,
+        }
 
 
 def _fmt(x: float | None, pct: bool = False) -> str:
@@ -86,28 +143,45 @@ def concurrency_gates(cmp: Comparison) -> list[Gate]:
     return gates
 
 
-def degradation_gates(iso: ModelStats, joint: ModelStats) -> list[Gate]:
+def degradation_gates(iso: ModelStats, joint: ModelStats, load: Load | None = None) -> list[Gate]:
     out = []
-    for metric, i, j in (("ttft", iso.ttft.p99, joint.ttft.p99), ("tpot", iso.tpot.p99, joint.tpot.p99)):
+    need = MIN_SAMPLES["p99"]
+    for metric, pi, pj in (("ttft", iso.ttft, joint.ttft), ("tpot", iso.tpot, joint.tpot)):
+        i, j = pi.p99, pj.p99
         d = degradation(i, j)
         name = f"p99_{metric}_degradation[{iso.alias}]"
         rule = f"<= {P99_DEGRADATION_GATE:.0%}"
+        have = min(pi.count, pj.count)
+        counts = f"n={pi.count} isolated, n={pj.count} joint"
         if d is None or i is None or j is None:
-            out.append(Gate(name, rule, None, None, f"no P99 {metric.upper()} in isolation or jointly"))
-            continue
-        out.append(
-            Gate(
-                name,
-                rule,
-                d,
-                d <= P99_DEGRADATION_GATE,
-                f"{iso.alias} P99 {metric.upper()} {j * 1e3:.1f} ms joint vs {i * 1e3:.1f} ms isolated ({_fmt(d, True)})",
+            out.append(
+                Gate(name, rule, None, None, f"no P99 {metric.upper()} in isolation or jointly ({counts})", have, need)
             )
+            continue
+        measured = (
+            f"{iso.alias} P99 {metric.upper()} {j * 1e3:.1f} ms joint vs {i * 1e3:.1f} ms isolated "
+            f"({_fmt(d, True)}; {counts})"
         )
+        if have < need:
+            hint = f"; {load.advice(have, need)}" if load is not None else ""
+            out.append(
+                Gate(
+                    name,
+                    rule,
+                    d,
+                    None,
+                    measured,
+                    have,
+                    need,
+                    f"a P99 needs >= {need} samples per phase, not judged from {have}{hint}",
+                )
+            )
+            continue
+        out.append(Gate(name, rule, d, d <= P99_DEGRADATION_GATE, measured, have, need))
     return out
 
 
-def b_success_gate(a_joint: ModelStats, b_joint: ModelStats) -> Gate:
+def b_success_gate(a_joint: ModelStats, b_joint: ModelStats, load: Load | None = None) -> Gate:
     rate = b_joint.success_rate
     sat = saturated(a_joint)
     a_note = (
@@ -119,13 +193,28 @@ def b_success_gate(a_joint: ModelStats, b_joint: ModelStats) -> Gate:
         return Gate(
             "b_success_rate", f">= {B_SUCCESS_GATE:.1%}", None, None, f"B ({b_joint.alias}) sent no request; {a_note}"
         )
+    measured = f"B ({b_joint.alias}) {b_joint.succeeded}/{b_joint.requests} succeeded in the joint phase ({rate:.2%}); {a_note}"
+    need = B_SUCCESS_MIN_REQUESTS
+    if rate >= B_SUCCESS_GATE and b_joint.requests < need:
+        hint = f"; {load.advice(b_joint.requests, need)}" if load is not None else ""
+        return Gate(
+            "b_success_rate",
+            f">= {B_SUCCESS_GATE:.1%}",
+            rate,
+            None,
+            measured,
+            b_joint.requests,
+            need,
+            f"99.9 % needs >= {need} requests to pass, not judged from {b_joint.requests}{hint}",
+        )
     return Gate(
         "b_success_rate",
         f">= {B_SUCCESS_GATE:.1%}",
         rate,
         rate >= B_SUCCESS_GATE,
-        f"B ({b_joint.alias}) {b_joint.succeeded}/{b_joint.requests} succeeded in the joint phase "
-        f"({rate:.2%}); {a_note}",
+        measured,
+        b_joint.requests,
+        need,
     )
 
 
@@ -140,24 +229,35 @@ def _load_note(s: ModelStats) -> str:
 
 
 def verdict(gates: Sequence[Gate]) -> str:
-    evaluated = [g for g in gates if g.passed is not None]
-    if any(g.passed is False for g in evaluated):
+    """FAIL if any gate failed, NOT JUDGED if any could not be judged, PASS if all passed, MEASURED with no gate."""
+    if not gates:
+        return "MEASURED"
+    if any(g.passed is False for g in gates):
         return "FAIL"
-    return "PASS" if evaluated else "MEASURED"
+    return NOT_JUDGED if any(g.passed is None for g in gates) else "PASS"
 
 
 def failing(gates: Sequence[Gate]) -> list[Gate]:
     return [g for g in gates if g.passed is False]
 
 
+def not_judged(gates: Sequence[Gate]) -> list[Gate]:
+    return [g for g in gates if g.passed is None]
+
+
 __all__ = [
     "B_SUCCESS_GATE",
+    "B_SUCCESS_MIN_REQUESTS",
     "EFFICIENCY_GATE",
+    "MIN_SAMPLES",
+    "NOT_JUDGED",
     "P99_DEGRADATION_GATE",
     "Gate",
+    "Load",
     "b_success_gate",
     "concurrency_gates",
     "degradation_gates",
     "failing",
+    "not_judged",
     "verdict",
 ]

@@ -12,12 +12,27 @@ device, or a server whose device the bench was not told.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-BarGroup = tuple[str, float | None, float | None]  # label, isolated, joint (seconds)
+from calctl.records import atomic_output
+
+
+class BarGroup(NamedTuple):
+    """One P99 comparison: a metric of a model, isolated against joint, with its samples and gate verdict."""
+
+    label: str
+    isolated: float | None  # seconds
+    joint: float | None
+    n_isolated: int | None = None
+    n_joint: int | None = None
+    verdict: str | None = None  # PASS | FAIL | NOT JUDGED of the degradation gate
+    model: str | None = None
+
+
+#: One colour per model in every bench picture (isolated solid, joint hatched or dashed).
+MODEL_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
 
 
 def _device_label(device: str) -> str:
@@ -28,15 +43,14 @@ def _device_label(device: str) -> str:
     return f"device: {device}"
 
 
-def _save(fig: Any, path: Path) -> None:
+def _save(fig: Any, path: Path, *, layout: bool = True) -> None:
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.tight_layout()
-    fig.savefig(tmp, dpi=100)
+    if layout:
+        fig.tight_layout()
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def _pyplot() -> Any:
@@ -48,16 +62,50 @@ def _pyplot() -> Any:
     return plt
 
 
-def _bars(ax: Any, groups: Sequence[BarGroup], ylabel: str) -> None:
-    x = range(len(groups))
-    iso = [(g[1] or 0.0) * 1e3 for g in groups]
-    joint = [(g[2] or 0.0) * 1e3 for g in groups]
-    ax.bar([i - 0.2 for i in x], iso, width=0.4, label="isolated", color="#1f77b4")
-    ax.bar([i + 0.2 for i in x], joint, width=0.4, label="joint", color="#ff7f0e")
-    ax.set_xticks(list(x), [g[0] for g in groups], fontsize=8)
+def _bars(ax: Any, groups: Sequence[BarGroup], ylabel: str, gate: float) -> None:
+    """Isolated (solid) and joint (hatched) bars in the model's colour, the gate line over each pair
+    (isolated x (1 + gate)), the sample count on each bar and the gate's verdict above the pair."""
+    models = list(dict.fromkeys(g.model or g.label.split()[0] for g in groups))
+    for i, g in enumerate(groups):
+        c = MODEL_COLOURS[models.index(g.model or g.label.split()[0]) % len(MODEL_COLOURS)]
+        for dx, value, n, hatch in ((-0.2, g.isolated, g.n_isolated, None), (0.2, g.joint, g.n_joint, "///")):
+            if value is None:
+                ax.text(i + dx, 0, "n/a", ha="center", va="bottom", fontsize=7)
+                continue
+            ax.bar(i + dx, value * 1e3, width=0.38, color=c, hatch=hatch, edgecolor="white", linewidth=0)
+            if n is not None:
+                ax.text(i + dx, value * 1e3, f"n={n}", ha="center", va="bottom", fontsize=7)
+        if g.isolated is not None:
+            limit = g.isolated * (1 + gate) * 1e3
+            ax.hlines(limit, i - 0.45, i + 0.45, color="red", linestyle="--", linewidth=1.0)
+        if g.verdict:
+            colour = {"PASS": "green", "FAIL": "red"}.get(g.verdict, "#b8860b")
+            ax.text(
+                i,
+                1.0,
+                g.verdict,
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color=colour,
+                fontweight="bold",
+            )
+    ax.set_xticks(range(len(groups)), [g.label for g in groups], fontsize=8)
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
+
+
+def _bar_legend(fig: Any, gate: float) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(facecolor="#888888", label="isolated (solid)"),
+        Patch(facecolor="#888888", hatch="///", edgecolor="white", label="joint (hatched)"),
+        Line2D([], [], color="red", linestyle="--", label=f"gate: isolated P99 + {gate:.0%}"),
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
 
 
 def plot_ab(
@@ -69,21 +117,30 @@ def plot_ab(
     title: str,
     device: str,
     names: tuple[str, str] = ("A", "B"),
+    gate: float = 0.25,
 ) -> None:
     plt = _pyplot()
-    fig, (ax_r, ax_b) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (ax_r, ax_b) = plt.subplots(1, 2, figsize=(13, 5.2))
     if rates and window_s:
-        for name, style in (("a_isolated", "-"), ("b_isolated", "-"), ("a_joint", "--"), ("b_joint", "--")):
+        for name in ("a_isolated", "b_isolated", "a_joint", "b_joint"):
             values = rates.get(name) or []
-            model = names[0] if name.startswith("a_") else names[1]
-            ax_r.plot(
-                [(i + 1.5) * window_s for i in range(len(values))],
-                values,
-                style,
-                marker="o",
-                markersize=3,
-                label=f"{model} {name.split('_', 1)[1]}",
-            )
+            k = 0 if name.startswith("a_") else 1
+            xs = [(i + 1.5) * window_s for i in range(len(values))]
+            if name.endswith("isolated"):  # wide and pale underneath, so the joint line on top never hides it
+                ax_r.plot(
+                    xs, values, "-", color=MODEL_COLOURS[k], linewidth=4, alpha=0.35, label=f"{names[k]} isolated"
+                )
+            else:
+                ax_r.plot(
+                    xs,
+                    values,
+                    "--",
+                    marker="x",
+                    markersize=5,
+                    color=MODEL_COLOURS[k],
+                    linewidth=1.2,
+                    label=f"{names[k]} joint",
+                )
         ax_r.set_xlabel("time in the phase (s)")
         ax_r.set_ylabel("tokens/s delivered (successful requests)")
         ax_r.legend(fontsize=8)
@@ -92,20 +149,28 @@ def plot_ab(
     else:
         ax_r.text(0.5, 0.5, "no isolated/joint comparison in this mode", ha="center", va="center")
         ax_r.set_axis_off()
-    _bars(ax_b, bars, "P99 (ms)")
-    ax_b.set_title("P99 TTFT and TPOT: isolated vs joint", fontsize=9)
+    _bars(ax_b, bars, "P99 (ms)", gate)
+    ax_b.set_title("P99 TTFT and TPOT: isolated vs joint (n = samples)", fontsize=9, pad=14)
+    _bar_legend(fig, gate)
     fig.suptitle(f"{title}\n{_device_label(device)}", fontsize=10)
-    _save(fig, path)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    _save(fig, path, layout=False)
 
 
-def plot_pairs(path: Path, pairs: Sequence[tuple[str, Sequence[BarGroup]]], *, title: str, device: str) -> None:
+def plot_pairs(
+    path: Path, pairs: Sequence[tuple[str, Sequence[BarGroup]]], *, title: str, device: str, gate: float = 0.25
+) -> None:
+    """The four 001 §9.4 pairs side by side on one y-scale, so the panels compare at a glance."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, max(1, len(pairs)), figsize=(4 * max(1, len(pairs)), 4.2), squeeze=False)
+    n = max(1, len(pairs))
+    fig, axes = plt.subplots(1, n, figsize=(4 * n, 4.8), squeeze=False, sharey=True)
     for ax, (name, groups) in zip(axes[0], pairs, strict=False):
-        _bars(ax, groups, "P99 (ms)")
-        ax.set_title(name, fontsize=9)
+        _bars(ax, groups, "P99 (ms)", gate)
+        ax.set_title(name, fontsize=9, pad=14)
+    _bar_legend(fig, gate)
     fig.suptitle(f"{title}\n{_device_label(device)}", fontsize=10)
-    _save(fig, path)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    _save(fig, path, layout=False)
 
 
 def plot_timeline(
@@ -117,27 +182,30 @@ def plot_timeline(
     title: str,
     device: str,
 ) -> None:
-    """``points``: (t, latency s or None, ok) of B's requests; ``phases``: (name, start, end) seconds."""
+    """``points``: (t, latency s or None, ok) of B's requests; ``phases``: (name, start, end) seconds.
+
+    Successful requests are latencies on the latency axis; failed or refused ones have no latency, so they
+    are ticks on a strip of their own under it, never points that read as a latency.
+    """
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(13, 4.5))
+    fig, (ax, ax_f) = plt.subplots(2, 1, figsize=(13, 5.2), sharex=True, height_ratios=[5, 1])
     colours = ["#f0f0f0", "#dde8f5"]
     for i, (name, s, e) in enumerate(phases):
-        ax.axvspan(s, e, color=colours[i % 2], linewidth=0)
-        ax.text(
-            (s + e) / 2, 1.0, name, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7, rotation=0
-        )
+        for a in (ax, ax_f):
+            a.axvspan(s, e, color=colours[i % 2], linewidth=0)
+        ax.text((s + e) / 2, 1.0, name, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
     ok = [(t, v * 1e3) for t, v, good in points if good and v is not None]
     bad = [t for t, _, good in points if not good]
     if ok:
         ax.scatter([t for t, _ in ok], [v for _, v in ok], s=6, color="#2ca02c", label="B succeeded (E2E)")
-    if bad:
-        top = max([v for _, v in ok], default=1.0)
-        ax.scatter(bad, [top * 1.05] * len(bad), s=14, marker="x", color="#d62728", label="B failed or refused")
     if gate_s is not None:
         ax.axhline(gate_s * 1e3, color="red", linestyle="--", linewidth=0.8, label="B P99 E2E gate (baseline + 25 %)")
-    ax.set_xlabel("time (s)")
     ax.set_ylabel("B end-to-end latency (ms)")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
+    ax.legend(fontsize=8, loc="upper left")
+    ax_f.eventplot(bad, colors="#d62728", lineoffsets=0.5, linelengths=0.8)
+    ax_f.set_yticks([0.5], [f"B failed or\nrefused ({len(bad)})"], fontsize=8)
+    ax_f.set_ylim(0, 1)
+    ax_f.set_xlabel("time (s)")
     fig.suptitle(f"{title}\n{_device_label(device)}", fontsize=10)
     _save(fig, path)
 

@@ -5,7 +5,7 @@
 * :mod:`~calctl.runners.soak.checks` – the invariants (memory drift, counters, generations, requests);
 * :mod:`~calctl.runners.soak.evidence` – event log, atomic checkpoints, the picture.
 
-Nothing here prints; ``calctl.cli.soak_bench_cmds`` renders.
+Nothing here prints; ``calctl.cli.soak_cmds`` renders.
 """
 
 from calctl.runners.soak.run import (

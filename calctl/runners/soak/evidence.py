@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from calctl.records import atomic_output, write_json
+
 EVENTS_FILE = "events.ndjson"
 REPORT_FILE = "soak-report.json"
 PLOT_FILE = "soak.png"
@@ -42,13 +44,7 @@ def render_json(document: dict[str, Any]) -> str:
 
 
 def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(render_json(document) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_json(path, document)
 
 
 class EventLog:
@@ -126,11 +122,16 @@ def plot_soak(
     cycles: Sequence[tuple[float, float | None]],
     title: str,
     device: str,
+    checks: dict[int, list[tuple[float, int | None]]] | None = None,
+    interrupted: tuple[float, str] | None = None,
 ) -> None:
-    """Per-chip memory (MiB above baseline) and request latency over time, with load/unload markers.
+    """Per-chip memory (MiB above baseline, one panel per chip) and request latency over time.
 
-    ``cycles``: (loaded_at, unloaded_at) in seconds since the start; the unloaded
-    gaps are shaded.
+    Memory is drawn as the samples taken (a step from each sample to the next, a dot per sample), never
+    as ramps between them. The drift limit is an after-unload check, so it is drawn where it applies:
+    across the unloaded (grey) spans, with the measured drift of each check as a marker (``checks``: per
+    chip, (time, drift bytes) of every after-unload check). ``cycles``: (loaded_at, unloaded_at) in seconds
+    since the start; ``interrupted``: (time, signal) when SIGINT/SIGTERM ended the soak.
     """
     import matplotlib
 
@@ -138,26 +139,66 @@ def plot_soak(
     import matplotlib.pyplot as plt
 
     mib = 1024.0**2
-    fig, (ax_mem, ax_lat) = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
+    chips = sorted(memory) or [0]
+    fig, axes = plt.subplots(
+        len(chips) + 1, 1, figsize=(12, 2.6 * len(chips) + 3), sharex=True, height_ratios=[2] * len(chips) + [3]
+    )
+    mem_axes, ax_lat = list(axes[:-1]), axes[-1]
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-    for i, (chip, series) in enumerate(sorted(memory.items())):
-        pts = series.points()
+    end = max([t for s in memory.values() for t, _ in s.points()] + [c[1] or c[0] for c in cycles] + [0.0])
+    if interrupted is not None:
+        end = max(end, interrupted[0])
+    unloaded_spans: list[tuple[float, float]] = []
+    for n, (_loaded, unloaded) in enumerate(cycles):
+        nxt = cycles[n + 1][0] if n + 1 < len(cycles) else (end if unloaded is not None else None)
+        if unloaded is not None and nxt is not None and nxt > unloaded:
+            unloaded_spans.append((unloaded, nxt))
+    for i, (chip, ax) in enumerate(zip(chips, mem_axes, strict=True)):
+        series = memory.get(chip)
+        pts = series.points() if series is not None else []
         base = baseline.get(chip)
-        if not pts or base is None:
-            continue
-        ax_mem.plot(
-            [t for t, _ in pts],
-            [(v - base) / mib for _, v in pts],
-            color=palette[i % len(palette)],
-            linewidth=1.0,
-            label=f"chip{chip}",
-        )
-    shown_limits = sorted({v for v in limits.values() if v is not None})
-    for lim in shown_limits:
-        ax_mem.axhline(lim / mib, color="red", linestyle="--", linewidth=0.8, label=f"drift limit {lim / mib:.0f} MiB")
-    ax_mem.axhline(0.0, color="grey", linewidth=0.6)
-    ax_mem.set_ylabel("memory above baseline (MiB)")
-    ax_mem.legend(loc="upper left", fontsize=8)
+        colour = palette[i % len(palette)]
+        if pts and base is not None:
+            xs, ys = [t for t, _ in pts], [(v - base) / mib for _, v in pts]
+            ax.step(xs, ys, where="post", color=colour, linewidth=1.0, label=f"chip{chip} sampled")
+            ax.plot(xs, ys, linestyle="none", marker=".", markersize=3, color=colour)
+        lim = limits.get(chip)
+        if lim is not None:
+            for k, (lo, hi) in enumerate(unloaded_spans):
+                ax.hlines(
+                    lim / mib,
+                    lo,
+                    hi,
+                    color="red",
+                    linestyle="--",
+                    linewidth=1.0,
+                    label=f"drift limit after unload: {lim / mib:.0f} MiB" if k == 0 else None,
+                )
+        done = [(t, d) for t, d in (checks or {}).get(chip, []) if d is not None]
+        if done:
+            ok = [(t, d) for t, d in done if lim is None or abs(d) <= lim]
+            bad = [(t, d) for t, d in done if lim is not None and abs(d) > lim]
+            if ok:
+                ax.plot(
+                    [t for t, _ in ok],
+                    [d / mib for _, d in ok],
+                    "o",
+                    color="green",
+                    markersize=5,
+                    label="after-unload check: within limit",
+                )
+            if bad:
+                ax.plot(
+                    [t for t, _ in bad],
+                    [d / mib for _, d in bad],
+                    "X",
+                    color="red",
+                    markersize=8,
+                    label="after-unload check: over limit",
+                )
+        ax.axhline(0.0, color="grey", linewidth=0.6)
+        ax.set_ylabel(f"chip{chip}: MiB above\nbaseline")
+        ax.legend(loc="upper left", fontsize=8)
     for i, (alias, series) in enumerate(sorted(latency.items())):
         pts = series.points()
         if pts:
@@ -173,22 +214,32 @@ def plot_soak(
     ax_lat.set_xlabel("time since the soak started (s)")
     if any(s.points() for s in latency.values()):
         ax_lat.legend(loc="upper left", fontsize=8)
-    end = max([t for s in memory.values() for t, _ in s.points()] + [c[1] or c[0] for c in cycles] + [0.0])
-    for n, (loaded, unloaded) in enumerate(cycles):
-        for ax in (ax_mem, ax_lat):
+    for loaded, _ in cycles:
+        for ax in (*mem_axes, ax_lat):
             ax.axvline(loaded, color="green", linewidth=0.5, alpha=0.6)
-        nxt = cycles[n + 1][0] if n + 1 < len(cycles) else (end if unloaded is not None else None)
-        if unloaded is not None and nxt is not None and nxt > unloaded:
-            for ax in (ax_mem, ax_lat):
-                ax.axvspan(unloaded, nxt, color="grey", alpha=0.12, linewidth=0)
+    for lo, hi in unloaded_spans:
+        for ax in (*mem_axes, ax_lat):
+            ax.axvspan(lo, hi, color="grey", alpha=0.12, linewidth=0)
+    if interrupted is not None:
+        for ax in (*mem_axes, ax_lat):
+            ax.axvline(interrupted[0], color="magenta", linewidth=1.5)
+        ax_lat.annotate(
+            f"INTERRUPTED ({interrupted[1]})",
+            (interrupted[0], 1.0),
+            xycoords=("data", "axes fraction"),
+            ha="right",
+            va="top",
+            color="magenta",
+            fontsize=9,
+        )
     label = "MOCK device: simulated board, not hardware evidence" if device == "mock" else f"device: {device}"
-    ax_mem.set_title(f"{title}\n{label}; green lines: loads (golden + warm-up passed), grey: unloaded", fontsize=10)
+    mem_axes[0].set_title(
+        f"{title}\n{label}; green lines: loads (golden + warm-up passed), grey: unloaded", fontsize=10
+    )
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 __all__ = [

@@ -39,7 +39,7 @@ checker, never for serving.
 Evidence (:mod:`calctl.runners.soak.evidence`): ``events.ndjson`` appended as it
 happens, ``soak-report.json`` rewritten atomically at every checkpoint (every
 ``checkpoint_interval_s``, default 60 s) and cycle end, ``soak.png`` at the end.
-Mock results are labelled as such (SPEC §8). This module does not print.
+Mock results are labelled as such (docs/runtime.md §5). This module does not print.
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl import __version__
+from calctl import __version__, records
 from calctl.checks.stats import percentiles
-from calctl.errors import CalctlError, CheckFailed, ExitCode, UsageError
+from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted, UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.runners.context import MOCK_LABEL, DeviceSpec
@@ -144,6 +144,7 @@ class SoakProgress:
     violations: int
     generation: int | None
     max_drift_mib: dict[int, float | None]
+    by_outcome: dict[str, int] = field(default_factory=dict)  # the same counts the summary shows
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ class SoakReport:
 
 
 def default_report_dir(now: datetime | None = None) -> Path:
-    return Path(f"calctl-soak-{(now or datetime.now()).strftime('%Y%m%d-%H%M%S')}")
+    return records.default_report_dir("soak", now)
 
 
 # ---------------------------------------------------------------------------
@@ -357,6 +358,7 @@ class _Soak:
         self._last_checkpoint = 0.0
         self.cycles_done = 0
         self.end_s: float | None = None
+        self.interrupted: dict[str, Any] | None = None  # signal, phase, cycle cut short, when
 
     # -- time / progress -----------------------------------------------------------------------
 
@@ -400,6 +402,7 @@ class _Soak:
             violations=len(self.violations),
             generation=gen,
             max_drift_mib={k: (None if v is None else v / MIB) for k, v in self.max_drift.items()},
+            by_outcome=dict(by),
         )
 
     def violate(self, v: checks.Violation) -> None:
@@ -459,16 +462,19 @@ class _Soak:
             inject=sorted(i.value for i in c.inject),
             seed=c.seed,
         )
-        try:
-            self._validate()
-        except BaseException:
-            self.events.close()
-            raise
         sampler = threading.Thread(target=self._sampler, name="soak-sampler", daemon=True)
         exit_code = int(ExitCode.OK)
         try:
+            try:
+                self._validate()
+            except KeyboardInterrupt:
+                raise
+            except BaseException:
+                self.events.close()
+                raise
             self._on_device(sampler)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            self._note_interrupt(exc)
             self.status = "interrupted"
             exit_code = int(ExitCode.INTERRUPTED)
         except CalctlError as exc:
@@ -481,6 +487,7 @@ class _Soak:
             self.events.write("error", error=self.header["error"])
         finally:
             self._stop_sampler.set()
+            self._close_interrupted_cycle()
             if sampler.is_alive():
                 sampler.join(5)
             self.end_s = self.now_s()
@@ -492,7 +499,12 @@ class _Soak:
                 exit_code = int(ExitCode.FAILED)
             self.header["files"] = self._plot()
             self.events.write(
-                "soak_end", status=self.status, ok=ok, cycles=self.cycles_done, violations=len(self.violations)
+                "soak_end",
+                status=self.status,
+                verdict=self.verdict(),
+                ok=ok,
+                cycles=self.cycles_done,
+                violations=len(self.violations),
             )
             with self._lock:
                 doc = self.document()
@@ -501,6 +513,37 @@ class _Soak:
             if self.on_progress is not None:
                 self.on_progress(self.progress())
         return SoakReport(ok, self.status, exit_code, doc, c.out_dir)
+
+    def _note_interrupt(self, exc: BaseException) -> None:
+        """Remember where SIGINT/SIGTERM arrived (the first time): the phase and the cycle it cut short."""
+        if self.interrupted is not None:
+            return
+        cut = self.cycles[-1].index if self.cycles and self.cycles[-1].index > self.cycles_done else None
+        self.interrupted = {
+            "signal": exc.signal_name if isinstance(exc, Interrupted) else "SIGINT",
+            "phase": self.phase,
+            "cycle": cut,
+            "at_s": round(self.now_s(), 3),
+        }
+
+    def _close_interrupted_cycle(self) -> None:
+        """The event log and the cycle records say which cycle the interrupt cut short, and in which phase."""
+        i = self.interrupted
+        if i is None or i["cycle"] is None:
+            return
+        cyc = self.cycles[-1]
+        cyc.doc["interrupted"] = {"signal": i["signal"], "phase": i["phase"], "at_s": i["at_s"]}
+        self.events.write("cycle_interrupted", cycle=i["cycle"], phase=i["phase"], signal=i["signal"])
+
+    def verdict(self) -> str:
+        """The soak's word in docs/cli.md's vocabulary: PASS, FAIL, INTERRUPTED, ERROR (RUNNING while it runs)."""
+        if self.status == "interrupted":
+            return "INTERRUPTED"
+        if self.status == "error":
+            return "ERROR"
+        if self.phase != "done":
+            return "RUNNING"
+        return "PASS" if self.status == "finished" and not len(self.violations) else "FAIL"
 
     def _on_device(self, sampler: threading.Thread) -> None:
         c = self.config
@@ -529,8 +572,10 @@ class _Soak:
             traffic: list[_TrafficDriver] = []
             try:
                 self._cycles(sup, rt, loop, traffic)
-            except BaseException:
-                # Ctrl-C or a failure mid-cycle: give the clients a moment, then cancel what is left.
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    self._note_interrupt(exc)  # before the teardown changes the phase
+                # Ctrl-C/SIGTERM or a failure mid-cycle: give the clients a moment, then cancel what is left.
                 for t in traffic:
                     t.stop(5.0)
                 traffic.clear()
@@ -881,13 +926,35 @@ class _Soak:
                 },
                 latency=self.requests.latency,
                 cycles=[(cy.loaded_s, cy.unloaded_s) for cy in self.cycles if cy.loaded_s is not None],
-                title=f"calctl soak: {self.cycles_done} load/unload cycle(s)",
+                title=self._plot_title(),
                 device=c.device.kind.value,
+                checks=self._unload_checks(),
+                interrupted=(self.interrupted["at_s"], self.interrupted["signal"]) if self.interrupted else None,
             )
             files["plot"] = str(c.out_dir / evidence.PLOT_FILE)
         except Exception as exc:
             self.events.write("plot_failed", error=f"{type(exc).__name__}: {exc}")
         return files
+
+    def _unload_checks(self) -> dict[int, list[tuple[float, int | None]]]:
+        """Per chip: (time, drift) of every after-unload memory check (001 §13.3), for the picture."""
+        out: dict[int, list[tuple[float, int | None]]] = {}
+        for cy in self.cycles:
+            if cy.unloaded_s is None:
+                continue
+            for d in cy.doc.get("memory_after_unload", []):
+                out.setdefault(int(d["chip"]), []).append((cy.unloaded_s, d["drift_bytes"]))
+        return out
+
+    def _plot_title(self) -> str:
+        c = self.config
+        planned = f" of {c.cycles} planned" if c.cycles is not None else ""
+        title = f"calctl soak: {self.cycles_done} complete load/unload cycle(s){planned}"
+        i = self.interrupted
+        if i is not None:
+            cut = f"; cycle {i['cycle']} cut short while {i['phase']}" if i["cycle"] is not None else ""
+            title += f" - INTERRUPTED by {i['signal']} at {i['at_s']:.1f} s{cut}"
+        return title
 
     def document(self) -> dict[str, Any]:
         c = self.config
@@ -913,7 +980,9 @@ class _Soak:
             "calctl_version": __version__,
             "started_at": self.started_at.isoformat(timespec="seconds"),
             "status": self.status,
+            "verdict": self.verdict(),
             "ok": self.status == "finished" and not violations if self.phase == "done" else None,
+            "interrupted": self.interrupted,
             "device": c.device.kind.value,
             "mock_result": mock,
             "note": MOCK_LABEL if mock else None,

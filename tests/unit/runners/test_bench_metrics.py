@@ -125,9 +125,26 @@ def test_paired_windows_tell_parallel_from_serial() -> None:
     }
 
 
+def test_a_p99_gate_on_17_samples_is_not_judged_and_says_what_would_be_enough() -> None:
+    iso = summarize("model-b", [_rec("model-b", 0, 0.1, 1.0, 10) for _ in range(17)], t0=0, slo=Slo())
+    worse = summarize("model-b", [_rec("model-b", 0, 0.35, 1.9, 10) for _ in range(17)], t0=0, slo=Slo())
+    ttft, tpot = G.degradation_gates(iso, worse, G.Load(duration_s=5.0, rate=4.0))
+    for g in (ttft, tpot):  # +250 % measured, but the "P99" of 17 requests is the slowest one: no verdict
+        assert g.passed is None and g.verdict == "NOT JUDGED" and g.samples == 17 and g.min_samples == 100
+        assert "n=17 isolated, n=17 joint" in g.full and ">= 100 samples" in g.full
+        assert "--duration 30 (at --rate 4)" in g.full and "--rate 23.5 (at --duration 5" in g.full
+    assert ttft.value == pytest.approx(2.5)
+    assert G.verdict([ttft, tpot]) == "NOT JUDGED" and G.failing([ttft, tpot]) == []
+    assert G.MIN_SAMPLES == {"p50": 2, "p90": 10, "p99": 100}
+    ok_b = summarize("model-b", [_rec("model-b", 0, 0.1, 1, 10)] * 17, t0=0, slo=Slo())
+    b = G.b_success_gate(iso, ok_b)
+    assert b.passed is None and "needs >= 1000 requests" in b.full and b.value == 1.0
+    assert b.document()["verdict"] == "NOT JUDGED" and b.document()["samples"] == 17
+
+
 def test_degradation_and_b_success_gates() -> None:
-    iso = summarize("model-a", [_rec("model-a", 0, 0.1, 1.0, 10) for _ in range(5)], t0=0, slo=Slo())
-    worse = summarize("model-a", [_rec("model-a", 0, 0.2, 1.9, 10) for _ in range(5)], t0=0, slo=Slo())
+    iso = summarize("model-a", [_rec("model-a", 0, 0.1, 1.0, 10) for _ in range(100)], t0=0, slo=Slo())
+    worse = summarize("model-a", [_rec("model-a", 0, 0.2, 1.9, 10) for _ in range(100)], t0=0, slo=Slo())
     ttft, tpot = G.degradation_gates(iso, worse)
     assert ttft.name == "p99_ttft_degradation[model-a]" and ttft.passed is False and ttft.value == pytest.approx(1.0)
     assert "+100.0 %" in ttft.detail and tpot.passed is False

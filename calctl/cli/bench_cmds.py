@@ -1,0 +1,306 @@
+"""``calctl bench`` (docs/bench.md).
+
+Thin body: options -> :class:`~calctl.runners.bench.base.BenchOptions`, run the
+scenario, render. One line per phase on stderr; ``bench-report.json`` and the
+scenario's picture in the report directory. Exit codes: 0 gates pass (or only
+measured / not judged), 1 a gate failed (named) or fault isolation F0, 2 usage
+(also: server unreachable), 3 device error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from calctl import __version__
+from calctl.cli import _output
+from calctl.cli._device import device_spec, report_dir
+from calctl.cli._options import (
+    AllowUnsignedOpt,
+    CalrtLibOpt,
+    DeviceKind,
+    DeviceOpt,
+    FormatOpt,
+    SeedOpt,
+    TimeScaleOpt,
+    TrustedKeyOpt,
+    report_dir_option,
+)
+from calctl.cli._output import TableJson
+from calctl.cli._package_arg import resolve_package
+from calctl.cli._signals import interrupt_behind, interruptible
+from calctl.errors import ExitCode, UsageError, interrupt_reason
+from calctl.records import write_json
+
+
+class ModeOpt(str, enum.Enum):
+    isolated = "isolated"
+    joint = "joint"
+    all = "all"
+
+
+class TargetDeviceOpt(str, enum.Enum):
+    unknown = "unknown"
+    mock = "mock"
+    calrt = "calrt"
+
+
+def bench(
+    pkg: Annotated[
+        Path | None,
+        typer.Argument(
+            help="In-process scenarios (fault-isolation): package directory or "
+            ".tar; default the bundled combined sample."
+        ),
+    ] = None,
+    scenario: Annotated[
+        str,
+        typer.Option(
+            "--scenario",
+            help="ab (default; --mode), interference (001 §9.4), fault-isolation (001 §13.4, in-process on the "
+            "mock), executor-modes (sync/async/pingpong, in-process; docs/executor.md); an unknown name lists them.",
+        ),
+    ] = "ab",
+    url: Annotated[str | None, typer.Option("--url", help="The server to drive, e.g. http://127.0.0.1:8000.")] = None,
+    models: Annotated[
+        str | None, typer.Option("--models", help="A,B: the model aliases (B is measured against a saturated A).")
+    ] = None,
+    mode: Annotated[
+        ModeOpt, typer.Option("--mode", help="isolated | joint | all (A alone, B alone, A+B, compared).")
+    ] = ModeOpt.all,
+    rate: Annotated[float, typer.Option("--rate", min=0.001, help="Requests per second per model (open loop).")] = 4.0,
+    duration: Annotated[float, typer.Option("--duration", min=0.5, help="Seconds of arrivals per phase.")] = 10.0,
+    burstiness: Annotated[
+        float, typer.Option("--burstiness", min=0.01, help="Gamma shape of the inter-arrival times; 1 = Poisson.")
+    ] = 1.0,
+    prompt_len: Annotated[
+        str, typer.Option("--prompt-len", help="N | uniform:LO:HI | normal:MEAN:STD | choice:a,b")
+    ] = "uniform:8:64",
+    output_len: Annotated[
+        str, typer.Option("--output-len", help="max_tokens distribution, same forms.")
+    ] = "uniform:8:48",
+    slo_ttft: Annotated[
+        float | None, typer.Option("--slo-ttft", min=0.0, help="TTFT SLO in seconds (goodput).")
+    ] = None,
+    slo_tpot: Annotated[
+        float | None, typer.Option("--slo-tpot", min=0.0, help="TPOT SLO in seconds (goodput).")
+    ] = None,
+    seed: SeedOpt = None,
+    max_requests: Annotated[int, typer.Option("--max-requests", min=1, help="Cap per model and phase.")] = 10000,
+    request_timeout: Annotated[
+        float, typer.Option("--request-timeout", min=0.1, help="Seconds one request may take.")
+    ] = 60.0,
+    window: Annotated[
+        float | None,
+        typer.Option("--window", min=0.05, help="Steady-state window (s) for the CIs; default duration/10."),
+    ] = None,
+    token_range: Annotated[str, typer.Option("--token-range", help="LOW:HIGH prompt token ids.")] = "3:256",
+    temperature: Annotated[
+        float, typer.Option("--temperature", min=0.0, max=2.0, help="Sampling temperature of every request.")
+    ] = 1.0,
+    api_key: Annotated[
+        str | None, typer.Option("--api-key", envvar="CALCTL_BENCH_API_KEY", help="Bearer key for the server.")
+    ] = None,
+    target_device: Annotated[
+        TargetDeviceOpt,
+        typer.Option(
+            "--target-device", help="What the server runs on, to label the report (docs/bench.md, mock results)."
+        ),
+    ] = TargetDeviceOpt.unknown,
+    report: Annotated[
+        Path | None,
+        report_dir_option("./calctl-reports/bench-<timestamp>", "bench-report.json and the scenario's picture"),
+    ] = None,
+    device: DeviceOpt = DeviceKind.mock,
+    calrt_lib: CalrtLibOpt = None,
+    time_scale: TimeScaleOpt = None,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
+    format: FormatOpt = TableJson.table,
+) -> int:
+    """Load generator and verdicts: A/B, interference, fault-isolation, executor-modes.
+
+    Open-loop streaming requests against an OpenAI-compatible server: TTFT, TPOT, ITL, E2E at P50/P90/P99
+    (each with its sample count), throughput, success rate, goodput. --mode all compares A and B isolated
+    with A+B joint (overlap_ratio and throughput_efficiency with bootstrap CIs, P99 degradation, B success)
+    against the 001 §13.2 gates; a gate with too few samples is NOT JUDGED, never PASS or FAIL.
+    --scenario interference runs the four prefill/decode pairs (001 §9.4); --scenario fault-isolation grades
+    F0/F1/F2 in-process on the mock (001 §13.4); --scenario executor-modes compares the sync, async and
+    ping/pong executors in-process (docs/executor.md).
+
+    Exit 0 gates pass (or only measured), 1 a gate failed (named) or fault isolation F0, 2 usage (also: server
+    unreachable), 3 device error.
+    """
+    from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult
+    from calctl.runners.bench.metrics import Slo
+    from calctl.runners.bench.scenarios import SCENARIOS
+    from calctl.runners.bench.workload import LengthDist, TokenRange
+
+    chosen = SCENARIOS.get(scenario)
+    if chosen is None:
+        raise UsageError(f"--scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
+    out_dir = report_dir(report, "bench")
+    model_list = tuple(m.strip() for m in (models or "").split(",") if m.strip())
+    package, trust, spec = None, None, None
+    if chosen.needs_url:
+        if pkg is not None or time_scale is not None or device is not DeviceKind.mock:
+            raise UsageError(
+                f"--scenario {scenario} drives the server at --url: PKG, --device and --time-scale do not apply"
+            )
+    else:
+        if url is not None:
+            raise UsageError(f"--scenario {scenario} runs the engine in-process: --url does not apply")
+        spec = device_spec(device, calrt_lib, time_scale)
+        package, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    opts = BenchOptions(
+        out_dir=out_dir,
+        url=url,
+        models=model_list,
+        mode=Mode(mode.value),
+        rate=rate,
+        duration_s=duration,
+        burstiness=burstiness,
+        prompt=LengthDist.parse(prompt_len, name="prompt-len"),
+        output=LengthDist.parse(output_len, name="output-len"),
+        slo=Slo(slo_ttft, slo_tpot),
+        seed=0 if seed is None else seed,
+        max_requests=max_requests,
+        request_timeout_s=request_timeout,
+        window_s=window,
+        token_range=TokenRange.parse(token_range),
+        temperature=temperature,
+        api_key=api_key,
+        target_device=target_device.value if chosen.needs_url else "mock",
+        package=package,
+        trust=trust,
+        device=spec,
+    )
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    _output.info(
+        f"calctl bench --scenario {scenario}"
+        + (f" against {escape(url or '')}" if chosen.needs_url else " in-process on the mock board")
+        + f" -> {escape(str(out_dir))}"
+    )
+    try:
+        with interruptible():
+            result = chosen.run(opts, lambda line: _output.info(escape(line)))
+    except BaseException as exc:  # SIGINT or SIGTERM (or a teardown error behind one): the report says so, exit 130
+        interrupt = interrupt_behind(exc)
+        if interrupt is None:
+            raise
+        notes = [f"{interrupt_reason(interrupt)} before the scenario finished: nothing was judged"]
+        if interrupt is not exc:
+            notes.append(f"while stopping: {type(exc).__name__}: {exc}")
+        result = ScenarioResult(
+            scenario,
+            "INTERRUPTED",
+            int(ExitCode.INTERRUPTED),
+            notes=tuple(notes),
+            mock_result={"mock": True, "calrt": False}.get(opts.target_device),
+        )
+    doc = _bench_document(opts, result, scenario, started, time.perf_counter() - t0)
+    write_json(out_dir / "bench-report.json", doc)
+    if _output.is_json(format):
+        _output.emit_json(doc)
+    else:
+        _render_bench(result, doc)
+    for note in result.notes if _output.is_json(format) else ():  # the table run prints them on stdout
+        if note.startswith("failing gate"):
+            _output.info(f"[bold red]{escape(note)}[/]")
+        elif note.startswith("not judged"):
+            _output.info(f"[bold yellow]{escape(note)}[/]")
+    return result.exit_code
+
+
+def _bench_document(opts: Any, result: Any, scenario: str, started: datetime, seconds: float) -> dict[str, Any]:
+    from calctl.runners.context import MOCK_LABEL
+
+    mock = result.mock_result
+    return {
+        "command": "bench",
+        "calctl_version": __version__,
+        "started_at": started.isoformat(timespec="seconds"),
+        "scenario": scenario,
+        "verdict": result.verdict,
+        "ok": result.exit_code == 0,
+        "exit_code": result.exit_code,
+        "seconds": round(seconds, 3),
+        "device": opts.target_device,
+        "mock_result": mock,
+        "note": MOCK_LABEL
+        if mock
+        else (
+            None
+            if mock is False
+            else "the server's device was not stated (--target-device); do not read these "
+            "numbers as board evidence unless you know it"
+        ),
+        "target": {"url": opts.url, "models": list(opts.models)},
+        "settings": {
+            "mode": opts.mode.value,
+            "rate_per_model": opts.rate,
+            "duration_s": opts.duration_s,
+            "burstiness": opts.burstiness,
+            "prompt_len": opts.prompt.spec,
+            "output_len": opts.output.spec,
+            "slo_ttft_s": opts.slo.ttft_s,
+            "slo_tpot_s": opts.slo.tpot_s,
+            "seed": opts.seed,
+            "max_requests": opts.max_requests,
+            "request_timeout_s": opts.request_timeout_s,
+            "window_s": opts.window_s,
+            "temperature": opts.temperature,
+            "token_range": [opts.token_range.low, opts.token_range.high],
+        },
+        "gates": [g.document() for g in result.gates],
+        "failing_gates": [g.name for g in result.gates if g.passed is False],
+        "not_judged_gates": [g.name for g in result.gates if g.passed is None],
+        **result.body,
+        "notes": list(result.notes),
+        "files": {"report": str(opts.out_dir / "bench-report.json"), "plot": str(result.plot) if result.plot else None},
+    }
+
+
+def _render_bench(result: Any, doc: dict[str, Any]) -> None:
+    from calctl.runners.context import MOCK_LABEL
+
+    for t in result.tables:
+        _output.print_rows(t.title, list(t.columns), [[escape(str(c)) for c in row] for row in t.rows])
+    out = _output.stdout
+    for key in ("throughput_efficiency", "overlap_ratio"):
+        est = doc.get(key)
+        if est and est.get("mean") is not None:
+            ci = (
+                f" [95 % CI {est['ci_low']:.3f}, {est['ci_high']:.3f}]" if est.get("ci_low") is not None else " (no CI)"
+            )
+            out.print(f"{key} {est['mean']:.3f}{ci}")
+    for note in result.notes:
+        out.print(f"  - {escape(note)}")
+    if doc.get("mock_result"):
+        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    elif doc.get("note"):
+        out.print(f"[yellow]{escape(doc['note'])}[/]")
+    out.print(f"report: {escape(doc['files']['report'])}; plot: {escape(str(doc['files']['plot']))}")
+    out.print(
+        f"verdict {_output.styled_verdict(result.verdict)}"
+        + (f": failing {escape(', '.join(doc['failing_gates']))}" if doc["failing_gates"] else "")
+        + (
+            f"; not judged (too few samples or no interval): {escape(', '.join(doc['not_judged_gates']))}"
+            if doc["not_judged_gates"]
+            else ""
+        )
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench)
+
+
+__all__ = ["register"]

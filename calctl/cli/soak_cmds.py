@@ -1,0 +1,264 @@
+"""``calctl soak`` (docs/soak.md).
+
+Thin body: options -> :class:`~calctl.runners.soak.SoakConfig`, run, render.
+A rich progress bar on stderr (ETA, live counters: the same request counts as
+the summary); the runner writes its own evidence while it runs. SIGINT and
+SIGTERM both end it INTERRUPTED with the evidence closed. Exit codes: 0 passed,
+1 a violation (named), 2 usage, 3 device error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from calctl.cli import _output
+from calctl.cli._device import device_spec, report_dir
+from calctl.cli._options import (
+    AllowUnsignedOpt,
+    CalrtLibOpt,
+    DeviceKind,
+    DeviceOpt,
+    FaultPlanOpt,
+    FormatOpt,
+    SeedOpt,
+    TimeScaleOpt,
+    TrustedKeyOpt,
+    report_dir_option,
+)
+from calctl.cli._output import TableJson
+from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.cli._signals import interruptible
+from calctl.errors import UsageError
+
+
+def _mib(x: int | float | None) -> str:
+    return "n/a" if x is None else f"{x / 1024**2:+.1f} MiB"
+
+
+def _requests_line(sent: int, by_outcome: dict[str, int]) -> str:
+    """One way to count requests, in the progress bar and the summary alike: sent, then each outcome."""
+    return f"{sent} sent" + "".join(f", {k} {v}" for k, v in sorted(by_outcome.items()))
+
+
+class TrafficOpt(str, enum.Enum):
+    mixed = "mixed"
+    none = "none"
+
+
+class InjectOpt(str, enum.Enum):
+    stale_completion = "stale-completion"
+
+
+def soak(
+    pkg: PackageArg = None,
+    cycles: Annotated[int | None, typer.Option("--cycles", min=1, help="Run N load/unload cycles.")] = None,
+    hours: Annotated[
+        float | None, typer.Option("--hours", min=0.0, help="Cycle until H hours have passed (e.g. 24).")
+    ] = None,
+    traffic: Annotated[
+        TrafficOpt,
+        typer.Option(
+            "--traffic",
+            help="mixed: streaming and not, cancellations, deadlines, "
+            "early stops, long and invalid prompts on every model; "
+            "none: load/unload only.",
+        ),
+    ] = TrafficOpt.mixed,
+    traffic_seconds: Annotated[
+        float, typer.Option("--traffic-seconds", min=0.0, help="Seconds of traffic per cycle between load and unload.")
+    ] = 2.0,
+    clients: Annotated[int, typer.Option("--clients", min=1, max=256, help="Concurrent clients per model.")] = 3,
+    fault_plan: FaultPlanOpt = None,
+    inject: Annotated[
+        list[InjectOpt] | None,
+        typer.Option(
+            "--inject",
+            help="DIAGNOSTIC: stale-completion re-delivers "
+            "one token of a retired generation after the "
+            "first reload; the soak must then exit 1.",
+        ),
+    ] = None,
+    report: Annotated[
+        Path | None, report_dir_option("./calctl-reports/soak-<timestamp>", "events.ndjson, soak-report.json, soak.png")
+    ] = None,
+    device: DeviceOpt = DeviceKind.mock,
+    calrt_lib: CalrtLibOpt = None,
+    time_scale: TimeScaleOpt = None,
+    seed: SeedOpt = None,
+    checkpoint_interval: Annotated[
+        float, typer.Option("--checkpoint-interval", min=0.05, help="Seconds between checkpoint reports.")
+    ] = 60.0,
+    warmup_iterations: Annotated[
+        int,
+        typer.Option(
+            "--warmup-iterations", min=0, help="Warm-up iterations per model after every load (after golden)."
+        ),
+    ] = 1,
+    drain_timeout: Annotated[
+        float, typer.Option("--drain-timeout", min=0.0, help="Seconds an unload may drain.")
+    ] = 30.0,
+    request_timeout: Annotated[
+        float,
+        typer.Option("--request-timeout", min=0.1, help="A request with no end after this long is a violation (hang)."),
+    ] = 120.0,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
+    format: FormatOpt = TableJson.table,
+) -> int:
+    """Load/unload soak under mixed traffic, with evidence on disk.
+
+    000 §19 M0/M4, 001 §13.3: every cycle loads the package (golden + warm-up before Ready), serves mixed
+    traffic on every model, unloads, then checks per-chip memory against the baseline (drift limit
+    max(64 MiB, 1 % local DRAM)), job counters, and that no token from another generation was delivered.
+    SIGINT and SIGTERM (timeout, CI cancellation, systemd) end it INTERRUPTED with its evidence closed.
+
+    Exit 0 no violation, 1 a violation (named: chip and drift, request and generation, ...), 2 usage,
+    3 device error, 130 Ctrl-C (the evidence is written on every path).
+    """
+    from calctl.runners import soak as soak_lib
+
+    if (cycles is None) == (hours is None):
+        raise UsageError("give exactly one of --cycles N and --hours H")
+    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed if fault_plan is not None else None)
+    seed = 0 if seed is None else seed
+    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    out_dir = report_dir(report, "soak")
+    config = soak_lib.SoakConfig(
+        package=path,
+        trust=trust,
+        device=spec,
+        out_dir=out_dir,
+        cycles=cycles,
+        hours=hours,
+        traffic=soak_lib.Traffic(traffic.value),
+        traffic_seconds=traffic_seconds,
+        clients_per_model=clients,
+        inject=frozenset(soak_lib.Injection(i.value) for i in (inject or [])),
+        seed=seed,
+        checkpoint_interval_s=checkpoint_interval,
+        warmup_iterations=warmup_iterations,
+        drain_deadline_s=drain_timeout,
+        request_timeout_s=request_timeout,
+    )
+    plan = f"{cycles} cycle(s)" if cycles is not None else f"{hours:g} hour(s)"
+    _output.info(
+        f"calctl soak: {plan} of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"
+    )
+    with interruptible(), _SoakProgress(config) as progress:
+        result = soak_lib.run_soak(config, on_progress=progress.update)
+    doc = result.document
+    if _output.is_json(format):
+        _output.emit_json(doc)
+    else:
+        _render_soak(doc)
+    if result.exit_code != 0:
+        for v in result.violations[:10]:
+            _output.info(
+                f"[bold red]violation[/] {escape(v['kind'])}: {escape(v['message'])}"
+                + (f" (x{v['occurrences']})" if v["occurrences"] > 1 else "")
+            )
+    return result.exit_code
+
+
+class _SoakProgress:
+    """A rich progress bar on stderr: cycles (or hours), ETA, and live counters."""
+
+    def __init__(self, config: Any) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self._cycles = config.cycles
+        self._total = float(config.cycles) if config.cycles is not None else float(config.hours * 3600)
+        self._progress = Progress(
+            TextColumn("[bold]soak[/]"),
+            BarColumn(),
+            TextColumn("{task.fields[done]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[live]}"),
+            console=_output.stderr,
+            transient=False,
+            refresh_per_second=4,
+        )
+        self._task = self._progress.add_task("soak", total=self._total, done="", live="starting")
+
+    def __enter__(self) -> _SoakProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def update(self, p: Any) -> None:
+        if self._cycles is not None:
+            completed, done = float(p.cycles_done), f"{p.cycles_done}/{self._cycles} cycles"
+        else:
+            completed, done = min(self._total, p.elapsed_s), f"{p.cycles_done} cycles"
+        drift = " ".join(f"chip{c} {'n/a' if v is None else f'{v:+.0f}'}" for c, v in sorted(p.max_drift_mib.items()))
+        live = (
+            f"{p.phase} | gen {p.generation if p.generation is not None else '-'} | "
+            f"{_requests_line(p.requests, p.by_outcome)} | violations {p.violations} | drift MiB {drift}"
+        )
+        self._progress.update(self._task, completed=completed, done=done, live=escape(live))
+
+
+def _render_soak(doc: dict[str, Any]) -> None:
+    from calctl.runners.context import MOCK_LABEL
+
+    out = _output.stdout
+    req = doc["requests"]
+    errs = doc["errors"]
+    rows = [
+        ("status", doc["status"]),
+        ("cycles", f"{doc['cycles']}" + (f" of {doc['cycles_planned']}" if doc["cycles_planned"] else "")),
+        ("duration", f"{doc['seconds']:.1f} s"),
+        ("requests", _requests_line(req["sent"], req["by_outcome"])),
+        ("device errors", ", ".join(f"{k} {v}" for k, v in sorted(errs["device_errors"].items())) or "none"),
+        (
+            "lifecycle errors",
+            ", ".join(f"{k} {v}" for k, v in sorted(errs["lifecycle"].items())) or "none (no AlreadyConfigured)",
+        ),
+        (
+            "stale completions",
+            f"{sum(errs['stale_completions_dropped'].values())} dropped by the engine, "
+            f"{errs['stale_completions_delivered']} delivered",
+        ),
+        ("recoveries", str(len(errs["recoveries"]))),
+    ]
+    for chip, drift in sorted(doc["memory"]["max_drift_bytes"].items()):
+        limit = doc["memory"]["drift_limit_bytes"].get(chip) or doc["memory"]["drift_limit_bytes"].get(int(chip))
+        rows.append((f"chip{chip} max drift", f"{_mib(drift)} (limit {_mib(limit).lstrip('+')})"))
+    _output.print_table("calctl soak", ["check", "result"], [(escape(a), escape(str(b))) for a, b in rows])
+    if doc["violations"]:
+        _output.print_table(
+            "violations",
+            ["kind", "cycle", "times", "message"],
+            [(escape(v["kind"]), v["cycle"], v["occurrences"], escape(v["message"])) for v in doc["violations"]],
+        )
+    if doc.get("mock_result"):
+        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    files = doc.get("files") or {}
+    out.print(
+        f"report: {escape(str(files.get('report')))}; events: {escape(str(files.get('events')))}; "
+        f"plot: {escape(str(files.get('plot')))}"
+    )
+    verdict = doc.get("verdict") or ("PASS" if doc.get("ok") else "FAIL")
+    n = len(doc["violations"])
+    line = f"verdict {_output.styled_verdict(verdict)}: {n} violation(s) in {doc['cycles']} complete cycle(s)"
+    i = doc.get("interrupted")
+    if i:
+        cut = f"; cycle {i['cycle']} cut short while {i['phase']}" if i.get("cycle") is not None else ""
+        line += f" ({escape(i['signal'])} after {i['at_s']:.1f} s{cut}; not judged past that point)"
+    out.print(line)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("soak")(soak)
+
+
+__all__ = ["register"]

@@ -1,0 +1,179 @@
+"""The CLI's shape: lazy command modules, help text, one --format vocabulary, one JUnit renderer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from calctl.cli import _output, root_help
+from calctl.cli.app import _COMMANDS, _LazyGroup, root_command
+
+HEAVY = ("numpy", "matplotlib", "fastapi", "tokenizers", "uvicorn", "calctl.compiler.sample")
+
+
+def _imported_after(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    return set(out.stdout.split())
+
+
+def test_importing_the_app_loads_no_heavy_module() -> None:
+    loaded = _imported_after("import calctl.cli.app")
+    assert not {m for m in HEAVY if m in loaded}
+
+
+def test_top_level_help_and_version_load_no_command_module() -> None:
+    loaded = _imported_after(
+        "import contextlib, io\n"
+        "from calctl.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['--help']) == 0\n"
+        "    assert main(['--version']) == 0"
+    )
+    assert not {m for m in HEAVY if m in loaded}
+    assert not {m for m in loaded if m.startswith("calctl.cli.") and m.endswith("_cmds")}
+
+
+def test_version_does_not_even_import_typer() -> None:
+    loaded = _imported_after(
+        "import contextlib, io\nfrom calctl.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['--version']) == 0"
+    )
+    assert "typer" not in loaded
+
+
+@pytest.mark.parametrize("name", list(_COMMANDS))
+def test_listed_line_is_the_commands_own_first_paragraph(name: str) -> None:
+    module, line = _COMMANDS[name]
+    cmd = _LazyGroup._module_group(module).commands[name]
+    assert (cmd.help or "").split("\n\n")[0] == line
+
+
+def test_every_registered_command_is_in_the_fast_listing() -> None:
+    """A new command module in app._COMMAND_MODULES must add its commands to calctl/cli/_commands.py."""
+    from calctl.cli import app as app_module
+
+    for module in app_module._COMMAND_MODULES:
+        for name in _LazyGroup._module_group(module).commands:
+            assert name in _COMMANDS, f"{module} registers {name!r}: add it to calctl/cli/_commands.py COMMANDS"
+            assert _COMMANDS[name][0] == module, name
+    assert {m for m, _ in _COMMANDS.values()} <= set(app_module._COMMAND_MODULES)
+
+
+def test_top_level_help_lists_every_command_within_80_columns() -> None:
+    text = root_help(width=80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    for name in _COMMANDS:
+        assert f"  {name} " in text
+    assert "soak" in text and "executor-modes" in text
+
+
+def _walk(cmd, path=()):  # type: ignore[no-untyped-def]
+    yield path, cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from _walk(sub, (*path, name))
+
+
+def _all_commands():  # type: ignore[no-untyped-def]
+    root = root_command()
+    for name in _COMMANDS:
+        yield from _walk(root.get_command(None, name), (name,))
+
+
+def test_help_text_has_no_mid_sentence_line_breaks_and_no_bool_placeholder() -> None:
+    from typer._click import Context
+
+    for path, cmd in _all_commands():
+        for para in (cmd.help or "").split("\n\n"):
+            assert "\n" not in para, (path, para)
+        for p in cmd.get_params(Context(cmd)):
+            if getattr(p, "is_flag", False):
+                assert p.metavar == "", (path, p.name)
+            if p.param_type_name == "option":
+                assert p.help, f"calctl {' '.join(path)} {p.opts[0]} has no description"
+
+
+def _format_choices(cmd) -> set[str] | None:  # type: ignore[no-untyped-def]
+    for p in cmd.params:
+        if p.name == "format":
+            return {c.value if hasattr(c, "value") else str(c) for c in p.type_descriptor.choices}
+    return None
+
+
+JUNIT_COMMANDS = {("validate",), ("run-golden",), ("warmup",), ("poc", "combined")}
+
+
+def test_junit_is_offered_exactly_where_it_works() -> None:
+    seen = set()
+    for path, cmd in _all_commands():
+        choices = _format_choices(cmd)
+        if choices is None:
+            continue
+        seen.add(path)
+        expected = {"table", "json", "junit"} if path in JUNIT_COMMANDS else {"table", "json"}
+        assert choices == expected, path
+    assert seen >= JUNIT_COMMANDS
+    assert {("budget",), ("soak",), ("bench",), ("keygen",), ("inspect",), ("device", "info"), ("rules",)} <= seen
+
+
+def test_junit_rejected_with_a_usage_error_where_not_offered(cli) -> None:  # type: ignore[no-untyped-def]
+    for args in (("rules",), ("keygen", "x"), ("device", "info"), ("budget",), ("soak", "--cycles", "1")):
+        r = cli(*args, "--format", "junit")
+        assert r.code == 2, args
+        assert "'junit' is not one of 'table', 'json'" in r.err
+
+
+def test_explain_offers_close_rule_ids(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("explain", "CHIP03")
+    assert r.code == 2
+    assert "did you mean CHIP003" in r.err
+
+
+def test_junit_renderer_escapes_what_xml_cannot_carry() -> None:
+    nasty = 'bad\x00byte \x1b[31mred\x1b[0m ]]> <tag> & "quoted" \ud800'
+    xml = _output.junit_xml(
+        "calctl test",
+        [
+            _output.JunitSuite(
+                "suite\x07",
+                [
+                    _output.JunitCase(name=nasty, classname="c", outcome="failure", message=nasty, text=nasty),
+                    _output.JunitCase(name="ok", classname="c", output=nasty),
+                    _output.JunitCase(name="skip", classname="c", outcome="skipped", message=nasty),
+                ],
+                [("p", nasty)],
+            )
+        ],
+    )
+    root = ET.fromstring(xml.encode("utf-8"))  # well-formed: the parser accepts it
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("failures") == "1" and suite.get("skipped") == "1"
+    failure = root.find("testsuite/testcase/failure")
+    assert failure is not None
+    text = failure.text or ""
+    assert "]]>" in text and "<tag>" in text and "\x00" not in text and "\x1b" not in text
+    assert "\ufffd" in text
+    assert root.get("tests") == "3"
+
+
+@pytest.mark.parametrize("args", [(), ("poc",), ("device",)])
+def test_a_group_without_a_command_prints_its_help_once_and_exits_2(cli, args) -> None:  # type: ignore[no-untyped-def]
+    r = cli(*args)
+    assert r.code == 2
+    assert (r.out + r.err).count("Usage: calctl") == 1
+
+
+@pytest.mark.parametrize("module", ["calctl.cli.package_cmds", "calctl.cli.soak_cmds", "calctl.cli.bench_cmds"])
+def test_light_command_modules_import_no_heavy_library(module: str) -> None:
+    loaded = _imported_after(f"import {module}")
+    assert not {m for m in (*HEAVY, "jsonschema", "cryptography") if m in loaded}
+
+
+def test_sample_kinds_in_the_help_are_the_compilers() -> None:
+    from calctl.cli.package_cmds import SAMPLE_KINDS
+    from calctl.compiler.sample import KINDS
+
+    assert SAMPLE_KINDS == KINDS

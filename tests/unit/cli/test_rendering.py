@@ -1,0 +1,137 @@
+"""Rendering details of issue 21: steps once on a terminal, footers, verdict words, widths, sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from calctl.cli import _output, runner_cmds
+from calctl.cli._output import Format
+from calctl.runners.context import StepStatus
+
+
+def test_steps_are_listed_once_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal the live progress is a transient status line; the steps table lists each step once."""
+    logged: list[str] = []
+    monkeypatch.setattr(_output, "info", logged.append)
+    for console in (_output.stdout, _output.stderr):
+        monkeypatch.setattr(console, "_force_terminal", True)
+    with runner_cmds._live_log(Format.table) as log:
+        log.add("configure", StepStatus.PASS, 0.01, "calbin 1 configured once")
+    assert logged == []
+    with runner_cmds._live_log(Format.json) as log:  # machine output on stdout: progress lines on stderr
+        log.add("configure", StepStatus.PASS, 0.01, "calbin 1 configured once")
+    assert len(logged) == 1 and "configure" in logged[0]
+
+
+def test_steps_are_logged_line_by_line_when_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    logged: list[str] = []
+    monkeypatch.setattr(_output, "info", logged.append)
+    for console in (_output.stdout, _output.stderr):
+        monkeypatch.setattr(console, "_force_terminal", False)
+    with runner_cmds._live_log(Format.table) as log:
+        log.add("configure", StepStatus.PASS, 0.01, "calbin 1 configured once")
+    assert len(logged) == 1
+
+
+def test_a_refused_package_footer_says_so_instead_of_none() -> None:
+    header = {"device": "mock", "runtime": {"runtime": "0.7.6"}, "package": {"path": "/p", "name": None}}
+    line = runner_cmds.provenance_line(header)
+    assert "None" not in line and "n/a" not in line.split(";")[1] and "refused before it was loaded" in line
+    header["package"] = {"path": "/p", "name": "pkg", "version": "1.0", "digest": "ab", "signer_key_id": "k"}
+    assert runner_cmds.provenance_line(header).endswith("package pkg 1.0 sha256:ab, signer k")
+
+
+def test_sizes_for_people() -> None:
+    assert _output.mib(17179869184) == "16.00 GiB"
+    assert _output.mib(64 * 1024**2) == "64.0 MiB"
+    assert _output.mib(None) == "n/a"
+
+
+def test_every_table_column_has_a_header() -> None:
+    with pytest.raises(ValueError, match="header"):
+        _output.make_table("t", ["chip", ""], [])
+
+
+def test_warmup_stability_is_never_blank() -> None:
+    assert runner_cmds._stability(0.05, False, 0.25) == "stable"
+    assert "unstable" in runner_cmds._stability(0.4, True, 0.25)
+    assert runner_cmds._stability(None, False, 0.25).startswith("n/a")
+
+
+def test_soak_progress_and_summary_count_requests_the_same_way() -> None:
+    from calctl.cli import soak_cmds
+
+    by = {"ok": 163, "cancelled": 28, "deadline": 12, "invalid": 7, "unavailable": 26}
+    line = soak_cmds._requests_line(236, by)
+    assert line == "236 sent, cancelled 28, deadline 12, invalid 7, ok 163, unavailable 26"
+    assert "rejected" not in line
+
+
+def test_the_poc_figures_bounds_are_printed_with_them() -> None:
+    assert "0.5" in runner_cmds.OVERLAP_BOUNDS and "1.01" in runner_cmds.OVERLAP_BOUNDS
+
+
+def test_sigterm_and_sigint_raise_interrupted_once_and_the_handlers_come_back() -> None:
+    import os
+    import signal
+
+    from calctl.cli._signals import interruptible
+    from calctl.errors import Interrupted, interrupt_reason
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as caught, interruptible():
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs between bytecodes of the main thread
+            pass
+    assert caught.value.signal_name == "SIGTERM" and interrupt_reason(caught.value) == "interrupted (SIGTERM)"
+    assert signal.getsignal(signal.SIGTERM) is before
+    with interruptible():  # a second signal while the first is being handled is ignored
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        except Interrupted:
+            os.kill(os.getpid(), signal.SIGINT)  # ignored: the teardown goes on
+            for _ in range(1000):
+                pass
+    assert signal.getsignal(signal.SIGINT) is not None  # restored to what it was
+
+
+def test_an_error_while_unwinding_an_interrupt_is_part_of_the_interrupt() -> None:
+    from calctl.cli._signals import interrupt_behind
+    from calctl.errors import Interrupted
+
+    try:
+        try:
+            raise Interrupted("SIGTERM")
+        except KeyboardInterrupt:
+            raise RuntimeError("Event loop is closed") from None
+    except RuntimeError as exc:
+        found = interrupt_behind(exc)
+    assert isinstance(found, Interrupted) and found.signal_name == "SIGTERM"
+    assert interrupt_behind(RuntimeError("plain")) is None
+
+
+def test_a_table_far_wider_than_the_console_prints_as_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    monkeypatch.setattr(_output, "stdout", Console(file=buf, width=100, highlight=False))
+    long = "a DeviceBusy on 3, then 7 consecutive A decode submits with bounded backoff and no reset " * 2
+    _output.print_rows("evidence", ["phase", "injected", "granted", "B impacted"], [["submit-busy", long, long, "no"]])
+    lines = buf.getvalue().splitlines()
+    assert all(len(line) <= 100 for line in lines)
+    assert lines[0] == "evidence" and lines[1] == "phase submit-busy" and "  injected: a DeviceBusy" in lines[2]
+    buf.truncate(0)
+    buf.seek(0)
+    _output.print_rows("small", ["phase", "B ok"], [["baseline", "12/12"]])
+    assert "┃ phase" in buf.getvalue()  # a table that fits stays a table
+
+
+def test_budget_explains_its_memory_what_ifs(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("budget")
+    assert r.code == 0, r.err
+    assert "largest batch at the given context" in r.out
+    assert "memory what-ifs" in r.out and "serves at most 16 lane(s)" in r.out

@@ -1,0 +1,67 @@
+"""The one atomic file writer and the default report directory (calctl.records)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from calctl import records
+
+
+def test_write_json_replaces_in_one_step_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "r.json"
+    records.write_json(path, {"status": "running"})
+    records.write_json(path, {"status": "finished"})
+    assert json.loads(path.read_text())["status"] == "finished"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["r.json"]
+
+
+def test_a_failing_writer_keeps_the_old_file_and_removes_its_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "plot.png"
+    path.write_bytes(b"old")
+    with pytest.raises(RuntimeError), records.atomic_output(path) as tmp:
+        assert tmp.suffix == ".png"  # matplotlib picks the format from the suffix
+        tmp.write_bytes(b"half")
+        raise RuntimeError("crash mid-write")
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
+
+
+def test_a_writer_that_writes_nothing_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError), records.atomic_output(tmp_path / "x.bin"):
+        pass
+    assert not list(tmp_path.iterdir())
+
+
+def test_write_atomic_sets_the_mode(tmp_path: Path) -> None:
+    path = tmp_path / "checksums.sha256"
+    records.write_atomic(path, b"abc", mode=0o640)
+    assert path.read_bytes() == b"abc"
+    assert path.stat().st_mode & 0o777 == 0o640
+
+
+def test_default_report_dir_is_one_documented_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = datetime(2026, 1, 2, 3, 4, 5)
+    monkeypatch.delenv(records.REPORT_DIR_ENV, raising=False)
+    assert records.default_report_dir("soak", now) == Path("calctl-reports/soak-20260102-030405")
+    monkeypatch.setenv(records.REPORT_DIR_ENV, "/var/tmp/evidence")
+    assert records.default_report_dir("bringup", now) == Path("/var/tmp/evidence/bringup-20260102-030405")
+
+
+# Moves a whole package directory, built next to its destination, into place: not a file write.
+DIRECTORY_MOVES = {"compiler/sample.py"}
+
+
+def test_no_other_module_renames_a_temporary_file_itself() -> None:
+    root = Path(records.__file__).parent
+    offenders = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name != "records.py"
+        and str(p.relative_to(root)) not in DIRECTORY_MOVES
+        and "os.replace(" in p.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
