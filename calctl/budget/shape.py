@@ -428,7 +428,7 @@ def _layer_windows(r: _Reader, family: str, n_layers: int) -> tuple[tuple[int | 
 
 
 def shape_from_package_model(model: Model) -> ModelShape:
-    """The manifest's architecture numbers for one model (SPEC §2: "the numbers needed for budgeting")."""
+    """The manifest's architecture numbers for one model (docs/package-format.md: "the numbers needed for budgeting")."""
     a = model.architecture
     return ModelShape(
         name=model.alias,

@@ -66,7 +66,7 @@ _DTYPE_ALIASES: Mapping[str, str] = {
     "fp8_e4m3": "fp8",
     "fp8_e5m2": "fp8",
 }
-#: What ``--dtype`` and ``--kv-dtype`` accept (SPEC §4; fp32 for the mock packages).
+#: What ``--dtype`` and ``--kv-dtype`` accept (docs/budget.md; fp32 for the mock packages).
 OPTION_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4", "fp32")
 
 

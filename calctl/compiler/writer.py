@@ -3,7 +3,7 @@
 A compiler (the bundled sample generator, ``calctl import``, ``calctl combine``)
 decides *what* a model is: its architecture, weights, tokenizer files and golden
 data (:class:`ModelContent`). This module decides *how* that becomes a package
-(SPEC §2, 001 §6.3): parameter blobs, one ELF and one command blob per
+(docs/package-format.md, 001 §6.3): parameter blobs, one ELF and one command blob per
 (CalCore, chip) per graph, the per-chip address plan and memory regions, the
 manifest, ``model_memory_reserved_info.txt``, compatibility and SLSA
 provenance, then checksums and an Ed25519 signature, all written into a

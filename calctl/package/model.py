@@ -1,4 +1,4 @@
-"""The typed, frozen view of a calbin package (SPEC §2, 001 §6.3).
+"""The typed, frozen view of a calbin package (docs/package-format.md, 001 §6.3).
 
 Values only: building a :class:`Package` from a schema-valid manifest document is
 pure; reading files and checking hashes live in :mod:`calctl.package.reader` and

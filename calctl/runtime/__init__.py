@@ -1,4 +1,4 @@
-"""The runtime layer: one :class:`Runtime` interface over the mock board and CalRT (SPEC §5).
+"""The runtime layer: one :class:`Runtime` interface over the mock board and CalRT (docs/runtime.md).
 
 ``open_runtime`` is the one factory the CLI, the runners and the serving engine
 use. It opens the device; use the result as a context manager so the device is

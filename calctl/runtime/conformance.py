@@ -24,7 +24,7 @@ in-flight jobs per chip, reset scope, per-chip memory, thread safety of
 concurrent submit), each graded C0 (measured here), C1 (the symbol is there,
 the behaviour was not shown) or C4 (refused) with its evidence (001 §1).
 A grade is about the library it was measured on: the reference board's C0 is
-evidence about the reference board, never about a Calculet board (SPEC §9).
+evidence about the reference board, never about a Calculet board (docs/runtime.md §5).
 
 This module opens devices and submits jobs; it does not render (the CLI does).
 """

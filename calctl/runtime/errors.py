@@ -1,4 +1,4 @@
-"""Typed runtime errors, one per runtime status code (SPEC §5, docs/calrt-c-abi.md).
+"""Typed runtime errors, one per runtime status code (docs/runtime.md, docs/calrt-c-abi.md).
 
 Every error the runtime layer raises is a :class:`RuntimeLayerError`, itself a
 :class:`calctl.errors.DeviceError` (exit 3), carrying the runtime's own status

@@ -1,4 +1,4 @@
-"""The one interface every board backend implements: :class:`Runtime` (SPEC §5).
+"""The one interface every board backend implements: :class:`Runtime` (docs/runtime.md).
 
 Two backends: the mock board (:mod:`calctl.runtime.mock`, the default) and the
 CalRT C ABI through ctypes (:mod:`calctl.runtime._native`). Both keep CalRT
@@ -97,7 +97,7 @@ class Runtime(Protocol):
 
     @property
     def kind(self) -> DeviceKind:
-        """``mock`` or ``calrt``. Results from ``mock`` are mock results (SPEC §8)."""
+        """``mock`` or ``calrt``. Results from ``mock`` are mock results (docs/runtime.md §5)."""
         ...
 
     # -- device ---------------------------------------------------------------

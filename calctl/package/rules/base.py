@@ -46,7 +46,7 @@ _RANK = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.FAIL: 3, Status.
 
 
 class Group(str, enum.Enum):
-    """The rule groups of SPEC §3, in report order."""
+    """The rule groups of docs/validate.md, in report order."""
 
     LAYOUT = "layout"
     MANIFEST = "manifest"

@@ -446,7 +446,7 @@ class SlotBinding(Rule):
     id = "CHIP008"
     group = Group.CHIP
     needs = _PKG
-    sections = ("001 §6.1", "001 §6.2 item 5", "001 §3", "001 §6.4", "SPEC §2")
+    sections = ("001 §6.1", "001 §6.2 item 5", "001 §3", "001 §6.4", "docs/package-format.md")
     explanation = (
         "The runtime receives each code and command file for one slot: one model, one graph, one chip, one "
         "CalCore (001 §6.1: every chip-local ccu program has its own command blobs; §3: reusing another chip's "

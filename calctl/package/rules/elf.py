@@ -379,11 +379,11 @@ class BindingNote(Rule):
     id = "ELF006"
     group = Group.ELF
     needs = _PKG
-    sections = ("001 §6.1", "001 §6.4", "001 §3", "SPEC §2")
+    sections = ("001 §6.1", "001 §6.4", "001 §3", "docs/package-format.md")
     explanation = (
         "Each program carries one PT_NOTE named 'Calculet' (type 1) with 'graph=…;kind=…;chip=…;calcore=…' "
         "(calctl.package.binding). It must name the graph, graph kind, chip and CalCore of the manifest "
-        "section that loads it, and the file must be <model>/<kind>/ccu<calcore>_chip<chip>.elf (SPEC §2). "
+        "section that loads it, and the file must be <model>/<kind>/ccu<calcore>_chip<chip>.elf (docs/package-format.md). "
         "A program moved to another graph, chip or core (001 §3 forbids renaming subgraphs or reusing another "
         "chip's program) is caught here."
     )

@@ -20,7 +20,7 @@ class ListedFilesMatch(Rule):
 
     id = "HASH001"
     group = Group.HASH
-    sections = ("SPEC §2", "001 §6.1", "001 §12 Phase 0 item 1", "001 §16 PR1")
+    sections = ("docs/package-format.md", "001 §6.1", "001 §12 Phase 0 item 1", "001 §16 PR1")
     explanation = (
         "checksums.sha256 is coreutils format (`sha256sum -c --strict` works inside the package), sorted, one "
         "line per file, never listing itself or the signature. Every listed file must be present, a regular "
@@ -63,7 +63,7 @@ class AllFilesListed(Rule):
     id = "HASH002"
     group = Group.HASH
     needs = frozenset({Need.ROOT, Need.CHECKSUMS})
-    sections = ("SPEC §2", "001 §6.3")
+    sections = ("docs/package-format.md", "001 §6.3")
     explanation = (
         "A file that is not listed is not covered by the signature: a loader could read it although nobody "
         "signed it. Every regular file except checksums.sha256 and checksums.sha256.sig must be listed. "

@@ -1,6 +1,6 @@
 """Layout and path-safety rules (LAY): what is in the package directory, not what it means.
 
-A package is a tree of regular files with safe relative names (SPEC §2, 001
+A package is a tree of regular files with safe relative names (docs/package-format.md, 001
 §6.3); these rules look at names, types and sizes only. Whether a listed file's
 bytes are right is HASH; whether a referenced file exists is MAN007.
 """
@@ -17,7 +17,7 @@ from calctl.package.rules.context import EntryKind, ValidationContext, path_prob
 from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS, SIGNATURE
 
-#: Files every package carries at its top level (SPEC §2). The signature is SIG001's business.
+#: Files every package carries at its top level (docs/package-format.md). The signature is SIG001's business.
 REQUIRED_FILES = (MANIFEST, RESERVED_INFO, CHECKSUMS, COMPATIBILITY, PROVENANCE)
 #: Package-level files that are not referenced from the manifest.
 PACKAGE_LEVEL_FILES = frozenset({MANIFEST, RESERVED_INFO, CHECKSUMS, SIGNATURE, COMPATIBILITY, PROVENANCE})
@@ -38,7 +38,7 @@ class EntryTypes(Rule):
 
     id = "LAY001"
     group = Group.LAYOUT
-    sections = ("SPEC §2", "001 §6.3", "001 §6.4")
+    sections = ("docs/package-format.md", "001 §6.3", "001 §6.4")
     explanation = (
         "A package holds regular files only. Every symlink is refused, whether it stays inside the package or "
         "leaves it (a link inside can be re-pointed after signing; a link outside makes the loader read "
@@ -93,7 +93,7 @@ class PathSafety(Rule):
 
     id = "LAY002"
     group = Group.LAYOUT
-    sections = ("SPEC §2", "001 §6.3", "001 §10.4")
+    sections = ("docs/package-format.md", "001 §6.3", "001 §10.4")
     explanation = (
         "Paths are package-relative POSIX names: no absolute paths, no '..', no empty or '.' components, no "
         "backslashes, no control characters (C0, DEL, C1) or Unicode line separators (U+2028, U+2029), valid "
@@ -160,7 +160,7 @@ class HiddenFiles(Rule):
 
     id = "LAY003"
     group = Group.LAYOUT
-    sections = ("SPEC §2", "001 §6.3")
+    sections = ("docs/package-format.md", "001 §6.3")
     explanation = (
         "Hidden entries (.DS_Store, .git, editor swap files, half-written '.tmp' files) are invisible in a "
         "normal listing and are refused by `calctl pack`, so a package containing one was not produced by the "
@@ -182,7 +182,7 @@ class RequiredFiles(Rule):
 
     id = "LAY004"
     group = Group.LAYOUT
-    sections = ("SPEC §2", "001 §6.3", "001 §15.1 items 5-7")
+    sections = ("docs/package-format.md", "001 §6.3", "001 §15.1 items 5-7")
     explanation = (
         "Every package carries manifest.yaml, model_memory_reserved_info.txt, checksums.sha256, "
         "compatibility.json and build-provenance.json at its top level (the 001 §6.3 directory contract plus "
@@ -202,7 +202,7 @@ class SizeLimitsRule(Rule):
 
     id = "LAY005"
     group = Group.LAYOUT
-    sections = ("SPEC §2", "001 §3")
+    sections = ("docs/package-format.md", "001 §3")
     explanation = (
         "A single file may not exceed the per-file limit (default 64 GiB: the reference board package holds "
         "two ~8.5 GiB parameter blobs, 001 §3), the package may not exceed the total limit (256 GiB) or the "
@@ -252,7 +252,7 @@ class AccountedFiles(Rule):
     id = "LAY006"
     group = Group.LAYOUT
     needs = frozenset({Need.ROOT, Need.MANIFEST})
-    sections = ("SPEC §2", "001 §6.3", "001 §10.4")
+    sections = ("docs/package-format.md", "001 §6.3", "001 §10.4")
     explanation = (
         "The manifest must account for everything a package ships (001 §10.4: nothing is found by guessing). "
         "A file that is neither a package-level file (manifest, reserved-memory info, checksums, signature, "
@@ -279,7 +279,7 @@ class ArchiveExtraction(Rule):
     id = "LAY007"
     group = Group.LAYOUT
     needs = frozenset()
-    sections = ("SPEC §2", "001 §6.3")
+    sections = ("docs/package-format.md", "001 §6.3")
     explanation = (
         "A .tar package is checked member by member before anything is written (calctl.package.archive): "
         "absolute names, '..', hard or symbolic links, devices and FIFOs, oversized members, duplicate members "

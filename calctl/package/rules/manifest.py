@@ -419,11 +419,11 @@ class ModelOwnFiles(Rule):
     id = "MAN009"
     group = Group.MANIFEST
     needs = _PKG
-    sections = ("001 §6.1", "001 §6.2 item 2", "001 §3", "SPEC §2")
+    sections = ("001 §6.1", "001 §6.2 item 2", "001 §3", "docs/package-format.md")
     explanation = (
         "001 §6.1: each model has its own parameter blocks and mapping ('每个模型独立的参数块'), its own "
         "programs, command blobs and golden data. Every such file a model names (section files, parameter "
-        "tensors, golden data) lies under that model's directory <alias>/ (SPEC §2), and no such file is named "
+        "tensors, golden data) lies under that model's directory <alias>/ (docs/package-format.md), and no such file is named "
         "by two models. Otherwise model A can load model B's parameter blob or command stream, and only a "
         "golden run after configure would notice. Tokenizers are bound by content instead (TOK003: identical "
         "replicas may share one)."

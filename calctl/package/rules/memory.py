@@ -22,7 +22,7 @@ U64 = 1 << 64
 
 
 def kv_formula_bytes(m: Model) -> int:
-    """001 §8.1 / SPEC §4: ``2 * n_layers * n_kv_heads * head_dim * ceil(context/block)*block * max_sequences * bytes``."""
+    """001 §8.1 / docs/budget.md: ``2 * n_layers * n_kv_heads * head_dim * ceil(context/block)*block * max_sequences * bytes``."""
     a = m.architecture
     blocks = -(-a.context_limit // m.kv.block_tokens)
     return (
@@ -190,7 +190,7 @@ class KvSize(Rule):
     id = "MEM005"
     group = Group.MEMORY
     needs = _PKG
-    sections = ("001 §8.1", "001 §3", "SPEC §4", "000 §9")
+    sections = ("001 §8.1", "001 §3", "docs/budget.md", "000 §9")
     explanation = (
         "KV_bytes = 2 x n_layers x n_kv_heads x head_dim x ceil(context/block) x block x max_sequences x "
         "bytes(kv dtype) (001 §8.1; for the reference Qwen3-30B-A3B BF16 this is 3.750 GiB at 40960 tokens, "

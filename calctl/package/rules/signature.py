@@ -19,7 +19,7 @@ class TrustedSignature(Rule):
 
     id = "SIG001"
     group = Group.SIGNATURE
-    sections = ("SPEC §2", "001 §6.3", "001 §6.4", "000 §11 step 2", "001 §11")
+    sections = ("docs/package-format.md", "001 §6.3", "001 §6.4", "000 §11 step 2", "001 §11")
     explanation = (
         "Chip selection comes entirely from signed, validated metadata (001 §6.4: SubmitJob has no chip "
         "argument), and a load must verify signature and hashes before anything else (000 §11 step 2). The "
@@ -48,13 +48,13 @@ class NotTestKey(Rule):
     id = "SIG002"
     group = Group.SIGNATURE
     severity = Severity.WARNING
-    sections = ("SPEC §8", "001 §1")
+    sections = ("docs/runtime.md §5", "001 §1")
     explanation = (
         "calctl-test-only-DO-NOT-TRUST.key is published so that sample packages and fixtures work anywhere; "
         "anyone can sign anything with it. A package whose signature verifies with it is accepted (it is in "
         "the trust store because the caller put it there, or because the bundled sample is in use) but is "
         "reported as a warning: such a package proves nothing about who built it and must never be loaded "
-        "on a real board (SPEC §8: claims are labelled for what they are). --fail-on-warn turns this into a "
+        "on a real board (docs/runtime.md §5: claims are labelled for what they are). --fail-on-warn turns this into a "
         "rejection."
     )
 

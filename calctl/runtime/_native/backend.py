@@ -1,4 +1,4 @@
-"""The CalRT backend: :class:`Runtime` over the C ABI shim through ctypes (SPEC §5).
+"""The CalRT backend: :class:`Runtime` over the C ABI shim through ctypes (docs/runtime.md).
 
 Every C call goes through :meth:`CalrtRuntime._check`, the one place where a
 ``calrt_status`` becomes a typed :class:`RuntimeLayerError` (python-tuf's

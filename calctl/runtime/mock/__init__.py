@@ -1,4 +1,4 @@
-"""The mock board: the default device (SPEC §5). See :mod:`calctl.runtime.mock.board`."""
+"""The mock board: the default device (docs/runtime.md). See :mod:`calctl.runtime.mock.board`."""
 
 from calctl.runtime.mock.board import MockBoardConfig, MockRuntime, open_mock
 from calctl.runtime.mock.faults import FaultKind, FaultPlan, FaultRule, InjectedFault

@@ -1,4 +1,4 @@
-"""The mock board: an in-process Calculet board with CalRT 0.7.6 semantics (SPEC §5).
+"""The mock board: an in-process Calculet board with CalRT 0.7.6 semantics (docs/runtime.md).
 
 What it keeps from 0.7.6 (001 §2.1–§2.5):
 
@@ -37,7 +37,7 @@ everything, drops the configuration and reclaims every byte, leaks included.
 The mock grants both scopes by default; ``reset_scopes=("board",)`` models a
 runtime with only a board reset.
 
-Mock results are mock results: nothing here is evidence about a board (SPEC §8).
+Mock results are mock results: nothing here is evidence about a board (docs/runtime.md §5).
 This module does not parse packages (``calctl.package``) or fault-plan YAML.
 """
 

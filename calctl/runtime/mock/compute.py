@@ -4,7 +4,7 @@ The mock executes the numpy decoder (:mod:`calctl.model.decoder`: the calctl
 tiny sample model and the imported Llama / Qwen2 / Qwen3 families) with the
 weights read from the package's param blobs and a real KV cache per sequence,
 so golden runs, KV corruption and cross-model crosstalk are genuinely
-detectable (SPEC §5). It accepts only graphs with the decoder's I/O contract
+detectable (docs/runtime.md). It accepts only graphs with the decoder's I/O contract
 (the one :mod:`calctl.compiler.sample` and :mod:`calctl.compiler.importer` write):
 
 * prefill: inputs ``tokens [1, N] int32`` and ``n_tokens [1] int32`` (the CSR

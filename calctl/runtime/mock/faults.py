@@ -1,4 +1,4 @@
-"""Seeded fault injection for the mock board (SPEC §5, 001 §11.3, §12 Phase 4, §13.4).
+"""Seeded fault injection for the mock board (docs/runtime.md, 001 §11.3, §12 Phase 4, §13.4).
 
 A fault plan is a YAML document (``calctl-fault-plan/v1``, docs/runtime.md) of
 rules. Each rule names a fault kind, *when* it fires (a probability per

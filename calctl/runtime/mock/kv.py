@@ -1,4 +1,4 @@
-"""The mock board's KV manager: real K/V tensors per sequence, in the mock's memory (000 §9, SPEC §5).
+"""The mock board's KV manager: real K/V tensors per sequence, in the mock's memory (000 §9, docs/runtime.md).
 
 Sequences live in a namespace per model alias, with the model's
 ``kv.max_sequences`` slots (0.7.6 ``canAllocate(seq_num)``). Each holds a

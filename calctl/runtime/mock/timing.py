@@ -1,4 +1,4 @@
-"""The mock board's timing model: how long a job really takes, and in which phases (SPEC §5, 001 §9.3–§9.4, §14).
+"""The mock board's timing model: how long a job really takes, and in which phases (docs/runtime.md, 001 §9.3–§9.4, §14).
 
 Per graph (and optionally per chip) a prefill takes ``a + b * tokens`` and a
 decode ``c + d * kv_tokens`` seconds, multiplied by ``time_scale``. Defaults are

@@ -1,4 +1,4 @@
-"""The package model, the sample generator (mock compiler) and its determinism (SPEC §2, 001 §6.3)."""
+"""The package model, the sample generator (mock compiler) and its determinism (docs/package-format.md, 001 §6.3)."""
 
 from __future__ import annotations
 

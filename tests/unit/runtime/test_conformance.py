@@ -1,4 +1,4 @@
-"""One conformance suite, run on every backend (SPEC §5): :mod:`calctl.runtime.conformance`.
+"""One conformance suite, run on every backend (docs/runtime.md): :mod:`calctl.runtime.conformance`.
 
 The checks themselves live in the library, so ``calctl device conformance``
 and this file run the same code. Here each check runs in-process on the mock

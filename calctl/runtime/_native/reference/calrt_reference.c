@@ -4,7 +4,7 @@
  *
  * It plays the part XRT's software emulation plays for XRT: the ctypes layer, the runners and
  * the serving engine run against real C threads, real completions and real numerics, with no
- * hardware. It is NOT a Calculet board and nothing it measures is evidence about one (SPEC §9).
+ * hardware. It is NOT a Calculet board and nothing it measures is evidence about one (docs/runtime.md §5).
  *
  * What it models:
  *   - one device per process, one current calbin, buffer ownership, job states with
