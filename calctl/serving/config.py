@@ -96,6 +96,7 @@ class BatchConfig:
     profile_thresholds: Mapping[int, int] = field(default_factory=dict)
     max_tenant_lane_share: float = 0.5
     deadline_granularity_ms: float = 0.0
+    step_estimate_floor_us: int = 0  # the floor under the measured decode step time (000 §7.2 rule 4)
 
 
 class ExecutorMode(str, enum.Enum):
@@ -471,6 +472,7 @@ def scheduler_settings(
             profile_thresholds=dict(b.profile_thresholds) or None,
             max_tenant_lane_share=b.max_tenant_lane_share,
             deadline_granularity_s=b.deadline_granularity_ms / 1000.0,
+            step_estimate_s=b.step_estimate_floor_us / 1e6,
         ),
     )
 
@@ -528,6 +530,7 @@ def _scheduler_from_doc(doc: Mapping[str, Any], source: str, at: str) -> Schedul
             profile_thresholds={int(k): v for k, v in (b.get("profile_thresholds") or {}).items()},
             max_tenant_lane_share=float(b.get("max_tenant_lane_share", 0.5)),
             deadline_granularity_ms=float(b.get("deadline_granularity_ms", 0.0)),
+            step_estimate_floor_us=int(b.get("step_estimate_floor_us", 0)),
         ),
         executor=ExecutorConfig(
             e["max_inflight"],

@@ -27,6 +27,7 @@ C3 (000 §1): this is scheduling logic, not evidence that such profiles work.
 
 from __future__ import annotations
 
+import collections
 import heapq
 import math
 from collections.abc import Mapping, Sequence
@@ -195,6 +196,9 @@ def default_threshold(compiled_batch: int) -> int:
     return 1 if compiled_batch == 1 else math.ceil(0.75 * compiled_batch)
 
 
+#: How many recent decode steps the window's step estimate looks at (it takes the slowest of them).
+_STEP_WINDOW = 32
+
 _Item = tuple[float, float, int, SequenceState]  # (deadline key, virtual finish, token, seq)
 
 
@@ -241,7 +245,8 @@ class DecodeScheduler:
         self.batching_window_s = batching_window_s
         self.max_tenant_lane_share = max_tenant_lane_share
         self.deadline_granularity_s = deadline_granularity_s
-        self.step_estimate_s = step_estimate_s
+        self.step_estimate_s = step_estimate_s  # the configured floor (batch.step_estimate_floor_us)
+        self._steps: collections.deque[float] = collections.deque(maxlen=_STEP_WINDOW)
         self._caps = {p.compiled_batch: max(1, int(max_tenant_lane_share * p.compiled_batch)) for p in self.profiles}
         self._heaps: dict[TenantId, list[_Item]] = {}
         self._ready = 0
@@ -281,6 +286,25 @@ class DecodeScheduler:
 
     # -- profile and window (000 §7.2 rules 4–5, §8) --------------------------------------------
 
+    def observe_step(self, seconds: float) -> None:
+        """One decode job's measured submit-to-completion time (the window's step estimate, rule 4)."""
+        if seconds >= 0 and math.isfinite(seconds):
+            self._steps.append(seconds)
+
+    @property
+    def measured_step_s(self) -> float | None:
+        """The slowest of the last :data:`_STEP_WINDOW` measured decode steps, or None before the first."""
+        return max(self._steps) if self._steps else None
+
+    @property
+    def step_estimate(self) -> float | None:
+        """What the window reserves for the step that serves the earliest deadline: the measured step time,
+        never below the configured floor; None when neither is known (then the window does not hold)."""
+        measured = self.measured_step_s
+        if measured is None:
+            return self.step_estimate_s if self.step_estimate_s > 0 else None
+        return max(measured, self.step_estimate_s)
+
     def select_profile(self, ready: int) -> BatchProfile:
         """The largest profile whose threshold the ready count meets; else the smallest (partial batch)."""
         for profile, threshold in self._by_desc:
@@ -299,7 +323,10 @@ class DecodeScheduler:
         fire_at = opened + self.batching_window_s  # rule 4: the window always fires
         earliest = self._earliest_deadline()
         if earliest is not None:  # ... and never holds the earliest deadline past its point of no return
-            fire_at = min(fire_at, earliest - self.deadline_granularity_s - self.step_estimate_s)
+            step = self.step_estimate
+            if step is None:  # no step measured and no floor configured: holding could cost the deadline
+                return DecodePoll(profile)
+            fire_at = min(fire_at, earliest - self.deadline_granularity_s - step)
         if now >= fire_at:
             return DecodePoll(profile)
         return DecodePoll(None, fire_at)

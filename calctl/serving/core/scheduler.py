@@ -86,7 +86,7 @@ class DecodeOptions:
     profile_thresholds: Mapping[int, int] | None = None
     max_tenant_lane_share: float = 0.5
     deadline_granularity_s: float = 0.0
-    step_estimate_s: float = 0.0
+    step_estimate_s: float = 0.0  # the floor under the measured decode step time (batch.step_estimate_floor_us)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +221,7 @@ class _Inflight:
     seqs: tuple[SequenceState, ...]
     lanes: tuple[LaneId, ...]
     submitted_at: float
+    decode: bool = False  # a decode step (its duration feeds the batching window's step estimate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,6 +418,8 @@ class Scheduler:
             )
         del self._inflight[outcome.job_id]
         job = inf.job_id
+        if outcome.status is JobStatus.OK and inf.decode:
+            self.decode.observe_step(now - inf.submitted_at)  # the window's step estimate (000 §7.2 rule 4)
         if outcome.status is JobStatus.OK:
             results = {r.request_id: r for r in outcome.results}
             if len(results) != len(outcome.results) or set(results) != {s.request_id for s in inf.seqs}:
@@ -714,7 +717,7 @@ class Scheduler:
             positions,
         )
         self.registry.start_batch(seqs, job, self.generation, now)
-        self._inflight[job] = _Inflight(job, self.generation, tuple(seqs), batch.kv_lanes, now)
+        self._inflight[job] = _Inflight(job, self.generation, tuple(seqs), batch.kv_lanes, now, decode=True)
         return DecodeJob(job, self.generation, batch)
 
     def _after_success(

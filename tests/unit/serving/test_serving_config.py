@@ -338,3 +338,17 @@ def test_dual_cross_check_names_the_field(tmp_path: Path, combined: Package, mut
     with pytest.raises(ConfigFieldError) as info:
         cross_check_dual_model(cfg, combined)
     assert any(line.startswith(f"{path}: {message}") for line in str(info.value).splitlines()), str(info.value)
+
+
+def test_step_estimate_floor_is_settable_from_yaml(tmp_path: Path, combined: Package) -> None:
+    """000 §7.2 rule 4 (issue 19): the floor under the measured step time comes from the YAML; out of
+    range it is refused with its field path."""
+    text = _edit(SCHEDULER_000_S15, lambda d: d["batch"].update(step_estimate_floor_us=2500))
+    cfg = load_scheduler_config(_write(tmp_path, "s.yaml", text))
+    model = combined.model("model-a")
+    settings = scheduler_settings(cfg, model, max_sequences=4, max_kv_tokens=1024)
+    assert settings.decode.step_estimate_s == pytest.approx(0.0025)
+    assert Scheduler(settings, generation=GenerationId(1)).decode.step_estimate == pytest.approx(0.0025)
+    bad = _edit(SCHEDULER_000_S15, lambda d: d["batch"].update(step_estimate_floor_us=-1))
+    with pytest.raises(ConfigFieldError, match="/batch/step_estimate_floor_us"):
+        load_scheduler_config(_write(tmp_path, "bad.yaml", bad))

@@ -115,7 +115,7 @@ def test_tenant_cap_keeps_room_for_two_tenants() -> None:
 
 def test_batching_window_always_fires() -> None:
     """000 §7.2 rule 4 / §17.1: a partial batch waits at most batching_window, then fires (never starves)."""
-    ds = _ds(bprofile(4), batching_window_s=0.002)
+    ds = _ds(bprofile(4), batching_window_s=0.002, step_estimate_s=0.001)
     ds.push(_seq("a"), 10.0)
     hold = ds.poll(10.0)
     assert hold.profile is None and hold.wake_at == pytest.approx(10.002)
@@ -201,3 +201,28 @@ def test_batch_rejects_a_position_past_max_seq() -> None:
 
     with pytest.raises(InvariantViolation):
         DecodeBatch.build(JobId(1), G, BatchProfile("g", 1, 16), [RequestId("a")], [LaneId(0)], [1], [16])
+
+
+def test_window_does_not_hold_a_deadline_before_any_step_is_known() -> None:
+    """000 §7.2 rule 4 (issue 19): with no measured step and no configured floor the window cannot know how
+    long the step takes, so it does not hold a request with a deadline (it used to hold until the deadline)."""
+    ds = _ds(bprofile(4), batching_window_s=1.0)
+    ds.push(_seq("urgent", deadline=0.05), 0.0)
+    assert ds.step_estimate is None
+    assert ds.poll(0.0).profile is not None
+
+
+def test_window_reserves_the_slowest_measured_step_above_the_floor() -> None:
+    """000 §7.2 rule 4: the measured decode step time (the slowest recent one) is reserved, never less
+    than the configured floor."""
+    ds = _ds(bprofile(4), batching_window_s=1.0, step_estimate_s=0.005)
+    assert ds.step_estimate == pytest.approx(0.005)
+    ds.observe_step(0.02)
+    ds.observe_step(0.01)
+    assert ds.measured_step_s == pytest.approx(0.02) and ds.step_estimate == pytest.approx(0.02)
+    ds.push(_seq("urgent", deadline=0.05), 0.0)
+    assert ds.poll(0.0).wake_at == pytest.approx(0.03)
+    assert ds.poll(0.0300001).profile is not None
+    floor = _ds(bprofile(4), batching_window_s=1.0, step_estimate_s=0.04)
+    floor.observe_step(0.001)
+    assert floor.step_estimate == pytest.approx(0.04)

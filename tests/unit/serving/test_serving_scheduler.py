@@ -279,7 +279,12 @@ def test_b4_profile_end_to_end_with_inactive_lanes(clock: FakeClock) -> None:
 
 def test_max_inflight_and_wake_for_batching_window(clock: FakeClock) -> None:
     """000 §15 executor.max_inflight and §7.2 rule 4: at most N jobs out; the window gives a wake-up time."""
-    dev = make_device(clock, max_inflight_jobs=2, profiles=(bprofile(4),), decode=DecodeOptions(batching_window_s=0.01))
+    dev = make_device(
+        clock,
+        max_inflight_jobs=2,
+        profiles=(bprofile(4),),
+        decode=DecodeOptions(batching_window_s=0.01, step_estimate_s=0.001),
+    )
     dev.add("a")
     dev.add("b")
     dev.add("c")
@@ -350,3 +355,34 @@ def test_a_stop_string_survives_a_failed_last_step(clock: FakeClock, status: Job
     dev.sched.update_from_output(dev.outcome(job, status), clock.now)
     term = _terminals(dev.pump())["r"]
     assert term.state is S.COMPLETED and term.reason is FinishReason.STOP
+
+
+def test_batching_window_with_measured_step_never_lets_the_earliest_deadline_expire(clock: FakeClock) -> None:
+    """000 §7.2 rule 4 (issue 19): the scheduler measures its decode steps; a request held by the window
+    for fill is fired one measured step before its deadline and finishes instead of expiring."""
+    dev = make_device(
+        clock, profiles=(B1, bprofile(4)), decode=DecodeOptions(batching_window_s=10.0), max_inflight_jobs=1
+    )
+    dev.add("warm", max_tokens=2)
+    for _ in range(6):  # prefill, then decode steps that each take 0.1 s on the "device"
+        out = dev.sched.schedule(clock.now)
+        if not out.jobs:
+            break
+        clock.advance(0.1)
+        dev.sched.update_from_output(dev.outcome(out.jobs[0]), clock.now)
+        dev.pump()
+    assert dev.sched.decode.measured_step_s == pytest.approx(0.1)
+    dev.add("urgent", max_tokens=2, deadline_s=1.0)
+    finished = {}
+    for _ in range(200):
+        out = dev.sched.schedule(clock.now)
+        if out.jobs:
+            clock.advance(0.1)
+            dev.sched.update_from_output(dev.outcome(out.jobs[0]), clock.now)
+        elif out.wake_at is not None:
+            clock.now = max(clock.now, out.wake_at)
+        finished.update(_terminals(dev.pump()))
+        if "urgent" in finished:
+            break
+    assert finished["urgent"].reason is FinishReason.LENGTH
+    dev.sched.check_invariants()
