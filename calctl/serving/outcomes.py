@@ -35,7 +35,7 @@ class Outcome(str, enum.Enum):
     STOP = "stop"  # EOS or a stop string
     LENGTH = "length"  # max_tokens or the context limit
     CANCELLED = "cancelled"  # the client left, or DELETE /internal/requests/{id}
-    DEADLINE = "deadline"  # the request's own deadline expired, queued or running
+    DEADLINE = "deadline"  # the request's own deadline expired after admission (queued for admission: capacity)
     INVALID = "invalid"  # 400 before any token
     MODEL_NOT_FOUND = "model_not_found"  # 404
     CAPACITY = "capacity"  # 429

@@ -27,7 +27,7 @@ class RejectCode(str, enum.Enum):
     MODEL_NOT_FOUND = "model_not_found"
     CAPACITY = "rate_limit_exceeded"  # RejectCapacity
     UNAVAILABLE = "model_unavailable"  # RejectUnavailable (draining, recovering, failed, loading)
-    DEADLINE = "deadline_exceeded"  # the request expired while queued
+    DEADLINE = "deadline_exceeded"  # the request expired after admission, before its first token
 
 
 class EngineRejection(Exception):

@@ -504,9 +504,14 @@ class AdmissionController:
         return out
 
     def expire(self, now: float) -> list[tuple[RequestId, AdmissionResult]]:
-        """Withdraw tickets and queued requests whose deadline has passed (rolled back, 429 with a reason)."""
+        """Withdraw tickets and queued requests whose deadline has passed (rolled back, refused with a reason).
+
+        The verdict is what kept them from admission (000 §5.2): RejectCapacity (429) while the model is
+        Ready (the budget or queue never freed up in time), RejectUnavailable (503) while it loads or
+        recovers (they waited for the model, not for room)."""
         out: list[tuple[RequestId, AdmissionResult]] = []
         heap = self._deadlines
+        verdict = Verdict.REJECT_CAPACITY if self.model_state is ModelState.READY else Verdict.REJECT_UNAVAILABLE
         while heap and heap[0][0] <= now:
             deadline, _, rid = heapq.heappop(heap)
             entry = self._entries.get(rid)
@@ -518,8 +523,9 @@ class AdmissionController:
                 (
                     rid,
                     AdmissionResult(
-                        Verdict.REJECT_CAPACITY,
-                        f"deadline of {_ms(deadline - entry.arrived_at)} expired {what}",
+                        verdict,
+                        f"deadline of {_ms(deadline - entry.arrived_at)} expired {what}"
+                        + ("" if verdict is Verdict.REJECT_CAPACITY else f" (model {self.model_state.value})"),
                         retry_after_s=self.policy.retry_after_s,
                     ),
                 )

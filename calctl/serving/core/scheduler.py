@@ -639,11 +639,11 @@ class Scheduler:
     def _expire(self, now: float) -> None:
         for rid, result in self.admission.expire(now):
             seq = self.registry.get(rid)
-            if seq is not None:
+            if seq is not None:  # never admitted: the refusal admission decided (429, or 503 while loading)
                 self.registry.finish(
                     seq,
                     _S.FAILED,
-                    FinishReason.DEADLINE,
+                    _FINISH_FOR_VERDICT[result.verdict],
                     now,
                     detail=result.reason,
                     retry_after_s=result.retry_after_s,

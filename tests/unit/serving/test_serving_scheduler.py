@@ -386,3 +386,44 @@ def test_batching_window_with_measured_step_never_lets_the_earliest_deadline_exp
             break
     assert finished["urgent"].reason is FinishReason.LENGTH
     dev.sched.check_invariants()
+
+
+def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> None:
+    """000 §5.2 (issue 19): a deadline is never a device error, and each case ends as admission or the
+    request's own state decided: queued for admission (model Ready) -> 429, what admission said; waiting
+    for a loading model -> 503 model_unavailable; admitted but no output yet -> 503 deadline_exceeded;
+    output begun -> the stream's error is ``deadline_exceeded``."""
+    from calctl.serving import outcomes
+    from calctl.serving.outcomes import ENDINGS, Outcome
+    from calctl.serving.protocol import RejectCode
+
+    dev = make_device(clock, max_sequences=1)
+    dev.add("holder", max_tokens=50)
+    assert dev.add("queued", deadline_s=0.5).verdict is Verdict.QUEUE
+    clock.advance(1.0)
+    dev.sched.schedule(clock.now)
+    queued = _terminals(dev.pump())["queued"]
+    assert queued.reason is FinishReason.REJECTED_CAPACITY and _end_status(queued) == 429
+    assert "expired while queued for admission" in queued.detail and queued.retry_after_s is not None
+
+    loading = make_device(clock)
+    loading.sched.set_model_state(ModelState.WARMING, clock.now)
+    assert loading.add("early", deadline_s=0.5).verdict is Verdict.QUEUE
+    clock.advance(1.0)
+    loading.sched.schedule(clock.now)
+    early = _terminals(loading.pump())["early"]
+    assert early.reason is FinishReason.REJECTED_UNAVAILABLE and _end_status(early) == 503
+    assert ENDINGS[early.reason].before_output is RejectCode.UNAVAILABLE and "Warming" in early.detail
+
+    admitted = make_device(clock, max_inflight_jobs=1)
+    admitted.add("first", max_tokens=50)
+    admitted.add("second", deadline_s=0.5)  # admitted (a lane is free), waits behind first's prefill
+    job = admitted.sched.schedule(clock.now).jobs[0]
+    clock.advance(1.0)
+    admitted.sched.update_from_output(admitted.outcome(job), clock.now)
+    admitted.sched.schedule(clock.now)
+    second = _terminals(admitted.pump())["second"]
+    assert second.reason is FinishReason.DEADLINE and second.generated_tokens == 0
+    assert _end_status(second) == 503 and ENDINGS[second.reason].before_output is RejectCode.DEADLINE
+    assert outcomes.rejection(RejectCode.DEADLINE).code.value == "deadline_exceeded"
+    assert outcomes.public_error(Outcome.DEADLINE.value)[0] == "deadline_exceeded"  # after output began

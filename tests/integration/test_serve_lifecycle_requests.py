@@ -1,0 +1,58 @@
+"""Issue 19, "Requests": deadlines, the chat default for max_tokens and the long-prefill quota, over HTTP on the
+real engine (mock board). Every expiry is checked by its status and code, never by timing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.serve_harness import dual_config, serving
+
+pytestmark = pytest.mark.slow
+
+
+async def _burst(url: str, n: int, body: dict) -> list[httpx.Response]:
+    async with httpx.AsyncClient(timeout=60) as c:
+        return await asyncio.gather(*[c.post(f"{url}/completions", json=body) for _ in range(n)])
+
+
+def _kind(r: httpx.Response) -> str:
+    if r.status_code == 200:
+        return "ok"
+    err = r.json()["error"]
+    return f"{r.status_code} {err['type']} {err['code']}"
+
+
+def test_deadline_expiry_is_never_a_device_error(tmp_path: Path) -> None:
+    """000 §5.2: a request whose deadline passes while queued for admission is the 429 admission decided; one
+    that was admitted and produced nothing is 503 ``deadline_exceeded``; neither is ``device_error``."""
+    body = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 64, "timeout": 0.2}
+    with serving(config=dual_config(tmp_path), time_scale=20.0) as s:
+        responses = asyncio.run(_burst(s.v1, 24, body))  # more than the 16 KV lanes: some queue for admission
+    kinds = Counter(_kind(r) for r in responses)
+    allowed = {"ok", "429 rate_limit_error rate_limit_exceeded", "503 service_unavailable deadline_exceeded"}
+    assert set(kinds) <= allowed, kinds
+    assert kinds["429 rate_limit_error rate_limit_exceeded"] >= 1, kinds  # 24 requests, 16 lanes
+    for r in responses:
+        if r.status_code == 429:
+            assert "expired while queued for admission" in r.json()["error"]["message"]
+            assert int(r.headers["Retry-After"]) >= 1
+
+
+def test_streamed_deadline_after_output_is_deadline_exceeded(tmp_path: Path) -> None:
+    """A deadline that passes after the first token ends the stream with ``deadline_exceeded``, not
+    ``device_error`` (the engine's text stays in the log, 001 §10.1)."""
+    body = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 200, "timeout": 0.5, "stream": True}
+    with serving(config=dual_config(tmp_path), time_scale=20.0) as s:
+        with httpx.stream("POST", f"{s.v1}/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200
+            lines = [line for line in r.iter_lines() if line]
+    errors = [json.loads(line[len("data: ") :]) for line in lines if line.startswith('data: {"error"')]
+    assert lines[-2] == "event: error" and len(errors) == 1, lines[-4:]
+    assert errors[0]["error"]["code"] == "deadline_exceeded", errors
+    assert "device" not in errors[0]["error"]["message"]
