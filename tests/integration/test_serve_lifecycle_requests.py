@@ -56,3 +56,21 @@ def test_streamed_deadline_after_output_is_deadline_exceeded(tmp_path: Path) -> 
     assert lines[-2] == "event: error" and len(errors) == 1, lines[-4:]
     assert errors[0]["error"]["code"] == "deadline_exceeded", errors
     assert "device" not in errors[0]["error"]["message"]
+
+
+def _lowered_context(tmp_path: Path, limit: int) -> Path:
+    path = dual_config(tmp_path)
+    path.write_text(path.read_text().replace("context_limit: 256", f"context_limit: {limit}"))
+    return path
+
+
+def test_chat_without_max_tokens_defaults_from_the_configured_context_limit(tmp_path: Path) -> None:
+    """001 §10.4: the dual-model config lowers ``context_limit`` to 64 (the package says 256). A chat with no
+    ``max_tokens`` gets the room the configured limit leaves, not the package's (which admission refused: 400)."""
+    chat = {"model": "model-a", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0}
+    with serving(config=_lowered_context(tmp_path, 64), time_scale=0.05) as s:
+        r = httpx.post(f"{s.v1}/chat/completions", json=chat, timeout=60)
+        assert r.status_code == 200, r.text
+        usage = r.json()["usage"]
+        assert usage["prompt_tokens"] + usage["completion_tokens"] <= 64
+        assert s.engine.context_limit("model-a") == 64 and s.engine.models()[0].context_limit == 64

@@ -45,8 +45,8 @@ class ServingEngine:
         return self._worker(alias).codec
 
     def context_limit(self, alias: str) -> int:
-        w = self._worker(alias)
-        return min(w.model.architecture.context_limit, w.model.prefill.max_seq)
+        """What admission enforces: the dual-model config's ``context_limit`` when it lowers the package's (001 §10.4)."""
+        return self._worker(alias).context_limit
 
     def models(self) -> list[ModelInfo]:
         return [

@@ -250,6 +250,11 @@ class EngineCore:
         return self.model.target_chips
 
     @property
+    def context_limit(self) -> int:
+        """The context this alias serves: the configured ``context_limit`` when it is lower than the package's."""
+        return self._sched.settings.admission.context_limit  # immutable settings: safe from any thread
+
+    @property
     def failed(self) -> str | None:
         """Why the loop ended on a bug, or None while it runs."""
         return self._failed
