@@ -45,7 +45,7 @@ from calctl.serving.core.admission import AdmissionPolicy, CapacityBudget, Tenan
 from calctl.serving.core.decode import BatchProfile, InactiveLaneContract
 from calctl.serving.core.ids import TenantId
 from calctl.serving.core.prefill import PrefillThresholds, ServiceWeights
-from calctl.serving.core.scheduler import DecodeOptions, SchedulerSettings
+from calctl.serving.core.scheduler import DecodeOptions, LongPrefillQuota, SchedulerSettings
 
 SCHEDULER_SCHEMA = "calculet-scheduler/v1"
 DUAL_MODEL_SCHEMA = "calculet-dual-model/v1"
@@ -87,6 +87,8 @@ class QueuesConfig:
     long_prefill_weight: int
     short_prefill_max_tokens: int
     medium_prefill_max_tokens: int
+    long_prefill_max_waiting: int | None = None  # 000 §6, 001 §9.3 long-prefill quota
+    long_prefill_max_running: int = 1
 
 
 @dataclass(frozen=True)
@@ -474,6 +476,7 @@ def scheduler_settings(
             deadline_granularity_s=b.deadline_granularity_ms / 1000.0,
             step_estimate_s=b.step_estimate_floor_us / 1e6,
         ),
+        long_prefill=LongPrefillQuota(q.long_prefill_max_waiting, q.long_prefill_max_running),
     )
 
 
@@ -523,6 +526,8 @@ def _scheduler_from_doc(doc: Mapping[str, Any], source: str, at: str) -> Schedul
             q["long_prefill_weight"],
             q["short_prefill_max_tokens"],
             q["medium_prefill_max_tokens"],
+            q.get("long_prefill_max_waiting"),
+            int(q.get("long_prefill_max_running", 1)),
         ),
         batch=BatchConfig(
             profiles=tuple(b["profiles"]),

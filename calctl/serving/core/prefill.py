@@ -172,9 +172,10 @@ class PrefillScheduler:
         seq.queue_token = -1
         self._depth[self.thresholds.classify(seq.prompt_tokens)] -= 1
 
-    def next_kind(self, decode_ready: bool) -> WorkKind | None:
-        """Who gets the next device opportunity (000 §6: decode:short:medium:long WRR)."""
-        eligible = [k for k in PREFILL_KINDS if self._depth[k]]
+    def next_kind(self, decode_ready: bool, *, long_ready: bool = True) -> WorkKind | None:
+        """Who gets the next device opportunity (000 §6: decode:short:medium:long WRR). ``long_ready`` False:
+        the long queue sits this one out (its in-flight quota is reached, 001 §9.3)."""
+        eligible = [k for k in PREFILL_KINDS if self._depth[k] and (long_ready or k is not WorkKind.PREFILL_LONG)]
         if decode_ready:
             eligible.append(WorkKind.DECODE)
         return self.arbiter.pick(eligible)

@@ -90,6 +90,26 @@ class DecodeOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class LongPrefillQuota:
+    """000 §6 / 001 §9.3 "limit the admission and concurrency of long prefills" (``queues`` block).
+
+    A long prompt is one above ``medium_prefill_max_tokens`` (the long prefill queue). ``max_waiting``
+    caps the long requests accepted whose prefill has not started (queued for admission, waiting for the
+    model, or PrefillReady): one more is refused with 429. ``max_running`` caps long prefill jobs in flight
+    at once (only matters with two in flight, ping/pong): the arbiter skips the long queue while it is
+    reached. None: no cap."""
+
+    max_waiting: int | None = None
+    max_running: int | None = 1
+
+    def __post_init__(self) -> None:
+        for name in ("max_waiting", "max_running"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"long prefill {name} must be >= 1, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerSettings:
     """Everything one worker's scheduler needs; built by ``calctl.serving.config`` from YAML + package + budget."""
 
@@ -102,6 +122,7 @@ class SchedulerSettings:
     service_weights: ServiceWeights = ServiceWeights()
     decode: DecodeOptions = DecodeOptions()
     remove_tail: bool = False
+    long_prefill: LongPrefillQuota = LongPrefillQuota()
 
 
 # -- jobs and outcomes --------------------------------------------------------------------------
@@ -222,6 +243,7 @@ class _Inflight:
     lanes: tuple[LaneId, ...]
     submitted_at: float
     decode: bool = False  # a decode step (its duration feeds the batching window's step estimate)
+    long_prefill: bool = False  # a prefill of the long queue (counts against LongPrefillQuota.max_running)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +304,7 @@ class Scheduler:
         self._halted = False
         self._inflight_limit = settings.budget.max_inflight_jobs
         self._events: list[Event] = []
+        self._long_waiting: set[RequestId] = set()  # accepted long prompts whose prefill has not started
 
     # -- API side ----------------------------------------------------------------------------
 
@@ -314,6 +337,22 @@ class Scheduler:
         now: float,
     ) -> AdmissionResult:
         """The prompt is counted: admit, queue or reject (000 §5.2). Rejections end the request (Failed)."""
+        seq = self.registry.get(ticket.request_id)
+        quota = self._long_quota_refusal(prompt_tokens, max_tokens) if seq is not None and seq.state is _S.NEW else None
+        if quota is not None:
+            assert seq is not None
+            seq.prompt_tokens = prompt_tokens
+            seq.max_new_tokens = max_tokens
+            # Finishing a NEW request rolls its arrival reservation back, as abandon() does.
+            self.registry.finish(
+                seq,
+                _S.FAILED,
+                FinishReason.REJECTED_CAPACITY,
+                now,
+                detail=quota.reason,
+                retry_after_s=quota.retry_after_s,
+            )
+            return quota
         result = self.admission.decide(
             ticket, prompt_tokens=prompt_tokens, max_tokens=max_tokens, deadline_s=deadline_s, now=now
         )
@@ -322,6 +361,8 @@ class Scheduler:
             return result  # cancelled or expired while the prompt was counted; decide() rolled back
         seq.prompt_tokens = prompt_tokens
         seq.max_new_tokens = max_tokens
+        if result.verdict.accepted and self.prefill.thresholds.classify(prompt_tokens) is WorkKind.PREFILL_LONG:
+            self._long_waiting.add(seq.request_id)
         if result.verdict is Verdict.ADMIT:
             assert result.lane is not None and result.deadline is not None and result.virtual_finish is not None
             self._admitted(seq, result.lane, result.deadline, result.virtual_finish, now)
@@ -341,6 +382,23 @@ class Scheduler:
                 retry_after_s=result.retry_after_s,
             )
         return result
+
+    def _long_quota_refusal(self, prompt_tokens: int, max_tokens: int) -> AdmissionResult | None:
+        """429 when a long prompt would exceed LongPrefillQuota.max_waiting (a request that is invalid anyway
+        is left to admission, which answers 400)."""
+        cap = self.settings.long_prefill.max_waiting
+        if cap is None or self.prefill.thresholds.classify(prompt_tokens) is not WorkKind.PREFILL_LONG:
+            return None
+        if max_tokens < 1 or prompt_tokens + max_tokens > self.settings.admission.context_limit:
+            return None
+        if len(self._long_waiting) < cap:
+            return None
+        return AdmissionResult(
+            Verdict.REJECT_CAPACITY,
+            f"long-prefill quota: {len(self._long_waiting)} prompts over "
+            f"{self.prefill.thresholds.medium_max_tokens} tokens are already waiting for prefill, limit {cap}",
+            retry_after_s=self.settings.admission.retry_after_s,
+        )
 
     def abandon(self, request_id: RequestId, now: float, *, detail: str) -> bool:
         """End a request that failed before :meth:`submit` (e.g. the tokenizer refused it); rolls its slot back."""
@@ -382,7 +440,7 @@ class Scheduler:
             max_inflight = min(self.settings.budget.max_inflight_jobs, self._inflight_limit)
             while len(self._inflight) < max_inflight:
                 poll = self.decode.poll(now)
-                kind = self.prefill.next_kind(decode_ready=poll.profile is not None)
+                kind = self.prefill.next_kind(decode_ready=poll.profile is not None, long_ready=self._long_allowed())
                 if kind is None:
                     wake_at = poll.wake_at
                     break
@@ -575,6 +633,12 @@ class Scheduler:
         """Cross-component invariants: registry vs KV vs queues vs admission (000 §4, §9.2)."""
         self.kv.check_invariants()
         self.admission.check_invariants()
+        for rid in self._long_waiting:
+            seq = self.registry.get(rid)
+            if seq is None or seq.state not in (_S.WAITING_MODEL, _S.WAITING_ADMISSION, _S.PREFILL_READY):
+                raise InvariantViolation(
+                    f"{rid} counts as a waiting long prefill in {seq.state.value if seq else 'no'} state"
+                )
         prefill_ready = decode_ready = admitted = 0
         for seq in self.registry:
             st = seq.state
@@ -675,6 +739,11 @@ class Scheduler:
         self._next_job += 1
         return job
 
+    def _long_allowed(self) -> bool:
+        """May another long prefill start (LongPrefillQuota.max_running)?"""
+        cap = self.settings.long_prefill.max_running
+        return cap is None or sum(1 for inf in self._inflight.values() if inf.long_prefill) < cap
+
     def _start_prefill(self, kind: WorkKind, now: float) -> PrefillJob | None:
         seq, dropped = self.prefill.pop(kind, now, self.generation)
         for d in dropped:
@@ -686,7 +755,10 @@ class Scheduler:
         job = self._job_id()
         self.kv.begin_update(lane, job, 0, seq.prompt_tokens)  # the whole prompt, never a chunk (000 §6)
         self.registry.start_job(seq, job, self.generation, now)
-        self._inflight[job] = _Inflight(job, self.generation, (seq,), (lane,), now)
+        self._long_waiting.discard(seq.request_id)
+        self._inflight[job] = _Inflight(
+            job, self.generation, (seq,), (lane,), now, long_prefill=kind is WorkKind.PREFILL_LONG
+        )
         return PrefillJob(
             job, self.generation, self.settings.prefill_graph, seq.request_id, lane, seq.prompt_tokens, kind
         )
@@ -753,6 +825,7 @@ class Scheduler:
 
     def _on_terminal(self, seq: SequenceState, event: TerminalEvent, previous: RequestState) -> None:
         """Exactly once per request (000 §4 rule 3): release everything it holds, then publish the event."""
+        self._long_waiting.discard(seq.request_id)
         if previous is _S.PREFILL_READY:
             self.prefill.discard(seq)
         elif previous is _S.DECODE_READY:

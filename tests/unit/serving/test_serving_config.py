@@ -352,3 +352,23 @@ def test_step_estimate_floor_is_settable_from_yaml(tmp_path: Path, combined: Pac
     bad = _edit(SCHEDULER_000_S15, lambda d: d["batch"].update(step_estimate_floor_us=-1))
     with pytest.raises(ConfigFieldError, match="/batch/step_estimate_floor_us"):
         load_scheduler_config(_write(tmp_path, "bad.yaml", bad))
+
+
+def test_long_prefill_quota_from_yaml(tmp_path: Path, combined: Package) -> None:
+    """000 §6, 001 §9.3 (issue 19): the long-prefill quota is configured under ``queues``; the default
+    caps running long prefills at 1 and leaves waiting ones to the admission budgets."""
+    model = combined.model("model-a")
+    plain = scheduler_settings(
+        load_scheduler_config(_write(tmp_path, "p.yaml", SCHEDULER_000_S15)), model, max_sequences=4, max_kv_tokens=64
+    )
+    assert (plain.long_prefill.max_waiting, plain.long_prefill.max_running) == (None, 1)
+    text = _edit(
+        SCHEDULER_000_S15, lambda d: d["queues"].update(long_prefill_max_waiting=3, long_prefill_max_running=2)
+    )
+    settings = scheduler_settings(
+        load_scheduler_config(_write(tmp_path, "s.yaml", text)), model, max_sequences=4, max_kv_tokens=64
+    )
+    assert (settings.long_prefill.max_waiting, settings.long_prefill.max_running) == (3, 2)
+    bad = _edit(SCHEDULER_000_S15, lambda d: d["queues"].update(long_prefill_max_waiting=0))
+    with pytest.raises(ConfigFieldError, match="/queues/long_prefill_max_waiting"):
+        load_scheduler_config(_write(tmp_path, "bad.yaml", bad))

@@ -427,3 +427,42 @@ def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> No
     assert _end_status(second) == 503 and ENDINGS[second.reason].before_output is RejectCode.DEADLINE
     assert outcomes.rejection(RejectCode.DEADLINE).code.value == "deadline_exceeded"
     assert outcomes.public_error(Outcome.DEADLINE.value)[0] == "deadline_exceeded"  # after output began
+
+
+def test_long_prefill_quota_caps_waiting_and_running_long_prompts(clock: FakeClock) -> None:
+    """000 §6, 001 §9.3 "limit the admission and concurrency of long prefills" (issue 19): beyond
+    ``max_waiting`` long prompts waiting for prefill a new one is 429 (short ones still pass); with two jobs
+    in flight only ``max_running`` of them are long prefills."""
+    from dataclasses import replace
+
+    from calctl.serving.core import LongPrefillQuota, PrefillThresholds, Scheduler
+    from tests.unit.serving.serving_helpers import FakeDevice, make_settings
+
+    settings = replace(
+        make_settings(max_inflight_jobs=2, context_limit=4096),
+        prefill_thresholds=PrefillThresholds(64, 512),
+        long_prefill=LongPrefillQuota(max_waiting=2, max_running=1),
+    )
+    dev = FakeDevice(Scheduler(settings, generation=GenerationId(1)), clock)
+    assert dev.add("long-1", prompt=1000).verdict is Verdict.ADMIT
+    assert dev.add("long-2", prompt=1000).verdict is Verdict.ADMIT
+    refused = dev.add("long-3", prompt=1000)
+    assert refused.verdict is Verdict.REJECT_CAPACITY and http_status_of_verdict(refused.verdict) == 429
+    assert "long-prefill quota: 2 prompts over 512 tokens" in refused.reason and refused.retry_after_s
+    assert _terminals(dev.pump())["long-3"].reason is FinishReason.REJECTED_CAPACITY
+    assert dev.add("short", prompt=10).verdict is Verdict.ADMIT  # the quota is for long prompts only
+    out = dev.sched.schedule(clock.now)
+    kinds = sorted(j.queue.value for j in out.jobs)
+    assert len(out.jobs) == 2 and kinds.count("long") == 1, kinds  # max_running 1 of 2 in flight
+    dev.sched.check_invariants()
+    # long-1 started its prefill: it no longer waits, so another long prompt fits the quota again.
+    assert dev.add("long-4", prompt=1000).verdict is Verdict.ADMIT
+    assert dev.add("long-5", prompt=1000).verdict is Verdict.REJECT_CAPACITY
+    # An invalid long prompt is still the 400 admission gives, not the quota's 429.
+    assert dev.add("too-long", prompt=5000).verdict is Verdict.REJECT_INVALID
+    for job in out.jobs:
+        dev.sched.update_from_output(dev.outcome(job), clock.now)
+    dev.run(40)
+    ends = _terminals(dev.events)
+    assert all(ends[r].reason is FinishReason.LENGTH for r in ("long-1", "long-2", "short", "long-4"))
+    dev.sched.check_invariants()
