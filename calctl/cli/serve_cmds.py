@@ -37,6 +37,30 @@ def serve(
         Path | None,
         typer.Option("--config", help="calculet-dual-model/v1 YAML (001 §10.4), cross-checked with the manifest."),
     ] = None,
+    scheduler_config: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--scheduler-config",
+            help="calculet-scheduler/v1 YAML (000 §15) for the alias its model_alias names; repeatable, one per "
+            "alias. Overrides that alias's scheduler block of --config.",
+        ),
+    ] = None,
+    pin_digest: Annotated[
+        str | None,
+        typer.Option(
+            "--pin-digest",
+            help="Serve only the package with this digest (64 hex digits, as `calctl package info` prints it); "
+            "start-up, load and reload of any other package fail.",
+        ),
+    ] = None,
+    package_root: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--package-root",
+            help='Directory an admin load (POST /internal/models/{alias}/load {"package": PATH}) may name a '
+            "package under; repeatable. The start-up package is always allowed.",
+        ),
+    ] = None,
     host: Annotated[
         str, typer.Option("--host", help="Bind address. Without API keys only loopback is allowed.")
     ] = "127.0.0.1",
@@ -118,6 +142,9 @@ def serve(
             package=path,
             trust=policy,
             config=config,
+            scheduler_configs=tuple(scheduler_config or ()),
+            pin_digest=pin_digest,
+            package_roots=tuple(package_root or ()),
             host=host,
             port=port,
             device=device.value,

@@ -30,6 +30,7 @@ requires, and no name is matched by prefix or case.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -179,6 +180,7 @@ class DeviceConfig:
     type: str
     expected_chips: int
     combined_calbin: str
+    package_digest: str | None = None  # calctl extension: the served package must have this digest
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,7 @@ class DualModelConfig:
     models: tuple[DualModelEntry, ...]
     recovery: DualRecoveryConfig
     source: str = "<dual-model>"
+    base_dir: Path | None = None  # the file's directory: a relative combined_calbin is relative to it
 
     def model(self, alias: str) -> DualModelEntry:
         for m in self.models:
@@ -250,7 +253,8 @@ def load_scheduler_config(path: str | Path) -> SchedulerConfig:
 def load_dual_model_config(path: str | Path) -> DualModelConfig:
     """Read, schema-validate and parse a ``calculet-dual-model/v1`` YAML file."""
     source = str(path)
-    return parse_dual_model_config(_read(Path(path), source), source=source)
+    config = parse_dual_model_config(_read(Path(path), source), source=source)
+    return dataclasses.replace(config, base_dir=Path(path).resolve().parent)
 
 
 def parse_scheduler_config(doc: Any, *, source: str, at: str = "") -> SchedulerConfig:
@@ -316,11 +320,61 @@ def parse_dual_model_config(doc: Any, *, source: str) -> DualModelConfig:
     dev = doc["device"]
     rec = doc["recovery"]
     return DualModelConfig(
-        device=DeviceConfig(dev["type"], dev["expected_chips"], dev["combined_calbin"]),
+        device=DeviceConfig(
+            dev["type"], dev["expected_chips"], dev["combined_calbin"], normalize_digest(dev.get("package_digest"))
+        ),
         models=tuple(entries),
         recovery=DualRecoveryConfig(rec["allow_session_reset"], rec["restart_process_on_unknown_dma"]),
         source=source,
     )
+
+
+# -- the package being served (001 §10.4: a mismatch fails at start-up) ----------------------------
+
+
+def normalize_digest(digest: str | None) -> str | None:
+    """A package digest as ``package_digest`` returns it (lower-case hex, no ``sha256:`` prefix)."""
+    if digest is None:
+        return None
+    d = digest.strip().lower().removeprefix("sha256:")
+    if len(d) != 64 or any(c not in "0123456789abcdef" for c in d):
+        raise ConfigError(f"package digest {digest!r}: expected 64 hex digits (optionally prefixed sha256:)")
+    return d
+
+
+def check_served_package(
+    config: DualModelConfig | None, source: Path, digest: str | None, *, pinned: str | None = None
+) -> None:
+    """Fail unless ``source`` (the package path given to serve or load) is the one the configuration names.
+
+    * ``device.combined_calbin``: the same path, after resolving symlinks (relative to the config file);
+    * ``device.package_digest`` and ``pinned`` (``--pin-digest``): the package's digest, exactly.
+    Every mismatch is reported, each as ``file: /field: message`` (a digest pin outside a file names the option).
+    """
+    problems: list[Problem] = []
+    if config is not None:
+        named = Path(config.device.combined_calbin).expanduser()
+        if not named.is_absolute() and config.base_dir is not None:
+            named = config.base_dir / named
+        if named.resolve() != Path(source).resolve():
+            problems.append(
+                (
+                    "/device/combined_calbin",
+                    f"names {config.device.combined_calbin} ({named.resolve()}), but the package being served is "
+                    f"{Path(source).resolve()}",
+                )
+            )
+        want = config.device.package_digest
+        if want is not None and want != digest:
+            problems.append(("/device/package_digest", f"pins {want}, but the package's digest is {digest or 'none'}"))
+    if problems:
+        assert config is not None
+        raise ConfigFieldError(config.source, problems)
+    if pinned is not None and normalize_digest(pinned) != digest:
+        raise ConfigError(
+            f"--pin-digest {pinned}: the package {Path(source)} has digest {digest or 'none (no checksums.sha256)'}",
+            hint="serve the pinned package, or pin the digest `calctl package info` prints for this one",
+        )
 
 
 # -- cross-check against the package manifest (000 §15, 001 §10.4) --------------------------------

@@ -41,6 +41,9 @@ class ServeOptions:
     package: Path
     trust: TrustPolicy
     config: Path | None = None  # calculet-dual-model/v1 YAML
+    scheduler_configs: tuple[Path, ...] = ()  # calculet-scheduler/v1 YAML, one per alias (--scheduler-config)
+    pin_digest: str | None = None  # --pin-digest: serve (and load) only the package with this digest
+    package_roots: tuple[Path, ...] = ()  # --package-root: where an admin load may name a package
     host: str = "127.0.0.1"
     port: int = 8000
     device: str = "mock"
@@ -131,6 +134,35 @@ def preflight(host: str, port: int, *, api_keys: dict[str, str], device: str, mo
     return bind_listener(host, port)
 
 
+def load_scheduler_files(paths: tuple[Path, ...]) -> dict[str, Any]:
+    """``--scheduler-config`` files by the alias each names (``model_alias``); two for one alias is a usage error."""
+    from calctl.serving.config import load_scheduler_config
+
+    out: dict[str, Any] = {}
+    where: dict[str, Path] = {}
+    for path in paths:
+        cfg = load_scheduler_config(path)
+        if cfg.model_alias in out:
+            raise UsageError(
+                f"--scheduler-config {path}: model_alias {cfg.model_alias!r} is already configured by "
+                f"{where[cfg.model_alias]}"
+            )
+        out[cfg.model_alias] = cfg
+        where[cfg.model_alias] = path
+    return out
+
+
+def checked_package_roots(roots: tuple[Path, ...]) -> list[Path]:
+    """``--package-root`` directories, resolved; one that is not a readable directory is a usage error."""
+    out = []
+    for root in roots:
+        resolved = Path(root).expanduser().resolve()
+        if not resolved.is_dir():
+            raise UsageError(f"--package-root {root}: not a directory")
+        out.append(resolved)
+    return out
+
+
 def run(opts: ServeOptions, *, info: Callable[[str], None], listener: socket.socket | None = None) -> ServeResult:
     """Serve until SIGTERM/SIGINT; return how it stopped. Raises CalctlError subclasses for the CLI to map.
 
@@ -151,14 +183,20 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
     from calctl.runtime import open_runtime, select_board
     from calctl.serving.api.app import ApiSettings, create_app
     from calctl.serving.api.server import DrainingServer
-    from calctl.serving.config import load_dual_model_config
+    from calctl.serving.config import load_dual_model_config, normalize_digest
     from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+    from calctl.serving.engine.supervisor import LoadPolicy
 
     board = select_board(opts.device)
     logging.basicConfig(
         level=opts.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     dual = load_dual_model_config(opts.config) if opts.config else None
+    scheduler_configs = load_scheduler_files(opts.scheduler_configs)
+    load_policy = LoadPolicy(
+        pinned_digest=normalize_digest(opts.pin_digest),
+        package_roots=tuple(checked_package_roots(opts.package_roots)),
+    )
     mock_opts = {"time_scale": 1.0, "serialize_chips": False, **opts.mock, **board.mock_options()}
     rt = open_runtime(opts.device, opts.calrt_lib, **(mock_opts if opts.device == "mock" else {}))
     port = sock.getsockname()[1]
@@ -168,7 +206,9 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
             rt,
             trust=opts.trust,
             dual_config=dual,
+            scheduler_configs=scheduler_configs,
             options=SupervisorOptions(warmup_iterations=opts.warmup_iterations, drain_deadline_s=opts.drain_timeout_s),
+            load_policy=load_policy,
         )
         sup.metrics.board_info.labels(board.board, rt.kind.value).set(1)
         try:

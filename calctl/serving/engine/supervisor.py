@@ -54,7 +54,9 @@ from calctl.runtime.types import GenerationId as RtGenerationId
 from calctl.serving.config import (
     DualModelConfig,
     SchedulerConfig,
+    check_served_package,
     cross_check_dual_model,
+    cross_check_scheduler,
     default_scheduler_config,
     scheduler_settings,
 )
@@ -75,6 +77,18 @@ class SupervisorOptions:
     job_timeout_s: float = 30.0
     max_resets_per_10min: int = 2
     restart_on_unknown_dma: bool = True
+
+
+@dataclass(frozen=True)
+class LoadPolicy:
+    """What this supervisor may load (000 §11 step 1 "resolve trusted package path"; 001 §10.4).
+
+    ``pinned_digest`` (``--pin-digest``): every load, reload and rollback must be this exact package.
+    ``package_roots`` (``--package-root``): directories an admin load may name a package under; the package
+    given at start-up is always allowed. Empty: only packages served before (start-up, current, previous)."""
+
+    pinned_digest: str | None = None
+    package_roots: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -121,6 +135,7 @@ class DeviceSupervisor:
         metrics: EngineMetrics | None = None,
         worker_options: WorkerOptions | None = None,
         budget_policy: BudgetPolicy | None = None,
+        load_policy: LoadPolicy | None = None,
     ) -> None:
         self.rt = rt
         self.trust = trust
@@ -130,6 +145,7 @@ class DeviceSupervisor:
         self.metrics = metrics or EngineMetrics()
         self.worker_options = worker_options or WorkerOptions(job_timeout_s=self.options.job_timeout_s)
         self.budget_policy = budget_policy or BudgetPolicy()
+        self.load_policy = load_policy or LoadPolicy()
         self.workers: dict[str, EngineCore] = {}  # one engine core per alias
         self.loaded: LoadedPackage | None = None
         self.previous: LoadedPackage | None = None  # 000 §11 step 11: retained for rollback
@@ -182,6 +198,10 @@ class DeviceSupervisor:
 
     def _check(self, lp: LoadedPackage) -> dict[str, Any]:
         """Steps 2–4 and 8's static half: validate, cross-check the config, plan capacity. Outside the lock."""
+        # 001 §10.4: the configuration names the package it serves; another one fails before anything runs.
+        check_served_package(self.dual_config, lp.source, lp.digest, pinned=self.load_policy.pinned_digest)
+        for cfg in self.scheduler_configs.values():  # standalone calculet-scheduler/v1 files (--scheduler-config)
+            cross_check_scheduler(cfg, lp.package)
         expect = tuple(m.alias for m in self.dual_config.models) if self.dual_config else None
         profiles = tuple(sorted({p for c in self._scheduler_configs(lp.package).values() for p in c.batch.profiles}))
         report = validate(
