@@ -129,7 +129,7 @@ def test_a_scheduler_file_for_an_alias_the_package_lacks_fails_at_start_up(tmp_p
 def test_two_scheduler_files_for_one_alias_are_a_usage_error(tmp_path: Path) -> None:
     for name in ("a.yaml", "b.yaml"):
         (tmp_path / name).write_text(SCHEDULER.format(alias="model-a"))
-    with pytest.raises(UsageError, match="b.yaml: model_alias 'model-a' is already configured by .*a.yaml"):
+    with pytest.raises(UsageError, match=r"b\.yaml: model_alias 'model-a' is already configured by .*a\.yaml"):
         load_scheduler_files((tmp_path / "a.yaml", tmp_path / "b.yaml"))
 
 
