@@ -131,8 +131,9 @@ class Engine(Protocol):
 
     def is_draining(self) -> bool: ...
 
-    async def admin(self, alias: str, action: str) -> Mapping[str, Any]:
-        """load | unload | reload, run on the supervisor; returns a JSON-able outcome."""
+    async def admin(self, alias: str, action: str, package: str | None = None) -> Mapping[str, Any]:
+        """load | unload | reload | rollback, run on the supervisor; returns a JSON-able outcome. ``package``
+        (load, reload): the path the request names; refused (EngineRejection INVALID) unless allowed."""
 
     async def executor(self, alias: str, mode: str | None = None) -> Mapping[str, Any]:
         """The alias's executor status; with ``mode`` (sync | async | pingpong), set it first (an operator

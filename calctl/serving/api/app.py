@@ -16,6 +16,7 @@ Public responses never carry chip ids, paths, addresses or reset controls
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -108,13 +109,27 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         return JSONResponse(dict(outcome), status_code=200 if outcome.get("ok") else 409)
 
     @app.post("/internal/models/{alias}/{action}", dependencies=[Depends(auth.admin)])
-    async def admin_model(alias: str, action: str) -> JSONResponse:
-        if action not in ("load", "unload", "reload"):
+    async def admin_model(alias: str, action: str, request: Request) -> JSONResponse:
+        if action not in ("load", "unload", "reload", "rollback"):
             return error_response(
-                404, f"unknown action {action!r}; expected load, unload or reload", type_="invalid_request_error"
+                404,
+                f"unknown action {action!r}; expected load, unload, reload or rollback",
+                type_="invalid_request_error",
             )
         engine.codec(alias)  # 404 for unknown aliases
-        outcome = await engine.admin(alias, action)
+        raw = await request.body()
+        package = None
+        if raw.strip():  # optional body: {"package": "/abs/path"} for load and reload
+            try:
+                body: Any = json.loads(raw)
+            except ValueError:
+                return invalid("body must be a JSON object", param=None)
+            if not isinstance(body, dict) or set(body) - {"package"}:
+                return invalid('body must be {} or {"package": "/absolute/path"}', param="package")
+            package = body.get("package")
+            if package is not None and not isinstance(package, str):
+                return invalid("package must be a string path", param="package")
+        outcome = await engine.admin(alias, action, package)
         return JSONResponse(dict(outcome), status_code=200 if outcome.get("ok") else 409)
 
     return app

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from calctl.errors import ConfigError
 from calctl.serving.config import ExecutorMode
 from calctl.serving.core.admission import ModelState
 from calctl.serving.engine.loop import EngineCore, WorkerOptions
@@ -99,12 +100,22 @@ class ServingEngine:
         """No request is live in any worker: every admitted request reached its terminal event."""
         return all(w.drained() for w in self.supervisor.workers.values())
 
-    async def admin(self, alias: str, action: str) -> Mapping[str, Any]:
+    async def admin(self, alias: str, action: str, package: str | None = None) -> Mapping[str, Any]:
         self._worker(alias)
+        sup = self.supervisor
+        source = None
+        if package is not None:
+            if action not in ("load", "reload"):
+                raise EngineRejection(RejectCode.INVALID, f"{action} takes no package", param="package")
+            try:
+                source = sup.resolve_admin_package(package)
+            except ConfigError as exc:
+                raise EngineRejection(RejectCode.INVALID, str(exc), param="package") from None
         actions: dict[str, Callable[[], Mapping[str, Any]]] = {
-            "load": self.supervisor.load,
-            "unload": self.supervisor.unload,
-            "reload": self.supervisor.reload,
+            "load": lambda: sup.load(source),
+            "unload": sup.unload,
+            "reload": lambda: sup.reload(source),
+            "rollback": sup.rollback,
         }
         fn = actions[action]
         try:

@@ -51,6 +51,7 @@ from calctl.package.validate import ValidationPolicy, validate
 from calctl.runtime.errors import DeviceLost, NotSupported, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import GenerationId as RtGenerationId
+from calctl.runtime.types import Health
 from calctl.serving.config import (
     DualModelConfig,
     SchedulerConfig,
@@ -149,6 +150,9 @@ class DeviceSupervisor:
         self.workers: dict[str, EngineCore] = {}  # one engine core per alias
         self.loaded: LoadedPackage | None = None
         self.previous: LoadedPackage | None = None  # 000 §11 step 11: retained for rollback
+        self.startup_source: Path | None = None  # the package given to start(): an admin load may always name it
+        self.unloaded: LoadedPackage | None = None  # the package an unload took down: what a bare load brings back
+        self._idle_memory: dict[int, int | None] = {}  # per chip, before the first configure (000 §12 check)
         self.recoveries: list[RecoveryRecord] = []
         self.history: list[LifecycleEvent] = []
         self._lifecycle = threading.Lock()
@@ -255,6 +259,7 @@ class DeviceSupervisor:
 
     def start(self, source: Path) -> None:
         """Initial load: create one worker per alias, then load. Requests may wait (WaitingModel) meanwhile."""
+        self.startup_source = Path(source)
         lp = self._resolve(source)
         settings = self._check_or_fail(lp, initial=True)
         configs = self._scheduler_configs(lp.package)
@@ -274,8 +279,15 @@ class DeviceSupervisor:
                 options=self._worker_options(lp.package, m.alias, configs[m.alias]),
             )
         self._set_all(ModelState.CONFIGURING)
+        self._idle_memory = self._memory_by_chip()
         with self._lifecycle:
             self._configure_and_publish(lp)
+
+    def _memory_by_chip(self) -> dict[int, int | None]:
+        try:
+            return {m.chip: m.used_bytes for m in self.rt.memory_usage()}
+        except (NotSupported, RuntimeLayerError):
+            return {}
 
     def _worker_options(self, pkg: Package, alias: str, config: SchedulerConfig) -> WorkerOptions:
         """The alias's ``executor`` block (000 §15) on top of the engine-wide worker options."""
@@ -389,19 +401,159 @@ class DeviceSupervisor:
             self._teardown("unload")
             for w in self.workers.values():
                 w.detach()
+            self.unloaded, self.loaded = self.loaded, None
+            check = self.verify_device()  # 000 §12: "verify device memory/health" -> Unloaded
+            out = {
+                "ok": check["ok"],
+                "action": "unload",
+                "aliases": list(self.workers),
+                "drained_in_time": drained,
+                "device_check": check,
+            }
+            if not check["ok"]:
+                detail = "unload left the device unclean: " + "; ".join(check["problems"])
+                log.error(detail)
+                self._set_all(ModelState.FAILED, detail=detail)
+                out["detail"] = detail
+                return out
             self._set_all(ModelState.UNLOADED)
-            self.loaded = None
-            return {"ok": True, "action": "unload", "aliases": list(self.workers), "drained_in_time": drained}
+            return out
+
+    def verify_device(self) -> dict[str, Any]:
+        """000 §12 after an unload: every chip back to the memory it used before the first configure, no job
+        pending, healthy. A figure the runtime does not report is null and listed under ``not_reported``; it
+        is a gap, never a pass and never a failure."""
+        problems: list[str] = []
+        gaps: list[str] = []
+        used = self._memory_by_chip()
+        try:
+            health = {h.chip: h for h in self.rt.health()}
+        except (NotSupported, RuntimeLayerError):
+            health = {}
+        try:
+            pending = {c.chip: c.pending for c in self.rt.counters()}
+        except (NotSupported, RuntimeLayerError):
+            pending = {}
+        chips = []
+        for chip in sorted(set(used) | set(health) | set(pending) | set(self._idle_memory)):
+            now_b, idle_b = used.get(chip), self._idle_memory.get(chip)
+            h = health.get(chip)
+            row = {
+                "chip": chip,
+                "used_bytes": now_b,
+                "idle_bytes": idle_b,
+                "pending_jobs": pending.get(chip),
+                "health": h.health.value if h is not None else None,
+            }
+            chips.append(row)
+            if now_b is None or idle_b is None:
+                gaps.append(f"chip {chip}: memory in use")
+            elif now_b > idle_b:
+                problems.append(f"chip {chip}: {now_b - idle_b} bytes still in use ({now_b} used, {idle_b} idle)")
+            if pending.get(chip) is None:
+                gaps.append(f"chip {chip}: pending jobs")
+            elif pending[chip]:
+                problems.append(f"chip {chip}: {pending[chip]} job(s) still pending")
+            if h is None or h.health is Health.UNKNOWN:
+                gaps.append(f"chip {chip}: health")
+            elif h.health is not Health.OK:
+                problems.append(f"chip {chip}: health {h.health.value}" + (f" ({h.detail})" if h.detail else ""))
+        return {"ok": not problems, "chips": chips, "problems": problems, "not_reported": gaps}
 
     def load(self, source: Path | None = None) -> dict[str, Any]:
+        """Load a package while nothing is loaded, through the 11 steps of 000 §11 (golden + warm-up before
+        publish). ``source`` None: the package the last unload took down, else the start-up package. When the
+        new package fails after configure, the one the unload took down is configured again in the same call
+        (000 §11 step 11) and the response says so."""
         with self._lifecycle:
             if self.loaded is not None:
                 return {"ok": False, "action": "load", "detail": "a package is loaded; use reload"}
-            lp = self._resolve(source or (self.previous.source if self.previous else Path(".")))
-            self._check(lp)
+            fallback = self.unloaded
+            target = Path(source) if source is not None else (fallback.source if fallback else self.startup_source)
+            if target is None:
+                return {"ok": False, "action": "load", "detail": "nothing to load: name a package"}
+            try:
+                lp = self._resolve(target)  # step 1
+                self._check(lp)  # steps 2-4 (and 8's static half)
+                self._check_compatible(lp)
+            except CalctlError as exc:
+                return {"ok": False, "action": "load", "detail": str(exc), "serving": "nothing (unloaded)"}
             self._set_all(ModelState.CONFIGURING)
-            self._configure_and_publish(lp)
-            return {"ok": True, "action": "load", "generation": self._generation}
+            try:
+                self._configure_and_publish(lp)  # steps 7-10
+            except CalctlError as exc:
+                if fallback is None or fallback.root == lp.root:
+                    raise
+                log.error("load of %s failed (%s); rolling back to %s", lp.source, exc, fallback.source)
+                self._set_all(ModelState.CONFIGURING, detail="rollback")
+                self._configure_and_publish(fallback)
+                self.unloaded = None
+                return {
+                    "ok": False,
+                    "action": "load",
+                    "detail": str(exc),
+                    "serving": "rolled back to the previous package",
+                    "digest": fallback.digest,
+                }
+            if fallback is not None and fallback.root != lp.root:
+                self.previous = fallback  # step 11: the package unloaded is the one to roll back to
+            self.unloaded = None
+            return {"ok": True, "action": "load", "generation": self._generation, "digest": lp.digest}
+
+    def rollback(self) -> dict[str, Any]:
+        """One call back to the retained previous package (000 §11 step 11): the reload (or, after an unload,
+        the load) steps with it, golden + warm-up before publish. The package rolled back from is retained."""
+        prev = self.previous
+        if prev is None:
+            return {"ok": False, "action": "rollback", "detail": "no previous package is retained"}
+        out = self.load(prev.source) if self.loaded is None else self.reload(prev.source)
+        return {**out, "action": "rollback", "package": str(prev.source)}
+
+    def resolve_admin_package(self, package: str) -> Path:
+        """000 §11 step 1 for an admin load that names a package: an absolute path under a ``--package-root``
+        (after resolving symlinks and ``..``), or a package this server served (start-up, current, previous,
+        unloaded). Anything else is refused with :class:`ConfigError`, before the path is read."""
+        if not package or "\x00" in package:
+            raise ConfigError("package: expected the absolute path of a package directory or archive")
+        p = Path(package)
+        if not p.is_absolute():
+            raise ConfigError(
+                f"package {package!r}: give an absolute path (a relative one would name the server's working directory)"
+            )
+        resolved = p.resolve()
+        served = [self.startup_source] + [x.source for x in (self.loaded, self.previous, self.unloaded) if x]
+        if any(x is not None and Path(x).resolve() == resolved for x in served):
+            return resolved
+        roots = self.load_policy.package_roots
+        if any(resolved.is_relative_to(root) for root in roots):
+            return resolved
+        allowed = ", ".join(str(r) for r in roots) or "none: start serve with --package-root DIR"
+        raise ConfigError(f"package {package}: not under an allowed package root ({allowed})")
+
+    def _check_compatible(self, lp: LoadedPackage) -> None:
+        """The engine cores were built for the start-up package's models: another package must serve the same
+        aliases with the same graphs, tokenizer and architecture (else restart ``calctl serve``)."""
+        if not self.workers:
+            return
+        aliases = {m.alias for m in lp.package.models}
+        if aliases != set(self.workers):
+            raise ConfigError(
+                f"{lp.source}: serves {', '.join(sorted(aliases))}, this server {', '.join(sorted(self.workers))}; "
+                "restart `calctl serve` to change the models"
+            )
+        for alias, w in self.workers.items():
+            new, old = lp.package.model(alias), w.model
+            for what, a, b in (
+                ("prefill graph", new.prefill.name, old.prefill.name),
+                ("decode graph", new.decode.name, old.decode.name),
+                ("architecture", new.architecture, old.architecture),
+                ("tokenizer", new.tokenizer, old.tokenizer),
+            ):
+                if a != b:
+                    raise ConfigError(
+                        f"{lp.source}: model {alias!r} has another {what} than the one served; "
+                        "restart `calctl serve` to change the models"
+                    )
 
     def reload(self, source: Path | None = None) -> dict[str, Any]:
         """Replace the served package. A failed check keeps the old generation serving (000 §11)."""
@@ -409,9 +561,10 @@ class DeviceSupervisor:
         target = Path(source) if source else (current.source if current else None)
         if target is None:
             return {"ok": False, "action": "reload", "detail": "nothing to reload"}
-        lp = self._resolve(target)
         try:
+            lp = self._resolve(target)
             self._check(lp)  # steps 2–4 outside the lock: the old generation keeps serving meanwhile
+            self._check_compatible(lp)
         except CalctlError as exc:
             return {"ok": False, "action": "reload", "detail": str(exc), "serving": "previous generation"}
         with self._lifecycle:

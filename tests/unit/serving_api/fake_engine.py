@@ -382,9 +382,9 @@ class FakeEngine:
         self._enter("is_draining")
         return self.draining
 
-    async def admin(self, alias: str, action: str) -> Mapping[str, Any]:
+    async def admin(self, alias: str, action: str, package: str | None = None) -> Mapping[str, Any]:
         self._enter("admin")
-        self.admin_calls.append((alias, action))
+        self.admin_calls.append((alias, action) if package is None else (alias, action, package))
         return {**self.admin_outcome, "alias": alias, "action": action}
 
     async def executor(self, alias: str, mode: str | None = None) -> Mapping[str, Any]:

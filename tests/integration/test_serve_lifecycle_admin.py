@@ -1,0 +1,144 @@
+"""Issue 19, "Lifecycle": the admin API loads a named package the server may read (start-up, or under a
+``--package-root``), rolls back to the retained previous package in one call, and an unload verifies device
+memory and health and reports it (000 §11, §12). Real engine on the mock board behind uvicorn."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from calctl.package.info import package_digest
+from calctl.runtime import open_runtime
+from calctl.serving.api.app import ApiSettings, create_app
+from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine.supervisor import LoadPolicy
+from calctl.signing.policy import make_policy
+from tests.conftest import TEST_PUB
+from tests.integration.serve_harness import COMBINED
+from tests.unit.serving_api.api_harness import ServerThread
+
+pytestmark = pytest.mark.slow
+
+
+@contextlib.contextmanager
+def _served(roots: tuple[Path, ...] = (), **mock: Any) -> Iterator[tuple[str, DeviceSupervisor]]:
+    with open_runtime("mock", time_scale=0.05, **mock) as rt:
+        sup = DeviceSupervisor(
+            rt,
+            trust=make_policy([TEST_PUB]),
+            options=SupervisorOptions(warmup_iterations=1, drain_deadline_s=5.0),
+            load_policy=LoadPolicy(package_roots=roots),
+        )
+        try:
+            sup.start(COMBINED)
+            with ServerThread(create_app(ServingEngine(sup), ApiSettings())) as server:
+                yield server.base_url, sup
+        finally:
+            sup.shutdown(2.0)
+
+
+def _admin(url: str, action: str, body: Any = None) -> httpx.Response:
+    return httpx.post(f"{url}/internal/models/model-a/{action}", json=body, timeout=60)
+
+
+def _complete(url: str) -> httpx.Response:
+    body = {"model": "model-b", "prompt": "Hi", "max_tokens": 2, "temperature": 0}
+    return httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+
+
+def test_load_after_unload_brings_the_package_back_and_unload_reports_the_device_check() -> None:
+    """Before: load after unload resolved the working directory (``manifest.yaml: file not found``)."""
+    with _served() as (url, sup):
+        gen = sup._generation
+        r = _admin(url, "unload")
+        assert r.status_code == 200, r.text
+        check = r.json()["device_check"]
+        assert check["ok"] and check["problems"] == [] and len(check["chips"]) == 2
+        for row in check["chips"]:
+            assert row["used_bytes"] == row["idle_bytes"] and row["pending_jobs"] == 0 and row["health"] == "ok"
+        assert _complete(url).status_code == 503
+        r = _admin(url, "load")
+        assert r.status_code == 200, r.text
+        assert r.json()["generation"] > gen and r.json()["digest"] == package_digest(COMBINED)
+        assert _complete(url).status_code == 200
+
+
+def test_a_named_package_under_a_root_loads_and_rolls_back_in_one_call(tmp_path: Path) -> None:
+    root = tmp_path / "packages"
+    other = root / "combined-copy"
+    shutil.copytree(COMBINED, other)
+    with _served((root.resolve(),)) as (url, sup):
+        r = _admin(url, "reload", {"package": str(other)})
+        assert r.status_code == 200, r.text
+        assert sup.loaded is not None and sup.loaded.source == other.resolve()
+        assert sup.previous is not None and sup.previous.source == COMBINED
+        assert _complete(url).status_code == 200
+        r = _admin(url, "rollback")
+        assert r.status_code == 200 and r.json()["package"] == str(COMBINED), r.text
+        assert sup.loaded.source == COMBINED and sup.previous.source == other.resolve()
+        assert _complete(url).status_code == 200
+        # After an unload, a load names the package; its predecessor is then the rollback target.
+        assert _admin(url, "unload").status_code == 200
+        r = _admin(url, "load", {"package": str(other)})
+        assert r.status_code == 200, r.text
+        assert sup.loaded.source == other.resolve() and sup.previous.source == COMBINED
+        r = _admin(url, "rollback")
+        assert r.status_code == 200 and sup.loaded.source == COMBINED, r.text
+
+
+def test_admin_load_refuses_paths_outside_the_allowed_roots(tmp_path: Path) -> None:
+    root = tmp_path / "packages"
+    root.mkdir()
+    outside = tmp_path / "outside"
+    shutil.copytree(COMBINED, outside)
+    (root / "escape").symlink_to(outside)  # a symlink inside the root that leads out of it
+    with _served((root.resolve(),)) as (url, sup):
+        served = sup.loaded
+        for package, fragment in (
+            ("combined", "give an absolute path"),
+            (str(outside), "not under an allowed package root"),
+            (str(root / "escape"), "not under an allowed package root"),
+            (str(root / ".." / "outside"), "not under an allowed package root"),
+            ("/etc/passwd", "not under an allowed package root"),
+            ("", "expected the absolute path"),
+            ("/tmp/a\x00b", "expected the absolute path"),
+        ):
+            r = _admin(url, "reload", {"package": package})
+            assert r.status_code == 400, (package, r.text)
+            err = r.json()["error"]
+            assert err["param"] == "package" and fragment in err["message"], (package, err)
+        for body, fragment in (({"package": 7}, "must be a string"), ({"pkg": "/x"}, "body must be")):
+            r = _admin(url, "reload", body)
+            assert r.status_code == 400 and fragment in r.json()["error"]["message"], r.text
+        r = _admin(url, "unload", {"package": str(outside)})
+        assert r.status_code == 400 and "unload takes no package" in r.json()["error"]["message"]
+        assert sup.loaded is served  # nothing was touched
+        assert _complete(url).status_code == 200
+
+
+def test_rollback_without_a_retained_package_says_so() -> None:
+    with _served() as (url, _):
+        r = _admin(url, "rollback")
+        assert r.status_code == 409 and "no previous package is retained" in r.json()["detail"]
+
+
+def test_an_unload_that_leaves_memory_in_use_is_failed_and_says_where(tmp_path: Path) -> None:
+    """000 §12 "verify device memory/health": the mock keeps 1 MiB of model-a after its first unload."""
+    plan = tmp_path / "leak.yaml"
+    plan.write_text(
+        "schema: calctl-fault-plan/v1\nfaults:\n  - {kind: memory_leak, unload: 1, model: model-a, bytes: 1048576}\n"
+    )
+    with _served(fault_plan=plan) as (url, sup):
+        r = _admin(url, "unload")
+        assert r.status_code == 409, r.text
+        out = r.json()
+        assert out["device_check"]["ok"] is False
+        assert any("1048576 bytes still in use" in p for p in out["device_check"]["problems"]), out
+        assert "unload left the device unclean" in out["detail"]
+        assert sup.workers["model-a"].state.value == "Failed"
