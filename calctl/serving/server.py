@@ -196,6 +196,7 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
     load_policy = LoadPolicy(
         pinned_digest=normalize_digest(opts.pin_digest),
         package_roots=tuple(checked_package_roots(opts.package_roots)),
+        fail_unclean_unload=True,  # 000 §12: a device an unload left dirty takes no new load
     )
     mock_opts = {"time_scale": 1.0, "serialize_chips": False, **opts.mock, **board.mock_options()}
     rt = open_runtime(opts.device, opts.calrt_lib, **(mock_opts if opts.device == "mock" else {}))

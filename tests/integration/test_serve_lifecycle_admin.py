@@ -27,13 +27,15 @@ pytestmark = pytest.mark.slow
 
 
 @contextlib.contextmanager
-def _served(roots: tuple[Path, ...] = (), **mock: Any) -> Iterator[tuple[str, DeviceSupervisor]]:
+def _served(
+    roots: tuple[Path, ...] = (), *, fail_unclean: bool = True, **mock: Any
+) -> Iterator[tuple[str, DeviceSupervisor]]:
     with open_runtime("mock", time_scale=0.05, **mock) as rt:
         sup = DeviceSupervisor(
             rt,
             trust=make_policy([TEST_PUB]),
             options=SupervisorOptions(warmup_iterations=1, drain_deadline_s=5.0),
-            load_policy=LoadPolicy(package_roots=roots),
+            load_policy=LoadPolicy(package_roots=roots, fail_unclean_unload=fail_unclean),
         )
         try:
             sup.start(COMBINED)
@@ -142,3 +144,8 @@ def test_an_unload_that_leaves_memory_in_use_is_failed_and_says_where(tmp_path: 
         assert any("1048576 bytes still in use" in p for p in out["device_check"]["problems"]), out
         assert "unload left the device unclean" in out["detail"]
         assert sup.workers["model-a"].state.value == "Failed"
+    # Report-only (the soak runner's setting: it judges the drift across cycles): the check is still there.
+    with _served(fail_unclean=False, fault_plan=plan) as (url, sup):
+        r = _admin(url, "unload")
+        assert r.status_code == 200 and r.json()["device_check"]["ok"] is False, r.text
+        assert sup.workers["model-a"].state.value == "Unloaded"
