@@ -86,3 +86,14 @@ def assert_no_traceback(result: CliResult) -> None:
     text = result.out + result.err
     assert "Traceback" not in text, text
     assert "internal error" not in text, text
+
+
+def assert_passed(doc: dict) -> None:  # type: ignore[type-arg]
+    """A runner's JSON report passed: PASS, or WARN whose only warnings are the test-only signing key (SIG002).
+
+    Packages signed with the published test key always warn (docs/cli.md "Verdicts"); any other warning fails.
+    """
+    assert doc["verdict"] in ("PASS", "WARN"), doc["verdict"]
+    if doc["verdict"] == "WARN":
+        others = [w for w in doc["warnings"] if "SIG002" not in w]
+        assert doc["warnings"] and not others, doc["warnings"]
