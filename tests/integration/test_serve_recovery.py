@@ -31,7 +31,9 @@ def _plan(tmp: Path, kind: str = "ccu_exception", scope: str = "chip") -> Path:
     return plan
 
 
-def _config(tmp: Path, *, allow_session_reset: bool, max_resets: int | None = None) -> Path:
+def _config(
+    tmp: Path, *, allow_session_reset: bool, max_resets: int | None = None, restart_process: bool = True
+) -> Path:
     path = tmp / "dual.yaml"
     models = []
     for alias, chip, g in (("model-a", 0, "model_a"), ("model-b", 1, "model_b")):
@@ -53,7 +55,8 @@ def _config(tmp: Path, *, allow_session_reset: bool, max_resets: int | None = No
         "schema: calculet-dual-model/v1\n"
         f"device: {{type: pcie, expected_chips: 2, combined_calbin: {COMBINED}}}\n"
         "models:\n" + "\n".join(models) + "\n"
-        f"recovery: {{allow_session_reset: {str(allow_session_reset).lower()}, restart_process_on_unknown_dma: true}}\n"
+        f"recovery: {{allow_session_reset: {str(allow_session_reset).lower()},"
+        f" restart_process_on_unknown_dma: {str(restart_process).lower()}}}\n"
     )
     return path
 
@@ -117,17 +120,20 @@ def measure(tmp: Path, *, allow_session_reset: bool) -> dict[str, Any]:
 def test_default_scope_is_board_both_aliases_drain_reset_and_republish(tmp_path: Path) -> None:
     """001 §11.3: with allow_session_reset false (the default) a CCU fault on A resets the whole board."""
     m = measure(tmp_path, allow_session_reset=False)
+    print("measured:", json.dumps({k: v for k, v in m.items() if k != "states"}))  # the closing note's numbers
     assert m["scopes"] == ["board"] and m["affected"] == [["model-a", "model-b"]] and m["ok"] == [True], m
     gb, ga = m["generations_before"], m["generations_after"]
     assert ga["model-a"] > gb["model-a"] and ga["model-b"] > gb["model-b"], m
     for alias in ("model-a", "model-b"):
         st = m["states"][alias]
+        assert st[:4] == ["Validating", "Configuring", "Warming", "Ready"], st  # 001 §11.1
         i = st.index("Draining", st.index("Ready"))
         assert st[i : i + 4] == ["Draining", "Recovering", "Warming", "Ready"], st
 
 
 def test_chip_scope_only_when_session_reset_is_allowed(tmp_path: Path) -> None:
     m = measure(tmp_path, allow_session_reset=True)
+    print("measured:", json.dumps({k: v for k, v in m.items() if k != "states"}))
     assert m["scopes"] == ["chip"] and m["affected"] == [["model-a"]] and m["ok"] == [True], m
     assert m["b"] == {200: 30}, m
     assert m["generations_after"]["model-b"] == m["generations_before"]["model-b"], m
@@ -180,3 +186,20 @@ def test_recovery_saves_the_trace_window_and_job_records(tmp_path: Path, monkeyp
     assert doc["schema"] == "calctl-recovery-evidence/v1" and doc["device"] == "mock"
     assert doc["reason"] and doc["alias"] == "model-a" and set(doc["jobs"]) == {"model-a", "model-b"}
     assert any(e["model"] == "model-a" for e in doc["trace"]), doc["trace"][:3]
+
+
+@pytest.mark.parametrize("restart_process", [True, False])
+def test_unknown_dma_state_follows_restart_process_on_unknown_dma(tmp_path: Path, restart_process: bool) -> None:
+    """001 §10.4 restart_process_on_unknown_dma: Failed, asking for a process restart; else a board recovery."""
+    cfg = _config(tmp_path, allow_session_reset=True, restart_process=restart_process)
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path, "unknown_dma_state"), config=cfg) as s:
+        _joint_traffic(s, a_n=12, b_n=4)
+        (rec,) = s.supervisor.recoveries
+        states = {a: w.state.value for a, w in s.supervisor.workers.items()}
+        ready = httpx.get(f"{s.url}/health/ready").json()
+    assert rec.affected_aliases == ("model-a", "model-b"), rec
+    if restart_process:
+        assert rec.scope == "process" and not rec.ok and states == {"model-a": "Failed", "model-b": "Failed"}
+        assert "restart the serving process" in ready["failed"]["model-a"], ready
+    else:  # restart_on_unknown_dma (000 §15): board scope even though session reset is allowed
+        assert rec.scope == "board" and rec.ok and states == {"model-a": "Ready", "model-b": "Ready"}, rec
