@@ -21,6 +21,7 @@ import fcntl
 import os
 import re
 import sys
+import weakref
 from pathlib import Path
 
 from calctl.runtime.errors import DeviceInUse
@@ -53,13 +54,12 @@ class BoardLock:
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
         self._fd: int | None = fd
+        # A runtime dropped without close() still lets go of its board when it is collected.
+        self._finalizer = weakref.finalize(self, _close, fd)
 
     def release(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            os.close(fd)  # closing the descriptor drops the flock
+        self._fd = None
+        self._finalizer()  # once: clears the holder line and closes the descriptor, which drops the flock
 
     @property
     def held(self) -> bool:
@@ -92,6 +92,13 @@ def acquire(board: str | None = None) -> BoardLock:
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:400]}\n".encode(errors="replace"))
     return BoardLock(path, fd)
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 def _read_holder(fd: int) -> str:

@@ -71,3 +71,15 @@ def test_the_lock_file_is_never_followed_through_a_symlink(tmp_path: Path, monke
     with pytest.raises(BoardLocked, match="cannot open the lock file"):
         board_lock.acquire("evil")
     assert victim.read_text() == "keep"
+
+
+def test_a_dropped_lock_lets_go_of_the_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    monkeypatch.setenv("CALCTL_LOCK_DIR", str(tmp_path))
+    lock = board_lock.acquire("b")
+    with pytest.raises(BoardLocked, match=f"pid {os.getpid()}"):
+        board_lock.acquire("b")
+    del lock
+    gc.collect()
+    board_lock.acquire("b").release()
