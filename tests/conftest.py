@@ -25,6 +25,9 @@ TEST_PUB = FIXTURES / "keys" / "calctl-test-only-DO-NOT-TRUST.pub"
 SCRATCH = Path(tempfile.mkdtemp(prefix="calctl-tests-"))
 atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 os.environ.setdefault("CALCTL_CACHE_DIR", str(SCRATCH / "cache"))
+# The calrt board lock (calctl.runtime.board_lock) lives in the session's scratch: concurrent test runs on
+# one machine never collide on the shared /tmp lock of the "default" board.
+os.environ["CALCTL_LOCK_DIR"] = str(SCRATCH / "locks")
 os.environ.pop("CALCTL_TRUSTED_KEYS", None)
 os.environ.pop("CALCTL_DEBUG", None)
 set_hypothesis_home_dir(SCRATCH / "hypothesis")

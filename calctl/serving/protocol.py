@@ -131,6 +131,8 @@ class Engine(Protocol):
 
     def is_draining(self) -> bool: ...
 
+    def failures(self) -> dict[str, str]: ...
+
     async def admin(self, alias: str, action: str) -> Mapping[str, Any]:
         """load | unload | reload, run on the supervisor; returns a JSON-able outcome."""
 

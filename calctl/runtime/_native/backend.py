@@ -36,6 +36,7 @@ from types import TracebackType
 import numpy as np
 
 from calctl.package.model import GraphKind, Package, TensorSpec
+from calctl.runtime import board_lock
 from calctl.runtime._native import ext
 from calctl.runtime._native import lib as L
 from calctl.runtime.buffers import BufferState, Direction, HostBuffer, JobBuffersMixin, buffer_layout
@@ -92,6 +93,7 @@ class CalrtRuntime(JobBuffersMixin):
     def __init__(self, library: L.CalrtLibrary) -> None:
         self.library = library
         self._fn = library.fn
+        self._board_lock: board_lock.BoardLock | None = None  # set by open_calrt (one process per board)
         self._lock = threading.RLock()  # Python-side bookkeeping; never held while blocked in a wait
         self._waiters = threading.Condition()  # counts threads blocked inside calrt_job_wait[_any]
         self._blocked = 0
@@ -162,6 +164,8 @@ class CalrtRuntime(JobBuffersMixin):
             self._calbins.clear()
             self._current = None
             self._finalizer()
+            if self._board_lock is not None:
+                self._board_lock.release()
 
     def topology(self) -> Topology:
         return self._topology
@@ -730,5 +734,12 @@ def _u64(value: int) -> int | None:
 
 
 def open_calrt(path: str | Path | None) -> CalrtRuntime:
-    """Load and check the shim at ``path``, then open its device."""
-    return CalrtRuntime(L.load_library(path))
+    """Lock the board for this process (board_lock), load and check the shim at ``path``, open its device."""
+    lock = board_lock.acquire()
+    try:
+        rt = CalrtRuntime(L.load_library(path))
+    except BaseException:
+        lock.release()
+        raise
+    rt._board_lock = lock  # released by close()
+    return rt

@@ -89,6 +89,10 @@ class ServingEngine:
         workers = self.supervisor.workers.values()
         return bool(workers) and all(w.is_ready() for w in workers)
 
+    def failures(self) -> dict[str, str]:
+        """alias -> why it is Failed (a failed recovery, an exhausted reset budget, 001 §11.3)."""
+        return dict(self.supervisor.failures)
+
     def is_draining(self) -> bool:
         return self._draining
 

@@ -464,12 +464,16 @@ class DeviceExecutor:
                 if status_code in FAULT_STATUSES or status_code is RuntimeStatus.JOB_ABORTED
                 else JobStatus.FAILED
             )
-            if status is JobStatus.FAILED:
-                for s in inf.seqs:
-                    with contextlib.suppress(RuntimeLayerError):
-                        rt.kv.rollback(s)
+            # A submitted job that failed with a non-fault status (out of memory, invalid argument) may have
+            # written part of its KV: never roll it back as if nothing happened; the lanes go Unknown (000 §7.4).
             fin = Finished(
-                JobOutcome(job, gen, status, detail=f"{status_code.name}: {res.detail or ''}".strip()),
+                JobOutcome(
+                    job,
+                    gen,
+                    status,
+                    detail=f"{status_code.name}: {res.detail or ''}".strip(),
+                    kv_unknown=status is JobStatus.FAILED,
+                ),
                 runtime_status=status_code,
             )
         if fin.outcome.status is JobStatus.FAULT:
@@ -566,6 +570,15 @@ def _status_anomaly(inf: Inflight, res: JobResult) -> str | None:
     """What is self-contradictory in the runtime's answer about a job that Wait reported done (000 §14)."""
     if res.job.id != inf.rt_job.id:
         return f"query about job {inf.rt_job.id} answered for job {res.job.id}"
+    # 000 §7.4: a finished job's generation and lanes must be the ones it was submitted with.
+    if res.job.generation != inf.rt_job.generation:
+        return (
+            f"job {res.job.id} finished under generation {res.job.generation}, submitted under {inf.rt_job.generation}"
+        )
+    if tuple(res.job.kv) != tuple(inf.rt_job.kv) or res.job.batch != inf.rt_job.batch:
+        return f"job {res.job.id} finished on KV lanes {res.job.kv}, submitted on {inf.rt_job.kv}"
+    if (res.job.model, res.job.graph) != (inf.rt_job.model, inf.rt_job.graph):
+        return f"job {res.job.id} finished as {res.job.model}/{res.job.graph}, submitted as {inf.rt_job.model}/{inf.rt_job.graph}"
     if not res.state.terminal:
         return f"job {res.job.id} was reported done but is {res.state.value}"
     if res.ok and res.status != RuntimeStatus.OK:

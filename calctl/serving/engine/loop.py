@@ -714,6 +714,7 @@ class EngineCore:
             return
         self._recovery_pending = True
         self._serving = False
+        self._display_state = ModelState.DRAINING  # 001 §11.1 Ready -> Draining: never listed as ready meanwhile
         req = RecoveryRequest(self.alias, ev.status, ev.detail, runtime_status)
         if self._exec.inflight:
             # 000 §14: submitted jobs drain; the reset waits until they completed or timed out.
