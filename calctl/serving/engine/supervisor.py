@@ -55,7 +55,7 @@ from calctl.package.info import package_digest
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.runtime.errors import DeviceLost, NotSupported, RuntimeLayerError, RuntimeStatus
+from calctl.runtime.errors import DeviceLost, NotConfigured, NotSupported, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import GenerationId as RtGenerationId
 from calctl.serving.config import (
@@ -381,8 +381,11 @@ class DeviceSupervisor:
             w.forget_device_state()
         try:
             self.rt.reset_configuration()
+        except NotConfigured:
+            # Expected after a board reset (it drops the configuration with everything else): nothing to free.
+            log.info("no calbin is configured any more (a board reset dropped it): nothing to reset")
         except RuntimeLayerError as exc:
-            log.warning("reset_configuration failed (%s); resetting the board", exc)
+            log.warning("reset_configuration failed unexpectedly (%s); resetting the board to free it", exc)
             self._reset("board", None)
         for alias in self.workers:
             self.metrics.lifecycle.labels(alias, "unload").observe(time.monotonic() - t0)
