@@ -58,6 +58,13 @@ def serve(
         list[str] | None,
         typer.Option("--admin-key", envvar="CALCTL_ADMIN_KEY", help="Key for /internal endpoints; repeatable."),
     ] = None,
+    metrics_public: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-public",
+            help="Serve /metrics without the admin key (default: behind it, like /internal; docs/serve.md).",
+        ),
+    ] = False,
     fault_plan: Annotated[
         Path | None, typer.Option("--fault-plan", help="Mock only: calctl-fault-plan/v1 YAML.")
     ] = None,
@@ -125,6 +132,7 @@ def serve(
             mock=mock,
             api_keys=keys,
             admin_keys=frozenset(admin_key or []),
+            metrics_public=metrics_public,
             warmup_iterations=warmup_iterations,
             drain_timeout_s=drain_timeout,
             drain_grace_s=drain_grace,

@@ -48,6 +48,7 @@ class ServeOptions:
     mock: dict[str, Any] = field(default_factory=dict)  # time_scale, serialize_chips, fault_plan
     api_keys: dict[str, str] = field(default_factory=dict)
     admin_keys: frozenset[str] = frozenset()
+    metrics_public: bool = False  # serve /metrics without the admin check (docs/serve.md "Metrics access")
     warmup_iterations: int = 3
     drain_timeout_s: float = 30.0
     drain_grace_s: float = 0.0
@@ -175,7 +176,10 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
             with _sigterm_interrupts():
                 sup.start(opts.package)  # verify, validate, budget, configure, golden + warm-up (001 §11.1)
             engine = ServingEngine(sup)
-            app = create_app(engine, ApiSettings(api_keys=opts.api_keys, admin_keys=opts.admin_keys))
+            app = create_app(
+                engine,
+                ApiSettings(api_keys=opts.api_keys, admin_keys=opts.admin_keys, metrics_public=opts.metrics_public),
+            )
             info(
                 f"serving {', '.join(sup.workers)} from {opts.package} on http://{opts.host}:{port}, board "
                 f"{board.board} ({rt.kind.value} device"

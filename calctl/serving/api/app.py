@@ -68,7 +68,11 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
         ok = engine.is_ready(alias) and not engine.is_draining()
         return JSONResponse({"model": alias, "state": states[alias]}, status_code=200 if ok else 503)
 
-    @app.get("/metrics")
+    # Internal by default (docs/serve.md "Metrics access"): the admin key when the server has one, closed
+    # when it has API keys but no admin key, open only to a keyless server, which binds to loopback.
+    metrics_guard = [] if settings.metrics_public else [Depends(auth.admin)]
+
+    @app.get("/metrics", dependencies=metrics_guard)
     async def metrics() -> Response:
         return Response(engine.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
