@@ -65,6 +65,17 @@ def serve(
             help="Serve /metrics without the admin key (default: behind it, like /internal; docs/serve.md).",
         ),
     ] = False,
+    records: Annotated[
+        str | None,
+        typer.Option(
+            "--records",
+            help="Write 001 §14 per-request and per-job NDJSON records to DIR/records.ndjson (rotating), "
+            "or `-` for stderr (docs/serve.md).",
+        ),
+    ] = None,
+    records_max_mb: Annotated[
+        float, typer.Option("--records-max-mb", help="Rotate DIR/records.ndjson at this size (5 kept).")
+    ] = 64.0,
     fault_plan: Annotated[
         Path | None, typer.Option("--fault-plan", help="Mock only: calctl-fault-plan/v1 YAML.")
     ] = None,
@@ -133,6 +144,8 @@ def serve(
             api_keys=keys,
             admin_keys=frozenset(admin_key or []),
             metrics_public=metrics_public,
+            records=records,
+            records_max_bytes=int(records_max_mb * 2**20),
             warmup_iterations=warmup_iterations,
             drain_timeout_s=drain_timeout,
             drain_grace_s=drain_grace,
