@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from calctl.runtime.types import TELEMETRY_FIELDS, ChipTelemetry
 from calctl.serving.config import ExecutorMode
 from calctl.serving.records import RecordSink
 
@@ -164,10 +165,36 @@ class SnapshotCollector(Collector):
             quarantined.add_metric([m.alias], float(m.quarantined_jobs))
             for name in EXECUTOR_MODES:  # every mode, 0 or 1, so a downgrade shows as a flip (000 §14)
                 mode.add_metric([m.alias, name], 1.0 if name == m.executor_mode else 0.0)
+        # 001 §14 per-chip telemetry: NaN where the runtime cannot tell (never 0), and the gap as its own series.
+        tel = {
+            f: GaugeMetricFamily(name, f"{what} (internal; NaN = not reported).", labels=["chip"])
+            for f, (name, what) in CHIP_TELEMETRY_GAUGES.items()
+        }
+        gaps = GaugeMetricFamily(
+            "calctl_chip_telemetry_gap",
+            "1 for a per-chip telemetry field the runtime cannot report (vendor gap, 001 §14).",
+            labels=["chip", "field"],
+        )
         for c in snap.chips:
             mem.add_metric([str(c.chip)], math.nan if c.used_bytes is None else float(c.used_bytes))
             memt.add_metric([str(c.chip)], math.nan if c.total_bytes is None else float(c.total_bytes))
+            for f in TELEMETRY_FIELDS:
+                v = getattr(c.telemetry, f) if c.telemetry is not None else None
+                tel[f].add_metric([str(c.chip)], math.nan if v is None else float(v))
+                if v is None:
+                    gaps.add_metric([str(c.chip), f], 1.0)
         yield from (state, gen, queue, waiting, waiting_tok, kv, kv_tok, inflight, quarantined, mode, mem, memt)
+        yield from (*tel.values(), gaps)
+
+
+CHIP_TELEMETRY_GAUGES = {
+    "temperature_c": ("calctl_chip_temperature_celsius", "Per-chip temperature"),
+    "power_w": ("calctl_chip_power_watts", "Per-chip power"),
+    "frequency_mhz": ("calctl_chip_frequency_mhz", "Per-chip clock frequency"),
+    "throttled": ("calctl_chip_throttled", "1 while the chip is throttled"),
+    "reset_count": ("calctl_chip_resets", "Resets that covered the chip"),
+    "queue_depth": ("calctl_chip_queue_depth", "Jobs submitted to the chip and not finished"),
+}
 
 
 EXECUTOR_MODES = tuple(m.value for m in ExecutorMode)
@@ -220,10 +247,13 @@ class ModelSnapshot:
 
 
 class ChipSnapshot:
-    __slots__ = ("chip", "total_bytes", "used_bytes")
+    __slots__ = ("chip", "telemetry", "total_bytes", "used_bytes")
 
-    def __init__(self, chip: int, used_bytes: int | None, total_bytes: int | None) -> None:
+    def __init__(
+        self, chip: int, used_bytes: int | None, total_bytes: int | None, telemetry: ChipTelemetry | None = None
+    ) -> None:
         self.chip, self.used_bytes, self.total_bytes = chip, used_bytes, total_bytes
+        self.telemetry = telemetry  # None: the runtime's telemetry() failed, every field is a gap
 
 
 class EngineSnapshot:
