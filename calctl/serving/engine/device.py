@@ -151,6 +151,9 @@ class DeviceExecutor:
         self._width = model.prefill.input("tokens").concrete_shape(1)[1]
         self._m_busy = metrics.submit_busy.labels(alias)
         self._m_fill = metrics.batch_fill.labels(alias)
+        self._m_compiled = metrics.compiled_batch.labels(alias)
+        self._m_active = metrics.active_lanes.labels(alias)
+        self._m_waste = metrics.lane_waste.labels(alias)
         self._m_jobs: dict[tuple[str, str], Any] = {}  # (graph kind, result) -> counter child
         self._m_job_s: dict[str, Any] = {}  # graph -> histogram child
         self._verdicts: list[Downgrade] = []  # monitor verdicts for the core to act on (it owns the mode)
@@ -215,6 +218,9 @@ class DeviceExecutor:
                 kv_arg = list(seqs) + [None] * (b - len(seqs))
                 rids = batch.request_ids
                 self._m_fill.observe(batch.fill_ratio)
+                self._m_compiled.set(b)
+                self._m_active.set(len(rids))
+                self._m_waste.inc(b - len(rids))
             engine, banked = self._choose_engine(job, inputs, outputs, seqs, rids, pingpong=pingpong)
             rt_job = self._submit_with_backoff(rt, graph, inputs, outputs, kv_arg, job, engine)
         except SlotConflict as exc:  # 000 §14: the two ping/pong jobs would share state

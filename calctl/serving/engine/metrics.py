@@ -97,6 +97,19 @@ class EngineMetrics:
             buckets=FILL_BUCKETS,
             registry=r,
         )
+        # 000 §16 batch metrics: what the last decode job ran, and the padding lanes executed for nothing.
+        self.compiled_batch = Gauge(
+            "calctl_decode_compiled_batch", "Compiled batch of the last decode job.", ["model"], registry=r
+        )
+        self.active_lanes = Gauge(
+            "calctl_decode_active_lanes", "Active lanes of the last decode job.", ["model"], registry=r
+        )
+        self.lane_waste = Counter(
+            "calctl_decode_lane_waste_total",
+            "Decode lanes run without a request (compiled batch - active lanes), summed over jobs (000 §16).",
+            ["model"],
+            registry=r,
+        )
         self.downgrades = Counter(
             "calctl_executor_downgrades_total", "Executor mode downgrades (000 §14).", ["model", "reason"], registry=r
         )
