@@ -127,3 +127,14 @@ def test_records_into_a_plain_file_is_a_usage_error(cli, tmp_path: Path) -> None
     )
     assert r.code == 2, r.err
     assert f"--records {target}: cannot write records there" in r.err and "Traceback" not in r.err
+
+
+def test_metrics_is_internal_unless_the_operator_makes_it_public(tmp_path: Path) -> None:
+    # With API keys and no admin key, /metrics (board and chip labels) is closed like /internal ...
+    with _serve(tmp_path, "--api-key", "sk-a:team-a") as url:
+        r = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer sk-a"}, timeout=10)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "admin_disabled"
+    # ... behind the admin key when there is one, and open only with --metrics-public.
+    with _serve(tmp_path, "--api-key", "sk-a:team-a", "--admin-key", "adm", "--metrics-public") as url:
+        assert "calctl_board_info" in httpx.get(f"{url}/metrics", timeout=10).text
+        assert httpx.get(f"{url}/internal/trace", timeout=10).status_code == 401
