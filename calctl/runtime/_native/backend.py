@@ -54,6 +54,7 @@ from calctl.runtime.types import (
     ChipCounters,
     ChipHealth,
     ChipMemory,
+    ChipTelemetry,
     DeviceKind,
     Engine,
     GenerationId,
@@ -68,6 +69,7 @@ from calctl.runtime.types import (
     Topology,
     TraceEvent,
     Versions,
+    telemetry_gaps,
 )
 
 HISTORY = 65536
@@ -583,6 +585,18 @@ class CalrtRuntime(JobBuffersMixin):
                 self._check(rc, f"query chip {c} health")
                 out.append(ChipHealth(chip=c, health=Health.from_code(int(h.value))))
         return tuple(out)
+
+    def telemetry(self) -> tuple[ChipTelemetry, ...]:
+        """libcalrt exports no temperature, power, frequency, throttle or reset-count query (calrt.h): those
+        are null and listed as vendor gaps; queue depth is the chip's pending counter where it reports one."""
+        pending = {c.chip: c.pending for c in self.counters()}
+        return tuple(
+            telemetry_gaps(
+                ChipTelemetry(chip=c, queue_depth=pending.get(c)),
+                "libcalrt has no per-chip query for it (vendor gap, 001 §15)",
+            )
+            for c in range(self._topology.chips)
+        )
 
     def trace(self, *, since_ns: int = 0) -> tuple[TraceEvent, ...]:
         with self._lock:

@@ -73,7 +73,11 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
             one["failed"] = engine.failures()[alias]
         return JSONResponse(one, status_code=200 if ok else 503)
 
-    @app.get("/metrics")
+    # Internal by default (docs/serve.md "Metrics access"): the admin key when the server has one, closed
+    # when it has API keys but no admin key, open only to a keyless server, which binds to loopback.
+    metrics_guard = [] if settings.metrics_public else [Depends(auth.admin)]
+
+    @app.get("/metrics", dependencies=metrics_guard)
     async def metrics() -> Response:
         return Response(engine.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 

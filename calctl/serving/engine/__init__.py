@@ -134,8 +134,10 @@ class ServingEngine:
     def snapshot(self) -> EngineSnapshot:
         chips = []
         try:
-            for m in self.supervisor.rt.memory_usage():
-                chips.append(ChipSnapshot(m.chip, m.used_bytes, m.total_bytes))
+            rt = self.supervisor.rt
+            telemetry = {t.chip: t for t in rt.telemetry()}
+            for m in rt.memory_usage():
+                chips.append(ChipSnapshot(m.chip, m.used_bytes, m.total_bytes, telemetry.get(m.chip)))
         except Exception:
             chips = []
         return EngineSnapshot([w.snapshot() for w in self.supervisor.workers.values()], chips)
