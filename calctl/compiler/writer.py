@@ -474,6 +474,18 @@ def check_output(out: Path) -> Path:
     return parent
 
 
+def check_not_inside(out: Path, roots: Sequence[Path]) -> None:
+    """``out`` must not lie inside any of ``roots`` (input packages): writing there would break their seal."""
+    target = Path(os.path.abspath(out)).resolve()
+    for root in roots:
+        base = Path(root).resolve()
+        if target == base or base in target.parents:
+            raise UsageError(
+                f"{out}: is inside the input package {root}; writing there would add files its checksums do not list",
+                hint="choose an output path outside the input packages",
+            )
+
+
 @dataclass(frozen=True)
 class PackageSpec:
     name: str
