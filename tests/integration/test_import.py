@@ -182,7 +182,9 @@ def test_smollm2_import_validate_golden_and_serve_paris(cli, tmp_path: Path) -> 
     assert r.json["family"] == "llama" and r.json["layers"] == 30 and r.json["golden_prompt"].startswith("chat:")
     assert cli("validate", pkg, *TRUST).code == 0
     g = cli("run-golden", pkg, *TRUST, "--format", "json")
-    assert g.code == 0 and g.json["verdict"] == "PASS", g.out
+    # Signed with the published test-only key: SIG002 makes the run a WARN, never anything worse.
+    assert g.code == 0 and g.json["verdict"] in ("PASS", "WARN"), g.out
+    assert g.json["verdict"] == "PASS" or "SIG002" in g.out, g.out
     c = cli("combine", pkg, pkg, rep, "--key", TEST_KEY, *TRUST, "--format", "json")
     assert c.code == 0 and c.json["kind"] == "replica", c.err
     question = [{"role": "user", "content": "What is the capital of France?"}]
