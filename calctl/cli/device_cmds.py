@@ -17,6 +17,7 @@ from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt
 from calctl.cli._output import TableJson
 from calctl.runtime import BoardSelection, Runtime, open_runtime, select_board
+from calctl.runtime.types import TELEMETRY_FIELDS
 
 MOCK_NOTE = (
     "mock device: a simulated board; its results are mock results, not evidence about hardware (docs/runtime.md §5)"
@@ -29,6 +30,7 @@ def info_document(rt: Runtime, library: str | None, board: BoardSelection | None
     memory = {m.chip: m for m in rt.memory_usage()}
     counters = {c.chip: c for c in rt.counters()}
     health = {h.chip: h for h in rt.health()}
+    telemetry = {t.chip: t for t in rt.telemetry()}
     chips = []
     for c in range(topo.chips):
         chips.append(
@@ -43,6 +45,8 @@ def info_document(rt: Runtime, library: str | None, board: BoardSelection | None
                 "failed": counters[c].failed,
                 "health": health[c].health.value,
                 "health_detail": health[c].detail,
+                # 001 §14: null and a listed vendor gap where the runtime cannot tell, never 0 or omitted
+                "telemetry": telemetry[c].document() if c in telemetry else _no_telemetry(),
             }
         )
     return {
@@ -54,6 +58,13 @@ def info_document(rt: Runtime, library: str | None, board: BoardSelection | None
         "versions": rt.versions(),
         "topology": {"chips": topo.chips, "calcores_per_chip": topo.calcores_per_chip},
         "chips": chips,
+    }
+
+
+def _no_telemetry() -> dict[str, Any]:
+    return {
+        **dict.fromkeys(TELEMETRY_FIELDS),
+        "vendor_gaps": [f"{f}: the runtime reported no telemetry for this chip" for f in TELEMETRY_FIELDS],
     }
 
 
@@ -118,6 +129,14 @@ def info(
             for c in doc["chips"]
         ],
     )
+    _output.print_table(
+        "telemetry (001 §14; n/a = the runtime cannot tell, see vendor gaps)",
+        ["chip", "temp °C", "power W", "freq MHz", "throttled", "resets", "queue"],
+        [[c["chip"], *(n(c["telemetry"][f]) for f in TELEMETRY_FIELDS)] for c in doc["chips"]],
+    )
+    gaps = sorted({g for c in doc["chips"] for g in c["telemetry"]["vendor_gaps"]})
+    if gaps:
+        _output.stdout.print("vendor gaps: " + "; ".join(gaps))
 
 
 def register(app: typer.Typer) -> None:

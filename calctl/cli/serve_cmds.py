@@ -82,6 +82,24 @@ def serve(
         list[str] | None,
         typer.Option("--admin-key", envvar="CALCTL_ADMIN_KEY", help="Key for /internal endpoints; repeatable."),
     ] = None,
+    metrics_public: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-public",
+            help="Serve /metrics without the admin key (default: behind it, like /internal; docs/serve.md).",
+        ),
+    ] = False,
+    records: Annotated[
+        str | None,
+        typer.Option(
+            "--records",
+            help="Write 001 §14 per-request and per-job NDJSON records to DIR/records.ndjson (rotating), "
+            "or `-` for stderr (docs/serve.md).",
+        ),
+    ] = None,
+    records_max_mb: Annotated[
+        float, typer.Option("--records-max-mb", help="Rotate DIR/records.ndjson at this size (5 kept).")
+    ] = 64.0,
     fault_plan: Annotated[
         Path | None, typer.Option("--fault-plan", help="Mock only: calctl-fault-plan/v1 YAML.")
     ] = None,
@@ -152,6 +170,9 @@ def serve(
             mock=mock,
             api_keys=keys,
             admin_keys=frozenset(admin_key or []),
+            metrics_public=metrics_public,
+            records=records,
+            records_max_bytes=int(records_max_mb * 2**20),
             warmup_iterations=warmup_iterations,
             drain_timeout_s=drain_timeout,
             drain_grace_s=drain_grace,

@@ -462,12 +462,28 @@ def dump_manifest(doc: dict[str, Any]) -> bytes:
 
 def check_output(out: Path) -> Path:
     """``out`` must not exist (or be an empty directory) and its parent must exist; returns the parent."""
+    if out.is_symlink():
+        raise UsageError(
+            f"{out}: is a symbolic link; expected a new path or an empty directory", hint="choose a new output path"
+        )
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out}: already exists and is not an empty directory", hint="choose a new output path")
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"{parent}: directory does not exist")
     return parent
+
+
+def check_not_inside(out: Path, roots: Sequence[Path]) -> None:
+    """``out`` must not lie inside any of ``roots`` (input packages): writing there would break their seal."""
+    target = Path(os.path.abspath(out)).resolve()
+    for root in roots:
+        base = Path(root).resolve()
+        if target == base or base in target.parents:
+            raise UsageError(
+                f"{out}: is inside the input package {root}; writing there would add files its checksums do not list",
+                hint="choose an output path outside the input packages",
+            )
 
 
 @dataclass(frozen=True)
@@ -493,7 +509,13 @@ def write_package(
     """
     out = Path(out)
     parent = check_output(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    except OSError as exc:
+        raise UsageError(
+            f"{parent}: cannot create the package's temporary directory there ({exc.strerror})",
+            hint="choose an output path in a writable directory",
+        ) from exc
     try:
         w = Writer(tmp)
         entries: list[dict[str, Any]] = []

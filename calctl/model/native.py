@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from calctl.records import atomic_output
+
 Gemv = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
 _lock = threading.Lock()
@@ -37,6 +39,10 @@ def _cache_dir() -> Path:
         return Path(env)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "calctl"
+
+
+class _CompileFailed(Exception):
+    pass
 
 
 def _build() -> tuple[Gemv | None, str]:
@@ -54,12 +60,17 @@ def _build() -> tuple[Gemv | None, str]:
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             src = Path(tmp) / "gemv_f16.c"
             src.write_bytes(source)
-            lib = Path(tmp) / "gemv_f16.so"
-            cmd = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(lib), str(src)]
-            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if res.returncode != 0:
-                return None, f"{' '.join(cmd[:4])} failed: {(res.stderr or res.stdout).strip().splitlines()[-1:]}"
-            os.replace(lib, out)  # concurrent builders: one rename wins, both files are identical
+            try:
+                # Concurrent builders: each compiles to its own temporary file; one rename wins, both are identical.
+                with atomic_output(out, mode=0o755) as lib:
+                    cmd = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(lib), str(src)]
+                    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                    if res.returncode != 0:
+                        raise _CompileFailed(
+                            f"{' '.join(cmd[:4])} failed: {(res.stderr or res.stdout).strip().splitlines()[-1:]}"
+                        )
+            except _CompileFailed as exc:
+                return None, str(exc)
     try:
         lib_handle = ctypes.CDLL(str(out))
     except OSError as exc:

@@ -27,10 +27,11 @@ logged SKIP with the reason, so a report shows, e.g., that configure never ran):
    against its own first isolated run, so that outputs of the two chips differ
    and crosstalk would show (Phase 2: "different prompts, different lengths");
 10. ``overlap verdict`` – overlap_ratio and throughput_efficiency with
-    bootstrap CIs over rounds (:func:`calctl.runners.overlap.judge`): S2 only
-    when the CI of overlap_ratio lies above 0 and efficiency >= 0.80,
-    otherwise S1 with the reasons; plus the share of joint wall time during
-    which the per-chip trace shows both chips computing;
+    bootstrap CIs over rounds and the per-chip trace
+    (:func:`calctl.runners.overlap.judge`): S2 only when the trace shows both
+    chips computing for at least 25 % of the joint wall time (001 §1: wall
+    clock alone never proves S2), the CI of overlap_ratio lies above 0 and
+    efficiency >= 0.80, otherwise S1 with reasons that name the evidence;
 11. ``drain``, ``reset configuration``, ``release`` (the RunContext teardown).
 
 On the mock the verdict shows that the tool tells S1 from S2; it is not
@@ -542,16 +543,6 @@ def _flow(
         verdict = judge(
             [Round(r.t_a, r.t_b, r.t_joint, r.tokens_a, r.tokens_b, r.tokens_a + r.tokens_b) for r in results],
             both_busy=mean_busy,
-        )
-        reasons = list(verdict.reasons)
-        if mean_busy is not None:
-            reasons.append(f"per-chip trace: both chips computing during {mean_busy:.0%} of the joint wall time")
-        verdict = ConcurrencyVerdict(
-            verdict.verdict,
-            verdict.overlap_ratio,
-            verdict.throughput_efficiency,
-            verdict.both_busy_fraction,
-            tuple(reasons),
         )
         o, e = verdict.overlap_ratio, verdict.throughput_efficiency
         note.detail = (

@@ -36,6 +36,7 @@ from calctl.runtime.types import (
     ChipCounters,
     ChipHealth,
     ChipMemory,
+    ChipTelemetry,
     DeviceKind,
     Engine,
     GenerationId,
@@ -191,6 +192,11 @@ class Runtime(Protocol):
     def counters(self) -> tuple[ChipCounters, ...]: ...
 
     def health(self) -> tuple[ChipHealth, ...]: ...
+
+    def telemetry(self) -> tuple[ChipTelemetry, ...]:
+        """001 §14 per-chip temperature, power, frequency, throttle, reset count and queue depth; None and a
+        listed vendor gap for what the runtime cannot report (docs/runtime.md)."""
+        ...
 
     def trace(self, *, since_ns: int = 0) -> tuple[TraceEvent, ...]:
         """Per-chip job intervals of completed jobs, oldest first (bounded history)."""

@@ -123,6 +123,34 @@ class ChipCounters:
     failed: int | None
 
 
+#: The per-chip telemetry fields of 001 §14, in the order ``device info`` shows them.
+TELEMETRY_FIELDS = ("temperature_c", "power_w", "frequency_mhz", "throttled", "reset_count", "queue_depth")
+
+
+@dataclass(frozen=True)
+class ChipTelemetry:
+    """001 §14 per-chip telemetry. None: the runtime cannot tell for this chip, and ``gaps`` names the field
+    with why (a vendor gap, 001 §15): never 0 or a board-wide value standing in for the chip's own."""
+
+    chip: int
+    temperature_c: float | None = None
+    power_w: float | None = None
+    frequency_mhz: float | None = None
+    throttled: bool | None = None
+    reset_count: int | None = None
+    queue_depth: int | None = None  # jobs submitted to the chip and not finished
+    gaps: tuple[str, ...] = ()  # "field: why" for every None field
+
+    def document(self) -> dict[str, object]:
+        return {**{f: getattr(self, f) for f in TELEMETRY_FIELDS}, "vendor_gaps": list(self.gaps)}
+
+
+def telemetry_gaps(t: ChipTelemetry, why: str) -> ChipTelemetry:
+    """``t`` with every None field listed in ``gaps`` as ``"field: why"``."""
+    gaps = tuple(f"{f}: {why}" for f in TELEMETRY_FIELDS if getattr(t, f) is None)
+    return ChipTelemetry(**{**{f: getattr(t, f) for f in TELEMETRY_FIELDS}, "chip": t.chip, "gaps": gaps})
+
+
 @dataclass(frozen=True)
 class ChipHealth:
     chip: int

@@ -131,6 +131,8 @@ class Engine(Protocol):
 
     def is_draining(self) -> bool: ...
 
+    def failures(self) -> dict[str, str]: ...
+
     async def admin(self, alias: str, action: str, package: str | None = None) -> Mapping[str, Any]:
         """load | unload | reload | rollback, run on the supervisor; returns a JSON-able outcome. ``package``
         (load, reload): the path the request names; refused (EngineRejection INVALID) unless allowed."""

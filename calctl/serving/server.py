@@ -33,6 +33,7 @@ from types import FrameType
 from typing import Any
 
 from calctl.errors import StepTimeout, UsageError
+from calctl.serving.records import DEFAULT_MAX_BYTES, RecordSink
 from calctl.signing.policy import TrustPolicy
 
 
@@ -51,6 +52,9 @@ class ServeOptions:
     mock: dict[str, Any] = field(default_factory=dict)  # time_scale, serialize_chips, fault_plan
     api_keys: dict[str, str] = field(default_factory=dict)
     admin_keys: frozenset[str] = frozenset()
+    metrics_public: bool = False  # serve /metrics without the admin check (docs/serve.md "Metrics access")
+    records: str | None = None  # 001 §14 NDJSON records: a directory, "-" for stderr, None for none
+    records_max_bytes: int = DEFAULT_MAX_BYTES
     warmup_iterations: int = 3
     drain_timeout_s: float = 30.0
     drain_grace_s: float = 0.0
@@ -177,6 +181,14 @@ def run(opts: ServeOptions, *, info: Callable[[str], None], listener: socket.soc
         sock.close()
 
 
+def _record_sink(opts: ServeOptions) -> RecordSink:
+    if opts.records is None:
+        return RecordSink()
+    if opts.records == "-":
+        return RecordSink.to_stream(sys.stderr)
+    return RecordSink.to_directory(Path(opts.records), max_bytes=opts.records_max_bytes)
+
+
 def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None]) -> ServeResult:
     import uvicorn
 
@@ -185,6 +197,7 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
     from calctl.serving.api.server import DrainingServer
     from calctl.serving.config import load_dual_model_config, normalize_digest
     from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+    from calctl.serving.engine.metrics import EngineMetrics
     from calctl.serving.engine.supervisor import LoadPolicy
 
     board = select_board(opts.device)
@@ -199,10 +212,11 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
         fail_unclean_unload=True,  # 000 §12: a device an unload left dirty takes no new load
     )
     mock_opts = {"time_scale": 1.0, "serialize_chips": False, **opts.mock, **board.mock_options()}
+    records = _record_sink(opts)  # a bad --records is a usage error before the board is opened
     rt = open_runtime(opts.device, opts.calrt_lib, **(mock_opts if opts.device == "mock" else {}))
     port = sock.getsockname()[1]
     server: DrainingServer | None = None
-    with rt:
+    with rt, contextlib.closing(records):
         sup = DeviceSupervisor(
             rt,
             trust=opts.trust,
@@ -210,13 +224,17 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
             scheduler_configs=scheduler_configs,
             options=SupervisorOptions(warmup_iterations=opts.warmup_iterations, drain_deadline_s=opts.drain_timeout_s),
             load_policy=load_policy,
+            metrics=EngineMetrics(records),
         )
         sup.metrics.board_info.labels(board.board, rt.kind.value).set(1)
         try:
             with _sigterm_interrupts():
                 sup.start(opts.package)  # verify, validate, budget, configure, golden + warm-up (001 §11.1)
             engine = ServingEngine(sup)
-            app = create_app(engine, ApiSettings(api_keys=opts.api_keys, admin_keys=opts.admin_keys))
+            app = create_app(
+                engine,
+                ApiSettings(api_keys=opts.api_keys, admin_keys=opts.admin_keys, metrics_public=opts.metrics_public),
+            )
             info(
                 f"serving {', '.join(sup.workers)} from {opts.package} on http://{opts.host}:{port}, board "
                 f"{board.board} ({rt.kind.value} device"

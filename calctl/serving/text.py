@@ -157,13 +157,19 @@ class IncrementalDetokenizer:
         return self._advance(final=False)
 
     def flush(self) -> str:
-        """At the end of the output: whatever is held (a character never completed decodes as U+FFFD)."""
+        """At the end of the output: whatever is held, less a character the model never completed.
+
+        Output cut by ``max_tokens`` (or a stop) in the middle of a multi-byte character would decode its
+        first bytes as U+FFFD; that is not text the model wrote, so it is dropped, as llama.cpp's server does.
+        """
         return self._advance(final=True)
 
     def _advance(self, *, final: bool) -> str:
         ids, decode = self._ids, self._codec.decode
         sent = decode(ids[self._prefix : self._read])
         window = decode(ids[self._prefix :])
+        if final and window.endswith("\ufffd") and not sent.endswith("\ufffd"):
+            window = window.rstrip("\ufffd")  # the bytes of a character that never arrived
         if len(window) <= len(sent) or (window.endswith("\ufffd") and not final):
             return ""  # nothing new yet, or a character split across tokens: wait for the rest of it
         delta = window[len(sent) :]

@@ -123,6 +123,10 @@ def test_mode_all_on_parallel_chips_has_efficiency_with_ci(cli, parallel_server:
     assert ovl["ci_low"] > 0.3  # two chips in parallel: close to 0.5
     gates = {g["name"]: g for g in doc["gates"]}
     assert gates["throughput_efficiency"]["passed"] and gates["overlap_ratio"]["passed"]
+    # 001 §1: the per-chip trace gates S2 too, read from the server's /internal/trace.
+    trace = gates["per_chip_trace_overlap"]
+    assert trace["passed"] is True and "per-chip trace (mock device" in trace["detail"], trace
+    assert doc["per_chip_trace"]["device"] == "mock" and doc["per_chip_trace"]["both_busy_fraction"] >= 0.25
     assert {"p99_ttft_degradation[model-a]", "p99_tpot_degradation[model-b]", "b_success_rate"} <= set(gates)
     assert gates["b_success_rate"]["value"] == 1.0
     phases = doc["phases"]
@@ -194,6 +198,7 @@ def test_serialised_chips_fail_the_gates_and_say_which(cli, tmp_path: Path) -> N
     # One chip's worth of tokens for two models: efficiency near 0.5, overlap near 0 (measured 0.49 and -0.02).
     assert "throughput_efficiency" in failing and doc["throughput_efficiency"]["mean"] < 0.7, doc["gates"]
     assert doc["overlap_ratio"]["mean"] < 0.15
+    assert "per_chip_trace_overlap" in failing and doc["per_chip_trace"]["both_busy_fraction"] < 0.25
     for name in failing:  # the report says which, on stderr too
         assert f"failing gate: {name}:" in r.err
     # About 20 requests per phase: a P99 is the slowest request, so the P99 gates are NOT JUDGED, never FAIL.

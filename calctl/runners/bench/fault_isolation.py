@@ -331,7 +331,12 @@ class _Run:
                 rt,
                 trust=opts.trust,
                 scheduler_configs={self.a: default_scheduler_config(self.a, max_waiting_requests=A_WAITING)},
-                options=SupervisorOptions(warmup_iterations=1, drain_deadline_s=10.0, job_timeout_s=JOB_TIMEOUT_S),
+                options=SupervisorOptions(
+                    warmup_iterations=1,
+                    drain_deadline_s=10.0,
+                    job_timeout_s=JOB_TIMEOUT_S,
+                    allow_session_reset=True,  # the bench measures whether a chip reset isolates (F2)
+                ),
             )
             try:
                 self.log(f"  loading {opts.package} on the mock board (time scale {device.time_scale:g})")

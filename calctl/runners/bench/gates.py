@@ -3,6 +3,7 @@
 =========================  ==================================================  ===========
 gate                       rule                                                 001 §13.2
 =========================  ==================================================  ===========
+per_chip_trace_overlap     both chips computing >= 25 % of the joint window     "per-chip trace 显示 A/B compute 区间真实重叠"
 overlap_ratio              bootstrap CI lies above 0                            "置信区间不跨 0"
 throughput_efficiency      >= 0.80 (steady state)                               "稳态 >= 0.80"
 p99_ttft_degradation[X]    P99 TTFT of X joint <= 1.25 x isolated               "退化不超过 25%"
@@ -21,6 +22,12 @@ an observed rate below the gate is FAIL at any count (the failed requests are
 facts, not a tail estimate). A NOT JUDGED gate names the sample count and the
 ``--duration`` or ``--rate`` that would give enough.
 
+The per-chip trace gate is what makes a PASS evidence of S2 (001 §1: only the
+per-chip trace, the timeline and the joint throughput together prove S2):
+wall-clock overlap and efficiency alone never pass the concurrency gates. The
+bench reads the trace from the server's ``GET /internal/trace`` (admin key);
+when it cannot, the gate is NOT JUDGED with the reason.
+
 The verdict is FAIL when any gate failed, else NOT JUDGED when any gate could
 not be judged, else PASS (MEASURED when there is no gate). This module does
 not measure.
@@ -34,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from calctl.runners.bench.metrics import Comparison, ModelStats, degradation, saturated
+from calctl.runners.overlap import TRACE_OVERLAP_GATE
 
 EFFICIENCY_GATE = 0.80
 P99_DEGRADATION_GATE = 0.25
@@ -103,9 +111,35 @@ def _fmt(x: float | None, pct: bool = False) -> str:
     return f"{x * 100:+.1f} %" if pct else f"{x:.3f}"
 
 
-def concurrency_gates(cmp: Comparison) -> list[Gate]:
+@dataclass(frozen=True)
+class TraceEvidence:
+    """The per-chip trace of the joint phase: the share with both chips computing, or why it is unknown."""
+
+    both_busy: float | None
+    device: str | None = None  # which runtime measured it (mock results are mock)
+    jobs: int = 0
+    missing: str = ""  # why there is no fraction
+
+
+def trace_gate(trace: TraceEvidence | None) -> Gate:
+    rule = f">= {TRACE_OVERLAP_GATE:.0%} of the joint window"
+    if trace is None or trace.both_busy is None:
+        why = trace.missing if trace is not None and trace.missing else "no per-chip trace was read"
+        return Gate("per_chip_trace_overlap", rule, None, None, f"{why}: S2 cannot be shown from wall clock alone")
+    ok = trace.both_busy >= TRACE_OVERLAP_GATE
+    return Gate(
+        "per_chip_trace_overlap",
+        rule,
+        trace.both_busy,
+        ok,
+        f"per-chip trace ({trace.device or 'unknown'} device, {trace.jobs} jobs): both chips computing during "
+        f"{trace.both_busy:.0%} of the joint window" + ("" if ok else ": the chips took turns"),
+    )
+
+
+def concurrency_gates(cmp: Comparison, trace: TraceEvidence | None = None) -> list[Gate]:
     e, o = cmp.throughput_efficiency, cmp.overlap_ratio
-    gates = []
+    gates = [trace_gate(trace)]
     if e.mean is None:
         gates.append(Gate("throughput_efficiency", f">= {EFFICIENCY_GATE:.2f}", None, None, "no steady-state window"))
     else:
@@ -254,10 +288,12 @@ __all__ = [
     "P99_DEGRADATION_GATE",
     "Gate",
     "Load",
+    "TraceEvidence",
     "b_success_gate",
     "concurrency_gates",
     "degradation_gates",
     "failing",
     "not_judged",
+    "trace_gate",
     "verdict",
 ]

@@ -69,6 +69,28 @@ def served_models(target: Target, timeout_s: float = 10.0) -> list[str]:
         raise UsageError(f"--url {target.url}: GET /v1/models did not return an OpenAI model list") from None
 
 
+def device_trace(target: Target, since_ns: int, timeout_s: float = 10.0) -> dict[str, Any] | str:
+    """``GET /internal/trace?since_ns=N`` (admin key): the server's per-chip job intervals, or why not."""
+    try:
+        r = httpx.get(
+            f"{target.base}/internal/trace", params={"since_ns": since_ns}, headers=target.headers(), timeout=timeout_s
+        )
+    except httpx.HTTPError as exc:
+        return f"GET /internal/trace failed ({type(exc).__name__}: {exc})"
+    if r.status_code != 200:
+        return (
+            f"GET /internal/trace answered {r.status_code}: the per-chip trace needs the admin key "
+            "(pass it as --api-key) on a server that exposes /internal"
+        )
+    try:
+        body = r.json()
+    except ValueError:
+        return "GET /internal/trace did not return JSON"
+    if not isinstance(body, dict) or not isinstance(body.get("events"), list):
+        return "GET /internal/trace did not return {device, events: [...]}"
+    return body
+
+
 @dataclass
 class PhaseResult:
     """One phase: its records (every planned request, in send order per model), start and end."""
@@ -234,4 +256,4 @@ async def _phase(
     return PhaseResult(label, t0, duration_s, time.monotonic(), records)
 
 
-__all__ = ["PhaseResult", "Target", "run_phase", "served_models"]
+__all__ = ["PhaseResult", "Target", "device_trace", "run_phase", "served_models"]

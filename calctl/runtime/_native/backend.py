@@ -36,6 +36,7 @@ from types import TracebackType
 import numpy as np
 
 from calctl.package.model import GraphKind, Package, TensorSpec
+from calctl.runtime import board_lock
 from calctl.runtime._native import ext
 from calctl.runtime._native import lib as L
 from calctl.runtime.buffers import BufferState, Direction, HostBuffer, JobBuffersMixin, buffer_layout
@@ -53,6 +54,7 @@ from calctl.runtime.types import (
     ChipCounters,
     ChipHealth,
     ChipMemory,
+    ChipTelemetry,
     DeviceKind,
     Engine,
     GenerationId,
@@ -67,6 +69,7 @@ from calctl.runtime.types import (
     Topology,
     TraceEvent,
     Versions,
+    telemetry_gaps,
 )
 
 HISTORY = 65536
@@ -92,6 +95,7 @@ class CalrtRuntime(JobBuffersMixin):
     def __init__(self, library: L.CalrtLibrary) -> None:
         self.library = library
         self._fn = library.fn
+        self._board_lock: board_lock.BoardLock | None = None  # set by open_calrt (one process per board)
         self._lock = threading.RLock()  # Python-side bookkeeping; never held while blocked in a wait
         self._waiters = threading.Condition()  # counts threads blocked inside calrt_job_wait[_any]
         self._blocked = 0
@@ -162,6 +166,8 @@ class CalrtRuntime(JobBuffersMixin):
             self._calbins.clear()
             self._current = None
             self._finalizer()
+            if self._board_lock is not None:
+                self._board_lock.release()
 
     def topology(self) -> Topology:
         return self._topology
@@ -580,6 +586,18 @@ class CalrtRuntime(JobBuffersMixin):
                 out.append(ChipHealth(chip=c, health=Health.from_code(int(h.value))))
         return tuple(out)
 
+    def telemetry(self) -> tuple[ChipTelemetry, ...]:
+        """libcalrt exports no temperature, power, frequency, throttle or reset-count query (calrt.h): those
+        are null and listed as vendor gaps; queue depth is the chip's pending counter where it reports one."""
+        pending = {c.chip: c.pending for c in self.counters()}
+        return tuple(
+            telemetry_gaps(
+                ChipTelemetry(chip=c, queue_depth=pending.get(c)),
+                "libcalrt has no per-chip query for it (vendor gap, 001 §15)",
+            )
+            for c in range(self._topology.chips)
+        )
+
     def trace(self, *, since_ns: int = 0) -> tuple[TraceEvent, ...]:
         with self._lock:
             return tuple(e for e in self._trace if e.submit_ns >= since_ns)
@@ -730,5 +748,12 @@ def _u64(value: int) -> int | None:
 
 
 def open_calrt(path: str | Path | None) -> CalrtRuntime:
-    """Load and check the shim at ``path``, then open its device."""
-    return CalrtRuntime(L.load_library(path))
+    """Lock the board for this process (board_lock), load and check the shim at ``path``, open its device."""
+    lock = board_lock.acquire()
+    try:
+        rt = CalrtRuntime(L.load_library(path))
+    except BaseException:
+        lock.release()
+        raise
+    rt._board_lock = lock  # released by close()
+    return rt

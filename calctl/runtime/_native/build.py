@@ -24,12 +24,12 @@ import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from calctl.compiler.bundled import cache_dir
 from calctl.errors import UsageError
+from calctl.records import atomic_output, write_atomic
 
 SOURCE_DIR = Path(__file__).resolve().parent / "reference"
 SOURCES = ("calrt_reference.c", "calrt.h", "calrt_ext.h")
@@ -106,10 +106,7 @@ def build_reference(out_dir: Path | None = None, *, force: bool = False) -> Buil
         raise UsageError(f"--out {target_dir}: cannot create the directory: {exc.strerror or exc}") from None
     if not target_dir.is_dir():
         raise UsageError(f"--out {target_dir}: not a directory")
-    fd, tmp_name = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=target_dir)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_output(library, mode=0o755) as tmp:  # the compiler writes the temporary file; one rename publishes it
         run = [*command[: command.index("-o") + 1], str(tmp), *command[command.index("-o") + 2 :]]
         try:
             proc = subprocess.run(run, capture_output=True, text=True, timeout=300)
@@ -119,12 +116,7 @@ def build_reference(out_dir: Path | None = None, *, force: bool = False) -> Buil
             raise UsageError(
                 f"compiling the reference board failed (exit {proc.returncode}): {' '.join(run)}\n{proc.stderr.strip()}"
             )
-        os.replace(tmp, library)
-        stamp_tmp = target_dir / f".{LIBRARY_NAME}.{os.getpid()}.sha256"
-        stamp_tmp.write_text(digest + "\n")
-        os.replace(stamp_tmp, stamp)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(stamp, digest + "\n")
     return BuildResult(library, digest, command, reused=False)
 
 

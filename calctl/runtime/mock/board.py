@@ -79,6 +79,7 @@ from calctl.runtime.types import (
     ChipCounters,
     ChipHealth,
     ChipMemory,
+    ChipTelemetry,
     DeviceKind,
     Engine,
     GenerationId,
@@ -94,6 +95,7 @@ from calctl.runtime.types import (
     Topology,
     TraceEvent,
     Versions,
+    telemetry_gaps,
 )
 
 GIB = 1024**3
@@ -211,6 +213,7 @@ class _Chip:
         self.finished = 0
         self.failed = 0
         self.leaked_bytes = 0
+        self.resets = 0  # chip or board resets that covered this chip
 
 
 def _item_record(item: _JobRecord | _Hold) -> _JobRecord:
@@ -582,6 +585,17 @@ class MockRuntime(JobBuffersMixin):
         with self._cv:
             return tuple(ChipHealth(chip=c.index, health=c.health, detail=c.fault_detail) for c in self._chips)
 
+    def telemetry(self) -> tuple[ChipTelemetry, ...]:
+        """Reset count and queue depth are the mock's own; it models no thermals, power or clocks (null)."""
+        with self._cv:
+            return tuple(
+                telemetry_gaps(
+                    ChipTelemetry(chip=c.index, reset_count=c.resets, queue_depth=c.pending),
+                    "the mock board models no thermals, power or clocks",
+                )
+                for c in self._chips
+            )
+
     def trace(self, *, since_ns: int = 0) -> tuple[TraceEvent, ...]:
         with self._cv:
             return tuple(e for e in self._trace if e.submit_ns >= since_ns)
@@ -635,6 +649,7 @@ class MockRuntime(JobBuffersMixin):
             for c in affected:
                 ch = self._chips[c]
                 ch.health, ch.fault_scope, ch.fault_detail = Health.OK, None, None
+                ch.resets += 1
             if sc is ResetScope.BOARD:
                 if self._current is not None:
                     self._unload(self._current, inject_leaks=False)

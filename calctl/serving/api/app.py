@@ -51,9 +51,11 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
             return JSONResponse({"status": "draining"}, status_code=503)
         ok = engine.is_ready(None)
         models = {m.alias: m.state for m in engine.models()}
-        return JSONResponse(
-            {"status": "ready" if ok else "not_ready", "models": models}, status_code=200 if ok else 503
-        )
+        body: dict[str, object] = {"status": "ready" if ok else "not_ready", "models": models}
+        failed = engine.failures()
+        if failed:
+            body["failed"] = failed  # alias -> why it is Failed (001 §11.3: never stuck in Recovering)
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/health/ready/{alias}")
     async def ready_model(alias: str) -> JSONResponse:
@@ -67,9 +69,16 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
                 code="model_not_found",
             )
         ok = engine.is_ready(alias) and not engine.is_draining()
-        return JSONResponse({"model": alias, "state": states[alias]}, status_code=200 if ok else 503)
+        one: dict[str, object] = {"model": alias, "state": states[alias]}
+        if alias in engine.failures():
+            one["failed"] = engine.failures()[alias]
+        return JSONResponse(one, status_code=200 if ok else 503)
 
-    @app.get("/metrics")
+    # Internal by default (docs/serve.md "Metrics access"): the admin key when the server has one, closed
+    # when it has API keys but no admin key, open only to a keyless server, which binds to loopback.
+    metrics_guard = [] if settings.metrics_public else [Depends(auth.admin)]
+
+    @app.get("/metrics", dependencies=metrics_guard)
     async def metrics() -> Response:
         return Response(engine.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 

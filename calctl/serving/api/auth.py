@@ -20,6 +20,9 @@ class ApiSettings:
     admin_keys: frozenset[str] = frozenset()
     default_tenant: str = "default"
     chat_default_max_tokens: int | None = None  # None: up to the context limit
+    # /metrics carries board and per-model internal state (000 §16): behind the admin check like /internal
+    # unless the operator opts out for a scraper on a private network (`calctl serve --metrics-public`).
+    metrics_public: bool = False
 
 
 def _bearer(request: Request) -> str | None:

@@ -188,6 +188,9 @@ class JobOutcome:
     status: JobStatus
     results: tuple[LaneResult, ...] = ()
     detail: str = ""
+    # A FAILED job the device ran (a non-fault status such as out of memory or invalid argument, after submit):
+    # what it wrote is unknown, so its lanes go Unknown instead of rolling back (000 §7.4, §9.2 rule 6).
+    kv_unknown: bool = False
 
 
 # -- events -------------------------------------------------------------------------------------
@@ -493,7 +496,11 @@ class Scheduler:
         if outcome.status is JobStatus.FAILED:
             for seq, lane in zip(inf.seqs, inf.lanes, strict=True):
                 verdict = self.registry.check_callback(seq.request_id, inf.generation, job)
-                self.kv.rollback(lane, job)
+                if outcome.kv_unknown:
+                    self.kv.mark_unknown(lane)  # quarantined until the next reset/reload recovers it
+                    self.registry.detach_job(seq)
+                else:
+                    self.kv.rollback(lane, job)
                 if verdict is CallbackVerdict.CANCEL_DRAINED:
                     self.registry.finish(seq, _S.CANCELLED, FinishReason.CANCELLED, now, detail="cancelled")
                 elif verdict is CallbackVerdict.STOP_DRAINED:

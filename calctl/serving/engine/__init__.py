@@ -90,6 +90,10 @@ class ServingEngine:
         workers = self.supervisor.workers.values()
         return bool(workers) and all(w.is_ready() for w in workers)
 
+    def failures(self) -> dict[str, str]:
+        """alias -> why it is Failed (a failed recovery, an exhausted reset budget, 001 §11.3)."""
+        return dict(self.supervisor.failures)
+
     def is_draining(self) -> bool:
         return self._draining
 
@@ -141,8 +145,10 @@ class ServingEngine:
     def snapshot(self) -> EngineSnapshot:
         chips = []
         try:
-            for m in self.supervisor.rt.memory_usage():
-                chips.append(ChipSnapshot(m.chip, m.used_bytes, m.total_bytes))
+            rt = self.supervisor.rt
+            telemetry = {t.chip: t for t in rt.telemetry()}
+            for m in rt.memory_usage():
+                chips.append(ChipSnapshot(m.chip, m.used_bytes, m.total_bytes, telemetry.get(m.chip)))
         except Exception:
             chips = []
         return EngineSnapshot([w.snapshot() for w in self.supervisor.workers.values()], chips)

@@ -43,6 +43,7 @@ from calctl.serving.core.scheduler import DecodeJob, JobOutcome, JobStatus, Pref
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.modes import BankSlots, SlotConflict
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
+from calctl.serving.records import ms
 
 log = logging.getLogger("calctl.serve")
 Clock = Callable[[], float]
@@ -150,6 +151,9 @@ class DeviceExecutor:
         self._width = model.prefill.input("tokens").concrete_shape(1)[1]
         self._m_busy = metrics.submit_busy.labels(alias)
         self._m_fill = metrics.batch_fill.labels(alias)
+        self._m_compiled = metrics.compiled_batch.labels(alias)
+        self._m_active = metrics.active_lanes.labels(alias)
+        self._m_waste = metrics.lane_waste.labels(alias)
         self._m_jobs: dict[tuple[str, str], Any] = {}  # (graph kind, result) -> counter child
         self._m_job_s: dict[str, Any] = {}  # graph -> histogram child
         self._verdicts: list[Downgrade] = []  # monitor verdicts for the core to act on (it owns the mode)
@@ -214,6 +218,9 @@ class DeviceExecutor:
                 kv_arg = list(seqs) + [None] * (b - len(seqs))
                 rids = batch.request_ids
                 self._m_fill.observe(batch.fill_ratio)
+                self._m_compiled.set(b)
+                self._m_active.set(len(rids))
+                self._m_waste.inc(b - len(rids))
             engine, banked = self._choose_engine(job, inputs, outputs, seqs, rids, pingpong=pingpong)
             rt_job = self._submit_with_backoff(rt, graph, inputs, outputs, kv_arg, job, engine)
         except SlotConflict as exc:  # 000 §14: the two ping/pong jobs would share state
@@ -424,6 +431,8 @@ class DeviceExecutor:
         self._monitor_verdict(self._monitor.job_timed_out())
         self._metrics.device_errors.labels(self.alias, "Timeout").inc()
         self._count_job(inf.kind, "timeout")
+        if self._metrics.records.enabled:
+            self._record_job(inf, JobStatus.TIMEOUT.value, None, None)
         return JobOutcome(
             inf.job_id, inf.core.generation, JobStatus.TIMEOUT, detail=f"no completion after {self.job_timeout_s:.1f}s"
         )
@@ -436,6 +445,7 @@ class DeviceExecutor:
         rt = self.rt
         assert rt is not None
         res = rt.query(inf.rt_job)
+        kv_before = self._kv_lengths(inf) if self._metrics.records.enabled else None
         hist = self._m_job_s.get(inf.graph)
         if hist is None:
             hist = self._m_job_s[inf.graph] = self._metrics.job_seconds.labels(self.alias, inf.graph)
@@ -464,12 +474,16 @@ class DeviceExecutor:
                 if status_code in FAULT_STATUSES or status_code is RuntimeStatus.JOB_ABORTED
                 else JobStatus.FAILED
             )
-            if status is JobStatus.FAILED:
-                for s in inf.seqs:
-                    with contextlib.suppress(RuntimeLayerError):
-                        rt.kv.rollback(s)
+            # A submitted job that failed with a non-fault status (out of memory, invalid argument) may have
+            # written part of its KV: never roll it back as if nothing happened; the lanes go Unknown (000 §7.4).
             fin = Finished(
-                JobOutcome(job, gen, status, detail=f"{status_code.name}: {res.detail or ''}".strip()),
+                JobOutcome(
+                    job,
+                    gen,
+                    status,
+                    detail=f"{status_code.name}: {res.detail or ''}".strip(),
+                    kv_unknown=status is JobStatus.FAILED,
+                ),
                 runtime_status=status_code,
             )
         if fin.outcome.status is JobStatus.FAULT:
@@ -479,7 +493,55 @@ class DeviceExecutor:
         self.slots.release(job)
         if fin.outcome.status is JobStatus.OK:
             self._monitor.job_completed()
+        if kv_before is not None:
+            self._record_job(inf, fin.outcome.status.value, res, kv_before)
         return fin
+
+    def _kv_lengths(self, inf: Inflight) -> list[int | None]:
+        """Each lane's committed KV tokens (None: the runtime could not tell)."""
+        assert self.rt is not None
+        out: list[int | None] = []
+        for s in inf.seqs:
+            try:
+                out.append(self.rt.kv.length(s).committed)
+            except RuntimeLayerError:
+                out.append(None)
+        return out
+
+    def _record_job(
+        self, inf: Inflight, status: str, res: JobResult | None, kv_before: list[int | None] | None
+    ) -> None:
+        """001 §14's per-job record (calctl.serving.records). Phases come from the runtime's own trace; a
+        runtime that reports none gives null h2d/infer/d2h, never a made-up split."""
+        rt = self.rt
+        assert rt is not None
+        job = inf.rt_job
+        phases: dict[str, float] = {}
+        for ev in rt.trace(since_ns=job.submit_ns):
+            if ev.job == job.id and ev.phases:
+                for p in ev.phases:
+                    phases[p.phase.value] = round(phases.get(p.phase.value, 0.0) + (p.end_ns - p.start_ns) / 1e6, 3)
+        done = res is not None and res.end_ns is not None
+        self._metrics.records.job(
+            job_id=int(inf.job_id),
+            model_alias=self.alias,
+            generation=int(inf.core.generation),
+            graph=inf.graph,
+            kind=inf.kind,
+            engine=inf.engine.value,
+            chips=list(job.chips),
+            lanes=len(inf.request_ids),
+            submit_ns=job.submit_ns,
+            done_ns=res.end_ns if done and res is not None else None,
+            h2d_ms=phases.get("h2d"),
+            infer_ms=phases.get("compute"),
+            d2h_ms=phases.get("d2h"),
+            device_ms=ms(res.device_seconds) if res is not None else None,
+            output_status=status,
+            kv_before=kv_before,
+            kv_after=self._kv_lengths(inf) if status != "timeout" else None,
+            reset_generation=None,  # the runtime reports no reset epoch per job (vendor gap, docs/serve.md)
+        )
 
     def _read_output(self, inf: Inflight) -> Finished:
         """A succeeded job's logits after the crosstalk checks (000 §14)."""
@@ -566,6 +628,15 @@ def _status_anomaly(inf: Inflight, res: JobResult) -> str | None:
     """What is self-contradictory in the runtime's answer about a job that Wait reported done (000 §14)."""
     if res.job.id != inf.rt_job.id:
         return f"query about job {inf.rt_job.id} answered for job {res.job.id}"
+    # 000 §7.4: a finished job's generation and lanes must be the ones it was submitted with.
+    if res.job.generation != inf.rt_job.generation:
+        return (
+            f"job {res.job.id} finished under generation {res.job.generation}, submitted under {inf.rt_job.generation}"
+        )
+    if tuple(res.job.kv) != tuple(inf.rt_job.kv) or res.job.batch != inf.rt_job.batch:
+        return f"job {res.job.id} finished on KV lanes {res.job.kv}, submitted on {inf.rt_job.kv}"
+    if (res.job.model, res.job.graph) != (inf.rt_job.model, inf.rt_job.graph):
+        return f"job {res.job.id} finished as {res.job.model}/{res.job.graph}, submitted as {inf.rt_job.model}/{inf.rt_job.graph}"
     if not res.state.terminal:
         return f"job {res.job.id} was reported done but is {res.state.value}"
     if res.ok and res.status != RuntimeStatus.OK:

@@ -74,8 +74,9 @@ from calctl.serving.engine.modes import DowngradeReason, DowngradeRecord
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
 from calctl.serving.engine.sampling import sample_token
 from calctl.serving.engine.streams import EngineStream
-from calctl.serving.outcomes import ENDINGS, VERDICT_REJECTION, Outcome
+from calctl.serving.outcomes import ENDINGS, VERDICT_REJECTION, Ending, Outcome
 from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
+from calctl.serving.records import ms
 from calctl.serving.text import TextCodec
 
 log = logging.getLogger("calctl.serve")
@@ -719,6 +720,7 @@ class EngineCore:
             return
         self._recovery_pending = True
         self._serving = False
+        self._display_state = ModelState.DRAINING  # 001 §11.1 Ready -> Draining: never listed as ready meanwhile
         req = RecoveryRequest(self.alias, ev.status, ev.detail, runtime_status)
         if self._exec.inflight:
             # 000 §14: submitted jobs drain; the reset waits until they completed or timed out.
@@ -765,6 +767,8 @@ class EngineCore:
         if ctx is None:
             return
         self._m_e2e.observe(now - ctx.arrived)
+        if self._metrics.records.enabled:
+            self._record_request(ev, ctx, end, now)
         if ctx.tokens == 0 and end.before_output is not None:
             # No output yet: the request is refused with its HTTP error (a queued request's deadline, a reset).
             ctx.stream.post_rejected(
@@ -783,6 +787,26 @@ class EngineCore:
                 completion_tokens=ctx.tokens,
                 outcome=end.outcome.value,
             )
+        )
+
+    def _record_request(self, ev: TerminalEvent, ctx: _Request, end: Ending, now: float) -> None:
+        """001 §14's per-request record (calctl.serving.records): internal, so it may name the chips."""
+        first, last = ctx.first_token_at, ctx.last_token_at
+        tpot = (last - first) / (ctx.tokens - 1) if first is not None and last is not None and ctx.tokens > 1 else None
+        self._metrics.records.request(
+            request_id=str(ev.request_id),
+            model_alias=self.alias,
+            model_generation=int(self._sched.generation),
+            chips=list(self.chips),
+            tenant=ctx.gen.tenant,
+            prompt_tokens=len(ctx.gen.prompt_ids),
+            output_tokens=ctx.tokens,
+            queue_ms=ms(None if ctx.first_job_at is None else ctx.first_job_at - ctx.arrived),
+            ttft_ms=ms(None if first is None else first - ctx.arrived),
+            tpot_ms=ms(tpot),
+            e2e_ms=ms(now - ctx.arrived),
+            finish_reason=end.finish.value if ctx.tokens or end.before_output is None else None,
+            error_class=None if end.outcome.value in ("stop", "length") else end.outcome.value,
         )
 
     def _stale_probe_step(self, stream: EngineStream, event: TokenEvent) -> None:

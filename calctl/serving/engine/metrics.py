@@ -16,7 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from calctl.runtime.types import TELEMETRY_FIELDS, ChipTelemetry
 from calctl.serving.config import ExecutorMode
+from calctl.serving.records import RecordSink
 
 # Latency buckets from 5 ms to 480 s (000 §16: long prefills and queue waits must stay visible).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 240, 480)
@@ -24,7 +26,9 @@ FILL_BUCKETS = (0.0625, 0.125, 0.25, 0.5, 0.75, 1.0)
 
 
 class EngineMetrics:
-    def __init__(self) -> None:
+    def __init__(self, records: RecordSink | None = None) -> None:
+        # 001 §14 per-request and per-job NDJSON records (calctl.serving.records); disabled by default.
+        self.records = records or RecordSink()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -91,6 +95,19 @@ class EngineMetrics:
             "Active lanes / compiled batch (000 §16).",
             ["model"],
             buckets=FILL_BUCKETS,
+            registry=r,
+        )
+        # 000 §16 batch metrics: what the last decode job ran, and the padding lanes executed for nothing.
+        self.compiled_batch = Gauge(
+            "calctl_decode_compiled_batch", "Compiled batch of the last decode job.", ["model"], registry=r
+        )
+        self.active_lanes = Gauge(
+            "calctl_decode_active_lanes", "Active lanes of the last decode job.", ["model"], registry=r
+        )
+        self.lane_waste = Counter(
+            "calctl_decode_lane_waste_total",
+            "Decode lanes run without a request (compiled batch - active lanes), summed over jobs (000 §16).",
+            ["model"],
             registry=r,
         )
         self.downgrades = Counter(
@@ -161,10 +178,36 @@ class SnapshotCollector(Collector):
             quarantined.add_metric([m.alias], float(m.quarantined_jobs))
             for name in EXECUTOR_MODES:  # every mode, 0 or 1, so a downgrade shows as a flip (000 §14)
                 mode.add_metric([m.alias, name], 1.0 if name == m.executor_mode else 0.0)
+        # 001 §14 per-chip telemetry: NaN where the runtime cannot tell (never 0), and the gap as its own series.
+        tel = {
+            f: GaugeMetricFamily(name, f"{what} (internal; NaN = not reported).", labels=["chip"])
+            for f, (name, what) in CHIP_TELEMETRY_GAUGES.items()
+        }
+        gaps = GaugeMetricFamily(
+            "calctl_chip_telemetry_gap",
+            "1 for a per-chip telemetry field the runtime cannot report (vendor gap, 001 §14).",
+            labels=["chip", "field"],
+        )
         for c in snap.chips:
             mem.add_metric([str(c.chip)], math.nan if c.used_bytes is None else float(c.used_bytes))
             memt.add_metric([str(c.chip)], math.nan if c.total_bytes is None else float(c.total_bytes))
+            for f in TELEMETRY_FIELDS:
+                v = getattr(c.telemetry, f) if c.telemetry is not None else None
+                tel[f].add_metric([str(c.chip)], math.nan if v is None else float(v))
+                if v is None:
+                    gaps.add_metric([str(c.chip), f], 1.0)
         yield from (state, gen, queue, waiting, waiting_tok, kv, kv_tok, inflight, quarantined, mode, mem, memt)
+        yield from (*tel.values(), gaps)
+
+
+CHIP_TELEMETRY_GAUGES = {
+    "temperature_c": ("calctl_chip_temperature_celsius", "Per-chip temperature"),
+    "power_w": ("calctl_chip_power_watts", "Per-chip power"),
+    "frequency_mhz": ("calctl_chip_frequency_mhz", "Per-chip clock frequency"),
+    "throttled": ("calctl_chip_throttled", "1 while the chip is throttled"),
+    "reset_count": ("calctl_chip_resets", "Resets that covered the chip"),
+    "queue_depth": ("calctl_chip_queue_depth", "Jobs submitted to the chip and not finished"),
+}
 
 
 EXECUTOR_MODES = tuple(m.value for m in ExecutorMode)
@@ -217,10 +260,13 @@ class ModelSnapshot:
 
 
 class ChipSnapshot:
-    __slots__ = ("chip", "total_bytes", "used_bytes")
+    __slots__ = ("chip", "telemetry", "total_bytes", "used_bytes")
 
-    def __init__(self, chip: int, used_bytes: int | None, total_bytes: int | None) -> None:
+    def __init__(
+        self, chip: int, used_bytes: int | None, total_bytes: int | None, telemetry: ChipTelemetry | None = None
+    ) -> None:
         self.chip, self.used_bytes, self.total_bytes = chip, used_bytes, total_bytes
+        self.telemetry = telemetry  # None: the runtime's telemetry() failed, every field is a gap
 
 
 class EngineSnapshot:

@@ -11,11 +11,16 @@
   deadline make the model Recovering (buffers are never freed under a job).
 * A combined package is one calbin: reload or unload of either alias
   reconfigures the whole package and both aliases stop together (001 §11.2).
-* **Recovery** (001 §11.3): a worker reports a timeout or fault; the supervisor
-  asks the runtime for the narrowest reset scope it grants (chip, else board),
-  re-runs golden + warm-up on what was reset, and records which aliases the
-  fault touched, so the isolation grade (F0/F1/F2, 001 §13.4) is observed, not
-  assumed.
+* **Recovery** (001 §11.3): a worker reports a timeout or fault. Until fault
+  injection on that board proves otherwise every runtime timeout or crash may
+  have touched the whole board, so the default scope is the **board**: every
+  alias goes Draining -> Recovering, the board is reset and reconfigured, each
+  alias re-runs golden + warm-up and is republished under a new generation.
+  Chip scope only when ``recovery.allow_session_reset`` is true **and** the
+  runtime grants it (only an F2 grade measured on that board justifies it).
+  A reset that fails takes every alias out of service and tries a device-level
+  (board) reset; if that fails too, every alias is Failed with the reason.
+  The trace window and job records around the fault are kept with the record.
 
 The lifecycle lock is held for load/unload/reset only, never around a normal
 wait (001 §10.3).
@@ -25,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
+import os
 import queue
 import shutil
 import tempfile
@@ -48,7 +55,7 @@ from calctl.package.info import package_digest
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.runtime.errors import DeviceLost, NotSupported, RuntimeLayerError, RuntimeStatus
+from calctl.runtime.errors import DeviceLost, NotConfigured, NotSupported, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import GenerationId as RtGenerationId
 from calctl.runtime.types import Health
@@ -76,8 +83,23 @@ class SupervisorOptions:
     step_timeout_s: float = 30.0
     drain_deadline_s: float = 30.0
     job_timeout_s: float = 30.0
-    max_resets_per_10min: int = 2
-    restart_on_unknown_dma: bool = True
+    # The ``recovery`` block (000 §15, 001 §10.4); None: take it from the configuration being served.
+    allow_session_reset: bool | None = None
+    restart_process_on_unknown_dma: bool | None = None
+    max_resets_per_10min: int | None = None
+    restart_on_unknown_dma: bool | None = None
+    recovery_drain_s: float = 2.0  # how long in-flight work may finish before a reset (001 §11.3 "drain")
+    evidence_dir: Path | None = None  # recovery evidence files; None: $CALCTL_RECOVERY_DIR, else memory only
+    evidence_window_s: float = 10.0  # trace kept from before the fault
+    evidence_keep: int = 16
+
+
+@dataclass(frozen=True)
+class RecoveryPolicy:
+    allow_session_reset: bool
+    restart_process_on_unknown_dma: bool
+    max_resets_per_10min: int
+    restart_on_unknown_dma: bool
 
 
 @dataclass(frozen=True)
@@ -109,6 +131,8 @@ class RecoveryRecord:
     seconds: float
     at: float
     detail: str = ""
+    evidence: str | None = None  # the evidence file (trace window + job records), when written
+    generations: dict[str, int] = dataclasses.field(default_factory=dict)  # every alias's after the recovery
 
 
 @dataclass
@@ -158,6 +182,8 @@ class DeviceSupervisor:
         self.unloaded: LoadedPackage | None = None  # the package an unload took down: what a bare load brings back
         self._idle_memory: dict[int, int | None] = {}  # per chip, before the first configure (000 §12 check)
         self.recoveries: list[RecoveryRecord] = []
+        self.evidence: list[dict[str, Any]] = []  # the last recoveries' evidence documents
+        self.failures: dict[str, str] = {}  # alias -> why it is Failed
         self.history: list[LifecycleEvent] = []
         self._lifecycle = threading.Lock()
         self._generation = 0
@@ -265,6 +291,8 @@ class DeviceSupervisor:
         """Initial load: create one worker per alias, then load. Requests may wait (WaitingModel) meanwhile."""
         self.startup_source = Path(source)
         lp = self._resolve(source)
+        for m in lp.package.models:
+            self._event(m.alias, ModelState.VALIDATING, str(source))  # 001 §11.1 Unloaded -> Validating
         settings = self._check_or_fail(lp, initial=True)
         configs = self._scheduler_configs(lp.package)
         for m in lp.package.models:
@@ -389,8 +417,11 @@ class DeviceSupervisor:
             w.forget_device_state()
         try:
             self.rt.reset_configuration()
+        except NotConfigured:
+            # Expected after a board reset (it drops the configuration with everything else): nothing to free.
+            log.info("no calbin is configured any more (a board reset dropped it): nothing to reset")
         except RuntimeLayerError as exc:
-            log.warning("reset_configuration failed (%s); resetting the board", exc)
+            log.warning("reset_configuration failed unexpectedly (%s); resetting the board to free it", exc)
             self._reset("board", None)
         for alias in self.workers:
             self.metrics.lifecycle.labels(alias, "unload").observe(time.monotonic() - t0)
@@ -481,9 +512,11 @@ class DeviceSupervisor:
                 return {"ok": False, "action": "load", "detail": "nothing to load: name a package"}
             try:
                 lp = self._resolve(target)  # step 1
+                self._set_all(ModelState.VALIDATING, detail=str(lp.source))  # 001 §11.1: shown while checked
                 self._check(lp)  # steps 2-4 (and 8's static half)
                 self._check_compatible(lp)
             except CalctlError as exc:
+                self._set_all(ModelState.UNLOADED, detail=f"load refused: {exc}")
                 return {"ok": False, "action": "load", "detail": str(exc), "serving": "nothing (unloaded)"}
             self._set_all(ModelState.CONFIGURING)
             try:
@@ -617,7 +650,9 @@ class DeviceSupervisor:
                 log.exception("recovery of %s failed", req.alias)
 
     def _reset(self, scope: str, chip: int | None) -> str:
-        """Ask for ``scope``; fall back to a board reset when the runtime does not grant it. Returns what was done."""
+        """Ask for ``scope``; fall back to a board reset when the runtime does not grant it. Returns what was done.
+
+        A board reset that raises propagates: the caller decides what a failed reset means (001 §11.3 row 6)."""
         if scope == "chip":
             try:
                 self.rt.reset("chip", chip)
@@ -627,56 +662,179 @@ class DeviceSupervisor:
         self.rt.reset("board", None)
         return "board"
 
+    def policy(self, alias: str) -> RecoveryPolicy:
+        """The effective ``recovery`` block for ``alias``: options override, else the configuration (000 §15,
+        001 §10.4), else the safe defaults (board scope, 2 resets per 10 minutes)."""
+        o = self.options
+        sched = self.scheduler_configs.get(alias)
+        if sched is None and self.dual_config is not None:
+            with contextlib.suppress(KeyError):
+                sched = self.dual_config.model(alias).effective_scheduler()
+        dual = self.dual_config.recovery if self.dual_config is not None else None
+        return RecoveryPolicy(
+            allow_session_reset=(
+                o.allow_session_reset if o.allow_session_reset is not None else bool(dual and dual.allow_session_reset)
+            ),
+            restart_process_on_unknown_dma=(
+                o.restart_process_on_unknown_dma
+                if o.restart_process_on_unknown_dma is not None
+                else bool(dual and dual.restart_process_on_unknown_dma)
+            ),
+            max_resets_per_10min=(
+                o.max_resets_per_10min
+                if o.max_resets_per_10min is not None
+                else (sched.recovery.max_resets_per_10min if sched else 2)
+            ),
+            restart_on_unknown_dma=(
+                o.restart_on_unknown_dma
+                if o.restart_on_unknown_dma is not None
+                else (sched.recovery.restart_on_unknown_dma if sched else True)
+            ),
+        )
+
+    def _fail(self, aliases: list[str], reason: str) -> None:
+        """Terminal: the aliases leave service with ``reason`` (shown in /health/ready and the metrics)."""
+        for a in aliases:
+            self.failures[a] = reason
+            self.workers[a].fail_all(reason)
+            self._event(a, ModelState.FAILED, reason)
+
+    def _stop_and_drain(self, aliases: list[str], why: str, faulted: str | None = None) -> None:
+        """001 §11.1 Ready -> Draining -> Recovering: stop admission, let in-flight work finish briefly, retire."""
+        for a in aliases:
+            self.workers[a].set_state(ModelState.DRAINING)
+            self._event(a, ModelState.DRAINING, why)
+        end = time.monotonic() + self.options.recovery_drain_s
+
+        def settled(a: str) -> bool:  # the faulted core no longer serves: only its jobs in flight can finish
+            w = self.workers[a]
+            return w.inflight() == 0 if a == faulted else w.drained()
+
+        while time.monotonic() < end and not all(settled(a) for a in aliases):
+            time.sleep(0.01)
+        for a in aliases:
+            self.workers[a].set_state(ModelState.RECOVERING)
+            self._event(a, ModelState.RECOVERING, why)
+            self.workers[a].retire(why)
+
+    def _save_evidence(self, req: RecoveryRequest, scope: str, affected: list[str], t0_ns: int) -> Path | None:
+        """001 §11.3 "保存 trace": the trace window and job records around the fault, next to the record."""
+        since = max(0, t0_ns - int(self.options.evidence_window_s * 1e9))
+        try:
+            events = [_trace_row(e) for e in self.rt.trace(since_ns=since)]
+        except RuntimeLayerError as exc:
+            events = []
+            log.warning("recovery evidence: the runtime trace is not readable (%s)", exc)
+        doc = {
+            "schema": "calctl-recovery-evidence/v1",
+            "device": self.rt.kind.value,
+            "alias": req.alias,
+            "reason": req.status.value,
+            "runtime_status": _status_name(req.runtime_status),
+            "detail": req.detail,
+            "scope_requested": scope,
+            "affected_aliases": affected,
+            "generations": {a: self.workers[a].generation for a in self.workers},
+            "trace_window_s": self.options.evidence_window_s,
+            "clock": "CLOCK_MONOTONIC",
+            "trace": events,
+            "jobs": {a: self.workers[a].executor_status() for a in affected},
+            "package_digest": self.loaded.digest if self.loaded else None,
+        }
+        self.evidence.append(doc)
+        del self.evidence[: -self.options.evidence_keep]
+        base = self.options.evidence_dir
+        if base is None:
+            env = os.environ.get("CALCTL_RECOVERY_DIR")
+            base = Path(env) if env else None
+        if base is None:
+            return None
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            path = base / f"recovery-{os.getpid()}-{len(self.recoveries) + 1:04d}-{req.alias}.json"
+            path.write_text(json.dumps(doc, indent=1, default=str))
+            return path
+        except OSError as exc:
+            log.error("recovery evidence not written to %s: %s", base, exc)
+            return None
+
     def recover(self, req: RecoveryRequest) -> RecoveryRecord:
         t0 = time.monotonic()
+        t0_ns = time.monotonic_ns()
         with self._lifecycle:
             if self._closed or self.loaded is None:
                 return RecoveryRecord(req.alias, req.status.value, None, "none", (), False, 0.0, t0, "not serving")
+            pol = self.policy(req.alias)
             worker = self.workers[req.alias]
-            now = time.monotonic()
-            while self._resets and now - self._resets[0] > 600:
-                self._resets.popleft()
-            if len(self._resets) >= self.options.max_resets_per_10min:
-                worker.fail_all(f"more than {self.options.max_resets_per_10min} resets in 10 minutes")
-                self._event(
-                    req.alias, ModelState.FAILED, "reset budget exhausted (000 §15 recovery.max_resets_per_10min)"
-                )
+            unknown_dma = req.runtime_status is RuntimeStatus.UNKNOWN_DMA_STATE
+            # 001 §11.3: until fault injection proves otherwise every timeout/crash may have touched the whole
+            # board. Chip scope only when the configuration allows a session reset (and the runtime grants it).
+            want = "chip" if pol.allow_session_reset and len(worker.chips) == 1 else "board"
+            if unknown_dma and pol.restart_on_unknown_dma:
+                want = "board"  # 000 §15 restart_on_unknown_dma
+            affected = [req.alias] if want == "chip" else list(self.workers)
+
+            def record(scope: str, ok: bool, detail: str, evidence: Path | None = None) -> RecoveryRecord:
+                for a in affected:
+                    self.metrics.recoveries.labels(a, req.status.value, scope).inc()
                 rec = RecoveryRecord(
                     req.alias,
                     req.status.value,
                     _status_name(req.runtime_status),
-                    "none",
-                    (req.alias,),
-                    False,
+                    scope,
+                    tuple(affected),
+                    ok,
                     time.monotonic() - t0,
                     t0,
-                    "reset budget exhausted",
+                    detail,
+                    str(evidence) if evidence else None,
+                    {a: self.workers[a].generation for a in self.workers},
                 )
                 self.recoveries.append(rec)
                 return rec
+
+            self._stop_and_drain(affected, f"{req.status.value}: {req.detail}", req.alias)
+            evidence = self._save_evidence(req, want, affected, t0_ns)
+            if unknown_dma and pol.restart_process_on_unknown_dma:
+                reason = "unknown DMA state: restart the serving process (recovery.restart_process_on_unknown_dma)"
+                self._fail(list(self.workers), reason)
+                affected = list(self.workers)
+                return record("process", False, reason, evidence)
+            now = time.monotonic()
+            while self._resets and now - self._resets[0] > 600:
+                self._resets.popleft()
+            if len(self._resets) >= pol.max_resets_per_10min:
+                reason = (
+                    f"reset budget exhausted: {len(self._resets)} reset(s) in 10 minutes, "
+                    f"recovery.max_resets_per_10min is {pol.max_resets_per_10min}"
+                )
+                self._fail(affected, reason)
+                return record("none", False, reason, evidence)
             self._resets.append(now)
-            worker.set_state(ModelState.RECOVERING)
-            self._event(req.alias, ModelState.RECOVERING, f"{req.status.value}: {req.detail}")
-            worker.retire(f"{req.status.value}: {req.detail}")
-            want = "chip"
-            if req.runtime_status is RuntimeStatus.UNKNOWN_DMA_STATE and self.options.restart_on_unknown_dma:
-                want = "board"  # 000 §15 restart_on_unknown_dma: the narrowest safe scope is the whole board
-            if len(worker.chips) != 1:
-                want = "board"
-            scope = self._reset(want, worker.chips[0] if want == "chip" else None)
-            affected = [req.alias]
-            if scope == "board":
-                # The configuration and every alias went with it: reconfigure the whole package.
-                others = [a for a in self.workers if a != req.alias]
-                for a in others:
-                    self.workers[a].set_state(ModelState.RECOVERING)
-                    self.workers[a].retire("board reset")
-                    self._event(a, ModelState.RECOVERING, f"board reset for {req.alias}")
+            try:
+                scope = self._reset(want, worker.chips[0] if want == "chip" else None)
+            except RuntimeLayerError as exc:
+                # 001 §11.3 row 6: a failed reset takes both aliases out of service; device-level recovery.
+                first = f"{want} reset failed: {exc}"
+                log.error("recovery of %s: %s; device-level recovery", req.alias, first)
+                others = [a for a in self.workers if a not in affected]
+                if others:
+                    self._stop_and_drain(others, first)
+                affected = list(self.workers)
+                try:
+                    self.rt.reset("board", None)
+                    scope = "board"
+                except RuntimeLayerError as exc2:
+                    reason = f"{first}; device-level board reset failed too: {exc2}"
+                    self._fail(affected, reason)
+                    return record("device", False, reason, evidence)
+            if scope == "board" and len(affected) < len(self.workers):
+                # The runtime widened the scope: the configuration and every alias went with it.
+                others = [a for a in self.workers if a not in affected]
+                self._stop_and_drain(others, f"board reset for {req.alias}")
                 affected += others
             for a in affected:
                 self.workers[a].forget_device_state()
-            ok = True
-            detail = ""
             try:
                 gen = self._next_generation()
                 if scope == "board":
@@ -686,28 +844,14 @@ class DeviceSupervisor:
                     self._event(a, ModelState.WARMING, f"golden + warm-up after a {scope} reset")
                 self._golden_and_warmup(self.loaded.package, affected, gen)  # 001 §13.3: golden+warmup before Ready
                 for a in affected:
+                    self.failures.pop(a, None)
                     self.workers[a].publish(self.rt, gen)
                     self._event(a, ModelState.READY, f"recovered, generation {gen}")
             except CalctlError as exc:
-                ok, detail = False, str(exc)
-                for a in affected:
-                    self.workers[a].fail_all(f"recovery failed: {exc}")
-                    self._event(a, ModelState.FAILED, detail)
-            for a in affected:
-                self.metrics.recoveries.labels(a, req.status.value, scope).inc()
-            rec = RecoveryRecord(
-                req.alias,
-                req.status.value,
-                _status_name(req.runtime_status),
-                scope,
-                tuple(affected),
-                ok,
-                time.monotonic() - t0,
-                t0,
-                detail,
-            )
-            self.recoveries.append(rec)
-            return rec
+                reason = f"recovery after a {scope} reset failed: {exc}"
+                self._fail(affected, reason)
+                return record(scope, False, reason, evidence)
+            return record(scope, True, "", evidence)
 
     # ------------------------------------------------------------------ shutdown
 
@@ -739,8 +883,23 @@ class DeviceSupervisor:
         return [r.__dict__ for r in self.recoveries]
 
 
+def _trace_row(e: Any) -> dict[str, Any]:
+    return {
+        "job": int(e.job),
+        "chip": e.chip,
+        "model": e.model,
+        "graph": e.graph,
+        "engine": e.engine.value,
+        "generation": int(e.generation),
+        "submit_ns": e.submit_ns,
+        "start_ns": e.start_ns,
+        "end_ns": e.end_ns,
+        "state": e.state.value,
+    }
+
+
 def _status_name(status: RuntimeStatus | None) -> str | None:
     return status.name if status is not None else None
 
 
-__all__ = ["DeviceSupervisor", "RecoveryRecord", "SupervisorOptions"]
+__all__ = ["DeviceSupervisor", "RecoveryPolicy", "RecoveryRecord", "SupervisorOptions"]

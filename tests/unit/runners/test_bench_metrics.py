@@ -119,10 +119,29 @@ def test_paired_windows_tell_parallel_from_serial() -> None:
     gates = {g.name: g for g in G.concurrency_gates(serial)}
     assert gates["throughput_efficiency"].passed is False and "0.80" in gates["throughput_efficiency"].rule
     assert gates["overlap_ratio"].passed is False
-    assert {g.name: g.passed for g in G.concurrency_gates(parallel)} == {
+    busy = G.TraceEvidence(0.8, "mock", 40)
+    assert {g.name: g.passed for g in G.concurrency_gates(parallel, busy)} == {
+        "per_chip_trace_overlap": True,
         "throughput_efficiency": True,
         "overlap_ratio": True,
     }
+
+
+def test_wall_clock_alone_never_passes_the_concurrency_gates() -> None:
+    # 001 §1: per-chip trace, timeline and joint throughput together prove S2; wall clock alone is not enough.
+    d, w = 10.0, 1.0
+    a = window_rates(_steady("a", 50, d), t0=0.0, duration_s=d, window_s=w)
+    b = window_rates(_steady("b", 50, d), t0=0.0, duration_s=d, window_s=w)
+    parallel = compare(a, b, a.copy(), b.copy(), window_s=w)
+    no_trace = G.concurrency_gates(parallel)
+    assert G.verdict(no_trace) == G.NOT_JUDGED
+    (gate,) = [g for g in no_trace if g.name == "per_chip_trace_overlap"]
+    assert gate.passed is None and "S2 cannot be shown from wall clock alone" in gate.full
+    refused = G.TraceEvidence(None, missing="GET /internal/trace answered 403")
+    assert "403" in G.trace_gate(refused).full
+    took_turns = G.concurrency_gates(parallel, G.TraceEvidence(0.02, "mock", 40))
+    assert G.verdict(took_turns) == "FAIL"
+    assert "2% of the joint window: the chips took turns" in G.failing(took_turns)[0].full
 
 
 def test_a_p99_gate_on_17_samples_is_not_judged_and_says_what_would_be_enough() -> None:

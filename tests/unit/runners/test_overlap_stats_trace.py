@@ -17,9 +17,24 @@ def _rounds(t_joint: list[float], t_iso: float = 1.0, tokens: int = 100) -> list
 
 
 def test_parallel_chips_are_s2() -> None:
-    v = judge(_rounds([1.02, 1.04, 1.01, 1.05, 1.03, 1.02]))
+    v = judge(_rounds([1.02, 1.04, 1.01, 1.05, 1.03, 1.02]), both_busy=0.9)
     assert v.verdict == "S2"
     assert v.overlap_ratio.ci_low > 0.4 and v.throughput_efficiency.mean > 0.9
+    assert "per-chip trace: both chips computing during 90%" in v.reasons[0]
+
+
+def test_wall_clock_alone_never_makes_s2() -> None:
+    # 001 §1: only the per-chip trace, the timeline and the joint throughput together prove S2.
+    parallel = _rounds([1.02, 1.04, 1.01, 1.05, 1.03, 1.02])
+    no_trace = judge(parallel)
+    assert no_trace.verdict == "S1"
+    assert no_trace.reasons == (
+        "no per-chip trace of the joint window: the chips' overlap is unknown, S2 cannot be shown",
+    )
+    took_turns = judge(parallel, both_busy=0.03)
+    assert took_turns.verdict == "S1"
+    assert len(took_turns.reasons) == 1 and "only 3% of the joint wall time" in took_turns.reasons[0]
+    assert judge(parallel, both_busy=0.25).verdict == "S2"
 
 
 def test_serialised_chips_are_s1_with_reasons() -> None:
@@ -31,7 +46,7 @@ def test_serialised_chips_are_s1_with_reasons() -> None:
 
 def test_overlap_without_enough_efficiency_is_s1() -> None:
     # Some overlap (joint 1.7 vs serial 2.0) but efficiency 2/1.7/2 ~ 0.59.
-    v = judge(_rounds([1.7, 1.71, 1.69, 1.7]))
+    v = judge(_rounds([1.7, 1.71, 1.69, 1.7]), both_busy=0.6)
     assert v.verdict == "S1" and v.overlap_ratio.ci_low > 0
     assert len(v.reasons) == 1 and "efficiency" in v.reasons[0]
 

@@ -163,6 +163,24 @@ def test_clean_failure_rolls_back_instead_of_quarantining(clock: FakeClock) -> N
     assert dev.sched.kv.state(job.kv_lane) is KvState.FREE and not dev.sched.halted
 
 
+def test_a_submitted_job_failing_without_a_fault_marks_its_kv_unknown(clock: FakeClock) -> None:
+    """000 §7.4: out of memory / invalid argument after submit: what the job wrote is unknown, never rolled back;
+    the lane stays quarantined (not handed out) until a recovery, and no reset is asked for (not a fault)."""
+    dev = make_device(clock)
+    dev.add("r")
+    job = dev.sched.schedule(clock.now).jobs[0]
+    dev.sched.update_from_output(
+        JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="OUT_OF_MEMORY", kv_unknown=True), clock.now
+    )
+    evs = dev.pump()
+    assert _terminals(evs)["r"].reason is FinishReason.DEVICE_ERROR
+    assert dev.sched.kv.state(job.kv_lane) is KvState.UNKNOWN and not dev.sched.halted
+    assert not any(isinstance(e, RecoveryNeeded) for e in evs)
+    dev.sched.check_invariants()
+    dev.sched.recover(GenerationId(2), clock.now)
+    assert dev.sched.kv.state(job.kv_lane) is KvState.FREE
+
+
 def test_stale_or_unknown_job_and_generation_tags(clock: FakeClock) -> None:
     """000 §4 rule 4: an unknown job is dropped as stale; a known job with a wrong generation tag is a bug."""
     dev = make_device(clock)

@@ -378,6 +378,9 @@ class FakeEngine:
             return all(state == "Ready" for state in self.states.values())
         return self.states.get(alias) == "Ready"
 
+    def failures(self) -> dict[str, str]:
+        return {}
+
     def is_draining(self) -> bool:
         self._enter("is_draining")
         return self.draining

@@ -101,9 +101,16 @@ async def test_models_with_a_valid_key(client: httpx.AsyncClient) -> None:
     assert r.status_code == 200 and len(r.json()["data"]) == 2
 
 
-async def test_health_and_metrics_need_no_key(client: httpx.AsyncClient) -> None:
-    for path in ("/health/live", "/health/ready", "/health/ready/model-a", "/metrics"):
+async def test_health_needs_no_key(client: httpx.AsyncClient) -> None:
+    for path in ("/health/live", "/health/ready", "/health/ready/model-a"):
         assert (await client.get(path)).status_code == 200, path
+
+
+async def test_metrics_needs_the_admin_key_by_default(client: httpx.AsyncClient) -> None:
+    # /metrics names the board and the models' internal state (000 §16): internal, like /internal.
+    for headers in ({}, bearer("sk-alice"), bearer("adm-wrong")):
+        assert_401(await client.get("/metrics", headers=headers))
+    assert (await client.get("/metrics", headers=bearer(ADMIN))).status_code == 200
 
 
 # -- /internal ---------------------------------------------------------------------------------
@@ -161,6 +168,22 @@ async def test_internal_is_closed_when_api_keys_exist_but_no_admin_key(
         }
         assert (await client.delete("/internal/requests/cmpl-1", headers=headers)).status_code == 403
     assert engine.admin_calls == [] and engine.engine_cancels == []
+
+
+@pytest.mark.parametrize("settings", [ApiSettings(api_keys=KEYS)], ids=["api-keys-only"])
+async def test_metrics_is_closed_with_api_keys_but_no_admin_key(client: httpx.AsyncClient) -> None:
+    for headers in ({}, bearer("sk-alice")):
+        r = await client.get("/metrics", headers=headers)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "admin_disabled"
+
+
+@pytest.mark.parametrize(
+    "settings", [ApiSettings(api_keys=KEYS, admin_keys=frozenset({ADMIN}), metrics_public=True)], ids=["public"]
+)
+async def test_metrics_public_is_the_operators_opt_out(client: httpx.AsyncClient) -> None:
+    # `calctl serve --metrics-public`: a Prometheus scraper on a private network reads it without a key.
+    assert (await client.get("/metrics")).status_code == 200
+    assert_401(await client.get("/internal/trace"))  # /internal stays behind the admin key
 
 
 @pytest.mark.parametrize("settings", [ApiSettings()], ids=["no-keys"])

@@ -70,6 +70,19 @@ def test_deltas_are_whole_characters_and_add_up(codec: TextCodec) -> None:
     assert sum(d == "" for d in deltas) >= 6  # held while a character was incomplete
 
 
+def test_a_character_cut_off_by_the_end_of_output_is_dropped_not_sent_as_u_fffd(codec: TextCodec) -> None:
+    ids = codec.encode(TEXT)
+    pieces = [codec.decode([i]) for i in ids]
+    cut = next(
+        n for n in range(1, len(ids)) if pieces[n - 1].endswith("\ufffd") and codec.decode(ids[:n]).endswith("\ufffd")
+    )
+    detok = IncrementalDetokenizer(codec, context=codec.encode("Say: "))
+    deltas = [detok.push(i) for i in ids[:cut]] + [detok.flush()]  # max_tokens ends inside a character
+    text = "".join(deltas)
+    assert "\ufffd" not in text, deltas
+    assert TEXT.startswith(text) and len(text) < len(TEXT)
+
+
 def _stream_texts(events: list[Any]) -> list[str]:
     out = []
     for ev in events:

@@ -1,0 +1,139 @@
+"""Per-request and per-job records as NDJSON (001 §14): internal, so the only place chip ids appear.
+
+One JSON object per line, ``"record": "request"`` or ``"record": "job"``:
+
+* request (written when the request ends, accepted or not): ``request_id``,
+  ``model_alias``, ``model_generation``, ``chips``, ``tenant``,
+  ``prompt_tokens``, ``output_tokens``, ``queue_ms``, ``ttft_ms``, ``tpot_ms``,
+  ``e2e_ms``, ``finish_reason``, ``error_class``;
+* job (written when the job completes or times out): ``job_id``,
+  ``model_alias``, ``generation``, ``graph``, ``kind``, ``engine``, ``chips``,
+  ``lanes``, ``submit_ns``, ``done_ns``, ``h2d_ms``, ``infer_ms``,
+  ``d2h_ms``, ``device_ms``, ``output_status``, ``kv_before``, ``kv_after``,
+  ``reset_generation``.
+
+A value the engine or the runtime cannot tell is ``null``, never 0 and never
+omitted: a runtime that reports no job phases gives ``h2d_ms``/``infer_ms``/
+``d2h_ms`` null; a job that timed out has no ``done_ns``. Request and job ids
+go here (and to logs), never to Prometheus labels.
+
+Where: ``calctl serve --records DIR`` writes ``DIR/records.ndjson``, rotated at
+``--records-max-mb`` (default 64 MiB) with 5 older files kept
+(``records.ndjson.1`` … ``.5``; :class:`logging.handlers.RotatingFileHandler`);
+``--records -`` writes to stderr. Without ``--records`` nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from calctl.errors import UsageError
+
+RECORDS_FILE = "records.ndjson"
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+BACKUPS = 5
+
+REQUEST_FIELDS = (
+    "request_id",
+    "model_alias",
+    "model_generation",
+    "chips",
+    "tenant",
+    "prompt_tokens",
+    "output_tokens",
+    "queue_ms",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "finish_reason",
+    "error_class",
+)
+JOB_FIELDS = (
+    "job_id",
+    "model_alias",
+    "generation",
+    "graph",
+    "kind",
+    "engine",
+    "chips",
+    "lanes",
+    "submit_ns",
+    "done_ns",
+    "h2d_ms",
+    "infer_ms",
+    "d2h_ms",
+    "device_ms",
+    "output_status",
+    "kv_before",
+    "kv_after",
+    "reset_generation",
+)
+
+
+class RecordSink:
+    """Writes records, one line each, from any thread (the logging handler holds the lock).
+
+    ``RecordSink()`` is disabled: ``enabled`` is False and the engine skips building records at all."""
+
+    def __init__(self, handler: logging.Handler | None = None, *, where: str | None = None) -> None:
+        self._handler = handler
+        self.where = where
+        if handler is not None:
+            handler.setFormatter(logging.Formatter("%(message)s"))
+
+    @property
+    def enabled(self) -> bool:
+        return self._handler is not None
+
+    @classmethod
+    def to_directory(cls, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> RecordSink:
+        if max_bytes <= 0:
+            raise UsageError(f"--records-max-mb: must be > 0, got {max_bytes / 2**20:g}")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            handler = logging.handlers.RotatingFileHandler(
+                directory / RECORDS_FILE, maxBytes=max_bytes, backupCount=BACKUPS, encoding="utf-8"
+            )
+        except OSError as exc:
+            raise UsageError(
+                f"--records {directory}: cannot write records there ({exc.strerror or exc})",
+                hint="pass a writable directory, or `-` for stderr",
+            ) from None
+        return cls(handler, where=str(directory / RECORDS_FILE))
+
+    @classmethod
+    def to_stream(cls, stream: TextIO | None = None) -> RecordSink:
+        return cls(logging.StreamHandler(stream or sys.stderr), where="stderr")
+
+    def request(self, **fields: Any) -> None:
+        self._write("request", REQUEST_FIELDS, fields)
+
+    def job(self, **fields: Any) -> None:
+        self._write("job", JOB_FIELDS, fields)
+
+    def _write(self, kind: str, names: tuple[str, ...], fields: dict[str, Any]) -> None:
+        h = self._handler
+        if h is None:
+            return
+        unknown = set(fields) - set(names)
+        if unknown:  # a programming error: a record has exactly its documented fields
+            raise ValueError(f"{kind} record: unknown field(s) {sorted(unknown)}")
+        doc = {"record": kind, "ts": round(time.time(), 6), **{n: fields.get(n) for n in names}}
+        h.handle(logging.makeLogRecord({"msg": json.dumps(doc, separators=(",", ":")), "levelno": logging.INFO}))
+
+    def close(self) -> None:
+        if self._handler is not None:
+            self._handler.close()
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1e3, 3)
+
+
+__all__ = ["BACKUPS", "JOB_FIELDS", "RECORDS_FILE", "REQUEST_FIELDS", "RecordSink", "ms"]

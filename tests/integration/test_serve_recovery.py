@@ -1,0 +1,205 @@
+"""Faults and recovery (001 §10.4, §11.1, §11.3, §13.4; 000 §15): a CCU fault on model A under joint traffic."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from calctl.runtime.errors import InternalRuntimeError
+from tests.integration.serve_harness import COMBINED, Served, golden, serving
+
+A_JOB = 60  # loading runs 16 golden + 8 warm-up decode jobs of model_a_decode; job 60 falls in serving traffic
+
+
+def _plan(tmp: Path, kind: str = "ccu_exception", scope: str = "chip") -> Path:
+    plan = tmp / "faults.yaml"
+    plan.write_text(
+        textwrap.dedent(f"""\
+        schema: calctl-fault-plan/v1
+        seed: 3
+        faults:
+          - {{kind: {kind}, job: {A_JOB}, graph: model_a_decode, reset_scope: {scope}}}
+        """)
+    )
+    return plan
+
+
+def _config(
+    tmp: Path, *, allow_session_reset: bool, max_resets: int | None = None, restart_process: bool = True
+) -> Path:
+    path = tmp / "dual.yaml"
+    models = []
+    for alias, chip, g in (("model-a", 0, "model_a"), ("model-b", 1, "model_b")):
+        extra = ""
+        if max_resets is not None:
+            extra = (
+                ", scheduler: {admission: {max_waiting_requests: 64, max_waiting_prompt_tokens: 262144,"
+                " deadline_default_ms: 120000}, queues: {decode_weight: 8, short_prefill_weight: 4,"
+                " medium_prefill_weight: 2, long_prefill_weight: 1, short_prefill_max_tokens: 512,"
+                " medium_prefill_max_tokens: 4096}, batch: {profiles: [1], batching_window_us: 0},"
+                " executor: {max_inflight: 1, fixed_engine: false},"
+                f" recovery: {{max_resets_per_10min: {max_resets}, restart_on_unknown_dma: true}}}}"
+            )
+        models.append(
+            f"  - {{alias: {alias}, chip_id: {chip}, prefill_graph: {g}_prefill, decode_graph: {g}_decode,"
+            f" context_limit: 256, max_inflight: 1, max_waiting_requests: 64{extra}}}"
+        )
+    path.write_text(
+        "schema: calculet-dual-model/v1\n"
+        f"device: {{type: pcie, expected_chips: 2, combined_calbin: {COMBINED}}}\n"
+        "models:\n" + "\n".join(models) + "\n"
+        f"recovery: {{allow_session_reset: {str(allow_session_reset).lower()},"
+        f" restart_process_on_unknown_dma: {str(restart_process).lower()}}}\n"
+    )
+    return path
+
+
+def _joint_traffic(s: Served, a_n: int = 12, b_n: int = 30) -> tuple[Counter, Counter]:
+    a_prompt, a_tokens = golden(COMBINED, "model-a")
+    b_prompt, b_tokens = golden(COMBINED, "model-b")
+
+    async def run() -> tuple[Counter, Counter]:
+        a_res: Counter = Counter()
+        b_res: Counter = Counter()
+        async with httpx.AsyncClient(timeout=30) as c:
+
+            async def loop(alias: str, prompt: list[int], n_tok: int, n: int, res: Counter) -> None:
+                for _ in range(n):
+                    r = await c.post(
+                        f"{s.v1}/completions",
+                        json={"model": alias, "prompt": prompt, "max_tokens": n_tok, "temperature": 0},
+                    )
+                    res[r.status_code] += 1
+                    if r.status_code != 200:
+                        await asyncio.sleep(0.05)
+
+            await asyncio.gather(
+                loop("model-a", a_prompt, len(a_tokens), a_n, a_res),
+                loop("model-b", b_prompt, len(b_tokens), b_n, b_res),
+            )
+        return a_res, b_res
+
+    return asyncio.run(run())
+
+
+def _states(s: Served, alias: str) -> list[str]:
+    return [e.state for e in s.supervisor.history if e.alias == alias]
+
+
+def measure(tmp: Path, *, allow_session_reset: bool) -> dict[str, Any]:
+    """The closing-note measurement: scope, B's success rate and both generations after a CCU fault on A."""
+    with serving(
+        time_scale=0.2, fault_plan=_plan(tmp), config=_config(tmp, allow_session_reset=allow_session_reset)
+    ) as s:
+        before = {a: w.generation for a, w in s.supervisor.workers.items()}
+        a_res, b_res = _joint_traffic(s)
+        after = {a: w.generation for a, w in s.supervisor.workers.items()}
+        recs = list(s.supervisor.recoveries)
+        states = {a: _states(s, a) for a in s.supervisor.workers}
+    return {
+        "allow_session_reset": allow_session_reset,
+        "scopes": [r.scope for r in recs],
+        "affected": [list(r.affected_aliases) for r in recs],
+        "ok": [r.ok for r in recs],
+        "a": dict(a_res),
+        "b": dict(b_res),
+        "b_success_rate": b_res[200] / sum(b_res.values()),
+        "generations_before": before,
+        "generations_after": after,
+        "states": states,
+    }
+
+
+def test_default_scope_is_board_both_aliases_drain_reset_and_republish(tmp_path: Path) -> None:
+    """001 §11.3: with allow_session_reset false (the default) a CCU fault on A resets the whole board."""
+    m = measure(tmp_path, allow_session_reset=False)
+    print("measured:", json.dumps({k: v for k, v in m.items() if k != "states"}))  # the closing note's numbers
+    assert m["scopes"] == ["board"] and m["affected"] == [["model-a", "model-b"]] and m["ok"] == [True], m
+    gb, ga = m["generations_before"], m["generations_after"]
+    assert ga["model-a"] > gb["model-a"] and ga["model-b"] > gb["model-b"], m
+    for alias in ("model-a", "model-b"):
+        st = m["states"][alias]
+        assert st[:4] == ["Validating", "Configuring", "Warming", "Ready"], st  # 001 §11.1
+        i = st.index("Draining", st.index("Ready"))
+        assert st[i : i + 4] == ["Draining", "Recovering", "Warming", "Ready"], st
+
+
+def test_chip_scope_only_when_session_reset_is_allowed(tmp_path: Path) -> None:
+    m = measure(tmp_path, allow_session_reset=True)
+    print("measured:", json.dumps({k: v for k, v in m.items() if k != "states"}))
+    assert m["scopes"] == ["chip"] and m["affected"] == [["model-a"]] and m["ok"] == [True], m
+    assert m["b"] == {200: 30}, m
+    assert m["generations_after"]["model-b"] == m["generations_before"]["model-b"], m
+
+
+def test_max_resets_zero_never_resets_and_fails_with_the_reason(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, allow_session_reset=False, max_resets=0)
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path), config=cfg) as s:
+        resets: list[Any] = []
+        real = s.rt.reset
+        s.rt.reset = lambda *a, **k: (resets.append(a), real(*a, **k))[1]
+        _joint_traffic(s, a_n=12, b_n=4)
+        rec = s.supervisor.recoveries
+        ready = httpx.get(f"{s.url}/health/ready")
+        metrics = httpx.get(f"{s.url}/metrics").text
+    assert resets == [] and len(rec) == 1 and rec[0].scope == "none" and not rec[0].ok, rec
+    assert ready.status_code == 503 and "max_resets_per_10min is 0" in ready.json()["failed"]["model-a"]
+    assert 'calctl_model_state{model="model-a",state="Failed"} 1.0' in metrics
+
+
+def test_a_failed_reset_takes_both_out_then_device_recovery_then_failed(tmp_path: Path) -> None:
+    """001 §11.3 row 6: a failed reset is never left in Recovering."""
+    cfg = _config(tmp_path, allow_session_reset=True)
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path), config=cfg) as s:
+        calls: list[str] = []
+
+        def broken(scope: Any = "chip", chip: Any = None) -> None:
+            calls.append(str(getattr(scope, "value", scope)))
+            raise InternalRuntimeError("reset failed (injected)")
+
+        s.rt.reset = broken
+        _joint_traffic(s, a_n=12, b_n=4)
+        rec = s.supervisor.recoveries
+        ready = httpx.get(f"{s.url}/health/ready").json()
+        states = {a: w.state.value for a, w in s.supervisor.workers.items()}
+    assert calls == ["chip", "board"], calls
+    assert len(rec) == 1 and rec[0].scope == "device" and not rec[0].ok
+    assert rec[0].affected_aliases == ("model-a", "model-b")
+    assert states == {"model-a": "Failed", "model-b": "Failed"}, states
+    assert "device-level board reset failed too" in ready["failed"]["model-b"], ready
+
+
+def test_recovery_saves_the_trace_window_and_job_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CALCTL_RECOVERY_DIR", str(tmp_path / "evidence"))
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path)) as s:
+        _joint_traffic(s, a_n=12, b_n=4)
+        (rec,) = s.supervisor.recoveries
+    assert rec.evidence is not None
+    doc = json.loads(Path(rec.evidence).read_text())
+    assert doc["schema"] == "calctl-recovery-evidence/v1" and doc["device"] == "mock"
+    assert doc["reason"] and doc["alias"] == "model-a" and set(doc["jobs"]) == {"model-a", "model-b"}
+    assert any(e["model"] == "model-a" for e in doc["trace"]), doc["trace"][:3]
+
+
+@pytest.mark.parametrize("restart_process", [True, False])
+def test_unknown_dma_state_follows_restart_process_on_unknown_dma(tmp_path: Path, restart_process: bool) -> None:
+    """001 §10.4 restart_process_on_unknown_dma: Failed, asking for a process restart; else a board recovery."""
+    cfg = _config(tmp_path, allow_session_reset=True, restart_process=restart_process)
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path, "unknown_dma_state"), config=cfg) as s:
+        _joint_traffic(s, a_n=12, b_n=4)
+        (rec,) = s.supervisor.recoveries
+        states = {a: w.state.value for a, w in s.supervisor.workers.items()}
+        ready = httpx.get(f"{s.url}/health/ready").json()
+    assert rec.affected_aliases == ("model-a", "model-b"), rec
+    if restart_process:
+        assert rec.scope == "process" and not rec.ok and states == {"model-a": "Failed", "model-b": "Failed"}
+        assert "restart the serving process" in ready["failed"]["model-a"], ready
+    else:  # restart_on_unknown_dma (000 §15): board scope even though session reset is allowed
+        assert rec.scope == "board" and rec.ok and states == {"model-a": "Ready", "model-b": "Ready"}, rec

@@ -1,0 +1,78 @@
+"""000 §16 batch metrics from the device executor: compiled batch, active lanes and lane waste of a decode job.
+
+A real B4 decode on the mock board (the single sample's decode graph with a B4 profile and a lane mask, as in
+the mock board's own batch test), driven through :class:`DeviceExecutor` with two active lanes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from calctl.package.model import InactiveLanePolicy
+from calctl.runtime import open_runtime
+from calctl.serving.config import DowngradePolicy, ExecutorMode
+from calctl.serving.core.decode import BatchProfile, DecodeBatch, InactiveLaneContract
+from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId
+from calctl.serving.core.prefill import WorkKind
+from calctl.serving.core.scheduler import DecodeJob, JobStatus, PrefillJob
+from calctl.serving.engine.device import DeviceExecutor, Inflight
+from calctl.serving.engine.metrics import EngineMetrics
+from calctl.serving.engine.monitor import ExecutorMonitor
+from tests.unit.runtime.runtime_helpers import golden_prompt, package
+
+G = GenerationId(1)
+
+
+def test_a_b4_decode_with_two_lanes_reports_fill_and_waste() -> None:
+    pkg = package("single")
+    m = pkg.model("model-a")
+    dec = dataclasses.replace(
+        m.decode,
+        batch_profiles=(1, 4),
+        inputs=(*m.decode.inputs, dataclasses.replace(m.decode.inputs[1], name="lane_valid", dtype="uint8")),
+        inactive_lane_policy=InactiveLanePolicy(
+            mask_input="lane_valid", writes_kv=False, returns_logits=False, kv_manager_mode="per_lane"
+        ),
+    )
+    m4 = dataclasses.replace(m, graphs=(m.prefill, dec))
+    pkg4 = dataclasses.replace(pkg, models=(m4,))
+    metrics = EngineMetrics()
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg4))
+        ex = DeviceExecutor(
+            "model-a",
+            m4,
+            metrics,
+            ExecutorMonitor(DowngradePolicy(), ExecutorMode.SYNC, chip_exclusive=True),
+            post=lambda _msg: None,
+            job_timeout_s=10.0,
+            poll_s=0.01,
+            fixed_engine=False,
+        )
+        ex.rt = rt
+        prompt = tuple(int(t) for t in golden_prompt(pkg, "model-a"))
+        for i in range(2):
+            job = PrefillJob(
+                JobId(i + 1), G, m4.prefill.name, RequestId(f"r{i}"), LaneId(i), len(prompt), WorkKind.PREFILL_SHORT
+            )
+            inf = ex.launch(job, prompt, pingpong=False)
+            assert isinstance(inf, Inflight) and ex.wait_inline(inf, 10.0)
+            fin = ex.finish(inf)
+            assert fin is not None and fin.outcome.status is JobStatus.OK
+        profile = BatchProfile(dec.name, 4, 4096, InactiveLaneContract("lane_valid"))
+        batch = DecodeBatch.build(
+            JobId(3), G, profile, [RequestId("r0"), RequestId("r1")], [LaneId(0), LaneId(1)], [5, 6], [len(prompt)] * 2
+        )
+        inf = ex.launch(DecodeJob(JobId(3), G, batch), None, pingpong=False)
+        assert isinstance(inf, Inflight) and ex.wait_inline(inf, 10.0)
+        assert ex.finish(inf) is not None
+    fam = {
+        s.name: s.value
+        for f in text_string_to_metric_families(metrics.text().decode())
+        for s in f.samples
+        if s.labels.get("model") == "model-a"
+    }
+    assert fam["calctl_decode_compiled_batch"] == 4.0
+    assert fam["calctl_decode_active_lanes"] == 2.0
+    assert fam["calctl_decode_lane_waste_total"] == 2.0
