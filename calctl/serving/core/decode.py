@@ -259,6 +259,11 @@ class DecodeScheduler:
     def ready_count(self) -> int:
         return self._ready
 
+    @property
+    def window_opened_at(self) -> float | None:
+        """When the oldest ready lane started waiting for a batch (None: nothing ready), 000 §16 batch wait."""
+        return self._window_open
+
     def push(self, seq: SequenceState, now: float) -> None:
         """Queue a request that just entered DecodeReady."""
         if seq.queue_token != -1:

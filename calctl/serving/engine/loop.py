@@ -52,11 +52,13 @@ from calctl.errors import ConfigError
 from calctl.package.model import Model
 from calctl.runtime.errors import RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
-from calctl.serving.config import DowngradePolicy, ExecutorMode
+from calctl.serving.config import DEFAULT_TENANT, DowngradePolicy, ExecutorMode
 from calctl.serving.core.admission import AdmissionResult, ModelState, Verdict
 from calctl.serving.core.ids import GenerationId, RequestId, TenantId
-from calctl.serving.core.request import TerminalEvent
+from calctl.serving.core.request import FinishReason as CoreFinish
+from calctl.serving.core.request import RequestState, TerminalEvent
 from calctl.serving.core.scheduler import (
+    DecodeJob,
     JobOutcome,
     JobStatus,
     LaneReleased,
@@ -69,7 +71,7 @@ from calctl.serving.core.scheduler import (
     TokenEmitted,
 )
 from calctl.serving.engine.device import DeviceExecutor, Finished, Inflight, JobDone, JobTimedOut
-from calctl.serving.engine.metrics import EngineMetrics, ModelSnapshot
+from calctl.serving.engine.metrics import EngineMetrics, ModelSnapshot, TenantSnapshot
 from calctl.serving.engine.modes import DowngradeReason, DowngradeRecord
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
 from calctl.serving.engine.sampling import sample_token
@@ -231,6 +233,10 @@ class EngineCore:
         self._m_queue = m.queue_time.labels(alias)
         self._m_prompt = m.prompt_tokens.labels(alias)
         self._m_tenant: dict[str, Any] = {}
+        self._m_batch_wait = m.batch_wait.labels(alias)
+        self._m_kv_free = m.kv_free.labels(alias)
+        for q in ("short", "medium", "long"):  # every class shows, 0 until a request starves (000 §16)
+            m.starvation.labels(alias, q)
         self._m_verdict = {v: m.admission.labels(alias, v.value) for v in Verdict}
         self._m_outcome = {o: m.requests.labels(alias, o.value) for o in Outcome}
         self._thread = threading.Thread(target=self._run, name=f"engine-{alias}", daemon=True)
@@ -283,7 +289,8 @@ class EngineCore:
         return list(self._downgrades)
 
     def snapshot(self) -> ModelSnapshot:
-        st = self._call(self._sched.stats)
+        st, extras = self._call(lambda: (self._sched.stats(), self._snapshot_extras()))
+        oldest, lane_wait, kv_used, tenants = extras
         queues = {k.value.replace("prefill_", ""): v for k, v in st.prefill_depth.items()}
         queues["decode"] = st.decode_ready
         return ModelSnapshot(
@@ -298,7 +305,47 @@ class EngineCore:
             inflight_jobs=st.inflight_jobs,
             quarantined_jobs=st.quarantined_jobs,
             executor_mode=self._mode.value,
+            oldest_wait=oldest,
+            lane_wait_s=lane_wait,
+            kv_used_tokens=kv_used,
+            tenants=tenants,
         )
+
+    def _snapshot_extras(self) -> tuple[dict[str, float], float, int, list[TenantSnapshot]]:
+        """000 §16 gauges computed on this thread at scrape time (one pass over the live requests, never
+        per token): the oldest wait of each queue class, the longest wait for a KV lane, the KV tokens
+        written, and the virtual lag and quota use of each configured tenant and of ``default`` (keyless requests,
+        under the default policy): tenant labels come from configuration, never from requests."""
+        now = self._clock()
+        sched = self._sched
+        classify = sched.prefill.thresholds.classify
+        oldest = {"short": 0.0, "medium": 0.0, "long": 0.0, "decode": 0.0}
+        lane_wait = 0.0
+        for seq in sched.registry:
+            if seq.state is RequestState.PREFILL_READY:
+                q = classify(seq.prompt_tokens).value.replace("prefill_", "")
+            elif seq.state is RequestState.DECODE_READY:
+                q = "decode"
+            elif seq.state is RequestState.WAITING_ADMISSION:
+                lane_wait = max(lane_wait, now - seq.arrived_at)
+                continue
+            else:
+                continue
+            oldest[q] = max(oldest[q], now - seq.state_since)
+        adm = sched.admission
+        ast = adm.stats()
+        tenants = [
+            TenantSnapshot(
+                str(t),
+                adm.fairness.virtual_lag(t),
+                ast.active_by_tenant.get(t, 0),
+                p.max_active_sequences,
+                ast.waiting_tokens_by_tenant.get(t, 0),
+                p.max_waiting_tokens,
+            )
+            for t, p in {TenantId(DEFAULT_TENANT): adm.policy.default_tenant, **adm.policy.tenants}.items()
+        ]
+        return oldest, lane_wait, sched.kv.stats().committed_tokens, tenants
 
     def executor_status(self) -> dict[str, Any]:
         return self._call(self._status)
@@ -565,6 +612,7 @@ class EngineCore:
         # schedule() also expires deadlines and promotes waiters while the model loads; it hands out jobs
         # only in Ready/Draining and not while halted for recovery, and at most as many as the executor
         # mode lets be in flight (Scheduler.set_inflight_limit).
+        window_opened = self._sched.decode.window_opened_at
         out = self._sched.schedule(now)
         self._wake_at = out.wake_at
         if not out.jobs:
@@ -580,7 +628,10 @@ class EngineCore:
         pingpong = self._mode is ExecutorMode.PINGPONG
         for job in out.jobs:
             prompt = None
-            if isinstance(job, PrefillJob):
+            if isinstance(job, DecodeJob):  # 000 §16 batch wait; a second batch this step waited 0
+                self._m_batch_wait.observe(0.0 if window_opened is None else max(0.0, now - window_opened))
+                window_opened = None
+            elif isinstance(job, PrefillJob):
                 ctx = self._requests.get(job.request_id)
                 if ctx is not None:
                     prompt = ctx.gen.prompt_ids
@@ -706,8 +757,10 @@ class EngineCore:
                 elif isinstance(ev, TerminalEvent):
                     self._on_terminal(ev, now)
                 elif isinstance(ev, LaneReleased):
+                    t0 = self._clock()
                     self._exec.free_lane(ev.lane)
                     self._sched.confirm_kv_released(ev.lane)
+                    self._m_kv_free.observe(self._clock() - t0)
                 elif isinstance(ev, StaleCompletion):
                     self._metrics.stale.labels(self.alias).inc()
                     log.info("engine %s: stale completion of job %s dropped (%s)", self.alias, ev.job_id, ev.reason)
@@ -767,6 +820,10 @@ class EngineCore:
         if ctx is None:
             return
         self._m_e2e.observe(now - ctx.arrived)
+        if ev.reason is CoreFinish.DEADLINE and ctx.first_job_at is None:
+            # 000 §16 starvation event: the deadline came before the request ever reached the device.
+            kind = self._sched.prefill.thresholds.classify(len(ctx.gen.prompt_ids))
+            self._metrics.starvation.labels(self.alias, kind.value.replace("prefill_", "")).inc()
         if self._metrics.records.enabled:
             self._record_request(ev, ctx, end, now)
         if ctx.tokens == 0 and end.before_output is not None:

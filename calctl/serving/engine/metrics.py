@@ -110,6 +110,37 @@ class EngineMetrics:
             ["model"],
             registry=r,
         )
+        # 000 §16 batch wait: how long the batching window held ready decode lanes before a decode job ran.
+        self.batch_wait = Histogram(
+            "calctl_decode_batch_wait_seconds",
+            "Time the first ready lane of a decode batch waited for the batch to fire (000 §7.2 window).",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        # 000 §16 KV free latency: one released lane's runtime sequence freed and its lane confirmed Free.
+        self.kv_free = Histogram(
+            "calctl_kv_free_latency_seconds",
+            "Time to free a released KV lane (runtime free + scheduler confirm).",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        # 000 §16 fairness: a request whose deadline expired before it ever got a device job.
+        self.starvation = Counter(
+            "calctl_starvation_events_total",
+            "Requests whose deadline expired before their first device job, by prefill class (000 §16).",
+            ["model", "queue"],
+            registry=r,
+        )
+        # 000 §16 recovery time: fault reported to recovery finished (the supervisor's RecoveryRecord).
+        self.recovery_time = Histogram(
+            "calctl_recovery_duration_seconds",
+            "Recovery duration per affected model, by reset scope and result.",
+            ["model", "scope", "result"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.downgrades = Counter(
             "calctl_executor_downgrades_total", "Executor mode downgrades (000 §14).", ["model", "reason"], registry=r
         )
@@ -157,6 +188,34 @@ class SnapshotCollector(Collector):
             "calctl_quarantined_jobs", "Timed-out jobs whose buffers are held (000 §12).", labels=["model"]
         )
         mode = GaugeMetricFamily("calctl_executor_mode", "1 for the executor mode in use.", labels=["model", "mode"])
+        oldest = GaugeMetricFamily(
+            "calctl_queue_oldest_wait_seconds",
+            "Longest current wait of a request queued in each class, 0 when empty (000 §16).",
+            labels=["model", "queue"],
+        )
+        lane_wait = GaugeMetricFamily(
+            "calctl_kv_lane_wait_seconds",
+            "Longest current wait of a request for a KV lane (admission queue), 0 when none waits.",
+            labels=["model"],
+        )
+        kv_used = GaugeMetricFamily(
+            "calctl_kv_used_tokens", "KV tokens written (committed) in the lanes (000 §16).", labels=["model"]
+        )
+        lag = GaugeMetricFamily(
+            "calctl_tenant_virtual_lag",
+            "WFQ virtual time of a configured tenant ahead of the system's (000 §5.3, §16).",
+            labels=["model", "tenant"],
+        )
+        quota_used = GaugeMetricFamily(
+            "calctl_tenant_quota_used",
+            "A configured tenant's use of its quota: active sequences or waiting prompt tokens (000 §5.3).",
+            labels=["model", "tenant", "quota"],
+        )
+        quota_limit = GaugeMetricFamily(
+            "calctl_tenant_quota_limit",
+            "A configured tenant's quota (+Inf = no limit configured).",
+            labels=["model", "tenant", "quota"],
+        )
         mem = GaugeMetricFamily(
             "calctl_chip_memory_used_bytes", "Per-chip DRAM in use (internal; NaN = not reported).", labels=["chip"]
         )
@@ -178,6 +237,18 @@ class SnapshotCollector(Collector):
             quarantined.add_metric([m.alias], float(m.quarantined_jobs))
             for name in EXECUTOR_MODES:  # every mode, 0 or 1, so a downgrade shows as a flip (000 §14)
                 mode.add_metric([m.alias, name], 1.0 if name == m.executor_mode else 0.0)
+            for q, wait in m.oldest_wait.items():
+                oldest.add_metric([m.alias, q], wait)
+            lane_wait.add_metric([m.alias], m.lane_wait_s)
+            kv_used.add_metric([m.alias], float(m.kv_used_tokens))
+            for t in m.tenants:
+                lag.add_metric([m.alias, t.tenant], t.virtual_lag)
+                for quota, used, limit in (
+                    ("active_sequences", t.active, t.max_active),
+                    ("waiting_tokens", t.waiting_tokens, t.max_waiting_tokens),
+                ):
+                    quota_used.add_metric([m.alias, t.tenant, quota], float(used))
+                    quota_limit.add_metric([m.alias, t.tenant, quota], math.inf if limit is None else float(limit))
         # 001 §14 per-chip telemetry: NaN where the runtime cannot tell (never 0), and the gap as its own series.
         tel = {
             f: GaugeMetricFamily(name, f"{what} (internal; NaN = not reported).", labels=["chip"])
@@ -196,7 +267,8 @@ class SnapshotCollector(Collector):
                 tel[f].add_metric([str(c.chip)], math.nan if v is None else float(v))
                 if v is None:
                     gaps.add_metric([str(c.chip), f], 1.0)
-        yield from (state, gen, queue, waiting, waiting_tok, kv, kv_tok, inflight, quarantined, mode, mem, memt)
+        yield from (state, gen, queue, waiting, waiting_tok, kv, kv_tok, inflight, quarantined, mode)
+        yield from (oldest, lane_wait, kv_used, lag, quota_used, quota_limit, mem, memt)
         yield from (*tel.values(), gaps)
 
 
@@ -224,6 +296,25 @@ ALL_STATES = (
 )
 
 
+class TenantSnapshot:
+    """One configured tenant (never a name taken from a request: bounded cardinality, 000 §16)."""
+
+    __slots__ = ("active", "max_active", "max_waiting_tokens", "tenant", "virtual_lag", "waiting_tokens")
+
+    def __init__(
+        self,
+        tenant: str,
+        virtual_lag: float,
+        active: int,
+        max_active: int | None,
+        waiting_tokens: int,
+        max_waiting_tokens: int | None,
+    ) -> None:
+        self.tenant, self.virtual_lag = tenant, virtual_lag
+        self.active, self.max_active = active, max_active
+        self.waiting_tokens, self.max_waiting_tokens = waiting_tokens, max_waiting_tokens
+
+
 class ModelSnapshot:
     __slots__ = (
         "alias",
@@ -232,9 +323,13 @@ class ModelSnapshot:
         "inflight_jobs",
         "kv_lanes",
         "kv_reserved_tokens",
+        "kv_used_tokens",
+        "lane_wait_s",
+        "oldest_wait",
         "quarantined_jobs",
         "queues",
         "state",
+        "tenants",
         "waiting_prompt_tokens",
         "waiting_requests",
     )
@@ -252,7 +347,14 @@ class ModelSnapshot:
         inflight_jobs: int,
         quarantined_jobs: int,
         executor_mode: str,
+        *,
+        oldest_wait: dict[str, float] | None = None,
+        lane_wait_s: float = 0.0,
+        kv_used_tokens: int = 0,
+        tenants: list[TenantSnapshot] | None = None,
     ) -> None:
+        self.oldest_wait, self.lane_wait_s, self.kv_used_tokens = oldest_wait or {}, lane_wait_s, kv_used_tokens
+        self.tenants = tenants or []
         self.alias, self.state, self.generation = alias, state, generation
         self.queues, self.waiting_requests, self.waiting_prompt_tokens = queues, waiting_requests, waiting_prompt_tokens
         self.kv_lanes, self.kv_reserved_tokens = kv_lanes, kv_reserved_tokens

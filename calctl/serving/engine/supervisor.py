@@ -775,8 +775,10 @@ class DeviceSupervisor:
             affected = [req.alias] if want == "chip" else list(self.workers)
 
             def record(scope: str, ok: bool, detail: str, evidence: Path | None = None) -> RecoveryRecord:
+                took = time.monotonic() - t0
                 for a in affected:
                     self.metrics.recoveries.labels(a, req.status.value, scope).inc()
+                    self.metrics.recovery_time.labels(a, scope, "ok" if ok else "failed").observe(took)
                 rec = RecoveryRecord(
                     req.alias,
                     req.status.value,
@@ -784,7 +786,7 @@ class DeviceSupervisor:
                     scope,
                     tuple(affected),
                     ok,
-                    time.monotonic() - t0,
+                    took,
                     t0,
                     detail,
                     str(evidence) if evidence else None,
