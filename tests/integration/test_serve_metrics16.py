@@ -83,6 +83,12 @@ def test_000_s16_metrics_after_traffic_and_a_recovery(tmp_path: Path) -> None:
             while not (s.supervisor.recoveries and all(s.engine.is_ready(a) for a in ALIASES)):
                 assert time.monotonic() < deadline, f"no finished recovery: {s.supervisor.recoveries}"
                 time.sleep(0.02)
+            # A deadline of 1 µs has passed by the time the engine schedules: the request never reaches the
+            # device, a starvation event in its prefill class (the golden prompt is short).
+            prompt, _ = golden(COMBINED, "model-b")
+            body = {"model": "model-b", "prompt": prompt, "max_tokens": 4, "timeout": 1e-6}
+            starved = c.post(f"{s.v1}/completions", json=body)
+            assert starved.status_code != 200, starved.text
             r = c.get(f"{s.url}/metrics")  # keyless server: /metrics is open
             assert r.status_code == 200, r.text
     m = _samples(r.text)
@@ -101,7 +107,8 @@ def test_000_s16_metrics_after_traffic_and_a_recovery(tmp_path: Path) -> None:
         # every finished request released its lane: one free-latency observation each at least
         assert _one(m, "calctl_kv_free_latency_seconds_count", model=alias) >= (3 if alias == "model-b" else 1)
         for q in ("short", "medium", "long"):
-            assert _one(m, "calctl_starvation_events_total", model=alias, queue=q) >= 0
+            want = 1 if (alias, q) == ("model-b", "short") else 0
+            assert _one(m, "calctl_starvation_events_total", model=alias, queue=q) == want, (alias, q)
         for t in TENANTS:
             lag = _one(m, "calctl_tenant_virtual_lag", model=alias, tenant=t)
             assert lag >= 0 and math.isfinite(lag)

@@ -113,7 +113,7 @@ class EngineMetrics:
         # 000 §16 batch wait: how long the batching window held ready decode lanes before a decode job ran.
         self.batch_wait = Histogram(
             "calctl_decode_batch_wait_seconds",
-            "Time the first ready lane of a decode batch waited for the batch to fire (000 §7.2 window).",
+            "How long the batching window had been open when a decode batch fired (000 §7.2 rule 4).",
             ["model"],
             buckets=LATENCY_BUCKETS,
             registry=r,
