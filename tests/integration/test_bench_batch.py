@@ -30,6 +30,8 @@ def test_batch_scenario_reports_every_profile_and_matches_b1(cli, tmp_path: Path
     assert r.code == 0, r.err
     doc = r.json
     assert doc["scenario"] == "batch" and doc["verdict"] == "PASS" and doc["mock_result"] is True
+    assert doc["device_options"]["kind"] == "mock" and doc["device_options"]["time_scale"] == 1.0
+    assert doc["workload"]["requests"] == 64 and doc["package"].endswith("batch-sample-package")
     rows = {p["profile"]: p for p in doc["profiles"]}
     assert list(rows) == ["B1", "B4", "B8", "B16"]
     for name, row in rows.items():

@@ -149,6 +149,9 @@ class BatchReport:
     mock: bool
     runs: list[ProfileRun]
     skipped: list[str]
+    package: str = ""
+    device_options: dict[str, Any] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=dict)
     plot_path: Path | None = None
 
     @property
@@ -316,7 +319,23 @@ def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
         run = _serve(opts, device, alias, b, requests, log)
         run.mismatches = _compare(ref, run, requests)
         runs.append(run)
-    report = BatchReport(alias, device.kind.value, device.is_mock, runs, skipped)
+    report = BatchReport(
+        alias,
+        device.kind.value,
+        device.is_mock,
+        runs,
+        skipped,
+        package=str(opts.package),
+        device_options=device.describe(),
+        workload={
+            "requests": n,
+            "clients": "one per lane of the profile (closed loop)",
+            "prompt_tokens": [lo, hi],
+            "output_tokens": opts.output_tokens,
+            "temperature": 0.0,
+            "seed": opts.seed,
+        },
+    )
     if opts.plot_path is not None:
         plot_batch(opts.plot_path, report)
         report.plot_path = opts.plot_path
@@ -484,7 +503,14 @@ def scenario_result(report: BatchReport) -> ScenarioResult:
         exit_code=1 if v == "FAIL" else 0,
         gates=tuple(gates),
         tables=(table,),
-        body={"alias": report.alias, "profiles": docs, "skipped_profiles": report.skipped},
+        body={
+            "alias": report.alias,
+            "package": report.package,
+            "device_options": report.device_options,
+            "workload": report.workload,
+            "profiles": docs,
+            "skipped_profiles": report.skipped,
+        },
         plot=report.plot_path,
         notes=tuple(notes),
         mock_result=report.mock,
