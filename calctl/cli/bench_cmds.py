@@ -55,8 +55,8 @@ def bench(
     pkg: Annotated[
         Path | None,
         typer.Argument(
-            help="In-process scenarios (fault-isolation): package directory or "
-            ".tar; default the bundled combined sample."
+            help="In-process scenarios (fault-isolation, executor-modes, batch): package directory or "
+            ".tar; default the bundled combined sample (batch: a B1/B4/B8/B16 sample built in the report directory)."
         ),
     ] = None,
     scenario: Annotated[
@@ -64,7 +64,8 @@ def bench(
         typer.Option(
             "--scenario",
             help="ab (default; --mode), interference (001 §9.4), fault-isolation (001 §13.4, in-process on the "
-            "mock), executor-modes (sync/async/pingpong, in-process; docs/executor.md); an unknown name lists them.",
+            "mock), executor-modes (sync/async/pingpong, in-process; docs/executor.md), batch (B1 vs "
+            "B4/B8/B16, in-process; 000 §19 M3); an unknown name lists them.",
         ),
     ] = "ab",
     url: Annotated[str | None, typer.Option("--url", help="The server to drive, e.g. http://127.0.0.1:8000.")] = None,
@@ -132,7 +133,8 @@ def bench(
     against the 001 §13.2 gates; a gate with too few samples is NOT JUDGED, never PASS or FAIL.
     --scenario interference runs the four prefill/decode pairs (001 §9.4); --scenario fault-isolation grades
     F0/F1/F2 in-process on the mock (001 §13.4); --scenario executor-modes compares the sync, async and
-    ping/pong executors in-process (docs/executor.md).
+    ping/pong executors in-process (docs/executor.md); --scenario batch measures fill ratio, tokens/s and P99 per
+    decode profile and checks every lane against B1 (000 §19 M3).
 
     Exit 0 gates pass (or only measured), 1 a gate failed (named) or fault isolation F0, 2 usage (also: server
     unreachable), 3 device error.
@@ -157,7 +159,12 @@ def bench(
         if url is not None:
             raise UsageError(f"--scenario {scenario} runs the engine in-process: --url does not apply")
         spec = device_spec(device, calrt_lib, time_scale)
-        package, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+        if scenario == "batch" and pkg is None:  # the bundled samples are B1 only: the scenario builds its own
+            from calctl.signing.policy import make_policy
+
+            trust = make_policy(trusted_key, allow_unsigned, trust_test_key=True)
+        else:
+            package, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
     opts = BenchOptions(
         out_dir=out_dir,
         url=url,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from calctl.runners.bench.ab import run_ab, run_interference
 from calctl.runners.bench.base import Scenario
+from calctl.runners.bench.batch import BATCH
 from calctl.runners.bench.executor_modes import EXECUTOR_MODES
 from calctl.runners.bench.fault_isolation import run_fault_isolation
 
@@ -49,7 +50,7 @@ FAULT_ISOLATION = Scenario(
 )
 
 #: name -> scenario, in --help order. The default scenario is the first.
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (AB, INTERFERENCE, FAULT_ISOLATION, EXECUTOR_MODES)}
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (AB, INTERFERENCE, FAULT_ISOLATION, EXECUTOR_MODES, BATCH)}
 DEFAULT_SCENARIO = "ab"
 
 __all__ = ["DEFAULT_SCENARIO", "SCENARIOS"]

@@ -213,7 +213,9 @@ class DeviceExecutor:
                 inputs, outputs = self._buffers(rt, graph, b)
                 inputs.write("tokens", np.array(batch.token_ids, dtype=np.int32).reshape(b, 1))
                 inputs.write("positions", np.array(batch.positions, dtype=np.int32))
-                if b > 1:
+                # A graph compiled with B>1 profiles has a lane_valid slot at B1 too: an unwritten one reads
+                # as "lane 0 inactive" (000 §7.3), so write it whenever the layout has it.
+                if "lane_valid" in inputs.names:
                     inputs.write("lane_valid", np.array(batch.lane_valid, dtype=np.uint8))
                 kv_arg = list(seqs) + [None] * (b - len(seqs))
                 rids = batch.request_ids

@@ -1,0 +1,532 @@
+"""Scenario ``batch``: the M3 evidence for continuous batching, per decode profile (000 §7, §8, §19 M3).
+
+000 §19 M3: every lane correct, fill ratio / throughput / P99 measured against
+the project's targets, and no continuous-batching claim without that data.
+The serving engine runs in-process (default: the mock board) once per decode
+profile: B1 first, as the reference, then each compiled profile of B4/B8/B16.
+A run allows the scheduler exactly one compiled profile (the scheduler
+config's ``batch.profiles``), so every decode job of the B8 run is a B8 job and
+its inactive lanes are padding (000 §7.3, §8).
+
+The load is closed loop: as many clients as the profile has lanes, each
+sending its next request as soon as the last one finished, until the run's
+requests (``REQUESTS_PER_LANE`` per lane of the largest profile, the same set
+for every profile) are served. Every request is greedy (temperature 0) with
+its own prompt (seeded) and a fixed output length (EOS ignored), so its tokens
+depend on nothing but the model: the same request served at B1 and at B16 must
+produce the same tokens (000 §7.4: inactive lanes must not disturb active
+ones). Per profile the report gives:
+
+* fill ratio: active lanes / compiled batch, mean over the run's decode jobs
+  (the engine's ``calctl_batch_fill_ratio`` histogram), and the padding lanes;
+* throughput: output tokens / wall time of the run;
+* P50/P99 TPOT and E2E with their sample counts; a P99 over fewer than
+  :data:`~calctl.runners.bench.gates.MIN_SAMPLES` ``p99`` samples is shown
+  but NOT JUDGED (there is no project target to judge it against yet either);
+* ``lanes_match_b1``: every request's tokens equal the B1 reference's. Any
+  mismatch FAILs, naming the request and the profile.
+
+On the mock these are **mock results**: the timing model decides what a lane
+costs, so the throughput gain says nothing about a board (docs/runtime.md §5).
+The lane check is real on either device: it compares what the device computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calctl.checks.stats import percentiles
+from calctl.errors import UsageError
+from calctl.package.reader import load_manifest, package_root
+from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
+from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
+from calctl.runners.bench.plot import _device_label, _pyplot, _save
+from calctl.runners.context import DeviceSpec
+from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, drive_engine_request
+from calctl.runtime.mock.faults import FaultRule
+from calctl.serving.config import BatchConfig, default_scheduler_config
+from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.protocol import FinishReason, GenerationRequest, SamplingParams, TokenEvent
+from calctl.signing.policy import TrustPolicy
+
+Log = Callable[[str], None]
+
+#: The profiles M3 asks for beyond the B1 reference (000 §8).
+BATCH_PROFILES = (4, 8, 16)
+#: Requests per lane of the largest profile measured: the request set every profile serves.
+REQUESTS_PER_LANE = 4
+#: Default mock time scale: device time dominates host time, as in executor-modes.
+BATCH_TIME_SCALE = 4.0
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    package: Path
+    trust: TrustPolicy
+    alias: str | None = None  # default: the package's first model
+    device: DeviceSpec = DeviceSpec()
+    profiles: tuple[int, ...] | None = None  # default: every compiled one of BATCH_PROFILES
+    requests_per_lane: int = REQUESTS_PER_LANE
+    prompt_tokens: tuple[int, int] = (8, 32)  # uniform, inclusive
+    output_tokens: int = 16
+    seed: int = 0
+    request_timeout_s: float = 60.0
+    inject: FaultRule | None = None  # mock only: armed once each batched (B>1) run is Ready, e.g. corrupt_output
+    plot_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.requests_per_lane < 1:
+            raise UsageError(f"batch: requests_per_lane {self.requests_per_lane}: expected at least 1")
+        if self.output_tokens < 2:
+            raise UsageError(f"batch: output_tokens {self.output_tokens}: expected at least 2 (TPOT needs two)")
+        lo, hi = self.prompt_tokens
+        if not 1 <= lo <= hi:
+            raise UsageError(f"batch: prompt_tokens {lo}..{hi}: expected 1 <= low <= high")
+
+
+@dataclass
+class ProfileRun:
+    batch: int
+    wall_s: float
+    records: dict[str, RequestRecord]  # request id -> its record
+    tokens: dict[str, list[int]]
+    fill_sum: float
+    decode_jobs: int
+    padding_lanes: int
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def fill_ratio(self) -> float | None:
+        return self.fill_sum / self.decode_jobs if self.decode_jobs else None
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.tokens for r in self.records.values() if r.ok)
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for r in self.records.values() if not r.ok)
+
+    @property
+    def throughput(self) -> float | None:
+        return self.output_tokens / self.wall_s if self.wall_s > 0 else None
+
+    def summary(self) -> dict[str, Any]:
+        tpot = percentiles([r.tpot for r in self.records.values() if r.ok and r.tpot is not None])
+        e2e = percentiles([r.e2e for r in self.records.values() if r.ok and r.e2e is not None])
+        return {
+            "profile": f"B{self.batch}",
+            "batch": self.batch,
+            "clients": self.batch,
+            "requests": len(self.records),
+            "errors": self.errors,
+            "wall_s": round(self.wall_s, 4),
+            "decode_jobs": self.decode_jobs,
+            "fill_ratio": self.fill_ratio,
+            "padding_lanes": self.padding_lanes,
+            "output_tokens": self.output_tokens,
+            "throughput_tokens_per_s": self.throughput,
+            "tpot_s": _pct_doc(tpot),
+            "e2e_s": _pct_doc(e2e),
+            "p99_judged": e2e.count >= MIN_SAMPLES["p99"],
+            "lanes_match_b1": not self.mismatches,
+            "mismatches": self.mismatches,
+        }
+
+
+@dataclass
+class BatchReport:
+    alias: str
+    device: str
+    mock: bool
+    runs: list[ProfileRun]
+    skipped: list[str]
+    package: str = ""
+    device_options: dict[str, Any] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=dict)
+    plot_path: Path | None = None
+
+    @property
+    def reference(self) -> ProfileRun:
+        return self.runs[0]
+
+
+def _pct_doc(p: Any) -> dict[str, Any]:
+    return {"n": p.count, "p50": p.p50, "p99": p.p99, "mean": p.mean}
+
+
+class _TokenTap:
+    """An engine stream that remembers the token ids passing through (for the B1 comparison)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.request_id = stream.request_id
+        self.tokens: list[int] = []
+
+    async def admitted(self) -> None:
+        await self._stream.admitted()
+
+    def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[TokenEvent]:
+        async for ev in self._stream:
+            if ev.token_id is not None and ev.finish is None:
+                self.tokens.append(ev.token_id)
+            yield ev
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        self._stream.cancel(reason)
+
+    def finish(self, reason: FinishReason) -> None:
+        self._stream.finish(reason)
+
+
+def _metric(sup: DeviceSupervisor, name: str, alias: str) -> float:
+    total = 0.0
+    for metric in sup.metrics.registry.collect():
+        for smp in metric.samples:
+            if smp.name == name and smp.labels.get("model") == alias:
+                total += float(smp.value)
+    return total
+
+
+async def _closed_loop(
+    engine: ServingEngine, requests: Sequence[GenerationRequest], clients: int, timeout_s: float
+) -> tuple[dict[str, RequestRecord], dict[str, list[int]]]:
+    taps: dict[str, _TokenTap] = {}
+
+    def submit(req: GenerationRequest) -> _TokenTap:
+        tap = _TokenTap(engine.submit(req))
+        taps[req.request_id] = tap
+        return tap
+
+    queue = list(reversed(requests))
+    records: dict[str, RequestRecord] = {}
+
+    async def client() -> None:
+        while queue:
+            req = queue.pop()
+            res = await drive_engine_request(submit, req, ClientPlan("batch"), timeout_s=timeout_s)
+            records[req.request_id] = res.record
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return records, {rid: tap.tokens for rid, tap in taps.items()}
+
+
+def _serve(
+    opts: BatchOptions, device: DeviceSpec, alias: str, batch: int, requests: Sequence[GenerationRequest], log: Log
+) -> ProfileRun:
+    config = default_scheduler_config(alias, max_waiting_requests=max(128, len(requests)))
+    config = dataclasses.replace(config, batch=BatchConfig((batch,), 0))
+    with device.open() as rt:
+        sup = DeviceSupervisor(
+            rt, trust=opts.trust, scheduler_configs={alias: config}, options=SupervisorOptions(warmup_iterations=1)
+        )
+        try:
+            sup.start(opts.package)
+            if opts.inject is not None and batch > 1:  # after golden + warm-up: the fault hits served lanes
+                from calctl.runtime.mock.board import MockRuntime
+
+                if not isinstance(rt, MockRuntime):
+                    raise UsageError("batch: a fault can be injected only on the mock board")
+                rt.arm_fault(opts.inject)
+            engine = ServingEngine(sup)
+            fill0 = _metric(sup, "calctl_batch_fill_ratio_sum", alias)
+            jobs0 = _metric(sup, "calctl_batch_fill_ratio_count", alias)
+            pad0 = _metric(sup, "calctl_decode_lane_waste_total", alias)
+            with EngineLoop(f"batch-b{batch}") as loop:
+                t0 = time.monotonic()
+                records, tokens = loop.submit(_closed_loop(engine, requests, batch, opts.request_timeout_s)).result(
+                    opts.request_timeout_s * len(requests) + 30
+                )
+                wall = time.monotonic() - t0
+            run = ProfileRun(
+                batch,
+                wall,
+                records,
+                tokens,
+                _metric(sup, "calctl_batch_fill_ratio_sum", alias) - fill0,
+                int(_metric(sup, "calctl_batch_fill_ratio_count", alias) - jobs0),
+                int(_metric(sup, "calctl_decode_lane_waste_total", alias) - pad0),
+            )
+        finally:
+            sup.shutdown(5.0)
+    log(
+        f"  B{batch}: {len(records)} requests in {wall:.2f} s, "
+        f"fill {run.fill_ratio if run.fill_ratio is not None else float('nan'):.2f}, "
+        f"{run.throughput or 0:.0f} tokens/s"
+    )
+    return run
+
+
+def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
+    """Serve the same request set at B1 and at each batched profile; compare every request's tokens."""
+    device = opts.device.with_default_time_scale(BATCH_TIME_SCALE)
+    if opts.inject is not None and not device.is_mock:
+        raise UsageError("batch: a fault can be injected only on the mock board")
+    with package_root(opts.package) as root:
+        pkg = load_manifest(root)
+        alias = opts.alias or pkg.aliases[0]
+        if alias not in pkg.aliases:
+            raise UsageError(f"--models {alias}: the package's models are {', '.join(pkg.aliases)}")
+        model = pkg.model(alias)
+        compiled = tuple(model.decode.batch_profiles)
+        vocab = model.architecture.vocab_size
+    wanted = opts.profiles if opts.profiles is not None else BATCH_PROFILES
+    bad = [b for b in wanted if b not in BATCH_PROFILES]
+    if bad:
+        raise UsageError(f"batch: profiles {bad}: expected any of {', '.join(f'B{b}' for b in BATCH_PROFILES)}")
+    profiles = [b for b in wanted if b in compiled]
+    skipped = [f"B{b}" for b in wanted if b not in compiled]
+    if not profiles:
+        raise UsageError(
+            f"{opts.package}: model {alias!r} compiles decode profiles {', '.join(f'B{b}' for b in compiled)}; "
+            "--scenario batch needs at least one of B4, B8, B16 (calctl sample-package --profiles 1,4,8,16)"
+        )
+    if 1 not in compiled:
+        raise UsageError(f"{opts.package}: model {alias!r} has no B1 decode profile, the reference of every lane")
+    rng = np.random.default_rng(opts.seed)
+    n = opts.requests_per_lane * max(profiles)
+    lo, hi = opts.prompt_tokens
+    requests = [
+        GenerationRequest(
+            f"batch-{i}",
+            alias,
+            "batch",
+            tuple(int(t) for t in rng.integers(3, vocab, size=int(rng.integers(lo, hi + 1)))),
+            opts.output_tokens,
+            SamplingParams(temperature=0.0),
+            ignore_eos=True,
+        )
+        for i in range(n)
+    ]
+    log(
+        f"  {n} greedy requests, {lo}..{hi} prompt tokens, {opts.output_tokens} output tokens; profiles B1 (reference), "
+        + ", ".join(f"B{b}" for b in profiles)
+    )
+    runs = [_serve(opts, device, alias, 1, requests, log)]
+    ref = runs[0]
+    for b in profiles:
+        run = _serve(opts, device, alias, b, requests, log)
+        run.mismatches = _compare(ref, run, requests)
+        runs.append(run)
+    report = BatchReport(
+        alias,
+        device.kind.value,
+        device.is_mock,
+        runs,
+        skipped,
+        package=str(opts.package),
+        device_options=device.describe(),
+        workload={
+            "requests": n,
+            "clients": "one per lane of the profile (closed loop)",
+            "prompt_tokens": [lo, hi],
+            "output_tokens": opts.output_tokens,
+            "temperature": 0.0,
+            "seed": opts.seed,
+        },
+    )
+    if opts.plot_path is not None:
+        plot_batch(opts.plot_path, report)
+        report.plot_path = opts.plot_path
+    return report
+
+
+def _compare(ref: ProfileRun, run: ProfileRun, requests: Sequence[GenerationRequest]) -> list[str]:
+    """Every request's tokens at B{run.batch} against B1: one line per mismatching request."""
+    ok_ref = {rid for rid, r in ref.records.items() if r.ok}
+    ok_run = {rid for rid, r in run.records.items() if r.ok}
+    out = []
+    for req in requests:
+        rid = req.request_id
+        if rid not in ok_ref:
+            out.append(f"{rid}: failed at the B1 reference, nothing to compare")
+            continue
+        if rid not in ok_run:
+            out.append(f"{rid}: failed at B{run.batch}")
+            continue
+        a, b = ref.tokens.get(rid, []), run.tokens.get(rid, [])
+        if a != b:
+            at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+            out.append(
+                f"{rid}: B{run.batch} differs from B1 at output token {at} "
+                f"(B1 {a[at] if at < len(a) else 'end'}, B{run.batch} {b[at] if at < len(b) else 'end'})"
+            )
+    return out
+
+
+def plot_batch(path: Path, report: BatchReport) -> None:
+    """Fill ratio, throughput and P99 TPOT/E2E per profile, one panel each."""
+    plt = _pyplot()
+    docs = [r.summary() for r in report.runs]
+    labels = [d["profile"] for d in docs]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    colours = ["#7f7f7f"] + ["#2ca02c" if d["lanes_match_b1"] else "#d62728" for d in docs[1:]]
+    axes[0].bar(labels, [d["fill_ratio"] or 0.0 for d in docs], color=colours)
+    axes[0].set_ylim(0, 1.05)
+    axes[0].set_ylabel("fill ratio (active lanes / compiled batch)")
+    axes[1].bar(labels, [d["throughput_tokens_per_s"] or 0.0 for d in docs], color=colours)
+    axes[1].set_ylabel("output tokens/s")
+    x = np.arange(len(docs))
+    for off, key, name in ((-0.2, "tpot_s", "P99 TPOT"), (0.2, "e2e_s", "P99 E2E")):
+        axes[2].bar(x + off, [(d[key]["p99"] or 0.0) * 1e3 for d in docs], 0.4, label=name)
+    axes[2].set_xticks(x, [f"{d['profile']}\nn={d['e2e_s']['n']}" for d in docs])
+    axes[2].set_ylabel("ms (P99 below 100 samples: not judged)")
+    axes[2].legend()
+    bad = [d["profile"] for d in docs[1:] if not d["lanes_match_b1"]]
+    fig.suptitle(
+        f"calctl bench batch: {report.alias}; lanes vs B1: "
+        + (f"MISMATCH at {', '.join(bad)}" if bad else "all match")
+        + f"\n{_device_label(report.device)}",
+        fontsize=10,
+    )
+    _save(fig, path)
+
+
+def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
+    """``calctl bench --scenario batch``."""
+    if options.trust is None:
+        raise UsageError("--scenario batch runs the engine in-process: it needs a trust policy")
+    if len(options.models) > 1:
+        raise UsageError("--scenario batch measures one model: give at most one --models alias")
+    device = options.device or DeviceSpec()
+    package = options.package
+    if package is None:
+        package = build_batch_sample(options.out_dir / "batch-sample-package", seed=options.seed)
+        log(f"  built the sample package {package} (single, decode profiles B1/B4/B8/B16, test key)")
+    report = run_batch(
+        BatchOptions(
+            package,
+            options.trust,
+            alias=options.models[0] if options.models else None,
+            device=device,
+            seed=options.seed,
+            request_timeout_s=options.request_timeout_s,
+            plot_path=options.out_dir / "bench.png",
+        ),
+        log,
+    )
+    return scenario_result(report)
+
+
+def build_batch_sample(out: Path, *, seed: int = 0) -> Path:
+    """A sealed single-model sample with decode profiles B1/B4/B8/B16, signed with the published test key."""
+    from calctl.compiler.sample import build_sample
+    from calctl.signing.keys import load_private
+    from calctl.signing.policy import test_key_paths
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return build_sample(
+        out, kind="single", key=load_private(test_key_paths()[0]), seed=seed, decode_profiles=(1, *BATCH_PROFILES)
+    )
+
+
+def scenario_result(report: BatchReport) -> ScenarioResult:
+    docs = [r.summary() for r in report.runs]
+    gates = []
+    for run in report.runs[1:]:
+        gates.append(
+            Gate(
+                f"B{run.batch}.lanes_match_b1",
+                "every request's tokens equal the same request's at B1 (000 §19 M3)",
+                float(len(run.mismatches)),
+                not run.mismatches,
+                f"{len(run.records) - len(run.mismatches)}/{len(run.records)} requests match B1"
+                + (f"; first: {run.mismatches[0]}" if run.mismatches else ""),
+                samples=len(run.records),
+            )
+        )
+    v = verdict(gates)
+    rows = []
+    for d in docs:
+        judged = d["p99_judged"]
+        rows.append(
+            (
+                d["profile"],
+                d["requests"],
+                d["errors"],
+                "n/a" if d["fill_ratio"] is None else f"{d['fill_ratio']:.2f}",
+                d["padding_lanes"],
+                "n/a" if d["throughput_tokens_per_s"] is None else f"{d['throughput_tokens_per_s']:.0f}",
+                _ms(d["tpot_s"]["p50"]),
+                _ms(d["tpot_s"]["p99"]) + ("" if judged else f" ({NOT_JUDGED}, n={d['tpot_s']['n']})"),
+                _ms(d["e2e_s"]["p99"]) + ("" if judged else f" ({NOT_JUDGED}, n={d['e2e_s']['n']})"),
+                "reference" if d["batch"] == 1 else ("yes" if d["lanes_match_b1"] else f"NO ({len(d['mismatches'])})"),
+            )
+        )
+    table = Table(
+        f"batch profiles, {report.alias}" + (" (MOCK)" if report.mock else ""),
+        (
+            "profile",
+            "requests",
+            "errors",
+            "fill ratio",
+            "padding lanes",
+            "tokens/s",
+            "P50 TPOT",
+            "P99 TPOT",
+            "P99 E2E",
+            "matches B1",
+        ),
+        tuple(rows),
+    )
+    notes = []
+    for run in report.runs[1:]:
+        notes += [f"failing gate B{run.batch}.lanes_match_b1: {m}" for m in run.mismatches[:10]]
+        if len(run.mismatches) > 10:
+            notes.append(f"failing gate B{run.batch}.lanes_match_b1: and {len(run.mismatches) - 10} more")
+    if report.skipped:
+        notes.append(f"not compiled in the package, not measured: {', '.join(report.skipped)}")
+    if any(not d["p99_judged"] for d in docs):
+        notes.append(
+            f"P99 over fewer than {MIN_SAMPLES['p99']} requests is shown, not judged; "
+            "fill ratio, tokens/s and P99 have no project target yet (000 §19 M3): measured, not graded"
+        )
+    if report.mock:
+        notes.append(
+            "MOCK RESULT: the timing model decides what a lane costs; the lane check compares what the mock "
+            "computed, the throughput says nothing about a board (docs/runtime.md §5)"
+        )
+    return ScenarioResult(
+        scenario="batch",
+        verdict=v,
+        exit_code=1 if v == "FAIL" else 0,
+        gates=tuple(gates),
+        tables=(table,),
+        body={
+            "alias": report.alias,
+            "package": report.package,
+            "device_options": report.device_options,
+            "workload": report.workload,
+            "profiles": docs,
+            "skipped_profiles": report.skipped,
+        },
+        plot=report.plot_path,
+        notes=tuple(notes),
+        mock_result=report.mock,
+    )
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1e3:.1f} ms"
+
+
+BATCH = Scenario(
+    "batch",
+    "B1 reference then B4/B8/B16 in-process, closed loop: fill ratio, tokens/s, P99, lanes vs B1 (000 §19 M3)",
+    run_scenario,
+    needs_url=False,
+    options=("PKG", "--models", "--time-scale", "--seed", "--request-timeout"),
+)
+
+__all__ = ["BATCH", "BATCH_PROFILES", "BatchOptions", "BatchReport", "ProfileRun", "run_batch", "run_scenario"]
