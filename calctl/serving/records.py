@@ -17,6 +17,13 @@ omitted: a runtime that reports no job phases gives ``h2d_ms``/``infer_ms``/
 ``d2h_ms`` null; a job that timed out has no ``done_ns``. Request and job ids
 go here (and to logs), never to Prometheus labels.
 
+A flight recorder is always on, with or without a destination: the sink keeps
+the last :data:`RECENT_KEEP` records of each kind in memory, and a recovery
+attaches the ones of the aliases it touched to its evidence file (001 §11.3
+"保存 trace"; ``calctl-recovery-evidence/v1``, docs/serve.md). Kept-only job
+records do not scan the runtime trace for their phases on the hot path: the
+evidence fills ``h2d_ms``/``infer_ms``/``d2h_ms`` from the trace window it saves.
+
 Where: ``calctl serve --records DIR`` writes ``DIR/records.ndjson``, rotated at
 ``--records-max-mb`` (default 64 MiB) with 5 older files kept
 (``records.ndjson.1`` … ``.5``; :class:`logging.handlers.RotatingFileHandler`);
@@ -29,7 +36,10 @@ import json
 import logging
 import logging.handlers
 import sys
+import threading
 import time
+from collections import deque
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,6 +48,7 @@ from calctl.errors import UsageError
 RECORDS_FILE = "records.ndjson"
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 BACKUPS = 5
+RECENT_KEEP = 256  # records of each kind the flight recorder keeps for recovery evidence
 
 REQUEST_FIELDS = (
     "request_id",
@@ -77,19 +88,34 @@ JOB_FIELDS = (
 
 
 class RecordSink:
-    """Writes records, one line each, from any thread (the logging handler holds the lock).
+    """Writes records, one line each, from any thread (the logging handler holds the lock), and keeps the last
+    ``keep`` of each kind in memory (the flight recorder, :meth:`recent`).
 
-    ``RecordSink()`` is disabled: ``enabled`` is False and the engine skips building records at all."""
+    ``RecordSink()`` writes nothing (``enabled`` is False) but still keeps the recent records."""
 
-    def __init__(self, handler: logging.Handler | None = None, *, where: str | None = None) -> None:
+    def __init__(self, handler: logging.Handler | None = None, *, where: str | None = None, keep: int = RECENT_KEEP):
         self._handler = handler
         self.where = where
         if handler is not None:
             handler.setFormatter(logging.Formatter("%(message)s"))
+        self._lock = threading.Lock()
+        # kind -> the last records of that kind, each with the runtime's job id (None for requests) so the
+        # recovery evidence can fill a kept-only job's phases from its trace window.
+        self._recent: dict[str, deque[tuple[dict[str, Any], int | None]]] = {
+            "request": deque(maxlen=keep),
+            "job": deque(maxlen=keep),
+        }
 
     @property
     def enabled(self) -> bool:
+        """True when records are written somewhere (then job records carry their phases from the trace)."""
         return self._handler is not None
+
+    def recent(self, kind: str, aliases: Collection[str] | None = None) -> list[tuple[dict[str, Any], int | None]]:
+        """The kept records of ``kind`` (oldest first), of ``aliases`` only when given: (record, runtime job id)."""
+        with self._lock:
+            rows = list(self._recent[kind])
+        return [r for r in rows if aliases is None or r[0]["model_alias"] in aliases]
 
     @classmethod
     def to_directory(cls, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> RecordSink:
@@ -112,19 +138,21 @@ class RecordSink:
         return cls(logging.StreamHandler(stream or sys.stderr), where="stderr")
 
     def request(self, **fields: Any) -> None:
-        self._write("request", REQUEST_FIELDS, fields)
+        self._write("request", REQUEST_FIELDS, fields, None)
 
-    def job(self, **fields: Any) -> None:
-        self._write("job", JOB_FIELDS, fields)
+    def job(self, *, runtime_job: int | None = None, **fields: Any) -> None:
+        self._write("job", JOB_FIELDS, fields, runtime_job)
 
-    def _write(self, kind: str, names: tuple[str, ...], fields: dict[str, Any]) -> None:
-        h = self._handler
-        if h is None:
-            return
+    def _write(self, kind: str, names: tuple[str, ...], fields: dict[str, Any], runtime_job: int | None) -> None:
         unknown = set(fields) - set(names)
         if unknown:  # a programming error: a record has exactly its documented fields
             raise ValueError(f"{kind} record: unknown field(s) {sorted(unknown)}")
         doc = {"record": kind, "ts": round(time.time(), 6), **{n: fields.get(n) for n in names}}
+        with self._lock:
+            self._recent[kind].append((doc, runtime_job))
+        h = self._handler
+        if h is None:
+            return
         h.handle(logging.makeLogRecord({"msg": json.dumps(doc, separators=(",", ":")), "levelno": logging.INFO}))
 
     def close(self) -> None:
@@ -132,8 +160,18 @@ class RecordSink:
             self._handler.close()
 
 
+def job_phases(trace: Iterable[Any], runtime_job: int) -> dict[str, float]:
+    """Milliseconds per phase (``h2d``, ``compute``, ``d2h``) of one runtime job, summed from its trace events."""
+    phases: dict[str, float] = {}
+    for ev in trace:
+        if ev.job == runtime_job and ev.phases:
+            for p in ev.phases:
+                phases[p.phase.value] = round(phases.get(p.phase.value, 0.0) + (p.end_ns - p.start_ns) / 1e6, 3)
+    return phases
+
+
 def ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1e3, 3)
 
 
-__all__ = ["BACKUPS", "JOB_FIELDS", "RECORDS_FILE", "REQUEST_FIELDS", "RecordSink", "ms"]
+__all__ = ["BACKUPS", "JOB_FIELDS", "RECENT_KEEP", "RECORDS_FILE", "REQUEST_FIELDS", "RecordSink", "job_phases", "ms"]

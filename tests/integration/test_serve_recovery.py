@@ -186,6 +186,14 @@ def test_recovery_saves_the_trace_window_and_job_records(tmp_path: Path, monkeyp
     assert doc["schema"] == "calctl-recovery-evidence/v1" and doc["device"] == "mock"
     assert doc["reason"] and doc["alias"] == "model-a" and set(doc["jobs"]) == {"model-a", "model-b"}
     assert any(e["model"] == "model-a" for e in doc["trace"]), doc["trace"][:3]
+    # 001 §14 job records from the flight recorder, without `serve --records`: the faulted job is A's last.
+    jobs = doc["records"]["jobs"]
+    a_jobs = [j for j in jobs if j["model_alias"] == "model-a"]
+    assert a_jobs and a_jobs[-1]["output_status"] == "fault", a_jobs[-3:]
+    assert {j["model_alias"] for j in jobs} == {"model-a", "model-b"}
+    ok = [j for j in a_jobs if j["output_status"] == "ok"]
+    assert ok and all(j["infer_ms"] is not None and j["kv_after"] is not None for j in ok[-3:]), ok[-3:]
+    assert any(r["model_alias"] == "model-b" and r["finish_reason"] for r in doc["records"]["requests"])
 
 
 @pytest.mark.parametrize("restart_process", [True, False])

@@ -43,7 +43,7 @@ from calctl.serving.core.scheduler import DecodeJob, JobOutcome, JobStatus, Pref
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.modes import BankSlots, SlotConflict
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
-from calctl.serving.records import ms
+from calctl.serving.records import job_phases, ms
 
 log = logging.getLogger("calctl.serve")
 Clock = Callable[[], float]
@@ -433,8 +433,7 @@ class DeviceExecutor:
         self._monitor_verdict(self._monitor.job_timed_out())
         self._metrics.device_errors.labels(self.alias, "Timeout").inc()
         self._count_job(inf.kind, "timeout")
-        if self._metrics.records.enabled:
-            self._record_job(inf, JobStatus.TIMEOUT.value, None, None)
+        self._record_job(inf, JobStatus.TIMEOUT.value, None, None)
         return JobOutcome(
             inf.job_id, inf.core.generation, JobStatus.TIMEOUT, detail=f"no completion after {self.job_timeout_s:.1f}s"
         )
@@ -447,7 +446,7 @@ class DeviceExecutor:
         rt = self.rt
         assert rt is not None
         res = rt.query(inf.rt_job)
-        kv_before = self._kv_lengths(inf) if self._metrics.records.enabled else None
+        kv_before = self._kv_lengths(inf)
         hist = self._m_job_s.get(inf.graph)
         if hist is None:
             hist = self._m_job_s[inf.graph] = self._metrics.job_seconds.labels(self.alias, inf.graph)
@@ -495,8 +494,7 @@ class DeviceExecutor:
         self.slots.release(job)
         if fin.outcome.status is JobStatus.OK:
             self._monitor.job_completed()
-        if kv_before is not None:
-            self._record_job(inf, fin.outcome.status.value, res, kv_before)
+        self._record_job(inf, fin.outcome.status.value, res, kv_before)
         return fin
 
     def _kv_lengths(self, inf: Inflight) -> list[int | None]:
@@ -513,18 +511,16 @@ class DeviceExecutor:
     def _record_job(
         self, inf: Inflight, status: str, res: JobResult | None, kv_before: list[int | None] | None
     ) -> None:
-        """001 §14's per-job record (calctl.serving.records). Phases come from the runtime's own trace; a
-        runtime that reports none gives null h2d/infer/d2h, never a made-up split."""
+        """001 §14's per-job record (calctl.serving.records), always kept by the flight recorder. Phases come
+        from the runtime's own trace, read only when records are written (a kept-only record gets them from
+        the recovery evidence's trace window); a runtime that reports none gives null, never a made-up split."""
         rt = self.rt
         assert rt is not None
         job = inf.rt_job
-        phases: dict[str, float] = {}
-        for ev in rt.trace(since_ns=job.submit_ns):
-            if ev.job == job.id and ev.phases:
-                for p in ev.phases:
-                    phases[p.phase.value] = round(phases.get(p.phase.value, 0.0) + (p.end_ns - p.start_ns) / 1e6, 3)
+        phases = job_phases(rt.trace(since_ns=job.submit_ns), job.id) if self._metrics.records.enabled else {}
         done = res is not None and res.end_ns is not None
         self._metrics.records.job(
+            runtime_job=job.id,
             job_id=int(inf.job_id),
             model_alias=self.alias,
             generation=int(inf.core.generation),

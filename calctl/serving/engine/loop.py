@@ -824,8 +824,7 @@ class EngineCore:
             # 000 §16 starvation event: the deadline came before the request ever reached the device.
             kind = self._sched.prefill.thresholds.classify(len(ctx.gen.prompt_ids))
             self._metrics.starvation.labels(self.alias, kind.value.replace("prefill_", "")).inc()
-        if self._metrics.records.enabled:
-            self._record_request(ev, ctx, end, now)
+        self._record_request(ev, ctx, end, now)  # written with --records; always kept for recovery evidence
         if ctx.tokens == 0 and end.before_output is not None:
             # No output yet: the request is refused with its HTTP error (a queued request's deadline, a reset).
             ctx.stream.post_rejected(

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from calctl import records
 from calctl.budget import BudgetPolicy, max_kv_tokens, max_sequences, run_budget
 from calctl.budget import Verdict as BudgetVerdict
 from calctl.budget.device import device_fit
@@ -71,6 +72,7 @@ from calctl.serving.config import (
 from calctl.serving.core.admission import ModelState
 from calctl.serving.engine.loop import EngineCore, RecoveryRequest, WorkerOptions
 from calctl.serving.engine.metrics import EngineMetrics
+from calctl.serving.records import job_phases
 from calctl.serving.text import TextCodec
 from calctl.signing.policy import TrustPolicy
 
@@ -721,10 +723,11 @@ class DeviceSupervisor:
         """001 §11.3 "保存 trace": the trace window and job records around the fault, next to the record."""
         since = max(0, t0_ns - int(self.options.evidence_window_s * 1e9))
         try:
-            events = [_trace_row(e) for e in self.rt.trace(since_ns=since)]
+            raw = self.rt.trace(since_ns=since)
         except RuntimeLayerError as exc:
-            events = []
+            raw = ()
             log.warning("recovery evidence: the runtime trace is not readable (%s)", exc)
+        events = [_trace_row(e) for e in raw]
         doc = {
             "schema": "calctl-recovery-evidence/v1",
             "device": self.rt.kind.value,
@@ -739,6 +742,12 @@ class DeviceSupervisor:
             "clock": "CLOCK_MONOTONIC",
             "trace": events,
             "jobs": {a: self.workers[a].executor_status() for a in affected},
+            # 001 §14 records of the affected aliases from the flight recorder (calctl.serving.records): the
+            # failing job is the last job record of the faulted alias.
+            "records": {
+                "jobs": _jobs_with_phases(self.metrics.records.recent("job", affected), raw),
+                "requests": [doc for doc, _ in self.metrics.records.recent("request", affected)],
+            },
             "package_digest": self.loaded.digest if self.loaded else None,
         }
         self.evidence.append(doc)
@@ -752,7 +761,7 @@ class DeviceSupervisor:
         try:
             base.mkdir(parents=True, exist_ok=True)
             path = base / f"recovery-{os.getpid()}-{len(self.recoveries) + 1:04d}-{req.alias}.json"
-            path.write_text(json.dumps(doc, indent=1, default=str))
+            records.write_atomic(path, json.dumps(doc, indent=1, default=str))
             return path
         except OSError as exc:
             log.error("recovery evidence not written to %s: %s", base, exc)
@@ -898,6 +907,23 @@ def _trace_row(e: Any) -> dict[str, Any]:
         "end_ns": e.end_ns,
         "state": e.state.value,
     }
+
+
+def _jobs_with_phases(kept: list[tuple[dict[str, Any], int | None]], trace: Any) -> list[dict[str, Any]]:
+    """Kept-only job records carry no phases (the hot path does not scan the trace): fill them from the window."""
+    out = []
+    for doc, runtime_job in kept:
+        if runtime_job is not None and doc["h2d_ms"] is None and doc["infer_ms"] is None and doc["d2h_ms"] is None:
+            phases = job_phases(trace, runtime_job)
+            if phases:
+                doc = {
+                    **doc,
+                    "h2d_ms": phases.get("h2d"),
+                    "infer_ms": phases.get("compute"),
+                    "d2h_ms": phases.get("d2h"),
+                }
+        out.append(doc)
+    return out
 
 
 def _status_name(status: RuntimeStatus | None) -> str | None:
