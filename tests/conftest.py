@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,14 @@ TEST_PUB = FIXTURES / "keys" / "calctl-test-only-DO-NOT-TRUST.pub"
 SCRATCH = Path(tempfile.mkdtemp(prefix="calctl-tests-"))
 atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 os.environ.setdefault("CALCTL_CACHE_DIR", str(SCRATCH / "cache"))
+# The lock of `exclusive` tests lives in the controller's scratch; its workers inherit the variable.
+XDIST_LOCK = "CALCTL_TESTS_XDIST_LOCK"
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ[XDIST_LOCK] = str(SCRATCH / "xdist.lock")
+else:
+    # A pytest-xdist worker inherits the controller's environment, its cache directory included: each worker
+    # process has a cache of its own, like any other session.
+    os.environ["CALCTL_CACHE_DIR"] = str(SCRATCH / "cache")
 # The calrt board lock (calctl.runtime.board_lock) lives in the session's scratch: concurrent test runs on
 # one machine never collide on the shared /tmp lock of the "default" board.
 os.environ["CALCTL_LOCK_DIR"] = str(SCRATCH / "locks")
@@ -34,6 +44,20 @@ set_hypothesis_home_dir(SCRATCH / "hypothesis")
 # No example database: a failure is reported with its minimal example and seed, not replayed from disk.
 settings.register_profile("calctl", database=None)
 settings.load_profile("calctl")
+
+
+@pytest.fixture(autouse=True)
+def _exclusive_under_xdist(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The suite runs on two pytest-xdist workers (pyproject addopts). A test marked ``exclusive`` judges
+    wall-clock figures (S2 overlap, P99 gates, the F grade) and must not share the CPU with the other
+    worker's test: it holds an exclusive lock that every other test holds shared, so it runs alone."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    mode = fcntl.LOCK_EX if request.node.get_closest_marker("exclusive") else fcntl.LOCK_SH
+    with open(os.environ[XDIST_LOCK], "a") as lock:
+        fcntl.flock(lock, mode)
+        yield
 
 
 @dataclass

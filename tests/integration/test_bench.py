@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, assert_no_traceback
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LOAD = (

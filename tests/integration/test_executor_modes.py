@@ -34,7 +34,7 @@ from tests.conftest import TEST_PUB
 from tests.integration.executor_harness import GOLDEN, SINGLE, executor_engine
 from tests.integration.serve_harness import COMBINED, serving
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 DECODE = "model_a_decode"
 

@@ -51,6 +51,7 @@ def test_run_golden_and_warmup_pass_through_the_c_abi(cli, reference_board: Path
     _is_calrt_result(r.json, reference_board)
 
 
+@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_poc_combined_is_s2_from_the_per_chip_trace(cli, reference_board: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     monkeypatch.setenv("CALRT_REF_TIME_SCALE", "4")
     r = cli(
@@ -75,6 +76,7 @@ def test_poc_combined_is_s2_from_the_per_chip_trace(cli, reference_board: Path, 
     assert chips is None or chips == {0, 1}
 
 
+@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_poc_combined_is_s1_under_the_board_wide_lock(cli, reference_board: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     monkeypatch.setenv("CALRT_REF_TIME_SCALE", "4")
     monkeypatch.setenv("CALRT_REF_BOARD_LOCK", "1")

@@ -16,12 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from calctl.compiler import sample
 from calctl.package.model import MANIFEST, RESERVED_INFO
 from calctl.signing import keys, seal
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, CliResult, assert_no_traceback
+
+pytestmark = pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 
 TRUST = ("--trusted-key", str(TEST_PUB))
 FLOW = [

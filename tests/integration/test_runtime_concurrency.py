@@ -89,6 +89,7 @@ def measure(serialize: bool, replica: Package) -> dict[str, float]:
         return out
 
 
+@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_two_chips_overlap_one_chip_serialises(replica: Package) -> None:
     m = measure(False, replica)
     single = m["single"]

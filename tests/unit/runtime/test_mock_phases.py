@@ -82,6 +82,7 @@ def _phase(e: TraceEvent, phase: JobPhase) -> tuple[int, int]:
     return p.start_ns, p.end_ns
 
 
+@pytest.mark.exclusive  # judges wall-clock overlap (tests/conftest.py)
 def test_ping_pong_hide_transfers_behind_compute_but_never_compute_together() -> None:
     wall, (a, b) = _ping_pong(fixed(0.3, 0.3))
     assert wall < 1.9 * UNIT  # ~1.4 units (generous: a loaded machine adds wake-up latency): less than two jobs
@@ -99,6 +100,7 @@ def test_ping_pong_hide_transfers_behind_compute_but_never_compute_together() ->
         assert all(p.end_ns <= q.start_ns for p, q in zip(e.phases, e.phases[1:], strict=False))
 
 
+@pytest.mark.exclusive  # judges wall-clock overlap (tests/conftest.py)
 def test_all_compute_jobs_gain_nothing_from_ping_pong() -> None:
     wall, (a, b) = _ping_pong(fixed(0.0, 0.0))
     assert wall > 1.8 * UNIT  # two in flight, one computing: two units
