@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, assert_no_traceback
 
-pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = pytest.mark.slow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LOAD = (
@@ -113,6 +113,7 @@ def parallel_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_mode_all_on_parallel_chips_has_efficiency_with_ci(cli, parallel_server: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     r = cli("bench", "--url", parallel_server, "--mode", "all", *LOAD, "--report", tmp_path / "b")
     assert_no_traceback(r)
@@ -187,6 +188,7 @@ def test_interference_pairs_and_goodput(cli, parallel_server: str, tmp_path: Pat
     assert r.json["mock_result"] is None and "not stated" in r.json["note"]  # --target-device not given
 
 
+@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_serialised_chips_fail_the_gates_and_say_which(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with _serve(tmp_path, "--serialize-chips") as url:
         r = cli("bench", "--url", url, "--mode", "all", *LOAD, "--report", tmp_path / "s")
@@ -224,6 +226,7 @@ def test_bench_usage_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-unt
         assert_no_traceback(r)
 
 
+@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_fault_isolation_grades_f1_or_better_with_evidence(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     r = cli(
         "bench",

@@ -18,7 +18,7 @@ from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
 
-pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = pytest.mark.slow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -34,11 +34,12 @@ from tests.conftest import TEST_PUB
 from tests.integration.executor_harness import GOLDEN, SINGLE, executor_engine
 from tests.integration.serve_harness import COMBINED, serving
 
-pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = pytest.mark.slow
 
 DECODE = "model_a_decode"
 
 
+@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_executor_modes_bench_m1_m2_and_the_overlap_in_the_trace(tmp_path: Path) -> None:
     trace = tmp_path / "pp.trace.json"
     report = run_executor_modes(

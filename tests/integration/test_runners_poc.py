@@ -24,8 +24,6 @@ from calctl.package.model import MANIFEST, RESERVED_INFO
 from calctl.signing import keys, seal
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, CliResult, assert_no_traceback
 
-pytestmark = pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
-
 TRUST = ("--trusted-key", str(TEST_PUB))
 FLOW = [
     "open device",
@@ -73,6 +71,7 @@ def _resealed(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
     return root
 
 
+@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_combined_sample_is_s2_on_the_mock(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     trace, plot = tmp_path / "poc.trace.json", tmp_path / "poc.png"
     r = _poc(cli, FIXTURE_PACKAGES / "combined", "--rounds", 4, "--time-scale", 4, "--trace", trace, "--plot", plot)
@@ -107,6 +106,7 @@ def test_combined_sample_is_s2_on_the_mock(cli, tmp_path: Path) -> None:  # type
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24])[0] > 400
 
 
+@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_serialised_chips_are_s1_and_the_report_says_why(cli) -> None:  # type: ignore[no-untyped-def]
     r = _poc(cli, FIXTURE_PACKAGES / "combined", "--rounds", 3, "--time-scale", 2, "--serialize-chips")
     assert r.code == 0, r.err  # S1 is a finding, not a tool failure
