@@ -11,7 +11,7 @@ import pytest
 
 from calctl.serving.config import ExecutorMode
 from calctl.serving.protocol import EngineRejection, RejectCode
-from tests.integration.executor_harness import ALIAS, GOLDEN, executor_engine
+from tests.integration.executor_harness import ALIAS, GOLDEN, _gather, executor_engine
 
 
 @pytest.mark.parametrize("mode", list(ExecutorMode))
@@ -65,3 +65,35 @@ def test_a_bug_in_the_loop_fails_its_requests_and_the_alias_once(caplog: pytest.
             h.engine.submit_threadsafe(h.request("late"), h.loop.loop)
         assert exc.value.code is RejectCode.UNAVAILABLE
         assert core.live_requests() == 0 and core.drained()
+
+
+@pytest.mark.parametrize("seed", [-1, -(2**63), 2**63 - 1, 0])
+def test_any_64_bit_seed_is_served_and_a_negative_one_does_not_kill_the_alias(seed: int) -> None:
+    # Hostile test of issue 19: `"seed": -1` from any client crashed the engine loop (numpy refuses negative
+    # seeds), failed the alias for good and left that request hanging.
+    import dataclasses
+
+    from calctl.serving.protocol import SamplingParams
+
+    with executor_engine(ExecutorMode.ASYNC) as h:
+        reqs = [
+            dataclasses.replace(h.request(f"s{i}"), sampling=SamplingParams(temperature=1.0, seed=seed)) for i in (0, 1)
+        ]
+        outs = h.loop.submit(_gather(h.engine, reqs)).result(30)
+        assert all(o.ok for o in outs), outs
+        assert outs[0].tokens == outs[1].tokens  # the same seed samples the same tokens
+        assert h.worker.failed is None and h.worker.is_ready()
+
+
+def test_an_arrival_the_loop_cannot_take_is_refused_not_left_hanging() -> None:
+    # The arrival that crashes the loop had no entry in the core's requests yet, so nothing ended its stream.
+    with executor_engine(ExecutorMode.ASYNC) as h:
+        core = h.worker
+
+        def buggy(*a, **kw):  # type: ignore[no-untyped-def]
+            raise ValueError("a bug while admitting")
+
+        core._sched.arrive = buggy  # type: ignore[method-assign]
+        outs = h.loop.submit(_gather(h.engine, [h.request("doomed")])).result(30)
+        assert outs[0].rejected == RejectCode.UNAVAILABLE.value, outs
+        assert core.failed is not None and "ValueError" in core.failed

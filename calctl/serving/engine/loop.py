@@ -74,7 +74,7 @@ from calctl.serving.engine.device import DeviceExecutor, Finished, Inflight, Job
 from calctl.serving.engine.metrics import EngineMetrics, ModelSnapshot, TenantSnapshot
 from calctl.serving.engine.modes import DowngradeReason, DowngradeRecord
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
-from calctl.serving.engine.sampling import sample_token
+from calctl.serving.engine.sampling import request_rng, sample_token
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.outcomes import ENDINGS, VERDICT_REJECTION, Ending, Outcome
 from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
@@ -582,7 +582,15 @@ class EngineCore:
             if inf is not None:
                 self._job_done(inf)
         elif isinstance(msg, _Arrive):
-            self._arrive(msg)
+            try:
+                self._arrive(msg)
+            except BaseException:
+                # A bug while admitting it: the loop dies (``_die`` ends what it holds), but this request is not
+                # held yet, so end its stream here or its client waits forever.
+                if RequestId(msg.request.request_id) not in self._requests:
+                    self._known.discard(msg.request.request_id)
+                    msg.stream.post_rejected(EngineRejection(RejectCode.UNAVAILABLE, f"model {self.alias!r} failed"))
+                raise
         elif isinstance(msg, _Cancel):
             if msg.request_id in self._requests:
                 self._sched.cancel(msg.request_id, self._clock())
@@ -665,7 +673,7 @@ class EngineCore:
             self._known.discard(rid)
             stream.post_rejected(self._rejection(ticket))
             return
-        self._requests[rid] = _Request(req, stream, msg.at, np.random.default_rng(req.sampling.seed))
+        self._requests[rid] = _Request(req, stream, msg.at, request_rng(req.sampling.seed))
         result = self._sched.submit(
             ticket, prompt_tokens=len(req.prompt_ids), max_tokens=req.max_tokens, deadline_s=req.timeout_s, now=now
         )

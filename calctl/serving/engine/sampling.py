@@ -10,6 +10,12 @@ import numpy as np
 from calctl.serving.protocol import SamplingParams
 
 
+def request_rng(seed: int | None) -> np.random.Generator:
+    """The request's own RNG. A client's seed is a signed 64-bit integer (OpenAI, vLLM) and numpy takes only
+    non-negative ones, so it is taken modulo 2**64: one-to-one over the signed range, never a crash."""
+    return np.random.default_rng(None if seed is None else seed % 2**64)
+
+
 def sample_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> int:
     """Greedy at temperature 0; otherwise temperature + nucleus (top-p) sampling with the request's RNG."""
     if sampling.greedy:
@@ -28,4 +34,4 @@ def sample_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Ge
     return int(rng.choice(len(p), p=p))
 
 
-__all__ = ["sample_token"]
+__all__ = ["request_rng", "sample_token"]

@@ -63,6 +63,9 @@ INVALID: list[tuple[str, dict[str, Any], str | None]] = [
     ),
     ("/v1/completions", {**TEXT, "stream_options": {"include_usage": "maybe"}}, "stream_options"),
     ("/v1/completions", {**TEXT, "timeout": 0}, "timeout"),
+    # OpenAI's seed is a 64-bit integer (as vLLM bounds it); beyond it is the client's error, not the engine's.
+    ("/v1/completions", {**TEXT, "seed": 2**63}, "seed"),
+    ("/v1/chat/completions", {**CHAT, "seed": -(2**63) - 1}, "seed"),
 ]
 
 
