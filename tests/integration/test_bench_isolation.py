@@ -186,6 +186,24 @@ def test_corrupt_output_is_no_go_naming_its_requests(tmp_path: Path) -> None:
     assert gate["G2.served"].passed is True
 
 
+def test_a_halting_fault_is_no_go_and_the_reset_still_releases_the_kv(tmp_path: Path) -> None:
+    path = tmp_path / "ccu.yaml"
+    path.write_text(
+        "schema: calctl-fault-plan/v1\nfaults:\n  - kind: ccu_exception\n    graph: model_a1_decode\n    job: [100]\n",
+        encoding="utf-8",
+    )
+    res = _run(tmp_path, 120, device=DeviceSpec(fault_plan=path))
+    assert res.verdict == "NO-GO" and res.exit_code == 1
+    body = res.body
+    assert body["requests"]["failed"] > 0 and body["checks"]["served"]["fail"] == body["requests"]["failed"]
+    assert body["recoveries"] and body["recoveries"][0]["alias"] == "model-a1", body["recoveries"]
+    assert any(o["check"] == "served" and "CCU_EXCEPTION" in o["detail"] for o in body["crosstalk"])
+    # What was delivered is still right, and the recovery gave the KV back on both chips.
+    for name in (*REFERENCE_CHECKS, "own_generation", "request_record", "kv_released"):
+        assert body["checks"][name]["fail"] == 0, (name, body["checks"][name])
+    assert any("recovery(ies) during the run" in n for n in res.notes)
+
+
 def test_a_fault_in_the_load_golden_stops_before_any_request(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "corrupt_output", "model_a0_prefill", [1])  # the engine's own golden before Ready
     res = _run(tmp_path, 50, device=DeviceSpec(fault_plan=plan))

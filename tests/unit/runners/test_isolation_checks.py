@@ -121,7 +121,7 @@ def test_a_near_tie_within_the_golden_tolerance_is_accepted_and_counted() -> Non
 def _judged(i: int, side_index: int, tokens: list[int], ok: bool) -> Judged:
     rep = _replica()
     p = Planned(i, f"iso-{i:05d}", rep.sides[side_index], (3, 4, i + 5), len(tokens) or 1, "")
-    j = Judged(p, None, tokens, 1)
+    j = Judged(p, None, tokens, frozenset({1}))
     if not ok:
         j.verdict = Verdict(False, 0, 1, tokens[0] if tokens else None, 1.0, 0.1)
     return j
