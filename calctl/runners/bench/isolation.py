@@ -665,7 +665,9 @@ class _Run:
         self.versions: Any = None
         self.generations: dict[str, set[int]] = {}
         self.recoveries: list[dict[str, Any]] = []
+        self.faults_fired: list[dict[str, Any]] | None = None  # None: not a mock, nothing injected by calctl
         self.wall_s = 0.0
+        self.seconds: dict[str, float] = {}  # where the run's time went: load, serial golden, serve, judge
         self.start_error: str | None = None
         self.drained = True
         try:
@@ -687,7 +689,9 @@ class _Run:
                         + (f" (time scale {device.time_scale:g})" if device.is_mock else "")
                     )
                     try:
+                        t_load = time.monotonic()
                         sup.start(opts.package)  # golden + warm-up of A0 then A1 before Ready (001 §11.1)
+                        self.seconds["load_golden_warmup"] = time.monotonic() - t_load
                     except CalctlError as exc:
                         if exc.exit_code != 1:  # usage, configuration and device errors are not a verdict
                             raise
@@ -721,6 +725,7 @@ class _Run:
             return tap
 
         with EngineLoop("isolation") as loop:
+            t_golden = time.monotonic()
             for side in self.replica.sides:  # 001 §12 Phase 2 step 2: serially, one side then the other
                 prompt, want = golden[side.alias]
                 req = GenerationRequest(
@@ -752,6 +757,7 @@ class _Run:
                 )
                 self.log(f"  serial golden {side.alias} (chip {side.chip}): {'ok' if ok else 'MISMATCH'}")
             self._wait_idle(sup)
+            self.seconds["serial_golden"] = time.monotonic() - t_golden
             self.before = {s.alias: _side_state(sup, s.alias) for s in self.replica.sides}
             self.mem_before = _memory(rt)
             self.log(
@@ -767,6 +773,7 @@ class _Run:
             t0 = time.monotonic()
             results = loop.submit(everything()).result(timeout * 2 + 30)
             self.wall_s = time.monotonic() - t0
+            self.seconds["serve"] = self.wall_s
         self.drained = self._wait_idle(sup)
         # A reset during the run (a fault) republishes the aliases under a new generation: those count as theirs.
         for rec in sup.recoveries[recoveries0:]:
@@ -787,6 +794,12 @@ class _Run:
         self.mem_after = _memory(rt)
         with contextlib.suppress(RuntimeLayerError):
             self.events = rt.trace(since_ns=since)
+        injected = getattr(rt, "injected_faults", None)  # the mock says which faults of the plan fired
+        if callable(injected):
+            self.faults_fired = [
+                {"kind": f.kind.value, "graph": f.graph, "model": f.model, "chips": list(f.chips), "job": f.job}
+                for f in injected()
+            ]
         self.judged = [
             Judged(
                 p,
@@ -814,6 +827,7 @@ class _Run:
     # -- judgement ---------------------------------------------------------------------------------
 
     def result(self, work: list[Planned]) -> ScenarioResult:
+        t_judge = time.monotonic()
         t = Tally()
         self._golden_checks(t)
         records = _read_records(Path(self.files["records_ndjson"]))
@@ -830,6 +844,7 @@ class _Run:
         plot = self.opts.out_dir / "bench.png"
         self.files["plot"] = str(plot)
         plot_isolation(plot, self, verdict, checks)
+        self.seconds["judge_and_evidence"] = time.monotonic() - t_judge
         gates = tuple(
             Gate(
                 f"G2.{name}",
@@ -884,6 +899,7 @@ class _Run:
             "checks": checks,
             "crosstalk": t.offenders,
             "recoveries": self.recoveries,
+            "faults_fired": self.faults_fired,
             "kv": {
                 s.alias: {
                     "before": self.before[s.alias].document() if s.alias in self.before else None,
@@ -894,6 +910,7 @@ class _Run:
             "memory_used_bytes": {"before": self.mem_before, "after": self.mem_after},
             "trace": trace_doc,
             "no_go_action": None if go else NO_GO_ACTION,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "files": dict(self.files),
         }
         return ScenarioResult(
@@ -1027,6 +1044,14 @@ class _Run:
             notes.append(
                 f"{requests['sent']} requests: 001 §13.1 asks for at least {G2_MIN_REQUESTS}; this verdict covers "
                 "only what was run (requests.threshold_met false)"
+            )
+        if self.faults_fired:
+            hit = sorted({o["alias"] for o in offenders if o["request_id"].startswith("iso-") and o["alias"]})
+            notes.append(
+                f"{len(self.faults_fired)} fault(s) of the fault plan fired "
+                f"({', '.join(sorted({f['kind'] + ' on ' + str(f['graph'] or f['model']) for f in self.faults_fired}))})"
+                f"; offending requests on: {', '.join(hit) or 'none'} (a corruption that changes no greedy token, "
+                "or hits a sequence's last step, is invisible in the output)"
             )
         if self.recoveries:
             notes.append(
