@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from calctl.package.reader import load_manifest
 from calctl.runners.bench.base import BenchOptions
 from calctl.runners.bench.isolation import CHECKS
 from calctl.runners.bench.scenarios import SCENARIOS
@@ -85,6 +86,7 @@ def _assert_go_body(body: dict[str, Any], n: int) -> None:
         assert side["after"] == side["before"], side
         assert side["after"]["kv_reserved_tokens"] == 0 and side["after"]["inflight_jobs"] == 0
     assert [s["chip"] for s in body["sides"]] == [0, 1]
+    assert body["workload"]["alias_switches"] > n // 3  # the two sides' requests interleave
     assert body["trace"]["jobs"] > 0 and set(body["trace"]["per_chip_jobs"]) == {"0", "1"}
 
 
@@ -218,6 +220,41 @@ def test_a_fault_in_the_load_golden_stops_before_any_request(tmp_path: Path) -> 
     assert body["checks"]["serial_golden"]["fail"] >= 1
     o = body["crosstalk"][0]
     assert o["check"] == "serial_golden" and o["alias"] == "model-a0" and o["chip"] == 0, o
+
+
+def test_a_stream_delivered_across_chips_is_no_go_naming_victim_and_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine that serves one A0 request with an A1 request's prompt on chip 1: crosstalk, named both ways."""
+    import dataclasses
+
+    from calctl.runners.bench import isolation
+    from calctl.serving.engine import ServingEngine
+
+    pkg = load_manifest(REPLICA)
+    arch = pkg.model("model-a0").architecture
+    replica = isolation.check_replica(pkg, REPLICA, REPLICA)
+    work = isolation.plan_workload(80, replica, vocab=arch.vocab_size, context=arch.context_limit, seed=0)
+    victim = next(p for p in work if p.side.chip == 0 and not p.cancel and p.max_tokens >= 4)
+    donor = next(p for p in work if p.side.chip == 1 and not p.cancel and p.max_tokens >= victim.max_tokens)
+
+    class CrossWiredEngine(ServingEngine):
+        def submit(self, req):  # type: ignore[no-untyped-def]
+            if req.request_id == victim.request_id:
+                req = dataclasses.replace(req, alias=donor.side.alias, prompt_ids=donor.prompt)
+            return super().submit(req)
+
+    monkeypatch.setattr(isolation, "ServingEngine", CrossWiredEngine)
+    res = _run(tmp_path, 80)
+    assert res.verdict == "NO-GO" and res.exit_code == 1
+    named = [o for o in res.body["crosstalk"] if o["request_id"] == victim.request_id]
+    assert named, res.body["crosstalk"]
+    o = named[0]
+    assert o["alias"] == "model-a0" and o["chip"] == 0 and o["check"] in REFERENCE_CHECKS, o
+    assert set(o["checks_failed"]) >= {"completed_equals_reference", "request_record"}, o
+    assert f"request {donor.request_id}'s (model-a1, chip 1)" in o["source"] and "across chips" in o["source"], o
+    others = [x for x in res.body["crosstalk"] if x["request_id"].startswith("iso-") and x is not o]
+    assert others == [], others  # nothing else was cross-wired
 
 
 @pytest.mark.parametrize("kind", ["combined", "single"])

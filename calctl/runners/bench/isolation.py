@@ -66,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -888,6 +889,7 @@ class _Run:
                 "cancel_share": CANCEL_SHARE,
                 "timer_cancel_within_s": TIMER_CANCEL_S,
                 "submission": "all at once, interleaved across the aliases in a seeded order",
+                "alias_switches": sum(1 for a, b in itertools.pairwise(work) if a.side is not b.side),
                 "temperature": 0.0,
                 "ignore_eos": True,
                 "seed": self.opts.seed,
