@@ -267,6 +267,22 @@ def test_a_package_that_is_not_a_replica_is_refused(cli, tmp_path: Path, kind: s
     assert not (tmp_path / "rep" / "isolation-requests.ndjson").exists()
 
 
+def test_a_tampered_replica_is_refused_by_validation_not_judged(cli, copy_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    root = copy_fixture("replica")
+    pkg = load_manifest(root)
+    for alias in ("model-a0", "model-a1"):  # the same change on both sides: still a replica, no longer sealed
+        t = pkg.model(alias).params[0]
+        blob = bytearray((root / t.file).read_bytes())
+        blob[t.offset] ^= 0x01
+        (root / t.file).write_bytes(bytes(blob))
+    out = tmp_path / "rep"
+    r = cli("bench", "--scenario", "isolation", root, *TRUST, "--requests", "10", "--report", out)
+    assert_no_traceback(r)
+    assert r.code == 1, r.err
+    assert "failed validation" in r.err and "HASH" in r.err, r.err
+    assert not (out / "isolation-requests.ndjson").exists()  # never served, never judged
+
+
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_bad_request_counts_are_refused(cli, tmp_path: Path, value: str) -> None:  # type: ignore[no-untyped-def]
     r = cli("bench", "--scenario", "isolation", REPLICA, *TRUST, "--requests", value, "--report", tmp_path / "rep")

@@ -76,7 +76,7 @@ from typing import Any
 
 import numpy as np
 
-from calctl.errors import CalctlError, UsageError
+from calctl.errors import CheckFailed, UsageError
 from calctl.model import decoder
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
@@ -118,7 +118,8 @@ CHECKS: dict[str, str] = {
     "served": "every request completed or was cancelled on its cue; none refused, failed or timed out",
     "completed_equals_reference": "a completed request's tokens equal the package reference's greedy tokens, "
     "all max_tokens of them",
-    "cancelled_prefix_of_reference": "a cancelled request's tokens are a prefix of the reference's",
+    "cancelled_prefix_of_reference": "a cancelled request's tokens (and a failed one's partial output) are a "
+    "prefix of the reference's",
     "own_generation": "every token carried the submitting alias's generation",
     "request_record": "the engine's request record names the submitting alias, its chip, its generation and "
     "the tokens delivered",
@@ -429,23 +430,19 @@ def judge_request(j: Judged, ref: Reference, record: dict[str, Any] | None) -> N
         else f"output token {v.first_mismatch} is {v.got}, the reference's greedy token is {v.expected} "
         f"(reference logit gap {v.gap:.4g} > tolerance {v.slack:.3g})"
     )
-    if outcome is RequestOutcome.OK:
-        complete = len(j.tokens) == p.max_tokens
+    if res is not None and outcome is RequestOutcome.OK:
         j.check(
             "completed_equals_reference",
-            v.ok and complete,
-            mismatch or f"{len(j.tokens)} tokens delivered, max_tokens {p.max_tokens} (finish {res.record.finish})"
-            if res is not None
-            else mismatch,
+            v.ok and len(j.tokens) == p.max_tokens,
+            mismatch or f"{len(j.tokens)} tokens delivered, max_tokens {p.max_tokens} (finish {res.record.finish})",
         )
-    elif outcome is RequestOutcome.CANCELLED:
+    elif outcome is RequestOutcome.CANCELLED or j.tokens:  # a failed request's partial output is compared too
         j.check(
             "cancelled_prefix_of_reference",
             v.ok and len(j.tokens) <= p.max_tokens,
-            mismatch or f"{len(j.tokens)} tokens delivered, more than max_tokens {p.max_tokens}",
+            (mismatch or f"{len(j.tokens)} tokens delivered, more than max_tokens {p.max_tokens}")
+            + ("" if outcome is RequestOutcome.CANCELLED else " (the partial output of a failed request)"),
         )
-    elif j.tokens and not v.ok:  # a failed request's partial output is still compared
-        j.check("cancelled_prefix_of_reference", False, f"partial output before the failure: {mismatch}")
     gens = res.token_generations if res is not None else []
     wrong = [g for g in gens if g not in j.generations]
     j.check(
@@ -693,8 +690,10 @@ class _Run:
                         t_load = time.monotonic()
                         sup.start(opts.package)  # golden + warm-up of A0 then A1 before Ready (001 §11.1)
                         self.seconds["load_golden_warmup"] = time.monotonic() - t_load
-                    except CalctlError as exc:
-                        if exc.exit_code != 1:  # usage, configuration and device errors are not a verdict
+                    except CheckFailed as exc:
+                        # Only the load gate's golden/warm-up is this scenario's verdict; a package that fails
+                        # validation, the budget or the device fit is the CLI's error (exit 1, its own message).
+                        if not _load_gate_failure(exc.message, replica):
                             raise
                         self.start_error = exc.message
                         self.log(f"  serial golden failed at load: {exc.message}")
@@ -1179,6 +1178,13 @@ class _Run:
             "G3 judges S2, this scenario does not"
         )
         return doc
+
+
+def _load_gate_failure(message: str, replica: Replica) -> bool:
+    """The supervisor's "golden + warm-up before Ready" refusal (001 §11.1) of one of the replica's aliases."""
+    return any(
+        message.startswith((f"{s.alias}: golden check failed", f"{s.alias}: warm-up had")) for s in replica.sides
+    )
 
 
 def _golden_case(pkg: Package, root: Path, alias: str) -> tuple[tuple[int, ...], list[int]]:
