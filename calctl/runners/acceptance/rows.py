@@ -487,7 +487,8 @@ def judge_g4(steps: Steps) -> RowResult:
         + (", B impacted" if p.get("b_impacted") else "")
         for p in phases
     )
-    key = f"{grade}" + (f": {doc.get('grade_reason')}" if doc.get("grade_reason") else "")
+    hit = [p["phase"] for p in phases if p.get("b_impacted")]
+    key = f"{grade}: B impacted in {', '.join(hit)}" if hit else f"{grade}: B never impacted"
     data = {"grade": grade, "plan": (doc.get("device_options") or {}).get("fault_plan")}
     if grade == "F0":
         return _result(
@@ -611,7 +612,7 @@ def _milestone(doc: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     runs = doc.get("runs") or []
     if not runs:
         return None
-    m = runs[0].get(name.lower())
+    m = runs[0].get(name)
     return m if isinstance(m, dict) else None
 
 

@@ -392,12 +392,22 @@ def _scenario(state: _State, name: str, package: Path) -> StepEvidence:
     }
     path = out / "bench-report.json"
     records.write_json(path, doc)
-    body_files = result.body.get("files")
-    extra: dict[str, Any] = body_files if isinstance(body_files, dict) else {}
-    files = state.files(report=path, plot=result.plot, **{k: v for k, v in extra.items() if isinstance(v, str)})
+    files = state.files(report=path, plot=result.plot, **_body_files(result.body))
     files = {k: v for k, v in files.items() if (state.out / v).is_file()}  # only what is really there
     summary = f"{result.verdict}" + (f": {result.notes[0]}" if result.notes else "")
     return StepEvidence(name, StepStatus.RAN, time.perf_counter() - t0, summary, document=doc, files=files)
+
+
+def _body_files(body: dict[str, Any]) -> dict[str, str]:
+    """Files a scenario names in its body: ``files: {label: path}``, and each run's ``trace`` / ``plot``."""
+    out: dict[str, str] = {}
+    named = body.get("files")
+    if isinstance(named, dict):
+        out.update({str(k): v for k, v in named.items() if isinstance(v, str)})
+    for i, run in enumerate(body.get("runs") or []):
+        if isinstance(run, dict):
+            out.update({f"run{i}_{k}": run[k] for k in ("trace", "plot") if isinstance(run.get(k), str)})
+    return out
 
 
 def step_isolation(state: _State) -> StepEvidence:

@@ -82,8 +82,8 @@ def milestone_doc(m1: str, m2: str) -> dict[str, Any]:
     return {
         "runs": [
             {
-                "m1": {"verdict": m1, "checks": [check("p50_e2e", said[m1])]},
-                "m2": {"verdict": m2, "checks": [check("throughput_gain", said[m2])]},
+                "M1": {"verdict": m1, "checks": [check("p50_e2e", said[m1])]},
+                "M2": {"verdict": m2, "checks": [check("throughput_gain", said[m2])]},
             }
         ]
     }
