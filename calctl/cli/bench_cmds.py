@@ -26,6 +26,7 @@ from calctl.cli._options import (
     CalrtLibOpt,
     DeviceKind,
     DeviceOpt,
+    FaultPlanOpt,
     FormatOpt,
     SeedOpt,
     TimeScaleOpt,
@@ -55,8 +56,9 @@ def bench(
     pkg: Annotated[
         Path | None,
         typer.Argument(
-            help="In-process scenarios (fault-isolation, executor-modes, batch): package directory or "
-            ".tar; default the bundled combined sample (batch: a B1/B4/B8/B16 sample built in the report directory)."
+            help="In-process scenarios (fault-isolation, executor-modes, batch, isolation): package directory or "
+            ".tar; default the bundled combined sample (batch: a B1/B4/B8/B16 sample built in the report directory; "
+            "isolation: the bundled replica sample)."
         ),
     ] = None,
     scenario: Annotated[
@@ -65,7 +67,8 @@ def bench(
             "--scenario",
             help="ab (default; --mode), interference (001 §9.4), fault-isolation (001 §13.4, in-process on the "
             "mock), executor-modes (sync/async/pingpong, in-process; docs/executor.md), batch (B1 vs "
-            "B4/B8/B16, in-process; 000 §19 M3); an unknown name lists them.",
+            "B4/B8/B16, in-process; 000 §19 M3), isolation (G2 replica isolation, in-process; 001 §12 Phase 2); "
+            "an unknown name lists them.",
         ),
     ] = "ab",
     url: Annotated[str | None, typer.Option("--url", help="The server to drive, e.g. http://127.0.0.1:8000.")] = None,
@@ -94,6 +97,13 @@ def bench(
     ] = None,
     seed: SeedOpt = None,
     max_requests: Annotated[int, typer.Option("--max-requests", min=1, help="Cap per model and phase.")] = 10000,
+    requests: Annotated[
+        int | None,
+        typer.Option(
+            "--requests",
+            help="isolation: requests of the concurrent run over both aliases (default 1000; 001 §13.1: >= 1000).",
+        ),
+    ] = None,
     request_timeout: Annotated[
         float, typer.Option("--request-timeout", min=0.1, help="Seconds one request may take.")
     ] = 60.0,
@@ -121,6 +131,7 @@ def bench(
     device: DeviceOpt = DeviceKind.mock,
     calrt_lib: CalrtLibOpt = None,
     time_scale: TimeScaleOpt = None,
+    fault_plan: FaultPlanOpt = None,
     trusted_key: TrustedKeyOpt = None,
     allow_unsigned: AllowUnsignedOpt = False,
     format: FormatOpt = TableJson.table,
@@ -134,10 +145,12 @@ def bench(
     --scenario interference runs the four prefill/decode pairs (001 §9.4); --scenario fault-isolation grades
     F0/F1/F2 in-process on the mock (001 §13.4); --scenario executor-modes compares the sync, async and
     ping/pong executors in-process (docs/executor.md); --scenario batch measures fill ratio, tokens/s and P99 per
-    decode profile and checks every lane against B1 (000 §19 M3).
+    decode profile and checks every lane against B1 (000 §19 M3); --scenario isolation is gate G2 on a replica
+    package: serial golden, then --requests concurrent requests over both aliases, every output against the
+    package reference (001 §12 Phase 2, §13.1).
 
-    Exit 0 gates pass (or only measured), 1 a gate failed (named) or fault isolation F0, 2 usage (also: server
-    unreachable), 3 device error.
+    Exit 0 gates pass (or only measured, or G2 GO), 1 a gate failed (named), fault isolation F0 or G2 NO-GO, 2 usage
+    (also: server unreachable), 3 device error.
     """
     from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult
     from calctl.runners.bench.metrics import Slo
@@ -150,16 +163,31 @@ def bench(
     out_dir = report_dir(report, "bench")
     model_list = tuple(m.strip() for m in (models or "").split(",") if m.strip())
     package, trust, spec = None, None, None
+    if requests is not None and scenario != "isolation":
+        raise UsageError(f"--requests applies to --scenario isolation only (use --max-requests for {scenario})")
     if chosen.needs_url:
-        if pkg is not None or time_scale is not None or device is not DeviceKind.mock:
+        if pkg is not None or time_scale is not None or fault_plan is not None or device is not DeviceKind.mock:
             raise UsageError(
-                f"--scenario {scenario} drives the server at --url: PKG, --device and --time-scale do not apply"
+                f"--scenario {scenario} drives the server at --url: PKG, --device, --time-scale and --fault-plan "
+                "do not apply"
             )
     else:
         if url is not None:
             raise UsageError(f"--scenario {scenario} runs the engine in-process: --url does not apply")
-        spec = device_spec(device, calrt_lib, time_scale)
-        if scenario == "batch" and pkg is None:  # the bundled samples are B1 only: the scenario builds its own
+        if fault_plan is not None and scenario != "isolation":
+            raise UsageError(
+                f"--fault-plan applies to --scenario isolation (fault-isolation arms its own faults; batch and "
+                f"executor-modes take none), not to {scenario}"
+            )
+        spec = device_spec(device, calrt_lib, time_scale, fault_plan)
+        if scenario == "isolation" and pkg is None:  # G2 needs a replica: the bundled one
+            from calctl.compiler.bundled import bundled_package
+            from calctl.signing.policy import make_policy
+
+            package = bundled_package("replica")
+            _output.info(f"[dim]using the bundled replica sample package: {escape(str(package))}[/]")
+            trust = make_policy(trusted_key, allow_unsigned, trust_test_key=True)
+        elif scenario == "batch" and pkg is None:  # the bundled samples are B1 only: the scenario builds its own
             from calctl.signing.policy import make_policy
 
             trust = make_policy(trusted_key, allow_unsigned, trust_test_key=True)
@@ -183,16 +211,21 @@ def bench(
         token_range=TokenRange.parse(token_range),
         temperature=temperature,
         api_key=api_key,
-        target_device=target_device.value if chosen.needs_url else "mock",
+        target_device=target_device.value if chosen.needs_url else (spec.kind.value if spec else "mock"),
         package=package,
         trust=trust,
         device=spec,
+        requests=1000 if requests is None else requests,
     )
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     _output.info(
         f"calctl bench --scenario {scenario}"
-        + (f" against {escape(url or '')}" if chosen.needs_url else " in-process on the mock board")
+        + (
+            f" against {escape(url or '')}"
+            if chosen.needs_url
+            else f" in-process on the {spec.kind.value if spec else 'mock'} device"
+        )
         + f" -> {escape(str(out_dir))}"
     )
     try:
@@ -271,7 +304,11 @@ def _bench_document(opts: Any, result: Any, scenario: str, started: datetime, se
         "not_judged_gates": [g.name for g in result.gates if g.passed is None],
         **result.body,
         "notes": list(result.notes),
-        "files": {"report": str(opts.out_dir / "bench-report.json"), "plot": str(result.plot) if result.plot else None},
+        "files": {
+            **result.body.get("files", {}),  # a scenario's own evidence files (isolation: NDJSON, trace)
+            "report": str(opts.out_dir / "bench-report.json"),
+            "plot": str(result.plot) if result.plot else None,
+        },
     }
 
 

@@ -63,6 +63,7 @@ class BenchOptions:
     package: Path | None = None
     trust: TrustPolicy | None = None
     device: DeviceSpec | None = None
+    requests: int = 1000  # isolation: requests of the concurrent run, over both aliases (001 §13.1: >= 1000)
 
     @property
     def grace_s(self) -> float:

@@ -15,6 +15,7 @@ from calctl.runners.bench.base import Scenario
 from calctl.runners.bench.batch import BATCH
 from calctl.runners.bench.executor_modes import EXECUTOR_MODES
 from calctl.runners.bench.fault_isolation import run_fault_isolation
+from calctl.runners.bench.isolation import ISOLATION
 
 AB = Scenario(
     "ab",
@@ -50,7 +51,9 @@ FAULT_ISOLATION = Scenario(
 )
 
 #: name -> scenario, in --help order. The default scenario is the first.
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (AB, INTERFERENCE, FAULT_ISOLATION, EXECUTOR_MODES, BATCH)}
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s for s in (AB, INTERFERENCE, FAULT_ISOLATION, EXECUTOR_MODES, BATCH, ISOLATION)
+}
 DEFAULT_SCENARIO = "ab"
 
 __all__ = ["DEFAULT_SCENARIO", "SCENARIOS"]

@@ -1,0 +1,234 @@
+"""Gate G2, ``calctl bench --scenario isolation``: replica isolation in-process (001 §12 Phase 2, §13.1, §17 G2).
+
+A replica package (one model, A0 on chip 0 and A1 on chip 1) is served by the
+engine in-process; after the serial golden, requests with their own prompts,
+lengths and cancellation cues go to both aliases at once and every output is
+compared with the package's float64 reference. Clean: GO. A mock fault plan
+that corrupts the KV or the logits of one side: NO-GO naming the requests of
+that side, and only of that side. A package that is not a replica and a bad
+``--requests`` are refused (exit 2). The reference board runs it too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from calctl.runners.bench.base import BenchOptions
+from calctl.runners.bench.isolation import CHECKS
+from calctl.runners.bench.scenarios import SCENARIOS
+from calctl.runners.context import DeviceSpec
+from calctl.runtime import DeviceKind
+from calctl.signing.policy import make_policy
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.slow
+
+REPLICA = FIXTURE_PACKAGES / "replica"
+TRUST = ("--trusted-key", str(TEST_PUB))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REFERENCE_CHECKS = ("completed_equals_reference", "cancelled_prefix_of_reference")
+
+
+def _run(tmp_path: Path, n: int, *, device: DeviceSpec | None = None, seed: int = 0) -> Any:
+    lines: list[str] = []
+    res = SCENARIOS["isolation"].run(
+        BenchOptions(
+            out_dir=tmp_path / "out",
+            package=REPLICA,
+            trust=make_policy([TEST_PUB], False),
+            device=device or DeviceSpec(),
+            seed=seed,
+            requests=n,
+        ),
+        lines.append,
+    )
+    return res
+
+
+def _plan(tmp_path: Path, kind: str, graph: str, jobs: list[int]) -> Path:
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(
+        "schema: calctl-fault-plan/v1\nseed: 3\nfaults:\n"
+        f"  - kind: {kind}\n    graph: {graph}\n    job: {jobs}\n    magnitude: 4.0\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _assert_go_body(body: dict[str, Any], n: int) -> None:
+    req = body["requests"]
+    assert req["sent"] == n and req["completed"] + req["cancelled"] == n and req["failed"] == 0, req
+    assert req["completed"] > 0 and req["cancelled"] > 0, req
+    cues = req["cancel_cues"]
+    assert all(cues[k] > 0 for k in ("after_submit", "mid_decode", "timer")), cues
+    assert {a["chip"] for a in req["by_alias"].values()} == {0, 1}
+    assert all(a["sent"] == n // 2 for a in req["by_alias"].values()), req["by_alias"]
+    assert list(body["checks"]) == list(CHECKS)
+    for name, c in body["checks"].items():
+        assert c["fail"] == 0 and c["first_failure"] is None, (name, c)
+        assert c["pass"] > 0, name  # every check judged something
+    assert body["checks"]["served"]["pass"] == n
+    assert body["checks"]["completed_equals_reference"]["pass"] == req["completed"]
+    assert body["checks"]["cancelled_prefix_of_reference"]["pass"] == req["cancelled"]
+    assert body["checks"]["serial_golden"]["pass"] == 2 and body["checks"]["kv_released"]["pass"] == 2
+    assert body["crosstalk"] == [] and body["no_go_action"] is None
+    for side in body["kv"].values():
+        assert side["after"] == side["before"], side
+        assert side["after"]["kv_reserved_tokens"] == 0 and side["after"]["inflight_jobs"] == 0
+    assert [s["chip"] for s in body["sides"]] == [0, 1]
+    assert body["trace"]["jobs"] > 0 and set(body["trace"]["per_chip_jobs"]) == {"0", "1"}
+
+
+def _ndjson(path: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_clean_replica_is_go_with_its_evidence(tmp_path: Path) -> None:
+    res = _run(tmp_path, 120)
+    assert res.verdict == "GO" and res.exit_code == 0 and res.mock_result is True
+    body = res.body
+    _assert_go_body(body, 120)
+    assert body["device"] == "mock" and "MOCK RESULT" in body["device_label"]
+    assert body["device_options"]["kind"] == "mock" and body["device_options"]["time_scale"] == 0.1
+    assert body["requests"]["threshold_met"] is False  # 120 < 1000: GO for what ran, and the report says so
+    assert any("001 §13.1 asks for at least 1000" in n for n in res.notes)
+    assert any(n.startswith("MOCK RESULT") for n in res.notes)
+    files = body["files"]
+    rows = _ndjson(files["requests_ndjson"])
+    assert len(rows) == 120 and len({r["request_id"] for r in rows}) == 120
+    assert len({r["prompt_tokens"] for r in rows}) > 20 and len({r["max_tokens"] for r in rows}) > 10  # lengths vary
+    for r in rows:
+        assert r["failures"] == [] and all(r["checks"].values()), r
+        assert r["chip"] == {"model-a0": 0, "model-a1": 1}[r["alias"]]
+        assert len(r["tokens"]) == r["max_tokens"] if r["outcome"] == "ok" else len(r["tokens"]) <= r["max_tokens"]
+    cancelled = [r for r in rows if r["outcome"] == "cancelled"]
+    assert all(r["cancel"] for r in cancelled)  # only the workload's own cues cancel
+    before_first = [r for r in cancelled if r["tokens"] == []]
+    mid = [r for r in cancelled if 0 < len(r["tokens"]) < r["max_tokens"]]
+    assert len(before_first) == body["requests"]["cancelled_before_first_token"] > 0
+    assert len(mid) == body["requests"]["cancelled_mid_decode"] > 0
+    records = _ndjson(files["records_ndjson"])
+    assert {r["record"] for r in records} == {"request", "job"}
+    assert Path(files["plot"]).read_bytes()[:8] == PNG_MAGIC and res.plot == Path(files["plot"])
+    trace = json.loads(Path(files["trace"]).read_text(encoding="utf-8"))
+    assert any(e.get("ph") == "X" for e in trace["traceEvents"])
+    assert [g.name for g in res.gates] == [f"G2.{c}" for c in CHECKS] and all(g.passed for g in res.gates)
+
+
+def test_default_thousand_requests_through_the_cli_is_go(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "rep"
+    r = cli("bench", "--scenario", "isolation", REPLICA, *TRUST, "--format", "json", "--report", out)
+    assert_no_traceback(r)
+    assert r.code == 0, r.err[-3000:]
+    doc = r.json
+    assert doc["scenario"] == "isolation" and doc["verdict"] == "GO" and doc["ok"] is True
+    assert doc["mock_result"] is True and doc["device"] == "mock" and "MOCK RESULT" in doc["note"]
+    _assert_go_body(doc, 1000)
+    assert doc["requests"]["threshold_met"] is True and doc["requests"]["threshold"] == 1000
+    files = doc["files"]  # the scenario's evidence next to the CLI's own files
+    assert files["report"] == str(out / "bench-report.json") and files["plot"] == str(out / "bench.png")
+    for key in ("requests_ndjson", "records_ndjson", "trace"):
+        assert Path(files[key]).is_file(), key
+    assert len(_ndjson(files["requests_ndjson"])) == 1000
+    assert json.loads((out / "bench-report.json").read_text())["verdict"] == "GO"
+
+
+def _offending_requests(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [o for o in body["crosstalk"] if o["request_id"].startswith("iso-")]
+
+
+def test_kv_corruption_on_one_chip_is_no_go_naming_its_requests(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    plan = _plan(tmp_path, "kv_corruption", "model_a1_decode", [60, 200, 400])
+    out = tmp_path / "rep"
+    r = cli(
+        "bench", "--scenario", "isolation", REPLICA, *TRUST, "--requests", "150",
+        "--fault-plan", plan, "--format", "json", "--report", out,
+    )  # fmt: skip
+    assert_no_traceback(r)
+    assert r.code == 1, r.err[-3000:]
+    doc = r.json
+    assert doc["verdict"] == "NO-GO" and doc["ok"] is False and doc["no_go_action"].startswith("do not enter")
+    assert doc["device_options"]["fault_plan"] == str(plan)
+    bad = _offending_requests(doc)
+    assert bad, doc["crosstalk"]
+    for o in bad:  # the corrupted side, by name; chip 0's replica is untouched
+        assert o["alias"] == "model-a1" and o["chip"] == 1, o
+        assert o["check"] in REFERENCE_CHECKS, o
+        assert o["first_mismatch"] is not None and o["got_prefix"] != o["expected_prefix"], o
+        assert "no reference produced" in o["source"], o
+    failed = sum(doc["checks"][c]["fail"] for c in REFERENCE_CHECKS)
+    assert failed == len(bad)
+    assert doc["checks"]["served"]["fail"] == 0  # the device "succeeded": only the reference sees it
+    first = bad[0]
+    assert any(
+        n.startswith(f"failing gate {first['check']}: {first['request_id']} (model-a1, chip 1)") for n in doc["notes"]
+    )
+    assert "failing gate" in r.err  # named on stderr too with --format json
+    rows = {row["request_id"]: row for row in _ndjson(doc["files"]["requests_ndjson"])}
+    assert all(rows[o["request_id"]]["checks"][o["check"]] is False for o in bad)
+
+
+def test_corrupt_output_is_no_go_naming_its_requests(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "corrupt_output", "model_a0_decode", [80, 300])
+    res = _run(tmp_path, 150, device=DeviceSpec(fault_plan=plan))
+    assert res.verdict == "NO-GO" and res.exit_code == 1
+    bad = _offending_requests(res.body)
+    assert bad and all(o["alias"] == "model-a0" and o["chip"] == 0 for o in bad), bad
+    assert all(o["check"] in REFERENCE_CHECKS for o in bad)
+    assert res.body["requests"]["failed"] == 0  # wrong tokens, not errors
+    gate = {g.name: g for g in res.gates}
+    assert any(gate[f"G2.{c}"].passed is False for c in REFERENCE_CHECKS)
+    assert gate["G2.served"].passed is True
+
+
+def test_a_fault_in_the_load_golden_stops_before_any_request(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "corrupt_output", "model_a0_prefill", [1])  # the engine's own golden before Ready
+    res = _run(tmp_path, 50, device=DeviceSpec(fault_plan=plan))
+    assert res.verdict == "NO-GO" and res.exit_code == 1
+    body = res.body
+    assert body["load_error"] and body["requests"]["sent"] == 0 and body["requests"]["not_sent"] == 50
+    assert body["checks"]["serial_golden"]["fail"] >= 1
+    o = body["crosstalk"][0]
+    assert o["check"] == "serial_golden" and o["alias"] == "model-a0" and o["chip"] == 0, o
+
+
+@pytest.mark.parametrize("kind", ["combined", "single"])
+def test_a_package_that_is_not_a_replica_is_refused(cli, tmp_path: Path, kind: str) -> None:  # type: ignore[no-untyped-def]
+    r = cli("bench", "--scenario", "isolation", FIXTURE_PACKAGES / kind, *TRUST, "--report", tmp_path / "rep")
+    assert_no_traceback(r)
+    assert r.code == 2, r.err
+    assert f"package kind {kind!r}" in r.err and "needs a replica package" in r.err
+    assert "sample-package --kind replica" in r.err
+    assert not (tmp_path / "rep" / "isolation-requests.ndjson").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_bad_request_counts_are_refused(cli, tmp_path: Path, value: str) -> None:  # type: ignore[no-untyped-def]
+    r = cli("bench", "--scenario", "isolation", REPLICA, *TRUST, "--requests", value, "--report", tmp_path / "rep")
+    assert_no_traceback(r)
+    assert r.code == 2 and f"--requests {value}: expected at least 1" in r.err, r.err
+
+
+def test_request_option_is_refused_where_it_does_not_apply(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("bench", "--scenario", "batch", "--requests", "10", "--report", tmp_path / "rep")
+    assert_no_traceback(r)
+    assert r.code == 2 and "--requests applies to --scenario isolation only" in r.err, r.err
+    r = cli("bench", "--scenario", "isolation", REPLICA, *TRUST, "--requests", "many", "--report", tmp_path / "rep")
+    assert_no_traceback(r)
+    assert r.code == 2 and "--requests" in r.err
+
+
+def test_isolation_runs_on_the_reference_board(reference_board: Path, tmp_path: Path) -> None:  # noqa: F811
+    res = _run(tmp_path, 80, device=DeviceSpec(kind=DeviceKind.CALRT, calrt_lib=reference_board))
+    assert res.verdict == "GO", res.notes
+    assert res.mock_result is False and res.body["device"] == "calrt"
+    assert res.body["device_options"]["calrt_lib"] == str(reference_board)
+    assert str(reference_board) in res.body["device_label"]
+    assert res.body["runtime"]["firmware"] == "reference (software model, no hardware)"
+    assert not any("MOCK" in n for n in res.notes)
+    _assert_go_body(res.body, 80)
