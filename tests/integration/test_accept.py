@@ -142,6 +142,19 @@ def test_a_board_wide_ccu_fault_gives_g4_the_measured_grade(tmp_path: Path) -> N
         assert code == 0
 
 
+def test_a_kv_corruption_plan_makes_g2_no_go_naming_the_request(tmp_path: Path) -> None:
+    plan = tmp_path / "kv.yaml"
+    plan.write_text("schema: calctl-fault-plan/v1\nfaults:\n  - kind: kv_corruption\n    probability: 0.5\n")
+    code, stdout, stderr = _run(
+        "accept", REPLICA, *TRUST, "--only", "G2", "--fault-plan", plan, "--report", tmp_path / "r", "--format", "json"
+    )
+    assert_no_traceback_text(stdout + stderr)
+    assert code == 1, stderr[-2000:]
+    g2 = _rows(json.loads(stdout))["G2"]
+    assert g2["verdict"] == "NO-GO" and "不进入不同模型阶段" in g2["action"], g2
+    assert "chip" in g2["reason"] and g2["files"], g2  # names the request (or the load golden), alias and chip
+
+
 def assert_no_traceback_text(text: str) -> None:
     assert "Traceback" not in text and "internal error" not in text, text[-3000:]
 

@@ -401,29 +401,40 @@ def judge_g1(steps: Steps, chips: int = 2) -> RowResult:
 
 
 def judge_g2(steps: Steps) -> RowResult:
+    """From the ``isolation`` scenario: ``requests.sent``, ``checks`` {name: {pass, fail}}, ``crosstalk`` offenders."""
     spec = G2
     miss = _missing(spec, steps, "isolation")
     if miss:
         return miss
     s = steps["isolation"]
     doc = s.document
-    requests = doc.get("requests")
-    n = requests.get("total") if isinstance(requests, dict) else requests
-    crosstalk = doc.get("crosstalk") or []
-    failing = [c for c in doc.get("checks", []) if c.get("passed") is False or c.get("ok") is False]
-    key = f"{n if n is not None else 'n/a'} requests, {len(crosstalk)} crosstalk finding(s)"
-    evidence = tuple(str(c.get("detail") or c.get("name")) for c in doc.get("checks", []))[:8]
-    if crosstalk or failing or doc.get("verdict") == "FAIL":
-        named = [str(x.get("message") or x) if isinstance(x, dict) else str(x) for x in crosstalk[:5]]
-        named += [f"{c.get('name')}: {c.get('detail', '')}" for c in failing[:5]]
-        return _result(
-            spec, Verdict.NO_GO, key, evidence=evidence, files=_files(s), reason="; ".join(named) or "isolation FAIL"
+    requests = doc.get("requests") or {}
+    n = requests.get("sent") if isinstance(requests, dict) else requests
+    offenders = doc.get("crosstalk") or []
+    checks = doc.get("checks") or {}
+    failing = [name for name, c in checks.items() if c.get("fail")]
+    key = f"{n if n is not None else 'n/a'} requests, {len(offenders)} offender(s)"
+    evidence = tuple(f"{name}: {c.get('pass', 0)} passed, {c.get('fail', 0)} failed" for name, c in checks.items())
+    if isinstance(requests, dict) and requests.get("sent") is not None:
+        evidence = (
+            f"{requests.get('sent')} sent: {requests.get('completed')} completed, "
+            f"{requests.get('cancelled')} cancelled, {requests.get('failed')} failed",
+            *evidence,
         )
+    if offenders or failing or doc.get("verdict") in ("NO-GO", "FAIL"):
+        named = [
+            f"{o.get('request_id')} ({o.get('alias')}, chip {o.get('chip')}) {o.get('check')}: {o.get('detail')}"
+            if isinstance(o, dict)
+            else str(o)
+            for o in offenders[:3]
+        ]
+        why = "; ".join(named) or f"failing checks: {', '.join(failing)}"
+        return _result(spec, Verdict.NO_GO, key, evidence=evidence, files=_files(s), reason=why)
     if not isinstance(n, int) or n < ISOLATION_REQUESTS:
         return not_measured(
             spec,
             f"{n} requests checked, the gate needs at least {ISOLATION_REQUESTS} (001 §13.1)",
-            "`calctl accept --level standard` or `calctl bench REPLICA --scenario isolation`",
+            "`calctl bench REPLICA --scenario isolation --requests 1000`",
             key=key,
             evidence=evidence,
             files=_files(s),

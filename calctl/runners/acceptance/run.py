@@ -392,7 +392,7 @@ def _scenario(state: _State, name: str, package: Path) -> StepEvidence:
     }
     path = out / "bench-report.json"
     records.write_json(path, doc)
-    files = state.files(report=path, plot=result.plot, **_body_files(result.body))
+    files = state.files(**{**_body_files(result.body), "report": path, "plot": result.plot})
     files = {k: v for k, v in files.items() if (state.out / v).is_file()}  # only what is really there
     summary = f"{result.verdict}" + (f": {result.notes[0]}" if result.notes else "")
     return StepEvidence(name, StepStatus.RAN, time.perf_counter() - t0, summary, document=doc, files=files)
@@ -620,6 +620,8 @@ def _exit_code(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEviden
     v = next((s for s in steps if s.name == "validate"), None)
     if v is not None and v.status is StepStatus.ERROR:
         return int(ExitCode.FAILED)  # a refused package: nothing could be judged, and that is a failed check
+    if any(s.status is StepStatus.ERROR and s.document.get("internal_error") for s in steps):
+        return int(ExitCode.USAGE)  # as the CLI does for a calctl bug: never a silent 0
     if any(s.status is StepStatus.ERROR and s.document.get("exit_code") == int(ExitCode.DEVICE) for s in steps):
         return int(ExitCode.DEVICE)
     return int(ExitCode.OK)
@@ -644,22 +646,31 @@ def run_accept(
     interrupted: str | None = None
     with ExitStack() as stack:
         state = _State(config=config, stack=stack, log=log)
-        for step in steps:
-            if interrupted is not None:
-                ev = StepEvidence(step.name, StepStatus.INTERRUPTED, reason=f"not run: {interrupted}")
-            elif not config.wants(*step.rows):
-                ev = StepEvidence(
-                    step.name, StepStatus.SKIPPED, reason=f"not asked for: --only {','.join(sorted(config.only or ()))}"
+        try:
+            for step in steps:
+                if interrupted is not None:
+                    ev = StepEvidence(step.name, StepStatus.INTERRUPTED, reason=f"not run: {interrupted}")
+                elif not config.wants(*step.rows):
+                    ev = StepEvidence(
+                        step.name,
+                        StepStatus.SKIPPED,
+                        reason=f"not asked for: --only {','.join(sorted(config.only or ()))}",
+                    )
+                else:
+                    log(f"step {step.name}")
+                    ev = _run_step(step, state)
+                    if ev.status is StepStatus.INTERRUPTED:
+                        interrupted = ev.reason
+                state.steps[step.name] = ev
+                if on_step is not None:
+                    on_step(ev)
+                _checkpoint(config, header, state, t0, "running" if interrupted is None else "interrupted", steps)
+        except KeyboardInterrupt as exc:  # a signal between steps (while a checkpoint was written)
+            interrupted = interrupted or error_text(exc)
+            for step in steps:
+                state.steps.setdefault(
+                    step.name, StepEvidence(step.name, StepStatus.INTERRUPTED, reason=f"not run: {interrupted}")
                 )
-            else:
-                log(f"step {step.name}")
-                ev = _run_step(step, state)
-                if ev.status is StepStatus.INTERRUPTED:
-                    interrupted = ev.reason
-            state.steps[step.name] = ev
-            if on_step is not None:
-                on_step(ev)
-            _checkpoint(config, header, state, t0, "running" if interrupted is None else "interrupted", steps)
     status = "interrupted" if interrupted is not None else "finished"
     return _checkpoint(config, header, state, t0, status, steps, final=True)
 
@@ -674,7 +685,15 @@ def _run_step(step: Step, state: _State) -> StepEvidence:
         )
     except KeyboardInterrupt as exc:
         return StepEvidence(step.name, StepStatus.INTERRUPTED, time.perf_counter() - t0, reason=error_text(exc))
-    except CalctlError as exc:
+    except Exception as exc:  # a calctl bug in one step: the report still says what the others measured
+        if not isinstance(exc, CalctlError):
+            return StepEvidence(
+                step.name,
+                StepStatus.ERROR,
+                time.perf_counter() - t0,
+                reason=f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
+                document={"exit_code": int(ExitCode.USAGE), "internal_error": True},
+            )
         code = int(exc.exit_code) if outcome_of(exc).value == "ERROR" else outcome_of(exc).exit_code
         return StepEvidence(
             step.name,

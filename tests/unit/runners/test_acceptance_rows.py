@@ -152,15 +152,21 @@ def test_g2_without_a_replica_says_how_to_make_one() -> None:
 
 
 def test_g2_crosstalk_is_no_go_naming_the_request() -> None:
-    doc = {"verdict": "FAIL", "requests": 1000, "checks": [], "crosstalk": [{"message": "request iso-17: KV of A1"}]}
+    doc = {
+        "verdict": "NO-GO",
+        "requests": {"sent": 1000, "completed": 900, "cancelled": 100, "failed": 0},
+        "checks": {"output_matches_reference": {"pass": 999, "fail": 1}},
+        "crosstalk": [{"request_id": "iso-17", "alias": "a1", "chip": 1, "check": "kv", "detail": "KV of A0"}],
+    }
     r = judge_g2({"isolation": ran("isolation", doc)})
     assert r.verdict is Verdict.NO_GO and "iso-17" in r.reason and "不进入不同模型阶段" in r.action
 
 
 def test_g2_fewer_than_1000_requests_is_not_measured() -> None:
-    r = judge_g2({"isolation": ran("isolation", {"verdict": "PASS", "requests": 200, "checks": [], "crosstalk": []})})
+    few = {"verdict": "GO", "requests": {"sent": 200}, "checks": {"output": {"pass": 200, "fail": 0}}, "crosstalk": []}
+    r = judge_g2({"isolation": ran("isolation", few)})
     assert r.verdict is Verdict.NOT_MEASURED and "200" in r.reason
-    ok = judge_g2({"isolation": ran("isolation", {"verdict": "PASS", "requests": 1000, "checks": [], "crosstalk": []})})
+    ok = judge_g2({"isolation": ran("isolation", {**few, "requests": {"sent": 1000}})})
     assert ok.verdict is Verdict.GO
 
 
