@@ -29,6 +29,8 @@ from tests.waiting import wait_until
 COMBINED = FIXTURE_PACKAGES / "combined"
 REPLICA = FIXTURE_PACKAGES / "replica"
 TRUST = ("--trusted-key", str(TEST_PUB))
+pytestmark = pytest.mark.slow  # two quick-level runs (mock, reference board) and one fault-isolation run
+
 ROW_IDS = ["G0", "G1", "G2", "G3", "G4", "G5", "M0", "M1", "M2", "M3", "M4"]
 
 

@@ -364,11 +364,22 @@ def judge_g0(steps: Steps) -> RowResult:
     return _result(spec, Verdict.GO, key, evidence=tuple(evidence), files=files)
 
 
-def judge_g1(steps: Steps, chips: int = 2) -> RowResult:
+def _board_chips(steps: Steps) -> int:
+    """The board's chip count: from the load (the device's own answer), else the budget, else 2 (001 §2.1)."""
+    peak, budget = steps.get("load-peak"), steps.get("budget")
+    if peak is not None and peak.ran and peak.document.get("chips"):
+        return len(peak.document["chips"])
+    if budget is not None and budget.ran and (budget.document.get("device") or {}).get("chips"):
+        return int(budget.document["device"]["chips"])
+    return 2
+
+
+def judge_g1(steps: Steps) -> RowResult:
     spec = G1
     miss = _missing(spec, steps, "run-golden")
     if miss:
         return miss
+    chips = _board_chips(steps)
     runs = [s for s in (steps.get("run-golden"), steps.get("replica-golden")) if s is not None and s.ran]
     passed: dict[int, list[str]] = {c: [] for c in range(chips)}
     failed: list[str] = []
