@@ -163,13 +163,18 @@ def _render(result: accept_lib.AcceptReport) -> None:
         ],
     )
     out = _output.stdout
+    skipped = [r.id for r in result.rows if r.key_figure == "not asked for"]
     for r in result.rows:
+        if r.id in skipped:
+            continue
         if r.verdict is Verdict.NO_GO:
             out.print(f"  {r.id} [bold red]NO-GO[/]: {escape(r.reason)}. [bold]Action:[/] {escape(r.action)}")
         elif r.verdict is Verdict.NOT_MEASURED:
             how = f" To measure: {escape(r.how_to_measure)}" if r.how_to_measure else ""
             out.print(f"  {r.id} [yellow]NOT MEASURED[/]: {escape(r.reason)}.{how}")
     out = _output.stdout
+    if skipped:
+        out.print(f"  not asked for (--only): {', '.join(skipped)}")
     h = result.header
     out.print(
         f"device {h['device']}; package {escape(str(h['package']))}"

@@ -105,14 +105,22 @@ def test_quick_level_files_json_junit_and_picture(quick) -> None:  # type: ignor
 
 
 def test_serialize_chips_makes_g3_no_go_with_the_reports_action(tmp_path: Path) -> None:
+    out = tmp_path / "r"
     code, stdout, stderr = _run(
-        "accept", COMBINED, *TRUST, "--only", "G3", "--serialize-chips", "--report", tmp_path / "r", "--format", "json"
+        "accept", COMBINED, *TRUST, "--only", "G3", "--serialize-chips", "--report", out, "--format", "junit"
     )
     assert code == 1, stderr[-2000:]
-    g3 = _rows(json.loads(stdout))["G3"]
+    g3 = _rows(json.loads((out / "report.json").read_text()))["G3"]
     assert g3["verdict"] == "NO-GO", g3
     assert g3["action"].startswith("declare S1 only, investigate the global runtime lock / shared bottleneck")
     assert g3["key_figure"].startswith("S1") and "--serialize-chips" in g3["reason"]
+    # --format junit on stdout: the NO-GO is the one failure, with the action; the rows not asked for are skipped.
+    suite = ET.fromstring(stdout).find("testsuite")
+    assert suite is not None and suite.get("failures") == "1" and suite.get("skipped") == "10"
+    failure = next(c for c in suite.findall("testcase") if c.find("failure") is not None)
+    assert failure.get("name", "").startswith("G3")
+    assert "declare S1 only" in (failure.find("failure").get("message") or "")  # type: ignore[union-attr]
+    assert "NO-GO: 0 GO, 1 NO-GO (G3)" in stderr
 
 
 def test_a_board_wide_ccu_fault_gives_g4_the_measured_grade(tmp_path: Path) -> None:
