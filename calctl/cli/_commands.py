@@ -51,6 +51,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "calctl.cli.runner_cmds",
         "The bench pipeline in one command: validate, budget, golden, warm-up, PoC, short soak.",
     ),
+    "accept": (
+        "calctl.cli.accept_cmds",
+        "Acceptance report: gates G0–G5 and milestones M0–M4, each GO, NO-GO or NOT MEASURED from evidence.",
+    ),
     "serve": (
         "calctl.cli.serve_cmds",
         "Serve the package's models over an OpenAI-compatible HTTP API (one model per chip).",

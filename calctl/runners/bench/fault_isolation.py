@@ -22,6 +22,15 @@ drain-deadline      A reloads while long requests run, drain deadline 0.1 s    l
 unload-reload       A reloads normally (drain completes)                       lifecycle
 ==================  =========================================================  ==================
 
+A fault plan on the board (``DeviceSpec.fault_plan``, ``--fault-plan`` of
+``calctl accept``) is armed by the board as it is: its rules fire at their own
+ordinals, counted from the board's open, in whatever phase that is (the
+``faults_fired`` of each phase shows where). Its ``wait_timeout`` and
+``ccu_exception`` rules also say how far such a fault reaches on this board:
+the wait-timeout and ccu-exception phases arm their fault with the plan's
+``reset_scope`` for that kind (default chip), so a plan whose CCU fault takes
+the whole board makes the ccu-exception phase a board-wide fault.
+
 Per phase the evidence row holds: what A saw (outcomes by class), the recovery
 scope the runtime granted (from the supervisor's recovery records: chip reset
 of A's chip, board reset, or none) and which aliases it touched, and whether
@@ -255,8 +264,19 @@ class _Run:
             f"{sum(1 for r in ph.a_results if not r.record.ok)} job(s) failed past the limit; no reset"
         )
 
+    def board_scope(self, kind: FaultKind) -> ResetScope:
+        """How far a ``kind`` fault reaches on this board: the reset scope the board's own fault plan
+        (``--fault-plan``) declares for that kind, else chip (what the mock grants by default)."""
+        for rule in self.rt.config.fault_plan.rules:
+            if rule.kind is kind:
+                return rule.reset_scope
+        return ResetScope.CHIP
+
     def _halting(self, ph: _Phase, kind: FaultKind) -> None:
-        self.rt.arm_fault(FaultRule(kind, at=(3,), graph=self.a_decode_graph(), reset_scope=ResetScope.CHIP))
+        scope = self.board_scope(kind)
+        if scope is not ResetScope.CHIP:
+            ph.injected += f" (reset scope {scope.value}, from the board's fault plan)"
+        self.rt.arm_fault(FaultRule(kind, at=(3,), graph=self.a_decode_graph(), reset_scope=scope))
         ph.a_results = self.run_a([self.a_request(i, 8, 16, tag=kind.value) for i in range(2)])
         self.wait_ready()
         ph.a_results += self.run_a([self.a_request(9, 8, 8, tag=f"{kind.value}-after")])

@@ -103,7 +103,14 @@ def _format_choices(cmd) -> set[str] | None:  # type: ignore[no-untyped-def]
     return None
 
 
-JUNIT_COMMANDS = {("validate",), ("run-golden",), ("warmup",), ("poc", "combined"), ("device", "conformance")}
+JUNIT_COMMANDS = {
+    ("validate",),
+    ("run-golden",),
+    ("warmup",),
+    ("poc", "combined"),
+    ("device", "conformance"),
+    ("accept",),
+}
 
 
 def test_junit_is_offered_exactly_where_it_works() -> None:

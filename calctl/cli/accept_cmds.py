@@ -1,0 +1,240 @@
+"""``calctl accept``: the acceptance report, gates G0–G5 and milestones M0–M4, from evidence (docs/accept.md).
+
+Thin: options into an :class:`~calctl.runners.acceptance.run.AcceptConfig`,
+run it, render the rows as a table, one JSON document or JUnit XML (one
+testcase per row: NO-GO a failure, NOT MEASURED skipped with the reason).
+``report.json``, ``accept.png`` and ``accept.junit.xml`` are always written to
+the report directory. No judgement lives here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from calctl.cli import _output
+from calctl.cli._device import device_spec, report_dir
+from calctl.cli._options import (
+    AllowUnsignedOpt,
+    CalrtLibOpt,
+    DeviceKind,
+    DeviceOpt,
+    FaultPlanOpt,
+    ResultFormatOpt,
+    SeedOpt,
+    TimeScaleOpt,
+    TrustedKeyOpt,
+    report_dir_option,
+)
+from calctl.cli._output import Format
+from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.cli._signals import interruptible
+from calctl.errors import UsageError
+from calctl.records import write_atomic
+from calctl.runners.acceptance import run as accept_lib
+from calctl.runners.acceptance.rows import RowResult, StepEvidence, StepStatus, Verdict
+from calctl.runners.context import MOCK_LABEL
+
+LevelOpt = Annotated[
+    accept_lib.Level,
+    typer.Option(
+        "--level",
+        help="quick (CI, minutes on the mock) | standard (a bench session) | long (the report's 24 h soak, "
+        ">= 100 cycles, 8 h switching). docs/accept.md, levels.",
+    ),
+]
+ReplicaOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--replica",
+        help="A replica package (one model on both chips) for G2, and for G1/G3/G4 when PKG lacks a chip or a "
+        "second model. Not needed when PKG is a replica package.",
+    ),
+]
+OnlyOpt = Annotated[
+    str | None,
+    typer.Option("--only", help="Measure only these rows, e.g. G3,G4 (the others are NOT MEASURED, not asked for)."),
+]
+SerializeOpt = Annotated[
+    bool,
+    typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (G3: S1)."),
+]
+
+
+def _parse_only(only: str | None) -> frozenset[str] | None:
+    if only is None:
+        return None
+    ids = frozenset(x.strip().upper() for x in only.split(",") if x.strip())
+    return ids
+
+
+def accept(
+    pkg: PackageArg = None,
+    replica: ReplicaOpt = None,
+    level: LevelOpt = accept_lib.Level.QUICK,
+    only: OnlyOpt = None,
+    device: DeviceOpt = DeviceKind.mock,
+    calrt_lib: CalrtLibOpt = None,
+    fault_plan: FaultPlanOpt = None,
+    time_scale: TimeScaleOpt = None,
+    serialize_chips: SerializeOpt = False,
+    seed: SeedOpt = None,
+    report: Annotated[
+        Path | None,
+        report_dir_option(
+            "./calctl-reports/accept-<timestamp>",
+            "report.json (rewritten after every step), accept.png, accept.junit.xml and every step's evidence",
+        ),
+    ] = None,
+    trusted_key: TrustedKeyOpt = None,
+    allow_unsigned: AllowUnsignedOpt = False,
+    format: ResultFormatOpt = Format.table,
+) -> int:
+    """Acceptance report: gates G0–G5 and milestones M0–M4, each GO, NO-GO or NOT MEASURED from evidence.
+
+    Gates from 001 §17, milestones from 000 §19 (docs/accept.md).
+
+    Runs budget, load peak, golden, the combined PoC, the isolation, fault-isolation, executor-modes and batch
+    scenarios, a soak and a rollback, keeping every trace, record and picture in the report directory, and
+    judges each row from them. Nothing is GO without its evidence file there; a duration or count not reached
+    (24 h, 100 cycles) is NOT MEASURED with what was reached.
+
+    With no PKG: the bundled combined sample (and the bundled replica for G2) on the mock device.
+    Exit 0 no row NO-GO (NOT MEASURED rows allowed, named in the summary), 1 a row NO-GO or a refused
+    package, 2 usage, 3 device error, 130 SIGINT/SIGTERM (the partial report is written).
+    """
+    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
+    path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
+    if not path.exists():
+        raise UsageError(f"PKG {path}: no such package directory or archive")
+    if replica is not None and not replica.exists():
+        raise UsageError(f"--replica {replica}: no such package directory or archive")
+    if replica is None and bundled:
+        from calctl.compiler.bundled import bundled_package
+
+        replica = bundled_package("replica")
+    out_dir = report_dir(report, "accept")
+    config = accept_lib.AcceptConfig(
+        package=path,
+        trust=trust,
+        device=spec,
+        level=level,
+        out_dir=out_dir,
+        replica=replica,
+        only=_parse_only(only),
+        seed=seed or 0,
+    )
+    _output.info(
+        f"calctl accept ({level.value}) of {escape(str(path))}"
+        + (f" (replica {escape(str(replica))})" if replica else "")
+        + f" on the {spec.kind.value} device -> {escape(str(out_dir))}"
+    )
+
+    def show(ev: StepEvidence) -> None:
+        what = ev.summary if ev.status is StepStatus.RAN else ev.reason
+        _output.info(f"  {ev.status.value:<11} {escape(ev.name)} [dim]({ev.seconds:.1f} s)[/] {escape(what)}")
+
+    with interruptible():
+        result = accept_lib.run_accept(
+            config, log=lambda line: _output.info(f"    [dim]{escape(line)}[/]"), on_step=show
+        )
+    write_atomic(out_dir / accept_lib.JUNIT_FILE, junit_xml(result))
+    if format is Format.json:
+        _output.emit_json(result.document())
+    elif format is Format.junit:
+        _output.emit_junit("calctl accept", junit_suites(result))
+    else:
+        _render(result)
+    if format is not Format.table:
+        _output.info(escape(result.summary_line()))
+    return result.exit_code
+
+
+def _render(result: accept_lib.AcceptReport) -> None:
+    _output.print_table(
+        f"calctl accept ({result.header['level']})",
+        ["row", "verdict", "key figure"],
+        [
+            [f"{r.id} {escape(r.title)}", _output.styled_verdict(r.verdict.value), escape(r.key_figure)]
+            for r in result.rows
+        ],
+    )
+    out = _output.stdout
+    skipped = [r.id for r in result.rows if r.key_figure == "not asked for"]
+    for r in result.rows:
+        if r.id in skipped:
+            continue
+        if r.verdict is Verdict.NO_GO:
+            out.print(f"  {r.id} [bold red]NO-GO[/]: {escape(r.reason)}. [bold]Action:[/] {escape(r.action)}")
+        elif r.verdict is Verdict.NOT_MEASURED:
+            how = f" To measure: {escape(r.how_to_measure)}" if r.how_to_measure else ""
+            out.print(f"  {r.id} [yellow]NOT MEASURED[/]: {escape(r.reason)}.{how}")
+    out = _output.stdout
+    if skipped:
+        out.print(f"  not asked for (--only): {', '.join(skipped)}")
+    h = result.header
+    out.print(
+        f"device {h['device']}; package {escape(str(h['package']))}"
+        + (f"; replica {escape(str(h['replica']))}" if h.get("replica") else "")
+    )
+    if h.get("mock_result"):
+        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    out.print(
+        f"report: {escape(str(result.out_dir / accept_lib.REPORT_FILE))}; picture: "
+        f"{escape(str(result.out_dir / accept_lib.PLOT_FILE))}; junit: {escape(str(result.out_dir / accept_lib.JUNIT_FILE))}"
+    )
+    out.print(f"{escape(result.summary_line())} in {result.seconds:.1f} s")
+
+
+# ---------------------------------------------------------------------------
+# JUnit: one testcase per row
+
+
+def _case(r: RowResult, seconds: float | None) -> _output.JunitCase:
+    text = "\n".join([r.condition, *r.evidence, *(f"{k}: {v}" for k, v in r.files.items())])
+    if r.verdict is Verdict.GO:
+        return _output.JunitCase(f"{r.id} {r.title}", "calctl.accept", seconds, None, output=f"{r.key_figure}\n{text}")
+    if r.verdict is Verdict.NO_GO:
+        return _output.JunitCase(
+            f"{r.id} {r.title}",
+            "calctl.accept",
+            seconds,
+            "failure",
+            message=f"NO-GO: {r.reason}. Action: {r.action}",
+            kind="NO-GO",
+            text=text,
+            output=r.key_figure,
+        )
+    return _output.JunitCase(
+        f"{r.id} {r.title}",
+        "calctl.accept",
+        seconds,
+        "skipped",
+        message=f"NOT MEASURED: {r.reason}" + (f". To measure: {r.how_to_measure}" if r.how_to_measure else ""),
+        output=text,
+    )
+
+
+def junit_suites(result: accept_lib.AcceptReport) -> list[_output.JunitSuite]:
+    props = [
+        ("device", str(result.header["device"])),
+        ("mock_result", str(result.header.get("mock_result")).lower()),
+        ("level", str(result.header["level"])),
+        ("status", result.status),
+        ("summary", result.summary_line()),
+    ]
+    return [_output.JunitSuite("calctl.accept", [_case(r, None) for r in result.rows], props)]
+
+
+def junit_xml(result: accept_lib.AcceptReport) -> str:
+    return _output.junit_xml("calctl accept", junit_suites(result))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("accept")(accept)
+
+
+__all__ = ["junit_suites", "junit_xml", "register"]

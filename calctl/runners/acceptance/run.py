@@ -1,0 +1,808 @@
+"""``calctl accept``: run the evidence steps, judge G0–G5 and M0–M4, checkpoint the report after every step.
+
+The evidence comes from the runners calctl already has; this module only
+calls them, keeps their files in one report directory and hands their
+documents to the judges of :mod:`calctl.runners.acceptance.rows`:
+
+================  =====================================================  ==============
+step              runner                                                  rows
+================  =====================================================  ==============
+validate          static validation (``calctl validate``)                  every row
+budget            per-chip capacity plan (``calctl budget``)               G0
+load-peak         configure on the device, per-chip memory at load         G0
+run-golden        golden of every model (``calctl run-golden``)            G1
+replica-golden    golden of the ``--replica`` package's models             G1
+poc               the combined PoC, S1/S2 (``calctl poc combined``)        G3
+isolation         bench scenario ``isolation`` on the replica package      G2
+fault-isolation   bench scenario ``fault-isolation`` (mock only)           G4
+executor-modes    bench scenario ``executor-modes``                        M1, M2
+batch             bench scenario ``batch``                                 M3
+soak              ``calctl soak``: load/unload cycles, mixed traffic       G5, M0, M2, M4
+rollback          the serving core's reload + one-call rollback            G5, M4
+================  =====================================================  ==============
+
+A step that does not apply (no replica package, ``--device calrt`` for a
+mock-only scenario, a row not asked for with ``--only``) is SKIPPED with the
+reason and what would make it apply; a step that raises is ERROR with the
+error; Ctrl-C/SIGTERM makes the current and every later step INTERRUPTED.
+After every step ``report.json`` is rewritten atomically with every row judged
+from what is known so far, so a run that dies still leaves its report.
+
+Levels set the durations (:data:`LEVELS`); only ``long`` reaches the report's
+24 h, 100 cycles and 8 h. This module does not print.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from calctl import __version__, records
+from calctl.errors import CalctlError, ExitCode, UsageError
+from calctl.runners import bringup
+from calctl.runners.acceptance.plot import plot_rows
+from calctl.runners.acceptance.rows import (
+    ROWS,
+    RowResult,
+    StepEvidence,
+    StepStatus,
+    Verdict,
+    judge_all,
+)
+from calctl.runners.context import MOCK_LABEL, DeviceSpec, RunContext, error_text, outcome_of
+from calctl.signing.policy import TrustPolicy
+
+REPORT_FILE = "report.json"
+PLOT_FILE = "accept.png"
+JUNIT_FILE = "accept.junit.xml"
+
+
+class Level(str, enum.Enum):
+    QUICK = "quick"
+    STANDARD = "standard"
+    LONG = "long"
+
+
+@dataclass(frozen=True)
+class LevelSettings:
+    soak_cycles: int | None  # exactly one of cycles and hours
+    soak_hours: float | None
+    soak_traffic_s: float  # seconds of mixed traffic per soak cycle
+    step_timeout_s: float
+    soak_checkpoint_s: float
+
+
+LEVELS: dict[Level, LevelSettings] = {
+    # CI: minutes on the mock.
+    Level.QUICK: LevelSettings(
+        soak_cycles=3, soak_hours=None, soak_traffic_s=0.5, step_timeout_s=30.0, soak_checkpoint_s=60.0
+    ),
+    # A bench session: more rounds and cycles, still well under an hour.
+    Level.STANDARD: LevelSettings(
+        soak_cycles=20, soak_hours=None, soak_traffic_s=5.0, step_timeout_s=30.0, soak_checkpoint_s=60.0
+    ),
+    # The report's durations: a 24 h soak (>= 100 cycles at 60 s of traffic each, 8 h of switching included).
+    Level.LONG: LevelSettings(
+        soak_cycles=None, soak_hours=24.0, soak_traffic_s=60.0, step_timeout_s=60.0, soak_checkpoint_s=300.0
+    ),
+}
+
+ROW_IDS = tuple(r.id for r in ROWS)
+
+
+@dataclass(frozen=True)
+class AcceptConfig:
+    package: Path
+    trust: TrustPolicy
+    device: DeviceSpec
+    level: Level
+    out_dir: Path
+    replica: Path | None = None  # a replica package for G2 (and G1/G3 when the main package lacks them)
+    only: frozenset[str] | None = None  # row ids to measure; None: every row
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.only is not None:
+            bad = sorted(self.only - set(ROW_IDS))
+            if bad or not self.only:
+                raise UsageError(
+                    f"--only {','.join(sorted(self.only))}: unknown row(s) {', '.join(bad) or '(none given)'}; "
+                    f"expected some of {', '.join(ROW_IDS)}"
+                )
+
+    @property
+    def settings(self) -> LevelSettings:
+        return LEVELS[self.level]
+
+    def wants(self, *rows: str) -> bool:
+        return self.only is None or any(r in self.only for r in rows)
+
+
+@dataclass
+class _State:
+    config: AcceptConfig
+    stack: ExitStack
+    main: bringup.BringupState | None = None  # the main package, validated and loaded
+    replica: bringup.BringupState | None = None
+    steps: dict[str, StepEvidence] = field(default_factory=dict)
+    log: Callable[[str], None] = lambda line: None
+
+    @property
+    def out(self) -> Path:
+        return self.config.out_dir
+
+    def rel(self, path: str | Path | None) -> str | None:
+        """A path relative to the report directory (the form row files take), or None."""
+        if path is None:
+            return None
+        p = Path(path)
+        try:
+            return str(p.resolve().relative_to(self.out.resolve()))
+        except ValueError:
+            return str(p)
+
+    def files(self, **paths: str | Path | None) -> dict[str, str]:
+        return {k: r for k, v in paths.items() if (r := self.rel(v)) is not None}
+
+    def two_model(self) -> tuple[Path, bringup.BringupState] | None:
+        """The package with two models (one per chip): the main one if it has them, else the replica."""
+        for st in (self.main, self.replica):
+            if st is not None and st.package is not None and len(st.package.models) == 2:
+                return st.config.package, st
+        return None
+
+    def replica_pkg(self) -> Path | None:
+        for st in (self.main, self.replica):
+            if st is not None and st.package is not None and st.package.kind == "replica":
+                return st.config.package
+        return None
+
+
+class Skip(Exception):
+    """A step that does not apply: SKIPPED with this reason (and, optionally, what would make it apply)."""
+
+    def __init__(self, reason: str, how: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.how = how
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    rows: tuple[str, ...]
+    run: Callable[[_State], StepEvidence]
+
+
+# ---------------------------------------------------------------------------
+# The steps
+
+
+def _bringup_state(cfg: AcceptConfig, package: Path, out: Path) -> bringup.BringupState:
+    bcfg = bringup.BringupConfig(
+        package=package, trust=cfg.trust, device=cfg.device, level=bringup.Level.QUICK, out_dir=out
+    )
+    return bringup.BringupState(config=bcfg, stack=ExitStack())
+
+
+def _validate_one(state: _State, st: bringup.BringupState, name: str) -> StepEvidence:
+    o = bringup.VALIDATE.run(st)
+    state.stack.enter_context(st.stack)
+    path = state.out / f"{name}.json"
+    records.write_json(path, o.document or {})
+    if o.exit_code != 0:
+        return StepEvidence(
+            name,
+            StepStatus.ERROR,
+            o.seconds,
+            o.key_figure,
+            f"the package failed validation: {o.detail}",
+            document=o.document or {},
+            files=state.files(report=path),
+        )
+    return StepEvidence(
+        name, StepStatus.RAN, o.seconds, o.key_figure, document=o.document or {}, files=state.files(report=path)
+    )
+
+
+def step_validate(state: _State) -> StepEvidence:
+    state.main = _bringup_state(state.config, state.config.package, state.out)
+    ev = _validate_one(state, state.main, "validate")
+    if not ev.ran:
+        state.main.package = None
+    return ev
+
+
+def step_validate_replica(state: _State) -> StepEvidence:
+    cfg = state.config
+    if cfg.replica is None:
+        raise Skip("no --replica package given")
+    state.replica = _bringup_state(cfg, cfg.replica, state.out / "replica")
+    ev = _validate_one(state, state.replica, "validate-replica")
+    if ev.ran and state.replica.package is not None and state.replica.package.kind != "replica":
+        state.replica.package = None
+        return replace(
+            ev,
+            status=StepStatus.ERROR,
+            reason=f"--replica {cfg.replica}: the package is not a replica package (one model on both chips)",
+        )
+    return ev
+
+
+def _need_main(state: _State) -> bringup.BringupState:
+    if state.main is None or state.main.package is None:
+        raise Skip("the package did not pass validation")
+    return state.main
+
+
+def step_budget(state: _State) -> StepEvidence:
+    st = _need_main(state)
+    o = bringup.BUDGET.run(st)
+    path = state.out / "budget.json"
+    records.write_json(path, o.document or {})
+    return StepEvidence(
+        "budget",
+        StepStatus.RAN,
+        o.seconds,
+        f"{o.verdict}: {o.key_figure}",
+        document=o.document or {},
+        files=state.files(budget=path),
+    )
+
+
+def step_load_peak(state: _State) -> StepEvidence:
+    """Configure the package on the device and read each chip's memory while it is loaded (001 §8.4)."""
+    _need_main(state)
+    cfg = state.config
+    t0 = time.perf_counter()
+    with RunContext(cfg.package, trust=cfg.trust, device=cfg.device) as ctx:
+        ctx.prepare()
+        assert ctx.rt is not None
+        try:
+            mem = [
+                {"chip": m.chip, "used_bytes": m.used_bytes, "total_bytes": m.total_bytes}
+                for m in ctx.rt.memory_usage()
+            ]
+        except CalctlError as exc:
+            mem = []
+            note = f"memory_usage failed: {exc}"
+        else:
+            note = "per-chip device memory while the package is configured (GetMemoryUsage)"
+        header = ctx.header("accept load-peak")
+    doc = {
+        **header,
+        "chips": mem,
+        "before": ctx.snapshot.memory_before,
+        "after": ctx.snapshot.memory_after,
+        "note": note,
+        "steps": [r.name + ": " + r.status.value for r in ctx.log.records],
+    }
+    path = state.out / "load-peak.json"
+    records.write_json(path, doc)
+    figure = ", ".join(
+        f"chip {m['chip']} " + ("n/a" if m["used_bytes"] is None else f"{m['used_bytes'] / 2**20:.0f} MiB") for m in mem
+    )
+    return StepEvidence(
+        "load-peak", StepStatus.RAN, time.perf_counter() - t0, figure, document=doc, files=state.files(report=path)
+    )
+
+
+def _golden(state: _State, st: bringup.BringupState, name: str) -> StepEvidence:
+    o = bringup.GOLDEN.run(st)
+    _raise_if_interrupted(o)
+    pkg = st.package
+    assert pkg is not None
+    doc: dict[str, Any] = records.to_jsonable(o.document or {})
+    per_model = [
+        {
+            "alias": r["alias"],
+            "ok": r["ok"],
+            "reason": r.get("reason"),
+            "chips": list(pkg.model(r["alias"]).target_chips),
+        }
+        for r in doc.get("models", [])
+    ]
+    doc = {**doc, "per_model": per_model, "package_name": pkg.name}
+    path = st.config.out_dir / f"{o.name}.json"
+    records.write_json(path, doc)
+    if o.exit_code not in (0, int(ExitCode.FAILED)):
+        return StepEvidence(name, StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
+    files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
+    return StepEvidence(name, StepStatus.RAN, o.seconds, o.key_figure, document=doc, files=files)
+
+
+def step_golden(state: _State) -> StepEvidence:
+    return _golden(state, _need_main(state), "run-golden")
+
+
+def step_replica_golden(state: _State) -> StepEvidence:
+    if state.replica is None or state.replica.package is None:
+        raise Skip("no valid --replica package", "`--replica PKG`")
+    return _golden(state, state.replica, "replica-golden")
+
+
+def step_poc(state: _State) -> StepEvidence:
+    _need_main(state)
+    found = state.two_model()
+    if found is None:
+        raise Skip(
+            "the PoC needs a combined or replica package (two models, one per chip)",
+            "`calctl sample-package --kind combined ...` as PKG, or `--replica PKG`",
+        )
+    _, st = found
+    st.config = replace(st.config, level=_bringup_level(state.config.level))
+    o = bringup.POC.run(st)
+    _raise_if_interrupted(o)
+    doc: dict[str, Any] = records.to_jsonable(o.document or {})
+    path = st.config.out_dir / "poc.json"
+    records.write_json(path, doc)
+    if o.verdict not in ("S1", "S2", "FAIL"):
+        return StepEvidence("poc", StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
+    files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
+    return StepEvidence("poc", StepStatus.RAN, o.seconds, f"{o.verdict}: {o.key_figure}", document=doc, files=files)
+
+
+def _bringup_level(level: Level) -> bringup.Level:
+    return bringup.Level(level.value)
+
+
+def _raise_if_interrupted(o: bringup.StepOutcome) -> None:
+    """The runners turn Ctrl-C into an INTERRUPTED report; here it ends the whole acceptance run."""
+    if o.verdict == "INTERRUPTED":
+        raise KeyboardInterrupt(o.detail or "SIGINT")
+
+
+def _scenario(state: _State, name: str, package: Path) -> StepEvidence:
+    """Run bench scenario ``name`` in-process; its report and picture go to ``<report>/<name>/``."""
+    from calctl.runners.bench.base import BenchOptions
+    from calctl.runners.bench.scenarios import SCENARIOS
+
+    cfg = state.config
+    scenario = SCENARIOS.get(name)
+    if scenario is None:
+        raise Skip(f"this calctl has no bench scenario {name!r}")
+    out = state.out / name
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    opts = BenchOptions(out_dir=out, package=package, trust=cfg.trust, device=cfg.device, seed=cfg.seed)
+    try:
+        result = scenario.run(opts, state.log)
+    except UsageError as exc:
+        raise Skip(f"the {name} scenario cannot run here: {exc}") from None
+    doc = {
+        "command": f"accept {name}",
+        "calctl_version": __version__,
+        "scenario": name,
+        "verdict": result.verdict,
+        "exit_code": result.exit_code,
+        "device": cfg.device.kind.value,
+        "mock_result": result.mock_result,
+        "note": MOCK_LABEL if result.mock_result else None,
+        "device_options": cfg.device.describe(),
+        "package": str(package),
+        "gates": [g.document() for g in result.gates],
+        **result.body,
+        "notes": list(result.notes),
+    }
+    path = out / "bench-report.json"
+    records.write_json(path, doc)
+    files = state.files(**{**_body_files(result.body), "report": path, "plot": result.plot})
+    files = {k: v for k, v in files.items() if (state.out / v).is_file()}  # only what is really there
+    summary = f"{result.verdict}" + (f": {result.notes[0]}" if result.notes else "")
+    return StepEvidence(name, StepStatus.RAN, time.perf_counter() - t0, summary, document=doc, files=files)
+
+
+def _body_files(body: dict[str, Any]) -> dict[str, str]:
+    """Files a scenario names in its body: ``files: {label: path}``, and each run's ``trace`` / ``plot``."""
+    out: dict[str, str] = {}
+    named = body.get("files")
+    if isinstance(named, dict):
+        out.update({str(k): v for k, v in named.items() if isinstance(v, str)})
+    for i, run in enumerate(body.get("runs") or []):
+        if isinstance(run, dict):
+            out.update({f"run{i}_{k}": run[k] for k in ("trace", "plot") if isinstance(run.get(k), str)})
+    return out
+
+
+def step_isolation(state: _State) -> StepEvidence:
+    _need_main(state)
+    pkg = state.replica_pkg()
+    if pkg is None:
+        raise Skip(
+            "G2 needs a replica package (one model on both chips) and none was given",
+            "`calctl sample-package --kind replica --key K OUT`, then `calctl accept PKG --replica OUT`",
+        )
+    return _scenario(state, "isolation", pkg)
+
+
+def step_fault_isolation(state: _State) -> StepEvidence:
+    _need_main(state)
+    if not state.config.device.is_mock:
+        raise Skip(
+            "fault-isolation arms faults with the mock board's fault injection; a board needs the vendor's own",
+            "inject faults with the vendor's tools and measure B with `calctl bench --url ... --mode joint`",
+        )
+    found = state.two_model()
+    if found is None:
+        raise Skip("fault-isolation needs two models, one per chip", "a combined package, or `--replica PKG`")
+    return _scenario(state, "fault-isolation", found[0])
+
+
+def step_executor_modes(state: _State) -> StepEvidence:
+    _need_main(state)
+    return _scenario(state, "executor-modes", state.config.package)
+
+
+def step_batch(state: _State) -> StepEvidence:
+    _need_main(state)
+    return _scenario(state, "batch", state.config.package)
+
+
+def step_soak(state: _State) -> StepEvidence:
+    from calctl.runners.soak import SoakConfig, run_soak
+
+    st = _need_main(state)
+    assert st.package is not None
+    cfg, s = state.config, state.config.settings
+    out = state.out / "soak"
+    t0 = time.perf_counter()
+    report = run_soak(
+        SoakConfig(
+            package=cfg.package,
+            trust=cfg.trust,
+            device=cfg.device,
+            out_dir=out,
+            cycles=s.soak_cycles,
+            hours=s.soak_hours,
+            traffic_seconds=s.soak_traffic_s,
+            job_timeout_s=s.step_timeout_s,
+            seed=cfg.seed,
+            checkpoint_interval_s=s.soak_checkpoint_s,
+        )
+    )
+    doc = {
+        **report.document,
+        "decode_profiles": {m.alias: list(m.decode.batch_profiles) for m in st.package.models},
+        "executor_mode": "default",
+    }
+    files_doc = doc.get("files") or {}
+    files = state.files(report=out / "soak-report.json", events=out / "events.ndjson", plot=files_doc.get("plot"))
+    files = {k: v for k, v in files.items() if (state.out / v).is_file()}
+    if report.status == "interrupted":
+        raise KeyboardInterrupt(doc.get("interrupted") or "SIGINT")
+    summary = (
+        f"{doc.get('cycles')} cycles, {float(doc.get('seconds') or 0) / 3600:.2f} h, "
+        f"{len(report.violations)} violation(s)"
+    )
+    status = StepStatus.RAN if report.status in ("finished", "aborted") else StepStatus.ERROR
+    return StepEvidence("soak", status, time.perf_counter() - t0, summary, report.status, doc, files)
+
+
+def step_rollback(state: _State) -> StepEvidence:
+    """The serving core's rollback (000 §11 step 11, docs/serve.md): start, reload, then one call back."""
+    from calctl.serving.engine import DeviceSupervisor, SupervisorOptions
+
+    st = _need_main(state)
+    assert st.package is not None
+    cfg = state.config
+    t0 = time.perf_counter()
+    actions: list[dict[str, Any]] = []
+    with cfg.device.open() as rt:
+        sup = DeviceSupervisor(rt, trust=cfg.trust, options=SupervisorOptions(warmup_iterations=1))
+        try:
+            sup.start(cfg.package)
+            first = {a: w.generation for a, w in sup.workers.items()}
+            actions.append({"action": "start", "ok": True, "generations": first})
+            actions.append(sup.reload(cfg.package))
+            actions.append(sup.rollback())
+            after = {a: w.generation for a, w in sup.workers.items()}
+            ready = {a: w.is_ready() for a, w in sup.workers.items()}
+        finally:
+            sup.shutdown(10.0)
+    ok = all(a.get("ok") for a in actions) and all(ready.values())
+    rolled_back = actions[-1].get("package")
+    doc = {
+        "command": "accept rollback",
+        "device": cfg.device.kind.value,
+        "mock_result": cfg.device.is_mock,
+        "note": MOCK_LABEL if cfg.device.is_mock else None,
+        "device_options": cfg.device.describe(),
+        "package": str(cfg.package),
+        "ok": ok,
+        "actions": actions,
+        "generations_before": first,
+        "generations_after": after,
+        "ready_after": ready,
+        "detail": "start, reload, rollback: each golden + warm-up before publish"
+        if ok
+        else "; ".join(str(a.get("detail")) for a in actions if not a.get("ok")) or "an alias was not Ready after",
+        "limitation": "rolled back to the same package (a second version was not given): the mechanism, "
+        "not a version change, is exercised",
+    }
+    path = state.out / "rollback.json"
+    records.write_json(path, doc)
+    summary = (
+        f"start -> reload -> rollback to {rolled_back}: generation "
+        + ", ".join(f"{a} {first[a]} -> {after[a]}" for a in first)
+        + ("; every alias Ready" if ok else "; FAILED")
+    )
+    return StepEvidence(
+        "rollback", StepStatus.RAN, time.perf_counter() - t0, summary, document=doc, files=state.files(report=path)
+    )
+
+
+#: The evidence steps, in order. ``rows``: the rows that read the step (``--only`` runs just those).
+STEPS: tuple[Step, ...] = (
+    Step("validate", ROW_IDS, step_validate),
+    Step("validate-replica", ("G1", "G2", "G3", "G4"), step_validate_replica),
+    Step("budget", ("G0",), step_budget),
+    Step("load-peak", ("G0",), step_load_peak),
+    Step("run-golden", ("G1",), step_golden),
+    Step("replica-golden", ("G1",), step_replica_golden),
+    Step("poc", ("G3",), step_poc),
+    Step("isolation", ("G2",), step_isolation),
+    Step("fault-isolation", ("G4",), step_fault_isolation),
+    Step("executor-modes", ("M1", "M2"), step_executor_modes),
+    Step("batch", ("M3",), step_batch),
+    Step("soak", ("G5", "M0", "M2", "M4"), step_soak),
+    Step("rollback", ("G5", "M4"), step_rollback),
+)
+
+
+# ---------------------------------------------------------------------------
+# The run
+
+
+@dataclass(frozen=True)
+class AcceptReport:
+    status: str  # finished | interrupted | running
+    exit_code: int
+    rows: tuple[RowResult, ...]
+    steps: tuple[StepEvidence, ...]
+    header: dict[str, Any]
+    out_dir: Path
+    seconds: float
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {v.value: sum(1 for r in self.rows if r.verdict is v) for v in Verdict}
+
+    def summary_line(self) -> str:
+        c = self.counts
+        head = {
+            "interrupted": "INTERRUPTED",
+            "running": "RUNNING",
+        }.get(
+            self.status,
+            "NO-GO"
+            if c[Verdict.NO_GO.value]
+            else "GO (with rows NOT MEASURED)"
+            if c[Verdict.NOT_MEASURED.value]
+            else "GO",
+        )
+        nm = [r.id for r in self.rows if r.verdict is Verdict.NOT_MEASURED]
+        ng = [r.id for r in self.rows if r.verdict is Verdict.NO_GO]
+        parts = [f"{c['GO']} GO"]
+        parts.append(f"{c['NO-GO']} NO-GO" + (f" ({', '.join(ng)})" if ng else ""))
+        parts.append(f"{c['NOT MEASURED']} NOT MEASURED" + (f" ({', '.join(nm)})" if nm else ""))
+        return f"{head}: " + ", ".join(parts)
+
+    def document(self) -> dict[str, Any]:
+        return {
+            **self.header,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3),
+            "summary": self.summary_line(),
+            "counts": self.counts,
+            "report_dir": str(self.out_dir),
+            "rows": [r.to_dict() for r in self.rows],
+            "steps": [s.to_dict() for s in self.steps],
+            "files": {"report": REPORT_FILE, "plot": PLOT_FILE},
+        }
+
+
+def default_report_dir(now: datetime | None = None) -> Path:
+    return records.default_report_dir("accept", now)
+
+
+def _exit_code(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> int:
+    if status == "interrupted":
+        return int(ExitCode.INTERRUPTED)
+    if any(r.verdict is Verdict.NO_GO for r in rows):
+        return int(ExitCode.FAILED)
+    v = next((s for s in steps if s.name == "validate"), None)
+    if v is not None and v.status is StepStatus.ERROR:
+        return int(ExitCode.FAILED)  # a refused package: nothing could be judged, and that is a failed check
+    if any(s.status is StepStatus.ERROR and s.document.get("internal_error") for s in steps):
+        return int(ExitCode.USAGE)  # as the CLI does for a calctl bug: never a silent 0
+    if any(s.status is StepStatus.ERROR and s.document.get("exit_code") == int(ExitCode.DEVICE) for s in steps):
+        return int(ExitCode.DEVICE)
+    return int(ExitCode.OK)
+
+
+def run_accept(
+    config: AcceptConfig,
+    *,
+    log: Callable[[str], None] = lambda line: None,
+    on_step: Callable[[StepEvidence], None] | None = None,
+    steps: tuple[Step, ...] = STEPS,
+) -> AcceptReport:
+    """Run ``steps`` in order into ``config.out_dir``; rewrite ``report.json`` after each; return the report.
+
+    SIGINT/SIGTERM (a KeyboardInterrupt) ends the run with every later step INTERRUPTED and exit 130.
+    """
+    t0 = time.perf_counter()
+    started = datetime.now(timezone.utc)
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    _check_fault_plan(config.device)
+    header = _header(config, started)
+    interrupted: str | None = None
+    with ExitStack() as stack:
+        state = _State(config=config, stack=stack, log=log)
+        try:
+            for step in steps:
+                if interrupted is not None:
+                    ev = StepEvidence(step.name, StepStatus.INTERRUPTED, reason=f"not run: {interrupted}")
+                elif not config.wants(*step.rows):
+                    ev = StepEvidence(
+                        step.name,
+                        StepStatus.SKIPPED,
+                        reason=f"not asked for: --only {','.join(sorted(config.only or ()))}",
+                    )
+                else:
+                    log(f"step {step.name}")
+                    ev = _run_step(step, state)
+                    if ev.status is StepStatus.INTERRUPTED:
+                        interrupted = ev.reason
+                state.steps[step.name] = ev
+                if on_step is not None:
+                    on_step(ev)
+                _checkpoint(config, header, state, t0, "running" if interrupted is None else "interrupted", steps)
+        except KeyboardInterrupt as exc:  # a signal between steps (while a checkpoint was written)
+            interrupted = interrupted or error_text(exc)
+            for step in steps:
+                state.steps.setdefault(
+                    step.name, StepEvidence(step.name, StepStatus.INTERRUPTED, reason=f"not run: {interrupted}")
+                )
+    status = "interrupted" if interrupted is not None else "finished"
+    return _checkpoint(config, header, state, t0, status, steps, final=True)
+
+
+def _run_step(step: Step, state: _State) -> StepEvidence:
+    t0 = time.perf_counter()
+    try:
+        return step.run(state)
+    except Skip as s:
+        return StepEvidence(
+            step.name, StepStatus.SKIPPED, reason=s.reason, document={"how_to_measure": s.how} if s.how else {}
+        )
+    except KeyboardInterrupt as exc:
+        return StepEvidence(step.name, StepStatus.INTERRUPTED, time.perf_counter() - t0, reason=error_text(exc))
+    except Exception as exc:  # a calctl bug in one step: the report still says what the others measured
+        if not isinstance(exc, CalctlError):
+            return StepEvidence(
+                step.name,
+                StepStatus.ERROR,
+                time.perf_counter() - t0,
+                reason=f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
+                document={"exit_code": int(ExitCode.USAGE), "internal_error": True},
+            )
+        code = int(exc.exit_code) if outcome_of(exc).value == "ERROR" else outcome_of(exc).exit_code
+        return StepEvidence(
+            step.name,
+            StepStatus.ERROR,
+            time.perf_counter() - t0,
+            reason=f"{type(exc).__name__}: {exc}",
+            document={"exit_code": code},
+        )
+
+
+def _judged(state: _State, steps: tuple[Step, ...]) -> tuple[RowResult, ...]:
+    known = dict(state.steps)
+    for s in steps:
+        known.setdefault(s.name, StepEvidence(s.name, StepStatus.PENDING))
+    rows = judge_all(known, state.out)
+    if state.config.only is not None:
+        rows = tuple(
+            r
+            if r.id in state.config.only
+            else replace(
+                r,
+                verdict=Verdict.NOT_MEASURED,
+                key_figure="not asked for",
+                reason=f"not asked for: --only {','.join(sorted(state.config.only))}",
+                how_to_measure=f"`calctl accept` without --only, or --only {r.id}",
+                action="",
+            )
+            for r in rows
+        )
+    return rows
+
+
+def _checkpoint(
+    config: AcceptConfig,
+    header: dict[str, Any],
+    state: _State,
+    t0: float,
+    status: str,
+    steps: tuple[Step, ...],
+    *,
+    final: bool = False,
+) -> AcceptReport:
+    rows = _judged(state, steps)
+    if status == "interrupted":
+        rows = tuple(
+            replace(r, reason=f"interrupted: {r.reason}")
+            if r.verdict is Verdict.NOT_MEASURED and "interrupt" not in r.reason
+            else r
+            for r in rows
+        )
+    done = tuple(state.steps.values())
+    report = AcceptReport(
+        status if final or status == "interrupted" else "running",
+        _exit_code(status, rows, done),
+        rows,
+        done,
+        header,
+        config.out_dir,
+        time.perf_counter() - t0,
+    )
+    if final:
+        plot_rows(
+            config.out_dir / PLOT_FILE,
+            rows,
+            title=f"calctl accept ({config.level.value}): {config.package.name}",
+            device=config.device.kind.value,
+        )
+    records.write_json(config.out_dir / REPORT_FILE, report.document())
+    return report
+
+
+def _check_fault_plan(device: DeviceSpec) -> None:
+    """A bad plan is a usage error before anything runs (exit 2), not an ERROR of every device step."""
+    if device.fault_plan is not None:
+        from calctl.runtime.mock.faults import FaultPlan
+
+        FaultPlan.load(device.fault_plan)
+
+
+def _header(config: AcceptConfig, started: datetime) -> dict[str, Any]:
+    mock = config.device.is_mock
+    return {
+        "command": "accept",
+        "calctl_version": __version__,
+        "started_at": started.isoformat(timespec="seconds"),
+        "level": config.level.value,
+        "level_settings": LEVELS[config.level],
+        "device": config.device.kind.value,
+        "mock_result": mock,
+        "note": MOCK_LABEL if mock else None,
+        "device_options": config.device.describe(),
+        "package": str(config.package),
+        "replica": str(config.replica) if config.replica else None,
+        "only": sorted(config.only) if config.only else None,
+        "seed": config.seed,
+    }
+
+
+__all__ = [
+    "JUNIT_FILE",
+    "LEVELS",
+    "PLOT_FILE",
+    "REPORT_FILE",
+    "STEPS",
+    "AcceptConfig",
+    "AcceptReport",
+    "Level",
+    "LevelSettings",
+    "Step",
+    "default_report_dir",
+    "run_accept",
+]

@@ -1,0 +1,357 @@
+"""The acceptance rows judged from evidence documents (calctl.runners.acceptance.rows), no device.
+
+Each judge is fed the documents its runners write; the checks are the rules of docs/accept.md: a step that did
+not run is NOT MEASURED with its reason, a duration not reached is NOT MEASURED with what was reached unless
+what was measured failed, a NO-GO carries the report's action, and a GO without its evidence file present in
+the report directory is NOT MEASURED.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from calctl.runners.acceptance.rows import (
+    ROWS,
+    StepEvidence,
+    StepStatus,
+    Verdict,
+    judge_all,
+    judge_g0,
+    judge_g1,
+    judge_g2,
+    judge_g3,
+    judge_g4,
+    judge_g5,
+    judge_m0,
+    judge_m1,
+    judge_m2,
+    judge_m3,
+    judge_m4,
+    require_evidence_files,
+)
+
+GIB = 2**30
+
+
+def ran(name: str, doc: dict[str, Any], files: dict[str, str] | None = None) -> StepEvidence:
+    return StepEvidence(
+        name, StepStatus.RAN, 1.0, "ran", document=doc, files={"report": f"{name}.json"} if files is None else files
+    )
+
+
+def budget_doc(verdict: str = "GO") -> dict[str, Any]:
+    chip = {
+        "static_bytes": GIB // 8,
+        "limit_bytes": int(12.8 * GIB),
+        "guard_bytes": int(2.4 * GIB),
+        "dram_bytes": 16 * GIB,
+        "verdict": verdict,
+        "reasons": ["static 0.125 GiB <= limit 12.8 GiB"] if verdict == "GO" else ["static 14 GiB > limit 12.8 GiB"],
+    }
+    return {"verdict": verdict, "chips": [{**chip, "chip": 0}, {**chip, "chip": 1}]}
+
+
+def peak_doc(used: int | None = GIB // 4) -> dict[str, Any]:
+    return {"chips": [{"chip": 0, "used_bytes": used}, {"chip": 1, "used_bytes": used}]}
+
+
+def soak_doc(cycles: int = 3, seconds: float = 10.0, violations: int = 0) -> dict[str, Any]:
+    return {
+        "status": "finished",
+        "cycles": cycles,
+        "seconds": seconds,
+        "violations": [{"message": f"chip 0 memory drift {i}"} for i in range(violations)],
+        "memory": {"max_drift_bytes": {"0": 0, "1": 0}},
+        "requests": {"sent": 100},
+        "decode_profiles": {"model-a": [1], "model-b": [1]},
+    }
+
+
+def rollback_ok(ok: bool = True) -> StepEvidence:
+    return ran("rollback", {"ok": ok, "detail": "reload refused" if not ok else "ok"})
+
+
+def milestone_doc(m1: str, m2: str) -> dict[str, Any]:
+    def check(name: str, passed: bool | None) -> dict[str, Any]:
+        return {"name": name, "rule": "<= 3 %", "mean": 0.01, "ci_low": 0.0, "ci_high": 0.02, "passed": passed}
+
+    said = {"met": True, "not met": False, "inconclusive": None}
+    return {
+        "runs": [
+            {
+                "M1": {"verdict": m1, "checks": [check("p50_e2e", said[m1])]},
+                "M2": {"verdict": m2, "checks": [check("throughput_gain", said[m2])]},
+            }
+        ]
+    }
+
+
+# -- G0 ---------------------------------------------------------------------------------------------------
+
+
+def test_g0_go_from_budget_and_load_peak() -> None:
+    r = judge_g0({"budget": ran("budget", budget_doc()), "load-peak": ran("load-peak", peak_doc())})
+    assert r.verdict is Verdict.GO
+    assert "chip 0" in r.key_figure and set(r.files) == {"budget.report", "load-peak.report"}
+
+
+def test_g0_no_go_when_the_load_leaves_less_than_the_guard() -> None:
+    r = judge_g0({"budget": ran("budget", budget_doc()), "load-peak": ran("load-peak", peak_doc(14 * GIB))})
+    assert r.verdict is Verdict.NO_GO
+    assert "guard" in r.reason and "禁止硬塞" in r.action
+
+
+def test_g0_static_no_go_needs_no_device() -> None:
+    r = judge_g0({"budget": ran("budget", budget_doc("NO-GO"))})
+    assert r.verdict is Verdict.NO_GO and "14 GiB" in r.reason
+
+
+def test_g0_unreported_memory_is_not_measured_never_go() -> None:
+    r = judge_g0({"budget": ran("budget", budget_doc()), "load-peak": ran("load-peak", peak_doc(None))})
+    assert r.verdict is Verdict.NOT_MEASURED and "reports no per-chip memory" in r.reason
+
+
+# -- G1 ---------------------------------------------------------------------------------------------------
+
+
+def golden(*models: tuple[str, bool, list[int]]) -> StepEvidence:
+    return ran(
+        "run-golden",
+        {"per_model": [{"alias": a, "ok": ok, "reason": None if ok else "token 3", "chips": c} for a, ok, c in models]},
+    )
+
+
+def test_g1_needs_both_chips() -> None:
+    assert judge_g1({"run-golden": golden(("a", True, [0]), ("b", True, [1]))}).verdict is Verdict.GO
+    one = judge_g1({"run-golden": golden(("a", True, [0]))})
+    assert one.verdict is Verdict.NOT_MEASURED and "chip 1" in one.reason and "--replica" in one.how_to_measure
+
+
+def test_g1_a_mismatch_on_one_chip_is_no_go() -> None:
+    r = judge_g1({"run-golden": golden(("a", True, [0]), ("b", False, [1]))})
+    assert r.verdict is Verdict.NO_GO and "b" in r.reason and "chip 1" in r.reason and "compiler/kernel" in r.action
+
+
+# -- G2 ---------------------------------------------------------------------------------------------------
+
+
+def test_g2_without_a_replica_says_how_to_make_one() -> None:
+    steps = {
+        "isolation": StepEvidence(
+            "isolation",
+            StepStatus.SKIPPED,
+            reason="G2 needs a replica package",
+            document={"how_to_measure": "`calctl sample-package --kind replica --key K OUT`"},
+        )
+    }
+    r = judge_g2(steps)
+    assert r.verdict is Verdict.NOT_MEASURED and "sample-package --kind replica" in r.how_to_measure
+
+
+def test_g2_crosstalk_is_no_go_naming_the_request() -> None:
+    doc = {
+        "verdict": "NO-GO",
+        "requests": {"sent": 1000, "completed": 900, "cancelled": 100, "failed": 0},
+        "checks": {"output_matches_reference": {"pass": 999, "fail": 1}},
+        "crosstalk": [{"request_id": "iso-17", "alias": "a1", "chip": 1, "check": "kv", "detail": "KV of A0"}],
+    }
+    r = judge_g2({"isolation": ran("isolation", doc)})
+    assert r.verdict is Verdict.NO_GO and "iso-17" in r.reason and "不进入不同模型阶段" in r.action
+
+
+def test_g2_fewer_than_1000_requests_is_not_measured() -> None:
+    few = {"verdict": "GO", "requests": {"sent": 200}, "checks": {"output": {"pass": 200, "fail": 0}}, "crosstalk": []}
+    r = judge_g2({"isolation": ran("isolation", few)})
+    assert r.verdict is Verdict.NOT_MEASURED and "200" in r.reason
+    ok = judge_g2({"isolation": ran("isolation", {**few, "requests": {"sent": 1000}})})
+    assert ok.verdict is Verdict.GO
+
+
+# -- G3 ---------------------------------------------------------------------------------------------------
+
+
+def poc(verdict: str, serialize: bool = False) -> StepEvidence:
+    est = {"mean": 0.5, "ci_low": 0.48, "ci_high": 0.52}
+    return ran(
+        "poc",
+        {
+            "verdict": verdict,
+            "overlap_ratio": est,
+            "throughput_efficiency": {"mean": 0.99, "ci_low": 0.97, "ci_high": 1.0},
+            "both_busy_fraction": 0.9 if verdict == "S2" else 0.0,
+            "reasons": ["per-chip trace: both chips computing during 0% of the joint wall time"],
+            "device_options": {"serialize_chips": serialize},
+        },
+    )
+
+
+def test_g3_s2_is_go_with_the_ci() -> None:
+    r = judge_g3({"poc": poc("S2")})
+    assert r.verdict is Verdict.GO and "[0.48, 0.52]" in r.key_figure
+
+
+def test_g3_s1_is_no_go_with_the_reports_action() -> None:
+    r = judge_g3({"poc": poc("S1", serialize=True)})
+    assert r.verdict is Verdict.NO_GO
+    assert r.action.startswith("declare S1 only, investigate the global runtime lock / shared bottleneck")
+    assert "--serialize-chips" in r.reason
+
+
+# -- G4 ---------------------------------------------------------------------------------------------------
+
+
+def fi(grade: str, recovery_ok: bool = True) -> StepEvidence:
+    phase = {
+        "phase": "ccu-exception",
+        "class": "runtime",
+        "scope_granted": "board reset",
+        "b_succeeded": 3,
+        "b_requests": 10,
+        "b_impacted": True,
+        "recoveries": [{"scope": "board", "reason": "fault", "alias": "model-a", "ok": recovery_ok}],
+        "note": "",
+    }
+    return ran("fault-isolation", {"grade": grade, "grade_reason": f"{grade} because", "phases": [phase]})
+
+
+def test_g4_f1_with_a_clean_recovery_is_go_and_f0_is_no_go() -> None:
+    assert judge_g4({"fault-isolation": fi("F1")}).verdict is Verdict.GO
+    assert judge_g4({"fault-isolation": fi("F2")}).verdict is Verdict.GO
+    f0 = judge_g4({"fault-isolation": fi("F0")})
+    assert f0.verdict is Verdict.NO_GO and "同时摘流" in f0.action
+
+
+def test_g4_a_failed_recovery_is_no_go_even_at_f1() -> None:
+    r = judge_g4({"fault-isolation": fi("F1", recovery_ok=False)})
+    assert r.verdict is Verdict.NO_GO and "recovery not deterministic" in r.reason and r.data["grade"] == "F1"
+
+
+def test_g4_on_a_board_without_fault_injection_is_not_measured() -> None:
+    r = judge_g4(
+        {
+            "fault-isolation": StepEvidence(
+                "fault-isolation", StepStatus.SKIPPED, reason="fault-isolation arms faults with the mock board's"
+            )
+        }
+    )
+    assert r.verdict is Verdict.NOT_MEASURED and "mock" in r.reason
+
+
+# -- G5, M0, M4: durations ----------------------------------------------------------------------------------
+
+
+def test_durations_not_reached_are_not_measured_with_what_was_reached() -> None:
+    steps = {"soak": ran("soak", soak_doc(3, 1440.0)), "rollback": rollback_ok()}
+    g5, m0, m4 = judge_g5(steps), judge_m0(steps), judge_m4(steps)
+    assert g5.verdict is m0.verdict is m4.verdict is Verdict.NOT_MEASURED
+    assert "3/100 cycles" in g5.reason and "0.40 h/24 h" in g5.reason and "--level long" in g5.how_to_measure
+    assert "0.40 h/24 h" in m0.reason
+    assert "0.40 h/8 h" in m4.reason
+
+
+def test_durations_reached_are_go() -> None:
+    steps = {"soak": ran("soak", soak_doc(120, 24 * 3600.0)), "rollback": rollback_ok()}
+    assert judge_g5(steps).verdict is Verdict.GO
+    assert judge_m0(steps).verdict is Verdict.GO
+    assert judge_m4(steps).verdict is Verdict.GO
+
+
+def test_a_failure_before_the_duration_is_no_go() -> None:
+    steps = {"soak": ran("soak", soak_doc(2, 60.0, violations=1)), "rollback": rollback_ok()}
+    for judge in (judge_g5, judge_m0, judge_m4):
+        r = judge(steps)
+        assert r.verdict is Verdict.NO_GO and "memory drift" in r.reason and r.action
+    rb = judge_g5({"soak": ran("soak", soak_doc(120, 24 * 3600.0)), "rollback": rollback_ok(False)})
+    assert rb.verdict is Verdict.NO_GO and "rollback failed" in rb.reason and "两板" in rb.action
+
+
+def test_m0_needs_a_b1_package() -> None:
+    doc = {**soak_doc(120, 24 * 3600.0), "decode_profiles": {"model-a": [4, 8]}}
+    r = judge_m0({"soak": ran("soak", doc)})
+    assert r.verdict is Verdict.NOT_MEASURED and "B1" in r.reason
+
+
+# -- M1, M2, M3 ----------------------------------------------------------------------------------------------
+
+
+def test_m1_m2_from_executor_modes() -> None:
+    steps = {"executor-modes": ran("executor-modes", milestone_doc("met", "met")), "soak": ran("soak", soak_doc())}
+    assert judge_m1(steps).verdict is Verdict.GO
+    m2 = judge_m2(steps)  # throughput and P99 met, but no 24 h of ping/pong
+    assert m2.verdict is Verdict.NOT_MEASURED and "24 h" in m2.reason
+    bad = {"executor-modes": ran("executor-modes", milestone_doc("not met", "not met"))}
+    assert judge_m1(bad).verdict is Verdict.NO_GO
+    m2_bad = judge_m2(bad)
+    assert m2_bad.verdict is Verdict.NO_GO and "ping/pong is not enabled by default" in m2_bad.action
+    unsure = judge_m1({"executor-modes": ran("executor-modes", milestone_doc("inconclusive", "met"))})
+    assert unsure.verdict is Verdict.NOT_MEASURED and "inconclusive" in unsure.reason
+
+
+def batch(profiles: list[dict[str, Any]], verdict: str = "PASS") -> StepEvidence:
+    return ran("batch", {"verdict": verdict, "profiles": profiles})
+
+
+def profile(b: int, match: bool = True) -> dict[str, Any]:
+    return {
+        "profile": f"B{b}",
+        "batch": b,
+        "requests": 64,
+        "errors": 0,
+        "fill_ratio": 1.0,
+        "throughput_tokens_per_s": 100.0 * b,
+        "lanes_match_b1": match,
+    }
+
+
+def test_m3() -> None:
+    only_b1 = judge_m3({"batch": batch([profile(1)])})
+    assert only_b1.verdict is Verdict.NOT_MEASURED and "only B1" in only_b1.reason
+    wrong = judge_m3({"batch": batch([profile(1), profile(4, match=False)], "FAIL")})
+    assert wrong.verdict is Verdict.NO_GO and "continuous batching" in wrong.action and "B4" in wrong.reason
+    right = judge_m3({"batch": batch([profile(1), profile(4)])})
+    assert right.verdict is Verdict.NOT_MEASURED and "target" in right.reason  # no targets set: never a GO claim
+
+
+# -- every row --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [StepStatus.PENDING, StepStatus.INTERRUPTED, StepStatus.ERROR, StepStatus.SKIPPED])
+def test_no_step_no_verdict(tmp_path: Path, status: StepStatus) -> None:
+    names = {n for spec in ROWS for n in spec.steps}
+    steps = {n: StepEvidence(n, status, reason=f"{status.value.lower()} for the test") for n in names}
+    rows = judge_all(steps, tmp_path)
+    assert [r.id for r in rows] == ["G0", "G1", "G2", "G3", "G4", "G5", "M0", "M1", "M2", "M3", "M4"]
+    for r in rows:
+        assert r.verdict is Verdict.NOT_MEASURED, r
+        assert r.reason and r.how_to_measure, r
+
+
+def test_a_go_whose_evidence_file_is_missing_is_not_measured(tmp_path: Path) -> None:
+    steps = {"poc": ran("poc", poc("S2").document, {"trace": "poc.trace.json", "plot": "poc.png"})}
+    row = judge_g3(steps)
+    assert row.verdict is Verdict.GO
+    (tmp_path / "poc.trace.json").write_text("{}")
+    held = require_evidence_files(row, tmp_path)
+    assert held.verdict is Verdict.NOT_MEASURED and "poc.png" in held.reason
+    (tmp_path / "poc.png").write_bytes(b"png")
+    assert require_evidence_files(row, tmp_path).verdict is Verdict.GO
+    bare = require_evidence_files(judge_g3({"poc": ran("poc", poc("S2").document, {})}), tmp_path)
+    assert bare.verdict is Verdict.NOT_MEASURED and "no evidence file" in bare.reason
+
+
+def test_a_no_go_keeps_its_verdict_without_files(tmp_path: Path) -> None:
+    row = judge_g3({"poc": ran("poc", poc("S1").document, {"trace": "gone.json"})})
+    assert require_evidence_files(row, tmp_path).verdict is Verdict.NO_GO
+
+
+def test_evidence_paths_cannot_point_outside_by_absolute_path(tmp_path: Path) -> None:
+    """A row file is looked up in the report directory; an absolute path outside it does not make a GO."""
+    outside = tmp_path / "elsewhere.png"
+    outside.write_bytes(b"x")
+    report = tmp_path / "report"
+    report.mkdir()
+    row = judge_g3({"poc": ran("poc", poc("S2").document, {"plot": str(outside)})})
+    assert require_evidence_files(row, report).verdict is Verdict.NOT_MEASURED
