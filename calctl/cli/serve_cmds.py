@@ -137,10 +137,13 @@ def serve(
     CALRT_DEVICE (CalRT). SIGTERM or SIGINT stops admission (readiness 503), drains accepted
     requests within --drain-timeout, then exits 0 (4 if the deadline cut requests).
     """
+    import math
     import os
 
     from calctl.serving import server as serving_server
 
+    if not math.isfinite(records_max_mb) or int(records_max_mb * 2**20) <= 0:
+        raise UsageError(f"--records-max-mb {records_max_mb:g}: expected a positive, finite size in MiB")
     keys = _parse_keys(api_key)
     env_keys = os.environ.get("CALCTL_API_KEYS")
     if env_keys:

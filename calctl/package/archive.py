@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import lzma
 import os
+import stat
 import tarfile
 import time
 import zlib
@@ -21,6 +22,7 @@ from typing import IO
 
 from calctl.errors import PackageFormatError, UsageError
 from calctl.records import atomic_output
+from calctl.signing.files import kind_phrase
 
 #: Ceilings for extraction (docs/package-format.md "Limits"); a real board package holds two ~8.5 GiB blobs
 #: and a few dozen files.
@@ -233,11 +235,35 @@ def extract_package(archive: Path, dest: Path) -> Path:
     archive and the member.
     """
     source = str(archive)
+    # Only a regular file is opened: tarfile.open() on a FIFO blocks until a writer comes (a hung `serve` or
+    # admin load), and a device never ends. O_NONBLOCK so the open itself cannot block either; the fstat then
+    # judges what was really opened (a path swapped after the check).
     try:
-        archive_bytes = archive.stat().st_size
-        tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - opened here to map its errors, closed by `with tf` below
+        fd = os.open(archive, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise PackageFormatError(f"not a readable tar archive: {exc.strerror or exc}", path=source) from None
+    fileobj = os.fdopen(fd, "rb")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PackageFormatError(
+                f"is {kind_phrase(st.st_mode)}, not a regular file: expected a package directory or a tar archive",
+                path=source,
+            )
+        os.set_blocking(fd, True)
+        archive_bytes = st.st_size
+        tf = tarfile.open(fileobj=fileobj, mode="r:*")  # noqa: SIM115 - closed by `with tf` below
     except (tarfile.TarError, OSError, EOFError) as exc:
+        fileobj.close()
         raise PackageFormatError(f"not a readable tar archive: {exc}", path=source) from None
+    except BaseException:
+        fileobj.close()
+        raise
+    with fileobj:
+        return _extract_open(tf, archive_bytes, dest, source)
+
+
+def _extract_open(tf: tarfile.TarFile, archive_bytes: int, dest: Path, source: str) -> Path:
     budget = _Budget(
         source,
         bytes_left=min(MAX_TOTAL_BYTES, MAX_EXPANSION * archive_bytes + EXPANSION_SLACK_BYTES),

@@ -186,6 +186,8 @@ def _record_sink(opts: ServeOptions) -> RecordSink:
         return RecordSink()
     if opts.records == "-":
         return RecordSink.to_stream(sys.stderr)
+    if not opts.records.strip():  # Path("") is the working directory: never a silent default
+        raise UsageError("--records '': expected a directory for records.ndjson, or `-` for stderr")
     return RecordSink.to_directory(Path(opts.records), max_bytes=opts.records_max_bytes)
 
 

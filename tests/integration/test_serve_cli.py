@@ -80,3 +80,58 @@ def test_the_listener_lets_asyncio_disable_nagle() -> None:
         return seen[0]
 
     assert asyncio.run(accept_one()) != 0
+
+
+def test_a_fifo_given_as_the_package_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """Hostile test of issue 19: ``calctl serve FIFO`` blocked for ever in tarfile.open (a subprocess, so a
+    hang fails the test at its deadline instead of hanging the suite)."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "pkg.tar"
+    os.mkfifo(fifo)
+    env = {**os.environ, "CALCTL_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "calctl", "serve", str(fifo), "--trusted-key", str(TEST_PUB), "--port", "0"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        pytest.fail("calctl serve waited on the FIFO")
+    assert r.returncode in (1, 2), r.stderr
+    assert "is a FIFO, not a regular file" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309", "0", "-1", "1e-9"])
+def test_records_max_mb_that_is_not_a_positive_size_is_a_usage_error(
+    cli, tmp_path: Path, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Hostile test of issue 19: nan and inf crashed with "internal error (a calctl bug)"."""
+    _never_open_the_board(monkeypatch)
+    r = cli(
+        "serve", FIXTURE_PACKAGES / "single", "--trusted-key", TEST_PUB, "--port", "0",
+        "--records", tmp_path / "rec", "--records-max-mb", value,
+    )  # fmt: skip
+    assert_no_traceback(r)
+    assert r.code == 2, r.err
+    assert "--records-max-mb" in r.err and "internal error" not in r.err, r.err
+
+
+def test_an_empty_records_directory_is_a_usage_error_not_the_working_directory(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """``--records ''`` wrote records.ndjson into the server's working directory."""
+    _never_open_the_board(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    r = cli("serve", FIXTURE_PACKAGES / "single", "--trusted-key", TEST_PUB, "--port", "0", "--records", "")
+    assert r.code == 2 and "--records" in r.err and "expected a directory" in r.err, r.err
+    assert not (tmp_path / "records.ndjson").exists()
+
+
+def _never_open_the_board(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These refusals come before the board opens; a miss fails at once instead of serving until killed."""
+    import calctl.runtime
+
+    def forbidden(*_a: object, **_kw: object) -> None:
+        raise AssertionError("the board was opened: the option was not refused first")
+
+    monkeypatch.setattr(calctl.runtime, "open_runtime", forbidden)

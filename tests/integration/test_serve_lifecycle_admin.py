@@ -149,3 +149,26 @@ def test_an_unload_that_leaves_memory_in_use_is_failed_and_says_where(tmp_path: 
         r = _admin(url, "unload")
         assert r.status_code == 200 and r.json()["device_check"]["ok"] is False, r.text
         assert sup.workers["model-a"].state.value == "Unloaded"
+
+
+def test_a_fifo_under_a_root_is_refused_without_blocking_the_lifecycle(tmp_path: Path) -> None:
+    """Hostile test of issue 19: a FIFO under ``--package-root`` blocked the reload thread for ever in
+    ``tarfile.open``, and an admin load (which resolves under the lifecycle lock) hung every later load,
+    unload and recovery with it."""
+    import os
+
+    root = tmp_path / "packages"
+    root.mkdir()
+    fifo = root / "pkg.tar"
+    os.mkfifo(fifo)
+    with _served((root.resolve(),)) as (url, _sup):
+        for action in ("reload", "unload", "load"):
+            if action == "unload":
+                assert _admin(url, "unload").status_code == 200
+                continue
+            r = httpx.post(f"{url}/internal/models/model-a/{action}", json={"package": str(fifo)}, timeout=15)
+            assert r.status_code == 409, r.text
+            assert "is a FIFO, not a regular file" in r.json()["detail"], r.text
+        r = httpx.post(f"{url}/internal/models/model-a/load", timeout=60)  # the lifecycle lock is free
+        assert r.status_code == 200, r.text
+        assert _complete(url).status_code == 200
