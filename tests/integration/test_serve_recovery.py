@@ -211,3 +211,25 @@ def test_unknown_dma_state_follows_restart_process_on_unknown_dma(tmp_path: Path
         assert "restart the serving process" in ready["failed"]["model-a"], ready
     else:  # restart_on_unknown_dma (000 §15): board scope even though session reset is allowed
         assert rec.scope == "board" and rec.ok and states == {"model-a": "Ready", "model-b": "Ready"}, rec
+
+
+def test_internal_status_reports_the_recoveries_the_docs_promise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile test of issue 19: docs/serve.md sends the operator to ``GET /internal/status`` for the recovery
+    records and their evidence files; the route did not exist (404), so over HTTP nothing said a recovery
+    happened, in which scope, or where its evidence is."""
+    monkeypatch.setenv("CALCTL_RECOVERY_DIR", str(tmp_path / "evidence"))
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path)) as s:
+        _joint_traffic(s, a_n=12, b_n=4)
+        r = httpx.get(f"{s.url}/internal/status")
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["device"] == "mock"
+    assert set(doc["models"]) == {"model-a", "model-b"}
+    assert all(m["state"] == "Ready" for m in doc["models"].values()), doc["models"]
+    (rec,) = doc["recoveries"]
+    assert rec["scope"] == "board" and rec["affected_aliases"] == ["model-a", "model-b"] and rec["ok"], rec
+    assert rec["evidence"] and Path(rec["evidence"]).is_file(), rec
+    assert rec["generations"] == {a: m["generation"] for a, m in doc["models"].items()}
+    assert doc["failures"] == {} and doc["records"]["dropped"] == 0
