@@ -172,3 +172,28 @@ def test_a_fifo_under_a_root_is_refused_without_blocking_the_lifecycle(tmp_path:
         r = httpx.post(f"{url}/internal/models/model-a/load", timeout=60)  # the lifecycle lock is free
         assert r.status_code == 200, r.text
         assert _complete(url).status_code == 200
+
+
+@pytest.mark.parametrize("action", ["reload", "load"])
+def test_a_configure_the_device_refuses_ends_failed_with_the_reason_not_configuring(action: str) -> None:
+    """Hostile test of issue 19: after the reset budget ran out on a faulted board, an admin reload hit
+    ``DeviceLost`` in configure (and again in the rollback) and left both aliases in Configuring for ever,
+    with /health/ready still showing the old reason (001 §11.1: a failed load is Failed, with why)."""
+    from calctl.runtime.errors import DeviceLost
+
+    with _served() as (url, sup):
+        if action == "load":
+            assert _admin(url, "unload").status_code == 200
+
+        def lost(*_a: Any, **_kw: Any) -> None:
+            raise DeviceLost("cannot configure: chip 0 is faulted (injected)")
+
+        sup.rt.configure = lost  # type: ignore[method-assign]
+        r = _admin(url, action)
+        assert r.status_code == 409, r.text
+        assert "chip 0 is faulted" in r.json()["detail"], r.text
+        states = {a: w.state.value for a, w in sup.workers.items()}
+        assert states == {"model-a": "Failed", "model-b": "Failed"}, states
+        ready = httpx.get(f"{url}/health/ready").json()
+        assert all("chip 0 is faulted" in ready["failed"][a] for a in ("model-a", "model-b")), ready
+        assert _complete(url).status_code == 503

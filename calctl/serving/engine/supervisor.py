@@ -347,25 +347,40 @@ class DeviceSupervisor:
     def _configure_and_publish(self, lp: LoadedPackage) -> None:
         """Steps 7–10 under the lifecycle lock. On failure the new configuration is cleaned up and re-raised."""
         t0 = time.monotonic()
-        calbin = self.rt.create_calbin(lp.package)
-        self.rt.configure(calbin)
+        try:
+            calbin = self.rt.create_calbin(lp.package)
+            self.rt.configure(calbin)
+        except BaseException as exc:
+            # 001 §11.1: Configuring -> Failed with the reason, never left in Configuring (a faulted board
+            # refuses configure with DeviceLost until it is reset).
+            self._failed_load(f"configure of {lp.source} failed: {exc}")
+            raise
         for alias in self.workers:
             self.metrics.lifecycle.labels(alias, "configure").observe(time.monotonic() - t0)
         try:
             gen = self._next_generation()
             self._set_all(ModelState.WARMING, admission=ModelState.WARMING)
             self._golden_and_warmup(lp.package, list(self.workers), gen)
-        except BaseException:
-            self._set_all(ModelState.FAILED, detail="golden/warmup failed")
+        except BaseException as exc:
+            self._failed_load(f"golden/warmup failed ({lp.source}): {exc or type(exc).__name__}")
             with contextlib.suppress(RuntimeLayerError):
                 self.rt.reset_configuration()
             raise
         for alias, w in self.workers.items():
+            self.failures.pop(alias, None)
             w.publish(self.rt, gen)
             self._event(alias, ModelState.READY, f"generation {gen}, package {lp.digest}")
         if self.loaded is not None and self.loaded is not lp:
             self.previous = self.loaded
         self.loaded = lp
+
+    def _failed_load(self, reason: str) -> None:
+        """A load step failed after validation: every alias Failed with ``reason`` (/health/ready, metrics).
+        A rollback that then succeeds publishes the aliases again and clears it."""
+        for alias, w in self.workers.items():
+            self.failures[alias] = reason
+            w.set_state(ModelState.FAILED)
+            self._event(alias, ModelState.FAILED, reason)
 
     def _golden_and_warmup(self, pkg: Package, aliases: list[str], gen: int) -> None:
         """Step 9: golden + warm-up gate readiness; a mismatch is a failed load, never Ready (001 §11.1)."""
