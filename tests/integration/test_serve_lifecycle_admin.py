@@ -197,3 +197,28 @@ def test_a_configure_the_device_refuses_ends_failed_with_the_reason_not_configur
         ready = httpx.get(f"{url}/health/ready").json()
         assert all("chip 0 is faulted" in ready["failed"][a] for a in ("model-a", "model-b")), ready
         assert _complete(url).status_code == 503
+
+
+def test_a_reload_checked_while_an_unload_ran_does_not_undo_it(tmp_path: Path) -> None:
+    """Hostile test of issue 19: reload checks the new package outside the lifecycle lock; an unload that
+    ran meanwhile was silently undone (both answered ok and the models were Ready again), and the reload's
+    rollback target was the package the unload had already taken down."""
+    root = tmp_path / "packages"
+    other = root / "combined-copy"
+    shutil.copytree(COMBINED, other)
+    with _served((root.resolve(),)) as (url, sup):
+        real = sup._check
+        unloads: list[dict[str, Any]] = []
+
+        def check_then_unload(lp: Any) -> Any:
+            out = real(lp)
+            if not unloads:  # an operator's unload lands between the reload's check and its configure
+                unloads.append(sup.unload())
+            return out
+
+        sup._check = check_then_unload  # type: ignore[method-assign]
+        r = _admin(url, "reload", {"package": str(other)})
+        assert unloads and unloads[0]["ok"], unloads
+        assert r.status_code == 409 and "changed while" in r.json()["detail"], r.text
+        assert {w.state.value for w in sup.workers.values()} == {"Unloaded"}
+        assert sup.loaded is None and _complete(url).status_code == 503

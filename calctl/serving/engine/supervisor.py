@@ -625,6 +625,15 @@ class DeviceSupervisor:
         except CalctlError as exc:
             return {"ok": False, "action": "reload", "detail": str(exc), "serving": "previous generation"}
         with self._lifecycle:
+            if self.loaded is not current:
+                # A load, unload or reload ran while this one was checked: going on would undo it, and roll
+                # back (on failure) to a package that is no longer the served one.
+                return {
+                    "ok": False,
+                    "action": "reload",
+                    "detail": "the served package changed while this reload was checked (a concurrent load, "
+                    "unload or reload); nothing was changed by this call, retry it if it is still wanted",
+                }
             for w in self.workers.values():
                 w.set_rejecting(True)  # 503 for new requests during the reload
             try:
