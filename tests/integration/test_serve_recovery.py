@@ -233,3 +233,15 @@ def test_internal_status_reports_the_recoveries_the_docs_promise(
     assert rec["evidence"] and Path(rec["evidence"]).is_file(), rec
     assert rec["generations"] == {a: m["generation"] for a, m in doc["models"].items()}
     assert doc["failures"] == {} and doc["records"]["dropped"] == 0
+
+
+def test_one_board_wide_hang_is_one_board_recovery_not_one_per_alias(tmp_path: Path) -> None:
+    """Hostile test of issue 19: a board-scope wait_timeout hangs both chips, so A's and B's jobs both time
+    out; B's request waited behind A's board recovery (which already reset and republished B) and then reset
+    the board a second time, spending the reset budget (max_resets_per_10min: 2) on one fault."""
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path, "wait_timeout", "board"), job_timeout_s=1.5) as s:
+        _joint_traffic(s, a_n=12, b_n=30)
+        recs = list(s.supervisor.recoveries)
+        states = {a: w.state.value for a, w in s.supervisor.workers.items()}
+    assert [r.scope for r in recs] == ["board"], [(r.alias, r.reason, r.scope) for r in recs]
+    assert states == {"model-a": "Ready", "model-b": "Ready"}, states

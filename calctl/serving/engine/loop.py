@@ -98,6 +98,9 @@ class RecoveryRequest:
     status: JobStatus
     detail: str
     runtime_status: RuntimeStatus | None
+    # The generation the fault happened in: a recovery that republished the alias since (a board reset for
+    # the other alias's fault of the same hang) already covered it (DeviceSupervisor.recover).
+    generation: int | None = None
 
 
 @dataclass
@@ -782,7 +785,7 @@ class EngineCore:
         self._recovery_pending = True
         self._serving = False
         self._display_state = ModelState.DRAINING  # 001 §11.1 Ready -> Draining: never listed as ready meanwhile
-        req = RecoveryRequest(self.alias, ev.status, ev.detail, runtime_status)
+        req = RecoveryRequest(self.alias, ev.status, ev.detail, runtime_status, int(self._sched.generation))
         if self._exec.inflight:
             # 000 §14: submitted jobs drain; the reset waits until they completed or timed out.
             self._deferred_recovery = req

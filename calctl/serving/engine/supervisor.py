@@ -799,6 +799,21 @@ class DeviceSupervisor:
                 return RecoveryRecord(req.alias, req.status.value, None, "none", (), False, 0.0, t0, "not serving")
             pol = self.policy(req.alias)
             worker = self.workers[req.alias]
+            if req.generation is not None and worker.generation != req.generation and worker.is_ready():
+                # The fault was in a generation a later recovery (or reload) already replaced: a board-wide
+                # hang times out A's and B's jobs alike, and A's board reset already reset and republished B.
+                # Resetting again would cost a second reset of the budget for one fault.
+                log.info(
+                    "recovery of %s for generation %d skipped: generation %d already replaced it (%s)",
+                    req.alias,
+                    req.generation,
+                    worker.generation,
+                    req.detail,
+                )
+                return RecoveryRecord(
+                    req.alias, req.status.value, _status_name(req.runtime_status), "none", (), True, 0.0, t0,
+                    f"covered by an earlier recovery: generation {req.generation} was already replaced",
+                )  # fmt: skip
             unknown_dma = req.runtime_status is RuntimeStatus.UNKNOWN_DMA_STATE
             # 001 §11.3: until fault injection proves otherwise every timeout/crash may have touched the whole
             # board. Chip scope only when the configuration allows a session reset (and the runtime grants it).
