@@ -245,3 +245,32 @@ def test_one_board_wide_hang_is_one_board_recovery_not_one_per_alias(tmp_path: P
         states = {a: w.state.value for a, w in s.supervisor.workers.items()}
     assert [r.scope for r in recs] == ["board"], [(r.alias, r.reason, r.scope) for r in recs]
     assert states == {"model-a": "Ready", "model-b": "Ready"}, states
+
+
+def test_refusals_before_output_carry_public_text_not_the_engines(tmp_path: Path) -> None:
+    """Hostile test of issue 19: a request failed before its first token got the core's own detail as its
+    message (`model-a: deadline expired in PrefillReady`, the runtime's fault text naming the job and chip);
+    docs/serve.md: the engine's text goes to the log only, public responses never name chips."""
+    import re
+
+    messages: list[str] = []
+    a_prompt, a_tokens = golden(COMBINED, "model-a")
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path)) as s:
+
+        async def run() -> None:
+            async with httpx.AsyncClient(timeout=30) as c:
+
+                async def one(i: int) -> None:
+                    body: dict[str, Any] = {"model": "model-a", "prompt": a_prompt, "max_tokens": len(a_tokens)}
+                    if i % 3 == 0:
+                        body["timeout"] = 0.05  # some expire after admission, before their first token
+                    r = await c.post(f"{s.v1}/completions", json={**body, "temperature": 0})
+                    if r.status_code == 503:
+                        messages.append(r.json()["error"]["message"])
+
+                await asyncio.gather(*(one(i) for i in range(30)))
+
+        asyncio.run(run())
+    assert messages, "no request was refused: the fault or the deadlines did not bite"
+    leaks = [m for m in messages if re.search(r"chip|job \d|PrefillReady|Decode|CalCore|ccu|injected", m)]
+    assert not leaks, leaks
