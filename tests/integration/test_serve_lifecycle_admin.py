@@ -222,3 +222,49 @@ def test_a_reload_checked_while_an_unload_ran_does_not_undo_it(tmp_path: Path) -
         assert r.status_code == 409 and "changed while" in r.json()["detail"], r.text
         assert {w.state.value for w in sup.workers.values()} == {"Unloaded"}
         assert sup.loaded is None and _complete(url).status_code == 503
+
+
+def test_refused_and_replaced_tar_packages_do_not_leave_extracted_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile test of issue 19: every admin load/reload of a tar extracts it into a temporary directory; one
+    refused after extraction (a digest other than the pin, a failed validation) and a generation dropped from
+    the retained previous slot were never removed, so repeated reloads filled the disk."""
+    import tempfile
+
+    from calctl.package import archive
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    root = tmp_path / "packages"
+    root.mkdir()
+    good = root / "good.tar"
+    archive.write_tar(COMBINED, good)
+    other = tmp_path / "other"
+    shutil.copytree(COMBINED, other)
+    (other / "model_memory_reserved_info.txt").write_text("changed: no longer what checksums.sha256 says\n")
+    bad = root / "bad.tar"
+    archive.write_tar(other, bad)
+
+    def extracted() -> int:
+        return len([p for p in scratch.iterdir() if p.name.startswith("calctl-serve-")])
+
+    with open_runtime("mock", time_scale=0.05) as rt:
+        sup = DeviceSupervisor(
+            rt,
+            trust=make_policy([TEST_PUB]),
+            options=SupervisorOptions(warmup_iterations=1, drain_deadline_s=5.0),
+            load_policy=LoadPolicy(package_roots=(root.resolve(),), pinned_digest=package_digest(COMBINED)),
+        )
+        try:
+            sup.start(COMBINED)
+            for _ in range(3):
+                assert not sup.reload(bad)["ok"]  # refused after extraction: a hash does not verify
+            assert extracted() == 0
+            for _ in range(4):
+                assert sup.reload(good)["ok"]
+            assert extracted() <= 2  # the served generation and the retained previous one, no more
+        finally:
+            sup.shutdown(2.0)
+    assert extracted() == 0

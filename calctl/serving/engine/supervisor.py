@@ -224,13 +224,24 @@ class DeviceSupervisor:
             root, tmp = source.resolve(), None
         else:
             tmp = Path(tempfile.mkdtemp(prefix="calctl-serve-"))
-            try:
+        try:
+            if tmp is not None:
                 root = archive.extract_package(source, tmp)
-            except BaseException:
+            pkg = load_manifest(root)
+            return LoadedPackage(source, root, pkg, package_digest(root), tmp)
+        except BaseException:
+            if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise
-        pkg = load_manifest(root)
-        return LoadedPackage(source, root, pkg, package_digest(root), tmp)
+            raise
+
+    def _discard(self, lp: LoadedPackage | None) -> None:
+        """Remove the extracted copy of a tar package nothing holds any more (refused, or dropped from the
+        retained previous slot), so repeated admin loads of tars do not fill the disk."""
+        if lp is None or lp.temp_dir is None:
+            return
+        if any(lp is kept for kept in (self.loaded, self.previous, self.unloaded)):
+            return
+        shutil.rmtree(lp.temp_dir, ignore_errors=True)
 
     def _check(self, lp: LoadedPackage) -> dict[str, Any]:
         """Steps 2–4 and 8's static half: validate, cross-check the config, plan capacity. Outside the lock."""
@@ -371,7 +382,8 @@ class DeviceSupervisor:
             w.publish(self.rt, gen)
             self._event(alias, ModelState.READY, f"generation {gen}, package {lp.digest}")
         if self.loaded is not None and self.loaded is not lp:
-            self.previous = self.loaded
+            dropped, self.previous, self.loaded = self.previous, self.loaded, lp
+            self._discard(dropped)
         self.loaded = lp
 
     def _failed_load(self, reason: str) -> None:
@@ -527,12 +539,14 @@ class DeviceSupervisor:
             target = Path(source) if source is not None else (fallback.source if fallback else self.startup_source)
             if target is None:
                 return {"ok": False, "action": "load", "detail": "nothing to load: name a package"}
+            lp = None
             try:
                 lp = self._resolve(target)  # step 1
                 self._set_all(ModelState.VALIDATING, detail=str(lp.source))  # 001 §11.1: shown while checked
                 self._check(lp)  # steps 2-4 (and 8's static half)
                 self._check_compatible(lp)
             except CalctlError as exc:
+                self._discard(lp)
                 self._set_all(ModelState.UNLOADED, detail=f"load refused: {exc}")
                 return {"ok": False, "action": "load", "detail": str(exc), "serving": "nothing (unloaded)"}
             self._set_all(ModelState.CONFIGURING)
@@ -540,11 +554,13 @@ class DeviceSupervisor:
                 self._configure_and_publish(lp)  # steps 7-10
             except CalctlError as exc:
                 if fallback is None or fallback.root == lp.root:
+                    self._discard(lp)
                     raise
                 log.error("load of %s failed (%s); rolling back to %s", lp.source, exc, fallback.source)
                 self._set_all(ModelState.CONFIGURING, detail="rollback")
                 self._configure_and_publish(fallback)
                 self.unloaded = None
+                self._discard(lp)
                 return {
                     "ok": False,
                     "action": "load",
@@ -552,9 +568,13 @@ class DeviceSupervisor:
                     "serving": "rolled back to the previous package",
                     "digest": fallback.digest,
                 }
+            dropped = None
             if fallback is not None and fallback.root != lp.root:
-                self.previous = fallback  # step 11: the package unloaded is the one to roll back to
+                dropped, self.previous = self.previous, fallback  # step 11: the unloaded one is the rollback
             self.unloaded = None
+            self._discard(dropped)
+            if fallback is not None and fallback is not self.previous:
+                self._discard(fallback)
             return {"ok": True, "action": "load", "generation": self._generation, "digest": lp.digest}
 
     def rollback(self) -> dict[str, Any]:
@@ -618,14 +638,17 @@ class DeviceSupervisor:
         target = Path(source) if source else (current.source if current else None)
         if target is None:
             return {"ok": False, "action": "reload", "detail": "nothing to reload"}
+        lp = None
         try:
             lp = self._resolve(target)
             self._check(lp)  # steps 2–4 outside the lock: the old generation keeps serving meanwhile
             self._check_compatible(lp)
         except CalctlError as exc:
+            self._discard(lp)
             return {"ok": False, "action": "reload", "detail": str(exc), "serving": "previous generation"}
         with self._lifecycle:
             if self.loaded is not current:
+                self._discard(lp)
                 # A load, unload or reload ran while this one was checked: going on would undo it, and roll
                 # back (on failure) to a package that is no longer the served one.
                 return {
@@ -651,6 +674,7 @@ class DeviceSupervisor:
                     log.error("reload failed (%s); rolling back to %s", exc, current.source)
                     self._set_all(ModelState.CONFIGURING, admission=ModelState.UNLOADING, detail="rollback")
                     self._configure_and_publish(current)
+                    self._discard(lp)
                     return {
                         "ok": False,
                         "action": "reload",
@@ -924,7 +948,7 @@ class DeviceSupervisor:
                 w.shutdown()
             self._closed = True
             self._recovery_queue.put(None)
-            for lp in (self.loaded, self.previous):
+            for lp in (self.loaded, self.previous, self.unloaded):
                 if lp and lp.temp_dir:
                     shutil.rmtree(lp.temp_dir, ignore_errors=True)
             return drained
