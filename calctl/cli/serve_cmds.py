@@ -49,7 +49,7 @@ def serve(
         str | None,
         typer.Option(
             "--pin-digest",
-            help="Serve only the package with this digest (64 hex digits, as `calctl package info` prints it); "
+            help="Serve only the package with this digest (64 hex digits, as `calctl inspect` prints it); "
             "start-up, load and reload of any other package fail.",
         ),
     ] = None,

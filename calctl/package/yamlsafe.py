@@ -7,6 +7,8 @@ expands exponentially), duplicate mapping keys (YAML lets the last one win
 silently, so two readers could disagree about one manifest), integers of more
 than :data:`MAX_INT_DIGITS` digits (Python refuses to convert ints of thousands
 of digits to text, so such a value would crash whatever prints it), and
+numbers YAML 1.1 reads other than they look (``010`` is octal 8, ``2:10`` base-60
+130; hex ``0x10`` stays 16), and
 non-finite floats (``.nan``, ``.inf``, or ``1e999`` which overflows to inf): no
 number in a manifest or config is meant to be one, and NaN compares false to
 every bound a schema or a tolerance check applies.
@@ -52,6 +54,15 @@ class _StrictLoader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node):
         text = str(node.value).replace("_", "").lstrip("+-")
+        _refuse_ambiguous_number(node)
+        if len(text) > 1 and text[0] == "0" and text[1].isdigit():
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"integer {node.value!r} has a leading zero: YAML 1.1 reads it as octal "
+                f"{super().construct_yaml_int(node)}, YAML 1.2 as decimal; write it without the zero (or quote it)",
+                node.start_mark,
+            )
         digits = len(text[2:] if text[:2].lower() in ("0x", "0o", "0b") else text)
         if digits > MAX_INT_DIGITS:
             raise yaml.constructor.ConstructorError(
@@ -60,6 +71,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_yaml_int(node)
 
     def construct_yaml_float(self, node):
+        _refuse_ambiguous_number(node)
         value = super().construct_yaml_float(node)
         if not math.isfinite(value):
             raise yaml.constructor.ConstructorError(
@@ -81,6 +93,17 @@ class _StrictLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _refuse_ambiguous_number(node: Any) -> None:
+    """YAML 1.1's base-60 numbers: ``2:10`` is 130 to PyYAML and a string to YAML 1.2 readers and to people."""
+    if ":" in str(node.value):
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"{node.value!r} is a YAML 1.1 base-60 number, not what it looks like: write the value or quote it",
+            node.start_mark,
+        )
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)

@@ -6,8 +6,9 @@ second process from opening and configuring the same board under the first one.
 ``<lock dir>/calrt-<board>.lock`` before it loads the library, and holds it until
 the runtime is closed (the kernel drops it when the process dies, so a crashed
 holder never leaves a stale lock). ``<board>`` is the ``CALRT_DEVICE`` value the
-shim is given (``default`` when unset), not the readable ``CALCTL_BOARD_ID``
-label: two labels for one device must still collide.
+shim is given (``default`` when unset; a PCI address or device path in one
+canonical spelling, :func:`canonical_board`), not the readable
+``CALCTL_BOARD_ID`` label: two labels for one device must still collide.
 
 The lock dir is ``$CALCTL_LOCK_DIR``, else ``$XDG_RUNTIME_DIR/calctl``, else
 ``/tmp/calctl-locks``. A second opener gets :class:`BoardLocked` (exit 3) naming
@@ -29,6 +30,7 @@ from calctl.runtime.selection import CALRT_DEVICE_ENV
 
 LOCK_DIR_ENV = "CALCTL_LOCK_DIR"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_PCI = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
 class BoardLocked(DeviceInUse):
@@ -45,7 +47,24 @@ def lock_dir() -> Path:
 
 def board_key() -> str:
     """The physical board this process asks the shim for."""
-    return os.environ.get(CALRT_DEVICE_ENV, "").strip() or "default"
+    return canonical_board(os.environ.get(CALRT_DEVICE_ENV, ""))
+
+
+def canonical_board(name: str) -> str:
+    """One key per board for spellings the shim treats alike: a PCI address in lower case with its domain
+    (``01:00.0`` and ``0000:01:00.0`` are one device), a device path with its symlinks and ``.`` resolved.
+    Anything else is taken as written. (A board named once by address and once left to the shim's default
+    cannot be matched: nothing reports which board the default is, docs/calrt-c-abi.md.)"""
+    name = name.strip()
+    if not name:
+        return "default"
+    pci = _PCI.match(name)
+    if pci:
+        domain, bus, dev, fn = pci.groups()
+        return f"{(domain or '0000').lower()}:{bus.lower()}:{dev.lower()}.{fn}"
+    if name.startswith("/"):
+        return os.path.realpath(name)
+    return name
 
 
 class BoardLock:
@@ -68,7 +87,7 @@ class BoardLock:
 
 def acquire(board: str | None = None) -> BoardLock:
     """Lock ``board`` (default: :func:`board_key`) for this process, or raise :class:`BoardLocked`."""
-    board = board or board_key()
+    board = canonical_board(board) if board else board_key()
     directory = lock_dir()
     path = directory / f"calrt-{_UNSAFE.sub('_', board)[:96]}.lock"
     try:
@@ -109,4 +128,4 @@ def _read_holder(fd: int) -> str:
     return text or "holder unknown: the lock file names no pid"
 
 
-__all__ = ["LOCK_DIR_ENV", "BoardLock", "BoardLocked", "acquire", "board_key", "lock_dir"]
+__all__ = ["LOCK_DIR_ENV", "BoardLock", "BoardLocked", "acquire", "board_key", "canonical_board", "lock_dir"]

@@ -373,7 +373,7 @@ def check_served_package(
     if pinned is not None and normalize_digest(pinned) != digest:
         raise ConfigError(
             f"--pin-digest {pinned}: the package {Path(source)} has digest {digest or 'none (no checksums.sha256)'}",
-            hint="serve the pinned package, or pin the digest `calctl package info` prints for this one",
+            hint="serve the pinned package, or pin the digest `calctl inspect` prints for this one",
         )
 
 

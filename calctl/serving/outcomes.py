@@ -168,8 +168,23 @@ PUBLIC_ERROR: dict[Outcome, tuple[str, str]] = {
 }
 DEFAULT_PUBLIC_ERROR = ("device_error", "the model failed while generating this response; retry the request")
 
+#: The message of a request refused for these outcomes before its first token (its status and code come
+#: from :data:`ENDINGS`); the engine's own detail goes to the log only. Other outcomes (capacity, invalid,
+#: draining) keep the core's text, which names only the alias and the numbers.
+PUBLIC_BEFORE_OUTPUT: dict[Outcome, str] = {
+    Outcome.DEADLINE: "the request's deadline expired before its first token",
+    Outcome.DEVICE_ERROR: "the model failed before this request's first token; retry the request",
+    Outcome.GENERATION_RETIRED: "the model was reset before this request's first token; retry the request",
+    Outcome.INTERNAL: "internal error before this request's first token; retry the request",
+}
+
 #: The client's class of a stream that ended in error after output began, by the engine's outcome.
 _CLIENT_OF_OUTCOME: dict[str, RequestOutcome] = {e.outcome.value: e.client for e in ENDINGS.values()}
+
+
+def public_before_output(outcome: Outcome, detail: str) -> str:
+    """The client's message for a request refused before output: :data:`PUBLIC_BEFORE_OUTPUT`, else ``detail``."""
+    return PUBLIC_BEFORE_OUTPUT.get(outcome, detail)
 
 
 def ending(reason: CoreFinish) -> Ending:
@@ -232,6 +247,7 @@ def client_outcome_of_status(status: int, code: str | None = None) -> RequestOut
 
 __all__ = [
     "ENDINGS",
+    "PUBLIC_BEFORE_OUTPUT",
     "REJECTIONS",
     "VERDICT_REJECTION",
     "Ending",
@@ -244,6 +260,7 @@ __all__ = [
     "ending",
     "http_status_of_end",
     "http_status_of_verdict",
+    "public_before_output",
     "public_error",
     "rejection",
 ]

@@ -146,3 +146,6 @@ class Engine(Protocol):
 
     def trace(self, since_ns: int = 0) -> Mapping[str, Any]:
         """The device's per-chip job intervals since ``since_ns`` (internal: it names chips)."""
+
+    def status(self) -> Mapping[str, Any]:
+        """Model states, generations, failures and recoveries for ``GET /internal/status`` (internal)."""

@@ -45,6 +45,8 @@ from typing import Any, TextIO
 
 from calctl.errors import UsageError
 
+log = logging.getLogger("calctl.serve")
+
 RECORDS_FILE = "records.ndjson"
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 BACKUPS = 5
@@ -98,7 +100,10 @@ class RecordSink:
         self.where = where
         if handler is not None:
             handler.setFormatter(logging.Formatter("%(message)s"))
+            handler.handleError = self._write_failed  # type: ignore[method-assign]
         self._lock = threading.Lock()
+        self.dropped = 0  # records the destination refused (a full disk, a closed stream)
+        self._failing = False  # in a streak of failed writes: logged once, when it began
         # kind -> the last records of that kind, each with the runtime's job id (None for requests) so the
         # recovery evidence can fill a kept-only job's phases from its trace window.
         self._recent: dict[str, deque[tuple[dict[str, Any], int | None]]] = {
@@ -153,11 +158,29 @@ class RecordSink:
         h = self._handler
         if h is None:
             return
+        failed_before = self.dropped
         h.handle(logging.makeLogRecord({"msg": json.dumps(doc, separators=(",", ":")), "levelno": logging.INFO}))
+        if self._failing and self.dropped == failed_before:
+            self._failing = False
+            log.warning("records: writing to %s again; %d record(s) were dropped", self.where, self.dropped)
+
+    def _write_failed(self, record: logging.LogRecord) -> None:
+        """logging's handleError: instead of a traceback per record on stderr, count the record as dropped
+        and say so once per streak of failures (the serving goes on; the flight recorder keeps its copy)."""
+        self.dropped += 1
+        if self._failing:
+            return
+        self._failing = True
+        exc = sys.exc_info()[1]
+        why = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(exc).__name__
+        log.error("records: cannot write to %s (%s); records are dropped until it can be written", self.where, why)
 
     def close(self) -> None:
         if self._handler is not None:
-            self._handler.close()
+            try:
+                self._handler.close()
+            except OSError as exc:  # the last flush on a full disk: already counted and logged, never a traceback
+                log.error("records: closing %s failed (%s)", self.where, exc.strerror or exc)
 
 
 def job_phases(trace: Iterable[Any], runtime_job: int) -> dict[str, float]:

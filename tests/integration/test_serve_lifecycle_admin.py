@@ -172,3 +172,99 @@ def test_a_fifo_under_a_root_is_refused_without_blocking_the_lifecycle(tmp_path:
         r = httpx.post(f"{url}/internal/models/model-a/load", timeout=60)  # the lifecycle lock is free
         assert r.status_code == 200, r.text
         assert _complete(url).status_code == 200
+
+
+@pytest.mark.parametrize("action", ["reload", "load"])
+def test_a_configure_the_device_refuses_ends_failed_with_the_reason_not_configuring(action: str) -> None:
+    """Hostile test of issue 19: after the reset budget ran out on a faulted board, an admin reload hit
+    ``DeviceLost`` in configure (and again in the rollback) and left both aliases in Configuring for ever,
+    with /health/ready still showing the old reason (001 §11.1: a failed load is Failed, with why)."""
+    from calctl.runtime.errors import DeviceLost
+
+    with _served() as (url, sup):
+        if action == "load":
+            assert _admin(url, "unload").status_code == 200
+
+        def lost(*_a: Any, **_kw: Any) -> None:
+            raise DeviceLost("cannot configure: chip 0 is faulted (injected)")
+
+        sup.rt.configure = lost  # type: ignore[method-assign]
+        r = _admin(url, action)
+        assert r.status_code == 409, r.text
+        assert "chip 0 is faulted" in r.json()["detail"], r.text
+        states = {a: w.state.value for a, w in sup.workers.items()}
+        assert states == {"model-a": "Failed", "model-b": "Failed"}, states
+        ready = httpx.get(f"{url}/health/ready").json()
+        assert all("chip 0 is faulted" in ready["failed"][a] for a in ("model-a", "model-b")), ready
+        assert _complete(url).status_code == 503
+
+
+def test_a_reload_checked_while_an_unload_ran_does_not_undo_it(tmp_path: Path) -> None:
+    """Hostile test of issue 19: reload checks the new package outside the lifecycle lock; an unload that
+    ran meanwhile was silently undone (both answered ok and the models were Ready again), and the reload's
+    rollback target was the package the unload had already taken down."""
+    root = tmp_path / "packages"
+    other = root / "combined-copy"
+    shutil.copytree(COMBINED, other)
+    with _served((root.resolve(),)) as (url, sup):
+        real = sup._check
+        unloads: list[dict[str, Any]] = []
+
+        def check_then_unload(lp: Any) -> Any:
+            out = real(lp)
+            if not unloads:  # an operator's unload lands between the reload's check and its configure
+                unloads.append(sup.unload())
+            return out
+
+        sup._check = check_then_unload  # type: ignore[method-assign]
+        r = _admin(url, "reload", {"package": str(other)})
+        assert unloads and unloads[0]["ok"], unloads
+        assert r.status_code == 409 and "changed while" in r.json()["detail"], r.text
+        assert {w.state.value for w in sup.workers.values()} == {"Unloaded"}
+        assert sup.loaded is None and _complete(url).status_code == 503
+
+
+def test_refused_and_replaced_tar_packages_do_not_leave_extracted_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile test of issue 19: every admin load/reload of a tar extracts it into a temporary directory; one
+    refused after extraction (a digest other than the pin, a failed validation) and a generation dropped from
+    the retained previous slot were never removed, so repeated reloads filled the disk."""
+    import tempfile
+
+    from calctl.package import archive
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    root = tmp_path / "packages"
+    root.mkdir()
+    good = root / "good.tar"
+    archive.write_tar(COMBINED, good)
+    other = tmp_path / "other"
+    shutil.copytree(COMBINED, other)
+    (other / "model_memory_reserved_info.txt").write_text("changed: no longer what checksums.sha256 says\n")
+    bad = root / "bad.tar"
+    archive.write_tar(other, bad)
+
+    def extracted() -> int:
+        return len([p for p in scratch.iterdir() if p.name.startswith("calctl-serve-")])
+
+    with open_runtime("mock", time_scale=0.05) as rt:
+        sup = DeviceSupervisor(
+            rt,
+            trust=make_policy([TEST_PUB]),
+            options=SupervisorOptions(warmup_iterations=1, drain_deadline_s=5.0),
+            load_policy=LoadPolicy(package_roots=(root.resolve(),), pinned_digest=package_digest(COMBINED)),
+        )
+        try:
+            sup.start(COMBINED)
+            for _ in range(3):
+                assert not sup.reload(bad)["ok"]  # refused after extraction: a hash does not verify
+            assert extracted() == 0
+            for _ in range(4):
+                assert sup.reload(good)["ok"]
+            assert extracted() <= 2  # the served generation and the retained previous one, no more
+        finally:
+            sup.shutdown(2.0)
+    assert extracted() == 0

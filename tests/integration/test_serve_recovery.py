@@ -211,3 +211,66 @@ def test_unknown_dma_state_follows_restart_process_on_unknown_dma(tmp_path: Path
         assert "restart the serving process" in ready["failed"]["model-a"], ready
     else:  # restart_on_unknown_dma (000 §15): board scope even though session reset is allowed
         assert rec.scope == "board" and rec.ok and states == {"model-a": "Ready", "model-b": "Ready"}, rec
+
+
+def test_internal_status_reports_the_recoveries_the_docs_promise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile test of issue 19: docs/serve.md sends the operator to ``GET /internal/status`` for the recovery
+    records and their evidence files; the route did not exist (404), so over HTTP nothing said a recovery
+    happened, in which scope, or where its evidence is."""
+    monkeypatch.setenv("CALCTL_RECOVERY_DIR", str(tmp_path / "evidence"))
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path)) as s:
+        _joint_traffic(s, a_n=12, b_n=4)
+        r = httpx.get(f"{s.url}/internal/status")
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["device"] == "mock"
+    assert set(doc["models"]) == {"model-a", "model-b"}
+    assert all(m["state"] == "Ready" for m in doc["models"].values()), doc["models"]
+    (rec,) = doc["recoveries"]
+    assert rec["scope"] == "board" and rec["affected_aliases"] == ["model-a", "model-b"] and rec["ok"], rec
+    assert rec["evidence"] and Path(rec["evidence"]).is_file(), rec
+    assert rec["generations"] == {a: m["generation"] for a, m in doc["models"].items()}
+    assert doc["failures"] == {} and doc["records"]["dropped"] == 0
+
+
+def test_one_board_wide_hang_is_one_board_recovery_not_one_per_alias(tmp_path: Path) -> None:
+    """Hostile test of issue 19: a board-scope wait_timeout hangs both chips, so A's and B's jobs both time
+    out; B's request waited behind A's board recovery (which already reset and republished B) and then reset
+    the board a second time, spending the reset budget (max_resets_per_10min: 2) on one fault."""
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path, "wait_timeout", "board"), job_timeout_s=1.5) as s:
+        _joint_traffic(s, a_n=12, b_n=30)
+        recs = list(s.supervisor.recoveries)
+        states = {a: w.state.value for a, w in s.supervisor.workers.items()}
+    assert [r.scope for r in recs] == ["board"], [(r.alias, r.reason, r.scope) for r in recs]
+    assert states == {"model-a": "Ready", "model-b": "Ready"}, states
+
+
+def test_refusals_before_output_carry_public_text_not_the_engines(tmp_path: Path) -> None:
+    """Hostile test of issue 19: a request failed before its first token got the core's own detail as its
+    message (`model-a: deadline expired in PrefillReady`, the runtime's fault text naming the job and chip);
+    docs/serve.md: the engine's text goes to the log only, public responses never name chips."""
+    import re
+
+    messages: list[str] = []
+    a_prompt, a_tokens = golden(COMBINED, "model-a")
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path)) as s:
+
+        async def run() -> None:
+            async with httpx.AsyncClient(timeout=30) as c:
+
+                async def one(i: int) -> None:
+                    body: dict[str, Any] = {"model": "model-a", "prompt": a_prompt, "max_tokens": len(a_tokens)}
+                    if i % 3 == 0:
+                        body["timeout"] = 0.05  # some expire after admission, before their first token
+                    r = await c.post(f"{s.v1}/completions", json={**body, "temperature": 0})
+                    if r.status_code == 503:
+                        messages.append(r.json()["error"]["message"])
+
+                await asyncio.gather(*(one(i) for i in range(30)))
+
+        asyncio.run(run())
+    assert messages, "no request was refused: the fault or the deadlines did not bite"
+    leaks = [m for m in messages if re.search(r"chip|job \d|PrefillReady|Decode|CalCore|ccu|injected", m)]
+    assert not leaks, leaks

@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 
 from calctl import __version__
@@ -91,6 +92,11 @@ def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
                 404, f"no live request {request_id!r}", type_="invalid_request_error", code="request_not_found"
             )
         return JSONResponse({"id": request_id, "cancelled": True})
+
+    @app.get("/internal/status", dependencies=[Depends(auth.admin)])
+    async def internal_status() -> JSONResponse:
+        """Model states and generations, failures, the recoveries and their evidence files (docs/serve.md)."""
+        return JSONResponse(jsonable_encoder(engine.status()))
 
     @app.get("/internal/trace", dependencies=[Depends(auth.admin)])
     async def device_trace(since_ns: int = 0) -> JSONResponse:

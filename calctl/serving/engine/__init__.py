@@ -179,8 +179,15 @@ class ServingEngine:
         return {"device": rt.kind.value, "clock": "CLOCK_MONOTONIC", "events": events}
 
     def status(self) -> dict[str, Any]:
+        """``GET /internal/status`` (admin key; it names chips and paths): states, generations, why an alias
+        is Failed, every recovery with its scope, the aliases it touched and its evidence file, and how many
+        001 §14 records the destination dropped."""
         sup = self.supervisor
+        sink = sup.metrics.records
         return {
+            "device": sup.rt.kind.value,
+            "failures": self.failures(),
+            "records": {"where": sink.where, "dropped": sink.dropped},
             "models": {
                 a: {"state": w.state.value, "generation": w.generation, "live_requests": w.live_requests()}
                 for a, w in sup.workers.items()

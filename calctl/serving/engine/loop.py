@@ -76,7 +76,7 @@ from calctl.serving.engine.modes import DowngradeReason, DowngradeRecord
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
 from calctl.serving.engine.sampling import request_rng, sample_token
 from calctl.serving.engine.streams import EngineStream
-from calctl.serving.outcomes import ENDINGS, VERDICT_REJECTION, Ending, Outcome
+from calctl.serving.outcomes import ENDINGS, VERDICT_REJECTION, Ending, Outcome, public_before_output
 from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
 from calctl.serving.records import ms
 from calctl.serving.text import TextCodec
@@ -98,6 +98,9 @@ class RecoveryRequest:
     status: JobStatus
     detail: str
     runtime_status: RuntimeStatus | None
+    # The generation the fault happened in: a recovery that republished the alias since (a board reset for
+    # the other alias's fault of the same hang) already covered it (DeviceSupervisor.recover).
+    generation: int | None = None
 
 
 @dataclass
@@ -782,7 +785,7 @@ class EngineCore:
         self._recovery_pending = True
         self._serving = False
         self._display_state = ModelState.DRAINING  # 001 §11.1 Ready -> Draining: never listed as ready meanwhile
-        req = RecoveryRequest(self.alias, ev.status, ev.detail, runtime_status)
+        req = RecoveryRequest(self.alias, ev.status, ev.detail, runtime_status, int(self._sched.generation))
         if self._exec.inflight:
             # 000 §14: submitted jobs drain; the reset waits until they completed or timed out.
             self._deferred_recovery = req
@@ -835,8 +838,11 @@ class EngineCore:
         self._record_request(ev, ctx, end, now)  # written with --records; always kept for recovery evidence
         if ctx.tokens == 0 and end.before_output is not None:
             # No output yet: the request is refused with its HTTP error (a queued request's deadline, a reset).
+            public = public_before_output(end.outcome, ev.detail)
+            if public != ev.detail:  # the engine's own text (job, chip, fault) goes to the log, never the client
+                log.warning("request %s on %s ended before output: %s", ev.request_id, self.alias, ev.detail)
             ctx.stream.post_rejected(
-                EngineRejection(end.before_output, f"{self.alias}: {ev.detail}", retry_after_s=ev.retry_after_s)
+                EngineRejection(end.before_output, f"{self.alias}: {public}", retry_after_s=ev.retry_after_s)
             )
             return
         error = None

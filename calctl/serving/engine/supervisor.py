@@ -224,13 +224,24 @@ class DeviceSupervisor:
             root, tmp = source.resolve(), None
         else:
             tmp = Path(tempfile.mkdtemp(prefix="calctl-serve-"))
-            try:
+        try:
+            if tmp is not None:
                 root = archive.extract_package(source, tmp)
-            except BaseException:
+            pkg = load_manifest(root)
+            return LoadedPackage(source, root, pkg, package_digest(root), tmp)
+        except BaseException:
+            if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise
-        pkg = load_manifest(root)
-        return LoadedPackage(source, root, pkg, package_digest(root), tmp)
+            raise
+
+    def _discard(self, lp: LoadedPackage | None) -> None:
+        """Remove the extracted copy of a tar package nothing holds any more (refused, or dropped from the
+        retained previous slot), so repeated admin loads of tars do not fill the disk."""
+        if lp is None or lp.temp_dir is None:
+            return
+        if any(lp is kept for kept in (self.loaded, self.previous, self.unloaded)):
+            return
+        shutil.rmtree(lp.temp_dir, ignore_errors=True)
 
     def _check(self, lp: LoadedPackage) -> dict[str, Any]:
         """Steps 2–4 and 8's static half: validate, cross-check the config, plan capacity. Outside the lock."""
@@ -347,25 +358,41 @@ class DeviceSupervisor:
     def _configure_and_publish(self, lp: LoadedPackage) -> None:
         """Steps 7–10 under the lifecycle lock. On failure the new configuration is cleaned up and re-raised."""
         t0 = time.monotonic()
-        calbin = self.rt.create_calbin(lp.package)
-        self.rt.configure(calbin)
+        try:
+            calbin = self.rt.create_calbin(lp.package)
+            self.rt.configure(calbin)
+        except BaseException as exc:
+            # 001 §11.1: Configuring -> Failed with the reason, never left in Configuring (a faulted board
+            # refuses configure with DeviceLost until it is reset).
+            self._failed_load(f"configure of {lp.source} failed: {exc}")
+            raise
         for alias in self.workers:
             self.metrics.lifecycle.labels(alias, "configure").observe(time.monotonic() - t0)
         try:
             gen = self._next_generation()
             self._set_all(ModelState.WARMING, admission=ModelState.WARMING)
             self._golden_and_warmup(lp.package, list(self.workers), gen)
-        except BaseException:
-            self._set_all(ModelState.FAILED, detail="golden/warmup failed")
+        except BaseException as exc:
+            self._failed_load(f"golden/warmup failed ({lp.source}): {exc or type(exc).__name__}")
             with contextlib.suppress(RuntimeLayerError):
                 self.rt.reset_configuration()
             raise
         for alias, w in self.workers.items():
+            self.failures.pop(alias, None)
             w.publish(self.rt, gen)
             self._event(alias, ModelState.READY, f"generation {gen}, package {lp.digest}")
         if self.loaded is not None and self.loaded is not lp:
-            self.previous = self.loaded
+            dropped, self.previous, self.loaded = self.previous, self.loaded, lp
+            self._discard(dropped)
         self.loaded = lp
+
+    def _failed_load(self, reason: str) -> None:
+        """A load step failed after validation: every alias Failed with ``reason`` (/health/ready, metrics).
+        A rollback that then succeeds publishes the aliases again and clears it."""
+        for alias, w in self.workers.items():
+            self.failures[alias] = reason
+            w.set_state(ModelState.FAILED)
+            self._event(alias, ModelState.FAILED, reason)
 
     def _golden_and_warmup(self, pkg: Package, aliases: list[str], gen: int) -> None:
         """Step 9: golden + warm-up gate readiness; a mismatch is a failed load, never Ready (001 §11.1)."""
@@ -512,12 +539,14 @@ class DeviceSupervisor:
             target = Path(source) if source is not None else (fallback.source if fallback else self.startup_source)
             if target is None:
                 return {"ok": False, "action": "load", "detail": "nothing to load: name a package"}
+            lp = None
             try:
                 lp = self._resolve(target)  # step 1
                 self._set_all(ModelState.VALIDATING, detail=str(lp.source))  # 001 §11.1: shown while checked
                 self._check(lp)  # steps 2-4 (and 8's static half)
                 self._check_compatible(lp)
             except CalctlError as exc:
+                self._discard(lp)
                 self._set_all(ModelState.UNLOADED, detail=f"load refused: {exc}")
                 return {"ok": False, "action": "load", "detail": str(exc), "serving": "nothing (unloaded)"}
             self._set_all(ModelState.CONFIGURING)
@@ -525,11 +554,13 @@ class DeviceSupervisor:
                 self._configure_and_publish(lp)  # steps 7-10
             except CalctlError as exc:
                 if fallback is None or fallback.root == lp.root:
+                    self._discard(lp)
                     raise
                 log.error("load of %s failed (%s); rolling back to %s", lp.source, exc, fallback.source)
                 self._set_all(ModelState.CONFIGURING, detail="rollback")
                 self._configure_and_publish(fallback)
                 self.unloaded = None
+                self._discard(lp)
                 return {
                     "ok": False,
                     "action": "load",
@@ -537,9 +568,13 @@ class DeviceSupervisor:
                     "serving": "rolled back to the previous package",
                     "digest": fallback.digest,
                 }
+            dropped = None
             if fallback is not None and fallback.root != lp.root:
-                self.previous = fallback  # step 11: the package unloaded is the one to roll back to
+                dropped, self.previous = self.previous, fallback  # step 11: the unloaded one is the rollback
             self.unloaded = None
+            self._discard(dropped)
+            if fallback is not None and fallback is not self.previous:
+                self._discard(fallback)
             return {"ok": True, "action": "load", "generation": self._generation, "digest": lp.digest}
 
     def rollback(self) -> dict[str, Any]:
@@ -603,13 +638,25 @@ class DeviceSupervisor:
         target = Path(source) if source else (current.source if current else None)
         if target is None:
             return {"ok": False, "action": "reload", "detail": "nothing to reload"}
+        lp = None
         try:
             lp = self._resolve(target)
             self._check(lp)  # steps 2–4 outside the lock: the old generation keeps serving meanwhile
             self._check_compatible(lp)
         except CalctlError as exc:
+            self._discard(lp)
             return {"ok": False, "action": "reload", "detail": str(exc), "serving": "previous generation"}
         with self._lifecycle:
+            if self.loaded is not current:
+                self._discard(lp)
+                # A load, unload or reload ran while this one was checked: going on would undo it, and roll
+                # back (on failure) to a package that is no longer the served one.
+                return {
+                    "ok": False,
+                    "action": "reload",
+                    "detail": "the served package changed while this reload was checked (a concurrent load, "
+                    "unload or reload); nothing was changed by this call, retry it if it is still wanted",
+                }
             for w in self.workers.values():
                 w.set_rejecting(True)  # 503 for new requests during the reload
             try:
@@ -627,6 +674,7 @@ class DeviceSupervisor:
                     log.error("reload failed (%s); rolling back to %s", exc, current.source)
                     self._set_all(ModelState.CONFIGURING, admission=ModelState.UNLOADING, detail="rollback")
                     self._configure_and_publish(current)
+                    self._discard(lp)
                     return {
                         "ok": False,
                         "action": "reload",
@@ -775,6 +823,21 @@ class DeviceSupervisor:
                 return RecoveryRecord(req.alias, req.status.value, None, "none", (), False, 0.0, t0, "not serving")
             pol = self.policy(req.alias)
             worker = self.workers[req.alias]
+            if req.generation is not None and worker.generation != req.generation and worker.is_ready():
+                # The fault was in a generation a later recovery (or reload) already replaced: a board-wide
+                # hang times out A's and B's jobs alike, and A's board reset already reset and republished B.
+                # Resetting again would cost a second reset of the budget for one fault.
+                log.info(
+                    "recovery of %s for generation %d skipped: generation %d already replaced it (%s)",
+                    req.alias,
+                    req.generation,
+                    worker.generation,
+                    req.detail,
+                )
+                return RecoveryRecord(
+                    req.alias, req.status.value, _status_name(req.runtime_status), "none", (), True, 0.0, t0,
+                    f"covered by an earlier recovery: generation {req.generation} was already replaced",
+                )  # fmt: skip
             unknown_dma = req.runtime_status is RuntimeStatus.UNKNOWN_DMA_STATE
             # 001 §11.3: until fault injection proves otherwise every timeout/crash may have touched the whole
             # board. Chip scope only when the configuration allows a session reset (and the runtime grants it).
@@ -885,7 +948,7 @@ class DeviceSupervisor:
                 w.shutdown()
             self._closed = True
             self._recovery_queue.put(None)
-            for lp in (self.loaded, self.previous):
+            for lp in (self.loaded, self.previous, self.unloaded):
                 if lp and lp.temp_dir:
                     shutil.rmtree(lp.temp_dir, ignore_errors=True)
             return drained

@@ -19,6 +19,12 @@ from calctl.package import yamlsafe
         ("a: [1\n", "malformed YAML"),
         ("? [1, 2]\n: 3\n", "not a scalar"),
         ("!!python/object:os.system {}\n", "malformed YAML"),
+        # Numbers that are not what they look like (hostile test of issue 19): YAML 1.1 reads 010 as octal 8
+        # and 2:10 as base-60 130, so `max_waiting_requests: 010` silently meant 8.
+        ("max_waiting_requests: 010\n", "leading zero"),
+        ("a: -007\n", "leading zero"),
+        ("a: 2:10\n", "base-60"),
+        ("a: 1:30.5\n", "base-60"),
     ],
 )
 def test_refused_documents_name_the_problem(text: str, fragment: str) -> None:
@@ -46,6 +52,9 @@ def test_size_limit_is_checked_without_reading_everything(tmp_path: Path) -> Non
 
 def test_plain_documents_load() -> None:
     assert yamlsafe.loads("a: {b: [1, 0x10]}\n", source="m") == {"a": {"b": [1, 16]}}
+    assert yamlsafe.loads("a: [0, -0, 10, 1_000, 0.5, 0x0A, '010', '2:10']\n", source="m") == {
+        "a": [0, 0, 10, 1000, 0.5, 10, "010", "2:10"]
+    }
     assert yamlsafe.loads("", source="m") is None
 
 

@@ -83,3 +83,39 @@ def test_a_dropped_lock_lets_go_of_the_board(tmp_path: Path, monkeypatch: pytest
     del lock
     gc.collect()
     board_lock.acquire("b").release()
+
+
+@pytest.mark.parametrize(
+    ("held", "second"),
+    [
+        ("0000:0a:00.0", "0000:0A:00.0"),  # PCI hex is case-insensitive
+        ("0000:01:00.0", "01:00.0"),  # the short form names domain 0000
+        ("0000:01:00.0", " 0000:01:00.0 "),
+    ],
+)
+def test_two_spellings_of_one_pci_address_are_one_board(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: str, second: str
+) -> None:
+    """Hostile test of issue 19: the lock was keyed on the CALRT_DEVICE string, so `0000:0A:00.0` and
+    `0000:0a:00.0` (the same board to the shim) took two locks and both processes configured the board."""
+    monkeypatch.setenv("CALCTL_LOCK_DIR", str(tmp_path / "locks"))
+    lock = board_lock.acquire(held)
+    try:
+        with pytest.raises(BoardLocked):
+            board_lock.acquire(second)
+    finally:
+        lock.release()
+
+
+def test_a_device_path_and_a_symlink_to_it_are_one_board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CALCTL_LOCK_DIR", str(tmp_path / "locks"))
+    dev = tmp_path / "calrt0"
+    dev.write_text("")
+    (tmp_path / "board").symlink_to(dev)
+    lock = board_lock.acquire(str(dev))
+    try:
+        for other in (str(tmp_path / "board"), str(tmp_path / "." / "calrt0")):
+            with pytest.raises(BoardLocked):
+                board_lock.acquire(other)
+    finally:
+        lock.release()

@@ -83,3 +83,16 @@ def test_a_deadline_after_admission_but_before_output_is_a_deadline_not_a_device
         return outcomes.client_outcome_of_end(end.finish, end.outcome)
 
     assert asyncio.run(run()) is RequestOutcome.DEADLINE
+
+
+def test_every_failure_a_client_sees_before_output_has_public_text() -> None:
+    """Hostile test of issue 19: a refusal before the first token carried the core's detail (a state name,
+    the runtime's fault text with job and chip) to the client; every outcome that has a public text after
+    output began has one before it too, and the others keep the core's numbers-only text."""
+    from calctl.serving.outcomes import PUBLIC_BEFORE_OUTPUT, PUBLIC_ERROR, public_before_output
+
+    assert set(PUBLIC_BEFORE_OUTPUT) == set(PUBLIC_ERROR)
+    leak = "generation 1 retired: fault: CCU_EXCEPTION: chip 0 job 432"
+    for outcome in PUBLIC_ERROR:
+        assert public_before_output(outcome, leak) == PUBLIC_BEFORE_OUTPUT[outcome]
+    assert public_before_output(Outcome.CAPACITY, "8 requests already waiting") == "8 requests already waiting"

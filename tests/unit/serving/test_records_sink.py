@@ -65,3 +65,29 @@ def test_records_into_a_file_or_with_no_size_is_a_usage_error(tmp_path: Path) ->
         RecordSink.to_directory(not_a_dir)
     with pytest.raises(UsageError, match="--records-max-mb: must be > 0"):
         RecordSink.to_directory(tmp_path / "ok", max_bytes=0)
+
+
+def test_a_full_disk_drops_records_with_one_logged_error_not_a_traceback_per_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Hostile test of issue 19: on a full disk every record printed logging's "--- Logging error ---" and a
+    whole traceback to stderr, and nothing said how many records were lost."""
+    import logging
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.fail("this test needs /dev/full (Linux)")
+    (tmp_path / RECORDS_FILE).symlink_to("/dev/full")
+    sink = RecordSink.to_directory(tmp_path)
+    with caplog.at_level(logging.ERROR, logger="calctl.serve"):
+        for i in range(5):
+            sink.request(request_id=f"cmpl-{i}", model_alias="model-a")
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Logging error" not in err, err
+    assert sink.dropped == 5
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    msg = errors[0].getMessage()
+    assert RECORDS_FILE in msg and "No space left on device" in msg and errors[0].exc_info is None
+    assert len(sink.recent("request")) == 5  # the flight recorder still has them for the recovery evidence
+    sink.close()

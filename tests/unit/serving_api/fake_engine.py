@@ -381,6 +381,9 @@ class FakeEngine:
     def failures(self) -> dict[str, str]:
         return {}
 
+    def status(self) -> dict[str, object]:
+        return {"device": "fake", "models": dict(self.states), "recoveries": []}
+
     def is_draining(self) -> bool:
         self._enter("is_draining")
         return self.draining

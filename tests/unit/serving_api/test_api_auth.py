@@ -184,6 +184,8 @@ async def test_metrics_public_is_the_operators_opt_out(client: httpx.AsyncClient
     # `calctl serve --metrics-public`: a Prometheus scraper on a private network reads it without a key.
     assert (await client.get("/metrics")).status_code == 200
     assert_401(await client.get("/internal/trace"))  # /internal stays behind the admin key
+    assert_401(await client.get("/internal/status"))
+    assert (await client.get("/internal/status", headers=bearer(ADMIN))).status_code == 200
 
 
 @pytest.mark.parametrize("settings", [ApiSettings()], ids=["no-keys"])
