@@ -128,7 +128,9 @@ def test_a_board_wide_ccu_fault_gives_g4_the_measured_grade(tmp_path: Path) -> N
 
     The plan says this board's CCU faults take the whole board (reset_scope: board; probability 0, so it is
     the scenario's own ccu-exception phase that fires one). The grade is what the scenario measures, and the
-    row follows the report's rule: Go iff >= F1 and every recovery succeeded.
+    row follows the report's rule: Go iff >= F1 and every recovery succeeded with both models Ready again.
+    (Measured on the mock: the board reset leaves model-b Failed, by a second recovery over the reset budget or
+    by its engine loop meeting a KV sequence the reset dropped, so G4 is NO-GO "recovery not deterministic".)
     """
     plan = tmp_path / "ccu-board.yaml"
     plan.write_text(
@@ -144,7 +146,8 @@ def test_a_board_wide_ccu_fault_gives_g4_the_measured_grade(tmp_path: Path) -> N
     assert "board" in ccu["scope_granted"] and ccu["b_impacted"] is True, ccu  # the fault took the whole board
     assert report["grade"] == "F1" and g4["data"]["grade"] == "F1", report["grade_reason"]
     failed = [r for p in report["phases"] for r in p["recoveries"] if not r["ok"]]
-    if failed:
+    not_ready = [p["note"] for p in report["phases"] if p["note"]]
+    if failed or not_ready:
         assert g4["verdict"] == "NO-GO" and "recovery not deterministic" in g4["reason"], g4
         assert code == 1
     else:

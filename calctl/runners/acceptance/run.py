@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl import __version__, records
-from calctl.errors import CalctlError, ExitCode, UsageError
+from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError
 from calctl.runners import bringup
 from calctl.runners.acceptance.plot import plot_rows
 from calctl.runners.acceptance.rows import (
@@ -355,7 +355,7 @@ def _bringup_level(level: Level) -> bringup.Level:
 def _raise_if_interrupted(o: bringup.StepOutcome) -> None:
     """The runners turn Ctrl-C into an INTERRUPTED report; here it ends the whole acceptance run."""
     if o.verdict == "INTERRUPTED":
-        raise KeyboardInterrupt(o.detail or "SIGINT")
+        raise Interrupted("SIGTERM" if "SIGTERM" in (o.detail or "") else "SIGINT")
 
 
 def _scenario(state: _State, name: str, package: Path) -> StepEvidence:
@@ -475,7 +475,8 @@ def step_soak(state: _State) -> StepEvidence:
     files = state.files(report=out / "soak-report.json", events=out / "events.ndjson", plot=files_doc.get("plot"))
     files = {k: v for k, v in files.items() if (state.out / v).is_file()}
     if report.status == "interrupted":
-        raise KeyboardInterrupt(doc.get("interrupted") or "SIGINT")
+        what = doc.get("interrupted") or {}
+        raise Interrupted(str(what.get("signal") or "SIGINT") if isinstance(what, dict) else "SIGINT")
     summary = (
         f"{doc.get('cycles')} cycles, {float(doc.get('seconds') or 0) / 3600:.2f} h, "
         f"{len(report.violations)} violation(s)"

@@ -74,7 +74,7 @@ from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, drive_e
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import ResetScope
 from calctl.serving.config import default_scheduler_config
-from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine import DeviceSupervisor, ModelState, ServingEngine, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 
 #: Default mock time scale: jobs long enough that host overhead does not dominate B's latency.
@@ -146,12 +146,19 @@ class _Run:
         ]
 
     def wait_ready(self, timeout_s: float = 60.0) -> bool:
+        """Until both models are Ready again; False at the deadline, or at once when one is Failed (a Failed
+        alias waits for an operator's load or reload, never recovers by itself: docs/serve.md)."""
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
             if all(w.is_ready() for w in self.sup.workers.values()):
                 return True
+            if self.failed_aliases():
+                return False
             time.sleep(0.02)
         return False
+
+    def failed_aliases(self) -> list[str]:
+        return [a for a, w in self.sup.workers.items() if w.state is ModelState.FAILED]
 
     def busy_retries(self) -> int:
         for metric in self.sup.metrics.registry.collect():
@@ -217,7 +224,12 @@ class _Run:
         while time.monotonic() - ph.start < (BASELINE_S if name == "baseline" else PHASE_MIN_S):
             time.sleep(0.05)
         if not self.wait_ready():
-            ph.note = "a model was not Ready again within 60 s"
+            failed = self.failed_aliases()
+            ph.note = (
+                f"{', '.join(failed)} Failed (no automatic recovery left; back only by a load or reload)"
+                if failed
+                else "a model was not Ready again within 60 s"
+            )
         self.pause_b()
         ph.end = time.monotonic()
         ph.recoveries = self.sup.recoveries[r0:]
