@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import os
 import shutil
@@ -51,12 +52,20 @@ def _exclusive_under_xdist(request: pytest.FixtureRequest) -> Iterator[None]:
     """The suite runs on two pytest-xdist workers (pyproject addopts). A test marked ``exclusive`` judges
     wall-clock figures (S2 overlap, P99 gates, the F grade) and must not share the CPU with the other
     worker's test: it holds an exclusive lock that every other test holds shared, so it runs alone."""
+    with xdist_lock(exclusive=request.node.get_closest_marker("exclusive") is not None):
+        yield
+
+
+@contextlib.contextmanager
+def xdist_lock(*, exclusive: bool) -> Iterator[None]:
+    """The lock of ``exclusive`` tests, for a module fixture that itself measures elapsed time (it runs before
+    the function-scoped autouse fixture takes the lock). Held by a test that is already exclusive, it is the
+    same process's second open file description: take it only from fixtures, never inside an exclusive test."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
-    mode = fcntl.LOCK_EX if request.node.get_closest_marker("exclusive") else fcntl.LOCK_SH
     with open(os.environ[XDIST_LOCK], "a") as lock:
-        fcntl.flock(lock, mode)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
 
 

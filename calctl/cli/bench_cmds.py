@@ -174,10 +174,10 @@ def bench(
     else:
         if url is not None:
             raise UsageError(f"--scenario {scenario} runs the engine in-process: --url does not apply")
-        if fault_plan is not None and scenario != "isolation":
+        if fault_plan is not None and scenario not in ("isolation", "fault-isolation"):
             raise UsageError(
-                f"--fault-plan applies to --scenario isolation (fault-isolation arms its own faults; batch and "
-                f"executor-modes take none), not to {scenario}"
+                f"--fault-plan applies to --scenario isolation and fault-isolation (batch and executor-modes "
+                f"take none), not to {scenario}"
             )
         spec = device_spec(device, calrt_lib, time_scale, fault_plan)
         if scenario == "isolation" and pkg is None:  # G2 needs a replica: the bundled one

@@ -461,8 +461,15 @@ class DeviceExecutor:
         elif res.ok:
             fin = self._read_output(inf)
             if fin.outcome.status is JobStatus.OK:
-                for s in inf.seqs:
-                    rt.kv.commit(s)  # device and output succeeded (000 §9.2 rule 5)
+                try:
+                    for s in inf.seqs:
+                        rt.kv.commit(s)  # device and output succeeded (000 §9.2 rule 5)
+                except RuntimeLayerError as exc:
+                    # A reset of the configuration (another alias's board recovery) dropped the sequences while
+                    # the job ran: its output cannot be kept and its lanes' KV is unknown (000 §7.4).
+                    fin = Finished(
+                        JobOutcome(job, gen, JobStatus.FAILED, detail=f"KV commit refused: {exc}", kv_unknown=True)
+                    )
             self._count_job(inf.kind, "ok" if fin.outcome.status is JobStatus.OK else "bad_output")
         else:
             status_code = (

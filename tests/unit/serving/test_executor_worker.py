@@ -162,3 +162,27 @@ def _wait_ready(h: Harness, timeout_s: float = 10.0) -> None:
     while not h.worker.is_ready() and time.monotonic() < end:
         time.sleep(0.02)
     assert h.worker.is_ready()
+
+
+def test_a_kv_commit_the_runtime_refuses_fails_that_request_not_the_engine_loop() -> None:
+    """A board reset by another alias's recovery drops this alias's KV sequences while its job runs: the commit
+    of the finished job is refused. That request fails (its lanes' KV unknown, 000 §7.4); the loop serves on."""
+    from calctl.runtime.errors import InvalidArgument
+
+    with executor_engine(ExecutorMode.ASYNC, max_inflight=1, time_scale=0.2) as h:
+        kv = h.rt.kv
+        real_commit = kv.commit
+        calls = itertools.count(1)
+
+        def commit(seq):  # type: ignore[no-untyped-def]
+            if next(calls) == 3:
+                raise InvalidArgument(f"unknown KV sequence {seq} (dropped by a reset of the configuration)")
+            return real_commit(seq)
+
+        kv.commit = commit  # type: ignore[method-assign]
+        first = h.run(1, tag="hit")
+        after = h.run(2, tag="after")
+        state = h.worker.state.value
+    assert not first[0].ok and first[0].error and first[0].delivered_right(), first
+    assert all(o.ok and o.tokens == GOLDEN for o in after), after
+    assert state == "Ready", state
