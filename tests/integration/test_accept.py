@@ -240,7 +240,6 @@ def test_missing_package_and_bad_fault_plan_are_usage_errors(cli, tmp_path: Path
     assert not (tmp_path / "r2" / "report.json").exists()
 
 
-@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_quick_level_through_the_reference_board(tmp_path: Path, reference_board: Path) -> None:  # noqa: F811
     """The same quick level through the C ABI. What the board's timing gives (S1/S2, every request served within
     its timeout) is measured, not asserted: the rows that need the mock's fault injection are NOT MEASURED with
