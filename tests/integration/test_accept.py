@@ -88,6 +88,37 @@ def test_quick_level_reports_every_row_go_or_not_measured_with_the_reason(quick)
     assert doc["mock_result"] is True and "MOCK RESULT" in doc["note"]
 
 
+def test_quick_level_fault_isolation_grades_f1_phase_by_phase(quick) -> None:  # type: ignore[no-untyped-def]
+    """The quick level's fault-isolation run (docs/bench.md §5), phase by phase: its evidence behind G4."""
+    _, _, out, _ = quick
+    doc = json.loads((out / "fault-isolation" / "bench-report.json").read_text())
+    assert doc["mock_result"] is True and "MOCK RESULT" in doc["note"]
+    rows = {p["phase"]: p for p in doc["phases"]}
+    assert list(rows) == [
+        "baseline",
+        "invalid-tensor",
+        "kv-exhausted",
+        "submit-busy",
+        "wait-timeout",
+        "ccu-exception",
+        "drain-deadline",
+        "unload-reload",
+    ]
+    assert rows["invalid-tensor"]["a_outcomes"] == {"invalid": 20} and rows["invalid-tensor"]["a_device_jobs"] == 0
+    assert rows["kv-exhausted"]["a_outcomes"].get("capacity", 0) > 0
+    assert rows["submit-busy"]["faults_fired"] == 10 and rows["submit-busy"]["recoveries"] == []
+    for name in ("wait-timeout", "ccu-exception"):  # the mock grants a chip reset: only A is touched
+        (rec,) = rows[name]["recoveries"]
+        assert rec["scope"] == "chip" and rec["affected_aliases"] == ["model-a"] and rec["ok"]
+    for name in ("invalid-tensor", "kv-exhausted", "submit-busy"):
+        assert rows[name]["b_impacted"] is False, rows[name]
+        assert rows[name]["b_succeeded"] == rows[name]["b_requests"] > 0
+    # A combined calbin reconfigures as a whole (001 §11.2): reloading A stops B too, and the report says so.
+    assert rows["unload-reload"]["b_impacted"] is True and "A and B" in rows["unload-reload"]["scope_granted"]
+    assert doc["verdict"] == "F1" and "lifecycle" in doc["grade_reason"]
+    assert (out / "fault-isolation" / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_quick_level_files_json_junit_and_picture(quick) -> None:  # type: ignore[no-untyped-def]
     _, doc, out, _ = quick
     on_disk = json.loads((out / "report.json").read_text())

@@ -76,20 +76,36 @@ class LevelSettings:
     soak_traffic_s: float  # seconds of mixed traffic per soak cycle
     step_timeout_s: float
     soak_checkpoint_s: float
+    executor_rounds: int  # measured rounds per executor-modes profile (M1/M2); fewer: wider CIs, inconclusive sooner
 
 
 LEVELS: dict[Level, LevelSettings] = {
     # CI: minutes on the mock.
     Level.QUICK: LevelSettings(
-        soak_cycles=3, soak_hours=None, soak_traffic_s=0.5, step_timeout_s=30.0, soak_checkpoint_s=60.0
+        soak_cycles=3,
+        soak_hours=None,
+        soak_traffic_s=0.5,
+        step_timeout_s=30.0,
+        soak_checkpoint_s=60.0,
+        executor_rounds=3,
     ),
     # A bench session: more rounds and cycles, still well under an hour.
     Level.STANDARD: LevelSettings(
-        soak_cycles=20, soak_hours=None, soak_traffic_s=5.0, step_timeout_s=30.0, soak_checkpoint_s=60.0
+        soak_cycles=20,
+        soak_hours=None,
+        soak_traffic_s=5.0,
+        step_timeout_s=30.0,
+        soak_checkpoint_s=60.0,
+        executor_rounds=8,
     ),
     # The report's durations: a 24 h soak (>= 100 cycles at 60 s of traffic each, 8 h of switching included).
     Level.LONG: LevelSettings(
-        soak_cycles=None, soak_hours=24.0, soak_traffic_s=60.0, step_timeout_s=60.0, soak_checkpoint_s=300.0
+        soak_cycles=None,
+        soak_hours=24.0,
+        soak_traffic_s=60.0,
+        step_timeout_s=60.0,
+        soak_checkpoint_s=300.0,
+        executor_rounds=30,
     ),
 }
 
@@ -370,7 +386,14 @@ def _scenario(state: _State, name: str, package: Path) -> StepEvidence:
     out = state.out / name
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    opts = BenchOptions(out_dir=out, package=package, trust=cfg.trust, device=cfg.device, seed=cfg.seed)
+    opts = BenchOptions(
+        out_dir=out,
+        package=package,
+        trust=cfg.trust,
+        device=cfg.device,
+        seed=cfg.seed,
+        rounds=cfg.settings.executor_rounds if name == "executor-modes" else None,
+    )
     try:
         result = scenario.run(opts, state.log)
     except UsageError as exc:

@@ -58,6 +58,7 @@ class BenchOptions:
     token_range: TokenRange = TokenRange()
     temperature: float = 1.0
     api_key: str | None = None
+    rounds: int | None = None  # measured rounds of a round-based scenario (executor-modes); None: its default
     target_device: str = "unknown"  # what the operator says the server runs on (labels the report, docs/runtime.md §5)
     # In-process scenarios (the engine on a device of our own):
     package: Path | None = None

@@ -753,6 +753,7 @@ def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
                     device=device,
                     profile=profile,
                     seed=options.seed,
+                    **({"rounds": options.rounds} if options.rounds is not None else {}),
                     trace_path=out / f"executor-modes-{profile.name if profile else 'device'}.trace.json",
                     plot_path=out / f"executor-modes-{profile.name if profile else 'device'}.png" if i == 0 else None,
                 ),
