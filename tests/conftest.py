@@ -49,8 +49,8 @@ settings.load_profile("calctl")
 
 @pytest.fixture(autouse=True)
 def _exclusive_under_xdist(request: pytest.FixtureRequest) -> Iterator[None]:
-    """The suite runs on three pytest-xdist workers (pyproject addopts). A test marked ``exclusive`` judges
-    wall-clock figures (S2 overlap, P99 gates, the F grade) and must not share the CPU with another
+    """The suite runs on two pytest-xdist workers (pyproject addopts). A test marked ``exclusive`` judges
+    wall-clock figures (S2 overlap, P99 gates, the F grade) and must not share the CPU with the other
     worker's test: it holds an exclusive lock that every other test holds shared, so it runs alone."""
     with xdist_lock(exclusive=request.node.get_closest_marker("exclusive") is not None):
         yield
@@ -64,17 +64,8 @@ def xdist_lock(*, exclusive: bool) -> Iterator[None]:
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
-    # A turnstile gives the exclusive side preference (flock alone would let two workers' shared holds overlap
-    # for ever): an exclusive test holds the gate while it waits for the shared holders to finish, and a
-    # shared test passes the gate before it takes its hold, so none starts while an exclusive one waits.
-    with open(os.environ[XDIST_LOCK] + ".gate", "a") as gate, open(os.environ[XDIST_LOCK], "a") as lock:
-        if exclusive:
-            fcntl.flock(gate, fcntl.LOCK_EX)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        else:
-            fcntl.flock(gate, fcntl.LOCK_SH)
-            fcntl.flock(lock, fcntl.LOCK_SH)
-            fcntl.flock(gate, fcntl.LOCK_UN)
+    with open(os.environ[XDIST_LOCK], "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
 
 

@@ -12,6 +12,7 @@ import pytest
 from calctl.serving.config import ExecutorMode
 from calctl.serving.protocol import EngineRejection, RejectCode
 from tests.integration.executor_harness import ALIAS, GOLDEN, _gather, executor_engine
+from tests.waiting import wait_until
 
 
 @pytest.mark.parametrize("mode", list(ExecutorMode))
@@ -96,4 +97,5 @@ def test_an_arrival_the_loop_cannot_take_is_refused_not_left_hanging() -> None:
         core._sched.arrive = buggy  # type: ignore[method-assign]
         outs = h.loop.submit(_gather(h.engine, [h.request("doomed")])).result(30)
         assert outs[0].rejected == RejectCode.UNAVAILABLE.value, outs
-        assert core.failed is not None and "ValueError" in core.failed
+        failed = wait_until(lambda: core.failed, what="the core to record its failure")  # set after the refusal
+        assert "ValueError" in failed

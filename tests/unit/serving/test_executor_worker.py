@@ -14,6 +14,7 @@ from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import ChipCounters, Engine, JobId, JobPhase, JobState, TraceEvent
 from calctl.serving.config import DowngradePolicy, ExecutorMode
 from tests.integration.executor_harness import GOLDEN, Harness, executor_engine
+from tests.waiting import wait_until
 
 DECODE = "model_a_decode"
 
@@ -135,6 +136,8 @@ def test_a_ccu_fault_in_pingpong_is_an_uncertain_recovery() -> None:
         assert all(o.delivered_right() for o in outs)
         (d,) = h.worker.downgrades()
         assert d.reason.value == "uncertain_recovery"
+        # The recovery runs on the supervisor's thread: the core may still read Ready before it starts.
+        wait_until(lambda: len(h.supervisor.recoveries) == 1, what="the recovery to be recorded")
         _wait_ready(h)
         assert len(h.supervisor.recoveries) == 1 and h.supervisor.recoveries[0].ok
 
