@@ -47,10 +47,10 @@ def test_deadline_expiry_is_never_a_device_error(tmp_path: Path) -> None:
 def test_streamed_deadline_after_output_is_deadline_exceeded(tmp_path: Path) -> None:
     """A deadline that passes after the first token ends the stream with ``deadline_exceeded``, not
     ``device_error`` (the engine's text stays in the log, 001 §10.1)."""
-    # About 60 ms a decode token at time scale 20: 200 tokens take 12 s, so a 2 s deadline passes mid-stream
-    # and leaves the first token (one prefill, ~0.1 s) a wide margin on a loaded machine.
-    body = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 200, "timeout": 2.0, "stream": True}
-    with serving(config=dual_config(tmp_path), time_scale=20.0) as s:
+    # About 150 ms a decode token at time scale 50: a 1 s deadline passes after about 6 tokens, before the
+    # greedy output's end of sequence, and leaves the first token (one prefill) a wide margin on a loaded machine.
+    body = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 200, "timeout": 1.0, "stream": True}
+    with serving(config=dual_config(tmp_path), time_scale=50.0) as s:
         with httpx.stream("POST", f"{s.v1}/completions", json=body, timeout=60) as r:
             assert r.status_code == 200
             lines = [line for line in r.iter_lines() if line]
