@@ -215,7 +215,7 @@ def bench(
         package=package,
         trust=trust,
         device=spec,
-        requests=1000 if requests is None else requests,
+        requests=BenchOptions.requests if requests is None else requests,  # the default accept runs too
     )
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()

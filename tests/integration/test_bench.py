@@ -191,7 +191,9 @@ def test_interference_pairs_and_goodput(cli, parallel_server: str, tmp_path: Pat
 @pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_serialised_chips_fail_the_gates_and_say_which(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with _serve(tmp_path, "--serialize-chips") as url:
-        r = cli("bench", "--url", url, "--mode", "all", *LOAD, "--report", tmp_path / "s")
+        # Half the load of the parallel test: each phase runs until its requests are served, and one chip's
+        # worth of service for two models fails the gates with a wide margin (measured 0.49 / -0.02).
+        r = cli("bench", "--url", url, "--mode", "all", *LOAD, "--duration", "2.5", "--report", tmp_path / "s")
     assert_no_traceback(r)
     assert r.code == 1
     doc = r.json
@@ -203,7 +205,7 @@ def test_serialised_chips_fail_the_gates_and_say_which(cli, tmp_path: Path) -> N
     assert "per_chip_trace_overlap" in failing and doc["per_chip_trace"]["both_busy_fraction"] < 0.25
     for name in failing:  # the report says which, on stderr too
         assert f"failing gate: {name}:" in r.err
-    # About 20 requests per phase: a P99 is the slowest request, so the P99 gates are NOT JUDGED, never FAIL.
+    # About 10 requests per phase: a P99 is the slowest request, so the P99 gates are NOT JUDGED, never FAIL.
     gates = {g["name"]: g for g in doc["gates"]}
     for name in ("p99_ttft_degradation[model-a]", "p99_ttft_degradation[model-b]"):
         g = gates[name]
