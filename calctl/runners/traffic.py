@@ -7,7 +7,8 @@ first token arrived, every later token, how it ended), over two transports:
   :class:`EngineLoop` runs an asyncio loop in its own thread and
   :func:`drive_engine_request` submits one :class:`~calctl.serving.protocol.GenerationRequest`
   through :class:`~calctl.serving.engine.ServingEngine` and consumes its stream,
-  streaming or not, cancelling or stopping it on cue;
+  streaming or not, cancelling or stopping it on cue (:class:`TokenTap` keeps the
+  token ids a stream delivered, for a check against a reference);
 * HTTP against a server (``calctl.runners.bench.http``).
 
 Outcome classes are one vocabulary for both (:class:`RequestOutcome`, from the
@@ -24,14 +25,14 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from calctl.serving import outcomes
 from calctl.serving.outcomes import RequestOutcome
-from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode
+from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
 
 T = TypeVar("T")
 
@@ -99,6 +100,33 @@ class RequestRecord:
 
 # ---------------------------------------------------------------------------
 # In-process: an asyncio loop of our own, in a thread
+
+
+class TokenTap:
+    """An engine stream that remembers the token ids passing through it, for a check against a reference."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.request_id = stream.request_id
+        self.tokens: list[int] = []
+
+    async def admitted(self) -> None:
+        await self._stream.admitted()
+
+    def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[TokenEvent]:
+        async for ev in self._stream:
+            if ev.token_id is not None and ev.finish is None:
+                self.tokens.append(ev.token_id)
+            yield ev
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        self._stream.cancel(reason)
+
+    def finish(self, reason: FinishReason) -> None:
+        self._stream.finish(reason)
 
 
 class EngineLoop:

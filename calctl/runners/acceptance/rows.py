@@ -562,8 +562,10 @@ def _rollback_failure(rb: StepEvidence | None) -> str | None:
     return None if rb.document.get("ok") else f"rollback failed: {rb.document.get('detail')}"
 
 
-def judge_g5(steps: Steps) -> RowResult:
-    spec = G5
+def _judge_soak_rows(spec: RowSpec, steps: Steps, hours_needed: float, what: str, key: str) -> RowResult:
+    """G5 and M4 read the soak and the rollback alike: NO-GO on a failure of either (whatever was reached),
+    NOT MEASURED while either is missing or the cycles / hours are short of the row's, else GO. ``what``
+    follows the hours in the reason (``""``, ``" of switching"``); ``key`` is formatted with ``cycles``, ``hours``."""
     soak, rb = steps.get("soak"), steps.get("rollback")
     fails = [f for f in (_soak_failure(soak.document) if soak and soak.ran else None, _rollback_failure(rb)) if f]
     if fails:
@@ -581,18 +583,23 @@ def judge_g5(steps: Steps) -> RowResult:
     assert soak is not None and rb is not None
     cycles, hours, _ = _soak_reached(soak.document)
     evidence = (*_soak_evidence(soak.document), f"rollback: {rb.summary}")
-    key = f"soak {cycles}/{LIFECYCLE_CYCLES} cycles, {hours:.2f}/{SOAK_HOURS_G5:g} h; rollback ok"
+    key = key.format(cycles=cycles, hours=hours)
     files = _files(soak, rb)
-    if cycles < LIFECYCLE_CYCLES or hours < SOAK_HOURS_G5:
+    if cycles < LIFECYCLE_CYCLES or hours < hours_needed:
         return not_measured(
             spec,
-            f"soak ran {cycles}/{LIFECYCLE_CYCLES} cycles, {hours:.2f} h/{SOAK_HOURS_G5:g} h (no failure so far)",
+            f"soak ran {cycles}/{LIFECYCLE_CYCLES} cycles, {hours:.2f} h/{hours_needed:g} h{what} (no failure so far)",
             ACCEPT_LONG,
             key=key,
             evidence=evidence,
             files=files,
         )
     return _result(spec, Verdict.GO, key, evidence=evidence, files=files)
+
+
+def judge_g5(steps: Steps) -> RowResult:
+    key = f"soak {{cycles}}/{LIFECYCLE_CYCLES} cycles, {{hours:.2f}}/{SOAK_HOURS_G5:g} h; rollback ok"
+    return _judge_soak_rows(G5, steps, SOAK_HOURS_G5, "", key)
 
 
 def judge_m0(steps: Steps) -> RowResult:
@@ -759,36 +766,8 @@ def judge_m3(steps: Steps) -> RowResult:
 
 
 def judge_m4(steps: Steps) -> RowResult:
-    spec = M4
-    soak, rb = steps.get("soak"), steps.get("rollback")
-    fails = [f for f in (_soak_failure(soak.document) if soak and soak.ran else None, _rollback_failure(rb)) if f]
-    if fails:
-        return _result(
-            spec,
-            Verdict.NO_GO,
-            "soak or rollback failed",
-            evidence=_soak_evidence(soak.document) if soak and soak.ran else (),
-            files=_files(soak, rb),
-            reason="; ".join(fails),
-        )
-    miss = _missing(spec, steps, "soak", "rollback")
-    if miss:
-        return miss
-    assert soak is not None and rb is not None
-    cycles, hours, _ = _soak_reached(soak.document)
-    evidence = (*_soak_evidence(soak.document), f"rollback: {rb.summary}")
-    key = f"{cycles}/{LIFECYCLE_CYCLES} load/unload, {hours:.2f}/{SWITCH_HOURS_M4:g} h switching; rollback ok"
-    if cycles < LIFECYCLE_CYCLES or hours < SWITCH_HOURS_M4:
-        return not_measured(
-            spec,
-            f"soak ran {cycles}/{LIFECYCLE_CYCLES} cycles, {hours:.2f} h/{SWITCH_HOURS_M4:g} h of switching "
-            "(no failure so far)",
-            ACCEPT_LONG,
-            key=key,
-            evidence=evidence,
-            files=_files(soak, rb),
-        )
-    return _result(spec, Verdict.GO, key, evidence=evidence, files=_files(soak, rb))
+    key = f"{{cycles}}/{LIFECYCLE_CYCLES} load/unload, {{hours:.2f}}/{SWITCH_HOURS_M4:g} h switching; rollback ok"
+    return _judge_soak_rows(M4, steps, SWITCH_HOURS_M4, " of switching", key)
 
 
 JUDGES: dict[str, Callable[[Steps], RowResult]] = {

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,11 +50,11 @@ from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Ta
 from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
 from calctl.runners.bench.plot import _device_label, _pyplot, _save
 from calctl.runners.context import DeviceSpec
-from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, drive_engine_request
+from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, TokenTap, drive_engine_request
 from calctl.runtime.mock.faults import FaultRule
 from calctl.serving.config import BatchConfig, default_scheduler_config
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
-from calctl.serving.protocol import FinishReason, GenerationRequest, SamplingParams, TokenEvent
+from calctl.serving.protocol import GenerationRequest, SamplingParams
 from calctl.signing.policy import TrustPolicy
 
 Log = Callable[[str], None]
@@ -163,33 +163,6 @@ def _pct_doc(p: Any) -> dict[str, Any]:
     return {"n": p.count, "p50": p.p50, "p99": p.p99, "mean": p.mean}
 
 
-class _TokenTap:
-    """An engine stream that remembers the token ids passing through (for the B1 comparison)."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self.request_id = stream.request_id
-        self.tokens: list[int] = []
-
-    async def admitted(self) -> None:
-        await self._stream.admitted()
-
-    def __aiter__(self) -> AsyncIterator[TokenEvent]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[TokenEvent]:
-        async for ev in self._stream:
-            if ev.token_id is not None and ev.finish is None:
-                self.tokens.append(ev.token_id)
-            yield ev
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        self._stream.cancel(reason)
-
-    def finish(self, reason: FinishReason) -> None:
-        self._stream.finish(reason)
-
-
 def _metric(sup: DeviceSupervisor, name: str, alias: str) -> float:
     total = 0.0
     for metric in sup.metrics.registry.collect():
@@ -202,10 +175,10 @@ def _metric(sup: DeviceSupervisor, name: str, alias: str) -> float:
 async def _closed_loop(
     engine: ServingEngine, requests: Sequence[GenerationRequest], clients: int, timeout_s: float
 ) -> tuple[dict[str, RequestRecord], dict[str, list[int]]]:
-    taps: dict[str, _TokenTap] = {}
+    taps: dict[str, TokenTap] = {}
 
-    def submit(req: GenerationRequest) -> _TokenTap:
-        tap = _TokenTap(engine.submit(req))
+    def submit(req: GenerationRequest) -> TokenTap:
+        tap = TokenTap(engine.submit(req))
         taps[req.request_id] = tap
         return tap
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,13 +63,13 @@ from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Ta
 from calctl.runners.bench.gates import Gate
 from calctl.runners.context import DeviceSpec, trace_slices
 from calctl.runners.trace import TraceSlice, plot_timeline, write_chrome_trace
-from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, drive_engine_request
+from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, TokenTap, drive_engine_request
 from calctl.runtime import Runtime, TraceEvent, open_runtime
 from calctl.runtime.mock.timing import TimingModel
 from calctl.runtime.types import JobPhase
 from calctl.serving.config import ExecutorConfig, ExecutorMode, default_scheduler_config
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
-from calctl.serving.protocol import FinishReason, GenerationRequest, SamplingParams, TokenEvent
+from calctl.serving.protocol import GenerationRequest, SamplingParams
 from calctl.signing.policy import TrustPolicy
 
 Log = Callable[[str], None]
@@ -397,33 +397,6 @@ class _OpenDevice:
             self.rt.close()
 
 
-class _TokenTap:
-    """An engine stream that remembers the token ids passing through (for the same-tokens check)."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self.request_id = stream.request_id
-        self.tokens: list[int] = []
-
-    async def admitted(self) -> None:
-        await self._stream.admitted()
-
-    def __aiter__(self) -> AsyncIterator[TokenEvent]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[TokenEvent]:
-        async for ev in self._stream:
-            if ev.token_id is not None and ev.finish is None:
-                self.tokens.append(ev.token_id)
-            yield ev
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        self._stream.cancel(reason)
-
-    def finish(self, reason: FinishReason) -> None:
-        self._stream.finish(reason)
-
-
 async def _round(
     engine: ServingEngine,
     alias: str,
@@ -432,10 +405,10 @@ async def _round(
     prompt: tuple[int, ...],
     opts: ExecutorModesOptions,
 ) -> _Round:
-    taps: dict[str, _TokenTap] = {}
+    taps: dict[str, TokenTap] = {}
 
-    def submit(req: GenerationRequest) -> _TokenTap:
-        tap = _TokenTap(engine.submit(req))
+    def submit(req: GenerationRequest) -> TokenTap:
+        tap = TokenTap(engine.submit(req))
         taps[req.request_id] = tap
         return tap
 

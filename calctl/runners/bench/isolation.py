@@ -69,7 +69,7 @@ import hashlib
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,14 +85,14 @@ from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.plot import _device_label, _pyplot, _save
 from calctl.runners.context import DeviceSpec, trace_slices
 from calctl.runners.trace import busy_overlap, write_chrome_trace
-from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, drive_engine_request
+from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TokenTap, drive_engine_request
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.serving.config import default_scheduler_config
 from calctl.serving.core.kv import KvState
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.outcomes import RequestOutcome
-from calctl.serving.protocol import FinishReason, GenerationRequest, SamplingParams, TokenEvent
+from calctl.serving.protocol import GenerationRequest, SamplingParams
 from calctl.serving.records import RECORDS_FILE, RecordSink
 
 Log = Callable[[str], None]
@@ -325,33 +325,6 @@ def plan_workload(n: int, replica: Replica, *, vocab: int, context: int, seed: i
                 after_s = float(rng.uniform(0.0, TIMER_CANCEL_S))
         out.append(Planned(k, f"iso-{k:05d}", side, prompt, max_tokens, cancel, after_tokens, after_s))
     return out
-
-
-class _TokenTap:
-    """An engine stream that remembers the token ids passing through it."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self.request_id = stream.request_id
-        self.tokens: list[int] = []
-
-    async def admitted(self) -> None:
-        await self._stream.admitted()
-
-    def __aiter__(self) -> AsyncIterator[TokenEvent]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[TokenEvent]:
-        async for ev in self._stream:
-            if ev.token_id is not None and ev.finish is None:
-                self.tokens.append(ev.token_id)
-            yield ev
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        self._stream.cancel(reason)
-
-    def finish(self, reason: FinishReason) -> None:
-        self._stream.finish(reason)
 
 
 # ---------------------------------------------------------------------------
@@ -717,10 +690,10 @@ class _Run:
         recoveries0 = len(sup.recoveries)
         timeout = max(60.0, self.opts.request_timeout_s)
         since = time.monotonic_ns()
-        taps: dict[str, _TokenTap] = {}
+        taps: dict[str, TokenTap] = {}
 
-        def submit(req: GenerationRequest) -> _TokenTap:
-            tap = _TokenTap(engine.submit(req))
+        def submit(req: GenerationRequest) -> TokenTap:
+            tap = TokenTap(engine.submit(req))
             taps[req.request_id] = tap
             return tap
 

@@ -17,7 +17,7 @@ from calctl.serving.core.admission import ModelState
 from calctl.serving.engine.loop import EngineCore, WorkerOptions
 from calctl.serving.engine.metrics import ChipSnapshot, EngineSnapshot, SnapshotCollector
 from calctl.serving.engine.streams import EngineStream
-from calctl.serving.engine.supervisor import DeviceSupervisor, SupervisorOptions
+from calctl.serving.engine.supervisor import DeviceSupervisor, SupervisorOptions, trace_row
 from calctl.serving.protocol import EngineRejection, GenerationRequest, ModelInfo, RejectCode
 from calctl.serving.text import TextCodec
 
@@ -161,21 +161,7 @@ class ServingEngine:
 
         Internal only: it names chips. ``device`` says which runtime measured them (mock results are mock)."""
         rt = self.supervisor.rt
-        events = [
-            {
-                "job": int(e.job),
-                "chip": e.chip,
-                "model": e.model,
-                "graph": e.graph,
-                "engine": e.engine.value,
-                "generation": int(e.generation),
-                "submit_ns": e.submit_ns,
-                "start_ns": e.start_ns,
-                "end_ns": e.end_ns,
-                "state": e.state.value,
-            }
-            for e in rt.trace(since_ns=since_ns)
-        ]
+        events = [trace_row(e) for e in rt.trace(since_ns=since_ns)]
         return {"device": rt.kind.value, "clock": "CLOCK_MONOTONIC", "events": events}
 
     def status(self) -> dict[str, Any]:

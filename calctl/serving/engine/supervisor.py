@@ -775,7 +775,7 @@ class DeviceSupervisor:
         except RuntimeLayerError as exc:
             raw = ()
             log.warning("recovery evidence: the runtime trace is not readable (%s)", exc)
-        events = [_trace_row(e) for e in raw]
+        events = [trace_row(e) for e in raw]
         doc = {
             "schema": "calctl-recovery-evidence/v1",
             "device": self.rt.kind.value,
@@ -957,7 +957,8 @@ class DeviceSupervisor:
         return [r.__dict__ for r in self.recoveries]
 
 
-def _trace_row(e: Any) -> dict[str, Any]:
+def trace_row(e: Any) -> dict[str, Any]:
+    """One runtime trace event as JSON: the rows of /internal/trace and of a recovery's trace window."""
     return {
         "job": int(e.job),
         "chip": e.chip,
