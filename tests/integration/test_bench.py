@@ -156,7 +156,7 @@ def test_interference_pairs_and_goodput(cli, parallel_server: str, tmp_path: Pat
         "--burstiness",
         "8",
         "--duration",
-        "1.0",
+        "0.6",
         "--slo-ttft",
         "0.5",
         "--slo-tpot",
