@@ -1,4 +1,5 @@
-"""A token id beyond the vocabulary is refused at import, naming the file and key (it used to import, then fail GOLD003)."""
+"""Token ids at import: one beyond the vocabulary is refused, naming the file and key (it used to import, then fail
+GOLD003); a GGUF with no end-of-sequence id imports with a note that says so."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import gguf
 
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, TEST_PUB
 from tests.unit.compiler.checkpoint_factory import write_gguf, write_hf_dir
 
 
@@ -31,3 +32,20 @@ def test_an_hf_bos_id_outside_the_vocabulary_names_config_json(cli, tmp_path: Pa
     assert r.code == 2, r.err
     assert f"config.json: bos_token_id {cfg['vocab_size']} is outside the vocabulary" in " ".join(r.err.split())
     assert not (tmp_path / "pkg").exists()
+
+
+def test_a_gguf_without_an_eos_token_imports_with_a_note_that_says_so(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """No tokenizer.ggml.eos_token_id: the model imports (it is a valid checkpoint), and the report says that
+    generation never stops on its own (it used to import silently)."""
+    d, cfg, w = write_hf_dir(tmp_path / "hf", "llama")
+    monkeypatch.setattr(gguf.GGUFWriter, "add_eos_token_id", lambda self, _i: None)
+    path = write_gguf(tmp_path / "no-eos.gguf", d, cfg, w)
+    monkeypatch.undo()
+    r = cli("import", "gguf", path, tmp_path / "pkg", "--key", TEST_KEY, "-f", "json")
+    assert r.code == 0, r.err
+    (note,) = [n for n in r.json["notes"] if "end-of-sequence" in n]
+    assert note.startswith("no-eos.gguf: no end-of-sequence token (tokenizer.ggml.eos_token_id)"), note
+    assert "every request runs to its max_tokens" in note
+    r = cli("import", "gguf", path, tmp_path / "pkg2", "--key", TEST_KEY)
+    assert r.code == 0 and "no end-of-sequence token" in " ".join(r.err.split()), r.err
+    assert cli("validate", tmp_path / "pkg", "--trusted-key", str(TEST_PUB)).code == 0

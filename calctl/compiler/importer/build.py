@@ -290,6 +290,12 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
         )
     params = stored(ck.params, opts.dtype)
     prompts, notes = golden_prompts(ck, tok)
+    if arch.eos_token_id is None:  # llama.cpp warns too: such a model only stops at the token limit
+        eos_from = f"{prefix}eos_token_id" if ck.kind == "gguf" else "eos_token_id (config.json) or eos_token"
+        notes.append(
+            f"{ck.sources[0].name}: no end-of-sequence token ({eos_from}): generation never stops on its own, "
+            "every request runs to its max_tokens"
+        )
     gold, label = make_golden(params, arch, prompts)
     err = self_check(decoder.prepare(params, arch), arch, gold)
     if ck.tokenizer_config_file is not None:
