@@ -3,38 +3,45 @@
 Unknown fields are accepted and ignored (clients send many), but a field calctl
 cannot honour with a non-default value (``n > 1``, ``logprobs``, ``echo``,
 ``best_of``, tools) is a 400 naming the parameter, never silently ignored.
+
+Numbers and switches are typed as OpenAI's API types them: an integer field
+takes an integer (not ``true``, ``"5"`` or ``5.0``), a number field an integer
+or a float (not a string or a boolean), a boolean field ``true``/``false``.
+pydantic's lax mode would coerce them instead.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, field_validator
+
+Number = Annotated[float, Strict()]  # an int or a float, never a bool or a numeric string
 
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    include_usage: bool = False
+    include_usage: StrictBool = False
     # vLLM's extension: every chunk carries the usage so far, so a client can tell how many tokens a
     # delta covers (a character split across tokens is one delta for several tokens).
-    continuous_usage_stats: bool = False
+    continuous_usage_stats: StrictBool = False
 
 
 class _Common(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(min_length=1, max_length=256)
-    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    temperature: Number = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: Number = Field(default=1.0, gt=0.0, le=1.0)
     # A 64-bit integer, as OpenAI and vLLM take it; the engine maps it onto numpy's unsigned seed space.
-    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    seed: StrictInt | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = None
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    n: int = 1
+    n: StrictInt = 1
     user: str | None = None
-    timeout: float | None = Field(default=None, gt=0, description="calctl extension: request deadline in seconds")
+    timeout: Number | None = Field(default=None, gt=0, description="calctl extension: request deadline in seconds")
 
     @field_validator("stop")
     @classmethod
@@ -78,7 +85,7 @@ class _Common(BaseModel):
 
 
 class CompletionRequest(_Common):
-    prompt: str | list[str] | list[int]
+    prompt: str | list[str] | list[StrictInt]
 
     @field_validator("prompt")
     @classmethod
@@ -114,4 +121,4 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1, le=1_000_000)

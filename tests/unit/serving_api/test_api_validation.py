@@ -66,6 +66,16 @@ INVALID: list[tuple[str, dict[str, Any], str | None]] = [
     # OpenAI's seed is a 64-bit integer (as vLLM bounds it); beyond it is the client's error, not the engine's.
     ("/v1/completions", {**TEXT, "seed": 2**63}, "seed"),
     ("/v1/chat/completions", {**CHAT, "seed": -(2**63) - 1}, "seed"),
+    # Typed as OpenAI types them: pydantic's lax mode would read these as 1, 5, 0.5, 1 and [1, 5].
+    ("/v1/completions", {**TEXT, "max_tokens": True}, "max_tokens"),
+    ("/v1/chat/completions", {**CHAT, "max_tokens": "5"}, "max_tokens"),
+    ("/v1/chat/completions", {**CHAT, "max_completion_tokens": 5.0}, "max_completion_tokens"),
+    ("/v1/completions", {**TEXT, "temperature": "0.5"}, "temperature"),
+    ("/v1/chat/completions", {**CHAT, "top_p": True}, "top_p"),
+    ("/v1/completions", {**TEXT, "seed": "7"}, "seed"),
+    ("/v1/completions", {**TEXT, "prompt": [True, 5]}, "prompt"),
+    ("/v1/chat/completions", {**CHAT, "stream_options": {"include_usage": 1}}, "stream_options"),
+    ("/v1/completions", {**TEXT, "timeout": "30"}, "timeout"),
 ]
 
 
@@ -191,3 +201,22 @@ async def test_unknown_routes_and_methods_get_openai_error_bodies(
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"}
     assert err["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("value", ["true", 1])
+async def test_stream_takes_a_boolean_only(
+    client: httpx.AsyncClient, engine: FakeEngine, path: str, value: Any
+) -> None:
+    body = TEXT if path.endswith("/completions") and "chat" not in path else CHAT
+    r = await client.post(path, json={**body, "stream": value})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "stream"
+    assert engine.submitted == []
+
+
+async def test_integer_numbers_are_numbers(client: httpx.AsyncClient, engine: FakeEngine) -> None:
+    """temperature 0 and top_p 1 as JSON integers, as the openai client sends them: accepted."""
+    r = await client.post("/v1/completions", json={**TEXT, "temperature": 0, "top_p": 1, "timeout": 30})
+    assert r.status_code == 200, r.text
+    assert len(engine.submitted) == 1
