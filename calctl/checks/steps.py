@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from calctl.errors import PackageError, StepTimeout
+from calctl.package import npy
 from calctl.package.model import Model, Package, Tolerance
 from calctl.runtime import GenerationId, HostBuffer, Job, JobId, KvSeqId, ResetScope, Runtime
 from calctl.runtime.errors import DeviceLost, NotSupported, RuntimeLayerError, Timeout
@@ -73,7 +74,7 @@ class GoldenData:
 
 def _load_npy(pkg: Package, rel: str) -> np.ndarray:
     try:
-        return np.asarray(np.load(pkg.root / rel, allow_pickle=False))
+        return np.asarray(npy.load(pkg.root / rel))
     except (OSError, ValueError) as exc:
         raise PackageError(f"cannot read golden data: {exc}", path=rel) from None
 

@@ -52,6 +52,7 @@ from typing import Any, cast
 import numpy as np
 
 from calctl.errors import CalctlError
+from calctl.package import npy
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest
 from calctl.runtime import DeviceKind, Job, Runtime, open_runtime
@@ -324,7 +325,7 @@ def expect_status(exc: BaseException, status: RuntimeStatus, call: str) -> None:
 
 def golden_prompt(pkg: Package, alias: str) -> np.ndarray:
     m = pkg.model(alias)
-    return np.load(pkg.root / m.golden.prompt.file).reshape(-1).astype(np.int32)
+    return npy.load(pkg.root / m.golden.prompt.file).reshape(-1).astype(np.int32)
 
 
 def write_prefill(inputs: HostBuffer, prompt: np.ndarray) -> None:
@@ -1228,8 +1229,8 @@ def _golden(s: Session) -> str:
         for m in pkg.models:
             g, tol = m.golden, m.golden.tolerance
             prompt = golden_prompt(pkg, m.alias)
-            want = np.load(pkg.root / g.prefill_logits.file).astype(np.float32).reshape(1, -1)
-            tokens = np.load(pkg.root / g.decode_tokens.file).reshape(-1).astype(np.int64)
+            want = npy.load(pkg.root / g.prefill_logits.file).astype(np.float32).reshape(1, -1)
+            tokens = npy.load(pkg.root / g.decode_tokens.file).reshape(-1).astype(np.int64)
             job, seq, _, outputs = prefill_job(rt, pkg, m.alias, prompt)
             rt.wait(job, 30)
             got = outputs.read("logits").reshape(1, -1)
@@ -1266,7 +1267,7 @@ def _golden(s: Session) -> str:
                 position += 1
             rt.kv.free(seq)
     return ", ".join(
-        f"{m.alias}: logits within tolerance, {len(np.load(pkg.root / m.golden.decode_tokens.file).reshape(-1))} tokens exact"
+        f"{m.alias}: logits within tolerance, {len(npy.load(pkg.root / m.golden.decode_tokens.file).reshape(-1))} tokens exact"
         for m in pkg.models
     )
 

@@ -81,3 +81,22 @@ def test_no_folder_imports_a_folder_above_it() -> None:
     assert not bad, "\n".join(bad)
     stale = PENDING - seen
     assert not stale, f"remove {sorted(stale)} from PENDING: those imports are gone"
+
+
+def test_every_npy_read_goes_through_the_thread_safe_loader() -> None:
+    """``np.load`` parses headers with ``ast.literal_eval``, which two threads can break on CPython 3.11
+    (calctl/package/npy.py): only that module calls it."""
+    calls = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path == ROOT / "package" / "npy.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "load"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in ("np", "numpy")
+            ):
+                calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert calls == [], f"np.load outside calctl/package/npy.py: {calls}"

@@ -34,6 +34,7 @@ from calctl.compiler.writer import (
 )
 from calctl.errors import PackageError, UsageError
 from calctl.model import decoder
+from calctl.package import npy
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Model, Package
 from calctl.package.reader import load_manifest
@@ -80,7 +81,7 @@ def open_source(root: Path, trusted: list[TrustedKey], allow_unsigned: bool) -> 
 
 def _npy(pkg: Package, rel: str) -> np.ndarray:
     try:
-        return np.asarray(np.load(pkg.root / rel, allow_pickle=False))
+        return np.asarray(npy.load(pkg.root / rel))
     except (OSError, ValueError) as exc:
         raise PackageError(f"cannot read: {exc}", path=rel) from None
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from calctl.errors import CalctlError
-from calctl.package import reader, schemas
+from calctl.package import npy, reader, schemas
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
 from calctl.package.rules.base import Need
 from calctl.signing import seal
@@ -532,15 +532,13 @@ class ValidationContext:
 
     def npy(self, rel: str) -> Any:
         """A verified ``.npy`` file as an array (memory-mapped when large), or why it does not load."""
-        import numpy as np
-
         assert self.root is not None
         root = self.root
 
         def load(r: str) -> Any:
             # Small files are read whole (clear numpy errors, e.g. for pickled objects); big ones mapped.
             mmap: Literal["r"] | None = "r" if self.walk.entries[r].size > NPY_READ_WHOLE_BYTES else None
-            return np.load(root / r, mmap_mode=mmap, allow_pickle=False)
+            return npy.load(root / r, mmap_mode=mmap)
 
         return self._memo("npy", rel, load)
 

@@ -78,6 +78,7 @@ import numpy as np
 
 from calctl.errors import CheckFailed, UsageError
 from calctl.model import decoder
+from calctl.package import npy
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
@@ -1162,8 +1163,8 @@ def _load_gate_failure(message: str, replica: Replica) -> bool:
 
 def _golden_case(pkg: Package, root: Path, alias: str) -> tuple[tuple[int, ...], list[int]]:
     g = pkg.model(alias).golden
-    prompt = np.load(root / g.prompt.file).reshape(-1)
-    tokens = np.load(root / g.decode_tokens.file).reshape(-1)
+    prompt = npy.load(root / g.prompt.file).reshape(-1)
+    tokens = npy.load(root / g.decode_tokens.file).reshape(-1)
     return tuple(int(t) for t in prompt), [int(t) for t in tokens]
 
 
