@@ -150,7 +150,11 @@ def openai_router(engine: Engine, settings: ApiSettings, auth: Auth) -> APIRoute
     async def _parse(request: Request, model: type[T]) -> T | Response:
         try:
             raw = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            # A lone UTF-16 surrogate ("\ud800") parses into a str that is no text: UTF-8 and the tokenizer
+            # refuse it, so the whole body is. Python's json also fails with ValueError (an integer past its
+            # digit limit) or RecursionError (deep nesting), not only JSONDecodeError; all are a 400, not a 500.
+            json.dumps(raw, ensure_ascii=False).encode("utf-8")
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError and UnicodeEncodeError too
             return invalid("request body is not valid JSON", code="invalid_json")
         if not isinstance(raw, dict):
             return invalid("request body must be a JSON object", code="invalid_json")

@@ -108,6 +108,12 @@ async def test_invalid_request_is_400_naming_the_param(
         (b'{"model": "model-a", "prompt": ', "not valid JSON"),
         (b"", "not valid JSON"),
         (b"\xff\xfe{}", "not valid JSON"),
+        # Python's json reads these, but with ValueError (digits past its int limit) or RecursionError, not a
+        # JSONDecodeError; a lone surrogate parses into a str that no tokenizer (nor UTF-8) can take.
+        (b'{"model": "model-a", "prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}", "not valid JSON"),
+        (b'{"model": "model-a", "prompt": "hi", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not valid JSON"),
+        (b'{"model": "model-a", "prompt": "\\ud800"}', "not valid JSON"),
+        (b'{"model": "model-a", "messages": [{"role": "user", "content": "a\\udfff"}]}', "not valid JSON"),
         (b'["model-a", "hi"]', "must be a JSON object"),
         (b'"hi"', "must be a JSON object"),
         (b"null", "must be a JSON object"),
