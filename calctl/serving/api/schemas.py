@@ -14,9 +14,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, field_validator, model_validator
 
 Number = Annotated[float, Strict()]  # an int or a float, never a bool or a numeric string
+
+# Parameters with a non-null default that OpenAI still takes as null (its API marks them nullable, and the
+# openai client sends null for one given as None): null is the default, not a 400.
+NULL_IS_DEFAULT = frozenset({"temperature", "top_p", "n", "stream"})
 
 
 class StreamOptions(BaseModel):
@@ -42,6 +46,13 @@ class _Common(BaseModel):
     n: StrictInt = 1
     user: str | None = None
     timeout: Number | None = Field(default=None, gt=0, description="calctl extension: request deadline in seconds")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if not (v is None and k in NULL_IS_DEFAULT)}
+        return data
 
     @field_validator("stop")
     @classmethod

@@ -226,3 +226,15 @@ async def test_integer_numbers_are_numbers(client: httpx.AsyncClient, engine: Fa
     r = await client.post("/v1/completions", json={**TEXT, "temperature": 0, "top_p": 1, "timeout": 30})
     assert r.status_code == 200, r.text
     assert len(engine.submitted) == 1
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+async def test_null_is_the_default(client: httpx.AsyncClient, engine: FakeEngine, path: str) -> None:
+    """The openai client sends null for a parameter given as None (``temperature=None``); OpenAI takes it."""
+    body = TEXT if "chat" not in path else CHAT
+    nulls = {"temperature": None, "top_p": None, "n": None, "stream": None, "max_tokens": None, "seed": None}
+    r = await client.post(path, json={**body, **nulls, "stream_options": None, "stop": None, "user": None})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/json")  # stream: null is no stream
+    (sent,) = engine.submitted
+    assert (sent.sampling.temperature, sent.sampling.top_p, sent.sampling.seed) == (1.0, 1.0, None)
