@@ -23,8 +23,15 @@ _LOCK = threading.Lock()
 
 
 def load(path: str | Path, *, mmap_mode: Literal["r"] | None = None) -> np.ndarray:
-    """``np.load(path, allow_pickle=False)`` under the lock; ``mmap_mode="r"`` maps the data instead of reading it."""
+    """``np.load(path, allow_pickle=False)`` under the lock; ``mmap_mode="r"`` maps the data instead of reading it.
+
+    A file that is no .npy raises ValueError (an empty one too), a missing or unreadable one OSError."""
     import numpy as np  # here, not at import: `calctl validate` and the CLI start without numpy
 
     with _LOCK:
-        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+        try:
+            return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+        except EOFError as exc:
+            # An empty file. Callers catch ValueError for a file that is no .npy; an EOFError would reach click,
+            # which reads it as the end of the user's input and exits "interrupted" (130).
+            raise ValueError(f"not a .npy file: {exc}") from None

@@ -45,3 +45,13 @@ def test_a_tampered_manifest_in_an_input_exits_1_naming_it(cli, tmp_path: Path) 
     r = cli("combine", a, a, tmp_path / "AA", "--key", TEST_KEY, *TRUST)
     assert r.code == 1 and "manifest.yaml" in r.err, r.err
     assert not (tmp_path / "AA").exists()
+
+
+def test_an_empty_golden_npy_in_an_input_exits_1_naming_it(cli, copy_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # numpy reads an empty .npy with EOFError, which click takes for end of input: it was "interrupted", exit 130.
+    a = copy_fixture("single")
+    (a / "model-a/golden/prompt_ids.npy").write_bytes(b"")
+    assert cli("pack", a, "--key", TEST_KEY).code == 0  # sealed again: only the .npy itself is wrong
+    r = cli("combine", a, a, tmp_path / "AA", "--key", TEST_KEY, *TRUST)
+    assert r.code == 1 and "prompt_ids.npy" in r.err and "interrupted" not in r.err, r.err
+    assert not (tmp_path / "AA").exists()
