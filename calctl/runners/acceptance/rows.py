@@ -429,7 +429,8 @@ def judge_g2(steps: Steps) -> RowResult:
     if isinstance(requests, dict) and requests.get("sent") is not None:
         evidence = (
             f"{requests.get('sent')} sent: {requests.get('completed')} completed, "
-            f"{requests.get('cancelled')} cancelled, {requests.get('failed')} failed",
+            f"{requests.get('cancelled')} cancelled, {requests.get('failed')} failed, "
+            f"{requests.get('timed_out', 0)} timed out (a load outcome)",
             *evidence,
         )
     if offenders or failing or doc.get("verdict") in ("NO-GO", "FAIL"):
@@ -441,6 +442,17 @@ def judge_g2(steps: Steps) -> RowResult:
         ]
         why = "; ".join(named) or f"failing checks: {', '.join(failing)}"
         return _result(spec, Verdict.NO_GO, key, evidence=evidence, files=_files(s), reason=why)
+    timed_out = requests.get("timed_out") if isinstance(requests, dict) else None
+    if timed_out or doc.get("verdict") == "NOT JUDGED":
+        return not_measured(
+            spec,
+            f"no crosstalk in what was verified, but {timed_out} request(s) timed out: a load outcome of the host "
+            "or the device, not isolation evidence either way; fewer than the requests asked for were verified",
+            "rerun on a host that is not saturated, or with a longer `--request-timeout`",
+            key=key,
+            evidence=evidence,
+            files=_files(s),
+        )
     if not isinstance(n, int) or n < ISOLATION_REQUESTS:
         return not_measured(
             spec,
