@@ -550,6 +550,16 @@ def judge_g4(steps: Steps) -> RowResult:
         )
     if grade in ("F1", "F2"):
         return _result(spec, Verdict.GO, key, evidence=evidence, files=_files(s), data=data)
+    if grade == "NOT JUDGED":  # the decision rule: B's device latency undecided in a phase that could lower it
+        return not_measured(
+            spec,
+            f"not judged: {doc.get('grade_reason', '')}",
+            "a longer fault-isolation run (`--level standard`) on a host that is not saturated",
+            key=key,
+            evidence=evidence,
+            files=_files(s),
+            data=data,
+        )
     return not_measured(spec, f"the scenario gave no grade ({grade})", spec.measured_by, files=_files(s))
 
 
