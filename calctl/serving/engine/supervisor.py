@@ -713,21 +713,26 @@ class DeviceSupervisor:
         self.rt.reset("board", None)
         return "board"
 
-    def _reset_for(self, req: RecoveryRequest, scope: str, chip: int | None, affected: list[str]) -> str:
+    def _reset_for(
+        self, req: RecoveryRequest, scope: str, chip: int | None, affected: list[str], tried: list[str]
+    ) -> str:
         """A recovery's reset of ``scope``; ``affected`` (already drained) grows to every alias it touches.
 
         001 §11.2: every alias a reset touches is out of admission and drained (or its requests failed with
         the recovery status) *before* the reset call. When the runtime refuses the chip reset (a runtime with
         board resets only, or a board-scope fault), the reset becomes a board reset, so the other aliases are
         stopped and drained first; they are retired before the call, so none of them submits into the wiped
-        board before the reconfigure. A reset that raises anything else propagates (a failed reset)."""
+        board before the reconfigure. A reset that raises anything else propagates (a failed reset); ``tried``
+        gets each scope asked for, so the caller names the one that failed."""
         if scope == "chip":
             try:
+                tried.append("chip")
                 self.rt.reset("chip", chip)
                 return "chip"
             except (NotSupported, DeviceLost) as exc:
                 log.warning("chip reset not possible (%s); draining every alias, then resetting the board", exc)
                 self._widen(affected, f"board reset for {req.alias}: chip reset not possible")
+        tried.append("board")
         self.rt.reset("board", None)
         return "board"
 
@@ -916,11 +921,12 @@ class DeviceSupervisor:
                 self._fail(affected, reason)
                 return record("none", False, reason, evidence)
             self._resets.append(now)
+            tried: list[str] = []
             try:
-                scope = self._reset_for(req, want, worker.chips[0] if want == "chip" else None, affected)
+                scope = self._reset_for(req, want, worker.chips[0] if want == "chip" else None, affected, tried)
             except RuntimeLayerError as exc:
                 # 001 §11.3 row 6: a failed reset takes both aliases out of service; device-level recovery.
-                first = f"{want} reset failed: {exc}"
+                first = f"{tried[-1]} reset failed: {exc}"
                 log.error("recovery of %s: %s; device-level recovery", req.alias, first)
                 self._widen(affected, first)
                 try:
