@@ -38,7 +38,7 @@ from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import Report, ValidationPolicy, validate
 from calctl.signing.policy import TrustPolicy
 
-_DTYPES = "|".join(units.OPTION_DTYPES)
+_DTYPES = ", ".join(units.OPTION_DTYPES)
 
 HfConfigOpt = Annotated[
     Path | None,
@@ -50,8 +50,8 @@ ContextOpt = Annotated[
         "--context",
         min=1,
         max=MAX_CONTEXT,
-        help="Tokens per sequence. Default: the model's context limit (package context_limit, "
-        "config max_position_embeddings).",
+        help="Tokens per sequence. Default: the model's context limit, a package's context_limit or a "
+        "config's max_position_embeddings value.",
     ),
 ]
 BatchOpt = Annotated[
@@ -67,12 +67,14 @@ DtypeOpt = Annotated[
     str | None,
     typer.Option(
         "--dtype",
-        help=f"Weight dtype for the config estimate ({_DTYPES}; int4 = 0.5 byte). Default: the config's torch_dtype.",
+        help=f"Weight dtype for the config estimate, one of {_DTYPES} (int4 = 0.5 byte). Default: the config's torch_dtype.",
     ),
 ]
 KvDtypeOpt = Annotated[
     str | None,
-    typer.Option("--kv-dtype", help=f"KV cache dtype ({_DTYPES}). Default: manifest kv.dtype / config torch_dtype."),
+    typer.Option(
+        "--kv-dtype", help=f"KV cache dtype, one of {_DTYPES}. Default: manifest kv.dtype / config torch_dtype."
+    ),
 ]
 ChipsOpt = Annotated[
     int | None,

@@ -184,3 +184,44 @@ def test_sample_kinds_in_the_help_are_the_compilers() -> None:
     from calctl.compiler.sample import KINDS
 
     assert SAMPLE_KINDS == KINDS
+
+
+def test_a_mistyped_command_gets_the_closest_names(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("valdate")
+    assert r.code == 2
+    assert "did you mean 'validate'?" in r.err
+    r = cli("device", "confromance")
+    assert r.code == 2
+    assert "conformance" in r.err
+    r = cli("zzzz")
+    assert r.code == 2
+    assert "did you mean" not in r.err.lower() and "`calctl --help` lists every command" in r.err
+
+
+def _leaf_commands(group, path=()):  # type: ignore[no-untyped-def]
+    from calctl.cli.app import _click
+
+    ctx = _click.Context(group, info_name="calctl")
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if hasattr(cmd, "list_commands"):
+            yield from _leaf_commands(cmd, (*path, name))
+        else:
+            yield (*path, name)
+
+
+def test_every_help_page_fits_80_columns_without_cutting_a_word(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Rich cuts a word longer than its help column with an ellipsis: no help text may hold one (issue 31)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("TERMINAL_WIDTH", "80")
+    cut = {}
+    commands = list(_leaf_commands(root_command()))
+    assert len(commands) > 20
+    for path in commands:
+        r = cli(*path, "--help")
+        assert r.code == 0, path
+        assert max(len(line) for line in r.out.splitlines()) <= 80, path
+        lines = [line for line in r.out.splitlines() if "…" in line]
+        if lines:
+            cut[" ".join(path)] = lines
+    assert not cut
