@@ -636,6 +636,12 @@ class MockRuntime(JobBuffersMixin):
                 affected = {chip}
             else:
                 affected = set(range(self.config.chips))
+            for d in self._faults.on_reset(chips=sorted(affected)):  # docs/runtime.md §4 reset_failure
+                self._faults.record(d, job=None, graph=None, model="", chips=sorted(affected))
+                raise DeviceLost(
+                    f"{sc.value} reset failed: the device did not come back (injected reset_failure); nothing was reset",
+                    hint="reset the board again, or restart the host",
+                )
             running = self._abort_chips(affected, f"aborted by {sc.value} reset")
             self._cv.notify_all()
         for rec in running:
