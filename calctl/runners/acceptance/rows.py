@@ -473,6 +473,16 @@ def judge_g3(steps: Steps) -> RowResult:
     key = f"{verdict}: overlap {_est(o, '.2f')}, efficiency {_est(e, '.2f')}"
     if verdict == "S2":
         return _result(spec, Verdict.GO, key, evidence=evidence, files=_files(s))
+    if verdict == "NOT JUDGED":  # the decision rule: an interval still straddles its gate after the budget
+        rounds = doc.get("rounds_run") or len(doc.get("rounds") or [])
+        return not_measured(
+            spec,
+            f"not judged after {rounds} rounds: " + ("; ".join(doc.get("reasons", [])) or "an interval straddles"),
+            "more PoC rounds (`--level standard` or `long`), on a host that is not saturated",
+            key=key,
+            evidence=evidence,
+            files=_files(s),
+        )
     if verdict == "S1":
         why = "; ".join(doc.get("reasons", [])) or "the chips did not compute together"
         if (doc.get("device_options") or {}).get("serialize_chips"):
