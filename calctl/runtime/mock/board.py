@@ -175,7 +175,7 @@ class _JobRecord:
     ) -> None:
         self.job = job
         self.plan = plan
-        self.model = model
+        self.model: compute.LoadedModel | None = model  # None once finished: a finished job holds no weights
         self.inputs = inputs
         self.outputs = outputs
         self.seqs = seqs
@@ -267,8 +267,11 @@ class MockRuntime(JobBuffersMixin):
         self._job_ids = itertools.count(1)
         self._buffer_ids = itertools.count(1)
         self._calbin_ids = itertools.count(1)
-        self._jobs: OrderedDict[JobId, _JobRecord] = OrderedDict()
-        self._done_order: deque[JobId] = deque()
+        # Jobs in flight (queued or running). A finished job leaves it: only its JobResult is kept, in
+        # _finished, for wait/query (the last `history` of them); no buffer, KV sequence or weights stay
+        # reachable from a finished job, so host memory does not grow with the requests served.
+        self._jobs: dict[JobId, _JobRecord] = {}
+        self._finished: OrderedDict[JobId, JobResult] = OrderedDict()
         self._trace: deque[TraceEvent] = deque(maxlen=self.config.history)
         self._buffers: dict[int, HostBuffer] = {}
         self._release_when_free: set[int] = set()
@@ -374,7 +377,7 @@ class MockRuntime(JobBuffersMixin):
             self._check_open()
             if self._current is None:
                 raise NotConfigured("no calbin is configured")
-            inflight = [r.job.id for r in self._jobs.values() if not r.state.terminal]
+            inflight = list(self._jobs)
             if inflight:
                 raise DeviceBusy(
                     f"{len(inflight)} job(s) in flight ({', '.join(map(str, inflight[:8]))}); "
@@ -532,6 +535,8 @@ class MockRuntime(JobBuffersMixin):
 
     def wait(self, job: Job, timeout: float) -> JobResult:
         rec = self._record(job)
+        if isinstance(rec, JobResult):
+            return self._result_or_raise(rec)
         if not rec.done.wait(max(0.0, timeout)):
             raise Timeout(
                 f"job {job.id} ({job.graph}) not finished after {timeout:g} s; it stays in flight and keeps its buffers",
@@ -553,11 +558,11 @@ class MockRuntime(JobBuffersMixin):
     def query(self, job: Job) -> JobResult:
         rec = self._record(job)
         with self._cv:
-            return rec.result()
+            return rec if isinstance(rec, JobResult) else rec.result()
 
-    def _record(self, job: Job) -> _JobRecord:
+    def _record(self, job: Job) -> _JobRecord | JobResult:
         with self._cv:
-            rec = self._jobs.get(job.id)
+            rec: _JobRecord | JobResult | None = self._jobs.get(job.id) or self._finished.get(job.id)
             if rec is None or rec.job != job:
                 raise InvalidArgument(
                     f"job {job.id} is not known to this device (never submitted "
@@ -566,9 +571,9 @@ class MockRuntime(JobBuffersMixin):
             return rec
 
     @staticmethod
-    def _result_or_raise(rec: _JobRecord) -> JobResult:
+    def _result_or_raise(rec: _JobRecord | JobResult) -> JobResult:
         if rec.state is JobState.SUCCEEDED:
-            return rec.result()
+            return rec if isinstance(rec, JobResult) else rec.result()
         cls = error_class(rec.status)
         raise cls(f"job {rec.job.id} ({rec.job.graph}) {rec.state.value}: {rec.detail}", job=rec.job.id)
 
@@ -651,6 +656,12 @@ class MockRuntime(JobBuffersMixin):
                 affected = {chip}
             else:
                 affected = set(range(self.config.chips))
+            for d in self._faults.on_reset(chips=sorted(affected)):  # docs/runtime.md §4 reset_failure
+                self._faults.record(d, job=None, graph=None, model="", chips=sorted(affected))
+                raise DeviceLost(
+                    f"{sc.value} reset failed: the device did not come back (injected reset_failure); nothing was reset",
+                    hint="reset the board again, or restart the host",
+                )
             running = self._abort_chips(affected, f"aborted by {sc.value} reset")
             self._cv.notify_all()
         for rec in running:
@@ -840,6 +851,7 @@ class MockRuntime(JobBuffersMixin):
                 return
             try:
                 caches = [s.cache if s is not None else None for s in rec.seqs]
+                assert rec.model is not None  # set until the job finishes
                 compute.run_graph(rec.model, rec.plan.kind, rec.inputs, rec.outputs, caches)
                 self._corrupt(rec)
             except Exception as exc:  # a mock bug must fail the job, not kill the chip thread
@@ -1065,10 +1077,13 @@ class MockRuntime(JobBuffersMixin):
             if s is not None and s.busy_job == rec.job.id:
                 s.busy_job = None
                 s.last_job_failed = state is not JobState.SUCCEEDED
+        # A finished job keeps no KV and no weights (a quarantined one keeps its buffers until a reset).
+        rec.seqs, rec.model, rec.corruptions = [], None, []
         rec.done.set()
-        self._done_order.append(rec.job.id)
-        while len(self._done_order) > self.config.history:
-            self._jobs.pop(self._done_order.popleft(), None)
+        self._jobs.pop(rec.job.id, None)
+        self._finished[rec.job.id] = rec.result()
+        while len(self._finished) > self.config.history:
+            self._finished.popitem(last=False)
         self._cv.notify_all()
 
 
