@@ -193,7 +193,16 @@ EXT_LAYER_ROLES = {
     "k_norm": 23,
 }
 #: calrt_ext_fault_set codes (calrt_ext.h; the stub's calrt_stub_set_fault uses the same).
-EXT_FAULTS = {"busy": 1, "hang": 2, "ccu": 3, "no_chip_memory": 4, "delay_ms": 5, "dma": 6, "no_chip_reset": 7}
+EXT_FAULTS = {
+    "busy": 1,
+    "hang": 2,
+    "ccu": 3,
+    "no_chip_memory": 4,
+    "delay_ms": 5,
+    "dma": 6,
+    "no_chip_reset": 7,
+    "reset_fail": 8,
+}
 
 _P = POINTER
 #: Every function calctl calls: name -> (restype, argtypes). The ABI is exactly this table.

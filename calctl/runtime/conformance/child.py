@@ -1,0 +1,160 @@
+"""The child-process runner: :func:`run_suite` runs the checks in ``python -m calctl.runtime.conformance``,
+one after another, each bounded; a hung or dead child becomes a row."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from calctl.runtime import DeviceKind
+from calctl.runtime.conformance.framework import (
+    _MARK,
+    CHECKS,
+    DEFAULT_CHECK_TIMEOUT,
+    Check,
+    CheckResult,
+    Target,
+    Verdict,
+    checks_for,
+    run_check,
+)
+
+
+@dataclass(frozen=True)
+class SuiteReport:
+    target: Target
+    results: tuple[CheckResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.verdict in (Verdict.PASS, Verdict.UNSUPPORTED) for r in self.results)
+
+    def counts(self) -> dict[str, int]:
+        return {v.value: sum(1 for r in self.results if r.verdict is v) for v in Verdict}
+
+
+def run_suite(
+    target: Target,
+    names: Sequence[str] | None = None,
+    *,
+    check_timeout: float = DEFAULT_CHECK_TIMEOUT,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> SuiteReport:
+    """Run the checks in child processes, each bounded by ``check_timeout`` seconds."""
+    todo = [c for c in checks_for(target.device) if names is None or c.name in names]
+    results: list[CheckResult] = []
+    while todo:
+        got = _run_child(target, todo, check_timeout, on_result)
+        results.extend(got)
+        todo = todo[len(got) :]
+    return SuiteReport(target, tuple(results))
+
+
+def _run_child(
+    target: Target, todo: list[Check], check_timeout: float, on_result: Callable[[CheckResult], None] | None
+) -> list[CheckResult]:
+    spec = json.dumps({**target.describe(), "checks": [c.name for c in todo]})
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "calctl.runtime.conformance", spec],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,  # its own process group: a hung child is killed with whatever it started
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def reader() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith(_MARK):
+                    lines.put(line[len(_MARK) :])
+            lines.put(None)
+
+        threading.Thread(target=reader, daemon=True).start()
+        results: list[CheckResult] = []
+        try:
+            for c in todo:
+                started = time.monotonic()
+                deadline = started + check_timeout + 30  # startup and imports get their own margin
+                begun = False
+                result: CheckResult | None = None
+                while result is None:
+                    try:
+                        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    except queue.Empty:
+                        result = CheckResult(
+                            c.name,
+                            c.title,
+                            Verdict.TIMEOUT,
+                            time.monotonic() - started,
+                            f"did not finish within {check_timeout:g} s; the check's process was killed"
+                            if begun
+                            else "the check's process did not start it in time",
+                        )
+                        break
+                    if line is None:
+                        proc.wait(10)
+                        err.seek(0)
+                        tail = err.read()[-600:].strip()
+                        result = CheckResult(
+                            c.name,
+                            c.title,
+                            Verdict.FAIL,
+                            time.monotonic() - started,
+                            f"the check's process died ({_exit_text(proc.returncode)})" + (f": {tail}" if tail else ""),
+                        )
+                        break
+                    doc = json.loads(line)
+                    if doc.get("event") == "begin":
+                        begun, started, deadline = True, time.monotonic(), time.monotonic() + check_timeout
+                    else:
+                        result = CheckResult.from_dict(doc["result"])
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+                if result.verdict is Verdict.TIMEOUT or (result.verdict is Verdict.FAIL and proc.poll() is not None):
+                    break
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return results
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        return f"signal {signal.Signals(-code).name}"
+    return f"exit {code}"
+
+
+def _child_main(spec_text: str) -> int:
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing shim leaves a row, not a core file
+    spec = json.loads(spec_text)
+    target = Target(
+        DeviceKind(spec["device"]), Path(spec["package"]), Path(spec["library"]) if spec.get("library") else None
+    )
+    by_name = {c.name: c for c in CHECKS}
+    for name in spec["checks"]:
+        print(_MARK + json.dumps({"event": "begin", "check": name}), flush=True)
+        result = run_check(by_name[name], target)
+        print(_MARK + json.dumps({"event": "result", "result": result.to_dict()}, default=str), flush=True)
+    return 0
