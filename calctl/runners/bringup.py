@@ -51,17 +51,12 @@ from calctl.errors import CalctlError
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.report import Report, StepRecord, build_header, verdict_of_exit_code
-from calctl.runners.context import (
-    DeviceSpec,
-    Outcome,
-    StepStatus,
-    error_text,
-    outcome_of,
-    write_trace_outputs,
-)
+from calctl.report import Report, StepRecord, StepStatus, build_header, verdict_of_exit_code
+from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import run_golden
 from calctl.runners.poc import run_poc_combined
+from calctl.runners.steps import Outcome, error_text, outcome_of
+from calctl.runners.trace import write_trace_outputs
 from calctl.runners.warmup import describe as describe_warmup
 from calctl.runners.warmup import run_warmup
 from calctl.signing.policy import TrustPolicy

@@ -58,18 +58,9 @@ from calctl.checks.stats import until_decided
 from calctl.checks.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
 from calctl.errors import CalctlError, CheckFailed, UsageError
 from calctl.package.model import ChipMode, GraphKind, Package, mask_of_chips
-from calctl.runners.context import (
-    DeviceSpec,
-    Outcome,
-    Report,
-    RunContext,
-    StepLog,
-    StepStatus,
-    error_text,
-    finish,
-    outcome_of,
-    reraise_usage,
-)
+from calctl.report import Report, StepStatus
+from calctl.runners.context import RunContext, finish
+from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import GoldenResult, first_mismatch
 from calctl.runners.golden import judge as judge_golden
 from calctl.runners.overlap import (
@@ -82,6 +73,7 @@ from calctl.runners.overlap import (
     joint_share,
     judge,
 )
+from calctl.runners.steps import Outcome, StepLog, error_text, outcome_of, reraise_usage
 from calctl.runners.trace import Mark
 from calctl.runtime import GenerationId, Runtime
 from calctl.runtime.calbin import CalbinPlan

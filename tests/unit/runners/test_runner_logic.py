@@ -13,10 +13,12 @@ from calctl.checks.steps import GoldenData, GreedyProgress, step_name
 from calctl.errors import CheckFailed, ExitCode, StepTimeout, UsageError
 from calctl.package.model import ChipMode, Package, Tolerance
 from calctl.package.reader import load_manifest
+from calctl.report import StepStatus
 from calctl.runners.bringup import BringupConfig, BringupStep, Level, StepOutcome, run_bringup
-from calctl.runners.context import DeviceSpec, Outcome, StepLog, StepStatus, outcome_of
+from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import check_logits, first_mismatch, judge
 from calctl.runners.poc import check_combined_calbin, parse_expect_models
+from calctl.runners.steps import Outcome, StepLog, outcome_of
 from calctl.runtime import DeviceKind
 from calctl.runtime.calbin import CalbinPlan
 from calctl.runtime.errors import CcuException
