@@ -51,7 +51,7 @@ from calctl.report import MOCK_LABEL, Report, StepRecord, StepStatus, build_head
 from calctl.runners.device import DeviceSpec
 from calctl.runners.programs import ProgramDigest, program_digests, programs_document
 from calctl.runners.steps import (
-    Outcome,
+    RunOutcome,
     StepLog,
     StepNote,
     error_text,
@@ -402,7 +402,7 @@ def finish(
     ``warnings``), the word bringup and validate use for the same result.
     """
     warnings = [f"{s.name}: {s.detail}" for s in ctx.log.records if s.status is StepStatus.WARN]
-    if verdict == Outcome.PASS.value and warnings:
+    if verdict == RunOutcome.PASS.value and warnings:
         verdict = "WARN"
     return Report(
         command=command,
@@ -426,10 +426,10 @@ __all__ = [
     "MOCK_LABEL",
     "CalbinRefused",
     "DeviceSpec",
-    "Outcome",
     "ProgramDigest",
     "Report",
     "RunContext",
+    "RunOutcome",
     "StepLog",
     "StepNote",
     "StepRecord",

@@ -23,7 +23,7 @@ from calctl.package.model import Package
 from calctl.report import Report, StepStatus
 from calctl.runners.context import RunContext, finish, select_aliases
 from calctl.runners.device import DeviceSpec
-from calctl.runners.steps import Outcome, StepLog, error_text, outcome_of, reraise_usage
+from calctl.runners.steps import RunOutcome, StepLog, error_text, outcome_of, reraise_usage
 from calctl.runtime import Runtime
 from calctl.signing.policy import TrustPolicy
 
@@ -66,7 +66,7 @@ def run_per_model(
     log = log or StepLog()
     results: list[R] = []
     not_run: list[dict[str, str]] = []
-    outcome, error = Outcome.PASS, None
+    outcome, error = RunOutcome.PASS, None
     ctx = RunContext(package, trust=trust, device=device, log=log)
     try:
         with ctx:
@@ -94,10 +94,10 @@ def run_per_model(
     except (CalctlError, KeyboardInterrupt) as exc:
         reraise_usage(exc)
         outcome, error = outcome_of(exc), error_text(exc)
-    if outcome is Outcome.PASS:
+    if outcome is RunOutcome.PASS:
         failed = [r for r in results if not r.ok]
         if failed:
-            outcome, error = Outcome.FAIL, "; ".join(check.failure(r) for r in failed)
+            outcome, error = RunOutcome.FAIL, "; ".join(check.failure(r) for r in failed)
     return finish(ctx, check.command, outcome.value, body(results, not_run), error, t0)
 
 

@@ -1,4 +1,4 @@
-"""How a runner's steps and runs end: :class:`Outcome`, the exception each stands for, and the step log.
+"""How a runner's steps and runs end: :class:`RunOutcome`, the exception each stands for, and the step log.
 
 :class:`StepLog` records named steps with status, duration and detail (the PoC's "each step logged with
 its status"); :func:`outcome_of` is the one mapping of an exception to an outcome (a usage error is not
@@ -17,7 +17,7 @@ from calctl.errors import CalctlError, ExitCode, StepTimeout, UsageError, interr
 from calctl.report import StepRecord, StepStatus, exit_code_of
 
 
-class Outcome(str, enum.Enum):
+class RunOutcome(str, enum.Enum):
     """How a runner ended. ``exit_code`` is the documented process exit code (docs/cli.md)."""
 
     PASS = "PASS"
@@ -31,15 +31,15 @@ class Outcome(str, enum.Enum):
         return exit_code_of(self.value)
 
 
-def outcome_of(exc: BaseException) -> Outcome:
+def outcome_of(exc: BaseException) -> RunOutcome:
     """The outcome an exception stands for. Usage errors are not outcomes: callers re-raise them."""
     if isinstance(exc, KeyboardInterrupt):
-        return Outcome.INTERRUPTED
+        return RunOutcome.INTERRUPTED
     if isinstance(exc, StepTimeout):
-        return Outcome.TIMEOUT
+        return RunOutcome.TIMEOUT
     if isinstance(exc, CalctlError) and exc.exit_code == ExitCode.FAILED:
-        return Outcome.FAIL
-    return Outcome.ERROR
+        return RunOutcome.FAIL
+    return RunOutcome.ERROR
 
 
 def error_text(exc: BaseException) -> str:
@@ -50,11 +50,11 @@ def error_text(exc: BaseException) -> str:
 
 
 _STATUS_OF_OUTCOME = {
-    Outcome.FAIL: StepStatus.FAIL,
-    Outcome.TIMEOUT: StepStatus.TIMEOUT,
-    Outcome.ERROR: StepStatus.ERROR,
-    Outcome.INTERRUPTED: StepStatus.INTERRUPTED,
-    Outcome.PASS: StepStatus.PASS,
+    RunOutcome.FAIL: StepStatus.FAIL,
+    RunOutcome.TIMEOUT: StepStatus.TIMEOUT,
+    RunOutcome.ERROR: StepStatus.ERROR,
+    RunOutcome.INTERRUPTED: StepStatus.INTERRUPTED,
+    RunOutcome.PASS: StepStatus.PASS,
 }
 
 
@@ -121,7 +121,7 @@ def reraise_usage(exc: BaseException) -> None:
 
 
 __all__ = [
-    "Outcome",
+    "RunOutcome",
     "StepLog",
     "StepNote",
     "StepRecord",

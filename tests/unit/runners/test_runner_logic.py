@@ -18,7 +18,7 @@ from calctl.runners.bringup import BringupConfig, BringupStep, Level, StepOutcom
 from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import check_logits, first_mismatch, judge
 from calctl.runners.poc import check_combined_calbin, parse_expect_models
-from calctl.runners.steps import Outcome, StepLog, outcome_of
+from calctl.runners.steps import RunOutcome, StepLog, outcome_of
 from calctl.runtime import DeviceKind
 from calctl.runtime.calbin import CalbinPlan
 from calctl.runtime.errors import CcuException
@@ -183,7 +183,7 @@ def test_outcome_exit_codes() -> None:
     assert outcome_of(StepTimeout("x")).exit_code == ExitCode.TIMEOUT
     assert outcome_of(CcuException("x")).exit_code == ExitCode.DEVICE
     assert outcome_of(KeyboardInterrupt()).exit_code == ExitCode.INTERRUPTED
-    assert Outcome.PASS.exit_code == 0
+    assert RunOutcome.PASS.exit_code == 0
 
 
 def test_device_spec_keeps_mock_options_off_calrt() -> None:
