@@ -186,6 +186,7 @@ def _render(result: accept_lib.AcceptReport) -> None:
         f"report: {escape(str(result.out_dir / accept_lib.REPORT_FILE))}; picture: "
         f"{escape(str(result.out_dir / accept_lib.PLOT_FILE))}; junit: {escape(str(result.out_dir / accept_lib.JUNIT_FILE))}"
     )
+    out.print(f"page: {escape(str(result.out_dir / 'report.html'))} (one self-contained file to open or attach)")
     out.print(f"{escape(result.summary_line())} in {result.seconds:.1f} s")
 
 

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from calctl import html_report
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
 from calctl.cli._options import (
@@ -555,6 +556,7 @@ def bringup(
         result = bringup_lib.run_bringup(config, on_step=show)
     document = result.document()
     write_json(out_dir / "report.json", document)
+    html_report.write(document, out_dir / "report.json")
     if _output.is_json(format):
         _output.emit_json(document)
     else:
@@ -579,6 +581,7 @@ def _render_bringup(result: bringup_lib.BringupReport) -> None:
     if h.get("mock_result"):
         out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
     out.print(f"report: {escape(str(result.out_dir / 'report.json'))} (traces and plots alongside)")
+    out.print(f"page: {escape(str(result.out_dir / 'report.html'))} (one self-contained file to open or attach)")
     out.print(f"verdict {_output.styled_verdict(result.verdict)} in {result.seconds:.1f} s")
 
 

@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl import __version__, records
+from calctl import __version__, html_report, records
 from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError
 from calctl.runners import bringup
 from calctl.runners.acceptance.plot import plot_rows
@@ -785,7 +785,10 @@ def _checkpoint(
             title=f"calctl accept ({config.level.value}): {config.package.name}",
             device=config.device.kind.value,
         )
-    records.write_json(config.out_dir / REPORT_FILE, report.document())
+    document = report.document()
+    records.write_json(config.out_dir / REPORT_FILE, document)
+    if final or status == "interrupted":
+        html_report.write(document, config.out_dir / REPORT_FILE)
     return report
 
 
