@@ -77,6 +77,7 @@ class LevelSettings:
     step_timeout_s: float
     soak_checkpoint_s: float
     executor_rounds: int  # measured rounds per executor-modes profile (M1/M2); fewer: wider CIs, inconclusive sooner
+    executor_max_rounds: int = 0  # the round budget while M1/M2 is inconclusive (the decision rule); 0: 3 x rounds
 
 
 LEVELS: dict[Level, LevelSettings] = {
@@ -88,6 +89,7 @@ LEVELS: dict[Level, LevelSettings] = {
         step_timeout_s=30.0,
         soak_checkpoint_s=60.0,
         executor_rounds=3,
+        executor_max_rounds=12,
     ),
     # A bench session: more rounds and cycles, still well under an hour.
     Level.STANDARD: LevelSettings(
@@ -97,6 +99,7 @@ LEVELS: dict[Level, LevelSettings] = {
         step_timeout_s=30.0,
         soak_checkpoint_s=60.0,
         executor_rounds=8,
+        executor_max_rounds=24,
     ),
     # The report's durations: a 24 h soak (>= 100 cycles at 60 s of traffic each, 8 h of switching included).
     Level.LONG: LevelSettings(
@@ -106,6 +109,7 @@ LEVELS: dict[Level, LevelSettings] = {
         step_timeout_s=60.0,
         soak_checkpoint_s=300.0,
         executor_rounds=30,
+        executor_max_rounds=90,
     ),
 }
 
@@ -393,6 +397,7 @@ def _scenario(state: _State, name: str, package: Path) -> StepEvidence:
         device=cfg.device,
         seed=cfg.seed,
         rounds=cfg.settings.executor_rounds if name == "executor-modes" else None,
+        max_rounds=(cfg.settings.executor_max_rounds or None) if name == "executor-modes" else None,
     )
     try:
         result = scenario.run(opts, state.log)
