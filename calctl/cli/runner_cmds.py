@@ -325,12 +325,14 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:.3f}"
 
 
-def _stability(cv: float | None, unstable: bool, limit: float | None) -> str:
+def _stability(cv: float | None, unstable: bool, limit: float | None, not_judged: bool = False) -> str:
     """Never blank: stable, WARN unstable, or why it could not be told (the CV limit is in the table's title)."""
     if unstable:
         return f"{_output.styled_verdict('WARN')} unstable"
     if cv is None:
         return "n/a (too few jobs)"
+    if not_judged:
+        return f"{_output.styled_verdict('NOT JUDGED')} (CV interval straddles the limit)"
     return "stable"
 
 
@@ -350,14 +352,16 @@ def _render_warmup(report: RunReport) -> None:
                     _ms(p.p90),
                     _ms(p.p99),
                     "n/a" if p.cv is None else f"{p.cv:.3f}",
-                    _stability(p.cv, unstable, report.body.get("cv_warn")),
+                    _stability(p.cv, unstable, report.body.get("cv_warn"), graph in r.not_judged),
                     f"{r.errors}/{r.iterations}",
                 ]
             )
     if rows:
         _output.print_table(
-            "warm-up latency per graph (ms, host submit -> wait, first iteration excluded; "
-            f"stable: CV <= {report.body.get('cv_warn', 0.25):g}; errors of iterations)",
+            "warm-up latency per graph (ms, "
+            + ("device clock" if all(r.clock == "device" for r in report.body.get("models", [])) else "HOST clock")
+            + ", first iteration excluded; "
+            f"stable: CV interval <= {report.body.get('cv_warn', 0.25):g}; errors of iterations)",
             ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors"],
             rows,
         )
@@ -380,6 +384,16 @@ def poc_combined(
     rounds: Annotated[
         int, typer.Option("--rounds", min=2, max=10000, help="Measurement rounds (A alone, B alone, A+B).")
     ] = 8,
+    max_rounds: Annotated[
+        int | None,
+        typer.Option(
+            "--max-rounds",
+            min=2,
+            max=100000,
+            help="Round budget: while a confidence interval straddles its gate, measure one more round at a time "
+            "up to this many (default 4 x --rounds); still straddling: NOT JUDGED.",
+        ),
+    ] = None,
     serialize_chips: Annotated[
         bool,
         typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (S1)."),
@@ -400,11 +414,12 @@ def poc_combined(
 ) -> int:
     """The combined-calbin PoC, exactly 001 §6.4: open device, create calbin, check exact model names and chip
     targets (exit 1 before configure on any problem), configure once, A/B buffers, A golden, B golden, rounds of
-    A alone / B alone / A+B together checked against golden, S1/S2 verdict from overlap_ratio and
-    throughput_efficiency with bootstrap CIs, drain, reset configuration, release.
+    A alone / B alone / A+B together checked against golden, S1/S2 verdict from overlap_ratio,
+    throughput_efficiency and the per-chip trace on the device's clock, each a bootstrap CI that must lie on one
+    side of its gate (else more rounds up to --max-rounds, then NOT JUDGED), drain, reset configuration, release.
 
-    Exit 0 for S1 or S2 (with --require-s2 only S2), 1 refused package or output mismatch, 3 device error,
-    4 a step hung, 130 Ctrl-C.
+    Exit 0 for S1, S2 or NOT JUDGED (with --require-s2 only S2), 1 refused package or output mismatch,
+    3 device error, 4 a step hung, 130 Ctrl-C.
     """
     spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
     path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
@@ -423,6 +438,7 @@ def poc_combined(
             device=spec,
             expect_models=expect,
             rounds=rounds,
+            max_rounds=max_rounds,
             step_timeout_s=step_timeout,
             require_s2=require_s2,
             log=log,
@@ -453,7 +469,7 @@ def _render_poc(report: RunReport) -> None:
     rounds = body.get("rounds", [])
     if rounds:
         _output.print_table(
-            "rounds (seconds)",
+            f"rounds ({'device' if all(r.clock == 'device' for r in rounds) else 'HOST'} seconds)",
             ["round", "A alone", "B alone", "A+B joint", "overlap_ratio", "efficiency", "both chips busy"],
             [
                 [
@@ -475,6 +491,12 @@ def _render_poc(report: RunReport) -> None:
             "(mean [95% bootstrap CI] over rounds, 001 §13.2)"
         )
         out.print(f"[dim]{OVERLAP_BOUNDS}[/]")
+    ho = body.get("host_overhead")
+    if ho:
+        out.print(
+            f"host overhead: {ho['share_of_host_time']:.0%} of the host's {ho['host_seconds']:.2f} s "
+            f"({ho['clock']} clock; reported, never judged)"
+        )
     for reason in body.get("reasons", []):
         out.print(f"  - {escape(reason)}")
     xt = body.get("crosstalk")

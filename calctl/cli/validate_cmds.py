@@ -241,7 +241,7 @@ def explain(
     """Explain one validation rule: what it checks, why, and where from.
 
     Prints the rule's explanation and the report sections it enforces (001 = the dual-model report,
-    000 = the scheduling report; docs/… names this project's own documentation).
+    000 = the scheduling report; a docs/ path names this project's own documentation).
     """
     rule = rule_by_id(rule_id)
     if rule is None:

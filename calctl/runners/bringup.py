@@ -81,17 +81,33 @@ class LevelSettings:
     step_timeout_s: float
     soak_cycles: int  # load/unload cycles of the short soak
     soak_traffic_s: float  # seconds of mixed traffic per soak cycle
+    poc_max_rounds: int = 0  # the PoC's round budget while an interval straddles its gate (0: 4 x poc_rounds)
 
 
 LEVELS: dict[Level, LevelSettings] = {
     Level.QUICK: LevelSettings(
-        warmup_iterations=5, poc_rounds=4, step_timeout_s=30.0, soak_cycles=3, soak_traffic_s=0.5
+        warmup_iterations=5,
+        poc_rounds=4,
+        step_timeout_s=30.0,
+        soak_cycles=3,
+        soak_traffic_s=0.5,
+        poc_max_rounds=16,
     ),
     Level.STANDARD: LevelSettings(
-        warmup_iterations=20, poc_rounds=8, step_timeout_s=30.0, soak_cycles=5, soak_traffic_s=1.0
+        warmup_iterations=20,
+        poc_rounds=8,
+        step_timeout_s=30.0,
+        soak_cycles=5,
+        soak_traffic_s=1.0,
+        poc_max_rounds=32,
     ),
     Level.LONG: LevelSettings(
-        warmup_iterations=200, poc_rounds=30, step_timeout_s=60.0, soak_cycles=100, soak_traffic_s=2.0
+        warmup_iterations=200,
+        poc_rounds=30,
+        step_timeout_s=60.0,
+        soak_cycles=100,
+        soak_traffic_s=2.0,
+        poc_max_rounds=120,
     ),
 }
 
@@ -280,6 +296,7 @@ def _poc(state: BringupState) -> StepOutcome:
         device=cfg.device,
         expect_models=state.package.aliases,
         rounds=cfg.settings.poc_rounds,
+        max_rounds=cfg.settings.poc_max_rounds or None,
         step_timeout_s=cfg.settings.step_timeout_s,
     )
     o, e = report.body.get("overlap_ratio"), report.body.get("throughput_efficiency")

@@ -118,7 +118,11 @@ def describe(r: WarmupResult) -> str:
             parts.append(f"{graph} P50 {_ms(p.p50)} P99 {_ms(p.p99)} CV {cv}")
     text = f"{r.iterations} it, {r.errors} error(s); " + "; ".join(parts)
     if r.unstable:
-        text += f"; unstable (CV > {CV_WARN}): {', '.join(r.unstable)}"
+        text += f"; unstable (CV CI above {CV_WARN}): {', '.join(r.unstable)}"
+    if r.not_judged:
+        text += f"; stability not judged (CV CI straddles {CV_WARN} or too few jobs): {', '.join(r.not_judged)}"
+    if r.clock == "host":
+        text += "; HOST clock (the runtime reports no job timestamps)"
     return text
 
 

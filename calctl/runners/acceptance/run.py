@@ -358,7 +358,7 @@ def step_poc(state: _State) -> StepEvidence:
     doc: dict[str, Any] = records.to_jsonable(o.document or {})
     path = st.config.out_dir / "poc.json"
     records.write_json(path, doc)
-    if o.verdict not in ("S1", "S2", "FAIL"):
+    if o.verdict not in ("S1", "S2", "NOT JUDGED", "FAIL"):
         return StepEvidence("poc", StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
     files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
     return StepEvidence("poc", StepStatus.RAN, o.seconds, f"{o.verdict}: {o.key_figure}", document=doc, files=files)

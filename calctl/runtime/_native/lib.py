@@ -196,7 +196,16 @@ EXT_LAYER_ROLES = {
     "k_norm": 23,
 }
 #: calrt_ext_fault_set codes (calrt_ext.h; the stub's calrt_stub_set_fault uses the same).
-EXT_FAULTS = {"busy": 1, "hang": 2, "ccu": 3, "no_chip_memory": 4, "delay_ms": 5, "dma": 6, "no_chip_reset": 7}
+EXT_FAULTS = {
+    "busy": 1,
+    "hang": 2,
+    "ccu": 3,
+    "no_chip_memory": 4,
+    "delay_ms": 5,
+    "dma": 6,
+    "no_chip_reset": 7,
+    "reset_fail": 8,
+}
 
 EXT_ID_LEN = 64
 EXT_DEVICE_UNKNOWN, EXT_DEVICE_HARDWARE, EXT_DEVICE_SOFTWARE_MODEL = 0, 1, 2

@@ -89,7 +89,8 @@ enum {
     CALRT_EXT_FAULT_NO_CHIP_MEMORY = 4,  /* calrt_memory_usage returns NOT_SUPPORTED */
     CALRT_EXT_FAULT_DELAY_MS = 5,        /* every job takes at least N ms more */
     CALRT_EXT_FAULT_DMA = 6,             /* the next N jobs fail with UNKNOWN_DMA_STATE; buffers held until reset */
-    CALRT_EXT_FAULT_NO_CHIP_RESET = 7    /* calrt_reset(CHIP) returns NOT_SUPPORTED */
+    CALRT_EXT_FAULT_NO_CHIP_RESET = 7,   /* calrt_reset(CHIP) returns NOT_SUPPORTED */
+    CALRT_EXT_FAULT_RESET_FAIL = 8       /* the next N calrt_reset calls return DEVICE_LOST and reset nothing */
 };
 
 calrt_status calrt_ext_fault_set(calrt_device *dev, uint32_t fault, uint32_t value);

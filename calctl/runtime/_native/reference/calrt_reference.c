@@ -26,7 +26,8 @@
  *
  * Fault switches: calrt_ext_fault_set(dev, fault, value), or CALRT_REF_FAULTS="busy=1,hang=1"
  * read at device open (names as in calrt_ext.h: busy, hang, ccu, dma, no_chip_memory,
- * no_chip_reset, delay_ms).
+ * no_chip_reset, reset_fail, delay_ms; reset_fail=N: the next N calrt_reset calls return
+ * DEVICE_LOST and reset nothing).
  *
  * Mutants (compile-time switches, off in every build calctl makes; tests/unit/runtime builds them to prove
  * that `calctl device conformance` fails a shim with one realistic bug, docs/calrt-c-abi.md §13):
@@ -168,7 +169,7 @@ struct calrt_device {
     int quit;
     int board_lock, board_busy;
     double time_scale;
-    uint32_t f_busy, f_hang, f_ccu, f_dma, f_no_mem, f_no_chip_reset, delay_ms;
+    uint32_t f_busy, f_hang, f_ccu, f_dma, f_no_mem, f_no_chip_reset, f_reset_fail, delay_ms;
 #ifdef CALRT_MUTANT_UNLOAD_LEAK
     uint64_t mut_leaked;         /* bytes lost per chip by every unload */
 #endif
@@ -652,6 +653,7 @@ static void parse_env(calrt_device *d) {
         else if (!strcmp(tok, "dma")) d->f_dma = v;
         else if (!strcmp(tok, "no_chip_memory")) d->f_no_mem = v;
         else if (!strcmp(tok, "no_chip_reset")) d->f_no_chip_reset = v;
+        else if (!strcmp(tok, "reset_fail")) d->f_reset_fail = v;
         else if (!strcmp(tok, "delay_ms")) d->delay_ms = v;
     }
     free(copy);
@@ -668,6 +670,7 @@ calrt_status calrt_ext_fault_set(calrt_device *d, uint32_t fault, uint32_t value
     case CALRT_EXT_FAULT_DMA: d->f_dma = value; break;
     case CALRT_EXT_FAULT_NO_CHIP_MEMORY: d->f_no_mem = value; break;
     case CALRT_EXT_FAULT_NO_CHIP_RESET: d->f_no_chip_reset = value; break;
+    case CALRT_EXT_FAULT_RESET_FAIL: d->f_reset_fail = value; break;
     case CALRT_EXT_FAULT_DELAY_MS: d->delay_ms = value; break;
     default: rc = CALRT_E_INVALID_ARGUMENT;
     }
@@ -1599,6 +1602,11 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
     if (scope == CALRT_RESET_CHIP && d->f_no_chip_reset) {
         pthread_mutex_unlock(&d->mu);
         return CALRT_E_NOT_SUPPORTED;
+    }
+    if (d->f_reset_fail) { /* the reset itself fails: nothing is reset (docs/runtime.md §4 reset_failure) */
+        d->f_reset_fail--;
+        pthread_mutex_unlock(&d->mu);
+        return CALRT_E_DEVICE_LOST;
     }
     uint32_t mask = scope == CALRT_RESET_BOARD ? (1u << REF_CHIPS) - 1 : 1u << chip;
     abort_jobs(d, mask, 1); /* returns once the workers of these chips left their jobs */
