@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from calctl.runtime import DeviceKind
+from calctl.runtime import DeviceKind, open_runtime
 from calctl.runtime._native.lib import CALL_LOG_ENV
 from calctl.runtime.conformance.framework import (
     _MARK,
@@ -129,6 +129,10 @@ def _run_child(
                         )
                         break
                     doc = json.loads(line)
+                    if doc.get("event") == "precondition":  # another process holds the board: no check can run
+                        from calctl.runtime.board_lock import BoardLocked
+
+                        raise BoardLocked(doc["message"], hint=doc.get("hint"))
                     if doc.get("event") == "begin":
                         begun, started, deadline = True, time.monotonic(), time.monotonic() + check_timeout
                     else:
@@ -181,6 +185,17 @@ def _child_main(spec_text: str) -> int:
     by_name = {c.name: c for c in CHECKS}
     from calctl.runtime._native import lib as L
 
+    if target.device is DeviceKind.CALRT:  # precondition: the board is ours (one process per board, 001 §2.1)
+        from calctl.runtime.board_lock import BoardLocked
+
+        try:
+            open_runtime("calrt", calrt_lib=target.library).close()
+        except BoardLocked as exc:
+            doc = {"event": "precondition", "message": exc.message, "hint": exc.hint}
+            print(_MARK + json.dumps(doc), flush=True)
+            return 0
+        except Exception:  # anything else is a check's finding, reported by the checks
+            pass
     for name in spec["checks"]:
         log = L.call_log()
         if log is not None:
