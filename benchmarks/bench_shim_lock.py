@@ -34,11 +34,11 @@ from pathlib import Path
 
 os.environ.setdefault("CALRT_REF_TIME_SCALE", "0")
 
-from calctl.package.reader import load_manifest  # noqa: E402
-from calctl.runtime import open_runtime  # noqa: E402
-from calctl.runtime._native import lib as L  # noqa: E402
-from calctl.runtime._native.build import build_reference  # noqa: E402
-from calctl.runtime.conformance import golden_prompt, write_prefill  # noqa: E402
+from calctl.package.reader import load_manifest
+from calctl.runtime import open_runtime
+from calctl.runtime._native import lib as L
+from calctl.runtime._native.build import build_reference
+from calctl.runtime.conformance import golden_prompt, write_prefill
 
 PACKAGE = Path(__file__).resolve().parent.parent / "fixtures" / "packages" / "combined"
 
