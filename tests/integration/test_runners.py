@@ -294,10 +294,10 @@ def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> 
     assert summary["budget"]["verdict"] == "GO" and summary["run-golden"]["verdict"] == "WARN"
     assert summary["poc"]["verdict"] == "S2"
     assert summary["soak"]["verdict"] == "PASS" and (out / "soak" / "soak-report.json").is_file()
-    assert doc["steps"]["soak"]["violations"] == [] and doc["steps"]["soak"]["cycles"] >= 3
+    assert doc["step_reports"]["soak"]["violations"] == [] and doc["step_reports"]["soak"]["cycles"] >= 3
     for step in ("run-golden", "warmup", "poc"):
         assert (out / f"{step}.trace.json").is_file() and (out / f"{step}.png").read_bytes()[:8] == PNG_MAGIC
-        assert doc["steps"][step]["device"] == "mock"
+        assert doc["step_reports"][step]["device"] == "mock"
     assert "calctl bringup" in r.out and "MOCK RESULT" in r.out
 
 
