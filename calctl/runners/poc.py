@@ -58,18 +58,9 @@ from calctl.checks.stats import until_decided
 from calctl.checks.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
 from calctl.errors import CalctlError, CheckFailed, UsageError
 from calctl.package.model import ChipMode, GraphKind, Package, mask_of_chips
-from calctl.runners.context import (
-    DeviceSpec,
-    Outcome,
-    Report,
-    RunContext,
-    StepLog,
-    StepStatus,
-    error_text,
-    finish,
-    outcome_of,
-    reraise_usage,
-)
+from calctl.report import Report, StepStatus
+from calctl.runners.context import RunContext, finish
+from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import GoldenResult, first_mismatch
 from calctl.runners.golden import judge as judge_golden
 from calctl.runners.overlap import (
@@ -82,6 +73,7 @@ from calctl.runners.overlap import (
     joint_share,
     judge,
 )
+from calctl.runners.steps import RunOutcome, StepLog, error_text, outcome_of, reraise_usage
 from calctl.runners.trace import Mark
 from calctl.runtime import GenerationId, Runtime
 from calctl.runtime.calbin import CalbinPlan
@@ -382,7 +374,7 @@ def run_poc_combined(
     ctx = RunContext(package, trust=trust, device=device, log=log, expect_models=expect_models)
     body: dict[str, Any] = {"expect_models": list(expect_models), "rounds_requested": rounds, "rounds_budget": budget}
     found = _Found()
-    outcome, error = Outcome.PASS, None
+    outcome, error = RunOutcome.PASS, None
     try:
         with ctx:
             try:
@@ -421,7 +413,7 @@ def run_poc_combined(
         body["reasons"] = list(verdict.reasons)
     body["capability"] = _capability(device, verdict, outcome)
     fail_on: frozenset[str] = frozenset()
-    if outcome is not Outcome.PASS or verdict is None:
+    if outcome is not RunOutcome.PASS or verdict is None:
         final = outcome.value
     elif require_s2 and verdict.verdict != "S2":
         final, fail_on = verdict.verdict, frozenset({verdict.verdict})
@@ -654,14 +646,14 @@ def _host_blame(overhead: dict[str, Any] | None) -> str:
     )
 
 
-def _capability(device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: Outcome) -> str:
+def _capability(device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: RunOutcome) -> str:
     """What the run may be cited for (001 §1 C0–C4, S1/S2; docs/runtime.md §5)."""
     if device.is_mock:
         return (
             "not evidence: a mock result shows the tool tells S1 from S2; the board's dual-chip concurrency stays "
             "C3 until a --device calrt run with a vendor combined calbin measures it (001 §1, §6.4)"
         )
-    if verdict is None or outcome is not Outcome.PASS:
+    if verdict is None or outcome is not RunOutcome.PASS:
         return "no claim: the PoC did not run to its verdict on this board"
     if verdict.verdict == "S2":
         return (

@@ -12,6 +12,7 @@ time, the chips overlapped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from calctl.records import atomic_output, write_atomic
+from calctl.runtime import TraceEvent
+from calctl.runtime.types import JobState
 
 
 @dataclass(frozen=True)
@@ -239,3 +242,55 @@ def plot_timeline(
     with atomic_output(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+def trace_slices(events: Sequence[TraceEvent], *, phases: bool = False) -> list[TraceSlice]:
+    """Chrome-trace slices of the jobs that ran (a job aborted before it started has no interval).
+
+    ``phases``: add each job's h2d/compute/d2h intervals as sub-slices where the runtime reports them.
+    """
+    out: list[TraceSlice] = []
+    for e in events:
+        if e.start_ns is None or e.end_ns is None:
+            continue
+        job = TraceSlice(
+            chip=e.chip,
+            start=e.start_ns / 1e9,
+            end=e.end_ns / 1e9,
+            model=e.model,
+            graph=e.graph,
+            engine=e.engine.value,
+            job_id=int(e.job),
+            generation=int(e.generation),
+            ok=e.state is JobState.SUCCEEDED,
+        )
+        out.append(job)
+        if phases and e.phases:
+            out.extend(
+                dataclasses.replace(job, start=p.start_ns / 1e9, end=p.end_ns / 1e9, phase=p.phase.value)
+                for p in e.phases
+            )
+    return out
+
+
+def write_trace_outputs(
+    events: Sequence[TraceEvent],
+    *,
+    trace: Path | None,
+    plot: Path | None,
+    device: str,
+    title: str,
+    metadata: dict[str, Any],
+    marks: Sequence[Mark] = (),
+) -> dict[str, str | None]:
+    """Write the Chrome/Perfetto JSON and/or the timeline PNG (``marks`` shaded behind it); return where they went."""
+    slices = trace_slices(events)
+    out: dict[str, str | None] = {"json": None, "plot": None}
+    if trace is not None:
+        write_chrome_trace(trace, slices, device=device, metadata=metadata)
+        out["json"] = str(trace)
+    if plot is not None:
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        plot_timeline(plot, slices, title=title, device=device, marks=marks)
+        out["plot"] = str(plot)
+    return out

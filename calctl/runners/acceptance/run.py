@@ -56,7 +56,9 @@ from calctl.runners.acceptance.rows import (
     Verdict,
     judge_all,
 )
-from calctl.runners.context import DeviceSpec, RunContext, error_text, outcome_of
+from calctl.runners.context import RunContext
+from calctl.runners.device import DeviceSpec
+from calctl.runners.steps import error_text, outcome_of
 from calctl.signing.policy import TrustPolicy
 
 REPORT_FILE = "report.json"

@@ -63,7 +63,7 @@ from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted, Usage
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, build_header, verdict_of_exit_code
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.runners.soak import checks, evidence
 from calctl.runners.soak.mix import MixedTraffic, ModelLimits
 from calctl.runners.traffic import EngineLoop, EngineResult, RequestOutcome, drive_engine_request, error_reason
