@@ -25,6 +25,11 @@ from calctl.package.rules import RULES, Rule, Status, rule_by_id
 from calctl.package.rules.compat import parse_version
 from calctl.package.validate import CheckResult, Report, ValidationPolicy
 from calctl.package.validate import validate as run_validation
+from calctl.textsafe import markup as safe
+
+#: Entries of one rule the table prints (a package can cause thousands; the table printed ~1.5 ms a row);
+#: the rest are counted ("... and N more"), and JSON/JUnit hold every one.
+MAX_SHOWN_PER_RULE = 20
 
 _STATUS_LABEL = {
     Status.PASS: "PASS",
@@ -114,9 +119,20 @@ def _print_report(report: Report, *, verbose: bool = False) -> None:
     """Failures, errors, warnings and skips in full (one finding per block); passes counted (``--verbose``: listed)."""
     out = _output.stdout
     shown = [c for c in report.checks if verbose or c.status is not Status.PASS]
-    out.print(f"[bold]calctl validate[/] {escape(report.package)}")
+    out.print(f"[bold]calctl validate[/] {safe(report.package)}")
+    per_rule: dict[str, int] = {}
+    for c in report.checks:
+        if verbose or c.status is not Status.PASS:
+            per_rule[c.id] = per_rule.get(c.id, 0) + 1
+    printed: dict[str, int] = {}
     for c in shown:
-        where = ": ".join(escape(p) for p in (c.file, c.field) if p)
+        printed[c.id] = printed.get(c.id, 0) + 1
+        if printed[c.id] > MAX_SHOWN_PER_RULE:
+            if printed[c.id] == MAX_SHOWN_PER_RULE + 1:
+                more = per_rule[c.id] - MAX_SHOWN_PER_RULE
+                out.print(f"  [dim]... and {more:,} more {c.id} entries (--format json lists all of them)[/]")
+            continue
+        where = ": ".join(safe(p) for p in (c.file, c.field) if p)
         out.print(
             f"  {_output.styled_verdict(_STATUS_LABEL[c.status])} {c.id} [dim]{c.group.value}[/]"
             + (f" {where}" if where else "")
