@@ -11,9 +11,11 @@ equal to each command's own docstring. Nothing here knows what a command does.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import os
+import re
 import sys
 import traceback
 from typing import Annotated, Any, ClassVar
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(ExitCode.USAGE)
         if isinstance(exc, _click_exc.UsageError) and exc.ctx is not None:
             _output.stderr.print(exc.ctx.get_usage(), markup=False, highlight=False)
-        _print_error(_escape(exc.format_message()), "run with --help for the options")
+        _print_error(_escape(exc.format_message()), _usage_hint(exc))
         code = ExitCode.USAGE
     except KeyboardInterrupt as exc:
         _print_error(interrupt_reason(exc), None)
@@ -215,9 +217,24 @@ def main(argv: list[str] | None = None) -> int:
             _escape(f"internal error (a calctl bug): {type(exc).__name__}: {exc}"),
             "re-run with --debug for the traceback and report it",
         )
-        code = ExitCode.USAGE
+        code = ExitCode.INTERNAL  # a bug is not a usage error (exit 2): say so in the code too
     sys.stdout.flush()
     return code
+
+
+def _usage_hint(exc: Any) -> str:
+    """The hint under a usage error: the closest command names for a mistyped command, else --help."""
+    match = re.match(r"No such command '(.+?)'\.", exc.format_message())
+    ctx = getattr(exc, "ctx", None)
+    if match and ctx is not None:
+        group = ctx.command
+        names = group.list_commands(ctx) if hasattr(group, "list_commands") else []
+        close = difflib.get_close_matches(match.group(1), names, n=3, cutoff=0.6)
+        prog = ctx.command_path
+        if close and "did you mean" not in exc.format_message().lower():
+            return f"did you mean {' or '.join(repr(c) for c in close)}? (`{prog} --help` lists every command)"
+        return f"`{prog} --help` lists every command"
+    return "run with --help for the options"
 
 
 def _escape(text: str) -> str:
