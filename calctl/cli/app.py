@@ -192,9 +192,22 @@ def main(argv: list[str] | None = None) -> int:
         code = int(exc.exit_code)
     except typer.Exit as exc:
         code = int(exc.exit_code)
-    except typer.Abort:
-        _print_error("interrupted", None)
-        code = ExitCode.INTERRUPTED
+    except typer.Abort as exc:
+        # Click turns an EOFError escaping a command into Abort: that is a library's "end of data" (a truncated
+        # gzip, an empty .npy) that calctl failed to map to a refusal, never a signal (signals arrive as
+        # KeyboardInterrupt / typer.Exit(130)). Only a signal is an interrupt.
+        eof = exc.__cause__ if isinstance(exc.__cause__, EOFError) else None
+        if eof is None:
+            _print_error("interrupted", None)
+            code = ExitCode.INTERRUPTED
+        else:
+            if _debug_requested(args):
+                traceback.print_exception(eof)
+            _print_error(
+                _escape(f"internal error (a calctl bug): EOFError: {eof}"),
+                "re-run with --debug for the traceback and report it",
+            )
+            code = ExitCode.USAGE
     except _click_exc.ClickException as exc:
         # Usage errors: show click's message (names the option) without a traceback.
         if type(exc).__name__ == "NoArgsIsHelpError":
@@ -240,9 +253,10 @@ def _usage_hint(exc: Any) -> str:
 
 
 def _escape(text: str) -> str:
-    from rich.markup import escape
+    """An error or hint for the terminal: markup escaped, control characters and surrogates shown escaped."""
+    from calctl import textsafe
 
-    return escape(text)
+    return textsafe.markup(text, multiline=True)
 
 
 def run() -> None:  # pragma: no cover - used by `python -m calctl`

@@ -22,6 +22,11 @@ from calctl.cli._output import Format, TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import UsageError
 from calctl.report import Report, build_header, simple_report
+from calctl.textsafe import markup as safe
+
+#: Entries of one rule the table prints (a package can cause thousands; the table printed ~1.5 ms a row);
+#: the rest are counted ("... and N more"), and JSON/JUnit hold every one.
+MAX_SHOWN_PER_RULE = 20
 
 if TYPE_CHECKING:  # the rules and jsonschema load when a command runs, not for its --help (issue 31)
     from calctl.package.rules import Rule
@@ -114,9 +119,20 @@ def _print_report(report: ValidationReport, *, verbose: bool = False) -> None:
 
     out = _output.stdout
     shown = [c for c in report.checks if verbose or c.status is not Status.PASS]
-    out.print(f"[bold]calctl validate[/] {escape(report.package)}")
+    out.print(f"[bold]calctl validate[/] {safe(report.package)}")
+    per_rule: dict[str, int] = {}
+    for c in report.checks:
+        if verbose or c.status is not Status.PASS:
+            per_rule[c.id] = per_rule.get(c.id, 0) + 1
+    printed: dict[str, int] = {}
     for c in shown:
-        where = ": ".join(escape(p) for p in (c.file, c.field) if p)
+        printed[c.id] = printed.get(c.id, 0) + 1
+        if printed[c.id] > MAX_SHOWN_PER_RULE:
+            if printed[c.id] == MAX_SHOWN_PER_RULE + 1:
+                more = per_rule[c.id] - MAX_SHOWN_PER_RULE
+                out.print(f"  [dim]... and {more:,} more {c.id} entries (--format json lists all of them)[/]")
+            continue
+        where = ": ".join(safe(p) for p in (c.file, c.field) if p)
         out.print(
             f"  {_output.styled_verdict(c.status.value.upper())} {c.id} [dim]{c.group.value}[/]"
             + (f" {where}" if where else "")
