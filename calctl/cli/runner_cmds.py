@@ -103,6 +103,7 @@ def _finish(
             title=f"calctl {report.command}",
             metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
             marks=report.body.get("marks") or (),
+            latency=report.command == "warmup",
         )
     report = report.with_body(trace=files)
     if report_path is not None:
