@@ -187,6 +187,7 @@ def _render(result: Report) -> None:
         f"report: {escape(str(out_dir / accept_lib.REPORT_FILE))}; picture: "
         f"{escape(str(out_dir / accept_lib.PLOT_FILE))}; junit: {escape(str(out_dir / accept_lib.JUNIT_FILE))}"
     )
+    out.print(f"page: {escape(str(out_dir / 'report.html'))} (one self-contained file to open or attach)")
     out.print(f"{escape(doc['summary'])} in {doc['seconds']:.1f} s")
 
 

@@ -134,7 +134,8 @@ def conformance(
 
 GRADE_NOTE = (
     "grades describe the library {library} as measured here (001 §1: C0 measured, C1 symbol present but behaviour "
-    "not shown, C4 refused); they are evidence about a Calculet board only when that library drives one"
+    "not shown, C3 not measurable through ABI 1.x: ask the vendor, C4 refused); they are evidence about a Calculet "
+    "board only when that library drives one"
 )
 
 
@@ -155,8 +156,11 @@ def _render_conformance(doc: dict[str, Any]) -> None:
             )
     _output.print_table(
         "vendor questions (000 §20, 001 §15.2)",
-        ["question", "grade", "answer", "evidence", "source"],
-        [[q["question"], q["grade"], q["answer"], q["evidence"], q["source"]] for q in doc["vendor_questions"]],
+        ["question", "grade", "answer", "evidence", "ask the vendor", "source"],
+        [
+            [q["question"], q["grade"], q["answer"], q["evidence"], q.get("ask") or "", q["source"]]
+            for q in doc["vendor_questions"]
+        ],
     )
     _output.stdout.print(f"[dim]{doc['note']}[/]")
     counts = ", ".join(f"{n} {k}" for k, n in doc["counts"].items() if n)

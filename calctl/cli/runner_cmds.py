@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from calctl import html_report
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
 from calctl.cli._options import (
@@ -102,6 +103,7 @@ def _finish(
             title=f"calctl {report.command}",
             metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
             marks=report.body.get("marks") or (),
+            latency=report.command == "warmup",
         )
     report = report.with_body(trace=files)
     if report_path is not None:
@@ -555,7 +557,9 @@ def bringup(
 
     with interruptible():
         result = bringup_lib.run_bringup(config, on_step=show)
-    write_json(out_dir / "report.json", result.document())
+    document = result.document()
+    write_json(out_dir / "report.json", document)
+    html_report.write(document, out_dir / "report.json")
     if _output.is_json(format):
         _output.emit_json(result)
     else:
@@ -578,6 +582,9 @@ def _render_bringup(result: Report) -> None:
     if doc.get("note"):
         out.print(f"[yellow]{escape(doc['note'])}[/]")
     out.print(f"report: {escape(str(Path(doc['report_dir']) / 'report.json'))} (traces and plots alongside)")
+    out.print(
+        f"page: {escape(str(Path(doc['report_dir']) / 'report.html'))} (one self-contained file to open or attach)"
+    )
     out.print(f"verdict {_output.styled_verdict(result.verdict)} in {doc['seconds']:.1f} s")
 
 

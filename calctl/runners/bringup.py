@@ -231,6 +231,7 @@ def _device_step(state: BringupState, name: str, report: Report, figure: str) ->
         title=f"calctl bringup: {name}",
         metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
         marks=report.body.get("marks") or (),
+        latency=report.command == "warmup",
     )
     if state.header is None and report.header.get("runtime") is not None:
         state.header = dict(report.header)

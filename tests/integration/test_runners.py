@@ -294,7 +294,6 @@ def test_warmup_counts_tokens_off_golden_as_errors(cli, tmp_path: Path) -> None:
 # bringup
 
 
-@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(tmp_path)
     r = cli("bringup")

@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl import records
+from calctl import html_report, records
 from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError
 from calctl.report import Report, build_header, exit_code_of
 from calctl.runners import bringup
@@ -80,6 +80,7 @@ class LevelSettings:
     step_timeout_s: float
     soak_checkpoint_s: float
     executor_rounds: int  # measured rounds per executor-modes profile (M1/M2); fewer: wider CIs, inconclusive sooner
+    executor_max_rounds: int = 0  # the round budget while M1/M2 is inconclusive (the decision rule); 0: 3 x rounds
 
 
 LEVELS: dict[Level, LevelSettings] = {
@@ -91,6 +92,7 @@ LEVELS: dict[Level, LevelSettings] = {
         step_timeout_s=30.0,
         soak_checkpoint_s=60.0,
         executor_rounds=3,
+        executor_max_rounds=12,
     ),
     # A bench session: more rounds and cycles, still well under an hour.
     Level.STANDARD: LevelSettings(
@@ -100,6 +102,7 @@ LEVELS: dict[Level, LevelSettings] = {
         step_timeout_s=30.0,
         soak_checkpoint_s=60.0,
         executor_rounds=8,
+        executor_max_rounds=24,
     ),
     # The report's durations: a 24 h soak (>= 100 cycles at 60 s of traffic each, 8 h of switching included).
     Level.LONG: LevelSettings(
@@ -109,6 +112,7 @@ LEVELS: dict[Level, LevelSettings] = {
         step_timeout_s=60.0,
         soak_checkpoint_s=300.0,
         executor_rounds=30,
+        executor_max_rounds=90,
     ),
 }
 
@@ -396,6 +400,7 @@ def _scenario(state: _State, name: str, package: Path) -> StepEvidence:
         device=cfg.device,
         seed=cfg.seed,
         rounds=cfg.settings.executor_rounds if name == "executor-modes" else None,
+        max_rounds=(cfg.settings.executor_max_rounds or None) if name == "executor-modes" else None,
     )
     try:
         result = scenario.run(opts, state.log)
@@ -773,7 +778,10 @@ def _checkpoint(
             title=f"calctl accept ({config.level.value}): {config.package.name}",
             device=config.device.kind.value,
         )
-    records.write_json(config.out_dir / REPORT_FILE, report.document())
+    document = report.document()
+    records.write_json(config.out_dir / REPORT_FILE, document)
+    if final or status == "interrupted":
+        html_report.write(document, config.out_dir / REPORT_FILE)
     return report
 
 
