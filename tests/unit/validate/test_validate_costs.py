@@ -203,12 +203,12 @@ def test_tgz_cut_inside_its_first_header_is_a_refusal_naming_the_file(tmp_path: 
 
 
 def test_a_library_eoferror_is_an_internal_error_not_an_interrupt(monkeypatch: pytest.MonkeyPatch, cli) -> None:  # type: ignore[no-untyped-def]
-    from calctl.cli import validate_cmds
+    from calctl.package import validate as validate_module
 
     def eof(*_a: Any, **_k: Any) -> None:
         raise EOFError("Compressed file ended before the end-of-stream marker was reached")
 
-    monkeypatch.setattr(validate_cmds, "run_validation", eof)
+    monkeypatch.setattr(validate_module, "validate", eof)
     r = cli("validate", REPO / "fixtures" / "packages" / "single")
     assert r.code == 2 and "interrupted" not in r.err, (r.code, r.err)
     assert "internal error (a calctl bug): EOFError: Compressed file ended" in r.err
