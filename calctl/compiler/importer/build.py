@@ -291,7 +291,11 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
     params = stored(ck.params, opts.dtype)
     prompts, notes = golden_prompts(ck, tok)
     if arch.eos_token_id is None:  # llama.cpp warns too: such a model only stops at the token limit
-        eos_from = f"{prefix}eos_token_id" if ck.kind == "gguf" else "eos_token_id (config.json) or eos_token"
+        eos_from = (
+            f"{prefix}eos_token_id"
+            if ck.kind == "gguf"
+            else "eos_token_id (config.json, generation_config.json) or eos_token (tokenizer_config.json)"
+        )
         notes.append(
             f"{ck.sources[0].name}: no end-of-sequence token ({eos_from}): generation never stops on its own, "
             "every request runs to its max_tokens"
