@@ -19,9 +19,12 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.padding import Padding
+from rich.segment import Segment
 from rich.table import Table
 
+from calctl import textsafe
 from calctl.records import dumps
+from calctl.report import Report
 
 #: Tables are laid out for this many columns when stdout is not a terminal (logs, CI captures) and
 #: ``COLUMNS`` does not say otherwise; a terminal gets its own width. Wide columns wrap inside their cell.
@@ -36,8 +39,36 @@ def _width(stream: TextIO) -> int | None:
     return None if stream.isatty() else LOG_WIDTH
 
 
-stdout = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
-stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
+class SafeConsole(Console):
+    """A rich Console through which no input text acts on the terminal (calctl.textsafe).
+
+    Every string is made terminal-safe before rich lays it out (control characters and surrogates escaped), a
+    string whose markup does not parse is printed as text instead of raising ``MarkupError``, and, as the last
+    guard, no segment of text reaches the stream with a control character (rich's own styling and cursor
+    control are not text segments). Callers still escape package strings with ``textsafe.markup``.
+    """
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        from rich.errors import MarkupError
+
+        text = textsafe.plain(text, multiline=True)
+        try:
+            return super().render_str(text, **kwargs)
+        except MarkupError:
+            return super().render_str(text, **{**kwargs, "markup": False, "emoji": False})
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        safe = (
+            seg
+            if seg.control or textsafe.is_safe(seg.text, multiline=True)
+            else Segment(textsafe.plain(seg.text, multiline=True), seg.style, seg.control)
+            for seg in buffer
+        )
+        return super()._render_buffer(safe)
+
+
+stdout = SafeConsole(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+stderr = SafeConsole(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
 class TableJson(str, enum.Enum):
@@ -59,9 +90,10 @@ def is_json(format: TableJson | Format) -> bool:
     return format.value == "json"
 
 
-def emit_json(document: dict[str, Any]) -> None:
-    """Print one JSON document to stdout with ``schema_version`` first."""
-    sys.stdout.write(dumps(document) + "\n")
+def emit_json(report: Report) -> None:
+    """Print the report's JSON document to stdout (``schema_version`` first, then the header, ``verdict`` and
+    ``exit_code``): the one way a command prints JSON, so every ``--format json`` has its verdict and exit code."""
+    sys.stdout.write(dumps(report.document()) + "\n")
     sys.stdout.flush()
 
 

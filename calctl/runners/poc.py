@@ -58,18 +58,9 @@ from calctl.checks.stats import until_decided
 from calctl.checks.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
 from calctl.errors import CalctlError, CheckFailed, UsageError
 from calctl.package.model import ChipMode, GraphKind, Package, mask_of_chips
-from calctl.runners.context import (
-    DeviceSpec,
-    Outcome,
-    RunContext,
-    RunReport,
-    StepLog,
-    StepStatus,
-    error_text,
-    finish,
-    outcome_of,
-    reraise_usage,
-)
+from calctl.report import Report, StepStatus
+from calctl.runners.context import RunContext, finish
+from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import GoldenResult, first_mismatch
 from calctl.runners.golden import judge as judge_golden
 from calctl.runners.overlap import (
@@ -82,6 +73,7 @@ from calctl.runners.overlap import (
     joint_share,
     judge,
 )
+from calctl.runners.steps import RunOutcome, StepLog, error_text, outcome_of, reraise_usage
 from calctl.runners.trace import Mark
 from calctl.runtime import GenerationId, Runtime
 from calctl.runtime.calbin import CalbinPlan
@@ -361,7 +353,7 @@ def run_poc_combined(
     step_timeout_s: float = 30.0,
     require_s2: bool = False,
     log: StepLog | None = None,
-) -> RunReport:
+) -> Report:
     """``calctl poc combined``: the 001 §6.4 flow. Verdict S1/S2 when it ran to the end, else FAIL/TIMEOUT/ERROR.
 
     Exit 0 for S1 or S2 (both are findings), unless ``require_s2`` makes S1 exit 1;
@@ -382,7 +374,7 @@ def run_poc_combined(
     ctx = RunContext(package, trust=trust, device=device, log=log, expect_models=expect_models)
     body: dict[str, Any] = {"expect_models": list(expect_models), "rounds_requested": rounds, "rounds_budget": budget}
     found = _Found()
-    outcome, error = Outcome.PASS, None
+    outcome, error = RunOutcome.PASS, None
     try:
         with ctx:
             try:
@@ -420,17 +412,15 @@ def run_poc_combined(
         body["decisions"] = {k: d.as_dict() for k, d in verdict.decisions.items()}
         body["reasons"] = list(verdict.reasons)
     body["capability"] = _capability(device, verdict, outcome)
-    if outcome is not Outcome.PASS or verdict is None:
-        final, code = outcome.value, outcome.exit_code
+    fail_on: frozenset[str] = frozenset()
+    if outcome is not RunOutcome.PASS or verdict is None:
+        final = outcome.value
     elif require_s2 and verdict.verdict != "S2":
-        final, code, error = (
-            verdict.verdict,
-            Outcome.FAIL.exit_code,
-            "S2 was required (--require-s2): " + "; ".join(verdict.reasons),
-        )
+        final, fail_on = verdict.verdict, frozenset({verdict.verdict})
+        error = "S2 was required (--require-s2): " + "; ".join(verdict.reasons)
     else:
-        final, code = verdict.verdict, 0
-    return finish(ctx, "poc combined", final, code, body, error, t0)
+        final = verdict.verdict
+    return finish(ctx, "poc combined", final, body, error, t0, fail_on=fail_on)
 
 
 @dataclass
@@ -656,14 +646,14 @@ def _host_blame(overhead: dict[str, Any] | None) -> str:
     )
 
 
-def _capability(device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: Outcome) -> str:
+def _capability(device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: RunOutcome) -> str:
     """What the run may be cited for (001 §1 C0–C4, S1/S2; docs/runtime.md §5)."""
     if device.is_mock:
         return (
             "not evidence: a mock result shows the tool tells S1 from S2; the board's dual-chip concurrency stays "
             "C3 until a --device calrt run with a vendor combined calbin measures it (001 §1, §6.4)"
         )
-    if verdict is None or outcome is not Outcome.PASS:
+    if verdict is None or outcome is not RunOutcome.PASS:
         return "no claim: the PoC did not run to its verdict on this board"
     if verdict.verdict == "S2":
         return (

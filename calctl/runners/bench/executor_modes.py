@@ -73,8 +73,8 @@ from calctl.errors import UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
 from calctl.runners.bench.gates import Gate
-from calctl.runners.context import DeviceSpec, trace_slices
-from calctl.runners.trace import TraceSlice, plot_timeline, write_chrome_trace
+from calctl.runners.device import DeviceSpec
+from calctl.runners.trace import TraceSlice, plot_timeline, trace_slices, write_chrome_trace
 from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, TokenTap, drive_engine_request
 from calctl.runtime import Runtime, TraceEvent, open_runtime
 from calctl.runtime.mock.timing import TimingModel

@@ -97,8 +97,8 @@ from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.plot import _device_label, _pyplot, _save
-from calctl.runners.context import DeviceSpec, trace_slices
-from calctl.runners.trace import busy_overlap, write_chrome_trace
+from calctl.runners.device import DeviceSpec
+from calctl.runners.trace import busy_overlap, trace_slices, write_chrome_trace
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TokenTap, drive_engine_request
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.serving.config import default_scheduler_config

@@ -8,7 +8,9 @@ import time
 import numpy as np
 
 from calctl.errors import CalctlError
+from calctl.package.model import Package
 from calctl.runtime.conformance.framework import (
+    Abandoned,
     Session,
     _overlap_ns,
     _returned,
@@ -23,50 +25,157 @@ from calctl.runtime.errors import (
 )
 from calctl.runtime.types import Engine
 
+JOBS_PER_MODEL = 64  # enough to meet a fault every 64th job (and every 16th, 32nd) at least once per model
+ENGINES = (Engine.PING, Engine.PONG)  # one submitting thread per engine and model
+STUCK_AFTER = 10.0  # seconds with no job finished by any thread, threads still running: a deadlock
+
+
+def crosstalk_prompt(vocab: int, max_tokens: int, model: int, engine: int, round_: int) -> np.ndarray:
+    """A prompt of its own for every (model, engine, round): 3-12 tokens below ``vocab``, seeded by the triple."""
+    rng = np.random.default_rng([model, engine, round_, 0x5EED])
+    n = int(rng.integers(3, max(3, min(max_tokens, 12)) + 1))
+    return rng.integers(0, vocab, size=n).astype(np.int32)
+
+
+def _shape(pkg: Package, alias: str) -> tuple[int, int]:
+    g = pkg.model(alias).prefill
+    vocab = int(next(t for t in g.outputs if t.name == "logits").shape[-1])
+    max_tokens = int(next(t for t in g.inputs if t.name == "tokens").shape[-1])
+    return vocab, max_tokens
+
 
 @check(
     "concurrent_submit_two_chips",
-    "two threads submit and wait on two chips at once: all succeed, no crosstalk, overlap measured",
+    f"{len(ENGINES)} threads per model submit and wait at once ({JOBS_PER_MODEL} jobs per model, a prompt per job): "
+    "every output equals its prompt's own reference; the calls reach the shim concurrently",
 )
 def _concurrent(s: Session) -> str:
+    """First every prompt runs alone, one job at a time: its reference (distinct prompts must give distinct
+    logits, or a job got another's output). Then one thread per model and engine submits its round's prompt,
+    all threads released together each round, and waits; every output is compared with its own reference.
+    The call log counts how many threads were inside the library at once (calctl must not serialise them,
+    C ABI §8); a thread that stays inside one call for ``STUCK_AFTER`` s is a deadlock, named by its call."""
     pkg = s.package
     a, b = s.pair()
-    rounds = 12
-    with s.configured() as rt:
+    aliases = (a, b)
+    rounds = JOBS_PER_MODEL // len(ENGINES)
+    rt = s.open()
+    stuck = False
+    try:
+        rt.configure(rt.create_calbin(pkg))
+        prompts: dict[tuple[str, int, int], np.ndarray] = {}
+        for mi, alias in enumerate(aliases):
+            vocab, max_tokens = _shape(pkg, alias)
+            for ei in range(len(ENGINES)):
+                for r in range(rounds):
+                    prompts[alias, ei, r] = crosstalk_prompt(vocab, max_tokens, mi, ei, r)
+        reference: dict[tuple[str, int, int], np.ndarray] = {}
+        seen: dict[tuple[str, bytes], tuple[str, int, int]] = {}
+        for key, prompt in prompts.items():  # alone on the board: one job in flight at a time
+            job, seq, ins, out = prefill_job(rt, pkg, key[0], prompt)
+            expect(rt.wait(job, 10).ok, f"reference job {job.id} ({key[0]}) succeeds", call="calrt_job_wait")
+            logits = out.read("logits").copy()
+            rt.release_buffer(ins)
+            rt.release_buffer(out)
+            rt.kv.free(seq)
+            other = seen.get((key[0], logits.tobytes()))
+            expect(
+                other is None,
+                f"{key[0]}: two different prompts gave identical logits when run alone (job {job.id}, "
+                f"engine/round {key[1:]} and {other[1:] if other else None}): a job got another job's output",
+                call="calrt_job_submit / calrt_job_wait",
+                arguments=f"graph={pkg.model(key[0]).prefill.name!r}, job {job.id}",
+                returned="the logits of an earlier job",
+            )
+            seen[key[0], logits.tobytes()] = key
+            reference[key] = logits
+        log = s.calls() if s.native else None
+        if log is not None:
+            log.reset_counts()
         errors: list[str] = []
-        outputs: dict[str, list[np.ndarray]] = {a: [], b: []}
-        barrier = threading.Barrier(2)
+        mismatches: list[str] = []
+        idents: dict[int, str] = {}
+        jobs_done = {alias: 0 for alias in aliases}
+        barrier = threading.Barrier(len(aliases) * len(ENGINES))
 
-        def worker(alias: str) -> None:
+        def worker(alias: str, ei: int) -> None:
+            idents[threading.get_ident()] = f"{alias}/{ENGINES[ei].value}"
             try:
-                barrier.wait(10)
-                for _ in range(rounds):
-                    job, seq, _, out = prefill_job(rt, pkg, alias)
-                    result = rt.wait(job, 10)
+                for r in range(rounds):
+                    barrier.wait(2 * STUCK_AFTER)
+                    job, seq, inputs, out = prefill_job(rt, pkg, alias, prompts[alias, ei, r], engine=ENGINES[ei])
+                    result = rt.wait(job, STUCK_AFTER)
                     if not result.ok:
                         errors.append(f"{alias}: job {job.id} {result.state.value}")
-                    outputs[alias].append(out.read("logits").copy())
+                    got = out.read("logits")
+                    if not np.array_equal(got, reference[alias, ei, r]):
+                        mismatches.append(
+                            f"{alias} {ENGINES[ei].value} round {r}: job {job.id}'s logits are not its prompt's "
+                            f"(max |diff| {float(np.abs(got - reference[alias, ei, r]).max()):.3g})"
+                        )
+                    rt.release_buffer(inputs)
+                    rt.release_buffer(out)
                     rt.kv.free(seq)
+                    jobs_done[alias] += 1
+            except threading.BrokenBarrierError:
+                errors.append(f"{alias}/{ENGINES[ei].value}: another thread never reached the next round")
             except Exception as exc:  # a thread-safety failure is the finding
-                errors.append(f"{alias}: {_returned(exc)}")
+                errors.append(f"{alias}/{ENGINES[ei].value}: {_returned(exc)}")
+                barrier.abort()
 
         t0 = time.monotonic_ns()
-        threads = [threading.Thread(target=worker, args=(x,)) for x in (a, b)]
+        threads = [
+            threading.Thread(target=worker, args=(x, ei), daemon=True) for x in aliases for ei in range(len(ENGINES))
+        ]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join(120)
+        last, since = -1, time.monotonic()
+        while any(t.is_alive() for t in threads) and time.monotonic() - since < STUCK_AFTER:
+            threads[0].join(0.1)
+            done = sum(jobs_done.values())
+            if done != last:  # progress: some thread finished a job
+                last, since = done, time.monotonic()
+        alive = [t for t in threads if t.is_alive()]
+        if alive:
+            stuck = True
+            inside = log.inside() if log is not None else {}
+            where = sorted(
+                {f"{idents.get(t.ident or 0, t.name)} in {inside.get(t.ident or 0, 'no CalRT call')}" for t in alive}
+            )
+            calls = sorted({inside[t.ident] for t in alive if t.ident in inside})
+            raise Abandoned(
+                f"{len(alive)} of {len(threads)} threads made no progress for {STUCK_AFTER:g} s while submitting "
+                f"and waiting concurrently: {', '.join(where)} (a deadlock in the shim; the check's process is "
+                "abandoned, the remaining checks run in a fresh one)",
+                call=" / ".join(calls) or "rt.submit / rt.wait from several threads",
+                arguments=f"{len(threads)} threads, one per model and engine",
+                returned="never returned",
+            )
         expect(
             not errors,
-            f"{len(errors)} failures under concurrent submit",
-            call="rt.submit / rt.wait from two threads",
+            f"{len(errors)} failures under concurrent submit and wait",
+            call="calrt_job_submit / calrt_job_wait from several threads",
             returned=errors[:3],
         )
-        for alias, outs in outputs.items():
+        expect(
+            not mismatches,
+            f"{len(mismatches)} of {2 * JOBS_PER_MODEL} jobs run concurrently returned logits that are not their "
+            f"own prompt's (stale output or crosstalk): {'; '.join(mismatches[:3])}",
+            call="calrt_job_wait (outputs)",
+            returned=mismatches[:3],
+        )
+        concurrency: dict[str, int] = {}
+        if log is not None:
+            concurrency = {
+                "inside_at_once": log.most_at_once,
+                "submit_at_once": log.most.get("calrt_job_submit", 0),
+                "wait_at_once": log.most.get("calrt_job_wait", 0),
+            }
             expect(
-                len(outs) == rounds and all(np.array_equal(outs[0], o) for o in outs),
-                f"{alias}: every round gives the same logits (no crosstalk)",
-                returned=len(outs),
+                log.most_at_once >= 2,
+                "the threads' calls never overlapped inside the library: they were serialised before the shim",
+                call="calrt_job_submit / calrt_job_wait",
+                returned=concurrency,
             )
         events = [e for e in rt.trace(since_ns=t0) if e.start_ns and e.end_ns]
         ca, cb = s.chip_of(a), s.chip_of(b)
@@ -75,9 +184,28 @@ def _concurrent(s: Session) -> str:
         busy_a = sum(e - s_ for s_, e in ia)
         overlap = _overlap_ns(ia, ib)
         s.evidence.update(
-            rounds=rounds, jobs=2 * rounds, overlap_ms=overlap / 1e6, chip_a_busy_ms=busy_a / 1e6, chips=[ca, cb]
+            rounds=rounds,
+            jobs=sum(jobs_done.values()),
+            reference_jobs=len(prompts),
+            jobs_per_model=dict(jobs_done),
+            overlap_ms=overlap / 1e6,
+            chip_a_busy_ms=busy_a / 1e6,
+            chips=[ca, cb],
+            **concurrency,
         )
-    return f"{2 * rounds} jobs from two threads, no error; chips {ca}/{cb} overlapped {overlap / 1e6:.1f} ms"
+    finally:
+        if not stuck:
+            rt.close()
+    at_once = (
+        f"; up to {concurrency['inside_at_once']} threads inside the library at once "
+        f"({concurrency['submit_at_once']} in submit, {concurrency['wait_at_once']} in wait)"
+        if concurrency
+        else ""
+    )
+    return (
+        f"{sum(jobs_done.values())} jobs from {len(threads)} threads, each against its own prompt's reference "
+        f"({len(prompts)} reference jobs); chips {ca}/{cb} overlapped {overlap / 1e6:.1f} ms" + at_once
+    )
 
 
 @check("two_in_flight_one_chip", "a PING and a PONG job are both accepted on one chip and complete in order")

@@ -83,6 +83,10 @@ def _versions(s: Session) -> str:
     with s.open() as rt:
         v = rt.versions()
         topo = rt.topology()
+        if s.native:  # which board the shim says it opened (calrt_ext_device_identity), if it says
+            identity = _unwrap(rt).identity()
+            kinds = {1: "hardware", 2: "software model"}
+            s.evidence.update(board=identity.board, device_kind=kinds.get(identity.kind, "unknown"))
     for name in ("runtime", "driver", "firmware"):
         expect(
             bool(getattr(v, name).strip()),
@@ -95,7 +99,9 @@ def _versions(s: Session) -> str:
     )
     for c, dram in enumerate(topo.dram_bytes):
         expect(dram is None or dram > 0, f"chip {c}: DRAM 0 means unknown reported as 0 (001 §14)", returned=topo)
-    s.evidence.update(runtime=v.runtime, driver=v.driver, firmware=v.firmware, chips=topo.chips)
+    s.evidence.update(
+        runtime=v.runtime, driver=v.driver, firmware=v.firmware, chips=topo.chips, software_model=v.software_model
+    )
     shape = f"{topo.chips} chips x {topo.calcores_per_chip} CalCores"
     return f"runtime {v.runtime}, driver {v.driver}, firmware {v.firmware}; {shape}"
 

@@ -19,6 +19,7 @@ from calctl.runtime.conformance.framework import (
     expect_status,
     golden_prompt,
     prefill_job,
+    raw_job_info,
     write_prefill,
 )
 from calctl.runtime.errors import (
@@ -100,54 +101,88 @@ def _buffers(s: Session) -> str:
     return detail + f"; given back by a {scope} reset"
 
 
-@check("job_states_timestamps", "job states end SUCCEEDED; submit <= start <= end on CLOCK_MONOTONIC; tags echoed")
+@check(
+    "job_states_timestamps",
+    "job states end SUCCEEDED; submit <= start <= end on CLOCK_MONOTONIC; query and wait echo the submitted tags",
+)
 def _timestamps(s: Session) -> str:
+    """The tags are read from what the shim returns (``calrt_job_query`` and ``calrt_job_wait`` fill
+    ``calrt_job_info``: generation, engine, chip mask), compared with what was submitted; never from calctl's own
+    job record. Two jobs with different tags (one generation past 32 bits), on both chips where there are two."""
     pkg = s.package
-    a, _ = s.pair() if len(pkg.models) > 1 else (pkg.models[0].alias, None)
+    aliases = list(s.pair()) if len(pkg.models) > 1 else [pkg.models[0].alias]
+    tags = [(GenerationId(7), Engine.PING), (GenerationId((1 << 40) + 3), Engine.PONG)]
+    echoed = 0
     with s.configured() as rt:
-        t0 = time.monotonic_ns()
-        job, seq, _, outputs = prefill_job(rt, pkg, a, generation=GenerationId(7), engine=Engine.PING)
-        first = rt.query(job)
-        expect(
-            first.state in (JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED),
-            "a fresh job is queued, running or done",
-            returned=first.state,
-        )
-        result = rt.wait(job, 10)
-        t1 = time.monotonic_ns()
-        expect(result.ok and result.status is RuntimeStatus.OK, "the job succeeded", call="rt.wait", returned=result)
-        start, end = result.start_ns, result.end_ns
-        expect(
-            start is not None and end is not None,
-            "a finished job has start and end times",
-            call="calrt_job_wait",
-            returned=result,
-        )
-        assert start is not None and end is not None
-        expect(
-            t0 <= start <= end <= t1,
-            f"times must be CLOCK_MONOTONIC ns within the call window: {t0} <= {start} <= {end} <= {t1}",
-            call="calrt_job_wait",
-            returned=result,
-        )
-        expect(job.chips == pkg.model(a).target_chips, "the chip comes from the graph", returned=job.chips)
-        events = [e for e in rt.trace() if e.job == job.id]
-        expect(bool(events), "the trace has the job", call="rt.trace")
-        e = events[0]
-        expect(
-            (e.chip, e.graph, e.generation, e.engine) == (job.chips[0], pkg.model(a).prefill.name, 7, Engine.PING),
-            "the trace echoes chip, graph, generation and engine",
-            returned=e,
-        )
-        expect(t0 <= e.submit_ns <= start, "submit_ns precedes start_ns", returned=e)
-        expect(rt.query(job).state is JobState.SUCCEEDED, "query keeps the terminal state", returned=rt.query(job))
-        n = len(golden_prompt(pkg, a))
-        expect(
-            rt.kv.commit(seq) == KvLength(n, n), "commit after success", call="rt.kv.commit", returned=rt.kv.length(seq)
-        )
-        logits = outputs.read("logits")
-        expect(bool(np.isfinite(logits).all()), "logits are finite", returned=logits)
-    return f"queued/running -> succeeded; {(end - start) / 1e6:.2f} ms on chip {job.chips[0]}; generation and engine echoed"
+        for alias, (generation, engine) in zip(aliases * 2, tags, strict=False):
+            want_mask = sum(1 << c for c in pkg.model(alias).target_chips)
+            want = (int(generation), engine.code, want_mask)
+            t0 = time.monotonic_ns()
+            job, seq, _, outputs = prefill_job(rt, pkg, alias, generation=generation, engine=engine)
+            if s.native:
+                for call, wait_ms in (("calrt_job_query", None), ("calrt_job_wait", 10_000)):
+                    rc, info = raw_job_info(rt, job, wait_ms)
+                    expect(rc == RuntimeStatus.OK, f"{call} of a fresh job answers OK", call=call, returned=rc)
+                    got = (int(info.generation), int(info.engine), int(info.chip_mask))
+                    expect(
+                        got == want,
+                        f"{call} must echo the submitted generation, engine and chip mask "
+                        f"(submitted {want[0]}, {engine.value} ({want[1]}), chip mask {want_mask:#x})",
+                        call=call,
+                        arguments=f"job={job.id}",
+                        returned=f"generation {got[0]}, engine {got[1]}, chip mask {got[2]:#x}",
+                    )
+                    expect(int(info.id) == job.id, f"{call} names the job it was asked for", returned=int(info.id))
+                    echoed += 1
+            else:
+                first = rt.query(job)
+                expect(
+                    first.state in (JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED),
+                    "a fresh job is queued, running or done",
+                    returned=first.state,
+                )
+            result = rt.wait(job, 10)
+            t1 = time.monotonic_ns()
+            expect(
+                result.ok and result.status is RuntimeStatus.OK, "the job succeeded", call="rt.wait", returned=result
+            )
+            start, end = result.start_ns, result.end_ns
+            expect(
+                start is not None and end is not None,
+                "a finished job has start and end times",
+                call="calrt_job_wait",
+                returned=result,
+            )
+            assert start is not None and end is not None
+            expect(
+                t0 <= start <= end <= t1,
+                f"times must be CLOCK_MONOTONIC ns within the call window: {t0} <= {start} <= {end} <= {t1}",
+                call="calrt_job_wait",
+                returned=result,
+            )
+            events = [e for e in rt.trace() if e.job == job.id]
+            expect(bool(events), "the trace has the job", call="rt.trace")
+            e = events[0]
+            expect(t0 <= e.submit_ns <= start, "submit_ns precedes start_ns", call="calrt_job_wait", returned=e)
+            if not s.native:  # the mock is its own runtime: its trace is what it returns
+                expect(
+                    (e.generation, e.engine) == (generation, engine),
+                    "the trace echoes generation and engine",
+                    returned=e,
+                )
+            expect(rt.query(job).state is JobState.SUCCEEDED, "query keeps the terminal state", returned=rt.query(job))
+            n = len(golden_prompt(pkg, alias))
+            expect(
+                rt.kv.commit(seq) == KvLength(n, n),
+                "commit after success",
+                call="calrt_kv_commit",
+                returned=rt.kv.length(seq),
+            )
+            logits = outputs.read("logits")
+            expect(bool(np.isfinite(logits).all()), "logits are finite", returned=logits)
+            rt.kv.free(seq)
+    how = f"; generation, engine and chip mask echoed by query and wait ({echoed} answers)" if s.native else ""
+    return f"{len(tags)} jobs queued/running -> succeeded within their call windows" + how
 
 
 @check("wait_timeout", "a wait past its deadline is TIMEOUT; the job stays in flight with its buffers and KV")

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from calctl.runtime import DeviceKind
+from calctl.runtime import DeviceKind, open_runtime
+from calctl.runtime._native.lib import CALL_LOG_ENV
 from calctl.runtime.conformance.framework import (
     _MARK,
     CHECKS,
@@ -65,9 +66,11 @@ def _run_child(
     target: Target, todo: list[Check], check_timeout: float, on_result: Callable[[CheckResult], None] | None
 ) -> list[CheckResult]:
     spec = json.dumps({**target.describe(), "checks": [c.name for c in todo]})
-    with tempfile.TemporaryFile("w+") as err:
+    with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryDirectory(prefix="calctl-conformance-") as tmp:
+        calls = Path(tmp) / "calls.log"  # the child's CalRT calls, one line each, written before the call
         proc = subprocess.Popen(
             [sys.executable, "-m", "calctl.runtime.conformance", spec],
+            env={**os.environ, CALL_LOG_ENV: str(calls)},
             stdout=subprocess.PIPE,
             stderr=err,
             stdin=subprocess.DEVNULL,
@@ -95,29 +98,41 @@ def _run_child(
                     try:
                         line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
                     except queue.Empty:
+                        last = _last_call(calls) if begun else None
                         result = CheckResult(
                             c.name,
                             c.title,
                             Verdict.TIMEOUT,
                             time.monotonic() - started,
                             f"did not finish within {check_timeout:g} s; the check's process was killed"
+                            + (f" {last[1]}" if last else "")
                             if begun
                             else "the check's process did not start it in time",
+                            call=last[0] if last else None,
                         )
                         break
                     if line is None:
                         proc.wait(10)
                         err.seek(0)
                         tail = err.read()[-600:].strip()
+                        last = _last_call(calls) if begun else None
                         result = CheckResult(
                             c.name,
                             c.title,
                             Verdict.FAIL,
                             time.monotonic() - started,
-                            f"the check's process died ({_exit_text(proc.returncode)})" + (f": {tail}" if tail else ""),
+                            f"the check's process died ({_exit_text(proc.returncode)})"
+                            + (f" {last[1]}" if last else "")
+                            + (f": {tail}" if tail else ""),
+                            call=last[0] if last else None,
+                            returned=_exit_text(proc.returncode),
                         )
                         break
                     doc = json.loads(line)
+                    if doc.get("event") == "precondition":  # another process holds the board: no check can run
+                        from calctl.runtime.board_lock import BoardLocked
+
+                        raise BoardLocked(doc["message"], hint=doc.get("hint"))
                     if doc.get("event") == "begin":
                         begun, started, deadline = True, time.monotonic(), time.monotonic() + check_timeout
                     else:
@@ -125,7 +140,11 @@ def _run_child(
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
-                if result.verdict is Verdict.TIMEOUT or (result.verdict is Verdict.FAIL and proc.poll() is not None):
+                if (
+                    result.verdict is Verdict.TIMEOUT
+                    or result.evidence.get("abandoned")
+                    or (result.verdict is Verdict.FAIL and proc.poll() is not None)
+                ):
                     break
         finally:
             if proc.poll() is None:
@@ -133,6 +152,17 @@ def _run_child(
                     os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return results
+
+
+def _last_call(path: Path) -> tuple[str, str] | None:
+    """The CalRT call the child was in (from its call log): the call's name and how to say it."""
+    from calctl.runtime._native import lib as L
+
+    last = L.last_call(path)
+    if last is None:
+        return None
+    name, returned = last
+    return name, (f"after {name} returned (no CalRT call in progress)" if returned else f"inside {name}")
 
 
 def _exit_text(code: int | None) -> str:
@@ -153,8 +183,27 @@ def _child_main(spec_text: str) -> int:
         DeviceKind(spec["device"]), Path(spec["package"]), Path(spec["library"]) if spec.get("library") else None
     )
     by_name = {c.name: c for c in CHECKS}
+    from calctl.runtime._native import lib as L
+
+    if target.device is DeviceKind.CALRT:  # precondition: the board is ours (one process per board, 001 §2.1)
+        from calctl.runtime.board_lock import BoardLocked
+
+        try:
+            open_runtime("calrt", calrt_lib=target.library).close()
+        except BoardLocked as exc:
+            doc = {"event": "precondition", "message": exc.message, "hint": exc.hint}
+            print(_MARK + json.dumps(doc), flush=True)
+            return 0
+        except Exception:  # anything else is a check's finding, reported by the checks
+            pass
     for name in spec["checks"]:
+        log = L.call_log()
+        if log is not None:
+            log.truncate()  # the log names the calls of the check now running
         print(_MARK + json.dumps({"event": "begin", "check": name}), flush=True)
         result = run_check(by_name[name], target)
         print(_MARK + json.dumps({"event": "result", "result": result.to_dict()}, default=str), flush=True)
+        if result.evidence.get("abandoned"):  # threads are stuck inside the library: this process is done
+            sys.stdout.flush()
+            os._exit(0)
     return 0

@@ -4,6 +4,7 @@ the check registry and :func:`run_check` (one check in this process)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import enum
 import time
 import traceback
@@ -68,6 +69,11 @@ class CheckFailed(Exception):
     ):
         super().__init__(detail)
         self.detail, self.call, self.arguments, self.returned = detail, call, arguments, returned
+
+
+class Abandoned(CheckFailed):
+    """A FAIL after which the check's process cannot go on (threads stuck inside the library): the device is
+    left as it is, and the remaining checks run in a fresh process."""
 
 
 class Unsupported(Exception):
@@ -146,8 +152,18 @@ class Session:
 
     def open_raw(self) -> Runtime:
         if self.native:
+            from calctl.runtime._native import lib as L
+
+            if L.call_log() is None:  # in this process (tests): an in-memory log, for the concurrency counts
+                L.install_call_log(L.CallLog())
             return open_runtime("calrt", calrt_lib=self.target.library)
         return open_runtime("mock")
+
+    def calls(self) -> Any:
+        """The process's CalRT call log (native targets): who is inside which call, and how many at once."""
+        from calctl.runtime._native import lib as L
+
+        return L.call_log()
 
     def open(self) -> Runtime:
         self.log.last = ("open_runtime", f"{self.target.device.value}, {self.target.library}")
@@ -207,6 +223,20 @@ def _unwrap(rt: Runtime) -> Any:
     return rt._target if isinstance(rt, _Recorder) else rt
 
 
+def raw_job_info(rt: Runtime, job: Job, wait_ms: int | None = None) -> tuple[int, Any]:
+    """``calrt_job_query`` (or ``calrt_job_wait`` with ``wait_ms``) straight into the library: the status and the
+    ``calrt_job_info`` the shim fills in, before calctl has observed (and released) the job."""
+    from calctl.runtime._native import lib as L
+
+    raw = _unwrap(rt)
+    info = L.CalrtJobInfo()
+    if wait_ms is None:
+        rc = raw._fn.calrt_job_query(raw._dev, job.id, ctypes.byref(info))
+    else:
+        rc = raw._fn.calrt_job_wait(raw._dev, job.id, wait_ms, ctypes.byref(info))
+    return int(rc), info
+
+
 def _args(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
     parts = [_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()]
     return ", ".join(parts)
@@ -226,8 +256,9 @@ def _short(value: Any) -> str:
 def _returned(exc: BaseException) -> str:
     if isinstance(exc, RuntimeLayerError):
         status = exc.status
-        name = status.name if isinstance(status, RuntimeStatus) else str(status)
-        return f"{type(exc).__name__} (status {int(status)} {name}): {exc}"
+        code = int(status)  # the code once, with its name when it is one of the ABI's (C ABI §4)
+        name = RuntimeStatus(code).name if code in RuntimeStatus._value2member_map_ else None
+        return f"{type(exc).__name__} (status {code}{' ' + name if name else ''}): {exc}"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -368,6 +399,8 @@ def run_check(check: Check, target: Target) -> CheckResult:
         detail = check.run(session) or ""
     except CheckFailed as exc:
         verdict, detail, call, arguments, returned = Verdict.FAIL, exc.detail, exc.call, exc.arguments, exc.returned
+        if isinstance(exc, Abandoned):
+            session.evidence["abandoned"] = True
     except Unsupported as exc:
         verdict, detail = Verdict.UNSUPPORTED, str(exc)
     except NotSupported as exc:

@@ -324,7 +324,7 @@ class MockRuntime(JobBuffersMixin):
 
     def versions(self) -> Versions:
         # The mock keeps CalRT 0.7.6 semantics; the firmware string says what it really is.
-        return Versions(runtime="0.7.6", driver="1.0.0", firmware="mock", abi="1.0")
+        return Versions(runtime="0.7.6", driver="1.0.0", firmware="mock", abi="1.0", software_model=True)
 
     # -- calbin / configuration ----------------------------------------------------
 
