@@ -682,6 +682,12 @@ def _milestone_evidence(m: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(f"{c['name']}: {_est(c, '+.3f')} ({c['rule']}): {said[c['passed']]}" for c in m.get("checks", []))
 
 
+def _inconclusive(m: Mapping[str, Any]) -> str:
+    """Which checks of a milestone were undecided, and why (an interval across the limit, a saturated host)."""
+    open_ = [f"{c['name']}: {c.get('detail', '')}" for c in m.get("checks", []) if c.get("passed") is None]
+    return "; ".join(open_) or "a confidence interval straddles its limit"
+
+
 def judge_m1(steps: Steps) -> RowResult:
     spec = M1
     miss = _missing(spec, steps, "executor-modes")
@@ -700,8 +706,9 @@ def judge_m1(steps: Steps) -> RowResult:
         return _result(spec, Verdict.NO_GO, key, evidence=ev, files=_files(s), reason=f"not met: {', '.join(failed)}")
     return not_measured(
         spec,
-        "inconclusive: a confidence interval straddles its limit",
-        "more rounds: `calctl bench PKG --scenario executor-modes` at `--level standard` or longer",
+        "inconclusive: " + _inconclusive(m),
+        "more rounds: `calctl bench PKG --scenario executor-modes` at `--level standard` or longer, "
+        "on a host that is not saturated",
         key=key,
         evidence=ev,
         files=_files(s),
@@ -725,8 +732,8 @@ def judge_m2(steps: Steps) -> RowResult:
     if m["verdict"] != "met":
         return not_measured(
             spec,
-            "inconclusive: a confidence interval straddles its limit",
-            "more rounds: `calctl bench PKG --scenario executor-modes`",
+            "inconclusive: " + _inconclusive(m),
+            "more rounds: `calctl bench PKG --scenario executor-modes`, on a host that is not saturated",
             key=key,
             evidence=ev,
             files=_files(s),
