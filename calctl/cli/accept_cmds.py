@@ -180,8 +180,8 @@ def _render(result: accept_lib.AcceptReport) -> None:
         f"device {h['device']}; package {escape(str(h['package']))}"
         + (f"; replica {escape(str(h['replica']))}" if h.get("replica") else "")
     )
-    if h.get("mock_result"):
-        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    if h.get("mock_result") or h.get("software_model"):
+        out.print(f"[yellow]{escape(h.get('note') or MOCK_LABEL)}[/]")
     out.print(
         f"report: {escape(str(result.out_dir / accept_lib.REPORT_FILE))}; picture: "
         f"{escape(str(result.out_dir / accept_lib.PLOT_FILE))}; junit: {escape(str(result.out_dir / accept_lib.JUNIT_FILE))}"

@@ -260,9 +260,15 @@ def bench(
 
 
 def _bench_document(opts: Any, result: Any, scenario: str, started: datetime, seconds: float) -> dict[str, Any]:
-    from calctl.runners.context import MOCK_LABEL
+    from calctl.runners.context import MOCK_LABEL, result_note
 
     mock = result.mock_result
+    software = None  # a board run in this process says whether it is a software model (the reference board)
+    if mock is False and getattr(opts, "device", None) is not None:
+        from calctl.runtime import probe_versions
+
+        v = probe_versions(opts.device.kind, opts.device.calrt_lib)
+        software = None if v is None else {"firmware": v.firmware, "software_model": v.software_model}
     return {
         "command": "bench",
         "calctl_version": __version__,
@@ -274,8 +280,11 @@ def _bench_document(opts: Any, result: Any, scenario: str, started: datetime, se
         "seconds": round(seconds, 3),
         "device": opts.target_device,
         "mock_result": mock,
+        "software_model": bool(mock) or bool(software and software["software_model"]),
         "note": MOCK_LABEL
         if mock
+        else result_note(False, software)
+        if software and software["software_model"]
         else (
             None
             if mock is False
@@ -329,7 +338,7 @@ def _render_bench(result: Any, doc: dict[str, Any]) -> None:
         out.print(f"  - {escape(note)}")
     if doc.get("mock_result"):
         out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
-    elif doc.get("note"):
+    elif doc.get("note"):  # a software model's label, or an unstated server device
         out.print(f"[yellow]{escape(doc['note'])}[/]")
     out.print(f"report: {escape(doc['files']['report'])}; plot: {escape(str(doc['files']['plot']))}")
     out.print(

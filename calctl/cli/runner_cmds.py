@@ -133,8 +133,8 @@ def _footer(report: RunReport, report_path: Path | None) -> None:
     out = _output.stdout
     h = report.header
     out.print(provenance_line(h))
-    if h.get("mock_result"):
-        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    if h.get("mock_result") or h.get("software_model"):
+        out.print(f"[yellow]{escape(h.get('note') or MOCK_LABEL)}[/]")
     for label, key in (("trace", "json"), ("plot", "plot")):
         if report.body.get("trace", {}).get(key):
             out.print(f"{label}: {escape(report.body['trace'][key])}")
@@ -576,8 +576,8 @@ def _render_bringup(result: bringup_lib.BringupReport) -> None:
             out.print(f"  {escape(s.name)}: {escape(s.detail)}")
     h = result.header
     out.print(provenance_line(h))
-    if h.get("mock_result"):
-        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    if h.get("mock_result") or h.get("software_model"):
+        out.print(f"[yellow]{escape(h.get('note') or MOCK_LABEL)}[/]")
     out.print(f"report: {escape(str(result.out_dir / 'report.json'))} (traces and plots alongside)")
     out.print(f"verdict {_output.styled_verdict(result.verdict)} in {result.seconds:.1f} s")
 

@@ -240,8 +240,8 @@ def _render_soak(doc: dict[str, Any]) -> None:
             ["kind", "cycle", "times", "message"],
             [(escape(v["kind"]), v["cycle"], v["occurrences"], escape(v["message"])) for v in doc["violations"]],
         )
-    if doc.get("mock_result"):
-        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    if doc.get("mock_result") or doc.get("software_model"):
+        out.print(f"[yellow]{escape(doc.get('note') or MOCK_LABEL)}[/]")
     files = doc.get("files") or {}
     out.print(
         f"report: {escape(str(files.get('report')))}; events: {escape(str(files.get('events')))}; "

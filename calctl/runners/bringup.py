@@ -52,13 +52,14 @@ from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.runners.context import (
-    MOCK_LABEL,
     DeviceSpec,
     Outcome,
     RunReport,
     StepStatus,
     error_text,
     outcome_of,
+    result_note,
+    software_model,
     write_trace_outputs,
 )
 from calctl.runners.golden import run_golden
@@ -492,7 +493,8 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
         "level": config.level.value,
         "device": config.device.kind.value,
         "mock_result": mock,
-        "note": MOCK_LABEL if mock else None,
+        "software_model": software_model(mock, h.get("runtime")),
+        "note": result_note(mock, h.get("runtime")),
         "device_options": config.device.describe(),
         "runtime": h.get("runtime"),
         "package": {

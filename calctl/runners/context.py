@@ -66,6 +66,29 @@ MOCK_LABEL = (
 )
 
 
+#: Printed on and stored in every report produced on a board that reports itself as a software model (the
+#: reference board, a simulator: Versions.software_model), like the mock's label (docs/runtime.md §5).
+SOFTWARE_MODEL_LABEL = (
+    "SOFTWARE MODEL RESULT: produced on {firmware!r}, a software model of a board (no hardware). It shows that "
+    "the tool, the package and the library work end to end; it is not evidence about a Calculet board "
+    "(docs/runtime.md §5)"
+)
+
+
+def result_note(mock: bool, runtime: dict[str, Any] | None) -> str | None:
+    """The label every report carries: the mock's, a software model's (from the runtime block of its header),
+    or None for hardware."""
+    if mock:
+        return MOCK_LABEL
+    if runtime and runtime.get("software_model"):
+        return SOFTWARE_MODEL_LABEL.format(firmware=runtime.get("firmware") or "software model")
+    return None
+
+
+def software_model(mock: bool, runtime: dict[str, Any] | None) -> bool:
+    return mock or bool(runtime and runtime.get("software_model"))
+
+
 # ---------------------------------------------------------------------------
 # Outcomes and the step log
 
@@ -646,22 +669,27 @@ class RunContext:
         mock = self.device.is_mock
         rep = self.validation
         pkg = self.pkg
-        return {
-            "command": command,
-            "calctl_version": __version__,
-            "started_at": self.started_at.isoformat(timespec="seconds"),
-            "device": self.device.kind.value,
-            "mock_result": mock,
-            "note": MOCK_LABEL if mock else None,
-            "device_options": self.device.describe(),
-            "runtime": None
+        runtime = (
+            None
             if self.versions is None
             else {
                 "runtime": self.versions.runtime,
                 "driver": self.versions.driver,
                 "firmware": self.versions.firmware,
                 "abi": self.versions.abi,
-            },
+                "software_model": self.versions.software_model,
+            }
+        )
+        return {
+            "command": command,
+            "calctl_version": __version__,
+            "started_at": self.started_at.isoformat(timespec="seconds"),
+            "device": self.device.kind.value,
+            "mock_result": mock,
+            "software_model": software_model(mock, runtime),
+            "note": result_note(mock, runtime),
+            "device_options": self.device.describe(),
+            "runtime": runtime,
             "package": {
                 "path": str(self.path),
                 "name": pkg.name if pkg else None,

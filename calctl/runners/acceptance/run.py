@@ -35,6 +35,7 @@ Levels set the durations (:data:`LEVELS`); only ``long`` reaches the report's
 from __future__ import annotations
 
 import enum
+import functools
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -55,7 +56,15 @@ from calctl.runners.acceptance.rows import (
     Verdict,
     judge_all,
 )
-from calctl.runners.context import MOCK_LABEL, DeviceSpec, RunContext, error_text, outcome_of
+from calctl.runners.context import (
+    DeviceSpec,
+    RunContext,
+    error_text,
+    outcome_of,
+    result_note,
+    software_model,
+)
+from calctl.runtime import DeviceKind, probe_versions
 from calctl.signing.policy import TrustPolicy
 
 REPORT_FILE = "report.json"
@@ -406,7 +415,7 @@ def _scenario(state: _State, name: str, package: Path) -> StepEvidence:
         "exit_code": result.exit_code,
         "device": cfg.device.kind.value,
         "mock_result": result.mock_result,
-        "note": MOCK_LABEL if result.mock_result else None,
+        "note": result_note(bool(result.mock_result), _runtime_label(cfg.device.kind, cfg.device.calrt_lib)),
         "device_options": cfg.device.describe(),
         "package": str(package),
         "gates": [g.document() for g in result.gates],
@@ -535,7 +544,7 @@ def step_rollback(state: _State) -> StepEvidence:
         "command": "accept rollback",
         "device": cfg.device.kind.value,
         "mock_result": cfg.device.is_mock,
-        "note": MOCK_LABEL if cfg.device.is_mock else None,
+        "note": result_note(cfg.device.is_mock, _runtime_label(cfg.device.kind, cfg.device.calrt_lib)),
         "device_options": cfg.device.describe(),
         "package": str(cfg.package),
         "ok": ok,
@@ -797,8 +806,18 @@ def _check_fault_plan(device: DeviceSpec) -> None:
         FaultPlan.load(device.fault_plan)
 
 
+@functools.lru_cache(maxsize=8)
+def _runtime_label(kind: DeviceKind, calrt_lib: Path | None) -> dict[str, Any] | None:
+    """What the board says it is (firmware, software model), read once per board for every accept document."""
+    if kind is DeviceKind.MOCK:
+        return None
+    versions = probe_versions(kind, calrt_lib)
+    return None if versions is None else {"firmware": versions.firmware, "software_model": versions.software_model}
+
+
 def _header(config: AcceptConfig, started: datetime) -> dict[str, Any]:
     mock = config.device.is_mock
+    runtime = _runtime_label(config.device.kind, config.device.calrt_lib)
     return {
         "command": "accept",
         "calctl_version": __version__,
@@ -807,7 +826,8 @@ def _header(config: AcceptConfig, started: datetime) -> dict[str, Any]:
         "level_settings": LEVELS[config.level],
         "device": config.device.kind.value,
         "mock_result": mock,
-        "note": MOCK_LABEL if mock else None,
+        "software_model": software_model(mock, runtime),
+        "note": result_note(mock, runtime),
         "device_options": config.device.describe(),
         "package": str(config.package),
         "replica": str(config.replica) if config.replica else None,

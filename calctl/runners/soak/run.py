@@ -62,7 +62,7 @@ from calctl.checks.stats import percentiles
 from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted, UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.runners.context import MOCK_LABEL, DeviceSpec
+from calctl.runners.context import DeviceSpec, result_note, software_model
 from calctl.runners.soak import checks, evidence
 from calctl.runners.soak.mix import MixedTraffic, ModelLimits
 from calctl.runners.traffic import EngineLoop, EngineResult, RequestOutcome, drive_engine_request, error_reason
@@ -550,7 +550,13 @@ class _Soak:
         with c.device.open() as raw_rt:
             self.rt = rt = SubmitCounter(raw_rt)
             v = raw_rt.versions()
-            self.header["runtime"] = {"runtime": v.runtime, "driver": v.driver, "firmware": v.firmware, "abi": v.abi}
+            self.header["runtime"] = {
+                "runtime": v.runtime,
+                "driver": v.driver,
+                "firmware": v.firmware,
+                "abi": v.abi,
+                "software_model": v.software_model,
+            }
             try:
                 self.baseline = list(raw_rt.memory_usage())  # before the first load (001 §13.3)
             except RuntimeLayerError as exc:  # a runtime without per-chip memory: drift is null, never a pass
@@ -985,7 +991,8 @@ class _Soak:
             "interrupted": self.interrupted,
             "device": c.device.kind.value,
             "mock_result": mock,
-            "note": MOCK_LABEL if mock else None,
+            "software_model": software_model(mock, self.header.get("runtime")),
+            "note": result_note(mock, self.header.get("runtime")),
             "device_options": c.device.describe(),
             "runtime": self.header.get("runtime"),
             "package": self.header.get("package"),
