@@ -22,6 +22,7 @@ from rich.padding import Padding
 from rich.table import Table
 
 from calctl.records import dumps
+from calctl.report import Report
 
 #: Tables are laid out for this many columns when stdout is not a terminal (logs, CI captures) and
 #: ``COLUMNS`` does not say otherwise; a terminal gets its own width. Wide columns wrap inside their cell.
@@ -59,9 +60,10 @@ def is_json(format: TableJson | Format) -> bool:
     return format.value == "json"
 
 
-def emit_json(document: dict[str, Any]) -> None:
-    """Print one JSON document to stdout with ``schema_version`` first."""
-    sys.stdout.write(dumps(document) + "\n")
+def emit_json(report: Report) -> None:
+    """Print the report's JSON document to stdout (``schema_version`` first, then the header, ``verdict`` and
+    ``exit_code``): the one way a command prints JSON, so every ``--format json`` has its verdict and exit code."""
+    sys.stdout.write(dumps(report.document()) + "\n")
     sys.stdout.flush()
 
 

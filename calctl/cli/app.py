@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             _escape(f"internal error (a calctl bug): {type(exc).__name__}: {exc}"),
             "re-run with --debug for the traceback and report it",
         )
-        code = ExitCode.USAGE
+        code = ExitCode.INTERNAL  # a bug is not a usage error (exit 2): say so in the code too
     sys.stdout.flush()
     return code
 

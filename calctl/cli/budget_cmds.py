@@ -32,10 +32,11 @@ from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
 from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
-from calctl.errors import CheckFailed, ExitCode, UsageError
+from calctl.errors import CheckFailed, UsageError
 from calctl.package.info import package_digest
 from calctl.package.reader import load_manifest, package_root
-from calctl.package.validate import Report, ValidationPolicy, validate
+from calctl.package.validate import ValidationPolicy, ValidationReport, validate
+from calctl.report import simple_report
 from calctl.signing.policy import TrustPolicy
 
 _DTYPES = ", ".join(units.OPTION_DTYPES)
@@ -173,7 +174,7 @@ def budget(
             plan, policy, context=context, sequences=batch, grid=grid, grid_contexts=axes_c, grid_sequences=axes_b
         )
 
-    validation: Report | None = None
+    validation: ValidationReport | None = None
     if hf_config is not None:
         if trusted_key or allow_unsigned:
             raise UsageError("--trusted-key/--allow-unsigned apply to a package, not to --hf-config")
@@ -218,14 +219,15 @@ def budget(
             "signer_key_id": validation.signer_key_id,
             "warnings": [{"id": c.id, "file": c.file, "message": c.message} for c in validation.warnings],
         }
+    result = simple_report("budget", {k: v for k, v in doc.items() if k != "verdict"}, verdict=report.verdict.value)
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(result)
     else:
         _render(report)
-    return int(ExitCode.OK if report.verdict is Verdict.GO else ExitCode.FAILED)
+    return result.exit_code
 
 
-def _validated(path: Path, trust: TrustPolicy) -> Report:
+def _validated(path: Path, trust: TrustPolicy) -> ValidationReport:
     """docs/validate.md: every command that reads a package validates it first; a refused package gets no plan."""
     validation = validate(path, ValidationPolicy(trust=trust))
     if not validation:

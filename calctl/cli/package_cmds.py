@@ -16,7 +16,8 @@ from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, TrustedKeyOpt
 from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
-from calctl.errors import ExitCode, UsageError
+from calctl.errors import UsageError
+from calctl.report import simple_report
 
 #: calctl.compiler.sample.KINDS, spelled out so --help needs no compiler (a unit test keeps them equal).
 SAMPLE_KINDS = ("single", "combined", "replica")
@@ -32,7 +33,7 @@ def keygen(
     priv, pub = keys.generate(prefix)
     kid = keys.load_public(pub).key_id
     if _output.is_json(format):
-        _output.emit_json({"private_key": str(priv), "public_key": str(pub), "key_id": kid})
+        _output.emit_json(simple_report("keygen", {"private_key": str(priv), "public_key": str(pub), "key_id": kid}))
     else:
         _output.stdout.print(f"wrote {priv} (private, 0600) and {pub} (public); key id {kid}")
 
@@ -79,7 +80,7 @@ def sample_package(
         "seconds": round(time.monotonic() - t0, 3),
     }
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(simple_report("sample-package", doc))
     else:
         _output.stdout.print(
             f"wrote {kind} sample package {path} (models {', '.join(pkg.aliases)}; signed by {doc['signer_key_id']})"
@@ -122,7 +123,7 @@ def pack(
         "tar": str(out) if out else None,
     }
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(simple_report("pack", doc))
     else:
         _output.stdout.print(
             f"sealed {directory}: {len(listed)} files, signed by {kid}" + (f"; wrote {out}" if out else "")
@@ -145,7 +146,9 @@ def sign(
         raise UsageError(f"{directory}: not a directory")
     kid = seal.sign(directory, keys.load_private(key))
     if _output.is_json(format):
-        _output.emit_json({"package": str(directory), "signature": SIGNATURE, "signer_key_id": kid})
+        _output.emit_json(
+            simple_report("sign", {"package": str(directory), "signature": SIGNATURE, "signer_key_id": kid})
+        )
     else:
         _output.stdout.print(f"signed {directory}/checksums.sha256 with key {kid}")
 
@@ -185,8 +188,9 @@ def verify(
             for f in findings
         ],
     }
+    result = simple_report("verify", doc, verdict=("WARN" if findings else "PASS") if ok else "FAIL")
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(result)
     else:
         for f in findings:
             level = "[yellow]warning[/]" if ok else "[red]FAIL[/]"
@@ -202,7 +206,7 @@ def verify(
             )
         else:
             _output.stdout.print(f"[red]verification failed[/] for {path}: {len(findings)} problem(s)")
-    return int(ExitCode.OK if ok else ExitCode.FAILED)
+    return result.exit_code
 
 
 def inspect(
@@ -223,7 +227,7 @@ def inspect(
         doc = pkginfo.describe(load_manifest(root), policy)
     doc["package"]["path"] = str(path)
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(simple_report("inspect", doc))
         return
     p = doc["package"]
     _output.stdout.print(f"[bold]{p['name']}[/] {p['version']} ({p['kind']}) at {path}")

@@ -11,13 +11,14 @@ the report's (0, 1, 3, 4, 130). No device logic lives here.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
+from calctl import html_report
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
 from calctl.cli._options import (
@@ -39,8 +40,9 @@ from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
 from calctl.records import write_json
+from calctl.report import Report
 from calctl.runners import bringup as bringup_lib
-from calctl.runners.context import MOCK_LABEL, RunReport, StepLog, StepRecord, StepStatus, write_trace_outputs
+from calctl.runners.context import StepLog, StepRecord, StepStatus, write_trace_outputs
 from calctl.runners.golden import GoldenResult
 from calctl.runners.golden import run_golden as golden_runner
 from calctl.runners.poc import parse_expect_models, run_poc_combined
@@ -87,7 +89,7 @@ def _live_log(format: Format | TableJson) -> Iterator[StepLog]:
 
 
 def _finish(
-    report: RunReport, *, trace: Path | None, plot: Path | None, report_path: Path | None, format: Format, render: Any
+    report: Report, *, trace: Path | None, plot: Path | None, report_path: Path | None, format: Format, render: Any
 ) -> int:
     """Write trace, plot and report files, render, and return the exit code."""
     files: dict[str, str | None] = {"json": None, "plot": None}
@@ -105,7 +107,7 @@ def _finish(
     if report_path is not None:
         write_json(report_path, report.document())
     if format is Format.json:
-        _output.emit_json(report.document())
+        _output.emit_json(report)
     elif format is Format.junit:
         _output.emit_junit(f"calctl {report.command}", junit_suites(report))
     else:
@@ -116,7 +118,7 @@ def _finish(
     return report.exit_code
 
 
-def provenance_line(header: dict[str, Any]) -> str:
+def provenance_line(header: Mapping[str, Any]) -> str:
     """``device mock, runtime 0.7.6; package NAME VERSION sha256:..., signer ...``, or what was not established."""
     pkg = header.get("package") or {}
     rt = header.get("runtime") or {}
@@ -129,12 +131,12 @@ def provenance_line(header: dict[str, Any]) -> str:
     return f"device {header['device']}, runtime {rt.get('runtime', 'n/a')}; {what}"
 
 
-def _footer(report: RunReport, report_path: Path | None) -> None:
+def _footer(report: Report, report_path: Path | None) -> None:
     out = _output.stdout
     h = report.header
     out.print(provenance_line(h))
-    if h.get("mock_result") or h.get("software_model"):
-        out.print(f"[yellow]{escape(h.get('note') or MOCK_LABEL)}[/]")
+    if h.get("note"):
+        out.print(f"[yellow]{escape(h['note'])}[/]")
     for label, key in (("trace", "json"), ("plot", "plot")):
         if report.body.get("trace", {}).get(key):
             out.print(f"{label}: {escape(report.body['trace'][key])}")
@@ -151,13 +153,13 @@ def _footer(report: RunReport, report_path: Path | None) -> None:
     out.print(line)
 
 
-def _steps_table(report: RunReport) -> None:
+def _steps_table(report: Report) -> None:
     _output.print_table(
         f"calctl {report.command}",
         ["step", "status", "seconds", "detail"],
         [
-            [escape(s.name), _output.styled_verdict(s.status.value), f"{s.seconds:.2f}", escape(s.detail)]
-            for s in report.steps
+            [escape(s["name"]), _output.styled_verdict(s["status"]), f"{s['seconds']:.2f}", escape(s["detail"])]
+            for s in (x.to_dict() for x in report.steps or ())
         ],
     )
 
@@ -174,19 +176,19 @@ _JUNIT_OUTCOME = {
 }
 
 
-def junit_suites(report: RunReport) -> list[_output.JunitSuite]:
+def junit_suites(report: Report) -> list[_output.JunitSuite]:
     suite_name = f"calctl.{report.command.replace(' ', '.')}"
     cases = [
         _output.JunitCase(
-            name=s.name,
+            name=s["name"],
             classname=suite_name,
-            seconds=s.seconds,
-            outcome=_JUNIT_OUTCOME.get(s.status),
-            message=s.detail,
-            kind="fail" if s.status is StepStatus.FAIL else s.status.value.lower(),
-            output=s.detail,
+            seconds=s["seconds"],
+            outcome=_JUNIT_OUTCOME.get(StepStatus(s["status"])),
+            message=s["detail"],
+            kind="fail" if s["status"] == StepStatus.FAIL.value else s["status"].lower(),
+            output=s["detail"],
         )
-        for s in report.steps
+        for s in (x.to_dict() for x in report.steps or ())
     ]
     props = [
         ("device", str(report.header["device"])),
@@ -197,7 +199,7 @@ def junit_suites(report: RunReport) -> list[_output.JunitSuite]:
     return [_output.JunitSuite(suite_name, cases, props)]
 
 
-def junit_xml(report: RunReport) -> str:
+def junit_xml(report: Report) -> str:
     return _output.junit_xml(f"calctl {report.command}", junit_suites(report))
 
 
@@ -236,7 +238,7 @@ def run_golden(
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_golden)
 
 
-def _render_golden(report: RunReport) -> None:
+def _render_golden(report: Report) -> None:
     _steps_table(report)
     rows = []
     for r in report.body.get("models", []):
@@ -336,7 +338,7 @@ def _stability(cv: float | None, unstable: bool, limit: float | None, not_judged
     return "stable"
 
 
-def _render_warmup(report: RunReport) -> None:
+def _render_warmup(report: Report) -> None:
     _steps_table(report)
     rows = []
     for r in report.body.get("models", []):
@@ -463,7 +465,7 @@ OVERLAP_BOUNDS = (
 )
 
 
-def _render_poc(report: RunReport) -> None:
+def _render_poc(report: Report) -> None:
     _steps_table(report)
     body = report.body
     rounds = body.get("rounds", [])
@@ -555,31 +557,33 @@ def bringup(
         result = bringup_lib.run_bringup(config, on_step=show)
     document = result.document()
     write_json(out_dir / "report.json", document)
+    html_report.write(document, out_dir / "report.json")
     if _output.is_json(format):
-        _output.emit_json(document)
+        _output.emit_json(result)
     else:
         _render_bringup(result)
     return result.exit_code
 
 
-def _render_bringup(result: bringup_lib.BringupReport) -> None:
+def _render_bringup(result: Report) -> None:
+    doc = result.document()
     rows = [
-        [escape(s.name), _output.styled_verdict(s.verdict), escape(s.key_figure), f"{s.seconds:.2f} s"]
-        for s in result.steps
+        [escape(s["step"]), _output.styled_verdict(s["verdict"]), escape(s["key_figure"]), f"{s['seconds']:.2f} s"]
+        for s in doc["summary"]
     ]
-    _output.print_table(
-        f"calctl bringup ({result.header['level']})", ["step", "verdict", "key figure", "duration"], rows
-    )
+    _output.print_table(f"calctl bringup ({doc['level']})", ["step", "verdict", "key figure", "duration"], rows)
     out = _output.stdout
-    for s in result.steps:
-        if s.verdict not in ("PASS", "GO", "S2") and s.detail:
-            out.print(f"  {escape(s.name)}: {escape(s.detail)}")
-    h = result.header
-    out.print(provenance_line(h))
-    if h.get("mock_result") or h.get("software_model"):
-        out.print(f"[yellow]{escape(h.get('note') or MOCK_LABEL)}[/]")
-    out.print(f"report: {escape(str(result.out_dir / 'report.json'))} (traces and plots alongside)")
-    out.print(f"verdict {_output.styled_verdict(result.verdict)} in {result.seconds:.1f} s")
+    for s in doc["summary"]:
+        if s["verdict"] not in ("PASS", "GO", "S2") and s["detail"]:
+            out.print(f"  {escape(s['step'])}: {escape(s['detail'])}")
+    out.print(provenance_line(doc))
+    if doc.get("note"):
+        out.print(f"[yellow]{escape(doc['note'])}[/]")
+    out.print(f"report: {escape(str(Path(doc['report_dir']) / 'report.json'))} (traces and plots alongside)")
+    out.print(
+        f"page: {escape(str(Path(doc['report_dir']) / 'report.html'))} (one self-contained file to open or attach)"
+    )
+    out.print(f"verdict {_output.styled_verdict(result.verdict)} in {doc['seconds']:.1f} s")
 
 
 def register(app: typer.Typer) -> None:

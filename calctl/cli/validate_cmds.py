@@ -20,11 +20,12 @@ from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, ResultFormatOpt, TrustedKeyOpt
 from calctl.cli._output import Format, TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
-from calctl.errors import ExitCode, UsageError
+from calctl.errors import UsageError
 from calctl.package.rules import RULES, Rule, Status, rule_by_id
 from calctl.package.rules.compat import parse_version
-from calctl.package.validate import CheckResult, Report, ValidationPolicy
+from calctl.package.validate import CheckResult, ValidationPolicy, ValidationReport
 from calctl.package.validate import validate as run_validation
+from calctl.report import Report, build_header, simple_report
 
 _STATUS_LABEL = {
     Status.PASS: "PASS",
@@ -101,16 +102,17 @@ def validate(
         fail_on_skip=fail_on_skip,
     )
     report = run_validation(path, policy)
+    result = Report("validate", _verdict(report), build_header("validate"), report.to_dict())
     if format is Format.json:
-        _output.emit_json(report.to_dict())
+        _output.emit_json(result)
     elif format is Format.junit:
         _output.emit_junit("calctl validate", junit_suites(report))
     else:
         _print_report(report, verbose=verbose)
-    return int(ExitCode.OK if report.ok else ExitCode.FAILED)
+    return result.exit_code
 
 
-def _print_report(report: Report, *, verbose: bool = False) -> None:
+def _print_report(report: ValidationReport, *, verbose: bool = False) -> None:
     """Failures, errors, warnings and skips in full (one finding per block); passes counted (``--verbose``: listed)."""
     out = _output.stdout
     shown = [c for c in report.checks if verbose or c.status is not Status.PASS]
@@ -145,7 +147,7 @@ def _print_report(report: Report, *, verbose: bool = False) -> None:
     out.print(f"verdict {_output.styled_verdict(verdict)}: {counts}{why}")
 
 
-def _verdict(report: Report) -> str:
+def _verdict(report: ValidationReport) -> str:
     """PASS, WARN (accepted with warnings) or FAIL: the words of docs/cli.md "Verdicts"."""
     if not report.ok:
         return "FAIL"
@@ -156,7 +158,7 @@ def _verdict(report: Report) -> str:
 # JUnit XML: one testsuite per group, one testcase per rule.
 
 
-def junit_suites(report: Report) -> list[_output.JunitSuite]:
+def junit_suites(report: ValidationReport) -> list[_output.JunitSuite]:
     """The report as JUnit suites: failures = fail (and warn/skip when the policy rejects them)."""
     by_rule: dict[str, list[CheckResult]] = {}
     for c in report.checks:
@@ -197,7 +199,7 @@ def junit_suites(report: Report) -> list[_output.JunitSuite]:
     return [_output.JunitSuite(f"calctl.validate.{g}", cs, props) for g, cs in cases.items()]
 
 
-def junit_xml(report: Report) -> str:
+def junit_xml(report: ValidationReport) -> str:
     return _output.junit_xml("calctl validate", junit_suites(report))
 
 
@@ -225,7 +227,7 @@ def _rule_doc(rule: type[Rule]) -> dict[str, Any]:
 def rules(format: FormatOpt = TableJson.table) -> None:
     """List every validation rule: ID, group, severity, summary."""
     if _output.is_json(format):
-        _output.emit_json({"rules": [_rule_doc(r) for r in RULES]})
+        _output.emit_json(simple_report("rules", {"rules": [_rule_doc(r) for r in RULES]}))
         return
     _output.print_table(
         f"{len(RULES)} validation rules (calctl explain ID for details)",
@@ -248,7 +250,7 @@ def explain(
         raise UsageError(f"unknown rule ID {rule_id!r}", hint=_did_you_mean(rule_id))
     doc = _rule_doc(rule)
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(simple_report("explain", doc))
         return
     _output.stdout.print(f"[bold]{rule.id}[/] ({rule.group.value}, {rule.severity.value}): {escape(rule.summary())}")
     _output.stdout.print(escape(rule.explanation))

@@ -25,6 +25,7 @@ SCHEMA_FILES = {
     "calculet-scheduler/v1": "calculet-scheduler-v1.json",
     "calculet-dual-model/v1": "calculet-dual-model-v1.json",
     "validate-report/v1": "validate-report-v1.json",
+    "report/v1": "report-v1.json",
 }
 
 

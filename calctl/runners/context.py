@@ -38,19 +38,19 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from calctl import __version__
 from calctl.budget.device import device_fit
 from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError, interrupt_reason
 from calctl.package.info import package_digest
 from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
-from calctl.package.validate import Report, ValidationPolicy, validate
+from calctl.package.validate import ValidationPolicy, ValidationReport, validate
+from calctl.report import MOCK_LABEL, Report, StepRecord, StepStatus, build_header, exit_code_of
 from calctl.runners.trace import Mark, TraceSlice, plot_timeline, write_chrome_trace
 from calctl.runtime import Calbin, DeviceKind, Health, Runtime, TraceEvent, Versions, open_runtime
 from calctl.runtime.errors import InvalidCalbin, RuntimeLayerError
@@ -58,36 +58,6 @@ from calctl.runtime.types import JobState
 from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS
 from calctl.signing.policy import TrustPolicy
-
-#: Printed on and stored in every report produced on the mock device (docs/runtime.md §5).
-MOCK_LABEL = (
-    "MOCK RESULT: produced on the simulated mock board. It shows that the tool and the package work end to end; "
-    "it is not evidence about a Calculet board (docs/runtime.md §5)"
-)
-
-
-#: Printed on and stored in every report produced on a board that reports itself as a software model (the
-#: reference board, a simulator: Versions.software_model), like the mock's label (docs/runtime.md §5).
-SOFTWARE_MODEL_LABEL = (
-    "SOFTWARE MODEL RESULT: produced on {firmware!r}, a software model of a board (no hardware). It shows that "
-    "the tool, the package and the library work end to end; it is not evidence about a Calculet board "
-    "(docs/runtime.md §5)"
-)
-
-
-def result_note(mock: bool, runtime: dict[str, Any] | None) -> str | None:
-    """The label every report carries: the mock's, a software model's (from the runtime block of its header),
-    or None for hardware."""
-    if mock:
-        return MOCK_LABEL
-    if runtime and runtime.get("software_model"):
-        return SOFTWARE_MODEL_LABEL.format(firmware=runtime.get("firmware") or "software model")
-    return None
-
-
-def software_model(mock: bool, runtime: dict[str, Any] | None) -> bool:
-    return mock or bool(runtime and runtime.get("software_model"))
-
 
 # ---------------------------------------------------------------------------
 # Outcomes and the step log
@@ -108,15 +78,7 @@ class Outcome(str, enum.Enum):
 
     @property
     def exit_code(self) -> int:
-        return int(
-            {
-                Outcome.PASS: ExitCode.OK,
-                Outcome.FAIL: ExitCode.FAILED,
-                Outcome.TIMEOUT: ExitCode.TIMEOUT,
-                Outcome.ERROR: ExitCode.DEVICE,
-                Outcome.INTERRUPTED: ExitCode.INTERRUPTED,
-            }[self]
-        )
+        return exit_code_of(self.value)
 
 
 def outcome_of(exc: BaseException) -> Outcome:
@@ -137,16 +99,6 @@ def error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-class StepStatus(str, enum.Enum):
-    PASS = "PASS"
-    WARN = "WARN"  # done, with something a person should look at
-    FAIL = "FAIL"
-    SKIP = "SKIP"  # not run; the detail says why
-    TIMEOUT = "TIMEOUT"
-    ERROR = "ERROR"
-    INTERRUPTED = "INTERRUPTED"
-
-
 _STATUS_OF_OUTCOME = {
     Outcome.FAIL: StepStatus.FAIL,
     Outcome.TIMEOUT: StepStatus.TIMEOUT,
@@ -154,14 +106,6 @@ _STATUS_OF_OUTCOME = {
     Outcome.INTERRUPTED: StepStatus.INTERRUPTED,
     Outcome.PASS: StepStatus.PASS,
 }
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    name: str
-    status: StepStatus
-    seconds: float
-    detail: str = ""
 
 
 @dataclass
@@ -465,7 +409,7 @@ class RunContext:
         self.log = log or StepLog()
         self.expect_models = expect_models
         self.drain_timeout_s = drain_timeout_s
-        self.validation: Report | None = None
+        self.validation: ValidationReport | None = None
         self.rt: Runtime | None = None
         self.versions: Versions | None = None
         self.pkg: Package | None = None
@@ -506,7 +450,7 @@ class RunContext:
             self.snapshot.memory_before = _memory(self.rt)
         return self.rt
 
-    def validate(self) -> Report:
+    def validate(self) -> ValidationReport:
         with self.log.step("validate package") as note:
             policy = ValidationPolicy(
                 trust=self.trust,
@@ -666,46 +610,30 @@ class RunContext:
 
     def header(self, command: str) -> dict[str, Any]:
         """The block every report starts with (issue 6: device, runtime version, package digest, signer)."""
-        mock = self.device.is_mock
         rep = self.validation
         pkg = self.pkg
-        runtime = (
-            None
-            if self.versions is None
-            else {
-                "runtime": self.versions.runtime,
-                "driver": self.versions.driver,
-                "firmware": self.versions.firmware,
-                "abi": self.versions.abi,
-                "software_model": self.versions.software_model,
-            }
-        )
-        return {
-            "command": command,
-            "calctl_version": __version__,
-            "started_at": self.started_at.isoformat(timespec="seconds"),
-            "device": self.device.kind.value,
-            "mock_result": mock,
-            "software_model": software_model(mock, runtime),
-            "note": result_note(mock, runtime),
-            "device_options": self.device.describe(),
-            "runtime": runtime,
-            "package": {
+        return build_header(
+            command,
+            started_at=self.started_at,
+            device=self.device.kind.value,
+            device_options=self.device.describe(),
+            versions=self.versions,
+            package={
                 "path": str(self.path),
                 "name": pkg.name if pkg else None,
                 "version": pkg.version if pkg else None,
                 "kind": pkg.kind if pkg else None,
-                "digest": rep.digest if rep is not None else None,  # a refused Report is falsy
+                "digest": rep.digest if rep is not None else None,  # a refused ValidationReport is falsy
                 "signer_key_id": rep.signer_key_id if rep is not None else None,
             },
-            "validation": None
+            validation=None
             if rep is None
             else {
                 "ok": rep.ok,
                 "failed_rules": list(rep.failed_ids()),
                 "warnings": list(dict.fromkeys(c.id for c in rep.warnings)),
             },
-        }
+        )
 
     def memory_document(self) -> dict[str, Any]:
         return {
@@ -764,57 +692,18 @@ def select_aliases(pkg: Package, model: str | None) -> tuple[str, ...]:
 # The report every runner returns
 
 
-@dataclass(frozen=True)
-class RunReport:
-    """A finished run: verdict, exit code, the header, the step log, the runner's own body, the trace events.
-
-    ``body`` holds typed values (dataclasses) that the JSON renderer turns into
-    plain JSON; ``events`` are the runtime's per-chip job intervals of the run
-    (not part of the document; :func:`write_trace_outputs` turns them into files).
-    """
-
-    command: str
-    verdict: str  # PASS | WARN | FAIL | TIMEOUT | ERROR | INTERRUPTED; the PoC reports S1 | S2 when it ran to the end
-    exit_code: int
-    header: dict[str, Any]
-    steps: tuple[StepRecord, ...]
-    body: dict[str, Any]
-    error: str | None
-    seconds: float
-    events: tuple[TraceEvent, ...] = field(default=(), repr=False, compare=False)
-
-    def document(self) -> dict[str, Any]:
-        return {
-            **self.header,
-            "verdict": self.verdict,
-            "exit_code": self.exit_code,
-            "error": self.error,
-            "seconds": round(self.seconds, 3),
-            "steps": [
-                {"name": s.name, "status": s.status.value, "seconds": round(s.seconds, 4), "detail": s.detail}
-                for s in self.steps
-            ],
-            **self.body,
-        }
-
-    def with_body(self, **extra: Any) -> RunReport:
-        return RunReport(
-            self.command,
-            self.verdict,
-            self.exit_code,
-            self.header,
-            self.steps,
-            {**self.body, **extra},
-            self.error,
-            self.seconds,
-            self.events,
-        )
-
-
 def finish(
-    ctx: RunContext, command: str, verdict: str, exit_code: int, body: dict[str, Any], error: str | None, t0: float
-) -> RunReport:
-    """Assemble the RunReport once ``ctx`` is closed (the teardown steps are part of the log).
+    ctx: RunContext,
+    command: str,
+    verdict: str,
+    body: dict[str, Any],
+    error: str | None,
+    t0: float,
+    *,
+    fail_on: frozenset[str] = frozenset(),
+) -> Report:
+    """Assemble the run's :class:`~calctl.report.Report` once ``ctx`` is closed (the teardown steps are part of
+    the log); its exit code is the verdict's (``fail_on``: the run's policy, e.g. ``--require-s2``).
 
     A PASS with a step that warned is WARN (docs/cli.md "Verdicts": passed, exit 0, every warning named in
     ``warnings``), the word bringup and validate use for the same result.
@@ -822,10 +711,9 @@ def finish(
     warnings = [f"{s.name}: {s.detail}" for s in ctx.log.records if s.status is StepStatus.WARN]
     if verdict == Outcome.PASS.value and warnings:
         verdict = "WARN"
-    return RunReport(
+    return Report(
         command=command,
         verdict=verdict,
-        exit_code=exit_code,
         header=ctx.header(command),
         steps=ctx.log.records,
         body={
@@ -836,6 +724,7 @@ def finish(
         },
         error=error,
         seconds=time.perf_counter() - t0,
+        fail_on=fail_on,
         events=ctx.trace_events(),
     )
 
@@ -852,8 +741,8 @@ __all__ = [
     "DeviceSpec",
     "Outcome",
     "ProgramDigest",
+    "Report",
     "RunContext",
-    "RunReport",
     "StepLog",
     "StepNote",
     "StepRecord",

@@ -15,7 +15,7 @@ index for logits, output token index and KV position for tokens).
 The per-model check, :func:`run_golden_model`, lives in ``calctl.checks.golden``
 (the serving engine calls it too, golden before Ready, 001 §11.1). :func:`run_golden` is ``calctl
 run-golden``: validate, configure, every model (or one), teardown, one
-:class:`~calctl.runners.context.RunReport`; a hang stops the run with the
+:class:`~calctl.report.Report`; a hang stops the run with the
 models after it listed as not run. This module does not print or write files.
 """
 
@@ -30,8 +30,8 @@ from calctl.errors import CalctlError
 from calctl.runners.context import (
     DeviceSpec,
     Outcome,
+    Report,
     RunContext,
-    RunReport,
     StepLog,
     StepStatus,
     error_text,
@@ -53,7 +53,7 @@ def run_golden(
     step_timeout_s: float = 30.0,
     generation: GenerationId = GenerationId(0),
     log: StepLog | None = None,
-) -> RunReport:
+) -> Report:
     """``calctl run-golden``: every model of ``package`` (or exactly ``model``) on ``device``.
 
     Verdict PASS only when every model passed; FAIL names the first failing model,
@@ -101,7 +101,7 @@ def run_golden(
         if failed:
             outcome, error = Outcome.FAIL, "; ".join(r.reason or r.alias for r in failed)
     body = {"models": results, "not_run": not_run, "step_timeout_s": step_timeout_s}
-    return finish(ctx, "run-golden", outcome.value, outcome.exit_code, body, error, t0)
+    return finish(ctx, "run-golden", outcome.value, body, error, t0)
 
 
 def _detail(r: GoldenResult) -> str:

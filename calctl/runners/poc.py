@@ -61,8 +61,8 @@ from calctl.package.model import ChipMode, GraphKind, Package, mask_of_chips
 from calctl.runners.context import (
     DeviceSpec,
     Outcome,
+    Report,
     RunContext,
-    RunReport,
     StepLog,
     StepStatus,
     error_text,
@@ -361,7 +361,7 @@ def run_poc_combined(
     step_timeout_s: float = 30.0,
     require_s2: bool = False,
     log: StepLog | None = None,
-) -> RunReport:
+) -> Report:
     """``calctl poc combined``: the 001 §6.4 flow. Verdict S1/S2 when it ran to the end, else FAIL/TIMEOUT/ERROR.
 
     Exit 0 for S1 or S2 (both are findings), unless ``require_s2`` makes S1 exit 1;
@@ -422,17 +422,15 @@ def run_poc_combined(
     body["capability"] = _capability(
         device, verdict, outcome, software=ctx.versions is not None and ctx.versions.software_model
     )
+    fail_on: frozenset[str] = frozenset()
     if outcome is not Outcome.PASS or verdict is None:
-        final, code = outcome.value, outcome.exit_code
+        final = outcome.value
     elif require_s2 and verdict.verdict != "S2":
-        final, code, error = (
-            verdict.verdict,
-            Outcome.FAIL.exit_code,
-            "S2 was required (--require-s2): " + "; ".join(verdict.reasons),
-        )
+        final, fail_on = verdict.verdict, frozenset({verdict.verdict})
+        error = "S2 was required (--require-s2): " + "; ".join(verdict.reasons)
     else:
-        final, code = verdict.verdict, 0
-    return finish(ctx, "poc combined", final, code, body, error, t0)
+        final = verdict.verdict
+    return finish(ctx, "poc combined", final, body, error, t0, fail_on=fail_on)
 
 
 @dataclass

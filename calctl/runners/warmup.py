@@ -18,7 +18,7 @@ times. ``ok`` is "no errors".
 The per-model warm-up, :func:`run_warmup_model`, lives in ``calctl.checks.warmup``
 (the serving engine calls it too, warm-up before Ready, 001 §11.1). :func:`run_warmup` is ``calctl warmup``:
 validate, configure, every model (or one), teardown, one
-:class:`~calctl.runners.context.RunReport`. This module does not print or
+:class:`~calctl.report.Report`. This module does not print or
 write files.
 """
 
@@ -33,8 +33,8 @@ from calctl.errors import CalctlError
 from calctl.runners.context import (
     DeviceSpec,
     Outcome,
+    Report,
     RunContext,
-    RunReport,
     StepLog,
     StepStatus,
     error_text,
@@ -58,7 +58,7 @@ def run_warmup(
     step_timeout_s: float = 30.0,
     generation: GenerationId = GenerationId(0),
     log: StepLog | None = None,
-) -> RunReport:
+) -> Report:
     """``calctl warmup``: ``iterations`` warm-up iterations of every model (or exactly ``model``).
 
     Verdict PASS when no model had an error (unstable latency is a WARN step,
@@ -106,7 +106,7 @@ def run_warmup(
                 f"{r.alias}: {r.errors} error(s) in {r.iterations} iteration(s): {r.first_error}" for r in failed
             )
     body = {"iterations": iterations, "decode_steps": decode_steps, "cv_warn": CV_WARN, "models": results}
-    return finish(ctx, "warmup", outcome.value, outcome.exit_code, body, error, t0)
+    return finish(ctx, "warmup", outcome.value, body, error, t0)
 
 
 def describe(r: WarmupResult) -> str:

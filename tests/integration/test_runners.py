@@ -280,7 +280,6 @@ def test_warmup_counts_tokens_off_golden_as_errors(cli, tmp_path: Path) -> None:
 # bringup
 
 
-@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(tmp_path)
     r = cli("bringup")
@@ -295,10 +294,10 @@ def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> 
     assert summary["budget"]["verdict"] == "GO" and summary["run-golden"]["verdict"] == "WARN"
     assert summary["poc"]["verdict"] == "S2"
     assert summary["soak"]["verdict"] == "PASS" and (out / "soak" / "soak-report.json").is_file()
-    assert doc["steps"]["soak"]["violations"] == [] and doc["steps"]["soak"]["cycles"] >= 3
+    assert doc["step_reports"]["soak"]["violations"] == [] and doc["step_reports"]["soak"]["cycles"] >= 3
     for step in ("run-golden", "warmup", "poc"):
         assert (out / f"{step}.trace.json").is_file() and (out / f"{step}.png").read_bytes()[:8] == PNG_MAGIC
-        assert doc["steps"][step]["device"] == "mock"
+        assert doc["step_reports"][step]["device"] == "mock"
     assert "calctl bringup" in r.out and "MOCK RESULT" in r.out
 
 

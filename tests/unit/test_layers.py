@@ -16,6 +16,7 @@ ROOT = Path(calctl.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "records", "__init__"}),
+    frozenset({"report", "html_report"}),
     frozenset({"signing"}),
     frozenset({"package"}),
     frozenset({"budget", "model"}),
