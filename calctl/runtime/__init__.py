@@ -78,18 +78,6 @@ def open_runtime(
     return open_calrt(path)
 
 
-def probe_versions(kind: DeviceKind | str, calrt_lib: Path | str | None = None) -> Versions | None:
-    """Open the device of ``kind`` just long enough to read its versions (``software_model`` among them);
-    None when it cannot be opened (the run that follows reports why)."""
-    from calctl.errors import CalctlError
-
-    try:
-        with open_runtime(kind, calrt_lib) as rt:
-            return rt.versions()
-    except CalctlError:
-        return None
-
-
 __all__ = [
     "CALRT_LIBRARY_ENV",
     "BoardSelection",
@@ -119,6 +107,5 @@ __all__ = [
     "TraceEvent",
     "Versions",
     "open_runtime",
-    "probe_versions",
     "select_board",
 ]
