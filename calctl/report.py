@@ -110,11 +110,14 @@ class DeviceClass(str, enum.Enum):
     UNKNOWN = "unknown"  # a remote server that did not say (bench --url without --target-device)
 
 
-def device_class(kind: str | None, firmware: str | None = None) -> DeviceClass:
-    """What produced a result: the mock, the reference board (its firmware says ``software model``), a board
-    (a CalRT shim whose firmware does not), or unknown (a CalRT shim whose versions were not read, a server)."""
+def device_class(kind: str | None, firmware: str | None = None, software_model: bool | None = None) -> DeviceClass:
+    """What produced a result: the mock, a software model (the runtime says so: ``Versions.software_model``,
+    from the shim's calrt_ext_device_identity; else its firmware says ``software model``), a board (a CalRT
+    shim that says neither), or unknown (a CalRT shim whose versions were not read, a server)."""
     if kind == "mock":
         return DeviceClass.MOCK
+    if kind == "calrt" and software_model is not None:
+        return DeviceClass.SOFTWARE_MODEL if software_model else DeviceClass.BOARD
     if kind == "calrt" and firmware:
         return DeviceClass.SOFTWARE_MODEL if _SOFTWARE_MODEL_FIRMWARE in firmware else DeviceClass.BOARD
     return DeviceClass.UNKNOWN
@@ -131,12 +134,16 @@ def device_note(cls: DeviceClass) -> str | None:
 
 
 def versions_document(versions: Any) -> dict[str, Any] | None:
-    """``{"runtime", "driver", "firmware", "abi"}`` of a runtime's versions (an object or a mapping)."""
+    """``{"runtime", "driver", "firmware", "abi", "software_model"}`` of a runtime's versions (an object or a
+    mapping; ``software_model`` only when the runtime told, calctl.runtime.types.Versions)."""
     if versions is None:
         return None
-    if isinstance(versions, Mapping):
-        return {k: versions.get(k) for k in ("runtime", "driver", "firmware", "abi")}
-    return {k: getattr(versions, k, None) for k in ("runtime", "driver", "firmware", "abi")}
+    keys = ("runtime", "driver", "firmware", "abi", "software_model")
+    get = versions.get if isinstance(versions, Mapping) else lambda k: getattr(versions, k, None)
+    doc = {k: get(k) for k in keys}
+    if doc["software_model"] is None:
+        del doc["software_model"]
+    return doc
 
 
 def build_header(
@@ -165,7 +172,9 @@ def build_header(
     }
     if device is not None:
         runtime = versions_document(versions)
-        cls = device_class(device, runtime.get("firmware") if runtime else None)
+        cls = device_class(
+            device, runtime.get("firmware") if runtime else None, runtime.get("software_model") if runtime else None
+        )
         if mock_result:
             cls = DeviceClass.MOCK
         mock = mock_result if mock_result is not None else {"mock": True, "calrt": False}.get(device)

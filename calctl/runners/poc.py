@@ -411,7 +411,9 @@ def run_poc_combined(
         body["per_chip_trace_share"] = verdict.trace_share.as_dict() if verdict.trace_share else None
         body["decisions"] = {k: d.as_dict() for k, d in verdict.decisions.items()}
         body["reasons"] = list(verdict.reasons)
-    body["capability"] = _capability(device, verdict, outcome)
+    body["capability"] = _capability(
+        device, verdict, outcome, software=ctx.versions is not None and ctx.versions.software_model
+    )
     fail_on: frozenset[str] = frozenset()
     if outcome is not RunOutcome.PASS or verdict is None:
         final = outcome.value
@@ -646,8 +648,19 @@ def _host_blame(overhead: dict[str, Any] | None) -> str:
     )
 
 
-def _capability(device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: RunOutcome) -> str:
+def _capability(
+    device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: RunOutcome, *, software: bool = False
+) -> str:
     """What the run may be cited for (001 §1 C0–C4, S1/S2; docs/runtime.md §5)."""
+    if software and not device.is_mock:  # a software model (the reference board): about the model, never a board
+        measured = (
+            f"measured {verdict.verdict} " if verdict is not None and outcome is RunOutcome.PASS else "no verdict "
+        )
+        return (
+            f"not evidence: {measured}on a software model of a board (no hardware); it shows the tool and the "
+            "library tell S1 from S2. The board's dual-chip concurrency stays C3 until a run on a Calculet board "
+            "with a vendor combined calbin measures it (001 §1, §6.4; docs/runtime.md §5)"
+        )
     if device.is_mock:
         return (
             "not evidence: a mock result shows the tool tells S1 from S2; the board's dual-chip concurrency stays "

@@ -331,7 +331,8 @@ def test_quick_level_through_the_reference_board(tmp_path: Path, reference_board
     rows = _rows(doc)
     assert doc["status"] == "finished" and list(rows) == ROW_IDS
     assert code == (1 if doc["counts"]["NO-GO"] else 0), doc["summary"]
-    assert doc["device"] == "calrt" and doc["mock_result"] is False and doc["note"] is None
+    assert doc["device"] == "calrt" and doc["mock_result"] is False
+    assert doc["device_label"] == "software model" and doc["note"].startswith("SOFTWARE MODEL RESULT"), doc["note"]
     assert doc["device_options"]["calrt_lib"] == str(reference_board)
     for rid in ("G0", "G1"):
         assert rows[rid]["verdict"] == "GO", rows[rid]

@@ -34,6 +34,9 @@ def _is_calrt_result(doc: dict, lib: Path) -> None:  # type: ignore[type-arg]
     assert doc["device"] == "calrt" and doc["mock_result"] is False, doc["device"]
     assert doc["device_options"]["calrt_lib"] == str(lib)
     assert doc["runtime"]["firmware"] == "reference (software model, no hardware)"
+    # Issue 28: a software model is labelled like the mock, never read as "this board".
+    assert doc["device_label"] == "software model" and doc["runtime"]["software_model"] is True
+    assert doc["note"].startswith("SOFTWARE MODEL RESULT") and "not evidence about a Calculet board" in doc["note"]
 
 
 def test_run_golden_and_warmup_pass_through_the_c_abi(cli, reference_board: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
@@ -75,6 +78,8 @@ def test_poc_combined_is_s2_from_the_per_chip_trace(cli, reference_board: Path, 
     assert doc["decisions"]["per_chip_trace"]["passed"] is not False, doc["reasons"]
     chips = {e["chip"] for e in doc["trace"]} if isinstance(doc["trace"], list) else None
     assert chips is None or chips == {0, 1}
+    assert doc["capability"].startswith("not evidence: measured S2 on a software model"), doc["capability"]
+    assert "this board" not in doc["capability"]
 
 
 @pytest.mark.parametrize("load", ["idle", "loaded"])
@@ -125,6 +130,7 @@ def test_soak_twenty_cycles_is_clean(cli, reference_board: Path, tmp_path: Path)
     doc = r.json
     assert doc["ok"] is True and doc["cycles"] == 20 and doc["violations"] == [] and doc["status"] == "finished"
     assert doc["device"] == "calrt" and doc["mock_result"] is False
+    assert doc["device_label"] == "software model" and doc["note"].startswith("SOFTWARE MODEL RESULT")
     assert doc["requests"]["sent"] > 0
     on_disk = json.loads((tmp_path / "soak" / "soak-report.json").read_text())
     assert on_disk["cycles"] == 20

@@ -27,7 +27,11 @@ def bench_report(
 ) -> Report:
     """The report of one ``calctl bench`` run (``bench-report.json``, ``--format json``)."""
     mock = result.mock_result
-    header = build_header("bench", started_at=started, device=opts.target_device, mock_result=mock, scenario=scenario)
+    body_doc = getattr(result, "body", None)
+    versions = body_doc.get("runtime") if isinstance(body_doc, dict) else None  # a board run here says what it is
+    header = build_header(
+        "bench", started_at=started, device=opts.target_device, mock_result=mock, versions=versions, scenario=scenario
+    )
     if header["mock_result"] is None:
         header["note"] = UNSTATED_DEVICE_NOTE
     body: dict[str, Any] = {

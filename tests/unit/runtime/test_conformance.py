@@ -153,3 +153,11 @@ def _no_hook(self, fault: str, value: int = 1) -> None:  # type: ignore[no-untyp
     from calctl.runtime.errors import NotSupported
 
     raise NotSupported(f"CalRT library {self.library.path} does not export the calrt_ext_fault_set test hook")
+
+
+def test_abi_version_fails_a_library_of_another_major(calrt_stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its FAIL branch was unreachable: calctl's loader refused the library before the check could answer."""
+    monkeypatch.setenv("CALRT_STUB_ABI_MAJOR", "2")
+    by_name = {c.name: c for c in CHECKS}
+    result = run_check(by_name["abi_version"], Target(DeviceKind.CALRT, COMBINED, calrt_stub))
+    assert result.verdict is Verdict.FAIL and result.call == "calrt_abi_version" and result.returned == "'2.0'", result
