@@ -504,8 +504,14 @@ def step_soak(state: _State) -> StepEvidence:
         f"{doc.get('cycles')} cycles, {float(doc.get('seconds') or 0) / 3600:.2f} h, "
         f"{len(report.violations)} violation(s)"
     )
-    status = StepStatus.RAN if report.status in ("finished", "aborted") else StepStatus.ERROR
-    return StepEvidence("soak", status, time.perf_counter() - t0, summary, report.status, doc, files)
+    if report.status in ("finished", "aborted"):
+        return StepEvidence("soak", StepStatus.RAN, time.perf_counter() - t0, summary, "", doc, files)
+    # The soak's own error (a BoardLocked naming its holder, a refused package): the row says why, not "error".
+    why = doc.get("error") or f"the soak ended {report.status} (exit {report.exit_code}); see soak/events.ndjson"
+    doc["exit_code"] = report.exit_code
+    return StepEvidence(
+        "soak", StepStatus.ERROR, time.perf_counter() - t0, summary, f"soak {report.status}: {why}", doc, files
+    )
 
 
 def step_rollback(state: _State) -> StepEvidence:
@@ -597,19 +603,29 @@ class AcceptReport:
     def counts(self) -> dict[str, int]:
         return {v.value: sum(1 for r in self.rows if r.verdict is v) for v in Verdict}
 
+    def _head(self) -> str:
+        """The summary's first word. GO only when a row is GO and nothing failed to run: a device error, a
+        refused package or a calctl bug is said as such, and a run that measured no row is NOT MEASURED."""
+        c = self.counts
+        if self.status in ("interrupted", "running"):
+            return self.status.upper()
+        if c[Verdict.NO_GO.value]:
+            return "NO-GO"
+        errored = [s.name for s in self.steps if s.status is StepStatus.ERROR]
+        if self.exit_code == int(ExitCode.FAILED):
+            return "FAIL (the package failed validation)"
+        if self.exit_code != int(ExitCode.OK):
+            what = "device error" if self.exit_code == int(ExitCode.DEVICE) else "error"
+            return f"ERROR ({what} in {', '.join(errored) or 'a step'})"
+        if not c[Verdict.GO.value]:
+            return "NOT MEASURED" + (f" (steps in error: {', '.join(errored)})" if errored else "")
+        if c[Verdict.NOT_MEASURED.value]:
+            return "GO (with rows NOT MEASURED)"
+        return "GO"
+
     def summary_line(self) -> str:
         c = self.counts
-        head = {
-            "interrupted": "INTERRUPTED",
-            "running": "RUNNING",
-        }.get(
-            self.status,
-            "NO-GO"
-            if c[Verdict.NO_GO.value]
-            else "GO (with rows NOT MEASURED)"
-            if c[Verdict.NOT_MEASURED.value]
-            else "GO",
-        )
+        head = self._head()
         nm = [r.id for r in self.rows if r.verdict is Verdict.NOT_MEASURED]
         ng = [r.id for r in self.rows if r.verdict is Verdict.NO_GO]
         parts = [f"{c['GO']} GO"]

@@ -359,6 +359,7 @@ class _Soak:
         self.cycles_done = 0
         self.end_s: float | None = None
         self.interrupted: dict[str, Any] | None = None  # signal, phase, cycle cut short, when
+        self.not_run_code: int | None = None  # the exit code of a soak refused before the device
 
     # -- time / progress -----------------------------------------------------------------------
 
@@ -464,15 +465,23 @@ class _Soak:
         )
         sampler = threading.Thread(target=self._sampler, name="soak-sampler", daemon=True)
         exit_code = int(ExitCode.OK)
+        not_run: CalctlError | None = None
         try:
             try:
                 self._validate()
-            except KeyboardInterrupt:
-                raise
-            except BaseException:
-                self.events.close()
-                raise
-            self._on_device(sampler)
+            except CalctlError as exc:
+                # A missing package (exit 2) or one validation refuses (exit 1): the soak did not run, and its
+                # report says so with the cause; nothing reads PASS (docs/soak.md).
+                not_run = exc
+                self.status = "not_run"
+                self.not_run_code = int(exc.exit_code)
+                self.header["error"] = f"{type(exc).__name__}: {exc}"
+                self.events.write("not_run", error=self.header["error"])
+                if exc.exit_code == ExitCode.USAGE:
+                    raise
+                exit_code = int(exc.exit_code)
+            else:
+                self._on_device(sampler)
         except KeyboardInterrupt as exc:
             self._note_interrupt(exc)
             self.status = "interrupted"
@@ -497,7 +506,7 @@ class _Soak:
             ok = self.status == "finished" and len(self.violations) == 0
             if exit_code == ExitCode.OK and not ok:
                 exit_code = int(ExitCode.FAILED)
-            self.header["files"] = self._plot()
+            self.header["files"] = self._plot() if not_run is None else self._files(None)
             self.events.write(
                 "soak_end",
                 status=self.status,
@@ -541,6 +550,8 @@ class _Soak:
             return "INTERRUPTED"
         if self.status == "error":
             return "ERROR"
+        if self.status == "not_run":  # refused before the device: a bad package is FAIL (exit 1, docs/cli.md)
+            return "FAIL" if self.not_run_code == ExitCode.FAILED else "ERROR"
         if self.phase != "done":
             return "RUNNING"
         return "PASS" if self.status == "finished" and not len(self.violations) else "FAIL"
@@ -909,13 +920,17 @@ class _Soak:
 
     # -- report ------------------------------------------------------------------------------------
 
-    def _plot(self) -> dict[str, str | None]:
+    def _files(self, plot: Path | None) -> dict[str, str | None]:
         c = self.config
-        files: dict[str, str | None] = {
+        return {
             "report": str(c.out_dir / evidence.REPORT_FILE),
             "events": str(c.out_dir / evidence.EVENTS_FILE),
-            "plot": None,
+            "plot": None if plot is None else str(plot),
         }
+
+    def _plot(self) -> dict[str, str | None]:
+        c = self.config
+        files = self._files(None)
         try:
             evidence.plot_soak(
                 c.out_dir / evidence.PLOT_FILE,
@@ -983,6 +998,7 @@ class _Soak:
             "verdict": self.verdict(),
             "ok": self.status == "finished" and not violations if self.phase == "done" else None,
             "interrupted": self.interrupted,
+            "error": self.header.get("error"),  # why the soak did not run or stopped outside a cycle, or None
             "device": c.device.kind.value,
             "mock_result": mock,
             "note": MOCK_LABEL if mock else None,

@@ -1,0 +1,86 @@
+"""Issue 29 items 5 and 6: the acceptance summary and the cause of a step that could not measure.
+
+The summary is computed from the rows, the steps and the exit code (calctl.runners.acceptance.run), no device.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from calctl.errors import ExitCode
+from calctl.runners.acceptance import run as accept_run
+from calctl.runners.acceptance.rows import ROWS, RowResult, StepEvidence, StepStatus, Verdict
+
+
+def _rows(verdict: Verdict) -> tuple[RowResult, ...]:
+    return tuple(RowResult(s.id, s.title, s.condition, s.source, verdict, "k") for s in ROWS)
+
+
+def _report(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...], code: int) -> accept_run.AcceptReport:
+    return accept_run.AcceptReport("finished", code, rows, steps, {}, Path("."), 1.0)
+
+
+def test_a_device_error_with_no_row_measured_is_not_go() -> None:
+    """Item 5: "GO (with rows NOT MEASURED): 0 GO, 0 NO-GO, 11 NOT MEASURED" with exit 3 was the old line."""
+    steps = (
+        StepEvidence("soak", StepStatus.ERROR, reason="soak error: BoardLocked: held by pid 7", document={}),
+        StepEvidence("rollback", StepStatus.ERROR, reason="BoardLocked: held", document={"exit_code": 3}),
+    )
+    rows = _rows(Verdict.NOT_MEASURED)
+    code = accept_run._exit_code("finished", rows, steps)
+    assert code == int(ExitCode.DEVICE)
+    line = _report(rows, steps, code).summary_line()
+    assert not line.startswith("GO"), line
+    assert line.startswith("ERROR (device error in soak, rollback)"), line
+
+
+def test_no_row_measured_without_an_error_is_not_measured_not_go() -> None:
+    line = _report(_rows(Verdict.NOT_MEASURED), (), 0).summary_line()
+    assert line.startswith("NOT MEASURED: 0 GO"), line
+
+
+def test_a_refused_package_is_fail_not_go() -> None:
+    steps = (StepEvidence("validate", StepStatus.ERROR, reason="the package failed validation: MAN007"),)
+    rows = _rows(Verdict.NOT_MEASURED)
+    code = accept_run._exit_code("finished", rows, steps)
+    assert code == int(ExitCode.FAILED)
+    assert not _report(rows, steps, code).summary_line().startswith("GO")
+
+
+def test_go_rows_with_rows_not_measured_still_read_go() -> None:
+    rows = (*_rows(Verdict.GO)[:4], *_rows(Verdict.NOT_MEASURED)[4:])
+    assert _report(rows, (), 0).summary_line().startswith("GO (with rows NOT MEASURED): 4 GO")
+
+
+def test_a_soak_that_could_not_measure_names_its_cause(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Item 6: "G5 NOT MEASURED: soak could not measure: error." hid a BoardLocked naming its holder."""
+    from contextlib import ExitStack
+
+    from calctl.runners import soak as soak_lib
+    from calctl.runners.acceptance.rows import judge_g5
+    from calctl.runners.context import DeviceSpec
+    from calctl.runners.soak.run import SoakReport
+    from calctl.signing.policy import TrustPolicy
+
+    cause = "BoardLocked: board default is in use by pid 4242 (calctl serve PKG)"
+    doc: dict[str, Any] = {"status": "error", "verdict": "ERROR", "error": cause, "cycles": 0, "files": {}}
+    monkeypatch.setattr(soak_lib, "run_soak", lambda config: SoakReport(False, "error", 3, doc, tmp_path))
+
+    class _Pkg:
+        models: tuple[Any, ...] = ()
+
+    cfg = accept_run.AcceptConfig(
+        package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=accept_run.Level.QUICK, out_dir=tmp_path
+    )
+    state = accept_run._State(config=cfg, stack=ExitStack())
+    monkeypatch.setattr(accept_run, "_need_main", lambda s: type("St", (), {"package": _Pkg()})())
+    ev = accept_run.step_soak(state)
+    assert ev.status is StepStatus.ERROR and "BoardLocked" in ev.reason and "pid 4242" in ev.reason, ev.reason
+    assert ev.document["exit_code"] == 3
+    g5 = judge_g5({"soak": ev})
+    assert g5.verdict is Verdict.NOT_MEASURED and "pid 4242" in g5.reason, g5.reason
+    code = accept_run._exit_code("finished", (g5,), (ev,))
+    assert code == int(ExitCode.DEVICE)
