@@ -234,14 +234,14 @@ def test_a_signalled_soak_ends_interrupted_with_its_evidence_closed(
 
 
 def test_a_soak_that_did_not_run_writes_no_pass(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Issue 29 item 9: a missing package exits 2 and its soak-report.json says not_run, never finished/PASS/ok."""
+    """Issue 29 item 9: a missing package exits 2 and its soak-report.json says error, never finished/PASS/ok."""
     out = tmp_path / "soak"
     r = cli("soak", tmp_path / "nope", *TRUST, "--cycles", "1", "--report", out)
     assert_no_traceback(r)
     assert r.code == 2 and "nope" in r.err, r.err
     if (out / "soak-report.json").exists():
         doc = json.loads((out / "soak-report.json").read_text())
-        assert doc["status"] == "not_run" and doc["verdict"] != "PASS" and doc["ok"] is False, doc
+        assert doc["status"] == "error" and doc["verdict"] == "ERROR" and doc["ok"] is False, doc
         assert "nope" in doc["error"]
         assert "PASS" not in (out / "events.ndjson").read_text()
     assert not (out / "soak.png").exists()  # no empty picture of a run that never ran
@@ -269,4 +269,4 @@ def test_a_refused_package_names_its_rules_in_the_verdict(cli, tmp_path: Path) -
     device_errors = [line for line in r.out.splitlines() if "device errors" in line]
     assert device_errors and "none" not in device_errors[0] and "never reached the device" in device_errors[0]
     doc = json.loads((tmp_path / "soak" / "soak-report.json").read_text())
-    assert doc["verdict"] == "FAIL" and doc["ok"] is False and "MAN007" in doc["error"]
+    assert doc["verdict"] == "FAIL" and doc["ok"] is False and "MAN007" in doc["error"] and doc["exit_code"] == 1

@@ -19,8 +19,22 @@ def _rows(verdict: Verdict) -> tuple[RowResult, ...]:
     return tuple(RowResult(s.id, s.title, s.condition, s.source, verdict, "k") for s in ROWS)
 
 
-def _report(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...], code: int) -> accept_run.AcceptReport:
-    return accept_run.AcceptReport("finished", code, rows, steps, {}, Path("."), 1.0)
+class _Line:
+    def __init__(self, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> None:
+        self.rows, self.steps = rows, steps
+
+    def summary_line(self) -> str:
+        return accept_run.summary_line("finished", self.rows, self.steps)
+
+
+def _report(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...], code: int = 0) -> _Line:
+    return _Line(rows, steps)
+
+
+def _exit(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> int:
+    from calctl.report import exit_code_of
+
+    return exit_code_of(accept_run._verdict("finished", rows, steps))
 
 
 def test_a_device_error_with_no_row_measured_is_not_go() -> None:
@@ -30,7 +44,7 @@ def test_a_device_error_with_no_row_measured_is_not_go() -> None:
         StepEvidence("rollback", StepStatus.ERROR, reason="BoardLocked: held", document={"exit_code": 3}),
     )
     rows = _rows(Verdict.NOT_MEASURED)
-    code = accept_run._exit_code("finished", rows, steps)
+    code = _exit(rows, steps)
     assert code == int(ExitCode.DEVICE)
     line = _report(rows, steps, code).summary_line()
     assert not line.startswith("GO"), line
@@ -45,7 +59,7 @@ def test_no_row_measured_without_an_error_is_not_measured_not_go() -> None:
 def test_a_refused_package_is_fail_not_go() -> None:
     steps = (StepEvidence("validate", StepStatus.ERROR, reason="the package failed validation: MAN007"),)
     rows = _rows(Verdict.NOT_MEASURED)
-    code = accept_run._exit_code("finished", rows, steps)
+    code = _exit(rows, steps)
     assert code == int(ExitCode.FAILED)
     assert not _report(rows, steps, code).summary_line().startswith("GO")
 
@@ -62,12 +76,26 @@ def test_a_soak_that_could_not_measure_names_its_cause(monkeypatch: pytest.Monke
     from calctl.runners import soak as soak_lib
     from calctl.runners.acceptance.rows import judge_g5
     from calctl.runners.context import DeviceSpec
-    from calctl.runners.soak.run import SoakReport
     from calctl.signing.policy import TrustPolicy
 
     cause = "BoardLocked: board default is in use by pid 4242 (calctl serve PKG)"
-    doc: dict[str, Any] = {"status": "error", "verdict": "ERROR", "error": cause, "cycles": 0, "files": {}}
-    monkeypatch.setattr(soak_lib, "run_soak", lambda config: SoakReport(False, "error", 3, doc, tmp_path))
+    doc: dict[str, Any] = {
+        "status": "error",
+        "verdict": "ERROR",
+        "exit_code": 3,
+        "error": cause,
+        "cycles": 0,
+        "violations": [],
+        "files": {},
+    }
+
+    class _Report:
+        exit_code = 3
+
+        def document(self) -> dict[str, Any]:
+            return dict(doc)
+
+    monkeypatch.setattr(soak_lib, "run_soak", lambda config: _Report())
 
     class _Pkg:
         models: tuple[Any, ...] = ()
@@ -82,5 +110,5 @@ def test_a_soak_that_could_not_measure_names_its_cause(monkeypatch: pytest.Monke
     assert ev.document["exit_code"] == 3
     g5 = judge_g5({"soak": ev})
     assert g5.verdict is Verdict.NOT_MEASURED and "pid 4242" in g5.reason, g5.reason
-    code = accept_run._exit_code("finished", (g5,), (ev,))
+    code = _exit((g5,), (ev,))
     assert code == int(ExitCode.DEVICE)
