@@ -619,7 +619,7 @@ def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvid
     }.get(verdict)
     if head is None:
         if not c[Verdict.GO.value]:
-            head = "NOT MEASURED" + (f" (steps in error: {errored})" if "a step" != errored else "")
+            head = "NOT MEASURED" + (f" (steps in error: {errored})" if errored != "a step" else "")
         elif c[Verdict.NOT_MEASURED.value]:
             head = "GO (with rows NOT MEASURED)"
         else:
