@@ -273,7 +273,7 @@ def step_budget(state: _State) -> StepEvidence:
         "budget",
         StepStatus.RAN,
         o.seconds,
-        f"{o.verdict}: {o.key_figure}",
+        _prefixed(o.verdict, o.key_figure),
         document=o.document or {},
         files=state.files(budget=path),
     )
@@ -303,7 +303,7 @@ def step_load_peak(state: _State) -> StepEvidence:
         "chips": mem,
         "before": ctx.snapshot.memory_before,
         "after": ctx.snapshot.memory_after,
-        "note": note,
+        "memory_note": note,  # "note" is the header's MOCK RESULT label (docs/runtime.md §5): never overwritten
         "steps": [r.name + ": " + r.status.value for r in ctx.log.records],
     }
     path = state.out / "load-peak.json"
@@ -368,7 +368,14 @@ def step_poc(state: _State) -> StepEvidence:
     if o.verdict not in ("S1", "S2", "NOT JUDGED", "FAIL"):
         return StepEvidence("poc", StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
     files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
-    return StepEvidence("poc", StepStatus.RAN, o.seconds, f"{o.verdict}: {o.key_figure}", document=doc, files=files)
+    return StepEvidence("poc", StepStatus.RAN, o.seconds, _prefixed(o.verdict, o.key_figure), document=doc, files=files)
+
+
+def _prefixed(verdict: str | None, figure: str) -> str:
+    """``VERDICT: figure``, without saying the verdict twice when the figure already starts with it."""
+    if not verdict or figure.startswith(f"{verdict}:") or figure == verdict:
+        return figure
+    return f"{verdict}: {figure}"
 
 
 def _bringup_level(level: Level) -> bringup.Level:

@@ -112,3 +112,34 @@ def test_a_soak_that_could_not_measure_names_its_cause(monkeypatch: pytest.Monke
     assert g5.verdict is Verdict.NOT_MEASURED and "pid 4242" in g5.reason, g5.reason
     code = _exit((g5,), (ev,))
     assert code == int(ExitCode.DEVICE)
+
+
+def test_a_step_summary_says_its_verdict_once() -> None:
+    """Item 8: step summaries read "NO-GO: NO-GO: ..." when the runner's key figure already led with it."""
+    assert accept_run._prefixed("NO-GO", "NO-GO: chip 0 static 14 GiB") == "NO-GO: chip 0 static 14 GiB"
+    assert accept_run._prefixed("GO", "chip 0 0.1 GiB") == "GO: chip 0 0.1 GiB"
+
+
+def test_load_peak_keeps_the_mock_label_where_it_goes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Item 8: load-peak.json put its description in ``note``, the field that carries the MOCK RESULT label."""
+    import json
+    from contextlib import ExitStack
+
+    from calctl.runners.context import DeviceSpec
+    from calctl.signing.policy import TrustPolicy, test_public_key
+    from tests.conftest import FIXTURE_PACKAGES
+
+    cfg = accept_run.AcceptConfig(
+        package=FIXTURE_PACKAGES / "combined",
+        trust=TrustPolicy((test_public_key(),)),
+        device=DeviceSpec(),
+        level=accept_run.Level.QUICK,
+        out_dir=tmp_path,
+    )
+    monkeypatch.setattr(accept_run, "_need_main", lambda s: None)
+    with ExitStack() as stack:
+        ev = accept_run.step_load_peak(accept_run._State(config=cfg, stack=stack))
+    doc = json.loads((tmp_path / "load-peak.json").read_text())
+    assert ev.status is StepStatus.RAN
+    assert doc["mock_result"] is True and "MOCK RESULT" in doc["note"], doc["note"]
+    assert "GetMemoryUsage" in doc["memory_note"]
