@@ -185,8 +185,10 @@ def test_interference_pairs_and_goodput(cli, parallel_server: str, tmp_path: Pat
         if eff is None:
             assert gate["verdict"] == "NOT JUDGED" and "steady-state" in gate["detail"], gate
             assert p["verdict"] != "PASS", p
-        else:
-            assert eff > 0, p["comparison"]
+        else:  # a loaded host can leave one window with no joint token: 0.0 measured, never judged PASS on it
+            assert eff >= 0, p["comparison"]
+            if p["comparison"]["throughput_efficiency"]["ci_low"] is None:
+                assert gate["verdict"] != "PASS", gate
         for d in p["models"].values():
             assert d["isolated"]["requests"] > 0 and d["joint"]["goodput_rps"] is not None
             assert 0 <= d["joint"]["slo_attainment"] <= 1.0
