@@ -13,13 +13,12 @@ time, the chips overlapped.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calctl.records import atomic_output, write_atomic
+from calctl.records import atomic_output, dumps, write_atomic
 from calctl.runtime import TraceEvent
 from calctl.runtime.types import JobState
 
@@ -88,7 +87,7 @@ def chrome_trace(
 def write_chrome_trace(
     path: Path, slices: Sequence[TraceSlice], *, device: str, metadata: dict[str, Any] | None = None
 ) -> None:
-    write_atomic(path, json.dumps(chrome_trace(slices, device=device, metadata=metadata), indent=1))
+    write_atomic(path, dumps(chrome_trace(slices, device=device, metadata=metadata), versioned=False, indent=1))
 
 
 @dataclass(frozen=True)

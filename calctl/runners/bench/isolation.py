@@ -94,6 +94,7 @@ from calctl.model import decoder
 from calctl.package import npy
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
+from calctl.records import dumps_line
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.plot import _device_label, _pyplot, _save
@@ -1187,7 +1188,7 @@ class _Run:
         path = self.opts.out_dir / "isolation-requests.ndjson"
         with path.open("w", encoding="utf-8") as f:
             for j in self.judged:
-                f.write(json.dumps(j.document(), separators=(",", ":")) + "\n")
+                f.write(dumps_line(j.document()))
         self.files["requests_ndjson"] = str(path)
 
     def _trace_document(self) -> dict[str, Any]:
