@@ -197,7 +197,8 @@ def plot_soak(
                 )
         ax.axhline(0.0, color="grey", linewidth=0.6)
         ax.set_ylabel(f"chip{chip}: MiB above\nbaseline")
-        ax.legend(loc="upper left", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # nothing sampled (no load reached): no empty legend, no warning
+            ax.legend(loc="upper left", fontsize=8)
     for i, (alias, series) in enumerate(sorted(latency.items())):
         pts = series.points()
         if pts:
