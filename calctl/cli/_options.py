@@ -90,9 +90,15 @@ ReportFileOpt = Annotated[
 JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Hashing threads (default: cores).")]
 
 
+def _report_default(default: str) -> str:
+    """``./calctl-reports/soak-<timestamp>`` as words a help column can wrap: a new ``soak-TIMESTAMP`` under it."""
+    parent, _, name = default.rpartition("/")
+    return f"a new {name.replace('<timestamp>', 'TIMESTAMP')} directory under {parent}" if parent else default
+
+
 def report_dir_option(default: str, contents: str) -> Any:
     """``--report DIR`` of a command that writes a directory of evidence (soak, bench, bringup)."""
     return typer.Option(
         "--report",
-        help=f"Report directory (default {default}; docs/cli.md, report directories): {contents}.",
+        help=f"Report directory (default: {_report_default(default)}; docs/cli.md, report directories): {contents}.",
     )

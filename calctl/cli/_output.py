@@ -9,6 +9,7 @@ verdict or knows what a command does.
 from __future__ import annotations
 
 import enum
+import os
 import re
 import sys
 import xml.etree.ElementTree as ET
@@ -18,21 +19,56 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.padding import Padding
+from rich.segment import Segment
 from rich.table import Table
 
+from calctl import textsafe
 from calctl.records import dumps
+from calctl.report import Report
 
-#: Tables are laid out for this many columns when stdout is not a terminal (logs, CI captures); a
-#: terminal gets its own width. Wide columns wrap inside their cell instead of being cut.
+#: Tables are laid out for this many columns when stdout is not a terminal (logs, CI captures) and
+#: ``COLUMNS`` does not say otherwise; a terminal gets its own width. Wide columns wrap inside their cell.
 LOG_WIDTH = 100
 
 
 def _width(stream: TextIO) -> int | None:
+    """``COLUMNS`` when set (piped output included, as ``ls`` and ``git`` do), else the terminal's, else LOG_WIDTH."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and 20 <= int(columns) <= 1000:
+        return int(columns)
     return None if stream.isatty() else LOG_WIDTH
 
 
-stdout = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
-stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
+class SafeConsole(Console):
+    """A rich Console through which no input text acts on the terminal (calctl.textsafe).
+
+    Every string is made terminal-safe before rich lays it out (control characters and surrogates escaped), a
+    string whose markup does not parse is printed as text instead of raising ``MarkupError``, and, as the last
+    guard, no segment of text reaches the stream with a control character (rich's own styling and cursor
+    control are not text segments). Callers still escape package strings with ``textsafe.markup``.
+    """
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        from rich.errors import MarkupError
+
+        text = textsafe.plain(text, multiline=True)
+        try:
+            return super().render_str(text, **kwargs)
+        except MarkupError:
+            return super().render_str(text, **{**kwargs, "markup": False, "emoji": False})
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        safe = (
+            seg
+            if seg.control or textsafe.is_safe(seg.text, multiline=True)
+            else Segment(textsafe.plain(seg.text, multiline=True), seg.style, seg.control)
+            for seg in buffer
+        )
+        return super()._render_buffer(safe)
+
+
+stdout = SafeConsole(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+stderr = SafeConsole(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
 class TableJson(str, enum.Enum):
@@ -54,21 +90,43 @@ def is_json(format: TableJson | Format) -> bool:
     return format.value == "json"
 
 
-def emit_json(document: dict[str, Any]) -> None:
-    """Print one JSON document to stdout with ``schema_version`` first."""
-    sys.stdout.write(dumps(document) + "\n")
+def emit_json(report: Report) -> None:
+    """Print the report's JSON document to stdout (``schema_version`` first, then the header, ``verdict`` and
+    ``exit_code``): the one way a command prints JSON, so every ``--format json`` has its verdict and exit code."""
+    sys.stdout.write(dumps(report.document()) + "\n")
     sys.stdout.flush()
 
 
 def make_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
     if any(not c.strip() for c in columns):
         raise ValueError(f"every table column needs a header: {list(columns)}")
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
     table = Table(title=title, title_justify="left", header_style="bold")
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+    for col, width in zip(columns, _word_widths(columns, cells, stdout.width), strict=True):
+        # Wrap between words, never inside one: a longer word is shortened with an ellipsis.
+        table.add_column(col, overflow="ellipsis", min_width=width)
+    for row in cells:
+        table.add_row(*row)
     return table
+
+
+def _word_widths(columns: Sequence[str], cells: list[list[str]], width: int) -> list[int]:
+    """Each column's minimum width: its longest word (an identifier such as ``kv.block_tokens``), narrowed
+    widest-first only as far as the table must to fit ``width`` (and never below 8 characters)."""
+    need, prose = [], []
+    for i, col in enumerate(columns):
+        column = [row[i] for row in cells if i < len(row)]
+        words = [w for cell in column for w in cell.split()] + col.split()
+        need.append(max((len(w) for w in words), default=1))
+        prose.append(len(words) > 2 * max(1, len(column)))  # sentences: they wrap well, so they give way first
+    room = width - (3 * len(columns) + 1)  # the borders and each cell's padding
+    for floor, candidates in ((12, [i for i, p in enumerate(prose) if p]), (8, list(range(len(columns))))):
+        while sum(need) > room and candidates:
+            widest = max(candidates, key=lambda i: need[i])
+            if need[widest] <= floor:
+                break
+            need[widest] -= 1
+    return need
 
 
 def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

@@ -22,6 +22,7 @@ from calctl.compiler.importer import build
 from calctl.compiler.importer.combine import combine as combine_packages
 from calctl.compiler.importer.combine import open_source
 from calctl.package import info as pkginfo
+from calctl.report import simple_report
 from calctl.signing import keys
 from calctl.signing.policy import make_policy
 
@@ -49,7 +50,7 @@ def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportO
     summary["signer_key_id"] = keys.key_id(private.public_key())
     summary["seconds"] = round(time.monotonic() - t0, 3)
     if _output.is_json(fmt):
-        _output.emit_json(summary)
+        _output.emit_json(simple_report("import", summary))
         return
     _output.stdout.print(
         f"wrote {out}: {summary['family']} model {summary['alias']!r} on chip{summary['chip']} "
@@ -141,7 +142,7 @@ def combine(
     doc = combine_packages(out, a, b, private, alias_a=alias_a, alias_b=alias_b, name=name)
     doc["digest"] = pkginfo.package_digest(out)
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(simple_report("combine", doc))
         return
     _output.stdout.print(
         f"wrote {doc['kind']} package {out}: {doc['aliases'][0]} on chip0, {doc['aliases'][1]} on chip1",

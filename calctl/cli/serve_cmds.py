@@ -57,8 +57,8 @@ def serve(
         list[Path] | None,
         typer.Option(
             "--package-root",
-            help='Directory an admin load (POST /internal/models/{alias}/load {"package": PATH}) may name a '
-            "package under; repeatable. The start-up package is always allowed.",
+            help='Directory an admin load (a POST of {"package": PATH} to a model\'s load endpoint under '
+            "/internal/models) may name a package under; repeatable. The start-up package is always allowed.",
         ),
     ] = None,
     host: Annotated[
@@ -76,7 +76,10 @@ def serve(
     allow_unsigned: AllowUnsignedOpt = False,
     api_key: Annotated[
         list[str] | None,
-        typer.Option("--api-key", help="KEY:TENANT, repeatable (also CALCTL_API_KEYS=k1:t1,k2:t2)."),
+        typer.Option(
+            "--api-key",
+            help="KEY:TENANT, repeatable (also the CALCTL_API_KEYS variable, comma-separated: k1:t1,k2:t2).",
+        ),
     ] = None,
     admin_key: Annotated[
         list[str] | None,

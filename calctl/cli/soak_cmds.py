@@ -151,13 +151,15 @@ def soak(
     )
     with interruptible(), _SoakProgress(config) as progress:
         result = soak_lib.run_soak(config, on_progress=progress.update)
-    doc = result.document
+    doc = result.document()
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(result)
     else:
         _render_soak(doc)
+    if result.error:
+        _output.info(f"[bold red]{escape(result.verdict)}[/]: {escape(result.error)}")
     if result.exit_code != 0:
-        for v in result.violations[:10]:
+        for v in doc["violations"][:10]:
             _output.info(
                 f"[bold red]violation[/] {escape(v['kind'])}: {escape(v['message'])}"
                 + (f" (x{v['occurrences']})" if v["occurrences"] > 1 else "")
@@ -208,8 +210,6 @@ class _SoakProgress:
 
 
 def _render_soak(doc: dict[str, Any]) -> None:
-    from calctl.runners.context import MOCK_LABEL
-
     out = _output.stdout
     req = doc["requests"]
     errs = doc["errors"]
@@ -240,14 +240,14 @@ def _render_soak(doc: dict[str, Any]) -> None:
             ["kind", "cycle", "times", "message"],
             [(escape(v["kind"]), v["cycle"], v["occurrences"], escape(v["message"])) for v in doc["violations"]],
         )
-    if doc.get("mock_result"):
-        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    if doc.get("note"):
+        out.print(f"[yellow]{escape(doc['note'])}[/]")
     files = doc.get("files") or {}
     out.print(
         f"report: {escape(str(files.get('report')))}; events: {escape(str(files.get('events')))}; "
         f"plot: {escape(str(files.get('plot')))}"
     )
-    verdict = doc.get("verdict") or ("PASS" if doc.get("ok") else "FAIL")
+    verdict = doc["verdict"]
     n = len(doc["violations"])
     line = f"verdict {_output.styled_verdict(verdict)}: {n} violation(s) in {doc['cycles']} complete cycle(s)"
     i = doc.get("interrupted")

@@ -177,6 +177,7 @@ PUBLIC_BEFORE_OUTPUT: dict[Outcome, str] = {
     Outcome.GENERATION_RETIRED: "the model was reset before this request's first token; retry the request",
     Outcome.INTERNAL: "internal error before this request's first token; retry the request",
 }
+DEFAULT_BEFORE_OUTPUT = "the model failed before this request's first token; retry the request"
 
 #: The client's class of a stream that ended in error after output began, by the engine's outcome.
 _CLIENT_OF_OUTCOME: dict[str, RequestOutcome] = {e.outcome.value: e.client for e in ENDINGS.values()}
@@ -195,12 +196,20 @@ def rejection(code: RejectCode) -> Rejection:
     return REJECTIONS[code]
 
 
-def public_error(outcome: str | None) -> tuple[str, str]:
-    """(OpenAI error code, message) for a stream that failed after output began, by :class:`Outcome` value."""
+def public_error(outcome: str | None, generated_tokens: int | None = None) -> tuple[str, str]:
+    """(OpenAI error code, message) for a request that failed after admission, by :class:`Outcome` value.
+
+    ``generated_tokens`` 0: it failed before its first token (an admitted request whose deadline passed while
+    its prefill ran), so the message is :data:`PUBLIC_BEFORE_OUTPUT`'s, as docs/serve.md promises; the code
+    stays the one a failure after output gets (``deadline_exceeded``, ``device_error``)."""
     try:
-        return PUBLIC_ERROR.get(Outcome(outcome), DEFAULT_PUBLIC_ERROR)
+        kind = Outcome(outcome)
     except ValueError:
-        return DEFAULT_PUBLIC_ERROR
+        kind = None
+    code, message = PUBLIC_ERROR.get(kind, DEFAULT_PUBLIC_ERROR) if kind is not None else DEFAULT_PUBLIC_ERROR
+    if generated_tokens == 0:
+        message = PUBLIC_BEFORE_OUTPUT.get(kind, DEFAULT_BEFORE_OUTPUT) if kind is not None else DEFAULT_BEFORE_OUTPUT
+    return code, message
 
 
 def http_status_of_verdict(verdict: Verdict) -> int | None:

@@ -62,8 +62,9 @@ def serving(
     warmup_iterations: int = 1,
     drain_deadline_s: float = 10.0,
     job_timeout_s: float = 10.0,
+    runtime_options: dict[str, Any] | None = None,
 ) -> Iterator[Served]:
-    opts: dict[str, Any] = {"time_scale": time_scale}
+    opts: dict[str, Any] = {"time_scale": time_scale, **(runtime_options or {})}
     if fault_plan is not None:
         opts["fault_plan"] = fault_plan
     with open_runtime("mock", **opts) as rt:

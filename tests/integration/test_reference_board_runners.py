@@ -13,6 +13,7 @@ mock results.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -51,7 +52,6 @@ def test_run_golden_and_warmup_pass_through_the_c_abi(cli, reference_board: Path
     _is_calrt_result(r.json, reference_board)
 
 
-@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_poc_combined_is_s2_from_the_per_chip_trace(cli, reference_board: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     monkeypatch.setenv("CALRT_REF_TIME_SCALE", "4")
     r = cli(
@@ -69,34 +69,39 @@ def test_poc_combined_is_s2_from_the_per_chip_trace(cli, reference_board: Path, 
     assert r.code == 0, r.err[-2000:]
     doc = r.json
     _is_calrt_result(doc, reference_board)
-    assert doc["verdict"] == "S2", doc["reasons"]
-    assert doc["throughput_efficiency"]["mean"] >= 0.9, doc["throughput_efficiency"]
-    assert doc["overlap_ratio"]["ci_low"] > 0
+    # judged on the board's own job stamps: S2, or NOT JUDGED when a busy host leaves an interval open
+    assert doc["verdict"] in ("S2", "NOT JUDGED"), doc["reasons"]
+    assert all(rd["clock"] == "device" for rd in doc["rounds"])
+    assert doc["decisions"]["per_chip_trace"]["passed"] is not False, doc["reasons"]
     chips = {e["chip"] for e in doc["trace"]} if isinstance(doc["trace"], list) else None
     assert chips is None or chips == {0, 1}
 
 
-@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
-def test_poc_combined_is_s1_under_the_board_wide_lock(cli, reference_board: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+@pytest.mark.parametrize("load", ["idle", "loaded"])
+def test_poc_combined_is_s1_under_the_board_wide_lock(cli, reference_board: Path, monkeypatch, load: str) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """Issue 26: the board-wide lock is S1 (G3 NO-GO) from the board's own job stamps, idle and on a busy host."""
+    from tests.cpu_load import busy_host
+
     monkeypatch.setenv("CALRT_REF_TIME_SCALE", "4")
     monkeypatch.setenv("CALRT_REF_BOARD_LOCK", "1")
-    r = cli(
-        "poc",
-        "combined",
-        PKG,
-        "--expect-models",
-        "model-a,model-b",
-        *TRUST,
-        *_calrt(reference_board),
-        "--format",
-        "json",
-    )
+    with busy_host() if load == "loaded" else contextlib.nullcontext():
+        r = cli(
+            "poc",
+            "combined",
+            PKG,
+            "--expect-models",
+            "model-a,model-b",
+            *TRUST,
+            *_calrt(reference_board),
+            "--format",
+            "json",
+        )
     assert_no_traceback(r)
     assert r.code == 0, r.err[-2000:]
     doc = r.json
     assert doc["verdict"] == "S1", doc["reasons"]
-    assert doc["throughput_efficiency"]["mean"] < 0.8
-    assert any("0.80" in reason or "gate" in reason for reason in doc["reasons"]), doc["reasons"]
+    assert doc["decisions"]["per_chip_trace"]["passed"] is False, doc["decisions"]
+    assert any("took turns" in reason for reason in doc["reasons"]), doc["reasons"]
 
 
 @pytest.mark.slow

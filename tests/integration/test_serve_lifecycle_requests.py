@@ -76,3 +76,26 @@ def test_chat_without_max_tokens_defaults_from_the_configured_context_limit(tmp_
         usage = r.json()["usage"]
         assert usage["prompt_tokens"] + usage["completion_tokens"] <= 64
         assert s.engine.context_limit("model-a") == 64 and s.engine.models()[0].context_limit == 64
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_deadline_after_admission_before_the_first_token_says_so(tmp_path: Path, stream: bool) -> None:
+    """docs/serve.md: a deadline that passes after admission but before the first token is 503 (or, streamed,
+    an ``event: error``) ``deadline_exceeded`` with "the request's deadline expired before its first token",
+    never "...while generating this response" (issue 29 item 2: the collecting path said that)."""
+    # time scale 50: one job takes about 150 ms, far longer than the 20 ms deadline; one request, so it is
+    # admitted at once (a free lane) and expires while its prefill is on the device.
+    body = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 8, "timeout": 0.02}
+    with serving(config=dual_config(tmp_path), time_scale=50.0) as s:
+        if stream:
+            with httpx.stream("POST", f"{s.v1}/completions", json={**body, "stream": True}, timeout=120) as r:
+                assert r.status_code == 200
+                lines = [line for line in r.iter_lines() if line]
+            assert lines[-2] == "event: error", lines
+            err = json.loads(lines[-1][len("data: ") :])["error"]
+        else:
+            r = httpx.post(f"{s.v1}/completions", json=body, timeout=120)
+            assert r.status_code == 503, r.text
+            err = r.json()["error"]
+    assert err["code"] == "deadline_exceeded", err
+    assert err["message"] == "the request's deadline expired before its first token", err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import textwrap
 from collections import Counter
@@ -13,7 +14,10 @@ import httpx
 import pytest
 
 from calctl.runtime.errors import InternalRuntimeError
+from calctl.runtime.types import ResetScope
+from calctl.serving.protocol import EngineRejection, GenerationRequest, SamplingParams
 from tests.integration.serve_harness import COMBINED, Served, golden, serving
+from tests.waiting import wait_until
 
 A_JOB = 60  # loading runs 16 golden + 8 warm-up decode jobs of model_a_decode; job 60 falls in serving traffic
 
@@ -274,3 +278,74 @@ def test_refusals_before_output_carry_public_text_not_the_engines(tmp_path: Path
     assert messages, "no request was refused: the fault or the deadlines did not bite"
     leaks = [m for m in messages if re.search(r"chip|job \d|PrefillReady|Decode|CalCore|ccu|injected", m)]
     assert not leaks, leaks
+
+
+def test_a_refused_chip_reset_drains_b_before_the_board_reset(tmp_path: Path) -> None:
+    """Issue 29 item 1, 001 §11.2: a runtime that grants only board resets (CalRT 0.7.6), a chip-scoped fault on
+    A with ``allow_session_reset: true``, B streaming. The chip reset is refused, so the board is reset: before
+    that call B is out of admission and drained (its streams finish, or end with the recovery outcome
+    ``generation_retired``), never ``device_error`` from a reset calctl chose, and no job is submitted between
+    the board reset and the reconfigure (B submitted into the wiped board: NotConfigured)."""
+
+    cfg = _config(tmp_path, allow_session_reset=True)
+    b_prompt, _ = golden(COMBINED, "model-b")
+    a_prompt, a_tokens = golden(COMBINED, "model-a")
+    with serving(
+        time_scale=0.2, fault_plan=_plan(tmp_path), config=cfg, runtime_options={"reset_scopes": (ResetScope.BOARD,)}
+    ) as s:
+        calls: list[str] = []
+        rt = s.rt
+        real_reset, real_submit, real_configure = rt.reset, rt.submit, rt.configure
+
+        def reset(scope: Any = "chip", chip: Any = None) -> None:
+            calls.append(f"reset {getattr(scope, 'value', scope)}")
+            real_reset(scope, chip)
+
+        def submit(*a: Any, **k: Any) -> Any:
+            calls.append("submit")
+            return real_submit(*a, **k)
+
+        def configure(*a: Any, **k: Any) -> Any:
+            calls.append("configure")
+            return real_configure(*a, **k)
+
+        rt.reset, rt.submit, rt.configure = reset, submit, configure
+
+        async def run() -> list[Any]:
+            def req(alias: str, i: int, prompt: list[int], n: int, ignore_eos: bool) -> GenerationRequest:
+                return GenerationRequest(
+                    f"{alias}-{i}", alias, "default", tuple(prompt), n, SamplingParams(temperature=0), None, ignore_eos
+                )
+
+            async def consume(stream: Any, progress: asyncio.Event) -> Any:
+                await stream.admitted()
+                async for ev in stream:
+                    if ev.completion_tokens >= 3:
+                        progress.set()
+                    if ev.finish is not None:
+                        return ev
+                return None
+
+            room = 256 - len(b_prompt) - 1
+            started = [asyncio.Event() for _ in range(4)]
+            b = [
+                asyncio.ensure_future(consume(s.engine.submit(req("model-b", i, b_prompt, room, True)), started[i]))
+                for i in range(4)
+            ]
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
+            for i in range(40):  # A's traffic until its fault (job 60) has been recovered from
+                if s.supervisor.recoveries or all(t.done() for t in b):
+                    break
+                with contextlib.suppress(EngineRejection):
+                    await consume(s.engine.submit(req("model-a", i, a_prompt, len(a_tokens), False)), asyncio.Event())
+            return list(await asyncio.wait_for(asyncio.gather(*b), 120))
+
+        ends = asyncio.run(run())
+        recs = wait_until(lambda: list(s.supervisor.recoveries), what="the recovery of A's fault", timeout=60)
+    assert [(r.scope, r.affected_aliases, r.ok) for r in recs] == [("board", ("model-a", "model-b"), True)], recs
+    outcomes = [e.outcome for e in ends]
+    assert all(o in ("stop", "length", "generation_retired") for o in outcomes), [(e.outcome, e.error) for e in ends]
+    board = calls.index("reset board")
+    assert calls[:board].count("reset chip") == 1, calls
+    after = calls[board + 1 :]
+    assert "submit" not in after[: after.index("configure")], calls[board:][:10]

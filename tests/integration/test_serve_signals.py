@@ -157,3 +157,29 @@ def test_sigterm_while_loading_releases_the_board_and_exits_130(tmp_path: Path) 
     assert "Traceback" not in text
     assert "model-a -> Failed golden/warmup failed" in text  # the load unwound: configuration reset, board closed
     assert elapsed < 10
+
+
+def test_a_reset_that_fails_is_failed_from_the_cli_fault_plan(tmp_path: Path) -> None:
+    """Issue 29 item 3: the Failed path of 001 §11.3 row 6 from the command line, no monkeypatching: ``calctl
+    serve --fault-plan`` with a CCU fault on A and ``reset_failure`` on every reset. The board reset fails,
+    the device-level board reset fails too, and /health/ready names both aliases Failed with the reason."""
+    plan = tmp_path / "faults.yaml"
+    plan.write_text(
+        "schema: calctl-fault-plan/v1\n"
+        "faults:\n"
+        "  - {kind: ccu_exception, job: 60, graph: model_a_decode}\n"
+        "  - {kind: reset_failure, probability: 1}\n"
+    )
+    with boards(tmp_path, [("solo", 3)], time_scale=0.2, drain_timeout=10, extra_args=("--fault-plan", str(plan))) as (
+        b,
+    ):
+        with httpx.Client(timeout=30) as c:
+            for _ in range(60):  # model-a traffic until its 60th decode job faults and the recovery ends
+                ready = c.get(f"{b.url}/health/ready")
+                if ready.status_code == 503 and len(ready.json().get("failed", {})) == 2:
+                    break
+                one_request(c, b.url, 1, "model-a", False, 8)
+    failed = ready.json()["failed"]
+    assert set(failed) == {"model-a", "model-b"}, ready.json()
+    assert all("board reset failed" in r and "device-level board reset failed too" in r for r in failed.values())
+    assert "injected reset_failure" in failed["model-b"], failed

@@ -429,7 +429,8 @@ def judge_g2(steps: Steps) -> RowResult:
     if isinstance(requests, dict) and requests.get("sent") is not None:
         evidence = (
             f"{requests.get('sent')} sent: {requests.get('completed')} completed, "
-            f"{requests.get('cancelled')} cancelled, {requests.get('failed')} failed",
+            f"{requests.get('cancelled')} cancelled, {requests.get('failed')} failed, "
+            f"{requests.get('timed_out', 0)} timed out (a load outcome)",
             *evidence,
         )
     if offenders or failing or doc.get("verdict") in ("NO-GO", "FAIL"):
@@ -441,6 +442,17 @@ def judge_g2(steps: Steps) -> RowResult:
         ]
         why = "; ".join(named) or f"failing checks: {', '.join(failing)}"
         return _result(spec, Verdict.NO_GO, key, evidence=evidence, files=_files(s), reason=why)
+    timed_out = requests.get("timed_out") if isinstance(requests, dict) else None
+    if timed_out or doc.get("verdict") == "NOT JUDGED":
+        return not_measured(
+            spec,
+            f"no crosstalk in what was verified, but {timed_out} request(s) timed out: a load outcome of the host "
+            "or the device, not isolation evidence either way; fewer than the requests asked for were verified",
+            "rerun on a host that is not saturated, or with a longer `--request-timeout`",
+            key=key,
+            evidence=evidence,
+            files=_files(s),
+        )
     if not isinstance(n, int) or n < ISOLATION_REQUESTS:
         return not_measured(
             spec,
@@ -473,6 +485,16 @@ def judge_g3(steps: Steps) -> RowResult:
     key = f"{verdict}: overlap {_est(o, '.2f')}, efficiency {_est(e, '.2f')}"
     if verdict == "S2":
         return _result(spec, Verdict.GO, key, evidence=evidence, files=_files(s))
+    if verdict == "NOT JUDGED":  # the decision rule: an interval still straddles its gate after the budget
+        rounds = doc.get("rounds_run") or len(doc.get("rounds") or [])
+        return not_measured(
+            spec,
+            f"not judged after {rounds} rounds: " + ("; ".join(doc.get("reasons", [])) or "an interval straddles"),
+            "more PoC rounds (`--level standard` or `long`), on a host that is not saturated",
+            key=key,
+            evidence=evidence,
+            files=_files(s),
+        )
     if verdict == "S1":
         why = "; ".join(doc.get("reasons", [])) or "the chips did not compute together"
         if (doc.get("device_options") or {}).get("serialize_chips"):
@@ -528,6 +550,16 @@ def judge_g4(steps: Steps) -> RowResult:
         )
     if grade in ("F1", "F2"):
         return _result(spec, Verdict.GO, key, evidence=evidence, files=_files(s), data=data)
+    if grade == "NOT JUDGED":  # the decision rule: B's device latency undecided in a phase that could lower it
+        return not_measured(
+            spec,
+            f"not judged: {doc.get('grade_reason', '')}",
+            "a longer fault-isolation run (`--level standard`) on a host that is not saturated",
+            key=key,
+            evidence=evidence,
+            files=_files(s),
+            data=data,
+        )
     return not_measured(spec, f"the scenario gave no grade ({grade})", spec.measured_by, files=_files(s))
 
 

@@ -15,9 +15,12 @@ per mode:
   baseline's tokens: "behaviour equivalent", M1).
 
 Deltas against sync are paired by round and bootstrapped over rounds (seeded,
-95 %). A check is **met** when its whole interval is on the good side of the
-limit, **not met** when its whole interval is on the bad side, otherwise
-**inconclusive** (never a made-up pass):
+95 %). A check follows the one decision rule (:func:`calctl.checks.stats.decide`):
+**met** when its whole interval is on the good side of the limit, **not met**
+when its whole interval is on the bad side, otherwise **inconclusive** (never
+a made-up pass). While a milestone is inconclusive after ``rounds``, the
+scenario measures one more round of every mode at a time, up to
+``max_rounds`` (default 3 x ``rounds``; ``calctl accept`` sets it per level):
 
 =====  =====================================================  ============
 M1     async(1): P50 E2E regression <= 3 %, P99 <= 5 %,        000 §19 M1
@@ -56,13 +59,13 @@ from typing import Any
 
 import numpy as np
 
-from calctl.checks.stats import Estimate, bootstrap, percentiles
+from calctl.checks.stats import Estimate, bootstrap, decide, percentiles
 from calctl.errors import UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
 from calctl.runners.bench.gates import Gate
-from calctl.runners.context import DeviceSpec, trace_slices
-from calctl.runners.trace import TraceSlice, plot_timeline, write_chrome_trace
+from calctl.runners.device import DeviceSpec
+from calctl.runners.trace import TraceSlice, plot_timeline, trace_slices, write_chrome_trace
 from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, TokenTap, drive_engine_request
 from calctl.runtime import Runtime, TraceEvent, open_runtime
 from calctl.runtime.mock.timing import TimingModel
@@ -112,6 +115,7 @@ class ExecutorModesOptions:
     device: DeviceSpec = DeviceSpec()
     profile: PhaseProfile | None = TRANSFER_HEAVY  # mock only; None: the mock's own default split
     rounds: int = 8
+    max_rounds: int | None = None  # round budget while a milestone is inconclusive (None: 3 x rounds)
     warmup_rounds: int = 1
     concurrency: int = 5  # odd: with B1 and deadline-first decode the P50 request is a middle one, not a boundary
     prompt_tokens: int = 16
@@ -283,8 +287,21 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
             prompt = tuple(int(t) for t in rng.integers(3, vocab, size=opts.prompt_tokens))
             rounds: dict[ExecutorMode, list[_Round]] = {m: [] for m in MODES}
             auto_downgrades: list[dict[str, Any]] = []
+            budget = max(opts.rounds, opts.max_rounds if opts.max_rounds is not None else 3 * opts.rounds)
+
+            def undecided(r: int) -> bool:
+                done = r - opts.warmup_rounds
+                if done < opts.rounds:
+                    return True
+                if done >= budget:
+                    return False
+                rep = _judge(opts, device, alias, rounds, [], auto_downgrades)
+                return "inconclusive" in (rep.m1.verdict, rep.m2.verdict)
+
             with EngineLoop("executor-modes") as loop:
-                for r in range(opts.warmup_rounds + opts.rounds):
+                r = -1
+                while undecided(r + 1):
+                    r += 1
                     measured = r >= opts.warmup_rounds
                     for mode in MODES[r % 3 :] + MODES[: r % 3]:  # rotate the order: no mode always runs first
                         before = len(worker.downgrades())
@@ -302,7 +319,9 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                     if measured:
                         done = r - opts.warmup_rounds + 1
                         log(
-                            f"  round {done}/{opts.rounds}: "
+                            f"  round {done}/{opts.rounds}"
+                            + (f" (+{done - opts.rounds}, budget {budget})" if done > opts.rounds else "")
+                            + ": "
                             + ", ".join(f"{m.value} {rounds[m][-1].wall_s * 1e3:.0f} ms" for m in MODES)
                         )
             events = _round_trace(rt, rounds[ExecutorMode.PINGPONG], worker.chips, alias)
@@ -554,6 +573,7 @@ def _judge(
         time_scale=device.time_scale if device.is_mock else None,
         options={
             "rounds": opts.rounds,
+            "rounds_run": n,
             "warmup_rounds": opts.warmup_rounds,
             "concurrency": opts.concurrency,
             "prompt_tokens": opts.prompt_tokens,
@@ -604,11 +624,12 @@ def _at_most(name: str, est: Estimate, limit: float, what: str) -> Check:
     )
     if est.ci_low is None or est.ci_high is None:
         return Check(name, rule, est, None, text + ": no interval, inconclusive")
-    if est.ci_high <= limit:
+    d = decide(est, limit, above=False)
+    if d.passed is True:
         return Check(name, rule, est, True, text)
-    if est.ci_low > limit:
+    if d.passed is False:
         return Check(name, rule, est, False, text + f": beyond {limit:+.0%}")
-    return Check(name, rule, est, None, text + f": the interval straddles {limit:+.0%}, inconclusive")
+    return Check(name, rule, est, None, text + f": the interval straddles {limit:+.0%} (n={est.n}), inconclusive")
 
 
 def _at_least(name: str, est: Estimate, limit: float, what: str) -> Check:
@@ -620,11 +641,12 @@ def _at_least(name: str, est: Estimate, limit: float, what: str) -> Check:
     )
     if est.ci_low is None or est.ci_high is None:
         return Check(name, rule, est, None, text + ": no interval, inconclusive")
-    if est.ci_low >= limit:
+    d = decide(est, limit, above=True)
+    if d.passed is True:
         return Check(name, rule, est, True, text)
-    if est.ci_high < limit:
+    if d.passed is False:
         return Check(name, rule, est, False, text + f": below {limit:+.0%}")
-    return Check(name, rule, est, None, text + f": the interval straddles {limit:+.0%}, inconclusive")
+    return Check(name, rule, est, None, text + f": the interval straddles {limit:+.0%} (n={est.n}), inconclusive")
 
 
 def _milestone(name: str, checks: Sequence[Check], notes: Sequence[str] = ()) -> Milestone:
@@ -727,6 +749,9 @@ def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
                     profile=profile,
                     seed=options.seed,
                     **({"rounds": options.rounds} if options.rounds is not None else {}),
+                    # only the judged profile measures on while a milestone is inconclusive; the control does not
+                    **({"max_rounds": options.max_rounds} if i == 0 and options.max_rounds is not None else {}),
+                    **({} if i == 0 else {"max_rounds": 0}),
                     trace_path=out / f"executor-modes-{profile.name if profile else 'device'}.trace.json",
                     plot_path=out / f"executor-modes-{profile.name if profile else 'device'}.png" if i == 0 else None,
                 ),

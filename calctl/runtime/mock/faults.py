@@ -5,7 +5,8 @@ rules. Each rule names a fault kind, *when* it fires (a probability per
 matching event, or exact 1-based ordinals of matching events), optional exact
 filters (graph, model alias, chip), a reset scope for faults that halt a chip,
 and kind-specific knobs. Events are job submissions, except for
-``memory_leak`` whose events are unloads of a model (``reset_configuration``).
+``memory_leak`` whose events are unloads of a model (``reset_configuration``) and
+``reset_failure`` whose events are resets (``reset``, either scope).
 
 Determinism: a rule counts *its own* matching events; whether the n-th one
 fires depends only on (seed, rule index, n) through a counter-based hash, never
@@ -45,6 +46,7 @@ class FaultKind(str, enum.Enum):
     CORRUPT_OUTPUT = "corrupt_output"  # the job "succeeds" with perturbed logits
     KV_CORRUPTION = "kv_corruption"  # the job succeeds; the K/V it wrote are perturbed
     MEMORY_LEAK = "memory_leak"  # unload does not return (some of) the model's memory
+    RESET_FAILURE = "reset_failure"  # the reset itself fails: DeviceLost, nothing is reset (001 §11.3 row 6)
 
     @property
     def halts_chip(self) -> bool:
@@ -53,6 +55,15 @@ class FaultKind(str, enum.Enum):
     @property
     def on_unload(self) -> bool:
         return self is FaultKind.MEMORY_LEAK
+
+    @property
+    def on_reset(self) -> bool:
+        return self is FaultKind.RESET_FAILURE
+
+    @property
+    def trigger(self) -> str:
+        """The plan key of its 1-based ordinals: ``job`` (submissions), ``unload`` or ``reset``."""
+        return "unload" if self.on_unload else "reset" if self.on_reset else "job"
 
 
 _RULE_SCHEMA: dict[str, Any] = {
@@ -69,6 +80,12 @@ _RULE_SCHEMA: dict[str, Any] = {
             ]
         },
         "unload": {
+            "oneOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+            ]
+        },
+        "reset": {
             "oneOf": [
                 {"type": "integer", "minimum": 1},
                 {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
@@ -110,10 +127,10 @@ class FaultRule:
     magnitude: float = 1.0
     leak_bytes: int | None = None  # memory_leak: default the model's whole plan on each of its chips
 
-    def matches(self, *, graph: str | None, model: str, chips: Sequence[int]) -> bool:
+    def matches(self, *, graph: str | None, model: str | None, chips: Sequence[int]) -> bool:
         if self.graph is not None and self.graph != graph:
             return False
-        if self.model is not None and self.model != model:
+        if self.model is not None and model is not None and self.model != model:
             return False
         return self.chip is None or self.chip in chips
 
@@ -157,13 +174,13 @@ class FaultPlan:
 
 def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
     kind = FaultKind(r["kind"])
-    trigger_key = "unload" if kind.on_unload else "job"
-    wrong_key = "job" if kind.on_unload else "unload"
-    if wrong_key in r:
-        raise ConfigError(
-            f"{where}: {kind.value} fires on {'unloads' if kind.on_unload else 'job submissions'}; "
-            f"use {trigger_key!r}, not {wrong_key!r}"
-        )
+    trigger_key = kind.trigger
+    events = {"job": "job submissions", "unload": "unloads", "reset": "resets"}
+    for wrong_key in sorted(set(events) - {trigger_key}):
+        if wrong_key in r:
+            raise ConfigError(
+                f"{where}: {kind.value} fires on {events[trigger_key]}; use {trigger_key!r}, not {wrong_key!r}"
+            )
     has_p, has_at = "probability" in r, trigger_key in r
     if has_p == has_at:
         raise ConfigError(f"{where}: give exactly one of 'probability' and {trigger_key!r}")
@@ -177,6 +194,8 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(f"{where}: bytes applies only to memory_leak")
     if kind.on_unload and "graph" in r:
         raise ConfigError(f"{where}: memory_leak is per model; filter with 'model' or 'chip', not 'graph'")
+    if kind.on_reset and ("graph" in r or "model" in r):
+        raise ConfigError(f"{where}: reset_failure is per reset; filter with 'chip' (a board reset touches every chip)")
     at = r.get(trigger_key, ())
     return FaultRule(
         kind=kind,
@@ -214,7 +233,7 @@ class InjectedFault:
     ordinal: int
     job: int | None
     graph: str | None
-    model: str
+    model: str  # the alias ("" for a reset_failure: a reset is per chip or board, not per model)
     chips: tuple[int, ...]
     reset_scope: ResetScope | None
 
@@ -254,6 +273,10 @@ class FaultInjector:
     def on_unload(self, *, model: str, chips: Sequence[int]) -> list[FaultDecision]:
         return self._decide(unload=True, graph=None, model=model, chips=chips)
 
+    def on_reset(self, *, chips: Sequence[int]) -> list[FaultDecision]:
+        """A reset of ``chips`` (every chip for a board reset): the ``reset_failure`` rules that fire."""
+        return self._decide(unload=False, graph=None, model="", chips=chips, reset=True)
+
     def record(
         self, decision: FaultDecision, *, job: int | None, graph: str | None, model: str, chips: Sequence[int]
     ) -> None:
@@ -271,10 +294,14 @@ class FaultInjector:
             )
         )
 
-    def _decide(self, *, unload: bool, graph: str | None, model: str, chips: Sequence[int]) -> list[FaultDecision]:
+    def _decide(
+        self, *, unload: bool, graph: str | None, model: str, chips: Sequence[int], reset: bool = False
+    ) -> list[FaultDecision]:
         out: list[FaultDecision] = []
         for i, rule in enumerate(self.plan.rules):
-            if rule.kind.on_unload != unload or not rule.matches(graph=graph, model=model, chips=chips):
+            if rule.kind.on_unload != unload or rule.kind.on_reset != reset:
+                continue
+            if not rule.matches(graph=graph, model=None if reset else model, chips=chips):
                 continue
             self._counts[i] += 1
             n = self._counts[i]

@@ -91,8 +91,9 @@ class _SseResponse(StreamingResponse):
 
 
 def _public_error(delta: Delta) -> tuple[str, str]:
-    """(OpenAI error code, message) a client sees for a stream that failed after admission."""
-    return outcomes.public_error(delta.outcome)
+    """(OpenAI error code, message) a client sees for a stream that failed after admission: the message says
+    "before its first token" when it produced none (docs/serve.md), "while generating" otherwise."""
+    return outcomes.public_error(delta.outcome, delta.usage.get("completion_tokens"))
 
 
 def openai_router(engine: Engine, settings: ApiSettings, auth: Auth) -> APIRouter:

@@ -44,8 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl import records
-from calctl.budget import BudgetPolicy, max_kv_tokens, max_sequences, run_budget
-from calctl.budget import Verdict as BudgetVerdict
+from calctl.budget import BudgetPolicy, BudgetVerdict, max_kv_tokens, max_sequences, run_budget
 from calctl.budget.device import device_fit
 from calctl.budget.plan import plan_from_package
 from calctl.checks.golden import run_golden_model
@@ -77,6 +76,26 @@ from calctl.serving.text import TextCodec
 from calctl.signing.policy import TrustPolicy
 
 log = logging.getLogger("calctl.serve")
+
+#: The bundled sample compiler's decoder: its weights are random, so its text is noise by design.
+_RANDOM_WEIGHTS_FAMILY = "calctl-tiny-decoder"
+
+
+def _log_package_notes(lp: LoadedPackage, warnings: tuple[Any, ...]) -> None:
+    """Say what a served package is, as the runners do: its validation warnings (SIG002, the published
+    test-only key, among them) and, once per load, that a sample model's random weights answer with noise."""
+    for w in warnings:
+        where = f" ({w.file})" if w.file else ""
+        log.warning("%s: %s%s: %s", lp.source, w.id, where, w.message)
+    noise = [m.alias for m in lp.package.models if m.architecture.family == _RANDOM_WEIGHTS_FAMILY]
+    if noise:
+        log.warning(
+            "%s: %s %s random weights (the sample compiler's tiny decoder): expect noise, not text, in every "
+            "answer; README.md 'A real model, offline: SmolLM2-135M-Instruct' serves a real model",
+            lp.source,
+            ", ".join(noise),
+            "has" if len(noise) == 1 else "have",
+        )
 
 
 @dataclass
@@ -262,6 +281,7 @@ class DeviceSupervisor:
             raise CheckFailed(
                 f"{lp.source}: package failed validation ({failed})", hint=f"run `calctl validate {lp.source}`"
             )
+        _log_package_notes(lp, report.warnings)
         if self.dual_config:
             cross_check_dual_model(self.dual_config, lp.package)
         topo = self.rt.topology()
@@ -702,7 +722,8 @@ class DeviceSupervisor:
     def _reset(self, scope: str, chip: int | None) -> str:
         """Ask for ``scope``; fall back to a board reset when the runtime does not grant it. Returns what was done.
 
-        A board reset that raises propagates: the caller decides what a failed reset means (001 §11.3 row 6)."""
+        Only for a board nothing serves any more (teardown); a recovery uses :meth:`_reset_for`, which drains
+        every alias a widened reset touches first. A board reset that raises propagates."""
         if scope == "chip":
             try:
                 self.rt.reset("chip", chip)
@@ -711,6 +732,36 @@ class DeviceSupervisor:
                 log.warning("chip reset not possible (%s); resetting the board", exc)
         self.rt.reset("board", None)
         return "board"
+
+    def _reset_for(
+        self, req: RecoveryRequest, scope: str, chip: int | None, affected: list[str], tried: list[str]
+    ) -> str:
+        """A recovery's reset of ``scope``; ``affected`` (already drained) grows to every alias it touches.
+
+        001 §11.2: every alias a reset touches is out of admission and drained (or its requests failed with
+        the recovery status) *before* the reset call. When the runtime refuses the chip reset (a runtime with
+        board resets only, or a board-scope fault), the reset becomes a board reset, so the other aliases are
+        stopped and drained first; they are retired before the call, so none of them submits into the wiped
+        board before the reconfigure. A reset that raises anything else propagates (a failed reset); ``tried``
+        gets each scope asked for, so the caller names the one that failed."""
+        if scope == "chip":
+            try:
+                tried.append("chip")
+                self.rt.reset("chip", chip)
+                return "chip"
+            except (NotSupported, DeviceLost) as exc:
+                log.warning("chip reset not possible (%s); draining every alias, then resetting the board", exc)
+                self._widen(affected, f"board reset for {req.alias}: chip reset not possible")
+        tried.append("board")
+        self.rt.reset("board", None)
+        return "board"
+
+    def _widen(self, affected: list[str], why: str) -> None:
+        """Stop and drain the aliases not yet in ``affected`` (001 §11.1 Draining -> Recovering); add them."""
+        others = [a for a in self.workers if a not in affected]
+        if others:
+            self._stop_and_drain(others, why)
+            affected += others
 
     def policy(self, alias: str) -> RecoveryPolicy:
         """The effective ``recovery`` block for ``alias``: options override, else the configuration (000 §15,
@@ -844,7 +895,12 @@ class DeviceSupervisor:
             want = "chip" if pol.allow_session_reset and len(worker.chips) == 1 else "board"
             if unknown_dma and pol.restart_on_unknown_dma:
                 want = "board"  # 000 §15 restart_on_unknown_dma
-            affected = [req.alias] if want == "chip" else list(self.workers)
+            # Every alias the reset touches: a chip reset touches each alias with a model on that chip (001 §11.2).
+            affected = [
+                a
+                for a, w in self.workers.items()
+                if a == req.alias or want == "board" or set(w.chips) & set(worker.chips)
+            ]
 
             def record(scope: str, ok: bool, detail: str, evidence: Path | None = None) -> RecoveryRecord:
                 took = time.monotonic() - t0
@@ -885,16 +941,14 @@ class DeviceSupervisor:
                 self._fail(affected, reason)
                 return record("none", False, reason, evidence)
             self._resets.append(now)
+            tried: list[str] = []
             try:
-                scope = self._reset(want, worker.chips[0] if want == "chip" else None)
+                scope = self._reset_for(req, want, worker.chips[0] if want == "chip" else None, affected, tried)
             except RuntimeLayerError as exc:
                 # 001 §11.3 row 6: a failed reset takes both aliases out of service; device-level recovery.
-                first = f"{want} reset failed: {exc}"
+                first = f"{tried[-1]} reset failed: {exc}"
                 log.error("recovery of %s: %s; device-level recovery", req.alias, first)
-                others = [a for a in self.workers if a not in affected]
-                if others:
-                    self._stop_and_drain(others, first)
-                affected = list(self.workers)
+                self._widen(affected, first)
                 try:
                     self.rt.reset("board", None)
                     scope = "board"
@@ -902,11 +956,6 @@ class DeviceSupervisor:
                     reason = f"{first}; device-level board reset failed too: {exc2}"
                     self._fail(affected, reason)
                     return record("device", False, reason, evidence)
-            if scope == "board" and len(affected) < len(self.workers):
-                # The runtime widened the scope: the configuration and every alias went with it.
-                others = [a for a in self.workers if a not in affected]
-                self._stop_and_drain(others, f"board reset for {req.alias}")
-                affected += others
             for a in affected:
                 self.workers[a].forget_device_state()
             try:

@@ -118,7 +118,8 @@ def test_paired_windows_tell_parallel_from_serial() -> None:
     assert abs(serial.overlap_ratio.mean) < 0.1
     gates = {g.name: g for g in G.concurrency_gates(serial)}
     assert gates["throughput_efficiency"].passed is False and "0.80" in gates["throughput_efficiency"].rule
-    assert gates["overlap_ratio"].passed is False
+    # overlap near 0 with an interval across 0: the decision rule leaves it NOT JUDGED, saying why
+    assert gates["overlap_ratio"].passed is None and "straddles" in gates["overlap_ratio"].note
     busy = G.TraceEvidence(0.8, "mock", 40)
     assert {g.name: g.passed for g in G.concurrency_gates(parallel, busy)} == {
         "per_chip_trace_overlap": True,

@@ -68,6 +68,10 @@ def test_the_documented_example_loads(tmp_path: Path) -> None:
         ([{"kind": "ccu_exception", "job": 1, "magnitude": 2}], "magnitude applies only"),
         ([{"kind": "memory_leak", "unload": 1, "graph": "g"}], "per model"),
         ([{"kind": "ccu_exception", "job": 1, "colour": "red"}], "colour"),
+        ([{"kind": "reset_failure", "job": 1}], "fires on resets; use 'reset', not 'job'"),
+        ([{"kind": "ccu_exception", "reset": 1}], "use 'job', not 'reset'"),
+        ([{"kind": "reset_failure", "reset": 1, "model": "model-a"}], "per reset"),
+        ([{"kind": "reset_failure", "reset": 1, "reset_scope": "board"}], "reset_scope applies only"),
     ],
 )
 def test_bad_rules_are_refused_with_their_location(faults: list[dict], message: str) -> None:

@@ -4,6 +4,7 @@ fault kinds and their reset scopes, memory baseline and leaks, KV corruption."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +12,15 @@ import pytest
 from calctl.errors import ConfigError
 from calctl.package.model import ChipMode, InactiveLanePolicy, Package
 from calctl.runtime import open_runtime
-from calctl.runtime.errors import DeviceLost, InvalidArgument, InvalidCalbin, NotSupported, OutOfMemory, RuntimeStatus
+from calctl.runtime.errors import (
+    CcuException,
+    DeviceLost,
+    InvalidArgument,
+    InvalidCalbin,
+    NotSupported,
+    OutOfMemory,
+    RuntimeStatus,
+)
 from calctl.runtime.mock import FaultKind, FaultPlan, FaultRule, GraphTiming, MockRuntime, TimingModel
 from calctl.runtime.types import Engine, Health, Job, JobState, ResetScope
 from tests.unit.runtime.runtime_helpers import golden_prompt, package, prefill_job, write_decode
@@ -164,6 +173,31 @@ def test_board_scope_fault_halts_both_chips_and_refuses_a_chip_reset() -> None:
         assert rt.current_calbin is None and rt.memory_usage() == baseline
         [fault] = rt.injected_faults()
         assert (fault.kind, fault.job, fault.reset_scope) == (FaultKind.CCU_EXCEPTION, job.id, ResetScope.BOARD)
+
+
+def test_a_reset_failure_fault_fails_the_reset_and_resets_nothing(tmp_path: Path) -> None:
+    """docs/runtime.md §4 ``reset_failure`` (issue 29 item 3): the chosen resets raise DeviceLost and leave the
+    board as it was (the chip still faulted, the job not aborted); the next reset works; the log names it."""
+    pkg = package("combined")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "schema: calctl-fault-plan/v1\nfaults:\n"
+        "  - {kind: ccu_exception, job: 1, model: model-a}\n"
+        "  - {kind: reset_failure, reset: [1, 2], chip: 0}\n"
+    )
+    with open_runtime("mock", fault_plan=plan) as rt:
+        rt.configure(rt.create_calbin(pkg))
+        with pytest.raises(CcuException):
+            rt.wait(prefill_job(rt, pkg, "model-a")[0], 10)
+        rt.reset("chip", chip=1)  # chip 1 only: the rule filters chip 0, so this reset is no event of it
+        for scope, chip in (("chip", 0), ("board", None)):
+            with pytest.raises(DeviceLost, match=r"reset failed.*injected reset_failure"):
+                rt.reset(scope, chip)
+            assert rt.health()[0].health is Health.FAULTED and rt.current_calbin is not None
+        rt.reset("board")  # the third reset touching chip 0: not in the rule's ordinals
+        assert {h.health for h in rt.health()} == {Health.OK} and rt.current_calbin is None
+        kinds = [(f.kind, f.ordinal, f.chips) for f in rt.injected_faults()]
+    assert kinds[1:] == [(FaultKind.RESET_FAILURE, 1, (0,)), (FaultKind.RESET_FAILURE, 2, (0, 1))], kinds
 
 
 def test_a_board_granting_only_board_resets_refuses_chip_resets() -> None:
@@ -326,3 +360,33 @@ def test_decode_batch_lanes_and_inactive_lane_policy() -> None:
             inputs.write("lane_valid", np.array([1], np.uint8))
             rt.wait(rt.submit(dec.name, inputs, outputs, kv=[seqs[0]]), 10)
             assert np.allclose(outputs.read("logits")[0], logits[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_finished_job_keeps_no_kv_cache_buffers_or_weights() -> None:
+    """Issue 32: the board kept each finished job's record, KV cache included, for its last 65,536 jobs."""
+    import gc
+    import weakref
+
+    pkg = package("single")
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg))
+        caches, buffers, jobs = [], [], []
+        for _ in range(12):
+            job, seq, inputs, outputs = prefill_job(rt, pkg, "model-a")
+            assert rt.wait(job, 10).ok
+            rt.kv.commit(seq)
+            caches.append(weakref.ref(rt.kv._seqs[seq].cache))
+            rt.kv.free(seq)
+            for buf in (inputs, outputs):
+                buffers.append(weakref.ref(buf))
+                rt.release_buffer(buf)
+            jobs.append(job)
+            del job, inputs, outputs, buf
+        gc.collect()
+        assert [c for c in caches if c() is not None] == []  # the freed sequences' K/V are gone
+        assert [b for b in buffers if b() is not None] == []  # and the released buffers
+        assert rt._jobs == {}  # nothing in flight is kept
+        # A finished job is still known to wait/query (its result, not its record).
+        assert all(rt.query(j).state is JobState.SUCCEEDED for j in jobs)
+        assert rt.wait(jobs[0], 0).ok
+        assert {e.job for e in rt.trace()} >= {j.id for j in jobs}

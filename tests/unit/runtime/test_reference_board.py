@@ -14,7 +14,7 @@ from calctl.runtime import open_runtime
 from calctl.runtime._native import ext
 from calctl.runtime._native import lib as L
 from calctl.runtime._native.backend import CalrtRuntime
-from calctl.runtime.errors import InvalidCalbin, NotSupported, RuntimeStatus
+from calctl.runtime.errors import DeviceLost, InvalidCalbin, NotSupported, RuntimeStatus
 from tests.conftest import FIXTURE_PACKAGES
 
 # -- the reference board's model extension (calrt_ext.h), attacked -----------------------------
@@ -89,3 +89,23 @@ def test_reference_board_fault_switches_from_the_environment(
         assert [m.used_bytes for m in rt.memory_usage()] == [None, None]
         with pytest.raises(NotSupported):
             rt.reset("chip", chip=0)
+
+
+def test_reference_board_reset_fail_switch_fails_the_next_resets(
+    calrt_reference: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``CALRT_REF_FAULTS=reset_fail=N`` (issue 29 item 3): the next N resets return DEVICE_LOST and reset
+    nothing (the configuration stays); then resets work again. Also armed through ``calrt_ext_fault_set``."""
+    monkeypatch.setenv("CALRT_REF_FAULTS", "reset_fail=2")
+    with open_runtime("calrt", calrt_lib=calrt_reference) as rt:
+        rt.configure(rt.create_calbin(load_manifest(FIXTURE_PACKAGES / "combined")))
+        for scope, chip in (("chip", 0), ("board", None)):
+            with pytest.raises(DeviceLost) as exc:
+                rt.reset(scope, chip)
+            assert exc.value.status == RuntimeStatus.DEVICE_LOST and rt.current_calbin is not None
+        rt.reset("board")
+        assert rt.current_calbin is None
+        rt.arm_test_fault("reset_fail", 1)
+        with pytest.raises(DeviceLost):
+            rt.reset("board")
+        rt.reset("board")
