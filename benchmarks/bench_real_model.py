@@ -177,29 +177,34 @@ def run_calctl(gguf: Path, tmp: Path, args: argparse.Namespace) -> dict[str, obj
         out["decode_tps"] = statistics.median(float(r["decode_tps"]) for r in runs)
         out["ttft"] = statistics.median(float(r["ttft"]) for r in runs)
         out["texts"] = [str(r["text"]) for r in runs]
-        longs = [stream_chat(url, "m", LONG_PROMPT, 1) for _ in range(2)]
-        best = min(longs, key=lambda r: float(r["ttft"]))
-        out["prefill_tokens"] = best["prompt_tokens"]
-        out["prefill_tps"] = float(best["prompt_tokens"]) / float(best["ttft"])
-        out["long_ttft"] = best["ttft"]
-        results: list[dict[str, float | str | int]] = []
-        lock = threading.Lock()
+        try:
+            longs = [stream_chat(url, "m", LONG_PROMPT, 1) for _ in range(2)]
+            best = min(longs, key=lambda r: float(r["ttft"]))
+            out["prefill_tokens"] = best["prompt_tokens"]
+            out["prefill_tps"] = float(best["prompt_tokens"]) / float(best["ttft"])
+            out["long_ttft"] = best["ttft"]
+            results: list[dict[str, float | str | int]] = []
+            lock = threading.Lock()
 
-        def one(i: int) -> None:
-            r = stream_chat(url, "m", PROMPTS[i % len(PROMPTS)], args.max_tokens)
-            with lock:
-                results.append(r)
+            def one(i: int) -> None:
+                r = stream_chat(url, "m", PROMPTS[i % len(PROMPTS)], args.max_tokens)
+                with lock:
+                    results.append(r)
 
-        t0 = time.perf_counter()
-        workers = [threading.Thread(target=one, args=(i,)) for i in range(args.streams)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        wall = time.perf_counter() - t0
-        out["streams_tps"] = sum(int(r["completion_tokens"]) for r in results) / wall
-        single = [stream_chat(url, "m", PROMPTS[i % len(PROMPTS)], args.max_tokens) for i in range(2)]
-        out["single_tps_e2e"] = statistics.median(float(r["completion_tokens"]) / float(r["total_s"]) for r in single)
+            t0 = time.perf_counter()
+            workers = [threading.Thread(target=one, args=(i,)) for i in range(args.streams)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            wall = time.perf_counter() - t0
+            out["streams_tps"] = sum(int(r["completion_tokens"]) for r in results) / wall
+            single = [stream_chat(url, "m", PROMPTS[i % len(PROMPTS)], args.max_tokens) for i in range(2)]
+            out["single_tps_e2e"] = statistics.median(
+                float(r["completion_tokens"]) / float(r["total_s"]) for r in single
+            )
+        except httpx.HTTPError as exc:  # a loaded machine can time jobs out: report it, keep the other figures
+            out["error"] = f"{type(exc).__name__}: {exc}"
         out["rss_after"] = rss_bytes(pid)
     return out
 
@@ -291,12 +296,17 @@ def main() -> None:
     print(f"model {gguf.name}, threads {args.threads}, max_tokens {args.max_tokens}, load {os.getloadavg()}")
     llama = run_llama(gguf, args)
     print(f"load after llama.cpp {os.getloadavg()}")
+    if isinstance(llama, dict):
+        print("llama.cpp: " + json.dumps({k: v for k, v in llama.items() if k != "texts"}), flush=True)
     with tempfile.TemporaryDirectory(prefix="calctl-bench-real-") as tmp:
         ours = run_calctl(gguf, Path(tmp), args)
     print(f"load after calctl {os.getloadavg()}")
     mib = 1024 * 1024
 
     def row(label: str, key: str, unit: str, scale: float = 1.0, higher: bool = True) -> None:
+        if key not in ours:
+            print(f"{label:<28} calctl not measured ({ours.get('error')})")
+            return
         a = float(ours[key]) / scale  # type: ignore[arg-type]
         if isinstance(llama, dict):
             b = float(llama[key]) / scale  # type: ignore[arg-type]
