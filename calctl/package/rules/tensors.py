@@ -11,7 +11,16 @@ import itertools
 from collections.abc import Iterator
 
 from calctl.package.architecture import expected_tensor_shapes
-from calctl.package.model import BATCH_DIM, DTYPE_BYTES, MANIFEST, NUMPY_DTYPE, GraphKind, Model, SectionKind
+from calctl.package.model import (
+    BATCH_DIM,
+    MANIFEST,
+    NUMPY_DTYPE,
+    QUANT_BLOCKS,
+    GraphKind,
+    Model,
+    SectionKind,
+    quant_block_axis,
+)
 from calctl.package.rules.base import Finding, Group, Need, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
 
@@ -392,10 +401,16 @@ class ParamTensorsInBounds(Rule):
             for i, t in enumerate(m.params):
                 n += 1
                 where = f"{m.pointer}/params/tensors/{i}"
-                nbytes = DTYPE_BYTES[t.dtype]
-                for d in t.shape:
-                    nbytes *= d
-                end = t.offset + nbytes
+                if t.dtype in QUANT_BLOCKS and (len(t.shape) != 2 or quant_block_axis(t.name, t.shape) % 32):
+                    yield self.problem(
+                        f"tensor {t.name}: a {t.dtype} tensor is a matrix whose block axis is a multiple of 32",
+                        file=MANIFEST,
+                        field=f"{where}/shape",
+                        expected="[in, out] with in % 32 == 0 (embed: [vocab, d_model] with d_model % 32 == 0)",
+                        found=list(t.shape),
+                    )
+                    continue
+                end = t.offset + t.nbytes
                 e = ctx.entry(t.file) if path_problem(t.file) is None else None
                 if e is None or e.kind is not EntryKind.FILE:
                     yield self.skip(
