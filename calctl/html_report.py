@@ -258,5 +258,7 @@ def write(doc: Mapping[str, Any], json_path: Path) -> Path:
     from calctl.records import write_atomic
 
     path = json_path.with_suffix(".html")
+    if path == json_path:  # a JSON report named *.html keeps its name; the page goes beside it
+        path = json_path.with_name(json_path.name + ".page.html")
     write_atomic(path, render(doc, json_path.parent))
     return path

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from calctl import html_report
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
 from calctl.cli._options import (
@@ -248,6 +249,7 @@ def bench(
     bench = bench_report(opts, result, scenario, started, time.perf_counter() - t0)
     doc = bench.document()
     write_json(out_dir / REPORT_FILE, doc)
+    html_report.write(doc, out_dir / REPORT_FILE)
     if _output.is_json(format):
         _output.emit_json(bench)
     else:

@@ -107,7 +107,9 @@ def _finish(
         )
     report = report.with_body(trace=files)
     if report_path is not None:
-        write_json(report_path, report.document())
+        document = report.document()
+        write_json(report_path, document)
+        html_report.write(document, report_path)
     if format is Format.json:
         _output.emit_json(report)
     elif format is Format.junit:

@@ -180,3 +180,24 @@ def test_rows_that_are_not_good_are_the_reasons(tmp_path: Path) -> None:
     assert "G0" not in reasons.group(1)
     assert 'id="device-label">software model<' in html
     assert 'id="steps"' in html
+
+
+def test_run_golden_and_soak_write_their_page_beside_their_json(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    golden = tmp_path / "golden.json"
+    r = cli("run-golden", "--report", str(golden))
+    assert r.code == 0, r.err
+    doc = json.loads(golden.read_text())
+    assert f'id="verdict">{doc["verdict"]}</span>' in (tmp_path / "golden.html").read_text(encoding="utf-8")
+    soak = tmp_path / "soak"
+    r = cli("soak", "--cycles", "1", "--report", str(soak))
+    assert r.code == 0, r.err
+    doc = json.loads((soak / "soak-report.json").read_text())
+    page = (soak / "soak-report.html").read_text(encoding="utf-8")
+    assert f'id="verdict">{doc["verdict"]}</span>' in page and "data:image/png;base64," in page
+
+
+def test_a_json_report_named_html_keeps_its_name(tmp_path: Path) -> None:
+    target = tmp_path / "r.html"
+    target.write_text("{}")
+    page = html_report.write({"command": "x", "verdict": "PASS"}, target)
+    assert page != target and target.read_text() == "{}" and page.is_file()

@@ -57,7 +57,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl import records
+from calctl import html_report, records
 from calctl.checks.stats import percentiles
 from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted, UsageError
 from calctl.package.reader import load_manifest, package_root
@@ -498,7 +498,9 @@ class _Soak:
             )
             with self._lock:
                 report = self.report()
-                evidence.write_json_atomic(c.out_dir / evidence.REPORT_FILE, report.document())
+                document = report.document()
+                evidence.write_json_atomic(c.out_dir / evidence.REPORT_FILE, document)
+                html_report.write(document, c.out_dir / evidence.REPORT_FILE)
             self.events.close()
             if self.on_progress is not None:
                 self.on_progress(self.progress())
