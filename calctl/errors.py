@@ -20,6 +20,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # usage, input or configuration error
     DEVICE = 3  # device / runtime error
     TIMEOUT = 4  # a step did not finish within its deadline
+    INTERNAL = 70  # a calctl bug (sysexits.h EX_SOFTWARE): never the usage code 2
     INTERRUPTED = 130  # Ctrl-C
 
 

@@ -41,6 +41,9 @@ else:
 os.environ["CALCTL_LOCK_DIR"] = str(SCRATCH / "locks")
 os.environ.pop("CALCTL_TRUSTED_KEYS", None)
 os.environ.pop("CALCTL_DEBUG", None)
+# Tables honour COLUMNS (calctl.cli._output); pytest-xdist workers get COLUMNS=80 from execnet, so every
+# in-process run would lay out at another width than a plain run: tests pin their own width where it matters.
+os.environ.pop("COLUMNS", None)
 set_hypothesis_home_dir(SCRATCH / "hypothesis")
 # No example database: a failure is reported with its minimal example and seed, not replayed from disk.
 settings.register_profile("calctl", database=None)

@@ -1,7 +1,18 @@
-"""Small statistics used by every runner: percentiles, dispersion, bootstrap CIs.
+"""Small statistics used by every runner: percentiles, dispersion, bootstrap CIs, and the one decision rule.
 
 Bootstrap resampling is seeded, so the same measurements always give the same
 interval in a report.
+
+**The decision rule** (:func:`decide`), applied by every timed gate (PoC
+S1/S2, the bench gates, accept's G2–G5 and M1–M3, warm-up stability): a gate
+is decided only when the confidence interval of its statistic lies wholly on
+one side of the limit, and only from at least the samples its statistic needs
+(two for any interval; ``1 / (1 - q)`` for a percentile ``q``). While the
+interval straddles the limit a runner measures more rounds, up to a budget its
+level sets (:func:`until_decided`); what is still undecided then is reported
+**NOT JUDGED** (accept: NOT MEASURED) with the interval, the sample count and
+what would decide it — never a PASS or a FAIL drawn from an interval that
+reaches both sides.
 """
 
 from __future__ import annotations
@@ -85,6 +96,114 @@ def bootstrap(
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(values, [alpha, 1 - alpha])
     return Estimate(point, float(lo), float(hi), n, confidence)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One gate judged by :func:`decide`: ``passed`` True / False, or None (not judged, ``why`` says why)."""
+
+    passed: bool | None
+    estimate: Estimate
+    limit: float
+    above: bool  # the passing side: the interval must lie above the limit (True) or below it (False)
+    min_samples: int
+    why: str  # a sentence: the interval against the limit, or why there is none
+
+    @property
+    def decided(self) -> bool:
+        return self.passed is not None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "passed": self.passed,
+            "limit": self.limit,
+            "passing_side": "above" if self.above else "below",
+            "min_samples": self.min_samples,
+            **self.estimate.as_dict(),
+            "why": self.why,
+        }
+
+
+def decide(
+    estimate: Estimate,
+    limit: float,
+    *,
+    above: bool,
+    min_samples: int = 2,
+    strict: bool = False,
+    what: str = "the statistic",
+    fmt: str = ".3f",
+) -> Decision:
+    """The decision rule: pass when the CI lies on the passing side of ``limit``, fail when it lies on the other.
+
+    ``above``: passing means greater than the limit. With ``strict`` the passing side excludes the limit itself
+    (a CI "above 0" must not touch 0); otherwise a CI bound equal to the limit counts as on the passing side.
+    Fewer than ``min_samples`` samples, no interval, or an interval that reaches both sides: not judged.
+    """
+    lo, hi = estimate.ci_low, estimate.ci_high
+    ci = f"[{_f(lo, fmt)}, {_f(hi, fmt)}]"
+    side = "above" if above else "below"
+    if estimate.n < max(2, min_samples):
+        return Decision(
+            None,
+            estimate,
+            limit,
+            above,
+            min_samples,
+            f"{what}: {estimate.n} sample(s), the rule needs at least {max(2, min_samples)} for an interval",
+        )
+    if lo is None or hi is None:
+        return Decision(None, estimate, limit, above, min_samples, f"{what}: no confidence interval")
+
+    if above:
+        passes = lo > limit or (not strict and lo == limit)
+        fails = hi < limit or (strict and hi == limit)
+    else:
+        passes = hi < limit or (not strict and hi == limit)
+        fails = lo > limit or (strict and lo == limit)
+    if passes:
+        return Decision(
+            True, estimate, limit, above, min_samples, f"{what} CI {ci} lies {side} {_f(limit, fmt)} (n={estimate.n})"
+        )
+    if fails:
+        other = "below" if above else "above"
+        at = " (or on)" if strict else ""
+        return Decision(
+            False,
+            estimate,
+            limit,
+            above,
+            min_samples,
+            f"{what} CI {ci} lies {other}{at} {_f(limit, fmt)} (n={estimate.n})",
+        )
+    return Decision(
+        None,
+        estimate,
+        limit,
+        above,
+        min_samples,
+        f"{what} CI {ci} straddles {_f(limit, fmt)} (n={estimate.n}): more samples would decide it",
+    )
+
+
+def until_decided(
+    measure: Callable[[], None],
+    decided: Callable[[], bool],
+    *,
+    first: int,
+    budget: int,
+) -> int:
+    """Call ``measure`` ``first`` times, then once more at a time while ``decided()`` is False, up to ``budget``
+    calls in all. Returns how many were made. ``budget`` below ``first`` is ``first``."""
+    done = 0
+    while done < first or (done < budget and not decided()):
+        measure()
+        done += 1
+    return done
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else format(x, fmt)
 
 
 def finite_or_none(x: float | None) -> float | None:

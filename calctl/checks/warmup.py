@@ -1,13 +1,21 @@
 """Warm-up of one model on a device: N iterations, per-graph latency and stability (001 §11.1, §12 Phase 1; 000 §18).
 
 One iteration is the model's golden prompt through prefill plus ``decode_steps``
-greedy decode jobs (B1), each job timed from submit until ``wait`` returned.
+greedy decode jobs (B1), each job timed on the device's clock (the runtime's
+own start/end stamps; on the mock its modelled duration), and also on the host
+(submit until ``wait`` returned): the difference is host overhead, reported
+beside the latency and never judged. A runtime that stamps no job leaves only
+the host figure, and the result says its clock is ``host``.
 The first iteration is the cold one (first touch of buffers, caches, lazy
 initialisation): it is checked like every other but, when there is more than
 one, left out of the latency statistics, which describe the warm state.
 Per graph the result holds P50/P90/P99 latency and the coefficient of
-variation; a graph whose CV exceeds :data:`CV_WARN` is listed as ``unstable``
-(a warning, not a failure: jitter says "measure again", not "wrong").
+variation. Stability follows the one decision rule
+(:func:`calctl.checks.stats.decide`): a graph is ``unstable`` when the
+bootstrap CI of its CV lies above :data:`CV_WARN` (a warning, not a failure:
+jitter says "measure again", not "wrong"), stable when it lies at or below,
+and ``not_judged`` when it straddles the limit or rests on fewer than
+:data:`CV_MIN_SAMPLES` jobs.
 
 Errors are jobs the device failed and iterations whose tokens left the golden
 sequence (a warm-up that computes wrong tokens is not warm). An iteration that
@@ -24,8 +32,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from calctl.checks.golden import first_mismatch
-from calctl.checks.stats import Percentiles, percentiles
+from calctl.checks.stats import Decision, Percentiles, bootstrap, decide, percentiles
 from calctl.checks.steps import GoldenData, GreedyProgress, StepTimedOut, greedy_run, step_name
 from calctl.package.model import Package
 from calctl.runtime import GenerationId, Health, Runtime
@@ -33,6 +43,8 @@ from calctl.runtime.errors import RuntimeLayerError
 
 #: Coefficient of variation above which a graph's latency is reported unstable.
 CV_WARN = 0.25
+#: Fewest warm jobs of a graph its CV's interval is judged from.
+CV_MIN_SAMPLES = 3
 
 
 @dataclass(frozen=True)
@@ -41,9 +53,13 @@ class WarmupResult:
     ok: bool
     iterations: int  # iterations attempted
     errors: int
-    graphs: dict[str, Percentiles]  # per graph name: host latency seconds (submit -> wait returned)
-    unstable: tuple[str, ...]  # graph names whose CV exceeded CV_WARN (a warning, not a failure)
+    graphs: dict[str, Percentiles]  # per graph name: latency seconds on ``clock`` (device stamps, else host)
+    unstable: tuple[str, ...]  # graph names whose CV's CI lies above CV_WARN (a warning, not a failure)
     first_error: str | None = None  # what the first error was, naming model, iteration and step
+    clock: str = "device"  # "device": the runtime's job stamps; "host": it reported none for some job
+    host_graphs: dict[str, Percentiles] | None = None  # per graph: host latency (submit -> wait returned)
+    not_judged: tuple[str, ...] = ()  # graphs whose stability the rule could not decide
+    stability: dict[str, Decision] | None = None  # per graph: the decision on its CV
 
 
 def run_warmup_model(
@@ -70,28 +86,34 @@ def run_warmup_model(
     room = model.decode.max_seq - len(golden.prompt)
     n_tokens = 1 + max(0, min(decode_steps, room))
     expected = golden.tokens[:n_tokens]
-    latencies: dict[str, list[float]] = {model.prefill.name: [], model.decode.name: []}
+    latencies: dict[str, list[tuple[float, float | None]]] = {model.prefill.name: [], model.decode.name: []}
     errors = 0
     first_error: str | None = None
     attempted = 0
 
     def result() -> WarmupResult:
-        graphs = {g: percentiles(v) for g, v in latencies.items()}
-        unstable = tuple(g for g, p in graphs.items() if p.cv is not None and p.cv > CV_WARN)
+        on_device = all(d is not None for v in latencies.values() for _, d in v)
+        chosen = {g: [(d if on_device and d is not None else h) for h, d in v] for g, v in latencies.items()}
+        graphs = {g: percentiles(v) for g, v in chosen.items()}
+        stability = {g: stability_of(v, g) for g, v in chosen.items()}
         return WarmupResult(
             alias=alias,
             ok=errors == 0 and attempted == iterations,
             iterations=attempted,
             errors=errors,
             graphs=graphs,
-            unstable=unstable,
+            unstable=tuple(g for g, d in stability.items() if d.passed is False),
             first_error=first_error,
+            clock="device" if on_device else "host",
+            host_graphs={g: percentiles([h for h, _ in v]) for g, v in latencies.items()},
+            not_judged=tuple(g for g, d in stability.items() if d.passed is None),
+            stability=stability,
         )
 
     for i in range(iterations):
         attempted += 1
         progress = GreedyProgress(alias)
-        keep: dict[str, list[float]] = latencies if (i > 0 or iterations == 1) else {}
+        keep: dict[str, list[tuple[float, float | None]]] = latencies if (i > 0 or iterations == 1) else {}
         try:
             greedy_run(
                 rt,
@@ -127,9 +149,26 @@ def run_warmup_model(
     return result()
 
 
-def _record(latencies: dict[str, list[float]], progress: GreedyProgress) -> None:
+def _record(latencies: dict[str, list[tuple[float, float | None]]], progress: GreedyProgress) -> None:
     for t in progress.timings:
-        latencies.setdefault(t.graph, []).append(t.seconds)
+        latencies.setdefault(t.graph, []).append((t.seconds, t.device_seconds))
+
+
+def _cv(x: np.ndarray) -> float:
+    mean = float(np.mean(x))
+    return float(np.std(x, ddof=1) / mean) if len(x) > 1 and mean > 0 else float("nan")
+
+
+def stability_of(values: list[float], graph: str = "latency") -> Decision:
+    """The decision rule on a graph's CV: passed (stable) when its CI lies at or below :data:`CV_WARN`."""
+    return decide(
+        bootstrap(values, _cv, seed=11),
+        CV_WARN,
+        above=False,
+        min_samples=CV_MIN_SAMPLES,
+        what=f"{graph} CV",
+        fmt=".3f",
+    )
 
 
 def _halted(rt: Runtime, chips: tuple[int, ...]) -> bool:
@@ -139,4 +178,4 @@ def _halted(rt: Runtime, chips: tuple[int, ...]) -> bool:
         return True
 
 
-__all__ = ["CV_WARN", "WarmupResult", "run_warmup_model"]
+__all__ = ["CV_MIN_SAMPLES", "CV_WARN", "WarmupResult", "run_warmup_model", "stability_of"]

@@ -10,7 +10,7 @@ the report directory. No judgement lives here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -34,9 +34,9 @@ from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
 from calctl.records import write_atomic
+from calctl.report import Report
 from calctl.runners.acceptance import run as accept_lib
-from calctl.runners.acceptance.rows import RowResult, StepEvidence, StepStatus, Verdict
-from calctl.runners.context import MOCK_LABEL
+from calctl.runners.acceptance.rows import StepEvidence, StepStatus
 
 LevelOpt = Annotated[
     accept_lib.Level,
@@ -143,93 +143,93 @@ def accept(
         )
     write_atomic(out_dir / accept_lib.JUNIT_FILE, junit_xml(result))
     if format is Format.json:
-        _output.emit_json(result.document())
+        _output.emit_json(result)
     elif format is Format.junit:
         _output.emit_junit("calctl accept", junit_suites(result))
     else:
         _render(result)
     if format is not Format.table:
-        _output.info(escape(result.summary_line()))
+        _output.info(escape(result.body["summary"]))
     return result.exit_code
 
 
-def _render(result: accept_lib.AcceptReport) -> None:
+def _render(result: Report) -> None:
+    doc = result.document()
+    rows = doc["rows"]
     _output.print_table(
-        f"calctl accept ({result.header['level']})",
+        f"calctl accept ({doc['level']})",
         ["row", "verdict", "key figure"],
         [
-            [f"{r.id} {escape(r.title)}", _output.styled_verdict(r.verdict.value), escape(r.key_figure)]
-            for r in result.rows
+            [f"{r['id']} {escape(r['title'])}", _output.styled_verdict(r["verdict"]), escape(r["key_figure"])]
+            for r in rows
         ],
     )
     out = _output.stdout
-    skipped = [r.id for r in result.rows if r.key_figure == "not asked for"]
-    for r in result.rows:
-        if r.id in skipped:
+    skipped = [r["id"] for r in rows if r["key_figure"] == "not asked for"]
+    for r in rows:
+        if r["id"] in skipped:
             continue
-        if r.verdict is Verdict.NO_GO:
-            out.print(f"  {r.id} [bold red]NO-GO[/]: {escape(r.reason)}. [bold]Action:[/] {escape(r.action)}")
-        elif r.verdict is Verdict.NOT_MEASURED:
-            how = f" To measure: {escape(r.how_to_measure)}" if r.how_to_measure else ""
-            out.print(f"  {r.id} [yellow]NOT MEASURED[/]: {escape(r.reason)}.{how}")
-    out = _output.stdout
+        if r["verdict"] == "NO-GO":
+            out.print(f"  {r['id']} [bold red]NO-GO[/]: {escape(r['reason'])}. [bold]Action:[/] {escape(r['action'])}")
+        elif r["verdict"] == "NOT MEASURED":
+            how = f" To measure: {escape(r['how_to_measure'])}" if r["how_to_measure"] else ""
+            out.print(f"  {r['id']} [yellow]NOT MEASURED[/]: {escape(r['reason'])}.{how}")
     if skipped:
         out.print(f"  not asked for (--only): {', '.join(skipped)}")
-    h = result.header
     out.print(
-        f"device {h['device']}; package {escape(str(h['package']))}"
-        + (f"; replica {escape(str(h['replica']))}" if h.get("replica") else "")
+        f"device {doc['device']}; package {escape(str(doc['package']))}"
+        + (f"; replica {escape(str(doc['replica']))}" if doc.get("replica") else "")
     )
-    if h.get("mock_result"):
-        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    if doc.get("note"):
+        out.print(f"[yellow]{escape(doc['note'])}[/]")
+    out_dir = Path(doc["report_dir"])
     out.print(
-        f"report: {escape(str(result.out_dir / accept_lib.REPORT_FILE))}; picture: "
-        f"{escape(str(result.out_dir / accept_lib.PLOT_FILE))}; junit: {escape(str(result.out_dir / accept_lib.JUNIT_FILE))}"
+        f"report: {escape(str(out_dir / accept_lib.REPORT_FILE))}; picture: "
+        f"{escape(str(out_dir / accept_lib.PLOT_FILE))}; junit: {escape(str(out_dir / accept_lib.JUNIT_FILE))}"
     )
-    out.print(f"{escape(result.summary_line())} in {result.seconds:.1f} s")
+    out.print(f"page: {escape(str(out_dir / 'report.html'))} (one self-contained file to open or attach)")
+    out.print(f"{escape(doc['summary'])} in {doc['seconds']:.1f} s")
 
 
 # ---------------------------------------------------------------------------
 # JUnit: one testcase per row
 
 
-def _case(r: RowResult, seconds: float | None) -> _output.JunitCase:
-    text = "\n".join([r.condition, *r.evidence, *(f"{k}: {v}" for k, v in r.files.items())])
-    if r.verdict is Verdict.GO:
-        return _output.JunitCase(f"{r.id} {r.title}", "calctl.accept", seconds, None, output=f"{r.key_figure}\n{text}")
-    if r.verdict is Verdict.NO_GO:
+def _case(r: dict[str, Any]) -> _output.JunitCase:
+    name = f"{r['id']} {r['title']}"
+    text = "\n".join([r["condition"], *r["evidence"], *(f"{k}: {v}" for k, v in r["files"].items())])
+    if r["verdict"] == "GO":
+        return _output.JunitCase(name, "calctl.accept", None, None, output=f"{r['key_figure']}\n{text}")
+    if r["verdict"] == "NO-GO":
         return _output.JunitCase(
-            f"{r.id} {r.title}",
+            name,
             "calctl.accept",
-            seconds,
+            None,
             "failure",
-            message=f"NO-GO: {r.reason}. Action: {r.action}",
+            message=f"NO-GO: {r['reason']}. Action: {r['action']}",
             kind="NO-GO",
             text=text,
-            output=r.key_figure,
+            output=r["key_figure"],
         )
+    how = f". To measure: {r['how_to_measure']}" if r["how_to_measure"] else ""
     return _output.JunitCase(
-        f"{r.id} {r.title}",
-        "calctl.accept",
-        seconds,
-        "skipped",
-        message=f"NOT MEASURED: {r.reason}" + (f". To measure: {r.how_to_measure}" if r.how_to_measure else ""),
-        output=text,
+        name, "calctl.accept", None, "skipped", message=f"NOT MEASURED: {r['reason']}{how}", output=text
     )
 
 
-def junit_suites(result: accept_lib.AcceptReport) -> list[_output.JunitSuite]:
+def junit_suites(result: Report) -> list[_output.JunitSuite]:
+    doc = result.document()
     props = [
-        ("device", str(result.header["device"])),
-        ("mock_result", str(result.header.get("mock_result")).lower()),
-        ("level", str(result.header["level"])),
-        ("status", result.status),
-        ("summary", result.summary_line()),
+        ("device", str(doc["device"])),
+        ("mock_result", str(doc.get("mock_result")).lower()),
+        ("level", str(doc["level"])),
+        ("status", doc["status"]),
+        ("summary", doc["summary"]),
     ]
-    return [_output.JunitSuite("calctl.accept", [_case(r, None) for r in result.rows], props)]
+    return [_output.JunitSuite("calctl.accept", [_case(r) for r in doc["rows"]], props)]
 
 
-def junit_xml(result: accept_lib.AcceptReport) -> str:
+def junit_xml(result: Report) -> str:
     return _output.junit_xml("calctl accept", junit_suites(result))
 
 

@@ -18,7 +18,6 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from calctl import __version__
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
 from calctl.cli._options import (
@@ -154,6 +153,7 @@ def bench(
     """
     from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult
     from calctl.runners.bench.metrics import Slo
+    from calctl.runners.bench.report import REPORT_FILE, bench_report
     from calctl.runners.bench.scenarios import SCENARIOS
     from calctl.runners.bench.workload import LengthDist, TokenRange
 
@@ -245,10 +245,11 @@ def bench(
             notes=tuple(notes),
             mock_result={"mock": True, "calrt": False}.get(opts.target_device),
         )
-    doc = _bench_document(opts, result, scenario, started, time.perf_counter() - t0)
-    write_json(out_dir / "bench-report.json", doc)
+    bench = bench_report(opts, result, scenario, started, time.perf_counter() - t0)
+    doc = bench.document()
+    write_json(out_dir / REPORT_FILE, doc)
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(bench)
     else:
         _render_bench(result, doc)
     for note in result.notes if _output.is_json(format) else ():  # the table run prints them on stdout
@@ -256,65 +257,10 @@ def bench(
             _output.info(f"[bold red]{escape(note)}[/]")
         elif note.startswith("not judged"):
             _output.info(f"[bold yellow]{escape(note)}[/]")
-    return result.exit_code
-
-
-def _bench_document(opts: Any, result: Any, scenario: str, started: datetime, seconds: float) -> dict[str, Any]:
-    from calctl.runners.context import MOCK_LABEL
-
-    mock = result.mock_result
-    return {
-        "command": "bench",
-        "calctl_version": __version__,
-        "started_at": started.isoformat(timespec="seconds"),
-        "scenario": scenario,
-        "verdict": result.verdict,
-        "ok": result.exit_code == 0,
-        "exit_code": result.exit_code,
-        "seconds": round(seconds, 3),
-        "device": opts.target_device,
-        "mock_result": mock,
-        "note": MOCK_LABEL
-        if mock
-        else (
-            None
-            if mock is False
-            else "the server's device was not stated (--target-device); do not read these "
-            "numbers as board evidence unless you know it"
-        ),
-        "target": {"url": opts.url, "models": list(opts.models)},
-        "settings": {
-            "mode": opts.mode.value,
-            "rate_per_model": opts.rate,
-            "duration_s": opts.duration_s,
-            "burstiness": opts.burstiness,
-            "prompt_len": opts.prompt.spec,
-            "output_len": opts.output.spec,
-            "slo_ttft_s": opts.slo.ttft_s,
-            "slo_tpot_s": opts.slo.tpot_s,
-            "seed": opts.seed,
-            "max_requests": opts.max_requests,
-            "request_timeout_s": opts.request_timeout_s,
-            "window_s": opts.window_s,
-            "temperature": opts.temperature,
-            "token_range": [opts.token_range.low, opts.token_range.high],
-        },
-        "gates": [g.document() for g in result.gates],
-        "failing_gates": [g.name for g in result.gates if g.passed is False],
-        "not_judged_gates": [g.name for g in result.gates if g.passed is None],
-        **result.body,
-        "notes": list(result.notes),
-        "files": {
-            **result.body.get("files", {}),  # a scenario's own evidence files (isolation: NDJSON, trace)
-            "report": str(opts.out_dir / "bench-report.json"),
-            "plot": str(result.plot) if result.plot else None,
-        },
-    }
+    return bench.exit_code
 
 
 def _render_bench(result: Any, doc: dict[str, Any]) -> None:
-    from calctl.runners.context import MOCK_LABEL
-
     for t in result.tables:
         _output.print_rows(t.title, list(t.columns), [[escape(str(c)) for c in row] for row in t.rows])
     out = _output.stdout
@@ -327,9 +273,7 @@ def _render_bench(result: Any, doc: dict[str, Any]) -> None:
             out.print(f"{key} {est['mean']:.3f}{ci}")
     for note in result.notes:
         out.print(f"  - {escape(note)}")
-    if doc.get("mock_result"):
-        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
-    elif doc.get("note"):
+    if doc.get("note"):
         out.print(f"[yellow]{escape(doc['note'])}[/]")
     out.print(f"report: {escape(doc['files']['report'])}; plot: {escape(str(doc['files']['plot']))}")
     out.print(

@@ -25,17 +25,18 @@ from calctl.budget.plan import (
     plan_from_config,
     plan_from_package,
 )
-from calctl.budget.policy import BudgetPolicy, Verdict, check_fraction
+from calctl.budget.policy import BudgetPolicy, BudgetVerdict, check_fraction
 from calctl.budget.report import BudgetReport, report_document, run_budget
 from calctl.budget.shape import load_hf_config
 from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
 from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
-from calctl.errors import CheckFailed, ExitCode, UsageError
+from calctl.errors import CheckFailed, UsageError
 from calctl.package.info import package_digest
 from calctl.package.reader import load_manifest, package_root
-from calctl.package.validate import Report, ValidationPolicy, validate
+from calctl.package.validate import ValidationPolicy, ValidationReport, validate
+from calctl.report import simple_report
 from calctl.signing.policy import TrustPolicy
 
 _DTYPES = ", ".join(units.OPTION_DTYPES)
@@ -173,7 +174,7 @@ def budget(
             plan, policy, context=context, sequences=batch, grid=grid, grid_contexts=axes_c, grid_sequences=axes_b
         )
 
-    validation: Report | None = None
+    validation: ValidationReport | None = None
     if hf_config is not None:
         if trusted_key or allow_unsigned:
             raise UsageError("--trusted-key/--allow-unsigned apply to a package, not to --hf-config")
@@ -218,14 +219,15 @@ def budget(
             "signer_key_id": validation.signer_key_id,
             "warnings": [{"id": c.id, "file": c.file, "message": c.message} for c in validation.warnings],
         }
+    result = simple_report("budget", {k: v for k, v in doc.items() if k != "verdict"}, verdict=report.verdict.value)
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(result)
     else:
         _render(report)
-    return int(ExitCode.OK if report.verdict is Verdict.GO else ExitCode.FAILED)
+    return result.exit_code
 
 
-def _validated(path: Path, trust: TrustPolicy) -> Report:
+def _validated(path: Path, trust: TrustPolicy) -> ValidationReport:
     """docs/validate.md: every command that reads a package validates it first; a refused package gets no plan."""
     validation = validate(path, ValidationPolicy(trust=trust))
     if not validation:
@@ -255,11 +257,15 @@ def _int_list(text: str | None, what: str, ceiling: int) -> tuple[int, ...] | No
 # Rendering for people
 
 
+def _size(value: int) -> str:
+    """Bytes over GiB in one cell: two short lines keep the table inside 80 columns."""
+    return f"{value:,}\n{units.gib(value)} GiB"
+
+
 def _row(budget: ChipBudget, name: str, value: int, source: str, detail: str) -> list[str]:
     return [
         escape(name),
-        f"{value:,}",
-        units.gib(value),
+        _size(value),
         units.percent(value, budget.dram_bytes),
         escape(source),
         escape(detail),
@@ -290,8 +296,7 @@ def _render(report: BudgetReport) -> None:
         rows.append(
             [
                 "[bold]static[/]",
-                f"{b.static_bytes:,}",
-                units.gib(b.static_bytes),
+                _size(b.static_bytes),
                 units.percent(b.static_bytes, b.dram_bytes),
                 "",
                 f"must be <= {units.gib(b.usable_bytes)} GiB usable",
@@ -302,8 +307,7 @@ def _render(report: BudgetReport) -> None:
         rows.append(
             [
                 "[bold]M_required[/]",
-                f"{b.required_bytes:,}",
-                units.gib(b.required_bytes),
+                _size(b.required_bytes),
                 units.percent(b.required_bytes, b.dram_bytes),
                 "",
                 "static + safety_guard, must be <= DRAM",
@@ -313,7 +317,7 @@ def _render(report: BudgetReport) -> None:
             f"chip {b.chip} ({escape(', '.join(b.models)) or 'no model'}): "
             f"DRAM {units.gib(b.dram_bytes)} GiB, limit {units.gib(b.limit_bytes)} GiB"
         )
-        _output.print_table(title, ["component", "bytes", "GiB", "% DRAM", "source", "detail"], rows)
+        _output.print_table(title, ["component", "bytes / GiB", "% DRAM", "source", "detail"], rows)
         out.print(f"  {_output.styled_verdict(b.verdict.value)} chip {b.chip}: " + escape("; ".join(b.reasons)))
         for note in b.notes:
             out.print(f"  [yellow]note[/]: {escape(note)}")
@@ -347,12 +351,14 @@ def _render(report: BudgetReport) -> None:
     mc = report.max_context
     ms = report.max_sequences
     if mc is not None and ms is not None:
+        tight = [c.budget.chip for c in report.chips if c.max_sequences is not None and c.max_sequences == ms]
+        where = f"the tightest chip, chip {tight[0]}" if tight else "the tightest chip"
         out.print(
             f"largest context at the given batch: [bold]{mc.value:,}[/] ({mc.bound.value}); "
-            f"largest batch at the given context: [bold]{ms.value:,}[/] ({ms.bound.value})"
+            f"largest batch at the given context: [bold]{ms.value:,}[/] ({ms.bound.value}), on {where}"
         )
         out.print(f"[dim]{_what_if_note([m.sequences for m in report.models])}[/]")
-    failing = [str(c.budget.chip) for c in report.chips if c.budget.verdict is not Verdict.GO]
+    failing = [str(c.budget.chip) for c in report.chips if c.budget.verdict is not BudgetVerdict.GO]
     where = f"chip {', '.join(failing)} over budget" if failing else "every chip within budget"
     out.print(f"verdict {_output.styled_verdict(report.verdict.value)}: {where}")
 

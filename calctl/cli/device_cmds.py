@@ -16,6 +16,7 @@ import typer
 from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt
 from calctl.cli._output import TableJson
+from calctl.report import simple_report
 from calctl.runtime import BoardSelection, Runtime, open_runtime, select_board
 from calctl.runtime.types import TELEMETRY_FIELDS
 
@@ -87,7 +88,9 @@ def info(
     with rt_cm as rt:
         doc = info_document(rt, lib, board)
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(
+            simple_report("device info", doc, device=doc["device"], device_options=None, versions=doc["versions"])
+        )
         return
     v = doc["versions"]
     _output.stdout.print(

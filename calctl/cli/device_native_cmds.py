@@ -14,8 +14,6 @@ Thin: parse, call the library, render. Registered under ``calctl device`` by
 from __future__ import annotations
 
 import contextlib
-import re
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +23,7 @@ from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt
 from calctl.cli._output import Format
 from calctl.errors import UsageError
+from calctl.report import Report, build_header
 
 ConformanceFormatOpt = Annotated[
     Format,
@@ -108,32 +107,35 @@ def conformance(
 
         report = run_suite(target, check, check_timeout=check_timeout, on_result=progress)
     answers = vendor_questions(report.results)
-    verdict = "PASS" if report.passed else "FAIL"
-    doc = {
-        "command": "device conformance",
-        "device": "calrt",
-        "library": str(calrt_lib),
-        "abi": f"{library.abi[0]}.{library.abi[1]}",
-        "extensions": sorted(library.extensions),
-        "package": str(package) if package is not None else "bundled combined sample",
-        "verdict": verdict,
-        "counts": report.counts(),
-        "checks": [r.to_dict() for r in report.results],
-        "vendor_questions": [a.to_dict() for a in answers],
-        "note": GRADE_NOTE.format(library=calrt_lib),
-    }
+    result = Report(
+        "device conformance",
+        "PASS" if report.passed else "FAIL",
+        build_header("device conformance", device="calrt"),
+        {
+            "library": str(calrt_lib),
+            "abi": f"{library.abi[0]}.{library.abi[1]}",
+            "extensions": sorted(library.extensions),
+            "package": str(package) if package is not None else "bundled combined sample",
+            "counts": report.counts(),
+            "checks": [r.to_dict() for r in report.results],
+            "vendor_questions": [a.to_dict() for a in answers],
+            "note": GRADE_NOTE.format(library=calrt_lib),
+        },
+    )
+    doc = result.document()
     if format is Format.json:
-        _output.emit_json(doc)
+        _output.emit_json(result)
     elif format is Format.junit:
         print(conformance_junit(doc), end="")
     else:
         _render_conformance(doc)
-    return 0 if report.passed else 1
+    return result.exit_code
 
 
 GRADE_NOTE = (
     "grades describe the library {library} as measured here (001 §1: C0 measured, C1 symbol present but behaviour "
-    "not shown, C4 refused); they are evidence about a Calculet board only when that library drives one"
+    "not shown, C3 not measurable through ABI 1.x: ask the vendor, C4 refused); they are evidence about a Calculet "
+    "board only when that library drives one"
 )
 
 
@@ -154,51 +156,42 @@ def _render_conformance(doc: dict[str, Any]) -> None:
             )
     _output.print_table(
         "vendor questions (000 §20, 001 §15.2)",
-        ["question", "grade", "answer", "evidence", "source"],
-        [[q["question"], q["grade"], q["answer"], q["evidence"], q["source"]] for q in doc["vendor_questions"]],
+        ["question", "grade", "answer", "evidence", "ask the vendor", "source"],
+        [
+            [q["question"], q["grade"], q["answer"], q["evidence"], q.get("ask") or "", q["source"]]
+            for q in doc["vendor_questions"]
+        ],
     )
     _output.stdout.print(f"[dim]{doc['note']}[/]")
     counts = ", ".join(f"{n} {k}" for k, n in doc["counts"].items() if n)
     _output.stdout.print(f"verdict {_output.styled_verdict(doc['verdict'])} ({counts})")
 
 
+_JUNIT_OUTCOME = {"FAIL": "failure", "TIMEOUT": "error", "UNSUPPORTED": "skipped"}
+
+
 def conformance_junit(doc: dict[str, Any]) -> str:
     """One testcase per check: FAIL a failure, TIMEOUT an error, UNSUPPORTED skipped (never a pass)."""
-    root = ET.Element("testsuites", name="calctl device conformance")
-    suite = ET.SubElement(root, "testsuite", name="calctl.device.conformance")
-    props = ET.SubElement(suite, "properties")
-    for name, value in (("library", doc["library"]), ("abi", doc["abi"]), ("package", doc["package"])):
-        ET.SubElement(props, "property", name=name, value=str(value))
-    for q in doc["vendor_questions"]:
-        ET.SubElement(props, "property", name=f"vendor: {q['question']}", value=f"{q['grade']}: {q['answer']}")
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for c in doc["checks"]:
-        case = ET.SubElement(
-            suite, "testcase", classname="calctl.device.conformance", name=c["name"], time=f"{c['seconds']:.4f}"
+    props = [(name, str(doc[name])) for name in ("library", "abi", "package")] + [
+        (f"vendor: {q['question']}", f"{q['grade']}: {q['answer']}") for q in doc["vendor_questions"]
+    ]
+    cases = [
+        _output.JunitCase(
+            name=c["name"],
+            classname="calctl.device.conformance",
+            seconds=c["seconds"],
+            outcome=_JUNIT_OUTCOME.get(c["verdict"]),
+            message=f"UNSUPPORTED: {c['detail']}" if c["verdict"] == "UNSUPPORTED" else c["detail"],
+            kind={"FAIL": "fail", "TIMEOUT": "timeout"}.get(c["verdict"], ""),
+            text=c["detail"]
+            + (f"\ncall {c['call']}({c['arguments'] or ''}) returned {c['returned']}" if c["call"] else ""),
+            output=c["detail"],
         )
-        counts["tests"] += 1
-        text = c["detail"] + (
-            f"\ncall {c['call']}({c['arguments'] or ''}) returned {c['returned']}" if c["call"] else ""
-        )
-        if c["verdict"] == "FAIL":
-            ET.SubElement(case, "failure", message=c["detail"], type="fail").text = text
-            counts["failures"] += 1
-        elif c["verdict"] == "TIMEOUT":
-            ET.SubElement(case, "error", message=c["detail"], type="timeout").text = text
-            counts["errors"] += 1
-        elif c["verdict"] == "UNSUPPORTED":
-            ET.SubElement(case, "skipped", message=f"UNSUPPORTED: {c['detail']}")
-            counts["skipped"] += 1
-        ET.SubElement(case, "system-out").text = c["detail"]
-    for k, v in counts.items():
-        suite.set(k, str(v))
-        root.set(k, str(v))
-    ET.indent(root)
-    xml = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
-    return _NOT_XML.sub("\ufffd", xml)  # a shim's strings may carry control characters XML 1.0 cannot hold
-
-
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+        for c in doc["checks"]
+    ]
+    return _output.junit_xml(
+        "calctl device conformance", [_output.JunitSuite("calctl.device.conformance", cases, props)]
+    )
 
 
 def register(device_app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ package of ``combine`` that does not verify. Nothing is left behind on failure.
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +22,7 @@ from calctl.compiler.importer import build
 from calctl.compiler.importer.combine import combine as combine_packages
 from calctl.compiler.importer.combine import open_source
 from calctl.package import info as pkginfo
+from calctl.report import simple_report
 from calctl.signing import keys
 from calctl.signing.policy import make_policy
 
@@ -48,7 +50,7 @@ def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportO
     summary["signer_key_id"] = keys.key_id(private.public_key())
     summary["seconds"] = round(time.monotonic() - t0, 3)
     if _output.is_json(fmt):
-        _output.emit_json(summary)
+        _output.emit_json(simple_report("import", summary))
         return
     _output.stdout.print(
         f"wrote {out}: {summary['family']} model {summary['alias']!r} on chip{summary['chip']} "
@@ -95,12 +97,19 @@ def import_gguf(
     alias: AliasOpt = None,
     chip: ChipOpt = 0,
     context: ContextOpt = None,
-    dtype: DtypeOpt = "fp16",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype",
+            help="How the parameter blobs store weights: gguf (Q4_0/Q4_1/Q8_0 kept as shipped, the rest fp16), "
+            "fp16 or fp32 (dequantised).",
+        ),
+    ] = build.KEEP_BLOCKS,
     sequences: SequencesOpt = build.DEFAULT_SEQUENCES,
     name: NameOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
-    """Import a GGUF Llama / Qwen2 / Qwen3 model (dequantised) as a sealed single-model package."""
+    """Import a GGUF Llama / Qwen2 / Qwen3 model (its Q4_0/Q4_1/Q8_0 blocks kept) as a sealed single-model package."""
     opts = build.ImportOptions(
         alias=alias or build.default_alias(file.name.removesuffix(".gguf")),
         chip=chip,
@@ -109,7 +118,8 @@ def import_gguf(
         sequences=sequences,
         name=name,
     )
-    _run(build.read_gguf_file, file, out, key, opts, format)
+    reader = functools.partial(build.read_gguf_file, keep_blocks=dtype == build.KEEP_BLOCKS)
+    _run(reader, file, out, key, opts, format)
 
 
 def combine(
@@ -132,7 +142,7 @@ def combine(
     doc = combine_packages(out, a, b, private, alias_a=alias_a, alias_b=alias_b, name=name)
     doc["digest"] = pkginfo.package_digest(out)
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(simple_report("combine", doc))
         return
     _output.stdout.print(
         f"wrote {doc['kind']} package {out}: {doc['aliases'][0]} on chip0, {doc['aliases'][1]} on chip1",

@@ -16,8 +16,12 @@ from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, TrustedKeyOpt
 from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
-from calctl.errors import ExitCode, UsageError
+from calctl.errors import UsageError
+from calctl.report import simple_report
+from calctl.textsafe import markup as safe
 
+#: Findings of one check (hash, signature) that `verify` prints; the rest are counted, JSON lists all.
+MAX_SHOWN_PER_CHECK = 20
 #: calctl.compiler.sample.KINDS, spelled out so --help needs no compiler (a unit test keeps them equal).
 SAMPLE_KINDS = ("single", "combined", "replica")
 
@@ -32,7 +36,7 @@ def keygen(
     priv, pub = keys.generate(prefix)
     kid = keys.load_public(pub).key_id
     if _output.is_json(format):
-        _output.emit_json({"private_key": str(priv), "public_key": str(pub), "key_id": kid})
+        _output.emit_json(simple_report("keygen", {"private_key": str(priv), "public_key": str(pub), "key_id": kid}))
     else:
         _output.stdout.print(f"wrote {priv} (private, 0600) and {pub} (public); key id {kid}")
 
@@ -79,7 +83,7 @@ def sample_package(
         "seconds": round(time.monotonic() - t0, 3),
     }
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(simple_report("sample-package", doc))
     else:
         _output.stdout.print(
             f"wrote {kind} sample package {path} (models {', '.join(pkg.aliases)}; signed by {doc['signer_key_id']})"
@@ -122,7 +126,7 @@ def pack(
         "tar": str(out) if out else None,
     }
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(simple_report("pack", doc))
     else:
         _output.stdout.print(
             f"sealed {directory}: {len(listed)} files, signed by {kid}" + (f"; wrote {out}" if out else "")
@@ -145,7 +149,9 @@ def sign(
         raise UsageError(f"{directory}: not a directory")
     kid = seal.sign(directory, keys.load_private(key))
     if _output.is_json(format):
-        _output.emit_json({"package": str(directory), "signature": SIGNATURE, "signer_key_id": kid})
+        _output.emit_json(
+            simple_report("sign", {"package": str(directory), "signature": SIGNATURE, "signer_key_id": kid})
+        )
     else:
         _output.stdout.print(f"signed {directory}/checksums.sha256 with key {kid}")
 
@@ -185,12 +191,20 @@ def verify(
             for f in findings
         ],
     }
+    result = simple_report("verify", doc, verdict=("WARN" if findings else "PASS") if ok else "FAIL")
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(result)
     else:
+        printed: dict[str, int] = {}
         for f in findings:
+            printed[f.check] = printed.get(f.check, 0) + 1
+            if printed[f.check] > MAX_SHOWN_PER_CHECK:
+                if printed[f.check] == MAX_SHOWN_PER_CHECK + 1:
+                    more = sum(1 for g in findings if g.check == f.check) - MAX_SHOWN_PER_CHECK
+                    _output.stdout.print(f"[dim]... and {more:,} more {f.check} findings (--format json lists all)[/]")
+                continue
             level = "[yellow]warning[/]" if ok else "[red]FAIL[/]"
-            _output.stdout.print(f"{level} {f.check}: {f.file}: {f.message}", highlight=False)
+            _output.stdout.print(f"{level} {f.check}: {safe(f.file)}: {safe(f.message)}", highlight=False)
         if ok:
             who = (
                 f"signed by {report.signer.key_id}"
@@ -198,11 +212,12 @@ def verify(
                 else "UNSIGNED/UNTRUSTED (allowed by --allow-unsigned)"
             )
             _output.stdout.print(
-                f"[green]verified[/] {path}: {report.files_checked} files, {report.bytes_hashed} bytes, {who} ({elapsed:.2f}s)"
+                f"[green]verified[/] {safe(path)}: {report.files_checked} files, {report.bytes_hashed} bytes, "
+                f"{who} ({elapsed:.2f}s)"
             )
         else:
-            _output.stdout.print(f"[red]verification failed[/] for {path}: {len(findings)} problem(s)")
-    return int(ExitCode.OK if ok else ExitCode.FAILED)
+            _output.stdout.print(f"[red]verification failed[/] for {safe(path)}: {len(findings)} problem(s)")
+    return result.exit_code
 
 
 def inspect(
@@ -223,10 +238,10 @@ def inspect(
         doc = pkginfo.describe(load_manifest(root), policy)
     doc["package"]["path"] = str(path)
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(simple_report("inspect", doc))
         return
     p = doc["package"]
-    _output.stdout.print(f"[bold]{p['name']}[/] {p['version']} ({p['kind']}) at {path}")
+    _output.stdout.print(f"[bold]{safe(p['name'])}[/] {safe(p['version'])} ({safe(p['kind'])}) at {safe(path)}")
     _output.stdout.print(
         f"digest sha256:{doc['digest']}  signer: {doc['signer_key_id'] or 'unknown (no trusted key verifies it)'}"
     )
@@ -235,13 +250,13 @@ def inspect(
         for g in m["graphs"]:
             rows.append(
                 [
-                    m["alias"],
-                    g["name"],
-                    g["kind"],
-                    g["chip_mode"],
-                    g["target_chips"],
-                    g["batch_profiles"],
-                    g["max_seq"],
+                    safe(m["alias"]),
+                    safe(g["name"]),
+                    safe(g["kind"]),
+                    safe(g["chip_mode"]),
+                    safe(g["target_chips"]),
+                    safe(g["batch_profiles"]),
+                    safe(g["max_seq"]),
                     len(g["programs"]),
                 ]
             )
@@ -252,7 +267,14 @@ def inspect(
     for c in doc["memory_plan"]:
         for r in c["regions"]:
             rows.append(
-                [c["chip"], r["name"], r["kind"], r["vaddr"], _output.mib(r["size"]), "rw" if r["writable"] else "ro"]
+                [
+                    c["chip"],
+                    safe(r["name"]),
+                    safe(r["kind"]),
+                    safe(r["vaddr"]),
+                    _output.mib(r["size"]),
+                    "rw" if r["writable"] else "ro",
+                ]
             )
         rows.append(
             [

@@ -11,13 +11,14 @@ the report's (0, 1, 3, 4, 130). No device logic lives here.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
+from calctl import html_report
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
 from calctl.cli._options import (
@@ -39,11 +40,13 @@ from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
 from calctl.records import write_json
+from calctl.report import Report, StepRecord, StepStatus
 from calctl.runners import bringup as bringup_lib
-from calctl.runners.context import MOCK_LABEL, RunReport, StepLog, StepRecord, StepStatus, write_trace_outputs
 from calctl.runners.golden import GoldenResult
 from calctl.runners.golden import run_golden as golden_runner
 from calctl.runners.poc import parse_expect_models, run_poc_combined
+from calctl.runners.steps import StepLog
+from calctl.runners.trace import write_trace_outputs
 from calctl.runners.warmup import WarmupResult
 from calctl.runners.warmup import run_warmup as warmup_runner
 
@@ -87,7 +90,7 @@ def _live_log(format: Format | TableJson) -> Iterator[StepLog]:
 
 
 def _finish(
-    report: RunReport, *, trace: Path | None, plot: Path | None, report_path: Path | None, format: Format, render: Any
+    report: Report, *, trace: Path | None, plot: Path | None, report_path: Path | None, format: Format, render: Any
 ) -> int:
     """Write trace, plot and report files, render, and return the exit code."""
     files: dict[str, str | None] = {"json": None, "plot": None}
@@ -100,12 +103,13 @@ def _finish(
             title=f"calctl {report.command}",
             metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
             marks=report.body.get("marks") or (),
+            latency=report.command == "warmup",
         )
     report = report.with_body(trace=files)
     if report_path is not None:
         write_json(report_path, report.document())
     if format is Format.json:
-        _output.emit_json(report.document())
+        _output.emit_json(report)
     elif format is Format.junit:
         _output.emit_junit(f"calctl {report.command}", junit_suites(report))
     else:
@@ -116,7 +120,7 @@ def _finish(
     return report.exit_code
 
 
-def provenance_line(header: dict[str, Any]) -> str:
+def provenance_line(header: Mapping[str, Any]) -> str:
     """``device mock, runtime 0.7.6; package NAME VERSION sha256:..., signer ...``, or what was not established."""
     pkg = header.get("package") or {}
     rt = header.get("runtime") or {}
@@ -129,12 +133,12 @@ def provenance_line(header: dict[str, Any]) -> str:
     return f"device {header['device']}, runtime {rt.get('runtime', 'n/a')}; {what}"
 
 
-def _footer(report: RunReport, report_path: Path | None) -> None:
+def _footer(report: Report, report_path: Path | None) -> None:
     out = _output.stdout
     h = report.header
     out.print(provenance_line(h))
-    if h.get("mock_result"):
-        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    if h.get("note"):
+        out.print(f"[yellow]{escape(h['note'])}[/]")
     for label, key in (("trace", "json"), ("plot", "plot")):
         if report.body.get("trace", {}).get(key):
             out.print(f"{label}: {escape(report.body['trace'][key])}")
@@ -151,13 +155,13 @@ def _footer(report: RunReport, report_path: Path | None) -> None:
     out.print(line)
 
 
-def _steps_table(report: RunReport) -> None:
+def _steps_table(report: Report) -> None:
     _output.print_table(
         f"calctl {report.command}",
         ["step", "status", "seconds", "detail"],
         [
-            [escape(s.name), _output.styled_verdict(s.status.value), f"{s.seconds:.2f}", escape(s.detail)]
-            for s in report.steps
+            [escape(s["name"]), _output.styled_verdict(s["status"]), f"{s['seconds']:.2f}", escape(s["detail"])]
+            for s in (x.to_dict() for x in report.steps or ())
         ],
     )
 
@@ -174,19 +178,19 @@ _JUNIT_OUTCOME = {
 }
 
 
-def junit_suites(report: RunReport) -> list[_output.JunitSuite]:
+def junit_suites(report: Report) -> list[_output.JunitSuite]:
     suite_name = f"calctl.{report.command.replace(' ', '.')}"
     cases = [
         _output.JunitCase(
-            name=s.name,
+            name=s["name"],
             classname=suite_name,
-            seconds=s.seconds,
-            outcome=_JUNIT_OUTCOME.get(s.status),
-            message=s.detail,
-            kind="fail" if s.status is StepStatus.FAIL else s.status.value.lower(),
-            output=s.detail,
+            seconds=s["seconds"],
+            outcome=_JUNIT_OUTCOME.get(StepStatus(s["status"])),
+            message=s["detail"],
+            kind="fail" if s["status"] == StepStatus.FAIL.value else s["status"].lower(),
+            output=s["detail"],
         )
-        for s in report.steps
+        for s in (x.to_dict() for x in report.steps or ())
     ]
     props = [
         ("device", str(report.header["device"])),
@@ -197,7 +201,7 @@ def junit_suites(report: RunReport) -> list[_output.JunitSuite]:
     return [_output.JunitSuite(suite_name, cases, props)]
 
 
-def junit_xml(report: RunReport) -> str:
+def junit_xml(report: Report) -> str:
     return _output.junit_xml(f"calctl {report.command}", junit_suites(report))
 
 
@@ -236,7 +240,7 @@ def run_golden(
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_golden)
 
 
-def _render_golden(report: RunReport) -> None:
+def _render_golden(report: Report) -> None:
     _steps_table(report)
     rows = []
     for r in report.body.get("models", []):
@@ -325,16 +329,18 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:.3f}"
 
 
-def _stability(cv: float | None, unstable: bool, limit: float | None) -> str:
+def _stability(cv: float | None, unstable: bool, limit: float | None, not_judged: bool = False) -> str:
     """Never blank: stable, WARN unstable, or why it could not be told (the CV limit is in the table's title)."""
     if unstable:
         return f"{_output.styled_verdict('WARN')} unstable"
     if cv is None:
         return "n/a (too few jobs)"
+    if not_judged:
+        return f"{_output.styled_verdict('NOT JUDGED')} (CV interval straddles the limit)"
     return "stable"
 
 
-def _render_warmup(report: RunReport) -> None:
+def _render_warmup(report: Report) -> None:
     _steps_table(report)
     rows = []
     for r in report.body.get("models", []):
@@ -350,14 +356,16 @@ def _render_warmup(report: RunReport) -> None:
                     _ms(p.p90),
                     _ms(p.p99),
                     "n/a" if p.cv is None else f"{p.cv:.3f}",
-                    _stability(p.cv, unstable, report.body.get("cv_warn")),
+                    _stability(p.cv, unstable, report.body.get("cv_warn"), graph in r.not_judged),
                     f"{r.errors}/{r.iterations}",
                 ]
             )
     if rows:
         _output.print_table(
-            "warm-up latency per graph (ms, host submit -> wait, first iteration excluded; "
-            f"stable: CV <= {report.body.get('cv_warn', 0.25):g}; errors of iterations)",
+            "warm-up latency per graph (ms, "
+            + ("device clock" if all(r.clock == "device" for r in report.body.get("models", [])) else "HOST clock")
+            + ", first iteration excluded; "
+            f"stable: CV interval <= {report.body.get('cv_warn', 0.25):g}; errors of iterations)",
             ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors"],
             rows,
         )
@@ -380,6 +388,16 @@ def poc_combined(
     rounds: Annotated[
         int, typer.Option("--rounds", min=2, max=10000, help="Measurement rounds (A alone, B alone, A+B).")
     ] = 8,
+    max_rounds: Annotated[
+        int | None,
+        typer.Option(
+            "--max-rounds",
+            min=2,
+            max=100000,
+            help="Round budget: while a confidence interval straddles its gate, measure one more round at a time "
+            "up to this many (default 4 x --rounds); still straddling: NOT JUDGED.",
+        ),
+    ] = None,
     serialize_chips: Annotated[
         bool,
         typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (S1)."),
@@ -400,11 +418,12 @@ def poc_combined(
 ) -> int:
     """The combined-calbin PoC, exactly 001 §6.4: open device, create calbin, check exact model names and chip
     targets (exit 1 before configure on any problem), configure once, A/B buffers, A golden, B golden, rounds of
-    A alone / B alone / A+B together checked against golden, S1/S2 verdict from overlap_ratio and
-    throughput_efficiency with bootstrap CIs, drain, reset configuration, release.
+    A alone / B alone / A+B together checked against golden, S1/S2 verdict from overlap_ratio,
+    throughput_efficiency and the per-chip trace on the device's clock, each a bootstrap CI that must lie on one
+    side of its gate (else more rounds up to --max-rounds, then NOT JUDGED), drain, reset configuration, release.
 
-    Exit 0 for S1 or S2 (with --require-s2 only S2), 1 refused package or output mismatch, 3 device error,
-    4 a step hung, 130 Ctrl-C.
+    Exit 0 for S1, S2 or NOT JUDGED (with --require-s2 only S2), 1 refused package or output mismatch,
+    3 device error, 4 a step hung, 130 Ctrl-C.
     """
     spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
     path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
@@ -423,6 +442,7 @@ def poc_combined(
             device=spec,
             expect_models=expect,
             rounds=rounds,
+            max_rounds=max_rounds,
             step_timeout_s=step_timeout,
             require_s2=require_s2,
             log=log,
@@ -447,13 +467,13 @@ OVERLAP_BOUNDS = (
 )
 
 
-def _render_poc(report: RunReport) -> None:
+def _render_poc(report: Report) -> None:
     _steps_table(report)
     body = report.body
     rounds = body.get("rounds", [])
     if rounds:
         _output.print_table(
-            "rounds (seconds)",
+            f"rounds ({'device' if all(r.clock == 'device' for r in rounds) else 'HOST'} seconds)",
             ["round", "A alone", "B alone", "A+B joint", "overlap_ratio", "efficiency", "both chips busy"],
             [
                 [
@@ -475,6 +495,12 @@ def _render_poc(report: RunReport) -> None:
             "(mean [95% bootstrap CI] over rounds, 001 §13.2)"
         )
         out.print(f"[dim]{OVERLAP_BOUNDS}[/]")
+    ho = body.get("host_overhead")
+    if ho:
+        out.print(
+            f"host overhead: {ho['share_of_host_time']:.0%} of the host's {ho['host_seconds']:.2f} s "
+            f"({ho['clock']} clock; reported, never judged)"
+        )
     for reason in body.get("reasons", []):
         out.print(f"  - {escape(reason)}")
     xt = body.get("crosstalk")
@@ -533,31 +559,33 @@ def bringup(
         result = bringup_lib.run_bringup(config, on_step=show)
     document = result.document()
     write_json(out_dir / "report.json", document)
+    html_report.write(document, out_dir / "report.json")
     if _output.is_json(format):
-        _output.emit_json(document)
+        _output.emit_json(result)
     else:
         _render_bringup(result)
     return result.exit_code
 
 
-def _render_bringup(result: bringup_lib.BringupReport) -> None:
+def _render_bringup(result: Report) -> None:
+    doc = result.document()
     rows = [
-        [escape(s.name), _output.styled_verdict(s.verdict), escape(s.key_figure), f"{s.seconds:.2f} s"]
-        for s in result.steps
+        [escape(s["step"]), _output.styled_verdict(s["verdict"]), escape(s["key_figure"]), f"{s['seconds']:.2f} s"]
+        for s in doc["summary"]
     ]
-    _output.print_table(
-        f"calctl bringup ({result.header['level']})", ["step", "verdict", "key figure", "duration"], rows
-    )
+    _output.print_table(f"calctl bringup ({doc['level']})", ["step", "verdict", "key figure", "duration"], rows)
     out = _output.stdout
-    for s in result.steps:
-        if s.verdict not in ("PASS", "GO", "S2") and s.detail:
-            out.print(f"  {escape(s.name)}: {escape(s.detail)}")
-    h = result.header
-    out.print(provenance_line(h))
-    if h.get("mock_result"):
-        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
-    out.print(f"report: {escape(str(result.out_dir / 'report.json'))} (traces and plots alongside)")
-    out.print(f"verdict {_output.styled_verdict(result.verdict)} in {result.seconds:.1f} s")
+    for s in doc["summary"]:
+        if s["verdict"] not in ("PASS", "GO", "S2") and s["detail"]:
+            out.print(f"  {escape(s['step'])}: {escape(s['detail'])}")
+    out.print(provenance_line(doc))
+    if doc.get("note"):
+        out.print(f"[yellow]{escape(doc['note'])}[/]")
+    out.print(f"report: {escape(str(Path(doc['report_dir']) / 'report.json'))} (traces and plots alongside)")
+    out.print(
+        f"page: {escape(str(Path(doc['report_dir']) / 'report.html'))} (one self-contained file to open or attach)"
+    )
+    out.print(f"verdict {_output.styled_verdict(result.verdict)} in {doc['seconds']:.1f} s")
 
 
 def register(app: typer.Typer) -> None:

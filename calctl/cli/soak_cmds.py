@@ -151,13 +151,15 @@ def soak(
     )
     with interruptible(), _SoakProgress(config) as progress:
         result = soak_lib.run_soak(config, on_progress=progress.update)
-    doc = result.document
+    doc = result.document()
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(result)
     else:
         _render_soak(doc)
+    if result.error:
+        _output.info(f"[bold red]{escape(result.verdict)}[/]: {escape(result.error)}")
     if result.exit_code != 0:
-        for v in result.violations[:10]:
+        for v in doc["violations"][:10]:
             _output.info(
                 f"[bold red]violation[/] {escape(v['kind'])}: {escape(v['message'])}"
                 + (f" (x{v['occurrences']})" if v["occurrences"] > 1 else "")
@@ -208,8 +210,6 @@ class _SoakProgress:
 
 
 def _render_soak(doc: dict[str, Any]) -> None:
-    from calctl.runners.context import MOCK_LABEL
-
     out = _output.stdout
     req = doc["requests"]
     errs = doc["errors"]
@@ -218,7 +218,11 @@ def _render_soak(doc: dict[str, Any]) -> None:
         ("cycles", f"{doc['cycles']}" + (f" of {doc['cycles_planned']}" if doc["cycles_planned"] else "")),
         ("duration", f"{doc['seconds']:.1f} s"),
         ("requests", _requests_line(req["sent"], req["by_outcome"])),
-        ("device errors", ", ".join(f"{k} {v}" for k, v in sorted(errs["device_errors"].items())) or "none"),
+        (
+            "device errors",
+            ", ".join(f"{k} {v}" for k, v in sorted(errs["device_errors"].items()))
+            or ("none" if doc.get("runtime") else "not measured: the soak never reached the device"),
+        ),
         (
             "lifecycle errors",
             ", ".join(f"{k} {v}" for k, v in sorted(errs["lifecycle"].items())) or "none (no AlreadyConfigured)",
@@ -240,16 +244,18 @@ def _render_soak(doc: dict[str, Any]) -> None:
             ["kind", "cycle", "times", "message"],
             [(escape(v["kind"]), v["cycle"], v["occurrences"], escape(v["message"])) for v in doc["violations"]],
         )
-    if doc.get("mock_result"):
-        out.print(f"[yellow]{escape(MOCK_LABEL)}[/]")
+    if doc.get("note"):
+        out.print(f"[yellow]{escape(doc['note'])}[/]")
     files = doc.get("files") or {}
     out.print(
         f"report: {escape(str(files.get('report')))}; events: {escape(str(files.get('events')))}; "
         f"plot: {escape(str(files.get('plot')))}"
     )
-    verdict = doc.get("verdict") or ("PASS" if doc.get("ok") else "FAIL")
+    verdict = doc["verdict"]
     n = len(doc["violations"])
     line = f"verdict {_output.styled_verdict(verdict)}: {n} violation(s) in {doc['cycles']} complete cycle(s)"
+    if doc.get("error"):  # the cause, as run-golden names the failing rules of a refused package
+        line = f"verdict {_output.styled_verdict(verdict)}: {escape(str(doc['error']))}"
     i = doc.get("interrupted")
     if i:
         cut = f"; cycle {i['cycle']} cut short while {i['phase']}" if i.get("cycle") is not None else ""

@@ -9,7 +9,7 @@ allowed), 1 rejected, 2 usage or environment error. No rule logic lives here.
 from __future__ import annotations
 
 import difflib
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -20,19 +20,17 @@ from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, ResultFormatOpt, TrustedKeyOpt
 from calctl.cli._output import Format, TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
-from calctl.errors import ExitCode, UsageError
-from calctl.package.rules import RULES, Rule, Status, rule_by_id
-from calctl.package.rules.compat import parse_version
-from calctl.package.validate import CheckResult, Report, ValidationPolicy
-from calctl.package.validate import validate as run_validation
+from calctl.errors import UsageError
+from calctl.report import Report, build_header, simple_report
+from calctl.textsafe import markup as safe
 
-_STATUS_LABEL = {
-    Status.PASS: "PASS",
-    Status.FAIL: "FAIL",
-    Status.WARN: "WARN",
-    Status.SKIP: "SKIP",
-    Status.ERROR: "ERROR",
-}
+#: Entries of one rule the table prints (a package can cause thousands; the table printed ~1.5 ms a row);
+#: the rest are counted ("... and N more"), and JSON/JUnit hold every one.
+MAX_SHOWN_PER_RULE = 20
+
+if TYPE_CHECKING:  # the rules and jsonschema load when a command runs, not for its --help (issue 31)
+    from calctl.package.rules import Rule
+    from calctl.package.validate import CheckResult, ValidationReport
 
 
 def _split_models(text: str | None) -> tuple[str, ...] | None:
@@ -87,6 +85,10 @@ def validate(
     (--verbose lists every rule); JSON and JUnit always hold every rule's result.
     Exit 0 = accepted (warnings allowed), 1 = rejected, 2 = usage or environment error.
     """
+    from calctl.package.rules.compat import parse_version
+    from calctl.package.validate import ValidationPolicy
+    from calctl.package.validate import validate as run_validation
+
     if runtime_version is not None and parse_version(runtime_version) is None:
         raise UsageError(f"--runtime-version {runtime_version!r}: expected a dotted version such as 0.7.6")
     models = _split_models(expect_models)
@@ -101,24 +103,38 @@ def validate(
         fail_on_skip=fail_on_skip,
     )
     report = run_validation(path, policy)
+    result = Report("validate", _verdict(report), build_header("validate"), report.to_dict())
     if format is Format.json:
-        _output.emit_json(report.to_dict())
+        _output.emit_json(result)
     elif format is Format.junit:
         _output.emit_junit("calctl validate", junit_suites(report))
     else:
         _print_report(report, verbose=verbose)
-    return int(ExitCode.OK if report.ok else ExitCode.FAILED)
+    return result.exit_code
 
 
-def _print_report(report: Report, *, verbose: bool = False) -> None:
+def _print_report(report: ValidationReport, *, verbose: bool = False) -> None:
     """Failures, errors, warnings and skips in full (one finding per block); passes counted (``--verbose``: listed)."""
+    from calctl.package.rules import Status
+
     out = _output.stdout
     shown = [c for c in report.checks if verbose or c.status is not Status.PASS]
-    out.print(f"[bold]calctl validate[/] {escape(report.package)}")
+    out.print(f"[bold]calctl validate[/] {safe(report.package)}")
+    per_rule: dict[str, int] = {}
+    for c in report.checks:
+        if verbose or c.status is not Status.PASS:
+            per_rule[c.id] = per_rule.get(c.id, 0) + 1
+    printed: dict[str, int] = {}
     for c in shown:
-        where = ": ".join(escape(p) for p in (c.file, c.field) if p)
+        printed[c.id] = printed.get(c.id, 0) + 1
+        if printed[c.id] > MAX_SHOWN_PER_RULE:
+            if printed[c.id] == MAX_SHOWN_PER_RULE + 1:
+                more = per_rule[c.id] - MAX_SHOWN_PER_RULE
+                out.print(f"  [dim]... and {more:,} more {c.id} entries (--format json lists all of them)[/]")
+            continue
+        where = ": ".join(safe(p) for p in (c.file, c.field) if p)
         out.print(
-            f"  {_output.styled_verdict(_STATUS_LABEL[c.status])} {c.id} [dim]{c.group.value}[/]"
+            f"  {_output.styled_verdict(c.status.value.upper())} {c.id} [dim]{c.group.value}[/]"
             + (f" {where}" if where else "")
         )
         out.print(Padding(Text(c.message), (0, 0, 0, 6)), soft_wrap=False)
@@ -145,7 +161,7 @@ def _print_report(report: Report, *, verbose: bool = False) -> None:
     out.print(f"verdict {_output.styled_verdict(verdict)}: {counts}{why}")
 
 
-def _verdict(report: Report) -> str:
+def _verdict(report: ValidationReport) -> str:
     """PASS, WARN (accepted with warnings) or FAIL: the words of docs/cli.md "Verdicts"."""
     if not report.ok:
         return "FAIL"
@@ -156,8 +172,10 @@ def _verdict(report: Report) -> str:
 # JUnit XML: one testsuite per group, one testcase per rule.
 
 
-def junit_suites(report: Report) -> list[_output.JunitSuite]:
+def junit_suites(report: ValidationReport) -> list[_output.JunitSuite]:
     """The report as JUnit suites: failures = fail (and warn/skip when the policy rejects them)."""
+    from calctl.package.rules import Status, rule_by_id
+
     by_rule: dict[str, list[CheckResult]] = {}
     for c in report.checks:
         by_rule.setdefault(c.id, []).append(c)
@@ -197,7 +215,7 @@ def junit_suites(report: Report) -> list[_output.JunitSuite]:
     return [_output.JunitSuite(f"calctl.validate.{g}", cs, props) for g, cs in cases.items()]
 
 
-def junit_xml(report: Report) -> str:
+def junit_xml(report: ValidationReport) -> str:
     return _output.junit_xml("calctl validate", junit_suites(report))
 
 
@@ -224,8 +242,10 @@ def _rule_doc(rule: type[Rule]) -> dict[str, Any]:
 
 def rules(format: FormatOpt = TableJson.table) -> None:
     """List every validation rule: ID, group, severity, summary."""
+    from calctl.package.rules import RULES
+
     if _output.is_json(format):
-        _output.emit_json({"rules": [_rule_doc(r) for r in RULES]})
+        _output.emit_json(simple_report("rules", {"rules": [_rule_doc(r) for r in RULES]}))
         return
     _output.print_table(
         f"{len(RULES)} validation rules (calctl explain ID for details)",
@@ -243,12 +263,14 @@ def explain(
     Prints the rule's explanation and the report sections it enforces (001 = the dual-model report,
     000 = the scheduling report; a docs/ path names this project's own documentation).
     """
+    from calctl.package.rules import rule_by_id
+
     rule = rule_by_id(rule_id)
     if rule is None:
         raise UsageError(f"unknown rule ID {rule_id!r}", hint=_did_you_mean(rule_id))
     doc = _rule_doc(rule)
     if _output.is_json(format):
-        _output.emit_json(doc)
+        _output.emit_json(simple_report("explain", doc))
         return
     _output.stdout.print(f"[bold]{rule.id}[/] ({rule.group.value}, {rule.severity.value}): {escape(rule.summary())}")
     _output.stdout.print(escape(rule.explanation))
@@ -259,6 +281,8 @@ def explain(
 
 
 def _did_you_mean(rule_id: str) -> str:
+    from calctl.package.rules import RULES
+
     ids = [r.id for r in RULES]
     close = difflib.get_close_matches(rule_id.upper(), ids, n=3, cutoff=0.6)
     if close:

@@ -1,4 +1,4 @@
-"""Static acceptance of a calbin package: ``validate(package, policy) -> Report``.
+"""Static acceptance of a calbin package: ``validate(package, policy) -> ValidationReport``.
 
 This is the one validator every command calls before a package touches a board
 (001 §16 PR1 "bad mask/hash/shape rejected before start-up", §6.4 "exit before
@@ -106,7 +106,7 @@ class CheckResult:
 
 
 @dataclass(frozen=True)
-class Report:
+class ValidationReport:
     """The outcome of :func:`validate`. Truthy only when the package is accepted."""
 
     package: str
@@ -224,7 +224,7 @@ def _findings(rule: Rule, ctx: ValidationContext) -> list[Finding]:
         return [Finding(Status.ERROR, f"the rule crashed and could not decide: {type(exc).__name__}: {text[:500]}")]
 
 
-def validate(package: Path | str, policy: ValidationPolicy | None = None) -> Report:
+def validate(package: Path | str, policy: ValidationPolicy | None = None) -> ValidationReport:
     """Validate the package at ``package`` (a directory or a ``.tar``) under ``policy``.
 
     Raises :class:`UsageError` only when ``package`` does not exist. An archive that
@@ -246,13 +246,15 @@ def validate(package: Path | str, policy: ValidationPolicy | None = None) -> Rep
         return _report(ctx, str(path))
 
 
-def validate_root(root: Path, policy: ValidationPolicy | None = None, *, display: str | None = None) -> Report:
+def validate_root(
+    root: Path, policy: ValidationPolicy | None = None, *, display: str | None = None
+) -> ValidationReport:
     """Validate an already extracted package directory (what :func:`validate` does for a directory)."""
     ctx = ValidationContext(root, display=display or str(root), policy=policy or ValidationPolicy())
     return _report(ctx, display or str(root))
 
 
-def _report(ctx: ValidationContext, display: str) -> Report:
+def _report(ctx: ValidationContext, display: str) -> ValidationReport:
     checks = run_rules(ctx)
     digest = signer = None
     if ctx.root is not None:
@@ -262,7 +264,7 @@ def _report(ctx: ValidationContext, display: str) -> Report:
         with contextlib.suppress(Exception):
             tk = ctx.signature.signer
             signer = tk.key_id if tk is not None else None
-    return Report(
+    return ValidationReport(
         package=display,
         checks=checks,
         fail_on_warn=ctx.policy.fail_on_warn,

@@ -27,7 +27,7 @@ different pipeline. Nothing else has to change: rendering and the report loop
 over whatever steps ran.
 
 Everything goes to one directory: ``<step>.trace.json`` / ``<step>.png`` for
-the device steps, written here, and ``report.json`` (:meth:`BringupReport.document`,
+the device steps, written here, and ``report.json`` (:class:`~calctl.report.Report`,
 every step's own report embedded), written by the CLI with the one JSON
 renderer. This module does not print.
 """
@@ -43,26 +43,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl import __version__, records
+from calctl import records
 from calctl.budget.plan import plan_from_package
-from calctl.budget.policy import BudgetPolicy, Verdict
+from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.report import report_document, run_budget
 from calctl.errors import CalctlError
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.runners.context import (
-    MOCK_LABEL,
-    DeviceSpec,
-    Outcome,
-    RunReport,
-    StepStatus,
-    error_text,
-    outcome_of,
-    write_trace_outputs,
-)
+from calctl.report import Report, StepRecord, StepStatus, build_header, verdict_of_exit_code
+from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import run_golden
 from calctl.runners.poc import run_poc_combined
+from calctl.runners.steps import RunOutcome, error_text, outcome_of
+from calctl.runners.trace import write_trace_outputs
 from calctl.runners.warmup import describe as describe_warmup
 from calctl.runners.warmup import run_warmup
 from calctl.signing.policy import TrustPolicy
@@ -81,17 +75,33 @@ class LevelSettings:
     step_timeout_s: float
     soak_cycles: int  # load/unload cycles of the short soak
     soak_traffic_s: float  # seconds of mixed traffic per soak cycle
+    poc_max_rounds: int = 0  # the PoC's round budget while an interval straddles its gate (0: 4 x poc_rounds)
 
 
 LEVELS: dict[Level, LevelSettings] = {
     Level.QUICK: LevelSettings(
-        warmup_iterations=5, poc_rounds=4, step_timeout_s=30.0, soak_cycles=3, soak_traffic_s=0.5
+        warmup_iterations=5,
+        poc_rounds=4,
+        step_timeout_s=30.0,
+        soak_cycles=3,
+        soak_traffic_s=0.5,
+        poc_max_rounds=16,
     ),
     Level.STANDARD: LevelSettings(
-        warmup_iterations=20, poc_rounds=8, step_timeout_s=30.0, soak_cycles=5, soak_traffic_s=1.0
+        warmup_iterations=20,
+        poc_rounds=8,
+        step_timeout_s=30.0,
+        soak_cycles=5,
+        soak_traffic_s=1.0,
+        poc_max_rounds=32,
     ),
     Level.LONG: LevelSettings(
-        warmup_iterations=200, poc_rounds=30, step_timeout_s=60.0, soak_cycles=100, soak_traffic_s=2.0
+        warmup_iterations=200,
+        poc_rounds=30,
+        step_timeout_s=60.0,
+        soak_cycles=100,
+        soak_traffic_s=2.0,
+        poc_max_rounds=120,
     ),
 }
 
@@ -121,6 +131,18 @@ class StepOutcome:
     detail: str = ""
     files: dict[str, str | None] = field(default_factory=dict)
     document: dict[str, Any] | None = None  # the step's own report
+
+    def to_dict(self) -> dict[str, Any]:
+        """The step as the report lists it (``steps``; ``summary`` has the same rows keyed ``step``)."""
+        return {
+            "name": self.name,
+            "status": self.verdict,
+            "seconds": round(self.seconds, 3),
+            "detail": self.detail,
+            "key_figure": self.key_figure,
+            "exit_code": self.exit_code,
+            "files": self.files,
+        }
 
     @property
     def passed(self) -> bool:
@@ -186,7 +208,7 @@ def _budget(state: BringupState) -> StepOutcome:
         f"tightest chip {b.chip}: static {b.static_bytes / b.dram_bytes:.1%} of DRAM "
         f"(limit {b.limit_bytes / b.dram_bytes:.0%})"
     )
-    go = report.verdict is Verdict.GO
+    go = report.verdict is BudgetVerdict.GO
     detail = "; ".join(f"chip {c.budget.chip} {c.budget.verdict.value}" for c in report.chips)
     return StepOutcome(
         "budget",
@@ -199,7 +221,7 @@ def _budget(state: BringupState) -> StepOutcome:
     )
 
 
-def _device_step(state: BringupState, name: str, report: RunReport, figure: str) -> StepOutcome:
+def _device_step(state: BringupState, name: str, report: Report, figure: str) -> StepOutcome:
     cfg = state.config
     files = write_trace_outputs(
         report.events,
@@ -209,16 +231,19 @@ def _device_step(state: BringupState, name: str, report: RunReport, figure: str)
         title=f"calctl bringup: {name}",
         metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
         marks=report.body.get("marks") or (),
+        latency=report.command == "warmup",
     )
     if state.header is None and report.header.get("runtime") is not None:
-        state.header = report.header
+        state.header = dict(report.header)
     verdict = report.verdict
-    if verdict == Outcome.PASS.value and any(
-        s.status is StepStatus.WARN for s in report.steps if s.name.startswith(("golden", "warmup"))
+    if verdict == RunOutcome.PASS.value and any(
+        isinstance(s, StepRecord) and s.status is StepStatus.WARN
+        for s in report.steps or ()
+        if s.name.startswith(("golden", "warmup"))
     ):
         verdict = "WARN"
     doc = report.with_body(trace=files).document()
-    return StepOutcome(name, verdict, figure, report.seconds, report.exit_code, report.error or "", files, doc)
+    return StepOutcome(name, verdict, figure, report.seconds or 0.0, report.exit_code, report.error or "", files, doc)
 
 
 def _golden(state: BringupState) -> StepOutcome:
@@ -280,6 +305,7 @@ def _poc(state: BringupState) -> StepOutcome:
         device=cfg.device,
         expect_models=state.package.aliases,
         rounds=cfg.settings.poc_rounds,
+        max_rounds=cfg.settings.poc_max_rounds or None,
         step_timeout_s=cfg.settings.step_timeout_s,
     )
     o, e = report.body.get("overlap_ratio"), report.body.get("throughput_efficiency")
@@ -324,20 +350,18 @@ def _soak(state: BringupState) -> StepOutcome:
             job_timeout_s=s.step_timeout_s,
         )
     )
-    doc = report.document
+    doc = report.document()
+    violations = doc["violations"]
     drift = doc["memory"]["max_drift_bytes"]
     figure = (
         f"{doc['cycles']}/{s.soak_cycles} cycles, {doc['requests']['sent']} requests, "
-        f"{len(report.violations)} violation(s), max drift "
+        f"{len(violations)} violation(s), max drift "
         + ", ".join(f"chip{c} {'n/a' if v is None else f'{v / 2**20:+.1f} MiB'}" for c, v in sorted(drift.items()))
     )
     detail = (
-        "; ".join(v["message"] for v in report.violations[:3])
-        or "memory back to baseline, counters closed, no stale token"
+        "; ".join(v["message"] for v in violations[:3]) or "memory back to baseline, counters closed, no stale token"
     )
-    verdict = (
-        "PASS" if report.ok else {"interrupted": Outcome.INTERRUPTED.value, "error": "ERROR"}.get(report.status, "FAIL")
-    )
+    verdict = report.verdict
     files = {
         "json": str(out / "soak-report.json"),
         "plot": doc["files"].get("plot"),
@@ -361,37 +385,6 @@ STEPS: tuple[BringupStep, ...] = (VALIDATE, BUDGET, GOLDEN, WARMUP, POC, SOAK)
 # The pipeline
 
 
-@dataclass(frozen=True)
-class BringupReport:
-    verdict: str  # PASS | WARN | FAIL | TIMEOUT | ERROR | INTERRUPTED
-    exit_code: int
-    steps: tuple[StepOutcome, ...]
-    header: dict[str, Any]
-    out_dir: Path
-    seconds: float
-
-    def document(self) -> dict[str, Any]:
-        return {
-            **self.header,
-            "verdict": self.verdict,
-            "exit_code": self.exit_code,
-            "seconds": round(self.seconds, 3),
-            "report_dir": str(self.out_dir),
-            "summary": [
-                {
-                    "step": s.name,
-                    "verdict": s.verdict,
-                    "key_figure": s.key_figure,
-                    "seconds": round(s.seconds, 3),
-                    "detail": s.detail,
-                    "files": s.files,
-                }
-                for s in self.steps
-            ],
-            "steps": {s.name: s.document for s in self.steps if s.document is not None},
-        }
-
-
 def default_report_dir(now: datetime | None = None) -> Path:
     return records.default_report_dir("bringup", now)
 
@@ -401,7 +394,7 @@ def run_bringup(
     *,
     steps: tuple[BringupStep, ...] = STEPS,
     on_step: Callable[[StepOutcome], None] | None = None,
-) -> BringupReport:
+) -> Report:
     """Run ``steps`` in order, traces and plots into ``config.out_dir``. Ctrl-C in a step ends the pipeline
     with a report (the remaining steps SKIP), so the caller can still write ``report.json``."""
     t0 = time.perf_counter()
@@ -413,7 +406,7 @@ def run_bringup(
         state = BringupState(config=config, stack=stack)
         for step in steps:
             outcome = _run_step(step, state, interrupted)
-            if outcome.verdict == Outcome.INTERRUPTED.value:
+            if outcome.verdict == RunOutcome.INTERRUPTED.value:
                 interrupted = True
             state.outcomes[step.name] = outcome
             done.append(outcome)
@@ -422,16 +415,37 @@ def run_bringup(
         header = _header(config, state, started)
     failing = [s for s in done if s.failed]
     if interrupted:
-        verdict, code = Outcome.INTERRUPTED.value, Outcome.INTERRUPTED.exit_code
+        verdict = RunOutcome.INTERRUPTED.value
     elif failing:
-        first = failing[0]
-        code = first.exit_code
-        verdict = {1: "FAIL", 3: "ERROR", 4: "TIMEOUT", 2: "ERROR"}.get(code, "FAIL")
+        verdict = verdict_of_exit_code(failing[0].exit_code)  # the first failing step's code says which word
     elif any(s.verdict in ("WARN", "S1") for s in done):
-        verdict, code = "WARN", 0
+        verdict = "WARN"
     else:
-        verdict, code = "PASS", 0
-    return BringupReport(verdict, code, tuple(done), header, config.out_dir, time.perf_counter() - t0)
+        verdict = "PASS"
+    return Report(
+        "bringup",
+        verdict,
+        header,
+        {
+            "report_dir": str(config.out_dir),
+            "summary": [
+                {
+                    "step": s.name,
+                    "verdict": s.verdict,
+                    "key_figure": s.key_figure,
+                    "seconds": round(s.seconds, 3),
+                    "detail": s.detail,
+                    "files": s.files,
+                }
+                for s in done
+            ],
+            "step_reports": {s.name: s.document for s in done if s.document is not None},
+        },
+        steps=tuple(done),
+        error=next((f"{s.name}: {s.detail}" for s in failing), None),
+        seconds=time.perf_counter() - t0,
+        evidence={"report": str(config.out_dir / "report.json")},
+    )
 
 
 def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> StepOutcome:
@@ -450,15 +464,15 @@ def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> Step
     except KeyboardInterrupt as exc:
         return StepOutcome(
             step.name,
-            Outcome.INTERRUPTED.value,
+            RunOutcome.INTERRUPTED.value,
             "",
             time.perf_counter() - t0,
-            Outcome.INTERRUPTED.exit_code,
+            RunOutcome.INTERRUPTED.exit_code,
             error_text(exc),
         )
     except CalctlError as exc:
         outcome = outcome_of(exc)
-        code = int(exc.exit_code) if outcome is Outcome.ERROR else outcome.exit_code
+        code = int(exc.exit_code) if outcome is RunOutcome.ERROR else outcome.exit_code
         return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, code, str(exc))
 
 
@@ -466,19 +480,14 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
     h = state.header or {}
     validation = state.outcomes.get("validate")
     vdoc = validation.document if validation else None
-    mock = config.device.is_mock
     pkg = state.package
-    return {
-        "command": "bringup",
-        "calctl_version": __version__,
-        "started_at": started.isoformat(timespec="seconds"),
-        "level": config.level.value,
-        "device": config.device.kind.value,
-        "mock_result": mock,
-        "note": MOCK_LABEL if mock else None,
-        "device_options": config.device.describe(),
-        "runtime": h.get("runtime"),
-        "package": {
+    return build_header(
+        "bringup",
+        started_at=started,
+        device=config.device.kind.value,
+        device_options=config.device.describe(),
+        versions=h.get("runtime"),
+        package={
             "path": str(config.package),
             "name": pkg.name if pkg else None,
             "version": pkg.version if pkg else None,
@@ -486,7 +495,8 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
             "digest": vdoc.get("digest") if vdoc else None,
             "signer_key_id": vdoc.get("signer_key_id") if vdoc else None,
         },
-    }
+        level=config.level.value,
+    )
 
 
 __all__ = [
@@ -499,7 +509,6 @@ __all__ = [
     "VALIDATE",
     "WARMUP",
     "BringupConfig",
-    "BringupReport",
     "BringupState",
     "BringupStep",
     "Level",

@@ -20,18 +20,23 @@ logged SKIP with the reason, so a report shows, e.g., that configure never ran):
 7. ``golden A``, ``golden B`` – one after the other;
 8. ``concurrent rounds`` – per round: A alone, B alone, then A and B together
    from two threads (each a prefill + greedy decode of its prompt), timed on
-   the host and traced per chip by the runtime;
+   the device's clock from the runtime's per-chip job stamps
+   (:func:`calctl.runners.overlap.device_seconds`); the host's wall time of
+   each phase is kept beside it and the difference reported as host overhead.
+   After the requested rounds, while a gate's interval still straddles its
+   limit, one more round at a time up to ``max_rounds`` (the level's budget);
 9. ``verify outputs`` – every output of every round against its reference
    (no crosstalk, 001 §13.1): the golden tokens, or for the second replica
    alias (same weights and prompt as the first) a shorter prompt, checked
    against its own first isolated run, so that outputs of the two chips differ
    and crosstalk would show (Phase 2: "different prompts, different lengths");
-10. ``overlap verdict`` – overlap_ratio and throughput_efficiency with
-    bootstrap CIs over rounds and the per-chip trace
-    (:func:`calctl.runners.overlap.judge`): S2 only when the trace shows both
-    chips computing for at least 25 % of the joint wall time (001 §1: wall
-    clock alone never proves S2), the CI of overlap_ratio lies above 0 and
-    efficiency >= 0.80, otherwise S1 with reasons that name the evidence;
+10. ``overlap verdict`` – overlap_ratio, throughput_efficiency and the
+    per-chip trace share, each with a bootstrap CI over rounds, judged by the
+    one decision rule (:func:`calctl.runners.overlap.judge`): S2 when every
+    CI lies on its passing side (trace share above 25 %, overlap above 0,
+    efficiency above 0.80), S1 when one lies on the failing side (reasons
+    name the evidence), NOT JUDGED with the intervals and the round count
+    when one still straddles its limit after the budget;
 11. ``drain``, ``reset configuration``, ``release`` (the RunContext teardown).
 
 On the mock the verdict shows that the tool tells S1 from S2; it is not
@@ -49,24 +54,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calctl.checks.stats import until_decided
 from calctl.checks.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
 from calctl.errors import CalctlError, CheckFailed, UsageError
 from calctl.package.model import ChipMode, GraphKind, Package, mask_of_chips
-from calctl.runners.context import (
-    DeviceSpec,
-    Outcome,
-    RunContext,
-    RunReport,
-    StepLog,
-    StepStatus,
-    error_text,
-    finish,
-    outcome_of,
-    reraise_usage,
-)
+from calctl.report import Report, StepStatus
+from calctl.runners.context import RunContext, finish
+from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import GoldenResult, first_mismatch
 from calctl.runners.golden import judge as judge_golden
-from calctl.runners.overlap import ConcurrencyVerdict, Interval, Round, both_busy_fraction, judge
+from calctl.runners.overlap import (
+    NOT_JUDGED,
+    ConcurrencyVerdict,
+    JobSpan,
+    Round,
+    device_seconds,
+    host_overhead,
+    joint_share,
+    judge,
+)
+from calctl.runners.steps import RunOutcome, StepLog, error_text, outcome_of, reraise_usage
 from calctl.runners.trace import Mark
 from calctl.runtime import GenerationId, Runtime
 from calctl.runtime.calbin import CalbinPlan
@@ -173,14 +180,18 @@ class Workload:
 @dataclass(frozen=True)
 class RoundResult:
     index: int
-    t_a: float
+    t_a: float  # device seconds (the runtime's job stamps; host seconds when it reports none)
     t_b: float
     t_joint: float
     tokens_a: int
     tokens_b: int
     overlap_ratio: float
     throughput_efficiency: float
-    both_busy_fraction: float | None  # share of the joint window with both chips computing (per-chip trace)
+    both_busy_fraction: float | None  # per-chip trace: share of the less busy chip's time with both computing
+    clock: str = "device"  # "device": from job stamps; "host": the runtime reported none
+    host_a_s: float | None = None  # the host's wall time of each phase, for the host overhead
+    host_b_s: float | None = None
+    host_joint_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -307,13 +318,24 @@ def _joint(
     return seconds, start_ns, end_ns, [o for o in outputs if o is not None]
 
 
-def _both_busy(rt: Runtime, start_ns: int, end_ns: int) -> float | None:
-    intervals = [
-        Interval(e.chip, e.start_ns / 1e9, e.end_ns / 1e9)
-        for e in rt.trace(since_ns=start_ns)
-        if e.start_ns is not None and e.end_ns is not None
-    ]
-    return both_busy_fraction(intervals, (start_ns / 1e9, end_ns / 1e9))
+def _spans(rt: Runtime, since_ns: int, until_ns: int, aliases: tuple[str, ...]) -> list[JobSpan] | None:
+    """The phase's jobs on the device's clock (submitted in [since, until]), or None when one has no stamps."""
+    out: list[JobSpan] = []
+    for e in rt.trace(since_ns=since_ns):
+        if e.submit_ns > until_ns or e.model not in aliases:
+            continue
+        if e.start_ns is None or e.end_ns is None:
+            return None
+        out.append(JobSpan(e.chip, e.submit_ns / 1e9, e.start_ns / 1e9, e.end_ns / 1e9))
+    return out or None
+
+
+def _device_time(spans: list[JobSpan] | None) -> float | None:
+    """The longer chip's device time of a phase (its compute and any wait the device imposed)."""
+    if spans is None:
+        return None
+    per_chip = device_seconds(spans)
+    return max(per_chip.values()) if per_chip else None
 
 
 # ---------------------------------------------------------------------------
@@ -327,32 +349,36 @@ def run_poc_combined(
     device: DeviceSpec,
     expect_models: tuple[str, ...],
     rounds: int = 8,
+    max_rounds: int | None = None,
     step_timeout_s: float = 30.0,
     require_s2: bool = False,
     log: StepLog | None = None,
-) -> RunReport:
+) -> Report:
     """``calctl poc combined``: the 001 §6.4 flow. Verdict S1/S2 when it ran to the end, else FAIL/TIMEOUT/ERROR.
 
     Exit 0 for S1 or S2 (both are findings), unless ``require_s2`` makes S1 exit 1;
     exit 1 for a refused package or any output mismatch; 4 for a hang; 3 for a
-    device error; 130 for Ctrl-C. On the mock the time scale defaults to
+    device error; 130 for Ctrl-C. NOT JUDGED (a gate's interval still straddles
+    its limit after ``max_rounds``, default 4 x ``rounds``) exits 0 like S1,
+    and 1 under ``require_s2``. On the mock the time scale defaults to
     :data:`POC_MOCK_TIME_SCALE`.
     """
     if rounds < 2:
         raise UsageError(f"--rounds {rounds}: at least 2 rounds are needed for a confidence interval (001 §13.2)")
+    budget = max(rounds, max_rounds if max_rounds is not None else 4 * rounds)
     if len(expect_models) != 2 or len(set(expect_models)) != 2:
         raise UsageError("--expect-models: expected two different aliases, e.g. model-a,model-b")
     t0 = time.perf_counter()
     log = log or StepLog()
     device = device.with_default_time_scale(POC_MOCK_TIME_SCALE)
     ctx = RunContext(package, trust=trust, device=device, log=log, expect_models=expect_models)
-    body: dict[str, Any] = {"expect_models": list(expect_models), "rounds_requested": rounds}
+    body: dict[str, Any] = {"expect_models": list(expect_models), "rounds_requested": rounds, "rounds_budget": budget}
     found = _Found()
-    outcome, error = Outcome.PASS, None
+    outcome, error = RunOutcome.PASS, None
     try:
         with ctx:
             try:
-                _flow(ctx, log, expect_models, rounds, step_timeout_s, body, found)
+                _flow(ctx, log, expect_models, rounds, budget, step_timeout_s, body, found)
             except BaseException as exc:
                 failed = log.records[-1].name if log.records else "start"
                 planned = _FLOW + tuple(f"golden {a}" for a in expect_models) + _ROUND_STEPS
@@ -382,19 +408,21 @@ def run_poc_combined(
         body["overlap_ratio"] = verdict.overlap_ratio.as_dict()
         body["throughput_efficiency"] = verdict.throughput_efficiency.as_dict()
         body["both_busy_fraction"] = verdict.both_busy_fraction
+        body["per_chip_trace_share"] = verdict.trace_share.as_dict() if verdict.trace_share else None
+        body["decisions"] = {k: d.as_dict() for k, d in verdict.decisions.items()}
         body["reasons"] = list(verdict.reasons)
-    body["capability"] = _capability(device, verdict, outcome)
-    if outcome is not Outcome.PASS or verdict is None:
-        final, code = outcome.value, outcome.exit_code
+    body["capability"] = _capability(
+        device, verdict, outcome, software=ctx.versions is not None and ctx.versions.software_model
+    )
+    fail_on: frozenset[str] = frozenset()
+    if outcome is not RunOutcome.PASS or verdict is None:
+        final = outcome.value
     elif require_s2 and verdict.verdict != "S2":
-        final, code, error = (
-            verdict.verdict,
-            Outcome.FAIL.exit_code,
-            "S2 was required (--require-s2): " + "; ".join(verdict.reasons),
-        )
+        final, fail_on = verdict.verdict, frozenset({verdict.verdict})
+        error = "S2 was required (--require-s2): " + "; ".join(verdict.reasons)
     else:
-        final, code = verdict.verdict, 0
-    return finish(ctx, "poc combined", final, code, body, error, t0)
+        final = verdict.verdict
+    return finish(ctx, "poc combined", final, body, error, t0, fail_on=fail_on)
 
 
 @dataclass
@@ -411,6 +439,7 @@ def _flow(
     log: StepLog,
     expect: tuple[str, ...],
     rounds: int,
+    budget: int,
     timeout_s: float,
     body: dict[str, Any],
     found: _Found,
@@ -490,41 +519,68 @@ def _flow(
         checker = found.checker = _Checker(loads, golden)
         wa, wb = (loads[x] for x in aliases)
         results: list[RoundResult] = []
-        with log.step("concurrent rounds") as note:
-            for k in range(rounds):
-                s, m0 = time.perf_counter(), time.monotonic_ns()
-                out_a = _generate(rt, pkg, wa, bufs[wa.alias], timeout_s)
-                t_a = time.perf_counter() - s
-                mark("A alone", m0)
-                checker.check(wa.alias, k, "alone", out_a)
-                s, m0 = time.perf_counter(), time.monotonic_ns()
-                out_b = _generate(rt, pkg, wb, bufs[wb.alias], timeout_s)
-                t_b = time.perf_counter() - s
-                mark("B alone", m0)
-                checker.check(wb.alias, k, "alone", out_b)
-                t_j, w0, w1, (joint_a, joint_b) = _joint(rt, pkg, [wa, wb], bufs, timeout_s)
-                marks.append(Mark("A+B joint", w0 / 1e9, w1 / 1e9))
-                checker.check(wa.alias, k, "joint", joint_a)
-                checker.check(wb.alias, k, "joint", joint_b)
-                rnd = Round(t_a, t_b, t_j, len(out_a), len(out_b), len(joint_a) + len(joint_b))
-                results.append(
-                    RoundResult(
-                        k,
-                        t_a,
-                        t_b,
-                        t_j,
-                        len(out_a),
-                        len(out_b),
-                        rnd.overlap_ratio,
-                        rnd.efficiency,
-                        _both_busy(rt, w0, w1),
-                    )
+        pair = (wa.alias, wb.alias)
+
+        def timed(alias: str, label: str, k: int) -> tuple[float, float | None, tuple[int, ...]]:
+            s, m0 = time.perf_counter(), time.monotonic_ns()
+            out = _generate(rt, pkg, loads[alias], bufs[alias], timeout_s)
+            host = time.perf_counter() - s
+            m1 = time.monotonic_ns()
+            mark(label, m0)
+            checker.check(alias, k, "alone", out)
+            return host, _device_time(_spans(rt, m0, m1, (alias,))), out
+
+        def one_round() -> None:
+            k = len(results)
+            h_a, d_a, out_a = timed(wa.alias, "A alone", k)
+            h_b, d_b, out_b = timed(wb.alias, "B alone", k)
+            h_j, w0, w1, (joint_a, joint_b) = _joint(rt, pkg, [wa, wb], bufs, timeout_s)
+            marks.append(Mark("A+B joint", w0 / 1e9, w1 / 1e9))
+            checker.check(wa.alias, k, "joint", joint_a)
+            checker.check(wb.alias, k, "joint", joint_b)
+            spans = _spans(rt, w0, w1, pair)
+            d_j = _device_time(spans)
+            on_device = d_a is not None and d_b is not None and d_j is not None
+            t_a, t_b, t_j = (
+                (d_a, d_b, d_j) if d_a is not None and d_b is not None and d_j is not None else (h_a, h_b, h_j)
+            )
+            rnd = Round(t_a, t_b, t_j, len(out_a), len(out_b), len(joint_a) + len(joint_b))
+            results.append(
+                RoundResult(
+                    k,
+                    t_a,
+                    t_b,
+                    t_j,
+                    len(out_a),
+                    len(out_b),
+                    rnd.overlap_ratio,
+                    rnd.efficiency,
+                    joint_share(spans) if spans is not None else None,
+                    "device" if on_device else "host",
+                    h_a,
+                    h_b,
+                    h_j,
                 )
+            )
+
+        def decided() -> bool:
+            return _verdict(results).decided
+
+        with log.step("concurrent rounds") as note:
+            ran = until_decided(one_round, decided, first=rounds, budget=budget)
             body["rounds"] = results
+            body["rounds_run"] = ran
+            body["host_overhead"] = _host_overhead(results)
+            clock = (
+                "device clock (the runtime's job stamps)"
+                if all(r.clock == "device" for r in results)
+                else ("HOST clock: the runtime reported no job timestamps")
+            )
             note.detail = (
-                f"{rounds} rounds of {wa.alias} alone, {wb.alias} alone, both together; "
-                f"mean joint {sum(r.t_joint for r in results) / rounds * 1e3:.1f} ms vs serial "
-                f"{sum(r.t_a + r.t_b for r in results) / rounds * 1e3:.1f} ms"
+                f"{ran} rounds ({rounds} requested, budget {budget}) of {wa.alias} alone, {wb.alias} alone, both "
+                f"together; on the {clock}: mean joint {sum(r.t_joint for r in results) / ran * 1e3:.1f} ms vs "
+                f"serial {sum(r.t_a + r.t_b for r in results) / ran * 1e3:.1f} ms; host overhead "
+                f"{body['host_overhead']['share_of_host_time']:.0%} of the host's time"
             )
 
     with log.step("verify outputs") as note:
@@ -538,17 +594,14 @@ def _flow(
         note.detail += ", all equal to their reference (no crosstalk)"
 
     with log.step("overlap verdict") as note:
-        busy = [r.both_busy_fraction for r in results if r.both_busy_fraction is not None]
-        mean_busy = sum(busy) / len(busy) if busy else None
-        verdict = judge(
-            [Round(r.t_a, r.t_b, r.t_joint, r.tokens_a, r.tokens_b, r.tokens_a + r.tokens_b) for r in results],
-            both_busy=mean_busy,
-        )
+        verdict = _verdict(results)
         o, e = verdict.overlap_ratio, verdict.throughput_efficiency
         note.detail = (
             f"{verdict.verdict}: overlap_ratio {_f(o.mean)} [{_f(o.ci_low)}, {_f(o.ci_high)}], "
-            f"efficiency {_f(e.mean)} [{_f(e.ci_low)}, {_f(e.ci_high)}]"
+            f"efficiency {_f(e.mean)} [{_f(e.ci_low)}, {_f(e.ci_high)}] over {len(results)} rounds"
         )
+        if verdict.verdict == NOT_JUDGED:
+            note.detail += "; NOT JUDGED: " + "; ".join(verdict.reasons) + _host_blame(body.get("host_overhead"))
         if verdict.verdict != "S2":
             note.status = StepStatus.WARN
     found.verdict = verdict
@@ -558,14 +611,62 @@ def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def _capability(device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: Outcome) -> str:
+def _verdict(results: list[RoundResult]) -> ConcurrencyVerdict:
+    return judge(
+        [Round(r.t_a, r.t_b, r.t_joint, r.tokens_a, r.tokens_b, r.tokens_a + r.tokens_b) for r in results],
+        shares=[r.both_busy_fraction for r in results],
+    )
+
+
+def _host_overhead(results: list[RoundResult]) -> dict[str, Any]:
+    """What the host added beyond the device's time, summed over the rounds (never part of the verdict)."""
+    host = sum((r.host_a_s or 0) + (r.host_b_s or 0) + (r.host_joint_s or 0) for r in results)
+    dev = sum(r.t_a + r.t_b + r.t_joint for r in results)
+    on_device = all(r.clock == "device" for r in results)
+    added = sum(
+        host_overhead(h or 0.0, d)
+        for r in results
+        for h, d in ((r.host_a_s, r.t_a), (r.host_b_s, r.t_b), (r.host_joint_s, r.t_joint))
+    )
+    return {
+        "clock": "device" if on_device else "host",
+        "host_seconds": round(host, 6),
+        "device_seconds": round(dev, 6) if on_device else None,
+        "host_added_seconds": round(added, 6) if on_device else None,
+        "share_of_host_time": (added / host) if on_device and host > 0 else 0.0,
+        "note": "host time (submission gaps, thread hand-offs, a starved thread) beyond the device's own job "
+        "intervals; reported, never judged",
+    }
+
+
+def _host_blame(overhead: dict[str, Any] | None) -> str:
+    if not overhead or overhead.get("clock") != "device":
+        return " (the runtime reports no job timestamps; the host's clock cannot decide S1/S2)"
+    return (
+        f" (the host added {overhead['share_of_host_time']:.0%} of the host's time: a loaded host submits the two "
+        "chips' jobs too unevenly for the interval to close; rerun with more --rounds or on a quieter host)"
+    )
+
+
+def _capability(
+    device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: RunOutcome, *, software: bool = False
+) -> str:
     """What the run may be cited for (001 §1 C0–C4, S1/S2; docs/runtime.md §5)."""
+    if software and not device.is_mock:  # a software model (the reference board): about the model, never a board
+        measured = (
+            f"measured {verdict.verdict} " if verdict is not None and outcome is RunOutcome.PASS else "no verdict "
+        )
+        return (
+            f"not evidence: {measured}on a software model of a board (no hardware); it shows the tool and the "
+            "library tell S1 from S2. The board's dual-chip concurrency stays C3 until a run on a Calculet board "
+            "with a vendor combined calbin measures it (001 §1, §6.4; docs/runtime.md §5)"
+        )
     if device.is_mock:
         return (
             "not evidence: a mock result shows the tool tells S1 from S2; the board's dual-chip concurrency stays "
             "C3 until a --device calrt run with a vendor combined calbin measures it (001 §1, §6.4)"
         )
-    if verdict is None or outcome is not Outcome.PASS:
+    if verdict is None or outcome is not RunOutcome.PASS:
         return "no claim: the PoC did not run to its verdict on this board"
     if verdict.verdict == "S2":
         return (

@@ -220,11 +220,15 @@ async def drive_engine_request(
     timeout_s: float,
     served_generation: Callable[[], int | None] = lambda: None,
     clock: Callable[[], float] = time.monotonic,
+    from_admission: bool = False,
 ) -> EngineResult:
     """Submit ``request`` with ``submit`` (``ServingEngine.submit``, on this loop) and consume its stream.
 
     Never raises for a request-level outcome; a stream that gives no terminal
-    event within ``timeout_s`` is cancelled and recorded as ``timeout``.
+    event within ``timeout_s`` is cancelled and recorded as ``timeout``. With
+    ``from_admission`` the ``timeout_s`` counts from the engine's admission of
+    the request (the wait to be admitted has its own ``timeout_s``), so time
+    spent queued behind other requests is not held against it.
     """
     rec = RequestRecord(request.alias, plan.kind, clock(), len(request.prompt_ids), request.max_tokens)
     try:
@@ -258,6 +262,8 @@ async def drive_engine_request(
             result.terminal_events = 1
             return result
         rec.status = 200
+        if from_admission:
+            deadline = clock() + timeout_s
         if plan.cancel_after_tokens == 0:
             stream.cancel("client cancel")
         events = stream.__aiter__()

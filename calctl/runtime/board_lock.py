@@ -10,6 +10,12 @@ shim is given (``default`` when unset; a PCI address or device path in one
 canonical spelling, :func:`canonical_board`), not the readable
 ``CALCTL_BOARD_ID`` label: two labels for one device must still collide.
 
+The key is the board the shim reports when it exports ``calrt_ext_device_identity``
+(docs/calrt-c-abi.md §10-11): a PCI address or serial, so every spelling of one
+board collides. A software model (the reference board) has no board to share:
+:func:`process_local` gives it a lock of its own process, and parallel processes
+never collide.
+
 The lock dir is ``$CALCTL_LOCK_DIR``, else ``$XDG_RUNTIME_DIR/calctl``, else
 ``/tmp/calctl-locks``. A second opener gets :class:`BoardLocked` (exit 3) naming
 the holder's pid and command line, which the holder writes into the file.
@@ -68,21 +74,33 @@ def canonical_board(name: str) -> str:
 
 
 class BoardLock:
-    """An exclusive lock on one board, held from :func:`acquire` until :meth:`release` (or process exit)."""
+    """An exclusive lock on one board, held from :func:`acquire` until :meth:`release` (or process exit).
 
-    def __init__(self, path: Path, fd: int) -> None:
+    ``path`` is None for a :func:`process_local` lock (a software model: nothing outside the process to lock)."""
+
+    def __init__(self, path: Path | None, fd: int | None, board: str) -> None:
         self.path = path
+        self.board = board
         self._fd: int | None = fd
+        self._held = True
         # A runtime dropped without close() still lets go of its board when it is collected.
-        self._finalizer = weakref.finalize(self, _close, fd)
+        self._finalizer = weakref.finalize(self, _close, fd) if fd is not None else None
 
     def release(self) -> None:
         self._fd = None
-        self._finalizer()  # once: clears the holder line and closes the descriptor, which drops the flock
+        self._held = False
+        if self._finalizer is not None:
+            self._finalizer()  # once: clears the holder line and closes the descriptor, which drops the flock
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return self._held
+
+
+def process_local() -> BoardLock:
+    """The lock of a software model: an identity of this process alone (one device per process, 001 §2.1),
+    with no lock file, so software boards in parallel processes never collide."""
+    return BoardLock(None, None, f"software-model-pid{os.getpid()}")
 
 
 def acquire(board: str | None = None) -> BoardLock:
@@ -110,7 +128,7 @@ def acquire(board: str | None = None) -> BoardLock:
         ) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:400]}\n".encode(errors="replace"))
-    return BoardLock(path, fd)
+    return BoardLock(path, fd, board)
 
 
 def _close(fd: int) -> None:
@@ -128,4 +146,13 @@ def _read_holder(fd: int) -> str:
     return text or "holder unknown: the lock file names no pid"
 
 
-__all__ = ["LOCK_DIR_ENV", "BoardLock", "BoardLocked", "acquire", "board_key", "canonical_board", "lock_dir"]
+__all__ = [
+    "LOCK_DIR_ENV",
+    "BoardLock",
+    "BoardLocked",
+    "acquire",
+    "board_key",
+    "canonical_board",
+    "lock_dir",
+    "process_local",
+]

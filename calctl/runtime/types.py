@@ -102,6 +102,10 @@ class Versions:
     driver: str
     firmware: str
     abi: str
+    #: The device is a software model (the mock, the reference board, a simulator), never hardware: every
+    #: result produced on it is labelled so (docs/runtime.md §5). From the shim's identity extension
+    #: (calrt_ext_device_identity), else its firmware string naming a "software model".
+    software_model: bool = False
 
 
 @dataclass(frozen=True)

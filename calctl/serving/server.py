@@ -228,7 +228,12 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
             load_policy=load_policy,
             metrics=EngineMetrics(records),
         )
-        sup.metrics.board_info.labels(board.board, rt.kind.value).set(1)
+        versions = rt.versions()
+        # The device label says what the board is: mock, calrt, or calrt-software-model (the reference board).
+        device_label = rt.kind.value + (
+            "-software-model" if versions.software_model and rt.kind.value != "mock" else ""
+        )
+        sup.metrics.board_info.labels(board.board, device_label).set(1)
         try:
             with _sigterm_interrupts():
                 sup.start(opts.package)  # verify, validate, budget, configure, golden + warm-up (001 §11.1)
@@ -240,7 +245,13 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
             info(
                 f"serving {', '.join(sup.workers)} from {opts.package} on http://{opts.host}:{port}, board "
                 f"{board.board} ({rt.kind.value} device"
-                + (": mock results are not hardware evidence)" if rt.kind.value == "mock" else ")")
+                + (
+                    ": mock results are not hardware evidence)"
+                    if rt.kind.value == "mock"
+                    else f": {versions.firmware}, a software model; its results are not hardware evidence)"
+                    if versions.software_model
+                    else ")"
+                )
             )
             server = DrainingServer(
                 uvicorn.Config(

@@ -21,7 +21,7 @@ from calctl.package.reader import load_manifest
 from calctl.runners.bench.base import BenchOptions
 from calctl.runners.bench.isolation import CHECKS
 from calctl.runners.bench.scenarios import SCENARIOS
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.runtime import DeviceKind
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
@@ -313,3 +313,16 @@ def test_isolation_runs_on_the_reference_board(reference_board: Path, tmp_path: 
     assert res.body["runtime"]["firmware"] == "reference (software model, no hardware)"
     assert not any("MOCK" in n for n in res.notes)
     _assert_go_body(res.body, 80)
+
+
+def test_bench_on_the_reference_board_is_labelled_a_software_model(cli, reference_board: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """Issue 28: a bench result through the reference board carries a software model's label, never reads as
+    evidence about the board."""
+    r = cli(
+        "bench", "--scenario", "isolation", REPLICA, *TRUST, "--device", "calrt", "--calrt-lib", reference_board,
+        "--requests", "40", "--report", tmp_path / "rep", "--format", "json",
+    )  # fmt: skip
+    assert_no_traceback(r)
+    doc = r.json
+    assert doc["mock_result"] is False and doc["device_label"] == "software model", doc.get("note")
+    assert doc["note"].startswith("SOFTWARE MODEL RESULT") and "not evidence about a Calculet board" in doc["note"]

@@ -13,6 +13,7 @@ mock results.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -33,6 +34,9 @@ def _is_calrt_result(doc: dict, lib: Path) -> None:  # type: ignore[type-arg]
     assert doc["device"] == "calrt" and doc["mock_result"] is False, doc["device"]
     assert doc["device_options"]["calrt_lib"] == str(lib)
     assert doc["runtime"]["firmware"] == "reference (software model, no hardware)"
+    # Issue 28: a software model is labelled like the mock, never read as "this board".
+    assert doc["device_label"] == "software model" and doc["runtime"]["software_model"] is True
+    assert doc["note"].startswith("SOFTWARE MODEL RESULT") and "not evidence about a Calculet board" in doc["note"]
 
 
 def test_run_golden_and_warmup_pass_through_the_c_abi(cli, reference_board: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
@@ -51,7 +55,6 @@ def test_run_golden_and_warmup_pass_through_the_c_abi(cli, reference_board: Path
     _is_calrt_result(r.json, reference_board)
 
 
-@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_poc_combined_is_s2_from_the_per_chip_trace(cli, reference_board: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     monkeypatch.setenv("CALRT_REF_TIME_SCALE", "4")
     r = cli(
@@ -69,34 +72,41 @@ def test_poc_combined_is_s2_from_the_per_chip_trace(cli, reference_board: Path, 
     assert r.code == 0, r.err[-2000:]
     doc = r.json
     _is_calrt_result(doc, reference_board)
-    assert doc["verdict"] == "S2", doc["reasons"]
-    assert doc["throughput_efficiency"]["mean"] >= 0.9, doc["throughput_efficiency"]
-    assert doc["overlap_ratio"]["ci_low"] > 0
+    # judged on the board's own job stamps: S2, or NOT JUDGED when a busy host leaves an interval open
+    assert doc["verdict"] in ("S2", "NOT JUDGED"), doc["reasons"]
+    assert all(rd["clock"] == "device" for rd in doc["rounds"])
+    assert doc["decisions"]["per_chip_trace"]["passed"] is not False, doc["reasons"]
     chips = {e["chip"] for e in doc["trace"]} if isinstance(doc["trace"], list) else None
     assert chips is None or chips == {0, 1}
+    assert doc["capability"].startswith("not evidence: measured S2 on a software model"), doc["capability"]
+    assert "this board" not in doc["capability"]
 
 
-@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
-def test_poc_combined_is_s1_under_the_board_wide_lock(cli, reference_board: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+@pytest.mark.parametrize("load", ["idle", "loaded"])
+def test_poc_combined_is_s1_under_the_board_wide_lock(cli, reference_board: Path, monkeypatch, load: str) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """Issue 26: the board-wide lock is S1 (G3 NO-GO) from the board's own job stamps, idle and on a busy host."""
+    from tests.cpu_load import busy_host
+
     monkeypatch.setenv("CALRT_REF_TIME_SCALE", "4")
     monkeypatch.setenv("CALRT_REF_BOARD_LOCK", "1")
-    r = cli(
-        "poc",
-        "combined",
-        PKG,
-        "--expect-models",
-        "model-a,model-b",
-        *TRUST,
-        *_calrt(reference_board),
-        "--format",
-        "json",
-    )
+    with busy_host() if load == "loaded" else contextlib.nullcontext():
+        r = cli(
+            "poc",
+            "combined",
+            PKG,
+            "--expect-models",
+            "model-a,model-b",
+            *TRUST,
+            *_calrt(reference_board),
+            "--format",
+            "json",
+        )
     assert_no_traceback(r)
     assert r.code == 0, r.err[-2000:]
     doc = r.json
     assert doc["verdict"] == "S1", doc["reasons"]
-    assert doc["throughput_efficiency"]["mean"] < 0.8
-    assert any("0.80" in reason or "gate" in reason for reason in doc["reasons"]), doc["reasons"]
+    assert doc["decisions"]["per_chip_trace"]["passed"] is False, doc["decisions"]
+    assert any("took turns" in reason for reason in doc["reasons"]), doc["reasons"]
 
 
 @pytest.mark.slow
@@ -120,6 +130,7 @@ def test_soak_twenty_cycles_is_clean(cli, reference_board: Path, tmp_path: Path)
     doc = r.json
     assert doc["ok"] is True and doc["cycles"] == 20 and doc["violations"] == [] and doc["status"] == "finished"
     assert doc["device"] == "calrt" and doc["mock_result"] is False
+    assert doc["device_label"] == "software model" and doc["note"].startswith("SOFTWARE MODEL RESULT")
     assert doc["requests"]["sent"] > 0
     on_disk = json.loads((tmp_path / "soak" / "soak-report.json").read_text())
     assert on_disk["cycles"] == 20

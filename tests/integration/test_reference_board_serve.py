@@ -110,6 +110,10 @@ def test_openai_client_gets_golden_tokens_through_the_c_abi(reference_board: Pat
         client = openai.OpenAI(base_url=s.v1, api_key="unused", max_retries=0)
         assert sorted(m.id for m in client.models.list().data) == list(ALIASES)
         _assert_golden(client)
+        # Issue 28: a software model says so in the log and in the device label of /metrics.
+        assert "a software model; its results are not hardware evidence" in s.log.read_text()
+        metrics = httpx.get(f"{s.url}/metrics", timeout=10).text
+        assert 'device="calrt-software-model"' in metrics, [m for m in metrics.splitlines() if "board_info" in m]
         for alias in ALIASES:
             msgs = [{"role": "user", "content": "Hello board"}]
             chat = client.chat.completions.create(model=alias, messages=msgs, max_tokens=8, temperature=0)  # type: ignore[arg-type]

@@ -153,6 +153,20 @@ def test_hang_exits_4_within_the_timeout_and_leaves_a_partial_report(cli, tmp_pa
         assert [_steps(doc)[s]["status"] for s in ("drain", "reset configuration", "release")] == ["PASS"] * 3
 
 
+def test_a_hung_warmup_lists_the_models_it_did_not_reach(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The one per-model skeleton: warm-up keeps the partial result and names the models after the hang, as
+    run-golden does (warm-up used to drop them from the report)."""
+    plan = _plan(tmp_path, "hang", "{kind: wait_timeout, job: 4, graph: model_a_decode}")
+    r = cli(
+        "warmup", FIXTURE_PACKAGES / "combined", *TRUST, "--fault-plan", plan, "--step-timeout", "1", "-n", "3",
+        "--format", "json",
+    )  # fmt: skip
+    assert r.code == 4, r.err
+    doc = r.json
+    assert doc["verdict"] == "TIMEOUT" and [m["alias"] for m in doc["models"]] == ["model-a"]
+    assert doc["not_run"] == [{"alias": "model-b", "reason": "not run: model-a hung"}]
+
+
 def test_a_package_failing_validation_never_reaches_configure(cli, copy_fixture) -> None:  # type: ignore[no-untyped-def]
     pkg = copy_fixture("single")
     target = pkg / "model-a" / "decode" / "ccu0_chip0.cmd"
@@ -280,7 +294,6 @@ def test_warmup_counts_tokens_off_golden_as_errors(cli, tmp_path: Path) -> None:
 # bringup
 
 
-@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(tmp_path)
     r = cli("bringup")
@@ -295,10 +308,10 @@ def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> 
     assert summary["budget"]["verdict"] == "GO" and summary["run-golden"]["verdict"] == "WARN"
     assert summary["poc"]["verdict"] == "S2"
     assert summary["soak"]["verdict"] == "PASS" and (out / "soak" / "soak-report.json").is_file()
-    assert doc["steps"]["soak"]["violations"] == [] and doc["steps"]["soak"]["cycles"] >= 3
+    assert doc["step_reports"]["soak"]["violations"] == [] and doc["step_reports"]["soak"]["cycles"] >= 3
     for step in ("run-golden", "warmup", "poc"):
         assert (out / f"{step}.trace.json").is_file() and (out / f"{step}.png").read_bytes()[:8] == PNG_MAGIC
-        assert doc["steps"][step]["device"] == "mock"
+        assert doc["step_reports"][step]["device"] == "mock"
     assert "calctl bringup" in r.out and "MOCK RESULT" in r.out
 
 

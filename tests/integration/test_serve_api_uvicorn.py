@@ -70,7 +70,7 @@ def test_chat_completion(oai: openai.OpenAI, engine: FakeEngine, model: str) -> 
     assert out.choices[0].message.role == "assistant"
     assert out.choices[0].message.content == DEFAULT_TEXT
     assert out.choices[0].finish_reason == "stop"
-    assert out.usage is not None and out.usage.completion_tokens == len(package_codec(model).encode(DEFAULT_TEXT)) + 1
+    assert out.usage is not None and out.usage.completion_tokens == len(package_codec(model).encode(DEFAULT_TEXT))
     assert engine.submitted[0].tenant == "tenant-a" and engine.submitted[0].sampling.greedy
 
 

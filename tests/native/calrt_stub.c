@@ -430,6 +430,19 @@ calrt_status calrt_device_close(calrt_device *d) {
     return CALRT_OK;
 }
 
+/* Which board is open: CALRT_STUB_PCI="0000:01:00.0" makes the stub a "hardware" board at that PCI
+ * address (to test the board lock across processes); unset, it cannot tell (kind unknown). */
+calrt_status calrt_ext_device_identity(calrt_device *d, calrt_ext_identity *out) {
+    if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    const char *pci = getenv("CALRT_STUB_PCI");
+    if (pci && *pci) {
+        snprintf(out->id, sizeof out->id, "%s", pci);
+        out->kind = CALRT_EXT_DEVICE_HARDWARE;
+    }
+    return CALRT_OK;
+}
+
 calrt_status calrt_versions_get(calrt_device *d, calrt_versions *out) {
     if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);

@@ -43,8 +43,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl import __version__, records
+from calctl import html_report, records
 from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError
+from calctl.report import Report, build_header, exit_code_of
 from calctl.runners import bringup
 from calctl.runners.acceptance.plot import plot_rows
 from calctl.runners.acceptance.rows import (
@@ -55,7 +56,9 @@ from calctl.runners.acceptance.rows import (
     Verdict,
     judge_all,
 )
-from calctl.runners.context import MOCK_LABEL, DeviceSpec, RunContext, error_text, outcome_of
+from calctl.runners.context import RunContext
+from calctl.runners.device import DeviceSpec
+from calctl.runners.steps import error_text, outcome_of
 from calctl.signing.policy import TrustPolicy
 
 REPORT_FILE = "report.json"
@@ -77,6 +80,7 @@ class LevelSettings:
     step_timeout_s: float
     soak_checkpoint_s: float
     executor_rounds: int  # measured rounds per executor-modes profile (M1/M2); fewer: wider CIs, inconclusive sooner
+    executor_max_rounds: int = 0  # the round budget while M1/M2 is inconclusive (the decision rule); 0: 3 x rounds
 
 
 LEVELS: dict[Level, LevelSettings] = {
@@ -88,6 +92,7 @@ LEVELS: dict[Level, LevelSettings] = {
         step_timeout_s=30.0,
         soak_checkpoint_s=60.0,
         executor_rounds=3,
+        executor_max_rounds=12,
     ),
     # A bench session: more rounds and cycles, still well under an hour.
     Level.STANDARD: LevelSettings(
@@ -97,6 +102,7 @@ LEVELS: dict[Level, LevelSettings] = {
         step_timeout_s=30.0,
         soak_checkpoint_s=60.0,
         executor_rounds=8,
+        executor_max_rounds=24,
     ),
     # The report's durations: a 24 h soak (>= 100 cycles at 60 s of traffic each, 8 h of switching included).
     Level.LONG: LevelSettings(
@@ -106,6 +112,7 @@ LEVELS: dict[Level, LevelSettings] = {
         step_timeout_s=60.0,
         soak_checkpoint_s=300.0,
         executor_rounds=30,
+        executor_max_rounds=90,
     ),
 }
 
@@ -266,7 +273,7 @@ def step_budget(state: _State) -> StepEvidence:
         "budget",
         StepStatus.RAN,
         o.seconds,
-        f"{o.verdict}: {o.key_figure}",
+        _prefixed(o.verdict, o.key_figure),
         document=o.document or {},
         files=state.files(budget=path),
     )
@@ -296,7 +303,7 @@ def step_load_peak(state: _State) -> StepEvidence:
         "chips": mem,
         "before": ctx.snapshot.memory_before,
         "after": ctx.snapshot.memory_after,
-        "note": note,
+        "memory_note": note,  # "note" is the header's MOCK RESULT label (docs/runtime.md §5): never overwritten
         "steps": [r.name + ": " + r.status.value for r in ctx.log.records],
     }
     path = state.out / "load-peak.json"
@@ -358,10 +365,17 @@ def step_poc(state: _State) -> StepEvidence:
     doc: dict[str, Any] = records.to_jsonable(o.document or {})
     path = st.config.out_dir / "poc.json"
     records.write_json(path, doc)
-    if o.verdict not in ("S1", "S2", "FAIL"):
+    if o.verdict not in ("S1", "S2", "NOT JUDGED", "FAIL"):
         return StepEvidence("poc", StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
     files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
-    return StepEvidence("poc", StepStatus.RAN, o.seconds, f"{o.verdict}: {o.key_figure}", document=doc, files=files)
+    return StepEvidence("poc", StepStatus.RAN, o.seconds, _prefixed(o.verdict, o.key_figure), document=doc, files=files)
+
+
+def _prefixed(verdict: str | None, figure: str) -> str:
+    """``VERDICT: figure``, without saying the verdict twice when the figure already starts with it."""
+    if not verdict or figure.startswith(f"{verdict}:") or figure == verdict:
+        return figure
+    return f"{verdict}: {figure}"
 
 
 def _bringup_level(level: Level) -> bringup.Level:
@@ -393,26 +407,25 @@ def _scenario(state: _State, name: str, package: Path) -> StepEvidence:
         device=cfg.device,
         seed=cfg.seed,
         rounds=cfg.settings.executor_rounds if name == "executor-modes" else None,
+        max_rounds=(cfg.settings.executor_max_rounds or None) if name == "executor-modes" else None,
     )
     try:
         result = scenario.run(opts, state.log)
     except UsageError as exc:
         raise Skip(f"the {name} scenario cannot run here: {exc}") from None
-    doc = {
-        "command": f"accept {name}",
-        "calctl_version": __version__,
-        "scenario": name,
-        "verdict": result.verdict,
-        "exit_code": result.exit_code,
-        "device": cfg.device.kind.value,
-        "mock_result": result.mock_result,
-        "note": MOCK_LABEL if result.mock_result else None,
-        "device_options": cfg.device.describe(),
-        "package": str(package),
-        "gates": [g.document() for g in result.gates],
-        **result.body,
-        "notes": list(result.notes),
-    }
+    doc = Report(
+        f"accept {name}",
+        result.verdict,
+        build_header(
+            f"accept {name}",
+            device=cfg.device.kind.value,
+            device_options=cfg.device.describe(),
+            mock_result=result.mock_result,
+            package=str(package),
+            scenario=name,
+        ),
+        {"gates": [g.document() for g in result.gates], **result.body, "notes": list(result.notes)},
+    ).document()
     path = out / "bench-report.json"
     records.write_json(path, doc)
     files = state.files(**{**_body_files(result.body), "report": path, "plot": result.plot})
@@ -490,22 +503,28 @@ def step_soak(state: _State) -> StepEvidence:
         )
     )
     doc = {
-        **report.document,
+        **report.document(),
         "decode_profiles": {m.alias: list(m.decode.batch_profiles) for m in st.package.models},
         "executor_mode": "default",
     }
     files_doc = doc.get("files") or {}
     files = state.files(report=out / "soak-report.json", events=out / "events.ndjson", plot=files_doc.get("plot"))
     files = {k: v for k, v in files.items() if (state.out / v).is_file()}
-    if report.status == "interrupted":
+    if doc["status"] == "interrupted":
         what = doc.get("interrupted") or {}
         raise Interrupted(str(what.get("signal") or "SIGINT") if isinstance(what, dict) else "SIGINT")
     summary = (
         f"{doc.get('cycles')} cycles, {float(doc.get('seconds') or 0) / 3600:.2f} h, "
-        f"{len(report.violations)} violation(s)"
+        f"{len(doc['violations'])} violation(s)"
     )
-    status = StepStatus.RAN if report.status in ("finished", "aborted") else StepStatus.ERROR
-    return StepEvidence("soak", status, time.perf_counter() - t0, summary, report.status, doc, files)
+    if doc["status"] in ("finished", "aborted"):
+        return StepEvidence("soak", StepStatus.RAN, time.perf_counter() - t0, summary, "", doc, files)
+    # The soak's own error (a BoardLocked naming its holder, a refused package): the row says why, not "error".
+    why = doc.get("error") or f"the soak ended {doc['status']}; see soak/events.ndjson"
+    doc.setdefault("exit_code", report.exit_code)
+    return StepEvidence(
+        "soak", StepStatus.ERROR, time.perf_counter() - t0, summary, f"soak {doc['status']}: {why}", doc, files
+    )
 
 
 def step_rollback(state: _State) -> StepEvidence:
@@ -532,12 +551,14 @@ def step_rollback(state: _State) -> StepEvidence:
     ok = all(a.get("ok") for a in actions) and all(ready.values())
     rolled_back = actions[-1].get("package")
     doc = {
-        "command": "accept rollback",
-        "device": cfg.device.kind.value,
-        "mock_result": cfg.device.is_mock,
-        "note": MOCK_LABEL if cfg.device.is_mock else None,
-        "device_options": cfg.device.describe(),
-        "package": str(cfg.package),
+        **build_header(
+            "accept rollback",
+            device=cfg.device.kind.value,
+            device_options=cfg.device.describe(),
+            package=str(cfg.package),
+        ),
+        "verdict": "PASS" if ok else "FAIL",
+        "exit_code": exit_code_of("PASS" if ok else "FAIL"),
         "ok": ok,
         "actions": actions,
         "generations_before": first,
@@ -583,72 +604,61 @@ STEPS: tuple[Step, ...] = (
 # The run
 
 
-@dataclass(frozen=True)
-class AcceptReport:
-    status: str  # finished | interrupted | running
-    exit_code: int
-    rows: tuple[RowResult, ...]
-    steps: tuple[StepEvidence, ...]
-    header: dict[str, Any]
-    out_dir: Path
-    seconds: float
+def counts(rows: tuple[RowResult, ...]) -> dict[str, int]:
+    return {v.value: sum(1 for r in rows if r.verdict is v) for v in Verdict}
 
-    @property
-    def counts(self) -> dict[str, int]:
-        return {v.value: sum(1 for r in self.rows if r.verdict is v) for v in Verdict}
 
-    def summary_line(self) -> str:
-        c = self.counts
-        head = {
-            "interrupted": "INTERRUPTED",
-            "running": "RUNNING",
-        }.get(
-            self.status,
-            "NO-GO"
-            if c[Verdict.NO_GO.value]
-            else "GO (with rows NOT MEASURED)"
-            if c[Verdict.NOT_MEASURED.value]
-            else "GO",
-        )
-        nm = [r.id for r in self.rows if r.verdict is Verdict.NOT_MEASURED]
-        ng = [r.id for r in self.rows if r.verdict is Verdict.NO_GO]
-        parts = [f"{c['GO']} GO"]
-        parts.append(f"{c['NO-GO']} NO-GO" + (f" ({', '.join(ng)})" if ng else ""))
-        parts.append(f"{c['NOT MEASURED']} NOT MEASURED" + (f" ({', '.join(nm)})" if nm else ""))
-        return f"{head}: " + ", ".join(parts)
+def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...] = ()) -> str:
+    """``GO: 9 GO, 0 NO-GO, 2 NOT MEASURED (G3, M4)``: the run's last line.
 
-    def document(self) -> dict[str, Any]:
-        return {
-            **self.header,
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "seconds": round(self.seconds, 3),
-            "summary": self.summary_line(),
-            "counts": self.counts,
-            "report_dir": str(self.out_dir),
-            "rows": [r.to_dict() for r in self.rows],
-            "steps": [s.to_dict() for s in self.steps],
-            "files": {"report": REPORT_FILE, "plot": PLOT_FILE},
-        }
+    GO only when a row is GO and no step failed to run: a device error, a refused package or a calctl bug is
+    said as such, and a run that measured no row reads NOT MEASURED (never "GO ... 0 GO")."""
+    c = counts(rows)
+    verdict = _verdict(status, rows, steps)
+    errored = ", ".join(s.name for s in steps if s.status is StepStatus.ERROR) or "a step"
+    head = {
+        "RUNNING": "RUNNING",
+        "INTERRUPTED": "INTERRUPTED",
+        "NO-GO": "NO-GO",
+        "FAIL": "FAIL (the package failed validation)",
+        "INTERNAL ERROR": f"INTERNAL ERROR (a calctl bug in {errored})",
+        "ERROR": f"ERROR (device error in {errored})",
+    }.get(verdict)
+    if head is None:
+        if not c[Verdict.GO.value]:
+            head = "NOT MEASURED" + (f" (steps in error: {errored})" if errored != "a step" else "")
+        elif c[Verdict.NOT_MEASURED.value]:
+            head = "GO (with rows NOT MEASURED)"
+        else:
+            head = "GO"
+    nm = [r.id for r in rows if r.verdict is Verdict.NOT_MEASURED]
+    ng = [r.id for r in rows if r.verdict is Verdict.NO_GO]
+    parts = [f"{c['GO']} GO"]
+    parts.append(f"{c['NO-GO']} NO-GO" + (f" ({', '.join(ng)})" if ng else ""))
+    parts.append(f"{c['NOT MEASURED']} NOT MEASURED" + (f" ({', '.join(nm)})" if nm else ""))
+    return f"{head}: " + ", ".join(parts)
 
 
 def default_report_dir(now: datetime | None = None) -> Path:
     return records.default_report_dir("accept", now)
 
 
-def _exit_code(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> int:
+def _verdict(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> str:
+    """The run's verdict (docs/accept.md): its exit code is :func:`calctl.report.exit_code_of` it."""
+    if status == "running":
+        return "RUNNING"
     if status == "interrupted":
-        return int(ExitCode.INTERRUPTED)
+        return "INTERRUPTED"
     if any(r.verdict is Verdict.NO_GO for r in rows):
-        return int(ExitCode.FAILED)
+        return "NO-GO"
     v = next((s for s in steps if s.name == "validate"), None)
     if v is not None and v.status is StepStatus.ERROR:
-        return int(ExitCode.FAILED)  # a refused package: nothing could be judged, and that is a failed check
+        return "FAIL"  # a refused package: nothing could be judged, and that is a failed check
     if any(s.status is StepStatus.ERROR and s.document.get("internal_error") for s in steps):
-        return int(ExitCode.USAGE)  # as the CLI does for a calctl bug: never a silent 0
+        return "INTERNAL ERROR"  # a calctl bug in a step: never a silent 0, never the usage code
     if any(s.status is StepStatus.ERROR and s.document.get("exit_code") == int(ExitCode.DEVICE) for s in steps):
-        return int(ExitCode.DEVICE)
-    return int(ExitCode.OK)
+        return "ERROR"
+    return "GO"
 
 
 def run_accept(
@@ -657,7 +667,7 @@ def run_accept(
     log: Callable[[str], None] = lambda line: None,
     on_step: Callable[[StepEvidence], None] | None = None,
     steps: tuple[Step, ...] = STEPS,
-) -> AcceptReport:
+) -> Report:
     """Run ``steps`` in order into ``config.out_dir``; rewrite ``report.json`` after each; return the report.
 
     SIGINT/SIGTERM (a KeyboardInterrupt) ends the run with every later step INTERRUPTED and exit 130.
@@ -716,7 +726,7 @@ def _run_step(step: Step, state: _State) -> StepEvidence:
                 StepStatus.ERROR,
                 time.perf_counter() - t0,
                 reason=f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
-                document={"exit_code": int(ExitCode.USAGE), "internal_error": True},
+                document={"exit_code": int(ExitCode.INTERNAL), "internal_error": True},
             )
         code = int(exc.exit_code) if outcome_of(exc).value == "ERROR" else outcome_of(exc).exit_code
         return StepEvidence(
@@ -759,7 +769,7 @@ def _checkpoint(
     steps: tuple[Step, ...],
     *,
     final: bool = False,
-) -> AcceptReport:
+) -> Report:
     rows = _judged(state, steps)
     if status == "interrupted":
         rows = tuple(
@@ -769,14 +779,23 @@ def _checkpoint(
             for r in rows
         )
     done = tuple(state.steps.values())
-    report = AcceptReport(
-        status if final or status == "interrupted" else "running",
-        _exit_code(status, rows, done),
-        rows,
-        done,
+    status = status if final or status == "interrupted" else "running"
+    report = Report(
+        "accept",
+        _verdict(status, rows, done),
         header,
-        config.out_dir,
-        time.perf_counter() - t0,
+        {
+            "status": status,
+            "summary": summary_line(status, rows, done),
+            "counts": counts(rows),
+            "report_dir": str(config.out_dir),
+            "rows": [r.to_dict() for r in rows],
+            "files": {"report": REPORT_FILE, "plot": PLOT_FILE},
+        },
+        steps=done,
+        seconds=time.perf_counter() - t0,
+        evidence={"report": str(config.out_dir / REPORT_FILE), "junit": str(config.out_dir / JUNIT_FILE)},
+        pictures={"plot": str(config.out_dir / PLOT_FILE)} if final else {},
     )
     if final:
         plot_rows(
@@ -785,7 +804,10 @@ def _checkpoint(
             title=f"calctl accept ({config.level.value}): {config.package.name}",
             device=config.device.kind.value,
         )
-    records.write_json(config.out_dir / REPORT_FILE, report.document())
+    document = report.document()
+    records.write_json(config.out_dir / REPORT_FILE, document)
+    if final or status == "interrupted":
+        html_report.write(document, config.out_dir / REPORT_FILE)
     return report
 
 
@@ -798,22 +820,18 @@ def _check_fault_plan(device: DeviceSpec) -> None:
 
 
 def _header(config: AcceptConfig, started: datetime) -> dict[str, Any]:
-    mock = config.device.is_mock
-    return {
-        "command": "accept",
-        "calctl_version": __version__,
-        "started_at": started.isoformat(timespec="seconds"),
-        "level": config.level.value,
-        "level_settings": LEVELS[config.level],
-        "device": config.device.kind.value,
-        "mock_result": mock,
-        "note": MOCK_LABEL if mock else None,
-        "device_options": config.device.describe(),
-        "package": str(config.package),
-        "replica": str(config.replica) if config.replica else None,
-        "only": sorted(config.only) if config.only else None,
-        "seed": config.seed,
-    }
+    return build_header(
+        "accept",
+        started_at=started,
+        device=config.device.kind.value,
+        device_options=config.device.describe(),
+        package=str(config.package),
+        level=config.level.value,
+        level_settings=LEVELS[config.level],
+        replica=str(config.replica) if config.replica else None,
+        only=sorted(config.only) if config.only else None,
+        seed=config.seed,
+    )
 
 
 __all__ = [
@@ -823,10 +841,11 @@ __all__ = [
     "REPORT_FILE",
     "STEPS",
     "AcceptConfig",
-    "AcceptReport",
     "Level",
     "LevelSettings",
     "Step",
+    "counts",
     "default_report_dir",
     "run_accept",
+    "summary_line",
 ]

@@ -29,7 +29,7 @@ from typing import Any
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.metrics import Slo
 from calctl.runners.bench.workload import LengthDist, TokenRange
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.signing.policy import TrustPolicy
 
 
@@ -59,6 +59,7 @@ class BenchOptions:
     temperature: float = 1.0
     api_key: str | None = None
     rounds: int | None = None  # measured rounds of a round-based scenario (executor-modes); None: its default
+    max_rounds: int | None = None  # its round budget while a gate is undecided (the decision rule); None: its default
     target_device: str = "unknown"  # what the operator says the server runs on (labels the report, docs/runtime.md §5)
     # In-process scenarios (the engine on a device of our own):
     package: Path | None = None

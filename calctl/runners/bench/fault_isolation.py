@@ -35,9 +35,18 @@ Per phase the evidence row holds: what A saw (outcomes by class), the recovery
 scope the runtime granted (from the supervisor's recovery records: chip reset
 of A's chip, board reset, or none) and which aliases it touched, and whether
 **B was impacted**: any B request failed or was refused, B left Ready, or B's
-P99 end-to-end latency exceeded its baseline P99 by more than 25 % (the 001
-§13.2 tail gate) with the whole bootstrap CI of that P99 above the gate, so a
-single slow request among a few dozen cannot decide the grade.
+P99 job latency **on the device's clock** (each B job's ``end - submit`` from
+the runtime's own stamps: its queueing on the device plus its run) exceeded
+its baseline P99 by more than 25 % (the 001 §13.2 tail gate). That gate
+follows the one decision rule (:func:`calctl.checks.stats.decide`): judged
+only from at least :data:`calctl.runners.bench.gates.MIN_SAMPLES` ``p99``
+jobs in the baseline and in the phase, impacted when the bootstrap CI of the
+phase's P99 lies above the gate, not impacted when it lies at or below, else
+not judged. B's end-to-end latency on the host (what its clients waited,
+host overhead included) is reported beside it and never decides the grade: a
+starved host is not a fault domain of the board. A phase whose latency could
+not be judged and whose class could still lower the grade makes the verdict
+**NOT JUDGED** (exit 0), naming the phase and its sample counts.
 
 Grade, from observation only (001 §13.4):
 
@@ -65,11 +74,12 @@ from typing import Any
 
 import numpy as np
 
-from calctl.checks.stats import bootstrap, percentiles
+from calctl.checks.stats import bootstrap, decide, percentiles
 from calctl.errors import UsageError
 from calctl.runners.bench.base import BenchOptions, ScenarioResult, Table
+from calctl.runners.bench.gates import MIN_SAMPLES
 from calctl.runners.bench.plot import plot_timeline
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, drive_engine_request
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import ResetScope
@@ -107,6 +117,7 @@ class _Phase:
     note: str = ""
     reload: dict[str, Any] | None = None  # the supervisor's answer, for the lifecycle phases
     faults_fired: int = 0  # faults the mock injected during the phase
+    b_device_s: list[float] = field(default_factory=list)  # B's jobs: end - submit on the device's clock
     scope_from_jobs: str = ""  # a scope text with {jobs}: filled with A's device jobs of the phase
 
 
@@ -237,6 +248,12 @@ class _Run:
             f"{e.state}" + (f" ({e.detail})" if e.detail else "") for e in self.sup.history[h0:] if e.alias == self.b
         ]
         ph.a_jobs = self.a_jobs_since(since)
+        until = time.monotonic_ns()
+        ph.b_device_s = [
+            (e.end_ns - e.submit_ns) / 1e9
+            for e in self.rt.trace(since_ns=since)
+            if e.model == self.b and e.submit_ns <= until and e.end_ns is not None and e.start_ns is not None
+        ]
         ph.faults_fired = len(self.rt.injected_faults()) - faults0
         if ph.scope_from_jobs:
             ph.scope = ph.scope_from_jobs.format(jobs=ph.a_jobs)
@@ -436,6 +453,10 @@ class _Run:
         b_base = self.b_in(base)
         base_p99 = percentiles([r.record.e2e for r in b_base if r.record.ok and r.record.e2e is not None]).p99
         gate_s = base_p99 * (1 + LATENCY_GATE) if base_p99 is not None else None
+        need = MIN_SAMPLES["p99"]
+        base_dev = percentiles(base.b_device_s)
+        dev_gate_s = base_dev.p99 * (1 + LATENCY_GATE) if base_dev.p99 is not None else None
+        undecided: dict[str, list[str]] = {REQUEST: [], RUNTIME: [], LIFECYCLE: []}
         rows = []
         docs = []
         impacted_by_cls: dict[str, list[str]] = {REQUEST: [], RUNTIME: [], LIFECYCLE: []}
@@ -450,24 +471,42 @@ class _Run:
                 reasons.append(f"{len(b_bad)} B request(s) failed or refused ({_fmt_counts(classes)})")
             if ph.b_events:  # any lifecycle event of B is B leaving Ready (and coming back)
                 reasons.append(f"B lifecycle: {' -> '.join(e.split(' (')[0] for e in ph.b_events)}")
-            lat = [r.record.e2e for r in b_ok if r.record.e2e is not None]
-            # With tens of samples a phase's P99 is its slowest request, so one host hiccup would decide
-            # the grade. B counts as latency-impacted only when the bootstrap CI of its P99 lies above
-            # the gate: a systematic degradation, not one outlier (evidence, not a single draw).
-            p99_ci = bootstrap(lat, lambda x: float(np.percentile(x, 99)), seed=7) if len(lat) >= 2 else None
-            if (
-                ph.name != "baseline"
-                and gate_s is not None
-                and p99 is not None
-                and base_p99 is not None
-                and p99_ci is not None
-                and p99_ci.ci_low is not None
-                and p99_ci.ci_low > gate_s
-            ):
-                reasons.append(
-                    f"B P99 E2E {p99 * 1e3:.0f} ms (95 % CI low {p99_ci.ci_low * 1e3:.0f} ms) > gate "
-                    f"{gate_s * 1e3:.0f} ms (baseline {base_p99 * 1e3:.0f} ms + 25 %)"
-                )
+            # B's latency on the device's clock, by the decision rule: enough jobs in the baseline and the
+            # phase for a P99, and its CI on one side of the gate. The host's E2E is reported, never judged.
+            dev = percentiles(ph.b_device_s)
+            latency: dict[str, Any] = {
+                "clock": "device",
+                "b_jobs": len(ph.b_device_s),
+                "baseline_jobs": len(base.b_device_s),
+                "p99_s": dev.p99,
+                "gate_s": dev_gate_s,
+                "min_samples": need,
+                "passed": None,
+                "why": "",
+            }
+            if ph.name != "baseline":
+                if dev_gate_s is None or min(len(ph.b_device_s), len(base.b_device_s)) < need:
+                    latency["why"] = (
+                        f"not judged: a P99 needs >= {need} B jobs in the baseline and the phase, "
+                        f"had {len(base.b_device_s)} and {len(ph.b_device_s)}"
+                    )
+                else:
+                    d = decide(
+                        bootstrap(ph.b_device_s, lambda x: float(np.percentile(x, 99)), seed=7),
+                        dev_gate_s,
+                        above=False,
+                        min_samples=need,
+                        what="B P99 device job latency (s)",
+                        fmt=".4f",
+                    )
+                    latency["passed"], latency["why"] = d.passed, d.why
+                    if d.passed is False:
+                        reasons.append(
+                            f"B P99 job latency on the device {(dev.p99 or 0) * 1e3:.1f} ms > gate {dev_gate_s * 1e3:.1f} ms "
+                            f"(baseline {(base_dev.p99 or 0) * 1e3:.1f} ms + 25 %): {d.why}"
+                        )
+                if latency["passed"] is None and not reasons:
+                    undecided[ph.cls].append(f"{ph.name} ({latency['why']})")
             impacted = bool(reasons) and ph.name != "baseline"
             if impacted:
                 impacted_by_cls[ph.cls].append(ph.name)
@@ -509,6 +548,9 @@ class _Run:
                     "b_succeeded": len(b_ok),
                     "b_outcomes": _counts(r.record.outcome.value for r in b),
                     "b_p99_e2e_s": p99,
+                    "b_p99_e2e_note": "host clock (what B's clients waited, host overhead included): reported, "
+                    "never judged",
+                    "b_latency": latency,
                     "b_lifecycle": ph.b_events,
                     "b_impacted": impacted,
                     "b_impact": reasons if impacted else [],
@@ -536,8 +578,19 @@ class _Run:
         else:
             grade = "F2"
             why = "no fault or lifecycle action on A impacted B (chip-scoped recovery, B untouched)"
+        # Could an undecided phase still lower the grade? Then the grade is not decided (the decision rule).
+        could_lower = undecided[REQUEST] if grade != "F0" else []
+        if grade == "F2":
+            could_lower = could_lower + undecided[RUNTIME] + undecided[LIFECYCLE]
+        verdict_grade = grade
+        if could_lower:
+            verdict_grade = "NOT JUDGED"
+            why = (
+                f"{grade} at best: B's device latency not judged in {'; '.join(could_lower)}; "
+                "a longer phase or a less loaded host would decide it"
+            )
         notes = [
-            f"grade {grade}: {why}",
+            f"grade {verdict_grade}: {why}",
             "MOCK RESULT: faults injected on the simulated board; this grades the tool and "
             "the engine's isolation logic, not a Calculet board's fault domains (docs/runtime.md §5)",
             "not exercised: KV corruption (silent on the device; only golden checks see it)",
@@ -568,12 +621,14 @@ class _Run:
             tuple(rows),
         )
         body = {
-            "grade": grade,
+            "grade": verdict_grade,
             "grade_reason": why,
             "a": self.a,
             "b": self.b,
             "phases": docs,
             "b_baseline_p99_e2e_s": base_p99,
+            "b_baseline_p99_device_s": base_dev.p99,
+            "b_device_latency_gate_s": dev_gate_s,
             "b_latency_gate_s": gate_s,
             "device_options": device.describe(),
             "rules": {
@@ -584,8 +639,8 @@ class _Run:
         }
         return ScenarioResult(
             "fault-isolation",
-            grade,
-            1 if grade == "F0" else 0,
+            verdict_grade,
+            1 if verdict_grade == "F0" else 0,
             (),
             (table,),
             body,

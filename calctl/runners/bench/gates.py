@@ -5,11 +5,17 @@ gate                       rule                                                 
 =========================  ==================================================  ===========
 per_chip_trace_overlap     both chips computing >= 25 % of the joint window     "per-chip trace 显示 A/B compute 区间真实重叠"
 overlap_ratio              bootstrap CI lies above 0                            "置信区间不跨 0"
-throughput_efficiency      >= 0.80 (steady state)                               "稳态 >= 0.80"
+throughput_efficiency      bootstrap CI lies above 0.80 (steady state)          "稳态 >= 0.80"
 p99_ttft_degradation[X]    P99 TTFT of X joint <= 1.25 x isolated               "退化不超过 25%"
 p99_tpot_degradation[X]    P99 TPOT of X joint <= 1.25 x isolated               "退化不超过 25%"
 b_success_rate             B's success rate in the joint phase >= 99.9 %        "A 满载时 B 成功率 >= 99.9%"
 =========================  ==================================================  ===========
+
+Every gate with an interval follows the one decision rule
+(:func:`calctl.checks.stats.decide`): PASS when its confidence interval lies
+on the passing side of the limit, FAIL when it lies on the other side, NOT
+JUDGED while it straddles the limit (the note gives the interval, the sample
+count and what would decide it).
 
 A gate that cannot be judged is ``passed=None``, verdict **NOT JUDGED**, with
 the reason: never a made-up pass or fail. That includes a percentile read from
@@ -40,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from calctl.checks.stats import decide
 from calctl.runners.bench.metrics import Comparison, ModelStats, degradation, saturated
 from calctl.runners.overlap import TRACE_OVERLAP_GATE
 
@@ -144,13 +151,16 @@ def concurrency_gates(cmp: Comparison, trace: TraceEvidence | None = None) -> li
         gates.append(Gate("throughput_efficiency", f">= {EFFICIENCY_GATE:.2f}", None, None, "no steady-state window"))
     else:
         ci = f" [95 % CI {_fmt(e.ci_low)}, {_fmt(e.ci_high)}]" if e.ci_low is not None else " (no CI)"
+        d = decide(e, EFFICIENCY_GATE, above=True, what="throughput_efficiency")
         gates.append(
             Gate(
                 "throughput_efficiency",
-                f">= {EFFICIENCY_GATE:.2f}",
+                f"CI above {EFFICIENCY_GATE:.2f}",
                 e.mean,
-                e.mean >= EFFICIENCY_GATE,
+                d.passed,
                 f"joint tokens/s over the sum of isolated tokens/s = {e.mean:.3f}{ci}",
+                samples=e.n,
+                note="" if d.passed is not None else f"{d.why}: a longer --duration gives more windows",
             )
         )
     if o.ci_low is None:
@@ -164,14 +174,21 @@ def concurrency_gates(cmp: Comparison, trace: TraceEvidence | None = None) -> li
             )
         )
     else:
+        d = decide(o, 0.0, above=True, strict=True, what="overlap_ratio")
         gates.append(
             Gate(
                 "overlap_ratio",
                 "CI above 0",
                 o.mean,
-                o.ci_low > 0,
+                d.passed,
                 f"overlap_ratio {_fmt(o.mean)} [95 % CI {_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
-                + ("" if o.ci_low > 0 else ": the joint run was not faster than running A and B one after the other"),
+                + (
+                    ": the joint run was not faster than running A and B one after the other"
+                    if d.passed is False
+                    else ""
+                ),
+                samples=o.n,
+                note="" if d.passed is not None else f"{d.why}: a longer --duration gives more windows",
             )
         )
     return gates

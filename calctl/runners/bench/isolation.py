@@ -10,7 +10,12 @@ in-process on ``options.device`` (the mock by default, or ``--device calrt``):
    then each alias's golden prompt is served through the engine alone, one
    after the other, and must give the golden tokens exactly;
 2. **concurrent run** (Phase 2 step 3): ``options.requests`` requests (default
-   1,000) submitted at once, interleaved across A0 and A1 in a seeded order,
+   1,000), interleaved across A0 and A1 in a seeded order and paced as a
+   closed loop: at most :func:`in_flight` requests per alias at a time (its
+   compiled batch, twice over), the next one sent as one ends, each with its
+   deadline (``--request-timeout``, at least 60 s) counted from its admission,
+   so that every request completes on a slow host and at a real board's step
+   times (tens of ms). Requests still in flight overlap on both chips;
    each with its own prompt (seeded, unique, 1–48 tokens) and output length
    (1–24 tokens, greedy, EOS ignored); a seeded share is cancelled, at
    different times: before the first token, after k tokens (mid-decode), or by
@@ -40,6 +45,14 @@ For an output that differs, the other requests' verified outputs are searched
 for the one it equals (a token stream delivered to the wrong request or chip:
 the crosstalk source); if none matches, the device computed tokens no
 reference produced (KV or logits corrupted on that chip).
+
+G2 judges isolation, not patience: crosstalk is a wrong token, a job on the
+wrong chip, KV or generation contamination, read from outputs, records and the
+trace. A request that still times out is a **load outcome**: counted
+(``requests.timed_out``) and reported with the host's load, never an
+offender; its partial output is still checked token for token. When timeouts
+leave fewer verified requests than were asked for, the verdict is **NOT
+JUDGED** (exit 0) saying so, never GO on fewer requests.
 
 Verdict **GO** when every check passed, **NO-GO** (exit 1) otherwise, naming
 the first failing requests (request id, alias, chip, check, expected vs got)
@@ -81,11 +94,12 @@ from calctl.model import decoder
 from calctl.package import npy
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
+from calctl.records import dumps_line
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.plot import _device_label, _pyplot, _save
-from calctl.runners.context import DeviceSpec, trace_slices
-from calctl.runners.trace import busy_overlap, write_chrome_trace
+from calctl.runners.device import DeviceSpec
+from calctl.runners.trace import busy_overlap, trace_slices, write_chrome_trace
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TokenTap, drive_engine_request
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.serving.config import default_scheduler_config
@@ -296,6 +310,15 @@ class Planned:
         )
 
 
+#: Requests in flight per alias: its compiled decode batch times this (closed loop, 001 §13.1 still concurrent).
+IN_FLIGHT_PER_LANE = 2
+
+
+def in_flight(side: Side) -> int:
+    """How many requests the closed loop keeps in flight on ``side`` (at least 4)."""
+    return max(4, IN_FLIGHT_PER_LANE * side.max_batch)
+
+
 def plan_workload(n: int, replica: Replica, *, vocab: int, context: int, seed: int) -> list[Planned]:
     """``n`` requests, half per alias, in a seeded interleaved order; unique prompts; seeded cancellations."""
     rng = np.random.default_rng(seed)
@@ -343,6 +366,7 @@ class Judged:
     passed: list[str] = field(default_factory=list)
     source: str | None = None
     expected_prefix: list[int] | None = None
+    load_outcome: str | None = None  # a timeout: the load's outcome, not an isolation failure
 
     @property
     def outcome(self) -> str:
@@ -380,6 +404,7 @@ class Judged:
             "crosstalk_source": self.source,
             "checks": {**{c: True for c in self.passed}, **{c: False for c, _ in self.failures}},
             "failures": [{"check": c, "detail": d} for c, d in self.failures],
+            "load_outcome": self.load_outcome,
             "ttft_s": None if rec is None or rec.ttft is None else round(rec.ttft, 6),
             "e2e_s": None if rec is None or rec.e2e is None else round(rec.e2e, 6),
         }
@@ -389,13 +414,18 @@ def judge_request(j: Judged, ref: Reference, record: dict[str, Any] | None) -> N
     """Every per-request check of one request (the end-of-run checks are separate)."""
     p, res = j.planned, j.result
     outcome = res.record.outcome if res is not None else None
-    served = outcome in (RequestOutcome.OK, RequestOutcome.CANCELLED)
-    j.check(
-        "served",
-        served,
-        f"ended {outcome.value if outcome else 'never'}"
-        + (f": {res.record.error}" if res is not None and res.record.error else ""),
-    )
+    if outcome is RequestOutcome.TIMEOUT:
+        # A load outcome (the host or the device was too slow for the deadline), not crosstalk: counted in
+        # requests.timed_out, never an offender. Its partial output is still checked below.
+        j.load_outcome = f"timed out: {res.record.error}" if res is not None else "timed out"
+    else:
+        served = outcome in (RequestOutcome.OK, RequestOutcome.CANCELLED)
+        j.check(
+            "served",
+            served,
+            f"ended {outcome.value if outcome else 'never'}"
+            + (f": {res.record.error}" if res is not None and res.record.error else ""),
+        )
     j.verdict = ref.judge(p.prompt, j.tokens)
     v = j.verdict
     mismatch = (
@@ -427,6 +457,8 @@ def judge_request(j: Judged, ref: Reference, record: dict[str, Any] | None) -> N
     )
     if res is None or res.synchronous_rejection:
         return
+    if record is None and res.record.status not in (None, 200) and not j.tokens:
+        return  # refused at admission (e.g. the alias recovering from a fault): never ran, the engine keeps no record
     if record is None:
         j.check("request_record", False, "the engine wrote no request record for it")
         return
@@ -437,7 +469,8 @@ def judge_request(j: Judged, ref: Reference, record: dict[str, Any] | None) -> N
         problems.append(f"chips {record.get('chips')}")
     if record.get("model_generation") not in j.generations:
         problems.append(f"model_generation {record.get('model_generation')}")
-    if record.get("output_tokens") != len(j.tokens):
+    if record.get("output_tokens") != len(j.tokens) and outcome is not RequestOutcome.TIMEOUT:
+        # (a timed-out stream: the engine may have produced tokens after the client stopped reading)
         problems.append(f"output_tokens {record.get('output_tokens')} but {len(j.tokens)} delivered")
     j.check(
         "request_record",
@@ -639,6 +672,7 @@ class _Run:
         self.recoveries: list[dict[str, Any]] = []
         self.faults_fired: list[dict[str, Any]] | None = None  # None: not a mock, nothing injected by calctl
         self.wall_s = 0.0
+        self.in_flight: dict[str, int] = {}
         self.seconds: dict[str, float] = {}  # where the run's time went: load, serial golden, serve, judge
         self.start_error: str | None = None
         self.drained = True
@@ -734,18 +768,28 @@ class _Run:
             self.seconds["serial_golden"] = time.monotonic() - t_golden
             self.before = {s.alias: _side_state(sup, s.alias) for s in self.replica.sides}
             self.mem_before = _memory(rt)
+            self.in_flight = {s.alias: in_flight(s) for s in self.replica.sides}
             self.log(
-                f"  {len(work)} requests at once over {', '.join(s.alias for s in self.replica.sides)}, "
-                f"{sum(1 for p in work if p.cancel)} of them cancelled on a cue"
+                f"  {len(work)} requests over {', '.join(s.alias for s in self.replica.sides)} in a closed loop "
+                f"({', '.join(f'{a}: {n} in flight' for a, n in self.in_flight.items())}; deadline {timeout:g} s "
+                f"from admission), {sum(1 for p in work if p.cancel)} of them cancelled on a cue"
             )
 
             async def everything() -> list[EngineResult]:
-                return await asyncio.gather(
-                    *(drive_engine_request(submit, p.request(), p.plan(), timeout_s=timeout) for p in work)
-                )
+                slots = {a: asyncio.Semaphore(n) for a, n in self.in_flight.items()}
+
+                async def one(p: Planned) -> EngineResult:
+                    async with slots[p.side.alias]:
+                        return await drive_engine_request(
+                            submit, p.request(), p.plan(), timeout_s=timeout, from_admission=True
+                        )
+
+                return await asyncio.gather(*(one(p) for p in work))
 
             t0 = time.monotonic()
-            results = loop.submit(everything()).result(timeout * 2 + 30)
+            # closed loop: each slot serves its share one request after another, each within its own deadline
+            per_slot = max(1, -(-len(work) // max(1, sum(self.in_flight.values()))))
+            results = loop.submit(everything()).result((timeout + 10) * per_slot + 30)
             self.wall_s = time.monotonic() - t0
             self.seconds["serve"] = self.wall_s
         self.drained = self._wait_idle(sup)
@@ -810,9 +854,12 @@ class _Run:
         self._trace_checks(t)
         self._kv_checks(t)
         go = t.clean and self.start_error is None
-        verdict = "GO" if go else "NO-GO"
         checks = t.documents()
         requests = self._requests_document(work)
+        # The decision rule: GO only on the requests asked for, all verified; timeouts (a load outcome) that
+        # leave fewer is NOT JUDGED, never GO and never an offender.
+        undecided = go and requests["timed_out"] > 0
+        verdict = "NOT JUDGED" if undecided else "GO" if go else "NO-GO"
         self._write_requests()
         trace_doc = self._trace_document()
         plot = self.opts.out_dir / "bench.png"
@@ -861,7 +908,11 @@ class _Run:
                 "output_tokens": list(OUTPUT_TOKENS),
                 "cancel_share": CANCEL_SHARE,
                 "timer_cancel_within_s": TIMER_CANCEL_S,
-                "submission": "all at once, interleaved across the aliases in a seeded order",
+                "submission": "closed loop, interleaved across the aliases in a seeded order: at most "
+                + ", ".join(f"{a}: {n}" for a, n in self.in_flight.items())
+                + " in flight, each request's deadline counted from its admission",
+                "in_flight": dict(self.in_flight),
+                "deadline_s": max(60.0, self.opts.request_timeout_s),
                 "alias_switches": sum(1 for a, b in itertools.pairwise(work) if a.side is not b.side),
                 "temperature": 0.0,
                 "ignore_eos": True,
@@ -975,7 +1026,10 @@ class _Run:
             "sent": sent,
             "completed": count(lambda j: j.outcome == ok),
             "cancelled": count(lambda j: j.outcome == cancelled),
-            "failed": count(lambda j: j.result is not None and j.result.record.outcome.is_error),
+            "timed_out": count(lambda j: j.load_outcome is not None),
+            "failed": count(
+                lambda j: j.result is not None and j.result.record.outcome.is_error and j.load_outcome is None
+            ),
             "planned": len(work),
             "not_sent": len(work) - sent,
             "by_alias": {
@@ -1001,6 +1055,13 @@ class _Run:
 
     def _notes(self, go: bool, offenders: list[dict[str, Any]], requests: dict[str, Any]) -> list[str]:
         notes = []
+        if requests["timed_out"]:
+            notes.append(
+                f"{'NOT JUDGED: ' if go else ''}{requests['timed_out']} request(s) timed out (a load outcome: the "
+                "host or the device was too slow for the deadline, never counted as crosstalk); "
+                f"{requests['sent'] - requests['timed_out']} were verified. Rerun on a less loaded host or with a "
+                "longer --request-timeout to judge all of them"
+            )
         if not go:
             notes.append(f"NO-GO: {NO_GO_ACTION}")
             for o in offenders[:10]:
@@ -1127,7 +1188,7 @@ class _Run:
         path = self.opts.out_dir / "isolation-requests.ndjson"
         with path.open("w", encoding="utf-8") as f:
             for j in self.judged:
-                f.write(json.dumps(j.document(), separators=(",", ":")) + "\n")
+                f.write(dumps_line(j.document()))
         self.files["requests_ndjson"] = str(path)
 
     def _trace_document(self) -> dict[str, Any]:

@@ -12,10 +12,9 @@ from calctl.runners.soak.run import (
     Injection,
     SoakConfig,
     SoakProgress,
-    SoakReport,
     Traffic,
     default_report_dir,
     run_soak,
 )
 
-__all__ = ["Injection", "SoakConfig", "SoakProgress", "SoakReport", "Traffic", "default_report_dir", "run_soak"]
+__all__ = ["Injection", "SoakConfig", "SoakProgress", "Traffic", "default_report_dir", "run_soak"]

@@ -57,12 +57,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl import __version__, records
+from calctl import records
 from calctl.checks.stats import percentiles
 from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted, UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.runners.context import MOCK_LABEL, DeviceSpec
+from calctl.report import Report, build_header, verdict_of_exit_code
+from calctl.runners.device import DeviceSpec
 from calctl.runners.soak import checks, evidence
 from calctl.runners.soak.mix import MixedTraffic, ModelLimits
 from calctl.runners.traffic import EngineLoop, EngineResult, RequestOutcome, drive_engine_request, error_reason
@@ -146,19 +147,6 @@ class SoakProgress:
     generation: int | None
     max_drift_mib: dict[int, float | None]
     by_outcome: dict[str, int] = field(default_factory=dict)  # the same counts the summary shows
-
-
-@dataclass(frozen=True)
-class SoakReport:
-    ok: bool
-    status: str  # finished | aborted | interrupted
-    exit_code: int
-    document: dict[str, Any] = field(repr=False)
-    out_dir: Path = Path(".")
-
-    @property
-    def violations(self) -> list[dict[str, Any]]:
-        return list(self.document.get("violations", []))
 
 
 def default_report_dir(now: datetime | None = None) -> Path:
@@ -350,6 +338,7 @@ class _Soak:
         self.baseline: list[ChipMemory] = []
         self.max_drift: dict[int, int | None] = {}
         self.header: dict[str, Any] = {}
+        self.error_verdict = "ERROR"
         self.phase = "starting"
         self.status = "running"
         self.rt: SubmitCounter | None = None
@@ -450,7 +439,7 @@ class _Soak:
 
     # -- the run -----------------------------------------------------------------------------------
 
-    def run(self) -> SoakReport:
+    def run(self) -> Report:
         c = self.config
         self.events.write(
             "soak_start",
@@ -464,7 +453,6 @@ class _Soak:
             seed=c.seed,
         )
         sampler = threading.Thread(target=self._sampler, name="soak-sampler", daemon=True)
-        exit_code = int(ExitCode.OK)
         try:
             try:
                 self._validate()
@@ -477,13 +465,16 @@ class _Soak:
         except KeyboardInterrupt as exc:
             self._note_interrupt(exc)
             self.status = "interrupted"
-            exit_code = int(ExitCode.INTERRUPTED)
         except CalctlError as exc:
             if exc.exit_code == ExitCode.USAGE:
+                # A missing package (exit 2): the soak did not run, and its report must not read PASS.
+                self.status = "error"
+                self.error_verdict = "ERROR"
+                self.header["error"] = f"{type(exc).__name__}: {exc}"
                 raise
             # The device could not be opened, or failed outside a cycle (exit 3): the report says how far it got.
             self.status = "error"
-            exit_code = int(exc.exit_code)
+            self.error_verdict = verdict_of_exit_code(exc.exit_code)
             self.header["error"] = f"{type(exc).__name__}: {exc}"
             self.events.write("error", error=self.header["error"])
         finally:
@@ -496,9 +487,8 @@ class _Soak:
             if self.status == "running":
                 self.status = "finished"
             ok = self.status == "finished" and len(self.violations) == 0
-            if exit_code == ExitCode.OK and not ok:
-                exit_code = int(ExitCode.FAILED)
-            self.header["files"] = self._plot()
+            # A run that never reached the device draws no (empty) picture.
+            self.header["files"] = self._plot() if self.rt is not None else self._files()
             self.events.write(
                 "soak_end",
                 status=self.status,
@@ -508,12 +498,12 @@ class _Soak:
                 violations=len(self.violations),
             )
             with self._lock:
-                doc = self.document()
-                evidence.write_json_atomic(c.out_dir / evidence.REPORT_FILE, doc)
+                report = self.report()
+                evidence.write_json_atomic(c.out_dir / evidence.REPORT_FILE, report.document())
             self.events.close()
             if self.on_progress is not None:
                 self.on_progress(self.progress())
-        return SoakReport(ok, self.status, exit_code, doc, c.out_dir)
+        return report
 
     def _note_interrupt(self, exc: BaseException) -> None:
         """Remember where SIGINT/SIGTERM arrived (the first time): the phase and the cycle it cut short."""
@@ -541,7 +531,7 @@ class _Soak:
         if self.status == "interrupted":
             return "INTERRUPTED"
         if self.status == "error":
-            return "ERROR"
+            return self.error_verdict  # the word of what ended it: ERROR (device), FAIL (refused), TIMEOUT
         if self.phase != "done":
             return "RUNNING"
         return "PASS" if self.status == "finished" and not len(self.violations) else "FAIL"
@@ -855,7 +845,14 @@ class _Soak:
                 )
             )
         for alias, w in sup.workers.items():
-            if w.live_requests():
+            if w.live_requests() and self.interrupted is not None:
+                # A signal cut the soak short: its clients were cancelled, not drained, so requests the engine
+                # still holds (waiting for a load the signal stopped) are what the interrupt left, failed at
+                # shutdown, not a finding of a final drain that never ran (requests.open counts the clients').
+                left = self.interrupted.setdefault("engine_requests_left", {})
+                left[alias] = w.live_requests()
+                self.events.write("requests_cut_short", alias=alias, engine_requests=w.live_requests())
+            elif w.live_requests():
                 self.violate(
                     checks.Violation(
                         "requests_open",
@@ -910,6 +907,14 @@ class _Soak:
 
     # -- report ------------------------------------------------------------------------------------
 
+    def _files(self) -> dict[str, str | None]:
+        c = self.config
+        return {
+            "report": str(c.out_dir / evidence.REPORT_FILE),
+            "events": str(c.out_dir / evidence.EVENTS_FILE),
+            "plot": None,
+        }
+
     def _plot(self) -> dict[str, str | None]:
         c = self.config
         files: dict[str, str | None] = {
@@ -958,8 +963,11 @@ class _Soak:
         return title
 
     def document(self) -> dict[str, Any]:
+        """``soak-report.json``: the report's JSON form (a checkpoint while it runs, verdict RUNNING)."""
+        return self.report().document()
+
+    def report(self) -> Report:
         c = self.config
-        mock = c.device.is_mock
         sup = self.sup
         with self.requests.lock:
             req: dict[str, Any] = {
@@ -976,21 +984,26 @@ class _Soak:
         )
         delivered = sum(v["occurrences"] for v in violations if v["kind"] == "stale_generation")
         limits = {m.chip: checks.drift_limit_bytes(m.total_bytes) if m.total_bytes else None for m in self.baseline}
-        return {
-            "command": "soak",
-            "calctl_version": __version__,
-            "started_at": self.started_at.isoformat(timespec="seconds"),
+        files = self.header.get("files") or {
+            "report": str(c.out_dir / evidence.REPORT_FILE),
+            "events": str(c.out_dir / evidence.EVENTS_FILE),
+            "plot": None,
+        }
+        header = build_header(
+            "soak",
+            started_at=self.started_at,
+            device=c.device.kind.value,
+            device_options=c.device.describe(),
+            versions=self.header.get("runtime"),
+            package=self.header.get("package"),
+            validation=self.header.get("validation"),
+        )
+        header.setdefault("package", None)
+        header.setdefault("validation", None)
+        body: dict[str, Any] = {
             "status": self.status,
-            "verdict": self.verdict(),
             "ok": self.status == "finished" and not violations if self.phase == "done" else None,
             "interrupted": self.interrupted,
-            "device": c.device.kind.value,
-            "mock_result": mock,
-            "note": MOCK_LABEL if mock else None,
-            "device_options": c.device.describe(),
-            "runtime": self.header.get("runtime"),
-            "package": self.header.get("package"),
-            "validation": self.header.get("validation"),
             "cycles": self.cycles_done,
             "cycles_planned": c.cycles,
             "hours_planned": c.hours,
@@ -1031,13 +1044,19 @@ class _Soak:
                 dict(cycle=cy.index, started_s=round(cy.started_s, 3), **cy.doc) for cy in self.cycles[-2000:]
             ],
             "cycle_records_truncated": len(self.cycles) > 2000,
-            "files": self.header.get("files")
-            or {
-                "report": str(c.out_dir / evidence.REPORT_FILE),
-                "events": str(c.out_dir / evidence.EVENTS_FILE),
-                "plot": None,
-            },
+            "files": files,
         }
+        return Report(
+            "soak",
+            self.verdict(),
+            header,
+            body,
+            reasons=tuple(f"{v['kind']}: {v['message']}" for v in violations[:10]),
+            error=self.header.get("error"),
+            seconds=body.pop("seconds"),
+            evidence={k: v for k, v in files.items() if k != "plot" and v},
+            pictures={"plot": files["plot"]} if files.get("plot") else {},
+        )
 
 
 def _golden_warmup_seconds(events: list[Any]) -> dict[str, float | None]:
@@ -1088,7 +1107,7 @@ def _samples(sup: DeviceSupervisor | None, family: str) -> list[tuple[dict[str, 
     return out
 
 
-def run_soak(config: SoakConfig, *, on_progress: Callable[[SoakProgress], None] | None = None) -> SoakReport:
+def run_soak(config: SoakConfig, *, on_progress: Callable[[SoakProgress], None] | None = None) -> Report:
     """Run the soak of ``config``; always returns a report (and leaves it on disk) unless the package is refused
     up front (CheckFailed, exit 1) or the options are wrong (UsageError, exit 2)."""
     return _Soak(config, on_progress).run()
@@ -1098,7 +1117,6 @@ __all__ = [
     "Injection",
     "SoakConfig",
     "SoakProgress",
-    "SoakReport",
     "SubmitCounter",
     "Traffic",
     "default_report_dir",

@@ -79,6 +79,18 @@ def _close_device(fn: ctypes.CDLL, dev: c_void_p) -> None:
     fn.calrt_device_close(dev)
 
 
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """What the shim says the open device is (calrt_ext.h): a board id (PCI address, serial) and a kind."""
+
+    board: str | None
+    kind: int  # L.EXT_DEVICE_UNKNOWN / _HARDWARE / _SOFTWARE_MODEL
+
+    @property
+    def software_model(self) -> bool:
+        return self.kind == L.EXT_DEVICE_SOFTWARE_MODEL
+
+
 @dataclass
 class _NativeJob:
     job: Job
@@ -95,10 +107,12 @@ class CalrtRuntime(JobBuffersMixin):
     def __init__(self, library: L.CalrtLibrary) -> None:
         self.library = library
         self._fn = library.fn
-        self._board_lock: board_lock.BoardLock | None = None  # set by open_calrt (one process per board)
+        self._board_locks: list[board_lock.BoardLock] = []  # set by open_calrt (one process per board)
         self._lock = threading.RLock()  # Python-side bookkeeping; never held while blocked in a wait
-        self._waiters = threading.Condition()  # counts threads blocked inside calrt_job_wait[_any]
-        self._blocked = 0
+        self._waiters = threading.Condition()  # counts threads inside calls made without _lock
+        self._blocked = 0  # ... blocked inside calrt_job_wait[_any]
+        self._inside = 0  # ... inside any call made without _lock (job, KV and per-chip query calls)
+        self._identity: DeviceIdentity | None = None
         dev = c_void_p()
         self._check(self._fn.calrt_device_open(byref(dev)), "open the device")
         self._dev = dev
@@ -157,8 +171,8 @@ class CalrtRuntime(JobBuffersMixin):
                 # Threads are inside calrt_job_wait: abort their jobs so they return, then let them leave
                 # before the device is freed under them (C ABI §8).
                 self._fn.calrt_reset(self._dev, ResetScope.BOARD.code, 0)
-                with self._waiters:
-                    self._waiters.wait_for(lambda: self._blocked == 0)
+            with self._waiters:  # every call made without _lock has left the library
+                self._waiters.wait_for(lambda: self._inside == 0)
             # calrt_device_close aborts what is in flight and frees every handle of the device (C ABI §5).
             for buf in self._buffers.values():
                 buf.mark_released()
@@ -166,8 +180,8 @@ class CalrtRuntime(JobBuffersMixin):
             self._calbins.clear()
             self._current = None
             self._finalizer()
-            if self._board_lock is not None:
-                self._board_lock.release()
+            for lock in self._board_locks:
+                lock.release()
 
     def topology(self) -> Topology:
         return self._topology
@@ -178,9 +192,33 @@ class CalrtRuntime(JobBuffersMixin):
             self._check_open()
             self._check(self._fn.calrt_versions_get(self._dev, byref(v)), "query versions")
         major, minor = self.library.abi
+        firmware = _text(v.firmware)
+        identity = self.identity()
+        software = identity.software_model if identity.kind != L.EXT_DEVICE_UNKNOWN else None
+        if software is None:
+            software = "software model" in firmware.lower()
         return Versions(
-            runtime=_text(v.runtime), driver=_text(v.driver), firmware=_text(v.firmware), abi=f"{major}.{minor}"
+            runtime=_text(v.runtime),
+            driver=_text(v.driver),
+            firmware=firmware,
+            abi=f"{major}.{minor}",
+            software_model=software,
         )
+
+    def identity(self) -> DeviceIdentity:
+        """Which board is open, as the shim reports it (``calrt_ext_device_identity``); kind unknown without it."""
+        if self._identity is None:
+            if not self.library.has("calrt_ext_device_identity"):
+                self._identity = DeviceIdentity(None, L.EXT_DEVICE_UNKNOWN)
+            else:
+                out = L.CalrtExtIdentity()
+                with self._lock:
+                    self._check_open()
+                    self._check(self._fn.calrt_ext_device_identity(self._dev, byref(out)), "query the device identity")
+                board = _text(out.id).strip() or None
+                kind = int(out.kind) if int(out.kind) in (L.EXT_DEVICE_HARDWARE, L.EXT_DEVICE_SOFTWARE_MODEL) else 0
+                self._identity = DeviceIdentity(board, kind)
+        return self._identity
 
     # -- calbin / configuration ----------------------------------------------------------
 
@@ -399,9 +437,12 @@ class CalrtRuntime(JobBuffersMixin):
                 kv_arr,
                 int(generation),
             )
-            job_id = c_uint64()
-            submit_ns = time.monotonic_ns()
-            self._check(self._fn.calrt_job_submit(self._dev, byref(desc), byref(job_id)), f"submit {plan.name!r}")
+        job_id = c_uint64()
+        submit_ns = time.monotonic_ns()
+        with self._unlocked_call():  # C ABI §8: submit is thread-safe; calctl does not serialise it
+            rc = self._fn.calrt_job_submit(self._dev, byref(desc), byref(job_id))
+        self._check(rc, f"submit {plan.name!r}")
+        with self._lock:
             job = Job(
                 id=JobId(job_id.value),
                 graph=plan.name,
@@ -427,7 +468,7 @@ class CalrtRuntime(JobBuffersMixin):
         rec = self._record(job)
         if rec.result is None:
             info = L.CalrtJobInfo()
-            with self._blocking_call():
+            with self._unlocked_call(blocking=True):
                 rc = self._fn.calrt_job_wait(self._dev, job.id, _ms(timeout), byref(info))  # GIL released
             if rc == RuntimeStatus.TIMEOUT:
                 raise Timeout(
@@ -447,7 +488,7 @@ class CalrtRuntime(JobBuffersMixin):
         if records and len(pending) == len(records):
             ids = (c_uint64 * len(pending))(*[r.job.id for r in pending])
             index = c_uint32()
-            with self._blocking_call():
+            with self._unlocked_call(blocking=True):
                 rc = self._fn.calrt_job_wait_any(self._dev, ids, len(pending), _ms(timeout), byref(index))
             if rc == RuntimeStatus.TIMEOUT:
                 return []
@@ -464,8 +505,7 @@ class CalrtRuntime(JobBuffersMixin):
 
     def _observe(self, rec: _NativeJob) -> JobResult:
         info = L.CalrtJobInfo()
-        with self._lock:
-            self._check_open()
+        with self._unlocked_call():
             rc = self._fn.calrt_job_query(self._dev, rec.job.id, byref(info))
         if rec.result is not None:  # another thread retired it meanwhile
             return rec.result
@@ -518,11 +558,20 @@ class CalrtRuntime(JobBuffersMixin):
                         status=status,
                     )
                 )
-            if not self._closed:
-                self._check(
-                    self._fn.calrt_job_release(self._dev, rec.job.id), f"release job {rec.job.id}", job=rec.job.id
-                )
-            return result
+        # The C record goes as soon as the terminal state is seen (C ABI §5); the call is not serialised.
+        with self._waiters:
+            release = not self._closed
+            if release:
+                self._inside += 1
+        if release:
+            try:
+                rc = self._fn.calrt_job_release(self._dev, rec.job.id)
+            finally:
+                with self._waiters:
+                    self._inside -= 1
+                    self._waiters.notify_all()
+            self._check(rc, f"release job {rec.job.id}", job=rec.job.id)
+        return result
 
     def _record(self, job: Job) -> _NativeJob:
         with self._lock:
@@ -542,48 +591,44 @@ class CalrtRuntime(JobBuffersMixin):
 
     def memory_usage(self) -> tuple[ChipMemory, ...]:
         out = []
-        with self._lock:
-            self._check_open()
-            for c in range(self._topology.chips):
-                mem = L.CalrtMemory()
+        # per-chip queries are thread-safe (C ABI §8): not serialised
+        for c in range(self._topology.chips):
+            mem = L.CalrtMemory()
+            with self._unlocked_call():
                 rc = self._fn.calrt_memory_usage(self._dev, c, byref(mem))
-                if rc == RuntimeStatus.NOT_SUPPORTED:  # vendor gap: per-chip usage unknown -> None, never 0
-                    out.append(ChipMemory(chip=c, used_bytes=None, total_bytes=self._topology.dram_bytes[c]))
-                    continue
-                self._check(rc, f"query chip {c} memory")
-                out.append(ChipMemory(chip=c, used_bytes=_u64(mem.used_bytes), total_bytes=_u64(mem.total_bytes)))
+            if rc == RuntimeStatus.NOT_SUPPORTED:  # vendor gap: per-chip usage unknown -> None, never 0
+                out.append(ChipMemory(chip=c, used_bytes=None, total_bytes=self._topology.dram_bytes[c]))
+                continue
+            self._check(rc, f"query chip {c} memory")
+            out.append(ChipMemory(chip=c, used_bytes=_u64(mem.used_bytes), total_bytes=_u64(mem.total_bytes)))
         return tuple(out)
 
     def counters(self) -> tuple[ChipCounters, ...]:
         out = []
-        with self._lock:
-            self._check_open()
-            for c in range(self._topology.chips):
-                cnt = L.CalrtCounters()
+        for c in range(self._topology.chips):
+            cnt = L.CalrtCounters()
+            with self._unlocked_call():
                 rc = self._fn.calrt_chip_counters(self._dev, c, byref(cnt))
-                if rc == RuntimeStatus.NOT_SUPPORTED:
-                    out.append(ChipCounters(chip=c, pending=None, finished=None, failed=None))
-                    continue
-                self._check(rc, f"query chip {c} counters")
-                out.append(
-                    ChipCounters(
-                        chip=c, pending=_u64(cnt.pending), finished=_u64(cnt.finished), failed=_u64(cnt.failed)
-                    )
-                )
+            if rc == RuntimeStatus.NOT_SUPPORTED:
+                out.append(ChipCounters(chip=c, pending=None, finished=None, failed=None))
+                continue
+            self._check(rc, f"query chip {c} counters")
+            out.append(
+                ChipCounters(chip=c, pending=_u64(cnt.pending), finished=_u64(cnt.finished), failed=_u64(cnt.failed))
+            )
         return tuple(out)
 
     def health(self) -> tuple[ChipHealth, ...]:
         out = []
-        with self._lock:
-            self._check_open()
-            for c in range(self._topology.chips):
-                h = c_uint32()
+        for c in range(self._topology.chips):
+            h = c_uint32()
+            with self._unlocked_call():
                 rc = self._fn.calrt_chip_health(self._dev, c, byref(h))
-                if rc == RuntimeStatus.NOT_SUPPORTED:
-                    out.append(ChipHealth(chip=c, health=Health.UNKNOWN, detail="not reported by the runtime"))
-                    continue
-                self._check(rc, f"query chip {c} health")
-                out.append(ChipHealth(chip=c, health=Health.from_code(int(h.value))))
+            if rc == RuntimeStatus.NOT_SUPPORTED:
+                out.append(ChipHealth(chip=c, health=Health.UNKNOWN, detail="not reported by the runtime"))
+                continue
+            self._check(rc, f"query chip {c} health")
+            out.append(ChipHealth(chip=c, health=Health.from_code(int(h.value))))
         return tuple(out)
 
     def telemetry(self) -> tuple[ChipTelemetry, ...]:
@@ -647,16 +692,19 @@ class CalrtRuntime(JobBuffersMixin):
             raise InvalidArgument("the device is closed")
 
     @contextmanager
-    def _blocking_call(self) -> Iterator[None]:
-        """Bracket a call that blocks without ``_lock``, so ``close`` never frees the device under it."""
+    def _unlocked_call(self, *, blocking: bool = False) -> Iterator[None]:
+        """Bracket a C call made without ``_lock`` (C ABI §8: the shim is thread-safe), so ``close`` never frees
+        the device under it; ``blocking``: a wait, which ``close`` aborts with a board reset first."""
         with self._waiters:
             self._check_open()
-            self._blocked += 1
+            self._inside += 1
+            self._blocked += blocking
         try:
             yield
         finally:
             with self._waiters:
-                self._blocked -= 1
+                self._inside -= 1
+                self._blocked -= blocking
                 self._waiters.notify_all()
 
     def _graph(self, name: str) -> GraphPlan:
@@ -674,9 +722,9 @@ class CalrtKvManager:
 
     def _call(self, what: str, fn_name: str, *args: object) -> None:
         rt = self._rt
-        with rt._lock:
-            rt._check_open()
-            rt._check(getattr(rt._fn, fn_name)(rt._dev, *args), what)
+        with rt._unlocked_call():  # KV calls are thread-safe (C ABI §8): calctl keeps no KV state to guard
+            rc = getattr(rt._fn, fn_name)(rt._dev, *args)
+        rt._check(rc, what)
 
     def can_allocate(self, model: str, n: int = 1) -> bool:
         yes = c_uint32()
@@ -748,12 +796,35 @@ def _u64(value: int) -> int | None:
 
 
 def open_calrt(path: str | Path | None) -> CalrtRuntime:
-    """Lock the board for this process (board_lock), load and check the shim at ``path``, open its device."""
-    lock = board_lock.acquire()
+    """Lock the board for this process (board_lock), load and check the shim at ``path``, open its device.
+
+    ``CALRT_DEVICE`` set: that board is locked before the library is loaded. Then the lock follows the board
+    the shim reports (``calrt_ext_device_identity``): a PCI address or serial for a real board is locked too, so
+    two processes on one board collide whatever spelling they asked for; a software model has no board to
+    share and gets a lock of its own process (the ``CALRT_DEVICE`` lock is let go), so parallel processes never
+    collide. A shim that reports nothing is locked on ``CALRT_DEVICE``, ``default`` when unset
+    (docs/calrt-c-abi.md §10)."""
+    locks: list[board_lock.BoardLock] = []
+    rt: CalrtRuntime | None = None
     try:
+        if board_lock.board_key() != "default":
+            locks.append(board_lock.acquire())
         rt = CalrtRuntime(L.load_library(path))
+        identity = rt.identity()
+        if identity.software_model:
+            for lock in locks:
+                lock.release()
+            locks = [board_lock.process_local()]
+        elif identity.board is not None:
+            if board_lock.canonical_board(identity.board) not in {lock.board for lock in locks}:
+                locks.append(board_lock.acquire(identity.board))
+        elif not locks:
+            locks.append(board_lock.acquire())
     except BaseException:
-        lock.release()
+        if rt is not None:
+            rt.close()
+        for lock in locks:
+            lock.release()
         raise
-    rt._board_lock = lock  # released by close()
+    rt._board_locks = locks  # released by close()
     return rt

@@ -8,6 +8,8 @@ shipped or committed. The library goes to a directory outside the checkout:
 (``$CALCTL_CACHE_DIR``, else ``$XDG_CACHE_HOME/calctl``, else
 ``~/.cache/calctl``), keyed by the sha256 of the sources and the compile
 command, so an edited source is rebuilt and an unchanged one is reused.
+``defines`` adds ``-D`` switches (the test suite builds the reference board's
+``CALRT_MUTANT_*`` broken copies that way; they are part of the digest).
 Concurrent builds race safely: each compiles to its own temporary file and one
 atomic rename wins.
 
@@ -24,6 +26,7 @@ import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,13 +48,13 @@ class BuildResult:
     reused: bool  # True: an identical earlier build was found and kept
 
 
-def source_digest() -> str:
+def source_digest(defines: Sequence[str] = ()) -> str:
     """sha256 over every source file and the compile flags: the key of a build."""
     h = hashlib.sha256()
     for name in SOURCES:
         data = (SOURCE_DIR / name).read_bytes()
         h.update(name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
-    h.update(" ".join(FLAGS).encode())
+    h.update(" ".join((*FLAGS, *defines)).encode())
     return h.hexdigest()
 
 
@@ -76,14 +79,19 @@ def default_out_dir(digest: str) -> Path:
     return cache_dir() / "calrt-reference" / digest[:16]
 
 
-def build_reference(out_dir: Path | None = None, *, force: bool = False) -> BuildResult:
-    """Compile the reference board into ``out_dir`` (default: the cache, keyed by digest); its path."""
+def build_reference(out_dir: Path | None = None, *, force: bool = False, defines: Sequence[str] = ()) -> BuildResult:
+    """Compile the reference board into ``out_dir`` (default: the cache, keyed by digest); its path.
+
+    ``defines``: extra ``-DNAME[=VALUE]`` switches (the ``CALRT_MUTANT_*`` broken copies)."""
+    bad = [d for d in defines if not d.startswith("-D") or len(d) < 3 or any(c.isspace() for c in d)]
+    if bad:
+        raise UsageError(f"reference board define {bad[0]!r}: expected -DNAME or -DNAME=VALUE")
     missing = [n for n in SOURCES if not (SOURCE_DIR / n).is_file()]
     if missing:
         raise UsageError(
             f"reference board source {SOURCE_DIR / missing[0]} is missing: the calctl install is incomplete"
         )
-    digest = source_digest()
+    digest = source_digest(defines)
     target_dir = Path(out_dir) if out_dir is not None else default_out_dir(digest)
     library = target_dir / LIBRARY_NAME
     stamp = target_dir / (LIBRARY_NAME + ".sha256")
@@ -91,6 +99,7 @@ def build_reference(out_dir: Path | None = None, *, force: bool = False) -> Buil
     command = (
         *shlex.split(cc),
         *FLAGS,
+        *defines,
         "-I",
         str(SOURCE_DIR),
         "-o",

@@ -18,6 +18,9 @@ This module declares and loads; it never calls into a device
 from __future__ import annotations
 
 import ctypes
+import os
+import threading
+import time
 from ctypes import POINTER, c_char, c_char_p, c_int32, c_int64, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,6 +207,14 @@ EXT_FAULTS = {
     "reset_fail": 8,
 }
 
+EXT_ID_LEN = 64
+EXT_DEVICE_UNKNOWN, EXT_DEVICE_HARDWARE, EXT_DEVICE_SOFTWARE_MODEL = 0, 1, 2
+
+
+class CalrtExtIdentity(ctypes.Structure):
+    _fields_ = [("id", c_char * EXT_ID_LEN), ("kind", c_uint32)]
+
+
 _P = POINTER
 #: Every function calctl calls: name -> (restype, argtypes). The ABI is exactly this table.
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -243,15 +254,143 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 EXTENSIONS: dict[str, tuple[Any, list[Any]]] = {
     "calrt_ext_model_set": (calrt_status, [calrt_device_p, calrt_calbin_p, _P(CalrtExtModelDesc)]),
     "calrt_ext_fault_set": (calrt_status, [calrt_device_p, c_uint32, c_uint32]),
+    "calrt_ext_device_identity": (calrt_status, [calrt_device_p, _P(CalrtExtIdentity)]),
 }
+
+
+class CallLog:
+    """Every CalRT call made through a library, as it happens: for naming the call a crashed process was in.
+
+    Each call writes one line before it starts (``> name``) and one when it returns (``< name status``), with
+    ``os.write`` on an unbuffered descriptor, so the lines are on disk even if the call kills the process
+    (SIGSEGV, abort). It also counts, per function, the most threads that were inside it at the same time:
+    what shows that calls from several threads really reached the shim at once.
+    ``CALCTL_CALRT_CALL_LOG=PATH`` turns it on for a process (the conformance child does).
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600) if self.path else None
+        self._mu = threading.Lock()
+        self._inside: dict[int, str] = {}  # thread ident -> the call it is in
+        self._now: dict[str, int] = {}
+        self.most: dict[str, int] = {}  # function -> the most threads inside it at once
+        self.most_at_once = 0  # the most threads inside any call at once
+
+    def enter(self, name: str) -> None:
+        ident = threading.get_ident()
+        if self._fd is not None:
+            os.write(self._fd, f"{time.monotonic_ns()} {ident} > {name}\n".encode())
+        with self._mu:
+            self._inside[ident] = name
+            n = self._now[name] = self._now.get(name, 0) + 1
+            if n > self.most.get(name, 0):
+                self.most[name] = n
+            self.most_at_once = max(self.most_at_once, len(self._inside))
+
+    def leave(self, name: str, status: object) -> None:
+        ident = threading.get_ident()
+        with self._mu:
+            self._inside.pop(ident, None)
+            self._now[name] -= 1
+        if self._fd is not None:
+            os.write(self._fd, f"{time.monotonic_ns()} {ident} < {name} {status}\n".encode())
+
+    def truncate(self) -> None:
+        """Start the file afresh (the counts stay)."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+
+    def inside(self) -> dict[int, str]:
+        """The threads inside a CalRT call right now, and the call."""
+        with self._mu:
+            return dict(self._inside)
+
+    def reset_counts(self) -> None:
+        with self._mu:
+            self.most.clear()
+            self.most_at_once = len(self._inside)
+
+    def wrap(self, cdll: Any) -> _LoggedFunctions:
+        return _LoggedFunctions(cdll, self)
+
+
+class _LoggedFunctions:
+    """A CDLL whose functions go through a :class:`CallLog` (same names, same argtypes)."""
+
+    def __init__(self, cdll: Any, log: CallLog) -> None:
+        self._cdll, self._log = cdll, log
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        fn = getattr(self._cdll, name)
+        log = self._log
+
+        def call(*args: Any) -> Any:
+            log.enter(name)
+            status: object = "raised"
+            try:
+                status = fn(*args)
+                return status
+            finally:
+                log.leave(name, status if isinstance(status, int) else "-")
+
+        call.__wrapped__ = fn  # type: ignore[attr-defined]  # the ctypes function, with its argtypes/restype
+        self.__dict__[name] = call
+        return call
+
+
+def last_call(path: str | Path) -> tuple[str, bool] | None:
+    """From a :class:`CallLog` file: the call most recently entered that never returned (``(name, False)``),
+    else the last call that returned (``(name, True)``); None for an empty or missing log."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    open_calls: dict[str, str] = {}
+    last: str | None = None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        _, ident, arrow, name = parts[:4]
+        if arrow == ">":
+            open_calls.pop(ident, None)
+            open_calls[ident] = name
+        elif arrow == "<":
+            open_calls.pop(ident, None)
+            last = name
+    if open_calls:
+        return list(open_calls.values())[-1], False
+    return (last, True) if last else None
+
+
+CALL_LOG_ENV = "CALCTL_CALRT_CALL_LOG"
+_CALL_LOG: CallLog | None = None
+
+
+def install_call_log(log: CallLog | None) -> None:
+    """Make ``log`` the process's call log: every library loaded from now on goes through it."""
+    global _CALL_LOG
+    _CALL_LOG = log
+
+
+def call_log() -> CallLog | None:
+    """The process's call log (``CALCTL_CALRT_CALL_LOG``), created on first use; None when not asked for."""
+    global _CALL_LOG
+    if _CALL_LOG is None and os.environ.get(CALL_LOG_ENV):
+        _CALL_LOG = CallLog(os.environ[CALL_LOG_ENV])
+    return _CALL_LOG
 
 
 @dataclass(frozen=True)
 class CalrtLibrary:
-    """A loaded, checked shim. ``fn`` is the CDLL whose functions all carry argtypes/restype."""
+    """A loaded, checked shim. ``fn`` is the CDLL whose functions all carry argtypes/restype (behind the
+    process's :class:`CallLog` when one is on)."""
 
     path: Path
-    fn: ctypes.CDLL
+    fn: Any
     abi: tuple[int, int]
     extensions: frozenset[str] = frozenset()
 
@@ -300,4 +439,6 @@ def load_library(path: str | Path | None) -> CalrtLibrary:
             f"incompatible; calctl needs {ABI_MAJOR}.x with x >= {ABI_MINOR}",
             hint="use a shim built for this calctl version (docs/calrt-c-abi.md §2)",
         )
-    return CalrtLibrary(path=p, fn=cdll, abi=(major.value, minor.value), extensions=frozenset(present))
+    log = call_log()
+    functions: Any = log.wrap(cdll) if log is not None else cdll
+    return CalrtLibrary(path=p, fn=functions, abi=(major.value, minor.value), extensions=frozenset(present))

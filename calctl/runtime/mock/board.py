@@ -25,6 +25,16 @@ What it simulates:
 * time: each job sleeps its :class:`TimingModel` phases x ``time_scale``,
   minus the numpy compute already spent in the compute phase (the sleep
   releases the GIL);
+* the device's own clock: a job's ``start_ns``/``end_ns`` (and its phase
+  intervals) are stamps on a simulated per-chip timeline, as a real runtime
+  stamps jobs on the device: a job starts when it was submitted or when its
+  chip (its bank, its phase unit, the board lock under ``serialize_chips``)
+  became free on that timeline, whichever is later, and each phase lasts its
+  modelled seconds. How late the host's scheduler runs the thread that
+  simulates a job moves the wall-clock moment ``wait`` returns, never these
+  stamps, so figures computed from them describe the modelled chips and the
+  host's delay shows up only as host overhead (docs/runtime.md "Job
+  timestamps");
 * compute: the package's tiny decoder with a real KV cache per sequence;
 * faults from a seeded :class:`FaultPlan` (``faults.py``), each halting fault
   with a chip or board reset scope (001 §11.3, §13.4);
@@ -165,7 +175,7 @@ class _JobRecord:
     ) -> None:
         self.job = job
         self.plan = plan
-        self.model = model
+        self.model: compute.LoadedModel | None = model  # None once finished: a finished job holds no weights
         self.inputs = inputs
         self.outputs = outputs
         self.seqs = seqs
@@ -177,8 +187,9 @@ class _JobRecord:
         self.holds: list[_Hold] = []
         self.state = JobState.QUEUED
         self.status = RuntimeStatus.OK
-        self.start_ns: int | None = None
+        self.start_ns: int | None = None  # device timeline (see the module docstring)
         self.end_ns: int | None = None
+        self.dev_cursor_ns = 0  # device-timeline end of the job's last phase so far
         self.detail: str | None = None
         self.done = threading.Event()
         self.abort = threading.Event()
@@ -214,6 +225,9 @@ class _Chip:
         self.failed = 0
         self.leaked_bytes = 0
         self.resets = 0  # chip or board resets that covered this chip
+        # The simulated device timeline: when each phase unit and each bank is next free (monotonic ns).
+        self.unit_free_ns = {JobPhase.H2D: 0, JobPhase.COMPUTE: 0, JobPhase.D2H: 0}
+        self.bank_free_ns: dict[str, int] = {"auto": 0, "ping": 0, "pong": 0}
 
 
 def _item_record(item: _JobRecord | _Hold) -> _JobRecord:
@@ -245,6 +259,7 @@ class MockRuntime(JobBuffersMixin):
     def _setup(self) -> None:
         self._cv = threading.Condition(threading.RLock())
         self._serial = threading.Lock()
+        self._serial_free_ns = 0  # device timeline of the modelled global lock
         self._closed = False
         self._chips = [_Chip(i) for i in range(self.config.chips)]
         self._kv = MockKvManager(self._cv)
@@ -252,8 +267,11 @@ class MockRuntime(JobBuffersMixin):
         self._job_ids = itertools.count(1)
         self._buffer_ids = itertools.count(1)
         self._calbin_ids = itertools.count(1)
-        self._jobs: OrderedDict[JobId, _JobRecord] = OrderedDict()
-        self._done_order: deque[JobId] = deque()
+        # Jobs in flight (queued or running). A finished job leaves it: only its JobResult is kept, in
+        # _finished, for wait/query (the last `history` of them); no buffer, KV sequence or weights stay
+        # reachable from a finished job, so host memory does not grow with the requests served.
+        self._jobs: dict[JobId, _JobRecord] = {}
+        self._finished: OrderedDict[JobId, JobResult] = OrderedDict()
         self._trace: deque[TraceEvent] = deque(maxlen=self.config.history)
         self._buffers: dict[int, HostBuffer] = {}
         self._release_when_free: set[int] = set()
@@ -306,7 +324,7 @@ class MockRuntime(JobBuffersMixin):
 
     def versions(self) -> Versions:
         # The mock keeps CalRT 0.7.6 semantics; the firmware string says what it really is.
-        return Versions(runtime="0.7.6", driver="1.0.0", firmware="mock", abi="1.0")
+        return Versions(runtime="0.7.6", driver="1.0.0", firmware="mock", abi="1.0", software_model=True)
 
     # -- calbin / configuration ----------------------------------------------------
 
@@ -359,7 +377,7 @@ class MockRuntime(JobBuffersMixin):
             self._check_open()
             if self._current is None:
                 raise NotConfigured("no calbin is configured")
-            inflight = [r.job.id for r in self._jobs.values() if not r.state.terminal]
+            inflight = list(self._jobs)
             if inflight:
                 raise DeviceBusy(
                     f"{len(inflight)} job(s) in flight ({', '.join(map(str, inflight[:8]))}); "
@@ -517,6 +535,8 @@ class MockRuntime(JobBuffersMixin):
 
     def wait(self, job: Job, timeout: float) -> JobResult:
         rec = self._record(job)
+        if isinstance(rec, JobResult):
+            return self._result_or_raise(rec)
         if not rec.done.wait(max(0.0, timeout)):
             raise Timeout(
                 f"job {job.id} ({job.graph}) not finished after {timeout:g} s; it stays in flight and keeps its buffers",
@@ -538,11 +558,11 @@ class MockRuntime(JobBuffersMixin):
     def query(self, job: Job) -> JobResult:
         rec = self._record(job)
         with self._cv:
-            return rec.result()
+            return rec if isinstance(rec, JobResult) else rec.result()
 
-    def _record(self, job: Job) -> _JobRecord:
+    def _record(self, job: Job) -> _JobRecord | JobResult:
         with self._cv:
-            rec = self._jobs.get(job.id)
+            rec: _JobRecord | JobResult | None = self._jobs.get(job.id) or self._finished.get(job.id)
             if rec is None or rec.job != job:
                 raise InvalidArgument(
                     f"job {job.id} is not known to this device (never submitted "
@@ -551,9 +571,9 @@ class MockRuntime(JobBuffersMixin):
             return rec
 
     @staticmethod
-    def _result_or_raise(rec: _JobRecord) -> JobResult:
+    def _result_or_raise(rec: _JobRecord | JobResult) -> JobResult:
         if rec.state is JobState.SUCCEEDED:
-            return rec.result()
+            return rec if isinstance(rec, JobResult) else rec.result()
         cls = error_class(rec.status)
         raise cls(f"job {rec.job.id} ({rec.job.graph}) {rec.state.value}: {rec.detail}", job=rec.job.id)
 
@@ -810,7 +830,7 @@ class MockRuntime(JobBuffersMixin):
                 self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, rec.abort_reason)
                 return
             rec.state = JobState.RUNNING
-            rec.start_ns = time.monotonic_ns()
+            rec.start_ns = rec.dev_cursor_ns = self._device_start(rec)
             halting = rec.halting.rule.kind if rec.halting else None
             if halting is FaultKind.WAIT_TIMEOUT:
                 self._halt(rec, Health.HUNG)
@@ -831,6 +851,7 @@ class MockRuntime(JobBuffersMixin):
                 return
             try:
                 caches = [s.cache if s is not None else None for s in rec.seqs]
+                assert rec.model is not None  # set until the job finishes
                 compute.run_graph(rec.model, rec.plan.kind, rec.inputs, rec.outputs, caches)
                 self._corrupt(rec)
             except Exception as exc:  # a mock bug must fail the job, not kill the chip thread
@@ -891,16 +912,38 @@ class MockRuntime(JobBuffersMixin):
             if rec.abort.is_set():
                 return True, debt
         try:
-            start_ns = time.monotonic_ns()
+            chip = self._chips[rec.job.chips[0]]
+            with self._cv:
+                dev_start = max(rec.dev_cursor_ns, chip.unit_free_ns[phase])
             t0 = time.perf_counter()
             if work is not None:
                 work()
             remaining = seconds - debt - (time.perf_counter() - t0)
             aborted = rec.abort.wait(remaining) if remaining > 0 else rec.abort.is_set()
-            rec.phase_log.append(PhaseInterval(phase, start_ns, time.monotonic_ns()))
+            dev_end = dev_start + round(seconds * 1e9)
+            if aborted:  # cut short by a reset: it ended when the abort came, on the device too
+                dev_end = max(dev_start, min(dev_end, time.monotonic_ns()))
+            with self._cv:
+                chip.unit_free_ns[phase] = max(chip.unit_free_ns[phase], dev_end)
+                rec.dev_cursor_ns = dev_end
+            rec.phase_log.append(PhaseInterval(phase, dev_start, dev_end))
             return aborted, max(0.0, -remaining)
         finally:
             unit.release()
+
+    def _device_start(self, rec: _JobRecord) -> int:
+        """When ``rec`` starts on the device timeline (under ``_cv``): submitted, and its bank free on every chip.
+
+        An ``auto`` job waits for the chip's last job of any bank; a ``ping``/``pong`` job for its own bank's
+        and any ``auto`` job's; under ``serialize_chips`` also for the board lock's last holder.
+        """
+        start = rec.job.submit_ns
+        for c in rec.job.chips:
+            free = self._chips[c].bank_free_ns
+            start = max(start, max(free.values()) if rec.bank == "auto" else max(free[rec.bank], free["auto"]))
+        if self.config.serialize_chips:
+            start = max(start, self._serial_free_ns)
+        return start
 
     def _corrupt(self, rec: _JobRecord) -> None:
         for d in rec.corruptions:
@@ -992,7 +1035,14 @@ class MockRuntime(JobBuffersMixin):
             return
         rec.state, rec.status, rec.detail = state, status, detail
         if rec.start_ns is not None:
-            rec.end_ns = time.monotonic_ns()
+            # Device timeline: the end of its last phase; a job that ran no phase (a hang, an abort before
+            # its first unit) ended when the host ended it.
+            rec.end_ns = rec.dev_cursor_ns if rec.phase_log else max(rec.start_ns, time.monotonic_ns())
+            for c in rec.job.chips:
+                free = self._chips[c].bank_free_ns
+                free[rec.bank] = max(free.get(rec.bank, 0), rec.end_ns)
+            if self.config.serialize_chips:
+                self._serial_free_ns = max(self._serial_free_ns, rec.end_ns)
         for c in rec.job.chips:
             ch = self._chips[c]
             ch.pending -= 1
@@ -1027,10 +1077,13 @@ class MockRuntime(JobBuffersMixin):
             if s is not None and s.busy_job == rec.job.id:
                 s.busy_job = None
                 s.last_job_failed = state is not JobState.SUCCEEDED
+        # A finished job keeps no KV and no weights (a quarantined one keeps its buffers until a reset).
+        rec.seqs, rec.model, rec.corruptions = [], None, []
         rec.done.set()
-        self._done_order.append(rec.job.id)
-        while len(self._done_order) > self.config.history:
-            self._jobs.pop(self._done_order.popleft(), None)
+        self._jobs.pop(rec.job.id, None)
+        self._finished[rec.job.id] = rec.result()
+        while len(self._finished) > self.config.history:
+            self._finished.popitem(last=False)
         self._cv.notify_all()
 
 

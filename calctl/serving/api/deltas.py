@@ -8,7 +8,9 @@ It does what a real server does with a model's tokens (issue 17 item 3):
 * a stop string is found across token boundaries and never sent
   (:class:`~calctl.serving.text.StopMatcher`); the engine is told, and ends the
   request as Completed with finish reason ``stop`` (a real finish, not a cancel);
-* ``usage`` counts the model's tokens, as the engine reports them.
+* ``usage`` counts the model's tokens, as the engine reports them, less the EOS
+  token that ended the output: ``completion_tokens`` counts what OpenAI and
+  llama.cpp count (the text's tokens), not the end-of-sequence marker.
 
 No HTTP here: the endpoints turn :class:`Delta` values into JSON or SSE chunks.
 """
@@ -59,8 +61,17 @@ async def text_deltas(
     matcher = StopMatcher(stops)
     eos = codec.eos_token_id
     usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": 0, "total_tokens": len(prompt_ids)}
+    ended_by_eos = False  # the last token was the EOS: a stop then does not count it (no text, not billed)
     async for ev in stream:
         usage = usage_of(ev)
+        if ev.token_id is not None:
+            ended_by_eos = ev.token_id == eos
+        if ended_by_eos and ev.finish is FinishReason.STOP and usage["completion_tokens"]:
+            usage = {
+                **usage,
+                "completion_tokens": usage["completion_tokens"] - 1,
+                "total_tokens": usage["total_tokens"] - 1,
+            }
         if ev.token_id is not None and ev.token_id != eos:
             safe, stopped = matcher.feed(detok.push(ev.token_id))
             if stopped:

@@ -7,11 +7,11 @@ lifecycle lock: the served generation keeps serving while a reload is checked.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from calctl.budget import BudgetPolicy, max_kv_tokens, max_sequences, run_budget
-from calctl.budget import Verdict as BudgetVerdict
+from calctl.budget import BudgetPolicy, BudgetVerdict, max_kv_tokens, max_sequences, run_budget
 from calctl.budget.device import device_fit
 from calctl.budget.plan import plan_from_package
 from calctl.errors import CheckFailed
@@ -29,6 +29,28 @@ from calctl.serving.config import (
 )
 from calctl.serving.engine.options import LoadedPackage, LoadPolicy
 from calctl.signing.policy import TrustPolicy
+
+log = logging.getLogger("calctl.serve")
+
+#: The bundled sample compiler's decoder: its weights are random, so its text is noise by design.
+_RANDOM_WEIGHTS_FAMILY = "calctl-tiny-decoder"
+
+
+def _log_package_notes(lp: LoadedPackage, warnings: tuple[Any, ...]) -> None:
+    """Say what a served package is, as the runners do: its validation warnings (SIG002, the published
+    test-only key, among them) and, once per load, that a sample model's random weights answer with noise."""
+    for w in warnings:
+        where = f" ({w.file})" if w.file else ""
+        log.warning("%s: %s%s: %s", lp.source, w.id, where, w.message)
+    noise = [m.alias for m in lp.package.models if m.architecture.family == _RANDOM_WEIGHTS_FAMILY]
+    if noise:
+        log.warning(
+            "%s: %s %s random weights (the sample compiler's tiny decoder): expect noise, not text, in every "
+            "answer; README.md 'A real model, offline: SmolLM2-135M-Instruct' serves a real model",
+            lp.source,
+            ", ".join(noise),
+            "has" if len(noise) == 1 else "have",
+        )
 
 
 @dataclass
@@ -61,6 +83,7 @@ class LoadCheck:
             raise CheckFailed(
                 f"{lp.source}: package failed validation ({failed})", hint=f"run `calctl validate {lp.source}`"
             )
+        _log_package_notes(lp, report.warnings)
         if self.dual_config:
             cross_check_dual_model(self.dual_config, lp.package)
         topo = self.rt.topology()

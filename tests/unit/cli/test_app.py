@@ -225,3 +225,66 @@ def test_every_help_page_fits_80_columns_without_cutting_a_word(cli, monkeypatch
         if lines:
             cut[" ".join(path)] = lines
     assert not cut
+
+
+def test_piped_tables_honour_columns() -> None:
+    import os
+
+    env = {**os.environ, "COLUMNS": "60"}
+    out = subprocess.run(
+        [sys.executable, "-m", "calctl", "rules"], capture_output=True, text=True, env=env, check=True, timeout=120
+    ).stdout
+    assert "LAY001" in out
+    assert max(len(line) for line in out.splitlines()) <= 60
+
+
+def _render(table, width: int) -> str:  # type: ignore[no-untyped-def]
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=width, highlight=False).print(table)
+    return buf.getvalue()
+
+
+def test_tables_never_break_a_word_across_lines(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """At 80 columns a cell wraps between words; a word too long for any layout is shortened with an
+    ellipsis, never folded onto the next line (issue 31: budget ``code_and_comman|ds``)."""
+    from rich.console import Console
+
+    monkeypatch.setattr(_output, "stdout", Console(width=80))
+    ids = ["code_and_commands", "allocator_fragmentation", "kv.block_tokens", "model_a_prefill", "unstable"]
+    rows = [
+        [name, "2,097,152", "0.002", "manifest", f"memory plan {name} from manifest {name} and more prose words"]
+        for name in ids
+    ]
+    text = _render(_output.make_table("t", ["component", "bytes", "GiB", "source", "detail"], rows), 80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    cells = [part.strip() for line in text.splitlines() for part in line.split("│")]
+    for word in (w for row in rows for cell in row for w in cell.split()):
+        pieces = [c for c in cells if c and word.startswith(c.split()[-1]) and c.split()[-1] != word]
+        assert not [p for p in pieces if len(p.split()[-1]) > 1], (word, pieces)
+    for name in ids:
+        assert name in text  # the identifier column keeps its identifiers whole
+
+
+def test_a_subcommand_help_loads_no_rule_schema_or_pydantic() -> None:
+    """`calctl validate --help` renders from the command's signature alone (issue 31: 2.5 s before)."""
+    loaded = _imported_after(
+        "import contextlib, io\n"
+        "from calctl.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['validate', '--help']) == 0\n"
+        "    assert main(['rules', '--help']) == 0"
+    )
+    assert not {m for m in (*HEAVY, "pydantic", "jsonschema", "calctl.package.rules") if m in loaded}
+
+
+def test_root_options_before_the_command(cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("--version").out.strip().startswith("calctl ")
+    assert cli("--debug", "--version").code == 0
+    r = cli()
+    assert r.code == 2 and "Commands:" in r.out and "--debug" in r.out
+    r = cli("--debug", "--help")
+    assert r.code == 0 and "Commands:" in r.out

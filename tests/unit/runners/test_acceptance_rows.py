@@ -170,6 +170,19 @@ def test_g2_fewer_than_1000_requests_is_not_measured() -> None:
     assert ok.verdict is Verdict.GO
 
 
+def test_g2_timeouts_are_a_load_outcome_not_measured_never_crosstalk() -> None:
+    """Issue 26: requests that only timed out (zero wrong outputs) are no NO-GO and no GO: NOT MEASURED."""
+    doc = {
+        "verdict": "NOT JUDGED",
+        "requests": {"sent": 1000, "completed": 540, "cancelled": 7, "failed": 0, "timed_out": 453},
+        "checks": {"completed_equals_reference": {"pass": 540, "fail": 0}, "served": {"pass": 547, "fail": 0}},
+        "crosstalk": [],
+    }
+    r = judge_g2({"isolation": ran("isolation", doc)})
+    assert r.verdict is Verdict.NOT_MEASURED and "453 request(s) timed out" in r.reason and "load" in r.reason
+    assert "request-timeout" in r.how_to_measure and any("453 timed out" in e for e in r.evidence)
+
+
 # -- G3 ---------------------------------------------------------------------------------------------------
 
 
@@ -200,6 +213,14 @@ def test_g3_s1_is_no_go_with_the_reports_action() -> None:
     assert "--serialize-chips" in r.reason
 
 
+def test_g3_not_judged_is_not_measured_with_the_interval() -> None:
+    doc = poc("NOT JUDGED")
+    doc.document["reasons"] = ["overlap_ratio CI [-0.160, 0.460] straddles 0.000 (n=16): more samples would decide it"]
+    doc.document["rounds_run"] = 16
+    r = judge_g3({"poc": doc})
+    assert r.verdict is Verdict.NOT_MEASURED and "after 16 rounds" in r.reason and "straddles" in r.reason
+
+
 # -- G4 ---------------------------------------------------------------------------------------------------
 
 
@@ -222,6 +243,11 @@ def test_g4_f1_with_a_clean_recovery_is_go_and_f0_is_no_go() -> None:
     assert judge_g4({"fault-isolation": fi("F2")}).verdict is Verdict.GO
     f0 = judge_g4({"fault-isolation": fi("F0")})
     assert f0.verdict is Verdict.NO_GO and "同时摘流" in f0.action
+
+
+def test_g4_an_undecided_grade_is_not_measured() -> None:
+    r = judge_g4({"fault-isolation": fi("NOT JUDGED")})
+    assert r.verdict is Verdict.NOT_MEASURED and r.reason.startswith("not judged: NOT JUDGED because")
 
 
 def test_g4_a_failed_recovery_is_no_go_even_at_f1() -> None:
@@ -355,3 +381,29 @@ def test_evidence_paths_cannot_point_outside_by_absolute_path(tmp_path: Path) ->
     report.mkdir()
     row = judge_g3({"poc": ran("poc", poc("S2").document, {"plot": str(outside)})})
     assert require_evidence_files(row, report).verdict is Verdict.NOT_MEASURED
+
+
+# -- issue 29: every line of the report true -------------------------------------------------------------
+
+
+def test_g1_key_figure_counts_a_chip_exact_only_when_every_model_on_it_passes() -> None:
+    """Item 4: model-a exact on chip 0, model-b exact on chip 1, but the replica's A1 on chip 1 mismatches: the
+    verdict is NO-GO and the key figure must not say both chips are exact."""
+    replica = StepEvidence(
+        "replica-golden",
+        StepStatus.RAN,
+        document={"per_model": [{"alias": "a1", "ok": False, "reason": "token 3", "chips": [1]}]},
+        files={"report": "replica/run-golden.json"},
+    )
+    r = judge_g1({"run-golden": golden(("a", True, [0]), ("b", True, [1])), "replica-golden": replica})
+    assert r.verdict is Verdict.NO_GO
+    assert r.key_figure == "1/2 chips golden exact", r.key_figure
+    assert any("chip 1" in e and "MISMATCH" in e for e in r.evidence), r.evidence
+
+
+def test_m2_key_figure_does_not_read_met_when_the_row_is_not_measured() -> None:
+    """Item 8: throughput and P99 met but no 24 h ping/pong soak: the tile reads NOT MEASURED, so its key
+    figure must not say "M2 met"."""
+    r = judge_m2({"executor-modes": ran("executor-modes", milestone_doc("met", "met"))})
+    assert r.verdict is Verdict.NOT_MEASURED
+    assert "M2 met" not in r.key_figure and "0.00/24 h" in r.key_figure, r.key_figure

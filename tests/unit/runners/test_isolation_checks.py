@@ -137,3 +137,31 @@ def test_a_stream_delivered_to_the_wrong_request_names_its_source() -> None:
     assert "across chips" in wrong.source
     assert corrupt.source is not None and corrupt.source.startswith("no other request's output: chip 1")
     assert a.source is None and b.source is None
+
+
+def test_a_timeout_is_a_load_outcome_never_an_offender_but_its_tokens_are_still_checked() -> None:
+    """Issue 26: G2 judges isolation, not patience. A request that times out is counted as a load outcome; its
+    partial output is still compared with the reference, so a wrong token in it remains crosstalk."""
+    from calctl.runners.bench.isolation import judge_request
+    from calctl.runners.traffic import EngineResult, RequestRecord
+    from calctl.serving.outcomes import RequestOutcome
+
+    ref = _reference()
+    side = _replica().sides[0]
+    prompt = (17, 203, 5, 99, 41)
+    good = ref.greedy(prompt, 6)
+
+    def judged(tokens: list[int]) -> Judged:
+        rec = RequestRecord(side.alias, "isolation-complete", 0.0, len(prompt), 10)
+        rec.outcome, rec.status, rec.error = RequestOutcome.TIMEOUT, 200, "no terminal event within 60 s"
+        res = EngineResult(rec, "iso-00001", 1, token_generations=[1] * len(tokens))
+        j = Judged(Planned(1, "iso-00001", side, prompt, 10, ""), res, tokens, frozenset({1}))
+        record = {"model_alias": side.alias, "chips": [side.chip], "model_generation": 1, "output_tokens": 9}
+        judge_request(j, ref, record)
+        return j
+
+    slow = judged(good[:4])
+    assert slow.failures == [] and slow.load_outcome and "timed out" in slow.load_outcome
+    assert "served" not in slow.passed  # neither passed nor failed: not evidence about isolation
+    wrong = judged([*good[:2], (good[2] + 1) % 384])
+    assert [c for c, _ in wrong.failures] == ["cancelled_prefix_of_reference"]

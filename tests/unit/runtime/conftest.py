@@ -82,6 +82,7 @@ def calrt_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _no_stub_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in (
         "CALRT_STUB_FAULTS",
+        "CALRT_STUB_PCI",
         "CALRT_STUB_ABI_MAJOR",
         "CALRT_LIBRARY",
         "CALRT_REF_FAULTS",

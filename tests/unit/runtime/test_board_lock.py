@@ -119,3 +119,101 @@ def test_a_device_path_and_a_symlink_to_it_are_one_board(tmp_path: Path, monkeyp
                 board_lock.acquire(other)
     finally:
         lock.release()
+
+
+# -- the lock follows the board the shim reports (calrt_ext_device_identity) ------------------------------
+
+NATIVE_HOLDER = textwrap.dedent("""\
+    import sys
+    from calctl.runtime import open_runtime
+    rt = open_runtime("calrt", calrt_lib=sys.argv[1])
+    print("held", flush=True)
+    sys.stdin.read()
+    rt.close()
+    """)
+
+
+def _hold(library: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    p = subprocess.Popen(
+        [sys.executable, "-c", NATIVE_HOLDER, str(library), "board-holder-marker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert p.stdout is not None and p.stdout.readline().strip() == "held"
+    return p
+
+
+def _let_go(p: subprocess.Popen[str]) -> None:
+    assert p.stdin is not None
+    p.stdin.close()
+    p.wait(timeout=30)
+
+
+def test_two_run_golden_on_the_reference_board_at_once_both_pass(tmp_path: Path, calrt_reference: Path) -> None:
+    """Issue 28: every process that loaded the reference board locked `calrt-default.lock`, so two CI jobs on
+    one host collided (exit 3). A software model gets a lock of its own process: a third process holds the
+    reference board the whole time, and two run-golden runs started together both pass."""
+    env = {**os.environ, "CALCTL_LOCK_DIR": str(tmp_path / "locks")}
+    env.pop("CALRT_DEVICE", None)
+    holder = _hold(calrt_reference, env)
+    try:
+        cmd = [sys.executable, "-m", "calctl", "run-golden", "--device", "calrt", "--calrt-lib", str(calrt_reference)]
+        runs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in "ab"]
+        outs = [r.communicate(timeout=300) for r in runs]
+    finally:
+        _let_go(holder)
+    for r, (out, err) in zip(runs, outs, strict=True):
+        assert r.returncode == 0, out[-2000:] + err[-2000:]
+        assert "verdict" in out and "Traceback" not in err
+    assert not (tmp_path / "locks").exists() or not any((tmp_path / "locks").iterdir())  # no lock file at all
+
+
+def test_a_second_serve_on_the_pci_address_a_process_holds_is_refused(tmp_path: Path, calrt_stub: Path) -> None:
+    """A shim reporting a PCI address (the stub with CALRT_STUB_PCI) is locked on it. The holder opened the
+    shim's default board (no CALRT_DEVICE); a second `calctl serve` names the same board by its address
+    (CALRT_DEVICE) and is refused, exit 3, naming the holder. (Keyed on CALRT_DEVICE alone, `default` and
+    `0000:01:00.0` were two locks and both processes opened the board.)"""
+    env = {**os.environ, "CALCTL_LOCK_DIR": str(tmp_path / "locks"), "CALRT_STUB_PCI": "0000:01:00.0"}
+    env.pop("CALRT_DEVICE", None)
+    holder = _hold(calrt_stub, env)
+    try:
+        cmd = [sys.executable, "-m", "calctl", "serve", "--device", "calrt", "--calrt-lib", str(calrt_stub)]
+        second = subprocess.run(
+            [*cmd, "--host", "127.0.0.1", "--port", "0"],
+            capture_output=True,
+            text=True,
+            env={**env, "CALRT_STUB_PCI": "01:00.0", "CALRT_DEVICE": "0000:01:00.0"},
+            timeout=120,
+        )
+    finally:
+        _let_go(holder)
+    assert second.returncode == ExitCode.DEVICE, second.stdout[-2000:] + second.stderr[-2000:]
+    assert f"pid {holder.pid}" in second.stderr and "board-holder-marker" in second.stderr, second.stderr
+    assert "'0000:01:00.0'" in second.stderr and "Traceback" not in second.stderr
+    assert "status 11 11" not in second.stderr
+    # Another board at another address is free.
+    other = _hold(calrt_stub, {**env, "CALRT_STUB_PCI": "0000:02:00.0"})
+    _let_go(other)
+
+
+def test_conformance_on_a_board_another_process_holds_is_one_precondition_failure(
+    cli,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+    calrt_stub: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 28: conformance beside another process on the board gave 4-5 check FAILs ("unexpected BoardLocked
+    ... (status 11 11)"). Now: no check runs, one error names the holder, the status code once, exit 3."""
+    monkeypatch.setenv("CALCTL_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("CALRT_STUB_PCI", "0000:03:00.0")
+    monkeypatch.delenv("CALRT_DEVICE", raising=False)
+    holder = _hold(calrt_stub, dict(os.environ))
+    try:
+        r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--format", "json")
+    finally:
+        _let_go(holder)
+    assert r.code == ExitCode.DEVICE, r.out[-1000:] + r.err[-1000:]
+    assert f"pid {holder.pid}" in r.err and "board-holder-marker" in r.err and "11 11" not in r.err
+    assert "FAIL" not in r.out

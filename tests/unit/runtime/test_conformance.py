@@ -66,10 +66,22 @@ def test_suite_runs_in_child_processes_and_grades_the_vendor_questions(calrt_ref
     assert [r.name for r in report.results] == [c.name for c in CHECKS]
     assert all(r.verdict is Verdict.PASS for r in report.results), [_failure_text(r) for r in report.results]
     assert report.passed and report.counts()["PASS"] == len(CHECKS)
-    answers = {a.question: a for a in vendor_questions(report.results)}
-    assert {a.grade for a in answers.values()} == {"C0"}
-    assert answers["Do two chips execute jobs at the same time?"].answer == "yes"
-    assert answers["How many jobs can be in flight on one chip (PING/PONG)?"].answer.startswith("2")
+    answers = vendor_questions(report.results)
+    # Every item of 000 §20 (1-6) and 001 §15.2 (1-10) has a row.
+    items = {(src.split(" item ")[0], int(src.split(" item ")[1].split(",")[0])) for a in answers for src in [a.source]}
+    assert {i for r, i in items if r == "000 §20"} == set(range(1, 7))
+    sources = " ".join(a.source for a in answers)
+    assert all(f"001 §15.2 item {i}" in sources for i in range(1, 11)), sources
+    by = {a.source.split(",")[0]: a for a in answers}
+    # Measured on the reference board, or refused by the interface, or not measurable with the question to ask.
+    assert {a.grade for a in answers} <= {"C0", "C3", "C4"}, [(a.source, a.grade, a.evidence) for a in answers]
+    for a in answers:
+        if a.grade == "C3":
+            assert a.answer == "not measurable through ABI 1.x" and a.ask and a.ask.endswith(("?", ".")), a
+    assert by["001 §15.2 item 2"].answer.startswith("yes")
+    assert by["000 §20 item 3"].answer.startswith("2 in flight")
+    assert "threads inside the library at once" in by["001 §15.2 item 4"].answer
+    assert by["000 §20 item 6"].grade == "C0" and "software model" in by["000 §20 item 6"].answer
 
 
 def test_a_check_past_its_bound_is_a_timeout_and_the_rest_go_on(
@@ -102,6 +114,8 @@ def test_a_shim_that_crashes_is_a_fail_row_and_the_rest_go_on(calrt_stub_crashin
     assert verdicts == {"abi_version": Verdict.PASS, "status_strings": Verdict.PASS, "wait_any": Verdict.FAIL}
     crashed = next(r for r in report.results if r.name == "wait_any")
     assert "died" in crashed.detail and "SIGABRT" in crashed.detail, crashed.detail
+    # The child's call log names the call it died in (the stub aborts inside calrt_job_wait).
+    assert "inside calrt_job_wait" in crashed.detail and crashed.call == "calrt_job_wait", crashed
 
 
 def test_refused_features_are_unsupported_never_pass_and_grade_c4(
@@ -118,10 +132,10 @@ def test_refused_features_are_unsupported_never_pass_and_grade_c4(
         "wait_timeout": Verdict.PASS,  # recovers through a board reset instead
     }
     assert report.passed and report.counts()["PASS"] == 1  # UNSUPPORTED never counts as a pass
-    grades = {a.question: a.grade for a in vendor_questions(report.results)}
-    assert grades["What does a chip reset affect?"] == "C4"
-    assert grades["Is per-chip memory reported?"] == "C4"
-    assert grades["Do two chips execute jobs at the same time?"] == "C1"  # not run: not shown
+    grades = {a.source.split(",")[0]: a.grade for a in vendor_questions(report.results)}
+    assert grades["001 §15.2 item 7"] == "C4"  # reset scope: no chip reset
+    assert grades["001 §15.2 item 5"] == "C4"  # per-chip memory: NOT_SUPPORTED
+    assert grades["001 §15.2 item 2"] == "C1"  # two chips at once: not run, not shown
 
 
 def test_a_check_that_needs_the_test_hook_is_unsupported_without_it(
@@ -139,3 +153,11 @@ def _no_hook(self, fault: str, value: int = 1) -> None:  # type: ignore[no-untyp
     from calctl.runtime.errors import NotSupported
 
     raise NotSupported(f"CalRT library {self.library.path} does not export the calrt_ext_fault_set test hook")
+
+
+def test_abi_version_fails_a_library_of_another_major(calrt_stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its FAIL branch was unreachable: calctl's loader refused the library before the check could answer."""
+    monkeypatch.setenv("CALRT_STUB_ABI_MAJOR", "2")
+    by_name = {c.name: c for c in CHECKS}
+    result = run_check(by_name["abi_version"], Target(DeviceKind.CALRT, COMBINED, calrt_stub))
+    assert result.verdict is Verdict.FAIL and result.call == "calrt_abi_version" and result.returned == "'2.0'", result

@@ -360,3 +360,33 @@ def test_decode_batch_lanes_and_inactive_lane_policy() -> None:
             inputs.write("lane_valid", np.array([1], np.uint8))
             rt.wait(rt.submit(dec.name, inputs, outputs, kv=[seqs[0]]), 10)
             assert np.allclose(outputs.read("logits")[0], logits[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_finished_job_keeps_no_kv_cache_buffers_or_weights() -> None:
+    """Issue 32: the board kept each finished job's record, KV cache included, for its last 65,536 jobs."""
+    import gc
+    import weakref
+
+    pkg = package("single")
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg))
+        caches, buffers, jobs = [], [], []
+        for _ in range(12):
+            job, seq, inputs, outputs = prefill_job(rt, pkg, "model-a")
+            assert rt.wait(job, 10).ok
+            rt.kv.commit(seq)
+            caches.append(weakref.ref(rt.kv._seqs[seq].cache))
+            rt.kv.free(seq)
+            for buf in (inputs, outputs):
+                buffers.append(weakref.ref(buf))
+                rt.release_buffer(buf)
+            jobs.append(job)
+            del job, inputs, outputs, buf
+        gc.collect()
+        assert [c for c in caches if c() is not None] == []  # the freed sequences' K/V are gone
+        assert [b for b in buffers if b() is not None] == []  # and the released buffers
+        assert rt._jobs == {}  # nothing in flight is kept
+        # A finished job is still known to wait/query (its result, not its record).
+        assert all(rt.query(j).state is JobState.SUCCEEDED for j in jobs)
+        assert rt.wait(jobs[0], 0).ok
+        assert {e.job for e in rt.trace()} >= {j.id for j in jobs}

@@ -51,11 +51,13 @@ def finish_of(events: list[SseEvent]) -> list[str]:
 
 
 def expected_usage(engine: FakeEngine, index: int = 0) -> dict[str, int]:
+    """The engine's count less the EOS that ended the stream (OpenAI and llama.cpp do not count it)."""
     last = engine.streams[index].sent[-1]
+    completion = last.completion_tokens - (last.token_id == EOS_TOKEN_ID and last.finish is FinishReason.STOP)
     return {
         "prompt_tokens": last.prompt_tokens,
-        "completion_tokens": last.completion_tokens,
-        "total_tokens": last.prompt_tokens + last.completion_tokens,
+        "completion_tokens": completion,
+        "total_tokens": last.prompt_tokens + completion,
     }
 
 
@@ -77,8 +79,8 @@ async def test_text_completion_body(client: httpx.AsyncClient, engine: FakeEngin
     prompt_ids = codec.encode("Say hello.")
     assert body["usage"] == {
         "prompt_tokens": len(prompt_ids),
-        "completion_tokens": len(codec.encode(DEFAULT_TEXT)) + 1,
-        "total_tokens": len(prompt_ids) + len(codec.encode(DEFAULT_TEXT)) + 1,
+        "completion_tokens": len(codec.encode(DEFAULT_TEXT)),  # as OpenAI and llama.cpp count: not the EOS
+        "total_tokens": len(prompt_ids) + len(codec.encode(DEFAULT_TEXT)),
     }
     (req,) = engine.submitted
     assert req.request_id == body["id"]

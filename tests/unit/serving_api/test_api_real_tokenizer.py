@@ -116,7 +116,7 @@ async def test_stream_is_valid_utf8_ends_at_eos_with_stop_and_counts_model_token
     usage = next(ev.json["usage"] for ev in events if ev.data != "[DONE]" and ev.json.get("usage"))
     sent = engine.submitted[0]
     assert usage["prompt_tokens"] == len(sent.prompt_ids)
-    assert usage["completion_tokens"] == len(codec.encode(TEXT)) + 1  # the model's tokens, EOS included
+    assert usage["completion_tokens"] == len(codec.encode(TEXT))  # the text's tokens, not the EOS that ended it
 
 
 async def test_chat_uses_the_models_own_template_compiled_once(

@@ -13,7 +13,7 @@ from calctl.package import schemas
 from calctl.package.rules import RULES, Group, Rule, Severity, Status, rule_by_id
 from calctl.package.rules.base import Finding, Need
 from calctl.package.rules.context import ValidationContext
-from calctl.package.validate import REPORT_SCHEMA, Report, ValidationPolicy, run_rules, validate
+from calctl.package.validate import REPORT_SCHEMA, ValidationPolicy, ValidationReport, run_rules, validate
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB
 from tests.unit.validate.validate_factory import copy_package, reseal, validate_json
@@ -318,7 +318,7 @@ def test_a_crashing_rule_reports_error_not_a_traceback() -> None:
     assert [c.status for c in crash] == [Status.ERROR]
     assert "ZeroDivisionError: division by zero in a rule" in crash[0].message
     assert [c.status for c in checks if c.id == "TST002"] == [Status.WARN]
-    report = Report("single", checks)
+    report = ValidationReport("single", checks)
     assert not report.ok and report.failed_ids() == ("TST001",)
 
 

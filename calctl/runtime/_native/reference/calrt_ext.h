@@ -13,6 +13,12 @@
  *   calrt_ext_fault_set   test hook: arm a fault (codes below) on the open device, so a
  *                         conformance run can show timeouts, CCU/DMA failures and resets.
  *                         A production shim must not export it.
+ *   calrt_ext_device_identity  which board the open device is: a stable identifier (a PCI
+ *                         address such as "0000:01:00.0", or a serial) and whether it is
+ *                         hardware or a software model. calctl keys its board lock on the
+ *                         identifier and labels every result of a software model as such.
+ *                         A production shim should export it (the ABI 1.1 candidate of
+ *                         docs/calrt-c-abi.md §10).
  */
 #ifndef CALRT_EXT_H
 #define CALRT_EXT_H
@@ -88,6 +94,21 @@ enum {
 };
 
 calrt_status calrt_ext_fault_set(calrt_device *dev, uint32_t fault, uint32_t value);
+
+/* calrt_ext_device_identity(dev, &out): which board was opened */
+#define CALRT_EXT_ID_LEN 64
+enum {
+    CALRT_EXT_DEVICE_UNKNOWN = 0,         /* the shim cannot tell */
+    CALRT_EXT_DEVICE_HARDWARE = 1,        /* a physical board */
+    CALRT_EXT_DEVICE_SOFTWARE_MODEL = 2   /* a simulator or reference model: no hardware */
+};
+
+typedef struct {
+    char id[CALRT_EXT_ID_LEN];  /* PCI address or serial of the opened board; "" for a software model */
+    uint32_t kind;              /* CALRT_EXT_DEVICE_* */
+} calrt_ext_identity;
+
+calrt_status calrt_ext_device_identity(calrt_device *dev, calrt_ext_identity *out);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,15 @@
  * no_chip_reset, reset_fail, delay_ms; reset_fail=N: the next N calrt_reset calls return
  * DEVICE_LOST and reset nothing).
  *
+ * Mutants (compile-time switches, off in every build calctl makes; tests/unit/runtime builds them to prove
+ * that `calctl device conformance` fails a shim with one realistic bug, docs/calrt-c-abi.md §13):
+ *   -DCALRT_MUTANT_UNLOAD_LEAK        calrt_reset_configuration leaks 112.5 MiB of board memory per chip;
+ *   -DCALRT_MUTANT_BOARD_RESET_KEEPS_KV  a board reset keeps every KV sequence with its length;
+ *   -DCALRT_MUTANT_QUERY_NO_TAGS      calrt_job_query echoes no generation, engine or chip mask;
+ *   -DCALRT_MUTANT_STALE_EVERY=N      every Nth job gets the previous job's logits;
+ *   -DCALRT_MUTANT_SUBMIT_DEADLOCK    calrt_job_submit takes two locks in a chip-dependent order, so two
+ *                                     threads submitting to the two chips at once deadlock.
+ *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
  * aborted; a reset returns only when the workers of its chips have left the aborted jobs, so a
@@ -161,6 +170,13 @@ struct calrt_device {
     int board_lock, board_busy;
     double time_scale;
     uint32_t f_busy, f_hang, f_ccu, f_dma, f_no_mem, f_no_chip_reset, f_reset_fail, delay_ms;
+#ifdef CALRT_MUTANT_UNLOAD_LEAK
+    uint64_t mut_leaked;         /* bytes lost per chip by every unload */
+#endif
+#ifdef CALRT_MUTANT_STALE_EVERY
+    float *mut_last;             /* the last logits a job wrote */
+    uint64_t mut_last_n;
+#endif
 };
 
 typedef struct {
@@ -529,7 +545,20 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
         if (ph == PH_D2H && !stop(d, j) && !j->fault && !j->compute_failed) {
             int lg = find_tensor(j->g->out, j->g->nout, "logits");
             uint64_t off = tensor_offset(j->g->out, j->g->nout, (uint32_t)lg, j->batch, NULL);
-            memcpy(j->out->data + off, j->dout, sizeof(float) * (uint64_t)j->batch * j->g->model->net.vocab);
+            uint64_t n = (uint64_t)j->batch * j->g->model->net.vocab;
+#ifdef CALRT_MUTANT_STALE_EVERY
+            if (j->info.id % (CALRT_MUTANT_STALE_EVERY) == 0 && d->mut_last && d->mut_last_n >= n) {
+                memcpy(j->out->data + off, d->mut_last, sizeof(float) * n); /* the bug: the previous job's output */
+            } else {
+                memcpy(j->out->data + off, j->dout, sizeof(float) * n);
+            }
+            free(d->mut_last);
+            d->mut_last = malloc(sizeof(float) * n);
+            if (d->mut_last) memcpy(d->mut_last, j->dout, sizeof(float) * n);
+            d->mut_last_n = d->mut_last ? n : 0;
+#else
+            memcpy(j->out->data + off, j->dout, sizeof(float) * n);
+#endif
         }
         give_unit(d, ch, ph);
         if (stop(d, j)) goto out;
@@ -771,6 +800,9 @@ calrt_status calrt_device_close(calrt_device *d) {
     for (calrt_buffer *b = d->buffers, *n; b; b = n) { n = b->next; free(b->data); free(b); }
     for (struct calrt_calbin *c = d->calbins, *n; c; c = n) { n = c->next; free_calbin(c); }
     free_seqs(d);
+#ifdef CALRT_MUTANT_STALE_EVERY
+    free(d->mut_last);
+#endif
     pthread_cond_destroy(&d->cv);
     pthread_mutex_destroy(&d->mu);
     free(d);
@@ -786,6 +818,13 @@ calrt_status calrt_versions_get(calrt_device *d, calrt_versions *out) {
     snprintf(out->runtime, sizeof out->runtime, "0.7.6");
     snprintf(out->driver, sizeof out->driver, "1.0.0");
     snprintf(out->firmware, sizeof out->firmware, "reference (software model, no hardware)");
+    return CALRT_OK;
+}
+
+calrt_status calrt_ext_device_identity(calrt_device *d, calrt_ext_identity *out) {
+    if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out); /* no board, so no PCI address: every process has its own */
+    out->kind = CALRT_EXT_DEVICE_SOFTWARE_MODEL;
     return CALRT_OK;
 }
 
@@ -1113,6 +1152,9 @@ calrt_status calrt_reset_configuration(calrt_device *d) {
     if (rc == CALRT_OK) {
         free_seqs(d);
         d->current = NULL;
+#ifdef CALRT_MUTANT_UNLOAD_LEAK
+        d->mut_leaked += 117964800ULL; /* the bug: 112.5 MiB per chip never given back */
+#endif
     }
     pthread_mutex_unlock(&d->mu);
     return rc;
@@ -1231,7 +1273,34 @@ static int seq_storage(seq *s) {
     return 0;
 }
 
+#ifdef CALRT_MUTANT_SUBMIT_DEADLOCK
+/* The bug: a chip's queue lock, then the other chip's, taken in an order that depends on the chip.
+ * One submit at a time never notices; two threads submitting to the two chips at once deadlock. */
+static pthread_mutex_t g_mut_chip_lock[2] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+static calrt_status submit_unlocked(calrt_device *d, const calrt_job_desc *desc, calrt_job_id *out);
+
 calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt_job_id *out) {
+    int c = 0;
+    if (d && desc && desc->graph) {
+        pthread_mutex_lock(&d->mu);
+        graph *g = d->current ? find_graph(d, desc->graph) : NULL;
+        if (g) c = lowest_chip(g->chip_mask) & 1;
+        pthread_mutex_unlock(&d->mu);
+    }
+    pthread_mutex_lock(&g_mut_chip_lock[c]);
+    struct timespec pause = {0, 300000}; /* a slow register write between the two */
+    nanosleep(&pause, NULL);
+    pthread_mutex_lock(&g_mut_chip_lock[!c]);
+    calrt_status rc = submit_unlocked(d, desc, out);
+    pthread_mutex_unlock(&g_mut_chip_lock[!c]);
+    pthread_mutex_unlock(&g_mut_chip_lock[c]);
+    return rc;
+}
+
+static calrt_status submit_unlocked(calrt_device *d, const calrt_job_desc *desc, calrt_job_id *out) {
+#else
+calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt_job_id *out) {
+#endif
     if (!d || !desc || !out || !desc->inputs || !desc->outputs || desc->engine > CALRT_ENGINE_PONG || desc->batch > REF_MAX_LANES ||
         desc->batch == 0)
         return CALRT_E_INVALID_ARGUMENT;
@@ -1317,6 +1386,9 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
     pthread_mutex_lock(&d->mu);
     job *j = find_job(d, id);
     if (j) *out = j->info;
+#ifdef CALRT_MUTANT_QUERY_NO_TAGS
+    if (j) out->generation = 0, out->engine = 0, out->chip_mask = 0; /* the bug: the tags are not echoed */
+#endif
     pthread_mutex_unlock(&d->mu);
     return j ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
 }
@@ -1494,6 +1566,9 @@ calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *ou
     calrt_status rc = d->f_no_mem ? CALRT_E_NOT_SUPPORTED : CALRT_OK;
     if (rc == CALRT_OK) {
         out->used_bytes = REF_BASELINE + (d->current ? d->current->plan[chip] : 0);
+#ifdef CALRT_MUTANT_UNLOAD_LEAK
+        out->used_bytes += d->mut_leaked;
+#endif
         out->total_bytes = REF_DRAM;
     }
     pthread_mutex_unlock(&d->mu);
@@ -1541,7 +1616,9 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
     for (int c = 0; c < REF_CHIPS; c++)
         if (mask >> c & 1) d->chips[c].health = CALRT_HEALTH_OK;
     if (scope == CALRT_RESET_BOARD) {
+#ifndef CALRT_MUTANT_BOARD_RESET_KEEPS_KV /* the bug: every sequence survives the board reset */
         free_seqs(d);
+#endif
         d->current = NULL;
     } else {
         for (seq *s = d->seqs; s; s = s->next)

@@ -1,0 +1,350 @@
+"""The one report model: every command and runner returns a :class:`Report`; the CLI only renders it.
+
+A report is a header (what ran, where, on which device and package), the steps
+it took, one verdict in the vocabulary of docs/cli.md "Verdicts", the reasons the
+verdict rests on, the command's own body, and the files it left behind (evidence
+and pictures). The process exit code is never chosen by a command: it is
+:func:`exit_code_of` the verdict, from the one table :data:`VERDICTS` below.
+
+:func:`build_header` is the one header builder; its device block labels every
+result with what produced it (a mock board, the reference board's software
+model, a board through a vendor shim), so a mock result never reads as hardware
+evidence (docs/runtime.md §5).
+
+This module decides nothing about a run, prints nothing and imports no other
+calctl folder (it sits with ``errors`` and ``records`` at the bottom of the tree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from calctl import __version__
+from calctl.errors import ExitCode
+
+# ---------------------------------------------------------------------------
+# The verdict vocabulary (docs/cli.md "Verdicts") and the one place a verdict becomes an exit code.
+
+#: verdict -> (exit code, meaning). ``None``: the word is not a run's final verdict (a checkpoint, a step).
+VERDICTS: dict[str, tuple[ExitCode | None, str]] = {
+    "PASS": (ExitCode.OK, "every check passed"),
+    "WARN": (ExitCode.OK, "passed, with warnings; every warning is named"),
+    "FAIL": (ExitCode.FAILED, "a check ran and failed (named)"),
+    "NOT JUDGED": (ExitCode.OK, "measured, but too few samples to judge a gate"),
+    "MEASURED": (ExitCode.OK, "figures only, no gate applies"),
+    "ERROR": (ExitCode.DEVICE, "the device or runtime failed"),
+    "TIMEOUT": (ExitCode.TIMEOUT, "a step hung past its deadline"),
+    "INTERRUPTED": (ExitCode.INTERRUPTED, "SIGINT or SIGTERM arrived"),
+    "INTERNAL ERROR": (ExitCode.INTERNAL, "a calctl bug; the report says where"),
+    "GO": (ExitCode.OK, "a decision gate (or every acceptance row) is met"),
+    "NO-GO": (ExitCode.FAILED, "a decision gate (or an acceptance row) is not met"),
+    "NOT MEASURED": (ExitCode.OK, "an acceptance row that was not measured, with why"),
+    "S1": (ExitCode.OK, "service coexistence (001 §1)"),
+    "S2": (ExitCode.OK, "hardware concurrency (001 §1)"),
+    "F0": (ExitCode.FAILED, "fault isolation grade F0 (001 §13.4)"),
+    "F1": (ExitCode.OK, "fault isolation grade F1 (001 §13.4)"),
+    "F2": (ExitCode.OK, "fault isolation grade F2 (001 §13.4)"),
+    "SKIP": (None, "a step did not run; the detail says why"),
+    "RUNNING": (None, "a checkpoint of a run still going"),
+}
+
+
+def exit_code_of(verdict: str, *, fail_on: Iterable[str] = ()) -> int:
+    """The documented exit code of a final ``verdict`` (docs/cli.md "Exit codes").
+
+    ``fail_on`` names the verdicts this run's policy turns into a failed check (exit 1):
+    ``WARN`` under ``--fail-on-warn``, ``S1`` under ``--require-s2``.
+    """
+    try:
+        code, _ = VERDICTS[verdict]
+    except KeyError:
+        raise ValueError(f"verdict {verdict!r} is not in the vocabulary of docs/cli.md") from None
+    if code is None:
+        raise ValueError(f"verdict {verdict!r} is not a final verdict: it has no exit code")
+    if code == ExitCode.OK and verdict in set(fail_on):
+        return int(ExitCode.FAILED)
+    return int(code)
+
+
+def verdict_of_exit_code(code: int) -> str:
+    """The verdict an exit code stands for, when all that is known is the code (a child step, a refusal)."""
+    return {
+        int(ExitCode.OK): "PASS",
+        int(ExitCode.FAILED): "FAIL",
+        int(ExitCode.DEVICE): "ERROR",
+        int(ExitCode.TIMEOUT): "TIMEOUT",
+        int(ExitCode.INTERRUPTED): "INTERRUPTED",
+    }.get(int(code), "INTERNAL ERROR" if int(code) == int(ExitCode.INTERNAL) else "ERROR")
+
+
+# ---------------------------------------------------------------------------
+# The device label: what produced a result (docs/runtime.md §5, §7)
+
+#: Printed on and stored in every report produced on the mock device (docs/runtime.md §5).
+MOCK_LABEL = (
+    "MOCK RESULT: produced on the simulated mock board. It shows that the tool and the package work end to end; "
+    "it is not evidence about a Calculet board (docs/runtime.md §5)"
+)
+
+#: Printed on and stored in every report produced on the reference board (docs/runtime.md §7).
+SOFTWARE_MODEL_LABEL = (
+    "SOFTWARE MODEL RESULT: produced on the reference board, a software model of the board with no hardware. "
+    "It shows that the real-board path works; it is not evidence about a Calculet board (docs/runtime.md §7)"
+)
+
+#: ``runtime.firmware`` of the reference board (calrt_reference.c).
+_SOFTWARE_MODEL_FIRMWARE = "software model"
+
+
+class DeviceClass(str, enum.Enum):
+    """What a result was produced on: the ``device_label`` of every header."""
+
+    MOCK = "mock"
+    SOFTWARE_MODEL = "software model"  # the reference board: the CalRT C ABI over a C model, no hardware
+    BOARD = "board"  # a CalRT shim that does not say it is a model: a board
+    UNKNOWN = "unknown"  # a remote server that did not say (bench --url without --target-device)
+
+
+def device_class(kind: str | None, firmware: str | None = None, software_model: bool | None = None) -> DeviceClass:
+    """What produced a result: the mock, a software model (the runtime says so: ``Versions.software_model``,
+    from the shim's calrt_ext_device_identity; else its firmware says ``software model``), a board (a CalRT
+    shim that says neither), or unknown (a CalRT shim whose versions were not read, a server)."""
+    if kind == "mock":
+        return DeviceClass.MOCK
+    if kind == "calrt" and software_model is not None:
+        return DeviceClass.SOFTWARE_MODEL if software_model else DeviceClass.BOARD
+    if kind == "calrt" and firmware:
+        return DeviceClass.SOFTWARE_MODEL if _SOFTWARE_MODEL_FIRMWARE in firmware else DeviceClass.BOARD
+    return DeviceClass.UNKNOWN
+
+
+def device_note(cls: DeviceClass) -> str | None:
+    """The label a report prints beside its verdict: None for a board, and for a device not identified
+    (its ``device_label`` says ``unknown``; a command that knows more says so in its own note)."""
+    return {DeviceClass.MOCK: MOCK_LABEL, DeviceClass.SOFTWARE_MODEL: SOFTWARE_MODEL_LABEL}.get(cls)
+
+
+# ---------------------------------------------------------------------------
+# The one header builder
+
+
+def versions_document(versions: Any) -> dict[str, Any] | None:
+    """``{"runtime", "driver", "firmware", "abi", "software_model"}`` of a runtime's versions (an object or a
+    mapping; ``software_model`` only when the runtime told, calctl.runtime.types.Versions)."""
+    if versions is None:
+        return None
+    keys = ("runtime", "driver", "firmware", "abi", "software_model")
+    get = versions.get if isinstance(versions, Mapping) else lambda k: getattr(versions, k, None)
+    doc = {k: get(k) for k in keys}
+    if doc["software_model"] is None:
+        del doc["software_model"]
+    return doc
+
+
+def build_header(
+    command: str,
+    *,
+    started_at: datetime | None = None,
+    device: str | None = None,
+    device_options: Mapping[str, Any] | None = None,
+    versions: Any = None,
+    package: Any = None,
+    validation: Mapping[str, Any] | None = None,
+    mock_result: bool | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The block every report starts with: what ran (command, calctl version, when) and, for a command
+    that used a device, which device, its label, its runtime versions, the package and its validation.
+
+    ``device`` is the device kind (``mock``, ``calrt``, or what a remote server is said to run on);
+    ``mock_result`` overrides the mock flag where the kind alone does not say (a remote server: None).
+    ``extra`` keys follow, in order (a runner's own settings: level, seed, scenario, ...).
+    """
+    head: dict[str, Any] = {
+        "command": command,
+        "calctl_version": __version__,
+        "started_at": (started_at or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
+    }
+    if device is not None:
+        runtime = versions_document(versions)
+        cls = device_class(
+            device, runtime.get("firmware") if runtime else None, runtime.get("software_model") if runtime else None
+        )
+        if mock_result:
+            cls = DeviceClass.MOCK
+        mock = mock_result if mock_result is not None else {"mock": True, "calrt": False}.get(device)
+        head.update(
+            device=device,
+            device_label=cls.value,
+            mock_result=mock,
+            note=device_note(cls),
+            device_options=dict(device_options) if device_options is not None else None,
+            runtime=runtime,
+        )
+    if package is not None:
+        head["package"] = package
+    if validation is not None:
+        head["validation"] = dict(validation)
+    head.update(extra)
+    return head
+
+
+# ---------------------------------------------------------------------------
+# The report
+
+
+class StepStatus(str, enum.Enum):
+    """The status of one step of a run (docs/cli.md "Verdicts": the words a step may carry)."""
+
+    PASS = "PASS"
+    WARN = "WARN"  # done, with something a person should look at
+    FAIL = "FAIL"
+    SKIP = "SKIP"  # not run; the detail says why
+    TIMEOUT = "TIMEOUT"
+    ERROR = "ERROR"
+    INTERRUPTED = "INTERRUPTED"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of a run: its name, status, duration and what it found."""
+
+    name: str
+    status: StepStatus
+    seconds: float
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "seconds": round(self.seconds, 4),
+            "detail": self.detail,
+        }
+
+
+class ReportStep(Protocol):
+    """What a report needs of a step: a name, a duration and its JSON form (``name``, ``status``, ...).
+
+    :class:`StepRecord` for a device run; a pipeline's richer steps (bringup, accept) carry their own
+    verdict word, key figure and files.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def seconds(self) -> float: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+#: Keys the model writes into every document; a body may not set them.
+RESERVED = frozenset({"schema_version", "verdict", "exit_code"})
+
+
+@dataclass(frozen=True)
+class Report:
+    """What every command and runner returns, and all a renderer (table, JSON, JUnit, HTML) needs.
+
+    ``header`` comes from :func:`build_header`; ``steps`` are the run's steps in the order they ran
+    (``None``: the command has no steps); ``body`` is the command's own typed content (dataclasses and
+    enums are turned into JSON by :func:`calctl.records.dumps`); ``reasons`` are what the verdict rests
+    on, in words; ``evidence`` and ``pictures`` name the files the run wrote (name -> path).
+    ``fail_on`` is the run's policy (:func:`exit_code_of`). ``error`` is the one-line cause that ended
+    the run early, if one did. ``events`` are the runtime's per-chip job intervals of a device run: not
+    part of the document (the trace writer turns them into files).
+    """
+
+    command: str
+    verdict: str
+    header: Mapping[str, Any] = field(default_factory=dict)
+    body: Mapping[str, Any] = field(default_factory=dict)
+    steps: tuple[ReportStep, ...] | None = None
+    reasons: tuple[str, ...] = ()
+    error: str | None = None
+    seconds: float | None = None
+    evidence: Mapping[str, str] = field(default_factory=dict)
+    pictures: Mapping[str, str] = field(default_factory=dict)
+    fail_on: frozenset[str] = frozenset()
+    events: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        clash = RESERVED & set(self.body)
+        if clash:
+            raise ValueError(f"report body sets {sorted(clash)}: the model writes those")
+        if self.verdict != "RUNNING":
+            exit_code_of(self.verdict, fail_on=self.fail_on)  # a word outside the vocabulary is a calctl bug
+
+    @property
+    def exit_code(self) -> int:
+        """The process exit code: :func:`exit_code_of` the verdict (a checkpoint's RUNNING: 0)."""
+        if self.verdict == "RUNNING":
+            return int(ExitCode.OK)
+        return exit_code_of(self.verdict, fail_on=self.fail_on)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == ExitCode.OK
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document (before :func:`calctl.records.dumps` adds ``schema_version``)."""
+        doc: dict[str, Any] = {
+            **self.header,
+            "command": self.header.get("command", self.command),
+            "verdict": self.verdict,
+            "exit_code": None if self.verdict == "RUNNING" else self.exit_code,
+        }
+        if self.reasons:
+            doc["reasons"] = list(self.reasons)
+        if self.steps is not None:
+            doc["error"] = self.error
+            if self.seconds is not None:
+                doc["seconds"] = round(self.seconds, 3)
+            doc["steps"] = [s.to_dict() for s in self.steps]
+        elif self.error is not None:
+            doc["error"] = self.error
+        if self.seconds is not None and "seconds" not in doc:
+            doc["seconds"] = round(self.seconds, 3)
+        if self.evidence:
+            doc["evidence"] = dict(self.evidence)
+        if self.pictures:
+            doc["pictures"] = dict(self.pictures)
+        doc.update(self.body)
+        return doc
+
+    def replace(self, **changes: Any) -> Report:
+        return dataclasses.replace(self, **changes)
+
+    def with_body(self, **extra: Any) -> Report:
+        return dataclasses.replace(self, body={**self.body, **extra})
+
+
+def simple_report(command: str, body: Mapping[str, Any], *, verdict: str = "PASS", **header: Any) -> Report:
+    """The report of a command that does one thing and has no steps (keygen, pack, inspect, rules, ...)."""
+    return Report(command, verdict, build_header(command, **header), body)
+
+
+__all__ = [
+    "MOCK_LABEL",
+    "RESERVED",
+    "SOFTWARE_MODEL_LABEL",
+    "VERDICTS",
+    "DeviceClass",
+    "Report",
+    "ReportStep",
+    "StepRecord",
+    "StepStatus",
+    "build_header",
+    "device_class",
+    "device_note",
+    "exit_code_of",
+    "simple_report",
+    "verdict_of_exit_code",
+    "versions_document",
+]

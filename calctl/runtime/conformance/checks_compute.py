@@ -1,0 +1,83 @@
+"""Checks of what the board computes: deterministic outputs, the package's golden data."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from calctl.package import npy
+from calctl.runtime.conformance.framework import (
+    CheckFailed,
+    Session,
+    check,
+    expect,
+    golden_prompt,
+    prefill_job,
+    write_decode,
+)
+
+
+@check("deterministic_outputs", "outputs are a deterministic function of the inputs")
+def _deterministic(s: Session) -> str:
+    pkg = s.package
+    alias = pkg.models[0].alias
+    prompt = golden_prompt(pkg, alias)
+    with s.configured() as rt:
+        outs = []
+        for p in (prompt, prompt, prompt[::-1].copy()):
+            job, seq, _, outputs = prefill_job(rt, pkg, alias, p)
+            rt.wait(job, 10)
+            outs.append(outputs.read("logits").copy())
+            rt.kv.free(seq)
+    expect(bool(np.array_equal(outs[0], outs[1])), "the same prompt gives the same logits", returned=None)
+    expect(not np.allclose(outs[0], outs[2]), "a different prompt gives different logits", returned=None)
+    return "same inputs, same logits; other inputs, other logits"
+
+
+@check("golden_compute", "the package's golden data: prefill logits within tolerance, greedy decode tokens exact")
+def _golden(s: Session) -> str:
+    pkg = s.package
+    with s.configured() as rt:
+        for m in pkg.models:
+            g, tol = m.golden, m.golden.tolerance
+            prompt = golden_prompt(pkg, m.alias)
+            want = npy.load(pkg.root / g.prefill_logits.file).astype(np.float32).reshape(1, -1)
+            tokens = npy.load(pkg.root / g.decode_tokens.file).reshape(-1).astype(np.int64)
+            job, seq, _, outputs = prefill_job(rt, pkg, m.alias, prompt)
+            rt.wait(job, 30)
+            got = outputs.read("logits").reshape(1, -1)
+            close = np.isclose(got, want, rtol=tol.rtol, atol=tol.atol)
+            if not close.all():
+                idx = int(np.argmax(~close.reshape(-1)))
+                raise CheckFailed(
+                    f"graph {m.prefill.name!r}: logits[0, {idx}] = {got.reshape(-1)[idx]:.6g}, expected "
+                    f"{want.reshape(-1)[idx]:.6g} (rtol {tol.rtol:g}, atol {tol.atol:g}); "
+                    f"{int((~close).sum())} of {close.size} values outside, max |err| {float(np.abs(got - want).max()):.3g}",
+                    call="calrt_job_submit / calrt_job_wait",
+                    arguments=f"graph={m.prefill.name!r}, prompt of {len(prompt)} tokens",
+                    returned=f"logits[0, {idx}] = {got.reshape(-1)[idx]:.6g}",
+                )
+            rt.kv.commit(seq)
+            token, position = int(np.argmax(got[0])), len(prompt)
+            for step, expected in enumerate(tokens):
+                if token != int(expected):
+                    raise CheckFailed(
+                        f"graph {m.decode.name!r}: greedy token {step} (position {position}) is {token}, "
+                        f"expected {int(expected)}",
+                        call="calrt_job_submit / calrt_job_wait",
+                        arguments=f"graph={m.decode.name!r}, position={position}",
+                        returned=f"token {token}",
+                    )
+                if step == len(tokens) - 1:
+                    break
+                with rt.job_buffers(m.decode.name) as (inputs, outs):
+                    rt.kv.append(seq, 1)
+                    write_decode(inputs, token, position)
+                    rt.wait(rt.submit(m.decode.name, inputs, outs, kv=[seq]), 30)
+                    rt.kv.commit(seq)
+                    token = int(np.argmax(outs.read("logits")[0]))
+                position += 1
+            rt.kv.free(seq)
+    return ", ".join(
+        f"{m.alias}: logits within tolerance, {len(npy.load(pkg.root / m.golden.decode_tokens.file).reshape(-1))} tokens exact"
+        for m in pkg.models
+    )

@@ -1,0 +1,325 @@
+"""Checks of concurrency: two chips at once, two jobs in flight on a chip, waits that hold no lock, close."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from calctl.errors import CalctlError
+from calctl.package.model import Package
+from calctl.runtime.conformance.framework import (
+    Abandoned,
+    Session,
+    _overlap_ns,
+    _returned,
+    _unwrap,
+    check,
+    expect,
+    prefill_job,
+)
+from calctl.runtime.errors import (
+    DeviceBusy,
+    JobAborted,
+)
+from calctl.runtime.types import Engine
+
+JOBS_PER_MODEL = 64  # enough to meet a fault every 64th job (and every 16th, 32nd) at least once per model
+ENGINES = (Engine.PING, Engine.PONG)  # one submitting thread per engine and model
+STUCK_AFTER = 10.0  # seconds with no job finished by any thread, threads still running: a deadlock
+
+
+def crosstalk_prompt(vocab: int, max_tokens: int, model: int, engine: int, round_: int) -> np.ndarray:
+    """A prompt of its own for every (model, engine, round): 3-12 tokens below ``vocab``, seeded by the triple."""
+    rng = np.random.default_rng([model, engine, round_, 0x5EED])
+    n = int(rng.integers(3, max(3, min(max_tokens, 12)) + 1))
+    return rng.integers(0, vocab, size=n).astype(np.int32)
+
+
+def _shape(pkg: Package, alias: str) -> tuple[int, int]:
+    g = pkg.model(alias).prefill
+    vocab = int(next(t for t in g.outputs if t.name == "logits").shape[-1])
+    max_tokens = int(next(t for t in g.inputs if t.name == "tokens").shape[-1])
+    return vocab, max_tokens
+
+
+@check(
+    "concurrent_submit_two_chips",
+    f"{len(ENGINES)} threads per model submit and wait at once ({JOBS_PER_MODEL} jobs per model, a prompt per job): "
+    "every output equals its prompt's own reference; the calls reach the shim concurrently",
+)
+def _concurrent(s: Session) -> str:
+    """First every prompt runs alone, one job at a time: its reference (distinct prompts must give distinct
+    logits, or a job got another's output). Then one thread per model and engine submits its round's prompt,
+    all threads released together each round, and waits; every output is compared with its own reference.
+    The call log counts how many threads were inside the library at once (calctl must not serialise them,
+    C ABI §8); a thread that stays inside one call for ``STUCK_AFTER`` s is a deadlock, named by its call."""
+    pkg = s.package
+    a, b = s.pair()
+    aliases = (a, b)
+    rounds = JOBS_PER_MODEL // len(ENGINES)
+    rt = s.open()
+    stuck = False
+    try:
+        rt.configure(rt.create_calbin(pkg))
+        prompts: dict[tuple[str, int, int], np.ndarray] = {}
+        for mi, alias in enumerate(aliases):
+            vocab, max_tokens = _shape(pkg, alias)
+            for ei in range(len(ENGINES)):
+                for r in range(rounds):
+                    prompts[alias, ei, r] = crosstalk_prompt(vocab, max_tokens, mi, ei, r)
+        reference: dict[tuple[str, int, int], np.ndarray] = {}
+        seen: dict[tuple[str, bytes], tuple[str, int, int]] = {}
+        for key, prompt in prompts.items():  # alone on the board: one job in flight at a time
+            job, seq, ins, out = prefill_job(rt, pkg, key[0], prompt)
+            expect(rt.wait(job, 10).ok, f"reference job {job.id} ({key[0]}) succeeds", call="calrt_job_wait")
+            logits = out.read("logits").copy()
+            rt.release_buffer(ins)
+            rt.release_buffer(out)
+            rt.kv.free(seq)
+            other = seen.get((key[0], logits.tobytes()))
+            expect(
+                other is None,
+                f"{key[0]}: two different prompts gave identical logits when run alone (job {job.id}, "
+                f"engine/round {key[1:]} and {other[1:] if other else None}): a job got another job's output",
+                call="calrt_job_submit / calrt_job_wait",
+                arguments=f"graph={pkg.model(key[0]).prefill.name!r}, job {job.id}",
+                returned="the logits of an earlier job",
+            )
+            seen[key[0], logits.tobytes()] = key
+            reference[key] = logits
+        log = s.calls() if s.native else None
+        if log is not None:
+            log.reset_counts()
+        errors: list[str] = []
+        mismatches: list[str] = []
+        idents: dict[int, str] = {}
+        jobs_done = {alias: 0 for alias in aliases}
+        barrier = threading.Barrier(len(aliases) * len(ENGINES))
+
+        def worker(alias: str, ei: int) -> None:
+            idents[threading.get_ident()] = f"{alias}/{ENGINES[ei].value}"
+            try:
+                for r in range(rounds):
+                    barrier.wait(2 * STUCK_AFTER)
+                    job, seq, inputs, out = prefill_job(rt, pkg, alias, prompts[alias, ei, r], engine=ENGINES[ei])
+                    result = rt.wait(job, STUCK_AFTER)
+                    if not result.ok:
+                        errors.append(f"{alias}: job {job.id} {result.state.value}")
+                    got = out.read("logits")
+                    if not np.array_equal(got, reference[alias, ei, r]):
+                        mismatches.append(
+                            f"{alias} {ENGINES[ei].value} round {r}: job {job.id}'s logits are not its prompt's "
+                            f"(max |diff| {float(np.abs(got - reference[alias, ei, r]).max()):.3g})"
+                        )
+                    rt.release_buffer(inputs)
+                    rt.release_buffer(out)
+                    rt.kv.free(seq)
+                    jobs_done[alias] += 1
+            except threading.BrokenBarrierError:
+                errors.append(f"{alias}/{ENGINES[ei].value}: another thread never reached the next round")
+            except Exception as exc:  # a thread-safety failure is the finding
+                errors.append(f"{alias}/{ENGINES[ei].value}: {_returned(exc)}")
+                barrier.abort()
+
+        t0 = time.monotonic_ns()
+        threads = [
+            threading.Thread(target=worker, args=(x, ei), daemon=True) for x in aliases for ei in range(len(ENGINES))
+        ]
+        for t in threads:
+            t.start()
+        last, since = -1, time.monotonic()
+        while any(t.is_alive() for t in threads) and time.monotonic() - since < STUCK_AFTER:
+            threads[0].join(0.1)
+            done = sum(jobs_done.values())
+            if done != last:  # progress: some thread finished a job
+                last, since = done, time.monotonic()
+        alive = [t for t in threads if t.is_alive()]
+        if alive:
+            stuck = True
+            inside = log.inside() if log is not None else {}
+            where = sorted(
+                {f"{idents.get(t.ident or 0, t.name)} in {inside.get(t.ident or 0, 'no CalRT call')}" for t in alive}
+            )
+            calls = sorted({inside[t.ident] for t in alive if t.ident in inside})
+            raise Abandoned(
+                f"{len(alive)} of {len(threads)} threads made no progress for {STUCK_AFTER:g} s while submitting "
+                f"and waiting concurrently: {', '.join(where)} (a deadlock in the shim; the check's process is "
+                "abandoned, the remaining checks run in a fresh one)",
+                call=" / ".join(calls) or "rt.submit / rt.wait from several threads",
+                arguments=f"{len(threads)} threads, one per model and engine",
+                returned="never returned",
+            )
+        expect(
+            not errors,
+            f"{len(errors)} failures under concurrent submit and wait",
+            call="calrt_job_submit / calrt_job_wait from several threads",
+            returned=errors[:3],
+        )
+        expect(
+            not mismatches,
+            f"{len(mismatches)} of {2 * JOBS_PER_MODEL} jobs run concurrently returned logits that are not their "
+            f"own prompt's (stale output or crosstalk): {'; '.join(mismatches[:3])}",
+            call="calrt_job_wait (outputs)",
+            returned=mismatches[:3],
+        )
+        concurrency: dict[str, int] = {}
+        if log is not None:
+            concurrency = {
+                "inside_at_once": log.most_at_once,
+                "submit_at_once": log.most.get("calrt_job_submit", 0),
+                "wait_at_once": log.most.get("calrt_job_wait", 0),
+            }
+            expect(
+                log.most_at_once >= 2,
+                "the threads' calls never overlapped inside the library: they were serialised before the shim",
+                call="calrt_job_submit / calrt_job_wait",
+                returned=concurrency,
+            )
+        events = [e for e in rt.trace(since_ns=t0) if e.start_ns and e.end_ns]
+        ca, cb = s.chip_of(a), s.chip_of(b)
+        ia = [(int(e.start_ns or 0), int(e.end_ns or 0)) for e in events if e.chip == ca]
+        ib = [(int(e.start_ns or 0), int(e.end_ns or 0)) for e in events if e.chip == cb]
+        busy_a = sum(e - s_ for s_, e in ia)
+        overlap = _overlap_ns(ia, ib)
+        s.evidence.update(
+            rounds=rounds,
+            jobs=sum(jobs_done.values()),
+            reference_jobs=len(prompts),
+            jobs_per_model=dict(jobs_done),
+            overlap_ms=overlap / 1e6,
+            chip_a_busy_ms=busy_a / 1e6,
+            chips=[ca, cb],
+            **concurrency,
+        )
+    finally:
+        if not stuck:
+            rt.close()
+    at_once = (
+        f"; up to {concurrency['inside_at_once']} threads inside the library at once "
+        f"({concurrency['submit_at_once']} in submit, {concurrency['wait_at_once']} in wait)"
+        if concurrency
+        else ""
+    )
+    return (
+        f"{sum(jobs_done.values())} jobs from {len(threads)} threads, each against its own prompt's reference "
+        f"({len(prompts)} reference jobs); chips {ca}/{cb} overlapped {overlap / 1e6:.1f} ms" + at_once
+    )
+
+
+@check("two_in_flight_one_chip", "a PING and a PONG job are both accepted on one chip and complete in order")
+def _two_in_flight(s: Session) -> str:
+    pkg = s.package
+    m = pkg.models[0]
+    pairs, best = 3, 0  # the largest overlap of three PING/PONG pairs: one late thread wake must not decide
+    with s.configured() as rt:
+        for _ in range(pairs):
+            first, s1, _, o1 = prefill_job(rt, pkg, m.alias, engine=Engine.PING)
+            try:
+                second, s2, _, o2 = prefill_job(rt, pkg, m.alias, engine=Engine.PONG)
+            except DeviceBusy:
+                rt.wait(first, 10)
+                s.evidence.update(max_in_flight=1, refused="DEVICE_BUSY")
+                return "a second job on the chip was refused with DEVICE_BUSY: one in flight"
+            r1, r2 = rt.wait(first, 10), rt.wait(second, 10)
+            expect(r1.ok and r2.ok, "both jobs succeed", call="rt.wait", returned=(r1.state, r2.state))
+            assert r1.start_ns and r2.start_ns and r1.end_ns and r2.end_ns
+            expect(
+                r1.start_ns <= r2.start_ns,
+                "jobs on one chip start in submit order",
+                returned=(r1.start_ns, r2.start_ns),
+            )
+            expect(
+                bool(np.array_equal(o1.read("logits"), o2.read("logits"))),
+                "both lanes computed the same prompt alike",
+                returned=None,
+            )
+            best = max(best, min(r1.end_ns, r2.end_ns) - max(r1.start_ns, r2.start_ns))
+            rt.kv.free(s1)
+            rt.kv.free(s2)
+        s.evidence.update(max_in_flight=2 if best > 0 else 1, overlap_ms=best / 1e6, chip=m.target_chips[0])
+    mode = "two in flight" if best > 0 else "serialised"
+    return f"{pairs} pairs accepted and completed in order; largest overlap {best / 1e6:.2f} ms ({mode})"
+
+
+@check(
+    "blocked_wait_holds_no_lock",
+    "while one thread is blocked in wait, other threads submit, wait, query and use KV (C ABI §8, GIL released)",
+)
+def _blocked_wait(s: Session) -> str:
+    pkg = s.package
+    a, b = s.pair()
+    with s.configured() as rt:
+        s.arm(rt, "hang")
+        hung, _, _, _ = prefill_job(rt, pkg, a)
+        outcome: list[BaseException] = []
+
+        def waiter() -> None:
+            try:
+                rt.wait(hung, 60)
+            except CalctlError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=waiter, daemon=True)
+        thread.start()
+        raw = _unwrap(rt)
+        deadline = time.monotonic() + 10
+        while s.native and raw._blocked == 0 and time.monotonic() < deadline:  # inside calrt_job_wait
+            time.sleep(0.005)
+        done = 0
+        for _ in range(4):  # all of this runs while the waiter sits in the C call
+            job, seq, _, _ = prefill_job(rt, pkg, b)
+            expect(
+                rt.wait(job, 10).ok,
+                "a job on the other chip completes while a thread is blocked in wait",
+                call="rt.wait",
+            )
+            rt.kv.commit(seq)
+            rt.kv.free(seq)
+            expect(not rt.query(hung).state.terminal, "the hung job is still in flight", returned=rt.query(hung))
+            done += 1
+        expect(
+            thread.is_alive(),
+            "the waiter is still blocked (it must not have returned early)",
+            call="rt.wait",
+            returned=outcome,
+        )
+        scope = s.reset_chip_or_board(rt, s.chip_of(a))
+        thread.join(10)
+        expect(
+            not thread.is_alive() and [type(e) for e in outcome] == [JobAborted],
+            "the waiter returns JobAborted after the reset",
+            returned=[_returned(e) for e in outcome],
+        )
+    return f"{done} submit/wait/KV rounds on chip {s.chip_of(b)} while a thread was blocked in wait; released by a {scope} reset"
+
+
+@check("close_aborts_waiters", "closing the device with a thread blocked in wait aborts its job and lets it return")
+def _close(s: Session) -> str:
+    pkg = s.package
+    outcome: list[BaseException] = []
+    with s.open() as rt:
+        rt.configure(rt.create_calbin(pkg))
+        s.arm(rt, "hang")
+        job, _, _, _ = prefill_job(rt, pkg, pkg.models[0].alias)
+
+        def waiter() -> None:
+            try:
+                rt.wait(job, 30)
+            except CalctlError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.1)  # let the waiter block in wait; close must abort it whether or not it got there
+    thread.join(10)
+    expect(not thread.is_alive(), "the waiter returned after close", call="rt.close")
+    expect(
+        [type(e) for e in outcome] == [JobAborted],
+        "the waiter got JobAborted",
+        returned=[_returned(e) for e in outcome],
+    )
+    with s.open():
+        pass
+    return "the blocked waiter got JobAborted; the device reopened"

@@ -1,0 +1,193 @@
+"""Checks of the library and the device: ABI version, status strings, versions, one device, configuration,
+exact graph names."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from calctl.runtime.buffers import HostBuffer
+from calctl.runtime.conformance.framework import (
+    Session,
+    _unwrap,
+    check,
+    expect,
+    expect_raises,
+    expect_status,
+    golden_prompt,
+    write_prefill,
+)
+from calctl.runtime.errors import (
+    AlreadyConfigured,
+    DeviceInUse,
+    NotConfigured,
+    RuntimeStatus,
+)
+
+
+@check("abi_version", "calrt_abi_version reports 1.x and every 1.0 symbol is exported", native_only=True)
+def _abi_version(s: Session) -> str:
+    """Straight at the library (plain dlopen, not calctl's loader, which would refuse it before the check)."""
+    from calctl.runtime._native import lib as L
+
+    cdll = ctypes.CDLL(str(s.target.library))
+    missing = [name for name in L.SIGNATURES if not hasattr(cdll, name)]
+    expect(not missing, f"{len(missing)} ABI functions are not exported", call="dlsym", returned=missing[:5])
+    fn = cdll.calrt_abi_version
+    fn.restype, fn.argtypes = L.SIGNATURES["calrt_abi_version"]
+    major, minor = ctypes.c_uint32(), ctypes.c_uint32()
+    rc = int(fn(ctypes.byref(major), ctypes.byref(minor)))
+    expect(rc == RuntimeStatus.OK, "calrt_abi_version answers OK", call="calrt_abi_version", returned=f"status {rc}")
+    expect(
+        major.value == L.ABI_MAJOR and minor.value >= L.ABI_MINOR,
+        f"C ABI {major.value}.{minor.value}: calctl needs {L.ABI_MAJOR}.x with x >= {L.ABI_MINOR}",
+        call="calrt_abi_version",
+        returned=f"{major.value}.{minor.value}",
+    )
+    extensions = sorted(name for name in L.EXTENSIONS if hasattr(cdll, name))
+    s.evidence.update(abi=f"{major.value}.{minor.value}", extensions=extensions)
+    ext = ", ".join(extensions) or "none"
+    return f"C ABI {major.value}.{minor.value}; {len(L.SIGNATURES)} functions exported; optional extensions: {ext}"
+
+
+@check("status_strings", "calrt_status_string names every status code and never returns NULL", native_only=True)
+def _status_strings(s: Session) -> str:
+    from calctl.runtime._native import lib as L
+
+    fn = L.load_library(s.target.library).fn.calrt_status_string
+    seen: dict[str, int] = {}
+    for status in RuntimeStatus:
+        if status is RuntimeStatus.LIBRARY:
+            continue
+        raw = fn(int(status))
+        expect(
+            bool(raw),
+            f"status {int(status)} has no string",
+            call="calrt_status_string",
+            arguments=str(int(status)),
+            returned=raw,
+        )
+        text = raw.decode("utf-8", "replace")
+        expect(
+            status is RuntimeStatus.OK or text not in seen,
+            f"status {int(status)} and {seen.get(text)} share the string {text!r}",
+            call="calrt_status_string",
+            arguments=str(int(status)),
+            returned=text,
+        )
+        seen[text] = int(status)
+    for undefined in (15, 98, 12345, -1):
+        raw = fn(undefined)
+        expect(
+            bool(raw),
+            f"an undefined code {undefined} must still get a string",
+            call="calrt_status_string",
+            arguments=str(undefined),
+            returned=raw,
+        )
+    return f"{len(seen)} distinct strings; undefined codes answered"
+
+
+@check("versions_topology", "versions are reported; topology has 1-16 chips and DRAM per chip or unknown, never 0")
+def _versions(s: Session) -> str:
+    with s.open() as rt:
+        v = rt.versions()
+        topo = rt.topology()
+        if s.native:  # which board the shim says it opened (calrt_ext_device_identity), if it says
+            identity = _unwrap(rt).identity()
+            kinds = {1: "hardware", 2: "software model"}
+            s.evidence.update(board=identity.board, device_kind=kinds.get(identity.kind, "unknown"))
+    for name in ("runtime", "driver", "firmware"):
+        expect(
+            bool(getattr(v, name).strip()),
+            f"calrt_versions_get reports a {name} version",
+            call="rt.versions",
+            returned=v,
+        )
+    expect(
+        1 <= topo.chips <= 16 and topo.calcores_per_chip >= 1, "a plausible topology", call="rt.topology", returned=topo
+    )
+    for c, dram in enumerate(topo.dram_bytes):
+        expect(dram is None or dram > 0, f"chip {c}: DRAM 0 means unknown reported as 0 (001 §14)", returned=topo)
+    s.evidence.update(
+        runtime=v.runtime, driver=v.driver, firmware=v.firmware, chips=topo.chips, software_model=v.software_model
+    )
+    shape = f"{topo.chips} chips x {topo.calcores_per_chip} CalCores"
+    return f"runtime {v.runtime}, driver {v.driver}, firmware {v.firmware}; {shape}"
+
+
+@check("one_device_per_process", "a second device open is DEVICE_IN_USE; open works again after close")
+def _one_device(s: Session) -> str:
+    with s.open():
+        exc = expect_raises(DeviceInUse, "open_runtime (second device)", s.open_raw)
+        expect_status(exc, RuntimeStatus.DEVICE_IN_USE, "calrt_device_open")
+    with s.open():
+        pass
+    return "second open refused with DEVICE_IN_USE (11); reopened after close"
+
+
+@check("configuration", "one current calbin: AlreadyConfigured / NotConfigured")
+def _configuration(s: Session) -> str:
+    pkg = s.package
+    alias = pkg.models[0].alias
+    with s.open() as rt:
+        expect_raises(NotConfigured, "rt.alloc_inputs", rt.alloc_inputs, pkg.models[0].prefill.name)
+        expect_raises(NotConfigured, "rt.reset_configuration", rt.reset_configuration)
+        expect_raises(NotConfigured, "rt.kv.allocate", rt.kv.allocate, alias)
+        first, second = rt.create_calbin(pkg), rt.create_calbin(pkg)
+        rt.configure(first)
+        for calbin in (first, second):
+            exc = expect_raises(AlreadyConfigured, "rt.configure (while one is current)", rt.configure, calbin)
+            expect_status(exc, RuntimeStatus.ALREADY_CONFIGURED, "calrt_configure")
+        rt.reset_configuration()
+        expect(
+            rt.current_calbin is None,
+            "no current calbin after reset_configuration",
+            call="rt.current_calbin",
+            returned=rt.current_calbin,
+        )
+        rt.configure(second)
+        expect(
+            rt.current_calbin is second,
+            "the second calbin is current",
+            call="rt.current_calbin",
+            returned=rt.current_calbin,
+        )
+    return "NotConfigured before configure; AlreadyConfigured (3) on a second configure; reconfigure after reset"
+
+
+@check(
+    "exact_graph_names",
+    "calrt_job_submit refuses an inexact graph name (prefix, case, suffix, alias) with INVALID_ARGUMENT",
+    native_only=True,
+)
+def _exact_names(s: Session) -> str:
+    """Straight into calrt_job_submit, past calctl's own name check (which its unit tests cover): what the
+    shim answers. A shim that accepted one would run a job calctl never asked for."""
+    pkg = s.package
+    m = pkg.models[0]
+    name = m.prefill.name
+    wrong = [name[:-1], name.upper(), name + "_", m.alias]
+    with s.configured() as rt:
+        inputs, outputs = rt.alloc_inputs(name), rt.alloc_outputs(name)
+        write_prefill(inputs, golden_prompt(pkg, m.alias))
+        for w in wrong:
+            status = _raw_submit(_unwrap(rt), w, inputs, outputs)
+            expect(
+                status == RuntimeStatus.INVALID_ARGUMENT,
+                "calrt_job_submit with an inexact graph name must return INVALID_ARGUMENT (10)",
+                call="calrt_job_submit",
+                arguments=f"graph={w!r}",
+                returned=f"status {status}",
+            )
+    return f"{len(wrong)} inexact names refused by the library with INVALID_ARGUMENT (10)"
+
+
+def _raw_submit(rt: Any, graph: str, inputs: HostBuffer, outputs: HostBuffer) -> int:
+    """calrt_job_submit straight into the library, past calctl's own checks (what a shim answers)."""
+    from calctl.runtime._native import lib as L
+
+    kv = (ctypes.c_uint64 * 1)(L.KV_NONE)
+    desc = L.CalrtJobDesc(graph.encode(), inputs.native, outputs.native, 0, inputs.batch, 1, kv, 0)
+    job = ctypes.c_uint64()
+    return int(rt._fn.calrt_job_submit(rt._dev, ctypes.byref(desc), ctypes.byref(job)))

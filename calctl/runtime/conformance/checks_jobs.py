@@ -1,0 +1,323 @@
+"""Checks of jobs and buffers: ownership, states and timestamps, timeouts, wait_any, completion order, busy."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from calctl.runtime.buffers import BufferState
+from calctl.runtime.conformance.framework import (
+    Session,
+    _returned,
+    _unwrap,
+    check,
+    expect,
+    expect_raises,
+    expect_status,
+    golden_prompt,
+    prefill_job,
+    raw_job_info,
+    write_prefill,
+)
+from calctl.runtime.errors import (
+    BufferInUse,
+    DeviceBusy,
+    InvalidArgument,
+    JobAborted,
+    RuntimeStatus,
+    Timeout,
+)
+from calctl.runtime.types import Engine, GenerationId, Health, JobState, KvLength
+
+
+@check(
+    "buffer_ownership", "buffers: exact layout, never shared, owned by a job in flight (BufferInUse), released after"
+)
+def _buffers(s: Session) -> str:
+    pkg = s.package
+    a, b = s.pair()
+    pa, pb = pkg.model(a).prefill.name, pkg.model(b).prefill.name
+    with s.configured() as rt:
+        inputs, outputs = rt.alloc_inputs(pa), rt.alloc_outputs(pa)
+        expect_raises(InvalidArgument, "rt.submit (inputs as outputs)", rt.submit, pa, inputs, inputs, kv=[None])
+        expect_raises(
+            InvalidArgument,
+            "rt.submit (another graph's buffer)",
+            rt.submit,
+            pa,
+            rt.alloc_inputs(pb),
+            outputs,
+            kv=[None],
+        )
+        expect_raises(InvalidArgument, "inputs.write (wrong shape)", inputs.write, "tokens", np.zeros((1, 3), np.int32))
+        rt.release_buffer(outputs)
+        expect(outputs.state is BufferState.RELEASED, "a released buffer is RELEASED", returned=outputs.state)
+        expect_raises(InvalidArgument, "rt.release_buffer (twice)", rt.release_buffer, outputs)
+        # A job in flight owns its buffers (held there by a hang until a reset).
+        s.arm(rt, "hang")
+        job, seq, ins, outs = prefill_job(rt, pkg, a)
+        for buf in (ins, outs):
+            expect(buf.state is BufferState.IN_FLIGHT, "a submitted job's buffer is IN_FLIGHT", returned=buf.state)
+            expect_raises(BufferInUse, "rt.release_buffer (owned by a job in flight)", rt.release_buffer, buf)
+        expect_raises(BufferInUse, "outputs.read (owned by a job in flight)", outs.read, "logits")
+        expect_raises(
+            BufferInUse,
+            "rt.submit (inputs owned by a job in flight)",
+            rt.submit,
+            pa,
+            ins,
+            rt.alloc_outputs(pa),
+            kv=[seq],
+        )
+        detail = "inexact use refused; in-flight buffers BufferInUse"
+        if s.native:
+            raw = _unwrap(rt)
+            status = int(raw._fn.calrt_buffer_release(raw._dev, ins.native))
+            expect(
+                status == RuntimeStatus.BUFFER_IN_USE,
+                "calrt_buffer_release of a buffer a job owns must return BUFFER_IN_USE (12)",
+                call="calrt_buffer_release",
+                arguments="<inputs of the job in flight>",
+                returned=f"status {status}",
+            )
+            detail += "; the C library refused a release directly (12)"
+        scope = s.reset_chip_or_board(rt, s.chip_of(a))
+        expect_raises(JobAborted, f"rt.wait (after a {scope} reset)", rt.wait, job, 10)
+        if scope == "chip":
+            rt.release_buffer(ins)
+            rt.release_buffer(outs)
+        with rt.job_buffers(pkg.model(a).decode.name) as (i2, o2):
+            expect(
+                i2.state is BufferState.OWNED_BY_CALLER, "job_buffers hands out caller-owned buffers", returned=i2.state
+            )
+        expect(
+            i2.state is BufferState.RELEASED and o2.state is BufferState.RELEASED,
+            "job_buffers releases on exit",
+            returned=i2.state,
+        )
+    return detail + f"; given back by a {scope} reset"
+
+
+@check(
+    "job_states_timestamps",
+    "job states end SUCCEEDED; submit <= start <= end on CLOCK_MONOTONIC; query and wait echo the submitted tags",
+)
+def _timestamps(s: Session) -> str:
+    """The tags are read from what the shim returns (``calrt_job_query`` and ``calrt_job_wait`` fill
+    ``calrt_job_info``: generation, engine, chip mask), compared with what was submitted; never from calctl's own
+    job record. Two jobs with different tags (one generation past 32 bits), on both chips where there are two."""
+    pkg = s.package
+    aliases = list(s.pair()) if len(pkg.models) > 1 else [pkg.models[0].alias]
+    tags = [(GenerationId(7), Engine.PING), (GenerationId((1 << 40) + 3), Engine.PONG)]
+    echoed = 0
+    with s.configured() as rt:
+        for alias, (generation, engine) in zip(aliases * 2, tags, strict=False):
+            want_mask = sum(1 << c for c in pkg.model(alias).target_chips)
+            want = (int(generation), engine.code, want_mask)
+            t0 = time.monotonic_ns()
+            job, seq, _, outputs = prefill_job(rt, pkg, alias, generation=generation, engine=engine)
+            if s.native:
+                for call, wait_ms in (("calrt_job_query", None), ("calrt_job_wait", 10_000)):
+                    rc, info = raw_job_info(rt, job, wait_ms)
+                    expect(rc == RuntimeStatus.OK, f"{call} of a fresh job answers OK", call=call, returned=rc)
+                    got = (int(info.generation), int(info.engine), int(info.chip_mask))
+                    expect(
+                        got == want,
+                        f"{call} must echo the submitted generation, engine and chip mask "
+                        f"(submitted {want[0]}, {engine.value} ({want[1]}), chip mask {want_mask:#x})",
+                        call=call,
+                        arguments=f"job={job.id}",
+                        returned=f"generation {got[0]}, engine {got[1]}, chip mask {got[2]:#x}",
+                    )
+                    expect(int(info.id) == job.id, f"{call} names the job it was asked for", returned=int(info.id))
+                    echoed += 1
+            else:
+                first = rt.query(job)
+                expect(
+                    first.state in (JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED),
+                    "a fresh job is queued, running or done",
+                    returned=first.state,
+                )
+            result = rt.wait(job, 10)
+            t1 = time.monotonic_ns()
+            expect(
+                result.ok and result.status is RuntimeStatus.OK, "the job succeeded", call="rt.wait", returned=result
+            )
+            start, end = result.start_ns, result.end_ns
+            expect(
+                start is not None and end is not None,
+                "a finished job has start and end times",
+                call="calrt_job_wait",
+                returned=result,
+            )
+            assert start is not None and end is not None
+            expect(
+                t0 <= start <= end <= t1,
+                f"times must be CLOCK_MONOTONIC ns within the call window: {t0} <= {start} <= {end} <= {t1}",
+                call="calrt_job_wait",
+                returned=result,
+            )
+            events = [e for e in rt.trace() if e.job == job.id]
+            expect(bool(events), "the trace has the job", call="rt.trace")
+            e = events[0]
+            expect(t0 <= e.submit_ns <= start, "submit_ns precedes start_ns", call="calrt_job_wait", returned=e)
+            if not s.native:  # the mock is its own runtime: its trace is what it returns
+                expect(
+                    (e.generation, e.engine) == (generation, engine),
+                    "the trace echoes generation and engine",
+                    returned=e,
+                )
+            expect(rt.query(job).state is JobState.SUCCEEDED, "query keeps the terminal state", returned=rt.query(job))
+            n = len(golden_prompt(pkg, alias))
+            expect(
+                rt.kv.commit(seq) == KvLength(n, n),
+                "commit after success",
+                call="calrt_kv_commit",
+                returned=rt.kv.length(seq),
+            )
+            logits = outputs.read("logits")
+            expect(bool(np.isfinite(logits).all()), "logits are finite", returned=logits)
+            rt.kv.free(seq)
+    how = f"; generation, engine and chip mask echoed by query and wait ({echoed} answers)" if s.native else ""
+    return f"{len(tags)} jobs queued/running -> succeeded within their call windows" + how
+
+
+@check("wait_timeout", "a wait past its deadline is TIMEOUT; the job stays in flight with its buffers and KV")
+def _wait_timeout(s: Session) -> str:
+    pkg = s.package
+    a, b = s.pair()
+    ca = s.chip_of(a)
+    with s.configured() as rt:
+        s.arm(rt, "hang")
+        job, seq, inputs, _outputs = prefill_job(rt, pkg, a)
+        t0 = time.monotonic()
+        exc = expect_raises(Timeout, "rt.wait (0.2 s on a hung job)", rt.wait, job, 0.2)
+        waited = time.monotonic() - t0
+        expect_status(exc, RuntimeStatus.TIMEOUT, "calrt_job_wait")
+        expect(
+            waited >= 0.15,
+            f"the wait must last its timeout (0.2 s), it returned after {waited:.3f} s",
+            call="calrt_job_wait",
+        )
+        expect(not rt.query(job).state.terminal, "the job is still in flight after the timeout", returned=rt.query(job))
+        expect(rt.wait_any([job], 0.05) == [], "wait_any on the hung job times out empty", call="rt.wait_any")
+        expect(inputs.state is BufferState.IN_FLIGHT, "the job keeps its buffers", returned=inputs.state)
+        expect_raises(DeviceBusy, "rt.kv.commit (sequence being written)", rt.kv.commit, seq)
+        expect_raises(DeviceBusy, "rt.reset_configuration (job in flight)", rt.reset_configuration)
+        pending = rt.counters()[ca].pending
+        expect(pending in (None, 1), "the chip counts one pending job", call="rt.counters", returned=pending)
+        health = {h.chip: h.health for h in rt.health()}[ca]
+        expect(
+            health in (Health.HUNG, Health.UNKNOWN),
+            "the chip reports HUNG (or unknown)",
+            call="rt.health",
+            returned=health,
+        )
+        job_b, _, _, _ = prefill_job(rt, pkg, b)
+        expect(rt.wait(job_b, 10).ok, "the other chip keeps working while one hangs", call="rt.wait")
+        scope = s.reset_chip_or_board(rt, ca)
+        aborted = expect_raises(JobAborted, "rt.wait (hung job after a reset)", rt.wait, job, 5)
+        expect_status(aborted, RuntimeStatus.JOB_ABORTED, "calrt_job_wait")
+        expect(rt.query(job).state is JobState.ABORTED, "the hung job ends ABORTED", returned=rt.query(job))
+        if scope == "chip":
+            expect(
+                rt.kv.length(seq) == KvLength(0, 0),
+                "a chip reset empties the chip's sequences",
+                call="rt.kv.length",
+                returned=rt.kv.length(seq),
+            )
+        job2, _, _, _ = prefill_job(rt, pkg, a)
+        expect(rt.wait(job2, 10).ok, "the chip works again after the reset", call="rt.wait")
+    return (
+        f"TIMEOUT after {waited:.2f} s; job, buffers and KV kept; other chip unaffected; recovered by a {scope} reset"
+    )
+
+
+@check("wait_any", "wait_any returns terminal jobs; concurrent waiters on two threads")
+def _wait_any(s: Session) -> str:
+    pkg = s.package
+    a, b = s.pair()
+    with s.configured() as rt:
+        job_a, _, _, _ = prefill_job(rt, pkg, a, generation=GenerationId(1))
+        job_b, _, _, _ = prefill_job(rt, pkg, b, generation=GenerationId(2))
+        done: set[int] = set()
+        deadline = time.monotonic() + 20
+        while len(done) < 2 and time.monotonic() < deadline:
+            got = rt.wait_any([job_a, job_b], 10)
+            expect(bool(got), "wait_any returned nothing within 10 s", call="rt.wait_any")
+            expect(all(rt.query(j).state.terminal for j in got), "wait_any returns only terminal jobs", returned=got)
+            done.update(j.id for j in got)
+        expect(done == {job_a.id, job_b.id}, "both jobs came back", returned=done)
+        results: dict[str, Any] = {}
+
+        def worker(alias: str) -> None:
+            try:
+                job, _, _, _ = prefill_job(rt, pkg, alias)
+                results[alias] = rt.wait(job, 10).ok
+            except Exception as exc:  # reported below as the thread's outcome
+                results[alias] = _returned(exc)
+
+        threads = [threading.Thread(target=worker, args=(x,)) for x in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        expect(results == {a: True, b: True}, "two threads each submit and wait on their own chip", returned=results)
+    return "wait_any over two chips; two concurrent waiter threads"
+
+
+@check("out_of_order_completion", "a later job on the other chip completes first; wait_any returns it alone")
+def _out_of_order(s: Session) -> str:
+    pkg = s.package
+    a, b = s.pair()
+    with s.configured() as rt:
+        s.arm(rt, "hang")
+        first, _, _, _ = prefill_job(rt, pkg, a)
+        second, _, _, out_b = prefill_job(rt, pkg, b)
+        got = rt.wait_any([first, second], 10)
+        expect(
+            [j.id for j in got] == [second.id],
+            "only the later job is done",
+            call="rt.wait_any",
+            returned=[j.id for j in got],
+        )
+        expect(
+            rt.wait(second, 10).ok and not rt.query(first).state.terminal,
+            "the earlier job is still in flight",
+            returned=rt.query(first),
+        )
+        expect(bool(np.isfinite(out_b.read("logits")).all()), "the later job's outputs are readable", returned=None)
+        scope = s.reset_chip_or_board(rt, s.chip_of(a))
+        expect_raises(JobAborted, "rt.wait (the earlier job after a reset)", rt.wait, first, 5)
+    return f"job {second.id} completed before job {first.id}; the earlier one aborted by a {scope} reset"
+
+
+@check("busy_retry", "DEVICE_BUSY refuses a submit without taking the buffers; a retry succeeds")
+def _busy(s: Session) -> str:
+    pkg = s.package
+    m = pkg.models[0]
+    prompt = golden_prompt(pkg, m.alias)
+    with s.configured() as rt:
+        s.arm(rt, "busy")
+        seq = rt.kv.allocate(m.alias)
+        with rt.job_buffers(m.prefill.name) as (inputs, outputs):
+            write_prefill(inputs, prompt)
+            rt.kv.append(seq, len(prompt))
+            exc = expect_raises(
+                DeviceBusy, "rt.submit (armed busy)", rt.submit, m.prefill.name, inputs, outputs, kv=[seq]
+            )
+            expect_status(exc, RuntimeStatus.DEVICE_BUSY, "calrt_job_submit")
+            expect(
+                inputs.state is BufferState.OWNED_BY_CALLER,
+                "a refused submit leaves the buffers with the caller",
+                returned=inputs.state,
+            )
+            expect(
+                rt.wait(rt.submit(m.prefill.name, inputs, outputs, kv=[seq]), 10).ok,
+                "the retry succeeds",
+                call="rt.wait",
+            )
+    return "BUSY (1) left buffers with the caller; the retry succeeded"

@@ -1,0 +1,418 @@
+"""The check framework: verdicts, results, the target, the session a check gets, expectations, job helpers,
+the check registry and :func:`run_check` (one check in this process)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import enum
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from calctl.errors import CalctlError
+from calctl.package import npy
+from calctl.package.model import Package
+from calctl.package.reader import load_manifest
+from calctl.runtime import DeviceKind, Job, Runtime, open_runtime
+from calctl.runtime.buffers import HostBuffer
+from calctl.runtime.errors import (
+    NotSupported,
+    RuntimeLayerError,
+    RuntimeStatus,
+)
+from calctl.runtime.types import KvSeqId
+
+DEFAULT_CHECK_TIMEOUT = 60.0
+_MARK = "@@calctl-conformance@@ "
+
+
+class Verdict(str, enum.Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    UNSUPPORTED = "UNSUPPORTED"
+    TIMEOUT = "TIMEOUT"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    title: str
+    verdict: Verdict
+    seconds: float
+    detail: str = ""
+    call: str | None = None  # FAIL/UNSUPPORTED: the call that did it
+    arguments: str | None = None
+    returned: str | None = None  # what came back (a value, or an exception with its status)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["verdict"] = self.verdict.value
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> CheckResult:
+        return cls(**{**doc, "verdict": Verdict(doc["verdict"])})
+
+
+class CheckFailed(Exception):
+    """A check's expectation did not hold: FAIL with the call, its arguments and what came back."""
+
+    def __init__(
+        self, detail: str, *, call: str | None = None, arguments: str | None = None, returned: str | None = None
+    ):
+        super().__init__(detail)
+        self.detail, self.call, self.arguments, self.returned = detail, call, arguments, returned
+
+
+class Abandoned(CheckFailed):
+    """A FAIL after which the check's process cannot go on (threads stuck inside the library): the device is
+    left as it is, and the remaining checks run in a fresh process."""
+
+
+class Unsupported(Exception):
+    """The runtime refused (NOT_SUPPORTED), or the check needs something this target lacks."""
+
+
+# ---------------------------------------------------------------------------
+# The target and what a check gets
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the suite runs against: ``mock``, or ``calrt`` with a library; and the package the checks load."""
+
+    device: DeviceKind
+    package: Path
+    library: Path | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "device": self.device.value,
+            "library": str(self.library) if self.library else None,
+            "package": str(self.package),
+        }
+
+
+class _CallLog:
+    def __init__(self) -> None:
+        self.last: tuple[str, str] | None = None
+
+
+class _Recorder:
+    """A runtime (or its KV manager) that remembers the last call made through it, for FAIL rows."""
+
+    def __init__(self, target: Any, prefix: str, log: _CallLog) -> None:
+        self._target, self._prefix, self._log = target, prefix, log
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if name == "kv":
+            return _Recorder(attr, self._prefix + "kv.", self._log)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._log.last = (self._prefix + name, _args(args, kwargs))
+            return attr(*args, **kwargs)
+
+        return call
+
+    def __enter__(self) -> _Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._target.close()
+
+
+class Session:
+    """What a check gets: the target, its package, ways to open a device, and a place for evidence."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._package: Package | None = None
+        self.log = _CallLog()
+        self.evidence: dict[str, Any] = {}
+
+    @property
+    def package(self) -> Package:
+        if self._package is None:
+            self._package = load_manifest(self.target.package)
+        return self._package
+
+    @property
+    def native(self) -> bool:
+        return self.target.device is DeviceKind.CALRT
+
+    def open_raw(self) -> Runtime:
+        if self.native:
+            from calctl.runtime._native import lib as L
+
+            if L.call_log() is None:  # in this process (tests): an in-memory log, for the concurrency counts
+                L.install_call_log(L.CallLog())
+            return open_runtime("calrt", calrt_lib=self.target.library)
+        return open_runtime("mock")
+
+    def calls(self) -> Any:
+        """The process's CalRT call log (native targets): who is inside which call, and how many at once."""
+        from calctl.runtime._native import lib as L
+
+        return L.call_log()
+
+    def open(self) -> Runtime:
+        self.log.last = ("open_runtime", f"{self.target.device.value}, {self.target.library}")
+        return cast(Runtime, _Recorder(self.open_raw(), "rt.", self.log))
+
+    @contextlib.contextmanager
+    def configured(self) -> Iterator[Runtime]:
+        with self.open() as rt:
+            rt.configure(rt.create_calbin(self.package))
+            yield rt
+
+    def pair(self) -> tuple[str, str]:
+        """Two aliases of the package on different chips (A first), or Unsupported."""
+        models = list(self.package.models)
+        for a in models:
+            for b in models:
+                if a is not b and not set(a.target_chips) & set(b.target_chips):
+                    return a.alias, b.alias
+        raise Unsupported(f"package {self.package.name!r} has no two models on different chips; this check needs them")
+
+    def chip_of(self, alias: str) -> int:
+        return self.package.model(alias).target_chips[0]
+
+    def arm(self, rt: Runtime, fault: str) -> None:
+        """Make the next submitted job hit ``fault`` (busy | hang | ccu | dma); Unsupported without a hook."""
+        raw = _unwrap(rt)
+        self.log.last = ("arm fault", fault)
+        arm = getattr(raw, "arm_test_fault", None)
+        if arm is not None:
+            try:
+                arm(fault)
+            except NotSupported as exc:
+                raise Unsupported(f"{exc} (the check needs it to produce a {fault} job)") from None
+            return
+        from calctl.runtime.mock import FaultKind, FaultRule
+
+        kind = {
+            "busy": FaultKind.DEVICE_BUSY,
+            "hang": FaultKind.WAIT_TIMEOUT,
+            "ccu": FaultKind.CCU_EXCEPTION,
+            "dma": FaultKind.UNKNOWN_DMA_STATE,
+        }[fault]
+        raw.arm_fault(FaultRule(kind=kind, at=(1,)))
+
+    def reset_chip_or_board(self, rt: Runtime, chip: int) -> str:
+        """Recover ``chip``: a chip reset where granted, else a board reset (and reconfigure). Returns the scope."""
+        try:
+            rt.reset("chip", chip=chip)
+            return "chip"
+        except NotSupported:
+            rt.reset("board")
+            rt.configure(rt.create_calbin(self.package))
+            return "board"
+
+
+def _unwrap(rt: Runtime) -> Any:
+    return rt._target if isinstance(rt, _Recorder) else rt
+
+
+def raw_job_info(rt: Runtime, job: Job, wait_ms: int | None = None) -> tuple[int, Any]:
+    """``calrt_job_query`` (or ``calrt_job_wait`` with ``wait_ms``) straight into the library: the status and the
+    ``calrt_job_info`` the shim fills in, before calctl has observed (and released) the job."""
+    from calctl.runtime._native import lib as L
+
+    raw = _unwrap(rt)
+    info = L.CalrtJobInfo()
+    if wait_ms is None:
+        rc = raw._fn.calrt_job_query(raw._dev, job.id, ctypes.byref(info))
+    else:
+        rc = raw._fn.calrt_job_wait(raw._dev, job.id, wait_ms, ctypes.byref(info))
+    return int(rc), info
+
+
+def _args(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+    parts = [_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, HostBuffer):
+        return f"<{value.direction.value} buffer {value.id} of {value.graph!r} B{value.batch}>"
+    if isinstance(value, Job):
+        return f"<job {value.id} {value.graph!r}>"
+    if isinstance(value, Package):
+        return f"<package {value.name!r}>"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _returned(exc: BaseException) -> str:
+    if isinstance(exc, RuntimeLayerError):
+        status = exc.status
+        code = int(status)  # the code once, with its name when it is one of the ABI's (C ABI §4)
+        name = RuntimeStatus(code).name if code in RuntimeStatus._value2member_map_ else None
+        return f"{type(exc).__name__} (status {code}{' ' + name if name else ''}): {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------------------
+# Expectations
+
+
+def expect(
+    condition: bool, detail: str, *, call: str | None = None, arguments: str | None = None, returned: Any = None
+) -> None:
+    if not condition:
+        raise CheckFailed(
+            detail, call=call, arguments=arguments, returned=None if returned is None else _short(returned)
+        )
+
+
+def expect_raises(
+    error: type[BaseException] | tuple[type[BaseException], ...],
+    call: str,
+    fn: Callable[..., Any],
+    *args: Any,
+    **kwargs: Any,
+) -> BaseException:
+    """Call ``fn``; the error it must raise comes back. Anything else is a FAIL naming the call."""
+    names = error.__name__ if isinstance(error, type) else " or ".join(e.__name__ for e in error)
+    try:
+        value = fn(*args, **kwargs)
+    except error as exc:
+        return exc
+    except NotSupported as exc:
+        raise Unsupported(f"{call}: {exc}") from None
+    except (RuntimeLayerError, CalctlError) as exc:
+        raise CheckFailed(
+            f"{call} must raise {names}", call=call, arguments=_args(args, kwargs), returned=_returned(exc)
+        ) from None
+    raise CheckFailed(f"{call} must raise {names}", call=call, arguments=_args(args, kwargs), returned=_short(value))
+
+
+def expect_status(exc: BaseException, status: RuntimeStatus, call: str) -> None:
+    got = getattr(exc, "status", None)
+    expect(got == status, f"{call} must report status {int(status)} {status.name}", call=call, returned=_returned(exc))
+
+
+# ---------------------------------------------------------------------------
+# Job helpers (the tiny-decoder I/O contract, docs/runtime.md)
+
+
+def golden_prompt(pkg: Package, alias: str) -> np.ndarray:
+    m = pkg.model(alias)
+    return npy.load(pkg.root / m.golden.prompt.file).reshape(-1).astype(np.int32)
+
+
+def write_prefill(inputs: HostBuffer, prompt: np.ndarray) -> None:
+    tokens = np.zeros(inputs.layout.slot("tokens").shape, np.int32)
+    tokens[0, : len(prompt)] = prompt
+    inputs.write("tokens", tokens)
+    inputs.write("n_tokens", np.array([len(prompt)], np.int32))
+
+
+def write_decode(inputs: HostBuffer, token: int, position: int) -> None:
+    inputs.write("tokens", np.array([[token]], np.int32))
+    inputs.write("positions", np.array([position], np.int32))
+
+
+def prefill_job(
+    rt: Runtime, pkg: Package, alias: str, prompt: np.ndarray | None = None, **submit: Any
+) -> tuple[Job, KvSeqId, HostBuffer, HostBuffer]:
+    """Allocate a sequence and buffers, reserve, submit one prefill. Returns (job, seq, inputs, outputs)."""
+    m = pkg.model(alias)
+    prompt = golden_prompt(pkg, alias) if prompt is None else prompt
+    seq = rt.kv.allocate(alias)
+    inputs, outputs = rt.alloc_inputs(m.prefill.name), rt.alloc_outputs(m.prefill.name)
+    write_prefill(inputs, prompt)
+    rt.kv.append(seq, len(prompt))
+    job = rt.submit(m.prefill.name, inputs, outputs, kv=[seq], **submit)
+    return job, seq, inputs, outputs
+
+
+def _overlap_ns(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> int:
+    """Total time during which some interval of ``a`` and some interval of ``b`` both run."""
+
+    def union(xs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        for s, e in sorted(xs):
+            if out and s <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], e))
+            else:
+                out.append((s, e))
+        return out
+
+    total, ua, ub = 0, union(a), union(b)
+    for s1, e1 in ua:
+        for s2, e2 in ub:
+            total += max(0, min(e1, e2) - max(s1, s2))
+    return total
+
+
+# ---------------------------------------------------------------------------
+# The checks
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    title: str
+    run: Callable[[Session], str | None]  # returns the PASS detail
+    native_only: bool = False  # a property of the C library itself (the mock has no C ABI)
+
+
+CHECKS: list[Check] = []
+
+
+def check(
+    name: str, title: str, *, native_only: bool = False
+) -> Callable[[Callable[[Session], str | None]], Callable[[Session], str | None]]:
+    def register(fn: Callable[[Session], str | None]) -> Callable[[Session], str | None]:
+        CHECKS.append(Check(name, title, fn, native_only))
+        return fn
+
+    return register
+
+
+def checks_for(device: DeviceKind) -> list[Check]:
+    return [c for c in CHECKS if device is DeviceKind.CALRT or not c.native_only]
+
+
+# ---------------------------------------------------------------------------
+# Running
+
+
+def run_check(check: Check, target: Target) -> CheckResult:
+    """Run one check in this process. Exceptions become FAIL / UNSUPPORTED rows; nothing escapes."""
+    session = Session(target)
+    t0 = time.monotonic()
+    verdict, detail = Verdict.PASS, ""
+    call = arguments = returned = None
+    try:
+        detail = check.run(session) or ""
+    except CheckFailed as exc:
+        verdict, detail, call, arguments, returned = Verdict.FAIL, exc.detail, exc.call, exc.arguments, exc.returned
+        if isinstance(exc, Abandoned):
+            session.evidence["abandoned"] = True
+    except Unsupported as exc:
+        verdict, detail = Verdict.UNSUPPORTED, str(exc)
+    except NotSupported as exc:
+        verdict, detail = Verdict.UNSUPPORTED, str(exc)
+        call, arguments = session.log.last or (None, None)
+        returned = _returned(exc)
+    except Exception as exc:  # any other error is the check's finding: the call that raised it
+        verdict, detail = Verdict.FAIL, f"unexpected {type(exc).__name__}"
+        call, arguments = session.log.last or (None, None)
+        returned = _returned(exc)
+        if not isinstance(exc, CalctlError):
+            detail += " (" + "".join(traceback.format_exception_only(type(exc), exc)).strip() + ")"
+    return CheckResult(
+        check.name, check.title, verdict, time.monotonic() - t0, detail, call, arguments, returned, session.evidence
+    )

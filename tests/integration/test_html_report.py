@@ -1,0 +1,182 @@
+"""report.html: one self-contained page per run, opened in headless Chromium (Debian's `chromium`).
+
+The page is rendered from the run's JSON document; these tests open it as a
+reader would: it renders with no console error, every picture decodes, the
+verdict text equals the JSON's, and nothing is fetched from anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from calctl import html_report
+from tests.conftest import CliResult
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+
+#: Appended to a probe copy of the page (whose CSP is removed for it): reports every <img> that did not decode.
+_PROBE = """<script>
+window.addEventListener('load', () => {
+  const bad = [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt);
+  const out = document.createElement('pre');
+  out.id = 'probe';
+  out.textContent = JSON.stringify({images: document.images.length, broken: bad});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def _chromium(page: Path, tmp: Path, *, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    argv = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        f"--user-data-dir={tmp / 'chromium-profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=5000",
+        *extra,
+        page.as_uri(),
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+
+
+def _console_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if re.search(r"CONSOLE|Uncaught|Refused to|ERR_", line)]
+
+
+def _open(page: Path, tmp: Path) -> dict[str, object]:
+    """The page's DOM as Chromium rendered it, its console errors, and the probe's picture count."""
+    shown = _chromium(page, tmp, extra=("--dump-dom",))
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    probe_page = page.with_name("probe-" + page.name)
+    html = page.read_text(encoding="utf-8")
+    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)
+    probe_page.write_text(html.replace("</body>", _PROBE + "</body>"), encoding="utf-8")
+    probed = _chromium(probe_page, tmp, extra=("--dump-dom",))
+    match = re.search(r'<pre id="probe">(.*?)</pre>', probed.stdout, re.S)
+    assert match, probed.stderr[-2000:]
+    probe_page.unlink()
+    return {
+        "dom": shown.stdout,
+        "errors": _console_errors(shown.stderr),
+        "probe": json.loads(match.group(1).replace("&quot;", '"')),
+    }
+
+
+def _verdict_in(dom: str) -> str:
+    match = re.search(r'<span class="verdict big [a-z]+" id="verdict">(.*?)</span>', dom)
+    assert match, dom[:2000]
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def bringup_dir(tmp_path_factory):  # type: ignore[no-untyped-def]
+    from calctl.cli.app import main
+
+    out = tmp_path_factory.mktemp("html") / "bringup"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(["bringup", "--level", "quick", "--report", str(out)])
+    result = CliResult(code, stdout.getvalue(), stderr.getvalue())
+    assert result.code == 0, result.err
+    return out, result
+
+
+def test_bringup_writes_report_html_beside_report_json_and_names_it(bringup_dir) -> None:  # type: ignore[no-untyped-def]
+    out, result = bringup_dir
+    page = out / "report.html"
+    assert page.is_file()
+    assert "report.html" in result.out
+    doc = json.loads((out / "report.json").read_text())
+    html = page.read_text(encoding="utf-8")
+    assert f'id="verdict">{doc["verdict"]}</span>' in html
+    assert "MOCK RESULT" in html and 'id="device-label">mock<' in html
+    for step in doc["summary"]:
+        assert f"<strong>{step['step']}</strong>" in html
+    # Self-contained: every picture is embedded, nothing is loaded from elsewhere.
+    assert "<script" not in html
+    assert not re.search(r'src="(?!data:)', html)
+    pngs = sorted(out.rglob("*.png"))
+    assert pngs and html.count('src="data:image/png;base64,') == len(pngs)
+
+
+@needs_chromium
+def test_the_bringup_page_renders_in_chromium(bringup_dir, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out, _ = bringup_dir
+    doc = json.loads((out / "report.json").read_text())
+    seen = _open(out / "report.html", tmp_path)
+    assert seen["errors"] == []
+    assert _verdict_in(str(seen["dom"])) == doc["verdict"]
+    probe = seen["probe"]
+    assert isinstance(probe, dict) and probe["broken"] == [] and probe["images"] >= 3
+
+
+@needs_chromium
+def test_a_broken_picture_is_seen_by_the_chromium_check(bringup_dir, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The check can fail: a page whose picture is not a PNG shows up as a broken image."""
+    out, _ = bringup_dir
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    victim = sorted(copy.rglob("*.png"))[0]
+    victim.write_bytes(b"not a png")
+    html_report.write(json.loads((copy / "report.json").read_text()), copy / "report.json")
+    probe = _open(copy / "report.html", tmp_path)["probe"]
+    assert isinstance(probe, dict) and len(probe["broken"]) == 1
+
+
+def test_hostile_strings_reach_the_page_escaped(tmp_path: Path) -> None:
+    doc = {
+        "command": "run-golden",
+        "verdict": "FAIL",
+        "exit_code": 1,
+        "device": "mock",
+        "mock_result": True,
+        "package": {"name": "<script>alert(1)</script>", "version": "1.0\x1b]52;c;aGk=\x07\ud800"},
+        "summary": [{"step": "<b>x</b>", "verdict": "FAIL", "key_figure": "[/x] \x1b[2K", "detail": "", "files": {}}],
+    }
+    page = html_report.write(doc, tmp_path / "report.json")
+    html = page.read_text(encoding="utf-8")
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "\x1b" not in html and "\\x1b" in html and "\\ud800" in html
+    assert "FAIL" in html and "<b>x</b>" not in html
+
+
+def test_rows_that_are_not_good_are_the_reasons(tmp_path: Path) -> None:
+    doc = {
+        "command": "accept",
+        "verdict": "NO-GO",
+        "exit_code": 1,
+        "device": "calrt",
+        "runtime": {"firmware": "reference (software model, no hardware)"},
+        "rows": [
+            {"id": "G0", "title": "capacity", "verdict": "GO", "key_figure": "fits", "files": {}},
+            {"id": "G1", "title": "golden", "verdict": "NO-GO", "key_figure": "1/2 chips", "reason": "model-b differs"},
+            {"id": "G2", "title": "isolation", "verdict": "NOT MEASURED", "reason": "the host was too slow"},
+        ],
+        "steps": [{"name": "run-golden", "status": "RAN", "seconds": 1.0, "summary": "1/2", "reason": ""}],
+    }
+    html = html_report.render(doc, tmp_path)
+    reasons = re.search(r'<ul class="reasons" id="reasons">(.*?)</ul>', html, re.S)
+    assert reasons
+    assert "G1 NO-GO: model-b differs" in reasons.group(1) and "G2 NOT MEASURED" in reasons.group(1)
+    assert "G0" not in reasons.group(1)
+    assert 'id="device-label">software model<' in html
+    assert 'id="steps"' in html

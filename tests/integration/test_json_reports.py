@@ -1,0 +1,97 @@
+"""Every command's ``--format json`` is one report (``report/v1``): header, ``verdict`` and ``exit_code``.
+
+Each command runs in-process; its JSON must pass the one schema, and the exit code it states must be the
+process's. docs/cli.md "Verdicts": the last line of every run is its verdict, and so is its JSON.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from calctl.package import schemas
+from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, assert_no_traceback
+
+TRUST = ("--trusted-key", str(TEST_PUB))
+COMBINED = FIXTURE_PACKAGES / "combined"
+SINGLE = FIXTURE_PACKAGES / "single"
+REPLICA = FIXTURE_PACKAGES / "replica"
+
+
+def _corrupt(tmp: Path) -> Path:
+    bad = tmp / "bad"
+    shutil.copytree(COMBINED, bad)
+    (bad / "model-b" / "golden" / "expected_tokens.npy").write_bytes(b"not the sealed bytes")
+    return bad
+
+
+def _sealed_copy(tmp: Path) -> Path:
+    copy = tmp / "copy"
+    shutil.copytree(SINGLE, copy)
+    return copy
+
+
+def _hf(tmp: Path) -> Path:
+    from tests.unit.compiler.checkpoint_factory import write_hf_dir
+
+    d, _, _ = write_hf_dir(tmp / "hf", "llama")
+    return d
+
+
+#: command -> (argv from a scratch directory, the exit code it must have). Each argv gets --format json.
+CASES: dict[str, tuple[Callable[[Path], list[Any]], int]] = {
+    "keygen": (lambda t: ["keygen", t / "k"], 0),
+    "sample-package": (lambda t: ["sample-package", t / "s", "--key", TEST_KEY, "--kind", "single"], 0),
+    "pack": (lambda t: ["pack", _sealed_copy(t), "--key", TEST_KEY], 0),
+    "sign": (lambda t: ["sign", _sealed_copy(t), "--key", TEST_KEY], 0),
+    "verify": (lambda t: ["verify", COMBINED, *TRUST], 0),
+    "verify-fail": (lambda t: ["verify", _corrupt(t), *TRUST], 1),
+    "inspect": (lambda t: ["inspect", COMBINED, *TRUST], 0),
+    "import": (lambda t: ["import", "hf", _hf(t), t / "imported", "--key", TEST_KEY], 0),
+    "combine": (lambda t: ["combine", SINGLE, SINGLE, t / "combined", "--key", TEST_KEY, *TRUST], 0),
+    "validate": (lambda t: ["validate", COMBINED, *TRUST], 0),
+    "validate-fail": (lambda t: ["validate", _corrupt(t), *TRUST], 1),
+    "rules": (lambda t: ["rules"], 0),
+    "explain": (lambda t: ["explain", "CHIP003"], 0),
+    "budget": (lambda t: ["budget", COMBINED, *TRUST], 0),
+    "device info": (lambda t: ["device", "info"], 0),
+    "run-golden": (lambda t: ["run-golden", COMBINED, *TRUST], 0),
+    "run-golden-fail": (lambda t: ["run-golden", _corrupt(t), *TRUST], 1),
+    "warmup": (lambda t: ["warmup", COMBINED, *TRUST, "--iterations", "3"], 0),
+    "poc combined": (
+        lambda t: ["poc", "combined", COMBINED, *TRUST, "--expect-models", "model-a,model-b", "--rounds", "2"],
+        0,
+    ),
+    "bringup": (lambda t: ["bringup", SINGLE, *TRUST, "--level", "quick", "--report", t / "b"], 0),
+    "soak": (lambda t: ["soak", COMBINED, *TRUST, "--cycles", "1", "--traffic-seconds", "0.3", "--report", t / "s"], 0),
+    "soak-refused": (lambda t: ["soak", _corrupt(t), *TRUST, "--cycles", "1", "--report", t / "s"], 1),
+    "accept": (lambda t: ["accept", COMBINED, *TRUST, "--only", "G0", "--level", "quick", "--report", t / "a"], 0),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_command_json_is_one_report(cli, tmp_path: Path, case: str) -> None:  # type: ignore[no-untyped-def]
+    argv, code = CASES[case]
+    r = cli(*argv(tmp_path), "--format", "json")
+    assert_no_traceback(r)
+    assert r.code == code, (r.code, r.err[-2000:])
+    doc = r.json
+    problems = list(schemas.iter_errors("report/v1", doc))
+    assert not problems, problems
+    assert doc["exit_code"] == r.code and next(iter(doc)) == "schema_version"
+    assert doc["command"] == case.removesuffix("-fail").removesuffix("-refused")
+
+
+def test_a_refused_soak_is_a_failed_check_that_says_why(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A package that fails validation is FAIL, exit 1 (docs/cli.md: a bad package), never ERROR with exit 1,
+    and the report says why (the error was kept out of the document)."""
+    argv, _ = CASES["soak-refused"]
+    doc = cli(*argv(tmp_path), "--format", "json").json
+    assert doc["status"] == "error" and doc["verdict"] == "FAIL" and doc["exit_code"] == 1
+    assert "failed validation" in doc["error"]
+    saved = (tmp_path / "s" / "soak-report.json").read_text()
+    assert '"verdict": "FAIL"' in saved and "failed validation" in saved
