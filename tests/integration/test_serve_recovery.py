@@ -349,3 +349,23 @@ def test_a_refused_chip_reset_drains_b_before_the_board_reset(tmp_path: Path) ->
     assert calls[:board].count("reset chip") == 1, calls
     after = calls[board + 1 :]
     assert "submit" not in after[: after.index("configure")], calls[board:][:10]
+
+
+def test_an_unexpected_error_in_a_recovery_leaves_no_alias_recovering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27 item 2: a bug inside ``recover`` (here: writing the evidence raises) was only logged and left
+    both aliases in Recovering for good. They go Failed with the reason, and the attempt is recorded."""
+    with serving(time_scale=0.2, fault_plan=_plan(tmp_path)) as s:
+
+        def broken(*_a: Any, **_k: Any) -> None:
+            raise RuntimeError("evidence store exploded")
+
+        monkeypatch.setattr(s.supervisor, "_save_evidence", broken)
+        _joint_traffic(s, a_n=12, b_n=4)
+        recs = wait_until(lambda: list(s.supervisor.recoveries), what="the failed recovery to be recorded")
+        states = {a: w.state.value for a, w in s.supervisor.workers.items()}
+        ready = httpx.get(f"{s.url}/health/ready").json()
+    assert states == {"model-a": "Failed", "model-b": "Failed"}, states
+    assert len(recs) == 1 and not recs[0].ok and "evidence store exploded" in recs[0].detail, recs
+    assert "internal error: RuntimeError: evidence store exploded" in ready["failed"]["model-b"], ready

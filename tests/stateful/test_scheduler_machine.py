@@ -77,8 +77,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.known: set[str] = set()
         self.needs_recovery = False
 
-    def _pump(self) -> None:
-        for ev in self.sched.drain_events():
+    def _pump(self, events: list[Any] | None = None) -> None:
+        for ev in [*(events or ()), *self.sched.drain_events()]:
             if isinstance(ev, TerminalEvent):
                 self.terminal[ev.request_id] += 1
                 assert self.terminal[ev.request_id] == 1, f"second terminal event for {ev.request_id}"
@@ -145,10 +145,12 @@ class SchedulerMachine(RuleBasedStateMachine):
         results = (
             tuple(LaneResult(r, 7, stop=stop and i == 0) for i, r in enumerate(rids)) if status is JobStatus.OK else ()
         )
-        self.sched.update_from_output(JobOutcome(job.job_id, job.generation, status, results, "injected"), self.now)
+        evs = self.sched.update_from_output(
+            JobOutcome(job.job_id, job.generation, status, results, "injected"), self.now
+        )
         if status is JobStatus.TIMEOUT:
             self.late.append((job, rids))
-        self._pump()
+        self._pump(evs)
 
     @precondition(lambda self: self.late)
     @rule()
@@ -156,10 +158,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         """A timed-out job completes after all: dropped as stale, never delivered."""
         job, rids = self.late.pop()
         before = dict(self.terminal)
-        self.sched.update_from_output(
+        evs = self.sched.update_from_output(
             JobOutcome(job.job_id, job.generation, JobStatus.OK, tuple(LaneResult(r, 1) for r in rids)), self.now
         )
-        evs = self.sched.drain_events()
         assert [type(e).__name__ for e in evs] == ["StaleCompletion"]
         assert dict(self.terminal) == before
 

@@ -31,7 +31,7 @@ engine dropped, recoveries). A device error, or a drain that missed its
 deadline, is a violation unless the mock injected faults that explain it.
 
 ``--inject stale-completion`` arms the worker's diagnostic hook
-(:meth:`~calctl.serving.engine.loop.EngineCore.arm_stale_redelivery`): after
+(:class:`~calctl.serving.engine.inject.StaleRedelivery`, a delivery tap): after
 the first reload one token of the retired generation is delivered to a request
 of the new one, and the soak must exit 1 naming it. It exists to prove the
 checker, never for serving.
@@ -71,6 +71,7 @@ from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import ChipCounters, ChipMemory
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine.inject import StaleRedelivery
 from calctl.signing.policy import TrustPolicy
 
 MIB = checks.MIB
@@ -643,7 +644,7 @@ class _Soak:
             if index == 1 and c.traffic is Traffic.MIXED:
                 if Injection.STALE_COMPLETION in c.inject:
                     for w in sup.workers.values():
-                        w.arm_stale_redelivery()
+                        w.add_delivery_tap(StaleRedelivery(w.alias))
                     self.events.write(
                         "inject",
                         what=Injection.STALE_COMPLETION.value,

@@ -4,8 +4,11 @@ The engine step follows vLLM v1 exactly::
 
     out = scheduler.schedule(now)          # jobs to submit + when to wake up
     ... submit out.jobs to the runtime, Wait ...
-    scheduler.update_from_output(outcome, now)
-    for event in scheduler.drain_events(): ...   # tokens, terminal events, lanes to free
+    events = scheduler.update_from_output(outcome, now)   # the step's events, in order
+    ... the output processor delivers them: tokens, terminal events, lanes to free ...
+
+Events of the other entry points (arrive, cancel, stop, schedule's deadline
+expiries, retire) are taken with :meth:`Scheduler.drain_events`.
 
 and API arrivals/cancels are serialised through the same loop
 (:meth:`Scheduler.arrive`, :meth:`Scheduler.submit`, :meth:`Scheduler.cancel`).
@@ -38,14 +41,11 @@ from __future__ import annotations
 
 import enum
 import heapq
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from calctl.serving.core.admission import (
     AdmissionController,
-    AdmissionPolicy,
     AdmissionResult,
-    CapacityBudget,
     ModelState,
     Ticket,
     Verdict,
@@ -53,8 +53,9 @@ from calctl.serving.core.admission import (
 from calctl.serving.core.decode import BatchProfile, DecodeBatch, DecodeScheduler
 from calctl.serving.core.errors import InvariantViolation
 from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId, TenantId
+from calctl.serving.core.invariants import check_scheduler
 from calctl.serving.core.kv import KvCapacity, KvLaneManager, KvState
-from calctl.serving.core.prefill import Dropped, PrefillScheduler, PrefillThresholds, ServiceWeights, WorkKind
+from calctl.serving.core.prefill import Dropped, PrefillScheduler, WorkKind
 from calctl.serving.core.registry import RequestRegistry
 from calctl.serving.core.request import (
     RUNNING_STATES,
@@ -65,6 +66,7 @@ from calctl.serving.core.request import (
     SequenceState,
     TerminalEvent,
 )
+from calctl.serving.core.settings import DecodeOptions, LongPrefillQuota, SchedulerSettings
 
 _S = RequestState
 _FINISH_FOR_VERDICT = {
@@ -73,56 +75,6 @@ _FINISH_FOR_VERDICT = {
     Verdict.REJECT_UNAVAILABLE: FinishReason.REJECTED_UNAVAILABLE,
 }
 _HOLDS_DEVICE_STATE = frozenset({_S.PREFILL_READY, _S.PREFILL_RUNNING, _S.DECODE_READY, _S.DECODE_RUNNING})
-
-
-# -- settings -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeOptions:
-    """000 §7.2 / §8 knobs (``batch`` block of 000 §15)."""
-
-    batching_window_s: float = 0.0
-    profile_thresholds: Mapping[int, int] | None = None
-    max_tenant_lane_share: float = 0.5
-    deadline_granularity_s: float = 0.0
-    step_estimate_s: float = 0.0  # the floor under the measured decode step time (batch.step_estimate_floor_us)
-
-
-@dataclass(frozen=True, slots=True)
-class LongPrefillQuota:
-    """000 §6 / 001 §9.3 "limit the admission and concurrency of long prefills" (``queues`` block).
-
-    A long prompt is one above ``medium_prefill_max_tokens`` (the long prefill queue). ``max_waiting``
-    caps the long requests accepted whose prefill has not started (queued for admission, waiting for the
-    model, or PrefillReady): one more is refused with 429. ``max_running`` caps long prefill jobs in flight
-    at once (only matters with two in flight, ping/pong): the arbiter skips the long queue while it is
-    reached. None: no cap."""
-
-    max_waiting: int | None = None
-    max_running: int | None = 1
-
-    def __post_init__(self) -> None:
-        for name in ("max_waiting", "max_running"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"long prefill {name} must be >= 1, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerSettings:
-    """Everything one worker's scheduler needs; built by ``calctl.serving.config`` from YAML + package + budget."""
-
-    budget: CapacityBudget
-    max_seq: int
-    admission: AdmissionPolicy
-    prefill_graph: str
-    profiles: tuple[BatchProfile, ...]
-    prefill_thresholds: PrefillThresholds = PrefillThresholds()
-    service_weights: ServiceWeights = ServiceWeights()
-    decode: DecodeOptions = DecodeOptions()
-    remove_tail: bool = False
-    long_prefill: LongPrefillQuota = LongPrefillQuota()
 
 
 # -- jobs and outcomes --------------------------------------------------------------------------
@@ -459,8 +411,15 @@ class Scheduler:
                 wake_at = candidate
         return SchedulerOutput(tuple(jobs), wake_at)
 
-    def update_from_output(self, outcome: JobOutcome, now: float) -> None:
-        """Apply one tagged completion (000 §4, §7.4); stale ones are dropped but accounted."""
+    def update_from_output(self, outcome: JobOutcome, now: float) -> list[Event]:
+        """Apply one tagged completion (000 §4, §7.4); stale ones are dropped but accounted.
+
+        Returns the step's events (vLLM's ``EngineCoreOutputs``): everything that happened since the last
+        drain, this completion's tokens, terminal events, lane releases and recovery requests last."""
+        self._apply_output(outcome, now)
+        return self.drain_events()
+
+    def _apply_output(self, outcome: JobOutcome, now: float) -> None:
         inf = self._inflight.get(outcome.job_id)
         if inf is None:
             retired = self._quarantine.pop(outcome.job_id, None)
@@ -638,55 +597,7 @@ class Scheduler:
 
     def check_invariants(self) -> None:
         """Cross-component invariants: registry vs KV vs queues vs admission (000 §4, §9.2)."""
-        self.kv.check_invariants()
-        self.admission.check_invariants()
-        for rid in self._long_waiting:
-            seq = self.registry.get(rid)
-            if seq is None or seq.state not in (_S.WAITING_MODEL, _S.WAITING_ADMISSION, _S.PREFILL_READY):
-                raise InvariantViolation(
-                    f"{rid} counts as a waiting long prefill in {seq.state.value if seq else 'no'} state"
-                )
-        prefill_ready = decode_ready = admitted = 0
-        for seq in self.registry:
-            st = seq.state
-            if st in (_S.NEW, _S.WAITING_MODEL, _S.WAITING_ADMISSION):
-                if seq.kv_lane is not None:
-                    raise InvariantViolation(f"{seq.request_id}: {st.value} but holds lane {seq.kv_lane}")
-                continue
-            admitted += 1
-            if seq.kv_lane is None:
-                raise InvariantViolation(f"{seq.request_id}: {st.value} without a KV lane")
-            view = self.kv.lane(seq.kv_lane)
-            if view.owner != seq.request_id or view.generation != seq.generation:
-                raise InvariantViolation(f"{seq.request_id}: lane {seq.kv_lane} belongs to {view.owner}")
-            if st in RUNNING_STATES:
-                inf = self._inflight.get(seq.current_job) if seq.current_job is not None else None
-                if inf is None or seq not in inf.seqs:
-                    raise InvariantViolation(f"{seq.request_id}: {st.value} but job {seq.current_job} is not in flight")
-                if view.state is not KvState.UPDATING or view.job != seq.current_job:
-                    raise InvariantViolation(f"{seq.request_id}: running but lane is {view.state.value}/{view.job}")
-            elif view.state is KvState.UPDATING:
-                raise InvariantViolation(f"{seq.request_id}: {st.value} but its lane is Updating")
-            if st is _S.PREFILL_READY:
-                prefill_ready += 1
-                if seq.queue_token == -1:
-                    raise InvariantViolation(f"{seq.request_id}: PrefillReady but not queued")
-            elif st is _S.DECODE_READY:
-                decode_ready += 1
-                if seq.queue_token == -1:
-                    raise InvariantViolation(f"{seq.request_id}: DecodeReady but not queued")
-        if prefill_ready != self.prefill.total_depth:
-            raise InvariantViolation(f"{prefill_ready} PrefillReady requests, queues hold {self.prefill.total_depth}")
-        if decode_ready != self.decode.ready_count:
-            raise InvariantViolation(
-                f"{decode_ready} DecodeReady requests, decode queue holds {self.decode.ready_count}"
-            )
-        if admitted != self.admission.stats().admitted:
-            raise InvariantViolation(
-                f"{admitted} admitted requests, admission counts {self.admission.stats().admitted}"
-            )
-        if len(self._inflight) > self.settings.budget.max_inflight_jobs:
-            raise InvariantViolation(f"{len(self._inflight)} jobs in flight > max_inflight_jobs")
+        check_scheduler(self, self._long_waiting, self._inflight)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -845,3 +756,21 @@ class Scheduler:
         if seq.kv_lane is not None and self.kv.release(seq.kv_lane) is KvState.RELEASING:
             self._events.append(LaneReleased(seq.kv_lane, seq.request_id))
         self._events.append(event)
+
+
+__all__ = [
+    "DecodeJob",
+    "DecodeOptions",
+    "Event",
+    "JobOutcome",
+    "JobStatus",
+    "LaneReleased",
+    "LaneResult",
+    "LongPrefillQuota",
+    "PrefillJob",
+    "RecoveryNeeded",
+    "Scheduler",
+    "SchedulerSettings",
+    "StaleCompletion",
+    "TokenEmitted",
+]

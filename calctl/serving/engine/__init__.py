@@ -7,6 +7,7 @@ HTTP layer; soak and bench tools drive the same object without HTTP.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,10 +17,13 @@ from calctl.serving.config import ExecutorMode
 from calctl.serving.core.admission import ModelState
 from calctl.serving.engine.loop import EngineCore, WorkerOptions
 from calctl.serving.engine.metrics import ChipSnapshot, EngineSnapshot, SnapshotCollector
+from calctl.serving.engine.recovery import trace_row
 from calctl.serving.engine.streams import EngineStream
-from calctl.serving.engine.supervisor import DeviceSupervisor, SupervisorOptions, trace_row
+from calctl.serving.engine.supervisor import DeviceSupervisor, SupervisorOptions
 from calctl.serving.protocol import EngineRejection, GenerationRequest, ModelInfo, RejectCode
 from calctl.serving.text import TextCodec
+
+log = logging.getLogger("calctl.serve")
 
 
 class ServingEngine:
@@ -124,7 +128,8 @@ class ServingEngine:
         fn = actions[action]
         try:
             return await asyncio.to_thread(fn)
-        except Exception as exc:  # report, never crash the server on an admin action
+        except Exception as exc:  # report, never crash the server on an admin action; logged where caught
+            log.exception("admin %s of %s failed", action, alias)
             return {"ok": False, "action": action, "detail": f"{type(exc).__name__}: {exc}"}
 
     async def executor(self, alias: str, mode: str | None = None) -> Mapping[str, Any]:

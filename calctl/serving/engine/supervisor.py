@@ -18,9 +18,10 @@
   alias re-runs golden + warm-up and is republished under a new generation.
   Chip scope only when ``recovery.allow_session_reset`` is true **and** the
   runtime grants it (only an F2 grade measured on that board justifies it).
-  A reset that fails takes every alias out of service and tries a device-level
-  (board) reset; if that fails too, every alias is Failed with the reason.
-  The trace window and job records around the fault are kept with the record.
+  A chip reset the runtime refuses becomes a board reset only after every other
+  alias is drained too (001 §11.2). A reset that fails takes every alias out of
+  service and tries a device-level (board) reset; if that fails too, every
+  alias is Failed with the reason. Evidence: :mod:`calctl.serving.engine.recovery`.
 
 The lifecycle lock is held for load/unload/reset only, never around a normal
 wait (001 §10.3).
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import queue
@@ -39,14 +39,10 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calctl import records
-from calctl.budget import BudgetPolicy, BudgetVerdict, max_kv_tokens, max_sequences, run_budget
-from calctl.budget.device import device_fit
-from calctl.budget.plan import plan_from_package
+from calctl.budget import BudgetPolicy
 from calctl.checks.golden import run_golden_model
 from calctl.checks.warmup import run_warmup_model
 from calctl.errors import CalctlError, CheckFailed, ConfigError
@@ -54,123 +50,31 @@ from calctl.package import archive
 from calctl.package.info import package_digest
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest
-from calctl.package.validate import ValidationPolicy, validate
 from calctl.runtime.errors import DeviceLost, NotConfigured, NotSupported, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import GenerationId as RtGenerationId
-from calctl.runtime.types import Health
 from calctl.serving.config import (
     DualModelConfig,
     SchedulerConfig,
-    check_served_package,
-    cross_check_dual_model,
-    cross_check_scheduler,
-    default_scheduler_config,
-    scheduler_settings,
 )
 from calctl.serving.core.admission import ModelState
+from calctl.serving.engine.device_check import memory_by_chip, verify_device
+from calctl.serving.engine.load_check import LoadCheck
 from calctl.serving.engine.loop import EngineCore, RecoveryRequest, WorkerOptions
 from calctl.serving.engine.metrics import EngineMetrics
-from calctl.serving.records import job_phases
+from calctl.serving.engine.options import LifecycleEvent, LoadedPackage, LoadPolicy, SupervisorOptions
+from calctl.serving.engine.recovery import (
+    RecoveryPolicy,
+    RecoveryRecord,
+    effective_policy,
+    evidence_document,
+    status_name,
+    write_evidence,
+)
 from calctl.serving.text import TextCodec
 from calctl.signing.policy import TrustPolicy
 
 log = logging.getLogger("calctl.serve")
-
-#: The bundled sample compiler's decoder: its weights are random, so its text is noise by design.
-_RANDOM_WEIGHTS_FAMILY = "calctl-tiny-decoder"
-
-
-def _log_package_notes(lp: LoadedPackage, warnings: tuple[Any, ...]) -> None:
-    """Say what a served package is, as the runners do: its validation warnings (SIG002, the published
-    test-only key, among them) and, once per load, that a sample model's random weights answer with noise."""
-    for w in warnings:
-        where = f" ({w.file})" if w.file else ""
-        log.warning("%s: %s%s: %s", lp.source, w.id, where, w.message)
-    noise = [m.alias for m in lp.package.models if m.architecture.family == _RANDOM_WEIGHTS_FAMILY]
-    if noise:
-        log.warning(
-            "%s: %s %s random weights (the sample compiler's tiny decoder): expect noise, not text, in every "
-            "answer; README.md 'A real model, offline: SmolLM2-135M-Instruct' serves a real model",
-            lp.source,
-            ", ".join(noise),
-            "has" if len(noise) == 1 else "have",
-        )
-
-
-@dataclass
-class SupervisorOptions:
-    warmup_iterations: int = 3
-    step_timeout_s: float = 30.0
-    drain_deadline_s: float = 30.0
-    job_timeout_s: float = 30.0
-    # The ``recovery`` block (000 §15, 001 §10.4); None: take it from the configuration being served.
-    allow_session_reset: bool | None = None
-    restart_process_on_unknown_dma: bool | None = None
-    max_resets_per_10min: int | None = None
-    restart_on_unknown_dma: bool | None = None
-    recovery_drain_s: float = 2.0  # how long in-flight work may finish before a reset (001 §11.3 "drain")
-    evidence_dir: Path | None = None  # recovery evidence files; None: $CALCTL_RECOVERY_DIR, else memory only
-    evidence_window_s: float = 10.0  # trace kept from before the fault
-    evidence_keep: int = 16
-
-
-@dataclass(frozen=True)
-class RecoveryPolicy:
-    allow_session_reset: bool
-    restart_process_on_unknown_dma: bool
-    max_resets_per_10min: int
-    restart_on_unknown_dma: bool
-
-
-@dataclass(frozen=True)
-class LoadPolicy:
-    """What this supervisor may load (000 §11 step 1 "resolve trusted package path"; 001 §10.4).
-
-    ``pinned_digest`` (``--pin-digest``): every load, reload and rollback must be this exact package.
-    ``package_roots`` (``--package-root``): directories an admin load may name a package under; the package
-    given at start-up is always allowed. Empty: only packages served before (start-up, current, previous).
-    ``fail_unclean_unload``: an unload whose device check (000 §12) finds memory left in use, a pending job or
-    an unhealthy chip fails (409, aliases Failed). ``calctl serve`` sets it; False (the soak runner, which
-    judges memory drift across cycles itself) reports the check and ends Unloaded."""
-
-    pinned_digest: str | None = None
-    package_roots: tuple[Path, ...] = ()
-    fail_unclean_unload: bool = False
-
-
-@dataclass
-class RecoveryRecord:
-    """One observed recovery: the evidence behind an F0/F1/F2 grade (001 §13.4)."""
-
-    alias: str
-    reason: str
-    runtime_status: str | None
-    scope: str
-    affected_aliases: tuple[str, ...]
-    ok: bool
-    seconds: float
-    at: float
-    detail: str = ""
-    evidence: str | None = None  # the evidence file (trace window + job records), when written
-    generations: dict[str, int] = dataclasses.field(default_factory=dict)  # every alias's after the recovery
-
-
-@dataclass
-class LoadedPackage:
-    source: Path
-    root: Path
-    package: Package
-    digest: str | None
-    temp_dir: Path | None = None
-
-
-@dataclass
-class LifecycleEvent:
-    at: float
-    alias: str
-    state: str
-    detail: str = ""
 
 
 class DeviceSupervisor:
@@ -263,62 +167,16 @@ class DeviceSupervisor:
         shutil.rmtree(lp.temp_dir, ignore_errors=True)
 
     def _check(self, lp: LoadedPackage) -> dict[str, Any]:
-        """Steps 2–4 and 8's static half: validate, cross-check the config, plan capacity. Outside the lock."""
-        # 001 §10.4: the configuration names the package it serves; another one fails before anything runs.
-        check_served_package(self.dual_config, lp.source, lp.digest, pinned=self.load_policy.pinned_digest)
-        for cfg in self.scheduler_configs.values():  # standalone calculet-scheduler/v1 files (--scheduler-config)
-            cross_check_scheduler(cfg, lp.package)
-        expect = tuple(m.alias for m in self.dual_config.models) if self.dual_config else None
-        profiles = tuple(sorted({p for c in self._scheduler_configs(lp.package).values() for p in c.batch.profiles}))
-        report = validate(
-            lp.root,
-            ValidationPolicy(
-                trust=self.trust, expect_models=expect, profiles=profiles, runtime_version=self.rt.versions().runtime
-            ),
-        )
-        if not report:
-            failed = ", ".join(sorted({c.id for c in report.errors}))[:400]
-            raise CheckFailed(
-                f"{lp.source}: package failed validation ({failed})", hint=f"run `calctl validate {lp.source}`"
-            )
-        _log_package_notes(lp, report.warnings)
-        if self.dual_config:
-            cross_check_dual_model(self.dual_config, lp.package)
-        topo = self.rt.topology()
-        fit = device_fit(lp.package, topo)
-        if not fit.ok:  # before configure: a package that does not fit the board never reaches it
-            raise CheckFailed(
-                f"{lp.source}: the package does not fit the device: {fit.summary()}",
-                hint=f"run `calctl budget {lp.source}` and `calctl device info`",
-            )
-        dram = next((d for d in topo.dram_bytes if d), lp.package.device_cfg.chip_dram_bytes)
-        budget = run_budget(plan_from_package(lp.package, chip_dram_bytes=dram), self.budget_policy)
-        if budget.verdict is not BudgetVerdict.GO:
-            raise CheckFailed(
-                f"{lp.source}: capacity plan is NO-GO (001 §8.2)", hint=f"run `calctl budget {lp.source}`"
-            )
-        settings = {}
-        for alias, cfg in self._scheduler_configs(lp.package).items():
-            model = lp.package.model(alias)
-            chip = model.target_chips[0]
-            seqs = max_sequences(model, dram, self.budget_policy, package=lp.package, chip=chip)
-            tokens = max_kv_tokens(model, dram, self.budget_policy, package=lp.package, chip=chip)
-            limit = self.dual_config.model(alias).context_limit if self.dual_config else None
-            settings[alias] = scheduler_settings(
-                cfg, model, max_sequences=seqs, max_kv_tokens=tokens, context_limit=limit
-            )
-        return settings
+        """Steps 2–4 and 8's static half (:class:`calctl.serving.engine.load_check.LoadCheck`)."""
+        return self._checker().check(lp)
 
     def _scheduler_configs(self, pkg: Package) -> dict[str, SchedulerConfig]:
-        out = {}
-        for m in pkg.models:
-            if m.alias in self.scheduler_configs:
-                out[m.alias] = self.scheduler_configs[m.alias]
-            elif self.dual_config is not None:
-                out[m.alias] = self.dual_config.model(m.alias).effective_scheduler()
-            else:
-                out[m.alias] = default_scheduler_config(m.alias)
-        return out
+        return self._checker().configs(pkg)
+
+    def _checker(self) -> LoadCheck:
+        return LoadCheck(
+            self.rt, self.trust, self.dual_config, self.scheduler_configs, self.budget_policy, self.load_policy
+        )
 
     def start(self, source: Path) -> None:
         """Initial load: create one worker per alias, then load. Requests may wait (WaitingModel) meanwhile."""
@@ -344,15 +202,9 @@ class DeviceSupervisor:
                 options=self._worker_options(lp.package, m.alias, configs[m.alias]),
             )
         self._set_all(ModelState.CONFIGURING)
-        self._idle_memory = self._memory_by_chip()
+        self._idle_memory = memory_by_chip(self.rt)
         with self._lifecycle:
             self._configure_and_publish(lp)
-
-    def _memory_by_chip(self) -> dict[int, int | None]:
-        try:
-            return {m.chip: m.used_bytes for m in self.rt.memory_usage()}
-        except (NotSupported, RuntimeLayerError):
-            return {}
 
     def _worker_options(self, pkg: Package, alias: str, config: SchedulerConfig) -> WorkerOptions:
         """The alias's ``executor`` block (000 §15) on top of the engine-wide worker options."""
@@ -507,45 +359,8 @@ class DeviceSupervisor:
             return out
 
     def verify_device(self) -> dict[str, Any]:
-        """000 §12 after an unload: every chip back to the memory it used before the first configure, no job
-        pending, healthy. A figure the runtime does not report is null and listed under ``not_reported``; it
-        is a gap, never a pass and never a failure."""
-        problems: list[str] = []
-        gaps: list[str] = []
-        used = self._memory_by_chip()
-        try:
-            health = {h.chip: h for h in self.rt.health()}
-        except (NotSupported, RuntimeLayerError):
-            health = {}
-        try:
-            pending = {c.chip: c.pending for c in self.rt.counters()}
-        except (NotSupported, RuntimeLayerError):
-            pending = {}
-        chips = []
-        for chip in sorted(set(used) | set(health) | set(pending) | set(self._idle_memory)):
-            now_b, idle_b = used.get(chip), self._idle_memory.get(chip)
-            h = health.get(chip)
-            row = {
-                "chip": chip,
-                "used_bytes": now_b,
-                "idle_bytes": idle_b,
-                "pending_jobs": pending.get(chip),
-                "health": h.health.value if h is not None else None,
-            }
-            chips.append(row)
-            if now_b is None or idle_b is None:
-                gaps.append(f"chip {chip}: memory in use")
-            elif now_b > idle_b:
-                problems.append(f"chip {chip}: {now_b - idle_b} bytes still in use ({now_b} used, {idle_b} idle)")
-            if pending.get(chip) is None:
-                gaps.append(f"chip {chip}: pending jobs")
-            elif pending[chip]:
-                problems.append(f"chip {chip}: {pending[chip]} job(s) still pending")
-            if h is None or h.health is Health.UNKNOWN:
-                gaps.append(f"chip {chip}: health")
-            elif h.health is not Health.OK:
-                problems.append(f"chip {chip}: health {h.health.value}" + (f" ({h.detail})" if h.detail else ""))
-        return {"ok": not problems, "chips": chips, "problems": problems, "not_reported": gaps}
+        """000 §12 after an unload (:func:`calctl.serving.engine.device_check.verify_device`)."""
+        return verify_device(self.rt, self._idle_memory)
 
     def load(self, source: Path | None = None) -> dict[str, Any]:
         """Load a package while nothing is loaded, through the 11 steps of 000 §11 (golden + warm-up before
@@ -716,14 +531,27 @@ class DeviceSupervisor:
                 return
             try:
                 self.recover(req)
-            except Exception:  # a recovery that raised is logged; the cores stay as the failure left them
-                log.exception("recovery of %s failed", req.alias)
+            except Exception as exc:  # a bug in the recovery: logged here, and no alias is left mid-recovery
+                log.exception("recovery of %s failed with an unexpected error", req.alias)
+                self._fail_unfinished(req, exc)
+
+    def _fail_unfinished(self, req: RecoveryRequest, exc: Exception) -> None:
+        """An unexpected exception ended a recovery: every alias it left Draining, Recovering, Warming or
+        Configuring goes Failed with the reason (001 §11.3: a recovery never leaves an alias in Recovering),
+        and the attempt is recorded as a failed recovery."""
+        reason = f"recovery of {req.alias} failed: internal error: {type(exc).__name__}: {exc}"
+        unfinished = (ModelState.DRAINING, ModelState.RECOVERING, ModelState.WARMING, ModelState.CONFIGURING)
+        try:
+            with self._lifecycle:
+                stuck = [a for a, w in self.workers.items() if w.state in unfinished]
+                self._fail(stuck, reason)
+                rec = (req.alias, req.status.value, status_name(req.runtime_status), "none", tuple(stuck))
+                self.recoveries.append(RecoveryRecord(*rec, False, 0.0, time.monotonic(), reason))
+        except Exception:
+            log.exception("aliases of the failed recovery of %s could not be marked Failed", req.alias)
 
     def _reset(self, scope: str, chip: int | None) -> str:
-        """Ask for ``scope``; fall back to a board reset when the runtime does not grant it. Returns what was done.
-
-        Only for a board nothing serves any more (teardown); a recovery uses :meth:`_reset_for`, which drains
-        every alias a widened reset touches first. A board reset that raises propagates."""
+        """Teardown's reset, nothing serving (a recovery uses :meth:`_reset_for`); a board reset that raises propagates."""
         if scope == "chip":
             try:
                 self.rt.reset("chip", chip)
@@ -764,34 +592,12 @@ class DeviceSupervisor:
             affected += others
 
     def policy(self, alias: str) -> RecoveryPolicy:
-        """The effective ``recovery`` block for ``alias``: options override, else the configuration (000 §15,
-        001 §10.4), else the safe defaults (board scope, 2 resets per 10 minutes)."""
-        o = self.options
+        """The effective ``recovery`` block for ``alias`` (:func:`calctl.serving.engine.recovery.effective_policy`)."""
         sched = self.scheduler_configs.get(alias)
         if sched is None and self.dual_config is not None:
             with contextlib.suppress(KeyError):
                 sched = self.dual_config.model(alias).effective_scheduler()
-        dual = self.dual_config.recovery if self.dual_config is not None else None
-        return RecoveryPolicy(
-            allow_session_reset=(
-                o.allow_session_reset if o.allow_session_reset is not None else bool(dual and dual.allow_session_reset)
-            ),
-            restart_process_on_unknown_dma=(
-                o.restart_process_on_unknown_dma
-                if o.restart_process_on_unknown_dma is not None
-                else bool(dual and dual.restart_process_on_unknown_dma)
-            ),
-            max_resets_per_10min=(
-                o.max_resets_per_10min
-                if o.max_resets_per_10min is not None
-                else (sched.recovery.max_resets_per_10min if sched else 2)
-            ),
-            restart_on_unknown_dma=(
-                o.restart_on_unknown_dma
-                if o.restart_on_unknown_dma is not None
-                else (sched.recovery.restart_on_unknown_dma if sched else True)
-            ),
-        )
+        return effective_policy(self.options, sched, self.dual_config.recovery if self.dual_config else None)
 
     def _fail(self, aliases: list[str], reason: str) -> None:
         """Terminal: the aliases leave service with ``reason`` (shown in /health/ready and the metrics)."""
@@ -826,45 +632,26 @@ class DeviceSupervisor:
         except RuntimeLayerError as exc:
             raw = ()
             log.warning("recovery evidence: the runtime trace is not readable (%s)", exc)
-        events = [trace_row(e) for e in raw]
-        doc = {
-            "schema": "calctl-recovery-evidence/v1",
-            "device": self.rt.kind.value,
-            "alias": req.alias,
-            "reason": req.status.value,
-            "runtime_status": _status_name(req.runtime_status),
-            "detail": req.detail,
-            "scope_requested": scope,
-            "affected_aliases": affected,
-            "generations": {a: self.workers[a].generation for a in self.workers},
-            "trace_window_s": self.options.evidence_window_s,
-            "clock": "CLOCK_MONOTONIC",
-            "trace": events,
-            "jobs": {a: self.workers[a].executor_status() for a in affected},
-            # 001 §14 records of the affected aliases from the flight recorder (calctl.serving.records): the
-            # failing job is the last job record of the faulted alias.
-            "records": {
-                "jobs": _jobs_with_phases(self.metrics.records.recent("job", affected), raw),
-                "requests": [doc for doc, _ in self.metrics.records.recent("request", affected)],
-            },
-            "package_digest": self.loaded.digest if self.loaded else None,
-        }
+        doc = evidence_document(
+            device=self.rt.kind.value,
+            alias=req.alias,
+            reason=req.status.value,
+            runtime_status=req.runtime_status,
+            detail=req.detail,
+            scope=scope,
+            affected=affected,
+            generations={a: w.generation for a, w in self.workers.items()},
+            window_s=self.options.evidence_window_s,
+            trace=raw,
+            jobs={a: self.workers[a].executor_status() for a in affected},
+            kept_jobs=self.metrics.records.recent("job", affected),
+            kept_requests=[doc for doc, _ in self.metrics.records.recent("request", affected)],
+            package_digest=self.loaded.digest if self.loaded else None,
+        )
         self.evidence.append(doc)
         del self.evidence[: -self.options.evidence_keep]
-        base = self.options.evidence_dir
-        if base is None:
-            env = os.environ.get("CALCTL_RECOVERY_DIR")
-            base = Path(env) if env else None
-        if base is None:
-            return None
-        try:
-            base.mkdir(parents=True, exist_ok=True)
-            path = base / f"recovery-{os.getpid()}-{len(self.recoveries) + 1:04d}-{req.alias}.json"
-            records.write_atomic(path, json.dumps(doc, indent=1, default=str))
-            return path
-        except OSError as exc:
-            log.error("recovery evidence not written to %s: %s", base, exc)
-            return None
+        name = f"recovery-{os.getpid()}-{len(self.recoveries) + 1:04d}-{req.alias}.json"
+        return write_evidence(doc, self.options.evidence_dir, name)
 
     def recover(self, req: RecoveryRequest) -> RecoveryRecord:
         t0 = time.monotonic()
@@ -886,7 +673,7 @@ class DeviceSupervisor:
                     req.detail,
                 )
                 return RecoveryRecord(
-                    req.alias, req.status.value, _status_name(req.runtime_status), "none", (), True, 0.0, t0,
+                    req.alias, req.status.value, status_name(req.runtime_status), "none", (), True, 0.0, t0,
                     f"covered by an earlier recovery: generation {req.generation} was already replaced",
                 )  # fmt: skip
             unknown_dma = req.runtime_status is RuntimeStatus.UNKNOWN_DMA_STATE
@@ -910,7 +697,7 @@ class DeviceSupervisor:
                 rec = RecoveryRecord(
                     req.alias,
                     req.status.value,
-                    _status_name(req.runtime_status),
+                    status_name(req.runtime_status),
                     scope,
                     tuple(affected),
                     ok,
@@ -1006,41 +793,4 @@ class DeviceSupervisor:
         return [r.__dict__ for r in self.recoveries]
 
 
-def trace_row(e: Any) -> dict[str, Any]:
-    """One runtime trace event as JSON: the rows of /internal/trace and of a recovery's trace window."""
-    return {
-        "job": int(e.job),
-        "chip": e.chip,
-        "model": e.model,
-        "graph": e.graph,
-        "engine": e.engine.value,
-        "generation": int(e.generation),
-        "submit_ns": e.submit_ns,
-        "start_ns": e.start_ns,
-        "end_ns": e.end_ns,
-        "state": e.state.value,
-    }
-
-
-def _jobs_with_phases(kept: list[tuple[dict[str, Any], int | None]], trace: Any) -> list[dict[str, Any]]:
-    """Kept-only job records carry no phases (the hot path does not scan the trace): fill them from the window."""
-    out = []
-    for doc, runtime_job in kept:
-        if runtime_job is not None and doc["h2d_ms"] is None and doc["infer_ms"] is None and doc["d2h_ms"] is None:
-            phases = job_phases(trace, runtime_job)
-            if phases:
-                doc = {
-                    **doc,
-                    "h2d_ms": phases.get("h2d"),
-                    "infer_ms": phases.get("compute"),
-                    "d2h_ms": phases.get("d2h"),
-                }
-        out.append(doc)
-    return out
-
-
-def _status_name(status: RuntimeStatus | None) -> str | None:
-    return status.name if status is not None else None
-
-
-__all__ = ["DeviceSupervisor", "RecoveryPolicy", "RecoveryRecord", "SupervisorOptions"]
+__all__ = ["DeviceSupervisor", "LoadPolicy", "RecoveryPolicy", "RecoveryRecord", "SupervisorOptions"]

@@ -80,6 +80,7 @@ class FakeDevice:
     stop_after: dict[str, int] = field(default_factory=dict)  # request -> emit stop on this output index
     events: list[Any] = field(default_factory=list)
     jobs: list[Any] = field(default_factory=list)
+    _returned: list[Any] = field(default_factory=list)  # update_from_output's events, for the next pump()
 
     def add(
         self, rid: str, tenant: str = "t", *, prompt: int = 10, max_tokens: int = 4, deadline_s: float | None = None
@@ -107,14 +108,20 @@ class FakeDevice:
         self.sched.check_invariants()
         self.jobs.extend(out.jobs)
         for job in out.jobs:
-            self.sched.update_from_output(self.outcome(job), self.clock.now)
+            self.update(self.outcome(job), self.clock.now)
         self.pump()
         self.sched.check_invariants()
         self.clock.advance(dt)
         return list(out.jobs)
 
+    def update(self, outcome: JobOutcome, now: float) -> list[Any]:
+        """``update_from_output``: the step's events it returns wait for the next :meth:`pump`, in order."""
+        evs = self.sched.update_from_output(outcome, now)
+        self._returned.extend(evs)
+        return evs
+
     def pump(self) -> list[Any]:
-        evs = self.sched.drain_events()
+        evs, self._returned = [*self._returned, *self.sched.drain_events()], []
         for ev in evs:
             if isinstance(ev, LaneReleased):
                 self.sched.confirm_kv_released(ev.lane)

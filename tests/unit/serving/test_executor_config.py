@@ -103,9 +103,9 @@ def test_lowering_the_inflight_limit_drains_before_handing_out_more(clock: FakeC
     assert len(first) == 2  # two in flight
     dev.sched.set_inflight_limit(1)  # the downgrade: new jobs see it, the two in flight drain
     assert dev.sched.schedule(clock.now).jobs == ()
-    dev.sched.update_from_output(dev.outcome(first[0]), clock.now)
+    dev.update(dev.outcome(first[0]), clock.now)
     assert dev.sched.schedule(clock.now).jobs == ()  # one still in flight: the limit is 1
-    dev.sched.update_from_output(dev.outcome(first[1]), clock.now)
+    dev.update(dev.outcome(first[1]), clock.now)
     nxt = dev.sched.schedule(clock.now).jobs
     assert len(nxt) == 1
     dev.sched.check_invariants()

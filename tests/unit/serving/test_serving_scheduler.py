@@ -106,7 +106,7 @@ def test_cancel_while_running_drains_then_reclaims(clock: FakeClock) -> None:
     assert dev.sched.cancel(RequestId("r"), clock.now) is CancelOutcome.ALREADY_REQUESTED
     assert dev.sched.kv.state(job.kv_lane) is KvState.UPDATING  # still owned by the device
     dev.sched.check_invariants()
-    dev.sched.update_from_output(dev.outcome(job), clock.now)
+    dev.update(dev.outcome(job), clock.now)
     evs = dev.pump()
     assert not any(isinstance(e, TokenEmitted) for e in evs)  # the lane's result is discarded
     assert _terminals(evs)["r"].state is S.CANCELLED
@@ -122,7 +122,7 @@ def test_timeout_quarantines_lanes_and_drops_the_late_completion(clock: FakeCloc
     out = dev.sched.schedule(clock.now)
     job = out.jobs[0]
     assert isinstance(job, PrefillJob) and job.request_id == "victim"
-    dev.sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.TIMEOUT, detail="Wait 5s"), clock.now)
+    dev.update(JobOutcome(job.job_id, job.generation, JobStatus.TIMEOUT, detail="Wait 5s"), clock.now)
     evs = dev.pump()
     term = _terminals(evs)["victim"]
     assert term.state is S.FAILED and term.reason is FinishReason.DEVICE_ERROR and _end_status(term) == 503
@@ -131,9 +131,7 @@ def test_timeout_quarantines_lanes_and_drops_the_late_completion(clock: FakeCloc
     assert dev.sched.halted and dev.sched.schedule(clock.now).jobs == ()
     dev.sched.check_invariants()
     # The job finishes after all: its completion is stale and delivers nothing.
-    dev.sched.update_from_output(
-        JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("victim"), 1),)), clock.now
-    )
+    dev.update(JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("victim"), 1),)), clock.now)
     evs = dev.pump()
     assert [type(e) for e in evs] == [StaleCompletion] and evs[0].lanes == (job.kv_lane,)
     assert dev.sched.stats().quarantined_jobs == 0
@@ -157,7 +155,7 @@ def test_clean_failure_rolls_back_instead_of_quarantining(clock: FakeClock) -> N
     dev = make_device(clock)
     dev.add("r")
     job = dev.sched.schedule(clock.now).jobs[0]
-    dev.sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="rejected"), clock.now)
+    dev.update(JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="rejected"), clock.now)
     evs = dev.pump()
     assert _terminals(evs)["r"].reason is FinishReason.DEVICE_ERROR
     assert dev.sched.kv.state(job.kv_lane) is KvState.FREE and not dev.sched.halted
@@ -169,7 +167,7 @@ def test_a_submitted_job_failing_without_a_fault_marks_its_kv_unknown(clock: Fak
     dev = make_device(clock)
     dev.add("r")
     job = dev.sched.schedule(clock.now).jobs[0]
-    dev.sched.update_from_output(
+    dev.update(
         JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="OUT_OF_MEMORY", kv_unknown=True), clock.now
     )
     evs = dev.pump()
@@ -186,14 +184,12 @@ def test_stale_or_unknown_job_and_generation_tags(clock: FakeClock) -> None:
     dev = make_device(clock)
     dev.add("r")
     job = dev.sched.schedule(clock.now).jobs[0]
-    dev.sched.update_from_output(JobOutcome(9999, job.generation, JobStatus.OK), clock.now)  # type: ignore[arg-type]
+    dev.update(JobOutcome(9999, job.generation, JobStatus.OK), clock.now)  # type: ignore[arg-type]
     assert isinstance(dev.pump()[0], StaleCompletion)
     with pytest.raises(InvariantViolation):
-        dev.sched.update_from_output(JobOutcome(job.job_id, GenerationId(7), JobStatus.OK), clock.now)
+        dev.update(JobOutcome(job.job_id, GenerationId(7), JobStatus.OK), clock.now)
     with pytest.raises(InvariantViolation, match="do not match"):  # 000 §7.4 lane consistency
-        dev.sched.update_from_output(
-            JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("zz"), 1),)), clock.now
-        )
+        dev.update(JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("zz"), 1),)), clock.now)
 
 
 def test_deadline_expiry_frees_resources_without_running(clock: FakeClock) -> None:
@@ -203,7 +199,7 @@ def test_deadline_expiry_frees_resources_without_running(clock: FakeClock) -> No
     dev.add("short-lived", max_tokens=5, deadline_s=0.5)
     out = dev.sched.schedule(clock.now)  # prefill of "slow" runs; "short-lived" waits
     clock.advance(1.0)
-    dev.sched.update_from_output(dev.outcome(out.jobs[0]), clock.now)
+    dev.update(dev.outcome(out.jobs[0]), clock.now)
     dev.sched.schedule(clock.now)
     evs = dev.pump()
     term = _terminals(evs)["short-lived"]
@@ -219,7 +215,7 @@ def test_deadline_passing_while_running_fails_at_drain(clock: FakeClock) -> None
     job = dev.sched.schedule(clock.now).jobs[0]
     clock.advance(1.0)
     assert dev.sched.schedule(clock.now).jobs == ()  # max_inflight 1, and r is still running
-    dev.sched.update_from_output(dev.outcome(job), clock.now)
+    dev.update(dev.outcome(job), clock.now)
     assert _terminals(dev.pump())["r"].reason is FinishReason.DEADLINE
 
 
@@ -309,10 +305,10 @@ def test_max_inflight_and_wake_for_batching_window(clock: FakeClock) -> None:
     out = dev.sched.schedule(clock.now)
     assert len(out.jobs) == 2
     for job in out.jobs:
-        dev.sched.update_from_output(dev.outcome(job), clock.now)
+        dev.update(dev.outcome(job), clock.now)
     out = dev.sched.schedule(clock.now)  # c's prefill; a and b are decode-ready but the B4 window holds
     assert [type(j) for j in out.jobs] == [PrefillJob]
-    dev.sched.update_from_output(dev.outcome(out.jobs[0]), clock.now)
+    dev.update(dev.outcome(out.jobs[0]), clock.now)
     hold = dev.sched.schedule(clock.now + 0.001)
     assert hold.jobs == () and hold.wake_at == pytest.approx(clock.now + 0.01)
     fire = dev.sched.schedule(hold.wake_at)
@@ -354,7 +350,7 @@ def test_a_stop_string_while_running_completes_when_the_job_drains(clock: FakeCl
     (job,) = out.jobs
     assert dev.sched.stop(RequestId("r"), clock.now) is CancelOutcome.FLAGGED
     assert dev.sched.stop(RequestId("r"), clock.now) is CancelOutcome.ALREADY_REQUESTED
-    dev.sched.update_from_output(dev.outcome(job), clock.now)
+    dev.update(dev.outcome(job), clock.now)
     evs = dev.pump()
     assert not [e for e in evs if isinstance(e, TokenEmitted)]  # the step after the stop is not output
     term = _terminals(evs)["r"]
@@ -370,7 +366,7 @@ def test_a_stop_string_survives_a_failed_last_step(clock: FakeClock, status: Job
     dev.run(2)
     (job,) = dev.sched.schedule(clock.now).jobs
     dev.sched.stop(RequestId("r"), clock.now)
-    dev.sched.update_from_output(dev.outcome(job, status), clock.now)
+    dev.update(dev.outcome(job, status), clock.now)
     term = _terminals(dev.pump())["r"]
     assert term.state is S.COMPLETED and term.reason is FinishReason.STOP
 
@@ -387,7 +383,7 @@ def test_batching_window_with_measured_step_never_lets_the_earliest_deadline_exp
         if not out.jobs:
             break
         clock.advance(0.1)
-        dev.sched.update_from_output(dev.outcome(out.jobs[0]), clock.now)
+        dev.update(dev.outcome(out.jobs[0]), clock.now)
         dev.pump()
     assert dev.sched.decode.measured_step_s == pytest.approx(0.1)
     dev.add("urgent", max_tokens=2, deadline_s=1.0)
@@ -396,7 +392,7 @@ def test_batching_window_with_measured_step_never_lets_the_earliest_deadline_exp
         out = dev.sched.schedule(clock.now)
         if out.jobs:
             clock.advance(0.1)
-            dev.sched.update_from_output(dev.outcome(out.jobs[0]), clock.now)
+            dev.update(dev.outcome(out.jobs[0]), clock.now)
         elif out.wake_at is not None:
             clock.now = max(clock.now, out.wake_at)
         finished.update(_terminals(dev.pump()))
@@ -438,7 +434,7 @@ def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> No
     admitted.add("second", deadline_s=0.5)  # admitted (a lane is free), waits behind first's prefill
     job = admitted.sched.schedule(clock.now).jobs[0]
     clock.advance(1.0)
-    admitted.sched.update_from_output(admitted.outcome(job), clock.now)
+    admitted.update(admitted.outcome(job), clock.now)
     admitted.sched.schedule(clock.now)
     second = _terminals(admitted.pump())["second"]
     assert second.reason is FinishReason.DEADLINE and second.generated_tokens == 0
@@ -479,7 +475,7 @@ def test_long_prefill_quota_caps_waiting_and_running_long_prompts(clock: FakeClo
     # An invalid long prompt is still the 400 admission gives, not the quota's 429.
     assert dev.add("too-long", prompt=5000).verdict is Verdict.REJECT_INVALID
     for job in out.jobs:
-        dev.sched.update_from_output(dev.outcome(job), clock.now)
+        dev.update(dev.outcome(job), clock.now)
     dev.run(40)
     ends = _terminals(dev.events)
     assert all(ends[r].reason is FinishReason.LENGTH for r in ("long-1", "long-2", "short", "long-4"))

@@ -1,0 +1,62 @@
+"""000 §12's device check after an unload, read from the runtime (no lifecycle here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from calctl.runtime.errors import NotSupported, RuntimeLayerError
+from calctl.runtime.interface import Runtime
+from calctl.runtime.types import Health
+
+
+def memory_by_chip(rt: Runtime) -> dict[int, int | None]:
+    """Memory in use per chip; empty when the runtime does not report it."""
+    try:
+        return {m.chip: m.used_bytes for m in rt.memory_usage()}
+    except (NotSupported, RuntimeLayerError):
+        return {}
+
+
+def verify_device(rt: Runtime, idle_memory: dict[int, int | None]) -> dict[str, Any]:
+    """000 §12 after an unload: every chip back to the memory it used before the first configure, no job
+    pending, healthy. A figure the runtime does not report is null and listed under ``not_reported``; it
+    is a gap, never a pass and never a failure."""
+    problems: list[str] = []
+    gaps: list[str] = []
+    used = memory_by_chip(rt)
+    try:
+        health = {h.chip: h for h in rt.health()}
+    except (NotSupported, RuntimeLayerError):
+        health = {}
+    try:
+        pending = {c.chip: c.pending for c in rt.counters()}
+    except (NotSupported, RuntimeLayerError):
+        pending = {}
+    chips = []
+    for chip in sorted(set(used) | set(health) | set(pending) | set(idle_memory)):
+        now_b, idle_b = used.get(chip), idle_memory.get(chip)
+        h = health.get(chip)
+        row = {
+            "chip": chip,
+            "used_bytes": now_b,
+            "idle_bytes": idle_b,
+            "pending_jobs": pending.get(chip),
+            "health": h.health.value if h is not None else None,
+        }
+        chips.append(row)
+        if now_b is None or idle_b is None:
+            gaps.append(f"chip {chip}: memory in use")
+        elif now_b > idle_b:
+            problems.append(f"chip {chip}: {now_b - idle_b} bytes still in use ({now_b} used, {idle_b} idle)")
+        if pending.get(chip) is None:
+            gaps.append(f"chip {chip}: pending jobs")
+        elif pending[chip]:
+            problems.append(f"chip {chip}: {pending[chip]} job(s) still pending")
+        if h is None or h.health is Health.UNKNOWN:
+            gaps.append(f"chip {chip}: health")
+        elif h.health is not Health.OK:
+            problems.append(f"chip {chip}: health {h.health.value}" + (f" ({h.detail})" if h.detail else ""))
+    return {"ok": not problems, "chips": chips, "problems": problems, "not_reported": gaps}
+
+
+__all__ = ["memory_by_chip", "verify_device"]
