@@ -26,7 +26,7 @@ from pathlib import Path
 from calctl.compiler.bundled import bundled_package
 from calctl.runners.bench.base import BenchOptions
 from calctl.runners.bench.scenarios import SCENARIOS
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.signing.policy import make_policy
 
 QUICK_LEVEL_BUDGET_S = 300.0

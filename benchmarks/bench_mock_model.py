@@ -142,13 +142,14 @@ def time_board(pkg_path: Path, prompt: np.ndarray, tokens: int, runs: int) -> tu
 
 def bandwidth_floor(w: decoder.Weights, runs: int) -> float:
     """Seconds numpy takes for one float32 GEMV over every weight matrix (one decode step's bytes)."""
-    mats = [m.w for lw in w.layers for m in (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down)]
+    mats = [m.w for lw in w.layers for m in (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down) if m.w is not None]
+    table = w.embed.table if w.embed.table is not None else np.zeros((w.arch.vocab_size, w.arch.d_model), np.float32)
     best = float("inf")
     for _ in range(runs):
         t0 = time.perf_counter()
         for a in mats:
             np.ones((1, a.shape[0]), np.float32) @ a
-        w.embed @ np.ones(w.embed.shape[1], np.float32)
+        table @ np.ones(table.shape[1], np.float32)
         best = min(best, time.perf_counter() - t0)
     return best
 

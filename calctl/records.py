@@ -49,9 +49,20 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def dumps(document: dict[str, Any]) -> str:
-    body = {"schema_version": SCHEMA_VERSION, **to_jsonable(document)}
-    return json.dumps(body, indent=2, sort_keys=False, allow_nan=False)
+def dumps(document: dict[str, Any], *, versioned: bool = True, indent: int | None = 2) -> str:
+    """The one JSON form: ``schema_version`` first (``versioned``), typed values made plain, no NaN.
+
+    ``versioned=False`` for a format that is not calctl's own (a Chrome trace); ``indent=None`` gives
+    one compact line (an NDJSON record, :func:`dumps_line`).
+    """
+    body = {"schema_version": SCHEMA_VERSION, **to_jsonable(document)} if versioned else to_jsonable(document)
+    separators = (",", ":") if indent is None else None
+    return json.dumps(body, indent=indent, separators=separators, sort_keys=False, allow_nan=False)
+
+
+def dumps_line(record: dict[str, Any]) -> str:
+    """One NDJSON line (no ``schema_version``: the file's first record or its documentation says it)."""
+    return dumps(record, versioned=False, indent=None) + "\n"
 
 
 @contextlib.contextmanager
@@ -123,6 +134,7 @@ __all__ = [
     "atomic_output",
     "default_report_dir",
     "dumps",
+    "dumps_line",
     "to_jsonable",
     "write_atomic",
     "write_json",

@@ -32,7 +32,7 @@ from calctl.budget.plan import (
     plan_from_config,
     plan_from_package,
 )
-from calctl.budget.policy import BudgetPolicy, Verdict
+from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.report import BudgetReport, report_document, run_budget
 from calctl.budget.shape import ModelShape, load_hf_config, shape_from_hf_config, shape_from_package_model
 from calctl.budget.units import parse_size
@@ -44,6 +44,7 @@ __all__ = [
     "BudgetPlan",
     "BudgetPolicy",
     "BudgetReport",
+    "BudgetVerdict",
     "ChipBudget",
     "ChipLoad",
     "Component",
@@ -52,7 +53,6 @@ __all__ = [
     "ModelShape",
     "ParamCount",
     "Source",
-    "Verdict",
     "WorkspaceOverride",
     "count_params",
     "evaluate",

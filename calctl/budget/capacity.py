@@ -27,7 +27,7 @@ from calctl.budget.plan import (
     model_chip_load,
     package_chip_load,
 )
-from calctl.budget.policy import BudgetPolicy, Verdict
+from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.package.model import Model, Package
 
 
@@ -78,7 +78,7 @@ def max_kv_tokens(
 
         def fits(blocks: int, load: ChipLoad = load, rate: int = rate) -> bool:
             budget = evaluate(load, policy, estimates, kv_override={model.alias: blocks * rate})
-            return budget.verdict is Verdict.GO
+            return budget.verdict is BudgetVerdict.GO
 
         best = min(best, largest_passing(fits, compiled_blocks))
     return best * block
@@ -119,4 +119,4 @@ def _go_with(
         else m
         for m in load.models
     )
-    return evaluate(replace(load, models=models), policy, estimates).verdict is Verdict.GO
+    return evaluate(replace(load, models=models), policy, estimates).verdict is BudgetVerdict.GO

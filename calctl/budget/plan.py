@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from calctl.budget.kv import kv_bytes, kv_bytes_per_token, kv_heads_per_chip
-from calctl.budget.policy import BudgetPolicy, Verdict
+from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.shape import ModelShape, shape_from_package_model
 from calctl.budget.units import DTYPE_BITS, GIB, MIB, bits_to_bytes, canonical_dtype, fraction, human
 from calctl.budget.weights import count_params, weight_bytes
@@ -214,7 +214,7 @@ class ChipBudget:
     limit_bytes: int
     guard_bytes: int
     usable_bytes: int
-    verdict: Verdict
+    verdict: BudgetVerdict
     reasons: tuple[str, ...]
     notes: tuple[str, ...] = ()
     dram_source: Source = Source.MANIFEST
@@ -491,7 +491,7 @@ def passes(
     context: int | None = None,
     sequences: int | None = None,
 ) -> bool:
-    return evaluate(load, policy, estimates, context=context, sequences=sequences).verdict is Verdict.GO
+    return evaluate(load, policy, estimates, context=context, sequences=sequences).verdict is BudgetVerdict.GO
 
 
 def largest_passing(pred: Callable[[int], bool], ceiling: int) -> int:

@@ -32,14 +32,14 @@ from calctl.errors import UsageError
 RECOMMENDED_LIMITS = (0.75, 0.80)
 
 
-class Verdict(str, enum.Enum):
+class BudgetVerdict(str, enum.Enum):
     GO = "GO"
     NO_GO = "NO-GO"
 
 
 @dataclass(frozen=True)
 class Judgement:
-    verdict: Verdict
+    verdict: BudgetVerdict
     reasons: tuple[str, ...]
 
 
@@ -77,7 +77,7 @@ class BudgetPolicy:
         return static_bytes <= self.usable_bytes(dram_bytes)
 
     def judge(self, static_bytes: int, dram_bytes: int) -> Judgement:
-        """Verdict and the sentences that explain it (failed checks first)."""
+        """BudgetVerdict and the sentences that explain it (failed checks first)."""
         limit = self.limit_bytes(dram_bytes)
         guard = self.guard_bytes(dram_bytes)
         reserve = dram_bytes - static_bytes
@@ -94,8 +94,8 @@ class BudgetPolicy:
         checks = [(limit_ok, limit_text), (guard_ok, guard_text)]
         failed = tuple(t for ok, t in checks if not ok)
         if failed:
-            return Judgement(Verdict.NO_GO, failed)
-        return Judgement(Verdict.GO, tuple(t for _, t in checks))
+            return Judgement(BudgetVerdict.NO_GO, failed)
+        return Judgement(BudgetVerdict.GO, tuple(t for _, t in checks))
 
 
 def check_fraction(value: float, what: str, *, zero_ok: bool, one_ok: bool) -> float:

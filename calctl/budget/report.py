@@ -27,7 +27,7 @@ from calctl.budget.plan import (
     max_context_on_chip,
     max_sequences_on_chip,
 )
-from calctl.budget.policy import RECOMMENDED_LIMITS, BudgetPolicy, Verdict
+from calctl.budget.policy import RECOMMENDED_LIMITS, BudgetPolicy, BudgetVerdict
 from calctl.budget.units import DTYPE_BITS
 from calctl.budget.weights import count_params
 
@@ -67,7 +67,7 @@ class ModelSummary:
 class GridCell:
     context: int
     sequences: int
-    verdict: Verdict
+    verdict: BudgetVerdict
     #: The tightest chip: largest static share of its usable budget.
     chip: int
     static_bytes: int
@@ -93,7 +93,7 @@ class BudgetReport:
     kv_bytes_per_token: int
     max_context: SearchResult | None
     max_sequences: SearchResult | None
-    verdict: Verdict
+    verdict: BudgetVerdict
     assumptions: tuple[str, ...]
     grid: Grid | None = None
 
@@ -128,7 +128,7 @@ def run_grid(
         for s in sequences:
             budgets = [evaluate(load, policy, estimates, context=c, sequences=s) for load in plan.loads if load.models]
             worst = max(budgets, key=lambda b: (b.static_bytes - b.usable_bytes, b.static_bytes))
-            verdict = Verdict.GO if all(b.verdict is Verdict.GO for b in budgets) else Verdict.NO_GO
+            verdict = BudgetVerdict.GO if all(b.verdict is BudgetVerdict.GO for b in budgets) else BudgetVerdict.NO_GO
             row.append(GridCell(c, s, verdict, worst.chip, worst.static_bytes, worst.usable_bytes))
         rows.append(tuple(row))
     return Grid(contexts=contexts, sequences=sequences, cells=tuple(rows))
@@ -192,7 +192,7 @@ def run_budget(
         dc, ds = default_grid_axes(plan, context, sequences)
         grid_result = run_grid(plan, policy, estimates, grid_contexts or dc, grid_sequences or ds)
 
-    verdict = Verdict.GO if all(c.budget.verdict is Verdict.GO for c in chips) else Verdict.NO_GO
+    verdict = BudgetVerdict.GO if all(c.budget.verdict is BudgetVerdict.GO for c in chips) else BudgetVerdict.NO_GO
     return BudgetReport(
         input=plan.input,
         policy=policy,

@@ -53,6 +53,10 @@ DTYPE_BITS: Mapping[str, int] = {
     "int16": 16,
     "int32": 32,
     "int64": 64,
+    # GGML blocks of 32 weights (4.5, 5 and 8.5 bits a weight), rounded up to whole bits: a budget errs high.
+    "q4_0": 5,
+    "q4_1": 5,
+    "q8_0": 9,
 }
 _DTYPE_ALIASES: Mapping[str, str] = {
     "float32": "fp32",

@@ -11,7 +11,7 @@ from calctl.cli._options import DeviceKind
 from calctl.errors import UsageError
 
 if TYPE_CHECKING:
-    from calctl.runners.context import DeviceSpec
+    from calctl.runners.device import DeviceSpec
 
 
 def device_spec(
@@ -22,7 +22,7 @@ def device_spec(
     seed: int | None = None,
     serialize_chips: bool = False,
 ) -> DeviceSpec:
-    from calctl.runners.context import DeviceSpec
+    from calctl.runners.device import DeviceSpec
     from calctl.runtime import DeviceKind as RuntimeDeviceKind
 
     kind = RuntimeDeviceKind(device.value)

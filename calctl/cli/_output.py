@@ -19,8 +19,10 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.padding import Padding
+from rich.segment import Segment
 from rich.table import Table
 
+from calctl import textsafe
 from calctl.records import dumps
 from calctl.report import Report
 
@@ -37,8 +39,36 @@ def _width(stream: TextIO) -> int | None:
     return None if stream.isatty() else LOG_WIDTH
 
 
-stdout = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
-stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
+class SafeConsole(Console):
+    """A rich Console through which no input text acts on the terminal (calctl.textsafe).
+
+    Every string is made terminal-safe before rich lays it out (control characters and surrogates escaped), a
+    string whose markup does not parse is printed as text instead of raising ``MarkupError``, and, as the last
+    guard, no segment of text reaches the stream with a control character (rich's own styling and cursor
+    control are not text segments). Callers still escape package strings with ``textsafe.markup``.
+    """
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        from rich.errors import MarkupError
+
+        text = textsafe.plain(text, multiline=True)
+        try:
+            return super().render_str(text, **kwargs)
+        except MarkupError:
+            return super().render_str(text, **{**kwargs, "markup": False, "emoji": False})
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        safe = (
+            seg
+            if seg.control or textsafe.is_safe(seg.text, multiline=True)
+            else Segment(textsafe.plain(seg.text, multiline=True), seg.style, seg.control)
+            for seg in buffer
+        )
+        return super()._render_buffer(safe)
+
+
+stdout = SafeConsole(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+stderr = SafeConsole(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
 class TableJson(str, enum.Enum):
@@ -71,32 +101,68 @@ def make_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequenc
     if any(not c.strip() for c in columns):
         raise ValueError(f"every table column needs a header: {list(columns)}")
     cells = [["" if v is None else str(v) for v in row] for row in rows]
-    table = Table(title=title, title_justify="left", header_style="bold")
-    for col, width in zip(columns, _word_widths(columns, cells, stdout.width), strict=True):
-        # Wrap between words, never inside one: a longer word is shortened with an ellipsis.
-        table.add_column(col, overflow="ellipsis", min_width=width)
+    plain = [[_plain(c) for c in row] for row in cells]
+    framed = 3 * len(columns) + 1  # the borders and each cell's padding
+    natural, words = _column_widths(columns, plain)
+    # A table whose words do not fit inside its frame drops the outer frame and edge padding (4 characters)
+    # before any word is shortened.
+    tight = sum(words) > stdout.width - framed
+    table = Table(title=title, title_justify="left", header_style="bold", show_edge=not tight, pad_edge=not tight)
+    room = stdout.width - (framed - 4 if tight else framed)
+    for col, width in zip(columns, _fit(natural, words, plain, room), strict=True):
+        # Wrap between words, never inside one: a word longer than its column is shortened with an ellipsis.
+        table.add_column(col, overflow="ellipsis", width=width)
     for row in cells:
         table.add_row(*row)
     return table
 
 
-def _word_widths(columns: Sequence[str], cells: list[list[str]], width: int) -> list[int]:
-    """Each column's minimum width: its longest word (an identifier such as ``kv.block_tokens``), narrowed
-    widest-first only as far as the table must to fit ``width`` (and never below 8 characters)."""
-    need, prose = [], []
+def _plain(cell: str) -> str:
+    """The text a cell shows (its markup rendered away), for measuring."""
+    from rich.errors import MarkupError
+    from rich.text import Text
+
+    try:
+        return Text.from_markup(cell).plain
+    except MarkupError:
+        return cell
+
+
+def _column_widths(columns: Sequence[str], plain: list[list[str]]) -> tuple[list[int], list[int]]:
+    """Each column's natural width (its longest line) and its longest word, header included."""
+    natural, words = [], []
     for i, col in enumerate(columns):
-        column = [row[i] for row in cells if i < len(row)]
-        words = [w for cell in column for w in cell.split()] + col.split()
-        need.append(max((len(w) for w in words), default=1))
-        prose.append(len(words) > 2 * max(1, len(column)))  # sentences: they wrap well, so they give way first
-    room = width - (3 * len(columns) + 1)  # the borders and each cell's padding
-    for floor, candidates in ((12, [i for i, p in enumerate(prose) if p]), (8, list(range(len(columns))))):
-        while sum(need) > room and candidates:
-            widest = max(candidates, key=lambda i: need[i])
-            if need[widest] <= floor:
+        texts = [row[i] for row in plain if i < len(row)] + [col]
+        lines = [line for t in texts for line in t.splitlines()] or [""]
+        natural.append(max(len(line) for line in lines))
+        words.append(max((len(w) for t in texts for w in t.split()), default=1))
+    return natural, words
+
+
+def _fit(natural: list[int], words: list[int], plain: list[list[str]], room: int) -> list[int]:
+    """Column widths that fit ``room``. Each column starts at its natural width; then, until the table fits,
+    the widest of the columns allowed at that stage gives way: sentences wrap down to their longest word,
+    then a sentence's long words are shortened (to 12), then short multi-word cells wrap, and last any word
+    is shortened (to 8). Identifiers in short cells are the last thing cut."""
+    prose = []
+    for i in range(len(natural)):
+        column = [row[i] for row in plain if i < len(row)]
+        prose.append(sum(len(c.split()) for c in column) > 2 * max(1, len(column)))
+    width = list(natural)
+    everyone = range(len(width))
+    stages = (
+        [(i, words[i]) for i in everyone if prose[i]],
+        [(i, min(words[i], 12)) for i in everyone if prose[i]],
+        [(i, words[i]) for i in everyone],
+        [(i, min(words[i], 8)) for i in everyone],
+    )
+    for floors in stages:
+        while sum(width) > room:
+            movable = [i for i, floor in floors if width[i] > floor]
+            if not movable:
                 break
-            need[widest] -= 1
-    return need
+            width[max(movable, key=lambda i: width[i])] -= 1
+    return width
 
 
 def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -107,12 +173,10 @@ def print_rows(title: str | None, columns: Sequence[str], rows: Iterable[Sequenc
     """A table when it roughly fits the console; else one block per row (first cell as its heading, then
     ``column: value`` lines), so long cells wrap as sentences instead of being folded mid-word."""
     rows = [list(r) for r in rows]
-    table = make_table(title, columns, rows)
-    for col in table.columns:
-        col.overflow = "ellipsis"
-    natural = stdout.measure(table, options=stdout.options.update(max_width=100_000)).maximum
+    plain = [[_plain("" if v is None else str(v)) for v in row] for row in rows]
+    natural = sum(_column_widths(columns, plain)[0]) + 3 * len(columns) + 1
     if natural <= 1.5 * stdout.width or not rows:  # a little wrapping inside cells still reads as a table
-        stdout.print(table)
+        stdout.print(make_table(title, columns, rows))
         return
     if title:
         stdout.print(f"[bold]{title}[/]")

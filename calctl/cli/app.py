@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import traceback
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
 import typer
 from typer.core import TyperGroup
@@ -99,6 +99,11 @@ class _LazyGroup(TyperGroup):
                 return cmd
         return None
 
+    def get_help_option(self, ctx: Any) -> Any:
+        """None: :func:`main` answers the root ``--help`` itself, and Typer would build a Pydantic adapter (about
+        0.1 s of imports) to coerce an unset root ``--help`` before every sub-command's own ``--help``."""
+        return None
+
     def format_help(self, ctx: Any, formatter: Any) -> None:
         type(self)._listing = True
         try:
@@ -130,20 +135,21 @@ app = typer.Typer(
 _state = {"debug": False}
 
 
-def _version_callback(value: bool) -> None:
-    if value:
-        typer.echo(f"calctl {__version__}")
-        raise typer.Exit()
-
-
 @app.callback()
-def _root(
-    debug: Annotated[bool, typer.Option("--debug", envvar="CALCTL_DEBUG", help="Show tracebacks for errors.")] = False,
-    version: Annotated[
-        bool | None, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version.")
-    ] = None,
-) -> None:
-    _state["debug"] = _state["debug"] or debug
+def _root() -> None:
+    """The root group takes no options of its own: ``--debug`` and ``--version`` are read by :func:`main`
+    before Typer parses anything, so a sub-command's ``--help`` coerces no value (Typer builds a Pydantic
+    adapter, about 0.1 s of imports, for the first option value it coerces)."""
+
+
+def _root_options(args: list[str]) -> tuple[list[str], bool, bool]:
+    """Split the leading root options off ``args``: (the rest, --debug given, --version given)."""
+    debug = version = False
+    while args and args[0] in ("--debug", "--version"):
+        debug = debug or args[0] == "--debug"
+        version = version or args[0] == "--version"
+        args = args[1:]
+    return args, debug, version
 
 
 def _debug_requested(argv: list[str]) -> bool:
@@ -166,6 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. Returns (and exits with) a documented exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     _state["debug"] = False  # per invocation: in-process callers (tests) run main() many times
+    args, _state["debug"], version = _root_options(args)
+    if version:
+        typer.echo(f"calctl {__version__}")
+        return int(ExitCode.OK)
+    if not args or args[0] in ("--help", "-h"):
+        from calctl.cli import root_help
+
+        _output.stdout.print(root_help(), markup=False, highlight=False, end="")
+        return int(ExitCode.OK if args else ExitCode.USAGE)
     command = root_command()
     try:
         result = command.main(args=args, prog_name="calctl", standalone_mode=False)
@@ -177,9 +192,22 @@ def main(argv: list[str] | None = None) -> int:
         code = int(exc.exit_code)
     except typer.Exit as exc:
         code = int(exc.exit_code)
-    except typer.Abort:
-        _print_error("interrupted", None)
-        code = ExitCode.INTERRUPTED
+    except typer.Abort as exc:
+        # Click turns an EOFError escaping a command into Abort: that is a library's "end of data" (a truncated
+        # gzip, an empty .npy) that calctl failed to map to a refusal, never a signal (signals arrive as
+        # KeyboardInterrupt / typer.Exit(130)). Only a signal is an interrupt.
+        eof = exc.__cause__ if isinstance(exc.__cause__, EOFError) else None
+        if eof is None:
+            _print_error("interrupted", None)
+            code = ExitCode.INTERRUPTED
+        else:
+            if _debug_requested(args):
+                traceback.print_exception(eof)
+            _print_error(
+                _escape(f"internal error (a calctl bug): EOFError: {eof}"),
+                "re-run with --debug for the traceback and report it",
+            )
+            code = ExitCode.USAGE
     except _click_exc.ClickException as exc:
         # Usage errors: show click's message (names the option) without a traceback.
         if type(exc).__name__ == "NoArgsIsHelpError":
@@ -225,9 +253,10 @@ def _usage_hint(exc: Any) -> str:
 
 
 def _escape(text: str) -> str:
-    from rich.markup import escape
+    """An error or hint for the terminal: markup escaped, control characters and surrogates shown escaped."""
+    from calctl import textsafe
 
-    return escape(text)
+    return textsafe.markup(text, multiline=True)
 
 
 def run() -> None:  # pragma: no cover - used by `python -m calctl`

@@ -25,7 +25,7 @@ from calctl.budget.plan import (
     plan_from_config,
     plan_from_package,
 )
-from calctl.budget.policy import BudgetPolicy, Verdict, check_fraction
+from calctl.budget.policy import BudgetPolicy, BudgetVerdict, check_fraction
 from calctl.budget.report import BudgetReport, report_document, run_budget
 from calctl.budget.shape import load_hf_config
 from calctl.cli import _output
@@ -358,7 +358,7 @@ def _render(report: BudgetReport) -> None:
             f"largest batch at the given context: [bold]{ms.value:,}[/] ({ms.bound.value}), on {where}"
         )
         out.print(f"[dim]{_what_if_note([m.sequences for m in report.models])}[/]")
-    failing = [str(c.budget.chip) for c in report.chips if c.budget.verdict is not Verdict.GO]
+    failing = [str(c.budget.chip) for c in report.chips if c.budget.verdict is not BudgetVerdict.GO]
     where = f"chip {', '.join(failing)} over budget" if failing else "every chip within budget"
     out.print(f"verdict {_output.styled_verdict(report.verdict.value)}: {where}")
 

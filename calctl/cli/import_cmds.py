@@ -8,6 +8,7 @@ package of ``combine`` that does not verify. Nothing is left behind on failure.
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -96,12 +97,19 @@ def import_gguf(
     alias: AliasOpt = None,
     chip: ChipOpt = 0,
     context: ContextOpt = None,
-    dtype: DtypeOpt = "fp16",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype",
+            help="How the parameter blobs store weights: gguf (Q4_0/Q4_1/Q8_0 kept as shipped, the rest fp16), "
+            "fp16 or fp32 (dequantised).",
+        ),
+    ] = build.KEEP_BLOCKS,
     sequences: SequencesOpt = build.DEFAULT_SEQUENCES,
     name: NameOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
-    """Import a GGUF Llama / Qwen2 / Qwen3 model (dequantised) as a sealed single-model package."""
+    """Import a GGUF Llama / Qwen2 / Qwen3 model (its Q4_0/Q4_1/Q8_0 blocks kept) as a sealed single-model package."""
     opts = build.ImportOptions(
         alias=alias or build.default_alias(file.name.removesuffix(".gguf")),
         chip=chip,
@@ -110,7 +118,8 @@ def import_gguf(
         sequences=sequences,
         name=name,
     )
-    _run(build.read_gguf_file, file, out, key, opts, format)
+    reader = functools.partial(build.read_gguf_file, keep_blocks=dtype == build.KEEP_BLOCKS)
+    _run(reader, file, out, key, opts, format)
 
 
 def combine(

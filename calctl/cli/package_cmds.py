@@ -18,7 +18,10 @@ from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import UsageError
 from calctl.report import simple_report
+from calctl.textsafe import markup as safe
 
+#: Findings of one check (hash, signature) that `verify` prints; the rest are counted, JSON lists all.
+MAX_SHOWN_PER_CHECK = 20
 #: calctl.compiler.sample.KINDS, spelled out so --help needs no compiler (a unit test keeps them equal).
 SAMPLE_KINDS = ("single", "combined", "replica")
 
@@ -192,9 +195,16 @@ def verify(
     if _output.is_json(format):
         _output.emit_json(result)
     else:
+        printed: dict[str, int] = {}
         for f in findings:
+            printed[f.check] = printed.get(f.check, 0) + 1
+            if printed[f.check] > MAX_SHOWN_PER_CHECK:
+                if printed[f.check] == MAX_SHOWN_PER_CHECK + 1:
+                    more = sum(1 for g in findings if g.check == f.check) - MAX_SHOWN_PER_CHECK
+                    _output.stdout.print(f"[dim]... and {more:,} more {f.check} findings (--format json lists all)[/]")
+                continue
             level = "[yellow]warning[/]" if ok else "[red]FAIL[/]"
-            _output.stdout.print(f"{level} {f.check}: {f.file}: {f.message}", highlight=False)
+            _output.stdout.print(f"{level} {f.check}: {safe(f.file)}: {safe(f.message)}", highlight=False)
         if ok:
             who = (
                 f"signed by {report.signer.key_id}"
@@ -202,10 +212,11 @@ def verify(
                 else "UNSIGNED/UNTRUSTED (allowed by --allow-unsigned)"
             )
             _output.stdout.print(
-                f"[green]verified[/] {path}: {report.files_checked} files, {report.bytes_hashed} bytes, {who} ({elapsed:.2f}s)"
+                f"[green]verified[/] {safe(path)}: {report.files_checked} files, {report.bytes_hashed} bytes, "
+                f"{who} ({elapsed:.2f}s)"
             )
         else:
-            _output.stdout.print(f"[red]verification failed[/] for {path}: {len(findings)} problem(s)")
+            _output.stdout.print(f"[red]verification failed[/] for {safe(path)}: {len(findings)} problem(s)")
     return result.exit_code
 
 
@@ -230,7 +241,7 @@ def inspect(
         _output.emit_json(simple_report("inspect", doc))
         return
     p = doc["package"]
-    _output.stdout.print(f"[bold]{p['name']}[/] {p['version']} ({p['kind']}) at {path}")
+    _output.stdout.print(f"[bold]{safe(p['name'])}[/] {safe(p['version'])} ({safe(p['kind'])}) at {safe(path)}")
     _output.stdout.print(
         f"digest sha256:{doc['digest']}  signer: {doc['signer_key_id'] or 'unknown (no trusted key verifies it)'}"
     )
@@ -239,13 +250,13 @@ def inspect(
         for g in m["graphs"]:
             rows.append(
                 [
-                    m["alias"],
-                    g["name"],
-                    g["kind"],
-                    g["chip_mode"],
-                    g["target_chips"],
-                    g["batch_profiles"],
-                    g["max_seq"],
+                    safe(m["alias"]),
+                    safe(g["name"]),
+                    safe(g["kind"]),
+                    safe(g["chip_mode"]),
+                    safe(g["target_chips"]),
+                    safe(g["batch_profiles"]),
+                    safe(g["max_seq"]),
                     len(g["programs"]),
                 ]
             )
@@ -256,7 +267,14 @@ def inspect(
     for c in doc["memory_plan"]:
         for r in c["regions"]:
             rows.append(
-                [c["chip"], r["name"], r["kind"], r["vaddr"], _output.mib(r["size"]), "rw" if r["writable"] else "ro"]
+                [
+                    c["chip"],
+                    safe(r["name"]),
+                    safe(r["kind"]),
+                    safe(r["vaddr"]),
+                    _output.mib(r["size"]),
+                    "rw" if r["writable"] else "ro",
+                ]
             )
         rows.append(
             [

@@ -40,12 +40,13 @@ from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
 from calctl.records import write_json
-from calctl.report import Report
+from calctl.report import Report, StepRecord, StepStatus
 from calctl.runners import bringup as bringup_lib
-from calctl.runners.context import StepLog, StepRecord, StepStatus, write_trace_outputs
 from calctl.runners.golden import GoldenResult
 from calctl.runners.golden import run_golden as golden_runner
 from calctl.runners.poc import parse_expect_models, run_poc_combined
+from calctl.runners.steps import StepLog
+from calctl.runners.trace import write_trace_outputs
 from calctl.runners.warmup import WarmupResult
 from calctl.runners.warmup import run_warmup as warmup_runner
 
@@ -102,6 +103,7 @@ def _finish(
             title=f"calctl {report.command}",
             metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
             marks=report.body.get("marks") or (),
+            latency=report.command == "warmup",
         )
     report = report.with_body(trace=files)
     if report_path is not None:

@@ -218,7 +218,11 @@ def _render_soak(doc: dict[str, Any]) -> None:
         ("cycles", f"{doc['cycles']}" + (f" of {doc['cycles_planned']}" if doc["cycles_planned"] else "")),
         ("duration", f"{doc['seconds']:.1f} s"),
         ("requests", _requests_line(req["sent"], req["by_outcome"])),
-        ("device errors", ", ".join(f"{k} {v}" for k, v in sorted(errs["device_errors"].items())) or "none"),
+        (
+            "device errors",
+            ", ".join(f"{k} {v}" for k, v in sorted(errs["device_errors"].items()))
+            or ("none" if doc.get("runtime") else "not measured: the soak never reached the device"),
+        ),
         (
             "lifecycle errors",
             ", ".join(f"{k} {v}" for k, v in sorted(errs["lifecycle"].items())) or "none (no AlreadyConfigured)",
@@ -250,6 +254,8 @@ def _render_soak(doc: dict[str, Any]) -> None:
     verdict = doc["verdict"]
     n = len(doc["violations"])
     line = f"verdict {_output.styled_verdict(verdict)}: {n} violation(s) in {doc['cycles']} complete cycle(s)"
+    if doc.get("error"):  # the cause, as run-golden names the failing rules of a refused package
+        line = f"verdict {_output.styled_verdict(verdict)}: {escape(str(doc['error']))}"
     i = doc.get("interrupted")
     if i:
         cut = f"; cycle {i['cycle']} cut short while {i['phase']}" if i.get("cycle") is not None else ""

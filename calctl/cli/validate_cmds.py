@@ -9,7 +9,7 @@ allowed), 1 rejected, 2 usage or environment error. No rule logic lives here.
 from __future__ import annotations
 
 import difflib
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -21,19 +21,16 @@ from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, ResultForm
 from calctl.cli._output import Format, TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import UsageError
-from calctl.package.rules import RULES, Rule, Status, rule_by_id
-from calctl.package.rules.compat import parse_version
-from calctl.package.validate import CheckResult, ValidationPolicy, ValidationReport
-from calctl.package.validate import validate as run_validation
 from calctl.report import Report, build_header, simple_report
+from calctl.textsafe import markup as safe
 
-_STATUS_LABEL = {
-    Status.PASS: "PASS",
-    Status.FAIL: "FAIL",
-    Status.WARN: "WARN",
-    Status.SKIP: "SKIP",
-    Status.ERROR: "ERROR",
-}
+#: Entries of one rule the table prints (a package can cause thousands; the table printed ~1.5 ms a row);
+#: the rest are counted ("... and N more"), and JSON/JUnit hold every one.
+MAX_SHOWN_PER_RULE = 20
+
+if TYPE_CHECKING:  # the rules and jsonschema load when a command runs, not for its --help (issue 31)
+    from calctl.package.rules import Rule
+    from calctl.package.validate import CheckResult, ValidationReport
 
 
 def _split_models(text: str | None) -> tuple[str, ...] | None:
@@ -88,6 +85,10 @@ def validate(
     (--verbose lists every rule); JSON and JUnit always hold every rule's result.
     Exit 0 = accepted (warnings allowed), 1 = rejected, 2 = usage or environment error.
     """
+    from calctl.package.rules.compat import parse_version
+    from calctl.package.validate import ValidationPolicy
+    from calctl.package.validate import validate as run_validation
+
     if runtime_version is not None and parse_version(runtime_version) is None:
         raise UsageError(f"--runtime-version {runtime_version!r}: expected a dotted version such as 0.7.6")
     models = _split_models(expect_models)
@@ -114,13 +115,26 @@ def validate(
 
 def _print_report(report: ValidationReport, *, verbose: bool = False) -> None:
     """Failures, errors, warnings and skips in full (one finding per block); passes counted (``--verbose``: listed)."""
+    from calctl.package.rules import Status
+
     out = _output.stdout
     shown = [c for c in report.checks if verbose or c.status is not Status.PASS]
-    out.print(f"[bold]calctl validate[/] {escape(report.package)}")
+    out.print(f"[bold]calctl validate[/] {safe(report.package)}")
+    per_rule: dict[str, int] = {}
+    for c in report.checks:
+        if verbose or c.status is not Status.PASS:
+            per_rule[c.id] = per_rule.get(c.id, 0) + 1
+    printed: dict[str, int] = {}
     for c in shown:
-        where = ": ".join(escape(p) for p in (c.file, c.field) if p)
+        printed[c.id] = printed.get(c.id, 0) + 1
+        if printed[c.id] > MAX_SHOWN_PER_RULE:
+            if printed[c.id] == MAX_SHOWN_PER_RULE + 1:
+                more = per_rule[c.id] - MAX_SHOWN_PER_RULE
+                out.print(f"  [dim]... and {more:,} more {c.id} entries (--format json lists all of them)[/]")
+            continue
+        where = ": ".join(safe(p) for p in (c.file, c.field) if p)
         out.print(
-            f"  {_output.styled_verdict(_STATUS_LABEL[c.status])} {c.id} [dim]{c.group.value}[/]"
+            f"  {_output.styled_verdict(c.status.value.upper())} {c.id} [dim]{c.group.value}[/]"
             + (f" {where}" if where else "")
         )
         out.print(Padding(Text(c.message), (0, 0, 0, 6)), soft_wrap=False)
@@ -160,6 +174,8 @@ def _verdict(report: ValidationReport) -> str:
 
 def junit_suites(report: ValidationReport) -> list[_output.JunitSuite]:
     """The report as JUnit suites: failures = fail (and warn/skip when the policy rejects them)."""
+    from calctl.package.rules import Status, rule_by_id
+
     by_rule: dict[str, list[CheckResult]] = {}
     for c in report.checks:
         by_rule.setdefault(c.id, []).append(c)
@@ -226,6 +242,8 @@ def _rule_doc(rule: type[Rule]) -> dict[str, Any]:
 
 def rules(format: FormatOpt = TableJson.table) -> None:
     """List every validation rule: ID, group, severity, summary."""
+    from calctl.package.rules import RULES
+
     if _output.is_json(format):
         _output.emit_json(simple_report("rules", {"rules": [_rule_doc(r) for r in RULES]}))
         return
@@ -245,6 +263,8 @@ def explain(
     Prints the rule's explanation and the report sections it enforces (001 = the dual-model report,
     000 = the scheduling report; a docs/ path names this project's own documentation).
     """
+    from calctl.package.rules import rule_by_id
+
     rule = rule_by_id(rule_id)
     if rule is None:
         raise UsageError(f"unknown rule ID {rule_id!r}", hint=_did_you_mean(rule_id))
@@ -261,6 +281,8 @@ def explain(
 
 
 def _did_you_mean(rule_id: str) -> str:
+    from calctl.package.rules import RULES
+
     ids = [r.id for r in RULES]
     close = difflib.get_close_matches(rule_id.upper(), ids, n=3, cutoff=0.6)
     if close:

@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from calctl import __version__
 from calctl.compiler import elfwriter
 from calctl.errors import UsageError
+from calctl.model.quant import QUANT_DTYPES, QuantTensor
 from calctl.package.architecture import FP32_TENSORS, expected_tensor_shapes
 from calctl.package.model import COMPATIBILITY, DTYPE_BYTES, MANIFEST, PROVENANCE, RESERVED_INFO, Architecture
 from calctl.signing import seal
@@ -58,6 +59,8 @@ IO_BASE, IO_SIZE = 0x3000_0000, 4 * MIB
 RT_BASE, RT_SIZE = 0x3800_0000, 8 * MIB
 REGION_ALIGN = 16 * MIB
 PARAM_DTYPES = ("fp32", "fp16")
+#: Parameter dtypes a blob may hold as they were shipped (calctl.model.quant; docs/package-format.md).
+QUANT_PARAM_DTYPES = QUANT_DTYPES
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,10 @@ class ModelContent:
     """What a compiler decided about one model; :func:`write_model` lays it out."""
 
     arch: Architecture
-    params: Mapping[str, np.ndarray] = field(repr=False)  # every name of expected_tensor_shapes(arch)
-    param_dtype: str  # fp32 | fp16: how the blobs store the weights
+    params: Mapping[str, Any] = field(
+        repr=False
+    )  # every name of expected_tensor_shapes(arch); np.ndarray | QuantTensor
+    param_dtype: str  # fp32 | fp16: how the blobs store the float weights (QuantTensor params keep their blocks)
     tokenizer_json: bytes = field(repr=False)
     tokenizer_config: bytes = field(repr=False)
     tokenizer_vocab: int
@@ -185,12 +190,19 @@ def param_blob(content: ModelContent, rel: str) -> tuple[bytes, list[dict[str, A
     blob = bytearray()
     tensors = []
     for name, shape in expected_tensor_shapes(content.arch).items():
-        dtype = "fp32" if name in FP32_TENSORS else content.param_dtype
-        arr = np.ascontiguousarray(content.params[name], dtype={"fp32": "<f4", "fp16": "<f2"}[dtype])
-        if arr.shape != shape:
-            raise ValueError(f"tensor {name}: shape {arr.shape}, the architecture needs {shape}")
+        value = content.params[name]
+        if isinstance(value, QuantTensor):  # kept in its blocks, byte for byte
+            if value.shape != shape or name in FP32_TENSORS:
+                raise ValueError(f"tensor {name}: {value.dtype} {list(value.shape)}, the architecture needs {shape}")
+            dtype, data = value.dtype, np.ascontiguousarray(value.data).tobytes()
+        else:
+            dtype = "fp32" if name in FP32_TENSORS else content.param_dtype
+            arr = np.ascontiguousarray(value, dtype={"fp32": "<f4", "fp16": "<f2"}[dtype])
+            if arr.shape != shape:
+                raise ValueError(f"tensor {name}: shape {arr.shape}, the architecture needs {shape}")
+            data = arr.tobytes()
         tensors.append({"name": name, "file": rel, "dtype": dtype, "shape": list(shape), "offset": len(blob)})
-        blob += arr.tobytes()
+        blob += data
         blob += b"\0" * (-len(blob) % 64)
     return bytes(blob), tensors
 

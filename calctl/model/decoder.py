@@ -33,14 +33,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from calctl.model.native import gemv_f16
-from calctl.package.architecture import FP32_TENSORS, expected_tensor_shapes
+from calctl.model.native import kernels
+from calctl.model.quant import QUANT_DTYPES, QuantTensor, quantised_nbytes, stored_rows
+from calctl.package.architecture import expected_tensor_shapes
 from calctl.package.model import NUMPY_DTYPE, Architecture, ParamTensor
 
-Params = Mapping[str, np.ndarray]
+Params = Mapping[str, Any]  # np.ndarray, or QuantTensor for quantised weights
 
 ROPE_STYLES = ("interleaved", "half")
 
@@ -66,10 +68,31 @@ def init_params(arch: Architecture, rng: np.random.Generator) -> dict[str, np.nd
     return params
 
 
-def load_params(root: Path, tensors: tuple[ParamTensor, ...], *, keep_dtype: bool = False) -> dict[str, np.ndarray]:
-    """Read parameter tensors from their blobs (offset/shape/dtype from the manifest), as float32 unless ``keep_dtype``."""
-    out: dict[str, np.ndarray] = {}
+def load_params(root: Path, tensors: tuple[ParamTensor, ...], *, keep_dtype: bool = False) -> dict[str, Any]:
+    """Read parameter tensors from their blobs (offset/shape/dtype from the manifest).
+
+    Float tensors come back as float32 unless ``keep_dtype``; quantised ones (q4_0, q4_1, q8_0) as a
+    :class:`~calctl.model.quant.QuantTensor` holding their blocks with ``keep_dtype``, else dequantised to float32.
+    """
+    out: dict[str, Any] = {}
     for t in tensors:
+        if t.dtype in QUANT_DTYPES:
+            try:
+                rows, cols = stored_rows(t.name, t.shape)
+                if cols % 32:
+                    raise ValueError(f"tensor {t.name}: {t.dtype} rows of {cols} weights are not a multiple of 32")
+                count = quantised_nbytes(t.dtype, rows, cols)
+            except ValueError as exc:
+                raise ValueError(f"{t.file}: {exc}") from None
+            raw = np.fromfile(root / t.file, dtype=np.uint8, count=count, offset=t.offset)
+            if raw.size != count:
+                raise ValueError(f"{t.file}: tensor {t.name} needs {count} bytes at offset {t.offset}, file too short")
+            try:
+                q = QuantTensor(t.name, t.dtype, t.shape, raw.reshape(rows, -1))
+            except ValueError as exc:
+                raise ValueError(f"{t.file}: {exc}") from None
+            out[t.name] = q if keep_dtype else q.dequantize()
+            continue
         if t.dtype not in NUMPY_DTYPE:
             raise ValueError(f"{t.file}: tensor {t.name} has dtype {t.dtype}, which numpy cannot hold")
         dtype = np.dtype(NUMPY_DTYPE[t.dtype]).newbyteorder("<")
@@ -214,18 +237,72 @@ def reference_generate(
 
 @dataclass(frozen=True)
 class Linear:
-    """``y = x @ w`` with ``w [in, out]`` float32; ``half`` is ``w.T`` float16 for the native one-token GEMV."""
+    """``y = x @ W`` for ``x [n, in]``: on the stored rows with the native kernel, else on a float32 matrix.
 
-    w: np.ndarray
-    half: np.ndarray | None = None
+    ``data`` is the weight as the package stores it, one row per output feature (``fp16 [out, in]`` or the
+    quantised blocks of :mod:`calctl.model.quant`), read by the native kernel, which dequantises inside the
+    kernel and accumulates in fp32. ``w`` is the float32 ``[in, out]`` matrix numpy multiplies with: kept for
+    fp16/fp32 weights (BLAS is the faster prefill there) and, for quantised weights, only when the native
+    kernel is unavailable (the numpy fallback). Several ``parts`` are computed one after the other and
+    concatenated (a fusion of differently stored matrices).
+    """
+
+    w: np.ndarray | None
+    data: np.ndarray | None = None
+    dtype: str = "fp32"
+    rows: int = 0  # output features
+    cols: int = 0  # input features
+    parts: tuple[Linear, ...] = ()
+
+    @property
+    def native(self) -> bool:
+        return self.data is not None or any(p.native for p in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weights held (stored rows and float32 copy)."""
+        own = (self.data.nbytes if self.data is not None else 0) + (self.w.nbytes if self.w is not None else 0)
+        return own + sum(p.nbytes for p in self.parts)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        gemv = _native_gemv() if self.half is not None and x.shape[0] == 1 else None
-        if gemv is not None and self.half is not None:
-            y = np.empty((1, self.half.shape[0]), np.float32)
-            gemv(self.half, np.ascontiguousarray(x[0], dtype=np.float32), y[0])
+        if self.parts:
+            return np.concatenate([p(x) for p in self.parts], axis=1)
+        k = _native_kernels() if self.data is not None else None
+        if k is not None and self.data is not None and (self.w is None or x.shape[0] <= NATIVE_MAX_TOKENS):
+            xs = np.ascontiguousarray(x, dtype=np.float32)
+            y = np.empty((xs.shape[0], self.rows), np.float32)
+            k.gemm(self.dtype, self.data, self.rows, self.cols, xs, y)
             return y
+        assert self.w is not None, "quantised weights without the native kernel keep a float32 copy"
         return x @ self.w
+
+
+#: fp16 weights: at most this many tokens go through the native kernel, more through BLAS on the float32 copy.
+NATIVE_MAX_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """The token embedding ``[vocab, d_model]``: float32, or stored rows the native kernel dequantises."""
+
+    table: np.ndarray | None  # float32 [vocab, d_model]
+    stored: QuantTensor | None = None
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:
+        if self.stored is None:
+            assert self.table is not None
+            return self.table[tokens]
+        k = _native_kernels()
+        q = self.stored
+        if k is not None:
+            return k.rows(q.dtype, q.data, q.rows, q.cols, tokens)
+        return QuantTensor(q.name, q.dtype, (len(tokens), q.cols), q.data[tokens]).dequantize_rows()
+
+    @property
+    def nbytes(self) -> int:
+        return (self.table.nbytes if self.table is not None else 0) + (
+            self.stored.nbytes if self.stored is not None else 0
+        )
 
 
 @dataclass(frozen=True)
@@ -243,61 +320,76 @@ class LayerWeights:
 
 @dataclass(frozen=True)
 class Weights:
-    """Float32 weights laid out for the cached path (fused matrices, the LM head ready for a GEMV).
+    """The weights laid out for the cached path (fused matrices, the LM head ready for a GEMV).
 
-    When the package stores fp16 weights and the native GEMV builds (:mod:`calctl.model.native`),
-    every matrix also keeps its stored fp16 values, transposed, and one-token steps read those:
-    decode is memory-bound, and this halves the bytes per token with exactly the stored weights.
+    Quantised weights (q4_0, q4_1, q8_0) stay in their stored blocks and fp16 weights keep their stored values,
+    one row per output feature, when the native kernel builds (:mod:`calctl.model.native`): decode is
+    memory-bound, and the kernel reads 2x (fp16) to 3.2-3.8x (q8_0/q4_1/q4_0) fewer bytes per token than a
+    float32 copy, computing on exactly the stored weights.
     """
 
     arch: Architecture
-    embed: np.ndarray
+    embed: Embedding
     layers: tuple[LayerWeights, ...]
     final_norm: np.ndarray
-    lm_head: np.ndarray  # [vocab, d_model] when tied (the embedding itself), else [d_model, vocab]
-    lm_head_half: np.ndarray | None = None  # [vocab, d_model] float16
+    head: Linear  # the LM head (the embedding itself when tied)
     rope_factors: np.ndarray | None = None  # float64 [head_dim/2] (arch.rope_freq_factors)
 
     @property
     def native(self) -> bool:
-        return self.lm_head_half is not None
+        return self.head.native or any(lw.wqkv.native for lw in self.layers)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weights this object holds (what the mock keeps resident per chip)."""
+        mats = sum(lw.wqkv.nbytes + lw.wo.nbytes + lw.w_gate_up.nbytes + lw.w_down.nbytes for lw in self.layers)
+        tied_shared = self.arch.tie_embeddings and self.embed.stored is not None and self.head.data is not None
+        head = 0 if tied_shared else self.head.nbytes
+        return mats + head + self.embed.nbytes
 
     def logits(self, x: np.ndarray) -> np.ndarray:
-        """LM head of one hidden row ``x [d_model]``."""
-        gemv = _native_gemv() if self.lm_head_half is not None else None
-        if gemv is not None and self.lm_head_half is not None:
-            y = np.empty(self.lm_head_half.shape[0], np.float32)
-            gemv(self.lm_head_half, np.ascontiguousarray(x, dtype=np.float32), y)
-            return y
-        return self.embed @ x if self.arch.tie_embeddings else x @ self.lm_head
+        """LM head of hidden rows ``x [n, d_model]`` (or one row ``[d_model]``)."""
+        if x.ndim == 1:
+            return self.head(x[None, :])[0]
+        return self.head(x)
 
 
-_native_gemv = gemv_f16
+_native_kernels = kernels
+
+
+def _stored_linear(params: Params, names: tuple[str, ...], native: bool) -> Linear:
+    """One (fused) ``[in, out]`` linear from the named parameters, keeping their stored form where it can."""
+    arrs = [params[n] for n in names]
+    quant = [a for a in arrs if isinstance(a, QuantTensor)]
+    if (quant and len(quant) != len(arrs)) or len({getattr(a, "dtype", None) for a in arrs}) > 1:
+        return Linear(None, parts=tuple(_stored_linear(params, (n,), native) for n in names))
+    if quant:
+        data = np.concatenate([q.data for q in quant], axis=0) if len(quant) > 1 else quant[0].data
+        rows, cols = sum(q.rows for q in quant), quant[0].cols
+        if native:
+            return Linear(None, np.ascontiguousarray(data), quant[0].dtype, rows, cols)
+        w = np.concatenate([np.asarray(q, dtype=np.float32) for q in quant], axis=1)
+        return Linear(w, None, quant[0].dtype, rows, cols)
+    w = np.ascontiguousarray(np.concatenate([np.asarray(a, dtype=np.float32) for a in arrs], axis=1))
+    cols, rows = w.shape
+    if native and all(np.asarray(a).dtype == np.float16 for a in arrs):
+        stored = np.concatenate([np.asarray(a) for a in arrs], axis=1)
+        return Linear(w, np.ascontiguousarray(stored.T, dtype=np.float16), "fp16", rows, cols)
+    return Linear(w, None, "fp32", rows, cols)
 
 
 def prepare(params: Params, arch: Architecture, *, native: bool = True) -> Weights:
-    """Fuse and convert ``params`` to the layout :func:`prefill` and :func:`decode_step` use.
+    """Fuse ``params`` into the layout :func:`prefill`, :func:`decode_step` and :func:`decode_batch` use.
 
-    With every tensor float16 (the package stores fp16) and ``native`` allowed, the fp16 copies
-    the native one-token GEMV reads are kept too, when that GEMV builds on this machine.
+    Quantised tensors (:class:`~calctl.model.quant.QuantTensor`) and fp16 tensors are kept as stored for the
+    native kernel when ``native`` is allowed and the kernel builds on this machine; otherwise everything is
+    float32 for numpy (the fallback, same results to float32 rounding).
     """
     _check_style(arch)
-    half = (
-        native
-        and all(np.asarray(v).dtype == np.float16 for k, v in params.items() if k not in FP32_TENSORS)
-        and _native_gemv() is not None
-    )
+    use_native = native and _native_kernels() is not None
 
     def f32(name: str) -> np.ndarray:
         return np.ascontiguousarray(params[name], dtype=np.float32)
-
-    def linear(*names: str) -> Linear:
-        w = np.concatenate([f32(n) for n in names], axis=1) if len(names) > 1 else f32(names[0])
-        h = None
-        if half:
-            stored = np.concatenate([np.asarray(params[n]) for n in names], axis=1)
-            h = np.ascontiguousarray(stored.T, dtype=np.float16)
-        return Linear(w, h)
 
     layers = []
     for i in range(arch.n_layers):
@@ -305,28 +397,43 @@ def prepare(params: Params, arch: Architecture, *, native: bool = True) -> Weigh
         layers.append(
             LayerWeights(
                 attn_norm=f32(p + "attn_norm"),
-                wqkv=linear(p + "wq", p + "wk", p + "wv"),
+                wqkv=_stored_linear(params, (p + "wq", p + "wk", p + "wv"), use_native),
                 bqkv=np.concatenate([f32(p + "bq"), f32(p + "bk"), f32(p + "bv")]) if arch.attn_bias else None,
                 q_norm=f32(p + "q_norm") if arch.qk_norm else None,
                 k_norm=f32(p + "k_norm") if arch.qk_norm else None,
-                wo=linear(p + "wo"),
+                wo=_stored_linear(params, (p + "wo",), use_native),
                 mlp_norm=f32(p + "mlp_norm"),
-                w_gate_up=linear(p + "w_gate", p + "w_up"),
-                w_down=linear(p + "w_down"),
+                w_gate_up=_stored_linear(params, (p + "w_gate", p + "w_up"), use_native),
+                w_down=_stored_linear(params, (p + "w_down",), use_native),
             )
         )
-    embed = f32("embed")
-    head_half = None
-    if half:
-        src = params["embed"] if arch.tie_embeddings else np.asarray(params["lm_head"]).T
-        head_half = np.ascontiguousarray(src, dtype=np.float16)
+    raw_embed = params["embed"]
+    if isinstance(raw_embed, QuantTensor) and use_native:
+        embed = Embedding(None, raw_embed)
+        head_tied: Linear | None = Linear(None, raw_embed.data, raw_embed.dtype, raw_embed.rows, raw_embed.cols)
+    else:
+        table = f32("embed")
+        embed = Embedding(table)
+        head_tied = None
+        if arch.tie_embeddings:
+            stored = np.asarray(raw_embed)
+            half = use_native and not isinstance(raw_embed, QuantTensor) and stored.dtype == np.float16
+            head_tied = Linear(  # the float32 matrix is the table itself, transposed without a copy
+                table.T,
+                np.ascontiguousarray(stored) if half else None,
+                "fp16" if half else "fp32",
+                arch.vocab_size,
+                arch.d_model,
+            )
+    head = (
+        head_tied if arch.tie_embeddings and head_tied is not None else _stored_linear(params, ("lm_head",), use_native)
+    )
     return Weights(
         arch=arch,
         embed=embed,
         layers=tuple(layers),
         final_norm=f32("final_norm"),
-        lm_head=embed if arch.tie_embeddings else f32("lm_head"),
-        lm_head_half=head_half,
+        head=head,
         rope_factors=np.asarray(params["rope_freq_factors"], dtype=np.float64) if arch.rope_freq_factors else None,
     )
 
@@ -410,7 +517,7 @@ def _forward_cached(w: Weights, tokens: np.ndarray, cache: KvCache, start: int) 
     qw, kw = h * hd, kvh * hd
     eps = arch.norm_eps
     cos, sin = _rope_tables(start, n, arch, w.rope_factors)
-    x = w.embed[tokens]
+    x = w.embed(tokens)
     with np.errstate(over="ignore"):
         for i, lw in enumerate(w.layers):
             qkv = lw.wqkv(_rms(x, lw.attn_norm, eps))
@@ -442,3 +549,59 @@ def prefill(params: Params | Weights, arch: Architecture, tokens: np.ndarray, ca
 def decode_step(params: Params | Weights, arch: Architecture, token: int, position: int, cache: KvCache) -> np.ndarray:
     """One decode step at ``position`` (== committed KV length, 000 §9.2)."""
     return _forward_cached(_weights(params, arch), np.array([token], dtype=np.int64), cache, position)
+
+
+def decode_batch(
+    params: Params | Weights,
+    arch: Architecture,
+    tokens: np.ndarray,
+    positions: np.ndarray,
+    caches: list[KvCache],
+) -> np.ndarray:
+    """One decode step of several sequences at once: logits ``[n, vocab]``.
+
+    Lane ``i`` runs ``tokens[i]`` at ``positions[i]`` (its committed KV length) against ``caches[i]``. The
+    weight matrices see all lanes as one ``[n, d]`` batch (one GEMM, each weight read once per four lanes by
+    the native kernel); attention is per lane over its own cache. Same results as ``n`` :func:`decode_step`
+    calls, to float32 rounding.
+    """
+    w = _weights(params, arch)
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+    n = tokens.shape[0]
+    if pos.shape[0] != n or len(caches) != n:
+        raise ValueError(f"{n} tokens, {pos.shape[0]} positions and {len(caches)} caches: one of each per lane")
+    for c, p in zip(caches, pos, strict=True):
+        if p + 1 > c.capacity:
+            raise ValueError(f"sequence of {p + 1} tokens exceeds the cache capacity {c.capacity}")
+    h, kvh, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
+    qw, kw = h * hd, kvh * hd
+    eps = arch.norm_eps
+    ang = pos.astype(np.float64)[:, None] * inv_frequencies(arch, w.rope_factors)[None, :]
+    cos, sin = np.cos(ang).astype(np.float32)[:, None, :], np.sin(ang).astype(np.float32)[:, None, :]
+    x = w.embed(tokens)
+    with np.errstate(over="ignore"):
+        for i, lw in enumerate(w.layers):
+            qkv = lw.wqkv(_rms(x, lw.attn_norm, eps))
+            if lw.bqkv is not None:
+                qkv += lw.bqkv
+            q = qkv[:, :qw].reshape(n, h, hd)
+            k = qkv[:, qw : qw + kw].reshape(n, kvh, hd)
+            if lw.q_norm is not None and lw.k_norm is not None:
+                q = _rms(q, lw.q_norm, eps)
+                k = _rms(k, lw.k_norm, eps)
+            q = _rope(q, cos, sin, arch.rope_style)
+            k = _rope(k, cos, sin, arch.rope_style)
+            v = qkv[:, qw + kw :].reshape(n, kvh, hd)
+            attn = np.empty((n, qw), np.float32)
+            for lane, (cache, p) in enumerate(zip(caches, pos, strict=True)):
+                cache.k[i, p] = k[lane]
+                cache.v[i, p] = v[lane]
+                attn[lane] = _attend(q[lane : lane + 1], cache.k[i, : p + 1], cache.v[i, : p + 1], int(p))[0]
+            x = x + lw.wo(attn)
+            gu = lw.w_gate_up(_rms(x, lw.mlp_norm, eps))
+            gate, up = gu[:, : arch.d_ff], gu[:, arch.d_ff :]
+            x = x + lw.w_down(gate / (1.0 + np.exp(-gate)) * up)
+    for cache, p in zip(caches, pos, strict=True):
+        cache.length = int(p) + 1
+    return np.asarray(w.logits(_rms(x, w.final_norm, eps)), dtype=np.float32)

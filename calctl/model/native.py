@@ -1,12 +1,20 @@
-"""The optional native GEMV the decoder uses for fp16 weights (``_native/gemv_f16.c``).
+"""The optional native weight kernels the decoder uses (``_native/gemv_f16.c``).
+
+One GEMM over the weights as the package stores them (fp16, or the GGML blocks
+q4_0, q4_1 and q8_0, dequantised inside the kernel with fp32 accumulation), its
+one-token GEMV special case, and a row dequantiser for embedding lookups.
 
 Built from source at first use with the system C compiler (``cc`` or ``gcc``,
-``-O3 -march=native``) into the calctl cache directory, keyed by the source and
-compiler, then loaded with ctypes. Nothing binary is shipped. When there is no
-compiler, the CPU lacks F16C/FMA/AVX2, or ``CALCTL_NATIVE=0``, :func:`gemv_f16`
-is ``None`` and the decoder stays on numpy; :func:`status` says why.
+``-O3 -march=native -fopenmp``, without OpenMP when the compiler lacks it) into
+the calctl cache directory, keyed by the source and compiler, then loaded with
+ctypes. Nothing binary is shipped. When there is no compiler, the CPU lacks
+F16C/FMA/AVX2, or ``CALCTL_NATIVE=0``, :func:`kernels` is ``None`` and the
+decoder stays on numpy; :func:`status` says why.
 
-This module builds and loads one function; it does not decide when to use it.
+Threads: :func:`threads` is what one call may use, the CPUs this process may run
+on (``os.sched_getaffinity``), or ``CALCTL_THREADS`` when set.
+
+This module builds and loads the kernels; it does not decide when to use them.
 """
 
 from __future__ import annotations
@@ -28,6 +36,9 @@ from calctl.records import atomic_output
 
 Gemv = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 
+#: Kernel dtype codes (``_native/gemv_f16.c``) of the package dtypes it computes on.
+KERNEL_DTYPES = {"fp16": 0, "q4_0": 1, "q4_1": 2, "q8_0": 3}
+
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
@@ -45,7 +56,7 @@ class _CompileFailed(Exception):
     pass
 
 
-def _build() -> tuple[Gemv | None, str]:
+def _build() -> tuple[Kernels | None, str]:
     if os.environ.get("CALCTL_NATIVE", "1").strip().lower() in {"0", "false", "no", "off"}:
         return None, "disabled by CALCTL_NATIVE=0"
     cc = shutil.which("cc") or shutil.which("gcc")
@@ -63,8 +74,11 @@ def _build() -> tuple[Gemv | None, str]:
             try:
                 # Concurrent builders: each compiles to its own temporary file; one rename wins, both are identical.
                 with atomic_output(out, mode=0o755) as lib:
-                    cmd = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(lib), str(src)]
+                    cmd = [cc, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-o", str(lib), str(src)]
                     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                    if res.returncode != 0:  # no OpenMP: the same kernels on one thread
+                        cmd.remove("-fopenmp")
+                        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
                     if res.returncode != 0:
                         raise _CompileFailed(
                             f"{' '.join(cmd[:4])} failed: {(res.stderr or res.stdout).strip().splitlines()[-1:]}"
@@ -75,20 +89,52 @@ def _build() -> tuple[Gemv | None, str]:
         lib_handle = ctypes.CDLL(str(out))
     except OSError as exc:
         return None, f"cannot load {out}: {exc}"
-    fn = lib_handle.calctl_gemv_f16
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-
-    def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
-        """``y[:] = w @ x`` for C-contiguous ``w`` float16 [rows, cols], ``x`` float32 [cols], ``y`` float32 [rows]."""
-        rows, cols = w.shape
-        fn(w.ctypes.data, x.ctypes.data, y.ctypes.data, rows, cols)
-
-    return gemv, f"native fp16 GEMV {out}"
+    return Kernels(lib_handle), f"native weight kernels {out}"
 
 
-def gemv_f16() -> Gemv | None:
-    """The native GEMV, built on first call; None when unavailable (see :func:`status`)."""
+class Kernels:
+    """The loaded kernels, called with numpy arrays (shapes and dtypes checked by the caller)."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        self._gemm = lib.calctl_wgemm
+        self._gemm.restype = ctypes.c_int
+        self._gemm.argtypes = [ctypes.c_int, ptr, i64, i64, ptr, i64, i64, ptr, i64, ctypes.c_int]
+        self._rows = lib.calctl_wrows
+        self._rows.restype = ctypes.c_int
+        self._rows.argtypes = [ctypes.c_int, ptr, i64, i64, ptr, i64, ptr]
+
+    def gemm(self, dtype: str, w: np.ndarray, rows: int, cols: int, x: np.ndarray, y: np.ndarray) -> None:
+        """``y[n, rows] = x[n, cols] @ W.T`` for the stored rows ``w`` (C-contiguous), ``x``/``y`` float32 C-contiguous."""
+        rc = self._gemm(
+            KERNEL_DTYPES[dtype], w.ctypes.data, rows, cols, x.ctypes.data, cols, x.shape[0], y.ctypes.data, rows,
+            threads(),
+        )  # fmt: skip
+        if rc != 0:
+            raise ValueError(f"native kernel refused dtype {dtype} [{rows}, {cols}]")
+
+    def rows(self, dtype: str, w: np.ndarray, rows: int, cols: int, idx: np.ndarray) -> np.ndarray:
+        """Rows ``idx`` of the stored matrix, dequantised to float32 ``[len(idx), cols]``."""
+        idx = np.ascontiguousarray(idx, dtype=np.int64)
+        out = np.empty((idx.shape[0], cols), np.float32)
+        if self._rows(KERNEL_DTYPES[dtype], w.ctypes.data, rows, cols, idx.ctypes.data, idx.shape[0], out.ctypes.data):
+            raise ValueError(f"row index out of range 0..{rows - 1} or dtype {dtype} refused")
+        return out
+
+
+def threads() -> int:
+    """Threads one kernel call may use: ``CALCTL_THREADS``, else the CPUs this process may run on."""
+    env = os.environ.get("CALCTL_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def kernels() -> Kernels | None:
+    """The native kernels, built on first call; None when unavailable (see :func:`status`)."""
     with _lock:
         if "fn" not in _state:
             fn, why = _build()
@@ -96,6 +142,19 @@ def gemv_f16() -> Gemv | None:
         return _state["fn"]  # type: ignore[return-value]
 
 
+def gemv_f16() -> Gemv | None:
+    """The fp16 GEMV ``y[:] = w @ x`` (``w`` float16 [rows, cols]) on the native kernels; None when unavailable."""
+    k = kernels()
+    if k is None:
+        return None
+
+    def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+        rows, cols = w.shape
+        k.gemm("fp16", w, rows, cols, x.reshape(1, cols), y.reshape(1, rows))
+
+    return gemv
+
+
 def status() -> str:
-    gemv_f16()
+    kernels()
     return str(_state["status"])

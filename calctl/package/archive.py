@@ -10,15 +10,16 @@ the time it really spends (:data:`MAX_EXPANSION`, :data:`MAX_EXTRACT_SECONDS`).
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import lzma
 import os
 import stat
 import tarfile
 import time
 import zlib
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any, cast
 
 from calctl.errors import PackageFormatError, UsageError
 from calctl.records import atomic_output
@@ -37,11 +38,14 @@ EXPANSION_SLACK_BYTES = 64 * 1024**2
 MAX_EXTRACT_SECONDS = 900.0
 #: Longest member name (Linux PATH_MAX); each component at most 255 bytes (NAME_MAX).
 MAX_NAME_BYTES = 4096
+#: One PAX or GNU long-name/long-link header's payload, checked from its 512-byte header before tarfile buffers
+#: it (calctl writes a few hundred bytes per member); all of them together; and how many may precede one member.
+MAX_EXTENDED_HEADER_BYTES = 1024 * 1024
+MAX_EXTENDED_TOTAL_BYTES = 64 * 1024**2
+MAX_EXTENDED_HEADERS_IN_A_ROW = 8
+#: Largest piece decompressed or copied between two budget checks (a signal is seen between pieces).
+READ_CHUNK = 1024 * 1024
 FIXED_MTIME = 0
-
-
-def is_tar(path: Path) -> bool:
-    return path.is_file() and tarfile.is_tarfile(path)
 
 
 def _walk(root: Path) -> list[Path]:
@@ -153,13 +157,65 @@ def _check_member(m: tarfile.TarInfo, source: str) -> PurePosixPath:
     return p
 
 
-@dataclass
-class _Budget:
-    """Bytes and time extraction may still spend; counted on what is really written and really elapsed."""
+class _Tree:
+    """The member checks, applied one header at a time as it is read (before the next header is)."""
 
-    source: str
-    bytes_left: int
-    deadline: float
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.files: set[str] = set()
+        self.dirs: set[str] = set()
+        self.tops: set[str] = set()
+        self.declared = 0
+
+    def add(self, m: tarfile.TarInfo) -> None:
+        source = self.source
+        p = _check_member(m, source)
+        key = p.as_posix()
+        if key == ".":
+            return
+        parents = [q.as_posix() for q in p.parents if q.as_posix() != "."]
+        for parent in parents:
+            if parent in self.files:
+                raise PackageFormatError(
+                    f"archive member {_shown(m.name)} lies below {_shown(parent)}, which is a file", path=source
+                )
+        if m.isdir():
+            if key in self.files:
+                raise PackageFormatError(f"archive member {_shown(m.name)} is both a file and a directory", path=source)
+            self.dirs.add(key)
+        else:
+            if key in self.files:
+                raise PackageFormatError(f"archive member {_shown(m.name)} appears twice", path=source)
+            if key in self.dirs:
+                raise PackageFormatError(f"archive member {_shown(m.name)} is both a file and a directory", path=source)
+            self.files.add(key)
+            self.declared += m.size
+        self.dirs.update(parents)
+        self.tops.add(p.parts[0])
+
+
+class _Budget:
+    """Bytes and time extraction may still spend, checked *before* the work they bound.
+
+    ``bytes_left`` bounds the member bytes written (and what the declared sizes may add up to); ``stream_left``
+    bounds the bytes decompressed (or read) from the archive in one pass, so nothing tarfile does can read
+    further; ``deadline`` is checked inside every read, not only between members.
+    """
+
+    def __init__(self, source: str, archive_bytes: int, deadline: float) -> None:
+        self.source = source
+        self.bytes_left = min(MAX_TOTAL_BYTES, MAX_EXPANSION * archive_bytes + EXPANSION_SLACK_BYTES)
+        self.limit = self.bytes_left
+        self.deadline = deadline
+        self.stream_left = 0
+        self.extended_bytes = 0  # PAX / GNU long-name / long-link payloads read so far
+        self.extended_in_row = 0
+
+    def new_pass(self) -> None:
+        """One pass reads at most the member bytes allowed, their headers and the extended headers."""
+        self.stream_left = self.limit + MAX_EXTENDED_TOTAL_BYTES + (MAX_MEMBERS + 2) * tarfile.BLOCKSIZE * 4
+        self.extended_bytes = 0
+        self.extended_in_row = 0
 
     def spend(self, n: int) -> None:
         self.bytes_left -= n
@@ -171,6 +227,17 @@ class _Budget:
             )
         self.tick()
 
+    def read(self, n: int) -> None:
+        """About to read ``n`` bytes of the (decompressed) archive stream."""
+        self.stream_left -= n
+        if self.stream_left < 0:
+            raise PackageFormatError(
+                f"reading the archive needs more than {self.limit} bytes of member data and headers "
+                f"({MAX_EXPANSION}x its size + {EXPANSION_SLACK_BYTES}, at most {MAX_TOTAL_BYTES})",
+                path=self.source,
+            )
+        self.tick()
+
     def tick(self) -> None:
         if time.monotonic() > self.deadline:
             raise PackageFormatError(
@@ -178,66 +245,138 @@ class _Budget:
             )
 
 
-def _members(tf: tarfile.TarFile, budget: _Budget) -> list[tarfile.TarInfo]:
-    """Member headers, stopping at the member limit (never reads the headers of a 100,000-member archive)."""
-    members: list[tarfile.TarInfo] = []
-    while True:
-        m = tf.next()
-        if m is None:
-            return members
-        members.append(m)
-        if len(members) > MAX_MEMBERS:
-            raise PackageFormatError(f"archive has more than {MAX_MEMBERS} members", path=budget.source)
-        budget.tick()
+class _Metered:
+    """A read-only, forward-only view of the (decompressed) archive stream that charges every read to the budget.
 
-
-def _check_tree(members: list[tarfile.TarInfo], source: str) -> tuple[set[str], int]:
-    """Refuse members that clash (a file twice, a file and a directory of one name, a member below a file)."""
-    files: set[str] = set()
-    dirs: set[str] = set()
-    tops: set[str] = set()
-    declared = 0
-    for m in members:
-        p = _check_member(m, source)
-        key = p.as_posix()
-        if key == ".":
-            continue
-        parents = [q.as_posix() for q in p.parents if q.as_posix() != "."]
-        for parent in parents:
-            if parent in files:
-                raise PackageFormatError(
-                    f"archive member {_shown(m.name)} lies below {_shown(parent)}, which is a file", path=source
-                )
-        if m.isdir():
-            if key in files:
-                raise PackageFormatError(f"archive member {_shown(m.name)} is both a file and a directory", path=source)
-            dirs.add(key)
-        else:
-            if key in files:
-                raise PackageFormatError(f"archive member {_shown(m.name)} appears twice", path=source)
-            if key in dirs:
-                raise PackageFormatError(f"archive member {_shown(m.name)} is both a file and a directory", path=source)
-            files.add(key)
-            declared += m.size
-        dirs.update(parents)
-        tops.add(p.parts[0])
-    return tops, declared
-
-
-def extract_package(archive: Path, dest: Path) -> Path:
-    """Safely extract ``archive`` into ``dest`` (which must exist and be empty).
-
-    Every member header is checked before anything is written; while writing,
-    the bytes really written and the time really spent are bounded (a
-    compressed or sparse archive can declare little and expand to a lot).
-    Returns the package root: the single top-level directory, or ``dest`` when
-    members are flat. Every failure is a :class:`PackageFormatError` naming the
-    archive and the member.
+    Reads are cut into :data:`READ_CHUNK` pieces, each charged (bytes and deadline) before it is decompressed,
+    so a bomb is stopped at the limit, and a signal is seen between pieces, whatever tarfile asks for. A forward
+    seek in a compressed stream is a metered read; going backwards is refused (two passes reopen instead).
     """
-    source = str(archive)
-    # Only a regular file is opened: tarfile.open() on a FIFO blocks until a writer comes (a hung `serve` or
-    # admin load), and a device never ends. O_NONBLOCK so the open itself cannot block either; the fstat then
-    # judges what was really opened (a path swapped after the check).
+
+    def __init__(self, raw: IO[bytes], budget: _Budget, *, seekable: bool) -> None:
+        self.raw = raw
+        self.budget = budget
+        self.seekable_raw = seekable
+        self.pos = 0
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            raise PackageFormatError("internal: an unbounded read of the archive", path=self.budget.source)
+        parts: list[bytes] = []
+        while n > 0:
+            k = min(n, READ_CHUNK)
+            self.budget.read(k)
+            chunk = self.raw.read(k)
+            if not chunk:
+                break
+            parts.append(chunk)
+            n -= len(chunk)
+            self.pos += len(chunk)
+        return b"".join(parts)
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        target = {0: pos, 1: self.pos + pos}.get(whence)
+        if target is None or target < 0:
+            raise PackageFormatError("internal: unsupported seek in the archive", path=self.budget.source)
+        if target == self.pos:
+            return self.pos
+        if self.seekable_raw:
+            self.budget.tick()  # a plain tar: skipping costs nothing
+            self.raw.seek(target)
+            self.pos = target
+            return self.pos
+        if target < self.pos:
+            raise PackageFormatError("internal: a backward seek in a compressed archive", path=self.budget.source)
+        while self.pos < target:
+            if not self.read(min(target - self.pos, READ_CHUNK)):
+                break  # past the end: the next read returns nothing, and tarfile says "unexpected end of data"
+        return self.pos
+
+
+def _bounded_tarinfo(budget: _Budget) -> type[tarfile.TarInfo]:
+    """A TarInfo whose extended headers are size-checked before tarfile buffers them, and sparse maps refused.
+
+    tarfile reads a PAX or GNU long-name/long-link payload with one ``read(size)`` of whatever size the header
+    declares (a 1 KB bz2 can declare 1 GiB); these are checked here, from the 512-byte header alone.
+    """
+    source = budget.source
+    extended = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, b"X")
+
+    def sparse(self: tarfile.TarInfo, *args: Any) -> Any:
+        member = args[0] if args and isinstance(args[0], tarfile.TarInfo) else self  # a PAX map: the member next
+        raise PackageFormatError(
+            f"archive member {_shown(member.name)} is a sparse file; packages hold plain files", path=source
+        )
+
+    class BoundedTarInfo(tarfile.TarInfo):
+        def _proc_member(self, tarfile_: tarfile.TarFile) -> Any:
+            if self.type in extended:
+                what = "PAX" if self.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, b"X") else "GNU long-name/long-link"
+                if self.size > MAX_EXTENDED_HEADER_BYTES:
+                    raise PackageFormatError(
+                        f"archive has a {what} header of {self.size} bytes, over the "
+                        f"{MAX_EXTENDED_HEADER_BYTES} byte limit for one extended header",
+                        path=source,
+                    )
+                budget.extended_in_row += 1
+                budget.extended_bytes += self.size
+                if budget.extended_in_row > MAX_EXTENDED_HEADERS_IN_A_ROW:
+                    raise PackageFormatError(
+                        f"archive has more than {MAX_EXTENDED_HEADERS_IN_A_ROW} extended headers before one member",
+                        path=source,
+                    )
+                if budget.extended_bytes > MAX_EXTENDED_TOTAL_BYTES:
+                    raise PackageFormatError(
+                        f"archive's extended (PAX/GNU) headers exceed {MAX_EXTENDED_TOTAL_BYTES} bytes in all",
+                        path=source,
+                    )
+            elif self.type == tarfile.GNUTYPE_SPARSE:
+                sparse(self)
+            else:
+                budget.extended_in_row = 0
+            return super()._proc_member(tarfile_)  # type: ignore[misc]
+
+        _proc_gnusparse_00 = sparse
+        _proc_gnusparse_01 = sparse
+        _proc_gnusparse_10 = sparse
+
+    return BoundedTarInfo
+
+
+_GZIP, _BZIP2, _XZ = b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00"
+
+
+def _compression(head: bytes) -> str | None:
+    if head.startswith(_GZIP):
+        return "gzip"
+    if head.startswith(_BZIP2):
+        return "bzip2"
+    if head.startswith(_XZ):
+        return "xz"
+    return None
+
+
+def _decompressed(fileobj: IO[bytes], kind: str | None) -> Any:
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=fileobj, mode="rb")
+    if kind == "bzip2":
+        return bz2.BZ2File(fileobj, mode="rb")
+    if kind == "xz":
+        return lzma.LZMAFile(fileobj, mode="rb")
+    return fileobj
+
+
+#: What decompressing or reading an archive raises on corrupt input (none of it is an interrupt).
+_CORRUPT = (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError)
+
+
+def _open_regular(archive: Path, source: str) -> IO[bytes]:
+    # Only a regular file is opened: open() on a FIFO blocks until a writer comes (a hung `serve` or admin
+    # load), and a device never ends. O_NONBLOCK so the open itself cannot block either; the fstat then judges
+    # what was really opened (a path swapped after the check).
     try:
         fd = os.open(archive, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -251,52 +390,137 @@ def extract_package(archive: Path, dest: Path) -> Path:
                 path=source,
             )
         os.set_blocking(fd, True)
-        archive_bytes = st.st_size
-        tf = tarfile.open(fileobj=fileobj, mode="r:*")  # noqa: SIM115 - closed by `with tf` below
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        fileobj.close()
-        raise PackageFormatError(f"not a readable tar archive: {exc}", path=source) from None
     except BaseException:
         fileobj.close()
         raise
-    with fileobj:
-        return _extract_open(tf, archive_bytes, dest, source)
+    return fileobj
 
 
-def _extract_open(tf: tarfile.TarFile, archive_bytes: int, dest: Path, source: str) -> Path:
-    budget = _Budget(
-        source,
-        bytes_left=min(MAX_TOTAL_BYTES, MAX_EXPANSION * archive_bytes + EXPANSION_SLACK_BYTES),
-        deadline=time.monotonic() + MAX_EXTRACT_SECONDS,
-    )
-    with tf:
-        try:
-            members = _members(tf, budget)
-        except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
-            raise PackageFormatError(f"corrupt tar archive: {exc}", path=source) from None
-        tops, declared = _check_tree(members, source)
-        if declared > budget.bytes_left:
+def is_tar(path: Path) -> bool:
+    """Whether ``path`` is a regular file that looks like a (gzip/bzip2/xz-compressed) tar.
+
+    Reads at most one 512-byte header (decompressing no more than that): never ``tarfile.is_tarfile``, which
+    reads a whole PAX header of whatever size it declares. A compressed file is an archive by its magic; a
+    corrupt one is then refused by :func:`extract_package`, naming the file.
+    """
+    if not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(tarfile.BLOCKSIZE)
+    except OSError:
+        return False
+    if _compression(head) is not None:
+        return True
+    if len(head) < tarfile.BLOCKSIZE:
+        return False
+    try:
+        tarfile.TarInfo.frombuf(head, tarfile.ENCODING, "surrogateescape")
+    except tarfile.HeaderError:
+        return False
+    return True
+
+
+def _open_pass(fileobj: IO[bytes], kind: str | None, budget: _Budget) -> tarfile.TarFile:
+    fileobj.seek(0)
+    budget.new_pass()
+    stream = _Metered(_decompressed(fileobj, kind), budget, seekable=kind is None)
+    try:
+        return tarfile.open(fileobj=cast(IO[bytes], stream), mode="r:", tarinfo=_bounded_tarinfo(budget))
+    except PackageFormatError:
+        raise
+    except _CORRUPT as exc:
+        if stream.pos < tarfile.BLOCKSIZE and kind is not None:
             raise PackageFormatError(
-                f"archive members declare {declared} bytes, over the limit of {budget.bytes_left} bytes "
-                f"for this archive ({MAX_EXPANSION}x its size + {EXPANSION_SLACK_BYTES}, at most {MAX_TOTAL_BYTES})",
-                path=source,
-            )
-        dest_resolved = dest.resolve()
-        for m in members:
+                f"corrupt {kind} tar archive: the stream ends or breaks inside its first header ({_why(exc)})",
+                path=budget.source,
+            ) from None
+        raise PackageFormatError(f"not a readable tar archive: {_why(exc)}", path=budget.source) from None
+
+
+def _why(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+
+
+def extract_package(archive: Path, dest: Path) -> Path:
+    """Safely extract ``archive`` into ``dest`` (which must exist and be empty).
+
+    Two forward passes over the archive (so a compressed stream is never rewound). The first reads the member
+    headers one by one and checks each before the next is read: its name, type and declared size against the
+    limits, the declared sizes so far against what this archive may expand to, and extended (PAX/GNU) headers
+    against their own limit before tarfile buffers them. Nothing is written unless every header passes. The
+    second pass writes the members, bounding the bytes really written. Every read, in either pass, is charged
+    to a byte budget and the deadline before it is decompressed. Returns the package root: the single
+    top-level directory, or ``dest`` when members are flat. Every failure is a :class:`PackageFormatError`
+    naming the archive (and the member), never an interrupt or an internal error.
+    """
+    source = str(archive)
+    fileobj = _open_regular(archive, source)
+    with fileobj:
+        size = os.fstat(fileobj.fileno()).st_size
+        kind = _compression(fileobj.read(8))
+        budget = _Budget(source, size, time.monotonic() + MAX_EXTRACT_SECONDS)
+        members, tree = _read_headers(fileobj, kind, budget)
+        _write_members(fileobj, kind, budget, members, dest)
+    if len(tree.tops) == 1:
+        only = dest / next(iter(tree.tops))
+        if only.is_dir() and not only.is_symlink():
+            return only
+    return dest
+
+
+def _read_headers(fileobj: IO[bytes], kind: str | None, budget: _Budget) -> tuple[list[tarfile.TarInfo], _Tree]:
+    """Pass 1: every header, each checked before the next is read (so before its data is skipped)."""
+    tree = _Tree(budget.source)
+    members: list[tarfile.TarInfo] = []
+    with _open_pass(fileobj, kind, budget) as tf:
+        while True:
+            try:
+                m = tf.next()
+            except PackageFormatError:
+                raise
+            except _CORRUPT as exc:
+                raise PackageFormatError(f"corrupt tar archive: {_why(exc)}", path=budget.source) from None
+            if m is None:
+                return members, tree
+            members.append(m)
+            if len(members) > MAX_MEMBERS:
+                raise PackageFormatError(f"archive has more than {MAX_MEMBERS} members", path=budget.source)
+            tree.add(m)
+            if tree.declared > budget.bytes_left:
+                raise PackageFormatError(
+                    f"archive members declare {tree.declared} bytes (member {_shown(m.name)} declares {m.size}), "
+                    f"over the limit of {budget.bytes_left} bytes for this archive ({MAX_EXPANSION}x its size + "
+                    f"{EXPANSION_SLACK_BYTES}, at most {MAX_TOTAL_BYTES})",
+                    path=budget.source,
+                )
+            budget.tick()
+
+
+def _write_members(
+    fileobj: IO[bytes], kind: str | None, budget: _Budget, members: list[tarfile.TarInfo], dest: Path
+) -> None:
+    """Pass 2: the same headers again, in order, each member written as it comes (no rewinding)."""
+    source = budget.source
+    dest_resolved = dest.resolve()
+    with _open_pass(fileobj, kind, budget) as tf:
+        for want in members:
+            try:
+                m = tf.next()
+            except PackageFormatError:
+                raise
+            except _CORRUPT as exc:
+                raise PackageFormatError(f"corrupt tar archive: {_why(exc)}", path=source) from None
+            if m is None or (m.name, m.type, m.size, m.offset) != (want.name, want.type, want.size, want.offset):
+                raise PackageFormatError("archive changed while it was being extracted", path=source)
             try:
                 _extract_one(tf, m, dest, dest_resolved, budget)
             except PackageFormatError:
                 raise
-            except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+            except _CORRUPT as exc:
                 raise PackageFormatError(
-                    f"archive member {_shown(m.name)} cannot be extracted: {why}", path=source
+                    f"archive member {_shown(m.name)} cannot be extracted: {_why(exc)}", path=source
                 ) from None
-    if len(tops) == 1:
-        only = dest / next(iter(tops))
-        if only.is_dir() and not only.is_symlink():
-            return only
-    return dest
 
 
 def _extract_one(tf: tarfile.TarFile, m: tarfile.TarInfo, dest: Path, dest_resolved: Path, budget: _Budget) -> None:
@@ -318,7 +542,7 @@ def _extract_one(tf: tarfile.TarFile, m: tarfile.TarInfo, dest: Path, dest_resol
 def _copy(src: IO[bytes], out: IO[bytes], size: int, name: str, budget: _Budget) -> None:
     remaining = size
     while remaining:
-        chunk = src.read(min(remaining, 8 * 1024 * 1024))
+        chunk = src.read(min(remaining, READ_CHUNK))
         if not chunk:
             raise PackageFormatError(f"archive member {_shown(name)} is truncated", path=budget.source)
         budget.spend(len(chunk))

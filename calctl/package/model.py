@@ -34,6 +34,16 @@ DTYPE_BYTES: Mapping[str, int] = {
     "fp32": 4,
     "float32": 4,
 }
+#: Block-quantised parameter dtypes (GGML's blocks; docs/package-format.md "Quantised tensors"):
+#: (weights a block, bytes a block). Only parameter tensors may have them; their size is per block, not per element.
+QUANT_BLOCKS: Mapping[str, tuple[int, int]] = {"q4_0": (32, 18), "q4_1": (32, 20), "q8_0": (32, 34)}
+
+
+def quant_block_axis(name: str, shape: tuple[int, ...]) -> int:
+    """Length of the axis a quantised tensor's blocks run along: ``d_model`` of ``embed``, ``in`` of a matrix."""
+    return shape[1] if name == "embed" else shape[0]
+
+
 #: numpy dtype names for the dtypes numpy can hold (bf16 cannot).
 NUMPY_DTYPE: Mapping[str, str] = {
     "int8": "int8",
@@ -212,6 +222,13 @@ class ParamTensor:
 
     @property
     def nbytes(self) -> int:
+        """Bytes in the blob; a quantised tensor is whole blocks (its element count must fill them)."""
+        if self.dtype in QUANT_BLOCKS:
+            weights, size = QUANT_BLOCKS[self.dtype]
+            count = 1
+            for d in self.shape:
+                count *= d
+            return -(-count // weights) * size
         n = DTYPE_BYTES[self.dtype]
         for d in self.shape:
             n *= d

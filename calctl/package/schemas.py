@@ -18,6 +18,8 @@ from typing import Any
 
 import jsonschema
 
+from calctl import textsafe
+
 SCHEMA_FILES = {
     "calculet-package/v1": "calculet-package-v1.json",
     "calculet-compatibility/v1": "calculet-compatibility-v1.json",
@@ -62,6 +64,15 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
     if not validator.is_type(instance, "string"):
         return
     if _ecma(pattern).search(instance) is None:
+        bad = sorted({c for c in instance if not textsafe.is_safe(c)})
+        if bad and _ecma(pattern).search("".join(c for c in instance if textsafe.is_safe(c))) is not None:
+            # The value is fine but for characters that would act on a terminal or hide text: say which.
+            shown = ", ".join(textsafe.plain(c) for c in bad[:8])
+            yield jsonschema.ValidationError(
+                f"{textsafe.plain(repr(instance))} holds control, bidirectional or surrogate characters "
+                f"({shown}); a name, version or path cannot hold them"
+            )
+            return
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 

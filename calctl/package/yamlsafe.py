@@ -1,7 +1,9 @@
 """Hardened YAML loading for manifests and configs.
 
 PyYAML's safe loader plus the refusals a signed-package reader needs:
-documents over a size limit (read no further than the limit, and only from a
+documents of more than :data:`MAX_NODES` nodes or taking more than
+:data:`MAX_PARSE_SECONDS` (a byte limit alone does not bound the work: a 4 MiB
+flow list is 2 million nodes), documents over a size limit (read no further than the limit, and only from a
 regular file: a FIFO never blocks the reader), anchors/aliases (an "alias bomb"
 expands exponentially), duplicate mapping keys (YAML lets the last one win
 silently, so two readers could disagree about one manifest), integers of more
@@ -19,6 +21,7 @@ This module parses; it does not know any schema.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +36,58 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 MAX_INT_DIGITS = 40
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects aliases and duplicate keys."""
+#: Most nodes (scalars, sequences, mappings) one document may hold: the sample manifest has ~1,700, a dense
+#: 400B model's ~10,000; a 4 MiB flow list ``[1,1,1,...]`` has 2 million (it took 272 s and 1.4 GB to parse).
+MAX_NODES = 50_000
+#: Wall clock one document may take to parse, checked at every node.
+MAX_PARSE_SECONDS = 10.0
+
+try:  # libyaml's scanner and parser (C); the composer and constructor below stay Python, so the limits apply
+    _Parser: Any = yaml._yaml.CParser
+except AttributeError:  # pragma: no cover - PyYAML built without libyaml
+    _Parser = None
+
+
+if _Parser is not None:
+
+    class _Base(_Parser, yaml.composer.Composer, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
+        """libyaml's events composed in Python: nodes are counted one by one as they are built."""
+
+        def __init__(self, stream: str | bytes) -> None:
+            _Parser.__init__(self, stream)
+            yaml.composer.Composer.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+
+        get_single_node = yaml.composer.Composer.get_single_node
+        compose_document = yaml.composer.Composer.compose_document
+        check_node = yaml.composer.Composer.check_node
+        get_node = yaml.composer.Composer.get_node
+
+else:  # pragma: no cover
+    _Base = yaml.SafeLoader  # type: ignore[misc]
+
+
+class _StrictLoader(_Base):
+    """A safe loader that rejects aliases and duplicate keys and bounds the nodes and the time it spends."""
+
+    nodes = 0
+    deadline = 0.0
+    source = ""
+
+    def _count_node(self, mark: Any) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"more than {MAX_NODES} YAML nodes (a manifest or config is far smaller)", mark
+            )
+        if time.monotonic() > self.deadline:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"parsing took longer than the {MAX_PARSE_SECONDS:g} s limit", mark
+            )
 
     def compose_node(self, parent, index):
+        self._count_node(self.peek_event().start_mark)
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.constructor.ConstructorError(
@@ -50,7 +101,7 @@ class _StrictLoader(yaml.SafeLoader):
                 f"YAML anchor &{event.anchor} is not allowed (anchors/aliases are refused)",
                 event.start_mark,
             )
-        return super().compose_node(parent, index)
+        return yaml.composer.Composer.compose_node(self, parent, index)
 
     def construct_yaml_int(self, node):
         text = str(node.value).replace("_", "").lstrip("+-")
@@ -113,7 +164,10 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct
 def loads(text: str | bytes, *, source: str) -> Any:
     """Parse one YAML document strictly; errors name ``source`` and the line."""
     try:
+        deadline = time.monotonic() + MAX_PARSE_SECONDS
+        _count_nodes(text, deadline)
         loader = _StrictLoader(text)
+        loader.deadline = deadline
         try:
             # Anchors alone are harmless, but there is no reason for them in a manifest
             # and refusing them keeps the rule simple to state.
@@ -129,6 +183,38 @@ def loads(text: str | bytes, *, source: str) -> Any:
         raise PackageFormatError(f"malformed YAML: {exc}", path=source) from None
     except RecursionError:
         raise PackageFormatError("YAML nesting too deep", path=source) from None
+
+
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)
+
+
+def _count_nodes(text: str | bytes, deadline: float) -> None:
+    """Count the document's nodes on libyaml's events alone, before any Python node is built.
+
+    Events cost a few microseconds each in C; building and resolving nodes in Python costs ten times that and
+    keeps them all in memory. So a 2-million-node flow list is refused after the first :data:`MAX_NODES`
+    events, well under a second. (The composer counts again, for the pure-Python fallback.)
+    """
+    if _Parser is None:  # pragma: no cover
+        return
+    parser = _Parser(text)
+    try:
+        n = 0
+        while True:
+            event = parser.get_event()
+            if event is None:
+                return
+            if isinstance(event, _NODE_EVENTS):
+                n += 1
+                if n > MAX_NODES or (n % 1024 == 0 and time.monotonic() > deadline):
+                    why = (
+                        f"more than {MAX_NODES} YAML nodes (a manifest or config is far smaller)"
+                        if n > MAX_NODES
+                        else f"parsing took longer than the {MAX_PARSE_SECONDS:g} s limit"
+                    )
+                    raise yaml.constructor.ConstructorError(None, None, why, event.start_mark)
+    finally:
+        parser.dispose()
 
 
 def _construct(loader: _StrictLoader) -> Any:

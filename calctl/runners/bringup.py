@@ -45,23 +45,18 @@ from typing import Any
 
 from calctl import records
 from calctl.budget.plan import plan_from_package
-from calctl.budget.policy import BudgetPolicy, Verdict
+from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.report import report_document, run_budget
 from calctl.errors import CalctlError
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.report import Report, StepRecord, build_header, verdict_of_exit_code
-from calctl.runners.context import (
-    DeviceSpec,
-    Outcome,
-    StepStatus,
-    error_text,
-    outcome_of,
-    write_trace_outputs,
-)
+from calctl.report import Report, StepRecord, StepStatus, build_header, verdict_of_exit_code
+from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import run_golden
 from calctl.runners.poc import run_poc_combined
+from calctl.runners.steps import RunOutcome, error_text, outcome_of
+from calctl.runners.trace import write_trace_outputs
 from calctl.runners.warmup import describe as describe_warmup
 from calctl.runners.warmup import run_warmup
 from calctl.signing.policy import TrustPolicy
@@ -213,7 +208,7 @@ def _budget(state: BringupState) -> StepOutcome:
         f"tightest chip {b.chip}: static {b.static_bytes / b.dram_bytes:.1%} of DRAM "
         f"(limit {b.limit_bytes / b.dram_bytes:.0%})"
     )
-    go = report.verdict is Verdict.GO
+    go = report.verdict is BudgetVerdict.GO
     detail = "; ".join(f"chip {c.budget.chip} {c.budget.verdict.value}" for c in report.chips)
     return StepOutcome(
         "budget",
@@ -236,11 +231,12 @@ def _device_step(state: BringupState, name: str, report: Report, figure: str) ->
         title=f"calctl bringup: {name}",
         metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
         marks=report.body.get("marks") or (),
+        latency=report.command == "warmup",
     )
     if state.header is None and report.header.get("runtime") is not None:
         state.header = dict(report.header)
     verdict = report.verdict
-    if verdict == Outcome.PASS.value and any(
+    if verdict == RunOutcome.PASS.value and any(
         isinstance(s, StepRecord) and s.status is StepStatus.WARN
         for s in report.steps or ()
         if s.name.startswith(("golden", "warmup"))
@@ -410,7 +406,7 @@ def run_bringup(
         state = BringupState(config=config, stack=stack)
         for step in steps:
             outcome = _run_step(step, state, interrupted)
-            if outcome.verdict == Outcome.INTERRUPTED.value:
+            if outcome.verdict == RunOutcome.INTERRUPTED.value:
                 interrupted = True
             state.outcomes[step.name] = outcome
             done.append(outcome)
@@ -419,7 +415,7 @@ def run_bringup(
         header = _header(config, state, started)
     failing = [s for s in done if s.failed]
     if interrupted:
-        verdict = Outcome.INTERRUPTED.value
+        verdict = RunOutcome.INTERRUPTED.value
     elif failing:
         verdict = verdict_of_exit_code(failing[0].exit_code)  # the first failing step's code says which word
     elif any(s.verdict in ("WARN", "S1") for s in done):
@@ -468,15 +464,15 @@ def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> Step
     except KeyboardInterrupt as exc:
         return StepOutcome(
             step.name,
-            Outcome.INTERRUPTED.value,
+            RunOutcome.INTERRUPTED.value,
             "",
             time.perf_counter() - t0,
-            Outcome.INTERRUPTED.exit_code,
+            RunOutcome.INTERRUPTED.exit_code,
             error_text(exc),
         )
     except CalctlError as exc:
         outcome = outcome_of(exc)
-        code = int(exc.exit_code) if outcome is Outcome.ERROR else outcome.exit_code
+        code = int(exc.exit_code) if outcome is RunOutcome.ERROR else outcome.exit_code
         return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, code, str(exc))
 
 

@@ -1,4 +1,4 @@
-"""What every device runner shares: a device spec, a step log, and :class:`RunContext`.
+"""Validate, open, configure and tear down one package on one device: :class:`RunContext`.
 
 :class:`RunContext` is the one place a runner gets a configured board from:
 
@@ -11,32 +11,29 @@
    CalCores and per-chip DRAM (declared and reserved) against the device's
    topology (:func:`calctl.budget.device.device_fit`), so a manifest that
    raises ``chip_dram_bytes`` never reaches configure;
-4. ``create calbin`` – and the sha256 of every program (code and command
-   section) the calbin hands the runtime, per chip, each checked against the
-   sealed ``checksums.sha256`` (the issue's "ran whatever was already loaded");
+4. ``create calbin`` – and the sha256 of every program the calbin hands the
+   runtime (:mod:`calctl.runners.programs`);
 5. ``configure`` – exactly once.
 
 Teardown runs on every path, Ctrl-C included (``with RunContext(...)``):
 ``drain`` (wait for in-flight jobs, else a board reset), ``reset
 configuration``, ``release`` (calbin, device, extracted package). Each is a
-logged step, so a report shows that the board was left clean.
+logged step (:mod:`calctl.runners.steps`), so a report shows that the board was
+left clean. :meth:`RunContext.header` is the run's header
+(:func:`calctl.report.build_header`) and :func:`finish` its
+:class:`~calctl.report.Report`.
 
-:class:`StepLog` records named steps with status, duration and detail (the
-PoC's "each step logged with its status"). :func:`header` is the block every
-report starts with: device kind (mock results labelled as such, docs/runtime.md §5),
-runtime versions, package digest and signer.
-
+What it uses lives beside it: the device spec in :mod:`calctl.runners.device`,
+the step log and outcomes in :mod:`calctl.runners.steps`, the program digests in
+:mod:`calctl.runners.programs`, the trace writers in :mod:`calctl.runners.trace`;
+they are re-exported here for the runners that import them from this module.
 This module does not run models, judge results or render anything.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import enum
-import hashlib
 import time
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -45,334 +42,30 @@ from types import TracebackType
 from typing import Any
 
 from calctl.budget.device import device_fit
-from calctl.errors import CalctlError, CheckFailed, ExitCode, StepTimeout, UsageError, interrupt_reason
+from calctl.errors import CalctlError, CheckFailed, UsageError
 from calctl.package.info import package_digest
-from calctl.package.model import Package, SectionKind
+from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, ValidationReport, validate
-from calctl.report import MOCK_LABEL, Report, StepRecord, StepStatus, build_header, exit_code_of
-from calctl.runners.trace import Mark, TraceSlice, plot_timeline, write_chrome_trace
-from calctl.runtime import Calbin, DeviceKind, Health, Runtime, TraceEvent, Versions, open_runtime
+from calctl.report import MOCK_LABEL, Report, StepRecord, StepStatus, build_header
+from calctl.runners.device import DeviceSpec
+from calctl.runners.programs import ProgramDigest, program_digests, programs_document
+from calctl.runners.steps import (
+    RunOutcome,
+    StepLog,
+    StepNote,
+    error_text,
+    outcome_of,
+    reraise_usage,
+)
+from calctl.runners.trace import trace_slices, write_trace_outputs
+from calctl.runtime import Calbin, Health, Runtime, TraceEvent, Versions
 from calctl.runtime.errors import InvalidCalbin, RuntimeLayerError
-from calctl.runtime.types import JobState
-from calctl.signing import seal
-from calctl.signing.files import CHECKSUMS
 from calctl.signing.policy import TrustPolicy
-
-# ---------------------------------------------------------------------------
-# Outcomes and the step log
 
 
 class CalbinRefused(CheckFailed):
     """The runtime refused to create a calbin from the package (InvalidCalbin): exit 1, before configure."""
-
-
-class Outcome(str, enum.Enum):
-    """How a runner ended. ``exit_code`` is the documented process exit code (docs/cli.md)."""
-
-    PASS = "PASS"
-    FAIL = "FAIL"  # it ran and the thing checked is wrong (or the package was refused)
-    TIMEOUT = "TIMEOUT"  # a step hung past its deadline
-    ERROR = "ERROR"  # the device or runtime failed
-    INTERRUPTED = "INTERRUPTED"  # SIGINT (Ctrl-C) or SIGTERM
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code_of(self.value)
-
-
-def outcome_of(exc: BaseException) -> Outcome:
-    """The outcome an exception stands for. Usage errors are not outcomes: callers re-raise them."""
-    if isinstance(exc, KeyboardInterrupt):
-        return Outcome.INTERRUPTED
-    if isinstance(exc, StepTimeout):
-        return Outcome.TIMEOUT
-    if isinstance(exc, CalctlError) and exc.exit_code == ExitCode.FAILED:
-        return Outcome.FAIL
-    return Outcome.ERROR
-
-
-def error_text(exc: BaseException) -> str:
-    """What a report says about the exception that ended a step or a run (``interrupted (SIGTERM)`` for a signal)."""
-    if isinstance(exc, KeyboardInterrupt):
-        return interrupt_reason(exc)
-    return str(exc) or type(exc).__name__
-
-
-_STATUS_OF_OUTCOME = {
-    Outcome.FAIL: StepStatus.FAIL,
-    Outcome.TIMEOUT: StepStatus.TIMEOUT,
-    Outcome.ERROR: StepStatus.ERROR,
-    Outcome.INTERRUPTED: StepStatus.INTERRUPTED,
-    Outcome.PASS: StepStatus.PASS,
-}
-
-
-@dataclass
-class StepNote:
-    """What a step body may set while it runs: its detail, and WARN/FAIL without raising."""
-
-    detail: str = ""
-    status: StepStatus = StepStatus.PASS
-
-
-class StepLog:
-    """Named steps in the order they ran. ``on_record`` (e.g. a stderr logger) sees each as it ends."""
-
-    def __init__(self, on_record: Callable[[StepRecord], None] | None = None) -> None:
-        self._records: list[StepRecord] = []
-        self._on_record = on_record
-
-    @property
-    def records(self) -> tuple[StepRecord, ...]:
-        return tuple(self._records)
-
-    def add(self, name: str, status: StepStatus, seconds: float = 0.0, detail: str = "") -> StepRecord:
-        rec = StepRecord(name, status, seconds, detail)
-        self._records.append(rec)
-        if self._on_record is not None:
-            self._on_record(rec)
-        return rec
-
-    def skip(self, name: str, reason: str) -> StepRecord:
-        return self.add(name, StepStatus.SKIP, 0.0, reason)
-
-    def status_of(self, name: str) -> StepStatus | None:
-        for rec in reversed(self._records):
-            if rec.name == name:
-                return rec.status
-        return None
-
-    @contextlib.contextmanager
-    def step(self, name: str) -> Iterator[StepNote]:
-        """Time the body; record its status (from an exception, or the note) and re-raise anything."""
-        note = StepNote()
-        t0 = time.perf_counter()
-        try:
-            yield note
-        except UsageError as exc:
-            self.add(name, StepStatus.ERROR, time.perf_counter() - t0, _detail(note, exc))
-            raise
-        except BaseException as exc:
-            self.add(name, _STATUS_OF_OUTCOME[outcome_of(exc)], time.perf_counter() - t0, _detail(note, exc))
-            raise
-        self.add(name, note.status, time.perf_counter() - t0, note.detail)
-
-
-def _detail(note: StepNote, exc: BaseException) -> str:
-    what = error_text(exc)
-    return f"{note.detail}; {what}" if note.detail else what
-
-
-# ---------------------------------------------------------------------------
-# Device spec
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """Which device to open and, for the mock, how (docs/runtime.md: fault plans, time_scale, serialize_chips)."""
-
-    kind: DeviceKind = DeviceKind.MOCK
-    calrt_lib: Path | None = None
-    time_scale: float | None = None  # mock only; None = the mock's own default
-    serialize_chips: bool = False  # mock only: a modelled global runtime lock (S1)
-    fault_plan: Path | None = None  # mock only: calctl-fault-plan/v1 YAML
-    seed: int | None = None  # mock only: overrides the fault plan's seed
-
-    def __post_init__(self) -> None:
-        if self.kind is DeviceKind.CALRT:
-            given = [
-                flag
-                for flag, on in (
-                    ("--time-scale", self.time_scale is not None),
-                    ("--serialize-chips", self.serialize_chips),
-                    ("--fault-plan", self.fault_plan is not None),
-                    ("--seed", self.seed is not None),
-                )
-                if on
-            ]
-            if given:
-                raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --device mock only")
-        elif self.calrt_lib is not None:
-            raise UsageError("--calrt-lib applies to --device calrt only")
-        if self.time_scale is not None and not self.time_scale > 0:
-            raise UsageError(f"--time-scale {self.time_scale}: expected a positive number")
-
-    @property
-    def is_mock(self) -> bool:
-        return self.kind is DeviceKind.MOCK
-
-    def with_default_time_scale(self, time_scale: float) -> DeviceSpec:
-        """The same spec, with ``time_scale`` if the mock's is not set."""
-        if not self.is_mock or self.time_scale is not None:
-            return self
-        return DeviceSpec(self.kind, self.calrt_lib, time_scale, self.serialize_chips, self.fault_plan, self.seed)
-
-    def open(self) -> Runtime:
-        if not self.is_mock:
-            return open_runtime(self.kind, calrt_lib=self.calrt_lib)
-        options: dict[str, Any] = {}
-        if self.time_scale is not None:
-            options["time_scale"] = self.time_scale
-        if self.serialize_chips:
-            options["serialize_chips"] = True
-        if self.fault_plan is not None:
-            options["fault_plan"] = self.fault_plan
-        if self.seed is not None:
-            options["seed"] = self.seed
-        return open_runtime(self.kind, **options)
-
-    def describe(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"kind": self.kind.value}
-        if self.is_mock:
-            doc.update(
-                time_scale=self.time_scale if self.time_scale is not None else 1.0,
-                serialize_chips=self.serialize_chips,
-                fault_plan=str(self.fault_plan) if self.fault_plan else None,
-                seed=self.seed,
-            )
-        else:
-            doc["calrt_lib"] = str(self.calrt_lib) if self.calrt_lib else None
-        return doc
-
-
-# ---------------------------------------------------------------------------
-# Programs actually handed to the runtime
-
-
-@dataclass(frozen=True)
-class ProgramDigest:
-    """One program (code or command section) of the configured calbin, on one chip."""
-
-    chip: int
-    model: str
-    graph: str
-    section: str
-    kind: str  # code | command
-    calcore: int | None
-    file: str
-    sha256: str
-    bytes: int
-    sealed: bool  # equals the digest in the validated checksums.sha256
-
-
-def program_digests(calbin: Calbin) -> tuple[ProgramDigest, ...]:
-    """The sha256 of every program file the calbin's graphs load, per chip, from the calbin's own package root.
-
-    These are the files the runtime loads for this calbin (the CalRT shim reads
-    them from the same root), not whatever happens to be in a directory.
-    """
-    root = calbin.package.root
-    try:
-        sealed = seal.parse_checksums((root / CHECKSUMS).read_bytes())
-    except (OSError, CalctlError):
-        sealed = {}
-    out: list[ProgramDigest] = []
-    digests: dict[str, tuple[str, int]] = {}
-    for gp in calbin.plan.graphs.values():
-        for sec in gp.graph.sections:
-            if sec.kind not in (SectionKind.CODE, SectionKind.COMMAND) or sec.file is None:
-                continue
-            if sec.file not in digests:
-                data = (root / sec.file).read_bytes()
-                digests[sec.file] = (hashlib.sha256(data).hexdigest(), len(data))
-            digest, size = digests[sec.file]
-            for chip in sec.chips:
-                out.append(
-                    ProgramDigest(
-                        chip=chip,
-                        model=gp.model,
-                        graph=gp.name,
-                        section=sec.name,
-                        kind=sec.kind.value,
-                        calcore=sec.calcore,
-                        file=sec.file,
-                        sha256=digest,
-                        bytes=size,
-                        sealed=sealed.get(sec.file) == digest,
-                    )
-                )
-    return tuple(sorted(out, key=lambda p: (p.chip, p.graph, p.calcore if p.calcore is not None else -1, p.section)))
-
-
-def programs_document(programs: Sequence[ProgramDigest]) -> list[dict[str, Any]]:
-    """Per chip: the programs configured there (the report's ``programs``)."""
-    chips: dict[int, list[dict[str, Any]]] = {}
-    for p in programs:
-        chips.setdefault(p.chip, []).append(
-            {
-                "model": p.model,
-                "graph": p.graph,
-                "section": p.section,
-                "kind": p.kind,
-                "calcore": p.calcore,
-                "file": p.file,
-                "sha256": p.sha256,
-                "bytes": p.bytes,
-                "sealed": p.sealed,
-            }
-        )
-    return [{"chip": c, "programs": chips[c]} for c in sorted(chips)]
-
-
-# ---------------------------------------------------------------------------
-# Traces
-
-
-def trace_slices(events: Sequence[TraceEvent], *, phases: bool = False) -> list[TraceSlice]:
-    """Chrome-trace slices of the jobs that ran (a job aborted before it started has no interval).
-
-    ``phases``: add each job's h2d/compute/d2h intervals as sub-slices where the runtime reports them.
-    """
-    out: list[TraceSlice] = []
-    for e in events:
-        if e.start_ns is None or e.end_ns is None:
-            continue
-        job = TraceSlice(
-            chip=e.chip,
-            start=e.start_ns / 1e9,
-            end=e.end_ns / 1e9,
-            model=e.model,
-            graph=e.graph,
-            engine=e.engine.value,
-            job_id=int(e.job),
-            generation=int(e.generation),
-            ok=e.state is JobState.SUCCEEDED,
-        )
-        out.append(job)
-        if phases and e.phases:
-            out.extend(
-                dataclasses.replace(job, start=p.start_ns / 1e9, end=p.end_ns / 1e9, phase=p.phase.value)
-                for p in e.phases
-            )
-    return out
-
-
-def write_trace_outputs(
-    events: Sequence[TraceEvent],
-    *,
-    trace: Path | None,
-    plot: Path | None,
-    device: str,
-    title: str,
-    metadata: dict[str, Any],
-    marks: Sequence[Mark] = (),
-) -> dict[str, str | None]:
-    """Write the Chrome/Perfetto JSON and/or the timeline PNG (``marks`` shaded behind it); return where they went."""
-    slices = trace_slices(events)
-    out: dict[str, str | None] = {"json": None, "plot": None}
-    if trace is not None:
-        write_chrome_trace(trace, slices, device=device, metadata=metadata)
-        out["json"] = str(trace)
-    if plot is not None:
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_timeline(plot, slices, title=title, device=device, marks=marks)
-        out["plot"] = str(plot)
-    return out
-
-
-# ---------------------------------------------------------------------------
-# RunContext
 
 
 @dataclass
@@ -709,7 +402,7 @@ def finish(
     ``warnings``), the word bringup and validate use for the same result.
     """
     warnings = [f"{s.name}: {s.detail}" for s in ctx.log.records if s.status is StepStatus.WARN]
-    if verdict == Outcome.PASS.value and warnings:
+    if verdict == RunOutcome.PASS.value and warnings:
         verdict = "WARN"
     return Report(
         command=command,
@@ -729,20 +422,14 @@ def finish(
     )
 
 
-def reraise_usage(exc: BaseException) -> None:
-    """Usage and configuration errors are not run outcomes: let them reach the CLI as exit 2."""
-    if isinstance(exc, CalctlError) and exc.exit_code == ExitCode.USAGE:
-        raise exc
-
-
 __all__ = [
     "MOCK_LABEL",
     "CalbinRefused",
     "DeviceSpec",
-    "Outcome",
     "ProgramDigest",
     "Report",
     "RunContext",
+    "RunOutcome",
     "StepLog",
     "StepNote",
     "StepRecord",

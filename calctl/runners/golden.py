@@ -1,45 +1,22 @@
-"""Golden correctness of one model on a device (001 §12 Phase 1, §13.1 "单模型 golden"; 000 §18).
+"""``calctl run-golden``: golden correctness of every model (or one) on a device (001 §12 Phase 1; 000 §18).
 
-:func:`run_golden_model` runs the model's golden prompt through prefill and
-greedy decode on an already configured runtime and judges three things against
-the package's golden data, each with the tolerance the package declares:
-
-* the prefill logits, ``allclose`` with the package's rtol/atol;
-* top-k agreement: the same set of k highest logits (k from the package);
-* the exact output token sequence.
-
-The first failure, in step order, becomes the result's ``reason``: it names the
-model, the step (``prefill`` or ``decode[k]``) and the position (vocabulary
-index for logits, output token index and KV position for tokens).
-
-The per-model check, :func:`run_golden_model`, lives in ``calctl.checks.golden``
-(the serving engine calls it too, golden before Ready, 001 §11.1). :func:`run_golden` is ``calctl
-run-golden``: validate, configure, every model (or one), teardown, one
-:class:`~calctl.report.Report`; a hang stops the run with the
-models after it listed as not run. This module does not print or write files.
+What one model's check judges (prefill logits, top-k, exact tokens; the first failure named by model,
+step and position) is :func:`calctl.checks.golden.run_golden_model`, which the serving engine calls too
+(golden before Ready, 001 §11.1). The run around it is the per-model skeleton
+(:mod:`calctl.runners.per_model`): validate, configure, every model, teardown, one
+:class:`~calctl.report.Report`; a hang stops the run with the models after it listed as not run.
+This module does not print or write files.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from calctl.checks.golden import GoldenResult, LogitCheck, check_logits, first_mismatch, judge, run_golden_model
-from calctl.checks.steps import StepTimedOut
-from calctl.errors import CalctlError
-from calctl.runners.context import (
-    DeviceSpec,
-    Outcome,
-    Report,
-    RunContext,
-    StepLog,
-    StepStatus,
-    error_text,
-    finish,
-    outcome_of,
-    reraise_usage,
-    select_aliases,
-)
+from calctl.report import Report, StepStatus
+from calctl.runners.device import DeviceSpec
+from calctl.runners.per_model import PerModelCheck, run_per_model
+from calctl.runners.steps import StepLog
 from calctl.runtime import GenerationId
 from calctl.signing.policy import TrustPolicy
 
@@ -61,47 +38,26 @@ def run_golden(
     partial result of the one that hung. Usage errors (an unknown ``--model``)
     raise :class:`calctl.errors.UsageError` after the teardown.
     """
-    t0 = time.perf_counter()
-    log = log or StepLog()
-    results: list[GoldenResult] = []
-    not_run: list[dict[str, str]] = []
-    outcome, error = Outcome.PASS, None
-    ctx = RunContext(package, trust=trust, device=device, log=log)
-    try:
-        with ctx:
-            ctx.prepare()
-            assert ctx.rt is not None and ctx.pkg is not None
-            aliases = select_aliases(ctx.pkg, model)
-            for i, alias in enumerate(aliases):
-                with log.step(f"golden {alias}") as note:
-                    try:
-                        r = run_golden_model(
-                            ctx.rt, ctx.pkg, alias, generation=generation, step_timeout_s=step_timeout_s
-                        )
-                    except StepTimedOut as exc:
-                        if isinstance(exc.partial, GoldenResult):
-                            results.append(exc.partial)
-                        not_run.extend({"alias": a, "reason": f"not run: {alias} hung"} for a in aliases[i + 1 :])
-                        raise
-                    except BaseException as exc:
-                        not_run.extend(
-                            {"alias": a, "reason": f"not run: {alias} failed ({type(exc).__name__})"}
-                            for a in aliases[i + 1 :]
-                        )
-                        raise
-                    results.append(r)
-                    note.detail = _detail(r)
-                    if not r.ok:
-                        note.status = StepStatus.FAIL
-    except (CalctlError, KeyboardInterrupt) as exc:
-        reraise_usage(exc)
-        outcome, error = outcome_of(exc), error_text(exc)
-    if outcome is Outcome.PASS:
-        failed = [r for r in results if not r.ok]
-        if failed:
-            outcome, error = Outcome.FAIL, "; ".join(r.reason or r.alias for r in failed)
-    body = {"models": results, "not_run": not_run, "step_timeout_s": step_timeout_s}
-    return finish(ctx, "run-golden", outcome.value, body, error, t0)
+    check = PerModelCheck(
+        command="run-golden",
+        step="golden",
+        result_type=GoldenResult,
+        run=lambda rt, pkg, alias: run_golden_model(
+            rt, pkg, alias, generation=generation, step_timeout_s=step_timeout_s
+        ),
+        detail=_detail,
+        status=lambda r: StepStatus.PASS if r.ok else StepStatus.FAIL,
+        failure=lambda r: r.reason or r.alias,
+    )
+    return run_per_model(
+        check,
+        package,
+        trust=trust,
+        device=device,
+        model=model,
+        log=log,
+        body=lambda results, not_run: {"models": list(results), "not_run": not_run, "step_timeout_s": step_timeout_s},
+    )
 
 
 def _detail(r: GoldenResult) -> str:

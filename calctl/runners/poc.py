@@ -58,18 +58,9 @@ from calctl.checks.stats import until_decided
 from calctl.checks.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
 from calctl.errors import CalctlError, CheckFailed, UsageError
 from calctl.package.model import ChipMode, GraphKind, Package, mask_of_chips
-from calctl.runners.context import (
-    DeviceSpec,
-    Outcome,
-    Report,
-    RunContext,
-    StepLog,
-    StepStatus,
-    error_text,
-    finish,
-    outcome_of,
-    reraise_usage,
-)
+from calctl.report import Report, StepStatus
+from calctl.runners.context import RunContext, finish
+from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import GoldenResult, first_mismatch
 from calctl.runners.golden import judge as judge_golden
 from calctl.runners.overlap import (
@@ -82,6 +73,7 @@ from calctl.runners.overlap import (
     joint_share,
     judge,
 )
+from calctl.runners.steps import RunOutcome, StepLog, error_text, outcome_of, reraise_usage
 from calctl.runners.trace import Mark
 from calctl.runtime import GenerationId, Runtime
 from calctl.runtime.calbin import CalbinPlan
@@ -382,7 +374,7 @@ def run_poc_combined(
     ctx = RunContext(package, trust=trust, device=device, log=log, expect_models=expect_models)
     body: dict[str, Any] = {"expect_models": list(expect_models), "rounds_requested": rounds, "rounds_budget": budget}
     found = _Found()
-    outcome, error = Outcome.PASS, None
+    outcome, error = RunOutcome.PASS, None
     try:
         with ctx:
             try:
@@ -423,7 +415,7 @@ def run_poc_combined(
         device, verdict, outcome, software=ctx.versions is not None and ctx.versions.software_model
     )
     fail_on: frozenset[str] = frozenset()
-    if outcome is not Outcome.PASS or verdict is None:
+    if outcome is not RunOutcome.PASS or verdict is None:
         final = outcome.value
     elif require_s2 and verdict.verdict != "S2":
         final, fail_on = verdict.verdict, frozenset({verdict.verdict})
@@ -657,11 +649,13 @@ def _host_blame(overhead: dict[str, Any] | None) -> str:
 
 
 def _capability(
-    device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: Outcome, *, software: bool = False
+    device: DeviceSpec, verdict: ConcurrencyVerdict | None, outcome: RunOutcome, *, software: bool = False
 ) -> str:
     """What the run may be cited for (001 §1 C0–C4, S1/S2; docs/runtime.md §5)."""
     if software and not device.is_mock:  # a software model (the reference board): about the model, never a board
-        measured = f"measured {verdict.verdict} " if verdict is not None and outcome is Outcome.PASS else "no verdict "
+        measured = (
+            f"measured {verdict.verdict} " if verdict is not None and outcome is RunOutcome.PASS else "no verdict "
+        )
         return (
             f"not evidence: {measured}on a software model of a board (no hardware); it shows the tool and the "
             "library tell S1 from S2. The board's dual-chip concurrency stays C3 until a run on a Calculet board "
@@ -672,7 +666,7 @@ def _capability(
             "not evidence: a mock result shows the tool tells S1 from S2; the board's dual-chip concurrency stays "
             "C3 until a --device calrt run with a vendor combined calbin measures it (001 §1, §6.4)"
         )
-    if verdict is None or outcome is not Outcome.PASS:
+    if verdict is None or outcome is not RunOutcome.PASS:
         return "no claim: the PoC did not run to its verdict on this board"
     if verdict.verdict == "S2":
         return (

@@ -12,13 +12,15 @@ time, the chips overlapped.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calctl.records import atomic_output, write_atomic
+from calctl.records import atomic_output, dumps, write_atomic
+from calctl.runtime import TraceEvent
+from calctl.runtime.types import JobState
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def chrome_trace(
 def write_chrome_trace(
     path: Path, slices: Sequence[TraceSlice], *, device: str, metadata: dict[str, Any] | None = None
 ) -> None:
-    write_atomic(path, json.dumps(chrome_trace(slices, device=device, metadata=metadata), indent=1))
+    write_atomic(path, dumps(chrome_trace(slices, device=device, metadata=metadata), versioned=False, indent=1))
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ def plot_timeline(
     chips: Sequence[int] | None = None,
     lane_names: dict[str, str] | None = None,
     notes: Sequence[str] = (),
+    latency: bool = False,
 ) -> None:
     """One lane per chip (and a pong lane where pong jobs ran), jobs coloured by model, prefill hatched.
 
@@ -149,7 +152,9 @@ def plot_timeline(
     job, and chips 0 and 1). A chip gets one lane per engine that ran there: ``ping`` (or ``auto``) is the
     chip's own lane, ``pong`` and any other engine label (e.g. a compared round) get their own; ``lane_names``
     maps an engine to its lane suffix, e.g. ``{"ping": " ping engine"}``. ``notes``: lines printed under the
-    picture (the figures it illustrates, with their CIs).
+    picture (the figures it illustrates, with their CIs). ``latency``: a second panel with every job's
+    duration per graph on the device's clock (failed jobs in red), its P50 and P99 marked and its CV and n
+    written beside it: the figures a warm-up's stability verdict rests on.
     """
     import matplotlib
 
@@ -182,7 +187,18 @@ def plot_timeline(
     )
     overlap_lane = 0 in shown and 1 in shown
     n_lanes = len(lanes) + (1 if overlap_lane else 0)
-    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.9 * n_lanes))
+    jobs = [s for s in items if s.phase is None]
+    graphs = sorted({s.graph for s in jobs}) if latency else []
+    if graphs:
+        fig, (ax, lat_ax) = plt.subplots(
+            2,
+            1,
+            figsize=(12, 2.2 + 0.9 * n_lanes + 0.55 * len(graphs)),
+            gridspec_kw={"height_ratios": [1.6 + 0.9 * n_lanes, 0.6 + 0.55 * len(graphs)]},
+        )
+        _latency_panel(lat_ax, jobs, graphs, colour)
+    else:
+        fig, ax = plt.subplots(figsize=(12, 1.6 + 0.9 * n_lanes))
     for m in marks:  # behind everything
         ax.axvspan(
             (m.start - t0) * 1e3,
@@ -209,11 +225,24 @@ def plot_timeline(
     labels = [f"chip{c}{names.get(lane, f' {lane}')}" for c, lane in lanes]
     if overlap_lane:
         y = len(lanes)
-        for a, b in busy_overlap(items):
+        both = busy_overlap(items)
+        for a, b in both:
             ax.barh(y, (b - a) * 1e3, left=(a - t0) * 1e3, height=0.6, color="#2e7d32", linewidth=0, zorder=2)
+        if not both:  # an empty lane says so: it is a finding (the chips never computed together), not a gap
+            ax.text(
+                0.01,
+                y,
+                "none: the chips never computed at the same time",
+                transform=ax.get_yaxis_transform(),
+                va="center",
+                ha="left",
+                fontsize=9,
+                color="#2e7d32",
+                style="italic",
+            )
         labels.append("both chips busy")
     ax.set_yticks(range(n_lanes), labels)
-    ax.invert_yaxis()
+    ax.set_ylim(n_lanes - 0.4, -0.6)  # top to bottom, the last lane clear of the axis line
     ax.set_xlabel("time since the first job (ms)")
     label = "MOCK device: simulated timing, not hardware evidence" if device == "mock" else f"device: {device}"
     ax.set_title(f"{title}\n{label}", fontsize=10)
@@ -239,3 +268,90 @@ def plot_timeline(
     with atomic_output(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+def _latency_panel(ax: Any, jobs: Sequence[TraceSlice], graphs: Sequence[str], colour: dict[str, str]) -> None:
+    """Each graph's job durations (ms, device clock) as points on one row, P50 and P99 as ticks, CV and n."""
+    import numpy as np
+
+    for y, graph in enumerate(graphs):
+        rows = [s for s in jobs if s.graph == graph]
+        ms = np.array([(s.end - s.start) * 1e3 for s in rows])
+        ok = np.array([s.ok for s in rows])
+        jitter = (np.arange(len(ms)) % 7 - 3) * 0.04
+        ax.scatter(ms[ok], y + jitter[ok], s=12, color=colour[rows[0].model], alpha=0.7, linewidths=0, zorder=3)
+        if (~ok).any():
+            ax.scatter(ms[~ok], y + jitter[~ok], s=24, color="red", marker="x", zorder=4)
+        p50, p99 = np.percentile(ms, [50, 99])
+        cv = float(ms.std(ddof=1) / ms.mean()) if len(ms) > 1 and ms.mean() > 0 else 0.0
+        for value, name in ((p50, "P50"), (p99, "P99")):
+            ax.plot([value, value], [y - 0.32, y + 0.32], color="black", linewidth=1.4 if name == "P99" else 1.0)
+        ax.text(
+            1.005,
+            y,
+            f"P50 {p50:.2f} ms  P99 {p99:.2f} ms  CV {cv:.3f}  n={len(ms)}"
+            + (f"  failed {int((~ok).sum())}" if (~ok).any() else ""),
+            transform=ax.get_yaxis_transform(),
+            va="center",
+            fontsize=8,
+            family="monospace",
+        )
+    ax.set_yticks(range(len(graphs)), list(graphs))
+    ax.set_ylim(len(graphs) - 0.5, -0.5)
+    ax.set_xlim(left=0)
+    ax.set_xlabel("job duration on the device's clock (ms); ticks: P50 (thin) and P99 (thick); red x: failed job")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def trace_slices(events: Sequence[TraceEvent], *, phases: bool = False) -> list[TraceSlice]:
+    """Chrome-trace slices of the jobs that ran (a job aborted before it started has no interval).
+
+    ``phases``: add each job's h2d/compute/d2h intervals as sub-slices where the runtime reports them.
+    """
+    out: list[TraceSlice] = []
+    for e in events:
+        if e.start_ns is None or e.end_ns is None:
+            continue
+        job = TraceSlice(
+            chip=e.chip,
+            start=e.start_ns / 1e9,
+            end=e.end_ns / 1e9,
+            model=e.model,
+            graph=e.graph,
+            engine=e.engine.value,
+            job_id=int(e.job),
+            generation=int(e.generation),
+            ok=e.state is JobState.SUCCEEDED,
+        )
+        out.append(job)
+        if phases and e.phases:
+            out.extend(
+                dataclasses.replace(job, start=p.start_ns / 1e9, end=p.end_ns / 1e9, phase=p.phase.value)
+                for p in e.phases
+            )
+    return out
+
+
+def write_trace_outputs(
+    events: Sequence[TraceEvent],
+    *,
+    trace: Path | None,
+    plot: Path | None,
+    device: str,
+    title: str,
+    metadata: dict[str, Any],
+    marks: Sequence[Mark] = (),
+    latency: bool = False,
+) -> dict[str, str | None]:
+    """Write the Chrome/Perfetto JSON and/or the timeline PNG (``marks`` shaded behind it, ``latency``: the
+    per-graph duration panel of :func:`plot_timeline`); return where they went."""
+    slices = trace_slices(events)
+    out: dict[str, str | None] = {"json": None, "plot": None}
+    if trace is not None:
+        write_chrome_trace(trace, slices, device=device, metadata=metadata)
+        out["json"] = str(trace)
+    if plot is not None:
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        plot_timeline(plot, slices, title=title, device=device, marks=marks, latency=latency)
+        out["plot"] = str(plot)
+    return out

@@ -16,33 +16,21 @@ halted (it needs a reset) the warm-up stops rather than count the same fault N
 times. ``ok`` is "no errors".
 
 The per-model warm-up, :func:`run_warmup_model`, lives in ``calctl.checks.warmup``
-(the serving engine calls it too, warm-up before Ready, 001 §11.1). :func:`run_warmup` is ``calctl warmup``:
-validate, configure, every model (or one), teardown, one
-:class:`~calctl.report.Report`. This module does not print or
-write files.
+(the serving engine calls it too, warm-up before Ready, 001 §11.1). :func:`run_warmup` is ``calctl warmup``,
+the per-model skeleton (:mod:`calctl.runners.per_model`) around it: validate, configure, every model (or
+one), teardown, one :class:`~calctl.report.Report`; a hang lists the models after it as not run. This
+module does not print or write files.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from calctl.checks.steps import StepTimedOut
 from calctl.checks.warmup import CV_WARN, WarmupResult, run_warmup_model
-from calctl.errors import CalctlError
-from calctl.runners.context import (
-    DeviceSpec,
-    Outcome,
-    Report,
-    RunContext,
-    StepLog,
-    StepStatus,
-    error_text,
-    finish,
-    outcome_of,
-    reraise_usage,
-    select_aliases,
-)
+from calctl.report import Report, StepStatus
+from calctl.runners.device import DeviceSpec
+from calctl.runners.per_model import PerModelCheck, run_per_model
+from calctl.runners.steps import StepLog
 from calctl.runtime import GenerationId
 from calctl.signing.policy import TrustPolicy
 
@@ -64,49 +52,38 @@ def run_warmup(
     Verdict PASS when no model had an error (unstable latency is a WARN step,
     still PASS); FAIL otherwise; TIMEOUT (exit 4) when a step hung.
     """
-    t0 = time.perf_counter()
-    log = log or StepLog()
-    results: list[WarmupResult] = []
-    outcome, error = Outcome.PASS, None
-    ctx = RunContext(package, trust=trust, device=device, log=log)
-    try:
-        with ctx:
-            ctx.prepare()
-            assert ctx.rt is not None and ctx.pkg is not None
-            for alias in select_aliases(ctx.pkg, model):
-                with log.step(f"warmup {alias}") as note:
-                    try:
-                        r = run_warmup_model(
-                            ctx.rt,
-                            ctx.pkg,
-                            alias,
-                            iterations=iterations,
-                            generation=generation,
-                            step_timeout_s=step_timeout_s,
-                            decode_steps=decode_steps,
-                        )
-                    except StepTimedOut as exc:
-                        if isinstance(exc.partial, WarmupResult):
-                            results.append(exc.partial)
-                        raise
-                    results.append(r)
-                    note.detail = describe(r)
-                    if not r.ok:
-                        note.status = StepStatus.FAIL
-                    elif r.unstable:
-                        note.status = StepStatus.WARN
-    except (CalctlError, KeyboardInterrupt) as exc:
-        reraise_usage(exc)
-        outcome, error = outcome_of(exc), error_text(exc)
-    if outcome is Outcome.PASS:
-        failed = [r for r in results if not r.ok]
-        if failed:
-            outcome = Outcome.FAIL
-            error = "; ".join(
-                f"{r.alias}: {r.errors} error(s) in {r.iterations} iteration(s): {r.first_error}" for r in failed
-            )
-    body = {"iterations": iterations, "decode_steps": decode_steps, "cv_warn": CV_WARN, "models": results}
-    return finish(ctx, "warmup", outcome.value, body, error, t0)
+    check = PerModelCheck(
+        command="warmup",
+        step="warmup",
+        result_type=WarmupResult,
+        run=lambda rt, pkg, alias: run_warmup_model(
+            rt,
+            pkg,
+            alias,
+            iterations=iterations,
+            generation=generation,
+            step_timeout_s=step_timeout_s,
+            decode_steps=decode_steps,
+        ),
+        detail=describe,
+        status=lambda r: StepStatus.FAIL if not r.ok else StepStatus.WARN if r.unstable else StepStatus.PASS,
+        failure=lambda r: f"{r.alias}: {r.errors} error(s) in {r.iterations} iteration(s): {r.first_error}",
+    )
+    return run_per_model(
+        check,
+        package,
+        trust=trust,
+        device=device,
+        model=model,
+        log=log,
+        body=lambda results, not_run: {
+            "iterations": iterations,
+            "decode_steps": decode_steps,
+            "cv_warn": CV_WARN,
+            "models": list(results),
+            "not_run": not_run,
+        },
+    )
 
 
 def describe(r: WarmupResult) -> str:

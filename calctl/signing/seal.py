@@ -18,9 +18,12 @@ import hashlib
 import os
 import re
 import stat
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -31,8 +34,12 @@ from calctl.signing.files import CHECKSUMS, SEAL_FILES, SIGNATURE, NotReadable, 
 from calctl.signing.keys import TrustedKey, key_id
 
 CHUNK = 8 * 1024 * 1024
+T = TypeVar("T")
 _LINE = re.compile(r"([0-9a-f]{64}) [ *](.+)", re.DOTALL)
 MAX_CHECKSUM_FILE = 64 * 1024 * 1024
+#: Most entries checksums.sha256 may list: the most files a package may hold (calctl.package.archive.MAX_MEMBERS).
+#: Counted before any line is parsed, so 100,000 entries for missing files cost one finding, not 100,000.
+MAX_CHECKSUM_ENTRIES = 10_000
 #: A raw Ed25519 signature is 64 bytes; anything much larger is not one.
 MAX_SIGNATURE_FILE = 4096
 
@@ -41,11 +48,17 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def sha256_file(path: Path) -> str:
+class HashingStopped(Exception):
+    """Hashing was abandoned because the caller stopped (a signal reached the main thread)."""
+
+
+def sha256_file(path: Path, stop: threading.Event | None = None) -> str:
     """Stream the regular file ``path`` through SHA-256 with one reusable buffer.
 
     Opened without following a link and without blocking, and refused (OSError)
     unless it is a regular file, so a FIFO swapped in never hangs the hashing.
+    ``stop`` is looked at between chunks: a worker thread hashing a 64 GiB file
+    gives up within one chunk once it is set (:func:`stoppable_map`).
     """
     h = hashlib.sha256()
     buf = bytearray(CHUNK)
@@ -59,11 +72,32 @@ def sha256_file(path: Path) -> str:
             with contextlib.suppress(OSError):
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         while True:
+            if stop is not None and stop.is_set():
+                raise HashingStopped(str(path))
             n = fh.readinto(buf)
             if not n:
                 break
             h.update(view[:n])
     return h.hexdigest()
+
+
+def stoppable_map(fn: Callable[[str, threading.Event], T], items: list[str], jobs: int) -> list[T]:
+    """``[fn(item, stop) for item in items]`` on ``jobs`` threads, in order.
+
+    If the caller is interrupted (SIGINT raises KeyboardInterrupt in the main thread while it waits), ``stop``
+    is set and queued items are cancelled, so the workers end within one chunk instead of hashing every file
+    to its end before the interpreter may exit.
+    """
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(items) or 1)))
+    try:
+        return list(pool.map(lambda item: fn(item, stop), items))
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 @dataclass(frozen=True)
@@ -138,16 +172,15 @@ def hash_files_checked(root: Path, rels: list[str], jobs: int | None = None) -> 
         except OSError:
             return 0
 
-    def one(r: str) -> str | OSError:
+    def one(r: str, stop: threading.Event) -> str | OSError:
         try:
-            return sha256_file(root / r)
+            return sha256_file(root / r, stop)
         except OSError as exc:
             return exc
 
     # Largest first so the long files start early and the pool drains evenly.
     order = sorted(rels, key=lambda r: -size(r))
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(order) or 1))) as pool:
-        digests = dict(zip(order, pool.map(one, order), strict=True))
+    digests = dict(zip(order, stoppable_map(one, order, jobs), strict=True))
     return {r: digests[r] for r in rels}
 
 
@@ -201,6 +234,11 @@ def parse_checksums(data: bytes, source: str = CHECKSUMS) -> dict[str, str]:
     terminated, no comments, no blank lines, no escaped names, each path canonical
     and listed once (docs/package-format.md lists where calctl is stricter).
     """
+    lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+    if lines > MAX_CHECKSUM_ENTRIES:
+        raise PackageFormatError(
+            f"lists {lines} entries, more than the {MAX_CHECKSUM_ENTRIES} files a package may hold", path=source
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

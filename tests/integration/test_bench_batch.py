@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from calctl.runners.bench.batch import BatchOptions, build_batch_sample, run_batch, scenario_result
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback

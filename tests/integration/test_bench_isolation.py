@@ -21,7 +21,7 @@ from calctl.package.reader import load_manifest
 from calctl.runners.bench.base import BenchOptions
 from calctl.runners.bench.isolation import CHECKS
 from calctl.runners.bench.scenarios import SCENARIOS
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.runtime import DeviceKind
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback

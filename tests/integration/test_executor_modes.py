@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from calctl.runners.bench.executor_modes import TRANSFER_HEAVY, ExecutorModesOptions, run_executor_modes
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import Engine, JobState
 from calctl.serving.config import ExecutorMode

@@ -153,6 +153,20 @@ def test_hang_exits_4_within_the_timeout_and_leaves_a_partial_report(cli, tmp_pa
         assert [_steps(doc)[s]["status"] for s in ("drain", "reset configuration", "release")] == ["PASS"] * 3
 
 
+def test_a_hung_warmup_lists_the_models_it_did_not_reach(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The one per-model skeleton: warm-up keeps the partial result and names the models after the hang, as
+    run-golden does (warm-up used to drop them from the report)."""
+    plan = _plan(tmp_path, "hang", "{kind: wait_timeout, job: 4, graph: model_a_decode}")
+    r = cli(
+        "warmup", FIXTURE_PACKAGES / "combined", *TRUST, "--fault-plan", plan, "--step-timeout", "1", "-n", "3",
+        "--format", "json",
+    )  # fmt: skip
+    assert r.code == 4, r.err
+    doc = r.json
+    assert doc["verdict"] == "TIMEOUT" and [m["alias"] for m in doc["models"]] == ["model-a"]
+    assert doc["not_run"] == [{"alias": "model-b", "reason": "not run: model-a hung"}]
+
+
 def test_a_package_failing_validation_never_reaches_configure(cli, copy_fixture) -> None:  # type: ignore[no-untyped-def]
     pkg = copy_fixture("single")
     target = pkg / "model-a" / "decode" / "ccu0_chip0.cmd"

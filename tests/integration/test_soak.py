@@ -231,3 +231,42 @@ def test_a_signalled_soak_ends_interrupted_with_its_evidence_closed(
     assert doc["files"]["plot"] == str(out / "soak.png")
     assert "verdict INTERRUPTED" in stdout and f"({sig.name}" in stdout
     assert "verdict FAIL" not in stdout
+
+
+def test_a_soak_that_did_not_run_writes_no_pass(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29 item 9: a missing package exits 2 and its soak-report.json says error, never finished/PASS/ok."""
+    out = tmp_path / "soak"
+    r = cli("soak", tmp_path / "nope", *TRUST, "--cycles", "1", "--report", out)
+    assert_no_traceback(r)
+    assert r.code == 2 and "nope" in r.err, r.err
+    if (out / "soak-report.json").exists():
+        doc = json.loads((out / "soak-report.json").read_text())
+        assert doc["status"] == "error" and doc["verdict"] == "ERROR" and doc["ok"] is False, doc
+        assert "nope" in doc["error"]
+        assert "PASS" not in (out / "events.ndjson").read_text()
+    assert not (out / "soak.png").exists()  # no empty picture of a run that never ran
+
+
+def test_a_refused_package_names_its_rules_in_the_verdict(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29 item 10: a package with a deleted file fails validation: the verdict line names MAN007 and
+    HASH001 (as run-golden's does), exit 1 (docs/cli.md: a bad package), no matplotlib warning, and the device
+    errors are not "none" for a run that never reached the device."""
+    import shutil
+    import warnings
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(PKG, pkg)
+    (pkg / "model-a" / "params" / "param_blk0.bin").unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a matplotlib UserWarning fails the test
+        r = cli("soak", pkg, *TRUST, "--cycles", "1", "--report", tmp_path / "soak")
+    assert_no_traceback(r)
+    assert r.code == 1, r.out[-2000:] + r.err[-2000:]
+    verdict = [line for line in r.out.splitlines() if line.startswith("verdict")]
+    assert verdict and verdict[-1].startswith("verdict FAIL") and "MAN007" in verdict[-1], r.out[-2000:]
+    assert "HASH001" in verdict[-1], verdict
+    assert "UserWarning" not in r.err
+    device_errors = [line for line in r.out.splitlines() if "device errors" in line]
+    assert device_errors and "none" not in device_errors[0] and "never reached the device" in device_errors[0]
+    doc = json.loads((tmp_path / "soak" / "soak-report.json").read_text())
+    assert doc["verdict"] == "FAIL" and doc["ok"] is False and "MAN007" in doc["error"] and doc["exit_code"] == 1

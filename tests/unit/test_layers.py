@@ -15,7 +15,7 @@ import calctl
 ROOT = Path(calctl.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "records", "__init__"}),
+    frozenset({"errors", "records", "textsafe", "__init__"}),
     frozenset({"report", "html_report"}),
     frozenset({"signing"}),
     frozenset({"package"}),

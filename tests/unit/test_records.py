@@ -65,3 +65,15 @@ def test_no_other_module_renames_a_temporary_file_itself() -> None:
         and "os.replace(" in p.read_text(encoding="utf-8")
     ]
     assert offenders == []
+
+
+def test_an_ndjson_record_is_one_line_of_plain_json_without_nan() -> None:
+    """The one JSON writer for NDJSON evidence too: a non-finite figure is null (``json.dumps`` wrote ``NaN``,
+    which no JSON reader accepts), and a record carries no ``schema_version`` of its own."""
+    import json as _json
+
+    from calctl.records import dumps_line
+
+    line = dumps_line({"t": float("nan"), "chips": (0, 1), "ok": True})
+    assert line.endswith("\n") and "\n" not in line[:-1]
+    assert _json.loads(line) == {"t": None, "chips": [0, 1], "ok": True}

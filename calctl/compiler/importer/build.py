@@ -47,9 +47,12 @@ from calctl.compiler.writer import (
 )
 from calctl.errors import UsageError
 from calctl.model import decoder
+from calctl.model.quant import QuantTensor
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Architecture
 
+#: ``--dtype gguf``: keep a GGUF's Q4_0/Q4_1/Q8_0 blocks as shipped, the other weights fp16 (docs/import.md).
+KEEP_BLOCKS = "gguf"
 DEFAULT_CONTEXT_CAP = 4096
 DEFAULT_SEQUENCES = 4
 BLOCK_TOKENS = 16
@@ -86,7 +89,7 @@ class Checkpoint:
 
     kind: str  # hf | gguf
     config: FamilyConfig
-    params: Mapping[str, np.ndarray]
+    params: Mapping[str, Any]  # np.ndarray, or QuantTensor for kept blocks
     tokenizer_json: bytes
     tokenizer_config: Mapping[str, Any]
     sources: tuple[Path, ...]
@@ -104,8 +107,8 @@ def check_options(opts: ImportOptions) -> None:
         raise UsageError(f"--alias {opts.alias!r}: expected lowercase letters, digits, '.', '_' or '-' (1-64)")
     if opts.chip not in (0, 1):
         raise UsageError(f"--chip {opts.chip}: expected 0 or 1 (the board has two chips)")
-    if opts.dtype not in PARAM_DTYPES:
-        raise UsageError(f"--dtype {opts.dtype!r}: expected one of {', '.join(PARAM_DTYPES)}")
+    if opts.dtype not in (*PARAM_DTYPES, KEEP_BLOCKS):
+        raise UsageError(f"--dtype {opts.dtype!r}: expected one of {', '.join((*PARAM_DTYPES, KEEP_BLOCKS))}")
     if opts.context is not None and not 16 <= opts.context <= 1 << 20:
         raise UsageError(f"--context {opts.context}: expected 16..{1 << 20} tokens")
     if not 1 <= opts.sequences <= 64:
@@ -254,12 +257,15 @@ def workspace_bytes(arch: Architecture) -> tuple[int, int]:
     return -(-prefill // mib) * mib, -(-decode // mib) * mib
 
 
-def stored(params: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    """The weights exactly as the blobs will hold them, back in float32."""
+def stored(params: Mapping[str, Any], dtype: str) -> dict[str, Any]:
+    """The weights exactly as the blobs will hold them: float32, or quantised blocks kept (``dtype`` gguf)."""
     if dtype == "fp32":
         return {k: np.asarray(v, dtype=np.float32) for k, v in params.items()}
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in params.items():
+        if isinstance(v, QuantTensor) and dtype == KEEP_BLOCKS:
+            out[k] = v
+            continue
         if k in FP32_TENSORS:
             out[k] = np.asarray(v, dtype=np.float32)
             continue
@@ -270,11 +276,24 @@ def stored(params: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray
     return out
 
 
+def weight_dtype(params: Mapping[str, Any], dtype: str) -> str:
+    """The architecture's ``dtype``: the option, or with kept blocks the dtype most weight matrices have."""
+    if dtype != KEEP_BLOCKS:
+        return dtype
+    kinds = [v.dtype if isinstance(v, QuantTensor) else "fp16" for k, v in params.items() if k not in FP32_TENSORS]
+    return max(sorted(set(kinds)), key=kinds.count)
+
+
 def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, dict[str, Any]]:
     """Decide everything about the model; returns the content and a summary for the report."""
     tok = _tokenizer(ck)
     context = _context(ck.config, opts.context)
-    arch = ck.config.architecture(context=context, dtype=opts.dtype, eos_token_id=_eos_id(ck, tok))
+    if opts.dtype == KEEP_BLOCKS and ck.kind != "gguf":
+        raise UsageError(f"--dtype {KEEP_BLOCKS}: keeps a GGUF file's blocks; a {ck.kind} import takes fp16 or fp32")
+    params = stored(ck.params, opts.dtype)
+    arch = ck.config.architecture(
+        context=context, dtype=weight_dtype(params, opts.dtype), eos_token_id=_eos_id(ck, tok)
+    )
     prefix = "tokenizer.ggml." if ck.kind == "gguf" else ""
     for key, tid in (("eos_token_id", arch.eos_token_id), ("bos_token_id", arch.bos_token_id)):
         if tid is not None and tid >= arch.vocab_size:
@@ -288,10 +307,13 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
             _tokenizer_source(ck),
             f"the tokenizer has {vocab} entries, more than the model's vocab_size {arch.vocab_size}",
         )
-    params = stored(ck.params, opts.dtype)
     prompts, notes = golden_prompts(ck, tok)
     if arch.eos_token_id is None:  # llama.cpp warns too: such a model only stops at the token limit
-        eos_from = f"{prefix}eos_token_id" if ck.kind == "gguf" else "eos_token_id (config.json) or eos_token"
+        eos_from = (
+            f"{prefix}eos_token_id"
+            if ck.kind == "gguf"
+            else "eos_token_id (config.json, generation_config.json) or eos_token (tokenizer_config.json)"
+        )
         notes.append(
             f"{ck.sources[0].name}: no end-of-sequence token ({eos_from}): generation never stops on its own, "
             "every request runs to its max_tokens"
@@ -307,7 +329,7 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
     content = ModelContent(
         arch=arch,
         params=params,
-        param_dtype=opts.dtype,
+        param_dtype="fp16" if opts.dtype == KEEP_BLOCKS else opts.dtype,
         tokenizer_json=ck.tokenizer_json,
         tokenizer_config=tok_cfg,
         tokenizer_vocab=vocab,
@@ -322,7 +344,7 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
         "layers": arch.n_layers,
         "parameters": int(sum(int(np.prod(v.shape)) for v in params.values())),
         "context": context,
-        "dtype": opts.dtype,
+        "dtype": arch.dtype,
         "golden_prompt": label,
         "golden_tokens": len(gold.decode_tokens),
         "golden_self_check_max_abs_err": err,
@@ -389,11 +411,12 @@ def read_hf(root: Path) -> Checkpoint:
     )
 
 
-def read_gguf_file(path: Path) -> Checkpoint:
-    """A GGUF file as a :class:`Checkpoint` (weights dequantised, Llama Q/K rows back in HF order)."""
+def read_gguf_file(path: Path, *, keep_blocks: bool = False) -> Checkpoint:
+    """A GGUF file as a :class:`Checkpoint` (weights dequantised or, ``keep_blocks``, Q4_0/Q4_1/Q8_0 kept as shipped;
+    Llama Q/K rows back in HF order)."""
     from calctl.compiler.importer.gguf_file import read_gguf
 
-    g = read_gguf(path)
+    g = read_gguf(path, keep_blocks=keep_blocks)
     return Checkpoint(
         kind="gguf",
         config=g.config,
@@ -401,5 +424,12 @@ def read_gguf_file(path: Path) -> Checkpoint:
         tokenizer_json=g.tokenizer_json,
         tokenizer_config=g.tokenizer_config,
         sources=(g.path,),
-        notes=(f"GGUF tensor types: {', '.join(g.quant_types)} (dequantised with gguf.quants)",),
+        notes=(
+            f"GGUF tensor types: {', '.join(g.quant_types)} "
+            + (
+                "(Q4_0/Q4_1/Q8_0 kept as shipped, the rest dequantised)"
+                if keep_blocks
+                else "(dequantised with gguf.quants)"
+            ),
+        ),
     )

@@ -34,6 +34,7 @@ from calctl.compiler.writer import (
 )
 from calctl.errors import PackageError, UsageError
 from calctl.model import decoder
+from calctl.model.quant import QUANT_DTYPES
 from calctl.package import npy
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Model, Package
@@ -90,17 +91,19 @@ def content_of(src: Source) -> ModelContent:
     """The model of ``src`` as compiler content (weights back from its blobs)."""
     pkg, m = src.package, src.model
     dtypes = {t.dtype for t in m.params if t.name not in FP32_TENSORS}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in ("fp32", "fp16"):
+    floats = dtypes - set(QUANT_DTYPES)  # quantised blocks are carried over byte for byte
+    if len(floats) > 1 or not floats <= {"fp32", "fp16"}:
         raise PackageError(
-            f"parameter dtypes {sorted(dtypes)}: combine re-lays out fp32 or fp16 blobs only", path=str(src.root)
+            f"parameter dtypes {sorted(dtypes)}: combine re-lays out fp32 or fp16 blobs (with q4_0/q4_1/q8_0 kept)",
+            path=str(src.root),
         )
-    params = decoder.load_params(pkg.root, m.params)
+    params = decoder.load_params(pkg.root, m.params, keep_dtype=bool(dtypes & set(QUANT_DTYPES)))
     g = m.golden
     tok_cfg = (pkg.root / m.tokenizer.config).read_bytes() if m.tokenizer.config else b"{}\n"
     return ModelContent(
         arch=m.architecture,
         params=params,
-        param_dtype=next(iter(dtypes)),
+        param_dtype=next(iter(floats), "fp16"),
         tokenizer_json=(pkg.root / m.tokenizer.file).read_bytes(),
         tokenizer_config=tok_cfg,
         tokenizer_vocab=m.tokenizer.vocab_size,

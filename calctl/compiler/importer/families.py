@@ -15,11 +15,21 @@ qwen3      config      yes        half     config (explicit), else d_model / n_h
 Q/K rows permuted for llama.cpp's interleaved RoPE; :mod:`.gguf_file` undoes
 that, so every imported package holds Hugging Face row order.
 
-Llama 3.x ``rope_scaling: llama3`` becomes per-pair RoPE frequency divisors
-(tensor ``rope_freq_factors``, llama.cpp's ``rope_freqs``). Anything this cannot
-run exactly is refused, naming the config key: other ``model_type`` values,
-other RoPE scaling, sliding windows, a non-SiLU activation,
-MLP or output-projection biases. This module is pure: no file I/O.
+Every architecture number the decoder needs comes from the checkpoint or is
+refused naming the key: no family default stands in for a missing
+``rope_theta``, ``rms_norm_eps`` or ``max_position_embeddings`` (a wrong RoPE
+base builds a model that runs and talks nonsense). Both Hugging Face layouts are
+read: transformers 4 (top-level ``rope_theta``, ``rope_scaling``) and
+transformers 5 (``rope_parameters: {rope_type, rope_theta, ...}``); a config that
+states the base in both places must agree.
+
+RoPE types the decoder runs exactly: ``default`` (plain RoPE), ``linear``
+(every frequency divided by ``factor``) and Llama 3.x ``llama3`` (per-pair
+divisors); the scaled ones become the tensor ``rope_freq_factors`` (llama.cpp's
+``rope_freqs``). Anything this cannot run exactly is refused, naming the config
+key: other ``model_type`` values, other RoPE types (YaRN, dynamic, longrope),
+sliding windows, a non-SiLU activation, MLP or output-projection biases. This
+module is pure: no file I/O.
 """
 
 from __future__ import annotations
@@ -147,20 +157,91 @@ def _check_shape(where: object, fc: FamilyConfig) -> FamilyConfig:
     return fc
 
 
+#: RoPE types the decoder runs exactly (transformers ``ROPE_INIT_FUNCTIONS`` names); the scaled ones need llama.
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """A config's RoPE as the importer read it, from either layout; ``params`` hold the scaling fields."""
+
+    theta: float
+    rope_type: str
+    params: _Cfg | None  # the mapping the scaling fields are read from (None: plain RoPE)
+
+
+def _missing(where: object, key: str, detail: str = "") -> CheckpointError:
+    return CheckpointError(
+        where,
+        f"{key}: missing; the decoder needs it and calctl does not guess it{detail}",
+        hint="state it in config.json as the checkpoint was trained (transformers writes every field)",
+    )
+
+
+def hf_rope(doc: Mapping[str, Any], where: object, model_type: str) -> RopeConfig:
+    """RoPE base and scaling from a transformers 4 or 5 ``config.json``; CheckpointError naming the field."""
+    params = doc.get("rope_parameters")
+    scaling = doc.get("rope_scaling")
+    top_theta = doc.get("rope_theta")
+    block: Mapping[str, Any] | None = None
+    label = ""
+    if params is not None:  # transformers 5
+        if not isinstance(params, Mapping):
+            raise CheckpointError(where, f"rope_parameters: expected an object, found {params!r}")
+        if "rope_theta" not in params and all(isinstance(v, Mapping) for v in params.values()) and params:
+            raise CheckpointError(
+                where,
+                f"rope_parameters has one entry per layer type ({', '.join(map(str, params))}): "
+                "per-layer RoPE is not supported",
+            )
+        block, label = params, "rope_parameters."
+        if scaling not in (None, {}) and scaling != params:
+            raise CheckpointError(
+                where, f"rope_scaling {scaling!r} and rope_parameters {dict(params)!r} disagree; expected one of them"
+            )
+    elif scaling not in (None, {}):  # transformers 4
+        if not isinstance(scaling, Mapping):
+            raise CheckpointError(where, f"rope_scaling: expected an object or null, found {scaling!r}")
+        block, label = scaling, "rope_scaling."
+    theta_v = block.get("rope_theta") if block is not None and label == "rope_parameters." else None
+    if theta_v is None and top_theta is None:
+        raise _missing(where, "rope_theta", " (neither rope_theta nor rope_parameters.rope_theta is in config.json)")
+    if theta_v is not None and top_theta is not None and theta_v != top_theta:
+        raise CheckpointError(
+            where, f"rope_theta {top_theta!r} and rope_parameters.rope_theta {theta_v!r} disagree; expected one value"
+        )
+    if theta_v is not None:
+        theta = _Cfg(block or {}, where, label=label).number("rope_theta")
+    else:
+        theta = _Cfg(doc, where).number("rope_theta")
+    rope_type = "default"
+    if block is not None:
+        rt = block.get("rope_type", block.get("type", "default"))
+        key = f"{label}rope_type" if "rope_type" in block or "type" not in block else f"{label}type"
+        if rt not in ROPE_TYPES:
+            raise CheckpointError(
+                where,
+                f"{key} {rt!r}: this RoPE scaling is not implemented by the decoder",
+                hint=f"implemented: {', '.join(ROPE_TYPES)} ({', '.join(ROPE_TYPES[1:])} for model_type llama)",
+            )
+        if rt != "default" and model_type != "llama":
+            raise CheckpointError(
+                where, f"{key} {rt!r}: scaled RoPE is implemented for model_type llama only, not {model_type!r}"
+            )
+        rope_type = str(rt)
+    return RopeConfig(theta, rope_type, _Cfg(block, where, label=label) if rope_type != "default" and block else None)
+
+
 def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
     """A Hugging Face ``config.json`` mapping as a :class:`FamilyConfig`; CheckpointError otherwise."""
     model_type = doc.get("model_type")
     if model_type not in SUPPORTED:
         raise unsupported_family(where, "model_type", model_type)
     c = _Cfg(doc, where)
-    scaling = doc.get("rope_scaling")
-    rope_type = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, Mapping) else None
-    if scaling not in (None, {}) and (rope_type not in ("llama3", "default") or model_type != "llama"):
-        raise CheckpointError(
-            where,
-            f"rope_scaling {scaling!r}: only Llama 3's 'llama3' frequency scaling is implemented",
-            hint="expected rope_scaling null (plain RoPE with rope_theta) or rope_type 'llama3' (model_type llama)",
-        )
+    rope = hf_rope(doc, where, str(model_type))
+    for key in ("rms_norm_eps", "max_position_embeddings"):
+        if doc.get(key) is None:
+            raise _missing(where, key)
     if doc.get("hidden_act", "silu") != "silu":
         raise CheckpointError(where, f"hidden_act {doc.get('hidden_act')!r}: expected 'silu' (SiLU-gated MLP)")
     if doc.get("mlp_bias"):
@@ -180,17 +261,19 @@ def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
         head_dim=head_dim,
         d_ff=c.integer("intermediate_size"),
         vocab_size=c.integer("vocab_size"),
-        max_position_embeddings=c.integer("max_position_embeddings", 2048),
-        rope_theta=c.number("rope_theta", 10000.0),
-        norm_eps=c.number("rms_norm_eps", 1e-6),
+        max_position_embeddings=c.integer("max_position_embeddings"),
+        rope_theta=rope.theta,
+        norm_eps=c.number("rms_norm_eps"),
         tie_embeddings=c.flag("tie_word_embeddings", False),
         attn_bias=attn_bias,
         qk_norm=model_type == "qwen3",
         bos_token_id=c.token_id("bos_token_id"),
         eos_token_id=c.token_id("eos_token_id"),
     )
-    if rope_type == "llama3" and isinstance(scaling, Mapping):
-        fc = replace(fc, rope_factors=llama3_rope_factors(_Cfg(scaling, where, label="rope_scaling."), fc))
+    if rope.params is not None and rope.rope_type == "llama3":
+        fc = replace(fc, rope_factors=llama3_rope_factors(rope.params, fc))
+    elif rope.params is not None and rope.rope_type == "linear":  # positions / factor == every frequency / factor
+        fc = replace(fc, rope_factors=(rope.params.number("factor"),) * (fc.head_dim // 2))
     return _check_shape(where, fc)
 
 
@@ -201,9 +284,12 @@ def llama3_rope_factors(s: _Cfg, fc: FamilyConfig) -> tuple[float, ...]:
     keep their frequency, longer than ``... / low_freq_factor`` divide it by ``factor``, and the
     band between is interpolated: divisor ``1 / ((1 - smooth) / factor + smooth)``.
     """
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        if s.doc.get(key) is None:  # transformers requires each of them too (no default)
+            raise _missing(s.where, f"{s.label}{key}", " (rope_type llama3 needs it)")
     factor = s.number("factor")
-    low, high = s.number("low_freq_factor", 1.0), s.number("high_freq_factor", 4.0)
-    old = s.integer("original_max_position_embeddings", 8192)
+    low, high = s.number("low_freq_factor"), s.number("high_freq_factor")
+    old = s.integer("original_max_position_embeddings")
     if high <= low:
         raise CheckpointError(s.where, f"rope_scaling: high_freq_factor {high} must exceed low_freq_factor {low}")
     out = []
@@ -232,6 +318,9 @@ def from_gguf_metadata(meta: Mapping[str, Any], where: object, *, has_output: bo
         )
     if meta.get(f"{arch}.attention.sliding_window") and arch != "qwen2":
         raise CheckpointError(where, f"{arch}.attention.sliding_window: sliding-window attention is not supported")
+    for key in ("context_length", "rope.freq_base", "attention.layer_norm_rms_epsilon"):
+        if meta.get(f"{arch}.{key}") is None:
+            raise _missing(where, f"{arch}.{key}", " (a GGUF states it in its metadata)")
     d = c.integer("embedding_length")
     heads = c.integer("attention.head_count")
     tokens = meta.get("tokenizer.ggml.tokens")
@@ -245,9 +334,9 @@ def from_gguf_metadata(meta: Mapping[str, Any], where: object, *, has_output: bo
         head_dim=c.integer("attention.key_length", d // heads),
         d_ff=c.integer("feed_forward_length"),
         vocab_size=c.integer("vocab_size", vocab_default),
-        max_position_embeddings=c.integer("context_length", 2048),
-        rope_theta=c.number("rope.freq_base", 10000.0),
-        norm_eps=c.number("attention.layer_norm_rms_epsilon", 1e-6),
+        max_position_embeddings=c.integer("context_length"),
+        rope_theta=c.number("rope.freq_base"),
+        norm_eps=c.number("attention.layer_norm_rms_epsilon"),
         tie_embeddings=not has_output,
         attn_bias=False,  # set by the caller from the tensors present (qwen2 always has q/k/v bias)
         qk_norm=arch == "qwen3",

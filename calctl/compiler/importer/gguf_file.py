@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_gguf_metadata
+from calctl.model.quant import QuantTensor
 
 # tokenizer.ggml.pre -> the regex llama.cpp splits with before BPE (llama-vocab.cpp); None = GPT-2's own.
 _LLAMA3_RE = (
@@ -55,7 +56,7 @@ TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4
 class GgufCheckpoint:
     path: Path
     config: FamilyConfig
-    params: dict[str, np.ndarray]
+    params: dict[str, Any]  # np.ndarray, or QuantTensor for kept blocks
     tokenizer_json: bytes
     tokenizer_config: dict[str, Any]
     quant_types: tuple[str, ...]
@@ -148,8 +149,29 @@ def _dequantize(t: Any, path: Path) -> np.ndarray:
         raise CheckpointError(path, f"tensor {t.name}: data does not fit shape {list(shape)} ({exc})") from None
 
 
-def read_gguf(path: Path) -> GgufCheckpoint:
-    """Read and check a GGUF file; CheckpointError (exit 2) naming the file and what was expected otherwise."""
+#: GGUF tensor types kept in their blocks with ``keep_blocks`` (the ones the decoder's kernels compute on).
+KEPT_BLOCKS = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}
+
+
+def _blocks(t: Any, name: str, shape: tuple[int, ...], transpose: bool) -> QuantTensor | None:
+    """The tensor's own blocks as a :class:`QuantTensor` in package shape, or None for other types."""
+    kind = KEPT_BLOCKS.get(getattr(t.tensor_type, "name", ""))
+    if kind is None:
+        return None
+    package_shape = (shape[1], shape[0]) if transpose else shape
+    raw = np.asarray(t.data, dtype=np.uint8).reshape(shape[0], -1)  # GGML rows: out features (embed: tokens)
+    try:
+        return QuantTensor(name, kind, package_shape, np.ascontiguousarray(raw))
+    except ValueError:  # a layout the kernels do not take (e.g. a row not whole blocks): dequantise instead
+        return None
+
+
+def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
+    """Read and check a GGUF file; CheckpointError (exit 2) naming the file and what was expected otherwise.
+
+    With ``keep_blocks`` the Q4_0/Q4_1/Q8_0 matrices stay in their blocks (:class:`QuantTensor`, Llama's Q/K
+    rows un-permuted by moving whole rows); everything else is dequantised to float32.
+    """
     from gguf import GGUFReader
 
     path = Path(path)
@@ -180,7 +202,7 @@ def read_gguf(path: Path) -> GgufCheckpoint:
     cfg = from_gguf_metadata(meta, path, has_output="output.weight" in tensors)
     if cfg.family == "qwen2" or "blk.0.attn_q.bias" in tensors:
         cfg = replace(cfg, attn_bias=True)
-    params: dict[str, np.ndarray] = {}
+    params: dict[str, Any] = {}
     freqs = tensors.get("rope_freqs.weight")  # llama.cpp's Llama 3 rope scaling: per-pair divisors
     if freqs is not None:
         factors = _dequantize(freqs, path).reshape(-1)
@@ -198,6 +220,15 @@ def read_gguf(path: Path) -> GgufCheckpoint:
         stored = tuple(int(x) for x in reversed(list(t.shape)))
         if stored != shape:
             raise CheckpointError(path, f"tensor {gname} has shape {list(stored)}, the metadata implies {list(shape)}")
+        q = _blocks(t, name, shape, transpose) if keep_blocks else None
+        if q is not None:
+            if cfg.family == "llama" and name.endswith((".wq", ".wk")):
+                heads = cfg.n_heads if name.endswith(".wq") else cfg.n_kv_heads
+                q = q.take_rows(unpermute_rope_rows(np.arange(q.rows), heads))
+            if not np.all(np.isfinite(q.dequantize_rows())):
+                raise CheckpointError(path, f"tensor {gname} holds NaN or infinite values")
+            params[name] = q
+            continue
         arr = _dequantize(t, path)
         if cfg.family == "llama" and name.endswith((".wq", ".wk", ".bq", ".bk")):
             arr = unpermute_rope_rows(arr, cfg.n_heads if name.endswith((".wq", ".bq")) else cfg.n_kv_heads)

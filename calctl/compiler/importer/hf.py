@@ -7,7 +7,17 @@ Qwen3 modules and become the package's names (``calctl.package.architecture``),
 matrices transposed to ``[in, out]``. Every shape is checked against the config
 before anything is written.
 
-The tokenizer files are kept as they are (001 §8.3: each model keeps its own).
+Both layouts transformers writes are read: transformers 4 keeps the chat
+template in ``tokenizer_config.json``; transformers 5 writes it to
+``chat_template.jinja`` (``chat_template.json`` in between) and nests the RoPE
+base under ``rope_parameters`` (:func:`.families.hf_rope`). A template found
+beside the tokenizer config goes into the package's ``tokenizer_config.json``;
+otherwise the tokenizer files are kept as they are (001 §8.3: each model keeps
+its own). ``generation_config.json`` supplies the EOS/BOS ids when ``config.json``
+has none (transformers' ``generate`` stops on its ``eos_token_id``).
+
+A tensor in the weights that the config does not account for (a bias the
+config does not declare, say) is refused by name rather than dropped.
 This module reads files; it writes nothing.
 """
 
@@ -16,7 +26,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +182,20 @@ def load_weights(files: list[Path], cfg: FamilyConfig) -> dict[str, np.ndarray]:
         if not np.all(np.isfinite(arr)):
             raise CheckpointError(st.path, f"tensor {hf_name} holds NaN or infinite values")
         out[name] = np.ascontiguousarray(arr.T) if transpose else arr
+    used = {hf for hf, _, _, _ in hf_tensor_names(cfg)}
+    for hf_name, st in index.items():
+        harmless = (
+            st.header[hf_name].get("dtype") not in FLOAT_DTYPES  # an integer buffer is not a weight
+            or hf_name.endswith("rotary_emb.inv_freq")  # recomputed from rope_theta, as transformers does
+            or (hf_name == "lm_head.weight" and cfg.tie_embeddings)  # tied: transformers uses the embedding
+        )
+        if hf_name not in used and not harmless:
+            raise CheckpointError(
+                st.path,
+                f"tensor {hf_name} is not part of a {cfg.family} model as config.json describes it; "
+                "refusing rather than dropping it",
+                hint="a bias or norm the config does not declare (attention_bias, mlp_bias, ...) changes the model",
+            )
     return out
 
 
@@ -194,6 +218,18 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
     tok_cfg = _read_json(tok_cfg_path, "tokenizer_config.json") if tok_cfg_path.is_file() else {}
     if not tok_cfg:
         raise CheckpointError(tok_cfg_path, "missing: tokenizer_config.json (eos_token, chat_template) is required")
+    tok_cfg_bytes = tok_cfg_path.read_bytes()
+    extra: list[Path] = []
+    template, template_path = _chat_template_file(root)
+    if template is not None and template_path is not None:
+        extra.append(template_path)
+        if tok_cfg.get("chat_template") != template:  # transformers 5 layout: the file wins, as it does there
+            tok_cfg = {**tok_cfg, "chat_template": template}
+            tok_cfg_bytes = (json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    gen_path = root / "generation_config.json"
+    if gen_path.is_file():
+        extra.append(gen_path)
+        cfg = _with_generation_ids(cfg, _read_json(gen_path, "generation_config.json"), gen_path)
     params = load_weights(files, cfg)
     return HfCheckpoint(
         root=root,
@@ -201,9 +237,41 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
         params=params,
         tokenizer_json=tok_bytes,
         tokenizer_config=tok_cfg,
-        tokenizer_config_bytes=tok_cfg_path.read_bytes(),
-        sources=(cfg_path, *files, tok_path, tok_cfg_path),
+        tokenizer_config_bytes=tok_cfg_bytes,
+        sources=(cfg_path, *files, tok_path, tok_cfg_path, *extra),
     )
+
+
+def _chat_template_file(root: Path) -> tuple[str | None, Path | None]:
+    """The chat template transformers 5 (``chat_template.jinja``) or 4.4x (``chat_template.json``) saved, if any."""
+    jinja = root / "chat_template.jinja"
+    if jinja.is_file():
+        if jinja.stat().st_size > MAX_CONFIG_BYTES:
+            raise CheckpointError(jinja, f"larger than {MAX_CONFIG_BYTES} bytes; not a chat template")
+        try:
+            return jinja.read_text(encoding="utf-8"), jinja
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CheckpointError(
+                jinja, f"cannot read it as UTF-8 text ({exc}); expected a Jinja chat template"
+            ) from None
+    legacy = root / "chat_template.json"
+    if legacy.is_file():
+        doc = _read_json(legacy, "chat_template.json")
+        value = doc.get("chat_template")
+        if not isinstance(value, str):
+            raise CheckpointError(legacy, f"chat_template: expected a string, found {type(value).__name__}")
+        return value, legacy
+    return None, None
+
+
+def _with_generation_ids(cfg: FamilyConfig, doc: dict[str, Any], where: Path) -> FamilyConfig:
+    """EOS/BOS from ``generation_config.json`` where ``config.json`` states none."""
+    from calctl.compiler.importer.families import _Cfg
+
+    c = _Cfg(doc, where)
+    eos = cfg.eos_token_id if cfg.eos_token_id is not None else c.token_id("eos_token_id")
+    bos = cfg.bos_token_id if cfg.bos_token_id is not None else c.token_id("bos_token_id")
+    return replace(cfg, eos_token_id=eos, bos_token_id=bos)
 
 
 def _check_tokenizer(path: Path) -> None:

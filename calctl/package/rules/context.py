@@ -26,12 +26,13 @@ import functools
 import os
 import stat
 import struct
+import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from calctl import textsafe
 from calctl.errors import CalctlError
 from calctl.package import npy, reader, schemas
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
@@ -97,6 +98,8 @@ class Entry:
 class Walk:
     entries: dict[str, Entry]
     errors: tuple[tuple[str, str], ...]  # (relative dir, OS error) for directories that could not be listed
+    #: The walk stopped past the entry limit (LAY005): the rules look at no more than that many entries.
+    truncated: bool = False
 
     @property
     def files(self) -> list[Entry]:
@@ -214,8 +217,10 @@ SHT_STRTAB = 3
 SHT_NOBITS = 8
 SHN_UNDEF = 0
 SHN_LORESERVE = 0xFF00
-#: More section headers than this is not a CalCore program (the sample has 4).
+#: More section headers than this is not a CalCore program (the sample has 4); nor more program headers (2).
 MAX_SECTION_HEADERS = 4096
+MAX_PROGRAM_HEADERS = 4096
+PN_XNUM = 0xFFFF
 PF_X, PF_W, PF_R = 1, 2, 4
 
 
@@ -242,18 +247,18 @@ def shown(rel: str) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` with undecodable bytes (lone surrogates from os's surrogateescape) as ``\\xNN``."""
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:  # a surrogate outside the escape range: not from the file system
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """``text`` safe to show anywhere (calctl.textsafe.plain): undecodable bytes (os's surrogateescape) as
+    ``\\xNN``, other lone surrogates as ``\\udNNN``, control and bidi characters escaped (``\\x1b``)."""
+    return textsafe.plain(text)
 
 
-def _walk(root: Path) -> Walk:
+def _walk(root: Path, limit: int) -> Walk:
+    """Every entry under ``root``, not following links; stops once past ``limit`` entries (LAY005 fails it)."""
     entries: dict[str, Entry] = {}
     errors: list[tuple[str, str]] = []
     stack: list[tuple[Path, str]] = [(root, "")]
-    while stack:
+    truncated = False
+    while stack and not truncated:
         directory, prefix = stack.pop()
         try:
             with os.scandir(directory) as it:
@@ -262,6 +267,9 @@ def _walk(root: Path) -> Walk:
             errors.append((prefix or ".", exc.strerror or str(exc)))
             continue
         for child in children:
+            if len(entries) > limit:
+                truncated = True
+                break
             rel = f"{prefix}{child.name}"
             try:
                 st = child.stat(follow_symlinks=False)
@@ -279,7 +287,7 @@ def _walk(root: Path) -> Walk:
             if kind is EntryKind.DIR:
                 stack.append((Path(child.path), rel + "/"))
     ordered = dict(sorted(entries.items(), key=lambda kv: kv[0].encode("utf-8", "surrogateescape")))
-    return Walk(ordered, tuple(errors))
+    return Walk(ordered, tuple(errors), truncated)
 
 
 class ReadProblem(Exception):
@@ -309,7 +317,7 @@ class ValidationContext:
     @functools.cached_property
     def walk(self) -> Walk:
         assert self.root is not None
-        return _walk(self.root)
+        return _walk(self.root, self.policy.limits.max_files)
 
     def entry(self, rel: str) -> Entry | None:
         return self.walk.entries.get(rel)
@@ -412,21 +420,21 @@ class ValidationContext:
         assert self.root is not None
         root = self.root
 
-        def one(rel: str) -> tuple[str, str | None, str | None]:
+        def one(rel: str, stop: threading.Event) -> tuple[str, str | None, str | None]:
             try:
-                return rel, seal.sha256_file(root / rel), None
+                return rel, seal.sha256_file(root / rel, stop), None
             except OSError as exc:
                 return rel, None, f"cannot read: {exc.strerror or exc}"
 
         digests: dict[str, str] = {}
         errors: dict[str, str] = {}
         jobs = self.policy.jobs or seal.default_jobs()
-        with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo) or 1))) as pool:
-            for rel, digest, error in pool.map(one, todo):
-                if digest is not None:
-                    digests[rel] = digest
-                else:
-                    errors[rel] = error or "unreadable"
+        # stoppable: a SIGINT while a worker hashes a 64 GiB file ends it within a chunk, not at the file's end
+        for rel, digest, error in seal.stoppable_map(one, todo, jobs):
+            if digest is not None:
+                digests[rel] = digest
+            else:
+                errors[rel] = error or "unreadable"
         total = sum(self.walk.entries[r].size for r in digests)
         return HashState(digests=digests, errors=errors, bytes_hashed=total)
 
@@ -648,7 +656,17 @@ def _parse_elf(fh: Any, size: int) -> ElfInfo:
     little = bool(elf.little_endian)
     segments: list[ElfSegment] = []
     notes: list[ElfNote] = []
-    for i in range(elf.num_segments()):
+    hdr = elf.header
+    phnum = _program_header_count(elf, size)
+    ph_fits = (
+        phnum <= MAX_PROGRAM_HEADERS
+        and int(hdr["e_phentsize"]) == (56 if elf.elfclass == 64 else 32)
+        and int(hdr["e_phoff"]) + phnum * int(hdr["e_phentsize"]) <= size
+    )
+    note_budget = MAX_NOTE_BYTES
+    # Only a table the file can hold is read (ELF001 reports one it cannot): e_phnum = PN_XNUM takes the count
+    # from section 0's sh_info, up to 2**32-1, and pyelftools would read that many headers from anywhere.
+    for i in range(phnum if ph_fits else 0):
         # The header only: get_segment() would build Dynamic/Interp objects that read more data.
         h = elf._get_segment_header(i)
         ptype = h["p_type"]
@@ -663,10 +681,10 @@ def _parse_elf(fh: Any, size: int) -> ElfInfo:
             memsz=int(h["p_memsz"]),
         )
         segments.append(seg)
-        if seg.type == PT_NOTE and seg.filesz <= MAX_NOTE_BYTES and seg.offset + seg.filesz <= size:
+        if seg.type == PT_NOTE and seg.filesz <= note_budget and seg.offset + seg.filesz <= size:
+            note_budget -= seg.filesz  # all notes together, not each: a table of 4096 notes reads at most this
             fh.seek(seg.offset)
             notes.extend(_parse_notes(fh.read(seg.filesz), little))
-    hdr = elf.header
     shoff, shnum, shentsize = int(hdr["e_shoff"]), int(hdr["e_shnum"]), int(hdr["e_shentsize"])
     sections: list[ElfSectionHeader] = []
     if (
@@ -681,7 +699,7 @@ def _parse_elf(fh: Any, size: int) -> ElfInfo:
             sections.append(ElfSectionHeader(i, type_num, int(sh["sh_offset"]), int(sh["sh_size"])))
     tables = ElfHeaderTables(
         phoff=int(hdr["e_phoff"]),
-        phnum=int(hdr["e_phnum"]),
+        phnum=phnum,
         phentsize=int(hdr["e_phentsize"]),
         shoff=shoff,
         shnum=shnum,
@@ -701,6 +719,18 @@ def _parse_elf(fh: Any, size: int) -> ElfInfo:
         notes=tuple(notes),
         file_size=size,
     )
+
+
+def _program_header_count(elf: Any, size: int) -> int:
+    """e_phnum, or with PN_XNUM (0xffff) section 0's sh_info, read only if section 0 lies inside the file."""
+    hdr = elf.header
+    phnum = int(hdr["e_phnum"])
+    if phnum < PN_XNUM:
+        return phnum
+    shoff, shentsize = int(hdr["e_shoff"]), int(hdr["e_shentsize"])
+    if shoff == 0 or shentsize != (64 if elf.elfclass == 64 else 40) or shoff + shentsize > size:
+        return phnum  # no section 0 to take the count from: the 0xffff entries are what the header says
+    return int(elf._get_section_header(0)["sh_info"])
 
 
 def _pt_numbers() -> dict[str, int]:

@@ -18,6 +18,7 @@ from calctl.package import binding
 from calctl.package.model import Graph, Model, Section, SectionKind
 from calctl.package.rules.base import Finding, Group, Need, Rule
 from calctl.package.rules.context import (
+    MAX_PROGRAM_HEADERS,
     MAX_SECTION_HEADERS,
     PF_R,
     PF_W,
@@ -76,8 +77,15 @@ def _header_table_problems(info: ElfInfo) -> Iterator[tuple[str, str, Any, Any]]
     ph_ent, sh_ent = (56, 64) if info.elf_class == "ELF64" else (32, 40)
     if h.phnum and h.phentsize != ph_ent:
         yield "program header entry size is not that of the ELF class", "/e_phentsize", ph_ent, h.phentsize
-    if h.phoff + h.phnum * h.phentsize > size:
-        yield "program header table runs past the end of the file", "/e_phoff", f"<= {size}", h.phoff
+    if h.phnum > MAX_PROGRAM_HEADERS:
+        yield "too many program headers (none were read)", "/e_phnum", f"<= {MAX_PROGRAM_HEADERS}", h.phnum
+    elif h.phoff + h.phnum * h.phentsize > size:
+        yield (
+            "program header table runs past the end of the file (none were read)",
+            "/e_phoff",
+            f"table end <= {size}",
+            f"{h.phoff} + {h.phnum} x {h.phentsize}",
+        )
     if h.shnum == 0 and h.shoff == 0:
         if h.shstrndx != SHN_UNDEF:
             yield "e_shstrndx names a section but there is no section header table", "/e_shstrndx", 0, h.shstrndx

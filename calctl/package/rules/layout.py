@@ -241,7 +241,9 @@ class SizeLimitsRule(Rule):
             )
         if len(ctx.walk.entries) > limits.max_files:
             yield self.problem(
-                "package has too many entries", expected=f"<= {limits.max_files}", found=len(ctx.walk.entries)
+                "package has too many entries" + ("; the walk stopped there" if ctx.walk.truncated else ""),
+                expected=f"<= {limits.max_files}",
+                found=f"more than {limits.max_files}" if ctx.walk.truncated else len(ctx.walk.entries),
             )
         yield self.note(f"{len(files)} files, {total} bytes, all within limits")
 

@@ -11,7 +11,16 @@ import itertools
 from collections.abc import Iterator
 
 from calctl.package.architecture import expected_tensor_shapes
-from calctl.package.model import BATCH_DIM, DTYPE_BYTES, MANIFEST, NUMPY_DTYPE, GraphKind, Model, SectionKind
+from calctl.package.model import (
+    BATCH_DIM,
+    MANIFEST,
+    NUMPY_DTYPE,
+    QUANT_BLOCKS,
+    GraphKind,
+    Model,
+    SectionKind,
+    quant_block_axis,
+)
 from calctl.package.rules.base import Finding, Group, Need, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
 
@@ -392,10 +401,16 @@ class ParamTensorsInBounds(Rule):
             for i, t in enumerate(m.params):
                 n += 1
                 where = f"{m.pointer}/params/tensors/{i}"
-                nbytes = DTYPE_BYTES[t.dtype]
-                for d in t.shape:
-                    nbytes *= d
-                end = t.offset + nbytes
+                if t.dtype in QUANT_BLOCKS and (len(t.shape) != 2 or quant_block_axis(t.name, t.shape) % 32):
+                    yield self.problem(
+                        f"tensor {t.name}: a {t.dtype} tensor is a matrix whose block axis is a multiple of 32",
+                        file=MANIFEST,
+                        field=f"{where}/shape",
+                        expected="[in, out] with in % 32 == 0 (embed: [vocab, d_model] with d_model % 32 == 0)",
+                        found=list(t.shape),
+                    )
+                    continue
+                end = t.offset + t.nbytes
                 e = ctx.entry(t.file) if path_problem(t.file) is None else None
                 if e is None or e.kind is not EntryKind.FILE:
                     yield self.skip(
@@ -507,6 +522,59 @@ class ArchitectureMatchesTensors(Rule):
         yield self.note(f"{n} parameter tensors have the shapes their architectures imply")
 
 
+class ToleranceDiscriminates(Rule):
+    """The golden tolerance can reject a wrong output: it is narrower than the golden logits' own range."""
+
+    id = "GOLD007"
+    group = Group.TENSORS
+    needs = _PKG
+    sections = ("001 §13.1", "001 §15.1 item 1", "001 §16 PR1")
+    explanation = (
+        "run-golden accepts prefill logits within |got - want| <= atol + rtol x |want| of the golden ones "
+        "(numpy.isclose). A tolerance at least as wide as the golden logits' own range (max - min), i.e. "
+        "atol + rtol x max|want| >= max(want) - min(want), or with rtol >= 1 (an all-zero output then passes "
+        "everywhere), accepts outputs that share nothing with the golden ones: the golden check would pass a "
+        "broken device. It is the finite twin of atol: .inf (refused by MAN001). The golden logits must load "
+        "(GOLD001) for the range to be known; a tolerance is then refused, never only warned."
+    )
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        import numpy as np
+
+        pkg = ctx.package
+        assert pkg is not None
+        n = 0
+        for m in pkg.models:
+            tol = m.golden.tolerance
+            spec = m.golden.prefill_logits
+            field = f"{m.pointer}/golden/tolerance"
+            reason = ctx.content_gate(spec.file)
+            arr = None if reason else ctx.npy(spec.file)
+            if reason or not isinstance(arr, np.ndarray) or arr.size == 0 or arr.dtype.kind != "f":
+                yield self.skip(
+                    f"tolerance not judged: the golden logits do not load ({reason or 'GOLD001'})",
+                    file=MANIFEST,
+                    field=field,
+                )
+                continue
+            n += 1
+            with np.errstate(all="ignore"):
+                values = np.asarray(arr, dtype=np.float64)
+                spread = float(np.max(values) - np.min(values))
+                widest = float(tol.atol + tol.rtol * float(np.max(np.abs(values))))
+            if tol.rtol >= 1 or not widest < spread:
+                yield self.problem(
+                    f"model {m.alias!r}: the golden tolerance (rtol {tol.rtol:g}, atol {tol.atol:g}) is vacuous: "
+                    f"it allows a deviation of {widest:.6g} where the golden logits span only {spread:.6g}, so "
+                    "it accepts outputs unrelated to the golden ones",
+                    file=MANIFEST,
+                    field=field,
+                    expected=f"rtol < 1 and atol + rtol x max|logit| < {spread:.6g}",
+                    found=f"rtol {tol.rtol:g}, atol {tol.atol:g}",
+                )
+        yield self.note(f"{n} golden tolerances are narrower than their logits' range")
+
+
 RULES: tuple[type[Rule], ...] = (
     GoldenFilesMatch,
     ContextLimits,
@@ -514,4 +582,5 @@ RULES: tuple[type[Rule], ...] = (
     GraphTensors,
     ParamTensorsInBounds,
     ArchitectureMatchesTensors,
+    ToleranceDiscriminates,
 )

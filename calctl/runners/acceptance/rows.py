@@ -382,6 +382,7 @@ def judge_g1(steps: Steps) -> RowResult:
     chips = _board_chips(steps)
     runs = [s for s in (steps.get("run-golden"), steps.get("replica-golden")) if s is not None and s.ran]
     passed: dict[int, list[str]] = {c: [] for c in range(chips)}
+    failing: dict[int, list[str]] = {}
     failed: list[str] = []
     for s in runs:
         for m in s.document.get("per_model", []):
@@ -390,12 +391,21 @@ def judge_g1(steps: Steps) -> RowResult:
                 if m.get("ok"):
                     passed.setdefault(int(chip), []).append(label)
                 else:
+                    passed.setdefault(int(chip), [])
+                    failing.setdefault(int(chip), []).append(label)
                     failed.append(f"{label} on chip {chip}: {m.get('reason') or 'golden mismatch'}")
-    evidence = tuple(
-        f"chip {c}: " + (", ".join(v) + " golden exact" if v else "no model ran") for c, v in sorted(passed.items())
-    )
+
+    def chip_line(c: int, ok: list[str]) -> str:
+        bad = failing.get(c, [])
+        if bad:
+            return f"chip {c}: " + ", ".join(bad) + " golden MISMATCH" + (f" ({', '.join(ok)} exact)" if ok else "")
+        return f"chip {c}: " + (", ".join(ok) + " golden exact" if ok else "no model ran")
+
+    evidence = tuple(chip_line(c, v) for c, v in sorted(passed.items()))
     files = _files(*runs)
-    key = f"{sum(1 for v in passed.values() if v)}/{len(passed)} chips golden exact"
+    # A chip is exact only when a model ran on it and every model that ran on it matched its golden.
+    exact = sum(1 for c, v in passed.items() if v and not failing.get(c))
+    key = f"{exact}/{len(passed)} chips golden exact"
     if failed:
         return _result(spec, Verdict.NO_GO, key, evidence=evidence, files=files, reason="; ".join(failed))
     empty = [c for c, v in passed.items() if not v]
@@ -682,6 +692,12 @@ def _milestone_evidence(m: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(f"{c['name']}: {_est(c, '+.3f')} ({c['rule']}): {said[c['passed']]}" for c in m.get("checks", []))
 
 
+def _inconclusive(m: Mapping[str, Any]) -> str:
+    """Which checks of a milestone were undecided, and why (an interval across the limit, a saturated host)."""
+    open_ = [f"{c['name']}: {c.get('detail', '')}" for c in m.get("checks", []) if c.get("passed") is None]
+    return "; ".join(open_) or "a confidence interval straddles its limit"
+
+
 def judge_m1(steps: Steps) -> RowResult:
     spec = M1
     miss = _missing(spec, steps, "executor-modes")
@@ -700,8 +716,9 @@ def judge_m1(steps: Steps) -> RowResult:
         return _result(spec, Verdict.NO_GO, key, evidence=ev, files=_files(s), reason=f"not met: {', '.join(failed)}")
     return not_measured(
         spec,
-        "inconclusive: a confidence interval straddles its limit",
-        "more rounds: `calctl bench PKG --scenario executor-modes` at `--level standard` or longer",
+        "inconclusive: " + _inconclusive(m),
+        "more rounds: `calctl bench PKG --scenario executor-modes` at `--level standard` or longer, "
+        "on a host that is not saturated",
         key=key,
         evidence=ev,
         files=_files(s),
@@ -725,8 +742,8 @@ def judge_m2(steps: Steps) -> RowResult:
     if m["verdict"] != "met":
         return not_measured(
             spec,
-            "inconclusive: a confidence interval straddles its limit",
-            "more rounds: `calctl bench PKG --scenario executor-modes`",
+            "inconclusive: " + _inconclusive(m),
+            "more rounds: `calctl bench PKG --scenario executor-modes`, on a host that is not saturated",
             key=key,
             evidence=ev,
             files=_files(s),
@@ -742,7 +759,8 @@ def judge_m2(steps: Steps) -> RowResult:
             f"throughput and P99 met; 24 h without errors under ping/pong not reached "
             f"({pingpong_hours:.2f} h/{SOAK_HOURS_M2:g} h of ping/pong soak)",
             "a 24 h soak with ping/pong as the executor mode (calctl soak has no executor option yet)",
-            key=key,
+            # not "M2 met": the milestone is not met until its 24 h are (the tile reads NOT MEASURED)
+            key=f"throughput, P99 met; ping/pong soak {pingpong_hours:.2f}/{SOAK_HOURS_M2:g} h",
             evidence=ev,
             files=_files(s, soak if soak is not None and soak.ran else None),
         )

@@ -56,7 +56,9 @@ from calctl.runners.acceptance.rows import (
     Verdict,
     judge_all,
 )
-from calctl.runners.context import DeviceSpec, RunContext, error_text, outcome_of
+from calctl.runners.context import RunContext
+from calctl.runners.device import DeviceSpec
+from calctl.runners.steps import error_text, outcome_of
 from calctl.signing.policy import TrustPolicy
 
 REPORT_FILE = "report.json"
@@ -271,7 +273,7 @@ def step_budget(state: _State) -> StepEvidence:
         "budget",
         StepStatus.RAN,
         o.seconds,
-        f"{o.verdict}: {o.key_figure}",
+        _prefixed(o.verdict, o.key_figure),
         document=o.document or {},
         files=state.files(budget=path),
     )
@@ -301,7 +303,7 @@ def step_load_peak(state: _State) -> StepEvidence:
         "chips": mem,
         "before": ctx.snapshot.memory_before,
         "after": ctx.snapshot.memory_after,
-        "note": note,
+        "memory_note": note,  # "note" is the header's MOCK RESULT label (docs/runtime.md §5): never overwritten
         "steps": [r.name + ": " + r.status.value for r in ctx.log.records],
     }
     path = state.out / "load-peak.json"
@@ -366,7 +368,14 @@ def step_poc(state: _State) -> StepEvidence:
     if o.verdict not in ("S1", "S2", "NOT JUDGED", "FAIL"):
         return StepEvidence("poc", StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
     files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
-    return StepEvidence("poc", StepStatus.RAN, o.seconds, f"{o.verdict}: {o.key_figure}", document=doc, files=files)
+    return StepEvidence("poc", StepStatus.RAN, o.seconds, _prefixed(o.verdict, o.key_figure), document=doc, files=files)
+
+
+def _prefixed(verdict: str | None, figure: str) -> str:
+    """``VERDICT: figure``, without saying the verdict twice when the figure already starts with it."""
+    if not verdict or figure.startswith(f"{verdict}:") or figure == verdict:
+        return figure
+    return f"{verdict}: {figure}"
 
 
 def _bringup_level(level: Level) -> bringup.Level:
@@ -508,8 +517,14 @@ def step_soak(state: _State) -> StepEvidence:
         f"{doc.get('cycles')} cycles, {float(doc.get('seconds') or 0) / 3600:.2f} h, "
         f"{len(doc['violations'])} violation(s)"
     )
-    status = StepStatus.RAN if doc["status"] in ("finished", "aborted") else StepStatus.ERROR
-    return StepEvidence("soak", status, time.perf_counter() - t0, summary, doc["status"], doc, files)
+    if doc["status"] in ("finished", "aborted"):
+        return StepEvidence("soak", StepStatus.RAN, time.perf_counter() - t0, summary, "", doc, files)
+    # The soak's own error (a BoardLocked naming its holder, a refused package): the row says why, not "error".
+    why = doc.get("error") or f"the soak ended {doc['status']}; see soak/events.ndjson"
+    doc.setdefault("exit_code", report.exit_code)
+    return StepEvidence(
+        "soak", StepStatus.ERROR, time.perf_counter() - t0, summary, f"soak {doc['status']}: {why}", doc, files
+    )
 
 
 def step_rollback(state: _State) -> StepEvidence:
@@ -593,16 +608,29 @@ def counts(rows: tuple[RowResult, ...]) -> dict[str, int]:
     return {v.value: sum(1 for r in rows if r.verdict is v) for v in Verdict}
 
 
-def summary_line(status: str, rows: tuple[RowResult, ...]) -> str:
-    """``GO: 9 GO, 0 NO-GO, 2 NOT MEASURED (G3, M4)``: the run's last line."""
+def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...] = ()) -> str:
+    """``GO: 9 GO, 0 NO-GO, 2 NOT MEASURED (G3, M4)``: the run's last line.
+
+    GO only when a row is GO and no step failed to run: a device error, a refused package or a calctl bug is
+    said as such, and a run that measured no row reads NOT MEASURED (never "GO ... 0 GO")."""
     c = counts(rows)
+    verdict = _verdict(status, rows, steps)
+    errored = ", ".join(s.name for s in steps if s.status is StepStatus.ERROR) or "a step"
     head = {
-        "interrupted": "INTERRUPTED",
-        "running": "RUNNING",
-    }.get(
-        status,
-        "NO-GO" if c[Verdict.NO_GO.value] else "GO (with rows NOT MEASURED)" if c[Verdict.NOT_MEASURED.value] else "GO",
-    )
+        "RUNNING": "RUNNING",
+        "INTERRUPTED": "INTERRUPTED",
+        "NO-GO": "NO-GO",
+        "FAIL": "FAIL (the package failed validation)",
+        "INTERNAL ERROR": f"INTERNAL ERROR (a calctl bug in {errored})",
+        "ERROR": f"ERROR (device error in {errored})",
+    }.get(verdict)
+    if head is None:
+        if not c[Verdict.GO.value]:
+            head = "NOT MEASURED" + (f" (steps in error: {errored})" if errored != "a step" else "")
+        elif c[Verdict.NOT_MEASURED.value]:
+            head = "GO (with rows NOT MEASURED)"
+        else:
+            head = "GO"
     nm = [r.id for r in rows if r.verdict is Verdict.NOT_MEASURED]
     ng = [r.id for r in rows if r.verdict is Verdict.NO_GO]
     parts = [f"{c['GO']} GO"]
@@ -762,7 +790,7 @@ def _checkpoint(
         header,
         {
             "status": status,
-            "summary": summary_line(status, rows),
+            "summary": summary_line(status, rows, done),
             "counts": counts(rows),
             "report_dir": str(config.out_dir),
             "rows": [r.to_dict() for r in rows],

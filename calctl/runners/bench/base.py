@@ -29,7 +29,7 @@ from typing import Any
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.metrics import Slo
 from calctl.runners.bench.workload import LengthDist, TokenRange
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.signing.policy import TrustPolicy
 
 

@@ -79,7 +79,7 @@ from calctl.errors import UsageError
 from calctl.runners.bench.base import BenchOptions, ScenarioResult, Table
 from calctl.runners.bench.gates import MIN_SAMPLES
 from calctl.runners.bench.plot import plot_timeline
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, drive_engine_request
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import ResetScope

@@ -94,11 +94,12 @@ from calctl.model import decoder
 from calctl.package import npy
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
+from calctl.records import dumps_line
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.plot import _device_label, _pyplot, _save
-from calctl.runners.context import DeviceSpec, trace_slices
-from calctl.runners.trace import busy_overlap, write_chrome_trace
+from calctl.runners.device import DeviceSpec
+from calctl.runners.trace import busy_overlap, trace_slices, write_chrome_trace
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TokenTap, drive_engine_request
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.serving.config import default_scheduler_config
@@ -1187,7 +1188,7 @@ class _Run:
         path = self.opts.out_dir / "isolation-requests.ndjson"
         with path.open("w", encoding="utf-8") as f:
             for j in self.judged:
-                f.write(json.dumps(j.document(), separators=(",", ":")) + "\n")
+                f.write(dumps_line(j.document()))
         self.files["requests_ndjson"] = str(path)
 
     def _trace_document(self) -> dict[str, Any]:

@@ -20,7 +20,6 @@ its sampling rate. This module does not decide anything.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -59,15 +58,15 @@ class EventLog:
         self.lines = 0
 
     def write(self, event: str, **fields: Any) -> None:
-        from calctl.records import to_jsonable
+        from calctl.records import dumps_line
 
         doc = {
             "t": round(time.monotonic() - self._t0, 4),
             "wall": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             "event": event,
-            **to_jsonable(fields),
+            **fields,
         }
-        line = (json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        line = dumps_line(doc).encode()
         with self._lock:
             if self._fd < 0:
                 return
@@ -198,7 +197,8 @@ def plot_soak(
                 )
         ax.axhline(0.0, color="grey", linewidth=0.6)
         ax.set_ylabel(f"chip{chip}: MiB above\nbaseline")
-        ax.legend(loc="upper left", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # nothing sampled (no load reached): no empty legend, no warning
+            ax.legend(loc="upper left", fontsize=8)
     for i, (alias, series) in enumerate(sorted(latency.items())):
         pts = series.points()
         if pts:

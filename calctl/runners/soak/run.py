@@ -63,7 +63,7 @@ from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted, Usage
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, build_header, verdict_of_exit_code
-from calctl.runners.context import DeviceSpec
+from calctl.runners.device import DeviceSpec
 from calctl.runners.soak import checks, evidence
 from calctl.runners.soak.mix import MixedTraffic, ModelLimits
 from calctl.runners.traffic import EngineLoop, EngineResult, RequestOutcome, drive_engine_request, error_reason
@@ -466,6 +466,10 @@ class _Soak:
             self.status = "interrupted"
         except CalctlError as exc:
             if exc.exit_code == ExitCode.USAGE:
+                # A missing package (exit 2): the soak did not run, and its report must not read PASS.
+                self.status = "error"
+                self.error_verdict = "ERROR"
+                self.header["error"] = f"{type(exc).__name__}: {exc}"
                 raise
             # The device could not be opened, or failed outside a cycle (exit 3): the report says how far it got.
             self.status = "error"
@@ -482,7 +486,8 @@ class _Soak:
             if self.status == "running":
                 self.status = "finished"
             ok = self.status == "finished" and len(self.violations) == 0
-            self.header["files"] = self._plot()
+            # A run that never reached the device draws no (empty) picture.
+            self.header["files"] = self._plot() if self.rt is not None else self._files()
             self.events.write(
                 "soak_end",
                 status=self.status,
@@ -839,7 +844,14 @@ class _Soak:
                 )
             )
         for alias, w in sup.workers.items():
-            if w.live_requests():
+            if w.live_requests() and self.interrupted is not None:
+                # A signal cut the soak short: its clients were cancelled, not drained, so requests the engine
+                # still holds (waiting for a load the signal stopped) are what the interrupt left, failed at
+                # shutdown, not a finding of a final drain that never ran (requests.open counts the clients').
+                left = self.interrupted.setdefault("engine_requests_left", {})
+                left[alias] = w.live_requests()
+                self.events.write("requests_cut_short", alias=alias, engine_requests=w.live_requests())
+            elif w.live_requests():
                 self.violate(
                     checks.Violation(
                         "requests_open",
@@ -893,6 +905,14 @@ class _Soak:
         }
 
     # -- report ------------------------------------------------------------------------------------
+
+    def _files(self) -> dict[str, str | None]:
+        c = self.config
+        return {
+            "report": str(c.out_dir / evidence.REPORT_FILE),
+            "events": str(c.out_dir / evidence.EVENTS_FILE),
+            "plot": None,
+        }
 
     def _plot(self) -> dict[str, str | None]:
         c = self.config

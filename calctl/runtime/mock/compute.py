@@ -175,7 +175,17 @@ def run_graph(
         logits[0] = decoder.prefill(model.params, model.arch, tokens, cache)
         return
     logits[...] = 0.0
-    for lane, token, position in decode_lanes(inputs):
-        cache = caches[lane]
-        assert cache is not None
-        logits[lane] = decoder.decode_step(model.params, model.arch, token, position, cache)
+    lanes = decode_lanes(inputs)
+    if not lanes:
+        return
+    active = [caches[lane] for lane, _, _ in lanes]
+    assert all(c is not None for c in active)
+    out = decoder.decode_batch(
+        model.params,
+        model.arch,
+        np.array([t for _, t, _ in lanes]),
+        np.array([p for _, _, p in lanes]),
+        [c for c in active if c is not None],
+    )  # the active lanes' GEMVs as one GEMM
+    for row, (lane, _, _) in enumerate(lanes):
+        logits[lane] = out[row]

@@ -44,8 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl import records
-from calctl.budget import BudgetPolicy, max_kv_tokens, max_sequences, run_budget
-from calctl.budget import Verdict as BudgetVerdict
+from calctl.budget import BudgetPolicy, BudgetVerdict, max_kv_tokens, max_sequences, run_budget
 from calctl.budget.device import device_fit
 from calctl.budget.plan import plan_from_package
 from calctl.checks.golden import run_golden_model

@@ -21,7 +21,7 @@ from calctl.budget.plan import (
     plan_from_config,
     plan_from_package,
 )
-from calctl.budget.policy import BudgetPolicy, Verdict
+from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.report import report_document, run_budget
 from calctl.budget.shape import ModelShape, load_hf_config
 from calctl.errors import UsageError
@@ -35,12 +35,12 @@ POLICY = BudgetPolicy()
 def test_every_fixture_package_is_go_on_its_own_chip_dram(packages: dict[str, Package], kind: str) -> None:
     pkg = packages[kind]
     report = run_budget(plan_from_package(pkg), POLICY)
-    assert report.verdict is Verdict.GO
+    assert report.verdict is BudgetVerdict.GO
     for chip in report.chips:
         b = chip.budget
         assert b.dram_bytes == pkg.device_cfg.chip_dram_bytes
         assert [c.name for c in b.components] == list(COMPONENTS)
-        assert b.verdict is Verdict.GO and b.static_bytes <= b.usable_bytes
+        assert b.verdict is BudgetVerdict.GO and b.static_bytes <= b.usable_bytes
 
 
 def test_package_components_come_from_the_manifest(packages: dict[str, Package]) -> None:
@@ -143,7 +143,7 @@ def test_grid_cells_agree_with_single_evaluations(hf_shape: Callable[[str], Mode
     assert grid.contexts == (4096, 8192, 16384, 32768, 65536, 131072)
     assert grid.sequences == (1, 2, 4, 8, 16)
     verdicts = {cell.verdict for row in grid.cells for cell in row}
-    assert verdicts == {Verdict.GO, Verdict.NO_GO}  # the grid shows the edge
+    assert verdicts == {BudgetVerdict.GO, BudgetVerdict.NO_GO}  # the grid shows the edge
     for row in grid.cells:
         for cell in row:
             b = evaluate(plan.loads[0], POLICY, context=cell.context, sequences=cell.sequences)
@@ -158,7 +158,7 @@ def test_config_without_context_limit_needs_a_context(
     plan = plan_from_config(load_hf_config(write_config(doc)))
     with pytest.raises(UsageError, match="no context"):
         run_budget(plan, POLICY)
-    assert run_budget(plan, POLICY, context=4096).verdict is Verdict.GO
+    assert run_budget(plan, POLICY, context=4096).verdict is BudgetVerdict.GO
 
 
 # ---------------------------------------------------------------------------
@@ -185,7 +185,7 @@ def test_max_kv_tokens_follows_the_budget_when_memory_binds(packages: dict[str, 
     per_token = 512
     fits = evaluate(load, policy, kv_override={"model-a": tokens * per_token})
     next_block = evaluate(load, policy, kv_override={"model-a": (tokens + a.kv.block_tokens) * per_token})
-    assert (fits.verdict, next_block.verdict) == (Verdict.GO, Verdict.NO_GO)
+    assert (fits.verdict, next_block.verdict) == (BudgetVerdict.GO, BudgetVerdict.NO_GO)
 
     seqs = capacity.max_sequences(a, dram, policy, package=pkg, context=256)
     assert seqs == tokens // 256  # each 256-token sequence is 16 whole blocks

@@ -13,7 +13,7 @@ from calctl.budget.plan import (
     evaluate,
     plan_from_config,
 )
-from calctl.budget.policy import BudgetPolicy, Verdict
+from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.shape import ModelShape
 from calctl.errors import UsageError
 
@@ -33,26 +33,26 @@ def test_limit_and_guard_arithmetic_is_exact() -> None:
 def test_verdict_flips_one_byte_over_the_limit() -> None:
     p = BudgetPolicy()
     at = p.limit_bytes(DRAM_16)
-    assert p.judge(at, DRAM_16).verdict is Verdict.GO
+    assert p.judge(at, DRAM_16).verdict is BudgetVerdict.GO
     over = p.judge(at + 1, DRAM_16)
-    assert over.verdict is Verdict.NO_GO
+    assert over.verdict is BudgetVerdict.NO_GO
     assert len(over.reasons) == 1 and "> limit" in over.reasons[0]
 
 
 def test_verdict_flips_one_byte_into_the_guard() -> None:
     p = BudgetPolicy()  # on 4 GiB the guard (1 GiB) binds before the limit (3.2 GiB)
     at = 4 * GIB - GIB
-    assert p.judge(at, 4 * GIB).verdict is Verdict.GO
+    assert p.judge(at, 4 * GIB).verdict is BudgetVerdict.GO
     over = p.judge(at + 1, 4 * GIB)
-    assert over.verdict is Verdict.NO_GO
+    assert over.verdict is BudgetVerdict.NO_GO
     assert len(over.reasons) == 1 and "< guard" in over.reasons[0]
 
 
 def test_guard_fraction_binds_when_the_limit_allows_everything() -> None:
     p = BudgetPolicy(limit=1.0)
     at = DRAM_16 - p.guard_bytes(DRAM_16)
-    assert p.judge(at, DRAM_16).verdict is Verdict.GO
-    assert p.judge(at + 1, DRAM_16).verdict is Verdict.NO_GO
+    assert p.judge(at, DRAM_16).verdict is BudgetVerdict.GO
+    assert p.judge(at + 1, DRAM_16).verdict is BudgetVerdict.NO_GO
 
 
 def test_go_explains_both_checks() -> None:
@@ -83,7 +83,9 @@ def test_policy_rejects_out_of_range_values(kwargs: dict[str, float]) -> None:
 NO_FRAGMENTATION = Estimates(fragmentation=0.0)
 
 
-def _static_with_workspace(shape: ModelShape, dram: int, workspace: int, policy: BudgetPolicy) -> tuple[int, Verdict]:
+def _static_with_workspace(
+    shape: ModelShape, dram: int, workspace: int, policy: BudgetPolicy
+) -> tuple[int, BudgetVerdict]:
     plan = plan_from_config(shape, chip_dram_bytes=dram, workspace=WorkspaceOverride(peak_bytes=workspace))
     b = evaluate(plan.loads[0], policy, NO_FRAGMENTATION, context=4096, sequences=1)
     return b.static_bytes, b.verdict
@@ -100,9 +102,9 @@ def test_chip_verdict_flips_exactly_at_each_threshold(
     threshold = policy.limit_bytes(dram) if binding == "limit" else dram - policy.guard_bytes(dram)
     assert usable == threshold  # the case really exercises the threshold it names
     at, verdict = _static_with_workspace(shape, dram, usable - base, policy)
-    assert (at, verdict) == (usable, Verdict.GO)
+    assert (at, verdict) == (usable, BudgetVerdict.GO)
     over, verdict = _static_with_workspace(shape, dram, usable - base + 1, policy)
-    assert (over, verdict) == (usable + 1, Verdict.NO_GO)
+    assert (over, verdict) == (usable + 1, BudgetVerdict.NO_GO)
 
 
 def test_each_chip_is_judged_on_its_own_dram(hf_shape: Callable[[str], ModelShape]) -> None:
@@ -113,6 +115,9 @@ def test_each_chip_is_judged_on_its_own_dram(hf_shape: Callable[[str], ModelShap
     )
     load = plan.loads[0]
     budget = evaluate(load, BudgetPolicy(), context=4096, sequences=1)
-    assert budget.verdict is Verdict.NO_GO
+    assert budget.verdict is BudgetVerdict.NO_GO
     assert budget.static_bytes < 16 * GIB * 0.8
-    assert evaluate(replace(load, dram_bytes=16 * GIB), BudgetPolicy(), context=4096, sequences=1).verdict is Verdict.GO
+    assert (
+        evaluate(replace(load, dram_bytes=16 * GIB), BudgetPolicy(), context=4096, sequences=1).verdict
+        is BudgetVerdict.GO
+    )

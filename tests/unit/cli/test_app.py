@@ -267,3 +267,24 @@ def test_tables_never_break_a_word_across_lines(monkeypatch) -> None:  # type: i
         assert not [p for p in pieces if len(p.split()[-1]) > 1], (word, pieces)
     for name in ids:
         assert name in text  # the identifier column keeps its identifiers whole
+
+
+def test_a_subcommand_help_loads_no_rule_schema_or_pydantic() -> None:
+    """`calctl validate --help` renders from the command's signature alone (issue 31: 2.5 s before)."""
+    loaded = _imported_after(
+        "import contextlib, io\n"
+        "from calctl.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['validate', '--help']) == 0\n"
+        "    assert main(['rules', '--help']) == 0"
+    )
+    assert not {m for m in (*HEAVY, "pydantic", "jsonschema", "calctl.package.rules") if m in loaded}
+
+
+def test_root_options_before_the_command(cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("--version").out.strip().startswith("calctl ")
+    assert cli("--debug", "--version").code == 0
+    r = cli()
+    assert r.code == 2 and "Commands:" in r.out and "--debug" in r.out
+    r = cli("--debug", "--help")
+    assert r.code == 0 and "Commands:" in r.out

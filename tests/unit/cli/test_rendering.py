@@ -6,7 +6,7 @@ import pytest
 
 from calctl.cli import _output, runner_cmds
 from calctl.cli._output import Format
-from calctl.runners.context import StepStatus
+from calctl.report import StepStatus
 
 
 def test_steps_are_listed_once_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

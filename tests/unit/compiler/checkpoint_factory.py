@@ -98,6 +98,26 @@ def random_hf_weights(cfg: dict[str, Any], seed: int = 0) -> dict[str, np.ndarra
     return w
 
 
+def as_transformers5(root: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite a directory from :func:`write_hf_dir` in transformers 5's layout, as its ``save_pretrained`` does.
+
+    ``rope_theta`` (and ``rope_scaling``) move under ``rope_parameters``, the chat template leaves
+    ``tokenizer_config.json`` for ``chat_template.jinja``, and the EOS/BOS ids live in
+    ``generation_config.json`` only. Returns the new config.
+    """
+    v5 = {k: v for k, v in cfg.items() if k not in ("rope_theta", "rope_scaling", "eos_token_id", "bos_token_id")}
+    v5["rope_parameters"] = {"rope_type": "default", **(cfg.get("rope_scaling") or {}), "rope_theta": cfg["rope_theta"]}
+    v5["dtype"] = v5.pop("torch_dtype", "float32")
+    v5["transformers_version"] = "5.0.0"
+    (root / "config.json").write_text(json.dumps(v5, indent=2))
+    tok_cfg = json.loads((root / "tokenizer_config.json").read_text())
+    (root / "chat_template.jinja").write_text(tok_cfg.pop("chat_template"))
+    (root / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2))
+    gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"], "transformers_version": "5.0.0"}
+    (root / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    return v5
+
+
 def write_hf_dir(
     root: Path, family: str, *, seed: int = 0, tie: bool = False, config: dict[str, Any] | None = None
 ) -> tuple[Path, dict[str, Any], dict[str, np.ndarray]]:
@@ -242,9 +262,15 @@ def hf_forward(weights: dict[str, np.ndarray], cfg: dict[str, Any], tokens: list
     def rms(x: np.ndarray, g: np.ndarray) -> np.ndarray:
         return g * (x / np.sqrt((x**2).mean(-1, keepdims=True) + eps))
 
-    inv = 1.0 / (cfg["rope_theta"] ** (np.arange(0, hd, 2) / hd))
-    scaling = cfg.get("rope_scaling")
-    if scaling:  # transformers' _compute_llama3_parameters, restated
+    inv = 1.0 / (cfg["rope_theta"] ** (np.arange(0, hd, 2) / hd)) if "rope_theta" in cfg else None
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(cfg.get("rope_parameters"), dict):  # transformers 5 nests the base too
+        inv = 1.0 / (cfg["rope_parameters"]["rope_theta"] ** (np.arange(0, hd, 2) / hd))
+    if scaling and scaling.get("rope_type", "default") == "default":
+        scaling = None
+    if scaling and scaling.get("rope_type") == "linear":  # transformers' _compute_linear_scaling_rope_parameters
+        inv = inv / scaling["factor"]
+    elif scaling:  # transformers' _compute_llama3_parameters, restated
         factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
         old = scaling["original_max_position_embeddings"]
         wavelen = 2 * np.pi / inv

@@ -191,8 +191,20 @@ def test_gguf_of_an_unsupported_architecture_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("key", "value", "match"),
     [
-        ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}, "only Llama 3's 'llama3' frequency scaling"),
-        ("rope_scaling", {"rope_type": "llama3"}, "rope_scaling.factor: expected a finite number"),
+        (
+            "rope_scaling",
+            {"rope_type": "yarn", "factor": 4.0},
+            "rope_scaling.rope_type 'yarn': this RoPE scaling is not",
+        ),
+        ("rope_scaling", {"type": "dynamic", "factor": 2.0}, "rope_scaling.type 'dynamic': this RoPE scaling is not"),
+        ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4}, "rope_parameters.rope_type 'yarn'"),
+        (
+            "rope_parameters",
+            {"rope_type": "default", "rope_theta": 5e5},
+            "rope_theta 10000.0 and rope_parameters.rope_theta 500000.0 disagree",
+        ),
+        ("rope_scaling", {"rope_type": "llama3"}, "rope_scaling.factor: missing"),
+        ("rope_scaling", {"rope_type": "linear", "factor": -2.0}, "rope_scaling.factor: expected a finite number"),
         ("hidden_act", "gelu", "hidden_act 'gelu'"),
         ("num_key_value_heads", 3, "not a multiple"),
         ("hidden_size", "64", "hidden_size: expected an integer"),

@@ -381,3 +381,29 @@ def test_evidence_paths_cannot_point_outside_by_absolute_path(tmp_path: Path) ->
     report.mkdir()
     row = judge_g3({"poc": ran("poc", poc("S2").document, {"plot": str(outside)})})
     assert require_evidence_files(row, report).verdict is Verdict.NOT_MEASURED
+
+
+# -- issue 29: every line of the report true -------------------------------------------------------------
+
+
+def test_g1_key_figure_counts_a_chip_exact_only_when_every_model_on_it_passes() -> None:
+    """Item 4: model-a exact on chip 0, model-b exact on chip 1, but the replica's A1 on chip 1 mismatches: the
+    verdict is NO-GO and the key figure must not say both chips are exact."""
+    replica = StepEvidence(
+        "replica-golden",
+        StepStatus.RAN,
+        document={"per_model": [{"alias": "a1", "ok": False, "reason": "token 3", "chips": [1]}]},
+        files={"report": "replica/run-golden.json"},
+    )
+    r = judge_g1({"run-golden": golden(("a", True, [0]), ("b", True, [1])), "replica-golden": replica})
+    assert r.verdict is Verdict.NO_GO
+    assert r.key_figure == "1/2 chips golden exact", r.key_figure
+    assert any("chip 1" in e and "MISMATCH" in e for e in r.evidence), r.evidence
+
+
+def test_m2_key_figure_does_not_read_met_when_the_row_is_not_measured() -> None:
+    """Item 8: throughput and P99 met but no 24 h ping/pong soak: the tile reads NOT MEASURED, so its key
+    figure must not say "M2 met"."""
+    r = judge_m2({"executor-modes": ran("executor-modes", milestone_doc("met", "met"))})
+    assert r.verdict is Verdict.NOT_MEASURED
+    assert "M2 met" not in r.key_figure and "0.00/24 h" in r.key_figure, r.key_figure

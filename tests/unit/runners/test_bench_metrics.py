@@ -223,3 +223,15 @@ def test_scenario_registry_is_one_explicit_table() -> None:
     # The contract a new scenario (e.g. issue 10's executor-modes) implements:
     res = ScenarioResult("x", "MEASURED", 0)
     assert res.gates == () and res.tables == () and BenchOptions.__dataclass_fields__["out_dir"]
+
+
+def test_executor_modes_host_clock_checks_on_a_saturated_host_are_inconclusive() -> None:
+    """Issue 26: M1/M2's E2E and throughput are on the host's clock; on a saturated host they judge nothing."""
+    from calctl.checks.stats import Estimate
+    from calctl.runners.bench import executor_modes as em
+
+    slow = em._at_most("p50_e2e_regression", Estimate(0.4, 0.3, 0.5, 6), 0.03, "async P50 E2E vs sync")
+    assert slow.passed is False
+    held = em._host_bound(slow, "host saturated: load average up to 26.5 on 2 CPUs")
+    assert held.passed is None and "host saturated" in held.detail
+    assert em._saturated([0.5, 1.0]) is False and em._saturated([1.0, 999.0]) is True and em._saturated([]) is False

@@ -146,3 +146,46 @@ def test_timeline_png(tmp_path: Path) -> None:
     out = tmp_path / "t.png"
     plot_timeline(out, _slices(), title="PoC", device="mock")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _figure_texts(monkeypatch, draw) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every text a picture shows: the figure is caught as it is saved."""
+    from matplotlib.figure import Figure
+
+    seen: list[str] = []
+    real = Figure.savefig
+
+    def catch(fig, *a, **k):  # type: ignore[no-untyped-def]
+        for ax in fig.axes:
+            seen.extend(t.get_text() for t in ax.texts)
+            seen.extend(t.get_text() for t in ax.get_yticklabels())
+            seen.append(ax.get_xlabel())
+        return real(fig, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", catch)
+    draw()
+    return seen
+
+
+def test_the_warmup_picture_shows_the_figures_its_verdict_rests_on(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    decode = [
+        TraceSlice(0, 1.0 + i * 0.01, 1.0 + i * 0.01 + 0.003 + 0.001 * (i % 2), "model-a", "a_decode", "auto", i, 1)
+        for i in range(10)
+    ]
+    texts = _figure_texts(
+        monkeypatch, lambda: plot_timeline(tmp_path / "w.png", decode, title="w", device="mock", latency=True)
+    )
+    row = [t for t in texts if t.startswith("P50 ")]
+    assert row == ["P50 3.50 ms  P99 4.00 ms  CV 0.151  n=10"]
+    assert "a_decode" in texts
+
+
+def test_an_empty_both_chips_busy_lane_says_none(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    apart = [
+        TraceSlice(0, 1.0, 1.1, "model-a", "a", "auto", 1, 1),
+        TraceSlice(1, 2.0, 2.1, "model-b", "b", "auto", 2, 1),
+    ]
+    texts = _figure_texts(monkeypatch, lambda: plot_timeline(tmp_path / "t.png", apart, title="t", device="mock"))
+    assert "none: the chips never computed at the same time" in texts
+    texts = _figure_texts(monkeypatch, lambda: plot_timeline(tmp_path / "t.png", _slices(), title="t", device="mock"))
+    assert not [t for t in texts if t.startswith("none:")]

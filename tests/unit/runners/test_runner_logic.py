@@ -13,10 +13,12 @@ from calctl.checks.steps import GoldenData, GreedyProgress, step_name
 from calctl.errors import CheckFailed, ExitCode, StepTimeout, UsageError
 from calctl.package.model import ChipMode, Package, Tolerance
 from calctl.package.reader import load_manifest
+from calctl.report import StepStatus
 from calctl.runners.bringup import BringupConfig, BringupStep, Level, StepOutcome, run_bringup
-from calctl.runners.context import DeviceSpec, Outcome, StepLog, StepStatus, outcome_of
+from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import check_logits, first_mismatch, judge
 from calctl.runners.poc import check_combined_calbin, parse_expect_models
+from calctl.runners.steps import RunOutcome, StepLog, outcome_of
 from calctl.runtime import DeviceKind
 from calctl.runtime.calbin import CalbinPlan
 from calctl.runtime.errors import CcuException
@@ -181,7 +183,7 @@ def test_outcome_exit_codes() -> None:
     assert outcome_of(StepTimeout("x")).exit_code == ExitCode.TIMEOUT
     assert outcome_of(CcuException("x")).exit_code == ExitCode.DEVICE
     assert outcome_of(KeyboardInterrupt()).exit_code == ExitCode.INTERRUPTED
-    assert Outcome.PASS.exit_code == 0
+    assert RunOutcome.PASS.exit_code == 0
 
 
 def test_device_spec_keeps_mock_options_off_calrt() -> None:

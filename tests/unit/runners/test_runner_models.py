@@ -12,8 +12,8 @@ import pytest
 from calctl.checks.steps import StepTimedOut
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest
-from calctl.runners.context import program_digests
 from calctl.runners.golden import GoldenResult, run_golden_model
+from calctl.runners.programs import program_digests
 from calctl.runners.warmup import run_warmup_model
 from calctl.runtime import GenerationId, Health, open_runtime
 from calctl.runtime.errors import CcuException

@@ -149,3 +149,30 @@ def test_mixed_traffic_is_seeded_and_respects_the_context() -> None:
             assert len(r1.prompt_ids) >= 1 and len(r1.prompt_ids) + r1.max_tokens <= 256
     assert seen == {k.name for k in KINDS}
     assert a[0][0] != MixedTraffic("model-a", lim, seed=8, client=0).next()[0]
+
+
+def test_a_signal_while_loading_records_no_requests_open_violation(tmp_path: Path) -> None:
+    """Issue 29 item 11: SIGTERM while a cycle loads cancels the clients; the requests the engine still holds
+    are what the interrupt left, not a `requests_open` violation beside `requests.open: 0`."""
+    from types import SimpleNamespace
+
+    from calctl.runners.context import DeviceSpec
+    from calctl.runners.soak.run import SoakConfig, _Soak
+    from calctl.signing.policy import TrustPolicy
+
+    cfg = SoakConfig(package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), out_dir=tmp_path / "s", cycles=2)
+    soak = _Soak(cfg, None)
+    worker = SimpleNamespace(live_requests=lambda: 2)
+    sup = SimpleNamespace(workers={"model-b": worker}, metrics=SimpleNamespace(registry=SimpleNamespace(collect=list)))
+    soak.interrupted = {"signal": "SIGTERM", "phase": "loading", "cycle": 2, "at_s": 3.0}
+    soak._final_checks(sup)  # type: ignore[arg-type]
+    assert soak.requests.outstanding == 0
+    assert soak.violations.documents() == []
+    assert soak.interrupted["engine_requests_left"] == {"model-b": 2}
+    # Without a signal the same engine state is a violation (the final drain left requests behind).
+    cfg2 = SoakConfig(package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), out_dir=tmp_path / "t", cycles=2)
+    soak2 = _Soak(cfg2, None)
+    soak2._final_checks(sup)  # type: ignore[arg-type]
+    assert [v["kind"] for v in soak2.violations.documents()] == ["requests_open"]
+    soak.events.close()
+    soak2.events.close()

@@ -14,8 +14,7 @@ import pytest
 
 from calctl.errors import ConfigError
 from calctl.package.model import GraphKind
-from calctl.runners.context import trace_slices
-from calctl.runners.trace import chrome_trace
+from calctl.runners.trace import chrome_trace, trace_slices
 from calctl.runtime import open_runtime
 from calctl.runtime.mock import GraphTiming, TimingModel
 from calctl.runtime.types import Engine, JobPhase, TraceEvent

@@ -31,7 +31,8 @@ from calctl.compiler import sample
 from calctl.errors import CheckFailed, PackageFormatError
 from calctl.package import archive
 from calctl.package.model import MANIFEST
-from calctl.runners.context import DeviceSpec, RunContext
+from calctl.runners.context import RunContext
+from calctl.runners.device import DeviceSpec
 from calctl.signing import keys, seal
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB

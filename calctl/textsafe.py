@@ -1,0 +1,67 @@
+"""Terminal-safe text: the one way a string from a package (or any input) reaches a person's terminal.
+
+A package is written by whoever built it. Its names, versions, file names and
+the messages that quote them must never act on the operator's terminal:
+
+* control characters (C0, DEL, C1: ``ESC[2K`` erases a line, OSC 52 writes the
+  clipboard, a bare ``\\r`` overwrites what was printed) and the characters that
+  reorder or hide text (bidirectional overrides and isolates, zero-width marks,
+  U+2028/U+2029 line separators) are shown escaped, ``\\x1b``, ``\\u202e``;
+* lone surrogates (which no terminal encoding can carry, so printing one raised
+  ``UnicodeEncodeError``) are shown escaped, ``\\ud800``; an undecodable file-name
+  byte (os's surrogateescape, U+DC80..U+DCFF) is shown as that byte, ``\\xff``;
+* rich markup is escaped (:func:`markup`): ``[/x]`` is text, not a closing tag
+  (an unmatched one raised ``MarkupError``), and ``[link=…]`` makes no hyperlink.
+
+:func:`plain` is for text that is printed as it is (a ``rich.text.Text``, a log
+file); :func:`markup` for text placed inside a rich markup string. Nothing here
+imports rich until :func:`markup` is called, so any layer may use it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls but TAB and LF, DEL, C1 controls; ALM, LRM/RLM, zero-width joiners and marks, line/paragraph
+# separators, bidi embeddings/overrides/isolates, BOM; every surrogate (a str holding one cannot be encoded).
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]"
+)
+_UNSAFE_WITH_LINES = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]"
+)
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    c = ord(match.group(0))
+    if 0xDC80 <= c <= 0xDCFF:  # an undecodable byte of a file name (surrogateescape): show the byte
+        return f"\\x{c - 0xDC00:02x}"
+    if c <= 0xFF:
+        return f"\\x{c:02x}"
+    return f"\\u{c:04x}"
+
+
+def plain(text: object, *, multiline: bool = False) -> str:
+    """``text`` with every unsafe character shown as an escape (``\\x1b``, ``\\ud800``); nothing else changes.
+
+    Newlines and tabs are escaped too unless ``multiline`` (a name is one line: a newline in it could forge a
+    line of output); the result always encodes as UTF-8.
+    """
+    s = "" if text is None else str(text)
+    pattern = _UNSAFE if multiline else _UNSAFE_WITH_LINES
+    return pattern.sub(_escape_char, s)
+
+
+def markup(text: object, *, multiline: bool = False) -> str:
+    """:func:`plain`, then rich markup escaped: safe to put inside a rich markup string."""
+    from rich.markup import escape
+
+    return escape(plain(text, multiline=multiline))
+
+
+def is_safe(text: str, *, multiline: bool = False) -> bool:
+    """Whether ``text`` holds no character :func:`plain` would escape."""
+    return (_UNSAFE if multiline else _UNSAFE_WITH_LINES).search(text) is None
+
+
+__all__ = ["is_safe", "markup", "plain"]

@@ -1,0 +1,143 @@
+"""Quantised weights (q4_0, q4_1, q8_0) kept as shipped: the blocks, the native kernel, the decoder, the import."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calctl.model import decoder, native, quant
+from calctl.package.model import Architecture
+from tests.conftest import TEST_KEY
+
+gguf = pytest.importorskip("gguf")
+
+QTYPES = {"q4_0": "Q4_0", "q4_1": "Q4_1", "q8_0": "Q8_0"}
+ARCH = Architecture(
+    family="llama", n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, head_dim=16, d_ff=96, vocab_size=200,
+    context_limit=64, dtype="q4_1", rope_style="half", tie_embeddings=True,
+)  # fmt: skip
+MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+@pytest.fixture
+def kernels() -> native.Kernels:
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler (cc or gcc): the native kernels cannot be built here; numpy is used instead")
+    k = native.kernels()
+    assert k is not None, native.status()  # a compiler is present: the build must work
+    return k
+
+
+@pytest.mark.parametrize("dtype", sorted(QTYPES))
+def test_blocks_are_ggmls_and_dequantise_like_gguf(dtype: str) -> None:
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((96, 40)).astype(np.float32)  # manifest [in, out]: stored as 40 rows of 3 blocks
+    q = quant.quantize("layers.0.wq", dtype, w)
+    qt = gguf.GGMLQuantizationType[QTYPES[dtype]]
+    want = gguf.quants.dequantize(q.data, qt).reshape(40, 96)
+    np.testing.assert_array_equal(q.dequantize_rows(), want)
+    np.testing.assert_array_equal(np.asarray(q, dtype=np.float32), want.T)
+    assert q.nbytes == 40 * 3 * quant.BLOCK_BYTES[dtype]
+    assert np.abs(q.dequantize() - w).max() < (0.02 if dtype == "q8_0" else 0.6)
+
+
+def test_a_row_that_is_not_whole_blocks_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a multiple of the 32-weight block"):
+        quant.quantize("layers.0.wq", "q4_0", np.zeros((40, 8), np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", *sorted(QTYPES)])
+@pytest.mark.parametrize("n", [1, 3, 4, 9])
+def test_native_gemm_equals_the_dequantised_matrix(kernels: native.Kernels, dtype: str, n: int) -> None:
+    rng = np.random.default_rng(n)
+    rows, cols = 37, 160
+    w = rng.standard_normal((cols, rows)).astype(np.float32)
+    if dtype == "fp16":
+        data, ref = np.ascontiguousarray(w.T.astype(np.float16)), w.astype(np.float16).astype(np.float64)
+    else:
+        q = quant.quantize("layers.0.wq", dtype, w)
+        data, ref = q.data, q.dequantize().astype(np.float64)
+    x = rng.standard_normal((n, cols)).astype(np.float32)
+    y = np.full((n, rows), np.nan, np.float32)
+    kernels.gemm(dtype, data, rows, cols, x, y)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ ref, rtol=1e-5, atol=1e-4)
+
+
+def _quant_params(dtype: str) -> dict[str, object]:
+    params: dict[str, object] = dict(decoder.init_params(ARCH, np.random.default_rng(3)))
+    for name in list(params):
+        if name.rsplit(".", 1)[-1] in MATRICES or name == "embed":
+            params[name] = quant.quantize(name, dtype, np.asarray(params[name]))
+    return params
+
+
+@pytest.mark.parametrize("dtype", sorted(QTYPES))
+def test_quantised_decoder_matches_the_dequantised_reference(kernels: native.Kernels, dtype: str) -> None:
+    params = _quant_params(dtype)
+    fast, slow = decoder.prepare(params, ARCH), decoder.prepare(params, ARCH, native=False)
+    assert fast.native and not slow.native
+    assert fast.head.data is fast.embed.stored.data if fast.embed.stored is not None else False  # tied: one copy
+    dense = {k: np.asarray(v, dtype=np.float32) for k, v in params.items()}
+    assert fast.nbytes * 3 < sum(v.nbytes for k, v in dense.items() if k.rsplit(".", 1)[-1] in (*MATRICES, "embed"))
+    prompt = np.array([3, 1, 4, 1, 5, 9, 2, 6])
+    ref = decoder.reference_logits(dense, ARCH, prompt, last_only=True)[0]
+    caches = [decoder.KvCache.empty(ARCH, 32) for _ in range(2)]
+    outs = [decoder.prefill(w, ARCH, prompt, c) for w, c in zip((fast, slow), caches, strict=True)]
+    np.testing.assert_allclose(outs[0], ref, atol=2e-4)
+    for step in range(5):
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-4, atol=1e-4, err_msg=f"step {step}")
+        tok = int(np.argmax(outs[1]))
+        outs = [decoder.decode_step(w, ARCH, tok, c.length, c) for w, c in zip((fast, slow), caches, strict=True)]
+
+
+def test_a_batched_decode_step_equals_one_step_per_lane(kernels: native.Kernels) -> None:
+    w = decoder.prepare(_quant_params("q4_1"), ARCH)
+    prompts = [np.array([5, 6, 7]), np.array([9, 8, 7, 6, 5, 4]), np.array([1]), np.array([10, 20, 30, 40, 50])]
+    one = [decoder.KvCache.empty(ARCH, 32) for _ in prompts]
+    many = [decoder.KvCache.empty(ARCH, 32) for _ in prompts]
+    toks = []
+    for p, a, b in zip(prompts, one, many, strict=True):
+        toks.append(int(np.argmax(decoder.prefill(w, ARCH, p, a))))
+        decoder.prefill(w, ARCH, p, b)
+    for _ in range(3):
+        singles = np.stack([decoder.decode_step(w, ARCH, t, c.length, c) for t, c in zip(toks, one, strict=True)])
+        batched = decoder.decode_batch(w, ARCH, np.array(toks), np.array([c.length for c in many]), many)
+        np.testing.assert_allclose(batched, singles, rtol=1e-5, atol=1e-5)
+        assert [c.length for c in many] == [c.length for c in one]
+        toks = [int(t) for t in singles.argmax(axis=1)]
+
+
+def test_gguf_import_keeps_the_blocks_and_passes_golden(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from calctl.package.reader import load_manifest
+    from tests.unit.compiler.checkpoint_factory import write_gguf, write_hf_dir
+
+    hf_dir, cfg, weights = write_hf_dir(tmp_path / "hf", "llama", seed=5)
+    g = write_gguf(tmp_path / "m.gguf", hf_dir, cfg, weights, qtype="Q4_1")
+    kept, dense = tmp_path / "kept", tmp_path / "dense"
+    assert cli("import", "gguf", g, kept, "--key", TEST_KEY, "--alias", "m").code == 0
+    assert cli("import", "gguf", g, dense, "--key", TEST_KEY, "--alias", "m", "--dtype", "fp32").code == 0
+    mk, md = load_manifest(kept).model("m"), load_manifest(dense).model("m")
+    assert mk.architecture.dtype == "q4_1"
+    assert {t.dtype for t in mk.params if t.name.rsplit(".", 1)[-1] in MATRICES} == {"q4_1"}
+    assert sum(t.nbytes for t in mk.params) * 4 < sum(t.nbytes for t in md.params)
+    # the kept blocks hold exactly the weights the dequantised import holds (Llama's Q/K rows un-permuted)
+    pk = decoder.load_params(kept, mk.params)
+    pd = decoder.load_params(dense, md.params)
+    for name in pk:
+        if name.rsplit(".", 1)[-1] in MATRICES:
+            np.testing.assert_array_equal(pk[name], pd[name], err_msg=name)
+    r = cli("run-golden", kept, "--trusted-key", str(TEST_KEY.with_suffix(".pub")), "--format", "json")
+    assert r.code == 0, r.out
+
+
+def test_loading_refuses_a_quantised_tensor_whose_rows_are_not_whole_blocks(tmp_path: Path) -> None:
+    from calctl.package.model import ParamTensor
+
+    t = ParamTensor(name="layers.0.wq", file="p.bin", dtype="q4_0", shape=(64, 64), offset=0)
+    assert t.nbytes == 64 * 2 * 18
+    (tmp_path / "p.bin").write_bytes(b"\0" * 4096)
+    with pytest.raises(ValueError, match="not a multiple"):
+        decoder.load_params(tmp_path, (ParamTensor("layers.0.wq", "p.bin", "q4_0", (40, 64), 0),), keep_dtype=True)

@@ -1,0 +1,145 @@
+"""Issue 29 items 5 and 6: the acceptance summary and the cause of a step that could not measure.
+
+The summary is computed from the rows, the steps and the exit code (calctl.runners.acceptance.run), no device.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from calctl.errors import ExitCode
+from calctl.runners.acceptance import run as accept_run
+from calctl.runners.acceptance.rows import ROWS, RowResult, StepEvidence, StepStatus, Verdict
+
+
+def _rows(verdict: Verdict) -> tuple[RowResult, ...]:
+    return tuple(RowResult(s.id, s.title, s.condition, s.source, verdict, "k") for s in ROWS)
+
+
+class _Line:
+    def __init__(self, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> None:
+        self.rows, self.steps = rows, steps
+
+    def summary_line(self) -> str:
+        return accept_run.summary_line("finished", self.rows, self.steps)
+
+
+def _report(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...], code: int = 0) -> _Line:
+    return _Line(rows, steps)
+
+
+def _exit(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> int:
+    from calctl.report import exit_code_of
+
+    return exit_code_of(accept_run._verdict("finished", rows, steps))
+
+
+def test_a_device_error_with_no_row_measured_is_not_go() -> None:
+    """Item 5: "GO (with rows NOT MEASURED): 0 GO, 0 NO-GO, 11 NOT MEASURED" with exit 3 was the old line."""
+    steps = (
+        StepEvidence("soak", StepStatus.ERROR, reason="soak error: BoardLocked: held by pid 7", document={}),
+        StepEvidence("rollback", StepStatus.ERROR, reason="BoardLocked: held", document={"exit_code": 3}),
+    )
+    rows = _rows(Verdict.NOT_MEASURED)
+    code = _exit(rows, steps)
+    assert code == int(ExitCode.DEVICE)
+    line = _report(rows, steps, code).summary_line()
+    assert not line.startswith("GO"), line
+    assert line.startswith("ERROR (device error in soak, rollback)"), line
+
+
+def test_no_row_measured_without_an_error_is_not_measured_not_go() -> None:
+    line = _report(_rows(Verdict.NOT_MEASURED), (), 0).summary_line()
+    assert line.startswith("NOT MEASURED: 0 GO"), line
+
+
+def test_a_refused_package_is_fail_not_go() -> None:
+    steps = (StepEvidence("validate", StepStatus.ERROR, reason="the package failed validation: MAN007"),)
+    rows = _rows(Verdict.NOT_MEASURED)
+    code = _exit(rows, steps)
+    assert code == int(ExitCode.FAILED)
+    assert not _report(rows, steps, code).summary_line().startswith("GO")
+
+
+def test_go_rows_with_rows_not_measured_still_read_go() -> None:
+    rows = (*_rows(Verdict.GO)[:4], *_rows(Verdict.NOT_MEASURED)[4:])
+    assert _report(rows, (), 0).summary_line().startswith("GO (with rows NOT MEASURED): 4 GO")
+
+
+def test_a_soak_that_could_not_measure_names_its_cause(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Item 6: "G5 NOT MEASURED: soak could not measure: error." hid a BoardLocked naming its holder."""
+    from contextlib import ExitStack
+
+    from calctl.runners import soak as soak_lib
+    from calctl.runners.acceptance.rows import judge_g5
+    from calctl.runners.context import DeviceSpec
+    from calctl.signing.policy import TrustPolicy
+
+    cause = "BoardLocked: board default is in use by pid 4242 (calctl serve PKG)"
+    doc: dict[str, Any] = {
+        "status": "error",
+        "verdict": "ERROR",
+        "exit_code": 3,
+        "error": cause,
+        "cycles": 0,
+        "violations": [],
+        "files": {},
+    }
+
+    class _Report:
+        exit_code = 3
+
+        def document(self) -> dict[str, Any]:
+            return dict(doc)
+
+    monkeypatch.setattr(soak_lib, "run_soak", lambda config: _Report())
+
+    class _Pkg:
+        models: tuple[Any, ...] = ()
+
+    cfg = accept_run.AcceptConfig(
+        package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=accept_run.Level.QUICK, out_dir=tmp_path
+    )
+    state = accept_run._State(config=cfg, stack=ExitStack())
+    monkeypatch.setattr(accept_run, "_need_main", lambda s: type("St", (), {"package": _Pkg()})())
+    ev = accept_run.step_soak(state)
+    assert ev.status is StepStatus.ERROR and "BoardLocked" in ev.reason and "pid 4242" in ev.reason, ev.reason
+    assert ev.document["exit_code"] == 3
+    g5 = judge_g5({"soak": ev})
+    assert g5.verdict is Verdict.NOT_MEASURED and "pid 4242" in g5.reason, g5.reason
+    code = _exit((g5,), (ev,))
+    assert code == int(ExitCode.DEVICE)
+
+
+def test_a_step_summary_says_its_verdict_once() -> None:
+    """Item 8: step summaries read "NO-GO: NO-GO: ..." when the runner's key figure already led with it."""
+    assert accept_run._prefixed("NO-GO", "NO-GO: chip 0 static 14 GiB") == "NO-GO: chip 0 static 14 GiB"
+    assert accept_run._prefixed("GO", "chip 0 0.1 GiB") == "GO: chip 0 0.1 GiB"
+
+
+def test_load_peak_keeps_the_mock_label_where_it_goes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Item 8: load-peak.json put its description in ``note``, the field that carries the MOCK RESULT label."""
+    import json
+    from contextlib import ExitStack
+
+    from calctl.runners.context import DeviceSpec
+    from calctl.signing.policy import TrustPolicy, test_public_key
+    from tests.conftest import FIXTURE_PACKAGES
+
+    cfg = accept_run.AcceptConfig(
+        package=FIXTURE_PACKAGES / "combined",
+        trust=TrustPolicy((test_public_key(),)),
+        device=DeviceSpec(),
+        level=accept_run.Level.QUICK,
+        out_dir=tmp_path,
+    )
+    monkeypatch.setattr(accept_run, "_need_main", lambda s: None)
+    with ExitStack() as stack:
+        ev = accept_run.step_load_peak(accept_run._State(config=cfg, stack=stack))
+    doc = json.loads((tmp_path / "load-peak.json").read_text())
+    assert ev.status is StepStatus.RAN
+    assert doc["mock_result"] is True and "MOCK RESULT" in doc["note"], doc["note"]
+    assert "GetMemoryUsage" in doc["memory_note"]
