@@ -780,6 +780,10 @@ def _checkpoint(
         )
     done = tuple(state.steps.values())
     status = status if final or status == "interrupted" else "running"
+    runtime = (state.main.header or {}).get("runtime") if state.main is not None else None
+    if runtime and header.get("device_label") == "unknown":  # the board said what it is once it was opened
+        label = build_header("accept", device=header["device"], versions=runtime)
+        header = {**header, **{k: label[k] for k in ("device_label", "note", "runtime")}}
     report = Report(
         "accept",
         _verdict(status, rows, done),
