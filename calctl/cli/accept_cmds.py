@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.padding import Padding
 
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
@@ -170,10 +171,19 @@ def _render(result: Report) -> None:
         if r["id"] in skipped:
             continue
         if r["verdict"] == "NO-GO":
-            out.print(f"  {r['id']} [bold red]NO-GO[/]: {escape(r['reason'])}. [bold]Action:[/] {escape(r['action'])}")
+            out.print(
+                Padding(
+                    f"{r['id']} [bold red]NO-GO[/]: {escape(r['reason'])}. [bold]Action:[/] {escape(r['action'])}",
+                    (0, 0, 0, 2),
+                ),
+                soft_wrap=False,
+            )
         elif r["verdict"] == "NOT MEASURED":
             how = f" To measure: {escape(r['how_to_measure'])}" if r["how_to_measure"] else ""
-            out.print(f"  {r['id']} [yellow]NOT MEASURED[/]: {escape(r['reason'])}.{how}")
+            out.print(
+                Padding(f"{r['id']} [yellow]NOT MEASURED[/]: {escape(r['reason'])}.{how}", (0, 0, 0, 2)),
+                soft_wrap=False,
+            )
     if skipped:
         out.print(f"  not asked for (--only): {', '.join(skipped)}")
     out.print(

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.padding import Padding
 
 from calctl import html_report
 from calctl.cli import _output
@@ -579,7 +580,7 @@ def _render_bringup(result: Report) -> None:
     out = _output.stdout
     for s in doc["summary"]:
         if s["verdict"] not in ("PASS", "GO", "S2") and s["detail"]:
-            out.print(f"  {escape(s['step'])}: {escape(s['detail'])}")
+            out.print(Padding(f"{escape(s['step'])}: {escape(s['detail'])}", (0, 0, 0, 2)), soft_wrap=False)
     out.print(provenance_line(doc))
     if doc.get("note"):
         out.print(f"[yellow]{escape(doc['note'])}[/]")
