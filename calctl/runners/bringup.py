@@ -113,6 +113,8 @@ class BringupConfig:
     device: DeviceSpec
     level: Level
     out_dir: Path
+    #: The command the pictures are titled with: ``bringup``, or ``accept`` when acceptance runs these steps.
+    command: str = "bringup"
 
     @property
     def settings(self) -> LevelSettings:
@@ -228,7 +230,7 @@ def _device_step(state: BringupState, name: str, report: Report, figure: str) ->
         trace=cfg.out_dir / f"{name}.trace.json",
         plot=cfg.out_dir / f"{name}.png",
         device=cfg.device.kind.value,
-        title=f"calctl bringup: {name}",
+        title=f"calctl {cfg.command}: {name}",
         metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
         marks=report.body.get("marks") or (),
         latency=report.command == "warmup",
@@ -236,14 +238,14 @@ def _device_step(state: BringupState, name: str, report: Report, figure: str) ->
     if state.header is None and report.header.get("runtime") is not None:
         state.header = dict(report.header)
     verdict = report.verdict
-    if verdict == RunOutcome.PASS.value and any(
-        isinstance(s, StepRecord) and s.status is StepStatus.WARN
-        for s in report.steps or ()
-        if s.name.startswith(("golden", "warmup"))
-    ):
+    detail = report.error or ""
+    warned = [s for s in report.steps or () if isinstance(s, StepRecord) and s.status is StepStatus.WARN]
+    if verdict == RunOutcome.PASS.value and any(s.name.startswith(("golden", "warmup")) for s in warned):
         verdict = "WARN"
+    if verdict == "WARN" and not detail:  # a WARN says why, as validate's does
+        detail = "; ".join(f"{s.name}: {s.detail}" if s.detail else s.name for s in warned)
     doc = report.with_body(trace=files).document()
-    return StepOutcome(name, verdict, figure, report.seconds or 0.0, report.exit_code, report.error or "", files, doc)
+    return StepOutcome(name, verdict, figure, report.seconds or 0.0, report.exit_code, detail, files, doc)
 
 
 def _golden(state: BringupState) -> StepOutcome:

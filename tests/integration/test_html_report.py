@@ -201,3 +201,40 @@ def test_a_json_report_named_html_keeps_its_name(tmp_path: Path) -> None:
     target.write_text("{}")
     page = html_report.write({"command": "x", "verdict": "PASS"}, target)
     assert page != target and target.read_text() == "{}" and page.is_file()
+
+
+def test_every_bringup_warn_says_why_and_pictures_name_their_command(bringup_dir) -> None:  # type: ignore[no-untyped-def]
+    out, _ = bringup_dir
+    doc = json.loads((out / "report.json").read_text())
+    warned = [s for s in doc["summary"] if s["verdict"] == "WARN"]
+    assert warned and all(s["detail"] for s in warned), warned  # run-golden's WARN had an empty detail
+
+
+def test_accept_titles_its_pictures_accept(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from calctl.runners import bringup
+
+    titles: list[str] = []
+    real = bringup.write_trace_outputs
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        titles.append(k["title"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(bringup, "write_trace_outputs", spy)
+    from calctl.compiler.bundled import bundled_package
+    from calctl.runners.device import DeviceSpec
+    from calctl.signing.policy import make_policy
+
+    cfg = bringup.BringupConfig(
+        package=bundled_package("combined"),
+        trust=make_policy(None, trust_test_key=True),
+        device=DeviceSpec(),
+        level=bringup.Level.QUICK,
+        out_dir=tmp_path,
+        command="accept",
+    )
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        bringup._golden(bringup.BringupState(config=cfg, stack=stack))
+    assert titles == ["calctl accept: run-golden"]

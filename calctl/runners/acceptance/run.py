@@ -209,7 +209,7 @@ class Step:
 
 def _bringup_state(cfg: AcceptConfig, package: Path, out: Path) -> bringup.BringupState:
     bcfg = bringup.BringupConfig(
-        package=package, trust=cfg.trust, device=cfg.device, level=bringup.Level.QUICK, out_dir=out
+        package=package, trust=cfg.trust, device=cfg.device, level=bringup.Level.QUICK, out_dir=out, command="accept"
     )
     return bringup.BringupState(config=bcfg, stack=ExitStack())
 
