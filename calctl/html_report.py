@@ -61,6 +61,13 @@ def visible(value: object) -> str:
     )
 
 
+def _number(value: object) -> float | None:
+    """A duration the page can print: a real number, else nothing (a document's field may be anything)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
 def tone(verdict: object) -> str:
     word = str(verdict or "").upper()
     for key, cls in _TONE.items():
@@ -145,7 +152,7 @@ def _rows(doc: Mapping[str, Any], report_dir: Path) -> list[dict[str, Any]]:
                 "detail": visible(r.get("reason") or r.get("detail") or r.get("rule") or r.get("condition") or ""),
                 "evidence": [visible(e) for e in evidence] if isinstance(evidence, list) else [],
                 "files": [(visible(a), b) for a, b in _files(r.get("files"), report_dir)],
-                "seconds": r.get("seconds"),
+                "seconds": _number(r.get("seconds")),
             }
         )
     return rows
@@ -162,7 +169,7 @@ def _steps(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                 {
                     "name": visible(s.get("name") or s.get("step") or ""),
                     "status": visible(s.get("status") or s.get("verdict") or ""),
-                    "seconds": s.get("seconds"),
+                    "seconds": _number(s.get("seconds")),
                     "summary": visible(s.get("summary") or s.get("key_figure") or ""),
                     "reason": visible(s.get("reason") or s.get("detail") or ""),
                 }
@@ -227,9 +234,9 @@ def context(doc: Mapping[str, Any], report_dir: Path) -> dict[str, Any]:
         "verdict": _verdict(doc),
         "tone": tone(_verdict(doc)),
         "summary": visible(summary) if isinstance(summary, str) else "",
-        "exit_code": doc.get("exit_code"),
+        "exit_code": doc.get("exit_code") if isinstance(doc.get("exit_code"), int) else None,
         "started_at": visible(doc.get("started_at") or ""),
-        "seconds": doc.get("seconds"),
+        "seconds": _number(doc.get("seconds")),
         "calctl_version": visible(doc.get("calctl_version") or ""),
         "device": {k: visible(v) for k, v in _device(doc).items()},
         "package": [(k, visible(v)) for k, v in _package(doc)],

@@ -238,3 +238,23 @@ def test_accept_titles_its_pictures_accept(monkeypatch, tmp_path: Path) -> None:
     with contextlib.ExitStack() as stack:
         bringup._golden(bringup.BringupState(config=cfg, stack=stack))
     assert titles == ["calctl accept: run-golden"]
+
+
+def test_fields_of_any_type_render(tmp_path: Path) -> None:
+    """A document's fields are what its command made them (bench's `seconds` is a mapping): the page never
+    assumes a type, it shows what it can."""
+    odd: list[object] = [None, {"a": 1}, [1, 2], "x", 1.5, True, float("nan")]
+    for value in odd:
+        doc = {
+            "command": value,
+            "verdict": value,
+            "exit_code": value,
+            "seconds": value,
+            "summary": value,
+            "package": value,
+            "runtime": value,
+            "rows": [{"id": value, "verdict": value, "seconds": value, "evidence": value, "files": value}],
+            "steps": [{"name": value, "status": value, "seconds": value}],
+            "files": value,
+        }
+        assert "<html" in html_report.render(doc, tmp_path)

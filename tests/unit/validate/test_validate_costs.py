@@ -44,14 +44,16 @@ HANG_S = 90
 #: SIGINT must end a long case within this (measured from the signal to the process's exit).
 SIGINT_S = 1.0
 
+# Peak RSS is this process's own VmHWM: ru_maxrss keeps the high-water mark of the process it was forked from
+# across exec (Linux), so a child of a large pytest worker would report the worker's size, not its own.
 _MEASURED = """
-import resource, sys, time
+import sys, time
 t0 = time.monotonic()
 from calctl.cli.app import main
 code = main(sys.argv[1:])
 sys.stdout.flush()
-print(f"MEASURED seconds={time.monotonic() - t0:.3f} rss_kb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}",
-      file=sys.stderr)
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(f"MEASURED seconds={time.monotonic() - t0:.3f} rss_kb={hwm}", file=sys.stderr)
 sys.exit(code)
 """
 
