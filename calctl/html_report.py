@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ MAX_EMBEDDED_PICTURE = 8 * 2**20
 #: The raw JSON shown at the end of the page is cut to this many characters.
 MAX_RAW_JSON = 400_000
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 #: Verdict words (docs/cli.md "Verdicts") -> the page's colour class.
 _TONE = {
@@ -55,10 +53,9 @@ _TONE = {
 def visible(value: object) -> str:
     """A string from a package or a device as text a page can hold: control characters and unpaired
     surrogates shown escaped (``\\x1b``, ``\\ud800``), never passed through."""
-    text = "" if value is None else str(value)
-    return _CONTROL.sub(
-        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
-    )
+    from calctl.textsafe import plain  # the terminal's escaping: controls, bidi, zero-width, surrogates
+
+    return plain(value, multiline=True)
 
 
 def _number(value: object) -> float | None:

@@ -34,6 +34,7 @@ from calctl import __version__
 from calctl.cli import _output
 from calctl.cli._commands import COMMANDS as _COMMANDS
 from calctl.cli._commands import ROOT_HELP
+from calctl.cli._signals import interruptible
 from calctl.errors import CalctlError, ExitCode, interrupt_reason
 
 # Explicit registry: module path -> has register(app). Every command they register must be listed in
@@ -183,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(ExitCode.OK if args else ExitCode.USAGE)
     command = root_command()
     try:
-        result = command.main(args=args, prog_name="calctl", standalone_mode=False)
+        # SIGTERM (timeout, CI, systemd) ends every command like Ctrl-C: exit 130 after its clean-up (an
+        # extracted package's temporary tree included), never the interpreter's silent exit 143.
+        with interruptible():
+            result = command.main(args=args, prog_name="calctl", standalone_mode=False)
         code = int(result) if isinstance(result, int) else ExitCode.OK
     except CalctlError as exc:
         if _debug_requested(args):

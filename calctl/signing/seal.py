@@ -223,6 +223,10 @@ def checksum_line_problem(rel: str) -> str | None:
 LINE_SEPARATORS = frozenset({"\u2028", "\u2029"})
 
 
+#: The longest line of checksums.sha256: 64 hex digits, the separator pair and a path of PATH_MAX (4096) bytes.
+MAX_CHECKSUM_LINE = 64 + 2 + 4096
+
+
 def parse_checksums(data: bytes, source: str = CHECKSUMS) -> dict[str, str]:
     """Parse checksums.sha256 strictly; any odd line is an error naming it.
 
@@ -239,6 +243,19 @@ def parse_checksums(data: bytes, source: str = CHECKSUMS) -> dict[str, str]:
         raise PackageFormatError(
             f"lists {lines} entries, more than the {MAX_CHECKSUM_ENTRIES} files a package may hold", path=source
         )
+    # A line is at most a digest, two separators and a path of PATH_MAX bytes: checked on the bytes, before
+    # any line is decoded, matched or quoted (an 8 MB line cost a minute and flooded the terminal).
+    start = 0
+    for lineno in range(1, lines + 1):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        if end - start > MAX_CHECKSUM_LINE:
+            raise PackageFormatError(
+                f"line {lineno} is {end - start:,} bytes, longer than the {MAX_CHECKSUM_LINE:,} a digest and a "
+                "path can take",
+                path=source,
+            )
+        start = end + 1
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -258,3 +258,11 @@ def test_fields_of_any_type_render(tmp_path: Path) -> None:
             "files": value,
         }
         assert "<html" in html_report.render(doc, tmp_path)
+
+
+def test_bidi_and_zero_width_characters_are_escaped_on_the_page(tmp_path: Path) -> None:
+    doc = {"command": "run-golden", "verdict": "PASS", "package": {"path": "P\u202ex\u2028y\u200bz\u2066w\x9b"}}
+    html = html_report.render(doc, tmp_path)
+    for raw in ("\u202e", "\u2028", "\u200b", "\u2066", "\x9b"):
+        assert raw not in html
+    assert "\\u202e" in html and "\\u2028" in html

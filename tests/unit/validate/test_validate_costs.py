@@ -378,3 +378,50 @@ def test_sigint_ends_each_long_case_within_a_second(tmp_path: Path, case: str) -
     assert proc.returncode == 130, (proc.returncode, err[-2000:])  # Typer maps the KeyboardInterrupt to 130
     assert "Traceback" not in err and "internal error" not in err, err[-2000:]
     assert seconds < SIGINT_S, f"{case}: {seconds:.2f} s from SIGINT to exit"
+
+
+def test_an_overlong_checksums_line_is_refused_before_it_is_parsed() -> None:
+    from calctl.errors import PackageFormatError
+    from calctl.signing.seal import MAX_CHECKSUM_LINE, parse_checksums
+
+    data = b"a" * 64 + b"  " + b"x/" * 4_000_000 + b"\n"
+    t0 = time.monotonic()
+    with pytest.raises(PackageFormatError) as err:
+        parse_checksums(data)
+    assert time.monotonic() - t0 < BOMB_SECONDS
+    message = str(err.value)
+    assert f"line 1 is {len(data) - 1:,} bytes, longer than the {MAX_CHECKSUM_LINE:,}" in message
+    assert len(message) < 300  # the line itself is never quoted
+
+
+def test_sigterm_ends_validate_with_130_and_removes_the_extracted_tree(tmp_path: Path) -> None:
+    """SIGTERM is an interrupt like SIGINT for every command: exit 130 after the clean-up (it was 143, and the
+    temporary extraction directory was left behind)."""
+    import io
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        info = tarfile.TarInfo("manifest.yaml")
+        info.size = 1
+        t.addfile(info, io.BytesIO(b"x"))
+    slow = tmp_path / "slow.tgz"
+    slow.write_bytes(gzip.compress(b"", mtime=0) * 400_000 + gzip.compress(buf.getvalue()))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(scratch)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "calctl", "validate", str(slow)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + HANG_S
+    while not list(scratch.glob("calctl-pkg-*")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the archive was read before the signal could be sent"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err
+    assert not list(scratch.glob("calctl-pkg-*"))
