@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from calctl.package.reader import load_manifest
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.serving.engine.supervisor import _log_package_notes
+from calctl.serving.engine.load_check import _log_package_notes
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB
 
