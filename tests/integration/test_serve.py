@@ -305,7 +305,11 @@ def test_ccu_fault_on_a_recovers_while_b_keeps_serving(tmp_path: Path) -> None:
         async with httpx.AsyncClient(timeout=30) as c:
 
             async def a_loop() -> None:
-                for _ in range(12):
+                # Until A was refused during its recovery and has served 8 (the recovery takes as long as the host
+                # makes it), within 80 tries.
+                for _ in range(80):
+                    if a_res[200] >= 8 and a_res[503] >= 1:
+                        break
                     r = await c.post(
                         f"{url}/v1/completions",
                         json={"model": "model-a", "prompt": a_prompt, "max_tokens": len(a_tokens), "temperature": 0},
