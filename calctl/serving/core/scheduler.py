@@ -373,6 +373,13 @@ class Scheduler:
             self.decode.discard(seq)  # it leaves the decode queue through Finishing, not straight to terminal
         return self.registry.stop(request_id, now)
 
+    def release_is_current(self, ev: LaneReleased) -> bool:
+        """Is the lane ``ev`` announced still Releasing for that request? A reset that retired the generation
+        between the announcement and its delivery made the lane Unknown (000 §9.2 rule 6): the runtime
+        sequence went with the reset and the lane waits for :meth:`recover`, so the release is void."""
+        view = self.kv.lane(ev.lane)
+        return view.state is KvState.RELEASING and view.owner == ev.request_id
+
     def confirm_kv_released(self, lane: LaneId) -> None:
         """The runtime freed the sequence of a lane announced by :class:`LaneReleased` (000 §9.2 rule 2)."""
         self.kv.confirm_released(lane)

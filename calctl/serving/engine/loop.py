@@ -576,6 +576,9 @@ class EngineCore:
     def _control(self, events: list[object], runtime_status: RuntimeStatus | None) -> None:
         for ev in events:
             if isinstance(ev, LaneReleased):
+                if not self._sched.release_is_current(ev):
+                    log.info("engine %s: lane %s release void: a reset retired it meanwhile", self.alias, ev.lane)
+                    continue
                 t0 = self._clock()
                 self._exec.free_lane(ev.lane)
                 self._sched.confirm_kv_released(ev.lane)

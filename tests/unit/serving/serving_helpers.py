@@ -123,7 +123,7 @@ class FakeDevice:
     def pump(self) -> list[Any]:
         evs, self._returned = [*self._returned, *self.sched.drain_events()], []
         for ev in evs:
-            if isinstance(ev, LaneReleased):
+            if isinstance(ev, LaneReleased) and self.sched.release_is_current(ev):  # as the engine loop does
                 self.sched.confirm_kv_released(ev.lane)
         self.events.extend(evs)
         return evs

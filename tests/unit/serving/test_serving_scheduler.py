@@ -150,6 +150,30 @@ def test_timeout_quarantines_lanes_and_drops_the_late_completion(clock: FakeCloc
     assert dev.jobs[-1].generation == 2
 
 
+def test_a_release_announced_before_a_reset_is_void_after_it(clock: FakeClock) -> None:
+    """000 §9.2 rules 2 and 6: a lane announced Releasing, then retired by a board reset before the release was
+    delivered, stays Unknown (its runtime sequence went with the reset) until recover(); the late release is void."""
+    dev = make_device(clock)
+    dev.add("r", max_tokens=1)
+    job = dev.sched.schedule(clock.now).jobs[0]
+    evs = dev.update(dev.outcome(job), clock.now)  # update returns the events; the engine delivers them later
+    evs = [*evs, *dev.sched.drain_events()]
+    released = [e for e in evs if isinstance(e, LaneReleased)]
+    assert len(released) == 1 and dev.sched.release_is_current(released[0])
+    dev.sched.retire_generation(clock.now, "board reset")  # the supervisor's reset arrives first
+    assert dev.sched.kv.state(job.kv_lane) is KvState.UNKNOWN
+    assert not dev.sched.release_is_current(released[0])
+    with pytest.raises(InvariantViolation):
+        dev.sched.confirm_kv_released(job.kv_lane)  # what the engine loop did before it asked
+    dev.sched.check_invariants()
+    dev.sched.recover(GenerationId(2), clock.now)
+    assert dev.sched.kv.free_lanes == 8
+    assert not dev.sched.release_is_current(released[0])  # nor once the lane is Free again
+    assert dev.add("after", max_tokens=2).verdict is Verdict.ADMIT
+    dev.run(3)
+    assert _terminals(dev.events)["after"].state is S.COMPLETED
+
+
 def test_clean_failure_rolls_back_instead_of_quarantining(clock: FakeClock) -> None:
     """001 §9.1: a job that failed cleanly rolls its KV back; the lane is released normally, not Unknown."""
     dev = make_device(clock)
