@@ -129,21 +129,23 @@ def host_overhead(host_s: float, device_s: float) -> float:
     return max(0.0, host_s - device_s)
 
 
-def both_busy_fraction(intervals: Iterable[Interval], window: tuple[float, float]) -> float | None:
-    """Fraction of ``window`` during which chip0 and chip1 both had a job running."""
+def joint_share_in(intervals: Iterable[Interval], window: tuple[float, float]) -> float | None:
+    """Share of the less busy chip's busy time inside ``window`` during which the other chip was busy too.
+
+    The device-clock S2 figure of :func:`joint_share`, for trace intervals clipped to a phase's window. It
+    does not fall when the host feeds the chips slowly (both chips idle more, the share of the busy time
+    they overlap stays); a global lock makes it 0 whatever the load. None: fewer than two chips busy."""
     lo, hi = window
-    if hi <= lo:
-        return None
     per_chip: dict[int, list[tuple[float, float]]] = {}
     for iv in intervals:
         s, e = max(iv.start, lo), min(iv.end, hi)
         if e > s:
             per_chip.setdefault(iv.chip, []).append((s, e))
     if len(per_chip) < 2:
-        return 0.0
-    chips = sorted(per_chip)[:2]
-    a, b = (_union(per_chip[c]) for c in chips)
-    return _intersection(a, b) / (hi - lo)
+        return 0.0 if per_chip else None
+    a, b = (_union(per_chip[c]) for c in sorted(per_chip)[:2])
+    busy = min(sum(e - s for s, e in a), sum(e - s for s, e in b))
+    return _intersection(a, b) / busy if busy > 0 else None
 
 
 def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:

@@ -1,16 +1,16 @@
 """Issue 4 acceptance: the mock board's chips really run in parallel (S2), jobs on one chip run one at
 a time, and a global runtime lock (serialize_chips) makes two chips take two jobs' time (S1).
 
-time_scale stretches a prefill of the golden prompt (~5 ms) to ~100 ms so scheduling noise does not
-matter; the ratios are generous on purpose (parallel < 1.5x a single job, serial > 1.7x). Overlap is
-also checked where it cannot be noisy: in the per-chip trace intervals (001 §13.2).
+time_scale stretches a prefill of the golden prompt (~5 ms) to ~100 ms of device time. Every assertion
+reads the device's own timeline (the jobs' start/end stamps, docs/runtime.md "Job timestamps"), never the
+host's clock: on a loaded host the threads that submit and simulate run late, the stamps do not move.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -44,8 +44,8 @@ def prefill(rt: Runtime, pkg: Package, alias: str, engine: Engine = Engine.AUTO)
     return result
 
 
-def together(rt: Runtime, pkg: Package, jobs: list[tuple[str, Engine]]) -> tuple[float, list[JobResult]]:
-    """Submit ``jobs`` from one thread each, at once; wall time until all finished."""
+def together(rt: Runtime, pkg: Package, jobs: list[tuple[str, Engine]]) -> list[JobResult]:
+    """Submit ``jobs`` from one thread each, at once; their results, earliest device start first."""
     results: list[JobResult | None] = [None] * len(jobs)
     barrier = threading.Barrier(len(jobs))
 
@@ -54,58 +54,64 @@ def together(rt: Runtime, pkg: Package, jobs: list[tuple[str, Engine]]) -> tuple
         results[i] = prefill(rt, pkg, *jobs[i])
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    wall = time.perf_counter() - t0
-    assert all(r is not None and r.ok for r in results)
-    return wall, [r for r in results if r is not None]
+    done = [r for r in results if r is not None]
+    assert len(done) == len(jobs) and all(r.ok and r.start_ns and r.end_ns for r in done), results
+    return sorted(done, key=lambda r: (r.start_ns or 0, r.job.id))
 
 
-def overlap_s(a: JobResult, b: JobResult) -> float:
-    assert a.start_ns and a.end_ns and b.start_ns and b.end_ns
-    return max(0, min(a.end_ns, b.end_ns) - max(a.start_ns, b.start_ns)) / 1e9
+def start(r: JobResult) -> int:
+    assert r.start_ns is not None
+    return r.start_ns
 
 
-def measure(serialize: bool, replica: Package) -> dict[str, float]:
+def end(r: JobResult) -> int:
+    assert r.end_ns is not None
+    return r.end_ns
+
+
+def measure(serialize: bool, replica: Package) -> dict[str, Any]:
+    """Pairs of jobs submitted together, with their device-timeline stamps (docs/runtime.md "Job timestamps").
+
+    Every figure is read off the device's clock, never the host's: a job's stamps are where the modelled
+    chip ran it, so a starved host thread moves when ``wait`` returns, not what these say."""
     with open_runtime("mock", time_scale=TIME_SCALE, serialize_chips=serialize) as rt:
         rt.configure(rt.create_calbin(replica))
         prefill(rt, replica, "model-a0")  # warm-up (first numpy calls)
-        t0 = time.perf_counter()
-        single = prefill(rt, replica, "model-a0")
-        t_single = time.perf_counter() - t0
-        out = {"single": t_single, "device_single": single.device_seconds or 0.0}
-        wall, (r0, r1) = together(rt, replica, [("model-a0", Engine.AUTO), ("model-a1", Engine.AUTO)])
-        out.update(two_chips=wall, two_chips_overlap=overlap_s(r0, r1))
+        out: dict[str, Any] = {"single": prefill(rt, replica, "model-a0")}
+        out["two_chips"] = together(rt, replica, [("model-a0", Engine.AUTO), ("model-a1", Engine.AUTO)])
         trace = {e.job: e for e in rt.trace()}
-        assert (trace[r0.job.id].chip, trace[r1.job.id].chip) == (0, 1)
+        assert sorted(trace[r.job.id].chip for r in out["two_chips"]) == [0, 1]
         if not serialize:
-            wall, (q0, q1) = together(rt, replica, [("model-a0", Engine.AUTO), ("model-a0", Engine.AUTO)])
-            out.update(one_chip=wall, one_chip_overlap=overlap_s(q0, q1))
-            wall, (p0, p1) = together(rt, replica, [("model-a0", Engine.PING), ("model-a0", Engine.PONG)])
-            out.update(ping_pong=wall, ping_pong_overlap=overlap_s(p0, p1))
+            out["one_chip"] = together(rt, replica, [("model-a0", Engine.AUTO), ("model-a0", Engine.AUTO)])
+            out["ping_pong"] = together(rt, replica, [("model-a0", Engine.PING), ("model-a0", Engine.PONG)])
         return out
 
 
-@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_two_chips_overlap_one_chip_serialises(replica: Package) -> None:
     m = measure(False, replica)
-    single = m["single"]
-    assert 0.08 < m["device_single"] < 0.5, m  # the timing model really took ~100 ms
-    assert m["two_chips"] < 1.5 * single, m  # S2: about one job's time
-    assert m["two_chips_overlap"] > 0.5 * m["device_single"], m  # and the trace shows the overlap
-    assert m["one_chip"] > 1.7 * single, m  # two jobs on one chip: about two
-    assert m["one_chip_overlap"] == 0, m
-    # ping + pong: two-deep on one chip (000 §14), in flight together; since issue 10 the mock never lets them
-    # compute together (docs/runtime.md "Phases"): with the default 30/40/30 split they take ~1.4 jobs' time,
-    # still clearly less than two auto jobs.
-    assert m["ping_pong"] < 1.8 * single, m
-    assert m["ping_pong_overlap"] > 0.5 * m["device_single"], m
+    single = m["single"].device_seconds
+    assert single is not None and 0.08 < single < 0.5, m  # the timing model really took ~100 ms of device time
+    # S2: a job on the other chip never waits for this one: each starts on the device when it was submitted.
+    for r in m["two_chips"]:
+        assert start(r) == r.job.submit_ns, m
+        assert r.device_seconds == pytest.approx(single, rel=0.05), m
+    # Two auto jobs on one chip run one after the other: the second starts when the first ended (or later,
+    # if it was submitted later), never before.
+    first, second = m["one_chip"]
+    assert start(second) == max(second.job.submit_ns, end(first)) and start(second) >= end(first), m
+    # ping + pong: two-deep on one chip (000 §14): the second bank does not wait for the first job to end
+    # (docs/runtime.md "Phases": they share the compute unit, not the bank).
+    first, second = m["ping_pong"]
+    if second.job.submit_ns < end(first):
+        assert start(second) == second.job.submit_ns < end(first), m
 
 
 def test_serialised_chips_take_two_jobs_time(replica: Package) -> None:
     m = measure(True, replica)
-    assert m["two_chips"] > 1.7 * m["single"], m  # S1: a global lock, no overlap
-    assert m["two_chips_overlap"] == 0, m
+    first, second = m["two_chips"]  # S1: a global lock, no overlap even on two chips
+    assert start(second) >= end(first), m
+    assert start(second) == max(second.job.submit_ns, end(first)), m

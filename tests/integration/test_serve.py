@@ -142,7 +142,6 @@ def test_reload_gives_503_to_new_requests_while_inflight_finish() -> None:
         assert after.status_code == 200
 
 
-@pytest.mark.exclusive  # judges wall-clock figures (tests/conftest.py)
 def test_a_flooded_b_keeps_succeeding(tmp_path: Path) -> None:
     """001 §9.2, §13.2: overload of A returns A's 429s and never blocks B (B success >= 99.9 %)."""
     cfg = dual_config(tmp_path, a_waiting=2)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from calctl.checks import host
 from calctl.checks.stats import Percentiles
 from calctl.errors import UsageError
 from calctl.runners.bench import gates as G
@@ -48,7 +49,7 @@ from calctl.runners.bench.metrics import (
 )
 from calctl.runners.bench.plot import BarGroup, plot_ab, plot_pairs
 from calctl.runners.bench.workload import LengthDist, PlannedRequest, build_workload, offered_tokens
-from calctl.runners.overlap import Interval, both_busy_fraction
+from calctl.runners.overlap import Interval, joint_share_in
 
 Log = Callable[[str], None]
 
@@ -99,9 +100,11 @@ def _phase(
 ) -> PhaseResult:
     n = sum(len(w) for w in workloads.values())
     log(f"  phase {label}: {n} request(s) over {opts.duration_s:g} s ({', '.join(workloads)})")
+    load0 = host.load_now()
     res = run_phase(
         target, workloads, label=label, duration_s=opts.duration_s, grace_s=opts.grace_s, seed=opts.seed, kinds=kinds
     )
+    res = dataclasses.replace(res, host_load=(load0, host.load_now()))
     ok = sum(1 for r in res.records if r.ok)
     log(f"    {ok}/{len(res.records)} succeeded in {res.t_end - res.t0:.1f} s")
     return res
@@ -201,7 +204,8 @@ def _comparison(
 
 
 def _trace_evidence(target: Target, phase: PhaseResult) -> G.TraceEvidence:
-    """Both-chips-busy share of the joint phase from the server's per-chip trace (same host: CLOCK_MONOTONIC)."""
+    """From the server's per-chip trace of the joint phase (same host: CLOCK_MONOTONIC): the share of the less
+    busy chip's busy time during which the other chip was busy too, on the device's clock."""
     lo, hi = int(phase.t0 * 1e9), int(phase.t_end * 1e9)
     body = device_trace(target, lo)
     if isinstance(body, str):
@@ -223,7 +227,7 @@ def _trace_evidence(target: Target, phase: PhaseResult) -> G.TraceEvidence:
             missing="the per-chip trace has no job inside the joint window (run the bench on the serving host: "
             "the window is read on CLOCK_MONOTONIC)",
         )
-    return G.TraceEvidence(both_busy_fraction(intervals, (lo / 1e9, hi / 1e9)), device, len(intervals))
+    return G.TraceEvidence(joint_share_in(intervals, (lo / 1e9, hi / 1e9)), device, len(intervals))
 
 
 def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
@@ -256,6 +260,9 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
             gates += G.degradation_gates(stats_iso[m], stats_joint[m], load)
     if opts.mode in (Mode.JOINT, Mode.ALL):
         gates.append(G.b_success_gate(stats_joint[models[0]], stats_joint[models[1]], load))
+    loads = [x for p in [*iso.values(), *([joint] if joint else [])] for x in p.host_load]
+    if host.saturated(loads):
+        gates = G.host_bound(gates, host.saturation_note(loads, "the phases"))
     verdict = G.verdict(gates)
     rows = [r for m in stats_iso for r in _stats_rows("isolated", [stats_iso[m]])] + _stats_rows(
         "joint", list(stats_joint.values())
@@ -316,6 +323,7 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
             ),
         },
         "comparison": cmp.document() if cmp else None,
+        "host_load": [round(x, 2) for x in loads],
         "overlap_ratio": cmp.overlap_ratio.as_dict() if cmp else None,
         "throughput_efficiency": cmp.throughput_efficiency.as_dict() if cmp else None,
         "per_chip_trace": (
@@ -400,6 +408,12 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
             log,
             kinds={a: f"{wa[0]}-heavy", b: f"{wb[0]}-heavy"},
         )
+        loads = [x for p in (iso[(a, wa[0])], iso[(b, wb[0])], joint) for x in p.host_load]
+        note = host.saturation_note(loads, f"pair {name}") if host.saturated(loads) else ""
+
+        def judged(gs: list[G.Gate], note: str = note) -> list[G.Gate]:
+            return G.host_bound(gs, note) if note else gs
+
         pair_gates: list[G.Gate] = []
         bars: list[BarGroup] = []
         docs = {}
@@ -408,7 +422,7 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
             sj = _summary(opts, m, joint, work[(m, w[0])])
             # 001 §9.4: the prefill side is watched through TTFT, the decode side through TPOT.
             metric = "ttft" if w[0] == "prefill" else "tpot"
-            g = [x for x in G.degradation_gates(si, sj, load) if x.name.startswith(f"p99_{metric}")]
+            g = judged([x for x in G.degradation_gates(si, sj, load) if x.name.startswith(f"p99_{metric}")])
             pair_gates += [dataclasses.replace(x, name=f"{name}: {x.name}") for x in g]
             iv, jv = (si.ttft.p99, sj.ttft.p99) if metric == "ttft" else (si.tpot.p99, sj.tpot.p99)
             bars.append(
@@ -426,7 +440,7 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
             rate_rows += _rate_rows(f"{name}, joint", [sj])
             docs[m] = {"work": f"{w[0]}-heavy", "watched": metric, "isolated": si.document(), "joint": sj.document()}
         cmp = _comparison(opts, iso[(a, wa[0])], iso[(b, wb[0])], joint, a, b)
-        eff = [x for x in G.concurrency_gates(cmp) if x.name == "throughput_efficiency"]
+        eff = judged([x for x in G.concurrency_gates(cmp) if x.name == "throughput_efficiency"])
         pair_gates += [dataclasses.replace(x, name=f"{name}: {x.name}") for x in eff]
         gates += pair_gates
         pair_bars.append((name, bars))

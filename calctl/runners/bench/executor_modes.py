@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from calctl.checks import host
 from calctl.checks.stats import Estimate, bootstrap, decide, percentiles
 from calctl.errors import UsageError
 from calctl.package.reader import load_manifest, package_root
@@ -305,7 +305,7 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                     return True
                 if done >= budget:
                     return False
-                if _saturated(host_load):
+                if host.saturated(host_load):
                     return False  # more rounds on a saturated host decide nothing
                 rep = _judge(opts, device, alias, rounds, [], auto_downgrades, host_load)
                 return "inconclusive" in (rep.m1.verdict, rep.m2.verdict)
@@ -328,7 +328,7 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                             auto_downgrades.extend({**d.as_dict(), "round": r} for d in new)
                         if measured:
                             rounds[mode].append(rnd)
-                            host_load.append(os.getloadavg()[0])
+                            host_load.append(host.load_now())
                     if measured:
                         done = r - opts.warmup_rounds + 1
                         log(
@@ -556,11 +556,8 @@ def _judge(
         _at_most("p99_e2e_regression", delta(ExecutorMode.PINGPONG, 99), M2_P99_LIMIT, "ping/pong P99 E2E vs sync"),
         *sanity(ExecutorMode.PINGPONG),
     ]
-    if _saturated(host_load):
-        why = (
-            f"host saturated: load average up to {max(host_load):.1f} on {os.cpu_count() or 1} CPUs during the "
-            "rounds; these figures are on the host's clock and describe the host, not the executor on the chip"
-        )
+    if host.saturated(host_load):
+        why = host.saturation_note(host_load, "the rounds")
         m1_checks[:2] = [_host_bound(c, why) for c in m1_checks[:2]]
         m2_checks[:2] = [_host_bound(c, why) for c in m2_checks[:2]]
     evidence = trace_evidence(events)
@@ -635,10 +632,6 @@ def _mode_summary(rounds: Sequence[_Round]) -> dict[str, Any]:
         "throughput_tokens_per_s": bootstrap(rates).as_dict(),
         "round_wall_s": [round(rnd.wall_s, 6) for rnd in rounds],
     }
-
-
-def _saturated(host_load: Sequence[float]) -> bool:
-    return bool(host_load) and max(host_load) > (os.cpu_count() or 1)
 
 
 def _host_bound(c: Check, why: str) -> Check:

@@ -100,6 +100,7 @@ class PhaseResult:
     duration_s: float
     t_end: float
     records: list[RequestRecord] = field(default_factory=list)
+    host_load: tuple[float, ...] = ()  # the 1-minute load average at its start and end (calctl.checks.host)
 
     def of(self, alias: str) -> list[RequestRecord]:
         return [r for r in self.records if r.alias == alias]

@@ -9,6 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
+from calctl.checks import host
 from calctl.errors import UsageError
 from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import BenchOptions, ScenarioResult
@@ -142,7 +143,9 @@ def test_wall_clock_alone_never_passes_the_concurrency_gates() -> None:
     assert "403" in G.trace_gate(refused).full
     took_turns = G.concurrency_gates(parallel, G.TraceEvidence(0.02, "mock", 40))
     assert G.verdict(took_turns) == "FAIL"
-    assert "2% of the joint window: the chips took turns" in G.failing(took_turns)[0].full
+    assert "2% of the less busy chip's busy time in the joint phase: the chips took turns" in (
+        G.failing(took_turns)[0].full
+    )
 
 
 def test_a_p99_gate_on_17_samples_is_not_judged_and_says_what_would_be_enough() -> None:
@@ -234,4 +237,23 @@ def test_executor_modes_host_clock_checks_on_a_saturated_host_are_inconclusive()
     assert slow.passed is False
     held = em._host_bound(slow, "host saturated: load average up to 26.5 on 2 CPUs")
     assert held.passed is None and "host saturated" in held.detail
-    assert em._saturated([0.5, 1.0]) is False and em._saturated([1.0, 999.0]) is True and em._saturated([]) is False
+    assert host.saturated([0.5, 1.0]) is False and host.saturated([1.0, 999.0]) is True and host.saturated([]) is False
+
+
+def test_bench_host_clock_gates_on_a_saturated_host_are_not_judged_and_the_trace_still_decides() -> None:
+    """Issue 26: on a saturated host the wall-clock gates say NOT JUDGED naming the load; the per-chip trace,
+    on the device's clock, still fails a board whose chips took turns and passes one whose chips overlap."""
+    d, w = 10.0, 1.0
+    a = window_rates(_steady("a", 50, d), t0=0.0, duration_s=d, window_s=w)
+    b = window_rates(_steady("b", 50, d), t0=0.0, duration_s=d, window_s=w)
+    serial = compare(a, b, a * 0.5, b * 0.5, window_s=w)  # what a starved host and a global lock both look like
+    note = host.saturation_note([3.0, 17.5], "the phases")
+    assert "load average up to 17.5" in note and "host's clock" in note
+    lock = G.host_bound(G.concurrency_gates(serial, G.TraceEvidence(0.0, "mock", 40)), note)
+    by = {g.name: g for g in lock}
+    assert by["per_chip_trace_overlap"].passed is False and G.verdict(lock) == "FAIL"
+    assert by["throughput_efficiency"].passed is None and by["throughput_efficiency"].note == note
+    healthy = G.host_bound(G.concurrency_gates(serial, G.TraceEvidence(0.8, "mock", 40)), note)
+    assert G.verdict(healthy) != "FAIL" and not G.failing(healthy)
+    named = G.Gate("A prefill + B decode: p99_tpot_degradation[model-b]", "x", 2.0, False)
+    assert G.host_bound([named], note)[0].passed is None  # interference pairs prefix their gate names

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from calctl.checks.stats import bootstrap, percentiles
-from calctl.runners.overlap import Interval, Round, both_busy_fraction, judge
+from calctl.runners.overlap import Interval, Round, joint_share_in, judge
 from calctl.runners.trace import TraceSlice, chrome_trace, plot_timeline
 
 
@@ -100,11 +100,18 @@ def test_device_seconds_leave_out_host_gaps_and_keep_device_waits() -> None:
     assert joint_share([JobSpan(0, 0, 0, 2)]) is None
 
 
-def test_both_busy_fraction() -> None:
+def test_joint_share_in_a_window_is_the_less_busy_chips_share() -> None:
     ivs = [Interval(0, 0.0, 1.0), Interval(1, 0.5, 1.5), Interval(1, 1.6, 2.0)]
-    assert both_busy_fraction(ivs, (0.0, 2.0)) == pytest.approx(0.25)
-    assert both_busy_fraction([Interval(0, 0, 1)], (0, 1)) == 0.0
-    assert both_busy_fraction([], (1, 1)) is None
+    # chip 0 busy 1.0 s, chip 1 busy 1.4 s, both 0.5 s: half of the less busy chip's time
+    assert joint_share_in(ivs, (0.0, 2.0)) == pytest.approx(0.5)
+    # the same overlap with the chips fed half as often (a slow host): the share does not fall
+    sparse = [*ivs, Interval(0, 10.0, 11.0), Interval(1, 10.5, 11.5)]
+    assert joint_share_in(sparse, (0.0, 20.0)) == pytest.approx(1.0 / 2.0)
+    # a global lock: the chips take turns, 0 whatever the load
+    assert joint_share_in([Interval(0, 0, 1), Interval(1, 1, 2), Interval(0, 2, 3)], (0, 3)) == 0.0
+    assert joint_share_in([Interval(0, 0, 1)], (0, 1)) == 0.0
+    assert joint_share_in([], (1, 1)) is None
+    assert joint_share_in(ivs, (0.0, 0.75)) == pytest.approx(0.25 / 0.25)  # clipped to the window
 
 
 def test_bootstrap_is_seeded_and_brackets_the_mean() -> None:
