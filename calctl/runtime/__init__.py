@@ -15,7 +15,7 @@ from typing import Any
 from calctl.runtime.buffers import BufferState, Direction, HostBuffer
 from calctl.runtime.calbin import Calbin
 from calctl.runtime.errors import RuntimeLayerError, RuntimeStatus
-from calctl.runtime.interface import KvManager, Runtime
+from calctl.runtime.interface import FaultInjecting, KvManager, Runtime
 from calctl.runtime.selection import BoardSelection, select_board
 from calctl.runtime.types import (
     ChipCounters,
@@ -89,6 +89,7 @@ __all__ = [
     "DeviceKind",
     "Direction",
     "Engine",
+    "FaultInjecting",
     "GenerationId",
     "Health",
     "HostBuffer",

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from calctl.package.model import Package
 from calctl.runtime.buffers import HostBuffer
@@ -49,6 +49,9 @@ from calctl.runtime.types import (
     TraceEvent,
     Versions,
 )
+
+if TYPE_CHECKING:  # the fault vocabulary is the simulated boards'; nothing is imported at run time
+    from calctl.runtime.mock.faults import FaultRule, InjectedFault
 
 
 @runtime_checkable
@@ -208,4 +211,25 @@ class Runtime(Protocol):
         """Recover a faulted or hung chip (``chip``) or the whole board. Jobs on the reset chips
         are aborted and their KV sequences emptied; a board reset also drops the configuration.
         NotSupported when the runtime lacks the scope; DeviceLost when the fault needs a wider one."""
+        ...
+
+
+@runtime_checkable
+class FaultInjecting(Protocol):
+    """What only a simulated board can do: take a fault rule at run time and say which faults fired.
+
+    Runners that inject faults (bench fault-isolation and batch, soak, isolation) check
+    ``isinstance(rt, FaultInjecting)`` and refuse, or report the faults as unknown, on a board without it;
+    they never reach for a backend's class or private attributes."""
+
+    def arm_fault(self, rule: FaultRule) -> int:
+        """Add a fault rule now; its ordinals count from this call. Returns its index."""
+        ...
+
+    def injected_faults(self) -> tuple[InjectedFault, ...]:
+        """Every fault that fired so far, in the order it fired."""
+        ...
+
+    def fault_rules(self) -> tuple[FaultRule, ...]:
+        """The rules of the board's own fault plan, as configured when it was opened."""
         ...

@@ -51,6 +51,7 @@ from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
 from calctl.runners.bench.plot import _device_label, _pyplot, _save
 from calctl.runners.device import DeviceSpec
 from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, TokenTap, drive_engine_request
+from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.mock.faults import FaultRule
 from calctl.serving.config import BatchConfig, default_scheduler_config
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
@@ -207,10 +208,8 @@ def _serve(
         try:
             sup.start(opts.package)
             if opts.inject is not None and batch > 1:  # after golden + warm-up: the fault hits served lanes
-                from calctl.runtime.mock.board import MockRuntime
-
-                if not isinstance(rt, MockRuntime):
-                    raise UsageError("batch: a fault can be injected only on the mock board")
+                if not isinstance(rt, FaultInjecting):
+                    raise UsageError("batch: a fault can be injected only on a board that injects faults (the mock)")
                 rt.arm_fault(opts.inject)
             engine = ServingEngine(sup)
             fill0 = _metric(sup, "calctl_batch_fill_ratio_sum", alias)

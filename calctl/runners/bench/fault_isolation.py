@@ -81,6 +81,7 @@ from calctl.runners.bench.gates import MIN_SAMPLES
 from calctl.runners.bench.plot import plot_timeline
 from calctl.runners.device import DeviceSpec
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, drive_engine_request
+from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import ResetScope
 from calctl.serving.config import default_scheduler_config
@@ -296,7 +297,7 @@ class _Run:
     def board_scope(self, kind: FaultKind) -> ResetScope:
         """How far a ``kind`` fault reaches on this board: the reset scope the board's own fault plan
         (``--fault-plan``) declares for that kind, else chip (what the mock grants by default)."""
-        for rule in self.rt.config.fault_plan.rules:
+        for rule in self.rt.fault_rules():
             if rule.kind is kind:
                 return rule.reset_scope
         return ResetScope.CHIP
@@ -360,10 +361,8 @@ class _Run:
         self.b_lock = threading.Lock()
         self.b_inflight = 0
         with device.open() as rt:
-            from calctl.runtime.mock.board import MockRuntime
-
-            if not isinstance(rt, MockRuntime):
-                raise UsageError("--scenario fault-isolation needs the mock board")
+            if not isinstance(rt, FaultInjecting):
+                raise UsageError("--scenario fault-isolation needs a board that injects faults (the mock)")
             self.rt = rt
             from calctl.package.reader import load_manifest, package_root
 

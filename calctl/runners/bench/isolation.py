@@ -102,6 +102,7 @@ from calctl.runners.device import DeviceSpec
 from calctl.runners.trace import busy_overlap, trace_slices, write_chrome_trace
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TokenTap, drive_engine_request
 from calctl.runtime.errors import RuntimeLayerError
+from calctl.runtime.interface import FaultInjecting
 from calctl.serving.config import default_scheduler_config
 from calctl.serving.core.kv import KvState
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
@@ -812,11 +813,10 @@ class _Run:
         self.mem_after = _memory(rt)
         with contextlib.suppress(RuntimeLayerError):
             self.events = rt.trace(since_ns=since)
-        injected = getattr(rt, "injected_faults", None)  # the mock says which faults of the plan fired
-        if callable(injected):
+        if isinstance(rt, FaultInjecting):  # the mock says which faults of the plan fired
             self.faults_fired = [
                 {"kind": f.kind.value, "graph": f.graph, "model": f.model, "chips": list(f.chips), "job": f.job}
-                for f in injected()
+                for f in rt.injected_faults()
             ]
         self.judged = [
             Judged(

@@ -627,6 +627,10 @@ class MockRuntime(JobBuffersMixin):
         with self._cv:
             return self._faults.log
 
+    def fault_rules(self) -> tuple[FaultRule, ...]:
+        """The rules of the board's own fault plan (``--fault-plan``), as configured at open."""
+        return tuple(self.config.fault_plan.rules)
+
     def arm_fault(self, rule: FaultRule) -> int:
         """Add a fault rule now; its ``job``/``unload`` ordinals count from this call. Returns its index."""
         with self._cv:

@@ -570,10 +570,17 @@ class EngineCore:
                 return
             for evs, status, gen in batches:
                 if evs:
-                    self._control(self._out.process(evs, self._clock(), gen), status)
+                    # 001 §11.1: the alias leaves Ready before any client hears of the fault that needs a
+                    # recovery, so nothing that waits for "Ready again" can read the old Ready in between.
+                    for ev in evs:
+                        if isinstance(ev, RecoveryNeeded):
+                            self._recovery_needed(ev, status)
+                    self._control(self._out.process(evs, self._clock(), gen))
             batches = []
 
-    def _control(self, events: list[object], runtime_status: RuntimeStatus | None) -> None:
+    def _control(self, events: list[object]) -> None:
+        """The events the output processor handed back that act on the device: lanes to free. (A recovery
+        was started before the events were delivered: :meth:`_deliver`.)"""
         for ev in events:
             if isinstance(ev, LaneReleased):
                 if not self._sched.release_is_current(ev):
@@ -583,8 +590,6 @@ class EngineCore:
                 self._exec.free_lane(ev.lane)
                 self._sched.confirm_kv_released(ev.lane)
                 self._m_kv_free.observe(self._clock() - t0)
-            elif isinstance(ev, RecoveryNeeded):
-                self._recovery_needed(ev, runtime_status)
 
     def _recovery_needed(self, ev: RecoveryNeeded, runtime_status: RuntimeStatus | None) -> None:
         self._modes.apply(self._monitor.recovery_needed(f"{ev.status.value}: {ev.detail}"))

@@ -53,6 +53,7 @@ from calctl.package.reader import load_manifest
 from calctl.runtime.errors import DeviceLost, NotConfigured, NotSupported, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import GenerationId as RtGenerationId
+from calctl.runtime.types import Health
 from calctl.serving.config import (
     DualModelConfig,
     SchedulerConfig,
@@ -308,11 +309,18 @@ class DeviceSupervisor:
         """Free every sequence and the configuration; a job still in flight forces a board reset first."""
         t0 = time.monotonic()
         stuck = any(w.inflight() or w.quarantined() for w in self.workers.values())
+        halted = self._halted_chips()
         for w in self.workers.values():
             w.retire(reason)
         if stuck:
             # 000 §12: never free a buffer a job still holds -> Recovering, reset per contract.
             self._set_all(ModelState.RECOVERING, detail="drain deadline reached with jobs in flight")
+            self._reset("board", None)
+        elif halted:
+            # A fault whose recovery has not run yet: the unload takes everything down anyway, so the board
+            # reset that recovery would do comes first (a configure on a halted chip is refused).
+            log.warning("%s on a halted board (%s): resetting the board first", reason, "; ".join(halted))
+            self._set_all(ModelState.RECOVERING, detail=f"{reason}: the board is halted, reset first")
             self._reset("board", None)
         for w in self.workers.values():
             w.forget_device_state()
@@ -326,6 +334,19 @@ class DeviceSupervisor:
             self._reset("board", None)
         for alias in self.workers:
             self.metrics.lifecycle.labels(alias, "unload").observe(time.monotonic() - t0)
+
+    def _halted_chips(self) -> list[str]:
+        """The chips the runtime reports faulted or hung, with why; a runtime that cannot say is not halted."""
+        try:
+            health = self.rt.health()
+        except RuntimeLayerError as exc:
+            log.warning("chip health not readable (%s)", exc)
+            return []
+        return [
+            f"chip {h.chip} {h.health.value}" + (f": {h.detail}" if h.detail else "")
+            for h in health
+            if h.health in (Health.FAULTED, Health.HUNG)
+        ]
 
     def unload(self, alias: str | None = None) -> dict[str, Any]:
         """Unload the package (a combined package unloads as a whole, 001 §11.2)."""
