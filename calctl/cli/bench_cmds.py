@@ -287,7 +287,11 @@ def _render_bench(result: Any, doc: dict[str, Any]) -> None:
         out.print(f"  - {escape(note)}")
     if doc.get("note"):
         out.print(f"[yellow]{escape(doc['note'])}[/]")
-    out.print(f"report: {escape(doc['files']['report'])}; plot: {escape(str(doc['files']['plot']))}")
+    plot = doc["files"]["plot"]
+    out.print(
+        f"report: {escape(doc['files']['report'])}; plot: "
+        + (escape(str(plot)) if plot else "none (no phase finished before the run ended)")
+    )
     out.print(
         f"verdict {_output.styled_verdict(result.verdict)}"
         + (f": failing {escape(', '.join(doc['failing_gates']))}" if doc["failing_gates"] else "")
