@@ -224,6 +224,7 @@ def run_phase(
     loop: asyncio.AbstractEventLoop | None = None
     try:
         loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)  # as asyncio.run does
         task = loop.create_task(_phase(target, workloads, label, duration_s, grace_s, seed, kinds or {}))
         if can_hold:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -246,6 +247,7 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
             loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
+        asyncio.set_event_loop(None)
         loop.close()
 
 
