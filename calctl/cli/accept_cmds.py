@@ -55,6 +55,14 @@ ReplicaOpt = Annotated[
         "second model. Not needed when PKG is a replica package.",
     ),
 ]
+PreviousOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--previous",
+        help="The version PKG replaces (same models): G5/M4's rollback serves it, rolls forward to PKG and back "
+        "in one call under traffic. Without it the rollback is NOT MEASURED.",
+    ),
+]
 OnlyOpt = Annotated[
     str | None,
     typer.Option("--only", help="Measure only these rows, e.g. G3,G4 (the others are NOT MEASURED, not asked for)."),
@@ -75,6 +83,7 @@ def _parse_only(only: str | None) -> frozenset[str] | None:
 def accept(
     pkg: PackageArg = None,
     replica: ReplicaOpt = None,
+    previous: PreviousOpt = None,
     level: LevelOpt = accept_lib.Level.QUICK,
     only: OnlyOpt = None,
     device: DeviceOpt = DeviceKind.mock,
@@ -99,9 +108,10 @@ def accept(
     Gates from 001 §17, milestones from 000 §19 (docs/accept.md).
 
     Runs budget, load peak, golden, the combined PoC, the isolation, fault-isolation, executor-modes and batch
-    scenarios, a soak and a rollback, keeping every trace, record and picture in the report directory, and
-    judges each row from them. Nothing is GO without its evidence file there; a duration or count not reached
-    (24 h, 100 cycles) is NOT MEASURED with what was reached.
+    scenarios, a soak and (with --previous) a roll forward from that version to PKG and back under traffic,
+    keeping every trace, record and picture in the report directory, and judges each row from them. Nothing
+    is GO without its evidence file there; a duration or count not reached (24 h, 100 cycles) is NOT MEASURED
+    with what was reached.
 
     With no PKG: the bundled combined sample (and the bundled replica for G2) on the mock device.
     Exit 0 no row NO-GO (NOT MEASURED rows allowed, named in the summary), 1 a row NO-GO or a refused
@@ -113,6 +123,8 @@ def accept(
         raise UsageError(f"PKG {path}: no such package directory or archive")
     if replica is not None and not replica.exists():
         raise UsageError(f"--replica {replica}: no such package directory or archive")
+    if previous is not None and not previous.exists():
+        raise UsageError(f"--previous {previous}: no such package directory or archive")
     if replica is None and bundled:
         from calctl.compiler.bundled import bundled_package
 
@@ -127,10 +139,12 @@ def accept(
         replica=replica,
         only=_parse_only(only),
         seed=seed or 0,
+        previous=previous,
     )
     _output.info(
         f"calctl accept ({level.value}) of {escape(str(path))}"
         + (f" (replica {escape(str(replica))})" if replica else "")
+        + (f" (previous version {escape(str(previous))})" if previous else "")
         + f" on the {spec.kind.value} device -> {escape(str(out_dir))}"
     )
 

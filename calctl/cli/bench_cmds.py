@@ -152,6 +152,8 @@ def bench(
     Exit 0 gates pass (or only measured, or G2 GO), 1 a gate failed (named), fault isolation F0 or G2 NO-GO, 2 usage
     (also: server unreachable), 3 device error.
     """
+    import dataclasses
+
     from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult
     from calctl.runners.bench.metrics import Slo
     from calctl.runners.bench.report import REPORT_FILE, bench_report
@@ -236,16 +238,24 @@ def bench(
         interrupt = interrupt_behind(exc)
         if interrupt is None:
             raise
-        notes = [f"{interrupt_reason(interrupt)} before the scenario finished: nothing was judged"]
+        partial = getattr(interrupt, "partial", None)  # a ScenarioInterrupted: the phases it had finished
+        notes = (
+            list(partial.notes)
+            if isinstance(partial, ScenarioResult)
+            else [f"{interrupt_reason(interrupt)} before the scenario finished: nothing was judged"]
+        )
         if interrupt is not exc:
             notes.append(f"while stopping: {type(exc).__name__}: {exc}")
-        result = ScenarioResult(
-            scenario,
-            "INTERRUPTED",
-            int(ExitCode.INTERRUPTED),
-            notes=tuple(notes),
-            mock_result={"mock": True, "calrt": False}.get(opts.target_device),
-        )
+        if isinstance(partial, ScenarioResult):
+            result = dataclasses.replace(partial, notes=tuple(notes))
+        else:
+            result = ScenarioResult(
+                scenario,
+                "INTERRUPTED",
+                int(ExitCode.INTERRUPTED),
+                notes=tuple(notes),
+                mock_result={"mock": True, "calrt": False}.get(opts.target_device),
+            )
     bench = bench_report(opts, result, scenario, started, time.perf_counter() - t0)
     doc = bench.document()
     write_json(out_dir / REPORT_FILE, doc)
@@ -277,7 +287,11 @@ def _render_bench(result: Any, doc: dict[str, Any]) -> None:
         out.print(f"  - {escape(note)}")
     if doc.get("note"):
         out.print(f"[yellow]{escape(doc['note'])}[/]")
-    out.print(f"report: {escape(doc['files']['report'])}; plot: {escape(str(doc['files']['plot']))}")
+    plot = doc["files"]["plot"]
+    out.print(
+        f"report: {escape(doc['files']['report'])}; plot: "
+        + (escape(str(plot)) if plot else "none (no phase finished before the run ended)")
+    )
     out.print(
         f"verdict {_output.styled_verdict(result.verdict)}"
         + (f": failing {escape(', '.join(doc['failing_gates']))}" if doc["failing_gates"] else "")

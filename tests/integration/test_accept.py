@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, assert_no_traceback
 from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 from tests.waiting import wait_until
 
@@ -72,8 +72,20 @@ BOARD_WIDE_CCU = (
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path, str]:
-    return _quick(tmp_path_factory.mktemp("accept-quick") / "report", ",".join(OTHER_ROWS))
+def previous(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second signed version of the combined fixture (same models, other weights: seed 1), built now with the
+    test-only key, as `calctl sample-package --kind combined --seed 1` would: the version PKG replaces."""
+    from calctl.compiler.sample import build_sample
+    from calctl.signing.keys import load_private
+
+    return build_sample(
+        tmp_path_factory.mktemp("previous") / "combined-v0", kind="combined", key=load_private(TEST_KEY), seed=1
+    )
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory, previous: Path) -> tuple[int, dict[str, Any], Path, str]:
+    return _quick(tmp_path_factory.mktemp("accept-quick") / "report", ",".join(OTHER_ROWS), "--previous", previous)
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +205,9 @@ def test_quick_level_files_json_junit_and_picture(quick) -> None:  # type: ignor
     assert (out / "accept.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for name in ("soak/soak-report.json", "soak/events.ndjson", "run-golden.png", "rollback.json"):
         assert (out / name).is_file(), name
+    rb = json.loads((out / "rollback.json").read_text())
+    assert rb["ok"] is True and rb["problems"] == [], rb["problems"]
+    assert rb["digests"]["previous"] != rb["digests"]["package"]  # a version change, not PKG reloaded onto itself
     suite = ET.parse(out / "accept.junit.xml").getroot().find("testsuite")
     assert suite is not None
     cases = suite.findall("testcase")
@@ -201,6 +216,72 @@ def test_quick_level_files_json_junit_and_picture(quick) -> None:  # type: ignor
     assert len(skipped) == doc["counts"]["NOT MEASURED"] and suite.get("failures") == "0"
     for c in skipped:
         assert (c.find("skipped").get("message") or "").startswith("NOT MEASURED: ")  # type: ignore[union-attr]
+
+
+def test_with_previous_the_rollback_rolls_forward_and_back_under_traffic(quick, previous: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29 item 7, with ``--previous``: the old version serves, PKG is rolled forward onto it and one call
+    takes it back, all while clients stream to both models (001 §17 G5, 000 §19 M4)."""
+    _, doc, out, _ = quick
+    rb = json.loads((out / "rollback.json").read_text())
+    assert rb["previous"] == str(previous) and rb["package"] == str(COMBINED)
+    assert [a["action"] for a in rb["actions"]] == ["start", "reload", "rollback"]
+    assert all(a["ok"] for a in rb["actions"]) and rb["actions"][-1]["package"] == str(previous)
+    stages = {s["stage"]: s for s in rb["stages"]}
+    assert list(stages) == ["serving-previous", "roll-forward", "serving-package", "rollback", "rolled-back"]
+    want = [rb["digests"][k] for k in ("previous", "package", "previous")]
+    assert [stages[n]["serving_digest"] for n in ("serving-previous", "serving-package", "rolled-back")] == want
+    for alias in ("model-a", "model-b"):
+        gens = [stages[n]["generations"][alias] for n in ("serving-previous", "serving-package", "rolled-back")]
+        assert gens[0] < gens[1] < gens[2], gens
+        for name, st in stages.items():  # under traffic: every stage served, nothing failed but 503s
+            assert set(st["requests"][alias]) <= {"ok", "unavailable"}, (name, st["requests"])
+            if not name.startswith(("roll-forward", "rollback")):
+                assert st["requests"][alias].get("ok", 0) > 0, (name, st["requests"])
+        assert stages["rolled-back"]["probe"][alias] == stages["serving-previous"]["probe"][alias]
+    assert rb["probe_changed_with_version"] == {"model-a": True, "model-b": True}  # other weights, other tokens
+    rows = _rows(doc)
+    for rid in ("G5", "M4"):
+        assert rows[rid]["key_figure"].endswith("rollback ok"), rows[rid]
+        assert "rollback.report" in rows[rid]["files"] and "no --previous" not in rows[rid]["reason"]
+        assert any(
+            e.startswith("rollback: combined-v0 -> combined -> rollback to combined-v0") for e in rows[rid]["evidence"]
+        )
+
+
+def test_without_previous_the_rollback_rows_say_not_measured_and_how(tmp_path: Path) -> None:
+    """Issue 29 item 7, without ``--previous``: no rollback is run (PKG reloaded onto itself is no version
+    change) and M4 says its rollback part is NOT MEASURED, and how to measure it."""
+    out = tmp_path / "r"
+    code, stdout, _ = _run("accept", COMBINED, *TRUST, "--only", "M4", "--report", out, "--format", "table")
+    assert code == 0, stdout[-3000:]
+    doc = json.loads((out / "report.json").read_text())
+    steps = {s["name"]: s for s in doc["steps"]}
+    assert steps["rollback"]["status"] == "SKIPPED" and "no --previous" in steps["rollback"]["reason"]
+    assert not (out / "rollback.json").exists()
+    m4 = _rows(doc)["M4"]
+    assert m4["verdict"] == "NOT MEASURED" and m4["key_figure"].endswith("rollback not measured"), m4
+    assert "rollback not run: no --previous package given" in m4["reason"] and "3/100" in m4["reason"]
+    assert m4["how_to_measure"].startswith("`calctl accept PKG --level long --previous OLD_PKG`")
+    assert "rollback.report" not in m4["files"]
+    flat = " ".join(stdout.split())
+    assert "M4 NOT MEASURED:" in flat and "no --previous package given" in flat and "--previous OLD_PKG" in flat
+
+
+def test_previous_naming_pkg_itself_is_no_version_change(tmp_path: Path) -> None:
+    from calctl.runners.acceptance.rollback import RollbackRun, SamePackage
+    from calctl.runners.device import DeviceSpec
+    from calctl.signing.policy import make_policy
+
+    run = RollbackRun(
+        package=COMBINED,
+        previous=COMBINED,
+        device=DeviceSpec(),
+        trust=make_policy([TEST_PUB]),
+        traffic_s=0.1,
+        stage_timeout_s=5.0,
+    )
+    with pytest.raises(SamePackage, match="same package as PKG"):
+        run.run()
 
 
 def test_serialize_chips_makes_g3_no_go_with_the_reports_action(tmp_path: Path) -> None:
@@ -296,6 +377,8 @@ def test_missing_package_and_bad_fault_plan_are_usage_errors(cli, tmp_path: Path
     assert r.code == 2 and "nope" in r.err, r.err
     r = cli("accept", COMBINED, *TRUST, "--replica", tmp_path / "gone", "--report", tmp_path / "r")
     assert r.code == 2 and "--replica" in r.err and "gone" in r.err, r.err
+    r = cli("accept", COMBINED, *TRUST, "--previous", tmp_path / "old", "--report", tmp_path / "r")
+    assert r.code == 2 and "--previous" in r.err and "old" in r.err, r.err
     plan = tmp_path / "plan.yaml"
     plan.write_text("schema: calctl-fault-plan/v1\nfaults:\n  - kind: ccu_exception\n")
     r = cli("accept", COMBINED, *TRUST, "--fault-plan", plan, "--report", tmp_path / "r2")
@@ -341,6 +424,7 @@ def test_quick_level_through_the_reference_board(tmp_path: Path, reference_board
         assert all((out / p).is_file() for p in rows[rid]["files"].values()), rows[rid]
     assert rows["G4"]["verdict"] == "NOT MEASURED" and "mock" in rows["G4"]["reason"], rows["G4"]
     assert rows["G5"]["verdict"] == "NOT MEASURED" and "/100 cycles" in rows["G5"]["reason"]
+    assert "no --previous package given" in rows["G5"]["reason"]  # run without one: the rollback is not measured
     g3 = json.loads((out / "poc.json").read_text())
     assert g3["device"] == "calrt" and g3["runtime"]["firmware"] == "reference (software model, no hardware)"
     # M1/M2 from the executor-modes scenario at the quick level's 3 rounds, through the C ABI.

@@ -272,11 +272,11 @@ def test_sigterm_ends_a_bench_interrupted_with_its_report(tmp_path: Path) -> Non
     )
     try:
         assert proc.stderr is not None
-        for line in proc.stderr:  # wait until the scenario runs its first phase
-            if "phase baseline" in line:
+        for line in proc.stderr:  # wait until the scenario has finished its first phase
+            if "phase invalid-tensor" in line:
                 break
         else:
-            pytest.fail(f"the bench ended before its first phase ({proc.wait(30)})")
+            pytest.fail(f"the bench ended before its second phase ({proc.wait(30)})")
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
@@ -288,3 +288,69 @@ def test_sigterm_ends_a_bench_interrupted_with_its_report(tmp_path: Path) -> Non
     assert doc["verdict"] == "INTERRUPTED" and doc["exit_code"] == 130 and doc["mock_result"] is True
     assert any("interrupted (SIGTERM)" in n for n in doc["notes"])
     assert "verdict INTERRUPTED" in stdout
+    # Issue 29 item 12: the phase finished before the signal stays in the report, and the picture is drawn.
+    assert doc["phases"][0]["phase"] == "baseline" and doc["phases"][0]["b_requests"] > 0
+    assert doc["grade"] == "INTERRUPTED" and "finished phase(s) reported: baseline" in doc["grade_reason"]
+    assert (out / "bench.png").read_bytes()[:8] == PNG_MAGIC and "plot: None" not in stdout
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_ab_keeps_its_finished_isolated_phase_and_its_picture(
+    parallel_server: str, tmp_path: Path, sig: str
+) -> None:
+    """Issue 29 item 12: a signal during the ``ab`` scenario's second phase ends it INTERRUPTED (exit 130) with
+    the isolated phase it had finished in bench-report.json (its requests and latencies) and bench.png written;
+    nothing is judged (docs/cli.md, Signals)."""
+    import signal
+
+    out = tmp_path / "b"
+    args = [a for a in LOAD if a not in ("--format", "json")]
+    args[args.index("--duration") + 1] = "2"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "calctl",
+            "bench",
+            "--url",
+            parallel_server,
+            "--mode",
+            "all",
+            *args,
+            "--report",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # A's isolated phase is over once B's starts
+            seen.append(line)
+            if "phase model-b isolated" in line:
+                break
+        else:
+            pytest.fail(f"the bench ended before its second phase ({proc.wait(30)}): {''.join(seen)[-2000:]}")
+        proc.send_signal(getattr(signal, sig))
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stdout + stderr, stderr[-3000:]
+    doc = json.loads((out / "bench-report.json").read_text())
+    assert doc["verdict"] == "INTERRUPTED" and doc["exit_code"] == 130 and doc["gates"] == []
+    a_iso = doc["phases"]["model-a isolated"]["stats"]
+    assert a_iso["requests"] > 0 and a_iso["succeeded"] > 0, a_iso
+    assert "joint" not in doc["phases"] and doc["interrupted_in"] == "model-b isolated"
+    assert doc["phases_finished"] == ["model-a isolated"]
+    assert any(f"interrupted ({sig}" in n and "finished phase(s) reported: model-a isolated" in n for n in doc["notes"])
+    assert doc["files"]["plot"] == str(out / "bench.png")
+    assert (out / "bench.png").read_bytes()[:8] == PNG_MAGIC
+    assert "plot: None" not in stdout and "verdict INTERRUPTED" in stdout
+    assert "model-a" in stdout  # the finished phase's table is printed

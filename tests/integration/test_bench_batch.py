@@ -8,6 +8,7 @@ be caught and named (request and profile), never averaged away.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,39 @@ def test_package_without_batched_profiles_is_a_usage_error(cli, tmp_path: Path) 
     assert "B4, B8, B16" in r.err and "--profiles 1,4,8,16" in r.err, r.err
     r = cli("bench", "--scenario", "batch", "--url", "http://127.0.0.1:1", "--report", tmp_path / "v")
     assert r.code == 2 and "--url does not apply" in r.err, r.err
+
+
+def test_an_interrupted_batch_keeps_its_finished_profiles_and_picture(tmp_path: Path) -> None:
+    """Issue 29 item 12: SIGINT once B1 is served ends the scenario INTERRUPTED (exit 130) with the B1 profile
+    in bench-report.json and bench.png drawn from it; nothing is judged."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "rep"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    cmd = [sys.executable, "-m", "calctl", "bench", "--scenario", "batch", "--time-scale", "1", "--report", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the B1 reference is served once its line is logged
+            if line.strip().startswith("B1:"):
+                break
+        else:
+            pytest.fail(f"the bench ended before its B1 profile was served ({proc.wait(30)})")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stdout + stderr, stderr[-3000:]
+    doc = json.loads((out / "bench-report.json").read_text())
+    assert doc["verdict"] == "INTERRUPTED" and doc["exit_code"] == 130 and doc["gates"] == []
+    assert "profiles" in doc, (doc["notes"], stderr[-3000:])
+    assert doc["profiles"][0]["profile"] == "B1" and doc["profiles"][0]["requests"] == 64, doc["profiles"]
+    assert doc["phases_finished"][0] == "B1" and doc["interrupted_in"] != "B1"
+    assert any("interrupted (SIGINT" in n and "finished phase(s) reported: B1" in n for n in doc["notes"])
+    assert (out / "bench.png").read_bytes()[:8] == PNG_MAGIC and "plot: None" not in stdout

@@ -184,12 +184,12 @@ G4 = RowSpec(
 G5 = RowSpec(
     "G5",
     "production",
-    "24 h mixed soak, 100 lifecycle cycles and the rollback to the previous generation all pass "
+    "24 h mixed soak, 100 lifecycle cycles and the rollback to the previous version (under traffic) all pass "
     "(001 §17 G5, §12 Phase 5, §13.3)",
     "001 §17, §13.3",
     "keep the single-model or the two-board plan (001 §17: 保留单模型或两板方案)",
     ("soak", "rollback"),
-    "`calctl soak PKG --hours 24` and the admin rollback (docs/serve.md)",
+    "`calctl soak PKG --hours 24`; `calctl accept PKG --previous OLD_PKG` for the rollback",
 )
 M0 = RowSpec(
     "M0",
@@ -235,7 +235,7 @@ M4 = RowSpec(
     "000 §19 M4",
     "no multi-model lifecycle in production: keep the resident set fixed, no hot load/unload or switching (000 §19 M4)",
     ("soak", "rollback"),
-    "`calctl soak PKG --cycles 100` and `--hours 8`, the admin rollback",
+    "`calctl soak PKG --cycles 100` and `--hours 8`; `calctl accept PKG --previous OLD_PKG` for the rollback",
 )
 
 ROWS: tuple[RowSpec, ...] = (G0, G1, G2, G3, G4, G5, M0, M1, M2, M3, M4)
@@ -606,8 +606,10 @@ def _rollback_failure(rb: StepEvidence | None) -> str | None:
 
 def _judge_soak_rows(spec: RowSpec, steps: Steps, hours_needed: float, what: str, key: str) -> RowResult:
     """G5 and M4 read the soak and the rollback alike: NO-GO on a failure of either (whatever was reached),
-    NOT MEASURED while either is missing or the cycles / hours are short of the row's, else GO. ``what``
-    follows the hours in the reason (``""``, ``" of switching"``); ``key`` is formatted with ``cycles``, ``hours``."""
+    NOT MEASURED while the soak is missing, its cycles / hours are short of the row's or the rollback to the
+    previous version was not exercised (no ``--previous``: each said, with how to measure it), else GO.
+    ``what`` follows the hours in the reason (``""``, ``" of switching"``); ``key`` is formatted with
+    ``cycles``, ``hours`` and ``rollback``."""
     soak, rb = steps.get("soak"), steps.get("rollback")
     fails = [f for f in (_soak_failure(soak.document) if soak and soak.ran else None, _rollback_failure(rb)) if f]
     if fails:
@@ -619,28 +621,36 @@ def _judge_soak_rows(spec: RowSpec, steps: Steps, hours_needed: float, what: str
             files=_files(soak, rb),
             reason="; ".join(fails),
         )
-    miss = _missing(spec, steps, "soak", "rollback")
+    miss = _missing(spec, steps, "soak")
     if miss:
         return miss
-    assert soak is not None and rb is not None
+    assert soak is not None
+    rb_miss = _missing(spec, steps, "rollback")
     cycles, hours, _ = _soak_reached(soak.document)
-    evidence = (*_soak_evidence(soak.document), f"rollback: {rb.summary}")
-    key = key.format(cycles=cycles, hours=hours)
-    files = _files(soak, rb)
-    if cycles < LIFECYCLE_CYCLES or hours < hours_needed:
-        return not_measured(
-            spec,
-            f"soak ran {cycles}/{LIFECYCLE_CYCLES} cycles, {hours:.2f} h/{hours_needed:g} h{what} (no failure so far)",
-            ACCEPT_LONG,
-            key=key,
-            evidence=evidence,
-            files=files,
-        )
+    rb_said = f"rollback: {rb.summary}" if rb is not None and rb.ran else f"NOT MEASURED: {rb_miss and rb_miss.reason}"
+    evidence = (*_soak_evidence(soak.document), rb_said)
+    key = key.format(cycles=cycles, hours=hours, rollback="rollback not measured" if rb_miss else "rollback ok")
+    files = _files(soak, rb) if rb is not None and rb.ran else _files(soak)
+    short = cycles < LIFECYCLE_CYCLES or hours < hours_needed
+    if short or rb_miss:
+        reasons = []
+        if short:
+            reasons.append(
+                f"soak ran {cycles}/{LIFECYCLE_CYCLES} cycles, {hours:.2f} h/{hours_needed:g} h{what} (no failure so far)"
+            )
+        if rb_miss:
+            reasons.append(rb_miss.reason)
+        how = rb_miss.how_to_measure if rb_miss else ""
+        if short and how.startswith("`calctl accept PKG --previous"):
+            how = how.replace("`calctl accept PKG", "`calctl accept PKG --level long", 1)
+        elif short:
+            how = ACCEPT_LONG + (f"; and {how}" if how else "")
+        return not_measured(spec, "; ".join(reasons), how, key=key, evidence=evidence, files=files)
     return _result(spec, Verdict.GO, key, evidence=evidence, files=files)
 
 
 def judge_g5(steps: Steps) -> RowResult:
-    key = f"soak {{cycles}}/{LIFECYCLE_CYCLES} cycles, {{hours:.2f}}/{SOAK_HOURS_G5:g} h; rollback ok"
+    key = f"soak {{cycles}}/{LIFECYCLE_CYCLES} cycles, {{hours:.2f}}/{SOAK_HOURS_G5:g} h; {{rollback}}"
     return _judge_soak_rows(G5, steps, SOAK_HOURS_G5, "", key)
 
 
@@ -816,7 +826,7 @@ def judge_m3(steps: Steps) -> RowResult:
 
 
 def judge_m4(steps: Steps) -> RowResult:
-    key = f"{{cycles}}/{LIFECYCLE_CYCLES} load/unload, {{hours:.2f}}/{SWITCH_HOURS_M4:g} h switching; rollback ok"
+    key = f"{{cycles}}/{LIFECYCLE_CYCLES} load/unload, {{hours:.2f}}/{SWITCH_HOURS_M4:g} h switching; {{rollback}}"
     return _judge_soak_rows(M4, steps, SWITCH_HOURS_M4, " of switching", key)
 
 

@@ -18,7 +18,7 @@ fault-isolation   bench scenario ``fault-isolation`` (mock only)           G4
 executor-modes    bench scenario ``executor-modes``                        M1, M2
 batch             bench scenario ``batch``                                 M3
 soak              ``calctl soak``: load/unload cycles, mixed traffic       G5, M0, M2, M4
-rollback          the serving core's reload + one-call rollback            G5, M4
+rollback          ``--previous`` -> PKG -> one-call rollback, under traffic  G5, M4
 ================  =====================================================  ==============
 
 A step that does not apply (no replica package, ``--device calrt`` for a
@@ -81,6 +81,7 @@ class LevelSettings:
     soak_checkpoint_s: float
     executor_rounds: int  # measured rounds per executor-modes profile (M1/M2); fewer: wider CIs, inconclusive sooner
     executor_max_rounds: int = 0  # the round budget while M1/M2 is inconclusive (the decision rule); 0: 3 x rounds
+    rollback_traffic_s: float = 1.0  # seconds each rollback stage serves (previous, PKG, previous again)
 
 
 LEVELS: dict[Level, LevelSettings] = {
@@ -103,6 +104,7 @@ LEVELS: dict[Level, LevelSettings] = {
         soak_checkpoint_s=60.0,
         executor_rounds=8,
         executor_max_rounds=24,
+        rollback_traffic_s=5.0,
     ),
     # The report's durations: a 24 h soak (>= 100 cycles at 60 s of traffic each, 8 h of switching included).
     Level.LONG: LevelSettings(
@@ -113,6 +115,7 @@ LEVELS: dict[Level, LevelSettings] = {
         soak_checkpoint_s=300.0,
         executor_rounds=30,
         executor_max_rounds=90,
+        rollback_traffic_s=60.0,
     ),
 }
 
@@ -129,6 +132,7 @@ class AcceptConfig:
     replica: Path | None = None  # a replica package for G2 (and G1/G3 when the main package lacks them)
     only: frozenset[str] | None = None  # row ids to measure; None: every row
     seed: int = 0
+    previous: Path | None = None  # the version PKG replaces: the rollback step rolls forward from it and back
 
     def __post_init__(self) -> None:
         if self.only is not None:
@@ -527,29 +531,42 @@ def step_soak(state: _State) -> StepEvidence:
     )
 
 
-def step_rollback(state: _State) -> StepEvidence:
-    """The serving core's rollback (000 §11 step 11, docs/serve.md): start, reload, then one call back."""
-    from calctl.serving.engine import DeviceSupervisor, SupervisorOptions
+PREVIOUS_HOW = (
+    "`calctl accept PKG --previous OLD_PKG` (OLD_PKG: the version PKG replaces; docs/accept.md, the rollback step)"
+)
 
-    st = _need_main(state)
-    assert st.package is not None
+
+def step_rollback(state: _State) -> StepEvidence:
+    """000 §19 M4 / 001 §17 G5: serve ``--previous``, roll forward to PKG and back in one call, under traffic.
+
+    Without ``--previous`` there is no old version to go back to: SKIPPED, so G5 and M4 are NOT MEASURED
+    saying so (reloading PKG onto itself exercises the mechanism, not a version change)."""
+    from calctl.runners.acceptance.rollback import RollbackRun, SamePackage
+
+    _need_main(state)
     cfg = state.config
+    if cfg.previous is None:
+        raise Skip(
+            "no --previous package given: the one-call rollback to the old version was not exercised", PREVIOUS_HOW
+        )
     t0 = time.perf_counter()
-    actions: list[dict[str, Any]] = []
-    with cfg.device.open() as rt:
-        sup = DeviceSupervisor(rt, trust=cfg.trust, options=SupervisorOptions(warmup_iterations=1))
-        try:
-            sup.start(cfg.package)
-            first = {a: w.generation for a, w in sup.workers.items()}
-            actions.append({"action": "start", "ok": True, "generations": first})
-            actions.append(sup.reload(cfg.package))
-            actions.append(sup.rollback())
-            after = {a: w.generation for a, w in sup.workers.items()}
-            ready = {a: w.is_ready() for a, w in sup.workers.items()}
-        finally:
-            sup.shutdown(10.0)
-    ok = all(a.get("ok") for a in actions) and all(ready.values())
-    rolled_back = actions[-1].get("package")
+    run = RollbackRun(
+        package=cfg.package,
+        previous=cfg.previous,
+        device=cfg.device,
+        trust=cfg.trust,
+        traffic_s=cfg.settings.rollback_traffic_s,
+        stage_timeout_s=cfg.settings.step_timeout_s,
+        log=state.log,
+    )
+    try:
+        body = run.run()
+    except SamePackage as exc:
+        raise Skip(f"{exc}: no version change to roll back", PREVIOUS_HOW) from None
+    except CalctlError as exc:  # the previous version refused or the board failed: the row says which
+        ev = _error_evidence("rollback", exc, time.perf_counter() - t0)
+        return replace(ev, reason=f"--previous {cfg.previous} -> PKG -> rollback: {ev.reason}")
+    ok = body["ok"]
     doc = {
         **build_header(
             "accept rollback",
@@ -559,23 +576,22 @@ def step_rollback(state: _State) -> StepEvidence:
         ),
         "verdict": "PASS" if ok else "FAIL",
         "exit_code": exit_code_of("PASS" if ok else "FAIL"),
-        "ok": ok,
-        "actions": actions,
-        "generations_before": first,
-        "generations_after": after,
-        "ready_after": ready,
-        "detail": "start, reload, rollback: each golden + warm-up before publish"
+        **body,
+        "detail": "served --previous, rolled forward to PKG and back in one call under traffic; "
+        "each version golden + warm-up before publish"
         if ok
-        else "; ".join(str(a.get("detail")) for a in actions if not a.get("ok")) or "an alias was not Ready after",
-        "limitation": "rolled back to the same package (a second version was not given): the mechanism, "
-        "not a version change, is exercised",
+        else "; ".join(body["problems"][:5]),
     }
     path = state.out / "rollback.json"
     records.write_json(path, doc)
+    gens = {s["stage"]: s["generations"] for s in body["stages"] if s["stage"].startswith(("serving", "rolled"))}
+    req = body["requests"]
     summary = (
-        f"start -> reload -> rollback to {rolled_back}: generation "
-        + ", ".join(f"{a} {first[a]} -> {after[a]}" for a in first)
-        + ("; every alias Ready" if ok else "; FAILED")
+        f"{Path(cfg.previous).name} -> {Path(cfg.package).name} -> rollback to {Path(cfg.previous).name} under "
+        f"traffic: generation "
+        + ", ".join(f"{a} " + " -> ".join(str(g.get(a)) for g in gens.values()) for a in next(iter(gens.values()), {}))
+        + f"; {req['sent']} requests, {req.get('ok', 0)} ok, {req.get('unavailable', 0)} refused during the reloads"
+        + ("; every alias Ready" if ok else f"; FAILED: {body['problems'][0]}")
     )
     return StepEvidence(
         "rollback", StepStatus.RAN, time.perf_counter() - t0, summary, document=doc, files=state.files(report=path)
@@ -720,22 +736,23 @@ def _run_step(step: Step, state: _State) -> StepEvidence:
     except KeyboardInterrupt as exc:
         return StepEvidence(step.name, StepStatus.INTERRUPTED, time.perf_counter() - t0, reason=error_text(exc))
     except Exception as exc:  # a calctl bug in one step: the report still says what the others measured
-        if not isinstance(exc, CalctlError):
-            return StepEvidence(
-                step.name,
-                StepStatus.ERROR,
-                time.perf_counter() - t0,
-                reason=f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
-                document={"exit_code": int(ExitCode.INTERNAL), "internal_error": True},
-            )
-        code = int(exc.exit_code) if outcome_of(exc).value == "ERROR" else outcome_of(exc).exit_code
+        return _error_evidence(step.name, exc, time.perf_counter() - t0)
+
+
+def _error_evidence(name: str, exc: Exception, seconds: float) -> StepEvidence:
+    """A step that raised: ERROR with the error and its exit code (a non-calctl error is a calctl bug)."""
+    if not isinstance(exc, CalctlError):
         return StepEvidence(
-            step.name,
+            name,
             StepStatus.ERROR,
-            time.perf_counter() - t0,
-            reason=f"{type(exc).__name__}: {exc}",
-            document={"exit_code": code},
+            seconds,
+            reason=f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
+            document={"exit_code": int(ExitCode.INTERNAL), "internal_error": True},
         )
+    code = int(exc.exit_code) if outcome_of(exc).value == "ERROR" else outcome_of(exc).exit_code
+    return StepEvidence(
+        name, StepStatus.ERROR, seconds, reason=f"{type(exc).__name__}: {exc}", document={"exit_code": code}
+    )
 
 
 def _judged(state: _State, steps: tuple[Step, ...]) -> tuple[RowResult, ...]:
@@ -833,6 +850,7 @@ def _header(config: AcceptConfig, started: datetime) -> dict[str, Any]:
         level=config.level.value,
         level_settings=LEVELS[config.level],
         replica=str(config.replica) if config.replica else None,
+        previous=str(config.previous) if config.previous else None,
         only=sorted(config.only) if config.only else None,
         seed=config.seed,
     )

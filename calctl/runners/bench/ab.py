@@ -36,7 +36,15 @@ from calctl.checks import host
 from calctl.checks.stats import Percentiles
 from calctl.errors import UsageError
 from calctl.runners.bench import gates as G
-from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult, Table
+from calctl.runners.bench.base import (
+    INTERRUPTED_EXIT,
+    BenchOptions,
+    Mode,
+    ScenarioInterrupted,
+    ScenarioResult,
+    Table,
+    interrupted_note,
+)
 from calctl.runners.bench.http import PhaseResult, Target, device_trace, run_phase, served_models
 from calctl.runners.bench.metrics import (
     Comparison,
@@ -237,15 +245,21 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
     workloads = {m: _workload(opts, i) for i, m in enumerate(models)}
     iso: dict[str, PhaseResult] = {}
     stats_iso: dict[str, ModelStats] = {}
-    if opts.mode in (Mode.ISOLATED, Mode.ALL):
-        for m in models:
-            iso[m] = _phase(target, opts, {m: workloads[m]}, f"{m} isolated", log)
-            stats_iso[m] = _summary(opts, m, iso[m], workloads[m])
     joint: PhaseResult | None = None
     stats_joint: dict[str, ModelStats] = {}
-    if opts.mode in (Mode.JOINT, Mode.ALL):
-        joint = _phase(target, opts, workloads, "joint", log)
-        stats_joint = {m: _summary(opts, m, joint, workloads[m]) for m in models}
+    running = ""
+    try:
+        if opts.mode in (Mode.ISOLATED, Mode.ALL):
+            for m in models:
+                running = f"{m} isolated"
+                iso[m] = _phase(target, opts, {m: workloads[m]}, running, log)
+                stats_iso[m] = _summary(opts, m, iso[m], workloads[m])
+        if opts.mode in (Mode.JOINT, Mode.ALL):
+            running = "joint"
+            joint = _phase(target, opts, workloads, "joint", log)
+            stats_joint = {m: _summary(opts, m, joint, workloads[m]) for m in models}
+    except KeyboardInterrupt as exc:  # SIGINT/SIGTERM mid-phase: the finished phases and their picture stay
+        raise ScenarioInterrupted(exc, _ab_interrupted(opts, exc, running, iso, stats_iso)) from exc
     gates: list[G.Gate] = []
     cmp: Comparison | None = None
     trace: G.TraceEvidence | None = None
@@ -264,64 +278,23 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
     if host.saturated(loads):
         gates = G.host_bound(gates, host.saturation_note(loads, "the phases"))
     verdict = G.verdict(gates)
-    rows = [r for m in stats_iso for r in _stats_rows("isolated", [stats_iso[m]])] + _stats_rows(
-        "joint", list(stats_joint.values())
-    )
-    rate_rows = [r for m in stats_iso for r in _rate_rows("isolated", [stats_iso[m]])] + _rate_rows(
-        "joint", list(stats_joint.values())
-    )
-    tables = [
-        Table("latency per model and phase (successful requests; n = samples)", STATS_COLUMNS, tuple(rows)),
-        Table("throughput per model and phase", RATE_COLUMNS, tuple(rate_rows)),
-    ]
+    tables = _ab_tables(stats_iso, stats_joint)
     if gates:
         tables.append(_gate_table(gates))
     plot = opts.out_dir / "bench.png"
-    bars: list[BarGroup] = []
     verdicts = {g.name: g.verdict for g in gates}
-    for m in models:
-        si, sj = stats_iso.get(m), stats_joint.get(m)
-        for metric in ("ttft", "tpot"):
-            pi = getattr(si, metric) if si else None
-            pj = getattr(sj, metric) if sj else None
-            bars.append(
-                BarGroup(
-                    f"{m} {metric.upper()}",
-                    pi.p99 if pi else None,
-                    pj.p99 if pj else None,
-                    pi.count if pi else None,
-                    pj.count if pj else None,
-                    verdicts.get(f"p99_{metric}_degradation[{m}]"),
-                    m,
-                )
-            )
     plot_ab(
         plot,
         rates=cmp.rates if cmp else None,
         window_s=cmp.window_s if cmp else None,
-        bars=bars,
+        bars=_ab_bars(models, stats_iso, stats_joint, verdicts),
         title=f"calctl bench ab --mode {opts.mode.value}: {verdict}",
         device=opts.target_device,
         names=(models[0], models[-1]),
     )
     body = {
         "mode": opts.mode.value,
-        "phases": {
-            **{
-                f"{m} isolated": {"stats": stats_iso[m].document(), "seconds": iso[m].t_end - iso[m].t0}
-                for m in stats_iso
-            },
-            **(
-                {
-                    "joint": {
-                        "stats": {m: s.document() for m, s in stats_joint.items()},
-                        "seconds": joint.t_end - joint.t0,
-                    }
-                }
-                if joint is not None
-                else {}
-            ),
-        },
+        "phases": _ab_phases(iso, stats_iso, joint, stats_joint),
         "comparison": cmp.document() if cmp else None,
         "host_load": [round(x, 2) for x in loads],
         "overlap_ratio": cmp.overlap_ratio.as_dict() if cmp else None,
@@ -347,6 +320,102 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
         body,
         plot,
         tuple(notes),
+        mock_result=_mock(opts),
+    )
+
+
+def _ab_tables(stats_iso: dict[str, ModelStats], stats_joint: dict[str, ModelStats]) -> list[Table]:
+    rows = [r for m in stats_iso for r in _stats_rows("isolated", [stats_iso[m]])] + _stats_rows(
+        "joint", list(stats_joint.values())
+    )
+    rate_rows = [r for m in stats_iso for r in _rate_rows("isolated", [stats_iso[m]])] + _rate_rows(
+        "joint", list(stats_joint.values())
+    )
+    return [
+        Table("latency per model and phase (successful requests; n = samples)", STATS_COLUMNS, tuple(rows)),
+        Table("throughput per model and phase", RATE_COLUMNS, tuple(rate_rows)),
+    ]
+
+
+def _ab_bars(
+    models: Sequence[str],
+    stats_iso: dict[str, ModelStats],
+    stats_joint: dict[str, ModelStats],
+    verdicts: dict[str, str],
+) -> list[BarGroup]:
+    bars: list[BarGroup] = []
+    for m in models:
+        si, sj = stats_iso.get(m), stats_joint.get(m)
+        for metric in ("ttft", "tpot"):
+            pi = getattr(si, metric) if si else None
+            pj = getattr(sj, metric) if sj else None
+            bars.append(
+                BarGroup(
+                    f"{m} {metric.upper()}",
+                    pi.p99 if pi else None,
+                    pj.p99 if pj else None,
+                    pi.count if pi else None,
+                    pj.count if pj else None,
+                    verdicts.get(f"p99_{metric}_degradation[{m}]"),
+                    m,
+                )
+            )
+    return bars
+
+
+def _ab_phases(
+    iso: dict[str, PhaseResult],
+    stats_iso: dict[str, ModelStats],
+    joint: PhaseResult | None,
+    stats_joint: dict[str, ModelStats],
+) -> dict[str, object]:
+    return {
+        **{f"{m} isolated": {"stats": stats_iso[m].document(), "seconds": iso[m].t_end - iso[m].t0} for m in stats_iso},
+        **(
+            {"joint": {"stats": {m: s.document() for m, s in stats_joint.items()}, "seconds": joint.t_end - joint.t0}}
+            if joint is not None and stats_joint
+            else {}
+        ),
+    }
+
+
+def _ab_interrupted(
+    opts: BenchOptions,
+    exc: KeyboardInterrupt,
+    running: str,
+    iso: dict[str, PhaseResult],
+    stats_iso: dict[str, ModelStats],
+) -> ScenarioResult:
+    """The report of an ``ab`` run a signal ended: every finished isolated phase, its table and picture."""
+    finished = [f"{m} isolated" for m in stats_iso]
+    plot = opts.out_dir / "bench.png"
+    plot_ab(
+        plot,
+        rates=None,
+        window_s=None,
+        bars=_ab_bars(opts.models, stats_iso, {}, {}),
+        title=f"calctl bench ab --mode {opts.mode.value}: INTERRUPTED in {running or 'start-up'}",
+        device=opts.target_device,
+        names=(opts.models[0], opts.models[-1]),
+    )
+    body = {
+        "mode": opts.mode.value,
+        "phases": _ab_phases(iso, stats_iso, None, {}),
+        "interrupted_in": running or None,
+        "phases_finished": finished,
+        "comparison": None,
+        "overlap_ratio": None,
+        "throughput_efficiency": None,
+        "per_chip_trace": None,
+    }
+    return ScenarioResult(
+        "ab",
+        "INTERRUPTED",
+        INTERRUPTED_EXIT,
+        tables=tuple(_ab_tables(stats_iso, {})),
+        body=body,
+        plot=plot,
+        notes=(interrupted_note(exc, running, finished),),
         mock_result=_mock(opts),
     )
 
@@ -385,21 +454,108 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
         for kind in (PREFILL_HEAVY, DECODE_HEAVY)
     }
     iso: dict[tuple[str, str], PhaseResult] = {}
-    for (m, k), wl in work.items():
-        iso[(m, k)] = _phase(target, opts, {m: wl}, f"{m} {k}-heavy isolated", log, kinds={m: f"{k}-heavy"})
+    iso_stats: dict[tuple[str, str], ModelStats] = {}
+    rows: list[tuple[object, ...]] = []
+    rate_rows: list[tuple[object, ...]] = []
+    pair_docs: list[dict[str, object]] = []
+    pair_bars: list[tuple[str, list[BarGroup]]] = []
+    running = ""
+    try:
+        for (m, k), wl in work.items():
+            running = f"{m} {k}-heavy isolated"
+            iso[(m, k)] = _phase(target, opts, {m: wl}, running, log, kinds={m: f"{k}-heavy"})
+            iso_stats[(m, k)] = _summary(opts, m, iso[(m, k)], wl)
+            rows += _stats_rows(f"{k}-heavy alone", [iso_stats[(m, k)]])
+            rate_rows += _rate_rows(f"{k}-heavy alone", [iso_stats[(m, k)]])
+        gates = _interference_pairs(opts, target, log, work, iso, iso_stats, rows, rate_rows, pair_docs, pair_bars)
+    except KeyboardInterrupt as exc:  # SIGINT/SIGTERM mid-phase: the finished phases and their picture stay
+        running = next((str(d["running"]) for d in pair_docs if "running" in d), running)
+        done = [d for d in pair_docs if "running" not in d]
+        finished = [f"{m} {k}-heavy isolated" for m, k in iso_stats] + [str(d["pair"]) for d in done]
+        plot = opts.out_dir / "bench.png"
+        bars = pair_bars or [
+            (
+                "alone (no pair finished)",
+                [
+                    BarGroup(f"{m} {k} P99 TTFT", s.ttft.p99, None, s.ttft.count, None, None, m)
+                    for (m, k), s in iso_stats.items()
+                ],
+            )
+        ]
+        plot_pairs(
+            plot,
+            bars,
+            title=f"calctl bench interference: INTERRUPTED in {running or 'start-up'}",
+            device=opts.target_device,
+        )
+        partial = ScenarioResult(
+            "interference",
+            "INTERRUPTED",
+            INTERRUPTED_EXIT,
+            tables=(
+                Table("interference (001 §9.4): latency of the finished phases", STATS_COLUMNS, tuple(rows)),
+                Table("interference (001 §9.4): throughput of the finished phases", RATE_COLUMNS, tuple(rate_rows)),
+            ),
+            body={
+                "pairs": done,
+                "alone": {f"{m} {k}-heavy": s.document() for (m, k), s in iso_stats.items()},
+                "interrupted_in": running or None,
+                "phases_finished": finished,
+            },
+            plot=plot,
+            notes=(interrupted_note(exc, running, finished),),
+            mock_result=_mock(opts),
+        )
+        raise ScenarioInterrupted(exc, partial) from exc
+    verdict = G.verdict(gates)
+    plot = opts.out_dir / "bench.png"
+    plot_pairs(plot, pair_bars, title=f"calctl bench interference (001 §9.4): {verdict}", device=opts.target_device)
+    tables = (
+        Table("interference (001 §9.4): latency, each workload alone then each pair joint", STATS_COLUMNS, tuple(rows)),
+        Table("interference (001 §9.4): throughput", RATE_COLUMNS, tuple(rate_rows)),
+        _gate_table(gates, "interference pairs (001 §9.4), judged by the 001 §13.2 rules"),
+    )
+    notes = _gate_notes(gates)
+    body = {
+        "pairs": pair_docs,
+        "workloads": {
+            "prefill-heavy": {"prompt": PREFILL_HEAVY[1].spec, "output": PREFILL_HEAVY[2].spec},
+            "decode-heavy": {"prompt": DECODE_HEAVY[1].spec, "output": DECODE_HEAVY[2].spec},
+        },
+    }
+    return ScenarioResult(
+        "interference",
+        verdict,
+        1 if verdict == "FAIL" else 0,
+        tuple(gates),
+        tables,
+        body,
+        plot,
+        tuple(notes),
+        mock_result=_mock(opts),
+    )
+
+
+def _interference_pairs(
+    opts: BenchOptions,
+    target: Target,
+    log: Log,
+    work: dict[tuple[str, str], list[PlannedRequest]],
+    iso: dict[tuple[str, str], PhaseResult],
+    iso_stats: dict[tuple[str, str], ModelStats],
+    rows: list[tuple[object, ...]],
+    rate_rows: list[tuple[object, ...]],
+    pair_docs: list[dict[str, object]],
+    pair_bars: list[tuple[str, list[BarGroup]]],
+) -> list[G.Gate]:
+    """Each 001 §9.4 pair jointly, appended to ``rows``, ``pair_docs`` and ``pair_bars`` as it finishes (a
+    pair still running is a ``{"running": name}`` entry of ``pair_docs``, removed when it ends)."""
+    a, b = opts.models
     gates: list[G.Gate] = []
     load = G.Load(opts.duration_s, opts.rate)
-    iso_stats = {(m, k): _summary(opts, m, iso[(m, k)], work[(m, k)]) for (m, k) in work}
-    rows: list[tuple[object, ...]] = [
-        r for (m, k), s in iso_stats.items() for r in _stats_rows(f"{k}-heavy alone", [s])
-    ]
-    rate_rows: list[tuple[object, ...]] = [
-        r for (m, k), s in iso_stats.items() for r in _rate_rows(f"{k}-heavy alone", [s])
-    ]
-    pair_docs = []
-    pair_bars: list[tuple[str, list[BarGroup]]] = []
     for wa, wb, watch in PAIRS:
         name = f"A {wa[0]} + B {wb[0]}"
+        pair_docs.append({"running": name})
         joint = _phase(
             target,
             opts,
@@ -444,6 +600,7 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
         pair_gates += [dataclasses.replace(x, name=f"{name}: {x.name}") for x in eff]
         gates += pair_gates
         pair_bars.append((name, bars))
+        pair_docs.pop()  # the "running" entry
         pair_docs.append(
             {
                 "pair": name,
@@ -453,33 +610,7 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
                 "verdict": G.verdict(pair_gates),
             }
         )
-    verdict = G.verdict(gates)
-    plot = opts.out_dir / "bench.png"
-    plot_pairs(plot, pair_bars, title=f"calctl bench interference (001 §9.4): {verdict}", device=opts.target_device)
-    tables = (
-        Table("interference (001 §9.4): latency, each workload alone then each pair joint", STATS_COLUMNS, tuple(rows)),
-        Table("interference (001 §9.4): throughput", RATE_COLUMNS, tuple(rate_rows)),
-        _gate_table(gates, "interference pairs (001 §9.4), judged by the 001 §13.2 rules"),
-    )
-    notes = _gate_notes(gates)
-    body = {
-        "pairs": pair_docs,
-        "workloads": {
-            "prefill-heavy": {"prompt": PREFILL_HEAVY[1].spec, "output": PREFILL_HEAVY[2].spec},
-            "decode-heavy": {"prompt": DECODE_HEAVY[1].spec, "output": DECODE_HEAVY[2].spec},
-        },
-    }
-    return ScenarioResult(
-        "interference",
-        verdict,
-        1 if verdict == "FAIL" else 0,
-        tuple(gates),
-        tables,
-        body,
-        plot,
-        tuple(notes),
-        mock_result=_mock(opts),
-    )
+    return gates
 
 
 __all__ = ["PAIRS", "run_ab", "run_interference"]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calctl.errors import ExitCode, Interrupted, interrupt_reason
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.metrics import Slo
 from calctl.runners.bench.workload import LengthDist, TokenRange
@@ -93,6 +94,25 @@ class ScenarioResult:
     mock_result: bool | None = None  # True: produced on the mock device; None: unknown (a remote server)
 
 
+class ScenarioInterrupted(Interrupted):
+    """SIGINT/SIGTERM during a scenario, carrying what it had finished: ``partial`` is the report of the
+    finished phases (verdict INTERRUPTED, exit 130, its picture written). Raised ``from`` the interrupt."""
+
+    def __init__(self, interrupt: KeyboardInterrupt, partial: ScenarioResult) -> None:
+        super().__init__(interrupt.signal_name if isinstance(interrupt, Interrupted) else "SIGINT")
+        self.partial = partial
+
+
+def interrupted_note(interrupt: KeyboardInterrupt, running: str, finished: Sequence[str]) -> str:
+    """``interrupted (SIGTERM) in phase joint: nothing was judged; finished phase(s) reported: ...``"""
+    kept = f"finished phase(s) reported: {', '.join(finished)}" if finished else "no phase had finished"
+    where = f" in phase {running}" if running else ""
+    return f"{interrupt_reason(interrupt)}{where}: nothing was judged; {kept}"
+
+
+INTERRUPTED_EXIT = int(ExitCode.INTERRUPTED)
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -102,4 +122,13 @@ class Scenario:
     options: Sequence[str] = ()  # the options it reads, for --help and docs
 
 
-__all__ = ["BenchOptions", "Mode", "Scenario", "ScenarioResult", "Table"]
+__all__ = [
+    "INTERRUPTED_EXIT",
+    "BenchOptions",
+    "Mode",
+    "Scenario",
+    "ScenarioInterrupted",
+    "ScenarioResult",
+    "Table",
+    "interrupted_note",
+]

@@ -46,7 +46,15 @@ import numpy as np
 from calctl.checks.stats import percentiles
 from calctl.errors import UsageError
 from calctl.package.reader import load_manifest, package_root
-from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
+from calctl.runners.bench.base import (
+    INTERRUPTED_EXIT,
+    BenchOptions,
+    Scenario,
+    ScenarioInterrupted,
+    ScenarioResult,
+    Table,
+    interrupted_note,
+)
 from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
 from calctl.runners.bench.plot import _device_label, _pyplot, _save
 from calctl.runners.device import DeviceSpec
@@ -232,12 +240,16 @@ def _serve(
             )
         finally:
             sup.shutdown(5.0)
+    return run
+
+
+def _log_profile(run: ProfileRun, log: Log) -> None:
+    """One line per served profile, once it is kept (a signal after the line finds it in the report)."""
     log(
-        f"  B{batch}: {len(records)} requests in {wall:.2f} s, "
+        f"  B{run.batch}: {len(run.records)} requests in {run.wall_s:.2f} s, "
         f"fill {run.fill_ratio if run.fill_ratio is not None else float('nan'):.2f}, "
         f"{run.throughput or 0:.0f} tokens/s"
     )
-    return run
 
 
 def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
@@ -285,33 +297,56 @@ def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
         f"  {n} greedy requests, {lo}..{hi} prompt tokens, {opts.output_tokens} output tokens; profiles B1 (reference), "
         + ", ".join(f"B{b}" for b in profiles)
     )
-    runs = [_serve(opts, device, alias, 1, requests, log)]
-    ref = runs[0]
-    for b in profiles:
-        run = _serve(opts, device, alias, b, requests, log)
-        run.mismatches = _compare(ref, run, requests)
-        runs.append(run)
-    report = BatchReport(
-        alias,
-        device.kind.value,
-        device.is_mock,
-        runs,
-        skipped,
-        package=str(opts.package),
-        device_options=device.describe(),
-        workload={
-            "requests": n,
-            "clients": "one per lane of the profile (closed loop)",
-            "prompt_tokens": [lo, hi],
-            "output_tokens": opts.output_tokens,
-            "temperature": 0.0,
-            "seed": opts.seed,
-        },
-    )
-    if opts.plot_path is not None:
-        plot_batch(opts.plot_path, report)
-        report.plot_path = opts.plot_path
-    return report
+    runs: list[ProfileRun] = []
+    running = "B1"
+
+    def report_of(runs: list[ProfileRun]) -> BatchReport:
+        report = BatchReport(
+            alias,
+            device.kind.value,
+            device.is_mock,
+            runs,
+            skipped,
+            package=str(opts.package),
+            device_options=device.describe(),
+            workload={
+                "requests": n,
+                "clients": "one per lane of the profile (closed loop)",
+                "prompt_tokens": [lo, hi],
+                "output_tokens": opts.output_tokens,
+                "temperature": 0.0,
+                "seed": opts.seed,
+            },
+        )
+        if opts.plot_path is not None:
+            plot_batch(opts.plot_path, report)
+            report.plot_path = opts.plot_path
+        return report
+
+    try:
+        runs.append(_serve(opts, device, alias, 1, requests, log))
+        _log_profile(runs[-1], log)
+        for b in profiles:
+            running = f"B{b}"
+            run = _serve(opts, device, alias, b, requests, log)
+            run.mismatches = _compare(runs[0], run, requests)
+            runs.append(run)
+            _log_profile(run, log)
+    except KeyboardInterrupt as exc:  # SIGINT/SIGTERM mid-profile: the finished profiles and their picture stay
+        if not runs:
+            raise
+        done = scenario_result(report_of(runs))
+        note = interrupted_note(exc, running, [f"B{r.batch}" for r in runs])
+        partial = dataclasses.replace(
+            done,
+            verdict="INTERRUPTED",
+            exit_code=INTERRUPTED_EXIT,
+            gates=(),
+            body={**done.body, "interrupted_in": running, "phases_finished": [f"B{r.batch}" for r in runs]},
+            notes=(note, *(x for x in done.notes if not x.startswith("failing gate"))),
+        )
+        raise ScenarioInterrupted(exc, partial) from exc
+    return report_of(runs)
 
 
 def _compare(ref: ProfileRun, run: ProfileRun, requests: Sequence[GenerationRequest]) -> list[str]:

@@ -76,7 +76,14 @@ import numpy as np
 
 from calctl.checks.stats import bootstrap, decide, percentiles
 from calctl.errors import UsageError
-from calctl.runners.bench.base import BenchOptions, ScenarioResult, Table
+from calctl.runners.bench.base import (
+    INTERRUPTED_EXIT,
+    BenchOptions,
+    ScenarioInterrupted,
+    ScenarioResult,
+    Table,
+    interrupted_note,
+)
 from calctl.runners.bench.gates import MIN_SAMPLES
 from calctl.runners.bench.plot import plot_timeline
 from calctl.runners.device import DeviceSpec
@@ -226,6 +233,7 @@ class _Run:
 
     def phase(self, name: str, cls: str, injected: str, action: Callable[[_Phase], None]) -> _Phase:
         ph = _Phase(name, cls, injected)
+        self.running = name
         self.log(f"  phase {name}: {injected}")
         h0, r0 = len(self.sup.history), len(self.sup.recoveries)
         faults0 = len(self.rt.injected_faults())
@@ -355,6 +363,7 @@ class _Run:
         if opts.package is None or opts.trust is None:
             raise UsageError("--scenario fault-isolation needs a package (PKG) and a trust policy")
         self.phases: list[_Phase] = []
+        self.running = ""
         self.b_results: list[EngineResult] = []
         self.stop_b = False
         self.b_run = threading.Event()
@@ -434,12 +443,15 @@ class _Run:
                         self.b_run.set()
                         for f in b_clients:
                             f.result(70)
-                    except BaseException:
+                    except BaseException as exc:
                         # SIGINT/SIGTERM or a failure mid-phase: end the engine while the loop still runs, so the
                         # streams of the requests it aborts can still be delivered (never into a closed loop).
                         self.stop_b = True
                         self.b_run.set()
                         self.sup.shutdown(5.0)
+                        if isinstance(exc, KeyboardInterrupt) and self.phases:  # the finished phases stay
+                            partial = self.result(t_start, device, interrupt=exc)
+                            raise ScenarioInterrupted(exc, partial) from exc
                         raise
             finally:
                 self.sup.shutdown(5.0)
@@ -447,7 +459,9 @@ class _Run:
 
     # -- judgement ---------------------------------------------------------------------------------
 
-    def result(self, t_start: float, device: DeviceSpec) -> ScenarioResult:
+    def result(self, t_start: float, device: DeviceSpec, interrupt: KeyboardInterrupt | None = None) -> ScenarioResult:
+        """The graded report; with ``interrupt``, the report of the phases finished before the signal
+        (verdict INTERRUPTED, exit 130, nothing graded)."""
         base = self.phases[0]
         b_base = self.b_in(base)
         base_p99 = percentiles([r.record.e2e for r in b_base if r.record.ok and r.record.e2e is not None]).p99
@@ -588,8 +602,11 @@ class _Run:
                 f"{grade} at best: B's device latency not judged in {'; '.join(could_lower)}; "
                 "a longer phase or a less loaded host would decide it"
             )
+        if interrupt is not None:
+            verdict_grade = "INTERRUPTED"
+            why = interrupted_note(interrupt, self.running, [p.name for p in self.phases])
         notes = [
-            f"grade {verdict_grade}: {why}",
+            why if interrupt is not None else f"grade {verdict_grade}: {why}",
             "MOCK RESULT: faults injected on the simulated board; this grades the tool and "
             "the engine's isolation logic, not a Calculet board's fault domains (docs/runtime.md §5)",
             "not exercised: KV corruption (silent on the device; only golden checks see it)",
@@ -601,7 +618,8 @@ class _Run:
             points=points,
             phases=[(p.name, p.start - t_start, p.end - t_start) for p in self.phases],
             gate_s=gate_s,
-            title=f"calctl bench fault-isolation: {grade} (B = {self.b}, faults on A = {self.a})",
+            title=f"calctl bench fault-isolation: {grade if interrupt is None else verdict_grade} "
+            f"(B = {self.b}, faults on A = {self.a})",
             device="mock",
         )
         table = Table(
@@ -639,7 +657,7 @@ class _Run:
         return ScenarioResult(
             "fault-isolation",
             verdict_grade,
-            1 if verdict_grade == "F0" else 0,
+            INTERRUPTED_EXIT if interrupt is not None else 1 if verdict_grade == "F0" else 0,
             (),
             (table,),
             body,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -212,8 +213,43 @@ def run_phase(
     kinds: Mapping[str, str] | None = None,
 ) -> PhaseResult:
     """Send every planned request of every model at its offset from a common start; wait at most
-    ``duration_s + grace_s``. Runs its own event loop (call it from a plain thread)."""
-    return asyncio.run(_phase(target, workloads, label, duration_s, grace_s, seed, kinds or {}))
+    ``duration_s + grace_s``. Runs its own event loop (call it from a plain thread).
+
+    Like :func:`asyncio.run`, except that SIGINT/SIGTERM are held while the loop and the phase's task are
+    built: a signal landing inside the loop's constructor left a half-built loop whose finaliser printed a
+    traceback, and a coroutine never awaited; held, it arrives once the task runs and unwinds it."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    can_hold = hasattr(signal, "pthread_sigmask")
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held) if can_hold else set()
+    unmasked = not can_hold
+    loop: asyncio.AbstractEventLoop | None = None
+    try:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)  # as asyncio.run does
+        task = loop.create_task(_phase(target, workloads, label, duration_s, grace_s, seed, kinds or {}))
+        if can_hold:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            unmasked = True
+        return loop.run_until_complete(task)
+    finally:
+        if not unmasked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if loop is not None:
+            _close_loop(loop)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """What :func:`asyncio.run` does at the end: cancel what still runs, let it unwind, close."""
+    try:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 async def _phase(

@@ -294,6 +294,31 @@ def test_a_failure_before_the_duration_is_no_go() -> None:
     assert rb.verdict is Verdict.NO_GO and "rollback failed" in rb.reason and "两板" in rb.action
 
 
+def test_without_a_previous_version_the_rollback_part_is_not_measured_even_at_the_long_durations() -> None:
+    """Issue 29 item 7: reloading PKG onto itself exercises no version change. With no ``--previous`` the
+    rollback step is SKIPPED, and G5 / M4 are NOT MEASURED saying so and how to measure it, never GO at the
+    report's durations; short durations and a missing rollback are both said."""
+    how = "`calctl accept PKG --previous OLD_PKG` (OLD_PKG: the version PKG replaces)"
+    skipped = StepEvidence(
+        "rollback",
+        StepStatus.SKIPPED,
+        reason="no --previous package given: the one-call rollback to the old version was not exercised",
+        document={"how_to_measure": how},
+    )
+    long_soak = {"soak": ran("soak", soak_doc(120, 24 * 3600.0)), "rollback": skipped}
+    for judge in (judge_g5, judge_m4):
+        r = judge(long_soak)
+        assert r.verdict is Verdict.NOT_MEASURED, r
+        assert "rollback not run: no --previous package given" in r.reason and "cycles" not in r.reason
+        assert r.how_to_measure == how and r.key_figure.endswith("rollback not measured")
+        assert "rollback.report" not in r.files and r.files  # the soak's evidence, none claimed for the rollback
+    short = judge_g5({"soak": ran("soak", soak_doc(3, 1440.0)), "rollback": skipped})
+    assert "3/100 cycles" in short.reason and "no --previous package given" in short.reason
+    assert short.how_to_measure.startswith("`calctl accept PKG --level long --previous OLD_PKG`")
+    with_it = judge_m4({"soak": ran("soak", soak_doc(120, 24 * 3600.0)), "rollback": rollback_ok()})
+    assert with_it.verdict is Verdict.GO and with_it.key_figure.endswith("rollback ok")
+
+
 def test_m0_needs_a_b1_package() -> None:
     doc = {**soak_doc(120, 24 * 3600.0), "decode_profiles": {"model-a": [4, 8]}}
     r = judge_m0({"soak": ran("soak", doc)})
