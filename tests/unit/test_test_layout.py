@@ -50,3 +50,16 @@ def test_test_helpers_are_imported_by_their_full_name() -> None:
             if isinstance(node, ast.ImportFrom) and node.level > 0:
                 bare.append(f"{path.relative_to(REPO)}:{node.lineno}: relative import")
     assert not bare, "import test helpers as tests.<folder>.<module>:\n" + "\n".join(bare)
+
+
+def test_unit_tests_import_no_integration_harness() -> None:
+    """A unit test runs one component in-process; a test that needs an integration harness (a real engine, a
+    server, a subprocess) lives in tests/integration/ (docs/testing.md)."""
+    bad: list[str] = []
+    for path in _python_files():
+        if path.relative_to(TESTS).parts[0] not in ("unit", "stateful"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.integration"):
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.module}")
+    assert not bad, "\n".join(bad)

@@ -1,4 +1,4 @@
-"""ModelWorker executor modes on the mock board (000 §14, §15): what each mode submits, what the monitor reacts to,
+"""Executor modes of the engine core on the mock board (000 §14, §15): what each mode submits, what the monitor reacts to,
 and that going back to ping/pong is an operator action. The engine is real (supervisor, worker, core, mock);
 time scales are small, and nothing here asserts a duration."""
 
@@ -117,13 +117,12 @@ def test_a_hung_job_downgrades_and_the_job_running_beside_it_drains() -> None:
         (fault,) = h.rt.injected_faults()
         hung = jobs[fault.job]
         assert hung.start_ns is not None
-        # The job running on the other bank when its sibling hung completed before the reset; a job queued
-        # behind the hung chip never started (a hung chip runs nothing) and the reset ended it, never a job
-        # that had started.
-        running = [
-            e for e in jobs.values() if e is not hung and e.start_ns and e.start_ns <= hung.start_ns < (e.end_ns or 0)
-        ]
-        assert running and all(e.state is JobState.SUCCEEDED for e in running)
+        # Every job that had started beside the hung one (on the other bank, when the host submitted it in
+        # time) completed before the reset; a job queued behind the hung chip never started (a hung chip runs
+        # nothing) and the reset ended it, never a job that had started. Whether a sibling overlapped the hung
+        # job's start depends on how fast the host submitted it, so the overlap itself is not asserted.
+        started = [e for e in jobs.values() if e is not hung and e.start_ns]
+        assert started and all(e.state is JobState.SUCCEEDED for e in started)
         assert all(e.start_ns is None for e in jobs.values() if e.state is JobState.ABORTED and e is not hung)
         assert h.worker.executor_mode is ExecutorMode.ASYNC  # recovery never re-enables ping/pong
         assert all(o.ok and o.tokens == GOLDEN for o in h.run(2, tag="after"))
