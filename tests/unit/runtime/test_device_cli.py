@@ -129,8 +129,12 @@ def test_conformance_usage_and_library_errors(
     assert r.code == 2 and "--calrt-lib" in r.err
     r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--check", "no_such_check")
     assert r.code == 2 and "no_such_check" in r.err and "golden_compute" in r.err
-    r = cli("device", "conformance", "--calrt-lib", calrt_stub_without_kv_free)
-    assert r.code == 3 and "missing symbol calrt_kv_free" in r.err
+    # A library that loads but misses a symbol: abi_version's FAIL row naming it (exit 1), no other check.
+    r = cli("device", "conformance", "--calrt-lib", calrt_stub_without_kv_free, "--format", "json")
+    assert r.code == 1, (r.out, r.err)
+    [row] = r.json["checks"]
+    assert row["name"] == "abi_version" and row["verdict"] == "FAIL" and row["call"] == "dlsym", row
+    assert "calrt_kv_free" in row["returned"] and "missing symbol calrt_kv_free" in r.json["note"]
     r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--package", tmp_path / "nope")
     assert r.code == 2 and "nope" in r.err
     for res in (r,):
