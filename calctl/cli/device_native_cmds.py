@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt
@@ -119,19 +120,23 @@ def conformance(
         else:
             results = list(run_suite(target, check, check_timeout=check_timeout, on_result=progress).results)
     answers = vendor_questions(results)
+    abi = f"{library.abi[0]}.{library.abi[1]}" if library is not None else None
+    header = build_header("device conformance", device="calrt", versions=_versions_seen(results, abi))
     note = GRADE_NOTE.format(library=calrt_lib)
     if library is None:
         note = f"{refused.message}: calctl refuses this library, so no other check ran. " + note
+    if header.get("note"):  # a software model says so first, as every result on it does (docs/runtime.md §7)
+        note = f"{header['note']}. {note}"
     counts = {v.value: sum(1 for r in results if r.verdict is v) for v in Verdict}
     passed = all(r.verdict in (Verdict.PASS, Verdict.UNSUPPORTED) for r in results)
     evidence = results[0].evidence if library is None and results else {}
     result = Report(
         "device conformance",
         "PASS" if passed else "FAIL",
-        build_header("device conformance", device="calrt"),
+        header,
         {
             "library": str(calrt_lib),
-            "abi": f"{library.abi[0]}.{library.abi[1]}" if library is not None else evidence.get("abi", "unknown"),
+            "abi": abi or evidence.get("abi", "unknown"),
             "extensions": sorted(library.extensions) if library is not None else [],
             "package": str(package) if package is not None else "bundled combined sample",
             "counts": counts,
@@ -148,6 +153,16 @@ def conformance(
     else:
         _render_conformance(doc)
     return result.exit_code
+
+
+def _versions_seen(results: list[Any], abi: str | None) -> dict[str, Any] | None:
+    """The runtime versions the versions_topology check read (with whether the shim says it is a software
+    model), for the report header's device label; None when that check did not pass."""
+    row = next((r for r in results if r.name == "versions_topology" and r.verdict.value == "PASS"), None)
+    if row is None:
+        return None
+    keys = ("runtime", "driver", "firmware", "software_model")
+    return {**{k: row.evidence.get(k) for k in keys}, "abi": abi}
 
 
 def _dlopens(path: Path) -> bool:
@@ -203,7 +218,8 @@ def _render_conformance(doc: dict[str, Any]) -> None:
             for q in doc["vendor_questions"]
         ],
     )
-    _output.stdout.print(f"[dim]{doc['note']}[/]")
+    style = "yellow" if doc.get("device_label") == "software model" else "dim"
+    _output.stdout.print(f"[{style}]{escape(doc['note'])}[/]")
     counts = ", ".join(f"{n} {k}" for k, n in doc["counts"].items() if n)
     _output.stdout.print(f"verdict {_output.styled_verdict(doc['verdict'])} ({counts})")
 
