@@ -28,6 +28,7 @@ MUTANTS = {
     "-DCALRT_MUTANT_RELEASE_IN_FLIGHT": ("buffer_ownership", "calrt_buffer_release of the inputs of job"),
     "-DCALRT_MUTANT_SUBMIT_OWNED_BUFFER": ("buffer_ownership", "calrt_job_submit with the inputs of job"),
     "-DCALRT_MUTANT_GRAPH_PREFIX": ("exact_graph_names", "inexact graph name"),
+    "-DCALRT_MUTANT_TIMEOUT_FREES_BUFFERS": ("wait_timeout", "after its wait timed out must return BUFFER_IN_USE"),
     "-DCALRT_MUTANT_DMA_NO_QUARANTINE": ("dma_quarantine", "quarantined buffer must return BUFFER_IN_USE"),
 }
 

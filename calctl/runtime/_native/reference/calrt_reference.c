@@ -45,6 +45,7 @@
  *                                     handle (the job's DMA would then write memory the caller gave back);
  *   -DCALRT_MUTANT_SUBMIT_OWNED_BUFFER  calrt_job_submit accepts a buffer a job in flight (or quarantine) owns;
  *   -DCALRT_MUTANT_GRAPH_PREFIX       graph names match by prefix (strncmp on the caller's length);
+ *   -DCALRT_MUTANT_TIMEOUT_FREES_BUFFERS  a calrt_job_wait that times out hands the job's buffers back;
  *   -DCALRT_MUTANT_DMA_NO_QUARANTINE  a job that ends UNKNOWN_DMA_STATE gives its buffers back at once.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
@@ -1220,6 +1221,15 @@ calrt_status calrt_buffer_release(calrt_device *d, calrt_buffer *b) {
             rc = CALRT_OK;
         } else
 #endif
+#ifdef CALRT_MUTANT_TIMEOUT_FREES_BUFFERS /* a job in flight still points at it: unlink, never free (no crash) */
+        int live = 0;
+        for (job *j = d->jobs; j; j = j->next) live |= !terminal(j->info.state) && (j->in == b || j->out == b);
+        if (live && !b->owner && !b->quarantined) {
+            *p = b->next;
+            rc = CALRT_OK;
+            break;
+        }
+#endif
         if (b->owner || b->quarantined) {
             rc = CALRT_E_BUFFER_IN_USE;
         } else {
@@ -1433,6 +1443,9 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
         if (terminal(j->info.state) || now_ns() >= deadline) {
             if (out) *out = j->info;
             calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_TIMEOUT;
+#ifdef CALRT_MUTANT_TIMEOUT_FREES_BUFFERS /* the bug: a timed-out wait hands the job's buffers back */
+            if (rc == CALRT_E_TIMEOUT) j->in->owner = j->out->owner = 0, j->in->owner_mask = j->out->owner_mask = 0;
+#endif
             pthread_mutex_unlock(&d->mu);
             return rc;
         }
