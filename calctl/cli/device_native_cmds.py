@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt
@@ -82,13 +83,17 @@ def conformance(
     library answered NOT_SUPPORTED; never a pass) or TIMEOUT (each check runs in a child process, killed
     after --check-timeout). Then the vendor questions of 000 §20 / 001 §15.2 the ABI can reach, graded
     C0 (measured here), C1 (symbol present, behaviour not shown) or C4 (refused).
-    Exit 0 no FAIL or TIMEOUT, 1 a check failed or timed out, 2 usage, 3 the library cannot be loaded.
+    A library that loads but fails calctl's ABI gate (a missing symbol, another ABI version) is the
+    abi_version check's FAIL row, and no other check runs.
+    Exit 0 no FAIL or TIMEOUT, 1 a check failed or timed out, 2 usage, 3 the file is missing or not a
+    loadable library.
     """
     from calctl.compiler.bundled import bundled_package
     from calctl.package.reader import package_root
     from calctl.runtime import DeviceKind as RuntimeDeviceKind
     from calctl.runtime._native.lib import load_library
-    from calctl.runtime.conformance import CHECK_NAMES, Target, run_suite, vendor_questions
+    from calctl.runtime.conformance import CHECK_NAMES, Target, Verdict, run_suite, vendor_questions
+    from calctl.runtime.errors import LibraryError
 
     if calrt_lib is None:
         raise UsageError(
@@ -97,7 +102,12 @@ def conformance(
     unknown = [c for c in check or [] if c not in CHECK_NAMES]
     if unknown:
         raise UsageError(f"--check {unknown[0]}: no such check", hint=f"checks: {', '.join(CHECK_NAMES)}")
-    library = load_library(calrt_lib)  # exit 3 here, naming the path and the missing symbol
+    try:
+        library: Any = load_library(calrt_lib)
+    except LibraryError as exc:
+        if not _dlopens(calrt_lib):
+            raise  # exit 3: no such file, or not a loadable library (the path named)
+        library, refused = None, exc  # it loads but fails calctl's ABI gate: that is abi_version's FAIL row
     with contextlib.ExitStack() as stack:
         root = stack.enter_context(package_root(package)) if package is not None else bundled_package("combined")
         target = Target(RuntimeDeviceKind.CALRT, Path(root).resolve(), Path(calrt_lib).resolve())
@@ -105,21 +115,34 @@ def conformance(
         def progress(r: Any) -> None:
             _output.info(f"  {_output.styled_verdict(r.verdict.value)} {r.name} ({r.seconds:.2f} s)")
 
-        report = run_suite(target, check, check_timeout=check_timeout, on_result=progress)
-    answers = vendor_questions(report.results)
+        if library is None:
+            results = _abi_gate_rows(target, refused, progress)
+        else:
+            results = list(run_suite(target, check, check_timeout=check_timeout, on_result=progress).results)
+    answers = vendor_questions(results)
+    abi = f"{library.abi[0]}.{library.abi[1]}" if library is not None else None
+    header = build_header("device conformance", device="calrt", versions=_versions_seen(results, abi))
+    note = GRADE_NOTE.format(library=calrt_lib)
+    if library is None:
+        note = f"{refused.message}: calctl refuses this library, so no other check ran. " + note
+    if header.get("note"):  # a software model says so first, as every result on it does (docs/runtime.md §7)
+        note = f"{header['note']}. {note}"
+    counts = {v.value: sum(1 for r in results if r.verdict is v) for v in Verdict}
+    passed = all(r.verdict in (Verdict.PASS, Verdict.UNSUPPORTED) for r in results)
+    evidence = results[0].evidence if library is None and results else {}
     result = Report(
         "device conformance",
-        "PASS" if report.passed else "FAIL",
-        build_header("device conformance", device="calrt"),
+        "PASS" if passed else "FAIL",
+        header,
         {
             "library": str(calrt_lib),
-            "abi": f"{library.abi[0]}.{library.abi[1]}",
-            "extensions": sorted(library.extensions),
+            "abi": abi or evidence.get("abi", "unknown"),
+            "extensions": sorted(library.extensions) if library is not None else [],
             "package": str(package) if package is not None else "bundled combined sample",
-            "counts": report.counts(),
-            "checks": [r.to_dict() for r in report.results],
+            "counts": counts,
+            "checks": [r.to_dict() for r in results],
             "vendor_questions": [a.to_dict() for a in answers],
-            "note": GRADE_NOTE.format(library=calrt_lib),
+            "note": note,
         },
     )
     doc = result.document()
@@ -130,6 +153,39 @@ def conformance(
     else:
         _render_conformance(doc)
     return result.exit_code
+
+
+def _versions_seen(results: list[Any], abi: str | None) -> dict[str, Any] | None:
+    """The runtime versions the versions_topology check read (with whether the shim says it is a software
+    model), for the report header's device label; None when that check did not pass."""
+    row = next((r for r in results if r.name == "versions_topology" and r.verdict.value == "PASS"), None)
+    if row is None:
+        return None
+    keys = ("runtime", "driver", "firmware", "software_model")
+    return {**{k: row.evidence.get(k) for k in keys}, "abi": abi}
+
+
+def _dlopens(path: Path) -> bool:
+    """The file is a library this process can load (what calctl's loader does first, before its ABI gate)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(str(Path(path).resolve()))
+    except OSError:
+        return False
+    return Path(path).is_file()
+
+
+def _abi_gate_rows(target: Any, refused: Exception, progress: Any) -> list[Any]:
+    """The abi_version check, in this process (it dlopens the library and calls calrt_abi_version, as calctl's
+    loader just did); it must FAIL where the loader refused, else the refusal stands (exit 3)."""
+    from calctl.runtime.conformance import CHECKS, Verdict, run_check
+
+    row = run_check(next(c for c in CHECKS if c.name == "abi_version"), target)
+    if row.verdict is not Verdict.FAIL:
+        raise refused
+    progress(row)
+    return [row]
 
 
 GRADE_NOTE = (
@@ -162,7 +218,8 @@ def _render_conformance(doc: dict[str, Any]) -> None:
             for q in doc["vendor_questions"]
         ],
     )
-    _output.stdout.print(f"[dim]{doc['note']}[/]")
+    style = "yellow" if doc.get("device_label") == "software model" else "dim"
+    _output.stdout.print(f"[{style}]{escape(doc['note'])}[/]")
     counts = ", ".join(f"{n} {k}" for k, n in doc["counts"].items() if n)
     _output.stdout.print(f"verdict {_output.styled_verdict(doc['verdict'])} ({counts})")
 

@@ -6,15 +6,18 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from calctl.runtime.buffers import HostBuffer
 from calctl.runtime.conformance.framework import (
     Session,
     _unwrap,
     check,
     expect,
+    expect_code,
     expect_raises,
     expect_status,
     golden_prompt,
+    prefill_job,
+    raw_call,
+    raw_submit,
     write_prefill,
 )
 from calctl.runtime.errors import (
@@ -38,6 +41,7 @@ def _abi_version(s: Session) -> str:
     major, minor = ctypes.c_uint32(), ctypes.c_uint32()
     rc = int(fn(ctypes.byref(major), ctypes.byref(minor)))
     expect(rc == RuntimeStatus.OK, "calrt_abi_version answers OK", call="calrt_abi_version", returned=f"status {rc}")
+    s.evidence["abi"] = f"{major.value}.{minor.value}"  # also on a FAIL: the report's abi field
     expect(
         major.value == L.ABI_MAJOR and minor.value >= L.ABI_MINOR,
         f"C ABI {major.value}.{minor.value}: calctl needs {L.ABI_MAJOR}.x with x >= {L.ABI_MINOR}",
@@ -45,7 +49,7 @@ def _abi_version(s: Session) -> str:
         returned=f"{major.value}.{minor.value}",
     )
     extensions = sorted(name for name in L.EXTENSIONS if hasattr(cdll, name))
-    s.evidence.update(abi=f"{major.value}.{minor.value}", extensions=extensions)
+    s.evidence["extensions"] = extensions
     ext = ", ".join(extensions) or "none"
     return f"C ABI {major.value}.{minor.value}; {len(L.SIGNATURES)} functions exported; optional extensions: {ext}"
 
@@ -126,34 +130,58 @@ def _one_device(s: Session) -> str:
     return "second open refused with DEVICE_IN_USE (11); reopened after close"
 
 
-@check("configuration", "one current calbin: AlreadyConfigured / NotConfigured")
+@check(
+    "configuration",
+    "one current calbin: the library refuses a second configure (ALREADY_CONFIGURED), and without one a submit "
+    "and an unload (NOT_CONFIGURED)",
+)
 def _configuration(s: Session) -> str:
+    """Judged by what the shim answers. On a C library the calls go straight in (``calrt_configure`` with
+    a second calbin, ``calrt_job_submit`` after the unload), past calctl's own bookkeeping of the current
+    calbin, which refuses a graph of no configuration before the library is asked (calctl's own refusals are
+    unit-tested in tests/unit/runtime/test_calctl_refusals.py)."""
     pkg = s.package
-    alias = pkg.models[0].alias
+    m = pkg.models[0]
     with s.open() as rt:
-        expect_raises(NotConfigured, "rt.alloc_inputs", rt.alloc_inputs, pkg.models[0].prefill.name)
-        expect_raises(NotConfigured, "rt.reset_configuration", rt.reset_configuration)
-        expect_raises(NotConfigured, "rt.kv.allocate", rt.kv.allocate, alias)
+        exc = expect_raises(NotConfigured, "rt.reset_configuration", rt.reset_configuration)
+        expect_status(exc, RuntimeStatus.NOT_CONFIGURED, "calrt_reset_configuration")
+        exc = expect_raises(NotConfigured, "rt.kv.allocate", rt.kv.allocate, m.alias)
+        expect_status(exc, RuntimeStatus.NOT_CONFIGURED, "calrt_kv_allocate")
         first, second = rt.create_calbin(pkg), rt.create_calbin(pkg)
         rt.configure(first)
-        for calbin in (first, second):
-            exc = expect_raises(AlreadyConfigured, "rt.configure (while one is current)", rt.configure, calbin)
-            expect_status(exc, RuntimeStatus.ALREADY_CONFIGURED, "calrt_configure")
+        for which, calbin in (("the current", first), ("another", second)):
+            if s.native:
+                handle = _unwrap(rt)._calbins[calbin.id][1]
+                expect_code(
+                    raw_call(rt, "calrt_configure", handle),
+                    RuntimeStatus.ALREADY_CONFIGURED,
+                    f"calrt_configure of {which} calbin while one is current",
+                    call="calrt_configure",
+                    arguments=f"<{which} calbin>",
+                )
+            else:
+                exc = expect_raises(AlreadyConfigured, "rt.configure (while one is current)", rt.configure, calbin)
+                expect_status(exc, RuntimeStatus.ALREADY_CONFIGURED, "configure")
+        inputs, outputs = rt.alloc_inputs(m.prefill.name), rt.alloc_outputs(m.prefill.name)
+        write_prefill(inputs, golden_prompt(pkg, m.alias))
         rt.reset_configuration()
-        expect(
-            rt.current_calbin is None,
-            "no current calbin after reset_configuration",
-            call="rt.current_calbin",
-            returned=rt.current_calbin,
-        )
+        if s.native:  # the library itself must have dropped it (calctl would refuse the graph on its own)
+            status, _ = raw_submit(rt, m.prefill.name, inputs, outputs)
+            expect_code(
+                status,
+                RuntimeStatus.NOT_CONFIGURED,
+                "calrt_job_submit after calrt_reset_configuration",
+                call="calrt_job_submit",
+                arguments=f"graph={m.prefill.name!r} (after the unload)",
+            )
         rt.configure(second)
-        expect(
-            rt.current_calbin is second,
-            "the second calbin is current",
-            call="rt.current_calbin",
-            returned=rt.current_calbin,
-        )
-    return "NotConfigured before configure; AlreadyConfigured (3) on a second configure; reconfigure after reset"
+        job, seq, _, _ = prefill_job(rt, pkg, m.alias)
+        expect(rt.wait(job, 10).ok, "a job runs on the calbin configured after the unload", call="rt.wait")
+        rt.kv.free(seq)
+    return (
+        "NOT_CONFIGURED (4) before configure and after an unload; ALREADY_CONFIGURED (3) on a second configure; "
+        "a job runs after reconfiguring"
+    )
 
 
 @check(
@@ -163,31 +191,48 @@ def _configuration(s: Session) -> str:
 )
 def _exact_names(s: Session) -> str:
     """Straight into calrt_job_submit, past calctl's own name check (which its unit tests cover): what the
-    shim answers. A shim that accepted one would run a job calctl never asked for."""
+    shim answers. Each descriptor is valid but for the name (a reserved sequence, the golden prompt), and
+    the exact name is accepted with it, so an INVALID_ARGUMENT is about the name. A shim that accepted an
+    inexact one would run a job calctl never asked for."""
     pkg = s.package
     m = pkg.models[0]
     name = m.prefill.name
     wrong = [name[:-1], name.upper(), name + "_", m.alias]
+    prompt = golden_prompt(pkg, m.alias)
     with s.configured() as rt:
         inputs, outputs = rt.alloc_inputs(name), rt.alloc_outputs(name)
-        write_prefill(inputs, golden_prompt(pkg, m.alias))
+        write_prefill(inputs, prompt)
+        seq = rt.kv.allocate(m.alias)
+        rt.kv.append(seq, len(prompt))
         for w in wrong:
-            status = _raw_submit(_unwrap(rt), w, inputs, outputs)
-            expect(
-                status == RuntimeStatus.INVALID_ARGUMENT,
-                "calrt_job_submit with an inexact graph name must return INVALID_ARGUMENT (10)",
+            status, _ = raw_submit(rt, w, inputs, outputs, kv=seq)
+            expect_code(
+                status,
+                RuntimeStatus.INVALID_ARGUMENT,
+                f"calrt_job_submit with the inexact graph name {w!r} (of {name!r})",
                 call="calrt_job_submit",
-                arguments=f"graph={w!r}",
-                returned=f"status {status}",
+                arguments=f"graph={w!r}, kv=[{seq}] reserved {len(prompt)}",
             )
-    return f"{len(wrong)} inexact names refused by the library with INVALID_ARGUMENT (10)"
+        status, job = raw_submit(rt, name, inputs, outputs, kv=seq)
+        expect_code(
+            status,
+            RuntimeStatus.OK,
+            f"calrt_job_submit with the exact name {name!r} and the same descriptor",
+            call="calrt_job_submit",
+            arguments=f"graph={name!r}, kv=[{seq}] reserved {len(prompt)}",
+        )
+        info = raw_wait(rt, job)
+        expect(info == RuntimeStatus.OK, "the exact-name job succeeds", call="calrt_job_wait", returned=info)
+    return f"{len(wrong)} inexact names refused by the library with INVALID_ARGUMENT (10); the exact one runs"
 
 
-def _raw_submit(rt: Any, graph: str, inputs: HostBuffer, outputs: HostBuffer) -> int:
-    """calrt_job_submit straight into the library, past calctl's own checks (what a shim answers)."""
+def raw_wait(rt: Any, job: int) -> int:
+    """Wait for a job submitted with :func:`raw_submit`, release it; the status it ended with (0 = OK)."""
     from calctl.runtime._native import lib as L
 
-    kv = (ctypes.c_uint64 * 1)(L.KV_NONE)
-    desc = L.CalrtJobDesc(graph.encode(), inputs.native, outputs.native, 0, inputs.batch, 1, kv, 0)
-    job = ctypes.c_uint64()
-    return int(rt._fn.calrt_job_submit(rt._dev, ctypes.byref(desc), ctypes.byref(job)))
+    info = L.CalrtJobInfo()
+    rc = raw_call(rt, "calrt_job_wait", job, 10_000, ctypes.byref(info))
+    if rc != RuntimeStatus.OK:
+        return rc
+    raw_call(rt, "calrt_job_release", job)
+    return int(info.status)

@@ -237,6 +237,41 @@ def raw_job_info(rt: Runtime, job: Job, wait_ms: int | None = None) -> tuple[int
     return int(rc), info
 
 
+def raw_submit(
+    rt: Runtime, graph: str, inputs: HostBuffer | Any, outputs: HostBuffer | Any, kv: KvSeqId | None = None
+) -> tuple[int, int]:
+    """``calrt_job_submit`` straight into the library, past calctl's own checks (what a shim answers): B1,
+    engine AUTO, ``kv`` the lane's sequence (reserved by the caller) or none. ``inputs``/``outputs`` are
+    calctl buffers or raw ``calrt_buffer`` handles. Returns (status, job id; 0 unless OK)."""
+    from calctl.runtime._native import lib as L
+
+    raw = _unwrap(rt)
+    lanes = (ctypes.c_uint64 * 1)(L.KV_NONE if kv is None else int(kv))
+    native = [b.native if isinstance(b, HostBuffer) else b for b in (inputs, outputs)]
+    desc = L.CalrtJobDesc(graph.encode(), native[0], native[1], 0, 1, 1, lanes, 0)
+    job = ctypes.c_uint64()
+    rc = int(raw._fn.calrt_job_submit(raw._dev, ctypes.byref(desc), ctypes.byref(job)))
+    return rc, int(job.value) if rc == RuntimeStatus.OK else 0
+
+
+def raw_call(rt: Runtime, name: str, *args: Any) -> int:
+    """One ``calrt_*`` function straight into the library with the device first; its status."""
+    raw = _unwrap(rt)
+    return int(getattr(raw._fn, name)(raw._dev, *args))
+
+
+def expect_code(status: int, want: RuntimeStatus, detail: str, *, call: str, arguments: str | None = None) -> None:
+    """A raw call's status must be ``want``; a FAIL names the call, its arguments and both codes."""
+    got = RuntimeStatus(status).name if status in RuntimeStatus._value2member_map_ else "undefined"
+    expect(
+        status == want,
+        f"{detail} must return {want.name} ({int(want)})",
+        call=call,
+        arguments=arguments,
+        returned=f"status {status} {got}",
+    )
+
+
 def _args(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
     parts = [_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()]
     return ", ".join(parts)

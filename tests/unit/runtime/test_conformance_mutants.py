@@ -23,6 +23,13 @@ MUTANTS = {
     "-DCALRT_MUTANT_QUERY_NO_TAGS": ("job_states_timestamps", "calrt_job_query must echo"),
     "-DCALRT_MUTANT_STALE_EVERY=64": ("concurrent_submit_two_chips", "another job's output"),
     "-DCALRT_MUTANT_SUBMIT_DEADLOCK": ("concurrent_submit_two_chips", "deadlock"),
+    "-DCALRT_MUTANT_RECONFIGURE": ("configuration", "calrt_configure of the current calbin while one is current"),
+    "-DCALRT_MUTANT_BOARD_RESET_KEEPS_CONFIG": ("chip_vs_board_reset", "a board reset must drop the configuration"),
+    "-DCALRT_MUTANT_RELEASE_IN_FLIGHT": ("buffer_ownership", "calrt_buffer_release of the inputs of job"),
+    "-DCALRT_MUTANT_SUBMIT_OWNED_BUFFER": ("buffer_ownership", "calrt_job_submit with the inputs of job"),
+    "-DCALRT_MUTANT_GRAPH_PREFIX": ("exact_graph_names", "inexact graph name"),
+    "-DCALRT_MUTANT_TIMEOUT_FREES_BUFFERS": ("wait_timeout", "after its wait timed out must return BUFFER_IN_USE"),
+    "-DCALRT_MUTANT_DMA_NO_QUARANTINE": ("dma_quarantine", "quarantined buffer must return BUFFER_IN_USE"),
 }
 
 
@@ -55,6 +62,33 @@ def test_conformance_fails_a_broken_reference_board_naming_the_check(
         assert "calrt_job_submit" in row["call"], row
     # A bug fails its own check: every check after an abandoned process still ran, in a fresh one.
     assert [c["name"] for c in r.json["checks"]][-1] == "golden_compute"
+
+
+def test_a_shim_of_another_abi_major_is_the_abi_version_fail_row(
+    cli,  # type: ignore[no-untyped-def]
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """calctl's loader refuses the library (exit 3 for every other command); conformance reports the refusal
+    as abi_version's FAIL row, exit 1, and runs no other check."""
+    library = _mutant(tmp_path_factory, "-DCALRT_MUTANT_ABI_MAJOR=2")
+    r = cli("device", "conformance", "--calrt-lib", library, "--format", "json")
+    assert_no_traceback(r)
+    assert r.code == 1, (r.out[-2000:], r.err[-2000:])
+    assert [(c["name"], c["verdict"], c["call"], c["returned"]) for c in r.json["checks"]] == [
+        ("abi_version", "FAIL", "calrt_abi_version", "'2.0'")
+    ]
+    assert r.json["abi"] == "2.0" and "no other check ran" in r.json["note"]
+    assert "C ABI 2.0: calctl needs 1.x" in r.json["checks"][0]["detail"]
+    r = cli("device", "info", "--device", "calrt", "--calrt-lib", library)
+    assert r.code == 3 and "C ABI 2.0 is incompatible" in r.err, (r.out, r.err)
+
+
+def test_a_file_that_is_no_library_is_still_exit_3(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    fake = tmp_path / "libcalrt_shim.so"
+    fake.write_text("not a library\n")
+    r = cli("device", "conformance", "--calrt-lib", fake)
+    assert_no_traceback(r)
+    assert r.code == 3 and "cannot load" in r.err, (r.out, r.err)
 
 
 def test_a_mutant_build_is_keyed_apart_from_the_board(tmp_path: Path) -> None:

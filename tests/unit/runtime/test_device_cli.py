@@ -129,8 +129,12 @@ def test_conformance_usage_and_library_errors(
     assert r.code == 2 and "--calrt-lib" in r.err
     r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--check", "no_such_check")
     assert r.code == 2 and "no_such_check" in r.err and "golden_compute" in r.err
-    r = cli("device", "conformance", "--calrt-lib", calrt_stub_without_kv_free)
-    assert r.code == 3 and "missing symbol calrt_kv_free" in r.err
+    # A library that loads but misses a symbol: abi_version's FAIL row naming it (exit 1), no other check.
+    r = cli("device", "conformance", "--calrt-lib", calrt_stub_without_kv_free, "--format", "json")
+    assert r.code == 1, (r.out, r.err)
+    [row] = r.json["checks"]
+    assert row["name"] == "abi_version" and row["verdict"] == "FAIL" and row["call"] == "dlsym", row
+    assert "calrt_kv_free" in row["returned"] and "missing symbol calrt_kv_free" in r.json["note"]
     r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--package", tmp_path / "nope")
     assert r.code == 2 and "nope" in r.err
     for res in (r,):
@@ -157,3 +161,15 @@ def test_conformance_junit_survives_control_characters_from_a_shim() -> None:
     doc["checks"] = [{**row, "call": "calrt_status_string", "arguments": "7", "returned": "\x07"}]
     root = ET.fromstring(conformance_junit(doc))
     assert root.get("failures") == "1" and "bad" in root.find(".//failure").get("message")
+
+
+def test_conformance_on_the_reference_board_is_labelled_a_software_model(cli, calrt_reference: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 28: the reference board says it is a software model (calrt_ext_device_identity); the conformance
+    report says so first, in its note, its device label and its table footer."""
+    args = ("device", "conformance", "--calrt-lib", calrt_reference, "--check", "versions_topology")
+    r = cli(*args, "--format", "json")
+    assert r.code == 0, (r.out, r.err)
+    assert r.json["device_label"] == "software model" and r.json["runtime"]["software_model"] is True
+    assert r.json["note"].startswith("SOFTWARE MODEL RESULT") and r.json["mock_result"] is False
+    r = cli(*args)
+    assert r.code == 0 and "SOFTWARE MODEL RESULT" in r.out.replace("\n", " "), r.out

@@ -36,7 +36,17 @@
  *   -DCALRT_MUTANT_QUERY_NO_TAGS      calrt_job_query echoes no generation, engine or chip mask;
  *   -DCALRT_MUTANT_STALE_EVERY=N      every Nth job gets the previous job's logits;
  *   -DCALRT_MUTANT_SUBMIT_DEADLOCK    calrt_job_submit takes two locks in a chip-dependent order, so two
- *                                     threads submitting to the two chips at once deadlock.
+ *                                     threads submitting to the two chips at once deadlock;
+ *   -DCALRT_MUTANT_ABI_MAJOR=N        calrt_abi_version reports N.0 (a shim built against another header);
+ *   -DCALRT_MUTANT_RECONFIGURE        calrt_configure while a calbin is current replaces it (OK, not
+ *                                     ALREADY_CONFIGURED);
+ *   -DCALRT_MUTANT_BOARD_RESET_KEEPS_CONFIG  a board reset keeps the current calbin;
+ *   -DCALRT_MUTANT_RELEASE_IN_FLIGHT  calrt_buffer_release of a buffer a job owns answers OK and drops the
+ *                                     handle (the job's DMA would then write memory the caller gave back);
+ *   -DCALRT_MUTANT_SUBMIT_OWNED_BUFFER  calrt_job_submit accepts a buffer a job in flight (or quarantine) owns;
+ *   -DCALRT_MUTANT_GRAPH_PREFIX       graph names match by prefix (strncmp on the caller's length);
+ *   -DCALRT_MUTANT_TIMEOUT_FREES_BUFFERS  a calrt_job_wait that times out hands the job's buffers back;
+ *   -DCALRT_MUTANT_DMA_NO_QUARANTINE  a job that ends UNKNOWN_DMA_STATE gives its buffers back at once.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -438,6 +448,9 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
         if (state == CALRT_JOB_SUCCEEDED) d->chips[c].counters.finished++;
         else d->chips[c].counters.failed++;
     }
+#ifdef CALRT_MUTANT_DMA_NO_QUARANTINE /* the bug: the DMA state is unknown, the buffers are given back anyway */
+    quarantine = 0;
+#endif
     if (quarantine) {
         j->in->quarantined = j->out->quarantined = 1;
     } else {
@@ -680,7 +693,11 @@ calrt_status calrt_ext_fault_set(calrt_device *d, uint32_t fault, uint32_t value
 
 calrt_status calrt_abi_version(uint32_t *major, uint32_t *minor) {
     if (!major || !minor) return CALRT_E_INVALID_ARGUMENT;
+#ifdef CALRT_MUTANT_ABI_MAJOR
+    *major = CALRT_MUTANT_ABI_MAJOR; /* the bug: built against another header */
+#else
     *major = CALRT_ABI_MAJOR;
+#endif
     *minor = CALRT_ABI_MINOR;
     return CALRT_OK;
 }
@@ -1126,7 +1143,9 @@ calrt_status calrt_configure(calrt_device *d, calrt_calbin *cb) {
     if (!d || !cb) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     calrt_status rc = known_calbin(d, cb) ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
+#ifndef CALRT_MUTANT_RECONFIGURE /* the bug: a second configure silently replaces the current calbin */
     if (rc == CALRT_OK && d->current) rc = CALRT_E_ALREADY_CONFIGURED;
+#endif
     for (int c = 0; rc == CALRT_OK && c < REF_CHIPS; c++) {
         if (d->chips[c].health != CALRT_HEALTH_OK) rc = CALRT_E_DEVICE_LOST;
         else if (REF_BASELINE + cb->plan[c] > REF_DRAM) rc = CALRT_E_OUT_OF_MEMORY;
@@ -1196,6 +1215,21 @@ calrt_status calrt_buffer_release(calrt_device *d, calrt_buffer *b) {
     calrt_status rc = CALRT_E_INVALID_ARGUMENT;
     for (calrt_buffer **p = &d->buffers; *p; p = &(*p)->next) {
         if (*p != b) continue;
+#ifdef CALRT_MUTANT_RELEASE_IN_FLIGHT /* the bug: job ownership is not checked; the handle is dropped */
+        if (b->owner && !b->quarantined) {
+            *p = b->next; /* (unlinked but not freed, so the job in flight does not crash this mutant) */
+            rc = CALRT_OK;
+        } else
+#endif
+#ifdef CALRT_MUTANT_TIMEOUT_FREES_BUFFERS /* a job in flight still points at it: unlink, never free (no crash) */
+        int live = 0;
+        for (job *j = d->jobs; j; j = j->next) live |= !terminal(j->info.state) && (j->in == b || j->out == b);
+        if (live && !b->owner && !b->quarantined) {
+            *p = b->next;
+            rc = CALRT_OK;
+            break;
+        }
+#endif
         if (b->owner || b->quarantined) {
             rc = CALRT_E_BUFFER_IN_USE;
         } else {
@@ -1213,7 +1247,11 @@ calrt_status calrt_buffer_release(calrt_device *d, calrt_buffer *b) {
 static graph *find_graph(calrt_device *d, const char *name) {
     if (!d->current || !name) return NULL;
     for (uint32_t i = 0; i < d->current->ngraphs; i++)
+#ifdef CALRT_MUTANT_GRAPH_PREFIX /* the bug: compares only as many characters as the caller gave */
+        if (*name && !strncmp(d->current->graphs[i].name, name, strlen(name))) return &d->current->graphs[i];
+#else
         if (!strcmp(d->current->graphs[i].name, name)) return &d->current->graphs[i];
+#endif
     return NULL;
 }
 
@@ -1320,8 +1358,10 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
         if (!prof_ok || desc->inputs == desc->outputs || !known_buffer(d, desc->inputs) || !known_buffer(d, desc->outputs) ||
             desc->inputs->size < need_in || desc->outputs->size < need_out)
             rc = CALRT_E_INVALID_ARGUMENT;
+#ifndef CALRT_MUTANT_SUBMIT_OWNED_BUFFER /* the bug: a buffer a job in flight owns is accepted again */
         else if (desc->inputs->owner || desc->outputs->owner || desc->inputs->quarantined || desc->outputs->quarantined)
             rc = CALRT_E_BUFFER_IN_USE;
+#endif
     }
     int c = g ? lowest_chip(g->chip_mask) : 0;
     if (rc == CALRT_OK && d->chips[c].health == CALRT_HEALTH_FAULTED) rc = CALRT_E_DEVICE_LOST;
@@ -1403,6 +1443,9 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
         if (terminal(j->info.state) || now_ns() >= deadline) {
             if (out) *out = j->info;
             calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_TIMEOUT;
+#ifdef CALRT_MUTANT_TIMEOUT_FREES_BUFFERS /* the bug: a timed-out wait hands the job's buffers back */
+            if (rc == CALRT_E_TIMEOUT) j->in->owner = j->out->owner = 0, j->in->owner_mask = j->out->owner_mask = 0;
+#endif
             pthread_mutex_unlock(&d->mu);
             return rc;
         }
@@ -1619,7 +1662,9 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
 #ifndef CALRT_MUTANT_BOARD_RESET_KEEPS_KV /* the bug: every sequence survives the board reset */
         free_seqs(d);
 #endif
+#ifndef CALRT_MUTANT_BOARD_RESET_KEEPS_CONFIG /* the bug: the calbin stays current across a board reset */
         d->current = NULL;
+#endif
     } else {
         for (seq *s = d->seqs; s; s = s->next)
             if (s->m->chip_mask & mask) s->committed = s->reserved = 0, s->busy = 0, s->last_failed = 0;
