@@ -283,7 +283,7 @@ def soak_figure(
                 [v * 1e3 for _, v in pts],
                 label=f"{words}: {listed}",
                 zorder=3,
-                **_ENDED_STYLE[group],  # type: ignore[arg-type]
+                **_ENDED_STYLE[group],
             )
     ax_lat.set_ylabel("time to the request's end (ms)")
     ax_lat.set_xlabel("time since the soak started (s)")
