@@ -154,7 +154,7 @@ def plot_soak(
 #: How a request that did not succeed is drawn in the latency panel, by class (calctl.runners.soak.wording).
 _ENDED_STYLE = {
     "intended": {"marker": "+", "color": "#7f7f7f", "s": 14, "alpha": 0.7},
-    "refused": {"marker": "x", "color": "#ff7f0e", "s": 16, "alpha": 0.8},
+    "refused": {"marker": "x", "color": "#000000", "s": 16, "alpha": 0.8},
     "failed": {"marker": "X", "color": "#d62728", "s": 30, "alpha": 0.9},
 }
 
@@ -292,6 +292,7 @@ def soak_figure(
     if ax_lat.get_legend_handles_labels()[0]:
         ax_lat.legend(loc="upper left", fontsize=8)
     else:
+        ax_lat.set_yticks([])  # no scale for nothing drawn
         ax_lat.text(
             0.5,
             0.5,
@@ -305,6 +306,7 @@ def soak_figure(
     if error:
         for ax in mem_axes:
             if not ax.get_legend_handles_labels()[0]:
+                ax.set_yticks([])
                 ax.text(
                     0.5,
                     0.5,
