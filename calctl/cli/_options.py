@@ -22,6 +22,16 @@ class DeviceKind(str, enum.Enum):
     calrt = "calrt"
 
 
+class RunLevel(str, enum.Enum):
+    """``--level`` of ``bringup`` and ``accept``: the values of ``calctl.runners.bringup.Level`` and
+    ``calctl.runners.acceptance.run.Level`` (a unit test keeps them equal), spelled here so that a command's
+    ``--help`` imports no runner; the command turns it into the library's own enum."""
+
+    QUICK = "quick"
+    STANDARD = "standard"
+    LONG = "long"
+
+
 FormatOpt = Annotated[
     TableJson,
     typer.Option("--format", "-f", help="Output format: table for people, json (one document on stdout) for machines."),

@@ -67,8 +67,17 @@ class SafeConsole(Console):
         return super()._render_buffer(safe)
 
 
-stdout = SafeConsole(highlight=False, soft_wrap=True, width=_width(sys.stdout))
-stderr = SafeConsole(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
+def _soft_wrap(stream: TextIO) -> bool:
+    """Lines are left whole (soft-wrapped) for a log, a pipe or a file, where a reader greps or copies them; on
+    a terminal, which would fold them at its edge inside a word, rich wraps them between words at its width."""
+    try:
+        return not stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return True
+
+
+stdout = SafeConsole(highlight=False, soft_wrap=_soft_wrap(sys.stdout), width=_width(sys.stdout))
+stderr = SafeConsole(stderr=True, highlight=False, soft_wrap=_soft_wrap(sys.stderr), width=_width(sys.stderr))
 
 
 class TableJson(str, enum.Enum):
@@ -183,8 +192,8 @@ def print_rows(title: str | None, columns: Sequence[str], rows: Iterable[Sequenc
     for row in rows:
         stdout.print(f"[bold]{columns[0]} {'' if row[0] is None else row[0]}[/]")
         for name, value in zip(columns[1:], row[1:], strict=False):
-            if value not in (None, ""):
-                stdout.print(Padding(f"[dim]{name}:[/] {value}", (0, 0, 0, 2)))
+            if value not in (None, ""):  # wrapped between words at the console's width, never cropped
+                stdout.print(Padding(f"[dim]{name}:[/] {value}", (0, 0, 0, 2)), soft_wrap=False)
 
 
 def info(message: str) -> None:

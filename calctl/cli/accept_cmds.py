@@ -10,7 +10,7 @@ the report directory. No judgement lives here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -25,6 +25,7 @@ from calctl.cli._options import (
     DeviceOpt,
     FaultPlanOpt,
     ResultFormatOpt,
+    RunLevel,
     SeedOpt,
     TimeScaleOpt,
     TrustedKeyOpt,
@@ -34,13 +35,13 @@ from calctl.cli._output import Format
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
-from calctl.records import write_atomic
 from calctl.report import Report
-from calctl.runners.acceptance import run as accept_lib
-from calctl.runners.acceptance.rows import StepEvidence, StepStatus
+
+if TYPE_CHECKING:  # the acceptance run loads every runner (numpy, the rules, matplotlib): only when accept runs
+    from calctl.runners.acceptance.rows import StepEvidence
 
 LevelOpt = Annotated[
-    accept_lib.Level,
+    RunLevel,
     typer.Option(
         "--level",
         help="quick (CI, minutes on the mock) | standard (a bench session) | long (the report's 24 h soak, "
@@ -84,7 +85,7 @@ def accept(
     pkg: PackageArg = None,
     replica: ReplicaOpt = None,
     previous: PreviousOpt = None,
-    level: LevelOpt = accept_lib.Level.QUICK,
+    level: LevelOpt = RunLevel.QUICK,
     only: OnlyOpt = None,
     device: DeviceOpt = DeviceKind.mock,
     calrt_lib: CalrtLibOpt = None,
@@ -117,6 +118,10 @@ def accept(
     Exit 0 no row NO-GO (NOT MEASURED rows allowed, named in the summary), 1 a row NO-GO or a refused
     package, 2 usage, 3 device error, 130 SIGINT/SIGTERM (the partial report is written).
     """
+    from calctl.records import write_atomic
+    from calctl.runners.acceptance import run as accept_lib
+    from calctl.runners.acceptance.rows import StepStatus
+
     spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
     path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
     if not path.exists():
@@ -134,7 +139,7 @@ def accept(
         package=path,
         trust=trust,
         device=spec,
-        level=level,
+        level=accept_lib.Level(level.value),
         out_dir=out_dir,
         replica=replica,
         only=_parse_only(only),
@@ -169,6 +174,8 @@ def accept(
 
 
 def _render(result: Report) -> None:
+    from calctl.runners.acceptance import run as accept_lib
+
     doc = result.document()
     rows = doc["rows"]
     _output.print_table(

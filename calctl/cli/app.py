@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import traceback
+import types
 from typing import Any, ClassVar
 
 import typer
@@ -55,6 +56,46 @@ _COMMAND_MODULES: list[str] = [
 _EXTRA_MODULES: list[str] = [m for m in _COMMAND_MODULES if m not in {mod for mod, _ in _COMMANDS.values()}]
 
 
+def _stand_in(module: str, name: str) -> type:
+    """A class standing for ``module.name`` that imports the real one the first time it is used."""
+
+    def real() -> Any:
+        return getattr(importlib.import_module(module), name)
+
+    def new(cls: type, *args: Any, **kwargs: Any) -> Any:
+        return real()(*args, **kwargs)
+
+    def from_exception(cls: type, *args: Any, **kwargs: Any) -> Any:
+        return real().from_exception(*args, **kwargs)
+
+    return type(name, (), {"__new__": new, "from_exception": classmethod(from_exception), "__module__": module})
+
+
+def _import_help_renderer() -> None:
+    """Import Typer's help renderer without ``rich.markdown`` (markdown-it) and ``rich.traceback`` (pygments).
+
+    ``typer.rich_utils`` imports both at its top for ``rich_markup_mode="markdown"`` and pretty tracebacks,
+    neither of which calctl uses; they are about 50 ms of a sub-command's ``--help``. While it is imported the
+    two modules are stand-ins whose class imports the real one when used; they are then taken out of
+    ``sys.modules``, so any later ``import rich.markdown`` gets the real module.
+    """
+    if "typer.rich_utils" in sys.modules:
+        return
+    stubs: dict[str, types.ModuleType] = {}
+    for module, name in (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback")):
+        if module not in sys.modules:
+            stub = types.ModuleType(module)
+            setattr(stub, name, _stand_in(module, name))
+            stubs[module] = stub
+    sys.modules.update(stubs)
+    try:
+        importlib.import_module("typer.rich_utils")
+    finally:
+        for module, stub in stubs.items():
+            if sys.modules.get(module) is stub:
+                del sys.modules[module]
+
+
 def _reflow(text: str | None) -> str | None:
     """Join the lines of each paragraph: help text reads as sentences, never broken where the source wrapped."""
     if not text:
@@ -70,6 +111,10 @@ def _polish(cmd: Any) -> Any:
     for param in cmd.get_params(ctx):  # includes --help
         if getattr(param, "is_flag", False) and not getattr(param, "count", False):
             param.metavar = ""
+            if param.name == "help" and param.default is None:
+                # A group's unset --help (``device`` in ``calctl device info --help``) is None, and Typer builds
+                # a Pydantic adapter (about 0.1 s of imports) to coerce None; False is a bool and skips that.
+                param.default = False
         if getattr(param, "help", None):
             param.help = _reflow(param.help)
     for sub in getattr(cmd, "commands", {}).values():
@@ -182,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
 
         _output.stdout.print(root_help(), markup=False, highlight=False, end="")
         return int(ExitCode.OK if args else ExitCode.USAGE)
+    _import_help_renderer()
     command = root_command()
     try:
         # SIGTERM (timeout, CI, systemd) ends every command like Ctrl-C: exit 130 after its clean-up (an

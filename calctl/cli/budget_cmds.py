@@ -10,36 +10,31 @@ maps them).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from calctl.budget import units
-from calctl.budget.plan import (
-    MAX_CONTEXT,
-    MAX_SEQUENCES,
-    BudgetPlan,
-    ChipBudget,
-    WorkspaceOverride,
-    plan_from_config,
-    plan_from_package,
-)
-from calctl.budget.policy import BudgetPolicy, BudgetVerdict, check_fraction
-from calctl.budget.report import BudgetReport, report_document, run_budget
-from calctl.budget.shape import load_hf_config
 from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
 from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import CheckFailed, UsageError
-from calctl.package.info import package_digest
-from calctl.package.reader import load_manifest, package_root
-from calctl.package.validate import ValidationPolicy, ValidationReport, validate
-from calctl.report import simple_report
-from calctl.signing.policy import TrustPolicy
 
-_DTYPES = ", ".join(units.OPTION_DTYPES)
+if TYPE_CHECKING:  # calctl.budget loads the package model, the rules and jsonschema: only when budget runs
+    from calctl.budget.plan import BudgetPlan, ChipBudget
+    from calctl.budget.report import BudgetReport
+    from calctl.package.validate import ValidationReport
+    from calctl.signing.policy import TrustPolicy
+
+#: The option bounds and dtypes of :mod:`calctl.budget` (``plan.MAX_CONTEXT``, ``plan.MAX_SEQUENCES``,
+#: ``units.OPTION_DTYPES``), written out so that ``calctl budget --help`` imports no library; a unit test keeps
+#: them equal.
+MAX_CONTEXT = 1 << 24
+MAX_SEQUENCES = 1 << 20
+OPTION_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4", "fp32")
+
+_DTYPES = ", ".join(OPTION_DTYPES)
 
 HfConfigOpt = Annotated[
     Path | None,
@@ -147,6 +142,15 @@ def budget(
     reported as a warning).
     Exit 0 GO on every chip, 1 NO-GO or refused, 2 bad input.
     """
+    from calctl.budget import units
+    from calctl.budget.plan import WorkspaceOverride, plan_from_config, plan_from_package
+    from calctl.budget.policy import BudgetPolicy, check_fraction
+    from calctl.budget.report import report_document, run_budget
+    from calctl.budget.shape import load_hf_config
+    from calctl.package.info import package_digest
+    from calctl.package.reader import load_manifest, package_root
+    from calctl.report import simple_report
+
     policy = BudgetPolicy(
         limit=check_fraction(limit, "--limit", zero_ok=False, one_ok=True),
         guard_fraction=check_fraction(guard_fraction, "--guard-fraction", zero_ok=True, one_ok=False),
@@ -229,6 +233,8 @@ def budget(
 
 def _validated(path: Path, trust: TrustPolicy) -> ValidationReport:
     """docs/validate.md: every command that reads a package validates it first; a refused package gets no plan."""
+    from calctl.package.validate import ValidationPolicy, validate
+
     validation = validate(path, ValidationPolicy(trust=trust))
     if not validation:
         raise CheckFailed(
@@ -259,10 +265,14 @@ def _int_list(text: str | None, what: str, ceiling: int) -> tuple[int, ...] | No
 
 def _size(value: int) -> str:
     """Bytes over GiB in one cell: two short lines keep the table inside 80 columns."""
+    from calctl.budget import units
+
     return f"{value:,}\n{units.gib(value)} GiB"
 
 
 def _row(budget: ChipBudget, name: str, value: int, source: str, detail: str) -> list[str]:
+    from calctl.budget import units
+
     return [
         escape(name),
         _size(value),
@@ -273,6 +283,9 @@ def _row(budget: ChipBudget, name: str, value: int, source: str, detail: str) ->
 
 
 def _render(report: BudgetReport) -> None:
+    from calctl.budget import units
+    from calctl.budget.policy import BudgetVerdict
+
     out = _output.stdout
     inp = report.input
     what = f"{inp.name} {inp.version}" if inp.version else inp.name

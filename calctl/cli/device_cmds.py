@@ -9,7 +9,7 @@ runs anything.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -17,8 +17,9 @@ from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt
 from calctl.cli._output import TableJson
 from calctl.report import simple_report
-from calctl.runtime import BoardSelection, Runtime, open_runtime, select_board
-from calctl.runtime.types import TELEMETRY_FIELDS
+
+if TYPE_CHECKING:  # calctl.runtime loads numpy and the package reader: only when a device command runs
+    from calctl.runtime import BoardSelection, Runtime
 
 MOCK_NOTE = (
     "mock device: a simulated board; its results are mock results, not evidence about hardware (docs/runtime.md §5)"
@@ -63,6 +64,8 @@ def info_document(rt: Runtime, library: str | None, board: BoardSelection | None
 
 
 def _no_telemetry() -> dict[str, Any]:
+    from calctl.runtime.types import TELEMETRY_FIELDS
+
     return {
         **dict.fromkeys(TELEMETRY_FIELDS),
         "vendor_gaps": [f"{f}: the runtime reported no telemetry for this chip" for f in TELEMETRY_FIELDS],
@@ -79,6 +82,9 @@ def info(
     The board comes from the environment: CALCTL_BOARD_ID and CALCTL_MOCK_SEED for the mock,
     CALRT_DEVICE (handed to the vendor shim) for CalRT.
     """
+    from calctl.runtime import open_runtime, select_board
+    from calctl.runtime.types import TELEMETRY_FIELDS
+
     lib = str(calrt_lib) if device is DeviceKind.calrt and calrt_lib is not None else None
     board = select_board(device.value)
     if device is DeviceKind.mock:

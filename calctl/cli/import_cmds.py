@@ -11,20 +11,22 @@ from __future__ import annotations
 import functools
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
 from calctl.cli._output import TableJson
-from calctl.compiler.importer import build
-from calctl.compiler.importer.combine import combine as combine_packages
-from calctl.compiler.importer.combine import open_source
-from calctl.package import info as pkginfo
 from calctl.report import simple_report
-from calctl.signing import keys
-from calctl.signing.policy import make_policy
+
+if TYPE_CHECKING:  # the importer loads numpy, the model and cryptography: only when a command runs
+    from calctl.compiler.importer import build
+
+#: ``build.DEFAULT_SEQUENCES`` and ``build.KEEP_BLOCKS``, written out so that ``--help`` imports no importer
+#: (a unit test keeps them equal).
+DEFAULT_SEQUENCES = 4
+KEEP_BLOCKS = "gguf"
 
 KeyOpt = Annotated[Path, typer.Option("--key", help="PREFIX.key from `calctl keygen` that signs the package.")]
 AliasOpt = Annotated[
@@ -41,6 +43,10 @@ NameOpt = Annotated[str | None, typer.Option("--name", help="Package name (defau
 
 
 def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportOptions, fmt: TableJson) -> None:
+    from calctl.compiler.importer import build
+    from calctl.package import info as pkginfo
+    from calctl.signing import keys
+
     private = keys.load_private(key)
     t0 = time.monotonic()
     build.check_options(opts)
@@ -74,11 +80,13 @@ def import_hf(
     chip: ChipOpt = 0,
     context: ContextOpt = None,
     dtype: DtypeOpt = "fp16",
-    sequences: SequencesOpt = build.DEFAULT_SEQUENCES,
+    sequences: SequencesOpt = DEFAULT_SEQUENCES,
     name: NameOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
     """Import a Hugging Face Llama / Qwen2 / Qwen3 checkpoint as a sealed single-model package."""
+    from calctl.compiler.importer import build
+
     opts = build.ImportOptions(
         alias=alias or build.default_alias(directory.resolve().name),
         chip=chip,
@@ -104,12 +112,14 @@ def import_gguf(
             help="How the parameter blobs store weights: gguf (Q4_0/Q4_1/Q8_0 kept as shipped, the rest fp16), "
             "fp16 or fp32 (dequantised).",
         ),
-    ] = build.KEEP_BLOCKS,
-    sequences: SequencesOpt = build.DEFAULT_SEQUENCES,
+    ] = KEEP_BLOCKS,
+    sequences: SequencesOpt = DEFAULT_SEQUENCES,
     name: NameOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
     """Import a GGUF Llama / Qwen2 / Qwen3 model (its Q4_0/Q4_1/Q8_0 blocks kept) as a sealed single-model package."""
+    from calctl.compiler.importer import build
+
     opts = build.ImportOptions(
         alias=alias or build.default_alias(file.name.removesuffix(".gguf")),
         chip=chip,
@@ -135,6 +145,12 @@ def combine(
     format: FormatOpt = TableJson.table,
 ) -> None:
     """Make a combined (two models, one per chip) or replica (one model on both chips) package."""
+    from calctl.compiler.importer.combine import combine as combine_packages
+    from calctl.compiler.importer.combine import open_source
+    from calctl.package import info as pkginfo
+    from calctl.signing import keys
+    from calctl.signing.policy import make_policy
+
     private = keys.load_private(key)
     policy = make_policy(trusted_key, allow_unsigned)
     a = open_source(package_a, list(policy.keys), allow_unsigned)

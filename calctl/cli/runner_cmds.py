@@ -13,13 +13,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.padding import Padding
 
-from calctl import html_report
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
 from calctl.cli._options import (
@@ -31,6 +30,7 @@ from calctl.cli._options import (
     FormatOpt,
     ReportFileOpt,
     ResultFormatOpt,
+    RunLevel,
     SeedOpt,
     TimeScaleOpt,
     TrustedKeyOpt,
@@ -40,16 +40,12 @@ from calctl.cli._output import Format, TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
-from calctl.records import write_json
 from calctl.report import Report, StepRecord, StepStatus
-from calctl.runners import bringup as bringup_lib
-from calctl.runners.golden import GoldenResult
-from calctl.runners.golden import run_golden as golden_runner
-from calctl.runners.poc import parse_expect_models, run_poc_combined
-from calctl.runners.steps import StepLog
-from calctl.runners.trace import write_trace_outputs
-from calctl.runners.warmup import WarmupResult
-from calctl.runners.warmup import run_warmup as warmup_runner
+
+if TYPE_CHECKING:  # the runners (numpy, the rules, jsonschema, matplotlib) load when a command runs, not for --help
+    from calctl.runners import bringup as bringup_lib
+    from calctl.runners.steps import StepLog
+
 
 # ---------------------------------------------------------------------------
 # Shared options
@@ -79,6 +75,8 @@ def _live_log(format: Format | TableJson) -> Iterator[StepLog]:
     On a terminal, with the table on the same screen, the progress is one transient status line (the steps
     table at the end lists every step once); in a log, or with --format json/junit, one line per step.
     """
+    from calctl.runners.steps import StepLog
+
     if format.value == "table" and _output.stderr.is_terminal and _output.stdout.is_terminal:
         with _output.stderr.status("starting", spinner="dots") as status:
 
@@ -94,6 +92,10 @@ def _finish(
     report: Report, *, trace: Path | None, plot: Path | None, report_path: Path | None, format: Format, render: Any
 ) -> int:
     """Write trace, plot and report files, render, and return the exit code."""
+    from calctl import html_report
+    from calctl.records import write_json
+    from calctl.runners.trace import write_trace_outputs
+
     files: dict[str, str | None] = {"json": None, "plot": None}
     if trace is not None or plot is not None:
         files = write_trace_outputs(
@@ -236,6 +238,8 @@ def run_golden(
     Exit 0 every model exact, 1 a mismatch (named: model, step, position) or a refused package,
     3 device error, 4 a step hung past --step-timeout (partial report written), 130 Ctrl-C.
     """
+    from calctl.runners.golden import run_golden as golden_runner
+
     spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed)
     path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
     with interruptible(), _live_log(format) as log:
@@ -244,6 +248,8 @@ def run_golden(
 
 
 def _render_golden(report: Report) -> None:
+    from calctl.runners.golden import GoldenResult
+
     _steps_table(report)
     rows = []
     for r in report.body.get("models", []):
@@ -312,6 +318,8 @@ def warmup(
 
     Exit 0 no errors (unstable latency is a warning), 1 errors, 3 device error, 4 a step hung, 130 Ctrl-C.
     """
+    from calctl.runners.warmup import run_warmup as warmup_runner
+
     spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed)
     path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
     with interruptible(), _live_log(format) as log:
@@ -344,6 +352,8 @@ def _stability(cv: float | None, unstable: bool, limit: float | None, not_judged
 
 
 def _render_warmup(report: Report) -> None:
+    from calctl.runners.warmup import WarmupResult
+
     _steps_table(report)
     rows = []
     for r in report.body.get("models", []):
@@ -428,6 +438,8 @@ def poc_combined(
     Exit 0 for S1, S2 or NOT JUDGED (with --require-s2 only S2), 1 refused package or output mismatch,
     3 device error, 4 a step hung, 130 Ctrl-C.
     """
+    from calctl.runners.poc import parse_expect_models, run_poc_combined
+
     spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
     path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
     if expect_models is None:
@@ -524,9 +536,9 @@ def bringup(
     device: DeviceOpt = DeviceKind.mock,
     calrt_lib: CalrtLibOpt = None,
     level: Annotated[
-        bringup_lib.Level,
+        RunLevel,
         typer.Option("--level", help="quick | standard | long: warm-up iterations, PoC rounds, step timeouts."),
-    ] = bringup_lib.Level.STANDARD,
+    ] = RunLevel.STANDARD,
     report: Annotated[
         Path | None,
         report_dir_option("./calctl-reports/bringup-<timestamp>", "report.json, each step's trace and picture"),
@@ -545,10 +557,16 @@ def bringup(
     With no PKG: the bundled combined sample on the mock device. Exit 0 PASS/WARN, else the first failing
     step's code (1 fail, 3 device, 4 timeout, 130 Ctrl-C).
     """
+    from calctl import html_report
+    from calctl.records import write_json
+    from calctl.runners import bringup as bringup_lib
+
     spec = device_spec(device, calrt_lib, time_scale)
     path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
     out_dir = report_dir(report, "bringup")
-    config = bringup_lib.BringupConfig(package=path, trust=trust, device=spec, level=level, out_dir=out_dir)
+    config = bringup_lib.BringupConfig(
+        package=path, trust=trust, device=spec, level=bringup_lib.Level(level.value), out_dir=out_dir
+    )
     _output.info(
         f"calctl bringup ({level.value}) of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"
     )

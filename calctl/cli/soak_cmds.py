@@ -9,7 +9,10 @@ SIGTERM both end it INTERRUPTED with the evidence closed. Exit codes: 0 passed,
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,9 +43,43 @@ def _mib(x: int | float | None) -> str:
     return "n/a" if x is None else f"{x / 1024**2:+.1f} MiB"
 
 
-def _requests_line(sent: int, by_outcome: dict[str, int]) -> str:
-    """One way to count requests, in the progress bar and the summary alike: sent, then each outcome."""
-    return f"{sent} sent" + "".join(f", {k} {v}" for k, v in sorted(by_outcome.items()))
+def _requests_line(sent: int, by_outcome: dict[str, int], *, short: bool = False) -> str:
+    """One way to count requests, in the progress bar (``short``) and the summary alike: sent, succeeded, ended as
+    the mix intends, refused, failed (calctl.runners.soak.wording)."""
+    from calctl.runners.soak.wording import RequestCounts
+
+    counts = RequestCounts.of(sent, by_outcome)
+    return counts.short() if short else counts.phrase()
+
+
+class _EngineLog(logging.Filter):
+    """The serving engine's log during a soak (stderr): a deadline the mix set that expires before output is the
+    workload's intent, counted in the summary, not a warning; a line the engine repeats at every load (a
+    package note: the test-only key, random weights) is shown once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "ended before output: deadline expired" in message:
+            return False
+        if message in self._seen:
+            return False
+        self._seen.add(message)
+        return True
+
+
+@contextlib.contextmanager
+def _engine_log() -> Iterator[None]:
+    logger = logging.getLogger("calctl.serve")
+    quiet = _EngineLog()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 class TrafficOpt(str, enum.Enum):
@@ -149,7 +186,7 @@ def soak(
     _output.info(
         f"calctl soak: {plan} of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"
     )
-    with interruptible(), _SoakProgress(config) as progress:
+    with interruptible(), _engine_log(), _SoakProgress(config) as progress:
         result = soak_lib.run_soak(config, on_progress=progress.update)
     doc = result.document()
     if _output.is_json(format):
@@ -204,20 +241,24 @@ class _SoakProgress:
         drift = " ".join(f"chip{c} {'n/a' if v is None else f'{v:+.0f}'}" for c, v in sorted(p.max_drift_mib.items()))
         live = (
             f"{p.phase} | gen {p.generation if p.generation is not None else '-'} | "
-            f"{_requests_line(p.requests, p.by_outcome)} | violations {p.violations} | drift MiB {drift}"
+            f"{_requests_line(p.requests, p.by_outcome, short=True)} | violations {p.violations} | drift MiB {drift}"
         )
         self._progress.update(self._task, completed=completed, done=done, live=escape(live))
 
 
 def _render_soak(doc: dict[str, Any]) -> None:
+    from calctl.runners.soak.wording import deadline_note
+
     out = _output.stdout
     req = doc["requests"]
     errs = doc["errors"]
+    deadlines = deadline_note(req.get("by_kind") or {})
     rows = [
         ("status", doc["status"]),
         ("cycles", f"{doc['cycles']}" + (f" of {doc['cycles_planned']}" if doc["cycles_planned"] else "")),
         ("duration", f"{doc['seconds']:.1f} s"),
         ("requests", _requests_line(req["sent"], req["by_outcome"])),
+        *([("deadline requests", deadlines)] if deadlines else []),
         (
             "device errors",
             ", ".join(f"{k} {v}" for k, v in sorted(errs["device_errors"].items()))

@@ -355,8 +355,10 @@ def _soak(state: BringupState) -> StepOutcome:
     doc = report.document()
     violations = doc["violations"]
     drift = doc["memory"]["max_drift_bytes"]
+    from calctl.runners.soak.wording import RequestCounts
+
     figure = (
-        f"{doc['cycles']}/{s.soak_cycles} cycles, {doc['requests']['sent']} requests, "
+        f"{doc['cycles']}/{s.soak_cycles} cycles, requests {RequestCounts.of_report(doc['requests']).short()}, "
         f"{len(violations)} violation(s), max drift "
         + ", ".join(f"chip{c} {'n/a' if v is None else f'{v / 2**20:+.1f} MiB'}" for c, v in sorted(drift.items()))
     )

@@ -580,9 +580,11 @@ def _soak_reached(doc: Mapping[str, Any]) -> tuple[int, float, int]:
 def _soak_evidence(doc: Mapping[str, Any]) -> tuple[str, ...]:
     cycles, hours, v = _soak_reached(doc)
     drift = (doc.get("memory") or {}).get("max_drift_bytes") or {}
-    req = doc.get("requests") or {}
+    from calctl.runners.soak.wording import RequestCounts
+
+    req = RequestCounts.of_report(doc.get("requests") or {})
     return (
-        f"{cycles} load/unload cycles in {hours:.2f} h, {req.get('sent', 0)} requests, {v} violation(s)",
+        f"{cycles} load/unload cycles in {hours:.2f} h, requests {req.phrase()}, {v} violation(s)",
         "max memory drift after unload: "
         + (", ".join(f"chip {c} {'n/a' if b is None else f'{b / 2**20:+.1f} MiB'}" for c, b in drift.items()) or "n/a"),
         *[str(x.get("message")) for x in doc.get("violations", [])[:3]],

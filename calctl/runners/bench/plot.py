@@ -64,18 +64,33 @@ def _pyplot() -> Any:
 
 def _bars(ax: Any, groups: Sequence[BarGroup], ylabel: str, gate: float) -> None:
     """Isolated (solid) and joint (hatched) bars in the model's colour, the gate line over each pair
-    (isolated x (1 + gate)), the sample count on each bar and the gate's verdict above the pair."""
+    (isolated x (1 + gate)), the sample count on each bar and the gate's verdict above the pair.
+
+    The sample count stands upright just above its bar, so two neighbouring bars' counts never overlap
+    however short the bars are; the y-axis leaves room above the tallest bar (or gate line) for it."""
     models = list(dict.fromkeys(g.model or g.label.split()[0] for g in groups))
+    top = 0.0
     for i, g in enumerate(groups):
         c = MODEL_COLOURS[models.index(g.model or g.label.split()[0]) % len(MODEL_COLOURS)]
         for dx, value, n, hatch in ((-0.2, g.isolated, g.n_isolated, None), (0.2, g.joint, g.n_joint, "///")):
             if value is None:
-                ax.text(i + dx, 0, "n/a", ha="center", va="bottom", fontsize=7)
+                ax.text(i + dx, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
                 continue
             ax.bar(i + dx, value * 1e3, width=0.38, color=c, hatch=hatch, edgecolor="white", linewidth=0)
+            top = max(top, value * 1e3)
             if n is not None:
-                ax.text(i + dx, value * 1e3, f"n={n}", ha="center", va="bottom", fontsize=7)
+                ax.annotate(
+                    f"n={n}",
+                    (i + dx, value * 1e3),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    rotation=90,
+                    fontsize=7,
+                )
         if g.isolated is not None:
+            top = max(top, g.isolated * (1 + gate) * 1e3)
             limit = g.isolated * (1 + gate) * 1e3
             ax.hlines(limit, i - 0.45, i + 0.45, color="red", linestyle="--", linewidth=1.0)
         if g.verdict:
@@ -94,6 +109,8 @@ def _bars(ax: Any, groups: Sequence[BarGroup], ylabel: str, gate: float) -> None
     ax.set_xticks(range(len(groups)), [g.label for g in groups], fontsize=8)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
+    if top > 0:
+        ax.set_ylim(0, max(ax.get_ylim()[1], top * 1.3))
 
 
 def _bar_legend(fig: Any, gate: float) -> None:
@@ -185,10 +202,11 @@ def plot_timeline(
     """``points``: (t, latency s or None, ok) of B's requests; ``phases``: (name, start, end) seconds.
 
     Successful requests are latencies on the latency axis; failed or refused ones have no latency, so they
-    are ticks on a strip of their own under it, never points that read as a latency.
+    are counted per time bin on a strip of their own under it (with its count scale), never points that read
+    as a latency.
     """
     plt = _pyplot()
-    fig, (ax, ax_f) = plt.subplots(2, 1, figsize=(13, 5.2), sharex=True, height_ratios=[5, 1])
+    fig, (ax, ax_f) = plt.subplots(2, 1, figsize=(13, 6), sharex=True, height_ratios=[4, 1.6])
     colours = ["#f0f0f0", "#dde8f5"]
     for i, (name, s, e) in enumerate(phases):
         for a in (ax, ax_f):
@@ -202,12 +220,33 @@ def plot_timeline(
         ax.axhline(gate_s * 1e3, color="red", linestyle="--", linewidth=0.8, label="B P99 E2E gate (baseline + 25 %)")
     ax.set_ylabel("B end-to-end latency (ms)")
     ax.legend(fontsize=8, loc="upper left")
-    ax_f.eventplot(bad, colors="#d62728", lineoffsets=0.5, linelengths=0.8)
-    ax_f.set_yticks([0.5], [f"B failed or\nrefused ({len(bad)})"], fontsize=8)
-    ax_f.set_ylim(0, 1)
+    # B's failed or refused requests per time bin, on a count scale (ticks alone hid how many there were).
+    end = max([e for _, _, e in phases] + [t for t, _, _ in points] + [1e-9])
+    width = _bin_width(end)
+    if bad:
+        ax_f.hist(bad, bins=_bins(end, width), color="#d62728", edgecolor="white", linewidth=0.3)
+    else:
+        ax_f.text(0.5, 0.5, "none failed or refused", transform=ax_f.transAxes, ha="center", va="center", fontsize=8)
+    ax_f.set_ylabel(f"B failed or\nrefused per {width:g} s\n({len(bad)} in all)", fontsize=8)
+    ax_f.yaxis.get_major_locator().set_params(integer=True)
+    ax_f.grid(axis="y", alpha=0.3)
     ax_f.set_xlabel("time (s)")
     fig.suptitle(f"{title}\n{_device_label(device)}", fontsize=10)
     _save(fig, path)
+
+
+def _bin_width(end: float) -> float:
+    """A round bin width (0.1, 0.2, 0.5, 1, 2, 5 ... s) giving about 60 bins over ``end`` seconds."""
+    import math
+
+    raw = max(end / 60, 1e-3)
+    base = 10 ** math.floor(math.log10(raw))
+    return next(m * base for m in (1, 2, 5, 10) if m * base >= raw)
+
+
+def _bins(end: float, width: float) -> list[float]:
+    n = max(1, int(end // width) + 1)
+    return [k * width for k in range(n + 1)]
 
 
 __all__ = ["BarGroup", "plot_ab", "plot_pairs", "plot_timeline"]

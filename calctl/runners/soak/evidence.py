@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -123,8 +123,65 @@ def plot_soak(
     device: str,
     checks: dict[int, list[tuple[float, int | None]]] | None = None,
     interrupted: tuple[float, str] | None = None,
+    ended: dict[str, Series] | None = None,
+    counts: Mapping[str, int] | None = None,
+    sent: int | None = None,
+    error: str | None = None,
 ) -> None:
+    """Draw :func:`soak_figure` to ``path`` (PNG, written atomically)."""
+    import matplotlib.pyplot as plt
+
+    fig = soak_figure(
+        memory=memory,
+        baseline=baseline,
+        limits=limits,
+        latency=latency,
+        cycles=cycles,
+        title=title,
+        device=device,
+        checks=checks,
+        interrupted=interrupted,
+        ended=ended,
+        counts=counts,
+        sent=sent,
+        error=error,
+    )
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+
+
+#: How a request that did not succeed is drawn in the latency panel, by class (calctl.runners.soak.wording).
+_ENDED_STYLE = {
+    "intended": {"marker": "+", "color": "#7f7f7f", "s": 14, "alpha": 0.7},
+    "refused": {"marker": "x", "color": "#000000", "s": 16, "alpha": 0.8},
+    "failed": {"marker": "X", "color": "#d62728", "s": 30, "alpha": 0.9},
+}
+
+
+def soak_figure(
+    *,
+    memory: dict[int, Series],
+    baseline: dict[int, int | None],
+    limits: dict[int, int | None],
+    latency: dict[str, Series],
+    cycles: Sequence[tuple[float, float | None]],
+    title: str,
+    device: str,
+    checks: dict[int, list[tuple[float, int | None]]] | None = None,
+    interrupted: tuple[float, str] | None = None,
+    ended: dict[str, Series] | None = None,
+    counts: Mapping[str, int] | None = None,
+    sent: int | None = None,
+    error: str | None = None,
+) -> Any:
     """Per-chip memory (MiB above baseline, one panel per chip) and request latency over time.
+
+    Every request is in the latency panel: the successes by model, and the others (``ended``: outcome ->
+    (time, seconds to its end)) by class, refused, failed or ended as the mix intends, each legend entry with
+    its exact count (``counts``: the report's ``by_outcome``; the drawn points may be decimated), and the
+    panel's title counts them all (``sent``). A soak that ended in an error (``error``) shows that text in
+    the title and in every panel that has nothing to draw, never empty axes.
 
     Memory is drawn as the samples taken (a step from each sample to the next, a dot per sample), never
     as ramps between them. The drift limit is an after-unload check, so it is drawn where it applies:
@@ -132,10 +189,14 @@ def plot_soak(
     chip, (time, drift bytes) of every after-unload check). ``cycles``: (loaded_at, unloaded_at) in seconds
     since the start; ``interrupted``: (time, signal) when SIGINT/SIGTERM ended the soak.
     """
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+
+    from calctl.runners.soak.wording import RequestCounts
 
     mib = 1024.0**2
     chips = sorted(memory) or [0]
@@ -210,10 +271,52 @@ def plot_soak(
                 color=palette[i % len(palette)],
                 label=f"{alias} end-to-end",
             )
-    ax_lat.set_ylabel("request latency (ms)")
+    tally = RequestCounts.of(sent if sent is not None else sum((counts or {}).values()), counts or {})
+    groups = {"intended": tally.intended, "refused": tally.refused, "failed": tally.failed}
+    for group, outcomes in groups.items():
+        pts = [p for outcome in sorted(outcomes) for p in (ended or {}).get(outcome, Series()).points()]
+        if pts:
+            words = "ended as the mix intends" if group == "intended" else group
+            listed = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+            ax_lat.scatter(
+                [t for t, _ in pts],
+                [v * 1e3 for _, v in pts],
+                label=f"{words}: {listed}",
+                zorder=3,
+                **_ENDED_STYLE[group],
+            )
+    ax_lat.set_ylabel("time to the request's end (ms)")
     ax_lat.set_xlabel("time since the soak started (s)")
-    if any(s.points() for s in latency.values()):
+    if counts is not None or sent is not None:
+        ax_lat.set_title("\n".join(textwrap.wrap(f"requests: {tally.phrase()}", 150)), fontsize=9, loc="left")
+    if ax_lat.get_legend_handles_labels()[0]:
         ax_lat.legend(loc="upper left", fontsize=8)
+    else:
+        ax_lat.set_yticks([])  # no scale for nothing drawn
+        ax_lat.text(
+            0.5,
+            0.5,
+            "no request ended" + (f":\n{_wrapped(error)}" if error else ""),
+            transform=ax_lat.transAxes,
+            ha="center",
+            va="center",
+            color="#d62728" if error else "black",
+            fontsize=11,
+        )
+    if error:
+        for ax in mem_axes:
+            if not ax.get_legend_handles_labels()[0]:
+                ax.set_yticks([])
+                ax.text(
+                    0.5,
+                    0.5,
+                    f"no memory sample:\n{_wrapped(error)}",
+                    transform=ax.transAxes,
+                    ha="center",
+                    va="center",
+                    color="#d62728",
+                    fontsize=10,
+                )
     for loaded, _ in cycles:
         for ax in (*mem_axes, ax_lat):
             ax.axvline(loaded, color="green", linewidth=0.5, alpha=0.6)
@@ -233,13 +336,18 @@ def plot_soak(
             fontsize=9,
         )
     label = "MOCK device: simulated board, not hardware evidence" if device == "mock" else f"device: {device}"
-    mem_axes[0].set_title(
-        f"{title}\n{label}; green lines: loads (golden + warm-up passed), grey: unloaded", fontsize=10
-    )
+    heading = f"{title}\n{label}; green lines: loads (golden + warm-up passed), grey: unloaded"
+    if error:
+        heading += f"\nERROR: {_wrapped(error, 140)}"
+    mem_axes[0].set_title(heading, fontsize=10, color="#d62728" if error else "black")
     fig.tight_layout()
-    with atomic_output(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def _wrapped(text: str, width: int = 90) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)[:6])
 
 
 __all__ = [
@@ -250,5 +358,6 @@ __all__ = [
     "Series",
     "plot_soak",
     "render_json",
+    "soak_figure",
     "write_json_atomic",
 ]

@@ -197,6 +197,7 @@ class _Requests:
         self.cycle_e2e: dict[str, list[float]] = {}
         self.cycle_ttft: dict[str, list[float]] = {}
         self.latency: dict[str, evidence.Series] = {}
+        self.ended: dict[str, evidence.Series] = {}  # the requests that did not succeed, by outcome (soak.png)
 
     def add(self, result: EngineResult, t: float) -> None:
         rec = result.record
@@ -213,6 +214,8 @@ class _Requests:
                 self.latency.setdefault(rec.alias, evidence.Series()).add(t, rec.e2e)
                 if rec.ttft is not None:
                     self.cycle_ttft.setdefault(rec.alias, []).append(rec.ttft)
+            elif not rec.ok:
+                self.ended.setdefault(o, evidence.Series()).add(t, rec.e2e if rec.e2e is not None else 0.0)
 
     def take_cycle(self) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
         with self.lock:
@@ -938,6 +941,10 @@ class _Soak:
                 device=c.device.kind.value,
                 checks=self._unload_checks(),
                 interrupted=(self.interrupted["at_s"], self.interrupted["signal"]) if self.interrupted else None,
+                ended=self.requests.ended,
+                counts=dict(self.requests.by_outcome),
+                sent=self.requests.sent,
+                error=self.header.get("error"),
             )
             files["plot"] = str(c.out_dir / evidence.PLOT_FILE)
         except Exception as exc:

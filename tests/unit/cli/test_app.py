@@ -288,3 +288,23 @@ def test_root_options_before_the_command(cli) -> None:  # type: ignore[no-untype
     assert r.code == 2 and "Commands:" in r.out and "--debug" in r.out
     r = cli("--debug", "--help")
     assert r.code == 0 and "Commands:" in r.out
+
+
+def test_row_blocks_wrap_evidence_never_crop_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A table too wide for 80 columns prints one block per row; its ``evidence:`` lines wrap between words
+    (issue 31: bench's evidence lines were cut at column 80 with no ellipsis), piped or on a terminal."""
+    import io
+
+    for soft_wrap in (True, False):  # piped (lines whole elsewhere) and a terminal
+        buf = io.StringIO()
+        monkeypatch.setattr(_output, "stdout", _output.SafeConsole(file=buf, width=80, soft_wrap=soft_wrap))
+        evidence = (
+            "P99 TTFT isolated 12.3 ms [95 % CI 11.9, 12.8] (n=412) against joint 14.1 ms [95 % CI 13.5, 14.9] "
+            "(n=398): records/ab-isolated.ndjson, records/ab-joint.ndjson, trace/ab.perfetto.json"
+        )
+        rows = [["ttft_p99_degradation", "joint <= isolated x 1.25", "1.146", "PASS", "412/398", evidence]]
+        _output.print_rows("gates", ["gate", "rule", "value", "verdict", "samples", "evidence"], rows)
+        lines = buf.getvalue().splitlines()
+        assert max(len(line) for line in lines) <= 80, lines
+        shown = " ".join(" ".join(line.split()) for line in lines)
+        assert f"evidence: {evidence}" in shown

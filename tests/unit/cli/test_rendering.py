@@ -63,8 +63,59 @@ def test_soak_progress_and_summary_count_requests_the_same_way() -> None:
 
     by = {"ok": 163, "cancelled": 28, "deadline": 12, "invalid": 7, "unavailable": 26}
     line = soak_cmds._requests_line(236, by)
-    assert line == "236 sent, cancelled 28, deadline 12, invalid 7, ok 163, unavailable 26"
+    assert line == (
+        "236 sent: 163 succeeded, 47 ended as the mix intends (cancelled 28, deadline 12, invalid 7), "
+        "26 refused (unavailable 26), 0 failed"
+    )
+    assert soak_cmds._requests_line(236, by, short=True) == (
+        "236 sent, 163 succeeded, 47 intended, 26 refused, 0 failed"
+    )
     assert "rejected" not in line
+
+
+def test_soak_names_what_failed_and_what_is_still_open() -> None:
+    from calctl.runners.soak.wording import RequestCounts, deadline_note
+
+    counts = RequestCounts.of(301, {"ok": 85, "unavailable": 189, "device_error": 4, "timeout": 1, "deadline": 20})
+    assert counts.phrase() == (
+        "301 sent: 85 succeeded, 20 ended as the mix intends (deadline 20), 189 refused (unavailable 189), "
+        "5 failed (device_error 4, timeout 1), 2 still open"
+    )
+    note = deadline_note({"deadline": {"deadline": 7, "ok": 5, "unavailable": 1}, "plain": {"ok": 3}})
+    assert note is not None and note.startswith("7 of 13 expired, as intended") and "ok 5, unavailable 1" in note
+    assert deadline_note({"plain": {"ok": 3}}) is None
+
+
+def test_soak_keeps_the_engines_expected_deadline_lines_and_repeats_off_stderr() -> None:
+    import logging
+
+    from calctl.cli import soak_cmds
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("calctl.serve")
+    keep = Keep()
+    logger.addHandler(keep)
+    try:
+        with soak_cmds._engine_log():
+            logger.warning(
+                "request %s on %s ended before output: %s", "soak-a-1", "model-a", "deadline expired in Ready"
+            )
+            logger.warning("request %s on %s ended before output: %s", "soak-a-2", "model-a", "chip 0 reset")
+            logger.warning("pkg: model-a has random weights")
+            logger.warning("pkg: model-a has random weights")
+        logger.warning("request %s on %s ended before output: %s", "x", "model-a", "deadline expired in Ready")
+    finally:
+        logger.removeHandler(keep)
+    assert seen == [
+        "request soak-a-2 on model-a ended before output: chip 0 reset",
+        "pkg: model-a has random weights",
+        "request x on model-a ended before output: deadline expired in Ready",  # outside a soak: shown
+    ]
 
 
 def test_the_poc_figures_bounds_are_printed_with_them() -> None:
