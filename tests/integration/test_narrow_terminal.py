@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import termios
+from pathlib import Path
 
 import pytest
 
@@ -18,14 +19,19 @@ from tests.conftest import FIXTURE_PACKAGES, TEST_PUB
 GRAPHS = ("model_a_prefill", "model_a_decode", "model_b_prefill", "model_b_decode")
 
 
-def _in_pty(*args: str, columns: int = 80) -> str:
+def _in_pty(*args: str, columns: int = 80, cwd: Path | None = None) -> str:
     """Run calctl on a pseudo-terminal ``columns`` wide; return what it showed."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["TERM"] = "dumb"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "calctl", *args], stdin=follower, stdout=follower, stderr=subprocess.DEVNULL, env=env
+        [sys.executable, "-m", "calctl", *args],
+        stdin=follower,
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
     )
     os.close(follower)
     chunks = []
@@ -128,11 +134,13 @@ def test_bench_at_80_columns(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 def test_accept_at_80_columns(tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "accept"
-    text = _in_pty("accept", "--only", "G0,M0", "--report", str(out))
+    # A relative report directory: the paths it prints fit 80 columns (pytest's tmp_path alone can be longer
+    # than a line, and a path is never broken to fit).
+    text = _in_pty("accept", "--only", "G0,M0", "--report", "accept", cwd=tmp_path)
     doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
     ids = tuple(w for r in doc["rows"] for w in f"{r['id']} {r['title']}".split())
     _assert_fits(text, (*ids, "NOT", "MEASURED"))
     measured = [r for r in doc["rows"] if r["id"] in ("G0", "M0")]
     reasons = [r["reason"] for r in measured if r["verdict"] != "GO"]
     assert reasons  # M0's soak is short of 24 h: NOT MEASURED with its reason, wrapped
-    _assert_shown_whole(text, [*reasons, doc["summary"], f"{out / 'report.html'}"])
+    _assert_shown_whole(text, [*reasons, doc["summary"], "accept/report.html"])
