@@ -18,6 +18,7 @@ from rich.padding import Padding
 
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
+from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
     AllowUnsignedOpt,
     CalrtLibOpt,
@@ -157,7 +158,7 @@ def accept(
         what = ev.summary if ev.status is StepStatus.RAN else ev.reason
         _output.info(f"  {ev.status.value:<11} {escape(ev.name)} [dim]({ev.seconds:.1f} s)[/] {escape(what)}")
 
-    with interruptible():
+    with interruptible(), quiet_engine_log():
         result = accept_lib.run_accept(
             config, log=lambda line: _output.info(f"    [dim]{escape(line)}[/]"), on_step=show
         )

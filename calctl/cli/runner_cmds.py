@@ -21,6 +21,7 @@ from rich.padding import Padding
 
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
+from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
     AllowUnsignedOpt,
     CalrtLibOpt,
@@ -576,7 +577,7 @@ def bringup(
             f"  {_output.styled_verdict(o.verdict)} {escape(o.name)} [dim]({o.seconds:.2f} s)[/] {escape(o.key_figure)}"
         )
 
-    with interruptible():
+    with interruptible(), quiet_engine_log():
         result = bringup_lib.run_bringup(config, on_step=show)
     document = result.document()
     write_json(out_dir / "report.json", document)

@@ -9,10 +9,7 @@ SIGTERM both end it INTERRUPTED with the evidence closed. Exit codes: 0 passed,
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +18,7 @@ from rich.markup import escape
 
 from calctl.cli import _output
 from calctl.cli._device import device_spec, report_dir
+from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
     AllowUnsignedOpt,
     CalrtLibOpt,
@@ -50,36 +48,6 @@ def _requests_line(sent: int, by_outcome: dict[str, int], *, short: bool = False
 
     counts = RequestCounts.of(sent, by_outcome)
     return counts.short() if short else counts.phrase()
-
-
-class _EngineLog(logging.Filter):
-    """The serving engine's log during a soak (stderr): a deadline the mix set that expires before output is the
-    workload's intent, counted in the summary, not a warning; a line the engine repeats at every load (a
-    package note: the test-only key, random weights) is shown once."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._seen: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "ended before output: deadline expired" in message:
-            return False
-        if message in self._seen:
-            return False
-        self._seen.add(message)
-        return True
-
-
-@contextlib.contextmanager
-def _engine_log() -> Iterator[None]:
-    logger = logging.getLogger("calctl.serve")
-    quiet = _EngineLog()
-    logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logger.removeFilter(quiet)
 
 
 class TrafficOpt(str, enum.Enum):
@@ -186,7 +154,7 @@ def soak(
     _output.info(
         f"calctl soak: {plan} of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"
     )
-    with interruptible(), _engine_log(), _SoakProgress(config) as progress:
+    with interruptible(), quiet_engine_log(), _SoakProgress(config) as progress:
         result = soak_lib.run_soak(config, on_progress=progress.update)
     doc = result.document()
     if _output.is_json(format):

@@ -89,7 +89,7 @@ def test_soak_names_what_failed_and_what_is_still_open() -> None:
 def test_soak_keeps_the_engines_expected_deadline_lines_and_repeats_off_stderr() -> None:
     import logging
 
-    from calctl.cli import soak_cmds
+    from calctl.cli._logs import quiet_engine_log
 
     seen: list[str] = []
 
@@ -101,7 +101,7 @@ def test_soak_keeps_the_engines_expected_deadline_lines_and_repeats_off_stderr()
     keep = Keep()
     logger.addHandler(keep)
     try:
-        with soak_cmds._engine_log():
+        with quiet_engine_log():
             logger.warning(
                 "request %s on %s ended before output: %s", "soak-a-1", "model-a", "deadline expired in Ready"
             )
