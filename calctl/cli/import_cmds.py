@@ -38,6 +38,15 @@ ContextOpt = Annotated[
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="How the parameter blobs store weights: fp16 or fp32.")]
 SequencesOpt = Annotated[int, typer.Option("--sequences", help="KV sequences (lanes) the KV region holds.")]
 NameOpt = Annotated[str | None, typer.Option("--name", help="Package name (default: ALIAS-hf / ALIAS-gguf).")]
+ProfilesOpt = Annotated[
+    str,
+    typer.Option(
+        "--profiles",
+        help="Decode batch profiles, 1 plus any of 2,4,8,16,32 (B>1: one decode job serves up to B lanes; "
+        "`calctl serve` uses them with a --scheduler-config that lists them).",
+    ),
+]
+DEFAULT_PROFILES = ",".join(map(str, build.DEFAULT_PROFILES))
 
 
 def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportOptions, fmt: TableJson) -> None:
@@ -75,6 +84,7 @@ def import_hf(
     context: ContextOpt = None,
     dtype: DtypeOpt = "fp16",
     sequences: SequencesOpt = build.DEFAULT_SEQUENCES,
+    profiles: ProfilesOpt = DEFAULT_PROFILES,
     name: NameOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
@@ -86,6 +96,7 @@ def import_hf(
         dtype=dtype,
         sequences=sequences,
         name=name,
+        profiles=build.parse_profiles(profiles),
     )
     _run(build.read_hf, directory, out, key, opts, format)
 
@@ -106,6 +117,7 @@ def import_gguf(
         ),
     ] = build.KEEP_BLOCKS,
     sequences: SequencesOpt = build.DEFAULT_SEQUENCES,
+    profiles: ProfilesOpt = DEFAULT_PROFILES,
     name: NameOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
@@ -117,6 +129,7 @@ def import_gguf(
         dtype=dtype,
         sequences=sequences,
         name=name,
+        profiles=build.parse_profiles(profiles),
     )
     reader = functools.partial(build.read_gguf_file, keep_blocks=dtype == build.KEEP_BLOCKS)
     _run(reader, file, out, key, opts, format)
