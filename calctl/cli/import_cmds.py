@@ -23,10 +23,11 @@ from calctl.report import simple_report
 if TYPE_CHECKING:  # the importer loads numpy, the model and cryptography: only when a command runs
     from calctl.compiler.importer import build
 
-#: ``build.DEFAULT_SEQUENCES`` and ``build.KEEP_BLOCKS``, written out so that ``--help`` imports no importer
-#: (a unit test keeps them equal).
+#: ``build.DEFAULT_SEQUENCES``, ``build.KEEP_BLOCKS`` and ``build.DEFAULT_PROFILES``, written out so that
+#: ``--help`` imports no importer (a unit test keeps them equal).
 DEFAULT_SEQUENCES = 4
 KEEP_BLOCKS = "gguf"
+DEFAULT_PROFILES = "1,2,4,8"
 
 KeyOpt = Annotated[Path, typer.Option("--key", help="PREFIX.key from `calctl keygen` that signs the package.")]
 AliasOpt = Annotated[
@@ -40,6 +41,14 @@ ContextOpt = Annotated[
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="How the parameter blobs store weights: fp16 or fp32.")]
 SequencesOpt = Annotated[int, typer.Option("--sequences", help="KV sequences (lanes) the KV region holds.")]
 NameOpt = Annotated[str | None, typer.Option("--name", help="Package name (default: ALIAS-hf / ALIAS-gguf).")]
+ProfilesOpt = Annotated[
+    str,
+    typer.Option(
+        "--profiles",
+        help="Decode batch profiles, 1 plus any of 2,4,8,16,32 (B>1: one decode job serves up to B lanes; "
+        "`calctl serve` uses them with a --scheduler-config that lists them).",
+    ),
+]
 
 
 def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportOptions, fmt: TableJson) -> None:
@@ -81,6 +90,7 @@ def import_hf(
     context: ContextOpt = None,
     dtype: DtypeOpt = "fp16",
     sequences: SequencesOpt = DEFAULT_SEQUENCES,
+    profiles: ProfilesOpt = DEFAULT_PROFILES,
     name: NameOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
@@ -94,6 +104,7 @@ def import_hf(
         dtype=dtype,
         sequences=sequences,
         name=name,
+        profiles=build.parse_profiles(profiles),
     )
     _run(build.read_hf, directory, out, key, opts, format)
 
@@ -114,6 +125,7 @@ def import_gguf(
         ),
     ] = KEEP_BLOCKS,
     sequences: SequencesOpt = DEFAULT_SEQUENCES,
+    profiles: ProfilesOpt = DEFAULT_PROFILES,
     name: NameOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
@@ -127,6 +139,7 @@ def import_gguf(
         dtype=dtype,
         sequences=sequences,
         name=name,
+        profiles=build.parse_profiles(profiles),
     )
     reader = functools.partial(build.read_gguf_file, keep_blocks=dtype == build.KEEP_BLOCKS)
     _run(reader, file, out, key, opts, format)

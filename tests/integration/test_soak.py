@@ -270,3 +270,40 @@ def test_a_refused_package_names_its_rules_in_the_verdict(cli, tmp_path: Path) -
     assert device_errors and "none" not in device_errors[0] and "never reached the device" in device_errors[0]
     doc = json.loads((tmp_path / "soak" / "soak-report.json").read_text())
     assert doc["verdict"] == "FAIL" and doc["ok"] is False and "MAN007" in doc["error"] and doc["exit_code"] == 1
+
+
+def _host_leak_plan(tmp_path: Path) -> Path:
+    plan = tmp_path / "host-leak.yaml"
+    plan.write_text(
+        textwrap.dedent("""\
+        schema: calctl-fault-plan/v1
+        faults:
+          - {kind: host_memory_leak, unload: [2, 3], model: model-a, bytes: 100663296}
+        """)
+    )
+    return plan
+
+
+def test_a_host_side_leak_fails_on_the_process_rss_not_the_device_counters(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 32: the soak read only the mock's device counters and never saw a leak in the serving process."""
+    r = _soak(cli, tmp_path, "--cycles", "3", "--traffic", "none", "--fault-plan", str(_host_leak_plan(tmp_path)))
+    assert_no_traceback(r)
+    assert r.code == 1, r.out[-2000:]
+    (v,) = r.json["violations"]  # the device counters are clean: no memory_drift
+    assert v["kind"] == "host_memory_growth" and v["cycle"] == 2 and v["occurrences"] == 2
+    assert v["message"].startswith("serving process: resident memory (VmRSS) +") and "limit 64.0 MiB" in v["message"]
+    assert v["detail"]["growth_bytes"] > 64 * 1024 * 1024
+    host = r.json["memory"]["host_rss"]
+    assert [c["cycle"] for c in host["after_unload"]] == [1, 2, 3]
+    assert host["max_growth_bytes"] >= 2 * 96 * 1024 * 1024 - 32 * 1024 * 1024  # two leaks of 96 MiB, resident
+    assert r.json["memory"]["max_drift_bytes"] == {"0": 0, "1": 0}
+    assert all(c["host_rss_bytes"] > 0 for c in r.json["cycle_records"])
+
+
+def test_without_a_leak_the_process_rss_stays_within_its_bound(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = _soak(cli, tmp_path, "--cycles", "4", "--traffic-seconds", "0.5")
+    assert_no_traceback(r)
+    assert r.code == 0, r.json["violations"]
+    host = r.json["memory"]["host_rss"]
+    assert len(host["after_unload"]) == 4 and host["reference_bytes"] > 0
+    assert host["max_growth_bytes"] <= host["limit_bytes"]

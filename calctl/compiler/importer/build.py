@@ -55,6 +55,10 @@ from calctl.package.model import Architecture
 KEEP_BLOCKS = "gguf"
 DEFAULT_CONTEXT_CAP = 4096
 DEFAULT_SEQUENCES = 4
+#: Decode batch profiles an import compiles (``--profiles``): B>1 lets ``calctl serve`` batch the lanes' GEMVs.
+DEFAULT_PROFILES = (1, 2, 4, 8)
+#: What the package schema allows a decode graph's ``batch_profiles`` to hold.
+ALLOWED_PROFILES = (1, 2, 4, 8, 16, 32)
 BLOCK_TOKENS = 16
 GOLDEN_STEPS = 8
 #: Golden tolerance for the mock's float32 cached path against the float64 reference (both on the stored weights).
@@ -81,6 +85,7 @@ class ImportOptions:
     dtype: str = "fp16"
     sequences: int = DEFAULT_SEQUENCES
     name: str | None = None
+    profiles: tuple[int, ...] = DEFAULT_PROFILES
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,27 @@ def check_options(opts: ImportOptions) -> None:
         raise UsageError(f"--context {opts.context}: expected 16..{1 << 20} tokens")
     if not 1 <= opts.sequences <= 64:
         raise UsageError(f"--sequences {opts.sequences}: expected 1..64")
+    check_profiles(opts.profiles)
+
+
+def parse_profiles(text: str) -> tuple[int, ...]:
+    """``--profiles 1,2,4,8`` as sorted unique integers (UsageError on anything else)."""
+    try:
+        values = tuple(sorted({int(p) for p in text.split(",") if p.strip()}))
+    except ValueError:
+        raise UsageError(f"--profiles {text!r}: expected comma-separated integers such as 1,2,4,8") from None
+    check_profiles(values)
+    return values
+
+
+def check_profiles(profiles: tuple[int, ...]) -> None:
+    shown = ",".join(map(str, profiles))
+    bad = [p for p in profiles if p not in ALLOWED_PROFILES]
+    if bad or 1 not in profiles:
+        raise UsageError(
+            f"--profiles {shown}: expected 1 plus any of {', '.join(map(str, ALLOWED_PROFILES[1:]))}",
+            hint="B1 serves a lone stream; a B>1 profile is one decode job for up to B lanes",
+        )
 
 
 def _context(cfg: FamilyConfig, requested: int | None) -> int:
@@ -246,13 +272,17 @@ def self_check(weights: decoder.Weights, arch: Architecture, gold: GoldenCase) -
     return err
 
 
-def workspace_bytes(arch: Architecture) -> tuple[int, int]:
-    """(prefill peak, decode peak) fp32 activation bytes of the numpy decoder, rounded up to MiB."""
+def workspace_bytes(arch: Architecture, batch: int = 1) -> tuple[int, int]:
+    """(prefill peak, decode peak) fp32 activation bytes of the numpy decoder, rounded up to MiB.
+
+    The decode peak is that of a ``batch``-lane step (the largest decode profile): every lane has its own
+    activations, scores and logits row.
+    """
     c, d, f = arch.context_limit, arch.d_model, arch.d_ff
     qkv = (arch.n_heads + 2 * arch.n_kv_heads) * arch.head_dim
     per_token = 3 * d + qkv + 3 * f + arch.n_heads * arch.head_dim
     prefill = 4 * (c * per_token + arch.n_heads * c * c + arch.vocab_size)
-    decode = 4 * (per_token + arch.n_heads * c + arch.vocab_size)
+    decode = 4 * batch * (per_token + arch.n_heads * c + arch.vocab_size)
     mib = 1024 * 1024
     return -(-prefill // mib) * mib, -(-decode // mib) * mib
 
@@ -325,7 +355,7 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
     else:
         cfg = {**ck.tokenizer_config, "model_max_length": context}
         tok_cfg = (json.dumps(cfg, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-    pre, dec = workspace_bytes(arch)
+    pre, dec = workspace_bytes(arch, max(opts.profiles))
     content = ModelContent(
         arch=arch,
         params=params,
@@ -345,6 +375,7 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
         "parameters": int(sum(int(np.prod(v.shape)) for v in params.values())),
         "context": context,
         "dtype": arch.dtype,
+        "decode_profiles": list(opts.profiles),
         "golden_prompt": label,
         "golden_tokens": len(gold.decode_tokens),
         "golden_self_check_max_abs_err": err,
@@ -386,9 +417,11 @@ def import_checkpoint(out: Path, ck: Checkpoint, opts: ImportOptions, key: Ed255
                 "context": content.arch.context_limit,
                 "dtype": opts.dtype,
                 "sequences": opts.sequences,
+                "decode_profiles": list(opts.profiles),
             },
             dependencies=deps,
         ),
+        decode_profiles=opts.profiles,
     )
     write_package(Path(out), spec, [(plan, lambda: content)], key)
     notes = [*ck.notes, *summary.pop("notes")]

@@ -154,6 +154,8 @@ def combine(
             hint="aliases are matched exactly (001 §10.4), so two models need two names",
         )
     contents = {0: content_of(a), 1: content_of(b)}
+    # The decode profiles both inputs compile (each has B1): the writer gives every model the same list.
+    profiles = tuple(sorted(set(a.model.decode.batch_profiles) & set(b.model.decode.batch_profiles)))
     spec = PackageSpec(
         name=re.sub(r"[^A-Za-z0-9_.-]+", "-", name or f"{pa.alias}+{pb.alias}-{kind}")[:128].lstrip("-_.") or kind,
         kind=kind,
@@ -163,7 +165,7 @@ def combine(
             build_type="urn:calctl:combine:v1",
             builder="urn:calctl:combine",
             invocation=f"combine-{kind}-{pa.alias}-{pb.alias}",
-            parameters={"kind": kind, "aliases": [pa.alias, pb.alias]},
+            parameters={"kind": kind, "aliases": [pa.alias, pb.alias], "decode_profiles": list(profiles)},
             dependencies=tuple(
                 {
                     "uri": f"package:{s.package.name}",
@@ -172,6 +174,7 @@ def combine(
                 for s in (a, b)
             ),
         ),
+        decode_profiles=profiles,
     )
     write_package(Path(out), spec, [(pa, lambda: contents[0]), (pb, lambda: contents[1])], key)
     return {"path": str(out), "kind": kind, "aliases": [pa.alias, pb.alias], "chips": [0, 1]}

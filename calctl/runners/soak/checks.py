@@ -11,7 +11,11 @@
   when the request arrived (:func:`check_generations`, 001 §13.1 "reload 后旧
   completion 不得交付给新 generation");
 * requests: every request ends exactly once, within the client's limit, with
-  as many token events as the engine reports (:func:`check_request`).
+  as many token events as the engine reports (:func:`check_request`);
+* host memory: the serving process's own resident set (``VmRSS``) after every
+  unload stays within ``max(64 MiB, 10 %)`` of what it was after the first
+  cycle's unload (:func:`check_host_rss`): a leak in the process (the mock's
+  KV caches, say) does not show in the device counters.
 
 A :class:`Violation` names what broke (chip, request, generation, counts). The
 :class:`ViolationBook` merges repeats of the same violation (a leak shows after
@@ -35,8 +39,17 @@ DRIFT_FLOOR_BYTES = 64 * MIB
 DRIFT_FRACTION = 0.01
 
 
+#: The serving process's own memory (issue 32): growth above the first cycle's VmRSS after an unload.
+HOST_RSS_FLOOR_BYTES = 64 * MIB
+HOST_RSS_FRACTION = 0.10
+
+
 def drift_limit_bytes(total_bytes: int) -> int:
     return max(DRIFT_FLOOR_BYTES, int(total_bytes * DRIFT_FRACTION))
+
+
+def host_rss_limit_bytes(reference_bytes: int) -> int:
+    return max(HOST_RSS_FLOOR_BYTES, int(reference_bytes * HOST_RSS_FRACTION))
 
 
 @dataclass(frozen=True)
@@ -166,6 +179,31 @@ def check_memory(
                 )
             )
     return drifts, violations
+
+
+def check_host_rss(reference: int | None, now: int | None, *, cycle: int | None, at_s: float) -> list[Violation]:
+    """The process's VmRSS after an unload against the reference (after the first cycle's unload).
+
+    The first cycle is the reference, not the time before the first load: the first load builds or maps what
+    every later one reuses (native kernels, imported modules, allocator arenas). None (no ``/proc``): not checked.
+    """
+    if reference is None or now is None:
+        return []
+    growth, limit = now - reference, host_rss_limit_bytes(reference)
+    if growth <= limit:
+        return []
+    return [
+        Violation(
+            "host_memory_growth",
+            f"serving process: resident memory (VmRSS) +{growth / MIB:.1f} MiB after the unload of cycle {cycle} "
+            f"from {reference / MIB:.1f} MiB after the first cycle's unload (limit {limit / MIB:.1f} MiB = "
+            "max(64 MiB, 10 % of that); a host-side leak the device counters do not show)",
+            cycle,
+            at_s,
+            subject="host_rss",
+            detail={"rss_bytes": now, "reference_bytes": reference, "growth_bytes": growth, "limit_bytes": limit},
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------
@@ -344,13 +382,17 @@ def check_request(result: EngineResult, *, cycle: int | None, at_s: float) -> li
 
 __all__ = [
     "DRIFT_FLOOR_BYTES",
+    "HOST_RSS_FLOOR_BYTES",
+    "HOST_RSS_FRACTION",
     "MIB",
     "ChipDrift",
     "Violation",
     "ViolationBook",
     "check_counters",
     "check_generations",
+    "check_host_rss",
     "check_memory",
     "check_request",
     "drift_limit_bytes",
+    "host_rss_limit_bytes",
 ]

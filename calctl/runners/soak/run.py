@@ -21,7 +21,8 @@ One cycle, on the real serving engine driven in-process (no HTTP):
    before the first load (drift limit ``max(64 MiB, 1 % local DRAM)``), job
    counters closed (nothing pending; jobs the host submitted in the cycle,
    counted at the runtime boundary, equal the jobs the device finished or
-   failed), workers with nothing in flight or quarantined.
+   failed), workers with nothing in flight or quarantined; and this process's
+   own resident memory (VmRSS) against the first cycle's (``host_memory_growth``).
 
 The last cycle stops the traffic and lets every request finish before its
 unload, so at the end nothing is left open. ``AlreadyConfigured`` or any other
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import gc
 import math
 import random
 import threading
@@ -58,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl import html_report, records
+from calctl.budget.host import proc_status_bytes
 from calctl.checks.stats import percentiles
 from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted, UsageError
 from calctl.package.reader import load_manifest, package_root
@@ -340,6 +343,7 @@ class _Soak:
         self.memory_series: dict[int, evidence.Series] = {}
         self.baseline: list[ChipMemory] = []
         self.max_drift: dict[int, int | None] = {}
+        self.host_rss: list[tuple[int, int | None]] = []  # (cycle, VmRSS after its unload) of this process
         self.header: dict[str, Any] = {}
         self.error_verdict = "ERROR"
         self.phase = "starting"
@@ -769,6 +773,11 @@ class _Soak:
         submitted_now = rt.submitted()
         delta = {chip: n - submitted_before.get(chip, 0) for chip, n in submitted_now.items()}
         found = mem_violations + checks.check_counters(counters_before, after, delta, cycle=cyc.index, at_s=at)
+        gc.collect()  # unreachable cycles are not a leak
+        rss = proc_status_bytes("VmRSS")
+        reference = self.host_rss[0][1] if self.host_rss else rss
+        self.host_rss.append((cyc.index, rss))
+        found += checks.check_host_rss(reference, rss, cycle=cyc.index, at_s=at)
         for alias, w in sup.workers.items():
             if w.inflight() or w.quarantined():
                 found.append(
@@ -787,6 +796,7 @@ class _Soak:
         cyc.doc.update(
             unload={"ok": True, "seconds": round(seconds, 4), "drained_in_time": drained},
             memory_after_unload=[d.document() for d in drifts],
+            host_rss_bytes=rss,
             counters=[
                 {
                     "chip": a.chip,
@@ -900,7 +910,19 @@ class _Soak:
         log = getattr(rt._rt, "injected_faults", None) if rt is not None else None
         if log is None:
             return 0
-        return sum(1 for f in log() if f.kind.value != "memory_leak")
+        return sum(1 for f in log() if f.kind.value not in ("memory_leak", "host_memory_leak"))
+
+    def _host_rss_doc(self) -> dict[str, Any]:
+        ref = self.host_rss[0][1] if self.host_rss else None
+        known = [r for _, r in self.host_rss if r is not None]
+        return {
+            "reference_bytes": ref,
+            "limit_bytes": checks.host_rss_limit_bytes(ref) if ref is not None else None,
+            "max_growth_bytes": max(known) - ref if ref is not None and known else None,
+            "after_unload": [{"cycle": c, "rss_bytes": r} for c, r in self.host_rss[-2000:]],
+            "rule": "after every unload, the serving process's VmRSS within max(64 MiB, 10 %) of its VmRSS after "
+            "the first cycle's unload (issue 32: a host-side leak is a violation like a device-side one)",
+        }
 
     @staticmethod
     def _device_errors(sup: DeviceSupervisor) -> dict[str, int]:
@@ -1048,6 +1070,7 @@ class _Soak:
                 "max_drift_bytes": {str(k): v for k, v in self.max_drift.items()},
                 "rule": "after every unload, each chip within max(64 MiB, 1 % of its local DRAM) of the baseline "
                 "measured before the first load (001 §13.3)",
+                "host_rss": self._host_rss_doc(),
             },
             "cycle_records": [
                 dict(cycle=cy.index, started_s=round(cy.started_s, 3), **cy.doc) for cy in self.cycles[-2000:]

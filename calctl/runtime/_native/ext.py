@@ -6,7 +6,8 @@ computes the decoder itself, so after ``calrt_calbin_create`` calctl hands it,
 per model, the architecture numbers and a table of parameter tensors: for each,
 its role (embedding, a layer's q projection, ...), the blob file relative to
 the package directory, the byte offset, the dtype and the element count
-(docs/calrt-c-abi.md §11). The board reads and converts the blobs itself.
+(docs/calrt-c-abi.md §11). The board reads and converts the blobs itself: q4_0, q4_1
+and q8_0 matrices (GGML blocks, ``CALRT_EXT_DTYPE_Q*``) are dequantised to float32 at load.
 
 Tensor names are the package's (``calctl.model.tiny.param_layout``):
 ``embed``, ``final_norm``, ``lm_head`` and ``layers.N.<role>``. Optional
@@ -24,7 +25,18 @@ from calctl.runtime._native import lib as L
 from calctl.runtime.errors import InvalidCalbin
 
 _LAYER = re.compile(r"layers\.(\d+)\.([a-z_]+)")
-_PARAM_DTYPES = {"fp32": 8, "float32": 8, "fp16": 6, "float16": 6, "bf16": 7, "bfloat16": 7}
+_PARAM_DTYPES = {
+    "fp32": 8,
+    "float32": 8,
+    "fp16": 6,
+    "float16": 6,
+    "bf16": 7,
+    "bfloat16": 7,
+    # GGML blocks (calrt_ext.h CALRT_EXT_DTYPE_Q*): the board dequantises them to float32 at load
+    "q4_0": 0x101,
+    "q4_1": 0x102,
+    "q8_0": 0x103,
+}
 _ROPE_HALF_STYLES = {"half", "neox", "rotate_half"}
 
 
@@ -37,7 +49,8 @@ def model_desc(model: Model, keep: list[object]) -> L.CalrtExtModelDesc:
         role, layer = _role(model.alias, t.name, arch.n_layers)
         if t.dtype not in _PARAM_DTYPES:
             raise InvalidCalbin(
-                f"model {model.alias!r}: parameter {t.name!r} has dtype {t.dtype!r}; the reference board reads fp32, fp16 or bf16"
+                f"model {model.alias!r}: parameter {t.name!r} has dtype {t.dtype!r}; the reference board reads fp32, fp16, "
+                "bf16, q4_0, q4_1 or q8_0"
             )
         elements = 1
         for d in t.shape:

@@ -273,6 +273,7 @@ class MockRuntime(JobBuffersMixin):
         self._jobs: dict[JobId, _JobRecord] = {}
         self._finished: OrderedDict[JobId, JobResult] = OrderedDict()
         self._trace: deque[TraceEvent] = deque(maxlen=self.config.history)
+        self._host_leaks: list[bytearray] = []  # host_memory_leak faults: kept for the life of the board
         self._buffers: dict[int, HostBuffer] = {}
         self._release_when_free: set[int] = set()
         self._quarantined: dict[JobId, _JobRecord] = {}
@@ -393,6 +394,10 @@ class MockRuntime(JobBuffersMixin):
         if inject_leaks:
             for alias, mp in calbin.plan.models.items():
                 for d in self._faults.on_unload(model=alias, chips=mp.chips):
+                    if d.rule.kind is FaultKind.HOST_MEMORY_LEAK:  # the process keeps it; the device counters do not
+                        self._host_leaks.append(_touched(d.rule.leak_bytes or 0))
+                        self._faults.record(d, job=None, graph=None, model=alias, chips=mp.chips)
+                        continue
                     for chip in mp.chips:
                         leak = d.rule.leak_bytes if d.rule.leak_bytes is not None else mp.plan_bytes.get(chip, 0)
                         self._chips[chip].leaked_bytes += leak
@@ -1089,6 +1094,14 @@ class MockRuntime(JobBuffersMixin):
         while len(self._finished) > self.config.history:
             self._finished.popitem(last=False)
         self._cv.notify_all()
+
+
+def _touched(n: int) -> bytearray:
+    """``n`` bytes of host memory with every page written, so they are resident (an injected host leak)."""
+    buf = bytearray(n)
+    for i in range(0, n, 4096):
+        buf[i] = 1
+    return buf
 
 
 def _engine(engine: Engine | str) -> Engine:

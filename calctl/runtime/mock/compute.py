@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calctl.model import decoder
+from calctl.model.native import trim_heap
 from calctl.package.architecture import DECODER_FAMILIES
 from calctl.package.model import Architecture, Graph, GraphKind, Model, Package
 from calctl.runtime.buffers import HostBuffer
@@ -137,10 +138,13 @@ def load_model(package: Package, model: Model) -> LoadedModel:
     wrong = [f"{n} {params[n].shape} (expected {s})" for n, s in expected if params[n].shape != s]
     if wrong:
         raise InvalidCalbin(f"model {model.alias!r}: parameter shapes differ from the architecture: {wrong[0]}")
+    prepared = decoder.prepare(params, model.architecture)
+    del params  # the tensors as read; prepare fused them into new arrays
+    trim_heap()
     return LoadedModel(
         alias=model.alias,
         arch=model.architecture,
-        params=decoder.prepare(params, model.architecture),
+        params=prepared,
         max_seq=max(g.max_seq for g in model.graphs),
         max_sequences=model.kv.max_sequences,
     )

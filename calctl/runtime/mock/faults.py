@@ -5,7 +5,7 @@ rules. Each rule names a fault kind, *when* it fires (a probability per
 matching event, or exact 1-based ordinals of matching events), optional exact
 filters (graph, model alias, chip), a reset scope for faults that halt a chip,
 and kind-specific knobs. Events are job submissions, except for
-``memory_leak`` whose events are unloads of a model (``reset_configuration``) and
+``memory_leak`` and ``host_memory_leak`` whose events are unloads of a model (``reset_configuration``) and
 ``reset_failure`` whose events are resets (``reset``, either scope).
 
 Determinism: a rule counts *its own* matching events; whether the n-th one
@@ -46,6 +46,7 @@ class FaultKind(str, enum.Enum):
     CORRUPT_OUTPUT = "corrupt_output"  # the job "succeeds" with perturbed logits
     KV_CORRUPTION = "kv_corruption"  # the job succeeds; the K/V it wrote are perturbed
     MEMORY_LEAK = "memory_leak"  # unload does not return (some of) the model's memory
+    HOST_MEMORY_LEAK = "host_memory_leak"  # unload keeps `bytes` of real host memory in the process (soak RSS check)
     RESET_FAILURE = "reset_failure"  # the reset itself fails: DeviceLost, nothing is reset (001 §11.3 row 6)
 
     @property
@@ -54,7 +55,7 @@ class FaultKind(str, enum.Enum):
 
     @property
     def on_unload(self) -> bool:
-        return self is FaultKind.MEMORY_LEAK
+        return self in (FaultKind.MEMORY_LEAK, FaultKind.HOST_MEMORY_LEAK)
 
     @property
     def on_reset(self) -> bool:
@@ -190,10 +191,12 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         )
     if "magnitude" in r and kind not in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION):
         raise ConfigError(f"{where}: magnitude applies only to corrupt_output and kv_corruption")
-    if "bytes" in r and kind is not FaultKind.MEMORY_LEAK:
-        raise ConfigError(f"{where}: bytes applies only to memory_leak")
+    if "bytes" in r and not kind.on_unload:
+        raise ConfigError(f"{where}: bytes applies only to memory_leak and host_memory_leak")
+    if kind is FaultKind.HOST_MEMORY_LEAK and "bytes" not in r:
+        raise ConfigError(f"{where}: host_memory_leak needs bytes (what each unload keeps in the process)")
     if kind.on_unload and "graph" in r:
-        raise ConfigError(f"{where}: memory_leak is per model; filter with 'model' or 'chip', not 'graph'")
+        raise ConfigError(f"{where}: {kind.value} is per model; filter with 'model' or 'chip', not 'graph'")
     if kind.on_reset and ("graph" in r or "model" in r):
         raise ConfigError(f"{where}: reset_failure is per reset; filter with 'chip' (a board reset touches every chip)")
     at = r.get(trigger_key, ())

@@ -40,8 +40,7 @@ class KvSequence:
 
     def wipe(self) -> None:
         """A reset lost the contents: empty the sequence (the slot stays allocated)."""
-        self.cache.k[...] = 0.0
-        self.cache.v[...] = 0.0
+        self.cache.clear()
         self.committed = self.reserved = 0
         self.busy_job = None
         self.last_job_failed = False

@@ -152,4 +152,5 @@ def test_option_values_spelled_in_the_cli_equal_the_librarys() -> None:
     assert budget_cmds.OPTION_DTYPES == units.OPTION_DTYPES
     assert import_cmds.DEFAULT_SEQUENCES == build.DEFAULT_SEQUENCES
     assert import_cmds.KEEP_BLOCKS == build.KEEP_BLOCKS
+    assert ",".join(map(str, build.DEFAULT_PROFILES)) == import_cmds.DEFAULT_PROFILES
     assert [v.value for v in RunLevel] == [v.value for v in bringup.Level] == [v.value for v in acceptance.Level]

@@ -58,12 +58,22 @@ enum {
     CALRT_EXT_K_NORM = 23      /* [head_dim]               (CALRT_EXT_QK_NORM) */
 };
 
+/* calrt_ext_param.dtype of a matrix kept in GGML blocks (docs/package-format.md "Quantised tensors"): 32 weights
+ * a block, one fp16 scale d (q4_1: and an fp16 min m) then the quants; q4: low nibbles are weights 0..15, high
+ * nibbles 16..31. The blocks run along the stored rows: the embedding's rows are its [vocab] axis, every other
+ * matrix is stored transposed (one row per output feature, [out][in / 32] blocks). `elements` counts weights. */
+enum {
+    CALRT_EXT_DTYPE_Q4_0 = 0x101,  /* 18-byte blocks: w = (q - 8) * d */
+    CALRT_EXT_DTYPE_Q4_1 = 0x102,  /* 20-byte blocks: w = q * d + m */
+    CALRT_EXT_DTYPE_Q8_0 = 0x103   /* 34-byte blocks: w = (int8) q * d */
+};
+
 typedef struct {
     uint32_t role;             /* CALRT_EXT_* above */
     uint32_t layer;            /* per-layer roles: 0..n_layers-1; else 0 */
     const char *file;          /* relative to calrt_calbin_desc.path; no absolute path, no ".." */
     uint64_t offset;           /* bytes into the file */
-    uint32_t dtype;            /* CALRT_DTYPE_FP32 / FP16 / BF16, little-endian */
+    uint32_t dtype;            /* CALRT_DTYPE_FP32 / FP16 / BF16, little-endian, or CALRT_EXT_DTYPE_Q* below */
     uint64_t elements;         /* number of elements (row-major, shape as the role says) */
 } calrt_ext_param;
 

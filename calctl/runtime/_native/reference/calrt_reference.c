@@ -995,6 +995,68 @@ static int safe_relative(const char *p) {
     return 1;
 }
 
+static uint32_t block_bytes(uint32_t dtype) {
+    switch (dtype) {
+    case CALRT_EXT_DTYPE_Q4_0: return 18;
+    case CALRT_EXT_DTYPE_Q4_1: return 20;
+    case CALRT_EXT_DTYPE_Q8_0: return 34;
+    default: return 0;
+    }
+}
+
+static FILE *open_param(const char *root, const calrt_ext_param *p) {
+    if (!safe_relative(p->file)) return NULL;
+    size_t plen = strlen(root) + strlen(p->file) + 2;
+    char *path = malloc(plen);
+    if (!path) return NULL;
+    snprintf(path, plen, "%s/%s", root, p->file);
+    FILE *f = fopen(path, "rb");
+    free(path);
+    return f;
+}
+
+/* A matrix kept in GGML blocks, dequantised to float32 in the manifest's layout: `rows` x `cols` stored (blocks
+ * along cols), written transposed (out[c * rows + r]) unless `row_major` (the embedding). The board then computes
+ * in float32 on exactly the dequantised weights, as the mock's numpy path does. NULL on any problem. */
+static float *read_blocks(const char *root, const calrt_ext_param *p, uint64_t rows, uint64_t cols, int row_major) {
+    uint32_t bb = block_bytes(p->dtype);
+    if (!bb || cols % 32 || rows * cols != p->elements || p->elements == 0 || p->elements > (1ULL << 32)) return NULL;
+    FILE *f = open_param(root, p);
+    if (!f) return NULL;
+    size_t nbytes = (size_t)(rows * (cols / 32) * bb);
+    unsigned char *raw = malloc(nbytes);
+    float *out = malloc(sizeof(float) * p->elements);
+    int ok = raw && out && fseeko(f, (off_t)p->offset, SEEK_SET) == 0 && fread(raw, 1, nbytes, f) == nbytes;
+    fclose(f);
+    for (uint64_t r = 0; ok && r < rows; r++) {
+        for (uint64_t b = 0; b < cols / 32; b++) {
+            const unsigned char *blk = raw + (r * (cols / 32) + b) * bb;
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            float d = half_to_float(h), m = 0.0f;
+            if (p->dtype == CALRT_EXT_DTYPE_Q4_1) {
+                memcpy(&h, blk + 2, 2);
+                m = half_to_float(h);
+            }
+            for (int i = 0; i < 32; i++) {
+                float w;
+                if (p->dtype == CALRT_EXT_DTYPE_Q8_0) {
+                    w = (float)(int8_t)blk[2 + i] * d;
+                } else {
+                    const unsigned char *qs = blk + (p->dtype == CALRT_EXT_DTYPE_Q4_0 ? 2 : 4);
+                    int q = i < 16 ? (qs[i] & 0x0f) : (qs[i - 16] >> 4);
+                    w = p->dtype == CALRT_EXT_DTYPE_Q4_0 ? (float)(q - 8) * d : (float)q * d + m;
+                }
+                uint64_t c = b * 32 + (uint64_t)i;
+                out[row_major ? r * cols + c : c * rows + r] = w;
+            }
+        }
+    }
+    free(raw);
+    if (!ok) { free(out); return NULL; }
+    return out;
+}
+
 /* Read one parameter tensor as float32; NULL on any problem. */
 static float *read_param(const char *root, const calrt_ext_param *p) {
     uint32_t size = dtype_size(p->dtype);
@@ -1104,7 +1166,22 @@ calrt_status calrt_ext_model_set(calrt_device *d, calrt_calbin *cb, const calrt_
         }
         if (rc != CALRT_OK) break;
         if (*slot || p->elements != want) { rc = CALRT_E_INVALID_CALBIN; break; } /* duplicate or wrong size */
-        if (!(*slot = read_param(cb->path, p))) rc = CALRT_E_INVALID_CALBIN;
+        if (block_bytes(p->dtype)) { /* [in, out] = [first, second] of the role's shape; stored [out][in] */
+            uint64_t in, out;
+            switch (p->role) {
+            case CALRT_EXT_EMBED: in = V; out = D; break; /* stored as it is: [vocab][d_model] */
+            case CALRT_EXT_LM_HEAD: case CALRT_EXT_WQ: case CALRT_EXT_WK: case CALRT_EXT_WV:
+            case CALRT_EXT_W_GATE: case CALRT_EXT_W_UP: in = D; out = want / D; break;
+            case CALRT_EXT_WO: in = (uint64_t)H * HD; out = D; break;
+            case CALRT_EXT_W_DOWN: in = FF; out = D; break;
+            default: in = out = 0; /* a vector is never kept in blocks */
+            }
+            int embed = p->role == CALRT_EXT_EMBED;
+            *slot = in ? read_blocks(cb->path, p, embed ? in : out, embed ? out : in, embed) : NULL;
+            if (!*slot) rc = CALRT_E_INVALID_CALBIN;
+        } else if (!(*slot = read_param(cb->path, p))) {
+            rc = CALRT_E_INVALID_CALBIN;
+        }
     }
     /* every tensor the flags call for must be there, and none the flags rule out */
     int tied = (n.flags & CALRT_EXT_TIED_EMBEDDINGS) != 0, bias = (n.flags & CALRT_EXT_QKV_BIAS) != 0;
