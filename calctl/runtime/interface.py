@@ -24,7 +24,7 @@ This module declares; it implements nothing and imports no backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -166,6 +166,12 @@ class Runtime(Protocol):
         ``kv`` names one KV sequence per batch lane (None for an inactive lane),
         mirroring the graph's CSR metadata; a graph that writes KV needs it.
         """
+        ...
+
+    def on_submit(self, listener: Callable[[Job], None]) -> None:
+        """Call ``listener(job)`` after every submit this runtime accepted, from the submitting thread (a
+        caller's own count of what it handed the device, e.g. soak's "job counters close"). It must not call
+        back into the runtime."""
         ...
 
     def wait(self, job: Job, timeout: float) -> JobResult:

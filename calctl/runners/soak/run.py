@@ -71,8 +71,8 @@ from calctl.runners.soak import checks, evidence
 from calctl.runners.soak.mix import MixedTraffic, ModelLimits
 from calctl.runners.traffic import EngineLoop, EngineResult, RequestOutcome, drive_engine_request, error_reason
 from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
-from calctl.runtime.interface import Runtime
-from calctl.runtime.types import ChipCounters, ChipMemory
+from calctl.runtime.interface import FaultInjecting, Runtime
+from calctl.runtime.types import ChipCounters, ChipMemory, Job
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
 from calctl.serving.engine.inject import StaleRedelivery
 from calctl.signing.policy import TrustPolicy
@@ -157,30 +157,25 @@ def default_report_dir(now: datetime | None = None) -> Path:
 
 
 # ---------------------------------------------------------------------------
-# The runtime seen through a submit counter
+# Submits counted on the host
 
 
 class SubmitCounter:
-    """The runtime, with every accepted ``submit`` counted per chip: the host side of "job counters close"."""
+    """Every submit the runtime accepted, per chip (``Runtime.on_submit``): the host side of "job counters
+    close", checked against the chips' own counters."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._per_chip: Counter[int] = Counter()
 
-    def submit(self, *args: Any, **kwargs: Any) -> Any:
-        job = self._rt.submit(*args, **kwargs)
+    def count(self, job: Job) -> None:
         with self._lock:
             for c in job.chips:
                 self._per_chip[c] += 1
-        return job
 
     def submitted(self) -> dict[int, int]:
         with self._lock:
             return dict(self._per_chip)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._rt, name)
 
 
 # ---------------------------------------------------------------------------
@@ -348,7 +343,8 @@ class _Soak:
         self.error_verdict = "ERROR"
         self.phase = "starting"
         self.status = "running"
-        self.rt: SubmitCounter | None = None
+        self.rt: Runtime | None = None
+        self.submits = SubmitCounter()
         self.sup: DeviceSupervisor | None = None
         self._lock = threading.RLock()
         self._stop_sampler = threading.Event()
@@ -547,12 +543,13 @@ class _Soak:
 
     def _on_device(self, sampler: threading.Thread) -> None:
         c = self.config
-        with c.device.open() as raw_rt:
-            self.rt = rt = SubmitCounter(raw_rt)
-            v = raw_rt.versions()
+        with c.device.open() as rt:
+            self.rt = rt
+            rt.on_submit(self.submits.count)  # every accepted submit: the engine's and golden/warm-up's
+            v = rt.versions()
             self.header["runtime"] = {"runtime": v.runtime, "driver": v.driver, "firmware": v.firmware, "abi": v.abi}
             try:
-                self.baseline = list(raw_rt.memory_usage())  # before the first load (001 §13.3)
+                self.baseline = list(rt.memory_usage())  # before the first load (001 §13.3)
             except RuntimeLayerError as exc:  # a runtime without per-chip memory: drift is null, never a pass
                 self.events.write("memory_not_reported", error=f"{type(exc).__name__}: {exc}")
             self.max_drift = {m.chip: 0 if m.used_bytes is not None else None for m in self.baseline}
@@ -560,7 +557,7 @@ class _Soak:
             self.sample_memory()
             sampler.start()
             self.sup = sup = DeviceSupervisor(
-                rt,  # a SubmitCounter: the runtime, with its submits counted
+                rt,
                 trust=c.trust,
                 options=SupervisorOptions(
                     warmup_iterations=c.warmup_iterations,
@@ -634,9 +631,7 @@ class _Soak:
         assert c.hours is not None
         return self.now_s() >= c.hours * 3600
 
-    def _cycles(
-        self, sup: DeviceSupervisor, rt: SubmitCounter, loop: EngineLoop, traffic: list[_TrafficDriver]
-    ) -> None:
+    def _cycles(self, sup: DeviceSupervisor, rt: Runtime, loop: EngineLoop, traffic: list[_TrafficDriver]) -> None:
         """Cycle until done or a load/unload fails. ``traffic`` holds the running driver, for the caller's cleanup."""
         c = self.config
         index = 1  # cycles are numbered from 1 in every report and message
@@ -645,7 +640,7 @@ class _Soak:
             self.cycles.append(cyc)
             self.events.write("cycle_start", cycle=index)
             counters_before = _counters(rt)
-            submitted_before = rt.submitted()
+            submitted_before = self.submits.submitted()
             if not self._load(sup, cyc):
                 return
             if index == 1 and c.traffic is Traffic.MIXED:
@@ -734,7 +729,7 @@ class _Soak:
         cyc: _Cycle,
         counters_before: list[ChipCounters],
         submitted_before: dict[int, int],
-        rt: SubmitCounter,
+        rt: Runtime,
     ) -> bool:
         self.phase = "unloading"
         t = time.monotonic()
@@ -770,7 +765,7 @@ class _Soak:
                 prev = self.max_drift.get(d.chip)
                 self.max_drift[d.chip] = d.drift_bytes if prev is None or abs(d.drift_bytes) > abs(prev) else prev
         after = _counters(rt)
-        submitted_now = rt.submitted()
+        submitted_now = self.submits.submitted()
         delta = {chip: n - submitted_before.get(chip, 0) for chip, n in submitted_now.items()}
         found = mem_violations + checks.check_counters(counters_before, after, delta, cycle=cyc.index, at_s=at)
         gc.collect()  # unreachable cycles are not a leak
@@ -907,10 +902,9 @@ class _Soak:
 
     def _injected_runtime_faults(self) -> int:
         rt = self.rt
-        log = getattr(rt._rt, "injected_faults", None) if rt is not None else None
-        if log is None:
+        if not isinstance(rt, FaultInjecting):
             return 0
-        return sum(1 for f in log() if f.kind.value not in ("memory_leak", "host_memory_leak"))
+        return sum(1 for f in rt.injected_faults() if f.kind.value not in ("memory_leak", "host_memory_leak"))
 
     def _host_rss_doc(self) -> dict[str, Any]:
         ref = self.host_rss[0][1] if self.host_rss else None
@@ -1149,7 +1143,6 @@ __all__ = [
     "Injection",
     "SoakConfig",
     "SoakProgress",
-    "SubmitCounter",
     "Traffic",
     "default_report_dir",
     "run_soak",

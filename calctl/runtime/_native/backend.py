@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from ctypes import byref, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass
@@ -106,6 +106,7 @@ class CalrtRuntime(JobBuffersMixin):
 
     def __init__(self, library: L.CalrtLibrary) -> None:
         self.library = library
+        self._submit_listeners: list[Callable[[Job], None]] = []
         self._fn = library.fn
         self._board_locks: list[board_lock.BoardLock] = []  # set by open_calrt (one process per board)
         self._lock = threading.RLock()  # Python-side bookkeeping; never held while blocked in a wait
@@ -462,7 +463,12 @@ class CalrtRuntime(JobBuffersMixin):
                 if old.result is None:
                     break
                 del self._jobs[old_id]
-            return job
+        for listener in self._submit_listeners:
+            listener(job)
+        return job
+
+    def on_submit(self, listener: Callable[[Job], None]) -> None:
+        self._submit_listeners.append(listener)
 
     def wait(self, job: Job, timeout: float) -> JobResult:
         rec = self._record(job)

@@ -242,6 +242,7 @@ class MockRuntime(JobBuffersMixin):
     def __init__(self, config: MockBoardConfig | None = None) -> None:
         global _PROCESS_DEVICE
         self.config = config or MockBoardConfig()
+        self._submit_listeners: list[Callable[[Job], None]] = []
         with _PROCESS_LOCK:
             if _PROCESS_DEVICE is not None:
                 raise DeviceInUse(
@@ -536,7 +537,12 @@ class MockRuntime(JobBuffersMixin):
                 self._chips[c].pending += 1
             self._jobs[job_id] = rec
             self._cv.notify_all()
-            return job
+        for listener in self._submit_listeners:
+            listener(job)
+        return job
+
+    def on_submit(self, listener: Callable[[Job], None]) -> None:
+        self._submit_listeners.append(listener)
 
     def wait(self, job: Job, timeout: float) -> JobResult:
         rec = self._record(job)

@@ -333,6 +333,8 @@ class DeviceExecutor:
                 delay *= 2
             else:
                 self._monitor.submit_ok()
+                for chip in rt_job.chips:
+                    self._metrics.jobs_submitted.labels(self.alias, str(chip)).inc()
                 return rt_job
         raise AssertionError("unreachable")
 

@@ -51,6 +51,12 @@ class EngineMetrics:
         self.device_errors = Counter(
             "calctl_device_errors_total", "Runtime errors by class.", ["model", "error"], registry=r
         )
+        self.jobs_submitted = Counter(
+            "calctl_jobs_submitted_total",
+            "Device jobs the runtime accepted, per model and chip (the host side of the chip's job counters).",
+            ["model", "chip"],
+            registry=r,
+        )
         self.submit_busy = Counter(
             "calctl_submit_busy_retries_total", "DeviceBusy at submit, retried with backoff.", ["model"], registry=r
         )

@@ -81,3 +81,19 @@ def test_calctl_tracks_the_current_calbin(rt: Runtime, combined: Package) -> Non
     inputs = rt.alloc_inputs(name)
     prompt = golden_prompt(combined, "model-a")
     assert inputs.layout.slot("tokens").shape[1] >= len(prompt)
+
+
+def test_on_submit_hears_every_accepted_submit_and_no_refused_one(configured: Runtime, combined: Package) -> None:
+    """``Runtime.on_submit``: the host's own count of what it handed the device (soak's "job counters close")."""
+    rt = configured
+    heard: list[tuple[int, tuple[int, ...]]] = []
+    rt.on_submit(lambda job: heard.append((int(job.id), job.chips)))
+    pa = combined.model("model-a").prefill.name
+    inputs = rt.alloc_inputs(pa)
+    with pytest.raises(InvalidArgument):
+        rt.submit(pa, inputs, inputs, kv=[None])  # refused before the device: not heard
+    assert heard == []
+    job, seq, _ins, _outs = prefill_job(rt, combined, "model-a")
+    assert heard == [(int(job.id), job.chips)] and job.chips
+    rt.wait(job, 30)
+    rt.kv.free(seq)
