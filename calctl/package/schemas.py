@@ -109,7 +109,7 @@ def iter_errors(name: str, instance: Any) -> Iterator[tuple[str, str]]:
 
 
 def _short(err: jsonschema.ValidationError) -> str:
-    msg = err.message
+    msg = textsafe.shorten(err.message)  # a quoted 60 KB value: its head and tail, and its length
     if len(msg) > 300:
         msg = msg[:297] + "..."
     return msg
