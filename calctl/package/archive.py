@@ -55,6 +55,8 @@ INPUT_CHUNK = 32 * 1024
 #: 20 bytes, so a 12 MB file of them was 600,000 streams and 14 s of work before any other limit applied.
 FREE_STREAMS = 64
 BYTES_PER_STREAM = 16 * 1024
+#: Memory an xz stream's decoder may need (its dictionary: ``xz -9`` needs 65 MiB); a header can declare 1.5 GiB.
+MAX_XZ_MEMORY = 128 * 1024**2
 FIXED_MTIME = 0
 
 
@@ -131,18 +133,21 @@ def _shown(name: str) -> str:
     return repr(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
 
 
-def _check_member(m: tarfile.TarInfo, source: str) -> PurePosixPath:
+def _check_member(m: tarfile.TarInfo, source: str) -> tuple[str, ...]:
+    """The member's path components (``.`` and empty ones dropped), once its name, type and size pass."""
     name = m.name
     shown = _shown(name)
-    p = PurePosixPath(name)
-    if name.startswith("/") or p.is_absolute():
+    parts = tuple(part for part in name.split("/") if part not in ("", "."))
+    if name.startswith("/"):
         raise PackageFormatError(f"archive member {shown} is an absolute path", path=source)
-    if any(part == ".." for part in p.parts):
+    if ".." in parts:
         raise PackageFormatError(f"archive member {shown} contains '..'", path=source)
     if "\\" in name or "\x00" in name:
         raise PackageFormatError(f"archive member {shown} has a backslash or NUL in its name", path=source)
     encoded = name.encode("utf-8", "surrogateescape")
-    if len(encoded) > MAX_NAME_BYTES or any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in p.parts):
+    if len(encoded) > MAX_NAME_BYTES or (
+        len(encoded) > 255 and any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in parts)
+    ):
         raise PackageFormatError(
             f"archive member {shown[:80]}... has a name over the file-system limits "
             f"({len(encoded)} bytes; at most {MAX_NAME_BYTES}, 255 per component)",
@@ -164,7 +169,7 @@ def _check_member(m: tarfile.TarInfo, source: str) -> PurePosixPath:
         raise PackageFormatError(
             f"archive member {shown} is {m.size} bytes, over the {MAX_MEMBER_BYTES} byte limit", path=source
         )
-    return p
+    return parts
 
 
 class _Tree:
@@ -185,16 +190,16 @@ class _Tree:
 
     def add(self, m: tarfile.TarInfo) -> None:
         source = self.source
-        p = _check_member(m, source)
-        key = p.as_posix()
-        if key == ".":
+        parts = _check_member(m, source)
+        if not parts:
             return
-        if len(p.parts) > MAX_DEPTH:
+        key = "/".join(parts)
+        if len(parts) > MAX_DEPTH:
             raise PackageFormatError(
-                f"archive member {_shown(m.name)[:80]}... is {len(p.parts)} levels deep (at most {MAX_DEPTH})",
+                f"archive member {_shown(m.name)[:80]}... is {len(parts)} levels deep (at most {MAX_DEPTH})",
                 path=source,
             )
-        parents = [q.as_posix() for q in p.parents if q.as_posix() != "."]
+        parents = ["/".join(parts[:i]) for i in range(1, len(parts))]
         for parent in parents:
             if parent in self.files:
                 raise PackageFormatError(
@@ -214,7 +219,7 @@ class _Tree:
             self.declared += m.size
         for parent in parents:
             self._dir(parent)
-        self.tops.add(p.parts[0])
+        self.tops.add(parts[0])
         if self.entries > MAX_ENTRIES:
             raise PackageFormatError(
                 f"archive makes more than {MAX_ENTRIES} files and directories below its top level (directories "
@@ -468,7 +473,7 @@ class _Inflater:
         elif self.kind == "bzip2":
             self.dec = bz2.BZ2Decompressor()
         else:
-            self.dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+            self.dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=MAX_XZ_MEMORY)
         return True
 
     def _decompress(self, n: int) -> bytes:
@@ -477,7 +482,16 @@ class _Inflater:
         data = (dec.unconsumed_tail if self.kind == "gzip" else b"") or (self._take() if wants else b"")
         if not data and wants:
             raise EOFError("Compressed file ended before the end-of-stream marker was reached")
-        out: bytes = dec.decompress(data, n)
+        try:
+            out: bytes = dec.decompress(data, n)
+        except lzma.LZMAError as exc:
+            if "memory" in str(exc).lower():
+                raise PackageFormatError(
+                    f"xz stream {self.streams} needs more than the {MAX_XZ_MEMORY} bytes of memory its decoder may "
+                    "use (its dictionary is declared larger)",
+                    path=self.budget.source,
+                ) from None
+            raise
         if dec.eof:
             self.pending = dec.unused_data
         return out
@@ -634,7 +648,7 @@ def _write_members(
     made: set[str] = {root}
     for m in members:
         target = os.path.normpath(os.path.join(root, m.name))
-        if not target.startswith(root + os.sep):
+        if not target.startswith(root + os.sep) and not (target == root and m.isdir()):
             raise PackageFormatError(
                 f"archive member {_shown(m.name)} would be written outside the target", path=source
             )

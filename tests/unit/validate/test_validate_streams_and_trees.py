@@ -261,3 +261,16 @@ def test_a_60_kb_value_is_quoted_shortened_in_every_finding_and_error(tmp_path: 
         longest = max(map(len, (r.out + r.err).splitlines()))
         assert longest < 2000, (command, longest)
     assert (root / MANIFEST).stat().st_size > 120_000
+
+
+def test_an_xz_stream_declaring_a_huge_dictionary_is_refused_before_it_is_allocated(tmp_path: Path) -> None:
+    data = lzma.compress(
+        _tar([("pkg/a", b"0123456789")]),
+        filters=[{"id": lzma.FILTER_LZMA2, "dict_size": 1536 * 1024**2, "mode": lzma.MODE_FAST, "mf": lzma.MF_HC3}],
+    )
+    pkg = tmp_path / "dict.tar.xz"
+    pkg.write_bytes(data)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(PackageFormatError, match=f"more than the {archive.MAX_XZ_MEMORY} bytes of memory"):
+        archive.extract_package(pkg, tmp_path / "out")
+    assert archive.MAX_XZ_MEMORY == 128 * 1024**2
