@@ -274,3 +274,23 @@ def test_an_xz_stream_declaring_a_huge_dictionary_is_refused_before_it_is_alloca
     with pytest.raises(PackageFormatError, match=f"more than the {archive.MAX_XZ_MEMORY} bytes of memory"):
         archive.extract_package(pkg, tmp_path / "out")
     assert archive.MAX_XZ_MEMORY == 128 * 1024**2
+
+
+def test_validate_md_names_every_limit_with_its_figure() -> None:
+    """Every ``MAX_*`` ceiling of the modules that read a package is in docs/validate.md's Limits table."""
+    import re
+
+    from calctl.package import reader, yamlsafe
+    from calctl.package.rules import context
+    from calctl.signing import seal
+
+    limits = (Path(__file__).resolve().parents[3] / "docs" / "validate.md").read_text().split("## Limits")[1]
+    limits = limits.split("\n## ")[0]
+    missing = []
+    for module in (archive, yamlsafe, seal, textsafe, context, reader):
+        names = [n for n in vars(module) if re.fullmatch(r"MAX_[A-Z_]+", n)]
+        names += [n for n in ("FREE_STREAMS", "BYTES_PER_STREAM", "EXPANSION_SLACK_BYTES") if n in vars(module)]
+        missing += [f"{module.__name__}.{n}" for n in names if n not in limits]
+    assert not missing, missing
+    for figure in ("10,000", "32 components", "64 (`archive.FREE_STREAMS`)", "16 KiB", "128 MiB", "256 characters"):
+        assert figure in limits, figure
