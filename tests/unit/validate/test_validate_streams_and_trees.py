@@ -294,3 +294,33 @@ def test_validate_md_names_every_limit_with_its_figure() -> None:
     assert not missing, missing
     for figure in ("10,000", "32 components", "64 (`archive.FREE_STREAMS`)", "16 KiB", "128 MiB", "256 characters"):
         assert figure in limits, figure
+
+
+def _pax_record(key: str, value: str) -> bytes:
+    body = f" {key}={value}\n".encode()
+    n = len(body) + 1
+    while len(str(n)) + len(body) != n:
+        n += 1
+    return str(n).encode() + body
+
+
+def test_pax_records_are_counted_before_tarfile_parses_them(tmp_path: Path) -> None:
+    """64 PAX headers of just under 1 MiB of 6-byte records each (an 11 KB .tar.bz2): 30 s of tarfile's
+    record-by-record parsing, within every byte limit. The records are counted first, from the bytes."""
+    record = _pax_record("x", "y")
+    payload = record * (archive.MAX_PAX_RECORDS // 2)
+    assert len(payload) < archive.MAX_EXTENDED_HEADER_BYTES
+    out = bytearray()
+    for i in range(3):
+        header = tarfile.TarInfo("././@PaxHeader")
+        header.type = tarfile.XHDTYPE
+        header.size = len(payload)
+        out += header.tobuf(format=tarfile.USTAR_FORMAT) + payload + b"\0" * (-len(payload) % 512)
+        out += tarfile.TarInfo(f"pkg/f{i}").tobuf(format=tarfile.USTAR_FORMAT)
+    pkg = tmp_path / "pax.tar.bz2"
+    pkg.write_bytes(bz2.compress(bytes(out) + b"\0" * 1024))
+    (tmp_path / "out").mkdir()
+    with pytest.raises(PackageFormatError, match=f"more than {archive.MAX_PAX_RECORDS} records in all") as err:
+        archive.extract_package(pkg, tmp_path / "out")
+    assert str(pkg) in str(err.value)
+    assert archive.MAX_PAX_RECORDS == 100_000
