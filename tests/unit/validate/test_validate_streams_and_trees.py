@@ -280,14 +280,14 @@ def test_validate_md_names_every_limit_with_its_figure() -> None:
     """Every ``MAX_*`` ceiling of the modules that read a package is in docs/validate.md's Limits table."""
     import re
 
-    from calctl.package import reader, yamlsafe
+    from calctl.package import npy, reader, yamlsafe
     from calctl.package.rules import context
     from calctl.signing import seal
 
     limits = (Path(__file__).resolve().parents[3] / "docs" / "validate.md").read_text().split("## Limits")[1]
     limits = limits.split("\n## ")[0]
     missing = []
-    for module in (archive, yamlsafe, seal, textsafe, context, reader):
+    for module in (archive, yamlsafe, seal, textsafe, context, reader, npy):
         names = [n for n in vars(module) if re.fullmatch(r"MAX_[A-Z_]+", n)]
         names += [n for n in ("FREE_STREAMS", "BYTES_PER_STREAM", "EXPANSION_SLACK_BYTES") if n in vars(module)]
         missing += [f"{module.__name__}.{n}" for n in names if n not in limits]
@@ -324,3 +324,31 @@ def test_pax_records_are_counted_before_tarfile_parses_them(tmp_path: Path) -> N
         archive.extract_package(pkg, tmp_path / "out")
     assert str(pkg) in str(err.value)
     assert archive.MAX_PAX_RECORDS == 100_000
+
+
+def _npy(shape: str, *, version: int = 1, declared: int | None = None) -> bytes:
+    import struct
+
+    header = ("{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }").encode()
+    header += b" " * (-(len(header) + 11) % 64) + b"\n"
+    size = len(header) if declared is None else declared
+    length = struct.pack("<H", size) if version == 1 else struct.pack("<I", size)
+    return b"\x93NUMPY" + bytes([version, 0]) + length + header
+
+
+def test_an_npy_header_is_judged_by_what_the_file_can_hold_before_numpy_allocates(tmp_path: Path) -> None:
+    from calctl.package import npy
+
+    huge = tmp_path / "huge.npy"
+    huge.write_bytes(_npy("(20000000000,)") + bytes(1000))  # numpy allocated 74.5 GiB for it
+    with pytest.raises(ValueError, match=r"declares shape \(20000000000,\) of <f4 \(80000000000 bytes\), but the file"):
+        npy.load(huge)
+    long_header = tmp_path / "long.npy"
+    with open(long_header, "wb") as fh:  # numpy read the 2 GiB header whole before checking its length
+        fh.write(_npy("(1,)", version=2, declared=2**31))
+        fh.truncate(2**31 + 4096)
+    with pytest.raises(ValueError, match=f"declares 2147483648 bytes, over the {npy.MAX_HEADER_BYTES} byte limit"):
+        npy.load(long_header)
+    ok = tmp_path / "ok.npy"
+    ok.write_bytes(_npy("(3,)") + bytes(12))
+    assert npy.load(ok).shape == (3,)
