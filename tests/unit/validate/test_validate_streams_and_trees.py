@@ -352,3 +352,16 @@ def test_an_npy_header_is_judged_by_what_the_file_can_hold_before_numpy_allocate
     ok = tmp_path / "ok.npy"
     ok.write_bytes(_npy("(3,)") + bytes(12))
     assert npy.load(ok).shape == (3,)
+
+
+@pytest.mark.parametrize(("char", "code"), [("\u202e", "U+202E"), ("\u200b", "U+200B"), ("\u2066", "U+2066")])
+def test_a_file_name_with_a_bidi_or_invisible_character_fails_lay002(tmp_path: Path, cli, char: str, code: str) -> None:  # type: ignore[no-untyped-def]
+    """``evil\\u202eexe.txt`` is listed as ``eviltxt.exe``: LAY002 names the character, and nothing prints it raw."""
+    root = copy_package(tmp_path)
+    (root / f"evil{char}exe.txt").write_bytes(b"")
+    code_, doc = validate_json(cli, root)
+    lay002 = [c for c in doc["checks"] if c["id"] == "LAY002" and c["status"] == "fail"]
+    assert code_ == 1 and any(code in c["message"] and "bidirectional or invisible" in c["message"] for c in lay002)
+    for command in ("validate", "verify"):
+        r = cli(command, root)
+        assert char not in r.out + r.err and "evil\\u" in r.out, (command, r.out[-1500:])
