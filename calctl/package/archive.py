@@ -20,6 +20,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, cast
 
+from calctl import textsafe
 from calctl.errors import PackageFormatError, UsageError
 from calctl.records import atomic_output
 from calctl.signing.files import kind_phrase
@@ -134,7 +135,9 @@ def _dir_info(name: str) -> tarfile.TarInfo:
 
 
 def _shown(name: str) -> str:
-    return repr(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+    """A member name (or link target) as quoted in a message: undecodable bytes as ``\\xNN``, and a name over
+    :data:`calctl.textsafe.MAX_QUOTED` characters (a PAX path may be 1 MiB) as its head and tail, and length."""
+    return textsafe.shorten(repr(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")))
 
 
 def _check_member(m: tarfile.TarInfo, source: str) -> tuple[str, ...]:
@@ -159,7 +162,7 @@ def _check_member(m: tarfile.TarInfo, source: str) -> tuple[str, ...]:
         )
     if m.issym() or m.islnk():
         raise PackageFormatError(
-            f"archive member {shown} is a link ({m.linkname!r}); packages hold regular files only", path=source
+            f"archive member {shown} is a link ({_shown(m.linkname)}); packages hold regular files only", path=source
         )
     if m.isdev() or m.isfifo() or m.ischr() or m.isblk():
         raise PackageFormatError(f"archive member {shown} is a device or FIFO", path=source)
@@ -373,6 +376,10 @@ def _bounded_tarinfo(budget: _Budget) -> type[tarfile.TarInfo]:
 
     class BoundedTarInfo(tarfile.TarInfo):
         def _proc_member(self, tarfile_: tarfile.TarFile) -> Any:
+            if self.size < 0:  # base-256 size fields can be negative; tarfile would then seek backwards
+                raise PackageFormatError(
+                    f"archive member {_shown(self.name)} declares a negative size ({self.size})", path=source
+                )
             if self.type in extended:
                 what = "PAX" if self.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, b"X") else "GNU long-name/long-link"
                 if self.size > MAX_EXTENDED_HEADER_BYTES:

@@ -365,3 +365,29 @@ def test_a_file_name_with_a_bidi_or_invisible_character_fails_lay002(tmp_path: P
     for command in ("validate", "verify"):
         r = cli(command, root)
         assert char not in r.out + r.err and "evil\\u" in r.out, (command, r.out[-1500:])
+
+
+def test_a_negative_base256_size_is_a_refusal_naming_the_member(tmp_path: Path) -> None:
+    header = bytearray(tarfile.TarInfo("pkg/neg").tobuf(format=tarfile.GNU_FORMAT))
+    header[124:136] = b"\xff" + (256**11 - 2**40).to_bytes(11, "big")  # base-256: -2**40
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    pkg = tmp_path / "neg.tar"
+    pkg.write_bytes(bytes(header) + b"\0" * 1024)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(PackageFormatError, match=r"'pkg/neg' declares a negative size \(-1099511627776\)"):
+        archive.extract_package(pkg, tmp_path / "out")
+
+
+def test_a_megabyte_link_target_or_name_is_quoted_shortened(tmp_path: Path) -> None:
+    link = tarfile.TarInfo("pkg/l")
+    link.type = tarfile.SYMTYPE
+    link.linkname = "x" * 1_000_000
+    absolute = tarfile.TarInfo("/" + "y" * 900_000)
+    for name, info in (("link.tar", link), ("abs.tar", absolute)):
+        pkg = tmp_path / name
+        pkg.write_bytes(info.tobuf(format=tarfile.GNU_FORMAT) + b"\0" * 1024)
+        (tmp_path / name).with_suffix(".out").mkdir()
+        with pytest.raises(PackageFormatError) as err:
+            archive.extract_package(pkg, pkg.with_suffix(".out"))
+        assert len(str(err.value)) < 500 and "characters)" in str(err.value), str(err.value)[:600]
