@@ -280,14 +280,14 @@ def test_validate_md_names_every_limit_with_its_figure() -> None:
     """Every ``MAX_*`` ceiling of the modules that read a package is in docs/validate.md's Limits table."""
     import re
 
-    from calctl.package import npy, reader, yamlsafe
+    from calctl.package import npy, reader, schemas, yamlsafe
     from calctl.package.rules import context
     from calctl.signing import seal
 
     limits = (Path(__file__).resolve().parents[3] / "docs" / "validate.md").read_text().split("## Limits")[1]
     limits = limits.split("\n## ")[0]
     missing = []
-    for module in (archive, yamlsafe, seal, textsafe, context, reader, npy):
+    for module in (archive, yamlsafe, seal, textsafe, context, reader, npy, schemas):
         names = [n for n in vars(module) if re.fullmatch(r"MAX_[A-Z_]+", n)]
         names += [n for n in ("FREE_STREAMS", "BYTES_PER_STREAM", "EXPANSION_SLACK_BYTES") if n in vars(module)]
         missing += [f"{module.__name__}.{n}" for n in names if n not in limits]
@@ -391,3 +391,37 @@ def test_a_megabyte_link_target_or_name_is_quoted_shortened(tmp_path: Path) -> N
         with pytest.raises(PackageFormatError) as err:
             archive.extract_package(pkg, pkg.with_suffix(".out"))
         assert len(str(err.value)) < 500 and "characters)" in str(err.value), str(err.value)[:600]
+
+
+def test_schema_violations_are_capped_per_document_and_json_values_counted(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """A 13 MB compatibility.json of a million bad entries made a million COMP001 findings (148 s, 4.5 GB); a
+    valid one of 1.5 million entries took 7.5 s to schema-check. Both now stop at a limit, which is named."""
+    from calctl.package import reader, schemas
+
+    root = copy_package(tmp_path, "single")
+    compat = root / "compatibility.json"
+    doc = json.loads(compat.read_text())
+    doc["device"]["kinds"] = ["nope"] * (schemas.MAX_SCHEMA_ERRORS + 50)
+    compat.write_text(json.dumps(doc))
+    reseal(root, reserved_info=False)
+    _code, report = validate_json(cli, root)
+    comp001 = [c for c in report["checks"] if c["id"] == "COMP001" and c["status"] == "fail"]
+    assert len(comp001) == schemas.MAX_SCHEMA_ERRORS + 1, len(comp001)
+    assert f"more than {schemas.MAX_SCHEMA_ERRORS} schema violations" in comp001[-1]["message"]
+    doc["device"]["kinds"] = ["mock"] * reader.MAX_JSON_VALUES
+    compat.write_text(json.dumps(doc))
+    reseal(root, reserved_info=False)
+    _code, report = validate_json(cli, root)
+    comp001 = [c for c in report["checks"] if c["id"] == "COMP001" and c["status"] == "fail"]
+    assert [c["message"] for c in comp001] == [
+        f"more than {reader.MAX_JSON_VALUES} JSON values (a compatibility or provenance document is far smaller)"
+    ], comp001
+
+
+def test_a_tokenizer_config_with_a_5000_digit_integer_is_a_finding_not_a_crash(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    root = copy_package(tmp_path, "single")
+    (root / "tokenizer/model-a/tokenizer_config.json").write_text('{"model_max_length": ' + "9" * 5000 + "}")
+    reseal(root, reserved_info=False)
+    _code, report = validate_json(cli, root)
+    tok = [c for c in report["checks"] if c["id"].startswith("TOK") and c["status"] in ("fail", "error")]
+    assert tok and all(c["status"] == "fail" and "not valid JSON" in c["message"] for c in tok), tok
