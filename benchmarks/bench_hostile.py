@@ -92,6 +92,22 @@ def build(tmp: Path) -> dict[str, Path]:
         put(f"empty-streams.tar.{kind}", empty * (12_000_000 // len(empty)))
         put(f"declares-16GiB.tar.{kind}", _bomb(kind, _header("pkg/blob.bin", 16 * 1024**3), 16))
     put("pax-1GiB.tar.bz2", _bomb("bz2", _header("././@PaxHeader", 1024**3, tarfile.XHDTYPE), 1))
+    record = b"6 x=y\n"
+    payload = record * ((1024 * 1024 - 1000) // len(record))
+    pax = bytearray()
+    for i in range(64):
+        header = tarfile.TarInfo("././@PaxHeader")
+        header.type = tarfile.XHDTYPE
+        header.size = len(payload)
+        pax += header.tobuf(format=tarfile.USTAR_FORMAT) + payload + b"\0" * (-len(payload) % 512)
+        pax += tarfile.TarInfo(f"pkg/f{i}").tobuf(format=tarfile.USTAR_FORMAT)
+    put("pax-records.tar.bz2", bz2.compress(bytes(pax) + b"\0" * 1024))
+    compat = tmp / "compat-1M-bad"
+    shutil.copytree(FIXTURE, compat)
+    doc = json.loads((compat / "compatibility.json").read_text())
+    doc["device"]["kinds"] = ["\x01bad"] * 1_000_000
+    (compat / "compatibility.json").write_text(json.dumps(doc))
+    out["compat-1M-bad"] = compat
     names = ["pkg/" + "/".join(f"d{i}_{k}" for k in range(51)) + "/f" for i in range(9_999)]
     put("deep-52.tar.xz", _tar([(n, b"") for n in names], "w:xz"))
     names = ["pkg/" + "/".join(f"d{i}_{k}" for k in range(20)) + "/f" for i in range(9_999)]
