@@ -11,7 +11,10 @@ the messages that quote them must never act on the operator's terminal:
   ``UnicodeEncodeError``) are shown escaped, ``\\ud800``; an undecodable file-name
   byte (os's surrogateescape, U+DC80..U+DCFF) is shown as that byte, ``\\xff``;
 * rich markup is escaped (:func:`markup`): ``[/x]`` is text, not a closing tag
-  (an unmatched one raised ``MarkupError``), and ``[link=…]`` makes no hyperlink.
+  (an unmatched one raised ``MarkupError``), and ``[link=…]`` makes no hyperlink;
+* a quoted value longer than :data:`MAX_QUOTED` characters (``'vvvv…'``: a 60 KB
+  version was quoted whole in MAN001) is shortened to its head and tail with an
+  ellipsis and its length, ``'vvv…vvv' (60000 characters)`` (:func:`shorten`).
 
 :func:`plain` is for text that is printed as it is (a ``rich.text.Text``, a log
 file); :func:`markup` for text placed inside a rich markup string. Nothing here
@@ -32,6 +35,45 @@ _UNSAFE_WITH_LINES = re.compile(
 )
 
 
+#: The longest quoted value a message shows whole; a longer one keeps its first and last characters.
+MAX_QUOTED = 256
+_HEAD, _TAIL = 120, 40
+# A Python-repr-style literal: it opens at the start or after a space or bracket (not after a letter, so prose's
+# "package's ... don't" is no literal) and closes before the end, a space, a bracket or punctuation.
+_LONG = f"{{{MAX_QUOTED + 1},}}"
+_QUOTED = re.compile(
+    r"(?:(?<=^)|(?<=[\s(\[{,:=]))" + f"(?:'[^'\\n]{_LONG}'|\"[^\"\\n]{_LONG}\")" + r"(?=$|[\s)\]},:;.])"
+)
+#: The longest text :func:`clip` leaves whole (a file name or field shown in a table).
+MAX_TEXT = 1024
+
+
+def _shorten_literal(match: re.Match[str]) -> str:
+    literal = match.group(0)
+    quote, inner = literal[0], literal[1:-1]
+    try:
+        import ast
+
+        length = len(ast.literal_eval(literal))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        length = len(inner)
+    return f"{quote}{inner[:_HEAD]}…{inner[-_TAIL:]}{quote} ({length} characters)"
+
+
+def shorten(text: str) -> str:
+    """``text`` with every quoted value over :data:`MAX_QUOTED` characters shortened (head…tail, and its length)."""
+    if len(text) <= MAX_QUOTED:
+        return text
+    return _QUOTED.sub(_shorten_literal, text)
+
+
+def clip(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` itself when at most ``limit`` characters, else its head and tail with an ellipsis and its length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 80]}…{text[-40:]} ({len(text)} characters)"
+
+
 def _escape_char(match: re.Match[str]) -> str:
     c = ord(match.group(0))
     if 0xDC80 <= c <= 0xDCFF:  # an undecodable byte of a file name (surrogateescape): show the byte
@@ -42,14 +84,15 @@ def _escape_char(match: re.Match[str]) -> str:
 
 
 def plain(text: object, *, multiline: bool = False) -> str:
-    """``text`` with every unsafe character shown as an escape (``\\x1b``, ``\\ud800``); nothing else changes.
+    """``text`` with every unsafe character shown as an escape (``\\x1b``, ``\\ud800``), and long quoted values
+    shortened (:func:`shorten`); nothing else changes.
 
     Newlines and tabs are escaped too unless ``multiline`` (a name is one line: a newline in it could forge a
     line of output); the result always encodes as UTF-8.
     """
     s = "" if text is None else str(text)
     pattern = _UNSAFE if multiline else _UNSAFE_WITH_LINES
-    return pattern.sub(_escape_char, s)
+    return shorten(pattern.sub(_escape_char, s))
 
 
 def markup(text: object, *, multiline: bool = False) -> str:
@@ -64,4 +107,4 @@ def is_safe(text: str, *, multiline: bool = False) -> bool:
     return (_UNSAFE if multiline else _UNSAFE_WITH_LINES).search(text) is None
 
 
-__all__ = ["is_safe", "markup", "plain"]
+__all__ = ["MAX_QUOTED", "clip", "is_safe", "markup", "plain", "shorten"]

@@ -11,7 +11,6 @@ the time it really spends (:data:`MAX_EXPANSION`, :data:`MAX_EXTRACT_SECONDS`).
 from __future__ import annotations
 
 import bz2
-import gzip
 import lzma
 import os
 import stat
@@ -21,6 +20,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, cast
 
+from calctl import textsafe
 from calctl.errors import PackageFormatError, UsageError
 from calctl.records import atomic_output
 from calctl.signing.files import kind_phrase
@@ -36,6 +36,10 @@ MAX_EXPANSION = 32
 EXPANSION_SLACK_BYTES = 64 * 1024**2
 #: Wall-clock ceiling for reading headers and writing members (a 17 GiB package copies in well under this).
 MAX_EXTRACT_SECONDS = 900.0
+#: Files and directories the members make below the top level (directories a member's path only implies count),
+#: the same ceiling as LAY005's for a package directory; and the deepest member path, in components.
+MAX_ENTRIES = MAX_MEMBERS
+MAX_DEPTH = 32
 #: Longest member name (Linux PATH_MAX); each component at most 255 bytes (NAME_MAX).
 MAX_NAME_BYTES = 4096
 #: One PAX or GNU long-name/long-link header's payload, checked from its 512-byte header before tarfile buffers
@@ -43,8 +47,21 @@ MAX_NAME_BYTES = 4096
 MAX_EXTENDED_HEADER_BYTES = 1024 * 1024
 MAX_EXTENDED_TOTAL_BYTES = 64 * 1024**2
 MAX_EXTENDED_HEADERS_IN_A_ROW = 8
-#: Largest piece decompressed or copied between two budget checks (a signal is seen between pieces).
+#: PAX records (``path=…``, ``mtime=…``) in all the PAX headers together, counted before tarfile parses one: it
+#: parses them one by one in Python, and 64 headers of 1 MiB of 6-byte records (an 11 KB .tar.bz2) took 30 s.
+#: GNU tar writes about 5 per member, Python's tarfile 1 or 2.
+MAX_PAX_RECORDS = 100_000
+#: Largest piece decompressed or copied between two budget checks (a signal is seen between pieces), and the
+#: compressed input read between two checks of the deadline.
 READ_CHUNK = 1024 * 1024
+INPUT_CHUNK = 32 * 1024
+#: Compressed streams one archive may hold (gzip members, bzip2 or xz streams): this many, plus one for every
+#: this many bytes they decompress to. Starting a stream costs work whatever it holds; an empty gzip member is
+#: 20 bytes, so a 12 MB file of them was 600,000 streams and 14 s of work before any other limit applied.
+FREE_STREAMS = 64
+BYTES_PER_STREAM = 16 * 1024
+#: Memory an xz stream's decoder may need (its dictionary: ``xz -9`` needs 65 MiB); a header can declare 1.5 GiB.
+MAX_XZ_MEMORY = 128 * 1024**2
 FIXED_MTIME = 0
 
 
@@ -118,21 +135,26 @@ def _dir_info(name: str) -> tarfile.TarInfo:
 
 
 def _shown(name: str) -> str:
-    return repr(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+    """A member name (or link target) as quoted in a message: undecodable bytes as ``\\xNN``, and a name over
+    :data:`calctl.textsafe.MAX_QUOTED` characters (a PAX path may be 1 MiB) as its head and tail, and length."""
+    return textsafe.shorten(repr(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")))
 
 
-def _check_member(m: tarfile.TarInfo, source: str) -> PurePosixPath:
+def _check_member(m: tarfile.TarInfo, source: str) -> tuple[str, ...]:
+    """The member's path components (``.`` and empty ones dropped), once its name, type and size pass."""
     name = m.name
     shown = _shown(name)
-    p = PurePosixPath(name)
-    if name.startswith("/") or p.is_absolute():
+    parts = tuple(part for part in name.split("/") if part not in ("", "."))
+    if name.startswith("/"):
         raise PackageFormatError(f"archive member {shown} is an absolute path", path=source)
-    if any(part == ".." for part in p.parts):
+    if ".." in parts:
         raise PackageFormatError(f"archive member {shown} contains '..'", path=source)
     if "\\" in name or "\x00" in name:
         raise PackageFormatError(f"archive member {shown} has a backslash or NUL in its name", path=source)
     encoded = name.encode("utf-8", "surrogateescape")
-    if len(encoded) > MAX_NAME_BYTES or any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in p.parts):
+    if len(encoded) > MAX_NAME_BYTES or (
+        len(encoded) > 255 and any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in parts)
+    ):
         raise PackageFormatError(
             f"archive member {shown[:80]}... has a name over the file-system limits "
             f"({len(encoded)} bytes; at most {MAX_NAME_BYTES}, 255 per component)",
@@ -140,7 +162,7 @@ def _check_member(m: tarfile.TarInfo, source: str) -> PurePosixPath:
         )
     if m.issym() or m.islnk():
         raise PackageFormatError(
-            f"archive member {shown} is a link ({m.linkname!r}); packages hold regular files only", path=source
+            f"archive member {shown} is a link ({_shown(m.linkname)}); packages hold regular files only", path=source
         )
     if m.isdev() or m.isfifo() or m.ischr() or m.isblk():
         raise PackageFormatError(f"archive member {shown} is a device or FIFO", path=source)
@@ -154,26 +176,37 @@ def _check_member(m: tarfile.TarInfo, source: str) -> PurePosixPath:
         raise PackageFormatError(
             f"archive member {shown} is {m.size} bytes, over the {MAX_MEMBER_BYTES} byte limit", path=source
         )
-    return p
+    return parts
 
 
 class _Tree:
-    """The member checks, applied one header at a time as it is read (before the next header is)."""
+    """The member checks, applied one header at a time as it is read (before the next header is).
+
+    Besides each member's own checks, the tree the members make is bounded: at most :data:`MAX_ENTRIES` files and
+    directories (a directory only implied by a member's path counts: 9,999 members each 52 directories deep made
+    half a million directories), and no path deeper than :data:`MAX_DEPTH`.
+    """
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.files: set[str] = set()
         self.dirs: set[str] = set()
         self.tops: set[str] = set()
+        self.entries = 0
         self.declared = 0
 
     def add(self, m: tarfile.TarInfo) -> None:
         source = self.source
-        p = _check_member(m, source)
-        key = p.as_posix()
-        if key == ".":
+        parts = _check_member(m, source)
+        if not parts:
             return
-        parents = [q.as_posix() for q in p.parents if q.as_posix() != "."]
+        key = "/".join(parts)
+        if len(parts) > MAX_DEPTH:
+            raise PackageFormatError(
+                f"archive member {_shown(m.name)[:80]}... is {len(parts)} levels deep (at most {MAX_DEPTH})",
+                path=source,
+            )
+        parents = ["/".join(parts[:i]) for i in range(1, len(parts))]
         for parent in parents:
             if parent in self.files:
                 raise PackageFormatError(
@@ -182,16 +215,30 @@ class _Tree:
         if m.isdir():
             if key in self.files:
                 raise PackageFormatError(f"archive member {_shown(m.name)} is both a file and a directory", path=source)
-            self.dirs.add(key)
+            self._dir(key)
         else:
             if key in self.files:
                 raise PackageFormatError(f"archive member {_shown(m.name)} appears twice", path=source)
             if key in self.dirs:
                 raise PackageFormatError(f"archive member {_shown(m.name)} is both a file and a directory", path=source)
             self.files.add(key)
+            self.entries += 1
             self.declared += m.size
-        self.dirs.update(parents)
-        self.tops.add(p.parts[0])
+        for parent in parents:
+            self._dir(parent)
+        self.tops.add(parts[0])
+        if self.entries > MAX_ENTRIES:
+            raise PackageFormatError(
+                f"archive makes more than {MAX_ENTRIES} files and directories below its top level (directories "
+                f"only implied by a member's path count), at member {_shown(m.name)[:80]}",
+                path=source,
+            )
+
+    def _dir(self, key: str) -> None:
+        if key not in self.dirs:
+            self.dirs.add(key)
+            if "/" in key:  # the top level is not counted (the package's own directory)
+                self.entries += 1
 
 
 class _Budget:
@@ -210,12 +257,14 @@ class _Budget:
         self.stream_left = 0
         self.extended_bytes = 0  # PAX / GNU long-name / long-link payloads read so far
         self.extended_in_row = 0
+        self.pax_records = 0
 
     def new_pass(self) -> None:
         """One pass reads at most the member bytes allowed, their headers and the extended headers."""
         self.stream_left = self.limit + MAX_EXTENDED_TOTAL_BYTES + (MAX_MEMBERS + 2) * tarfile.BLOCKSIZE * 4
         self.extended_bytes = 0
         self.extended_in_row = 0
+        self.pax_records = 0
 
     def spend(self, n: int) -> None:
         self.bytes_left -= n
@@ -258,6 +307,12 @@ class _Metered:
         self.budget = budget
         self.seekable_raw = seekable
         self.pos = 0
+        self.pushback = b""  # bytes read (and charged) already, given back to be read again
+
+    def unread(self, data: bytes) -> None:
+        """Give back bytes just read: the next read returns them first (the position goes back by as many)."""
+        self.pushback = data + self.pushback
+        self.pos -= len(data)
 
     def tell(self) -> int:
         return self.pos
@@ -266,10 +321,16 @@ class _Metered:
         if n is None or n < 0:
             raise PackageFormatError("internal: an unbounded read of the archive", path=self.budget.source)
         parts: list[bytes] = []
+        if self.pushback:
+            given, self.pushback = self.pushback[:n], self.pushback[n:]
+            parts.append(given)
+            n -= len(given)
+            self.pos += len(given)
         while n > 0:
             k = min(n, READ_CHUNK)
             self.budget.read(k)
             chunk = self.raw.read(k)
+            self.budget.stream_left += k - len(chunk)  # charged before, for what was asked; kept, what was read
             if not chunk:
                 break
             parts.append(chunk)
@@ -283,6 +344,8 @@ class _Metered:
             raise PackageFormatError("internal: unsupported seek in the archive", path=self.budget.source)
         if target == self.pos:
             return self.pos
+        if self.pushback:  # only tarfile's header parsing gives bytes back, and it never seeks before reading them
+            raise PackageFormatError("internal: a seek over bytes given back", path=self.budget.source)
         if self.seekable_raw:
             self.budget.tick()  # a plain tar: skipping costs nothing
             self.raw.seek(target)
@@ -313,6 +376,10 @@ def _bounded_tarinfo(budget: _Budget) -> type[tarfile.TarInfo]:
 
     class BoundedTarInfo(tarfile.TarInfo):
         def _proc_member(self, tarfile_: tarfile.TarFile) -> Any:
+            if self.size < 0:  # base-256 size fields can be negative; tarfile would then seek backwards
+                raise PackageFormatError(
+                    f"archive member {_shown(self.name)} declares a negative size ({self.size})", path=source
+                )
             if self.type in extended:
                 what = "PAX" if self.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, b"X") else "GNU long-name/long-link"
                 if self.size > MAX_EXTENDED_HEADER_BYTES:
@@ -339,6 +406,18 @@ def _bounded_tarinfo(budget: _Budget) -> type[tarfile.TarInfo]:
                 budget.extended_in_row = 0
             return super()._proc_member(tarfile_)  # type: ignore[misc]
 
+        def _proc_pax(self, tarfile_: tarfile.TarFile) -> Any:
+            # tarfile parses a PAX header record by record in Python (~2 us each): count them, cheaply, first.
+            stream = cast(_Metered, tarfile_.fileobj)
+            buf = stream.read(self._block(self.size))  # type: ignore[attr-defined]
+            budget.pax_records += buf.count(b"\n")
+            if budget.pax_records > MAX_PAX_RECORDS:
+                raise PackageFormatError(
+                    f"archive's PAX headers hold more than {MAX_PAX_RECORDS} records in all", path=source
+                )
+            stream.unread(buf)
+            return super()._proc_pax(tarfile_)  # type: ignore[misc]
+
         _proc_gnusparse_00 = sparse
         _proc_gnusparse_01 = sparse
         _proc_gnusparse_10 = sparse
@@ -359,14 +438,104 @@ def _compression(head: bytes) -> str | None:
     return None
 
 
-def _decompressed(fileobj: IO[bytes], kind: str | None) -> Any:
-    if kind == "gzip":
-        return gzip.GzipFile(fileobj=fileobj, mode="rb")
-    if kind == "bzip2":
-        return bz2.BZ2File(fileobj, mode="rb")
-    if kind == "xz":
-        return lzma.LZMAFile(fileobj, mode="rb")
-    return fileobj
+class _Inflater:
+    """A forward-only reader of a gzip, bzip2 or xz file of one or more concatenated streams.
+
+    calctl's own loop over the decompressors rather than :mod:`gzip`/:mod:`bz2`/:mod:`lzma`'s file objects, so
+    that the work an input can force is bounded where it is done: compressed bytes are read :data:`INPUT_CHUNK`
+    at a time with the deadline checked before each piece, and every compressed stream (a gzip member, a bzip2 or
+    xz stream) after the first must be paid for by what the streams decompress to (:data:`FREE_STREAMS` plus one
+    per :data:`BYTES_PER_STREAM`) before it is started. 600,000 empty gzip members (12 MB) are refused at the
+    65th, in milliseconds; ``pbzip2``'s one stream per 900 KB block never comes near the limit.
+    """
+
+    def __init__(self, raw: IO[bytes], kind: str, budget: _Budget) -> None:
+        self.raw = raw
+        self.kind = kind
+        self.budget = budget
+        self.pending = b""  # compressed bytes read from the file and not yet given to a decompressor
+        self.dec: Any = None
+        self.streams = 0
+        self.produced = 0
+        self.done = False
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes, fewer only at the end of the file."""
+        parts: list[bytes] = []
+        while not self.done and n > 0:
+            if (self.dec is None or self.dec.eof) and not self._next_stream():
+                self.done = True
+                break
+            data = self._decompress(n)
+            if data:
+                self.produced += len(data)
+                parts.append(data)
+                n -= len(data)
+        return b"".join(parts)
+
+    def _take(self) -> bytes:
+        if self.pending:
+            data, self.pending = self.pending, b""
+            return data
+        self.budget.tick()
+        return self.raw.read(INPUT_CHUNK)
+
+    def _next_stream(self) -> bool:
+        """Start the next stream, if the file holds one (gzip and xz streams may be padded with zero bytes)."""
+        magic = _MAGIC[self.kind]
+        data = b""
+        while len(data) < len(magic):
+            chunk = self._take()
+            if not chunk:
+                break
+            data += chunk
+            if self.kind != "bzip2":
+                data = data.lstrip(b"\0")
+        if not data:
+            return False
+        if not data.startswith(magic):
+            if self.streams == 0 or self.kind == "gzip":
+                raise OSError(f"not a {self.kind} stream where stream {self.streams + 1} should begin")
+            return False  # bzip2 and xz ignore trailing bytes that are no stream, as their tools do
+        self.pending = data
+        self.streams += 1
+        allowed = FREE_STREAMS + self.produced // BYTES_PER_STREAM
+        if self.streams > allowed:
+            raise PackageFormatError(
+                f"{self.kind} archive holds more than {allowed} compressed streams for the {self.produced} bytes "
+                f"they decompress to (at most {FREE_STREAMS}, plus one per {BYTES_PER_STREAM} bytes decompressed)",
+                path=self.budget.source,
+            )
+        if self.kind == "gzip":
+            self.dec = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        elif self.kind == "bzip2":
+            self.dec = bz2.BZ2Decompressor()
+        else:
+            self.dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=MAX_XZ_MEMORY)
+        return True
+
+    def _decompress(self, n: int) -> bytes:
+        dec = self.dec
+        wants = self.kind == "gzip" or dec.needs_input  # zlib keeps what it did not use; bz2 and lzma keep it inside
+        data = (dec.unconsumed_tail if self.kind == "gzip" else b"") or (self._take() if wants else b"")
+        if not data and wants:
+            raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+        try:
+            out: bytes = dec.decompress(data, n)
+        except lzma.LZMAError as exc:
+            if "memory" in str(exc).lower():
+                raise PackageFormatError(
+                    f"xz stream {self.streams} needs more than the {MAX_XZ_MEMORY} bytes of memory its decoder may "
+                    "use (its dictionary is declared larger)",
+                    path=self.budget.source,
+                ) from None
+            raise
+        if dec.eof:
+            self.pending = dec.unused_data
+        return out
+
+
+_MAGIC = {"gzip": _GZIP, "bzip2": _BZIP2, "xz": _XZ}
 
 
 #: What decompressing or reading an archive raises on corrupt input (none of it is an interrupt).
@@ -424,7 +593,8 @@ def is_tar(path: Path) -> bool:
 def _open_pass(fileobj: IO[bytes], kind: str | None, budget: _Budget) -> tarfile.TarFile:
     fileobj.seek(0)
     budget.new_pass()
-    stream = _Metered(_decompressed(fileobj, kind), budget, seekable=kind is None)
+    raw: IO[bytes] = fileobj if kind is None else cast(IO[bytes], _Inflater(fileobj, kind, budget))
+    stream = _Metered(raw, budget, seekable=kind is None)
     try:
         return tarfile.open(fileobj=cast(IO[bytes], stream), mode="r:", tarinfo=_bounded_tarinfo(budget))
     except PackageFormatError:
@@ -500,46 +670,46 @@ def _read_headers(fileobj: IO[bytes], kind: str | None, budget: _Budget) -> tupl
 def _write_members(
     fileobj: IO[bytes], kind: str | None, budget: _Budget, members: list[tarfile.TarInfo], dest: Path
 ) -> None:
-    """Pass 2: the same headers again, in order, each member written as it comes (no rewinding)."""
+    """Pass 2: each member's data, where pass 1 found it, written as it comes (forward only, no rewinding).
+
+    The headers are not parsed again: pass 1 checked them and recorded where each member's data lies. The
+    members' paths were checked (no absolute path, no ``..``, no link of any kind is ever written), so a target
+    is ``dest`` joined with the name; the check that it stays inside is on the string, and each directory is
+    made once. (Resolving every target cost a ``lstat`` per path component per member.)
+    """
     source = budget.source
-    dest_resolved = dest.resolve()
-    with _open_pass(fileobj, kind, budget) as tf:
-        for want in members:
-            try:
-                m = tf.next()
-            except PackageFormatError:
-                raise
-            except _CORRUPT as exc:
-                raise PackageFormatError(f"corrupt tar archive: {_why(exc)}", path=source) from None
-            if m is None or (m.name, m.type, m.size, m.offset) != (want.name, want.type, want.size, want.offset):
-                raise PackageFormatError("archive changed while it was being extracted", path=source)
-            try:
-                _extract_one(tf, m, dest, dest_resolved, budget)
-            except PackageFormatError:
-                raise
-            except _CORRUPT as exc:
-                raise PackageFormatError(
-                    f"archive member {_shown(m.name)} cannot be extracted: {_why(exc)}", path=source
-                ) from None
+    fileobj.seek(0)
+    budget.new_pass()
+    raw: IO[bytes] = fileobj if kind is None else cast(IO[bytes], _Inflater(fileobj, kind, budget))
+    stream = _Metered(raw, budget, seekable=kind is None)
+    root = os.path.abspath(dest)
+    made: set[str] = {root}
+    for m in members:
+        target = os.path.normpath(os.path.join(root, m.name))
+        if not target.startswith(root + os.sep) and not (target == root and m.isdir()):
+            raise PackageFormatError(
+                f"archive member {_shown(m.name)} would be written outside the target", path=source
+            )
+        directory = target if m.isdir() else os.path.dirname(target)
+        if directory not in made:
+            os.makedirs(directory, exist_ok=True)
+            made.add(directory)
+        if m.isdir():
+            continue
+        try:
+            stream.seek(m.offset_data)
+            with open(target, "xb") as out:
+                _copy(stream, out, m.size, m.name, budget)
+        except PackageFormatError:
+            raise
+        except _CORRUPT as exc:
+            raise PackageFormatError(
+                f"archive member {_shown(m.name)} cannot be extracted: {_why(exc)}", path=source
+            ) from None
+        budget.tick()
 
 
-def _extract_one(tf: tarfile.TarFile, m: tarfile.TarInfo, dest: Path, dest_resolved: Path, budget: _Budget) -> None:
-    source = budget.source
-    target = (dest / m.name).resolve()
-    if dest_resolved not in target.parents and target != dest_resolved:
-        raise PackageFormatError(f"archive member {_shown(m.name)} would be written outside the target", path=source)
-    if m.isdir():
-        target.mkdir(parents=True, exist_ok=True)
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    src = tf.extractfile(m)
-    if src is None:
-        raise PackageFormatError(f"archive member {_shown(m.name)} has no data", path=source)
-    with src, open(target, "xb") as out:
-        _copy(src, out, m.size, m.name, budget)
-
-
-def _copy(src: IO[bytes], out: IO[bytes], size: int, name: str, budget: _Budget) -> None:
+def _copy(src: _Metered, out: IO[bytes], size: int, name: str, budget: _Budget) -> None:
     remaining = size
     while remaining:
         chunk = src.read(min(remaining, READ_CHUNK))

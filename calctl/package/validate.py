@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calctl import textsafe
 from calctl.errors import PackageFormatError, UsageError
 from calctl.package import archive
 from calctl.package.reader import package_root
@@ -189,8 +190,8 @@ def run_rules(ctx: ValidationContext, rules: Sequence[type[Rule]] = RULES) -> tu
                     cls.severity,
                     f.status,
                     _text(f.message),
-                    _opt(f.file),
-                    _opt(f.field),
+                    _clip(f.file),
+                    _clip(f.field),
                     _opt(f.expected),
                     _opt(f.found),
                 )
@@ -209,6 +210,11 @@ def _text(s: str) -> str:
 
 def _opt(s: str | None) -> str | None:
     return None if s is None else _text(s)
+
+
+def _clip(s: str | None) -> str | None:
+    """A file name or field: longer than any real one (a 60 KB name) is shown as its head and tail, and length."""
+    return None if s is None else textsafe.clip(_text(s))
 
 
 def _findings(rule: Rule, ctx: ValidationContext) -> list[Finding]:

@@ -28,6 +28,7 @@ from typing import TypeVar
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from calctl import textsafe
 from calctl.errors import PackageFormatError
 from calctl.records import write_atomic
 from calctl.signing.files import CHECKSUMS, SEAL_FILES, SIGNATURE, NotReadable, read_regular
@@ -194,7 +195,8 @@ def checksum_line_problem(rel: str) -> str | None:
 
     Paths are canonical, package-relative POSIX names that every reader splits
     the same way: no control characters (C0, DEL or C1), no Unicode line or
-    paragraph separators, no backslash (coreutils would unescape it), no empty,
+    paragraph separators, no bidirectional or invisible character (the terminal shows them reordered or not at
+    all), no backslash (coreutils would unescape it), no empty,
     ``.`` or ``..`` component, no leading ``/``.
     """
     if not rel:
@@ -211,6 +213,10 @@ def checksum_line_problem(rel: str) -> str | None:
             return f"contains the line separator U+{o:04X}"
         if 0xD800 <= o <= 0xDFFF:
             return "name is not valid UTF-8"
+        if not textsafe.is_safe(
+            c
+        ):  # a bidi override shows "evil\u202eexe.txt" as "eviltxt.exe"; a zero-width mark hides
+            return f"contains the bidirectional or invisible character U+{o:04X}"
     parts = rel.split("/")
     if any(p == ".." for p in parts):
         return "contains '..'"

@@ -87,8 +87,8 @@ def _config_doc(ctx: ValidationContext, rel: str) -> dict[str, Any] | str:
         doc = json.loads(raw.decode("utf-8"))
     except ReadProblem as exc:
         return str(exc)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        return f"not valid JSON: {exc}"
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError, an integer of 5000 digits
+        return f"not valid JSON: {str(exc)[:200]}"
     if not isinstance(doc, dict):
         return f"top level is {type(doc).__name__}, expected an object"
     return doc
