@@ -101,3 +101,46 @@ def test_every_npy_read_goes_through_the_thread_safe_loader() -> None:
             ):
                 calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert calls == [], f"np.load outside calctl/package/npy.py: {calls}"
+
+
+def _sources(*folders: str) -> list[Path]:
+    return [p for f in folders for p in sorted((ROOT / f).rglob("*.py"))]
+
+
+def test_serving_core_imports_no_engine_api_or_runtime() -> None:
+    """serving/core is the scheduling logic alone (000 §4–§9): it imports nothing from the engine that drives it,
+    the HTTP API, or a runtime; the engine adapts the core to the device, never the other way round."""
+    bad = []
+    for path in _sources("serving/core"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mods = [node.module]
+            for m in mods:
+                if m.startswith(("calctl.serving.engine", "calctl.serving.api", "calctl.runtime")):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {m}")
+    assert not bad, "\n".join(bad)
+
+
+def test_runners_and_serving_reach_no_backend_by_its_class_or_private_attributes() -> None:
+    """What only a simulated board can do goes through ``calctl.runtime.FaultInjecting`` (an isinstance check on
+    the protocol); a submit count through ``Runtime.on_submit``: no ``MockRuntime`` check, no ``getattr(rt, ...)``
+    and no ``._rt`` in runners/ or serving/."""
+    bad = []
+    for path in _sources("runners", "serving"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Name) and node.id == "MockRuntime":
+                bad.append(f"{where}: MockRuntime")
+            elif isinstance(node, ast.Attribute) and node.attr == "_rt":
+                bad.append(f"{where}: ._rt")
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and node.args
+                and isinstance(node.args[0], ast.Name | ast.Attribute)
+                and (node.args[0].id if isinstance(node.args[0], ast.Name) else node.args[0].attr) in ("rt", "_rt")
+            ):
+                bad.append(f"{where}: {node.func.id}(rt, ...)")
+    assert not bad, "\n".join(bad)

@@ -1,7 +1,7 @@
 """Issue 32 item 2: the real-model path's resident memory in budget terms (weights, KV, workspace, runtime),
 checked against the process's measured VmRSS within calctl.budget.host's stated tolerance.
 
-Sizes only, never timings. The measurement runs in a fresh process (``python -m calctl.model.resident``),
+Sizes only, never timings. The measurement runs in a fresh process (``python -m calctl.runners.resident``),
 so what the test process did before is not in it.
 """
 
@@ -64,7 +64,7 @@ def test_the_terms_and_the_tolerance() -> None:
 def _measure(pkg: Path, tmp: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
     env = {**os.environ, "CALCTL_CACHE_DIR": str(tmp / "cache"), "CALCTL_THREADS": "1"}
     r = subprocess.run(
-        [sys.executable, "-m", "calctl.model.resident", str(pkg), *args],
+        [sys.executable, "-m", "calctl.runners.resident", str(pkg), *args],
         capture_output=True,
         text=True,
         env=env,

@@ -6,7 +6,7 @@ then holds ``sequences`` KV caches, each prefilled with ``prompt_tokens`` tokens
 ``decode_steps`` batched decode steps (one ``B = sequences`` job per step). It reads ``VmRSS``
 before the load (the runtime overhead), after the jobs (weights + KV + overhead), and ``VmHWM``
 over the jobs (plus the workspace), and returns the breakdown with the figures it was checked
-against. Run it in a fresh process (``python -m calctl.model.resident PKG``) so that nothing else
+against. Run it in a fresh process (``python -m calctl.runners.resident PKG``) so that nothing else
 the process did is in the figures.
 """
 
@@ -79,7 +79,7 @@ def measure(
 def main(argv: list[str]) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m calctl.model.resident", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m calctl.runners.resident", description=__doc__.splitlines()[0])
     ap.add_argument("package", type=Path)
     ap.add_argument("--alias")
     ap.add_argument("--sequences", type=int, default=4)
