@@ -41,23 +41,52 @@ def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
+class _State:
+    """One process-wide record: which signal arrived, how deep the contexts are, whether a run's measurement
+    is over (its command is writing the report: a signal then waits for the write)."""
+
+    fired: str | None = None
+    depth = 0
+    deferring = False
+
+
+def signal_arrived() -> str | None:
+    """The signal that arrived during the current command, if any (deferred or raised)."""
+    return _State.fired
+
+
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
-    """While the body runs, SIGINT and SIGTERM raise :class:`Interrupted` once (main thread only)."""
+    """While the body runs, the first SIGINT or SIGTERM raises :class:`Interrupted` (main thread only); every
+    later one is ignored until the outermost context exits.
+
+    Contexts nest: the outermost (``calctl.cli.app.main``) covers the whole command; a command that runs a
+    measurement opens an inner one around it. Once an inner context has exited, the measurement is over and
+    its command writes and prints the report: a first signal then is *deferred* (the report is written whole,
+    with its verdict) and :func:`signal_arrived` tells ``main`` to exit 130 after it, saying so."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    fired: list[str] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if fired:
+        if _State.fired is not None:
             return  # already stopping: let the teardown finish
-        fired.append(signal.Signals(signum).name)
-        raise Interrupted(fired[0])
+        _State.fired = signal.Signals(signum).name
+        if not _State.deferring:
+            raise Interrupted(_State.fired)
 
-    previous = {s: signal.signal(s, handler) for s in _SIGNALS}
+    outermost = _State.depth == 0
+    previous = {s: signal.signal(s, handler) for s in _SIGNALS} if outermost else {}
+    if outermost:
+        _State.fired, _State.deferring = None, False
+    _State.depth += 1
     try:
         yield
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+        _State.depth -= 1
+        if outermost:
+            for s, h in previous.items():
+                signal.signal(s, h)
+            _State.deferring = False
+        else:
+            _State.deferring = True  # the measurement is over: the report is written whole

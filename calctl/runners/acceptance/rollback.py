@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calctl.errors import CalctlError
 from calctl.package.info import package_digest
 from calctl.package.reader import package_root
 from calctl.runners.device import DeviceSpec
@@ -51,6 +52,7 @@ from calctl.runners.traffic import (
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 from calctl.signing.policy import TrustPolicy
+from calctl.signing.seal import CHECKSUMS, parse_checksums
 
 #: Streaming clients per alias during the whole step.
 CLIENTS_PER_ALIAS = 2
@@ -96,6 +98,16 @@ class _Stage:
 def digest_of(path: Path) -> str | None:
     with package_root(path) as root:
         return package_digest(root)
+
+
+def contents_of(path: Path) -> dict[str, str] | None:
+    """The package's sealed files and their hashes (``checksums.sha256`` parsed): two packages with the same map
+    are one version, whatever the order or spelling of their checksum files' lines."""
+    with package_root(path) as root:
+        try:
+            return parse_checksums((root / CHECKSUMS).read_bytes())
+        except (OSError, CalctlError):
+            return None
 
 
 class RollbackRun:
@@ -221,6 +233,12 @@ class RollbackRun:
         want_prev, want_pkg = digest_of(self.previous), digest_of(self.package)
         if want_prev is not None and want_prev == want_pkg:
             raise SamePackage(f"--previous {self.previous} is the same package as PKG (digest {want_prev})")
+        same = contents_of(self.previous)
+        if same is not None and same == contents_of(self.package):
+            raise SamePackage(
+                f"--previous {self.previous} holds the same files as PKG (every sealed file's hash is PKG's; only "
+                "its checksum file differs): no version change"
+            )
         with self.device.open() as rt:
             self.sup = DeviceSupervisor(rt, trust=self.trust, options=SupervisorOptions(warmup_iterations=1))
             try:

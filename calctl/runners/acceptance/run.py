@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl import html_report, records
-from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError
+from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted, UsageError
 from calctl.report import Report, build_header, exit_code_of
 from calctl.runners import bringup
 from calctl.runners.acceptance.plot import plot_rows
@@ -674,7 +674,34 @@ def _verdict(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence
         return "INTERNAL ERROR"  # a calctl bug in a step: never a silent 0, never the usage code
     if any(s.status is StepStatus.ERROR and s.document.get("exit_code") == int(ExitCode.DEVICE) for s in steps):
         return "ERROR"
+    if not any(r.verdict is Verdict.GO for r in rows):
+        return "NOT MEASURED"  # nothing was measured GO: never a GO verdict resting on no row (docs/accept.md §1)
     return "GO"
+
+
+def _check_previous(cfg: AcceptConfig) -> None:
+    """``--previous`` is refused before any step runs (the rollback step is the last one: after a 24 h soak at
+    ``--level long``): it must validate under the run's trust policy and serve PKG's aliases (a rollback needs
+    the same models, docs/accept.md "The rollback step"). Only when G5/M4 are asked for."""
+    if cfg.previous is None or not cfg.wants("G5", "M4"):
+        return
+    from calctl.package.reader import load_manifest, package_root
+    from calctl.package.validate import ValidationPolicy, validate
+
+    try:
+        with package_root(cfg.package) as root:
+            aliases: tuple[str, ...] | None = tuple(load_manifest(root).aliases)
+    except CalctlError:
+        aliases = None  # PKG itself is refused by the validate step, with its own finding
+    report = validate(cfg.previous, ValidationPolicy(trust=cfg.trust, expect_models=aliases))
+    if not report.ok:
+        first = report.errors[0] if report.errors else None
+        why = f"{first.id}: {first.message}" if first else "refused"
+        raise CheckFailed(
+            f"--previous {cfg.previous}: the package failed validation ({why})"
+            + (f"; PKG serves {', '.join(aliases)}" if aliases and first and first.id == "MAN004" else ""),
+            hint="give the signed version PKG replaces, with the same models (`calctl validate` names every finding)",
+        )
 
 
 def run_accept(
@@ -690,6 +717,7 @@ def run_accept(
     """
     t0 = time.perf_counter()
     started = datetime.now(timezone.utc)
+    _check_previous(config)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     _check_fault_plan(config.device)
     header = _header(config, started)

@@ -148,6 +148,31 @@ def test_sigterm_and_sigint_raise_interrupted_once_and_the_handlers_come_back() 
     assert signal.getsignal(signal.SIGINT) is not None  # restored to what it was
 
 
+def test_a_signal_after_the_measurement_waits_for_the_report_and_a_second_is_ignored() -> None:
+    """docs/cli.md "Signals": once a command's measurement (its inner context) is over, a first signal is
+    deferred while the report is written whole; main exits 130 after it. A second one is ignored (never 143)."""
+    import os
+    import signal
+
+    from calctl.cli._signals import interruptible, signal_arrived
+
+    before = signal.getsignal(signal.SIGTERM)
+    with interruptible():  # main's
+        with interruptible():  # the command's measurement
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)  # while the report is written
+        for _ in range(1000):
+            pass
+        written = True
+        os.kill(os.getpid(), signal.SIGTERM)  # a second one: ignored
+        for _ in range(1000):
+            pass
+        assert written and signal_arrived() == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before
+    with interruptible():  # the next command starts clean
+        assert signal_arrived() is None
+
+
 def test_an_error_while_unwinding_an_interrupt_is_part_of_the_interrupt() -> None:
     from calctl.cli._signals import interrupt_behind
     from calctl.errors import Interrupted
