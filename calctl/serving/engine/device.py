@@ -83,6 +83,7 @@ class Inflight:
     banked: bool = False  # submitted in ping/pong: it holds a BankSlots bank until it completes
     abandoned: bool = False  # retired or timed out: its completion thread stops waiting for it
     timeout_why: str = ""  # what confirmed the timeout (timed_out), for the outcome's detail
+    late_logged: bool = False  # past the host's deadline while the device runs it: logged once
 
     @property
     def job_id(self) -> JobId:
@@ -411,6 +412,15 @@ class DeviceExecutor:
             return True
         hang = self._device_hang(inf)
         if hang is None:
+            if not inf.late_logged:
+                inf.late_logged = True
+                log.info(
+                    "engine %s: job %s past its %gs timeout on the host's clock; the runtime reports its chips OK, "
+                    "so it is not timed out (host delay, not a device verdict)",
+                    self.alias,
+                    inf.job_id,
+                    self.job_timeout_s,
+                )
             return False
         inf.timeout_why = f"no completion after {self.job_timeout_s:.1f}s ({hang})"
         return True
