@@ -263,6 +263,9 @@ class MockRuntime(JobBuffersMixin):
         self._serial_free_ns = 0  # device timeline of the modelled global lock
         self._closed = False
         self._chips = [_Chip(i) for i in range(self.config.chips)]
+        # Chips a reset is under way on: it waits for their running jobs with the lock released, and a job
+        # submitted to them meanwhile would survive the reset (and run on what it cleared), so submit refuses.
+        self._resetting: set[int] = set()
         self._kv = MockKvManager(self._cv)
         self._faults = FaultInjector(self.config.fault_plan, self.config.seed)
         self._job_ids = itertools.count(1)
@@ -471,6 +474,11 @@ class MockRuntime(JobBuffersMixin):
             plan = self._graph(model_name)
             self._check_job_buffers(plan, inputs, outputs)
             seqs, tokens, kv_tokens = self._bind_kv(plan, inputs, lanes)
+            if self._resetting.intersection(plan.chips):
+                raise DeviceBusy(
+                    f"chip(s) {', '.join(map(str, sorted(self._resetting.intersection(plan.chips))))} "
+                    "are being reset; submit after the reset returns"
+                )
             for c in plan.chips:
                 chip = self._chips[c]
                 if chip.health is Health.FAULTED:
@@ -678,10 +686,12 @@ class MockRuntime(JobBuffersMixin):
                     hint="reset the board again, or restart the host",
                 )
             running = self._abort_chips(affected, f"aborted by {sc.value} reset")
+            self._resetting |= affected
             self._cv.notify_all()
         for rec in running:
             rec.done.wait()
         with self._cv:
+            self._resetting -= affected  # in the same hold as the clean-up: no submit lands in between
             for job_id, rec in list(self._quarantined.items()):
                 if affected.intersection(rec.job.chips):
                     del self._quarantined[job_id]

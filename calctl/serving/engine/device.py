@@ -36,8 +36,8 @@ from calctl.runtime.errors import DeviceBusy, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import Engine as JobEngine
 from calctl.runtime.types import GenerationId as RtGenerationId
+from calctl.runtime.types import Health, JobResult, KvSeqId
 from calctl.runtime.types import Job as RtJob
-from calctl.runtime.types import JobResult, KvSeqId
 from calctl.serving.core.ids import JobId, LaneId, RequestId
 from calctl.serving.core.scheduler import DecodeJob, JobOutcome, JobStatus, PrefillJob
 from calctl.serving.engine.metrics import EngineMetrics
@@ -50,6 +50,10 @@ Clock = Callable[[], float]
 
 #: 001 §11.3 "DeviceBusy -> bounded backoff": at most this many retries, doubling from 1 ms.
 BUSY_RETRIES = 6
+#: A job past its timeout on the host's clock whose chips the runtime still reports healthy is not declared timed out
+#: (the device is running it; a starved host ran the wait, or the mock's simulation, late) until a chip reports
+#: otherwise, or until this many job timeouts have passed in all (a runtime that never reports a hang).
+UNCONFIRMED_TIMEOUT_FACTOR = 5
 #: Finished jobs' buffers kept for reuse per (graph, direction, batch): two banks, and one spare.
 POOL_PER_SHAPE = 3
 FAULT_STATUSES = frozenset(
@@ -78,6 +82,8 @@ class Inflight:
     engine: JobEngine = JobEngine.AUTO
     banked: bool = False  # submitted in ping/pong: it holds a BankSlots bank until it completes
     abandoned: bool = False  # retired or timed out: its completion thread stops waiting for it
+    timeout_why: str = ""  # what confirmed the timeout (timed_out), for the outcome's detail
+    late_logged: bool = False  # past the host's deadline while the device runs it: logged once
 
     @property
     def job_id(self) -> JobId:
@@ -392,7 +398,53 @@ class DeviceExecutor:
             return False
 
     def timed_out(self, inf: Inflight) -> bool:
-        return self._clock() - inf.submitted > self.job_timeout_s
+        """Is ``inf`` timed out (001 §11.3 Wait timeout)? Past ``job_timeout_s`` on the host's clock, and the
+        device confirms it: the job is not finished and one of its chips reports hung, faulted or unknown (or
+        health cannot be read). While every chip of the job reports OK the device is running it and the delay
+        is the host's (a starved waiting thread; on the mock, its simulating thread), so it is not a verdict
+        about the chip: the timeout is declared only after :data:`UNCONFIRMED_TIMEOUT_FACTOR` job timeouts."""
+        elapsed = self._clock() - inf.submitted
+        if elapsed <= self.job_timeout_s:
+            return False
+        if elapsed > self.job_timeout_s * UNCONFIRMED_TIMEOUT_FACTOR:
+            inf.timeout_why = (
+                f"no completion after {elapsed:.1f}s ({UNCONFIRMED_TIMEOUT_FACTOR} x the {self.job_timeout_s:g}s "
+                "job timeout, the runtime reporting its chips healthy)"
+            )
+            return True
+        hang = self._device_hang(inf)
+        if hang is None:
+            if not inf.late_logged:
+                inf.late_logged = True
+                log.info(
+                    "engine %s: job %s past its %gs timeout on the host's clock; the runtime reports its chips OK, "
+                    "so it is not timed out (host delay, not a device verdict)",
+                    self.alias,
+                    inf.job_id,
+                    self.job_timeout_s,
+                )
+            return False
+        inf.timeout_why = f"no completion after {self.job_timeout_s:.1f}s ({hang})"
+        return True
+
+    def _device_hang(self, inf: Inflight) -> str | None:
+        """What the runtime says against ``inf`` still running normally, or None: it finished (the next wait
+        sees it) or every chip it runs on reports OK."""
+        rt = self.rt
+        if rt is None:
+            return "no runtime attached"
+        try:
+            if rt.query(inf.rt_job).state.terminal:
+                return None
+            health = {h.chip: h for h in rt.health()}
+        except RuntimeLayerError as exc:
+            return f"the runtime cannot report the job or its chips' health: {exc}"
+        for chip in inf.rt_job.chips:
+            h = health.get(chip)
+            if h is None or h.health is not Health.OK:
+                state = h.health.value if h is not None else "not reported"
+                return f"chip {chip} reports {state}" + (f": {h.detail}" if h is not None and h.detail else "")
+        return None
 
     def _completion_loop(self) -> None:
         """A completion thread: wait for the next handed-over job, post its end to the inbox. Nothing else."""
@@ -436,9 +488,8 @@ class DeviceExecutor:
         self._metrics.device_errors.labels(self.alias, "Timeout").inc()
         self._count_job(inf.kind, "timeout")
         self._record_job(inf, JobStatus.TIMEOUT.value, None, None)
-        return JobOutcome(
-            inf.job_id, inf.core.generation, JobStatus.TIMEOUT, detail=f"no completion after {self.job_timeout_s:.1f}s"
-        )
+        detail = inf.timeout_why or f"no completion after {self.job_timeout_s:.1f}s"
+        return JobOutcome(inf.job_id, inf.core.generation, JobStatus.TIMEOUT, detail=detail)
 
     def finish(self, inf: Inflight) -> Finished | None:
         """The runtime says ``inf`` is done: check its answer, read its logits, commit or roll back its KV, give its
@@ -653,4 +704,12 @@ def _status_anomaly(inf: Inflight, res: JobResult) -> str | None:
     return None
 
 
-__all__ = ["BUSY_RETRIES", "DeviceExecutor", "Finished", "Inflight", "JobDone", "JobTimedOut"]
+__all__ = [
+    "BUSY_RETRIES",
+    "UNCONFIRMED_TIMEOUT_FACTOR",
+    "DeviceExecutor",
+    "Finished",
+    "Inflight",
+    "JobDone",
+    "JobTimedOut",
+]

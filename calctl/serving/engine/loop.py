@@ -596,9 +596,22 @@ class EngineCore:
         life = self.life
         if life.recovery_pending:
             return
+        if not life.serving:
+            # Announced before the supervisor retired this generation (a reset of the board or of this chip,
+            # or a reload), delivered after it: that reset is the recovery. Asking for one now would show the
+            # alias Draining while it is Recovering and queue a second reset for the same fault, which a failed
+            # recovery would not skip (the generation is unchanged), spending the reset budget on a Failed alias.
+            log.info(
+                "engine %s: recovery request for generation %s void: the generation was retired meanwhile (%s: %s)",
+                self.alias,
+                ev.generation,
+                ev.status.value,
+                ev.detail,
+            )
+            return
         life.recovery_pending, life.serving = True, False
         life.state = ModelState.DRAINING  # 001 §11.1 Ready -> Draining: never listed as ready meanwhile
-        req = RecoveryRequest(self.alias, ev.status, ev.detail, runtime_status, int(self._sched.generation))
+        req = RecoveryRequest(self.alias, ev.status, ev.detail, runtime_status, int(ev.generation))
         if self._exec.inflight:
             # 000 §14: submitted jobs drain; the reset waits until they completed or timed out.
             self._deferred_recovery = req
