@@ -232,6 +232,14 @@ class DeviceSupervisor:
         """Steps 7–10 under the lifecycle lock. On failure the new configuration is cleaned up and re-raised."""
         t0 = time.monotonic()
         try:
+            halted = self._halted_chips()
+            if halted:
+                # A fault whose recovery has not run (or was refused by the reset budget): an operator's load or
+                # reload configures the board, and a halted chip refuses that, so the board is reset first.
+                log.warning(
+                    "configure of %s on a halted board (%s): resetting the board first", lp.source, "; ".join(halted)
+                )
+                self._reset("board", None)
             calbin = self.rt.create_calbin(lp.package)
             self.rt.configure(calbin)
         except BaseException as exc:
@@ -309,18 +317,11 @@ class DeviceSupervisor:
         """Free every sequence and the configuration; a job still in flight forces a board reset first."""
         t0 = time.monotonic()
         stuck = any(w.inflight() or w.quarantined() for w in self.workers.values())
-        halted = self._halted_chips()
         for w in self.workers.values():
             w.retire(reason)
         if stuck:
             # 000 §12: never free a buffer a job still holds -> Recovering, reset per contract.
             self._set_all(ModelState.RECOVERING, detail="drain deadline reached with jobs in flight")
-            self._reset("board", None)
-        elif halted:
-            # A fault whose recovery has not run yet: the unload takes everything down anyway, so the board
-            # reset that recovery would do comes first (a configure on a halted chip is refused).
-            log.warning("%s on a halted board (%s): resetting the board first", reason, "; ".join(halted))
-            self._set_all(ModelState.RECOVERING, detail=f"{reason}: the board is halted, reset first")
             self._reset("board", None)
         for w in self.workers.values():
             w.forget_device_state()
