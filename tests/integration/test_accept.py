@@ -238,6 +238,10 @@ def test_with_previous_the_rollback_rolls_forward_and_back_under_traffic(quick, 
             if not name.startswith(("roll-forward", "rollback")):
                 assert st["requests"][alias].get("ok", 0) > 0, (name, st["requests"])
         assert stages["rolled-back"]["probe"][alias] == stages["serving-previous"]["probe"][alias]
+    # "no request got tokens of two generations", recomputed from the file
+    per_request = [r for st in stages.values() for r in st["request_generations"]]
+    assert per_request and all(len(r["token_generations"]) <= 1 for r in per_request)
+    assert {r["outcome"] for r in per_request} <= {"ok", "unavailable"}
     assert rb["probe_changed_with_version"] == {"model-a": True, "model-b": True}  # other weights, other tokens
     rows = _rows(doc)
     for rid in ("G5", "M4"):
@@ -259,6 +263,7 @@ def test_without_previous_the_rollback_rows_say_not_measured_and_how(tmp_path: P
     assert steps["rollback"]["status"] == "SKIPPED" and "no --previous" in steps["rollback"]["reason"]
     assert not (out / "rollback.json").exists()
     m4 = _rows(doc)["M4"]
+    assert doc["verdict"] == "NOT MEASURED" and doc["exit_code"] == 0  # no row GO: never a GO verdict
     assert m4["verdict"] == "NOT MEASURED" and m4["key_figure"].endswith("rollback not measured"), m4
     assert "rollback not run: no --previous package given" in m4["reason"] and "3/100" in m4["reason"]
     assert m4["how_to_measure"].startswith("`calctl accept PKG --level long --previous OLD_PKG`")
@@ -281,6 +286,47 @@ def test_previous_naming_pkg_itself_is_no_version_change(tmp_path: Path) -> None
         stage_timeout_s=5.0,
     )
     with pytest.raises(SamePackage, match="same package as PKG"):
+        run.run()
+
+
+def test_a_previous_with_other_models_or_none_is_refused_before_any_step(tmp_path: Path) -> None:
+    """--previous is validated up front, with PKG's aliases: a replica (model-a0/a1) or a FIFO is exit 1 naming
+    the finding before a step runs (the rollback is the last step: after the soak)."""
+    for name, prev in (("replica", REPLICA), ("fifo", tmp_path / "pipe")):
+        if name == "fifo":
+            os.mkfifo(prev)
+        out = tmp_path / name
+        code, _, err = _run("accept", COMBINED, *TRUST, "--only", "M4", "--previous", prev, "--report", out)
+        assert code == 1, err[-2000:]
+        assert f"--previous {prev}: the package failed validation" in " ".join(err.split()), err
+        assert not (out / "report.json").exists()  # refused before the first step
+    _, _, err = _run("accept", COMBINED, *TRUST, "--only", "M4", "--previous", REPLICA, "--report", tmp_path / "x")
+    assert "MAN004" in err and "PKG serves model-a, model-b" in " ".join(err.split()), err
+
+
+def test_previous_with_the_same_files_under_a_rewritten_checksum_file_is_no_version_change(tmp_path: Path) -> None:
+    import shutil
+
+    from calctl.runners.acceptance.rollback import RollbackRun, SamePackage
+    from calctl.runners.device import DeviceSpec
+    from calctl.signing.keys import load_private
+    from calctl.signing.policy import make_policy
+    from calctl.signing.seal import sign
+
+    copy = tmp_path / "resealed"
+    shutil.copytree(COMBINED, copy)
+    sums = copy / "checksums.sha256"
+    sums.write_bytes(b"".join(reversed(sums.read_bytes().splitlines(keepends=True))))  # same files, other bytes
+    sign(copy, load_private(TEST_KEY))
+    run = RollbackRun(
+        package=COMBINED,
+        previous=copy,
+        device=DeviceSpec(),
+        trust=make_policy([TEST_PUB]),
+        traffic_s=0.1,
+        stage_timeout_s=5.0,
+    )
+    with pytest.raises(SamePackage, match="holds the same files as PKG"):
         run.run()
 
 

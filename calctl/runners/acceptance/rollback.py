@@ -92,6 +92,16 @@ class _Stage:
             "generations": dict(self.generations),
             "requests": {a: dict(sorted(c.items())) for a, c in sorted(by_alias.items())},
             "probe": dict(self.probe),
+            # every request, so "no request got tokens of two generations" can be recomputed from this file
+            "request_generations": [
+                {
+                    "request": r.request_id,
+                    "alias": r.record.alias,
+                    "outcome": r.record.outcome.value,
+                    "token_generations": sorted({g for g in r.token_generations if g is not None}),
+                }
+                for r in self.results
+            ],
         }
 
 
