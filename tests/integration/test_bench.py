@@ -291,6 +291,7 @@ def test_sigterm_ends_a_bench_interrupted_with_its_report(tmp_path: Path) -> Non
     # Issue 29 item 12: the phase finished before the signal stays in the report, and the picture is drawn.
     assert doc["phases"][0]["phase"] == "baseline" and doc["phases"][0]["b_requests"] > 0
     assert doc["grade"] == "INTERRUPTED" and "finished phase(s) reported: baseline" in doc["grade_reason"]
+    assert doc["phases_finished"][0] == "baseline" and doc["interrupted_in"] not in (None, "baseline")
     assert (out / "bench.png").read_bytes()[:8] == PNG_MAGIC and "plot: None" not in stdout
 
 

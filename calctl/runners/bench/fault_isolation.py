@@ -648,6 +648,11 @@ class _Run:
             "b_device_latency_gate_s": dev_gate_s,
             "b_latency_gate_s": gate_s,
             "device_options": device.describe(),
+            **(
+                {"interrupted_in": self.running or None, "phases_finished": [p.name for p in self.phases]}
+                if interrupt is not None
+                else {}
+            ),
             "rules": {
                 "F0": "a request/resource fault on A impacted B",
                 "F1": "request/resource isolated; a runtime fault or lifecycle action on A impacted B",
