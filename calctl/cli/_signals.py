@@ -46,13 +46,14 @@ class _State:
     is over (its command is writing the report: a signal then waits for the write)."""
 
     fired: str | None = None
+    deferred = False  # the first signal came while deferring: nothing raised, main still has to say so
     depth = 0
     deferring = False
 
 
-def signal_arrived() -> str | None:
-    """The signal that arrived during the current command, if any (deferred or raised)."""
-    return _State.fired
+def signal_deferred() -> str | None:
+    """The signal that arrived after the command's measurement and was deferred (nothing was raised), if any."""
+    return _State.fired if _State.deferred else None
 
 
 @contextlib.contextmanager
@@ -63,7 +64,7 @@ def interruptible() -> Iterator[None]:
     Contexts nest: the outermost (``calctl.cli.app.main``) covers the whole command; a command that runs a
     measurement opens an inner one around it. Once an inner context has exited, the measurement is over and
     its command writes and prints the report: a first signal then is *deferred* (the report is written whole,
-    with its verdict) and :func:`signal_arrived` tells ``main`` to exit 130 after it, saying so."""
+    with its verdict) and :func:`signal_deferred` tells ``main`` to exit 130 after it, saying so."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -72,13 +73,15 @@ def interruptible() -> Iterator[None]:
         if _State.fired is not None:
             return  # already stopping: let the teardown finish
         _State.fired = signal.Signals(signum).name
-        if not _State.deferring:
+        if _State.deferring:
+            _State.deferred = True
+        else:
             raise Interrupted(_State.fired)
 
     outermost = _State.depth == 0
     previous = {s: signal.signal(s, handler) for s in _SIGNALS} if outermost else {}
     if outermost:
-        _State.fired, _State.deferring = None, False
+        _State.fired, _State.deferred, _State.deferring = None, False, False
     _State.depth += 1
     try:
         yield

@@ -35,7 +35,7 @@ from calctl import __version__
 from calctl.cli import _output
 from calctl.cli._commands import COMMANDS as _COMMANDS
 from calctl.cli._commands import ROOT_HELP
-from calctl.cli._signals import interruptible, signal_arrived
+from calctl.cli._signals import interruptible, signal_deferred
 from calctl.errors import CalctlError, ExitCode, interrupt_reason
 
 # Explicit registry: module path -> has register(app). Every command they register must be listed in
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         # extracted package's temporary tree included), never the interpreter's silent exit 143.
         with interruptible():
             result = command.main(args=args, prog_name="calctl", standalone_mode=False)
-            late = signal_arrived()  # a signal deferred while the finished run wrote its report
+            late = signal_deferred()  # a signal deferred while the finished run wrote its report
         code = int(result) if isinstance(result, int) else ExitCode.OK
         if late is not None:
             _print_error(f"{late} arrived after the run ended; its report was written whole with its verdict", None)

@@ -62,6 +62,11 @@ FREE_STREAMS = 64
 BYTES_PER_STREAM = 16 * 1024
 #: Memory an xz stream's decoder may need (its dictionary: ``xz -9`` needs 65 MiB); a header can declare 1.5 GiB.
 MAX_XZ_MEMORY = 128 * 1024**2
+#: CPU seconds of decompression any archive may spend before it must show :data:`MIN_DECOMPRESS_RATE`.
+DECOMPRESS_FREE_CPU_S = 1.0
+#: Bytes a decompressor must produce per CPU second it spends (real packages: hundreds of MB/s). An xz file of
+#: 600,000 empty blocks, each declaring another dictionary size, spends seconds producing nothing.
+MIN_DECOMPRESS_RATE = 1024**2
 FIXED_MTIME = 0
 
 
@@ -457,6 +462,7 @@ class _Inflater:
         self.dec: Any = None
         self.streams = 0
         self.produced = 0
+        self.work_s = 0.0  # CPU seconds this thread spent inside the decompressors
         self.done = False
 
     def read(self, n: int) -> bytes:
@@ -520,6 +526,7 @@ class _Inflater:
         data = (dec.unconsumed_tail if self.kind == "gzip" else b"") or (self._take() if wants else b"")
         if not data and wants:
             raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+        t0 = time.thread_time()
         try:
             out: bytes = dec.decompress(data, n)
         except lzma.LZMAError as exc:
@@ -530,6 +537,16 @@ class _Inflater:
                     path=self.budget.source,
                 ) from None
             raise
+        finally:
+            self.work_s += time.thread_time() - t0
+        made = self.produced + len(out)
+        if self.work_s > DECOMPRESS_FREE_CPU_S and made < MIN_DECOMPRESS_RATE * self.work_s:
+            raise PackageFormatError(
+                f"{self.kind} archive spent {self.work_s:.1f} s of CPU decompressing to {made} bytes (at least "
+                f"{MIN_DECOMPRESS_RATE} bytes per CPU second after the first {DECOMPRESS_FREE_CPU_S:g} s): "
+                "a decompression bomb (e.g. many empty blocks)",
+                path=self.budget.source,
+            )
         if dec.eof:
             self.pending = dec.unused_data
         return out

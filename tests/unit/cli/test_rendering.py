@@ -154,7 +154,8 @@ def test_a_signal_after_the_measurement_waits_for_the_report_and_a_second_is_ign
     import os
     import signal
 
-    from calctl.cli._signals import interruptible, signal_arrived
+    from calctl.cli._signals import interruptible, signal_deferred
+    from calctl.errors import Interrupted
 
     before = signal.getsignal(signal.SIGTERM)
     with interruptible():  # main's
@@ -167,10 +168,15 @@ def test_a_signal_after_the_measurement_waits_for_the_report_and_a_second_is_ign
         os.kill(os.getpid(), signal.SIGTERM)  # a second one: ignored
         for _ in range(1000):
             pass
-        assert written and signal_arrived() == "SIGTERM"
+        assert written and signal_deferred() == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is before
     with interruptible():  # the next command starts clean
-        assert signal_arrived() is None
+        assert signal_deferred() is None
+    with pytest.raises(Interrupted), interruptible():  # raised during a measurement: not a deferred one
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            pass
+        assert signal_deferred() is None
 
 
 def test_an_error_while_unwinding_an_interrupt_is_part_of_the_interrupt() -> None:

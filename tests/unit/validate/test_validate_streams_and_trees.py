@@ -85,6 +85,65 @@ def test_hundreds_of_thousands_of_empty_streams_are_refused_at_the_stream_limit(
     assert rss < BOMB_RSS_MB, rss
 
 
+def _xz_of_empty_blocks(n: int, payload: bytes) -> bytes:
+    """One xz stream: ``n`` empty LZMA2 blocks whose declared dictionaries alternate (64 / 96 MiB: the decoder
+    reallocates for each), then one block holding ``payload`` (stored uncompressed). A hostile tester's bomb."""
+    import struct
+    import zlib
+
+    def crc(b: bytes) -> bytes:
+        return struct.pack("<I", zlib.crc32(b) & 0xFFFFFFFF)
+
+    def varint(v: int) -> bytes:
+        out = b""
+        while True:
+            low, v = v & 0x7F, v >> 7
+            if not v:
+                return out + bytes([low])
+            out += bytes([low | 0x80])
+
+    def block(data: bytes, prop: int) -> tuple[bytes, int, int]:
+        head = bytes([2, 0x00, 0x21, 0x01, prop]) + b"\0" * 3
+        head += crc(head)
+        body = b"".join(
+            bytes([1 if i == 0 else 2]) + struct.pack(">H", len(data[i : i + 65536]) - 1) + data[i : i + 65536]
+            for i in range(0, len(data), 65536)
+        )
+        body += b"\0"
+        return head + body + b"\0" * ((-len(body)) % 4), len(head) + len(body), len(data)
+
+    a, b = block(b"", 28), block(b"", 29)
+    blocks = [a if i % 2 else b for i in range(n)] + [block(payload, 20)]
+    index = b"\0" + varint(len(blocks)) + b"".join(varint(u) + varint(size) for _, u, size in blocks)
+    index += b"\0" * ((-len(index)) % 4)
+    index += crc(index)
+    footer = struct.pack("<I", len(index) // 4 - 1) + b"\0\0"
+    return b"".join(
+        [b"\xfd7zXZ\x00\x00\x00", crc(b"\x00\x00"), *(blk for blk, _, _ in blocks), index, crc(footer), footer, b"YZ"]
+    )
+
+
+def test_decompression_that_produces_nothing_for_its_cpu_is_a_bomb(tmp_path: Path) -> None:
+    """Many empty xz blocks in one stream (the stream cap does not see blocks): after
+    ``DECOMPRESS_FREE_CPU_S`` of decompression a decompressor must have produced ``MIN_DECOMPRESS_RATE`` bytes per
+    CPU second. The real figure is 1 s; the check itself is shown here on CPU the host cannot fake away: a run of
+    the bomb with the allowance at 0 s is refused, the same archive without the empty blocks is read whole."""
+    plain = _tar([("pkg/a", b"x" * 100)])
+    bomb = tmp_path / "bomb.tar.xz"
+    bomb.write_bytes(_xz_of_empty_blocks(20_000, plain))
+    assert lzma.decompress(bomb.read_bytes()) == plain  # a valid xz file: the decoder itself accepts it
+    import unittest.mock as mock
+
+    with mock.patch.object(archive, "DECOMPRESS_FREE_CPU_S", 0.0), pytest.raises(PackageFormatError) as caught:
+        archive.extract_package(bomb, tmp_path / "bomb")
+    assert "decompression bomb" in str(caught.value) and str(archive.MIN_DECOMPRESS_RATE) in str(caught.value)
+    good = tmp_path / "good.tar.xz"
+    good.write_bytes(_xz_of_empty_blocks(0, plain))
+    with mock.patch.object(archive, "DECOMPRESS_FREE_CPU_S", 0.0):
+        root = archive.extract_package(good, tmp_path / "good")
+    assert (root / "a").read_bytes() == b"x" * 100
+
+
 def test_the_stream_limit_is_charged_before_each_stream_is_started(tmp_path: Path) -> None:
     """The refusal comes at stream FREE_STREAMS + 1: no further stream is decompressed (the work is the limit)."""
     started: list[int] = []
