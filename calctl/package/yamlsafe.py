@@ -147,7 +147,16 @@ class _StrictLoader(_Base):
 
 
 def _refuse_ambiguous_number(node: Any) -> None:
-    """YAML 1.1's base-60 numbers: ``2:10`` is 130 to PyYAML and a string to YAML 1.2 readers and to people."""
+    """YAML 1.1's base-60 numbers (``2:10`` is 130 to PyYAML) and digit separators (``3_84`` is 384): both are
+    strings to YAML 1.2 readers, so another reader of the signed manifest would see another value."""
+    if "_" in str(node.value):
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"{node.value!r} uses YAML 1.1 digit separators: PyYAML reads it as a number, YAML 1.2 as a string; "
+            "write the digits alone (or quote it)",
+            node.start_mark,
+        )
     if ":" in str(node.value):
         raise yaml.constructor.ConstructorError(
             None,

@@ -25,6 +25,8 @@ from calctl.package import yamlsafe
         ("a: -007\n", "leading zero"),
         ("a: 2:10\n", "base-60"),
         ("a: 1:30.5\n", "base-60"),
+        ("vocab_size: 3_84\n", "digit separators"),
+        ("a: 1_000.5\n", "digit separators"),
     ],
 )
 def test_refused_documents_name_the_problem(text: str, fragment: str) -> None:
@@ -52,8 +54,8 @@ def test_size_limit_is_checked_without_reading_everything(tmp_path: Path) -> Non
 
 def test_plain_documents_load() -> None:
     assert yamlsafe.loads("a: {b: [1, 0x10]}\n", source="m") == {"a": {"b": [1, 16]}}
-    assert yamlsafe.loads("a: [0, -0, 10, 1_000, 0.5, 0x0A, '010', '2:10']\n", source="m") == {
-        "a": [0, 0, 10, 1000, 0.5, 10, "010", "2:10"]
+    assert yamlsafe.loads("a: [0, -0, 10, 1000, 0.5, 0x0A, '010', '2:10', '1_000']\n", source="m") == {
+        "a": [0, 0, 10, 1000, 0.5, 10, "010", "2:10", "1_000"]
     }
     assert yamlsafe.loads("", source="m") is None
 
