@@ -325,12 +325,14 @@ def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
 
     try:
         runs.append(_serve(opts, device, alias, 1, requests, log))
+        running = ""  # between profiles: the one just logged is finished
         _log_profile(runs[-1], log)
         for b in profiles:
             running = f"B{b}"
             run = _serve(opts, device, alias, b, requests, log)
             run.mismatches = _compare(runs[0], run, requests)
             runs.append(run)
+            running = ""
             _log_profile(run, log)
     except KeyboardInterrupt as exc:  # SIGINT/SIGTERM mid-profile: the finished profiles and their picture stay
         if not runs:
@@ -342,7 +344,7 @@ def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
             verdict="INTERRUPTED",
             exit_code=INTERRUPTED_EXIT,
             gates=(),
-            body={**done.body, "interrupted_in": running, "phases_finished": [f"B{r.batch}" for r in runs]},
+            body={**done.body, "interrupted_in": running or None, "phases_finished": [f"B{r.batch}" for r in runs]},
             notes=(note, *(x for x in done.notes if not x.startswith("failing gate"))),
         )
         raise ScenarioInterrupted(exc, partial) from exc
