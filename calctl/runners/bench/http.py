@@ -18,10 +18,12 @@ Nothing here computes statistics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,24 +220,37 @@ def run_phase(
     Like :func:`asyncio.run`, except that SIGINT/SIGTERM are held while the loop and the phase's task are
     built: a signal landing inside the loop's constructor left a half-built loop whose finaliser printed a
     traceback, and a coroutine never awaited; held, it arrives once the task runs and unwinds it."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    can_hold = hasattr(signal, "pthread_sigmask")
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held) if can_hold else set()
-    unmasked = not can_hold
     loop: asyncio.AbstractEventLoop | None = None
     try:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)  # as asyncio.run does
-        task = loop.create_task(_phase(target, workloads, label, duration_s, grace_s, seed, kinds or {}))
-        if can_hold:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-            unmasked = True
+        with _signals_held():
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)  # as asyncio.run does
+            task = loop.create_task(_phase(target, workloads, label, duration_s, grace_s, seed, kinds or {}))
         return loop.run_until_complete(task)
     finally:
-        if not unmasked:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         if loop is not None:
             _close_loop(loop)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT/SIGTERM recorded, not acted on, while the body runs; the first one is re-raised after it.
+
+    At Python level, not with ``pthread_sigmask``: a mask only keeps the signal from this thread, another thread
+    of the process then receives it and Python still runs the handler here, in the main thread, mid-constructor.
+    Only the main thread can install handlers; elsewhere the body runs as is (no handler runs there anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if got:
+            signal.raise_signal(got[0])  # now the command's own handler sees it
 
 
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
