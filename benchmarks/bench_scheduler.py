@@ -39,7 +39,6 @@ from calctl.serving.core import (
     BatchProfile,
     CapacityBudget,
     DecodeJob,
-    GenerationId,
     InactiveLaneContract,
     JobOutcome,
     JobStatus,
@@ -47,6 +46,7 @@ from calctl.serving.core import (
     KvLaneManager,
     LaneReleased,
     LaneResult,
+    ModelGenerationId,
     PrefillJob,
     RequestId,
     Scheduler,
@@ -106,7 +106,7 @@ def _scheduler(batch: int) -> Scheduler:
         # empty, decode is the only eligible kind, so the weights do not affect the ticks.
         service_weights=ServiceWeights(decode=1, short=100_000, medium=1, long=1),
     )
-    return Scheduler(settings, generation=GenerationId(1))
+    return Scheduler(settings, generation=ModelGenerationId(1))
 
 
 def _complete(sched: Scheduler, job: object, now: float) -> None:
@@ -159,7 +159,7 @@ def admission(repeat: int) -> tuple[list[float], list[float]]:
         CapacityBudget(64, 1_000_000, 1024, 10_000_000, 1),
         AdmissionPolicy(context_limit=4096, deadline_default_s=60.0),
         kv,
-        generation=GenerationId(1),
+        generation=ModelGenerationId(1),
     )
     sched = _scheduler(1)
     ctl_samples: list[float] = []

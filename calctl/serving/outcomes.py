@@ -1,7 +1,7 @@
 """The one outcome table: how a request ended, in every vocabulary that reports it (000 §4, §5.2; 001 §10.1).
 
 The serving core says *why* a request ended (:class:`calctl.serving.core.request.FinishReason`)
-or was refused (:class:`calctl.serving.core.admission.Verdict`) and nothing else: no
+or was refused (:class:`calctl.serving.core.admission.AdmissionDecision`) and nothing else: no
 HTTP numbers, no OpenAI strings. This module is the only place that turns those
 into what the outside sees:
 
@@ -12,7 +12,7 @@ into what the outside sees:
 * the client-side class a soak or bench report counts (:class:`RequestOutcome`).
 
 "Where does a 429 come from": :data:`REJECTIONS` below (``RejectCode.CAPACITY``),
-reached from ``Verdict.REJECT_CAPACITY`` through :data:`VERDICT_REJECTION`.
+reached from ``AdmissionDecision.REJECT_CAPACITY`` through :data:`DECISION_REJECTION`.
 
 Nothing here decides anything; it only translates.
 """
@@ -22,8 +22,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from calctl.serving.core.admission import Verdict
-from calctl.serving.core.request import FinishReason as CoreFinish
+from calctl.serving.core.admission import AdmissionDecision
+from calctl.serving.core.request import EndReason
 from calctl.serving.protocol import FinishReason, RejectCode
 
 
@@ -91,10 +91,10 @@ REJECTIONS: dict[RejectCode, Rejection] = {
 }
 
 #: Admission verdicts that refuse a request -> their rejection code (000 §5.2).
-VERDICT_REJECTION: dict[Verdict, RejectCode] = {
-    Verdict.REJECT_INVALID: RejectCode.INVALID,
-    Verdict.REJECT_CAPACITY: RejectCode.CAPACITY,
-    Verdict.REJECT_UNAVAILABLE: RejectCode.UNAVAILABLE,
+DECISION_REJECTION: dict[AdmissionDecision, RejectCode] = {
+    AdmissionDecision.REJECT_INVALID: RejectCode.INVALID,
+    AdmissionDecision.REJECT_CAPACITY: RejectCode.CAPACITY,
+    AdmissionDecision.REJECT_UNAVAILABLE: RejectCode.UNAVAILABLE,
 }
 
 
@@ -102,7 +102,7 @@ VERDICT_REJECTION: dict[Verdict, RejectCode] = {
 class Ending:
     """One core finish reason: what the stream says once output began, and the rejection before it did."""
 
-    reason: CoreFinish
+    reason: EndReason
     outcome: Outcome
     finish: FinishReason  # TokenEvent.finish when the request had produced output
     before_output: RejectCode | None  # the HTTP error when it had not (None: a normal end, e.g. a cancel)
@@ -110,46 +110,46 @@ class Ending:
 
 
 #: The core's FinishReason -> everything else. Exhaustive: a test checks every member has a row.
-ENDINGS: dict[CoreFinish, Ending] = {
+ENDINGS: dict[EndReason, Ending] = {
     e.reason: e
     for e in (
-        Ending(CoreFinish.STOP, Outcome.STOP, FinishReason.STOP, None, RequestOutcome.OK),
-        Ending(CoreFinish.LENGTH, Outcome.LENGTH, FinishReason.LENGTH, None, RequestOutcome.OK),
-        Ending(CoreFinish.CANCELLED, Outcome.CANCELLED, FinishReason.CANCELLED, None, RequestOutcome.CANCELLED),
-        Ending(CoreFinish.DEADLINE, Outcome.DEADLINE, FinishReason.ERROR, RejectCode.DEADLINE, RequestOutcome.DEADLINE),
+        Ending(EndReason.STOP, Outcome.STOP, FinishReason.STOP, None, RequestOutcome.OK),
+        Ending(EndReason.LENGTH, Outcome.LENGTH, FinishReason.LENGTH, None, RequestOutcome.OK),
+        Ending(EndReason.CANCELLED, Outcome.CANCELLED, FinishReason.CANCELLED, None, RequestOutcome.CANCELLED),
+        Ending(EndReason.DEADLINE, Outcome.DEADLINE, FinishReason.ERROR, RejectCode.DEADLINE, RequestOutcome.DEADLINE),
         Ending(
-            CoreFinish.REJECTED_INVALID, Outcome.INVALID, FinishReason.ERROR, RejectCode.INVALID, RequestOutcome.INVALID
+            EndReason.REJECTED_INVALID, Outcome.INVALID, FinishReason.ERROR, RejectCode.INVALID, RequestOutcome.INVALID
         ),
         Ending(
-            CoreFinish.REJECTED_CAPACITY,
+            EndReason.REJECTED_CAPACITY,
             Outcome.CAPACITY,
             FinishReason.ERROR,
             RejectCode.CAPACITY,
             RequestOutcome.CAPACITY,
         ),
         Ending(
-            CoreFinish.REJECTED_UNAVAILABLE,
+            EndReason.REJECTED_UNAVAILABLE,
             Outcome.UNAVAILABLE,
             FinishReason.ERROR,
             RejectCode.UNAVAILABLE,
             RequestOutcome.UNAVAILABLE,
         ),
         Ending(
-            CoreFinish.DEVICE_ERROR,
+            EndReason.DEVICE_ERROR,
             Outcome.DEVICE_ERROR,
             FinishReason.ERROR,
             RejectCode.UNAVAILABLE,
             RequestOutcome.DEVICE_ERROR,
         ),
         Ending(
-            CoreFinish.GENERATION_RETIRED,
+            EndReason.GENERATION_RETIRED,
             Outcome.GENERATION_RETIRED,
             FinishReason.ERROR,
             RejectCode.UNAVAILABLE,
             RequestOutcome.DEVICE_ERROR,
         ),
         Ending(
-            CoreFinish.INTERNAL,
+            EndReason.INTERNAL,
             Outcome.INTERNAL,
             FinishReason.ERROR,
             RejectCode.UNAVAILABLE,
@@ -188,7 +188,7 @@ def public_before_output(outcome: Outcome, detail: str) -> str:
     return PUBLIC_BEFORE_OUTPUT.get(outcome, detail)
 
 
-def ending(reason: CoreFinish) -> Ending:
+def ending(reason: EndReason) -> Ending:
     return ENDINGS[reason]
 
 
@@ -212,13 +212,13 @@ def public_error(outcome: str | None, generated_tokens: int | None = None) -> tu
     return code, message
 
 
-def http_status_of_verdict(verdict: Verdict) -> int | None:
+def http_status_of_decision(verdict: AdmissionDecision) -> int | None:
     """The HTTP status an admission verdict answers with; None for Admit/Queue (the response is the output)."""
-    code = VERDICT_REJECTION.get(verdict)
+    code = DECISION_REJECTION.get(verdict)
     return None if code is None else REJECTIONS[code].http_status
 
 
-def http_status_of_end(reason: CoreFinish, generated_tokens: int) -> int | None:
+def http_status_of_end(reason: EndReason, generated_tokens: int) -> int | None:
     """The HTTP status of a request that ended for ``reason``: its error status when it ended before any
     output, None when output began (the status was 200 and the stream carries the end)."""
     code = ENDINGS[reason].before_output
@@ -255,10 +255,10 @@ def client_outcome_of_status(status: int, code: str | None = None) -> RequestOut
 
 
 __all__ = [
+    "DECISION_REJECTION",
     "ENDINGS",
     "PUBLIC_BEFORE_OUTPUT",
     "REJECTIONS",
-    "VERDICT_REJECTION",
     "Ending",
     "Outcome",
     "Rejection",
@@ -267,8 +267,8 @@ __all__ = [
     "client_outcome_of_rejection",
     "client_outcome_of_status",
     "ending",
+    "http_status_of_decision",
     "http_status_of_end",
-    "http_status_of_verdict",
     "public_before_output",
     "public_error",
     "rejection",

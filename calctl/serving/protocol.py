@@ -1,7 +1,7 @@
 """What the HTTP layer needs from the engine, and nothing more.
 
 The API speaks OpenAI JSON on one side and these types on the other; the engine
-(``calctl.serving.engine``) implements :class:`Engine`. Keeping the seam this
+(``calctl.serving.engine``) implements :class:`EngineClient` (vLLM's name for the same seam). Keeping the seam this
 narrow lets the API be tested against a fake engine and lets the engine be
 driven by the soak and bench tools without HTTP.
 
@@ -113,7 +113,7 @@ class ModelInfo:
     created: int
 
 
-class Engine(Protocol):
+class EngineClient(Protocol):
     def codec(self, alias: str) -> TextCodec:
         """The alias's text codec; raises EngineRejection(MODEL_NOT_FOUND) for an unknown alias."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from calctl.runtime.errors import RuntimeStatus
 from calctl.serving.config import ExecutorMode
 from calctl.serving.core.admission import ModelState
-from calctl.serving.core.ids import GenerationId, JobId
+from calctl.serving.core.ids import JobId, ModelGenerationId
 from calctl.serving.core.scheduler import JobStatus, RecoveryNeeded
 from calctl.serving.engine.loop import RecoveryRequest
 from tests.integration.executor_harness import executor_engine
@@ -23,7 +23,7 @@ def test_a_recovery_announced_before_a_reset_and_delivered_after_it_is_void() ->
         w = h.worker
         asked: list[RecoveryRequest] = []
         w._on_recovery = asked.append  # what the supervisor's recovery queue would get
-        gen = GenerationId(w.generation)
+        gen = ModelGenerationId(w.generation)
         ev = RecoveryNeeded(gen, JobId(10_001), JobStatus.FAULT, "JOB_ABORTED: aborted by board reset", ())
         w.set_state(ModelState.RECOVERING)  # the supervisor's _stop_and_drain, before it retires
 
@@ -39,8 +39,8 @@ def test_a_recovery_announced_before_a_reset_and_delivered_after_it_is_void() ->
         # Control: the same event while a generation is served does ask, for the job's generation.
         w.forget_device_state()
         w.publish(h.rt, int(gen) + 1)
-        ev2 = RecoveryNeeded(GenerationId(int(gen) + 1), JobId(10_002), JobStatus.FAULT, "CCU_EXCEPTION", ())
-        w._call(lambda: w._pending.append(([ev2], RuntimeStatus.CCU_EXCEPTION, GenerationId(int(gen) + 1))))
+        ev2 = RecoveryNeeded(ModelGenerationId(int(gen) + 1), JobId(10_002), JobStatus.FAULT, "CCU_EXCEPTION", ())
+        w._call(lambda: w._pending.append(([ev2], RuntimeStatus.CCU_EXCEPTION, ModelGenerationId(int(gen) + 1))))
         assert [(r.alias, r.generation) for r in asked] == [("model-a", int(gen) + 1)]
         assert w.state is ModelState.DRAINING
         w.retire("test over")

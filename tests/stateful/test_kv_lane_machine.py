@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from calctl.serving.core import GenerationId, JobId, KvCapacity, KvLaneManager, KvState, RequestId
+from calctl.serving.core import JobId, KvCapacity, KvLaneManager, KvState, ModelGenerationId, RequestId
 
 LANES, TOKENS, MAX_SEQ = 4, 64, 32
 FREE, RES, ACT, UPD, UNK, REL = (
@@ -46,7 +46,7 @@ class KvLaneMachine(RuleBasedStateMachine):
         super().__init__()
         self.kv = KvLaneManager(KvCapacity(LANES, TOKENS, MAX_SEQ, remove_tail=True))
         self.model: dict[int, dict[str, Any]] = {i: _free_lane() for i in range(LANES)}
-        self.gen = GenerationId(1)
+        self.gen = ModelGenerationId(1)
         self.next_owner = 0
         self.next_job = 1
         self.ever_unknown: set[int] = set()
@@ -167,7 +167,7 @@ class KvLaneMachine(RuleBasedStateMachine):
 
     @rule()
     def new_generation(self) -> None:
-        self.gen = GenerationId(self.gen + 1)
+        self.gen = ModelGenerationId(self.gen + 1)
 
     # -- invariants -------------------------------------------------------------------------
 

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from calctl.serving.core import (
-    CallbackVerdict,
+    CallbackDisposition,
     CancelOutcome,
-    FinishReason,
-    GenerationId,
+    EndReason,
     JobId,
+    ModelGenerationId,
     RequestId,
     RequestRegistry,
     RequestState,
@@ -29,7 +29,7 @@ from calctl.serving.core import (
 )
 
 S = RequestState
-G = GenerationId(1)
+G = ModelGenerationId(1)
 READY = {S.PREFILL_READY, S.DECODE_READY}
 RUNNING = {S.PREFILL_RUNNING, S.DECODE_RUNNING}
 WAITING = {S.NEW, S.WAITING_MODEL, S.WAITING_ADMISSION}
@@ -52,12 +52,12 @@ class RegistryMachine(RuleBasedStateMachine):
     def _ids(self, states: set[S]) -> list[str]:
         return sorted(r for r, m in self.model.items() if m["state"] in states)
 
-    def _finish(self, rid: str, state: S, reason: FinishReason) -> None:
+    def _finish(self, rid: str, state: S, reason: EndReason) -> None:
         seq = self.reg.get(RequestId(rid))
         assert seq is not None
         assert self.reg.finish(seq, state, reason, self.now)
         self.model[rid].update(state=state, job=None)
-        assert not self.reg.finish(seq, S.FAILED, FinishReason.INTERNAL, self.now)  # entered once
+        assert not self.reg.finish(seq, S.FAILED, EndReason.INTERNAL, self.now)  # entered once
 
     @rule()
     def create(self) -> None:
@@ -90,15 +90,15 @@ class RegistryMachine(RuleBasedStateMachine):
         rid = data.draw(st.sampled_from(self._ids(RUNNING)))
         m = self.model[rid]
         verdict = self.reg.check_callback(RequestId(rid), G, JobId(m["job"]))
-        assert verdict is (CallbackVerdict.CANCEL_DRAINED if m["flag"] else CallbackVerdict.ACCEPT)
+        assert verdict is (CallbackDisposition.CANCEL_DRAINED if m["flag"] else CallbackDisposition.ACCEPT)
         seq = self.reg.get(RequestId(rid))
         m["job"] = None
         if m["flag"]:
-            self._finish(rid, S.CANCELLED, FinishReason.CANCELLED)
+            self._finish(rid, S.CANCELLED, EndReason.CANCELLED)
         elif finished:
             self.reg.move(seq, S.FINISHING, self.now)  # type: ignore[arg-type]
             m["state"] = S.FINISHING
-            self._finish(rid, S.COMPLETED, FinishReason.LENGTH)
+            self._finish(rid, S.COMPLETED, EndReason.LENGTH)
         else:
             self.reg.move(seq, S.DECODE_READY, self.now)  # type: ignore[arg-type]
             m["state"] = S.DECODE_READY
@@ -109,10 +109,10 @@ class RegistryMachine(RuleBasedStateMachine):
         rid = data.draw(st.sampled_from(sorted(self.model)))
         m = self.model[rid]
         job = JobId((m["job"] or 0) + 1000) if wrong == "job" else JobId(m["job"] or 0)
-        gen = GenerationId(99) if wrong == "generation" else G
+        gen = ModelGenerationId(99) if wrong == "generation" else G
         target = RequestId("nobody") if wrong == "unknown" else RequestId(rid)
         before = dict(m)
-        assert self.reg.check_callback(target, gen, job) is CallbackVerdict.STALE
+        assert self.reg.check_callback(target, gen, job) is CallbackDisposition.STALE
         assert self.model[rid] == before
 
     @precondition(lambda self: self.model)
@@ -140,7 +140,7 @@ class RegistryMachine(RuleBasedStateMachine):
         """A deadline passes for a request no job holds: it fails at once."""
         rid = data.draw(st.sampled_from(self._ids(WAITING | READY)))
         self.now += 1.0
-        self._finish(rid, S.FAILED, FinishReason.DEADLINE)
+        self._finish(rid, S.FAILED, EndReason.DEADLINE)
 
     @precondition(lambda self: self._ids(RUNNING))
     @rule(data=st.data())
@@ -150,8 +150,8 @@ class RegistryMachine(RuleBasedStateMachine):
         seq = self.reg.get(RequestId(rid))
         job = self.model[rid]["job"]
         assert self.reg.detach_job(seq) == job  # type: ignore[arg-type]
-        self._finish(rid, S.FAILED, FinishReason.DEVICE_ERROR)
-        assert self.reg.check_callback(RequestId(rid), G, JobId(job)) is CallbackVerdict.STALE
+        self._finish(rid, S.FAILED, EndReason.DEVICE_ERROR)
+        assert self.reg.check_callback(RequestId(rid), G, JobId(job)) is CallbackDisposition.STALE
 
     @invariant()
     def agrees_with_model(self) -> None:

@@ -22,13 +22,13 @@ from calctl.serving.core import (
     BatchProfile,
     CapacityBudget,
     DecodeOptions,
-    GenerationId,
     InactiveLaneContract,
     JobOutcome,
     JobStatus,
     KvState,
     LaneReleased,
     LaneResult,
+    ModelGenerationId,
     PrefillJob,
     RecoveryNeeded,
     RequestId,
@@ -40,7 +40,7 @@ from calctl.serving.core import (
     Ticket,
 )
 from calctl.serving.core.prefill import PrefillThresholds
-from calctl.serving.outcomes import http_status_of_verdict
+from calctl.serving.outcomes import http_status_of_decision
 
 
 def _settings() -> SchedulerSettings:
@@ -66,7 +66,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.gen = 1
-        self.sched = Scheduler(_settings(), generation=GenerationId(1))
+        self.sched = Scheduler(_settings(), generation=ModelGenerationId(1))
         self.now = 0.0
         self.n = 0
         self.tickets: list[Ticket] = []
@@ -100,7 +100,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.known.add(rid)
         t = self.sched.arrive(RequestId(rid), TenantId(tenant), self.now)
         if not isinstance(t, Ticket):
-            assert http_status_of_verdict(t.verdict) in (429, 503)
+            assert http_status_of_decision(t.decision) in (429, 503)
             return
         if counted:
             self.sched.submit(t, prompt_tokens=prompt, max_tokens=out, deadline_s=deadline, now=self.now)
@@ -185,7 +185,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.out.clear()
         self.releasing.clear()
         self.gen += 1
-        self.sched.recover(GenerationId(self.gen), self.now)
+        self.sched.recover(ModelGenerationId(self.gen), self.now)
         self.needs_recovery = False
         self._pump()
 

@@ -28,12 +28,12 @@ from calctl.serving.api.auth import ApiSettings, Auth
 from calctl.serving.api.errors import error_response, install_handlers, invalid
 from calctl.serving.api.openai import openai_router
 from calctl.serving.config import ExecutorMode
-from calctl.serving.protocol import Engine
+from calctl.serving.protocol import EngineClient
 
 EXECUTOR_MODES = tuple(m.value for m in ExecutorMode)  # docs/executor.md
 
 
-def create_app(engine: Engine, settings: ApiSettings | None = None) -> FastAPI:
+def create_app(engine: EngineClient, settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
     auth = Auth(settings)
     app = FastAPI(title="calctl serve", version=__version__, docs_url=None, redoc_url=None)

@@ -32,7 +32,7 @@ from calctl.serving.api.auth import ApiSettings, Auth
 from calctl.serving.api.deltas import Delta, text_deltas
 from calctl.serving.api.errors import error_body, error_response, invalid
 from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
-from calctl.serving.protocol import Engine, EngineRejection, GenerationRequest, RequestStream, SamplingParams
+from calctl.serving.protocol import EngineClient, EngineRejection, GenerationRequest, RequestStream, SamplingParams
 from calctl.serving.text import ChatTemplateError, TextCodec
 
 T = TypeVar("T")
@@ -96,7 +96,7 @@ def _public_error(delta: Delta) -> tuple[str, str]:
     return outcomes.public_error(delta.outcome, delta.usage.get("completion_tokens"))
 
 
-def openai_router(engine: Engine, settings: ApiSettings, auth: Auth) -> APIRouter:
+def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> APIRouter:
     router = APIRouter()
 
     @router.get("/v1/models")

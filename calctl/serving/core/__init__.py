@@ -18,6 +18,7 @@ device support.
 from calctl.serving.core.admission import (
     Admission,
     AdmissionController,
+    AdmissionDecision,
     AdmissionPolicy,
     AdmissionResult,
     CapacityBudget,
@@ -25,7 +26,6 @@ from calctl.serving.core.admission import (
     TenantPolicy,
     Ticket,
     TokenBucket,
-    Verdict,
 )
 from calctl.serving.core.decode import (
     BatchLane,
@@ -38,7 +38,7 @@ from calctl.serving.core.decode import (
 )
 from calctl.serving.core.errors import IllegalTransition, InvariantViolation, ProfileRefused
 from calctl.serving.core.fairness import FairTag, WeightedFairness
-from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId, TenantId
+from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId, TenantId
 from calctl.serving.core.kv import KvCapacity, KvLaneManager, KvLaneView, KvState, KvStats
 from calctl.serving.core.prefill import (
     Dropped,
@@ -50,9 +50,9 @@ from calctl.serving.core.prefill import (
 )
 from calctl.serving.core.registry import RequestRegistry
 from calctl.serving.core.request import (
-    CallbackVerdict,
+    CallbackDisposition,
     CancelOutcome,
-    FinishReason,
+    EndReason,
     RequestState,
     SequenceState,
     TerminalEvent,
@@ -80,11 +80,12 @@ from calctl.serving.core.scheduler import (
 __all__ = [
     "Admission",
     "AdmissionController",
+    "AdmissionDecision",
     "AdmissionPolicy",
     "AdmissionResult",
     "BatchLane",
     "BatchProfile",
-    "CallbackVerdict",
+    "CallbackDisposition",
     "CancelOutcome",
     "CapacityBudget",
     "DecodeBatch",
@@ -94,10 +95,9 @@ __all__ = [
     "DecodeScheduler",
     "DecodeSelection",
     "Dropped",
+    "EndReason",
     "Event",
     "FairTag",
-    "FinishReason",
-    "GenerationId",
     "IllegalTransition",
     "InactiveLaneContract",
     "InvariantViolation",
@@ -114,6 +114,7 @@ __all__ = [
     "LaneReleased",
     "LaneResult",
     "LongPrefillQuota",
+    "ModelGenerationId",
     "ModelState",
     "PrefillJob",
     "PrefillScheduler",
@@ -137,7 +138,6 @@ __all__ = [
     "Ticket",
     "TokenBucket",
     "TokenEmitted",
-    "Verdict",
     "WeightedFairness",
     "WorkKind",
 ]

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from calctl.serving.core.errors import InvariantViolation
 from calctl.serving.core.fairness import FairTag, WeightedFairness
-from calctl.serving.core.ids import GenerationId, LaneId, RequestId, TenantId
+from calctl.serving.core.ids import LaneId, ModelGenerationId, RequestId, TenantId
 from calctl.serving.core.kv import KvLaneManager
 
 
@@ -73,7 +73,7 @@ UNAVAILABLE_STATES = frozenset(
 WITHDRAW_STATES = frozenset({ModelState.UNLOADED, ModelState.DRAINING, ModelState.UNLOADING, ModelState.FAILED})
 
 
-class Verdict(enum.Enum):
+class AdmissionDecision(enum.Enum):
     """000 §5.2 admission results."""
 
     ADMIT = "admit"  # -> PrefillReady
@@ -86,14 +86,14 @@ class Verdict(enum.Enum):
 
     @property
     def accepted(self) -> bool:
-        return self in (Verdict.ADMIT, Verdict.QUEUE)
+        return self in (AdmissionDecision.ADMIT, AdmissionDecision.QUEUE)
 
 
 @dataclass(frozen=True, slots=True)
 class AdmissionResult:
     """One admission decision; ``reason`` states the numbers that decided it."""
 
-    verdict: Verdict
+    decision: AdmissionDecision
     reason: str
     retry_after_s: float | None = None  # a hint for 429/503 (Retry-After)
     lane: LaneId | None = None  # ADMIT: the KV lane reserved for the request
@@ -275,7 +275,7 @@ class AdmissionController:
         kv: KvLaneManager,
         *,
         model_state: ModelState = ModelState.READY,
-        generation: GenerationId | None = GenerationId(1),
+        generation: ModelGenerationId | None = ModelGenerationId(1),
     ) -> None:
         cap = kv.capacity
         if (cap.max_sequences, cap.max_kv_tokens) != (budget.max_sequences, budget.max_kv_tokens):
@@ -309,7 +309,7 @@ class AdmissionController:
     # -- model state ---------------------------------------------------------------------------
 
     def set_model_state(
-        self, state: ModelState, generation: GenerationId | None = None
+        self, state: ModelState, generation: ModelGenerationId | None = None
     ) -> list[tuple[RequestId, AdmissionResult]]:
         """Follow the model's lifecycle (000 §10–§12). Returns the queued requests withdrawn with a 503."""
         if generation is not None:
@@ -335,7 +335,7 @@ class AdmissionController:
             return self._unavailable()
         if self._waiting >= self.budget.max_waiting_requests:
             return AdmissionResult(
-                Verdict.REJECT_CAPACITY,
+                AdmissionDecision.REJECT_CAPACITY,
                 f"{self._waiting} requests already waiting (max_waiting_requests {self.budget.max_waiting_requests})",
                 retry_after_s=self.policy.retry_after_s,
             )
@@ -347,7 +347,7 @@ class AdmissionController:
             wait = ts.bucket.take(now)
             if wait > 0:
                 return AdmissionResult(
-                    Verdict.REJECT_CAPACITY,
+                    AdmissionDecision.REJECT_CAPACITY,
                     f"tenant {tenant!r} exceeds its rate of {ts.policy.qps:g} requests/s",
                     retry_after_s=wait,
                 )
@@ -373,7 +373,7 @@ class AdmissionController:
         if entry is None or entry.phase is not _Phase.ARRIVED:
             # The ticket expired or was withdrawn while the prompt was being counted.
             return AdmissionResult(
-                Verdict.REJECT_CAPACITY,
+                AdmissionDecision.REJECT_CAPACITY,
                 "the arrival reservation expired or was withdrawn before the prompt was counted",
                 retry_after_s=self.policy.retry_after_s,
             )
@@ -389,7 +389,7 @@ class AdmissionController:
             )
             if now >= entry.deadline:
                 result = AdmissionResult(
-                    Verdict.REJECT_CAPACITY,
+                    AdmissionDecision.REJECT_CAPACITY,
                     f"deadline of {_ms(entry.deadline - ticket.arrived_at)} expired before admission "
                     f"(request arrived {_ms(now - ticket.arrived_at)} ago)",
                     retry_after_s=self.policy.retry_after_s,
@@ -409,7 +409,7 @@ class AdmissionController:
                 self._waiting -= 1
                 self._admit(entry, ts)
                 return AdmissionResult(
-                    Verdict.ADMIT,
+                    AdmissionDecision.ADMIT,
                     f"admitted to lane {lane}",
                     lane=lane,
                     deadline=entry.deadline,
@@ -420,7 +420,7 @@ class AdmissionController:
         if limit is not None and ts.waiting_tokens + prompt_tokens > limit:
             self._release(entry, 0, 0)
             return AdmissionResult(
-                Verdict.REJECT_CAPACITY,
+                AdmissionDecision.REJECT_CAPACITY,
                 f"tenant {entry.tenant!r} has {ts.waiting_tokens} waiting prompt tokens + {prompt_tokens} "
                 f"exceeds its limit {limit}",
                 retry_after_s=self.policy.retry_after_s,
@@ -429,7 +429,7 @@ class AdmissionController:
         if self._waiting_tokens + prompt_tokens > cap:
             self._release(entry, 0, 0)
             return AdmissionResult(
-                Verdict.REJECT_CAPACITY,
+                AdmissionDecision.REJECT_CAPACITY,
                 f"{self._waiting_tokens} waiting prompt tokens + {prompt_tokens} exceeds "
                 f"max_waiting_prompt_tokens {cap}",
                 retry_after_s=self.policy.retry_after_s,
@@ -444,7 +444,7 @@ class AdmissionController:
         if entry.deadline != ticket_deadline:
             self._push_deadline(entry)  # the ticket's heap item now carries a stale deadline
         return AdmissionResult(
-            Verdict.QUEUE,
+            AdmissionDecision.QUEUE,
             self._queue_reason(ts),
             deadline=entry.deadline,
             virtual_finish=entry.tag.finish if entry.tag is not None else None,
@@ -511,7 +511,11 @@ class AdmissionController:
         recovers (they waited for the model, not for room)."""
         out: list[tuple[RequestId, AdmissionResult]] = []
         heap = self._deadlines
-        verdict = Verdict.REJECT_CAPACITY if self.model_state is ModelState.READY else Verdict.REJECT_UNAVAILABLE
+        verdict = (
+            AdmissionDecision.REJECT_CAPACITY
+            if self.model_state is ModelState.READY
+            else AdmissionDecision.REJECT_UNAVAILABLE
+        )
         while heap and heap[0][0] <= now:
             deadline, _, rid = heapq.heappop(heap)
             entry = self._entries.get(rid)
@@ -525,7 +529,9 @@ class AdmissionController:
                     AdmissionResult(
                         verdict,
                         f"deadline of {_ms(deadline - entry.arrived_at)} expired {what}"
-                        + ("" if verdict is Verdict.REJECT_CAPACITY else f" (model {self.model_state.value})"),
+                        + (
+                            "" if verdict is AdmissionDecision.REJECT_CAPACITY else f" (model {self.model_state.value})"
+                        ),
                         retry_after_s=self.policy.retry_after_s,
                     ),
                 )
@@ -617,16 +623,18 @@ class AdmissionController:
             (cap.max_kv_tokens, "the KV budget of"),
         )
         if prompt_tokens < 1:
-            return AdmissionResult(Verdict.REJECT_INVALID, f"prompt is empty ({prompt_tokens} tokens)", field="prompt")
+            return AdmissionResult(
+                AdmissionDecision.REJECT_INVALID, f"prompt is empty ({prompt_tokens} tokens)", field="prompt"
+            )
         if max_tokens < 1:
             return AdmissionResult(
-                Verdict.REJECT_INVALID, f"max_tokens must be at least 1, got {max_tokens}", field="max_tokens"
+                AdmissionDecision.REJECT_INVALID, f"max_tokens must be at least 1, got {max_tokens}", field="max_tokens"
             )
         for limit, name in limits:
             if prompt_tokens + 1 > limit:  # the prompt alone leaves no room for one output token
                 unit = " tokens" if name.startswith("the KV") else ""
                 return AdmissionResult(
-                    Verdict.REJECT_INVALID,
+                    AdmissionDecision.REJECT_INVALID,
                     f"prompt has {prompt_tokens} tokens; with at least 1 output token it exceeds {name} {limit}{unit}",
                     field="prompt",
                 )
@@ -634,13 +642,13 @@ class AdmissionController:
             if total > limit:
                 unit = " tokens" if name.startswith("the KV") else ""
                 return AdmissionResult(
-                    Verdict.REJECT_INVALID,
+                    AdmissionDecision.REJECT_INVALID,
                     f"prompt has {prompt_tokens} tokens + max_tokens {max_tokens} exceeds {name} {limit}{unit}",
                     field="max_tokens",
                 )
         if deadline_s is not None and not (deadline_s > 0 and math.isfinite(deadline_s)):
             return AdmissionResult(
-                Verdict.REJECT_INVALID,
+                AdmissionDecision.REJECT_INVALID,
                 f"deadline must be a positive number of milliseconds, got {_ms(deadline_s)}",
                 field="timeout",
             )
@@ -648,7 +656,7 @@ class AdmissionController:
 
     def _unavailable(self) -> AdmissionResult:
         return AdmissionResult(
-            Verdict.REJECT_UNAVAILABLE,
+            AdmissionDecision.REJECT_UNAVAILABLE,
             f"model is {self.model_state.value.lower()}",
             retry_after_s=self.policy.unavailable_retry_after_s,
         )
@@ -672,7 +680,7 @@ class AdmissionController:
             ts = self._tenants[tenant] = _TenantState(tenant, self.policy.tenant(tenant))
         return ts
 
-    def _gen(self) -> GenerationId:
+    def _gen(self) -> ModelGenerationId:
         if self.generation is None:
             raise InvariantViolation("no generation to admit into")
         return self.generation

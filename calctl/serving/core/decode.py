@@ -34,9 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from calctl.serving.core.errors import InvariantViolation, ProfileRefused
-from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId, TenantId
+from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId, TenantId
 from calctl.serving.core.prefill import Dropped
-from calctl.serving.core.request import FinishReason, RequestState, SequenceState
+from calctl.serving.core.request import EndReason, RequestState, SequenceState
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +118,7 @@ class DecodeBatch:
     """
 
     job_id: JobId
-    generation: GenerationId
+    generation: ModelGenerationId
     profile: BatchProfile
     request_ids: tuple[RequestId, ...]
     kv_lanes: tuple[LaneId, ...]
@@ -142,7 +142,7 @@ class DecodeBatch:
     def build(
         cls,
         job_id: JobId,
-        generation: GenerationId,
+        generation: ModelGenerationId,
         profile: BatchProfile,
         request_ids: Sequence[RequestId],
         kv_lanes: Sequence[LaneId],
@@ -338,7 +338,7 @@ class DecodeScheduler:
 
     # -- selection (000 §7.2 rules 1–3) ---------------------------------------------------------
 
-    def take(self, profile: BatchProfile, now: float, generation: GenerationId) -> DecodeSelection:
+    def take(self, profile: BatchProfile, now: float, generation: ModelGenerationId) -> DecodeSelection:
         """Remove up to B runnable requests from the queue, in 000 §7.2 order."""
         b = profile.compiled_batch
         cap = self._caps[b]
@@ -371,10 +371,10 @@ class DecodeScheduler:
                 if seq.state is not ready:
                     raise InvariantViolation(f"{seq.request_id} is queued for decode in state {seq.state.value}")
                 if seq.deadline <= now:  # rule 1
-                    dropped.append(Dropped(seq, FinishReason.DEADLINE, "deadline expired waiting for decode"))
+                    dropped.append(Dropped(seq, EndReason.DEADLINE, "deadline expired waiting for decode"))
                 elif seq.generation != generation:  # rule 1
                     dropped.append(
-                        Dropped(seq, FinishReason.GENERATION_RETIRED, f"generation {seq.generation} is not current")
+                        Dropped(seq, EndReason.GENERATION_RETIRED, f"generation {seq.generation} is not current")
                     )
                 else:
                     selected.append(seq)

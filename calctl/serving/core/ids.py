@@ -14,7 +14,7 @@ RequestId = NewType("RequestId", str)
 JobId = NewType("JobId", int)
 """One device job (prefill or decode batch); every completion callback carries it (000 §4)."""
 
-GenerationId = NewType("GenerationId", int)
+ModelGenerationId = NewType("ModelGenerationId", int)
 """An immutable ModelGeneration (000 §10); a request is pinned to one."""
 
 LaneId = NewType("LaneId", int)

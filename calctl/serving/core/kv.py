@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from calctl.serving.core.errors import InvariantViolation
-from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId
+from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId
 
 
 class KvState(enum.Enum):
@@ -72,7 +72,7 @@ class KvLaneView:
     lane: LaneId
     state: KvState
     owner: RequestId | None
-    generation: GenerationId | None
+    generation: ModelGenerationId | None
     committed_len: int
     reserved_len: int
     pending_tokens: int
@@ -99,7 +99,7 @@ class _Lane:
         self.lane = lane
         self.state = KvState.FREE
         self.owner: RequestId | None = None
-        self.generation: GenerationId | None = None
+        self.generation: ModelGenerationId | None = None
         self.committed = 0
         self.reserved = 0
         self.pending = 0
@@ -121,7 +121,7 @@ class KvLaneManager:
         self._cap = capacity
         self._lanes = [_Lane(LaneId(i)) for i in range(capacity.max_sequences)]
         self._free: list[int] = list(range(capacity.max_sequences))  # a heap: lowest lane first
-        self._by_owner: dict[tuple[GenerationId, RequestId], LaneId] = {}
+        self._by_owner: dict[tuple[ModelGenerationId, RequestId], LaneId] = {}
         self._reserved_tokens = 0
 
     # -- reading -----------------------------------------------------------------------------
@@ -151,7 +151,7 @@ class KvLaneManager:
     def committed_len(self, lane: LaneId) -> int:
         return self._get(lane).committed
 
-    def lane_of(self, generation: GenerationId, owner: RequestId) -> LaneId | None:
+    def lane_of(self, generation: ModelGenerationId, owner: RequestId) -> LaneId | None:
         return self._by_owner.get((generation, owner))
 
     def lanes_in(self, state: KvState) -> list[LaneId]:
@@ -167,7 +167,7 @@ class KvLaneManager:
 
     # -- allocation --------------------------------------------------------------------------
 
-    def reserve(self, owner: RequestId, generation: GenerationId, tokens: int) -> LaneId | None:
+    def reserve(self, owner: RequestId, generation: ModelGenerationId, tokens: int) -> LaneId | None:
         """Take a Free lane and ``tokens`` of KV budget for ``owner``; None when there is no room.
 
         ``tokens`` is the request's whole need (prompt + max new tokens): the core
@@ -315,7 +315,7 @@ class KvLaneManager:
         free_set = set(self._free)
         if len(free_set) != len(self._free):
             raise InvariantViolation("a lane is on the free list twice")
-        owners: dict[tuple[GenerationId, RequestId], LaneId] = {}
+        owners: dict[tuple[ModelGenerationId, RequestId], LaneId] = {}
         reserved = 0
         for ln in self._lanes:
             where = f"lane {ln.lane} ({ln.state.value})"

@@ -26,8 +26,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from calctl.serving.core.errors import InvariantViolation
-from calctl.serving.core.ids import GenerationId
-from calctl.serving.core.request import FinishReason, RequestState, SequenceState
+from calctl.serving.core.ids import ModelGenerationId
+from calctl.serving.core.request import EndReason, RequestState, SequenceState
 
 
 class WorkKind(enum.Enum):
@@ -132,7 +132,7 @@ class Dropped:
     """A queued request the scheduler refused to run (000 §7.2 rule 1); the caller finishes it."""
 
     seq: SequenceState
-    reason: FinishReason
+    reason: EndReason
     detail: str
 
 
@@ -180,7 +180,9 @@ class PrefillScheduler:
             eligible.append(WorkKind.DECODE)
         return self.arbiter.pick(eligible)
 
-    def pop(self, kind: WorkKind, now: float, generation: GenerationId) -> tuple[SequenceState | None, list[Dropped]]:
+    def pop(
+        self, kind: WorkKind, now: float, generation: ModelGenerationId
+    ) -> tuple[SequenceState | None, list[Dropped]]:
         """The next runnable request of one class, plus any it had to drop on the way (000 §7.2 rule 1)."""
         heap = self._queues[kind]
         dropped: list[Dropped] = []
@@ -193,10 +195,10 @@ class PrefillScheduler:
             if seq.state is not RequestState.PREFILL_READY:
                 raise InvariantViolation(f"{seq.request_id} is queued for prefill in state {seq.state.value}")
             if seq.deadline <= now:
-                dropped.append(Dropped(seq, FinishReason.DEADLINE, "deadline expired waiting for prefill"))
+                dropped.append(Dropped(seq, EndReason.DEADLINE, "deadline expired waiting for prefill"))
             elif seq.generation is not None and seq.generation != generation:
                 dropped.append(
-                    Dropped(seq, FinishReason.GENERATION_RETIRED, f"generation {seq.generation} is not current")
+                    Dropped(seq, EndReason.GENERATION_RETIRED, f"generation {seq.generation} is not current")
                 )
             else:
                 return seq, dropped

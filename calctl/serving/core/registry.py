@@ -10,7 +10,7 @@ parties (000 §4 rule 1). Guarantees:
   (the job still drains, 000 §4 rule 2);
 * the terminal state is entered once, and the terminal hook fires once (rule 3);
 * completion callbacks carry generation and job id; a stale one is reported as
-  :attr:`CallbackVerdict.STALE` so the caller drops it and still reclaims the
+  :attr:`CallbackDisposition.STALE` so the caller drops it and still reclaims the
   job's resources (rule 4).
 
 This module does not release KV lanes, queue slots or quotas itself: the
@@ -24,15 +24,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from calctl.serving.core.errors import IllegalTransition, InvariantViolation
-from calctl.serving.core.ids import GenerationId, JobId, RequestId, TenantId
+from calctl.serving.core.ids import JobId, ModelGenerationId, RequestId, TenantId
 from calctl.serving.core.request import (
     ALLOWED_TRANSITIONS,
     IMMEDIATELY_CANCELLABLE,
     RUNNING_STATES,
     TERMINAL_STATES,
-    CallbackVerdict,
+    CallbackDisposition,
     CancelOutcome,
-    FinishReason,
+    EndReason,
     RequestState,
     SequenceState,
     TerminalEvent,
@@ -102,7 +102,7 @@ class RequestRegistry:
         seq.state = to
         seq.state_since = now
 
-    def start_job(self, seq: SequenceState, job: JobId, generation: GenerationId, now: float) -> None:
+    def start_job(self, seq: SequenceState, job: JobId, generation: ModelGenerationId, now: float) -> None:
         """Ready -> Running, tagging the request with the job and generation its completion must carry."""
         if seq.state is RequestState.PREFILL_READY:
             to = RequestState.PREFILL_RUNNING
@@ -121,7 +121,7 @@ class RequestRegistry:
         seq.state = to
         seq.state_since = now
 
-    def start_batch(self, seqs: list[SequenceState], job: JobId, generation: GenerationId, now: float) -> None:
+    def start_batch(self, seqs: list[SequenceState], job: JobId, generation: ModelGenerationId, now: float) -> None:
         """:meth:`start_job` for every request of one decode batch (DecodeReady -> DecodeRunning), checked first."""
         live = self._live
         ready = RequestState.DECODE_READY
@@ -137,7 +137,7 @@ class RequestRegistry:
             seq.state = running
             seq.state_since = now
 
-    def check_callback(self, request_id: RequestId, generation: GenerationId, job: JobId) -> CallbackVerdict:
+    def check_callback(self, request_id: RequestId, generation: ModelGenerationId, job: JobId) -> CallbackDisposition:
         """Classify a completion callback tagged (generation, job) for one request (000 §4 rule 4).
 
         On ACCEPT or CANCEL_DRAINED the request's current job is cleared; the caller
@@ -145,13 +145,13 @@ class RequestRegistry:
         """
         seq = self._live.get(request_id)
         if seq is None or seq.state not in RUNNING_STATES:
-            return CallbackVerdict.STALE
+            return CallbackDisposition.STALE
         if seq.generation != generation or seq.current_job != job:
-            return CallbackVerdict.STALE
+            return CallbackDisposition.STALE
         seq.current_job = None
         if seq.cancel_requested:
-            return CallbackVerdict.CANCEL_DRAINED
-        return CallbackVerdict.STOP_DRAINED if seq.stop_requested else CallbackVerdict.ACCEPT
+            return CallbackDisposition.CANCEL_DRAINED
+        return CallbackDisposition.STOP_DRAINED if seq.stop_requested else CallbackDisposition.ACCEPT
 
     def detach_job(self, seq: SequenceState) -> JobId | None:
         """Forget the job holding a Running request because that job was retired (timeout, reset).
@@ -169,7 +169,7 @@ class RequestRegistry:
         if seq is None:
             return CancelOutcome.ALREADY_TERMINAL if request_id in self._recent else CancelOutcome.UNKNOWN
         if seq.state in IMMEDIATELY_CANCELLABLE:
-            self.finish(seq, RequestState.CANCELLED, FinishReason.CANCELLED, now, detail="cancelled by client")
+            self.finish(seq, RequestState.CANCELLED, EndReason.CANCELLED, now, detail="cancelled by client")
             return CancelOutcome.CANCELLED
         if seq.state in RUNNING_STATES:
             if seq.cancel_requested:
@@ -190,7 +190,7 @@ class RequestRegistry:
             return CancelOutcome.ALREADY_TERMINAL if request_id in self._recent else CancelOutcome.UNKNOWN
         if seq.state is RequestState.DECODE_READY:
             self.move(seq, RequestState.FINISHING, now)
-            self.finish(seq, RequestState.COMPLETED, FinishReason.STOP, now, detail="stop string")
+            self.finish(seq, RequestState.COMPLETED, EndReason.STOP, now, detail="stop string")
             return CancelOutcome.CANCELLED
         if seq.state in IMMEDIATELY_CANCELLABLE:
             return self.cancel(request_id, now)
@@ -205,7 +205,7 @@ class RequestRegistry:
         self,
         seq: SequenceState,
         state: RequestState,
-        reason: FinishReason,
+        reason: EndReason,
         now: float,
         *,
         detail: str = "",

@@ -4,7 +4,7 @@
 record per request, owned by :class:`~calctl.serving.core.registry.RequestRegistry`
 and mutated only through it and the scheduler that holds the registry. The
 values that leave the core (:class:`TerminalEvent`, :class:`CancelOutcome`,
-:class:`FinishReason`) are frozen.
+:class:`EndReason`) are frozen.
 
 This module has no behaviour beyond the transition table; it does not decide
 when a request moves, and it keeps no prompt or output text (the engine does).
@@ -16,7 +16,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId, TenantId
+from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId, TenantId
 
 
 class RequestState(enum.Enum):
@@ -80,7 +80,7 @@ ALLOWED_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
 }
 
 
-class FinishReason(enum.Enum):
+class EndReason(enum.Enum):
     """Why a request reached its terminal state. ``calctl.serving.outcomes`` maps each to the protocol's
     finish reason, the HTTP status and the metric outcome; the core carries no HTTP numbers."""
 
@@ -107,7 +107,7 @@ class CancelOutcome(enum.Enum):
     UNKNOWN = "unknown"  # never seen, or terminal long enough ago to be forgotten
 
 
-class CallbackVerdict(enum.Enum):
+class CallbackDisposition(enum.Enum):
     """What a tagged completion callback means for its request (000 §4)."""
 
     ACCEPT = "accept"  # matches the request's generation and current job: apply it
@@ -130,7 +130,7 @@ class SequenceState:
     arrived_at: float
     state: RequestState = RequestState.NEW
     state_since: float = 0.0
-    generation: GenerationId | None = None
+    generation: ModelGenerationId | None = None
     deadline: float = math.inf
     prompt_tokens: int = 0
     max_new_tokens: int = 0
@@ -153,10 +153,10 @@ class TerminalEvent:
     request_id: RequestId
     tenant: TenantId
     state: RequestState
-    reason: FinishReason
+    reason: EndReason
     detail: str
     at: float
-    generation: GenerationId | None
+    generation: ModelGenerationId | None
     job_id: JobId | None
     prompt_tokens: int
     generated_tokens: int

@@ -45,23 +45,23 @@ from dataclasses import dataclass, field
 
 from calctl.serving.core.admission import (
     AdmissionController,
+    AdmissionDecision,
     AdmissionResult,
     ModelState,
     Ticket,
-    Verdict,
 )
 from calctl.serving.core.decode import BatchProfile, DecodeBatch, DecodeScheduler
 from calctl.serving.core.errors import InvariantViolation
-from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId, TenantId
+from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId, TenantId
 from calctl.serving.core.invariants import check_scheduler
 from calctl.serving.core.kv import KvCapacity, KvLaneManager, KvState
 from calctl.serving.core.prefill import Dropped, PrefillScheduler, WorkKind
 from calctl.serving.core.registry import RequestRegistry
 from calctl.serving.core.request import (
     RUNNING_STATES,
-    CallbackVerdict,
+    CallbackDisposition,
     CancelOutcome,
-    FinishReason,
+    EndReason,
     RequestState,
     SequenceState,
     TerminalEvent,
@@ -69,10 +69,10 @@ from calctl.serving.core.request import (
 from calctl.serving.core.settings import DecodeOptions, LongPrefillQuota, SchedulerSettings
 
 _S = RequestState
-_FINISH_FOR_VERDICT = {
-    Verdict.REJECT_INVALID: FinishReason.REJECTED_INVALID,
-    Verdict.REJECT_CAPACITY: FinishReason.REJECTED_CAPACITY,
-    Verdict.REJECT_UNAVAILABLE: FinishReason.REJECTED_UNAVAILABLE,
+_END_FOR_DECISION = {
+    AdmissionDecision.REJECT_INVALID: EndReason.REJECTED_INVALID,
+    AdmissionDecision.REJECT_CAPACITY: EndReason.REJECTED_CAPACITY,
+    AdmissionDecision.REJECT_UNAVAILABLE: EndReason.REJECTED_UNAVAILABLE,
 }
 _HOLDS_DEVICE_STATE = frozenset({_S.PREFILL_READY, _S.PREFILL_RUNNING, _S.DECODE_READY, _S.DECODE_RUNNING})
 
@@ -85,7 +85,7 @@ class PrefillJob:
     """Run the prefill graph over a whole prompt (never chunked, 000 §6) into one KV lane."""
 
     job_id: JobId
-    generation: GenerationId
+    generation: ModelGenerationId
     graph: str
     request_id: RequestId
     kv_lane: LaneId
@@ -98,7 +98,7 @@ class DecodeJob:
     """Run one decode step for every active lane of ``batch`` (000 §7.1)."""
 
     job_id: JobId
-    generation: GenerationId
+    generation: ModelGenerationId
     batch: DecodeBatch
 
 
@@ -136,7 +136,7 @@ class JobOutcome:
     """A completion callback, tagged with the job and generation it belongs to (000 §4 rule 4)."""
 
     job_id: JobId
-    generation: GenerationId
+    generation: ModelGenerationId
     status: JobStatus
     results: tuple[LaneResult, ...] = ()
     detail: str = ""
@@ -171,7 +171,7 @@ class StaleCompletion:
     """A completion for a retired or unknown job was dropped; free the job's host buffers (000 §4 rule 4)."""
 
     job_id: JobId
-    generation: GenerationId
+    generation: ModelGenerationId
     reason: str
     lanes: tuple[LaneId, ...] = ()
 
@@ -180,7 +180,7 @@ class StaleCompletion:
 class RecoveryNeeded:
     """A timeout or fault left KV lanes Unknown; submissions are halted until :meth:`Scheduler.recover`."""
 
-    generation: GenerationId
+    generation: ModelGenerationId
     job_id: JobId
     status: JobStatus
     detail: str
@@ -193,7 +193,7 @@ Event = TokenEmitted | TerminalEvent | LaneReleased | StaleCompletion | Recovery
 @dataclass(slots=True)
 class _Inflight:
     job_id: JobId
-    generation: GenerationId
+    generation: ModelGenerationId
     seqs: tuple[SequenceState, ...]
     lanes: tuple[LaneId, ...]
     submitted_at: float
@@ -225,7 +225,7 @@ class Scheduler:
         self,
         settings: SchedulerSettings,
         *,
-        generation: GenerationId,
+        generation: ModelGenerationId,
         model_state: ModelState = ModelState.READY,
     ) -> None:
         self.settings = settings
@@ -302,7 +302,7 @@ class Scheduler:
             self.registry.finish(
                 seq,
                 _S.FAILED,
-                FinishReason.REJECTED_CAPACITY,
+                EndReason.REJECTED_CAPACITY,
                 now,
                 detail=quota.reason,
                 retry_after_s=quota.retry_after_s,
@@ -316,12 +316,12 @@ class Scheduler:
             return result  # cancelled or expired while the prompt was counted; decide() rolled back
         seq.prompt_tokens = prompt_tokens
         seq.max_new_tokens = max_tokens
-        if result.verdict.accepted and self.prefill.thresholds.classify(prompt_tokens) is WorkKind.PREFILL_LONG:
+        if result.decision.accepted and self.prefill.thresholds.classify(prompt_tokens) is WorkKind.PREFILL_LONG:
             self._long_waiting.add(seq.request_id)
-        if result.verdict is Verdict.ADMIT:
+        if result.decision is AdmissionDecision.ADMIT:
             assert result.lane is not None and result.deadline is not None and result.virtual_finish is not None
             self._admitted(seq, result.lane, result.deadline, result.virtual_finish, now)
-        elif result.verdict is Verdict.QUEUE:
+        elif result.decision is AdmissionDecision.QUEUE:
             assert result.deadline is not None
             seq.deadline = result.deadline  # the WFQ tag is set when the request is promoted
             waiting = _S.WAITING_ADMISSION if self.model_state is ModelState.READY else _S.WAITING_MODEL
@@ -331,7 +331,7 @@ class Scheduler:
             self.registry.finish(
                 seq,
                 _S.FAILED,
-                _FINISH_FOR_VERDICT[result.verdict],
+                _END_FOR_DECISION[result.decision],
                 now,
                 detail=result.reason,
                 retry_after_s=result.retry_after_s,
@@ -349,7 +349,7 @@ class Scheduler:
         if len(self._long_waiting) < cap:
             return None
         return AdmissionResult(
-            Verdict.REJECT_CAPACITY,
+            AdmissionDecision.REJECT_CAPACITY,
             f"long-prefill quota: {len(self._long_waiting)} prompts over "
             f"{self.prefill.thresholds.medium_max_tokens} tokens are already waiting for prefill, limit {cap}",
             retry_after_s=self.settings.admission.retry_after_s,
@@ -360,7 +360,7 @@ class Scheduler:
         seq = self.registry.get(request_id)
         if seq is None or seq.state is not _S.NEW:
             return False
-        return self.registry.finish(seq, _S.FAILED, FinishReason.REJECTED_INVALID, now, detail=detail)
+        return self.registry.finish(seq, _S.FAILED, EndReason.REJECTED_INVALID, now, detail=detail)
 
     def cancel(self, request_id: RequestId, now: float) -> CancelOutcome:
         """Idempotent cancel (000 §4): immediate unless a job holds the request, then on drain."""
@@ -467,15 +467,15 @@ class Scheduler:
                     self.registry.detach_job(seq)
                 else:
                     self.kv.rollback(lane, job)
-                if verdict is CallbackVerdict.CANCEL_DRAINED:
-                    self.registry.finish(seq, _S.CANCELLED, FinishReason.CANCELLED, now, detail="cancelled")
-                elif verdict is CallbackVerdict.STOP_DRAINED:
+                if verdict is CallbackDisposition.CANCEL_DRAINED:
+                    self.registry.finish(seq, _S.CANCELLED, EndReason.CANCELLED, now, detail="cancelled")
+                elif verdict is CallbackDisposition.STOP_DRAINED:
                     self._finish_stopped(seq, now)  # the client has its whole output; the failed step is moot
                 else:
                     self.registry.finish(
                         seq,
                         _S.FAILED,
-                        FinishReason.DEVICE_ERROR,
+                        EndReason.DEVICE_ERROR,
                         now,
                         detail=f"job {job} failed: {outcome.detail}",
                     )
@@ -490,7 +490,7 @@ class Scheduler:
             self.registry.finish(
                 seq,
                 _S.CANCELLED if seq.cancel_requested else _S.FAILED,
-                FinishReason.CANCELLED if seq.cancel_requested else FinishReason.DEVICE_ERROR,
+                EndReason.CANCELLED if seq.cancel_requested else EndReason.DEVICE_ERROR,
                 now,
                 detail=f"job {job} {outcome.status.value}: {outcome.detail}",
             )
@@ -523,7 +523,7 @@ class Scheduler:
                 self.registry.finish(
                     seq,
                     _S.FAILED,
-                    FinishReason.REJECTED_UNAVAILABLE,
+                    EndReason.REJECTED_UNAVAILABLE,
                     now,
                     detail=result.reason,
                     retry_after_s=result.retry_after_s,
@@ -556,13 +556,13 @@ class Scheduler:
                 self.registry.finish(
                     seq,
                     _S.CANCELLED if seq.cancel_requested else _S.FAILED,
-                    FinishReason.CANCELLED if seq.cancel_requested else FinishReason.GENERATION_RETIRED,
+                    EndReason.CANCELLED if seq.cancel_requested else EndReason.GENERATION_RETIRED,
                     now,
                     detail=f"generation {self.generation} retired: {reason}",
                 )
         return unknown
 
-    def recover(self, generation: GenerationId, now: float) -> None:
+    def recover(self, generation: ModelGenerationId, now: float) -> None:
         """The device was reset and the new generation passed golden + warmup: reuse the lanes (000 §9.1)."""
         if self._inflight:
             raise InvariantViolation(f"recover() with {len(self._inflight)} jobs in flight: retire_generation first")
@@ -632,7 +632,7 @@ class Scheduler:
                 self.registry.finish(
                     seq,
                     _S.FAILED,
-                    _FINISH_FOR_VERDICT[result.verdict],
+                    _END_FOR_DECISION[result.decision],
                     now,
                     detail=result.reason,
                     retry_after_s=result.retry_after_s,
@@ -645,7 +645,7 @@ class Scheduler:
             heapq.heappop(heap)
             if not seq.state.terminal:
                 self.registry.finish(
-                    seq, _S.FAILED, FinishReason.DEADLINE, now, detail=f"deadline expired in {seq.state.value}"
+                    seq, _S.FAILED, EndReason.DEADLINE, now, detail=f"deadline expired in {seq.state.value}"
                 )
 
     def _next_deadline(self) -> float | None:
@@ -718,18 +718,18 @@ class Scheduler:
         return DecodeJob(job, self.generation, batch)
 
     def _after_success(
-        self, seq: SequenceState, verdict: CallbackVerdict, result: LaneResult, job: JobId, now: float
+        self, seq: SequenceState, verdict: CallbackDisposition, result: LaneResult, job: JobId, now: float
     ) -> None:
-        if verdict is CallbackVerdict.CANCEL_DRAINED:  # the lane result is discarded, the batch drained (000 §18)
-            self.registry.finish(seq, _S.CANCELLED, FinishReason.CANCELLED, now, detail="cancelled while running")
+        if verdict is CallbackDisposition.CANCEL_DRAINED:  # the lane result is discarded, the batch drained (000 §18)
+            self.registry.finish(seq, _S.CANCELLED, EndReason.CANCELLED, now, detail="cancelled while running")
             return
-        if verdict is CallbackVerdict.STOP_DRAINED:  # a stop string ended it: this step's token is not output
+        if verdict is CallbackDisposition.STOP_DRAINED:  # a stop string ended it: this step's token is not output
             self._finish_stopped(seq, now)
             return
-        if verdict is not CallbackVerdict.ACCEPT:
+        if verdict is not CallbackDisposition.ACCEPT:
             raise InvariantViolation(f"{seq.request_id}: in-flight job {job} got verdict {verdict.value}")
         if seq.deadline <= now:
-            self.registry.finish(seq, _S.FAILED, FinishReason.DEADLINE, now, detail="deadline expired while running")
+            self.registry.finish(seq, _S.FAILED, EndReason.DEADLINE, now, detail="deadline expired while running")
             return
         index = seq.generated_tokens
         seq.generated_tokens = index + 1
@@ -737,7 +737,7 @@ class Scheduler:
         self._events.append(TokenEmitted(seq.request_id, result.token_id, index, job))
         if result.stop or seq.generated_tokens >= seq.max_new_tokens:
             self.registry.move(seq, _S.FINISHING, now)
-            self.registry.finish(seq, _S.COMPLETED, FinishReason.STOP if result.stop else FinishReason.LENGTH, now)
+            self.registry.finish(seq, _S.COMPLETED, EndReason.STOP if result.stop else EndReason.LENGTH, now)
             return
         self.registry.move(seq, _S.DECODE_READY, now)
         self.decode.push(seq, now)
@@ -746,7 +746,7 @@ class Scheduler:
         """Completed/STOP for a request whose stop string matched while a job held it (its job is detached)."""
         if seq.state is not _S.FINISHING:
             self.registry.move(seq, _S.FINISHING, now)
-        self.registry.finish(seq, _S.COMPLETED, FinishReason.STOP, now, detail="stop string")
+        self.registry.finish(seq, _S.COMPLETED, EndReason.STOP, now, detail="stop string")
 
     def _on_terminal(self, seq: SequenceState, event: TerminalEvent, previous: RequestState) -> None:
         """Exactly once per request (000 §4 rule 3): release everything it holds, then publish the event."""

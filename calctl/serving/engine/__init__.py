@@ -1,6 +1,6 @@
 """The serving engine: DeviceSupervisor + one EngineCore per alias + a Router by ``model`` (001 §4).
 
-:class:`ServingEngine` implements :class:`calctl.serving.protocol.Engine` for the
+:class:`ServingEngine` implements :class:`calctl.serving.protocol.EngineClient` for the
 HTTP layer; soak and bench tools drive the same object without HTTP.
 """
 

@@ -1,22 +1,22 @@
 """Admission on the engine core's thread: an arrival becomes the scheduler's verdict and the stream's answer.
 
-"Where a 429 comes from": the scheduler's :class:`~calctl.serving.core.admission.Verdict`
+"Where a 429 comes from": the scheduler's :class:`~calctl.serving.core.admission.AdmissionDecision`
 (``REJECT_CAPACITY``), turned into a rejection code here through
-:data:`calctl.serving.outcomes.VERDICT_REJECTION`, and into HTTP by the API layer. Every refusal is
+:data:`calctl.serving.outcomes.DECISION_REJECTION`, and into HTTP by the API layer. Every refusal is
 decided before the response's first byte (000 §5.2): the HTTP layer awaits ``stream.admitted()``,
 which this resolves, or fails with the rejection.
 """
 
 from __future__ import annotations
 
-from calctl.serving.core.admission import AdmissionResult, Verdict
+from calctl.serving.core.admission import AdmissionDecision, AdmissionResult
 from calctl.serving.core.ids import RequestId, TenantId
 from calctl.serving.core.scheduler import Scheduler
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.output import OutputProcessor, RequestContext
 from calctl.serving.engine.sampling import request_rng
 from calctl.serving.engine.streams import EngineStream
-from calctl.serving.outcomes import VERDICT_REJECTION
+from calctl.serving.outcomes import DECISION_REJECTION
 from calctl.serving.protocol import EngineRejection, GenerationRequest, RejectCode
 
 
@@ -28,7 +28,7 @@ class Admission:
         self._sched = sched
         self._out = out
         self._known = known
-        self._m_verdict = {v: metrics.admission.labels(alias, v.value) for v in Verdict}
+        self._m_verdict = {v: metrics.admission.labels(alias, v.value) for v in AdmissionDecision}
         self._m_prompt = metrics.prompt_tokens.labels(alias)
 
     def arrive(self, req: GenerationRequest, stream: EngineStream, arrived: float, now: float) -> None:
@@ -42,13 +42,13 @@ class Admission:
         result = self._sched.submit(
             ticket, prompt_tokens=len(req.prompt_ids), max_tokens=req.max_tokens, deadline_s=req.timeout_s, now=now
         )
-        if not result.verdict.accepted:
+        if not result.decision.accepted:
             self._out.requests.pop(rid, None)
             self._refuse(rid, stream, result)
             return
-        self._m_verdict[result.verdict].inc()
+        self._m_verdict[result.decision].inc()
         self._m_prompt.inc(len(req.prompt_ids))
-        if result.verdict is Verdict.ADMIT:
+        if result.decision is AdmissionDecision.ADMIT:
             stream.post_admitted()
 
     def refuse_unavailable(self, req: GenerationRequest, stream: EngineStream, why: str) -> None:
@@ -57,12 +57,12 @@ class Admission:
         stream.post_rejected(EngineRejection(RejectCode.UNAVAILABLE, f"model {self.alias!r} {why}"))
 
     def _refuse(self, rid: RequestId, stream: EngineStream, result: AdmissionResult) -> None:
-        self._m_verdict[result.verdict].inc()
+        self._m_verdict[result.decision].inc()
         self._known.discard(rid)
         stream.post_rejected(self.rejection(result))
 
     def rejection(self, result: AdmissionResult) -> EngineRejection:
-        code = VERDICT_REJECTION.get(result.verdict, RejectCode.UNAVAILABLE)
+        code = DECISION_REJECTION.get(result.decision, RejectCode.UNAVAILABLE)
         # A prompt too long for the model is the prompt's fault, whatever max_tokens says: the admission
         # result names the input (``prompt``; the chat endpoint reports it as ``messages``).
         param = result.field if code is RejectCode.INVALID else None

@@ -57,7 +57,7 @@ from calctl.runtime.errors import RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.serving.config import DowngradePolicy, ExecutorMode
 from calctl.serving.core.admission import ModelState
-from calctl.serving.core.ids import GenerationId, RequestId
+from calctl.serving.core.ids import ModelGenerationId, RequestId
 from calctl.serving.core.scheduler import (
     DecodeJob,
     Event,
@@ -157,7 +157,7 @@ class EngineCore:
         self._on_recovery = on_recovery
         self._clock = clock
         self._inbox = Inbox()
-        self._sched = Scheduler(settings, generation=GenerationId(0), model_state=ModelState.UNLOADED)
+        self._sched = Scheduler(settings, generation=ModelGenerationId(0), model_state=ModelState.UNLOADED)
         self._monitor = ExecutorMonitor(
             self.options.downgrade, self.options.mode, chip_exclusive=self.options.chip_exclusive
         )
@@ -204,7 +204,7 @@ class EngineCore:
         self._wake_at: float | None = None
         # Events of outcomes applied but not yet delivered, with their runtime status and job generation
         # (see _apply_outcome): delivered after the next launch.
-        self._pending: list[tuple[list[Event], RuntimeStatus | None, GenerationId]] = []
+        self._pending: list[tuple[list[Event], RuntimeStatus | None, ModelGenerationId]] = []
         self._inflight_n = 0
         self._quarantined_n = 0
         self._m_kv_free = metrics.kv_free.labels(alias)
@@ -333,7 +333,7 @@ class EngineCore:
 
         def apply() -> None:
             self._exec.rt = rt
-            self._sched.recover(GenerationId(generation), self._clock())
+            self._sched.recover(ModelGenerationId(generation), self._clock())
             life = self.life
             life.serving, life.state, life.recovery_pending, life.rejecting = True, ModelState.READY, False, False
             self._deferred_recovery = None
@@ -556,7 +556,7 @@ class EngineCore:
         self,
         events: list[Event] | None = None,
         runtime_status: RuntimeStatus | None = None,
-        generation: GenerationId | None = None,
+        generation: ModelGenerationId | None = None,
     ) -> None:
         """Hand events to the output processor: first those of finished jobs that waited for the next launch,
         then ``events`` (of the outcome being applied, job ``generation``), then whatever else the scheduler

@@ -28,9 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from calctl.serving.core.ids import GenerationId, RequestId
-from calctl.serving.core.request import FinishReason as CoreFinish
-from calctl.serving.core.request import TerminalEvent
+from calctl.serving.core.ids import ModelGenerationId, RequestId
+from calctl.serving.core.request import EndReason, TerminalEvent
 from calctl.serving.core.scheduler import (
     DecodeJob,
     JobOutcome,
@@ -80,7 +79,7 @@ class OutputProcessor:
         metrics: EngineMetrics,
         *,
         known: set[str],
-        generation: Callable[[], GenerationId],
+        generation: Callable[[], ModelGenerationId],
         queue_class: Callable[[int], str],
         on_token_gap: Callable[[float], None],
     ) -> None:
@@ -149,7 +148,7 @@ class OutputProcessor:
 
     # ------------------------------------------------------------------ events -> streams
 
-    def process(self, events: Iterable[object], now: float, generation: GenerationId) -> list[object]:
+    def process(self, events: Iterable[object], now: float, generation: ModelGenerationId) -> list[object]:
         """Deliver the events this side owns; return the others (lanes to free, recoveries), in order.
 
         ``generation``: the job generation the tokens are tagged with (001 §13.1)."""
@@ -166,7 +165,7 @@ class OutputProcessor:
                 rest.append(ev)
         return rest
 
-    def _on_token(self, ev: TokenEmitted, now: float, generation: GenerationId) -> None:
+    def _on_token(self, ev: TokenEmitted, now: float, generation: ModelGenerationId) -> None:
         ctx = self.requests.get(ev.request_id)
         if ctx is None:
             return
@@ -199,7 +198,7 @@ class OutputProcessor:
         if ctx is None:
             return
         self._m_e2e.observe(now - ctx.arrived)
-        if ev.reason is CoreFinish.DEADLINE and ctx.first_job_at is None:
+        if ev.reason is EndReason.DEADLINE and ctx.first_job_at is None:
             # 000 §16 starvation event: the deadline came before the request ever reached the device.
             self._metrics.starvation.labels(self.alias, self._queue_class(len(ctx.gen.prompt_ids))).inc()
         self._record_request(ev, ctx, end, now)  # written with --records; always kept for recovery evidence

@@ -14,12 +14,12 @@ from calctl.serving.core import (
     CapacityBudget,
     DecodeJob,
     DecodeOptions,
-    GenerationId,
     InactiveLaneContract,
     JobOutcome,
     JobStatus,
     LaneReleased,
     LaneResult,
+    ModelGenerationId,
     PrefillJob,
     RequestId,
     Scheduler,
@@ -134,7 +134,7 @@ class FakeDevice:
 
 
 def make_device(clock: FakeClock, **settings: Any) -> FakeDevice:
-    return FakeDevice(Scheduler(make_settings(**settings), generation=GenerationId(1)), clock)
+    return FakeDevice(Scheduler(make_settings(**settings), generation=ModelGenerationId(1)), clock)
 
 
 __all__ = ["B1", "DecodeJob", "FakeClock", "FakeDevice", "bprofile", "make_device", "make_settings", "replace"]

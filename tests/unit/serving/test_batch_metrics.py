@@ -13,7 +13,7 @@ from calctl.package.model import InactiveLanePolicy
 from calctl.runtime import open_runtime
 from calctl.serving.config import DowngradePolicy, ExecutorMode
 from calctl.serving.core.decode import BatchProfile, DecodeBatch, InactiveLaneContract
-from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId
+from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId
 from calctl.serving.core.prefill import WorkKind
 from calctl.serving.core.scheduler import DecodeJob, JobStatus, PrefillJob
 from calctl.serving.engine.device import DeviceExecutor, Inflight
@@ -21,7 +21,7 @@ from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.monitor import ExecutorMonitor
 from tests.unit.runtime.runtime_helpers import golden_prompt, package
 
-G = GenerationId(1)
+G = ModelGenerationId(1)
 
 
 def test_a_b4_decode_with_two_lanes_reports_fill_and_waste() -> None:

@@ -16,7 +16,7 @@ from calctl.runtime import open_runtime
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import Health
 from calctl.serving.config import DowngradePolicy, ExecutorMode
-from calctl.serving.core.ids import GenerationId, JobId, LaneId, RequestId
+from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId
 from calctl.serving.core.prefill import WorkKind
 from calctl.serving.core.scheduler import JobStatus, PrefillJob
 from calctl.serving.engine.device import UNCONFIRMED_TIMEOUT_FACTOR, DeviceExecutor, Inflight
@@ -47,7 +47,7 @@ def _executor(rt: object, model: object, clock: FakeClock) -> DeviceExecutor:
 def _launch(ex: DeviceExecutor, model: object, prompt: tuple[int, ...], n: int) -> Inflight:
     job = PrefillJob(
         JobId(n),
-        GenerationId(1),
+        ModelGenerationId(1),
         model.prefill.name,  # type: ignore[attr-defined]
         RequestId(f"r{n}"),
         LaneId(n),

@@ -6,30 +6,30 @@ from __future__ import annotations
 import pytest
 
 from calctl.serving import outcomes
-from calctl.serving.core.admission import Verdict
-from calctl.serving.core.request import FinishReason as CoreFinish
-from calctl.serving.outcomes import ENDINGS, REJECTIONS, VERDICT_REJECTION, Outcome, RequestOutcome
+from calctl.serving.core.admission import AdmissionDecision
+from calctl.serving.core.request import EndReason
+from calctl.serving.outcomes import DECISION_REJECTION, ENDINGS, REJECTIONS, Outcome, RequestOutcome
 from calctl.serving.protocol import FinishReason, RejectCode
 
 
 def test_every_core_finish_reason_and_reject_code_has_a_row() -> None:
-    assert set(ENDINGS) == set(CoreFinish)
+    assert set(ENDINGS) == set(EndReason)
     assert set(REJECTIONS) == set(RejectCode)
-    assert set(VERDICT_REJECTION) == {v for v in Verdict if not v.accepted}
+    assert set(DECISION_REJECTION) == {v for v in AdmissionDecision if not v.accepted}
 
 
 @pytest.mark.parametrize(
     ("verdict", "status", "type_", "code"),
     [
-        (Verdict.REJECT_INVALID, 400, "invalid_request_error", "invalid_request_error"),
-        (Verdict.REJECT_CAPACITY, 429, "rate_limit_error", "rate_limit_exceeded"),
-        (Verdict.REJECT_UNAVAILABLE, 503, "service_unavailable", "model_unavailable"),
+        (AdmissionDecision.REJECT_INVALID, 400, "invalid_request_error", "invalid_request_error"),
+        (AdmissionDecision.REJECT_CAPACITY, 429, "rate_limit_error", "rate_limit_exceeded"),
+        (AdmissionDecision.REJECT_UNAVAILABLE, 503, "service_unavailable", "model_unavailable"),
     ],
 )
-def test_a_verdict_is_one_http_error(verdict: Verdict, status: int, type_: str, code: str) -> None:
-    r = outcomes.rejection(VERDICT_REJECTION[verdict])
+def test_a_verdict_is_one_http_error(verdict: AdmissionDecision, status: int, type_: str, code: str) -> None:
+    r = outcomes.rejection(DECISION_REJECTION[verdict])
     assert (r.http_status, r.error_type, r.code.value) == (status, type_, code)
-    assert outcomes.http_status_of_verdict(verdict) == status
+    assert outcomes.http_status_of_decision(verdict) == status
     # The HTTP client and the in-process client classify it the same way.
     assert outcomes.client_outcome_of_status(status, code) is outcomes.client_outcome_of_rejection(r.code)
 
@@ -38,19 +38,19 @@ def test_the_core_carries_no_http_numbers() -> None:
     from calctl.serving.core.admission import AdmissionResult
     from calctl.serving.core.request import TerminalEvent
 
-    assert not hasattr(Verdict.REJECT_CAPACITY, "http_status")
+    assert not hasattr(AdmissionDecision.REJECT_CAPACITY, "http_status")
     assert "http_status" not in AdmissionResult.__dataclass_fields__
     assert "http_status" not in TerminalEvent.__dataclass_fields__
 
 
 def test_endings_before_and_after_output() -> None:
     # A device error before the first token is a 503; after it, the stream ends in error.
-    assert outcomes.http_status_of_end(CoreFinish.DEVICE_ERROR, 0) == 503
-    assert outcomes.http_status_of_end(CoreFinish.DEVICE_ERROR, 3) is None
-    assert ENDINGS[CoreFinish.DEVICE_ERROR].finish is FinishReason.ERROR
+    assert outcomes.http_status_of_end(EndReason.DEVICE_ERROR, 0) == 503
+    assert outcomes.http_status_of_end(EndReason.DEVICE_ERROR, 3) is None
+    assert ENDINGS[EndReason.DEVICE_ERROR].finish is FinishReason.ERROR
     # A stop string and EOS are the same normal finish; a cancel is never an HTTP error.
-    assert ENDINGS[CoreFinish.STOP].finish is FinishReason.STOP and ENDINGS[CoreFinish.STOP].outcome is Outcome.STOP
-    assert outcomes.http_status_of_end(CoreFinish.CANCELLED, 0) is None
+    assert ENDINGS[EndReason.STOP].finish is FinishReason.STOP and ENDINGS[EndReason.STOP].outcome is Outcome.STOP
+    assert outcomes.http_status_of_end(EndReason.CANCELLED, 0) is None
     # A deadline is the request's own, not a fault, in every vocabulary.
     assert outcomes.client_outcome_of_end(FinishReason.ERROR, Outcome.DEADLINE.value) is RequestOutcome.DEADLINE
     assert outcomes.client_outcome_of_end(FinishReason.ERROR, None) is RequestOutcome.DEVICE_ERROR

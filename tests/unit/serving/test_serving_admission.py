@@ -6,20 +6,20 @@ import pytest
 
 from calctl.serving.core import (
     AdmissionController,
+    AdmissionDecision,
     AdmissionPolicy,
     AdmissionResult,
     CapacityBudget,
-    GenerationId,
     KvCapacity,
     KvLaneManager,
+    ModelGenerationId,
     ModelState,
     RequestId,
     TenantId,
     TenantPolicy,
     Ticket,
-    Verdict,
 )
-from calctl.serving.outcomes import http_status_of_verdict
+from calctl.serving.outcomes import http_status_of_decision
 
 T = TenantId("t")
 
@@ -42,7 +42,7 @@ def _ctl(
         AdmissionPolicy(context_limit=context, deadline_default_s=deadline_s, tenants=tenants or {}),
         kv,
         model_state=state,
-        generation=GenerationId(1),
+        generation=ModelGenerationId(1),
     )
 
 
@@ -71,7 +71,7 @@ def test_admit_when_ready_and_budget_suffices() -> None:
     """000 §5.2 Admit: generation Ready and budget sufficient -> a KV lane is reserved."""
     ctl = _ctl()
     r = _admit(ctl, "a")
-    assert r.verdict is Verdict.ADMIT and r.lane == 0 and http_status_of_verdict(r.verdict) is None
+    assert r.decision is AdmissionDecision.ADMIT and r.lane == 0 and http_status_of_decision(r.decision) is None
     assert r.deadline == pytest.approx(10.0)
 
 
@@ -79,7 +79,7 @@ def test_context_overflow_is_400_with_the_numbers() -> None:
     """000 §5.2 RejectInvalid (400): prompt/total context out of range, reason states the numbers."""
     ctl = _ctl(context=256)
     r = _admit(ctl, "a", prompt=300, out=100)
-    assert r.verdict is Verdict.REJECT_INVALID and http_status_of_verdict(r.verdict) == 400
+    assert r.decision is AdmissionDecision.REJECT_INVALID and http_status_of_decision(r.decision) == 400
     # The prompt alone leaves no room for one output token: the prompt is to blame, not max_tokens (issue 21).
     assert r.reason == "prompt has 300 tokens; with at least 1 output token it exceeds context limit 256"
     assert r.field == "prompt"
@@ -89,7 +89,7 @@ def test_context_overflow_is_400_with_the_numbers() -> None:
 def test_a_prompt_that_fits_with_too_many_max_tokens_blames_max_tokens() -> None:
     ctl = _ctl(context=256)
     r = _admit(ctl, "a", prompt=200, out=100)
-    assert r.verdict is Verdict.REJECT_INVALID and r.field == "max_tokens"
+    assert r.decision is AdmissionDecision.REJECT_INVALID and r.field == "max_tokens"
     assert r.reason == "prompt has 200 tokens + max_tokens 100 exceeds context limit 256"
     _clean(ctl)
 
@@ -106,7 +106,7 @@ def test_other_invalid_requests_are_400(prompt: int, out: int, deadline, fragmen
     """000 §5.2 RejectInvalid: empty prompt, no output budget, nonsensical deadline."""
     ctl = _ctl()
     r = _admit(ctl, "a", prompt=prompt, out=out, deadline_s=deadline)
-    assert r.verdict is Verdict.REJECT_INVALID and fragment in r.reason
+    assert r.decision is AdmissionDecision.REJECT_INVALID and fragment in r.reason
     _clean(ctl)
 
 
@@ -114,7 +114,7 @@ def test_request_larger_than_the_kv_budget_is_400_not_queued() -> None:
     """000 §5.1: never accept a request that must exceed KV memory, even if it could wait."""
     ctl = _ctl(kv_tokens=100, context=4096)
     r = _admit(ctl, "a", prompt=90, out=20)
-    assert r.verdict is Verdict.REJECT_INVALID and "exceeds the KV budget of 100 tokens" in r.reason
+    assert r.decision is AdmissionDecision.REJECT_INVALID and "exceeds the KV budget of 100 tokens" in r.reason
 
 
 @pytest.mark.parametrize(
@@ -124,15 +124,15 @@ def test_unavailable_model_is_503_with_retry_after(state: ModelState) -> None:
     """000 §5.2 RejectUnavailable (503): model draining/recovering/failed; a Retry-After hint is given."""
     ctl = _ctl(state=state)
     r = ctl.arrive(RequestId("a"), T, 0.0)
-    assert isinstance(r, AdmissionResult) and r.verdict is Verdict.REJECT_UNAVAILABLE
-    assert http_status_of_verdict(r.verdict) == 503 and r.retry_after_s and state.value.lower() in r.reason
+    assert isinstance(r, AdmissionResult) and r.decision is AdmissionDecision.REJECT_UNAVAILABLE
+    assert http_status_of_decision(r.decision) == 503 and r.retry_after_s and state.value.lower() in r.reason
 
 
 def test_loading_model_queues_as_waiting_model() -> None:
     """000 §2 WaitingModel: while the generation warms up requests wait (Queue) within their deadline."""
     ctl = _ctl(state=ModelState.WARMING)
     r = _admit(ctl, "a")
-    assert r.verdict is Verdict.QUEUE and "waiting for the model" in r.reason
+    assert r.decision is AdmissionDecision.QUEUE and "waiting for the model" in r.reason
     assert ctl.promote(0.0) == []
     ctl.set_model_state(ModelState.READY)
     assert [a.request_id for a in ctl.promote(0.1)] == ["a"]
@@ -142,9 +142,9 @@ def test_loading_model_queues_as_waiting_model() -> None:
 def test_queue_when_no_lane_then_promote_on_release() -> None:
     """000 §5.2 Queue: keep waiting while there is hope before the deadline; promoted when room appears."""
     ctl = _ctl(seqs=1)
-    assert _admit(ctl, "a").verdict is Verdict.ADMIT
+    assert _admit(ctl, "a").decision is AdmissionDecision.ADMIT
     q = _admit(ctl, "b")
-    assert q.verdict is Verdict.QUEUE and "0 of 1 lanes free" in q.reason
+    assert q.decision is AdmissionDecision.QUEUE and "0 of 1 lanes free" in q.reason
     assert ctl.promote(1.0) == []
     # the scheduler frees the KV lane once the runtime confirmed it; admission frees the tenant slot
     ctl._kv.release(0)
@@ -159,10 +159,10 @@ def test_full_waiting_queue_is_429_with_numbers() -> None:
     """000 §5.2 RejectCapacity (429): queue full; the reason states the count and the cap."""
     ctl = _ctl(seqs=1, waiting=2)
     _admit(ctl, "a")
-    assert _admit(ctl, "b").verdict is Verdict.QUEUE
-    assert _admit(ctl, "c").verdict is Verdict.QUEUE
+    assert _admit(ctl, "b").decision is AdmissionDecision.QUEUE
+    assert _admit(ctl, "c").decision is AdmissionDecision.QUEUE
     r = _admit(ctl, "d")
-    assert r.verdict is Verdict.REJECT_CAPACITY and http_status_of_verdict(r.verdict) == 429
+    assert r.decision is AdmissionDecision.REJECT_CAPACITY and http_status_of_decision(r.decision) == 429
     assert r.reason == "2 requests already waiting (max_waiting_requests 2)" and r.retry_after_s == 1.0
 
 
@@ -170,9 +170,9 @@ def test_waiting_prompt_token_budget_is_429() -> None:
     """000 §5.1 max_waiting_prompt_tokens: check and count in one step."""
     ctl = _ctl(seqs=1, waiting_tokens=100)
     _admit(ctl, "a")
-    assert _admit(ctl, "b", prompt=60).verdict is Verdict.QUEUE
+    assert _admit(ctl, "b", prompt=60).decision is AdmissionDecision.QUEUE
     r = _admit(ctl, "c", prompt=50)
-    assert r.verdict is Verdict.REJECT_CAPACITY
+    assert r.decision is AdmissionDecision.REJECT_CAPACITY
     assert r.reason == "60 waiting prompt tokens + 50 exceeds max_waiting_prompt_tokens 100"
     ctl.check_invariants()
     assert ctl.stats().waiting_prompt_tokens == 60
@@ -186,10 +186,10 @@ def test_burst_of_concurrent_arrivals_admits_exactly_the_cap() -> None:
     granted = [t for t in tickets if isinstance(t, Ticket)]
     rejected = [t for t in tickets if isinstance(t, AdmissionResult)]
     assert len(granted) == k and len(rejected) == n - k
-    assert all(r.verdict is Verdict.REJECT_CAPACITY for r in rejected)
+    assert all(r.decision is AdmissionDecision.REJECT_CAPACITY for r in rejected)
     results = [ctl.decide(t, prompt_tokens=10, max_tokens=10, deadline_s=None, now=0.1) for t in granted]
-    assert sum(r.verdict is Verdict.ADMIT for r in results) == 1
-    assert sum(r.verdict is Verdict.QUEUE for r in results) == k - 1
+    assert sum(r.decision is AdmissionDecision.ADMIT for r in results) == 1
+    assert sum(r.decision is AdmissionDecision.QUEUE for r in results) == k - 1
     assert ctl.stats().waiting_requests == k - 1
     ctl.check_invariants()
 
@@ -198,7 +198,7 @@ def test_burst_against_active_sequence_cap() -> None:
     """000 §5.1 max_sequences: with K lanes a burst admits exactly K; the rest queue or 429, never more."""
     ctl = _ctl(seqs=3, waiting=50)
     results = [_admit(ctl, f"r{i}") for i in range(20)]
-    assert sum(r.verdict is Verdict.ADMIT for r in results) == 3
+    assert sum(r.decision is AdmissionDecision.ADMIT for r in results) == 3
     assert ctl._kv.free_lanes == 0
     ctl.check_invariants()
 
@@ -219,7 +219,7 @@ def test_every_rejection_path_rolls_back() -> None:
         r = ctl.decide(
             ticket, prompt_tokens=kw["prompt"], max_tokens=kw["out"], deadline_s=kw.get("deadline_s"), now=0.01
         )
-        assert not r.verdict.accepted, name
+        assert not r.decision.accepted, name
         assert ctl.stats() == base, name
         ctl.check_invariants()
     # abandon (tokenizer error / client gone before the prompt was counted)
@@ -228,18 +228,18 @@ def test_every_rejection_path_rolls_back() -> None:
     assert ctl.abandon(RequestId("abandoned")) and not ctl.abandon(RequestId("abandoned"))
     assert ctl.stats() == base
     # cancel while queued
-    assert _admit(ctl, "queued", prompt=20).verdict is Verdict.QUEUE
+    assert _admit(ctl, "queued", prompt=20).decision is AdmissionDecision.QUEUE
     ctl.abandon(RequestId("queued"))
     assert ctl.stats() == base
     # expiry while queued
-    assert _admit(ctl, "late", prompt=20, now=1.0, deadline_s=0.5).verdict is Verdict.QUEUE
+    assert _admit(ctl, "late", prompt=20, now=1.0, deadline_s=0.5).decision is AdmissionDecision.QUEUE
     expired = ctl.expire(2.0)
     assert [rid for rid, _ in expired] == ["late"] and "expired while queued" in expired[0][1].reason
     assert ctl.stats() == base
     # drain withdraws the queue with 503
-    assert _admit(ctl, "drained", prompt=20, now=2.0).verdict is Verdict.QUEUE
+    assert _admit(ctl, "drained", prompt=20, now=2.0).decision is AdmissionDecision.QUEUE
     withdrawn = ctl.set_model_state(ModelState.DRAINING)
-    assert [(rid, http_status_of_verdict(r.verdict)) for rid, r in withdrawn] == [("drained", 503)]
+    assert [(rid, http_status_of_decision(r.decision)) for rid, r in withdrawn] == [("drained", 503)]
     assert ctl.stats() == base
     ctl.check_invariants()
 
@@ -257,7 +257,7 @@ def test_deadline_already_spent_before_decision_is_429() -> None:
     ticket = ctl.arrive(RequestId("a"), T, 0.0)
     assert isinstance(ticket, Ticket)
     r = ctl.decide(ticket, prompt_tokens=5, max_tokens=5, deadline_s=0.05, now=0.2)
-    assert r.verdict is Verdict.REJECT_CAPACITY
+    assert r.decision is AdmissionDecision.REJECT_CAPACITY
     assert r.reason == "deadline of 50 ms expired before admission (request arrived 200 ms ago)"
 
 
@@ -270,7 +270,7 @@ def test_ticket_expires_if_never_decided() -> None:
     assert [rid for rid, _ in ctl.expire(5.0)] == ["a"]
     _clean(ctl)
     late = ctl.decide(ticket, prompt_tokens=1, max_tokens=1, deadline_s=None, now=6.0)
-    assert late.verdict is Verdict.REJECT_CAPACITY
+    assert late.decision is AdmissionDecision.REJECT_CAPACITY
 
 
 def test_tenant_qps_token_bucket_uses_the_given_clock() -> None:
@@ -279,7 +279,7 @@ def test_tenant_qps_token_bucket_uses_the_given_clock() -> None:
     assert isinstance(ctl.arrive(RequestId("a"), T, 0.0), Ticket)
     assert isinstance(ctl.arrive(RequestId("b"), T, 0.0), Ticket)  # burst = max(1, qps) = 2
     r = ctl.arrive(RequestId("c"), T, 0.1)
-    assert isinstance(r, AdmissionResult) and r.verdict is Verdict.REJECT_CAPACITY
+    assert isinstance(r, AdmissionResult) and r.decision is AdmissionDecision.REJECT_CAPACITY
     assert r.retry_after_s == pytest.approx(0.4) and "2 requests/s" in r.reason
     assert isinstance(ctl.arrive(RequestId("d"), T, 0.5), Ticket)
     assert isinstance(ctl.arrive(RequestId("other"), TenantId("u"), 0.5), Ticket)  # other tenants unaffected
@@ -288,10 +288,10 @@ def test_tenant_qps_token_bucket_uses_the_given_clock() -> None:
 def test_tenant_active_sequence_cap_parks_only_that_tenant() -> None:
     """000 §5.3 per-tenant active sequences: a capped tenant waits, others pass it."""
     ctl = _ctl(seqs=4, waiting=10, tenants={TenantId("a"): TenantPolicy(max_active_sequences=1)})
-    assert _admit(ctl, "a1", tenant="a").verdict is Verdict.ADMIT
+    assert _admit(ctl, "a1", tenant="a").decision is AdmissionDecision.ADMIT
     q = _admit(ctl, "a2", tenant="a")
-    assert q.verdict is Verdict.QUEUE and "1 active sequences (limit 1)" in q.reason
-    assert _admit(ctl, "b1", tenant="b").verdict is Verdict.ADMIT  # not blocked behind a2
+    assert q.decision is AdmissionDecision.QUEUE and "1 active sequences (limit 1)" in q.reason
+    assert _admit(ctl, "b1", tenant="b").decision is AdmissionDecision.ADMIT  # not blocked behind a2
     assert ctl.promote(0.0) == []
     ctl.release(RequestId("a1"), served_prompt_tokens=10, served_output_tokens=10)
     ctl._kv.release(0)
@@ -303,7 +303,7 @@ def test_tenant_active_sequence_cap_parks_only_that_tenant() -> None:
 def test_head_of_queue_is_not_overtaken_by_smaller_requests() -> None:
     """000 §5.3: long requests cannot starve; the WFQ head waits for room, smaller ones do not jump it."""
     ctl = _ctl(seqs=4, kv_tokens=100, context=100, waiting=10)
-    assert _admit(ctl, "small", prompt=30, out=30).verdict is Verdict.ADMIT  # 60 of 100 tokens
-    assert _admit(ctl, "big", prompt=50, out=40).verdict is Verdict.QUEUE  # needs 90
-    assert _admit(ctl, "tiny", prompt=5, out=5).verdict is Verdict.QUEUE  # would fit, but big is ahead
+    assert _admit(ctl, "small", prompt=30, out=30).decision is AdmissionDecision.ADMIT  # 60 of 100 tokens
+    assert _admit(ctl, "big", prompt=50, out=40).decision is AdmissionDecision.QUEUE  # needs 90
+    assert _admit(ctl, "tiny", prompt=5, out=5).decision is AdmissionDecision.QUEUE  # would fit, but big is ahead
     assert ctl.promote(0.0) == []

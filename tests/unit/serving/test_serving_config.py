@@ -19,7 +19,7 @@ from calctl.serving.config import (
     load_scheduler_config,
     scheduler_settings,
 )
-from calctl.serving.core import GenerationId, ProfileRefused, Scheduler, TenantId
+from calctl.serving.core import ModelGenerationId, ProfileRefused, Scheduler, TenantId
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "packages"
 
@@ -101,7 +101,7 @@ def test_000_s15_example_loads_and_builds_a_scheduler(tmp_path: Path, combined: 
     settings = scheduler_settings(cfg, model, max_sequences=model.kv.max_sequences, max_kv_tokens=4096)
     assert settings.admission.context_limit == 256 and settings.prefill_graph == "model_a_prefill"
     assert [p.graph for p in settings.profiles] == ["model_a_decode"]
-    Scheduler(settings, generation=GenerationId(1))
+    Scheduler(settings, generation=ModelGenerationId(1))
 
 
 def test_001_s104_example_loads_and_cross_checks(tmp_path: Path, combined: Package) -> None:
@@ -269,11 +269,11 @@ def test_cross_check_b4_needs_an_inactive_lane_contract(tmp_path: Path, combined
     assert (
         b4.compiled_batch == 4 and b4.inactive_lanes is not None and b4.inactive_lanes.valid_mask_input == "lane_valid"
     )
-    Scheduler(settings, generation=GenerationId(1))
+    Scheduler(settings, generation=ModelGenerationId(1))
     with pytest.raises(ProfileRefused):  # the core refuses it on its own too
         Scheduler(
             dataclasses.replace(settings, profiles=(dataclasses.replace(b4, inactive_lanes=None),)),
-            generation=GenerationId(1),
+            generation=ModelGenerationId(1),
         )
 
 
@@ -348,7 +348,7 @@ def test_step_estimate_floor_is_settable_from_yaml(tmp_path: Path, combined: Pac
     model = combined.model("model-a")
     settings = scheduler_settings(cfg, model, max_sequences=4, max_kv_tokens=1024)
     assert settings.decode.step_estimate_s == pytest.approx(0.0025)
-    assert Scheduler(settings, generation=GenerationId(1)).decode.step_estimate == pytest.approx(0.0025)
+    assert Scheduler(settings, generation=ModelGenerationId(1)).decode.step_estimate == pytest.approx(0.0025)
     bad = _edit(SCHEDULER_000_S15, lambda d: d["batch"].update(step_estimate_floor_us=-1))
     with pytest.raises(ConfigFieldError, match="/batch/step_estimate_floor_us"):
         load_scheduler_config(_write(tmp_path, "bad.yaml", bad))

@@ -8,20 +8,20 @@ from calctl.serving.core import (
     BatchProfile,
     DecodeBatch,
     DecodeScheduler,
-    GenerationId,
     InactiveLaneContract,
     JobId,
     LaneId,
+    ModelGenerationId,
     ProfileRefused,
     RequestId,
     RequestState,
     SequenceState,
     TenantId,
 )
-from calctl.serving.core.request import FinishReason
+from calctl.serving.core.request import EndReason
 from tests.unit.serving.serving_helpers import B1, bprofile
 
-G = GenerationId(1)
+G = ModelGenerationId(1)
 
 
 def _seq(rid: str, *, tenant: str = "t", deadline: float = 100.0, vf: float = 0.0, gen: int = 1) -> SequenceState:
@@ -32,7 +32,7 @@ def _seq(rid: str, *, tenant: str = "t", deadline: float = 100.0, vf: float = 0.
         state=RequestState.DECODE_READY,
         deadline=deadline,
         virtual_finish=vf,
-        generation=GenerationId(gen),
+        generation=ModelGenerationId(gen),
         last_token=42,
     )
 
@@ -74,8 +74,8 @@ def test_deadline_cancel_and_generation_mismatch_are_skipped() -> None:
     sel = ds.take(B1, 1.5, G)
     assert [s.request_id for s in sel.selected] == ["ok"]
     assert [(d.seq.request_id, d.reason) for d in sel.dropped] == [
-        ("exp", FinishReason.DEADLINE),
-        ("old", FinishReason.GENERATION_RETIRED),
+        ("exp", EndReason.DEADLINE),
+        ("old", EndReason.GENERATION_RETIRED),
     ]
     assert ds.ready_count == 0
 

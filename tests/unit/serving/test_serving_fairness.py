@@ -8,15 +8,15 @@ import pytest
 
 from calctl.serving.core import (
     AdmissionController,
+    AdmissionDecision,
     AdmissionPolicy,
     CapacityBudget,
-    GenerationId,
     KvCapacity,
     KvLaneManager,
+    ModelGenerationId,
     RequestId,
     TenantId,
     TenantPolicy,
-    Verdict,
     WeightedFairness,
 )
 
@@ -34,7 +34,7 @@ class Backlog:
                 tenants={TenantId(t): TenantPolicy(weight=w) for t, w in weights.items()},
             ),
             kv,
-            generation=GenerationId(1),
+            generation=ModelGenerationId(1),
         )
         self.kv = kv
         self.depth = depth
@@ -51,10 +51,10 @@ class Backlog:
             RequestId(rid), TenantId(tenant), prompt_tokens=prompt, max_tokens=out, deadline_s=None, now=0.0
         )
         self.meta[rid] = (tenant, prompt, out)
-        if r.verdict is Verdict.ADMIT:
+        if r.decision is AdmissionDecision.ADMIT:
             self.active.append((rid, tenant, prompt, out))
         else:
-            assert r.verdict is Verdict.QUEUE
+            assert r.decision is AdmissionDecision.QUEUE
             self.queued[tenant] += 1
 
     def top_up(self, tenant: str, prompt: int, out: int) -> None:
@@ -64,7 +64,7 @@ class Backlog:
     def serve_one(self, served_out: dict[str, int] | None = None) -> str:
         rid, tenant, prompt, out = self.active.pop()
         used = min(out, (served_out or {}).get(tenant, out))
-        lane = self.kv.lane_of(GenerationId(1), RequestId(rid))
+        lane = self.kv.lane_of(ModelGenerationId(1), RequestId(rid))
         assert lane is not None
         self.kv.release(lane)
         self.kv.confirm_released(lane)

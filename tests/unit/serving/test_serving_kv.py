@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from calctl.serving.core import (
-    GenerationId,
     InvariantViolation,
     JobId,
     KvCapacity,
     KvLaneManager,
     KvState,
+    ModelGenerationId,
     RequestId,
 )
 
-G = GenerationId(1)
+G = ModelGenerationId(1)
 R = RequestId
 
 
@@ -89,7 +89,7 @@ def test_one_lane_per_sequence_per_generation() -> None:
     kv.reserve(R("a"), G, 10)
     with pytest.raises(InvariantViolation):
         kv.reserve(R("a"), G, 10)
-    assert kv.reserve(R("a"), GenerationId(2), 10) == 1  # another generation is another sequence
+    assert kv.reserve(R("a"), ModelGenerationId(2), 10) == 1  # another generation is another sequence
 
 
 def test_release_needs_runtime_confirmation_before_reuse() -> None:

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from calctl.serving.core import (
-    GenerationId,
+    ModelGenerationId,
     PrefillScheduler,
     PrefillThresholds,
     RequestId,
@@ -19,9 +19,9 @@ from calctl.serving.core import (
     TenantId,
     WorkKind,
 )
-from calctl.serving.core.request import FinishReason
+from calctl.serving.core.request import EndReason
 
-G = GenerationId(1)
+G = ModelGenerationId(1)
 ALL = (WorkKind.DECODE, WorkKind.PREFILL_SHORT, WorkKind.PREFILL_MEDIUM, WorkKind.PREFILL_LONG)
 
 
@@ -113,14 +113,14 @@ def test_pop_skips_expired_wrong_generation_and_discarded() -> None:
         _seq("old", 5, vf=3),
         _seq("ok", 5, vf=4),
     )
-    old.generation = GenerationId(0)
+    old.generation = ModelGenerationId(0)
     for s in (gone, late, old, ok):
         ps.push(s)
     ps.discard(gone)
     got, dropped = ps.pop(WorkKind.PREFILL_SHORT, 2.0, G)
     assert got is ok
     assert [(d.seq.request_id, d.reason) for d in dropped] == [
-        ("late", FinishReason.DEADLINE),
-        ("old", FinishReason.GENERATION_RETIRED),
+        ("late", EndReason.DEADLINE),
+        ("old", EndReason.GENERATION_RETIRED),
     ]
     assert ps.total_depth == 0

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from calctl.serving.core import (
-    CallbackVerdict,
+    CallbackDisposition,
     CancelOutcome,
-    FinishReason,
-    GenerationId,
+    EndReason,
     IllegalTransition,
     InvariantViolation,
     JobId,
+    ModelGenerationId,
     RequestId,
     RequestRegistry,
     RequestState,
@@ -19,7 +19,7 @@ from calctl.serving.core import (
 )
 
 S = RequestState
-G1, G2 = GenerationId(1), GenerationId(2)
+G1, G2 = ModelGenerationId(1), ModelGenerationId(2)
 
 
 def _registry() -> tuple[RequestRegistry, list]:
@@ -39,12 +39,12 @@ def test_happy_path_follows_000_s2_states() -> None:
     reg, seen = _registry()
     seq = _running(reg)
     assert seq.state is S.PREFILL_RUNNING and seq.current_job == 7
-    assert reg.check_callback(seq.request_id, G1, JobId(7)) is CallbackVerdict.ACCEPT
+    assert reg.check_callback(seq.request_id, G1, JobId(7)) is CallbackDisposition.ACCEPT
     reg.move(seq, S.DECODE_READY, 1.0)
     reg.start_job(seq, JobId(8), G1, 1.0)
-    assert reg.check_callback(seq.request_id, G1, JobId(8)) is CallbackVerdict.ACCEPT
+    assert reg.check_callback(seq.request_id, G1, JobId(8)) is CallbackDisposition.ACCEPT
     reg.move(seq, S.FINISHING, 2.0)
-    assert reg.finish(seq, S.COMPLETED, FinishReason.LENGTH, 2.0)
+    assert reg.finish(seq, S.COMPLETED, EndReason.LENGTH, 2.0)
     assert [e.state for e, _ in seen] == [S.COMPLETED]
     assert seen[0][0].job_id == 8 and seen[0][0].generation == G1
     assert reg.get(seq.request_id) is None and reg.final_state(seq.request_id) is S.COMPLETED
@@ -70,7 +70,7 @@ def test_running_to_completed_must_pass_finishing() -> None:
     seq = _running(reg)
     reg.check_callback(seq.request_id, G1, JobId(7))
     with pytest.raises(IllegalTransition):
-        reg.finish(seq, S.COMPLETED, FinishReason.STOP, 0.0)
+        reg.finish(seq, S.COMPLETED, EndReason.STOP, 0.0)
 
 
 @pytest.mark.parametrize("state", [S.NEW, S.WAITING_MODEL, S.WAITING_ADMISSION, S.PREFILL_READY])
@@ -93,9 +93,9 @@ def test_cancel_while_running_only_flags_until_the_job_drains() -> None:
     assert reg.cancel(seq.request_id, 1.5) is CancelOutcome.ALREADY_REQUESTED
     assert seq.state is S.PREFILL_RUNNING and not seen
     with pytest.raises(InvariantViolation):  # cannot finish while the job holds it
-        reg.finish(seq, S.CANCELLED, FinishReason.CANCELLED, 1.6)
-    assert reg.check_callback(seq.request_id, G1, JobId(7)) is CallbackVerdict.CANCEL_DRAINED
-    assert reg.finish(seq, S.CANCELLED, FinishReason.CANCELLED, 2.0)
+        reg.finish(seq, S.CANCELLED, EndReason.CANCELLED, 1.6)
+    assert reg.check_callback(seq.request_id, G1, JobId(7)) is CallbackDisposition.CANCEL_DRAINED
+    assert reg.finish(seq, S.CANCELLED, EndReason.CANCELLED, 2.0)
     assert len(seen) == 1
 
 
@@ -103,9 +103,9 @@ def test_terminal_state_is_entered_once() -> None:
     """000 §4 rule 3: a second finish (e.g. cancel racing completion) returns False and emits nothing."""
     reg, seen = _registry()
     seq = reg.create(RequestId("r"), TenantId("t"), 0.0)
-    assert reg.finish(seq, S.FAILED, FinishReason.DEADLINE, 1.0)
-    assert not reg.finish(seq, S.CANCELLED, FinishReason.CANCELLED, 2.0)
-    assert not reg.finish(seq, S.FAILED, FinishReason.DEADLINE, 3.0)
+    assert reg.finish(seq, S.FAILED, EndReason.DEADLINE, 1.0)
+    assert not reg.finish(seq, S.CANCELLED, EndReason.CANCELLED, 2.0)
+    assert not reg.finish(seq, S.FAILED, EndReason.DEADLINE, 3.0)
     assert reg.terminal_events == 1 and len(seen) == 1
 
 
@@ -113,12 +113,12 @@ def test_stale_callbacks_are_reported_not_applied() -> None:
     """000 §4 rule 4: callbacks carry generation and job id; a mismatch is STALE and changes nothing."""
     reg, _ = _registry()
     seq = _running(reg, job=7)
-    assert reg.check_callback(seq.request_id, G2, JobId(7)) is CallbackVerdict.STALE  # old/other generation
-    assert reg.check_callback(seq.request_id, G1, JobId(6)) is CallbackVerdict.STALE  # old job
-    assert reg.check_callback(RequestId("nobody"), G1, JobId(7)) is CallbackVerdict.STALE
+    assert reg.check_callback(seq.request_id, G2, JobId(7)) is CallbackDisposition.STALE  # old/other generation
+    assert reg.check_callback(seq.request_id, G1, JobId(6)) is CallbackDisposition.STALE  # old job
+    assert reg.check_callback(RequestId("nobody"), G1, JobId(7)) is CallbackDisposition.STALE
     assert seq.current_job == 7 and seq.state is S.PREFILL_RUNNING
-    assert reg.check_callback(seq.request_id, G1, JobId(7)) is CallbackVerdict.ACCEPT
-    assert reg.check_callback(seq.request_id, G1, JobId(7)) is CallbackVerdict.STALE  # delivered twice
+    assert reg.check_callback(seq.request_id, G1, JobId(7)) is CallbackDisposition.ACCEPT
+    assert reg.check_callback(seq.request_id, G1, JobId(7)) is CallbackDisposition.STALE  # delivered twice
 
 
 def test_detached_job_makes_its_late_completion_stale() -> None:
@@ -126,8 +126,8 @@ def test_detached_job_makes_its_late_completion_stale() -> None:
     reg, _ = _registry()
     seq = _running(reg)
     assert reg.detach_job(seq) == 7
-    reg.finish(seq, S.FAILED, FinishReason.DEVICE_ERROR, 1.0)
-    assert reg.check_callback(seq.request_id, G1, JobId(7)) is CallbackVerdict.STALE
+    reg.finish(seq, S.FAILED, EndReason.DEVICE_ERROR, 1.0)
+    assert reg.check_callback(seq.request_id, G1, JobId(7)) is CallbackDisposition.STALE
 
 
 def test_generation_is_pinned() -> None:
@@ -147,7 +147,7 @@ def test_duplicate_ids_and_forgetting() -> None:
     with pytest.raises(InvariantViolation):
         reg.create(RequestId("r0"), TenantId("t"), 0.0)
     for s in seqs:
-        reg.finish(s, S.CANCELLED, FinishReason.CANCELLED, 1.0)
+        reg.finish(s, S.CANCELLED, EndReason.CANCELLED, 1.0)
     assert reg.cancel(RequestId("r0"), 2.0) is CancelOutcome.UNKNOWN  # forgotten
     assert reg.cancel(RequestId("r2"), 2.0) is CancelOutcome.ALREADY_TERMINAL
     assert len(reg) == 0

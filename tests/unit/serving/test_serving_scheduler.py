@@ -7,17 +7,18 @@ from collections import Counter
 import pytest
 
 from calctl.serving.core import (
+    AdmissionDecision,
     CancelOutcome,
     DecodeJob,
     DecodeOptions,
-    FinishReason,
-    GenerationId,
+    EndReason,
     InvariantViolation,
     JobOutcome,
     JobStatus,
     KvState,
     LaneReleased,
     LaneResult,
+    ModelGenerationId,
     ModelState,
     PrefillJob,
     RecoveryNeeded,
@@ -28,9 +29,8 @@ from calctl.serving.core import (
     TerminalEvent,
     Ticket,
     TokenEmitted,
-    Verdict,
 )
-from calctl.serving.outcomes import http_status_of_end, http_status_of_verdict
+from calctl.serving.outcomes import http_status_of_decision, http_status_of_end
 from tests.unit.serving.serving_helpers import B1, FakeClock, bprofile, make_device
 
 S = RequestState
@@ -52,7 +52,7 @@ def _terminals(events) -> dict[str, TerminalEvent]:
 def test_request_lifecycle_prefill_decode_complete(clock: FakeClock) -> None:
     """001 §9.1: PrefillReady -> PrefillRunning -> DecodeReady -> DecodeRunning ... -> Completed, KV committed per step."""
     dev = make_device(clock)
-    assert dev.add("r", prompt=10, max_tokens=3).verdict is Verdict.ADMIT
+    assert dev.add("r", prompt=10, max_tokens=3).decision is AdmissionDecision.ADMIT
     first = dev.step()
     assert isinstance(first[0], PrefillJob) and first[0].prompt_tokens == 10 and first[0].graph == "m_prefill"
     lane = first[0].kv_lane
@@ -65,7 +65,7 @@ def test_request_lifecycle_prefill_decode_complete(clock: FakeClock) -> None:
     tokens = [e for e in dev.events if isinstance(e, TokenEmitted)]
     assert [(t.index, t.token_id) for t in tokens] == [(0, 100), (1, 101), (2, 102)]
     term = _terminals(dev.events)["r"]
-    assert term.state is S.COMPLETED and term.reason is FinishReason.LENGTH and term.generated_tokens == 3
+    assert term.state is S.COMPLETED and term.reason is EndReason.LENGTH and term.generated_tokens == 3
     assert any(isinstance(e, LaneReleased) for e in dev.events)
     assert dev.sched.kv.state(lane) is KvState.FREE
 
@@ -77,7 +77,7 @@ def test_stop_token_finishes_early_and_credits_fairness(clock: FakeClock) -> Non
     dev.add("r", tenant="x", prompt=10, max_tokens=50)
     dev.run(5)
     term = _terminals(dev.events)["r"]
-    assert term.reason is FinishReason.STOP and term.generated_tokens == 2
+    assert term.reason is EndReason.STOP and term.generated_tokens == 2
     assert dev.sched.admission.fairness.served_cost(TenantId("x")) == 10 + 2
 
 
@@ -125,7 +125,7 @@ def test_timeout_quarantines_lanes_and_drops_the_late_completion(clock: FakeCloc
     dev.update(JobOutcome(job.job_id, job.generation, JobStatus.TIMEOUT, detail="Wait 5s"), clock.now)
     evs = dev.pump()
     term = _terminals(evs)["victim"]
-    assert term.state is S.FAILED and term.reason is FinishReason.DEVICE_ERROR and _end_status(term) == 503
+    assert term.state is S.FAILED and term.reason is EndReason.DEVICE_ERROR and _end_status(term) == 503
     assert [type(e) for e in evs if isinstance(e, RecoveryNeeded)] == [RecoveryNeeded]
     assert dev.sched.kv.state(job.kv_lane) is KvState.UNKNOWN
     assert dev.sched.halted and dev.sched.schedule(clock.now).jobs == ()
@@ -139,12 +139,12 @@ def test_timeout_quarantines_lanes_and_drops_the_late_completion(clock: FakeCloc
     unknown = dev.sched.retire_generation(clock.now, "board reset")
     assert job.kv_lane not in unknown and len(unknown) == 1
     evs = dev.pump()
-    assert _terminals(evs)["bystander"].reason is FinishReason.GENERATION_RETIRED
+    assert _terminals(evs)["bystander"].reason is EndReason.GENERATION_RETIRED
     assert dev.sched.kv.stats().by_state[KvState.UNKNOWN] == 2  # never handed out before recover()
     assert dev.sched.kv.state(job.kv_lane) is KvState.UNKNOWN
-    dev.sched.recover(GenerationId(2), clock.now)
+    dev.sched.recover(ModelGenerationId(2), clock.now)
     assert dev.sched.kv.free_lanes == 8 and not dev.sched.halted
-    assert dev.add("after", max_tokens=2).verdict is Verdict.ADMIT
+    assert dev.add("after", max_tokens=2).decision is AdmissionDecision.ADMIT
     dev.run(3)
     assert _terminals(dev.events)["after"].state is S.COMPLETED
     assert dev.jobs[-1].generation == 2
@@ -166,10 +166,10 @@ def test_a_release_announced_before_a_reset_is_void_after_it(clock: FakeClock) -
     with pytest.raises(InvariantViolation):
         dev.sched.confirm_kv_released(job.kv_lane)  # what the engine loop did before it asked
     dev.sched.check_invariants()
-    dev.sched.recover(GenerationId(2), clock.now)
+    dev.sched.recover(ModelGenerationId(2), clock.now)
     assert dev.sched.kv.free_lanes == 8
     assert not dev.sched.release_is_current(released[0])  # nor once the lane is Free again
-    assert dev.add("after", max_tokens=2).verdict is Verdict.ADMIT
+    assert dev.add("after", max_tokens=2).decision is AdmissionDecision.ADMIT
     dev.run(3)
     assert _terminals(dev.events)["after"].state is S.COMPLETED
 
@@ -181,7 +181,7 @@ def test_clean_failure_rolls_back_instead_of_quarantining(clock: FakeClock) -> N
     job = dev.sched.schedule(clock.now).jobs[0]
     dev.update(JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="rejected"), clock.now)
     evs = dev.pump()
-    assert _terminals(evs)["r"].reason is FinishReason.DEVICE_ERROR
+    assert _terminals(evs)["r"].reason is EndReason.DEVICE_ERROR
     assert dev.sched.kv.state(job.kv_lane) is KvState.FREE and not dev.sched.halted
 
 
@@ -195,11 +195,11 @@ def test_a_submitted_job_failing_without_a_fault_marks_its_kv_unknown(clock: Fak
         JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="OUT_OF_MEMORY", kv_unknown=True), clock.now
     )
     evs = dev.pump()
-    assert _terminals(evs)["r"].reason is FinishReason.DEVICE_ERROR
+    assert _terminals(evs)["r"].reason is EndReason.DEVICE_ERROR
     assert dev.sched.kv.state(job.kv_lane) is KvState.UNKNOWN and not dev.sched.halted
     assert not any(isinstance(e, RecoveryNeeded) for e in evs)
     dev.sched.check_invariants()
-    dev.sched.recover(GenerationId(2), clock.now)
+    dev.sched.recover(ModelGenerationId(2), clock.now)
     assert dev.sched.kv.state(job.kv_lane) is KvState.FREE
 
 
@@ -211,7 +211,7 @@ def test_stale_or_unknown_job_and_generation_tags(clock: FakeClock) -> None:
     dev.update(JobOutcome(9999, job.generation, JobStatus.OK), clock.now)  # type: ignore[arg-type]
     assert isinstance(dev.pump()[0], StaleCompletion)
     with pytest.raises(InvariantViolation):
-        dev.update(JobOutcome(job.job_id, GenerationId(7), JobStatus.OK), clock.now)
+        dev.update(JobOutcome(job.job_id, ModelGenerationId(7), JobStatus.OK), clock.now)
     with pytest.raises(InvariantViolation, match="do not match"):  # 000 §7.4 lane consistency
         dev.update(JobOutcome(job.job_id, job.generation, JobStatus.OK, (LaneResult(RequestId("zz"), 1),)), clock.now)
 
@@ -227,7 +227,7 @@ def test_deadline_expiry_frees_resources_without_running(clock: FakeClock) -> No
     dev.sched.schedule(clock.now)
     evs = dev.pump()
     term = _terminals(evs)["short-lived"]
-    assert term.reason is FinishReason.DEADLINE and term.generated_tokens == 0
+    assert term.reason is EndReason.DEADLINE and term.generated_tokens == 0
     assert dev.sched.kv.free_lanes == 7
     dev.sched.check_invariants()
 
@@ -240,17 +240,17 @@ def test_deadline_passing_while_running_fails_at_drain(clock: FakeClock) -> None
     clock.advance(1.0)
     assert dev.sched.schedule(clock.now).jobs == ()  # max_inflight 1, and r is still running
     dev.update(dev.outcome(job), clock.now)
-    assert _terminals(dev.pump())["r"].reason is FinishReason.DEADLINE
+    assert _terminals(dev.pump())["r"].reason is EndReason.DEADLINE
 
 
 def test_draining_rejects_new_and_withdraws_waiting_but_finishes_admitted(clock: FakeClock) -> None:
     """000 §12 / §5.2: Draining -> new arrivals 503, waiting requests withdrawn (503), admitted ones complete."""
     dev = make_device(clock, max_sequences=1)
     dev.add("admitted", max_tokens=3)
-    assert dev.add("waiting").verdict is Verdict.QUEUE
+    assert dev.add("waiting").decision is AdmissionDecision.QUEUE
     dev.sched.set_model_state(ModelState.DRAINING, clock.now)
     r = dev.sched.arrive(RequestId("new"), TenantId("t"), clock.now)
-    assert not isinstance(r, Ticket) and http_status_of_verdict(r.verdict) == 503
+    assert not isinstance(r, Ticket) and http_status_of_decision(r.decision) == 503
     evs = dev.pump()
     assert _end_status(_terminals(evs)["waiting"]) == 503
     dev.run(5)  # drain: the admitted request runs to completion
@@ -262,7 +262,7 @@ def test_waiting_model_until_ready(clock: FakeClock) -> None:
     """000 §2 WaitingModel: requests that arrive while the model warms up are admitted when it turns Ready."""
     dev = make_device(clock)
     dev.sched.set_model_state(ModelState.WARMING, clock.now)
-    assert dev.add("early").verdict is Verdict.QUEUE
+    assert dev.add("early").decision is AdmissionDecision.QUEUE
     assert dev.sched.registry.get(RequestId("early")).state is S.WAITING_MODEL  # type: ignore[union-attr]
     assert dev.sched.schedule(clock.now).jobs == ()
     dev.sched.set_model_state(ModelState.READY, clock.now)
@@ -346,8 +346,8 @@ def test_one_worker_overload_does_not_touch_another(clock: FakeClock) -> None:
     a.add("a0")
     a.add("a1")
     rej = a.sched.arrive(RequestId("a2"), TenantId("t"), clock.now)
-    assert not isinstance(rej, Ticket) and http_status_of_verdict(rej.verdict) == 429
-    assert b.add("b0").verdict is Verdict.ADMIT
+    assert not isinstance(rej, Ticket) and http_status_of_decision(rej.decision) == 429
+    assert b.add("b0").decision is AdmissionDecision.ADMIT
 
 
 def test_a_stop_string_is_a_real_finish_reason_not_a_cancel(clock: FakeClock) -> None:
@@ -359,7 +359,7 @@ def test_a_stop_string_is_a_real_finish_reason_not_a_cancel(clock: FakeClock) ->
     assert seq is not None and seq.state is S.DECODE_READY
     assert dev.sched.stop(RequestId("r"), clock.now) is CancelOutcome.CANCELLED
     term = _terminals(dev.pump())["r"]
-    assert term.state is S.COMPLETED and term.reason is FinishReason.STOP and term.detail == "stop string"
+    assert term.state is S.COMPLETED and term.reason is EndReason.STOP and term.detail == "stop string"
     assert _end_status(term) is None
     assert dev.sched.stop(RequestId("r"), clock.now) is CancelOutcome.ALREADY_TERMINAL
     dev.sched.check_invariants()
@@ -378,7 +378,7 @@ def test_a_stop_string_while_running_completes_when_the_job_drains(clock: FakeCl
     evs = dev.pump()
     assert not [e for e in evs if isinstance(e, TokenEmitted)]  # the step after the stop is not output
     term = _terminals(evs)["r"]
-    assert term.state is S.COMPLETED and term.reason is FinishReason.STOP and term.generated_tokens == 2
+    assert term.state is S.COMPLETED and term.reason is EndReason.STOP and term.generated_tokens == 2
     dev.sched.check_invariants()
 
 
@@ -392,7 +392,7 @@ def test_a_stop_string_survives_a_failed_last_step(clock: FakeClock, status: Job
     dev.sched.stop(RequestId("r"), clock.now)
     dev.update(dev.outcome(job, status), clock.now)
     term = _terminals(dev.pump())["r"]
-    assert term.state is S.COMPLETED and term.reason is FinishReason.STOP
+    assert term.state is S.COMPLETED and term.reason is EndReason.STOP
 
 
 def test_batching_window_with_measured_step_never_lets_the_earliest_deadline_expire(clock: FakeClock) -> None:
@@ -422,7 +422,7 @@ def test_batching_window_with_measured_step_never_lets_the_earliest_deadline_exp
         finished.update(_terminals(dev.pump()))
         if "urgent" in finished:
             break
-    assert finished["urgent"].reason is FinishReason.LENGTH
+    assert finished["urgent"].reason is EndReason.LENGTH
     dev.sched.check_invariants()
 
 
@@ -437,20 +437,20 @@ def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> No
 
     dev = make_device(clock, max_sequences=1)
     dev.add("holder", max_tokens=50)
-    assert dev.add("queued", deadline_s=0.5).verdict is Verdict.QUEUE
+    assert dev.add("queued", deadline_s=0.5).decision is AdmissionDecision.QUEUE
     clock.advance(1.0)
     dev.sched.schedule(clock.now)
     queued = _terminals(dev.pump())["queued"]
-    assert queued.reason is FinishReason.REJECTED_CAPACITY and _end_status(queued) == 429
+    assert queued.reason is EndReason.REJECTED_CAPACITY and _end_status(queued) == 429
     assert "expired while queued for admission" in queued.detail and queued.retry_after_s is not None
 
     loading = make_device(clock)
     loading.sched.set_model_state(ModelState.WARMING, clock.now)
-    assert loading.add("early", deadline_s=0.5).verdict is Verdict.QUEUE
+    assert loading.add("early", deadline_s=0.5).decision is AdmissionDecision.QUEUE
     clock.advance(1.0)
     loading.sched.schedule(clock.now)
     early = _terminals(loading.pump())["early"]
-    assert early.reason is FinishReason.REJECTED_UNAVAILABLE and _end_status(early) == 503
+    assert early.reason is EndReason.REJECTED_UNAVAILABLE and _end_status(early) == 503
     assert ENDINGS[early.reason].before_output is RejectCode.UNAVAILABLE and "Warming" in early.detail
 
     admitted = make_device(clock, max_inflight_jobs=1)
@@ -461,7 +461,7 @@ def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> No
     admitted.update(admitted.outcome(job), clock.now)
     admitted.sched.schedule(clock.now)
     second = _terminals(admitted.pump())["second"]
-    assert second.reason is FinishReason.DEADLINE and second.generated_tokens == 0
+    assert second.reason is EndReason.DEADLINE and second.generated_tokens == 0
     assert _end_status(second) == 503 and ENDINGS[second.reason].before_output is RejectCode.DEADLINE
     assert outcomes.rejection(RejectCode.DEADLINE).code.value == "deadline_exceeded"
     assert outcomes.public_error(Outcome.DEADLINE.value)[0] == "deadline_exceeded"  # after output began
@@ -481,26 +481,26 @@ def test_long_prefill_quota_caps_waiting_and_running_long_prompts(clock: FakeClo
         prefill_thresholds=PrefillThresholds(64, 512),
         long_prefill=LongPrefillQuota(max_waiting=2, max_running=1),
     )
-    dev = FakeDevice(Scheduler(settings, generation=GenerationId(1)), clock)
-    assert dev.add("long-1", prompt=1000).verdict is Verdict.ADMIT
-    assert dev.add("long-2", prompt=1000).verdict is Verdict.ADMIT
+    dev = FakeDevice(Scheduler(settings, generation=ModelGenerationId(1)), clock)
+    assert dev.add("long-1", prompt=1000).decision is AdmissionDecision.ADMIT
+    assert dev.add("long-2", prompt=1000).decision is AdmissionDecision.ADMIT
     refused = dev.add("long-3", prompt=1000)
-    assert refused.verdict is Verdict.REJECT_CAPACITY and http_status_of_verdict(refused.verdict) == 429
+    assert refused.decision is AdmissionDecision.REJECT_CAPACITY and http_status_of_decision(refused.decision) == 429
     assert "long-prefill quota: 2 prompts over 512 tokens" in refused.reason and refused.retry_after_s
-    assert _terminals(dev.pump())["long-3"].reason is FinishReason.REJECTED_CAPACITY
-    assert dev.add("short", prompt=10).verdict is Verdict.ADMIT  # the quota is for long prompts only
+    assert _terminals(dev.pump())["long-3"].reason is EndReason.REJECTED_CAPACITY
+    assert dev.add("short", prompt=10).decision is AdmissionDecision.ADMIT  # the quota is for long prompts only
     out = dev.sched.schedule(clock.now)
     kinds = sorted(j.queue.value for j in out.jobs)
     assert len(out.jobs) == 2 and kinds.count("long") == 1, kinds  # max_running 1 of 2 in flight
     dev.sched.check_invariants()
     # long-1 started its prefill: it no longer waits, so another long prompt fits the quota again.
-    assert dev.add("long-4", prompt=1000).verdict is Verdict.ADMIT
-    assert dev.add("long-5", prompt=1000).verdict is Verdict.REJECT_CAPACITY
+    assert dev.add("long-4", prompt=1000).decision is AdmissionDecision.ADMIT
+    assert dev.add("long-5", prompt=1000).decision is AdmissionDecision.REJECT_CAPACITY
     # An invalid long prompt is still the 400 admission gives, not the quota's 429.
-    assert dev.add("too-long", prompt=5000).verdict is Verdict.REJECT_INVALID
+    assert dev.add("too-long", prompt=5000).decision is AdmissionDecision.REJECT_INVALID
     for job in out.jobs:
         dev.update(dev.outcome(job), clock.now)
     dev.run(40)
     ends = _terminals(dev.events)
-    assert all(ends[r].reason is FinishReason.LENGTH for r in ("long-1", "long-2", "short", "long-4"))
+    assert all(ends[r].reason is EndReason.LENGTH for r in ("long-1", "long-2", "short", "long-4"))
     dev.sched.check_invariants()

@@ -1,4 +1,4 @@
-"""A scripted, in-memory implementation of :class:`calctl.serving.protocol.Engine` for the HTTP tests.
+"""A scripted, in-memory implementation of :class:`calctl.serving.protocol.EngineClient` for the HTTP tests.
 
 Imported as ``fake_engine``. It is faithful where the API can tell the
 difference: real :class:`TextCodec` objects built from the combined sample
@@ -261,7 +261,7 @@ class FakeStream:
 
 
 class FakeEngine:
-    """The :class:`Engine` protocol over scripted streams; ``calls`` records every method the API called."""
+    """The :class:`EngineClient` protocol over scripted streams; ``calls`` records every method the API called."""
 
     def __init__(self, states: Mapping[str, str] | None = None) -> None:
         self.states: dict[str, str] = dict(states or {alias: "Ready" for alias in ALIASES})
