@@ -143,7 +143,7 @@ def serve(
     import math
     import os
 
-    from calctl.serving import server as serving_server
+    from calctl.serving import launch as serving_launch
 
     if not math.isfinite(records_max_mb) or int(records_max_mb * 2**20) <= 0:
         raise UsageError(f"--records-max-mb {records_max_mb:g}: expected a positive, finite size in MiB")
@@ -159,10 +159,10 @@ def serve(
     if fault_plan:
         mock["fault_plan"] = fault_plan
     # The port first: a port in use is a usage error before the board is opened or the package loaded.
-    listener = serving_server.preflight(host, port, api_keys=keys, device=device.value, mock=mock)
+    listener = serving_launch.preflight(host, port, api_keys=keys, device=device.value, mock=mock)
     try:
         path, policy, _ = resolve_package(pkg, trusted_key, allow_unsigned)
-        opts = serving_server.ServeOptions(
+        opts = serving_launch.ServeOptions(
             package=path,
             trust=policy,
             config=config,
@@ -184,7 +184,7 @@ def serve(
             drain_grace_s=drain_grace,
             log_level=log_level,
         )
-        result = serving_server.run(opts, info=_output.info, listener=listener)
+        result = serving_launch.run(opts, info=_output.info, listener=listener)
     finally:
         listener.close()
     if result.signal is not None:

@@ -56,7 +56,7 @@ def test_the_listener_lets_asyncio_disable_nagle() -> None:
     ACK. The listener says IPPROTO_TCP, so every connection uvicorn accepts from it has TCP_NODELAY."""
     import asyncio
 
-    from calctl.serving.server import bind_listener
+    from calctl.serving.launch import bind_listener
 
     listener = bind_listener("127.0.0.1", 0)
     assert listener.proto == socket.IPPROTO_TCP

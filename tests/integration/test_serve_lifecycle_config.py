@@ -14,7 +14,7 @@ from calctl.runtime import open_runtime
 from calctl.serving.config import ConfigFieldError, load_dual_model_config, load_scheduler_config
 from calctl.serving.engine import DeviceSupervisor, SupervisorOptions
 from calctl.serving.engine.supervisor import LoadPolicy
-from calctl.serving.server import load_scheduler_files
+from calctl.serving.launch import load_scheduler_files
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
 from tests.integration.serve_harness import COMBINED, dual_config

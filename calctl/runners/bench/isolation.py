@@ -24,7 +24,7 @@ in-process on ``options.device`` (the mock by default, or ``--device calrt``):
    sequence id crosstalk"; §17 G2 "no buffer/KV/job crosstalk"), each counted
    pass/fail (:data:`CHECKS`): every output against the reference; every token
    from the submitting alias's generation; the engine's per-request and
-   per-job records (``calctl.serving.records``) naming the submitting alias,
+   per-job records (``calctl.serving.record_sink``) naming the submitting alias,
    its chip and generation; every traced job on its alias's chip; at the end
    the KV lanes, the device's KV sequences and per-chip memory back where they
    were before the run.
@@ -109,7 +109,7 @@ from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOpt
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.outcomes import RequestOutcome
 from calctl.serving.protocol import GenerationRequest, SamplingParams
-from calctl.serving.records import RECORDS_FILE, RecordSink
+from calctl.serving.record_sink import RECORDS_FILE, RecordSink
 
 Log = Callable[[str], None]
 

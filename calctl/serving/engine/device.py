@@ -43,7 +43,7 @@ from calctl.serving.core.scheduler import DecodeJob, JobOutcome, JobStatus, Pref
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.modes import BankSlots, SlotConflict
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
-from calctl.serving.records import job_phases, ms
+from calctl.serving.record_sink import job_phases, ms
 
 log = logging.getLogger("calctl.serve")
 Clock = Callable[[], float]
@@ -571,7 +571,7 @@ class DeviceExecutor:
     def _record_job(
         self, inf: Inflight, status: str, res: JobResult | None, kv_before: list[int | None] | None
     ) -> None:
-        """001 §14's per-job record (calctl.serving.records), always kept by the flight recorder. Phases come
+        """001 §14's per-job record (calctl.serving.record_sink), always kept by the flight recorder. Phases come
         from the runtime's own trace, read only when records are written (a kept-only record gets them from
         the recovery evidence's trace window); a runtime that reports none gives null, never a made-up split."""
         rt = self.rt

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from calctl.runtime.types import TELEMETRY_FIELDS, ChipTelemetry
 from calctl.serving.config import ExecutorMode
-from calctl.serving.records import RecordSink
+from calctl.serving.record_sink import RecordSink
 
 # Latency buckets from 5 ms to 480 s (000 §16: long prefills and queue waits must stay visible).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 240, 480)
@@ -27,7 +27,7 @@ FILL_BUCKETS = (0.0625, 0.125, 0.25, 0.5, 0.75, 1.0)
 
 class EngineMetrics:
     def __init__(self, records: RecordSink | None = None) -> None:
-        # 001 §14 per-request and per-job NDJSON records (calctl.serving.records); disabled by default.
+        # 001 §14 per-request and per-job NDJSON records (calctl.serving.record_sink); disabled by default.
         self.records = records or RecordSink()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry

@@ -45,7 +45,7 @@ from calctl.serving.engine.sampling import sample_token
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.outcomes import ENDINGS, Ending, Outcome, public_before_output
 from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
-from calctl.serving.records import ms
+from calctl.serving.record_sink import ms
 from calctl.serving.text import TextCodec
 
 log = logging.getLogger("calctl.serve")
@@ -226,7 +226,7 @@ class OutputProcessor:
         )
 
     def _record_request(self, ev: TerminalEvent, ctx: RequestContext, end: Ending, now: float) -> None:
-        """001 §14's per-request record (calctl.serving.records): internal, so it may name the chips."""
+        """001 §14's per-request record (calctl.serving.record_sink): internal, so it may name the chips."""
         first, last = ctx.first_token_at, ctx.last_token_at
         tpot = (last - first) / (ctx.tokens - 1) if first is not None and last is not None and ctx.tokens > 1 else None
         self._metrics.records.request(

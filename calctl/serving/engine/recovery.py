@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from calctl import records
 from calctl.runtime.errors import RuntimeStatus
-from calctl.serving.records import job_phases
+from calctl.serving.record_sink import job_phases
 
 if TYPE_CHECKING:
     from calctl.serving.config import DualRecoveryConfig, SchedulerConfig

@@ -1,4 +1,4 @@
-"""001 §14 per-request and per-job NDJSON records: the sink (calctl.serving.records)."""
+"""001 §14 per-request and per-job NDJSON records: the sink (calctl.serving.record_sink)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from calctl.errors import UsageError
-from calctl.serving.records import JOB_FIELDS, RECORDS_FILE, REQUEST_FIELDS, RecordSink
+from calctl.serving.record_sink import JOB_FIELDS, RECORDS_FILE, REQUEST_FIELDS, RecordSink
 
 
 def test_a_request_record_has_every_field_and_null_for_unknown() -> None:

@@ -33,7 +33,7 @@ from types import FrameType
 from typing import Any
 
 from calctl.errors import StepTimeout, UsageError
-from calctl.serving.records import DEFAULT_MAX_BYTES, RecordSink
+from calctl.serving.record_sink import DEFAULT_MAX_BYTES, RecordSink
 from calctl.signing.policy import TrustPolicy
 
 
