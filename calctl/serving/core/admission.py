@@ -26,7 +26,7 @@ at its active-sequence cap steps aside without blocking the others.
 
 This module does not release KV lanes (the scheduler does, after the device
 drains), does not run timers (``now`` is an argument) and knows nothing of HTTP
-beyond the status code each verdict maps to.
+beyond the status code each decision maps to.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from calctl.serving.core.kv import KvLaneManager
 
 
 class ModelState(enum.Enum):
-    """000 §10 ``ModelState`` of the generation a worker serves (001 §11.1)."""
+    """000 §10 ``ModelState`` of the generation an alias serves (001 §11.1)."""
 
     # Members are singletons compared by identity; hashing by identity keeps the hot-path
     # set/dict lookups in C (Enum's default __hash__ is a Python-level function).
@@ -106,7 +106,7 @@ class AdmissionResult:
 
 @dataclass(frozen=True, slots=True)
 class CapacityBudget:
-    """000 §5.1 ``CapacityBudget`` of one model worker."""
+    """000 §5.1 ``CapacityBudget`` of one alias (its engine core)."""
 
     max_sequences: int
     max_kv_tokens: int
@@ -150,7 +150,7 @@ class TenantPolicy:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionPolicy:
-    """Fixed admission parameters of one worker (000 §5, §15 ``admission``; 001 §9.2)."""
+    """Fixed admission parameters of one alias (000 §5, §15 ``admission``; 001 §9.2)."""
 
     context_limit: int  # prompt + max_tokens must fit (model context, graph max_seq, config)
     deadline_default_s: float  # the server default; a client may only lower it
@@ -266,7 +266,7 @@ def _ms(seconds: float) -> str:
 
 
 class AdmissionController:
-    """Admission for one model worker: 000 §5.1 budget, §5.2 results, §5.3 fairness; 001 §9.2."""
+    """Admission for one alias: 000 §5.1 budget, §5.2 results, §5.3 fairness; 001 §9.2."""
 
     def __init__(
         self,
@@ -334,10 +334,8 @@ class AdmissionController:
         if self.model_state in UNAVAILABLE_STATES:
             return self._unavailable()
         if self._waiting >= self.budget.max_waiting_requests:
-            return AdmissionResult(
-                AdmissionDecision.REJECT_CAPACITY,
-                f"{self._waiting} requests already waiting (max_waiting_requests {self.budget.max_waiting_requests})",
-                retry_after_s=self.policy.retry_after_s,
+            return self._full(
+                f"{self._waiting} requests already waiting (max_waiting_requests {self.budget.max_waiting_requests})"
             )
         ts = self._tenant(tenant)
         if ts.policy.qps is not None:
@@ -372,11 +370,7 @@ class AdmissionController:
         entry = self._entries.get(ticket.request_id)
         if entry is None or entry.phase is not _Phase.ARRIVED:
             # The ticket expired or was withdrawn while the prompt was being counted.
-            return AdmissionResult(
-                AdmissionDecision.REJECT_CAPACITY,
-                "the arrival reservation expired or was withdrawn before the prompt was counted",
-                retry_after_s=self.policy.retry_after_s,
-            )
+            return self._full("the arrival reservation expired or was withdrawn before the prompt was counted")
         result = self._validate(prompt_tokens, max_tokens, deadline_s)
         if result is None and self.model_state in UNAVAILABLE_STATES:
             result = self._unavailable()
@@ -388,11 +382,9 @@ class AdmissionController:
                 else min(deadline_s, self.policy.deadline_default_s)
             )
             if now >= entry.deadline:
-                result = AdmissionResult(
-                    AdmissionDecision.REJECT_CAPACITY,
+                result = self._full(
                     f"deadline of {_ms(entry.deadline - ticket.arrived_at)} expired before admission "
-                    f"(request arrived {_ms(now - ticket.arrived_at)} ago)",
-                    retry_after_s=self.policy.retry_after_s,
+                    f"(request arrived {_ms(now - ticket.arrived_at)} ago)"
                 )
         if result is not None:
             self._release(entry, 0, 0)
@@ -419,20 +411,16 @@ class AdmissionController:
         limit = ts.policy.max_waiting_tokens
         if limit is not None and ts.waiting_tokens + prompt_tokens > limit:
             self._release(entry, 0, 0)
-            return AdmissionResult(
-                AdmissionDecision.REJECT_CAPACITY,
+            return self._full(
                 f"tenant {entry.tenant!r} has {ts.waiting_tokens} waiting prompt tokens + {prompt_tokens} "
-                f"exceeds its limit {limit}",
-                retry_after_s=self.policy.retry_after_s,
+                f"exceeds its limit {limit}"
             )
         cap = self.budget.max_waiting_prompt_tokens
         if self._waiting_tokens + prompt_tokens > cap:
             self._release(entry, 0, 0)
-            return AdmissionResult(
-                AdmissionDecision.REJECT_CAPACITY,
+            return self._full(
                 f"{self._waiting_tokens} waiting prompt tokens + {prompt_tokens} exceeds "
-                f"max_waiting_prompt_tokens {cap}",
-                retry_after_s=self.policy.retry_after_s,
+                f"max_waiting_prompt_tokens {cap}"
             )
         entry.phase = _Phase.QUEUED
         self._queued += 1
@@ -506,12 +494,12 @@ class AdmissionController:
     def expire(self, now: float) -> list[tuple[RequestId, AdmissionResult]]:
         """Withdraw tickets and queued requests whose deadline has passed (rolled back, refused with a reason).
 
-        The verdict is what kept them from admission (000 §5.2): RejectCapacity (429) while the model is
+        The decision is what kept them from admission (000 §5.2): RejectCapacity (429) while the model is
         Ready (the budget or queue never freed up in time), RejectUnavailable (503) while it loads or
         recovers (they waited for the model, not for room)."""
         out: list[tuple[RequestId, AdmissionResult]] = []
         heap = self._deadlines
-        verdict = (
+        decision = (
             AdmissionDecision.REJECT_CAPACITY
             if self.model_state is ModelState.READY
             else AdmissionDecision.REJECT_UNAVAILABLE
@@ -527,10 +515,12 @@ class AdmissionController:
                 (
                     rid,
                     AdmissionResult(
-                        verdict,
+                        decision,
                         f"deadline of {_ms(deadline - entry.arrived_at)} expired {what}"
                         + (
-                            "" if verdict is AdmissionDecision.REJECT_CAPACITY else f" (model {self.model_state.value})"
+                            ""
+                            if decision is AdmissionDecision.REJECT_CAPACITY
+                            else f" (model {self.model_state.value})"
                         ),
                         retry_after_s=self.policy.retry_after_s,
                     ),
@@ -653,6 +643,10 @@ class AdmissionController:
                 field="timeout",
             )
         return None
+
+    def _full(self, reason: str) -> AdmissionResult:
+        """RejectCapacity (000 §5.2): a queue or token budget is full; ``reason`` states the numbers."""
+        return AdmissionResult(AdmissionDecision.REJECT_CAPACITY, reason, retry_after_s=self.policy.retry_after_s)
 
     def _unavailable(self) -> AdmissionResult:
         return AdmissionResult(

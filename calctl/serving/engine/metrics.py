@@ -9,6 +9,7 @@ A per-chip figure the runtime cannot give is NaN, never 0 (001 §14).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 
@@ -30,132 +31,86 @@ class EngineMetrics:
         # 001 §14 per-request and per-job NDJSON records (calctl.serving.record_sink); disabled by default.
         self.records = records or RecordSink()
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter(
-            "calctl_requests_total", "Requests by terminal outcome.", ["model", "outcome"], registry=r
+        # Every family registers here; latency histograms share LATENCY_BUCKETS unless they say otherwise.
+        counter = functools.partial(Counter, registry=self.registry)
+        gauge = functools.partial(Gauge, registry=self.registry)
+        histogram = functools.partial(Histogram, registry=self.registry, buckets=LATENCY_BUCKETS)
+        self.requests = counter("calctl_requests_total", "Requests by terminal outcome.", ["model", "outcome"])
+        self.admission = counter(
+            "calctl_admission_decisions_total", "Admission decisions (000 §5.2).", ["model", "verdict"]
         )
-        self.admission = Counter(
-            "calctl_admission_decisions_total", "Admission decisions (000 §5.2).", ["model", "verdict"], registry=r
+        self.tokens = counter("calctl_generated_tokens_total", "Tokens delivered to clients.", ["model"])
+        self.prompt_tokens = counter("calctl_prompt_tokens_total", "Prompt tokens admitted.", ["model"])
+        self.tenant_tokens = counter(
+            "calctl_tenant_service_tokens_total", "Tokens served per tenant (000 §5.3).", ["model", "tenant"]
         )
-        self.tokens = Counter("calctl_generated_tokens_total", "Tokens delivered to clients.", ["model"], registry=r)
-        self.prompt_tokens = Counter("calctl_prompt_tokens_total", "Prompt tokens admitted.", ["model"], registry=r)
-        self.tenant_tokens = Counter(
-            "calctl_tenant_service_tokens_total",
-            "Tokens served per tenant (000 §5.3).",
-            ["model", "tenant"],
-            registry=r,
-        )
-        self.jobs = Counter(
-            "calctl_jobs_total", "Device jobs by graph kind and result.", ["model", "graph", "result"], registry=r
-        )
-        self.device_errors = Counter(
-            "calctl_device_errors_total", "Runtime errors by class.", ["model", "error"], registry=r
-        )
-        self.jobs_submitted = Counter(
+        self.jobs = counter("calctl_jobs_total", "Device jobs by graph kind and result.", ["model", "graph", "result"])
+        self.device_errors = counter("calctl_device_errors_total", "Runtime errors by class.", ["model", "error"])
+        self.jobs_submitted = counter(
             "calctl_jobs_submitted_total",
             "Device jobs the runtime accepted, per model and chip (the host side of the chip's job counters).",
             ["model", "chip"],
-            registry=r,
         )
-        self.submit_busy = Counter(
-            "calctl_submit_busy_retries_total", "DeviceBusy at submit, retried with backoff.", ["model"], registry=r
+        self.submit_busy = counter(
+            "calctl_submit_busy_retries_total", "DeviceBusy at submit, retried with backoff.", ["model"]
         )
-        self.stale = Counter(
-            "calctl_stale_completions_total", "Completions dropped as stale (000 §4).", ["model"], registry=r
+        self.stale = counter("calctl_stale_completions_total", "Completions dropped as stale (000 §4).", ["model"])
+        self.recoveries = counter(
+            "calctl_recoveries_total", "Recoveries by fault and reset scope.", ["model", "reason", "scope"]
         )
-        self.recoveries = Counter(
-            "calctl_recoveries_total", "Recoveries by fault and reset scope.", ["model", "reason", "scope"], registry=r
+        self.lifecycle = histogram(
+            "calctl_lifecycle_duration_seconds", "Load/configure/warmup/drain/unload durations.", ["model", "phase"]
         )
-        self.lifecycle = Histogram(
-            "calctl_lifecycle_duration_seconds",
-            "Load/configure/warmup/drain/unload durations.",
-            ["model", "phase"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.ttft = histogram("calctl_ttft_seconds", "Time to first token.", ["model"])
+        self.tpot = histogram("calctl_tpot_seconds", "Time per output token after the first.", ["model"])
+        self.queue_time = histogram("calctl_queue_time_seconds", "Arrival to first device job.", ["model"])
+        self.e2e = histogram("calctl_e2e_seconds", "Arrival to terminal event.", ["model"])
+        self.job_seconds = histogram(
+            "calctl_job_duration_seconds", "Device job duration (submit to completion).", ["model", "graph"]
         )
-        self.ttft = Histogram(
-            "calctl_ttft_seconds", "Time to first token.", ["model"], buckets=LATENCY_BUCKETS, registry=r
-        )
-        self.tpot = Histogram(
-            "calctl_tpot_seconds",
-            "Time per output token after the first.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.queue_time = Histogram(
-            "calctl_queue_time_seconds", "Arrival to first device job.", ["model"], buckets=LATENCY_BUCKETS, registry=r
-        )
-        self.e2e = Histogram(
-            "calctl_e2e_seconds", "Arrival to terminal event.", ["model"], buckets=LATENCY_BUCKETS, registry=r
-        )
-        self.job_seconds = Histogram(
-            "calctl_job_duration_seconds",
-            "Device job duration (submit to completion).",
-            ["model", "graph"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.batch_fill = Histogram(
-            "calctl_batch_fill_ratio",
-            "Active lanes / compiled batch (000 §16).",
-            ["model"],
-            buckets=FILL_BUCKETS,
-            registry=r,
+        self.batch_fill = histogram(
+            "calctl_batch_fill_ratio", "Active lanes / compiled batch (000 §16).", ["model"], buckets=FILL_BUCKETS
         )
         # 000 §16 batch metrics: what the last decode job ran, and the padding lanes executed for nothing.
-        self.compiled_batch = Gauge(
-            "calctl_decode_compiled_batch", "Compiled batch of the last decode job.", ["model"], registry=r
-        )
-        self.active_lanes = Gauge(
-            "calctl_decode_active_lanes", "Active lanes of the last decode job.", ["model"], registry=r
-        )
-        self.lane_waste = Counter(
+        self.compiled_batch = gauge("calctl_decode_compiled_batch", "Compiled batch of the last decode job.", ["model"])
+        self.active_lanes = gauge("calctl_decode_active_lanes", "Active lanes of the last decode job.", ["model"])
+        self.lane_waste = counter(
             "calctl_decode_lane_waste_total",
             "Decode lanes run without a request (compiled batch - active lanes), summed over jobs (000 §16).",
             ["model"],
-            registry=r,
         )
         # 000 §16 batch wait: how long the batching window held ready decode lanes before a decode job ran.
-        self.batch_wait = Histogram(
+        self.batch_wait = histogram(
             "calctl_decode_batch_wait_seconds",
             "How long the batching window had been open when a decode batch fired (000 §7.2 rule 4).",
             ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
         )
         # 000 §16 KV free latency: one released lane's runtime sequence freed and its lane confirmed Free.
-        self.kv_free = Histogram(
+        self.kv_free = histogram(
             "calctl_kv_free_latency_seconds",
             "Time to free a released KV lane (runtime free + scheduler confirm).",
             ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
         )
         # 000 §16 fairness: a request whose deadline expired before it ever got a device job.
-        self.starvation = Counter(
+        self.starvation = counter(
             "calctl_starvation_events_total",
             "Requests whose deadline expired before their first device job, by prefill class (000 §16).",
             ["model", "queue"],
-            registry=r,
         )
         # 000 §16 recovery time: fault reported to recovery finished (the supervisor's RecoveryRecord).
-        self.recovery_time = Histogram(
+        self.recovery_time = histogram(
             "calctl_recovery_duration_seconds",
             "Recovery duration per affected model, by reset scope and result.",
             ["model", "scope", "result"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.downgrades = Counter(
-            "calctl_executor_downgrades_total", "Executor mode downgrades (000 §14).", ["model", "reason"], registry=r
+        self.downgrades = counter(
+            "calctl_executor_downgrades_total", "Executor mode downgrades (000 §14).", ["model", "reason"]
         )
         # Internal only (/metrics is never proxied publicly): which board this process owns (000 §3).
-        self.board_info = Gauge(
+        self.board_info = gauge(
             "calctl_board_info",
             "1 for the board this process owns (one process per board, 000 §3).",
             ["board", "device"],
-            registry=r,
         )
 
     def add_collector(self, collector: Collector) -> None:
