@@ -2,7 +2,7 @@
 
 Two YAML documents, each with a JSON Schema in ``calctl/schemas/``:
 
-* ``calculet-scheduler/v1`` (000 §15): one model worker's admission budgets,
+* ``calculet-scheduler/v1`` (000 §15): one alias's admission budgets (its engine core),
   queue weights and thresholds, batch profiles, executor and recovery knobs,
   plus an optional ``tenants`` map (weights and quotas, 000 §5.3);
 * ``calculet-dual-model/v1`` (001 §10.4): which alias runs on which chip with
@@ -103,7 +103,7 @@ class BatchConfig:
 
 
 class ExecutorMode(str, enum.Enum):
-    """How a worker drives its chip (000 §14, §19 M1/M2; docs/executor.md)."""
+    """How an engine core drives its chip (000 §14, §19 M1/M2; docs/executor.md)."""
 
     SYNC = "sync"  # submit, then wait inline for that job: nothing overlaps (the baseline)
     ASYNC = "async"  # one job in flight, completions on their own thread

@@ -243,7 +243,7 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
                 ApiSettings(api_keys=opts.api_keys, admin_keys=opts.admin_keys, metrics_public=opts.metrics_public),
             )
             info(
-                f"serving {', '.join(sup.workers)} from {opts.package} on http://{opts.host}:{port}, board "
+                f"serving {', '.join(sup.cores)} from {opts.package} on http://{opts.host}:{port}, board "
                 f"{board.board} ({rt.kind.value} device"
                 + (
                     ": mock results are not hardware evidence)"

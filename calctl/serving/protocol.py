@@ -81,7 +81,7 @@ class TokenEvent:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     # The ModelGeneration whose device job produced this token (000 §10, 001 §13.1 "no completion from an
-    # old generation is delivered"). Filled by the engine's worker; None from engines that do not tag
+    # old generation is delivered"). Filled by the alias's engine core; None from engines that do not tag
     # tokens. The soak checks it against the generation the request was admitted under (docs/soak.md).
     generation: int | None = None
     # On the terminal event: the engine's :class:`calctl.serving.outcomes.Outcome` value (``stop``,

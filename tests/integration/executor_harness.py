@@ -56,7 +56,7 @@ class Harness:
 
     @property
     def worker(self) -> EngineCore:
-        return self.supervisor.workers[ALIAS]
+        return self.supervisor.cores[ALIAS]
 
     def request(self, request_id: str, max_tokens: int = len(GOLDEN)) -> GenerationRequest:
         """A greedy request for the golden prompt that ignores EOS."""

@@ -1,5 +1,5 @@
 """Executor modes of the engine core on the mock board (000 §14, §15): what each mode submits, what the monitor reacts to,
-and that going back to ping/pong is an operator action. The engine is real (supervisor, worker, core, mock);
+and that going back to ping/pong is an operator action. The engine is real (supervisor, engine core, mock);
 time scales are small, and nothing here asserts a duration."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Issue 8 acceptance: `calctl serve` on the mock board (001 §4, §9–§11, §14; 000 §4, §5, §10–§12, §16–§17).
 
-Every test runs the real engine (supervisor, workers, core scheduler, mock
+Every test runs the real engine (supervisor, engine cores, core scheduler, mock
 runtime) behind uvicorn on loopback. Loads are bounded in count and time.
 """
 
@@ -107,7 +107,7 @@ def test_over_capacity_is_429_with_retry_after(tmp_path: Path) -> None:
 def test_reload_gives_503_to_new_requests_while_inflight_finish() -> None:
     """000 §11–§12: reload drains (new -> 503) and in-flight requests finish; then a new generation serves."""
     with serving(time_scale=1.0) as s:
-        worker = s.supervisor.workers["model-a"]
+        worker = s.supervisor.cores["model-a"]
         gen_before = worker.generation
         result: dict[str, object] = {}
 
@@ -235,8 +235,8 @@ def test_thousand_requests_with_cancel_deadline_disconnect_and_shutdown(monkeypa
                 await asyncio.sleep(rng.random() * 0.02)
                 rid_task = task
                 await asyncio.sleep(0)
-                # Cancel by request id where we know it: fetch ids from live workers (operator DELETE path).
-                for w in list(served.supervisor.workers.values()):
+                # Cancel by request id where we know it: fetch ids from live engine cores (operator DELETE path).
+                for w in list(served.supervisor.cores.values()):
                     ids = list(w._known)  # ids the core holds (a copy; the core's thread owns the set)
                     for rid in ids[:1]:
                         await c.delete(f"{url}/internal/requests/{rid}")
@@ -268,7 +268,7 @@ def test_thousand_requests_with_cancel_deadline_disconnect_and_shutdown(monkeypa
         asyncio.run(run(s.url))
         # After shutdown: every request reached its terminal state exactly once; nothing leaked.
         assert terminals and max(terminals.values()) == 1, terminals.most_common(3)
-        for w in s.supervisor.workers.values():
+        for w in s.supervisor.cores.values():
             w._sched.check_invariants()
             stats = w._sched.stats()
             assert stats.inflight_jobs == 0 and stats.quarantined_jobs == 0

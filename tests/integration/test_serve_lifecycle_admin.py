@@ -143,12 +143,12 @@ def test_an_unload_that_leaves_memory_in_use_is_failed_and_says_where(tmp_path: 
         assert out["device_check"]["ok"] is False
         assert any("1048576 bytes still in use" in p for p in out["device_check"]["problems"]), out
         assert "unload left the device unclean" in out["detail"]
-        assert sup.workers["model-a"].state.value == "Failed"
+        assert sup.cores["model-a"].state.value == "Failed"
     # Report-only (the soak runner's setting: it judges the drift across cycles): the check is still there.
     with _served(fail_unclean=False, fault_plan=plan) as (url, sup):
         r = _admin(url, "unload")
         assert r.status_code == 200 and r.json()["device_check"]["ok"] is False, r.text
-        assert sup.workers["model-a"].state.value == "Unloaded"
+        assert sup.cores["model-a"].state.value == "Unloaded"
 
 
 def test_a_fifo_under_a_root_is_refused_without_blocking_the_lifecycle(tmp_path: Path) -> None:
@@ -192,7 +192,7 @@ def test_a_configure_the_device_refuses_ends_failed_with_the_reason_not_configur
         r = _admin(url, action)
         assert r.status_code == 409, r.text
         assert "chip 0 is faulted" in r.json()["detail"], r.text
-        states = {a: w.state.value for a, w in sup.workers.items()}
+        states = {a: w.state.value for a, w in sup.cores.items()}
         assert states == {"model-a": "Failed", "model-b": "Failed"}, states
         ready = httpx.get(f"{url}/health/ready").json()
         assert all("chip 0 is faulted" in ready["failed"][a] for a in ("model-a", "model-b")), ready
@@ -220,7 +220,7 @@ def test_a_reload_checked_while_an_unload_ran_does_not_undo_it(tmp_path: Path) -
         r = _admin(url, "reload", {"package": str(other)})
         assert unloads and unloads[0]["ok"], unloads
         assert r.status_code == 409 and "changed while" in r.json()["detail"], r.text
-        assert {w.state.value for w in sup.workers.values()} == {"Unloaded"}
+        assert {w.state.value for w in sup.cores.values()} == {"Unloaded"}
         assert sup.loaded is None and _complete(url).status_code == 503
 
 

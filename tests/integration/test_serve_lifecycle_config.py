@@ -51,7 +51,7 @@ def test_a_config_naming_another_package_fails_at_start_up(tmp_path: Path) -> No
         try:
             with pytest.raises(ConfigFieldError) as exc:
                 sup.start(COMBINED)
-            assert not sup.workers and sup.loaded is None
+            assert not sup.cores and sup.loaded is None
         finally:
             sup.shutdown(1.0)
     msg = str(exc.value)
@@ -67,7 +67,7 @@ def test_a_relative_combined_calbin_is_relative_to_the_config_file(tmp_path: Pat
         sup = _supervisor(rt, dual_config=load_dual_model_config(path))
         try:
             sup.start(COMBINED)  # the same directory through a symlink: accepted
-            assert set(sup.workers) == {"model-a", "model-b"}
+            assert set(sup.cores) == {"model-a", "model-b"}
         finally:
             sup.shutdown(1.0)
 
@@ -108,7 +108,7 @@ def test_a_standalone_scheduler_file_configures_its_alias(tmp_path: Path) -> Non
         sup = _supervisor(rt, scheduler_configs=cfgs)
         try:
             sup.start(SINGLE)
-            settings = sup.workers["model-a"]._sched.settings
+            settings = sup.cores["model-a"]._sched.settings
         finally:
             sup.shutdown(1.0)
     assert settings.budget.max_waiting_requests == 7

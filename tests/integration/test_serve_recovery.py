@@ -102,11 +102,11 @@ def measure(tmp: Path, *, allow_session_reset: bool) -> dict[str, Any]:
     with serving(
         time_scale=0.2, fault_plan=_plan(tmp), config=_config(tmp, allow_session_reset=allow_session_reset)
     ) as s:
-        before = {a: w.generation for a, w in s.supervisor.workers.items()}
+        before = {a: w.generation for a, w in s.supervisor.cores.items()}
         a_res, b_res = _joint_traffic(s)
-        after = {a: w.generation for a, w in s.supervisor.workers.items()}
+        after = {a: w.generation for a, w in s.supervisor.cores.items()}
         recs = list(s.supervisor.recoveries)
-        states = {a: _states(s, a) for a in s.supervisor.workers}
+        states = {a: _states(s, a) for a in s.supervisor.cores}
     return {
         "allow_session_reset": allow_session_reset,
         "scopes": [r.scope for r in recs],
@@ -172,7 +172,7 @@ def test_a_failed_reset_takes_both_out_then_device_recovery_then_failed(tmp_path
         _joint_traffic(s, a_n=12, b_n=4)
         rec = s.supervisor.recoveries
         ready = httpx.get(f"{s.url}/health/ready").json()
-        states = {a: w.state.value for a, w in s.supervisor.workers.items()}
+        states = {a: w.state.value for a, w in s.supervisor.cores.items()}
     assert calls == ["chip", "board"], calls
     assert len(rec) == 1 and rec[0].scope == "device" and not rec[0].ok
     assert rec[0].affected_aliases == ("model-a", "model-b")
@@ -207,7 +207,7 @@ def test_unknown_dma_state_follows_restart_process_on_unknown_dma(tmp_path: Path
     with serving(time_scale=0.2, fault_plan=_plan(tmp_path, "unknown_dma_state"), config=cfg) as s:
         _joint_traffic(s, a_n=12, b_n=4)
         (rec,) = s.supervisor.recoveries
-        states = {a: w.state.value for a, w in s.supervisor.workers.items()}
+        states = {a: w.state.value for a, w in s.supervisor.cores.items()}
         ready = httpx.get(f"{s.url}/health/ready").json()
     assert rec.affected_aliases == ("model-a", "model-b"), rec
     if restart_process:
@@ -246,7 +246,7 @@ def test_one_board_wide_hang_is_one_board_recovery_not_one_per_alias(tmp_path: P
     with serving(time_scale=0.2, fault_plan=_plan(tmp_path, "wait_timeout", "board"), job_timeout_s=1.5) as s:
         _joint_traffic(s, a_n=12, b_n=30)
         recs = list(s.supervisor.recoveries)
-        states = {a: w.state.value for a, w in s.supervisor.workers.items()}
+        states = {a: w.state.value for a, w in s.supervisor.cores.items()}
     assert [r.scope for r in recs] == ["board"], [(r.alias, r.reason, r.scope) for r in recs]
     assert states == {"model-a": "Ready", "model-b": "Ready"}, states
 
@@ -364,7 +364,7 @@ def test_an_unexpected_error_in_a_recovery_leaves_no_alias_recovering(
         monkeypatch.setattr(s.supervisor, "_save_evidence", broken)
         _joint_traffic(s, a_n=12, b_n=4)
         recs = wait_until(lambda: list(s.supervisor.recoveries), what="the failed recovery to be recorded")
-        states = {a: w.state.value for a, w in s.supervisor.workers.items()}
+        states = {a: w.state.value for a, w in s.supervisor.cores.items()}
         ready = httpx.get(f"{s.url}/health/ready").json()
     assert states == {"model-a": "Failed", "model-b": "Failed"}, states
     assert len(recs) == 1 and not recs[0].ok and "evidence store exploded" in recs[0].detail, recs

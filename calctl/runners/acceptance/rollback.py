@@ -171,7 +171,7 @@ class RollbackRun:
             await asyncio.sleep(0.05 if res.record.outcome is REFUSED else 0.002)
 
     def _probe(self, stage: _Stage) -> None:
-        for alias in self.sup.workers:
+        for alias in self.sup.cores:
             res, tokens = self._probe_one(alias)
             with self._lock:
                 stage.results.append(res)
@@ -208,7 +208,7 @@ class RollbackRun:
     def _end(self, stage: _Stage) -> None:
         stage.ended = time.monotonic()
         stage.serving_digest = self.sup.loaded.digest if self.sup.loaded else None
-        stage.generations = {a: w.generation for a, w in self.sup.workers.items()}
+        stage.generations = {a: w.generation for a, w in self.sup.cores.items()}
 
     def _serve(self, name: str) -> _Stage:
         """A steady stage: the probe, then traffic until ``traffic_s`` passed and every alias served a request."""
@@ -218,11 +218,11 @@ class RollbackRun:
         while time.monotonic() < deadline:
             with self._lock:
                 served = {r.record.alias for r in stage.results if r.record.ok}
-            if time.monotonic() - stage.started >= self.traffic_s and served >= set(self.sup.workers):
+            if time.monotonic() - stage.started >= self.traffic_s and served >= set(self.sup.cores):
                 break
             time.sleep(0.02)
         else:
-            missing = sorted(set(self.sup.workers) - served)
+            missing = sorted(set(self.sup.cores) - served)
             self.problems.append(f"{name}: {', '.join(missing)} served no request in {self.stage_timeout_s:g} s")
         self._end(stage)
         return stage
@@ -254,12 +254,12 @@ class RollbackRun:
             try:
                 self.log(f"  start with the previous version {self.previous}")
                 self.sup.start(self.previous)
-                gens = {a: w.generation for a, w in self.sup.workers.items()}
+                gens = {a: w.generation for a, w in self.sup.cores.items()}
                 self.actions.append({"action": "start", "ok": True, "package": str(self.previous), "generations": gens})
                 self.engine = ServingEngine(self.sup)
                 with EngineLoop("accept-rollback") as loop:
                     self.loop = loop
-                    clients = [loop.submit(self._client(a)) for a in self.sup.workers for _ in range(CLIENTS_PER_ALIAS)]
+                    clients = [loop.submit(self._client(a)) for a in self.sup.cores for _ in range(CLIENTS_PER_ALIAS)]
                     try:
                         before = self._serve("serving-previous")
                         self._act("roll-forward", lambda: self.sup.reload(self.package))
@@ -276,7 +276,7 @@ class RollbackRun:
                     self._stop.set()
                     for f in clients:
                         f.result(self.stage_timeout_s + 10)
-                ready = {a: w.is_ready() for a, w in self.sup.workers.items()}
+                ready = {a: w.is_ready() for a, w in self.sup.cores.items()}
             finally:
                 self.sup.shutdown(10.0)
         self._check(before, forward, after, back, ready, want_prev, want_pkg)
@@ -299,7 +299,7 @@ class RollbackRun:
                 p.append(f"{stage.name}: served digest {stage.serving_digest}, expected {what}'s {want}")
         if back.get("ok") and Path(str(back.get("package"))).resolve() != Path(self.previous).resolve():
             p.append(f"rollback: went back to {back.get('package')}, not to --previous {self.previous}")
-        for alias in self.sup.workers:
+        for alias in self.sup.cores:
             gens = [s.generations.get(alias) for s in (before, forward, after)]
             if not all(a is not None and b is not None and a < b for a, b in itertools.pairwise(gens)):
                 p.append(f"{alias}: generations {gens} do not grow at each version change")

@@ -291,7 +291,7 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
             )
             sup.start(root)
             engine = ServingEngine(sup)
-            worker = sup.workers[alias]
+            worker = sup.cores[alias]
             rng = np.random.default_rng(opts.seed)
             prompt = tuple(int(t) for t in rng.integers(3, vocab, size=opts.prompt_tokens))
             rounds: dict[ExecutorMode, list[_Round]] = {m: [] for m in MODES}

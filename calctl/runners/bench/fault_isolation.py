@@ -169,7 +169,7 @@ class _Run:
         alias waits for an operator's load or reload, never recovers by itself: docs/serve.md)."""
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
-            if all(w.is_ready() for w in self.sup.workers.values()):
+            if all(w.is_ready() for w in self.sup.cores.values()):
                 return True
             if self.failed_aliases():
                 return False
@@ -177,7 +177,7 @@ class _Run:
         return False
 
     def failed_aliases(self) -> list[str]:
-        return [a for a, w in self.sup.workers.items() if w.state is ModelState.FAILED]
+        return [a for a, w in self.sup.cores.items() if w.state is ModelState.FAILED]
 
     def busy_retries(self) -> int:
         for metric in self.sup.metrics.registry.collect():
@@ -187,7 +187,7 @@ class _Run:
         return 0
 
     def a_decode_graph(self) -> str:
-        return self.sup.workers[self.a].model.decode.name
+        return self.sup.cores[self.a].model.decode.name
 
     def a_jobs_since(self, since_ns: int) -> int:
         return sum(1 for e in self.rt.trace(since_ns=since_ns) if e.model == self.a)
@@ -346,7 +346,7 @@ class _Run:
 
     def _wait_running(self, alias: str, timeout_s: float = 10.0) -> None:
         end = time.monotonic() + timeout_s
-        w = self.sup.workers[alias]
+        w = self.sup.cores[alias]
         while w.inflight() == 0 and time.monotonic() < end:
             time.sleep(0.005)
 

@@ -554,7 +554,7 @@ def _free_sequences(rt: Any, alias: str, limit: int = 1 << 16) -> int | None:
 
 
 def _side_state(sup: DeviceSupervisor, alias: str) -> _SideState:
-    w = sup.workers[alias]
+    w = sup.cores[alias]
     snap = w.snapshot()
     return _SideState(
         dict(snap.kv_lanes),
@@ -722,7 +722,7 @@ class _Run:
         golden: dict[str, tuple[tuple[int, ...], list[int]]],
     ) -> None:
         engine = ServingEngine(sup)
-        self.generations = {a: {w.generation} for a, w in sup.workers.items()}
+        self.generations = {a: {w.generation} for a, w in sup.cores.items()}
         recoveries0 = len(sup.recoveries)
         timeout = max(60.0, self.opts.request_timeout_s)
         since = time.monotonic_ns()
@@ -807,7 +807,7 @@ class _Run:
             )
             for alias, gen in rec.generations.items():
                 self.generations.setdefault(alias, set()).add(gen)
-        for alias, w in sup.workers.items():
+        for alias, w in sup.cores.items():
             self.generations[alias].add(w.generation)
         self.after = {s.alias: _side_state(sup, s.alias) for s in self.replica.sides}
         self.mem_after = _memory(rt)
@@ -836,7 +836,7 @@ class _Run:
             # idle, and settled: a recovery after a fault ends in Ready (or Failed) before the KV is judged
             if all(
                 w.inflight() == 0 and w.live_requests() == 0 and (w.is_ready() or w.failed is not None)
-                for w in sup.workers.values()
+                for w in sup.cores.values()
             ):
                 return True
             time.sleep(0.01)

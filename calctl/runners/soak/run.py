@@ -262,14 +262,14 @@ class _TrafficDriver:
         self._futures: list[Any] = []
 
     def start(self) -> None:
-        for alias in self._sup.workers:
+        for alias in self._sup.cores:
             limits = ModelLimits(self._engine.context_limit(alias), self._engine.codec(alias).vocab_size)
             for i in range(self._config.clients_per_model):
                 mix = MixedTraffic(alias, limits, seed=self._config.seed, client=i)
                 self._futures.append(self._loop.submit(self._client(alias, mix, i)))
 
     async def _client(self, alias: str, mix: MixedTraffic, index: int) -> None:
-        worker = self._sup.workers[alias]
+        worker = self._sup.cores[alias]
         pause = random.Random(f"{self._config.seed}/pause/{alias}/{index}")
         while not self._stop.is_set():
             req, plan = mix.next()
@@ -379,8 +379,8 @@ class _Soak:
             by[o.value] for o in (RequestOutcome.DEVICE_ERROR, RequestOutcome.TIMEOUT, RequestOutcome.TRANSPORT)
         )
         gen = None
-        if self.sup is not None and self.sup.workers:
-            gen = max(w.generation for w in self.sup.workers.values())
+        if self.sup is not None and self.sup.cores:
+            gen = max(w.generation for w in self.sup.cores.values())
         c = self.config
         return SoakProgress(
             phase=self.phase,
@@ -645,7 +645,7 @@ class _Soak:
                 return
             if index == 1 and c.traffic is Traffic.MIXED:
                 if Injection.STALE_COMPLETION in c.inject:
-                    for w in sup.workers.values():
+                    for w in sup.cores.values():
                         w.add_delivery_tap(StaleRedelivery(w.alias))
                     self.events.write(
                         "inject",
@@ -689,7 +689,7 @@ class _Soak:
         h0 = len(sup.history)
         t = time.monotonic()
         try:
-            if not sup.workers:
+            if not sup.cores:
                 sup.start(c.package)
             else:
                 res = sup.load(c.package)
@@ -710,7 +710,7 @@ class _Soak:
             return False
         seconds = time.monotonic() - t
         cyc.loaded_s = self.now_s()
-        gens = {a: w.generation for a, w in sup.workers.items()}
+        gens = {a: w.generation for a, w in sup.cores.items()}
         gw = _golden_warmup_seconds(sup.history[h0:])
         cyc.doc["load"] = {
             "ok": True,
@@ -773,7 +773,7 @@ class _Soak:
         reference = self.host_rss[0][1] if self.host_rss else rss
         self.host_rss.append((cyc.index, rss))
         found += checks.check_host_rss(reference, rss, cycle=cyc.index, at_s=at)
-        for alias, w in sup.workers.items():
+        for alias, w in sup.cores.items():
             if w.inflight() or w.quarantined():
                 found.append(
                     checks.Violation(
@@ -822,9 +822,7 @@ class _Soak:
         self.requests.add(res, at)
         cycle = self.cycle_index()
         sup = self.sup
-        newest = (
-            sup.workers[res.record.alias].generation if sup is not None and res.record.alias in sup.workers else None
-        )
+        newest = sup.cores[res.record.alias].generation if sup is not None and res.record.alias in sup.cores else None
         found = checks.check_request(res, cycle=cycle, at_s=at) + checks.check_generations(
             res, newest, cycle=cycle, at_s=at
         )
@@ -854,7 +852,7 @@ class _Soak:
                     "requests_open", f"{open_requests} request(s) never ended", self.cycle_index(), at, subject="end"
                 )
             )
-        for alias, w in sup.workers.items():
+        for alias, w in sup.cores.items():
             if w.live_requests() and self.interrupted is not None:
                 # A signal cut the soak short: its clients were cancelled, not drained, so requests the engine
                 # still holds (waiting for a load the signal stopped) are what the interrupt left, failed at

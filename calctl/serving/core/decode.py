@@ -203,7 +203,7 @@ _Item = tuple[float, float, int, SequenceState]  # (deadline key, virtual finish
 
 
 class DecodeScheduler:
-    """The DecodeReady queue and batch selection for one model worker (000 §7–§8)."""
+    """The DecodeReady queue and batch selection for one alias (000 §7–§8)."""
 
     def __init__(
         self,

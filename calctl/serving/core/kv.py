@@ -51,7 +51,7 @@ class KvState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class KvCapacity:
-    """What the capacity plan allows one model worker (000 §5.1, 001 §8)."""
+    """What the capacity plan allows one alias (000 §5.1, 001 §8)."""
 
     max_sequences: int  # lanes (runtime canAllocate(seq_num))
     max_kv_tokens: int  # total tokens across lanes the KV region holds
@@ -115,7 +115,7 @@ _HELD_WRITABLE = (KvState.RESERVED, KvState.ACTIVE)
 
 
 class KvLaneManager:
-    """Lane allocation and KV transactions for one model worker (000 §9, 001 §9.1)."""
+    """Lane allocation and KV transactions for one alias (000 §9, 001 §9.1)."""
 
     def __init__(self, capacity: KvCapacity) -> None:
         self._cap = capacity

@@ -1,4 +1,4 @@
-"""Scheduler: one model worker's serving core, driven by the engine loop (000 §3–§9, 001 §9–§10).
+"""Scheduler: one alias's serving core, driven by its engine loop (000 §3–§9, 001 §9–§10).
 
 The engine step follows vLLM v1 exactly::
 
@@ -27,8 +27,8 @@ consistent:
   while its resources are still accounted (000 §4 rule 4, §7.4, 001 §11.3);
 * a cancelled running request keeps its lane until its job drains (000 §4).
 
-One ``Scheduler`` serves one model alias on one chip (001 §4: one ModelWorker
-per alias, each with its own admission, queues and KV manager), so overload
+One ``Scheduler`` serves one model alias on one chip (001 §4's ModelWorker: one
+engine core per alias, each with its own admission, queues and KV manager), so overload
 of model A never touches model B's budgets (001 §9.2).
 
 This module does not tokenise, sample, detokenise or stream: the engine does,
@@ -219,7 +219,7 @@ class SchedulerStats:
 
 
 class Scheduler:
-    """The pure serving core of one model worker (see module docstring)."""
+    """The pure serving core of one alias (see module docstring)."""
 
     def __init__(
         self,
@@ -250,7 +250,7 @@ class Scheduler:
         )
         for p in self.decode.profiles:
             if p.max_seq < settings.max_seq:
-                raise InvariantViolation(f"{p.name} max_seq {p.max_seq} < the worker's max_seq {settings.max_seq}")
+                raise InvariantViolation(f"{p.name} max_seq {p.max_seq} < the alias's max_seq {settings.max_seq}")
         self._inflight: dict[JobId, _Inflight] = {}
         self._quarantine: dict[JobId, _Inflight] = {}
         self._deadlines: list[tuple[float, int, SequenceState]] = []  # admitted, not yet terminal

@@ -43,7 +43,7 @@ class LongPrefillQuota:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerSettings:
-    """Everything one worker's scheduler needs; built by ``calctl.serving.config`` from YAML + package + budget."""
+    """Everything one alias's scheduler needs; built by ``calctl.serving.config`` from YAML + package + budget."""
 
     budget: CapacityBudget
     max_seq: int

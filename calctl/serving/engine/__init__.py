@@ -15,7 +15,7 @@ from typing import Any
 from calctl.errors import ConfigError
 from calctl.serving.config import ExecutorMode
 from calctl.serving.core.admission import ModelState
-from calctl.serving.engine.loop import EngineCore, WorkerOptions
+from calctl.serving.engine.loop import CoreOptions, EngineCore
 from calctl.serving.engine.metrics import ChipSnapshot, EngineSnapshot, SnapshotCollector
 from calctl.serving.engine.recovery import trace_row
 from calctl.serving.engine.streams import EngineStream
@@ -37,39 +37,39 @@ class ServingEngine:
 
     # -- routing -------------------------------------------------------------------------
 
-    def _worker(self, alias: str) -> EngineCore:
-        w = self.supervisor.workers.get(alias)  # exact match only: no case folding, no prefixes
+    def _core(self, alias: str) -> EngineCore:
+        w = self.supervisor.cores.get(alias)  # exact match only: no case folding, no prefixes
         if w is None:
-            known = ", ".join(sorted(self.supervisor.workers)) or "none"
+            known = ", ".join(sorted(self.supervisor.cores)) or "none"
             raise EngineRejection(
                 RejectCode.MODEL_NOT_FOUND, f"model {alias!r} does not exist (served models: {known})", param="model"
             )
         return w
 
     def codec(self, alias: str) -> TextCodec:
-        return self._worker(alias).codec
+        return self._core(alias).codec
 
     def context_limit(self, alias: str) -> int:
         """What admission enforces: the dual-model config's ``context_limit`` when it lowers the package's (001 §10.4)."""
-        return self._worker(alias).context_limit
+        return self._core(alias).context_limit
 
     def models(self) -> list[ModelInfo]:
         return [
             ModelInfo(
                 alias, w.state.value, w.generation if w.is_ready() else None, self.context_limit(alias), self._created
             )
-            for alias, w in self.supervisor.workers.items()
+            for alias, w in self.supervisor.cores.items()
         ]
 
     def submit(self, request: GenerationRequest) -> EngineStream:
-        w = self._worker(request.alias)
+        w = self._core(request.alias)
         if self._draining:
             raise EngineRejection(RejectCode.UNAVAILABLE, "the server is shutting down", retry_after_s=1.0)
         return self._open(w, request, asyncio.get_running_loop())
 
     def submit_threadsafe(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> EngineStream:
         """For tools driving the engine from their own loop thread (soak, bench)."""
-        return self._open(self._worker(request.alias), request, loop)
+        return self._open(self._core(request.alias), request, loop)
 
     @staticmethod
     def _open(core: EngineCore, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> EngineStream:
@@ -83,16 +83,16 @@ class ServingEngine:
         return stream
 
     def cancel(self, request_id: str) -> bool:
-        return any(w.cancel(request_id, "operator cancel") for w in self.supervisor.workers.values())
+        return any(w.cancel(request_id, "operator cancel") for w in self.supervisor.cores.values())
 
     # -- health --------------------------------------------------------------------------
 
     def is_ready(self, alias: str | None = None) -> bool:
         if alias is not None:
-            w = self.supervisor.workers.get(alias)
+            w = self.supervisor.cores.get(alias)
             return w is not None and w.is_ready()
-        workers = self.supervisor.workers.values()
-        return bool(workers) and all(w.is_ready() for w in workers)
+        cores = self.supervisor.cores.values()
+        return bool(cores) and all(c.is_ready() for c in cores)
 
     def failures(self) -> dict[str, str]:
         """alias -> why it is Failed (a failed recovery, an exhausted reset budget, 001 §11.3)."""
@@ -105,11 +105,11 @@ class ServingEngine:
         self._draining = True
 
     def drained(self) -> bool:
-        """No request is live in any worker: every admitted request reached its terminal event."""
-        return all(w.drained() for w in self.supervisor.workers.values())
+        """No request is live in any engine core: every admitted request reached its terminal event."""
+        return all(w.drained() for w in self.supervisor.cores.values())
 
     async def admin(self, alias: str, action: str, package: str | None = None) -> Mapping[str, Any]:
-        self._worker(alias)
+        self._core(alias)
         sup = self.supervisor
         source = None
         if package is not None:
@@ -134,7 +134,7 @@ class ServingEngine:
 
     async def executor(self, alias: str, mode: str | None = None) -> Mapping[str, Any]:
         """Report the alias's executor; with ``mode``, set it for new jobs first (operator action, 000 §14)."""
-        w = self._worker(alias)
+        w = self._core(alias)
         if mode is None:
             return {"ok": True, **w.executor_status()}
         try:
@@ -156,7 +156,7 @@ class ServingEngine:
                 chips.append(ChipSnapshot(m.chip, m.used_bytes, m.total_bytes, telemetry.get(m.chip)))
         except Exception:
             chips = []
-        return EngineSnapshot([w.snapshot() for w in self.supervisor.workers.values()], chips)
+        return EngineSnapshot([w.snapshot() for w in self.supervisor.cores.values()], chips)
 
     def metrics_text(self) -> bytes:
         return self.supervisor.metrics.text()
@@ -181,12 +181,12 @@ class ServingEngine:
             "records": {"where": sink.where, "dropped": sink.dropped},
             "models": {
                 a: {"state": w.state.value, "generation": w.generation, "live_requests": w.live_requests()}
-                for a, w in sup.workers.items()
+                for a, w in sup.cores.items()
             },
-            "executor": {a: w.executor_status() for a, w in sup.workers.items()},
+            "executor": {a: w.executor_status() for a, w in sup.cores.items()},
             "package_digest": sup.loaded.digest if sup.loaded else None,
             "recoveries": sup.isolation_evidence(),
         }
 
 
-__all__ = ["DeviceSupervisor", "ModelState", "ServingEngine", "SupervisorOptions", "WorkerOptions"]
+__all__ = ["CoreOptions", "DeviceSupervisor", "ModelState", "ServingEngine", "SupervisorOptions"]

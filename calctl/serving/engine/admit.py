@@ -1,4 +1,4 @@
-"""Admission on the engine core's thread: an arrival becomes the scheduler's verdict and the stream's answer.
+"""Admission on the engine core's thread: an arrival becomes the scheduler's decision and the stream's answer.
 
 "Where a 429 comes from": the scheduler's :class:`~calctl.serving.core.admission.AdmissionDecision`
 (``REJECT_CAPACITY``), turned into a rejection code here through
@@ -20,8 +20,8 @@ from calctl.serving.outcomes import DECISION_REJECTION
 from calctl.serving.protocol import EngineRejection, GenerationRequest, RejectCode
 
 
-class Admission:
-    """One alias's admission front: the scheduler decides, this answers the stream and meters the verdict."""
+class AdmissionFront:
+    """One alias's admission front: the scheduler decides, this answers the stream and meters the decision."""
 
     def __init__(self, alias: str, sched: Scheduler, out: OutputProcessor, known: set[str], metrics: EngineMetrics):
         self.alias = alias
@@ -69,4 +69,4 @@ class Admission:
         return EngineRejection(code, f"{self.alias}: {result.reason}", param=param, retry_after_s=result.retry_after_s)
 
 
-__all__ = ["Admission"]
+__all__ = ["AdmissionFront"]

@@ -1,12 +1,16 @@
-"""000 §12's device check after an unload, read from the runtime (no lifecycle here)."""
+"""The device checks the supervisor reads from the runtime: 000 §12 after an unload, halted chips before a
+configure (no lifecycle here)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from calctl.runtime.errors import NotSupported, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import Health
+
+log = logging.getLogger("calctl.serve")
 
 
 def memory_by_chip(rt: Runtime) -> dict[int, int | None]:
@@ -15,6 +19,20 @@ def memory_by_chip(rt: Runtime) -> dict[int, int | None]:
         return {m.chip: m.used_bytes for m in rt.memory_usage()}
     except (NotSupported, RuntimeLayerError):
         return {}
+
+
+def halted_chips(rt: Runtime) -> list[str]:
+    """The chips the runtime reports faulted or hung, with why; a runtime that cannot say is not halted."""
+    try:
+        health = rt.health()
+    except RuntimeLayerError as exc:
+        log.warning("chip health not readable (%s)", exc)
+        return []
+    return [
+        f"chip {h.chip} {h.health.value}" + (f": {h.detail}" if h.detail else "")
+        for h in health
+        if h.health in (Health.FAULTED, Health.HUNG)
+    ]
 
 
 def verify_device(rt: Runtime, idle_memory: dict[int, int | None]) -> dict[str, Any]:
@@ -59,4 +77,4 @@ def verify_device(rt: Runtime, idle_memory: dict[int, int | None]) -> dict[str, 
     return {"ok": not problems, "chips": chips, "problems": problems, "not_reported": gaps}
 
 
-__all__ = ["memory_by_chip", "verify_device"]
+__all__ = ["halted_chips", "memory_by_chip", "verify_device"]

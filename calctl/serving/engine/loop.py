@@ -68,7 +68,7 @@ from calctl.serving.core.scheduler import (
     Scheduler,
     SchedulerSettings,
 )
-from calctl.serving.engine.admit import Admission
+from calctl.serving.engine.admit import AdmissionFront
 from calctl.serving.engine.device import DeviceExecutor, Inflight, JobDone, JobTimedOut
 from calctl.serving.engine.inbox import Arrive, Cancel, Command, Inbox, Stop
 from calctl.serving.engine.metrics import EngineMetrics, ModelSnapshot
@@ -101,7 +101,7 @@ class RecoveryRequest:
 
 
 @dataclass
-class WorkerOptions:
+class CoreOptions:
     """``mode``/``fixed_engine``/``downgrade`` come from the scheduler configuration's ``executor`` block
     (000 §15); ``chip_exclusive``: no other alias runs on this core's chip (its counters are ours)."""
 
@@ -141,13 +141,13 @@ class EngineCore:
         metrics: EngineMetrics,
         *,
         on_recovery: Callable[[RecoveryRequest], None],
-        options: WorkerOptions | None = None,
+        options: CoreOptions | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         self.alias = alias
         self.model = model
         self.codec = codec
-        self.options = options or WorkerOptions()
+        self.options = options or CoreOptions()
         if self.options.mode.max_inflight > settings.budget.max_inflight_jobs:
             raise ConfigError(
                 f"{alias}: executor mode {self.options.mode.value} needs max_inflight "
@@ -197,7 +197,7 @@ class EngineCore:
             on_token_gap=lambda gap: self._modes.apply(self._monitor.latency(gap)),
         )
         self._requests: dict[RequestId, RequestContext] = self._out.requests
-        self._admit = Admission(alias, self._sched, self._out, self._known, metrics)
+        self._admit = AdmissionFront(alias, self._sched, self._out, self._known, metrics)
         self.life = Lifecycle()
         self._stopping = False  # shutdown(): the thread ends (not a model state)
         self._deferred_recovery: RecoveryRequest | None = None  # waits for the jobs still in flight to drain
@@ -642,4 +642,4 @@ class EngineCore:
         self._quarantined_n = len(self._exec.quarantine)
 
 
-__all__ = ["EngineCore", "Lifecycle", "RecoveryRequest", "WorkerOptions"]
+__all__ = ["CoreOptions", "EngineCore", "Lifecycle", "RecoveryRequest"]

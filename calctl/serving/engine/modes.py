@@ -1,6 +1,6 @@
-"""Executor vocabulary of a ModelWorker: modes, the ping/pong banks, downgrade records (000 §14, §15; 001 §9.3).
+"""Executor vocabulary of an engine core: modes, the ping/pong banks, downgrade records (000 §14, §15; 001 §9.3).
 
-A worker drives its chip in one of three modes (:class:`ExecutorMode`, set by
+An engine core drives its chip in one of three modes (:class:`ExecutorMode`, set by
 ``executor.mode`` in the scheduler configuration):
 
 * ``sync``: submit a job, then wait for it inline; nothing else overlaps. The
@@ -36,7 +36,7 @@ BANKS = (Engine.PING, Engine.PONG)
 
 
 class DowngradeReason(str, enum.Enum):
-    """Why a worker left ping/pong (000 §14). The values are the ``reason`` label of
+    """Why an engine core left ping/pong (000 §14). The values are the ``reason`` label of
     ``calctl_executor_downgrades_total``: a fixed set, so the label stays bounded."""
 
     OUTPUT_CROSSTALK = "output_crosstalk"  # non-finite logits, a result for a request not in the job, shared slot state
@@ -84,8 +84,8 @@ class _Slot:
 
 
 class BankSlots:
-    """The ping and pong banks of one worker's chip; at most one job on each. Not thread-safe: the
-    worker calls it under its lock."""
+    """The ping and pong banks of one alias's chip; at most one job on each. Not thread-safe, and needs no
+    lock: only the engine core's thread (its device executor) calls it."""
 
     def __init__(self) -> None:
         self._slots: dict[Engine, _Slot | None] = {bank: None for bank in BANKS}

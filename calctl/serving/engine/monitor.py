@@ -1,18 +1,19 @@
 """The ping/pong downgrade monitor: when to stop running two jobs in flight (000 §14).
 
-000 §14 lists the conditions; each is one method here, fed by the worker:
+000 §14 lists the conditions; each is one method here, fed by the alias's engine core
+(through its device executor):
 
 * output crosstalk: non-finite logits, a lane result for a request that is not
   in the job, a job completing on a bank that holds another job, shared slot
   state (:meth:`ExecutorMonitor.crosstalk`);
 * status or counter anomalies: the runtime's answer about a job contradicts
   itself (:meth:`status_anomaly`); a chip's finished/failed counters go
-  backwards, or its pending counter stays open while this worker has nothing on
+  backwards, or its pending counter stays open while this engine core has nothing on
   the device (:meth:`counters`);
 * P99 regression: the inter-token P99 under ping/pong exceeds the baseline by
   more than ``p99_regression`` (:meth:`latency`). The baseline is
   ``p99_baseline_s`` when configured (a bench's sync/async P99), else the P99
-  this worker measured while it last ran with one job in flight; without either
+  this engine core measured while it last ran with one job in flight; without either
   the check waits for a baseline and says so in :meth:`state`. Latency depends
   on load, so a baseline from a different load can mislead; docs/executor.md;
 * N consecutive DeviceBusy at submit or N consecutive Wait timeouts;
@@ -46,7 +47,8 @@ class Downgrade:
 
 
 class ExecutorMonitor:
-    """Not thread-safe: the worker calls it under its lock."""
+    """Not thread-safe, and needs no lock: only the engine core's thread calls it (its device executor and
+    mode control run there too)."""
 
     def __init__(self, policy: DowngradePolicy, mode: ExecutorMode, *, chip_exclusive: bool = True) -> None:
         self.policy = policy
@@ -114,7 +116,7 @@ class ExecutorMonitor:
         self._timeout_run = 0
 
     def counters(self, sample: ChipCounters, *, own_jobs: int, now: float) -> Downgrade | None:
-        """One reading of the chip's counters; ``own_jobs``: this worker's jobs in flight or quarantined."""
+        """One reading of the chip's counters; ``own_jobs``: this engine core's jobs in flight or quarantined."""
         chip = sample.chip
         prev = self._counters.get(chip)
         self._counters[chip] = sample

@@ -1,6 +1,6 @@
 """The thread-to-asyncio bridge for one request: :class:`EngineStream`.
 
-Worker threads publish with ``post_*`` (thread-safe, via the event loop's
+The engine core's thread publishes with ``post_*`` (thread-safe, via the event loop's
 ``call_soon_threadsafe``); the HTTP layer awaits :meth:`admitted` and iterates
 the token events. A stream's terminal event is delivered exactly once (000 §4
 rule 3); anything posted after it is ignored.
@@ -38,7 +38,7 @@ class EngineStream:
         self._cancelled = False
         self._lock = threading.Lock()
 
-    # -- worker side (any thread) ---------------------------------------------------------
+    # -- engine side (any thread) ---------------------------------------------------------
 
     def post_admitted(self) -> None:
         self._call(self._set_admitted)

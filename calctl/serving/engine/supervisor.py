@@ -11,7 +11,7 @@
   deadline make the model Recovering (buffers are never freed under a job).
 * A combined package is one calbin: reload or unload of either alias
   reconfigures the whole package and both aliases stop together (001 §11.2).
-* **Recovery** (001 §11.3): a worker reports a timeout or fault. Until fault
+* **Recovery** (001 §11.3): an engine core reports a timeout or fault. Until fault
   injection on that board proves otherwise every runtime timeout or crash may
   have touched the whole board, so the default scope is the **board**: every
   alias goes Draining -> Recovering, the board is reset and reconfigured, each
@@ -35,35 +35,33 @@ import logging
 import os
 import queue
 import shutil
-import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from calctl.budget import BudgetPolicy
 from calctl.checks.golden import run_golden_model
 from calctl.checks.warmup import run_warmup_model
-from calctl.errors import CalctlError, CheckFailed, ConfigError
-from calctl.package import archive
-from calctl.package.info import package_digest
+from calctl.errors import CalctlError, CheckFailed
 from calctl.package.model import Package
-from calctl.package.reader import load_manifest
 from calctl.runtime.errors import DeviceLost, NotConfigured, NotSupported, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import GenerationId as RtGenerationId
-from calctl.runtime.types import Health
 from calctl.serving.config import (
     DualModelConfig,
     SchedulerConfig,
 )
 from calctl.serving.core.admission import ModelState
-from calctl.serving.engine.device_check import memory_by_chip, verify_device
+from calctl.serving.engine.device_check import halted_chips, memory_by_chip, verify_device
 from calctl.serving.engine.load_check import LoadCheck
-from calctl.serving.engine.loop import EngineCore, RecoveryRequest, WorkerOptions
+from calctl.serving.engine.loop import CoreOptions, EngineCore, RecoveryRequest
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.options import LifecycleEvent, LoadedPackage, LoadPolicy, SupervisorOptions
+from calctl.serving.engine.packages import admin_package_path, check_compatible, resolve_package
 from calctl.serving.engine.recovery import (
     RecoveryPolicy,
     RecoveryRecord,
@@ -88,7 +86,7 @@ class DeviceSupervisor:
         scheduler_configs: dict[str, SchedulerConfig] | None = None,
         options: SupervisorOptions | None = None,
         metrics: EngineMetrics | None = None,
-        worker_options: WorkerOptions | None = None,
+        core_options: CoreOptions | None = None,
         budget_policy: BudgetPolicy | None = None,
         load_policy: LoadPolicy | None = None,
     ) -> None:
@@ -98,10 +96,10 @@ class DeviceSupervisor:
         self.scheduler_configs = scheduler_configs or {}
         self.options = options or SupervisorOptions()
         self.metrics = metrics or EngineMetrics()
-        self.worker_options = worker_options or WorkerOptions(job_timeout_s=self.options.job_timeout_s)
+        self.core_options = core_options or CoreOptions(job_timeout_s=self.options.job_timeout_s)
         self.budget_policy = budget_policy or BudgetPolicy()
         self.load_policy = load_policy or LoadPolicy()
-        self.workers: dict[str, EngineCore] = {}  # one engine core per alias
+        self._cores: dict[str, EngineCore] = {}  # one engine core per alias (read through .cores)
         self.loaded: LoadedPackage | None = None
         self.previous: LoadedPackage | None = None  # 000 §11 step 11: retained for rollback
         self.startup_source: Path | None = None  # the package given to start(): an admin load may always name it
@@ -121,6 +119,12 @@ class DeviceSupervisor:
         self._recovery_thread = threading.Thread(target=self._recovery_loop, name="supervisor-recovery", daemon=True)
         self._recovery_thread.start()
 
+    @property
+    def cores(self) -> Mapping[str, EngineCore]:
+        """The engine core of each alias, read-only: what runners and the router read (one per alias once
+        :meth:`start` ran; empty before). Only the supervisor adds or removes a core."""
+        return MappingProxyType(self._cores)
+
     # ------------------------------------------------------------------ helpers
 
     def _event(self, alias: str, state: ModelState | str, detail: str = "") -> None:
@@ -133,30 +137,11 @@ class DeviceSupervisor:
         return self._generation
 
     def _set_all(self, state: ModelState, *, admission: ModelState | None = None, detail: str = "") -> None:
-        for alias, w in self.workers.items():
+        for alias, w in self._cores.items():
             w.set_state(state, admission=admission)
             self._event(alias, state, detail)
 
     # ------------------------------------------------------------------ load (000 §11)
-
-    def _resolve(self, source: Path) -> LoadedPackage:
-        """Step 1: a trusted, stable directory for the package (a tar is extracted safely and kept)."""
-        source = Path(source)
-        if not source.exists():
-            raise ConfigError(f"{source}: no such package")
-        if source.is_dir():
-            root, tmp = source.resolve(), None
-        else:
-            tmp = Path(tempfile.mkdtemp(prefix="calctl-serve-"))
-        try:
-            if tmp is not None:
-                root = archive.extract_package(source, tmp)
-            pkg = load_manifest(root)
-            return LoadedPackage(source, root, pkg, package_digest(root), tmp)
-        except BaseException:
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
     def _discard(self, lp: LoadedPackage | None) -> None:
         """Remove the extracted copy of a tar package nothing holds any more (refused, or dropped from the
@@ -180,9 +165,9 @@ class DeviceSupervisor:
         )
 
     def start(self, source: Path) -> None:
-        """Initial load: create one worker per alias, then load. Requests may wait (WaitingModel) meanwhile."""
+        """Initial load: create one engine core per alias, then load. Requests may wait (WaitingModel) meanwhile."""
         self.startup_source = Path(source)
-        lp = self._resolve(source)
+        lp = resolve_package(source)
         for m in lp.package.models:
             self._event(m.alias, ModelState.VALIDATING, str(source))  # 001 §11.1 Unloaded -> Validating
         settings = self._check_or_fail(lp, initial=True)
@@ -193,27 +178,27 @@ class DeviceSupervisor:
                 lp.root / m.tokenizer.config if m.tokenizer.config else None,
                 m.architecture.eos_token_id,
             )
-            self.workers[m.alias] = EngineCore(
+            self._cores[m.alias] = EngineCore(
                 m.alias,
                 m,
                 codec,
                 settings[m.alias],
                 self.metrics,
                 on_recovery=self._recovery_queue.put,
-                options=self._worker_options(lp.package, m.alias, configs[m.alias]),
+                options=self._core_options(lp.package, m.alias, configs[m.alias]),
             )
         self._set_all(ModelState.CONFIGURING)
         self._idle_memory = memory_by_chip(self.rt)
         with self._lifecycle:
             self._configure_and_publish(lp)
 
-    def _worker_options(self, pkg: Package, alias: str, config: SchedulerConfig) -> WorkerOptions:
-        """The alias's ``executor`` block (000 §15) on top of the engine-wide worker options."""
+    def _core_options(self, pkg: Package, alias: str, config: SchedulerConfig) -> CoreOptions:
+        """The alias's ``executor`` block (000 §15) on top of the engine-wide core options."""
         chips = set(pkg.model(alias).target_chips)
         alone = not any(chips & set(m.target_chips) for m in pkg.models if m.alias != alias)
         e = config.executor
         return dataclasses.replace(
-            self.worker_options,
+            self.core_options,
             mode=e.effective_mode,
             fixed_engine=e.fixed_engine,
             downgrade=e.downgrade,
@@ -232,7 +217,7 @@ class DeviceSupervisor:
         """Steps 7–10 under the lifecycle lock. On failure the new configuration is cleaned up and re-raised."""
         t0 = time.monotonic()
         try:
-            halted = self._halted_chips()
+            halted = halted_chips(self.rt)
             if halted:
                 # A fault whose recovery has not run (or was refused by the reset budget): an operator's load or
                 # reload configures the board, and a halted chip refuses that, so the board is reset first.
@@ -247,18 +232,18 @@ class DeviceSupervisor:
             # refuses configure with DeviceLost until it is reset).
             self._failed_load(f"configure of {lp.source} failed: {exc}")
             raise
-        for alias in self.workers:
+        for alias in self._cores:
             self.metrics.lifecycle.labels(alias, "configure").observe(time.monotonic() - t0)
         try:
             gen = self._next_generation()
             self._set_all(ModelState.WARMING, admission=ModelState.WARMING)
-            self._golden_and_warmup(lp.package, list(self.workers), gen)
+            self._golden_and_warmup(lp.package, list(self._cores), gen)
         except BaseException as exc:
             self._failed_load(f"golden/warmup failed ({lp.source}): {exc or type(exc).__name__}")
             with contextlib.suppress(RuntimeLayerError):
                 self.rt.reset_configuration()
             raise
-        for alias, w in self.workers.items():
+        for alias, w in self._cores.items():
             self.failures.pop(alias, None)
             w.publish(self.rt, gen)
             self._event(alias, ModelState.READY, f"generation {gen}, package {lp.digest}")
@@ -270,7 +255,7 @@ class DeviceSupervisor:
     def _failed_load(self, reason: str) -> None:
         """A load step failed after validation: every alias Failed with ``reason`` (/health/ready, metrics).
         A rollback that then succeeds publishes the aliases again and clears it."""
-        for alias, w in self.workers.items():
+        for alias, w in self._cores.items():
             self.failures[alias] = reason
             w.set_state(ModelState.FAILED)
             self._event(alias, ModelState.FAILED, reason)
@@ -305,25 +290,25 @@ class DeviceSupervisor:
         t0 = time.monotonic()
         end = t0 + deadline_s
         while time.monotonic() < end:
-            if all(w.drained() for w in self.workers.values()):
+            if all(w.drained() for w in self._cores.values()):
                 break
             time.sleep(0.01)
-        ok = all(w.drained() for w in self.workers.values())
-        for alias in self.workers:
+        ok = all(w.drained() for w in self._cores.values())
+        for alias in self._cores:
             self.metrics.lifecycle.labels(alias, "drain").observe(time.monotonic() - t0)
         return ok
 
     def _teardown(self, reason: str) -> None:
         """Free every sequence and the configuration; a job still in flight forces a board reset first."""
         t0 = time.monotonic()
-        stuck = any(w.inflight() or w.quarantined() for w in self.workers.values())
-        for w in self.workers.values():
+        stuck = any(w.inflight() or w.quarantined() for w in self._cores.values())
+        for w in self._cores.values():
             w.retire(reason)
         if stuck:
             # 000 §12: never free a buffer a job still holds -> Recovering, reset per contract.
             self._set_all(ModelState.RECOVERING, detail="drain deadline reached with jobs in flight")
             self._reset("board", None)
-        for w in self.workers.values():
+        for w in self._cores.values():
             w.forget_device_state()
         try:
             self.rt.reset_configuration()
@@ -333,21 +318,8 @@ class DeviceSupervisor:
         except RuntimeLayerError as exc:
             log.warning("reset_configuration failed unexpectedly (%s); resetting the board to free it", exc)
             self._reset("board", None)
-        for alias in self.workers:
+        for alias in self._cores:
             self.metrics.lifecycle.labels(alias, "unload").observe(time.monotonic() - t0)
-
-    def _halted_chips(self) -> list[str]:
-        """The chips the runtime reports faulted or hung, with why; a runtime that cannot say is not halted."""
-        try:
-            health = self.rt.health()
-        except RuntimeLayerError as exc:
-            log.warning("chip health not readable (%s)", exc)
-            return []
-        return [
-            f"chip {h.chip} {h.health.value}" + (f": {h.detail}" if h.detail else "")
-            for h in health
-            if h.health in (Health.FAULTED, Health.HUNG)
-        ]
 
     def unload(self, alias: str | None = None) -> dict[str, Any]:
         """Unload the package (a combined package unloads as a whole, 001 §11.2)."""
@@ -357,14 +329,14 @@ class DeviceSupervisor:
             drained = self._drain(self.options.drain_deadline_s)
             self._set_all(ModelState.UNLOADING)
             self._teardown("unload")
-            for w in self.workers.values():
+            for w in self._cores.values():
                 w.detach()
             self.unloaded, self.loaded = self.loaded, None
             check = self.verify_device()  # 000 §12: "verify device memory/health" -> Unloaded
             out = {
                 "ok": check["ok"],
                 "action": "unload",
-                "aliases": list(self.workers),
+                "aliases": list(self._cores),
                 "drained_in_time": drained,
                 "device_check": check,
             }
@@ -398,10 +370,10 @@ class DeviceSupervisor:
                 return {"ok": False, "action": "load", "detail": "nothing to load: name a package"}
             lp = None
             try:
-                lp = self._resolve(target)  # step 1
+                lp = resolve_package(target)  # step 1
                 self._set_all(ModelState.VALIDATING, detail=str(lp.source))  # 001 §11.1: shown while checked
                 self._check(lp)  # steps 2-4 (and 8's static half)
-                self._check_compatible(lp)
+                check_compatible(lp, {a: c.model for a, c in self._cores.items()})
             except CalctlError as exc:
                 self._discard(lp)
                 self._set_all(ModelState.UNLOADED, detail=f"load refused: {exc}")
@@ -444,50 +416,11 @@ class DeviceSupervisor:
         return {**out, "action": "rollback", "package": str(prev.source)}
 
     def resolve_admin_package(self, package: str) -> Path:
-        """000 §11 step 1 for an admin load that names a package: an absolute path under a ``--package-root``
-        (after resolving symlinks and ``..``), or a package this server served (start-up, current, previous,
-        unloaded). Anything else is refused with :class:`ConfigError`, before the path is read."""
-        if not package or "\x00" in package:
-            raise ConfigError("package: expected the absolute path of a package directory or archive")
-        p = Path(package)
-        if not p.is_absolute():
-            raise ConfigError(
-                f"package {package!r}: give an absolute path (a relative one would name the server's working directory)"
-            )
-        resolved = p.resolve()
+        """The path an admin load or reload names, if this server may load it
+        (:func:`calctl.serving.engine.packages.admin_package_path`): under a ``--package-root``, or a package
+        this server served (start-up, current, previous, unloaded)."""
         served = [self.startup_source] + [x.source for x in (self.loaded, self.previous, self.unloaded) if x]
-        if any(x is not None and Path(x).resolve() == resolved for x in served):
-            return resolved
-        roots = self.load_policy.package_roots
-        if any(resolved.is_relative_to(root) for root in roots):
-            return resolved
-        allowed = ", ".join(str(r) for r in roots) or "none: start serve with --package-root DIR"
-        raise ConfigError(f"package {package}: not under an allowed package root ({allowed})")
-
-    def _check_compatible(self, lp: LoadedPackage) -> None:
-        """The engine cores were built for the start-up package's models: another package must serve the same
-        aliases with the same graphs, tokenizer and architecture (else restart ``calctl serve``)."""
-        if not self.workers:
-            return
-        aliases = {m.alias for m in lp.package.models}
-        if aliases != set(self.workers):
-            raise ConfigError(
-                f"{lp.source}: serves {', '.join(sorted(aliases))}, this server {', '.join(sorted(self.workers))}; "
-                "restart `calctl serve` to change the models"
-            )
-        for alias, w in self.workers.items():
-            new, old = lp.package.model(alias), w.model
-            for what, a, b in (
-                ("prefill graph", new.prefill.name, old.prefill.name),
-                ("decode graph", new.decode.name, old.decode.name),
-                ("architecture", new.architecture, old.architecture),
-                ("tokenizer", new.tokenizer, old.tokenizer),
-            ):
-                if a != b:
-                    raise ConfigError(
-                        f"{lp.source}: model {alias!r} has another {what} than the one served; "
-                        "restart `calctl serve` to change the models"
-                    )
+        return admin_package_path(package, served, self.load_policy.package_roots)
 
     def reload(self, source: Path | None = None) -> dict[str, Any]:
         """Replace the served package. A failed check keeps the old generation serving (000 §11)."""
@@ -497,9 +430,9 @@ class DeviceSupervisor:
             return {"ok": False, "action": "reload", "detail": "nothing to reload"}
         lp = None
         try:
-            lp = self._resolve(target)
+            lp = resolve_package(target)
             self._check(lp)  # steps 2–4 outside the lock: the old generation keeps serving meanwhile
-            self._check_compatible(lp)
+            check_compatible(lp, {a: c.model for a, c in self._cores.items()})
         except CalctlError as exc:
             self._discard(lp)
             return {"ok": False, "action": "reload", "detail": str(exc), "serving": "previous generation"}
@@ -514,7 +447,7 @@ class DeviceSupervisor:
                     "detail": "the served package changed while this reload was checked (a concurrent load, "
                     "unload or reload); nothing was changed by this call, retry it if it is still wanted",
                 }
-            for w in self.workers.values():
+            for w in self._cores.values():
                 w.set_rejecting(True)  # 503 for new requests during the reload
             try:
                 if current is not None:
@@ -539,7 +472,7 @@ class DeviceSupervisor:
                         "serving": "rolled back to the previous package",
                     }
             finally:
-                for w in self.workers.values():
+                for w in self._cores.values():
                     w.set_rejecting(False)
             return {"ok": True, "action": "reload", "generation": self._generation, "digest": lp.digest}
 
@@ -565,7 +498,7 @@ class DeviceSupervisor:
         unfinished = (ModelState.DRAINING, ModelState.RECOVERING, ModelState.WARMING, ModelState.CONFIGURING)
         try:
             with self._lifecycle:
-                stuck = [a for a, w in self.workers.items() if w.state in unfinished]
+                stuck = [a for a, w in self._cores.items() if w.state in unfinished]
                 self._fail(stuck, reason)
                 rec = (req.alias, req.status.value, status_name(req.runtime_status), "none", tuple(stuck))
                 self.recoveries.append(RecoveryRecord(*rec, False, 0.0, time.monotonic(), reason))
@@ -608,7 +541,7 @@ class DeviceSupervisor:
 
     def _widen(self, affected: list[str], why: str) -> None:
         """Stop and drain the aliases not yet in ``affected`` (001 §11.1 Draining -> Recovering); add them."""
-        others = [a for a in self.workers if a not in affected]
+        others = [a for a in self._cores if a not in affected]
         if others:
             self._stop_and_drain(others, why)
             affected += others
@@ -625,26 +558,26 @@ class DeviceSupervisor:
         """Terminal: the aliases leave service with ``reason`` (shown in /health/ready and the metrics)."""
         for a in aliases:
             self.failures[a] = reason
-            self.workers[a].fail_all(reason)
+            self._cores[a].fail_all(reason)
             self._event(a, ModelState.FAILED, reason)
 
     def _stop_and_drain(self, aliases: list[str], why: str, faulted: str | None = None) -> None:
         """001 §11.1 Ready -> Draining -> Recovering: stop admission, let in-flight work finish briefly, retire."""
         for a in aliases:
-            self.workers[a].set_state(ModelState.DRAINING)
+            self._cores[a].set_state(ModelState.DRAINING)
             self._event(a, ModelState.DRAINING, why)
         end = time.monotonic() + self.options.recovery_drain_s
 
         def settled(a: str) -> bool:  # the faulted core no longer serves: only its jobs in flight can finish
-            w = self.workers[a]
+            w = self._cores[a]
             return w.inflight() == 0 if a == faulted else w.drained()
 
         while time.monotonic() < end and not all(settled(a) for a in aliases):
             time.sleep(0.01)
         for a in aliases:
-            self.workers[a].set_state(ModelState.RECOVERING)
+            self._cores[a].set_state(ModelState.RECOVERING)
             self._event(a, ModelState.RECOVERING, why)
-            self.workers[a].retire(why)
+            self._cores[a].retire(why)
 
     def _save_evidence(self, req: RecoveryRequest, scope: str, affected: list[str], t0_ns: int) -> Path | None:
         """001 §11.3 "保存 trace": the trace window and job records around the fault, next to the record."""
@@ -662,10 +595,10 @@ class DeviceSupervisor:
             detail=req.detail,
             scope=scope,
             affected=affected,
-            generations={a: w.generation for a, w in self.workers.items()},
+            generations={a: w.generation for a, w in self._cores.items()},
             window_s=self.options.evidence_window_s,
             trace=raw,
-            jobs={a: self.workers[a].executor_status() for a in affected},
+            jobs={a: self._cores[a].executor_status() for a in affected},
             kept_jobs=self.metrics.records.recent("job", affected),
             kept_requests=[doc for doc, _ in self.metrics.records.recent("request", affected)],
             package_digest=self.loaded.digest if self.loaded else None,
@@ -682,8 +615,8 @@ class DeviceSupervisor:
             if self._closed or self.loaded is None:
                 return RecoveryRecord(req.alias, req.status.value, None, "none", (), False, 0.0, t0, "not serving")
             pol = self.policy(req.alias)
-            worker = self.workers[req.alias]
-            if req.generation is not None and worker.generation != req.generation and worker.is_ready():
+            core = self._cores[req.alias]
+            if req.generation is not None and core.generation != req.generation and core.is_ready():
                 # The fault was in a generation a later recovery (or reload) already replaced: a board-wide
                 # hang times out A's and B's jobs alike, and A's board reset already reset and republished B.
                 # Resetting again would cost a second reset of the budget for one fault.
@@ -691,7 +624,7 @@ class DeviceSupervisor:
                     "recovery of %s for generation %d skipped: generation %d already replaced it (%s)",
                     req.alias,
                     req.generation,
-                    worker.generation,
+                    core.generation,
                     req.detail,
                 )
                 return RecoveryRecord(
@@ -701,14 +634,12 @@ class DeviceSupervisor:
             unknown_dma = req.runtime_status is RuntimeStatus.UNKNOWN_DMA_STATE
             # 001 §11.3: until fault injection proves otherwise every timeout/crash may have touched the whole
             # board. Chip scope only when the configuration allows a session reset (and the runtime grants it).
-            want = "chip" if pol.allow_session_reset and len(worker.chips) == 1 else "board"
+            want = "chip" if pol.allow_session_reset and len(core.chips) == 1 else "board"
             if unknown_dma and pol.restart_on_unknown_dma:
                 want = "board"  # 000 §15 restart_on_unknown_dma
             # Every alias the reset touches: a chip reset touches each alias with a model on that chip (001 §11.2).
             affected = [
-                a
-                for a, w in self.workers.items()
-                if a == req.alias or want == "board" or set(w.chips) & set(worker.chips)
+                a for a, w in self._cores.items() if a == req.alias or want == "board" or set(w.chips) & set(core.chips)
             ]
 
             def record(scope: str, ok: bool, detail: str, evidence: Path | None = None) -> RecoveryRecord:
@@ -727,7 +658,7 @@ class DeviceSupervisor:
                     t0,
                     detail,
                     str(evidence) if evidence else None,
-                    {a: self.workers[a].generation for a in self.workers},
+                    {a: self._cores[a].generation for a in self._cores},
                 )
                 self.recoveries.append(rec)
                 return rec
@@ -736,8 +667,8 @@ class DeviceSupervisor:
             evidence = self._save_evidence(req, want, affected, t0_ns)
             if unknown_dma and pol.restart_process_on_unknown_dma:
                 reason = "unknown DMA state: restart the serving process (recovery.restart_process_on_unknown_dma)"
-                self._fail(list(self.workers), reason)
-                affected = list(self.workers)
+                self._fail(list(self._cores), reason)
+                affected = list(self._cores)
                 return record("process", False, reason, evidence)
             now = time.monotonic()
             while self._resets and now - self._resets[0] > 600:
@@ -752,7 +683,7 @@ class DeviceSupervisor:
             self._resets.append(now)
             tried: list[str] = []
             try:
-                scope = self._reset_for(req, want, worker.chips[0] if want == "chip" else None, affected, tried)
+                scope = self._reset_for(req, want, core.chips[0] if want == "chip" else None, affected, tried)
             except RuntimeLayerError as exc:
                 # 001 §11.3 row 6: a failed reset takes both aliases out of service; device-level recovery.
                 first = f"{tried[-1]} reset failed: {exc}"
@@ -766,18 +697,18 @@ class DeviceSupervisor:
                     self._fail(affected, reason)
                     return record("device", False, reason, evidence)
             for a in affected:
-                self.workers[a].forget_device_state()
+                self._cores[a].forget_device_state()
             try:
                 gen = self._next_generation()
                 if scope == "board":
                     self.rt.configure(self.rt.create_calbin(self.loaded.package))
                 for a in affected:
-                    self.workers[a].set_state(ModelState.WARMING, admission=ModelState.RECOVERING)
+                    self._cores[a].set_state(ModelState.WARMING, admission=ModelState.RECOVERING)
                     self._event(a, ModelState.WARMING, f"golden + warm-up after a {scope} reset")
                 self._golden_and_warmup(self.loaded.package, affected, gen)  # 001 §13.3: golden+warmup before Ready
                 for a in affected:
                     self.failures.pop(a, None)
-                    self.workers[a].publish(self.rt, gen)
+                    self._cores[a].publish(self.rt, gen)
                     self._event(a, ModelState.READY, f"recovered, generation {gen}")
             except CalctlError as exc:
                 reason = f"recovery after a {scope} reset failed: {exc}"
@@ -801,7 +732,7 @@ class DeviceSupervisor:
                 except RuntimeLayerError as exc:
                     log.error("teardown at shutdown failed: %s", exc)
                 self._set_all(ModelState.UNLOADED, detail="shutdown")
-            for w in self.workers.values():
+            for w in self._cores.values():
                 w.detach()
                 w.shutdown()
             self._closed = True

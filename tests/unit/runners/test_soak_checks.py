@@ -177,7 +177,7 @@ def test_a_signal_while_loading_records_no_requests_open_violation(tmp_path: Pat
     cfg = SoakConfig(package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), out_dir=tmp_path / "s", cycles=2)
     soak = _Soak(cfg, None)
     worker = SimpleNamespace(live_requests=lambda: 2)
-    sup = SimpleNamespace(workers={"model-b": worker}, metrics=SimpleNamespace(registry=SimpleNamespace(collect=list)))
+    sup = SimpleNamespace(cores={"model-b": worker}, metrics=SimpleNamespace(registry=SimpleNamespace(collect=list)))
     soak.interrupted = {"signal": "SIGTERM", "phase": "loading", "cycle": 2, "at_s": 3.0}
     soak._final_checks(sup)  # type: ignore[arg-type]
     assert soak.requests.outstanding == 0

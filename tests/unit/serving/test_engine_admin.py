@@ -16,7 +16,7 @@ def test_an_admin_action_that_raises_is_logged_with_its_traceback(caplog: pytest
     def unload() -> None:
         raise RuntimeError("teardown exploded")
 
-    sup = SimpleNamespace(metrics=EngineMetrics(), workers={"model-a": object()}, unload=unload, rollback=unload)
+    sup = SimpleNamespace(metrics=EngineMetrics(), cores={"model-a": object()}, unload=unload, rollback=unload)
     engine = ServingEngine(sup)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, logger="calctl.serve"):
         out = asyncio.run(engine.admin("model-a", "unload"))
