@@ -28,7 +28,7 @@ class AdmissionFront:
         self._sched = sched
         self._out = out
         self._known = known
-        self._m_verdict = {v: metrics.admission.labels(alias, v.value) for v in AdmissionDecision}
+        self._m_decision = {v: metrics.admission.labels(alias, v.value) for v in AdmissionDecision}
         self._m_prompt = metrics.prompt_tokens.labels(alias)
 
     def arrive(self, req: GenerationRequest, stream: EngineStream, arrived: float, now: float) -> None:
@@ -46,10 +46,24 @@ class AdmissionFront:
             self._out.requests.pop(rid, None)
             self._refuse(rid, stream, result)
             return
-        self._m_verdict[result.decision].inc()
+        self._m_decision[result.decision].inc()
         self._m_prompt.inc(len(req.prompt_ids))
         if result.decision is AdmissionDecision.ADMIT:
             stream.post_admitted()
+
+    def refuse_early(self, req: GenerationRequest, *, failed: str | None, rejecting: bool) -> None:
+        """The refusals that need no scheduler, raised at submit (any thread): an empty prompt, a core whose
+        loop failed (``failed``), a reload in progress (``rejecting``: 503 and retry, 000 §11, 001 §11.2)."""
+        if not req.prompt_ids:
+            raise EngineRejection(
+                RejectCode.INVALID, "the prompt is empty: at least one token is needed", param="prompt"
+            )
+        if failed is not None:
+            raise EngineRejection(RejectCode.UNAVAILABLE, f"model {self.alias!r} failed: {failed}")
+        if rejecting:
+            raise EngineRejection(
+                RejectCode.UNAVAILABLE, f"model {self.alias!r} is being reloaded; retry shortly", retry_after_s=1.0
+            )
 
     def refuse_unavailable(self, req: GenerationRequest, stream: EngineStream, why: str) -> None:
         """The request never reached the scheduler (the loop failed): 503."""
@@ -57,7 +71,7 @@ class AdmissionFront:
         stream.post_rejected(EngineRejection(RejectCode.UNAVAILABLE, f"model {self.alias!r} {why}"))
 
     def _refuse(self, rid: RequestId, stream: EngineStream, result: AdmissionResult) -> None:
-        self._m_verdict[result.decision].inc()
+        self._m_decision[result.decision].inc()
         self._known.discard(rid)
         stream.post_rejected(self.rejection(result))
 

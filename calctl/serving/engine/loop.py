@@ -48,14 +48,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from calctl.errors import ConfigError
 from calctl.package.model import Model
 from calctl.runtime.errors import RuntimeStatus
 from calctl.runtime.interface import Runtime
-from calctl.serving.config import DowngradePolicy, ExecutorMode
+from calctl.serving.config import ExecutorMode
 from calctl.serving.core.admission import ModelState
 from calctl.serving.core.ids import ModelGenerationId, RequestId
 from calctl.serving.core.scheduler import (
@@ -75,6 +75,7 @@ from calctl.serving.engine.metrics import EngineMetrics, ModelSnapshot
 from calctl.serving.engine.mode_control import COUNTER_CHECK_S, ModeControl
 from calctl.serving.engine.modes import DowngradeRecord
 from calctl.serving.engine.monitor import ExecutorMonitor
+from calctl.serving.engine.options import CoreOptions
 from calctl.serving.engine.output import DeliveryTap, OutputProcessor, RequestContext
 from calctl.serving.engine.snapshot import model_snapshot
 from calctl.serving.engine.streams import EngineStream
@@ -98,19 +99,6 @@ class RecoveryRequest:
     # The generation the fault happened in: a recovery that republished the alias since (a board reset for
     # the other alias's fault of the same hang) already covered it (DeviceSupervisor.recover).
     generation: int | None = None
-
-
-@dataclass
-class CoreOptions:
-    """``mode``/``fixed_engine``/``downgrade`` come from the scheduler configuration's ``executor`` block
-    (000 §15); ``chip_exclusive``: no other alias runs on this core's chip (its counters are ours)."""
-
-    job_timeout_s: float = 30.0
-    poll_s: float = 0.02
-    mode: ExecutorMode = ExecutorMode.SYNC
-    fixed_engine: bool = False
-    downgrade: DowngradePolicy = field(default_factory=DowngradePolicy)
-    chip_exclusive: bool = True
 
 
 # -- inbox messages ------------------------------------------------------------------------------
@@ -173,15 +161,7 @@ class EngineCore:
             clock=clock,
         )
         self._modes = ModeControl(
-            alias,
-            model.target_chips,
-            self.options.mode,
-            self.options.downgrade.to,
-            self.options.fixed_engine,
-            self._sched,
-            self._exec,
-            self._monitor,
-            metrics,
+            alias, model.target_chips, self.options, self._sched, self._exec, self._monitor, metrics
         )
         # Request ids submitted and not yet terminal, written by submitters (add) and this thread (discard):
         # what drained() and cancel() read without waiting for the loop.
@@ -280,16 +260,7 @@ class EngineCore:
     def submit(self, req: GenerationRequest, stream: EngineStream) -> None:
         """Refusals that need no scheduler raise EngineRejection here; everything else is decided on the loop,
         which resolves or fails ``stream.admitted()`` before the response's first byte (000 §5.2)."""
-        if not req.prompt_ids:
-            raise EngineRejection(
-                RejectCode.INVALID, "the prompt is empty: at least one token is needed", param="prompt"
-            )
-        if self.life.failed is not None:
-            raise EngineRejection(RejectCode.UNAVAILABLE, f"model {self.alias!r} failed: {self.life.failed}")
-        if self.life.rejecting:
-            raise EngineRejection(
-                RejectCode.UNAVAILABLE, f"model {self.alias!r} is being reloaded; retry shortly", retry_after_s=1.0
-            )
+        self._admit.refuse_early(req, failed=self.life.failed, rejecting=self.life.rejecting)
         self._known.add(req.request_id)
         self._inbox.post(Arrive(req, stream, self._clock()))
 
@@ -322,11 +293,7 @@ class EngineCore:
 
     def set_rejecting(self, on: bool) -> None:
         """During a reload new requests get 503 (000 §11, 001 §11.2), not a wait. Applied on the loop."""
-
-        def apply() -> None:
-            self.life.rejecting = on
-
-        self._call(apply)
+        self._call(lambda: setattr(self.life, "rejecting", on))
 
     def publish(self, rt: Runtime, generation: int) -> None:
         """The new generation passed golden + warmup: serve it (000 §11 step 10)."""
@@ -601,13 +568,8 @@ class EngineCore:
             # or a reload), delivered after it: that reset is the recovery. Asking for one now would show the
             # alias Draining while it is Recovering and queue a second reset for the same fault, which a failed
             # recovery would not skip (the generation is unchanged), spending the reset budget on a Failed alias.
-            log.info(
-                "engine %s: recovery request for generation %s void: the generation was retired meanwhile (%s: %s)",
-                self.alias,
-                ev.generation,
-                ev.status.value,
-                ev.detail,
-            )
+            void = f"generation {ev.generation} was retired meanwhile ({ev.status.value}: {ev.detail})"
+            log.info("engine %s: recovery request void: %s", self.alias, void)
             return
         life.recovery_pending, life.serving = True, False
         life.state = ModelState.DRAINING  # 001 §11.1 Ready -> Draining: never listed as ready meanwhile
@@ -615,12 +577,8 @@ class EngineCore:
         if self._exec.inflight:
             # 000 §14: submitted jobs drain; the reset waits until they completed or timed out.
             self._deferred_recovery = req
-            log.warning(
-                "engine %s: recovery (%s) waits for %d job(s) in flight to drain",
-                self.alias,
-                ev.status.value,
-                len(self._exec.inflight),
-            )
+            n = len(self._exec.inflight)
+            log.warning("engine %s: recovery (%s) waits for %d job(s) in flight", self.alias, ev.status.value, n)
         else:
             self._on_recovery(req)
 

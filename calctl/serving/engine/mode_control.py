@@ -19,6 +19,7 @@ from calctl.serving.engine.device import DeviceExecutor
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.modes import DowngradeReason, DowngradeRecord
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
+from calctl.serving.engine.options import CoreOptions
 
 log = logging.getLogger("calctl.serve")
 
@@ -34,9 +35,7 @@ class ModeControl:
         self,
         alias: str,
         chips: tuple[int, ...],
-        configured: ExecutorMode,
-        downgrade_to: ExecutorMode,
-        fixed_engine: bool,
+        options: CoreOptions,
         sched: Scheduler,
         executor: DeviceExecutor,
         monitor: ExecutorMonitor,
@@ -44,9 +43,9 @@ class ModeControl:
     ) -> None:
         self.alias = alias
         self.chips = chips
-        self.configured = configured
-        self._downgrade_to = downgrade_to
-        self._fixed_engine = fixed_engine
+        self.configured = configured = options.mode  # ``executor.mode`` (000 §15)
+        self._downgrade_to = options.downgrade.to
+        self._fixed_engine = options.fixed_engine
         self._sched = sched
         self._exec = executor
         self._monitor = monitor

@@ -1,11 +1,13 @@
-"""The DeviceSupervisor's options and the values its lifecycle keeps (000 §11–§12, 001 §10.4, §11)."""
+"""The options of the DeviceSupervisor and of each engine core, and the values the lifecycle keeps
+(000 §11–§12, §14–§15, 001 §10.4, §11)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from calctl.package.model import Package
+from calctl.serving.config import DowngradePolicy, ExecutorMode
 
 
 @dataclass
@@ -23,6 +25,19 @@ class SupervisorOptions:
     evidence_dir: Path | None = None  # recovery evidence files; None: $CALCTL_RECOVERY_DIR, else memory only
     evidence_window_s: float = 10.0  # trace kept from before the fault
     evidence_keep: int = 16
+
+
+@dataclass
+class CoreOptions:
+    """``mode``/``fixed_engine``/``downgrade`` come from the scheduler configuration's ``executor`` block
+    (000 §15); ``chip_exclusive``: no other alias runs on this core's chip (its counters are ours)."""
+
+    job_timeout_s: float = 30.0
+    poll_s: float = 0.02
+    mode: ExecutorMode = ExecutorMode.SYNC
+    fixed_engine: bool = False
+    downgrade: DowngradePolicy = field(default_factory=DowngradePolicy)
+    chip_exclusive: bool = True
 
 
 @dataclass(frozen=True)
@@ -58,4 +73,4 @@ class LifecycleEvent:
     detail: str = ""
 
 
-__all__ = ["LifecycleEvent", "LoadPolicy", "LoadedPackage", "SupervisorOptions"]
+__all__ = ["CoreOptions", "LifecycleEvent", "LoadPolicy", "LoadedPackage", "SupervisorOptions"]
