@@ -18,7 +18,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -110,10 +110,33 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
 
     @router.post("/v1/completions", response_model=None)
     async def completions(request: Request, tenant: str = Depends(auth.tenant)) -> Response:
-        body = await _parse(request, CompletionRequest)
+        return await _serve(request, tenant, CompletionRequest, _completion_prompt, chat=False)
+
+    @router.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(request: Request, tenant: str = Depends(auth.tenant)) -> Response:
+        return await _serve(request, tenant, ChatCompletionRequest, _chat_prompt, chat=True)
+
+    async def _serve(
+        request: Request,
+        tenant: str,
+        schema: type[T],
+        prompt_of: Callable[[T, TextCodec], tuple[list[int], int] | Response],
+        *,
+        chat: bool,
+    ) -> Response:
+        """Both endpoints: parse the body, find the model's codec, build the prompt and its ``max_tokens``
+        (``prompt_of``; a Response is its 400), generate."""
+        body = await _parse(request, schema)
         if isinstance(body, Response):
             return body
-        codec = engine.codec(body.model)
+        codec = engine.codec(body.model)  # type: ignore[attr-defined]
+        prompt = prompt_of(body, codec)
+        if isinstance(prompt, Response):
+            return prompt
+        prompt_ids, max_tokens = prompt
+        return await _generate(request, tenant, body, codec, prompt_ids, max_tokens, chat=chat)
+
+    def _completion_prompt(body: CompletionRequest, codec: TextCodec) -> tuple[list[int], int] | Response:
         if isinstance(body.prompt, str):
             prompt_ids = codec.encode(body.prompt)
         elif body.prompt and isinstance(body.prompt[0], str):
@@ -127,15 +150,9 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
                     param="prompt",
                     code="invalid_prompt",
                 )
-        max_tokens = body.max_tokens or 16
-        return await _generate(request, tenant, body, codec, prompt_ids, max_tokens, chat=False)
+        return prompt_ids, body.max_tokens or 16
 
-    @router.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(request: Request, tenant: str = Depends(auth.tenant)) -> Response:
-        body = await _parse(request, ChatCompletionRequest)
-        if isinstance(body, Response):
-            return body
-        codec = engine.codec(body.model)
+    def _chat_prompt(body: ChatCompletionRequest, codec: TextCodec) -> tuple[list[int], int] | Response:
         try:
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
             prompt = codec.render_chat(messages, add_generation_prompt=True)  # the model's own template
@@ -146,7 +163,7 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
         max_tokens = body.max_completion_tokens or body.max_tokens or settings.chat_default_max_tokens
         if max_tokens is None:
             max_tokens = max(1, limit - len(prompt_ids))
-        return await _generate(request, tenant, body, codec, prompt_ids, max_tokens, chat=True)
+        return prompt_ids, max_tokens
 
     async def _parse(request: Request, model: type[T]) -> T | Response:
         try:
