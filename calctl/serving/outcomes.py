@@ -8,7 +8,7 @@ into what the outside sees:
 * the protocol's finish reason on the stream (:class:`calctl.serving.protocol.FinishReason`),
   or the rejection code when no output was produced yet (:class:`calctl.serving.protocol.RejectCode`);
 * the HTTP status, and the OpenAI error ``type`` and ``code`` of the error body;
-* the ``outcome`` label of ``calctl_requests_total`` (:class:`Outcome`);
+* the ``outcome`` label of ``calctl_requests_total`` (:class:`EngineOutcome`);
 * the client-side class a soak or bench report counts (:class:`RequestOutcome`).
 
 "Where does a 429 come from": :data:`REJECTIONS` below (``RejectCode.CAPACITY``),
@@ -27,7 +27,7 @@ from calctl.serving.core.request import EndReason
 from calctl.serving.protocol import FinishReason, RejectCode
 
 
-class Outcome(str, enum.Enum):
+class EngineOutcome(str, enum.Enum):
     """How a request ended, as the engine counts it: the ``outcome`` label of ``calctl_requests_total``.
 
     A fixed set, so the label stays bounded (000 §16)."""
@@ -72,7 +72,7 @@ class Rejection:
     code: RejectCode  # the OpenAI error ``code`` is ``code.value``
     http_status: int
     error_type: str  # the OpenAI error ``type``
-    outcome: Outcome
+    outcome: EngineOutcome
     client: RequestOutcome
 
 
@@ -80,13 +80,19 @@ class Rejection:
 REJECTIONS: dict[RejectCode, Rejection] = {
     r.code: r
     for r in (
-        Rejection(RejectCode.INVALID, 400, "invalid_request_error", Outcome.INVALID, RequestOutcome.INVALID),
+        Rejection(RejectCode.INVALID, 400, "invalid_request_error", EngineOutcome.INVALID, RequestOutcome.INVALID),
         Rejection(
-            RejectCode.MODEL_NOT_FOUND, 404, "invalid_request_error", Outcome.MODEL_NOT_FOUND, RequestOutcome.NOT_FOUND
+            RejectCode.MODEL_NOT_FOUND,
+            404,
+            "invalid_request_error",
+            EngineOutcome.MODEL_NOT_FOUND,
+            RequestOutcome.NOT_FOUND,
         ),
-        Rejection(RejectCode.CAPACITY, 429, "rate_limit_error", Outcome.CAPACITY, RequestOutcome.CAPACITY),
-        Rejection(RejectCode.UNAVAILABLE, 503, "service_unavailable", Outcome.UNAVAILABLE, RequestOutcome.UNAVAILABLE),
-        Rejection(RejectCode.DEADLINE, 503, "service_unavailable", Outcome.DEADLINE, RequestOutcome.DEADLINE),
+        Rejection(RejectCode.CAPACITY, 429, "rate_limit_error", EngineOutcome.CAPACITY, RequestOutcome.CAPACITY),
+        Rejection(
+            RejectCode.UNAVAILABLE, 503, "service_unavailable", EngineOutcome.UNAVAILABLE, RequestOutcome.UNAVAILABLE
+        ),
+        Rejection(RejectCode.DEADLINE, 503, "service_unavailable", EngineOutcome.DEADLINE, RequestOutcome.DEADLINE),
     )
 }
 
@@ -103,7 +109,7 @@ class Ending:
     """One core finish reason: what the stream says once output began, and the rejection before it did."""
 
     reason: EndReason
-    outcome: Outcome
+    outcome: EngineOutcome
     finish: FinishReason  # TokenEvent.finish when the request had produced output
     before_output: RejectCode | None  # the HTTP error when it had not (None: a normal end, e.g. a cancel)
     client: RequestOutcome
@@ -113,44 +119,50 @@ class Ending:
 ENDINGS: dict[EndReason, Ending] = {
     e.reason: e
     for e in (
-        Ending(EndReason.STOP, Outcome.STOP, FinishReason.STOP, None, RequestOutcome.OK),
-        Ending(EndReason.LENGTH, Outcome.LENGTH, FinishReason.LENGTH, None, RequestOutcome.OK),
-        Ending(EndReason.CANCELLED, Outcome.CANCELLED, FinishReason.CANCELLED, None, RequestOutcome.CANCELLED),
-        Ending(EndReason.DEADLINE, Outcome.DEADLINE, FinishReason.ERROR, RejectCode.DEADLINE, RequestOutcome.DEADLINE),
+        Ending(EndReason.STOP, EngineOutcome.STOP, FinishReason.STOP, None, RequestOutcome.OK),
+        Ending(EndReason.LENGTH, EngineOutcome.LENGTH, FinishReason.LENGTH, None, RequestOutcome.OK),
+        Ending(EndReason.CANCELLED, EngineOutcome.CANCELLED, FinishReason.CANCELLED, None, RequestOutcome.CANCELLED),
         Ending(
-            EndReason.REJECTED_INVALID, Outcome.INVALID, FinishReason.ERROR, RejectCode.INVALID, RequestOutcome.INVALID
+            EndReason.DEADLINE, EngineOutcome.DEADLINE, FinishReason.ERROR, RejectCode.DEADLINE, RequestOutcome.DEADLINE
+        ),
+        Ending(
+            EndReason.REJECTED_INVALID,
+            EngineOutcome.INVALID,
+            FinishReason.ERROR,
+            RejectCode.INVALID,
+            RequestOutcome.INVALID,
         ),
         Ending(
             EndReason.REJECTED_CAPACITY,
-            Outcome.CAPACITY,
+            EngineOutcome.CAPACITY,
             FinishReason.ERROR,
             RejectCode.CAPACITY,
             RequestOutcome.CAPACITY,
         ),
         Ending(
             EndReason.REJECTED_UNAVAILABLE,
-            Outcome.UNAVAILABLE,
+            EngineOutcome.UNAVAILABLE,
             FinishReason.ERROR,
             RejectCode.UNAVAILABLE,
             RequestOutcome.UNAVAILABLE,
         ),
         Ending(
             EndReason.DEVICE_ERROR,
-            Outcome.DEVICE_ERROR,
+            EngineOutcome.DEVICE_ERROR,
             FinishReason.ERROR,
             RejectCode.UNAVAILABLE,
             RequestOutcome.DEVICE_ERROR,
         ),
         Ending(
             EndReason.GENERATION_RETIRED,
-            Outcome.GENERATION_RETIRED,
+            EngineOutcome.GENERATION_RETIRED,
             FinishReason.ERROR,
             RejectCode.UNAVAILABLE,
             RequestOutcome.DEVICE_ERROR,
         ),
         Ending(
             EndReason.INTERNAL,
-            Outcome.INTERNAL,
+            EngineOutcome.INTERNAL,
             FinishReason.ERROR,
             RejectCode.UNAVAILABLE,
             RequestOutcome.DEVICE_ERROR,
@@ -160,22 +172,25 @@ ENDINGS: dict[EndReason, Ending] = {
 
 #: What a client is told when generation fails after output began. The engine's own text may name a chip,
 #: a core, an address or a file, which public responses never show (001 §10.1); it goes to the log.
-PUBLIC_ERROR: dict[Outcome, tuple[str, str]] = {
-    Outcome.DEADLINE: ("deadline_exceeded", "the request's deadline expired while generating this response"),
-    Outcome.DEVICE_ERROR: ("device_error", "the model failed while generating this response; retry the request"),
-    Outcome.GENERATION_RETIRED: ("device_error", "the model failed while generating this response; retry the request"),
-    Outcome.INTERNAL: ("internal_error", "internal error while generating this response; retry the request"),
+PUBLIC_ERROR: dict[EngineOutcome, tuple[str, str]] = {
+    EngineOutcome.DEADLINE: ("deadline_exceeded", "the request's deadline expired while generating this response"),
+    EngineOutcome.DEVICE_ERROR: ("device_error", "the model failed while generating this response; retry the request"),
+    EngineOutcome.GENERATION_RETIRED: (
+        "device_error",
+        "the model failed while generating this response; retry the request",
+    ),
+    EngineOutcome.INTERNAL: ("internal_error", "internal error while generating this response; retry the request"),
 }
 DEFAULT_PUBLIC_ERROR = ("device_error", "the model failed while generating this response; retry the request")
 
 #: The message of a request refused for these outcomes before its first token (its status and code come
 #: from :data:`ENDINGS`); the engine's own detail goes to the log only. Other outcomes (capacity, invalid,
 #: draining) keep the core's text, which names only the alias and the numbers.
-PUBLIC_BEFORE_OUTPUT: dict[Outcome, str] = {
-    Outcome.DEADLINE: "the request's deadline expired before its first token",
-    Outcome.DEVICE_ERROR: "the model failed before this request's first token; retry the request",
-    Outcome.GENERATION_RETIRED: "the model was reset before this request's first token; retry the request",
-    Outcome.INTERNAL: "internal error before this request's first token; retry the request",
+PUBLIC_BEFORE_OUTPUT: dict[EngineOutcome, str] = {
+    EngineOutcome.DEADLINE: "the request's deadline expired before its first token",
+    EngineOutcome.DEVICE_ERROR: "the model failed before this request's first token; retry the request",
+    EngineOutcome.GENERATION_RETIRED: "the model was reset before this request's first token; retry the request",
+    EngineOutcome.INTERNAL: "internal error before this request's first token; retry the request",
 }
 DEFAULT_BEFORE_OUTPUT = "the model failed before this request's first token; retry the request"
 
@@ -183,7 +198,7 @@ DEFAULT_BEFORE_OUTPUT = "the model failed before this request's first token; ret
 _CLIENT_OF_OUTCOME: dict[str, RequestOutcome] = {e.outcome.value: e.client for e in ENDINGS.values()}
 
 
-def public_before_output(outcome: Outcome, detail: str) -> str:
+def public_before_output(outcome: EngineOutcome, detail: str) -> str:
     """The client's message for a request refused before output: :data:`PUBLIC_BEFORE_OUTPUT`, else ``detail``."""
     return PUBLIC_BEFORE_OUTPUT.get(outcome, detail)
 
@@ -197,13 +212,13 @@ def rejection(code: RejectCode) -> Rejection:
 
 
 def public_error(outcome: str | None, generated_tokens: int | None = None) -> tuple[str, str]:
-    """(OpenAI error code, message) for a request that failed after admission, by :class:`Outcome` value.
+    """(OpenAI error code, message) for a request that failed after admission, by :class:`EngineOutcome` value.
 
     ``generated_tokens`` 0: it failed before its first token (an admitted request whose deadline passed while
     its prefill ran), so the message is :data:`PUBLIC_BEFORE_OUTPUT`'s, as docs/serve.md promises; the code
     stays the one a failure after output gets (``deadline_exceeded``, ``device_error``)."""
     try:
-        kind = Outcome(outcome)
+        kind = EngineOutcome(outcome)
     except ValueError:
         kind = None
     code, message = PUBLIC_ERROR.get(kind, DEFAULT_PUBLIC_ERROR) if kind is not None else DEFAULT_PUBLIC_ERROR
@@ -260,7 +275,7 @@ __all__ = [
     "PUBLIC_BEFORE_OUTPUT",
     "REJECTIONS",
     "Ending",
-    "Outcome",
+    "EngineOutcome",
     "Rejection",
     "RequestOutcome",
     "client_outcome_of_end",

@@ -84,7 +84,7 @@ class TokenEvent:
     # old generation is delivered"). Filled by the alias's engine core; None from engines that do not tag
     # tokens. The soak checks it against the generation the request was admitted under (docs/soak.md).
     generation: int | None = None
-    # On the terminal event: the engine's :class:`calctl.serving.outcomes.Outcome` value (``stop``,
+    # On the terminal event: the engine's :class:`calctl.serving.outcomes.EngineOutcome` value (``stop``,
     # ``deadline``, ``device_error``, ...), so a client classifies an error without parsing its text.
     outcome: str | None = None
 

@@ -42,7 +42,7 @@ class Delta:
     usage: dict[str, int]
     finish: str | None = None
     error: str | None = None  # the engine's own text: for the log, never for the client (001 §10.1)
-    outcome: str | None = None  # calctl.serving.outcomes.Outcome value of a failed stream
+    outcome: str | None = None  # calctl.serving.outcomes.EngineOutcome value of a failed stream
 
 
 def usage_of(ev: TokenEvent) -> dict[str, int]:

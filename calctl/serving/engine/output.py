@@ -43,7 +43,7 @@ from calctl.serving.engine.device import Finished, Inflight
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.sampling import sample_token
 from calctl.serving.engine.streams import EngineStream
-from calctl.serving.outcomes import ENDINGS, Ending, Outcome, public_before_output
+from calctl.serving.outcomes import ENDINGS, Ending, EngineOutcome, public_before_output
 from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
 from calctl.serving.record_sink import ms
 from calctl.serving.text import TextCodec
@@ -104,7 +104,7 @@ class OutputProcessor:
         self._m_batch_wait = m.batch_wait.labels(alias)
         for q in ("short", "medium", "long"):  # every class shows, 0 until a request starves (000 §16)
             m.starvation.labels(alias, q)
-        self.m_outcome = {o: m.requests.labels(alias, o.value) for o in Outcome}
+        self.m_outcome = {o: m.requests.labels(alias, o.value) for o in EngineOutcome}
 
     def add_tap(self, tap: DeliveryTap) -> None:
         self._taps.append(tap)
@@ -250,7 +250,7 @@ class OutputProcessor:
     def fail_all(self, reason: str) -> None:
         """The loop died: every request held ends (503 before output, an ``internal`` error after)."""
         for rid, ctx in list(self.requests.items()):
-            self.m_outcome[Outcome.INTERNAL].inc()
+            self.m_outcome[EngineOutcome.INTERNAL].inc()
             if ctx.tokens == 0:
                 ctx.stream.post_rejected(EngineRejection(RejectCode.UNAVAILABLE, f"{self.alias}: {reason}"))
             else:
@@ -261,7 +261,7 @@ class OutputProcessor:
                         error=f"{self.alias}: internal: {reason}",
                         prompt_tokens=len(ctx.gen.prompt_ids),
                         completion_tokens=ctx.tokens,
-                        outcome=Outcome.INTERNAL.value,
+                        outcome=EngineOutcome.INTERNAL.value,
                     )
                 )
             self._known.discard(rid)

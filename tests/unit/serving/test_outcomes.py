@@ -8,7 +8,7 @@ import pytest
 from calctl.serving import outcomes
 from calctl.serving.core.admission import AdmissionDecision
 from calctl.serving.core.request import EndReason
-from calctl.serving.outcomes import DECISION_REJECTION, ENDINGS, REJECTIONS, Outcome, RequestOutcome
+from calctl.serving.outcomes import DECISION_REJECTION, ENDINGS, REJECTIONS, EngineOutcome, RequestOutcome
 from calctl.serving.protocol import FinishReason, RejectCode
 
 
@@ -49,10 +49,10 @@ def test_endings_before_and_after_output() -> None:
     assert outcomes.http_status_of_end(EndReason.DEVICE_ERROR, 3) is None
     assert ENDINGS[EndReason.DEVICE_ERROR].finish is FinishReason.ERROR
     # A stop string and EOS are the same normal finish; a cancel is never an HTTP error.
-    assert ENDINGS[EndReason.STOP].finish is FinishReason.STOP and ENDINGS[EndReason.STOP].outcome is Outcome.STOP
+    assert ENDINGS[EndReason.STOP].finish is FinishReason.STOP and ENDINGS[EndReason.STOP].outcome is EngineOutcome.STOP
     assert outcomes.http_status_of_end(EndReason.CANCELLED, 0) is None
     # A deadline is the request's own, not a fault, in every vocabulary.
-    assert outcomes.client_outcome_of_end(FinishReason.ERROR, Outcome.DEADLINE.value) is RequestOutcome.DEADLINE
+    assert outcomes.client_outcome_of_end(FinishReason.ERROR, EngineOutcome.DEADLINE.value) is RequestOutcome.DEADLINE
     assert outcomes.client_outcome_of_end(FinishReason.ERROR, None) is RequestOutcome.DEVICE_ERROR
     assert outcomes.client_outcome_of_end(FinishReason.STOP, "stop") is RequestOutcome.OK
 
@@ -95,4 +95,4 @@ def test_every_failure_a_client_sees_before_output_has_public_text() -> None:
     leak = "generation 1 retired: fault: CCU_EXCEPTION: chip 0 job 432"
     for outcome in PUBLIC_ERROR:
         assert public_before_output(outcome, leak) == PUBLIC_BEFORE_OUTPUT[outcome]
-    assert public_before_output(Outcome.CAPACITY, "8 requests already waiting") == "8 requests already waiting"
+    assert public_before_output(EngineOutcome.CAPACITY, "8 requests already waiting") == "8 requests already waiting"

@@ -432,7 +432,7 @@ def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> No
     for a loading model -> 503 model_unavailable; admitted but no output yet -> 503 deadline_exceeded;
     output begun -> the stream's error is ``deadline_exceeded``."""
     from calctl.serving import outcomes
-    from calctl.serving.outcomes import ENDINGS, Outcome
+    from calctl.serving.outcomes import ENDINGS, EngineOutcome
     from calctl.serving.protocol import RejectCode
 
     dev = make_device(clock, max_sequences=1)
@@ -464,7 +464,7 @@ def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> No
     assert second.reason is EndReason.DEADLINE and second.generated_tokens == 0
     assert _end_status(second) == 503 and ENDINGS[second.reason].before_output is RejectCode.DEADLINE
     assert outcomes.rejection(RejectCode.DEADLINE).code.value == "deadline_exceeded"
-    assert outcomes.public_error(Outcome.DEADLINE.value)[0] == "deadline_exceeded"  # after output began
+    assert outcomes.public_error(EngineOutcome.DEADLINE.value)[0] == "deadline_exceeded"  # after output began
 
 
 def test_long_prefill_quota_caps_waiting_and_running_long_prompts(clock: FakeClock) -> None:
