@@ -57,17 +57,17 @@ import itertools
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import numpy as np
 
 from calctl.errors import ConfigError
 from calctl.package.model import GraphKind, Package
-from calctl.runtime.buffers import BufferState, Direction, HostBuffer, JobBuffersMixin, buffer_layout
-from calctl.runtime.calbin import Calbin, GraphPlan, check_job_buffers, plan_calbin, resolve_graph
+from calctl.runtime.bookkeeping import DeviceBookkeeping
+from calctl.runtime.buffers import Direction, HostBuffer, buffer_layout
+from calctl.runtime.calbin import Calbin, GraphPlan, plan_calbin
 from calctl.runtime.errors import (
     AlreadyConfigured,
     DeviceBusy,
@@ -78,8 +78,6 @@ from calctl.runtime.errors import (
     NotSupported,
     OutOfMemory,
     RuntimeStatus,
-    Timeout,
-    error_class,
 )
 from calctl.runtime.mock import compute
 from calctl.runtime.mock.faults import FaultDecision, FaultInjector, FaultKind, FaultPlan, FaultRule, InjectedFault
@@ -103,7 +101,6 @@ from calctl.runtime.types import (
     PhaseInterval,
     ResetScope,
     Topology,
-    TraceEvent,
     Versions,
     telemetry_gaps,
 )
@@ -234,7 +231,7 @@ def _item_record(item: _JobRecord | _Hold) -> _JobRecord:
     return item.rec if isinstance(item, _Hold) else item
 
 
-class MockRuntime(JobBuffersMixin):
+class MockRuntime(DeviceBookkeeping[_JobRecord, dict[str, compute.LoadedModel]]):
     """The mock board; implements :class:`calctl.runtime.interface.Runtime`. Open it with ``open_runtime("mock")``."""
 
     kind = DeviceKind.MOCK
@@ -242,7 +239,6 @@ class MockRuntime(JobBuffersMixin):
     def __init__(self, config: MockBoardConfig | None = None) -> None:
         global _PROCESS_DEVICE
         self.config = config or MockBoardConfig()
-        self._submit_listeners: list[Callable[[Job], None]] = []
         with _PROCESS_LOCK:
             if _PROCESS_DEVICE is not None:
                 raise DeviceInUse(
@@ -259,9 +255,9 @@ class MockRuntime(JobBuffersMixin):
 
     def _setup(self) -> None:
         self._cv = threading.Condition(threading.RLock())
+        self._init_bookkeeping(self._cv, self.config.history)
         self._serial = threading.Lock()
         self._serial_free_ns = 0  # device timeline of the modelled global lock
-        self._closed = False
         self._chips = [_Chip(i) for i in range(self.config.chips)]
         # Chips a reset is under way on: it waits for their running jobs with the lock released, and a job
         # submitted to them meanwhile would survive the reset (and run on what it cleared), so submit refuses.
@@ -269,21 +265,12 @@ class MockRuntime(JobBuffersMixin):
         self._kv = MockKvManager(self._cv)
         self._faults = FaultInjector(self.config.fault_plan, self.config.seed)
         self._job_ids = itertools.count(1)
-        self._buffer_ids = itertools.count(1)
-        self._calbin_ids = itertools.count(1)
         # Jobs in flight (queued or running). A finished job leaves it: only its JobResult is kept, in
         # _finished, for wait/query (the last `history` of them); no buffer, KV sequence or weights stay
         # reachable from a finished job, so host memory does not grow with the requests served.
         self._jobs: dict[JobId, _JobRecord] = {}
         self._finished: OrderedDict[JobId, JobResult] = OrderedDict()
-        self._trace: deque[TraceEvent] = deque(maxlen=self.config.history)
         self._host_leaks: list[bytearray] = []  # host_memory_leak faults: kept for the life of the board
-        self._buffers: dict[int, HostBuffer] = {}
-        self._release_when_free: set[int] = set()
-        self._quarantined: dict[JobId, _JobRecord] = {}
-        self._calbins: dict[int, tuple[Calbin, dict[str, compute.LoadedModel]]] = {}
-        self._current: Calbin | None = None
-        self._release_when_unconfigured: set[int] = set()
         self._threads = [
             threading.Thread(target=self._worker, args=(chip,), name=f"mock-chip{chip.index}-bank{b}", daemon=True)
             for chip in self._chips
@@ -293,12 +280,6 @@ class MockRuntime(JobBuffersMixin):
             t.start()
 
     # -- device ------------------------------------------------------------------
-
-    def __enter__(self) -> MockRuntime:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
     def close(self) -> None:
         global _PROCESS_DEVICE
@@ -343,20 +324,10 @@ class MockRuntime(JobBuffersMixin):
             self._calbins[calbin.id] = (calbin, models)
             return calbin
 
-    def _release_calbin(self, calbin: Calbin) -> None:
-        with self._cv:
-            if self._current is calbin:
-                # Released while configured: let go when the configuration is reset (release on every path).
-                self._release_when_unconfigured.add(calbin.id)
-                return
-            self._calbins.pop(calbin.id, None)
-
     def configure(self, calbin: Calbin) -> None:
         with self._cv:
             self._check_open()
-            entry = self._calbins.get(calbin.id)
-            if entry is None or entry[0] is not calbin or calbin.released:
-                raise InvalidArgument(f"{calbin!r} was not created on this device or was released")
+            models = self._calbin_entry(calbin, refuse_released=True)
             if self._current is not None:
                 raise AlreadyConfigured(
                     f"calbin {self._current.id} ({self._current.package.name!r}) is current; "
@@ -373,7 +344,6 @@ class MockRuntime(JobBuffersMixin):
                         f"chip {chip.index}: the memory plan needs {need} bytes, {in_use} are in use "
                         f"({chip.leaked_bytes} leaked), the chip has {self.config.chip_dram_bytes} (001 §8)"
                     )
-            models = entry[1]
             self._kv.install({alias: (models[alias], mp.chips) for alias, mp in plan.models.items()})
             self._current = calbin
 
@@ -390,10 +360,6 @@ class MockRuntime(JobBuffersMixin):
                 )
             self._unload(self._current, inject_leaks=True)
 
-    @property
-    def current_calbin(self) -> Calbin | None:
-        return self._current
-
     def _unload(self, calbin: Calbin, *, inject_leaks: bool) -> None:
         if inject_leaks:
             for alias, mp in calbin.plan.models.items():
@@ -407,18 +373,9 @@ class MockRuntime(JobBuffersMixin):
                         self._chips[chip].leaked_bytes += leak
                     self._faults.record(d, job=None, graph=None, model=alias, chips=mp.chips)
         self._kv.drop_all()
-        self._current = None
-        if calbin.id in self._release_when_unconfigured:
-            self._release_when_unconfigured.discard(calbin.id)
-            self._calbins.pop(calbin.id, None)
+        self._unconfigured()
 
     # -- buffers -----------------------------------------------------------------------
-
-    def alloc_inputs(self, graph: str, batch: int = 1) -> HostBuffer:
-        return self._alloc(graph, Direction.INPUT, batch)
-
-    def alloc_outputs(self, graph: str, batch: int = 1) -> HostBuffer:
-        return self._alloc(graph, Direction.OUTPUT, batch)
 
     def _alloc(self, graph: str, direction: Direction, batch: int) -> HostBuffer:
         with self._cv:
@@ -429,50 +386,19 @@ class MockRuntime(JobBuffersMixin):
             self._buffers[buf.id] = buf
             return buf
 
-    def release_buffer(self, buffer: HostBuffer) -> None:
-        with self._cv:
-            if self._buffers.get(buffer.id) is not buffer:
-                raise InvalidArgument(f"{buffer!r} does not belong to this device or was released")
-            buffer.check_releasable()
-            buffer.mark_released()
-            del self._buffers[buffer.id]
-
-    def _let_go(self, buffer: HostBuffer) -> None:
-        """Release now, or as soon as the job (or reset) that owns the buffer lets go of it."""
-        with self._cv:
-            if self._buffers.get(buffer.id) is not buffer:
-                return
-            if buffer.state in (BufferState.IN_FLIGHT, BufferState.QUARANTINED):
-                self._release_when_free.add(buffer.id)
-                return
-            buffer.mark_released()
-            del self._buffers[buffer.id]
-
-    def _give_back(self, buffer: HostBuffer) -> None:
-        buffer.give_back()
-        if buffer.id in self._release_when_free:
-            self._release_when_free.discard(buffer.id)
-            buffer.mark_released()
-            self._buffers.pop(buffer.id, None)
-
     # -- jobs ------------------------------------------------------------------------
 
-    def submit(
+    def _submit(
         self,
         model_name: str,
         inputs: HostBuffer,
         outputs: HostBuffer,
-        engine: Engine | str = Engine.AUTO,
-        *,
-        kv: Sequence[KvSeqId | None] = (),
-        generation: GenerationId = GenerationId(0),
+        eng: Engine,
+        lanes: tuple[KvSeqId | None, ...],
+        generation: GenerationId,
     ) -> Job:
-        eng = _engine(engine)
-        lanes = tuple(kv)
         with self._cv:
-            self._check_open()
-            plan = self._graph(model_name)
-            self._check_job_buffers(plan, inputs, outputs)
+            plan = self._submit_plan(model_name, inputs, outputs, lanes)
             seqs, tokens, kv_tokens = self._bind_kv(plan, inputs, lanes)
             if self._resetting.intersection(plan.chips):
                 raise DeviceBusy(
@@ -545,23 +471,15 @@ class MockRuntime(JobBuffersMixin):
                 self._chips[c].pending += 1
             self._jobs[job_id] = rec
             self._cv.notify_all()
-        for listener in self._submit_listeners:
-            listener(job)
         return job
-
-    def on_submit(self, listener: Callable[[Job], None]) -> None:
-        self._submit_listeners.append(listener)
 
     def wait(self, job: Job, timeout: float) -> JobResult:
         rec = self._record(job)
         if isinstance(rec, JobResult):
             return self._result_or_raise(rec)
         if not rec.done.wait(max(0.0, timeout)):
-            raise Timeout(
-                f"job {job.id} ({job.graph}) not finished after {timeout:g} s; it stays in flight and keeps its buffers",
-                job=job.id,
-            )
-        return self._result_or_raise(rec)
+            raise self._wait_timeout(job, timeout)
+        return self._result_or_raise(rec.result())
 
     def wait_any(self, jobs: Iterable[Job], timeout: float) -> list[Job]:
         records = [self._record(j) for j in jobs]
@@ -583,18 +501,8 @@ class MockRuntime(JobBuffersMixin):
         with self._cv:
             rec: _JobRecord | JobResult | None = self._jobs.get(job.id) or self._finished.get(job.id)
             if rec is None or rec.job != job:
-                raise InvalidArgument(
-                    f"job {job.id} is not known to this device (never submitted "
-                    f"here, or older than the last {self.config.history} jobs)"
-                )
+                raise self._unknown_job(job)
             return rec
-
-    @staticmethod
-    def _result_or_raise(rec: _JobRecord | JobResult) -> JobResult:
-        if rec.state is JobState.SUCCEEDED:
-            return rec if isinstance(rec, JobResult) else rec.result()
-        cls = error_class(rec.status)
-        raise cls(f"job {rec.job.id} ({rec.job.graph}) {rec.state.value}: {rec.detail}", job=rec.job.id)
 
     # -- KV / observation ----------------------------------------------------------
 
@@ -635,10 +543,6 @@ class MockRuntime(JobBuffersMixin):
                 for c in self._chips
             )
 
-    def trace(self, *, since_ns: int = 0) -> tuple[TraceEvent, ...]:
-        with self._cv:
-            return tuple(e for e in self._trace if e.submit_ns >= since_ns)
-
     # -- mock-only ----------------------------------------------------------------------
 
     def injected_faults(self) -> tuple[InjectedFault, ...]:
@@ -658,10 +562,7 @@ class MockRuntime(JobBuffersMixin):
     # -- recovery ------------------------------------------------------------------------
 
     def reset(self, scope: ResetScope | str = ResetScope.CHIP, chip: int | None = None) -> None:
-        try:
-            sc = ResetScope(scope)
-        except ValueError:
-            raise InvalidArgument(f"reset scope {scope!r}: expected chip or board") from None
+        sc = self._reset_scope(scope)
         with self._cv:
             self._check_open()
             if sc not in self.config.reset_scopes:
@@ -669,14 +570,13 @@ class MockRuntime(JobBuffersMixin):
                     f"this board grants no {sc.value} reset (granted: {', '.join(s.value for s in self.config.reset_scopes)})"
                 )
             if sc is ResetScope.CHIP:
-                if chip is None or not 0 <= chip < self.config.chips:
-                    raise InvalidArgument(f"a chip reset needs chip=0..{self.config.chips - 1}, got {chip!r}")
-                target = self._chips[chip]
+                index = self._reset_chip(chip, self.config.chips)
+                target = self._chips[index]
                 if target.fault_scope is ResetScope.BOARD:
                     raise DeviceLost(
-                        f"chip {chip}: {target.fault_detail}; a chip reset cannot recover it", hint="reset the board"
+                        f"chip {index}: {target.fault_detail}; a chip reset cannot recover it", hint="reset the board"
                     )
-                affected = {chip}
+                affected = {index}
             else:
                 affected = set(range(self.config.chips))
             for d in self._faults.on_reset(chips=sorted(affected)):  # docs/runtime.md §4 reset_failure
@@ -692,11 +592,7 @@ class MockRuntime(JobBuffersMixin):
             rec.done.wait()
         with self._cv:
             self._resetting -= affected  # in the same hold as the clean-up: no submit lands in between
-            for job_id, rec in list(self._quarantined.items()):
-                if affected.intersection(rec.job.chips):
-                    del self._quarantined[job_id]
-                    self._give_back(rec.inputs)
-                    self._give_back(rec.outputs)
+            self._release_quarantined(affected)
             for c in affected:
                 ch = self._chips[c]
                 ch.health, ch.fault_scope, ch.fault_detail = Health.OK, None, None
@@ -712,10 +608,6 @@ class MockRuntime(JobBuffersMixin):
 
     # -- internals -------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InvalidArgument("the device is closed")
-
     def _check_board_healthy(self, action: str) -> None:
         for ch in self._chips:
             if ch.health is not Health.OK:
@@ -723,22 +615,11 @@ class MockRuntime(JobBuffersMixin):
                     f"cannot {action}: chip {ch.index} is {ch.health.value}: {ch.fault_detail}", hint="reset first"
                 )
 
-    def _graph(self, name: str) -> GraphPlan:
-        return resolve_graph(self._current, name)
-
-    def _check_job_buffers(self, plan: GraphPlan, inputs: HostBuffer, outputs: HostBuffer) -> None:
-        check_job_buffers(self._buffers, plan, inputs, outputs)
-
     def _bind_kv(
         self, plan: GraphPlan, inputs: HostBuffer, lanes: tuple[KvSeqId | None, ...]
     ) -> tuple[list[KvSequence | None], int, int]:
         """Check the job's KV binding against the CSR inputs (000 §9.2). Returns (seqs, tokens, kv_tokens)."""
         batch = inputs.batch
-        if len(lanes) != batch:
-            raise InvalidArgument(
-                f"graph {plan.name!r} at B{batch} needs kv= with {batch} entries (a "
-                f"KvSeqId per lane, None for an inactive lane), got {len(lanes)}"
-            )
         vocab = self._model_arch_vocab(plan)
         seen: set[KvSeqId] = set()
 
@@ -1068,6 +949,7 @@ class MockRuntime(JobBuffersMixin):
                 free[rec.bank] = max(free.get(rec.bank, 0), rec.end_ns)
             if self.config.serialize_chips:
                 self._serial_free_ns = max(self._serial_free_ns, rec.end_ns)
+        result = rec.result()
         for c in rec.job.chips:
             ch = self._chips[c]
             ch.pending -= 1
@@ -1075,29 +957,8 @@ class MockRuntime(JobBuffersMixin):
                 ch.finished += 1
             else:
                 ch.failed += 1
-            self._trace.append(
-                TraceEvent(
-                    job=rec.job.id,
-                    chip=c,
-                    model=rec.job.model,
-                    graph=rec.job.graph,
-                    engine=rec.job.engine,
-                    generation=rec.job.generation,
-                    submit_ns=rec.job.submit_ns,
-                    start_ns=rec.start_ns,
-                    end_ns=rec.end_ns,
-                    state=state,
-                    status=status,
-                    phases=tuple(rec.phase_log) if c == rec.job.chips[0] else (),
-                )
-            )
-        if quarantine:
-            rec.inputs.quarantine()
-            rec.outputs.quarantine()
-            self._quarantined[rec.job.id] = rec
-        else:
-            self._give_back(rec.inputs)
-            self._give_back(rec.outputs)
+        self._trace_job(rec.job, result, phases=tuple(rec.phase_log))
+        self._settle(rec, quarantine=quarantine)
         for s in rec.seqs:
             if s is not None and s.busy_job == rec.job.id:
                 s.busy_job = None
@@ -1106,7 +967,7 @@ class MockRuntime(JobBuffersMixin):
         rec.seqs, rec.model, rec.corruptions = [], None, []
         rec.done.set()
         self._jobs.pop(rec.job.id, None)
-        self._finished[rec.job.id] = rec.result()
+        self._finished[rec.job.id] = result
         while len(self._finished) > self.config.history:
             self._finished.popitem(last=False)
         self._cv.notify_all()
@@ -1118,13 +979,6 @@ def _touched(n: int) -> bytearray:
     for i in range(0, n, 4096):
         buf[i] = 1
     return buf
-
-
-def _engine(engine: Engine | str) -> Engine:
-    try:
-        return Engine(engine)
-    except ValueError:
-        raise InvalidArgument(f"engine {engine!r}: expected auto, ping or pong") from None
 
 
 def open_mock(**options: object) -> MockRuntime:
