@@ -241,6 +241,30 @@ class DeviceBookkeeping(Generic[RecordT, HandleT]):
             )
         return plan
 
+    @staticmethod
+    def _job(
+        job_id: int,
+        plan: GraphPlan,
+        inputs: HostBuffer,
+        engine: Engine,
+        lanes: tuple[KvSeqId | None, ...],
+        *,
+        generation: GenerationId,
+        submit_ns: int,
+    ) -> Job:
+        """The handle of an accepted submit: what it runs, where, and with which buffers' batch and KV lanes."""
+        return Job(
+            id=JobId(job_id),
+            graph=plan.name,
+            model=plan.model,
+            chips=plan.chips,
+            engine=engine,
+            generation=generation,
+            batch=inputs.batch,
+            kv=lanes,
+            submit_ns=submit_ns,
+        )
+
     def on_submit(self, listener: Callable[[Job], None]) -> None:
         self._submit_listeners.append(listener)
 

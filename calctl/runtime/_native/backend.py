@@ -299,17 +299,7 @@ class CalrtRuntime(DeviceBookkeeping[_NativeJob, c_void_p]):
             rc = self._fn.calrt_job_submit(self._dev, byref(desc), byref(job_id))
         self._check(rc, f"submit {plan.name!r}")
         with self._lock:
-            job = Job(
-                id=JobId(job_id.value),
-                graph=plan.name,
-                model=plan.model,
-                chips=plan.chips,
-                engine=engine,
-                generation=generation,
-                batch=inputs.batch,
-                kv=lanes,
-                submit_ns=submit_ns,
-            )
+            job = self._job(job_id.value, plan, inputs, engine, lanes, generation=generation, submit_ns=submit_ns)
             inputs.lend(job.id)
             outputs.lend(job.id)
             self._jobs[job.id] = _NativeJob(job, inputs, outputs)
