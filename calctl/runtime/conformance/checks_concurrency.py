@@ -251,8 +251,7 @@ def _blocked_wait(s: Session) -> str:
     pkg = s.package
     a, b = s.pair()
     with s.configured() as rt:
-        s.arm(rt, "hang")
-        hung, _, _, _ = prefill_job(rt, pkg, a)
+        hung, _, _, _ = s.armed_prefill(rt, "hang", a)
         outcome: list[BaseException] = []
 
         def waiter() -> None:
@@ -301,8 +300,7 @@ def _close(s: Session) -> str:
     outcome: list[BaseException] = []
     with s.open() as rt:
         rt.configure(rt.create_calbin(pkg))
-        s.arm(rt, "hang")
-        job, _, _, _ = prefill_job(rt, pkg, pkg.models[0].alias)
+        job, _, _, _ = s.armed_prefill(rt, "hang", pkg.models[0].alias)
 
         def waiter() -> None:
             try:

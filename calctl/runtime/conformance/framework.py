@@ -208,6 +208,11 @@ class Session:
         }[fault]
         raw.arm_fault(FaultRule(kind=kind, at=(1,)))
 
+    def armed_prefill(self, rt: Runtime, fault: str, alias: str) -> tuple[Job, KvSeqId, HostBuffer, HostBuffer]:
+        """Arm ``fault`` and submit the prefill of ``alias`` that hits it: (job, seq, inputs, outputs)."""
+        self.arm(rt, fault)
+        return prefill_job(rt, self.package, alias)
+
     def reset_chip_or_board(self, rt: Runtime, chip: int) -> str:
         """Recover ``chip``: a chip reset where granted, else a board reset (and reconfigure). Returns the scope."""
         try:
@@ -335,6 +340,15 @@ def expect_raises(
 def expect_status(exc: BaseException, status: RuntimeStatus, call: str) -> None:
     got = getattr(exc, "status", None)
     expect(got == status, f"{call} must report status {int(status)} {status.name}", call=call, returned=_returned(exc))
+
+
+def expect_wait_error(
+    rt: Runtime, job: Job, error: type[BaseException], status: RuntimeStatus, why: str, timeout: float = 10
+) -> BaseException:
+    """``rt.wait(job, timeout)`` raises ``error`` carrying ``status`` (the C ABI's code for it); the error."""
+    exc = expect_raises(error, f"rt.wait ({why})", rt.wait, job, timeout)
+    expect_status(exc, status, "calrt_job_wait")
+    return exc
 
 
 # ---------------------------------------------------------------------------
