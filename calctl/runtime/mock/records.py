@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from dataclasses import dataclass, field
 
 from calctl.runtime.buffers import HostBuffer
 from calctl.runtime.calbin import GraphPlan
@@ -33,41 +34,35 @@ class ChipHold:
         self.acquired = threading.Event()
 
 
+def _phase_units() -> dict[JobPhase, threading.Lock]:
+    return {JobPhase.H2D: threading.Lock(), JobPhase.COMPUTE: threading.Lock(), JobPhase.D2H: threading.Lock()}
+
+
+@dataclass(eq=False)  # a record is itself: compared and found by identity
 class MockJob:
-    def __init__(
-        self,
-        job: Job,
-        plan: GraphPlan,
-        model: compute.LoadedModel,
-        inputs: HostBuffer,
-        outputs: HostBuffer,
-        seqs: list[KvSequence | None],
-        bank: str,
-        phases: PhaseSplit,
-        halting: FaultDecision | None,
-        corruptions: list[FaultDecision],
-    ) -> None:
-        self.job = job
-        self.plan = plan
-        self.model: compute.LoadedModel | None = model  # None once finished: a finished job holds no weights
-        self.inputs = inputs
-        self.outputs = outputs
-        self.seqs = seqs
-        self.bank = bank
-        self.phases = phases  # scaled seconds per phase
-        self.phase_log: list[PhaseInterval] = []
-        self.halting = halting
-        self.corruptions = corruptions
-        self.holds: list[ChipHold] = []
-        self.state = JobState.QUEUED
-        self.status = RuntimeStatus.OK
-        self.start_ns: int | None = None  # device timeline (see the module docstring)
-        self.end_ns: int | None = None
-        self.dev_cursor_ns = 0  # device-timeline end of the job's last phase so far
-        self.detail: str | None = None
-        self.done = threading.Event()
-        self.abort = threading.Event()
-        self.abort_reason = "aborted"
+    """A job from submit to its terminal transition; what it leaves behind is its :class:`JobResult`."""
+
+    job: Job
+    plan: GraphPlan
+    model: compute.LoadedModel | None  # None once finished: a finished job holds no weights
+    inputs: HostBuffer
+    outputs: HostBuffer
+    seqs: list[KvSequence | None]
+    bank: str
+    phases: PhaseSplit  # scaled seconds per phase
+    halting: FaultDecision | None
+    corruptions: list[FaultDecision]
+    phase_log: list[PhaseInterval] = field(default_factory=list)
+    holds: list[ChipHold] = field(default_factory=list)
+    state: JobState = JobState.QUEUED
+    status: RuntimeStatus = RuntimeStatus.OK
+    start_ns: int | None = None  # device timeline (docs/runtime.md "Job timestamps")
+    end_ns: int | None = None
+    dev_cursor_ns: int = 0  # device-timeline end of the job's last phase so far
+    detail: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    abort: threading.Event = field(default_factory=threading.Event)
+    abort_reason: str = "aborted"
 
     def result(self) -> JobResult:
         return JobResult(
@@ -80,28 +75,26 @@ class MockJob:
         )
 
 
+@dataclass(eq=False)
 class ChipState:
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.queue: deque[MockJob | ChipHold] = deque()
-        self.running: dict[str, MockJob | ChipHold] = {}
-        # One unit per phase: ping and pong share them, so their computes never overlap (000 §14).
-        self.units = {
-            JobPhase.H2D: threading.Lock(),
-            JobPhase.COMPUTE: threading.Lock(),
-            JobPhase.D2H: threading.Lock(),
-        }
-        self.health = Health.OK
-        self.fault_scope: ResetScope | None = None
-        self.fault_detail: str | None = None
-        self.pending = 0
-        self.finished = 0
-        self.failed = 0
-        self.leaked_bytes = 0
-        self.resets = 0  # chip or board resets that covered this chip
-        # The simulated device timeline: when each phase unit and each bank is next free (monotonic ns).
-        self.unit_free_ns = {JobPhase.H2D: 0, JobPhase.COMPUTE: 0, JobPhase.D2H: 0}
-        self.bank_free_ns: dict[str, int] = {"auto": 0, "ping": 0, "pong": 0}
+    """One chip: its queue and running banks, health and fault, counters, and its place on the device timeline."""
+
+    index: int
+    queue: deque[MockJob | ChipHold] = field(default_factory=deque)
+    running: dict[str, MockJob | ChipHold] = field(default_factory=dict)
+    # One unit per phase: ping and pong share them, so their computes never overlap (000 §14).
+    units: dict[JobPhase, threading.Lock] = field(default_factory=_phase_units)
+    health: Health = Health.OK
+    fault_scope: ResetScope | None = None
+    fault_detail: str | None = None
+    pending: int = 0
+    finished: int = 0
+    failed: int = 0
+    leaked_bytes: int = 0
+    resets: int = 0  # chip or board resets that covered this chip
+    # The simulated device timeline: when each phase unit and each bank is next free (monotonic ns).
+    unit_free_ns: dict[JobPhase, int] = field(default_factory=lambda: dict.fromkeys(JobPhase, 0))
+    bank_free_ns: dict[str, int] = field(default_factory=lambda: {"auto": 0, "ping": 0, "pong": 0})
 
 
 def job_of(item: MockJob | ChipHold) -> MockJob:
