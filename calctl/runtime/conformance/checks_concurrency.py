@@ -9,10 +9,10 @@ import numpy as np
 
 from calctl.errors import CalctlError
 from calctl.package.model import Package
+from calctl.runtime import intervals
 from calctl.runtime.conformance.framework import (
     Abandoned,
     Session,
-    _overlap_ns,
     _returned,
     _unwrap,
     check,
@@ -182,7 +182,7 @@ def _concurrent(s: Session) -> str:
         ia = [(int(e.start_ns or 0), int(e.end_ns or 0)) for e in events if e.chip == ca]
         ib = [(int(e.start_ns or 0), int(e.end_ns or 0)) for e in events if e.chip == cb]
         busy_a = sum(e - s_ for s_, e in ia)
-        overlap = _overlap_ns(ia, ib)
+        overlap = intervals.overlap(ia, ib)
         s.evidence.update(
             rounds=rounds,
             jobs=sum(jobs_done.values()),

@@ -386,25 +386,6 @@ def prefill_job(
     return job, seq, inputs, outputs
 
 
-def _overlap_ns(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> int:
-    """Total time during which some interval of ``a`` and some interval of ``b`` both run."""
-
-    def union(xs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        out: list[tuple[int, int]] = []
-        for s, e in sorted(xs):
-            if out and s <= out[-1][1]:
-                out[-1] = (out[-1][0], max(out[-1][1], e))
-            else:
-                out.append((s, e))
-        return out
-
-    total, ua, ub = 0, union(a), union(b)
-    for s1, e1 in ua:
-        for s2, e2 in ub:
-            total += max(0, min(e1, e2) - max(s1, s2))
-    return total
-
-
 # ---------------------------------------------------------------------------
 # The checks
 
