@@ -8,22 +8,14 @@ Building is deterministic; concurrent first uses race safely (one rename wins).
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 from calctl import __version__
+from calctl.cache import cache_dir
 from calctl.compiler.sample import GENERATOR_REVISION, KINDS, build_sample
 from calctl.signing.keys import load_private
 from calctl.signing.policy import test_key_paths
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("CALCTL_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "calctl"
 
 
 def bundled_package(kind: str = "combined", seed: int = 0) -> Path:

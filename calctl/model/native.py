@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calctl.cache import cache_dir
 from calctl.records import atomic_output
 
 Gemv = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
@@ -42,15 +43,6 @@ KERNEL_DTYPES = {"fp16": 0, "q4_0": 1, "q4_1": 2, "q8_0": 3}
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}
-
-
-def _cache_dir() -> Path:
-    # Same rule as calctl.compiler.bundled.cache_dir (which sits above this layer).
-    env = os.environ.get("CALCTL_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "calctl"
 
 
 class _CompileFailed(Exception):
@@ -66,7 +58,7 @@ def _build() -> tuple[Kernels | None, str]:
     source = resources.files("calctl.model").joinpath("_native", "gemv_f16.c").read_bytes()
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
     tag = hashlib.sha256(source + version.encode()).hexdigest()[:16]
-    out = _cache_dir() / "native" / f"gemv_f16-{tag}.so"
+    out = cache_dir() / "native" / f"gemv_f16-{tag}.so"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:

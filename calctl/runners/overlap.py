@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from calctl.checks.stats import Decision, Estimate, bootstrap, decide
+from calctl.runtime.intervals import overlap as joint_time
+from calctl.runtime.intervals import union
 
 EFFICIENCY_GATE = 0.80
 #: Least share of the joint wall time with both chips computing (per-chip trace) for S2. A few percent of
@@ -117,11 +119,11 @@ def joint_share(jobs: Iterable[JobSpan]) -> float | None:
             per_chip.setdefault(j.chip, []).append((j.start, j.end))
     if len(per_chip) < 2:
         return None
-    a, b = (_union(per_chip[c]) for c in sorted(per_chip)[:2])
+    a, b = (union(per_chip[c]) for c in sorted(per_chip)[:2])
     busy = min(sum(e - s for s, e in a), sum(e - s for s, e in b))
     if busy <= 0:
         return None
-    return _intersection(a, b) / busy
+    return joint_time(a, b) / busy
 
 
 def host_overhead(host_s: float, device_s: float) -> float:
@@ -143,33 +145,9 @@ def joint_share_in(intervals: Iterable[Interval], window: tuple[float, float]) -
             per_chip.setdefault(iv.chip, []).append((s, e))
     if len(per_chip) < 2:
         return 0.0 if per_chip else None
-    a, b = (_union(per_chip[c]) for c in sorted(per_chip)[:2])
+    a, b = (union(per_chip[c]) for c in sorted(per_chip)[:2])
     busy = min(sum(e - s for s, e in a), sum(e - s for s, e in b))
-    return _intersection(a, b) / busy if busy > 0 else None
-
-
-def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    both = 0.0
-    i = j = 0
-    while i < len(a) and j < len(b):
-        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if e > s:
-            both += e - s
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return both
-
-
-def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for s, e in sorted(spans):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
+    return joint_time(a, b) / busy if busy > 0 else None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl.records import atomic_output, dumps, write_atomic
-from calctl.runtime import TraceEvent
+from calctl.runtime import TraceEvent, intervals
 from calctl.runtime.types import JobState
 
 
@@ -102,27 +102,8 @@ class Mark:
 def busy_overlap(slices: Sequence[TraceSlice], chips: tuple[int, int] = (0, 1)) -> list[tuple[float, float]]:
     """Intervals during which both ``chips`` had a job running (the PoC's "both chips computing")."""
 
-    def union(chip: int) -> list[tuple[float, float]]:
-        out: list[tuple[float, float]] = []
-        for a, b in sorted((x.start, x.end) for x in slices if x.chip == chip and x.phase is None):
-            if out and a <= out[-1][1]:
-                out[-1] = (out[-1][0], max(out[-1][1], b))
-            else:
-                out.append((a, b))
-        return out
-
-    u0, u1 = union(chips[0]), union(chips[1])
-    both: list[tuple[float, float]] = []
-    i = j = 0
-    while i < len(u0) and j < len(u1):
-        lo, hi = max(u0[i][0], u1[j][0]), min(u0[i][1], u1[j][1])
-        if lo < hi:
-            both.append((lo, hi))
-        if u0[i][1] < u1[j][1]:
-            i += 1
-        else:
-            j += 1
-    return both
+    u0, u1 = (intervals.union((x.start, x.end) for x in slices if x.chip == c and x.phase is None) for c in chips)
+    return intervals.intersections(u0, u1)
 
 
 _MARK_COLOUR = {"golden": "#dddddd", "A alone": "#d6e6f5", "B alone": "#fde3cc", "A+B joint": "#d5f0d5"}

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,25 +251,3 @@ class HostBuffer:
 
     def __repr__(self) -> str:
         return f"HostBuffer(id={self.id}, graph={self.graph!r}, {self.direction.value}, B{self.batch}, {self._state.value})"
-
-
-class JobBuffersMixin:
-    """``job_buffers`` for every backend: ``(inputs, outputs)`` released on exit (or when their job lets go).
-
-    The backend provides ``alloc_inputs``, ``alloc_outputs`` and ``_let_go`` (release now, or as soon as the
-    job that owns the buffer finishes).
-    """
-
-    @contextmanager
-    def job_buffers(self, graph: str, batch: int = 1) -> Iterator[tuple[HostBuffer, HostBuffer]]:
-        inputs = self.alloc_inputs(graph, batch)  # type: ignore[attr-defined]
-        try:
-            outputs = self.alloc_outputs(graph, batch)  # type: ignore[attr-defined]
-        except BaseException:
-            self._let_go(inputs)  # type: ignore[attr-defined]
-            raise
-        try:
-            yield inputs, outputs
-        finally:
-            self._let_go(outputs)  # type: ignore[attr-defined]
-            self._let_go(inputs)  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ import calctl
 ROOT = Path(calctl.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "records", "textsafe", "__init__"}),
+    frozenset({"errors", "records", "textsafe", "cache", "__init__"}),
     frozenset({"report", "html_report"}),
     frozenset({"signing"}),
     frozenset({"package"}),
@@ -144,3 +144,16 @@ def test_runners_and_serving_reach_no_backend_by_its_class_or_private_attributes
             ):
                 bad.append(f"{where}: {node.func.id}(rt, ...)")
     assert not bad, "\n".join(bad)
+
+
+def test_the_cache_directory_is_named_in_one_place() -> None:
+    """``$CALCTL_CACHE_DIR`` / ``$XDG_CACHE_HOME`` are read by ``calctl/cache.py`` alone (in the lowest layer, so the
+    runtime, the model kernels and the bundled samples share one rule instead of importing upward or copying it)."""
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path == ROOT / "cache.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in ("CALCTL_CACHE_DIR", "XDG_CACHE_HOME"):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} reads ${node.value}")
+    assert not bad, "use calctl.cache.cache_dir():\n" + "\n".join(bad)

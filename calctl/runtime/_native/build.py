@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from calctl.compiler.bundled import cache_dir
+from calctl.cache import cache_dir
 from calctl.errors import UsageError
 from calctl.records import atomic_output, write_atomic
 

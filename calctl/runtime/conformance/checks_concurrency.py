@@ -9,10 +9,10 @@ import numpy as np
 
 from calctl.errors import CalctlError
 from calctl.package.model import Package
+from calctl.runtime import intervals
 from calctl.runtime.conformance.framework import (
     Abandoned,
     Session,
-    _overlap_ns,
     _returned,
     _unwrap,
     check,
@@ -182,7 +182,7 @@ def _concurrent(s: Session) -> str:
         ia = [(int(e.start_ns or 0), int(e.end_ns or 0)) for e in events if e.chip == ca]
         ib = [(int(e.start_ns or 0), int(e.end_ns or 0)) for e in events if e.chip == cb]
         busy_a = sum(e - s_ for s_, e in ia)
-        overlap = _overlap_ns(ia, ib)
+        overlap = intervals.overlap(ia, ib)
         s.evidence.update(
             rounds=rounds,
             jobs=sum(jobs_done.values()),
@@ -251,8 +251,7 @@ def _blocked_wait(s: Session) -> str:
     pkg = s.package
     a, b = s.pair()
     with s.configured() as rt:
-        s.arm(rt, "hang")
-        hung, _, _, _ = prefill_job(rt, pkg, a)
+        hung, _, _, _ = s.armed_prefill(rt, "hang", a)
         outcome: list[BaseException] = []
 
         def waiter() -> None:
@@ -301,8 +300,7 @@ def _close(s: Session) -> str:
     outcome: list[BaseException] = []
     with s.open() as rt:
         rt.configure(rt.create_calbin(pkg))
-        s.arm(rt, "hang")
-        job, _, _, _ = prefill_job(rt, pkg, pkg.models[0].alias)
+        job, _, _, _ = s.armed_prefill(rt, "hang", pkg.models[0].alias)
 
         def waiter() -> None:
             try:

@@ -204,23 +204,18 @@ def _exact_names(s: Session) -> str:
         write_prefill(inputs, prompt)
         seq = rt.kv.allocate(m.alias)
         rt.kv.append(seq, len(prompt))
-        for w in wrong:
-            status, _ = raw_submit(rt, w, inputs, outputs, kv=seq)
+        # every inexact name refused, then the exact one with the same descriptor accepted (the last job runs)
+        tries = [(w, RuntimeStatus.INVALID_ARGUMENT, f"the inexact graph name {w!r} (of {name!r})") for w in wrong]
+        tries.append((name, RuntimeStatus.OK, f"the exact name {name!r} and the same descriptor"))
+        for graph, want, what in tries:
+            status, job = raw_submit(rt, graph, inputs, outputs, kv=seq)
             expect_code(
                 status,
-                RuntimeStatus.INVALID_ARGUMENT,
-                f"calrt_job_submit with the inexact graph name {w!r} (of {name!r})",
+                want,
+                f"calrt_job_submit with {what}",
                 call="calrt_job_submit",
-                arguments=f"graph={w!r}, kv=[{seq}] reserved {len(prompt)}",
+                arguments=f"graph={graph!r}, kv=[{seq}] reserved {len(prompt)}",
             )
-        status, job = raw_submit(rt, name, inputs, outputs, kv=seq)
-        expect_code(
-            status,
-            RuntimeStatus.OK,
-            f"calrt_job_submit with the exact name {name!r} and the same descriptor",
-            call="calrt_job_submit",
-            arguments=f"graph={name!r}, kv=[{seq}] reserved {len(prompt)}",
-        )
         info = raw_wait(rt, job)
         expect(info == RuntimeStatus.OK, "the exact-name job succeeds", call="calrt_job_wait", returned=info)
     return f"{len(wrong)} inexact names refused by the library with INVALID_ARGUMENT (10); the exact one runs"

@@ -17,6 +17,7 @@ from calctl.runtime.conformance.framework import (
     expect_code,
     expect_raises,
     expect_status,
+    expect_wait_error,
     golden_prompt,
     prefill_job,
     raw_call,
@@ -49,8 +50,8 @@ def _buffers(s: Session) -> str:
     pa = pkg.model(a).prefill.name
     prompt = golden_prompt(pkg, a)
     with s.configured() as rt:
-        s.arm(rt, "hang")  # the job stays in flight, owning its buffers, until a reset
-        job, seq, ins, outs = prefill_job(rt, pkg, a)
+        # the job stays in flight, owning its buffers, until a reset
+        job, seq, ins, outs = s.armed_prefill(rt, "hang", a)
         detail = "in-flight buffers refused"
         if s.native:
             for what, buf in (("inputs", ins), ("outputs", outs)):
@@ -178,12 +179,10 @@ def _wait_timeout(s: Session) -> str:
     a, b = s.pair()
     ca = s.chip_of(a)
     with s.configured() as rt:
-        s.arm(rt, "hang")
-        job, seq, inputs, outputs = prefill_job(rt, pkg, a)
+        job, seq, inputs, outputs = s.armed_prefill(rt, "hang", a)
         t0 = time.monotonic()
-        exc = expect_raises(Timeout, "rt.wait (0.2 s on a hung job)", rt.wait, job, 0.2)
+        expect_wait_error(rt, job, Timeout, RuntimeStatus.TIMEOUT, "0.2 s on a hung job", 0.2)
         waited = time.monotonic() - t0
-        expect_status(exc, RuntimeStatus.TIMEOUT, "calrt_job_wait")
         expect(
             waited >= 0.15,
             f"the wait must last its timeout (0.2 s), it returned after {waited:.3f} s",
@@ -271,8 +270,7 @@ def _out_of_order(s: Session) -> str:
     pkg = s.package
     a, b = s.pair()
     with s.configured() as rt:
-        s.arm(rt, "hang")
-        first, _, _, _ = prefill_job(rt, pkg, a)
+        first, _, _, _ = s.armed_prefill(rt, "hang", a)
         second, _, _, out_b = prefill_job(rt, pkg, b)
         got = rt.wait_any([first, second], 10)
         expect(

@@ -15,6 +15,7 @@ from calctl.runtime.conformance.framework import (
     expect,
     expect_raises,
     expect_status,
+    expect_wait_error,
     prefill_job,
     write_decode,
 )
@@ -103,10 +104,8 @@ def _ccu(s: Session) -> str:
     a, b = s.pair()
     ca = s.chip_of(a)
     with s.configured() as rt:
-        s.arm(rt, "ccu")
-        job, seq, inputs, _ = prefill_job(rt, pkg, a)
-        exc = expect_raises(CcuException, "rt.wait (armed ccu)", rt.wait, job, 10)
-        expect_status(exc, RuntimeStatus.CCU_EXCEPTION, "calrt_job_wait")
+        job, seq, inputs, _ = s.armed_prefill(rt, "ccu", a)
+        expect_wait_error(rt, job, CcuException, RuntimeStatus.CCU_EXCEPTION, "armed ccu")
         expect(rt.query(job).state is JobState.FAILED, "the job ends FAILED", returned=rt.query(job))
         health = {h.chip: h.health for h in rt.health()}
         expect(
@@ -129,13 +128,10 @@ def _ccu(s: Session) -> str:
 
 @check("dma_quarantine", "UNKNOWN_DMA_STATE keeps the buffers quarantined until a reset covering the chip")
 def _dma(s: Session) -> str:
-    pkg = s.package
     _, b = s.pair()
     with s.configured() as rt:
-        s.arm(rt, "dma")
-        job, _, inputs, outputs = prefill_job(rt, pkg, b)
-        exc = expect_raises(UnknownDmaState, "rt.wait (armed dma)", rt.wait, job, 10)
-        expect_status(exc, RuntimeStatus.UNKNOWN_DMA_STATE, "calrt_job_wait")
+        job, _, inputs, outputs = s.armed_prefill(rt, "dma", b)
+        expect_wait_error(rt, job, UnknownDmaState, RuntimeStatus.UNKNOWN_DMA_STATE, "armed dma")
         if s.native:  # what the library answers, past calctl's own bookkeeping
             raw = _unwrap(rt)
             status = int(raw._fn.calrt_buffer_release(raw._dev, inputs.native))

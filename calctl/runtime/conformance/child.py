@@ -98,34 +98,23 @@ def _run_child(
                     try:
                         line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
                     except queue.Empty:
-                        last = _last_call(calls) if begun else None
-                        result = CheckResult(
-                            c.name,
-                            c.title,
-                            Verdict.TIMEOUT,
-                            time.monotonic() - started,
-                            f"did not finish within {check_timeout:g} s; the check's process was killed"
-                            + (f" {last[1]}" if last else "")
-                            if begun
-                            else "the check's process did not start it in time",
-                            call=last[0] if last else None,
-                        )
+                        why = f"did not finish within {check_timeout:g} s; the check's process was killed"
+                        if not begun:
+                            why = "the check's process did not start it in time"
+                        result = _lost(c, Verdict.TIMEOUT, started, why, _last_call(calls) if begun else None)
                         break
                     if line is None:
                         proc.wait(10)
                         err.seek(0)
-                        tail = err.read()[-600:].strip()
-                        last = _last_call(calls) if begun else None
-                        result = CheckResult(
-                            c.name,
-                            c.title,
+                        exit_text = _exit_text(proc.returncode)
+                        result = _lost(
+                            c,
                             Verdict.FAIL,
-                            time.monotonic() - started,
-                            f"the check's process died ({_exit_text(proc.returncode)})"
-                            + (f" {last[1]}" if last else "")
-                            + (f": {tail}" if tail else ""),
-                            call=last[0] if last else None,
-                            returned=_exit_text(proc.returncode),
+                            started,
+                            f"the check's process died ({exit_text})",
+                            _last_call(calls) if begun else None,
+                            tail=err.read()[-600:].strip(),
+                            returned=exit_text,
                         )
                         break
                     doc = json.loads(line)
@@ -152,6 +141,23 @@ def _run_child(
                     os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return results
+
+
+def _lost(
+    c: Check,
+    verdict: Verdict,
+    started: float,
+    why: str,
+    last: tuple[str, str] | None,
+    *,
+    tail: str = "",
+    returned: str | None = None,
+) -> CheckResult:
+    """The result of a check whose process stopped answering: why, the CalRT call it was in, its stderr tail."""
+    detail = why + (f" {last[1]}" if last else "") + (f": {tail}" if tail else "")
+    return CheckResult(
+        c.name, c.title, verdict, time.monotonic() - started, detail, call=last[0] if last else None, returned=returned
+    )
 
 
 def _last_call(path: Path) -> tuple[str, str] | None:

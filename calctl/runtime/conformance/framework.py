@@ -208,6 +208,11 @@ class Session:
         }[fault]
         raw.arm_fault(FaultRule(kind=kind, at=(1,)))
 
+    def armed_prefill(self, rt: Runtime, fault: str, alias: str) -> tuple[Job, KvSeqId, HostBuffer, HostBuffer]:
+        """Arm ``fault`` and submit the prefill of ``alias`` that hits it: (job, seq, inputs, outputs)."""
+        self.arm(rt, fault)
+        return prefill_job(rt, self.package, alias)
+
     def reset_chip_or_board(self, rt: Runtime, chip: int) -> str:
         """Recover ``chip``: a chip reset where granted, else a board reset (and reconfigure). Returns the scope."""
         try:
@@ -337,6 +342,15 @@ def expect_status(exc: BaseException, status: RuntimeStatus, call: str) -> None:
     expect(got == status, f"{call} must report status {int(status)} {status.name}", call=call, returned=_returned(exc))
 
 
+def expect_wait_error(
+    rt: Runtime, job: Job, error: type[BaseException], status: RuntimeStatus, why: str, timeout: float = 10
+) -> BaseException:
+    """``rt.wait(job, timeout)`` raises ``error`` carrying ``status`` (the C ABI's code for it); the error."""
+    exc = expect_raises(error, f"rt.wait ({why})", rt.wait, job, timeout)
+    expect_status(exc, status, "calrt_job_wait")
+    return exc
+
+
 # ---------------------------------------------------------------------------
 # Job helpers (the tiny-decoder I/O contract, docs/runtime.md)
 
@@ -370,25 +384,6 @@ def prefill_job(
     rt.kv.append(seq, len(prompt))
     job = rt.submit(m.prefill.name, inputs, outputs, kv=[seq], **submit)
     return job, seq, inputs, outputs
-
-
-def _overlap_ns(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> int:
-    """Total time during which some interval of ``a`` and some interval of ``b`` both run."""
-
-    def union(xs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        out: list[tuple[int, int]] = []
-        for s, e in sorted(xs):
-            if out and s <= out[-1][1]:
-                out[-1] = (out[-1][0], max(out[-1][1], e))
-            else:
-                out.append((s, e))
-        return out
-
-    total, ua, ub = 0, union(a), union(b)
-    for s1, e1 in ua:
-        for s2, e2 in ub:
-            total += max(0, min(e1, e2) - max(s1, s2))
-    return total
 
 
 # ---------------------------------------------------------------------------

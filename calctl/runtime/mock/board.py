@@ -48,7 +48,10 @@ The mock grants both scopes by default; ``reset_scopes=("board",)`` models a
 runtime with only a board reset.
 
 Mock results are mock results: nothing here is evidence about a board (docs/runtime.md §5).
-This module does not parse packages (``calctl.package``) or fault-plan YAML.
+This module is the board's Runtime API (open, configure, submit, wait, observe, reset); the chips at
+work are :mod:`.execution`, the per-job and per-chip records :mod:`.records`, the KV store and a job's
+KV binding :mod:`.kv`, the board's shape :mod:`.config`. It does not parse packages
+(``calctl.package``) or fault-plan YAML.
 """
 
 from __future__ import annotations
@@ -56,35 +59,30 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
 
 import numpy as np
 
 from calctl.errors import ConfigError
-from calctl.package.model import GraphKind, Package
-from calctl.runtime.buffers import BufferState, Direction, HostBuffer, JobBuffersMixin, buffer_layout
-from calctl.runtime.calbin import Calbin, GraphPlan, check_job_buffers, plan_calbin, resolve_graph
+from calctl.package.model import Package
+from calctl.runtime.buffers import Direction, HostBuffer, buffer_layout
+from calctl.runtime.calbin import Calbin, plan_calbin
 from calctl.runtime.errors import (
     AlreadyConfigured,
     DeviceBusy,
     DeviceInUse,
     DeviceLost,
-    InvalidArgument,
     NotConfigured,
     NotSupported,
     OutOfMemory,
-    RuntimeStatus,
-    Timeout,
-    error_class,
 )
 from calctl.runtime.mock import compute
-from calctl.runtime.mock.faults import FaultDecision, FaultInjector, FaultKind, FaultPlan, FaultRule, InjectedFault
-from calctl.runtime.mock.kv import KvSequence, MockKvManager
-from calctl.runtime.mock.timing import PhaseSplit, TimingModel
+from calctl.runtime.mock.config import MockBoardConfig
+from calctl.runtime.mock.execution import ChipExecution
+from calctl.runtime.mock.faults import FaultInjector, FaultKind, FaultPlan, FaultRule, InjectedFault
+from calctl.runtime.mock.kv import MockKvManager
+from calctl.runtime.mock.records import ChipHold, MockJob
 from calctl.runtime.types import (
     ChipCounters,
     ChipHealth,
@@ -95,146 +93,20 @@ from calctl.runtime.types import (
     GenerationId,
     Health,
     Job,
-    JobId,
-    JobPhase,
     JobResult,
-    JobState,
     KvSeqId,
-    PhaseInterval,
     ResetScope,
     Topology,
-    TraceEvent,
     Versions,
     telemetry_gaps,
 )
-
-GIB = 1024**3
-MIB = 1024**2
 
 # One physical device per process (001 §2.1: VirtualDevice "temporary only support one physical device").
 _PROCESS_LOCK = threading.Lock()
 _PROCESS_DEVICE: MockRuntime | None = None
 
 
-@dataclass(frozen=True)
-class MockBoardConfig:
-    """The simulated board. Defaults: 2 chips x 2 CalCores x 16 GiB (the reference board class, 001 §3)."""
-
-    chips: int = 2
-    calcores_per_chip: int = 2
-    chip_dram_bytes: int = 16 * GIB
-    firmware_reserved_bytes: int = 64 * MIB  # per chip, in use before any calbin: the memory baseline
-    timing: TimingModel = field(default_factory=TimingModel)
-    time_scale: float = 1.0
-    serialize_chips: bool = False
-    fault_plan: FaultPlan = field(default_factory=FaultPlan)
-    seed: int | None = None  # overrides the fault plan's seed
-    reset_scopes: tuple[ResetScope, ...] = (ResetScope.CHIP, ResetScope.BOARD)
-    max_queue_depth: int = 64  # per chip, queued + running; beyond it submit raises DeviceBusy
-    history: int = 65536  # finished jobs (and trace events) kept for wait/query/trace
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.chips <= 16:
-            raise ConfigError(f"mock board: chips must be 1..16, got {self.chips}")
-        if self.calcores_per_chip < 1:
-            raise ConfigError(f"mock board: calcores_per_chip must be >= 1, got {self.calcores_per_chip}")
-        if self.chip_dram_bytes < self.firmware_reserved_bytes or self.firmware_reserved_bytes < 0:
-            raise ConfigError("mock board: chip_dram_bytes must hold firmware_reserved_bytes")
-        if not self.time_scale >= 0:
-            raise ConfigError(f"mock board: time_scale must be >= 0, got {self.time_scale}")
-        if self.max_queue_depth < 1 or self.history < 16:
-            raise ConfigError("mock board: max_queue_depth must be >= 1 and history >= 16")
-        if not self.reset_scopes:
-            raise ConfigError("mock board: at least one reset scope (board) must be granted")
-
-
-class _Hold:
-    """An MCHIP job's placeholder in a secondary chip's queue: it occupies that chip while the job runs."""
-
-    bank = "auto"
-
-    def __init__(self, rec: _JobRecord, chip: int) -> None:
-        self.rec = rec
-        self.chip = chip
-        self.acquired = threading.Event()
-
-
-class _JobRecord:
-    def __init__(
-        self,
-        job: Job,
-        plan: GraphPlan,
-        model: compute.LoadedModel,
-        inputs: HostBuffer,
-        outputs: HostBuffer,
-        seqs: list[KvSequence | None],
-        bank: str,
-        phases: PhaseSplit,
-        halting: FaultDecision | None,
-        corruptions: list[FaultDecision],
-    ) -> None:
-        self.job = job
-        self.plan = plan
-        self.model: compute.LoadedModel | None = model  # None once finished: a finished job holds no weights
-        self.inputs = inputs
-        self.outputs = outputs
-        self.seqs = seqs
-        self.bank = bank
-        self.phases = phases  # scaled seconds per phase
-        self.phase_log: list[PhaseInterval] = []
-        self.halting = halting
-        self.corruptions = corruptions
-        self.holds: list[_Hold] = []
-        self.state = JobState.QUEUED
-        self.status = RuntimeStatus.OK
-        self.start_ns: int | None = None  # device timeline (see the module docstring)
-        self.end_ns: int | None = None
-        self.dev_cursor_ns = 0  # device-timeline end of the job's last phase so far
-        self.detail: str | None = None
-        self.done = threading.Event()
-        self.abort = threading.Event()
-        self.abort_reason = "aborted"
-
-    def result(self) -> JobResult:
-        return JobResult(
-            job=self.job,
-            state=self.state,
-            status=self.status,
-            start_ns=self.start_ns,
-            end_ns=self.end_ns,
-            detail=self.detail,
-        )
-
-
-class _Chip:
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.queue: deque[_JobRecord | _Hold] = deque()
-        self.running: dict[str, _JobRecord | _Hold] = {}
-        # One unit per phase: ping and pong share them, so their computes never overlap (000 §14).
-        self.units = {
-            JobPhase.H2D: threading.Lock(),
-            JobPhase.COMPUTE: threading.Lock(),
-            JobPhase.D2H: threading.Lock(),
-        }
-        self.health = Health.OK
-        self.fault_scope: ResetScope | None = None
-        self.fault_detail: str | None = None
-        self.pending = 0
-        self.finished = 0
-        self.failed = 0
-        self.leaked_bytes = 0
-        self.resets = 0  # chip or board resets that covered this chip
-        # The simulated device timeline: when each phase unit and each bank is next free (monotonic ns).
-        self.unit_free_ns = {JobPhase.H2D: 0, JobPhase.COMPUTE: 0, JobPhase.D2H: 0}
-        self.bank_free_ns: dict[str, int] = {"auto": 0, "ping": 0, "pong": 0}
-
-
-def _item_record(item: _JobRecord | _Hold) -> _JobRecord:
-    return item.rec if isinstance(item, _Hold) else item
-
-
-class MockRuntime(JobBuffersMixin):
+class MockRuntime(ChipExecution):
     """The mock board; implements :class:`calctl.runtime.interface.Runtime`. Open it with ``open_runtime("mock")``."""
 
     kind = DeviceKind.MOCK
@@ -242,7 +114,6 @@ class MockRuntime(JobBuffersMixin):
     def __init__(self, config: MockBoardConfig | None = None) -> None:
         global _PROCESS_DEVICE
         self.config = config or MockBoardConfig()
-        self._submit_listeners: list[Callable[[Job], None]] = []
         with _PROCESS_LOCK:
             if _PROCESS_DEVICE is not None:
                 raise DeviceInUse(
@@ -259,46 +130,17 @@ class MockRuntime(JobBuffersMixin):
 
     def _setup(self) -> None:
         self._cv = threading.Condition(threading.RLock())
-        self._serial = threading.Lock()
-        self._serial_free_ns = 0  # device timeline of the modelled global lock
-        self._closed = False
-        self._chips = [_Chip(i) for i in range(self.config.chips)]
+        self._init_bookkeeping(self._cv, self.config.history)
         # Chips a reset is under way on: it waits for their running jobs with the lock released, and a job
         # submitted to them meanwhile would survive the reset (and run on what it cleared), so submit refuses.
         self._resetting: set[int] = set()
         self._kv = MockKvManager(self._cv)
         self._faults = FaultInjector(self.config.fault_plan, self.config.seed)
         self._job_ids = itertools.count(1)
-        self._buffer_ids = itertools.count(1)
-        self._calbin_ids = itertools.count(1)
-        # Jobs in flight (queued or running). A finished job leaves it: only its JobResult is kept, in
-        # _finished, for wait/query (the last `history` of them); no buffer, KV sequence or weights stay
-        # reachable from a finished job, so host memory does not grow with the requests served.
-        self._jobs: dict[JobId, _JobRecord] = {}
-        self._finished: OrderedDict[JobId, JobResult] = OrderedDict()
-        self._trace: deque[TraceEvent] = deque(maxlen=self.config.history)
         self._host_leaks: list[bytearray] = []  # host_memory_leak faults: kept for the life of the board
-        self._buffers: dict[int, HostBuffer] = {}
-        self._release_when_free: set[int] = set()
-        self._quarantined: dict[JobId, _JobRecord] = {}
-        self._calbins: dict[int, tuple[Calbin, dict[str, compute.LoadedModel]]] = {}
-        self._current: Calbin | None = None
-        self._release_when_unconfigured: set[int] = set()
-        self._threads = [
-            threading.Thread(target=self._worker, args=(chip,), name=f"mock-chip{chip.index}-bank{b}", daemon=True)
-            for chip in self._chips
-            for b in range(2)
-        ]
-        for t in self._threads:
-            t.start()
+        self._start_chips()
 
     # -- device ------------------------------------------------------------------
-
-    def __enter__(self) -> MockRuntime:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
     def close(self) -> None:
         global _PROCESS_DEVICE
@@ -343,20 +185,10 @@ class MockRuntime(JobBuffersMixin):
             self._calbins[calbin.id] = (calbin, models)
             return calbin
 
-    def _release_calbin(self, calbin: Calbin) -> None:
-        with self._cv:
-            if self._current is calbin:
-                # Released while configured: let go when the configuration is reset (release on every path).
-                self._release_when_unconfigured.add(calbin.id)
-                return
-            self._calbins.pop(calbin.id, None)
-
     def configure(self, calbin: Calbin) -> None:
         with self._cv:
             self._check_open()
-            entry = self._calbins.get(calbin.id)
-            if entry is None or entry[0] is not calbin or calbin.released:
-                raise InvalidArgument(f"{calbin!r} was not created on this device or was released")
+            models = self._calbin_entry(calbin, refuse_released=True)
             if self._current is not None:
                 raise AlreadyConfigured(
                     f"calbin {self._current.id} ({self._current.package.name!r}) is current; "
@@ -373,7 +205,6 @@ class MockRuntime(JobBuffersMixin):
                         f"chip {chip.index}: the memory plan needs {need} bytes, {in_use} are in use "
                         f"({chip.leaked_bytes} leaked), the chip has {self.config.chip_dram_bytes} (001 §8)"
                     )
-            models = entry[1]
             self._kv.install({alias: (models[alias], mp.chips) for alias, mp in plan.models.items()})
             self._current = calbin
 
@@ -390,10 +221,6 @@ class MockRuntime(JobBuffersMixin):
                 )
             self._unload(self._current, inject_leaks=True)
 
-    @property
-    def current_calbin(self) -> Calbin | None:
-        return self._current
-
     def _unload(self, calbin: Calbin, *, inject_leaks: bool) -> None:
         if inject_leaks:
             for alias, mp in calbin.plan.models.items():
@@ -407,18 +234,9 @@ class MockRuntime(JobBuffersMixin):
                         self._chips[chip].leaked_bytes += leak
                     self._faults.record(d, job=None, graph=None, model=alias, chips=mp.chips)
         self._kv.drop_all()
-        self._current = None
-        if calbin.id in self._release_when_unconfigured:
-            self._release_when_unconfigured.discard(calbin.id)
-            self._calbins.pop(calbin.id, None)
+        self._unconfigured()
 
     # -- buffers -----------------------------------------------------------------------
-
-    def alloc_inputs(self, graph: str, batch: int = 1) -> HostBuffer:
-        return self._alloc(graph, Direction.INPUT, batch)
-
-    def alloc_outputs(self, graph: str, batch: int = 1) -> HostBuffer:
-        return self._alloc(graph, Direction.OUTPUT, batch)
 
     def _alloc(self, graph: str, direction: Direction, batch: int) -> HostBuffer:
         with self._cv:
@@ -429,51 +247,22 @@ class MockRuntime(JobBuffersMixin):
             self._buffers[buf.id] = buf
             return buf
 
-    def release_buffer(self, buffer: HostBuffer) -> None:
-        with self._cv:
-            if self._buffers.get(buffer.id) is not buffer:
-                raise InvalidArgument(f"{buffer!r} does not belong to this device or was released")
-            buffer.check_releasable()
-            buffer.mark_released()
-            del self._buffers[buffer.id]
-
-    def _let_go(self, buffer: HostBuffer) -> None:
-        """Release now, or as soon as the job (or reset) that owns the buffer lets go of it."""
-        with self._cv:
-            if self._buffers.get(buffer.id) is not buffer:
-                return
-            if buffer.state in (BufferState.IN_FLIGHT, BufferState.QUARANTINED):
-                self._release_when_free.add(buffer.id)
-                return
-            buffer.mark_released()
-            del self._buffers[buffer.id]
-
-    def _give_back(self, buffer: HostBuffer) -> None:
-        buffer.give_back()
-        if buffer.id in self._release_when_free:
-            self._release_when_free.discard(buffer.id)
-            buffer.mark_released()
-            self._buffers.pop(buffer.id, None)
-
     # -- jobs ------------------------------------------------------------------------
 
-    def submit(
+    def _submit(
         self,
         model_name: str,
         inputs: HostBuffer,
         outputs: HostBuffer,
-        engine: Engine | str = Engine.AUTO,
-        *,
-        kv: Sequence[KvSeqId | None] = (),
-        generation: GenerationId = GenerationId(0),
+        eng: Engine,
+        lanes: tuple[KvSeqId | None, ...],
+        generation: GenerationId,
     ) -> Job:
-        eng = _engine(engine)
-        lanes = tuple(kv)
         with self._cv:
-            self._check_open()
-            plan = self._graph(model_name)
-            self._check_job_buffers(plan, inputs, outputs)
-            seqs, tokens, kv_tokens = self._bind_kv(plan, inputs, lanes)
+            plan = self._submit_plan(model_name, inputs, outputs, lanes)
+            assert self._current is not None  # _submit_plan found the graph in it
+            vocab = self._current.plan.models[plan.model].model.architecture.vocab_size
+            seqs, tokens, kv_tokens = self._kv.bind(plan, inputs, lanes, vocab)
             if self._resetting.intersection(plan.chips):
                 raise DeviceBusy(
                     f"chip(s) {', '.join(map(str, sorted(self._resetting.intersection(plan.chips))))} "
@@ -500,25 +289,17 @@ class MockRuntime(JobBuffersMixin):
             halting = next((d for d in decisions if d.rule.kind.halts_chip), None)
             corruptions = [d for d in decisions if d.rule.kind in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION)]
 
-            job_id = JobId(next(self._job_ids))
-            job = Job(
-                id=job_id,
-                graph=plan.name,
-                model=plan.model,
-                chips=plan.chips,
-                engine=eng,
-                generation=generation,
-                batch=inputs.batch,
-                kv=lanes,
-                submit_ns=time.monotonic_ns(),
+            job = self._job(
+                next(self._job_ids), plan, inputs, eng, lanes, generation=generation, submit_ns=time.monotonic_ns()
             )
+            job_id = job.id
             for d in ([halting] if halting else []) + corruptions:
                 self._faults.record(d, job=job_id, graph=plan.name, model=plan.model, chips=plan.chips)
             split = self.config.timing.phases(plan.name, plan.kind, plan.chips[0], tokens=tokens, kv_tokens=kv_tokens)
             bank = "auto" if len(plan.chips) > 1 or eng is Engine.AUTO else eng.value
             model = self._calbins[self._current.id][1][plan.model] if self._current else None
             assert model is not None
-            rec = _JobRecord(
+            rec = MockJob(
                 job,
                 plan,
                 model,
@@ -538,30 +319,22 @@ class MockRuntime(JobBuffersMixin):
                     s.last_job_failed = False
             primary.queue.append(rec)
             for c in plan.chips[1:]:
-                hold = _Hold(rec, c)
+                hold = ChipHold(rec, c)
                 rec.holds.append(hold)
                 self._chips[c].queue.append(hold)
             for c in plan.chips:
                 self._chips[c].pending += 1
             self._jobs[job_id] = rec
             self._cv.notify_all()
-        for listener in self._submit_listeners:
-            listener(job)
         return job
-
-    def on_submit(self, listener: Callable[[Job], None]) -> None:
-        self._submit_listeners.append(listener)
 
     def wait(self, job: Job, timeout: float) -> JobResult:
         rec = self._record(job)
         if isinstance(rec, JobResult):
             return self._result_or_raise(rec)
         if not rec.done.wait(max(0.0, timeout)):
-            raise Timeout(
-                f"job {job.id} ({job.graph}) not finished after {timeout:g} s; it stays in flight and keeps its buffers",
-                job=job.id,
-            )
-        return self._result_or_raise(rec)
+            raise self._wait_timeout(job, timeout)
+        return self._result_or_raise(rec.result())
 
     def wait_any(self, jobs: Iterable[Job], timeout: float) -> list[Job]:
         records = [self._record(j) for j in jobs]
@@ -579,22 +352,12 @@ class MockRuntime(JobBuffersMixin):
         with self._cv:
             return rec if isinstance(rec, JobResult) else rec.result()
 
-    def _record(self, job: Job) -> _JobRecord | JobResult:
+    def _record(self, job: Job) -> MockJob | JobResult:
         with self._cv:
-            rec: _JobRecord | JobResult | None = self._jobs.get(job.id) or self._finished.get(job.id)
+            rec: MockJob | JobResult | None = self._jobs.get(job.id) or self._finished.get(job.id)
             if rec is None or rec.job != job:
-                raise InvalidArgument(
-                    f"job {job.id} is not known to this device (never submitted "
-                    f"here, or older than the last {self.config.history} jobs)"
-                )
+                raise self._unknown_job(job)
             return rec
-
-    @staticmethod
-    def _result_or_raise(rec: _JobRecord | JobResult) -> JobResult:
-        if rec.state is JobState.SUCCEEDED:
-            return rec if isinstance(rec, JobResult) else rec.result()
-        cls = error_class(rec.status)
-        raise cls(f"job {rec.job.id} ({rec.job.graph}) {rec.state.value}: {rec.detail}", job=rec.job.id)
 
     # -- KV / observation ----------------------------------------------------------
 
@@ -635,10 +398,6 @@ class MockRuntime(JobBuffersMixin):
                 for c in self._chips
             )
 
-    def trace(self, *, since_ns: int = 0) -> tuple[TraceEvent, ...]:
-        with self._cv:
-            return tuple(e for e in self._trace if e.submit_ns >= since_ns)
-
     # -- mock-only ----------------------------------------------------------------------
 
     def injected_faults(self) -> tuple[InjectedFault, ...]:
@@ -658,10 +417,7 @@ class MockRuntime(JobBuffersMixin):
     # -- recovery ------------------------------------------------------------------------
 
     def reset(self, scope: ResetScope | str = ResetScope.CHIP, chip: int | None = None) -> None:
-        try:
-            sc = ResetScope(scope)
-        except ValueError:
-            raise InvalidArgument(f"reset scope {scope!r}: expected chip or board") from None
+        sc = self._reset_scope(scope)
         with self._cv:
             self._check_open()
             if sc not in self.config.reset_scopes:
@@ -669,14 +425,13 @@ class MockRuntime(JobBuffersMixin):
                     f"this board grants no {sc.value} reset (granted: {', '.join(s.value for s in self.config.reset_scopes)})"
                 )
             if sc is ResetScope.CHIP:
-                if chip is None or not 0 <= chip < self.config.chips:
-                    raise InvalidArgument(f"a chip reset needs chip=0..{self.config.chips - 1}, got {chip!r}")
-                target = self._chips[chip]
+                index = self._reset_chip(chip, self.config.chips)
+                target = self._chips[index]
                 if target.fault_scope is ResetScope.BOARD:
                     raise DeviceLost(
-                        f"chip {chip}: {target.fault_detail}; a chip reset cannot recover it", hint="reset the board"
+                        f"chip {index}: {target.fault_detail}; a chip reset cannot recover it", hint="reset the board"
                     )
-                affected = {chip}
+                affected = {index}
             else:
                 affected = set(range(self.config.chips))
             for d in self._faults.on_reset(chips=sorted(affected)):  # docs/runtime.md §4 reset_failure
@@ -692,11 +447,7 @@ class MockRuntime(JobBuffersMixin):
             rec.done.wait()
         with self._cv:
             self._resetting -= affected  # in the same hold as the clean-up: no submit lands in between
-            for job_id, rec in list(self._quarantined.items()):
-                if affected.intersection(rec.job.chips):
-                    del self._quarantined[job_id]
-                    self._give_back(rec.inputs)
-                    self._give_back(rec.outputs)
+            self._release_quarantined(affected)
             for c in affected:
                 ch = self._chips[c]
                 ch.health, ch.fault_scope, ch.fault_detail = Health.OK, None, None
@@ -712,404 +463,12 @@ class MockRuntime(JobBuffersMixin):
 
     # -- internals -------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InvalidArgument("the device is closed")
-
     def _check_board_healthy(self, action: str) -> None:
         for ch in self._chips:
             if ch.health is not Health.OK:
                 raise DeviceLost(
                     f"cannot {action}: chip {ch.index} is {ch.health.value}: {ch.fault_detail}", hint="reset first"
                 )
-
-    def _graph(self, name: str) -> GraphPlan:
-        return resolve_graph(self._current, name)
-
-    def _check_job_buffers(self, plan: GraphPlan, inputs: HostBuffer, outputs: HostBuffer) -> None:
-        check_job_buffers(self._buffers, plan, inputs, outputs)
-
-    def _bind_kv(
-        self, plan: GraphPlan, inputs: HostBuffer, lanes: tuple[KvSeqId | None, ...]
-    ) -> tuple[list[KvSequence | None], int, int]:
-        """Check the job's KV binding against the CSR inputs (000 §9.2). Returns (seqs, tokens, kv_tokens)."""
-        batch = inputs.batch
-        if len(lanes) != batch:
-            raise InvalidArgument(
-                f"graph {plan.name!r} at B{batch} needs kv= with {batch} entries (a "
-                f"KvSeqId per lane, None for an inactive lane), got {len(lanes)}"
-            )
-        vocab = self._model_arch_vocab(plan)
-        seen: set[KvSeqId] = set()
-
-        def bound(seq: KvSeqId | None, lane: int, tokens_written: int) -> KvSequence:
-            if seq is None:
-                raise InvalidArgument(f"graph {plan.name!r} lane {lane} is active but kv[{lane}] is None")
-            s = self._kv.sequence(seq)
-            if s.model != plan.model:
-                raise InvalidArgument(
-                    f"KV sequence {seq} belongs to model {s.model!r}, graph {plan.name!r} to {plan.model!r}"
-                )
-            if seq in seen:
-                raise InvalidArgument(f"KV sequence {seq} is bound to two lanes of one job")
-            seen.add(seq)
-            if s.busy_job is not None:
-                raise DeviceBusy(f"KV sequence {seq} is being written by job {s.busy_job}", job=s.busy_job)
-            if s.reserved - s.committed != tokens_written:
-                raise InvalidArgument(
-                    f"KV sequence {seq} has {s.reserved - s.committed} reserved tokens, the job writes {tokens_written}; "
-                    "kv.append() exactly the tokens the job writes"
-                )
-            return s
-
-        if plan.kind is GraphKind.PREFILL:
-            n = compute.prefill_length(inputs)
-            capacity = inputs.layout.slot("tokens").shape[1]
-            if not 1 <= n <= capacity:
-                raise InvalidArgument(f"graph {plan.name!r}: n_tokens {n} outside 1..{capacity}")
-            tokens = inputs.device_view("tokens")[0, :n]
-            if tokens.min() < 0 or tokens.max() >= vocab:
-                raise InvalidArgument(f"graph {plan.name!r}: token ids outside 0..{vocab - 1}")
-            s = bound(lanes[0], 0, n)
-            if s.committed != 0:
-                raise InvalidArgument(
-                    f"prefill writes from position 0 but KV sequence {s.id} has {s.committed} committed tokens"
-                )
-            return [s], n, 0
-        active = compute.decode_lanes(inputs)
-        active_lanes = {lane for lane, _, _ in active}
-        for lane, seq in enumerate(lanes):
-            if lane not in active_lanes and seq is not None:
-                raise InvalidArgument(
-                    f"graph {plan.name!r} lane {lane} is inactive (lane_valid 0) but kv[{lane}] names sequence {seq}"
-                )
-        seqs: list[KvSequence | None] = [None] * batch
-        kv_tokens = 0
-        for lane, token, position in active:
-            s = bound(lanes[lane], lane, 1)
-            if position != s.committed:
-                raise InvalidArgument(
-                    f"lane {lane}: position {position} != committed KV length {s.committed} of sequence {s.id} (000 §9.2)"
-                )
-            if not 0 <= token < vocab:
-                raise InvalidArgument(f"lane {lane}: token id {token} outside 0..{vocab - 1}")
-            seqs[lane] = s
-            kv_tokens += position + 1
-        return seqs, len(active), kv_tokens
-
-    def _model_arch_vocab(self, plan: GraphPlan) -> int:
-        assert self._current is not None
-        return self._current.plan.models[plan.model].model.architecture.vocab_size
-
-    # -- execution ----------------------------------------------------------------------------
-
-    def _startable(self, chip: _Chip) -> _JobRecord | _Hold | None:
-        if not chip.queue or chip.health is not Health.OK:
-            return None
-        head = chip.queue[0]
-        if head.bank == "auto":
-            return head if not chip.running else None
-        return head if "auto" not in chip.running and head.bank not in chip.running else None
-
-    def _worker(self, chip: _Chip) -> None:
-        while True:
-            with self._cv:
-                while True:
-                    if self._closed and not chip.queue:
-                        return
-                    item = self._startable(chip)
-                    if item is not None:
-                        break
-                    self._cv.wait()
-                chip.queue.popleft()
-                chip.running[item.bank] = item
-                if isinstance(item, _Hold):
-                    item.acquired.set()
-            try:
-                if isinstance(item, _Hold):
-                    item.rec.done.wait()
-                else:
-                    self._execute(item)
-            finally:
-                with self._cv:
-                    del chip.running[item.bank]
-                    self._cv.notify_all()
-
-    def _execute(self, rec: _JobRecord) -> None:
-        for hold in rec.holds:  # MCHIP: every chip of the graph must be ours first
-            while not hold.acquired.wait(0.02) and not rec.abort.is_set():
-                pass
-        serial_held = False
-        if self.config.serialize_chips:  # the modelled global runtime lock
-            while not rec.abort.is_set() and not (serial_held := self._serial.acquire(timeout=0.02)):
-                pass
-        try:
-            self._run(rec)
-        finally:
-            if serial_held:
-                self._serial.release()
-
-    def _run(self, rec: _JobRecord) -> None:
-        with self._cv:
-            if rec.abort.is_set() or rec.state.terminal:
-                self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, rec.abort_reason)
-                return
-            rec.state = JobState.RUNNING
-            rec.start_ns = rec.dev_cursor_ns = self._device_start(rec)
-            halting = rec.halting.rule.kind if rec.halting else None
-            if halting is FaultKind.WAIT_TIMEOUT:
-                self._halt(rec, Health.HUNG)
-        if halting is FaultKind.WAIT_TIMEOUT:
-            rec.abort.wait()  # hangs until a reset (or close) aborts it
-            with self._cv:
-                self._finish(
-                    rec,
-                    JobState.ABORTED,
-                    RuntimeStatus.JOB_ABORTED,
-                    f"hung (injected wait_timeout); {rec.abort_reason}",
-                )
-            return
-        errors: list[str] = []
-
-        def work() -> None:
-            if halting is not None:
-                return
-            try:
-                caches = [s.cache if s is not None else None for s in rec.seqs]
-                assert rec.model is not None  # set until the job finishes
-                compute.run_graph(rec.model, rec.plan.kind, rec.inputs, rec.outputs, caches)
-                self._corrupt(rec)
-            except Exception as exc:  # a mock bug must fail the job, not kill the chip thread
-                errors.append(f"mock compute failed: {type(exc).__name__}: {exc}")
-
-        units = self._chips[rec.job.chips[0]].units
-        aborted, debt = False, 0.0
-        for phase, seconds, fn in (
-            (JobPhase.H2D, rec.phases.h2d_s, None),
-            (JobPhase.COMPUTE, rec.phases.compute_s, work),
-            (JobPhase.D2H, rec.phases.d2h_s, None),
-        ):
-            aborted, debt = self._phase(rec, units[phase], phase, seconds, fn, debt)
-            if aborted:
-                break
-        error = errors[0] if errors else None
-        with self._cv:
-            if aborted:
-                self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, rec.abort_reason)
-            elif halting is FaultKind.CCU_EXCEPTION:
-                self._finish(
-                    rec, JobState.FAILED, RuntimeStatus.CCU_EXCEPTION, "CalCore exception (injected ccu_exception)"
-                )
-                self._halt(rec, Health.FAULTED)
-            elif halting is FaultKind.UNKNOWN_DMA_STATE:
-                self._finish(
-                    rec,
-                    JobState.FAILED,
-                    RuntimeStatus.UNKNOWN_DMA_STATE,
-                    "DMA state unknown (injected unknown_dma_state); buffers held until a reset",
-                    quarantine=True,
-                )
-                self._halt(rec, Health.FAULTED)
-            elif error is not None:
-                self._finish(rec, JobState.FAILED, RuntimeStatus.INTERNAL, error)
-            else:
-                self._finish(rec, JobState.SUCCEEDED, RuntimeStatus.OK, None)
-
-    def _phase(
-        self,
-        rec: _JobRecord,
-        unit: threading.Lock,
-        phase: JobPhase,
-        seconds: float,
-        work: Callable[[], None] | None,
-        debt: float,
-    ) -> tuple[bool, float]:
-        """Run one phase on the chip's unit for it: wait for the unit, do ``work``, sleep the rest.
-
-        Returns (aborted, debt): ``debt`` is how far the numpy work overran its phase, taken off the
-        next phase's sleep so a job alone on its chip still takes max(model time, real compute), as
-        before phases existed. A phase of zero seconds with no work is skipped (not traced). The unit
-        is taken and given back per phase, so a job waiting for the compute unit holds no channel.
-        """
-        if seconds <= 0 and work is None:
-            return rec.abort.is_set(), debt
-        while not unit.acquire(timeout=0.02):
-            if rec.abort.is_set():
-                return True, debt
-        try:
-            chip = self._chips[rec.job.chips[0]]
-            with self._cv:
-                dev_start = max(rec.dev_cursor_ns, chip.unit_free_ns[phase])
-            t0 = time.perf_counter()
-            if work is not None:
-                work()
-            remaining = seconds - debt - (time.perf_counter() - t0)
-            aborted = rec.abort.wait(remaining) if remaining > 0 else rec.abort.is_set()
-            dev_end = dev_start + round(seconds * 1e9)
-            if aborted:  # cut short by a reset: it ended when the abort came, on the device too
-                dev_end = max(dev_start, min(dev_end, time.monotonic_ns()))
-            with self._cv:
-                chip.unit_free_ns[phase] = max(chip.unit_free_ns[phase], dev_end)
-                rec.dev_cursor_ns = dev_end
-            rec.phase_log.append(PhaseInterval(phase, dev_start, dev_end))
-            return aborted, max(0.0, -remaining)
-        finally:
-            unit.release()
-
-    def _device_start(self, rec: _JobRecord) -> int:
-        """When ``rec`` starts on the device timeline (under ``_cv``): submitted, and its bank free on every chip.
-
-        An ``auto`` job waits for the chip's last job of any bank; a ``ping``/``pong`` job for its own bank's
-        and any ``auto`` job's; under ``serialize_chips`` also for the board lock's last holder.
-        """
-        start = rec.job.submit_ns
-        for c in rec.job.chips:
-            free = self._chips[c].bank_free_ns
-            start = max(start, max(free.values()) if rec.bank == "auto" else max(free[rec.bank], free["auto"]))
-        if self.config.serialize_chips:
-            start = max(start, self._serial_free_ns)
-        return start
-
-    def _corrupt(self, rec: _JobRecord) -> None:
-        for d in rec.corruptions:
-            rng = d.rng()
-            if d.rule.kind is FaultKind.CORRUPT_OUTPUT:
-                logits = rec.outputs.device_view("logits")
-                scale = max(float(np.std(logits)), 1e-3) * d.rule.magnitude
-                logits += (rng.standard_normal(logits.shape) * scale).astype(np.float32)
-            else:  # KV corruption: perturb what this job wrote into its sequences' caches
-                for s in rec.seqs:
-                    if s is None:
-                        continue
-                    end = s.reserved
-                    for arr in (s.cache.k, s.cache.v):
-                        block = arr[:, :end]
-                        scale = max(float(np.std(block)), 1e-3) * d.rule.magnitude
-                        block += (rng.standard_normal(block.shape) * scale).astype(np.float32)
-
-    def _halt(self, rec: _JobRecord, health: Health) -> None:
-        """Apply a halting fault: the job's chips (or the whole board) stop until a reset."""
-        assert rec.halting is not None
-        rule = rec.halting.rule
-        chips = set(range(self.config.chips)) if rule.reset_scope is ResetScope.BOARD else set(rec.job.chips)
-        detail = f"{rule.kind.value} in job {rec.job.id} ({rec.job.graph}); needs a {rule.reset_scope.value} reset"
-        for c in sorted(chips):
-            ch = self._chips[c]
-            ch.health = health if ch.health is Health.OK else ch.health
-            if ch.fault_scope is not ResetScope.BOARD:
-                ch.fault_scope = rule.reset_scope
-            ch.fault_detail = ch.fault_detail or detail
-        if health is Health.FAULTED:
-            self._abort_queued(chips, f"aborted: chip halted by {detail}")
-        self._cv.notify_all()
-
-    def _abort_queued(self, chips: set[int], reason: str) -> None:
-        victims: list[_JobRecord] = []
-        for c in chips:
-            for item in list(self._chips[c].queue):
-                rec = _item_record(item)
-                if rec not in victims:
-                    victims.append(rec)
-        for rec in victims:
-            for ch in self._chips:
-                for item in list(ch.queue):
-                    if _item_record(item) is rec:
-                        ch.queue.remove(item)
-            if self._is_executing(rec):
-                # An MCHIP job whose primary already started waits for a hold here: its thread finishes it.
-                rec.abort_reason = reason
-                rec.abort.set()
-            else:
-                self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, reason)
-
-    def _is_executing(self, rec: _JobRecord) -> bool:
-        return any(ch.running.get(rec.bank) is rec for ch in self._chips)
-
-    def _abort_chips(self, chips: set[int], reason: str) -> list[_JobRecord]:
-        """Abort queued jobs now and signal running ones; return the running ones to wait for."""
-        self._abort_queued(chips, reason)
-        victims: list[_JobRecord] = []
-        for c in chips:
-            for item in self._chips[c].running.values():
-                rec = _item_record(item)
-                if rec not in victims and not rec.state.terminal:
-                    victims.append(rec)
-        for rec in self._jobs.values():  # MCHIP primaries already signalled by _abort_queued
-            if not rec.state.terminal and rec.abort.is_set() and rec not in victims:
-                victims.append(rec)
-        running: list[_JobRecord] = []
-        for rec in victims:
-            rec.abort_reason = reason
-            rec.abort.set()
-            if self._is_executing(rec):
-                running.append(rec)  # its executor thread finishes it
-                continue
-            # An MCHIP job holding this chip while its primary still queues elsewhere: finish it here.
-            for ch in self._chips:
-                for item in list(ch.queue):
-                    if _item_record(item) is rec:
-                        ch.queue.remove(item)
-            self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, reason)
-        return running
-
-    def _finish(
-        self, rec: _JobRecord, state: JobState, status: RuntimeStatus, detail: str | None, *, quarantine: bool = False
-    ) -> None:
-        """Terminal transition, exactly once, under the board lock."""
-        if rec.state.terminal:
-            return
-        rec.state, rec.status, rec.detail = state, status, detail
-        if rec.start_ns is not None:
-            # Device timeline: the end of its last phase; a job that ran no phase (a hang, an abort before
-            # its first unit) ended when the host ended it.
-            rec.end_ns = rec.dev_cursor_ns if rec.phase_log else max(rec.start_ns, time.monotonic_ns())
-            for c in rec.job.chips:
-                free = self._chips[c].bank_free_ns
-                free[rec.bank] = max(free.get(rec.bank, 0), rec.end_ns)
-            if self.config.serialize_chips:
-                self._serial_free_ns = max(self._serial_free_ns, rec.end_ns)
-        for c in rec.job.chips:
-            ch = self._chips[c]
-            ch.pending -= 1
-            if state is JobState.SUCCEEDED:
-                ch.finished += 1
-            else:
-                ch.failed += 1
-            self._trace.append(
-                TraceEvent(
-                    job=rec.job.id,
-                    chip=c,
-                    model=rec.job.model,
-                    graph=rec.job.graph,
-                    engine=rec.job.engine,
-                    generation=rec.job.generation,
-                    submit_ns=rec.job.submit_ns,
-                    start_ns=rec.start_ns,
-                    end_ns=rec.end_ns,
-                    state=state,
-                    status=status,
-                    phases=tuple(rec.phase_log) if c == rec.job.chips[0] else (),
-                )
-            )
-        if quarantine:
-            rec.inputs.quarantine()
-            rec.outputs.quarantine()
-            self._quarantined[rec.job.id] = rec
-        else:
-            self._give_back(rec.inputs)
-            self._give_back(rec.outputs)
-        for s in rec.seqs:
-            if s is not None and s.busy_job == rec.job.id:
-                s.busy_job = None
-                s.last_job_failed = state is not JobState.SUCCEEDED
-        # A finished job keeps no KV and no weights (a quarantined one keeps its buffers until a reset).
-        rec.seqs, rec.model, rec.corruptions = [], None, []
-        rec.done.set()
-        self._jobs.pop(rec.job.id, None)
-        self._finished[rec.job.id] = rec.result()
-        while len(self._finished) > self.config.history:
-            self._finished.popitem(last=False)
-        self._cv.notify_all()
 
 
 def _touched(n: int) -> bytearray:
@@ -1118,13 +477,6 @@ def _touched(n: int) -> bytearray:
     for i in range(0, n, 4096):
         buf[i] = 1
     return buf
-
-
-def _engine(engine: Engine | str) -> Engine:
-    try:
-        return Engine(engine)
-    except ValueError:
-        raise InvalidArgument(f"engine {engine!r}: expected auto, ping or pong") from None
 
 
 def open_mock(**options: object) -> MockRuntime:

@@ -7,7 +7,8 @@ bookkeeping 000 §9.2 asks for: committed <= reserved <= max_seq, commit only
 after the writing job succeeded, nothing touched while a job in flight is
 bound to the sequence.
 
-The store is guarded by the board's lock (passed in); it does not schedule
+The store is guarded by the board's lock (passed in); :meth:`MockKvManager.bind`
+checks a job's KV binding against its inputs at submit. It does not schedule
 jobs and does not know about chips beyond the model's.
 """
 
@@ -18,7 +19,11 @@ import threading
 from dataclasses import dataclass, field
 
 from calctl.model import decoder
+from calctl.package.model import GraphKind
+from calctl.runtime.buffers import HostBuffer
+from calctl.runtime.calbin import GraphPlan
 from calctl.runtime.errors import DeviceBusy, InvalidArgument, NotConfigured, OutOfMemory
+from calctl.runtime.mock import compute
 from calctl.runtime.mock.compute import LoadedModel
 from calctl.runtime.types import KvLength, KvSeqId
 
@@ -157,6 +162,69 @@ class MockKvManager:
             return self.sequence(seq).length
 
     # -- helpers -----------------------------------------------------------------
+
+    def bind(
+        self, plan: GraphPlan, inputs: HostBuffer, lanes: tuple[KvSeqId | None, ...], vocab: int
+    ) -> tuple[list[KvSequence | None], int, int]:
+        """Check a job's KV binding against its CSR inputs (000 §9.2), one entry per lane, token ids below
+        ``vocab``. Returns (the lanes' sequences, tokens the job writes, KV tokens it reads)."""
+        batch = inputs.batch
+        seen: set[KvSeqId] = set()
+
+        def bound(seq: KvSeqId | None, lane: int, tokens_written: int) -> KvSequence:
+            if seq is None:
+                raise InvalidArgument(f"graph {plan.name!r} lane {lane} is active but kv[{lane}] is None")
+            s = self.sequence(seq)
+            if s.model != plan.model:
+                raise InvalidArgument(
+                    f"KV sequence {seq} belongs to model {s.model!r}, graph {plan.name!r} to {plan.model!r}"
+                )
+            if seq in seen:
+                raise InvalidArgument(f"KV sequence {seq} is bound to two lanes of one job")
+            seen.add(seq)
+            if s.busy_job is not None:
+                raise DeviceBusy(f"KV sequence {seq} is being written by job {s.busy_job}", job=s.busy_job)
+            if s.reserved - s.committed != tokens_written:
+                raise InvalidArgument(
+                    f"KV sequence {seq} has {s.reserved - s.committed} reserved tokens, the job writes {tokens_written}; "
+                    "kv.append() exactly the tokens the job writes"
+                )
+            return s
+
+        if plan.kind is GraphKind.PREFILL:
+            n = compute.prefill_length(inputs)
+            capacity = inputs.layout.slot("tokens").shape[1]
+            if not 1 <= n <= capacity:
+                raise InvalidArgument(f"graph {plan.name!r}: n_tokens {n} outside 1..{capacity}")
+            tokens = inputs.device_view("tokens")[0, :n]
+            if tokens.min() < 0 or tokens.max() >= vocab:
+                raise InvalidArgument(f"graph {plan.name!r}: token ids outside 0..{vocab - 1}")
+            s = bound(lanes[0], 0, n)
+            if s.committed != 0:
+                raise InvalidArgument(
+                    f"prefill writes from position 0 but KV sequence {s.id} has {s.committed} committed tokens"
+                )
+            return [s], n, 0
+        active = compute.decode_lanes(inputs)
+        active_lanes = {lane for lane, _, _ in active}
+        for lane, seq in enumerate(lanes):
+            if lane not in active_lanes and seq is not None:
+                raise InvalidArgument(
+                    f"graph {plan.name!r} lane {lane} is inactive (lane_valid 0) but kv[{lane}] names sequence {seq}"
+                )
+        seqs: list[KvSequence | None] = [None] * batch
+        kv_tokens = 0
+        for lane, token, position in active:
+            s = bound(lanes[lane], lane, 1)
+            if position != s.committed:
+                raise InvalidArgument(
+                    f"lane {lane}: position {position} != committed KV length {s.committed} of sequence {s.id} (000 §9.2)"
+                )
+            if not 0 <= token < vocab:
+                raise InvalidArgument(f"lane {lane}: token id {token} outside 0..{vocab - 1}")
+            seqs[lane] = s
+            kv_tokens += position + 1
+        return seqs, len(active), kv_tokens
 
     def _space(self, model: str) -> _Namespace:
         if not self._spaces:

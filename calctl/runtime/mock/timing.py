@@ -28,7 +28,7 @@ computes durations; it does not sleep.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from calctl.errors import ConfigError
 from calctl.package.model import GraphKind
@@ -60,15 +60,8 @@ class GraphTiming:
     d2h_share: float = 0.3
 
     def __post_init__(self) -> None:
-        for name in (
-            "prefill_base_s",
-            "prefill_per_token_s",
-            "decode_base_s",
-            "decode_per_kv_token_s",
-            "h2d_share",
-            "d2h_share",
-        ):
-            value = getattr(self, name)
+        for f in fields(self):  # every field is a duration or a share
+            name, value = f.name, getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ConfigError(f"timing {name} must be a non-negative number, got {value!r}")
         if self.h2d_share + self.d2h_share >= 1:

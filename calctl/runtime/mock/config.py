@@ -1,0 +1,50 @@
+"""The simulated board's shape: :class:`MockBoardConfig` (docs/runtime.md).
+
+Chips, CalCores and DRAM per chip, the timing model and its scale, the modelled global runtime lock, the
+fault plan, the reset scopes the board grants, and how much it keeps (queue depth, history). A value: it is
+checked when made (``ConfigError`` naming the field) and simulates nothing (:mod:`.board` does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from calctl.errors import ConfigError
+from calctl.runtime.mock.faults import FaultPlan
+from calctl.runtime.mock.timing import TimingModel
+from calctl.runtime.types import ResetScope
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class MockBoardConfig:
+    """The simulated board. Defaults: 2 chips x 2 CalCores x 16 GiB (the reference board class, 001 §3)."""
+
+    chips: int = 2
+    calcores_per_chip: int = 2
+    chip_dram_bytes: int = 16 * GIB
+    firmware_reserved_bytes: int = 64 * MIB  # per chip, in use before any calbin: the memory baseline
+    timing: TimingModel = field(default_factory=TimingModel)
+    time_scale: float = 1.0
+    serialize_chips: bool = False
+    fault_plan: FaultPlan = field(default_factory=FaultPlan)
+    seed: int | None = None  # overrides the fault plan's seed
+    reset_scopes: tuple[ResetScope, ...] = (ResetScope.CHIP, ResetScope.BOARD)
+    max_queue_depth: int = 64  # per chip, queued + running; beyond it submit raises DeviceBusy
+    history: int = 65536  # finished jobs (and trace events) kept for wait/query/trace
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.chips <= 16:
+            raise ConfigError(f"mock board: chips must be 1..16, got {self.chips}")
+        if self.calcores_per_chip < 1:
+            raise ConfigError(f"mock board: calcores_per_chip must be >= 1, got {self.calcores_per_chip}")
+        if self.chip_dram_bytes < self.firmware_reserved_bytes or self.firmware_reserved_bytes < 0:
+            raise ConfigError("mock board: chip_dram_bytes must hold firmware_reserved_bytes")
+        if not self.time_scale >= 0:
+            raise ConfigError(f"mock board: time_scale must be >= 0, got {self.time_scale}")
+        if self.max_queue_depth < 1 or self.history < 16:
+            raise ConfigError("mock board: max_queue_depth must be >= 1 and history >= 16")
+        if not self.reset_scopes:
+            raise ConfigError("mock board: at least one reset scope (board) must be granted")
