@@ -77,6 +77,21 @@ _TITLES = {
     Group.COMPAT: "Compatibility and provenance",
 }
 
+#: The ID prefixes of each group: a rule's group is the one its ID starts with.
+PREFIXES: dict[Group, tuple[str, ...]] = {
+    Group.LAYOUT: ("LAY",),
+    Group.MANIFEST: ("MAN",),
+    Group.HASH: ("HASH",),
+    Group.SIGNATURE: ("SIG",),
+    Group.CHIP: ("CHIP",),
+    Group.ELF: ("ELF",),
+    Group.MEMORY: ("MEM",),
+    Group.TENSORS: ("GOLD",),
+    Group.TOKENIZER: ("TOK",),
+    Group.COMPAT: ("COMP", "PROV"),
+}
+_GROUP_OF = {prefix: group for group, prefixes in PREFIXES.items() for prefix in prefixes}
+
 
 class Need(str, enum.Enum):
     """Facts a rule cannot run without; when one is missing the runner reports a skip with the reason."""
@@ -113,16 +128,30 @@ class Finding:
 
 
 class Rule:
-    """Base of every rule. Subclasses set the class attributes and implement :meth:`check`."""
+    """Base of every rule. Subclasses set the class attributes and implement :meth:`check`.
+
+    The docstring's first line is the summary, the paragraph after it the ``explanation``; ``group``
+    defaults to the group whose prefix (:data:`PREFIXES`) starts the ID.
+    """
 
     id: ClassVar[str]
     group: ClassVar[Group]
     severity: ClassVar[Severity] = Severity.ERROR
     #: Report sections the rule enforces, e.g. ``("001 §6.2 item 4",)``.
     sections: ClassVar[tuple[str, ...]] = ()
-    #: Longer explanation for ``calctl explain`` and docs/rules.md.
+    #: Longer explanation for ``calctl explain`` and docs/rules.md: by default the docstring after its first
+    #: line, its lines joined by single spaces.
     explanation: ClassVar[str] = ""
     needs: ClassVar[frozenset[Need]] = frozenset({Need.ROOT})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        doc = (cls.__doc__ or "").strip()
+        if "explanation" not in cls.__dict__ and "\n" in doc:
+            cls.explanation = " ".join(doc.split("\n", 1)[1].split())
+        prefix = cls.__dict__.get("id", "").rstrip("0123456789")
+        if prefix in _GROUP_OF and "group" not in cls.__dict__:
+            cls.group = _GROUP_OF[prefix]
 
     @classmethod
     def summary(cls) -> str:
@@ -169,3 +198,9 @@ class Rule:
         if exp is not None or fnd is not None:
             message = f"{message} (expected {exp if exp is not None else '-'}, found {fnd if fnd is not None else '-'})"
         return Finding(status, message, file, field, exp, fnd)
+
+
+class PackageRule(Rule):
+    """Base of the rules that read the typed manifest: they run only once MAN001 built the Package."""
+
+    needs: ClassVar[frozenset[Need]] = frozenset({Need.ROOT, Need.MANIFEST})

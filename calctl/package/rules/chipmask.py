@@ -14,10 +14,8 @@ from collections.abc import Iterator
 
 from calctl.package import binding
 from calctl.package.model import MANIFEST, ChipMode, Graph, Model, Package, Section, SectionKind, mask_of_chips
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
-
-_PKG = frozenset({Need.ROOT, Need.MANIFEST})
 
 
 def _owned_sections(m: Model) -> Iterator[tuple[Section, Graph | None]]:
@@ -32,22 +30,19 @@ def _hex(mask: int) -> str:
     return f"0x{mask:x}"
 
 
-class MasksWithinChipNums(Rule):
-    """Every chip mask, target chip and memory-plan chip lies within device_cfg.chip_nums."""
+class MasksWithinChipNums(PackageRule):
+    """Every chip mask, target chip and memory-plan chip lies within device_cfg.chip_nums.
+
+    The board has device_cfg.chip_nums chips (two on the Calculet board). A chipMask bit, a tarChipN entry or a
+    memory-plan chip at or beyond chip_nums addresses a chip that does not exist; the runner must exit before configure
+    on any mask overreach (001 §6.4).
+    """
 
     id = "CHIP001"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §2.3", "001 §6.4", "001 §15.1 item 6")
-    explanation = (
-        "The board has device_cfg.chip_nums chips (two on the Calculet board). A chipMask bit, a tarChipN "
-        "entry or a memory-plan chip at or beyond chip_nums addresses a chip that does not exist; the runner "
-        "must exit before configure on any mask overreach (001 §6.4)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = pkg.device_cfg.chip_nums
         allowed = (1 << n) - 1
         for m in pkg.models:
@@ -91,24 +86,21 @@ class MasksWithinChipNums(Rule):
         yield self.note(f"all masks within chip_nums={n}")
 
 
-class GraphTargets(Rule):
-    """Graph chip modes and targets agree with their model; combined packages are SCHIP per model."""
+class GraphTargets(PackageRule):
+    """Graph chip modes and targets agree with their model; combined packages are SCHIP per model.
+
+    An SCHIP model or graph has exactly one target chip (tarChipN); a graph targets only chips of its model, and an
+    SCHIP model's graphs are SCHIP on the same chip. A combined or replica package places every model SCHIP on its own
+    chip (001 §6.1: model_a.* -> tarChipN=[0], model_b.* -> [1]); a tensor-parallel MCHIP model cannot be split into two
+    models (§3). The package kind must agree with the model count: single has one model, combined and replica have two
+    or more.
+    """
 
     id = "CHIP002"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.1", "001 §15.1 item 6", "001 §3")
-    explanation = (
-        "An SCHIP model or graph has exactly one target chip (tarChipN); a graph targets only chips of its "
-        "model, and an SCHIP model's graphs are SCHIP on the same chip. A combined or replica package places "
-        "every model SCHIP on its own chip (001 §6.1: model_a.* -> tarChipN=[0], model_b.* -> [1]); a "
-        "tensor-parallel MCHIP model cannot be split into two models (§3). The package kind must agree with "
-        "the model count: single has one model, combined and replica have two or more."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         multi = pkg.kind in ("combined", "replica")
         if pkg.kind == "single" and len(pkg.models) != 1:
             yield self.problem(
@@ -172,24 +164,20 @@ class GraphTargets(Rule):
         yield self.note("graph chip modes and targets agree with their models")
 
 
-class SingleChipSections(Rule):
-    """Sections of an SCHIP graph/model carry exactly its target chip; MCHIP sections stay on its targets."""
+class SingleChipSections(PackageRule):
+    """Sections of an SCHIP graph/model carry exactly its target chip; MCHIP sections stay on its targets.
+
+    In an SCHIP graph every section's chipMask is exactly the bit of its one target chip. A section whose mask has more
+    than one bit is a cross-chip section (gather, reduce or D2D), which 001 §6.2 item 5 forbids and §15.1 item 8 asks
+    the compiler to prove absent; hand-editing masks (3 -> 1 or 2) is explicitly forbidden by §3. Sections of an MCHIP
+    graph or model may span several chips, but only chips in its tarChipN.
+    """
 
     id = "CHIP003"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §3", "001 §6.2 items 4-5", "001 §6.4", "001 §15.1 item 8")
-    explanation = (
-        "In an SCHIP graph every section's chipMask is exactly the bit of its one target chip. A section "
-        "whose mask has more than one bit is a cross-chip section (gather, reduce or D2D), which 001 §6.2 "
-        "item 5 forbids and §15.1 item 8 asks the compiler to prove absent; hand-editing masks (3 -> 1 or 2) "
-        "is explicitly forbidden by §3. Sections of an MCHIP graph or model may span several chips, but only "
-        "chips in its tarChipN."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             for s, g in _owned_sections(m):
@@ -227,23 +215,19 @@ class SingleChipSections(Rule):
         yield self.note(f"{n} sections carry only their target chips")
 
 
-class ChipOwnership(Rule):
-    """In a multi-model package each chip belongs to one model and no section reaches another model's chip."""
+class ChipOwnership(PackageRule):
+    """In a multi-model package each chip belongs to one model and no section reaches another model's chip.
+
+    Model A's sections never carry chip1's mask and B's never carry chip0's (001 §6.2 item 4). More generally, the
+    target chips of different models are disjoint, and no section of one model has a mask bit for a chip another model
+    targets. Two ModelWorkers only ever borrow submodels already bound to their own chip (§4).
+    """
 
     id = "CHIP004"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.2 item 4", "001 §4")
-    explanation = (
-        "Model A's sections never carry chip1's mask and B's never carry chip0's (001 §6.2 item 4). More "
-        "generally, the target chips of different models are disjoint, and no section of one model has a "
-        "mask bit for a chip another model targets. Two ModelWorkers only ever borrow submodels already "
-        "bound to their own chip (§4)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         owner_of: dict[int, str] = {}
         for m in pkg.models:
             for c in m.target_chips:
@@ -271,23 +255,20 @@ class ChipOwnership(Rule):
         )
 
 
-class CrossModelPlacement(Rule):
-    """No section of one model lies in a memory region owned by another model (no cross-model section)."""
+class CrossModelPlacement(PackageRule):
+    """No section of one model lies in a memory region owned by another model (no cross-model section).
+
+    Virtual addresses may repeat across chips, but mask and address together must be unambiguous (001 §6.2 item 1). A
+    section of model X whose [vaddr, vaddr+size) on a chip it is placed on overlaps a region that the memory plan gives
+    to model Y is a cross-model section: it would read or write Y's weights, KV or workspace (§6.2 items 2 and 5).
+    Regions owned by no model of the package are MEM003.
+    """
 
     id = "CHIP005"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.2 items 1-2 and 5", "001 §6.4")
-    explanation = (
-        "Virtual addresses may repeat across chips, but mask and address together must be unambiguous (001 "
-        "§6.2 item 1). A section of model X whose [vaddr, vaddr+size) on a chip it is placed on overlaps a "
-        "region that the memory plan gives to model Y is a cross-model section: it would read or write Y's "
-        "weights, KV or workspace (§6.2 items 2 and 5). Regions owned by no model of the package are MEM003."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         aliases = set(pkg.aliases)
         for m in pkg.models:
             for s, _g in _owned_sections(m):
@@ -309,24 +290,20 @@ def _expected_pairs(pkg: Package, g: Graph) -> set[tuple[int, int]]:
     return {(core, chip) for chip in g.target_chips for core in range(pkg.device_cfg.calcore_num)}
 
 
-class ElfPerCalCore(Rule):
-    """Each graph has exactly one ELF per (CalCore, chip) it targets: none missing, none extra, none shared."""
+class ElfPerCalCore(PackageRule):
+    """Each graph has exactly one ELF per (CalCore, chip) it targets: none missing, none extra, none shared.
+
+    A graph on chip N is run by every CalCore of that chip ('A on chip0' does not mean only ccu0, 001 §6.1), so it has
+    one chip-local ccu<k> ELF per CalCore k < device_cfg.calcore_num and per target chip: a code section with a calcore
+    index, a file and a one-chip mask. A missing ELF (deleting chip1's ELF to run chip0, forbidden by §3), an extra one,
+    two for the same pair, or one file used by two code sections all fail.
+    """
 
     id = "CHIP006"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.1", "001 §2.2", "001 §3", "001 §6.4")
-    explanation = (
-        "A graph on chip N is run by every CalCore of that chip ('A on chip0' does not mean only ccu0, 001 "
-        "§6.1), so it has one chip-local ccu<k> ELF per CalCore k < device_cfg.calcore_num and per target "
-        "chip: a code section with a calcore index, a file and a one-chip mask. A missing ELF (deleting chip1's "
-        "ELF to run chip0, forbidden by §3), an extra one, two for the same pair, or one file used by two "
-        "code sections all fail."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         files = Counter(s.file for m in pkg.models for g in m.graphs for s in g.code_sections if s.file)
         n = 0
         for m in pkg.models:
@@ -379,23 +356,20 @@ class ElfPerCalCore(Rule):
         yield self.note(f"{n} ELFs, exactly one per (CalCore, chip) of each graph")
 
 
-class CommandPerCalCore(Rule):
-    """Each (CalCore, chip) of a graph has its command blob, and no command names another CalCore or chip."""
+class CommandPerCalCore(PackageRule):
+    """Each (CalCore, chip) of a graph has its command blob, and no command names another CalCore or chip.
+
+    Next to each chip-local ELF a graph ships the CPU/PLD ping/pong command blobs for that CalCore (001 §6.1). Every
+    command section names a CalCore < calcore_num, sits on one chip among the graph's targets and has a file; every
+    (CalCore, chip) pair of the graph has at least one. A command for a chip outside the graph is a cross-chip command
+    stream (§6.2 item 5).
+    """
 
     id = "CHIP007"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.2 item 5")
-    explanation = (
-        "Next to each chip-local ELF a graph ships the CPU/PLD ping/pong command blobs for that CalCore (001 "
-        "§6.1). Every command section names a CalCore < calcore_num, sits on one chip among the graph's "
-        "targets and has a file; every (CalCore, chip) pair of the graph has at least one. A command for a "
-        "chip outside the graph is a cross-chip command stream (§6.2 item 5)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             for g in m.graphs:
@@ -440,29 +414,24 @@ class CommandPerCalCore(Rule):
         yield self.note(f"{n} command blobs, each on its graph's (CalCore, chip) pairs")
 
 
-class SlotBinding(Rule):
-    """Every program and command file is bound to exactly one (model, graph, chip, CalCore) slot."""
+class SlotBinding(PackageRule):
+    """Every program and command file is bound to exactly one (model, graph, chip, CalCore) slot.
+
+    The runtime receives each code and command file for one slot: one model, one graph, one chip, one CalCore (001 §6.1:
+    every chip-local ccu program has its own command blobs; §3: reusing another chip's or model's program is forbidden).
+    The manifest alone cannot prove which slot a file was built for, so each file is bound four ways: (1) its path is
+    <alias>/<kind>/ccu<calcore>_chip<chip>.elf or .cmd of exactly the section that loads it; (2) one file per slot: no
+    file is named by two sections (of any kind, of any model); (3) a command blob's own header (magic CALCMD01, chip,
+    CalCore, graph name; calctl.package.binding) names that same chip, CalCore and graph (an ELF's binding note is
+    ELF006); (4) a command blob has a non-empty command stream after its header. Copying model B's chip-1 blob over
+    model A's chip-0 blob, or pointing A's command section at B's file, fails here even when the package is resealed.
+    """
 
     id = "CHIP008"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.2 item 5", "001 §3", "001 §6.4", "docs/package-format.md")
-    explanation = (
-        "The runtime receives each code and command file for one slot: one model, one graph, one chip, one "
-        "CalCore (001 §6.1: every chip-local ccu program has its own command blobs; §3: reusing another chip's "
-        "or model's program is forbidden). The manifest alone cannot prove which slot a file was built for, so "
-        "each file is bound four ways: (1) its path is <alias>/<kind>/ccu<calcore>_chip<chip>.elf or .cmd of "
-        "exactly the section that loads it; (2) one file per slot: no file is named by two sections (of any "
-        "kind, of any model); (3) a command blob's own header (magic CALCMD01, chip, CalCore, graph name; "
-        "calctl.package.binding) names that same chip, CalCore and graph (an ELF's binding note is ELF006); "
-        "(4) a command blob has a non-empty command stream after its header. Copying model B's chip-1 blob "
-        "over model A's chip-0 blob, or pointing A's command section at B's file, fails here even when the "
-        "package is resealed."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         uses = Counter(s.file for m in pkg.models for s in m.all_sections() if s.file)
         n = 0
         for m in pkg.models:

@@ -387,6 +387,13 @@ class ValidationContext:
     def package(self) -> Package | None:
         return self.manifest.package if self.root is not None else None
 
+    @property
+    def pkg(self) -> Package:
+        """The typed Package, for a rule that needs :attr:`Need.MANIFEST` (the runner skips it otherwise)."""
+        pkg = self.package
+        assert pkg is not None, "a rule read the manifest without Need.MANIFEST"
+        return pkg
+
     # -- checksums and hashes --------------------------------------------------
 
     @functools.cached_property

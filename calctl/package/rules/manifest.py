@@ -12,26 +12,23 @@ from collections import Counter
 from collections.abc import Iterator
 
 from calctl.package.model import MANIFEST, GraphKind, SectionKind
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
 
-_PKG = frozenset({Need.ROOT, Need.MANIFEST})
 _MASK_DTYPES = frozenset({"uint8", "int8", "int16", "int32"})
 
 
 class ManifestSchema(Rule):
-    """manifest.yaml parses strictly and is valid against the calculet-package/v1 JSON Schema."""
+    """manifest.yaml parses strictly and is valid against the calculet-package/v1 JSON Schema.
+
+    The manifest is parsed with the hardened YAML loader (size limit, no anchors/aliases, no duplicate keys: two readers
+    must never disagree about one manifest) and checked against the versioned schema calculet-package/v1 shipped in
+    calctl/schemas. Every schema violation is reported with its JSON pointer, not only the first. When this rule fails,
+    every rule that needs the typed manifest reports a skip naming MAN001.
+    """
 
     id = "MAN001"
-    group = Group.MANIFEST
     sections = ("001 §6.3", "001 §10.4", "001 §15.1 item 6", "001 §12 Phase 0 item 3")
-    explanation = (
-        "The manifest is parsed with the hardened YAML loader (size limit, no anchors/aliases, no duplicate "
-        "keys: two readers must never disagree about one manifest) and checked against the versioned schema "
-        "calculet-package/v1 shipped in calctl/schemas. Every schema violation is reported with its JSON "
-        "pointer, not only the first. When this rule fails, every rule that needs the typed manifest reports "
-        "a skip naming MAN001."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         m = ctx.manifest
@@ -45,24 +42,21 @@ class ManifestSchema(Rule):
         yield self.note("valid against calculet-package/v1")
 
 
-class UniqueNames(Rule):
-    """Aliases, model names, graph names, section names and region names are unique."""
+class UniqueNames(PackageRule):
+    """Aliases, model names, graph names, section names and region names are unique.
+
+    The combined-package runner must exit before configure on any duplicate name (001 §6.4): model aliases and names,
+    graph names and section names are unique across the whole package, memory regions are unique, parameter tensor names
+    are unique within a model and tensor names within a graph's inputs or outputs. 001 §3 forbids renaming subgraphs to
+    splice two models together; with unique names and exact lookup (no substring matching, §10.4) such a splice cannot
+    go unnoticed.
+    """
 
     id = "MAN002"
-    group = Group.MANIFEST
-    needs = _PKG
     sections = ("001 §6.4", "001 §10.4", "001 §3")
-    explanation = (
-        "The combined-package runner must exit before configure on any duplicate name (001 §6.4): model "
-        "aliases and names, graph names and section names are unique across the whole package, memory "
-        "regions are unique, parameter tensor names are unique within a model and tensor names within a "
-        "graph's inputs or outputs. 001 §3 forbids renaming subgraphs to splice two models together; with "
-        "unique names and exact lookup (no substring matching, §10.4) such a splice cannot go unnoticed."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         yield from self._dupes("model alias", [(m.alias, f"{m.pointer}/alias") for m in pkg.models])
         yield from self._dupes("model name", [(m.name, f"{m.pointer}/name") for m in pkg.models])
         yield from self._dupes("graph name", [(g.name, f"{g.pointer}/name") for m in pkg.models for g in m.graphs])
@@ -98,22 +92,19 @@ class UniqueNames(Rule):
                 seen.add(name)
 
 
-class PrefillAndDecode(Rule):
-    """Every model has exactly one prefill graph and exactly one decode graph."""
+class PrefillAndDecode(PackageRule):
+    """Every model has exactly one prefill graph and exactly one decode graph.
+
+    Each model owns both its prefill and its decode graph (001 §4: sequences never migrate across chips; §6.1: a
+    combined package holds model_a.prefill, model_a.decode, model_b.prefill, model_b.decode). A model with no decode
+    graph, or two prefill graphs, leaves the loader to guess which one to submit.
+    """
 
     id = "MAN003"
-    group = Group.MANIFEST
-    needs = _PKG
     sections = ("001 §4", "001 §6.1", "001 §6.2 item 6")
-    explanation = (
-        "Each model owns both its prefill and its decode graph (001 §4: sequences never migrate across chips; "
-        "§6.1: a combined package holds model_a.prefill, model_a.decode, model_b.prefill, model_b.decode). "
-        "A model with no decode graph, or two prefill graphs, leaves the loader to guess which one to submit."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         for m in pkg.models:
             for kind in GraphKind:
                 names = [g.name for g in m.graphs if g.kind is kind]
@@ -129,23 +120,20 @@ class PrefillAndDecode(Rule):
         yield self.note(f"{len(pkg.models)} models, each with one prefill and one decode graph")
 
 
-class ExpectedModels(Rule):
-    """The package holds exactly the model aliases the caller expects (--expect-models)."""
+class ExpectedModels(PackageRule):
+    """The package holds exactly the model aliases the caller expects (--expect-models).
+
+    The combined runner validates 'exact four model names and chip targets' before configure (001 §6.4), and the serving
+    configuration is cross-checked against the signed manifest (§10.4). With --expect-models a,b the alias set must be
+    exactly {a, b}: exact, case-sensitive, no missing and no extra alias. Without the option the rule passes and says
+    which aliases it saw.
+    """
 
     id = "MAN004"
-    group = Group.MANIFEST
-    needs = _PKG
     sections = ("001 §6.4", "001 §10.4")
-    explanation = (
-        "The combined runner validates 'exact four model names and chip targets' before configure (001 §6.4), "
-        "and the serving configuration is cross-checked against the signed manifest (§10.4). With "
-        "--expect-models a,b the alias set must be exactly {a, b}: exact, case-sensitive, no missing and no "
-        "extra alias. Without the option the rule passes and says which aliases it saw."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         have = list(pkg.aliases)
         want = ctx.policy.expect_models
         if want is None:
@@ -172,24 +160,20 @@ class ExpectedModels(Rule):
         yield self.note(f"exactly the expected models: {', '.join(have)}")
 
 
-class RequestedProfiles(Rule):
-    """Every batch profile the caller requests (--profile N) is compiled into every decode graph."""
+class RequestedProfiles(PackageRule):
+    """Every batch profile the caller requests (--profile N) is compiled into every decode graph.
+
+    compiled_batch comes from the validated calbin and cannot be changed by configuration (000 §2); a configuration that
+    asks for a profile the package does not have (B8 in a B1-only package) must fail at start-up (000 §15). Each
+    --profile N must be one of the batch_profiles of every model's decode graph (decode is where batches are built, 000
+    §7-§8). Without --profile the rule passes and lists the compiled profiles.
+    """
 
     id = "MAN005"
-    group = Group.MANIFEST
-    needs = _PKG
     sections = ("000 §15", "000 §8", "001 §10.4")
-    explanation = (
-        "compiled_batch comes from the validated calbin and cannot be changed by configuration (000 §2); a "
-        "configuration that asks for a profile the package does not have (B8 in a B1-only package) must fail "
-        "at start-up (000 §15). Each --profile N must be one of the batch_profiles of every model's decode "
-        "graph (decode is where batches are built, 000 §7-§8). Without --profile the rule passes and lists "
-        "the compiled profiles."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         decodes = [(m, g) for m in pkg.models for g in m.graphs if g.kind is GraphKind.DECODE]
         offered = "; ".join(f"{g.name} {list(g.batch_profiles)}" for _, g in decodes) or "no decode graphs"
         if not ctx.policy.profiles:
@@ -213,25 +197,21 @@ class RequestedProfiles(Rule):
         yield self.note(f"requested profiles {list(ctx.policy.profiles)} present in: {offered}")
 
 
-class InactiveLaneContract(Rule):
-    """A graph with a batch profile B>1 declares the inactive-lane contract (mask input, no KV writes)."""
+class InactiveLaneContract(PackageRule):
+    """A graph with a batch profile B>1 declares the inactive-lane contract (mask input, no KV writes).
+
+    Never pad an inactive lane with token 0 (000 §7.3): a B>1 profile is only usable with the vendor's contract for
+    inactive lanes: the valid-mask input (a declared integer input of the graph, leading with the batch dimension B, and
+    not a data input such as tokens, positions or the valid-length input), the KV manager mode, whether logits are
+    returned, and whether an inactive lane writes KV, which it must not (000 §17.3: 'inactive lane 不写 KV' is mandatory
+    for B>1). Without the contract the profile must not reach Ready.
+    """
 
     id = "MAN006"
-    group = Group.MANIFEST
-    needs = _PKG
     sections = ("000 §7.3", "000 §17.3")
-    explanation = (
-        "Never pad an inactive lane with token 0 (000 §7.3): a B>1 profile is only usable with the vendor's "
-        "contract for inactive lanes: the valid-mask input (a declared integer input of the graph, leading with "
-        "the batch dimension B, and not a data input such as tokens, positions or the valid-length input), the "
-        "KV manager mode, whether logits are returned, and whether an "
-        "inactive lane writes KV, which it must not (000 §17.3: 'inactive lane 不写 KV' is mandatory for B>1). "
-        "Without the contract the profile must not reach Ready."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         batched = 0
         for m in pkg.models:
             for g in m.graphs:
@@ -304,19 +284,16 @@ class InactiveLaneContract(Rule):
         )
 
 
-class ReferencedFilesExist(Rule):
-    """Every file the manifest names exists in the package."""
+class ReferencedFilesExist(PackageRule):
+    """Every file the manifest names exists in the package.
+
+    Sections (ELF programs, command blobs, parameter blobs), parameter tensors, tokenizer files and golden data named by
+    the manifest must all be present as files (001 §6.1 lists what each model needs). A name with an unsafe path is
+    LAY002's finding and a link or device is LAY001's; this rule reports a skip for those.
+    """
 
     id = "MAN007"
-    group = Group.MANIFEST
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.3")
-    explanation = (
-        "Sections (ELF programs, command blobs, parameter blobs), parameter tensors, tokenizer files and "
-        "golden data named by the manifest must all be present as files (001 §6.1 lists what each model "
-        "needs). A name with an unsafe path is LAY002's finding and a link or device is LAY001's; this rule "
-        "reports a skip for those."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         seen: set[str] = set()
@@ -338,23 +315,20 @@ class ReferencedFilesExist(Rule):
         yield self.note(f"{len(seen)} referenced files present")
 
 
-class InternalReferences(Rule):
-    """Names inside the manifest resolve: kv.section, and parameter files vs parameter sections."""
+class InternalReferences(PackageRule):
+    """Names inside the manifest resolve: kv.section, and parameter files vs parameter sections.
+
+    kv.section must name exactly one model-level section of kind kv of the same model (each model has its own KV base,
+    001 §6.2 item 3), and a model has exactly one such section. Every file holding parameter tensors is the file of
+    exactly one params section of the model, and every params section holds tensors (001 §6.1: per-model parameter
+    blocks and mapping). Lookups are exact (§10.4).
+    """
 
     id = "MAN008"
-    group = Group.MANIFEST
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.2 item 3", "001 §10.4")
-    explanation = (
-        "kv.section must name exactly one model-level section of kind kv of the same model (each model has "
-        "its own KV base, 001 §6.2 item 3), and a model has exactly one such section. Every file holding "
-        "parameter tensors is the file of exactly one params section of the model, and every params section "
-        "holds tensors (001 §6.1: per-model parameter blocks and mapping). Lookups are exact (§10.4)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         for m in pkg.models:
             named = [s for s in m.sections if s.name == m.kv.section]
             if len(named) != 1:
@@ -413,21 +387,18 @@ class InternalReferences(Rule):
         yield self.note("kv.section and parameter files resolve exactly")
 
 
-class ModelOwnFiles(Rule):
-    """Each model's section files, parameter tensors and golden data lie in that model's own directory."""
+class ModelOwnFiles(PackageRule):
+    """Each model's section files, parameter tensors and golden data lie in that model's own directory.
+
+    001 §6.1: each model has its own parameter blocks and mapping ('每个模型独立的参数块'), its own programs, command blobs and
+    golden data. Every such file a model names (section files, parameter tensors, golden data) lies under that model's
+    directory <alias>/ (docs/package-format.md), and no such file is named by two models. Otherwise model A can load
+    model B's parameter blob or command stream, and only a golden run after configure would notice. Tokenizers are bound
+    by content instead (TOK003: identical replicas may share one).
+    """
 
     id = "MAN009"
-    group = Group.MANIFEST
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.2 item 2", "001 §3", "docs/package-format.md")
-    explanation = (
-        "001 §6.1: each model has its own parameter blocks and mapping ('每个模型独立的参数块'), its own "
-        "programs, command blobs and golden data. Every such file a model names (section files, parameter "
-        "tensors, golden data) lies under that model's directory <alias>/ (docs/package-format.md), and no such file is named "
-        "by two models. Otherwise model A can load model B's parameter blob or command stream, and only a "
-        "golden run after configure would notice. Tokenizers are bound by content instead (TOK003: identical "
-        "replicas may share one)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         owners: dict[str, list[str]] = {}

@@ -21,10 +21,9 @@ from calctl.package.model import (
     SectionKind,
     quant_block_axis,
 )
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
 
-_PKG = frozenset({Need.ROOT, Need.MANIFEST})
 GOLDEN_KEYS = ("prompt", "prefill_logits", "decode_tokens")
 _INT = frozenset({"int8", "uint8", "int16", "int32", "int64"})
 _FLOAT = frozenset({"fp16", "float16", "bf16", "bfloat16", "fp32", "float32"})
@@ -47,25 +46,22 @@ def _golden_array(ctx: ValidationContext, m: Model, key: str) -> tuple[object | 
     return arr, None
 
 
-class GoldenFilesMatch(Rule):
-    """Golden .npy files load without pickle and have exactly the declared dtype and shape."""
+class GoldenFilesMatch(PackageRule):
+    """Golden .npy files load without pickle and have exactly the declared dtype and shape.
+
+    Every model ships golden input and output (001 §6.1, §15.1 item 1): the prompt token ids, the prefill logits and the
+    expected decode tokens. Each is a .npy file that numpy loads with allow_pickle=False (a pickle would execute code)
+    and whose dtype and shape are exactly those the manifest declares; bf16 cannot be stored in .npy and is refused for
+    golden data.
+    """
 
     id = "GOLD001"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.2 item 6", "001 §13.1", "001 §15.1 item 1")
-    explanation = (
-        "Every model ships golden input and output (001 §6.1, §15.1 item 1): the prompt token ids, the "
-        "prefill logits and the expected decode tokens. Each is a .npy file that numpy loads with "
-        "allow_pickle=False (a pickle would execute code) and whose dtype and shape are exactly those the "
-        "manifest declares; bf16 cannot be stored in .npy and is refused for golden data."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         import numpy as np
 
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             for key in GOLDEN_KEYS:
@@ -116,24 +112,20 @@ class GoldenFilesMatch(Rule):
         yield self.note(f"{n} golden files load and match their declarations")
 
 
-class ContextLimits(Rule):
-    """Graph max_seq and golden prompt/decode lengths stay within the model's context limit."""
+class ContextLimits(PackageRule):
+    """Graph max_seq and golden prompt/decode lengths stay within the model's context limit.
+
+    Context is written per graph into the manifest (001 §6.2 item 6) and cross-checked at start-up (§10.4). Each graph's
+    max_seq is at most the model's context_limit; the golden prompt is 2-D [1, n] (or 1-D [n]) with 1 <= n <= the
+    prefill graph's max_seq, and prompt plus expected decode tokens fit the context limit (§13.1: the 0 / max / max+1
+    boundaries must be handled before submission, so the golden data itself must be inside them).
+    """
 
     id = "GOLD002"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §6.2 item 6", "001 §13.1", "001 §10.4")
-    explanation = (
-        "Context is written per graph into the manifest (001 §6.2 item 6) and cross-checked at start-up "
-        "(§10.4). Each graph's max_seq is at most the model's context_limit; the golden prompt is 2-D "
-        "[1, n] (or 1-D [n]) with 1 <= n <= the prefill graph's max_seq, and prompt plus expected decode "
-        "tokens fit the context limit (§13.1: the 0 / max / max+1 boundaries must be handled before "
-        "submission, so the golden data itself must be inside them)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         for m in pkg.models:
             limit = m.architecture.context_limit
             for g in m.graphs:
@@ -188,22 +180,19 @@ class ContextLimits(Rule):
         yield self.note("graph max_seq and golden lengths within each context limit")
 
 
-class VocabularyAgrees(Rule):
-    """Golden logits have the model's vocabulary width and golden token ids lie inside the vocabulary."""
+class VocabularyAgrees(PackageRule):
+    """Golden logits have the model's vocabulary width and golden token ids lie inside the vocabulary.
+
+    prefill_logits' last dimension is architecture.vocab_size; every prompt id and expected decode token is in [0,
+    vocab_size), and eos_token_id (if declared) too. A golden file from another model (a mismatched alias, 001 §13.1)
+    typically has another vocabulary and is caught here.
+    """
 
     id = "GOLD003"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §13.1", "001 §6.2 item 6")
-    explanation = (
-        "prefill_logits' last dimension is architecture.vocab_size; every prompt id and expected decode token "
-        "is in [0, vocab_size), and eos_token_id (if declared) too. A golden file from another model (a "
-        "mismatched alias, 001 §13.1) typically has another vocabulary and is caught here."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         for m in pkg.models:
             vocab = m.architecture.vocab_size
             field = f"{m.pointer}/golden"
@@ -253,24 +242,21 @@ class VocabularyAgrees(Rule):
         yield self.note("golden logits and token ids agree with each vocabulary")
 
 
-class GraphTensors(Rule):
-    """Graph inputs and outputs are consistent with max_seq, vocab and the batch dimension."""
+class GraphTensors(PackageRule):
+    """Graph inputs and outputs are consistent with max_seq, vocab and the batch dimension.
+
+    The exact tensors of each graph are written into the manifest (001 §6.2 item 6). Every graph has an integer input
+    'tokens' and a floating output 'logits' whose last dimension is vocab_size; the prefill 'tokens' last dimension is
+    max_seq; a decode graph with a B>1 profile uses the batch dimension 'B' as the leading dimension of tokens and
+    logits (000 §7); csr.valid_length_input, when set, names an integer input. A mismatch means the host would build
+    buffers of the wrong size.
+    """
 
     id = "GOLD004"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §6.2 item 6", "000 §7.3", "001 §10.4")
-    explanation = (
-        "The exact tensors of each graph are written into the manifest (001 §6.2 item 6). Every graph has an "
-        "integer input 'tokens' and a floating output 'logits' whose last dimension is vocab_size; the "
-        "prefill 'tokens' last dimension is max_seq; a decode graph with a B>1 profile uses the batch "
-        "dimension 'B' as the leading dimension of tokens and logits (000 §7); csr.valid_length_input, when "
-        "set, names an integer input. A mismatch means the host would build buffers of the wrong size."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             vocab = m.architecture.vocab_size
@@ -377,23 +363,20 @@ class GraphTensors(Rule):
         yield self.note(f"{n} graphs have consistent tokens/logits tensors")
 
 
-class ParamTensorsInBounds(Rule):
-    """Parameter tensors lie inside their file and params section, without overlapping each other."""
+class ParamTensorsInBounds(PackageRule):
+    """Parameter tensors lie inside their file and params section, without overlapping each other.
+
+    Each model has its own parameter blocks and mapping (001 §6.1). Every tensor's bytes [offset, offset + prod(shape) x
+    bytes(dtype)) lie inside its file and inside the params section that loads that file, and tensors of one file do not
+    overlap. A mapping that runs past its block reads another tensor's (or another model's) weights: exactly what
+    treating param_blk1 as a second model does (§3).
+    """
 
     id = "GOLD005"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §6.1", "001 §3", "001 §8.1")
-    explanation = (
-        "Each model has its own parameter blocks and mapping (001 §6.1). Every tensor's bytes [offset, "
-        "offset + prod(shape) x bytes(dtype)) lie inside its file and inside the params section that loads "
-        "that file, and tensors of one file do not overlap. A mapping that runs past its block reads another "
-        "tensor's (or another model's) weights: exactly what treating param_blk1 as a second model does (§3)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             sections = {s.file: s for s in m.all_sections() if s.kind is SectionKind.PARAMS and s.file}
@@ -455,25 +438,22 @@ class ParamTensorsInBounds(Rule):
         yield self.note(f"{n} parameter tensors within their files and sections")
 
 
-class ArchitectureMatchesTensors(Rule):
-    """The architecture numbers (d_model, n_heads, head_dim, d_ff, vocab, layers) are those of the tensors."""
+class ArchitectureMatchesTensors(PackageRule):
+    """The architecture numbers (d_model, n_heads, head_dim, d_ff, vocab, layers) are those of the tensors.
+
+    The budget (001 §8.1: KV = 2 x layers x kv_heads x head_dim x ...), the KV formula check (MEM005) and the runtime
+    all trust the manifest's architecture numbers, so they must be the numbers the weights were built with. For each
+    model, calctl.package.architecture.expected_tensor_shapes(architecture) gives every parameter tensor the family has,
+    with its shape; params.tensors must hold exactly those names with exactly those shapes (none missing, none extra).
+    n_heads must be a multiple of n_kv_heads (grouped-query attention). An unknown family fails: its tensors cannot be
+    checked.
+    """
 
     id = "GOLD006"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §8.1", "001 §6.1", "001 §6.2 item 6")
-    explanation = (
-        "The budget (001 §8.1: KV = 2 x layers x kv_heads x head_dim x ...), the KV formula check (MEM005) and "
-        "the runtime all trust the manifest's architecture numbers, so they must be the numbers the weights "
-        "were built with. For each model, calctl.package.architecture.expected_tensor_shapes(architecture) "
-        "gives every parameter tensor the family has, with its shape; params.tensors must hold exactly those "
-        "names with exactly those shapes (none missing, none extra). n_heads must be a multiple of n_kv_heads "
-        "(grouped-query attention). An unknown family fails: its tensors cannot be checked."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             a = m.architecture
@@ -522,27 +502,24 @@ class ArchitectureMatchesTensors(Rule):
         yield self.note(f"{n} parameter tensors have the shapes their architectures imply")
 
 
-class ToleranceDiscriminates(Rule):
-    """The golden tolerance can reject a wrong output: it is narrower than the golden logits' own range."""
+class ToleranceDiscriminates(PackageRule):
+    """The golden tolerance can reject a wrong output: it is narrower than the golden logits' own range.
+
+    run-golden accepts prefill logits within |got - want| <= atol + rtol x |want| of the golden ones (numpy.isclose). A
+    tolerance at least as wide as the golden logits' own range (max - min), i.e. atol + rtol x max|want| >= max(want) -
+    min(want), or with rtol >= 1 (an all-zero output then passes everywhere), accepts outputs that share nothing with
+    the golden ones: the golden check would pass a broken device. It is the finite twin of atol: .inf (refused by
+    MAN001). The golden logits must load (GOLD001) for the range to be known; a tolerance is then refused, never only
+    warned.
+    """
 
     id = "GOLD007"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §13.1", "001 §15.1 item 1", "001 §16 PR1")
-    explanation = (
-        "run-golden accepts prefill logits within |got - want| <= atol + rtol x |want| of the golden ones "
-        "(numpy.isclose). A tolerance at least as wide as the golden logits' own range (max - min), i.e. "
-        "atol + rtol x max|want| >= max(want) - min(want), or with rtol >= 1 (an all-zero output then passes "
-        "everywhere), accepts outputs that share nothing with the golden ones: the golden check would pass a "
-        "broken device. It is the finite twin of atol: .inf (refused by MAN001). The golden logits must load "
-        "(GOLD001) for the range to be known; a tolerance is then refused, never only warned."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         import numpy as np
 
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             tol = m.golden.tolerance

@@ -12,10 +12,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from calctl.package.model import MANIFEST, Model, Package
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
 
-_PKG = frozenset({Need.ROOT, Need.MANIFEST})
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
@@ -29,23 +28,20 @@ def _loaded(ctx: ValidationContext, m: Model) -> tuple[Any, str | None]:
     return tok, None
 
 
-class TokenizerLoads(Rule):
-    """Each model's tokenizer is listed in checksums.sha256 and loads with tokenizers.Tokenizer.from_file."""
+class TokenizerLoads(PackageRule):
+    """Each model's tokenizer is listed in checksums.sha256 and loads with tokenizers.Tokenizer.from_file.
+
+    Every model carries its own tokenizer (001 §6.1; Phase 3: A and B each have their tokenizer), bound to the package
+    by its hash (§13.1: alias and tokenizer/hash match one to one). The tokenizer.json must be listed in
+    checksums.sha256 and load with the Hugging Face tokenizers library; the optional tokenizer_config.json must be a
+    JSON object.
+    """
 
     id = "TOK001"
-    group = Group.TOKENIZER
-    needs = _PKG
     sections = ("001 §6.1", "001 §13.1", "001 §12 Phase 3 item 1")
-    explanation = (
-        "Every model carries its own tokenizer (001 §6.1; Phase 3: A and B each have their tokenizer), bound "
-        "to the package by its hash (§13.1: alias and tokenizer/hash match one to one). The tokenizer.json "
-        "must be listed in checksums.sha256 and load with the Hugging Face tokenizers library; the optional "
-        "tokenizer_config.json must be a JSON object."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         listed = ctx.checksums.listed
         n = 0
         for m in pkg.models:
@@ -94,22 +90,19 @@ def _config_doc(ctx: ValidationContext, rel: str) -> dict[str, Any] | str:
     return doc
 
 
-class TokenizerVocab(Rule):
-    """The tokenizer's vocabulary size equals the manifest's and fits the model's vocab_size."""
+class TokenizerVocab(PackageRule):
+    """The tokenizer's vocabulary size equals the manifest's and fits the model's vocab_size.
+
+    tokenizer.vocab_size in the manifest is what the loaded tokenizer reports, and it is at most architecture.vocab_size
+    (the embedding may be padded, never smaller: a token id beyond it indexes outside the weights). A tokenizer of
+    another model almost always differs here (001 §13.1).
+    """
 
     id = "TOK002"
-    group = Group.TOKENIZER
-    needs = _PKG
     sections = ("001 §13.1", "001 §6.1")
-    explanation = (
-        "tokenizer.vocab_size in the manifest is what the loaded tokenizer reports, and it is at most "
-        "architecture.vocab_size (the embedding may be padded, never smaller: a token id beyond it indexes "
-        "outside the weights). A tokenizer of another model almost always differs here (001 §13.1)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         for m in pkg.models:
             field = f"{m.pointer}/tokenizer/vocab_size"
             if m.tokenizer.vocab_size > m.architecture.vocab_size:
@@ -141,24 +134,20 @@ def _shared_ok(pkg: Package, a: Model, b: Model) -> bool:
     return pkg.kind == "replica" and a.architecture == b.architecture
 
 
-class OneTokenizerPerAlias(Rule):
-    """Each alias has its own tokenizer under tokenizer/<alias>/; sharing only between identical replicas."""
+class OneTokenizerPerAlias(PackageRule):
+    """Each alias has its own tokenizer under tokenizer/<alias>/; sharing only between identical replicas.
+
+    alias and tokenizer must match one to one, and a mismatch fails at start-up (001 §13.1). The directory contract puts
+    each model's tokenizer under tokenizer/<alias>/ (§6.3). A model whose tokenizer sits in another alias's directory,
+    or two aliases sharing one tokenizer file, fail, except in a replica package whose copies have identical
+    architectures (Phase 2: same tokenizer and weights on both chips).
+    """
 
     id = "TOK003"
-    group = Group.TOKENIZER
-    needs = _PKG
     sections = ("001 §13.1", "001 §6.3", "001 §12 Phase 2 item 1")
-    explanation = (
-        "alias and tokenizer must match one to one, and a mismatch fails at start-up (001 §13.1). The "
-        "directory contract puts each model's tokenizer under tokenizer/<alias>/ (§6.3). A model whose "
-        "tokenizer sits in another alias's directory, or two aliases sharing one tokenizer file, fail, "
-        "except in a replica package whose copies have identical architectures (Phase 2: same tokenizer and "
-        "weights on both chips)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         models = {m.alias: m for m in pkg.models}
         users: dict[str, list[Model]] = {}
         for m in pkg.models:
@@ -208,22 +197,19 @@ class OneTokenizerPerAlias(Rule):
         yield self.note(f"{len(users)} tokenizer(s) for {len(pkg.models)} aliases, one to one")
 
 
-class EndOfSequence(Rule):
-    """The tokenizer config's eos_token maps to the model's eos_token_id."""
+class EndOfSequence(PackageRule):
+    """The tokenizer config's eos_token maps to the model's eos_token_id.
+
+    Generation stops on eos_token_id. When tokenizer_config.json names an eos_token and the architecture declares
+    eos_token_id, the tokenizer must map that token to that id; otherwise decode never stops (or stops on the wrong
+    token), which golden token sequences would only catch by luck.
+    """
 
     id = "TOK004"
-    group = Group.TOKENIZER
-    needs = _PKG
     sections = ("001 §13.1", "001 §12 Phase 3 item 1")
-    explanation = (
-        "Generation stops on eos_token_id. When tokenizer_config.json names an eos_token and the "
-        "architecture declares eos_token_id, the tokenizer must map that token to that id; otherwise decode "
-        "never stops (or stops on the wrong token), which golden token sequences would only catch by luck."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             eos_id = m.architecture.eos_token_id
