@@ -16,6 +16,7 @@ from calctl.package.model import (
     MANIFEST,
     NUMPY_DTYPE,
     QUANT_BLOCKS,
+    Graph,
     GraphKind,
     Model,
     SectionKind,
@@ -263,85 +264,10 @@ class GraphTensors(PackageRule):
             for g in m.graphs:
                 n += 1
                 inputs = {t.name: (i, t) for i, t in enumerate(g.inputs)}
-                outputs = {t.name: (i, t) for i, t in enumerate(g.outputs)}
-                if "tokens" not in inputs:
-                    yield self.problem(
-                        f"graph {g.name} has no 'tokens' input",
-                        file=MANIFEST,
-                        field=f"{g.pointer}/inputs",
-                        expected="tokens",
-                        found=sorted(inputs),
-                    )
-                else:
-                    i, t = inputs["tokens"]
-                    where = f"{g.pointer}/inputs/{i}"
-                    if t.dtype not in _INT:
-                        yield self.problem(
-                            "tokens must be integers",
-                            file=MANIFEST,
-                            field=f"{where}/dtype",
-                            expected="int32",
-                            found=t.dtype,
-                        )
-                    if g.kind is GraphKind.PREFILL and (not t.shape or t.shape[-1] != g.max_seq):
-                        yield self.problem(
-                            "prefill tokens length is not max_seq",
-                            file=MANIFEST,
-                            field=f"{where}/shape",
-                            expected=f"[..., {g.max_seq}]",
-                            found=list(t.shape),
-                        )
-                    if (
-                        g.kind is GraphKind.DECODE
-                        and max(g.batch_profiles) > 1
-                        and (not t.shape or t.shape[0] != BATCH_DIM)
-                    ):
-                        yield self.problem(
-                            "batched decode tokens must lead with the batch dimension B",
-                            file=MANIFEST,
-                            field=f"{where}/shape",
-                            expected="[B, ...]",
-                            found=list(t.shape),
-                        )
-                if "logits" not in outputs:
-                    yield self.problem(
-                        f"graph {g.name} has no 'logits' output",
-                        file=MANIFEST,
-                        field=f"{g.pointer}/outputs",
-                        expected="logits",
-                        found=sorted(outputs),
-                    )
-                else:
-                    i, t = outputs["logits"]
-                    where = f"{g.pointer}/outputs/{i}"
-                    if t.dtype not in _FLOAT:
-                        yield self.problem(
-                            "logits must be floating point",
-                            file=MANIFEST,
-                            field=f"{where}/dtype",
-                            expected="float32",
-                            found=t.dtype,
-                        )
-                    if not t.shape or t.shape[-1] != vocab:
-                        yield self.problem(
-                            "logits width is not vocab_size",
-                            file=MANIFEST,
-                            field=f"{where}/shape",
-                            expected=f"[..., {vocab}]",
-                            found=list(t.shape),
-                        )
-                    if (
-                        g.kind is GraphKind.DECODE
-                        and max(g.batch_profiles) > 1
-                        and (not t.shape or t.shape[0] != BATCH_DIM)
-                    ):
-                        yield self.problem(
-                            "batched decode logits must lead with the batch dimension B",
-                            file=MANIFEST,
-                            field=f"{where}/shape",
-                            expected="[B, ...]",
-                            found=list(t.shape),
-                        )
+                length = (g.max_seq, "prefill tokens length is not max_seq") if g.kind is GraphKind.PREFILL else None
+                yield from self._named_tensor(g, "inputs", "tokens", (_INT, "integers", "int32"), length)
+                width = (vocab, "logits width is not vocab_size")
+                yield from self._named_tensor(g, "outputs", "logits", (_FLOAT, "floating point", "float32"), width)
                 vl = g.valid_length_input
                 if vl is not None:
                     if vl not in inputs:
@@ -361,6 +287,41 @@ class GraphTensors(PackageRule):
                             found=inputs[vl][1].dtype,
                         )
         yield self.note(f"{n} graphs have consistent tokens/logits tensors")
+
+    def _named_tensor(
+        self, g: Graph, side: str, name: str, dtype: tuple[frozenset[str], str, str], last: tuple[int, str] | None
+    ) -> Iterator[Finding]:
+        """The tensor ``name`` of ``g.inputs``/``g.outputs``: present, of an allowed dtype (the set, its wording,
+        an example), its last dimension the given one (if any, with the message when not) and, batched, led by B."""
+        tensors = {t.name: (i, t) for i, t in enumerate(getattr(g, side))}
+        if name not in tensors:
+            yield self.problem(
+                f"graph {g.name} has no {name!r} {side[:-1]}",
+                file=MANIFEST,
+                field=f"{g.pointer}/{side}",
+                expected=name,
+                found=sorted(tensors),
+            )
+            return
+        i, t = tensors[name]
+        where = f"{g.pointer}/{side}/{i}"
+        allowed, wording, example = dtype
+        if t.dtype not in allowed:
+            yield self.problem(
+                f"{name} must be {wording}", file=MANIFEST, field=f"{where}/dtype", expected=example, found=t.dtype
+            )
+        if last is not None and (not t.shape or t.shape[-1] != last[0]):
+            yield self.problem(
+                last[1], file=MANIFEST, field=f"{where}/shape", expected=f"[..., {last[0]}]", found=list(t.shape)
+            )
+        if g.kind is GraphKind.DECODE and max(g.batch_profiles) > 1 and (not t.shape or t.shape[0] != BATCH_DIM):
+            yield self.problem(
+                f"batched decode {name} must lead with the batch dimension B",
+                file=MANIFEST,
+                field=f"{where}/shape",
+                expected="[B, ...]",
+                found=list(t.shape),
+            )
 
 
 class ParamTensorsInBounds(PackageRule):
