@@ -35,8 +35,6 @@ from calctl.budget.units import canonical_dtype, human
 from calctl.errors import UsageError
 from calctl.package.model import MemoryRegion, Model, Package, SectionKind
 
-_NO_OVERRIDE = WorkspaceOverride()
-
 #: The §8.1 term a memory-plan region no model on its chip owns counts towards.
 _REGION_TERM = {
     SectionKind.PARAMS: W_COMPILED,
@@ -62,7 +60,7 @@ def model_chip_load(
     *,
     kv_dtype: str | None = None,
     block_tokens: int | None = None,
-    workspace: WorkspaceOverride = _NO_OVERRIDE,
+    workspace: WorkspaceOverride = WorkspaceOverride(),
 ) -> ModelLoad:
     """One package model's share of ``chip``: sizes from the chip's memory-plan regions it
     owns, else from its sections on that chip, else estimated."""
@@ -177,7 +175,7 @@ def package_chip_load(
     chip_dram_bytes: int | None = None,
     kv_dtype: str | None = None,
     block_tokens: int | None = None,
-    workspace: WorkspaceOverride = _NO_OVERRIDE,
+    workspace: WorkspaceOverride = WorkspaceOverride(),
 ) -> ChipLoad:
     """What ``chip`` holds under ``pkg``: every model targeting it, plus regions no such model owns."""
     regions = pkg.regions_on(chip)
@@ -212,7 +210,7 @@ def plan_from_package(
     chip_dram_bytes: int | None = None,
     kv_dtype: str | None = None,
     block_tokens: int | None = None,
-    workspace: WorkspaceOverride = _NO_OVERRIDE,
+    workspace: WorkspaceOverride = WorkspaceOverride(),
 ) -> BudgetPlan:
     """Per chip, each with the model(s) the manifest places on it (001 §8.2: A and B separately)."""
     chips = sorted({c for m in pkg.models for c in m.target_chips} | {r.chip for r in pkg.memory_plan})
@@ -252,7 +250,7 @@ def plan_from_config(
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
     block_tokens: int | None = None,
-    workspace: WorkspaceOverride = _NO_OVERRIDE,
+    workspace: WorkspaceOverride = WorkspaceOverride(),
     estimates: Estimates = Estimates(),
 ) -> BudgetPlan:
     """A Hugging Face model split tensor-parallel over ``chips`` identical chips."""

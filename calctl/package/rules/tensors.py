@@ -304,24 +304,20 @@ class GraphTensors(PackageRule):
             )
             return
         i, t = tensors[name]
-        where = f"{g.pointer}/{side}/{i}"
+        where, shape = f"{g.pointer}/{side}/{i}", list(t.shape)
         allowed, wording, example = dtype
         if t.dtype not in allowed:
             yield self.problem(
                 f"{name} must be {wording}", file=MANIFEST, field=f"{where}/dtype", expected=example, found=t.dtype
             )
-        if last is not None and (not t.shape or t.shape[-1] != last[0]):
+        if last is not None and (not shape or shape[-1] != last[0]):
             yield self.problem(
-                last[1], file=MANIFEST, field=f"{where}/shape", expected=f"[..., {last[0]}]", found=list(t.shape)
+                last[1], file=MANIFEST, field=f"{where}/shape", expected=f"[..., {last[0]}]", found=shape
             )
-        if g.kind is GraphKind.DECODE and max(g.batch_profiles) > 1 and (not t.shape or t.shape[0] != BATCH_DIM):
-            yield self.problem(
-                f"batched decode {name} must lead with the batch dimension B",
-                file=MANIFEST,
-                field=f"{where}/shape",
-                expected="[B, ...]",
-                found=list(t.shape),
-            )
+        batched = g.kind is GraphKind.DECODE and max(g.batch_profiles) > 1
+        if batched and (not shape or shape[0] != BATCH_DIM):
+            message = f"batched decode {name} must lead with the batch dimension B"
+            yield self.problem(message, file=MANIFEST, field=f"{where}/shape", expected="[B, ...]", found=shape)
 
 
 class ParamTensorsInBounds(PackageRule):
