@@ -169,16 +169,16 @@ class Graph:
     pointer: str = ""
 
     def input(self, name: str) -> TensorSpec:
-        for t in self.inputs:
-            if t.name == name:
-                return t
-        raise PackageError(f"graph {self.name!r} has no input {name!r}", field=f"{self.pointer}/inputs")
+        return self._tensor("input", self.inputs, name)
 
     def output(self, name: str) -> TensorSpec:
-        for t in self.outputs:
+        return self._tensor("output", self.outputs, name)
+
+    def _tensor(self, side: str, tensors: tuple[TensorSpec, ...], name: str) -> TensorSpec:
+        for t in tensors:
             if t.name == name:
                 return t
-        raise PackageError(f"graph {self.name!r} has no output {name!r}", field=f"{self.pointer}/outputs")
+        raise PackageError(f"graph {self.name!r} has no {side} {name!r}", field=f"{self.pointer}/{side}s")
 
     @property
     def code_sections(self) -> tuple[Section, ...]:

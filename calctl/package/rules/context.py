@@ -38,7 +38,7 @@ from calctl.package import npy, reader, schemas
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
 from calctl.package.rules.base import Need
 from calctl.signing import seal
-from calctl.signing.files import CHECKSUMS, SIGNATURE, NotReadable, read_regular
+from calctl.signing.files import CHECKSUMS, SIGNATURE, NotReadable, kind_name, read_regular
 from calctl.signing.keys import TrustedKey
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -67,21 +67,7 @@ class EntryKind(str, enum.Enum):
 
 
 def _kind_of(mode: int) -> EntryKind:
-    if stat.S_ISREG(mode):
-        return EntryKind.FILE
-    if stat.S_ISDIR(mode):
-        return EntryKind.DIR
-    if stat.S_ISLNK(mode):
-        return EntryKind.SYMLINK
-    if stat.S_ISFIFO(mode):
-        return EntryKind.FIFO
-    if stat.S_ISSOCK(mode):
-        return EntryKind.SOCKET
-    if stat.S_ISCHR(mode):
-        return EntryKind.CHAR_DEVICE
-    if stat.S_ISBLK(mode):
-        return EntryKind.BLOCK_DEVICE
-    return EntryKind.OTHER
+    return EntryKind(kind_name(mode))  # the values are calctl.signing.files' kind names
 
 
 @dataclass(frozen=True)
