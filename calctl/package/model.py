@@ -118,8 +118,19 @@ class TensorSpec:
         return self.nbytes_at(1)
 
 
+class AddressRange:
+    """Something placed at ``[vaddr, end)`` of a chip's address space (a section, a memory-plan region)."""
+
+    vaddr: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.vaddr + self.size
+
+
 @dataclass(frozen=True)
-class Section:
+class Section(AddressRange):
     """One loadable piece of a graph or model: its file (if any) and where it goes."""
 
     name: str
@@ -135,10 +146,6 @@ class Section:
     @property
     def chips(self) -> tuple[int, ...]:
         return chips_of_mask(self.chip_mask)
-
-    @property
-    def end(self) -> int:
-        return self.vaddr + self.size
 
 
 @dataclass(frozen=True)
@@ -341,7 +348,7 @@ class Model:
 
 
 @dataclass(frozen=True)
-class MemoryRegion:
+class MemoryRegion(AddressRange):
     chip: int
     name: str
     owner: str
@@ -350,10 +357,6 @@ class MemoryRegion:
     size: int
     writable: bool
     pointer: str = ""
-
-    @property
-    def end(self) -> int:
-        return self.vaddr + self.size
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from calctl import textsafe
 from calctl.errors import CalctlError
 from calctl.package import npy, reader, schemas
+from calctl.package.elfdefs import (
+    PN_XNUM,
+    PT_NOTE,
+)
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
 from calctl.package.rules.base import Need
 from calctl.signing import seal
@@ -197,17 +201,9 @@ class ElfHeaderTables:
     sections: tuple[ElfSectionHeader, ...] = ()
 
 
-PT_LOAD = 1
-PT_NOTE = 4
-SHT_STRTAB = 3
-SHT_NOBITS = 8
-SHN_UNDEF = 0
-SHN_LORESERVE = 0xFF00
 #: More section headers than this is not a CalCore program (the sample has 4); nor more program headers (2).
 MAX_SECTION_HEADERS = 4096
 MAX_PROGRAM_HEADERS = 4096
-PN_XNUM = 0xFFFF
-PF_X, PF_W, PF_R = 1, 2, 4
 
 
 def path_problem(rel: str) -> str | None:

@@ -15,22 +15,10 @@ from pathlib import PurePosixPath
 from typing import Any, ClassVar
 
 from calctl.package import binding
+from calctl.package.elfdefs import PF_R, PF_W, PF_X, PT_LOAD, SHN_LORESERVE, SHN_UNDEF, SHT_NOBITS, SHT_STRTAB
 from calctl.package.model import Graph, Model, Section, SectionKind
 from calctl.package.rules.base import Finding, Need, PackageRule, Rule
-from calctl.package.rules.context import (
-    MAX_PROGRAM_HEADERS,
-    MAX_SECTION_HEADERS,
-    PF_R,
-    PF_W,
-    PF_X,
-    PT_LOAD,
-    SHN_LORESERVE,
-    SHN_UNDEF,
-    SHT_NOBITS,
-    SHT_STRTAB,
-    ElfInfo,
-    ValidationContext,
-)
+from calctl.package.rules.context import MAX_PROGRAM_HEADERS, MAX_SECTION_HEADERS, ElfInfo, ValidationContext
 
 U64 = 1 << 64
 
