@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from calctl.package.model import MANIFEST
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from calctl.package.rules.context import ValidationContext
 
@@ -176,6 +178,12 @@ class Rule:
         """A violation: ``fail`` for an error-severity rule, ``warn`` for a warning one."""
         status = Status.FAIL if self.severity is Severity.ERROR else Status.WARN
         return self._finding(status, message, file, field, expected, found)
+
+    def manifest_problem(
+        self, message: str, *, field: str | None = None, expected: Any = None, found: Any = None
+    ) -> Finding:
+        """A violation in manifest.yaml at ``field`` (a JSON-pointer-like location): :meth:`problem` of that file."""
+        return self.problem(message, file=MANIFEST, field=field, expected=expected, found=found)
 
     def warning(self, message: str, *, file: str | None = None, field: str | None = None) -> Finding:
         """A violation the policy explicitly downgraded (e.g. ``--allow-unsigned``)."""

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from calctl.package import binding
-from calctl.package.model import MANIFEST, ChipMode, Graph, Model, Package, Section, SectionKind, mask_of_chips
+from calctl.package.model import ChipMode, Graph, Model, Package, Section, SectionKind, mask_of_chips
 from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
 
@@ -46,39 +46,29 @@ class MasksWithinChipNums(PackageRule):
         n = pkg.device_cfg.chip_nums
         allowed = (1 << n) - 1
         for m in pkg.models:
-            for c in m.target_chips:
-                if c >= n:
-                    yield self.problem(
-                        f"model {m.alias!r} targets chip {c}",
-                        file=MANIFEST,
-                        field=f"{m.pointer}/target_chips",
-                        expected=f"chips 0..{n - 1}",
-                        found=list(m.target_chips),
-                    )
-            for g in m.graphs:
-                for c in g.target_chips:
+            targeting = [(f"model {m.alias!r}", m.pointer, m.target_chips)]
+            targeting += [(f"graph {g.name}", g.pointer, g.target_chips) for g in m.graphs]
+            for who, pointer, chips in targeting:
+                for c in chips:
                     if c >= n:
-                        yield self.problem(
-                            f"graph {g.name} targets chip {c}",
-                            file=MANIFEST,
-                            field=f"{g.pointer}/target_chips",
+                        yield self.manifest_problem(
+                            f"{who} targets chip {c}",
+                            field=f"{pointer}/target_chips",
                             expected=f"chips 0..{n - 1}",
-                            found=list(g.target_chips),
+                            found=list(chips),
                         )
             for s, _g in _owned_sections(m):
                 if s.chip_mask & ~allowed:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"section {s.name} has mask bits beyond chip_nums={n}",
-                        file=MANIFEST,
                         field=f"{s.pointer}/chip_mask",
                         expected=f"within {_hex(allowed)}",
                         found=_hex(s.chip_mask),
                     )
         for r in pkg.memory_plan:
             if r.chip >= n:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"memory region {r.name} is on chip {r.chip}",
-                    file=MANIFEST,
                     field=r.pointer,
                     expected=f"chips 0..{n - 1}",
                     found=r.chip,
@@ -103,60 +93,50 @@ class GraphTargets(PackageRule):
         pkg = ctx.pkg
         multi = pkg.kind in ("combined", "replica")
         if pkg.kind == "single" and len(pkg.models) != 1:
-            yield self.problem(
-                "a single package holds exactly one model",
-                file=MANIFEST,
-                field="/package/kind",
-                expected=1,
-                found=len(pkg.models),
+            yield self.manifest_problem(
+                "a single package holds exactly one model", field="/package/kind", expected=1, found=len(pkg.models)
             )
         if multi and len(pkg.models) < 2:
-            yield self.problem(
+            yield self.manifest_problem(
                 f"a {pkg.kind} package holds at least two models",
-                file=MANIFEST,
                 field="/package/kind",
                 expected=">= 2",
                 found=len(pkg.models),
             )
         for m in pkg.models:
             if m.chip_mode is ChipMode.SCHIP and len(m.target_chips) != 1:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"SCHIP model {m.alias!r} must target exactly one chip",
-                    file=MANIFEST,
                     field=f"{m.pointer}/target_chips",
                     expected="one chip",
                     found=list(m.target_chips),
                 )
             if multi and m.chip_mode is not ChipMode.SCHIP:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"model {m.alias!r} of a {pkg.kind} package must be SCHIP",
-                    file=MANIFEST,
                     field=f"{m.pointer}/chip_mode",
                     expected="SCHIP",
                     found=m.chip_mode.value,
                 )
             for g in m.graphs:
                 if g.chip_mode is ChipMode.SCHIP and len(g.target_chips) != 1:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"SCHIP graph {g.name} must target exactly one chip",
-                        file=MANIFEST,
                         field=f"{g.pointer}/target_chips",
                         expected="one chip",
                         found=list(g.target_chips),
                     )
                 outside = [c for c in g.target_chips if c not in m.target_chips]
                 if outside:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"graph {g.name} targets chips its model {m.alias!r} does not",
-                        file=MANIFEST,
                         field=f"{g.pointer}/target_chips",
                         expected=f"subset of {list(m.target_chips)}",
                         found=list(g.target_chips),
                     )
                 if m.chip_mode is ChipMode.SCHIP and g.chip_mode is not ChipMode.SCHIP:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"graph {g.name} of SCHIP model {m.alias!r} is {g.chip_mode.value}",
-                        file=MANIFEST,
                         field=f"{g.pointer}/chip_mode",
                         expected="SCHIP",
                         found=g.chip_mode.value,
@@ -188,26 +168,23 @@ class SingleChipSections(PackageRule):
                 target_mask = mask_of_chips(list(targets))
                 if mode is ChipMode.SCHIP:
                     if len(s.chips) > 1:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"cross-chip section (gather/reduce/D2D) {s.name} in "
                             f"SCHIP {owner}: mask covers chips {list(s.chips)}",
-                            file=MANIFEST,
                             field=f"{s.pointer}/chip_mask",
                             expected=_hex(target_mask),
                             found=_hex(s.chip_mask),
                         )
                     elif s.chip_mask != target_mask:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"section {s.name} of SCHIP {owner} is on chip {list(s.chips)}, not its target",
-                            file=MANIFEST,
                             field=f"{s.pointer}/chip_mask",
                             expected=_hex(target_mask),
                             found=_hex(s.chip_mask),
                         )
                 elif s.chip_mask & ~target_mask:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"section {s.name} of MCHIP {owner} reaches chips outside its targets",
-                        file=MANIFEST,
                         field=f"{s.pointer}/chip_mask",
                         expected=f"within {_hex(target_mask)}",
                         found=_hex(s.chip_mask),
@@ -232,9 +209,8 @@ class ChipOwnership(PackageRule):
         for m in pkg.models:
             for c in m.target_chips:
                 if c in owner_of and owner_of[c] != m.alias:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"models {owner_of[c]!r} and {m.alias!r} both target chip {c}",
-                        file=MANIFEST,
                         field=f"{m.pointer}/target_chips",
                     )
                 owner_of.setdefault(c, m.alias)
@@ -243,9 +219,8 @@ class ChipOwnership(PackageRule):
                 for c in s.chips:
                     other = owner_of.get(c)
                     if other is not None and other != m.alias and c not in m.target_chips:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"section {s.name} of model {m.alias!r} reaches chip {c}, owned by model {other!r}",
-                            file=MANIFEST,
                             field=f"{s.pointer}/chip_mask",
                             expected=_hex(mask_of_chips(list(m.target_chips))),
                             found=_hex(s.chip_mask),
@@ -275,10 +250,9 @@ class CrossModelPlacement(PackageRule):
                 for c in s.chips:
                     for r in pkg.regions_on(c):
                         if r.owner != m.alias and r.owner in aliases and s.vaddr < r.end and r.vaddr < s.end:
-                            yield self.problem(
+                            yield self.manifest_problem(
                                 f"section {s.name} of model {m.alias!r} overlaps "
                                 f"region {r.name} of model {r.owner!r} on chip {c}",
-                                file=MANIFEST,
                                 field=s.pointer,
                                 expected=f"outside [0x{r.vaddr:x}, 0x{r.end:x})",
                                 found=f"[0x{s.vaddr:x}, 0x{s.end:x})",
@@ -313,42 +287,35 @@ class ElfPerCalCore(PackageRule):
                 for s in g.code_sections:
                     n += 1
                     if s.calcore is None:
-                        yield self.problem(
-                            f"code section {s.name} names no CalCore", file=MANIFEST, field=f"{s.pointer}/calcore"
+                        yield self.manifest_problem(
+                            f"code section {s.name} names no CalCore", field=f"{s.pointer}/calcore"
                         )
                         continue
                     if s.file is None:
-                        yield self.problem(
-                            f"code section {s.name} has no ELF file", file=MANIFEST, field=f"{s.pointer}/file"
-                        )
+                        yield self.manifest_problem(f"code section {s.name} has no ELF file", field=f"{s.pointer}/file")
                     elif files[s.file] > 1:
-                        yield self.problem(
-                            f"ELF {s.file!r} is used by {files[s.file]} code sections",
-                            file=MANIFEST,
-                            field=f"{s.pointer}/file",
+                        yield self.manifest_problem(
+                            f"ELF {s.file!r} is used by {files[s.file]} code sections", field=f"{s.pointer}/file"
                         )
                     for chip in s.chips:
                         found[(s.calcore, chip)] += 1
                 for pair in sorted(expected - set(found)):
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"graph {g.name} has no ELF for CalCore {pair[0]} on chip {pair[1]}",
-                        file=MANIFEST,
                         field=f"{g.pointer}/sections",
                         expected=f"ccu{pair[0]}_chip{pair[1]}",
                         found="none",
                     )
                 for pair, count in sorted(found.items()):
                     if pair not in expected:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"graph {g.name} has an extra ELF for CalCore {pair[0]} on chip {pair[1]} "
                             f"(calcore_num={pkg.device_cfg.calcore_num}, targets {list(g.target_chips)})",
-                            file=MANIFEST,
                             field=f"{g.pointer}/sections",
                         )
                     elif count > 1:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"graph {g.name} has {count} ELFs for CalCore {pair[0]} on chip {pair[1]}",
-                            file=MANIFEST,
                             field=f"{g.pointer}/sections",
                             expected=1,
                             found=count,
@@ -380,35 +347,30 @@ class CommandPerCalCore(PackageRule):
                         continue
                     n += 1
                     if s.calcore is None:
-                        yield self.problem(
-                            f"command section {s.name} names no CalCore", file=MANIFEST, field=f"{s.pointer}/calcore"
+                        yield self.manifest_problem(
+                            f"command section {s.name} names no CalCore", field=f"{s.pointer}/calcore"
                         )
                         continue
                     if s.file is None:
-                        yield self.problem(
-                            f"command section {s.name} has no file", file=MANIFEST, field=f"{s.pointer}/file"
-                        )
+                        yield self.manifest_problem(f"command section {s.name} has no file", field=f"{s.pointer}/file")
                     if len(s.chips) != 1:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"command section {s.name} spans chips {list(s.chips)}",
-                            file=MANIFEST,
                             field=f"{s.pointer}/chip_mask",
                             expected="one chip",
                             found=_hex(s.chip_mask),
                         )
                     for chip in s.chips:
                         if (s.calcore, chip) not in expected:
-                            yield self.problem(
+                            yield self.manifest_problem(
                                 f"command section {s.name} is for CalCore {s.calcore} on chip {chip}, "
                                 f"outside graph {g.name}",
-                                file=MANIFEST,
                                 field=s.pointer,
                             )
                         found.add((s.calcore, chip))
                 for pair in sorted(expected - found):
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"graph {g.name} has no command blob for CalCore {pair[0]} on chip {pair[1]}",
-                        file=MANIFEST,
                         field=f"{g.pointer}/sections",
                     )
         yield self.note(f"{n} command blobs, each on its graph's (CalCore, chip) pairs")
@@ -446,17 +408,15 @@ class SlotBinding(PackageRule):
                     ext = "elf" if s.kind is SectionKind.CODE else "cmd"
                     want = f"{m.alias}/{g.kind.value}/ccu{s.calcore}_chip{chip}.{ext}"
                     if s.file != want:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"{s.kind.value} section {s.name} loads a file whose path names another slot",
-                            file=MANIFEST,
                             field=f"{s.pointer}/file",
                             expected=want,
                             found=s.file,
                         )
                     if uses[s.file] > 1:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"{s.file!r} is named by {uses[s.file]} sections; one file per slot",
-                            file=MANIFEST,
                             field=f"{s.pointer}/file",
                             expected=1,
                             found=uses[s.file],

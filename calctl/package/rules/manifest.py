@@ -33,12 +33,12 @@ class ManifestSchema(Rule):
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         m = ctx.manifest
         if m.parse_error:
-            yield self.problem(m.parse_error.removeprefix(f"{MANIFEST}: "), file=MANIFEST)
+            yield self.manifest_problem(m.parse_error.removeprefix(f"{MANIFEST}: "))
             return
         for pointer, message in m.schema_errors:
-            yield self.problem(f"schema calculet-package/v1: {message}", file=MANIFEST, field=pointer)
+            yield self.manifest_problem(f"schema calculet-package/v1: {message}", field=pointer)
         if m.build_error:
-            yield self.problem(f"schema-valid but not a usable package: {m.build_error}", file=MANIFEST)
+            yield self.manifest_problem(f"schema-valid but not a usable package: {m.build_error}")
         yield self.note("valid against calculet-package/v1")
 
 
@@ -86,9 +86,7 @@ class UniqueNames(PackageRule):
         for name, pointer in items:
             if counts[name] > 1:
                 if name in seen:
-                    yield self.problem(
-                        f"duplicate {what} {name!r} ({counts[name]} times)", file=MANIFEST, field=pointer
-                    )
+                    yield self.manifest_problem(f"duplicate {what} {name!r} ({counts[name]} times)", field=pointer)
                 seen.add(name)
 
 
@@ -109,10 +107,9 @@ class PrefillAndDecode(PackageRule):
             for kind in GraphKind:
                 names = [g.name for g in m.graphs if g.kind is kind]
                 if len(names) != 1:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"model {m.alias!r} has {len(names)} {kind.value} graphs"
                         + (f" ({', '.join(names)})" if names else ""),
-                        file=MANIFEST,
                         field=f"{m.pointer}/graphs",
                         expected=1,
                         found=len(names),
@@ -141,18 +138,16 @@ class ExpectedModels(PackageRule):
             return
         for alias in want:
             if alias not in have:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"expected model {alias!r} is not in the package",
-                    file=MANIFEST,
                     field="/models",
                     expected=sorted(set(want)),
                     found=have,
                 )
         for i, alias in enumerate(have):
             if alias not in want:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"model {alias!r} is not one of the expected models",
-                    file=MANIFEST,
                     field=f"/models/{i}/alias",
                     expected=sorted(set(want)),
                     found=have,
@@ -187,9 +182,8 @@ class RequestedProfiles(PackageRule):
         for p in ctx.policy.profiles:
             for _m, g in decodes:
                 if p not in g.batch_profiles:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"requested batch profile B{p} is not compiled into {g.name}",
-                        file=MANIFEST,
                         field=f"{g.pointer}/batch_profiles",
                         expected=f"contains {p}",
                         found=list(g.batch_profiles),
@@ -221,18 +215,15 @@ class InactiveLaneContract(PackageRule):
                 pol = g.inactive_lane_policy
                 where = f"{g.pointer}/inactive_lane_policy"
                 if pol is None:
-                    yield self.problem(
-                        f"graph {g.name} has profiles {list(g.batch_profiles)} but no inactive_lane_policy",
-                        file=MANIFEST,
-                        field=where,
+                    yield self.manifest_problem(
+                        f"graph {g.name} has profiles {list(g.batch_profiles)} but no inactive_lane_policy", field=where
                     )
                     continue
                 names = {t.name: t for t in g.inputs}
                 mask = names.get(pol.mask_input)
                 if mask is None:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"mask_input {pol.mask_input!r} is not an input of {g.name}",
-                        file=MANIFEST,
                         field=f"{where}/mask_input",
                         expected=sorted(names),
                         found=pol.mask_input,
@@ -240,42 +231,33 @@ class InactiveLaneContract(PackageRule):
                 elif pol.mask_input in ("tokens", "positions", g.valid_length_input):
                     # A data input cannot double as the lane mask: its values are tokens or lengths, so
                     # "valid" would be whatever token id happens to be non-zero (000 §7.3).
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"mask_input {pol.mask_input!r} is a data input of {g.name}, not a lane mask",
-                        file=MANIFEST,
                         field=f"{where}/mask_input",
                         expected="a dedicated [B] mask input (e.g. lane_valid)",
                         found=pol.mask_input,
                     )
                 elif not mask.shape or mask.shape[0] != "B":
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"mask input {pol.mask_input!r} does not lead with the batch dimension B",
-                        file=MANIFEST,
                         field=f"{where}/mask_input",
                         expected="[B, ...]",
                         found=list(mask.shape),
                     )
                 elif mask.dtype not in _MASK_DTYPES:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"mask input {pol.mask_input!r} is not an integer mask",
-                        file=MANIFEST,
                         field=f"{where}/mask_input",
                         expected=sorted(_MASK_DTYPES),
                         found=mask.dtype,
                     )
                 if pol.writes_kv:
-                    yield self.problem(
-                        "inactive lanes must not write KV",
-                        file=MANIFEST,
-                        field=f"{where}/writes_kv",
-                        expected=False,
-                        found=True,
+                    yield self.manifest_problem(
+                        "inactive lanes must not write KV", field=f"{where}/writes_kv", expected=False, found=True
                     )
                 if not pol.kv_manager_mode:
-                    yield self.problem(
-                        "the KV manager mode for batched lanes is not declared",
-                        file=MANIFEST,
-                        field=f"{where}/kv_manager_mode",
+                    yield self.manifest_problem(
+                        "the KV manager mode for batched lanes is not declared", field=f"{where}/kv_manager_mode"
                     )
         yield self.note(
             f"{batched} graph(s) with B>1, each with a complete inactive-lane contract"
@@ -304,11 +286,9 @@ class ReferencedFilesExist(PackageRule):
                 continue
             e = ctx.entry(ref.rel)
             if e is None:
-                yield self.problem(f"names {ref.rel!r}, which is not in the package", file=MANIFEST, field=ref.pointer)
+                yield self.manifest_problem(f"names {ref.rel!r}, which is not in the package", field=ref.pointer)
             elif e.kind is EntryKind.DIR:
-                yield self.problem(
-                    f"names {ref.rel!r}, which is a directory, not a file", file=MANIFEST, field=ref.pointer
-                )
+                yield self.manifest_problem(f"names {ref.rel!r}, which is a directory, not a file", field=ref.pointer)
             elif e.kind is not EntryKind.FILE:
                 yield self.skip(f"{ref.rel!r} is a {e.kind.value} (LAY001)", file=MANIFEST, field=ref.pointer)
             seen.add(ref.rel)
@@ -332,35 +312,31 @@ class InternalReferences(PackageRule):
         for m in pkg.models:
             named = [s for s in m.sections if s.name == m.kv.section]
             if len(named) != 1:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"kv.section {m.kv.section!r} names {len(named)} sections of model {m.alias!r}",
-                    file=MANIFEST,
                     field=f"{m.pointer}/kv/section",
                     expected=1,
                     found=len(named),
                 )
             elif named[0].kind is not SectionKind.KV:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"kv.section {m.kv.section!r} is a {named[0].kind.value} section",
-                    file=MANIFEST,
                     field=f"{m.pointer}/kv/section",
                     expected="kv",
                     found=named[0].kind.value,
                 )
             kv_sections = [s for s in m.sections if s.kind is SectionKind.KV]
             if len(kv_sections) != 1:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"model {m.alias!r} has {len(kv_sections)} kv sections",
-                    file=MANIFEST,
                     field=f"{m.pointer}/sections",
                     expected=1,
                     found=len(kv_sections),
                 )
             graph_kv = [s for g in m.graphs for s in g.sections if s.kind is SectionKind.KV]
             for s in graph_kv:
-                yield self.problem(
+                yield self.manifest_problem(
                     "a kv section belongs to the model, not to one graph (prefill and decode share the KV)",
-                    file=MANIFEST,
                     field=s.pointer,
                 )
             param_files = set(m.param_files)
@@ -368,18 +344,16 @@ class InternalReferences(PackageRule):
             by_file = Counter(s.file for s in params_sections)
             for f in sorted(param_files):
                 if by_file.get(f, 0) != 1:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"parameter file {f!r} is the file of {by_file.get(f, 0)} params sections",
-                        file=MANIFEST,
                         field=f"{m.pointer}/sections",
                         expected=1,
                         found=by_file.get(f, 0),
                     )
             for s in params_sections:
                 if s.file is None or s.file not in param_files:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"params section {s.name!r} holds no parameter tensors",
-                        file=MANIFEST,
                         field=f"{s.pointer}/file",
                         expected=sorted(param_files),
                         found=s.file,
@@ -412,18 +386,16 @@ class ModelOwnFiles(PackageRule):
                 owners[ref.rel].append(ref.model)
             prefix = f"{ref.model}/"
             if not ref.rel.startswith(prefix):
-                yield self.problem(
+                yield self.manifest_problem(
                     f"model {ref.model!r} names a file outside its own directory",
-                    file=MANIFEST,
                     field=ref.pointer,
                     expected=f"{prefix}...",
                     found=ref.rel,
                 )
         for rel, models in owners.items():
             if len(models) > 1:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"{rel!r} is named by models {', '.join(repr(a) for a in models)}; each model has its own files",
-                    file=MANIFEST,
                     field="/models",
                 )
         yield self.note(f"{n} file references, each inside its own model's directory")

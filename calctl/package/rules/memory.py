@@ -53,16 +53,13 @@ class RegionsDisjoint(PackageRule):
             regions = sorted(pkg.regions_on(chip), key=lambda r: (r.vaddr, r.end))
             for r in regions:
                 if r.end > U64:
-                    yield self.problem(
-                        f"region {r.name} wraps the 64-bit address space", file=MANIFEST, field=r.pointer
-                    )
+                    yield self.manifest_problem(f"region {r.name} wraps the 64-bit address space", field=r.pointer)
             for i, a in enumerate(regions):
                 for b in regions[i + 1 :]:
                     if b.vaddr >= a.end:
                         break
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"regions {a.name} ({a.owner}) and {b.name} ({b.owner}) overlap on chip {chip}",
-                        file=MANIFEST,
                         field=b.pointer,
                         expected=f"start >= 0x{a.end:x}",
                         found=f"0x{b.vaddr:x}",
@@ -89,9 +86,8 @@ class FitsChipDram(PackageRule):
             total = sum(r.size for r in pkg.regions_on(chip))
             totals.append(f"chip {chip} {total}/{dram}")
             if total > dram:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"chip {chip} reserves more than its DRAM",
-                    file=MANIFEST,
                     field="/memory_plan",
                     expected=f"<= {dram} bytes",
                     found=f"{total} bytes",
@@ -118,17 +114,15 @@ class PrivateRegions(PackageRule):
             m = models.get(r.owner)
             kind = "writable " if r.writable else ""
             if m is None:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"{kind}region {r.name} is owned by {r.owner!r}, which is not a model of the package",
-                    file=MANIFEST,
                     field=f"{r.pointer}/owner",
                     expected=sorted(models),
                     found=r.owner,
                 )
             elif r.chip not in m.target_chips:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"{kind}region {r.name} of model {r.owner!r} is on chip {r.chip}, which the model does not target",
-                    file=MANIFEST,
                     field=f"{r.pointer}/owner",
                     expected=f"chip in {list(m.target_chips)}",
                     found=r.chip,
@@ -159,10 +153,9 @@ class SectionsInRegions(PackageRule):
                     n += 1
                     candidates = [r for r in pkg.regions_on(chip) if r.owner == m.alias and r.kind is s.kind]
                     if not any(r.vaddr <= s.vaddr and s.end <= r.end for r in candidates):
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"section {s.name} ({s.kind.value}) on chip {chip} is "
                             f"not inside a {s.kind.value} region of {m.alias!r}",
-                            file=MANIFEST,
                             field=s.pointer,
                             expected=" or ".join(f"[0x{r.vaddr:x}, 0x{r.end:x})" for r in candidates)
                             or f"a {s.kind.value} region",
@@ -190,10 +183,9 @@ class KvSize(PackageRule):
             want = kv_formula_bytes(m)
             if m.kv.bytes != want:
                 a = m.architecture
-                yield self.problem(
+                yield self.manifest_problem(
                     f"kv.bytes of {m.alias!r} does not match 2*{a.n_layers}*{a.n_kv_heads}*{a.head_dim}"
                     f"*ceil({a.context_limit}/{m.kv.block_tokens})*{m.kv.block_tokens}*{m.kv.max_sequences}*{DTYPE_BYTES[m.kv.dtype]}",
-                    file=MANIFEST,
                     field=f"{m.pointer}/kv/bytes",
                     expected=want,
                     found=m.kv.bytes,
@@ -208,9 +200,8 @@ class KvSize(PackageRule):
                 continue
             section = named[0]
             if section.size != m.kv.bytes:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"kv section {section.name} is not kv.bytes",
-                    file=MANIFEST,
                     field=f"{section.pointer}/size",
                     expected=m.kv.bytes,
                     found=section.size,
@@ -218,13 +209,12 @@ class KvSize(PackageRule):
             for chip in m.target_chips:
                 regions = [r for r in pkg.regions_on(chip) if r.owner == m.alias and r.kind is SectionKind.KV]
                 if not regions:
-                    yield self.problem(
-                        f"model {m.alias!r} has no kv region on chip {chip}", file=MANIFEST, field="/memory_plan"
+                    yield self.manifest_problem(
+                        f"model {m.alias!r} has no kv region on chip {chip}", field="/memory_plan"
                     )
                 elif sum(r.size for r in regions) < want:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"kv region of {m.alias!r} on chip {chip} is smaller than the KV formula",
-                        file=MANIFEST,
                         field=regions[0].pointer,
                         expected=f">= {want}",
                         found=sum(r.size for r in regions),
@@ -406,9 +396,8 @@ class RegionPermissions(PackageRule):
         pkg = ctx.pkg
         for r in pkg.memory_plan:
             if r.writable != r.kind.writable:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"{r.kind.value} region {r.name} has the wrong permission",
-                    file=MANIFEST,
                     field=f"{r.pointer}/writable",
                     expected=r.kind.writable,
                     found=r.writable,
@@ -434,9 +423,8 @@ class WorkspaceCoversPeaks(PackageRule):
             for chip in m.target_chips:
                 have = sum(s.size for s in m.all_sections() if s.kind is SectionKind.WORKSPACE and chip in s.chips)
                 if have < peak:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"workspace of {m.alias!r} on chip {chip} is smaller than its peak",
-                        file=MANIFEST,
                         field=f"{m.pointer}/workspace",
                         expected=f">= {peak}",
                         found=have,

@@ -75,9 +75,8 @@ class GoldenFilesMatch(PackageRule):
                 n += 1
                 want = NUMPY_DTYPE.get(spec.dtype)
                 if want is None:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"declared dtype {spec.dtype} cannot be held in a .npy file",
-                        file=MANIFEST,
                         field=f"{field}/dtype",
                         expected=sorted(set(NUMPY_DTYPE)),
                         found=spec.dtype,
@@ -131,9 +130,8 @@ class ContextLimits(PackageRule):
             limit = m.architecture.context_limit
             for g in m.graphs:
                 if g.max_seq > limit:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"graph {g.name} max_seq exceeds the model's context_limit",
-                        file=MANIFEST,
                         field=f"{g.pointer}/max_seq",
                         expected=f"<= {limit}",
                         found=g.max_seq,
@@ -142,9 +140,8 @@ class ContextLimits(PackageRule):
             decode = m.golden.decode_tokens.shape
             field = f"{m.pointer}/golden"
             if len(prompt) not in (1, 2) or (len(prompt) == 2 and prompt[0] != 1):
-                yield self.problem(
+                yield self.manifest_problem(
                     "golden prompt must be [n] or [1, n]",
-                    file=MANIFEST,
                     field=f"{field}/prompt/shape",
                     expected="[1, n]",
                     found=list(prompt),
@@ -153,27 +150,21 @@ class ContextLimits(PackageRule):
             n = int(prompt[-1])
             prefill = [g for g in m.graphs if g.kind is GraphKind.PREFILL]
             if n < 1:
-                yield self.problem(
-                    "golden prompt is empty",
-                    file=MANIFEST,
-                    field=f"{field}/prompt/shape",
-                    expected=">= 1 token",
-                    found=n,
+                yield self.manifest_problem(
+                    "golden prompt is empty", field=f"{field}/prompt/shape", expected=">= 1 token", found=n
                 )
             for g in prefill:
                 if n > g.max_seq:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"golden prompt is longer than {g.name} max_seq",
-                        file=MANIFEST,
                         field=f"{field}/prompt/shape",
                         expected=f"<= {g.max_seq}",
                         found=n,
                     )
             steps = int(decode[-1]) if decode else 1
             if n + steps > limit:
-                yield self.problem(
+                yield self.manifest_problem(
                     "golden prompt plus decode tokens exceed the context limit",
-                    file=MANIFEST,
                     field=f"{field}/decode_tokens/shape",
                     expected=f"<= {limit}",
                     found=n + steps,
@@ -199,18 +190,16 @@ class VocabularyAgrees(PackageRule):
             field = f"{m.pointer}/golden"
             logits = m.golden.prefill_logits.shape
             if not logits or logits[-1] != vocab:
-                yield self.problem(
+                yield self.manifest_problem(
                     "prefill_logits width is not the model's vocab_size",
-                    file=MANIFEST,
                     field=f"{field}/prefill_logits/shape",
                     expected=f"[..., {vocab}]",
                     found=list(logits),
                 )
             eos = m.architecture.eos_token_id
             if eos is not None and not 0 <= eos < vocab:
-                yield self.problem(
+                yield self.manifest_problem(
                     "eos_token_id is outside the vocabulary",
-                    file=MANIFEST,
                     field=f"{m.pointer}/architecture/eos_token_id",
                     expected=f"< {vocab}",
                     found=eos,
@@ -222,9 +211,8 @@ class VocabularyAgrees(PackageRule):
                     yield self.skip(str(reason), file=spec.file, field=f"{field}/{key}")
                     continue
                 if spec.dtype not in _INT:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         "token ids must be an integer dtype",
-                        file=MANIFEST,
                         field=f"{field}/{key}/dtype",
                         expected="int32",
                         found=spec.dtype,
@@ -271,17 +259,15 @@ class GraphTensors(PackageRule):
                 vl = g.valid_length_input
                 if vl is not None:
                     if vl not in inputs:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"csr.valid_length_input {vl!r} is not an input",
-                            file=MANIFEST,
                             field=f"{g.pointer}/csr/valid_length_input",
                             expected=sorted(inputs),
                             found=vl,
                         )
                     elif inputs[vl][1].dtype not in _INT:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             "valid-length input must be an integer",
-                            file=MANIFEST,
                             field=f"{g.pointer}/inputs/{inputs[vl][0]}/dtype",
                             expected="int32",
                             found=inputs[vl][1].dtype,
@@ -295,9 +281,8 @@ class GraphTensors(PackageRule):
         an example), its last dimension the given one (if any, with the message when not) and, batched, led by B."""
         tensors = {t.name: (i, t) for i, t in enumerate(getattr(g, side))}
         if name not in tensors:
-            yield self.problem(
+            yield self.manifest_problem(
                 f"graph {g.name} has no {name!r} {side[:-1]}",
-                file=MANIFEST,
                 field=f"{g.pointer}/{side}",
                 expected=name,
                 found=sorted(tensors),
@@ -307,17 +292,15 @@ class GraphTensors(PackageRule):
         where, shape = f"{g.pointer}/{side}/{i}", list(t.shape)
         allowed, wording, example = dtype
         if t.dtype not in allowed:
-            yield self.problem(
-                f"{name} must be {wording}", file=MANIFEST, field=f"{where}/dtype", expected=example, found=t.dtype
+            yield self.manifest_problem(
+                f"{name} must be {wording}", field=f"{where}/dtype", expected=example, found=t.dtype
             )
         if last is not None and (not shape or shape[-1] != last[0]):
-            yield self.problem(
-                last[1], file=MANIFEST, field=f"{where}/shape", expected=f"[..., {last[0]}]", found=shape
-            )
+            yield self.manifest_problem(last[1], field=f"{where}/shape", expected=f"[..., {last[0]}]", found=shape)
         batched = g.kind is GraphKind.DECODE and max(g.batch_profiles) > 1
         if batched and (not shape or shape[0] != BATCH_DIM):
             message = f"batched decode {name} must lead with the batch dimension B"
-            yield self.problem(message, file=MANIFEST, field=f"{where}/shape", expected="[B, ...]", found=shape)
+            yield self.manifest_problem(message, field=f"{where}/shape", expected="[B, ...]", found=shape)
 
 
 class ParamTensorsInBounds(PackageRule):
@@ -342,9 +325,8 @@ class ParamTensorsInBounds(PackageRule):
                 n += 1
                 where = f"{m.pointer}/params/tensors/{i}"
                 if t.dtype in QUANT_BLOCKS and (len(t.shape) != 2 or quant_block_axis(t.name, t.shape) % 32):
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"tensor {t.name}: a {t.dtype} tensor is a matrix whose block axis is a multiple of 32",
-                        file=MANIFEST,
                         field=f"{where}/shape",
                         expected="[in, out] with in % 32 == 0 (embed: [vocab, d_model] with d_model % 32 == 0)",
                         found=list(t.shape),
@@ -373,9 +355,8 @@ class ParamTensorsInBounds(PackageRule):
                         f"tensor {t.name}: no params section loads {t.file!r} (MAN008)", file=MANIFEST, field=where
                     )
                 elif end > s.size:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"tensor {t.name} runs past its params section {s.name}",
-                        file=MANIFEST,
                         field=where,
                         expected=f"end <= {s.size}",
                         found=end,
@@ -416,9 +397,8 @@ class ArchitectureMatchesTensors(PackageRule):
             a = m.architecture
             where = f"{m.pointer}/architecture"
             if a.n_heads % a.n_kv_heads:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"model {m.alias!r}: n_heads is not a multiple of n_kv_heads",
-                    file=MANIFEST,
                     field=f"{where}/n_kv_heads",
                     expected=f"a divisor of {a.n_heads}",
                     found=a.n_kv_heads,
@@ -426,15 +406,14 @@ class ArchitectureMatchesTensors(PackageRule):
             try:
                 want = expected_tensor_shapes(a)
             except KeyError as exc:
-                yield self.problem(str(exc.args[0] if exc.args else exc), file=MANIFEST, field=f"{where}/family")
+                yield self.manifest_problem(str(exc.args[0] if exc.args else exc), field=f"{where}/family")
                 continue
             have = {t.name: (i, t) for i, t in enumerate(m.params)}
             for name, shape in want.items():
                 n += 1
                 if name not in have:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"model {m.alias!r} has no parameter tensor {name} (family {a.family})",
-                        file=MANIFEST,
                         field=f"{m.pointer}/params/tensors",
                         expected=f"{name} {list(shape)}",
                         found="absent",
@@ -442,18 +421,16 @@ class ArchitectureMatchesTensors(PackageRule):
                     continue
                 i, t = have[name]
                 if tuple(t.shape) != shape:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"tensor {name} of {m.alias!r} does not have the shape its architecture implies",
-                        file=MANIFEST,
                         field=f"{m.pointer}/params/tensors/{i}/shape",
                         expected=list(shape),
                         found=list(t.shape),
                     )
             for name, (i, _t) in have.items():
                 if name not in want:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"tensor {name} of {m.alias!r} is not a tensor of family {a.family}",
-                        file=MANIFEST,
                         field=f"{m.pointer}/params/tensors/{i}/name",
                     )
         yield self.note(f"{n} parameter tensors have the shapes their architectures imply")
@@ -497,11 +474,10 @@ class ToleranceDiscriminates(PackageRule):
                 spread = float(np.max(values) - np.min(values))
                 widest = float(tol.atol + tol.rtol * float(np.max(np.abs(values))))
             if tol.rtol >= 1 or not widest < spread:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"model {m.alias!r}: the golden tolerance (rtol {tol.rtol:g}, atol {tol.atol:g}) is vacuous: "
                     f"it allows a deviation of {widest:.6g} where the golden logits span only {spread:.6g}, so "
                     "it accepts outputs unrelated to the golden ones",
-                    file=MANIFEST,
                     field=field,
                     expected=f"rtol < 1 and atol + rtol x max|logit| < {spread:.6g}",
                     found=f"rtol {tol.rtol:g}, atol {tol.atol:g}",

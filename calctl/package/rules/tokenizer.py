@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
-from calctl.package.model import MANIFEST, Model, Package
+from calctl.package.model import Model, Package
 from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
 
@@ -106,9 +106,8 @@ class TokenizerVocab(PackageRule):
         for m in pkg.models:
             field = f"{m.pointer}/tokenizer/vocab_size"
             if m.tokenizer.vocab_size > m.architecture.vocab_size:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"tokenizer of {m.alias!r} has more entries than the model's vocabulary",
-                    file=MANIFEST,
                     field=field,
                     expected=f"<= {m.architecture.vocab_size}",
                     found=m.tokenizer.vocab_size,
@@ -160,9 +159,8 @@ class OneTokenizerPerAlias(PackageRule):
             if len(sharers) > 1 and all(_shared_ok(pkg, sharers[0], o) for o in sharers[1:]):
                 # Identical replicas may share one tokenizer, anywhere under tokenizer/.
                 if not parts or parts[0] != "tokenizer":
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"shared tokenizer of {m.alias!r} is not under tokenizer/",
-                        file=MANIFEST,
                         field=field,
                         expected="tokenizer/...",
                         found=m.tokenizer.file,
@@ -171,17 +169,15 @@ class OneTokenizerPerAlias(PackageRule):
             if owner != m.alias:
                 other = models.get(owner or "")
                 if other is not None:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"model {m.alias!r} uses the tokenizer of model {owner!r}",
-                        file=MANIFEST,
                         field=field,
                         expected=f"tokenizer/{m.alias}/...",
                         found=m.tokenizer.file,
                     )
                 else:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"tokenizer of {m.alias!r} is not under tokenizer/{m.alias}/",
-                        file=MANIFEST,
                         field=field,
                         expected=f"tokenizer/{m.alias}/...",
                         found=m.tokenizer.file,
@@ -189,9 +185,8 @@ class OneTokenizerPerAlias(PackageRule):
         for rel, ms in users.items():
             for other in ms[1:]:
                 if not _shared_ok(pkg, ms[0], other):
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"models {ms[0].alias!r} and {other.alias!r} share one tokenizer file {rel!r}",
-                        file=MANIFEST,
                         field=f"{other.pointer}/tokenizer/file",
                     )
         yield self.note(f"{len(users)} tokenizer(s) for {len(pkg.models)} aliases, one to one")
