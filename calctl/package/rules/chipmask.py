@@ -157,9 +157,8 @@ class SingleChipSections(PackageRule):
     sections = ("001 §3", "001 §6.2 items 4-5", "001 §6.4", "001 §15.1 item 8")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             for s, g in _owned_sections(m):
                 n += 1
                 mode = g.chip_mode if g is not None else m.chip_mode
@@ -264,6 +263,14 @@ def _expected_pairs(pkg: Package, g: Graph) -> set[tuple[int, int]]:
     return {(core, chip) for chip in g.target_chips for core in range(pkg.device_cfg.calcore_num)}
 
 
+def _slot_named(rule: Rule, s: Section, what: str, file_what: str) -> Iterator[Finding]:
+    """CHIP006/CHIP007 on one section: it names its CalCore and it has its file."""
+    if s.calcore is None:
+        yield rule.manifest_problem(f"{what} section {s.name} names no CalCore", field=f"{s.pointer}/calcore")
+    elif s.file is None:
+        yield rule.manifest_problem(f"{what} section {s.name} has no {file_what}", field=f"{s.pointer}/file")
+
+
 class ElfPerCalCore(PackageRule):
     """Each graph has exactly one ELF per (CalCore, chip) it targets: none missing, none extra, none shared.
 
@@ -286,14 +293,10 @@ class ElfPerCalCore(PackageRule):
                 found: Counter[tuple[int, int]] = Counter()
                 for s in g.code_sections:
                     n += 1
+                    yield from _slot_named(self, s, "code", "ELF file")
                     if s.calcore is None:
-                        yield self.manifest_problem(
-                            f"code section {s.name} names no CalCore", field=f"{s.pointer}/calcore"
-                        )
                         continue
-                    if s.file is None:
-                        yield self.manifest_problem(f"code section {s.name} has no ELF file", field=f"{s.pointer}/file")
-                    elif files[s.file] > 1:
+                    if s.file is not None and files[s.file] > 1:
                         yield self.manifest_problem(
                             f"ELF {s.file!r} is used by {files[s.file]} code sections", field=f"{s.pointer}/file"
                         )
@@ -346,13 +349,9 @@ class CommandPerCalCore(PackageRule):
                     if s.kind is not SectionKind.COMMAND:
                         continue
                     n += 1
+                    yield from _slot_named(self, s, "command", "file")
                     if s.calcore is None:
-                        yield self.manifest_problem(
-                            f"command section {s.name} names no CalCore", field=f"{s.pointer}/calcore"
-                        )
                         continue
-                    if s.file is None:
-                        yield self.manifest_problem(f"command section {s.name} has no file", field=f"{s.pointer}/file")
                     if len(s.chips) != 1:
                         yield self.manifest_problem(
                             f"command section {s.name} spans chips {list(s.chips)}",

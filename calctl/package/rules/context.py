@@ -306,24 +306,15 @@ class ValidationContext:
 
     def read_bytes(self, rel: str, limit: int) -> bytes:
         """Read a regular file of the package, never through a link, at most ``limit`` bytes."""
-        problem = path_problem(rel)
-        if problem:
-            raise ReadProblem(f"unsafe path ({problem})")
-        e = self.entry(rel)
-        if e is None:
-            raise ReadProblem("missing")
-        if e.kind is not EntryKind.FILE:
-            raise ReadProblem(f"is a {e.kind.value}, not a regular file")
-        if e.size > limit:
-            raise ReadProblem(f"is {e.size} bytes, over the {limit} byte limit for this file")
-        assert self.root is not None
-        try:
-            return read_regular(self.root / rel, limit)
-        except NotReadable as exc:
-            raise ReadProblem(exc.reason) from None
+        return self._read(rel, limit, head=False)
 
     def read_head(self, rel: str, n: int) -> bytes:
         """The first ``n`` bytes of a regular package file (fewer if it is shorter), never through a link."""
+        return self._read(rel, n, head=True)
+
+    def _read(self, rel: str, n: int, *, head: bool) -> bytes:
+        """``rel`` if it is a safe path to a regular file of the walk (at most ``n`` bytes unless ``head``): its
+        first ``n`` bytes; else a ReadProblem saying why."""
         problem = path_problem(rel)
         if problem:
             raise ReadProblem(f"unsafe path ({problem})")
@@ -332,9 +323,11 @@ class ValidationContext:
             raise ReadProblem("missing")
         if e.kind is not EntryKind.FILE:
             raise ReadProblem(f"is a {e.kind.value}, not a regular file")
+        if not head and e.size > n:
+            raise ReadProblem(f"is {e.size} bytes, over the {n} byte limit for this file")
         assert self.root is not None
         try:
-            return read_regular(self.root / rel, n, head=True)
+            return read_regular(self.root / rel, n, head=head)
         except NotReadable as exc:
             raise ReadProblem(exc.reason) from None
 

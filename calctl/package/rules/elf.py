@@ -271,7 +271,6 @@ class LoadSegmentPlacement(ProgramRule):
     passed = "{n} programs load inside their sections and code regions"
 
     def check_program(self, ctx: ValidationContext, p: Program, info: ElfInfo) -> Iterator[Finding]:
-        pkg = ctx.pkg
         loads = [s for s in info.segments if s.type == PT_LOAD]
         for seg in loads:
             where = f"/program_headers/{seg.index}"
@@ -299,7 +298,9 @@ class LoadSegmentPlacement(ProgramRule):
             for chip in s.chips:
                 if chip not in p.model.target_chips:
                     continue  # a section on a foreign chip is CHIP003/CHIP004
-                regions = [r for r in pkg.regions_on(chip) if r.owner == p.model.alias and r.kind is SectionKind.CODE]
+                regions = [
+                    r for r in ctx.pkg.regions_on(chip) if r.owner == p.model.alias and r.kind is SectionKind.CODE
+                ]
                 if not regions:
                     yield self.skip(
                         f"no code region of {p.model.alias!r} on chip {chip} to check against (MEM004)",

@@ -130,8 +130,7 @@ class ExpectedModels(PackageRule):
     sections = ("001 §6.4", "001 §10.4")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
-        have = list(pkg.aliases)
+        have = list(ctx.pkg.aliases)
         want = ctx.policy.expect_models
         if want is None:
             yield self.note(f"not requested (--expect-models); the package has {', '.join(have)}")
@@ -205,9 +204,8 @@ class InactiveLaneContract(PackageRule):
     sections = ("000 §7.3", "000 §17.3")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
         batched = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             for g in m.graphs:
                 if max(g.batch_profiles, default=1) <= 1:
                     continue
@@ -308,8 +306,7 @@ class InternalReferences(PackageRule):
     sections = ("001 §6.1", "001 §6.2 item 3", "001 §10.4")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             named = [s for s in m.sections if s.name == m.kv.section]
             if len(named) != 1:
                 yield self.manifest_problem(

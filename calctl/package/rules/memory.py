@@ -417,8 +417,7 @@ class WorkspaceCoversPeaks(PackageRule):
     sections = ("001 §8.1", "001 §6.2 item 2", "001 §15.1 item 7")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             peak = max(m.workspace.prefill_peak_bytes, m.workspace.decode_peak_bytes)
             for chip in m.target_chips:
                 have = sum(s.size for s in m.all_sections() if s.kind is SectionKind.WORKSPACE and chip in s.chips)
@@ -445,9 +444,8 @@ class SectionFileFits(PackageRule):
     sections = ("001 §6.2 item 1", "001 §3", "001 §15.1 item 7")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             for s in m.all_sections():
                 if s.file is None or s.kind not in (SectionKind.PARAMS, SectionKind.COMMAND):
                     continue

@@ -125,8 +125,7 @@ class ContextLimits(PackageRule):
     sections = ("001 §6.2 item 6", "001 §13.1", "001 §10.4")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             limit = m.architecture.context_limit
             for g in m.graphs:
                 if g.max_seq > limit:
@@ -184,8 +183,7 @@ class VocabularyAgrees(PackageRule):
     sections = ("001 §13.1", "001 §6.2 item 6")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             vocab = m.architecture.vocab_size
             field = f"{m.pointer}/golden"
             logits = m.golden.prefill_logits.shape
@@ -245,9 +243,8 @@ class GraphTensors(PackageRule):
     sections = ("001 §6.2 item 6", "000 §7.3", "001 §10.4")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             vocab = m.architecture.vocab_size
             for g in m.graphs:
                 n += 1
@@ -316,9 +313,8 @@ class ParamTensorsInBounds(PackageRule):
     sections = ("001 §6.1", "001 §3", "001 §8.1")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             sections = {s.file: s for s in m.all_sections() if s.kind is SectionKind.PARAMS and s.file}
             spans: dict[str, list[tuple[int, int, str]]] = {}
             for i, t in enumerate(m.params):
@@ -391,9 +387,8 @@ class ArchitectureMatchesTensors(PackageRule):
     sections = ("001 §8.1", "001 §6.1", "001 §6.2 item 6")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             a = m.architecture
             where = f"{m.pointer}/architecture"
             if a.n_heads % a.n_kv_heads:

@@ -41,10 +41,9 @@ class TokenizerLoads(PackageRule):
     sections = ("001 §6.1", "001 §13.1", "001 §12 Phase 3 item 1")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
         listed = ctx.checksums.listed
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             field = f"{m.pointer}/tokenizer"
             for rel, what in ((m.tokenizer.file, "file"), (m.tokenizer.config, "config")):
                 if rel is not None and listed is not None and rel not in listed and ctx.entry(rel) is not None:
@@ -102,8 +101,7 @@ class TokenizerVocab(PackageRule):
     sections = ("001 §13.1", "001 §6.1")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             field = f"{m.pointer}/tokenizer/vocab_size"
             if m.tokenizer.vocab_size > m.architecture.vocab_size:
                 yield self.manifest_problem(
@@ -204,9 +202,8 @@ class EndOfSequence(PackageRule):
     sections = ("001 §13.1", "001 §12 Phase 3 item 1")
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.pkg
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             eos_id = m.architecture.eos_token_id
             cfg_rel = m.tokenizer.config
             if eos_id is None or cfg_rel is None:
