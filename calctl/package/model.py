@@ -193,7 +193,9 @@ class Graph:
 
 
 @dataclass(frozen=True)
-class Architecture:
+class Dimensions:
+    """A decoder's family and sizes: what a manifest's architecture and an imported checkpoint's config share."""
+
     family: str
     n_layers: int
     d_model: int
@@ -202,6 +204,10 @@ class Architecture:
     head_dim: int
     d_ff: int
     vocab_size: int
+
+
+@dataclass(frozen=True)
+class Architecture(Dimensions):
     context_limit: int
     dtype: str
     rope_theta: float = 10000.0
