@@ -76,6 +76,17 @@ class MasksWithinChipNums(PackageRule):
         yield self.note(f"all masks within chip_nums={n}")
 
 
+def _schip_targets_one(rule: Rule, who: str, placed: Model | Graph) -> Iterator[Finding]:
+    """CHIP002 on a model or a graph: if it is SCHIP, it has exactly one target chip."""
+    if placed.chip_mode is ChipMode.SCHIP and len(placed.target_chips) != 1:
+        yield rule.manifest_problem(
+            f"SCHIP {who} must target exactly one chip",
+            field=f"{placed.pointer}/target_chips",
+            expected="one chip",
+            found=list(placed.target_chips),
+        )
+
+
 class GraphTargets(PackageRule):
     """Graph chip modes and targets agree with their model; combined packages are SCHIP per model.
 
@@ -104,13 +115,7 @@ class GraphTargets(PackageRule):
                 found=len(pkg.models),
             )
         for m in pkg.models:
-            if m.chip_mode is ChipMode.SCHIP and len(m.target_chips) != 1:
-                yield self.manifest_problem(
-                    f"SCHIP model {m.alias!r} must target exactly one chip",
-                    field=f"{m.pointer}/target_chips",
-                    expected="one chip",
-                    found=list(m.target_chips),
-                )
+            yield from _schip_targets_one(self, f"model {m.alias!r}", m)
             if multi and m.chip_mode is not ChipMode.SCHIP:
                 yield self.manifest_problem(
                     f"model {m.alias!r} of a {pkg.kind} package must be SCHIP",
@@ -119,13 +124,7 @@ class GraphTargets(PackageRule):
                     found=m.chip_mode.value,
                 )
             for g in m.graphs:
-                if g.chip_mode is ChipMode.SCHIP and len(g.target_chips) != 1:
-                    yield self.manifest_problem(
-                        f"SCHIP graph {g.name} must target exactly one chip",
-                        field=f"{g.pointer}/target_chips",
-                        expected="one chip",
-                        found=list(g.target_chips),
-                    )
+                yield from _schip_targets_one(self, f"graph {g.name}", g)
                 outside = [c for c in g.target_chips if c not in m.target_chips]
                 if outside:
                     yield self.manifest_problem(
