@@ -67,13 +67,19 @@ class TokenizerLoads(PackageRule):
         yield self.note(f"{n} tokenizers load")
 
     def _config(self, ctx: ValidationContext, rel: str, field: str) -> Iterator[Finding]:
-        reason = ctx.content_gate(rel)
-        if reason:
-            yield self.skip(f"tokenizer config checks skipped: {reason}", file=rel, field=field)
-            return
-        doc = _config_doc(ctx, rel)
-        if isinstance(doc, str):
+        doc, gated = _verified_config(ctx, rel)
+        if gated:
+            yield self.skip(gated, file=rel, field=field)
+        elif isinstance(doc, str):
             yield self.problem(doc, file=rel, field=field)
+
+
+def _verified_config(ctx: ValidationContext, rel: str) -> tuple[dict[str, Any] | str | None, str | None]:
+    """(the tokenizer config's object or why it is not one, None) once its hash verified; (None, the skip) before."""
+    reason = ctx.content_gate(rel)
+    if reason:
+        return None, f"tokenizer config checks skipped: {reason}"
+    return _config_doc(ctx, rel), None
 
 
 def _config_doc(ctx: ValidationContext, rel: str) -> dict[str, Any] | str:
@@ -213,13 +219,9 @@ class EndOfSequence(PackageRule):
             if tok is None:
                 yield self.skip(str(reason), file=m.tokenizer.file, field=field)
                 continue
-            reason = ctx.content_gate(cfg_rel)
-            if reason:
-                yield self.skip(f"tokenizer config checks skipped: {reason}", file=cfg_rel, field=field)
-                continue
-            doc = _config_doc(ctx, cfg_rel)
-            if isinstance(doc, str):
-                yield self.skip("skipped: TOK001 failed for the tokenizer config", file=cfg_rel, field=field)
+            doc, gated = _verified_config(ctx, cfg_rel)
+            if gated or not isinstance(doc, dict):
+                yield self.skip(gated or "skipped: TOK001 failed for the tokenizer config", file=cfg_rel, field=field)
                 continue
             eos = doc.get("eos_token")
             if isinstance(eos, dict):  # AddedToken form
