@@ -7,6 +7,7 @@ core all call:
 * ``kv`` and ``weights``: the §8.1 KV formula and a parameter-count estimate;
 * ``policy``: the §8.2 limit and guard, and the verdict;
 * ``plan``: per-chip loads, their evaluation and exact searches;
+* ``builders``: those loads from a package or a Hugging Face config;
 * ``report``: a whole run (verdicts, searches, what-if grid) and its JSON document;
 * ``capacity``: ``max_kv_tokens`` / ``max_sequences`` for admission (000 §5.1).
 
@@ -15,6 +16,7 @@ Nothing here prints, reads a package from disk, or talks to a device.
 
 from __future__ import annotations
 
+from calctl.budget.builders import plan_from_config, plan_from_package
 from calctl.budget.capacity import max_kv_tokens, max_sequences
 from calctl.budget.kv import kv_bytes, kv_bytes_per_token, kv_heads_per_chip
 from calctl.budget.plan import (
@@ -29,8 +31,6 @@ from calctl.budget.plan import (
     Source,
     WorkspaceOverride,
     evaluate,
-    plan_from_config,
-    plan_from_package,
 )
 from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.report import BudgetReport, report_document, run_budget

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from calctl.budget.builders import model_chip_load, package_chip_load
 from calctl.budget.kv import kv_bytes_per_token
 from calctl.budget.plan import (
     ChipLoad,
@@ -24,8 +25,6 @@ from calctl.budget.plan import (
     WorkspaceOverride,
     evaluate,
     largest_passing,
-    model_chip_load,
-    package_chip_load,
 )
 from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.package.model import Model, Package

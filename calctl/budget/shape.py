@@ -173,19 +173,18 @@ class _Reader:
         return value
 
     def get_bool(self, key: str) -> bool | None:
-        value = self.doc.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, bool):
-            raise self._err(key, f"expected true or false, found {json.dumps(value)}")
+        value: bool | None = self._optional(key, bool, "true or false")
         return value
 
     def get_str(self, key: str) -> str | None:
+        value: str | None = self._optional(key, str, "a string")
+        return value
+
+    def _optional(self, key: str, kind: type, expected: str) -> Any:
+        """The field if present (not null) and a ``kind``, None if absent; else the error saying ``expected``."""
         value = self.doc.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise self._err(key, f"expected a string, found {json.dumps(value)}")
+        if value is not None and not isinstance(value, kind):
+            raise self._err(key, f"expected {expected}, found {json.dumps(value)}")
         return value
 
     def int_list(self, key: str) -> list[int] | None:

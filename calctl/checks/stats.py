@@ -143,17 +143,16 @@ def decide(
     lo, hi = estimate.ci_low, estimate.ci_high
     ci = f"[{_f(lo, fmt)}, {_f(hi, fmt)}]"
     side = "above" if above else "below"
+
+    def decision(verdict: bool | None, why: str) -> Decision:
+        return Decision(verdict, estimate, limit, above, min_samples, f"{what}{why}")
+
     if estimate.n < max(2, min_samples):
-        return Decision(
-            None,
-            estimate,
-            limit,
-            above,
-            min_samples,
-            f"{what}: {estimate.n} sample(s), the rule needs at least {max(2, min_samples)} for an interval",
+        return decision(
+            None, f": {estimate.n} sample(s), the rule needs at least {max(2, min_samples)} for an interval"
         )
     if lo is None or hi is None:
-        return Decision(None, estimate, limit, above, min_samples, f"{what}: no confidence interval")
+        return decision(None, ": no confidence interval")
 
     if above:
         passes = lo > limit or (not strict and lo == limit)
@@ -162,28 +161,12 @@ def decide(
         passes = hi < limit or (not strict and hi == limit)
         fails = lo > limit or (strict and lo == limit)
     if passes:
-        return Decision(
-            True, estimate, limit, above, min_samples, f"{what} CI {ci} lies {side} {_f(limit, fmt)} (n={estimate.n})"
-        )
+        return decision(True, f" CI {ci} lies {side} {_f(limit, fmt)} (n={estimate.n})")
     if fails:
         other = "below" if above else "above"
         at = " (or on)" if strict else ""
-        return Decision(
-            False,
-            estimate,
-            limit,
-            above,
-            min_samples,
-            f"{what} CI {ci} lies {other}{at} {_f(limit, fmt)} (n={estimate.n})",
-        )
-    return Decision(
-        None,
-        estimate,
-        limit,
-        above,
-        min_samples,
-        f"{what} CI {ci} straddles {_f(limit, fmt)} (n={estimate.n}): more samples would decide it",
-    )
+        return decision(False, f" CI {ci} lies {other}{at} {_f(limit, fmt)} (n={estimate.n})")
+    return decision(None, f" CI {ci} straddles {_f(limit, fmt)} (n={estimate.n}): more samples would decide it")
 
 
 def until_decided(

@@ -73,10 +73,7 @@ class GoldenData:
 
 
 def _load_npy(pkg: Package, rel: str) -> np.ndarray:
-    try:
-        return np.asarray(npy.load(pkg.root / rel))
-    except (OSError, ValueError) as exc:
-        raise PackageError(f"cannot read golden data: {exc}", path=rel) from None
+    return npy.load_member(pkg.root, rel, what=" golden data")
 
 
 def step_name(token_index: int) -> str:

@@ -143,7 +143,8 @@ def budget(
     Exit 0 GO on every chip, 1 NO-GO or refused, 2 bad input.
     """
     from calctl.budget import units
-    from calctl.budget.plan import WorkspaceOverride, plan_from_config, plan_from_package
+    from calctl.budget.builders import plan_from_config, plan_from_package
+    from calctl.budget.plan import WorkspaceOverride
     from calctl.budget.policy import BudgetPolicy, check_fraction
     from calctl.budget.report import report_document, run_budget
     from calctl.budget.shape import load_hf_config

@@ -51,6 +51,23 @@ ProfilesOpt = Annotated[
 ]
 
 
+def _options(
+    alias: str, chip: int, context: int | None, dtype: str, sequences: int, name: str | None, profiles: str
+) -> build.ImportOptions:
+    """The importer's options from the command line's (``--profiles`` parsed)."""
+    from calctl.compiler.importer import build
+
+    return build.ImportOptions(
+        alias=alias,
+        chip=chip,
+        context=context,
+        dtype=dtype,
+        sequences=sequences,
+        name=name,
+        profiles=build.parse_profiles(profiles),
+    )
+
+
 def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportOptions, fmt: TableJson) -> None:
     from calctl.compiler.importer import build
     from calctl.package import info as pkginfo
@@ -97,14 +114,8 @@ def import_hf(
     """Import a Hugging Face Llama / Qwen2 / Qwen3 checkpoint as a sealed single-model package."""
     from calctl.compiler.importer import build
 
-    opts = build.ImportOptions(
-        alias=alias or build.default_alias(directory.resolve().name),
-        chip=chip,
-        context=context,
-        dtype=dtype,
-        sequences=sequences,
-        name=name,
-        profiles=build.parse_profiles(profiles),
+    opts = _options(
+        alias or build.default_alias(directory.resolve().name), chip, context, dtype, sequences, name, profiles
     )
     _run(build.read_hf, directory, out, key, opts, format)
 
@@ -132,14 +143,8 @@ def import_gguf(
     """Import a GGUF Llama / Qwen2 / Qwen3 model (its Q4_0/Q4_1/Q8_0 blocks kept) as a sealed single-model package."""
     from calctl.compiler.importer import build
 
-    opts = build.ImportOptions(
-        alias=alias or build.default_alias(file.name.removesuffix(".gguf")),
-        chip=chip,
-        context=context,
-        dtype=dtype,
-        sequences=sequences,
-        name=name,
-        profiles=build.parse_profiles(profiles),
+    opts = _options(
+        alias or build.default_alias(file.name.removesuffix(".gguf")), chip, context, dtype, sequences, name, profiles
     )
     reader = functools.partial(build.read_gguf_file, keep_blocks=dtype == build.KEEP_BLOCKS)
     _run(reader, file, out, key, opts, format)

@@ -15,15 +15,21 @@ from __future__ import annotations
 import struct
 
 from calctl.package.binding import NOTE_NAME, NT_CALCULET_BINDING
+from calctl.package.elfdefs import (
+    ELFCLASS64,
+    ELFDATA2LSB,
+    ET_EXEC,
+    PF_R,
+    PF_X,
+    PT_LOAD,
+    PT_NOTE,
+    SHF_ALLOC,
+    SHF_EXECINSTR,
+    SHT_NOTE,
+    SHT_PROGBITS,
+    SHT_STRTAB,
+)
 
-ELFCLASS64 = 2
-ELFDATA2LSB = 1
-ET_EXEC = 2
-PT_LOAD = 1
-PT_NOTE = 4
-PF_X, PF_W, PF_R = 1, 2, 4
-SHT_PROGBITS, SHT_NOTE, SHT_STRTAB = 1, 7, 3
-SHF_ALLOC, SHF_EXECINSTR = 0x2, 0x4
 EHDR_SIZE, PHDR_SIZE, SHDR_SIZE = 64, 56, 64
 
 

@@ -90,40 +90,31 @@ class SampleModel:
     max_sequences: int
 
 
-def _arch_a() -> Architecture:
+def _tiny_arch(n_layers: int, n_kv_heads: int, d_ff: int, vocab_size: int) -> Architecture:
+    """The sample models' decoder: 64 wide, 4 heads of 16, fp32; the two models differ in these four numbers."""
     return Architecture(
         family="calctl-tiny-decoder",
-        n_layers=2,
+        n_layers=n_layers,
         d_model=64,
         n_heads=4,
-        n_kv_heads=2,
+        n_kv_heads=n_kv_heads,
         head_dim=16,
-        d_ff=128,
-        vocab_size=384,
+        d_ff=d_ff,
+        vocab_size=vocab_size,
         context_limit=CONTEXT,
         dtype="fp32",
         rope_theta=10000.0,
         norm_eps=1e-5,
         tie_embeddings=False,
     )
+
+
+def _arch_a() -> Architecture:
+    return _tiny_arch(n_layers=2, n_kv_heads=2, d_ff=128, vocab_size=384)
 
 
 def _arch_b() -> Architecture:
-    return Architecture(
-        family="calctl-tiny-decoder",
-        n_layers=3,
-        d_model=64,
-        n_heads=4,
-        n_kv_heads=1,
-        head_dim=16,
-        d_ff=160,
-        vocab_size=512,
-        context_limit=CONTEXT,
-        dtype="fp32",
-        rope_theta=10000.0,
-        norm_eps=1e-5,
-        tie_embeddings=False,
-    )
+    return _tiny_arch(n_layers=3, n_kv_heads=1, d_ff=160, vocab_size=512)
 
 
 def plan_models(kind: str, seed: int) -> list[SampleModel]:

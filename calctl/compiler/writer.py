@@ -265,34 +265,25 @@ def write_model(
                 bss=1024,
                 binding=f"graph={gname};kind={kind};chip={chip};calcore={core}",
             )
-            elf_rel = f"{m.dir}/{kind}/ccu{core}_chip{chip}.elf"
-            w.write(elf_rel, elf)
-            gsections.append(
-                {
-                    "name": f"{gname}.ccu{core}_chip{chip}.code",
-                    "kind": "code",
-                    "file": elf_rel,
-                    "chip_mask": mask,
-                    "calcore": core,
-                    "vaddr": code_cursor,
-                    "size": len(text) + 1024,
-                }
-            )
-            code_cursor = align(code_cursor + len(text) + 1024, 4096)
             cmd = command_blob(gname, chip, core, kind)
-            cmd_rel = f"{m.dir}/{kind}/ccu{core}_chip{chip}.cmd"
-            w.write(cmd_rel, cmd)
-            gsections.append(
-                {
-                    "name": f"{gname}.ccu{core}_chip{chip}.cmd",
-                    "kind": "command",
-                    "file": cmd_rel,
-                    "chip_mask": mask,
-                    "calcore": core,
-                    "vaddr": cmd_cursor,
-                    "size": len(cmd),
-                }
-            )
+            for section_kind, ext, suffix, data, vaddr, size in (
+                ("code", "elf", "code", elf, code_cursor, len(text) + 1024),
+                ("command", "cmd", "cmd", cmd, cmd_cursor, len(cmd)),
+            ):
+                rel = f"{m.dir}/{kind}/ccu{core}_chip{chip}.{ext}"
+                w.write(rel, data)
+                gsections.append(
+                    {
+                        "name": f"{gname}.ccu{core}_chip{chip}.{suffix}",
+                        "kind": section_kind,
+                        "file": rel,
+                        "chip_mask": mask,
+                        "calcore": core,
+                        "vaddr": vaddr,
+                        "size": size,
+                    }
+                )
+            code_cursor = align(code_cursor + len(text) + 1024, 4096)
             cmd_cursor = align(cmd_cursor + len(cmd), 4096)
         inputs, outputs = io_tensors(kind, arch.context_limit, arch.vocab_size, profiles)
         policy = None

@@ -430,17 +430,12 @@ def _bounded_tarinfo(budget: _Budget) -> type[tarfile.TarInfo]:
     return BoundedTarInfo
 
 
-_GZIP, _BZIP2, _XZ = b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00"
+#: The compressions a package archive may use, by the magic bytes their streams start with.
+_MAGIC = {"gzip": b"\x1f\x8b", "bzip2": b"BZh", "xz": b"\xfd7zXZ\x00"}
 
 
 def _compression(head: bytes) -> str | None:
-    if head.startswith(_GZIP):
-        return "gzip"
-    if head.startswith(_BZIP2):
-        return "bzip2"
-    if head.startswith(_XZ):
-        return "xz"
-    return None
+    return next((kind for kind, magic in _MAGIC.items() if head.startswith(magic)), None)
 
 
 class _Inflater:
@@ -550,9 +545,6 @@ class _Inflater:
         if dec.eof:
             self.pending = dec.unused_data
         return out
-
-
-_MAGIC = {"gzip": _GZIP, "bzip2": _BZIP2, "xz": _XZ}
 
 
 #: What decompressing or reading an archive raises on corrupt input (none of it is an interrupt).

@@ -118,8 +118,19 @@ class TensorSpec:
         return self.nbytes_at(1)
 
 
+class AddressRange:
+    """Something placed at ``[vaddr, end)`` of a chip's address space (a section, a memory-plan region)."""
+
+    vaddr: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.vaddr + self.size
+
+
 @dataclass(frozen=True)
-class Section:
+class Section(AddressRange):
     """One loadable piece of a graph or model: its file (if any) and where it goes."""
 
     name: str
@@ -135,10 +146,6 @@ class Section:
     @property
     def chips(self) -> tuple[int, ...]:
         return chips_of_mask(self.chip_mask)
-
-    @property
-    def end(self) -> int:
-        return self.vaddr + self.size
 
 
 @dataclass(frozen=True)
@@ -169,16 +176,16 @@ class Graph:
     pointer: str = ""
 
     def input(self, name: str) -> TensorSpec:
-        for t in self.inputs:
-            if t.name == name:
-                return t
-        raise PackageError(f"graph {self.name!r} has no input {name!r}", field=f"{self.pointer}/inputs")
+        return self._tensor("input", self.inputs, name)
 
     def output(self, name: str) -> TensorSpec:
-        for t in self.outputs:
+        return self._tensor("output", self.outputs, name)
+
+    def _tensor(self, side: str, tensors: tuple[TensorSpec, ...], name: str) -> TensorSpec:
+        for t in tensors:
             if t.name == name:
                 return t
-        raise PackageError(f"graph {self.name!r} has no output {name!r}", field=f"{self.pointer}/outputs")
+        raise PackageError(f"graph {self.name!r} has no {side} {name!r}", field=f"{self.pointer}/{side}s")
 
     @property
     def code_sections(self) -> tuple[Section, ...]:
@@ -186,7 +193,9 @@ class Graph:
 
 
 @dataclass(frozen=True)
-class Architecture:
+class Dimensions:
+    """A decoder's family and sizes: what a manifest's architecture and an imported checkpoint's config share."""
+
     family: str
     n_layers: int
     d_model: int
@@ -195,6 +204,10 @@ class Architecture:
     head_dim: int
     d_ff: int
     vocab_size: int
+
+
+@dataclass(frozen=True)
+class Architecture(Dimensions):
     context_limit: int
     dtype: str
     rope_theta: float = 10000.0
@@ -341,7 +354,7 @@ class Model:
 
 
 @dataclass(frozen=True)
-class MemoryRegion:
+class MemoryRegion(AddressRange):
     chip: int
     name: str
     owner: str
@@ -350,10 +363,6 @@ class MemoryRegion:
     size: int
     writable: bool
     pointer: str = ""
-
-    @property
-    def end(self) -> int:
-        return self.vaddr + self.size
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from calctl.errors import PackageError
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -39,6 +41,17 @@ def load(path: str | Path, *, mmap_mode: Literal["r"] | None = None) -> np.ndarr
             # An empty file. Callers catch ValueError for a file that is no .npy; an EOFError would reach click,
             # which reads it as the end of the user's input and exits "interrupted" (130).
             raise ValueError(f"not a .npy file: {exc}") from None
+
+
+def load_member(root: Path, rel: str, *, what: str = "") -> np.ndarray:
+    """The array in the package file ``rel`` under ``root``, read into memory; a PackageError naming ``rel``
+    ("cannot read{what}: why") when it is missing, unreadable or no .npy."""
+    import numpy as np
+
+    try:
+        return np.asarray(load(root / rel))
+    except (OSError, ValueError) as exc:
+        raise PackageError(f"cannot read{what}: {exc}", path=rel) from None
 
 
 def _check_declared_size(np: Any, path: str | Path) -> None:

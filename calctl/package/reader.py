@@ -20,7 +20,6 @@ from typing import Any
 from calctl.errors import PackageError, PackageFormatError, UsageError
 from calctl.package import archive, schemas, yamlsafe
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
-from calctl.signing.files import NotReadable, read_regular
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Values (objects, arrays, strings, numbers) in one JSON document, counted before its schema is checked: the
@@ -56,14 +55,7 @@ def load_manifest(root: Path) -> Package:
 
 
 def read_json_document(root: Path, name: str, schema: str | None = None) -> dict[str, Any]:
-    try:
-        data = read_regular(root / name, MAX_JSON_BYTES)
-    except NotReadable as exc:
-        if exc.missing:
-            raise PackageFormatError("file not found", path=name) from None
-        if "byte limit" in exc.reason:
-            raise PackageFormatError(f"larger than the {MAX_JSON_BYTES} byte limit", path=name) from None
-        raise PackageFormatError(f"{exc.reason}, expected a JSON file", path=name) from None
+    data = yamlsafe.read_document(root / name, name, MAX_JSON_BYTES, "JSON")
     try:
         doc = json.loads(
             data.decode("utf-8"),

@@ -78,19 +78,14 @@ class ValidationPolicy:
     limits: SizeLimits = field(default_factory=SizeLimits)
 
 
-@dataclass(frozen=True)
-class CheckResult:
-    """One report entry: a rule's verdict on one file/field (or on the whole package)."""
+@dataclass(frozen=True, kw_only=True)
+class CheckResult(Finding):
+    """One report entry: a rule's verdict on one file/field (or on the whole package): its finding, made
+    printable, with the rule's ID, group and severity."""
 
     id: str
     group: Group
     severity: Severity
-    status: Status
-    message: str
-    file: str | None = None
-    field: str | None = None
-    expected: str | None = None
-    found: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,15 +180,15 @@ def run_rules(ctx: ValidationContext, rules: Sequence[type[Rule]] = RULES) -> tu
         for f in problems:
             out.append(
                 CheckResult(
-                    cls.id,
-                    cls.group,
-                    cls.severity,
                     f.status,
                     _text(f.message),
                     _clip(f.file),
                     _clip(f.field),
                     _opt(f.expected),
                     _opt(f.found),
+                    id=cls.id,
+                    group=cls.group,
+                    severity=cls.severity,
                 )
             )
     return tuple(out)

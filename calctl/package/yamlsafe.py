@@ -233,17 +233,23 @@ def _construct(loader: _StrictLoader) -> Any:
     return loader.construct_document(node)
 
 
-def load_file(path: Path, *, display: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
-    """Read and parse ``path`` with a size limit checked before reading it all."""
-    name = display or str(path)
+def read_document(path: Path, name: str, max_bytes: int, kind: str, *, limit_note: str = "") -> bytes:
+    """The bytes of the ``kind`` ("JSON", "YAML") document at ``path``, a regular file of at most ``max_bytes``;
+    else a PackageFormatError naming it ``name`` and saying why (missing, too large, not a regular file)."""
     try:
-        data = read_regular(path, max_bytes)
+        return read_regular(path, max_bytes)
     except NotReadable as exc:
         if exc.missing:
             raise PackageFormatError("file not found", path=name) from None
         if "byte limit" in exc.reason:
-            raise PackageFormatError(f"larger than the {max_bytes} byte limit for YAML documents", path=name) from None
-        raise PackageFormatError(f"{exc.reason}, expected a YAML file", path=name) from None
+            raise PackageFormatError(f"larger than the {max_bytes} byte limit{limit_note}", path=name) from None
+        raise PackageFormatError(f"{exc.reason}, expected a {kind} file", path=name) from None
+
+
+def load_file(path: Path, *, display: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
+    """Read and parse ``path`` with a size limit checked before reading it all."""
+    name = display or str(path)
+    data = read_document(path, name, max_bytes, "YAML", limit_note=" for YAML documents")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

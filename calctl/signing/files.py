@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 CHECKSUMS = "checksums.sha256"
@@ -30,23 +31,26 @@ class NotReadable(OSError):
         self.missing = missing
 
 
+#: The kinds of thing an ``st_mode`` can be: the stat test that recognises each, and its name.
+_KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISREG, "regular file"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISLNK, "symlink"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
+
+
+def kind_name(mode: int) -> str:
+    """ "regular file", "directory", "FIFO", ... for an ``st_mode``; "special file" for anything else."""
+    return next((name for test, name in _KINDS if test(mode)), "special file")
+
+
 def kind_phrase(mode: int) -> str:
-    """ "a regular file", "a directory", "a FIFO", ... for an ``st_mode`` (with the right article)."""
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    return "a special file"
+    """ "a regular file", "a directory", "a FIFO", ... for an ``st_mode`` (every kind's article is "a")."""
+    return f"a {kind_name(mode)}"
 
 
 def read_regular(path: Path | str, limit: int, *, head: bool = False) -> bytes:
@@ -100,4 +104,4 @@ def read_regular(path: Path | str, limit: int, *, head: bool = False) -> bytes:
     return data
 
 
-__all__ = ["CHECKSUMS", "SEAL_FILES", "SIGNATURE", "NotReadable", "kind_phrase", "read_regular"]
+__all__ = ["CHECKSUMS", "SEAL_FILES", "SIGNATURE", "NotReadable", "kind_name", "kind_phrase", "read_regular"]

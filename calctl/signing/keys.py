@@ -8,10 +8,13 @@ the raw 32-byte public key.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -79,29 +82,32 @@ def _read_small(path: Path, what: str) -> bytes:
         raise UsageError(f"{path}: {exc.reason}, expected a {what} file") from None
 
 
-def load_private(path: Path) -> Ed25519PrivateKey:
-    data = _read_small(path, "private key")
+def _load_pem(path: Path, what: str, load: Callable[[bytes], Any], want: type, *, hint: str, pem: str = "a PEM") -> Any:
+    """The Ed25519 ``what`` ("private key", "public key") in the PEM file ``path``, or a UsageError saying why not."""
+    data = _read_small(path, what)
     try:
-        key = serialization.load_pem_private_key(data, password=None)
+        key = load(data)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-        raise UsageError(
-            f"{path}: not an unencrypted PEM private key ({exc})", hint="create one with `calctl keygen PREFIX`"
-        ) from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise UsageError(f"{path}: is a {type(key).__name__}, expected an Ed25519 private key")
+        raise UsageError(f"{path}: not {pem} {what} ({exc})", hint=hint) from None
+    if not isinstance(key, want):
+        raise UsageError(f"{path}: is a {type(key).__name__}, expected an Ed25519 {what}")
+    return key
+
+
+def load_private(path: Path) -> Ed25519PrivateKey:
+    load = functools.partial(serialization.load_pem_private_key, password=None)
+    hint = "create one with `calctl keygen PREFIX`"
+    key: Ed25519PrivateKey = _load_pem(
+        path, "private key", load, Ed25519PrivateKey, hint=hint, pem="an unencrypted PEM"
+    )
     return key
 
 
 def load_public(path: Path) -> TrustedKey:
-    data = _read_small(path, "public key")
-    try:
-        key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-        raise UsageError(
-            f"{path}: not a PEM public key ({exc})", hint="pass the PREFIX.pub written by `calctl keygen`"
-        ) from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise UsageError(f"{path}: is a {type(key).__name__}, expected an Ed25519 public key")
+    hint = "pass the PREFIX.pub written by `calctl keygen`"
+    key: Ed25519PublicKey = _load_pem(
+        path, "public key", serialization.load_pem_public_key, Ed25519PublicKey, hint=hint
+    )
     return TrustedKey(key=key, key_id=key_id(key), source=str(path))
 
 

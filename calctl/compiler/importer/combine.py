@@ -81,10 +81,7 @@ def open_source(root: Path, trusted: list[TrustedKey], allow_unsigned: bool) -> 
 
 
 def _npy(pkg: Package, rel: str) -> np.ndarray:
-    try:
-        return np.asarray(npy.load(pkg.root / rel))
-    except (OSError, ValueError) as exc:
-        raise PackageError(f"cannot read: {exc}", path=rel) from None
+    return npy.load_member(pkg.root, rel)
 
 
 def content_of(src: Source) -> ModelContent:

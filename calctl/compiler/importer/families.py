@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from calctl.errors import UsageError
-from calctl.package.model import Architecture
+from calctl.package.model import Architecture, Dimensions
 
 SUPPORTED = ("llama", "qwen2", "qwen3")
 SUPPORTED_TEXT = "llama (Llama 3.x, TinyLlama, SmolLM2), qwen2 (Qwen2, Qwen2.5), qwen3 (dense Qwen3)"
@@ -55,17 +55,9 @@ class CheckpointError(UsageError):
 
 
 @dataclass(frozen=True)
-class FamilyConfig:
+class FamilyConfig(Dimensions):
     """A checkpoint's architecture as the importer reads it (before the context cap)."""
 
-    family: str
-    n_layers: int
-    d_model: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    d_ff: int
-    vocab_size: int
     max_position_embeddings: int
     rope_theta: float
     norm_eps: float
@@ -78,14 +70,7 @@ class FamilyConfig:
 
     def architecture(self, *, context: int, dtype: str, eos_token_id: int | None) -> Architecture:
         return Architecture(
-            family=self.family,
-            n_layers=self.n_layers,
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            n_kv_heads=self.n_kv_heads,
-            head_dim=self.head_dim,
-            d_ff=self.d_ff,
-            vocab_size=self.vocab_size,
+            **{f.name: getattr(self, f.name) for f in fields(Dimensions)},
             context_limit=context,
             dtype=dtype,
             rope_theta=self.rope_theta,

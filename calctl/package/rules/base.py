@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from calctl.package.model import MANIFEST
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from calctl.package.rules.context import ValidationContext
 
@@ -77,6 +79,21 @@ _TITLES = {
     Group.COMPAT: "Compatibility and provenance",
 }
 
+#: The ID prefixes of each group: a rule's group is the one its ID starts with.
+PREFIXES: dict[Group, tuple[str, ...]] = {
+    Group.LAYOUT: ("LAY",),
+    Group.MANIFEST: ("MAN",),
+    Group.HASH: ("HASH",),
+    Group.SIGNATURE: ("SIG",),
+    Group.CHIP: ("CHIP",),
+    Group.ELF: ("ELF",),
+    Group.MEMORY: ("MEM",),
+    Group.TENSORS: ("GOLD",),
+    Group.TOKENIZER: ("TOK",),
+    Group.COMPAT: ("COMP", "PROV"),
+}
+_GROUP_OF = {prefix: group for group, prefixes in PREFIXES.items() for prefix in prefixes}
+
 
 class Need(str, enum.Enum):
     """Facts a rule cannot run without; when one is missing the runner reports a skip with the reason."""
@@ -113,16 +130,30 @@ class Finding:
 
 
 class Rule:
-    """Base of every rule. Subclasses set the class attributes and implement :meth:`check`."""
+    """Base of every rule. Subclasses set the class attributes and implement :meth:`check`.
+
+    The docstring's first line is the summary, the paragraph after it the ``explanation``; ``group``
+    defaults to the group whose prefix (:data:`PREFIXES`) starts the ID.
+    """
 
     id: ClassVar[str]
     group: ClassVar[Group]
     severity: ClassVar[Severity] = Severity.ERROR
     #: Report sections the rule enforces, e.g. ``("001 §6.2 item 4",)``.
     sections: ClassVar[tuple[str, ...]] = ()
-    #: Longer explanation for ``calctl explain`` and docs/rules.md.
+    #: Longer explanation for ``calctl explain`` and docs/rules.md: by default the docstring after its first
+    #: line, its lines joined by single spaces.
     explanation: ClassVar[str] = ""
     needs: ClassVar[frozenset[Need]] = frozenset({Need.ROOT})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        doc = (cls.__doc__ or "").strip()
+        if "explanation" not in cls.__dict__ and "\n" in doc:
+            cls.explanation = " ".join(doc.split("\n", 1)[1].split())
+        prefix = cls.__dict__.get("id", "").rstrip("0123456789")
+        if prefix in _GROUP_OF and "group" not in cls.__dict__:
+            cls.group = _GROUP_OF[prefix]
 
     @classmethod
     def summary(cls) -> str:
@@ -148,6 +179,12 @@ class Rule:
         status = Status.FAIL if self.severity is Severity.ERROR else Status.WARN
         return self._finding(status, message, file, field, expected, found)
 
+    def manifest_problem(
+        self, message: str, *, field: str | None = None, expected: Any = None, found: Any = None
+    ) -> Finding:
+        """A violation in manifest.yaml at ``field`` (a JSON-pointer-like location): :meth:`problem` of that file."""
+        return self.problem(message, file=MANIFEST, field=field, expected=expected, found=found)
+
     def warning(self, message: str, *, file: str | None = None, field: str | None = None) -> Finding:
         """A violation the policy explicitly downgraded (e.g. ``--allow-unsigned``)."""
         return Finding(Status.WARN, message, file, field)
@@ -169,3 +206,9 @@ class Rule:
         if exp is not None or fnd is not None:
             message = f"{message} (expected {exp if exp is not None else '-'}, found {fnd if fnd is not None else '-'})"
         return Finding(status, message, file, field, exp, fnd)
+
+
+class PackageRule(Rule):
+    """Base of the rules that read the typed manifest: they run only once MAN001 built the Package."""
+
+    needs: ClassVar[frozenset[Need]] = frozenset({Need.ROOT, Need.MANIFEST})

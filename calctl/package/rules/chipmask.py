@@ -13,11 +13,9 @@ from collections import Counter
 from collections.abc import Iterator
 
 from calctl.package import binding
-from calctl.package.model import MANIFEST, ChipMode, Graph, Model, Package, Section, SectionKind, mask_of_chips
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.model import ChipMode, Graph, Model, Package, Section, SectionKind, mask_of_chips
+from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
-
-_PKG = frozenset({Need.ROOT, Need.MANIFEST})
 
 
 def _owned_sections(m: Model) -> Iterator[tuple[Section, Graph | None]]:
@@ -32,58 +30,45 @@ def _hex(mask: int) -> str:
     return f"0x{mask:x}"
 
 
-class MasksWithinChipNums(Rule):
-    """Every chip mask, target chip and memory-plan chip lies within device_cfg.chip_nums."""
+class MasksWithinChipNums(PackageRule):
+    """Every chip mask, target chip and memory-plan chip lies within device_cfg.chip_nums.
+
+    The board has device_cfg.chip_nums chips (two on the Calculet board). A chipMask bit, a tarChipN entry or a
+    memory-plan chip at or beyond chip_nums addresses a chip that does not exist; the runner must exit before configure
+    on any mask overreach (001 §6.4).
+    """
 
     id = "CHIP001"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §2.3", "001 §6.4", "001 §15.1 item 6")
-    explanation = (
-        "The board has device_cfg.chip_nums chips (two on the Calculet board). A chipMask bit, a tarChipN "
-        "entry or a memory-plan chip at or beyond chip_nums addresses a chip that does not exist; the runner "
-        "must exit before configure on any mask overreach (001 §6.4)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = pkg.device_cfg.chip_nums
         allowed = (1 << n) - 1
         for m in pkg.models:
-            for c in m.target_chips:
-                if c >= n:
-                    yield self.problem(
-                        f"model {m.alias!r} targets chip {c}",
-                        file=MANIFEST,
-                        field=f"{m.pointer}/target_chips",
-                        expected=f"chips 0..{n - 1}",
-                        found=list(m.target_chips),
-                    )
-            for g in m.graphs:
-                for c in g.target_chips:
+            targeting = [(f"model {m.alias!r}", m.pointer, m.target_chips)]
+            targeting += [(f"graph {g.name}", g.pointer, g.target_chips) for g in m.graphs]
+            for who, pointer, chips in targeting:
+                for c in chips:
                     if c >= n:
-                        yield self.problem(
-                            f"graph {g.name} targets chip {c}",
-                            file=MANIFEST,
-                            field=f"{g.pointer}/target_chips",
+                        yield self.manifest_problem(
+                            f"{who} targets chip {c}",
+                            field=f"{pointer}/target_chips",
                             expected=f"chips 0..{n - 1}",
-                            found=list(g.target_chips),
+                            found=list(chips),
                         )
             for s, _g in _owned_sections(m):
                 if s.chip_mask & ~allowed:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"section {s.name} has mask bits beyond chip_nums={n}",
-                        file=MANIFEST,
                         field=f"{s.pointer}/chip_mask",
                         expected=f"within {_hex(allowed)}",
                         found=_hex(s.chip_mask),
                     )
         for r in pkg.memory_plan:
             if r.chip >= n:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"memory region {r.name} is on chip {r.chip}",
-                    file=MANIFEST,
                     field=r.pointer,
                     expected=f"chips 0..{n - 1}",
                     found=r.chip,
@@ -91,80 +76,66 @@ class MasksWithinChipNums(Rule):
         yield self.note(f"all masks within chip_nums={n}")
 
 
-class GraphTargets(Rule):
-    """Graph chip modes and targets agree with their model; combined packages are SCHIP per model."""
+def _schip_targets_one(rule: Rule, who: str, placed: Model | Graph) -> Iterator[Finding]:
+    """CHIP002 on a model or a graph: if it is SCHIP, it has exactly one target chip."""
+    if placed.chip_mode is ChipMode.SCHIP and len(placed.target_chips) != 1:
+        yield rule.manifest_problem(
+            f"SCHIP {who} must target exactly one chip",
+            field=f"{placed.pointer}/target_chips",
+            expected="one chip",
+            found=list(placed.target_chips),
+        )
+
+
+class GraphTargets(PackageRule):
+    """Graph chip modes and targets agree with their model; combined packages are SCHIP per model.
+
+    An SCHIP model or graph has exactly one target chip (tarChipN); a graph targets only chips of its model, and an
+    SCHIP model's graphs are SCHIP on the same chip. A combined or replica package places every model SCHIP on its own
+    chip (001 §6.1: model_a.* -> tarChipN=[0], model_b.* -> [1]); a tensor-parallel MCHIP model cannot be split into two
+    models (§3). The package kind must agree with the model count: single has one model, combined and replica have two
+    or more.
+    """
 
     id = "CHIP002"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.1", "001 §15.1 item 6", "001 §3")
-    explanation = (
-        "An SCHIP model or graph has exactly one target chip (tarChipN); a graph targets only chips of its "
-        "model, and an SCHIP model's graphs are SCHIP on the same chip. A combined or replica package places "
-        "every model SCHIP on its own chip (001 §6.1: model_a.* -> tarChipN=[0], model_b.* -> [1]); a "
-        "tensor-parallel MCHIP model cannot be split into two models (§3). The package kind must agree with "
-        "the model count: single has one model, combined and replica have two or more."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         multi = pkg.kind in ("combined", "replica")
         if pkg.kind == "single" and len(pkg.models) != 1:
-            yield self.problem(
-                "a single package holds exactly one model",
-                file=MANIFEST,
-                field="/package/kind",
-                expected=1,
-                found=len(pkg.models),
+            yield self.manifest_problem(
+                "a single package holds exactly one model", field="/package/kind", expected=1, found=len(pkg.models)
             )
         if multi and len(pkg.models) < 2:
-            yield self.problem(
+            yield self.manifest_problem(
                 f"a {pkg.kind} package holds at least two models",
-                file=MANIFEST,
                 field="/package/kind",
                 expected=">= 2",
                 found=len(pkg.models),
             )
         for m in pkg.models:
-            if m.chip_mode is ChipMode.SCHIP and len(m.target_chips) != 1:
-                yield self.problem(
-                    f"SCHIP model {m.alias!r} must target exactly one chip",
-                    file=MANIFEST,
-                    field=f"{m.pointer}/target_chips",
-                    expected="one chip",
-                    found=list(m.target_chips),
-                )
+            yield from _schip_targets_one(self, f"model {m.alias!r}", m)
             if multi and m.chip_mode is not ChipMode.SCHIP:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"model {m.alias!r} of a {pkg.kind} package must be SCHIP",
-                    file=MANIFEST,
                     field=f"{m.pointer}/chip_mode",
                     expected="SCHIP",
                     found=m.chip_mode.value,
                 )
             for g in m.graphs:
-                if g.chip_mode is ChipMode.SCHIP and len(g.target_chips) != 1:
-                    yield self.problem(
-                        f"SCHIP graph {g.name} must target exactly one chip",
-                        file=MANIFEST,
-                        field=f"{g.pointer}/target_chips",
-                        expected="one chip",
-                        found=list(g.target_chips),
-                    )
+                yield from _schip_targets_one(self, f"graph {g.name}", g)
                 outside = [c for c in g.target_chips if c not in m.target_chips]
                 if outside:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"graph {g.name} targets chips its model {m.alias!r} does not",
-                        file=MANIFEST,
                         field=f"{g.pointer}/target_chips",
                         expected=f"subset of {list(m.target_chips)}",
                         found=list(g.target_chips),
                     )
                 if m.chip_mode is ChipMode.SCHIP and g.chip_mode is not ChipMode.SCHIP:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"graph {g.name} of SCHIP model {m.alias!r} is {g.chip_mode.value}",
-                        file=MANIFEST,
                         field=f"{g.pointer}/chip_mode",
                         expected="SCHIP",
                         found=g.chip_mode.value,
@@ -172,26 +143,21 @@ class GraphTargets(Rule):
         yield self.note("graph chip modes and targets agree with their models")
 
 
-class SingleChipSections(Rule):
-    """Sections of an SCHIP graph/model carry exactly its target chip; MCHIP sections stay on its targets."""
+class SingleChipSections(PackageRule):
+    """Sections of an SCHIP graph/model carry exactly its target chip; MCHIP sections stay on its targets.
+
+    In an SCHIP graph every section's chipMask is exactly the bit of its one target chip. A section whose mask has more
+    than one bit is a cross-chip section (gather, reduce or D2D), which 001 §6.2 item 5 forbids and §15.1 item 8 asks
+    the compiler to prove absent; hand-editing masks (3 -> 1 or 2) is explicitly forbidden by §3. Sections of an MCHIP
+    graph or model may span several chips, but only chips in its tarChipN.
+    """
 
     id = "CHIP003"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §3", "001 §6.2 items 4-5", "001 §6.4", "001 §15.1 item 8")
-    explanation = (
-        "In an SCHIP graph every section's chipMask is exactly the bit of its one target chip. A section "
-        "whose mask has more than one bit is a cross-chip section (gather, reduce or D2D), which 001 §6.2 "
-        "item 5 forbids and §15.1 item 8 asks the compiler to prove absent; hand-editing masks (3 -> 1 or 2) "
-        "is explicitly forbidden by §3. Sections of an MCHIP graph or model may span several chips, but only "
-        "chips in its tarChipN."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             for s, g in _owned_sections(m):
                 n += 1
                 mode = g.chip_mode if g is not None else m.chip_mode
@@ -200,26 +166,23 @@ class SingleChipSections(Rule):
                 target_mask = mask_of_chips(list(targets))
                 if mode is ChipMode.SCHIP:
                     if len(s.chips) > 1:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"cross-chip section (gather/reduce/D2D) {s.name} in "
                             f"SCHIP {owner}: mask covers chips {list(s.chips)}",
-                            file=MANIFEST,
                             field=f"{s.pointer}/chip_mask",
                             expected=_hex(target_mask),
                             found=_hex(s.chip_mask),
                         )
                     elif s.chip_mask != target_mask:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"section {s.name} of SCHIP {owner} is on chip {list(s.chips)}, not its target",
-                            file=MANIFEST,
                             field=f"{s.pointer}/chip_mask",
                             expected=_hex(target_mask),
                             found=_hex(s.chip_mask),
                         )
                 elif s.chip_mask & ~target_mask:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"section {s.name} of MCHIP {owner} reaches chips outside its targets",
-                        file=MANIFEST,
                         field=f"{s.pointer}/chip_mask",
                         expected=f"within {_hex(target_mask)}",
                         found=_hex(s.chip_mask),
@@ -227,30 +190,25 @@ class SingleChipSections(Rule):
         yield self.note(f"{n} sections carry only their target chips")
 
 
-class ChipOwnership(Rule):
-    """In a multi-model package each chip belongs to one model and no section reaches another model's chip."""
+class ChipOwnership(PackageRule):
+    """In a multi-model package each chip belongs to one model and no section reaches another model's chip.
+
+    Model A's sections never carry chip1's mask and B's never carry chip0's (001 §6.2 item 4). More generally, the
+    target chips of different models are disjoint, and no section of one model has a mask bit for a chip another model
+    targets. Two ModelWorkers only ever borrow submodels already bound to their own chip (§4).
+    """
 
     id = "CHIP004"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.2 item 4", "001 §4")
-    explanation = (
-        "Model A's sections never carry chip1's mask and B's never carry chip0's (001 §6.2 item 4). More "
-        "generally, the target chips of different models are disjoint, and no section of one model has a "
-        "mask bit for a chip another model targets. Two ModelWorkers only ever borrow submodels already "
-        "bound to their own chip (§4)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         owner_of: dict[int, str] = {}
         for m in pkg.models:
             for c in m.target_chips:
                 if c in owner_of and owner_of[c] != m.alias:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"models {owner_of[c]!r} and {m.alias!r} both target chip {c}",
-                        file=MANIFEST,
                         field=f"{m.pointer}/target_chips",
                     )
                 owner_of.setdefault(c, m.alias)
@@ -259,9 +217,8 @@ class ChipOwnership(Rule):
                 for c in s.chips:
                     other = owner_of.get(c)
                     if other is not None and other != m.alias and c not in m.target_chips:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"section {s.name} of model {m.alias!r} reaches chip {c}, owned by model {other!r}",
-                            file=MANIFEST,
                             field=f"{s.pointer}/chip_mask",
                             expected=_hex(mask_of_chips(list(m.target_chips))),
                             found=_hex(s.chip_mask),
@@ -271,33 +228,29 @@ class ChipOwnership(Rule):
         )
 
 
-class CrossModelPlacement(Rule):
-    """No section of one model lies in a memory region owned by another model (no cross-model section)."""
+class CrossModelPlacement(PackageRule):
+    """No section of one model lies in a memory region owned by another model (no cross-model section).
+
+    Virtual addresses may repeat across chips, but mask and address together must be unambiguous (001 §6.2 item 1). A
+    section of model X whose [vaddr, vaddr+size) on a chip it is placed on overlaps a region that the memory plan gives
+    to model Y is a cross-model section: it would read or write Y's weights, KV or workspace (§6.2 items 2 and 5).
+    Regions owned by no model of the package are MEM003.
+    """
 
     id = "CHIP005"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.2 items 1-2 and 5", "001 §6.4")
-    explanation = (
-        "Virtual addresses may repeat across chips, but mask and address together must be unambiguous (001 "
-        "§6.2 item 1). A section of model X whose [vaddr, vaddr+size) on a chip it is placed on overlaps a "
-        "region that the memory plan gives to model Y is a cross-model section: it would read or write Y's "
-        "weights, KV or workspace (§6.2 items 2 and 5). Regions owned by no model of the package are MEM003."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         aliases = set(pkg.aliases)
         for m in pkg.models:
             for s, _g in _owned_sections(m):
                 for c in s.chips:
                     for r in pkg.regions_on(c):
                         if r.owner != m.alias and r.owner in aliases and s.vaddr < r.end and r.vaddr < s.end:
-                            yield self.problem(
+                            yield self.manifest_problem(
                                 f"section {s.name} of model {m.alias!r} overlaps "
                                 f"region {r.name} of model {r.owner!r} on chip {c}",
-                                file=MANIFEST,
                                 field=s.pointer,
                                 expected=f"outside [0x{r.vaddr:x}, 0x{r.end:x})",
                                 found=f"[0x{s.vaddr:x}, 0x{s.end:x})",
@@ -309,24 +262,28 @@ def _expected_pairs(pkg: Package, g: Graph) -> set[tuple[int, int]]:
     return {(core, chip) for chip in g.target_chips for core in range(pkg.device_cfg.calcore_num)}
 
 
-class ElfPerCalCore(Rule):
-    """Each graph has exactly one ELF per (CalCore, chip) it targets: none missing, none extra, none shared."""
+def _slot_named(rule: Rule, s: Section, what: str, file_what: str) -> Iterator[Finding]:
+    """CHIP006/CHIP007 on one section: it names its CalCore and it has its file."""
+    if s.calcore is None:
+        yield rule.manifest_problem(f"{what} section {s.name} names no CalCore", field=f"{s.pointer}/calcore")
+    elif s.file is None:
+        yield rule.manifest_problem(f"{what} section {s.name} has no {file_what}", field=f"{s.pointer}/file")
+
+
+class ElfPerCalCore(PackageRule):
+    """Each graph has exactly one ELF per (CalCore, chip) it targets: none missing, none extra, none shared.
+
+    A graph on chip N is run by every CalCore of that chip ('A on chip0' does not mean only ccu0, 001 §6.1), so it has
+    one chip-local ccu<k> ELF per CalCore k < device_cfg.calcore_num and per target chip: a code section with a calcore
+    index, a file and a one-chip mask. A missing ELF (deleting chip1's ELF to run chip0, forbidden by §3), an extra one,
+    two for the same pair, or one file used by two code sections all fail.
+    """
 
     id = "CHIP006"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.1", "001 §2.2", "001 §3", "001 §6.4")
-    explanation = (
-        "A graph on chip N is run by every CalCore of that chip ('A on chip0' does not mean only ccu0, 001 "
-        "§6.1), so it has one chip-local ccu<k> ELF per CalCore k < device_cfg.calcore_num and per target "
-        "chip: a code section with a calcore index, a file and a one-chip mask. A missing ELF (deleting chip1's "
-        "ELF to run chip0, forbidden by §3), an extra one, two for the same pair, or one file used by two "
-        "code sections all fail."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         files = Counter(s.file for m in pkg.models for g in m.graphs for s in g.code_sections if s.file)
         n = 0
         for m in pkg.models:
@@ -335,43 +292,32 @@ class ElfPerCalCore(Rule):
                 found: Counter[tuple[int, int]] = Counter()
                 for s in g.code_sections:
                     n += 1
+                    yield from _slot_named(self, s, "code", "ELF file")
                     if s.calcore is None:
-                        yield self.problem(
-                            f"code section {s.name} names no CalCore", file=MANIFEST, field=f"{s.pointer}/calcore"
-                        )
                         continue
-                    if s.file is None:
-                        yield self.problem(
-                            f"code section {s.name} has no ELF file", file=MANIFEST, field=f"{s.pointer}/file"
-                        )
-                    elif files[s.file] > 1:
-                        yield self.problem(
-                            f"ELF {s.file!r} is used by {files[s.file]} code sections",
-                            file=MANIFEST,
-                            field=f"{s.pointer}/file",
+                    if s.file is not None and files[s.file] > 1:
+                        yield self.manifest_problem(
+                            f"ELF {s.file!r} is used by {files[s.file]} code sections", field=f"{s.pointer}/file"
                         )
                     for chip in s.chips:
                         found[(s.calcore, chip)] += 1
                 for pair in sorted(expected - set(found)):
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"graph {g.name} has no ELF for CalCore {pair[0]} on chip {pair[1]}",
-                        file=MANIFEST,
                         field=f"{g.pointer}/sections",
                         expected=f"ccu{pair[0]}_chip{pair[1]}",
                         found="none",
                     )
                 for pair, count in sorted(found.items()):
                     if pair not in expected:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"graph {g.name} has an extra ELF for CalCore {pair[0]} on chip {pair[1]} "
                             f"(calcore_num={pkg.device_cfg.calcore_num}, targets {list(g.target_chips)})",
-                            file=MANIFEST,
                             field=f"{g.pointer}/sections",
                         )
                     elif count > 1:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"graph {g.name} has {count} ELFs for CalCore {pair[0]} on chip {pair[1]}",
-                            file=MANIFEST,
                             field=f"{g.pointer}/sections",
                             expected=1,
                             found=count,
@@ -379,23 +325,20 @@ class ElfPerCalCore(Rule):
         yield self.note(f"{n} ELFs, exactly one per (CalCore, chip) of each graph")
 
 
-class CommandPerCalCore(Rule):
-    """Each (CalCore, chip) of a graph has its command blob, and no command names another CalCore or chip."""
+class CommandPerCalCore(PackageRule):
+    """Each (CalCore, chip) of a graph has its command blob, and no command names another CalCore or chip.
+
+    Next to each chip-local ELF a graph ships the CPU/PLD ping/pong command blobs for that CalCore (001 §6.1). Every
+    command section names a CalCore < calcore_num, sits on one chip among the graph's targets and has a file; every
+    (CalCore, chip) pair of the graph has at least one. A command for a chip outside the graph is a cross-chip command
+    stream (§6.2 item 5).
+    """
 
     id = "CHIP007"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.2 item 5")
-    explanation = (
-        "Next to each chip-local ELF a graph ships the CPU/PLD ping/pong command blobs for that CalCore (001 "
-        "§6.1). Every command section names a CalCore < calcore_num, sits on one chip among the graph's "
-        "targets and has a file; every (CalCore, chip) pair of the graph has at least one. A command for a "
-        "chip outside the graph is a cross-chip command stream (§6.2 item 5)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             for g in m.graphs:
@@ -405,64 +348,50 @@ class CommandPerCalCore(Rule):
                     if s.kind is not SectionKind.COMMAND:
                         continue
                     n += 1
+                    yield from _slot_named(self, s, "command", "file")
                     if s.calcore is None:
-                        yield self.problem(
-                            f"command section {s.name} names no CalCore", file=MANIFEST, field=f"{s.pointer}/calcore"
-                        )
                         continue
-                    if s.file is None:
-                        yield self.problem(
-                            f"command section {s.name} has no file", file=MANIFEST, field=f"{s.pointer}/file"
-                        )
                     if len(s.chips) != 1:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"command section {s.name} spans chips {list(s.chips)}",
-                            file=MANIFEST,
                             field=f"{s.pointer}/chip_mask",
                             expected="one chip",
                             found=_hex(s.chip_mask),
                         )
                     for chip in s.chips:
                         if (s.calcore, chip) not in expected:
-                            yield self.problem(
+                            yield self.manifest_problem(
                                 f"command section {s.name} is for CalCore {s.calcore} on chip {chip}, "
                                 f"outside graph {g.name}",
-                                file=MANIFEST,
                                 field=s.pointer,
                             )
                         found.add((s.calcore, chip))
                 for pair in sorted(expected - found):
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"graph {g.name} has no command blob for CalCore {pair[0]} on chip {pair[1]}",
-                        file=MANIFEST,
                         field=f"{g.pointer}/sections",
                     )
         yield self.note(f"{n} command blobs, each on its graph's (CalCore, chip) pairs")
 
 
-class SlotBinding(Rule):
-    """Every program and command file is bound to exactly one (model, graph, chip, CalCore) slot."""
+class SlotBinding(PackageRule):
+    """Every program and command file is bound to exactly one (model, graph, chip, CalCore) slot.
+
+    The runtime receives each code and command file for one slot: one model, one graph, one chip, one CalCore (001 §6.1:
+    every chip-local ccu program has its own command blobs; §3: reusing another chip's or model's program is forbidden).
+    The manifest alone cannot prove which slot a file was built for, so each file is bound four ways: (1) its path is
+    <alias>/<kind>/ccu<calcore>_chip<chip>.elf or .cmd of exactly the section that loads it; (2) one file per slot: no
+    file is named by two sections (of any kind, of any model); (3) a command blob's own header (magic CALCMD01, chip,
+    CalCore, graph name; calctl.package.binding) names that same chip, CalCore and graph (an ELF's binding note is
+    ELF006); (4) a command blob has a non-empty command stream after its header. Copying model B's chip-1 blob over
+    model A's chip-0 blob, or pointing A's command section at B's file, fails here even when the package is resealed.
+    """
 
     id = "CHIP008"
-    group = Group.CHIP
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.2 item 5", "001 §3", "001 §6.4", "docs/package-format.md")
-    explanation = (
-        "The runtime receives each code and command file for one slot: one model, one graph, one chip, one "
-        "CalCore (001 §6.1: every chip-local ccu program has its own command blobs; §3: reusing another chip's "
-        "or model's program is forbidden). The manifest alone cannot prove which slot a file was built for, so "
-        "each file is bound four ways: (1) its path is <alias>/<kind>/ccu<calcore>_chip<chip>.elf or .cmd of "
-        "exactly the section that loads it; (2) one file per slot: no file is named by two sections (of any "
-        "kind, of any model); (3) a command blob's own header (magic CALCMD01, chip, CalCore, graph name; "
-        "calctl.package.binding) names that same chip, CalCore and graph (an ELF's binding note is ELF006); "
-        "(4) a command blob has a non-empty command stream after its header. Copying model B's chip-1 blob "
-        "over model A's chip-0 blob, or pointing A's command section at B's file, fails here even when the "
-        "package is resealed."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         uses = Counter(s.file for m in pkg.models for s in m.all_sections() if s.file)
         n = 0
         for m in pkg.models:
@@ -477,17 +406,15 @@ class SlotBinding(Rule):
                     ext = "elf" if s.kind is SectionKind.CODE else "cmd"
                     want = f"{m.alias}/{g.kind.value}/ccu{s.calcore}_chip{chip}.{ext}"
                     if s.file != want:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"{s.kind.value} section {s.name} loads a file whose path names another slot",
-                            file=MANIFEST,
                             field=f"{s.pointer}/file",
                             expected=want,
                             found=s.file,
                         )
                     if uses[s.file] > 1:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"{s.file!r} is named by {uses[s.file]} sections; one file per slot",
-                            file=MANIFEST,
                             field=f"{s.pointer}/file",
                             expected=1,
                             found=uses[s.file],

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from calctl.package.model import COMPATIBILITY, PROVENANCE
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.base import Finding, Need, Rule
 from calctl.package.rules.context import JsonState, ValidationContext
 
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+){0,3}$")
@@ -37,18 +37,16 @@ def _json_findings(rule: Rule, state: JsonState, name: str, schema: str) -> Iter
 
 
 class CompatibilityValid(Rule):
-    """compatibility.json is schema-valid, its ranges are non-empty and it agrees with device_cfg."""
+    """compatibility.json is schema-valid, its ranges are non-empty and it agrees with device_cfg.
+
+    The compatibility matrix (001 §15.1 item 5, §15.2 item 10) is schema calculet-compatibility/v1: runtime (and
+    optional driver/firmware) version ranges [min, max_exclusive), the compiler, the ELF class/data/machine the CalCores
+    run (with machine_name, when given, naming that e_machine), and the device shape. Every range must be non-empty, and
+    device.chip_nums / calcore_num must equal the manifest's device_cfg.
+    """
 
     id = "COMP001"
-    group = Group.COMPAT
     sections = ("001 §15.1 item 5", "001 §15.2 item 10", "001 §12 Phase 0 item 1")
-    explanation = (
-        "The compatibility matrix (001 §15.1 item 5, §15.2 item 10) is schema calculet-compatibility/v1: "
-        "runtime (and optional driver/firmware) version ranges [min, max_exclusive), the compiler, the ELF "
-        "class/data/machine the CalCores run (with machine_name, when given, naming that e_machine), and the "
-        "device shape. Every range must be non-empty, and device.chip_nums / calcore_num must equal the "
-        "manifest's device_cfg."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         state = ctx.compatibility
@@ -105,18 +103,17 @@ class CompatibilityValid(Rule):
 
 
 class RuntimeVersion(Rule):
-    """The runtime version in use (--runtime-version) is within compatibility.json's runtime range."""
+    """The runtime version in use (--runtime-version) is within compatibility.json's runtime range.
+
+    Driver, firmware, CalRT, compiler and calbin versions are frozen together (001 Phase 0 item 1) and concurrency
+    behaviour changed across CalRT commits (§20), so a package runs only on a runtime version in [runtime.min,
+    runtime.max_exclusive). The version comes from --runtime-version (or, for device commands, from the device). Without
+    it the rule passes and states the accepted range.
+    """
 
     id = "COMP002"
-    group = Group.COMPAT
     needs = frozenset({Need.ROOT, Need.COMPATIBILITY})
     sections = ("001 §12 Phase 0 item 1", "001 §15.2 item 10", "001 §20")
-    explanation = (
-        "Driver, firmware, CalRT, compiler and calbin versions are frozen together (001 Phase 0 item 1) and "
-        "concurrency behaviour changed across CalRT commits (§20), so a package runs only on a runtime "
-        "version in [runtime.min, runtime.max_exclusive). The version comes from --runtime-version (or, for "
-        "device commands, from the device). Without it the rule passes and states the accepted range."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         doc: dict[str, Any] | None = ctx.compatibility.doc
@@ -149,16 +146,14 @@ class RuntimeVersion(Rule):
 
 
 class ProvenanceValid(Rule):
-    """build-provenance.json is a schema-valid in-toto Statement with a SLSA provenance predicate."""
+    """build-provenance.json is a schema-valid in-toto Statement with a SLSA provenance predicate.
+
+    Each package ships its compiler container/commit and full command (001 §15.1 item 5) as build-provenance.json: an
+    in-toto Statement v1 with a SLSA provenance v1 predicate, valid against build-provenance/v1.
+    """
 
     id = "PROV001"
-    group = Group.COMPAT
     sections = ("001 §15.1 item 5", "001 §12 Phase 0 item 1")
-    explanation = (
-        "Each package ships its compiler container/commit and full command (001 §15.1 item 5) as "
-        "build-provenance.json: an in-toto Statement v1 with a SLSA provenance v1 predicate, valid against "
-        "build-provenance/v1."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         yield from _json_findings(self, ctx.provenance, PROVENANCE, "build-provenance/v1")
@@ -166,17 +161,16 @@ class ProvenanceValid(Rule):
 
 
 class ProvenanceSubjects(Rule):
-    """Provenance subjects cover every sealed file but itself, once each, with the digests in checksums.sha256."""
+    """Provenance subjects cover every sealed file but itself, once each, with the digests in checksums.sha256.
+
+    The build statement must be about exactly this package: its subjects name every file listed in checksums.sha256
+    except build-provenance.json itself, each once, with the same SHA-256. A subject missing, extra or with another
+    digest means the provenance describes a different build.
+    """
 
     id = "PROV002"
-    group = Group.COMPAT
     needs = frozenset({Need.ROOT, Need.PROVENANCE, Need.CHECKSUMS})
     sections = ("001 §15.1 item 5", "001 §12 Phase 0 item 1")
-    explanation = (
-        "The build statement must be about exactly this package: its subjects name every file listed in "
-        "checksums.sha256 except build-provenance.json itself, each once, with the same SHA-256. A subject "
-        "missing, extra or with another digest means the provenance describes a different build."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         doc = ctx.provenance.doc

@@ -35,10 +35,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from calctl import textsafe
 from calctl.errors import CalctlError
 from calctl.package import npy, reader, schemas
+from calctl.package.elfdefs import (
+    PN_XNUM,
+    PT_NOTE,
+)
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
 from calctl.package.rules.base import Need
 from calctl.signing import seal
-from calctl.signing.files import CHECKSUMS, SIGNATURE, NotReadable, read_regular
+from calctl.signing.files import CHECKSUMS, SIGNATURE, NotReadable, kind_name, read_regular
 from calctl.signing.keys import TrustedKey
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -67,21 +71,7 @@ class EntryKind(str, enum.Enum):
 
 
 def _kind_of(mode: int) -> EntryKind:
-    if stat.S_ISREG(mode):
-        return EntryKind.FILE
-    if stat.S_ISDIR(mode):
-        return EntryKind.DIR
-    if stat.S_ISLNK(mode):
-        return EntryKind.SYMLINK
-    if stat.S_ISFIFO(mode):
-        return EntryKind.FIFO
-    if stat.S_ISSOCK(mode):
-        return EntryKind.SOCKET
-    if stat.S_ISCHR(mode):
-        return EntryKind.CHAR_DEVICE
-    if stat.S_ISBLK(mode):
-        return EntryKind.BLOCK_DEVICE
-    return EntryKind.OTHER
+    return EntryKind(kind_name(mode))  # the values are calctl.signing.files' kind names
 
 
 @dataclass(frozen=True)
@@ -211,17 +201,9 @@ class ElfHeaderTables:
     sections: tuple[ElfSectionHeader, ...] = ()
 
 
-PT_LOAD = 1
-PT_NOTE = 4
-SHT_STRTAB = 3
-SHT_NOBITS = 8
-SHN_UNDEF = 0
-SHN_LORESERVE = 0xFF00
 #: More section headers than this is not a CalCore program (the sample has 4); nor more program headers (2).
 MAX_SECTION_HEADERS = 4096
 MAX_PROGRAM_HEADERS = 4096
-PN_XNUM = 0xFFFF
-PF_X, PF_W, PF_R = 1, 2, 4
 
 
 def path_problem(rel: str) -> str | None:
@@ -324,24 +306,15 @@ class ValidationContext:
 
     def read_bytes(self, rel: str, limit: int) -> bytes:
         """Read a regular file of the package, never through a link, at most ``limit`` bytes."""
-        problem = path_problem(rel)
-        if problem:
-            raise ReadProblem(f"unsafe path ({problem})")
-        e = self.entry(rel)
-        if e is None:
-            raise ReadProblem("missing")
-        if e.kind is not EntryKind.FILE:
-            raise ReadProblem(f"is a {e.kind.value}, not a regular file")
-        if e.size > limit:
-            raise ReadProblem(f"is {e.size} bytes, over the {limit} byte limit for this file")
-        assert self.root is not None
-        try:
-            return read_regular(self.root / rel, limit)
-        except NotReadable as exc:
-            raise ReadProblem(exc.reason) from None
+        return self._read(rel, limit, head=False)
 
     def read_head(self, rel: str, n: int) -> bytes:
         """The first ``n`` bytes of a regular package file (fewer if it is shorter), never through a link."""
+        return self._read(rel, n, head=True)
+
+    def _read(self, rel: str, n: int, *, head: bool) -> bytes:
+        """``rel`` if it is a safe path to a regular file of the walk (at most ``n`` bytes unless ``head``): its
+        first ``n`` bytes; else a ReadProblem saying why."""
         problem = path_problem(rel)
         if problem:
             raise ReadProblem(f"unsafe path ({problem})")
@@ -350,9 +323,11 @@ class ValidationContext:
             raise ReadProblem("missing")
         if e.kind is not EntryKind.FILE:
             raise ReadProblem(f"is a {e.kind.value}, not a regular file")
+        if not head and e.size > n:
+            raise ReadProblem(f"is {e.size} bytes, over the {n} byte limit for this file")
         assert self.root is not None
         try:
-            return read_regular(self.root / rel, n, head=True)
+            return read_regular(self.root / rel, n, head=head)
         except NotReadable as exc:
             raise ReadProblem(exc.reason) from None
 
@@ -386,6 +361,13 @@ class ValidationContext:
     @property
     def package(self) -> Package | None:
         return self.manifest.package if self.root is not None else None
+
+    @property
+    def pkg(self) -> Package:
+        """The typed Package, for a rule that needs :attr:`Need.MANIFEST` (the runner skips it otherwise)."""
+        pkg = self.package
+        assert pkg is not None, "a rule read the manifest without Need.MANIFEST"
+        return pkg
 
     # -- checksums and hashes --------------------------------------------------
 

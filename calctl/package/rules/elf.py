@@ -12,27 +12,14 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 from calctl.package import binding
+from calctl.package.elfdefs import PF_R, PF_W, PF_X, PT_LOAD, SHN_LORESERVE, SHN_UNDEF, SHT_NOBITS, SHT_STRTAB
 from calctl.package.model import Graph, Model, Section, SectionKind
-from calctl.package.rules.base import Finding, Group, Need, Rule
-from calctl.package.rules.context import (
-    MAX_PROGRAM_HEADERS,
-    MAX_SECTION_HEADERS,
-    PF_R,
-    PF_W,
-    PF_X,
-    PT_LOAD,
-    SHN_LORESERVE,
-    SHN_UNDEF,
-    SHT_NOBITS,
-    SHT_STRTAB,
-    ElfInfo,
-    ValidationContext,
-)
+from calctl.package.rules.base import Finding, Need, PackageRule, Rule
+from calctl.package.rules.context import MAX_PROGRAM_HEADERS, MAX_SECTION_HEADERS, ElfInfo, ValidationContext
 
-_PKG = frozenset({Need.ROOT, Need.MANIFEST})
 U64 = 1 << 64
 
 
@@ -48,8 +35,7 @@ class Program:
 
 def programs(ctx: ValidationContext, *, need_parsed: bool = True) -> Iterator[Program]:
     """Each code section's ELF once, with its parsed values or the reason it is skipped."""
-    pkg = ctx.package
-    assert pkg is not None
+    pkg = ctx.pkg
     seen: set[str] = set()
     for m in pkg.models:
         for g in m.graphs:
@@ -128,21 +114,42 @@ def _header_table_problems(info: ElfInfo) -> Iterator[tuple[str, str, Any, Any]]
             )
 
 
-class ElfParses(Rule):
-    """Each ELF program parses with pyelftools as an executable with at least one PT_LOAD segment."""
+class ProgramRule(PackageRule):
+    """An ELF rule that judges each parsed program once; a program it cannot judge is a skip with the reason."""
+
+    #: The pass note, with ``{n}`` the number of programs judged.
+    passed: ClassVar[str] = "{n} programs checked"
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        n = 0
+        for p in programs(ctx):
+            if p.info is None:
+                yield self.skip(str(p.skip), file=p.file)
+                continue
+            n += 1
+            yield from self.check_program(ctx, p, p.info)
+        yield self.note(self.passed_note(ctx, n))
+
+    def check_program(self, ctx: ValidationContext, p: Program, info: ElfInfo) -> Iterator[Finding]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def passed_note(self, ctx: ValidationContext, n: int) -> str:
+        return self.passed.format(n=n)
+
+
+class ElfParses(PackageRule):
+    """Each ELF program parses with pyelftools as an executable with at least one PT_LOAD segment.
+
+    Phase 1 of bring-up starts with static checks of SCHIP, masks, ELF, commands, parameters, KV, addresses and hashes
+    (001 §12). Every chip-local ccu ELF must parse with pyelftools, be ET_EXEC and have a loadable segment. Its header
+    tables must be what readelf accepts: the program and section header tables lie inside the file with the entry size
+    of the ELF class, e_shstrndx names an existing SHT_STRTAB section (or is SHN_UNDEF), and every section's bytes (but
+    SHT_NOBITS) lie inside the file. Parse errors are reported with pyelftools' message; the other ELF rules then skip
+    that file.
+    """
 
     id = "ELF001"
-    group = Group.ELF
-    needs = _PKG
     sections = ("001 §6.1", "001 §12 Phase 1 item 1", "001 §15.1")
-    explanation = (
-        "Phase 1 of bring-up starts with static checks of SCHIP, masks, ELF, commands, parameters, KV, "
-        "addresses and hashes (001 §12). Every chip-local ccu ELF must parse with pyelftools, be ET_EXEC and "
-        "have a loadable segment. Its header tables must be what readelf accepts: the program and section "
-        "header tables lie inside the file with the entry size of the ELF class, e_shstrndx names an existing "
-        "SHT_STRTAB section (or is SHN_UNDEF), and every section's bytes (but SHT_NOBITS) lie inside the "
-        "file. Parse errors are reported with pyelftools' message; the other ELF rules then skip that file."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         n = 0
@@ -165,290 +172,253 @@ class ElfParses(Rule):
         yield self.note(f"{n} ELF programs parse")
 
 
-class ElfMachine(Rule):
-    """ELF class, byte order and machine are those compatibility.json declares."""
+class ElfMachine(ProgramRule):
+    """ELF class, byte order and machine are those compatibility.json declares.
+
+    compatibility.json (the compatibility matrix of 001 §15.1 item 5) states the ELF class, data encoding and e_machine
+    the CalCores execute. A program built for another machine or byte order would be loaded into CalCore memory and
+    fault or run garbage.
+    """
 
     id = "ELF002"
-    group = Group.ELF
     needs = frozenset({Need.ROOT, Need.MANIFEST, Need.COMPATIBILITY})
     sections = ("001 §15.1 item 5", "001 §15.2 item 10")
-    explanation = (
-        "compatibility.json (the compatibility matrix of 001 §15.1 item 5) states the ELF class, data "
-        "encoding and e_machine the CalCores execute. A program built for another machine or byte order would "
-        "be loaded into CalCore memory and fault or run garbage."
-    )
 
-    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+    @staticmethod
+    def wanted(ctx: ValidationContext) -> dict[str, Any]:
+        """The "elf" object of compatibility.json (COMP001 validated it)."""
         doc = ctx.compatibility.doc
         assert doc is not None
-        want = doc["elf"]
-        n = 0
-        for p in programs(ctx):
-            if p.info is None:
-                yield self.skip(str(p.skip), file=p.file)
-                continue
-            n += 1
-            if p.info.elf_class != want["class"]:
-                yield self.problem(
-                    "wrong ELF class",
-                    file=p.file,
-                    field="/e_ident/EI_CLASS",
-                    expected=want["class"],
-                    found=p.info.elf_class,
-                )
-            if p.info.data != want["data"]:
-                yield self.problem(
-                    "wrong byte order", file=p.file, field="/e_ident/EI_DATA", expected=want["data"], found=p.info.data
-                )
-            if p.info.machine != want["machine"]:
-                yield self.problem(
-                    "wrong machine",
-                    file=p.file,
-                    field="/e_machine",
-                    expected=f"{want['machine']} ({want.get('machine_name', '?')})",
-                    found=f"{p.info.machine} ({p.info.machine_name})",
-                )
-        yield self.note(f"{n} programs are {want['class']} {want['data']}-endian machine {want['machine']}")
+        return dict(doc["elf"])
+
+    def passed_note(self, ctx: ValidationContext, n: int) -> str:
+        want = self.wanted(ctx)
+        return f"{n} programs are {want['class']} {want['data']}-endian machine {want['machine']}"
+
+    def check_program(self, ctx: ValidationContext, p: Program, info: ElfInfo) -> Iterator[Finding]:
+        want = self.wanted(ctx)
+        if info.elf_class != want["class"]:
+            yield self.problem(
+                "wrong ELF class",
+                file=p.file,
+                field="/e_ident/EI_CLASS",
+                expected=want["class"],
+                found=info.elf_class,
+            )
+        if info.data != want["data"]:
+            yield self.problem(
+                "wrong byte order", file=p.file, field="/e_ident/EI_DATA", expected=want["data"], found=info.data
+            )
+        if info.machine != want["machine"]:
+            yield self.problem(
+                "wrong machine",
+                file=p.file,
+                field="/e_machine",
+                expected=f"{want['machine']} ({want.get('machine_name', '?')})",
+                found=f"{info.machine} ({info.machine_name})",
+            )
 
 
-class EntryInLoadSegment(Rule):
-    """The entry point lies inside the file bytes of an executable PT_LOAD segment (not its bss tail)."""
+class EntryInLoadSegment(ProgramRule):
+    """The entry point lies inside the file bytes of an executable PT_LOAD segment (not its bss tail).
+
+    A CalCore starts at e_entry; an entry point outside every loaded, executable segment jumps into unmapped or data
+    memory, and one in a segment's zero-filled tail [p_vaddr+p_filesz, p_vaddr+p_memsz) (its bss) executes zeros: it
+    must lie in the segment's file bytes.
+    """
 
     id = "ELF003"
-    group = Group.ELF
-    needs = _PKG
     sections = ("001 §6.1", "001 §12 Phase 1 item 1")
-    explanation = (
-        "A CalCore starts at e_entry; an entry point outside every loaded, executable segment jumps into "
-        "unmapped or data memory, and one in a segment's zero-filled tail [p_vaddr+p_filesz, p_vaddr+p_memsz) "
-        "(its bss) executes zeros: it must lie in the segment's file bytes."
-    )
+    passed = "{n} entry points inside executable PT_LOAD segments"
 
-    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        n = 0
-        for p in programs(ctx):
-            if p.info is None:
-                yield self.skip(str(p.skip), file=p.file)
-                continue
-            n += 1
-            e = p.info.entry
-            loads = [s for s in p.info.segments if s.type == PT_LOAD]
-            inside = [s for s in loads if s.vaddr <= e < s.vaddr + s.memsz]
-            if not inside:
-                yield self.problem(
-                    "entry point is outside every PT_LOAD segment",
-                    file=p.file,
-                    field="/e_entry",
-                    expected=", ".join(f"[0x{s.vaddr:x}, 0x{s.vaddr + s.memsz:x})" for s in loads) or "a PT_LOAD",
-                    found=f"0x{e:x}",
-                )
-            elif not any(s.flags & PF_X for s in inside):
-                yield self.problem(
-                    "entry point lies in a non-executable segment", file=p.file, field="/e_entry", found=f"0x{e:x}"
-                )
-            elif not any(s.flags & PF_X and s.vaddr <= e < s.vaddr + s.filesz for s in inside):
-                yield self.problem(
-                    "entry point lies in the zero-filled tail (bss) of its segment, past the file bytes",
-                    file=p.file,
-                    field="/e_entry",
-                    expected=", ".join(f"[0x{s.vaddr:x}, 0x{s.vaddr + s.filesz:x})" for s in inside if s.flags & PF_X),
-                    found=f"0x{e:x}",
-                )
-        yield self.note(f"{n} entry points inside executable PT_LOAD segments")
+    def check_program(self, ctx: ValidationContext, p: Program, info: ElfInfo) -> Iterator[Finding]:
+        e = info.entry
+        loads = [s for s in info.segments if s.type == PT_LOAD]
+        inside = [s for s in loads if s.vaddr <= e < s.vaddr + s.memsz]
+        if not inside:
+            yield self.problem(
+                "entry point is outside every PT_LOAD segment",
+                file=p.file,
+                field="/e_entry",
+                expected=", ".join(f"[0x{s.vaddr:x}, 0x{s.vaddr + s.memsz:x})" for s in loads) or "a PT_LOAD",
+                found=f"0x{e:x}",
+            )
+        elif not any(s.flags & PF_X for s in inside):
+            yield self.problem(
+                "entry point lies in a non-executable segment", file=p.file, field="/e_entry", found=f"0x{e:x}"
+            )
+        elif not any(s.flags & PF_X and s.vaddr <= e < s.vaddr + s.filesz for s in inside):
+            yield self.problem(
+                "entry point lies in the zero-filled tail (bss) of its segment, past the file bytes",
+                file=p.file,
+                field="/e_entry",
+                expected=", ".join(f"[0x{s.vaddr:x}, 0x{s.vaddr + s.filesz:x})" for s in inside if s.flags & PF_X),
+                found=f"0x{e:x}",
+            )
 
 
-class LoadSegmentPlacement(Rule):
-    """PT_LOAD segments fit the file, do not overlap, and lie in the manifest section and the chip's code region."""
+class LoadSegmentPlacement(ProgramRule):
+    """PT_LOAD segments fit the file, do not overlap, and lie in the manifest section and the chip's code region.
+
+    Each PT_LOAD's file bytes lie inside the file; loaded segments do not overlap each other; every segment [p_vaddr,
+    p_vaddr+p_memsz) lies inside the manifest code section [vaddr, vaddr+size) that names this ELF and inside the code
+    region the memory plan gives the model on that chip. Otherwise loading the program overwrites another program, the
+    command stream or another model's memory (001 §6.2 item 1: addresses must be unambiguous).
+    """
 
     id = "ELF004"
-    group = Group.ELF
-    needs = _PKG
     sections = ("001 §6.2 item 1", "001 §6.1", "001 §15.1 item 7")
-    explanation = (
-        "Each PT_LOAD's file bytes lie inside the file; loaded segments do not overlap each other; every "
-        "segment [p_vaddr, p_vaddr+p_memsz) lies inside the manifest code section [vaddr, vaddr+size) that "
-        "names this ELF and inside the code region the memory plan gives the model on that chip. Otherwise "
-        "loading the program overwrites another program, the command stream or another model's memory (001 "
-        "§6.2 item 1: addresses must be unambiguous)."
-    )
+    passed = "{n} programs load inside their sections and code regions"
 
-    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
-        n = 0
-        for p in programs(ctx):
-            if p.info is None:
-                yield self.skip(str(p.skip), file=p.file)
+    def check_program(self, ctx: ValidationContext, p: Program, info: ElfInfo) -> Iterator[Finding]:
+        loads = [s for s in info.segments if s.type == PT_LOAD]
+        for seg in loads:
+            where = f"/program_headers/{seg.index}"
+            end = seg.vaddr + seg.memsz
+            if seg.offset + seg.filesz > info.file_size:
+                yield self.problem(
+                    "segment bytes run past the end of the file",
+                    file=p.file,
+                    field=where,
+                    expected=f"offset+filesz <= {info.file_size}",
+                    found=seg.offset + seg.filesz,
+                )
+            if end > U64:
+                yield self.problem("segment wraps the 64-bit address space", file=p.file, field=where)
                 continue
-            n += 1
-            loads = [s for s in p.info.segments if s.type == PT_LOAD]
-            for seg in loads:
-                where = f"/program_headers/{seg.index}"
-                end = seg.vaddr + seg.memsz
-                if seg.offset + seg.filesz > p.info.file_size:
-                    yield self.problem(
-                        "segment bytes run past the end of the file",
+            s = p.section
+            if not (s.vaddr <= seg.vaddr and end <= s.end):
+                yield self.problem(
+                    f"segment is outside its manifest section {s.name}",
+                    file=p.file,
+                    field=where,
+                    expected=f"within [0x{s.vaddr:x}, 0x{s.end:x})",
+                    found=f"[0x{seg.vaddr:x}, 0x{end:x})",
+                )
+            for chip in s.chips:
+                if chip not in p.model.target_chips:
+                    continue  # a section on a foreign chip is CHIP003/CHIP004
+                regions = [
+                    r for r in ctx.pkg.regions_on(chip) if r.owner == p.model.alias and r.kind is SectionKind.CODE
+                ]
+                if not regions:
+                    yield self.skip(
+                        f"no code region of {p.model.alias!r} on chip {chip} to check against (MEM004)",
                         file=p.file,
                         field=where,
-                        expected=f"offset+filesz <= {p.info.file_size}",
-                        found=seg.offset + seg.filesz,
                     )
-                if end > U64:
-                    yield self.problem("segment wraps the 64-bit address space", file=p.file, field=where)
-                    continue
-                s = p.section
-                if not (s.vaddr <= seg.vaddr and end <= s.end):
+                elif not any(r.vaddr <= seg.vaddr and end <= r.end for r in regions):
                     yield self.problem(
-                        f"segment is outside its manifest section {s.name}",
+                        f"segment is outside the code region of {p.model.alias!r} on chip {chip}",
                         file=p.file,
                         field=where,
-                        expected=f"within [0x{s.vaddr:x}, 0x{s.end:x})",
+                        expected=" or ".join(f"[0x{r.vaddr:x}, 0x{r.end:x})" for r in regions),
                         found=f"[0x{seg.vaddr:x}, 0x{end:x})",
                     )
-                for chip in s.chips:
-                    if chip not in p.model.target_chips:
-                        continue  # a section on a foreign chip is CHIP003/CHIP004
-                    regions = [
-                        r for r in pkg.regions_on(chip) if r.owner == p.model.alias and r.kind is SectionKind.CODE
-                    ]
-                    if not regions:
-                        yield self.skip(
-                            f"no code region of {p.model.alias!r} on chip {chip} to check against (MEM004)",
-                            file=p.file,
-                            field=where,
-                        )
-                    elif not any(r.vaddr <= seg.vaddr and end <= r.end for r in regions):
-                        yield self.problem(
-                            f"segment is outside the code region of {p.model.alias!r} on chip {chip}",
-                            file=p.file,
-                            field=where,
-                            expected=" or ".join(f"[0x{r.vaddr:x}, 0x{r.end:x})" for r in regions),
-                            found=f"[0x{seg.vaddr:x}, 0x{end:x})",
-                        )
-            ordered = sorted(loads, key=lambda x: x.vaddr)
-            for a, b in itertools.pairwise(ordered):
-                if b.vaddr < a.vaddr + a.memsz:
-                    yield self.problem(
-                        f"PT_LOAD segments {a.index} and {b.index} overlap",
-                        file=p.file,
-                        field=f"/program_headers/{b.index}",
-                    )
-        yield self.note(f"{n} programs load inside their sections and code regions")
+        ordered = sorted(loads, key=lambda x: x.vaddr)
+        for a, b in itertools.pairwise(ordered):
+            if b.vaddr < a.vaddr + a.memsz:
+                yield self.problem(
+                    f"PT_LOAD segments {a.index} and {b.index} overlap",
+                    file=p.file,
+                    field=f"/program_headers/{b.index}",
+                )
 
 
-class SegmentFlags(Rule):
-    """Every segment has filesz <= memsz, and none is both writable and executable (W^X)."""
+class SegmentFlags(ProgramRule):
+    """Every segment has filesz <= memsz, and none is both writable and executable (W^X).
+
+    p_filesz > p_memsz would copy file bytes past the segment's memory; a segment both writable and executable lets a
+    data fault become code execution on the CalCore, and since the fault scope of a chip may be the whole board (001
+    §11.3) this is refused outright (W^X).
+    """
 
     id = "ELF005"
-    group = Group.ELF
-    needs = _PKG
     sections = ("001 §6.1", "001 §11.3")
-    explanation = (
-        "p_filesz > p_memsz would copy file bytes past the segment's memory; a segment both writable and "
-        "executable lets a data fault become code execution on the CalCore, and since the fault scope of a "
-        "chip may be the whole board (001 §11.3) this is refused outright (W^X)."
-    )
+    passed = "{n} programs: filesz <= memsz and W^X hold"
 
-    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        n = 0
-        for p in programs(ctx):
-            if p.info is None:
-                yield self.skip(str(p.skip), file=p.file)
-                continue
-            n += 1
-            for seg in p.info.segments:
-                where = f"/program_headers/{seg.index}"
-                if seg.type == PT_LOAD and seg.filesz > seg.memsz:
-                    yield self.problem(
-                        "p_filesz exceeds p_memsz",
-                        file=p.file,
-                        field=where,
-                        expected=f"<= {seg.memsz}",
-                        found=seg.filesz,
-                    )
-                if seg.flags & PF_W and seg.flags & PF_X:
-                    yield self.problem(
-                        "segment is both writable and executable (W^X)",
-                        file=p.file,
-                        field=f"{where}/p_flags",
-                        expected="not W and X together",
-                        found=_flags(seg.flags),
-                    )
-        yield self.note(f"{n} programs: filesz <= memsz and W^X hold")
+    def check_program(self, ctx: ValidationContext, p: Program, info: ElfInfo) -> Iterator[Finding]:
+        for seg in info.segments:
+            where = f"/program_headers/{seg.index}"
+            if seg.type == PT_LOAD and seg.filesz > seg.memsz:
+                yield self.problem(
+                    "p_filesz exceeds p_memsz",
+                    file=p.file,
+                    field=where,
+                    expected=f"<= {seg.memsz}",
+                    found=seg.filesz,
+                )
+            if seg.flags & PF_W and seg.flags & PF_X:
+                yield self.problem(
+                    "segment is both writable and executable (W^X)",
+                    file=p.file,
+                    field=f"{where}/p_flags",
+                    expected="not W and X together",
+                    found=_flags(seg.flags),
+                )
 
 
 def _flags(flags: int) -> str:
     return ("R" if flags & PF_R else "-") + ("W" if flags & PF_W else "-") + ("X" if flags & PF_X else "-")
 
 
-class BindingNote(Rule):
-    """The PT_NOTE binding (graph, kind, chip, calcore) agrees with the manifest and the file name."""
+class BindingNote(ProgramRule):
+    """The PT_NOTE binding (graph, kind, chip, calcore) agrees with the manifest and the file name.
+
+    Each program carries one PT_NOTE named 'Calculet' (type 1) with 'graph=…;kind=…;chip=…;calcore=…'
+    (calctl.package.binding). It must name the graph, graph kind, chip and CalCore of the manifest section that loads
+    it, and the file must be <model>/<kind>/ccu<calcore>_chip<chip>.elf (docs/package-format.md). A program moved to
+    another graph, chip or core (001 §3 forbids renaming subgraphs or reusing another chip's program) is caught here.
+    """
 
     id = "ELF006"
-    group = Group.ELF
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.4", "001 §3", "docs/package-format.md")
-    explanation = (
-        "Each program carries one PT_NOTE named 'Calculet' (type 1) with 'graph=…;kind=…;chip=…;calcore=…' "
-        "(calctl.package.binding). It must name the graph, graph kind, chip and CalCore of the manifest "
-        "section that loads it, and the file must be <model>/<kind>/ccu<calcore>_chip<chip>.elf (docs/package-format.md). "
-        "A program moved to another graph, chip or core (001 §3 forbids renaming subgraphs or reusing another "
-        "chip's program) is caught here."
-    )
+    passed = "{n} programs are bound to their graph, kind, chip and CalCore"
 
-    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        n = 0
-        for p in programs(ctx):
-            if p.info is None:
-                yield self.skip(str(p.skip), file=p.file)
-                continue
-            n += 1
-            s, g = p.section, p.graph
-            chip = s.chips[0] if len(s.chips) == 1 else None
-            want_name = f"ccu{s.calcore}_chip{chip}.elf"
-            path = PurePosixPath(p.file)
-            if path.name != want_name:
+    def check_program(self, ctx: ValidationContext, p: Program, info: ElfInfo) -> Iterator[Finding]:
+        s, g = p.section, p.graph
+        chip = s.chips[0] if len(s.chips) == 1 else None
+        want_name = f"ccu{s.calcore}_chip{chip}.elf"
+        path = PurePosixPath(p.file)
+        if path.name != want_name:
+            yield self.problem(
+                "file name does not match its section's CalCore and chip",
+                file=p.file,
+                field=f"{s.pointer}/file",
+                expected=want_name,
+                found=path.name,
+            )
+        if path.parent.name != g.kind.value:
+            yield self.problem(
+                "program is not in its graph kind's directory",
+                file=p.file,
+                field=f"{s.pointer}/file",
+                expected=f"<model>/{g.kind.value}/{want_name}",
+                found=p.file,
+            )
+        notes = [
+            nt for nt in info.notes if nt.name == binding.NOTE_NAME.decode() and nt.type == binding.NT_CALCULET_BINDING
+        ]
+        if len(notes) != 1:
+            yield self.problem(
+                "expected exactly one Calculet binding note",
+                file=p.file,
+                field="/notes",
+                expected=1,
+                found=len(notes),
+            )
+            return
+        bound = binding.parse_binding(notes[0].desc)
+        want = {"graph": g.name, "kind": g.kind.value, "chip": str(chip), "calcore": str(s.calcore)}
+        for key, value in want.items():
+            if bound.get(key) != value:
                 yield self.problem(
-                    "file name does not match its section's CalCore and chip",
+                    f"binding note {key} disagrees with the manifest",
                     file=p.file,
-                    field=f"{s.pointer}/file",
-                    expected=want_name,
-                    found=path.name,
+                    field=f"/notes/binding/{key}",
+                    expected=value,
+                    found=bound.get(key, "absent"),
                 )
-            if path.parent.name != g.kind.value:
-                yield self.problem(
-                    "program is not in its graph kind's directory",
-                    file=p.file,
-                    field=f"{s.pointer}/file",
-                    expected=f"<model>/{g.kind.value}/{want_name}",
-                    found=p.file,
-                )
-            notes = [
-                nt
-                for nt in p.info.notes
-                if nt.name == binding.NOTE_NAME.decode() and nt.type == binding.NT_CALCULET_BINDING
-            ]
-            if len(notes) != 1:
-                yield self.problem(
-                    "expected exactly one Calculet binding note",
-                    file=p.file,
-                    field="/notes",
-                    expected=1,
-                    found=len(notes),
-                )
-                continue
-            bound = binding.parse_binding(notes[0].desc)
-            want = {"graph": g.name, "kind": g.kind.value, "chip": str(chip), "calcore": str(s.calcore)}
-            for key, value in want.items():
-                if bound.get(key) != value:
-                    yield self.problem(
-                        f"binding note {key} disagrees with the manifest",
-                        file=p.file,
-                        field=f"/notes/binding/{key}",
-                        expected=value,
-                        found=bound.get(key, "absent"),
-                    )
-        yield self.note(f"{n} programs are bound to their graph, kind, chip and CalCore")
 
 
 RULES: tuple[type[Rule], ...] = (

@@ -9,26 +9,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.base import Finding, Need, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext
 from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS, SEAL_FILES
 
 
 class ListedFilesMatch(Rule):
-    """checksums.sha256 parses, and every file it lists is present and has that SHA-256."""
+    """checksums.sha256 parses, and every file it lists is present and has that SHA-256.
+
+    checksums.sha256 is coreutils format (`sha256sum -c --strict` works inside the package), sorted, one line per file,
+    never listing itself or the signature. Every listed file must be present, a regular file, and hash to the listed
+    digest (001 §16 PR1: a bad hash is rejected before start-up). Files are hashed in parallel (--jobs) and streamed in
+    8 MiB chunks, so memory stays flat for multi-GiB parameter blobs. A listed file over the size limit is not hashed
+    and is reported as a skip (LAY005 fails it). Content rules (ELF, golden, tokenizer) parse only files that passed
+    this check.
+    """
 
     id = "HASH001"
-    group = Group.HASH
     sections = ("docs/package-format.md", "001 §6.1", "001 §12 Phase 0 item 1", "001 §16 PR1")
-    explanation = (
-        "checksums.sha256 is coreutils format (`sha256sum -c --strict` works inside the package), sorted, one "
-        "line per file, never listing itself or the signature. Every listed file must be present, a regular "
-        "file, and hash to the listed digest (001 §16 PR1: a bad hash is rejected before start-up). Files are "
-        "hashed in parallel (--jobs) and streamed in 8 MiB chunks, so memory stays flat for multi-GiB "
-        "parameter blobs. A listed file over the size limit is not hashed and is reported as a skip (LAY005 "
-        "fails it). Content rules (ELF, golden, tokenizer) parse only files that passed this check."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         state = ctx.checksums
@@ -58,17 +57,16 @@ class ListedFilesMatch(Rule):
 
 
 class AllFilesListed(Rule):
-    """Every regular file in the package (but the checksums and signature) is listed in checksums.sha256."""
+    """Every regular file in the package (but the checksums and signature) is listed in checksums.sha256.
+
+    A file that is not listed is not covered by the signature: a loader could read it although nobody signed it. Every
+    regular file except checksums.sha256 and checksums.sha256.sig must be listed. Links and special files are LAY001's
+    finding.
+    """
 
     id = "HASH002"
-    group = Group.HASH
     needs = frozenset({Need.ROOT, Need.CHECKSUMS})
     sections = ("docs/package-format.md", "001 §6.3")
-    explanation = (
-        "A file that is not listed is not covered by the signature: a loader could read it although nobody "
-        "signed it. Every regular file except checksums.sha256 and checksums.sha256.sig must be listed. "
-        "Links and special files are LAY001's finding."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         listed = ctx.checksums.listed

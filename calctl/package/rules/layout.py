@@ -12,7 +12,7 @@ from typing import Any
 
 from calctl.package import reader, yamlsafe
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, RESERVED_INFO
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext, path_problem, shown
 from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS, SIGNATURE
@@ -34,18 +34,16 @@ DOCUMENT_LIMITS = {
 
 
 class EntryTypes(Rule):
-    """Every entry is a regular file or a directory: no symlinks, devices, FIFOs or sockets."""
+    """Every entry is a regular file or a directory: no symlinks, devices, FIFOs or sockets.
+
+    A package holds regular files only. Every symlink is refused, whether it stays inside the package or leaves it (a
+    link inside can be re-pointed after signing; a link outside makes the loader read unsigned host files). Device
+    files, FIFOs and sockets are refused because reading them blocks or touches hardware. The validator never follows a
+    link while walking or reading the package, and a directory it cannot list is reported, not silently ignored.
+    """
 
     id = "LAY001"
-    group = Group.LAYOUT
     sections = ("docs/package-format.md", "001 §6.3", "001 §6.4")
-    explanation = (
-        "A package holds regular files only. Every symlink is refused, whether it stays inside the package or "
-        "leaves it (a link inside can be re-pointed after signing; a link outside makes the loader read "
-        "unsigned host files). Device files, FIFOs and sockets are refused because reading them blocks or "
-        "touches hardware. The validator never follows a link while walking or reading the package, and a "
-        "directory it cannot list is reported, not silently ignored."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         assert ctx.root is not None
@@ -89,20 +87,18 @@ def _link_leaves(ctx: ValidationContext, rel: str, target: str) -> bool:
 
 
 class PathSafety(Rule):
-    """Every path (on disk, in checksums, manifest and provenance) is a safe relative POSIX path."""
+    """Every path (on disk, in checksums, manifest and provenance) is a safe relative POSIX path.
+
+    Paths are package-relative POSIX names: no absolute paths, no '..', no empty or '.' components, no backslashes, no
+    control characters (C0, DEL, C1) or Unicode line separators (U+2028, U+2029), valid UTF-8, bounded length: the rules
+    of checksums.sha256, so every reader splits a name the same way. This covers the names on disk, the paths in
+    checksums.sha256, every file the manifest names (sections, parameters, tokenizer, golden) and the provenance
+    subjects, so no field can make a loader reach outside the package. Two names that differ only by case are refused
+    too: on a case-insensitive file system they are one file.
+    """
 
     id = "LAY002"
-    group = Group.LAYOUT
     sections = ("docs/package-format.md", "001 §6.3", "001 §10.4")
-    explanation = (
-        "Paths are package-relative POSIX names: no absolute paths, no '..', no empty or '.' components, no "
-        "backslashes, no control characters (C0, DEL, C1) or Unicode line separators (U+2028, U+2029), valid "
-        "UTF-8, bounded length: the rules of checksums.sha256, so every reader splits a name the same way. "
-        "This covers the names on disk, the "
-        "paths in checksums.sha256, every file the manifest names (sections, parameters, tokenizer, golden) "
-        "and the provenance subjects, so no field can make a loader reach outside the package. Two names that "
-        "differ only by case are refused too: on a case-insensitive file system they are one file."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         assert ctx.root is not None
@@ -156,17 +152,15 @@ def _manifest_paths(node: Any, pointer: str) -> Iterator[tuple[str, Any]]:
 
 
 class HiddenFiles(Rule):
-    """No hidden files or directories (a name starting with '.')."""
+    """No hidden files or directories (a name starting with '.').
+
+    Hidden entries (.DS_Store, .git, editor swap files, half-written '.tmp' files) are invisible in a normal listing and
+    are refused by `calctl pack`, so a package containing one was not produced by the packer (001 §6.2 item 7: the
+    combined package must come from the compiler/packer, not be assembled by hand).
+    """
 
     id = "LAY003"
-    group = Group.LAYOUT
     sections = ("docs/package-format.md", "001 §6.3")
-    explanation = (
-        "Hidden entries (.DS_Store, .git, editor swap files, half-written '.tmp' files) are invisible in a "
-        "normal listing and are refused by `calctl pack`, so a package containing one was not produced by the "
-        "packer (001 §6.2 item 7: the combined package must come from the compiler/packer, not be assembled "
-        "by hand)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         n = 0
@@ -178,17 +172,16 @@ class HiddenFiles(Rule):
 
 
 class RequiredFiles(Rule):
-    """The package-level files exist: manifest, reserved-memory info, checksums, compatibility, provenance."""
+    """The package-level files exist: manifest, reserved-memory info, checksums, compatibility, provenance.
+
+    Every package carries manifest.yaml, model_memory_reserved_info.txt, checksums.sha256, compatibility.json and
+    build-provenance.json at its top level (the 001 §6.3 directory contract plus the §15.1 deliverables: compatibility
+    matrix, provenance, memory report). The detached signature checksums.sha256.sig is checked by SIG001, so that
+    --allow-unsigned can downgrade it.
+    """
 
     id = "LAY004"
-    group = Group.LAYOUT
     sections = ("docs/package-format.md", "001 §6.3", "001 §15.1 items 5-7")
-    explanation = (
-        "Every package carries manifest.yaml, model_memory_reserved_info.txt, checksums.sha256, "
-        "compatibility.json and build-provenance.json at its top level (the 001 §6.3 directory contract plus "
-        "the §15.1 deliverables: compatibility matrix, provenance, memory report). The detached signature "
-        "checksums.sha256.sig is checked by SIG001, so that --allow-unsigned can downgrade it."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         for name in REQUIRED_FILES:
@@ -198,19 +191,17 @@ class RequiredFiles(Rule):
 
 
 class SizeLimitsRule(Rule):
-    """File sizes, total size and file count stay within the limits; small documents stay small."""
+    """File sizes, total size and file count stay within the limits; small documents stay small.
+
+    A single file may not exceed the per-file limit (default 64 GiB: the reference board package holds two ~8.5 GiB
+    parameter blobs, 001 §3), the package may not exceed the total limit (256 GiB) or the file-count limit (10,000). The
+    structured documents have their own small ceilings, checked before they are parsed: manifest.yaml 4 MiB,
+    compatibility.json and build-provenance.json 16 MiB, checksums.sha256 64 MiB, model_memory_reserved_info.txt 1 MiB.
+    A file over its limit is neither hashed nor parsed; HASH001 and the content rules say they skipped it.
+    """
 
     id = "LAY005"
-    group = Group.LAYOUT
     sections = ("docs/package-format.md", "001 §3")
-    explanation = (
-        "A single file may not exceed the per-file limit (default 64 GiB: the reference board package holds "
-        "two ~8.5 GiB parameter blobs, 001 §3), the package may not exceed the total limit (256 GiB) or the "
-        "file-count limit (10,000). The structured documents have their own small ceilings, checked before "
-        "they are parsed: manifest.yaml 4 MiB, compatibility.json and build-provenance.json 16 MiB, "
-        "checksums.sha256 64 MiB, model_memory_reserved_info.txt 1 MiB. A file over its limit is neither "
-        "hashed nor parsed; HASH001 and the content rules say they skipped it."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         limits = ctx.policy.limits
@@ -248,20 +239,18 @@ class SizeLimitsRule(Rule):
         yield self.note(f"{len(files)} files, {total} bytes, all within limits")
 
 
-class AccountedFiles(Rule):
-    """Every file is a package-level file or is named by the manifest: no stray files."""
+class AccountedFiles(PackageRule):
+    """Every file is a package-level file or is named by the manifest: no stray files.
+
+    The manifest must account for everything a package ships (001 §10.4: nothing is found by guessing). A file that is
+    neither a package-level file (manifest, reserved-memory info, checksums, signature, compatibility, provenance) nor
+    named by a section, parameter tensor, tokenizer or golden entry is refused: it is either a leftover of a
+    hand-assembled package or content a loader might pick up by name. Files the manifest names but that are absent are
+    MAN007.
+    """
 
     id = "LAY006"
-    group = Group.LAYOUT
-    needs = frozenset({Need.ROOT, Need.MANIFEST})
     sections = ("docs/package-format.md", "001 §6.3", "001 §10.4")
-    explanation = (
-        "The manifest must account for everything a package ships (001 §10.4: nothing is found by guessing). "
-        "A file that is neither a package-level file (manifest, reserved-memory info, checksums, signature, "
-        "compatibility, provenance) nor named by a section, parameter tensor, tokenizer or golden entry is "
-        "refused: it is either a leftover of a hand-assembled package or content a loader might pick up by "
-        "name. Files the manifest names but that are absent are MAN007."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         referenced = {r.rel for r in ctx.references}
@@ -276,18 +265,17 @@ class AccountedFiles(Rule):
 
 
 class ArchiveExtraction(Rule):
-    """A packed package (.tar) extracts safely: no absolute, '..', link, device or oversized member."""
+    """A packed package (.tar) extracts safely: no absolute, '..', link, device or oversized member.
+
+    A .tar package is checked member by member before anything is written (calctl.package.archive): absolute names,
+    '..', hard or symbolic links, devices and FIFOs, oversized members, duplicate members and corrupt archives are
+    refused. When this fails nothing was extracted, so every other rule reports a skip naming LAY007. A directory
+    package passes trivially.
+    """
 
     id = "LAY007"
-    group = Group.LAYOUT
     needs = frozenset()
     sections = ("docs/package-format.md", "001 §6.3")
-    explanation = (
-        "A .tar package is checked member by member before anything is written (calctl.package.archive): "
-        "absolute names, '..', hard or symbolic links, devices and FIFOs, oversized members, duplicate members "
-        "and corrupt archives are refused. When this fails nothing was extracted, so every other rule reports "
-        "a skip naming LAY007. A directory package passes trivially."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         if ctx.root is None:

@@ -13,11 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from calctl.package.model import DTYPE_BYTES, MANIFEST, RESERVED_INFO, Model, SectionKind
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
 from calctl.package.rules.layout import RESERVED_INFO_MAX_BYTES
 
-_PKG = frozenset({Need.ROOT, Need.MANIFEST})
 U64 = 1 << 64
 
 
@@ -37,36 +36,30 @@ def kv_formula_bytes(m: Model) -> int:
     )
 
 
-class RegionsDisjoint(Rule):
-    """On each chip, memory regions do not overlap and stay inside the 64-bit address space."""
+class RegionsDisjoint(PackageRule):
+    """On each chip, memory regions do not overlap and stay inside the 64-bit address space.
+
+    The compiler produces one address plan per chip for A and B together (001 §6.2, path A). Numbers may repeat across
+    chips (item 1), but on one chip no two regions, of the same or of different models, may overlap: overlapping
+    weights, KV or workspace are silent corruption.
+    """
 
     id = "MEM001"
-    group = Group.MEMORY
-    needs = _PKG
     sections = ("001 §6.2 items 1-3", "001 §15.1 item 7")
-    explanation = (
-        "The compiler produces one address plan per chip for A and B together (001 §6.2, path A). Numbers may "
-        "repeat across chips (item 1), but on one chip no two regions, of the same or of different models, "
-        "may overlap: overlapping weights, KV or workspace are silent corruption."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         for chip in sorted({r.chip for r in pkg.memory_plan}):
             regions = sorted(pkg.regions_on(chip), key=lambda r: (r.vaddr, r.end))
             for r in regions:
                 if r.end > U64:
-                    yield self.problem(
-                        f"region {r.name} wraps the 64-bit address space", file=MANIFEST, field=r.pointer
-                    )
+                    yield self.manifest_problem(f"region {r.name} wraps the 64-bit address space", field=r.pointer)
             for i, a in enumerate(regions):
                 for b in regions[i + 1 :]:
                     if b.vaddr >= a.end:
                         break
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"regions {a.name} ({a.owner}) and {b.name} ({b.owner}) overlap on chip {chip}",
-                        file=MANIFEST,
                         field=b.pointer,
                         expected=f"start >= 0x{a.end:x}",
                         found=f"0x{b.vaddr:x}",
@@ -74,31 +67,27 @@ class RegionsDisjoint(Rule):
         yield self.note(f"{len(pkg.memory_plan)} regions, disjoint on each chip")
 
 
-class FitsChipDram(Rule):
-    """Each chip's reserved regions fit its own local DRAM (device_cfg.chip_dram_bytes)."""
+class FitsChipDram(PackageRule):
+    """Each chip's reserved regions fit its own local DRAM (device_cfg.chip_dram_bytes).
+
+    Capacity is judged per chip, never as the board total (001 §8.2): the regions reserved on a chip must add up to no
+    more than that chip's local DRAM. (The 75-80 % safety line and the reserve are capacity policy, checked by `calctl
+    budget`; this rule rejects plans that cannot fit at all.)
+    """
 
     id = "MEM002"
-    group = Group.MEMORY
-    needs = _PKG
     sections = ("001 §8.1", "001 §8.2", "001 §3")
-    explanation = (
-        "Capacity is judged per chip, never as the board total (001 §8.2): the regions reserved on a chip must "
-        "add up to no more than that chip's local DRAM. (The 75-80 % safety line and the reserve are capacity "
-        "policy, checked by `calctl budget`; this rule rejects plans that cannot fit at all.)"
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         dram = pkg.device_cfg.chip_dram_bytes
         totals = []
         for chip in sorted({r.chip for r in pkg.memory_plan}):
             total = sum(r.size for r in pkg.regions_on(chip))
             totals.append(f"chip {chip} {total}/{dram}")
             if total > dram:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"chip {chip} reserves more than its DRAM",
-                    file=MANIFEST,
                     field="/memory_plan",
                     expected=f"<= {dram} bytes",
                     found=f"{total} bytes",
@@ -106,39 +95,34 @@ class FitsChipDram(Rule):
         yield self.note("reserved bytes per chip: " + ", ".join(totals))
 
 
-class PrivateRegions(Rule):
-    """Every region belongs to one model of the package that runs on that chip: A and B share no writable memory."""
+class PrivateRegions(PackageRule):
+    """Every region belongs to one model of the package that runs on that chip: A and B share no writable memory.
+
+    A and B must not share writable state (001 §6.2 item 2); their KV bases, sync units and completion information are
+    independent (item 3). Every region's owner is an alias of the package, and that model targets the chip the region is
+    on: no 'shared' region, no region of A on B's chip. (A.prefill and A.decode may reuse A's workspace: that is one
+    owner.)
+    """
 
     id = "MEM003"
-    group = Group.MEMORY
-    needs = _PKG
     sections = ("001 §6.2 items 2-3", "001 §4")
-    explanation = (
-        "A and B must not share writable state (001 §6.2 item 2); their KV bases, sync units and completion "
-        "information are independent (item 3). Every region's owner is an alias of the package, and that "
-        "model targets the chip the region is on: no 'shared' region, no region of A on B's chip. (A.prefill "
-        "and A.decode may reuse A's workspace: that is one owner.)"
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         models = {m.alias: m for m in pkg.models}
         for r in pkg.memory_plan:
             m = models.get(r.owner)
             kind = "writable " if r.writable else ""
             if m is None:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"{kind}region {r.name} is owned by {r.owner!r}, which is not a model of the package",
-                    file=MANIFEST,
                     field=f"{r.pointer}/owner",
                     expected=sorted(models),
                     found=r.owner,
                 )
             elif r.chip not in m.target_chips:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"{kind}region {r.name} of model {r.owner!r} is on chip {r.chip}, which the model does not target",
-                    file=MANIFEST,
                     field=f"{r.pointer}/owner",
                     expected=f"chip in {list(m.target_chips)}",
                     found=r.chip,
@@ -146,23 +130,20 @@ class PrivateRegions(Rule):
         yield self.note("every region is private to a model on its own chip")
 
 
-class SectionsInRegions(Rule):
-    """Every section lies inside a region of the same owner and kind on each of its model's chips."""
+class SectionsInRegions(PackageRule):
+    """Every section lies inside a region of the same owner and kind on each of its model's chips.
+
+    The memory plan must account for every section: on each chip the section is placed on (and its model targets),
+    [vaddr, vaddr+size) lies inside one region with the same owner and the same kind (code in code, KV in KV, ...). A
+    section outside every region uses memory nobody reserved. Sections reaching chips their model does not target are
+    CHIP003/CHIP004 findings and are not repeated here.
+    """
 
     id = "MEM004"
-    group = Group.MEMORY
-    needs = _PKG
     sections = ("001 §6.2 items 1-2", "001 §15.1 item 7")
-    explanation = (
-        "The memory plan must account for every section: on each chip the section is placed on (and its model "
-        "targets), [vaddr, vaddr+size) lies inside one region with the same owner and the same kind (code in "
-        "code, KV in KV, ...). A section outside every region uses memory nobody reserved. Sections reaching "
-        "chips their model does not target are CHIP003/CHIP004 findings and are not repeated here."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             for s in m.all_sections():
@@ -172,10 +153,9 @@ class SectionsInRegions(Rule):
                     n += 1
                     candidates = [r for r in pkg.regions_on(chip) if r.owner == m.alias and r.kind is s.kind]
                     if not any(r.vaddr <= s.vaddr and s.end <= r.end for r in candidates):
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"section {s.name} ({s.kind.value}) on chip {chip} is "
                             f"not inside a {s.kind.value} region of {m.alias!r}",
-                            file=MANIFEST,
                             field=s.pointer,
                             expected=" or ".join(f"[0x{r.vaddr:x}, 0x{r.end:x})" for r in candidates)
                             or f"a {s.kind.value} region",
@@ -184,32 +164,28 @@ class SectionsInRegions(Rule):
         yield self.note(f"{n} section placements inside their regions")
 
 
-class KvSize(Rule):
-    """The KV size, section and region match the KV formula for the declared context, sequences and dtype."""
+class KvSize(PackageRule):
+    """The KV size, section and region match the KV formula for the declared context, sequences and dtype.
+
+    KV_bytes = 2 x n_layers x n_kv_heads x head_dim x ceil(context/block) x block x max_sequences x bytes(kv dtype) (001
+    §8.1; for the reference Qwen3-30B-A3B BF16 this is 3.750 GiB at 40960 tokens, §3). kv.bytes must equal it for the
+    declared context_limit, the kv section must be exactly kv.bytes, and the model's KV region on each chip must hold at
+    least kv.bytes. A smaller KV overruns into the next region at long context; a larger one hides a different context
+    or batch than declared.
+    """
 
     id = "MEM005"
-    group = Group.MEMORY
-    needs = _PKG
     sections = ("001 §8.1", "001 §3", "docs/budget.md", "000 §9")
-    explanation = (
-        "KV_bytes = 2 x n_layers x n_kv_heads x head_dim x ceil(context/block) x block x max_sequences x "
-        "bytes(kv dtype) (001 §8.1; for the reference Qwen3-30B-A3B BF16 this is 3.750 GiB at 40960 tokens, "
-        "§3). kv.bytes must equal it for the declared context_limit, the kv section must be exactly kv.bytes, "
-        "and the model's KV region on each chip must hold at least kv.bytes. A smaller KV overruns into the "
-        "next region at long context; a larger one hides a different context or batch than declared."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         for m in pkg.models:
             want = kv_formula_bytes(m)
             if m.kv.bytes != want:
                 a = m.architecture
-                yield self.problem(
+                yield self.manifest_problem(
                     f"kv.bytes of {m.alias!r} does not match 2*{a.n_layers}*{a.n_kv_heads}*{a.head_dim}"
                     f"*ceil({a.context_limit}/{m.kv.block_tokens})*{m.kv.block_tokens}*{m.kv.max_sequences}*{DTYPE_BYTES[m.kv.dtype]}",
-                    file=MANIFEST,
                     field=f"{m.pointer}/kv/bytes",
                     expected=want,
                     found=m.kv.bytes,
@@ -224,9 +200,8 @@ class KvSize(Rule):
                 continue
             section = named[0]
             if section.size != m.kv.bytes:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"kv section {section.name} is not kv.bytes",
-                    file=MANIFEST,
                     field=f"{section.pointer}/size",
                     expected=m.kv.bytes,
                     found=section.size,
@@ -234,13 +209,12 @@ class KvSize(Rule):
             for chip in m.target_chips:
                 regions = [r for r in pkg.regions_on(chip) if r.owner == m.alias and r.kind is SectionKind.KV]
                 if not regions:
-                    yield self.problem(
-                        f"model {m.alias!r} has no kv region on chip {chip}", file=MANIFEST, field="/memory_plan"
+                    yield self.manifest_problem(
+                        f"model {m.alias!r} has no kv region on chip {chip}", field="/memory_plan"
                     )
                 elif sum(r.size for r in regions) < want:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"kv region of {m.alias!r} on chip {chip} is smaller than the KV formula",
-                        file=MANIFEST,
                         field=regions[0].pointer,
                         expected=f">= {want}",
                         found=sum(r.size for r in regions),
@@ -314,25 +288,21 @@ def _perm(kind: SectionKind, writable: bool) -> str:
     return "rw-" if writable else ("r-x" if kind is SectionKind.CODE else "r--")
 
 
-class ReservedInfoAgrees(Rule):
-    """model_memory_reserved_info.txt parses and agrees with the manifest memory plan and chip DRAM."""
+class ReservedInfoAgrees(PackageRule):
+    """model_memory_reserved_info.txt parses and agrees with the manifest memory plan and chip DRAM.
+
+    The reservation file is what people and vendor tools read (the 14.075 GiB per-chip plan of 001 §3 came from it); it
+    must say exactly what the manifest's memory_plan says. Format: '# comments', 'chip <n> dram <bytes>', 'region <name>
+    <owner> <kind> <start hex> <end hex> <size> <perm>', 'total <bytes>'. Every chip of the plan appears once with dram
+    = device_cfg.chip_dram_bytes; every region appears once with the same owner, kind, start, end = start + size, size
+    and permission (rw- writable, r-x code, r-- otherwise); the total is the sum of the chip's region sizes.
+    """
 
     id = "MEM006"
-    group = Group.MEMORY
-    needs = _PKG
     sections = ("001 §3", "001 §6.3", "001 §15.1 item 7")
-    explanation = (
-        "The reservation file is what people and vendor tools read (the 14.075 GiB per-chip plan of 001 §3 "
-        "came from it); it must say exactly what the manifest's memory_plan says. Format: '# comments', "
-        "'chip <n> dram <bytes>', 'region <name> <owner> <kind> <start hex> <end hex> <size> <perm>', "
-        "'total <bytes>'. Every chip of the plan appears once with dram = device_cfg.chip_dram_bytes; every "
-        "region appears once with the same owner, kind, start, end = start + size, size and permission "
-        "(rw- writable, r-x code, r-- otherwise); the total is the sum of the chip's region sizes."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         try:
             raw = ctx.read_bytes(RESERVED_INFO, RESERVED_INFO_MAX_BYTES)
         except ReadProblem as exc:
@@ -411,28 +381,23 @@ class ReservedInfoAgrees(Rule):
         yield self.note(f"agrees with the memory plan for chips {plan_chips}")
 
 
-class RegionPermissions(Rule):
-    """Region permissions match their kind: code, command and params read-only; KV, workspace, I/O, runtime writable."""
+class RegionPermissions(PackageRule):
+    """Region permissions match their kind: code, command and params read-only; KV, workspace, I/O, runtime writable.
+
+    Weights, programs and command streams are never written at run time; marking them writable lets a fault in one job
+    corrupt what every later job reads. KV, workspace, I/O staging and runtime metadata are written and must be declared
+    writable so the A/B no-shared-writable-state rule (001 §6.2 item 2, MEM003) sees them.
+    """
 
     id = "MEM007"
-    group = Group.MEMORY
-    needs = _PKG
     sections = ("001 §6.2 item 2", "001 §11.3")
-    explanation = (
-        "Weights, programs and command streams are never written at run time; marking them writable lets a "
-        "fault in one job corrupt what every later job reads. KV, workspace, I/O staging and runtime metadata "
-        "are written and must be declared writable so the A/B no-shared-writable-state rule (001 §6.2 item 2, "
-        "MEM003) sees them."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         for r in pkg.memory_plan:
             if r.writable != r.kind.writable:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"{r.kind.value} region {r.name} has the wrong permission",
-                    file=MANIFEST,
                     field=f"{r.pointer}/writable",
                     expected=r.kind.writable,
                     found=r.writable,
@@ -440,30 +405,25 @@ class RegionPermissions(Rule):
         yield self.note(f"{len(pkg.memory_plan)} region permissions match their kinds")
 
 
-class WorkspaceCoversPeaks(Rule):
-    """Each model's workspace section covers its declared prefill and decode workspace peaks."""
+class WorkspaceCoversPeaks(PackageRule):
+    """Each model's workspace section covers its declared prefill and decode workspace peaks.
+
+    M_required includes workspace_peak(prefill, decode) and the plan is decided on the prefill peak (001 §8.1-§8.2).
+    A.prefill and A.decode may share A's workspace by lifetime (§6.2 item 2), so the model's workspace sections, per
+    chip, must be at least max(prefill_peak_bytes, decode_peak_bytes).
+    """
 
     id = "MEM008"
-    group = Group.MEMORY
-    needs = _PKG
     sections = ("001 §8.1", "001 §6.2 item 2", "001 §15.1 item 7")
-    explanation = (
-        "M_required includes workspace_peak(prefill, decode) and the plan is decided on the prefill peak (001 "
-        "§8.1-§8.2). A.prefill and A.decode may share A's workspace by lifetime (§6.2 item 2), so the "
-        "model's workspace sections, per chip, must be at least max(prefill_peak_bytes, decode_peak_bytes)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             peak = max(m.workspace.prefill_peak_bytes, m.workspace.decode_peak_bytes)
             for chip in m.target_chips:
                 have = sum(s.size for s in m.all_sections() if s.kind is SectionKind.WORKSPACE and chip in s.chips)
                 if have < peak:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"workspace of {m.alias!r} on chip {chip} is smaller than its peak",
-                        file=MANIFEST,
                         field=f"{m.pointer}/workspace",
                         expected=f">= {peak}",
                         found=have,
@@ -471,26 +431,21 @@ class WorkspaceCoversPeaks(Rule):
         yield self.note("workspace sections cover the declared peaks")
 
 
-class SectionFileFits(Rule):
-    """A params or command section's file (from its offset) fits inside the section's size."""
+class SectionFileFits(PackageRule):
+    """A params or command section's file (from its offset) fits inside the section's size.
+
+    A params or command section loads its file, starting at the section's offset, into [vaddr, vaddr+size). File bytes
+    beyond size would be written past the section into the next region (or silently dropped, leaving a model with
+    truncated weights: 001 §3 lists what happens when weights and addresses disagree). The offset must lie inside the
+    file. Code sections are loaded by their ELF program headers instead (ELF004).
+    """
 
     id = "MEM009"
-    group = Group.MEMORY
-    needs = _PKG
     sections = ("001 §6.2 item 1", "001 §3", "001 §15.1 item 7")
-    explanation = (
-        "A params or command section loads its file, starting at the section's offset, into [vaddr, "
-        "vaddr+size). File bytes beyond size would be written past the section into the next region (or "
-        "silently dropped, leaving a model with truncated weights: 001 §3 lists what happens when weights "
-        "and addresses disagree). The offset must lie inside the file. Code sections are loaded by their "
-        "ELF program headers instead (ELF004)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             for s in m.all_sections():
                 if s.file is None or s.kind not in (SectionKind.PARAMS, SectionKind.COMMAND):
                     continue

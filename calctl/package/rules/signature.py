@@ -8,27 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from calctl.package.rules.base import Finding, Group, Rule, Severity
+from calctl.package.rules.base import Finding, Rule, Severity
 from calctl.package.rules.context import ValidationContext
 from calctl.signing.files import SIGNATURE
 from calctl.signing.policy import TEST_KEY_NAME, test_public_key
 
 
 class TrustedSignature(Rule):
-    """checksums.sha256.sig is a valid Ed25519 signature over checksums.sha256 by a trusted key."""
+    """checksums.sha256.sig is a valid Ed25519 signature over checksums.sha256 by a trusted key.
+
+    Chip selection comes entirely from signed, validated metadata (001 §6.4: SubmitJob has no chip argument), and a load
+    must verify signature and hashes before anything else (000 §11 step 2). The detached signature is the raw 64-byte
+    Ed25519 signature over the exact bytes of checksums.sha256, checked against every trusted key (--trusted-key,
+    repeatable, and every *.pub in $CALCTL_TRUSTED_KEYS). An unsigned package, a signature by an untrusted key, or a
+    checksums file changed after signing fails; with --allow-unsigned the same finding is reported as a warning, never
+    silently.
+    """
 
     id = "SIG001"
-    group = Group.SIGNATURE
     sections = ("docs/package-format.md", "001 §6.3", "001 §6.4", "000 §11 step 2", "001 §11")
-    explanation = (
-        "Chip selection comes entirely from signed, validated metadata (001 §6.4: SubmitJob has no chip "
-        "argument), and a load must verify signature and hashes before anything else (000 §11 step 2). The "
-        "detached signature is the raw 64-byte Ed25519 signature over the exact bytes of checksums.sha256, "
-        "checked against every trusted key (--trusted-key, repeatable, and every *.pub in "
-        "$CALCTL_TRUSTED_KEYS). An unsigned package, a signature by an untrusted key, or a checksums file "
-        "changed after signing fails; with --allow-unsigned the same finding is reported as a warning, never "
-        "silently."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         state = ctx.signature
@@ -43,20 +41,18 @@ class TrustedSignature(Rule):
 
 
 class NotTestKey(Rule):
-    """The package is not signed by the published test-only key (a warning: fine for the mock device only)."""
+    """The package is not signed by the published test-only key (a warning: fine for the mock device only).
+
+    calctl-test-only-DO-NOT-TRUST.key is published so that sample packages and fixtures work anywhere; anyone can sign
+    anything with it. A package whose signature verifies with it is accepted (it is in the trust store because the
+    caller put it there, or because the bundled sample is in use) but is reported as a warning: such a package proves
+    nothing about who built it and must never be loaded on a real board (docs/runtime.md §5: claims are labelled for
+    what they are). --fail-on-warn turns this into a rejection.
+    """
 
     id = "SIG002"
-    group = Group.SIGNATURE
     severity = Severity.WARNING
     sections = ("docs/runtime.md §5", "001 §1")
-    explanation = (
-        "calctl-test-only-DO-NOT-TRUST.key is published so that sample packages and fixtures work anywhere; "
-        "anyone can sign anything with it. A package whose signature verifies with it is accepted (it is in "
-        "the trust store because the caller put it there, or because the bundled sample is in use) but is "
-        "reported as a warning: such a package proves nothing about who built it and must never be loaded "
-        "on a real board (docs/runtime.md §5: claims are labelled for what they are). --fail-on-warn turns this into a "
-        "rejection."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         signer = ctx.signature.signer

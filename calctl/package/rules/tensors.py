@@ -16,15 +16,15 @@ from calctl.package.model import (
     MANIFEST,
     NUMPY_DTYPE,
     QUANT_BLOCKS,
+    Graph,
     GraphKind,
     Model,
     SectionKind,
     quant_block_axis,
 )
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import EntryKind, ValidationContext, path_problem
 
-_PKG = frozenset({Need.ROOT, Need.MANIFEST})
 GOLDEN_KEYS = ("prompt", "prefill_logits", "decode_tokens")
 _INT = frozenset({"int8", "uint8", "int16", "int32", "int64"})
 _FLOAT = frozenset({"fp16", "float16", "bf16", "bfloat16", "fp32", "float32"})
@@ -47,25 +47,22 @@ def _golden_array(ctx: ValidationContext, m: Model, key: str) -> tuple[object | 
     return arr, None
 
 
-class GoldenFilesMatch(Rule):
-    """Golden .npy files load without pickle and have exactly the declared dtype and shape."""
+class GoldenFilesMatch(PackageRule):
+    """Golden .npy files load without pickle and have exactly the declared dtype and shape.
+
+    Every model ships golden input and output (001 §6.1, §15.1 item 1): the prompt token ids, the prefill logits and the
+    expected decode tokens. Each is a .npy file that numpy loads with allow_pickle=False (a pickle would execute code)
+    and whose dtype and shape are exactly those the manifest declares; bf16 cannot be stored in .npy and is refused for
+    golden data.
+    """
 
     id = "GOLD001"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §6.1", "001 §6.2 item 6", "001 §13.1", "001 §15.1 item 1")
-    explanation = (
-        "Every model ships golden input and output (001 §6.1, §15.1 item 1): the prompt token ids, the "
-        "prefill logits and the expected decode tokens. Each is a .npy file that numpy loads with "
-        "allow_pickle=False (a pickle would execute code) and whose dtype and shape are exactly those the "
-        "manifest declares; bf16 cannot be stored in .npy and is refused for golden data."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         import numpy as np
 
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             for key in GOLDEN_KEYS:
@@ -78,9 +75,8 @@ class GoldenFilesMatch(Rule):
                 n += 1
                 want = NUMPY_DTYPE.get(spec.dtype)
                 if want is None:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"declared dtype {spec.dtype} cannot be held in a .npy file",
-                        file=MANIFEST,
                         field=f"{field}/dtype",
                         expected=sorted(set(NUMPY_DTYPE)),
                         found=spec.dtype,
@@ -116,31 +112,25 @@ class GoldenFilesMatch(Rule):
         yield self.note(f"{n} golden files load and match their declarations")
 
 
-class ContextLimits(Rule):
-    """Graph max_seq and golden prompt/decode lengths stay within the model's context limit."""
+class ContextLimits(PackageRule):
+    """Graph max_seq and golden prompt/decode lengths stay within the model's context limit.
+
+    Context is written per graph into the manifest (001 §6.2 item 6) and cross-checked at start-up (§10.4). Each graph's
+    max_seq is at most the model's context_limit; the golden prompt is 2-D [1, n] (or 1-D [n]) with 1 <= n <= the
+    prefill graph's max_seq, and prompt plus expected decode tokens fit the context limit (§13.1: the 0 / max / max+1
+    boundaries must be handled before submission, so the golden data itself must be inside them).
+    """
 
     id = "GOLD002"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §6.2 item 6", "001 §13.1", "001 §10.4")
-    explanation = (
-        "Context is written per graph into the manifest (001 §6.2 item 6) and cross-checked at start-up "
-        "(§10.4). Each graph's max_seq is at most the model's context_limit; the golden prompt is 2-D "
-        "[1, n] (or 1-D [n]) with 1 <= n <= the prefill graph's max_seq, and prompt plus expected decode "
-        "tokens fit the context limit (§13.1: the 0 / max / max+1 boundaries must be handled before "
-        "submission, so the golden data itself must be inside them)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             limit = m.architecture.context_limit
             for g in m.graphs:
                 if g.max_seq > limit:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"graph {g.name} max_seq exceeds the model's context_limit",
-                        file=MANIFEST,
                         field=f"{g.pointer}/max_seq",
                         expected=f"<= {limit}",
                         found=g.max_seq,
@@ -149,9 +139,8 @@ class ContextLimits(Rule):
             decode = m.golden.decode_tokens.shape
             field = f"{m.pointer}/golden"
             if len(prompt) not in (1, 2) or (len(prompt) == 2 and prompt[0] != 1):
-                yield self.problem(
+                yield self.manifest_problem(
                     "golden prompt must be [n] or [1, n]",
-                    file=MANIFEST,
                     field=f"{field}/prompt/shape",
                     expected="[1, n]",
                     found=list(prompt),
@@ -160,27 +149,21 @@ class ContextLimits(Rule):
             n = int(prompt[-1])
             prefill = [g for g in m.graphs if g.kind is GraphKind.PREFILL]
             if n < 1:
-                yield self.problem(
-                    "golden prompt is empty",
-                    file=MANIFEST,
-                    field=f"{field}/prompt/shape",
-                    expected=">= 1 token",
-                    found=n,
+                yield self.manifest_problem(
+                    "golden prompt is empty", field=f"{field}/prompt/shape", expected=">= 1 token", found=n
                 )
             for g in prefill:
                 if n > g.max_seq:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"golden prompt is longer than {g.name} max_seq",
-                        file=MANIFEST,
                         field=f"{field}/prompt/shape",
                         expected=f"<= {g.max_seq}",
                         found=n,
                     )
             steps = int(decode[-1]) if decode else 1
             if n + steps > limit:
-                yield self.problem(
+                yield self.manifest_problem(
                     "golden prompt plus decode tokens exceed the context limit",
-                    file=MANIFEST,
                     field=f"{field}/decode_tokens/shape",
                     expected=f"<= {limit}",
                     found=n + steps,
@@ -188,39 +171,33 @@ class ContextLimits(Rule):
         yield self.note("graph max_seq and golden lengths within each context limit")
 
 
-class VocabularyAgrees(Rule):
-    """Golden logits have the model's vocabulary width and golden token ids lie inside the vocabulary."""
+class VocabularyAgrees(PackageRule):
+    """Golden logits have the model's vocabulary width and golden token ids lie inside the vocabulary.
+
+    prefill_logits' last dimension is architecture.vocab_size; every prompt id and expected decode token is in [0,
+    vocab_size), and eos_token_id (if declared) too. A golden file from another model (a mismatched alias, 001 §13.1)
+    typically has another vocabulary and is caught here.
+    """
 
     id = "GOLD003"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §13.1", "001 §6.2 item 6")
-    explanation = (
-        "prefill_logits' last dimension is architecture.vocab_size; every prompt id and expected decode token "
-        "is in [0, vocab_size), and eos_token_id (if declared) too. A golden file from another model (a "
-        "mismatched alias, 001 §13.1) typically has another vocabulary and is caught here."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             vocab = m.architecture.vocab_size
             field = f"{m.pointer}/golden"
             logits = m.golden.prefill_logits.shape
             if not logits or logits[-1] != vocab:
-                yield self.problem(
+                yield self.manifest_problem(
                     "prefill_logits width is not the model's vocab_size",
-                    file=MANIFEST,
                     field=f"{field}/prefill_logits/shape",
                     expected=f"[..., {vocab}]",
                     found=list(logits),
                 )
             eos = m.architecture.eos_token_id
             if eos is not None and not 0 <= eos < vocab:
-                yield self.problem(
+                yield self.manifest_problem(
                     "eos_token_id is outside the vocabulary",
-                    file=MANIFEST,
                     field=f"{m.pointer}/architecture/eos_token_id",
                     expected=f"< {vocab}",
                     found=eos,
@@ -232,9 +209,8 @@ class VocabularyAgrees(Rule):
                     yield self.skip(str(reason), file=spec.file, field=f"{field}/{key}")
                     continue
                 if spec.dtype not in _INT:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         "token ids must be an integer dtype",
-                        file=MANIFEST,
                         field=f"{field}/{key}/dtype",
                         expected="int32",
                         found=spec.dtype,
@@ -253,158 +229,100 @@ class VocabularyAgrees(Rule):
         yield self.note("golden logits and token ids agree with each vocabulary")
 
 
-class GraphTensors(Rule):
-    """Graph inputs and outputs are consistent with max_seq, vocab and the batch dimension."""
+class GraphTensors(PackageRule):
+    """Graph inputs and outputs are consistent with max_seq, vocab and the batch dimension.
+
+    The exact tensors of each graph are written into the manifest (001 §6.2 item 6). Every graph has an integer input
+    'tokens' and a floating output 'logits' whose last dimension is vocab_size; the prefill 'tokens' last dimension is
+    max_seq; a decode graph with a B>1 profile uses the batch dimension 'B' as the leading dimension of tokens and
+    logits (000 §7); csr.valid_length_input, when set, names an integer input. A mismatch means the host would build
+    buffers of the wrong size.
+    """
 
     id = "GOLD004"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §6.2 item 6", "000 §7.3", "001 §10.4")
-    explanation = (
-        "The exact tensors of each graph are written into the manifest (001 §6.2 item 6). Every graph has an "
-        "integer input 'tokens' and a floating output 'logits' whose last dimension is vocab_size; the "
-        "prefill 'tokens' last dimension is max_seq; a decode graph with a B>1 profile uses the batch "
-        "dimension 'B' as the leading dimension of tokens and logits (000 §7); csr.valid_length_input, when "
-        "set, names an integer input. A mismatch means the host would build buffers of the wrong size."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             vocab = m.architecture.vocab_size
             for g in m.graphs:
                 n += 1
                 inputs = {t.name: (i, t) for i, t in enumerate(g.inputs)}
-                outputs = {t.name: (i, t) for i, t in enumerate(g.outputs)}
-                if "tokens" not in inputs:
-                    yield self.problem(
-                        f"graph {g.name} has no 'tokens' input",
-                        file=MANIFEST,
-                        field=f"{g.pointer}/inputs",
-                        expected="tokens",
-                        found=sorted(inputs),
-                    )
-                else:
-                    i, t = inputs["tokens"]
-                    where = f"{g.pointer}/inputs/{i}"
-                    if t.dtype not in _INT:
-                        yield self.problem(
-                            "tokens must be integers",
-                            file=MANIFEST,
-                            field=f"{where}/dtype",
-                            expected="int32",
-                            found=t.dtype,
-                        )
-                    if g.kind is GraphKind.PREFILL and (not t.shape or t.shape[-1] != g.max_seq):
-                        yield self.problem(
-                            "prefill tokens length is not max_seq",
-                            file=MANIFEST,
-                            field=f"{where}/shape",
-                            expected=f"[..., {g.max_seq}]",
-                            found=list(t.shape),
-                        )
-                    if (
-                        g.kind is GraphKind.DECODE
-                        and max(g.batch_profiles) > 1
-                        and (not t.shape or t.shape[0] != BATCH_DIM)
-                    ):
-                        yield self.problem(
-                            "batched decode tokens must lead with the batch dimension B",
-                            file=MANIFEST,
-                            field=f"{where}/shape",
-                            expected="[B, ...]",
-                            found=list(t.shape),
-                        )
-                if "logits" not in outputs:
-                    yield self.problem(
-                        f"graph {g.name} has no 'logits' output",
-                        file=MANIFEST,
-                        field=f"{g.pointer}/outputs",
-                        expected="logits",
-                        found=sorted(outputs),
-                    )
-                else:
-                    i, t = outputs["logits"]
-                    where = f"{g.pointer}/outputs/{i}"
-                    if t.dtype not in _FLOAT:
-                        yield self.problem(
-                            "logits must be floating point",
-                            file=MANIFEST,
-                            field=f"{where}/dtype",
-                            expected="float32",
-                            found=t.dtype,
-                        )
-                    if not t.shape or t.shape[-1] != vocab:
-                        yield self.problem(
-                            "logits width is not vocab_size",
-                            file=MANIFEST,
-                            field=f"{where}/shape",
-                            expected=f"[..., {vocab}]",
-                            found=list(t.shape),
-                        )
-                    if (
-                        g.kind is GraphKind.DECODE
-                        and max(g.batch_profiles) > 1
-                        and (not t.shape or t.shape[0] != BATCH_DIM)
-                    ):
-                        yield self.problem(
-                            "batched decode logits must lead with the batch dimension B",
-                            file=MANIFEST,
-                            field=f"{where}/shape",
-                            expected="[B, ...]",
-                            found=list(t.shape),
-                        )
+                length = (g.max_seq, "prefill tokens length is not max_seq") if g.kind is GraphKind.PREFILL else None
+                yield from self._named_tensor(g, "inputs", "tokens", (_INT, "integers", "int32"), length)
+                width = (vocab, "logits width is not vocab_size")
+                yield from self._named_tensor(g, "outputs", "logits", (_FLOAT, "floating point", "float32"), width)
                 vl = g.valid_length_input
                 if vl is not None:
                     if vl not in inputs:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             f"csr.valid_length_input {vl!r} is not an input",
-                            file=MANIFEST,
                             field=f"{g.pointer}/csr/valid_length_input",
                             expected=sorted(inputs),
                             found=vl,
                         )
                     elif inputs[vl][1].dtype not in _INT:
-                        yield self.problem(
+                        yield self.manifest_problem(
                             "valid-length input must be an integer",
-                            file=MANIFEST,
                             field=f"{g.pointer}/inputs/{inputs[vl][0]}/dtype",
                             expected="int32",
                             found=inputs[vl][1].dtype,
                         )
         yield self.note(f"{n} graphs have consistent tokens/logits tensors")
 
+    def _named_tensor(
+        self, g: Graph, side: str, name: str, dtype: tuple[frozenset[str], str, str], last: tuple[int, str] | None
+    ) -> Iterator[Finding]:
+        """The tensor ``name`` of ``g.inputs``/``g.outputs``: present, of an allowed dtype (the set, its wording,
+        an example), its last dimension the given one (if any, with the message when not) and, batched, led by B."""
+        tensors = {t.name: (i, t) for i, t in enumerate(getattr(g, side))}
+        if name not in tensors:
+            yield self.manifest_problem(
+                f"graph {g.name} has no {name!r} {side[:-1]}",
+                field=f"{g.pointer}/{side}",
+                expected=name,
+                found=sorted(tensors),
+            )
+            return
+        i, t = tensors[name]
+        where, shape = f"{g.pointer}/{side}/{i}", list(t.shape)
+        allowed, wording, example = dtype
+        if t.dtype not in allowed:
+            yield self.manifest_problem(
+                f"{name} must be {wording}", field=f"{where}/dtype", expected=example, found=t.dtype
+            )
+        if last is not None and (not shape or shape[-1] != last[0]):
+            yield self.manifest_problem(last[1], field=f"{where}/shape", expected=f"[..., {last[0]}]", found=shape)
+        batched = g.kind is GraphKind.DECODE and max(g.batch_profiles) > 1
+        if batched and (not shape or shape[0] != BATCH_DIM):
+            message = f"batched decode {name} must lead with the batch dimension B"
+            yield self.manifest_problem(message, field=f"{where}/shape", expected="[B, ...]", found=shape)
 
-class ParamTensorsInBounds(Rule):
-    """Parameter tensors lie inside their file and params section, without overlapping each other."""
+
+class ParamTensorsInBounds(PackageRule):
+    """Parameter tensors lie inside their file and params section, without overlapping each other.
+
+    Each model has its own parameter blocks and mapping (001 §6.1). Every tensor's bytes [offset, offset + prod(shape) x
+    bytes(dtype)) lie inside its file and inside the params section that loads that file, and tensors of one file do not
+    overlap. A mapping that runs past its block reads another tensor's (or another model's) weights: exactly what
+    treating param_blk1 as a second model does (§3).
+    """
 
     id = "GOLD005"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §6.1", "001 §3", "001 §8.1")
-    explanation = (
-        "Each model has its own parameter blocks and mapping (001 §6.1). Every tensor's bytes [offset, "
-        "offset + prod(shape) x bytes(dtype)) lie inside its file and inside the params section that loads "
-        "that file, and tensors of one file do not overlap. A mapping that runs past its block reads another "
-        "tensor's (or another model's) weights: exactly what treating param_blk1 as a second model does (§3)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             sections = {s.file: s for s in m.all_sections() if s.kind is SectionKind.PARAMS and s.file}
             spans: dict[str, list[tuple[int, int, str]]] = {}
             for i, t in enumerate(m.params):
                 n += 1
                 where = f"{m.pointer}/params/tensors/{i}"
                 if t.dtype in QUANT_BLOCKS and (len(t.shape) != 2 or quant_block_axis(t.name, t.shape) % 32):
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"tensor {t.name}: a {t.dtype} tensor is a matrix whose block axis is a multiple of 32",
-                        file=MANIFEST,
                         field=f"{where}/shape",
                         expected="[in, out] with in % 32 == 0 (embed: [vocab, d_model] with d_model % 32 == 0)",
                         found=list(t.shape),
@@ -433,9 +351,8 @@ class ParamTensorsInBounds(Rule):
                         f"tensor {t.name}: no params section loads {t.file!r} (MAN008)", file=MANIFEST, field=where
                     )
                 elif end > s.size:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"tensor {t.name} runs past its params section {s.name}",
-                        file=MANIFEST,
                         field=where,
                         expected=f"end <= {s.size}",
                         found=end,
@@ -455,33 +372,28 @@ class ParamTensorsInBounds(Rule):
         yield self.note(f"{n} parameter tensors within their files and sections")
 
 
-class ArchitectureMatchesTensors(Rule):
-    """The architecture numbers (d_model, n_heads, head_dim, d_ff, vocab, layers) are those of the tensors."""
+class ArchitectureMatchesTensors(PackageRule):
+    """The architecture numbers (d_model, n_heads, head_dim, d_ff, vocab, layers) are those of the tensors.
+
+    The budget (001 §8.1: KV = 2 x layers x kv_heads x head_dim x ...), the KV formula check (MEM005) and the runtime
+    all trust the manifest's architecture numbers, so they must be the numbers the weights were built with. For each
+    model, calctl.package.architecture.expected_tensor_shapes(architecture) gives every parameter tensor the family has,
+    with its shape; params.tensors must hold exactly those names with exactly those shapes (none missing, none extra).
+    n_heads must be a multiple of n_kv_heads (grouped-query attention). An unknown family fails: its tensors cannot be
+    checked.
+    """
 
     id = "GOLD006"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §8.1", "001 §6.1", "001 §6.2 item 6")
-    explanation = (
-        "The budget (001 §8.1: KV = 2 x layers x kv_heads x head_dim x ...), the KV formula check (MEM005) and "
-        "the runtime all trust the manifest's architecture numbers, so they must be the numbers the weights "
-        "were built with. For each model, calctl.package.architecture.expected_tensor_shapes(architecture) "
-        "gives every parameter tensor the family has, with its shape; params.tensors must hold exactly those "
-        "names with exactly those shapes (none missing, none extra). n_heads must be a multiple of n_kv_heads "
-        "(grouped-query attention). An unknown family fails: its tensors cannot be checked."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             a = m.architecture
             where = f"{m.pointer}/architecture"
             if a.n_heads % a.n_kv_heads:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"model {m.alias!r}: n_heads is not a multiple of n_kv_heads",
-                    file=MANIFEST,
                     field=f"{where}/n_kv_heads",
                     expected=f"a divisor of {a.n_heads}",
                     found=a.n_kv_heads,
@@ -489,15 +401,14 @@ class ArchitectureMatchesTensors(Rule):
             try:
                 want = expected_tensor_shapes(a)
             except KeyError as exc:
-                yield self.problem(str(exc.args[0] if exc.args else exc), file=MANIFEST, field=f"{where}/family")
+                yield self.manifest_problem(str(exc.args[0] if exc.args else exc), field=f"{where}/family")
                 continue
             have = {t.name: (i, t) for i, t in enumerate(m.params)}
             for name, shape in want.items():
                 n += 1
                 if name not in have:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"model {m.alias!r} has no parameter tensor {name} (family {a.family})",
-                        file=MANIFEST,
                         field=f"{m.pointer}/params/tensors",
                         expected=f"{name} {list(shape)}",
                         found="absent",
@@ -505,44 +416,39 @@ class ArchitectureMatchesTensors(Rule):
                     continue
                 i, t = have[name]
                 if tuple(t.shape) != shape:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"tensor {name} of {m.alias!r} does not have the shape its architecture implies",
-                        file=MANIFEST,
                         field=f"{m.pointer}/params/tensors/{i}/shape",
                         expected=list(shape),
                         found=list(t.shape),
                     )
             for name, (i, _t) in have.items():
                 if name not in want:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"tensor {name} of {m.alias!r} is not a tensor of family {a.family}",
-                        file=MANIFEST,
                         field=f"{m.pointer}/params/tensors/{i}/name",
                     )
         yield self.note(f"{n} parameter tensors have the shapes their architectures imply")
 
 
-class ToleranceDiscriminates(Rule):
-    """The golden tolerance can reject a wrong output: it is narrower than the golden logits' own range."""
+class ToleranceDiscriminates(PackageRule):
+    """The golden tolerance can reject a wrong output: it is narrower than the golden logits' own range.
+
+    run-golden accepts prefill logits within |got - want| <= atol + rtol x |want| of the golden ones (numpy.isclose). A
+    tolerance at least as wide as the golden logits' own range (max - min), i.e. atol + rtol x max|want| >= max(want) -
+    min(want), or with rtol >= 1 (an all-zero output then passes everywhere), accepts outputs that share nothing with
+    the golden ones: the golden check would pass a broken device. It is the finite twin of atol: .inf (refused by
+    MAN001). The golden logits must load (GOLD001) for the range to be known; a tolerance is then refused, never only
+    warned.
+    """
 
     id = "GOLD007"
-    group = Group.TENSORS
-    needs = _PKG
     sections = ("001 §13.1", "001 §15.1 item 1", "001 §16 PR1")
-    explanation = (
-        "run-golden accepts prefill logits within |got - want| <= atol + rtol x |want| of the golden ones "
-        "(numpy.isclose). A tolerance at least as wide as the golden logits' own range (max - min), i.e. "
-        "atol + rtol x max|want| >= max(want) - min(want), or with rtol >= 1 (an all-zero output then passes "
-        "everywhere), accepts outputs that share nothing with the golden ones: the golden check would pass a "
-        "broken device. It is the finite twin of atol: .inf (refused by MAN001). The golden logits must load "
-        "(GOLD001) for the range to be known; a tolerance is then refused, never only warned."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         import numpy as np
 
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         n = 0
         for m in pkg.models:
             tol = m.golden.tolerance
@@ -563,11 +469,10 @@ class ToleranceDiscriminates(Rule):
                 spread = float(np.max(values) - np.min(values))
                 widest = float(tol.atol + tol.rtol * float(np.max(np.abs(values))))
             if tol.rtol >= 1 or not widest < spread:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"model {m.alias!r}: the golden tolerance (rtol {tol.rtol:g}, atol {tol.atol:g}) is vacuous: "
                     f"it allows a deviation of {widest:.6g} where the golden logits span only {spread:.6g}, so "
                     "it accepts outputs unrelated to the golden ones",
-                    file=MANIFEST,
                     field=field,
                     expected=f"rtol < 1 and atol + rtol x max|logit| < {spread:.6g}",
                     found=f"rtol {tol.rtol:g}, atol {tol.atol:g}",

@@ -11,11 +11,10 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
-from calctl.package.model import MANIFEST, Model, Package
-from calctl.package.rules.base import Finding, Group, Need, Rule
+from calctl.package.model import Model, Package
+from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
 
-_PKG = frozenset({Need.ROOT, Need.MANIFEST})
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
@@ -29,26 +28,22 @@ def _loaded(ctx: ValidationContext, m: Model) -> tuple[Any, str | None]:
     return tok, None
 
 
-class TokenizerLoads(Rule):
-    """Each model's tokenizer is listed in checksums.sha256 and loads with tokenizers.Tokenizer.from_file."""
+class TokenizerLoads(PackageRule):
+    """Each model's tokenizer is listed in checksums.sha256 and loads with tokenizers.Tokenizer.from_file.
+
+    Every model carries its own tokenizer (001 §6.1; Phase 3: A and B each have their tokenizer), bound to the package
+    by its hash (§13.1: alias and tokenizer/hash match one to one). The tokenizer.json must be listed in
+    checksums.sha256 and load with the Hugging Face tokenizers library; the optional tokenizer_config.json must be a
+    JSON object.
+    """
 
     id = "TOK001"
-    group = Group.TOKENIZER
-    needs = _PKG
     sections = ("001 §6.1", "001 §13.1", "001 §12 Phase 3 item 1")
-    explanation = (
-        "Every model carries its own tokenizer (001 §6.1; Phase 3: A and B each have their tokenizer), bound "
-        "to the package by its hash (§13.1: alias and tokenizer/hash match one to one). The tokenizer.json "
-        "must be listed in checksums.sha256 and load with the Hugging Face tokenizers library; the optional "
-        "tokenizer_config.json must be a JSON object."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
         listed = ctx.checksums.listed
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             field = f"{m.pointer}/tokenizer"
             for rel, what in ((m.tokenizer.file, "file"), (m.tokenizer.config, "config")):
                 if rel is not None and listed is not None and rel not in listed and ctx.entry(rel) is not None:
@@ -72,13 +67,19 @@ class TokenizerLoads(Rule):
         yield self.note(f"{n} tokenizers load")
 
     def _config(self, ctx: ValidationContext, rel: str, field: str) -> Iterator[Finding]:
-        reason = ctx.content_gate(rel)
-        if reason:
-            yield self.skip(f"tokenizer config checks skipped: {reason}", file=rel, field=field)
-            return
-        doc = _config_doc(ctx, rel)
-        if isinstance(doc, str):
+        doc, gated = _verified_config(ctx, rel)
+        if gated:
+            yield self.skip(gated, file=rel, field=field)
+        elif isinstance(doc, str):
             yield self.problem(doc, file=rel, field=field)
+
+
+def _verified_config(ctx: ValidationContext, rel: str) -> tuple[dict[str, Any] | str | None, str | None]:
+    """(the tokenizer config's object or why it is not one, None) once its hash verified; (None, the skip) before."""
+    reason = ctx.content_gate(rel)
+    if reason:
+        return None, f"tokenizer config checks skipped: {reason}"
+    return _config_doc(ctx, rel), None
 
 
 def _config_doc(ctx: ValidationContext, rel: str) -> dict[str, Any] | str:
@@ -94,28 +95,23 @@ def _config_doc(ctx: ValidationContext, rel: str) -> dict[str, Any] | str:
     return doc
 
 
-class TokenizerVocab(Rule):
-    """The tokenizer's vocabulary size equals the manifest's and fits the model's vocab_size."""
+class TokenizerVocab(PackageRule):
+    """The tokenizer's vocabulary size equals the manifest's and fits the model's vocab_size.
+
+    tokenizer.vocab_size in the manifest is what the loaded tokenizer reports, and it is at most architecture.vocab_size
+    (the embedding may be padded, never smaller: a token id beyond it indexes outside the weights). A tokenizer of
+    another model almost always differs here (001 §13.1).
+    """
 
     id = "TOK002"
-    group = Group.TOKENIZER
-    needs = _PKG
     sections = ("001 §13.1", "001 §6.1")
-    explanation = (
-        "tokenizer.vocab_size in the manifest is what the loaded tokenizer reports, and it is at most "
-        "architecture.vocab_size (the embedding may be padded, never smaller: a token id beyond it indexes "
-        "outside the weights). A tokenizer of another model almost always differs here (001 §13.1)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             field = f"{m.pointer}/tokenizer/vocab_size"
             if m.tokenizer.vocab_size > m.architecture.vocab_size:
-                yield self.problem(
+                yield self.manifest_problem(
                     f"tokenizer of {m.alias!r} has more entries than the model's vocabulary",
-                    file=MANIFEST,
                     field=field,
                     expected=f"<= {m.architecture.vocab_size}",
                     found=m.tokenizer.vocab_size,
@@ -141,24 +137,20 @@ def _shared_ok(pkg: Package, a: Model, b: Model) -> bool:
     return pkg.kind == "replica" and a.architecture == b.architecture
 
 
-class OneTokenizerPerAlias(Rule):
-    """Each alias has its own tokenizer under tokenizer/<alias>/; sharing only between identical replicas."""
+class OneTokenizerPerAlias(PackageRule):
+    """Each alias has its own tokenizer under tokenizer/<alias>/; sharing only between identical replicas.
+
+    alias and tokenizer must match one to one, and a mismatch fails at start-up (001 §13.1). The directory contract puts
+    each model's tokenizer under tokenizer/<alias>/ (§6.3). A model whose tokenizer sits in another alias's directory,
+    or two aliases sharing one tokenizer file, fail, except in a replica package whose copies have identical
+    architectures (Phase 2: same tokenizer and weights on both chips).
+    """
 
     id = "TOK003"
-    group = Group.TOKENIZER
-    needs = _PKG
     sections = ("001 §13.1", "001 §6.3", "001 §12 Phase 2 item 1")
-    explanation = (
-        "alias and tokenizer must match one to one, and a mismatch fails at start-up (001 §13.1). The "
-        "directory contract puts each model's tokenizer under tokenizer/<alias>/ (§6.3). A model whose "
-        "tokenizer sits in another alias's directory, or two aliases sharing one tokenizer file, fail, "
-        "except in a replica package whose copies have identical architectures (Phase 2: same tokenizer and "
-        "weights on both chips)."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
+        pkg = ctx.pkg
         models = {m.alias: m for m in pkg.models}
         users: dict[str, list[Model]] = {}
         for m in pkg.models:
@@ -171,9 +163,8 @@ class OneTokenizerPerAlias(Rule):
             if len(sharers) > 1 and all(_shared_ok(pkg, sharers[0], o) for o in sharers[1:]):
                 # Identical replicas may share one tokenizer, anywhere under tokenizer/.
                 if not parts or parts[0] != "tokenizer":
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"shared tokenizer of {m.alias!r} is not under tokenizer/",
-                        file=MANIFEST,
                         field=field,
                         expected="tokenizer/...",
                         found=m.tokenizer.file,
@@ -182,17 +173,15 @@ class OneTokenizerPerAlias(Rule):
             if owner != m.alias:
                 other = models.get(owner or "")
                 if other is not None:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"model {m.alias!r} uses the tokenizer of model {owner!r}",
-                        file=MANIFEST,
                         field=field,
                         expected=f"tokenizer/{m.alias}/...",
                         found=m.tokenizer.file,
                     )
                 else:
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"tokenizer of {m.alias!r} is not under tokenizer/{m.alias}/",
-                        file=MANIFEST,
                         field=field,
                         expected=f"tokenizer/{m.alias}/...",
                         found=m.tokenizer.file,
@@ -200,32 +189,27 @@ class OneTokenizerPerAlias(Rule):
         for rel, ms in users.items():
             for other in ms[1:]:
                 if not _shared_ok(pkg, ms[0], other):
-                    yield self.problem(
+                    yield self.manifest_problem(
                         f"models {ms[0].alias!r} and {other.alias!r} share one tokenizer file {rel!r}",
-                        file=MANIFEST,
                         field=f"{other.pointer}/tokenizer/file",
                     )
         yield self.note(f"{len(users)} tokenizer(s) for {len(pkg.models)} aliases, one to one")
 
 
-class EndOfSequence(Rule):
-    """The tokenizer config's eos_token maps to the model's eos_token_id."""
+class EndOfSequence(PackageRule):
+    """The tokenizer config's eos_token maps to the model's eos_token_id.
+
+    Generation stops on eos_token_id. When tokenizer_config.json names an eos_token and the architecture declares
+    eos_token_id, the tokenizer must map that token to that id; otherwise decode never stops (or stops on the wrong
+    token), which golden token sequences would only catch by luck.
+    """
 
     id = "TOK004"
-    group = Group.TOKENIZER
-    needs = _PKG
     sections = ("001 §13.1", "001 §12 Phase 3 item 1")
-    explanation = (
-        "Generation stops on eos_token_id. When tokenizer_config.json names an eos_token and the "
-        "architecture declares eos_token_id, the tokenizer must map that token to that id; otherwise decode "
-        "never stops (or stops on the wrong token), which golden token sequences would only catch by luck."
-    )
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
-        pkg = ctx.package
-        assert pkg is not None
         n = 0
-        for m in pkg.models:
+        for m in ctx.pkg.models:
             eos_id = m.architecture.eos_token_id
             cfg_rel = m.tokenizer.config
             if eos_id is None or cfg_rel is None:
@@ -235,13 +219,9 @@ class EndOfSequence(Rule):
             if tok is None:
                 yield self.skip(str(reason), file=m.tokenizer.file, field=field)
                 continue
-            reason = ctx.content_gate(cfg_rel)
-            if reason:
-                yield self.skip(f"tokenizer config checks skipped: {reason}", file=cfg_rel, field=field)
-                continue
-            doc = _config_doc(ctx, cfg_rel)
-            if isinstance(doc, str):
-                yield self.skip("skipped: TOK001 failed for the tokenizer config", file=cfg_rel, field=field)
+            doc, gated = _verified_config(ctx, cfg_rel)
+            if gated or not isinstance(doc, dict):
+                yield self.skip(gated or "skipped: TOK001 failed for the tokenizer config", file=cfg_rel, field=field)
                 continue
             eos = doc.get("eos_token")
             if isinstance(eos, dict):  # AddedToken form

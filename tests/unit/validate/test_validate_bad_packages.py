@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from calctl.compiler import elfwriter, sample
+from calctl.package import elfdefs
 from calctl.package.model import PROVENANCE, RESERVED_INFO
 from calctl.signing import keys, seal
 from calctl.signing.files import SIGNATURE
@@ -127,7 +128,7 @@ def elf_writable_and_executable(root: Path) -> None:
     p = root / "model-b/decode/ccu0_chip1.elf"
     data = bytearray(p.read_bytes())
     ph = elfwriter.EHDR_SIZE  # first program header is the PT_LOAD
-    struct.pack_into("<I", data, ph + 4, elfwriter.PF_R | elfwriter.PF_W | elfwriter.PF_X)
+    struct.pack_into("<I", data, ph + 4, elfdefs.PF_R | elfdefs.PF_W | elfdefs.PF_X)
     p.write_bytes(bytes(data))
     reseal(root)
 
