@@ -302,6 +302,13 @@ def run_llama(gguf: Path, args: argparse.Namespace) -> dict[str, object] | str:
     return f"llama.cpp run failed (exit {res.returncode}): {res.stderr.strip()[-500:]}"
 
 
+def _texts(result: dict[str, object]) -> list[str]:
+    """The greedy texts of a run's result (``run_calctl`` or ``run_llama``)."""
+    texts = result["texts"]
+    assert isinstance(texts, list), texts
+    return [str(t) for t in texts]
+
+
 def transformers_texts(gguf: Path, max_tokens: int) -> list[str] | str:
     if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
         return "transformers (and torch) are not installed: no Hugging Face reference text"
@@ -365,15 +372,15 @@ def main() -> None:
     if not isinstance(llama, dict):
         print(f"llama.cpp: skipped: {llama}")
     else:
-        same = sum(a == b for a, b in zip(ours["texts"], llama["texts"], strict=True))  # type: ignore[arg-type]
+        same = sum(a == b for a, b in zip(_texts(ours), _texts(llama), strict=True))
         print(f"greedy text identical to llama.cpp: {same}/{len(PROMPTS)} (llama.cpp rounds activations to 8 bits)")
     hf = transformers_texts(gguf, args.max_tokens)
     if isinstance(hf, str):
         print(f"transformers: skipped: {hf}")
     else:
-        same = sum(a.strip() == b.strip() for a, b in zip(ours["texts"], hf, strict=True))  # type: ignore[arg-type]
+        same = sum(a.strip() == b.strip() for a, b in zip(_texts(ours), hf, strict=True))
         print(f"greedy text identical to transformers: {same}/{len(PROMPTS)}")
-    for p, t in zip(PROMPTS, ours["texts"], strict=True):  # type: ignore[arg-type]
+    for p, t in zip(PROMPTS, _texts(ours), strict=True):
         print(f"  calctl {p!r}: {t[:80]!r}")
 
 

@@ -50,14 +50,14 @@ class CliResult:
     err: str
 
     @property
-    def json(self):  # type: ignore[no-untyped-def]
+    def json(self):
         import json
 
         return json.loads(self.out)
 
 
 @pytest.fixture
-def cli(capsys):  # type: ignore[no-untyped-def]
+def cli(capsys):
     """Run calctl in-process: ``cli("verify", str(pkg))`` -> CliResult."""
     from calctl.cli.app import main
 
@@ -81,7 +81,7 @@ def test_pub() -> Path:
 
 
 @pytest.fixture
-def copy_fixture(tmp_path: Path):  # type: ignore[no-untyped-def]
+def copy_fixture(tmp_path: Path):
     """Copy a fixture package (single|combined|replica) into tmp_path and return its path."""
 
     def copy(kind: str = "combined") -> Path:
@@ -98,7 +98,7 @@ def assert_no_traceback(result: CliResult) -> None:
     assert "internal error" not in text, text
 
 
-def assert_passed(doc: dict) -> None:  # type: ignore[type-arg]
+def assert_passed(doc: dict) -> None:
     """A runner's JSON report passed: PASS, or WARN whose only warnings are the test-only signing key (SIG002).
 
     Packages signed with the published test key always warn (docs/cli.md "Verdicts"); any other warning fails.

@@ -65,7 +65,7 @@ def test_status_anomaly_downgrades_and_the_job_is_not_trusted() -> None:
         real_query = h.rt.query
         armed = {"left": 1}
 
-        def lying_query(job):  # type: ignore[no-untyped-def]
+        def lying_query(job):
             res = real_query(job)
             if job.graph == DECODE and res.state.terminal and armed["left"]:
                 armed["left"] -= 1
@@ -115,7 +115,8 @@ def test_a_hung_job_downgrades_and_the_job_running_beside_it_drains() -> None:
         assert d.reason.value == "consecutive_timeouts"
         jobs = {e.job: e for e in _jobs(h, since)}
         (fault,) = h.rt.injected_faults()
-        hung = jobs[fault.job]
+        assert fault.job is not None, fault
+        hung = jobs[JobId(fault.job)]
         assert hung.start_ns is not None
         # Every job that had started beside the hung one (on the other bank, when the host submitted it in
         # time) completed before the reset; a job queued behind the hung chip never started (a hung chip runs
@@ -176,7 +177,7 @@ def test_a_kv_commit_the_runtime_refuses_fails_that_request_not_the_engine_loop(
         real_commit = kv.commit
         calls = itertools.count(1)
 
-        def commit(seq):  # type: ignore[no-untyped-def]
+        def commit(seq):
             if next(calls) == 3:
                 raise InvalidArgument(f"unknown KV sequence {seq} (dropped by a reset of the configuration)")
             return real_commit(seq)

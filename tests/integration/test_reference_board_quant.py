@@ -17,7 +17,7 @@ TRUST = ("--trusted-key", str(TEST_PUB))
 
 
 @pytest.mark.parametrize(("qtype", "family"), [("Q4_0", "llama"), ("Q4_1", "qwen2"), ("Q8_0", "llama")])
-def test_a_quantised_package_passes_golden_on_the_reference_board(  # type: ignore[no-untyped-def]
+def test_a_quantised_package_passes_golden_on_the_reference_board(
     cli,
     tmp_path: Path,
     reference_board: Path,  # noqa: F811

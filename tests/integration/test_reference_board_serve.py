@@ -26,6 +26,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from tokenizers import Tokenizer
 
 from calctl.package.reader import load_manifest
@@ -39,7 +40,7 @@ ALIASES = ("model-a", "model-b")
 @dataclass
 class Server:
     url: str
-    proc: subprocess.Popen  # type: ignore[type-arg]
+    proc: subprocess.Popen
     log: Path
 
     @property
@@ -115,11 +116,11 @@ def test_openai_client_gets_golden_tokens_through_the_c_abi(reference_board: Pat
         metrics = httpx.get(f"{s.url}/metrics", timeout=10).text
         assert 'device="calrt-software-model"' in metrics, [m for m in metrics.splitlines() if "board_info" in m]
         for alias in ALIASES:
-            msgs = [{"role": "user", "content": "Hello board"}]
-            chat = client.chat.completions.create(model=alias, messages=msgs, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+            msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hello board"}]
+            chat = client.chat.completions.create(model=alias, messages=msgs, max_tokens=8, temperature=0)
             assert chat.choices[0].finish_reason in ("stop", "length") and chat.usage is not None
             chunks = list(
-                client.chat.completions.create(model=alias, messages=msgs, max_tokens=8, temperature=0, stream=True)  # type: ignore[arg-type]
+                client.chat.completions.create(model=alias, messages=msgs, max_tokens=8, temperature=0, stream=True)
             )
             assert "".join(c.choices[0].delta.content or "" for c in chunks) == chat.choices[0].message.content
         s.proc.send_signal(signal.SIGTERM)

@@ -112,7 +112,7 @@ def test_serve_writes_request_and_job_records(tmp_path: Path) -> None:
     assert {k for j in jobs for k in j} >= {"h2d_ms", "infer_ms", "d2h_ms"}  # present, null when not reported
 
 
-def test_records_into_a_plain_file_is_a_usage_error(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_records_into_a_plain_file_is_a_usage_error(cli, tmp_path: Path) -> None:
     target = tmp_path / "not-a-dir"
     target.write_text("x")
     r = cli(

@@ -39,6 +39,8 @@ def test_test_helpers_are_imported_by_their_full_name() -> None:
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
             names: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module]

@@ -212,7 +212,7 @@ def test_a_table_far_wider_than_the_console_prints_as_blocks(monkeypatch: pytest
     assert "┃ phase" in buf.getvalue()  # a table that fits stays a table
 
 
-def test_budget_explains_its_memory_what_ifs(cli) -> None:  # type: ignore[no-untyped-def]
+def test_budget_explains_its_memory_what_ifs(cli) -> None:
     r = cli("budget")
     assert r.code == 0, r.err
     assert "largest batch at the given context" in r.out

@@ -25,7 +25,7 @@ HOLDER = textwrap.dedent("""\
 
 
 @pytest.fixture
-def holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("CALCTL_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setenv("CALRT_DEVICE", "board-7")
     p = subprocess.Popen(
@@ -42,7 +42,7 @@ def holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-
     p.wait(timeout=30)
 
 
-def test_a_second_process_is_refused_with_the_holders_pid_and_command(holder) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_process_is_refused_with_the_holders_pid_and_command(holder) -> None:
     with pytest.raises(BoardLocked) as err:
         open_runtime("calrt", "/nonexistent/libcalrt.so")  # the lock is taken before the library is loaded
     msg = str(err.value)
@@ -50,7 +50,7 @@ def test_a_second_process_is_refused_with_the_holders_pid_and_command(holder) ->
     assert err.value.exit_code == ExitCode.DEVICE
 
 
-def test_another_board_and_a_released_lock_are_free(holder, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_another_board_and_a_released_lock_are_free(holder, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CALRT_DEVICE", "board-8")
     board_lock.acquire().release()
     monkeypatch.setenv("CALRT_DEVICE", "board-7")
@@ -199,7 +199,7 @@ def test_a_second_serve_on_the_pci_address_a_process_holds_is_refused(tmp_path: 
 
 
 def test_conformance_on_a_board_another_process_holds_is_one_precondition_failure(
-    cli,  # type: ignore[no-untyped-def]
+    cli,
     tmp_path: Path,
     calrt_stub: Path,
     monkeypatch: pytest.MonkeyPatch,

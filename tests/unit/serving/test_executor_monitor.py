@@ -32,7 +32,7 @@ def test_nothing_fires_outside_pingpong() -> None:
         (lambda m: m.recovery_needed("fault: CCU_EXCEPTION"), DowngradeReason.UNCERTAIN_RECOVERY),
     ],
 )
-def test_immediate_conditions(call, reason) -> None:  # type: ignore[no-untyped-def]
+def test_immediate_conditions(call, reason) -> None:
     d = call(monitor())
     assert d is not None and d.reason is reason and d.detail
 

@@ -10,9 +10,8 @@ interleaving "the host's deadline passes while the device is still running the j
 
 from __future__ import annotations
 
-import time
-
 from calctl.runtime import open_runtime
+from calctl.runtime.mock import open_mock
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import Health
 from calctl.serving.config import DowngradePolicy, ExecutorMode
@@ -24,6 +23,7 @@ from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.monitor import ExecutorMonitor
 from tests.unit.runtime.runtime_helpers import golden_prompt, package
 from tests.unit.serving.serving_helpers import FakeClock
+from tests.waiting import wait_until
 
 TIMEOUT_S = 1.0
 
@@ -59,14 +59,6 @@ def _launch(ex: DeviceExecutor, model: object, prompt: tuple[int, ...], n: int) 
     return inf
 
 
-def _until(cond: object, what: str) -> None:
-    """Wait for a condition the mock's chip thread sets (an event, not a timing assertion)."""
-    end = time.monotonic() + 30
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < end, what
-        time.sleep(0.005)
-
-
 def test_a_job_the_device_still_runs_is_not_timed_out_on_the_hosts_clock() -> None:
     pkg = package("single")
     m = pkg.model("model-a")
@@ -77,7 +69,7 @@ def test_a_job_the_device_still_runs_is_not_timed_out_on_the_hosts_clock() -> No
         rt.configure(rt.create_calbin(pkg))
         ex = _executor(rt, m, clock)
         inf = _launch(ex, m, prompt, 1)
-        _until(lambda: rt.query(inf.rt_job).state.value == "running", "the job never started")
+        wait_until(lambda: rt.query(inf.rt_job).state.value == "running", what="the job to start")
         clock.advance(TIMEOUT_S * 1.5)  # past the host's deadline: a starved host woke the waiter this late
         assert {h.chip: h.health for h in rt.health()}[0] is Health.OK
         assert not ex.timed_out(inf), "a chip reporting OK runs the job: no verdict about the device yet"
@@ -94,12 +86,12 @@ def test_a_hung_chip_confirms_the_timeout_at_once() -> None:
     m = pkg.model("model-a")
     prompt = tuple(int(t) for t in golden_prompt(pkg, "model-a"))
     clock = FakeClock()
-    with open_runtime("mock", time_scale=0.0) as rt:
+    with open_mock(time_scale=0.0) as rt:
         rt.configure(rt.create_calbin(pkg))
         rt.arm_fault(FaultRule(FaultKind.WAIT_TIMEOUT, at=(1,), graph=m.prefill.name))
         ex = _executor(rt, m, clock)
         inf = _launch(ex, m, prompt, 1)
-        _until(lambda: rt.health()[0].health is Health.HUNG, "the injected hang never halted chip 0")
+        wait_until(lambda: rt.health()[0].health is Health.HUNG, what="the injected hang to halt chip 0")
         assert not ex.timed_out(inf)  # before the deadline nothing is judged
         clock.advance(TIMEOUT_S * 1.01)
         assert ex.timed_out(inf)
@@ -118,7 +110,7 @@ def test_a_job_that_finished_as_the_deadline_passed_is_not_timed_out() -> None:
         rt.configure(rt.create_calbin(pkg))
         ex = _executor(rt, m, clock)
         inf = _launch(ex, m, prompt, 1)
-        _until(lambda: rt.query(inf.rt_job).state.terminal, "the job never finished")
+        wait_until(lambda: rt.query(inf.rt_job).state.terminal, what="the job to finish")
         clock.advance(TIMEOUT_S * 2)  # the waiter looks only now: the next wait sees the job done
         assert not ex.timed_out(inf)
         assert ex.wait_inline(inf, 0.0)

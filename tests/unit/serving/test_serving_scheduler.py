@@ -29,11 +29,22 @@ from calctl.serving.core import (
     Ticket,
     TokenEmitted,
     Verdict,
+    WorkKind,
 )
 from calctl.serving.outcomes import http_status_of_end, http_status_of_verdict
 from tests.unit.serving.serving_helpers import B1, FakeClock, bprofile, make_device
 
 S = RequestState
+
+
+def _prefill(job: PrefillJob | DecodeJob) -> PrefillJob:
+    assert isinstance(job, PrefillJob), job
+    return job
+
+
+def _decode(job: PrefillJob | DecodeJob) -> DecodeJob:
+    assert isinstance(job, DecodeJob), job
+    return job
 
 
 def _end_status(ev: TerminalEvent) -> int | None:
@@ -101,7 +112,7 @@ def test_cancel_while_running_drains_then_reclaims(clock: FakeClock) -> None:
     dev = make_device(clock)
     dev.add("r", max_tokens=10)
     out = dev.sched.schedule(clock.now)
-    job = out.jobs[0]
+    job = _prefill(out.jobs[0])
     assert dev.sched.cancel(RequestId("r"), clock.now) is CancelOutcome.FLAGGED
     assert dev.sched.cancel(RequestId("r"), clock.now) is CancelOutcome.ALREADY_REQUESTED
     assert dev.sched.kv.state(job.kv_lane) is KvState.UPDATING  # still owned by the device
@@ -155,7 +166,7 @@ def test_a_release_announced_before_a_reset_is_void_after_it(clock: FakeClock) -
     delivered, stays Unknown (its runtime sequence went with the reset) until recover(); the late release is void."""
     dev = make_device(clock)
     dev.add("r", max_tokens=1)
-    job = dev.sched.schedule(clock.now).jobs[0]
+    job = _prefill(dev.sched.schedule(clock.now).jobs[0])
     evs = dev.update(dev.outcome(job), clock.now)  # update returns the events; the engine delivers them later
     evs = [*evs, *dev.sched.drain_events()]
     released = [e for e in evs if isinstance(e, LaneReleased)]
@@ -178,7 +189,7 @@ def test_clean_failure_rolls_back_instead_of_quarantining(clock: FakeClock) -> N
     """001 §9.1: a job that failed cleanly rolls its KV back; the lane is released normally, not Unknown."""
     dev = make_device(clock)
     dev.add("r")
-    job = dev.sched.schedule(clock.now).jobs[0]
+    job = _prefill(dev.sched.schedule(clock.now).jobs[0])
     dev.update(JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="rejected"), clock.now)
     evs = dev.pump()
     assert _terminals(evs)["r"].reason is FinishReason.DEVICE_ERROR
@@ -190,7 +201,7 @@ def test_a_submitted_job_failing_without_a_fault_marks_its_kv_unknown(clock: Fak
     the lane stays quarantined (not handed out) until a recovery, and no reset is asked for (not a fault)."""
     dev = make_device(clock)
     dev.add("r")
-    job = dev.sched.schedule(clock.now).jobs[0]
+    job = _prefill(dev.sched.schedule(clock.now).jobs[0])
     dev.update(
         JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="OUT_OF_MEMORY", kv_unknown=True), clock.now
     )
@@ -287,7 +298,7 @@ def test_long_prefill_is_served_under_continuous_decode_and_short_load(clock: Fa
     dev.add("long", prompt=6000, max_tokens=2)
     for i in range(60):
         dev.add(f"s{i}", prompt=50, max_tokens=30)
-    kinds = []
+    kinds: list[WorkKind | str] = []
     for _ in range(40):
         kinds.extend(job.queue if isinstance(job, PrefillJob) else "decode" for job in dev.step())
     assert "long" in _terminals(dev.events) or dev.sched.registry.get(RequestId("long")).state is not S.PREFILL_READY  # type: ignore[union-attr]
@@ -335,8 +346,9 @@ def test_max_inflight_and_wake_for_batching_window(clock: FakeClock) -> None:
     dev.update(dev.outcome(out.jobs[0]), clock.now)
     hold = dev.sched.schedule(clock.now + 0.001)
     assert hold.jobs == () and hold.wake_at == pytest.approx(clock.now + 0.01)
+    assert hold.wake_at is not None
     fire = dev.sched.schedule(hold.wake_at)
-    assert len(fire.jobs) == 1 and len(fire.jobs[0].batch.lanes) == 3
+    assert len(fire.jobs) == 1 and len(_decode(fire.jobs[0]).batch.lanes) == 3
 
 
 def test_one_worker_overload_does_not_touch_another(clock: FakeClock) -> None:
@@ -490,7 +502,7 @@ def test_long_prefill_quota_caps_waiting_and_running_long_prompts(clock: FakeClo
     assert _terminals(dev.pump())["long-3"].reason is FinishReason.REJECTED_CAPACITY
     assert dev.add("short", prompt=10).verdict is Verdict.ADMIT  # the quota is for long prompts only
     out = dev.sched.schedule(clock.now)
-    kinds = sorted(j.queue.value for j in out.jobs)
+    kinds = sorted(_prefill(j).queue.value for j in out.jobs)
     assert len(out.jobs) == 2 and kinds.count("long") == 1, kinds  # max_running 1 of 2 in flight
     dev.sched.check_invariants()
     # long-1 started its prefill: it no longer waits, so another long prompt fits the quota again.

@@ -58,7 +58,7 @@ def test_every_rule_id_is_named_by_another_test() -> None:
     )
 
 
-def test_every_rule_passes_on_a_good_package(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_every_rule_passes_on_a_good_package(tmp_path: Path, cli) -> None:
     # The fixtures are signed with the published test-only key, which one rule only warns about: a package
     # sealed with a key of its own is the good package for that rule.
     own = tmp_path / "own-key"

@@ -98,7 +98,7 @@ def _write_manifest(root: Path, path: tuple[Any, ...], value: Any) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(path=paths, value=values)
-def test_manifest_values_never_crash_and_refused_never_reach_configure(cli, path: tuple[Any, ...], value: Any) -> None:  # type: ignore[no-untyped-def]
+def test_manifest_values_never_crash_and_refused_never_reach_configure(cli, path: tuple[Any, ...], value: Any) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="calctl-fuzz-"))
     try:
         root = tmp / "pkg"
@@ -159,7 +159,7 @@ def _tar_of(path: Path, members: list[tuple[str, str, int]]) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(members=st.lists(MEMBER, max_size=8))
-def test_tar_member_lists_are_refused_or_extracted_never_crash(cli, members: list[tuple[str, str, int]]) -> None:  # type: ignore[no-untyped-def]
+def test_tar_member_lists_are_refused_or_extracted_never_crash(cli, members: list[tuple[str, str, int]]) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="calctl-fuzz-tar-"))
     try:
         tar = tmp / "p.tar"

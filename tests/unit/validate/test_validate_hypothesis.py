@@ -233,7 +233,7 @@ def _apply(root: Path, m: Mutation) -> bool:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(m=mutations)
-def test_mutated_packages_get_a_verdict_never_a_crash(cli, m: Mutation) -> None:  # type: ignore[no-untyped-def]
+def test_mutated_packages_get_a_verdict_never_a_crash(cli, m: Mutation) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="calctl-hyp-"))
     try:
         root = tmp / "pkg"

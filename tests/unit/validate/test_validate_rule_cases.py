@@ -187,7 +187,7 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
 
 
 @pytest.mark.parametrize(("rule_id", "mutate", "says"), CASES, ids=[c[0] for c in CASES])
-def test_bad_package_fails_by_the_rule_id(tmp_path: Path, cli, rule_id: str, mutate, says: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_package_fails_by_the_rule_id(tmp_path: Path, cli, rule_id: str, mutate, says: str) -> None:
     rule = rule_by_id(rule_id)
     assert rule is not None
     root = copy_package(tmp_path)
