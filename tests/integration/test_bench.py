@@ -16,17 +16,16 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from calctl.checks import host
 from calctl.runners.bench import gates as G
 from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, assert_no_traceback
+from tests.waiting import wait_http_ready
 
 pytestmark = pytest.mark.slow
 
@@ -91,14 +90,7 @@ def _serve(tmp: Path, *extra: str) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp / f"serve-{port}.log").read_text()[-3000:]
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "calctl serve did not become ready in 60 s"
-            time.sleep(0.2)
+        wait_http_ready(url, proc, log=tmp / f"serve-{port}.log", timeout=60)
         yield url
     finally:
         proc.terminate()

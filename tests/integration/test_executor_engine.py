@@ -86,10 +86,7 @@ def test_pending_counter_that_never_closes_downgrades() -> None:
     with executor_engine(time_scale=0.5, downgrade=policy) as h:
         assert all(o.ok for o in h.run(2, 4))
         h.rt.counters = lambda: (ChipCounters(0, 3, 100, 0), ChipCounters(1, 0, 0, 0))  # type: ignore[method-assign]
-        end = time.monotonic() + 5
-        while not h.worker.downgrades() and time.monotonic() < end:
-            time.sleep(0.05)
-        (d,) = h.worker.downgrades()
+        (d,) = wait_until(h.worker.downgrades, what="the counter anomaly's downgrade", timeout=5, interval=0.05)
         assert d.reason.value == "counter_anomaly" and "pending counter stays at 3" in d.detail
 
 
@@ -161,10 +158,7 @@ def test_only_an_operator_goes_back_to_pingpong_within_the_configured_ceiling() 
 
 
 def _wait_ready(h: Harness, timeout_s: float = 10.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not h.worker.is_ready() and time.monotonic() < end:
-        time.sleep(0.02)
-    assert h.worker.is_ready()
+    wait_until(h.worker.is_ready, what="the worker to be ready", timeout=timeout_s, interval=0.02)
 
 
 def test_a_kv_commit_the_runtime_refuses_fails_that_request_not_the_engine_loop() -> None:

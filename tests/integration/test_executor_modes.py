@@ -40,6 +40,7 @@ from calctl.signing.policy import make_policy
 from tests.conftest import TEST_PUB
 from tests.integration.executor_harness import GOLDEN, SINGLE, executor_engine
 from tests.integration.serve_harness import COMBINED, serving
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -219,7 +220,4 @@ def test_operator_switches_the_executor_over_the_admin_api(tmp_path: Path) -> No
 
 
 def _wait_ready(h, timeout_s: float = 10.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not h.worker.is_ready() and time.monotonic() < end:
-        time.sleep(0.02)
-    assert h.worker.is_ready()
+    wait_until(h.worker.is_ready, what="the worker to be ready", timeout=timeout_s, interval=0.02)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, CliResult, assert_no_traceback
+from tests.waiting import wait_until
 
 TRUST = ("--trusted-key", str(TEST_PUB))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -381,11 +382,12 @@ def test_sigterm_stops_bringup_interrupted_with_its_report(tmp_path: Path) -> No
         env=env,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "run-golden.png").is_file():  # the device steps have started
+
+        def device_steps_started() -> bool:
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "bringup did not reach its device steps in 120 s"
-            time.sleep(0.05)
+            return (out / "run-golden.png").is_file()
+
+        wait_until(device_steps_started, what="bringup to reach its device steps", timeout=120, interval=0.05)
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=120)
     finally:

@@ -63,18 +63,20 @@ def test_the_listener_lets_asyncio_disable_nagle() -> None:
 
     async def accept_one() -> int:
         seen: list[int] = []
+        accepted = asyncio.Event()
 
         def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
             writer.close()
+            accepted.set()
 
         server = await asyncio.start_server(on_conn, sock=listener)
         port = listener.getsockname()[1]
         _, w = await asyncio.open_connection("127.0.0.1", port)
-        for _ in range(200):
-            if seen:
-                break
-            await asyncio.sleep(0.01)
+        try:
+            await asyncio.wait_for(accepted.wait(), timeout=2)
+        except asyncio.TimeoutError:
+            raise AssertionError("the listener accepted no connection within 2 s") from None
         w.close()
         server.close()
         return seen[0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import pytest
 
@@ -54,10 +53,9 @@ def test_a_bug_in_the_loop_fails_its_requests_and_the_alias_once(caplog: pytest.
         assert any(o.error and "internal error in the engine loop" in o.error for o in outs), outs
         assert core.failed is not None and "KeyError" in core.failed
         assert core.state.value == "Failed" and not core.is_ready()
-        end = time.monotonic() + 5
-        while core._thread.is_alive() and time.monotonic() < end:
-            time.sleep(0.01)
-        assert not core._thread.is_alive()  # the loop ended; nothing retries it
+        wait_until(  # the loop ended; nothing retries it
+            lambda: not core._thread.is_alive(), what="the engine loop's thread to end", timeout=5, interval=0.01
+        )
         tracebacks = [r for r in caplog.records if r.exc_info and "engine loop" in r.getMessage()]
         assert len(tracebacks) == 1, [r.getMessage() for r in caplog.records]
         assert calls["n"] == 3  # nothing ran the broken step again
@@ -98,4 +96,4 @@ def test_an_arrival_the_loop_cannot_take_is_refused_not_left_hanging() -> None:
         outs = h.loop.submit(_gather(h.engine, [h.request("doomed")])).result(30)
         assert outs[0].rejected == RejectCode.UNAVAILABLE.value, outs
         failed = wait_until(lambda: core.failed, what="the core to record its failure")  # set after the refusal
-        assert "ValueError" in (failed or "")
+        assert "ValueError" in failed

@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -141,14 +141,13 @@ def test_a_killed_soak_leaves_its_evidence(tmp_path: Path) -> None:
         env=env,
     )
     report = out / "soak-report.json"
-    deadline = time.monotonic() + 60
     try:
-        while time.monotonic() < deadline:
-            if report.is_file() and json.loads(report.read_text())["cycles"] >= 2:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("no checkpoint with 2 cycles within 60 s")
+        wait_until(
+            lambda: report.is_file() and json.loads(report.read_text())["cycles"] >= 2,
+            what="a checkpoint with 2 cycles",
+            timeout=60,
+            interval=0.1,
+        )
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -189,16 +188,15 @@ def _start_soak(out: Path, *, ignore_sigint: bool = False) -> subprocess.Popen[s
 
 def _wait_for_traffic(out: Path, proc: subprocess.Popen[str], timeout_s: float = 90.0) -> None:
     events = out / "events.ndjson"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def loaded() -> bool:
         if proc.poll() is not None:
             pytest.fail(f"the soak ended early ({proc.returncode}): {proc.stderr.read() if proc.stderr else ''}")
-        if events.is_file() and any(
+        return events.is_file() and any(
             json.loads(line).get("event") == "loaded" for line in events.read_text().splitlines() if line.endswith("}")
-        ):
-            return
-        time.sleep(0.05)
-    pytest.fail(f"the soak loaded nothing within {timeout_s:g} s")
+        )
+
+    wait_until(loaded, what="the soak to load its models", timeout=timeout_s, interval=0.05)
 
 
 @pytest.mark.parametrize(

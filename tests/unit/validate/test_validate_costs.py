@@ -34,6 +34,7 @@ from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS
 from tests.conftest import TEST_PUB
 from tests.unit.validate.validate_factory import copy_package, edit_manifest, reseal, validate_json
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 #: What "refused quickly" means for a bomb on this (shared, 2-core) machine: the issue's figures.
@@ -425,9 +426,12 @@ def test_sigterm_ends_validate_with_130_and_removes_the_extracted_tree(tmp_path:
         text=True,
         env=env,
     )
-    deadline = time.monotonic() + HANG_S
-    while not list(scratch.glob("calctl-pkg-*")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
+    wait_until(
+        lambda: list(scratch.glob("calctl-pkg-*")) or proc.poll() is not None,
+        what="validate to start extracting into its scratch folder",
+        timeout=HANG_S,
+        interval=0.05,
+    )
     assert proc.poll() is None, "the archive was read before the signal could be sent"
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=HANG_S)
