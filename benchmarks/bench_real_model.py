@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import numbers
 import os
 import signal
 import socket
@@ -302,6 +303,12 @@ def run_llama(gguf: Path, args: argparse.Namespace) -> dict[str, object] | str:
     return f"llama.cpp run failed (exit {res.returncode}): {res.stderr.strip()[-500:]}"
 
 
+def _num(value: object) -> float:
+    """A measured figure of a run's result."""
+    assert isinstance(value, numbers.Real), value
+    return float(value)
+
+
 def _texts(result: dict[str, object]) -> list[str]:
     """The greedy texts of a run's result (``run_calctl`` or ``run_llama``)."""
     texts = result["texts"]
@@ -349,9 +356,9 @@ def main() -> None:
         if key not in ours:
             print(f"{label:<28} calctl not measured ({ours.get('error')})")
             return
-        a = float(ours[key]) / scale  # type: ignore[arg-type]
+        a = _num(ours[key]) / scale
         if isinstance(llama, dict):
-            b = float(llama[key]) / scale  # type: ignore[arg-type]
+            b = _num(llama[key]) / scale
             ratio = a / b if b else float("nan")
             print(f"{label:<28} calctl {a:10.2f} {unit:<6} llama.cpp {b:10.2f} {unit:<6} ratio {ratio:5.2f}x")
         else:
@@ -363,10 +370,10 @@ def main() -> None:
     row("TTFT, long prompt", "long_ttft", "ms", 1e-3, higher=False)
     row("RSS at ready", "rss_ready", "MiB", mib, higher=False)
     row("RSS after the requests", "rss_after", "MiB", mib, higher=False)
-    agg, one = float(ours["streams_tps"]), float(ours["single_tps_e2e"])  # type: ignore[arg-type]
+    agg, one = _num(ours["streams_tps"]), _num(ours["single_tps_e2e"])
     print(
         f"{args.streams} streams on one chip: aggregate {agg:.2f} tok/s, one stream {one:.2f} tok/s: {agg / one:.2f}x"
-        f" (profiles {args.profiles}; {float(ours['lanes_per_decode_job']):.2f} lanes per decode job)"  # type: ignore[arg-type]
+        f" (profiles {args.profiles}; {_num(ours['lanes_per_decode_job']):.2f} lanes per decode job)"
     )
     print(f"prefill prompt: {ours['prefill_tokens']} tokens")
     if not isinstance(llama, dict):

@@ -110,7 +110,7 @@ def test_reload_gives_503_to_new_requests_while_inflight_finish() -> None:
     with serving(time_scale=1.0) as s:
         worker = s.supervisor.workers["model-a"]
         gen_before = worker.generation
-        result: dict[str, object] = {}
+        result: dict[str, httpx.Response] = {}
 
         def long_request() -> None:
             r = httpx.post(
@@ -135,9 +135,9 @@ def test_reload_gives_503_to_new_requests_while_inflight_finish() -> None:
         t.join(60)
         reload.join(60)
         long = result["long"]
-        assert long.status_code == 200 and long.json()["choices"][0]["finish_reason"] == "length"  # type: ignore[attr-defined]
-        assert long.json()["usage"]["completion_tokens"] == 120  # type: ignore[attr-defined]
-        assert result["reload"].json()["ok"] is True  # type: ignore[attr-defined]
+        assert long.status_code == 200 and long.json()["choices"][0]["finish_reason"] == "length"
+        assert long.json()["usage"]["completion_tokens"] == 120
+        assert result["reload"].json()["ok"] is True
         assert worker.generation > gen_before and worker.is_ready()
         after = httpx.post(f"{s.v1}/completions", json={"model": "model-a", "prompt": "Hi", "max_tokens": 2})
         assert after.status_code == 200

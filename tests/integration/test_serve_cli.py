@@ -4,6 +4,7 @@ exit 2, before the board is opened or the package is loaded."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
 
 
 @pytest.fixture
-def taken_port() -> int:  # type: ignore[misc]
+def taken_port() -> Iterator[int]:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
     s.listen(1)

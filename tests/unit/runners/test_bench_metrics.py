@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import httpx
 import numpy as np
@@ -46,7 +47,7 @@ def test_gamma_arrivals_rate_burstiness_and_bounds() -> None:
 
 
 def test_workloads_replay_per_seed_and_stream() -> None:
-    args = dict(
+    args: dict[str, Any] = dict(
         rate=5.0,
         duration_s=4.0,
         burstiness=1.0,
@@ -55,9 +56,9 @@ def test_workloads_replay_per_seed_and_stream() -> None:
         tokens=TokenRange(3, 50),
         max_requests=100,
     )
-    a1 = build_workload(seed=3, stream=0, **args)  # type: ignore[arg-type]
-    assert a1 == build_workload(seed=3, stream=0, **args)  # type: ignore[arg-type]
-    assert a1 != build_workload(seed=3, stream=1, **args)  # type: ignore[arg-type]
+    a1 = build_workload(seed=3, stream=0, **args)
+    assert a1 == build_workload(seed=3, stream=0, **args)
+    assert a1 != build_workload(seed=3, stream=1, **args)
     assert all(3 <= t < 50 for r in a1 for t in r.prompt_ids) and all(r.max_tokens == 8 for r in a1)
 
 

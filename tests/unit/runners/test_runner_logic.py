@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -93,9 +94,9 @@ def _plan(pkg: Package) -> CalbinPlan:
     return CalbinPlan(package=pkg, graphs={}, models={}, chip_plan_bytes=())
 
 
-def _with_model(pkg: Package, index: int, **changes: object) -> Package:
+def _with_model(pkg: Package, index: int, **changes: Any) -> Package:
     models = list(pkg.models)
-    models[index] = dataclasses.replace(models[index], **changes)  # type: ignore[arg-type]
+    models[index] = dataclasses.replace(models[index], **changes)
     return dataclasses.replace(pkg, models=tuple(models))
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from calctl.errors import UsageError
 from calctl.runtime import DeviceKind, open_runtime, select_board
+from calctl.runtime.mock import MockRuntime
 
 
 def test_mock_defaults_to_mock0_and_leaves_the_fault_plan_seed_alone() -> None:
@@ -19,7 +20,8 @@ def test_mock_board_and_seed_from_the_environment() -> None:
     assert (sel.board, sel.source, sel.seed) == ("rack1-b3", "CALCTL_BOARD_ID", 11)
     assert sel.mock_options() == {"seed": 11}
     with open_runtime("mock", **sel.mock_options()) as rt:
-        assert rt.config.seed == 11  # type: ignore[attr-defined]
+        assert isinstance(rt, MockRuntime)
+        assert rt.config.seed == 11
 
 
 @pytest.mark.parametrize(

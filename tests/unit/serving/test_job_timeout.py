@@ -10,7 +10,8 @@ interleaving "the host's deadline passes while the device is still running the j
 
 from __future__ import annotations
 
-from calctl.runtime import open_runtime
+from calctl.package.model import Model
+from calctl.runtime import Runtime, open_runtime
 from calctl.runtime.mock import open_mock
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import Health
@@ -28,10 +29,10 @@ from tests.waiting import wait_until
 TIMEOUT_S = 1.0
 
 
-def _executor(rt: object, model: object, clock: FakeClock) -> DeviceExecutor:
+def _executor(rt: Runtime, model: Model, clock: FakeClock) -> DeviceExecutor:
     ex = DeviceExecutor(
         "model-a",
-        model,  # type: ignore[arg-type]
+        model,
         EngineMetrics(),
         ExecutorMonitor(DowngradePolicy(), ExecutorMode.SYNC, chip_exclusive=True),
         post=lambda _msg: None,
@@ -40,15 +41,15 @@ def _executor(rt: object, model: object, clock: FakeClock) -> DeviceExecutor:
         fixed_engine=False,
         clock=lambda: clock.now,
     )
-    ex.rt = rt  # type: ignore[assignment]
+    ex.rt = rt
     return ex
 
 
-def _launch(ex: DeviceExecutor, model: object, prompt: tuple[int, ...], n: int) -> Inflight:
+def _launch(ex: DeviceExecutor, model: Model, prompt: tuple[int, ...], n: int) -> Inflight:
     job = PrefillJob(
         JobId(n),
         GenerationId(1),
-        model.prefill.name,  # type: ignore[attr-defined]
+        model.prefill.name,
         RequestId(f"r{n}"),
         LaneId(n),
         len(prompt),

@@ -13,6 +13,7 @@ from calctl.serving.core import (
     FinishReason,
     GenerationId,
     InvariantViolation,
+    JobId,
     JobOutcome,
     JobStatus,
     KvState,
@@ -32,7 +33,7 @@ from calctl.serving.core import (
     WorkKind,
 )
 from calctl.serving.outcomes import http_status_of_end, http_status_of_verdict
-from tests.unit.serving.serving_helpers import B1, FakeClock, bprofile, make_device
+from tests.unit.serving.serving_helpers import B1, FakeClock, FakeDevice, bprofile, make_device
 
 S = RequestState
 
@@ -45,6 +46,12 @@ def _prefill(job: PrefillJob | DecodeJob) -> PrefillJob:
 def _decode(job: PrefillJob | DecodeJob) -> DecodeJob:
     assert isinstance(job, DecodeJob), job
     return job
+
+
+def _state(dev: FakeDevice, rid: str) -> RequestState | None:
+    """Where the scheduler's registry has request ``rid`` (None: it holds no such request)."""
+    seq = dev.sched.registry.get(RequestId(rid))
+    return None if seq is None else seq.state
 
 
 def _end_status(ev: TerminalEvent) -> int | None:
@@ -219,7 +226,7 @@ def test_stale_or_unknown_job_and_generation_tags(clock: FakeClock) -> None:
     dev = make_device(clock)
     dev.add("r")
     job = dev.sched.schedule(clock.now).jobs[0]
-    dev.update(JobOutcome(9999, job.generation, JobStatus.OK), clock.now)  # type: ignore[arg-type]
+    dev.update(JobOutcome(JobId(9999), job.generation, JobStatus.OK), clock.now)
     assert isinstance(dev.pump()[0], StaleCompletion)
     with pytest.raises(InvariantViolation):
         dev.update(JobOutcome(job.job_id, GenerationId(7), JobStatus.OK), clock.now)
@@ -274,7 +281,7 @@ def test_waiting_model_until_ready(clock: FakeClock) -> None:
     dev = make_device(clock)
     dev.sched.set_model_state(ModelState.WARMING, clock.now)
     assert dev.add("early").verdict is Verdict.QUEUE
-    assert dev.sched.registry.get(RequestId("early")).state is S.WAITING_MODEL  # type: ignore[union-attr]
+    assert _state(dev, "early") is S.WAITING_MODEL
     assert dev.sched.schedule(clock.now).jobs == ()
     dev.sched.set_model_state(ModelState.READY, clock.now)
     dev.run(6)
@@ -301,7 +308,7 @@ def test_long_prefill_is_served_under_continuous_decode_and_short_load(clock: Fa
     kinds: list[WorkKind | str] = []
     for _ in range(40):
         kinds.extend(job.queue if isinstance(job, PrefillJob) else "decode" for job in dev.step())
-    assert "long" in _terminals(dev.events) or dev.sched.registry.get(RequestId("long")).state is not S.PREFILL_READY  # type: ignore[union-attr]
+    assert "long" in _terminals(dev.events) or _state(dev, "long") is not S.PREFILL_READY
     first_long = next(i for i, k in enumerate(kinds) if getattr(k, "value", k) == "long")
     assert first_long < 15
 
