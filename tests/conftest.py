@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 from hypothesis import settings
@@ -50,18 +51,24 @@ class CliResult:
     err: str
 
     @property
-    def json(self):
+    def json(self) -> Any:
         import json
 
         return json.loads(self.out)
 
 
+class Cli(Protocol):
+    """The ``cli`` fixture's type: run calctl in-process with ``args`` (each one passed through ``str``)."""
+
+    def __call__(self, *args: object) -> CliResult: ...
+
+
 @pytest.fixture
-def cli(capsys):
-    """Run calctl in-process: ``cli("verify", str(pkg))`` -> CliResult."""
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    """Run calctl in-process: ``cli("verify", pkg)`` -> CliResult."""
     from calctl.cli.app import main
 
-    def run(*args: str) -> CliResult:
+    def run(*args: object) -> CliResult:
         capsys.readouterr()
         code = main([str(a) for a in args])
         captured = capsys.readouterr()

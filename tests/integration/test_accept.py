@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, Cli, assert_no_traceback
 from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 from tests.waiting import wait_until
 
@@ -411,13 +411,13 @@ def test_an_interrupted_run_leaves_a_partial_report(tmp_path: Path) -> None:
         (("--device", "calrt", "--serialize-chips"), "--serialize-chips"),
     ],
 )
-def test_bad_options_are_usage_errors(cli, tmp_path: Path, args: tuple[str, ...], needle: str) -> None:
+def test_bad_options_are_usage_errors(cli: Cli, tmp_path: Path, args: tuple[str, ...], needle: str) -> None:
     r = cli("accept", COMBINED, *TRUST, "--report", tmp_path / "r", *args)
     assert_no_traceback(r)
     assert r.code == 2 and needle in r.err, r.err
 
 
-def test_missing_package_and_bad_fault_plan_are_usage_errors(cli, tmp_path: Path) -> None:
+def test_missing_package_and_bad_fault_plan_are_usage_errors(cli: Cli, tmp_path: Path) -> None:
     r = cli("accept", tmp_path / "nope", *TRUST, "--report", tmp_path / "r")
     assert_no_traceback(r)
     assert r.code == 2 and "nope" in r.err, r.err

@@ -28,7 +28,7 @@ import numpy as np
 
 from calctl.model import tiny
 from calctl.package.reader import load_manifest
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, assert_passed
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, Cli, assert_passed
 from tests.unit.package.sample_compare import assert_reproduces
 
 # The RMSNorm functions of the reference and cached paths, wherever the decoder keeps them.
@@ -98,7 +98,7 @@ def _run_other(tmp_path: Path, digest_file: str, *args: object) -> subprocess.Co
     return subprocess.run(cmd, env=_other_machine_env(tmp_path), capture_output=True, text=True, timeout=300)
 
 
-def test_sample_packages_from_two_machines_pass_golden_against_each_other(tmp_path: Path, cli) -> None:
+def test_sample_packages_from_two_machines_pass_golden_against_each_other(tmp_path: Path, cli: Cli) -> None:
     committed = FIXTURE_PACKAGES / "combined"
     other = tmp_path / "other-machine"
     digests = tmp_path / "float32-digests.txt"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from calctl import html_report
-from tests.conftest import CliResult
+from tests.conftest import Cli, CliResult
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -88,7 +88,7 @@ def _verdict_in(dom: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def bringup_dir(tmp_path_factory):
+def bringup_dir(tmp_path_factory: pytest.TempPathFactory):
     from calctl.cli.app import main
 
     out = tmp_path_factory.mktemp("html") / "bringup"
@@ -182,7 +182,7 @@ def test_rows_that_are_not_good_are_the_reasons(tmp_path: Path) -> None:
     assert 'id="steps"' in html
 
 
-def test_run_golden_and_soak_write_their_page_beside_their_json(cli, tmp_path: Path) -> None:
+def test_run_golden_and_soak_write_their_page_beside_their_json(cli: Cli, tmp_path: Path) -> None:
     golden = tmp_path / "golden.json"
     r = cli("run-golden", "--report", str(golden))
     assert r.code == 0, r.err
@@ -210,7 +210,7 @@ def test_every_bringup_warn_says_why_and_pictures_name_their_command(bringup_dir
     assert warned and all(s["detail"] for s in warned), warned  # run-golden's WARN had an empty detail
 
 
-def test_accept_titles_its_pictures_accept(monkeypatch, tmp_path: Path) -> None:
+def test_accept_titles_its_pictures_accept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from calctl.runners import bringup
 
     titles: list[str] = []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, assert_no_traceback
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def taken_port() -> Iterator[int]:
 
 
 def test_a_taken_port_is_exit_2_before_the_board_or_the_package(
-    cli, taken_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, taken_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A board that cannot be opened and a bundled sample that would have to be built: either would show if
     # serve touched it before the port (exit 3 for the board, files in the cache for the sample).
@@ -40,7 +40,7 @@ def test_a_taken_port_is_exit_2_before_the_board_or_the_package(
     assert not cache.exists() or not any(cache.iterdir())  # the bundled sample was never built
 
 
-def test_a_taken_port_with_a_package_never_loads_it(cli, taken_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_taken_port_with_a_package_never_loads_it(cli: Cli, taken_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import calctl.serving.engine.supervisor as supervisor
 
     def forbidden(*_a: object, **_kw: object) -> None:
@@ -106,7 +106,7 @@ def test_a_fifo_given_as_the_package_is_refused_not_waited_on(tmp_path: Path) ->
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309", "0", "-1", "1e-9"])
 def test_records_max_mb_that_is_not_a_positive_size_is_a_usage_error(
-    cli, tmp_path: Path, value: str, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, tmp_path: Path, value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Hostile test of issue 19: nan and inf crashed with "internal error (a calctl bug)"."""
     _never_open_the_board(monkeypatch)
@@ -120,7 +120,7 @@ def test_records_max_mb_that_is_not_a_positive_size_is_a_usage_error(
 
 
 def test_an_empty_records_directory_is_a_usage_error_not_the_working_directory(
-    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--records ''`` wrote records.ndjson into the server's working directory."""
     _never_open_the_board(monkeypatch)

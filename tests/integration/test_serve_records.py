@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, Cli
 from tests.waiting import wait_http_ready, wait_until
 
 pytestmark = pytest.mark.slow
@@ -106,7 +106,7 @@ def test_serve_writes_request_and_job_records(tmp_path: Path) -> None:
     assert {k for j in jobs for k in j} >= {"h2d_ms", "infer_ms", "d2h_ms"}  # present, null when not reported
 
 
-def test_records_into_a_plain_file_is_a_usage_error(cli, tmp_path: Path) -> None:
+def test_records_into_a_plain_file_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
     target = tmp_path / "not-a-dir"
     target.write_text("x")
     r = cli(

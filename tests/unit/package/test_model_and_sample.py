@@ -17,7 +17,7 @@ from calctl.model import tiny
 from calctl.package.model import GraphKind
 from calctl.package.reader import load_manifest
 from calctl.signing.keys import load_private
-from tests.conftest import FIXTURE_PACKAGES, TEST_KEY
+from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, Cli
 from tests.unit.package.sample_compare import assert_reproduces
 
 
@@ -194,7 +194,9 @@ def test_batch_profiles_get_an_inactive_lane_contract(tmp_path: Path) -> None:
     assert pkg.model("model-a").prefill.batch_profiles == (1,)
 
 
-def test_weights_without_a_clear_golden_prompt_are_a_usage_error(tmp_path: Path, cli, monkeypatch) -> None:
+def test_weights_without_a_clear_golden_prompt_are_a_usage_error(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from calctl.compiler import sample
 
     monkeypatch.setattr(sample, "GOLDEN_MARGIN", 1e9)  # no prompt leads by that much: as if the seed were unlucky

@@ -170,7 +170,7 @@ def test_timeline_png(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def _figure_texts(monkeypatch, draw) -> list[str]:
+def _figure_texts(monkeypatch: pytest.MonkeyPatch, draw) -> list[str]:
     """Every text a picture shows: the figure is caught as it is saved."""
     from matplotlib.figure import Figure
 
@@ -189,7 +189,9 @@ def _figure_texts(monkeypatch, draw) -> list[str]:
     return seen
 
 
-def test_the_warmup_picture_shows_the_figures_its_verdict_rests_on(tmp_path: Path, monkeypatch) -> None:
+def test_the_warmup_picture_shows_the_figures_its_verdict_rests_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     decode = [
         TraceSlice(0, 1.0 + i * 0.01, 1.0 + i * 0.01 + 0.003 + 0.001 * (i % 2), "model-a", "a_decode", "auto", i, 1)
         for i in range(10)
@@ -202,7 +204,7 @@ def test_the_warmup_picture_shows_the_figures_its_verdict_rests_on(tmp_path: Pat
     assert "a_decode" in texts
 
 
-def test_an_empty_both_chips_busy_lane_says_none(tmp_path: Path, monkeypatch) -> None:
+def test_an_empty_both_chips_busy_lane_says_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     apart = [
         TraceSlice(0, 1.0, 1.1, "model-a", "a", "auto", 1, 1),
         TraceSlice(1, 2.0, 2.1, "model-b", "b", "auto", 2, 1),

@@ -13,6 +13,7 @@ import pytest
 from calctl.errors import ExitCode
 from calctl.runtime import board_lock, open_runtime
 from calctl.runtime.board_lock import BoardLocked
+from tests.conftest import Cli
 
 HOLDER = textwrap.dedent("""\
     import sys
@@ -199,7 +200,7 @@ def test_a_second_serve_on_the_pci_address_a_process_holds_is_refused(tmp_path: 
 
 
 def test_conformance_on_a_board_another_process_holds_is_one_precondition_failure(
-    cli,
+    cli: Cli,
     tmp_path: Path,
     calrt_stub: Path,
     monkeypatch: pytest.MonkeyPatch,

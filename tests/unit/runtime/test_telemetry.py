@@ -7,6 +7,7 @@ from pathlib import Path
 from calctl.package.model import Package
 from calctl.runtime import Runtime, open_runtime
 from calctl.runtime.types import TELEMETRY_FIELDS
+from tests.conftest import Cli
 
 
 def test_every_backend_reports_every_field_or_names_the_gap(rt: Runtime) -> None:
@@ -33,7 +34,7 @@ def test_the_mock_counts_its_resets_and_its_queue(combined: Package) -> None:
         assert [t.queue_depth for t in rt.telemetry()] == [0, 0]
 
 
-def test_device_info_shows_telemetry_and_gaps(cli, calrt_stub: Path) -> None:
+def test_device_info_shows_telemetry_and_gaps(cli: Cli, calrt_stub: Path) -> None:
     r = cli("device", "info", "--format", "json")
     assert r.code == 0, r.err
     chip = r.json["chips"][0]["telemetry"]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from calctl.package.rules import RULES, rule_by_id
+from tests.conftest import Cli
 from tests.unit.validate.validate_factory import copy_package, edit_json, edit_manifest, reseal, validate_json
 
 Doc = dict[str, Any]
@@ -187,7 +188,7 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
 
 
 @pytest.mark.parametrize(("rule_id", "mutate", "says"), CASES, ids=[c[0] for c in CASES])
-def test_bad_package_fails_by_the_rule_id(tmp_path: Path, cli, rule_id: str, mutate, says: str) -> None:
+def test_bad_package_fails_by_the_rule_id(tmp_path: Path, cli: Cli, rule_id: str, mutate, says: str) -> None:
     rule = rule_by_id(rule_id)
     assert rule is not None
     root = copy_package(tmp_path)
