@@ -87,8 +87,14 @@ def test_pub() -> Path:
     return TEST_PUB
 
 
+class CopyFixture(Protocol):
+    """The ``copy_fixture`` fixture's type: copy a fixture package into tmp_path, return the copy."""
+
+    def __call__(self, kind: str = "combined") -> Path: ...
+
+
 @pytest.fixture
-def copy_fixture(tmp_path: Path):
+def copy_fixture(tmp_path: Path) -> CopyFixture:
     """Copy a fixture package (single|combined|replica) into tmp_path and return its path."""
 
     def copy(kind: str = "combined") -> Path:

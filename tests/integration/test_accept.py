@@ -115,7 +115,9 @@ def _assert_rows_shape(doc: dict[str, Any], out: Path, asked: tuple[str, ...]) -
     return rows
 
 
-def test_quick_level_reports_every_row_go_or_not_measured_with_the_reason(quick) -> None:
+def test_quick_level_reports_every_row_go_or_not_measured_with_the_reason(
+    quick: tuple[int, dict[str, Any], Path, str],
+) -> None:
     code, doc, out, _ = quick
     assert code == 0, doc["summary"]
     rows = _assert_rows_shape(doc, out, OTHER_ROWS)
@@ -130,7 +132,7 @@ def test_quick_level_reports_every_row_go_or_not_measured_with_the_reason(quick)
     assert rows["M3"]["verdict"] == "NOT MEASURED" and "B4" in rows["M3"]["reason"]  # the fixture is B1 only
 
 
-def test_quick_level_isolation_is_the_default_thousand_requests(quick) -> None:
+def test_quick_level_isolation_is_the_default_thousand_requests(quick: tuple[int, dict[str, Any], Path, str]) -> None:
     """G2's evidence: ``bench --scenario isolation`` at its default of 1000 requests (001 §13.1), all judged."""
     _, doc, out, _ = quick
     iso = json.loads((out / "isolation" / "bench-report.json").read_text())
@@ -141,7 +143,7 @@ def test_quick_level_isolation_is_the_default_thousand_requests(quick) -> None:
     assert _rows(doc)["G2"]["key_figure"] == "1000 requests, 0 offender(s)"
 
 
-def test_quick_level_timed_rows_and_a_board_wide_ccu_fault(quick_timed) -> None:
+def test_quick_level_timed_rows_and_a_board_wide_ccu_fault(quick_timed: tuple[int, dict[str, Any], Path, str]) -> None:
     """001 §13.4: F1 is "request and resource faults isolated, but CCU/timeout/reset share the fault domain".
 
     The fault plan says this board's CCU faults take the whole board. The grade is what the fault-isolation
@@ -166,7 +168,9 @@ def test_quick_level_timed_rows_and_a_board_wide_ccu_fault(quick_timed) -> None:
         assert code == 0
 
 
-def test_quick_level_fault_isolation_grades_f1_phase_by_phase(quick_timed) -> None:
+def test_quick_level_fault_isolation_grades_f1_phase_by_phase(
+    quick_timed: tuple[int, dict[str, Any], Path, str],
+) -> None:
     """The quick level's fault-isolation run (docs/bench.md §5), phase by phase: its evidence behind G4."""
     _, _, out, _ = quick_timed
     doc = json.loads((out / "fault-isolation" / "bench-report.json").read_text())
@@ -198,7 +202,7 @@ def test_quick_level_fault_isolation_grades_f1_phase_by_phase(quick_timed) -> No
     assert (out / "fault-isolation" / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_quick_level_files_json_junit_and_picture(quick) -> None:
+def test_quick_level_files_json_junit_and_picture(quick: tuple[int, dict[str, Any], Path, str]) -> None:
     _, doc, out, _ = quick
     on_disk = json.loads((out / "report.json").read_text())
     assert on_disk["rows"] == doc["rows"] and on_disk["status"] == "finished"
@@ -218,7 +222,9 @@ def test_quick_level_files_json_junit_and_picture(quick) -> None:
         assert (c.findall("skipped")[0].get("message") or "").startswith("NOT MEASURED: ")
 
 
-def test_with_previous_the_rollback_rolls_forward_and_back_under_traffic(quick, previous: Path) -> None:
+def test_with_previous_the_rollback_rolls_forward_and_back_under_traffic(
+    quick: tuple[int, dict[str, Any], Path, str], previous: Path
+) -> None:
     """Issue 29 item 7, with ``--previous``: the old version serves, PKG is rolled forward onto it and one call
     takes it back, all while clients stream to both models (001 §17 G5, 000 §19 M4)."""
     _, doc, out, _ = quick

@@ -24,7 +24,7 @@ from calctl.runners.bench.scenarios import SCENARIOS
 from calctl.runners.device import DeviceSpec
 from calctl.runtime import DeviceKind
 from calctl.signing.policy import make_policy
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, CopyFixture, assert_no_traceback
 from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
@@ -272,7 +272,9 @@ def test_a_package_that_is_not_a_replica_is_refused(cli: Cli, tmp_path: Path, ki
     assert not (tmp_path / "rep" / "isolation-requests.ndjson").exists()
 
 
-def test_a_tampered_replica_is_refused_by_validation_not_judged(cli: Cli, copy_fixture, tmp_path: Path) -> None:
+def test_a_tampered_replica_is_refused_by_validation_not_judged(
+    cli: Cli, copy_fixture: CopyFixture, tmp_path: Path
+) -> None:
     root = copy_fixture("replica")
     pkg = load_manifest(root)
     for alias in ("model-a0", "model-a1"):  # the same change on both sides: still a replica, no longer sealed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import TEST_KEY, TEST_PUB, Cli
+from tests.conftest import TEST_KEY, TEST_PUB, Cli, CopyFixture
 from tests.unit.compiler.checkpoint_factory import write_hf_dir
 
 TRUST = ("--trusted-key", str(TEST_PUB))
@@ -47,7 +47,7 @@ def test_a_tampered_manifest_in_an_input_exits_1_naming_it(cli: Cli, tmp_path: P
     assert not (tmp_path / "AA").exists()
 
 
-def test_an_empty_golden_npy_in_an_input_exits_1_naming_it(cli: Cli, copy_fixture, tmp_path: Path) -> None:
+def test_an_empty_golden_npy_in_an_input_exits_1_naming_it(cli: Cli, copy_fixture: CopyFixture, tmp_path: Path) -> None:
     # numpy reads an empty .npy with EOFError, which click takes for end of input: it was "interrupted", exit 130.
     a = copy_fixture("single")
     (a / "model-a/golden/prompt_ids.npy").write_bytes(b"")

@@ -88,7 +88,7 @@ def _verdict_in(dom: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def bringup_dir(tmp_path_factory: pytest.TempPathFactory):
+def bringup_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CliResult]:
     from calctl.cli.app import main
 
     out = tmp_path_factory.mktemp("html") / "bringup"
@@ -100,7 +100,7 @@ def bringup_dir(tmp_path_factory: pytest.TempPathFactory):
     return out, result
 
 
-def test_bringup_writes_report_html_beside_report_json_and_names_it(bringup_dir) -> None:
+def test_bringup_writes_report_html_beside_report_json_and_names_it(bringup_dir: tuple[Path, CliResult]) -> None:
     out, result = bringup_dir
     page = out / "report.html"
     assert page.is_file()
@@ -119,7 +119,7 @@ def test_bringup_writes_report_html_beside_report_json_and_names_it(bringup_dir)
 
 
 @needs_chromium
-def test_the_bringup_page_renders_in_chromium(bringup_dir, tmp_path: Path) -> None:
+def test_the_bringup_page_renders_in_chromium(bringup_dir: tuple[Path, CliResult], tmp_path: Path) -> None:
     out, _ = bringup_dir
     doc = json.loads((out / "report.json").read_text())
     seen = _open(out / "report.html", tmp_path)
@@ -130,7 +130,7 @@ def test_the_bringup_page_renders_in_chromium(bringup_dir, tmp_path: Path) -> No
 
 
 @needs_chromium
-def test_a_broken_picture_is_seen_by_the_chromium_check(bringup_dir, tmp_path: Path) -> None:
+def test_a_broken_picture_is_seen_by_the_chromium_check(bringup_dir: tuple[Path, CliResult], tmp_path: Path) -> None:
     """The check can fail: a page whose picture is not a PNG shows up as a broken image."""
     out, _ = bringup_dir
     copy = tmp_path / "copy"
@@ -203,7 +203,7 @@ def test_a_json_report_named_html_keeps_its_name(tmp_path: Path) -> None:
     assert page != target and target.read_text() == "{}" and page.is_file()
 
 
-def test_every_bringup_warn_says_why_and_pictures_name_their_command(bringup_dir) -> None:
+def test_every_bringup_warn_says_why_and_pictures_name_their_command(bringup_dir: tuple[Path, CliResult]) -> None:
     out, _ = bringup_dir
     doc = json.loads((out / "report.json").read_text())
     warned = [s for s in doc["summary"] if s["verdict"] == "WARN"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, Cli, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, Cli, CopyFixture, assert_no_traceback
 
 
 @pytest.fixture
@@ -26,21 +26,21 @@ def keypair(tmp_path: Path, cli: Cli) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def sealed(tmp_path: Path, cli: Cli, keypair):
+def sealed(tmp_path: Path, cli: Cli, keypair: tuple[Path, Path]) -> tuple[Path, Path]:
     key, pub = keypair
     r = cli("sample-package", tmp_path / "p", "--kind", "combined", "--key", key)
     assert r.code == 0, r.err
     return tmp_path / "p", pub
 
 
-def test_acceptance_chain_exits_zero(sealed, cli: Cli) -> None:
+def test_acceptance_chain_exits_zero(sealed: tuple[Path, Path], cli: Cli) -> None:
     pkg, pub = sealed
     r = cli("verify", pkg, "--trusted-key", pub)
     assert r.code == 0, r.out + r.err
     assert "verified" in r.out
 
 
-def test_keygen_mode_and_refuses_overwrite(tmp_path: Path, cli: Cli, keypair) -> None:
+def test_keygen_mode_and_refuses_overwrite(tmp_path: Path, cli: Cli, keypair: tuple[Path, Path]) -> None:
     key, _pub = keypair
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     before = key.read_bytes()
@@ -68,7 +68,7 @@ def _verify_json(cli: Cli, pkg: Path, pub: Path):
         "model-b/golden/expected_tokens.npy",
     ],
 )
-def test_flipping_one_byte_of_any_file_fails_naming_it(sealed, cli: Cli, victim: str) -> None:
+def test_flipping_one_byte_of_any_file_fails_naming_it(sealed: tuple[Path, Path], cli: Cli, victim: str) -> None:
     pkg, pub = sealed
     path = pkg / victim
     data = bytearray(path.read_bytes())
@@ -80,7 +80,7 @@ def test_flipping_one_byte_of_any_file_fails_naming_it(sealed, cli: Cli, victim:
     assert "mismatch" in doc["findings"][0]["message"]
 
 
-def test_deleted_file_is_named(sealed, cli: Cli) -> None:
+def test_deleted_file_is_named(sealed: tuple[Path, Path], cli: Cli) -> None:
     pkg, pub = sealed
     (pkg / "model-a/prefill/ccu0_chip0.cmd").unlink()
     code, doc = _verify_json(cli, pkg, pub)
@@ -89,7 +89,7 @@ def test_deleted_file_is_named(sealed, cli: Cli) -> None:
     assert "missing" in doc["findings"][0]["message"]
 
 
-def test_unlisted_file_is_named(sealed, cli: Cli) -> None:
+def test_unlisted_file_is_named(sealed: tuple[Path, Path], cli: Cli) -> None:
     pkg, pub = sealed
     (pkg / "model-a" / "extra.bin").write_bytes(b"x")
     code, doc = _verify_json(cli, pkg, pub)
@@ -97,7 +97,7 @@ def test_unlisted_file_is_named(sealed, cli: Cli) -> None:
     assert doc["findings"][0]["file"] == "model-a/extra.bin" and "not listed" in doc["findings"][0]["message"]
 
 
-def test_signature_by_another_key_fails_naming_the_keys(sealed, cli: Cli, tmp_path: Path) -> None:
+def test_signature_by_another_key_fails_naming_the_keys(sealed: tuple[Path, Path], cli: Cli, tmp_path: Path) -> None:
     pkg, pub = sealed
     assert cli("keygen", tmp_path / "other").code == 0
     assert cli("sign", pkg, "--key", tmp_path / "other.key").code == 0
@@ -111,7 +111,7 @@ def test_signature_by_another_key_fails_naming_the_keys(sealed, cli: Cli, tmp_pa
     assert code == 0 and doc["signer_key_id"]
 
 
-def test_unsigned_fails_unless_allowed_and_then_warns(sealed, cli: Cli) -> None:
+def test_unsigned_fails_unless_allowed_and_then_warns(sealed: tuple[Path, Path], cli: Cli) -> None:
     pkg, pub = sealed
     (pkg / "checksums.sha256.sig").unlink()
     code, doc = _verify_json(cli, pkg, pub)
@@ -120,7 +120,9 @@ def test_unsigned_fails_unless_allowed_and_then_warns(sealed, cli: Cli) -> None:
     assert r.code == 0 and r.json["findings"][0]["severity"] == "warning"
 
 
-def test_pack_reseals_after_a_change(sealed, cli: Cli, keypair, tmp_path: Path) -> None:
+def test_pack_reseals_after_a_change(
+    sealed: tuple[Path, Path], cli: Cli, keypair: tuple[Path, Path], tmp_path: Path
+) -> None:
     pkg, pub = sealed
     key, _ = keypair
     (pkg / "model-a" / "notes.txt").write_text("added\n")
@@ -158,7 +160,7 @@ def _openssl_has_rawin() -> bool:
 
 
 @pytest.mark.skipif(not _openssl_has_rawin(), reason="openssl with `pkeyutl -rawin` (OpenSSL >= 3.0) is not installed")
-def test_signature_checks_with_openssl(sealed) -> None:
+def test_signature_checks_with_openssl(sealed: tuple[Path, Path]) -> None:
     pkg, pub = sealed
     cmd = [
         "openssl",
@@ -194,7 +196,7 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_manifest_one_line_reason(copy_fixture, cli: Cli, name: str) -> None:
+def test_hostile_manifest_one_line_reason(copy_fixture: CopyFixture, cli: Cli, name: str) -> None:
     pkg = copy_fixture("combined")
     (pkg / "manifest.yaml").write_bytes(HOSTILE[name])
     r = cli("inspect", pkg)
@@ -204,7 +206,7 @@ def test_hostile_manifest_one_line_reason(copy_fixture, cli: Cli, name: str) -> 
     assert len(lines) == 1 and "manifest.yaml" in lines[0], r.err
 
 
-def test_hundred_megabyte_manifest_is_refused_quickly(copy_fixture, cli: Cli) -> None:
+def test_hundred_megabyte_manifest_is_refused_quickly(copy_fixture: CopyFixture, cli: Cli) -> None:
     pkg = copy_fixture("single")
     with open(pkg / "manifest.yaml", "wb") as fh:
         fh.write(b"# padding\n" * (10 * 1024 * 1024))
@@ -324,7 +326,7 @@ def test_wheel_ships_schemas_and_test_key(tmp_path: Path) -> None:
     assert "calctl/_data/keys/calctl-test-only-DO-NOT-TRUST.pub" in names
 
 
-def test_unreadable_file_is_reported_not_fatal(sealed, cli: Cli) -> None:
+def test_unreadable_file_is_reported_not_fatal(sealed: tuple[Path, Path], cli: Cli) -> None:
     pkg, pub = sealed
     if os.geteuid() == 0:
         # root reads everything: make the file unreadable by turning it into a directory-shaped obstacle instead
@@ -343,7 +345,7 @@ def test_unreadable_file_is_reported_not_fatal(sealed, cli: Cli) -> None:
     assert code == 1 and any("cannot be read" in f["message"] for f in doc["findings"])
 
 
-def test_symlinked_checksums_are_refused(sealed, cli: Cli, tmp_path: Path) -> None:
+def test_symlinked_checksums_are_refused(sealed: tuple[Path, Path], cli: Cli, tmp_path: Path) -> None:
     pkg, pub = sealed
     real = tmp_path / "elsewhere.sha256"
     (pkg / "checksums.sha256").rename(real)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, CliResult, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, CliResult, CopyFixture, assert_no_traceback
 from tests.waiting import wait_until
 
 TRUST = ("--trusted-key", str(TEST_PUB))
@@ -168,7 +168,7 @@ def test_a_hung_warmup_lists_the_models_it_did_not_reach(cli: Cli, tmp_path: Pat
     assert doc["not_run"] == [{"alias": "model-b", "reason": "not run: model-a hung"}]
 
 
-def test_a_package_failing_validation_never_reaches_configure(cli: Cli, copy_fixture) -> None:
+def test_a_package_failing_validation_never_reaches_configure(cli: Cli, copy_fixture: CopyFixture) -> None:
     pkg = copy_fixture("single")
     target = pkg / "model-a" / "decode" / "ccu0_chip0.cmd"
     data = bytearray(target.read_bytes())
@@ -317,7 +317,7 @@ def test_bringup_with_no_arguments_exits_0(cli: Cli, tmp_path: Path, monkeypatch
 
 
 def test_bringup_single_package_skips_the_poc_and_a_bad_package_skips_the_rest(
-    cli: Cli, tmp_path: Path, copy_fixture
+    cli: Cli, tmp_path: Path, copy_fixture: CopyFixture
 ) -> None:
     r = cli(
         "bringup",

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ HOLDER = textwrap.dedent("""\
 
 
 @pytest.fixture
-def holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen[str]]:
     monkeypatch.setenv("CALCTL_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setenv("CALRT_DEVICE", "board-7")
     p = subprocess.Popen(
@@ -43,7 +44,7 @@ def holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     p.wait(timeout=30)
 
 
-def test_a_second_process_is_refused_with_the_holders_pid_and_command(holder) -> None:
+def test_a_second_process_is_refused_with_the_holders_pid_and_command(holder: subprocess.Popen[str]) -> None:
     with pytest.raises(BoardLocked) as err:
         open_runtime("calrt", "/nonexistent/libcalrt.so")  # the lock is taken before the library is loaded
     msg = str(err.value)
@@ -51,10 +52,13 @@ def test_a_second_process_is_refused_with_the_holders_pid_and_command(holder) ->
     assert err.value.exit_code == ExitCode.DEVICE
 
 
-def test_another_board_and_a_released_lock_are_free(holder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_board_and_a_released_lock_are_free(
+    holder: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CALRT_DEVICE", "board-8")
     board_lock.acquire().release()
     monkeypatch.setenv("CALRT_DEVICE", "board-7")
+    assert holder.stdin is not None
     holder.stdin.close()
     holder.wait(timeout=30)
     lock = board_lock.acquire()  # the holder is gone: the kernel dropped its flock
