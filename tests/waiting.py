@@ -18,8 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
-
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -62,6 +60,7 @@ def wait_http_ready(
 ) -> None:
     """Wait until ``{url}/health/ready`` answers 200. The process exiting first fails at once; both failures
     quote the tail of ``log``."""
+    import httpx  # only the tests that start a server need it
 
     def ready() -> bool:
         if proc.poll() is not None:
