@@ -33,7 +33,7 @@ def _command_paths() -> list[tuple[str, ...]]:
     """Every command and group, as argument lists (the CLI's own tree, so a new command is timed too)."""
     from calctl.cli.app import _click, root_command
 
-    def walk(group, path):  # type: ignore[no-untyped-def]
+    def walk(group, path):
         ctx = _click.Context(group, info_name="calctl")
         for name in group.list_commands(ctx):
             cmd = group.get_command(ctx, name)

@@ -36,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "packages" / "single"
@@ -65,9 +66,9 @@ def _header(name: str, size: int, kind: bytes = tarfile.REGTYPE) -> bytes:
     return info.tobuf(format=tarfile.GNU_FORMAT)
 
 
-def _tar(members: list[tuple[str, bytes]], mode: str = "w") -> bytes:
+def _tar(members: list[tuple[str, bytes]], mode: Literal["w", "w:xz"] = "w") -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=mode, format=tarfile.PAX_FORMAT) as tf:  # type: ignore[call-overload]
+    with tarfile.open(fileobj=buf, mode=mode, format=tarfile.PAX_FORMAT) as tf:
         for name, data in members:
             info = tarfile.TarInfo(name)
             info.size = len(data)

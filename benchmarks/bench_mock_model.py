@@ -122,7 +122,7 @@ def time_decoder(
     return statistics.median(pre), statistics.median(dec), statistics.median(pre_cpu), statistics.median(dec_cpu)
 
 
-def time_board(pkg_path: Path, prompt: np.ndarray, tokens: int, runs: int) -> tuple[float, float]:
+def time_board(pkg_path: Path, prompt: np.ndarray, tokens: int, runs: int) -> tuple[float, float, float, float]:
     from calctl.checks.steps import GreedyProgress, greedy_run
     from calctl.package.reader import load_manifest
     from calctl.runtime import open_runtime

@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import numbers
 import os
 import signal
 import socket
@@ -302,6 +303,19 @@ def run_llama(gguf: Path, args: argparse.Namespace) -> dict[str, object] | str:
     return f"llama.cpp run failed (exit {res.returncode}): {res.stderr.strip()[-500:]}"
 
 
+def _num(value: object) -> float:
+    """A measured figure of a run's result."""
+    assert isinstance(value, numbers.Real), value
+    return float(value)
+
+
+def _texts(result: dict[str, object]) -> list[str]:
+    """The greedy texts of a run's result (``run_calctl`` or ``run_llama``)."""
+    texts = result["texts"]
+    assert isinstance(texts, list), texts
+    return [str(t) for t in texts]
+
+
 def transformers_texts(gguf: Path, max_tokens: int) -> list[str] | str:
     if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
         return "transformers (and torch) are not installed: no Hugging Face reference text"
@@ -342,9 +356,9 @@ def main() -> None:
         if key not in ours:
             print(f"{label:<28} calctl not measured ({ours.get('error')})")
             return
-        a = float(ours[key]) / scale  # type: ignore[arg-type]
+        a = _num(ours[key]) / scale
         if isinstance(llama, dict):
-            b = float(llama[key]) / scale  # type: ignore[arg-type]
+            b = _num(llama[key]) / scale
             ratio = a / b if b else float("nan")
             print(f"{label:<28} calctl {a:10.2f} {unit:<6} llama.cpp {b:10.2f} {unit:<6} ratio {ratio:5.2f}x")
         else:
@@ -356,24 +370,24 @@ def main() -> None:
     row("TTFT, long prompt", "long_ttft", "ms", 1e-3, higher=False)
     row("RSS at ready", "rss_ready", "MiB", mib, higher=False)
     row("RSS after the requests", "rss_after", "MiB", mib, higher=False)
-    agg, one = float(ours["streams_tps"]), float(ours["single_tps_e2e"])  # type: ignore[arg-type]
+    agg, one = _num(ours["streams_tps"]), _num(ours["single_tps_e2e"])
     print(
         f"{args.streams} streams on one chip: aggregate {agg:.2f} tok/s, one stream {one:.2f} tok/s: {agg / one:.2f}x"
-        f" (profiles {args.profiles}; {float(ours['lanes_per_decode_job']):.2f} lanes per decode job)"  # type: ignore[arg-type]
+        f" (profiles {args.profiles}; {_num(ours['lanes_per_decode_job']):.2f} lanes per decode job)"
     )
     print(f"prefill prompt: {ours['prefill_tokens']} tokens")
     if not isinstance(llama, dict):
         print(f"llama.cpp: skipped: {llama}")
     else:
-        same = sum(a == b for a, b in zip(ours["texts"], llama["texts"], strict=True))  # type: ignore[arg-type]
+        same = sum(a == b for a, b in zip(_texts(ours), _texts(llama), strict=True))
         print(f"greedy text identical to llama.cpp: {same}/{len(PROMPTS)} (llama.cpp rounds activations to 8 bits)")
     hf = transformers_texts(gguf, args.max_tokens)
     if isinstance(hf, str):
         print(f"transformers: skipped: {hf}")
     else:
-        same = sum(a.strip() == b.strip() for a, b in zip(ours["texts"], hf, strict=True))  # type: ignore[arg-type]
+        same = sum(a.strip() == b.strip() for a, b in zip(_texts(ours), hf, strict=True))
         print(f"greedy text identical to transformers: {same}/{len(PROMPTS)}")
-    for p, t in zip(PROMPTS, ours["texts"], strict=True):  # type: ignore[arg-type]
+    for p, t in zip(PROMPTS, _texts(ours), strict=True):
         print(f"  calctl {p!r}: {t[:80]!r}")
 
 

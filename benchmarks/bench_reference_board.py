@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def poc(args: list[str], env: dict[str, str]) -> dict:  # type: ignore[type-arg]
+def poc(args: list[str], env: dict[str, str]) -> dict:
     cmd = [sys.executable, "-m", "calctl", "poc", "combined", "--format", "json", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode not in (0, 1):

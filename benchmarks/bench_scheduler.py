@@ -115,7 +115,7 @@ def _complete(sched: Scheduler, job: object, now: float) -> None:
     else:
         assert isinstance(job, DecodeJob)
         results = tuple(LaneResult(lane.request_id, 1) for lane in job.batch.lanes)
-    sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.OK, results), now)  # type: ignore[attr-defined]
+    sched.update_from_output(JobOutcome(job.job_id, job.generation, JobStatus.OK, results), now)
     for ev in sched.drain_events():
         if isinstance(ev, LaneReleased):
             sched.confirm_kv_released(ev.lane)

@@ -258,12 +258,12 @@ def busy_fraction(events: list[dict], chip: int, t0: int, t1: int) -> float:
             continue
         if cur_e is None or s > cur_e:
             if cur_e is not None:
-                busy += cur_e - cur_s  # type: ignore[operator]
+                busy += cur_e - cur_s
             cur_s, cur_e = s, e
         else:
             cur_e = max(cur_e, e)
     if cur_e is not None:
-        busy += cur_e - cur_s  # type: ignore[operator]
+        busy += cur_e - cur_s
     return busy / (t1 - t0)
 
 

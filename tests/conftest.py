@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 from hypothesis import settings
@@ -50,18 +51,24 @@ class CliResult:
     err: str
 
     @property
-    def json(self):  # type: ignore[no-untyped-def]
+    def json(self) -> Any:
         import json
 
         return json.loads(self.out)
 
 
+class Cli(Protocol):
+    """The ``cli`` fixture's type: run calctl in-process with ``args`` (each one passed through ``str``)."""
+
+    def __call__(self, *args: object) -> CliResult: ...
+
+
 @pytest.fixture
-def cli(capsys):  # type: ignore[no-untyped-def]
-    """Run calctl in-process: ``cli("verify", str(pkg))`` -> CliResult."""
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    """Run calctl in-process: ``cli("verify", pkg)`` -> CliResult."""
     from calctl.cli.app import main
 
-    def run(*args: str) -> CliResult:
+    def run(*args: object) -> CliResult:
         capsys.readouterr()
         code = main([str(a) for a in args])
         captured = capsys.readouterr()
@@ -80,8 +87,14 @@ def test_pub() -> Path:
     return TEST_PUB
 
 
+class CopyFixture(Protocol):
+    """The ``copy_fixture`` fixture's type: copy a fixture package into tmp_path, return the copy."""
+
+    def __call__(self, kind: str = "combined") -> Path: ...
+
+
 @pytest.fixture
-def copy_fixture(tmp_path: Path):  # type: ignore[no-untyped-def]
+def copy_fixture(tmp_path: Path) -> CopyFixture:
     """Copy a fixture package (single|combined|replica) into tmp_path and return its path."""
 
     def copy(kind: str = "combined") -> Path:
@@ -98,7 +111,7 @@ def assert_no_traceback(result: CliResult) -> None:
     assert "internal error" not in text, text
 
 
-def assert_passed(doc: dict) -> None:  # type: ignore[type-arg]
+def assert_passed(doc: dict) -> None:
     """A runner's JSON report passed: PASS, or WARN whose only warnings are the test-only signing key (SIG002).
 
     Packages signed with the published test key always warn (docs/cli.md "Verdicts"); any other warning fails.

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.waiting import wait_http_ready, wait_until
+
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_DOC = REPO / "docs" / "deploy.md"
 COMBINED = REPO / "fixtures" / "packages" / "combined"
@@ -122,25 +124,17 @@ class Backend:
 
 
 def _wait_ready(backends: list[Backend], timeout: float) -> None:
+    """Every board's ``/health/ready`` answers 200 (one shared deadline: the boards start in parallel)."""
     end = time.monotonic() + timeout
-    pending = list(backends)
-    while pending:
-        for b in list(pending):
-            if b.proc.poll() is not None:
-                raise RuntimeError(
-                    f"calctl serve for {b.board} exited with {b.proc.returncode} before it was ready:\n"
-                    f"{b.log_text()[-3000:]}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{b.url}/health/ready", timeout=2).status_code == 200:
-                    pending.remove(b)
-        if pending and time.monotonic() > end:
-            raise RuntimeError(
-                f"not ready after {timeout:.0f} s: {[b.board for b in pending]}\n"
-                + "\n".join(b.log_text()[-2000:] for b in pending)
-            )
-        if pending:
-            time.sleep(0.1)
+    for b in backends:
+        wait_http_ready(
+            b.url,
+            b.proc,
+            log=b.log,
+            timeout=max(0.0, end - time.monotonic()),
+            what=f"calctl serve for {b.board}",
+            interval=0.1,
+        )
 
 
 @contextlib.contextmanager
@@ -297,17 +291,17 @@ http {{
             proc = subprocess.Popen(
                 base, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-        end = time.monotonic() + 20
-        while True:
+
+        def listening() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(
                     f"nginx exited with {proc.returncode}:\n{(root / 'error.log').read_text(errors='replace')}"
                 )
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            if time.monotonic() > end:
-                raise RuntimeError("nginx did not listen within 20 s")
-            time.sleep(0.05)
+                return True
+            return False
+
+        wait_until(listening, what="nginx to listen", timeout=20, interval=0.05)
         yield Nginx(port, proc, root)
     finally:
         if proc is not None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, Cli, assert_no_traceback
 from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 from tests.waiting import wait_until
 
@@ -115,7 +115,9 @@ def _assert_rows_shape(doc: dict[str, Any], out: Path, asked: tuple[str, ...]) -
     return rows
 
 
-def test_quick_level_reports_every_row_go_or_not_measured_with_the_reason(quick) -> None:  # type: ignore[no-untyped-def]
+def test_quick_level_reports_every_row_go_or_not_measured_with_the_reason(
+    quick: tuple[int, dict[str, Any], Path, str],
+) -> None:
     code, doc, out, _ = quick
     assert code == 0, doc["summary"]
     rows = _assert_rows_shape(doc, out, OTHER_ROWS)
@@ -130,7 +132,7 @@ def test_quick_level_reports_every_row_go_or_not_measured_with_the_reason(quick)
     assert rows["M3"]["verdict"] == "NOT MEASURED" and "B4" in rows["M3"]["reason"]  # the fixture is B1 only
 
 
-def test_quick_level_isolation_is_the_default_thousand_requests(quick) -> None:  # type: ignore[no-untyped-def]
+def test_quick_level_isolation_is_the_default_thousand_requests(quick: tuple[int, dict[str, Any], Path, str]) -> None:
     """G2's evidence: ``bench --scenario isolation`` at its default of 1000 requests (001 §13.1), all judged."""
     _, doc, out, _ = quick
     iso = json.loads((out / "isolation" / "bench-report.json").read_text())
@@ -141,7 +143,7 @@ def test_quick_level_isolation_is_the_default_thousand_requests(quick) -> None: 
     assert _rows(doc)["G2"]["key_figure"] == "1000 requests, 0 offender(s)"
 
 
-def test_quick_level_timed_rows_and_a_board_wide_ccu_fault(quick_timed) -> None:  # type: ignore[no-untyped-def]
+def test_quick_level_timed_rows_and_a_board_wide_ccu_fault(quick_timed: tuple[int, dict[str, Any], Path, str]) -> None:
     """001 §13.4: F1 is "request and resource faults isolated, but CCU/timeout/reset share the fault domain".
 
     The fault plan says this board's CCU faults take the whole board. The grade is what the fault-isolation
@@ -166,7 +168,9 @@ def test_quick_level_timed_rows_and_a_board_wide_ccu_fault(quick_timed) -> None:
         assert code == 0
 
 
-def test_quick_level_fault_isolation_grades_f1_phase_by_phase(quick_timed) -> None:  # type: ignore[no-untyped-def]
+def test_quick_level_fault_isolation_grades_f1_phase_by_phase(
+    quick_timed: tuple[int, dict[str, Any], Path, str],
+) -> None:
     """The quick level's fault-isolation run (docs/bench.md §5), phase by phase: its evidence behind G4."""
     _, _, out, _ = quick_timed
     doc = json.loads((out / "fault-isolation" / "bench-report.json").read_text())
@@ -198,7 +202,7 @@ def test_quick_level_fault_isolation_grades_f1_phase_by_phase(quick_timed) -> No
     assert (out / "fault-isolation" / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_quick_level_files_json_junit_and_picture(quick) -> None:  # type: ignore[no-untyped-def]
+def test_quick_level_files_json_junit_and_picture(quick: tuple[int, dict[str, Any], Path, str]) -> None:
     _, doc, out, _ = quick
     on_disk = json.loads((out / "report.json").read_text())
     assert on_disk["rows"] == doc["rows"] and on_disk["status"] == "finished"
@@ -215,10 +219,12 @@ def test_quick_level_files_json_junit_and_picture(quick) -> None:  # type: ignor
     skipped = [c for c in cases if c.find("skipped") is not None]
     assert len(skipped) == doc["counts"]["NOT MEASURED"] and suite.get("failures") == "0"
     for c in skipped:
-        assert (c.find("skipped").get("message") or "").startswith("NOT MEASURED: ")  # type: ignore[union-attr]
+        assert (c.findall("skipped")[0].get("message") or "").startswith("NOT MEASURED: ")
 
 
-def test_with_previous_the_rollback_rolls_forward_and_back_under_traffic(quick, previous: Path) -> None:  # type: ignore[no-untyped-def]
+def test_with_previous_the_rollback_rolls_forward_and_back_under_traffic(
+    quick: tuple[int, dict[str, Any], Path, str], previous: Path
+) -> None:
     """Issue 29 item 7, with ``--previous``: the old version serves, PKG is rolled forward onto it and one call
     takes it back, all while clients stream to both models (001 §17 G5, 000 §19 M4)."""
     _, doc, out, _ = quick
@@ -345,7 +351,7 @@ def test_serialize_chips_makes_g3_no_go_with_the_reports_action(tmp_path: Path) 
     assert suite is not None and suite.get("failures") == "1" and suite.get("skipped") == "10"
     failure = next(c for c in suite.findall("testcase") if c.find("failure") is not None)
     assert failure.get("name", "").startswith("G3")
-    assert "declare S1 only" in (failure.find("failure").get("message") or "")  # type: ignore[union-attr]
+    assert "declare S1 only" in (failure.findall("failure")[0].get("message") or "")
     assert "NO-GO: 0 GO, 1 NO-GO (G3)" in stderr
 
 
@@ -411,13 +417,13 @@ def test_an_interrupted_run_leaves_a_partial_report(tmp_path: Path) -> None:
         (("--device", "calrt", "--serialize-chips"), "--serialize-chips"),
     ],
 )
-def test_bad_options_are_usage_errors(cli, tmp_path: Path, args: tuple[str, ...], needle: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_options_are_usage_errors(cli: Cli, tmp_path: Path, args: tuple[str, ...], needle: str) -> None:
     r = cli("accept", COMBINED, *TRUST, "--report", tmp_path / "r", *args)
     assert_no_traceback(r)
     assert r.code == 2 and needle in r.err, r.err
 
 
-def test_missing_package_and_bad_fault_plan_are_usage_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_missing_package_and_bad_fault_plan_are_usage_errors(cli: Cli, tmp_path: Path) -> None:
     r = cli("accept", tmp_path / "nope", *TRUST, "--report", tmp_path / "r")
     assert_no_traceback(r)
     assert r.code == 2 and "nope" in r.err, r.err

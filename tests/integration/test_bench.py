@@ -16,17 +16,16 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from calctl.checks import host
 from calctl.runners.bench import gates as G
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, Cli, assert_no_traceback
+from tests.waiting import wait_http_ready
 
 pytestmark = pytest.mark.slow
 
@@ -91,14 +90,7 @@ def _serve(tmp: Path, *extra: str) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp / f"serve-{port}.log").read_text()[-3000:]
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "calctl serve did not become ready in 60 s"
-            time.sleep(0.2)
+        wait_http_ready(url, proc, log=tmp / f"serve-{port}.log", timeout=60)
         yield url
     finally:
         proc.terminate()
@@ -127,7 +119,7 @@ def _host_clock_gates_held(doc: dict[str, Any]) -> bool:
     return True
 
 
-def test_mode_all_on_parallel_chips_has_efficiency_with_ci(cli, parallel_server: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_mode_all_on_parallel_chips_has_efficiency_with_ci(cli: Cli, parallel_server: str, tmp_path: Path) -> None:
     r = cli("bench", "--url", parallel_server, "--mode", "all", *LOAD, "--report", tmp_path / "b")
     assert_no_traceback(r)
     doc = r.json
@@ -157,7 +149,7 @@ def test_mode_all_on_parallel_chips_has_efficiency_with_ci(cli, parallel_server:
     assert json.loads((tmp_path / "b" / "bench-report.json").read_text())["verdict"] == doc["verdict"]
 
 
-def test_interference_pairs_and_goodput(cli, parallel_server: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_interference_pairs_and_goodput(cli: Cli, parallel_server: str, tmp_path: Path) -> None:
     r = cli(
         "bench",
         "--url",
@@ -214,7 +206,7 @@ def test_interference_pairs_and_goodput(cli, parallel_server: str, tmp_path: Pat
     assert r.json["mock_result"] is None and "not stated" in r.json["note"]  # --target-device not given
 
 
-def test_serialised_chips_fail_the_gates_and_say_which(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_serialised_chips_fail_the_gates_and_say_which(cli: Cli, tmp_path: Path) -> None:
     with _serve(tmp_path, "--serialize-chips") as url:
         # Half the load of the parallel test: each phase runs until its requests are served, and one chip's
         # worth of service for two models fails the gates with a wide margin (measured 0.49 / -0.02).
@@ -240,7 +232,7 @@ def test_serialised_chips_fail_the_gates_and_say_which(cli, tmp_path: Path) -> N
         assert "--duration" in g["detail"] and f"not judged: {name}:" in r.err
 
 
-def test_bench_usage_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_bench_usage_errors(cli: Cli, tmp_path: Path) -> None:
     port = _free_port()
     for args, needle in (
         (("--mode", "all"), "--url is required"),

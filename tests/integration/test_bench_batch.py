@@ -17,14 +17,14 @@ from calctl.runners.bench.batch import BatchOptions, build_batch_sample, run_bat
 from calctl.runners.device import DeviceSpec
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.signing.policy import make_policy
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, assert_no_traceback
 
 pytestmark = pytest.mark.slow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def test_batch_scenario_reports_every_profile_and_matches_b1(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_batch_scenario_reports_every_profile_and_matches_b1(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "rep"
     r = cli("bench", "--scenario", "batch", "--time-scale", "1", "--format", "json", "--report", out)
     assert_no_traceback(r)
@@ -78,7 +78,7 @@ def test_corrupted_lane_is_caught_and_named(tmp_path: Path) -> None:
     assert report.runs[0].mismatches == []  # the B1 reference ran without the fault
 
 
-def test_package_without_batched_profiles_is_a_usage_error(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_package_without_batched_profiles_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
     r = cli(
         "bench",
         "--scenario",

@@ -24,7 +24,7 @@ from calctl.runners.bench.scenarios import SCENARIOS
 from calctl.runners.device import DeviceSpec
 from calctl.runtime import DeviceKind
 from calctl.signing.policy import make_policy
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, CopyFixture, assert_no_traceback
 from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
@@ -126,7 +126,7 @@ def test_clean_replica_is_go_with_its_evidence(tmp_path: Path) -> None:
     assert [g.name for g in res.gates] == [f"G2.{c}" for c in CHECKS] and all(g.passed for g in res.gates)
 
 
-def test_the_cli_writes_the_scenarios_evidence_next_to_its_own(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_cli_writes_the_scenarios_evidence_next_to_its_own(cli: Cli, tmp_path: Path) -> None:
     """Through ``calctl bench``. (Its default of 1000 requests, ``BenchOptions.requests``, is the run
     ``calctl accept`` makes: tests/integration/test_accept.py checks that run's evidence.)"""
     out = tmp_path / "rep"
@@ -153,7 +153,7 @@ def _offending_requests(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [o for o in body["crosstalk"] if o["request_id"].startswith("iso-")]
 
 
-def test_kv_corruption_on_one_chip_is_no_go_naming_its_requests(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kv_corruption_on_one_chip_is_no_go_naming_its_requests(cli: Cli, tmp_path: Path) -> None:
     plan = _plan(tmp_path, "kv_corruption", "model_a1_decode", FAULT_JOBS)
     out = tmp_path / "rep"
     r = cli(
@@ -244,7 +244,7 @@ def test_a_stream_delivered_across_chips_is_no_go_naming_victim_and_source(
     donor = next(p for p in work if p.side.chip == 1 and not p.cancel and p.max_tokens >= victim.max_tokens)
 
     class CrossWiredEngine(ServingEngine):
-        def submit(self, req):  # type: ignore[no-untyped-def]
+        def submit(self, req):
             if req.request_id == victim.request_id:
                 req = dataclasses.replace(req, alias=donor.side.alias, prompt_ids=donor.prompt)
             return super().submit(req)
@@ -263,7 +263,7 @@ def test_a_stream_delivered_across_chips_is_no_go_naming_victim_and_source(
 
 
 @pytest.mark.parametrize("kind", ["combined", "single"])
-def test_a_package_that_is_not_a_replica_is_refused(cli, tmp_path: Path, kind: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_package_that_is_not_a_replica_is_refused(cli: Cli, tmp_path: Path, kind: str) -> None:
     r = cli("bench", "--scenario", "isolation", FIXTURE_PACKAGES / kind, *TRUST, "--report", tmp_path / "rep")
     assert_no_traceback(r)
     assert r.code == 2, r.err
@@ -272,7 +272,9 @@ def test_a_package_that_is_not_a_replica_is_refused(cli, tmp_path: Path, kind: s
     assert not (tmp_path / "rep" / "isolation-requests.ndjson").exists()
 
 
-def test_a_tampered_replica_is_refused_by_validation_not_judged(cli, copy_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_tampered_replica_is_refused_by_validation_not_judged(
+    cli: Cli, copy_fixture: CopyFixture, tmp_path: Path
+) -> None:
     root = copy_fixture("replica")
     pkg = load_manifest(root)
     for alias in ("model-a0", "model-a1"):  # the same change on both sides: still a replica, no longer sealed
@@ -289,13 +291,13 @@ def test_a_tampered_replica_is_refused_by_validation_not_judged(cli, copy_fixtur
 
 
 @pytest.mark.parametrize("value", ["0", "-3"])
-def test_bad_request_counts_are_refused(cli, tmp_path: Path, value: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_request_counts_are_refused(cli: Cli, tmp_path: Path, value: str) -> None:
     r = cli("bench", "--scenario", "isolation", REPLICA, *TRUST, "--requests", value, "--report", tmp_path / "rep")
     assert_no_traceback(r)
     assert r.code == 2 and f"--requests {value}: expected at least 1" in r.err, r.err
 
 
-def test_request_option_is_refused_where_it_does_not_apply(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_request_option_is_refused_where_it_does_not_apply(cli: Cli, tmp_path: Path) -> None:
     r = cli("bench", "--scenario", "batch", "--requests", "10", "--report", tmp_path / "rep")
     assert_no_traceback(r)
     assert r.code == 2 and "--requests applies to --scenario isolation only" in r.err, r.err
@@ -315,7 +317,11 @@ def test_isolation_runs_on_the_reference_board(reference_board: Path, tmp_path: 
     _assert_go_body(res.body, 80)
 
 
-def test_bench_on_the_reference_board_is_labelled_a_software_model(cli, reference_board: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_bench_on_the_reference_board_is_labelled_a_software_model(
+    cli: Cli,
+    reference_board: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """Issue 28: a bench result through the reference board carries a software model's label, never reads as
     evidence about the board."""
     r = cli(

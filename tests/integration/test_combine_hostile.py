@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import TEST_KEY, TEST_PUB
+from tests.conftest import TEST_KEY, TEST_PUB, Cli, CopyFixture
 from tests.unit.compiler.checkpoint_factory import write_hf_dir
 
 TRUST = ("--trusted-key", str(TEST_PUB))
 
 
-def _pkg(cli, tmp: Path, name: str, alias: str, seed: int) -> Path:  # type: ignore[no-untyped-def]
+def _pkg(cli: Cli, tmp: Path, name: str, alias: str, seed: int) -> Path:
     d, _, _ = write_hf_dir(tmp / f"hf-{name}", "llama", seed=seed)
     out = tmp / name
     r = cli("import", "hf", d, out, "--key", TEST_KEY, "--alias", alias)
@@ -18,7 +18,7 @@ def _pkg(cli, tmp: Path, name: str, alias: str, seed: int) -> Path:  # type: ign
     return out
 
 
-def test_out_inside_an_input_package_is_refused_and_the_input_still_verifies(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_out_inside_an_input_package_is_refused_and_the_input_still_verifies(cli: Cli, tmp_path: Path) -> None:
     a = _pkg(cli, tmp_path, "A", "m", 1)
     before = sorted(p.relative_to(a) for p in a.rglob("*"))
     r = cli("combine", a, a, a / "inside", "--key", TEST_KEY, *TRUST)
@@ -28,7 +28,7 @@ def test_out_inside_an_input_package_is_refused_and_the_input_still_verifies(cli
     assert cli("verify", a, *TRUST).code == 0
 
 
-def test_two_models_with_one_alias_are_refused(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_two_models_with_one_alias_are_refused(cli: Cli, tmp_path: Path) -> None:
     a = _pkg(cli, tmp_path, "A", "m", 1)
     b = _pkg(cli, tmp_path, "B", "m", 2)
     r = cli("combine", a, b, tmp_path / "AB", "--key", TEST_KEY, *TRUST)
@@ -38,7 +38,7 @@ def test_two_models_with_one_alias_are_refused(cli, tmp_path: Path) -> None:  # 
     assert not (tmp_path / "AB").exists() and not (tmp_path / "AA").exists()
 
 
-def test_a_tampered_manifest_in_an_input_exits_1_naming_it(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_tampered_manifest_in_an_input_exits_1_naming_it(cli: Cli, tmp_path: Path) -> None:
     a = _pkg(cli, tmp_path, "A", "m", 1)
     manifest = a / "manifest.yaml"
     manifest.write_text(manifest.read_text().replace("context_limit", "context_limit ", 1))
@@ -47,7 +47,7 @@ def test_a_tampered_manifest_in_an_input_exits_1_naming_it(cli, tmp_path: Path) 
     assert not (tmp_path / "AA").exists()
 
 
-def test_an_empty_golden_npy_in_an_input_exits_1_naming_it(cli, copy_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_golden_npy_in_an_input_exits_1_naming_it(cli: Cli, copy_fixture: CopyFixture, tmp_path: Path) -> None:
     # numpy reads an empty .npy with EOFError, which click takes for end of input: it was "interrupted", exit 130.
     a = copy_fixture("single")
     (a / "model-a/golden/prompt_ids.npy").write_bytes(b"")

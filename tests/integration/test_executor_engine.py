@@ -65,7 +65,7 @@ def test_status_anomaly_downgrades_and_the_job_is_not_trusted() -> None:
         real_query = h.rt.query
         armed = {"left": 1}
 
-        def lying_query(job):  # type: ignore[no-untyped-def]
+        def lying_query(job):
             res = real_query(job)
             if job.graph == DECODE and res.state.terminal and armed["left"]:
                 armed["left"] -= 1
@@ -86,10 +86,7 @@ def test_pending_counter_that_never_closes_downgrades() -> None:
     with executor_engine(time_scale=0.5, downgrade=policy) as h:
         assert all(o.ok for o in h.run(2, 4))
         h.rt.counters = lambda: (ChipCounters(0, 3, 100, 0), ChipCounters(1, 0, 0, 0))  # type: ignore[method-assign]
-        end = time.monotonic() + 5
-        while not h.worker.downgrades() and time.monotonic() < end:
-            time.sleep(0.05)
-        (d,) = h.worker.downgrades()
+        (d,) = wait_until(h.worker.downgrades, what="the counter anomaly's downgrade", timeout=5, interval=0.05)
         assert d.reason.value == "counter_anomaly" and "pending counter stays at 3" in d.detail
 
 
@@ -115,7 +112,8 @@ def test_a_hung_job_downgrades_and_the_job_running_beside_it_drains() -> None:
         assert d.reason.value == "consecutive_timeouts"
         jobs = {e.job: e for e in _jobs(h, since)}
         (fault,) = h.rt.injected_faults()
-        hung = jobs[fault.job]
+        assert fault.job is not None, fault
+        hung = jobs[JobId(fault.job)]
         assert hung.start_ns is not None
         # Every job that had started beside the hung one (on the other bank, when the host submitted it in
         # time) completed before the reset; a job queued behind the hung chip never started (a hung chip runs
@@ -160,10 +158,7 @@ def test_only_an_operator_goes_back_to_pingpong_within_the_configured_ceiling() 
 
 
 def _wait_ready(h: Harness, timeout_s: float = 10.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not h.worker.is_ready() and time.monotonic() < end:
-        time.sleep(0.02)
-    assert h.worker.is_ready()
+    wait_until(h.worker.is_ready, what="the worker to be ready", timeout=timeout_s, interval=0.02)
 
 
 def test_a_kv_commit_the_runtime_refuses_fails_that_request_not_the_engine_loop() -> None:
@@ -176,7 +171,7 @@ def test_a_kv_commit_the_runtime_refuses_fails_that_request_not_the_engine_loop(
         real_commit = kv.commit
         calls = itertools.count(1)
 
-        def commit(seq):  # type: ignore[no-untyped-def]
+        def commit(seq):
             if next(calls) == 3:
                 raise InvalidArgument(f"unknown KV sequence {seq} (dropped by a reset of the configuration)")
             return real_commit(seq)

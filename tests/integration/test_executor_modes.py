@@ -34,12 +34,13 @@ from calctl.runners.bench.executor_modes import (
 )
 from calctl.runners.device import DeviceSpec
 from calctl.runtime.mock.faults import FaultKind, FaultRule
-from calctl.runtime.types import Engine, JobState
+from calctl.runtime.types import Engine, JobId, JobState
 from calctl.serving.config import ExecutorMode
 from calctl.signing.policy import make_policy
 from tests.conftest import TEST_PUB
 from tests.integration.executor_harness import GOLDEN, SINGLE, executor_engine
 from tests.integration.serve_harness import COMBINED, serving
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -116,7 +117,8 @@ def test_corrupted_output_in_pingpong_downgrades_and_drains(caplog: pytest.LogCa
 
         (fault,) = h.rt.injected_faults()
         jobs = {e.job: e for e in h.rt.trace(since_ns=since) if e.model == "model-a"}
-        bad = jobs[fault.job]
+        assert fault.job is not None, fault
+        bad = jobs[JobId(fault.job)]
         assert bad.start_ns is not None and bad.end_ns is not None
         beside = [e for e in jobs.values() if e is not bad and e.start_ns and e.start_ns < bad.end_ns < (e.end_ns or 0)]
         assert beside, "the corrupted job had no job in flight beside it"
@@ -217,8 +219,5 @@ def test_operator_switches_the_executor_over_the_admin_api(tmp_path: Path) -> No
         assert 'calctl_executor_mode{mode="async",model="model-a"} 0.0' in metrics
 
 
-def _wait_ready(h, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout_s
-    while not h.worker.is_ready() and time.monotonic() < end:
-        time.sleep(0.02)
-    assert h.worker.is_ready()
+def _wait_ready(h, timeout_s: float = 10.0) -> None:
+    wait_until(h.worker.is_ready, what="the worker to be ready", timeout=timeout_s, interval=0.02)

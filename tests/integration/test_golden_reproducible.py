@@ -16,6 +16,7 @@ machine's mock device against the committed golden data, this machine's against 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import platform
 import subprocess
@@ -27,7 +28,7 @@ import numpy as np
 
 from calctl.model import tiny
 from calctl.package.reader import load_manifest
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, assert_passed
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, Cli, assert_passed
 from tests.unit.package.sample_compare import assert_reproduces
 
 # The RMSNorm functions of the reference and cached paths, wherever the decoder keeps them.
@@ -83,9 +84,9 @@ def _other_machine_env(tmp_path: Path) -> dict[str, str]:
     if platform.machine() in baseline_kernel:
         env["OPENBLAS_CORETYPE"] = baseline_kernel[platform.machine()]
     try:
-        from numpy._core import _multiarray_umath as umath  # numpy >= 2
+        umath = importlib.import_module("numpy._core._multiarray_umath")  # numpy >= 2
     except ImportError:  # pragma: no cover - numpy 1.x
-        from numpy.core import _multiarray_umath as umath
+        umath = importlib.import_module("numpy.core._multiarray_umath")
     dispatched = [f for f in getattr(umath, "__cpu_dispatch__", []) if umath.__cpu_features__.get(f)]
     if dispatched:
         env["NPY_DISABLE_CPU_FEATURES"] = " ".join(dispatched)
@@ -97,7 +98,7 @@ def _run_other(tmp_path: Path, digest_file: str, *args: object) -> subprocess.Co
     return subprocess.run(cmd, env=_other_machine_env(tmp_path), capture_output=True, text=True, timeout=300)
 
 
-def test_sample_packages_from_two_machines_pass_golden_against_each_other(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_sample_packages_from_two_machines_pass_golden_against_each_other(tmp_path: Path, cli: Cli) -> None:
     committed = FIXTURE_PACKAGES / "combined"
     other = tmp_path / "other-machine"
     digests = tmp_path / "float32-digests.txt"

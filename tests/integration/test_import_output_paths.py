@@ -6,7 +6,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, Cli
 from tests.unit.compiler.checkpoint_factory import write_hf_dir
 
 
@@ -14,7 +14,7 @@ def _clean(err: str) -> str:
     return " ".join(err.split())
 
 
-def test_a_dangling_symlink_as_out_is_refused_and_left_alone(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_dangling_symlink_as_out_is_refused_and_left_alone(cli: Cli, tmp_path: Path) -> None:
     d, _, _ = write_hf_dir(tmp_path / "hf", "llama")
     out = tmp_path / "out"
     out.symlink_to(tmp_path / "nowhere")
@@ -25,7 +25,7 @@ def test_a_dangling_symlink_as_out_is_refused_and_left_alone(cli, tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "out"]
 
 
-def test_a_symlink_to_an_empty_directory_as_out_is_refused(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_symlink_to_an_empty_directory_as_out_is_refused(cli: Cli, tmp_path: Path) -> None:
     d, _, _ = write_hf_dir(tmp_path / "hf", "llama")
     (tmp_path / "empty").mkdir()
     out = tmp_path / "out"
@@ -35,7 +35,7 @@ def test_a_symlink_to_an_empty_directory_as_out_is_refused(cli, tmp_path: Path) 
     assert list((tmp_path / "empty").iterdir()) == []
 
 
-def test_an_unwritable_parent_is_a_usage_error_naming_it(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_an_unwritable_parent_is_a_usage_error_naming_it(cli: Cli, tmp_path: Path) -> None:
     d, _, _ = write_hf_dir(tmp_path / "hf", "llama")
     # /proc exists and is a directory, but nothing can be created in it, even as root.
     r = cli("import", "hf", d, "/proc/calctl-review-out", "--key", TEST_KEY)
@@ -43,7 +43,7 @@ def test_an_unwritable_parent_is_a_usage_error_naming_it(cli, tmp_path: Path) ->
     assert "/proc: cannot create" in _clean(r.err) and "internal error" not in r.err, r.err
 
 
-def test_a_fifo_or_a_file_as_out_is_refused_untouched(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_fifo_or_a_file_as_out_is_refused_untouched(cli: Cli, tmp_path: Path) -> None:
     d, _, _ = write_hf_dir(tmp_path / "hf", "llama")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

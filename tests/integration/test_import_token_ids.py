@@ -7,12 +7,15 @@ import json
 from pathlib import Path
 
 import gguf
+import pytest
 
-from tests.conftest import TEST_KEY, TEST_PUB
+from tests.conftest import TEST_KEY, TEST_PUB, Cli
 from tests.unit.compiler.checkpoint_factory import write_gguf, write_hf_dir
 
 
-def test_a_gguf_eos_id_outside_the_vocabulary_exits_2_and_leaves_nothing(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_gguf_eos_id_outside_the_vocabulary_exits_2_and_leaves_nothing(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     d, cfg, w = write_hf_dir(tmp_path / "hf", "llama")
     real = gguf.GGUFWriter.add_eos_token_id
     monkeypatch.setattr(gguf.GGUFWriter, "add_eos_token_id", lambda self, _i: real(self, 99999))
@@ -25,7 +28,7 @@ def test_a_gguf_eos_id_outside_the_vocabulary_exits_2_and_leaves_nothing(cli, tm
     assert list((tmp_path / "out").iterdir()) == []
 
 
-def test_an_hf_bos_id_outside_the_vocabulary_names_config_json(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_an_hf_bos_id_outside_the_vocabulary_names_config_json(cli: Cli, tmp_path: Path) -> None:
     d, cfg, _ = write_hf_dir(tmp_path / "hf", "qwen2")
     (d / "config.json").write_text(json.dumps({**cfg, "bos_token_id": cfg["vocab_size"]}))
     r = cli("import", "hf", d, tmp_path / "pkg", "--key", TEST_KEY)
@@ -34,7 +37,9 @@ def test_an_hf_bos_id_outside_the_vocabulary_names_config_json(cli, tmp_path: Pa
     assert not (tmp_path / "pkg").exists()
 
 
-def test_a_gguf_without_an_eos_token_imports_with_a_note_that_says_so(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_gguf_without_an_eos_token_imports_with_a_note_that_says_so(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No tokenizer.ggml.eos_token_id: the model imports (it is a valid checkpoint), and the report says that
     generation never stops on its own (it used to import silently)."""
     d, cfg, w = write_hf_dir(tmp_path / "hf", "llama")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from calctl.package import schemas
-from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, Cli, assert_no_traceback
 
 TRUST = ("--trusted-key", str(TEST_PUB))
 COMBINED = FIXTURE_PACKAGES / "combined"
@@ -74,7 +74,7 @@ CASES: dict[str, tuple[Callable[[Path], list[Any]], int]] = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_every_command_json_is_one_report(cli, tmp_path: Path, case: str) -> None:  # type: ignore[no-untyped-def]
+def test_every_command_json_is_one_report(cli: Cli, tmp_path: Path, case: str) -> None:
     argv, code = CASES[case]
     r = cli(*argv(tmp_path), "--format", "json")
     assert_no_traceback(r)
@@ -86,7 +86,7 @@ def test_every_command_json_is_one_report(cli, tmp_path: Path, case: str) -> Non
     assert doc["command"] == case.removesuffix("-fail").removesuffix("-refused")
 
 
-def test_a_refused_soak_is_a_failed_check_that_says_why(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_soak_is_a_failed_check_that_says_why(cli: Cli, tmp_path: Path) -> None:
     """A package that fails validation is FAIL, exit 1 (docs/cli.md: a bad package), never ERROR with exit 1,
     and the report says why (the error was kept out of the document)."""
     argv, _ = CASES["soak-refused"]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -43,6 +42,7 @@ from tests.integration.multiboard_harness import (
     nginx_front,
     one_request,
 )
+from tests.waiting import wait_until
 
 NGINX = find_nginx()
 
@@ -57,14 +57,6 @@ TIME_SCALE = 4.0  # a 12-token request takes ~0.2-0.5 s of mock device time: req
 DRAIN_TIMEOUT = 20.0
 MAX_TOKENS = 12
 LONG_TOKENS = 64  # the direct request that keeps board-a draining long enough to look at its health endpoints
-
-
-def _wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def _final_upstream(record: dict[str, str]) -> tuple[str, str]:
@@ -82,8 +74,11 @@ def test_two_boards_behind_nginx_one_drains_on_sigterm_mid_load(tmp_path: Path) 
             load = LoadClient(front.url, workers=6, max_tokens=MAX_TOKENS, max_requests=400, max_seconds=90).start()
             try:
                 # Both boards take part before anything happens.
-                _wait_until(
-                    lambda: a.requests_finished() >= 4 and b.requests_finished() >= 4, 60, "both boards to serve"
+                wait_until(
+                    lambda: a.requests_finished() >= 4 and b.requests_finished() >= 4,
+                    what="both boards to serve",
+                    timeout=60,
+                    interval=0.05,
                 )
                 metrics_a = a.metrics()
                 direct_public = [
@@ -96,8 +91,11 @@ def test_two_boards_behind_nginx_one_drains_on_sigterm_mid_load(tmp_path: Path) 
                 long_thread = threading.Thread(target=_long_stream, args=(a, long_result, accepted), daemon=True)
                 long_thread.start()
                 assert accepted.wait(30), "board-a never accepted the long stream"
-                _wait_until(
-                    lambda: a.live_requests() >= 3, 20, "board-a to hold requests from nginx besides the long stream"
+                wait_until(
+                    lambda: a.live_requests() >= 3,
+                    what="board-a to hold requests from nginx besides the long stream",
+                    timeout=20,
+                    interval=0.05,
                 )
 
                 t_signal = time.time()
@@ -111,7 +109,12 @@ def test_two_boards_behind_nginx_one_drains_on_sigterm_mid_load(tmp_path: Path) 
 
                 # board-b keeps serving after board-a is gone.
                 after = load.completed()
-                _wait_until(lambda: load.completed() >= after + 8, 60, "board-b to keep serving after board-a exited")
+                wait_until(
+                    lambda: load.completed() >= after + 8,
+                    what="board-b to keep serving after board-a exited",
+                    timeout=60,
+                    interval=0.05,
+                )
             finally:
                 results = load.stop()
             public = [front.url + "/v1/models", front.url + "/metrics", front.url + "/health/ready"]
@@ -195,16 +198,15 @@ def _long_stream(board: Backend, out: list[Outcome], accepted: threading.Event) 
 def _observe_drain(board: Backend) -> dict[str, object]:
     """Health and a new request on ``board`` right after SIGTERM (the long stream keeps it draining)."""
     with httpx.Client(timeout=5) as client:
-        ready = live = new = None
-        end = time.monotonic() + 5
-        while time.monotonic() < end:  # the signal handler runs within a tick of the event loop
-            ready = client.get(f"{board.url}/health/ready")
-            if ready.status_code == 503:
-                break
-            time.sleep(0.02)
+
+        def draining() -> httpx.Response | None:
+            r = client.get(f"{board.url}/health/ready")
+            return r if r.status_code == 503 else None
+
+        # The signal handler runs within a tick of the event loop.
+        ready = wait_until(draining, what=f"{board.board}'s /health/ready to say 503", timeout=5, interval=0.02)
         live = client.get(f"{board.url}/health/live")
         new = client.post(f"{board.url}/v1/completions", json={"model": "model-b", "prompt": "late", "max_tokens": 2})
-    assert ready is not None and live is not None and new is not None
     return {
         "ready": ready.status_code,
         "ready_body": ready.json(),

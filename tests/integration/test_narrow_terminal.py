@@ -108,7 +108,7 @@ def _assert_shown_whole(text: str, sentences: list[str]) -> None:
         assert " ".join(sentence.split()) in prose, (sentence, prose[-3000:])
 
 
-def test_poc_at_80_columns(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_poc_at_80_columns(tmp_path: Path) -> None:
     report = tmp_path / "poc.json"
     text = _in_pty(
         "poc", "combined", str(FIXTURE_PACKAGES / "combined"), "--trusted-key", str(TEST_PUB),
@@ -119,7 +119,7 @@ def test_poc_at_80_columns(tmp_path) -> None:  # type: ignore[no-untyped-def]
     _assert_shown_whole(text, [*doc["reasons"], doc["capability"], f"report: {report}"])
 
 
-def test_bench_at_80_columns(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_bench_at_80_columns(tmp_path: Path) -> None:
     """fault-isolation prints one block per phase: its evidence lines wrapped at 80, never cropped (issue 31)."""
     out = tmp_path / "bench"
     text = _in_pty("bench", "--scenario", "fault-isolation", "--time-scale", "0.2", "--report", str(out))
@@ -132,7 +132,7 @@ def test_bench_at_80_columns(tmp_path) -> None:  # type: ignore[no-untyped-def]
         assert f"phase {phase['phase']}" in text
 
 
-def test_accept_at_80_columns(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_accept_at_80_columns(tmp_path: Path) -> None:
     out = tmp_path / "accept"
     # A relative report directory: the paths it prints fit 80 columns (pytest's tmp_path alone can be longer
     # than a line, and a path is never broken to fit).

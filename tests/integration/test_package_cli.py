@@ -15,32 +15,32 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, Cli, CopyFixture, assert_no_traceback
 
 
 @pytest.fixture
-def keypair(tmp_path: Path, cli) -> tuple[Path, Path]:  # type: ignore[no-untyped-def]
+def keypair(tmp_path: Path, cli: Cli) -> tuple[Path, Path]:
     r = cli("keygen", tmp_path / "k")
     assert r.code == 0, r.err
     return tmp_path / "k.key", tmp_path / "k.pub"
 
 
 @pytest.fixture
-def sealed(tmp_path: Path, cli, keypair):  # type: ignore[no-untyped-def]
+def sealed(tmp_path: Path, cli: Cli, keypair: tuple[Path, Path]) -> tuple[Path, Path]:
     key, pub = keypair
     r = cli("sample-package", tmp_path / "p", "--kind", "combined", "--key", key)
     assert r.code == 0, r.err
     return tmp_path / "p", pub
 
 
-def test_acceptance_chain_exits_zero(sealed, cli) -> None:  # type: ignore[no-untyped-def]
+def test_acceptance_chain_exits_zero(sealed: tuple[Path, Path], cli: Cli) -> None:
     pkg, pub = sealed
     r = cli("verify", pkg, "--trusted-key", pub)
     assert r.code == 0, r.out + r.err
     assert "verified" in r.out
 
 
-def test_keygen_mode_and_refuses_overwrite(tmp_path: Path, cli, keypair) -> None:  # type: ignore[no-untyped-def]
+def test_keygen_mode_and_refuses_overwrite(tmp_path: Path, cli: Cli, keypair: tuple[Path, Path]) -> None:
     key, _pub = keypair
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     before = key.read_bytes()
@@ -50,7 +50,7 @@ def test_keygen_mode_and_refuses_overwrite(tmp_path: Path, cli, keypair) -> None
     assert_no_traceback(r)
 
 
-def _verify_json(cli, pkg: Path, pub: Path):  # type: ignore[no-untyped-def]
+def _verify_json(cli: Cli, pkg: Path, pub: Path):
     r = cli("verify", pkg, "--trusted-key", pub, "--format", "json")
     assert_no_traceback(r)
     return r.code, r.json
@@ -68,7 +68,7 @@ def _verify_json(cli, pkg: Path, pub: Path):  # type: ignore[no-untyped-def]
         "model-b/golden/expected_tokens.npy",
     ],
 )
-def test_flipping_one_byte_of_any_file_fails_naming_it(sealed, cli, victim: str) -> None:  # type: ignore[no-untyped-def]
+def test_flipping_one_byte_of_any_file_fails_naming_it(sealed: tuple[Path, Path], cli: Cli, victim: str) -> None:
     pkg, pub = sealed
     path = pkg / victim
     data = bytearray(path.read_bytes())
@@ -80,7 +80,7 @@ def test_flipping_one_byte_of_any_file_fails_naming_it(sealed, cli, victim: str)
     assert "mismatch" in doc["findings"][0]["message"]
 
 
-def test_deleted_file_is_named(sealed, cli) -> None:  # type: ignore[no-untyped-def]
+def test_deleted_file_is_named(sealed: tuple[Path, Path], cli: Cli) -> None:
     pkg, pub = sealed
     (pkg / "model-a/prefill/ccu0_chip0.cmd").unlink()
     code, doc = _verify_json(cli, pkg, pub)
@@ -89,7 +89,7 @@ def test_deleted_file_is_named(sealed, cli) -> None:  # type: ignore[no-untyped-
     assert "missing" in doc["findings"][0]["message"]
 
 
-def test_unlisted_file_is_named(sealed, cli) -> None:  # type: ignore[no-untyped-def]
+def test_unlisted_file_is_named(sealed: tuple[Path, Path], cli: Cli) -> None:
     pkg, pub = sealed
     (pkg / "model-a" / "extra.bin").write_bytes(b"x")
     code, doc = _verify_json(cli, pkg, pub)
@@ -97,7 +97,7 @@ def test_unlisted_file_is_named(sealed, cli) -> None:  # type: ignore[no-untyped
     assert doc["findings"][0]["file"] == "model-a/extra.bin" and "not listed" in doc["findings"][0]["message"]
 
 
-def test_signature_by_another_key_fails_naming_the_keys(sealed, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_signature_by_another_key_fails_naming_the_keys(sealed: tuple[Path, Path], cli: Cli, tmp_path: Path) -> None:
     pkg, pub = sealed
     assert cli("keygen", tmp_path / "other").code == 0
     assert cli("sign", pkg, "--key", tmp_path / "other.key").code == 0
@@ -111,7 +111,7 @@ def test_signature_by_another_key_fails_naming_the_keys(sealed, cli, tmp_path: P
     assert code == 0 and doc["signer_key_id"]
 
 
-def test_unsigned_fails_unless_allowed_and_then_warns(sealed, cli) -> None:  # type: ignore[no-untyped-def]
+def test_unsigned_fails_unless_allowed_and_then_warns(sealed: tuple[Path, Path], cli: Cli) -> None:
     pkg, pub = sealed
     (pkg / "checksums.sha256.sig").unlink()
     code, doc = _verify_json(cli, pkg, pub)
@@ -120,7 +120,9 @@ def test_unsigned_fails_unless_allowed_and_then_warns(sealed, cli) -> None:  # t
     assert r.code == 0 and r.json["findings"][0]["severity"] == "warning"
 
 
-def test_pack_reseals_after_a_change(sealed, cli, keypair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_pack_reseals_after_a_change(
+    sealed: tuple[Path, Path], cli: Cli, keypair: tuple[Path, Path], tmp_path: Path
+) -> None:
     pkg, pub = sealed
     key, _ = keypair
     (pkg / "model-a" / "notes.txt").write_text("added\n")
@@ -158,7 +160,7 @@ def _openssl_has_rawin() -> bool:
 
 
 @pytest.mark.skipif(not _openssl_has_rawin(), reason="openssl with `pkeyutl -rawin` (OpenSSL >= 3.0) is not installed")
-def test_signature_checks_with_openssl(sealed) -> None:  # type: ignore[no-untyped-def]
+def test_signature_checks_with_openssl(sealed: tuple[Path, Path]) -> None:
     pkg, pub = sealed
     cmd = [
         "openssl",
@@ -194,7 +196,7 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_manifest_one_line_reason(copy_fixture, cli, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_hostile_manifest_one_line_reason(copy_fixture: CopyFixture, cli: Cli, name: str) -> None:
     pkg = copy_fixture("combined")
     (pkg / "manifest.yaml").write_bytes(HOSTILE[name])
     r = cli("inspect", pkg)
@@ -204,7 +206,7 @@ def test_hostile_manifest_one_line_reason(copy_fixture, cli, name: str) -> None:
     assert len(lines) == 1 and "manifest.yaml" in lines[0], r.err
 
 
-def test_hundred_megabyte_manifest_is_refused_quickly(copy_fixture, cli) -> None:  # type: ignore[no-untyped-def]
+def test_hundred_megabyte_manifest_is_refused_quickly(copy_fixture: CopyFixture, cli: Cli) -> None:
     pkg = copy_fixture("single")
     with open(pkg / "manifest.yaml", "wb") as fh:
         fh.write(b"# padding\n" * (10 * 1024 * 1024))
@@ -221,7 +223,7 @@ def _tar_with(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> None:
 
 
 @pytest.mark.parametrize("member", ["../x", "/tmp/calctl-abs-escape", "pkg/../../x"])
-def test_tar_escapes_are_refused_and_nothing_is_written(tmp_path: Path, cli, member: str) -> None:  # type: ignore[no-untyped-def]
+def test_tar_escapes_are_refused_and_nothing_is_written(tmp_path: Path, cli: Cli, member: str) -> None:
     t = tmp_path / "evil.tar"
     _tar_with(t, [(tarfile.TarInfo("pkg/manifest.yaml"), b"schema: x\n"), (tarfile.TarInfo(member), b"pwned")])
     before = set(tmp_path.parent.iterdir())
@@ -235,7 +237,7 @@ def test_tar_escapes_are_refused_and_nothing_is_written(tmp_path: Path, cli, mem
 
 
 @pytest.mark.parametrize("kind", ["sym", "hard", "dev"])
-def test_tar_links_and_devices_are_refused(tmp_path: Path, cli, kind: str) -> None:  # type: ignore[no-untyped-def]
+def test_tar_links_and_devices_are_refused(tmp_path: Path, cli: Cli, kind: str) -> None:
     info = tarfile.TarInfo("pkg/thing")
     if kind == "sym":
         info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
@@ -250,7 +252,7 @@ def test_tar_links_and_devices_are_refused(tmp_path: Path, cli, kind: str) -> No
     assert_no_traceback(r)
 
 
-def test_not_a_package_is_a_usage_error(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_not_a_package_is_a_usage_error(tmp_path: Path, cli: Cli) -> None:
     r = cli("verify", tmp_path / "nope", "--trusted-key", TEST_PUB)
     assert r.code == 2 and "no such file" in r.err
     (tmp_path / "junk").write_bytes(b"\x00" * 100)
@@ -258,7 +260,7 @@ def test_not_a_package_is_a_usage_error(tmp_path: Path, cli) -> None:  # type: i
     assert r.code == 1 and "neither a package directory nor a tar" in r.err
 
 
-def test_inspect_json_shows_both_aliases_and_chips(cli) -> None:  # type: ignore[no-untyped-def]
+def test_inspect_json_shows_both_aliases_and_chips(cli: Cli) -> None:
     r = cli("inspect", FIXTURE_PACKAGES / "combined", "--trusted-key", TEST_PUB, "--format", "json")
     assert r.code == 0, r.err
     doc = r.json
@@ -269,20 +271,20 @@ def test_inspect_json_shows_both_aliases_and_chips(cli) -> None:  # type: ignore
     assert {c["chip"] for c in doc["memory_plan"]} == {0, 1}
 
 
-def test_bundled_default_is_built_and_trusted(cli) -> None:  # type: ignore[no-untyped-def]
+def test_bundled_default_is_built_and_trusted(cli: Cli) -> None:
     r = cli("verify", "--format", "json")
     assert r.code == 0, r.err
     assert r.json["signer_key_id"]
     assert os.environ["CALCTL_CACHE_DIR"] in r.json["package"]
 
 
-def test_json_goes_to_stdout_and_logs_to_stderr(cli) -> None:  # type: ignore[no-untyped-def]
+def test_json_goes_to_stdout_and_logs_to_stderr(cli: Cli) -> None:
     r = cli("inspect", "--format", "json")
     json.loads(r.out)  # nothing but the document on stdout
     assert "bundled" in r.err
 
 
-def test_debug_shows_a_traceback_only_when_asked(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_debug_shows_a_traceback_only_when_asked(tmp_path: Path, cli: Cli) -> None:
     (tmp_path / "junk").write_bytes(b"\x00" * 100)
     assert "Traceback" not in cli("inspect", tmp_path / "junk").err
     assert "Traceback" in cli("--debug", "inspect", tmp_path / "junk").err
@@ -324,7 +326,7 @@ def test_wheel_ships_schemas_and_test_key(tmp_path: Path) -> None:
     assert "calctl/_data/keys/calctl-test-only-DO-NOT-TRUST.pub" in names
 
 
-def test_unreadable_file_is_reported_not_fatal(sealed, cli) -> None:  # type: ignore[no-untyped-def]
+def test_unreadable_file_is_reported_not_fatal(sealed: tuple[Path, Path], cli: Cli) -> None:
     pkg, pub = sealed
     if os.geteuid() == 0:
         # root reads everything: make the file unreadable by turning it into a directory-shaped obstacle instead
@@ -343,7 +345,7 @@ def test_unreadable_file_is_reported_not_fatal(sealed, cli) -> None:  # type: ig
     assert code == 1 and any("cannot be read" in f["message"] for f in doc["findings"])
 
 
-def test_symlinked_checksums_are_refused(sealed, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_symlinked_checksums_are_refused(sealed: tuple[Path, Path], cli: Cli, tmp_path: Path) -> None:
     pkg, pub = sealed
     real = tmp_path / "elsewhere.sha256"
     (pkg / "checksums.sha256").rename(real)

@@ -99,6 +99,7 @@ def _variant(tmp: Path, *, bias: bool, qk_norm: bool, tied: bool) -> tuple[Packa
     tensors = [t for t in model.params if not (tied and t.name == "lm_head")]
     with blob.open("wb") as f:
         for name, arr, dtype in extra:
+            raw: np.ndarray  # the stored bytes' dtype (float32, float16 or bf16 as uint16)
             if dtype == "fp32":
                 raw, back = arr.astype(np.float32), arr.astype(np.float32)
             elif dtype == "fp16":

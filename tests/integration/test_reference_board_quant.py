@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from calctl.package.reader import load_manifest
-from tests.conftest import TEST_KEY, TEST_PUB, assert_no_traceback, assert_passed
+from tests.conftest import TEST_KEY, TEST_PUB, Cli, assert_no_traceback, assert_passed
 from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 from tests.unit.compiler.checkpoint_factory import write_gguf, write_hf_dir
 
@@ -17,8 +17,8 @@ TRUST = ("--trusted-key", str(TEST_PUB))
 
 
 @pytest.mark.parametrize(("qtype", "family"), [("Q4_0", "llama"), ("Q4_1", "qwen2"), ("Q8_0", "llama")])
-def test_a_quantised_package_passes_golden_on_the_reference_board(  # type: ignore[no-untyped-def]
-    cli,
+def test_a_quantised_package_passes_golden_on_the_reference_board(
+    cli: Cli,
     tmp_path: Path,
     reference_board: Path,  # noqa: F811
     qtype: str,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback, assert_passed
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, assert_no_traceback, assert_passed
 from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 
 PKG = FIXTURE_PACKAGES / "combined"
@@ -30,7 +30,7 @@ def _calrt(lib: Path) -> tuple[str, ...]:
     return ("--device", "calrt", "--calrt-lib", str(lib))
 
 
-def _is_calrt_result(doc: dict, lib: Path) -> None:  # type: ignore[type-arg]
+def _is_calrt_result(doc: dict, lib: Path) -> None:
     assert doc["device"] == "calrt" and doc["mock_result"] is False, doc["device"]
     assert doc["device_options"]["calrt_lib"] == str(lib)
     assert doc["runtime"]["firmware"] == "reference (software model, no hardware)"
@@ -39,7 +39,7 @@ def _is_calrt_result(doc: dict, lib: Path) -> None:  # type: ignore[type-arg]
     assert doc["note"].startswith("SOFTWARE MODEL RESULT") and "not evidence about a Calculet board" in doc["note"]
 
 
-def test_run_golden_and_warmup_pass_through_the_c_abi(cli, reference_board: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_run_golden_and_warmup_pass_through_the_c_abi(cli: Cli, reference_board: Path) -> None:  # noqa: F811
     r = cli("run-golden", PKG, *TRUST, *_calrt(reference_board), "--format", "json")
     assert_no_traceback(r)
     assert r.code == 0, r.out[-2000:] + r.err[-2000:]
@@ -55,7 +55,11 @@ def test_run_golden_and_warmup_pass_through_the_c_abi(cli, reference_board: Path
     _is_calrt_result(r.json, reference_board)
 
 
-def test_poc_combined_is_s2_from_the_per_chip_trace(cli, reference_board: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_poc_combined_is_s2_from_the_per_chip_trace(
+    cli: Cli,
+    reference_board: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("CALRT_REF_TIME_SCALE", "4")
     r = cli(
         "poc",
@@ -83,7 +87,12 @@ def test_poc_combined_is_s2_from_the_per_chip_trace(cli, reference_board: Path, 
 
 
 @pytest.mark.parametrize("load", ["idle", "loaded"])
-def test_poc_combined_is_s1_under_the_board_wide_lock(cli, reference_board: Path, monkeypatch, load: str) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_poc_combined_is_s1_under_the_board_wide_lock(
+    cli: Cli,
+    reference_board: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    load: str,
+) -> None:
     """Issue 26: the board-wide lock is S1 (G3 NO-GO) from the board's own job stamps, idle and on a busy host."""
     from tests.cpu_load import busy_host
 
@@ -110,7 +119,7 @@ def test_poc_combined_is_s1_under_the_board_wide_lock(cli, reference_board: Path
 
 
 @pytest.mark.slow
-def test_soak_twenty_cycles_is_clean(cli, reference_board: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_soak_twenty_cycles_is_clean(cli: Cli, reference_board: Path, tmp_path: Path) -> None:  # noqa: F811
     r = cli(
         "soak",
         PKG,

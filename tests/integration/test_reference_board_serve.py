@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +24,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 import openai
-import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from tokenizers import Tokenizer
 
 from calctl.package.reader import load_manifest
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB
 from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
+from tests.waiting import wait_http_ready, wait_until
 
 PKG = FIXTURE_PACKAGES / "combined"
 ALIASES = ("model-a", "model-b")
@@ -39,7 +39,7 @@ ALIASES = ("model-a", "model-b")
 @dataclass
 class Server:
     url: str
-    proc: subprocess.Popen  # type: ignore[type-arg]
+    proc: subprocess.Popen
     log: Path
 
     @property
@@ -64,16 +64,7 @@ def _serve(lib: Path, tmp: Path) -> Iterator[Server]:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"calctl serve exited {proc.returncode} before it was ready:\n{log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail(f"calctl serve not ready within 90 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+        wait_http_ready(url, proc, log=log, timeout=90)
         yield Server(url, proc, log)
     finally:
         if proc.poll() is None:
@@ -115,11 +106,11 @@ def test_openai_client_gets_golden_tokens_through_the_c_abi(reference_board: Pat
         metrics = httpx.get(f"{s.url}/metrics", timeout=10).text
         assert 'device="calrt-software-model"' in metrics, [m for m in metrics.splitlines() if "board_info" in m]
         for alias in ALIASES:
-            msgs = [{"role": "user", "content": "Hello board"}]
-            chat = client.chat.completions.create(model=alias, messages=msgs, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+            msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hello board"}]
+            chat = client.chat.completions.create(model=alias, messages=msgs, max_tokens=8, temperature=0)
             assert chat.choices[0].finish_reason in ("stop", "length") and chat.usage is not None
             chunks = list(
-                client.chat.completions.create(model=alias, messages=msgs, max_tokens=8, temperature=0, stream=True)  # type: ignore[arg-type]
+                client.chat.completions.create(model=alias, messages=msgs, max_tokens=8, temperature=0, stream=True)
             )
             assert "".join(c.choices[0].delta.content or "" for c in chunks) == chat.choices[0].message.content
         s.proc.send_signal(signal.SIGTERM)
@@ -153,13 +144,12 @@ def test_abandoned_streams_leave_nothing_behind(reference_board: Path, tmp_path:
         assert sum(outcomes.values()) == 36 and set(outcomes) <= {"abandoned:200", "complete:200"}, outcomes
         # The lanes and buffers of the abandoned streams came back: the next requests are exact.
         client = openai.OpenAI(base_url=s.v1, api_key="unused", max_retries=0)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            ready = httpx.get(f"{s.url}/health/ready", timeout=5)
-            if ready.status_code == 200:
-                break
-            time.sleep(0.1)
-        assert ready.status_code == 200, ready.text
+        wait_until(
+            lambda: httpx.get(f"{s.url}/health/ready", timeout=5).status_code == 200,
+            what="the board to be ready again after the abandoned streams",
+            interval=0.1,
+            detail=lambda: httpx.get(f"{s.url}/health/ready", timeout=5).text,
+        )
         _assert_golden(client)
         s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(60) == 0, s.log.read_text()[-3000:]  # 0: every accepted request finished

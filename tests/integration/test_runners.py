@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, CliResult, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, CliResult, CopyFixture, assert_no_traceback
+from tests.waiting import wait_until
 
 TRUST = ("--trusted-key", str(TEST_PUB))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -28,13 +29,13 @@ def _plan(tmp_path: Path, name: str, *faults: str) -> Path:
     return path
 
 
-def _golden(cli, *args: object) -> CliResult:  # type: ignore[no-untyped-def]
+def _golden(cli: Cli, *args: object) -> CliResult:
     r = cli("run-golden", *args, *TRUST, "--format", "json")
     assert_no_traceback(r)
     return r
 
 
-def _steps(doc: dict) -> dict[str, dict]:  # type: ignore[type-arg]
+def _steps(doc: dict) -> dict[str, dict]:
     return {s["name"]: s for s in doc["steps"]}
 
 
@@ -43,7 +44,7 @@ def _steps(doc: dict) -> dict[str, dict]:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("kind", ["single", "combined", "replica"])
-def test_run_golden_passes_on_every_sample_package(cli, kind: str) -> None:  # type: ignore[no-untyped-def]
+def test_run_golden_passes_on_every_sample_package(cli: Cli, kind: str) -> None:
     pkg = FIXTURE_PACKAGES / kind
     r = _golden(cli, pkg)
     assert r.code == 0, r.err
@@ -72,7 +73,7 @@ def _aliases(kind: str) -> list[str]:
     return {"single": ["model-a"], "combined": ["model-a", "model-b"], "replica": ["model-a0", "model-a1"]}[kind]
 
 
-def test_run_golden_records_the_programs_configured_on_each_chip(cli) -> None:  # type: ignore[no-untyped-def]
+def test_run_golden_records_the_programs_configured_on_each_chip(cli: Cli) -> None:
     import hashlib
 
     pkg = FIXTURE_PACKAGES / "combined"
@@ -90,7 +91,7 @@ def test_run_golden_records_the_programs_configured_on_each_chip(cli) -> None:  
             assert p["file"].endswith(f"_chip{chip}.elf") or p["file"].endswith(f"_chip{chip}.cmd")
 
 
-def test_one_model_by_exact_alias_and_unknown_alias_is_usage(cli) -> None:  # type: ignore[no-untyped-def]
+def test_one_model_by_exact_alias_and_unknown_alias_is_usage(cli: Cli) -> None:
     pkg = FIXTURE_PACKAGES / "combined"
     r = _golden(cli, pkg, "--model", "model-b")
     assert r.code == 0 and [m["alias"] for m in r.json["models"]] == ["model-b"]
@@ -99,7 +100,7 @@ def test_one_model_by_exact_alias_and_unknown_alias_is_usage(cli) -> None:  # ty
     assert_no_traceback(r)
 
 
-def test_corrupted_output_exits_1_naming_model_step_and_position(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_corrupted_output_exits_1_naming_model_step_and_position(cli: Cli, tmp_path: Path) -> None:
     # The 3rd decode job of model-b (decode[2], producing output token 3) returns perturbed logits.
     plan = _plan(tmp_path, "corrupt", "{kind: corrupt_output, job: 3, graph: model_b_decode, magnitude: 8.0}")
     r = _golden(cli, FIXTURE_PACKAGES / "combined", "--fault-plan", plan)
@@ -113,7 +114,7 @@ def test_corrupted_output_exits_1_naming_model_step_and_position(cli, tmp_path: 
     assert _steps(doc)["golden model-b"]["status"] == "FAIL"
 
 
-def test_corrupted_prefill_logits_are_caught_at_the_prefill(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_corrupted_prefill_logits_are_caught_at_the_prefill(cli: Cli, tmp_path: Path) -> None:
     plan = _plan(tmp_path, "corrupt", "{kind: corrupt_output, job: 1, graph: model_a_prefill, magnitude: 0.5}")
     r = _golden(cli, FIXTURE_PACKAGES / "single", "--fault-plan", plan)
     assert r.code == 1
@@ -122,7 +123,7 @@ def test_corrupted_prefill_logits_are_caught_at_the_prefill(cli, tmp_path: Path)
     assert "vocab index" in m["reason"] and "prompt position 21" in m["reason"]
 
 
-def test_kv_corruption_exits_1(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kv_corruption_exits_1(cli: Cli, tmp_path: Path) -> None:
     # The prefill succeeds with correct logits; the K/V it wrote are perturbed, so decode diverges.
     plan = _plan(tmp_path, "kv", "{kind: kv_corruption, job: 1, graph: model_a_prefill, magnitude: 4.0}")
     r = _golden(cli, FIXTURE_PACKAGES / "single", "--fault-plan", plan)
@@ -132,7 +133,7 @@ def test_kv_corruption_exits_1(cli, tmp_path: Path) -> None:  # type: ignore[no-
     assert m["reason"].startswith(f"model-a: decode[{m['first_mismatch'] - 1}]")
 
 
-def test_hang_exits_4_within_the_timeout_and_leaves_a_partial_report(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_hang_exits_4_within_the_timeout_and_leaves_a_partial_report(cli: Cli, tmp_path: Path) -> None:
     plan = _plan(tmp_path, "hang", "{kind: wait_timeout, job: 4, graph: model_a_decode}")
     report = tmp_path / "out" / "golden.json"
     timeout = 1.0
@@ -153,7 +154,7 @@ def test_hang_exits_4_within_the_timeout_and_leaves_a_partial_report(cli, tmp_pa
         assert [_steps(doc)[s]["status"] for s in ("drain", "reset configuration", "release")] == ["PASS"] * 3
 
 
-def test_a_hung_warmup_lists_the_models_it_did_not_reach(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_hung_warmup_lists_the_models_it_did_not_reach(cli: Cli, tmp_path: Path) -> None:
     """The one per-model skeleton: warm-up keeps the partial result and names the models after the hang, as
     run-golden does (warm-up used to drop them from the report)."""
     plan = _plan(tmp_path, "hang", "{kind: wait_timeout, job: 4, graph: model_a_decode}")
@@ -167,7 +168,7 @@ def test_a_hung_warmup_lists_the_models_it_did_not_reach(cli, tmp_path: Path) ->
     assert doc["not_run"] == [{"alias": "model-b", "reason": "not run: model-a hung"}]
 
 
-def test_a_package_failing_validation_never_reaches_configure(cli, copy_fixture) -> None:  # type: ignore[no-untyped-def]
+def test_a_package_failing_validation_never_reaches_configure(cli: Cli, copy_fixture: CopyFixture) -> None:
     pkg = copy_fixture("single")
     target = pkg / "model-a" / "decode" / "ccu0_chip0.cmd"
     data = bytearray(target.read_bytes())
@@ -182,17 +183,17 @@ def test_a_package_failing_validation_never_reaches_configure(cli, copy_fixture)
     assert "create calbin" not in names and "configure" not in names and doc["programs"] == []
 
 
-def test_missing_calrt_library_is_a_device_error_with_a_report(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_missing_calrt_library_is_a_device_error_with_a_report(cli: Cli, tmp_path: Path) -> None:
     r = _golden(cli, FIXTURE_PACKAGES / "single", "--device", "calrt", "--calrt-lib", tmp_path / "nope.so")
     assert r.code == 3
     assert r.json["verdict"] == "ERROR" and r.json["device"] == "calrt" and r.json["mock_result"] is False
     assert _steps(r.json)["open device"]["status"] == "ERROR"
 
 
-def test_ctrl_c_releases_everything_and_exits_130(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_c_releases_everything_and_exits_130(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import calctl.checks.golden as golden
 
-    def interrupted(rt, model, prompt, n_tokens, **_: object):  # type: ignore[no-untyped-def]
+    def interrupted(rt, model, prompt, n_tokens, **_: object):
         """Submit a real prefill, then Ctrl-C while it is in flight (its buffers and KV owned by the job)."""
         seq = rt.kv.allocate(model.alias)
         inputs, outputs = rt.alloc_inputs(model.prefill.name), rt.alloc_outputs(model.prefill.name)
@@ -221,7 +222,7 @@ def test_ctrl_c_releases_everything_and_exits_130(cli, tmp_path: Path, monkeypat
 # traces
 
 
-def test_trace_json_and_png_show_one_track_per_chip(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_trace_json_and_png_show_one_track_per_chip(cli: Cli, tmp_path: Path) -> None:
     trace, plot = tmp_path / "t" / "golden.trace.json", tmp_path / "t" / "golden.png"
     r = _golden(cli, FIXTURE_PACKAGES / "combined", "--trace", trace, "--plot", plot)
     assert r.code == 0
@@ -248,7 +249,7 @@ def test_trace_json_and_png_show_one_track_per_chip(cli, tmp_path: Path) -> None
 # warmup
 
 
-def test_warmup_reports_percentiles_per_graph(cli) -> None:  # type: ignore[no-untyped-def]
+def test_warmup_reports_percentiles_per_graph(cli: Cli) -> None:
     r = cli(
         "warmup", FIXTURE_PACKAGES / "combined", *TRUST, "--iterations", "4", "--decode-steps", "3", "--format", "json"
     )
@@ -268,7 +269,7 @@ def test_warmup_reports_percentiles_per_graph(cli) -> None:  # type: ignore[no-u
         assert set(m["unstable"]) <= {prefill, decode}
 
 
-def test_warmup_counts_tokens_off_golden_as_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_warmup_counts_tokens_off_golden_as_errors(cli: Cli, tmp_path: Path) -> None:
     plan = _plan(tmp_path, "corrupt", "{kind: corrupt_output, job: 5, graph: model_a_decode, magnitude: 8.0}")
     r = cli(
         "warmup",
@@ -294,7 +295,7 @@ def test_warmup_counts_tokens_off_golden_as_errors(cli, tmp_path: Path) -> None:
 # bringup
 
 
-def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_bringup_with_no_arguments_exits_0(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     r = cli("bringup")
     assert_no_traceback(r)
@@ -316,8 +317,8 @@ def test_bringup_with_no_arguments_exits_0(cli, tmp_path: Path, monkeypatch) -> 
 
 
 def test_bringup_single_package_skips_the_poc_and_a_bad_package_skips_the_rest(
-    cli, tmp_path: Path, copy_fixture
-) -> None:  # type: ignore[no-untyped-def]
+    cli: Cli, tmp_path: Path, copy_fixture: CopyFixture
+) -> None:
     r = cli(
         "bringup",
         FIXTURE_PACKAGES / "single",
@@ -346,7 +347,7 @@ def test_bringup_single_package_skips_the_poc_and_a_bad_package_skips_the_rest(
     shutil.rmtree(bad)
 
 
-def test_junit_has_one_testcase_per_step(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_junit_has_one_testcase_per_step(cli: Cli, tmp_path: Path) -> None:
     import xml.etree.ElementTree as ET
 
     plan = _plan(tmp_path, "corrupt", "{kind: corrupt_output, job: 3, graph: model_b_decode, magnitude: 8.0}")
@@ -381,11 +382,12 @@ def test_sigterm_stops_bringup_interrupted_with_its_report(tmp_path: Path) -> No
         env=env,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "run-golden.png").is_file():  # the device steps have started
+
+        def device_steps_started() -> bool:
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "bringup did not reach its device steps in 120 s"
-            time.sleep(0.05)
+            return (out / "run-golden.png").is_file()
+
+        wait_until(device_steps_started, what="bringup to reach its device steps", timeout=120, interval=0.05)
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=120)
     finally:

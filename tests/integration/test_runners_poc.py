@@ -21,7 +21,7 @@ import yaml
 from calctl.compiler import sample
 from calctl.package.model import MANIFEST, RESERVED_INFO
 from calctl.signing import keys, seal
-from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, CliResult, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, Cli, CliResult, assert_no_traceback
 
 TRUST = ("--trusted-key", str(TEST_PUB))
 FLOW = [
@@ -43,7 +43,7 @@ FLOW = [
 ]
 
 
-def _poc(cli, pkg: Path, *args: object, expect: str = "model-a,model-b") -> CliResult:  # type: ignore[no-untyped-def]
+def _poc(cli: Cli, pkg: Path, *args: object, expect: str = "model-a,model-b") -> CliResult:
     r = cli("poc", "combined", pkg, "--expect-models", expect, *TRUST, "--format", "json", *args)
     assert_no_traceback(r)
     return r
@@ -70,7 +70,7 @@ def _resealed(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
     return root
 
 
-def test_combined_sample_is_s2_on_the_mock(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_combined_sample_is_s2_on_the_mock(cli: Cli, tmp_path: Path) -> None:
     trace, plot = tmp_path / "poc.trace.json", tmp_path / "poc.png"
     r = _poc(cli, FIXTURE_PACKAGES / "combined", "--rounds", 4, "--time-scale", 4, "--trace", trace, "--plot", plot)
     assert r.code == 0, r.err
@@ -109,7 +109,7 @@ def test_combined_sample_is_s2_on_the_mock(cli, tmp_path: Path) -> None:  # type
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24])[0] > 400
 
 
-def test_serialised_chips_are_s1_and_the_report_says_why(cli) -> None:  # type: ignore[no-untyped-def]
+def test_serialised_chips_are_s1_and_the_report_says_why(cli: Cli) -> None:
     r = _poc(cli, FIXTURE_PACKAGES / "combined", "--rounds", 3, "--time-scale", 2, "--serialize-chips")
     assert r.code == 0, r.err  # S1 is a finding, not a tool failure
     doc = r.json
@@ -124,7 +124,7 @@ def test_serialised_chips_are_s1_and_the_report_says_why(cli) -> None:  # type: 
     assert r.code == 1 and r.json["verdict"] == "S1" and "S2 was required" in r.json["error"]
 
 
-def test_replica_package_runs_phase_2_with_different_prompts(cli) -> None:  # type: ignore[no-untyped-def]
+def test_replica_package_runs_phase_2_with_different_prompts(cli: Cli) -> None:
     r = _poc(cli, FIXTURE_PACKAGES / "replica", "--rounds", 2, "--time-scale", 2, expect="model-a1,model-a0")
     assert r.code == 0, r.err
     doc = r.json
@@ -135,7 +135,7 @@ def test_replica_package_runs_phase_2_with_different_prompts(cli) -> None:  # ty
     assert doc["crosstalk"]["mismatch_count"] == 0
 
 
-def test_mask_overreach_exits_1_before_configure(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_mask_overreach_exits_1_before_configure(cli: Cli, tmp_path: Path) -> None:
     def overreach(doc: dict[str, Any]) -> None:
         doc["models"][1]["graphs"][0]["sections"][0]["chip_mask"] = 3  # model B's prefill code also on chip 0
 
@@ -152,7 +152,7 @@ def test_mask_overreach_exits_1_before_configure(cli, tmp_path: Path) -> None:  
     assert "overlap_ratio" not in doc and doc["programs"] == []
 
 
-def test_model_names_must_be_exactly_the_expected_ones(cli) -> None:  # type: ignore[no-untyped-def]
+def test_model_names_must_be_exactly_the_expected_ones(cli: Cli) -> None:
     r = _poc(cli, FIXTURE_PACKAGES / "combined", expect="model-a,model-c")
     assert r.code == 1 and _steps(r.json)["configure"]["status"] == "SKIP"
     assert "MAN004" in r.json["validation"]["failed_rules"]
@@ -160,7 +160,7 @@ def test_model_names_must_be_exactly_the_expected_ones(cli) -> None:  # type: ig
     assert r.code == 2 and "--expect-models is required" in r.err
 
 
-def test_crosstalk_in_a_joint_round_exits_1_naming_model_round_and_position(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_crosstalk_in_a_joint_round_exits_1_naming_model_round_and_position(cli: Cli, tmp_path: Path) -> None:
     # model_b_decode jobs: 1-15 golden B, 16-30 round 0 alone, 31-45 round 0 joint -> job 35 is joint decode[4].
     plan = tmp_path / "xt.yaml"
     plan.write_text(
@@ -178,7 +178,7 @@ def test_crosstalk_in_a_joint_round_exits_1_naming_model_round_and_position(cli,
     assert steps["verify outputs"]["status"] == "FAIL" and steps["overlap verdict"]["status"] == "SKIP"
 
 
-def test_a_refused_model_set_names_the_missing_and_the_unexpected_aliases(cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_model_set_names_the_missing_and_the_unexpected_aliases(cli: Cli) -> None:
     """Issue 21: not just "MAN004"; and the footer never prints `package None sha256:n/a`."""
     r = cli("poc", "combined", FIXTURE_PACKAGES / "combined", "--expect-models", "model-a,model-x", *TRUST)
     assert_no_traceback(r)

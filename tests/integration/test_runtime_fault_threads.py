@@ -11,9 +11,8 @@ import threading
 
 import numpy as np
 
-from calctl.runtime import open_runtime
 from calctl.runtime.errors import RuntimeStatus
-from calctl.runtime.mock import FaultKind, FaultPlan
+from calctl.runtime.mock import FaultKind, FaultPlan, open_mock
 from tests.unit.runtime.runtime_helpers import package, prefill_job
 
 
@@ -31,9 +30,9 @@ def test_same_plan_and_seed_reproduce_the_same_faults() -> None:
         }
     )
 
-    def run(seed: int | None) -> tuple[list[tuple[object, ...]], list[np.ndarray]]:
+    def run(seed: int | None) -> tuple[list[tuple[int, FaultKind, int, str | None]], list[np.ndarray]]:
         logits = []
-        with open_runtime("mock", fault_plan=plan, seed=seed, time_scale=0.0) as rt:
+        with open_mock(fault_plan=plan, seed=seed, time_scale=0.0) as rt:
             rt.configure(rt.create_calbin(pkg))
 
             def drive(alias: str, out: list[np.ndarray]) -> None:

@@ -27,7 +27,7 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.slow
 
 
-def _expected_text(served, alias: str, tokens: list[int]) -> str:  # type: ignore[no-untyped-def]
+def _expected_text(served, alias: str, tokens: list[int]) -> str:
     codec = served.engine.codec(alias)
     if codec.eos_token_id in tokens:
         tokens = tokens[: tokens.index(codec.eos_token_id)]
@@ -44,7 +44,7 @@ def test_openai_client_both_aliases_match_golden() -> None:
             want = _expected_text(s, alias, tokens)
             r = client.completions.create(model=alias, prompt=prompt, max_tokens=len(tokens), temperature=0)
             assert r.choices[0].text == want
-            assert r.usage.prompt_tokens == len(prompt)
+            assert r.usage is not None and r.usage.prompt_tokens == len(prompt)
             streamed = "".join(
                 c.choices[0].text
                 for c in client.completions.create(
@@ -55,7 +55,8 @@ def test_openai_client_both_aliases_match_golden() -> None:
             chat = client.chat.completions.create(
                 model=alias, messages=[{"role": "user", "content": "Hello board"}], max_tokens=8, temperature=0
             )
-            assert chat.choices[0].finish_reason in ("stop", "length") and chat.usage.completion_tokens >= 1
+            assert chat.choices[0].finish_reason in ("stop", "length")
+            assert chat.usage is not None and chat.usage.completion_tokens >= 1
             chunks = list(
                 client.chat.completions.create(
                     model=alias,
@@ -109,7 +110,7 @@ def test_reload_gives_503_to_new_requests_while_inflight_finish() -> None:
     with serving(time_scale=1.0) as s:
         worker = s.supervisor.cores["model-a"]
         gen_before = worker.generation
-        result: dict[str, object] = {}
+        result: dict[str, httpx.Response] = {}
 
         def long_request() -> None:
             r = httpx.post(
@@ -134,9 +135,9 @@ def test_reload_gives_503_to_new_requests_while_inflight_finish() -> None:
         t.join(60)
         reload.join(60)
         long = result["long"]
-        assert long.status_code == 200 and long.json()["choices"][0]["finish_reason"] == "length"  # type: ignore[attr-defined]
-        assert long.json()["usage"]["completion_tokens"] == 120  # type: ignore[attr-defined]
-        assert result["reload"].json()["ok"] is True  # type: ignore[attr-defined]
+        assert long.status_code == 200 and long.json()["choices"][0]["finish_reason"] == "length"
+        assert long.json()["usage"]["completion_tokens"] == 120
+        assert result["reload"].json()["ok"] is True
         assert worker.generation > gen_before and worker.is_ready()
         after = httpx.post(f"{s.v1}/completions", json={"model": "model-a", "prompt": "Hi", "max_tokens": 2})
         assert after.status_code == 200
@@ -190,12 +191,12 @@ def test_thousand_requests_with_cancel_deadline_disconnect_and_shutdown(monkeypa
     terminals: Counter = Counter()
     orig_end, orig_rej = EngineStream.post_end, EngineStream.post_rejected
 
-    def post_end(self, event):  # type: ignore[no-untyped-def]
+    def post_end(self, event):
         if not self.closed:
             terminals[self.request_id] += 1
         orig_end(self, event)
 
-    def post_rejected(self, rejection):  # type: ignore[no-untyped-def]
+    def post_rejected(self, rejection):
         if not self.closed:
             terminals[self.request_id] += 1
         orig_rej(self, rejection)

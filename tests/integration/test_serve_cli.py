@@ -4,15 +4,16 @@ exit 2, before the board is opened or the package is loaded."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, assert_no_traceback
 
 
 @pytest.fixture
-def taken_port() -> int:  # type: ignore[misc]
+def taken_port() -> Iterator[int]:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
     s.listen(1)
@@ -23,8 +24,8 @@ def taken_port() -> int:  # type: ignore[misc]
 
 
 def test_a_taken_port_is_exit_2_before_the_board_or_the_package(
-    cli, taken_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+    cli: Cli, taken_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A board that cannot be opened and a bundled sample that would have to be built: either would show if
     # serve touched it before the port (exit 3 for the board, files in the cache for the sample).
     cache = tmp_path / "cache"
@@ -39,7 +40,7 @@ def test_a_taken_port_is_exit_2_before_the_board_or_the_package(
     assert not cache.exists() or not any(cache.iterdir())  # the bundled sample was never built
 
 
-def test_a_taken_port_with_a_package_never_loads_it(cli, taken_port: int, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_taken_port_with_a_package_never_loads_it(cli: Cli, taken_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import calctl.serving.engine.supervisor as supervisor
 
     def forbidden(*_a: object, **_kw: object) -> None:
@@ -63,18 +64,20 @@ def test_the_listener_lets_asyncio_disable_nagle() -> None:
 
     async def accept_one() -> int:
         seen: list[int] = []
+        accepted = asyncio.Event()
 
         def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
             writer.close()
+            accepted.set()
 
         server = await asyncio.start_server(on_conn, sock=listener)
         port = listener.getsockname()[1]
         _, w = await asyncio.open_connection("127.0.0.1", port)
-        for _ in range(200):
-            if seen:
-                break
-            await asyncio.sleep(0.01)
+        try:
+            await asyncio.wait_for(accepted.wait(), timeout=2)
+        except asyncio.TimeoutError:
+            raise AssertionError("the listener accepted no connection within 2 s") from None
         w.close()
         server.close()
         return seen[0]
@@ -103,8 +106,8 @@ def test_a_fifo_given_as_the_package_is_refused_not_waited_on(tmp_path: Path) ->
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309", "0", "-1", "1e-9"])
 def test_records_max_mb_that_is_not_a_positive_size_is_a_usage_error(
-    cli, tmp_path: Path, value: str, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+    cli: Cli, tmp_path: Path, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Hostile test of issue 19: nan and inf crashed with "internal error (a calctl bug)"."""
     _never_open_the_board(monkeypatch)
     r = cli(
@@ -117,8 +120,8 @@ def test_records_max_mb_that_is_not_a_positive_size_is_a_usage_error(
 
 
 def test_an_empty_records_directory_is_a_usage_error_not_the_working_directory(
-    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``--records ''`` wrote records.ndjson into the server's working directory."""
     _never_open_the_board(monkeypatch)
     monkeypatch.chdir(tmp_path)

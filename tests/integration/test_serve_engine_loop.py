@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import pytest
 
@@ -24,7 +23,7 @@ def test_only_the_core_thread_calls_the_scheduler(mode: ExecutorMode) -> None:
         for name in ("arrive", "submit", "cancel", "stop", "schedule", "update_from_output", "drain_events"):
             real = getattr(sched, name)
 
-            def spy(*a, _real=real, **kw):  # type: ignore[no-untyped-def]
+            def spy(*a, _real=real, **kw):
                 callers.add(threading.current_thread().name)
                 return _real(*a, **kw)
 
@@ -40,7 +39,7 @@ def test_a_bug_in_the_loop_fails_its_requests_and_the_alias_once(caplog: pytest.
         real = core._sched.update_from_output
         calls = {"n": 0}
 
-        def buggy(outcome, now):  # type: ignore[no-untyped-def]
+        def buggy(outcome, now):
             calls["n"] += 1
             if calls["n"] == 3:
                 raise KeyError("a bug in the engine loop")
@@ -54,10 +53,9 @@ def test_a_bug_in_the_loop_fails_its_requests_and_the_alias_once(caplog: pytest.
         assert any(o.error and "internal error in the engine loop" in o.error for o in outs), outs
         assert core.failed is not None and "KeyError" in core.failed
         assert core.state.value == "Failed" and not core.is_ready()
-        end = time.monotonic() + 5
-        while core._thread.is_alive() and time.monotonic() < end:
-            time.sleep(0.01)
-        assert not core._thread.is_alive()  # the loop ended; nothing retries it
+        wait_until(  # the loop ended; nothing retries it
+            lambda: not core._thread.is_alive(), what="the engine loop's thread to end", timeout=5, interval=0.01
+        )
         tracebacks = [r for r in caplog.records if r.exc_info and "engine loop" in r.getMessage()]
         assert len(tracebacks) == 1, [r.getMessage() for r in caplog.records]
         assert calls["n"] == 3  # nothing ran the broken step again
@@ -91,7 +89,7 @@ def test_an_arrival_the_loop_cannot_take_is_refused_not_left_hanging() -> None:
     with executor_engine(ExecutorMode.ASYNC) as h:
         core = h.worker
 
-        def buggy(*a, **kw):  # type: ignore[no-untyped-def]
+        def buggy(*a, **kw):
             raise ValueError("a bug while admitting")
 
         core._sched.arrive = buggy  # type: ignore[method-assign]

@@ -16,7 +16,7 @@ from calctl.serving.engine import DeviceSupervisor, SupervisorOptions
 from calctl.serving.engine.supervisor import LoadPolicy
 from calctl.serving.launch import load_scheduler_files
 from calctl.signing.policy import make_policy
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, assert_no_traceback
 from tests.integration.serve_harness import COMBINED, dual_config
 
 SINGLE = FIXTURE_PACKAGES / "single"
@@ -39,7 +39,7 @@ recovery: {{max_resets_per_10min: 2, restart_on_unknown_dma: true}}
 """
 
 
-def _supervisor(rt, **kw) -> DeviceSupervisor:  # type: ignore[no-untyped-def]
+def _supervisor(rt, **kw) -> DeviceSupervisor:
     return DeviceSupervisor(rt, trust=make_policy([TEST_PUB]), options=SupervisorOptions(warmup_iterations=0), **kw)
 
 
@@ -133,7 +133,7 @@ def test_two_scheduler_files_for_one_alias_are_a_usage_error(tmp_path: Path) -> 
         load_scheduler_files((tmp_path / "a.yaml", tmp_path / "b.yaml"))
 
 
-def test_serve_cli_mismatches_exit_2_with_the_field(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_serve_cli_mismatches_exit_2_with_the_field(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CALCTL_CACHE_DIR", str(tmp_path / "cache"))
     base = ("serve", COMBINED, "--trusted-key", TEST_PUB, "--port", "0", "--warmup-iterations", "0")
     r = cli(*base, "--config", dual_config(tmp_path, pkg=tmp_path / "elsewhere"))

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, Cli
+from tests.waiting import wait_http_ready, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -48,14 +48,7 @@ def _serve(tmp: Path, *extra: str) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log_path.read_text()[-3000:]
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "calctl serve did not become ready in 60 s"
-            time.sleep(0.2)
+        wait_http_ready(url, proc, log=log_path, timeout=60)
         yield url
     finally:
         proc.terminate()
@@ -69,13 +62,14 @@ def _serve(tmp: Path, *extra: str) -> Iterator[str]:
 
 def _records(path: Path, want: int) -> list[dict[str, Any]]:
     """Wait (with a deadline) until ``want`` request records were written, then return every record."""
-    deadline = time.monotonic() + 30
-    while True:
-        docs = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-        if sum(d["record"] == "request" for d in docs) >= want:
-            return docs
-        assert time.monotonic() < deadline, f"only {len(docs)} records in {path}"
-        time.sleep(0.05)
+    docs: list[dict[str, Any]] = []
+
+    def enough() -> bool:
+        docs[:] = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return sum(d["record"] == "request" for d in docs) >= want
+
+    wait_until(enough, what=f"{want} request records in {path}", interval=0.05, detail=lambda: f"{len(docs)} records")
+    return docs
 
 
 def test_serve_writes_request_and_job_records(tmp_path: Path) -> None:
@@ -112,7 +106,7 @@ def test_serve_writes_request_and_job_records(tmp_path: Path) -> None:
     assert {k for j in jobs for k in j} >= {"h2d_ms", "infer_ms", "d2h_ms"}  # present, null when not reported
 
 
-def test_records_into_a_plain_file_is_a_usage_error(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_records_into_a_plain_file_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
     target = tmp_path / "not-a-dir"
     target.write_text("x")
     r = cli(

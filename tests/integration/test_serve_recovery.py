@@ -148,7 +148,12 @@ def test_max_resets_zero_never_resets_and_fails_with_the_reason(tmp_path: Path) 
     with serving(time_scale=0.2, fault_plan=_plan(tmp_path), config=cfg) as s:
         resets: list[Any] = []
         real = s.rt.reset
-        s.rt.reset = lambda *a, **k: (resets.append(a), real(*a, **k))[1]
+
+        def spy_reset(*a: Any, **k: Any) -> None:
+            resets.append(a)
+            real(*a, **k)
+
+        s.rt.reset = spy_reset
         _joint_traffic(s, a_n=12, b_n=4)
         rec = s.supervisor.recoveries
         ready = httpx.get(f"{s.url}/health/ready")

@@ -27,6 +27,7 @@ from tests.integration.multiboard_harness import (
     one_request,
     stop_process,
 )
+from tests.waiting import log_tail, wait_until
 
 TIME_SCALE = 4.0  # ~12 ms of mock device time per token
 
@@ -56,12 +57,13 @@ def _start_stream(board: Backend, max_tokens: int) -> tuple[threading.Thread, li
 
 
 def _wait_ready_503(board: Backend) -> httpx.Response:
-    end = time.monotonic() + 5
-    while True:
+    """``/health/ready`` once it says 503: the drain began (the signal handler runs within a tick)."""
+
+    def draining() -> httpx.Response | None:
         r = httpx.get(f"{board.url}/health/ready", timeout=5)
-        if r.status_code == 503 or time.monotonic() > end:
-            return r
-        time.sleep(0.02)
+        return r if r.status_code == 503 else None
+
+    return wait_until(draining, what=f"{board.board}'s /health/ready to say 503", timeout=5, interval=0.02)
 
 
 def test_sigterm_keeps_serving_accepted_stream_then_exits_0(tmp_path: Path) -> None:
@@ -142,10 +144,18 @@ def test_sigterm_while_loading_releases_the_board_and_exits_130(tmp_path: Path) 
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
         )
     try:
-        end = time.monotonic() + 60
-        while "-> Warming" not in log.read_text(errors="replace"):
-            assert proc.poll() is None and time.monotonic() < end, log.read_text(errors="replace")[-2000:]
-            time.sleep(0.05)
+
+        def warming() -> bool:
+            assert proc.poll() is None, log_tail(log, 2000)
+            return "-> Warming" in log.read_text(errors="replace")
+
+        wait_until(
+            warming,
+            what="the server to start warming up",
+            timeout=60,
+            interval=0.05,
+            detail=lambda: log_tail(log, 2000),
+        )
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)

@@ -22,10 +22,10 @@ def test_unload_after_a_board_reset_is_quiet_and_resets_nothing_more(caplog: pyt
 
         def counting_reset(scope: object = "chip", chip: int | None = None) -> None:
             resets.append(str(getattr(scope, "value", scope)))
-            real_reset(scope, chip)  # type: ignore[arg-type]
+            real_reset(scope, chip)
 
         s.rt.reset("board")
-        s.rt.reset = counting_reset  # type: ignore[method-assign]
+        s.rt.reset = counting_reset
         with caplog.at_level(logging.INFO, logger="calctl"):
             result = s.supervisor.unload()
         assert result["ok"] is True, result

@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, assert_no_traceback
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, assert_no_traceback
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -27,11 +27,11 @@ PKG = FIXTURE_PACKAGES / "combined"
 TRUST = ("--trusted-key", str(TEST_PUB))
 
 
-def _soak(cli, tmp_path: Path, *args: str):  # type: ignore[no-untyped-def]
+def _soak(cli: Cli, tmp_path: Path, *args: str):
     return cli("soak", PKG, *TRUST, "--report", tmp_path / "soak", "--format", "json", *args)
 
 
-def test_ten_cycles_of_mixed_traffic_have_no_violation(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_ten_cycles_of_mixed_traffic_have_no_violation(cli: Cli, tmp_path: Path) -> None:
     r = _soak(cli, tmp_path, "--cycles", "10", "--traffic-seconds", "1.0")
     assert_no_traceback(r)
     assert r.code == 0, r.out[-3000:] + r.err[-3000:]
@@ -66,7 +66,7 @@ def test_ten_cycles_of_mixed_traffic_have_no_violation(cli, tmp_path: Path) -> N
     assert kinds.count("loaded") == 10 and kinds.count("unloaded") == 10 and kinds.count("checkpoint") >= 10
 
 
-def test_a_memory_leak_fails_naming_the_chip_and_the_drift(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_memory_leak_fails_naming_the_chip_and_the_drift(cli: Cli, tmp_path: Path) -> None:
     plan = tmp_path / "leak.yaml"
     plan.write_text(
         textwrap.dedent("""\
@@ -85,7 +85,7 @@ def test_a_memory_leak_fails_naming_the_chip_and_the_drift(cli, tmp_path: Path) 
     assert "violation memory_drift: chip 0: memory +256.0 MiB" in r.err
 
 
-def test_stale_completion_injection_is_caught(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_stale_completion_injection_is_caught(cli: Cli, tmp_path: Path) -> None:
     r = _soak(cli, tmp_path, "--cycles", "2", "--traffic-seconds", "0.6", "--inject", "stale-completion")
     assert_no_traceback(r)
     assert r.code == 1
@@ -97,7 +97,7 @@ def test_stale_completion_injection_is_caught(cli, tmp_path: Path) -> None:  # t
     assert r.json["settings"]["inject"] == ["stale-completion"]
 
 
-def test_hours_mode_and_usage_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_hours_mode_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
     r = _soak(cli, tmp_path, "--hours", "0.0003", "--traffic-seconds", "0.3", "--traffic", "none")
     assert r.code == 0, r.err[-2000:]
     assert r.json["cycles"] >= 1 and r.json["hours_planned"] == 0.0003 and r.json["requests"]["sent"] == 0
@@ -141,14 +141,13 @@ def test_a_killed_soak_leaves_its_evidence(tmp_path: Path) -> None:
         env=env,
     )
     report = out / "soak-report.json"
-    deadline = time.monotonic() + 60
     try:
-        while time.monotonic() < deadline:
-            if report.is_file() and json.loads(report.read_text())["cycles"] >= 2:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("no checkpoint with 2 cycles within 60 s")
+        wait_until(
+            lambda: report.is_file() and json.loads(report.read_text())["cycles"] >= 2,
+            what="a checkpoint with 2 cycles",
+            timeout=60,
+            interval=0.1,
+        )
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -189,16 +188,15 @@ def _start_soak(out: Path, *, ignore_sigint: bool = False) -> subprocess.Popen[s
 
 def _wait_for_traffic(out: Path, proc: subprocess.Popen[str], timeout_s: float = 90.0) -> None:
     events = out / "events.ndjson"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def loaded() -> bool:
         if proc.poll() is not None:
             pytest.fail(f"the soak ended early ({proc.returncode}): {proc.stderr.read() if proc.stderr else ''}")
-        if events.is_file() and any(
+        return events.is_file() and any(
             json.loads(line).get("event") == "loaded" for line in events.read_text().splitlines() if line.endswith("}")
-        ):
-            return
-        time.sleep(0.05)
-    pytest.fail(f"the soak loaded nothing within {timeout_s:g} s")
+        )
+
+    wait_until(loaded, what="the soak to load its models", timeout=timeout_s, interval=0.05)
 
 
 @pytest.mark.parametrize(
@@ -233,7 +231,7 @@ def test_a_signalled_soak_ends_interrupted_with_its_evidence_closed(
     assert "verdict FAIL" not in stdout
 
 
-def test_a_soak_that_did_not_run_writes_no_pass(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_soak_that_did_not_run_writes_no_pass(cli: Cli, tmp_path: Path) -> None:
     """Issue 29 item 9: a missing package exits 2 and its soak-report.json says error, never finished/PASS/ok."""
     out = tmp_path / "soak"
     r = cli("soak", tmp_path / "nope", *TRUST, "--cycles", "1", "--report", out)
@@ -247,7 +245,7 @@ def test_a_soak_that_did_not_run_writes_no_pass(cli, tmp_path: Path) -> None:  #
     assert not (out / "soak.png").exists()  # no empty picture of a run that never ran
 
 
-def test_a_refused_package_names_its_rules_in_the_verdict(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_package_names_its_rules_in_the_verdict(cli: Cli, tmp_path: Path) -> None:
     """Issue 29 item 10: a package with a deleted file fails validation: the verdict line names MAN007 and
     HASH001 (as run-golden's does), exit 1 (docs/cli.md: a bad package), no matplotlib warning, and the device
     errors are not "none" for a run that never reached the device."""
@@ -284,7 +282,7 @@ def _host_leak_plan(tmp_path: Path) -> Path:
     return plan
 
 
-def test_a_host_side_leak_fails_on_the_process_rss_not_the_device_counters(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_host_side_leak_fails_on_the_process_rss_not_the_device_counters(cli: Cli, tmp_path: Path) -> None:
     """Issue 32: the soak read only the mock's device counters and never saw a leak in the serving process."""
     r = _soak(cli, tmp_path, "--cycles", "3", "--traffic", "none", "--fault-plan", str(_host_leak_plan(tmp_path)))
     assert_no_traceback(r)
@@ -300,7 +298,7 @@ def test_a_host_side_leak_fails_on_the_process_rss_not_the_device_counters(cli, 
     assert all(c["host_rss_bytes"] > 0 for c in r.json["cycle_records"])
 
 
-def test_without_a_leak_the_process_rss_stays_within_its_bound(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_without_a_leak_the_process_rss_stays_within_its_bound(cli: Cli, tmp_path: Path) -> None:
     r = _soak(cli, tmp_path, "--cycles", "4", "--traffic-seconds", "0.5")
     assert_no_traceback(r)
     assert r.code == 0, r.json["violations"]

@@ -13,7 +13,7 @@ import pytest
 
 from calctl.package import archive, schemas
 from calctl.package.rules import RULES
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, Cli
 
 
 def _calctl(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -106,7 +106,7 @@ def test_usage_errors_exit_two(tmp_path: Path) -> None:
     assert _calctl("validate", FIXTURE_PACKAGES / "single", "--profile", "zero").returncode == 2
 
 
-def _at_width(monkeypatch, width: int):  # type: ignore[no-untyped-def]
+def _at_width(monkeypatch: pytest.MonkeyPatch, width: int):
     import io
 
     from rich.console import Console
@@ -118,7 +118,7 @@ def _at_width(monkeypatch, width: int):  # type: ignore[no-untyped-def]
     return buf
 
 
-def test_validate_of_the_bundled_sample_fits_one_80x40_screen(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_validate_of_the_bundled_sample_fits_one_80x40_screen(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 21: failures and warnings in full, passes counted; the whole summary on one 80x40 terminal."""
     buf = _at_width(monkeypatch, 80)
     r = cli("validate")
@@ -132,7 +132,7 @@ def test_validate_of_the_bundled_sample_fits_one_80x40_screen(cli, monkeypatch) 
     assert "verdict WARN" in text and "1 warning(s) (SIG002)" in text  # the warning named where it is counted
 
 
-def test_validate_verbose_lists_every_rule(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_validate_verbose_lists_every_rule(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     from calctl.package.rules import RULES
 
     buf = _at_width(monkeypatch, 100)

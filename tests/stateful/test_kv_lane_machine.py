@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from calctl.serving.core import JobId, KvCapacity, KvLaneManager, KvState, ModelGenerationId, RequestId
+from calctl.serving.core import ModelGenerationId, JobId, KvCapacity, KvLaneManager, KvState, LaneId, RequestId
 
 LANES, TOKENS, MAX_SEQ = 4, 64, 32
 FREE, RES, ACT, UPD, UNK, REL = (
@@ -45,24 +45,24 @@ class KvLaneMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.kv = KvLaneManager(KvCapacity(LANES, TOKENS, MAX_SEQ, remove_tail=True))
-        self.model: dict[int, dict[str, Any]] = {i: _free_lane() for i in range(LANES)}
+        self.model: dict[LaneId, dict[str, Any]] = {LaneId(i): _free_lane() for i in range(LANES)}
         self.gen = ModelGenerationId(1)
         self.next_owner = 0
         self.next_job = 1
-        self.ever_unknown: set[int] = set()
+        self.ever_unknown: set[LaneId] = set()
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _lanes(self, *states: KvState) -> list[int]:
+    def _lanes(self, *states: KvState) -> list[LaneId]:
         return [i for i, m in self.model.items() if m["state"] in states]
 
     def _reserved_total(self) -> int:
         return sum(m["reserved"] for m in self.model.values() if m["state"] is not FREE)
 
-    def _after_txn(self, lane: int) -> None:
+    def _after_txn(self, lane: LaneId) -> None:
         m = self.model[lane]
         if m["done"] and m["state"] in (RES, ACT):  # the owner finished while the job ran: release on drain
-            assert self.kv.release(lane) is REL  # type: ignore[arg-type]
+            assert self.kv.release(lane) is REL
             m["state"] = REL
 
     # -- rules ------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ class KvLaneMachine(RuleBasedStateMachine):
         tokens = data.draw(st.integers(1, room)) if m["state"] is RES else 1  # prefill: a prompt; decode: 1
         job = JobId(self.next_job)
         self.next_job += 1
-        self.kv.begin_update(lane, job, m["committed"], tokens)  # type: ignore[arg-type]
+        self.kv.begin_update(lane, job, m["committed"], tokens)
         m.update(state=UPD, pending=tokens, job=job, prev=m["state"])
 
     @precondition(lambda self: self._lanes(UPD))
@@ -105,7 +105,7 @@ class KvLaneMachine(RuleBasedStateMachine):
     def commit(self, data: st.DataObject) -> None:
         lane = data.draw(st.sampled_from(self._lanes(UPD)))
         m = self.model[lane]
-        assert self.kv.commit(lane, m["job"]) == m["committed"] + m["pending"]  # type: ignore[arg-type]
+        assert self.kv.commit(lane, m["job"]) == m["committed"] + m["pending"]
         m.update(state=ACT, committed=m["committed"] + m["pending"], pending=0, job=None)
         self._after_txn(lane)
 
@@ -114,7 +114,7 @@ class KvLaneMachine(RuleBasedStateMachine):
     def rollback(self, data: st.DataObject) -> None:
         lane = data.draw(st.sampled_from(self._lanes(UPD)))
         m = self.model[lane]
-        self.kv.rollback(lane, m["job"])  # type: ignore[arg-type]
+        self.kv.rollback(lane, m["job"])
         m.update(state=ACT if m["committed"] else RES, pending=0, job=None)
         self._after_txn(lane)
 
@@ -124,12 +124,12 @@ class KvLaneMachine(RuleBasedStateMachine):
         lane = data.draw(st.sampled_from(self._lanes(ACT)))
         m = self.model[lane]
         n = data.draw(st.integers(1, m["committed"]))
-        assert self.kv.remove_tail(lane, n) == m["committed"] - n  # type: ignore[arg-type]
+        assert self.kv.remove_tail(lane, n) == m["committed"] - n
         m["committed"] -= n
         if m["committed"] == 0:
             m["state"] = RES
 
-    @precondition(lambda self: [i for i in self._lanes(RES, ACT, UPD, UNK) if not self.model[i]["done"]])
+    @precondition(lambda self: any(not self.model[i]["done"] for i in self._lanes(RES, ACT, UPD, UNK)))
     @rule(data=st.data(), why=st.sampled_from(["finish", "cancel", "deadline"]))
     def owner_done(self, data: st.DataObject, why: str) -> None:
         """The request finished, was cancelled or expired: release now, or after its job drains."""
@@ -137,16 +137,16 @@ class KvLaneMachine(RuleBasedStateMachine):
         m = self.model[lane]
         m["done"] = True
         if m["state"] in (RES, ACT):
-            assert self.kv.release(lane) is REL  # type: ignore[arg-type]
+            assert self.kv.release(lane) is REL
             m["state"] = REL
         elif m["state"] is UNK:
-            assert self.kv.release(lane) is UNK  # type: ignore[arg-type]
+            assert self.kv.release(lane) is UNK
 
     @precondition(lambda self: self._lanes(REL))
     @rule(data=st.data())
     def confirm(self, data: st.DataObject) -> None:
         lane = data.draw(st.sampled_from(self._lanes(REL)))
-        self.kv.confirm_released(lane)  # type: ignore[arg-type]
+        self.kv.confirm_released(lane)
         self.model[lane] = _free_lane()
 
     @precondition(lambda self: self._lanes(RES, ACT, UPD, REL))
@@ -154,7 +154,7 @@ class KvLaneMachine(RuleBasedStateMachine):
     def fault(self, data: st.DataObject) -> None:
         """Timeout / CCU fault: the lane becomes Unknown whatever it was doing."""
         lane = data.draw(st.sampled_from(self._lanes(RES, ACT, UPD, REL)))
-        self.kv.mark_unknown(lane)  # type: ignore[arg-type]
+        self.kv.mark_unknown(lane)
         self.model[lane].update(state=UNK, pending=0, job=None)
         self.ever_unknown.add(lane)
 
@@ -162,7 +162,7 @@ class KvLaneMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def recover(self, data: st.DataObject) -> None:
         lane = data.draw(st.sampled_from(self._lanes(UNK)))
-        self.kv.recover(lane)  # type: ignore[arg-type]
+        self.kv.recover(lane)
         self.model[lane] = _free_lane()
 
     @rule()
@@ -175,7 +175,7 @@ class KvLaneMachine(RuleBasedStateMachine):
     def matches_model(self) -> None:
         self.kv.check_invariants()
         for lane, m in self.model.items():
-            v = self.kv.lane(lane)  # type: ignore[arg-type]
+            v = self.kv.lane(lane)
             assert (v.state, v.owner, v.generation, v.committed_len, v.reserved_len, v.pending_tokens, v.job) == (
                 m["state"],
                 m["owner"],

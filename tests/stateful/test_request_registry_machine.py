@@ -20,11 +20,12 @@ from calctl.serving.core import (
     CallbackDisposition,
     CancelOutcome,
     EndReason,
-    JobId,
     ModelGenerationId,
+    JobId,
     RequestId,
     RequestRegistry,
     RequestState,
+    SequenceState,
     TenantId,
 )
 
@@ -52,9 +53,14 @@ class RegistryMachine(RuleBasedStateMachine):
     def _ids(self, states: set[S]) -> list[str]:
         return sorted(r for r, m in self.model.items() if m["state"] in states)
 
-    def _finish(self, rid: str, state: S, reason: EndReason) -> None:
+    def _seq(self, rid: str) -> SequenceState:
+        """The registry's record of a request the model knows is live."""
         seq = self.reg.get(RequestId(rid))
-        assert seq is not None
+        assert seq is not None, rid
+        return seq
+
+    def _finish(self, rid: str, state: S, reason: EndReason) -> None:
+        seq = self._seq(rid)
         assert self.reg.finish(seq, state, reason, self.now)
         self.model[rid].update(state=state, job=None)
         assert not self.reg.finish(seq, S.FAILED, EndReason.INTERNAL, self.now)  # entered once
@@ -70,9 +76,9 @@ class RegistryMachine(RuleBasedStateMachine):
     @rule(data=st.data(), admit=st.booleans())
     def admission(self, data: st.DataObject, admit: bool) -> None:
         rid = data.draw(st.sampled_from(self._ids({S.NEW, S.WAITING_ADMISSION})))
-        seq = self.reg.get(RequestId(rid))
+        seq = self._seq(rid)
         to = S.PREFILL_READY if admit or self.model[rid]["state"] is S.WAITING_ADMISSION else S.WAITING_ADMISSION
-        self.reg.move(seq, to, self.now)  # type: ignore[arg-type]
+        self.reg.move(seq, to, self.now)
         self.model[rid]["state"] = to
 
     @precondition(lambda self: self._ids(READY))
@@ -80,7 +86,7 @@ class RegistryMachine(RuleBasedStateMachine):
     def start_job(self, data: st.DataObject) -> None:
         rid = data.draw(st.sampled_from(self._ids(READY)))
         self.job += 1
-        self.reg.start_job(self.reg.get(RequestId(rid)), JobId(self.job), G, self.now)  # type: ignore[arg-type]
+        self.reg.start_job(self._seq(rid), JobId(self.job), G, self.now)
         m = self.model[rid]
         m.update(state=S.PREFILL_RUNNING if m["state"] is S.PREFILL_READY else S.DECODE_RUNNING, job=self.job)
 
@@ -91,16 +97,16 @@ class RegistryMachine(RuleBasedStateMachine):
         m = self.model[rid]
         verdict = self.reg.check_callback(RequestId(rid), G, JobId(m["job"]))
         assert verdict is (CallbackDisposition.CANCEL_DRAINED if m["flag"] else CallbackDisposition.ACCEPT)
-        seq = self.reg.get(RequestId(rid))
+        seq = self._seq(rid)
         m["job"] = None
         if m["flag"]:
             self._finish(rid, S.CANCELLED, EndReason.CANCELLED)
         elif finished:
-            self.reg.move(seq, S.FINISHING, self.now)  # type: ignore[arg-type]
+            self.reg.move(seq, S.FINISHING, self.now)
             m["state"] = S.FINISHING
             self._finish(rid, S.COMPLETED, EndReason.LENGTH)
         else:
-            self.reg.move(seq, S.DECODE_READY, self.now)  # type: ignore[arg-type]
+            self.reg.move(seq, S.DECODE_READY, self.now)
             m["state"] = S.DECODE_READY
 
     @precondition(lambda self: self.model)
@@ -147,9 +153,9 @@ class RegistryMachine(RuleBasedStateMachine):
     def fault(self, data: st.DataObject) -> None:
         """Timeout / fault: the job is retired; the request fails; the late completion is stale."""
         rid = data.draw(st.sampled_from(self._ids(RUNNING)))
-        seq = self.reg.get(RequestId(rid))
+        seq = self._seq(rid)
         job = self.model[rid]["job"]
-        assert self.reg.detach_job(seq) == job  # type: ignore[arg-type]
+        assert self.reg.detach_job(seq) == job
         self._finish(rid, S.FAILED, EndReason.DEVICE_ERROR)
         assert self.reg.check_callback(RequestId(rid), G, JobId(job)) is CallbackDisposition.STALE
 

@@ -69,7 +69,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.sched = Scheduler(_settings(), generation=ModelGenerationId(1))
         self.now = 0.0
         self.n = 0
-        self.tickets: list[Ticket] = []
+        self.tickets: list[tuple[Ticket, int, int, float | None]] = []  # arrived, prompt not yet counted
         self.out: list[Any] = []  # jobs handed out, not yet completed
         self.late: list[Any] = []  # timed-out jobs whose completion may still arrive
         self.releasing: list[Any] = []

@@ -90,7 +90,9 @@ def test_the_document_puts_the_header_then_the_verdict_and_refuses_a_body_that_s
     assert Report("x", "RUNNING").document()["exit_code"] is None  # a checkpoint has no exit code yet
 
 
-def test_an_internal_error_exits_70_not_the_usage_code(monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_an_internal_error_exits_70_not_the_usage_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from calctl.cli import app
     from calctl.signing import keys
 

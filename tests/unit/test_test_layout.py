@@ -39,6 +39,8 @@ def test_test_helpers_are_imported_by_their_full_name() -> None:
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
             names: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module]
@@ -63,3 +65,27 @@ def test_unit_tests_import_no_integration_harness() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.integration"):
                 bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.module}")
     assert not bad, "\n".join(bad)
+
+
+def _calls_time_sleep(loop: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "sleep"
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "time"
+        for n in ast.walk(loop)
+    )
+
+
+def test_every_wait_goes_through_wait_until() -> None:
+    """No hand-written polling loop (a ``while`` or ``for`` that calls ``time.sleep``): a test waits with
+    ``tests.waiting.wait_until``, whose deadline fails naming what it waited for (docs/testing.md)."""
+    bad: list[str] = []
+    for path in _python_files():
+        if path == TESTS / "waiting.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, (ast.While, ast.For)) and _calls_time_sleep(node):
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not bad, "poll with tests.waiting.wait_until:\n" + "\n".join(bad)

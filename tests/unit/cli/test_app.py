@@ -10,6 +10,7 @@ import pytest
 
 from calctl.cli import _output, root_help
 from calctl.cli.app import _COMMANDS, _LazyGroup, root_command
+from tests.conftest import Cli
 
 HEAVY = ("numpy", "matplotlib", "fastapi", "tokenizers", "uvicorn", "calctl.compiler.sample")
 
@@ -71,13 +72,13 @@ def test_top_level_help_lists_every_command_within_80_columns() -> None:
     assert "soak" in text and "executor-modes" in text
 
 
-def _walk(cmd, path=()):  # type: ignore[no-untyped-def]
+def _walk(cmd, path=()):
     yield path, cmd
     for name, sub in getattr(cmd, "commands", {}).items():
         yield from _walk(sub, (*path, name))
 
 
-def _all_commands():  # type: ignore[no-untyped-def]
+def _all_commands():
     root = root_command()
     for name in _COMMANDS:
         yield from _walk(root.get_command(None, name), (name,))
@@ -96,7 +97,7 @@ def test_help_text_has_no_mid_sentence_line_breaks_and_no_bool_placeholder() -> 
                 assert p.help, f"calctl {' '.join(path)} {p.opts[0]} has no description"
 
 
-def _format_choices(cmd) -> set[str] | None:  # type: ignore[no-untyped-def]
+def _format_choices(cmd) -> set[str] | None:
     for p in cmd.params:
         if p.name == "format":
             return {c.value if hasattr(c, "value") else str(c) for c in p.type_descriptor.choices}
@@ -126,14 +127,14 @@ def test_junit_is_offered_exactly_where_it_works() -> None:
     assert {("budget",), ("soak",), ("bench",), ("keygen",), ("inspect",), ("device", "info"), ("rules",)} <= seen
 
 
-def test_junit_rejected_with_a_usage_error_where_not_offered(cli) -> None:  # type: ignore[no-untyped-def]
+def test_junit_rejected_with_a_usage_error_where_not_offered(cli: Cli) -> None:
     for args in (("rules",), ("keygen", "x"), ("device", "info"), ("budget",), ("soak", "--cycles", "1")):
         r = cli(*args, "--format", "junit")
         assert r.code == 2, args
         assert "'junit' is not one of 'table', 'json'" in r.err
 
 
-def test_explain_offers_close_rule_ids(cli) -> None:  # type: ignore[no-untyped-def]
+def test_explain_offers_close_rule_ids(cli: Cli) -> None:
     r = cli("explain", "CHIP03")
     assert r.code == 2
     assert "did you mean CHIP003" in r.err
@@ -167,7 +168,7 @@ def test_junit_renderer_escapes_what_xml_cannot_carry() -> None:
 
 
 @pytest.mark.parametrize("args", [(), ("poc",), ("device",)])
-def test_a_group_without_a_command_prints_its_help_once_and_exits_2(cli, args) -> None:  # type: ignore[no-untyped-def]
+def test_a_group_without_a_command_prints_its_help_once_and_exits_2(cli: Cli, args) -> None:
     r = cli(*args)
     assert r.code == 2
     assert (r.out + r.err).count("Usage: calctl") == 1
@@ -186,7 +187,7 @@ def test_sample_kinds_in_the_help_are_the_compilers() -> None:
     assert SAMPLE_KINDS == KINDS
 
 
-def test_a_mistyped_command_gets_the_closest_names(cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_mistyped_command_gets_the_closest_names(cli: Cli) -> None:
     r = cli("valdate")
     assert r.code == 2
     assert "did you mean 'validate'?" in r.err
@@ -198,7 +199,7 @@ def test_a_mistyped_command_gets_the_closest_names(cli) -> None:  # type: ignore
     assert "did you mean" not in r.err.lower() and "`calctl --help` lists every command" in r.err
 
 
-def _leaf_commands(group, path=()):  # type: ignore[no-untyped-def]
+def _leaf_commands(group, path=()):
     from calctl.cli.app import _click
 
     ctx = _click.Context(group, info_name="calctl")
@@ -210,7 +211,7 @@ def _leaf_commands(group, path=()):  # type: ignore[no-untyped-def]
             yield (*path, name)
 
 
-def test_every_help_page_fits_80_columns_without_cutting_a_word(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_every_help_page_fits_80_columns_without_cutting_a_word(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rich cuts a word longer than its help column with an ellipsis: no help text may hold one (issue 31)."""
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.setenv("TERMINAL_WIDTH", "80")
@@ -238,7 +239,7 @@ def test_piped_tables_honour_columns() -> None:
     assert max(len(line) for line in out.splitlines()) <= 60
 
 
-def _render(table, width: int) -> str:  # type: ignore[no-untyped-def]
+def _render(table, width: int) -> str:
     import io
 
     from rich.console import Console
@@ -248,7 +249,7 @@ def _render(table, width: int) -> str:  # type: ignore[no-untyped-def]
     return buf.getvalue()
 
 
-def test_tables_never_break_a_word_across_lines(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_tables_never_break_a_word_across_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     """At 80 columns a cell wraps between words; a word too long for any layout is shortened with an
     ellipsis, never folded onto the next line (issue 31: budget ``code_and_comman|ds``)."""
     from rich.console import Console
@@ -281,7 +282,7 @@ def test_a_subcommand_help_loads_no_rule_schema_or_pydantic() -> None:
     assert not {m for m in (*HEAVY, "pydantic", "jsonschema", "calctl.package.rules") if m in loaded}
 
 
-def test_root_options_before_the_command(cli) -> None:  # type: ignore[no-untyped-def]
+def test_root_options_before_the_command(cli: Cli) -> None:
     assert cli("--version").out.strip().startswith("calctl ")
     assert cli("--debug", "--version").code == 0
     r = cli()
@@ -290,7 +291,7 @@ def test_root_options_before_the_command(cli) -> None:  # type: ignore[no-untype
     assert r.code == 0 and "Commands:" in r.out
 
 
-def test_row_blocks_wrap_evidence_never_crop_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_row_blocks_wrap_evidence_never_crop_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A table too wide for 80 columns prints one block per row; its ``evidence:`` lines wrap between words
     (issue 31: bench's evidence lines were cut at column 80 with no ellipsis), piped or on a terminal."""
     import io

@@ -45,7 +45,7 @@ HEAVY_CALCTL = (
 )
 
 
-def _command_paths(group, path=()):  # type: ignore[no-untyped-def]
+def _command_paths(group, path=()):
     """Every command and group of the CLI, as argument lists: ("device",), ("device", "info"), ..."""
     ctx = _click.Context(group, info_name="calctl")
     for name in group.list_commands(ctx):
@@ -105,10 +105,10 @@ def test_the_cli_has_every_command_and_group() -> None:
 
 
 @pytest.mark.parametrize("path", [" ".join(p) for p in COMMAND_PATHS])
-def test_help_imports_no_library_behind_the_command(added_by_help, path: str) -> None:  # type: ignore[no-untyped-def]
+def test_help_imports_no_library_behind_the_command(added_by_help, path: str) -> None:
     page = added_by_help[path]
     assert page["code"] == 0 and page["usage"], page
-    assert _heavy(page["modules"]) == []  # type: ignore[arg-type]
+    assert _heavy(page["modules"]) == []
 
 
 def test_the_probe_sees_a_heavy_import() -> None:

@@ -7,6 +7,7 @@ import pytest
 from calctl.cli import _output, runner_cmds
 from calctl.cli._output import Format
 from calctl.report import StepStatus
+from tests.conftest import Cli
 
 
 def test_steps_are_listed_once_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,7 +213,7 @@ def test_a_table_far_wider_than_the_console_prints_as_blocks(monkeypatch: pytest
     assert "┃ phase" in buf.getvalue()  # a table that fits stays a table
 
 
-def test_budget_explains_its_memory_what_ifs(cli) -> None:  # type: ignore[no-untyped-def]
+def test_budget_explains_its_memory_what_ifs(cli: Cli) -> None:
     r = cli("budget")
     assert r.code == 0, r.err
     assert "largest batch at the given context" in r.out

@@ -266,6 +266,7 @@ def hf_forward(weights: dict[str, np.ndarray], cfg: dict[str, Any], tokens: list
     scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     if isinstance(cfg.get("rope_parameters"), dict):  # transformers 5 nests the base too
         inv = 1.0 / (cfg["rope_parameters"]["rope_theta"] ** (np.arange(0, hd, 2) / hd))
+    assert inv is not None, "the config names no rope_theta"
     if scaling and scaling.get("rope_type", "default") == "default":
         scaling = None
     if scaling and scaling.get("rope_type") == "linear":  # transformers' _compute_linear_scaling_rope_parameters

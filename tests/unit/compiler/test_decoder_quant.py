@@ -10,7 +10,7 @@ import pytest
 
 from calctl.model import decoder, native, quant
 from calctl.package.model import Architecture
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, Cli
 
 gguf = pytest.importorskip("gguf")
 
@@ -110,7 +110,7 @@ def test_a_batched_decode_step_equals_one_step_per_lane(kernels: native.Kernels)
         toks = [int(t) for t in singles.argmax(axis=1)]
 
 
-def test_gguf_import_keeps_the_blocks_and_passes_golden(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_gguf_import_keeps_the_blocks_and_passes_golden(cli: Cli, tmp_path: Path) -> None:
     from calctl.package.reader import load_manifest
     from tests.unit.compiler.checkpoint_factory import write_gguf, write_hf_dir
 

@@ -15,7 +15,7 @@ from calctl.model import decoder
 from calctl.package.architecture import expected_tensor_shapes
 from calctl.package.reader import load_manifest
 from calctl.signing.keys import load_private
-from tests.conftest import TEST_KEY, TEST_PUB
+from tests.conftest import TEST_KEY, TEST_PUB, Cli
 from tests.unit.compiler.checkpoint_factory import (
     LLAMA3_SCALING,
     dequantized,
@@ -28,7 +28,7 @@ from tests.unit.compiler.checkpoint_factory import (
 PROMPT = [5, 17, 42, 101, 7, 250, 33, 64, 12, 300]
 
 
-def _key():  # type: ignore[no-untyped-def]
+def _key():
     return load_private(TEST_KEY)
 
 
@@ -145,7 +145,7 @@ def test_layout_table_matches_the_param_order(tmp_path: Path) -> None:
     assert "layers.0.bq" in {t.name for t in m.params} and "lm_head" in {t.name for t in m.params}
 
 
-def test_kv_plan_equals_budget_hf_config(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_kv_plan_equals_budget_hf_config(tmp_path: Path, cli: Cli) -> None:
     hf_dir, _, _ = write_hf_dir(tmp_path / "hf", "qwen3")
     out = tmp_path / "pkg"
     r = cli("import", "hf", hf_dir, out, "--key", TEST_KEY, "--context", "496", "--sequences", "3")

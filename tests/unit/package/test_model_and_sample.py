@@ -17,7 +17,7 @@ from calctl.model import tiny
 from calctl.package.model import GraphKind
 from calctl.package.reader import load_manifest
 from calctl.signing.keys import load_private
-from tests.conftest import FIXTURE_PACKAGES, TEST_KEY
+from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, Cli
 from tests.unit.package.sample_compare import assert_reproduces
 
 
@@ -148,6 +148,7 @@ def test_tokenizers_load_and_differ() -> None:
         tok = Tokenizer.from_file(str(pkg.root / m.tokenizer.file))
         assert tok.get_vocab_size() == m.architecture.vocab_size == m.tokenizer.vocab_size
         assert tok.decode(tok.encode("Hello, board!").ids) == "Hello, board!"
+        assert m.tokenizer.config is not None, m.alias
         cfg = json.loads((pkg.root / m.tokenizer.config).read_text())
         assert "chat_template" in cfg and cfg["eos_token"] == "<|im_end|>"
         sizes.append(tok.get_vocab_size())
@@ -176,6 +177,7 @@ def test_readelf_accepts_every_program() -> None:
     for m in pkg.models:
         for g in m.graphs:
             for s in g.code_sections:
+                assert s.file is not None, (g.name, s)
                 proc = subprocess.run(["readelf", "-h", "-l", str(pkg.root / s.file)], capture_output=True, text=True)
                 assert proc.returncode == 0 and not proc.stderr, proc.stderr
                 assert "EXEC" in proc.stdout and "LOAD" in proc.stdout
@@ -192,7 +194,9 @@ def test_batch_profiles_get_an_inactive_lane_contract(tmp_path: Path) -> None:
     assert pkg.model("model-a").prefill.batch_profiles == (1,)
 
 
-def test_weights_without_a_clear_golden_prompt_are_a_usage_error(tmp_path: Path, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_weights_without_a_clear_golden_prompt_are_a_usage_error(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from calctl.compiler import sample
 
     monkeypatch.setattr(sample, "GOLDEN_MARGIN", 1e9)  # no prompt leads by that much: as if the seed were unlucky

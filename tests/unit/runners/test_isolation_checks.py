@@ -28,7 +28,7 @@ from tests.conftest import FIXTURE_PACKAGES
 REPLICA = FIXTURE_PACKAGES / "replica"
 
 
-def _replica(root: Path = REPLICA):  # type: ignore[no-untyped-def]
+def _replica(root: Path = REPLICA):
     return check_replica(load_manifest(root), root, root)
 
 

@@ -7,9 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from calctl.checks.stats import bootstrap, percentiles
+from calctl.checks.stats import Estimate, bootstrap, percentiles
 from calctl.runners.overlap import Interval, Round, joint_share_in, judge
 from calctl.runners.trace import TraceSlice, chrome_trace, plot_timeline
+
+
+def _low(e: Estimate) -> float:
+    assert e.ci_low is not None, e
+    return e.ci_low
+
+
+def _high(e: Estimate) -> float:
+    assert e.ci_high is not None, e
+    return e.ci_high
+
+
+def _mean(e: Estimate) -> float:
+    assert e.mean is not None, e
+    return e.mean
 
 
 def _rounds(t_joint: list[float], t_iso: float = 1.0, tokens: int = 100) -> list[Round]:
@@ -19,7 +34,7 @@ def _rounds(t_joint: list[float], t_iso: float = 1.0, tokens: int = 100) -> list
 def test_parallel_chips_are_s2() -> None:
     v = judge(_rounds([1.02, 1.04, 1.01, 1.05, 1.03, 1.02]), shares=[0.9, 0.85, 0.92, 0.88, 0.9, 0.91])
     assert v.verdict == "S2"
-    assert v.overlap_ratio.ci_low > 0.4 and v.throughput_efficiency.mean > 0.9
+    assert _low(v.overlap_ratio) > 0.4 and _mean(v.throughput_efficiency) > 0.9
     assert "per-chip trace share CI" in v.reasons[0] and "lies above 0.250" in v.reasons[0]
 
 
@@ -46,7 +61,7 @@ def test_serialised_chips_are_s1_with_reasons() -> None:
 def test_overlap_without_enough_efficiency_is_s1() -> None:
     # Some overlap (joint 1.7 vs serial 2.0) but efficiency 2/1.7/2 ~ 0.59.
     v = judge(_rounds([1.7, 1.71, 1.69, 1.7]), shares=[0.6] * 4)
-    assert v.verdict == "S1" and v.overlap_ratio.ci_low > 0
+    assert v.verdict == "S1" and _low(v.overlap_ratio) > 0
     assert len(v.reasons) == 1 and "efficiency" in v.reasons[0]
 
 
@@ -59,7 +74,7 @@ def test_an_interval_across_the_gate_is_not_judged_not_s1() -> None:
     # The issue-26 case: a 4-round overlap CI of about [-0.16, 0.46] judged S1 although the trace showed both
     # chips busy. Straddling 0 decides nothing.
     v = judge(_rounds([2.6, 1.1, 1.6, 1.0]), shares=[0.75, 0.8, 0.7, 0.78])
-    assert v.overlap_ratio.ci_low < 0 < v.overlap_ratio.ci_high
+    assert _low(v.overlap_ratio) < 0 < _high(v.overlap_ratio)
     assert v.verdict == "NOT JUDGED"
     assert any("straddles" in r for r in v.reasons)
 
@@ -118,7 +133,7 @@ def test_bootstrap_is_seeded_and_brackets_the_mean() -> None:
     data = [0.9, 1.1, 1.0, 0.95, 1.05, 1.02, 0.98]
     a, b = bootstrap(data, seed=3), bootstrap(data, seed=3)
     assert a == b
-    assert a.ci_low < a.mean < a.ci_high
+    assert _low(a) < _mean(a) < _high(a)
     assert bootstrap([]).mean is None and bootstrap([1.0]).ci_low is None
 
 
@@ -155,14 +170,14 @@ def test_timeline_png(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def _figure_texts(monkeypatch, draw) -> list[str]:  # type: ignore[no-untyped-def]
+def _figure_texts(monkeypatch: pytest.MonkeyPatch, draw) -> list[str]:
     """Every text a picture shows: the figure is caught as it is saved."""
     from matplotlib.figure import Figure
 
     seen: list[str] = []
     real = Figure.savefig
 
-    def catch(fig, *a, **k):  # type: ignore[no-untyped-def]
+    def catch(fig, *a, **k):
         for ax in fig.axes:
             seen.extend(t.get_text() for t in ax.texts)
             seen.extend(t.get_text() for t in ax.get_yticklabels())
@@ -174,7 +189,9 @@ def _figure_texts(monkeypatch, draw) -> list[str]:  # type: ignore[no-untyped-de
     return seen
 
 
-def test_the_warmup_picture_shows_the_figures_its_verdict_rests_on(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_warmup_picture_shows_the_figures_its_verdict_rests_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     decode = [
         TraceSlice(0, 1.0 + i * 0.01, 1.0 + i * 0.01 + 0.003 + 0.001 * (i % 2), "model-a", "a_decode", "auto", i, 1)
         for i in range(10)
@@ -187,7 +204,7 @@ def test_the_warmup_picture_shows_the_figures_its_verdict_rests_on(tmp_path: Pat
     assert "a_decode" in texts
 
 
-def test_an_empty_both_chips_busy_lane_says_none(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_both_chips_busy_lane_says_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     apart = [
         TraceSlice(0, 1.0, 1.1, "model-a", "a", "auto", 1, 1),
         TraceSlice(1, 2.0, 2.1, "model-b", "b", "auto", 2, 1),

@@ -5,6 +5,7 @@ scale; bench's ``n=`` labels never overlap."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from calctl.runners.soak.evidence import Series, soak_figure
 
 
 @pytest.fixture
-def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+def drawn(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     """The figures the bench and accept plotters would save, kept open (drawn) instead of written."""
     figures: list[Any] = []
 

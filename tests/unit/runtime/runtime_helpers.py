@@ -9,6 +9,7 @@ from pathlib import Path
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest
 from calctl.runtime import Runtime
+from calctl.runtime._native.backend import CalrtRuntime
 from calctl.runtime.conformance import golden_prompt, prefill_job, write_decode, write_prefill
 from calctl.runtime.mock import FaultKind, FaultRule, MockRuntime
 
@@ -31,8 +32,9 @@ def package(kind: str) -> Package:
 
 def stub_set_fault(rt: Runtime, name: str, value: int = 1) -> None:
     """Arm a fault switch through the calrt_ext.h test hook (the stub and the reference board export it)."""
-    fn = rt.library.fn.calrt_ext_fault_set  # type: ignore[attr-defined]
-    assert fn(rt._dev, STUB_FAULT[name], value) == 0  # type: ignore[attr-defined]
+    assert isinstance(rt, CalrtRuntime), rt
+    fn = rt.library.fn.calrt_ext_fault_set
+    assert fn(rt._dev, STUB_FAULT[name], value) == 0
 
 
 @dataclass

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from calctl.errors import ExitCode
 from calctl.runtime import board_lock, open_runtime
 from calctl.runtime.board_lock import BoardLocked
+from tests.conftest import Cli
 
 HOLDER = textwrap.dedent("""\
     import sys
@@ -25,7 +27,7 @@ HOLDER = textwrap.dedent("""\
 
 
 @pytest.fixture
-def holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen[str]]:
     monkeypatch.setenv("CALCTL_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setenv("CALRT_DEVICE", "board-7")
     p = subprocess.Popen(
@@ -42,7 +44,7 @@ def holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-
     p.wait(timeout=30)
 
 
-def test_a_second_process_is_refused_with_the_holders_pid_and_command(holder) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_process_is_refused_with_the_holders_pid_and_command(holder: subprocess.Popen[str]) -> None:
     with pytest.raises(BoardLocked) as err:
         open_runtime("calrt", "/nonexistent/libcalrt.so")  # the lock is taken before the library is loaded
     msg = str(err.value)
@@ -50,10 +52,13 @@ def test_a_second_process_is_refused_with_the_holders_pid_and_command(holder) ->
     assert err.value.exit_code == ExitCode.DEVICE
 
 
-def test_another_board_and_a_released_lock_are_free(holder, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_another_board_and_a_released_lock_are_free(
+    holder: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CALRT_DEVICE", "board-8")
     board_lock.acquire().release()
     monkeypatch.setenv("CALRT_DEVICE", "board-7")
+    assert holder.stdin is not None
     holder.stdin.close()
     holder.wait(timeout=30)
     lock = board_lock.acquire()  # the holder is gone: the kernel dropped its flock
@@ -199,7 +204,7 @@ def test_a_second_serve_on_the_pci_address_a_process_holds_is_refused(tmp_path: 
 
 
 def test_conformance_on_a_board_another_process_holds_is_one_precondition_failure(
-    cli,  # type: ignore[no-untyped-def]
+    cli: Cli,
     tmp_path: Path,
     calrt_stub: Path,
     monkeypatch: pytest.MonkeyPatch,

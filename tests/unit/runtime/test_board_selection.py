@@ -6,6 +6,8 @@ import pytest
 
 from calctl.errors import UsageError
 from calctl.runtime import DeviceKind, open_runtime, select_board
+from calctl.runtime.mock import MockRuntime
+from tests.conftest import Cli
 
 
 def test_mock_defaults_to_mock0_and_leaves_the_fault_plan_seed_alone() -> None:
@@ -19,7 +21,8 @@ def test_mock_board_and_seed_from_the_environment() -> None:
     assert (sel.board, sel.source, sel.seed) == ("rack1-b3", "CALCTL_BOARD_ID", 11)
     assert sel.mock_options() == {"seed": 11}
     with open_runtime("mock", **sel.mock_options()) as rt:
-        assert rt.config.seed == 11  # type: ignore[attr-defined]
+        assert isinstance(rt, MockRuntime)
+        assert rt.config.seed == 11
 
 
 @pytest.mark.parametrize(
@@ -59,7 +62,7 @@ def test_calrt_selector_that_cannot_be_a_label_needs_a_board_id() -> None:
     assert select_board("calrt", {"CALRT_DEVICE": "pci 01:00.0", "CALCTL_BOARD_ID": "b1"}).selector == "pci 01:00.0"
 
 
-def test_device_info_shows_the_board(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_device_info_shows_the_board(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CALCTL_BOARD_ID", "board-7")
     monkeypatch.setenv("CALCTL_MOCK_SEED", "5")
     r = cli("device", "info", "--format", "json")
@@ -75,7 +78,7 @@ def test_device_info_shows_the_board(cli, monkeypatch: pytest.MonkeyPatch) -> No
     assert r.code == 0 and "board board-7 (from CALCTL_BOARD_ID), fault seed 5" in r.out
 
 
-def test_device_info_calrt_says_not_confirmed(cli, calrt_stub, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_device_info_calrt_says_not_confirmed(cli: Cli, calrt_stub, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CALRT_DEVICE", "0000:01:00.0")
     r = cli("device", "info", "--device", "calrt", "--calrt-lib", calrt_stub, "--format", "json")
     assert r.code == 0, r.err
@@ -85,7 +88,7 @@ def test_device_info_calrt_says_not_confirmed(cli, calrt_stub, monkeypatch: pyte
     assert r.code == 0 and "not confirmed" in r.out
 
 
-def test_device_info_bad_seed_is_exit_2(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_device_info_bad_seed_is_exit_2(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CALCTL_MOCK_SEED", "x")
     r = cli("device", "info")
     assert r.code == 2 and "CALCTL_MOCK_SEED" in r.err and "Traceback" not in r.err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from tests.unit.runtime.runtime_helpers import package
 BOARD = Topology(chips=2, calcores_per_chip=2, dram_bytes=(16 << 30, 16 << 30))
 
 
-def _with_graph(pkg: Package, alias: str, graph_name: str, **changes: object) -> Package:
+def _with_graph(pkg: Package, alias: str, graph_name: str, **changes: Any) -> Package:
     models = []
     for m in pkg.models:
         if m.alias == alias:

@@ -22,9 +22,10 @@ def _hang_next_job(rt: Runtime) -> None:
     if arm is not None:
         arm("hang")
         return
-    from calctl.runtime.mock import FaultKind, FaultRule
+    from calctl.runtime.mock import FaultKind, FaultRule, MockRuntime
 
-    rt.arm_fault(FaultRule(kind=FaultKind.WAIT_TIMEOUT, at=(1,)))  # type: ignore[attr-defined]
+    assert isinstance(rt, MockRuntime), rt
+    rt.arm_fault(FaultRule(kind=FaultKind.WAIT_TIMEOUT, at=(1,)))
 
 
 def test_calctl_refuses_a_shared_foreign_misshaped_or_released_buffer(configured: Runtime, combined: Package) -> None:

@@ -44,7 +44,7 @@ def _failure_text(r: CheckResult) -> str:
 
 @pytest.mark.parametrize("backend", ["mock", "stub", "reference"])
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.name)
-def test_check(request: pytest.FixtureRequest, backend: str, check) -> None:  # type: ignore[no-untyped-def]
+def test_check(request: pytest.FixtureRequest, backend: str, check) -> None:
     target = _target(request, backend)
     if check not in checks_for(target.device):
         assert check.native_only and backend == "mock"  # a property of a C library; the mock has none
@@ -149,7 +149,7 @@ def test_a_check_that_needs_the_test_hook_is_unsupported_without_it(
     assert result.verdict is Verdict.UNSUPPORTED and "calrt_ext_fault_set" in result.detail
 
 
-def _no_hook(self, fault: str, value: int = 1) -> None:  # type: ignore[no-untyped-def]
+def _no_hook(self, fault: str, value: int = 1) -> None:
     from calctl.runtime.errors import NotSupported
 
     raise NotSupported(f"CalRT library {self.library.path} does not export the calrt_ext_fault_set test hook")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_no_traceback
+from tests.conftest import Cli, assert_no_traceback
 
 #: switch -> (the check whose FAIL row must name the bug, words its detail must contain)
 MUTANTS = {
@@ -44,7 +44,7 @@ def _mutant(tmp_path_factory: pytest.TempPathFactory, define: str) -> Path:
 
 @pytest.mark.parametrize("define", list(MUTANTS), ids=lambda d: d.removeprefix("-DCALRT_MUTANT_"))
 def test_conformance_fails_a_broken_reference_board_naming_the_check(
-    cli,  # type: ignore[no-untyped-def]
+    cli: Cli,
     tmp_path_factory: pytest.TempPathFactory,
     define: str,
 ) -> None:
@@ -65,7 +65,7 @@ def test_conformance_fails_a_broken_reference_board_naming_the_check(
 
 
 def test_a_shim_of_another_abi_major_is_the_abi_version_fail_row(
-    cli,  # type: ignore[no-untyped-def]
+    cli: Cli,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """calctl's loader refuses the library (exit 3 for every other command); conformance reports the refusal
@@ -83,7 +83,7 @@ def test_a_shim_of_another_abi_major_is_the_abi_version_fail_row(
     assert r.code == 3 and "C ABI 2.0 is incompatible" in r.err, (r.out, r.err)
 
 
-def test_a_file_that_is_no_library_is_still_exit_3(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_file_that_is_no_library_is_still_exit_3(cli: Cli, tmp_path: Path) -> None:
     fake = tmp_path / "libcalrt_shim.so"
     fake.write_text("not a library\n")
     r = cli("device", "conformance", "--calrt-lib", fake)

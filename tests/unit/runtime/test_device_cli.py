@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import assert_no_traceback
+import pytest
+
+from tests.conftest import Cli, assert_no_traceback
 
 
-def test_device_info_mock_json(cli) -> None:  # type: ignore[no-untyped-def]
+def test_device_info_mock_json(cli: Cli) -> None:
     r = cli("device", "info", "--format", "json")
     assert r.code == 0, r.err
     doc = r.json
@@ -20,13 +22,13 @@ def test_device_info_mock_json(cli) -> None:  # type: ignore[no-untyped-def]
     assert doc["versions"]["runtime"] == "0.7.6"
 
 
-def test_device_info_mock_table(cli) -> None:  # type: ignore[no-untyped-def]
+def test_device_info_mock_table(cli: Cli) -> None:
     r = cli("device", "info")
     assert r.code == 0, r.err
     assert "device mock" in r.out and "mock results" in r.out and "health" in r.out
 
 
-def test_device_info_calrt_stub(cli, calrt_stub: Path) -> None:  # type: ignore[no-untyped-def]
+def test_device_info_calrt_stub(cli: Cli, calrt_stub: Path) -> None:
     r = cli("device", "info", "--device", "calrt", "--calrt-lib", calrt_stub, "--format", "json")
     assert r.code == 0, r.err
     doc = r.json
@@ -34,7 +36,7 @@ def test_device_info_calrt_stub(cli, calrt_stub: Path) -> None:  # type: ignore[
     assert doc["library"] == str(calrt_stub) and doc["versions"]["firmware"] == "stub"
 
 
-def test_device_info_calrt_without_library_is_exit_3(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_device_info_calrt_without_library_is_exit_3(cli: Cli, tmp_path: Path) -> None:
     r = cli("device", "info", "--device", "calrt")
     assert r.code == 3
     assert "no CalRT library" in r.err and "CALRT_LIBRARY" in r.err
@@ -45,7 +47,7 @@ def test_device_info_calrt_without_library_is_exit_3(cli, tmp_path: Path) -> Non
     assert_no_traceback(r)
 
 
-def test_device_info_names_the_missing_symbol(cli, calrt_stub_without_kv_free: Path) -> None:  # type: ignore[no-untyped-def]
+def test_device_info_names_the_missing_symbol(cli: Cli, calrt_stub_without_kv_free: Path) -> None:
     r = cli("device", "info", "--device", "calrt", "--calrt-lib", calrt_stub_without_kv_free)
     assert r.code == 3 and "calrt_kv_free" in r.err and str(calrt_stub_without_kv_free) in r.err.replace("\n", "")
     assert_no_traceback(r)
@@ -54,7 +56,7 @@ def test_device_info_names_the_missing_symbol(cli, calrt_stub_without_kv_free: P
 # -- device build-reference ------------------------------------------------------------------
 
 
-def test_build_reference_prints_the_library_last_and_reuses_an_identical_build(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_build_reference_prints_the_library_last_and_reuses_an_identical_build(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "board"
     r = cli("device", "build-reference", "--out", out)
     assert r.code == 0, r.err
@@ -66,7 +68,7 @@ def test_build_reference_prints_the_library_last_and_reuses_an_identical_build(c
     assert r.code == 0 and r.json["versions"]["firmware"] == "reference (software model, no hardware)"
 
 
-def test_build_reference_defaults_to_the_cache_dir(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_build_reference_defaults_to_the_cache_dir(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CALCTL_CACHE_DIR", str(tmp_path / "cache"))
     r = cli("device", "build-reference")
     assert r.code == 0, r.err
@@ -74,7 +76,9 @@ def test_build_reference_defaults_to_the_cache_dir(cli, tmp_path: Path, monkeypa
     assert lib.is_file() and lib.parent.parent == tmp_path / "cache" / "calrt-reference"
 
 
-def test_build_reference_without_a_compiler_is_exit_2(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_build_reference_without_a_compiler_is_exit_2(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     r = cli("device", "build-reference", "--out", tmp_path / "x")
     assert r.code == 2 and "no-such-cc" in r.err and "CC=" in r.err
@@ -90,7 +94,7 @@ def test_build_reference_without_a_compiler_is_exit_2(cli, tmp_path: Path, monke
 # -- device conformance ----------------------------------------------------------------------
 
 
-def test_conformance_on_the_stub_fails_golden_only(cli, calrt_stub: Path) -> None:  # type: ignore[no-untyped-def]
+def test_conformance_on_the_stub_fails_golden_only(cli: Cli, calrt_stub: Path) -> None:
     r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--format", "json")
     assert r.code == 1, r.err
     doc = r.json
@@ -104,7 +108,7 @@ def test_conformance_on_the_stub_fails_golden_only(cli, calrt_stub: Path) -> Non
     assert all(q["ask"] for q in doc["vendor_questions"] if q["grade"] == "C3")
 
 
-def test_conformance_on_the_reference_board_passes_table_and_junit(cli, calrt_reference: Path) -> None:  # type: ignore[no-untyped-def]
+def test_conformance_on_the_reference_board_passes_table_and_junit(cli: Cli, calrt_reference: Path) -> None:
     import xml.etree.ElementTree as ET
 
     r = cli(
@@ -118,13 +122,13 @@ def test_conformance_on_the_reference_board_passes_table_and_junit(cli, calrt_re
     assert (
         root.get("tests") == "1"
         and root.get("failures") == "0"
-        and root.find(".//testcase").get("name") == "memory_counters"
+        and [t.get("name") for t in root.iter("testcase")] == ["memory_counters"]
     )
 
 
 def test_conformance_usage_and_library_errors(
-    cli, tmp_path: Path, calrt_stub_without_kv_free: Path, calrt_stub: Path
-) -> None:  # type: ignore[no-untyped-def]
+    cli: Cli, tmp_path: Path, calrt_stub_without_kv_free: Path, calrt_stub: Path
+) -> None:
     r = cli("device", "conformance")
     assert r.code == 2 and "--calrt-lib" in r.err
     r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--check", "no_such_check")
@@ -141,7 +145,9 @@ def test_conformance_usage_and_library_errors(
         assert_no_traceback(res)
 
 
-def test_conformance_on_a_hanging_library_reports_timeout_rows(cli, calrt_stub: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_conformance_on_a_hanging_library_reports_timeout_rows(
+    cli: Cli, calrt_stub: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CALRT_STUB_FAULTS", "delay_ms=5000")
     args = ("device", "conformance", "--calrt-lib", calrt_stub, "--check-timeout", "1", "--format", "json")
     r = cli(*args, "--check", "job_states_timestamps", "--check", "status_strings")
@@ -157,13 +163,13 @@ def test_conformance_junit_survives_control_characters_from_a_shim() -> None:
     from calctl.cli.device_native_cmds import conformance_junit
 
     row = {"name": "status_strings", "verdict": "FAIL", "seconds": 0.1, "detail": "string 'bad\x01\x1b'"}
-    doc = {"library": "lib\x00.so", "abi": "1.0", "package": "p", "vendor_questions": []}
+    doc: dict[str, object] = {"library": "lib\x00.so", "abi": "1.0", "package": "p", "vendor_questions": []}
     doc["checks"] = [{**row, "call": "calrt_status_string", "arguments": "7", "returned": "\x07"}]
     root = ET.fromstring(conformance_junit(doc))
-    assert root.get("failures") == "1" and "bad" in root.find(".//failure").get("message")
+    assert root.get("failures") == "1" and ["bad" in (f.get("message") or "") for f in root.iter("failure")] == [True]
 
 
-def test_conformance_on_the_reference_board_is_labelled_a_software_model(cli, calrt_reference: Path) -> None:  # type: ignore[no-untyped-def]
+def test_conformance_on_the_reference_board_is_labelled_a_software_model(cli: Cli, calrt_reference: Path) -> None:
     """Issue 28: the reference board says it is a software model (calrt_ext_device_identity); the conformance
     report says so first, in its note, its device label and its table footer."""
     args = ("device", "conformance", "--calrt-lib", calrt_reference, "--check", "versions_topology")

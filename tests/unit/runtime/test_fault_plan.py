@@ -9,7 +9,7 @@ import yaml
 
 from calctl.errors import ConfigError
 from calctl.runtime import open_runtime
-from calctl.runtime.mock import FaultKind, FaultPlan
+from calctl.runtime.mock import FaultKind, FaultPlan, MockRuntime
 from calctl.runtime.mock.faults import FaultInjector
 from calctl.runtime.types import ResetScope
 
@@ -52,6 +52,7 @@ def test_the_documented_example_loads(tmp_path: Path) -> None:
     assert (busy.chip, busy.max_count, busy.reset_scope) == (1, 2, ResetScope.CHIP)
     assert (leak.at, leak.leak_bytes) == ((1, 4), 1048576)
     with open_runtime("mock", fault_plan=path) as rt:  # a path is accepted by the factory too
+        assert isinstance(rt, MockRuntime)
         assert rt.injected_faults() == ()
 
 

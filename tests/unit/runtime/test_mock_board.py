@@ -19,10 +19,11 @@ from calctl.runtime.errors import (
     InvalidCalbin,
     NotSupported,
     OutOfMemory,
+    RuntimeLayerError,
     RuntimeStatus,
 )
-from calctl.runtime.mock import FaultKind, FaultPlan, FaultRule, GraphTiming, MockRuntime, TimingModel
-from calctl.runtime.types import Engine, Health, Job, JobState, ResetScope
+from calctl.runtime.mock import FaultKind, FaultPlan, FaultRule, GraphTiming, MockRuntime, TimingModel, open_mock
+from calctl.runtime.types import Engine, Health, Job, JobResult, JobState, ResetScope
 from tests.unit.runtime.runtime_helpers import golden_prompt, package, prefill_job, write_decode
 from tests.waiting import wait_until
 
@@ -36,18 +37,18 @@ FIXED = TimingModel(
 def test_configure_fails_with_out_of_memory_when_a_chip_plan_does_not_fit() -> None:
     pkg = package("combined")
     plan0 = sum(r.size for r in pkg.regions_on(0))
-    with open_runtime("mock", chip_dram_bytes=64 * MIB + plan0 - 1) as rt:
+    with open_mock(chip_dram_bytes=64 * MIB + plan0 - 1) as rt:
         with pytest.raises(OutOfMemory, match="chip 0") as exc:
             rt.configure(rt.create_calbin(pkg))
         assert exc.value.status == RuntimeStatus.OUT_OF_MEMORY
         assert rt.current_calbin is None
-    with open_runtime("mock", chip_dram_bytes=64 * MIB + plan0 + 1024 * MIB) as rt:
+    with open_mock(chip_dram_bytes=64 * MIB + plan0 + 1024 * MIB) as rt:
         rt.configure(rt.create_calbin(pkg))
 
 
 def test_ping_and_pong_run_two_deep_auto_runs_alone() -> None:
     pkg = package("single")
-    with open_runtime("mock", timing=FIXED) as rt:
+    with open_mock(timing=FIXED) as rt:
         rt.configure(rt.create_calbin(pkg))
         for engines, overlapping in (
             ((Engine.PING, Engine.PONG), True),
@@ -56,9 +57,22 @@ def test_ping_and_pong_run_two_deep_auto_runs_alone() -> None:
         ):
             jobs = [prefill_job(rt, pkg, "model-a", engine=e)[0] for e in engines]
             results = [rt.wait(j, 10) for j in jobs]
-            a, b = sorted(results, key=lambda r: r.start_ns)
-            assert (b.start_ns < a.end_ns) is overlapping, (engines, a, b)
+            a, b = sorted(_span(r) for r in results)
+            assert (b[0] < a[1]) is overlapping, (engines, results)
             assert {e.engine for e in rt.trace() if e.job in {j.id for j in jobs}} == set(engines)
+
+
+def _span(result: JobResult) -> tuple[int, int]:
+    """A finished job's (start_ns, end_ns)."""
+    assert result.start_ns is not None and result.end_ns is not None, result
+    return result.start_ns, result.end_ns
+
+
+def _used_bytes(rt: MockRuntime) -> list[int]:
+    """Every chip's DRAM in use (the mock always knows it)."""
+    used = [m.used_bytes for m in rt.memory_usage()]
+    assert None not in used, used
+    return [u for u in used if u is not None]
 
 
 def _mchip_combined() -> Package:
@@ -90,13 +104,13 @@ def _primary_picked_up(rt: MockRuntime, job: Job) -> bool:
 
 def test_an_mchip_job_holds_all_its_chips() -> None:
     pkg = _mchip_combined()
-    with open_runtime("mock", timing=FIXED) as rt:
+    with open_mock(timing=FIXED) as rt:
         rt.configure(rt.create_calbin(pkg))
         job_a = prefill_job(rt, pkg, "model-a")[0]
         job_b = prefill_job(rt, pkg, "model-b")[0]
         assert job_a.chips == (0, 1)
         ra, rb = rt.wait(job_a, 10), rt.wait(job_b, 10)
-        assert rb.start_ns >= ra.end_ns  # model-b waited for chip 1
+        assert _span(rb)[0] >= _span(ra)[1]  # model-b waited for chip 1
         assert sorted(e.chip for e in rt.trace() if e.job == job_a.id) == [0, 1]
         counters = rt.counters()
         assert (counters[0].finished, counters[1].finished) == (1, 2)
@@ -104,7 +118,7 @@ def test_an_mchip_job_holds_all_its_chips() -> None:
 
 def test_chip_reset_aborts_an_mchip_job_waiting_for_its_second_chip() -> None:
     pkg = _mchip_combined()
-    with open_runtime("mock", timing=FIXED) as rt:
+    with open_mock(timing=FIXED) as rt:
         rt.configure(rt.create_calbin(pkg))
         rt.arm_fault(FaultRule(kind=FaultKind.WAIT_TIMEOUT, at=(1,), graph="model_b_prefill"))
         hung = prefill_job(rt, pkg, "model-b")[0]
@@ -134,7 +148,7 @@ def test_chip_reset_aborts_an_mchip_job_holding_it_while_its_primary_queues() ->
     pkg = dataclasses.replace(
         pkg, models=(pkg.model("model-a0"), dataclasses.replace(a1, target_chips=(0, 1), graphs=graphs))
     )
-    with open_runtime("mock", timing=FIXED) as rt:
+    with open_mock(timing=FIXED) as rt:
         rt.configure(rt.create_calbin(pkg))
         rt.arm_fault(FaultRule(kind=FaultKind.WAIT_TIMEOUT, at=(1,), graph="model_a0_prefill"))
         hung = prefill_job(rt, pkg, "model-a0")[0]
@@ -154,13 +168,13 @@ def test_board_scope_fault_halts_both_chips_and_refuses_a_chip_reset() -> None:
     plan = FaultPlan(
         rules=(FaultRule(kind=FaultKind.CCU_EXCEPTION, at=(1,), model="model-a", reset_scope=ResetScope.BOARD),)
     )
-    with open_runtime("mock", fault_plan=plan) as rt:
+    with open_mock(fault_plan=plan) as rt:
         baseline = rt.memory_usage()
         rt.configure(rt.create_calbin(pkg))
         job = prefill_job(rt, pkg, "model-a")[0]
-        with pytest.raises(Exception) as exc:
+        with pytest.raises(RuntimeLayerError) as exc:
             rt.wait(job, 10)
-        assert exc.value.status == RuntimeStatus.CCU_EXCEPTION  # type: ignore[attr-defined]
+        assert exc.value.status == RuntimeStatus.CCU_EXCEPTION
         assert {h.health for h in rt.health()} == {Health.FAULTED}
         assert "board reset" in (rt.health()[1].detail or "")
         with pytest.raises(DeviceLost):
@@ -185,7 +199,7 @@ def test_a_reset_failure_fault_fails_the_reset_and_resets_nothing(tmp_path: Path
         "  - {kind: ccu_exception, job: 1, model: model-a}\n"
         "  - {kind: reset_failure, reset: [1, 2], chip: 0}\n"
     )
-    with open_runtime("mock", fault_plan=plan) as rt:
+    with open_mock(fault_plan=plan) as rt:
         rt.configure(rt.create_calbin(pkg))
         with pytest.raises(CcuException):
             rt.wait(prefill_job(rt, pkg, "model-a")[0], 10)
@@ -201,7 +215,7 @@ def test_a_reset_failure_fault_fails_the_reset_and_resets_nothing(tmp_path: Path
 
 
 def test_a_board_granting_only_board_resets_refuses_chip_resets() -> None:
-    with open_runtime("mock", reset_scopes=(ResetScope.BOARD,)) as rt:
+    with open_mock(reset_scopes=(ResetScope.BOARD,)) as rt:
         with pytest.raises(NotSupported) as exc:
             rt.reset("chip", chip=0)
         assert exc.value.status == RuntimeStatus.NOT_SUPPORTED
@@ -219,33 +233,33 @@ def test_memory_returns_to_baseline_unless_the_leak_fault_fires() -> None:
             FaultRule(kind=FaultKind.MEMORY_LEAK, at=(4,), model="model-b", leak_bytes=4096),
         )
     )
-    with open_runtime("mock", fault_plan=plan) as rt:
-        baseline = [m.used_bytes for m in rt.memory_usage()]
+    with open_mock(fault_plan=plan) as rt:
+        baseline = _used_bytes(rt)
         calbin = rt.create_calbin(pkg)
         for _ in range(2):  # load/unload cycles with traffic: back to baseline every time (001 §13.3)
             rt.configure(calbin)
             rt.wait(prefill_job(rt, pkg, "model-a")[0], 10)
             rt.reset_configuration()
-            assert [m.used_bytes for m in rt.memory_usage()] == baseline
+            assert _used_bytes(rt) == baseline
         rt.configure(calbin)
         rt.reset_configuration()  # 3rd unload of model-a leaks its whole plan on chip 0
-        assert [m.used_bytes for m in rt.memory_usage()] == [baseline[0] + plan_a, baseline[1]]
+        assert _used_bytes(rt) == [baseline[0] + plan_a, baseline[1]]
         rt.configure(calbin)
         rt.reset_configuration()  # 4th unload of model-b leaks 4096 bytes on chip 1
-        assert [m.used_bytes for m in rt.memory_usage()] == [baseline[0] + plan_a, baseline[1] + 4096]
+        assert _used_bytes(rt) == [baseline[0] + plan_a, baseline[1] + 4096]
         assert [(f.kind, f.model, f.ordinal) for f in rt.injected_faults()] == [
             (FaultKind.MEMORY_LEAK, "model-a", 3),
             (FaultKind.MEMORY_LEAK, "model-b", 4),
         ]
         rt.reset("board")  # a device re-init reclaims leaks too
-        assert [m.used_bytes for m in rt.memory_usage()] == baseline
+        assert _used_bytes(rt) == baseline
 
 
 def test_leaks_accumulate_until_configure_runs_out_of_memory() -> None:
     pkg = package("single")
     plan0 = sum(r.size for r in pkg.regions_on(0))
     rule = FaultRule(kind=FaultKind.MEMORY_LEAK, probability=1.0)
-    with open_runtime("mock", chip_dram_bytes=64 * MIB + 2 * plan0 + MIB, fault_plan=FaultPlan(rules=(rule,))) as rt:
+    with open_mock(chip_dram_bytes=64 * MIB + 2 * plan0 + MIB, fault_plan=FaultPlan(rules=(rule,))) as rt:
         calbin = rt.create_calbin(pkg)
         rt.configure(calbin)
         rt.reset_configuration()
@@ -259,7 +273,7 @@ def test_corrupted_output_breaks_golden_logits() -> None:
     pkg = package("single")
     golden = np.load(pkg.root / pkg.model("model-a").golden.prefill_logits.file)
     tol = pkg.model("model-a").golden.tolerance
-    with open_runtime("mock") as rt:
+    with open_mock() as rt:
         rt.configure(rt.create_calbin(pkg))
         job, _, _, clean = prefill_job(rt, pkg, "model-a")
         rt.wait(job, 10)
@@ -285,7 +299,7 @@ def test_kv_corruption_shows_in_the_next_decode_step() -> None:
             rt.wait(rt.submit(m.decode.name, inputs, outputs, kv=[seq]), 10)
             return prefill_logits, outputs.read("logits")
 
-    with open_runtime("mock") as rt:
+    with open_mock() as rt:
         rt.configure(rt.create_calbin(pkg))
         clean_prefill, clean_decode = first_decode(rt)
         rt.arm_fault(FaultRule(kind=FaultKind.KV_CORRUPTION, at=(1,), graph=m.prefill.name))
@@ -305,7 +319,7 @@ def test_the_mock_refuses_what_it_cannot_execute() -> None:
             ),
         ),
     )
-    with open_runtime("mock") as rt, pytest.raises(InvalidCalbin, match="qwen3-moe"):
+    with open_mock() as rt, pytest.raises(InvalidCalbin, match="qwen3-moe"):
         rt.create_calbin(other)
 
 
@@ -314,7 +328,7 @@ def test_mock_options_are_checked() -> None:
         open_runtime("mock", chips=0)
     with pytest.raises(ConfigError, match="unexpected keyword"):
         open_runtime("mock", colour="blue")
-    with open_runtime("mock", chips=4, calcores_per_chip=2) as rt:  # nothing leaked by the refusals above
+    with open_mock(chips=4, calcores_per_chip=2) as rt:  # nothing leaked by the refusals above
         assert rt.topology().chips == 4
 
 
@@ -332,7 +346,7 @@ def test_decode_batch_lanes_and_inactive_lane_policy() -> None:
     )
     m4 = dataclasses.replace(m, graphs=(m.prefill, dec))
     pkg4 = dataclasses.replace(pkg, models=(m4,))
-    with open_runtime("mock") as rt:
+    with open_mock() as rt:
         rt.configure(rt.create_calbin(pkg4))
         seqs, tokens = [], []
         for prompt in (golden_prompt(pkg, "model-a"), golden_prompt(pkg, "model-a")[:10].copy()):
@@ -368,7 +382,7 @@ def test_a_finished_job_keeps_no_kv_cache_buffers_or_weights() -> None:
     import weakref
 
     pkg = package("single")
-    with open_runtime("mock") as rt:
+    with open_mock() as rt:
         rt.configure(rt.create_calbin(pkg))
         caches, buffers, jobs = [], [], []
         for _ in range(12):

@@ -150,7 +150,7 @@ def test_a_starved_simulating_thread_moves_the_host_time_never_the_device_stamps
 
     real = compute.run_graph
 
-    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def slow(*args, **kwargs):
         time.sleep(3 * UNIT)
         return real(*args, **kwargs)
 

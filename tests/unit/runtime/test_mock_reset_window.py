@@ -13,9 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
-from calctl.runtime import open_runtime
 from calctl.runtime.errors import DeviceBusy
-from calctl.runtime.mock import FaultKind, FaultRule
+from calctl.runtime.mock import FaultKind, FaultRule, open_mock
 from calctl.runtime.types import Health, JobState
 from tests.unit.runtime.runtime_helpers import package, prefill_job
 from tests.waiting import wait_until
@@ -38,7 +37,7 @@ class _HookedDone(threading.Event):
 @pytest.mark.parametrize("scope", ["board", "chip"])
 def test_a_submit_while_a_reset_waits_for_its_jobs_is_refused_not_carried_over(scope: str) -> None:
     pkg = package("combined")
-    with open_runtime("mock", time_scale=0.0) as rt:
+    with open_mock(time_scale=0.0) as rt:
         rt.configure(rt.create_calbin(pkg))
         graph = pkg.model("model-a").prefill.name
         rt.arm_fault(FaultRule(kind=FaultKind.WAIT_TIMEOUT, at=(1,), graph=graph))

@@ -20,7 +20,7 @@ from tests.conftest import FIXTURE_PACKAGES
 # -- the reference board's model extension (calrt_ext.h), attacked -----------------------------
 
 
-def _model_set(rt, calbin, desc) -> int:  # type: ignore[no-untyped-def]
+def _model_set(rt, calbin, desc) -> int:
     handle = rt._calbins[calbin.id][1]
     return int(rt._fn.calrt_ext_model_set(rt._dev, handle, ctypes.byref(desc)))
 
@@ -29,6 +29,7 @@ def test_reference_board_refuses_bad_model_descriptions(calrt_reference: Path) -
     pkg = load_manifest(FIXTURE_PACKAGES / "combined")
     model = pkg.model("model-a")
     with open_runtime("calrt", calrt_lib=calrt_reference) as rt:
+        assert isinstance(rt, CalrtRuntime)
         assert rt.library.has("calrt_ext_model_set") and rt.library.has("calrt_ext_fault_set")
         calbin = rt.create_calbin(pkg)
         keep: list[object] = []
@@ -98,6 +99,7 @@ def test_reference_board_reset_fail_switch_fails_the_next_resets(
     nothing (the configuration stays); then resets work again. Also armed through ``calrt_ext_fault_set``."""
     monkeypatch.setenv("CALRT_REF_FAULTS", "reset_fail=2")
     with open_runtime("calrt", calrt_lib=calrt_reference) as rt:
+        assert isinstance(rt, CalrtRuntime)
         rt.configure(rt.create_calbin(load_manifest(FIXTURE_PACKAGES / "combined")))
         for scope, chip in (("chip", 0), ("board", None)):
             with pytest.raises(DeviceLost) as exc:

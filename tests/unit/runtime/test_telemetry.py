@@ -7,6 +7,7 @@ from pathlib import Path
 from calctl.package.model import Package
 from calctl.runtime import Runtime, open_runtime
 from calctl.runtime.types import TELEMETRY_FIELDS
+from tests.conftest import Cli
 
 
 def test_every_backend_reports_every_field_or_names_the_gap(rt: Runtime) -> None:
@@ -16,7 +17,9 @@ def test_every_backend_reports_every_field_or_names_the_gap(rt: Runtime) -> None
         doc = t.document()
         assert list(doc) == [*TELEMETRY_FIELDS, "vendor_gaps"]  # never omitted
         missing = [f for f in TELEMETRY_FIELDS if doc[f] is None]
-        assert [g.split(":")[0] for g in doc["vendor_gaps"]] == missing  # every null is a listed gap
+        gaps = doc["vendor_gaps"]
+        assert isinstance(gaps, list), gaps
+        assert [g.split(":")[0] for g in gaps] == missing  # every null is a listed gap
         # Neither the mock nor libcalrt can measure thermals, power or clocks: null, never a made-up 0.
         assert doc["temperature_c"] is None and doc["power_w"] is None and doc["frequency_mhz"] is None
         assert doc["throttled"] is None
@@ -31,7 +34,7 @@ def test_the_mock_counts_its_resets_and_its_queue(combined: Package) -> None:
         assert [t.queue_depth for t in rt.telemetry()] == [0, 0]
 
 
-def test_device_info_shows_telemetry_and_gaps(cli, calrt_stub: Path) -> None:  # type: ignore[no-untyped-def]
+def test_device_info_shows_telemetry_and_gaps(cli: Cli, calrt_stub: Path) -> None:
     r = cli("device", "info", "--format", "json")
     assert r.code == 0, r.err
     chip = r.json["chips"][0]["telemetry"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from calctl.runtime.types import ChipCounters
@@ -12,8 +14,8 @@ from calctl.serving.engine.monitor import ExecutorMonitor
 PP = ExecutorMode.PINGPONG
 
 
-def monitor(mode: ExecutorMode = PP, **policy: object) -> ExecutorMonitor:
-    return ExecutorMonitor(DowngradePolicy(**policy), mode)  # type: ignore[arg-type]
+def monitor(mode: ExecutorMode = PP, **policy: Any) -> ExecutorMonitor:
+    return ExecutorMonitor(DowngradePolicy(**policy), mode)
 
 
 def test_nothing_fires_outside_pingpong() -> None:
@@ -32,7 +34,7 @@ def test_nothing_fires_outside_pingpong() -> None:
         (lambda m: m.recovery_needed("fault: CCU_EXCEPTION"), DowngradeReason.UNCERTAIN_RECOVERY),
     ],
 )
-def test_immediate_conditions(call, reason) -> None:  # type: ignore[no-untyped-def]
+def test_immediate_conditions(call, reason) -> None:
     d = call(monitor())
     assert d is not None and d.reason is reason and d.detail
 

@@ -10,13 +10,13 @@ interleaving "the host's deadline passes while the device is still running the j
 
 from __future__ import annotations
 
-import time
-
-from calctl.runtime import open_runtime
+from calctl.package.model import Model
+from calctl.runtime import Runtime, open_runtime
+from calctl.runtime.mock import open_mock
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import Health
 from calctl.serving.config import DowngradePolicy, ExecutorMode
-from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId
+from calctl.serving.core.ids import ModelGenerationId, JobId, LaneId, RequestId
 from calctl.serving.core.prefill import WorkKind
 from calctl.serving.core.scheduler import JobStatus, PrefillJob
 from calctl.serving.engine.device import UNCONFIRMED_TIMEOUT_FACTOR, DeviceExecutor, Inflight
@@ -24,14 +24,15 @@ from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.monitor import ExecutorMonitor
 from tests.unit.runtime.runtime_helpers import golden_prompt, package
 from tests.unit.serving.serving_helpers import FakeClock
+from tests.waiting import wait_until
 
 TIMEOUT_S = 1.0
 
 
-def _executor(rt: object, model: object, clock: FakeClock) -> DeviceExecutor:
+def _executor(rt: Runtime, model: Model, clock: FakeClock) -> DeviceExecutor:
     ex = DeviceExecutor(
         "model-a",
-        model,  # type: ignore[arg-type]
+        model,
         EngineMetrics(),
         ExecutorMonitor(DowngradePolicy(), ExecutorMode.SYNC, chip_exclusive=True),
         post=lambda _msg: None,
@@ -40,15 +41,15 @@ def _executor(rt: object, model: object, clock: FakeClock) -> DeviceExecutor:
         fixed_engine=False,
         clock=lambda: clock.now,
     )
-    ex.rt = rt  # type: ignore[assignment]
+    ex.rt = rt
     return ex
 
 
-def _launch(ex: DeviceExecutor, model: object, prompt: tuple[int, ...], n: int) -> Inflight:
+def _launch(ex: DeviceExecutor, model: Model, prompt: tuple[int, ...], n: int) -> Inflight:
     job = PrefillJob(
         JobId(n),
         ModelGenerationId(1),
-        model.prefill.name,  # type: ignore[attr-defined]
+        model.prefill.name,
         RequestId(f"r{n}"),
         LaneId(n),
         len(prompt),
@@ -57,14 +58,6 @@ def _launch(ex: DeviceExecutor, model: object, prompt: tuple[int, ...], n: int) 
     inf = ex.launch(job, prompt, pingpong=False)
     assert isinstance(inf, Inflight)
     return inf
-
-
-def _until(cond: object, what: str) -> None:
-    """Wait for a condition the mock's chip thread sets (an event, not a timing assertion)."""
-    end = time.monotonic() + 30
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < end, what
-        time.sleep(0.005)
 
 
 def test_a_job_the_device_still_runs_is_not_timed_out_on_the_hosts_clock() -> None:
@@ -77,7 +70,7 @@ def test_a_job_the_device_still_runs_is_not_timed_out_on_the_hosts_clock() -> No
         rt.configure(rt.create_calbin(pkg))
         ex = _executor(rt, m, clock)
         inf = _launch(ex, m, prompt, 1)
-        _until(lambda: rt.query(inf.rt_job).state.value == "running", "the job never started")
+        wait_until(lambda: rt.query(inf.rt_job).state.value == "running", what="the job to start")
         clock.advance(TIMEOUT_S * 1.5)  # past the host's deadline: a starved host woke the waiter this late
         assert {h.chip: h.health for h in rt.health()}[0] is Health.OK
         assert not ex.timed_out(inf), "a chip reporting OK runs the job: no verdict about the device yet"
@@ -94,12 +87,12 @@ def test_a_hung_chip_confirms_the_timeout_at_once() -> None:
     m = pkg.model("model-a")
     prompt = tuple(int(t) for t in golden_prompt(pkg, "model-a"))
     clock = FakeClock()
-    with open_runtime("mock", time_scale=0.0) as rt:
+    with open_mock(time_scale=0.0) as rt:
         rt.configure(rt.create_calbin(pkg))
         rt.arm_fault(FaultRule(FaultKind.WAIT_TIMEOUT, at=(1,), graph=m.prefill.name))
         ex = _executor(rt, m, clock)
         inf = _launch(ex, m, prompt, 1)
-        _until(lambda: rt.health()[0].health is Health.HUNG, "the injected hang never halted chip 0")
+        wait_until(lambda: rt.health()[0].health is Health.HUNG, what="the injected hang to halt chip 0")
         assert not ex.timed_out(inf)  # before the deadline nothing is judged
         clock.advance(TIMEOUT_S * 1.01)
         assert ex.timed_out(inf)
@@ -118,7 +111,7 @@ def test_a_job_that_finished_as_the_deadline_passed_is_not_timed_out() -> None:
         rt.configure(rt.create_calbin(pkg))
         ex = _executor(rt, m, clock)
         inf = _launch(ex, m, prompt, 1)
-        _until(lambda: rt.query(inf.rt_job).state.terminal, "the job never finished")
+        wait_until(lambda: rt.query(inf.rt_job).state.terminal, what="the job to finish")
         clock.advance(TIMEOUT_S * 2)  # the waiter looks only now: the next wait sees the job done
         assert not ex.timed_out(inf)
         assert ex.wait_inline(inf, 0.0)

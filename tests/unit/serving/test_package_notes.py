@@ -12,7 +12,7 @@ from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB
 
 
-def test_serve_logs_the_test_only_key_and_the_sample_s_random_weights(caplog) -> None:  # type: ignore[no-untyped-def]
+def test_serve_logs_the_test_only_key_and_the_sample_s_random_weights(caplog) -> None:
     root = FIXTURE_PACKAGES / "combined"
     report = validate(root, ValidationPolicy(trust=make_policy([TEST_PUB])))
     assert report and [w.id for w in report.warnings] == ["SIG002"]

@@ -6,18 +6,19 @@ import pytest
 
 from calctl.serving.core import (
     AdmissionController,
-    AdmissionDecision,
     AdmissionPolicy,
     AdmissionResult,
     CapacityBudget,
+    ModelGenerationId,
     KvCapacity,
     KvLaneManager,
-    ModelGenerationId,
+    LaneId,
     ModelState,
     RequestId,
     TenantId,
     TenantPolicy,
     Ticket,
+    AdmissionDecision,
 )
 from calctl.serving.outcomes import http_status_of_decision
 
@@ -147,8 +148,8 @@ def test_queue_when_no_lane_then_promote_on_release() -> None:
     assert q.decision is AdmissionDecision.QUEUE and "0 of 1 lanes free" in q.reason
     assert ctl.promote(1.0) == []
     # the scheduler frees the KV lane once the runtime confirmed it; admission frees the tenant slot
-    ctl._kv.release(0)
-    ctl._kv.confirm_released(0)
+    ctl._kv.release(LaneId(0))
+    ctl._kv.confirm_released(LaneId(0))
     ctl.release(RequestId("a"), served_prompt_tokens=10, served_output_tokens=10)
     promoted = ctl.promote(1.0)
     assert [p.request_id for p in promoted] == ["b"]
@@ -208,17 +209,15 @@ def test_every_rejection_path_rolls_back() -> None:
     ctl = _ctl(seqs=1, waiting=3, waiting_tokens=50, context=256, tenants={T: TenantPolicy(max_waiting_tokens=30)})
     _admit(ctl, "holder")  # takes the only lane so later requests must queue
     base = ctl.stats()
-    paths = {
-        "invalid": dict(prompt=300, out=10),
-        "tenant tokens": dict(prompt=40, out=10),
-        "expired deadline": dict(prompt=10, out=10, deadline_s=0.001),
+    paths: dict[str, tuple[int, int, float | None]] = {  # prompt tokens, max tokens, deadline
+        "invalid": (300, 10, None),
+        "tenant tokens": (40, 10, None),
+        "expired deadline": (10, 10, 0.001),
     }
-    for name, kw in paths.items():
+    for name, (prompt, out, deadline_s) in paths.items():
         ticket = ctl.arrive(RequestId(name), T, 0.0)
         assert isinstance(ticket, Ticket)
-        r = ctl.decide(
-            ticket, prompt_tokens=kw["prompt"], max_tokens=kw["out"], deadline_s=kw.get("deadline_s"), now=0.01
-        )
+        r = ctl.decide(ticket, prompt_tokens=prompt, max_tokens=out, deadline_s=deadline_s, now=0.01)
         assert not r.decision.accepted, name
         assert ctl.stats() == base, name
         ctl.check_invariants()
@@ -294,8 +293,8 @@ def test_tenant_active_sequence_cap_parks_only_that_tenant() -> None:
     assert _admit(ctl, "b1", tenant="b").decision is AdmissionDecision.ADMIT  # not blocked behind a2
     assert ctl.promote(0.0) == []
     ctl.release(RequestId("a1"), served_prompt_tokens=10, served_output_tokens=10)
-    ctl._kv.release(0)
-    ctl._kv.confirm_released(0)
+    ctl._kv.release(LaneId(0))
+    ctl._kv.confirm_released(LaneId(0))
     assert [p.request_id for p in ctl.promote(0.1)] == ["a2"]
     ctl.check_invariants()
 

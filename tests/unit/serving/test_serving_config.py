@@ -86,7 +86,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     return p
 
 
-def _edit(text: str, fn) -> str:  # type: ignore[no-untyped-def]
+def _edit(text: str, fn) -> str:
     doc = yaml.safe_load(text)
     fn(doc)
     return yaml.safe_dump(doc, sort_keys=False)
@@ -169,13 +169,14 @@ def test_tenants_map_and_extensions(tmp_path: Path) -> None:
         (lambda d: d.__setitem__("model_alias", "bad alias!"), "/model_alias", "does not match"),
     ],
 )
-def test_each_bad_scheduler_field_is_named(tmp_path: Path, mutate, field: str, fragment: str) -> None:  # type: ignore[no-untyped-def]
+def test_each_bad_scheduler_field_is_named(tmp_path: Path, mutate, field: str, fragment: str) -> None:
     """000 §15: a bad field fails with a ConfigError naming the file and the field path."""
     path = _write(tmp_path, "sched.yaml", _edit(SCHEDULER_000_S15, mutate))
     with pytest.raises(ConfigError) as info:
         load_scheduler_config(path)
     err = info.value
-    assert isinstance(err, ConfigFieldError) and field in err.fields, (err.fields, str(err))
+    assert isinstance(err, ConfigFieldError), str(err)
+    assert field in err.fields, (err.fields, str(err))
     line = next(ln for ln in str(err).splitlines() if f": {field}: " in ln)
     assert line.startswith(f"{path}: {field}: ") and fragment in line, line
 
@@ -205,7 +206,7 @@ def test_each_bad_scheduler_field_is_named(tmp_path: Path, mutate, field: str, f
         ),
     ],
 )
-def test_each_bad_dual_field_is_named(tmp_path: Path, mutate, field: str, fragment: str) -> None:  # type: ignore[no-untyped-def]
+def test_each_bad_dual_field_is_named(tmp_path: Path, mutate, field: str, fragment: str) -> None:
     """001 §10.4: a bad field fails with a ConfigError naming the file and the field path."""
     path = _write(tmp_path, "dual.yaml", _edit(DUAL_001_S104, mutate))
     with pytest.raises(ConfigFieldError) as info:
@@ -331,7 +332,7 @@ def test_cross_check_b4_needs_an_inactive_lane_contract(tmp_path: Path, combined
         ),
     ],
 )
-def test_dual_cross_check_names_the_field(tmp_path: Path, combined: Package, mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_dual_cross_check_names_the_field(tmp_path: Path, combined: Package, mutate, message: str) -> None:
     """001 §10.4: chip, graph, context or profile mismatches fail at start-up, naming the field."""
     path = _write(tmp_path, "dual.yaml", _edit(DUAL_001_S104, mutate))
     cfg = load_dual_model_config(path)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from calctl.serving.core import (
+    ModelGenerationId,
     InvariantViolation,
     JobId,
     KvCapacity,
     KvLaneManager,
     KvState,
-    ModelGenerationId,
+    LaneId,
     RequestId,
 )
 
@@ -20,6 +21,13 @@ R = RequestId
 
 def _kv(seqs: int = 2, tokens: int = 100, max_seq: int = 64, **kw) -> KvLaneManager:
     return KvLaneManager(KvCapacity(seqs, tokens, max_seq, **kw))
+
+
+def _lanes(kv: KvLaneManager, n: int, tokens: int) -> list[LaneId]:
+    """Reserve ``n`` lanes (owners r0, r1, ...) that must fit."""
+    lanes = [kv.reserve(R(f"r{i}"), G, tokens) for i in range(n)]
+    assert None not in lanes, lanes
+    return [lane for lane in lanes if lane is not None]
 
 
 def test_reserve_returns_none_when_there_is_no_room() -> None:
@@ -135,16 +143,15 @@ def test_unknown_lane_is_never_reused_until_recovered() -> None:
 def test_batch_update_is_all_or_nothing() -> None:
     """000 §7.1 reserve_batch: one bad lane leaves every lane of the batch untouched."""
     kv = _kv(seqs=3)
-    lanes = [kv.reserve(R(f"r{i}"), G, 10) for i in range(3)]
+    lanes = _lanes(kv, 3, 10)
     for i, lane in enumerate(lanes):
-        assert lane is not None
         kv.begin_update(lane, JobId(i + 1), 0, 2)
         kv.commit(lane, JobId(i + 1))
     with pytest.raises(InvariantViolation):
-        kv.begin_batch(JobId(9), [(lanes[0], 2, 1), (lanes[1], 2, 1), (lanes[2], 7, 1)])  # type: ignore[list-item]
-    assert all(kv.state(lane) is KvState.ACTIVE for lane in lanes)  # type: ignore[arg-type]
-    kv.begin_batch(JobId(9), [(lane, 2, 1) for lane in lanes])  # type: ignore[misc]
-    assert all(kv.state(lane) is KvState.UPDATING for lane in lanes)  # type: ignore[arg-type]
+        kv.begin_batch(JobId(9), [(lanes[0], 2, 1), (lanes[1], 2, 1), (lanes[2], 7, 1)])
+    assert all(kv.state(lane) is KvState.ACTIVE for lane in lanes)
+    kv.begin_batch(JobId(9), [(lane, 2, 1) for lane in lanes])
+    assert all(kv.state(lane) is KvState.UPDATING for lane in lanes)
     kv.check_invariants()
 
 
@@ -184,14 +191,14 @@ def test_capacity_is_validated() -> None:
 def test_decode_batch_update_is_all_or_nothing_and_returns_positions() -> None:
     """000 §7.1 / §9.2 rule 4: one-token updates at each lane's committed length, or nothing at all."""
     kv = _kv(seqs=3)
-    lanes = [kv.reserve(R(f"r{i}"), G, 4) for i in range(3)]
+    lanes = _lanes(kv, 3, 4)
     for i, lane in enumerate(lanes):
-        kv.begin_update(lane, JobId(i + 1), 0, 2 + i)  # type: ignore[arg-type]
-        kv.commit(lane, JobId(i + 1))  # type: ignore[arg-type]
+        kv.begin_update(lane, JobId(i + 1), 0, 2 + i)
+        kv.commit(lane, JobId(i + 1))
     with pytest.raises(InvariantViolation, match="overruns"):
-        kv.begin_decode_batch(JobId(9), lanes)  # lane 2 is full (4 of 4)  # type: ignore[arg-type]
-    assert [kv.state(lane) for lane in lanes] == [KvState.ACTIVE] * 3  # type: ignore[arg-type]
+        kv.begin_decode_batch(JobId(9), lanes)  # lane 2 is full (4 of 4)
+    assert [kv.state(lane) for lane in lanes] == [KvState.ACTIVE] * 3
     with pytest.raises(InvariantViolation, match="twice"):
-        kv.begin_decode_batch(JobId(10), [lanes[0], lanes[0]])  # type: ignore[list-item]
-    assert kv.begin_decode_batch(JobId(9), lanes[:2]) == [2, 3]  # type: ignore[arg-type]
+        kv.begin_decode_batch(JobId(10), [lanes[0], lanes[0]])
+    assert kv.begin_decode_batch(JobId(9), lanes[:2]) == [2, 3]
     kv.check_invariants()

@@ -7,18 +7,18 @@ from collections import Counter
 import pytest
 
 from calctl.serving.core import (
-    AdmissionDecision,
     CancelOutcome,
     DecodeJob,
     DecodeOptions,
     EndReason,
+    ModelGenerationId,
     InvariantViolation,
+    JobId,
     JobOutcome,
     JobStatus,
     KvState,
     LaneReleased,
     LaneResult,
-    ModelGenerationId,
     ModelState,
     PrefillJob,
     RecoveryNeeded,
@@ -29,11 +29,29 @@ from calctl.serving.core import (
     TerminalEvent,
     Ticket,
     TokenEmitted,
+    AdmissionDecision,
+    WorkKind,
 )
-from calctl.serving.outcomes import http_status_of_decision, http_status_of_end
-from tests.unit.serving.serving_helpers import B1, FakeClock, bprofile, make_device
+from calctl.serving.outcomes import http_status_of_end, http_status_of_decision
+from tests.unit.serving.serving_helpers import B1, FakeClock, FakeDevice, bprofile, make_device
 
 S = RequestState
+
+
+def _prefill(job: PrefillJob | DecodeJob) -> PrefillJob:
+    assert isinstance(job, PrefillJob), job
+    return job
+
+
+def _decode(job: PrefillJob | DecodeJob) -> DecodeJob:
+    assert isinstance(job, DecodeJob), job
+    return job
+
+
+def _state(dev: FakeDevice, rid: str) -> RequestState | None:
+    """Where the scheduler's registry has request ``rid`` (None: it holds no such request)."""
+    seq = dev.sched.registry.get(RequestId(rid))
+    return None if seq is None else seq.state
 
 
 def _end_status(ev: TerminalEvent) -> int | None:
@@ -101,7 +119,7 @@ def test_cancel_while_running_drains_then_reclaims(clock: FakeClock) -> None:
     dev = make_device(clock)
     dev.add("r", max_tokens=10)
     out = dev.sched.schedule(clock.now)
-    job = out.jobs[0]
+    job = _prefill(out.jobs[0])
     assert dev.sched.cancel(RequestId("r"), clock.now) is CancelOutcome.FLAGGED
     assert dev.sched.cancel(RequestId("r"), clock.now) is CancelOutcome.ALREADY_REQUESTED
     assert dev.sched.kv.state(job.kv_lane) is KvState.UPDATING  # still owned by the device
@@ -155,7 +173,7 @@ def test_a_release_announced_before_a_reset_is_void_after_it(clock: FakeClock) -
     delivered, stays Unknown (its runtime sequence went with the reset) until recover(); the late release is void."""
     dev = make_device(clock)
     dev.add("r", max_tokens=1)
-    job = dev.sched.schedule(clock.now).jobs[0]
+    job = _prefill(dev.sched.schedule(clock.now).jobs[0])
     evs = dev.update(dev.outcome(job), clock.now)  # update returns the events; the engine delivers them later
     evs = [*evs, *dev.sched.drain_events()]
     released = [e for e in evs if isinstance(e, LaneReleased)]
@@ -178,7 +196,7 @@ def test_clean_failure_rolls_back_instead_of_quarantining(clock: FakeClock) -> N
     """001 §9.1: a job that failed cleanly rolls its KV back; the lane is released normally, not Unknown."""
     dev = make_device(clock)
     dev.add("r")
-    job = dev.sched.schedule(clock.now).jobs[0]
+    job = _prefill(dev.sched.schedule(clock.now).jobs[0])
     dev.update(JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="rejected"), clock.now)
     evs = dev.pump()
     assert _terminals(evs)["r"].reason is EndReason.DEVICE_ERROR
@@ -190,7 +208,7 @@ def test_a_submitted_job_failing_without_a_fault_marks_its_kv_unknown(clock: Fak
     the lane stays quarantined (not handed out) until a recovery, and no reset is asked for (not a fault)."""
     dev = make_device(clock)
     dev.add("r")
-    job = dev.sched.schedule(clock.now).jobs[0]
+    job = _prefill(dev.sched.schedule(clock.now).jobs[0])
     dev.update(
         JobOutcome(job.job_id, job.generation, JobStatus.FAILED, detail="OUT_OF_MEMORY", kv_unknown=True), clock.now
     )
@@ -208,7 +226,7 @@ def test_stale_or_unknown_job_and_generation_tags(clock: FakeClock) -> None:
     dev = make_device(clock)
     dev.add("r")
     job = dev.sched.schedule(clock.now).jobs[0]
-    dev.update(JobOutcome(9999, job.generation, JobStatus.OK), clock.now)  # type: ignore[arg-type]
+    dev.update(JobOutcome(JobId(9999), job.generation, JobStatus.OK), clock.now)
     assert isinstance(dev.pump()[0], StaleCompletion)
     with pytest.raises(InvariantViolation):
         dev.update(JobOutcome(job.job_id, ModelGenerationId(7), JobStatus.OK), clock.now)
@@ -263,7 +281,7 @@ def test_waiting_model_until_ready(clock: FakeClock) -> None:
     dev = make_device(clock)
     dev.sched.set_model_state(ModelState.WARMING, clock.now)
     assert dev.add("early").decision is AdmissionDecision.QUEUE
-    assert dev.sched.registry.get(RequestId("early")).state is S.WAITING_MODEL  # type: ignore[union-attr]
+    assert _state(dev, "early") is S.WAITING_MODEL
     assert dev.sched.schedule(clock.now).jobs == ()
     dev.sched.set_model_state(ModelState.READY, clock.now)
     dev.run(6)
@@ -287,10 +305,10 @@ def test_long_prefill_is_served_under_continuous_decode_and_short_load(clock: Fa
     dev.add("long", prompt=6000, max_tokens=2)
     for i in range(60):
         dev.add(f"s{i}", prompt=50, max_tokens=30)
-    kinds = []
+    kinds: list[WorkKind | str] = []
     for _ in range(40):
         kinds.extend(job.queue if isinstance(job, PrefillJob) else "decode" for job in dev.step())
-    assert "long" in _terminals(dev.events) or dev.sched.registry.get(RequestId("long")).state is not S.PREFILL_READY  # type: ignore[union-attr]
+    assert "long" in _terminals(dev.events) or _state(dev, "long") is not S.PREFILL_READY
     first_long = next(i for i, k in enumerate(kinds) if getattr(k, "value", k) == "long")
     assert first_long < 15
 
@@ -335,8 +353,9 @@ def test_max_inflight_and_wake_for_batching_window(clock: FakeClock) -> None:
     dev.update(dev.outcome(out.jobs[0]), clock.now)
     hold = dev.sched.schedule(clock.now + 0.001)
     assert hold.jobs == () and hold.wake_at == pytest.approx(clock.now + 0.01)
+    assert hold.wake_at is not None
     fire = dev.sched.schedule(hold.wake_at)
-    assert len(fire.jobs) == 1 and len(fire.jobs[0].batch.lanes) == 3
+    assert len(fire.jobs) == 1 and len(_decode(fire.jobs[0]).batch.lanes) == 3
 
 
 def test_one_worker_overload_does_not_touch_another(clock: FakeClock) -> None:
@@ -432,7 +451,7 @@ def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> No
     for a loading model -> 503 model_unavailable; admitted but no output yet -> 503 deadline_exceeded;
     output begun -> the stream's error is ``deadline_exceeded``."""
     from calctl.serving import outcomes
-    from calctl.serving.outcomes import ENDINGS, EngineOutcome
+    from calctl.serving.outcomes import ENDINGS, Outcome
     from calctl.serving.protocol import RejectCode
 
     dev = make_device(clock, max_sequences=1)
@@ -464,7 +483,7 @@ def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> No
     assert second.reason is EndReason.DEADLINE and second.generated_tokens == 0
     assert _end_status(second) == 503 and ENDINGS[second.reason].before_output is RejectCode.DEADLINE
     assert outcomes.rejection(RejectCode.DEADLINE).code.value == "deadline_exceeded"
-    assert outcomes.public_error(EngineOutcome.DEADLINE.value)[0] == "deadline_exceeded"  # after output began
+    assert outcomes.public_error(Outcome.DEADLINE.value)[0] == "deadline_exceeded"  # after output began
 
 
 def test_long_prefill_quota_caps_waiting_and_running_long_prompts(clock: FakeClock) -> None:
@@ -490,7 +509,7 @@ def test_long_prefill_quota_caps_waiting_and_running_long_prompts(clock: FakeClo
     assert _terminals(dev.pump())["long-3"].reason is EndReason.REJECTED_CAPACITY
     assert dev.add("short", prompt=10).decision is AdmissionDecision.ADMIT  # the quota is for long prompts only
     out = dev.sched.schedule(clock.now)
-    kinds = sorted(j.queue.value for j in out.jobs)
+    kinds = sorted(_prefill(j).queue.value for j in out.jobs)
     assert len(out.jobs) == 2 and kinds.count("long") == 1, kinds  # max_running 1 of 2 in flight
     dev.sched.check_invariants()
     # long-1 started its prefill: it no longer waits, so another long prompt fits the quota again.

@@ -20,11 +20,12 @@ import json
 import re
 import socket
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+
+from tests.waiting import wait_until
 
 # A public API route in a message ("use /v1/completions") is not a leak; a file path is.
 _ROUTE = re.compile(r"/v1/[a-z/]+|/health/[a-z/]*|/internal/[a-z/{}]*")
@@ -230,11 +231,13 @@ class ServerThread:
 
     def __enter__(self) -> ServerThread:
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:  # uvicorn offers no event for this; it takes a few ms
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.005)
+
+        def started() -> bool:  # uvicorn offers no event for this; it takes a few ms
+            if not self._thread.is_alive():
+                raise RuntimeError("uvicorn did not start: its thread ended")
+            return self.server.started
+
+        wait_until(started, what="uvicorn to start", timeout=10)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -33,7 +33,7 @@ def settings() -> ApiSettings:
 
 
 @pytest.fixture
-def app(engine: FakeEngine, settings: ApiSettings):  # type: ignore[no-untyped-def]
+def app(engine: FakeEngine, settings: ApiSettings):
     return create_app(engine, settings)
 
 
@@ -43,7 +43,7 @@ async def _scan(response: httpx.Response) -> None:
 
 
 @pytest.fixture
-async def client(app) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
+async def client(app) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(
         transport=transport, base_url="http://testserver", timeout=10, event_hooks={"response": [_scan]}

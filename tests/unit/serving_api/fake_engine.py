@@ -275,7 +275,7 @@ class FakeEngine:
         self.submitted: list[GenerationRequest] = []
         self.streams: list[FakeStream] = []
         self.engine_cancels: list[str] = []
-        self.admin_calls: list[tuple[str, str]] = []
+        self.admin_calls: list[tuple[str, ...]] = []  # (alias, action) or (alias, action, package)
         self.admin_outcome: dict[str, Any] = {"ok": True}
         self.executor_calls: list[tuple[str, str | None]] = []
         self.executor_outcome_ok = True
@@ -383,6 +383,11 @@ class FakeEngine:
 
     def status(self) -> dict[str, object]:
         return {"device": "fake", "models": dict(self.states), "recoveries": []}
+
+    def trace(self, since_ns: int = 0) -> dict[str, object]:
+        """No device behind the fake: no job intervals (``GET /internal/trace``)."""
+        self._enter("trace")
+        return {"device": "fake", "clock": "CLOCK_MONOTONIC", "events": []}
 
     def is_draining(self) -> bool:
         self._enter("is_draining")

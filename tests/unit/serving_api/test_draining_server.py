@@ -36,7 +36,7 @@ class Clock:
 
 
 def _server(engine: FakeEngine, clock: Clock, *, timeout: float = 10.0, grace: float = 0.0) -> DrainingServer:
-    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+    async def app(scope, receive, send):
         raise AssertionError("no request in these tests")
 
     return DrainingServer(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from calctl.package.rules import RULES
 from calctl.signing import keys, seal
-from tests.conftest import FIXTURE_PACKAGES, REPO
+from tests.conftest import FIXTURE_PACKAGES, REPO, Cli
 from tests.unit.validate.validate_factory import validate_json
 
 RULE_ID = re.compile(r"\b[A-Z]+[0-9]{3}\b")
@@ -58,7 +58,7 @@ def test_every_rule_id_is_named_by_another_test() -> None:
     )
 
 
-def test_every_rule_passes_on_a_good_package(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_every_rule_passes_on_a_good_package(tmp_path: Path, cli: Cli) -> None:
     # The fixtures are signed with the published test-only key, which one rule only warns about: a package
     # sealed with a key of its own is the good package for that rule.
     own = tmp_path / "own-key"

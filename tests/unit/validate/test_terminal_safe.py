@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from calctl import textsafe
 from calctl.package.model import MANIFEST
 from calctl.signing import keys, seal
-from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB
+from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, Cli
 from tests.unit.validate.validate_factory import copy_package, edit_manifest, read_manifest, reseal
 
 #: A raw control byte (C0 but TAB/LF, DEL, C1) or a surrogate: never on stdout or stderr.
@@ -37,7 +37,7 @@ OSC52 = "\x1b]52;c;aGVsbG8=\x07"
 COMMANDS = ("inspect", "verify", "validate", "budget")
 
 
-def run_all(cli: Any, root: Path) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def run_all(cli: Any, root: Path) -> dict[str, Any]:
     out = {}
     for command in COMMANDS:
         r = cli(command, root, "--trusted-key", TEST_PUB)
@@ -80,7 +80,7 @@ def test_the_consoles_never_write_a_raw_control_or_crash_on_markup() -> None:
     assert "fine" in text and "[bold]" not in text
 
 
-def test_markup_in_a_version_and_a_file_name_are_shown_not_parsed(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_markup_in_a_version_and_a_file_name_are_shown_not_parsed(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     edit_manifest(root, lambda d: d["package"].update(version="[/x][link=http://e]y"))
     (root / "model-a" / "[").mkdir()
@@ -95,7 +95,7 @@ def test_markup_in_a_version_and_a_file_name_are_shown_not_parsed(tmp_path: Path
 
 
 @pytest.mark.parametrize("bad", [f"1.0{OSC52}\x1b[2K", "1.0\u202e", "1.0\x00", "1.0\x9b"])
-def test_the_schema_refuses_control_characters_in_a_version(tmp_path: Path, cli, bad: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_schema_refuses_control_characters_in_a_version(tmp_path: Path, cli: Cli, bad: str) -> None:
     root = copy_package(tmp_path)
     edit_manifest(root, lambda d: d["package"].update(version=bad))
     reseal(root)
@@ -105,7 +105,7 @@ def test_the_schema_refuses_control_characters_in_a_version(tmp_path: Path, cli,
     assert r["inspect"].code == 1 and "/package/version" in r["inspect"].err
 
 
-def test_a_lone_surrogate_in_a_version_is_refused_not_a_crash(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_lone_surrogate_in_a_version_is_refused_not_a_crash(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     text = (root / MANIFEST).read_text().replace("version: 1.0.0", 'version: "1.0\\ud800"')
     assert "ud800" in text
@@ -116,7 +116,7 @@ def test_a_lone_surrogate_in_a_version_is_refused_not_a_crash(tmp_path: Path, cl
     assert codes == {"inspect": 1, "verify": 0, "validate": 1, "budget": 1}, codes  # verify reads no manifest
 
 
-def test_a_non_utf8_file_name_with_controls_is_printed_escaped(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_non_utf8_file_name_with_controls_is_printed_escaped(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     with open(os.path.join(os.fsencode(root), b"model-a", b"bad\xff\x1b[2K\x9b"), "wb") as fh:
         fh.write(b"x")
@@ -199,7 +199,7 @@ def _set(doc: dict[str, Any], path: tuple[str, ...], value: str) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(field=st.sampled_from(_FIELDS), value=hostile, name=hostile)
-def test_hostile_strings_in_every_field_get_a_verdict_never_a_raw_byte(cli, field, value: str, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_hostile_strings_in_every_field_get_a_verdict_never_a_raw_byte(cli: Cli, field, value: str, name: str) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="calctl-hyp-"))
     try:
         root = tmp / "pkg"
@@ -220,7 +220,7 @@ def test_hostile_strings_in_every_field_get_a_verdict_never_a_raw_byte(cli, fiel
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_seal_is_unchanged_for_a_clean_copy(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_seal_is_unchanged_for_a_clean_copy(tmp_path: Path, cli: Cli) -> None:
     """The terminal guards change nothing for a clean package: all four commands exit 0."""
     root = copy_package(tmp_path)
     seal.seal(root, PRIVATE)

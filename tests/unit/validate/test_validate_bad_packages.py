@@ -23,6 +23,7 @@ from calctl.package import elfdefs
 from calctl.package.model import PROVENANCE, RESERVED_INFO
 from calctl.signing import keys, seal
 from calctl.signing.files import SIGNATURE
+from tests.conftest import Cli
 from tests.unit.validate.validate_factory import copy_package, edit_json, edit_manifest, reseal, validate_json
 
 GROUP_PREFIX = {
@@ -252,7 +253,9 @@ CASES: list[tuple[str, Callable[[Path], None], str, tuple[str, ...]]] = [
 @pytest.mark.parametrize(
     ("group", "mutate", "rule_id", "extra"), CASES, ids=[f"{c[0]}-{c[2]}-{i}" for i, c in enumerate(CASES)]
 )
-def test_bad_package_rejected_by_its_group_only(tmp_path: Path, cli, group: str, mutate, rule_id: str, extra) -> None:  # type: ignore[no-untyped-def]
+def test_bad_package_rejected_by_its_group_only(
+    tmp_path: Path, cli: Cli, group: str, mutate, rule_id: str, extra
+) -> None:
     root = copy_package(tmp_path)
     mutate(root)
     code, doc = validate_json(cli, root, *extra)
@@ -271,7 +274,7 @@ def test_bad_package_rejected_by_its_group_only(tmp_path: Path, cli, group: str,
     assert {c["id"] for c in doc["checks"]} == {r.id for r in RULES}
 
 
-def test_unsigned_allowed_is_a_warning_never_silent(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_unsigned_allowed_is_a_warning_never_silent(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     unsigned(root)
     code, doc = validate_json(cli, root, "--allow-unsigned")
@@ -283,7 +286,7 @@ def test_unsigned_allowed_is_a_warning_never_silent(tmp_path: Path, cli) -> None
     assert code == 1 and doc["ok"] is False
 
 
-def test_untrusted_key_allowed_is_a_warning(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_untrusted_key_allowed_is_a_warning(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     signed_by_untrusted_key(root)
     code, doc = validate_json(cli, root, "--allow-unsigned")
@@ -291,7 +294,7 @@ def test_untrusted_key_allowed_is_a_warning(tmp_path: Path, cli) -> None:  # typ
     assert [c["status"] for c in doc["checks"] if c["id"] == "SIG001"] == ["warn"]
 
 
-def test_chip_mask_case_names_field_and_expected(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_chip_mask_case_names_field_and_expected(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     model_a_kv_on_both_chips(root)
     _, doc = validate_json(cli, root)
@@ -306,7 +309,7 @@ def test_chip_mask_case_names_field_and_expected(tmp_path: Path, cli) -> None:  
     assert any(c["id"] == "CHIP005" and c["status"] == "fail" and "model-b" in c["message"] for c in doc["checks"])
 
 
-def test_hash_failure_makes_content_rules_skip_that_file_with_reason(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_hash_failure_makes_content_rules_skip_that_file_with_reason(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     p = root / "model-a/prefill/ccu0_chip0.elf"
     data = bytearray(p.read_bytes())
@@ -322,7 +325,7 @@ def test_hash_failure_makes_content_rules_skip_that_file_with_reason(tmp_path: P
     assert all("ELF checks skipped: HASH001 failed for this file" in c["message"] for c in skips)
 
 
-def test_schema_failure_skips_manifest_dependent_rules_with_reason(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_schema_failure_skips_manifest_dependent_rules_with_reason(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     edit_manifest(root, lambda d: d["device_cfg"].__setitem__("chip_nums", "two"))
     reseal(root, reserved_info=False)
@@ -336,7 +339,7 @@ def test_schema_failure_skips_manifest_dependent_rules_with_reason(tmp_path: Pat
     assert "manifest failed MAN001 schema check" in chip[0]["message"]
 
 
-def test_symlink_and_fifo_are_layout_failures(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_symlink_and_fifo_are_layout_failures(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     os.symlink("/etc/passwd", root / "model-a" / "golden" / "passwd")
     os.symlink("prompt_ids.npy", root / "model-a" / "golden" / "inside")
@@ -349,7 +352,7 @@ def test_symlink_and_fifo_are_layout_failures(tmp_path: Path, cli) -> None:  # t
     assert "FIFO" in lay1["model-b/pipe"]
 
 
-def test_symlinked_listed_file_is_never_read(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_symlinked_listed_file_is_never_read(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     target = tmp_path / "outside.json"
     target.write_bytes((root / "compatibility.json").read_bytes())
@@ -361,7 +364,7 @@ def test_symlinked_listed_file_is_never_read(tmp_path: Path, cli) -> None:  # ty
     assert comp[0]["status"] == "fail" and "symlink" in comp[0]["message"]
 
 
-def test_huge_sparse_file_is_not_hashed(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_huge_sparse_file_is_not_hashed(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     with open(root / "model-b/params/param_blk0.bin", "r+b") as fh:
         fh.truncate(65 * 1024**3)  # sparse: over the 64 GiB per-file limit
@@ -373,7 +376,7 @@ def test_huge_sparse_file_is_not_hashed(tmp_path: Path, cli) -> None:  # type: i
     assert [c["status"] for c in hash1] == ["skip"]
 
 
-def test_missing_required_files(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_missing_required_files(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     (root / RESERVED_INFO).unlink()
     (root / "build-provenance.json").unlink()
@@ -385,7 +388,7 @@ def test_missing_required_files(tmp_path: Path, cli) -> None:  # type: ignore[no
     assert prov2[0]["status"] == "skip" and "PROV001" in prov2[0]["message"]
 
 
-def test_manifest_naming_a_directory_fails_man007(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_manifest_naming_a_directory_fails_man007(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
 
     def edit(doc: dict[str, Any]) -> None:
@@ -401,7 +404,7 @@ def test_manifest_naming_a_directory_fails_man007(tmp_path: Path, cli) -> None: 
     assert [c["status"] for c in gold] == ["skip"] and "MAN007" in gold[0]["message"]
 
 
-def test_identical_replicas_may_share_one_tokenizer(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_identical_replicas_may_share_one_tokenizer(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path, "replica")
 
     def edit(doc: dict[str, Any]) -> None:

@@ -32,8 +32,9 @@ from calctl.package.model import MANIFEST
 from calctl.package.rules import context
 from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS
-from tests.conftest import TEST_PUB
+from tests.conftest import TEST_PUB, Cli
 from tests.unit.validate.validate_factory import copy_package, edit_manifest, reseal, validate_json
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 #: What "refused quickly" means for a bomb on this (shared, 2-core) machine: the issue's figures.
@@ -178,7 +179,7 @@ def test_extraction_time_is_checked_inside_one_members_read(tmp_path: Path, monk
     assert not any((tmp_path / "out").rglob("*")), "nothing is written before every header passed"
 
 
-def test_a_real_compressed_package_still_extracts_in_two_forward_passes(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_real_compressed_package_still_extracts_in_two_forward_passes(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     plain = tmp_path / "pkg.tar"
     archive.write_tar(root, plain)
@@ -213,7 +214,7 @@ def test_tgz_cut_inside_its_first_header_is_a_refusal_naming_the_file(tmp_path: 
         assert "interrupted" not in r.stderr and "cut.tgz" in r.stdout + r.stderr, (command, r.stderr)
 
 
-def test_a_library_eoferror_is_an_internal_error_not_an_interrupt(monkeypatch: pytest.MonkeyPatch, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_library_eoferror_is_an_internal_error_not_an_interrupt(monkeypatch: pytest.MonkeyPatch, cli: Cli) -> None:
     from calctl.package import validate as validate_module
 
     def eof(*_a: Any, **_k: Any) -> None:
@@ -234,9 +235,16 @@ def test_a_library_eoferror_is_an_internal_error_not_an_interrupt(monkeypatch: p
         ({"rtol": 1e-4, "atol": 1e-4}, False),
     ],
 )
-def test_a_vacuous_tolerance_fails_gold007(tmp_path: Path, cli, tolerance: dict[str, float], vacuous: bool) -> None:  # type: ignore[no-untyped-def]
+def test_a_vacuous_tolerance_fails_gold007(
+    tmp_path: Path, cli: Cli, tolerance: dict[str, float], vacuous: bool
+) -> None:
     root = copy_package(tmp_path)
-    edit_manifest(root, lambda d: [m["golden"]["tolerance"].update(tolerance) for m in d["models"]])
+
+    def set_tolerance(doc: dict[str, Any]) -> None:
+        for m in doc["models"]:
+            m["golden"]["tolerance"].update(tolerance)
+
+    edit_manifest(root, set_tolerance)
     reseal(root)
     code, doc = validate_json(cli, root)
     failing = {c["id"] for c in doc["checks"] if c["status"] == "fail"}
@@ -311,7 +319,7 @@ def test_checksums_listing_more_entries_than_a_package_holds_is_one_finding(tmp_
     assert seal.MAX_CHECKSUM_ENTRIES == archive.MAX_MEMBERS
 
 
-def test_findings_per_rule_are_capped_in_the_table_and_counted_in_json(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_findings_per_rule_are_capped_in_the_table_and_counted_in_json(tmp_path: Path, cli: Cli) -> None:
     from calctl.cli.validate_cmds import MAX_SHOWN_PER_RULE
 
     root = copy_package(tmp_path)
@@ -331,7 +339,7 @@ def test_findings_per_rule_are_capped_in_the_table_and_counted_in_json(tmp_path:
     assert r.code == 1 and "... and 280 more hash findings" in r.out
 
 
-def test_a_directory_of_too_many_entries_is_walked_no_further_than_the_limit(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_directory_of_too_many_entries_is_walked_no_further_than_the_limit(tmp_path: Path, cli: Cli) -> None:
     from calctl.package.validate import SizeLimits, ValidationPolicy, validate
 
     root = copy_package(tmp_path)
@@ -420,9 +428,12 @@ def test_sigterm_ends_validate_with_130_and_removes_the_extracted_tree(tmp_path:
         text=True,
         env=env,
     )
-    deadline = time.monotonic() + HANG_S
-    while not list(scratch.glob("calctl-pkg-*")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
+    wait_until(
+        lambda: list(scratch.glob("calctl-pkg-*")) or proc.poll() is not None,
+        what="validate to start extracting into its scratch folder",
+        timeout=HANG_S,
+        interval=0.05,
+    )
     assert proc.poll() is None, "the archive was read before the signal could be sent"
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=HANG_S)

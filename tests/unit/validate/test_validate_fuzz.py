@@ -35,7 +35,7 @@ from calctl.runners.context import RunContext
 from calctl.runners.device import DeviceSpec
 from calctl.signing import keys, seal
 from calctl.signing.policy import make_policy
-from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB
+from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, Cli
 from tests.unit.validate.validate_factory import validate_json
 
 BASE = FIXTURE_PACKAGES / "combined"
@@ -98,7 +98,9 @@ def _write_manifest(root: Path, path: tuple[Any, ...], value: Any) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(path=paths, value=values)
-def test_manifest_values_never_crash_and_refused_never_reach_configure(cli, path: tuple[Any, ...], value: Any) -> None:  # type: ignore[no-untyped-def]
+def test_manifest_values_never_crash_and_refused_never_reach_configure(
+    cli: Cli, path: tuple[Any, ...], value: Any
+) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="calctl-fuzz-"))
     try:
         root = tmp / "pkg"
@@ -159,7 +161,7 @@ def _tar_of(path: Path, members: list[tuple[str, str, int]]) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(members=st.lists(MEMBER, max_size=8))
-def test_tar_member_lists_are_refused_or_extracted_never_crash(cli, members: list[tuple[str, str, int]]) -> None:  # type: ignore[no-untyped-def]
+def test_tar_member_lists_are_refused_or_extracted_never_crash(cli: Cli, members: list[tuple[str, str, int]]) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="calctl-fuzz-tar-"))
     try:
         tar = tmp / "p.tar"

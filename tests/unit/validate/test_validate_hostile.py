@@ -31,7 +31,7 @@ from calctl.package import archive, binding
 from calctl.package.model import MANIFEST
 from calctl.signing import keys, seal
 from calctl.signing.files import CHECKSUMS, SIGNATURE
-from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB
+from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, Cli
 from tests.unit.validate.validate_factory import copy_package, edit_manifest, reseal, validate_json
 
 REPO = Path(__file__).resolve().parents[3]
@@ -96,7 +96,7 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
 # Reaches the board although it is wrong: file/slot binding (CHIP008, MAN009)
 
 
-def test_fixture_packages_pass_the_new_rules(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_fixture_packages_pass_the_new_rules(tmp_path: Path, cli: Cli) -> None:
     for kind in ("single", "combined", "replica"):
         code, doc = validate_json(cli, FIXTURE_PACKAGES / kind)
         assert code == 0, failing(doc)
@@ -105,7 +105,7 @@ def test_fixture_packages_pass_the_new_rules(tmp_path: Path, cli) -> None:  # ty
             assert status[rule_id] == "pass", (kind, rule_id)
 
 
-def test_other_models_command_blob_copied_over_is_refused_before_configure(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_other_models_command_blob_copied_over_is_refused_before_configure(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     shutil.copy(root / "model-b/prefill/ccu0_chip1.cmd", root / "model-a/prefill/ccu0_chip0.cmd")
     reseal(root)
@@ -119,7 +119,7 @@ def test_other_models_command_blob_copied_over_is_refused_before_configure(tmp_p
     assert run["package"]["digest"], "a refused package's report still names the bytes it refused"
 
 
-def test_command_section_pointing_at_another_models_file(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_command_section_pointing_at_another_models_file(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
 
     def edit(doc: dict[str, Any]) -> None:
@@ -134,7 +134,7 @@ def test_command_section_pointing_at_another_models_file(tmp_path: Path, cli) ->
     assert {"CHIP008", "MAN009"} <= failing(doc)
 
 
-def test_empty_command_stream_and_bad_header(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_empty_command_stream_and_bad_header(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     header_only = binding.command_header("model_a_decode", 0, 1)
     (root / "model-a/decode/ccu1_chip0.cmd").write_bytes(header_only)
@@ -147,7 +147,7 @@ def test_empty_command_stream_and_bad_header(tmp_path: Path, cli) -> None:  # ty
     assert any("magic" in m for m in messages), messages
 
 
-def test_model_a_loading_model_b_parameters(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_model_a_loading_model_b_parameters(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
 
     def edit(doc: dict[str, Any]) -> None:
@@ -184,7 +184,7 @@ INTEGRAL_FLOATS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
 
 
 @pytest.mark.parametrize(("what", "edit"), INTEGRAL_FLOATS, ids=[w for w, _ in INTEGRAL_FLOATS])
-def test_integral_floats_and_non_finite_numbers_are_refused(tmp_path: Path, cli, what, edit) -> None:  # type: ignore[no-untyped-def]
+def test_integral_floats_and_non_finite_numbers_are_refused(tmp_path: Path, cli: Cli, what, edit) -> None:
     root = copy_package(tmp_path)
     edit_manifest(root, edit)
     reseal(root, reserved_info=False)
@@ -204,7 +204,7 @@ def test_non_finite_number_never_reaches_configure(tmp_path: Path) -> None:
     assert "MAN001" in run["validation"]["failed_rules"]
 
 
-def test_huge_integer_is_a_finding_not_a_crash(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_huge_integer_is_a_finding_not_a_crash(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     text = (root / MANIFEST).read_text()
     text = text.replace("vocab_size: 384", "vocab_size: " + "9" * 5000, 1)
@@ -215,7 +215,7 @@ def test_huge_integer_is_a_finding_not_a_crash(tmp_path: Path, cli) -> None:  # 
     assert any("5000 digits" in c["message"] for c in doc["checks"] if c["id"] == "MAN001")
 
 
-def test_json_side_documents_refuse_non_finite_and_huge_numbers(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_json_side_documents_refuse_non_finite_and_huge_numbers(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     text = (root / "compatibility.json").read_text()
     doc = json.loads(text)
@@ -230,7 +230,7 @@ def test_json_side_documents_refuse_non_finite_and_huge_numbers(tmp_path: Path, 
     assert code == 1 and "COMP001" in failing(report)
 
 
-def test_architecture_numbers_must_match_tensor_shapes(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_architecture_numbers_must_match_tensor_shapes(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     edit_manifest(root, lambda d: _model(d, "model-a")["architecture"].__setitem__("d_ff", 256))
     reseal(root)
@@ -240,7 +240,7 @@ def test_architecture_numbers_must_match_tensor_shapes(tmp_path: Path, cli) -> N
     assert any("w_gate" in c["message"] and c["expected"] == "[64, 256]" for c in shapes), shapes
 
 
-def test_unknown_family_and_missing_tensor_fail_gold006(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_family_and_missing_tensor_fail_gold006(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     edit_manifest(root, lambda d: _model(d, "model-a")["architecture"].__setitem__("family", "gpt-neo"))
     reseal(root)
@@ -263,7 +263,7 @@ def test_unknown_family_and_missing_tensor_fail_gold006(tmp_path: Path, cli) -> 
 # The memory plan against the device; budget validates and counts reserved regions
 
 
-def test_raised_chip_dram_passes_validate_but_never_reaches_configure(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_raised_chip_dram_passes_validate_but_never_reaches_configure(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     edit_manifest(root, lambda d: d["device_cfg"].__setitem__("chip_dram_bytes", 64 * 1024**3))
     edit_compat = json.loads((root / "compatibility.json").read_text())
@@ -296,7 +296,7 @@ def test_device_fit_is_a_pure_function_serve_can_call(tmp_path: Path) -> None:
     assert unknown.ok and unknown.notes and "unchecked" in unknown.summary()
 
 
-def test_budget_counts_a_reserved_workspace_region(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_budget_counts_a_reserved_workspace_region(tmp_path: Path, cli: Cli) -> None:
     def grow(size: int) -> Callable[[dict[str, Any]], None]:
         def edit(doc: dict[str, Any]) -> None:
             for chip in doc["memory_plan"]["chips"]:
@@ -330,7 +330,7 @@ def test_budget_counts_a_reserved_workspace_region(tmp_path: Path, cli) -> None:
     assert r.code == 1 and "failed validation" in r.out + r.err
 
 
-def test_budget_validates_first_with_the_runners_trust_options(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_budget_validates_first_with_the_runners_trust_options(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     with open(root / "model-a/params/param_blk0.bin", "r+b") as fh:
         fh.write(b"\xff\xff\xff\xff")
@@ -414,7 +414,7 @@ def test_checksums_parse_exactly_as_sha256sum_strict_or_stricter(tmp_path: Path)
     assert stricter >= 5  # CRLF, no final newline, uppercase, leading space, ... (docs/package-format.md)
 
 
-def test_dot_component_is_reported_as_not_canonical_not_missing(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_dot_component_is_reported_as_not_canonical_not_missing(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     text = (root / CHECKSUMS).read_text().replace("  model-a/params/", "  model-a/./params/", 1)
     (root / CHECKSUMS).write_text(text)
@@ -462,7 +462,7 @@ def _patterns(node: Any) -> list[str]:
     return out
 
 
-def test_alias_with_a_trailing_newline_fails_the_schema(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_alias_with_a_trailing_newline_fails_the_schema(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     edit_manifest(root, lambda d: _model(d, "model-a").__setitem__("name", "model_a\n"))
     reseal(root, reserved_info=False)
@@ -478,7 +478,9 @@ def batched_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("mask", ["tokens", "positions", "missing_input"])
-def test_man006_refuses_a_data_input_as_the_lane_mask(tmp_path: Path, cli, batched_package: Path, mask: str) -> None:  # type: ignore[no-untyped-def]
+def test_man006_refuses_a_data_input_as_the_lane_mask(
+    tmp_path: Path, cli: Cli, batched_package: Path, mask: str
+) -> None:
     root = tmp_path / "pkg"
     shutil.copytree(batched_package, root)
     code, doc = validate_json(cli, root)
@@ -510,7 +512,7 @@ ELF_MUTATIONS: list[tuple[str, Callable[[bytearray], None], str]] = [
 
 
 @pytest.mark.parametrize(("what", "edit", "rule_id"), ELF_MUTATIONS, ids=[w for w, _, _ in ELF_MUTATIONS])
-def test_elf_header_tables_are_checked(tmp_path: Path, cli, what, edit, rule_id) -> None:  # type: ignore[no-untyped-def]
+def test_elf_header_tables_are_checked(tmp_path: Path, cli: Cli, what, edit, rule_id) -> None:
     root = copy_package(tmp_path)
     _mutate_elf(root, "model-a/prefill/ccu0_chip0.elf", edit)
     code, doc = validate_json(cli, root)
@@ -523,7 +525,7 @@ def test_elf_header_tables_are_checked(tmp_path: Path, cli, what, edit, rule_id)
         assert "Error" in r.stderr, r.stderr
 
 
-def test_entry_point_in_the_bss_tail_fails_elf003(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_entry_point_in_the_bss_tail_fails_elf003(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     rel = "model-a/prefill/ccu0_chip0.elf"
 
@@ -581,7 +583,9 @@ def test_a_fifo_in_the_trust_directory_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", [SIGNATURE, CHECKSUMS])
 @pytest.mark.parametrize("how", ["directory", "unreadable"])
-def test_seal_files_that_are_directories_or_unreadable(tmp_path: Path, cli, monkeypatch, name: str, how: str) -> None:  # type: ignore[no-untyped-def]
+def test_seal_files_that_are_directories_or_unreadable(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch, name: str, how: str
+) -> None:
     root = copy_package(tmp_path)
     if how == "directory":
         (root / name).unlink()
@@ -610,8 +614,8 @@ def test_seal_files_that_are_directories_or_unreadable(tmp_path: Path, cli, monk
 # Internal errors from archives; tar limits count what is really written
 
 
-def _tar(path: Path, members: list[tuple[str, bytes | None]], mode: str = "w") -> Path:
-    with tarfile.open(path, mode) as tf:
+def _tar(path: Path, members: list[tuple[str, bytes | None]]) -> Path:
+    with tarfile.open(path, "w") as tf:
         for name, data in members:
             info = tarfile.TarInfo(name)
             if data is None:
@@ -634,7 +638,9 @@ def _tar(path: Path, members: list[tuple[str, bytes | None]], mode: str = "w") -
     ],
     ids=["file-then-below", "file-and-dir", "twice", "long-component", "long-path"],
 )
-def test_clashing_and_over_long_members_are_lay007_not_internal_errors(tmp_path: Path, cli, members, needle) -> None:  # type: ignore[no-untyped-def]
+def test_clashing_and_over_long_members_are_lay007_not_internal_errors(
+    tmp_path: Path, cli: Cli, members, needle
+) -> None:
     tar = _tar(tmp_path / "bad.tar", members)
     code, doc = validate_json(cli, tar)
     assert code == 1 and "LAY007" in failing(doc)
@@ -643,7 +649,7 @@ def test_clashing_and_over_long_members_are_lay007_not_internal_errors(tmp_path:
     assert r.code == 1 and needle in r.out + r.err
 
 
-def test_sparse_member_is_refused_before_writing(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_sparse_member_is_refused_before_writing(tmp_path: Path, cli: Cli) -> None:
     src = tmp_path / "sparse.bin"
     with open(src, "wb") as fh:
         fh.truncate(150 * 1024**2)  # 150 MB of holes
@@ -662,7 +668,7 @@ def test_sparse_member_is_refused_before_writing(tmp_path: Path, cli) -> None:  
     assert code == 1 and "LAY007" in failing(doc)
 
 
-def test_gzip_bomb_stops_at_the_expansion_limit(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_gzip_bomb_stops_at_the_expansion_limit(tmp_path: Path, cli: Cli) -> None:
     tar = tmp_path / "bomb.tar.gz"
     with tarfile.open(tar, "w:gz") as tf:
         info = tarfile.TarInfo("pkg/zeros.bin")
@@ -704,7 +710,7 @@ def test_too_many_members_is_refused_without_reading_them_all(tmp_path: Path) ->
     [b"model-a/bad\xffname.txt", b"model-a/new\nline.txt", "model-a/sep\u2028name.txt".encode()],
     ids=["non-utf8", "newline", "u2028"],
 )
-def test_pack_refuses_bad_names_and_changes_nothing(tmp_path: Path, cli, bad_name: bytes) -> None:  # type: ignore[no-untyped-def]
+def test_pack_refuses_bad_names_and_changes_nothing(tmp_path: Path, cli: Cli, bad_name: bytes) -> None:
     root = copy_package(tmp_path)
     with open(os.path.join(os.fsencode(root), bad_name), "wb") as fh:
         fh.write(b"stray\n")
@@ -715,7 +721,7 @@ def test_pack_refuses_bad_names_and_changes_nothing(tmp_path: Path, cli, bad_nam
     assert snapshot(root) == before
 
 
-def test_pack_out_inside_the_package_is_refused_before_sealing(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_pack_out_inside_the_package_is_refused_before_sealing(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     before = snapshot(root)
     r = cli("pack", root, "--key", TEST_KEY, "--out", root / "model-a" / "pkg.tar")
@@ -732,7 +738,7 @@ def test_pack_out_inside_the_package_is_refused_before_sealing(tmp_path: Path, c
 # Messages
 
 
-def test_non_utf8_name_is_printed_one_way_everywhere(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_non_utf8_name_is_printed_one_way_everywhere(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
     with open(os.path.join(os.fsencode(root), b"model-a/x\xffy.bin"), "wb") as fh:
         fh.write(b"junk")
@@ -742,7 +748,7 @@ def test_non_utf8_name_is_printed_one_way_everywhere(tmp_path: Path, cli) -> Non
     assert shown == {"model-a/x\\xffy.bin"}, shown
 
 
-def test_gzip_package_of_a_real_package_still_validates(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_gzip_package_of_a_real_package_still_validates(tmp_path: Path, cli: Cli) -> None:
     tar = tmp_path / "pkg.tar"
     archive.write_tar(FIXTURE_PACKAGES / "combined", tar)
     gz = tmp_path / "pkg.tar.gz"

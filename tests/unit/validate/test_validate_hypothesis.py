@@ -30,7 +30,7 @@ from calctl.package.model import MANIFEST
 from calctl.package.rules import RULES
 from calctl.signing import keys, seal
 from calctl.signing.files import SEAL_FILES
-from tests.conftest import FIXTURE_PACKAGES, TEST_KEY
+from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, Cli
 from tests.unit.validate.validate_factory import validate_json
 
 BASE = FIXTURE_PACKAGES / "combined"
@@ -233,7 +233,7 @@ def _apply(root: Path, m: Mutation) -> bool:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(m=mutations)
-def test_mutated_packages_get_a_verdict_never_a_crash(cli, m: Mutation) -> None:  # type: ignore[no-untyped-def]
+def test_mutated_packages_get_a_verdict_never_a_crash(cli: Cli, m: Mutation) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="calctl-hyp-"))
     try:
         root = tmp / "pkg"

@@ -15,13 +15,13 @@ from calctl.package.rules.base import Finding, Need
 from calctl.package.rules.context import ValidationContext
 from calctl.package.validate import REPORT_SCHEMA, ValidationPolicy, ValidationReport, run_rules, validate
 from calctl.signing.policy import make_policy
-from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB
+from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_PUB, Cli
 from tests.unit.validate.validate_factory import copy_package, reseal, validate_json
 
 ALL_IDS = [r.id for r in RULES]
 
 
-def _policy(**kw) -> ValidationPolicy:  # type: ignore[no-untyped-def]
+def _policy(**kw) -> ValidationPolicy:
     return ValidationPolicy(trust=make_policy([TEST_PUB]), **kw)
 
 
@@ -56,7 +56,7 @@ def test_registry_ids_are_stable_unique_and_documented() -> None:
             assert nums == list(range(1, len(nums) + 1)), (prefix, nums)
 
 
-def test_rules_command_lists_every_rule(cli) -> None:  # type: ignore[no-untyped-def]
+def test_rules_command_lists_every_rule(cli: Cli) -> None:
     r = cli("rules", "--format", "json")
     assert r.code == 0
     assert [d["id"] for d in r.json["rules"]] == ALL_IDS
@@ -67,7 +67,7 @@ def test_rules_command_lists_every_rule(cli) -> None:  # type: ignore[no-untyped
 
 
 @pytest.mark.parametrize("rule_id", ALL_IDS)
-def test_explain_prints_the_rule(cli, rule_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_explain_prints_the_rule(cli: Cli, rule_id: str) -> None:
     r = cli("explain", rule_id.lower())
     assert r.code == 0, r.err
     rule = rule_by_id(rule_id)
@@ -77,7 +77,7 @@ def test_explain_prints_the_rule(cli, rule_id: str) -> None:  # type: ignore[no-
     assert j["id"] == rule_id and j["explanation"] == rule.explanation
 
 
-def test_explain_unknown_id_is_a_usage_error(cli) -> None:  # type: ignore[no-untyped-def]
+def test_explain_unknown_id_is_a_usage_error(cli: Cli) -> None:
     r = cli("explain", "NOPE042")
     assert r.code == 2
     assert "NOPE042" in r.err and "Traceback" not in r.err
@@ -98,7 +98,7 @@ def test_docs_rules_md_is_generated_from_the_code() -> None:
 
 
 @pytest.mark.parametrize("kind", ["single", "combined", "replica"])
-def test_fixture_packages_validate_with_no_skip(cli, kind: str) -> None:  # type: ignore[no-untyped-def]
+def test_fixture_packages_validate_with_no_skip(cli: Cli, kind: str) -> None:
     code, doc = validate_json(
         cli, FIXTURE_PACKAGES / kind, "--fail-on-skip", "--runtime-version", "0.7.6", "--profile", "1"
     )
@@ -111,7 +111,7 @@ def test_fixture_packages_validate_with_no_skip(cli, kind: str) -> None:  # type
     assert re.fullmatch(r"[0-9a-f]{64}", doc["digest"])
 
 
-def test_bundled_default_package_validates(cli) -> None:  # type: ignore[no-untyped-def]
+def test_bundled_default_package_validates(cli: Cli) -> None:
     r = cli("validate", "--format", "json")
     assert r.code == 0, r.out
     assert r.json["ok"] is True
@@ -121,7 +121,7 @@ def test_bundled_default_package_validates(cli) -> None:  # type: ignore[no-unty
 # -- JSON and JUnit --------------------------------------------------------------------------
 
 
-def test_json_report_validates_against_its_schema(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_json_report_validates_against_its_schema(cli: Cli, tmp_path: Path) -> None:
     root = copy_package(tmp_path)
     (root / "model-a/params/param_blk0.bin").write_bytes(b"tampered")
     for pkg in (FIXTURE_PACKAGES / "combined", root):
@@ -135,7 +135,7 @@ def test_json_report_validates_against_its_schema(cli, tmp_path: Path) -> None: 
     assert r.code == 1
 
 
-def test_junit_is_valid_xml_with_one_testcase_per_rule(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_junit_is_valid_xml_with_one_testcase_per_rule(cli: Cli, tmp_path: Path) -> None:
     root = copy_package(tmp_path)
     os_name = root / "model-b" / "bad\x01name"
     os_name.write_bytes(b"x")  # a control character must not break the XML
@@ -153,7 +153,7 @@ def test_junit_is_valid_xml_with_one_testcase_per_rule(cli, tmp_path: Path) -> N
         assert int(suite.get("tests", "0")) == len(suite.findall("testcase"))
 
 
-def test_junit_skip_and_fail_on_skip(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_junit_skip_and_fail_on_skip(cli: Cli, tmp_path: Path) -> None:
     root = copy_package(tmp_path)
     (root / "manifest.yaml").write_text("models: [\n")
     reseal(root, reserved_info=False, provenance=True)
@@ -161,10 +161,10 @@ def test_junit_skip_and_fail_on_skip(cli, tmp_path: Path) -> None:  # type: igno
     tree = ET.fromstring(r.out)
     skipped = [c for c in tree.iter("testcase") if c.find("skipped") is not None]
     assert skipped and int(tree.get("skipped", "0")) == len(skipped)
-    assert all("MAN001" in (c.find("skipped").get("message") or "") for c in skipped)  # type: ignore[union-attr]
+    assert all("MAN001" in (c.findall("skipped")[0].get("message") or "") for c in skipped)
 
 
-def test_junit_fail_on_warn_turns_the_warning_into_a_failure(cli) -> None:  # type: ignore[no-untyped-def]
+def test_junit_fail_on_warn_turns_the_warning_into_a_failure(cli: Cli) -> None:
     r = cli("validate", FIXTURE_PACKAGES / "single", "--trusted-key", TEST_PUB, "--format", "junit", "--fail-on-warn")
     assert r.code == 1
     tree = ET.fromstring(r.out)
@@ -174,7 +174,7 @@ def test_junit_fail_on_warn_turns_the_warning_into_a_failure(cli) -> None:  # ty
     assert r.code == 0 and int(ET.fromstring(r.out).get("failures", "-1")) == 0
 
 
-def test_table_output_names_failures(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_table_output_names_failures(cli: Cli, tmp_path: Path) -> None:
     root = copy_package(tmp_path)
     (root / "model-a/golden/prompt_ids.npy").write_bytes(b"\x93NUMPY garbage")
     r = cli("validate", root, "--trusted-key", TEST_PUB)
@@ -186,7 +186,7 @@ def test_table_output_names_failures(cli, tmp_path: Path) -> None:  # type: igno
 # -- options ---------------------------------------------------------------------------------
 
 
-def test_usage_errors_exit_2(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_usage_errors_exit_2(cli: Cli, tmp_path: Path) -> None:
     assert cli("validate", tmp_path / "nope").code == 2
     assert cli("validate", FIXTURE_PACKAGES / "combined", "--runtime-version", "latest").code == 2
     assert cli("validate", FIXTURE_PACKAGES / "combined", "--expect-models", "a,,b").code == 2
@@ -195,7 +195,7 @@ def test_usage_errors_exit_2(cli, tmp_path: Path) -> None:  # type: ignore[no-un
     assert cli("rules", "--format", "junit").code == 2
 
 
-def test_expect_models_is_exact(cli) -> None:  # type: ignore[no-untyped-def]
+def test_expect_models_is_exact(cli: Cli) -> None:
     pkg = FIXTURE_PACKAGES / "combined"
     assert validate_json(cli, pkg, "--expect-models", "model-b,model-a")[0] == 0
     code, doc = validate_json(cli, pkg, "--expect-models", "model-a,model")  # no substring matching
@@ -205,7 +205,7 @@ def test_expect_models_is_exact(cli) -> None:  # type: ignore[no-untyped-def]
     assert any("'model-b' is not one of the expected" in m for m in msgs)
 
 
-def test_profiles_must_be_compiled(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_profiles_must_be_compiled(cli: Cli, tmp_path: Path) -> None:
     from calctl.compiler.sample import build_sample
     from calctl.signing.keys import load_private
     from tests.conftest import TEST_KEY
@@ -216,7 +216,7 @@ def test_profiles_must_be_compiled(cli, tmp_path: Path) -> None:  # type: ignore
     assert code == 1 and {c["id"] for c in doc["checks"] if c["status"] == "fail"} == {"MAN005"}
 
 
-def test_trust_directory_from_environment(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_trust_directory_from_environment(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trust = tmp_path / "trust"
     trust.mkdir()
     (trust / "test.pub").write_bytes(TEST_PUB.read_bytes())
@@ -225,7 +225,7 @@ def test_trust_directory_from_environment(cli, tmp_path: Path, monkeypatch) -> N
     assert r.code == 0 and r.json["signer_key_id"] == "77618e5f0004d00a"
 
 
-def test_tar_package(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_tar_package(cli: Cli, tmp_path: Path) -> None:
     from calctl.package.archive import write_tar
 
     tar = tmp_path / "pkg.tar"
@@ -235,7 +235,7 @@ def test_tar_package(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-de
     assert next(c for c in doc["checks"] if c["id"] == "LAY007")["message"].startswith("archive extracted safely")
 
 
-def test_unsafe_tar_is_lay007_and_everything_else_skips(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_unsafe_tar_is_lay007_and_everything_else_skips(cli: Cli, tmp_path: Path) -> None:
     import tarfile
 
     tar = tmp_path / "evil.tar"
@@ -255,7 +255,7 @@ def test_unsafe_tar_is_lay007_and_everything_else_skips(cli, tmp_path: Path) -> 
     assert code == 1
 
 
-def test_non_package_file_is_lay007(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_non_package_file_is_lay007(cli: Cli, tmp_path: Path) -> None:
     f = tmp_path / "notes.txt"
     f.write_text("not a package")
     code, doc = validate_json(cli, f)
@@ -322,10 +322,10 @@ def test_a_crashing_rule_reports_error_not_a_traceback() -> None:
     assert not report.ok and report.failed_ids() == ("TST001",)
 
 
-def test_a_crashing_registered_rule_via_cli(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_crashing_registered_rule_via_cli(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     from calctl.package.rules import memory
 
-    def boom(self, ctx):  # type: ignore[no-untyped-def]
+    def boom(self, ctx):
         raise KeyError("unexpected")
 
     monkeypatch.setattr(memory.KvSize, "check", boom)

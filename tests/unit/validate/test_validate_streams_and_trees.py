@@ -32,6 +32,7 @@ from calctl.errors import PackageFormatError
 from calctl.package import archive
 from calctl.package.model import MANIFEST
 from calctl.package.validate import SizeLimits
+from tests.conftest import Cli
 from tests.unit.validate.test_validate_costs import BOMB_RSS_MB, lay007, measured
 from tests.unit.validate.validate_factory import copy_package, edit_manifest, reseal, validate_json
 
@@ -164,7 +165,7 @@ def test_the_stream_limit_is_charged_before_each_stream_is_started(tmp_path: Pat
 
 
 @pytest.mark.parametrize("kind", ["gz", "bz2", "xz"])
-def test_a_package_of_many_real_streams_still_extracts(tmp_path: Path, cli, kind: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_package_of_many_real_streams_still_extracts(tmp_path: Path, cli: Cli, kind: str) -> None:
     """pbzip2 writes one stream per 900 KB block, ``cat a.gz b.gz`` two members: each decompresses to far more
     than BYTES_PER_STREAM, so the limit is never near. Zero padding between gzip members and xz streams is valid."""
     plain = tmp_path / "pkg.tar"
@@ -298,10 +299,10 @@ def test_shorten_keeps_head_tail_and_length() -> None:
     assert textsafe.clip("f" * 5000).endswith("(5000 characters)") and len(textsafe.clip("f" * 5000)) < 1100
 
 
-def test_a_60_kb_value_is_quoted_shortened_in_every_finding_and_error(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_60_kb_value_is_quoted_shortened_in_every_finding_and_error(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path)
 
-    def edit(doc: dict) -> None:  # type: ignore[type-arg]
+    def edit(doc: dict) -> None:
         doc["package"]["version"] = "v" * 60_000
         doc["models"][0]["params"]["tensors"][0]["file"] = "f" * 60_000
 
@@ -414,7 +415,9 @@ def test_an_npy_header_is_judged_by_what_the_file_can_hold_before_numpy_allocate
 
 
 @pytest.mark.parametrize(("char", "code"), [("\u202e", "U+202E"), ("\u200b", "U+200B"), ("\u2066", "U+2066")])
-def test_a_file_name_with_a_bidi_or_invisible_character_fails_lay002(tmp_path: Path, cli, char: str, code: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_file_name_with_a_bidi_or_invisible_character_fails_lay002(
+    tmp_path: Path, cli: Cli, char: str, code: str
+) -> None:
     """``evil\\u202eexe.txt`` is listed as ``eviltxt.exe``: LAY002 names the character, and nothing prints it raw."""
     root = copy_package(tmp_path)
     (root / f"evil{char}exe.txt").write_bytes(b"")
@@ -452,7 +455,7 @@ def test_a_megabyte_link_target_or_name_is_quoted_shortened(tmp_path: Path) -> N
         assert len(str(err.value)) < 500 and "characters)" in str(err.value), str(err.value)[:600]
 
 
-def test_schema_violations_are_capped_per_document_and_json_values_counted(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_schema_violations_are_capped_per_document_and_json_values_counted(tmp_path: Path, cli: Cli) -> None:
     """A 13 MB compatibility.json of a million bad entries made a million COMP001 findings (148 s, 4.5 GB); a
     valid one of 1.5 million entries took 7.5 s to schema-check. Both now stop at a limit, which is named."""
     from calctl.package import reader, schemas
@@ -477,7 +480,7 @@ def test_schema_violations_are_capped_per_document_and_json_values_counted(tmp_p
     ], comp001
 
 
-def test_a_tokenizer_config_with_a_5000_digit_integer_is_a_finding_not_a_crash(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_tokenizer_config_with_a_5000_digit_integer_is_a_finding_not_a_crash(tmp_path: Path, cli: Cli) -> None:
     root = copy_package(tmp_path, "single")
     (root / "tokenizer/model-a/tokenizer_config.json").write_text('{"model_max_length": ' + "9" * 5000 + "}")
     reseal(root, reserved_info=False)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 import textwrap
-import time
 from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.serve_harness import COMBINED, golden, serving
+from tests.waiting import wait_until
 
 A_JOB = 60  # past the 16 golden + 8 warm-up decode jobs of model_a_decode: falls in serving traffic
 ALIASES = ("model-a", "model-b")
@@ -79,10 +79,12 @@ def test_000_s16_metrics_after_traffic_and_a_recovery(tmp_path: Path) -> None:
                     body = {"model": alias, "prompt": prompt, "max_tokens": len(tokens), "temperature": 0}
                     ok[alias] += c.post(f"{s.v1}/completions", json=body).status_code == 200
             assert ok["model-b"] == 3 and ok["model-a"] >= 1, ok
-            deadline = time.monotonic() + 30  # the supervisor's recovery thread resets and republishes
-            while not (s.supervisor.recoveries and all(s.engine.is_ready(a) for a in ALIASES)):
-                assert time.monotonic() < deadline, f"no finished recovery: {s.supervisor.recoveries}"
-                time.sleep(0.02)
+            wait_until(  # the supervisor's recovery thread resets and republishes
+                lambda: s.supervisor.recoveries and all(s.engine.is_ready(a) for a in ALIASES),
+                what="a finished recovery",
+                interval=0.02,
+                detail=lambda: s.supervisor.recoveries,
+            )
             # A deadline of 1 µs has passed by the time the engine schedules: the request never reaches the
             # device, a starvation event in its prefill class (the golden prompt is short).
             prompt, _ = golden(COMBINED, "model-b")
