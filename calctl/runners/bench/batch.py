@@ -56,8 +56,8 @@ from calctl.runners.bench.base import (
     interrupted_note,
 )
 from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
-from calctl.runners.bench.plot import _device_label, _pyplot, _save
 from calctl.runners.device import DeviceSpec
+from calctl.runners.plotting import device_label, pyplot, save
 from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, TokenTap, drive_engine_request
 from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.mock.faults import FaultRule
@@ -376,7 +376,7 @@ def _compare(ref: ProfileRun, run: ProfileRun, requests: Sequence[GenerationRequ
 
 def plot_batch(path: Path, report: BatchReport) -> None:
     """Fill ratio, throughput and P99 TPOT/E2E per profile, one panel each."""
-    plt = _pyplot()
+    plt = pyplot()
     docs = [r.summary() for r in report.runs]
     labels = [d["profile"] for d in docs]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
@@ -396,10 +396,10 @@ def plot_batch(path: Path, report: BatchReport) -> None:
     fig.suptitle(
         f"calctl bench batch: {report.alias}; lanes vs B1: "
         + (f"MISMATCH at {', '.join(bad)}" if bad else "all match")
-        + f"\n{_device_label(report.device)}",
+        + f"\n{device_label(report.device)}",
         fontsize=10,
     )
-    _save(fig, path)
+    save(fig, path)
 
 
 def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:

@@ -97,8 +97,8 @@ from calctl.package.reader import load_manifest, package_root
 from calctl.records import dumps_line
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table
 from calctl.runners.bench.gates import Gate
-from calctl.runners.bench.plot import _device_label, _pyplot, _save
 from calctl.runners.device import DeviceSpec
+from calctl.runners.plotting import device_label, pyplot, save
 from calctl.runners.trace import busy_overlap, trace_slices, write_chrome_trace
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TokenTap, drive_engine_request
 from calctl.runtime.errors import RuntimeLayerError
@@ -1231,7 +1231,7 @@ def _golden_case(pkg: Package, root: Path, alias: str) -> tuple[tuple[int, ...],
 
 def plot_isolation(path: Path, run: _Run, verdict: str, checks: dict[str, dict[str, Any]]) -> None:
     """Requests over time per side (offenders in red) and the check counts."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax, ax_c) = plt.subplots(1, 2, figsize=(14, 5), width_ratios=[3, 2])
     colours = {run.replica.sides[0].alias: "#1f77b4", run.replica.sides[1].alias: "#ff7f0e"}
     sent = [j.result.record.sent for j in run.judged if j.result is not None]
@@ -1274,10 +1274,10 @@ def plot_isolation(path: Path, run: _Run, verdict: str, checks: dict[str, dict[s
     device = "mock" if run.device.is_mock else _device_text(run.device, run.versions)
     fig.suptitle(
         f"calctl bench isolation (G2): {verdict}; {len(run.judged)} requests over "
-        f"{', '.join(s.alias for s in run.replica.sides)}\n{_device_label(device)}",
+        f"{', '.join(s.alias for s in run.replica.sides)}\n{device_label(device)}",
         fontsize=10,
     )
-    _save(fig, path)
+    save(fig, path)
 
 
 def run_isolation(options: BenchOptions, log: Log) -> ScenarioResult:

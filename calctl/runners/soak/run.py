@@ -67,6 +67,7 @@ from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, build_header, verdict_of_exit_code
 from calctl.runners.device import DeviceSpec
+from calctl.runners.plotting import save
 from calctl.runners.soak import checks, evidence
 from calctl.runners.soak.mix import MixedTraffic, ModelLimits
 from calctl.runners.traffic import EngineLoop, EngineResult, RequestOutcome, drive_engine_request, error_reason
@@ -944,8 +945,7 @@ class _Soak:
             "plot": None,
         }
         try:
-            evidence.plot_soak(
-                c.out_dir / evidence.PLOT_FILE,
+            fig = evidence.soak_figure(
                 memory=self.memory_series,
                 baseline={m.chip: m.used_bytes for m in self.baseline},
                 limits={
@@ -962,6 +962,7 @@ class _Soak:
                 sent=self.requests.sent,
                 error=self.header.get("error"),
             )
+            save(fig, c.out_dir / evidence.PLOT_FILE, layout=False)
             files["plot"] = str(c.out_dir / evidence.PLOT_FILE)
         except Exception as exc:
             self.events.write("plot_failed", error=f"{type(exc).__name__}: {exc}")

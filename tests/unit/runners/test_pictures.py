@@ -29,7 +29,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         fig.canvas.draw()
         figures.append(fig)
 
-    monkeypatch.setattr(bench_plot, "_save", keep)
+    monkeypatch.setattr(bench_plot, "save", keep)
     monkeypatch.setattr(accept_plot, "_save", keep)
     yield figures
     import matplotlib.pyplot as plt
