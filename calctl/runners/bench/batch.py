@@ -54,6 +54,7 @@ from calctl.runners.bench.base import (
     ScenarioResult,
     Table,
     interrupted_note,
+    ms_cell,
 )
 from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
 from calctl.runners.device import DeviceSpec
@@ -467,9 +468,9 @@ def scenario_result(report: BatchReport) -> ScenarioResult:
                 "n/a" if d["fill_ratio"] is None else f"{d['fill_ratio']:.2f}",
                 d["padding_lanes"],
                 "n/a" if d["throughput_tokens_per_s"] is None else f"{d['throughput_tokens_per_s']:.0f}",
-                _ms(d["tpot_s"]["p50"]),
-                _ms(d["tpot_s"]["p99"]) + ("" if judged else f" ({NOT_JUDGED}, n={d['tpot_s']['n']})"),
-                _ms(d["e2e_s"]["p99"]) + ("" if judged else f" ({NOT_JUDGED}, n={d['e2e_s']['n']})"),
+                ms_cell(d["tpot_s"]["p50"]),
+                ms_cell(d["tpot_s"]["p99"]) + ("" if judged else f" ({NOT_JUDGED}, n={d['tpot_s']['n']})"),
+                ms_cell(d["e2e_s"]["p99"]) + ("" if judged else f" ({NOT_JUDGED}, n={d['e2e_s']['n']})"),
                 "reference" if d["batch"] == 1 else ("yes" if d["lanes_match_b1"] else f"NO ({len(d['mismatches'])})"),
             )
         )
@@ -524,10 +525,6 @@ def scenario_result(report: BatchReport) -> ScenarioResult:
         notes=tuple(notes),
         mock_result=report.mock,
     )
-
-
-def _ms(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 1e3:.1f} ms"
 
 
 BATCH = Scenario(
