@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from calctl.checks.stats import percentiles
@@ -108,54 +109,46 @@ class RequestBook:
 # The traffic: clients on the engine loop
 
 
+@dataclass(eq=False)
 class TrafficDriver:
     """The soak's clients on the engine loop: started once, running through every unload and load."""
 
-    def __init__(
-        self,
-        loop: EngineLoop,
-        engine: ServingEngine,
-        sup: DeviceSupervisor,
-        config: SoakConfig,
-        on_result: Callable[[EngineResult], None],
-        requests: RequestBook,
-    ) -> None:
-        self._loop = loop
-        self._engine = engine
-        self._sup = sup
-        self._config = config
-        self._on_result = on_result
-        self._requests = requests
-        self._stop = threading.Event()
-        self._futures: list[Any] = []
+    loop: EngineLoop
+    engine: ServingEngine
+    sup: DeviceSupervisor
+    config: SoakConfig
+    on_result: Callable[[EngineResult], None]
+    requests: RequestBook
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _futures: list[Any] = field(default_factory=list)
 
     def start(self) -> None:
-        for alias in self._sup.workers:
-            limits = ModelLimits(self._engine.context_limit(alias), self._engine.codec(alias).vocab_size)
-            for i in range(self._config.clients_per_model):
-                mix = MixedTraffic(alias, limits, seed=self._config.seed, client=i)
-                self._futures.append(self._loop.submit(self._client(alias, mix, i)))
+        for alias in self.sup.workers:
+            limits = ModelLimits(self.engine.context_limit(alias), self.engine.codec(alias).vocab_size)
+            for i in range(self.config.clients_per_model):
+                mix = MixedTraffic(alias, limits, seed=self.config.seed, client=i)
+                self._futures.append(self.loop.submit(self._client(alias, mix, i)))
 
     async def _client(self, alias: str, mix: MixedTraffic, index: int) -> None:
-        worker = self._sup.workers[alias]
-        pause = random.Random(f"{self._config.seed}/pause/{alias}/{index}")
+        worker = self.sup.workers[alias]
+        pause = random.Random(f"{self.config.seed}/pause/{alias}/{index}")
         while not self._stop.is_set():
             req, plan = mix.next()
-            with self._requests.lock:
-                self._requests.sent += 1
-                self._requests.outstanding += 1
+            with self.requests.lock:
+                self.requests.sent += 1
+                self.requests.outstanding += 1
             try:
                 res = await drive_engine_request(
-                    self._engine.submit,
+                    self.engine.submit,
                     req,
                     plan,
-                    timeout_s=self._config.request_timeout_s,
+                    timeout_s=self.config.request_timeout_s,
                     served_generation=lambda: worker.generation,
                 )
             finally:
-                with self._requests.lock:
-                    self._requests.outstanding -= 1
-            self._on_result(res)
+                with self.requests.lock:
+                    self.requests.outstanding -= 1
+            self.on_result(res)
             if res.record.outcome in (RequestOutcome.UNAVAILABLE, RequestOutcome.CAPACITY):
                 await asyncio.sleep(pause.uniform(0.05, 0.15))  # back off while the model is away
             else:

@@ -196,24 +196,19 @@ def soak_figure(
         if done:
             ok = [(t, d) for t, d in done if lim is None or abs(d) <= lim]
             bad = [(t, d) for t, d in done if lim is not None and abs(d) > lim]
-            if ok:
-                ax.plot(
-                    [t for t, _ in ok],
-                    [d / mib for _, d in ok],
-                    "o",
-                    color="green",
-                    markersize=5,
-                    label="after-unload check: within limit",
-                )
-            if bad:
-                ax.plot(
-                    [t for t, _ in bad],
-                    [d / mib for _, d in bad],
-                    "X",
-                    color="red",
-                    markersize=8,
-                    label="after-unload check: over limit",
-                )
+            for marks, marker, colour, size, label in (
+                (ok, "o", "green", 5, "after-unload check: within limit"),
+                (bad, "X", "red", 8, "after-unload check: over limit"),
+            ):
+                if marks:
+                    ax.plot(
+                        [t for t, _ in marks],
+                        [d / mib for _, d in marks],
+                        marker,
+                        color=colour,
+                        markersize=size,
+                        label=label,
+                    )
         ax.axhline(0.0, color="grey", linewidth=0.6)
         ax.set_ylabel(f"chip{chip}: MiB above\nbaseline")
         if ax.get_legend_handles_labels()[0]:  # nothing sampled (no load reached): no empty legend, no warning

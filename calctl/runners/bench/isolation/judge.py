@@ -263,24 +263,14 @@ def find_sources(judged: list[Judged]) -> None:
 
 @dataclass
 class SideState:
-    """What the end-of-run KV check compares, per alias."""
+    """What the end-of-run KV check compares, per alias (its fields are the report's ``kv`` keys: ``dataclasses.asdict``)."""
 
-    lanes: dict[str, int]
-    reserved_tokens: int
-    used_tokens: int
-    inflight: int
-    quarantined: int
-    device_free_sequences: int | None
-
-    def document(self) -> dict[str, Any]:
-        return {
-            "kv_lanes": self.lanes,
-            "kv_reserved_tokens": self.reserved_tokens,
-            "kv_used_tokens": self.used_tokens,
-            "inflight_jobs": self.inflight,
-            "quarantined_jobs": self.quarantined,
-            "device_free_kv_sequences": self.device_free_sequences,
-        }
+    kv_lanes: dict[str, int]
+    kv_reserved_tokens: int
+    kv_used_tokens: int
+    inflight_jobs: int
+    quarantined_jobs: int
+    device_free_kv_sequences: int | None
 
 
 @dataclass
@@ -491,19 +481,19 @@ def _kv_problems(obs: Observation, s: Side) -> list[str]:
     free = KvState.FREE.value
     b, a = obs.before[s.alias], obs.after[s.alias]
     problems = []
-    busy = {k: v for k, v in a.lanes.items() if k != free and v}
+    busy = {k: v for k, v in a.kv_lanes.items() if k != free and v}
     if busy:
         problems.append(f"KV lanes not free: {busy}")
-    if a.reserved_tokens or a.used_tokens:
-        problems.append(f"{a.reserved_tokens} reserved and {a.used_tokens} used KV tokens left")
-    if a.inflight or a.quarantined:
-        problems.append(f"{a.inflight} job(s) in flight, {a.quarantined} quarantined")
-    if a.lanes.get(free) != b.lanes.get(free):
-        problems.append(f"{a.lanes.get(free, 0)} free lanes, {b.lanes.get(free, 0)} before the run")
-    if a.device_free_sequences != b.device_free_sequences:
+    if a.kv_reserved_tokens or a.kv_used_tokens:
+        problems.append(f"{a.kv_reserved_tokens} reserved and {a.kv_used_tokens} used KV tokens left")
+    if a.inflight_jobs or a.quarantined_jobs:
+        problems.append(f"{a.inflight_jobs} job(s) in flight, {a.quarantined_jobs} quarantined")
+    if a.kv_lanes.get(free) != b.kv_lanes.get(free):
+        problems.append(f"{a.kv_lanes.get(free, 0)} free lanes, {b.kv_lanes.get(free, 0)} before the run")
+    if a.device_free_kv_sequences != b.device_free_kv_sequences:
         problems.append(
-            f"the device allocates {a.device_free_sequences} more KV sequences, "
-            f"{b.device_free_sequences} before the run"
+            f"the device allocates {a.device_free_kv_sequences} more KV sequences, "
+            f"{b.device_free_kv_sequences} before the run"
         )
     mb, ma = obs.mem_before.get(s.chip), obs.mem_after.get(s.chip)
     if mb is not None and ma is not None and ma != mb:

@@ -7,6 +7,7 @@ writing ``isolation-requests.ndjson``, ``isolation-trace.json`` and ``bench.png`
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from pathlib import Path
@@ -124,8 +125,8 @@ def _body(opts: BenchOptions, obs: Observation, judged: Judgement, trace_doc: di
         "faults_fired": obs.faults_fired,
         "kv": {
             s.alias: {
-                "before": obs.before[s.alias].document() if s.alias in obs.before else None,
-                "after": obs.after[s.alias].document() if s.alias in obs.after else None,
+                "before": dataclasses.asdict(obs.before[s.alias]) if s.alias in obs.before else None,
+                "after": dataclasses.asdict(obs.after[s.alias]) if s.alias in obs.after else None,
             }
             for s in replica.sides
         },
