@@ -3,14 +3,54 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from calctl.report import Report, build_header
 from calctl.runners.plotting import save
 from calctl.runners.soak import checks, evidence
 from calctl.runners.soak.judge import device_errors, samples, verdict
+from calctl.runners.soak.plan import SoakProgress
 from calctl.runners.soak.state import SoakState
+from calctl.runners.traffic import RequestOutcome
 from calctl.runtime.types import ChipMemory
+
+
+def progress(s: SoakState) -> SoakProgress:
+    """The live view for a progress bar."""
+    with s.requests.lock:
+        by = Counter(s.requests.by_outcome)
+        sent = s.requests.sent
+    rejected = sum(
+        by[o.value]
+        for o in (
+            RequestOutcome.INVALID,
+            RequestOutcome.CAPACITY,
+            RequestOutcome.UNAVAILABLE,
+            RequestOutcome.DEADLINE,
+            RequestOutcome.NOT_FOUND,
+        )
+    )
+    errors = sum(by[o.value] for o in (RequestOutcome.DEVICE_ERROR, RequestOutcome.TIMEOUT, RequestOutcome.TRANSPORT))
+    gen = None
+    if s.sup is not None and s.sup.workers:
+        gen = max(w.generation for w in s.sup.workers.values())
+    c = s.config
+    return SoakProgress(
+        phase=s.phase,
+        elapsed_s=s.now_s(),
+        cycles_done=s.cycles_done,
+        cycles_total=c.cycles,
+        deadline_s=c.hours * 3600 if c.hours is not None else None,
+        requests=sent,
+        ok=by[RequestOutcome.OK.value] + by[RequestOutcome.CANCELLED.value],
+        rejected=rejected,
+        errors=errors,
+        violations=len(s.violations),
+        generation=gen,
+        max_drift_mib={k: (None if v is None else v / checks.MIB) for k, v in s.max_drift.items()},
+        by_outcome=dict(by),
+    )
 
 
 def evidence_files(s: SoakState) -> dict[str, str | None]:

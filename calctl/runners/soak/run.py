@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -67,14 +66,12 @@ from calctl.runners.soak import checks, evidence, judge, render
 from calctl.runners.soak.clients import TrafficDriver
 from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffic, default_report_dir
 from calctl.runners.soak.state import Cycle, SoakState, read_counters
-from calctl.runners.traffic import EngineLoop, EngineResult, RequestOutcome
+from calctl.runners.traffic import EngineLoop, EngineResult
 from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import ChipCounters
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
 from calctl.serving.engine.inject import StaleRedelivery
-
-MIB = checks.MIB
 
 
 class _Soak(SoakState):
@@ -85,51 +82,6 @@ class _Soak(SoakState):
         self.on_progress = on_progress
         self._stop_sampler = threading.Event()
         self._last_checkpoint = 0.0
-
-    # -- time / progress -----------------------------------------------------------------------
-
-    def now_s(self) -> float:
-        return time.monotonic() - self.t0
-
-    def cycle_index(self) -> int | None:
-        return self.cycles[-1].index if self.cycles else None
-
-    def progress(self) -> SoakProgress:
-        with self.requests.lock:
-            by = Counter(self.requests.by_outcome)
-            sent = self.requests.sent
-        rejected = sum(
-            by[o.value]
-            for o in (
-                RequestOutcome.INVALID,
-                RequestOutcome.CAPACITY,
-                RequestOutcome.UNAVAILABLE,
-                RequestOutcome.DEADLINE,
-                RequestOutcome.NOT_FOUND,
-            )
-        )
-        errors = sum(
-            by[o.value] for o in (RequestOutcome.DEVICE_ERROR, RequestOutcome.TIMEOUT, RequestOutcome.TRANSPORT)
-        )
-        gen = None
-        if self.sup is not None and self.sup.workers:
-            gen = max(w.generation for w in self.sup.workers.values())
-        c = self.config
-        return SoakProgress(
-            phase=self.phase,
-            elapsed_s=self.now_s(),
-            cycles_done=self.cycles_done,
-            cycles_total=c.cycles,
-            deadline_s=c.hours * 3600 if c.hours is not None else None,
-            requests=sent,
-            ok=by[RequestOutcome.OK.value] + by[RequestOutcome.CANCELLED.value],
-            rejected=rejected,
-            errors=errors,
-            violations=len(self.violations),
-            generation=gen,
-            max_drift_mib={k: (None if v is None else v / MIB) for k, v in self.max_drift.items()},
-            by_outcome=dict(by),
-        )
 
     # -- sampler / checkpoints ---------------------------------------------------------------------
 
@@ -143,7 +95,7 @@ class _Soak(SoakState):
                     self.checkpoint("interval")
                 if self.on_progress is not None and now >= next_progress:
                     next_progress = now + 0.5
-                    self.on_progress(self.progress())
+                    self.on_progress(render.progress(self))
             except Exception as exc:
                 self.events.write("sampler_error", error=f"{type(exc).__name__}: {exc}")
 
@@ -173,7 +125,7 @@ class _Soak(SoakState):
         sampler = threading.Thread(target=self._sampler, name="soak-sampler", daemon=True)
         try:
             try:
-                self._validate()
+                _validate(self)
             except KeyboardInterrupt:
                 raise
             except BaseException:
@@ -222,7 +174,7 @@ class _Soak(SoakState):
                 html_report.write(document, c.out_dir / evidence.REPORT_FILE)
             self.events.close()
             if self.on_progress is not None:
-                self.on_progress(self.progress())
+                self.on_progress(render.progress(self))
         return report
 
     def _note_interrupt(self, exc: BaseException) -> None:
@@ -301,34 +253,6 @@ class _Soak(SoakState):
                 sup.shutdown(c.drain_deadline_s)
                 self.sample_memory()
 
-    def _validate(self) -> None:
-        """Validate once up front (the supervisor validates again at every load): fail before the device."""
-        c = self.config
-        report = validate(c.package, ValidationPolicy(trust=c.trust))
-        with package_root(c.package) as root:
-            pkg = load_manifest(root)
-        self.header["package"] = {
-            "path": str(c.package),
-            "name": pkg.name,
-            "version": pkg.version,
-            "kind": pkg.kind,
-            "aliases": list(pkg.aliases),
-            "digest": report.digest,
-            "signer_key_id": report.signer_key_id,
-        }
-        self.header["validation"] = {
-            "ok": report.ok,
-            "failed_rules": list(report.failed_ids()),
-            "warnings": list(dict.fromkeys(x.id for x in report.warnings)),
-        }
-        if not report:
-            self.events.write("validation_failed", failed=list(report.failed_ids()))
-            raise CheckFailed(
-                f"{c.package}: the package failed validation ({', '.join(report.failed_ids())}); "
-                "the soak never touched the device",
-                hint=f"run `calctl validate {c.package}`",
-            )
-
     def _last(self, index: int) -> bool:
         c = self.config
         if c.cycles is not None:
@@ -401,17 +325,14 @@ class _Soak(SoakState):
                 if not res.get("ok"):
                     raise CheckFailed(f"load refused: {res.get('detail')}")
         except (CalctlError, RuntimeLayerError) as exc:
-            name = type(exc).__name__
-            self.lifecycle_errors[f"load:{name}"] += 1
-            kind = "already_configured" if isinstance(exc, AlreadyConfigured) else "load_failed"
-            self.violate(
-                checks.Violation(
-                    kind, f"cycle {cyc.index}: load failed: {name}: {exc}", cyc.index, self.now_s(), subject=kind
-                )
+            cyc.doc["load"] = {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "seconds": round(time.monotonic() - t, 4),
+            }
+            self._lifecycle_failed(
+                "load", "already_configured" if isinstance(exc, AlreadyConfigured) else None, cyc, exc
             )
-            cyc.doc["load"] = {"ok": False, "error": f"{name}: {exc}", "seconds": round(time.monotonic() - t, 4)}
-            self.events.write("load_failed", cycle=cyc.index, error=f"{name}: {exc}")
-            self.status = "aborted"
             return False
         seconds = time.monotonic() - t
         cyc.loaded_s = self.now_s()
@@ -443,19 +364,7 @@ class _Soak(SoakState):
             if not res.get("ok"):
                 raise CheckFailed(f"unload refused: {res.get('detail')}")
         except (CalctlError, RuntimeLayerError) as exc:
-            name = type(exc).__name__
-            self.lifecycle_errors[f"unload:{name}"] += 1
-            self.violate(
-                checks.Violation(
-                    "unload_failed",
-                    f"cycle {cyc.index}: unload failed: {name}: {exc}",
-                    cyc.index,
-                    self.now_s(),
-                    subject="unload_failed",
-                )
-            )
-            self.events.write("unload_failed", cycle=cyc.index, error=f"{name}: {exc}")
-            self.status = "aborted"
+            self._lifecycle_failed("unload", None, cyc, exc)
             return False
         seconds = time.monotonic() - t
         cyc.unloaded_s = self.now_s()
@@ -494,6 +403,19 @@ class _Soak(SoakState):
         )
         return True
 
+    def _lifecycle_failed(self, step: str, kind: str | None, cyc: Cycle, exc: BaseException) -> None:
+        """A load or unload that failed: a violation (``kind``, default ``<step>_failed``) that ends the soak."""
+        name = type(exc).__name__
+        kind = kind or f"{step}_failed"
+        self.lifecycle_errors[f"{step}:{name}"] += 1
+        self.violate(
+            checks.Violation(
+                kind, f"cycle {cyc.index}: {step} failed: {name}: {exc}", cyc.index, self.now_s(), subject=kind
+            )
+        )
+        self.events.write(f"{step}_failed", cycle=cyc.index, error=f"{name}: {exc}")
+        self.status = "aborted"
+
     def _on_result(self, res: EngineResult) -> None:
         at = self.now_s()
         self.requests.add(res, at)
@@ -504,6 +426,35 @@ class _Soak(SoakState):
         )
         for v in judge.request_violations(res, newest, cycle=cycle, at=at):
             self.violate(v)
+
+
+def _validate(s: SoakState) -> None:
+    """Validate once up front (the supervisor validates again at every load): fail before the device."""
+    c = s.config
+    report = validate(c.package, ValidationPolicy(trust=c.trust))
+    with package_root(c.package) as root:
+        pkg = load_manifest(root)
+    s.header["package"] = {
+        "path": str(c.package),
+        "name": pkg.name,
+        "version": pkg.version,
+        "kind": pkg.kind,
+        "aliases": list(pkg.aliases),
+        "digest": report.digest,
+        "signer_key_id": report.signer_key_id,
+    }
+    s.header["validation"] = {
+        "ok": report.ok,
+        "failed_rules": list(report.failed_ids()),
+        "warnings": list(dict.fromkeys(x.id for x in report.warnings)),
+    }
+    if not report:
+        s.events.write("validation_failed", failed=list(report.failed_ids()))
+        raise CheckFailed(
+            f"{c.package}: the package failed validation ({', '.join(report.failed_ids())}); "
+            "the soak never touched the device",
+            hint=f"run `calctl validate {c.package}`",
+        )
 
 
 def _golden_warmup_seconds(events: list[Any]) -> dict[str, float | None]:
