@@ -234,6 +234,7 @@ def test_a_stream_delivered_across_chips_is_no_go_naming_victim_and_source(
     import dataclasses
 
     from calctl.runners.bench import isolation
+    from calctl.runners.bench.isolation import run as isolation_run
     from calctl.serving.engine import ServingEngine
 
     pkg = load_manifest(REPLICA)
@@ -249,7 +250,7 @@ def test_a_stream_delivered_across_chips_is_no_go_naming_victim_and_source(
                 req = dataclasses.replace(req, alias=donor.side.alias, prompt_ids=donor.prompt)
             return super().submit(req)
 
-    monkeypatch.setattr(isolation, "ServingEngine", CrossWiredEngine)
+    monkeypatch.setattr(isolation_run, "ServingEngine", CrossWiredEngine)
     res = _run(tmp_path, 80)
     assert res.verdict == "NO-GO" and res.exit_code == 1
     named = [o for o in res.body["crosstalk"] if o["request_id"] == victim.request_id]

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from calctl.serving.core import ModelGenerationId, JobId, KvCapacity, KvLaneManager, KvState, LaneId, RequestId
+from calctl.serving.core import JobId, KvCapacity, KvLaneManager, KvState, LaneId, ModelGenerationId, RequestId
 
 LANES, TOKENS, MAX_SEQ = 4, 64, 32
 FREE, RES, ACT, UPD, UNK, REL = (

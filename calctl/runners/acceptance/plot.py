@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from calctl.runners.acceptance.rows import RowResult, Verdict
-from calctl.runners.bench.plot import _device_label, _pyplot, _save
+from calctl.runners.plotting import device_label as _device_label
+from calctl.runners.plotting import pyplot as _pyplot
+from calctl.runners.plotting import save as _save
 
 COLOURS = {Verdict.GO: "#2e7d32", Verdict.NO_GO: "#c62828", Verdict.NOT_MEASURED: "#9e9e9e"}
 #: Point sizes of a tile's texts (they were 15 / 8.5 / 11 / 6.5: the key figure could not be read).

@@ -81,6 +81,11 @@ class Table:
     rows: tuple[tuple[Any, ...], ...]
 
 
+def ms_cell(x: float | None) -> str:
+    """Seconds as a table cell in milliseconds: ``12.3 ms`` (``n/a`` when not measured)."""
+    return "n/a" if x is None else f"{x * 1e3:.1f} ms"
+
+
 @dataclass(frozen=True)
 class ScenarioResult:
     scenario: str
@@ -131,4 +136,5 @@ __all__ = [
     "ScenarioResult",
     "Table",
     "interrupted_note",
+    "ms_cell",
 ]

@@ -54,10 +54,11 @@ from calctl.runners.bench.base import (
     ScenarioResult,
     Table,
     interrupted_note,
+    ms_cell,
 )
 from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
-from calctl.runners.bench.plot import _device_label, _pyplot, _save
 from calctl.runners.device import DeviceSpec
+from calctl.runners.plotting import device_label, pyplot, save
 from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, TokenTap, drive_engine_request
 from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.mock.faults import FaultRule
@@ -376,7 +377,7 @@ def _compare(ref: ProfileRun, run: ProfileRun, requests: Sequence[GenerationRequ
 
 def plot_batch(path: Path, report: BatchReport) -> None:
     """Fill ratio, throughput and P99 TPOT/E2E per profile, one panel each."""
-    plt = _pyplot()
+    plt = pyplot()
     docs = [r.summary() for r in report.runs]
     labels = [d["profile"] for d in docs]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
@@ -396,10 +397,10 @@ def plot_batch(path: Path, report: BatchReport) -> None:
     fig.suptitle(
         f"calctl bench batch: {report.alias}; lanes vs B1: "
         + (f"MISMATCH at {', '.join(bad)}" if bad else "all match")
-        + f"\n{_device_label(report.device)}",
+        + f"\n{device_label(report.device)}",
         fontsize=10,
     )
-    _save(fig, path)
+    save(fig, path)
 
 
 def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
@@ -467,9 +468,9 @@ def scenario_result(report: BatchReport) -> ScenarioResult:
                 "n/a" if d["fill_ratio"] is None else f"{d['fill_ratio']:.2f}",
                 d["padding_lanes"],
                 "n/a" if d["throughput_tokens_per_s"] is None else f"{d['throughput_tokens_per_s']:.0f}",
-                _ms(d["tpot_s"]["p50"]),
-                _ms(d["tpot_s"]["p99"]) + ("" if judged else f" ({NOT_JUDGED}, n={d['tpot_s']['n']})"),
-                _ms(d["e2e_s"]["p99"]) + ("" if judged else f" ({NOT_JUDGED}, n={d['e2e_s']['n']})"),
+                ms_cell(d["tpot_s"]["p50"]),
+                ms_cell(d["tpot_s"]["p99"]) + ("" if judged else f" ({NOT_JUDGED}, n={d['tpot_s']['n']})"),
+                ms_cell(d["e2e_s"]["p99"]) + ("" if judged else f" ({NOT_JUDGED}, n={d['e2e_s']['n']})"),
                 "reference" if d["batch"] == 1 else ("yes" if d["lanes_match_b1"] else f"NO ({len(d['mismatches'])})"),
             )
         )
@@ -524,10 +525,6 @@ def scenario_result(report: BatchReport) -> ScenarioResult:
         notes=tuple(notes),
         mock_result=report.mock,
     )
-
-
-def _ms(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 1e3:.1f} ms"
 
 
 BATCH = Scenario(

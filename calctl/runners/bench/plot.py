@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from calctl.records import atomic_output
+from calctl.runners.plotting import device_label, pyplot, save
 
 
 class BarGroup(NamedTuple):
@@ -33,33 +33,6 @@ class BarGroup(NamedTuple):
 
 #: One colour per model in every bench picture (isolated solid, joint hatched or dashed).
 MODEL_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
-
-
-def _device_label(device: str) -> str:
-    if device == "mock":
-        return "MOCK device: simulated board, not hardware evidence"
-    if device == "unknown":
-        return "device of the server: not stated (--target-device)"
-    return f"device: {device}"
-
-
-def _save(fig: Any, path: Path, *, layout: bool = True) -> None:
-    import matplotlib.pyplot as plt
-
-    if layout:
-        fig.tight_layout()
-    with atomic_output(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _bars(ax: Any, groups: Sequence[BarGroup], ylabel: str, gate: float) -> None:
@@ -136,7 +109,7 @@ def plot_ab(
     names: tuple[str, str] = ("A", "B"),
     gate: float = 0.25,
 ) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_r, ax_b) = plt.subplots(1, 2, figsize=(13, 5.2))
     if rates and window_s:
         for name in ("a_isolated", "b_isolated", "a_joint", "b_joint"):
@@ -169,25 +142,25 @@ def plot_ab(
     _bars(ax_b, bars, "P99 (ms)", gate)
     ax_b.set_title("P99 TTFT and TPOT: isolated vs joint (n = samples)", fontsize=9, pad=14)
     _bar_legend(fig, gate)
-    fig.suptitle(f"{title}\n{_device_label(device)}", fontsize=10)
+    fig.suptitle(f"{title}\n{device_label(device)}", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    _save(fig, path, layout=False)
+    save(fig, path, layout=False)
 
 
 def plot_pairs(
     path: Path, pairs: Sequence[tuple[str, Sequence[BarGroup]]], *, title: str, device: str, gate: float = 0.25
 ) -> None:
     """The four 001 §9.4 pairs side by side on one y-scale, so the panels compare at a glance."""
-    plt = _pyplot()
+    plt = pyplot()
     n = max(1, len(pairs))
     fig, axes = plt.subplots(1, n, figsize=(4 * n, 4.8), squeeze=False, sharey=True)
     for ax, (name, groups) in zip(axes[0], pairs, strict=False):
         _bars(ax, groups, "P99 (ms)", gate)
         ax.set_title(name, fontsize=9, pad=14)
     _bar_legend(fig, gate)
-    fig.suptitle(f"{title}\n{_device_label(device)}", fontsize=10)
+    fig.suptitle(f"{title}\n{device_label(device)}", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    _save(fig, path, layout=False)
+    save(fig, path, layout=False)
 
 
 def plot_timeline(
@@ -205,7 +178,7 @@ def plot_timeline(
     are counted per time bin on a strip of their own under it (with its count scale), never points that read
     as a latency.
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax, ax_f) = plt.subplots(2, 1, figsize=(13, 6), sharex=True, height_ratios=[4, 1.6])
     colours = ["#f0f0f0", "#dde8f5"]
     for i, (name, s, e) in enumerate(phases):
@@ -231,8 +204,8 @@ def plot_timeline(
     ax_f.yaxis.get_major_locator().set_params(integer=True)
     ax_f.grid(axis="y", alpha=0.3)
     ax_f.set_xlabel("time (s)")
-    fig.suptitle(f"{title}\n{_device_label(device)}", fontsize=10)
-    _save(fig, path)
+    fig.suptitle(f"{title}\n{device_label(device)}", fontsize=10)
+    save(fig, path)
 
 
 def _bin_width(end: float) -> float:

@@ -296,42 +296,35 @@ def check_generations(
         return out
     admitted = gens[0]
     assert admitted is not None
+
+    def stale(message: str, **detail: Any) -> Violation:
+        return Violation(
+            "stale_generation",
+            f"{rec.alias}: request {result.request_id}{message}",
+            cycle,
+            at_s,
+            subject=subject,
+            detail={"alias": rec.alias, "request_id": result.request_id, "admitted_generation": admitted, **detail},
+        )
+
     for i, g in enumerate(gens[1:], start=1):
         if g != admitted:
             out.append(
-                Violation(
-                    "stale_generation",
-                    f"{rec.alias}: request {result.request_id}, admitted under generation {admitted}, received token #{i} "
-                    f"from generation {g} (001 §13.1: no completion from another generation is delivered)",
-                    cycle,
-                    at_s,
-                    subject=subject,
-                    detail={
-                        "alias": rec.alias,
-                        "request_id": result.request_id,
-                        "admitted_generation": admitted,
-                        "token_generation": g,
-                        "token_index": i,
-                    },
+                stale(
+                    f", admitted under generation {admitted}, received token #{i} from generation {g} "
+                    "(001 §13.1: no completion from another generation is delivered)",
+                    token_generation=g,
+                    token_index=i,
                 )
             )
             break
     served = result.served_generation
     if served is not None and admitted < served:
         out.append(
-            Violation(
-                "stale_generation",
-                f"{rec.alias}: request {result.request_id} was served by generation {admitted}, older than generation "
-                f"{served} that served the model when the request was submitted",
-                cycle,
-                at_s,
-                subject=subject,
-                detail={
-                    "alias": rec.alias,
-                    "request_id": result.request_id,
-                    "admitted_generation": admitted,
-                    "served_generation": served,
-                },
+            stale(
+                f" was served by generation {admitted}, older than generation {served} that served the model when "
+                "the request was submitted",
+                served_generation=served,
             )
         )
     if newest_generation is not None and admitted > newest_generation:

@@ -28,7 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl.records import atomic_output, write_json
+from calctl.records import write_json
+from calctl.runners.plotting import pyplot
 
 EVENTS_FILE = "events.ndjson"
 REPORT_FILE = "soak-report.json"
@@ -111,46 +112,6 @@ class Series:
             return list(self._points)
 
 
-def plot_soak(
-    path: Path,
-    *,
-    memory: dict[int, Series],
-    baseline: dict[int, int | None],
-    limits: dict[int, int | None],
-    latency: dict[str, Series],
-    cycles: Sequence[tuple[float, float | None]],
-    title: str,
-    device: str,
-    checks: dict[int, list[tuple[float, int | None]]] | None = None,
-    interrupted: tuple[float, str] | None = None,
-    ended: dict[str, Series] | None = None,
-    counts: Mapping[str, int] | None = None,
-    sent: int | None = None,
-    error: str | None = None,
-) -> None:
-    """Draw :func:`soak_figure` to ``path`` (PNG, written atomically)."""
-    import matplotlib.pyplot as plt
-
-    fig = soak_figure(
-        memory=memory,
-        baseline=baseline,
-        limits=limits,
-        latency=latency,
-        cycles=cycles,
-        title=title,
-        device=device,
-        checks=checks,
-        interrupted=interrupted,
-        ended=ended,
-        counts=counts,
-        sent=sent,
-        error=error,
-    )
-    with atomic_output(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-
-
 #: How a request that did not succeed is drawn in the latency panel, by class (calctl.runners.soak.wording).
 _ENDED_STYLE = {
     "intended": {"marker": "+", "color": "#7f7f7f", "s": 14, "alpha": 0.7},
@@ -191,12 +152,9 @@ def soak_figure(
     """
     import textwrap
 
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
     from calctl.runners.soak.wording import RequestCounts
+
+    plt = pyplot()
 
     mib = 1024.0**2
     chips = sorted(memory) or [0]
@@ -238,24 +196,19 @@ def soak_figure(
         if done:
             ok = [(t, d) for t, d in done if lim is None or abs(d) <= lim]
             bad = [(t, d) for t, d in done if lim is not None and abs(d) > lim]
-            if ok:
-                ax.plot(
-                    [t for t, _ in ok],
-                    [d / mib for _, d in ok],
-                    "o",
-                    color="green",
-                    markersize=5,
-                    label="after-unload check: within limit",
-                )
-            if bad:
-                ax.plot(
-                    [t for t, _ in bad],
-                    [d / mib for _, d in bad],
-                    "X",
-                    color="red",
-                    markersize=8,
-                    label="after-unload check: over limit",
-                )
+            for marks, marker, colour, size, label in (
+                (ok, "o", "green", 5, "after-unload check: within limit"),
+                (bad, "X", "red", 8, "after-unload check: over limit"),
+            ):
+                if marks:
+                    ax.plot(
+                        [t for t, _ in marks],
+                        [d / mib for _, d in marks],
+                        marker,
+                        color=colour,
+                        markersize=size,
+                        label=label,
+                    )
         ax.axhline(0.0, color="grey", linewidth=0.6)
         ax.set_ylabel(f"chip{chip}: MiB above\nbaseline")
         if ax.get_legend_handles_labels()[0]:  # nothing sampled (no load reached): no empty legend, no warning
@@ -356,7 +309,6 @@ __all__ = [
     "REPORT_FILE",
     "EventLog",
     "Series",
-    "plot_soak",
     "render_json",
     "soak_figure",
     "write_json_atomic",

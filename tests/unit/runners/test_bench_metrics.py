@@ -232,7 +232,7 @@ def test_scenario_registry_is_one_explicit_table() -> None:
 def test_executor_modes_host_clock_checks_on_a_saturated_host_are_inconclusive() -> None:
     """Issue 26: M1/M2's E2E and throughput are on the host's clock; on a saturated host they judge nothing."""
     from calctl.checks.stats import Estimate
-    from calctl.runners.bench import executor_modes as em
+    from calctl.runners.bench.executor_modes import judge as em
 
     slow = em._at_most("p50_e2e_regression", Estimate(0.4, 0.3, 0.5, 6), 0.03, "async P50 E2E vs sync")
     assert slow.passed is False

@@ -18,7 +18,7 @@ from calctl.runners.bench.isolation import (
     Judged,
     Planned,
     Reference,
-    Verdict,
+    ReferenceMatch,
     check_replica,
     find_sources,
     plan_workload,
@@ -123,7 +123,7 @@ def _judged(i: int, side_index: int, tokens: list[int], ok: bool) -> Judged:
     p = Planned(i, f"iso-{i:05d}", rep.sides[side_index], (3, 4, i + 5), len(tokens) or 1, "")
     j = Judged(p, None, tokens, frozenset({1}))
     if not ok:
-        j.verdict = Verdict(False, 0, 1, tokens[0] if tokens else None, 1.0, 0.1)
+        j.match = ReferenceMatch(False, 0, 1, tokens[0] if tokens else None, 1.0, 0.1)
     return j
 
 

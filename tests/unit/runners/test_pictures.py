@@ -30,7 +30,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
         fig.canvas.draw()
         figures.append(fig)
 
-    monkeypatch.setattr(bench_plot, "_save", keep)
+    monkeypatch.setattr(bench_plot, "save", keep)
     monkeypatch.setattr(accept_plot, "_save", keep)
     yield figures
     import matplotlib.pyplot as plt

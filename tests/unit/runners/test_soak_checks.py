@@ -171,6 +171,7 @@ def test_a_signal_while_loading_records_no_requests_open_violation(tmp_path: Pat
     from types import SimpleNamespace
 
     from calctl.runners.context import DeviceSpec
+    from calctl.runners.soak import judge
     from calctl.runners.soak.run import SoakConfig, _Soak
     from calctl.signing.policy import TrustPolicy
 
@@ -179,14 +180,14 @@ def test_a_signal_while_loading_records_no_requests_open_violation(tmp_path: Pat
     worker = SimpleNamespace(live_requests=lambda: 2)
     sup = SimpleNamespace(cores={"model-b": worker}, metrics=SimpleNamespace(registry=SimpleNamespace(collect=list)))
     soak.interrupted = {"signal": "SIGTERM", "phase": "loading", "cycle": 2, "at_s": 3.0}
-    soak._final_checks(sup)  # type: ignore[arg-type]
+    judge.final_checks(soak, sup)  # type: ignore[arg-type]
     assert soak.requests.outstanding == 0
     assert soak.violations.documents() == []
     assert soak.interrupted["engine_requests_left"] == {"model-b": 2}
     # Without a signal the same engine state is a violation (the final drain left requests behind).
     cfg2 = SoakConfig(package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), out_dir=tmp_path / "t", cycles=2)
     soak2 = _Soak(cfg2, None)
-    soak2._final_checks(sup)  # type: ignore[arg-type]
+    judge.final_checks(soak2, sup)  # type: ignore[arg-type]
     assert [v["kind"] for v in soak2.violations.documents()] == ["requests_open"]
     soak.events.close()
     soak2.events.close()

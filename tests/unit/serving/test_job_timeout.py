@@ -16,7 +16,7 @@ from calctl.runtime.mock import open_mock
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import Health
 from calctl.serving.config import DowngradePolicy, ExecutorMode
-from calctl.serving.core.ids import ModelGenerationId, JobId, LaneId, RequestId
+from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId
 from calctl.serving.core.prefill import WorkKind
 from calctl.serving.core.scheduler import JobStatus, PrefillJob
 from calctl.serving.engine.device import UNCONFIRMED_TIMEOUT_FACTOR, DeviceExecutor, Inflight

@@ -6,19 +6,19 @@ import pytest
 
 from calctl.serving.core import (
     AdmissionController,
+    AdmissionDecision,
     AdmissionPolicy,
     AdmissionResult,
     CapacityBudget,
-    ModelGenerationId,
     KvCapacity,
     KvLaneManager,
     LaneId,
+    ModelGenerationId,
     ModelState,
     RequestId,
     TenantId,
     TenantPolicy,
     Ticket,
-    AdmissionDecision,
 )
 from calctl.serving.outcomes import http_status_of_decision
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from calctl.serving.core import (
-    ModelGenerationId,
     InvariantViolation,
     JobId,
     KvCapacity,
     KvLaneManager,
     KvState,
     LaneId,
+    ModelGenerationId,
     RequestId,
 )
 

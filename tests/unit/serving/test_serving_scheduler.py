@@ -7,11 +7,11 @@ from collections import Counter
 import pytest
 
 from calctl.serving.core import (
+    AdmissionDecision,
     CancelOutcome,
     DecodeJob,
     DecodeOptions,
     EndReason,
-    ModelGenerationId,
     InvariantViolation,
     JobId,
     JobOutcome,
@@ -19,6 +19,7 @@ from calctl.serving.core import (
     KvState,
     LaneReleased,
     LaneResult,
+    ModelGenerationId,
     ModelState,
     PrefillJob,
     RecoveryNeeded,
@@ -29,10 +30,9 @@ from calctl.serving.core import (
     TerminalEvent,
     Ticket,
     TokenEmitted,
-    AdmissionDecision,
     WorkKind,
 )
-from calctl.serving.outcomes import http_status_of_end, http_status_of_decision
+from calctl.serving.outcomes import http_status_of_decision, http_status_of_end
 from tests.unit.serving.serving_helpers import B1, FakeClock, FakeDevice, bprofile, make_device
 
 S = RequestState
@@ -451,7 +451,7 @@ def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> No
     for a loading model -> 503 model_unavailable; admitted but no output yet -> 503 deadline_exceeded;
     output begun -> the stream's error is ``deadline_exceeded``."""
     from calctl.serving import outcomes
-    from calctl.serving.outcomes import ENDINGS, Outcome
+    from calctl.serving.outcomes import ENDINGS, EngineOutcome
     from calctl.serving.protocol import RejectCode
 
     dev = make_device(clock, max_sequences=1)
@@ -483,7 +483,7 @@ def test_each_deadline_expiry_gets_its_documented_status(clock: FakeClock) -> No
     assert second.reason is EndReason.DEADLINE and second.generated_tokens == 0
     assert _end_status(second) == 503 and ENDINGS[second.reason].before_output is RejectCode.DEADLINE
     assert outcomes.rejection(RejectCode.DEADLINE).code.value == "deadline_exceeded"
-    assert outcomes.public_error(Outcome.DEADLINE.value)[0] == "deadline_exceeded"  # after output began
+    assert outcomes.public_error(EngineOutcome.DEADLINE.value)[0] == "deadline_exceeded"  # after output began
 
 
 def test_long_prefill_quota_caps_waiting_and_running_long_prompts(clock: FakeClock) -> None:

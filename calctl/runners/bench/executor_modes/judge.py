@@ -1,0 +1,377 @@
+"""Scenario ``executor-modes``, the judgement: the rounds against M1 and M2 (000 §19) with bootstrapped deltas and
+the one decision rule, and what the ping/pong trace shows (000 §14: two in flight is not two computing)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calctl.checks import host
+from calctl.checks.stats import Estimate, bootstrap, decide, percentiles
+from calctl.runners.bench.executor_modes.plan import (
+    M1_P50_LIMIT,
+    M1_P99_LIMIT,
+    M2_GAIN_LIMIT,
+    M2_P99_LIMIT,
+    ExecutorModesOptions,
+    PhaseProfile,
+    Round,
+)
+from calctl.runners.device import DeviceSpec
+from calctl.runtime import TraceEvent
+from calctl.runtime.types import JobPhase
+from calctl.serving.config import ExecutorMode
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    rule: str
+    estimate: Estimate
+    passed: bool | None  # None: inconclusive (the interval straddles the limit, or there is none)
+    detail: str
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "rule": self.rule,
+            **self.estimate.as_dict(),
+            "passed": self.passed,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class Milestone:
+    name: str
+    verdict: str  # met | not met | inconclusive
+    checks: tuple[Check, ...]
+    notes: tuple[str, ...] = ()
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "verdict": self.verdict,
+            "checks": [c.document() for c in self.checks],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class TraceEvidence:
+    """What the ping/pong rounds' per-chip trace shows (000 §14: shown, not assumed). Seconds."""
+
+    jobs: int
+    busy_s: float  # union of job intervals
+    two_in_flight_s: float  # two jobs between start and end at once
+    compute_overlap_s: float | None  # two computes at once (None: the runtime reports no phases)
+    transfer_compute_overlap_s: float | None  # one job's h2d/d2h while another computes
+
+    def document(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class ExecutorModesReport:
+    device: str
+    mock: bool
+    alias: str
+    profile: PhaseProfile | None
+    time_scale: float | None
+    options: dict[str, Any]
+    per_mode: dict[str, dict[str, Any]]
+    m1: Milestone
+    m2: Milestone
+    outputs_identical: bool
+    evidence: TraceEvidence
+    automatic_downgrades: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    trace_path: Path | None = None
+    plot_path: Path | None = None
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "mock_result": self.mock,
+            "alias": self.alias,
+            "phase_profile": None
+            if self.profile is None
+            else {
+                "name": self.profile.name,
+                "h2d_share": self.profile.h2d_share,
+                "compute_share": self.profile.compute_share,
+                "d2h_share": self.profile.d2h_share,
+            },
+            "time_scale": self.time_scale,
+            "workload": self.options,
+            "modes": self.per_mode,
+            "M1": self.m1.document(),
+            "M2": self.m2.document(),
+            "outputs_identical": self.outputs_identical,
+            "trace_evidence": self.evidence.document(),
+            "automatic_downgrades": self.automatic_downgrades,
+            "notes": self.notes,
+            "trace": str(self.trace_path) if self.trace_path else None,
+            "plot": str(self.plot_path) if self.plot_path else None,
+        }
+
+
+def judge(
+    opts: ExecutorModesOptions,
+    device: DeviceSpec,
+    alias: str,
+    rounds: dict[ExecutorMode, list[Round]],
+    events: Sequence[TraceEvent],
+    auto_downgrades: list[dict[str, Any]],
+    host_load: Sequence[float] = (),
+) -> ExecutorModesReport:
+    base = rounds[ExecutorMode.SYNC]
+    reference = next((t for r in base for t, rec in zip(r.tokens, r.records, strict=True) if rec.ok), None)
+    identical = {
+        m: all(rec.ok and t == reference for r in rs for t, rec in zip(r.tokens, r.records, strict=True))
+        for m, rs in rounds.items()
+    }
+    per_mode = {m.value: _mode_summary(rs) for m, rs in rounds.items()}
+    n = len(base)
+    seed = opts.seed
+
+    def delta(mode: ExecutorMode, q: float) -> Estimate:
+        other = rounds[mode]
+
+        def stat(idx: np.ndarray) -> float:
+            rows = idx.astype(int)
+            a = _e2e([other[i] for i in rows])
+            b = _e2e([base[i] for i in rows])
+            return float(np.percentile(a, q) / np.percentile(b, q) - 1) if len(a) and len(b) else float("nan")
+
+        return bootstrap(list(range(n)), stat, seed=seed)
+
+    def gain(mode: ExecutorMode) -> Estimate:
+        other = rounds[mode]
+
+        def stat(idx: np.ndarray) -> float:
+            rows = idx.astype(int)
+            tm = sum(other[i].output_tokens for i in rows) / sum(other[i].wall_s for i in rows)
+            tb = sum(base[i].output_tokens for i in rows) / sum(base[i].wall_s for i in rows)
+            return float(tm / tb - 1)
+
+        return bootstrap(list(range(n)), stat, seed=seed)
+
+    def sanity(mode: ExecutorMode) -> list[Check]:
+        errors = sum(r.errors for r in rounds[mode])
+        out = [
+            Check(
+                "errors",
+                "== 0",
+                Estimate(float(errors), None, None, sum(len(r.records) for r in rounds[mode])),
+                errors == 0,
+                f"{errors} request(s) did not finish normally",
+            )
+        ]
+        out.append(
+            Check(
+                "same_tokens",
+                "== sync",
+                Estimate(1.0 if identical[mode] else 0.0, None, None, 1),
+                identical[mode],
+                "every request produced the sync baseline's tokens"
+                if identical[mode]
+                else "some request's tokens differ from the sync baseline: not equivalent",
+            )
+        )
+        return out
+
+    m1_checks = [
+        _at_most("p50_e2e_regression", delta(ExecutorMode.ASYNC, 50), M1_P50_LIMIT, "async P50 E2E vs sync"),
+        _at_most("p99_e2e_regression", delta(ExecutorMode.ASYNC, 99), M1_P99_LIMIT, "async P99 E2E vs sync"),
+        *sanity(ExecutorMode.ASYNC),
+    ]
+    m2_checks = [
+        _at_least(
+            "throughput_gain", gain(ExecutorMode.PINGPONG), M2_GAIN_LIMIT, "ping/pong aggregate tokens/s vs sync"
+        ),
+        _at_most("p99_e2e_regression", delta(ExecutorMode.PINGPONG, 99), M2_P99_LIMIT, "ping/pong P99 E2E vs sync"),
+        *sanity(ExecutorMode.PINGPONG),
+    ]
+    if host.saturated(host_load):
+        why = host.saturation_note(host_load, "the rounds")
+        m1_checks[:2] = [_host_bound(c, why) for c in m1_checks[:2]]
+        m2_checks[:2] = [_host_bound(c, why) for c in m2_checks[:2]]
+    evidence = trace_evidence(events)
+    m2_notes = [
+        "M2 also needs 24 h without errors before ping/pong is the default: run `calctl soak` with "
+        "executor.mode pingpong; not assessed here"
+    ]
+    if auto_downgrades:
+        m2_notes.append(
+            f"the downgrade monitor left ping/pong {len(auto_downgrades)} time(s) during the run "
+            f"({', '.join(sorted({d['reason'] for d in auto_downgrades}))}): those rounds are not pure ping/pong"
+        )
+    notes = []
+    if device.is_mock:
+        notes.append(
+            "MOCK RESULT: simulated timing; the phase split is an input of the mock, not a measurement of a board. "
+            "It grades nothing on hardware: ping/pong on the board stays C1 (symbols present, not measured) and "
+            "this executor C2 (built on confirmed interfaces, awaiting hardware acceptance) until this scenario "
+            "runs with --device calrt (docs/runtime.md §5, 001 §1)."
+        )
+    if evidence.compute_overlap_s is None:
+        notes.append(
+            "the runtime reports no job phases: whether ping/pong computes overlapped is unknown, only "
+            "two-in-flight time is shown"
+        )
+    return ExecutorModesReport(
+        device=device.kind.value,
+        mock=device.is_mock,
+        alias=alias,
+        profile=opts.profile if device.is_mock else None,
+        time_scale=device.time_scale if device.is_mock else None,
+        options={
+            "rounds": opts.rounds,
+            "rounds_run": n,
+            "host_load": [round(x, 2) for x in host_load],
+            "warmup_rounds": opts.warmup_rounds,
+            "concurrency": opts.concurrency,
+            "prompt_tokens": opts.prompt_tokens,
+            "output_tokens": opts.output_tokens,
+            "seed": opts.seed,
+        },
+        per_mode=per_mode,
+        m1=_milestone("M1", m1_checks),
+        m2=_milestone("M2", m2_checks, m2_notes),
+        outputs_identical=all(identical.values()),
+        evidence=evidence,
+        automatic_downgrades=auto_downgrades,
+        notes=notes,
+    )
+
+
+def _e2e(rounds: Sequence[Round]) -> np.ndarray:
+    return np.asarray([r.e2e for rnd in rounds for r in rnd.records if r.ok and r.e2e is not None], dtype=np.float64)
+
+
+def _mode_summary(rounds: Sequence[Round]) -> dict[str, Any]:
+    recs = [r for rnd in rounds for r in rnd.records]
+    ok = [r for r in recs if r.ok]
+
+    def pct(values: list[float]) -> dict[str, float | None]:
+        p = percentiles(values)
+        return {"p50": p.p50, "p99": p.p99, "mean": p.mean, "count": p.count}
+
+    rates = [rnd.output_tokens / rnd.wall_s for rnd in rounds if rnd.wall_s > 0]
+    return {
+        "rounds": len(rounds),
+        "requests": len(recs),
+        "errors": len(recs) - len(ok),
+        "e2e_s": pct([r.e2e for r in ok if r.e2e is not None]),
+        "ttft_s": pct([r.ttft for r in ok if r.ttft is not None]),
+        "itl_s": pct([x for r in ok for x in r.itls()]),
+        "throughput_tokens_per_s": bootstrap(rates).as_dict(),
+        "round_wall_s": [round(rnd.wall_s, 6) for rnd in rounds],
+    }
+
+
+def _host_bound(c: Check, why: str) -> Check:
+    """A host-clock check on a saturated host: inconclusive, saying so (never met or not met)."""
+    return dataclasses.replace(c, passed=None, detail=f"{c.detail}; inconclusive: {why}")
+
+
+def _bound(name: str, est: Estimate, limit: float, what: str, *, above: bool) -> Check:
+    """``est`` against ``limit`` by the one decision rule: at least it (``above``) or at most it."""
+    rule = f"{'>=' if above else '<='} {limit:+.0%}"
+    if est.mean is None:
+        return Check(name, rule, est, None, f"{what}: no measurement")
+    text = f"{what}: {pct_text(est.mean)}" + (
+        f" [95 % CI {pct_text(est.ci_low)}, {pct_text(est.ci_high)}]" if est.ci_low is not None else " (no CI)"
+    )
+    if est.ci_low is None or est.ci_high is None:
+        return Check(name, rule, est, None, text + ": no interval, inconclusive")
+    d = decide(est, limit, above=above)
+    if d.passed is True:
+        return Check(name, rule, est, True, text)
+    if d.passed is False:
+        return Check(name, rule, est, False, text + f": {'below' if above else 'beyond'} {limit:+.0%}")
+    return Check(name, rule, est, None, text + f": the interval straddles {limit:+.0%} (n={est.n}), inconclusive")
+
+
+def _at_most(name: str, est: Estimate, limit: float, what: str) -> Check:
+    return _bound(name, est, limit, what, above=False)
+
+
+def _at_least(name: str, est: Estimate, limit: float, what: str) -> Check:
+    return _bound(name, est, limit, what, above=True)
+
+
+def _milestone(name: str, checks: Sequence[Check], notes: Sequence[str] = ()) -> Milestone:
+    if any(c.passed is False for c in checks):
+        verdict = "not met"
+    elif all(c.passed is True for c in checks):
+        verdict = "met"
+    else:
+        verdict = "inconclusive"
+    return Milestone(name, verdict, tuple(checks), tuple(notes))
+
+
+def pct_text(x: float | None) -> str:
+    """A relative change for people: ``+3.2 %`` (``n/a`` when there is none)."""
+    return "n/a" if x is None else f"{x * 100:+.1f} %"
+
+
+# -- trace evidence -----------------------------------------------------------------------------------
+
+
+def trace_evidence(events: Sequence[TraceEvent]) -> TraceEvidence:
+    """Overlaps on each chip among ``events`` (000 §14): two in flight, two computing, transfer vs compute."""
+    jobs = [e for e in events if e.start_ns is not None and e.end_ns is not None]
+    busy = inflight2 = 0.0
+    compute2: float | None = 0.0
+    transfer_compute: float | None = 0.0
+    for chip in sorted({e.chip for e in jobs}):
+        mine = [e for e in jobs if e.chip == chip]
+        spans = [(e.start_ns, e.end_ns) for e in mine if e.start_ns is not None and e.end_ns is not None]
+        busy += _covered(spans, 1)
+        inflight2 += _covered(spans, 2)
+        if any(e.phases is None for e in mine):
+            compute2 = transfer_compute = None
+            continue
+        computes = [(p.start_ns, p.end_ns) for e in mine for p in e.phases or () if p.phase is JobPhase.COMPUTE]
+        assert compute2 is not None and transfer_compute is not None
+        compute2 += _covered(computes, 2)
+        for e in mine:
+            own = [(p.start_ns, p.end_ns) for p in e.phases or () if p.phase is not JobPhase.COMPUTE]
+            others = [
+                (p.start_ns, p.end_ns)
+                for o in mine
+                if o is not e
+                for p in o.phases or ()
+                if p.phase is JobPhase.COMPUTE
+            ]
+            transfer_compute += sum(_intersection(a, others) for a in own)
+    return TraceEvidence(
+        len(jobs),
+        busy / 1e9,
+        inflight2 / 1e9,
+        None if compute2 is None else compute2 / 1e9,
+        None if transfer_compute is None else transfer_compute / 1e9,
+    )
+
+
+def _covered(spans: Sequence[tuple[int, int]], depth: int) -> float:
+    """Nanoseconds during which at least ``depth`` of ``spans`` are open."""
+    points = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    total, level, last = 0, 0, None
+    for t, d in points:
+        if last is not None and level >= depth:
+            total += t - last
+        level += d
+        last = t
+    return float(total)
+
+
+def _intersection(span: tuple[int, int], others: Sequence[tuple[int, int]]) -> float:
+    return float(sum(max(0, min(span[1], e) - max(span[0], s)) for s, e in others))

@@ -1,0 +1,285 @@
+"""Scenario ``executor-modes``, the run: one engine in-process, its executor mode switched between rounds (the
+operator action), rounds measured until M1 and M2 are decided or the round budget is spent."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from calctl.checks import host
+from calctl.errors import UsageError
+from calctl.package.reader import load_manifest, package_root
+from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult
+from calctl.runners.bench.executor_modes.judge import ExecutorModesReport, judge
+from calctl.runners.bench.executor_modes.plan import (
+    COMPUTE_BOUND,
+    EXECUTOR_TIME_SCALE,
+    MODES,
+    TRANSFER_HEAVY,
+    ExecutorModesOptions,
+    Log,
+    PhaseProfile,
+    Round,
+)
+from calctl.runners.bench.executor_modes.render import plot_notes, scenario_result
+from calctl.runners.device import DeviceSpec
+from calctl.runners.trace import TraceSlice, plot_timeline, trace_slices, write_chrome_trace
+from calctl.runners.traffic import ClientPlan, EngineLoop, TokenTap, drive_engine_request
+from calctl.runtime import Runtime, TraceEvent, open_runtime
+from calctl.runtime.mock.timing import TimingModel
+from calctl.serving.config import ExecutorConfig, ExecutorMode, default_scheduler_config
+from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.protocol import GenerationRequest, SamplingParams
+
+
+def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) -> ExecutorModesReport:
+    """Measure the three modes on one engine and judge M1/M2 (see the module docstring)."""
+    device = opts.device.with_default_time_scale(EXECUTOR_TIME_SCALE)
+    if not device.is_mock and opts.profile is not None:
+        raise UsageError("a phase profile is a mock input; on a board the phases are what they are (use profile=None)")
+    with package_root(opts.package) as root, _OpenDevice(device, opts.profile) as rt:
+        pkg = load_manifest(root)
+        alias = opts.alias or pkg.aliases[0]
+        if alias not in pkg.aliases:
+            raise UsageError(f"model {alias!r} is not in the package (it has {', '.join(pkg.aliases)})")
+        vocab = pkg.model(alias).architecture.vocab_size
+        # The ceiling is 2 in flight; the mode starts at sync and the rounds switch it (operator action).
+        configs = {
+            a: dataclasses.replace(
+                default_scheduler_config(a, max_inflight=2), executor=ExecutorConfig(2, False, ExecutorMode.SYNC)
+            )
+            for a in pkg.aliases
+        }
+        sup = DeviceSupervisor(
+            rt, trust=opts.trust, scheduler_configs=configs, options=SupervisorOptions(warmup_iterations=1)
+        )
+        try:
+            log(
+                f"  loading {opts.package} on the {device.kind.value} device"
+                + (
+                    f" (time scale {device.time_scale:g}, {opts.profile.label()})"
+                    if device.is_mock and opts.profile
+                    else ""
+                )
+            )
+            sup.start(root)
+            engine = ServingEngine(sup)
+            worker = sup.cores[alias]
+            rng = np.random.default_rng(opts.seed)
+            prompt = tuple(int(t) for t in rng.integers(3, vocab, size=opts.prompt_tokens))
+            rounds: dict[ExecutorMode, list[Round]] = {m: [] for m in MODES}
+            auto_downgrades: list[dict[str, Any]] = []
+            budget = max(opts.rounds, opts.max_rounds if opts.max_rounds is not None else 3 * opts.rounds)
+            host_load: list[float] = []
+
+            def undecided(r: int) -> bool:
+                done = r - opts.warmup_rounds
+                if done < opts.rounds:
+                    return True
+                if done >= budget:
+                    return False
+                if host.saturated(host_load):
+                    return False  # more rounds on a saturated host decide nothing
+                rep = judge(opts, device, alias, rounds, [], auto_downgrades, host_load)
+                return "inconclusive" in (rep.m1.verdict, rep.m2.verdict)
+
+            with EngineLoop("executor-modes") as loop:
+                r = -1
+                while undecided(r + 1):
+                    r += 1
+                    measured = r >= opts.warmup_rounds
+                    for mode in MODES[r % 3 :] + MODES[: r % 3]:  # rotate the order: no mode always runs first
+                        before = len(worker.downgrades())
+                        outcome = worker.set_executor_mode(mode)
+                        if not outcome["ok"]:
+                            raise UsageError(f"executor mode {mode.value}: {outcome.get('detail')}")
+                        rnd = loop.submit(_round(engine, alias, mode, r, prompt, opts)).result(
+                            opts.request_timeout_s + 30
+                        )
+                        new = worker.downgrades()[before:]
+                        if new:  # the monitor left ping/pong during the round: say so, never hide it
+                            auto_downgrades.extend({**d.as_dict(), "round": r} for d in new)
+                        if measured:
+                            rounds[mode].append(rnd)
+                            host_load.append(host.load_now())
+                    if measured:
+                        done = r - opts.warmup_rounds + 1
+                        log(
+                            f"  round {done}/{opts.rounds}"
+                            + (f" (+{done - opts.rounds}, budget {budget})" if done > opts.rounds else "")
+                            + ": "
+                            + ", ".join(f"{m.value} {rounds[m][-1].wall_s * 1e3:.0f} ms" for m in MODES)
+                        )
+            events = _round_trace(rt, rounds[ExecutorMode.PINGPONG], worker.chips, alias)
+            last = _round_trace(rt, rounds[ExecutorMode.PINGPONG][-1:], worker.chips, alias)
+            last_sync = _round_trace(rt, rounds[ExecutorMode.SYNC][-1:], worker.chips, alias)
+            chips = tuple(worker.chips)
+        finally:
+            sup.shutdown(5.0)
+    report = judge(opts, device, alias, rounds, events, auto_downgrades, host_load)
+    if opts.trace_path is not None or opts.plot_path is not None:
+        slices = trace_slices(last, phases=True)
+        meta = {
+            "scenario": "executor-modes",
+            "mode": "pingpong",
+            "mock_result": device.is_mock,
+            "phase_profile": opts.profile.label() if opts.profile else None,
+        }
+        if opts.trace_path is not None:
+            write_chrome_trace(opts.trace_path, slices, device=device.kind.value, metadata=meta)
+            report.trace_path = opts.trace_path
+        if opts.plot_path is not None:
+            title = f"executor-modes: {alias}, the last sync round against the last ping/pong round" + (
+                f", {opts.profile.label()}" if opts.profile else ""
+            )
+            plot_timeline(
+                opts.plot_path,
+                [*slices, *_aligned(trace_slices(last_sync, phases=True), rounds, "sync round")],
+                title=title,
+                device=device.kind.value,
+                chips=chips,
+                lane_names={"ping": " ping/pong round: ping engine", "pong": " ping/pong round: pong engine"},
+                notes=plot_notes(report),
+            )
+            report.plot_path = opts.plot_path
+    return report
+
+
+def _aligned(slices: list[TraceSlice], rounds: dict[ExecutorMode, list[Round]], lane: str) -> list[TraceSlice]:
+    """The last sync round's slices on a lane of their own, shifted to start where the last ping/pong round did."""
+    sync, pp = rounds[ExecutorMode.SYNC], rounds[ExecutorMode.PINGPONG]
+    if not sync or not pp:
+        return []
+    shift = (pp[-1].start_ns - sync[-1].start_ns) / 1e9
+    return [dataclasses.replace(s, engine=lane, start=s.start + shift, end=s.end + shift) for s in slices]
+
+
+class _OpenDevice:
+    """Open the device; on the mock, with the profile's phase split."""
+
+    def __init__(self, device: DeviceSpec, profile: PhaseProfile | None) -> None:
+        self.device, self.profile = device, profile
+        self.rt: Runtime | None = None
+
+    def __enter__(self) -> Runtime:
+        d = self.device
+        if d.is_mock and self.profile is not None:
+            options: dict[str, Any] = {
+                "timing": TimingModel().with_shares(self.profile.h2d_share, self.profile.d2h_share),
+                "serialize_chips": d.serialize_chips,
+            }
+            if d.time_scale is not None:
+                options["time_scale"] = d.time_scale
+            if d.fault_plan is not None:
+                options["fault_plan"] = d.fault_plan
+            if d.seed is not None:
+                options["seed"] = d.seed
+            self.rt = open_runtime("mock", **options)
+        else:
+            self.rt = d.open()
+        return self.rt
+
+    def __exit__(self, *exc: object) -> None:
+        if self.rt is not None:
+            self.rt.close()
+
+
+async def _round(
+    engine: ServingEngine,
+    alias: str,
+    mode: ExecutorMode,
+    index: int,
+    prompt: tuple[int, ...],
+    opts: ExecutorModesOptions,
+) -> Round:
+    taps: dict[str, TokenTap] = {}
+
+    def submit(req: GenerationRequest) -> TokenTap:
+        tap = TokenTap(engine.submit(req))
+        taps[req.request_id] = tap
+        return tap
+
+    reqs = [
+        GenerationRequest(
+            f"xm-{index}-{mode.value}-{i}",
+            alias,
+            "executor-modes",
+            prompt,
+            opts.output_tokens,
+            SamplingParams(temperature=0.0),
+            ignore_eos=True,
+        )
+        for i in range(opts.concurrency)
+    ]
+    start_ns = time.monotonic_ns()
+    t0 = time.monotonic()
+    results = await asyncio.gather(
+        *(drive_engine_request(submit, r, ClientPlan("executor-modes"), timeout_s=opts.request_timeout_s) for r in reqs)
+    )
+    wall = time.monotonic() - t0
+    tokens = [taps[r.request_id].tokens if r.request_id in taps else [] for r in reqs]
+    return Round(mode, index, start_ns, wall, [res.record for res in results], tokens)
+
+
+def _round_trace(rt: Runtime, rounds: Sequence[Round], chips: Sequence[int], alias: str) -> list[TraceEvent]:
+    if not rounds:
+        return []
+    spans = [(r.start_ns, r.start_ns + int(r.wall_s * 1e9)) for r in rounds]
+    events = rt.trace(since_ns=spans[0][0])
+    return [
+        e for e in events if e.model == alias and e.chip in chips and any(lo <= e.submit_ns <= hi for lo, hi in spans)
+    ]
+
+
+def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
+    """``calctl bench --scenario executor-modes``: judged transfer-heavy run, plus the compute-bound control on the mock."""
+    if options.package is None or options.trust is None:
+        raise UsageError(
+            "--scenario executor-modes runs the engine in-process: it needs a package (PKG) and a trust policy"
+        )
+    if len(options.models) > 1:
+        raise UsageError("--scenario executor-modes measures one model: give at most one --models alias")
+    device = options.device or DeviceSpec()
+    alias = options.models[0] if options.models else None
+    runs: list[ExecutorModesReport] = []
+    profiles: tuple[PhaseProfile | None, ...] = (TRANSFER_HEAVY, COMPUTE_BOUND) if device.is_mock else (None,)
+    for i, profile in enumerate(profiles):
+        log(
+            f"executor-modes: {profile.label() if profile else 'device phases'}"
+            + (" (control, not judged)" if i else "")
+        )
+        out = options.out_dir
+        runs.append(
+            run_executor_modes(
+                ExecutorModesOptions(
+                    options.package,
+                    options.trust,
+                    alias=alias,
+                    device=device,
+                    profile=profile,
+                    seed=options.seed,
+                    **({"rounds": options.rounds} if options.rounds is not None else {}),
+                    # only the judged profile measures on while a milestone is inconclusive; the control does not
+                    **({"max_rounds": options.max_rounds} if i == 0 and options.max_rounds is not None else {}),
+                    **({} if i == 0 else {"max_rounds": 0}),
+                    trace_path=out / f"executor-modes-{profile.name if profile else 'device'}.trace.json",
+                    plot_path=out / f"executor-modes-{profile.name if profile else 'device'}.png" if i == 0 else None,
+                ),
+                log,
+            )
+        )
+    return scenario_result(runs, mock=device.is_mock)
+
+
+EXECUTOR_MODES = Scenario(
+    "executor-modes",
+    "sync vs async(1) vs ping/pong on one engine in-process; M1/M2 of 000 §19 with CIs and trace evidence",
+    run_scenario,
+    needs_url=False,
+    options=("PKG", "--models", "--time-scale", "--seed"),
+)

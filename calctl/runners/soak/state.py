@@ -1,0 +1,94 @@
+"""``calctl soak``, the state: what a soak has seen so far, shared by the run (which fills it), the judge
+(which adds violations to it) and the render (which turns it into the report at every checkpoint)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from calctl.runners.soak import checks, evidence
+from calctl.runners.soak.clients import RequestBook, SubmitCounter
+from calctl.runners.soak.plan import SoakConfig
+from calctl.runtime.errors import RuntimeLayerError
+from calctl.runtime.interface import Runtime
+from calctl.runtime.types import ChipCounters, ChipMemory
+from calctl.serving.engine import DeviceSupervisor
+
+
+@dataclass
+class Cycle:
+    """One load/unload cycle: when it started, loaded and unloaded (seconds since the start), its record."""
+
+    index: int
+    started_s: float
+    loaded_s: float | None = None
+    unloaded_s: float | None = None
+    doc: dict[str, Any] = field(default_factory=dict)
+
+
+class SoakState:
+    """Everything a soak has measured and found so far (the run's threads write it under its locks)."""
+
+    def __init__(self, config: SoakConfig) -> None:
+        self.config = config
+        self.t0 = time.monotonic()
+        self.started_at = datetime.now(timezone.utc)
+        config.out_dir.mkdir(parents=True, exist_ok=True)
+        self.events = evidence.EventLog(config.out_dir / evidence.EVENTS_FILE, self.t0)
+        self.violations = checks.ViolationBook()
+        self.requests = RequestBook()
+        self.cycles: list[Cycle] = []
+        self.lifecycle_errors: Counter[str] = Counter()
+        self.drain_deadline_hits = 0
+        self.memory_series: dict[int, evidence.Series] = {}
+        self.baseline: list[ChipMemory] = []
+        self.max_drift: dict[int, int | None] = {}
+        self.host_rss: list[tuple[int, int | None]] = []  # (cycle, VmRSS after its unload) of this process
+        self.header: dict[str, Any] = {}
+        self.error_verdict = "ERROR"
+        self.phase = "starting"
+        self.status = "running"
+        self.rt: Runtime | None = None
+        self.submits = SubmitCounter()
+        self.sup: DeviceSupervisor | None = None
+        self._lock = threading.RLock()
+        self.cycles_done = 0
+        self.end_s: float | None = None
+        self.interrupted: dict[str, Any] | None = None  # signal, phase, cycle cut short, when
+
+    def now_s(self) -> float:
+        return time.monotonic() - self.t0
+
+    def cycle_index(self) -> int | None:
+        return self.cycles[-1].index if self.cycles else None
+
+    def violate(self, v: checks.Violation) -> None:
+        if self.violations.add(v):
+            self.events.write("violation", kind=v.kind, message=v.message, cycle=v.cycle, detail=dict(v.detail))
+
+    def sample_memory(self) -> list[ChipMemory] | None:
+        """Per-chip memory now, added to the picture's series (None: no runtime, or it does not report memory)."""
+        rt = self.rt
+        if rt is None:
+            return None
+        try:
+            mem = list(rt.memory_usage())
+        except (RuntimeLayerError, AttributeError):
+            return None
+        t = self.now_s()
+        for m in mem:
+            if m.used_bytes is not None:
+                self.memory_series.setdefault(m.chip, evidence.Series()).add(t, float(m.used_bytes))
+        return mem
+
+
+def read_counters(rt: Any) -> list[ChipCounters]:
+    """The chips' job counters (none when the runtime cannot say)."""
+    try:
+        return list(rt.counters())
+    except RuntimeLayerError:
+        return []
