@@ -94,6 +94,10 @@ SeedOpt = Annotated[
         "also seed their traffic with it (default 0).",
     ),
 ]
+SerializeChipsOpt = Annotated[
+    bool,
+    typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (S1)."),
+]
 ReportFileOpt = Annotated[
     Path | None, typer.Option("--report", help="Write the JSON report here (on every path, a hang included).")
 ]

@@ -20,25 +20,17 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
-from calctl.cli._device import device_spec, report_dir
+from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
-    AllowUnsignedOpt,
-    CalrtLibOpt,
-    DeviceKind,
-    DeviceOpt,
-    FaultPlanOpt,
     FormatOpt,
     ReportFileOpt,
     ResultFormatOpt,
     RunLevel,
-    SeedOpt,
-    TimeScaleOpt,
-    TrustedKeyOpt,
     report_dir_option,
 )
 from calctl.cli._output import Format, TableJson
-from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.cli._package_arg import PackageArg
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
 from calctl.report import Report, StepRecord, StepStatus
@@ -215,20 +207,15 @@ def junit_xml(report: Report) -> str:
 # run-golden
 
 
+@device_options("fault_plan", "time_scale", "seed")
 def run_golden(
     pkg: PackageArg = None,
     model: ModelOpt = None,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
-    fault_plan: FaultPlanOpt = None,
-    time_scale: TimeScaleOpt = None,
-    seed: SeedOpt = None,
     step_timeout: StepTimeoutOpt = 30.0,
     trace: TraceOpt = None,
     plot: PlotOpt = None,
     report: ReportFileOpt = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
     format: ResultFormatOpt = Format.table,
 ) -> int:
     """Golden correctness of every model on a device.
@@ -241,8 +228,8 @@ def run_golden(
     """
     from calctl.runners.golden import run_golden as golden_runner
 
-    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed)
-    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    spec = dev.spec()
+    path, trust, _ = dev.package(pkg)
     with interruptible(), _live_log(format) as log:
         result = golden_runner(path, trust=trust, device=spec, model=model, step_timeout_s=step_timeout, log=log)
     return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_golden)
@@ -290,6 +277,7 @@ def _render_golden(report: Report) -> None:
 # warmup
 
 
+@device_options("fault_plan", "time_scale", "seed")
 def warmup(
     pkg: PackageArg = None,
     iterations: Annotated[
@@ -299,17 +287,11 @@ def warmup(
         int, typer.Option("--decode-steps", min=0, max=4096, help="Decode jobs per iteration.")
     ] = 8,
     model: ModelOpt = None,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
-    fault_plan: FaultPlanOpt = None,
-    time_scale: TimeScaleOpt = None,
-    seed: SeedOpt = None,
     step_timeout: StepTimeoutOpt = 30.0,
     trace: TraceOpt = None,
     plot: PlotOpt = None,
     report: ReportFileOpt = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
     format: ResultFormatOpt = Format.table,
 ) -> int:
     """Warm-up latency percentiles and stability per graph on a device.
@@ -321,8 +303,8 @@ def warmup(
     """
     from calctl.runners.warmup import run_warmup as warmup_runner
 
-    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed)
-    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    spec = dev.spec()
+    path, trust, _ = dev.package(pkg)
     with interruptible(), _live_log(format) as log:
         result = warmup_runner(
             path,
@@ -389,6 +371,7 @@ def _render_warmup(report: Report) -> None:
 # poc combined
 
 
+@device_options("fault_plan", "time_scale", "seed", "serialize_chips")
 def poc_combined(
     pkg: PackageArg = None,
     expect_models: Annotated[
@@ -412,22 +395,12 @@ def poc_combined(
             "up to this many (default 4 x --rounds); still straddling: NOT JUDGED.",
         ),
     ] = None,
-    serialize_chips: Annotated[
-        bool,
-        typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (S1)."),
-    ] = False,
     require_s2: Annotated[bool, typer.Option("--require-s2", help="Exit 1 unless the verdict is S2.")] = False,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
-    fault_plan: FaultPlanOpt = None,
-    time_scale: TimeScaleOpt = None,
-    seed: SeedOpt = None,
     step_timeout: StepTimeoutOpt = 30.0,
     trace: TraceOpt = None,
     plot: PlotOpt = None,
     report: ReportFileOpt = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
     format: ResultFormatOpt = Format.table,
 ) -> int:
     """The combined-calbin PoC, exactly 001 §6.4: open device, create calbin, check exact model names and chip
@@ -441,8 +414,8 @@ def poc_combined(
     """
     from calctl.runners.poc import parse_expect_models, run_poc_combined
 
-    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
-    path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
+    spec = dev.spec()
+    path, trust, bundled = dev.package(pkg)
     if expect_models is None:
         if not bundled:
             raise UsageError(
@@ -532,10 +505,9 @@ def _render_poc(report: Report) -> None:
 # bringup
 
 
+@device_options("time_scale")
 def bringup(
     pkg: PackageArg = None,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
     level: Annotated[
         RunLevel,
         typer.Option("--level", help="quick | standard | long: warm-up iterations, PoC rounds, step timeouts."),
@@ -544,9 +516,7 @@ def bringup(
         Path | None,
         report_dir_option("./calctl-reports/bringup-<timestamp>", "report.json, each step's trace and picture"),
     ] = None,
-    time_scale: TimeScaleOpt = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
     format: FormatOpt = TableJson.table,
 ) -> int:
     """The bench pipeline in one command: validate, budget, golden, warm-up, PoC, short soak.
@@ -562,8 +532,8 @@ def bringup(
     from calctl.records import write_json
     from calctl.runners import bringup as bringup_lib
 
-    spec = device_spec(device, calrt_lib, time_scale)
-    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    spec = dev.spec()
+    path, trust, _ = dev.package(pkg)
     out_dir = report_dir(report, "bringup")
     config = bringup_lib.BringupConfig(
         package=path, trust=trust, device=spec, level=bringup_lib.Level(level.value), out_dir=out_dir
