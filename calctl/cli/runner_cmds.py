@@ -11,7 +11,8 @@ the report's (0, 1, 3, 4, 130). No device logic lives here.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -37,7 +38,9 @@ from calctl.report import Report, StepRecord, StepStatus
 
 if TYPE_CHECKING:  # the runners (numpy, the rules, jsonschema, matplotlib) load when a command runs, not for --help
     from calctl.runners import bringup as bringup_lib
+    from calctl.runners.device import DeviceSpec
     from calctl.runners.steps import StepLog
+    from calctl.signing.policy import TrustPolicy
 
 
 # ---------------------------------------------------------------------------
@@ -79,6 +82,33 @@ def _live_log(format: Format | TableJson) -> Iterator[StepLog]:
             yield StepLog(on_record=show_live)
         return
     yield StepLog(on_record=lambda rec: _output.info(_step_line(rec)))
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """What every device runner command takes besides its own options: --step-timeout, where its trace, plot and
+    report go, and --format."""
+
+    step_timeout: float
+    trace: Path | None
+    plot: Path | None
+    report: Path | None
+    format: Format
+
+
+def _run_device(
+    runner: Callable[..., Report],
+    path: Path,
+    trust: TrustPolicy,
+    spec: DeviceSpec,
+    out: _Outputs,
+    render: Callable[[Report], None],
+    **options: Any,
+) -> int:
+    """Run one runner with the live step log (Ctrl-C/SIGTERM: its INTERRUPTED report), then :func:`_finish` it."""
+    with interruptible(), _live_log(out.format) as log:
+        result = runner(path, trust=trust, device=spec, step_timeout_s=out.step_timeout, log=log, **options)
+    return _finish(result, trace=out.trace, plot=out.plot, report_path=out.report, format=out.format, render=render)
 
 
 def _finish(
@@ -230,9 +260,8 @@ def run_golden(
 
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
-    with interruptible(), _live_log(format) as log:
-        result = golden_runner(path, trust=trust, device=spec, model=model, step_timeout_s=step_timeout, log=log)
-    return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_golden)
+    out = _Outputs(step_timeout, trace, plot, report, format)
+    return _run_device(golden_runner, path, trust, spec, out, _render_golden, model=model)
 
 
 def _render_golden(report: Report) -> None:
@@ -305,18 +334,9 @@ def warmup(
 
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
-    with interruptible(), _live_log(format) as log:
-        result = warmup_runner(
-            path,
-            trust=trust,
-            device=spec,
-            iterations=iterations,
-            model=model,
-            decode_steps=decode_steps,
-            step_timeout_s=step_timeout,
-            log=log,
-        )
-    return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_warmup)
+    out = _Outputs(step_timeout, trace, plot, report, format)
+    options = {"iterations": iterations, "model": model, "decode_steps": decode_steps}
+    return _run_device(warmup_runner, path, trust, spec, out, _render_warmup, **options)
 
 
 def _ms(x: float | None) -> str:
@@ -423,20 +443,14 @@ def poc_combined(
                 hint="e.g. --expect-models model-a,model-b",
             )
         expect_models = "model-a,model-b"
-    expect = parse_expect_models(expect_models)
-    with interruptible(), _live_log(format) as log:
-        result = run_poc_combined(
-            path,
-            trust=trust,
-            device=spec,
-            expect_models=expect,
-            rounds=rounds,
-            max_rounds=max_rounds,
-            step_timeout_s=step_timeout,
-            require_s2=require_s2,
-            log=log,
-        )
-    return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_poc)
+    options = {
+        "expect_models": parse_expect_models(expect_models),
+        "rounds": rounds,
+        "max_rounds": max_rounds,
+        "require_s2": require_s2,
+    }
+    out = _Outputs(step_timeout, trace, plot, report, format)
+    return _run_device(run_poc_combined, path, trust, spec, out, _render_poc, **options)
 
 
 def _est(d: dict[str, Any] | None) -> str:

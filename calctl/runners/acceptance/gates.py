@@ -22,7 +22,7 @@ from calctl.runners.acceptance.rows import (
     ISOLATION_REQUESTS,
     LIFECYCLE_CYCLES,
     SOAK_HOURS_G5,
-    GateDecision,
+    Reading,
     RowResult,
     RowSpec,
     StepEvidence,
@@ -33,7 +33,6 @@ from calctl.runners.acceptance.rows import (
     need,
     not_measured,
     not_run,
-    row_result,
     step_files,
 )
 
@@ -44,9 +43,7 @@ def judge_g0(spec: RowSpec, steps: Steps) -> RowResult:
     if budget is not None and budget.ran and budget.document.get("verdict") == "NO-GO":
         chips = [c for c in budget.document.get("chips", []) if c.get("verdict") != "GO"]
         reasons = "; ".join(f"chip {c['chip']}: {'; '.join(c.get('reasons', []))}" for c in chips)
-        return row_result(
-            spec, GateDecision.NO_GO, "static budget NO-GO", reason=reasons or "budget NO-GO", files=step_files(budget)
-        )
+        return Reading(spec, "static budget NO-GO", files=step_files(budget)).no_go(reasons or "budget NO-GO")
     budget, peak = need(spec, steps, "budget"), need(spec, steps, "load-peak")
     per_chip = {int(c["chip"]): c for c in budget.document.get("chips", [])}
     evidence, failing, unknown = [], [], []
@@ -75,24 +72,15 @@ def judge_g0(spec: RowSpec, steps: Steps) -> RowResult:
     )
     if per_chip:
         key += f" (limit {gib(min(c['limit_bytes'] for c in per_chip.values()))})"
+    read = Reading(spec, key, tuple(evidence), files)
     if failing:
-        return row_result(
-            spec,
-            GateDecision.NO_GO,
-            key,
-            evidence=tuple(evidence),
-            files=files,
-            reason=f"device memory at load leaves less than the guard on chip {', '.join(map(str, failing))}",
-        )
+        return read.no_go(f"device memory at load leaves less than the guard on chip {', '.join(map(str, failing))}")
     if unknown or not evidence:
-        return not_measured(
-            spec,
+        return Reading(spec, "not measured", tuple(evidence), files).not_measured(
             f"the device reports no per-chip memory for chip {', '.join(map(str, unknown)) or 'any'}",
             "a runtime that answers GetMemoryUsage per chip (docs/calrt-c-abi.md)",
-            evidence=tuple(evidence),
-            files=files,
         )
-    return row_result(spec, GateDecision.GO, key, evidence=tuple(evidence), files=files)
+    return read.go()
 
 
 def _board_chips(steps: Steps) -> int:
@@ -134,20 +122,16 @@ def judge_g1(spec: RowSpec, steps: Steps) -> RowResult:
     files = step_files(*runs)
     # A chip is exact only when a model ran on it and every model that ran on it matched its golden.
     exact = sum(1 for c, v in passed.items() if v and not failing.get(c))
-    key = f"{exact}/{len(passed)} chips golden exact"
+    read = Reading(spec, f"{exact}/{len(passed)} chips golden exact", evidence, files)
     if failed:
-        return row_result(spec, GateDecision.NO_GO, key, evidence=evidence, files=files, reason="; ".join(failed))
+        return read.no_go("; ".join(failed))
     empty = [c for c, v in passed.items() if not v]
     if empty:
-        return not_measured(
-            spec,
+        return read.not_measured(
             f"no model of the package(s) runs on chip {', '.join(map(str, empty))}",
             "a package with a model on that chip (the chip-1 build, a combined package, or `--replica PKG`)",
-            key=key,
-            evidence=evidence,
-            files=files,
         )
-    return row_result(spec, GateDecision.GO, key, evidence=evidence, files=files)
+    return read.go()
 
 
 @judge(G2)
@@ -169,6 +153,7 @@ def judge_g2(spec: RowSpec, steps: Steps) -> RowResult:
             f"{requests.get('timed_out', 0)} timed out (a load outcome)",
             *evidence,
         )
+    read = Reading(spec, key, evidence, step_files(s))
     if offenders or failing or doc.get("verdict") in ("NO-GO", "FAIL"):
         named = [
             f"{o.get('request_id')} ({o.get('alias')}, chip {o.get('chip')}) {o.get('check')}: {o.get('detail')}"
@@ -176,29 +161,20 @@ def judge_g2(spec: RowSpec, steps: Steps) -> RowResult:
             else str(o)
             for o in offenders[:3]
         ]
-        why = "; ".join(named) or f"failing checks: {', '.join(failing)}"
-        return row_result(spec, GateDecision.NO_GO, key, evidence=evidence, files=step_files(s), reason=why)
+        return read.no_go("; ".join(named) or f"failing checks: {', '.join(failing)}")
     timed_out = requests.get("timed_out") if isinstance(requests, dict) else None
     if timed_out or doc.get("verdict") == "NOT JUDGED":
-        return not_measured(
-            spec,
+        return read.not_measured(
             f"no crosstalk in what was verified, but {timed_out} request(s) timed out: a load outcome of the host "
             "or the device, not isolation evidence either way; fewer than the requests asked for were verified",
             "rerun on a host that is not saturated, or with a longer `--request-timeout`",
-            key=key,
-            evidence=evidence,
-            files=step_files(s),
         )
     if not isinstance(n, int) or n < ISOLATION_REQUESTS:
-        return not_measured(
-            spec,
+        return read.not_measured(
             f"{n} requests checked, the gate needs at least {ISOLATION_REQUESTS} (001 §13.1)",
             "`calctl bench REPLICA --scenario isolation --requests 1000`",
-            key=key,
-            evidence=evidence,
-            files=step_files(s),
         )
-    return row_result(spec, GateDecision.GO, key, evidence=evidence, files=step_files(s))
+    return read.go()
 
 
 @judge(G3)
@@ -215,32 +191,23 @@ def judge_g3(spec: RowSpec, steps: Steps) -> RowResult:
     )
     o = doc.get("overlap_ratio") or {}
     e = doc.get("throughput_efficiency") or {}
-    key = f"{verdict}: overlap {estimate(o, '.2f')}, efficiency {estimate(e, '.2f')}"
+    read = Reading(
+        spec, f"{verdict}: overlap {estimate(o, '.2f')}, efficiency {estimate(e, '.2f')}", evidence, step_files(s)
+    )
     if verdict == "S2":
-        return row_result(spec, GateDecision.GO, key, evidence=evidence, files=step_files(s))
+        return read.go()
     if verdict == "NOT JUDGED":  # the decision rule: an interval still straddles its gate after the budget
         rounds = doc.get("rounds_run") or len(doc.get("rounds") or [])
-        return not_measured(
-            spec,
+        return read.not_measured(
             f"not judged after {rounds} rounds: " + ("; ".join(doc.get("reasons", [])) or "an interval straddles"),
             "more PoC rounds (`--level standard` or `long`), on a host that is not saturated",
-            key=key,
-            evidence=evidence,
-            files=step_files(s),
         )
     if verdict == "S1":
         why = "; ".join(doc.get("reasons", [])) or "the chips did not compute together"
         if (doc.get("device_options") or {}).get("serialize_chips"):
             why = f"--serialize-chips (a modelled global runtime lock): {why}"
-        return row_result(spec, GateDecision.NO_GO, key, evidence=evidence, files=step_files(s), reason=why)
-    return row_result(
-        spec,
-        GateDecision.NO_GO,
-        key,
-        evidence=evidence,
-        files=step_files(s),
-        reason=f"the PoC ended {verdict}: {doc.get('error') or 'outputs did not match'}",
-    )
+        return read.no_go(why)
+    return read.no_go(f"the PoC ended {verdict}: {doc.get('error') or 'outputs did not match'}")
 
 
 @judge(G4)
@@ -264,37 +231,17 @@ def judge_g4(spec: RowSpec, steps: Steps) -> RowResult:
     hit = [p["phase"] for p in phases if p.get("b_impacted")]
     key = f"{grade}: B impacted in {', '.join(hit)}" if hit else f"{grade}: B never impacted"
     data = {"grade": grade, "plan": (doc.get("device_options") or {}).get("fault_plan")}
+    read = Reading(spec, key, evidence, step_files(s), data)
     if grade == "F0":
-        return row_result(
-            spec,
-            GateDecision.NO_GO,
-            key,
-            evidence=evidence,
-            files=step_files(s),
-            reason=doc.get("grade_reason", ""),
-            data=data,
-        )
+        return read.no_go(doc.get("grade_reason", ""))
     if failed_recoveries or not_ready:
-        return row_result(
-            spec,
-            GateDecision.NO_GO,
-            key,
-            evidence=evidence,
-            files=step_files(s),
-            reason="recovery not deterministic: " + "; ".join(failed_recoveries + not_ready),
-            data=data,
-        )
+        return read.no_go("recovery not deterministic: " + "; ".join(failed_recoveries + not_ready))
     if grade in ("F1", "F2"):
-        return row_result(spec, GateDecision.GO, key, evidence=evidence, files=step_files(s), data=data)
+        return read.go()
     if grade == "NOT JUDGED":  # the decision rule: B's device latency undecided in a phase that could lower it
-        return not_measured(
-            spec,
+        return read.not_measured(
             f"not judged: {doc.get('grade_reason', '')}",
             "a longer fault-isolation run (`--level standard`) on a host that is not saturated",
-            key=key,
-            evidence=evidence,
-            files=step_files(s),
-            data=data,
         )
     return not_measured(spec, f"the scenario gave no grade ({grade})", spec.measured_by, files=step_files(s))
 
@@ -341,21 +288,18 @@ def judge_soak_rows(spec: RowSpec, steps: Steps, hours_needed: float, what: str,
     soak, rb = steps.get("soak"), steps.get("rollback")
     fails = [f for f in (soak_failure(soak.document) if soak and soak.ran else None, rollback_failure(rb)) if f]
     if fails:
-        return row_result(
-            spec,
-            GateDecision.NO_GO,
-            "soak or rollback failed",
-            evidence=soak_evidence(soak.document) if soak and soak.ran else (),
-            files=step_files(soak, rb),
-            reason="; ".join(fails),
-        )
+        evidence = soak_evidence(soak.document) if soak and soak.ran else ()
+        return Reading(spec, "soak or rollback failed", evidence, step_files(soak, rb)).no_go("; ".join(fails))
     soak = need(spec, steps, "soak")
     rb_miss = not_run(spec, steps, "rollback")
     cycles, hours, _ = soak_reached(soak.document)
     rb_said = f"rollback: {rb.summary}" if rb is not None and rb.ran else f"NOT MEASURED: {rb_miss and rb_miss.reason}"
-    evidence = (*soak_evidence(soak.document), rb_said)
-    key = key.format(cycles=cycles, hours=hours, rollback="rollback not measured" if rb_miss else "rollback ok")
-    files = step_files(soak, rb) if rb is not None and rb.ran else step_files(soak)
+    read = Reading(
+        spec,
+        key.format(cycles=cycles, hours=hours, rollback="rollback not measured" if rb_miss else "rollback ok"),
+        (*soak_evidence(soak.document), rb_said),
+        step_files(soak, rb) if rb is not None and rb.ran else step_files(soak),
+    )
     short = cycles < LIFECYCLE_CYCLES or hours < hours_needed
     if short or rb_miss:
         reasons = []
@@ -370,8 +314,8 @@ def judge_soak_rows(spec: RowSpec, steps: Steps, hours_needed: float, what: str,
             how = how.replace("`calctl accept PKG", "`calctl accept PKG --level long", 1)
         elif short:
             how = ACCEPT_LONG + (f"; and {how}" if how else "")
-        return not_measured(spec, "; ".join(reasons), how, key=key, evidence=evidence, files=files)
-    return row_result(spec, GateDecision.GO, key, evidence=evidence, files=files)
+        return read.not_measured("; ".join(reasons), how)
+    return read.go()
 
 
 @judge(G5)

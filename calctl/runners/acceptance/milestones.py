@@ -8,6 +8,7 @@ Pure: documents in, a :class:`~calctl.runners.acceptance.rows.RowResult` out.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from calctl.runners.acceptance.gates import judge_soak_rows, soak_evidence, soak_failure, soak_reached
@@ -22,7 +23,7 @@ from calctl.runners.acceptance.rows import (
     SOAK_HOURS_M0,
     SOAK_HOURS_M2,
     SWITCH_HOURS_M4,
-    GateDecision,
+    Reading,
     RowResult,
     RowSpec,
     Steps,
@@ -30,46 +31,8 @@ from calctl.runners.acceptance.rows import (
     judge,
     need,
     not_measured,
-    row_result,
     step_files,
 )
-
-
-@judge(M0)
-def judge_m0(spec: RowSpec, steps: Steps) -> RowResult:
-    soak = steps.get("soak")
-    if soak is not None and soak.ran and (why := soak_failure(soak.document)):
-        return row_result(
-            spec,
-            GateDecision.NO_GO,
-            "soak failed",
-            evidence=soak_evidence(soak.document),
-            files=step_files(soak),
-            reason=why,
-        )
-    soak = need(spec, steps, "soak")
-    cycles, hours, _ = soak_reached(soak.document)
-    profiles = soak.document.get("decode_profiles") or {}
-    not_b1 = [a for a, p in profiles.items() if 1 not in p]
-    key = f"soak {hours:.2f}/{SOAK_HOURS_M0:g} h, 0 violations"
-    if not_b1:
-        return not_measured(
-            spec,
-            f"{', '.join(not_b1)} compile no B1 decode profile: M0 is a B1 milestone",
-            "a package with a B1 decode graph",
-            key=key,
-            files=step_files(soak),
-        )
-    if hours < SOAK_HOURS_M0:
-        return not_measured(
-            spec,
-            f"soak ran {hours:.2f} h/{SOAK_HOURS_M0:g} h ({cycles} cycles, no violation so far)",
-            ACCEPT_LONG + " or `calctl soak PKG --hours 24`",
-            key=key,
-            evidence=soak_evidence(soak.document),
-            files=step_files(soak),
-        )
-    return row_result(spec, GateDecision.GO, key, evidence=soak_evidence(soak.document), files=step_files(soak))
 
 
 def _milestone(doc: Mapping[str, Any], name: str) -> dict[str, Any] | None:
@@ -91,71 +54,81 @@ def _inconclusive(m: Mapping[str, Any]) -> str:
     return "; ".join(open_) or "a confidence interval straddles its limit"
 
 
-@judge(M1)
-def judge_m1(spec: RowSpec, steps: Steps) -> RowResult:
+def _executor_milestone(spec: RowSpec, steps: Steps, how: str) -> RowResult | Reading:
+    """M1's or M2's own milestone in the executor-modes scenario: the row when the scenario reported none, or it
+    is not met or inconclusive (``how``: what would decide it); when it is met, the reading to go on from."""
     s = need(spec, steps, "executor-modes")
-    m = _milestone(s.document, "M1")
+    m = _milestone(s.document, spec.id)
     if m is None:
-        return not_measured(spec, "executor-modes reported no M1", spec.measured_by, files=step_files(s))
-    ev = _milestone_evidence(m)
-    key = f"M1 {m['verdict']}"
-    if m["verdict"] == "met":
-        return row_result(spec, GateDecision.GO, key, evidence=ev, files=step_files(s))
+        return not_measured(spec, f"executor-modes reported no {spec.id}", spec.measured_by, files=step_files(s))
+    read = Reading(spec, f"{spec.id} {m['verdict']}", _milestone_evidence(m), step_files(s))
     if m["verdict"] == "not met":
         failed = [c["name"] for c in m.get("checks", []) if c.get("passed") is False]
-        return row_result(
-            spec, GateDecision.NO_GO, key, evidence=ev, files=step_files(s), reason=f"not met: {', '.join(failed)}"
+        return read.no_go(f"not met: {', '.join(failed)}")
+    if m["verdict"] != "met":
+        return read.not_measured("inconclusive: " + _inconclusive(m), how)
+    return read
+
+
+@judge(M0)
+def judge_m0(spec: RowSpec, steps: Steps) -> RowResult:
+    soak = steps.get("soak")
+    if soak is not None and soak.ran and (why := soak_failure(soak.document)):
+        return Reading(spec, "soak failed", soak_evidence(soak.document), step_files(soak)).no_go(why)
+    soak = need(spec, steps, "soak")
+    cycles, hours, _ = soak_reached(soak.document)
+    profiles = soak.document.get("decode_profiles") or {}
+    not_b1 = [a for a, p in profiles.items() if 1 not in p]
+    key = f"soak {hours:.2f}/{SOAK_HOURS_M0:g} h, 0 violations"
+    if not_b1:
+        return Reading(spec, key, files=step_files(soak)).not_measured(
+            f"{', '.join(not_b1)} compile no B1 decode profile: M0 is a B1 milestone",
+            "a package with a B1 decode graph",
         )
-    return not_measured(
+    read = Reading(spec, key, soak_evidence(soak.document), step_files(soak))
+    if hours < SOAK_HOURS_M0:
+        return read.not_measured(
+            f"soak ran {hours:.2f} h/{SOAK_HOURS_M0:g} h ({cycles} cycles, no violation so far)",
+            ACCEPT_LONG + " or `calctl soak PKG --hours 24`",
+        )
+    return read.go()
+
+
+@judge(M1)
+def judge_m1(spec: RowSpec, steps: Steps) -> RowResult:
+    read = _executor_milestone(
         spec,
-        "inconclusive: " + _inconclusive(m),
+        steps,
         "more rounds: `calctl bench PKG --scenario executor-modes` at `--level standard` or longer, "
         "on a host that is not saturated",
-        key=key,
-        evidence=ev,
-        files=step_files(s),
     )
+    return read.go() if isinstance(read, Reading) else read
 
 
 @judge(M2)
 def judge_m2(spec: RowSpec, steps: Steps) -> RowResult:
-    s, soak = need(spec, steps, "executor-modes"), steps.get("soak")
-    m = _milestone(s.document, "M2")
-    if m is None:
-        return not_measured(spec, "executor-modes reported no M2", spec.measured_by, files=step_files(s))
-    ev = _milestone_evidence(m)
-    key = f"M2 {m['verdict']}"
-    if m["verdict"] == "not met":
-        failed = [c["name"] for c in m.get("checks", []) if c.get("passed") is False]
-        return row_result(
-            spec, GateDecision.NO_GO, key, evidence=ev, files=step_files(s), reason=f"not met: {', '.join(failed)}"
-        )
-    if m["verdict"] != "met":
-        return not_measured(
-            spec,
-            "inconclusive: " + _inconclusive(m),
-            "more rounds: `calctl bench PKG --scenario executor-modes`, on a host that is not saturated",
-            key=key,
-            evidence=ev,
-            files=step_files(s),
-        )
+    read = _executor_milestone(
+        spec, steps, "more rounds: `calctl bench PKG --scenario executor-modes`, on a host that is not saturated"
+    )
+    if not isinstance(read, Reading):
+        return read
+    soak = steps.get("soak")
+    ran = soak if soak is not None and soak.ran else None
+    with_soak = replace(read, files={**read.files, **step_files(soak)})
     pingpong_hours = 0.0
-    if soak is not None and soak.ran and soak.document.get("executor_mode") == "pingpong":
-        if why := soak_failure(soak.document):
-            return row_result(spec, GateDecision.NO_GO, key, evidence=ev, files=step_files(s, soak), reason=why)
-        pingpong_hours = soak_reached(soak.document)[1]
+    if ran is not None and ran.document.get("executor_mode") == "pingpong":
+        if why := soak_failure(ran.document):
+            return with_soak.no_go(why)
+        pingpong_hours = soak_reached(ran.document)[1]
     if pingpong_hours < SOAK_HOURS_M2:
-        return not_measured(
-            spec,
+        # not "M2 met": the milestone is not met until its 24 h are (the tile reads NOT MEASURED)
+        key = f"throughput, P99 met; ping/pong soak {pingpong_hours:.2f}/{SOAK_HOURS_M2:g} h"
+        return Reading(spec, key, read.evidence, {**read.files, **step_files(ran)}).not_measured(
             f"throughput and P99 met; 24 h without errors under ping/pong not reached "
             f"({pingpong_hours:.2f} h/{SOAK_HOURS_M2:g} h of ping/pong soak)",
             "a 24 h soak with ping/pong as the executor mode (calctl soak has no executor option yet)",
-            # not "M2 met": the milestone is not met until its 24 h are (the tile reads NOT MEASURED)
-            key=f"throughput, P99 met; ping/pong soak {pingpong_hours:.2f}/{SOAK_HOURS_M2:g} h",
-            evidence=ev,
-            files=step_files(s, soak if soak is not None and soak.ran else None),
         )
-    return row_result(spec, GateDecision.GO, key, evidence=ev, files=step_files(s, soak))
+    return with_soak.go()
 
 
 @judge(M3)
@@ -174,32 +147,18 @@ def judge_m3(spec: RowSpec, steps: Steps) -> RowResult:
     )
     bad = [p["profile"] for p in batched if not p.get("lanes_match_b1") or p.get("errors")]
     key = f"{len(batched)} batched profile(s)" + (f", {', '.join(bad)} wrong" if bad else ", every lane correct")
+    read = Reading(spec, key, evidence, step_files(s))
     if bad or doc.get("verdict") == "FAIL":
-        return row_result(
-            spec,
-            GateDecision.NO_GO,
-            key,
-            evidence=evidence,
-            files=step_files(s),
-            reason=f"lanes wrong or requests failed at {', '.join(bad) or 'a profile'}",
-        )
+        return read.no_go(f"lanes wrong or requests failed at {', '.join(bad) or 'a profile'}")
     if not batched:
-        return not_measured(
-            spec,
+        return read.not_measured(
             "the package compiles only B1: no batched profile to measure",
             "a package with B4/B8/B16 decode profiles, e.g. `calctl sample-package --profiles 1,4,8,16 ...`",
-            key=key,
-            evidence=evidence,
-            files=step_files(s),
         )
-    return not_measured(
-        spec,
+    return read.not_measured(
         "every lane correct, but the project has set no fill-ratio / throughput / P99 target to judge against and "
         "KV-fault recovery on a batched profile is not exercised (000 §19 M3)",
         "set the project's targets and run a batched KV-fault recovery (not automated by calctl yet)",
-        key=key,
-        evidence=evidence,
-        files=step_files(s),
     )
 
 

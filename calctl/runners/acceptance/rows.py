@@ -304,6 +304,38 @@ def gib(n: float | None) -> str:
     return "n/a" if n is None else f"{n / 2**30:.3f} GiB"
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a judge read for its row (key figure, evidence lines, files, data); each decision is then one call."""
+
+    spec: RowSpec
+    key: str
+    evidence: tuple[str, ...] = ()
+    files: dict[str, str] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def go(self) -> RowResult:
+        return row_result(
+            self.spec, GateDecision.GO, self.key, evidence=self.evidence, files=self.files, data=self.data
+        )
+
+    def no_go(self, reason: str) -> RowResult:
+        return row_result(
+            self.spec,
+            GateDecision.NO_GO,
+            self.key,
+            evidence=self.evidence,
+            files=self.files,
+            data=self.data,
+            reason=reason,
+        )
+
+    def not_measured(self, reason: str, how: str) -> RowResult:
+        return not_measured(
+            self.spec, reason, how, key=self.key, evidence=self.evidence, files=self.files, data=self.data
+        )
+
+
 # ---------------------------------------------------------------------------
 # A judge: a step not run is the row NOT MEASURED
 
@@ -349,6 +381,7 @@ __all__ = [
     "GateDecision",
     "Judge",
     "NotRun",
+    "Reading",
     "RowResult",
     "RowSpec",
     "StepEvidence",

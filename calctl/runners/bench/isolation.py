@@ -897,7 +897,7 @@ class _Run:
             ],
             "replica": {"params_sha256": self.replica.params_sha256, "tokenizer_sha256": self.replica.tokenizer_sha256},
             "device": self.device.kind.value,
-            "device_label": _device_text(self.device, self.versions),
+            "device_text": _device_text(self.device, self.versions),
             "device_options": self.device.describe(),
             "runtime": None
             if self.versions is None
@@ -936,7 +936,7 @@ class _Run:
             "memory_used_bytes": {"before": self.mem_before, "after": self.mem_after},
             "trace": trace_doc,
             "no_go_action": None if go else NO_GO_ACTION,
-            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "phase_seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "files": dict(self.files),
         }
         return ScenarioResult(

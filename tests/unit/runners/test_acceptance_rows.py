@@ -421,3 +421,21 @@ def test_m2_key_figure_does_not_read_met_when_the_row_is_not_measured() -> None:
     r = judge_m2({"executor-modes": ran("executor-modes", milestone_doc("met", "met"))})
     assert r.verdict is GateDecision.NOT_MEASURED
     assert "M2 met" not in r.key_figure and "0.00/24 h" in r.key_figure, r.key_figure
+
+
+def test_m2_reads_a_ping_pong_soak_its_24_h_or_its_failure() -> None:
+    """M2's third condition: 24 h without errors under ping/pong (000 §19 M2); a default-mode soak does not count."""
+    modes = ran("executor-modes", milestone_doc("met", "met"), {"report": "executor-modes/bench-report.json"})
+
+    def soak(violations: int, mode: str = "pingpong") -> StepEvidence:
+        doc = {**soak_doc(cycles=200, seconds=25 * 3600.0, violations=violations), "executor_mode": mode}
+        return ran("soak", doc, {"report": "soak/soak-report.json"})
+
+    go = judge_m2({"executor-modes": modes, "soak": soak(0)})
+    assert go.verdict is GateDecision.GO and go.key_figure == "M2 met", go
+    assert set(go.files) == {"executor-modes.report", "soak.report"}
+    no_go = judge_m2({"executor-modes": modes, "soak": soak(2)})
+    assert no_go.verdict is GateDecision.NO_GO and "memory drift" in no_go.reason and no_go.action, no_go
+    default_mode = judge_m2({"executor-modes": modes, "soak": soak(0, mode="default")})
+    assert default_mode.verdict is GateDecision.NOT_MEASURED and "0.00/24 h" in default_mode.key_figure
+    assert set(default_mode.files) == {"executor-modes.report", "soak.report"}
