@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
@@ -122,31 +122,39 @@ def device_options(*extra: str) -> Callable[[Callable[..., R]], Callable[..., R]
 
     The command's ``dev`` parameter is replaced, where it stands, by --device, --calrt-lib, --trusted-key and
     --allow-unsigned, plus the ``extra`` ones (``"fault_plan"``, ``"time_scale"``, ``"seed"``,
-    ``"serialize_chips"``); Typer reads the options from the signature as it reads any other."""
+    ``"serialize_chips"``)."""
     unknown = set(extra) - set(DEVICE_OPTIONS)
     if unknown:
         raise ValueError(f"device_options: unknown option(s) {sorted(unknown)}")
-    names = [n for n in DEVICE_OPTIONS if n in BASE_OPTIONS or n in extra]
+    chosen = {n: a for n, a in DEVICE_OPTIONS.items() if n in BASE_OPTIONS or n in extra}
+    return option_group("dev", DeviceArgs, chosen)
+
+
+def option_group(
+    param: str, group: type[Any], options: Mapping[str, Any]
+) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Several options arriving as one frozen dataclass value: the command's ``param`` parameter (annotated
+    ``group``) is replaced, where it stands, by ``options`` (field name -> its ``Annotated`` type; the default
+    is the field's in ``group()``), and the command is called with ``group(**those values)``. Typer reads
+    the options from the signature as it reads any other; the fields not in ``options`` keep their defaults."""
+    defaults = group()
 
     def wrap(fn: Callable[..., R]) -> Callable[..., R]:
         sig = inspect.signature(fn)
         hints = get_type_hints(fn, include_extras=True)
         params = list(sig.parameters.values())
-        at = [p.name for p in params].index("dev")
+        at = [p.name for p in params].index(param)
         added = [
-            inspect.Parameter(
-                n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=getattr(DEVICE_DEFAULTS, n), annotation=a
-            )
-            for n, a in DEVICE_OPTIONS.items()
-            if n in names
+            inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=getattr(defaults, n), annotation=a)
+            for n, a in options.items()
         ]
         kept = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in params]
         parameters = [*kept[:at], *added, *kept[at + 1 :]]
 
         @functools.wraps(fn)
         def command(**kwargs: Any) -> R:
-            dev = DeviceArgs(**{n: kwargs.pop(n) for n in names})
-            return fn(dev=dev, **kwargs)
+            value = group(**{n: kwargs.pop(n) for n in options})
+            return fn(**{param: value}, **kwargs)
 
         returns = hints.get("return", sig.return_annotation)
         setattr(command, "__signature__", sig.replace(parameters=parameters, return_annotation=returns))  # noqa: B010

@@ -23,8 +23,8 @@ class DeviceKind(str, enum.Enum):
 
 
 class RunLevel(str, enum.Enum):
-    """``--level`` of ``bringup`` and ``accept``: the values of ``calctl.runners.bringup.Level`` and
-    ``calctl.runners.acceptance.run.Level`` (a unit test keeps them equal), spelled here so that a command's
+    """``--level`` of ``bringup`` and ``accept``: the values of ``calctl.runners.bringup.Level`` (which
+    ``calctl.runners.acceptance`` uses too; a unit test keeps them equal), spelled here so that a command's
     ``--help`` imports no runner; the command turns it into the library's own enum."""
 
     QUICK = "quick"

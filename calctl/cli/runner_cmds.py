@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
-from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
+from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, option_group, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
     FormatOpt,
@@ -87,13 +87,27 @@ def _live_log(format: Format | TableJson) -> Iterator[StepLog]:
 @dataclass(frozen=True)
 class _Outputs:
     """What every device runner command takes besides its own options: --step-timeout, where its trace, plot and
-    report go, and --format."""
+    report go, and --format (one ``out`` parameter, :data:`runner_outputs`)."""
 
-    step_timeout: float
-    trace: Path | None
-    plot: Path | None
-    report: Path | None
-    format: Format
+    step_timeout: float = 30.0
+    trace: Path | None = None
+    plot: Path | None = None
+    report: Path | None = None
+    format: Format = Format.table
+
+
+_OUTPUTS = _Outputs()
+runner_outputs = option_group(
+    "out",
+    _Outputs,
+    {
+        "step_timeout": StepTimeoutOpt,
+        "trace": TraceOpt,
+        "plot": PlotOpt,
+        "report": ReportFileOpt,
+        "format": ResultFormatOpt,
+    },
+)
 
 
 def _run_device(
@@ -238,15 +252,12 @@ def junit_xml(report: Report) -> str:
 
 
 @device_options("fault_plan", "time_scale", "seed")
+@runner_outputs
 def run_golden(
     pkg: PackageArg = None,
     model: ModelOpt = None,
-    step_timeout: StepTimeoutOpt = 30.0,
-    trace: TraceOpt = None,
-    plot: PlotOpt = None,
-    report: ReportFileOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
-    format: ResultFormatOpt = Format.table,
+    out: _Outputs = _OUTPUTS,
 ) -> int:
     """Golden correctness of every model on a device.
 
@@ -260,7 +271,6 @@ def run_golden(
 
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
-    out = _Outputs(step_timeout, trace, plot, report, format)
     return _run_device(golden_runner, path, trust, spec, out, _render_golden, model=model)
 
 
@@ -307,6 +317,7 @@ def _render_golden(report: Report) -> None:
 
 
 @device_options("fault_plan", "time_scale", "seed")
+@runner_outputs
 def warmup(
     pkg: PackageArg = None,
     iterations: Annotated[
@@ -316,12 +327,8 @@ def warmup(
         int, typer.Option("--decode-steps", min=0, max=4096, help="Decode jobs per iteration.")
     ] = 8,
     model: ModelOpt = None,
-    step_timeout: StepTimeoutOpt = 30.0,
-    trace: TraceOpt = None,
-    plot: PlotOpt = None,
-    report: ReportFileOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
-    format: ResultFormatOpt = Format.table,
+    out: _Outputs = _OUTPUTS,
 ) -> int:
     """Warm-up latency percentiles and stability per graph on a device.
 
@@ -334,7 +341,6 @@ def warmup(
 
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
-    out = _Outputs(step_timeout, trace, plot, report, format)
     options = {"iterations": iterations, "model": model, "decode_steps": decode_steps}
     return _run_device(warmup_runner, path, trust, spec, out, _render_warmup, **options)
 
@@ -392,6 +398,7 @@ def _render_warmup(report: Report) -> None:
 
 
 @device_options("fault_plan", "time_scale", "seed", "serialize_chips")
+@runner_outputs
 def poc_combined(
     pkg: PackageArg = None,
     expect_models: Annotated[
@@ -416,12 +423,8 @@ def poc_combined(
         ),
     ] = None,
     require_s2: Annotated[bool, typer.Option("--require-s2", help="Exit 1 unless the verdict is S2.")] = False,
-    step_timeout: StepTimeoutOpt = 30.0,
-    trace: TraceOpt = None,
-    plot: PlotOpt = None,
-    report: ReportFileOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
-    format: ResultFormatOpt = Format.table,
+    out: _Outputs = _OUTPUTS,
 ) -> int:
     """The combined-calbin PoC, exactly 001 §6.4: open device, create calbin, check exact model names and chip
     targets (exit 1 before configure on any problem), configure once, A/B buffers, A golden, B golden, rounds of
@@ -449,7 +452,6 @@ def poc_combined(
         "max_rounds": max_rounds,
         "require_s2": require_s2,
     }
-    out = _Outputs(step_timeout, trace, plot, report, format)
     return _run_device(run_poc_combined, path, trust, spec, out, _render_poc, **options)
 
 

@@ -38,7 +38,7 @@ import enum
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -249,17 +249,7 @@ def _warmup(state: BringupState) -> StepOutcome:
     results = report.body.get("models", [])
     figure = "; ".join(_decode_p50(state, r) for r in results) or "no result"
     outcome = _device_step(state, "warmup", report, figure)
-    detail = " | ".join(describe_warmup(r) for r in results)
-    return StepOutcome(
-        outcome.name,
-        outcome.verdict,
-        outcome.key_figure,
-        outcome.seconds,
-        outcome.exit_code,
-        outcome.detail or detail,
-        outcome.files,
-        outcome.document,
-    )
+    return replace(outcome, detail=outcome.detail or " | ".join(describe_warmup(r) for r in results))
 
 
 def _decode_p50(state: BringupState, r: Any) -> str:
