@@ -75,18 +75,20 @@ class AcceptState:
     def files(self, **paths: str | Path | None) -> dict[str, str]:
         return {k: r for k, v in paths.items() if (r := self.rel(v)) is not None}
 
-    def two_model(self) -> tuple[Path, bringup.BringupState] | None:
-        """The package with two models (one per chip): the main one if it has them, else the replica."""
+    def two_model(self, why: str, how: str) -> tuple[Path, bringup.BringupState]:
+        """The package with two models (one per chip): the main one if it has them, else the replica;
+        neither: the step is SKIPPED saying ``why`` and ``how``."""
         for st in (self.main, self.replica):
             if st is not None and st.package is not None and len(st.package.models) == 2:
                 return st.config.package, st
-        return None
+        raise Skip(why, how)
 
-    def replica_pkg(self) -> Path | None:
+    def replica_pkg(self, why: str, how: str) -> Path:
+        """The replica package (one model on both chips), the main one or ``--replica``; neither: SKIPPED."""
         for st in (self.main, self.replica):
             if st is not None and st.package is not None and st.package.kind == "replica":
                 return st.config.package
-        return None
+        raise Skip(why, how)
 
 
 class Skip(Exception):
@@ -256,13 +258,10 @@ def step_replica_golden(state: AcceptState) -> StepEvidence:
 
 def step_poc(state: AcceptState) -> StepEvidence:
     _need_main(state)
-    found = state.two_model()
-    if found is None:
-        raise Skip(
-            "the PoC needs a combined or replica package (two models, one per chip)",
-            "`calctl sample-package --kind combined ...` as PKG, or `--replica PKG`",
-        )
-    _, st = found
+    _, st = state.two_model(
+        "the PoC needs a combined or replica package (two models, one per chip)",
+        "`calctl sample-package --kind combined ...` as PKG, or `--replica PKG`",
+    )
     st.config = replace(st.config, level=state.config.level)
     o = bringup.POC.run(st)
     _raise_if_interrupted(o)
@@ -352,12 +351,10 @@ def _body_files(body: dict[str, Any]) -> dict[str, str]:
 
 def step_isolation(state: AcceptState) -> StepEvidence:
     _need_main(state)
-    pkg = state.replica_pkg()
-    if pkg is None:
-        raise Skip(
-            "G2 needs a replica package (one model on both chips) and none was given",
-            "`calctl sample-package --kind replica --key K OUT`, then `calctl accept PKG --replica OUT`",
-        )
+    pkg = state.replica_pkg(
+        "G2 needs a replica package (one model on both chips) and none was given",
+        "`calctl sample-package --kind replica --key K OUT`, then `calctl accept PKG --replica OUT`",
+    )
     return _scenario(state, "isolation", pkg)
 
 
@@ -368,10 +365,8 @@ def step_fault_isolation(state: AcceptState) -> StepEvidence:
             "fault-isolation arms faults with the mock board's fault injection; a board needs the vendor's own",
             "inject faults with the vendor's tools and measure B with `calctl bench --url ... --mode joint`",
         )
-    found = state.two_model()
-    if found is None:
-        raise Skip("fault-isolation needs two models, one per chip", "a combined package, or `--replica PKG`")
-    return _scenario(state, "fault-isolation", found[0])
+    pkg, _ = state.two_model("fault-isolation needs two models, one per chip", "a combined package, or `--replica PKG`")
+    return _scenario(state, "fault-isolation", pkg)
 
 
 def step_executor_modes(state: AcceptState) -> StepEvidence:

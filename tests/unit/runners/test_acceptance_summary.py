@@ -144,3 +144,31 @@ def test_load_peak_keeps_the_mock_label_where_it_goes(monkeypatch: pytest.Monkey
     assert ev.status is EvidenceStatus.RAN
     assert doc["mock_result"] is True and "MOCK RESULT" in doc["note"], doc["note"]
     assert "GetMemoryUsage" in doc["memory_note"]
+
+
+def test_a_step_without_the_package_it_needs_is_skipped_saying_how(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The PoC, isolation and fault-isolation need two models or a replica package: SKIPPED with why and how."""
+    from contextlib import ExitStack
+
+    from calctl.runners.context import DeviceSpec
+    from calctl.signing.policy import TrustPolicy
+
+    cfg = accept_run.AcceptConfig(
+        package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=accept_run.Level.QUICK, out_dir=tmp_path
+    )
+    monkeypatch.setattr(accept_evidence, "_need_main", lambda s: None)
+    state = accept_evidence.AcceptState(config=cfg, stack=ExitStack())
+    said: dict[str, tuple[str, str]] = {}
+    for name, run in (
+        ("poc", accept_evidence.step_poc),
+        ("isolation", accept_evidence.step_isolation),
+        ("fault-isolation", accept_evidence.step_fault_isolation),
+    ):
+        ev = accept_run._run_step(accept_evidence.Step(name, (), run), state)
+        assert ev.status is EvidenceStatus.SKIPPED, ev
+        said[name] = (ev.reason, ev.document["how_to_measure"])
+    assert "two models, one per chip" in said["poc"][0] and "--replica PKG" in said["poc"][1]
+    assert "replica package" in said["isolation"][0] and "--replica OUT" in said["isolation"][1]
+    assert "two models" in said["fault-isolation"][0] and "combined package" in said["fault-isolation"][1]
