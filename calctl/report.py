@@ -246,6 +246,9 @@ class ReportStep(Protocol):
 
 #: Keys the model writes into every document; a body may not set them.
 RESERVED = frozenset({"schema_version", "verdict", "exit_code"})
+#: The header's labels of what produced a result (mock, software model, board); a body may not change them.
+#: (``note`` is not one: a body may extend it, as ``device conformance`` does, keeping the label first.)
+LABELS = frozenset({"device_label", "mock_result"})
 
 
 @dataclass(frozen=True)
@@ -278,6 +281,13 @@ class Report:
         clash = RESERVED & set(self.body)
         if clash:
             raise ValueError(f"report body sets {sorted(clash)}: the model writes those")
+        # The header's labels say what produced the result (docs/cli.md, the common fields): a body may repeat
+        # them, never change them (a scenario's body once relabelled a mock run with a sentence).
+        relabelled = sorted(
+            k for k in LABELS & set(self.body) if self.header.get(k) is not None and self.body[k] != self.header[k]
+        )
+        if relabelled:
+            raise ValueError(f"report body changes the header's {relabelled}")
         if self.verdict != "RUNNING":
             exit_code_of(self.verdict, fail_on=self.fail_on)  # a word outside the vocabulary is a calctl bug
 

@@ -1,17 +1,37 @@
 """Turning the shared options into run inputs, in one place: --device/--calrt-lib/--time-scale/--fault-plan/--seed
-into a DeviceSpec, and --report DIR into a report directory (docs/cli.md, report directories)."""
+into a DeviceSpec, and --report DIR into a report directory (docs/cli.md, report directories).
+
+:func:`device_options` gives a command the device and trust options as one :class:`DeviceArgs` value, so
+the commands that run on a device (run-golden, warmup, poc, bringup, accept, soak, bench, serve) spell them
+once; :func:`device_spec` alone serves a command with only --device/--calrt-lib. Nothing here opens a device.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 
-from calctl.cli._options import DeviceKind
+from calctl.cli._options import (
+    AllowUnsignedOpt,
+    CalrtLibOpt,
+    DeviceKind,
+    DeviceOpt,
+    FaultPlanOpt,
+    SeedOpt,
+    SerializeChipsOpt,
+    TimeScaleOpt,
+    TrustedKeyOpt,
+)
 from calctl.errors import UsageError
 
 if TYPE_CHECKING:
     from calctl.runners.device import DeviceSpec
+    from calctl.signing.policy import TrustPolicy
 
 
 def device_spec(
@@ -49,3 +69,96 @@ def report_dir(report: Path | None, command: str) -> Path:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--report {out}: exists and is not a directory")
     return out
+
+
+@dataclass(frozen=True)
+class DeviceArgs:
+    """The device and trust options of a command, as given (``device_options`` fills it; defaults: not given)."""
+
+    device: DeviceKind = DeviceKind.mock
+    calrt_lib: Path | None = None
+    fault_plan: Path | None = None
+    time_scale: float | None = None
+    seed: int | None = None
+    serialize_chips: bool = False
+    trusted_key: list[Path] | None = None
+    allow_unsigned: bool = False
+
+    def spec(self) -> DeviceSpec:
+        """The :class:`~calctl.runners.device.DeviceSpec` (a usage error names the option that is wrong)."""
+        return device_spec(
+            self.device, self.calrt_lib, self.time_scale, self.fault_plan, self.seed, self.serialize_chips
+        )
+
+    def package(self, pkg: Path | None) -> tuple[Path, TrustPolicy, bool]:
+        """(path, trust policy, is the bundled sample) of the PKG argument under --trusted-key/--allow-unsigned."""
+        from calctl.cli._package_arg import resolve_package
+
+        return resolve_package(pkg, self.trusted_key, self.allow_unsigned)
+
+
+R = TypeVar("R")
+
+#: The ``dev`` parameter's default in a command's signature (``device_options`` replaces the parameter).
+DEVICE_DEFAULTS = DeviceArgs()
+
+#: The options :func:`device_options` may add, in --help order: name -> its ``Annotated`` type.
+DEVICE_OPTIONS: dict[str, Any] = {
+    "device": DeviceOpt,
+    "calrt_lib": CalrtLibOpt,
+    "fault_plan": FaultPlanOpt,
+    "time_scale": TimeScaleOpt,
+    "seed": SeedOpt,
+    "serialize_chips": SerializeChipsOpt,
+    "trusted_key": TrustedKeyOpt,
+    "allow_unsigned": AllowUnsignedOpt,
+}
+#: What every device command takes; the others are asked for by name.
+BASE_OPTIONS = ("device", "calrt_lib", "trusted_key", "allow_unsigned")
+
+
+def device_options(*extra: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Give a command its device and trust options as one ``dev: DeviceArgs`` parameter.
+
+    The command's ``dev`` parameter is replaced, where it stands, by --device, --calrt-lib, --trusted-key and
+    --allow-unsigned, plus the ``extra`` ones (``"fault_plan"``, ``"time_scale"``, ``"seed"``,
+    ``"serialize_chips"``)."""
+    unknown = set(extra) - set(DEVICE_OPTIONS)
+    if unknown:
+        raise ValueError(f"device_options: unknown option(s) {sorted(unknown)}")
+    chosen = {n: a for n, a in DEVICE_OPTIONS.items() if n in BASE_OPTIONS or n in extra}
+    return option_group("dev", DeviceArgs, chosen)
+
+
+def option_group(
+    param: str, group: type[Any], options: Mapping[str, Any]
+) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Several options arriving as one frozen dataclass value: the command's ``param`` parameter (annotated
+    ``group``) is replaced, where it stands, by ``options`` (field name -> its ``Annotated`` type; the default
+    is the field's in ``group()``), and the command is called with ``group(**those values)``. Typer reads
+    the options from the signature as it reads any other; the fields not in ``options`` keep their defaults."""
+    defaults = group()
+
+    def wrap(fn: Callable[..., R]) -> Callable[..., R]:
+        sig = inspect.signature(fn)
+        hints = get_type_hints(fn, include_extras=True)
+        params = list(sig.parameters.values())
+        at = [p.name for p in params].index(param)
+        added = [
+            inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=getattr(defaults, n), annotation=a)
+            for n, a in options.items()
+        ]
+        kept = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in params]
+        parameters = [*kept[:at], *added, *kept[at + 1 :]]
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> R:
+            value = group(**{n: kwargs.pop(n) for n in options})
+            return fn(**{param: value}, **kwargs)
+
+        returns = hints.get("return", sig.return_annotation)
+        setattr(command, "__signature__", sig.replace(parameters=parameters, return_annotation=returns))  # noqa: B010
+        command.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": returns}
+        return command
+
+    return wrap

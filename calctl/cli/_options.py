@@ -23,8 +23,8 @@ class DeviceKind(str, enum.Enum):
 
 
 class RunLevel(str, enum.Enum):
-    """``--level`` of ``bringup`` and ``accept``: the values of ``calctl.runners.bringup.Level`` and
-    ``calctl.runners.acceptance.run.Level`` (a unit test keeps them equal), spelled here so that a command's
+    """``--level`` of ``bringup`` and ``accept``: the values of ``calctl.runners.bringup.Level`` (which
+    ``calctl.runners.acceptance`` uses too; a unit test keeps them equal), spelled here so that a command's
     ``--help`` imports no runner; the command turns it into the library's own enum."""
 
     QUICK = "quick"
@@ -93,6 +93,10 @@ SeedOpt = Annotated[
         help="Seed of what is random in the run: on the mock it overrides the fault plan's seed; soak and bench "
         "also seed their traffic with it (default 0).",
     ),
+]
+SerializeChipsOpt = Annotated[
+    bool,
+    typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (S1)."),
 ]
 ReportFileOpt = Annotated[
     Path | None, typer.Option("--report", help="Write the JSON report here (on every path, a hang included).")

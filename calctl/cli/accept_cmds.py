@@ -17,23 +17,15 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
-from calctl.cli._device import device_spec, report_dir
+from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
-    AllowUnsignedOpt,
-    CalrtLibOpt,
-    DeviceKind,
-    DeviceOpt,
-    FaultPlanOpt,
     ResultFormatOpt,
     RunLevel,
-    SeedOpt,
-    TimeScaleOpt,
-    TrustedKeyOpt,
     report_dir_option,
 )
 from calctl.cli._output import Format
-from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.cli._package_arg import PackageArg
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
 from calctl.report import Report
@@ -69,10 +61,6 @@ OnlyOpt = Annotated[
     str | None,
     typer.Option("--only", help="Measure only these rows, e.g. G3,G4 (the others are NOT MEASURED, not asked for)."),
 ]
-SerializeOpt = Annotated[
-    bool,
-    typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (G3: S1)."),
-]
 
 
 def _parse_only(only: str | None) -> frozenset[str] | None:
@@ -82,18 +70,13 @@ def _parse_only(only: str | None) -> frozenset[str] | None:
     return ids
 
 
+@device_options("fault_plan", "time_scale", "serialize_chips", "seed")
 def accept(
     pkg: PackageArg = None,
     replica: ReplicaOpt = None,
     previous: PreviousOpt = None,
     level: LevelOpt = RunLevel.QUICK,
     only: OnlyOpt = None,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
-    fault_plan: FaultPlanOpt = None,
-    time_scale: TimeScaleOpt = None,
-    serialize_chips: SerializeOpt = False,
-    seed: SeedOpt = None,
     report: Annotated[
         Path | None,
         report_dir_option(
@@ -101,8 +84,7 @@ def accept(
             "report.json (rewritten after every step), accept.png, accept.junit.xml and every step's evidence",
         ),
     ] = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
     format: ResultFormatOpt = Format.table,
 ) -> int:
     """Acceptance report: gates G0–G5 and milestones M0–M4, each GO, NO-GO or NOT MEASURED from evidence.
@@ -121,10 +103,10 @@ def accept(
     """
     from calctl.records import write_atomic
     from calctl.runners.acceptance import run as accept_lib
-    from calctl.runners.acceptance.rows import StepStatus
+    from calctl.runners.acceptance.rows import EvidenceStatus
 
-    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
-    path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
+    spec = dev.spec()
+    path, trust, bundled = dev.package(pkg)
     if not path.exists():
         raise UsageError(f"PKG {path}: no such package directory or archive")
     if replica is not None and not replica.exists():
@@ -144,7 +126,7 @@ def accept(
         out_dir=out_dir,
         replica=replica,
         only=_parse_only(only),
-        seed=seed or 0,
+        seed=dev.seed or 0,
         previous=previous,
     )
     _output.info(
@@ -155,7 +137,7 @@ def accept(
     )
 
     def show(ev: StepEvidence) -> None:
-        what = ev.summary if ev.status is StepStatus.RAN else ev.reason
+        what = ev.summary if ev.status is EvidenceStatus.RAN else ev.reason
         _output.info(f"  {ev.status.value:<11} {escape(ev.name)} [dim]({ev.seconds:.1f} s)[/] {escape(what)}")
 
     with interruptible(), quiet_engine_log():

@@ -20,21 +20,14 @@ from rich.markup import escape
 
 from calctl import html_report
 from calctl.cli import _output
-from calctl.cli._device import device_spec, report_dir
+from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
 from calctl.cli._options import (
-    AllowUnsignedOpt,
-    CalrtLibOpt,
     DeviceKind,
-    DeviceOpt,
-    FaultPlanOpt,
     FormatOpt,
     SeedOpt,
-    TimeScaleOpt,
-    TrustedKeyOpt,
     report_dir_option,
 )
 from calctl.cli._output import TableJson
-from calctl.cli._package_arg import resolve_package
 from calctl.cli._signals import interrupt_behind, interruptible
 from calctl.errors import ExitCode, UsageError, interrupt_reason
 from calctl.records import write_json
@@ -52,6 +45,7 @@ class TargetDeviceOpt(str, enum.Enum):
     calrt = "calrt"
 
 
+@device_options("time_scale", "fault_plan")
 def bench(
     pkg: Annotated[
         Path | None,
@@ -128,12 +122,7 @@ def bench(
         Path | None,
         report_dir_option("./calctl-reports/bench-<timestamp>", "bench-report.json and the scenario's picture"),
     ] = None,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
-    time_scale: TimeScaleOpt = None,
-    fault_plan: FaultPlanOpt = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
     format: FormatOpt = TableJson.table,
 ) -> int:
     """Load generator and verdicts: A/B, interference, fault-isolation, executor-modes.
@@ -169,7 +158,12 @@ def bench(
     if requests is not None and scenario != "isolation":
         raise UsageError(f"--requests applies to --scenario isolation only (use --max-requests for {scenario})")
     if chosen.needs_url:
-        if pkg is not None or time_scale is not None or fault_plan is not None or device is not DeviceKind.mock:
+        if (
+            pkg is not None
+            or dev.time_scale is not None
+            or dev.fault_plan is not None
+            or dev.device is not DeviceKind.mock
+        ):
             raise UsageError(
                 f"--scenario {scenario} drives the server at --url: PKG, --device, --time-scale and --fault-plan "
                 "do not apply"
@@ -177,25 +171,25 @@ def bench(
     else:
         if url is not None:
             raise UsageError(f"--scenario {scenario} runs the engine in-process: --url does not apply")
-        if fault_plan is not None and scenario not in ("isolation", "fault-isolation"):
+        if dev.fault_plan is not None and scenario not in ("isolation", "fault-isolation"):
             raise UsageError(
                 f"--fault-plan applies to --scenario isolation and fault-isolation (batch and executor-modes "
                 f"take none), not to {scenario}"
             )
-        spec = device_spec(device, calrt_lib, time_scale, fault_plan)
+        spec = dev.spec()
         if scenario == "isolation" and pkg is None:  # G2 needs a replica: the bundled one
             from calctl.compiler.bundled import bundled_package
             from calctl.signing.policy import make_policy
 
             package = bundled_package("replica")
             _output.info(f"[dim]using the bundled replica sample package: {escape(str(package))}[/]")
-            trust = make_policy(trusted_key, allow_unsigned, trust_test_key=True)
+            trust = make_policy(dev.trusted_key, dev.allow_unsigned, trust_test_key=True)
         elif scenario == "batch" and pkg is None:  # the bundled samples are B1 only: the scenario builds its own
             from calctl.signing.policy import make_policy
 
-            trust = make_policy(trusted_key, allow_unsigned, trust_test_key=True)
+            trust = make_policy(dev.trusted_key, dev.allow_unsigned, trust_test_key=True)
         else:
-            package, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+            package, trust, _ = dev.package(pkg)
     opts = BenchOptions(
         out_dir=out_dir,
         url=url,

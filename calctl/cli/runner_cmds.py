@@ -11,7 +11,8 @@ the report's (0, 1, 3, 4, 130). No device logic lives here.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -20,32 +21,26 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
-from calctl.cli._device import device_spec, report_dir
+from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, option_group, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
-    AllowUnsignedOpt,
-    CalrtLibOpt,
-    DeviceKind,
-    DeviceOpt,
-    FaultPlanOpt,
     FormatOpt,
     ReportFileOpt,
     ResultFormatOpt,
     RunLevel,
-    SeedOpt,
-    TimeScaleOpt,
-    TrustedKeyOpt,
     report_dir_option,
 )
 from calctl.cli._output import Format, TableJson
-from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.cli._package_arg import PackageArg
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
 from calctl.report import Report, StepRecord, StepStatus
 
 if TYPE_CHECKING:  # the runners (numpy, the rules, jsonschema, matplotlib) load when a command runs, not for --help
     from calctl.runners import bringup as bringup_lib
+    from calctl.runners.device import DeviceSpec
     from calctl.runners.steps import StepLog
+    from calctl.signing.policy import TrustPolicy
 
 
 # ---------------------------------------------------------------------------
@@ -87,6 +82,47 @@ def _live_log(format: Format | TableJson) -> Iterator[StepLog]:
             yield StepLog(on_record=show_live)
         return
     yield StepLog(on_record=lambda rec: _output.info(_step_line(rec)))
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """What every device runner command takes besides its own options: --step-timeout, where its trace, plot and
+    report go, and --format (one ``out`` parameter, :data:`runner_outputs`)."""
+
+    step_timeout: float = 30.0
+    trace: Path | None = None
+    plot: Path | None = None
+    report: Path | None = None
+    format: Format = Format.table
+
+
+_OUTPUTS = _Outputs()
+runner_outputs = option_group(
+    "out",
+    _Outputs,
+    {
+        "step_timeout": StepTimeoutOpt,
+        "trace": TraceOpt,
+        "plot": PlotOpt,
+        "report": ReportFileOpt,
+        "format": ResultFormatOpt,
+    },
+)
+
+
+def _run_device(
+    runner: Callable[..., Report],
+    path: Path,
+    trust: TrustPolicy,
+    spec: DeviceSpec,
+    out: _Outputs,
+    render: Callable[[Report], None],
+    **options: Any,
+) -> int:
+    """Run one runner with the live step log (Ctrl-C/SIGTERM: its INTERRUPTED report), then :func:`_finish` it."""
+    with interruptible(), _live_log(out.format) as log:
+        result = runner(path, trust=trust, device=spec, step_timeout_s=out.step_timeout, log=log, **options)
+    return _finish(result, trace=out.trace, plot=out.plot, report_path=out.report, format=out.format, render=render)
 
 
 def _finish(
@@ -215,21 +251,13 @@ def junit_xml(report: Report) -> str:
 # run-golden
 
 
+@device_options("fault_plan", "time_scale", "seed")
+@runner_outputs
 def run_golden(
     pkg: PackageArg = None,
     model: ModelOpt = None,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
-    fault_plan: FaultPlanOpt = None,
-    time_scale: TimeScaleOpt = None,
-    seed: SeedOpt = None,
-    step_timeout: StepTimeoutOpt = 30.0,
-    trace: TraceOpt = None,
-    plot: PlotOpt = None,
-    report: ReportFileOpt = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
-    format: ResultFormatOpt = Format.table,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
+    out: _Outputs = _OUTPUTS,
 ) -> int:
     """Golden correctness of every model on a device.
 
@@ -241,11 +269,9 @@ def run_golden(
     """
     from calctl.runners.golden import run_golden as golden_runner
 
-    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed)
-    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
-    with interruptible(), _live_log(format) as log:
-        result = golden_runner(path, trust=trust, device=spec, model=model, step_timeout_s=step_timeout, log=log)
-    return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_golden)
+    spec = dev.spec()
+    path, trust, _ = dev.package(pkg)
+    return _run_device(golden_runner, path, trust, spec, out, _render_golden, model=model)
 
 
 def _render_golden(report: Report) -> None:
@@ -290,6 +316,8 @@ def _render_golden(report: Report) -> None:
 # warmup
 
 
+@device_options("fault_plan", "time_scale", "seed")
+@runner_outputs
 def warmup(
     pkg: PackageArg = None,
     iterations: Annotated[
@@ -299,18 +327,8 @@ def warmup(
         int, typer.Option("--decode-steps", min=0, max=4096, help="Decode jobs per iteration.")
     ] = 8,
     model: ModelOpt = None,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
-    fault_plan: FaultPlanOpt = None,
-    time_scale: TimeScaleOpt = None,
-    seed: SeedOpt = None,
-    step_timeout: StepTimeoutOpt = 30.0,
-    trace: TraceOpt = None,
-    plot: PlotOpt = None,
-    report: ReportFileOpt = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
-    format: ResultFormatOpt = Format.table,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
+    out: _Outputs = _OUTPUTS,
 ) -> int:
     """Warm-up latency percentiles and stability per graph on a device.
 
@@ -321,20 +339,10 @@ def warmup(
     """
     from calctl.runners.warmup import run_warmup as warmup_runner
 
-    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed)
-    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
-    with interruptible(), _live_log(format) as log:
-        result = warmup_runner(
-            path,
-            trust=trust,
-            device=spec,
-            iterations=iterations,
-            model=model,
-            decode_steps=decode_steps,
-            step_timeout_s=step_timeout,
-            log=log,
-        )
-    return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_warmup)
+    spec = dev.spec()
+    path, trust, _ = dev.package(pkg)
+    options = {"iterations": iterations, "model": model, "decode_steps": decode_steps}
+    return _run_device(warmup_runner, path, trust, spec, out, _render_warmup, **options)
 
 
 def _ms(x: float | None) -> str:
@@ -389,6 +397,8 @@ def _render_warmup(report: Report) -> None:
 # poc combined
 
 
+@device_options("fault_plan", "time_scale", "seed", "serialize_chips")
+@runner_outputs
 def poc_combined(
     pkg: PackageArg = None,
     expect_models: Annotated[
@@ -412,23 +422,9 @@ def poc_combined(
             "up to this many (default 4 x --rounds); still straddling: NOT JUDGED.",
         ),
     ] = None,
-    serialize_chips: Annotated[
-        bool,
-        typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (S1)."),
-    ] = False,
     require_s2: Annotated[bool, typer.Option("--require-s2", help="Exit 1 unless the verdict is S2.")] = False,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
-    fault_plan: FaultPlanOpt = None,
-    time_scale: TimeScaleOpt = None,
-    seed: SeedOpt = None,
-    step_timeout: StepTimeoutOpt = 30.0,
-    trace: TraceOpt = None,
-    plot: PlotOpt = None,
-    report: ReportFileOpt = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
-    format: ResultFormatOpt = Format.table,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
+    out: _Outputs = _OUTPUTS,
 ) -> int:
     """The combined-calbin PoC, exactly 001 §6.4: open device, create calbin, check exact model names and chip
     targets (exit 1 before configure on any problem), configure once, A/B buffers, A golden, B golden, rounds of
@@ -441,8 +437,8 @@ def poc_combined(
     """
     from calctl.runners.poc import parse_expect_models, run_poc_combined
 
-    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed, serialize_chips)
-    path, trust, bundled = resolve_package(pkg, trusted_key, allow_unsigned)
+    spec = dev.spec()
+    path, trust, bundled = dev.package(pkg)
     if expect_models is None:
         if not bundled:
             raise UsageError(
@@ -450,20 +446,13 @@ def poc_combined(
                 hint="e.g. --expect-models model-a,model-b",
             )
         expect_models = "model-a,model-b"
-    expect = parse_expect_models(expect_models)
-    with interruptible(), _live_log(format) as log:
-        result = run_poc_combined(
-            path,
-            trust=trust,
-            device=spec,
-            expect_models=expect,
-            rounds=rounds,
-            max_rounds=max_rounds,
-            step_timeout_s=step_timeout,
-            require_s2=require_s2,
-            log=log,
-        )
-    return _finish(result, trace=trace, plot=plot, report_path=report, format=format, render=_render_poc)
+    options = {
+        "expect_models": parse_expect_models(expect_models),
+        "rounds": rounds,
+        "max_rounds": max_rounds,
+        "require_s2": require_s2,
+    }
+    return _run_device(run_poc_combined, path, trust, spec, out, _render_poc, **options)
 
 
 def _est(d: dict[str, Any] | None) -> str:
@@ -532,10 +521,9 @@ def _render_poc(report: Report) -> None:
 # bringup
 
 
+@device_options("time_scale")
 def bringup(
     pkg: PackageArg = None,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
     level: Annotated[
         RunLevel,
         typer.Option("--level", help="quick | standard | long: warm-up iterations, PoC rounds, step timeouts."),
@@ -544,9 +532,7 @@ def bringup(
         Path | None,
         report_dir_option("./calctl-reports/bringup-<timestamp>", "report.json, each step's trace and picture"),
     ] = None,
-    time_scale: TimeScaleOpt = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
     format: FormatOpt = TableJson.table,
 ) -> int:
     """The bench pipeline in one command: validate, budget, golden, warm-up, PoC, short soak.
@@ -562,8 +548,8 @@ def bringup(
     from calctl.records import write_json
     from calctl.runners import bringup as bringup_lib
 
-    spec = device_spec(device, calrt_lib, time_scale)
-    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    spec = dev.spec()
+    path, trust, _ = dev.package(pkg)
     out_dir = report_dir(report, "bringup")
     config = bringup_lib.BringupConfig(
         package=path, trust=trust, device=spec, level=bringup_lib.Level(level.value), out_dir=out_dir

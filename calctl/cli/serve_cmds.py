@@ -16,8 +16,8 @@ from typing import Annotated
 import typer
 
 from calctl.cli import _output
-from calctl.cli._options import AllowUnsignedOpt, CalrtLibOpt, DeviceKind, DeviceOpt, TrustedKeyOpt
-from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options
+from calctl.cli._package_arg import PackageArg
 from calctl.errors import UsageError
 
 
@@ -31,6 +31,7 @@ def _parse_keys(pairs: list[str] | None) -> dict[str, str]:
     return keys
 
 
+@device_options("fault_plan")
 def serve(
     pkg: PackageArg = None,
     config: Annotated[
@@ -70,10 +71,7 @@ def serve(
             "--port", min=0, max=65535, help="TCP port to listen on (0: any free port); checked before the board opens."
         ),
     ] = 8000,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
     api_key: Annotated[
         list[str] | None,
         typer.Option(
@@ -103,9 +101,6 @@ def serve(
     records_max_mb: Annotated[
         float, typer.Option("--records-max-mb", help="Rotate DIR/records.ndjson at this size (5 kept).")
     ] = 64.0,
-    fault_plan: Annotated[
-        Path | None, typer.Option("--fault-plan", help="Mock only: calctl-fault-plan/v1 YAML.")
-    ] = None,
     time_scale: Annotated[
         float, typer.Option("--time-scale", min=0.0, help="Mock only: multiply modelled job times.")
     ] = 1.0,
@@ -156,12 +151,12 @@ def serve(
         mock["time_scale"] = time_scale
     if serialize_chips:
         mock["serialize_chips"] = True
-    if fault_plan:
-        mock["fault_plan"] = fault_plan
+    if dev.fault_plan:
+        mock["fault_plan"] = dev.fault_plan
     # The port first: a port in use is a usage error before the board is opened or the package loaded.
-    listener = serving_launch.preflight(host, port, api_keys=keys, device=device.value, mock=mock)
+    listener = serving_launch.preflight(host, port, api_keys=keys, device=dev.device.value, mock=mock)
     try:
-        path, policy, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+        path, policy, _ = dev.package(pkg)
         opts = serving_launch.ServeOptions(
             package=path,
             trust=policy,
@@ -171,8 +166,8 @@ def serve(
             package_roots=tuple(package_root or ()),
             host=host,
             port=port,
-            device=device.value,
-            calrt_lib=calrt_lib,
+            device=dev.device.value,
+            calrt_lib=dev.calrt_lib,
             mock=mock,
             api_keys=keys,
             admin_keys=frozenset(admin_key or []),

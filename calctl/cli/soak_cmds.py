@@ -10,6 +10,7 @@ SIGTERM both end it INTERRUPTED with the evidence closed. Exit codes: 0 passed,
 from __future__ import annotations
 
 import enum
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,22 +18,14 @@ import typer
 from rich.markup import escape
 
 from calctl.cli import _output
-from calctl.cli._device import device_spec, report_dir
+from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
-    AllowUnsignedOpt,
-    CalrtLibOpt,
-    DeviceKind,
-    DeviceOpt,
-    FaultPlanOpt,
     FormatOpt,
-    SeedOpt,
-    TimeScaleOpt,
-    TrustedKeyOpt,
     report_dir_option,
 )
 from calctl.cli._output import TableJson
-from calctl.cli._package_arg import PackageArg, resolve_package
+from calctl.cli._package_arg import PackageArg
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
 
@@ -59,6 +52,7 @@ class InjectOpt(str, enum.Enum):
     stale_completion = "stale-completion"
 
 
+@device_options("fault_plan", "time_scale", "seed")
 def soak(
     pkg: PackageArg = None,
     cycles: Annotated[int | None, typer.Option("--cycles", min=1, help="Run N load/unload cycles.")] = None,
@@ -78,7 +72,6 @@ def soak(
         float, typer.Option("--traffic-seconds", min=0.0, help="Seconds of traffic per cycle between load and unload.")
     ] = 2.0,
     clients: Annotated[int, typer.Option("--clients", min=1, max=256, help="Concurrent clients per model.")] = 3,
-    fault_plan: FaultPlanOpt = None,
     inject: Annotated[
         list[InjectOpt] | None,
         typer.Option(
@@ -91,10 +84,6 @@ def soak(
     report: Annotated[
         Path | None, report_dir_option("./calctl-reports/soak-<timestamp>", "events.ndjson, soak-report.json, soak.png")
     ] = None,
-    device: DeviceOpt = DeviceKind.mock,
-    calrt_lib: CalrtLibOpt = None,
-    time_scale: TimeScaleOpt = None,
-    seed: SeedOpt = None,
     checkpoint_interval: Annotated[
         float, typer.Option("--checkpoint-interval", min=0.05, help="Seconds between checkpoint reports.")
     ] = 60.0,
@@ -111,8 +100,7 @@ def soak(
         float,
         typer.Option("--request-timeout", min=0.1, help="A request with no end after this long is a violation (hang)."),
     ] = 120.0,
-    trusted_key: TrustedKeyOpt = None,
-    allow_unsigned: AllowUnsignedOpt = False,
+    dev: DeviceArgs = DEVICE_DEFAULTS,
     format: FormatOpt = TableJson.table,
 ) -> int:
     """Load/unload soak under mixed traffic, with evidence on disk.
@@ -129,9 +117,10 @@ def soak(
 
     if (cycles is None) == (hours is None):
         raise UsageError("give exactly one of --cycles N and --hours H")
-    spec = device_spec(device, calrt_lib, time_scale, fault_plan, seed if fault_plan is not None else None)
-    seed = 0 if seed is None else seed
-    path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
+    # --seed seeds the traffic (default 0); it reaches the device only to override a fault plan's own seed.
+    spec = replace(dev, seed=dev.seed if dev.fault_plan is not None else None).spec()
+    seed = 0 if dev.seed is None else dev.seed
+    path, trust, _ = dev.package(pkg)
     out_dir = report_dir(report, "soak")
     config = soak_lib.SoakConfig(
         package=path,

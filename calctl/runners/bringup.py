@@ -38,7 +38,7 @@ import enum
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -78,31 +78,12 @@ class LevelSettings:
     poc_max_rounds: int = 0  # the PoC's round budget while an interval straddles its gate (0: 4 x poc_rounds)
 
 
+#: One row a level: warm-up iterations, PoC rounds, step timeout, soak cycles, seconds of traffic a cycle, the
+#: PoC's round budget.
 LEVELS: dict[Level, LevelSettings] = {
-    Level.QUICK: LevelSettings(
-        warmup_iterations=5,
-        poc_rounds=4,
-        step_timeout_s=30.0,
-        soak_cycles=3,
-        soak_traffic_s=0.5,
-        poc_max_rounds=16,
-    ),
-    Level.STANDARD: LevelSettings(
-        warmup_iterations=20,
-        poc_rounds=8,
-        step_timeout_s=30.0,
-        soak_cycles=5,
-        soak_traffic_s=1.0,
-        poc_max_rounds=32,
-    ),
-    Level.LONG: LevelSettings(
-        warmup_iterations=200,
-        poc_rounds=30,
-        step_timeout_s=60.0,
-        soak_cycles=100,
-        soak_traffic_s=2.0,
-        poc_max_rounds=120,
-    ),
+    Level.QUICK: LevelSettings(5, 4, 30.0, 3, 0.5, 16),
+    Level.STANDARD: LevelSettings(20, 8, 30.0, 5, 1.0, 32),
+    Level.LONG: LevelSettings(200, 30, 60.0, 100, 2.0, 120),
 }
 
 
@@ -268,17 +249,7 @@ def _warmup(state: BringupState) -> StepOutcome:
     results = report.body.get("models", [])
     figure = "; ".join(_decode_p50(state, r) for r in results) or "no result"
     outcome = _device_step(state, "warmup", report, figure)
-    detail = " | ".join(describe_warmup(r) for r in results)
-    return StepOutcome(
-        outcome.name,
-        outcome.verdict,
-        outcome.key_figure,
-        outcome.seconds,
-        outcome.exit_code,
-        outcome.detail or detail,
-        outcome.files,
-        outcome.document,
-    )
+    return replace(outcome, detail=outcome.detail or " | ".join(describe_warmup(r) for r in results))
 
 
 def _decode_p50(state: BringupState, r: Any) -> str:

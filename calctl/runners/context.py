@@ -26,7 +26,8 @@ left clean. :meth:`RunContext.header` is the run's header
 What it uses lives beside it: the device spec in :mod:`calctl.runners.device`,
 the step log and outcomes in :mod:`calctl.runners.steps`, the program digests in
 :mod:`calctl.runners.programs`, the trace writers in :mod:`calctl.runners.trace`;
-they are re-exported here for the runners that import them from this module.
+import the step log and outcomes from :mod:`calctl.runners.steps` (the device spec, digests and trace
+writers are still re-exported here for the runners that import them from this module).
 This module does not run models, judge results or render anything.
 """
 
@@ -47,16 +48,13 @@ from calctl.package.info import package_digest
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, ValidationReport, validate
-from calctl.report import MOCK_LABEL, Report, StepRecord, StepStatus, build_header
+from calctl.report import MOCK_LABEL, Report, StepStatus, build_header
 from calctl.runners.device import DeviceSpec
 from calctl.runners.programs import ProgramDigest, program_digests, programs_document
 from calctl.runners.steps import (
     RunOutcome,
     StepLog,
     StepNote,
-    error_text,
-    outcome_of,
-    reraise_usage,
 )
 from calctl.runners.trace import trace_slices, write_trace_outputs
 from calctl.runtime import Calbin, Health, Runtime, TraceEvent, Versions
@@ -429,17 +427,9 @@ __all__ = [
     "ProgramDigest",
     "Report",
     "RunContext",
-    "RunOutcome",
-    "StepLog",
-    "StepNote",
-    "StepRecord",
-    "StepStatus",
-    "error_text",
     "finish",
-    "outcome_of",
     "program_digests",
     "programs_document",
-    "reraise_usage",
     "select_aliases",
     "trace_slices",
     "write_trace_outputs",

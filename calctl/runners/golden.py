@@ -48,16 +48,9 @@ def run_golden(
         detail=_detail,
         status=lambda r: StepStatus.PASS if r.ok else StepStatus.FAIL,
         failure=lambda r: r.reason or r.alias,
-    )
-    return run_per_model(
-        check,
-        package,
-        trust=trust,
-        device=device,
-        model=model,
-        log=log,
         body=lambda results, not_run: {"models": list(results), "not_run": not_run, "step_timeout_s": step_timeout_s},
     )
+    return run_per_model(check, package, trust=trust, device=device, model=model, log=log)
 
 
 def _detail(r: GoldenResult) -> str:

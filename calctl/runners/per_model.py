@@ -50,6 +50,7 @@ class PerModelCheck(Generic[R]):
     detail: Callable[[R], str]  # the step's detail line
     status: Callable[[R], StepStatus]  # PASS, WARN or FAIL of the step
     failure: Callable[[R], str]  # what the run's error says about a failed model
+    body: Callable[[Sequence[R], list[dict[str, str]]], dict[str, Any]]  # the report's body: results, not run
 
 
 def run_per_model(
@@ -60,7 +61,6 @@ def run_per_model(
     device: DeviceSpec,
     model: str | None,
     log: StepLog | None,
-    body: Callable[[Sequence[R], list[dict[str, str]]], dict[str, Any]],
 ) -> Report:
     t0 = time.perf_counter()
     log = log or StepLog()
@@ -98,7 +98,7 @@ def run_per_model(
         failed = [r for r in results if not r.ok]
         if failed:
             outcome, error = RunOutcome.FAIL, "; ".join(check.failure(r) for r in failed)
-    return finish(ctx, check.command, outcome.value, body(results, not_run), error, t0)
+    return finish(ctx, check.command, outcome.value, check.body(results, not_run), error, t0)
 
 
 __all__ = ["ModelResult", "PerModelCheck", "run_per_model"]

@@ -13,12 +13,12 @@ the process did is in the figures.
 from __future__ import annotations
 
 import gc
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from calctl import records
 from calctl.budget.host import HostBreakdown, host_breakdown, proc_status_bytes, reset_peak
 from calctl.budget.kv import kv_bytes_per_token
 from calctl.budget.shape import shape_from_package_model
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--decode-steps", type=int, default=4)
     a = ap.parse_args(argv)
     b = measure(a.package, a.alias, sequences=a.sequences, prompt_tokens=a.prompt_tokens, decode_steps=a.decode_steps)
-    print(json.dumps(b.document(), indent=1))
+    print(records.dumps(dict(b.document()), versioned=False, indent=1))
     return 0 if b.rss_ok and b.peak_ok is not False else 1
 
 

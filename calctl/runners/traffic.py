@@ -73,6 +73,11 @@ class RequestRecord:
     finish: str | None = None
     error: str | None = None
 
+    def rejected(self, exc: EngineRejection, now: float) -> None:
+        """The engine refused it (synchronously or while it waited to be admitted): its outcome and HTTP status."""
+        self.outcome, self.status = outcome_of_rejection(exc.code), outcomes.rejection(exc.code).http_status
+        self.error, self.end = exc.message, now
+
     @property
     def ok(self) -> bool:
         return self.outcome is RequestOutcome.OK
@@ -234,12 +239,7 @@ async def drive_engine_request(
     try:
         stream = submit(request)
     except EngineRejection as exc:
-        rec.outcome, rec.status, rec.error, rec.end = (
-            outcome_of_rejection(exc.code),
-            outcomes.rejection(exc.code).http_status,
-            exc.message,
-            clock(),
-        )
+        rec.rejected(exc, clock())
         return EngineResult(rec, request.request_id, None, synchronous_rejection=True)
     result = EngineResult(rec, request.request_id, served_generation())
     loop = asyncio.get_running_loop()
@@ -253,12 +253,7 @@ async def drive_engine_request(
         try:
             await asyncio.wait_for(stream.admitted(), max(0.0, deadline - clock()))
         except EngineRejection as exc:
-            rec.outcome, rec.status, rec.error, rec.end = (
-                outcome_of_rejection(exc.code),
-                outcomes.rejection(exc.code).http_status,
-                exc.message,
-                clock(),
-            )
+            rec.rejected(exc, clock())
             result.terminal_events = 1
             return result
         rec.status = 200

@@ -68,14 +68,6 @@ def run_warmup(
         detail=describe,
         status=lambda r: StepStatus.FAIL if not r.ok else StepStatus.WARN if r.unstable else StepStatus.PASS,
         failure=lambda r: f"{r.alias}: {r.errors} error(s) in {r.iterations} iteration(s): {r.first_error}",
-    )
-    return run_per_model(
-        check,
-        package,
-        trust=trust,
-        device=device,
-        model=model,
-        log=log,
         body=lambda results, not_run: {
             "iterations": iterations,
             "decode_steps": decode_steps,
@@ -84,6 +76,7 @@ def run_warmup(
             "not_run": not_run,
         },
     )
+    return run_per_model(check, package, trust=trust, device=device, model=model, log=log)
 
 
 def describe(r: WarmupResult) -> str:

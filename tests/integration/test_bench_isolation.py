@@ -99,7 +99,7 @@ def test_clean_replica_is_go_with_its_evidence(tmp_path: Path) -> None:
     assert res.verdict == "GO" and res.exit_code == 0 and res.mock_result is True
     body = res.body
     _assert_go_body(body, 120)
-    assert body["device"] == "mock" and "MOCK RESULT" in body["device_label"]
+    assert body["device"] == "mock" and "MOCK RESULT" in body["device_text"]
     assert body["device_options"]["kind"] == "mock" and body["device_options"]["time_scale"] == 0.1
     assert body["requests"]["threshold_met"] is False  # 120 < 1000: GO for what ran, and the report says so
     assert any("001 §13.1 asks for at least 1000" in n for n in res.notes)
@@ -312,7 +312,7 @@ def test_isolation_runs_on_the_reference_board(reference_board: Path, tmp_path: 
     assert res.verdict == "GO", res.notes
     assert res.mock_result is False and res.body["device"] == "calrt"
     assert res.body["device_options"]["calrt_lib"] == str(reference_board)
-    assert str(reference_board) in res.body["device_label"]
+    assert str(reference_board) in res.body["device_text"]
     assert res.body["runtime"]["firmware"] == "reference (software model, no hardware)"
     assert not any("MOCK" in n for n in res.notes)
     _assert_go_body(res.body, 80)

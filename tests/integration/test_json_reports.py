@@ -70,6 +70,8 @@ CASES: dict[str, tuple[Callable[[Path], list[Any]], int]] = {
     "soak": (lambda t: ["soak", COMBINED, *TRUST, "--cycles", "1", "--traffic-seconds", "0.3", "--report", t / "s"], 0),
     "soak-refused": (lambda t: ["soak", _corrupt(t), *TRUST, "--cycles", "1", "--report", t / "s"], 1),
     "accept": (lambda t: ["accept", COMBINED, *TRUST, "--only", "G0", "--level", "quick", "--report", t / "a"], 0),
+    # an in-process scenario: its body may not replace the header's device_label or the report's seconds
+    "bench": (lambda t: ["bench", "--scenario", "isolation", "--requests", "10", "--report", t / "b"], 0),
 }
 
 

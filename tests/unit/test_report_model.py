@@ -87,6 +87,10 @@ def test_the_document_puts_the_header_then_the_verdict_and_refuses_a_body_that_s
     assert [s["status"] for s in doc["steps"]] == ["PASS", "FAIL"] and doc["models"] == []
     with pytest.raises(ValueError, match="exit_code"):
         Report("x", "PASS", body={"exit_code": 0})
+    header = build_header("bench", device="mock", mock_result=True)
+    assert Report("bench", "PASS", header, {"device": "mock"}).document()["device_label"] == "mock"  # repeated: fine
+    with pytest.raises(ValueError, match="device_label"):
+        Report("bench", "PASS", header, {"device_label": "a board"})
     assert Report("x", "RUNNING").document()["exit_code"] is None  # a checkpoint has no exit code yet
 
 

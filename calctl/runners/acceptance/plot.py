@@ -12,12 +12,12 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from calctl.runners.acceptance.rows import RowResult, Verdict
+from calctl.runners.acceptance.rows import GateDecision, RowResult
 from calctl.runners.plotting import device_label as _device_label
 from calctl.runners.plotting import pyplot as _pyplot
 from calctl.runners.plotting import save as _save
 
-COLOURS = {Verdict.GO: "#2e7d32", Verdict.NO_GO: "#c62828", Verdict.NOT_MEASURED: "#9e9e9e"}
+COLOURS = {GateDecision.GO: "#2e7d32", GateDecision.NO_GO: "#c62828", GateDecision.NOT_MEASURED: "#9e9e9e"}
 #: Point sizes of a tile's texts (they were 15 / 8.5 / 11 / 6.5: the key figure could not be read).
 TILE_FONTS = {"id": 18, "title": 11, "verdict": 13, "figure": 10}
 #: A key figure's lines in a tile: characters per line and lines (the last line ends with "…" if cut).
@@ -78,7 +78,7 @@ def plot_rows(path: Path, rows: Sequence[RowResult], *, title: str, device: str)
             ax.text(
                 i + 0.5, line + 0.29, figure, ha="center", va="center", fontsize=TILE_FONTS["figure"], color="white"
             )
-    counts = {v: sum(1 for r in rows if r.verdict is v) for v in Verdict}
+    counts = {v: sum(1 for r in rows if r.verdict is v) for v in GateDecision}
     legend = ", ".join(f"{v.value} {n}" for v, n in counts.items())
     fig.suptitle(f"{title}\n{legend}; {_device_label(device)}", fontsize=12)
     _save(fig, path)

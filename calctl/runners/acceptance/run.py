@@ -1,25 +1,7 @@
-"""``calctl accept``: run the evidence steps, judge G0–G5 and M0–M4, checkpoint the report after every step.
+"""The acceptance run: the evidence steps in order, a checkpoint after each, the rows judged, the verdict.
 
-The evidence comes from the runners calctl already has; this module only
-calls them, keeps their files in one report directory and hands their
-documents to the judges of :mod:`calctl.runners.acceptance.rows`:
-
-================  =====================================================  ==============
-step              runner                                                  rows
-================  =====================================================  ==============
-validate          static validation (``calctl validate``)                  every row
-budget            per-chip capacity plan (``calctl budget``)               G0
-load-peak         configure on the device, per-chip memory at load         G0
-run-golden        golden of every model (``calctl run-golden``)            G1
-replica-golden    golden of the ``--replica`` package's models             G1
-poc               the combined PoC, S1/S2 (``calctl poc combined``)        G3
-isolation         bench scenario ``isolation`` on the replica package      G2
-fault-isolation   bench scenario ``fault-isolation`` (mock only)           G4
-executor-modes    bench scenario ``executor-modes``                        M1, M2
-batch             bench scenario ``batch``                                 M3
-soak              ``calctl soak``: load/unload cycles, mixed traffic       G5, M0, M2, M4
-rollback          ``--previous`` -> PKG -> one-call rollback, under traffic  G5, M4
-================  =====================================================  ==============
+Which steps there are and what they run: :mod:`~calctl.runners.acceptance.evidence`;
+the levels and the configuration: :mod:`~calctl.runners.acceptance.plan`.
 
 A step that does not apply (no replica package, ``--device calrt`` for a
 mock-only scenario, a row not asked for with ``--only``) is SKIPPED with the
@@ -28,600 +10,41 @@ error; Ctrl-C/SIGTERM makes the current and every later step INTERRUPTED.
 After every step ``report.json`` is rewritten atomically with every row judged
 from what is known so far, so a run that dies still leaves its report.
 
-Levels set the durations (:data:`LEVELS`); only ``long`` reaches the report's
-24 h, 100 cycles and 8 h. This module does not print.
+This module does not print; ``calctl.cli.accept_cmds`` renders.
 """
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from calctl import html_report, records
-from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted, UsageError
-from calctl.report import Report, build_header, exit_code_of
-from calctl.runners import bringup
+from calctl.errors import CalctlError, CheckFailed, ExitCode
+from calctl.report import Report, build_header
+from calctl.runners.acceptance.evidence import STEPS, AcceptState, Skip, Step, error_evidence
+from calctl.runners.acceptance.judges import judge_all
+from calctl.runners.acceptance.plan import (
+    JUNIT_FILE,
+    LEVELS,
+    PLOT_FILE,
+    REPORT_FILE,
+    AcceptConfig,
+    Level,
+    LevelSettings,
+    default_report_dir,
+)
 from calctl.runners.acceptance.plot import plot_rows
-from calctl.runners.acceptance.rows import (
-    ROWS,
-    RowResult,
-    StepEvidence,
-    StepStatus,
-    Verdict,
-    judge_all,
-)
-from calctl.runners.context import RunContext
+from calctl.runners.acceptance.rows import EvidenceStatus, GateDecision, RowResult, StepEvidence
 from calctl.runners.device import DeviceSpec
-from calctl.runners.steps import error_text, outcome_of
-from calctl.signing.policy import TrustPolicy
-
-REPORT_FILE = "report.json"
-PLOT_FILE = "accept.png"
-JUNIT_FILE = "accept.junit.xml"
-
-
-class Level(str, enum.Enum):
-    QUICK = "quick"
-    STANDARD = "standard"
-    LONG = "long"
-
-
-@dataclass(frozen=True)
-class LevelSettings:
-    soak_cycles: int | None  # exactly one of cycles and hours
-    soak_hours: float | None
-    soak_traffic_s: float  # seconds of mixed traffic per soak cycle
-    step_timeout_s: float
-    soak_checkpoint_s: float
-    executor_rounds: int  # measured rounds per executor-modes profile (M1/M2); fewer: wider CIs, inconclusive sooner
-    executor_max_rounds: int = 0  # the round budget while M1/M2 is inconclusive (the decision rule); 0: 3 x rounds
-    rollback_traffic_s: float = 1.0  # seconds each rollback stage serves (previous, PKG, previous again)
-
-
-LEVELS: dict[Level, LevelSettings] = {
-    # CI: minutes on the mock.
-    Level.QUICK: LevelSettings(
-        soak_cycles=3,
-        soak_hours=None,
-        soak_traffic_s=0.5,
-        step_timeout_s=30.0,
-        soak_checkpoint_s=60.0,
-        executor_rounds=3,
-        executor_max_rounds=12,
-    ),
-    # A bench session: more rounds and cycles, still well under an hour.
-    Level.STANDARD: LevelSettings(
-        soak_cycles=20,
-        soak_hours=None,
-        soak_traffic_s=5.0,
-        step_timeout_s=30.0,
-        soak_checkpoint_s=60.0,
-        executor_rounds=8,
-        executor_max_rounds=24,
-        rollback_traffic_s=5.0,
-    ),
-    # The report's durations: a 24 h soak (>= 100 cycles at 60 s of traffic each, 8 h of switching included).
-    Level.LONG: LevelSettings(
-        soak_cycles=None,
-        soak_hours=24.0,
-        soak_traffic_s=60.0,
-        step_timeout_s=60.0,
-        soak_checkpoint_s=300.0,
-        executor_rounds=30,
-        executor_max_rounds=90,
-        rollback_traffic_s=60.0,
-    ),
-}
-
-ROW_IDS = tuple(r.id for r in ROWS)
-
-
-@dataclass(frozen=True)
-class AcceptConfig:
-    package: Path
-    trust: TrustPolicy
-    device: DeviceSpec
-    level: Level
-    out_dir: Path
-    replica: Path | None = None  # a replica package for G2 (and G1/G3 when the main package lacks them)
-    only: frozenset[str] | None = None  # row ids to measure; None: every row
-    seed: int = 0
-    previous: Path | None = None  # the version PKG replaces: the rollback step rolls forward from it and back
-
-    def __post_init__(self) -> None:
-        if self.only is not None:
-            bad = sorted(self.only - set(ROW_IDS))
-            if bad or not self.only:
-                raise UsageError(
-                    f"--only {','.join(sorted(self.only))}: unknown row(s) {', '.join(bad) or '(none given)'}; "
-                    f"expected some of {', '.join(ROW_IDS)}"
-                )
-
-    @property
-    def settings(self) -> LevelSettings:
-        return LEVELS[self.level]
-
-    def wants(self, *rows: str) -> bool:
-        return self.only is None or any(r in self.only for r in rows)
-
-
-@dataclass
-class _State:
-    config: AcceptConfig
-    stack: ExitStack
-    main: bringup.BringupState | None = None  # the main package, validated and loaded
-    replica: bringup.BringupState | None = None
-    steps: dict[str, StepEvidence] = field(default_factory=dict)
-    log: Callable[[str], None] = lambda line: None
-
-    @property
-    def out(self) -> Path:
-        return self.config.out_dir
-
-    def rel(self, path: str | Path | None) -> str | None:
-        """A path relative to the report directory (the form row files take), or None."""
-        if path is None:
-            return None
-        p = Path(path)
-        try:
-            return str(p.resolve().relative_to(self.out.resolve()))
-        except ValueError:
-            return str(p)
-
-    def files(self, **paths: str | Path | None) -> dict[str, str]:
-        return {k: r for k, v in paths.items() if (r := self.rel(v)) is not None}
-
-    def two_model(self) -> tuple[Path, bringup.BringupState] | None:
-        """The package with two models (one per chip): the main one if it has them, else the replica."""
-        for st in (self.main, self.replica):
-            if st is not None and st.package is not None and len(st.package.models) == 2:
-                return st.config.package, st
-        return None
-
-    def replica_pkg(self) -> Path | None:
-        for st in (self.main, self.replica):
-            if st is not None and st.package is not None and st.package.kind == "replica":
-                return st.config.package
-        return None
-
-
-class Skip(Exception):
-    """A step that does not apply: SKIPPED with this reason (and, optionally, what would make it apply)."""
-
-    def __init__(self, reason: str, how: str = "") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.how = how
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    rows: tuple[str, ...]
-    run: Callable[[_State], StepEvidence]
-
-
-# ---------------------------------------------------------------------------
-# The steps
-
-
-def _bringup_state(cfg: AcceptConfig, package: Path, out: Path) -> bringup.BringupState:
-    bcfg = bringup.BringupConfig(
-        package=package, trust=cfg.trust, device=cfg.device, level=bringup.Level.QUICK, out_dir=out, command="accept"
-    )
-    return bringup.BringupState(config=bcfg, stack=ExitStack())
-
-
-def _validate_one(state: _State, st: bringup.BringupState, name: str) -> StepEvidence:
-    o = bringup.VALIDATE.run(st)
-    state.stack.enter_context(st.stack)
-    path = state.out / f"{name}.json"
-    records.write_json(path, o.document or {})
-    if o.exit_code != 0:
-        return StepEvidence(
-            name,
-            StepStatus.ERROR,
-            o.seconds,
-            o.key_figure,
-            f"the package failed validation: {o.detail}",
-            document=o.document or {},
-            files=state.files(report=path),
-        )
-    return StepEvidence(
-        name, StepStatus.RAN, o.seconds, o.key_figure, document=o.document or {}, files=state.files(report=path)
-    )
-
-
-def step_validate(state: _State) -> StepEvidence:
-    state.main = _bringup_state(state.config, state.config.package, state.out)
-    ev = _validate_one(state, state.main, "validate")
-    if not ev.ran:
-        state.main.package = None
-    return ev
-
-
-def step_validate_replica(state: _State) -> StepEvidence:
-    cfg = state.config
-    if cfg.replica is None:
-        raise Skip("no --replica package given")
-    state.replica = _bringup_state(cfg, cfg.replica, state.out / "replica")
-    ev = _validate_one(state, state.replica, "validate-replica")
-    if ev.ran and state.replica.package is not None and state.replica.package.kind != "replica":
-        state.replica.package = None
-        return replace(
-            ev,
-            status=StepStatus.ERROR,
-            reason=f"--replica {cfg.replica}: the package is not a replica package (one model on both chips)",
-        )
-    return ev
-
-
-def _need_main(state: _State) -> bringup.BringupState:
-    if state.main is None or state.main.package is None:
-        raise Skip("the package did not pass validation")
-    return state.main
-
-
-def step_budget(state: _State) -> StepEvidence:
-    st = _need_main(state)
-    o = bringup.BUDGET.run(st)
-    path = state.out / "budget.json"
-    records.write_json(path, o.document or {})
-    return StepEvidence(
-        "budget",
-        StepStatus.RAN,
-        o.seconds,
-        _prefixed(o.verdict, o.key_figure),
-        document=o.document or {},
-        files=state.files(budget=path),
-    )
-
-
-def step_load_peak(state: _State) -> StepEvidence:
-    """Configure the package on the device and read each chip's memory while it is loaded (001 §8.4)."""
-    _need_main(state)
-    cfg = state.config
-    t0 = time.perf_counter()
-    with RunContext(cfg.package, trust=cfg.trust, device=cfg.device) as ctx:
-        ctx.prepare()
-        assert ctx.rt is not None
-        try:
-            mem = [
-                {"chip": m.chip, "used_bytes": m.used_bytes, "total_bytes": m.total_bytes}
-                for m in ctx.rt.memory_usage()
-            ]
-        except CalctlError as exc:
-            mem = []
-            note = f"memory_usage failed: {exc}"
-        else:
-            note = "per-chip device memory while the package is configured (GetMemoryUsage)"
-        header = ctx.header("accept load-peak")
-    doc = {
-        **header,
-        "chips": mem,
-        "before": ctx.snapshot.memory_before,
-        "after": ctx.snapshot.memory_after,
-        "memory_note": note,  # "note" is the header's MOCK RESULT label (docs/runtime.md §5): never overwritten
-        "steps": [r.name + ": " + r.status.value for r in ctx.log.records],
-    }
-    path = state.out / "load-peak.json"
-    records.write_json(path, doc)
-    figure = ", ".join(
-        f"chip {m['chip']} " + ("n/a" if m["used_bytes"] is None else f"{m['used_bytes'] / 2**20:.0f} MiB") for m in mem
-    )
-    return StepEvidence(
-        "load-peak", StepStatus.RAN, time.perf_counter() - t0, figure, document=doc, files=state.files(report=path)
-    )
-
-
-def _golden(state: _State, st: bringup.BringupState, name: str) -> StepEvidence:
-    o = bringup.GOLDEN.run(st)
-    _raise_if_interrupted(o)
-    pkg = st.package
-    assert pkg is not None
-    doc: dict[str, Any] = records.to_jsonable(o.document or {})
-    per_model = [
-        {
-            "alias": r["alias"],
-            "ok": r["ok"],
-            "reason": r.get("reason"),
-            "chips": list(pkg.model(r["alias"]).target_chips),
-        }
-        for r in doc.get("models", [])
-    ]
-    doc = {**doc, "per_model": per_model, "package_name": pkg.name}
-    path = st.config.out_dir / f"{o.name}.json"
-    records.write_json(path, doc)
-    if o.exit_code not in (0, int(ExitCode.FAILED)):
-        return StepEvidence(name, StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
-    files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
-    return StepEvidence(name, StepStatus.RAN, o.seconds, o.key_figure, document=doc, files=files)
-
-
-def step_golden(state: _State) -> StepEvidence:
-    return _golden(state, _need_main(state), "run-golden")
-
-
-def step_replica_golden(state: _State) -> StepEvidence:
-    if state.replica is None or state.replica.package is None:
-        raise Skip("no valid --replica package", "`--replica PKG`")
-    return _golden(state, state.replica, "replica-golden")
-
-
-def step_poc(state: _State) -> StepEvidence:
-    _need_main(state)
-    found = state.two_model()
-    if found is None:
-        raise Skip(
-            "the PoC needs a combined or replica package (two models, one per chip)",
-            "`calctl sample-package --kind combined ...` as PKG, or `--replica PKG`",
-        )
-    _, st = found
-    st.config = replace(st.config, level=_bringup_level(state.config.level))
-    o = bringup.POC.run(st)
-    _raise_if_interrupted(o)
-    doc: dict[str, Any] = records.to_jsonable(o.document or {})
-    path = st.config.out_dir / "poc.json"
-    records.write_json(path, doc)
-    if o.verdict not in ("S1", "S2", "NOT JUDGED", "FAIL"):
-        return StepEvidence("poc", StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
-    files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
-    return StepEvidence("poc", StepStatus.RAN, o.seconds, _prefixed(o.verdict, o.key_figure), document=doc, files=files)
-
-
-def _prefixed(verdict: str | None, figure: str) -> str:
-    """``VERDICT: figure``, without saying the verdict twice when the figure already starts with it."""
-    if not verdict or figure.startswith(f"{verdict}:") or figure == verdict:
-        return figure
-    return f"{verdict}: {figure}"
-
-
-def _bringup_level(level: Level) -> bringup.Level:
-    return bringup.Level(level.value)
-
-
-def _raise_if_interrupted(o: bringup.StepOutcome) -> None:
-    """The runners turn Ctrl-C into an INTERRUPTED report; here it ends the whole acceptance run."""
-    if o.verdict == "INTERRUPTED":
-        raise Interrupted("SIGTERM" if "SIGTERM" in (o.detail or "") else "SIGINT")
-
-
-def _scenario(state: _State, name: str, package: Path) -> StepEvidence:
-    """Run bench scenario ``name`` in-process; its report and picture go to ``<report>/<name>/``."""
-    from calctl.runners.bench.base import BenchOptions
-    from calctl.runners.bench.scenarios import SCENARIOS
-
-    cfg = state.config
-    scenario = SCENARIOS.get(name)
-    if scenario is None:
-        raise Skip(f"this calctl has no bench scenario {name!r}")
-    out = state.out / name
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    opts = BenchOptions(
-        out_dir=out,
-        package=package,
-        trust=cfg.trust,
-        device=cfg.device,
-        seed=cfg.seed,
-        rounds=cfg.settings.executor_rounds if name == "executor-modes" else None,
-        max_rounds=(cfg.settings.executor_max_rounds or None) if name == "executor-modes" else None,
-    )
-    try:
-        result = scenario.run(opts, state.log)
-    except UsageError as exc:
-        raise Skip(f"the {name} scenario cannot run here: {exc}") from None
-    doc = Report(
-        f"accept {name}",
-        result.verdict,
-        build_header(
-            f"accept {name}",
-            device=cfg.device.kind.value,
-            device_options=cfg.device.describe(),
-            mock_result=result.mock_result,
-            package=str(package),
-            scenario=name,
-        ),
-        {"gates": [g.document() for g in result.gates], **result.body, "notes": list(result.notes)},
-    ).document()
-    path = out / "bench-report.json"
-    records.write_json(path, doc)
-    files = state.files(**{**_body_files(result.body), "report": path, "plot": result.plot})
-    files = {k: v for k, v in files.items() if (state.out / v).is_file()}  # only what is really there
-    summary = f"{result.verdict}" + (f": {result.notes[0]}" if result.notes else "")
-    return StepEvidence(name, StepStatus.RAN, time.perf_counter() - t0, summary, document=doc, files=files)
-
-
-def _body_files(body: dict[str, Any]) -> dict[str, str]:
-    """Files a scenario names in its body: ``files: {label: path}``, and each run's ``trace`` / ``plot``."""
-    out: dict[str, str] = {}
-    named = body.get("files")
-    if isinstance(named, dict):
-        out.update({str(k): v for k, v in named.items() if isinstance(v, str)})
-    for i, run in enumerate(body.get("runs") or []):
-        if isinstance(run, dict):
-            out.update({f"run{i}_{k}": run[k] for k in ("trace", "plot") if isinstance(run.get(k), str)})
-    return out
-
-
-def step_isolation(state: _State) -> StepEvidence:
-    _need_main(state)
-    pkg = state.replica_pkg()
-    if pkg is None:
-        raise Skip(
-            "G2 needs a replica package (one model on both chips) and none was given",
-            "`calctl sample-package --kind replica --key K OUT`, then `calctl accept PKG --replica OUT`",
-        )
-    return _scenario(state, "isolation", pkg)
-
-
-def step_fault_isolation(state: _State) -> StepEvidence:
-    _need_main(state)
-    if not state.config.device.is_mock:
-        raise Skip(
-            "fault-isolation arms faults with the mock board's fault injection; a board needs the vendor's own",
-            "inject faults with the vendor's tools and measure B with `calctl bench --url ... --mode joint`",
-        )
-    found = state.two_model()
-    if found is None:
-        raise Skip("fault-isolation needs two models, one per chip", "a combined package, or `--replica PKG`")
-    return _scenario(state, "fault-isolation", found[0])
-
-
-def step_executor_modes(state: _State) -> StepEvidence:
-    _need_main(state)
-    return _scenario(state, "executor-modes", state.config.package)
-
-
-def step_batch(state: _State) -> StepEvidence:
-    _need_main(state)
-    return _scenario(state, "batch", state.config.package)
-
-
-def step_soak(state: _State) -> StepEvidence:
-    from calctl.runners.soak import SoakConfig, run_soak
-
-    st = _need_main(state)
-    assert st.package is not None
-    cfg, s = state.config, state.config.settings
-    out = state.out / "soak"
-    t0 = time.perf_counter()
-    report = run_soak(
-        SoakConfig(
-            package=cfg.package,
-            trust=cfg.trust,
-            device=cfg.device,
-            out_dir=out,
-            cycles=s.soak_cycles,
-            hours=s.soak_hours,
-            traffic_seconds=s.soak_traffic_s,
-            job_timeout_s=s.step_timeout_s,
-            seed=cfg.seed,
-            checkpoint_interval_s=s.soak_checkpoint_s,
-        )
-    )
-    doc = {
-        **report.document(),
-        "decode_profiles": {m.alias: list(m.decode.batch_profiles) for m in st.package.models},
-        "executor_mode": "default",
-    }
-    files_doc = doc.get("files") or {}
-    files = state.files(report=out / "soak-report.json", events=out / "events.ndjson", plot=files_doc.get("plot"))
-    files = {k: v for k, v in files.items() if (state.out / v).is_file()}
-    if doc["status"] == "interrupted":
-        what = doc.get("interrupted") or {}
-        raise Interrupted(str(what.get("signal") or "SIGINT") if isinstance(what, dict) else "SIGINT")
-    summary = (
-        f"{doc.get('cycles')} cycles, {float(doc.get('seconds') or 0) / 3600:.2f} h, "
-        f"{len(doc['violations'])} violation(s)"
-    )
-    if doc["status"] in ("finished", "aborted"):
-        return StepEvidence("soak", StepStatus.RAN, time.perf_counter() - t0, summary, "", doc, files)
-    # The soak's own error (a BoardLocked naming its holder, a refused package): the row says why, not "error".
-    why = doc.get("error") or f"the soak ended {doc['status']}; see soak/events.ndjson"
-    doc.setdefault("exit_code", report.exit_code)
-    return StepEvidence(
-        "soak", StepStatus.ERROR, time.perf_counter() - t0, summary, f"soak {doc['status']}: {why}", doc, files
-    )
-
-
-PREVIOUS_HOW = (
-    "`calctl accept PKG --previous OLD_PKG` (OLD_PKG: the version PKG replaces; docs/accept.md, the rollback step)"
-)
-
-
-def step_rollback(state: _State) -> StepEvidence:
-    """000 §19 M4 / 001 §17 G5: serve ``--previous``, roll forward to PKG and back in one call, under traffic.
-
-    Without ``--previous`` there is no old version to go back to: SKIPPED, so G5 and M4 are NOT MEASURED
-    saying so (reloading PKG onto itself exercises the mechanism, not a version change)."""
-    from calctl.runners.acceptance.rollback import RollbackRun, SamePackage
-
-    _need_main(state)
-    cfg = state.config
-    if cfg.previous is None:
-        raise Skip(
-            "no --previous package given: the one-call rollback to the old version was not exercised", PREVIOUS_HOW
-        )
-    t0 = time.perf_counter()
-    run = RollbackRun(
-        package=cfg.package,
-        previous=cfg.previous,
-        device=cfg.device,
-        trust=cfg.trust,
-        traffic_s=cfg.settings.rollback_traffic_s,
-        stage_timeout_s=cfg.settings.step_timeout_s,
-        log=state.log,
-    )
-    try:
-        body = run.run()
-    except SamePackage as exc:
-        raise Skip(f"{exc}: no version change to roll back", PREVIOUS_HOW) from None
-    except CalctlError as exc:  # the previous version refused or the board failed: the row says which
-        ev = _error_evidence("rollback", exc, time.perf_counter() - t0)
-        return replace(ev, reason=f"--previous {cfg.previous} -> PKG -> rollback: {ev.reason}")
-    ok = body["ok"]
-    doc = {
-        **build_header(
-            "accept rollback",
-            device=cfg.device.kind.value,
-            device_options=cfg.device.describe(),
-            package=str(cfg.package),
-        ),
-        "verdict": "PASS" if ok else "FAIL",
-        "exit_code": exit_code_of("PASS" if ok else "FAIL"),
-        **body,
-        "detail": "served --previous, rolled forward to PKG and back in one call under traffic; "
-        "each version golden + warm-up before publish"
-        if ok
-        else "; ".join(body["problems"][:5]),
-    }
-    path = state.out / "rollback.json"
-    records.write_json(path, doc)
-    gens = {s["stage"]: s["generations"] for s in body["stages"] if s["stage"].startswith(("serving", "rolled"))}
-    req = body["requests"]
-    summary = (
-        f"{Path(cfg.previous).name} -> {Path(cfg.package).name} -> rollback to {Path(cfg.previous).name} under "
-        f"traffic: generation "
-        + ", ".join(f"{a} " + " -> ".join(str(g.get(a)) for g in gens.values()) for a in next(iter(gens.values()), {}))
-        + f"; {req['sent']} requests, {req.get('ok', 0)} ok, {req.get('unavailable', 0)} refused during the reloads"
-        + ("; every alias Ready" if ok else f"; FAILED: {body['problems'][0]}")
-    )
-    return StepEvidence(
-        "rollback", StepStatus.RAN, time.perf_counter() - t0, summary, document=doc, files=state.files(report=path)
-    )
-
-
-#: The evidence steps, in order. ``rows``: the rows that read the step (``--only`` runs just those).
-STEPS: tuple[Step, ...] = (
-    Step("validate", ROW_IDS, step_validate),
-    Step("validate-replica", ("G1", "G2", "G3", "G4"), step_validate_replica),
-    Step("budget", ("G0",), step_budget),
-    Step("load-peak", ("G0",), step_load_peak),
-    Step("run-golden", ("G1",), step_golden),
-    Step("replica-golden", ("G1",), step_replica_golden),
-    Step("poc", ("G3",), step_poc),
-    Step("isolation", ("G2",), step_isolation),
-    Step("fault-isolation", ("G4",), step_fault_isolation),
-    Step("executor-modes", ("M1", "M2"), step_executor_modes),
-    Step("batch", ("M3",), step_batch),
-    Step("soak", ("G5", "M0", "M2", "M4"), step_soak),
-    Step("rollback", ("G5", "M4"), step_rollback),
-)
-
-
-# ---------------------------------------------------------------------------
-# The run
+from calctl.runners.steps import error_text
 
 
 def counts(rows: tuple[RowResult, ...]) -> dict[str, int]:
-    return {v.value: sum(1 for r in rows if r.verdict is v) for v in Verdict}
+    return {v.value: sum(1 for r in rows if r.verdict is v) for v in GateDecision}
 
 
 def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...] = ()) -> str:
@@ -631,7 +54,7 @@ def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvid
     said as such, and a run that measured no row reads NOT MEASURED (never "GO ... 0 GO")."""
     c = counts(rows)
     verdict = _verdict(status, rows, steps)
-    errored = ", ".join(s.name for s in steps if s.status is StepStatus.ERROR) or "a step"
+    errored = ", ".join(s.name for s in steps if s.status is EvidenceStatus.ERROR) or "a step"
     head = {
         "RUNNING": "RUNNING",
         "INTERRUPTED": "INTERRUPTED",
@@ -641,22 +64,18 @@ def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvid
         "ERROR": f"ERROR (device error in {errored})",
     }.get(verdict)
     if head is None:
-        if not c[Verdict.GO.value]:
+        if not c[GateDecision.GO.value]:
             head = "NOT MEASURED" + (f" (steps in error: {errored})" if errored != "a step" else "")
-        elif c[Verdict.NOT_MEASURED.value]:
+        elif c[GateDecision.NOT_MEASURED.value]:
             head = "GO (with rows NOT MEASURED)"
         else:
             head = "GO"
-    nm = [r.id for r in rows if r.verdict is Verdict.NOT_MEASURED]
-    ng = [r.id for r in rows if r.verdict is Verdict.NO_GO]
+    nm = [r.id for r in rows if r.verdict is GateDecision.NOT_MEASURED]
+    ng = [r.id for r in rows if r.verdict is GateDecision.NO_GO]
     parts = [f"{c['GO']} GO"]
     parts.append(f"{c['NO-GO']} NO-GO" + (f" ({', '.join(ng)})" if ng else ""))
     parts.append(f"{c['NOT MEASURED']} NOT MEASURED" + (f" ({', '.join(nm)})" if nm else ""))
     return f"{head}: " + ", ".join(parts)
-
-
-def default_report_dir(now: datetime | None = None) -> Path:
-    return records.default_report_dir("accept", now)
 
 
 def _verdict(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> str:
@@ -665,16 +84,16 @@ def _verdict(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence
         return "RUNNING"
     if status == "interrupted":
         return "INTERRUPTED"
-    if any(r.verdict is Verdict.NO_GO for r in rows):
+    if any(r.verdict is GateDecision.NO_GO for r in rows):
         return "NO-GO"
     v = next((s for s in steps if s.name == "validate"), None)
-    if v is not None and v.status is StepStatus.ERROR:
+    if v is not None and v.status is EvidenceStatus.ERROR:
         return "FAIL"  # a refused package: nothing could be judged, and that is a failed check
-    if any(s.status is StepStatus.ERROR and s.document.get("internal_error") for s in steps):
+    if any(s.status is EvidenceStatus.ERROR and s.document.get("internal_error") for s in steps):
         return "INTERNAL ERROR"  # a calctl bug in a step: never a silent 0, never the usage code
-    if any(s.status is StepStatus.ERROR and s.document.get("exit_code") == int(ExitCode.DEVICE) for s in steps):
+    if any(s.status is EvidenceStatus.ERROR and s.document.get("exit_code") == int(ExitCode.DEVICE) for s in steps):
         return "ERROR"
-    if not any(r.verdict is Verdict.GO for r in rows):
+    if not any(r.verdict is GateDecision.GO for r in rows):
         return "NOT MEASURED"  # nothing was measured GO: never a GO verdict resting on no row (docs/accept.md §1)
     return "GO"
 
@@ -723,21 +142,21 @@ def run_accept(
     header = _header(config, started)
     interrupted: str | None = None
     with ExitStack() as stack:
-        state = _State(config=config, stack=stack, log=log)
+        state = AcceptState(config=config, stack=stack, log=log)
         try:
             for step in steps:
                 if interrupted is not None:
-                    ev = StepEvidence(step.name, StepStatus.INTERRUPTED, reason=f"not run: {interrupted}")
+                    ev = StepEvidence(step.name, EvidenceStatus.INTERRUPTED, reason=f"not run: {interrupted}")
                 elif not config.wants(*step.rows):
                     ev = StepEvidence(
                         step.name,
-                        StepStatus.SKIPPED,
+                        EvidenceStatus.SKIPPED,
                         reason=f"not asked for: --only {','.join(sorted(config.only or ()))}",
                     )
                 else:
                     log(f"step {step.name}")
                     ev = _run_step(step, state)
-                    if ev.status is StepStatus.INTERRUPTED:
+                    if ev.status is EvidenceStatus.INTERRUPTED:
                         interrupted = ev.reason
                 state.steps[step.name] = ev
                 if on_step is not None:
@@ -747,46 +166,30 @@ def run_accept(
             interrupted = interrupted or error_text(exc)
             for step in steps:
                 state.steps.setdefault(
-                    step.name, StepEvidence(step.name, StepStatus.INTERRUPTED, reason=f"not run: {interrupted}")
+                    step.name, StepEvidence(step.name, EvidenceStatus.INTERRUPTED, reason=f"not run: {interrupted}")
                 )
     status = "interrupted" if interrupted is not None else "finished"
     return _checkpoint(config, header, state, t0, status, steps, final=True)
 
 
-def _run_step(step: Step, state: _State) -> StepEvidence:
+def _run_step(step: Step, state: AcceptState) -> StepEvidence:
     t0 = time.perf_counter()
     try:
         return step.run(state)
     except Skip as s:
         return StepEvidence(
-            step.name, StepStatus.SKIPPED, reason=s.reason, document={"how_to_measure": s.how} if s.how else {}
+            step.name, EvidenceStatus.SKIPPED, reason=s.reason, document={"how_to_measure": s.how} if s.how else {}
         )
     except KeyboardInterrupt as exc:
-        return StepEvidence(step.name, StepStatus.INTERRUPTED, time.perf_counter() - t0, reason=error_text(exc))
+        return StepEvidence(step.name, EvidenceStatus.INTERRUPTED, time.perf_counter() - t0, reason=error_text(exc))
     except Exception as exc:  # a calctl bug in one step: the report still says what the others measured
-        return _error_evidence(step.name, exc, time.perf_counter() - t0)
+        return error_evidence(step.name, exc, time.perf_counter() - t0)
 
 
-def _error_evidence(name: str, exc: Exception, seconds: float) -> StepEvidence:
-    """A step that raised: ERROR with the error and its exit code (a non-calctl error is a calctl bug)."""
-    if not isinstance(exc, CalctlError):
-        return StepEvidence(
-            name,
-            StepStatus.ERROR,
-            seconds,
-            reason=f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
-            document={"exit_code": int(ExitCode.INTERNAL), "internal_error": True},
-        )
-    code = int(exc.exit_code) if outcome_of(exc).value == "ERROR" else outcome_of(exc).exit_code
-    return StepEvidence(
-        name, StepStatus.ERROR, seconds, reason=f"{type(exc).__name__}: {exc}", document={"exit_code": code}
-    )
-
-
-def _judged(state: _State, steps: tuple[Step, ...]) -> tuple[RowResult, ...]:
+def _judged(state: AcceptState, steps: tuple[Step, ...]) -> tuple[RowResult, ...]:
     known = dict(state.steps)
     for s in steps:
-        known.setdefault(s.name, StepEvidence(s.name, StepStatus.PENDING))
+        known.setdefault(s.name, StepEvidence(s.name, EvidenceStatus.PENDING))
     rows = judge_all(known, state.out)
     if state.config.only is not None:
         rows = tuple(
@@ -794,7 +197,7 @@ def _judged(state: _State, steps: tuple[Step, ...]) -> tuple[RowResult, ...]:
             if r.id in state.config.only
             else replace(
                 r,
-                verdict=Verdict.NOT_MEASURED,
+                verdict=GateDecision.NOT_MEASURED,
                 key_figure="not asked for",
                 reason=f"not asked for: --only {','.join(sorted(state.config.only))}",
                 how_to_measure=f"`calctl accept` without --only, or --only {r.id}",
@@ -808,7 +211,7 @@ def _judged(state: _State, steps: tuple[Step, ...]) -> tuple[RowResult, ...]:
 def _checkpoint(
     config: AcceptConfig,
     header: dict[str, Any],
-    state: _State,
+    state: AcceptState,
     t0: float,
     status: str,
     steps: tuple[Step, ...],
@@ -819,7 +222,7 @@ def _checkpoint(
     if status == "interrupted":
         rows = tuple(
             replace(r, reason=f"interrupted: {r.reason}")
-            if r.verdict is Verdict.NOT_MEASURED and "interrupt" not in r.reason
+            if r.verdict is GateDecision.NOT_MEASURED and "interrupt" not in r.reason
             else r
             for r in rows
         )
@@ -884,7 +287,7 @@ def _header(config: AcceptConfig, started: datetime) -> dict[str, Any]:
     )
 
 
-__all__ = [
+__all__ = [  # the plan's names too: ``calctl.cli.accept_cmds`` and callers read them here
     "JUNIT_FILE",
     "LEVELS",
     "PLOT_FILE",

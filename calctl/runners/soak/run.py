@@ -421,9 +421,7 @@ class _Soak(SoakState):
         self.requests.add(res, at)
         cycle = self.cycle_index()
         sup = self.sup
-        newest = (
-            sup.cores[res.record.alias].generation if sup is not None and res.record.alias in sup.cores else None
-        )
+        newest = sup.cores[res.record.alias].generation if sup is not None and res.record.alias in sup.cores else None
         for v in judge.request_violations(res, newest, cycle=cycle, at=at):
             self.violate(v)
 

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from calctl.errors import ExitCode
+from calctl.runners.acceptance import evidence as accept_evidence
 from calctl.runners.acceptance import run as accept_run
-from calctl.runners.acceptance.rows import ROWS, RowResult, StepEvidence, StepStatus, Verdict
+from calctl.runners.acceptance.rows import ROWS, EvidenceStatus, GateDecision, RowResult, StepEvidence
 
 
-def _rows(verdict: Verdict) -> tuple[RowResult, ...]:
+def _rows(verdict: GateDecision) -> tuple[RowResult, ...]:
     return tuple(RowResult(s.id, s.title, s.condition, s.source, verdict, "k") for s in ROWS)
 
 
@@ -40,10 +41,10 @@ def _exit(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> int:
 def test_a_device_error_with_no_row_measured_is_not_go() -> None:
     """Item 5: "GO (with rows NOT MEASURED): 0 GO, 0 NO-GO, 11 NOT MEASURED" with exit 3 was the old line."""
     steps = (
-        StepEvidence("soak", StepStatus.ERROR, reason="soak error: BoardLocked: held by pid 7", document={}),
-        StepEvidence("rollback", StepStatus.ERROR, reason="BoardLocked: held", document={"exit_code": 3}),
+        StepEvidence("soak", EvidenceStatus.ERROR, reason="soak error: BoardLocked: held by pid 7", document={}),
+        StepEvidence("rollback", EvidenceStatus.ERROR, reason="BoardLocked: held", document={"exit_code": 3}),
     )
-    rows = _rows(Verdict.NOT_MEASURED)
+    rows = _rows(GateDecision.NOT_MEASURED)
     code = _exit(rows, steps)
     assert code == int(ExitCode.DEVICE)
     line = _report(rows, steps, code).summary_line()
@@ -52,20 +53,20 @@ def test_a_device_error_with_no_row_measured_is_not_go() -> None:
 
 
 def test_no_row_measured_without_an_error_is_not_measured_not_go() -> None:
-    line = _report(_rows(Verdict.NOT_MEASURED), (), 0).summary_line()
+    line = _report(_rows(GateDecision.NOT_MEASURED), (), 0).summary_line()
     assert line.startswith("NOT MEASURED: 0 GO"), line
 
 
 def test_a_refused_package_is_fail_not_go() -> None:
-    steps = (StepEvidence("validate", StepStatus.ERROR, reason="the package failed validation: MAN007"),)
-    rows = _rows(Verdict.NOT_MEASURED)
+    steps = (StepEvidence("validate", EvidenceStatus.ERROR, reason="the package failed validation: MAN007"),)
+    rows = _rows(GateDecision.NOT_MEASURED)
     code = _exit(rows, steps)
     assert code == int(ExitCode.FAILED)
     assert not _report(rows, steps, code).summary_line().startswith("GO")
 
 
 def test_go_rows_with_rows_not_measured_still_read_go() -> None:
-    rows = (*_rows(Verdict.GO)[:4], *_rows(Verdict.NOT_MEASURED)[4:])
+    rows = (*_rows(GateDecision.GO)[:4], *_rows(GateDecision.NOT_MEASURED)[4:])
     assert _report(rows, (), 0).summary_line().startswith("GO (with rows NOT MEASURED): 4 GO")
 
 
@@ -74,7 +75,7 @@ def test_a_soak_that_could_not_measure_names_its_cause(monkeypatch: pytest.Monke
     from contextlib import ExitStack
 
     from calctl.runners import soak as soak_lib
-    from calctl.runners.acceptance.rows import judge_g5
+    from calctl.runners.acceptance.gates import judge_g5
     from calctl.runners.context import DeviceSpec
     from calctl.signing.policy import TrustPolicy
 
@@ -103,21 +104,21 @@ def test_a_soak_that_could_not_measure_names_its_cause(monkeypatch: pytest.Monke
     cfg = accept_run.AcceptConfig(
         package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=accept_run.Level.QUICK, out_dir=tmp_path
     )
-    state = accept_run._State(config=cfg, stack=ExitStack())
-    monkeypatch.setattr(accept_run, "_need_main", lambda s: type("St", (), {"package": _Pkg()})())
-    ev = accept_run.step_soak(state)
-    assert ev.status is StepStatus.ERROR and "BoardLocked" in ev.reason and "pid 4242" in ev.reason, ev.reason
+    state = accept_evidence.AcceptState(config=cfg, stack=ExitStack())
+    monkeypatch.setattr(accept_evidence, "_need_main", lambda s: type("St", (), {"package": _Pkg()})())
+    ev = accept_evidence.step_soak(state)
+    assert ev.status is EvidenceStatus.ERROR and "BoardLocked" in ev.reason and "pid 4242" in ev.reason, ev.reason
     assert ev.document["exit_code"] == 3
     g5 = judge_g5({"soak": ev})
-    assert g5.verdict is Verdict.NOT_MEASURED and "pid 4242" in g5.reason, g5.reason
+    assert g5.verdict is GateDecision.NOT_MEASURED and "pid 4242" in g5.reason, g5.reason
     code = _exit((g5,), (ev,))
     assert code == int(ExitCode.DEVICE)
 
 
 def test_a_step_summary_says_its_verdict_once() -> None:
     """Item 8: step summaries read "NO-GO: NO-GO: ..." when the runner's key figure already led with it."""
-    assert accept_run._prefixed("NO-GO", "NO-GO: chip 0 static 14 GiB") == "NO-GO: chip 0 static 14 GiB"
-    assert accept_run._prefixed("GO", "chip 0 0.1 GiB") == "GO: chip 0 0.1 GiB"
+    assert accept_evidence._prefixed("NO-GO", "NO-GO: chip 0 static 14 GiB") == "NO-GO: chip 0 static 14 GiB"
+    assert accept_evidence._prefixed("GO", "chip 0 0.1 GiB") == "GO: chip 0 0.1 GiB"
 
 
 def test_load_peak_keeps_the_mock_label_where_it_goes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -136,10 +137,38 @@ def test_load_peak_keeps_the_mock_label_where_it_goes(monkeypatch: pytest.Monkey
         level=accept_run.Level.QUICK,
         out_dir=tmp_path,
     )
-    monkeypatch.setattr(accept_run, "_need_main", lambda s: None)
+    monkeypatch.setattr(accept_evidence, "_need_main", lambda s: None)
     with ExitStack() as stack:
-        ev = accept_run.step_load_peak(accept_run._State(config=cfg, stack=stack))
+        ev = accept_evidence.step_load_peak(accept_evidence.AcceptState(config=cfg, stack=stack))
     doc = json.loads((tmp_path / "load-peak.json").read_text())
-    assert ev.status is StepStatus.RAN
+    assert ev.status is EvidenceStatus.RAN
     assert doc["mock_result"] is True and "MOCK RESULT" in doc["note"], doc["note"]
     assert "GetMemoryUsage" in doc["memory_note"]
+
+
+def test_a_step_without_the_package_it_needs_is_skipped_saying_how(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The PoC, isolation and fault-isolation need two models or a replica package: SKIPPED with why and how."""
+    from contextlib import ExitStack
+
+    from calctl.runners.context import DeviceSpec
+    from calctl.signing.policy import TrustPolicy
+
+    cfg = accept_run.AcceptConfig(
+        package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=accept_run.Level.QUICK, out_dir=tmp_path
+    )
+    monkeypatch.setattr(accept_evidence, "_need_main", lambda s: None)
+    state = accept_evidence.AcceptState(config=cfg, stack=ExitStack())
+    said: dict[str, tuple[str, str]] = {}
+    for name, run in (
+        ("poc", accept_evidence.step_poc),
+        ("isolation", accept_evidence.step_isolation),
+        ("fault-isolation", accept_evidence.step_fault_isolation),
+    ):
+        ev = accept_run._run_step(accept_evidence.Step(name, (), run), state)
+        assert ev.status is EvidenceStatus.SKIPPED, ev
+        said[name] = (ev.reason, ev.document["how_to_measure"])
+    assert "two models, one per chip" in said["poc"][0] and "--replica PKG" in said["poc"][1]
+    assert "replica package" in said["isolation"][0] and "--replica OUT" in said["isolation"][1]
+    assert "two models" in said["fault-isolation"][0] and "combined package" in said["fault-isolation"][1]

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from calctl.runners.acceptance import plot as accept_plot
-from calctl.runners.acceptance.rows import RowResult, Verdict
+from calctl.runners.acceptance.rows import GateDecision, RowResult
 from calctl.runners.bench import plot as bench_plot
 from calctl.runners.soak.evidence import Series, soak_figure
 
@@ -131,14 +131,14 @@ def test_a_clean_soak_has_no_error_text() -> None:
 # accept.png
 
 
-def _row(rid: str, verdict: Verdict, figure: str) -> RowResult:
+def _row(rid: str, verdict: GateDecision, figure: str) -> RowResult:
     return RowResult(rid, f"{rid} per-chip correctness", "c", "s", verdict, figure)
 
 
 def test_accept_tiles_are_readable_and_their_text_stays_inside(drawn: list[Any], tmp_path: Path) -> None:
     long = "soak 0.00/24 h, 3 cycles, requests 301 sent: 85 succeeded, 27 ended as the mix intends, 189 refused " * 2
-    rows = [_row(f"G{i}", Verdict.GO, "chip 0 0.172 GiB, chip 1 0.172 GiB (limit 12.800 GiB)") for i in range(6)]
-    rows += [_row(f"M{i}", Verdict.NOT_MEASURED, long) for i in range(5)]
+    rows = [_row(f"G{i}", GateDecision.GO, "chip 0 0.172 GiB, chip 1 0.172 GiB (limit 12.800 GiB)") for i in range(6)]
+    rows += [_row(f"M{i}", GateDecision.NOT_MEASURED, long) for i in range(5)]
     accept_plot.plot_rows(tmp_path / "accept.png", rows, title="calctl accept (quick)", device="mock")
     (fig,) = drawn
     ax = fig.axes[0]

@@ -94,7 +94,7 @@ def _body(opts: BenchOptions, obs: Observation, judged: Judgement, trace_doc: di
         ],
         "replica": {"params_sha256": replica.params_sha256, "tokenizer_sha256": replica.tokenizer_sha256},
         "device": device.kind.value,
-        "device_label": device_text(device, versions),
+        "device_text": device_text(device, versions),
         "device_options": device.describe(),
         "runtime": None
         if versions is None
@@ -133,7 +133,7 @@ def _body(opts: BenchOptions, obs: Observation, judged: Judgement, trace_doc: di
         "memory_used_bytes": {"before": obs.mem_before, "after": obs.mem_after},
         "trace": trace_doc,
         "no_go_action": None if judged.go else NO_GO_ACTION,
-        "seconds": {k: round(v, 3) for k, v in obs.seconds.items()},
+        "phase_seconds": {k: round(v, 3) for k, v in obs.seconds.items()},
         "files": dict(obs.files),
     }
 

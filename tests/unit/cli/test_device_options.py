@@ -1,0 +1,67 @@
+"""The device and trust options, spelled once (``calctl.cli._device.device_options``) for every device command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from calctl.cli._device import DEVICE_DEFAULTS, DEVICE_OPTIONS, DeviceArgs, device_options
+from calctl.cli._options import DeviceKind
+from calctl.errors import UsageError
+
+
+def _app(*extra: str) -> tuple[typer.Typer, list[DeviceArgs]]:
+    seen: list[DeviceArgs] = []
+    app = typer.Typer()
+
+    @app.command()
+    @device_options(*extra)
+    def probe(name: str = "x", dev: DeviceArgs = DEVICE_DEFAULTS, last: int = 0) -> None:
+        """A probe command."""
+        seen.append(dev)
+        typer.echo(f"{name} {last}")
+
+    return app, seen
+
+
+def test_the_options_stand_where_dev_stands_and_arrive_as_one_value(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("schema: calctl-fault-plan/v1\n")
+    app, seen = _app("fault_plan", "seed")
+    r = CliRunner().invoke(
+        app, ["--name", "n", "--device", "mock", "--fault-plan", str(plan), "--seed", "7", "--last", "3"]
+    )
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == "n 3"
+    assert seen == [DeviceArgs(device=DeviceKind.mock, fault_plan=plan, seed=7)]
+    help_text = CliRunner().invoke(app, ["--help"], terminal_width=200).output
+    order = [help_text.index(o) for o in ("--name", "--device", "--calrt-lib", "--fault-plan", "--seed", "--last")]
+    assert order == sorted(order), help_text
+    for absent in ("--time-scale", "--serialize-chips"):
+        assert absent not in help_text
+
+
+def test_a_command_gets_only_the_options_it_asks_for() -> None:
+    app, seen = _app()
+    assert CliRunner().invoke(app, []).exit_code == 0
+    assert seen == [DEVICE_DEFAULTS]
+    r = CliRunner().invoke(app, ["--seed", "1"])
+    assert r.exit_code == 2 and "--seed" in r.output
+
+
+def test_an_unknown_option_name_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="bogus"):
+        device_options("bogus")
+    assert set(DEVICE_OPTIONS) == {f for f in DeviceArgs.__dataclass_fields__}
+
+
+def test_the_value_turns_into_a_device_spec_with_the_same_checks(tmp_path: Path) -> None:
+    spec = DeviceArgs(time_scale=2.0, seed=3, serialize_chips=True).spec()
+    assert (spec.time_scale, spec.seed, spec.serialize_chips) == (2.0, 3, True)
+    with pytest.raises(UsageError, match=r"--fault-plan .*no such file"):
+        DeviceArgs(fault_plan=tmp_path / "missing.yaml").spec()
+    with pytest.raises(UsageError, match="--calrt-lib applies to --device calrt only"):
+        DeviceArgs(calrt_lib=tmp_path / "lib.so").spec()
