@@ -566,8 +566,29 @@ def prefill(params: Params | Weights, arch: Architecture, tokens: np.ndarray, ca
 
 
 def decode_step(params: Params | Weights, arch: Architecture, token: int, position: int, cache: KvCache) -> np.ndarray:
-    """One decode step at ``position`` (== committed KV length, 000 §9.2)."""
-    return _forward_cached(_weights(params, arch), np.array([token], dtype=np.int64), cache, position)
+    """One decode step at ``position`` (== committed KV length, 000 §9.2).
+
+    On the native kernels this is :func:`decode_batch` of one lane (the step the mock runs); otherwise the
+    cached forward of one token.
+    """
+    w = _weights(params, arch)
+    if w.native and _native_kernels() is not None:
+        return decode_batch(w, arch, np.array([token]), np.array([position]), [cache])[0]
+    return _forward_cached(w, np.array([token], dtype=np.int64), cache, position)
+
+
+def _cache_addresses(caches: list[KvCache]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Base addresses and layer strides of the lanes' K and V caches, or None if one is not plain float32 rows."""
+    for c in caches:
+        for a in (c.k, c.v):
+            if a.dtype != np.float32 or not a.flags.c_contiguous or a.ndim != 4:
+                return None
+    return (
+        np.array([c.k.ctypes.data for c in caches], np.int64),
+        np.array([c.k.strides[0] for c in caches], np.int64),
+        np.array([c.v.ctypes.data for c in caches], np.int64),
+        np.array([c.v.strides[0] for c in caches], np.int64),
+    )
 
 
 def decode_batch(
@@ -580,13 +601,14 @@ def decode_batch(
     """One decode step of several sequences at once: logits ``[n, vocab]``.
 
     Lane ``i`` runs ``tokens[i]`` at ``positions[i]`` (its committed KV length) against ``caches[i]``. The
-    weight matrices see all lanes as one ``[n, d]`` batch (one GEMM, each weight read once per four lanes by
-    the native kernel); attention is per lane over its own cache. Same results as ``n`` :func:`decode_step`
-    calls, to float32 rounding.
+    weight matrices see all lanes as one ``[n, d]`` batch (one GEMM per matrix, each weight dequantised and read
+    once per eight lanes by the native kernel); attention is per lane over its own cache, all lanes in one
+    native call when the weights are on the native kernels (numpy, lane by lane, otherwise). Same results as
+    ``n`` single-lane steps, to float32 rounding.
     """
     w = _weights(params, arch)
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+    pos = np.ascontiguousarray(np.asarray(positions, dtype=np.int64).reshape(-1))
     n = tokens.shape[0]
     if pos.shape[0] != n or len(caches) != n:
         raise ValueError(f"{n} tokens, {pos.shape[0]} positions and {len(caches)} caches: one of each per lane")
@@ -598,6 +620,8 @@ def decode_batch(
     eps = arch.norm_eps
     ang = pos.astype(np.float64)[:, None] * inv_frequencies(arch, w.rope_factors)[None, :]
     cos, sin = np.cos(ang).astype(np.float32)[:, None, :], np.sin(ang).astype(np.float32)[:, None, :]
+    k_native = _native_kernels() if w.native else None
+    addresses = _cache_addresses(caches) if k_native is not None else None
     x = w.embed(tokens)
     with np.errstate(over="ignore"):
         for i, lw in enumerate(w.layers):
@@ -612,11 +636,18 @@ def decode_batch(
             q = _rope(q, cos, sin, arch.rope_style)
             k = _rope(k, cos, sin, arch.rope_style)
             v = qkv[:, qw + kw :].reshape(n, kvh, hd)
-            attn = np.empty((n, qw), np.float32)
-            for lane, (cache, p) in enumerate(zip(caches, pos, strict=True)):
-                cache.k[i, p] = k[lane]
-                cache.v[i, p] = v[lane]
-                attn[lane] = _attend(q[lane : lane + 1], cache.k[i, : p + 1], cache.v[i, : p + 1], int(p))[0]
+            if k_native is not None and addresses is not None:
+                kb, ks, vb, vs = addresses
+                attn = k_native.attend(
+                    np.ascontiguousarray(q, np.float32), np.ascontiguousarray(k, np.float32),
+                    np.ascontiguousarray(v, np.float32), kb + i * ks, vb + i * vs, pos, kvh,
+                )  # fmt: skip
+            else:
+                attn = np.empty((n, qw), np.float32)
+                for lane, (cache, p) in enumerate(zip(caches, pos, strict=True)):
+                    cache.k[i, p] = k[lane]
+                    cache.v[i, p] = v[lane]
+                    attn[lane] = _attend(q[lane : lane + 1], cache.k[i, : p + 1], cache.v[i, : p + 1], int(p))[0]
             x = x + lw.wo(attn)
             gu = lw.w_gate_up(_rms(x, lw.mlp_norm, eps))
             gate, up = gu[:, : arch.d_ff], gu[:, arch.d_ff :]

@@ -107,6 +107,9 @@ class Kernels:
         self._rows = lib.calctl_wrows
         self._rows.restype = ctypes.c_int
         self._rows.argtypes = [ctypes.c_int, ptr, i64, i64, ptr, i64, ptr]
+        self._attend = lib.calctl_attend_decode
+        self._attend.restype = ctypes.c_int
+        self._attend.argtypes = [i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ctypes.c_int]
 
     def gemm(self, dtype: str, w: np.ndarray, rows: int, cols: int, x: np.ndarray, y: np.ndarray) -> None:
         """``y[n, rows] = x[n, cols] @ W.T`` for the stored rows ``w`` (C-contiguous), ``x``/``y`` float32 C-contiguous."""
@@ -116,6 +119,33 @@ class Kernels:
         )  # fmt: skip
         if rc != 0:
             raise ValueError(f"native kernel refused dtype {dtype} [{rows}, {cols}]")
+
+    def attend(
+        self,
+        q: np.ndarray,
+        k_new: np.ndarray,
+        v_new: np.ndarray,
+        k_rows: np.ndarray,
+        v_rows: np.ndarray,
+        positions: np.ndarray,
+        kv_heads: int,
+    ) -> np.ndarray:
+        """One decode step's attention for ``n`` lanes, each over its own cache; ``[n, heads * head_dim]``.
+
+        ``q [n, heads, head_dim]`` and ``k_new``/``v_new [n, kv_heads, head_dim]`` float32 C-contiguous; ``k_rows``/
+        ``v_rows`` int64 ``[n]`` the addresses of each lane's ``[capacity, kv_heads, head_dim]`` float32 cache of this
+        layer, which must stay alive; ``positions`` int64 ``[n]``. Writes each lane's new K/V row at its position
+        first, then attends positions ``0..position``.
+        """
+        n, heads, hd = q.shape
+        out = np.empty((n, heads * hd), np.float32)
+        rc = self._attend(
+            n, heads, kv_heads, hd, q.ctypes.data, k_new.ctypes.data, v_new.ctypes.data, k_rows.ctypes.data,
+            v_rows.ctypes.data, positions.ctypes.data, out.ctypes.data, threads(),
+        )  # fmt: skip
+        if rc != 0:
+            raise ValueError(f"native attention refused {n} lanes of {heads} heads over {kv_heads} KV heads")
+        return out
 
     def rows(self, dtype: str, w: np.ndarray, rows: int, cols: int, idx: np.ndarray) -> np.ndarray:
         """Rows ``idx`` of the stored matrix, dequantised to float32 ``[len(idx), cols]``."""
