@@ -267,7 +267,7 @@ int calctl_wgemm(int dtype, const uint8_t *W, int64_t rows, int64_t cols, const 
     if (threads < 1) threads = 1;
     /* Little work: stay on the calling thread. A fork/join costs a few microseconds on an idle machine and a
      * scheduler slice on a loaded one, so only large GEMMs (the LM head, prefill, batched lanes) are split. */
-    if (rows * cols * (n < TILE ? n : TILE) < (1 << 22)) threads = 1;
+    if (rows * cols * (n < TILE ? n : TILE) < (1 << 21)) threads = 1;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
         int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows;
@@ -338,15 +338,15 @@ static inline float dot(const float *a, const float *b, int64_t n) {
  *   out   [n, heads * hd]
  *
  * Writes knew/vnew at pos in each cache first. Returns 0, or -1 for a bad shape or an allocation failure. */
-int calctl_attend_decode(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const float *q, const float *knew,
-                         const float *vnew, const int64_t *kc, const int64_t *vc, const int64_t *pos, float *out,
-                         int threads) {
+static int attend(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const float *q, int64_t ldq,
+                  const float *knew, const float *vnew, int64_t ldkv, const int64_t *kc, const int64_t *vc,
+                  const int64_t *pos, float *out, int threads) {
     if (n < 0 || heads < 1 || kv_heads < 1 || hd < 1 || heads % kv_heads) return -1;
     int64_t kw = kv_heads * hd, group = heads / kv_heads, maxlen = 0, work = 0;
     for (int64_t l = 0; l < n; l++) {
         if (pos[l] < 0) return -1;
-        memcpy((float *)(intptr_t)kc[l] + pos[l] * kw, knew + l * kw, (size_t)kw * sizeof(float));
-        memcpy((float *)(intptr_t)vc[l] + pos[l] * kw, vnew + l * kw, (size_t)kw * sizeof(float));
+        memcpy((float *)(intptr_t)kc[l] + pos[l] * kw, knew + l * ldkv, (size_t)kw * sizeof(float));
+        memcpy((float *)(intptr_t)vc[l] + pos[l] * kw, vnew + l * ldkv, (size_t)kw * sizeof(float));
         maxlen = pos[l] + 1 > maxlen ? pos[l] + 1 : maxlen;
         work += pos[l] + 1;
     }
@@ -365,7 +365,7 @@ int calctl_attend_decode(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd,
 #pragma omp for schedule(dynamic, 1)
             for (int64_t job = 0; job < n * heads; job++) {
                 int64_t l = job / heads, h = job % heads, g = h / group, len = pos[l] + 1;
-                const float *qh = q + l * heads * hd + h * hd;
+                const float *qh = q + l * ldq + h * hd;
                 const float *K = (const float *)(intptr_t)kc[l] + g * hd, *V = (const float *)(intptr_t)vc[l] + g * hd;
                 float mx = -INFINITY;
                 for (int64_t j = 0; j < len; j++) {
@@ -404,4 +404,117 @@ int calctl_attend_decode(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd,
         free(acc);
     }
     return failed ? -1 : 0;
+}
+
+int calctl_attend_decode(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const float *q, const float *knew,
+                         const float *vnew, const int64_t *kc, const int64_t *vc, const int64_t *pos, float *out,
+                         int threads) {
+    return attend(n, heads, kv_heads, hd, q, heads * hd, knew, vnew, kv_heads * hd, kc, vc, pos, out, threads);
+}
+
+/* exp(x) over the whole float range, eight at a time (the SiLU's exp(-gate)): the same reduction as
+ * exp256_nonpos; above 88.7 it saturates at 2^127 (the SiLU of such a gate is -0 either way). */
+static inline __m256 exp256(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+    __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+/* out[d] = x[d] / sqrt(mean(x^2) + eps) * w[d] */
+static void rms_row(const float *x, const float *w, int64_t d, float eps, float *out) {
+    float ss = dot(x, x, d);
+    float inv = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = 0; i < d; i++) out[i] = x[i] * inv * w[i];
+}
+
+/* Rotate `heads` heads of hd values at x by the position's cos/sin [hd/2]. */
+static void rope_row(float *x, int64_t heads, int64_t hd, const float *cs, const float *sn, int half_style) {
+    int64_t half = hd / 2;
+    for (int64_t h = 0; h < heads; h++) {
+        float *v = x + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            int64_t ia = half_style ? i : 2 * i, ib = half_style ? i + half : 2 * i + 1;
+            float a = v[ia], b = v[ib];
+            v[ia] = a * cs[i] - b * sn[i];
+            v[ib] = a * sn[i] + b * cs[i];
+        }
+    }
+}
+
+/* One decoder layer of one decode step for n lanes (what calctl.model.decoder.decode_batch computes per layer):
+ *
+ *   a = rms(x) ; qkv = a W_qkv (+ b_qkv) ; q/k heads rms-normed (qk_norm) then rotated ; attention over each lane's
+ *   cache (its new K/V written at its position) ; x += attn W_o ; m = rms(x) ; [g u] = m W_gate_up ;
+ *   x += (g * sigmoid(g) * u) W_down
+ *
+ * x [n, d_model] is updated in place; cos/sin [n, hd/2]; kc/vc/pos as calctl_attend_decode. The weight matrices are
+ * (dtype, stored rows) pairs for calctl_wgemm. Returns 0, or -1 for a refused shape or an allocation failure. */
+typedef struct {
+    int64_t d_model, heads, kv_heads, hd, d_ff;
+    float eps;
+    int32_t half_style;
+    const float *attn_norm, *bqkv, *q_norm, *k_norm, *mlp_norm; /* bqkv, q_norm, k_norm may be NULL */
+    int32_t qkv_dtype, wo_dtype, gu_dtype, down_dtype;
+    const uint8_t *wqkv, *wo, *w_gate_up, *w_down;
+} calctl_layer;
+
+int calctl_decode_layer(const calctl_layer *L, int64_t n, float *x, const float *cos, const float *sin,
+                        const int64_t *kc, const int64_t *vc, const int64_t *pos, int threads) {
+    int64_t d = L->d_model, hd = L->hd, qw = L->heads * hd, kw = L->kv_heads * hd, rows = qw + 2 * kw, ff = L->d_ff;
+    if (n < 1 || d < 1 || hd < 2 || hd % 2 || L->heads % L->kv_heads) return -1;
+    int64_t need = n * (d + rows + qw + 2 * ff);
+    float *buf = malloc((size_t)need * sizeof(float));
+    if (buf == NULL) return -1;
+    float *a = buf, *qkv = a + n * d, *att = qkv + n * rows, *gu = att + n * qw;
+    int rc = 0;
+    for (int64_t t = 0; t < n; t++) rms_row(x + t * d, L->attn_norm, d, L->eps, a + t * d);
+    rc |= calctl_wgemm(L->qkv_dtype, L->wqkv, rows, d, a, d, n, qkv, rows, threads);
+    for (int64_t t = 0; t < n && rc == 0; t++) {
+        float *r = qkv + t * rows;
+        if (L->bqkv)
+            for (int64_t i = 0; i < rows; i++) r[i] += L->bqkv[i];
+        if (L->q_norm && L->k_norm) {
+            for (int64_t h = 0; h < L->heads; h++) rms_row(r + h * hd, L->q_norm, hd, L->eps, r + h * hd);
+            for (int64_t h = 0; h < L->kv_heads; h++) rms_row(r + qw + h * hd, L->k_norm, hd, L->eps, r + qw + h * hd);
+        }
+        rope_row(r, L->heads + L->kv_heads, hd, cos + t * (hd / 2), sin + t * (hd / 2), L->half_style);
+    }
+    if (rc == 0) rc = attend(n, L->heads, L->kv_heads, hd, qkv, rows, qkv + qw, qkv + qw + kw, rows, kc, vc, pos, att,
+                             threads);
+    if (rc == 0) rc = calctl_wgemm(L->wo_dtype, L->wo, d, qw, att, qw, n, a, d, threads);
+    if (rc == 0) {
+        for (int64_t i = 0; i < n * d; i++) x[i] += a[i];
+        for (int64_t t = 0; t < n; t++) rms_row(x + t * d, L->mlp_norm, d, L->eps, a + t * d);
+        rc = calctl_wgemm(L->gu_dtype, L->w_gate_up, 2 * ff, d, a, d, n, gu, 2 * ff, threads);
+    }
+    if (rc == 0) {
+        for (int64_t t = 0; t < n; t++) { /* h = g / (1 + exp(-g)) * u, written over g */
+            float *g = gu + t * 2 * ff, *u = g + ff;
+            int64_t i = 0;
+            for (; i + 8 <= ff; i += 8) {
+                __m256 gv = _mm256_loadu_ps(g + i);
+                __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+                __m256 h = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+                _mm256_storeu_ps(g + i, _mm256_mul_ps(h, _mm256_loadu_ps(u + i)));
+            }
+            for (; i < ff; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        }
+        rc = calctl_wgemm(L->down_dtype, L->w_down, d, ff, gu, 2 * ff, n, a, d, threads);
+    }
+    if (rc == 0)
+        for (int64_t i = 0; i < n * d; i++) x[i] += a[i];
+    free(buf);
+    return rc;
 }

@@ -66,8 +66,15 @@ def test_native_gemm_equals_the_dequantised_matrix(kernels: native.Kernels, dtyp
     np.testing.assert_allclose(y, x.astype(np.float64) @ ref, rtol=1e-5, atol=1e-4)
 
 
-def _quant_params(dtype: str) -> dict[str, object]:
-    params: dict[str, object] = dict(decoder.init_params(ARCH, np.random.default_rng(3)))
+#: Qwen2-shaped: q/k/v biases, interleaved RoPE, an untied LM head (the fused native layer's other branches).
+ARCH_BIAS = Architecture(
+    family="qwen2", n_layers=2, d_model=64, n_heads=4, n_kv_heads=1, head_dim=16, d_ff=96, vocab_size=200,
+    context_limit=64, dtype="q8_0", rope_style="interleaved", attn_bias=True, tie_embeddings=False,
+)  # fmt: skip
+
+
+def _quant_params(dtype: str, arch: Architecture = ARCH) -> dict[str, object]:
+    params: dict[str, object] = dict(decoder.init_params(arch, np.random.default_rng(3)))
     for name in list(params):
         if name.rsplit(".", 1)[-1] in MATRICES or name == "embed":
             params[name] = quant.quantize(name, dtype, np.asarray(params[name]))
@@ -143,22 +150,27 @@ def test_loading_refuses_a_quantised_tensor_whose_rows_are_not_whole_blocks(tmp_
         decoder.load_params(tmp_path, (ParamTensor("layers.0.wq", "p.bin", "q4_0", (40, 64), 0),), keep_dtype=True)
 
 
-@pytest.mark.parametrize("dtype", sorted(QTYPES))
-def test_nine_batched_lanes_equal_numpy_lane_by_lane(kernels: native.Kernels, dtype: str) -> None:
-    """A full 8-lane tile plus one, on the native GEMM and attention, against the numpy fallback per lane."""
-    params = _quant_params(dtype)
-    fast, slow = decoder.prepare(params, ARCH), decoder.prepare(params, ARCH, native=False)
+@pytest.mark.parametrize(
+    ("dtype", "arch"),
+    [*((d, ARCH) for d in sorted(QTYPES)), ("q8_0", ARCH_BIAS)],
+    ids=["q4_0", "q4_1", "q8_0", "qwen2"],
+)
+def test_nine_batched_lanes_equal_numpy_lane_by_lane(kernels: native.Kernels, dtype: str, arch: Architecture) -> None:
+    """A full 8-lane tile plus one, in the fused native decode layer, against the numpy fallback lane by lane."""
+    params = _quant_params(dtype, arch)
+    fast, slow = decoder.prepare(params, arch), decoder.prepare(params, arch, native=False)
+    assert fast.native_layers is not None and slow.native_layers is None
     rng = np.random.default_rng(7)
-    prompts = [rng.integers(0, ARCH.vocab_size, size=int(n)) for n in (1, 2, 3, 5, 8, 9, 13, 17, 30)]
-    many = [decoder.KvCache.empty(ARCH, 40) for _ in prompts]
-    one = [decoder.KvCache.empty(ARCH, 40) for _ in prompts]
+    prompts = [rng.integers(0, arch.vocab_size, size=int(n)) for n in (1, 2, 3, 5, 8, 9, 13, 17, 30)]
+    many = [decoder.KvCache.empty(arch, 40) for _ in prompts]
+    one = [decoder.KvCache.empty(arch, 40) for _ in prompts]
     toks = []
     for p, a, b in zip(prompts, many, one, strict=True):
-        decoder.prefill(fast, ARCH, p, a)
-        toks.append(int(np.argmax(decoder.prefill(slow, ARCH, p, b))))
+        decoder.prefill(fast, arch, p, a)
+        toks.append(int(np.argmax(decoder.prefill(slow, arch, p, b))))
     for _ in range(3):
-        batched = decoder.decode_batch(fast, ARCH, np.array(toks), np.array([c.length for c in many]), many)
-        singles = np.stack([decoder.decode_step(slow, ARCH, t, c.length, c) for t, c in zip(toks, one, strict=True)])
+        batched = decoder.decode_batch(fast, arch, np.array(toks), np.array([c.length for c in many]), many)
+        singles = np.stack([decoder.decode_step(slow, arch, t, c.length, c) for t, c in zip(toks, one, strict=True)])
         np.testing.assert_allclose(batched, singles, rtol=1e-4, atol=1e-4)
         for a, b in zip(many, one, strict=True):  # the native attention wrote the same K/V rows
             assert a.length == b.length
