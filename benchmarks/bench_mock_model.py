@@ -11,7 +11,7 @@ weights of SmolLM2-135M's shape (30 layers, d_model 576, 9/3 heads, d_ff 1536,
 vocab 49152, tied). It measures, in one process and one run:
 
 * **decoder**: ``calctl.model.decoder`` as the mock calls it: a 64-token prefill
-  (seconds) and greedy decode after it (tokens/s), with the native fp16 GEMV
+  (seconds) and greedy decode after it (tokens/s), with the native kernels
   (when it builds) and with numpy only (``CALCTL_NATIVE=0`` path);
 * **mock board**: the same prefill and decode submitted as jobs to the mock
   runtime at time scale 0 (so the job time is the real compute plus the
@@ -167,10 +167,10 @@ def main() -> None:
         what, pkg_path, arch, params = load(args, Path(tmp))
         n_params = sum(int(np.prod(v.shape)) for v in params.values())
         print(f"model: {what}; {n_params / 1e6:.1f}M parameters, {arch.n_layers} layers")
-        print(f"native GEMV: {native.status()}")
+        print(f"native kernels: {native.status()}")
         prompt = np.random.default_rng(1).integers(0, arch.vocab_size, size=64)
         results = {}
-        for label, use_native in (("decoder, native fp16 GEMV", True), ("decoder, numpy only", False)):
+        for label, use_native in (("decoder, native kernels", True), ("decoder, numpy only", False)):
             w = decoder.prepare(params, arch, native=use_native)
             if use_native and not w.native:
                 print(f"{label}: not available ({native.status()})")

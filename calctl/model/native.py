@@ -1,8 +1,10 @@
-"""The optional native weight kernels the decoder uses (``_native/gemv_f16.c``).
+"""The optional native kernels the decoder uses (``_native/gemv_f16.c``).
 
 One GEMM over the weights as the package stores them (fp16, or the GGML blocks
-q4_0, q4_1 and q8_0, dequantised inside the kernel with fp32 accumulation), its
-one-token GEMV special case, and a row dequantiser for embedding lookups.
+q4_0, q4_1 and q8_0, dequantised inside the kernel with fp32 accumulation; up to
+eight tokens share each dequantised block), a row dequantiser for embedding
+lookups, a decode step's attention of several lanes over their own KV caches,
+and a whole decoder layer of one decode step (:class:`LayerDesc`).
 
 Built from source at first use with the system C compiler (``cc`` or ``gcc``,
 ``-O3 -march=native -fopenmp``, without OpenMP when the compiler lacks it) into

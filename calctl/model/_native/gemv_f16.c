@@ -296,12 +296,13 @@ int calctl_gemv_f16(const uint16_t *W, const float *x, float *y, int64_t rows, i
     return calctl_wgemm(DT_F16, (const uint8_t *)W, rows, cols, x, cols, 1, y, rows, 1);
 }
 
-/* exp(x) for x <= 0 (scores minus their maximum), eight at a time: Cephes' expf (range reduction by ln 2, degree-5
- * polynomial), about 1 ulp; below -87.3 it is 0 like expf's underflow. */
-static inline __m256 exp256_nonpos(__m256 x) {
+/* exp(x), eight at a time (softmax scores minus their maximum, the SiLU's exp(-gate)): Cephes' expf (range
+ * reduction by ln 2, degree-5 polynomial), about 1 ulp; below -87.3 it is 0 like expf's underflow, above 88 it
+ * saturates near 2^127 (the SiLU of such a gate is -0 either way). */
+static inline __m256 exp256(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.3f);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
     __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
     x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
     x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
@@ -376,14 +377,14 @@ static int attend(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const 
                 __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
                 int64_t j = 0;
                 for (; j + 8 <= len; j += 8) {
-                    __m256 e = exp256_nonpos(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmx));
+                    __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmx));
                     _mm256_storeu_ps(scores + j, e);
                     vsum = _mm256_add_ps(vsum, e);
                 }
                 if (j < len) { /* the tail through the same vector exp (padding lanes are zeroed by the mask) */
                     float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
                     for (int64_t i = j; i < len; i++) tail[i - j] = scores[i] - mx;
-                    __m256 e = exp256_nonpos(_mm256_loadu_ps(tail));
+                    __m256 e = exp256(_mm256_loadu_ps(tail));
                     _mm256_storeu_ps(tail, e);
                     for (int64_t i = j; i < len; i++) scores[i] = tail[i - j];
                     for (int64_t i = len - j; i < 8; i++) tail[i] = 0.0f;
@@ -410,26 +411,6 @@ int calctl_attend_decode(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd,
                          const float *vnew, const int64_t *kc, const int64_t *vc, const int64_t *pos, float *out,
                          int threads) {
     return attend(n, heads, kv_heads, hd, q, heads * hd, knew, vnew, kv_heads * hd, kc, vc, pos, out, threads);
-}
-
-/* exp(x) over the whole float range, eight at a time (the SiLU's exp(-gate)): the same reduction as
- * exp256_nonpos; above 88.7 it saturates at 2^127 (the SiLU of such a gate is -0 either way). */
-static inline __m256 exp256(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.3f);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
-    __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
 /* out[d] = x[d] / sqrt(mean(x^2) + eps) * w[d] */
