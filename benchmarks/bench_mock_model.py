@@ -17,6 +17,9 @@ vocab 49152, tied). It measures, in one process and one run:
   runtime at time scale 0 (so the job time is the real compute plus the
   runtime's own overhead; at a time scale > 0 a job takes the larger of the
   timing model and that compute);
+* **batched decode**: 1, 2, 4 and 8 sequences stepped together with
+  ``decoder.decode_batch`` (what the mock runs for a ``B > 1`` job): aggregate
+  tokens/s, wall and per process-CPU second, against one lane;
 * **baseline**: one pass over all weight bytes with numpy (float32 GEMV over the
   float32 copy), the memory-bandwidth floor of one decode step on this machine;
   decode is reported as a ratio to it.
@@ -122,6 +125,21 @@ def time_decoder(
     return statistics.median(pre), statistics.median(dec), statistics.median(pre_cpu), statistics.median(dec_cpu)
 
 
+def time_batched(
+    w: decoder.Weights, arch: Architecture, prompt: np.ndarray, lanes: int, steps: int
+) -> tuple[float, float]:
+    """(aggregate decode tok/s, aggregate tok per process-CPU s) of ``lanes`` sequences stepped together."""
+    caches = [decoder.KvCache.empty(arch, len(prompt) + steps + 1) for _ in range(lanes)]
+    toks = []
+    for cache in caches:
+        toks.append(int(np.argmax(decoder.prefill(w, arch, prompt, cache))))
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        logits = decoder.decode_batch(w, arch, np.array(toks), np.array([c.length for c in caches]), caches)
+        toks = [int(t) for t in logits.argmax(axis=1)]
+    return lanes * steps / (time.perf_counter() - t0), lanes * steps / (time.process_time() - c0)
+
+
 def time_board(pkg_path: Path, prompt: np.ndarray, tokens: int, runs: int) -> tuple[float, float]:
     from calctl.checks.steps import GreedyProgress, greedy_run
     from calctl.package.reader import load_manifest
@@ -188,6 +206,17 @@ def main() -> None:
         for label, (pre, dec, pre_cpu, dec_cpu) in results.items():
             print(f"{label:28} {pre:13.3f} {dec:13.1f} {dec * floor:13.2f} {pre_cpu:14.3f} {dec_cpu:10.1f}")
         print("CPU columns: this thread's CPU time (time.thread_time), what an unshared core would give")
+        w = decoder.prepare(params, arch)
+        if w.native:
+            batched = {n: time_batched(w, arch, prompt, n, max(4, args.tokens // 4)) for n in (1, 2, 4, 8)}
+            print(
+                f"batched decode, native kernels, {native.threads()} threads (decoder.decode_batch, lanes stepped together):"
+            )
+            for n, (agg, cpu) in batched.items():
+                print(
+                    f"  {n} lanes: aggregate {agg:7.1f} tok/s ({agg / batched[1][0]:4.2f}x one lane), "
+                    f"{cpu:7.1f} tok per process-CPU s ({cpu / batched[1][1]:4.2f}x)"
+                )
         print("targets: decode >= 25 tok/s, prefill 64 < 0.3 s")
 
 
