@@ -140,7 +140,7 @@ def time_batched(
     return lanes * steps / (time.perf_counter() - t0), lanes * steps / (time.process_time() - c0)
 
 
-def time_board(pkg_path: Path, prompt: np.ndarray, tokens: int, runs: int) -> tuple[float, float]:
+def time_board(pkg_path: Path, prompt: np.ndarray, tokens: int, runs: int) -> tuple[float, float, float, float]:
     from calctl.checks.steps import GreedyProgress, greedy_run
     from calctl.package.reader import load_manifest
     from calctl.runtime import open_runtime
