@@ -125,21 +125,6 @@ def time_decoder(
     return statistics.median(pre), statistics.median(dec), statistics.median(pre_cpu), statistics.median(dec_cpu)
 
 
-def time_batched(
-    w: decoder.Weights, arch: Architecture, prompt: np.ndarray, lanes: int, steps: int
-) -> tuple[float, float]:
-    """(aggregate decode tok/s, aggregate tok per process-CPU s) of ``lanes`` sequences stepped together."""
-    caches = [decoder.KvCache.empty(arch, len(prompt) + steps + 1) for _ in range(lanes)]
-    toks = []
-    for cache in caches:
-        toks.append(int(np.argmax(decoder.prefill(w, arch, prompt, cache))))
-    t0, c0 = time.perf_counter(), time.process_time()
-    for _ in range(steps):
-        logits = decoder.decode_batch(w, arch, np.array(toks), np.array([c.length for c in caches]), caches)
-        toks = [int(t) for t in logits.argmax(axis=1)]
-    return lanes * steps / (time.perf_counter() - t0), lanes * steps / (time.process_time() - c0)
-
-
 def time_board(pkg_path: Path, prompt: np.ndarray, tokens: int, runs: int) -> tuple[float, float, float, float]:
     from calctl.checks.steps import GreedyProgress, greedy_run
     from calctl.package.reader import load_manifest
@@ -156,6 +141,21 @@ def time_board(pkg_path: Path, prompt: np.ndarray, tokens: int, runs: int) -> tu
             pre.append(progress.timings[0].seconds)
             dec.append((len(progress.timings) - 1) / sum(t.seconds for t in progress.timings[1:]))
     return statistics.median(pre), statistics.median(dec), float("nan"), float("nan")
+
+
+def time_batched(
+    w: decoder.Weights, arch: Architecture, prompt: np.ndarray, lanes: int, steps: int
+) -> tuple[float, float]:
+    """(aggregate decode tok/s, aggregate tok per process-CPU s) of ``lanes`` sequences stepped together."""
+    caches = [decoder.KvCache.empty(arch, len(prompt) + steps + 1) for _ in range(lanes)]
+    toks = []
+    for cache in caches:
+        toks.append(int(np.argmax(decoder.prefill(w, arch, prompt, cache))))
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        logits = decoder.decode_batch(w, arch, np.array(toks), np.array([c.length for c in caches]), caches)
+        toks = [int(t) for t in logits.argmax(axis=1)]
+    return lanes * steps / (time.perf_counter() - t0), lanes * steps / (time.process_time() - c0)
 
 
 def bandwidth_floor(w: decoder.Weights, runs: int) -> float:
