@@ -11,12 +11,15 @@ weights of SmolLM2-135M's shape (30 layers, d_model 576, 9/3 heads, d_ff 1536,
 vocab 49152, tied). It measures, in one process and one run:
 
 * **decoder**: ``calctl.model.decoder`` as the mock calls it: a 64-token prefill
-  (seconds) and greedy decode after it (tokens/s), with the native fp16 GEMV
+  (seconds) and greedy decode after it (tokens/s), with the native kernels
   (when it builds) and with numpy only (``CALCTL_NATIVE=0`` path);
 * **mock board**: the same prefill and decode submitted as jobs to the mock
   runtime at time scale 0 (so the job time is the real compute plus the
   runtime's own overhead; at a time scale > 0 a job takes the larger of the
   timing model and that compute);
+* **batched decode**: 1, 2, 4 and 8 sequences stepped together with
+  ``decoder.decode_batch`` (what the mock runs for a ``B > 1`` job): aggregate
+  tokens/s, wall and per process-CPU second, against one lane;
 * **baseline**: one pass over all weight bytes with numpy (float32 GEMV over the
   float32 copy), the memory-bandwidth floor of one decode step on this machine;
   decode is reported as a ratio to it.
@@ -140,6 +143,21 @@ def time_board(pkg_path: Path, prompt: np.ndarray, tokens: int, runs: int) -> tu
     return statistics.median(pre), statistics.median(dec), float("nan"), float("nan")
 
 
+def time_batched(
+    w: decoder.Weights, arch: Architecture, prompt: np.ndarray, lanes: int, steps: int
+) -> tuple[float, float]:
+    """(aggregate decode tok/s, aggregate tok per process-CPU s) of ``lanes`` sequences stepped together."""
+    caches = [decoder.KvCache.empty(arch, len(prompt) + steps + 1) for _ in range(lanes)]
+    toks = []
+    for cache in caches:
+        toks.append(int(np.argmax(decoder.prefill(w, arch, prompt, cache))))
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        logits = decoder.decode_batch(w, arch, np.array(toks), np.array([c.length for c in caches]), caches)
+        toks = [int(t) for t in logits.argmax(axis=1)]
+    return lanes * steps / (time.perf_counter() - t0), lanes * steps / (time.process_time() - c0)
+
+
 def bandwidth_floor(w: decoder.Weights, runs: int) -> float:
     """Seconds numpy takes for one float32 GEMV over every weight matrix (one decode step's bytes)."""
     mats = [m.w for lw in w.layers for m in (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down) if m.w is not None]
@@ -167,10 +185,10 @@ def main() -> None:
         what, pkg_path, arch, params = load(args, Path(tmp))
         n_params = sum(int(np.prod(v.shape)) for v in params.values())
         print(f"model: {what}; {n_params / 1e6:.1f}M parameters, {arch.n_layers} layers")
-        print(f"native GEMV: {native.status()}")
+        print(f"native kernels: {native.status()}")
         prompt = np.random.default_rng(1).integers(0, arch.vocab_size, size=64)
         results = {}
-        for label, use_native in (("decoder, native fp16 GEMV", True), ("decoder, numpy only", False)):
+        for label, use_native in (("decoder, native kernels", True), ("decoder, numpy only", False)):
             w = decoder.prepare(params, arch, native=use_native)
             if use_native and not w.native:
                 print(f"{label}: not available ({native.status()})")
@@ -188,6 +206,17 @@ def main() -> None:
         for label, (pre, dec, pre_cpu, dec_cpu) in results.items():
             print(f"{label:28} {pre:13.3f} {dec:13.1f} {dec * floor:13.2f} {pre_cpu:14.3f} {dec_cpu:10.1f}")
         print("CPU columns: this thread's CPU time (time.thread_time), what an unshared core would give")
+        w = decoder.prepare(params, arch)
+        if w.native:
+            batched = {n: time_batched(w, arch, prompt, n, max(4, args.tokens // 4)) for n in (1, 2, 4, 8)}
+            print(
+                f"batched decode, native kernels, {native.threads()} threads (decoder.decode_batch, lanes stepped together):"
+            )
+            for n, (agg, cpu) in batched.items():
+                print(
+                    f"  {n} lanes: aggregate {agg:7.1f} tok/s ({agg / batched[1][0]:4.2f}x one lane), "
+                    f"{cpu:7.1f} tok per process-CPU s ({cpu / batched[1][1]:4.2f}x)"
+                )
         print("targets: decode >= 25 tok/s, prefill 64 < 0.3 s")
 
 

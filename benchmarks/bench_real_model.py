@@ -19,6 +19,8 @@ script prints, for each and as calctl/llama.cpp ratios:
 * **RSS** of the serving process at ready and after the requests (``/proc/<pid>/status``);
 * **8 streams**: calctl's aggregate decode tokens/s with ``--streams`` concurrent requests on
   the one chip, over one stream's, and how many lanes a decode job ran on average (``/metrics``);
+  the same as tokens per CPU second of the serving process (``/proc/<pid>/stat``, all threads),
+  which a shared, loaded machine distorts far less than wall time;
 * **greedy text**: calctl's text against llama.cpp's and, where ``transformers`` is installed,
   against Hugging Face transformers loading the same GGUF (dequantised, fp32).
 
@@ -81,6 +83,12 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all its threads (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -224,6 +232,7 @@ def run_calctl(gguf: Path, tmp: Path, args: argparse.Namespace) -> dict[str, obj
                     results.append(r)
 
             jobs0 = decode_jobs(url)
+            cpu0 = cpu_seconds(pid)
             t0 = time.perf_counter()
             workers = [threading.Thread(target=one, args=(i,)) for i in range(args.streams)]
             for w in workers:
@@ -231,10 +240,16 @@ def run_calctl(gguf: Path, tmp: Path, args: argparse.Namespace) -> dict[str, obj
             for w in workers:
                 w.join()
             wall = time.perf_counter() - t0
+            streams_cpu = cpu_seconds(pid) - cpu0
             out["streams_tps"] = sum(int(r["completion_tokens"]) for r in results) / wall
+            out["streams_tok_per_cpu"] = sum(int(r["completion_tokens"]) for r in results) / max(streams_cpu, 1e-9)
             lanes = sum(int(r["completion_tokens"]) - 1 for r in results)  # each stream's first token: its prefill
             out["lanes_per_decode_job"] = lanes / max(1.0, decode_jobs(url) - jobs0)
+            cpu0 = cpu_seconds(pid)
             single = [stream_chat(url, "m", PROMPTS[i % len(PROMPTS)], args.max_tokens) for i in range(2)]
+            out["single_tok_per_cpu"] = sum(int(r["completion_tokens"]) for r in single) / max(
+                cpu_seconds(pid) - cpu0, 1e-9
+            )
             out["single_tps_e2e"] = statistics.median(
                 float(r["completion_tokens"]) / float(r["total_s"]) for r in single
             )
@@ -375,6 +390,12 @@ def main() -> None:
         f"{args.streams} streams on one chip: aggregate {agg:.2f} tok/s, one stream {one:.2f} tok/s: {agg / one:.2f}x"
         f" (profiles {args.profiles}; {_num(ours['lanes_per_decode_job']):.2f} lanes per decode job)"
     )
+    if "streams_tok_per_cpu" in ours:
+        cs, c1 = float(ours["streams_tok_per_cpu"]), float(ours["single_tok_per_cpu"])  # type: ignore[arg-type]
+        print(
+            f"server CPU: {args.streams} streams {cs:.2f} tok per CPU s, one stream {c1:.2f}: {cs / c1:.2f}x"
+            " (the serving process's user+system time, all threads: what a loaded machine does not distort)"
+        )
     print(f"prefill prompt: {ours['prefill_tokens']} tokens")
     if not isinstance(llama, dict):
         print(f"llama.cpp: skipped: {llama}")

@@ -33,12 +33,13 @@ from __future__ import annotations
 import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from calctl.model.native import kernels
+from calctl.model.native import KERNEL_DTYPES, LayerDesc, kernels, layer_desc
 from calctl.model.quant import QUANT_DTYPES, QuantTensor, quantised_nbytes, stored_rows
 from calctl.package.architecture import expected_tensor_shapes
 from calctl.package.model import NUMPY_DTYPE, Architecture, ParamTensor
@@ -348,6 +349,31 @@ class Weights:
         head = 0 if tied_shared else self.head.nbytes
         return mats + head + self.embed.nbytes
 
+    @cached_property
+    def native_layers(self) -> tuple[tuple[LayerDesc, tuple[object, ...]], ...] | None:
+        """Each layer's descriptor for the fused native decode layer, or None when a layer cannot take it.
+
+        Every weight matrix must be one stored matrix the kernel reads (no fused parts, no float32-only weight).
+        """
+        arch = self.arch
+        if arch.head_dim % 2 or arch.rope_style not in ROPE_STYLES:
+            return None
+        out = []
+        for lw in self.layers:
+            mats = (lw.wqkv, lw.wo, lw.w_gate_up, lw.w_down)
+            if any(m.parts or m.data is None or m.dtype not in KERNEL_DTYPES for m in mats):
+                return None
+            out.append(
+                layer_desc(
+                    (arch.d_model, arch.n_heads, arch.n_kv_heads, arch.head_dim, arch.d_ff),
+                    arch.norm_eps,
+                    arch.rope_style,
+                    (lw.attn_norm, lw.bqkv, lw.q_norm, lw.k_norm, lw.mlp_norm),
+                    tuple((m.dtype, m.data) for m in mats if m.data is not None),
+                )
+            )
+        return tuple(out)
+
     def logits(self, x: np.ndarray) -> np.ndarray:
         """LM head of hidden rows ``x [n, d_model]`` (or one row ``[d_model]``)."""
         if x.ndim == 1:
@@ -566,8 +592,29 @@ def prefill(params: Params | Weights, arch: Architecture, tokens: np.ndarray, ca
 
 
 def decode_step(params: Params | Weights, arch: Architecture, token: int, position: int, cache: KvCache) -> np.ndarray:
-    """One decode step at ``position`` (== committed KV length, 000 §9.2)."""
-    return _forward_cached(_weights(params, arch), np.array([token], dtype=np.int64), cache, position)
+    """One decode step at ``position`` (== committed KV length, 000 §9.2).
+
+    On the native kernels this is :func:`decode_batch` of one lane (the step the mock runs); otherwise the
+    cached forward of one token.
+    """
+    w = _weights(params, arch)
+    if w.native and _native_kernels() is not None:
+        return decode_batch(w, arch, np.array([token]), np.array([position]), [cache])[0]
+    return _forward_cached(w, np.array([token], dtype=np.int64), cache, position)
+
+
+def _cache_addresses(caches: list[KvCache]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Base addresses and layer strides of the lanes' K and V caches, or None if one is not plain float32 rows."""
+    for c in caches:
+        for a in (c.k, c.v):
+            if a.dtype != np.float32 or not a.flags.c_contiguous or a.ndim != 4:
+                return None
+    return (
+        np.array([c.k.ctypes.data for c in caches], np.int64),
+        np.array([c.k.strides[0] for c in caches], np.int64),
+        np.array([c.v.ctypes.data for c in caches], np.int64),
+        np.array([c.v.strides[0] for c in caches], np.int64),
+    )
 
 
 def decode_batch(
@@ -580,25 +627,54 @@ def decode_batch(
     """One decode step of several sequences at once: logits ``[n, vocab]``.
 
     Lane ``i`` runs ``tokens[i]`` at ``positions[i]`` (its committed KV length) against ``caches[i]``. The
-    weight matrices see all lanes as one ``[n, d]`` batch (one GEMM, each weight read once per four lanes by
-    the native kernel); attention is per lane over its own cache. Same results as ``n`` :func:`decode_step`
-    calls, to float32 rounding.
+    weight matrices see all lanes as one ``[n, d]`` batch (one GEMM per matrix, each weight dequantised and read
+    once per eight lanes by the native kernel); attention is per lane over its own cache, all lanes in one
+    native call when the weights are on the native kernels (numpy, lane by lane, otherwise). Same results as
+    ``n`` single-lane steps, to float32 rounding.
     """
     w = _weights(params, arch)
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+    pos = np.ascontiguousarray(np.asarray(positions, dtype=np.int64).reshape(-1))
     n = tokens.shape[0]
     if pos.shape[0] != n or len(caches) != n:
         raise ValueError(f"{n} tokens, {pos.shape[0]} positions and {len(caches)} caches: one of each per lane")
     for c, p in zip(caches, pos, strict=True):
         if p + 1 > c.capacity:
             raise ValueError(f"sequence of {p + 1} tokens exceeds the cache capacity {c.capacity}")
+    eps = arch.norm_eps
+    ang = pos.astype(np.float64)[:, None] * inv_frequencies(arch, w.rope_factors)[None, :]
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    k_native = _native_kernels() if w.native else None
+    addresses = _cache_addresses(caches) if k_native is not None else None
+    x = np.ascontiguousarray(w.embed(tokens), dtype=np.float32)
+    fused = w.native_layers if k_native is not None and addresses is not None else None
+    if k_native is not None and addresses is not None and fused is not None:
+        kb, ks, vb, vs = addresses
+        for i, (desc, _) in enumerate(fused):  # the whole layer in one native call
+            k_native.decode_layer(desc, x, cos, sin, kb + i * ks, vb + i * vs, pos)
+    else:
+        x = _decode_layers(w, x, cos[:, None, :], sin[:, None, :], pos, caches, addresses)
+    for cache, p in zip(caches, pos, strict=True):
+        cache.length = int(p) + 1
+    return np.asarray(w.logits(_rms(x, w.final_norm, eps)), dtype=np.float32)
+
+
+def _decode_layers(
+    w: Weights,
+    x: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    pos: np.ndarray,
+    caches: list[KvCache],
+    addresses: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None,
+) -> np.ndarray:
+    """The layers of :func:`decode_batch` in numpy around the weight GEMMs (attention native when ``addresses``)."""
+    arch = w.arch
+    n = x.shape[0]
     h, kvh, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
     qw, kw = h * hd, kvh * hd
     eps = arch.norm_eps
-    ang = pos.astype(np.float64)[:, None] * inv_frequencies(arch, w.rope_factors)[None, :]
-    cos, sin = np.cos(ang).astype(np.float32)[:, None, :], np.sin(ang).astype(np.float32)[:, None, :]
-    x = w.embed(tokens)
+    k_native = _native_kernels() if addresses is not None else None
     with np.errstate(over="ignore"):
         for i, lw in enumerate(w.layers):
             qkv = lw.wqkv(_rms(x, lw.attn_norm, eps))
@@ -612,15 +688,20 @@ def decode_batch(
             q = _rope(q, cos, sin, arch.rope_style)
             k = _rope(k, cos, sin, arch.rope_style)
             v = qkv[:, qw + kw :].reshape(n, kvh, hd)
-            attn = np.empty((n, qw), np.float32)
-            for lane, (cache, p) in enumerate(zip(caches, pos, strict=True)):
-                cache.k[i, p] = k[lane]
-                cache.v[i, p] = v[lane]
-                attn[lane] = _attend(q[lane : lane + 1], cache.k[i, : p + 1], cache.v[i, : p + 1], int(p))[0]
+            if k_native is not None and addresses is not None:
+                kb, ks, vb, vs = addresses
+                attn = k_native.attend(
+                    np.ascontiguousarray(q, np.float32), np.ascontiguousarray(k, np.float32),
+                    np.ascontiguousarray(v, np.float32), kb + i * ks, vb + i * vs, pos, kvh,
+                )  # fmt: skip
+            else:
+                attn = np.empty((n, qw), np.float32)
+                for lane, (cache, p) in enumerate(zip(caches, pos, strict=True)):
+                    cache.k[i, p] = k[lane]
+                    cache.v[i, p] = v[lane]
+                    attn[lane] = _attend(q[lane : lane + 1], cache.k[i, : p + 1], cache.v[i, : p + 1], int(p))[0]
             x = x + lw.wo(attn)
             gu = lw.w_gate_up(_rms(x, lw.mlp_norm, eps))
             gate, up = gu[:, : arch.d_ff], gu[:, arch.d_ff :]
             x = x + lw.w_down(gate / (1.0 + np.exp(-gate)) * up)
-    for cache, p in zip(caches, pos, strict=True):
-        cache.length = int(p) + 1
-    return np.asarray(w.logits(_rms(x, w.final_norm, eps)), dtype=np.float32)
+    return x

@@ -1,8 +1,10 @@
-"""The optional native weight kernels the decoder uses (``_native/gemv_f16.c``).
+"""The optional native kernels the decoder uses (``_native/gemv_f16.c``).
 
 One GEMM over the weights as the package stores them (fp16, or the GGML blocks
-q4_0, q4_1 and q8_0, dequantised inside the kernel with fp32 accumulation), its
-one-token GEMV special case, and a row dequantiser for embedding lookups.
+q4_0, q4_1 and q8_0, dequantised inside the kernel with fp32 accumulation; up to
+eight tokens share each dequantised block), a row dequantiser for embedding
+lookups, a decode step's attention of several lanes over their own KV caches,
+and a whole decoder layer of one decode step (:class:`LayerDesc`).
 
 Built from source at first use with the system C compiler (``cc`` or ``gcc``,
 ``-O3 -march=native -fopenmp``, without OpenMP when the compiler lacks it) into
@@ -67,7 +69,7 @@ def _build() -> tuple[Kernels | None, str]:
             try:
                 # Concurrent builders: each compiles to its own temporary file; one rename wins, both are identical.
                 with atomic_output(out, mode=0o755) as lib:
-                    cmd = [cc, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-o", str(lib), str(src)]
+                    cmd = [cc, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-o", str(lib), str(src), "-lm"]
                     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
                     if res.returncode != 0:  # no OpenMP: the same kernels on one thread
                         cmd.remove("-fopenmp")
@@ -88,6 +90,73 @@ def _build() -> tuple[Kernels | None, str]:
     return Kernels(lib_handle), f"native weight kernels {out}"
 
 
+class LayerDesc(ctypes.Structure):
+    """One decoder layer's shapes and weight addresses (``calctl_layer`` in ``_native/gemv_f16.c``).
+
+    It holds raw addresses: the arrays it was made from must outlive it (:func:`layer_desc` keeps them).
+    """
+
+    _fields_ = [
+        ("d_model", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),
+        ("hd", ctypes.c_int64),
+        ("d_ff", ctypes.c_int64),
+        ("eps", ctypes.c_float),
+        ("half_style", ctypes.c_int32),
+        ("attn_norm", ctypes.c_void_p),
+        ("bqkv", ctypes.c_void_p),
+        ("q_norm", ctypes.c_void_p),
+        ("k_norm", ctypes.c_void_p),
+        ("mlp_norm", ctypes.c_void_p),
+        ("qkv_dtype", ctypes.c_int32),
+        ("wo_dtype", ctypes.c_int32),
+        ("gu_dtype", ctypes.c_int32),
+        ("down_dtype", ctypes.c_int32),
+        ("wqkv", ctypes.c_void_p),
+        ("wo", ctypes.c_void_p),
+        ("w_gate_up", ctypes.c_void_p),
+        ("w_down", ctypes.c_void_p),
+    ]
+
+
+def _f32_address(a: np.ndarray | None, size: int) -> int | None:
+    if a is None:
+        return None
+    if a.dtype != np.float32 or not a.flags.c_contiguous or a.size != size:
+        raise ValueError(f"a layer vector must be float32 [{size}] C-contiguous, not {a.dtype} {list(a.shape)}")
+    return int(a.ctypes.data)
+
+
+def layer_desc(
+    shape: tuple[int, int, int, int, int],
+    eps: float,
+    rope_style: str,
+    vectors: tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray],
+    matrices: tuple[tuple[str, np.ndarray], ...],
+) -> tuple[LayerDesc, tuple[object, ...]]:
+    """The descriptor of one layer and the arrays it points into (keep both alive together).
+
+    ``shape`` is ``(d_model, heads, kv_heads, head_dim, d_ff)``; ``vectors`` the float32 ``attn_norm, bqkv,
+    q_norm, k_norm, mlp_norm`` (None where the family has none); ``matrices`` the ``(dtype, stored rows)`` of
+    ``wqkv, wo, w_gate_up, w_down``, C-contiguous.
+    """
+    d, heads, kvh, hd, ff = shape
+    qkv = (heads + 2 * kvh) * hd
+    attn_norm, bqkv, q_norm, k_norm, mlp_norm = vectors
+    for _, m in matrices:
+        if not m.flags.c_contiguous:
+            raise ValueError("a layer matrix must be C-contiguous stored rows")
+    (tq, wq), (to, wo), (tg, wg), (td, wd) = matrices
+    desc = LayerDesc(
+        d, heads, kvh, hd, ff, eps, 1 if rope_style == "half" else 0,
+        _f32_address(attn_norm, d), _f32_address(bqkv, qkv), _f32_address(q_norm, hd), _f32_address(k_norm, hd),
+        _f32_address(mlp_norm, d), KERNEL_DTYPES[tq], KERNEL_DTYPES[to], KERNEL_DTYPES[tg], KERNEL_DTYPES[td],
+        wq.ctypes.data, wo.ctypes.data, wg.ctypes.data, wd.ctypes.data,
+    )  # fmt: skip
+    return desc, (vectors, matrices)
+
+
 class Kernels:
     """The loaded kernels, called with numpy arrays (shapes and dtypes checked by the caller)."""
 
@@ -99,6 +168,12 @@ class Kernels:
         self._rows = lib.calctl_wrows
         self._rows.restype = ctypes.c_int
         self._rows.argtypes = [ctypes.c_int, ptr, i64, i64, ptr, i64, ptr]
+        self._attend = lib.calctl_attend_decode
+        self._attend.restype = ctypes.c_int
+        self._attend.argtypes = [i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ctypes.c_int]
+        self._layer = lib.calctl_decode_layer
+        self._layer.restype = ctypes.c_int
+        self._layer.argtypes = [ctypes.POINTER(LayerDesc), i64, ptr, ptr, ptr, ptr, ptr, ptr, ctypes.c_int]
 
     def gemm(self, dtype: str, w: np.ndarray, rows: int, cols: int, x: np.ndarray, y: np.ndarray) -> None:
         """``y[n, rows] = x[n, cols] @ W.T`` for the stored rows ``w`` (C-contiguous), ``x``/``y`` float32 C-contiguous."""
@@ -108,6 +183,54 @@ class Kernels:
         )  # fmt: skip
         if rc != 0:
             raise ValueError(f"native kernel refused dtype {dtype} [{rows}, {cols}]")
+
+    def attend(
+        self,
+        q: np.ndarray,
+        k_new: np.ndarray,
+        v_new: np.ndarray,
+        k_rows: np.ndarray,
+        v_rows: np.ndarray,
+        positions: np.ndarray,
+        kv_heads: int,
+    ) -> np.ndarray:
+        """One decode step's attention for ``n`` lanes, each over its own cache; ``[n, heads * head_dim]``.
+
+        ``q [n, heads, head_dim]`` and ``k_new``/``v_new [n, kv_heads, head_dim]`` float32 C-contiguous; ``k_rows``/
+        ``v_rows`` int64 ``[n]`` the addresses of each lane's ``[capacity, kv_heads, head_dim]`` float32 cache of this
+        layer, which must stay alive; ``positions`` int64 ``[n]``. Writes each lane's new K/V row at its position
+        first, then attends positions ``0..position``.
+        """
+        n, heads, hd = q.shape
+        out = np.empty((n, heads * hd), np.float32)
+        rc = self._attend(
+            n, heads, kv_heads, hd, q.ctypes.data, k_new.ctypes.data, v_new.ctypes.data, k_rows.ctypes.data,
+            v_rows.ctypes.data, positions.ctypes.data, out.ctypes.data, threads(),
+        )  # fmt: skip
+        if rc != 0:
+            raise ValueError(f"native attention refused {n} lanes of {heads} heads over {kv_heads} KV heads")
+        return out
+
+    def decode_layer(
+        self,
+        desc: LayerDesc,
+        x: np.ndarray,
+        cos: np.ndarray,
+        sin: np.ndarray,
+        k_rows: np.ndarray,
+        v_rows: np.ndarray,
+        positions: np.ndarray,
+    ) -> None:
+        """One layer of a decode step for ``n`` lanes, ``x [n, d_model]`` float32 updated in place.
+
+        ``cos``/``sin [n, head_dim/2]`` float32; ``k_rows``, ``v_rows``, ``positions`` as :meth:`attend`.
+        """
+        rc = self._layer(
+            ctypes.byref(desc), x.shape[0], x.ctypes.data, cos.ctypes.data, sin.ctypes.data, k_rows.ctypes.data,
+            v_rows.ctypes.data, positions.ctypes.data, threads(),
+        )  # fmt: skip
+        if rc != 0:
+            raise ValueError(f"native decode layer refused {x.shape[0]} lanes (shape or allocation)")
 
     def rows(self, dtype: str, w: np.ndarray, rows: int, cols: int, idx: np.ndarray) -> np.ndarray:
         """Rows ``idx`` of the stored matrix, dequantised to float32 ``[len(idx), cols]``."""

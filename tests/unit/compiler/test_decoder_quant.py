@@ -66,8 +66,15 @@ def test_native_gemm_equals_the_dequantised_matrix(kernels: native.Kernels, dtyp
     np.testing.assert_allclose(y, x.astype(np.float64) @ ref, rtol=1e-5, atol=1e-4)
 
 
-def _quant_params(dtype: str) -> dict[str, object]:
-    params: dict[str, object] = dict(decoder.init_params(ARCH, np.random.default_rng(3)))
+#: Qwen2-shaped: q/k/v biases, interleaved RoPE, an untied LM head (the fused native layer's other branches).
+ARCH_BIAS = Architecture(
+    family="qwen2", n_layers=2, d_model=64, n_heads=4, n_kv_heads=1, head_dim=16, d_ff=96, vocab_size=200,
+    context_limit=64, dtype="q8_0", rope_style="interleaved", attn_bias=True, tie_embeddings=False,
+)  # fmt: skip
+
+
+def _quant_params(dtype: str, arch: Architecture = ARCH) -> dict[str, object]:
+    params: dict[str, object] = dict(decoder.init_params(arch, np.random.default_rng(3)))
     for name in list(params):
         if name.rsplit(".", 1)[-1] in MATRICES or name == "embed":
             params[name] = quant.quantize(name, dtype, np.asarray(params[name]))
@@ -141,3 +148,65 @@ def test_loading_refuses_a_quantised_tensor_whose_rows_are_not_whole_blocks(tmp_
     (tmp_path / "p.bin").write_bytes(b"\0" * 4096)
     with pytest.raises(ValueError, match="not a multiple"):
         decoder.load_params(tmp_path, (ParamTensor("layers.0.wq", "p.bin", "q4_0", (40, 64), 0),), keep_dtype=True)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "arch"),
+    [*((d, ARCH) for d in sorted(QTYPES)), ("q8_0", ARCH_BIAS)],
+    ids=["q4_0", "q4_1", "q8_0", "qwen2"],
+)
+def test_nine_batched_lanes_equal_numpy_lane_by_lane(kernels: native.Kernels, dtype: str, arch: Architecture) -> None:
+    """A full 8-lane tile plus one, in the fused native decode layer, against the numpy fallback lane by lane."""
+    params = _quant_params(dtype, arch)
+    fast, slow = decoder.prepare(params, arch), decoder.prepare(params, arch, native=False)
+    assert fast.native_layers is not None and slow.native_layers is None
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(0, arch.vocab_size, size=int(n)) for n in (1, 2, 3, 5, 8, 9, 13, 17, 30)]
+    many = [decoder.KvCache.empty(arch, 40) for _ in prompts]
+    one = [decoder.KvCache.empty(arch, 40) for _ in prompts]
+    toks = []
+    for p, a, b in zip(prompts, many, one, strict=True):
+        decoder.prefill(fast, arch, p, a)
+        toks.append(int(np.argmax(decoder.prefill(slow, arch, p, b))))
+    for _ in range(3):
+        batched = decoder.decode_batch(fast, arch, np.array(toks), np.array([c.length for c in many]), many)
+        singles = np.stack([decoder.decode_step(slow, arch, t, c.length, c) for t, c in zip(toks, one, strict=True)])
+        np.testing.assert_allclose(batched, singles, rtol=1e-4, atol=1e-4)
+        for a, b in zip(many, one, strict=True):  # the native attention wrote the same K/V rows
+            assert a.length == b.length
+            np.testing.assert_allclose(a.k[:, : a.length], b.k[:, : b.length], rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(a.v[:, : a.length], b.v[:, : b.length], rtol=1e-4, atol=1e-4)
+        toks = [int(t) for t in singles.argmax(axis=1)]
+
+
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 70])
+def test_native_attention_equals_numpy(kernels: native.Kernels, length: int) -> None:
+    rng = np.random.default_rng(length)
+    heads, kv_heads, hd, lanes = 6, 2, 20, 3
+    k_cache = rng.standard_normal((lanes, 80, kv_heads, hd)).astype(np.float32)
+    v_cache = rng.standard_normal((lanes, 80, kv_heads, hd)).astype(np.float32)
+    q = rng.standard_normal((lanes, heads, hd)).astype(np.float32)
+    k_new = rng.standard_normal((lanes, kv_heads, hd)).astype(np.float32)
+    v_new = rng.standard_normal((lanes, kv_heads, hd)).astype(np.float32)
+    pos = np.array([length - 1, max(0, length - 3), length // 2], np.int64)
+    want_k, want_v = k_cache.copy(), v_cache.copy()
+    want_k[np.arange(lanes), pos], want_v[np.arange(lanes), pos] = k_new, v_new
+    want = np.stack(
+        [decoder._attend(q[i : i + 1], want_k[i, : p + 1], want_v[i, : p + 1], int(p))[0] for i, p in enumerate(pos)]
+    )
+    stride = k_cache.strides[0]
+    kb = k_cache.ctypes.data + stride * np.arange(lanes, dtype=np.int64)
+    vb = v_cache.ctypes.data + stride * np.arange(lanes, dtype=np.int64)
+    got = kernels.attend(q, k_new, v_new, kb, vb, pos, kv_heads)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(k_cache, want_k)
+    np.testing.assert_array_equal(v_cache, want_v)
+
+
+def test_native_attention_refuses_heads_that_do_not_group(kernels: native.Kernels) -> None:
+    z = np.zeros((1, 5, 4), np.float32)
+    kv = np.zeros((1, 2, 4), np.float32)
+    cache = np.zeros((4, 2, 4), np.float32)
+    addr = np.array([cache.ctypes.data], np.int64)
+    with pytest.raises(ValueError, match="5 heads over 2 KV heads"):
+        kernels.attend(z, kv, kv, addr, addr, np.array([0], np.int64), 2)
