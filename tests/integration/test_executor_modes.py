@@ -107,7 +107,19 @@ def test_executor_modes_bench_m1_m2_and_the_overlap_in_the_trace(tmp_path: Path)
 
 
 def test_corrupted_output_in_pingpong_downgrades_and_drains(caplog: pytest.LogCaptureFixture) -> None:
+    """The scenario needs a job in flight beside the corrupted one. Whether the engine thread had submitted the
+    next job by then is the host's doing (a starved thread leaves the chip one job deep), so a run where it had
+    not is not evidence either way: a fresh engine tries again, up to three."""
     caplog.set_level(logging.INFO, logger="calctl.serve")
+    for _ in range(3):
+        caplog.clear()
+        if _corrupt_one_job_in_pingpong(caplog):
+            return
+    pytest.fail("in 3 engines the corrupted job never had a job in flight beside it: the host starved the engine")
+
+
+def _corrupt_one_job_in_pingpong(caplog: pytest.LogCaptureFixture) -> bool:
+    """False when no job was in flight beside the corrupted one (nothing asserted then); else every check."""
     with executor_engine(time_scale=5.0) as h:
         assert all(o.ok and o.tokens == GOLDEN for o in h.run(4, tag="warm"))
         since = time.monotonic_ns()
@@ -121,7 +133,8 @@ def test_corrupted_output_in_pingpong_downgrades_and_drains(caplog: pytest.LogCa
         bad = jobs[JobId(fault.job)]
         assert bad.start_ns is not None and bad.end_ns is not None
         beside = [e for e in jobs.values() if e is not bad and e.start_ns and e.start_ns < bad.end_ns < (e.end_ns or 0)]
-        assert beside, "the corrupted job had no job in flight beside it"
+        if not beside:
+            return False
         # None dropped: the reset that followed found nothing running; the job beside it completed.
         assert all(e.state is JobState.SUCCEEDED for e in beside)
         assert [e.job for e in jobs.values() if e.state is JobState.ABORTED] == []
@@ -140,6 +153,7 @@ def test_corrupted_output_in_pingpong_downgrades_and_drains(caplog: pytest.LogCa
         assert h.metric("calctl_executor_mode", model="model-a", mode="async") == 1.0
         assert h.metric("calctl_executor_mode", model="model-a", mode="pingpong") == 0.0
         assert all(o.ok and o.tokens == GOLDEN for o in h.run(4, tag="after"))
+    return True
 
 
 def test_repeated_device_busy_in_pingpong_downgrades_without_dropping(caplog: pytest.LogCaptureFixture) -> None:
