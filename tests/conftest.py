@@ -56,6 +56,20 @@ class CliResult:
         return json.loads(self.out)
 
 
+def run_in_process(*args: object) -> CliResult:
+    """Run calctl in-process with stdout and stderr captured here: the ``cli`` fixture's run for a module- or
+    session-scoped fixture, which cannot use capsys."""
+    import contextlib
+    import io
+
+    from calctl.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def cli(capsys):  # type: ignore[no-untyped-def]
     """Run calctl in-process: ``cli("verify", str(pkg))`` -> CliResult."""

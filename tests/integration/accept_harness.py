@@ -5,13 +5,11 @@ board)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import FIXTURE_PACKAGES, TEST_PUB
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, run_in_process
 
 COMBINED = FIXTURE_PACKAGES / "combined"
 REPLICA = FIXTURE_PACKAGES / "replica"
@@ -22,12 +20,8 @@ ROW_IDS = ["G0", "G1", "G2", "G3", "G4", "G5", "M0", "M1", "M2", "M3", "M4"]
 
 def run_accept(*args: str | Path) -> tuple[int, str, str]:
     """calctl in-process, stdout and stderr captured (usable from a module-scoped fixture)."""
-    from calctl.cli.app import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in args])
-    return code, out.getvalue(), err.getvalue()
+    r = run_in_process(*args)
+    return r.code, r.out, r.err
 
 
 def rows_by_id(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

