@@ -191,11 +191,8 @@ class _Run:
     def a_decode_graph(self) -> str:
         return self.sup.workers[self.a].model.decode.name
 
-    def jobs_since(self, since_ns: int, alias: str) -> int:
-        return sum(1 for e in self.rt.trace(since_ns=since_ns) if e.model == alias)
-
     def a_jobs_since(self, since_ns: int) -> int:
-        return self.jobs_since(since_ns, self.a)
+        return sum(1 for e in self.rt.trace(since_ns=since_ns) if e.model == self.a)
 
     async def b_client(self, index: int) -> None:
         n = 0
@@ -248,7 +245,7 @@ class _Run:
         action(ph)
         floor_s = BASELINE_S if name == "baseline" else PHASE_MIN_S
         while (elapsed := time.monotonic() - ph.start) < floor_s or (
-            elapsed < PHASE_MAX_S and self.jobs_since(since, self.b) < MIN_SAMPLES["p99"] + B_CLIENTS
+            elapsed < PHASE_MAX_S and self._b_jobs_since(since) < MIN_SAMPLES["p99"] + B_CLIENTS
         ):  # a phase B's latency can be judged in (its in-flight jobs aside), if the host lets it
             time.sleep(0.05)
         if not self.wait_ready():
@@ -464,6 +461,9 @@ class _Run:
             finally:
                 self.sup.shutdown(5.0)
         return self.result(t_start, device)
+
+    def _b_jobs_since(self, since_ns: int) -> int:
+        return sum(1 for e in self.rt.trace(since_ns=since_ns) if e.model == self.b)
 
     # -- judgement ---------------------------------------------------------------------------------
 
