@@ -63,6 +63,20 @@ class Cli(Protocol):
     def __call__(self, *args: object) -> CliResult: ...
 
 
+def run_in_process(*args: object) -> CliResult:
+    """Run calctl in-process with stdout and stderr captured here: the ``cli`` fixture's run for a module- or
+    session-scoped fixture, which cannot use capsys."""
+    import contextlib
+    import io
+
+    from calctl.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
     """Run calctl in-process: ``cli("verify", pkg)`` -> CliResult."""
@@ -120,3 +134,15 @@ def assert_passed(doc: dict) -> None:
     if doc["verdict"] == "WARN":
         others = [w for w in doc["warnings"] if "SIG002" not in w]
         assert doc["warnings"] and not others, doc["warnings"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with a test marked ``slow`` run first, the rest after them, each group in collection order.
+
+    pytest-xdist (``--dist loadfile --no-loadscope-reorder`` in pyproject.toml) hands the files to its workers in
+    this order, one at a time as a worker frees up: the long files start while the many short ones are still
+    queued to even out the end of the run, and no long file is left to start last with the other worker idle
+    (xdist's own order, by number of tests, put files of a few long tests at the end).
+    """
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: collection order within each group

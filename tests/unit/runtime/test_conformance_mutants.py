@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import Cli, assert_no_traceback
 
 #: switch -> (the check whose FAIL row must name the bug, words its detail must contain)
+pytestmark = pytest.mark.slow  # a compiled mutant and the whole suite in child processes per case
+
 MUTANTS = {
     "-DCALRT_MUTANT_UNLOAD_LEAK": ("memory_counters", "memory"),
     "-DCALRT_MUTANT_BOARD_RESET_KEEPS_KV": ("chip_vs_board_reset", "after a board reset"),

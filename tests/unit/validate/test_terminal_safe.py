@@ -32,6 +32,8 @@ from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, Cli
 from tests.unit.validate.validate_factory import copy_package, edit_manifest, read_manifest, reseal
 
 #: A raw control byte (C0 but TAB/LF, DEL, C1) or a surrogate: never on stdout or stderr.
+pytestmark = pytest.mark.slow  # every hostile string through every command: its file is scheduled first
+
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 OSC52 = "\x1b]52;c;aGVsbG8=\x07"
 COMMANDS = ("inspect", "verify", "validate", "budget")

@@ -38,6 +38,8 @@ from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, Cli
 from tests.unit.validate.validate_factory import validate_json
 
+pytestmark = pytest.mark.slow  # every manifest leaf fuzzed: its file is scheduled first
+
 BASE = FIXTURE_PACKAGES / "combined"
 PRIVATE = keys.load_private(TEST_KEY)
 HUGE = "__HUGE_INTEGER__"

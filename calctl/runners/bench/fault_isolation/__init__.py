@@ -5,7 +5,8 @@ run time with ``MockRuntime.arm_fault``; a board needs the vendor's own fault
 injection, so ``--device calrt`` is refused). B gets a steady closed-loop load
 (two clients, fixed 16-token prompts and 16-token greedy outputs) from start to
 end; its success and end-to-end latency are measured per phase. Phases, in
-order (each at least :data:`PHASE_MIN_S`, then until both models are Ready):
+order (each at least :data:`PHASE_MIN_S`, longer while B has had fewer device jobs than a P99 needs, up to
+:data:`PHASE_MAX_S` on a loaded host, then until both models are Ready):
 
 ==================  =========================================================  ==================
 phase               what happens to A                                          class (001 §11.3)

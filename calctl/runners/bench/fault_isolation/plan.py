@@ -12,6 +12,7 @@ from calctl.runners.traffic import EngineResult
 FAULT_ISOLATION_TIME_SCALE = 5.0
 PHASE_MIN_S = 2.5
 BASELINE_S = 3.0
+PHASE_MAX_S = 30.0  # a phase whose B has fewer jobs than a P99 needs (a loaded host) runs on, at most this long
 JOB_TIMEOUT_S = 1.0  # the worker's Wait timeout (001 §11.3), short so a hang is seen quickly
 LATENCY_GATE = 0.25  # B's P99 E2E may exceed its baseline by this much (001 §13.2)
 A_WAITING = 4
