@@ -77,7 +77,8 @@ def bootstrap(
     """Percentile bootstrap of ``statistic`` over rows of ``samples`` (rows are rounds).
 
     With one row there is no interval: ``ci_low``/``ci_high`` are None rather
-    than a fake zero-width interval.
+    than a fake zero-width interval. A statistic that is not a number on the data (0/0: windows with nothing
+    in them) was not measured: ``mean`` is None too, never a NaN that a report would print as a figure.
     """
     data = np.asarray(samples, dtype=np.float64)
     n = len(data)
@@ -85,6 +86,8 @@ def bootstrap(
         return Estimate(None, None, None, 0, confidence)
     stat = statistic or (lambda x: float(np.mean(x)))
     point = float(stat(data))
+    if not math.isfinite(point):
+        return Estimate(None, None, None, n, confidence)
     if n < 2:
         return Estimate(point, None, None, n, confidence)
     rng = np.random.default_rng(seed)

@@ -164,7 +164,15 @@ def concurrency_gates(cmp: Comparison, trace: TraceEvidence | None = None) -> li
     e, o = cmp.throughput_efficiency, cmp.overlap_ratio
     gates = [trace_gate(trace)]
     if e.mean is None:
-        gates.append(Gate("throughput_efficiency", f">= {EFFICIENCY_GATE:.2f}", None, None, "no steady-state window"))
+        gates.append(
+            Gate(
+                "throughput_efficiency",
+                f">= {EFFICIENCY_GATE:.2f}",
+                None,
+                None,
+                "no steady-state window with isolated tokens in it: not measured",
+            )
+        )
     else:
         ci = f" [95 % CI {_fmt(e.ci_low)}, {_fmt(e.ci_high)}]" if e.ci_low is not None else " (no CI)"
         d = decide(e, EFFICIENCY_GATE, above=True, what="throughput_efficiency")

@@ -213,3 +213,20 @@ def test_an_empty_both_chips_busy_lane_says_none(tmp_path: Path, monkeypatch: py
     assert "none: the chips never computed at the same time" in texts
     texts = _figure_texts(monkeypatch, lambda: plot_timeline(tmp_path / "t.png", _slices(), title="t", device="mock"))
     assert not [t for t in texts if t.startswith("none:")]
+
+
+def test_a_statistic_that_is_not_a_number_is_not_measured_and_its_gate_not_judged() -> None:
+    """0/0 (windows with no isolated tokens) is no figure: the estimate has no mean, the report never prints
+    "= nan", and the efficiency gate is NOT JUDGED saying why."""
+    import numpy as np
+
+    from calctl.runners.bench.gates import concurrency_gates
+    from calctl.runners.bench.metrics import compare
+
+    zero = np.zeros(3)
+    est = bootstrap([[0.0, 0.0], [0.0, 0.0]], lambda m: float("nan") if m[:, 1].sum() == 0 else 1.0)
+    assert (est.mean, est.ci_low, est.ci_high, est.n) == (None, None, None, 2)
+    cmp = compare(zero, zero, np.ones(3), np.ones(3), window_s=1.0)
+    assert cmp.throughput_efficiency.mean is None
+    (eff,) = [g for g in concurrency_gates(cmp) if g.name == "throughput_efficiency"]
+    assert eff.passed is None and "not measured" in eff.detail and "nan" not in eff.detail
