@@ -22,10 +22,12 @@ This module does not decide what traffic to send (``soak.mix``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -134,6 +136,27 @@ class TokenTap:
         self._stream.finish(reason)
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT/SIGTERM recorded, not acted on, while the body runs; the first one is re-raised after it.
+
+    At Python level, not with ``pthread_sigmask``: a mask only keeps the signal from this thread, another thread
+    of the process then receives it and Python still runs the handler here, in the main thread, mid-constructor.
+    Only the main thread can install handlers; elsewhere the body runs as is (no handler runs there anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if got:
+            signal.raise_signal(got[0])  # now the command's own handler sees it
+
+
 class EngineLoop:
     """An asyncio event loop running in a daemon thread; the engine's streams post into it.
 
@@ -143,7 +166,8 @@ class EngineLoop:
     """
 
     def __init__(self, name: str = "calctl-traffic") -> None:
-        self.loop = asyncio.new_event_loop()
+        with signals_held():  # a signal inside the loop's constructor left a half-built loop and a traceback
+            self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 

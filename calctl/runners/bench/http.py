@@ -18,12 +18,9 @@ Nothing here computes statistics.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import signal
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +28,7 @@ import httpx
 
 from calctl.errors import UsageError
 from calctl.runners.bench.workload import PlannedRequest
-from calctl.runners.traffic import RequestOutcome, RequestRecord, outcome_of_status
+from calctl.runners.traffic import RequestOutcome, RequestRecord, outcome_of_status, signals_held
 
 
 @dataclass(frozen=True)
@@ -222,7 +219,7 @@ def run_phase(
     traceback, and a coroutine never awaited; held, it arrives once the task runs and unwinds it."""
     loop: asyncio.AbstractEventLoop | None = None
     try:
-        with _signals_held():
+        with signals_held():
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)  # as asyncio.run does
             task = loop.create_task(_phase(target, workloads, label, duration_s, grace_s, seed, kinds or {}))
@@ -230,27 +227,6 @@ def run_phase(
     finally:
         if loop is not None:
             _close_loop(loop)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT/SIGTERM recorded, not acted on, while the body runs; the first one is re-raised after it.
-
-    At Python level, not with ``pthread_sigmask``: a mask only keeps the signal from this thread, another thread
-    of the process then receives it and Python still runs the handler here, in the main thread, mid-constructor.
-    Only the main thread can install handlers; elsewhere the body runs as is (no handler runs there anyway)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-        if got:
-            signal.raise_signal(got[0])  # now the command's own handler sees it
 
 
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
