@@ -42,6 +42,13 @@ def _hf(tmp: Path) -> Path:
     return d
 
 
+def _gguf(tmp: Path) -> Path:
+    from tests.unit.compiler.checkpoint_factory import write_gguf, write_hf_dir
+
+    d, cfg, weights = write_hf_dir(tmp / "hf", "llama")
+    return write_gguf(tmp / "tiny.gguf", d, cfg, weights)
+
+
 #: command -> (argv from a scratch directory, the exit code it must have). Each argv gets --format json.
 CASES: dict[str, tuple[Callable[[Path], list[Any]], int]] = {
     "keygen": (lambda t: ["keygen", t / "k"], 0),
@@ -52,6 +59,7 @@ CASES: dict[str, tuple[Callable[[Path], list[Any]], int]] = {
     "verify-fail": (lambda t: ["verify", _corrupt(t), *TRUST], 1),
     "inspect": (lambda t: ["inspect", COMBINED, *TRUST], 0),
     "import": (lambda t: ["import", "hf", _hf(t), t / "imported", "--key", TEST_KEY], 0),
+    "import-gguf": (lambda t: ["import", "gguf", _gguf(t), t / "imported", "--key", TEST_KEY], 0),
     "combine": (lambda t: ["combine", SINGLE, SINGLE, t / "combined", "--key", TEST_KEY, *TRUST], 0),
     "validate": (lambda t: ["validate", COMBINED, *TRUST], 0),
     "validate-fail": (lambda t: ["validate", _corrupt(t), *TRUST], 1),
@@ -85,7 +93,7 @@ def test_every_command_json_is_one_report(cli: Cli, tmp_path: Path, case: str) -
     problems = list(schemas.iter_errors("report/v1", doc))
     assert not problems, problems
     assert doc["exit_code"] == r.code and next(iter(doc)) == "schema_version"
-    assert doc["command"] == case.removesuffix("-fail").removesuffix("-refused")
+    assert doc["command"] == case.removesuffix("-fail").removesuffix("-refused").removesuffix("-gguf")
 
 
 def test_a_refused_soak_is_a_failed_check_that_says_why(cli: Cli, tmp_path: Path) -> None:

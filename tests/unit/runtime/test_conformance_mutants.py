@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from calctl.package import schemas
 from tests.conftest import Cli, assert_no_traceback
 
 #: switch -> (the check whose FAIL row must name the bug, words its detail must contain)
@@ -80,6 +81,7 @@ def test_a_shim_of_another_abi_major_is_the_abi_version_fail_row(
         ("abi_version", "FAIL", "calrt_abi_version", "'2.0'")
     ]
     assert r.json["abi"] == "2.0" and "no other check ran" in r.json["note"]
+    assert not list(schemas.iter_errors("report/v1", r.json)) and r.json["exit_code"] == 1  # the one report schema
     assert "C ABI 2.0: calctl needs 1.x" in r.json["checks"][0]["detail"]
     r = cli("device", "info", "--device", "calrt", "--calrt-lib", library)
     assert r.code == 3 and "C ABI 2.0 is incompatible" in r.err, (r.out, r.err)
