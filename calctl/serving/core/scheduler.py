@@ -484,16 +484,7 @@ class Scheduler:
         for seq, lane in zip(inf.seqs, inf.lanes, strict=True):
             self.kv.mark_unknown(lane)
             self.registry.detach_job(seq)
-            if seq.stop_requested and not seq.cancel_requested:
-                self._finish_stopped(seq, now)
-                continue
-            self.registry.finish(
-                seq,
-                _S.CANCELLED if seq.cancel_requested else _S.FAILED,
-                EndReason.CANCELLED if seq.cancel_requested else EndReason.DEVICE_ERROR,
-                now,
-                detail=f"job {job} {outcome.status.value}: {outcome.detail}",
-            )
+            self._end_lost(seq, now, EndReason.DEVICE_ERROR, f"job {job} {outcome.status.value}: {outcome.detail}")
         if outcome.status is JobStatus.TIMEOUT:
             self._quarantine[job] = inf  # it may still complete; that completion will be stale
         self._halted = True
@@ -550,15 +541,12 @@ class Scheduler:
                 unknown.append(view.lane)
         for seq in self.registry:
             if seq.state in _HOLDS_DEVICE_STATE or seq.state is _S.FINISHING:
-                if seq.stop_requested and not seq.cancel_requested and seq.state is not _S.FINISHING:
-                    self._finish_stopped(seq, now)
-                    continue
-                self.registry.finish(
+                self._end_lost(
                     seq,
-                    _S.CANCELLED if seq.cancel_requested else _S.FAILED,
-                    EndReason.CANCELLED if seq.cancel_requested else EndReason.GENERATION_RETIRED,
                     now,
-                    detail=f"generation {self.generation} retired: {reason}",
+                    EndReason.GENERATION_RETIRED,
+                    f"generation {self.generation} retired: {reason}",
+                    stoppable=seq.state is not _S.FINISHING,
                 )
         return unknown
 
@@ -747,6 +735,22 @@ class Scheduler:
         if seq.state is not _S.FINISHING:
             self.registry.move(seq, _S.FINISHING, now)
         self.registry.finish(seq, _S.COMPLETED, EndReason.STOP, now, detail="stop string")
+
+    def _end_lost(
+        self, seq: SequenceState, now: float, reason: EndReason, detail: str, *, stoppable: bool = True
+    ) -> None:
+        """End a request whose device state is lost: Completed/STOP if a stop string had matched (and
+        ``stoppable``), else Cancelled if the client cancelled, else Failed with ``reason``."""
+        if stoppable and seq.stop_requested and not seq.cancel_requested:
+            self._finish_stopped(seq, now)
+            return
+        self.registry.finish(
+            seq,
+            _S.CANCELLED if seq.cancel_requested else _S.FAILED,
+            EndReason.CANCELLED if seq.cancel_requested else reason,
+            now,
+            detail=detail,
+        )
 
     def _on_terminal(self, seq: SequenceState, event: TerminalEvent, previous: RequestState) -> None:
         """Exactly once per request (000 §4 rule 3): release everything it holds, then publish the event."""
