@@ -328,14 +328,7 @@ class Scheduler:
             self.registry.move(seq, waiting, now)
             self._promote(now)
         else:
-            self.registry.finish(
-                seq,
-                _S.FAILED,
-                _END_FOR_DECISION[result.decision],
-                now,
-                detail=result.reason,
-                retry_after_s=result.retry_after_s,
-            )
+            self._refuse(seq, result, now)
         return result
 
     def _long_quota_refusal(self, prompt_tokens: int, max_tokens: int) -> AdmissionResult | None:
@@ -606,6 +599,17 @@ class Scheduler:
         self._counter += 1
         heapq.heappush(self._deadlines, (deadline, self._counter, seq))
 
+    def _refuse(self, seq: SequenceState, result: AdmissionResult, now: float) -> None:
+        """Fail a request admission refused, with the refusal's reason and ``Retry-After``."""
+        self.registry.finish(
+            seq,
+            _S.FAILED,
+            _END_FOR_DECISION[result.decision],
+            now,
+            detail=result.reason,
+            retry_after_s=result.retry_after_s,
+        )
+
     def _promote(self, now: float) -> None:
         for adm in self.admission.promote(now):
             seq = self.registry.get(adm.request_id)
@@ -617,14 +621,7 @@ class Scheduler:
         for rid, result in self.admission.expire(now):
             seq = self.registry.get(rid)
             if seq is not None:  # never admitted: the refusal admission decided (429, or 503 while loading)
-                self.registry.finish(
-                    seq,
-                    _S.FAILED,
-                    _END_FOR_DECISION[result.decision],
-                    now,
-                    detail=result.reason,
-                    retry_after_s=result.retry_after_s,
-                )
+                self._refuse(seq, result, now)
         heap = self._deadlines
         while heap and heap[0][0] <= now:
             seq = heap[0][2]
