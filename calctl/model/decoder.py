@@ -547,6 +547,29 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int) -> np.ndarr
     return out.reshape(kvh, group, n, hd).transpose(2, 0, 1, 3).reshape(n, h * hd)
 
 
+def _project_qkv(lw: LayerWeights, x: np.ndarray, arch: Architecture) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One layer's Q ``[n, heads, hd]``, K and V ``[n, kv_heads, hd]`` of ``x [n, d]`` (normed, before RoPE)."""
+    n = x.shape[0]
+    h, kvh, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
+    qw, kw = h * hd, kvh * hd
+    qkv = lw.wqkv(_rms(x, lw.attn_norm, arch.norm_eps))
+    if lw.bqkv is not None:
+        qkv += lw.bqkv
+    q = qkv[:, :qw].reshape(n, h, hd)
+    k = qkv[:, qw : qw + kw].reshape(n, kvh, hd)
+    if lw.q_norm is not None and lw.k_norm is not None:
+        q = _rms(q, lw.q_norm, arch.norm_eps)
+        k = _rms(k, lw.k_norm, arch.norm_eps)
+    return q, k, qkv[:, qw + kw :].reshape(n, kvh, hd)
+
+
+def _mlp_residual(lw: LayerWeights, x: np.ndarray, arch: Architecture) -> np.ndarray:
+    """``x`` plus one layer's SwiGLU MLP of it (the post-attention half of a block)."""
+    gu = lw.w_gate_up(_rms(x, lw.mlp_norm, arch.norm_eps))
+    gate, up = gu[:, : arch.d_ff], gu[:, arch.d_ff :]
+    return x + lw.w_down(gate / (1.0 + np.exp(-gate)) * up)
+
+
 def _weights(params: Params | Weights, arch: Architecture) -> Weights:
     return params if isinstance(params, Weights) else prepare(params, arch)
 
@@ -558,30 +581,17 @@ def _forward_cached(w: Weights, tokens: np.ndarray, cache: KvCache, start: int) 
     end = start + n
     if end > cache.capacity:
         raise ValueError(f"sequence of {end} tokens exceeds the cache capacity {cache.capacity}")
-    h, kvh, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
-    qw, kw = h * hd, kvh * hd
-    eps = arch.norm_eps
     cos, sin = _rope_tables(start, n, arch, w.rope_factors)
     x = w.embed(tokens)
     with np.errstate(over="ignore"):
         for i, lw in enumerate(w.layers):
-            qkv = lw.wqkv(_rms(x, lw.attn_norm, eps))
-            if lw.bqkv is not None:
-                qkv += lw.bqkv
-            q = qkv[:, :qw].reshape(n, h, hd)
-            k = qkv[:, qw : qw + kw].reshape(n, kvh, hd)
-            if lw.q_norm is not None and lw.k_norm is not None:
-                q = _rms(q, lw.q_norm, eps)
-                k = _rms(k, lw.k_norm, eps)
+            q, k, v = _project_qkv(lw, x, arch)
             cache.k[i, start:end] = _rope(k, cos, sin, arch.rope_style)
-            cache.v[i, start:end] = qkv[:, qw + kw :].reshape(n, kvh, hd)
+            cache.v[i, start:end] = v
             attn = _attend(_rope(q, cos, sin, arch.rope_style), cache.k[i, :end], cache.v[i, :end], start)
-            x = x + lw.wo(attn)
-            gu = lw.w_gate_up(_rms(x, lw.mlp_norm, eps))
-            gate, up = gu[:, : arch.d_ff], gu[:, arch.d_ff :]
-            x = x + lw.w_down(gate / (1.0 + np.exp(-gate)) * up)
+            x = _mlp_residual(lw, x + lw.wo(attn), arch)
     cache.length = end
-    last = _rms(x[-1], w.final_norm, eps)
+    last = _rms(x[-1], w.final_norm, arch.norm_eps)
     return np.asarray(w.logits(last), dtype=np.float32)
 
 
@@ -671,28 +681,18 @@ def _decode_layers(
     """The layers of :func:`decode_batch` in numpy around the weight GEMMs (attention native when ``addresses``)."""
     arch = w.arch
     n = x.shape[0]
-    h, kvh, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
-    qw, kw = h * hd, kvh * hd
-    eps = arch.norm_eps
+    qw = arch.n_heads * arch.head_dim
     k_native = _native_kernels() if addresses is not None else None
     with np.errstate(over="ignore"):
         for i, lw in enumerate(w.layers):
-            qkv = lw.wqkv(_rms(x, lw.attn_norm, eps))
-            if lw.bqkv is not None:
-                qkv += lw.bqkv
-            q = qkv[:, :qw].reshape(n, h, hd)
-            k = qkv[:, qw : qw + kw].reshape(n, kvh, hd)
-            if lw.q_norm is not None and lw.k_norm is not None:
-                q = _rms(q, lw.q_norm, eps)
-                k = _rms(k, lw.k_norm, eps)
+            q, k, v = _project_qkv(lw, x, arch)
             q = _rope(q, cos, sin, arch.rope_style)
             k = _rope(k, cos, sin, arch.rope_style)
-            v = qkv[:, qw + kw :].reshape(n, kvh, hd)
             if k_native is not None and addresses is not None:
                 kb, ks, vb, vs = addresses
                 attn = k_native.attend(
                     np.ascontiguousarray(q, np.float32), np.ascontiguousarray(k, np.float32),
-                    np.ascontiguousarray(v, np.float32), kb + i * ks, vb + i * vs, pos, kvh,
+                    np.ascontiguousarray(v, np.float32), kb + i * ks, vb + i * vs, pos, arch.n_kv_heads,
                 )  # fmt: skip
             else:
                 attn = np.empty((n, qw), np.float32)
@@ -700,8 +700,5 @@ def _decode_layers(
                     cache.k[i, p] = k[lane]
                     cache.v[i, p] = v[lane]
                     attn[lane] = _attend(q[lane : lane + 1], cache.k[i, : p + 1], cache.v[i, : p + 1], int(p))[0]
-            x = x + lw.wo(attn)
-            gu = lw.w_gate_up(_rms(x, lw.mlp_norm, eps))
-            gate, up = gu[:, : arch.d_ff], gu[:, arch.d_ff :]
-            x = x + lw.w_down(gate / (1.0 + np.exp(-gate)) * up)
+            x = _mlp_residual(lw, x + lw.wo(attn), arch)
     return x

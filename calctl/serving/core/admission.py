@@ -38,18 +38,15 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from calctl.serving.core.enums import IdentityEnum
 from calctl.serving.core.errors import InvariantViolation
 from calctl.serving.core.fairness import FairTag, WeightedFairness
 from calctl.serving.core.ids import LaneId, ModelGenerationId, RequestId, TenantId
 from calctl.serving.core.kv import KvLaneManager
 
 
-class ModelState(enum.Enum):
+class ModelState(IdentityEnum):
     """000 §10 ``ModelState`` of the generation an alias serves (001 §11.1)."""
-
-    # Members are singletons compared by identity; hashing by identity keeps the hot-path
-    # set/dict lookups in C (Enum's default __hash__ is a Python-level function).
-    __hash__ = object.__hash__
 
     UNLOADED = "Unloaded"
     VALIDATING = "Validating"

@@ -25,21 +25,17 @@ passed, remove-tail are offered; copy/keep/shift/save are deliberately absent.
 
 from __future__ import annotations
 
-import enum
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from calctl.serving.core.enums import IdentityEnum
 from calctl.serving.core.errors import InvariantViolation
 from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId
 
 
-class KvState(enum.Enum):
+class KvState(IdentityEnum):
     """000 §9.1 ``KvSequenceState``."""
-
-    # Members are singletons compared by identity; hashing by identity keeps the hot-path
-    # set/dict lookups in C (Enum's default __hash__ is a Python-level function).
-    __hash__ = object.__hash__
 
     FREE = "Free"
     RESERVED = "Reserved"

@@ -20,22 +20,18 @@ does. Time is passed in.
 
 from __future__ import annotations
 
-import enum
 import heapq
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from calctl.serving.core.enums import IdentityEnum
 from calctl.serving.core.errors import InvariantViolation
 from calctl.serving.core.ids import ModelGenerationId
 from calctl.serving.core.request import EndReason, RequestState, SequenceState
 
 
-class WorkKind(enum.Enum):
+class WorkKind(IdentityEnum):
     """One service opportunity of the device (000 §6 weighted round robin)."""
-
-    # Members are singletons compared by identity; hashing by identity keeps the hot-path
-    # set/dict lookups in C (Enum's default __hash__ is a Python-level function).
-    __hash__ = object.__hash__
 
     DECODE = "decode"
     PREFILL_SHORT = "short"

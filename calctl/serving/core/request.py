@@ -16,15 +16,12 @@ import enum
 import math
 from dataclasses import dataclass
 
+from calctl.serving.core.enums import IdentityEnum
 from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId, TenantId
 
 
-class RequestState(enum.Enum):
+class RequestState(IdentityEnum):
     """The eleven request states of 000 §2 ``RequestState``."""
-
-    # Members are singletons compared by identity; hashing by identity keeps the hot-path
-    # set/dict lookups in C (Enum's default __hash__ is a Python-level function).
-    __hash__ = object.__hash__
 
     NEW = "New"
     WAITING_MODEL = "WaitingModel"

@@ -328,14 +328,7 @@ class Scheduler:
             self.registry.move(seq, waiting, now)
             self._promote(now)
         else:
-            self.registry.finish(
-                seq,
-                _S.FAILED,
-                _END_FOR_DECISION[result.decision],
-                now,
-                detail=result.reason,
-                retry_after_s=result.retry_after_s,
-            )
+            self._refuse(seq, result, now)
         return result
 
     def _long_quota_refusal(self, prompt_tokens: int, max_tokens: int) -> AdmissionResult | None:
@@ -484,16 +477,7 @@ class Scheduler:
         for seq, lane in zip(inf.seqs, inf.lanes, strict=True):
             self.kv.mark_unknown(lane)
             self.registry.detach_job(seq)
-            if seq.stop_requested and not seq.cancel_requested:
-                self._finish_stopped(seq, now)
-                continue
-            self.registry.finish(
-                seq,
-                _S.CANCELLED if seq.cancel_requested else _S.FAILED,
-                EndReason.CANCELLED if seq.cancel_requested else EndReason.DEVICE_ERROR,
-                now,
-                detail=f"job {job} {outcome.status.value}: {outcome.detail}",
-            )
+            self._end_lost(seq, now, EndReason.DEVICE_ERROR, f"job {job} {outcome.status.value}: {outcome.detail}")
         if outcome.status is JobStatus.TIMEOUT:
             self._quarantine[job] = inf  # it may still complete; that completion will be stale
         self._halted = True
@@ -550,15 +534,12 @@ class Scheduler:
                 unknown.append(view.lane)
         for seq in self.registry:
             if seq.state in _HOLDS_DEVICE_STATE or seq.state is _S.FINISHING:
-                if seq.stop_requested and not seq.cancel_requested and seq.state is not _S.FINISHING:
-                    self._finish_stopped(seq, now)
-                    continue
-                self.registry.finish(
+                self._end_lost(
                     seq,
-                    _S.CANCELLED if seq.cancel_requested else _S.FAILED,
-                    EndReason.CANCELLED if seq.cancel_requested else EndReason.GENERATION_RETIRED,
                     now,
-                    detail=f"generation {self.generation} retired: {reason}",
+                    EndReason.GENERATION_RETIRED,
+                    f"generation {self.generation} retired: {reason}",
+                    stoppable=seq.state is not _S.FINISHING,
                 )
         return unknown
 
@@ -618,6 +599,17 @@ class Scheduler:
         self._counter += 1
         heapq.heappush(self._deadlines, (deadline, self._counter, seq))
 
+    def _refuse(self, seq: SequenceState, result: AdmissionResult, now: float) -> None:
+        """Fail a request admission refused, with the refusal's reason and ``Retry-After``."""
+        self.registry.finish(
+            seq,
+            _S.FAILED,
+            _END_FOR_DECISION[result.decision],
+            now,
+            detail=result.reason,
+            retry_after_s=result.retry_after_s,
+        )
+
     def _promote(self, now: float) -> None:
         for adm in self.admission.promote(now):
             seq = self.registry.get(adm.request_id)
@@ -629,14 +621,7 @@ class Scheduler:
         for rid, result in self.admission.expire(now):
             seq = self.registry.get(rid)
             if seq is not None:  # never admitted: the refusal admission decided (429, or 503 while loading)
-                self.registry.finish(
-                    seq,
-                    _S.FAILED,
-                    _END_FOR_DECISION[result.decision],
-                    now,
-                    detail=result.reason,
-                    retry_after_s=result.retry_after_s,
-                )
+                self._refuse(seq, result, now)
         heap = self._deadlines
         while heap and heap[0][0] <= now:
             seq = heap[0][2]
@@ -747,6 +732,22 @@ class Scheduler:
         if seq.state is not _S.FINISHING:
             self.registry.move(seq, _S.FINISHING, now)
         self.registry.finish(seq, _S.COMPLETED, EndReason.STOP, now, detail="stop string")
+
+    def _end_lost(
+        self, seq: SequenceState, now: float, reason: EndReason, detail: str, *, stoppable: bool = True
+    ) -> None:
+        """End a request whose device state is lost: Completed/STOP if a stop string had matched (and
+        ``stoppable``), else Cancelled if the client cancelled, else Failed with ``reason``."""
+        if stoppable and seq.stop_requested and not seq.cancel_requested:
+            self._finish_stopped(seq, now)
+            return
+        self.registry.finish(
+            seq,
+            _S.CANCELLED if seq.cancel_requested else _S.FAILED,
+            EndReason.CANCELLED if seq.cancel_requested else reason,
+            now,
+            detail=detail,
+        )
 
     def _on_terminal(self, seq: SequenceState, event: TerminalEvent, previous: RequestState) -> None:
         """Exactly once per request (000 §4 rule 3): release everything it holds, then publish the event."""

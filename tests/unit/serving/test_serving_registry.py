@@ -151,3 +151,14 @@ def test_duplicate_ids_and_forgetting() -> None:
     assert reg.cancel(RequestId("r0"), 2.0) is CancelOutcome.UNKNOWN  # forgotten
     assert reg.cancel(RequestId("r2"), 2.0) is CancelOutcome.ALREADY_TERMINAL
     assert len(reg) == 0
+
+
+@pytest.mark.parametrize("state_enum", ["RequestState", "KvState", "WorkKind", "ModelState"])
+def test_hot_path_states_hash_by_identity(state_enum: str) -> None:
+    """The core's hot-path enums share one identity-hashed base (set/dict lookups stay in C)."""
+    import calctl.serving.core as core
+
+    cls = getattr(core, state_enum)
+    assert cls.__hash__ is object.__hash__
+    members = list(cls)
+    assert {m: i for i, m in enumerate(members)}[members[-1]] == len(members) - 1

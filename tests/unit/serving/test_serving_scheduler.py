@@ -414,6 +414,22 @@ def test_a_stop_string_survives_a_failed_last_step(clock: FakeClock, status: Job
     assert term.state is S.COMPLETED and term.reason is EndReason.STOP
 
 
+def test_a_stop_string_survives_a_retired_generation(clock: FakeClock) -> None:
+    """A board reset while a stopped request's job drains: the client has its output (Completed/STOP); a request
+    the reset catches without a stop fails GENERATION_RETIRED."""
+    dev = make_device(clock)
+    for rid in ("stopped", "plain"):
+        dev.add(rid, prompt=10, max_tokens=20)
+    dev.run(4)
+    jobs = dev.sched.schedule(clock.now).jobs
+    assert jobs and _state(dev, "stopped") is S.DECODE_RUNNING
+    assert dev.sched.stop(RequestId("stopped"), clock.now) is CancelOutcome.FLAGGED
+    dev.sched.retire_generation(clock.now, "board reset")
+    terms = _terminals(dev.pump())
+    assert (terms["stopped"].state, terms["stopped"].reason) == (S.COMPLETED, EndReason.STOP)
+    assert (terms["plain"].state, terms["plain"].reason) == (S.FAILED, EndReason.GENERATION_RETIRED)
+
+
 def test_batching_window_with_measured_step_never_lets_the_earliest_deadline_expire(clock: FakeClock) -> None:
     """000 §7.2 rule 4 (issue 19): the scheduler measures its decode steps; a request held by the window
     for fill is fired one measured step before its deadline and finishes instead of expiring."""

@@ -1060,15 +1060,10 @@ static float *read_blocks(const char *root, const calrt_ext_param *p, uint64_t r
 /* Read one parameter tensor as float32; NULL on any problem. */
 static float *read_param(const char *root, const calrt_ext_param *p) {
     uint32_t size = dtype_size(p->dtype);
-    if (!safe_relative(p->file) || p->elements == 0 || p->elements > (1ULL << 32) ||
+    if (p->elements == 0 || p->elements > (1ULL << 32) ||
         (p->dtype != CALRT_DTYPE_FP32 && p->dtype != CALRT_DTYPE_FP16 && p->dtype != CALRT_DTYPE_BF16))
         return NULL;
-    size_t plen = strlen(root) + strlen(p->file) + 2;
-    char *path = malloc(plen);
-    if (!path) return NULL;
-    snprintf(path, plen, "%s/%s", root, p->file);
-    FILE *f = fopen(path, "rb");
-    free(path);
+    FILE *f = open_param(root, p); /* refuses a path outside the package root */
     if (!f) return NULL;
     float *out = malloc(sizeof(float) * p->elements);
     unsigned char *raw = size == 4 ? (unsigned char *)out : malloc((size_t)size * p->elements);
