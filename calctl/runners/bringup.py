@@ -312,17 +312,7 @@ def _soak(state: BringupState) -> StepOutcome:
     s = cfg.settings
     t0 = time.perf_counter()
     out = cfg.out_dir / "soak"
-    report = run_soak(
-        SoakConfig(
-            package=cfg.package,
-            trust=cfg.trust,
-            device=cfg.device,
-            out_dir=out,
-            cycles=s.soak_cycles,
-            traffic_seconds=s.soak_traffic_s,
-            job_timeout_s=s.step_timeout_s,
-        )
-    )
+    report = run_soak(SoakConfig.for_stage(cfg, s, out))
     doc = report.document()
     violations = doc["violations"]
     drift = doc["memory"]["max_drift_bytes"]

@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any, Protocol
 
 from calctl import records
 from calctl.errors import UsageError
@@ -23,6 +24,28 @@ class Injection(str, enum.Enum):
     """Diagnostic injections that must make the soak fail (they prove its checkers)."""
 
     STALE_COMPLETION = "stale-completion"
+
+
+class StageRun(Protocol):
+    """What a staged runner (bring-up, acceptance) soaks: its package, trust and device."""
+
+    @property
+    def package(self) -> Path: ...
+    @property
+    def trust(self) -> TrustPolicy: ...
+    @property
+    def device(self) -> DeviceSpec: ...
+
+
+class StageSoakSettings(Protocol):
+    """The soak part of a staged runner's level settings."""
+
+    @property
+    def soak_cycles(self) -> int | None: ...
+    @property
+    def soak_traffic_s(self) -> float: ...
+    @property
+    def step_timeout_s(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -64,6 +87,20 @@ class SoakConfig:
             raise UsageError("--inject stale-completion needs at least 2 cycles: it fires after the first reload")
         if not self.checkpoint_interval_s > 0 or not self.sample_interval_s > 0:
             raise UsageError("checkpoint and sample intervals must be positive")
+
+    @classmethod
+    def for_stage(cls, run: StageRun, settings: StageSoakSettings, out_dir: Path, **extra: Any) -> SoakConfig:
+        """The soak step of a staged runner: its target, cycles, traffic seconds and step timeout, plus ``extra``."""
+        return cls(
+            package=run.package,
+            trust=run.trust,
+            device=run.device,
+            out_dir=out_dir,
+            cycles=settings.soak_cycles,
+            traffic_seconds=settings.soak_traffic_s,
+            job_timeout_s=settings.step_timeout_s,
+            **extra,
+        )
 
 
 @dataclass(frozen=True)
