@@ -312,7 +312,7 @@ def _soak(state: BringupState) -> StepOutcome:
     s = cfg.settings
     t0 = time.perf_counter()
     out = cfg.out_dir / "soak"
-    report = run_soak(SoakConfig.for_stage(cfg, s, out))
+    report = run_soak(SoakConfig.for_stage(cfg, out))
     doc = report.document()
     violations = doc["violations"]
     drift = doc["memory"]["max_drift_bytes"]

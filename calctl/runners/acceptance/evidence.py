@@ -388,7 +388,7 @@ def step_soak(state: AcceptState) -> StepEvidence:
     out = state.out / "soak"
     t0 = time.perf_counter()
     report = run_soak(
-        SoakConfig.for_stage(cfg, s, out, hours=s.soak_hours, seed=cfg.seed, checkpoint_interval_s=s.soak_checkpoint_s)
+        SoakConfig.for_stage(cfg, out, hours=s.soak_hours, seed=cfg.seed, checkpoint_interval_s=s.soak_checkpoint_s)
     )
     doc = {
         **report.document(),

@@ -7,12 +7,16 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from calctl import records
 from calctl.errors import UsageError
 from calctl.runners.device import DeviceSpec
 from calctl.signing.policy import TrustPolicy
+
+if TYPE_CHECKING:
+    from calctl.runners.acceptance.plan import AcceptConfig
+    from calctl.runners.bringup import BringupConfig
 
 
 class Traffic(str, enum.Enum):
@@ -24,28 +28,6 @@ class Injection(str, enum.Enum):
     """Diagnostic injections that must make the soak fail (they prove its checkers)."""
 
     STALE_COMPLETION = "stale-completion"
-
-
-class StageRun(Protocol):
-    """What a staged runner (bring-up, acceptance) soaks: its package, trust and device."""
-
-    @property
-    def package(self) -> Path: ...
-    @property
-    def trust(self) -> TrustPolicy: ...
-    @property
-    def device(self) -> DeviceSpec: ...
-
-
-class StageSoakSettings(Protocol):
-    """The soak part of a staged runner's level settings."""
-
-    @property
-    def soak_cycles(self) -> int | None: ...
-    @property
-    def soak_traffic_s(self) -> float: ...
-    @property
-    def step_timeout_s(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -89,8 +71,10 @@ class SoakConfig:
             raise UsageError("checkpoint and sample intervals must be positive")
 
     @classmethod
-    def for_stage(cls, run: StageRun, settings: StageSoakSettings, out_dir: Path, **extra: Any) -> SoakConfig:
-        """The soak step of a staged runner: its target, cycles, traffic seconds and step timeout, plus ``extra``."""
+    def for_stage(cls, run: BringupConfig | AcceptConfig, out_dir: Path, **extra: Any) -> SoakConfig:
+        """The soak step of bring-up or acceptance: the run's target and its level's cycles, traffic seconds and
+        step timeout, plus ``extra``."""
+        settings = run.settings
         return cls(
             package=run.package,
             trust=run.trust,
