@@ -229,23 +229,23 @@ def _device_step(state: BringupState, name: str, report: Report, figure: str) ->
     return StepOutcome(name, verdict, figure, report.seconds or 0.0, report.exit_code, detail, files, doc)
 
 
-def _golden(state: BringupState) -> StepOutcome:
+def _run_on_device(state: BringupState, runner: Callable[..., Report], **options: Any) -> Report:
+    """One device runner (golden, warm-up, PoC) on the bring-up's package, trust and device, with its step timeout."""
     cfg = state.config
-    report = run_golden(cfg.package, trust=cfg.trust, device=cfg.device, step_timeout_s=cfg.settings.step_timeout_s)
+    return runner(
+        cfg.package, trust=cfg.trust, device=cfg.device, step_timeout_s=cfg.settings.step_timeout_s, **options
+    )
+
+
+def _golden(state: BringupState) -> StepOutcome:
+    report = _run_on_device(state, run_golden)
     models = report.body.get("models", [])
     figure = f"{sum(1 for r in models if r.ok)}/{len(models)} model(s) exact"
     return _device_step(state, "run-golden", report, figure)
 
 
 def _warmup(state: BringupState) -> StepOutcome:
-    cfg = state.config
-    report = run_warmup(
-        cfg.package,
-        trust=cfg.trust,
-        device=cfg.device,
-        iterations=cfg.settings.warmup_iterations,
-        step_timeout_s=cfg.settings.step_timeout_s,
-    )
+    report = _run_on_device(state, run_warmup, iterations=state.config.settings.warmup_iterations)
     results = report.body.get("models", [])
     figure = "; ".join(_decode_p50(state, r) for r in results) or "no result"
     outcome = _device_step(state, "warmup", report, figure)
@@ -270,16 +270,14 @@ def _poc_applies(state: BringupState) -> str | None:
 
 
 def _poc(state: BringupState) -> StepOutcome:
-    cfg = state.config
+    s = state.config.settings
     assert state.package is not None
-    report = run_poc_combined(
-        cfg.package,
-        trust=cfg.trust,
-        device=cfg.device,
+    report = _run_on_device(
+        state,
+        run_poc_combined,
         expect_models=state.package.aliases,
-        rounds=cfg.settings.poc_rounds,
-        max_rounds=cfg.settings.poc_max_rounds or None,
-        step_timeout_s=cfg.settings.step_timeout_s,
+        rounds=s.poc_rounds,
+        max_rounds=s.poc_max_rounds or None,
     )
     o, e = report.body.get("overlap_ratio"), report.body.get("throughput_efficiency")
     if o and e and o.get("mean") is not None and e.get("mean") is not None:
@@ -312,17 +310,7 @@ def _soak(state: BringupState) -> StepOutcome:
     s = cfg.settings
     t0 = time.perf_counter()
     out = cfg.out_dir / "soak"
-    report = run_soak(
-        SoakConfig(
-            package=cfg.package,
-            trust=cfg.trust,
-            device=cfg.device,
-            out_dir=out,
-            cycles=s.soak_cycles,
-            traffic_seconds=s.soak_traffic_s,
-            job_timeout_s=s.step_timeout_s,
-        )
-    )
+    report = run_soak(SoakConfig.for_stage(cfg, out))
     doc = report.document()
     violations = doc["violations"]
     drift = doc["memory"]["max_drift_bytes"]

@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -50,6 +50,10 @@ from calctl.model import decoder
 from calctl.model.quant import QuantTensor
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Architecture
+
+if TYPE_CHECKING:
+    from calctl.compiler.importer.gguf_file import GgufCheckpoint
+    from calctl.compiler.importer.hf import HfCheckpoint
 
 #: ``--dtype gguf``: keep a GGUF's Q4_0/Q4_1/Q8_0 blocks as shipped, the other weights fp16 (docs/import.md).
 KEEP_BLOCKS = "gguf"
@@ -100,6 +104,19 @@ class Checkpoint:
     sources: tuple[Path, ...]
     notes: tuple[str, ...] = ()
     tokenizer_config_file: bytes | None = None  # the original bytes, kept as they are (Hugging Face)
+
+    @classmethod
+    def of(cls, kind: str, read: HfCheckpoint | GgufCheckpoint, **extra: Any) -> Checkpoint:
+        """A reader's result as a Checkpoint: the model config, weights and tokenizer every reader yields, plus
+        what is particular to the format (``sources``, ``notes``, the original tokenizer config bytes)."""
+        return cls(
+            kind=kind,
+            config=read.config,
+            params=read.params,
+            tokenizer_json=read.tokenizer_json,
+            tokenizer_config=read.tokenizer_config,
+            **extra,
+        )
 
 
 def default_alias(stem: str) -> str:
@@ -433,15 +450,7 @@ def read_hf(root: Path) -> Checkpoint:
     from calctl.compiler.importer.hf import read_hf_dir
 
     hf = read_hf_dir(root)
-    return Checkpoint(
-        kind="hf",
-        config=hf.config,
-        params=hf.params,
-        tokenizer_json=hf.tokenizer_json,
-        tokenizer_config=hf.tokenizer_config,
-        sources=hf.sources,
-        tokenizer_config_file=hf.tokenizer_config_bytes,
-    )
+    return Checkpoint.of("hf", hf, sources=hf.sources, tokenizer_config_file=hf.tokenizer_config_bytes)
 
 
 def read_gguf_file(path: Path, *, keep_blocks: bool = False) -> Checkpoint:
@@ -450,12 +459,9 @@ def read_gguf_file(path: Path, *, keep_blocks: bool = False) -> Checkpoint:
     from calctl.compiler.importer.gguf_file import read_gguf
 
     g = read_gguf(path, keep_blocks=keep_blocks)
-    return Checkpoint(
-        kind="gguf",
-        config=g.config,
-        params=g.params,
-        tokenizer_json=g.tokenizer_json,
-        tokenizer_config=g.tokenizer_config,
+    return Checkpoint.of(
+        "gguf",
+        g,
         sources=(g.path,),
         notes=(
             f"GGUF tensor types: {', '.join(g.quant_types)} "

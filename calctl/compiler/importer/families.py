@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from calctl.errors import UsageError
@@ -217,6 +217,51 @@ def hf_rope(doc: Mapping[str, Any], where: object, model_type: str) -> RopeConfi
     return RopeConfig(theta, rope_type, _Cfg(block, where, label=label) if rope_type != "default" and block else None)
 
 
+@dataclass(frozen=True)
+class _SizeKeys:
+    """Where a checkpoint format states a decoder's sizes (the :class:`Dimensions` fields)."""
+
+    n_layers: str
+    d_model: str
+    n_heads: str
+    n_kv_heads: str
+    head_dim: str
+    d_ff: str
+    vocab_size: str = "vocab_size"
+
+
+_HF_SIZES = _SizeKeys(
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size"
+)
+_GGUF_SIZES = _SizeKeys(
+    "block_count",
+    "embedding_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "feed_forward_length",
+)
+
+
+def _dimensions(c: _Cfg, family: str, keys: _SizeKeys, vocab_default: int | None = None) -> dict[str, Any]:
+    """A decoder's family and sizes as FamilyConfig fields: KV heads default to the heads, head_dim to
+    d_model / heads."""
+    d = c.integer(keys.d_model)
+    heads = c.integer(keys.n_heads)
+    head_dim = c.integer(keys.head_dim) if c.doc.get(c.prefix + keys.head_dim) is not None else d // heads
+    dims = Dimensions(
+        family=family,
+        n_layers=c.integer(keys.n_layers),
+        d_model=d,
+        n_heads=heads,
+        n_kv_heads=c.integer(keys.n_kv_heads, heads),
+        head_dim=head_dim,
+        d_ff=c.integer(keys.d_ff),
+        vocab_size=c.integer(keys.vocab_size, vocab_default),
+    )
+    return asdict(dims)
+
+
 def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
     """A Hugging Face ``config.json`` mapping as a :class:`FamilyConfig`; CheckpointError otherwise."""
     model_type = doc.get("model_type")
@@ -233,19 +278,10 @@ def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
         raise CheckpointError(where, "mlp_bias true: MLP biases are not supported (expected false)")
     if doc.get("use_sliding_window"):
         raise CheckpointError(where, "use_sliding_window true: sliding-window attention is not supported")
-    d = c.integer("hidden_size")
-    heads = c.integer("num_attention_heads")
-    head_dim = c.integer("head_dim") if doc.get("head_dim") is not None else d // heads
+    sizes = _dimensions(c, str(model_type), _HF_SIZES)
     attn_bias = True if model_type == "qwen2" else c.flag("attention_bias", False)
     fc = FamilyConfig(
-        family=model_type,
-        n_layers=c.integer("num_hidden_layers"),
-        d_model=d,
-        n_heads=heads,
-        n_kv_heads=c.integer("num_key_value_heads", heads),
-        head_dim=head_dim,
-        d_ff=c.integer("intermediate_size"),
-        vocab_size=c.integer("vocab_size"),
+        **sizes,
         max_position_embeddings=c.integer("max_position_embeddings"),
         rope_theta=rope.theta,
         norm_eps=c.number("rms_norm_eps"),
@@ -306,19 +342,10 @@ def from_gguf_metadata(meta: Mapping[str, Any], where: object, *, has_output: bo
     for key in ("context_length", "rope.freq_base", "attention.layer_norm_rms_epsilon"):
         if meta.get(f"{arch}.{key}") is None:
             raise _missing(where, f"{arch}.{key}", " (a GGUF states it in its metadata)")
-    d = c.integer("embedding_length")
-    heads = c.integer("attention.head_count")
     tokens = meta.get("tokenizer.ggml.tokens")
     vocab_default = len(tokens) if isinstance(tokens, list) else None
     fc = FamilyConfig(
-        family=arch,
-        n_layers=c.integer("block_count"),
-        d_model=d,
-        n_heads=heads,
-        n_kv_heads=c.integer("attention.head_count_kv", heads),
-        head_dim=c.integer("attention.key_length", d // heads),
-        d_ff=c.integer("feed_forward_length"),
-        vocab_size=c.integer("vocab_size", vocab_default),
+        **_dimensions(c, str(arch), _GGUF_SIZES, vocab_default),
         max_position_embeddings=c.integer("context_length"),
         rope_theta=c.number("rope.freq_base"),
         norm_eps=c.number("attention.layer_norm_rms_epsilon"),

@@ -30,6 +30,11 @@ def _hex(mask: int) -> str:
     return f"0x{mask:x}"
 
 
+def _mask_problem(rule: Rule, s: Section, message: str, expected: str) -> Finding:
+    """A section whose chip_mask is wrong: the finding points at the mask and shows it in hex."""
+    return rule.manifest_problem(message, field=f"{s.pointer}/chip_mask", expected=expected, found=_hex(s.chip_mask))
+
+
 class MasksWithinChipNums(PackageRule):
     """Every chip mask, target chip and memory-plan chip lies within device_cfg.chip_nums.
 
@@ -59,11 +64,11 @@ class MasksWithinChipNums(PackageRule):
                         )
             for s, _g in _owned_sections(m):
                 if s.chip_mask & ~allowed:
-                    yield self.manifest_problem(
+                    yield _mask_problem(
+                        self,
+                        s,
                         f"section {s.name} has mask bits beyond chip_nums={n}",
-                        field=f"{s.pointer}/chip_mask",
-                        expected=f"within {_hex(allowed)}",
-                        found=_hex(s.chip_mask),
+                        f"within {_hex(allowed)}",
                     )
         for r in pkg.memory_plan:
             if r.chip >= n:
@@ -166,26 +171,26 @@ class SingleChipSections(PackageRule):
                 target_mask = mask_of_chips(list(targets))
                 if mode is ChipMode.SCHIP:
                     if len(s.chips) > 1:
-                        yield self.manifest_problem(
+                        yield _mask_problem(
+                            self,
+                            s,
                             f"cross-chip section (gather/reduce/D2D) {s.name} in "
                             f"SCHIP {owner}: mask covers chips {list(s.chips)}",
-                            field=f"{s.pointer}/chip_mask",
-                            expected=_hex(target_mask),
-                            found=_hex(s.chip_mask),
+                            _hex(target_mask),
                         )
                     elif s.chip_mask != target_mask:
-                        yield self.manifest_problem(
+                        yield _mask_problem(
+                            self,
+                            s,
                             f"section {s.name} of SCHIP {owner} is on chip {list(s.chips)}, not its target",
-                            field=f"{s.pointer}/chip_mask",
-                            expected=_hex(target_mask),
-                            found=_hex(s.chip_mask),
+                            _hex(target_mask),
                         )
                 elif s.chip_mask & ~target_mask:
-                    yield self.manifest_problem(
+                    yield _mask_problem(
+                        self,
+                        s,
                         f"section {s.name} of MCHIP {owner} reaches chips outside its targets",
-                        field=f"{s.pointer}/chip_mask",
-                        expected=f"within {_hex(target_mask)}",
-                        found=_hex(s.chip_mask),
+                        f"within {_hex(target_mask)}",
                     )
         yield self.note(f"{n} sections carry only their target chips")
 
@@ -217,11 +222,11 @@ class ChipOwnership(PackageRule):
                 for c in s.chips:
                     other = owner_of.get(c)
                     if other is not None and other != m.alias and c not in m.target_chips:
-                        yield self.manifest_problem(
+                        yield _mask_problem(
+                            self,
+                            s,
                             f"section {s.name} of model {m.alias!r} reaches chip {c}, owned by model {other!r}",
-                            field=f"{s.pointer}/chip_mask",
-                            expected=_hex(mask_of_chips(list(m.target_chips))),
-                            found=_hex(s.chip_mask),
+                            _hex(mask_of_chips(list(m.target_chips))),
                         )
         yield self.note(
             "each chip is used by one model only" if len(pkg.models) > 1 else "single model: nothing shared"
@@ -352,11 +357,11 @@ class CommandPerCalCore(PackageRule):
                     if s.calcore is None:
                         continue
                     if len(s.chips) != 1:
-                        yield self.manifest_problem(
+                        yield _mask_problem(
+                            self,
+                            s,
                             f"command section {s.name} spans chips {list(s.chips)}",
-                            field=f"{s.pointer}/chip_mask",
-                            expected="one chip",
-                            found=_hex(s.chip_mask),
+                            "one chip",
                         )
                     for chip in s.chips:
                         if (s.calcore, chip) not in expected:

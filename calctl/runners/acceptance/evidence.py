@@ -388,18 +388,7 @@ def step_soak(state: AcceptState) -> StepEvidence:
     out = state.out / "soak"
     t0 = time.perf_counter()
     report = run_soak(
-        SoakConfig(
-            package=cfg.package,
-            trust=cfg.trust,
-            device=cfg.device,
-            out_dir=out,
-            cycles=s.soak_cycles,
-            hours=s.soak_hours,
-            traffic_seconds=s.soak_traffic_s,
-            job_timeout_s=s.step_timeout_s,
-            seed=cfg.seed,
-            checkpoint_interval_s=s.soak_checkpoint_s,
-        )
+        SoakConfig.for_stage(cfg, out, hours=s.soak_hours, seed=cfg.seed, checkpoint_interval_s=s.soak_checkpoint_s)
     )
     doc = {
         **report.document(),

@@ -41,6 +41,17 @@ class Mode(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class OneModelOptions:
+    """Where an in-process scenario measuring one model of a package starts (batch, executor-modes); the scenario's
+    options add their own fields after these."""
+
+    package: Path
+    trust: TrustPolicy
+    alias: str | None = None  # default: the package's first model
+    device: DeviceSpec = DeviceSpec()
+
+
+@dataclass(frozen=True)
 class BenchOptions:
     out_dir: Path
     url: str | None = None

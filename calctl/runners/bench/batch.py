@@ -49,6 +49,7 @@ from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import (
     INTERRUPTED_EXIT,
     BenchOptions,
+    OneModelOptions,
     Scenario,
     ScenarioInterrupted,
     ScenarioResult,
@@ -65,7 +66,6 @@ from calctl.runtime.mock.faults import FaultRule
 from calctl.serving.config import BatchConfig, default_scheduler_config
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest, SamplingParams
-from calctl.signing.policy import TrustPolicy
 
 Log = Callable[[str], None]
 
@@ -78,11 +78,7 @@ BATCH_TIME_SCALE = 4.0
 
 
 @dataclass(frozen=True)
-class BatchOptions:
-    package: Path
-    trust: TrustPolicy
-    alias: str | None = None  # default: the package's first model
-    device: DeviceSpec = DeviceSpec()
+class BatchOptions(OneModelOptions):
     profiles: tuple[int, ...] | None = None  # default: every compiled one of BATCH_PROFILES
     requests_per_lane: int = REQUESTS_PER_LANE
     prompt_tokens: tuple[int, int] = (8, 32)  # uniform, inclusive

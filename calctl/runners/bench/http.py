@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,12 +217,51 @@ def run_phase(
     Like :func:`asyncio.run`, except that SIGINT/SIGTERM are held while the loop and the phase's task are
     built: a signal landing inside the loop's constructor left a half-built loop whose finaliser printed a
     traceback, and a coroutine never awaited; held, it arrives once the task runs and unwinds it."""
+    kinds = kinds or {}
+
+    async def phase() -> PhaseResult:
+        total = sum(len(w) for w in workloads.values())
+        limits = httpx.Limits(max_connections=max(16, min(2048, total)), max_keepalive_connections=64)
+        timeout = httpx.Timeout(connect=10.0, read=target.request_timeout_s, write=10.0, pool=target.request_timeout_s)
+        records: list[RequestRecord] = []
+        async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+            t0 = time.monotonic() + 0.05  # every task is created before the first arrival
+            tasks = []
+            for stream, (alias, wl) in enumerate(workloads.items()):
+                for i, req in enumerate(wl):
+                    tasks.append(
+                        asyncio.create_task(
+                            _one(
+                                client,
+                                target,
+                                alias,
+                                kinds.get(alias, "load"),
+                                req,
+                                (seed * 1_000_003 + stream * 100_003 + i) % 2**31,
+                                t0,
+                                records,
+                            )
+                        )
+                    )
+            if tasks:
+                _, pending = await asyncio.wait(tasks, timeout=max(0.0, t0 + duration_s + grace_s - time.monotonic()))
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+        records.sort(key=lambda r: (r.alias, r.sent))
+        return PhaseResult(label, t0, duration_s, time.monotonic(), records)
+
+    return _run_in_own_loop(phase)
+
+
+def _run_in_own_loop(make: Callable[[], Coroutine[Any, Any, PhaseResult]]) -> PhaseResult:
+    """:func:`asyncio.run` of ``make()``, with SIGINT/SIGTERM held while the loop and its task are built."""
     loop: asyncio.AbstractEventLoop | None = None
     try:
         with signals_held():
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)  # as asyncio.run does
-            task = loop.create_task(_phase(target, workloads, label, duration_s, grace_s, seed, kinds or {}))
+            task = loop.create_task(make())
         return loop.run_until_complete(task)
     finally:
         if loop is not None:
@@ -241,47 +280,6 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
     finally:
         asyncio.set_event_loop(None)
         loop.close()
-
-
-async def _phase(
-    target: Target,
-    workloads: Mapping[str, Sequence[PlannedRequest]],
-    label: str,
-    duration_s: float,
-    grace_s: float,
-    seed: int,
-    kinds: Mapping[str, str],
-) -> PhaseResult:
-    total = sum(len(w) for w in workloads.values())
-    limits = httpx.Limits(max_connections=max(16, min(2048, total)), max_keepalive_connections=64)
-    timeout = httpx.Timeout(connect=10.0, read=target.request_timeout_s, write=10.0, pool=target.request_timeout_s)
-    records: list[RequestRecord] = []
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        t0 = time.monotonic() + 0.05  # every task is created before the first arrival
-        tasks = []
-        for stream, (alias, wl) in enumerate(workloads.items()):
-            for i, req in enumerate(wl):
-                tasks.append(
-                    asyncio.create_task(
-                        _one(
-                            client,
-                            target,
-                            alias,
-                            kinds.get(alias, "load"),
-                            req,
-                            (seed * 1_000_003 + stream * 100_003 + i) % 2**31,
-                            t0,
-                            records,
-                        )
-                    )
-                )
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=max(0.0, t0 + duration_s + grace_s - time.monotonic()))
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-    records.sort(key=lambda r: (r.alias, r.sent))
-    return PhaseResult(label, t0, duration_s, time.monotonic(), records)
 
 
 __all__ = ["PhaseResult", "Target", "device_trace", "run_phase", "served_models"]

@@ -221,7 +221,8 @@ def mem_doc(m: ChipMemory) -> dict[str, Any]:
     return {"chip": m.chip, "used_bytes": m.used_bytes, "total_bytes": m.total_bytes}
 
 
-def _recovery_doc(r: Any) -> dict[str, Any]:
+def recovery_doc(r: Any) -> dict[str, Any]:
+    """A supervisor's RecoveryRecord as report JSON (soak adds its ``detail``; the bench's fault isolation does not)."""
     return {
         "alias": r.alias,
         "reason": r.reason,
@@ -230,5 +231,8 @@ def _recovery_doc(r: Any) -> dict[str, Any]:
         "affected_aliases": list(r.affected_aliases),
         "ok": r.ok,
         "seconds": round(r.seconds, 4),
-        "detail": r.detail,
     }
+
+
+def _recovery_doc(r: Any) -> dict[str, Any]:
+    return {**recovery_doc(r), "detail": r.detail}

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calctl.errors import UsageError
-from calctl.runners.device import DeviceSpec
+from calctl.runners.bench.base import OneModelOptions
 from calctl.runners.traffic import RequestRecord
 from calctl.serving.config import ExecutorMode
-from calctl.signing.policy import TrustPolicy
 
 Log = Callable[[str], None]
 
@@ -46,11 +45,7 @@ COMPUTE_BOUND = PhaseProfile("compute-bound", 0.0, 0.0)
 
 
 @dataclass(frozen=True)
-class ExecutorModesOptions:
-    package: Path
-    trust: TrustPolicy
-    alias: str | None = None  # default: the package's first model
-    device: DeviceSpec = DeviceSpec()
+class ExecutorModesOptions(OneModelOptions):
     profile: PhaseProfile | None = TRANSFER_HEAVY  # mock only; None: the mock's own default split
     rounds: int = 8
     max_rounds: int | None = None  # round budget while a milestone is inconclusive (None: 3 x rounds)

@@ -19,6 +19,7 @@ from calctl.runners.bench.fault_isolation.plan import LATENCY_GATE, LIFECYCLE, R
 from calctl.runners.bench.gates import MIN_SAMPLES
 from calctl.runners.bench.plot import plot_timeline
 from calctl.runners.device import DeviceSpec
+from calctl.runners.soak.render import recovery_doc
 from calctl.runners.traffic import EngineResult
 
 
@@ -119,18 +120,7 @@ def scenario_result(
                 "a_device_jobs": ph.a_jobs,
                 "faults_fired": ph.faults_fired,
                 "scope_granted": ph.scope,
-                "recoveries": [
-                    {
-                        "alias": r.alias,
-                        "reason": r.reason,
-                        "runtime_status": r.runtime_status,
-                        "scope": r.scope,
-                        "affected_aliases": list(r.affected_aliases),
-                        "ok": r.ok,
-                        "seconds": round(r.seconds, 4),
-                    }
-                    for r in ph.recoveries
-                ],
+                "recoveries": [recovery_doc(r) for r in ph.recoveries],
                 "b_requests": len(b),
                 "b_succeeded": len(b_ok),
                 "b_outcomes": _counts(r.record.outcome.value for r in b),
