@@ -49,8 +49,7 @@ def device_spec(
     lib = calrt_lib if kind is RuntimeDeviceKind.CALRT else None
     if kind is RuntimeDeviceKind.MOCK and calrt_lib is not None and str(calrt_lib) != os.environ.get("CALRT_LIBRARY"):
         raise UsageError("--calrt-lib applies to --device calrt only")
-    if fault_plan is not None and not fault_plan.is_file():
-        raise UsageError(f"--fault-plan {fault_plan}: no such file")
+    check_fault_plan(fault_plan)
     return DeviceSpec(
         kind=kind,
         calrt_lib=lib,
@@ -59,6 +58,22 @@ def device_spec(
         fault_plan=fault_plan,
         seed=seed,
     )
+
+
+def check_fault_plan(fault_plan: Path | None) -> None:
+    """A usage error unless ``--fault-plan`` names a regular file (a FIFO or a device is refused, never read)."""
+    import stat
+
+    if fault_plan is None:
+        return
+    try:
+        mode = fault_plan.stat().st_mode
+    except OSError:
+        raise UsageError(f"--fault-plan {fault_plan}: no such file") from None
+    if not stat.S_ISREG(mode):
+        from calctl.signing.files import kind_phrase
+
+        raise UsageError(f"--fault-plan {fault_plan}: is {kind_phrase(mode)}, not a regular file")
 
 
 def report_dir(report: Path | None, command: str) -> Path:
@@ -83,6 +98,9 @@ class DeviceArgs:
     serialize_chips: bool = False
     trusted_key: list[Path] | None = None
     allow_unsigned: bool = False
+
+    def __post_init__(self) -> None:
+        check_fault_plan(self.fault_plan)  # every command, serve too (it reads the plan without a DeviceSpec)
 
     def spec(self) -> DeviceSpec:
         """The :class:`~calctl.runners.device.DeviceSpec` (a usage error names the option that is wrong)."""

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,11 +161,14 @@ class FaultPlan:
 
     @classmethod
     def load(cls, path: Path) -> FaultPlan:
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_PLAN_BYTES + 1)
+        try:  # O_NONBLOCK: a FIFO given as the plan must be refused, not waited on for a writer
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read fault plan: {exc.strerror}") from None
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ConfigError(f"{path}: fault plan is not a regular file")
+            data = fh.read(MAX_PLAN_BYTES + 1)
         if len(data) > MAX_PLAN_BYTES:
             raise ConfigError(f"{path}: fault plan larger than {MAX_PLAN_BYTES} bytes")
         try:
