@@ -6,12 +6,14 @@ command resolves its package, never by ``calctl --help``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from calctl.cli import _output
+from calctl.errors import UsageError
 
 if TYPE_CHECKING:
     from calctl.signing.policy import TrustPolicy
@@ -36,4 +38,6 @@ def resolve_package(
         path = bundled_package("combined")
         _output.info(f"[dim]using the bundled combined sample package: {path}[/]")
         return path, make_policy(trusted, allow_unsigned, trust_test_key=True), True
+    if not os.path.lexists(pkg):  # before any step runs: bring-up reported a missing package as a device ERROR
+        raise UsageError(f"{pkg}: no such file or directory", hint="give a package directory or .tar")
     return pkg, make_policy(trusted, allow_unsigned), False

@@ -403,3 +403,17 @@ def test_sigterm_stops_bringup_interrupted_with_its_report(tmp_path: Path) -> No
     assert len(cut) == 1 and "SIGTERM" in cut[0]["detail"]
     assert summary["soak"]["verdict"] in ("SKIP", "INTERRUPTED")
     assert "verdict INTERRUPTED" in stdout
+
+
+@pytest.mark.parametrize(
+    "command", [["bringup"], ["run-golden"], ["warmup"], ["poc", "combined"], ["soak"], ["accept"]]
+)
+def test_a_missing_package_is_a_usage_error_before_any_step(cli: Cli, tmp_path: Path, command: list[str]) -> None:
+    """Bring-up said ERROR, exit 3 (a device error) with an empty step detail for a path that does not exist."""
+    missing = tmp_path / "no-such-package"
+    extra = {"run-golden": [], "soak": ["--cycles", "1", "--report", tmp_path / "r"]}.get(
+        command[0], ["--report", tmp_path / "r"]
+    )
+    r = cli(*command, missing, *extra)
+    assert_no_traceback(r)
+    assert r.code == 2 and f"{missing}: no such file or directory" in r.err, (r.code, r.err)
