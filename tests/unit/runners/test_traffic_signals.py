@@ -5,10 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Iterator
 
 import pytest
 
 from calctl.runners.traffic import EngineLoop, signals_held
+
+
+@pytest.fixture(autouse=True)
+def _python_sigint_handler() -> Iterator[None]:
+    """Python's own SIGINT handler for the test: a pytest-xdist worker, or a test before this one, may have left
+    SIGINT ignored, and then a re-raised SIGINT is (rightly) ignored too."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_a_signal_inside_the_hold_is_raised_once_after_it() -> None:
