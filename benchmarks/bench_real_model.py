@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -337,12 +338,19 @@ def transformers_texts(gguf: Path, max_tokens: int) -> list[str] | str:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name).float().eval()
+    import torch
+
+    # Dequantised to fp32 at load (transformers 5 refuses .float() on a model it marks GGUF-quantised).
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
     out = []
     for p in PROMPTS:
-        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, return_tensors="pt")
+        # return_dict: transformers 5 returns a BatchEncoding either way, 4.x a tensor unless asked.
+        enc: Any = tok.apply_chat_template(
+            [{"role": "user", "content": p}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        ids = enc["input_ids"]
         gen = model.generate(ids, max_new_tokens=max_tokens, do_sample=False)
-        out.append(tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=True))
+        out.append(str(tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=True)))
     return out
 
 
