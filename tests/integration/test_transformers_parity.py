@@ -62,12 +62,22 @@ def hf_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Path]:
     return model, tok, saved
 
 
-@pytest.fixture(scope="module")
-def gguf_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pkg = tmp_path_factory.mktemp("smol-gguf") / "pkg"
-    r = run_in_process("import", "gguf", SMOL, pkg, "--key", TEST_KEY, "--alias", "smollm2", "--dtype", "fp32")
+def _import_gguf(tmp_path_factory: pytest.TempPathFactory, dtype: str) -> Path:
+    pkg = tmp_path_factory.mktemp(f"smol-gguf-{dtype}") / "pkg"
+    r = run_in_process("import", "gguf", SMOL, pkg, "--key", TEST_KEY, "--alias", "smollm2", "--dtype", dtype)
     assert r.code == 0, r.err
     return pkg
+
+
+@pytest.fixture(scope="module")
+def gguf_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _import_gguf(tmp_path_factory, "fp32")
+
+
+@pytest.fixture(scope="module")
+def gguf_blocks_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default import: Q4_1/Q8_0 blocks kept as shipped, computed on directly."""
+    return _import_gguf(tmp_path_factory, "gguf")
 
 
 def _hf_greedy(model: Any, tok: Any, prompt: str) -> tuple[str, list[int]]:
@@ -87,13 +97,15 @@ def _hf_greedy(model: Any, tok: Any, prompt: str) -> tuple[str, list[int]]:
     return tok.decode(new, skip_special_tokens=True), new
 
 
-def test_greedy_text_identical_to_transformers(hf_model, gguf_pkg: Path) -> None:
+@pytest.mark.parametrize("which", ["fp32", "blocks"])
+def test_greedy_text_identical_to_transformers(hf_model, request: pytest.FixtureRequest, which: str) -> None:
     from openai import OpenAI
 
     from tests.integration.serve_harness import serving
 
     model, tok, _ = hf_model
-    with serving(gguf_pkg, time_scale=0.0, job_timeout_s=120.0) as served:
+    pkg = request.getfixturevalue("gguf_pkg" if which == "fp32" else "gguf_blocks_pkg")
+    with serving(pkg, time_scale=0.0, job_timeout_s=120.0) as served:
         client = OpenAI(base_url=served.v1, api_key="unused", max_retries=0, timeout=300)
         for prompt in PROMPTS:
             want, new_ids = _hf_greedy(model, tok, prompt)
