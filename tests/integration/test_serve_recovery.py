@@ -90,7 +90,17 @@ def _joint_traffic(s: Served, a_n: int = 12, b_n: int = 30) -> tuple[Counter, Co
             )
         return a_res, b_res
 
-    return asyncio.run(run())
+    counts = asyncio.run(run())
+    # The fault's recovery runs on the supervisor's own thread: on a loaded host it may still be resetting or
+    # warming when the last request returns. Read the outcome once it is recorded and every alias has settled.
+    settled = ("Ready", "Failed")
+    wait_until(
+        lambda: bool(s.supervisor.recoveries) and all(w.state.value in settled for w in s.supervisor.cores.values()),
+        what="the fault's recovery to be recorded and every alias Ready or Failed",
+        timeout=60,
+        detail=lambda: ({a: w.state.value for a, w in s.supervisor.cores.items()}, len(s.supervisor.recoveries)),
+    )
+    return counts
 
 
 def _states(s: Served, alias: str) -> list[str]:
