@@ -140,7 +140,13 @@ def test_mode_all_on_parallel_chips_has_efficiency_with_ci(cli: Cli, parallel_se
     phases = doc["phases"]
     assert set(phases) == {"model-a isolated", "model-b isolated", "joint"}
     a_iso = phases["model-a isolated"]["stats"]
-    assert a_iso["requests"] > 20 and a_iso["success_rate"] == 1.0
+    assert a_iso["requests"] > 20
+    if host.saturated(
+        doc["host_load"]
+    ):  # a load outcome (refused, deadline, client gave up) is the host's; never an error
+        assert set(a_iso["outcomes"]) <= {"ok", "capacity", "unavailable", "deadline", "timeout"}, a_iso["outcomes"]
+    else:
+        assert a_iso["success_rate"] == 1.0, a_iso["outcomes"]
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         assert 0 < a_iso[key]["p50"] <= a_iso[key]["p90"] <= a_iso[key]["p99"]
     assert a_iso["tokens_per_s"] > 0 and a_iso["requests_per_s"] > 0 and a_iso["saturated"] is True
