@@ -70,7 +70,9 @@ def test_sigterm_keeps_serving_accepted_stream_then_exits_0(tmp_path: Path) -> N
     with boards(
         tmp_path, [("solo", 3)], time_scale=TIME_SCALE, drain_timeout=20, extra_args=("--drain-grace", "1.0")
     ) as (b,):
-        stream, out = _start_stream(b, max_tokens=48)
+        # ~2.4 s of device time: the stream, then the grace, keep the socket open long enough for this process to
+        # see the 503 even when a loaded host does not schedule it for a second or two after the signal.
+        stream, out = _start_stream(b, max_tokens=200)
         t0 = time.monotonic()
         b.proc.send_signal(signal.SIGTERM)
         ready = _wait_ready_503(b)
