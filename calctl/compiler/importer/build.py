@@ -42,6 +42,7 @@ from calctl.compiler.writer import (
     ModelContent,
     ModelPlan,
     PackageSpec,
+    package_name,
     write_package,
 )
 from calctl.errors import UsageError
@@ -414,15 +415,15 @@ def import_checkpoint(out: Path, ck: Checkpoint, opts: ImportOptions, key: Ed255
         if p.is_file()
     )
     spec = PackageSpec(
-        name=re.sub(r"[^A-Za-z0-9_.-]+", "-", name)[:128].lstrip("-_.") or "imported",
+        name=package_name(name, "imported"),
         kind="single",
         description=f"{ck.config.family} checkpoint imported by calctl import {ck.kind} for the mock device "
         "(numpy decoder); not a real board program",
         compiler=f"calctl-import-{ck.kind}",
-        build=BuildInfo(
-            build_type=f"urn:calctl:import-{ck.kind}:v1",
-            builder="urn:calctl:import",
-            invocation=f"import-{ck.kind}-{opts.alias}",
+        build=BuildInfo.by_calctl(
+            "import",
+            f"import-{ck.kind}-{opts.alias}",
+            build_type=f"import-{ck.kind}",
             parameters={
                 "source": ck.kind,
                 "alias": opts.alias,
