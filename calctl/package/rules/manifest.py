@@ -59,7 +59,7 @@ class UniqueNames(PackageRule):
         pkg = ctx.pkg
         yield from self._dupes("model alias", [(m.alias, f"{m.pointer}/alias") for m in pkg.models])
         yield from self._dupes("model name", [(m.name, f"{m.pointer}/name") for m in pkg.models])
-        yield from self._dupes("graph name", [(g.name, f"{g.pointer}/name") for m in pkg.models for g in m.graphs])
+        yield from self._dupes("graph name", [(g.name, f"{g.pointer}/name") for g in pkg.graphs])
         yield from self._dupes(
             "section name", [(s.name, f"{s.pointer}/name") for m in pkg.models for s in m.all_sections()]
         )
