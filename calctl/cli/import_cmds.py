@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from calctl.cli import _output
+from calctl.cli._device import option_group
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
 from calctl.cli._output import TableJson
 from calctl.report import simple_report
@@ -51,21 +53,45 @@ ProfilesOpt = Annotated[
 ]
 
 
-def _options(
-    alias: str, chip: int, context: int | None, dtype: str, sequences: int, name: str | None, profiles: str
-) -> build.ImportOptions:
-    """The importer's options from the command line's (``--profiles`` parsed)."""
-    from calctl.compiler.importer import build
+@dataclass(frozen=True)
+class ImportArgs:
+    """The options ``import hf`` and ``import gguf`` share, as given (``import_options`` fills it)."""
 
-    return build.ImportOptions(
-        alias=alias,
-        chip=chip,
-        context=context,
-        dtype=dtype,
-        sequences=sequences,
-        name=name,
-        profiles=build.parse_profiles(profiles),
-    )
+    alias: str | None = None
+    chip: int = 0
+    context: int | None = None
+    sequences: int = DEFAULT_SEQUENCES
+    profiles: str = DEFAULT_PROFILES
+    name: str | None = None
+
+    def options(self, default_alias_from: str, dtype: str) -> build.ImportOptions:
+        """The importer's options (``--profiles`` parsed; the alias from ``default_alias_from`` unless given)."""
+        from calctl.compiler.importer import build
+
+        return build.ImportOptions(
+            alias=self.alias or build.default_alias(default_alias_from),
+            chip=self.chip,
+            context=self.context,
+            dtype=dtype,
+            sequences=self.sequences,
+            name=self.name,
+            profiles=build.parse_profiles(self.profiles),
+        )
+
+
+IMPORT_DEFAULTS = ImportArgs()
+import_options = option_group(
+    "args",
+    ImportArgs,
+    {
+        "alias": AliasOpt,
+        "chip": ChipOpt,
+        "context": ContextOpt,
+        "sequences": SequencesOpt,
+        "profiles": ProfilesOpt,
+        "name": NameOpt,
+    },
+)
 
 
 def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportOptions, fmt: TableJson) -> None:
@@ -96,37 +122,29 @@ def _run(ck_reader: Any, source: Path, out: Path, key: Path, opts: build.ImportO
         _output.info(note)
 
 
+@import_options
 def import_hf(
     directory: Annotated[
         Path, typer.Argument(help="Hugging Face model directory (config.json, *.safetensors, tokenizer).")
     ],
     out: Annotated[Path, typer.Argument(help="Output package directory (must not exist, or be empty).")],
     key: KeyOpt,
-    alias: AliasOpt = None,
-    chip: ChipOpt = 0,
-    context: ContextOpt = None,
+    args: ImportArgs = IMPORT_DEFAULTS,
     dtype: DtypeOpt = "fp16",
-    sequences: SequencesOpt = DEFAULT_SEQUENCES,
-    profiles: ProfilesOpt = DEFAULT_PROFILES,
-    name: NameOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
     """Import a Hugging Face Llama / Qwen2 / Qwen3 checkpoint as a sealed single-model package."""
     from calctl.compiler.importer import build
 
-    opts = _options(
-        alias or build.default_alias(directory.resolve().name), chip, context, dtype, sequences, name, profiles
-    )
-    _run(build.read_hf, directory, out, key, opts, format)
+    _run(build.read_hf, directory, out, key, args.options(directory.resolve().name, dtype), format)
 
 
+@import_options
 def import_gguf(
     file: Annotated[Path, typer.Argument(help="GGUF model file (llama.cpp).")],
     out: Annotated[Path, typer.Argument(help="Output package directory (must not exist, or be empty).")],
     key: KeyOpt,
-    alias: AliasOpt = None,
-    chip: ChipOpt = 0,
-    context: ContextOpt = None,
+    args: ImportArgs = IMPORT_DEFAULTS,
     dtype: Annotated[
         str,
         typer.Option(
@@ -135,17 +153,12 @@ def import_gguf(
             "fp16 or fp32 (dequantised).",
         ),
     ] = KEEP_BLOCKS,
-    sequences: SequencesOpt = DEFAULT_SEQUENCES,
-    profiles: ProfilesOpt = DEFAULT_PROFILES,
-    name: NameOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
     """Import a GGUF Llama / Qwen2 / Qwen3 model (its Q4_0/Q4_1/Q8_0 blocks kept) as a sealed single-model package."""
     from calctl.compiler.importer import build
 
-    opts = _options(
-        alias or build.default_alias(file.name.removesuffix(".gguf")), chip, context, dtype, sequences, name, profiles
-    )
+    opts = args.options(file.name.removesuffix(".gguf"), dtype)
     reader = functools.partial(build.read_gguf_file, keep_blocks=dtype == build.KEEP_BLOCKS)
     _run(reader, file, out, key, opts, format)
 

@@ -228,12 +228,7 @@ def build_sample(
         kind=kind,
         description=f"calctl sample package ({kind}, seed {seed}) for the mock device; not a real board program",
         compiler="calctl-sample-compiler",
-        build=BuildInfo(
-            build_type="urn:calctl:sample-package:v1",
-            builder="urn:calctl:sample-package",
-            invocation=f"sample-{kind}-seed{seed}",
-            parameters=params,
-        ),
+        build=BuildInfo.by_calctl("sample-package", f"sample-{kind}-seed{seed}", params),
         decode_profiles=tuple(profiles),
     )
     models = [(m.plan, functools.partial(_content, m)) for m in plan_models(kind, seed)]

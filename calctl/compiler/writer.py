@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -411,6 +412,25 @@ class BuildInfo:
     invocation: str
     parameters: Mapping[str, Any]
     dependencies: tuple[Mapping[str, Any], ...] = ()  # resolvedDependencies: the source files and their digests
+
+    @classmethod
+    def by_calctl(
+        cls,
+        tool: str,
+        invocation: str,
+        parameters: Mapping[str, Any],
+        *,
+        build_type: str | None = None,
+        dependencies: tuple[Mapping[str, Any], ...] = (),
+    ) -> BuildInfo:
+        """A build by calctl's ``tool``: builder ``urn:calctl:<tool>``, type ``urn:calctl:<build_type or tool>:v1``."""
+        return cls(f"urn:calctl:{build_type or tool}:v1", f"urn:calctl:{tool}", invocation, parameters, dependencies)
+
+
+def package_name(text: str, fallback: str) -> str:
+    """``text`` as a manifest package name: runs of other characters become ``-``, at most 128, no leading
+    ``-_.``; ``fallback`` when nothing is left."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:128].lstrip("-_.") or fallback
 
 
 def provenance_document(root: Path, build: BuildInfo) -> dict[str, Any]:

@@ -389,6 +389,11 @@ class Package:
     def aliases(self) -> tuple[str, ...]:
         return tuple(m.alias for m in self.models)
 
+    @property
+    def graphs(self) -> tuple[Graph, ...]:
+        """Every graph of every model, in manifest order."""
+        return tuple(g for m in self.models for g in m.graphs)
+
     def model(self, alias: str) -> Model:
         """Exact alias lookup (001 §10.4). No case folding, no prefix matching."""
         for m in self.models:
@@ -401,10 +406,9 @@ class Package:
         )
 
     def graph(self, name: str) -> Graph:
-        for m in self.models:
-            for g in m.graphs:
-                if g.name == name:
-                    return g
+        for g in self.graphs:
+            if g.name == name:
+                return g
         raise PackageError(f"no graph named {name!r}", path=MANIFEST, field="/models")
 
     def regions_on(self, chip: int) -> tuple[MemoryRegion, ...]:

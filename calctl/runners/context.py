@@ -39,10 +39,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from calctl.budget.device import device_fit
+from calctl.closing import Closes
 from calctl.errors import CalctlError, CheckFailed, UsageError
 from calctl.package.info import package_digest
 from calctl.package.model import Package
@@ -76,7 +76,7 @@ class _Snapshot:
     counters: list[dict[str, Any]] | None = None
 
 
-class RunContext:
+class RunContext(Closes):
     """Validate, open, configure and tear down one package on one device. Use with ``with``.
 
     ``prepare()`` runs steps 1–5 of the module docstring; the PoC calls them one
@@ -114,12 +114,6 @@ class RunContext:
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------
-
-    def __enter__(self) -> RunContext:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
     def prepare(self) -> RunContext:
         self.open_device()

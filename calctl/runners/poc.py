@@ -114,7 +114,7 @@ def check_combined_calbin(plan: CalbinPlan, expect_models: tuple[str, ...]) -> l
         problems.append(
             f"the calbin's models {sorted(set(aliases))} are not exactly the expected {sorted(expect_models)}"
         )
-    graph_names = [g.name for m in pkg.models for g in m.graphs]
+    graph_names = [g.name for g in pkg.graphs]
     dup_graphs = sorted(g for g, n in Counter(graph_names).items() if n > 1)
     if dup_graphs:
         problems.append(f"duplicate graph name {', '.join(map(repr, dup_graphs))}")

@@ -32,6 +32,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from calctl.closing import Closes
 from calctl.serving import outcomes
 from calctl.serving.outcomes import RequestOutcome
 from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
@@ -157,7 +158,7 @@ def signals_held() -> Iterator[None]:
             signal.raise_signal(got[0])  # now the command's own handler sees it
 
 
-class EngineLoop:
+class EngineLoop(Closes):
     """An asyncio event loop running in a daemon thread; the engine's streams post into it.
 
     The tools' main thread keeps the lifecycle (load, unload, fault injection)
@@ -202,12 +203,6 @@ class EngineLoop:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(30)
             self.loop.close()
-
-    def __enter__(self) -> EngineLoop:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @dataclass(frozen=True)

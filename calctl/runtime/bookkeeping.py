@@ -21,9 +21,9 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 
+from calctl.closing import Closes
 from calctl.runtime.buffers import BufferState, Direction, HostBuffer
 from calctl.runtime.calbin import Calbin, GraphPlan, check_job_buffers, resolve_graph
 from calctl.runtime.errors import InvalidArgument, Timeout, error_class
@@ -51,10 +51,9 @@ class JobRecord(Protocol):
 
 RecordT = TypeVar("RecordT", bound=JobRecord)
 HandleT = TypeVar("HandleT")  # what a backend keeps beside a calbin (the mock's models, a C handle)
-SelfT = TypeVar("SelfT", bound="DeviceBookkeeping[Any, Any]")
 
 
-class DeviceBookkeeping(Generic[RecordT, HandleT]):
+class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
     """Host-side state of an open device; see the module docstring for what a backend adds."""
 
     _lock: AbstractContextManager[Any]  # re-entrant: an RLock, or a Condition over one
@@ -93,12 +92,6 @@ class DeviceBookkeeping(Generic[RecordT, HandleT]):
     _submit: Callable[[str, HostBuffer, HostBuffer, Engine, tuple[KvSeqId | None, ...], GenerationId], Job]
 
     # -- device ------------------------------------------------------------------------------------
-
-    def __enter__(self: SelfT) -> SelfT:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
+from calctl.closing import Closes
 from calctl.package.model import ChipMode, Graph, GraphKind, Model, Package, mask_of_chips
 from calctl.runtime.errors import InvalidCalbin
 from calctl.runtime.types import Topology
@@ -141,7 +141,7 @@ def plan_calbin(package: Package, topology: Topology) -> CalbinPlan:
     return CalbinPlan(package=package, graphs=graphs, models=models, chip_plan_bytes=tuple(chip_bytes))
 
 
-class Calbin:
+class Calbin(Closes):
     """A calbin created on a device from a package. Release it (or use ``with``) when done.
 
     A configured calbin cannot be released; ``reset_configuration`` first.
@@ -176,12 +176,6 @@ class Calbin:
                 return
             self._release(self)
             self._released = True
-
-    def __enter__(self) -> Calbin:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Calbin(id={self.id}, package={self.package.name!r}, graphs={list(self.graph_names)})"

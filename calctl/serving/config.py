@@ -696,11 +696,7 @@ def _find_model(package: Package, alias: str) -> Model | None:
 
 
 def _find_graph(package: Package, name: str) -> Graph | None:
-    for m in package.models:
-        for g in m.graphs:
-            if g.name == name:
-                return g
-    return None
+    return next((g for g in package.graphs if g.name == name), None)
 
 
 def _names(names: Iterable[str]) -> str:

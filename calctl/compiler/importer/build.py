@@ -24,7 +24,6 @@ This module decides content; :mod:`calctl.compiler.writer` writes the package.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -43,6 +42,7 @@ from calctl.compiler.writer import (
     ModelContent,
     ModelPlan,
     PackageSpec,
+    package_name,
     write_package,
 )
 from calctl.errors import UsageError
@@ -50,6 +50,7 @@ from calctl.model import decoder
 from calctl.model.quant import QuantTensor
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Architecture
+from calctl.signing import seal
 
 if TYPE_CHECKING:
     from calctl.compiler.importer.gguf_file import GgufCheckpoint
@@ -401,14 +402,6 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
     return content, summary
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def import_checkpoint(out: Path, ck: Checkpoint, opts: ImportOptions, key: Ed25519PrivateKey) -> dict[str, Any]:
     """Write the sealed single-model package for ``ck`` at ``out``; returns a summary."""
     check_options(opts)
@@ -416,17 +409,21 @@ def import_checkpoint(out: Path, ck: Checkpoint, opts: ImportOptions, key: Ed255
     name = opts.name or f"{opts.alias}-{ck.kind}"
     model_name = re.sub(r"[^A-Za-z0-9_]+", "_", opts.alias)
     plan = ModelPlan(alias=opts.alias, name=model_name, dir=opts.alias, chip=opts.chip)
-    deps = tuple({"uri": f"file:{p.name}", "digest": {"sha256": _digest(p)}} for p in ck.sources if p.is_file())
+    deps = tuple(
+        {"uri": f"file:{p.name}", "digest": {"sha256": seal.sha256_file(p.resolve())}}
+        for p in ck.sources
+        if p.is_file()
+    )
     spec = PackageSpec(
-        name=re.sub(r"[^A-Za-z0-9_.-]+", "-", name)[:128].lstrip("-_.") or "imported",
+        name=package_name(name, "imported"),
         kind="single",
         description=f"{ck.config.family} checkpoint imported by calctl import {ck.kind} for the mock device "
         "(numpy decoder); not a real board program",
         compiler=f"calctl-import-{ck.kind}",
-        build=BuildInfo(
-            build_type=f"urn:calctl:import-{ck.kind}:v1",
-            builder="urn:calctl:import",
-            invocation=f"import-{ck.kind}-{opts.alias}",
+        build=BuildInfo.by_calctl(
+            "import",
+            f"import-{ck.kind}-{opts.alias}",
+            build_type=f"import-{ck.kind}",
             parameters={
                 "source": ck.kind,
                 "alias": opts.alias,

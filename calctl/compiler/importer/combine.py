@@ -30,6 +30,7 @@ from calctl.compiler.writer import (
     ModelPlan,
     PackageSpec,
     check_not_inside,
+    package_name,
     write_package,
 )
 from calctl.errors import PackageError, UsageError
@@ -154,15 +155,14 @@ def combine(
     # The decode profiles both inputs compile (each has B1): the writer gives every model the same list.
     profiles = tuple(sorted(set(a.model.decode.batch_profiles) & set(b.model.decode.batch_profiles)))
     spec = PackageSpec(
-        name=re.sub(r"[^A-Za-z0-9_.-]+", "-", name or f"{pa.alias}+{pb.alias}-{kind}")[:128].lstrip("-_.") or kind,
+        name=package_name(name or f"{pa.alias}+{pb.alias}-{kind}", kind),
         kind=kind,
         description=f"calctl combine ({kind}): {a.model.alias} on chip0, {b.model.alias} on chip1, for the mock device",
         compiler="calctl-combine",
-        build=BuildInfo(
-            build_type="urn:calctl:combine:v1",
-            builder="urn:calctl:combine",
-            invocation=f"combine-{kind}-{pa.alias}-{pb.alias}",
-            parameters={"kind": kind, "aliases": [pa.alias, pb.alias], "decode_profiles": list(profiles)},
+        build=BuildInfo.by_calctl(
+            "combine",
+            f"combine-{kind}-{pa.alias}-{pb.alias}",
+            {"kind": kind, "aliases": [pa.alias, pb.alias], "decode_profiles": list(profiles)},
             dependencies=tuple(
                 {
                     "uri": f"package:{s.package.name}",

@@ -185,6 +185,13 @@ class Rule:
         """A violation in manifest.yaml at ``field`` (a JSON-pointer-like location): :meth:`problem` of that file."""
         return self.problem(message, file=MANIFEST, field=field, expected=expected, found=found)
 
+    def differs(
+        self, found: Any, expected: Any, message: str, *, file: str | None = MANIFEST, field: str | None = None
+    ) -> Iterator[Finding]:
+        """:meth:`problem` (both values shown) when ``found`` is not ``expected``; nothing when they agree."""
+        if found != expected:
+            yield self.problem(message, file=file, field=field, expected=expected, found=found)
+
     def warning(self, message: str, *, file: str | None = None, field: str | None = None) -> Finding:
         """A violation the policy explicitly downgraded (e.g. ``--allow-unsigned``)."""
         return Finding(Status.WARN, message, file, field)

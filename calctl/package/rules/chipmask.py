@@ -289,44 +289,43 @@ class ElfPerCalCore(PackageRule):
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         pkg = ctx.pkg
-        files = Counter(s.file for m in pkg.models for g in m.graphs for s in g.code_sections if s.file)
+        files = Counter(s.file for g in pkg.graphs for s in g.code_sections if s.file)
         n = 0
-        for m in pkg.models:
-            for g in m.graphs:
-                expected = _expected_pairs(pkg, g)
-                found: Counter[tuple[int, int]] = Counter()
-                for s in g.code_sections:
-                    n += 1
-                    yield from _slot_named(self, s, "code", "ELF file")
-                    if s.calcore is None:
-                        continue
-                    if s.file is not None and files[s.file] > 1:
-                        yield self.manifest_problem(
-                            f"ELF {s.file!r} is used by {files[s.file]} code sections", field=f"{s.pointer}/file"
-                        )
-                    for chip in s.chips:
-                        found[(s.calcore, chip)] += 1
-                for pair in sorted(expected - set(found)):
+        for g in pkg.graphs:
+            expected = _expected_pairs(pkg, g)
+            found: Counter[tuple[int, int]] = Counter()
+            for s in g.code_sections:
+                n += 1
+                yield from _slot_named(self, s, "code", "ELF file")
+                if s.calcore is None:
+                    continue
+                if s.file is not None and files[s.file] > 1:
                     yield self.manifest_problem(
-                        f"graph {g.name} has no ELF for CalCore {pair[0]} on chip {pair[1]}",
-                        field=f"{g.pointer}/sections",
-                        expected=f"ccu{pair[0]}_chip{pair[1]}",
-                        found="none",
+                        f"ELF {s.file!r} is used by {files[s.file]} code sections", field=f"{s.pointer}/file"
                     )
-                for pair, count in sorted(found.items()):
-                    if pair not in expected:
-                        yield self.manifest_problem(
-                            f"graph {g.name} has an extra ELF for CalCore {pair[0]} on chip {pair[1]} "
-                            f"(calcore_num={pkg.device_cfg.calcore_num}, targets {list(g.target_chips)})",
-                            field=f"{g.pointer}/sections",
-                        )
-                    elif count > 1:
-                        yield self.manifest_problem(
-                            f"graph {g.name} has {count} ELFs for CalCore {pair[0]} on chip {pair[1]}",
-                            field=f"{g.pointer}/sections",
-                            expected=1,
-                            found=count,
-                        )
+                for chip in s.chips:
+                    found[(s.calcore, chip)] += 1
+            for pair in sorted(expected - set(found)):
+                yield self.manifest_problem(
+                    f"graph {g.name} has no ELF for CalCore {pair[0]} on chip {pair[1]}",
+                    field=f"{g.pointer}/sections",
+                    expected=f"ccu{pair[0]}_chip{pair[1]}",
+                    found="none",
+                )
+            for pair, count in sorted(found.items()):
+                if pair not in expected:
+                    yield self.manifest_problem(
+                        f"graph {g.name} has an extra ELF for CalCore {pair[0]} on chip {pair[1]} "
+                        f"(calcore_num={pkg.device_cfg.calcore_num}, targets {list(g.target_chips)})",
+                        field=f"{g.pointer}/sections",
+                    )
+                elif count > 1:
+                    yield self.manifest_problem(
+                        f"graph {g.name} has {count} ELFs for CalCore {pair[0]} on chip {pair[1]}",
+                        field=f"{g.pointer}/sections",
+                        expected=1,
+                        found=count,
+                    )
         yield self.note(f"{n} ELFs, exactly one per (CalCore, chip) of each graph")
 
 
@@ -345,37 +344,36 @@ class CommandPerCalCore(PackageRule):
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         pkg = ctx.pkg
         n = 0
-        for m in pkg.models:
-            for g in m.graphs:
-                expected = _expected_pairs(pkg, g)
-                found: set[tuple[int, int]] = set()
-                for s in g.sections:
-                    if s.kind is not SectionKind.COMMAND:
-                        continue
-                    n += 1
-                    yield from _slot_named(self, s, "command", "file")
-                    if s.calcore is None:
-                        continue
-                    if len(s.chips) != 1:
-                        yield _mask_problem(
-                            self,
-                            s,
-                            f"command section {s.name} spans chips {list(s.chips)}",
-                            "one chip",
-                        )
-                    for chip in s.chips:
-                        if (s.calcore, chip) not in expected:
-                            yield self.manifest_problem(
-                                f"command section {s.name} is for CalCore {s.calcore} on chip {chip}, "
-                                f"outside graph {g.name}",
-                                field=s.pointer,
-                            )
-                        found.add((s.calcore, chip))
-                for pair in sorted(expected - found):
-                    yield self.manifest_problem(
-                        f"graph {g.name} has no command blob for CalCore {pair[0]} on chip {pair[1]}",
-                        field=f"{g.pointer}/sections",
+        for g in pkg.graphs:
+            expected = _expected_pairs(pkg, g)
+            found: set[tuple[int, int]] = set()
+            for s in g.sections:
+                if s.kind is not SectionKind.COMMAND:
+                    continue
+                n += 1
+                yield from _slot_named(self, s, "command", "file")
+                if s.calcore is None:
+                    continue
+                if len(s.chips) != 1:
+                    yield _mask_problem(
+                        self,
+                        s,
+                        f"command section {s.name} spans chips {list(s.chips)}",
+                        "one chip",
                     )
+                for chip in s.chips:
+                    if (s.calcore, chip) not in expected:
+                        yield self.manifest_problem(
+                            f"command section {s.name} is for CalCore {s.calcore} on chip {chip}, "
+                            f"outside graph {g.name}",
+                            field=s.pointer,
+                        )
+                    found.add((s.calcore, chip))
+            for pair in sorted(expected - found):
+                yield self.manifest_problem(
+                    f"graph {g.name} has no command blob for CalCore {pair[0]} on chip {pair[1]}",
+                    field=f"{g.pointer}/sections",
+                )
         yield self.note(f"{n} command blobs, each on its graph's (CalCore, chip) pairs")
 
 

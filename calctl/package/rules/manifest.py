@@ -59,7 +59,7 @@ class UniqueNames(PackageRule):
         pkg = ctx.pkg
         yield from self._dupes("model alias", [(m.alias, f"{m.pointer}/alias") for m in pkg.models])
         yield from self._dupes("model name", [(m.name, f"{m.pointer}/name") for m in pkg.models])
-        yield from self._dupes("graph name", [(g.name, f"{g.pointer}/name") for m in pkg.models for g in m.graphs])
+        yield from self._dupes("graph name", [(g.name, f"{g.pointer}/name") for g in pkg.graphs])
         yield from self._dupes(
             "section name", [(s.name, f"{s.pointer}/name") for m in pkg.models for s in m.all_sections()]
         )
@@ -106,14 +106,13 @@ class PrefillAndDecode(PackageRule):
         for m in pkg.models:
             for kind in GraphKind:
                 names = [g.name for g in m.graphs if g.kind is kind]
-                if len(names) != 1:
-                    yield self.manifest_problem(
-                        f"model {m.alias!r} has {len(names)} {kind.value} graphs"
-                        + (f" ({', '.join(names)})" if names else ""),
-                        field=f"{m.pointer}/graphs",
-                        expected=1,
-                        found=len(names),
-                    )
+                yield from self.differs(
+                    len(names),
+                    1,
+                    f"model {m.alias!r} has {len(names)} {kind.value} graphs"
+                    + (f" ({', '.join(names)})" if names else ""),
+                    field=f"{m.pointer}/graphs",
+                )
         yield self.note(f"{len(pkg.models)} models, each with one prefill and one decode graph")
 
 
@@ -308,14 +307,13 @@ class InternalReferences(PackageRule):
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         for m in ctx.pkg.models:
             named = [s for s in m.sections if s.name == m.kv.section]
-            if len(named) != 1:
-                yield self.manifest_problem(
-                    f"kv.section {m.kv.section!r} names {len(named)} sections of model {m.alias!r}",
-                    field=f"{m.pointer}/kv/section",
-                    expected=1,
-                    found=len(named),
-                )
-            elif named[0].kind is not SectionKind.KV:
+            yield from self.differs(
+                len(named),
+                1,
+                f"kv.section {m.kv.section!r} names {len(named)} sections of model {m.alias!r}",
+                field=f"{m.pointer}/kv/section",
+            )
+            if len(named) == 1 and named[0].kind is not SectionKind.KV:
                 yield self.manifest_problem(
                     f"kv.section {m.kv.section!r} is a {named[0].kind.value} section",
                     field=f"{m.pointer}/kv/section",
@@ -323,13 +321,12 @@ class InternalReferences(PackageRule):
                     found=named[0].kind.value,
                 )
             kv_sections = [s for s in m.sections if s.kind is SectionKind.KV]
-            if len(kv_sections) != 1:
-                yield self.manifest_problem(
-                    f"model {m.alias!r} has {len(kv_sections)} kv sections",
-                    field=f"{m.pointer}/sections",
-                    expected=1,
-                    found=len(kv_sections),
-                )
+            yield from self.differs(
+                len(kv_sections),
+                1,
+                f"model {m.alias!r} has {len(kv_sections)} kv sections",
+                field=f"{m.pointer}/sections",
+            )
             graph_kv = [s for g in m.graphs for s in g.sections if s.kind is SectionKind.KV]
             for s in graph_kv:
                 yield self.manifest_problem(
@@ -340,13 +337,10 @@ class InternalReferences(PackageRule):
             params_sections = [s for s in m.all_sections() if s.kind is SectionKind.PARAMS]
             by_file = Counter(s.file for s in params_sections)
             for f in sorted(param_files):
-                if by_file.get(f, 0) != 1:
-                    yield self.manifest_problem(
-                        f"parameter file {f!r} is the file of {by_file.get(f, 0)} params sections",
-                        field=f"{m.pointer}/sections",
-                        expected=1,
-                        found=by_file.get(f, 0),
-                    )
+                n = by_file.get(f, 0)
+                yield from self.differs(
+                    n, 1, f"parameter file {f!r} is the file of {n} params sections", field=f"{m.pointer}/sections"
+                )
             for s in params_sections:
                 if s.file is None or s.file not in param_files:
                     yield self.manifest_problem(

@@ -181,15 +181,14 @@ class KvSize(PackageRule):
         pkg = ctx.pkg
         for m in pkg.models:
             want = kv_formula_bytes(m)
-            if m.kv.bytes != want:
-                a = m.architecture
-                yield self.manifest_problem(
-                    f"kv.bytes of {m.alias!r} does not match 2*{a.n_layers}*{a.n_kv_heads}*{a.head_dim}"
-                    f"*ceil({a.context_limit}/{m.kv.block_tokens})*{m.kv.block_tokens}*{m.kv.max_sequences}*{DTYPE_BYTES[m.kv.dtype]}",
-                    field=f"{m.pointer}/kv/bytes",
-                    expected=want,
-                    found=m.kv.bytes,
-                )
+            a = m.architecture
+            yield from self.differs(
+                m.kv.bytes,
+                want,
+                f"kv.bytes of {m.alias!r} does not match 2*{a.n_layers}*{a.n_kv_heads}*{a.head_dim}"
+                f"*ceil({a.context_limit}/{m.kv.block_tokens})*{m.kv.block_tokens}*{m.kv.max_sequences}*{DTYPE_BYTES[m.kv.dtype]}",
+                field=f"{m.pointer}/kv/bytes",
+            )
             named = [s for s in m.sections if s.name == m.kv.section]
             if len(named) != 1:
                 yield self.skip(
@@ -199,13 +198,9 @@ class KvSize(PackageRule):
                 )
                 continue
             section = named[0]
-            if section.size != m.kv.bytes:
-                yield self.manifest_problem(
-                    f"kv section {section.name} is not kv.bytes",
-                    field=f"{section.pointer}/size",
-                    expected=m.kv.bytes,
-                    found=section.size,
-                )
+            yield from self.differs(
+                section.size, m.kv.bytes, f"kv section {section.name} is not kv.bytes", field=f"{section.pointer}/size"
+            )
             for chip in m.target_chips:
                 regions = [r for r in pkg.regions_on(chip) if r.owner == m.alias and r.kind is SectionKind.KV]
                 if not regions:
@@ -329,13 +324,9 @@ class ReservedInfoAgrees(PackageRule):
             if chip not in plan_chips:
                 yield self.problem(f"chip {chip} is not in the manifest memory plan", file=RESERVED_INFO)
                 continue
-            if chip_dram != dram:
-                yield self.problem(
-                    f"chip {chip} dram disagrees with device_cfg.chip_dram_bytes",
-                    file=RESERVED_INFO,
-                    expected=dram,
-                    found=chip_dram,
-                )
+            yield from self.differs(
+                chip_dram, dram, f"chip {chip} dram disagrees with device_cfg.chip_dram_bytes", file=RESERVED_INFO
+            )
             plan = {r.name: r for r in pkg.regions_on(chip)}
             seen: set[str] = set()
             for ln in lines:
@@ -371,12 +362,9 @@ class ReservedInfoAgrees(PackageRule):
             want_total = sum(r.size for r in plan.values())
             if total is None:
                 yield self.problem(f"chip {chip} has no total line", file=RESERVED_INFO, expected=f"total {want_total}")
-            elif total != want_total:
-                yield self.problem(
-                    f"chip {chip} total disagrees with the memory plan",
-                    file=RESERVED_INFO,
-                    expected=want_total,
-                    found=total,
+            else:
+                yield from self.differs(
+                    total, want_total, f"chip {chip} total disagrees with the memory plan", file=RESERVED_INFO
                 )
         yield self.note(f"agrees with the memory plan for chips {plan_chips}")
 
@@ -395,13 +383,12 @@ class RegionPermissions(PackageRule):
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         pkg = ctx.pkg
         for r in pkg.memory_plan:
-            if r.writable != r.kind.writable:
-                yield self.manifest_problem(
-                    f"{r.kind.value} region {r.name} has the wrong permission",
-                    field=f"{r.pointer}/writable",
-                    expected=r.kind.writable,
-                    found=r.writable,
-                )
+            yield from self.differs(
+                r.writable,
+                r.kind.writable,
+                f"{r.kind.value} region {r.name} has the wrong permission",
+                field=f"{r.pointer}/writable",
+            )
         yield self.note(f"{len(pkg.memory_plan)} region permissions match their kinds")
 
 

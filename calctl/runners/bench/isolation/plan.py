@@ -14,6 +14,7 @@ from calctl.package import npy
 from calctl.package.model import Package
 from calctl.runners.traffic import ClientPlan
 from calctl.serving.protocol import GenerationRequest, SamplingParams
+from calctl.signing import seal
 
 #: 001 §13.1: "at least 1000 requests" for the concurrency correctness row.
 G2_MIN_REQUESTS = 1000
@@ -56,14 +57,6 @@ class Replica:
         return next((s for s in self.sides if s.alias == alias), None)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def check_replica(pkg: Package, root: Path, source: Path) -> Replica:
     """The package is one model under two aliases on chips 0 and 1; else UsageError (exit 2) saying what is needed."""
     need = (
@@ -95,7 +88,7 @@ def check_replica(pkg: Package, root: Path, source: Path) -> Replica:
     toks = []
     for m in (a, b):
         files = [m.tokenizer.file] + ([m.tokenizer.config] if m.tokenizer.config else [])
-        toks.append(tuple(_sha256(root / f) for f in files))
+        toks.append(tuple(seal.sha256_file(root / f) for f in files))
     if toks[0] != toks[1]:
         raise UsageError(f"{source}: {a.alias} and {b.alias} have different tokenizer files; {need}")
     sides = []
