@@ -81,7 +81,7 @@ def _serve(tmp: Path, *extra: str) -> Iterator[str]:
             "--warmup-iterations",
             "1",
             "--log-level",
-            "warning",
+            "info",  # a start that does not finish names the lifecycle step it stopped in
             *extra,
         ],
         stdout=log,
@@ -90,7 +90,8 @@ def _serve(tmp: Path, *extra: str) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_http_ready(url, proc, log=tmp / f"serve-{port}.log", timeout=60)
+        # Generous: under 8 CPU burners and other work a start took over 60 s; a server that never gets ready still fails.
+        wait_http_ready(url, proc, log=tmp / f"serve-{port}.log", timeout=180)
         yield url
     finally:
         proc.terminate()
