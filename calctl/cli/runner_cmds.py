@@ -28,6 +28,8 @@ from calctl.cli._options import (
     ReportFileOpt,
     ResultFormatOpt,
     RunLevel,
+    float_option,
+    int_option,
     report_dir_option,
 )
 from calctl.cli._output import Format, TableJson
@@ -49,7 +51,7 @@ if TYPE_CHECKING:  # the runners (numpy, the rules, jsonschema, matplotlib) load
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Run only the model with exactly this alias.")]
 StepTimeoutOpt = Annotated[
     float,
-    typer.Option("--step-timeout", min=0.001, help="Seconds one device step may take; a hang past it is exit 4."),
+    float_option("--step-timeout", min=0.001, help="Seconds one device step may take; a hang past it is exit 4."),
 ]
 TraceOpt = Annotated[
     Path | None, typer.Option("--trace", help="Write the per-chip trace as Chrome/Perfetto trace-event JSON here.")
@@ -321,11 +323,9 @@ def _render_golden(report: Report) -> None:
 def warmup(
     pkg: PackageArg = None,
     iterations: Annotated[
-        int, typer.Option("--iterations", "-n", min=1, max=100000, help="Warm-up iterations per model.")
+        int, int_option("--iterations", "-n", min=1, max=100000, help="Warm-up iterations per model.")
     ] = 20,
-    decode_steps: Annotated[
-        int, typer.Option("--decode-steps", min=0, max=4096, help="Decode jobs per iteration.")
-    ] = 8,
+    decode_steps: Annotated[int, int_option("--decode-steps", min=0, max=4096, help="Decode jobs per iteration.")] = 8,
     model: ModelOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     out: _Outputs = _OUTPUTS,
@@ -410,11 +410,11 @@ def poc_combined(
         ),
     ] = None,
     rounds: Annotated[
-        int, typer.Option("--rounds", min=2, max=10000, help="Measurement rounds (A alone, B alone, A+B).")
+        int, int_option("--rounds", min=2, max=10000, help="Measurement rounds (A alone, B alone, A+B).")
     ] = 8,
     max_rounds: Annotated[
         int | None,
-        typer.Option(
+        int_option(
             "--max-rounds",
             min=2,
             max=100000,
