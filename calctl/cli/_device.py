@@ -26,6 +26,7 @@ from calctl.cli._options import (
     SerializeChipsOpt,
     TimeScaleOpt,
     TrustedKeyOpt,
+    time_scale_opt,
 )
 from calctl.errors import UsageError
 
@@ -135,16 +136,18 @@ DEVICE_OPTIONS: dict[str, Any] = {
 BASE_OPTIONS = ("device", "calrt_lib", "trusted_key", "allow_unsigned")
 
 
-def device_options(*extra: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+def device_options(*extra: str, time_scale: str = "1") -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Give a command its device and trust options as one ``dev: DeviceArgs`` parameter.
 
     The command's ``dev`` parameter is replaced, where it stands, by --device, --calrt-lib, --trusted-key and
     --allow-unsigned, plus the ``extra`` ones (``"fault_plan"``, ``"time_scale"``, ``"seed"``,
-    ``"serialize_chips"``)."""
+    ``"serialize_chips"``); ``time_scale`` is the words of the command's default --time-scale in its help."""
     unknown = set(extra) - set(DEVICE_OPTIONS)
     if unknown:
         raise ValueError(f"device_options: unknown option(s) {sorted(unknown)}")
     chosen = {n: a for n, a in DEVICE_OPTIONS.items() if n in BASE_OPTIONS or n in extra}
+    if "time_scale" in chosen:
+        chosen["time_scale"] = time_scale_opt(time_scale)
     return option_group("dev", DeviceArgs, chosen)
 
 

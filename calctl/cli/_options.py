@@ -170,14 +170,30 @@ AllowUnsignedOpt = Annotated[
         "--allow-unsigned", help="Accept an unsigned or untrusted package, reported as a warning (never silently)."
     ),
 ]
-TimeScaleOpt = Annotated[
-    float | None,
-    float_option(
-        "--time-scale",
-        above=0.0,
-        help="Mock only: multiply the simulated job times (default 1; the PoC's own default is in its help).",
-    ),
-]
+
+
+def time_scale_opt(default: str = "1") -> Any:
+    """``--time-scale`` of a command whose mock default is ``default`` (the words its help shows)."""
+    return Annotated[
+        float | None,
+        float_option(
+            "--time-scale",
+            above=0.0,
+            help=f"Mock only: multiply the simulated job times, a number > 0 (default {default}).",
+        ),
+    ]
+
+
+TimeScaleOpt = time_scale_opt()
+#: The default --time-scale of each run that sets its own (``with_default_time_scale`` in the runners), as the
+#: help words it; a unit test keeps these equal to the runners' constants (help imports no runner).
+POC_TIME_SCALE_HELP = "4: simulated jobs of 12-20 ms, well above the mock's host overhead"
+BRINGUP_TIME_SCALE_HELP = "4 in the PoC step, 1 in the others"
+ACCEPT_TIME_SCALE_HELP = (
+    "each step's own: 4 for the PoC and batch, 0.1 for isolation (G2), 5 for fault isolation, 8 for executor "
+    "modes, 1 for the others"
+)
+BENCH_TIME_SCALE_HELP = "per scenario: fault-isolation 5, executor-modes 8, batch 4, isolation 0.1"
 FaultPlanOpt = Annotated[
     Path | None,
     typer.Option(

@@ -22,6 +22,7 @@ from calctl import html_report
 from calctl.cli import _output
 from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
 from calctl.cli._options import (
+    BENCH_TIME_SCALE_HELP,
     DeviceKind,
     FormatOpt,
     SeedOpt,
@@ -47,7 +48,7 @@ class TargetDeviceOpt(str, enum.Enum):
     calrt = "calrt"
 
 
-@device_options("time_scale", "fault_plan")
+@device_options("time_scale", "fault_plan", time_scale=BENCH_TIME_SCALE_HELP)
 def bench(
     pkg: Annotated[
         Path | None,

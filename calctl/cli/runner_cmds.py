@@ -24,6 +24,8 @@ from calctl.cli import _output
 from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, option_group, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
+    BRINGUP_TIME_SCALE_HELP,
+    POC_TIME_SCALE_HELP,
     FormatOpt,
     ReportFileOpt,
     ResultFormatOpt,
@@ -397,7 +399,7 @@ def _render_warmup(report: Report) -> None:
 # poc combined
 
 
-@device_options("fault_plan", "time_scale", "seed", "serialize_chips")
+@device_options("fault_plan", "time_scale", "seed", "serialize_chips", time_scale=POC_TIME_SCALE_HELP)
 @runner_outputs
 def poc_combined(
     pkg: PackageArg = None,
@@ -521,7 +523,7 @@ def _render_poc(report: Report) -> None:
 # bringup
 
 
-@device_options("time_scale")
+@device_options("time_scale", time_scale=BRINGUP_TIME_SCALE_HELP)
 def bringup(
     pkg: PackageArg = None,
     level: Annotated[

@@ -120,3 +120,42 @@ def test_int_parser_takes_decimal_digits_and_a_sign_only() -> None:
 def test_a_good_value_reaches_the_command(cli: Cli) -> None:
     r = cli("budget", "--limit", "1.5")  # parsed, then refused by the command's own (0, 1] check
     assert r.code == 2 and "--limit 1.5 is outside (0, 1]" in r.err
+
+
+def test_time_scale_help_states_each_commands_real_default(cli: Cli) -> None:
+    """The --time-scale help words the default of the run it configures: the runners' own constants."""
+    from calctl.cli import _options
+    from calctl.runners.bench.batch import BATCH_TIME_SCALE
+    from calctl.runners.bench.executor_modes.plan import EXECUTOR_TIME_SCALE
+    from calctl.runners.bench.fault_isolation import FAULT_ISOLATION_TIME_SCALE
+    from calctl.runners.bench.isolation import ISOLATION_TIME_SCALE
+    from calctl.runners.poc import POC_MOCK_TIME_SCALE
+
+    assert _options.POC_TIME_SCALE_HELP.startswith(f"{POC_MOCK_TIME_SCALE:g}:")
+    assert _options.BRINGUP_TIME_SCALE_HELP.startswith(f"{POC_MOCK_TIME_SCALE:g} in the PoC step")
+    bench = _options.BENCH_TIME_SCALE_HELP
+    for name, value in (
+        ("fault-isolation", FAULT_ISOLATION_TIME_SCALE),
+        ("executor-modes", EXECUTOR_TIME_SCALE),
+        ("batch", BATCH_TIME_SCALE),
+        ("isolation", ISOLATION_TIME_SCALE),
+    ):
+        assert f"{name} {value:g}" in bench
+    accept = _options.ACCEPT_TIME_SCALE_HELP
+    for words in (
+        f"{POC_MOCK_TIME_SCALE:g} for the PoC and batch",
+        f"{ISOLATION_TIME_SCALE:g} for isolation",
+        f"{FAULT_ISOLATION_TIME_SCALE:g} for fault isolation",
+        f"{EXECUTOR_TIME_SCALE:g} for executor modes",
+    ):
+        assert words in accept
+    assert BATCH_TIME_SCALE == POC_MOCK_TIME_SCALE
+    for path, words in (
+        (("poc", "combined"), "default 4"),
+        (("bringup",), "default 4 in the PoC step"),
+        (("warmup",), "default 1)"),
+        (("soak",), "default 1)"),
+    ):
+        r = cli(*path, "--help")
+        text = " ".join(r.out.replace("│", " ").split())
+        assert words in text and "its help" not in text, (path, text)
