@@ -438,3 +438,15 @@ def test_identical_replicas_may_share_one_tokenizer(tmp_path: Path, cli: Cli) ->
     code, doc = validate_json(cli, root)
     assert code == 1
     assert {c["id"] for c in doc["checks"] if c["status"] == "fail"} == {"TOK003"}
+
+
+def test_a_package_directory_whose_name_is_not_utf8_validates(tmp_path: Path, cli: Cli) -> None:
+    """A directory name with undecodable bytes (b'pkg\\xff') is a path like any other: every rule passes
+    (the tokenizer was handed to tokenizers as a UTF-8 str and failed TOK001)."""
+    root = copy_package(tmp_path)
+    odd = Path(os.fsdecode(os.fsencode(tmp_path) + b"/pkg\xff"))
+    root.rename(odd)
+    code, doc = validate_json(cli, odd)
+    failing = [c["id"] for c in doc["checks"] if c["status"] == "fail"]
+    assert code == 0 and failing == [], failing
+    assert any(c["id"] == "TOK001" and c["status"] == "pass" for c in doc["checks"])
