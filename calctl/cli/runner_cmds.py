@@ -99,6 +99,14 @@ class _Outputs:
     report: Path | None = None
     format: Format = Format.table
 
+    def __post_init__(self) -> None:
+        """Refuse an output path that is a FIFO, a device, a symlink or a directory before the run, not after."""
+        from calctl.records import check_output
+
+        for option, path in (("--trace", self.trace), ("--plot", self.plot), ("--report", self.report)):
+            if path is not None:
+                check_output(path, option)
+
 
 _OUTPUTS = _Outputs()
 runner_outputs = option_group(

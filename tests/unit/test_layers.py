@@ -15,7 +15,8 @@ import calctl
 ROOT = Path(calctl.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "records", "textsafe", "cache", "__init__"}),
+    frozenset({"errors"}),
+    frozenset({"records", "textsafe", "cache", "__init__"}),
     frozenset({"report", "html_report"}),
     frozenset({"signing"}),
     frozenset({"package"}),
