@@ -45,7 +45,9 @@ def sample_package(
     out: Annotated[Path, typer.Argument(help="Output directory (must not exist, or be empty).")],
     key: Annotated[Path, typer.Option("--key", help="PREFIX.key from `calctl keygen` that signs the package.")],
     kind: Annotated[str, typer.Option("--kind", help=f"One of: {', '.join(SAMPLE_KINDS)}.")] = "combined",
-    seed: Annotated[int, int_option("--seed", help="Weight seed; same seed and key give byte-identical output.")] = 0,
+    seed: Annotated[
+        int, int_option("--seed", min=0, max=2**31, help="Weight seed; same seed and key give byte-identical output.")
+    ] = 0,
     profiles: Annotated[
         str,
         typer.Option("--profiles", help="Decode batch profiles, e.g. 1,4,8,16 (B>1 gets an inactive-lane contract)."),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any, get_args, get_origin
 
 import pytest
@@ -159,3 +160,9 @@ def test_time_scale_help_states_each_commands_real_default(cli: Cli) -> None:
         r = cli(*path, "--help")
         text = " ".join(r.out.replace("│", " ").split())
         assert words in text and "its help" not in text, (path, text)
+
+
+def test_sample_package_seed_range_is_checked_when_parsed(cli: Cli, tmp_path: Path) -> None:
+    r = cli("sample-package", tmp_path / "out", "--key", tmp_path / "missing.key", "--seed", str(2**31 + 1))
+    assert r.code == 2 and "'--seed'" in r.err and "<= 2147483648" in r.err
+    assert not (tmp_path / "out").exists()
