@@ -166,3 +166,13 @@ def test_sample_package_seed_range_is_checked_when_parsed(cli: Cli, tmp_path: Pa
     r = cli("sample-package", tmp_path / "out", "--key", tmp_path / "missing.key", "--seed", str(2**31 + 1))
     assert r.code == 2 and "'--seed'" in r.err and "<= 2147483648" in r.err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("columns", "width"), [("120", 120), ("\u0663\u0660", 100), ("1_00", 100), ("inf", 100)])
+def test_columns_is_read_as_ascii_digits(monkeypatch: pytest.MonkeyPatch, columns: str, width: int) -> None:
+    import io
+
+    from calctl.cli import _output
+
+    monkeypatch.setenv("COLUMNS", columns)
+    assert (_output._width(io.StringIO()) or 0) == width  # piped: COLUMNS, else LOG_WIDTH (100)
