@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import enum
 import math
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from calctl.cli._output import Format, TableJson
-
-_DECIMAL_INT = re.compile(r"[+-]?[0-9]+")
-_DECIMAL_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def _refuse(message: str) -> Exception:
@@ -73,11 +69,13 @@ class NumberParser:
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise _refuse(f"{value!r} is not a number: expected {self.expected()}")
         if isinstance(value, str):
-            text = value.strip()
-            pattern = _DECIMAL_INT if self.kind is int else _DECIMAL_FLOAT
-            if not text.isascii() or pattern.fullmatch(text) is None:
-                raise _refuse(f"{value!r} is not {self.expected()}")
-            number: int | float = int(text) if self.kind is int else float(text)
+            from calctl import textsafe
+
+            try:
+                number: int | float = (textsafe.decimal_int if self.kind is int else textsafe.decimal_float)(value)
+            except ValueError as exc:
+                reason = "is not finite: expected" if "finite" in str(exc) else "is not"
+                raise _refuse(f"{value!r} {reason} {self.expected()}") from None
         else:
             number = value
         if self.kind is float:

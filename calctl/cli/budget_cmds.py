@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from calctl import textsafe
 from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt, float_option, int_option
 from calctl.cli._output import TableJson
@@ -252,7 +253,7 @@ def _int_list(text: str | None, what: str, ceiling: int) -> tuple[int, ...] | No
     if text is None:
         return None
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(textsafe.decimal_int(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise UsageError(f"{what} {text!r}: expected comma-separated integers such as 1,4,8") from None
     if not values or any(not 1 <= v <= ceiling for v in values):

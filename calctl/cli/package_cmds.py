@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from calctl import textsafe
 from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, TrustedKeyOpt, int_option
 from calctl.cli._output import TableJson
@@ -65,7 +66,7 @@ def sample_package(
     from calctl.signing import keys
 
     try:
-        prof = tuple(int(p) for p in profiles.split(",") if p.strip())
+        prof = tuple(textsafe.decimal_int(p) for p in profiles.split(",") if p.strip())
     except ValueError:
         raise UsageError(f"--profiles {profiles!r}: expected comma-separated integers such as 1,4,8") from None
     private = keys.load_private(key)

@@ -176,3 +176,16 @@ def test_columns_is_read_as_ascii_digits(monkeypatch: pytest.MonkeyPatch, column
 
     monkeypatch.setenv("COLUMNS", columns)
     assert (_output._width(io.StringIO()) or 0) == width  # piped: COLUMNS, else LOG_WIDTH (100)
+
+
+def test_comma_separated_integer_options_take_decimal_digits_only(cli: Cli, tmp_path: Path) -> None:
+    from calctl.compiler.importer.build import parse_profiles
+    from calctl.errors import UsageError
+
+    assert parse_profiles("1, 4,8") == (1, 4, 8)
+    for bad in ("1,0x4", "1,4_0", "1,\u0664", "1,4.0"):
+        with pytest.raises(UsageError, match="--profiles"):
+            parse_profiles(bad)
+        r = cli("sample-package", tmp_path / "out", "--key", tmp_path / "missing.key", "--profiles", bad)
+        assert r.code == 2 and "--profiles" in r.err and "internal error" not in r.err, r.err
+    assert not (tmp_path / "out").exists()
