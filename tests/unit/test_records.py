@@ -117,3 +117,28 @@ def test_a_runner_refuses_a_fifo_report_before_it_runs(tmp_path: Path) -> None:
         assert r.code == 2, r.err
         assert f"{option} {fifo}: is a FIFO, not a regular file" in r.err
     assert os.path.exists(fifo) and not os.path.isfile(fifo)
+
+
+def test_a_cache_directory_that_cannot_be_one_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CALCTL_CACHE_DIR=/dev/null, a FIFO or a symlink loop was an internal error when the reference board or
+    the sample packages were built into it."""
+    import os
+
+    from calctl import cache
+    from calctl.errors import ConfigError
+
+    fifo, loop = tmp_path / "fifo", tmp_path / "loop"
+    os.mkfifo(fifo)
+    loop.symlink_to(loop)
+    for bad, words in (
+        (fifo, "is not a directory"),
+        (fifo / "sub", "in its path, is not a directory"),
+        (loop, "cannot be inspected"),
+    ):
+        monkeypatch.setenv("CALCTL_CACHE_DIR", str(bad))
+        with pytest.raises(ConfigError, match=f"CALCTL_CACHE_DIR={bad}: .*{words}"):
+            cache.cache_dir()
+    monkeypatch.setenv("CALCTL_CACHE_DIR", str(tmp_path / "new"))
+    assert cache.cache_dir() == tmp_path / "new" and not (tmp_path / "new").exists()
