@@ -69,6 +69,10 @@ def sample_package(
         prof = tuple(textsafe.decimal_int(p) for p in profiles.split(",") if p.strip())
     except ValueError:
         raise UsageError(f"--profiles {profiles!r}: expected comma-separated integers such as 1,4,8") from None
+    if tar is not None:
+        from calctl.records import check_output
+
+        check_output(tar, "--tar")  # before building: a FIFO or a device there is refused, never replaced
     private = keys.load_private(key)
     t0 = time.monotonic()
     path = build_sample(out, kind=kind, key=private, seed=seed, decode_profiles=prof or (1,))
