@@ -4,23 +4,52 @@
 The bundled sample packages (``calctl.compiler.bundled``), the reference board
 (``calctl.runtime._native.build``) and the native weight kernels
 (``calctl.model.native``) each keep a sub-folder of it. It sits in the lowest
-layer so every folder may use it. This module names the directory; it creates
-nothing and reads nothing from it.
+layer so every folder may use it. This module names the directory and checks that it can be one; it
+creates nothing and reads nothing from it.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
+
+from calctl.errors import ConfigError
 
 #: Environment variable that overrides the cache directory.
 CACHE_DIR_ENV = "CALCTL_CACHE_DIR"
 
 
 def cache_dir() -> Path:
-    """The calctl cache directory (it may not exist yet)."""
+    """The calctl cache directory (it may not exist yet).
+
+    A :class:`~calctl.errors.ConfigError` (exit 2) naming the variable when the directory, or an ancestor that
+    exists, is not a directory (``CALCTL_CACHE_DIR=/dev/null``, a FIFO, a symlink loop): building into it was an
+    internal error."""
     env = os.environ.get(CACHE_DIR_ENV)
-    if env:
-        return Path(env)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "calctl"
+    if env:
+        path, source = Path(env), f"{CACHE_DIR_ENV}={env}"
+    else:
+        path = (Path(xdg) if xdg else Path.home() / ".cache") / "calctl"
+        source = f"XDG_CACHE_HOME={xdg}" if xdg else "the cache directory"
+    _check_directory(path, source)
+    return path
+
+
+def _check_directory(path: Path, source: str) -> None:
+    probe = path
+    while True:
+        try:
+            mode = os.stat(probe).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            if probe.parent == probe:
+                return
+            probe = probe.parent
+            continue
+        except OSError as exc:
+            raise ConfigError(f"{source}: {path}: cannot be inspected ({exc.strerror or exc})") from None
+        if not stat.S_ISDIR(mode):
+            where = "is" if probe == path else f"{probe}, in its path, is"
+            raise ConfigError(f"{source}: {path}: {where} not a directory")
+        return

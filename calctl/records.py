@@ -15,11 +15,14 @@ import enum
 import json
 import math
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from calctl.errors import UsageError
 
 #: Version of every JSON document calctl prints. Bump on an incompatible change.
 SCHEMA_VERSION = "1"
@@ -65,6 +68,40 @@ def dumps_line(record: dict[str, Any]) -> str:
     return dumps(record, versioned=False, indent=None) + "\n"
 
 
+_SPECIAL_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISLNK, "a symlink"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def output_problem(path: Path | str) -> str | None:
+    """Why calctl may not write a file at ``path`` (it exists and is not a regular file), or None.
+
+    An output replaces a regular file only: renaming over a FIFO, a device (``--report /dev/null`` as root would
+    leave a JSON file in ``/dev``), a symlink or a directory would destroy what is there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be inspected: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _SPECIAL_KINDS if test(mode)), "a special file")
+    return f"is {kind}, not a regular file; calctl writes regular files only and never replaces anything else"
+
+
+def check_output(path: Path | str, option: str | None = None) -> None:
+    """A usage error (exit 2) naming ``option`` and ``path`` unless an output may be written at ``path``."""
+    problem = output_problem(path)
+    if problem is not None:
+        raise UsageError(f"{option + ' ' if option else ''}{path}: {problem}")
+
+
 @contextlib.contextmanager
 def atomic_output(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; when the body returns, it becomes ``path`` in one rename.
@@ -74,9 +111,11 @@ def atomic_output(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
     The temporary name keeps the suffix (matplotlib picks the format from it) and
     is unique per process and thread. The data is fsync'ed before the rename and
     the directory after it; on any exception the temporary file is removed and
-    ``path`` is left as it was.
+    ``path`` is left as it was. ``path`` must be a regular file or absent (:func:`output_problem`): a FIFO, a
+    device, a symlink or a directory there is a usage error, never replaced.
     """
     path = Path(path)
+    check_output(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}-{threading.get_ident()}{path.suffix}")
     try:
@@ -89,6 +128,7 @@ def atomic_output(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
             os.fsync(fd)
         finally:
             os.close(fd)
+        check_output(path)  # nothing put a FIFO or a device there while the body ran
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):

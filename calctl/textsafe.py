@@ -23,6 +23,7 @@ imports rich until :func:`markup` is called, so any layer may use it.
 
 from __future__ import annotations
 
+import math
 import re
 
 # C0 controls but TAB and LF, DEL, C1 controls; ALM, LRM/RLM, zero-width joiners and marks, line/paragraph
@@ -108,3 +109,30 @@ def is_safe(text: str, *, multiline: bool = False) -> bool:
 
 
 __all__ = ["MAX_QUOTED", "clip", "is_safe", "markup", "plain", "shorten"]
+
+
+_DECIMAL_INT = re.compile(r"[+-]?[0-9]+")
+_DECIMAL_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def decimal_int(text: str) -> int:
+    """``text`` (surrounding spaces aside) as an integer of ASCII decimal digits with an optional sign.
+
+    Python's ``int()`` also takes ``1_000``, non-ASCII digits (``'٣'``) and, with spaces, more: a number that is not
+    what it looks like is a ``ValueError`` here."""
+    s = text.strip()
+    if not s.isascii() or _DECIMAL_INT.fullmatch(s) is None:
+        raise ValueError(f"{text!r} is not a decimal integer")
+    return int(s)
+
+
+def decimal_float(text: str) -> float:
+    """``text`` as a finite ASCII decimal number (``1``, ``0.5``, ``2e-3``; ``-0`` is 0): not ``inf``, ``nan``,
+    ``1e309`` (infinite), ``1_0`` or non-ASCII digits, which ``float()`` takes (a ``ValueError`` here)."""
+    s = text.strip()
+    if not s.isascii() or _DECIMAL_FLOAT.fullmatch(s) is None:
+        raise ValueError(f"{text!r} is not a decimal number")
+    value = float(s) + 0.0
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not finite")
+    return value

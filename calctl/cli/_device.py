@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from calctl.cli._options import (
     SerializeChipsOpt,
     TimeScaleOpt,
     TrustedKeyOpt,
+    time_scale_opt,
 )
 from calctl.errors import UsageError
 
@@ -62,7 +64,6 @@ def device_spec(
 
 def check_fault_plan(fault_plan: Path | None) -> None:
     """A usage error unless ``--fault-plan`` names a regular file (a FIFO or a device is refused, never read)."""
-    import stat
 
     if fault_plan is None:
         return
@@ -78,11 +79,29 @@ def check_fault_plan(fault_plan: Path | None) -> None:
 
 def report_dir(report: Path | None, command: str) -> Path:
     """``--report DIR``, else the documented default ``$CALCTL_REPORT_DIR`` or ``./calctl-reports``/COMMAND-STAMP."""
-    from calctl.records import default_report_dir
+    from calctl.records import REPORT_DIR_ENV, default_report_dir
 
     out = report if report is not None else default_report_dir(command)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--report {out}: exists and is not a directory")
+    where = f"--report {out}" if report is not None else f"{REPORT_DIR_ENV}={os.environ.get(REPORT_DIR_ENV)}: {out}"
+    # The directory and every ancestor that exists must be a directory (a symlink to one is fine): a FIFO,
+    # /dev/null or a symlink loop there was an internal error when the run made its directory.
+    probe = out
+    while True:
+        try:
+            mode = os.stat(probe).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+            continue
+        except OSError as exc:
+            raise UsageError(f"{where}: cannot be inspected ({exc.strerror or exc})") from None
+        if not stat.S_ISDIR(mode):
+            from calctl.signing.files import kind_phrase
+
+            what = "is" if probe == out else f"{probe}, in its path, is"
+            raise UsageError(f"{where}: {what} {kind_phrase(mode)}, not a directory")
+        break
     return out
 
 
@@ -135,16 +154,18 @@ DEVICE_OPTIONS: dict[str, Any] = {
 BASE_OPTIONS = ("device", "calrt_lib", "trusted_key", "allow_unsigned")
 
 
-def device_options(*extra: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+def device_options(*extra: str, time_scale: str = "1") -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Give a command its device and trust options as one ``dev: DeviceArgs`` parameter.
 
     The command's ``dev`` parameter is replaced, where it stands, by --device, --calrt-lib, --trusted-key and
     --allow-unsigned, plus the ``extra`` ones (``"fault_plan"``, ``"time_scale"``, ``"seed"``,
-    ``"serialize_chips"``)."""
+    ``"serialize_chips"``); ``time_scale`` is the words of the command's default --time-scale in its help."""
     unknown = set(extra) - set(DEVICE_OPTIONS)
     if unknown:
         raise ValueError(f"device_options: unknown option(s) {sorted(unknown)}")
     chosen = {n: a for n, a in DEVICE_OPTIONS.items() if n in BASE_OPTIONS or n in extra}
+    if "time_scale" in chosen:
+        chosen["time_scale"] = time_scale_opt(time_scale)
     return option_group("dev", DeviceArgs, chosen)
 
 

@@ -34,7 +34,7 @@ LOG_WIDTH = 100
 def _width(stream: TextIO) -> int | None:
     """``COLUMNS`` when set (piped output included, as ``ls`` and ``git`` do), else the terminal's, else LOG_WIDTH."""
     columns = os.environ.get("COLUMNS", "").strip()
-    if columns.isdigit() and 20 <= int(columns) <= 1000:
+    if columns.isascii() and columns.isdigit() and 20 <= int(columns) <= 1000:  # not "٣٠" (Arabic-Indic 30)
         return int(columns)
     return None if stream.isatty() else LOG_WIDTH
 

@@ -20,6 +20,7 @@ from calctl.cli import _output
 from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
+    ACCEPT_TIME_SCALE_HELP,
     ResultFormatOpt,
     RunLevel,
     report_dir_option,
@@ -70,7 +71,7 @@ def _parse_only(only: str | None) -> frozenset[str] | None:
     return ids
 
 
-@device_options("fault_plan", "time_scale", "serialize_chips", "seed")
+@device_options("fault_plan", "time_scale", "serialize_chips", "seed", time_scale=ACCEPT_TIME_SCALE_HELP)
 def accept(
     pkg: PackageArg = None,
     replica: ReplicaOpt = None,

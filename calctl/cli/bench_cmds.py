@@ -22,9 +22,12 @@ from calctl import html_report
 from calctl.cli import _output
 from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
 from calctl.cli._options import (
+    BENCH_TIME_SCALE_HELP,
     DeviceKind,
     FormatOpt,
     SeedOpt,
+    float_option,
+    int_option,
     report_dir_option,
 )
 from calctl.cli._output import TableJson
@@ -45,7 +48,7 @@ class TargetDeviceOpt(str, enum.Enum):
     calrt = "calrt"
 
 
-@device_options("time_scale", "fault_plan")
+@device_options("time_scale", "fault_plan", time_scale=BENCH_TIME_SCALE_HELP)
 def bench(
     pkg: Annotated[
         Path | None,
@@ -72,10 +75,10 @@ def bench(
     mode: Annotated[
         ModeOpt, typer.Option("--mode", help="isolated | joint | all (A alone, B alone, A+B, compared).")
     ] = ModeOpt.all,
-    rate: Annotated[float, typer.Option("--rate", min=0.001, help="Requests per second per model (open loop).")] = 4.0,
-    duration: Annotated[float, typer.Option("--duration", min=0.5, help="Seconds of arrivals per phase.")] = 10.0,
+    rate: Annotated[float, float_option("--rate", min=0.001, help="Requests per second per model (open loop).")] = 4.0,
+    duration: Annotated[float, float_option("--duration", min=0.5, help="Seconds of arrivals per phase.")] = 10.0,
     burstiness: Annotated[
-        float, typer.Option("--burstiness", min=0.01, help="Gamma shape of the inter-arrival times; 1 = Poisson.")
+        float, float_option("--burstiness", min=0.01, help="Gamma shape of the inter-arrival times; 1 = Poisson.")
     ] = 1.0,
     prompt_len: Annotated[
         str, typer.Option("--prompt-len", help="N | uniform:LO:HI | normal:MEAN:STD | choice:a,b")
@@ -84,30 +87,30 @@ def bench(
         str, typer.Option("--output-len", help="max_tokens distribution, same forms.")
     ] = "uniform:8:48",
     slo_ttft: Annotated[
-        float | None, typer.Option("--slo-ttft", min=0.0, help="TTFT SLO in seconds (goodput).")
+        float | None, float_option("--slo-ttft", min=0.0, help="TTFT SLO in seconds (goodput).")
     ] = None,
     slo_tpot: Annotated[
-        float | None, typer.Option("--slo-tpot", min=0.0, help="TPOT SLO in seconds (goodput).")
+        float | None, float_option("--slo-tpot", min=0.0, help="TPOT SLO in seconds (goodput).")
     ] = None,
     seed: SeedOpt = None,
-    max_requests: Annotated[int, typer.Option("--max-requests", min=1, help="Cap per model and phase.")] = 10000,
+    max_requests: Annotated[int, int_option("--max-requests", min=1, help="Cap per model and phase.")] = 10000,
     requests: Annotated[
         int | None,
-        typer.Option(
+        int_option(
             "--requests",
             help="isolation: requests of the concurrent run over both aliases (default 1000; 001 §13.1: >= 1000).",
         ),
     ] = None,
     request_timeout: Annotated[
-        float, typer.Option("--request-timeout", min=0.1, help="Seconds one request may take.")
+        float, float_option("--request-timeout", min=0.1, help="Seconds one request may take.")
     ] = 60.0,
     window: Annotated[
         float | None,
-        typer.Option("--window", min=0.05, help="Steady-state window (s) for the CIs; default duration/10."),
+        float_option("--window", min=0.05, help="Steady-state window (s) for the CIs; default duration/10."),
     ] = None,
     token_range: Annotated[str, typer.Option("--token-range", help="LOW:HIGH prompt token ids.")] = "3:256",
     temperature: Annotated[
-        float, typer.Option("--temperature", min=0.0, max=2.0, help="Sampling temperature of every request.")
+        float, float_option("--temperature", min=0.0, max=2.0, help="Sampling temperature of every request.")
     ] = 1.0,
     api_key: Annotated[
         str | None, typer.Option("--api-key", envvar="CALCTL_BENCH_API_KEY", help="Bearer key for the server.")

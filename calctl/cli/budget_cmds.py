@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from calctl import textsafe
 from calctl.cli import _output
-from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
+from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt, float_option, int_option
 from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import CheckFailed, UsageError
@@ -42,7 +43,7 @@ HfConfigOpt = Annotated[
 ]
 ContextOpt = Annotated[
     int | None,
-    typer.Option(
+    int_option(
         "--context",
         min=1,
         max=MAX_CONTEXT,
@@ -52,7 +53,7 @@ ContextOpt = Annotated[
 ]
 BatchOpt = Annotated[
     int | None,
-    typer.Option(
+    int_option(
         "--batch",
         min=1,
         max=MAX_SEQUENCES,
@@ -74,7 +75,7 @@ KvDtypeOpt = Annotated[
 ]
 ChipsOpt = Annotated[
     int | None,
-    typer.Option(
+    int_option(
         "--chips",
         min=1,
         max=32,
@@ -83,7 +84,7 @@ ChipsOpt = Annotated[
 ]
 BlockOpt = Annotated[
     int | None,
-    typer.Option(
+    int_option(
         "--block-tokens",
         min=1,
         max=1 << 16,
@@ -116,10 +117,10 @@ def budget(
     decode_workspace: Annotated[SizeOpt, typer.Option("--decode-workspace", help="Decode peak workspace.")] = None,
     block_tokens: BlockOpt = None,
     limit: Annotated[
-        float, typer.Option("--limit", help="Static budget ceiling as a fraction of chip DRAM (001 §8.2: 0.75-0.80).")
+        float, float_option("--limit", help="Static budget ceiling as a fraction of chip DRAM (001 §8.2: 0.75-0.80).")
     ] = 0.80,
     guard_fraction: Annotated[
-        float, typer.Option("--guard-fraction", help="Reserve kept free, as a fraction of chip DRAM.")
+        float, float_option("--guard-fraction", help="Reserve kept free, as a fraction of chip DRAM.")
     ] = 0.15,
     guard_min: Annotated[str, typer.Option("--guard-min", help="Smallest reserve kept free.")] = "1GiB",
     grid: Annotated[bool, typer.Option("--grid", help="Also print a context x batch what-if table.")] = False,
@@ -252,7 +253,7 @@ def _int_list(text: str | None, what: str, ceiling: int) -> tuple[int, ...] | No
     if text is None:
         return None
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(textsafe.decimal_int(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise UsageError(f"{what} {text!r}: expected comma-separated integers such as 1,4,8") from None
     if not values or any(not 1 <= v <= ceiling for v in values):

@@ -21,7 +21,7 @@ import typer
 from rich.markup import escape
 
 from calctl.cli import _output
-from calctl.cli._options import CalrtLibOpt
+from calctl.cli._options import CalrtLibOpt, float_option
 from calctl.cli._output import Format
 from calctl.errors import UsageError
 from calctl.report import Report, build_header
@@ -73,7 +73,7 @@ def conformance(
     ] = None,
     check: CheckOpt = None,
     check_timeout: Annotated[
-        float, typer.Option("--check-timeout", min=1.0, help="Seconds each check may take before it is a TIMEOUT.")
+        float, float_option("--check-timeout", min=1.0, help="Seconds each check may take before it is a TIMEOUT.")
     ] = 60.0,
     format: ConformanceFormatOpt = Format.table,
 ) -> int:

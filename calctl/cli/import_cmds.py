@@ -18,7 +18,7 @@ import typer
 
 from calctl.cli import _output
 from calctl.cli._device import option_group
-from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt
+from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt, int_option
 from calctl.cli._output import TableJson
 from calctl.report import simple_report
 
@@ -35,13 +35,13 @@ KeyOpt = Annotated[Path, typer.Option("--key", help="PREFIX.key from `calctl key
 AliasOpt = Annotated[
     str | None, typer.Option("--alias", help="Model alias (default: from the directory or file name).")
 ]
-ChipOpt = Annotated[int, typer.Option("--chip", help="Chip the model runs on (0 or 1).")]
+ChipOpt = Annotated[int, int_option("--chip", help="Chip the model runs on (0 or 1).")]
 ContextOpt = Annotated[
     int | None,
-    typer.Option("--context", help="Context cap for the KV plan (default: min(max_position_embeddings, 4096))."),
+    int_option("--context", help="Context cap for the KV plan (default: min(max_position_embeddings, 4096))."),
 ]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="How the parameter blobs store weights: fp16 or fp32.")]
-SequencesOpt = Annotated[int, typer.Option("--sequences", help="KV sequences (lanes) the KV region holds.")]
+SequencesOpt = Annotated[int, int_option("--sequences", help="KV sequences (lanes) the KV region holds.")]
 NameOpt = Annotated[str | None, typer.Option("--name", help="Package name (default: ALIAS-hf / ALIAS-gguf).")]
 ProfilesOpt = Annotated[
     str,

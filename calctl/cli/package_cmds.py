@@ -12,8 +12,9 @@ from typing import Annotated
 
 import typer
 
+from calctl import textsafe
 from calctl.cli import _output
-from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, TrustedKeyOpt
+from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, TrustedKeyOpt, int_option
 from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import UsageError
@@ -45,7 +46,9 @@ def sample_package(
     out: Annotated[Path, typer.Argument(help="Output directory (must not exist, or be empty).")],
     key: Annotated[Path, typer.Option("--key", help="PREFIX.key from `calctl keygen` that signs the package.")],
     kind: Annotated[str, typer.Option("--kind", help=f"One of: {', '.join(SAMPLE_KINDS)}.")] = "combined",
-    seed: Annotated[int, typer.Option("--seed", help="Weight seed; same seed and key give byte-identical output.")] = 0,
+    seed: Annotated[
+        int, int_option("--seed", min=0, max=2**31, help="Weight seed; same seed and key give byte-identical output.")
+    ] = 0,
     profiles: Annotated[
         str,
         typer.Option("--profiles", help="Decode batch profiles, e.g. 1,4,8,16 (B>1 gets an inactive-lane contract)."),
@@ -63,9 +66,13 @@ def sample_package(
     from calctl.signing import keys
 
     try:
-        prof = tuple(int(p) for p in profiles.split(",") if p.strip())
+        prof = tuple(textsafe.decimal_int(p) for p in profiles.split(",") if p.strip())
     except ValueError:
         raise UsageError(f"--profiles {profiles!r}: expected comma-separated integers such as 1,4,8") from None
+    if tar is not None:
+        from calctl.records import check_output
+
+        check_output(tar, "--tar")  # before building: a FIFO or a device there is refused, never replaced
     private = keys.load_private(key)
     t0 = time.monotonic()
     path = build_sample(out, kind=kind, key=private, seed=seed, decode_profiles=prof or (1,))

@@ -24,10 +24,14 @@ from calctl.cli import _output
 from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, option_group, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
+    BRINGUP_TIME_SCALE_HELP,
+    POC_TIME_SCALE_HELP,
     FormatOpt,
     ReportFileOpt,
     ResultFormatOpt,
     RunLevel,
+    float_option,
+    int_option,
     report_dir_option,
 )
 from calctl.cli._output import Format, TableJson
@@ -49,7 +53,7 @@ if TYPE_CHECKING:  # the runners (numpy, the rules, jsonschema, matplotlib) load
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Run only the model with exactly this alias.")]
 StepTimeoutOpt = Annotated[
     float,
-    typer.Option("--step-timeout", min=0.001, help="Seconds one device step may take; a hang past it is exit 4."),
+    float_option("--step-timeout", min=0.001, help="Seconds one device step may take; a hang past it is exit 4."),
 ]
 TraceOpt = Annotated[
     Path | None, typer.Option("--trace", help="Write the per-chip trace as Chrome/Perfetto trace-event JSON here.")
@@ -94,6 +98,14 @@ class _Outputs:
     plot: Path | None = None
     report: Path | None = None
     format: Format = Format.table
+
+    def __post_init__(self) -> None:
+        """Refuse an output path that is a FIFO, a device, a symlink or a directory before the run, not after."""
+        from calctl.records import check_output
+
+        for option, path in (("--trace", self.trace), ("--plot", self.plot), ("--report", self.report)):
+            if path is not None:
+                check_output(path, option)
 
 
 _OUTPUTS = _Outputs()
@@ -321,11 +333,9 @@ def _render_golden(report: Report) -> None:
 def warmup(
     pkg: PackageArg = None,
     iterations: Annotated[
-        int, typer.Option("--iterations", "-n", min=1, max=100000, help="Warm-up iterations per model.")
+        int, int_option("--iterations", "-n", min=1, max=100000, help="Warm-up iterations per model.")
     ] = 20,
-    decode_steps: Annotated[
-        int, typer.Option("--decode-steps", min=0, max=4096, help="Decode jobs per iteration.")
-    ] = 8,
+    decode_steps: Annotated[int, int_option("--decode-steps", min=0, max=4096, help="Decode jobs per iteration.")] = 8,
     model: ModelOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     out: _Outputs = _OUTPUTS,
@@ -397,7 +407,7 @@ def _render_warmup(report: Report) -> None:
 # poc combined
 
 
-@device_options("fault_plan", "time_scale", "seed", "serialize_chips")
+@device_options("fault_plan", "time_scale", "seed", "serialize_chips", time_scale=POC_TIME_SCALE_HELP)
 @runner_outputs
 def poc_combined(
     pkg: PackageArg = None,
@@ -410,11 +420,11 @@ def poc_combined(
         ),
     ] = None,
     rounds: Annotated[
-        int, typer.Option("--rounds", min=2, max=10000, help="Measurement rounds (A alone, B alone, A+B).")
+        int, int_option("--rounds", min=2, max=10000, help="Measurement rounds (A alone, B alone, A+B).")
     ] = 8,
     max_rounds: Annotated[
         int | None,
-        typer.Option(
+        int_option(
             "--max-rounds",
             min=2,
             max=100000,
@@ -521,7 +531,7 @@ def _render_poc(report: Report) -> None:
 # bringup
 
 
-@device_options("time_scale")
+@device_options("time_scale", time_scale=BRINGUP_TIME_SCALE_HELP)
 def bringup(
     pkg: PackageArg = None,
     level: Annotated[

@@ -17,6 +17,7 @@ import typer
 
 from calctl.cli import _output
 from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options
+from calctl.cli._options import float_option, int_option
 from calctl.cli._package_arg import PackageArg
 from calctl.errors import UsageError
 
@@ -67,7 +68,7 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[
         int,
-        typer.Option(
+        int_option(
             "--port", min=0, max=65535, help="TCP port to listen on (0: any free port); checked before the board opens."
         ),
     ] = 8000,
@@ -99,26 +100,26 @@ def serve(
         ),
     ] = None,
     records_max_mb: Annotated[
-        float, typer.Option("--records-max-mb", help="Rotate DIR/records.ndjson at this size (5 kept).")
+        float, float_option("--records-max-mb", help="Rotate DIR/records.ndjson at this size (5 kept).")
     ] = 64.0,
     time_scale: Annotated[
-        float, typer.Option("--time-scale", min=0.0, help="Mock only: multiply modelled job times.")
+        float, float_option("--time-scale", min=0.0, help="Mock only: multiply modelled job times.")
     ] = 1.0,
     serialize_chips: Annotated[
         bool, typer.Option("--serialize-chips", help="Mock only: model a global runtime lock (S1).")
     ] = False,
     warmup_iterations: Annotated[
-        int, typer.Option("--warmup-iterations", min=0, help="Warm-up iterations per model before it is Ready.")
+        int, int_option("--warmup-iterations", min=0, help="Warm-up iterations per model before it is Ready.")
     ] = 3,
     drain_timeout: Annotated[
         float,
-        typer.Option(
+        float_option(
             "--drain-timeout", min=0.0, help="Seconds to drain in-flight requests at shutdown (SIGTERM/SIGINT)."
         ),
     ] = 30.0,
     drain_grace: Annotated[
         float,
-        typer.Option(
+        float_option(
             "--drain-grace",
             min=0.0,
             help="Keep the socket open at least this long after SIGTERM, answering readiness 503, "

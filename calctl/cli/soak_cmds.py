@@ -22,6 +22,8 @@ from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, repo
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
     FormatOpt,
+    float_option,
+    int_option,
     report_dir_option,
 )
 from calctl.cli._output import TableJson
@@ -55,9 +57,9 @@ class InjectOpt(str, enum.Enum):
 @device_options("fault_plan", "time_scale", "seed")
 def soak(
     pkg: PackageArg = None,
-    cycles: Annotated[int | None, typer.Option("--cycles", min=1, help="Run N load/unload cycles.")] = None,
+    cycles: Annotated[int | None, int_option("--cycles", min=1, help="Run N load/unload cycles.")] = None,
     hours: Annotated[
-        float | None, typer.Option("--hours", min=0.0, help="Cycle until H hours have passed (e.g. 24).")
+        float | None, float_option("--hours", min=0.0, help="Cycle until H hours have passed (e.g. 24).")
     ] = None,
     traffic: Annotated[
         TrafficOpt,
@@ -69,9 +71,9 @@ def soak(
         ),
     ] = TrafficOpt.mixed,
     traffic_seconds: Annotated[
-        float, typer.Option("--traffic-seconds", min=0.0, help="Seconds of traffic per cycle between load and unload.")
+        float, float_option("--traffic-seconds", min=0.0, help="Seconds of traffic per cycle between load and unload.")
     ] = 2.0,
-    clients: Annotated[int, typer.Option("--clients", min=1, max=256, help="Concurrent clients per model.")] = 3,
+    clients: Annotated[int, int_option("--clients", min=1, max=256, help="Concurrent clients per model.")] = 3,
     inject: Annotated[
         list[InjectOpt] | None,
         typer.Option(
@@ -85,20 +87,18 @@ def soak(
         Path | None, report_dir_option("./calctl-reports/soak-<timestamp>", "events.ndjson, soak-report.json, soak.png")
     ] = None,
     checkpoint_interval: Annotated[
-        float, typer.Option("--checkpoint-interval", min=0.05, help="Seconds between checkpoint reports.")
+        float, float_option("--checkpoint-interval", min=0.05, help="Seconds between checkpoint reports.")
     ] = 60.0,
     warmup_iterations: Annotated[
         int,
-        typer.Option(
-            "--warmup-iterations", min=0, help="Warm-up iterations per model after every load (after golden)."
-        ),
+        int_option("--warmup-iterations", min=0, help="Warm-up iterations per model after every load (after golden)."),
     ] = 1,
     drain_timeout: Annotated[
-        float, typer.Option("--drain-timeout", min=0.0, help="Seconds an unload may drain.")
+        float, float_option("--drain-timeout", min=0.0, help="Seconds an unload may drain.")
     ] = 30.0,
     request_timeout: Annotated[
         float,
-        typer.Option("--request-timeout", min=0.1, help="A request with no end after this long is a violation (hang)."),
+        float_option("--request-timeout", min=0.1, help="A request with no end after this long is a violation (hang)."),
     ] = 120.0,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     format: FormatOpt = TableJson.table,

@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from calctl.cli import _output
-from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, ResultFormatOpt, TrustedKeyOpt
+from calctl.cli._options import AllowUnsignedOpt, FormatOpt, JobsOpt, ResultFormatOpt, TrustedKeyOpt, int_option
 from calctl.cli._output import Format, TableJson
 from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import UsageError
@@ -62,7 +62,7 @@ def validate(
     ] = None,
     profile: Annotated[
         list[int] | None,
-        typer.Option(
+        int_option(
             "--profile", min=1, help="Batch profile the deployment will use; repeatable. Each must be compiled in."
         ),
     ] = None,

@@ -94,6 +94,9 @@ def check_tar_destination(src: Path, out: Path) -> None:
         )
     if not out_parent.is_dir():
         raise UsageError(f"{out.parent}: directory does not exist")
+    from calctl.records import check_output
+
+    check_output(out, "--out")  # a FIFO, a device, a symlink or a directory there: refused before sealing
 
 
 def write_tar(src: Path, out: Path) -> None:

@@ -114,6 +114,14 @@ class _StrictLoader(_Base):
                 f"{super().construct_yaml_int(node)}, YAML 1.2 as decimal; write it without the zero (or quote it)",
                 node.start_mark,
             )
+        if text[:2].lower() == "0b":  # 0x is an integer to YAML 1.1 and 1.2 alike; 0b to YAML 1.1 only
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"integer {node.value!r} is YAML 1.1 binary: PyYAML reads it as {super().construct_yaml_int(node)}, "
+                "YAML 1.2 as a string; write the decimal value (or quote it)",
+                node.start_mark,
+            )
         digits = len(text[2:] if text[:2].lower() in ("0x", "0o", "0b") else text)
         if digits > MAX_INT_DIGITS:
             raise yaml.constructor.ConstructorError(

@@ -57,7 +57,7 @@ class TextCodec:
     @classmethod
     def from_files(cls, tokenizer_json: Path, config_json: Path | None, eos_token_id: int | None) -> TextCodec:
         try:
-            tok = Tokenizer.from_file(str(tokenizer_json))
+            tok = Tokenizer.from_buffer(tokenizer_json.read_bytes())  # any path bytes: from_file takes UTF-8 only
         except Exception as exc:  # tokenizers raises plain Exception subclasses
             raise ConfigError(f"{tokenizer_json}: cannot load tokenizer: {exc}") from None
         template = None

@@ -15,7 +15,8 @@ import calctl
 ROOT = Path(calctl.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "records", "textsafe", "cache", "closing", "__init__"}),
+    frozenset({"errors"}),
+    frozenset({"records", "textsafe", "cache", "closing", "__init__"}),
     frozenset({"report", "html_report"}),
     frozenset({"signing"}),
     frozenset({"package"}),
@@ -159,3 +160,15 @@ def test_the_cache_directory_is_named_in_one_place() -> None:
             if isinstance(node, ast.Constant) and node.value in ("CALCTL_CACHE_DIR", "XDG_CACHE_HOME"):
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno} reads ${node.value}")
     assert not bad, "use calctl.cache.cache_dir():\n" + "\n".join(bad)
+
+
+def test_serving_imports_nothing_from_runners_and_carries_no_fault_injector() -> None:
+    """serving/ is the product; fault injection belongs to the mock (fault plans) or to a runner's test wrapper
+    (``calctl.runners.soak.inject``): no serving module imports runners/, and none is an injector."""
+    bad = [str(p.relative_to(ROOT.parent)) for p in _sources("serving") if "runners" in _imports(p)]
+    assert not bad, bad
+    injectors = [str(p.relative_to(ROOT.parent)) for p in _sources("serving") if "inject" in p.stem]
+    assert not injectors, injectors
+    from calctl.runners.soak.inject import StaleRedelivery
+
+    assert StaleRedelivery.__module__ == "calctl.runners.soak.inject"

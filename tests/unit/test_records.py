@@ -77,3 +77,68 @@ def test_an_ndjson_record_is_one_line_of_plain_json_without_nan() -> None:
     line = dumps_line({"t": float("nan"), "chips": (0, 1), "ok": True})
     assert line.endswith("\n") and "\n" not in line[:-1]
     assert _json.loads(line) == {"t": None, "chips": [0, 1], "ok": True}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "dangling symlink", "directory"])
+def test_an_output_never_replaces_what_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    """A FIFO, a device, a symlink or a directory at an output path is a usage error and stays as it was (as
+    root, ``--report /dev/zero`` renamed a JSON file over the device)."""
+    import os
+
+    from calctl.errors import UsageError
+
+    target = tmp_path / "out.json"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "symlink":
+        (tmp_path / "real.json").write_text("{}")
+        target.symlink_to("real.json")
+    elif kind == "dangling symlink":
+        target.symlink_to(target)
+    else:
+        target.mkdir()
+    before = os.lstat(target)
+    with pytest.raises(UsageError, match="not a regular file; calctl writes regular files only"):
+        records.write_atomic(target, b"{}")
+    after = os.lstat(target)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary left
+
+
+def test_a_runner_refuses_a_fifo_report_before_it_runs(tmp_path: Path) -> None:
+    import os
+
+    from tests.conftest import run_in_process
+
+    fifo = tmp_path / "report.json"
+    os.mkfifo(fifo)
+    for option in ("--report", "--trace", "--plot"):
+        r = run_in_process("run-golden", option, fifo, "--allow-unsigned")
+        assert r.code == 2, r.err
+        assert f"{option} {fifo}: is a FIFO, not a regular file" in r.err
+    assert os.path.exists(fifo) and not os.path.isfile(fifo)
+
+
+def test_a_cache_directory_that_cannot_be_one_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CALCTL_CACHE_DIR=/dev/null, a FIFO or a symlink loop was an internal error when the reference board or
+    the sample packages were built into it."""
+    import os
+
+    from calctl import cache
+    from calctl.errors import ConfigError
+
+    fifo, loop = tmp_path / "fifo", tmp_path / "loop"
+    os.mkfifo(fifo)
+    loop.symlink_to(loop)
+    for bad, words in (
+        (fifo, "is not a directory"),
+        (fifo / "sub", "in its path, is not a directory"),
+        (loop, "cannot be inspected"),
+    ):
+        monkeypatch.setenv("CALCTL_CACHE_DIR", str(bad))
+        with pytest.raises(ConfigError, match=f"CALCTL_CACHE_DIR={bad}: .*{words}"):
+            cache.cache_dir()
+    monkeypatch.setenv("CALCTL_CACHE_DIR", str(tmp_path / "new"))
+    assert cache.cache_dir() == tmp_path / "new" and not (tmp_path / "new").exists()

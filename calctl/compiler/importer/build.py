@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from calctl import textsafe
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig
 from calctl.compiler.writer import (
     PARAM_DTYPES,
@@ -142,7 +143,7 @@ def check_options(opts: ImportOptions) -> None:
 def parse_profiles(text: str) -> tuple[int, ...]:
     """``--profiles 1,2,4,8`` as sorted unique integers (UsageError on anything else)."""
     try:
-        values = tuple(sorted({int(p) for p in text.split(",") if p.strip()}))
+        values = tuple(sorted({textsafe.decimal_int(p) for p in text.split(",") if p.strip()}))
     except ValueError:
         raise UsageError(f"--profiles {text!r}: expected comma-separated integers such as 1,2,4,8") from None
     check_profiles(values)

@@ -278,6 +278,6 @@ def _check_tokenizer(path: Path) -> None:
     from tokenizers import Tokenizer
 
     try:
-        Tokenizer.from_file(str(path))
+        Tokenizer.from_buffer(path.read_bytes())  # any path bytes: from_file takes UTF-8 only
     except Exception as exc:  # tokenizers raises plain Exception subclasses
         raise CheckpointError(path, f"the tokenizers library cannot load it: {exc}") from None

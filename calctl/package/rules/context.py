@@ -533,17 +533,16 @@ class ValidationContext:
         return self._memo("npy", rel, load)
 
     def tokenizer(self, rel: str) -> Any:
-        """A verified ``tokenizer.json`` loaded with ``tokenizers.Tokenizer.from_file``, or why not."""
+        """A verified ``tokenizer.json`` loaded with ``tokenizers.Tokenizer.from_buffer``, or why not."""
         from tokenizers import Tokenizer
-
-        assert self.root is not None
-        root = self.root
 
         def load(r: str) -> Any:
             e = self.walk.entries[r]
             if e.size > MAX_TOKENIZER_BYTES:
                 raise ReadProblem(f"is {e.size} bytes, over the {MAX_TOKENIZER_BYTES} byte limit for tokenizers")
-            return Tokenizer.from_file(str(root / r))
+            # Read by Python (never through a link, any path bytes), not by the library: tokenizers' from_file
+            # takes a UTF-8 str and fails on a directory name that is not UTF-8.
+            return Tokenizer.from_buffer(self.read_bytes(r, MAX_TOKENIZER_BYTES))
 
         return self._memo("tokenizer", rel, load)
 

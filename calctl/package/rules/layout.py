@@ -185,9 +185,14 @@ class RequiredFiles(Rule):
 
     def check(self, ctx: ValidationContext) -> Iterator[Finding]:
         for name in REQUIRED_FILES:
-            if ctx.entry(name) is None:
-                yield self.problem("required package file is missing", file=name)
-        yield self.note(f"{len(REQUIRED_FILES)} package-level files present")
+            entry = ctx.entry(name)
+            if entry is None:
+                yield self.problem(f"required package file {name} is missing", file=name)
+            elif entry.kind is not EntryKind.FILE:
+                yield self.problem(
+                    f"required package file {name} is a {entry.kind.value}, not a regular file", file=name
+                )
+        yield self.note(f"{len(REQUIRED_FILES)} package-level files checked: {', '.join(REQUIRED_FILES)}")
 
 
 class SizeLimitsRule(Rule):

@@ -1,6 +1,6 @@
 """Tokenizer rules (TOK): one verified tokenizer per alias, agreeing with its model.
 
-Tokenizers load with ``tokenizers.Tokenizer.from_file`` only after their hash
+Tokenizers load with ``tokenizers.Tokenizer.from_buffer`` only after their hash
 verified. Chat templates and sampling configuration belong to serving, not here.
 """
 
@@ -29,7 +29,7 @@ def _loaded(ctx: ValidationContext, m: Model) -> tuple[Any, str | None]:
 
 
 class TokenizerLoads(PackageRule):
-    """Each model's tokenizer is listed in checksums.sha256 and loads with tokenizers.Tokenizer.from_file.
+    """Each model's tokenizer is listed in checksums.sha256 and loads with tokenizers.Tokenizer.from_buffer.
 
     Every model carries its own tokenizer (001 §6.1; Phase 3: A and B each have their tokenizer), bound to the package
     by its hash (§13.1: alias and tokenizer/hash match one to one). The tokenizer.json must be listed in
@@ -58,7 +58,7 @@ class TokenizerLoads(PackageRule):
                 tok = ctx.tokenizer(m.tokenizer.file)
                 if isinstance(tok, str):
                     yield self.problem(
-                        f"does not load with tokenizers.Tokenizer.from_file: {tok}",
+                        f"does not load with tokenizers.Tokenizer.from_buffer: {tok}",
                         file=m.tokenizer.file,
                         field=f"{field}/file",
                     )

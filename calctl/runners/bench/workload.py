@@ -26,6 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from calctl.errors import UsageError
+from calctl.textsafe import decimal_float, decimal_int
+
+#: The longest prompt or output length a distribution may name (a length past any context is refused by the server).
+MAX_LENGTH = 10**9
 
 
 @dataclass(frozen=True)
@@ -38,30 +42,33 @@ class LengthDist:
     def parse(cls, spec: str, *, name: str = "length") -> LengthDist:
         s = spec.strip().lower()
         try:
-            if re.fullmatch(r"\d+", s):
+            if re.fullmatch(r"[0-9]+", s):
                 n = int(s)
-                if n < 1:
+                if not 1 <= n <= MAX_LENGTH:
                     raise ValueError
                 return cls("fixed", (n,), spec)
             kind, _, rest = s.partition(":")
             if kind == "uniform":
-                lo, hi = (int(x) for x in rest.split(":"))
-                if not 1 <= lo <= hi:
+                lo, hi = (decimal_int(x) for x in rest.split(":"))
+                if not 1 <= lo <= hi <= MAX_LENGTH:
                     raise ValueError
                 return cls("uniform", (lo, hi), spec)
             if kind == "normal":
-                mean, std = (float(x) for x in rest.split(":"))
-                if mean < 1 or std < 0:
+                mean, std = (decimal_float(x) for x in rest.split(":"))
+                if not (1 <= mean <= MAX_LENGTH and 0 <= std <= MAX_LENGTH):
                     raise ValueError
                 return cls("normal", (mean, std), spec)
             if kind == "choice":
-                values = tuple(int(x) for x in rest.split(","))
-                if not values or min(values) < 1:
+                values = tuple(decimal_int(x) for x in rest.split(","))
+                if not values or min(values) < 1 or max(values) > MAX_LENGTH:
                     raise ValueError
                 return cls("choice", values, spec)
         except ValueError:
             pass
-        raise UsageError(f"--{name} {spec!r}: expected N, uniform:LO:HI, normal:MEAN:STD or choice:a,b,c (all >= 1)")
+        raise UsageError(
+            f"--{name} {spec!r}: expected N, uniform:LO:HI, normal:MEAN:STD or choice:a,b,c (decimal numbers, "
+            f"1 to {MAX_LENGTH})"
+        )
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.kind == "fixed":
@@ -117,11 +124,11 @@ class TokenRange:
     @classmethod
     def parse(cls, spec: str) -> TokenRange:
         try:
-            lo, hi = (int(x) for x in spec.split(":"))
+            lo, hi = (decimal_int(x) for x in spec.split(":"))
         except ValueError:
-            raise UsageError(f"--token-range {spec!r}: expected LOW:HIGH") from None
-        if not 0 <= lo < hi:
-            raise UsageError(f"--token-range {spec!r}: expected 0 <= LOW < HIGH")
+            raise UsageError(f"--token-range {spec!r}: expected LOW:HIGH (decimal integers)") from None
+        if not 0 <= lo < hi <= 2**31:
+            raise UsageError(f"--token-range {spec!r}: expected 0 <= LOW < HIGH <= {2**31}")
         return cls(lo, hi)
 
 

@@ -32,7 +32,7 @@ engine dropped, recoveries). A device error, or a drain that missed its
 deadline, is a violation unless the mock injected faults that explain it.
 
 ``--inject stale-completion`` arms the worker's diagnostic hook
-(:class:`~calctl.serving.engine.inject.StaleRedelivery`, a delivery tap): after
+(:class:`~calctl.runners.soak.inject.StaleRedelivery`, a delivery tap): after
 the first reload one token of the retired generation is delivered to a request
 of the new one, and the soak must exit 1 naming it. It exists to prove the
 checker, never for serving.
@@ -64,6 +64,7 @@ from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, verdict_of_exit_code
 from calctl.runners.soak import checks, evidence, judge, render
 from calctl.runners.soak.clients import TrafficDriver
+from calctl.runners.soak.inject import StaleRedelivery
 from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffic, default_report_dir
 from calctl.runners.soak.state import Cycle, SoakState, read_counters
 from calctl.runners.traffic import EngineLoop, EngineResult
@@ -71,7 +72,6 @@ from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import ChipCounters
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
-from calctl.serving.engine.inject import StaleRedelivery
 
 
 class _Soak(SoakState):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import threading
 import time
 from ctypes import POINTER, c_char, c_char_p, c_int32, c_int64, c_uint32, c_uint64, c_void_p
@@ -411,8 +412,33 @@ def load_library(path: str | Path | None) -> CalrtLibrary:
             hint="pass --calrt-lib PATH or set CALRT_LIBRARY to the CalRT C-ABI shim (docs/calrt-c-abi.md)",
         )
     p = Path(path)
-    if not p.is_file():
-        raise LibraryError(f"CalRT library {p}: no such file", hint="check --calrt-lib / CALRT_LIBRARY")
+    try:
+        mode = os.stat(p).st_mode  # a symlink to the library is fine (libfoo.so -> libfoo.so.1)
+    except FileNotFoundError:
+        raise LibraryError(f"CalRT library {p}: no such file", hint="check --calrt-lib / CALRT_LIBRARY") from None
+    except OSError as exc:  # a symlink loop, a path through a file, no permission
+        raise LibraryError(
+            f"CalRT library {p}: cannot be inspected: {exc.strerror or exc}", hint="check --calrt-lib / CALRT_LIBRARY"
+        ) from None
+    if not stat.S_ISREG(mode):
+        kind = next(
+            (
+                name
+                for test, name in (
+                    (stat.S_ISDIR, "a directory"),
+                    (stat.S_ISFIFO, "a FIFO"),
+                    (stat.S_ISCHR, "a character device"),
+                    (stat.S_ISBLK, "a block device"),
+                    (stat.S_ISSOCK, "a socket"),
+                )
+                if test(mode)
+            ),
+            "a special file",
+        )
+        raise LibraryError(
+            f"CalRT library {p}: is {kind}, not a regular file (a shared library)",
+            hint="check --calrt-lib / CALRT_LIBRARY",
+        )
     try:
         cdll = ctypes.CDLL(str(p.resolve()))  # CDLL releases the GIL around every call
     except OSError as exc:

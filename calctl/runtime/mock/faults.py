@@ -31,7 +31,6 @@ from typing import Any
 
 import jsonschema
 import numpy as np
-import yaml
 
 from calctl.errors import ConfigError
 from calctl.runtime.types import ResetScope
@@ -171,10 +170,15 @@ class FaultPlan:
             data = fh.read(MAX_PLAN_BYTES + 1)
         if len(data) > MAX_PLAN_BYTES:
             raise ConfigError(f"{path}: fault plan larger than {MAX_PLAN_BYTES} bytes")
+        # The package's strict YAML reader: no inf/nan, no 1_000, 2:10 or 010 that PyYAML reads as another
+        # number, no duplicate keys or anchors. Its errors name the file and the line.
+        from calctl.errors import PackageFormatError
+        from calctl.package import yamlsafe
+
         try:
-            doc = yaml.safe_load(data)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: malformed YAML: {exc}") from None
+            doc = yamlsafe.loads(data, source=str(path))
+        except PackageFormatError as exc:
+            raise ConfigError(str(exc), hint=f"see docs/runtime.md for the {SCHEMA_ID} format") from None
         return cls.from_document(doc, source=str(path))
 
 

@@ -356,7 +356,7 @@ class EngineCore:
 
     def add_delivery_tap(self, tap: DeliveryTap) -> None:
         """Let ``tap`` see every token this core delivers, after it was posted (diagnostics such as
-        :class:`calctl.serving.engine.inject.StaleRedelivery`; never used in serving)."""
+        :class:`calctl.runners.soak.inject.StaleRedelivery`; never used in serving)."""
         self._call(lambda: self._out.add_tap(tap))
 
     def _call(self, fn: Callable[[], T]) -> T:

@@ -16,7 +16,7 @@ back to the core, in order. Everything here runs on the core's thread.
 
 Delivery taps (:meth:`OutputProcessor.add_tap`) see every token posted to a stream, after it was
 posted; diagnostics that break the rules on purpose (``calctl soak --inject``, see
-:mod:`calctl.serving.engine.inject`) are taps, never code in the engine.
+:mod:`calctl.runners.soak.inject`) are taps, never code in the engine.
 """
 
 from __future__ import annotations

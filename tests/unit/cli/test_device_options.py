@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from calctl.cli._device import DEVICE_DEFAULTS, DEVICE_OPTIONS, DeviceArgs, device_options
+from calctl.cli._device import DEVICE_DEFAULTS, DEVICE_OPTIONS, DeviceArgs, device_options, report_dir
 from calctl.cli._options import DeviceKind
 from calctl.errors import UsageError
 
@@ -65,3 +65,27 @@ def test_the_value_turns_into_a_device_spec_with_the_same_checks(tmp_path: Path)
         DeviceArgs(fault_plan=tmp_path / "missing.yaml").spec()
     with pytest.raises(UsageError, match="--calrt-lib applies to --device calrt only"):
         DeviceArgs(calrt_lib=tmp_path / "lib.so").spec()
+
+
+def test_a_report_directory_under_a_fifo_or_a_symlink_loop_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CALCTL_REPORT_DIR=/dev/null (or a FIFO, or a symlink loop) was an internal error when the run made its
+    directory; now it is refused before the run, naming the variable."""
+    import os
+
+    fifo, loop = tmp_path / "fifo", tmp_path / "loop"
+    os.mkfifo(fifo)
+    loop.symlink_to(loop)
+    monkeypatch.setenv("CALCTL_REPORT_DIR", str(fifo))
+    with pytest.raises(
+        UsageError, match=f"CALCTL_REPORT_DIR={fifo}: .*{fifo}, in its path, is a FIFO, not a directory"
+    ):
+        report_dir(None, "bringup")
+    monkeypatch.setenv("CALCTL_REPORT_DIR", str(loop))
+    with pytest.raises(UsageError, match="cannot be inspected"):
+        report_dir(None, "bringup")
+    with pytest.raises(UsageError, match=f"--report {fifo}: is a FIFO, not a directory"):
+        report_dir(fifo, "soak")
+    assert report_dir(tmp_path / "new" / "dir", "soak") == tmp_path / "new" / "dir"
+    assert not (tmp_path / "new").exists()

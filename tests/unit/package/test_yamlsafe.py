@@ -27,6 +27,10 @@ from calctl.package import yamlsafe
         ("a: 1:30.5\n", "base-60"),
         ("vocab_size: 3_84\n", "digit separators"),
         ("a: 1_000.5\n", "digit separators"),
+        ("a: 0b1010\n", "'0b1010' is YAML 1.1 binary: PyYAML reads it as 10, YAML 1.2 as a string"),
+        ("a: -0b1\n", "YAML 1.1 binary"),
+        ("a: .inf\n", "non-finite"),
+        ("a: 1.0e+309\n", "non-finite number '1.0e+309'"),
     ],
 )
 def test_refused_documents_name_the_problem(text: str, fragment: str) -> None:

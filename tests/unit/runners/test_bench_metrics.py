@@ -32,6 +32,26 @@ def test_length_distributions() -> None:
     for bad in ("0", "uniform:5:2", "uniform:a:b", "normal:-1:2", "gauss:1", ""):
         with pytest.raises(UsageError):
             LengthDist.parse(bad)
+    # Numbers that are not what they look like: float()/int() took every one of them (nan passed `mean < 1`).
+    for bad in (
+        "normal:nan:1",
+        "normal:inf:1",
+        "normal:20:1e309",
+        "uniform:1_0:20",
+        "choice:\u0663",
+        "\u0663\u0663",
+        "uniform:1:99999999999999999999",
+        "normal:1e300:1",
+    ):
+        with pytest.raises(UsageError, match="decimal numbers, 1 to 1000000000"):
+            LengthDist.parse(bad)
+
+
+def test_token_range_takes_decimal_integers_only() -> None:
+    assert TokenRange.parse("3:256") == TokenRange(3, 256)
+    for bad in ("3:2_56", "0x3:256", "3:\u0663\u0663\u0663", "3:1e3", "3:" + "9" * 30):
+        with pytest.raises(UsageError, match="--token-range"):
+            TokenRange.parse(bad)
 
 
 def test_gamma_arrivals_rate_burstiness_and_bounds() -> None:

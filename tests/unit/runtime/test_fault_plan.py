@@ -142,3 +142,26 @@ def test_the_example_in_docs_runtime_md_is_valid() -> None:
         FaultKind.DEVICE_BUSY,
         FaultKind.MEMORY_LEAK,
     ]
+
+
+@pytest.mark.parametrize(
+    ("field", "fragment"),
+    [
+        ("magnitude: .nan", "non-finite number '.nan'"),
+        ("magnitude: .inf", "non-finite number '.inf'"),
+        ("magnitude: 1.0e+309", "non-finite number '1.0e+309'"),
+        ("magnitude: 2:10", "base-60"),
+        ("max_count: 1_000", "digit separators"),
+        ("max_count: 010", "leading zero"),
+        ("max_count: 0b11", "YAML 1.1 binary"),
+    ],
+)
+def test_numbers_that_are_not_what_they_look_like_are_refused_naming_the_line(
+    tmp_path: Path, field: str, fragment: str
+) -> None:
+    """The plan is read with the package's strict YAML reader: PyYAML alone took nan, inf, 2:10 (130) and 1_000."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(f"schema: calctl-fault-plan/v1\nfaults:\n  - {{kind: corrupt_output, job: [3], {field}}}\n")
+    with pytest.raises(ConfigError, match="line 3") as exc:
+        FaultPlan.load(path)
+    assert fragment in str(exc.value) and str(path) in str(exc.value)

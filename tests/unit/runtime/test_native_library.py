@@ -35,6 +35,22 @@ def test_missing_and_unloadable_files(tmp_path: Path) -> None:
         open_runtime("calrt", calrt_lib=junk)
 
 
+def test_a_library_path_that_is_not_a_file_says_what_it_is(tmp_path: Path) -> None:
+    """A FIFO (never opened: dlopen would block), a directory or a symlink loop was "no such file"."""
+    import os
+
+    fifo, loop = tmp_path / "fifo.so", tmp_path / "loop.so"
+    os.mkfifo(fifo)
+    loop.symlink_to(loop)
+    for path, words in (
+        (fifo, "is a FIFO, not a regular file"),
+        (tmp_path, "is a directory"),
+        (loop, "cannot be inspected"),
+    ):
+        with pytest.raises(LibraryError, match=words):
+            open_runtime("calrt", calrt_lib=path)
+
+
 def test_missing_symbol_is_named(calrt_stub_without_kv_free: Path) -> None:
     with pytest.raises(LibraryError) as exc:
         open_runtime("calrt", calrt_lib=calrt_stub_without_kv_free)

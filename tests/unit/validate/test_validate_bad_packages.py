@@ -382,8 +382,21 @@ def test_missing_required_files(tmp_path: Path, cli: Cli) -> None:
     (root / "build-provenance.json").unlink()
     code, doc = validate_json(cli, root)
     assert code == 1
-    lay4 = {c["file"] for c in doc["checks"] if c["id"] == "LAY004" and c["status"] == "fail"}
-    assert lay4 == {RESERVED_INFO, "build-provenance.json"}
+    lay4 = {c["file"]: c["message"] for c in doc["checks"] if c["id"] == "LAY004" and c["status"] == "fail"}
+    assert set(lay4) == {RESERVED_INFO, "build-provenance.json"}
+    for name, message in lay4.items():
+        assert name in message and "missing" in message  # the message names the file, not only the file field
+
+
+def test_required_file_that_is_a_directory_is_named(tmp_path: Path, cli: Cli) -> None:
+    root = copy_package(tmp_path)
+    (root / "build-provenance.json").unlink()
+    (root / "build-provenance.json").mkdir()
+    code, doc = validate_json(cli, root)
+    assert code == 1
+    lay4 = [c for c in doc["checks"] if c["id"] == "LAY004" and c["status"] == "fail"]
+    assert [c["file"] for c in lay4] == ["build-provenance.json"]
+    assert "build-provenance.json is a directory, not a regular file" in lay4[0]["message"]
     prov2 = [c for c in doc["checks"] if c["id"] == "PROV002"]
     assert prov2[0]["status"] == "skip" and "PROV001" in prov2[0]["message"]
 
@@ -425,3 +438,15 @@ def test_identical_replicas_may_share_one_tokenizer(tmp_path: Path, cli: Cli) ->
     code, doc = validate_json(cli, root)
     assert code == 1
     assert {c["id"] for c in doc["checks"] if c["status"] == "fail"} == {"TOK003"}
+
+
+def test_a_package_directory_whose_name_is_not_utf8_validates(tmp_path: Path, cli: Cli) -> None:
+    """A directory name with undecodable bytes (b'pkg\\xff') is a path like any other: every rule passes
+    (the tokenizer was handed to tokenizers as a UTF-8 str and failed TOK001)."""
+    root = copy_package(tmp_path)
+    odd = Path(os.fsdecode(os.fsencode(tmp_path) + b"/pkg\xff"))
+    root.rename(odd)
+    code, doc = validate_json(cli, odd)
+    failing = [c["id"] for c in doc["checks"] if c["status"] == "fail"]
+    assert code == 0 and failing == [], failing
+    assert any(c["id"] == "TOK001" and c["status"] == "pass" for c in doc["checks"])

@@ -734,6 +734,20 @@ def test_pack_out_inside_the_package_is_refused_before_sealing(tmp_path: Path, c
     assert not any(".tmp-" in n for n in names)
 
 
+def test_pack_out_or_sample_tar_on_a_fifo_is_refused_before_anything_is_written(tmp_path: Path, cli: Cli) -> None:
+    """The tar is renamed into place: over a FIFO (or, as root, a device) it replaced it, after sealing."""
+    root = copy_package(tmp_path)
+    fifo = tmp_path / "pkg.tar"
+    os.mkfifo(fifo)
+    before = snapshot(root)
+    r = cli("pack", root, "--key", TEST_KEY, "--out", fifo)
+    assert r.code == 2 and f"--out {fifo}: is a FIFO, not a regular file" in r.err, r.err
+    assert snapshot(root) == before and not fifo.is_file()
+    r = cli("sample-package", tmp_path / "new", "--key", TEST_KEY, "--tar", fifo)
+    assert r.code == 2 and f"--tar {fifo}: is a FIFO" in r.err, r.err
+    assert not (tmp_path / "new").exists() and not fifo.is_file()
+
+
 # ---------------------------------------------------------------------------
 # Messages
 
