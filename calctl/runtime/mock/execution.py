@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -36,13 +36,18 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
     """The board's chips and the threads that run their jobs; the base of ``MockRuntime``."""
 
     config: MockBoardConfig
-    _cv: threading.Condition  # the board lock: every chip, queue and job record is guarded by it
+    # The board lock: every chip, queue and job record is guarded by it. Waiting on ``_cv`` itself is for
+    # ``wait_any`` over several jobs (a job's end notifies it); a chip's executor threads wait on their chip's
+    # own condition over the same lock (``ChipState.cv``), so a submit or a job's end wakes one chip's
+    # threads, not every thread of the board.
+    _cv: threading.Condition
 
-    def _start_chips(self) -> None:
-        """Make the chips and their timeline, then start two executor threads per chip."""
+    def _start_chips(self, lock: threading.RLock) -> None:
+        """Make the chips (each with its condition over the board ``lock``) and their timeline, then start two
+        executor threads per chip."""
         self._serial = threading.Lock()
         self._serial_free_ns = 0  # device timeline of the modelled global lock
-        self._chips = [ChipState(i) for i in range(self.config.chips)]
+        self._chips = [ChipState(i, threading.Condition(lock)) for i in range(self.config.chips)]
         # Jobs in flight (queued or running). A finished job leaves it: only its JobResult is kept, in
         # _finished, for wait/query (the last `history` of them); no buffer, KV sequence or weights stay
         # reachable from a finished job, so host memory does not grow with the requests served.
@@ -55,6 +60,12 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         ]
         for t in self._threads:
             t.start()
+
+    def _wake(self, chips: Iterable[int] | None = None) -> None:
+        """Wake the executor threads of ``chips`` (None: every chip), under the board lock: something they wait
+        for changed (a job queued, a bank freed, a queue emptied, health restored, the board closing)."""
+        for ch in self._chips if chips is None else (self._chips[c] for c in chips):
+            ch.cv.notify_all()
 
     def _startable(self, chip: ChipState) -> MockJob | ChipHold | None:
         if not chip.queue or chip.health is not Health.OK:
@@ -73,7 +84,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                     item = self._startable(chip)
                     if item is not None:
                         break
-                    self._cv.wait()
+                    chip.cv.wait()
                 chip.queue.popleft()
                 chip.running[item.bank] = item
                 if isinstance(item, ChipHold):
@@ -86,7 +97,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
             finally:
                 with self._cv:
                     del chip.running[item.bank]
-                    self._cv.notify_all()
+                    chip.cv.notify_all()  # the chip's other bank may start its head now
 
     def _execute(self, rec: MockJob) -> None:
         for hold in rec.holds:  # MCHIP: every chip of the graph must be ours first
@@ -254,6 +265,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
             ch.fault_detail = ch.fault_detail or detail
         if health is Health.FAULTED:
             self._abort_queued(chips, f"aborted: chip halted by {detail}")
+        self._wake()
         self._cv.notify_all()
 
     def _abort_queued(self, chips: set[int], reason: str) -> None:
@@ -268,6 +280,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                 for item in list(ch.queue):
                     if job_of(item) is rec:
                         ch.queue.remove(item)
+                        ch.cv.notify_all()  # a new head of its queue
             if self._is_executing(rec):
                 # An MCHIP job whose primary already started waits for a hold here: its thread finishes it.
                 rec.abort_reason = reason
@@ -302,6 +315,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                 for item in list(ch.queue):
                     if job_of(item) is rec:
                         ch.queue.remove(item)
+                        ch.cv.notify_all()
             self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, reason)
         return running
 
@@ -342,4 +356,6 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         self._finished[rec.job.id] = result
         while len(self._finished) > self.config.history:
             self._finished.popitem(last=False)
+        # wait_any over several jobs waits on the board condition; one job's waiter waits on ``done`` itself.
+        # The chips' threads need no wake here: the thread that ran the job frees its bank and wakes its chip.
         self._cv.notify_all()
