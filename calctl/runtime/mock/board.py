@@ -22,9 +22,11 @@ What it simulates:
 * per-chip DRAM: firmware reserve + the package's memory plan per chip (+ any
   leaked bytes); ``configure`` raises :class:`OutOfMemory` when a chip's plan
   does not fit (001 §8: each chip on its own, never the board total);
-* time: each job sleeps its :class:`TimingModel` phases x ``time_scale``,
-  minus the numpy compute already spent in the compute phase (the sleep
-  releases the GIL);
+* time: each job's phases last their :class:`TimingModel` seconds x
+  ``time_scale``; the thread simulating it sleeps until each phase's end on
+  the device timeline below (the numpy compute counts towards its phase; the
+  sleep releases the GIL), so a thread the host ran late catches up rather
+  than adding its delay to the phases and jobs after it;
 * the device's own clock: a job's ``start_ns``/``end_ns`` (and its phase
   intervals) are stamps on a simulated per-chip timeline, as a real runtime
   stamps jobs on the device: a job starts when it was submitted or when its

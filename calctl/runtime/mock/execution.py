@@ -147,13 +147,13 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                 errors.append(f"mock compute failed: {type(exc).__name__}: {exc}")
 
         units = self._chips[rec.job.chips[0]].units
-        aborted, debt = False, 0.0
+        aborted = False
         for phase, seconds, fn in (
             (JobPhase.H2D, rec.phases.h2d_s, None),
             (JobPhase.COMPUTE, rec.phases.compute_s, work),
             (JobPhase.D2H, rec.phases.d2h_s, None),
         ):
-            aborted, debt = self._phase(rec, units[phase], phase, seconds, fn, debt)
+            aborted = self._phase(rec, units[phase], phase, seconds, fn)
             if aborted:
                 break
         error = errors[0] if errors else None
@@ -186,37 +186,37 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         phase: JobPhase,
         seconds: float,
         work: Callable[[], None] | None,
-        debt: float,
-    ) -> tuple[bool, float]:
-        """Run one phase on the chip's unit for it: wait for the unit, do ``work``, sleep the rest.
+    ) -> bool:
+        """Run one phase on the chip's unit for it: wait for the unit, do ``work``, sleep until the phase's end.
 
-        Returns (aborted, debt): ``debt`` is how far the numpy work overran its phase, taken off the
-        next phase's sleep so a job alone on its chip still takes max(model time, real compute), as
-        before phases existed. A phase of zero seconds with no work is skipped (not traced). The unit
-        is taken and given back per phase, so a job waiting for the compute unit holds no channel.
+        Returns whether the job was aborted. The sleep lasts until the phase's end on the device timeline
+        (CLOCK_MONOTONIC, the host's clock too), not for its modelled seconds: a thread the host ran late (its
+        wake-up after the previous phase, the numpy work overrunning the phase) catches up instead of adding
+        its delay to every later phase and job, and a job alone on its chip still takes max(model time, real
+        compute). A phase of zero seconds with no work is skipped (not traced). The unit is taken and given
+        back per phase, so a job waiting for the compute unit holds no channel.
         """
         if seconds <= 0 and work is None:
-            return rec.abort.is_set(), debt
+            return rec.abort.is_set()
         while not unit.acquire(timeout=0.02):
             if rec.abort.is_set():
-                return True, debt
+                return True
         try:
             chip = self._chips[rec.job.chips[0]]
             with self._cv:
                 dev_start = max(rec.dev_cursor_ns, chip.unit_free_ns[phase])
-            t0 = time.perf_counter()
+            dev_end = dev_start + round(seconds * 1e9)
             if work is not None:
                 work()
-            remaining = seconds - debt - (time.perf_counter() - t0)
+            remaining = (dev_end - time.monotonic_ns()) / 1e9
             aborted = rec.abort.wait(remaining) if remaining > 0 else rec.abort.is_set()
-            dev_end = dev_start + round(seconds * 1e9)
             if aborted:  # cut short by a reset: it ended when the abort came, on the device too
                 dev_end = max(dev_start, min(dev_end, time.monotonic_ns()))
             with self._cv:
                 chip.unit_free_ns[phase] = max(chip.unit_free_ns[phase], dev_end)
                 rec.dev_cursor_ns = dev_end
             rec.phase_log.append(PhaseInterval(phase, dev_start, dev_end))
-            return aborted, max(0.0, -remaining)
+            return aborted
         finally:
             unit.release()
 
