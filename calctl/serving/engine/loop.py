@@ -13,6 +13,7 @@ Each step of the loop::
     drain the inbox -> schedule(now) -> launch the jobs -> (sync: wait inline)
       -> update_from_output for every finished job (it returns the step's events)
       -> the OutputProcessor delivers them to the streams, meters and records them
+      -> the step's posts go to each event loop in one hand-off (streams.one_handoff)
 
 Sampling, delivery, metering and the 001 §14 request records are the
 :class:`~calctl.serving.engine.output.OutputProcessor`'s (vLLM's seam); the core
@@ -78,7 +79,7 @@ from calctl.serving.engine.monitor import ExecutorMonitor
 from calctl.serving.engine.options import CoreOptions
 from calctl.serving.engine.output import DeliveryTap, OutputProcessor, RequestContext
 from calctl.serving.engine.snapshot import model_snapshot
-from calctl.serving.engine.streams import EngineStream
+from calctl.serving.engine.streams import EngineStream, one_handoff
 from calctl.serving.protocol import EngineRejection, GenerationRequest, RejectCode
 from calctl.serving.text import TextCodec
 
@@ -368,7 +369,8 @@ class EngineCore:
     def _run(self) -> None:
         try:
             while not self._stopping:
-                self._step()
+                with one_handoff():  # the step's posts reach each event loop in one wake-up, after its launches
+                    self._step()
         except Exception as exc:  # a bug: fail what the loop holds, once, loudly; never retry in a loop
             self._die(exc)
 
