@@ -529,7 +529,11 @@ class EngineCore:
     ) -> None:
         """Hand events to the output processor: first those of finished jobs that waited for the next launch,
         then ``events`` (of the outcome being applied, job ``generation``), then whatever else the scheduler
-        produced. The events it hands back act on the device (a lane to free) or the lifecycle (a recovery)."""
+        produced. The events it hands back act on the device (a lane to free) or the lifecycle (a recovery).
+
+        First the executor's metering and records of the jobs finished and launched meanwhile: held until now
+        (after the step's launches) so that a job's end reaches the next submit sooner, never skipped."""
+        self._exec.bookkeeping()
         batches, self._pending = self._pending, []
         if events is not None:
             batches.append((events, runtime_status, generation or self._sched.generation))
