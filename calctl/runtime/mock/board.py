@@ -22,9 +22,11 @@ What it simulates:
 * per-chip DRAM: firmware reserve + the package's memory plan per chip (+ any
   leaked bytes); ``configure`` raises :class:`OutOfMemory` when a chip's plan
   does not fit (001 §8: each chip on its own, never the board total);
-* time: each job sleeps its :class:`TimingModel` phases x ``time_scale``,
-  minus the numpy compute already spent in the compute phase (the sleep
-  releases the GIL);
+* time: each job's phases last their :class:`TimingModel` seconds x
+  ``time_scale``; the thread simulating it sleeps until each phase's end on
+  the device timeline below (the numpy compute counts towards its phase; the
+  sleep releases the GIL), so a thread the host ran late catches up rather
+  than adding its delay to the phases and jobs after it;
 * the device's own clock: a job's ``start_ns``/``end_ns`` (and its phase
   intervals) are stamps on a simulated per-chip timeline, as a real runtime
   stamps jobs on the device: a job starts when it was submitted or when its
@@ -129,7 +131,8 @@ class MockRuntime(ChipExecution):
             raise
 
     def _setup(self) -> None:
-        self._cv = threading.Condition(threading.RLock())
+        lock = threading.RLock()
+        self._cv = threading.Condition(lock)
         self._init_bookkeeping(self._cv, self.config.history)
         # Chips a reset is under way on: it waits for their running jobs with the lock released, and a job
         # submitted to them meanwhile would survive the reset (and run on what it cleared), so submit refuses.
@@ -138,7 +141,7 @@ class MockRuntime(ChipExecution):
         self._faults = FaultInjector(self.config.fault_plan, self.config.seed)
         self._job_ids = itertools.count(1)
         self._host_leaks: list[bytearray] = []  # host_memory_leak faults: kept for the life of the board
-        self._start_chips()
+        self._start_chips(lock)
 
     # -- device ------------------------------------------------------------------
 
@@ -149,6 +152,7 @@ class MockRuntime(ChipExecution):
                 return
             self._closed = True
             running = self._abort_chips(set(range(self.config.chips)), "aborted: the device was closed")
+            self._wake()
             self._cv.notify_all()
         for rec in running:
             rec.done.wait()
@@ -325,7 +329,7 @@ class MockRuntime(ChipExecution):
             for c in plan.chips:
                 self._chips[c].pending += 1
             self._jobs[job_id] = rec
-            self._cv.notify_all()
+            self._wake(plan.chips)  # only the threads of the chips it targets
         return job
 
     def wait(self, job: Job, timeout: float) -> JobResult:
@@ -338,6 +342,11 @@ class MockRuntime(ChipExecution):
 
     def wait_any(self, jobs: Iterable[Job], timeout: float) -> list[Job]:
         records = [self._record(j) for j in jobs]
+        if len(records) == 1:  # the engine's case: wait on the job's own event, woken by its end alone
+            rec = records[0]
+            if isinstance(rec, MockJob) and not rec.done.is_set():
+                rec.done.wait(max(0.0, timeout))
+            return [rec.job] if rec.state.terminal else []
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cv:
             while True:
@@ -442,6 +451,7 @@ class MockRuntime(ChipExecution):
                 )
             running = self._abort_chips(affected, f"aborted by {sc.value} reset")
             self._resetting |= affected
+            self._wake()
             self._cv.notify_all()
         for rec in running:
             rec.done.wait()
@@ -459,6 +469,7 @@ class MockRuntime(ChipExecution):
                     ch.leaked_bytes = 0  # a device re-init reclaims everything, leaks included
             else:
                 self._kv.wipe_chips(affected)
+            self._wake()
             self._cv.notify_all()
 
     # -- internals -------------------------------------------------------------------------

@@ -16,10 +16,13 @@ chips; it runs what is queued, under the board's lock ``_cv``.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -31,18 +34,37 @@ from calctl.runtime.mock.faults import FaultKind
 from calctl.runtime.mock.records import ChipHold, ChipState, MockJob, job_of
 from calctl.runtime.types import Health, JobId, JobPhase, JobResult, JobState, PhaseInterval, ResetScope
 
+#: prctl(2) PR_SET_TIMERSLACK, and the slack the chip threads ask for: 1 µs instead of Linux's default 50 µs.
+_PR_SET_TIMERSLACK = 29
+_TIMER_SLACK_NS = 1000
+
+
+def _precise_sleeps() -> None:
+    """Ask the kernel for 1 µs timer slack on this thread (Linux). With the default 50 µs every timed sleep ends
+    up to 50 µs late, so each simulated job ended tens of microseconds after its device end before its waiter
+    heard of it; a real board's completion does not wait for a timer. Nothing elsewhere, or if prctl fails."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(_PR_SET_TIMERSLACK, _TIMER_SLACK_NS, 0, 0, 0)
+
 
 class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
     """The board's chips and the threads that run their jobs; the base of ``MockRuntime``."""
 
     config: MockBoardConfig
-    _cv: threading.Condition  # the board lock: every chip, queue and job record is guarded by it
+    # The board lock: every chip, queue and job record is guarded by it. Waiting on ``_cv`` itself is for
+    # ``wait_any`` over several jobs (a job's end notifies it); a chip's executor threads wait on their chip's
+    # own condition over the same lock (``ChipState.cv``), so a submit or a job's end wakes one chip's
+    # threads, not every thread of the board.
+    _cv: threading.Condition
 
-    def _start_chips(self) -> None:
-        """Make the chips and their timeline, then start two executor threads per chip."""
+    def _start_chips(self, lock: threading.RLock) -> None:
+        """Make the chips (each with its condition over the board ``lock``) and their timeline, then start two
+        executor threads per chip."""
         self._serial = threading.Lock()
         self._serial_free_ns = 0  # device timeline of the modelled global lock
-        self._chips = [ChipState(i) for i in range(self.config.chips)]
+        self._chips = [ChipState(i, threading.Condition(lock)) for i in range(self.config.chips)]
         # Jobs in flight (queued or running). A finished job leaves it: only its JobResult is kept, in
         # _finished, for wait/query (the last `history` of them); no buffer, KV sequence or weights stay
         # reachable from a finished job, so host memory does not grow with the requests served.
@@ -56,6 +78,12 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         for t in self._threads:
             t.start()
 
+    def _wake(self, chips: Iterable[int] | None = None) -> None:
+        """Wake the executor threads of ``chips`` (None: every chip), under the board lock: something they wait
+        for changed (a job queued, a bank freed, a queue emptied, health restored, the board closing)."""
+        for ch in self._chips if chips is None else (self._chips[c] for c in chips):
+            ch.cv.notify_all()
+
     def _startable(self, chip: ChipState) -> MockJob | ChipHold | None:
         if not chip.queue or chip.health is not Health.OK:
             return None
@@ -65,6 +93,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         return head if "auto" not in chip.running and head.bank not in chip.running else None
 
     def _worker(self, chip: ChipState) -> None:
+        _precise_sleeps()
         while True:
             with self._cv:
                 while True:
@@ -73,7 +102,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                     item = self._startable(chip)
                     if item is not None:
                         break
-                    self._cv.wait()
+                    chip.cv.wait()
                 chip.queue.popleft()
                 chip.running[item.bank] = item
                 if isinstance(item, ChipHold):
@@ -86,7 +115,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
             finally:
                 with self._cv:
                     del chip.running[item.bank]
-                    self._cv.notify_all()
+                    chip.cv.notify_all()  # the chip's other bank may start its head now
 
     def _execute(self, rec: MockJob) -> None:
         for hold in rec.holds:  # MCHIP: every chip of the graph must be ours first
@@ -136,13 +165,13 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                 errors.append(f"mock compute failed: {type(exc).__name__}: {exc}")
 
         units = self._chips[rec.job.chips[0]].units
-        aborted, debt = False, 0.0
+        aborted = False
         for phase, seconds, fn in (
             (JobPhase.H2D, rec.phases.h2d_s, None),
             (JobPhase.COMPUTE, rec.phases.compute_s, work),
             (JobPhase.D2H, rec.phases.d2h_s, None),
         ):
-            aborted, debt = self._phase(rec, units[phase], phase, seconds, fn, debt)
+            aborted = self._phase(rec, units[phase], phase, seconds, fn)
             if aborted:
                 break
         error = errors[0] if errors else None
@@ -175,37 +204,37 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         phase: JobPhase,
         seconds: float,
         work: Callable[[], None] | None,
-        debt: float,
-    ) -> tuple[bool, float]:
-        """Run one phase on the chip's unit for it: wait for the unit, do ``work``, sleep the rest.
+    ) -> bool:
+        """Run one phase on the chip's unit for it: wait for the unit, do ``work``, sleep until the phase's end.
 
-        Returns (aborted, debt): ``debt`` is how far the numpy work overran its phase, taken off the
-        next phase's sleep so a job alone on its chip still takes max(model time, real compute), as
-        before phases existed. A phase of zero seconds with no work is skipped (not traced). The unit
-        is taken and given back per phase, so a job waiting for the compute unit holds no channel.
+        Returns whether the job was aborted. The sleep lasts until the phase's end on the device timeline
+        (CLOCK_MONOTONIC, the host's clock too), not for its modelled seconds: a thread the host ran late (its
+        wake-up after the previous phase, the numpy work overrunning the phase) catches up instead of adding
+        its delay to every later phase and job, and a job alone on its chip still takes max(model time, real
+        compute). A phase of zero seconds with no work is skipped (not traced). The unit is taken and given
+        back per phase, so a job waiting for the compute unit holds no channel.
         """
         if seconds <= 0 and work is None:
-            return rec.abort.is_set(), debt
+            return rec.abort.is_set()
         while not unit.acquire(timeout=0.02):
             if rec.abort.is_set():
-                return True, debt
+                return True
         try:
             chip = self._chips[rec.job.chips[0]]
             with self._cv:
                 dev_start = max(rec.dev_cursor_ns, chip.unit_free_ns[phase])
-            t0 = time.perf_counter()
+            dev_end = dev_start + round(seconds * 1e9)
             if work is not None:
                 work()
-            remaining = seconds - debt - (time.perf_counter() - t0)
+            remaining = (dev_end - time.monotonic_ns()) / 1e9
             aborted = rec.abort.wait(remaining) if remaining > 0 else rec.abort.is_set()
-            dev_end = dev_start + round(seconds * 1e9)
             if aborted:  # cut short by a reset: it ended when the abort came, on the device too
                 dev_end = max(dev_start, min(dev_end, time.monotonic_ns()))
             with self._cv:
                 chip.unit_free_ns[phase] = max(chip.unit_free_ns[phase], dev_end)
                 rec.dev_cursor_ns = dev_end
             rec.phase_log.append(PhaseInterval(phase, dev_start, dev_end))
-            return aborted, max(0.0, -remaining)
+            return aborted
         finally:
             unit.release()
 
@@ -254,6 +283,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
             ch.fault_detail = ch.fault_detail or detail
         if health is Health.FAULTED:
             self._abort_queued(chips, f"aborted: chip halted by {detail}")
+        self._wake()
         self._cv.notify_all()
 
     def _abort_queued(self, chips: set[int], reason: str) -> None:
@@ -268,6 +298,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                 for item in list(ch.queue):
                     if job_of(item) is rec:
                         ch.queue.remove(item)
+                        ch.cv.notify_all()  # a new head of its queue
             if self._is_executing(rec):
                 # An MCHIP job whose primary already started waits for a hold here: its thread finishes it.
                 rec.abort_reason = reason
@@ -302,6 +333,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                 for item in list(ch.queue):
                     if job_of(item) is rec:
                         ch.queue.remove(item)
+                        ch.cv.notify_all()
             self._finish(rec, JobState.ABORTED, RuntimeStatus.JOB_ABORTED, reason)
         return running
 
@@ -342,4 +374,6 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         self._finished[rec.job.id] = result
         while len(self._finished) > self.config.history:
             self._finished.popitem(last=False)
+        # wait_any over several jobs waits on the board condition; one job's waiter waits on ``done`` itself.
+        # The chips' threads need no wake here: the thread that ran the job frees its bank and wakes its chip.
         self._cv.notify_all()

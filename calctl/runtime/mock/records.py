@@ -77,9 +77,12 @@ class MockJob:
 
 @dataclass(eq=False)
 class ChipState:
-    """One chip: its queue and running banks, health and fault, counters, and its place on the device timeline."""
+    """One chip: its condition, queue and running banks, health and fault, counters, its place on the device timeline."""
 
     index: int
+    # The chip's executor threads wait on this condition over the board lock: a submit to this chip, a bank of
+    # it freed, its health restored wake only this chip's threads, never the whole board's.
+    cv: threading.Condition
     queue: deque[MockJob | ChipHold] = field(default_factory=deque)
     running: dict[str, MockJob | ChipHold] = field(default_factory=dict)
     # One unit per phase: ping and pong share them, so their computes never overlap (000 §14).

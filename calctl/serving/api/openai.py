@@ -35,6 +35,11 @@ from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
 from calctl.serving.protocol import EngineClient, EngineRejection, GenerationRequest, RequestStream, SamplingParams
 from calctl.serving.text import ChatTemplateError, TextCodec
 
+try:  # a C JSON encoder for the SSE chunks, one per token: ~15x the standard library's speed (docs/serve.md)
+    import orjson
+except ImportError:  # pragma: no cover - a dependency; the standard library does the same, slower
+    orjson = None  # type: ignore[assignment]
+
 T = TypeVar("T")
 DISCONNECT_POLL_S = 0.05
 log = logging.getLogger("calctl.serving.api")
@@ -271,6 +276,18 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
     return router
 
 
+def _sse_event(doc: dict[str, Any], event: str | None = None) -> bytes:
+    """One SSE event carrying ``doc`` as compact JSON (UTF-8; orjson where it can encode it, else the standard
+    library, whose output a client parses to the same document)."""
+    head = b"data: " if event is None else b"event: " + event.encode() + b"\ndata: "
+    if orjson is not None:
+        try:
+            return head + orjson.dumps(doc) + b"\n\n"
+        except TypeError:  # orjson.JSONEncodeError: e.g. an integer beyond 64 bits
+            pass
+    return head + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+
+
 async def _collect(deltas: AsyncIterator[Delta]) -> tuple[str, Delta]:
     parts: list[str] = []
     last = Delta("", {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, "length")
@@ -315,7 +332,7 @@ async def _sse(
             doc = {**doc, "choices": [], "usage": usage}
         elif running is not None:
             doc["usage"] = running
-        return f"data: {json.dumps(doc, separators=(',', ':'))}\n\n".encode()
+        return _sse_event(doc)
 
     usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     try:
@@ -332,7 +349,7 @@ async def _sse(
                 log.error("request %s: generation failed: %s", request_id, d.error)
                 code, message = _public_error(d)
                 err = error_body(message, type_="service_unavailable", code=code)
-                yield f"event: error\ndata: {json.dumps(err)}\n\n".encode()
+                yield _sse_event(err, "error")
                 return
             if d.text:
                 yield chunk(d.text, None, running=running)
@@ -347,7 +364,7 @@ async def _sse(
         outcome.done = True
         stream.cancel("engine_error")
         err = error_body(INTERNAL_ERROR[1], type_="server_error", code=INTERNAL_ERROR[0])
-        yield f"event: error\ndata: {json.dumps(err)}\n\n".encode()
+        yield _sse_event(err, "error")
     # No ``finally: cancel`` here: _SseResponse releases the stream if this generator did not finish.
 
 

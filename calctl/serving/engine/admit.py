@@ -14,7 +14,6 @@ from calctl.serving.core.ids import RequestId, TenantId
 from calctl.serving.core.scheduler import Scheduler
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.output import OutputProcessor, RequestContext
-from calctl.serving.engine.sampling import request_rng
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.outcomes import DECISION_REJECTION
 from calctl.serving.protocol import EngineRejection, GenerationRequest, RejectCode
@@ -38,7 +37,7 @@ class AdmissionFront:
         if isinstance(ticket, AdmissionResult):
             self._refuse(rid, stream, ticket)
             return
-        self._out.requests[rid] = RequestContext(req, stream, arrived, request_rng(req.sampling.seed))
+        self._out.requests[rid] = RequestContext(req, stream, arrived)
         result = self._sched.submit(
             ticket, prompt_tokens=len(req.prompt_ids), max_tokens=req.max_tokens, deadline_s=req.timeout_s, now=now
         )

@@ -20,6 +20,7 @@ sample, does not know requests and never calls the scheduler: it answers with
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -167,6 +168,11 @@ class DeviceExecutor:
         # of a release + alloc per token. Only a buffer the runtime gave back (owned by us) is pooled; a
         # quarantined one never is. Released at retire/detach, so an unload leaves nothing allocated.
         self._pool: dict[tuple[str, bool, int], list[HostBuffer]] = {}
+        self._m_submitted: dict[int, Any] = {}  # chip -> jobs_submitted counter child
+        # Metering and records of the step's finished and launched jobs that the device need not wait for: run
+        # by the core after the step's launches (bookkeeping()), so a job's end is not held up on its way to the
+        # next submit. Each entry has its values captured already.
+        self._after: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ submit
 
@@ -225,10 +231,7 @@ class DeviceExecutor:
                     inputs.write("lane_valid", np.array(batch.lane_valid, dtype=np.uint8))
                 kv_arg = list(seqs) + [None] * (b - len(seqs))
                 rids = batch.request_ids
-                self._m_fill.observe(batch.fill_ratio)
-                self._m_compiled.set(b)
-                self._m_active.set(len(rids))
-                self._m_waste.inc(b - len(rids))
+                self._after.append(functools.partial(self._meter_batch, batch.fill_ratio, b, len(rids)))
             engine, banked = self._choose_engine(job, inputs, outputs, seqs, rids, pingpong=pingpong)
             rt_job = self._submit_with_backoff(rt, graph, inputs, outputs, kv_arg, job, engine)
         except SlotConflict as exc:  # 000 §14: the two ping/pong jobs would share state
@@ -246,6 +249,19 @@ class DeviceExecutor:
         inf = Inflight(job, rt_job, inputs, outputs, seqs, tuple(rids), self._clock(), graph, engine, banked)
         self.inflight[job.job_id] = inf
         return inf
+
+    def _meter_batch(self, fill: float, compiled: int, active: int) -> None:
+        self._m_fill.observe(fill)
+        self._m_compiled.set(compiled)
+        self._m_active.set(active)
+        self._m_waste.inc(compiled - active)
+
+    def bookkeeping(self) -> None:
+        """Meter and record the jobs finished and launched since the last call (the core calls it once the
+        step's jobs are submitted, before it delivers the step's events)."""
+        work, self._after = self._after, []
+        for fn in work:
+            fn()
 
     def _buffers(self, rt: Runtime, graph: str, batch: int) -> tuple[HostBuffer, HostBuffer]:
         """Input and output buffers for one job: pooled ones (zeroed) when there are, else new ones."""
@@ -339,8 +355,7 @@ class DeviceExecutor:
                 delay *= 2
             else:
                 self._monitor.submit_ok()
-                for chip in rt_job.chips:
-                    self._metrics.jobs_submitted.labels(self.alias, str(chip)).inc()
+                self._after.append(functools.partial(self._count_submitted, rt_job.chips))
                 return rt_job
         raise AssertionError("unreachable")
 
@@ -366,6 +381,13 @@ class DeviceExecutor:
         self._count_job("prefill" if isinstance(job, PrefillJob) else "decode", "not_submitted")
         self.slots.release(job.job_id)
         return JobOutcome(job.job_id, job.generation, status, detail=detail)
+
+    def _count_submitted(self, chips: tuple[int, ...]) -> None:
+        for chip in chips:
+            child = self._m_submitted.get(chip)
+            if child is None:
+                child = self._m_submitted[chip] = self._metrics.jobs_submitted.labels(self.alias, str(chip))
+            child.inc()
 
     def _count_job(self, kind: str, result: str) -> None:
         child = self._m_jobs.get((kind, result))
@@ -487,7 +509,7 @@ class DeviceExecutor:
         self._monitor_verdict(self._monitor.job_timed_out())
         self._metrics.device_errors.labels(self.alias, "Timeout").inc()
         self._count_job(inf.kind, "timeout")
-        self._record_job(inf, JobStatus.TIMEOUT.value, None, None)
+        self._record_job(self.rt, inf, JobStatus.TIMEOUT.value, None, None, None)
         detail = inf.timeout_why or f"no completion after {self.job_timeout_s:.1f}s"
         return JobOutcome(inf.job_id, inf.core.generation, JobStatus.TIMEOUT, detail=detail)
 
@@ -500,17 +522,15 @@ class DeviceExecutor:
         assert rt is not None
         res = rt.query(inf.rt_job)
         kv_before = self._kv_lengths(inf)
-        hist = self._m_job_s.get(inf.graph)
-        if hist is None:
-            hist = self._m_job_s[inf.graph] = self._metrics.job_seconds.labels(self.alias, inf.graph)
-        hist.observe(self._clock() - inf.submitted)
+        took = self._clock() - inf.submitted
         job, gen = inf.job_id, inf.core.generation
         fin: Finished
+        counted: str  # the job's result label in calctl_jobs_total
         anomaly = _status_anomaly(inf, res)
         if anomaly is not None:  # the runtime's answer contradicts itself: trust nothing it wrote
             fin = Finished(JobOutcome(job, gen, JobStatus.FAULT, detail=f"status anomaly: {anomaly}"))
             self._monitor_verdict(self._monitor.status_anomaly(anomaly))
-            self._count_job(inf.kind, "bad_output")
+            counted = "bad_output"
         elif res.ok:
             fin = self._read_output(inf)
             if fin.outcome.status is JobStatus.OK:
@@ -523,13 +543,13 @@ class DeviceExecutor:
                     fin = Finished(
                         JobOutcome(job, gen, JobStatus.FAILED, detail=f"KV commit refused: {exc}", kv_unknown=True)
                     )
-            self._count_job(inf.kind, "ok" if fin.outcome.status is JobStatus.OK else "bad_output")
+            counted = "ok" if fin.outcome.status is JobStatus.OK else "bad_output"
         else:
             status_code = (
                 RuntimeStatus(res.status) if res.status in RuntimeStatus._value2member_map_ else RuntimeStatus.INTERNAL
             )
             self._metrics.device_errors.labels(self.alias, status_code.name).inc()
-            self._count_job(inf.kind, "failed")
+            counted = "failed"
             status = (
                 JobStatus.FAULT
                 if status_code in FAULT_STATUSES or status_code is RuntimeStatus.JOB_ABORTED
@@ -554,8 +574,31 @@ class DeviceExecutor:
         self.slots.release(job)
         if fin.outcome.status is JobStatus.OK:
             self._monitor.job_completed()
-        self._record_job(inf, fin.outcome.status.value, res, kv_before)
+        kv_after = self._kv_lengths(inf)
+        self._after.append(
+            functools.partial(
+                self._book_finished, rt, inf, took, counted, fin.outcome.status.value, res, kv_before, kv_after
+            )
+        )
         return fin
+
+    def _book_finished(
+        self,
+        rt: Runtime,
+        inf: Inflight,
+        took: float,
+        counted: str,
+        status: str,
+        res: JobResult,
+        kv_before: list[int | None],
+        kv_after: list[int | None],
+    ) -> None:
+        hist = self._m_job_s.get(inf.graph)
+        if hist is None:
+            hist = self._m_job_s[inf.graph] = self._metrics.job_seconds.labels(self.alias, inf.graph)
+        hist.observe(took)
+        self._count_job(inf.kind, counted)
+        self._record_job(rt, inf, status, res, kv_before, kv_after)
 
     def _kv_lengths(self, inf: Inflight) -> list[int | None]:
         """Each lane's committed KV tokens (None: the runtime could not tell)."""
@@ -569,15 +612,24 @@ class DeviceExecutor:
         return out
 
     def _record_job(
-        self, inf: Inflight, status: str, res: JobResult | None, kv_before: list[int | None] | None
+        self,
+        rt: Runtime | None,
+        inf: Inflight,
+        status: str,
+        res: JobResult | None,
+        kv_before: list[int | None] | None,
+        kv_after: list[int | None] | None,
     ) -> None:
         """001 §14's per-job record (calctl.serving.record_sink), always kept by the flight recorder. Phases come
-        from the runtime's own trace, read only when records are written (a kept-only record gets them from
-        the recovery evidence's trace window); a runtime that reports none gives null, never a made-up split."""
-        rt = self.rt
-        assert rt is not None
+        from the runtime's own trace (``rt``: the job's runtime), read only when records are written (a kept-only
+        record gets them from the recovery evidence's trace window); a runtime that reports none gives null,
+        never a made-up split."""
         job = inf.rt_job
-        phases = job_phases(rt.trace(since_ns=job.submit_ns), job.id) if self._metrics.records.enabled else {}
+        phases = (
+            job_phases(rt.trace(since_ns=job.submit_ns), job.id)
+            if rt is not None and self._metrics.records.enabled
+            else {}
+        )
         done = res is not None and res.end_ns is not None
         self._metrics.records.job(
             runtime_job=job.id,
@@ -597,7 +649,7 @@ class DeviceExecutor:
             device_ms=ms(res.device_seconds) if res is not None else None,
             output_status=status,
             kv_before=kv_before,
-            kv_after=self._kv_lengths(inf) if status != "timeout" else None,
+            kv_after=kv_after,
             reset_generation=None,  # the runtime reports no reset epoch per job (vendor gap, docs/serve.md)
         )
 

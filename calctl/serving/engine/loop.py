@@ -13,6 +13,7 @@ Each step of the loop::
     drain the inbox -> schedule(now) -> launch the jobs -> (sync: wait inline)
       -> update_from_output for every finished job (it returns the step's events)
       -> the OutputProcessor delivers them to the streams, meters and records them
+      -> the step's posts go to each event loop in one hand-off (streams.one_handoff)
 
 Sampling, delivery, metering and the 001 §14 request records are the
 :class:`~calctl.serving.engine.output.OutputProcessor`'s (vLLM's seam); the core
@@ -78,7 +79,7 @@ from calctl.serving.engine.monitor import ExecutorMonitor
 from calctl.serving.engine.options import CoreOptions
 from calctl.serving.engine.output import DeliveryTap, OutputProcessor, RequestContext
 from calctl.serving.engine.snapshot import model_snapshot
-from calctl.serving.engine.streams import EngineStream
+from calctl.serving.engine.streams import EngineStream, one_handoff
 from calctl.serving.protocol import EngineRejection, GenerationRequest, RejectCode
 from calctl.serving.text import TextCodec
 
@@ -368,7 +369,8 @@ class EngineCore:
     def _run(self) -> None:
         try:
             while not self._stopping:
-                self._step()
+                with one_handoff():  # the step's posts reach each event loop in one wake-up, after its launches
+                    self._step()
         except Exception as exc:  # a bug: fail what the loop holds, once, loudly; never retry in a loop
             self._die(exc)
 
@@ -527,7 +529,11 @@ class EngineCore:
     ) -> None:
         """Hand events to the output processor: first those of finished jobs that waited for the next launch,
         then ``events`` (of the outcome being applied, job ``generation``), then whatever else the scheduler
-        produced. The events it hands back act on the device (a lane to free) or the lifecycle (a recovery)."""
+        produced. The events it hands back act on the device (a lane to free) or the lifecycle (a recovery).
+
+        First the executor's metering and records of the jobs finished and launched meanwhile: held until now
+        (after the step's launches) so that a job's end reaches the next submit sooner, never skipped."""
+        self._exec.bookkeeping()
         batches, self._pending = self._pending, []
         if events is not None:
             batches.append((events, runtime_status, generation or self._sched.generation))

@@ -41,7 +41,7 @@ from calctl.serving.core.scheduler import (
 )
 from calctl.serving.engine.device import Finished, Inflight
 from calctl.serving.engine.metrics import EngineMetrics
-from calctl.serving.engine.sampling import sample_token
+from calctl.serving.engine.sampling import request_rng, sample_token
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.outcomes import ENDINGS, Ending, EngineOutcome, public_before_output
 from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
@@ -61,7 +61,7 @@ class RequestContext:
     gen: GenerationRequest
     stream: EngineStream
     arrived: float
-    rng: np.random.Generator
+    rng: np.random.Generator | None = None  # made at its first sampled token: a greedy request needs none
     first_token_at: float | None = None
     last_token_at: float | None = None
     first_job_at: float | None = None
@@ -142,7 +142,10 @@ class OutputProcessor:
             if ctx is None:  # ended meanwhile (its lane result is discarded by the scheduler)
                 results.append(LaneResult(rid, int(np.argmax(logits[lane]))))
                 continue
-            token = sample_token(logits[lane], ctx.gen.sampling, ctx.rng)
+            sampling = ctx.gen.sampling
+            if ctx.rng is None and not sampling.greedy:
+                ctx.rng = request_rng(sampling.seed)
+            token = sample_token(logits[lane], sampling, ctx.rng)
             results.append(LaneResult(rid, token, stop=(not ctx.gen.ignore_eos) and token == eos))
         return JobOutcome(inf.job_id, inf.core.generation, JobStatus.OK, tuple(results))
 

@@ -16,10 +16,13 @@ def request_rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(None if seed is None else seed % 2**64)
 
 
-def sample_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> int:
-    """Greedy at temperature 0; otherwise temperature + nucleus (top-p) sampling with the request's RNG."""
+def sample_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator | None) -> int:
+    """Greedy at temperature 0 (no RNG needed); otherwise temperature + nucleus (top-p) sampling with the
+    request's RNG."""
     if sampling.greedy:
         return int(np.argmax(logits))
+    if rng is None:
+        raise ValueError("sampling at a temperature above 0 needs the request's RNG")
     z = logits.astype(np.float64) / sampling.temperature
     z -= z.max()
     p = np.exp(z)

@@ -5,6 +5,11 @@ The engine core's thread publishes with ``post_*`` (thread-safe, via the event l
 the token events. A stream's terminal event is delivered exactly once (000 §4
 rule 3); anything posted after it is ignored.
 
+Inside :func:`one_handoff` (the engine core wraps each step in it) the posts a thread makes are
+held and handed to each event loop at the end of the block in one ``call_soon_threadsafe``, in the
+order they were made: a step that produces a token for each of N streams wakes the loop once, not N
+times, and the loop does not take the GIL from the engine thread while the step still runs.
+
 No scheduling and no device access here.
 """
 
@@ -13,10 +18,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from calctl.serving import outcomes
 from calctl.serving.protocol import EngineRejection, FinishReason, TokenEvent
+
+_Call = tuple[Callable[..., None], tuple[object, ...]]
+
+
+class _Held(threading.local):
+    """The posts of this thread's open :func:`one_handoff` block, by event loop (None: none open)."""
+
+    calls: dict[asyncio.AbstractEventLoop, list[_Call]] | None = None
+
+
+_held = _Held()
+
+
+@contextlib.contextmanager
+def one_handoff() -> Iterator[None]:
+    """Hold the posts this thread makes inside the block; at its end, hand each event loop its posts in one
+    ``call_soon_threadsafe``, in order. A nested block joins the outer one. The posts still go out when the
+    block ends on an exception (they were made; what follows, such as a failed loop's refusals, comes after)."""
+    if _held.calls is not None:
+        yield
+        return
+    _held.calls = {}
+    try:
+        yield
+    finally:
+        calls, _held.calls = _held.calls, None
+        for loop, batch in calls.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: the server is gone, nobody is listening
+                loop.call_soon_threadsafe(_run_batch, loop, batch)
+
+
+def _run_batch(loop: asyncio.AbstractEventLoop, batch: list[_Call]) -> None:
+    """On the event loop: run a step's posts in order; one that fails is reported and the rest still run."""
+    for fn, args in batch:
+        try:
+            fn(*args)
+        except Exception as exc:
+            loop.call_exception_handler({"message": f"stream post {fn.__qualname__} failed", "exception": exc})
 
 
 class EngineStream:
@@ -67,6 +110,10 @@ class EngineStream:
         return self._closed.is_set()
 
     def _call(self, fn: Callable[..., None], *args: object) -> None:
+        held = _held.calls
+        if held is not None:  # inside one_handoff: goes out with the step's other posts
+            held.setdefault(self._loop, []).append((fn, args))
+            return
         with contextlib.suppress(RuntimeError):  # a closed loop: the server is gone, nobody is listening
             self._loop.call_soon_threadsafe(fn, *args)
 

@@ -67,6 +67,7 @@ def test_a_b4_decode_with_two_lanes_reports_fill_and_waste() -> None:
         inf = ex.launch(DecodeJob(JobId(3), G, batch), None, pingpong=False)
         assert isinstance(inf, Inflight) and ex.wait_inline(inf, 10.0)
         assert ex.finish(inf) is not None
+        ex.bookkeeping()  # the metering the core runs once a step's jobs are submitted
     fam = {
         s.name: s.value
         for f in text_string_to_metric_families(metrics.text().decode())
