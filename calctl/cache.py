@@ -11,10 +11,10 @@ creates nothing and reads nothing from it.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 from calctl.errors import ConfigError
+from calctl.filekind import directory_problem
 
 #: Environment variable that overrides the cache directory.
 CACHE_DIR_ENV = "CALCTL_CACHE_DIR"
@@ -33,23 +33,6 @@ def cache_dir() -> Path:
     else:
         path = (Path(xdg) if xdg else Path.home() / ".cache") / "calctl"
         source = f"XDG_CACHE_HOME={xdg}" if xdg else "the cache directory"
-    _check_directory(path, source)
+    if problem := directory_problem(path):
+        raise ConfigError(f"{source}: {path}: {problem}")
     return path
-
-
-def _check_directory(path: Path, source: str) -> None:
-    probe = path
-    while True:
-        try:
-            mode = os.stat(probe).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            if probe.parent == probe:
-                return
-            probe = probe.parent
-            continue
-        except OSError as exc:
-            raise ConfigError(f"{source}: {path}: cannot be inspected ({exc.strerror or exc})") from None
-        if not stat.S_ISDIR(mode):
-            where = "is" if probe == path else f"{probe}, in its path, is"
-            raise ConfigError(f"{source}: {path}: {where} not a directory")
-        return

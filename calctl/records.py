@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl.errors import UsageError
+from calctl.filekind import kind_phrase
 
 #: Version of every JSON document calctl prints. Bump on an incompatible change.
 SCHEMA_VERSION = "1"
@@ -68,16 +69,6 @@ def dumps_line(record: dict[str, Any]) -> str:
     return dumps(record, versioned=False, indent=None) + "\n"
 
 
-_SPECIAL_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISLNK, "a symlink"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
-
-
 def output_problem(path: Path | str) -> str | None:
     """Why calctl may not write a file at ``path`` (it exists and is not a regular file), or None.
 
@@ -91,8 +82,9 @@ def output_problem(path: Path | str) -> str | None:
         return f"cannot be inspected: {exc.strerror or exc}"
     if stat.S_ISREG(mode):
         return None
-    kind = next((name for test, name in _SPECIAL_KINDS if test(mode)), "a special file")
-    return f"is {kind}, not a regular file; calctl writes regular files only and never replaces anything else"
+    return (
+        f"is {kind_phrase(mode)}, not a regular file; calctl writes regular files only and never replaces anything else"
+    )
 
 
 def check_output(path: Path | str, option: str | None = None) -> None:

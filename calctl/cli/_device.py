@@ -83,25 +83,11 @@ def report_dir(report: Path | None, command: str) -> Path:
 
     out = report if report is not None else default_report_dir(command)
     where = f"--report {out}" if report is not None else f"{REPORT_DIR_ENV}={os.environ.get(REPORT_DIR_ENV)}: {out}"
-    # The directory and every ancestor that exists must be a directory (a symlink to one is fine): a FIFO,
-    # /dev/null or a symlink loop there was an internal error when the run made its directory.
-    probe = out
-    while True:
-        try:
-            mode = os.stat(probe).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            if probe.parent == probe:
-                break
-            probe = probe.parent
-            continue
-        except OSError as exc:
-            raise UsageError(f"{where}: cannot be inspected ({exc.strerror or exc})") from None
-        if not stat.S_ISDIR(mode):
-            from calctl.signing.files import kind_phrase
+    # A FIFO, /dev/null or a symlink loop there was an internal error when the run made its directory.
+    from calctl.filekind import directory_problem
 
-            what = "is" if probe == out else f"{probe}, in its path, is"
-            raise UsageError(f"{where}: {what} {kind_phrase(mode)}, not a directory")
-        break
+    if problem := directory_problem(out):
+        raise UsageError(f"{where}: {problem}")
     return out
 
 

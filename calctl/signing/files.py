@@ -13,8 +13,9 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-from collections.abc import Callable
 from pathlib import Path
+
+from calctl.filekind import kind_name, kind_phrase
 
 CHECKSUMS = "checksums.sha256"
 SIGNATURE = "checksums.sha256.sig"
@@ -29,28 +30,6 @@ class NotReadable(OSError):
         super().__init__(reason)
         self.reason = reason
         self.missing = missing
-
-
-#: The kinds of thing an ``st_mode`` can be: the stat test that recognises each, and its name.
-_KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
-    (stat.S_ISREG, "regular file"),
-    (stat.S_ISDIR, "directory"),
-    (stat.S_ISLNK, "symlink"),
-    (stat.S_ISFIFO, "FIFO"),
-    (stat.S_ISSOCK, "socket"),
-    (stat.S_ISCHR, "character device"),
-    (stat.S_ISBLK, "block device"),
-)
-
-
-def kind_name(mode: int) -> str:
-    """ "regular file", "directory", "FIFO", ... for an ``st_mode``; "special file" for anything else."""
-    return next((name for test, name in _KINDS if test(mode)), "special file")
-
-
-def kind_phrase(mode: int) -> str:
-    """ "a regular file", "a directory", "a FIFO", ... for an ``st_mode`` (every kind's article is "a")."""
-    return f"a {kind_name(mode)}"
 
 
 def read_regular(path: Path | str, limit: int, *, head: bool = False) -> bytes:

@@ -15,7 +15,7 @@ import calctl
 ROOT = Path(calctl.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors"}),
+    frozenset({"errors", "filekind"}),
     frozenset({"records", "textsafe", "cache", "closing", "__init__"}),
     frozenset({"report", "html_report"}),
     frozenset({"signing"}),

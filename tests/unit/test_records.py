@@ -133,8 +133,8 @@ def test_a_cache_directory_that_cannot_be_one_is_a_config_error(
     os.mkfifo(fifo)
     loop.symlink_to(loop)
     for bad, words in (
-        (fifo, "is not a directory"),
-        (fifo / "sub", "in its path, is not a directory"),
+        (fifo, "is a FIFO, not a directory"),
+        (fifo / "sub", "in its path, is a FIFO, not a directory"),
         (loop, "cannot be inspected"),
     ):
         monkeypatch.setenv("CALCTL_CACHE_DIR", str(bad))
