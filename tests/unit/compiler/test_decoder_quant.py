@@ -76,6 +76,16 @@ def _stored(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> tuple
     return q.data, q.dequantize().astype(np.float64)
 
 
+def _at_offset(a: np.ndarray, offset: int) -> np.ndarray:
+    """A C-contiguous copy of ``a`` starting ``offset`` bytes past a 64-byte line (0: on the line)."""
+    buf = np.empty(a.nbytes + 128, np.uint8)
+    start = (-buf.ctypes.data) % 64 + offset
+    out = buf[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % 64 == offset
+    return out
+
+
 #: Large enough that the kernel splits the rows over threads (2M multiply-adds per eight tokens) and takes its
 #: many-token path from 16 tokens on; rows that are not a multiple of the 16-row chunk or 8-row tile, odd fp16 cols.
 SPLIT_SHAPES = {"fp16": (2705, 97), "q4_0": (1031, 288), "q4_1": (1031, 288), "q8_0": (1031, 288)}
@@ -86,8 +96,8 @@ def test_a_batched_gemm_equals_one_gemv_per_lane_on_any_thread_count(kernels: na
     rng = np.random.default_rng(7)
     rows, cols = SPLIT_SHAPES[dtype]
     data, ref = _stored(dtype, rows, cols, rng)
-    for n in (1, 5, 8, 9, 16, 17, 40):
-        x = rng.standard_normal((n, cols)).astype(np.float32)
+    for n, offset in [(n, 0) for n in (1, 5, 8, 9, 16, 17, 40)] + [(3, 16), (8, 4)]:
+        x = _at_offset(rng.standard_normal((n, cols)).astype(np.float32), offset)
         lanes = np.full((n, rows), np.nan, np.float32)
         for i in range(n):
             kernels.gemm(dtype, data, rows, cols, x[i : i + 1], lanes[i : i + 1], n_threads=1)
@@ -98,7 +108,7 @@ def test_a_batched_gemm_equals_one_gemv_per_lane_on_any_thread_count(kernels: na
             by_threads.append(y)
         want = x.astype(np.float64) @ ref
         scale = np.sqrt(cols / 160)  # fp32 summation error grows with the row length
-        np.testing.assert_allclose(by_threads[0], lanes, rtol=1e-5, atol=1e-4 * scale, err_msg=f"n={n}")
+        np.testing.assert_allclose(by_threads[0], lanes, rtol=1e-5, atol=1e-4 * scale, err_msg=f"n={n} at {offset}")
         np.testing.assert_allclose(by_threads[0], want, rtol=1e-5, atol=1e-4 * scale, err_msg=f"n={n}")
         for t, y in zip((2, 3), by_threads[1:], strict=True):  # each row is summed by one thread, in one order
             np.testing.assert_array_equal(y, by_threads[0], err_msg=f"n={n}, {t} threads")
