@@ -790,10 +790,12 @@ int calctl_decode_layer(const calctl_layer *L, int64_t n, float *x, const float 
                         const int64_t *kc, const int64_t *vc, const int64_t *pos, int threads) {
     int64_t d = L->d_model, hd = L->hd, qw = L->heads * hd, kw = L->kv_heads * hd, rows = qw + 2 * kw, ff = L->d_ff;
     if (n < 1 || d < 1 || hd < 2 || hd % 2 || L->heads % L->kv_heads) return -1;
-    int64_t need = n * (d + rows + qw + 2 * ff);
-    float *buf = malloc((size_t)need * sizeof(float));
+    /* each buffer on 64-byte lines, so the GEMMs read their rows without copying them (when d, rows, qw and 2 ff
+     * are multiples of 16, as in most models) */
+    int64_t na = (n * d + 15) / 16 * 16, nq = (n * rows + 15) / 16 * 16, nt = (n * qw + 15) / 16 * 16;
+    float *buf = aligned_alloc(64, (size_t)(na + nq + nt + (n * 2 * ff + 15) / 16 * 16) * sizeof(float));
     if (buf == NULL) return -1;
-    float *a = buf, *qkv = a + n * d, *att = qkv + n * rows, *gu = att + n * qw;
+    float *a = buf, *qkv = a + na, *att = qkv + nq, *gu = att + nt;
     int rc = 0;
     for (int64_t t = 0; t < n; t++) rms_row(x + t * d, L->attn_norm, d, L->eps, a + t * d);
     rc |= calctl_wgemm(L->qkv_dtype, L->wqkv, rows, d, a, d, n, qkv, rows, threads);
