@@ -195,6 +195,9 @@ static void pool_run(chunk_fn fn, void *ctx, int64_t total, int threads) {
     pthread_mutex_unlock(&pool_call_mu);
 }
 
+/* Scratch of `bytes` on 64-byte lines (a multiple of 64 bytes, as aligned_alloc wants), freed with free. */
+static void *scratch_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
+
 static inline float hsum256(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
     lo = _mm_add_ps(lo, hi);
@@ -469,6 +472,7 @@ static void gemm_block(int dtype, const uint8_t *W, int64_t rb, int64_t r0, int6
  * inner loop, which is then FMA-bound. Each output is one fp32 sum in column order. */
 #define PANEL_MIN 16
 #define STRIP 16
+#define PANEL_BYTES (1 << 20)
 
 /* Rows r0..r1 of W dequantised to fp32, row-major, `cols` apart. */
 static void dequant_strip(int dtype, const uint8_t *W, int64_t rb, int64_t r0, int64_t r1, int64_t cols, float *out) {
@@ -584,26 +588,37 @@ int calctl_wgemm(int dtype, const uint8_t *W, int64_t rows, int64_t cols, const 
         /* Several tokens' rows that are not on 64-byte lines: every vector load of X would split two cache lines
          * (an 8-token q4_1 GEMM ran 1.4x, the q8_0 LM head 1.6x slower). Copy them to aligned rows. */
         int64_t lda = (cols + 15) / 16 * 16;
-        buf = aligned_alloc(64, (size_t)(n * lda) * sizeof(float));
+        buf = scratch_alloc((size_t)(n * lda) * sizeof(float));
         if (buf == NULL) return -1;
         for (int64_t t = 0; t < n; t++) memcpy(buf + t * lda, X + t * ldx, (size_t)cols * sizeof(float));
         j.X = buf;
         j.ldx = lda;
     }
     if (n >= PANEL_MIN && ldy <= INT32_MAX / 16) {
-        int64_t ntv = (n + 15) / 16, panels = ntv * cols * 16;
-        buf = aligned_alloc(64, (size_t)(panels + (int64_t)threads * STRIP * cols + 16) * sizeof(float));
+        /* Tokens in blocks whose panels take at most ~1 MB (at least 16 tokens), so the scratch stays small and is
+         * reused from the heap: freeing prefill-sized buffers of every size left glibc's heap 20 MB larger. */
+        int64_t tb = (PANEL_BYTES / (cols * 64)) * 16;
+        tb = tb < 16 ? 16 : tb > n ? (n + 15) / 16 * 16 : tb;
+        int64_t panels = tb * cols;
+        buf = scratch_alloc((size_t)(panels + (int64_t)threads * STRIP * cols) * sizeof(float));
         if (buf == NULL) return -1;
-        float *XP = buf;
-        for (int64_t v = 0; v < ntv; v++)
-            for (int64_t c = 0; c < cols; c++)
-                for (int64_t k = 0; k < 16; k++) {
-                    int64_t t = v * 16 + k;
-                    XP[(v * cols + c) * 16 + k] = t < n ? X[t * ldx + c] : 0.0f;
-                }
-        j.XP = XP;
+        j.XP = buf;
         j.strips = buf + panels;
         j.chunk_rows = STRIP;
+        for (int64_t t0 = 0; t0 < n; t0 += tb) {
+            int64_t nb = n - t0 < tb ? n - t0 : tb, ntv = (nb + 15) / 16;
+            for (int64_t v = 0; v < ntv; v++)
+                for (int64_t c = 0; c < cols; c++)
+                    for (int64_t k = 0; k < 16; k++) {
+                        int64_t t = v * 16 + k;
+                        buf[(v * cols + c) * 16 + k] = t < nb ? X[(t0 + t) * ldx + c] : 0.0f;
+                    }
+            j.n = nb;
+            j.Y = Y + t0 * ldy;
+            pool_run(gemm_chunk, &j, (rows + j.chunk_rows - 1) / j.chunk_rows, threads);
+        }
+        free(buf);
+        return 0;
     }
 #endif
     pool_run(gemm_chunk, &j, (rows + j.chunk_rows - 1) / j.chunk_rows, threads);
@@ -735,7 +750,7 @@ static int attend(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const 
     if (work * heads * hd < (1 << 18)) threads = 1;
     attend_job a = {heads, hd, kw, heads / kv_heads, ldq, maxlen + 8 + hd, q, kc, vc, pos, out, NULL,
                     1.0f / sqrtf((float)hd)};
-    a.work = malloc((size_t)(threads * a.scratch) * sizeof(float));
+    a.work = scratch_alloc((size_t)(threads * a.scratch) * sizeof(float));
     if (a.work == NULL) return -1;
     pool_run(attend_chunk, &a, n * heads, threads);
     free(a.work);
@@ -793,7 +808,7 @@ int calctl_decode_layer(const calctl_layer *L, int64_t n, float *x, const float 
     /* each buffer on 64-byte lines, so the GEMMs read their rows without copying them (when d, rows, qw and 2 ff
      * are multiples of 16, as in most models) */
     int64_t na = (n * d + 15) / 16 * 16, nq = (n * rows + 15) / 16 * 16, nt = (n * qw + 15) / 16 * 16;
-    float *buf = aligned_alloc(64, (size_t)(na + nq + nt + (n * 2 * ff + 15) / 16 * 16) * sizeof(float));
+    float *buf = scratch_alloc((size_t)(na + nq + nt + (n * 2 * ff + 15) / 16 * 16) * sizeof(float));
     if (buf == NULL) return -1;
     float *a = buf, *qkv = a + na, *att = qkv + nq, *gu = att + nt;
     int rc = 0;

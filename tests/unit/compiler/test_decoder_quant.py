@@ -114,6 +114,18 @@ def test_a_batched_gemm_equals_one_gemv_per_lane_on_any_thread_count(kernels: na
             np.testing.assert_array_equal(y, by_threads[0], err_msg=f"n={n}, {t} threads")
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "q8_0"])
+def test_a_long_prompt_gemm_in_several_token_blocks_equals_the_reference(kernels: native.Kernels, dtype: str) -> None:
+    """Rows of 4096 weights: the many-token path takes the prompt in blocks of 48 tokens (its ~1 MB panels)."""
+    rng = np.random.default_rng(9)
+    rows, cols, n = 40, 4096, 100
+    data, ref = _stored(dtype, rows, cols, rng)
+    x = rng.standard_normal((n, cols)).astype(np.float32)
+    y = np.full((n, rows), np.nan, np.float32)
+    kernels.gemm(dtype, data, rows, cols, x, y, n_threads=2)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ ref, rtol=1e-5, atol=1e-4 * np.sqrt(cols / 160))
+
+
 def test_concurrent_gemms_from_two_threads_give_the_serial_results(kernels: native.Kernels) -> None:
     """Two chips' threads calling the kernel at once (one takes the worker pool, the other runs alone)."""
     rng = np.random.default_rng(8)
