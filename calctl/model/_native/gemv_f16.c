@@ -22,6 +22,10 @@
  * looked up by nibble); without it, four 8-float vectors. Rows are split over `threads` threads of the worker pool
  * below (chunks of 16 rows that the caller and any awake worker claim).
  *
+ * Many tokens (16 or more, a prefill; AVX-512): each 16-row strip is dequantised once to fp32 and multiplied with the
+ * tokens sixteen at a time (see PANEL_MIN). Fewer: the tiled path above, with the block scales of a row converted
+ * sixteen at a time and X copied to 64-byte lines when its rows are not on them.
+ *
  * calctl_attend_decode is one decode step's attention for a batch of lanes, each over its own KV cache: it writes
  * the lane's new K/V row at its position and attends its query heads over positions 0..position (grouped-query
  * heads share their KV head), softmax in fp32 with a polynomial exp (about 1 ulp). Lanes and heads are split over
