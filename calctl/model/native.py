@@ -7,15 +7,17 @@ lookups, a decode step's attention of several lanes over their own KV caches,
 and a whole decoder layer of one decode step (:class:`LayerDesc`).
 
 Built from source at first use with the system C compiler (``cc`` or ``gcc``,
-``-O3 -march=native -fopenmp``, without OpenMP when the compiler lacks it) into
+``-O3 -march=native -pthread``) into
 the calctl cache directory, keyed by the source and compiler, then loaded with
 ctypes. Nothing binary is shipped. When there is no compiler, the CPU lacks
 F16C/FMA/AVX2, or ``CALCTL_NATIVE=0``, :func:`kernels` is ``None`` and the
 decoder stays on numpy; :func:`status` says why.
 
 Threads: :func:`threads` is what one call may use, the CPUs this process may run
-on (``os.sched_getaffinity``), or ``CALCTL_THREADS`` when set. Idle OpenMP
-workers wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it).
+on (``os.sched_getaffinity``), or ``CALCTL_THREADS`` when set. The kernels' own
+worker pool splits a call into chunks the calling thread and any awake worker
+claim; the caller never waits for a worker that has not started (a loaded host),
+and idle workers poll for ~100 us, then sleep.
 
 This module builds and loads the kernels; it does not decide when to use them.
 """
@@ -69,20 +71,14 @@ def _build() -> tuple[Kernels | None, str]:
             try:
                 # Concurrent builders: each compiles to its own temporary file; one rename wins, both are identical.
                 with atomic_output(out, mode=0o755) as lib:
-                    cmd = [cc, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-o", str(lib), str(src), "-lm"]
+                    cmd = [cc, "-O3", "-march=native", "-pthread", "-shared", "-fPIC", "-o", str(lib), str(src), "-lm"]
                     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                    if res.returncode != 0:  # no OpenMP: the same kernels on one thread
-                        cmd.remove("-fopenmp")
-                        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
                     if res.returncode != 0:
                         raise _CompileFailed(
                             f"{' '.join(cmd[:4])} failed: {(res.stderr or res.stdout).strip().splitlines()[-1:]}"
                         )
             except _CompileFailed as exc:
                 return None, str(exc)
-    # Idle OpenMP workers sleep instead of spinning (read once, when libgomp loads): on a shared or loaded host a
-    # spinning worker takes the core the chip's own thread needs, and a batched decode step ran 5-8x slower.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         lib_handle = ctypes.CDLL(str(out))
     except OSError as exc:
@@ -175,11 +171,16 @@ class Kernels:
         self._layer.restype = ctypes.c_int
         self._layer.argtypes = [ctypes.POINTER(LayerDesc), i64, ptr, ptr, ptr, ptr, ptr, ptr, ctypes.c_int]
 
-    def gemm(self, dtype: str, w: np.ndarray, rows: int, cols: int, x: np.ndarray, y: np.ndarray) -> None:
-        """``y[n, rows] = x[n, cols] @ W.T`` for the stored rows ``w`` (C-contiguous), ``x``/``y`` float32 C-contiguous."""
+    def gemm(
+        self, dtype: str, w: np.ndarray, rows: int, cols: int, x: np.ndarray, y: np.ndarray, n_threads: int = 0
+    ) -> None:
+        """``y[n, rows] = x[n, cols] @ W.T`` for the stored rows ``w`` (C-contiguous), ``x``/``y`` float32 C-contiguous.
+
+        On up to ``n_threads`` threads (0: :func:`threads`); the result does not depend on the thread count.
+        """
         rc = self._gemm(
             KERNEL_DTYPES[dtype], w.ctypes.data, rows, cols, x.ctypes.data, cols, x.shape[0], y.ctypes.data, rows,
-            threads(),
+            n_threads or threads(),
         )  # fmt: skip
         if rc != 0:
             raise ValueError(f"native kernel refused dtype {dtype} [{rows}, {cols}]")

@@ -19,18 +19,26 @@
  * chains in flight, what two FMA pipes with a 4-cycle latency need), so a batched decode step of 8 lanes dequantises
  * and reads every weight once, not once per lane. With AVX-512 (-march=native on a CPU that has it) a block is two
  * 16-float vectors and a q4 block is dequantised by two table permutes (the 16 values q*d+m of the block's scale
- * looked up by nibble); without it, four 8-float vectors. Rows are split over `threads` OpenMP threads.
+ * looked up by nibble); without it, four 8-float vectors. Rows are split over `threads` threads of the worker pool
+ * below (chunks of 16 rows that the caller and any awake worker claim).
+ *
+ * Many tokens (16 or more, a prefill; AVX-512): each 16-row strip is dequantised once to fp32 and multiplied with the
+ * tokens sixteen at a time (see PANEL_MIN). Fewer: the tiled path above, with the block scales of a row converted
+ * sixteen at a time and X copied to 64-byte lines when its rows are not on them.
  *
  * calctl_attend_decode is one decode step's attention for a batch of lanes, each over its own KV cache: it writes
  * the lane's new K/V row at its position and attends its query heads over positions 0..position (grouped-query
  * heads share their KV head), softmax in fp32 with a polynomial exp (about 1 ulp). Lanes and heads are split over
  * the threads.
  *
- * Built at first use by calctl.model.native with the system C compiler (-O3 -march=native -fopenmp); it needs F16C,
+ * Built at first use by calctl.model.native with the system C compiler (-O3 -march=native -pthread); it needs F16C,
  * FMA and AVX2 and refuses to build without them, in which case the decoder keeps using numpy.
  */
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +56,151 @@
 enum { DT_F16 = 0, DT_Q4_0 = 1, DT_Q4_1 = 2, DT_Q8_0 = 3 };
 #define QK 32
 #define TILE 8
+/* GEMMs with fewer multiply-adds (per eight tokens) than this run on the calling thread */
+#ifndef GEMM_SPLIT_MACS
+#define GEMM_SPLIT_MACS (1 << 21)
+#endif
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The worker pool: a call is cut into chunks that any thread may claim, and the calling thread never waits for a
+ * worker that has not started. A fork/join (OpenMP's) waits at its barrier for every thread of the team; on a
+ * loaded host a worker the OS has not scheduled yet holds the caller for a whole time slice, and waking a sleeping
+ * worker costs tens of microseconds on a VM, a decode step making ~150 such calls. Here the caller claims chunks
+ * itself from the first one on; workers that are awake join in; the caller waits only for chunks a worker has
+ * claimed and not finished. Workers spin briefly between calls (a decode layer's GEMMs come microseconds apart),
+ * then sleep on a condition variable.
+ *
+ * The claim word holds (generation << 32 | next chunk): a worker reads the job's fields after reading the word and
+ * claims with a compare-and-swap of that exact word, so a claim succeeds only while that job is still open (the
+ * word only grows, and the caller rewrites the fields only after every chunk of the previous job is done).
+ */
+typedef void (*chunk_fn)(void *ctx, int64_t chunk, int worker);
+static pthread_mutex_t pool_call_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time (several chips' threads) */
+
+#define POOL_MAX 64
+static struct {
+    _Atomic uint64_t claim;
+    _Atomic int64_t done;
+    _Atomic(chunk_fn) fn;
+    _Atomic(void *) ctx;
+    _Atomic int64_t total;
+    _Atomic int team; /* workers 1..team-1 take part in the current job */
+    _Atomic int sleepers;
+    _Atomic int started; /* workers created */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_mutex_t create_mu;
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .create_mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Claim and run chunks of the job whose claim word was `w` until it is exhausted or replaced. */
+static void pool_work(uint64_t w, int worker) {
+    for (;;) {
+        uint32_t gen = (uint32_t)(w >> 32);
+        int64_t idx = (int64_t)(w & 0xffffffffu);
+        chunk_fn fn = atomic_load_explicit(&pool.fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&pool.ctx, memory_order_relaxed);
+        int64_t total = atomic_load_explicit(&pool.total, memory_order_relaxed);
+        int team = atomic_load_explicit(&pool.team, memory_order_relaxed);
+        if (idx >= total || worker >= team) return;
+        if (atomic_compare_exchange_weak(&pool.claim, &w, w + 1)) {
+            fn(ctx, idx, worker);
+            atomic_fetch_add(&pool.done, 1);
+            w = atomic_load(&pool.claim);
+        } else if ((uint32_t)(w >> 32) != gen) {
+            return; /* a newer job: the caller of that one publishes it again to the loop below */
+        }
+    }
+}
+
+static void *pool_main(void *arg) {
+    int worker = (int)(intptr_t)arg;
+    uint32_t seen = 0;
+    for (;;) {
+        uint64_t w = atomic_load(&pool.claim);
+        /* ~100 us of polling (8000 pauses: ~11 ns each on the reference machine) before sleeping */
+        for (int spin = 0; (uint32_t)(w >> 32) == seen && spin < 8000; spin++) {
+            _mm_pause();
+            w = atomic_load(&pool.claim);
+        }
+        if ((uint32_t)(w >> 32) == seen) {
+            atomic_fetch_add(&pool.sleepers, 1);
+            pthread_mutex_lock(&pool.mu);
+            while ((uint32_t)((w = atomic_load(&pool.claim)) >> 32) == seen) pthread_cond_wait(&pool.cv, &pool.mu);
+            pthread_mutex_unlock(&pool.mu);
+            atomic_fetch_sub(&pool.sleepers, 1);
+        }
+        seen = (uint32_t)(w >> 32);
+        pool_work(w, worker);
+    }
+    return NULL;
+}
+
+/* Start workers so that `threads` threads (the caller and threads-1 workers) exist; returns how many can take part. */
+static int pool_ensure(int threads) {
+    if (threads > POOL_MAX) threads = POOL_MAX;
+    if (atomic_load(&pool.started) >= threads - 1) return threads;
+    pthread_mutex_lock(&pool.create_mu);
+    int have = atomic_load(&pool.started);
+    while (have < threads - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, pool_main, (void *)(intptr_t)(have + 1));
+        pthread_attr_destroy(&attr);
+        if (rc != 0) break;
+        atomic_store(&pool.started, ++have);
+    }
+    pthread_mutex_unlock(&pool.create_mu);
+    return have + 1 < threads ? have + 1 : threads;
+}
+
+/* A forked child has the parent's pool state but none of its threads: forget them (they are started again). */
+static void pool_atfork_child(void) {
+    atomic_store(&pool.started, 0);
+    atomic_store(&pool.sleepers, 0);
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.cv, NULL);
+    pthread_mutex_init(&pool.create_mu, NULL);
+    pthread_mutex_init(&pool_call_mu, NULL);
+}
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static void pool_init(void) { pthread_atfork(NULL, NULL, pool_atfork_child); }
+
+/* Run fn(ctx, chunk, worker) for chunk 0..total-1 on up to `threads` threads (worker 0 is the caller). */
+static void pool_run(chunk_fn fn, void *ctx, int64_t total, int threads) {
+    if (threads > 1 && total > 1) {
+        pthread_once(&pool_once, pool_init);
+        threads = pool_ensure(threads);
+    }
+    if (threads <= 1 || total <= 1 || pthread_mutex_trylock(&pool_call_mu) != 0) {
+        /* one thread, one chunk, or another chip's thread holds the pool: this call runs on its own thread */
+        for (int64_t i = 0; i < total; i++) fn(ctx, i, 0);
+        return;
+    }
+    atomic_store_explicit(&pool.fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&pool.ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&pool.total, total, memory_order_relaxed);
+    atomic_store_explicit(&pool.team, threads, memory_order_relaxed);
+    atomic_store(&pool.done, 0);
+    uint64_t gen = (atomic_load(&pool.claim) >> 32) + 1;
+    atomic_store(&pool.claim, gen << 32); /* publishes the fields above (seq_cst) */
+    if (atomic_load(&pool.sleepers) > 0) {
+        pthread_mutex_lock(&pool.mu);
+        pthread_cond_broadcast(&pool.cv);
+        pthread_mutex_unlock(&pool.mu);
+    }
+    pool_work(gen << 32, 0);
+    for (int spin = 0; atomic_load(&pool.done) < total; spin++) { /* chunks a worker claimed and is finishing */
+        if (spin < 20000) _mm_pause();
+        else sched_yield(); /* that worker was preempted: let it have this core */
+    }
+    pthread_mutex_unlock(&pool_call_mu);
+}
+
+/* Scratch of `bytes` on 64-byte lines (a multiple of 64 bytes, as aligned_alloc wants), freed with free. */
+static void *scratch_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
 
 static inline float hsum256(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -114,18 +266,63 @@ ALWAYS_INLINE void load32(int dtype, const uint8_t *row, int64_t c, __m512 w[2])
     w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
 }
 
-/* One row against NT (1..TILE, a constant after inlining) tokens. Each token has two accumulators (the block's two
- * halves) and, for one or two tokens, two more for odd blocks: enough independent FMA chains to hide the latency. */
-ALWAYS_INLINE void row_tile(int dtype, const uint8_t *row, int64_t cols, const float *X, int64_t ldx, int NT,
-                            float *out) {
+/* A row's block scales as fp32, converted sixteen blocks at a time (a gather of the blocks' first four bytes): the
+ * inner loop then broadcasts them from memory, a load, instead of converting each block's fp16 scale on the vector
+ * ports the FMAs need. d[b] always; m[b] for q4_1. Exactly the values h2f gives. */
+#define MAX_SCALE_BLOCKS 1024
+static void row_scales(int dtype, const uint8_t *row, int64_t nb, float *d, float *m) {
+    int bs = dtype == DT_Q4_0 ? 18 : dtype == DT_Q4_1 ? 20 : 34;
+    const __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(bs));
+    for (int64_t b = 0; b < nb; b += 16) {
+        int64_t left = nb - b;
+        __mmask16 k = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, step, row + b * bs, 1);
+        _mm512_mask_storeu_ps(d + b, k, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)));
+        if (dtype == DT_Q4_1)
+            _mm512_mask_storeu_ps(m + b, k, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16))));
+    }
+}
+
+/* load32 of a quantised block with its scales already converted (row_scales). */
+ALWAYS_INLINE void load32_scaled(int dtype, const uint8_t *row, int64_t c, const float *ds, const float *ms,
+                                 __m512 w[2]) {
+    int64_t b = c / QK;
+    __m512 d = _mm512_set1_ps(ds[b]);
+    if (dtype == DT_Q8_0) {
+        const uint8_t *blk = row + b * 34;
+        __m128i q0 = _mm_loadu_si128((const __m128i *)(blk + 2)), q1 = _mm_loadu_si128((const __m128i *)(blk + 18));
+        w[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+        w[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+        return;
+    }
+    const uint8_t *qs = row + b * (dtype == DT_Q4_0 ? 18 : 20) + (dtype == DT_Q4_0 ? 2 : 4);
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 table = dtype == DT_Q4_0 ? _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), d)
+                                    : _mm512_fmadd_ps(iota, d, _mm512_set1_ps(ms[b]));
+    __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
+    w[0] = _mm512_permutexvar_ps(bytes, table);
+    w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
+}
+
+/* One row against NT (1..TILE, a constant after inlining) tokens, SCALED: the block scales come from ds/ms. Each
+ * token has two accumulators (the block's two halves) and, for one or two tokens, two more for odd blocks: enough
+ * independent FMA chains to hide the latency. */
+ALWAYS_INLINE void row_tile_with(int dtype, const uint8_t *row, int64_t cols, const float *X, int64_t ldx, int NT,
+                                 float *out, int SCALED, const float *ds, const float *ms) {
     int64_t vec = cols / QK * QK, c = 0;
     __m512 acc[TILE][4];
     for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = _mm512_setzero_ps();
     if (NT <= 2) {
         for (; c + 2 * QK <= vec; c += 2 * QK) {
             __m512 w[2], u[2];
-            load32(dtype, row, c, w);
-            load32(dtype, row, c + QK, u);
+            if (SCALED) {
+                load32_scaled(dtype, row, c, ds, ms, w);
+                load32_scaled(dtype, row, c + QK, ds, ms, u);
+            } else {
+                load32(dtype, row, c, w);
+                load32(dtype, row, c + QK, u);
+            }
             for (int t = 0; t < NT; t++) {
                 const float *x = X + t * ldx + c;
                 acc[t][0] = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(x), acc[t][0]);
@@ -137,7 +334,8 @@ ALWAYS_INLINE void row_tile(int dtype, const uint8_t *row, int64_t cols, const f
     }
     for (; c < vec; c += QK) {
         __m512 w[2];
-        load32(dtype, row, c, w);
+        if (SCALED) load32_scaled(dtype, row, c, ds, ms, w);
+        else load32(dtype, row, c, w);
         for (int t = 0; t < NT; t++) {
             const float *x = X + t * ldx + c;
             acc[t][0] = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(x), acc[t][0]);
@@ -150,6 +348,18 @@ ALWAYS_INLINE void row_tile(int dtype, const uint8_t *row, int64_t cols, const f
         for (int64_t k = vec; k < cols; k++) s += scalar_weight(dtype, row, k) * X[t * ldx + k];
         out[t] = s;
     }
+}
+
+ALWAYS_INLINE void row_tile(int dtype, const uint8_t *row, int64_t cols, const float *X, int64_t ldx, int NT,
+                            float *out) {
+    int64_t nb = cols / QK;
+    if (dtype == DT_F16 || nb > MAX_SCALE_BLOCKS) {
+        row_tile_with(dtype, row, cols, X, ldx, NT, out, 0, NULL, NULL);
+        return;
+    }
+    float ds[MAX_SCALE_BLOCKS], ms[MAX_SCALE_BLOCKS];
+    row_scales(dtype, row, nb, ds, ms);
+    row_tile_with(dtype, row, cols, X, ldx, NT, out, 1, ds, ms);
 }
 #else
 /* 32 consecutive weights starting at column c of a row, as four vectors of eight floats. */
@@ -258,24 +468,165 @@ static void gemm_block(int dtype, const uint8_t *W, int64_t rb, int64_t r0, int6
     }
 }
 
+#if CALCTL_AVX512
+/* Many tokens (prefill, PANEL_MIN or more): each 16-row chunk is dequantised once into an fp32 strip, then multiplied
+ * with the tokens as vectors of sixteen. X is first laid out as panels XP[token / 16][col][token % 16] (zeros past n);
+ * Y[t0..t0+16, r] accumulates W[r, c] (broadcast from the strip) times XP[t0 / 16][c] over c, one accumulator per
+ * (row, token vector), eight rows by two token vectors at a time: no dequantisation and no horizontal sum in the
+ * inner loop, which is then FMA-bound. Each output is one fp32 sum in column order. */
+#define PANEL_MIN 16
+#define STRIP 16
+#define PANEL_BYTES (1 << 20)
+
+/* Rows r0..r1 of W dequantised to fp32, row-major, `cols` apart. */
+static void dequant_strip(int dtype, const uint8_t *W, int64_t rb, int64_t r0, int64_t r1, int64_t cols, float *out) {
+    int64_t vec = cols / QK * QK;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = W + r * rb;
+        float *o = out + (r - r0) * cols;
+        for (int64_t c = 0; c < vec; c += QK) {
+            __m512 w[2];
+            load32(dtype, row, c, w);
+            _mm512_storeu_ps(o + c, w[0]);
+            _mm512_storeu_ps(o + c + 16, w[1]);
+        }
+        for (int64_t c = vec; c < cols; c++) o[c] = scalar_weight(dtype, row, c);
+    }
+}
+
+/* R (1..8) rows of the strip against TV (1..2) token vectors of the panels; stores the valid tokens' outputs. */
+ALWAYS_INLINE void panel_tile(const float *strip, int64_t cols, int R, const float *xp, int64_t panel, int TV,
+                              int64_t t0, int64_t n, float *Y, int64_t ldy, int64_t r) {
+    __m512 acc[8][2];
+    for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < cols; c++) {
+        __m512 x0 = _mm512_load_ps(xp + c * 16), x1 = TV > 1 ? _mm512_load_ps(xp + panel + c * 16) : x0;
+        for (int i = 0; i < R; i++) {
+            __m512 w = _mm512_set1_ps(strip[i * cols + c]);
+            acc[i][0] = _mm512_fmadd_ps(w, x0, acc[i][0]);
+            if (TV > 1) acc[i][1] = _mm512_fmadd_ps(w, x1, acc[i][1]);
+        }
+    }
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i idx = _mm512_mullo_epi32(lanes, _mm512_set1_epi32((int)ldy));
+    for (int v = 0; v < TV; v++) {
+        int64_t t = t0 + 16 * v, left = n - t;
+        __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        for (int i = 0; i < R; i++) _mm512_mask_i32scatter_ps(Y + t * ldy + r + i, m, idx, acc[i][v], 4);
+    }
+}
+
+#define PANEL_TV(RR)                                                                                                 \
+    do {                                                                                                             \
+        if (tv2) panel_tile(strip + (i0)*cols, cols, RR, xp, panel, 2, t0, n, Y, ldy, r0 + i0);                     \
+        else panel_tile(strip + (i0)*cols, cols, RR, xp, panel, 1, t0, n, Y, ldy, r0 + i0);                         \
+    } while (0)
+
+static void panel_rows(const float *strip, int64_t r0, int64_t nr, int64_t cols, const float *XP, int64_t n, float *Y,
+                       int64_t ldy) {
+    int64_t panel = cols * 16, ntv = (n + 15) / 16;
+    for (int64_t v = 0; v < ntv; v += 2) {
+        const float *xp = XP + v * panel;
+        int tv2 = v + 1 < ntv;
+        int64_t t0 = v * 16;
+        for (int64_t i0 = 0; i0 < nr; i0 += 8) {
+            switch (nr - i0 >= 8 ? 8 : nr - i0) {
+            case 1: PANEL_TV(1); break;
+            case 2: PANEL_TV(2); break;
+            case 3: PANEL_TV(3); break;
+            case 4: PANEL_TV(4); break;
+            case 5: PANEL_TV(5); break;
+            case 6: PANEL_TV(6); break;
+            case 7: PANEL_TV(7); break;
+            default: PANEL_TV(8); break;
+            }
+        }
+    }
+}
+#endif
+
+typedef struct {
+    int dtype;
+    const uint8_t *W;
+    int64_t rb, rows, cols, ldx, n, ldy, chunk_rows;
+    const float *X;
+    float *Y;
+    const float *XP;  /* the token panels, or NULL: the tiled path */
+    float *strips;    /* one fp32 strip of chunk_rows x cols per worker (the panel path) */
+} gemm_job;
+
+static void gemm_chunk(void *ctx, int64_t chunk, int worker) {
+    const gemm_job *j = ctx;
+    int64_t r0 = chunk * j->chunk_rows, r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
+#if CALCTL_AVX512
+    if (j->XP != NULL) {
+        float *strip = j->strips + (int64_t)worker * j->chunk_rows * j->cols;
+        dequant_strip(j->dtype, j->W, j->rb, r0, r1, j->cols, strip);
+        panel_rows(strip, r0, r1 - r0, j->cols, j->XP, j->n, j->Y, j->ldy);
+        return;
+    }
+#else
+    (void)worker;
+#endif
+    for (int64_t t0 = 0; t0 < j->n; t0 += TILE) {
+        int nt = (int)(j->n - t0 < TILE ? j->n - t0 : TILE);
+        gemm_block(j->dtype, j->W, j->rb, r0, r1, j->cols, j->X + t0 * j->ldx, j->ldx, nt, j->Y + t0 * j->ldy, j->ldy);
+    }
+}
+
 /* Y[n, rows] (leading dimension ldy) = X[n, cols] (leading dimension ldx) times W[rows, cols]^T.
- * Returns 0, or -1 for a dtype/shape the kernel does not take (quantised cols must be a multiple of 32). */
+ * Returns 0, or -1 for a dtype/shape the kernel does not take (quantised cols must be a multiple of 32) or an
+ * allocation failure. */
 int calctl_wgemm(int dtype, const uint8_t *W, int64_t rows, int64_t cols, const float *X, int64_t ldx, int64_t n,
                  float *Y, int64_t ldy, int threads) {
     int64_t rb = row_bytes(dtype, cols);
     if (rb < 0 || rows < 0 || cols < 0 || n < 0 || (dtype != DT_F16 && cols % QK)) return -1;
     if (threads < 1) threads = 1;
-    /* Little work: stay on the calling thread. A fork/join costs a few microseconds on an idle machine and a
-     * scheduler slice on a loaded one, so only large GEMMs (the LM head, prefill, batched lanes) are split. */
-    if (rows * cols * (n < TILE ? n : TILE) < (1 << 21)) threads = 1;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-        int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows;
-        for (int64_t t0 = 0; t0 < n; t0 += TILE) {
-            int nt = (int)(n - t0 < TILE ? n - t0 : TILE);
-            gemm_block(dtype, W, rb, r0, r1, cols, X + t0 * ldx, ldx, nt, Y + t0 * ldy, ldy);
-        }
+    if (threads > POOL_MAX) threads = POOL_MAX;
+    /* Little work: stay on the calling thread (a chunk hand-off costs a few microseconds). */
+    if (rows * cols * (n < TILE ? n : TILE) < GEMM_SPLIT_MACS) threads = 1;
+    gemm_job j = {dtype, W, rb, rows, cols, ldx, n, ldy, 16, X, Y, NULL, NULL};
+    float *buf = NULL;
+#if CALCTL_AVX512
+    if (n > 1 && n < PANEL_MIN && ((uintptr_t)X % 64 || ldx % 16)) {
+        /* Several tokens' rows that are not on 64-byte lines: every vector load of X would split two cache lines
+         * (an 8-token q4_1 GEMM ran 1.4x, the q8_0 LM head 1.6x slower). Copy them to aligned rows. */
+        int64_t lda = (cols + 15) / 16 * 16;
+        buf = scratch_alloc((size_t)(n * lda) * sizeof(float));
+        if (buf == NULL) return -1;
+        for (int64_t t = 0; t < n; t++) memcpy(buf + t * lda, X + t * ldx, (size_t)cols * sizeof(float));
+        j.X = buf;
+        j.ldx = lda;
     }
+    if (n >= PANEL_MIN && ldy <= INT32_MAX / 16) {
+        /* Tokens in blocks whose panels take at most ~1 MB (at least 16 tokens), so the scratch stays small and is
+         * reused from the heap: freeing prefill-sized buffers of every size left glibc's heap 20 MB larger. */
+        int64_t tb = (PANEL_BYTES / (cols * 64)) * 16;
+        tb = tb < 16 ? 16 : tb > n ? (n + 15) / 16 * 16 : tb;
+        int64_t panels = tb * cols;
+        buf = scratch_alloc((size_t)(panels + (int64_t)threads * STRIP * cols) * sizeof(float));
+        if (buf == NULL) return -1;
+        j.XP = buf;
+        j.strips = buf + panels;
+        j.chunk_rows = STRIP;
+        for (int64_t t0 = 0; t0 < n; t0 += tb) {
+            int64_t nb = n - t0 < tb ? n - t0 : tb, ntv = (nb + 15) / 16;
+            for (int64_t v = 0; v < ntv; v++)
+                for (int64_t c = 0; c < cols; c++)
+                    for (int64_t k = 0; k < 16; k++) {
+                        int64_t t = v * 16 + k;
+                        buf[(v * cols + c) * 16 + k] = t < nb ? X[(t0 + t) * ldx + c] : 0.0f;
+                    }
+            j.n = nb;
+            j.Y = Y + t0 * ldy;
+            pool_run(gemm_chunk, &j, (rows + j.chunk_rows - 1) / j.chunk_rows, threads);
+        }
+        free(buf);
+        return 0;
+    }
+#endif
+    pool_run(gemm_chunk, &j, (rows + j.chunk_rows - 1) / j.chunk_rows, threads);
+    free(buf);
     return 0;
 }
 
@@ -339,11 +690,58 @@ static inline float dot(const float *a, const float *b, int64_t n) {
  *   out   [n, heads * hd]
  *
  * Writes knew/vnew at pos in each cache first. Returns 0, or -1 for a bad shape or an allocation failure. */
+typedef struct {
+    int64_t heads, hd, kw, group, ldq, scratch;
+    const float *q;
+    const int64_t *kc, *vc, *pos;
+    float *out, *work, scale;
+} attend_job;
+
+/* One (lane, head) of the decode attention; `worker` picks that thread's scratch (scores, accumulator). */
+static void attend_chunk(void *ctx, int64_t job, int worker) {
+    const attend_job *a = ctx;
+    int64_t hd = a->hd, kw = a->kw, l = job / a->heads, h = job % a->heads, g = h / a->group, len = a->pos[l] + 1;
+    float *scores = a->work + worker * a->scratch, *acc = scores + (a->scratch - hd);
+    const float *qh = a->q + l * a->ldq + h * hd;
+    const float *K = (const float *)(intptr_t)a->kc[l] + g * hd, *V = (const float *)(intptr_t)a->vc[l] + g * hd;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; j++) {
+        float s = dot(qh, K + j * kw, hd) * a->scale;
+        scores[j] = s;
+        mx = s > mx ? s : mx;
+    }
+    __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmx));
+        _mm256_storeu_ps(scores + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    if (j < len) { /* the tail through the same vector exp (padding lanes are zeroed by the mask) */
+        float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t i = j; i < len; i++) tail[i - j] = scores[i] - mx;
+        __m256 e = exp256(_mm256_loadu_ps(tail));
+        _mm256_storeu_ps(tail, e);
+        for (int64_t i = j; i < len; i++) scores[i] = tail[i - j];
+        for (int64_t i = len - j; i < 8; i++) tail[i] = 0.0f;
+        vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(tail));
+    }
+    float inv = 1.0f / hsum256(vsum);
+    for (int64_t d = 0; d < hd; d++) acc[d] = 0.0f;
+    for (int64_t jj = 0; jj < len; jj++) {
+        const float *v = V + jj * kw;
+        float w = scores[jj];
+        for (int64_t d = 0; d < hd; d++) acc[d] += w * v[d];
+    }
+    float *o = a->out + l * a->heads * hd + h * hd;
+    for (int64_t d = 0; d < hd; d++) o[d] = acc[d] * inv;
+}
+
 static int attend(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const float *q, int64_t ldq,
                   const float *knew, const float *vnew, int64_t ldkv, const int64_t *kc, const int64_t *vc,
                   const int64_t *pos, float *out, int threads) {
     if (n < 0 || heads < 1 || kv_heads < 1 || hd < 1 || heads % kv_heads) return -1;
-    int64_t kw = kv_heads * hd, group = heads / kv_heads, maxlen = 0, work = 0;
+    int64_t kw = kv_heads * hd, maxlen = 0, work = 0;
     for (int64_t l = 0; l < n; l++) {
         if (pos[l] < 0) return -1;
         memcpy((float *)(intptr_t)kc[l] + pos[l] * kw, knew + l * ldkv, (size_t)kw * sizeof(float));
@@ -352,59 +750,15 @@ static int attend(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const 
         work += pos[l] + 1;
     }
     if (threads < 1) threads = 1;
+    if (threads > POOL_MAX) threads = POOL_MAX;
     if (work * heads * hd < (1 << 18)) threads = 1;
-    const float scale = 1.0f / sqrtf((float)hd);
-    int failed = 0;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        float *scores = malloc((size_t)(maxlen + 8) * sizeof(float));
-        float *acc = malloc((size_t)hd * sizeof(float));
-        if (scores == NULL || acc == NULL) {
-#pragma omp atomic write
-            failed = 1;
-        } else {
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t job = 0; job < n * heads; job++) {
-                int64_t l = job / heads, h = job % heads, g = h / group, len = pos[l] + 1;
-                const float *qh = q + l * ldq + h * hd;
-                const float *K = (const float *)(intptr_t)kc[l] + g * hd, *V = (const float *)(intptr_t)vc[l] + g * hd;
-                float mx = -INFINITY;
-                for (int64_t j = 0; j < len; j++) {
-                    float s = dot(qh, K + j * kw, hd) * scale;
-                    scores[j] = s;
-                    mx = s > mx ? s : mx;
-                }
-                __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
-                int64_t j = 0;
-                for (; j + 8 <= len; j += 8) {
-                    __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmx));
-                    _mm256_storeu_ps(scores + j, e);
-                    vsum = _mm256_add_ps(vsum, e);
-                }
-                if (j < len) { /* the tail through the same vector exp (padding lanes are zeroed by the mask) */
-                    float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                    for (int64_t i = j; i < len; i++) tail[i - j] = scores[i] - mx;
-                    __m256 e = exp256(_mm256_loadu_ps(tail));
-                    _mm256_storeu_ps(tail, e);
-                    for (int64_t i = j; i < len; i++) scores[i] = tail[i - j];
-                    for (int64_t i = len - j; i < 8; i++) tail[i] = 0.0f;
-                    vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(tail));
-                }
-                float inv = 1.0f / hsum256(vsum);
-                for (int64_t d = 0; d < hd; d++) acc[d] = 0.0f;
-                for (int64_t jj = 0; jj < len; jj++) {
-                    const float *v = V + jj * kw;
-                    float w = scores[jj];
-                    for (int64_t d = 0; d < hd; d++) acc[d] += w * v[d];
-                }
-                float *o = out + l * heads * hd + h * hd;
-                for (int64_t d = 0; d < hd; d++) o[d] = acc[d] * inv;
-            }
-        }
-        free(scores);
-        free(acc);
-    }
-    return failed ? -1 : 0;
+    attend_job a = {heads, hd, kw, heads / kv_heads, ldq, maxlen + 8 + hd, q, kc, vc, pos, out, NULL,
+                    1.0f / sqrtf((float)hd)};
+    a.work = scratch_alloc((size_t)(threads * a.scratch) * sizeof(float));
+    if (a.work == NULL) return -1;
+    pool_run(attend_chunk, &a, n * heads, threads);
+    free(a.work);
+    return 0;
 }
 
 int calctl_attend_decode(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const float *q, const float *knew,
@@ -455,10 +809,12 @@ int calctl_decode_layer(const calctl_layer *L, int64_t n, float *x, const float 
                         const int64_t *kc, const int64_t *vc, const int64_t *pos, int threads) {
     int64_t d = L->d_model, hd = L->hd, qw = L->heads * hd, kw = L->kv_heads * hd, rows = qw + 2 * kw, ff = L->d_ff;
     if (n < 1 || d < 1 || hd < 2 || hd % 2 || L->heads % L->kv_heads) return -1;
-    int64_t need = n * (d + rows + qw + 2 * ff);
-    float *buf = malloc((size_t)need * sizeof(float));
+    /* each buffer on 64-byte lines, so the GEMMs read their rows without copying them (when d, rows, qw and 2 ff
+     * are multiples of 16, as in most models) */
+    int64_t na = (n * d + 15) / 16 * 16, nq = (n * rows + 15) / 16 * 16, nt = (n * qw + 15) / 16 * 16;
+    float *buf = scratch_alloc((size_t)(na + nq + nt + (n * 2 * ff + 15) / 16 * 16) * sizeof(float));
     if (buf == NULL) return -1;
-    float *a = buf, *qkv = a + n * d, *att = qkv + n * rows, *gu = att + n * qw;
+    float *a = buf, *qkv = a + na, *att = qkv + nq, *gu = att + nt;
     int rc = 0;
     for (int64_t t = 0; t < n; t++) rms_row(x + t * d, L->attn_norm, d, L->eps, a + t * d);
     rc |= calctl_wgemm(L->qkv_dtype, L->wqkv, rows, d, a, d, n, qkv, rows, threads);

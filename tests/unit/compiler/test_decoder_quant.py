@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,93 @@ def test_native_gemm_equals_the_dequantised_matrix(kernels: native.Kernels, dtyp
     y = np.full((n, rows), np.nan, np.float32)
     kernels.gemm(dtype, data, rows, cols, x, y)
     np.testing.assert_allclose(y, x.astype(np.float64) @ ref, rtol=1e-5, atol=1e-4)
+
+
+def _stored(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Stored rows of a random ``[cols, rows]`` matrix in ``dtype`` and the float64 matrix they hold."""
+    w = rng.standard_normal((cols, rows)).astype(np.float32)
+    if dtype == "fp16":
+        return np.ascontiguousarray(w.T.astype(np.float16)), w.astype(np.float16).astype(np.float64)
+    q = quant.quantize("layers.0.wq", dtype, w)
+    return q.data, q.dequantize().astype(np.float64)
+
+
+def _at_offset(a: np.ndarray, offset: int) -> np.ndarray:
+    """A C-contiguous copy of ``a`` starting ``offset`` bytes past a 64-byte line (0: on the line)."""
+    buf = np.empty(a.nbytes + 128, np.uint8)
+    start = (-buf.ctypes.data) % 64 + offset
+    out = buf[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % 64 == offset
+    return out
+
+
+#: Large enough that the kernel splits the rows over threads (2M multiply-adds per eight tokens) and takes its
+#: many-token path from 16 tokens on; rows that are not a multiple of the 16-row chunk or 8-row tile, odd fp16 cols.
+SPLIT_SHAPES = {"fp16": (2705, 97), "q4_0": (1031, 288), "q4_1": (1031, 288), "q8_0": (1031, 288)}
+
+
+@pytest.mark.parametrize("dtype", ["fp16", *sorted(QTYPES)])
+def test_a_batched_gemm_equals_one_gemv_per_lane_on_any_thread_count(kernels: native.Kernels, dtype: str) -> None:
+    rng = np.random.default_rng(7)
+    rows, cols = SPLIT_SHAPES[dtype]
+    data, ref = _stored(dtype, rows, cols, rng)
+    for n, offset in [(n, 0) for n in (1, 5, 8, 9, 16, 17, 40)] + [(3, 16), (8, 4)]:
+        x = _at_offset(rng.standard_normal((n, cols)).astype(np.float32), offset)
+        lanes = np.full((n, rows), np.nan, np.float32)
+        for i in range(n):
+            kernels.gemm(dtype, data, rows, cols, x[i : i + 1], lanes[i : i + 1], n_threads=1)
+        by_threads = []
+        for t in (1, 2, 3):
+            y = np.full((n, rows), np.nan, np.float32)
+            kernels.gemm(dtype, data, rows, cols, x, y, n_threads=t)
+            by_threads.append(y)
+        want = x.astype(np.float64) @ ref
+        scale = np.sqrt(cols / 160)  # fp32 summation error grows with the row length
+        np.testing.assert_allclose(by_threads[0], lanes, rtol=1e-5, atol=1e-4 * scale, err_msg=f"n={n} at {offset}")
+        np.testing.assert_allclose(by_threads[0], want, rtol=1e-5, atol=1e-4 * scale, err_msg=f"n={n}")
+        for t, y in zip((2, 3), by_threads[1:], strict=True):  # each row is summed by one thread, in one order
+            np.testing.assert_array_equal(y, by_threads[0], err_msg=f"n={n}, {t} threads")
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "q8_0"])
+def test_a_long_prompt_gemm_in_several_token_blocks_equals_the_reference(kernels: native.Kernels, dtype: str) -> None:
+    """Rows of 4096 weights: the many-token path takes the prompt in blocks of 48 tokens (its ~1 MB panels)."""
+    rng = np.random.default_rng(9)
+    rows, cols, n = 40, 4096, 100
+    data, ref = _stored(dtype, rows, cols, rng)
+    x = rng.standard_normal((n, cols)).astype(np.float32)
+    y = np.full((n, rows), np.nan, np.float32)
+    kernels.gemm(dtype, data, rows, cols, x, y, n_threads=2)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ ref, rtol=1e-5, atol=1e-4 * np.sqrt(cols / 160))
+
+
+def test_concurrent_gemms_from_two_threads_give_the_serial_results(kernels: native.Kernels) -> None:
+    """Two chips' threads calling the kernel at once (one takes the worker pool, the other runs alone)."""
+    rng = np.random.default_rng(8)
+    rows, cols = SPLIT_SHAPES["q4_1"]
+    data, _ = _stored("q4_1", rows, cols, rng)
+    xs = [rng.standard_normal((n, cols)).astype(np.float32) for n in (8, 24)]
+    want = []
+    for x in xs:
+        y = np.empty((x.shape[0], rows), np.float32)
+        kernels.gemm("q4_1", data, rows, cols, x, y, n_threads=1)
+        want.append(y)
+    bad: list[str] = []
+
+    def hammer(i: int) -> None:
+        for rep in range(40):
+            y = np.full_like(want[i], np.nan)
+            kernels.gemm("q4_1", data, rows, cols, xs[i], y, n_threads=2)
+            if not np.array_equal(y, want[i]):
+                bad.append(f"caller {i} repetition {rep}")
+
+    callers = [threading.Thread(target=hammer, args=(i,)) for i in range(2)]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join()
+    assert not bad, bad
 
 
 #: Qwen2-shaped: q/k/v biases, interleaved RoPE, an untied LM head (the fused native layer's other branches).
