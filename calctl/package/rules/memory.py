@@ -443,22 +443,20 @@ class SectionFileFits(PackageRule):
                     continue
                 n += 1
                 size = ctx.walk.entries[s.file].size
+                # (message, the field at fault, what it must be, what it is) for the first bound the file breaks
+                broken: tuple[str, str, str, int] | None = None
                 if s.offset > size:
-                    yield self.problem(
-                        f"section {s.name} starts past the end of its file",
-                        file=s.file,
-                        field=f"{s.pointer}/offset",
-                        expected=f"<= {size}",
-                        found=s.offset,
-                    )
+                    broken = (f"section {s.name} starts past the end of its file", "offset", f"<= {size}", s.offset)
                 elif size - s.offset > s.size:
-                    yield self.problem(
+                    broken = (
                         f"the file of section {s.name} is larger than the section",
-                        file=s.file,
-                        field=f"{s.pointer}/size",
-                        expected=f">= {size - s.offset}",
-                        found=s.size,
+                        "size",
+                        f">= {size - s.offset}",
+                        s.size,
                     )
+                if broken:
+                    message, key, expected, found = broken
+                    yield self.problem(message, file=s.file, field=f"{s.pointer}/{key}", expected=expected, found=found)
         yield self.note(f"{n} section files fit their sections")
 
 
