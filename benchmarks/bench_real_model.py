@@ -371,8 +371,9 @@ def _texts(result: dict[str, object]) -> list[str]:
 
 
 def transformers_texts(gguf: Path, max_tokens: int) -> list[str] | str:
-    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
-        return "transformers (and torch) are not installed: no Hugging Face reference text"
+    missing = [m for m in ("transformers", "torch", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:  # transformers loads a GGUF only with accelerate
+        return f"{', '.join(missing)} not installed: no Hugging Face reference text"
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

@@ -10,14 +10,16 @@
  *   3 q8_0  rows x cols/32 blocks of 34 bytes: fp16 d, 32 int8; w = q * d
  *
  * (the GGML block layouts: in a q4 block the low nibbles are elements 0..15, the high nibbles 16..31).
- * X and Y are fp32. Every weight is dequantised inside the kernel, in registers, and multiplied in fp32 with fp32
- * accumulation: the result is the dequantised matrix times X up to fp32 summation order. Nothing is quantised on
- * the activation side (llama.cpp rounds X to 8 bits for its integer dot products; this kernel does not, so it agrees
- * with the float reference to fp32 rounding).
+ * X and Y are fp32. Every weight is dequantised inside the kernel and multiplied with X with fp32 accumulation, so the
+ * result is the dequantised matrix times X up to fp32 rounding. A GEMM of one or two tokens on a quantised dtype (a
+ * decode step's GEMVs) does it in integers: each token's activations are written exactly enough as two 16-bit
+ * integers per element (see "Decode GEMVs" below), and the weight blocks' nibbles or bytes are multiplied with them
+ * exactly (vpmaddwd), which costs about half the instructions of converting every weight to a float. Nothing is
+ * rounded to 8 bits as llama.cpp's integer dot products do.
  *
- * Batching: up to TILE (8) tokens share each dequantised block, one independent accumulator per token (eight FMA
- * chains in flight, what two FMA pipes with a 4-cycle latency need), so a batched decode step of 8 lanes dequantises
- * and reads every weight once, not once per lane. With AVX-512 (-march=native on a CPU that has it) a block is two
+ * Batching (the float path: fp16 weights, prefills): up to TILE (8) tokens share each dequantised block, one
+ * independent accumulator per token (eight FMA chains in flight, what two FMA pipes with a 4-cycle latency need), so
+ * 8 tokens dequantise and read every weight once, not once per token. With AVX-512 (-march=native on a CPU that has it) a block is two
  * 16-float vectors and a q4 block is dequantised by two table permutes (the 16 values q*d+m of the block's scale
  * looked up by nibble); without it, four 8-float vectors. Rows are split over `threads` threads of the worker pool
  * below (chunks of 16 rows that the caller and any awake worker claim).
@@ -58,9 +60,18 @@ enum { DT_F16 = 0, DT_Q4_0 = 1, DT_Q4_1 = 2, DT_Q8_0 = 3 };
 #define TILE 8
 /* GEMMs with fewer multiply-adds (per eight tokens) than this run on the calling thread */
 #ifndef GEMM_SPLIT_MACS
-#define GEMM_SPLIT_MACS (1 << 21)
+#define GEMM_SPLIT_MACS (1 << 16)
 #endif
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* Rows prefetched ahead of the one being read: a decode step streams ~100 MB of weights that no cache holds, and the
+ * hardware prefetcher alone left each core waiting on memory (a SmolLM2 decode step's GEMVs ran 1.5x slower). */
+#define PF_ROWS 8
+
+/* Ask for row r of a matrix of rb-byte rows. The address is computed as an integer: past the last row it is a
+ * prefetch of memory the matrix does not own, which never faults and only costs the bandwidth. */
+static inline void prefetch_row(const uint8_t *W, int64_t rb, int64_t r) {
+    for (int64_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)((uintptr_t)W + (uintptr_t)(r * rb + o)), _MM_HINT_T0);
+}
 
 /* ---------------------------------------------------------------------------------------------------------------
  * The worker pool: a call is cut into chunks that any thread may claim, and the calling thread never waits for a
@@ -441,6 +452,7 @@ ALWAYS_INLINE void rows_tile(int dtype, const uint8_t *W, int64_t rb, int64_t r0
                              const float *X, int64_t ldx, int NT, float *Y, int64_t ldy) {
     for (int64_t r = r0; r < r1; r++) {
         float out[TILE];
+        prefetch_row(W, rb, r + PF_ROWS);
         row_tile(dtype, W + r * rb, cols, X, ldx, NT, out);
         for (int t = 0; t < NT; t++) Y[t * ldy + r] = out[t];
     }
@@ -545,6 +557,161 @@ static void panel_rows(const float *strip, int64_t r0, int64_t nr, int64_t cols,
 }
 #endif
 
+/* ---------------------------------------------------------------------------------------------------------------
+ * Decode GEMVs (n <= QMAX tokens) on the quantised dtypes: activations as 16-bit integers, exact block products.
+ *
+ * Each token's row of X is cut into the weight blocks' 32-column blocks. A block with largest magnitude amax gets the
+ * scale sx = amax / 32767 and every element x is written as sx * (hi + lo / LO_SCALE): hi = round(x / sx), lo =
+ * round((x / sx - hi) * LO_SCALE), both 16-bit. What that leaves out is at most sx / (2 * LO_SCALE), 2^-32 of amax:
+ * below fp32's own rounding, so this path agrees with the float path to fp32 rounding (tests pin it). A weight block
+ * times hi and times lo is exact in integers (vpmaddwd: four products of a nibble or int8 weight and a 16-bit value to
+ * each of eight int32 lanes, at most 4 * 128 * 32767 < 2^24, so the lanes also convert to float exactly); it is
+ * scaled by d * sx (for q4_1 plus m * sx * sum(x), for q4_0 minus 8 * d * sx * sum(x), sum(x) from the same parts)
+ * and the blocks are summed in fp32. With the rows prefetched ahead, one token's GEMV runs at about the speed the
+ * weights stream from memory; for more tokens the float path, which converts each weight once for eight tokens, is
+ * faster, and takes them.
+ */
+#define QMAX 2
+#define QTILE 2
+/* The low part of an activation: what the high part's rounding left, in units of 1 / LO_SCALE of the high part's. */
+#define LO_SCALE 65534.0f
+
+static inline int32_t hsum_epi32(__m256i v) {
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    return _mm_cvtsi128_si32(s4);
+}
+
+/* One token's row x[cols] as x16 (per block b: 32 high parts, then 32 low parts, at x16 + 64 * b) and
+ * sp[2 * b] = sx, sp[2 * b + 1] = sx * (sum(hi) + sum(lo) / LO_SCALE). A block holding a NaN or an infinity gets
+ * sx = NaN, so that the outputs it reaches are NaN as on the float path. */
+static void quant_x(const float *x, int64_t cols, int16_t *x16, float *sp) {
+    for (int64_t b = 0; b < cols / QK; b++) {
+        const float *p = x + b * QK;
+        __m256 a = _mm256_setzero_ps(), z = _mm256_setzero_ps();
+        __m256 sign = _mm256_set1_ps(-0.0f);
+        for (int k = 0; k < 4; k++) {
+            __m256 v = _mm256_loadu_ps(p + 8 * k);
+            a = _mm256_max_ps(a, _mm256_andnot_ps(sign, v));
+            z = _mm256_add_ps(z, _mm256_mul_ps(v, _mm256_setzero_ps())); /* 0, or NaN for a NaN or infinity */
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        float sx = hsum256(z) == 0.0f ? amax / 32767.0f : NAN, id = amax > 0 && sx == sx ? 32767.0f / amax : 0.0f;
+        __m256 vid = _mm256_set1_ps(id), lo_scale = _mm256_set1_ps(LO_SCALE);
+        __m256i hi[4], lo[4], sum = _mm256_setzero_si256(), sum_lo = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(p + 8 * k), vid);
+            hi[k] = _mm256_cvtps_epi32(v);
+            lo[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(v, _mm256_cvtepi32_ps(hi[k])), lo_scale));
+            sum = _mm256_add_epi32(sum, hi[k]);
+            sum_lo = _mm256_add_epi32(sum_lo, lo[k]);
+        }
+        /* packs works within 128-bit lanes: permute4x64 puts the 16 values back in order */
+        int16_t *out = x16 + 2 * QK * b;
+        _mm256_store_si256((__m256i *)out, _mm256_permute4x64_epi64(_mm256_packs_epi32(hi[0], hi[1]), 0xd8));
+        _mm256_store_si256((__m256i *)(out + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(hi[2], hi[3]), 0xd8));
+        _mm256_store_si256((__m256i *)(out + 32), _mm256_permute4x64_epi64(_mm256_packs_epi32(lo[0], lo[1]), 0xd8));
+        _mm256_store_si256((__m256i *)(out + 48), _mm256_permute4x64_epi64(_mm256_packs_epi32(lo[2], lo[3]), 0xd8));
+        sp[2 * b] = sx;
+        sp[2 * b + 1] = sx * ((float)hsum_epi32(sum) + (float)hsum_epi32(sum_lo) / LO_SCALE);
+    }
+}
+
+/* One row against NT (1..QTILE, a constant after inlining) tokens' 16-bit activations; two accumulators per token
+ * (even and odd blocks) so consecutive blocks' FMAs do not wait on each other. */
+ALWAYS_INLINE void qrow_tile(int dtype, const uint8_t *row, int64_t nb, const int16_t *X16, int64_t ldq,
+                             const float *SP, int64_t ldsp, int NT, float *out) {
+    __m256 acc[TILE], acc2[TILE];
+    __m128 macc[TILE];
+    for (int t = 0; t < NT; t++) {
+        acc[t] = _mm256_setzero_ps();
+        acc2[t] = _mm256_setzero_ps();
+        macc[t] = _mm_setzero_ps();
+    }
+    const __m128i m0f = _mm_set1_epi8(0x0f);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i qa, qb;
+        __m128 dm;
+        if (dtype == DT_Q8_0) {
+            const uint8_t *blk = row + b * 34;
+            qa = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 2)));
+            qb = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 18)));
+            dm = _mm_cvtph_ps(_mm_set1_epi16(*(const int16_t *)blk));
+        } else {
+            const uint8_t *blk = row + b * (dtype == DT_Q4_0 ? 18 : 20);
+            __m128i raw = _mm_loadu_si128((const __m128i *)(blk + (dtype == DT_Q4_0 ? 2 : 4)));
+            qa = _mm256_cvtepu8_epi16(_mm_and_si128(raw, m0f));
+            qb = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f));
+            if (dtype == DT_Q4_1) {
+                int32_t dmw; /* d and m: two halves */
+                memcpy(&dmw, blk, 4);
+                dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dmw));
+            } else {
+                dm = _mm_mul_ps(_mm_cvtph_ps(_mm_set1_epi16(*(const int16_t *)blk)), _mm_setr_ps(1, -8, 0, 0));
+            }
+        }
+        for (int t = 0; t < NT; t++) {
+            const __m256i *x = (const __m256i *)(X16 + t * ldq + 2 * QK * b);
+            __m256i ph = _mm256_add_epi32(_mm256_madd_epi16(qa, _mm256_load_si256(x)),
+                                          _mm256_madd_epi16(qb, _mm256_load_si256(x + 1)));
+            __m256i pl = _mm256_add_epi32(_mm256_madd_epi16(qa, _mm256_load_si256(x + 2)),
+                                          _mm256_madd_epi16(qb, _mm256_load_si256(x + 3)));
+            __m256 p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl), _mm256_set1_ps(1.0f / LO_SCALE), _mm256_cvtepi32_ps(ph));
+            __m128 sc = _mm_mul_ps(dm, _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(SP + t * ldsp + 2 * b))));
+            if (dtype != DT_Q8_0) macc[t] = _mm_add_ps(macc[t], sc);
+            if (b & 1) acc2[t] = _mm256_fmadd_ps(p, _mm256_broadcastss_ps(sc), acc2[t]);
+            else acc[t] = _mm256_fmadd_ps(p, _mm256_broadcastss_ps(sc), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        float s = hsum256(_mm256_add_ps(acc[t], acc2[t]));
+        if (dtype != DT_Q8_0) s += _mm_cvtss_f32(_mm_shuffle_ps(macc[t], macc[t], 1));
+        out[t] = s;
+    }
+}
+
+typedef struct {
+    int dtype;
+    const uint8_t *W;
+    int64_t rb, rows, nb, n, ldy, chunk_rows, ldq;
+    const int16_t *X16;
+    const float *SP;
+    float *Y;
+} qjob;
+
+ALWAYS_INLINE void qrows(int dtype, const qjob *j, int64_t r0, int64_t r1, int64_t t0, int NT) {
+    for (int64_t r = r0; r < r1; r++) {
+        float out[TILE];
+        prefetch_row(j->W, j->rb, r + PF_ROWS);
+        qrow_tile(dtype, j->W + r * j->rb, j->nb, j->X16 + t0 * j->ldq, j->ldq, j->SP + 2 * t0 * j->nb, 2 * j->nb, NT,
+                  out);
+        for (int t = 0; t < NT; t++) j->Y[(t0 + t) * j->ldy + r] = out[t];
+    }
+}
+#define QCASES(DT)                                                                                                   \
+    switch (nt) {                                                                                                    \
+    case 1: qrows(DT, j, r0, r1, t0, 1); break;                                                                      \
+    default: qrows(DT, j, r0, r1, t0, 2); break;                                                                     \
+    }
+
+static void qchunk(void *ctx, int64_t chunk, int worker) {
+    (void)worker;
+    const qjob *j = ctx;
+    int64_t r0 = chunk * j->chunk_rows, r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
+    for (int64_t t0 = 0; t0 < j->n; t0 += QTILE) {
+        int nt = (int)(j->n - t0 < QTILE ? j->n - t0 : QTILE);
+        switch (j->dtype) {
+        case DT_Q4_0: QCASES(DT_Q4_0); break;
+        case DT_Q4_1: QCASES(DT_Q4_1); break;
+        default: QCASES(DT_Q8_0); break;
+        }
+    }
+}
+
 typedef struct {
     int dtype;
     const uint8_t *W;
@@ -574,6 +741,29 @@ static void gemm_chunk(void *ctx, int64_t chunk, int worker) {
     }
 }
 
+/* The decode path of calctl_wgemm (see "Decode GEMVs" above). */
+static int qgemm(int dtype, const uint8_t *W, int64_t rb, int64_t rows, int64_t cols, const float *X, int64_t ldx,
+                 int64_t n, float *Y, int64_t ldy, int threads) {
+    int64_t nb = cols / QK;
+    int16_t *x16 = scratch_alloc((size_t)(2 * n * cols) * sizeof(int16_t));
+    float *sp = scratch_alloc((size_t)(n * nb * 2) * sizeof(float));
+    if (x16 == NULL || sp == NULL) {
+        free(x16);
+        free(sp);
+        return -1;
+    }
+    for (int64_t t = 0; t < n; t++) quant_x(X + t * ldx, cols, x16 + 2 * t * cols, sp + t * 2 * nb);
+    /* Chunks of up to 64 rows, at least four per thread: a thread then streams long runs of rows that its prefetches
+     * stay within (16-row chunks, which the threads took in turns, ran 1.3x slower). */
+    int64_t chunk = rows / (4 * (int64_t)threads);
+    chunk = chunk < 16 ? 16 : chunk > 64 ? 64 : chunk;
+    qjob j = {dtype, W, rb, rows, nb, n, ldy, chunk, 2 * cols, x16, sp, Y};
+    pool_run(qchunk, &j, (rows + j.chunk_rows - 1) / j.chunk_rows, threads);
+    free(x16);
+    free(sp);
+    return 0;
+}
+
 /* Y[n, rows] (leading dimension ldy) = X[n, cols] (leading dimension ldx) times W[rows, cols]^T.
  * Returns 0, or -1 for a dtype/shape the kernel does not take (quantised cols must be a multiple of 32) or an
  * allocation failure. */
@@ -585,6 +775,7 @@ int calctl_wgemm(int dtype, const uint8_t *W, int64_t rows, int64_t cols, const 
     if (threads > POOL_MAX) threads = POOL_MAX;
     /* Little work: stay on the calling thread (a chunk hand-off costs a few microseconds). */
     if (rows * cols * (n < TILE ? n : TILE) < GEMM_SPLIT_MACS) threads = 1;
+    if (dtype != DT_F16 && n <= QMAX) return qgemm(dtype, W, rb, rows, cols, X, ldx, n, Y, ldy, threads);
     gemm_job j = {dtype, W, rb, rows, cols, ldx, n, ldy, 16, X, Y, NULL, NULL};
     float *buf = NULL;
 #if CALCTL_AVX512

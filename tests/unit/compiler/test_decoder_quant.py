@@ -51,7 +51,7 @@ def test_a_row_that_is_not_whole_blocks_is_refused() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["fp16", *sorted(QTYPES)])
-@pytest.mark.parametrize("n", [1, 3, 4, 9])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 9])
 def test_native_gemm_equals_the_dequantised_matrix(kernels: native.Kernels, dtype: str, n: int) -> None:
     rng = np.random.default_rng(n)
     rows, cols = 37, 160
@@ -65,6 +65,39 @@ def test_native_gemm_equals_the_dequantised_matrix(kernels: native.Kernels, dtyp
     y = np.full((n, rows), np.nan, np.float32)
     kernels.gemm(dtype, data, rows, cols, x, y)
     np.testing.assert_allclose(y, x.astype(np.float64) @ ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", sorted(QTYPES))
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_integer_decode_path_is_as_exact_as_float32(kernels: native.Kernels, dtype: str, n: int) -> None:
+    """One or two tokens take the 16-bit-parts path: against the float64 product of the dequantised matrix it
+    errs within 8 float32 epsilons of sum(|x| |w|), as float32 summation does. Rounding the activations once to
+    16 bits (the high parts alone) breaks this bound on every dtype here."""
+    rng = np.random.default_rng(7)
+    rows, cols = 64, 1536
+    q = quant.quantize("layers.0.w_down", dtype, rng.standard_normal((cols, rows)).astype(np.float32))
+    ref = q.dequantize().astype(np.float64)
+    x = (rng.standard_normal((n, cols)) * np.logspace(-3, 3, cols)).astype(np.float32)  # blocks of any scale
+    y = np.empty((n, rows), np.float32)
+    kernels.gemm(dtype, q.data, rows, cols, x, y)
+    want = x.astype(np.float64) @ ref
+    bound = 8 * np.finfo(np.float32).eps * (np.abs(x).astype(np.float64) @ np.abs(ref))
+    assert np.all(np.abs(y - want) <= bound), float(np.max(np.abs(y - want) / bound))
+
+
+@pytest.mark.parametrize("dtype", sorted(QTYPES))
+def test_a_nan_or_infinite_activation_reaches_the_outputs_on_the_integer_path(
+    kernels: native.Kernels, dtype: str
+) -> None:
+    rng = np.random.default_rng(3)
+    rows, cols = 16, 64
+    q = quant.quantize("layers.0.wq", dtype, rng.standard_normal((cols, rows)).astype(np.float32))
+    for bad in (np.nan, np.inf):
+        x = rng.standard_normal((1, cols)).astype(np.float32)
+        x[0, 40] = bad
+        y = np.zeros((1, rows), np.float32)
+        kernels.gemm(dtype, q.data, rows, cols, x, y)
+        assert np.all(~np.isfinite(y)), (bad, y)
 
 
 def _stored(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
