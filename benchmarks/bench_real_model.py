@@ -19,8 +19,9 @@ script prints, for each and as calctl/llama.cpp ratios:
 * **decode** tokens/s of one stream (tokens after the first over the time after the first);
 * **prefill** tokens/s (a ~400-token prompt's prompt tokens over its time to first token) and TTFT;
 * **RSS** of the serving process at ready and after the requests (``/proc/<pid>/status``);
-* **8 streams**: calctl's aggregate decode tokens/s with ``--streams`` concurrent requests on
-  the one chip, over one stream's, and how many lanes a decode job ran on average (``/metrics``);
+* **8 streams**: calctl's aggregate tokens/s (completion tokens over the wall time) with ``--streams``
+  concurrent requests of long-story prompts (each runs to ``--max-tokens``) on the one chip, over one
+  such stream's (completion tokens over its time), and how many lanes a decode job ran on average (``/metrics``);
   the same as tokens per CPU second of the serving process (``/proc/<pid>/stat``, all threads),
   which a shared, loaded machine distorts far less than wall time;
 * **greedy text**: calctl's text against llama.cpp's and, where ``transformers`` is installed,
@@ -63,6 +64,15 @@ PROMPTS = (
     "List three colours.",
     "How many legs does a spider have?",
 )
+#: The concurrent streams' prompts: stories long enough that every stream runs to --max-tokens, so the
+#: aggregate measures batching, not which streams happened to stop early (the short PROMPTS end at 8-64 tokens).
+STREAM_PROMPTS = tuple(
+    f"Write a long story about {topic}."
+    for topic in (
+        "a dragon", "a lighthouse keeper", "a lost robot", "a river town", "a clockmaker", "a desert caravan",
+        "a mountain village", "a ship's cat",
+    )
+)  # fmt: skip
 LONG_PROMPT = "Summarise this text in one sentence. " + " ".join(
     f"Sentence {i}: the quick brown fox jumps over the lazy dog near the river bank." for i in range(24)
 )
@@ -238,7 +248,7 @@ def run_calctl(gguf: Path, tmp: Path, args: argparse.Namespace) -> dict[str, obj
             lock = threading.Lock()
 
             def one(i: int) -> None:
-                r = stream_chat(url, "m", PROMPTS[i % len(PROMPTS)], args.max_tokens)
+                r = stream_chat(url, "m", STREAM_PROMPTS[i % len(STREAM_PROMPTS)], args.max_tokens)
                 with lock:
                     results.append(r)
 
@@ -257,7 +267,8 @@ def run_calctl(gguf: Path, tmp: Path, args: argparse.Namespace) -> dict[str, obj
             lanes = sum(int(r["completion_tokens"]) - 1 for r in results)  # each stream's first token: its prefill
             out["lanes_per_decode_job"] = lanes / max(1.0, decode_jobs(url) - jobs0)
             cpu0 = cpu_seconds(pid)
-            single = [stream_chat(url, "m", PROMPTS[i % len(PROMPTS)], args.max_tokens) for i in range(2)]
+            out["stream_lengths"] = sorted(int(r["completion_tokens"]) for r in results)
+            single = [stream_chat(url, "m", STREAM_PROMPTS[i], args.max_tokens) for i in range(2)]
             out["single_tok_per_cpu"] = sum(int(r["completion_tokens"]) for r in single) / max(
                 cpu_seconds(pid) - cpu0, 1e-9
             )
@@ -437,7 +448,8 @@ def main() -> None:
     agg, one = _num(ours["streams_tps"]), _num(ours["single_tps_e2e"])
     print(
         f"{args.streams} streams on one chip: aggregate {agg:.2f} tok/s, one stream {one:.2f} tok/s: {agg / one:.2f}x"
-        f" (profiles {args.profiles}; {_num(ours['lanes_per_decode_job']):.2f} lanes per decode job)"
+        f" (profiles {args.profiles}; {_num(ours['lanes_per_decode_job']):.2f} lanes per decode job;"
+        f" stream lengths {ours.get('stream_lengths')}; both include each stream's prefill)"
     )
     if "streams_tok_per_cpu" in ours:
         cs, c1 = float(ours["streams_tok_per_cpu"]), float(ours["single_tok_per_cpu"])  # type: ignore[arg-type]
