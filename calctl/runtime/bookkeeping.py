@@ -72,6 +72,12 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
         self._quarantined: dict[JobId, RecordT] = {}
         self._history = history
         self._trace: deque[TraceEvent] = deque(maxlen=history)
+        # Beside each trace event, the largest submit_ns of it and every event appended before it. Events are
+        # appended as jobs finish, so submit times are only nearly in order; this running maximum lets trace()
+        # walk back from the newest event and stop at the first one that no earlier event can pass (a job's
+        # record asks for its own events: a few steps, not the whole history).
+        self._trace_high: deque[int] = deque(maxlen=history)
+        self._trace_top = 0
 
     # -- what a backend provides ---------------------------------------------------------------
 
@@ -263,7 +269,15 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
 
     def trace(self, *, since_ns: int = 0) -> tuple[TraceEvent, ...]:
         with self._lock:
-            return tuple(e for e in self._trace if e.submit_ns >= since_ns)
+            if since_ns <= 0:
+                return tuple(self._trace)
+            newest_first = []
+            for e, high in zip(reversed(self._trace), reversed(self._trace_high)):
+                if high < since_ns:
+                    break
+                if e.submit_ns >= since_ns:
+                    newest_first.append(e)
+            return tuple(reversed(newest_first))
 
     def _trace_job(
         self,
@@ -275,6 +289,8 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
     ) -> None:
         """One trace event per chip of a finished job; ``phases`` go on its first chip (None: not reported)."""
         for chip in job.chips:
+            self._trace_top = max(self._trace_top, submit_ns or job.submit_ns)
+            self._trace_high.append(self._trace_top)
             self._trace.append(
                 TraceEvent(
                     job=job.id,

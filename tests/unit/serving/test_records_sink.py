@@ -82,6 +82,7 @@ def test_a_full_disk_drops_records_with_one_logged_error_not_a_traceback_per_rec
     with caplog.at_level(logging.ERROR, logger="calctl.serve"):
         for i in range(5):
             sink.request(request_id=f"cmpl-{i}", model_alias="model-a")
+            sink.flush()  # a write each: one error logged for the streak, not one per write
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Logging error" not in err, err
     assert sink.dropped == 5
@@ -91,3 +92,23 @@ def test_a_full_disk_drops_records_with_one_logged_error_not_a_traceback_per_rec
     assert RECORDS_FILE in msg and "No space left on device" in msg and errors[0].exc_info is None
     assert len(sink.recent("request")) == 5  # the flight recorder still has them for the recovery evidence
     sink.close()
+
+
+def test_a_directory_sink_writes_buffered_records_without_waiting_for_close(tmp_path: Path) -> None:
+    """Records into a directory are written in batches by the sink's writer thread, at most FLUSH_S after they
+    were made: a reader of records.ndjson sees them while the server runs, whole lines, in order."""
+    from tests.waiting import wait_until
+
+    sink = RecordSink.to_directory(tmp_path)
+    for i in range(50):
+        sink.job(job_id=i, graph="model_a_decode")
+    path = tmp_path / RECORDS_FILE
+
+    def lines() -> list[str]:
+        return path.read_text().splitlines()
+
+    wait_until(lambda: len(lines()) == 50, what="50 job records in records.ndjson", timeout=30)
+    assert [json.loads(line)["job_id"] for line in lines()] == list(range(50))
+    sink.job(job_id=50, graph="model_a_decode")
+    sink.close()  # what is still buffered is written on close
+    assert json.loads(lines()[-1])["job_id"] == 50
