@@ -24,6 +24,8 @@ that a shared machine's drift lands on both; the script prints, for each and as 
 * **8 streams**: calctl's aggregate tokens/s (completion tokens over the wall time) with ``--streams``
   concurrent requests of long-story prompts (each runs to ``--max-tokens``) on the one chip, over one
   such stream's (completion tokens over its time), and how many lanes a decode job ran on average (``/metrics``);
+  the same for decode alone: the streams' tokens while all of them decoded (from the last first token to the
+  first end) over that window, against one stream's decode rate;
   the same as tokens per CPU second of the serving process (``/proc/<pid>/stat``, all threads),
   which a shared, loaded machine distorts far less than wall time;
 * **greedy text**: calctl's text against llama.cpp's and, where ``transformers`` is installed,
@@ -180,7 +182,7 @@ def calctl_serve(pkg: Path, tmp: Path, threads: int, scheduler: Path) -> Iterato
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def stream_chat(url: str, model: str, prompt: str, max_tokens: int) -> dict[str, float | str | int]:
+def stream_chat(url: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     """One greedy streamed chat completion: TTFT, decode rate, text, token counts."""
     body = {
         "model": model,
@@ -193,6 +195,7 @@ def stream_chat(url: str, model: str, prompt: str, max_tokens: int) -> dict[str,
     t0 = time.perf_counter()
     first = last = None
     text: list[str] = []
+    times: list[float] = []  # when each content delta arrived (time.perf_counter)
     usage: dict[str, int] = {}
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as r:
         r.raise_for_status()
@@ -209,6 +212,7 @@ def stream_chat(url: str, model: str, prompt: str, max_tokens: int) -> dict[str,
                     first = first if first is not None else now
                     last = now
                     text.append(piece)
+                    times.append(now)
     done = time.perf_counter()
     n = int(usage.get("completion_tokens", len(text)))
     first = first if first is not None else done
@@ -220,6 +224,7 @@ def stream_chat(url: str, model: str, prompt: str, max_tokens: int) -> dict[str,
         "prompt_tokens": int(usage.get("prompt_tokens", 0)),
         "completion_tokens": n,
         "total_s": done - t0,
+        "times": times,
     }
 
 
@@ -400,7 +405,7 @@ def measure(gguf: Path, tmp: Path, args: argparse.Namespace, llama: Llama | None
 def streams(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     """--streams concurrent long-story streams on the one chip against one such stream at a time."""
     out: dict[str, Any] = {}
-    results: list[dict[str, float | str | int]] = []
+    results: list[dict[str, Any]] = []
     lock = threading.Lock()
 
     def one(i: int) -> None:
@@ -424,10 +429,19 @@ def streams(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     lanes = sum(int(r["completion_tokens"]) - 1 for r in results)  # each stream's first token: its prefill
     out["lanes_per_decode_job"] = lanes / max(1.0, decode_jobs(url) - jobs0)
     out["stream_lengths"] = sorted(int(r["completion_tokens"]) for r in results)
+    # Steady state: from the moment the last stream had its first token (every prefill done) to the moment the
+    # first stream ended, all --streams streams were decoding; their deltas in that window over its length.
+    start = max(r["times"][0] for r in results if r["times"])
+    end = min(r["times"][-1] for r in results if r["times"])
+    if end > start:
+        in_window = sum(1 for r in results for t in r["times"] if start < t <= end)
+        out["steady_decode_tps"] = in_window / (end - start)
+        out["steady_window_s"] = end - start
     cpu0 = cpu_seconds(pid)
     single = [stream_chat(url, "m", STREAM_PROMPTS[i], args.max_tokens) for i in range(2)]
     out["single_tok_per_cpu"] = sum(int(r["completion_tokens"]) for r in single) / max(cpu_seconds(pid) - cpu0, 1e-9)
     out["single_tps_e2e"] = statistics.median(float(r["completion_tokens"]) / float(r["total_s"]) for r in single)
+    out["single_decode_tps"] = statistics.median(float(r["decode_tps"]) for r in single)
     return out
 
 
@@ -527,6 +541,13 @@ def main() -> None:
         f" (profiles {args.profiles}; {_num(ours['lanes_per_decode_job']):.2f} lanes per decode job;"
         f" stream lengths {ours.get('stream_lengths')}; both include each stream's prefill)"
     )
+    if "steady_decode_tps" in ours:
+        steady, one_d = _num(ours["steady_decode_tps"]), _num(ours["single_decode_tps"])
+        print(
+            f"{args.streams} streams, decode only: {steady:.2f} tok/s while all {args.streams} decoded"
+            f" ({_num(ours['steady_window_s']):.2f} s from the last first token to the first end), one stream"
+            f" {one_d:.2f} tok/s after its first token: {steady / one_d:.2f}x"
+        )
     if "streams_tok_per_cpu" in ours:
         cs, c1 = float(ours["streams_tok_per_cpu"]), float(ours["single_tok_per_cpu"])
         print(
