@@ -272,7 +272,7 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
             if since_ns <= 0:
                 return tuple(self._trace)
             newest_first = []
-            for e, high in zip(reversed(self._trace), reversed(self._trace_high)):
+            for e, high in zip(reversed(self._trace), reversed(self._trace_high), strict=True):
                 if high < since_ns:
                     break
                 if e.submit_ns >= since_ns:
