@@ -1,6 +1,6 @@
 """The one outcome table: how a request ended, in every vocabulary that reports it (000 §4, §5.2; 001 §10.1).
 
-The serving core says *why* a request ended (:class:`calctl.serving.core.request.FinishReason`)
+The serving core says *why* a request ended (:class:`calctl.serving.core.request.EndReason`)
 or was refused (:class:`calctl.serving.core.admission.AdmissionDecision`) and nothing else: no
 HTTP numbers, no OpenAI strings. This module is the only place that turns those
 into what the outside sees:
@@ -115,7 +115,7 @@ class Ending:
     client: RequestOutcome
 
 
-#: The core's FinishReason -> everything else. Exhaustive: a test checks every member has a row.
+#: The core's EndReason -> everything else. Exhaustive: a test checks every member has a row.
 ENDINGS: dict[EndReason, Ending] = {
     e.reason: e
     for e in (

@@ -2,7 +2,7 @@
 
 The serving engine runs in-process (default: the mock board) with
 ``executor.max_inflight: 2``; between rounds the scenario switches one alias's
-executor mode with the operator action (:meth:`ModelWorker.set_executor_mode`),
+executor mode with the operator action (:meth:`EngineCore.set_executor_mode`),
 so every mode serves the same loaded package, the same warmed engine and the
 same workload. A round is ``concurrency`` identical greedy requests sent
 together (``prompt_tokens`` in, ``output_tokens`` out, EOS ignored); rounds
