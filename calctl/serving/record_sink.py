@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import sys
 import threading
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from calctl.errors import UsageError
+from calctl.records import dumps_line
 
 log = logging.getLogger("calctl.serve")
 
@@ -282,7 +282,7 @@ class RecordSink:
         with self._lock:
             self._recent[kind].append((doc, runtime_job))
         if self._out is not None:
-            self._out.add(json.dumps(doc, separators=(",", ":")))
+            self._out.add(dumps_line(doc)[:-1])  # the one JSON form: a value that is not finite is null
 
     def flush(self) -> None:
         """Write what is buffered now (a directory's records are otherwise written within FLUSH_S)."""

@@ -112,3 +112,10 @@ def test_a_directory_sink_writes_buffered_records_without_waiting_for_close(tmp_
     sink.job(job_id=50, graph="model_a_decode")
     sink.close()  # what is still buffered is written on close
     assert json.loads(lines()[-1])["job_id"] == 50
+
+
+def test_a_figure_that_is_not_finite_is_null_in_the_record_never_bare_nan() -> None:
+    out = io.StringIO()
+    RecordSink.to_stream(out).job(job_id=1, device_ms=float("nan"), infer_ms=float("inf"))
+    doc = json.loads(out.getvalue(), parse_constant=lambda c: pytest.fail(f"{c} in a record"))
+    assert doc["device_ms"] is None and doc["infer_ms"] is None
