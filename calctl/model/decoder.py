@@ -30,6 +30,7 @@ no file I/O except :func:`load_params` (reads param blobs).
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -374,6 +375,15 @@ class Weights:
             )
         return tuple(out)
 
+    @cached_property
+    def native_stack(self) -> ctypes.Array[LayerDesc] | None:
+        """:attr:`native_layers`' descriptors as one array, in layer order (what the native decode step takes); the
+        arrays they address stay alive in :attr:`native_layers`."""
+        layers = self.native_layers
+        if layers is None:
+            return None
+        return (LayerDesc * len(layers))(*(desc for desc, _ in layers))
+
     def logits(self, x: np.ndarray) -> np.ndarray:
         """LM head of hidden rows ``x [n, d_model]`` (or one row ``[d_model]``)."""
         if x.ndim == 1:
@@ -657,11 +667,9 @@ def decode_batch(
     k_native = _native_kernels() if w.native else None
     addresses = _cache_addresses(caches) if k_native is not None else None
     x = np.ascontiguousarray(w.embed(tokens), dtype=np.float32)
-    fused = w.native_layers if k_native is not None and addresses is not None else None
-    if k_native is not None and addresses is not None and fused is not None:
-        kb, ks, vb, vs = addresses
-        for i, (desc, _) in enumerate(fused):  # the whole layer in one native call
-            k_native.decode_layer(desc, x, cos, sin, kb + i * ks, vb + i * vs, pos)
+    stack = w.native_stack if k_native is not None and addresses is not None else None
+    if k_native is not None and addresses is not None and stack is not None:
+        k_native.decode_layers(stack, x, cos, sin, addresses, pos)  # every layer in one native call
     else:
         x = _decode_layers(w, x, cos[:, None, :], sin[:, None, :], pos, caches, addresses)
     for cache, p in zip(caches, pos, strict=True):

@@ -167,9 +167,22 @@ class Kernels:
         self._attend = lib.calctl_attend_decode
         self._attend.restype = ctypes.c_int
         self._attend.argtypes = [i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ctypes.c_int]
-        self._layer = lib.calctl_decode_layer
-        self._layer.restype = ctypes.c_int
-        self._layer.argtypes = [ctypes.POINTER(LayerDesc), i64, ptr, ptr, ptr, ptr, ptr, ptr, ctypes.c_int]
+        self._layers = lib.calctl_decode_layers
+        self._layers.restype = ctypes.c_int
+        self._layers.argtypes = [
+            ctypes.POINTER(LayerDesc),
+            i64,
+            i64,
+            ptr,
+            ptr,
+            ptr,
+            ptr,
+            ptr,
+            ptr,
+            ptr,
+            ptr,
+            ctypes.c_int,
+        ]
 
     def gemm(
         self, dtype: str, w: np.ndarray, rows: int, cols: int, x: np.ndarray, y: np.ndarray, n_threads: int = 0
@@ -212,26 +225,29 @@ class Kernels:
             raise ValueError(f"native attention refused {n} lanes of {heads} heads over {kv_heads} KV heads")
         return out
 
-    def decode_layer(
+    def decode_layers(
         self,
-        desc: LayerDesc,
+        descs: ctypes.Array[LayerDesc],
         x: np.ndarray,
         cos: np.ndarray,
         sin: np.ndarray,
-        k_rows: np.ndarray,
-        v_rows: np.ndarray,
+        caches: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
         positions: np.ndarray,
     ) -> None:
-        """One layer of a decode step for ``n`` lanes, ``x [n, d_model]`` float32 updated in place.
+        """Every layer of a decode step for ``n`` lanes in one call, ``x [n, d_model]`` float32 updated in place.
 
-        ``cos``/``sin [n, head_dim/2]`` float32; ``k_rows``, ``v_rows``, ``positions`` as :meth:`attend`.
+        ``descs`` the layers in order; ``cos``/``sin [n, head_dim/2]`` float32; ``caches`` int64 ``[n]`` arrays of
+        each lane's K cache address, its layer stride in bytes, its V cache address and stride (each lane's cache
+        ``[layers, capacity, kv_heads, head_dim]`` float32, which must stay alive); ``positions`` int64 ``[n]``.
+        Layer ``i`` writes each lane's new K/V row at its position, then attends positions ``0..position``.
         """
-        rc = self._layer(
-            ctypes.byref(desc), x.shape[0], x.ctypes.data, cos.ctypes.data, sin.ctypes.data, k_rows.ctypes.data,
-            v_rows.ctypes.data, positions.ctypes.data, threads(),
+        kb, ks, vb, vs = caches
+        rc = self._layers(
+            descs, len(descs), x.shape[0], x.ctypes.data, cos.ctypes.data, sin.ctypes.data, kb.ctypes.data,
+            ks.ctypes.data, vb.ctypes.data, vs.ctypes.data, positions.ctypes.data, threads(),
         )  # fmt: skip
         if rc != 0:
-            raise ValueError(f"native decode layer refused {x.shape[0]} lanes (shape or allocation)")
+            raise ValueError(f"native decode layers refused {x.shape[0]} lanes (shape or allocation)")
 
     def rows(self, dtype: str, w: np.ndarray, rows: int, cols: int, idx: np.ndarray) -> np.ndarray:
         """Rows ``idx`` of the stored matrix, dequantised to float32 ``[len(idx), cols]``."""

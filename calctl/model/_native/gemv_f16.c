@@ -1046,3 +1046,23 @@ int calctl_decode_layer(const calctl_layer *L, int64_t n, float *x, const float 
     free(buf);
     return rc;
 }
+
+/* Every layer of a decode step in one call (the Python caller holds the GIL once per step, not once per layer):
+ * layer i of lane t reads and writes its K/V cache rows at kbase[t] + i * kstride[t] (V likewise). */
+int calctl_decode_layers(const calctl_layer *L, int64_t layers, int64_t n, float *x, const float *cos,
+                         const float *sin, const int64_t *kbase, const int64_t *kstride, const int64_t *vbase,
+                         const int64_t *vstride, const int64_t *pos, int threads) {
+    if (n < 1 || layers < 0) return -1;
+    int64_t *rows = malloc((size_t)(2 * n) * sizeof(int64_t));
+    if (rows == NULL) return -1;
+    int rc = 0;
+    for (int64_t i = 0; i < layers && rc == 0; i++) {
+        for (int64_t t = 0; t < n; t++) {
+            rows[t] = kbase[t] + i * kstride[t];
+            rows[n + t] = vbase[t] + i * vstride[t];
+        }
+        rc = calctl_decode_layer(L + i, n, x, cos, sin, rows, rows + n, pos, threads);
+    }
+    free(rows);
+    return rc;
+}
