@@ -86,20 +86,23 @@ class Inbox:
                 if not loop.is_alive():  # the loop died with our command in its inbox
                     return fn()
 
-    def drain(self, handle: Callable[[object], None], *, block: bool, timeout: float | None) -> None:
+    def drain(self, handle: Callable[[object], None], *, block: bool, timeout: float | None) -> int:
         """Hand every queued message to ``handle``; with ``block``, wait up to ``timeout`` (None: forever)
-        for the first."""
+        for the first. Returns how many were handled."""
+        handled = 0
         if block:
             try:
                 handle(self._q.get(timeout=timeout))
             except queue.Empty:
-                return
+                return 0
+            handled = 1
         while True:
             try:
                 msg = self._q.get_nowait()
             except queue.Empty:
-                return
+                return handled
             handle(msg)
+            handled += 1
 
     def close(self) -> list[Arrive]:
         """The loop died: run the commands still queued (their callers wait), return the arrivals to refuse."""
