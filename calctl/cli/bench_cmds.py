@@ -32,7 +32,7 @@ from calctl.cli._options import (
 )
 from calctl.cli._output import TableJson
 from calctl.cli._signals import interrupt_behind, interruptible
-from calctl.errors import ExitCode, UsageError, interrupt_reason
+from calctl.errors import UsageError, interrupt_reason
 from calctl.records import write_json
 
 
@@ -249,7 +249,6 @@ def bench(
             result = ScenarioResult(
                 scenario,
                 "INTERRUPTED",
-                int(ExitCode.INTERRUPTED),
                 notes=tuple(notes),
                 mock_result={"mock": True, "calrt": False}.get(opts.target_device),
             )

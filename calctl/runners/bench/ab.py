@@ -37,7 +37,6 @@ from calctl.checks.stats import Percentiles
 from calctl.errors import UsageError
 from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import (
-    INTERRUPTED_EXIT,
     BenchOptions,
     Mode,
     ScenarioInterrupted,
@@ -314,7 +313,6 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
     return ScenarioResult(
         "ab",
         verdict,
-        1 if verdict == "FAIL" else 0,
         tuple(gates),
         tuple(tables),
         body,
@@ -411,7 +409,6 @@ def _ab_interrupted(
     return ScenarioResult(
         "ab",
         "INTERRUPTED",
-        INTERRUPTED_EXIT,
         tables=tuple(_ab_tables(stats_iso, {})),
         body=body,
         plot=plot,
@@ -491,7 +488,6 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
         partial = ScenarioResult(
             "interference",
             "INTERRUPTED",
-            INTERRUPTED_EXIT,
             tables=(
                 Table("interference (001 §9.4): latency of the finished phases", STATS_COLUMNS, tuple(rows)),
                 Table("interference (001 §9.4): throughput of the finished phases", RATE_COLUMNS, tuple(rate_rows)),
@@ -526,7 +522,6 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
     return ScenarioResult(
         "interference",
         verdict,
-        1 if verdict == "FAIL" else 0,
         tuple(gates),
         tables,
         body,

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calctl.errors import ExitCode, Interrupted, interrupt_reason
+from calctl.errors import Interrupted, interrupt_reason
+from calctl.report import exit_code_of
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.metrics import Slo
 from calctl.runners.bench.workload import LengthDist, TokenRange
@@ -100,14 +101,18 @@ def ms_cell(x: float | None) -> str:
 @dataclass(frozen=True)
 class ScenarioResult:
     scenario: str
-    verdict: str  # PASS | FAIL | MEASURED, or the isolation grade F0 | F1 | F2
-    exit_code: int
+    verdict: str  # PASS | FAIL | MEASURED | NOT JUDGED | INTERRUPTED, GO | NO-GO (G2), or the grade F0 | F1 | F2
     gates: tuple[Gate, ...] = ()
     tables: tuple[Table, ...] = ()
     body: dict[str, Any] = field(default_factory=dict)
     plot: Path | None = None
     notes: tuple[str, ...] = ()
     mock_result: bool | None = None  # True: produced on the mock device; None: unknown (a remote server)
+
+    @property
+    def exit_code(self) -> int:
+        """The verdict's exit code, from the one table (:func:`calctl.report.exit_code_of`)."""
+        return exit_code_of(self.verdict)
 
 
 class ScenarioInterrupted(Interrupted):
@@ -126,7 +131,6 @@ def interrupted_note(interrupt: KeyboardInterrupt, running: str, finished: Seque
     return f"{interrupt_reason(interrupt)}{where}: nothing was judged; {kept}"
 
 
-INTERRUPTED_EXIT = int(ExitCode.INTERRUPTED)
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,6 @@ class Scenario:
 
 
 __all__ = [
-    "INTERRUPTED_EXIT",
     "BenchOptions",
     "Mode",
     "Scenario",

@@ -47,7 +47,6 @@ from calctl.checks.stats import percentiles
 from calctl.errors import UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import (
-    INTERRUPTED_EXIT,
     BenchOptions,
     OneModelOptions,
     Scenario,
@@ -339,7 +338,6 @@ def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
         partial = dataclasses.replace(
             done,
             verdict="INTERRUPTED",
-            exit_code=INTERRUPTED_EXIT,
             gates=(),
             body={**done.body, "interrupted_in": running or None, "phases_finished": [f"B{r.batch}" for r in runs]},
             notes=(note, *(x for x in done.notes if not x.startswith("failing gate"))),
@@ -506,7 +504,6 @@ def scenario_result(report: BatchReport) -> ScenarioResult:
     return ScenarioResult(
         scenario="batch",
         verdict=v,
-        exit_code=1 if v == "FAIL" else 0,
         gates=tuple(gates),
         tables=(table,),
         body={

@@ -245,7 +245,7 @@ def test_scenario_registry_is_one_explicit_table() -> None:
         assert s.name == name and callable(s.run) and s.summary
     assert not SCENARIOS["fault-isolation"].needs_url and SCENARIOS["ab"].needs_url
     # The contract a new scenario (e.g. issue 10's executor-modes) implements:
-    res = ScenarioResult("x", "MEASURED", 0)
+    res = ScenarioResult("x", "MEASURED")
     assert res.gates == () and res.tables == () and BenchOptions.__dataclass_fields__["out_dir"]
 
 

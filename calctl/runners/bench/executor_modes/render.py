@@ -35,7 +35,6 @@ def scenario_result(runs: Sequence[ExecutorModesReport], *, mock: bool) -> Scena
     return ScenarioResult(
         scenario="executor-modes",
         verdict=verdict,
-        exit_code=1 if verdict == "FAIL" else 0,
         gates=gates,
         tables=tuple(tables),
         body={"runs": [r.document() for r in runs]},

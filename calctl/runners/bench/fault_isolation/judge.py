@@ -9,7 +9,6 @@ import numpy as np
 
 from calctl.checks.stats import bootstrap, decide, percentiles
 from calctl.runners.bench.base import (
-    INTERRUPTED_EXIT,
     BenchOptions,
     ScenarioResult,
     Table,
@@ -226,7 +225,6 @@ def scenario_result(
     return ScenarioResult(
         "fault-isolation",
         verdict_grade,
-        INTERRUPTED_EXIT if interrupt is not None else 1 if verdict_grade == "F0" else 0,
         (),
         (table,),
         body,

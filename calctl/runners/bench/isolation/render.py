@@ -68,7 +68,6 @@ def scenario_result(opts: BenchOptions, obs: Observation, judged: Judgement, *, 
     return ScenarioResult(
         "isolation",
         judged.verdict,
-        0 if judged.go else 1,
         gates,
         (table,),
         _body(opts, obs, judged, trace_doc),
