@@ -47,7 +47,7 @@ from calctl import records
 from calctl.budget.plan import plan_from_package
 from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.report import report_document, run_budget
-from calctl.errors import CalctlError
+from calctl.errors import CalctlError, ExitCode
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
@@ -434,9 +434,10 @@ def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> Step
             error_text(exc),
         )
     except CalctlError as exc:
+        if exc.exit_code == ExitCode.USAGE:
+            raise  # not an outcome (outcome_of): the call, or a file it names, is wrong; the run exits 2 naming it
         outcome = outcome_of(exc)
-        code = int(exc.exit_code) if outcome is RunOutcome.ERROR else outcome.exit_code
-        return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, code, str(exc))
+        return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, outcome.exit_code, str(exc))
 
 
 def _header(config: BringupConfig, state: BringupState, started: datetime) -> dict[str, Any]:

@@ -505,7 +505,8 @@ STEPS: tuple[Step, ...] = (
 
 
 def error_evidence(name: str, exc: Exception, seconds: float) -> StepEvidence:
-    """A step that raised: ERROR with the error and its exit code (a non-calctl error is a calctl bug)."""
+    """A step that raised: ERROR with the error and its exit code (a non-calctl error is a calctl bug). A usage
+    error is no step outcome: it is raised again, and accept exits 2 naming what to fix."""
     if not isinstance(exc, CalctlError):
         return StepEvidence(
             name,
@@ -514,7 +515,9 @@ def error_evidence(name: str, exc: Exception, seconds: float) -> StepEvidence:
             reason=f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
             document={"exit_code": int(ExitCode.INTERNAL), "internal_error": True},
         )
-    code = int(exc.exit_code) if outcome_of(exc).value == "ERROR" else outcome_of(exc).exit_code
+    if exc.exit_code == ExitCode.USAGE:
+        raise exc  # not an outcome (outcome_of): the call, or a file it names, is wrong; accept exits 2 naming it
+    code = outcome_of(exc).exit_code  # the code of the step's word (ERROR 3, TIMEOUT 4, FAIL 1)
     return StepEvidence(
         name, EvidenceStatus.ERROR, seconds, reason=f"{type(exc).__name__}: {exc}", document={"exit_code": code}
     )

@@ -131,8 +131,6 @@ def interrupted_note(interrupt: KeyboardInterrupt, running: str, finished: Seque
     return f"{interrupt_reason(interrupt)}{where}: nothing was judged; {kept}"
 
 
-
-
 @dataclass(frozen=True)
 class Scenario:
     name: str

@@ -130,7 +130,7 @@ class TrafficDriver:
                 self._futures.append(self.loop.submit(self._client(alias, mix, i)))
 
     async def _client(self, alias: str, mix: MixedTraffic, index: int) -> None:
-        worker = self.sup.cores[alias]
+        core = self.sup.cores[alias]
         pause = random.Random(f"{self.config.seed}/pause/{alias}/{index}")
         while not self._stop.is_set():
             req, plan = mix.next()
@@ -143,7 +143,7 @@ class TrafficDriver:
                     req,
                     plan,
                     timeout_s=self.config.request_timeout_s,
-                    served_generation=lambda: worker.generation,
+                    served_generation=lambda: core.generation,
                 )
             finally:
                 with self.requests.lock:

@@ -64,7 +64,7 @@ def after_unload(
     counters_before: list[ChipCounters],
     submitted_before: dict[int, int],
 ) -> AfterUnload:
-    """Per chip: memory against the baseline, job counters closed; the host's VmRSS; workers drained."""
+    """Per chip: memory against the baseline, job counters closed; the host's VmRSS; engine cores drained."""
     at = s.now_s()
     mem = s.sample_memory() or []
     drifts, mem_violations = checks.check_memory(s.baseline, mem, cycle=cycle, at_s=at)

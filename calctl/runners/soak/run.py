@@ -21,7 +21,7 @@ One cycle, on the real serving engine driven in-process (no HTTP):
    before the first load (drift limit ``max(64 MiB, 1 % local DRAM)``), job
    counters closed (nothing pending; jobs the host submitted in the cycle,
    counted at the runtime boundary, equal the jobs the device finished or
-   failed), workers with nothing in flight or quarantined; and this process's
+   failed), engine cores with nothing in flight or quarantined; and this process's
    own resident memory (VmRSS) against the first cycle's (``host_memory_growth``).
 
 The last cycle stops the traffic and lets every request finish before its
@@ -31,7 +31,7 @@ class (request outcomes, device errors by runtime status, stale completions the
 engine dropped, recoveries). A device error, or a drain that missed its
 deadline, is a violation unless the mock injected faults that explain it.
 
-``--inject stale-completion`` arms the worker's diagnostic hook
+``--inject stale-completion`` arms the engine core's diagnostic hook
 (:class:`~calctl.runners.soak.inject.StaleRedelivery`, a delivery tap): after
 the first reload one token of the retired generation is delivered to a request
 of the new one, and the soak must exit 1 naming it. It exists to prove the

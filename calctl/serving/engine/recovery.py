@@ -8,7 +8,6 @@ records of the affected aliases from the flight recorder.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from collections.abc import Mapping
@@ -164,7 +163,7 @@ def write_evidence(doc: dict[str, Any], base: Path | None, name: str) -> Path | 
     try:
         base.mkdir(parents=True, exist_ok=True)
         path = base / name
-        records.write_atomic(path, json.dumps(doc, indent=1, default=str))
+        records.write_json(path, doc)
         return path
     except OSError as exc:
         log.error("recovery evidence not written to %s: %s", base, exc)

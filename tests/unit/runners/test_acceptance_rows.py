@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 
+from calctl.errors import UsageError
+from calctl.runners.acceptance.evidence import error_evidence
 from calctl.runners.acceptance.gates import judge_g0, judge_g1, judge_g2, judge_g3, judge_g4, judge_g5
 from calctl.runners.acceptance.judges import judge_all, require_evidence_files
 from calctl.runners.acceptance.milestones import judge_m0, judge_m1, judge_m2, judge_m3, judge_m4
 from calctl.runners.acceptance.rows import ROWS, EvidenceStatus, GateDecision, StepEvidence
+from calctl.runtime.errors import CcuException
 
 GIB = 2**30
 
@@ -439,3 +442,12 @@ def test_m2_reads_a_ping_pong_soak_its_24_h_or_its_failure() -> None:
     default_mode = judge_m2({"executor-modes": modes, "soak": soak(0, mode="default")})
     assert default_mode.verdict is GateDecision.NOT_MEASURED and "0.00/24 h" in default_mode.key_figure
     assert set(default_mode.files) == {"executor-modes.report", "soak.report"}
+
+
+def test_a_step_that_raised_is_error_with_its_words_code_and_a_usage_error_is_raised_again() -> None:
+    ev = error_evidence("soak", CcuException("chip 0 halted"), 0.1)
+    assert ev.status is EvidenceStatus.ERROR and ev.document["exit_code"] == 3 and "chip 0 halted" in ev.reason
+    bug = error_evidence("soak", KeyError("lanes"), 0.1)
+    assert bug.document == {"exit_code": 70, "internal_error": True}
+    with pytest.raises(UsageError, match="--previous"):
+        error_evidence("rollback", UsageError("--previous /x: not a package directory"), 0.1)

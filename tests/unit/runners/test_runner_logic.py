@@ -269,6 +269,21 @@ def test_bringup_extension_step_runs_after_the_others_and_not_applicable_is_skip
     assert report.verdict == "WARN" and report.exit_code == 0
 
 
+def test_a_step_error_is_recorded_with_its_words_code_and_a_usage_error_ends_the_run(tmp_path: Path) -> None:
+    def raising(exc: Exception) -> BringupStep:
+        def run(state: object) -> StepOutcome:
+            raise exc
+
+        return BringupStep("b", (), run)
+
+    report = run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), raising(CcuException("chip 0 halted"))))
+    failed = _outcomes(report)[1]
+    assert (failed.verdict, failed.exit_code) == ("ERROR", 3) and "chip 0 halted" in failed.detail
+    assert report.verdict == "ERROR" and report.exit_code == 3  # the step's code is its word's: ERROR is 3
+    with pytest.raises(UsageError, match="--soak-duration"):  # not an outcome: the call is wrong, exit 2
+        run_bringup(_config(tmp_path), steps=(raising(UsageError("--soak-duration: expected seconds, got 'x'")),))
+
+
 def test_bringup_timeout_exit_code_and_interrupt_stops_the_pipeline(tmp_path: Path) -> None:
     report = run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), _step("b", "TIMEOUT", 4), _step("c", "PASS")))
     assert report.verdict == "TIMEOUT" and report.exit_code == 4 and _outcomes(report)[2].verdict == "PASS"
