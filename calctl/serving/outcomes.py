@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from calctl.serving.core.admission import AdmissionDecision
+from calctl.serving.core.admission import END_OF_REFUSAL, AdmissionDecision
 from calctl.serving.core.request import EndReason
 from calctl.serving.protocol import FinishReason, RejectCode
 
@@ -96,13 +96,6 @@ REJECTIONS: dict[RejectCode, Rejection] = {
     )
 }
 
-#: Admission verdicts that refuse a request -> their rejection code (000 §5.2).
-DECISION_REJECTION: dict[AdmissionDecision, RejectCode] = {
-    AdmissionDecision.REJECT_INVALID: RejectCode.INVALID,
-    AdmissionDecision.REJECT_CAPACITY: RejectCode.CAPACITY,
-    AdmissionDecision.REJECT_UNAVAILABLE: RejectCode.UNAVAILABLE,
-}
-
 
 @dataclass(frozen=True)
 class Ending:
@@ -168,6 +161,12 @@ ENDINGS: dict[EndReason, Ending] = {
             RequestOutcome.DEVICE_ERROR,
         ),
     )
+}
+
+#: Admission verdicts that refuse a request -> their rejection code (000 §5.2): the ending each refusal
+#: has in the core (``END_OF_REFUSAL``), as the client hears it before any output.
+DECISION_REJECTION: dict[AdmissionDecision, RejectCode] = {
+    d: code for d, end in END_OF_REFUSAL.items() if (code := ENDINGS[end].before_output) is not None
 }
 
 #: What a client is told when generation fails after output began. The engine's own text may name a chip,

@@ -43,6 +43,7 @@ from calctl.serving.core.errors import InvariantViolation
 from calctl.serving.core.fairness import FairTag, WeightedFairness
 from calctl.serving.core.ids import LaneId, ModelGenerationId, RequestId, TenantId
 from calctl.serving.core.kv import KvLaneManager
+from calctl.serving.core.request import EndReason
 
 
 class ModelState(IdentityEnum):
@@ -84,6 +85,15 @@ class AdmissionDecision(enum.Enum):
     @property
     def accepted(self) -> bool:
         return self in (AdmissionDecision.ADMIT, AdmissionDecision.QUEUE)
+
+
+#: A refusing decision -> how the request ends (000 §5.2); calctl.serving.outcomes maps that ending to its HTTP
+#: rejection, so this is the one table from a refusal to what the client hears.
+END_OF_REFUSAL: dict[AdmissionDecision, EndReason] = {
+    AdmissionDecision.REJECT_INVALID: EndReason.REJECTED_INVALID,
+    AdmissionDecision.REJECT_CAPACITY: EndReason.REJECTED_CAPACITY,
+    AdmissionDecision.REJECT_UNAVAILABLE: EndReason.REJECTED_UNAVAILABLE,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,8 +372,13 @@ class AdmissionController:
         max_tokens: int,
         deadline_s: float | None,
         now: float,
+        over_quota: str | None = None,
     ) -> AdmissionResult:
-        """Admit, queue or reject a request whose prompt has been counted (000 §5.2)."""
+        """Admit, queue or reject a request whose prompt has been counted (000 §5.2).
+
+        ``over_quota``: the reason a quota the caller keeps is full for this request (the scheduler's
+        long-prefill quota); it refuses with RejectCapacity like a full budget here, after the request was
+        found valid (400 first) and the model available (503 first)."""
         entry = self._entries.get(ticket.request_id)
         if entry is None or entry.phase is not _Phase.ARRIVED:
             # The ticket expired or was withdrawn while the prompt was being counted.
@@ -371,6 +386,8 @@ class AdmissionController:
         result = self._validate(prompt_tokens, max_tokens, deadline_s)
         if result is None and self.model_state in UNAVAILABLE_STATES:
             result = self._unavailable()
+        if result is None and over_quota is not None:
+            result = self._full(over_quota)
         ticket_deadline = entry.deadline
         if result is None:
             entry.deadline = ticket.arrived_at + (

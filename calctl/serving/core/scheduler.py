@@ -44,6 +44,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from calctl.serving.core.admission import (
+    END_OF_REFUSAL,
     AdmissionController,
     AdmissionDecision,
     AdmissionResult,
@@ -69,11 +70,6 @@ from calctl.serving.core.request import (
 from calctl.serving.core.settings import DecodeOptions, LongPrefillQuota, SchedulerSettings
 
 _S = RequestState
-_END_FOR_DECISION = {
-    AdmissionDecision.REJECT_INVALID: EndReason.REJECTED_INVALID,
-    AdmissionDecision.REJECT_CAPACITY: EndReason.REJECTED_CAPACITY,
-    AdmissionDecision.REJECT_UNAVAILABLE: EndReason.REJECTED_UNAVAILABLE,
-}
 _HOLDS_DEVICE_STATE = frozenset({_S.PREFILL_READY, _S.PREFILL_RUNNING, _S.DECODE_READY, _S.DECODE_RUNNING})
 
 
@@ -292,24 +288,13 @@ class Scheduler:
         now: float,
     ) -> AdmissionResult:
         """The prompt is counted: admit, queue or reject (000 §5.2). Rejections end the request (Failed)."""
-        seq = self.registry.get(ticket.request_id)
-        quota = self._long_quota_refusal(prompt_tokens, max_tokens) if seq is not None and seq.state is _S.NEW else None
-        if quota is not None:
-            assert seq is not None
-            seq.prompt_tokens = prompt_tokens
-            seq.max_new_tokens = max_tokens
-            # Finishing a NEW request rolls its arrival reservation back, as abandon() does.
-            self.registry.finish(
-                seq,
-                _S.FAILED,
-                EndReason.REJECTED_CAPACITY,
-                now,
-                detail=quota.reason,
-                retry_after_s=quota.retry_after_s,
-            )
-            return quota
         result = self.admission.decide(
-            ticket, prompt_tokens=prompt_tokens, max_tokens=max_tokens, deadline_s=deadline_s, now=now
+            ticket,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            deadline_s=deadline_s,
+            now=now,
+            over_quota=self._long_quota_full(prompt_tokens),
         )
         seq = self.registry.get(ticket.request_id)
         if seq is None or seq.state is not _S.NEW:
@@ -331,21 +316,16 @@ class Scheduler:
             self._refuse(seq, result, now)
         return result
 
-    def _long_quota_refusal(self, prompt_tokens: int, max_tokens: int) -> AdmissionResult | None:
-        """429 when a long prompt would exceed LongPrefillQuota.max_waiting (a request that is invalid anyway
-        is left to admission, which answers 400)."""
+    def _long_quota_full(self, prompt_tokens: int) -> str | None:
+        """Why a long prompt is over LongPrefillQuota.max_waiting (admission answers it 429), else None."""
         cap = self.settings.long_prefill.max_waiting
         if cap is None or self.prefill.thresholds.classify(prompt_tokens) is not WorkKind.PREFILL_LONG:
             return None
-        if max_tokens < 1 or prompt_tokens + max_tokens > self.settings.admission.context_limit:
-            return None
         if len(self._long_waiting) < cap:
             return None
-        return AdmissionResult(
-            AdmissionDecision.REJECT_CAPACITY,
+        return (
             f"long-prefill quota: {len(self._long_waiting)} prompts over "
-            f"{self.prefill.thresholds.medium_max_tokens} tokens are already waiting for prefill, limit {cap}",
-            retry_after_s=self.settings.admission.retry_after_s,
+            f"{self.prefill.thresholds.medium_max_tokens} tokens are already waiting for prefill, limit {cap}"
         )
 
     def abandon(self, request_id: RequestId, now: float, *, detail: str) -> bool:
@@ -604,7 +584,7 @@ class Scheduler:
         self.registry.finish(
             seq,
             _S.FAILED,
-            _END_FOR_DECISION[result.decision],
+            END_OF_REFUSAL[result.decision],
             now,
             detail=result.reason,
             retry_after_s=result.retry_after_s,
