@@ -188,7 +188,7 @@ def test_a_kv_commit_the_runtime_refuses_fails_that_request_not_the_engine_loop(
 def test_sync_mode_does_not_schedule_in_a_slice_where_nothing_happened() -> None:
     """sync waits for its job in short slices to keep serving its inbox; a slice that ends with the job still
     running, nothing posted and no deadline due runs no schedule (its CPU would come out of the job's cores)."""
-    with executor_engine(ExecutorMode.SYNC, max_inflight=1, time_scale=2.0) as h:
+    with executor_engine(ExecutorMode.SYNC, max_inflight=1, time_scale=4.0) as h:
         core, counts = h.worker, {"slices": 0, "schedules": 0}
         wait_inline, schedule = core._exec.wait_inline, core._sched.schedule
 
@@ -205,5 +205,6 @@ def test_sync_mode_does_not_schedule_in_a_slice_where_nothing_happened() -> None
         since = time.monotonic_ns()
         assert all(o.ok and o.tokens == GOLDEN for o in h.run(2))
         jobs = len(_jobs(h, since))
-        assert counts["slices"] >= 3 * jobs, f"jobs shorter than the slices prove nothing: {counts}, {jobs} jobs"
+        # Every slice that scheduled would be more than this bound; jobs too short for that prove nothing.
+        assert counts["slices"] > 2 * jobs + 20, f"jobs shorter than the slices prove nothing: {counts}, {jobs} jobs"
         assert counts["schedules"] <= 2 * jobs + 10, f"{counts}, {jobs} jobs"
