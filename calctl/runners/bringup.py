@@ -35,6 +35,7 @@ renderer. This module does not print.
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -60,6 +61,8 @@ from calctl.runners.trace import write_trace_outputs
 from calctl.runners.warmup import describe as describe_warmup
 from calctl.runners.warmup import run_warmup
 from calctl.signing.policy import TrustPolicy
+
+log = logging.getLogger("calctl.bringup")
 
 
 class Level(str, enum.Enum):
@@ -434,10 +437,27 @@ def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> Step
             error_text(exc),
         )
     except CalctlError as exc:
-        if exc.exit_code == ExitCode.USAGE:
-            raise  # not an outcome (outcome_of): the call, or a file it names, is wrong; the run exits 2 naming it
+        # A usage or input error here came up mid-run (a file the step reads changed or vanished): the step
+        # is ERROR with that word's code, naming the error, and what the other steps measured is kept.
         outcome = outcome_of(exc)
-        return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, outcome.exit_code, str(exc))
+        detail = str(exc) if outcome is not RunOutcome.ERROR else f"{type(exc).__name__}: {exc}"
+        return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, outcome.exit_code, detail)
+    except OSError as exc:  # a file the step writes (its report directory) is unusable
+        what = f"{exc.filename}: " if exc.filename else ""
+        detail = f"{what}{exc.strerror or exc}"
+        return StepOutcome(
+            step.name, RunOutcome.ERROR.value, "", time.perf_counter() - t0, RunOutcome.ERROR.exit_code, detail
+        )
+    except Exception as exc:  # a calctl bug in one step: the report still says what the others measured
+        log.exception("bringup step %s: internal error", step.name)
+        return StepOutcome(
+            step.name,
+            "INTERNAL ERROR",
+            "",
+            time.perf_counter() - t0,
+            int(ExitCode.INTERNAL),
+            f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
+        )
 
 
 def _header(config: BringupConfig, state: BringupState, started: datetime) -> dict[str, Any]:

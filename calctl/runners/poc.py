@@ -540,10 +540,11 @@ def _flow(
             checker.check(wb.alias, k, "joint", joint_b)
             spans = _spans(rt, w0, w1, pair)
             d_j = _device_time(spans)
-            on_device = d_a is not None and d_b is not None and d_j is not None
-            t_a, t_b, t_j = (
-                (d_a, d_b, d_j) if d_a is not None and d_b is not None and d_j is not None else (h_a, h_b, h_j)
-            )
+            # The device's clock when it stamped every phase with some time; else the host's (a shim without
+            # job stamps, or a mock time scale so small that every modelled job lasts 0 ns).
+            device = (d_a, d_b, d_j) if d_a and d_b and d_j else None  # None, or a 0 ns job: not on the device
+            on_device = device is not None
+            t_a, t_b, t_j = device if device is not None else (h_a, h_b, h_j)
             rnd = Round(t_a, t_b, t_j, len(out_a), len(out_b), len(joint_a) + len(joint_b))
             results.append(
                 RoundResult(

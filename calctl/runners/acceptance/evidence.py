@@ -505,8 +505,7 @@ STEPS: tuple[Step, ...] = (
 
 
 def error_evidence(name: str, exc: Exception, seconds: float) -> StepEvidence:
-    """A step that raised: ERROR with the error and its exit code (a non-calctl error is a calctl bug). A usage
-    error is no step outcome: it is raised again, and accept exits 2 naming what to fix."""
+    """A step that raised: ERROR with the error and its exit code (a non-calctl error is a calctl bug)."""
     if not isinstance(exc, CalctlError):
         return StepEvidence(
             name,
@@ -515,9 +514,9 @@ def error_evidence(name: str, exc: Exception, seconds: float) -> StepEvidence:
             reason=f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
             document={"exit_code": int(ExitCode.INTERNAL), "internal_error": True},
         )
-    if exc.exit_code == ExitCode.USAGE:
-        raise exc  # not an outcome (outcome_of): the call, or a file it names, is wrong; accept exits 2 naming it
-    code = outcome_of(exc).exit_code  # the code of the step's word (ERROR 3, TIMEOUT 4, FAIL 1)
+    # The code of the step's word (ERROR 3, TIMEOUT 4, FAIL 1). A usage or input error here came up mid-run
+    # (a file the step reads changed or vanished): ERROR too, naming it, so the other rows' evidence is kept.
+    code = outcome_of(exc).exit_code
     return StepEvidence(
         name, EvidenceStatus.ERROR, seconds, reason=f"{type(exc).__name__}: {exc}", document={"exit_code": code}
     )

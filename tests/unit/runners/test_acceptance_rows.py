@@ -444,10 +444,11 @@ def test_m2_reads_a_ping_pong_soak_its_24_h_or_its_failure() -> None:
     assert set(default_mode.files) == {"executor-modes.report", "soak.report"}
 
 
-def test_a_step_that_raised_is_error_with_its_words_code_and_a_usage_error_is_raised_again() -> None:
+def test_a_step_that_raised_is_error_with_its_words_code() -> None:
     ev = error_evidence("soak", CcuException("chip 0 halted"), 0.1)
     assert ev.status is EvidenceStatus.ERROR and ev.document["exit_code"] == 3 and "chip 0 halted" in ev.reason
     bug = error_evidence("soak", KeyError("lanes"), 0.1)
     assert bug.document == {"exit_code": 70, "internal_error": True}
-    with pytest.raises(UsageError, match="--previous"):
-        error_evidence("rollback", UsageError("--previous /x: not a package directory"), 0.1)
+    # mid-run, a file the step reads turned bad: ERROR naming it, so the other rows' evidence is kept
+    bad = error_evidence("rollback", UsageError("plan.yaml: malformed YAML at line 3"), 0.1)
+    assert bad.status is EvidenceStatus.ERROR and bad.document["exit_code"] == 3 and "plan.yaml" in bad.reason

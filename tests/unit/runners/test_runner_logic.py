@@ -269,19 +269,30 @@ def test_bringup_extension_step_runs_after_the_others_and_not_applicable_is_skip
     assert report.verdict == "WARN" and report.exit_code == 0
 
 
-def test_a_step_error_is_recorded_with_its_words_code_and_a_usage_error_ends_the_run(tmp_path: Path) -> None:
-    def raising(exc: Exception) -> BringupStep:
+def test_a_step_that_raised_is_recorded_with_its_words_code_and_the_other_steps_are_kept(tmp_path: Path) -> None:
+    def raising(name: str, exc: Exception) -> BringupStep:
         def run(state: object) -> StepOutcome:
             raise exc
 
-        return BringupStep("b", (), run)
+        return BringupStep(name, (), run)
 
-    report = run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), raising(CcuException("chip 0 halted"))))
-    failed = _outcomes(report)[1]
-    assert (failed.verdict, failed.exit_code) == ("ERROR", 3) and "chip 0 halted" in failed.detail
-    assert report.verdict == "ERROR" and report.exit_code == 3  # the step's code is its word's: ERROR is 3
-    with pytest.raises(UsageError, match="--soak-duration"):  # not an outcome: the call is wrong, exit 2
-        run_bringup(_config(tmp_path), steps=(raising(UsageError("--soak-duration: expected seconds, got 'x'")),))
+    steps = (
+        _step("a", "PASS"),
+        raising("device", CcuException("chip 0 halted")),
+        # mid-run, a file the step reads vanished: ERROR naming it (exit 2 is for a call refused up front)
+        raising("input", UsageError("pkgc: no such file or directory")),
+        raising("output", FileExistsError(17, "File exists", "rep/soak")),
+        raising("bug", ZeroDivisionError("float division by zero")),
+        _step("z", "PASS"),
+    )
+    report = run_bringup(_config(tmp_path), steps=steps)
+    got = {s.name: (s.verdict, s.exit_code, s.detail) for s in _outcomes(report)}
+    assert got["device"][:2] == ("ERROR", 3) and "chip 0 halted" in got["device"][2]
+    assert got["input"][:2] == ("ERROR", 3) and "UsageError: pkgc: no such file" in got["input"][2]
+    assert got["output"][:2] == ("ERROR", 3) and got["output"][2] == "rep/soak: File exists"
+    assert got["bug"][:2] == ("INTERNAL ERROR", 70) and "ZeroDivisionError" in got["bug"][2]
+    assert got["z"][0] == "PASS"  # the pipeline went on: nothing measured is lost
+    assert report.verdict == "ERROR" and report.exit_code == 3  # the first failing step's word
 
 
 def test_bringup_timeout_exit_code_and_interrupt_stops_the_pipeline(tmp_path: Path) -> None:
