@@ -32,7 +32,8 @@ class RunOutcome(str, enum.Enum):
 
 
 def outcome_of(exc: BaseException) -> RunOutcome:
-    """The outcome an exception stands for. Usage errors are not outcomes: callers re-raise them."""
+    """The outcome an exception stands for. A usage error at the start of a run is not one (the CLI refuses the
+    call with exit 2); one raised by a step once the run is under way is ERROR, so the run keeps its evidence."""
     if isinstance(exc, KeyboardInterrupt):
         return RunOutcome.INTERRUPTED
     if isinstance(exc, StepTimeout):
