@@ -361,24 +361,33 @@ def run_bringup(
     steps: tuple[BringupStep, ...] = STEPS,
     on_step: Callable[[StepOutcome], None] | None = None,
 ) -> Report:
-    """Run ``steps`` in order, traces and plots into ``config.out_dir``. Ctrl-C in a step ends the pipeline
-    with a report (the remaining steps SKIP), so the caller can still write ``report.json``."""
+    """Run ``steps`` in order, traces and plots into ``config.out_dir``. Ctrl-C (or SIGTERM) in a step, between
+    two steps or in the teardown ends the pipeline with a report (the remaining steps SKIP), so the caller can
+    still write ``report.json``."""
     t0 = time.perf_counter()
     started = datetime.now(timezone.utc)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     done: list[StepOutcome] = []
     interrupted = False
-    with ExitStack() as stack:
-        state = BringupState(config=config, stack=stack)
-        for step in steps:
-            outcome = _run_step(step, state, interrupted)
-            if outcome.verdict == RunOutcome.INTERRUPTED.value:
-                interrupted = True
-            state.outcomes[step.name] = outcome
-            done.append(outcome)
-            if on_step is not None:
-                on_step(outcome)
-        header = _header(config, state, started)
+    stack = ExitStack()
+    state = BringupState(config=config, stack=stack)
+    try:
+        with stack:
+            for step in steps:
+                outcome = _run_step(step, state, interrupted)
+                if outcome.verdict == RunOutcome.INTERRUPTED.value:
+                    interrupted = True
+                state.outcomes[step.name] = outcome
+                done.append(outcome)
+                if on_step is not None:
+                    on_step(outcome)
+    except KeyboardInterrupt:
+        # Between two steps or in the teardown (the live line, closing the device): the run is interrupted all
+        # the same, and what the finished steps measured is still the report's.
+        interrupted = True
+    for step in steps[len(done) :]:
+        done.append(StepOutcome(step.name, "SKIP", "", 0.0, 0, "not run: the pipeline was interrupted"))
+    header = _header(config, state, started)
     failing = [s for s in done if s.failed]
     if interrupted:
         verdict = RunOutcome.INTERRUPTED.value

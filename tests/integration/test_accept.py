@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from calctl.package import schemas
 from tests.conftest import TEST_KEY, TEST_PUB
 from tests.integration.accept_harness import (
     COMBINED,
@@ -87,6 +88,8 @@ def test_quick_level_files_json_junit_and_picture(quick) -> None:
         assert (out / name).is_file(), name
     rb = json.loads((out / "rollback.json").read_text())
     assert rb["ok"] is True and rb["problems"] == [], rb["problems"]
+    assert list(schemas.iter_errors("report/v1", rb)) == [] and (rb["verdict"], rb["exit_code"]) == ("PASS", 0)
+    assert rb["command"] == "accept rollback" and rb["device_label"].startswith("mock")
     assert rb["digests"]["previous"] != rb["digests"]["package"]  # a version change, not PKG reloaded onto itself
     suite = ET.parse(out / "accept.junit.xml").getroot().find("testsuite")
     assert suite is not None

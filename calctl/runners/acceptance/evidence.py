@@ -41,7 +41,7 @@ from typing import Any
 
 from calctl import records
 from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError
-from calctl.report import Report, build_header, exit_code_of
+from calctl.report import Report, build_header
 from calctl.runners import bringup
 from calctl.runners.acceptance.plan import ROW_IDS, AcceptConfig
 from calctl.runners.acceptance.rows import EvidenceStatus, StepEvidence
@@ -451,21 +451,23 @@ def step_rollback(state: AcceptState) -> StepEvidence:
         ev = error_evidence("rollback", exc, time.perf_counter() - t0)
         return replace(ev, reason=f"--previous {cfg.previous} -> PKG -> rollback: {ev.reason}")
     ok = body["ok"]
-    doc = {
-        **build_header(
+    detail = (
+        "served --previous, rolled forward to PKG and back in one call under traffic; "
+        "each version golden + warm-up before publish"
+        if ok
+        else "; ".join(body["problems"][:5])
+    )
+    doc = Report(
+        "accept rollback",
+        "PASS" if ok else "FAIL",
+        build_header(
             "accept rollback",
             device=cfg.device.kind.value,
             device_options=cfg.device.describe(),
             package=str(cfg.package),
         ),
-        "verdict": "PASS" if ok else "FAIL",
-        "exit_code": exit_code_of("PASS" if ok else "FAIL"),
-        **body,
-        "detail": "served --previous, rolled forward to PKG and back in one call under traffic; "
-        "each version golden + warm-up before publish"
-        if ok
-        else "; ".join(body["problems"][:5]),
-    }
+        {**body, "detail": detail},
+    ).document()
     path = state.out / "rollback.json"
     records.write_json(path, doc)
     gens = {s["stage"]: s["generations"] for s in body["stages"] if s["stage"].startswith(("serving", "rolled"))}

@@ -141,9 +141,10 @@ def run_accept(
     _check_fault_plan(config.device)
     header = _header(config, started)
     interrupted: str | None = None
-    with ExitStack() as stack:
-        state = AcceptState(config=config, stack=stack, log=log)
-        try:
+    stack = ExitStack()
+    state = AcceptState(config=config, stack=stack, log=log)
+    try:
+        with stack:
             for step in steps:
                 if interrupted is not None:
                     ev = StepEvidence(step.name, EvidenceStatus.INTERRUPTED, reason=f"not run: {interrupted}")
@@ -162,12 +163,12 @@ def run_accept(
                 if on_step is not None:
                     on_step(ev)
                 _checkpoint(config, header, state, t0, "running" if interrupted is None else "interrupted", steps)
-        except KeyboardInterrupt as exc:  # a signal between steps (while a checkpoint was written)
-            interrupted = interrupted or error_text(exc)
-            for step in steps:
-                state.steps.setdefault(
-                    step.name, StepEvidence(step.name, EvidenceStatus.INTERRUPTED, reason=f"not run: {interrupted}")
-                )
+    except KeyboardInterrupt as exc:  # a signal between steps (a checkpoint, the live line) or in the teardown
+        interrupted = interrupted or error_text(exc)
+        for step in steps:
+            state.steps.setdefault(
+                step.name, StepEvidence(step.name, EvidenceStatus.INTERRUPTED, reason=f"not run: {interrupted}")
+            )
     status = "interrupted" if interrupted is not None else "finished"
     return _checkpoint(config, header, state, t0, status, steps, final=True)
 

@@ -5,6 +5,7 @@ The summary is computed from the rows, the steps and the exit code (calctl.runne
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,24 @@ def test_a_step_without_the_package_it_needs_is_skipped_saying_how(
     assert "two models, one per chip" in said["poc"][0] and "--replica PKG" in said["poc"][1]
     assert "replica package" in said["isolation"][0] and "--replica OUT" in said["isolation"][1]
     assert "two models" in said["fault-isolation"][0] and "combined package" in said["fault-isolation"][1]
+
+
+def test_an_interrupt_in_the_teardown_still_ends_with_the_report(tmp_path: Path) -> None:
+    """A SIGTERM while the board closes (after the last step) once raised out of run_accept: no final report."""
+    from calctl.runners.context import DeviceSpec
+    from calctl.signing.policy import TrustPolicy
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    def budget(state: accept_evidence.AcceptState) -> StepEvidence:
+        state.stack.callback(interrupt)  # where the device's close would be
+        return StepEvidence("budget", EvidenceStatus.RAN, 0.01, "ran")
+
+    cfg = accept_run.AcceptConfig(
+        package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=accept_run.Level.QUICK, out_dir=tmp_path
+    )
+    result = accept_run.run_accept(cfg, steps=(accept_evidence.Step("budget", ("G0",), budget),))
+    assert result.verdict == "INTERRUPTED" and result.exit_code == 130
+    on_disk = json.loads((tmp_path / accept_run.REPORT_FILE).read_text())
+    assert (on_disk["status"], on_disk["verdict"], on_disk["exit_code"]) == ("interrupted", "INTERRUPTED", 130)

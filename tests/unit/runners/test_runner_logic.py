@@ -15,7 +15,7 @@ from calctl.errors import CheckFailed, ExitCode, StepTimeout, UsageError
 from calctl.package.model import ChipMode, Package, Tolerance
 from calctl.package.reader import load_manifest
 from calctl.report import Report, StepStatus
-from calctl.runners.bringup import BringupConfig, BringupStep, Level, StepOutcome, run_bringup
+from calctl.runners.bringup import BringupConfig, BringupState, BringupStep, Level, StepOutcome, run_bringup
 from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import check_logits, first_mismatch, judge
 from calctl.runners.poc import check_combined_calbin, parse_expect_models
@@ -305,3 +305,32 @@ def test_bringup_timeout_exit_code_and_interrupt_stops_the_pipeline(tmp_path: Pa
     assert calls == ["a"] and report.exit_code == 130 and report.verdict == "INTERRUPTED"
     skipped = _outcomes(report)[1]
     assert skipped.verdict == "SKIP" and "interrupted" in skipped.detail
+
+
+@pytest.mark.parametrize("where", ["live line", "teardown"])
+def test_an_interrupt_between_steps_or_in_the_teardown_still_returns_the_report(tmp_path: Path, where: str) -> None:
+    """A SIGTERM that lands after a step returned (the CLI printing its live line) or while the device closes
+    once raised out of run_bringup, and bringup exited 130 with no report.json."""
+    calls: list[str] = []
+
+    def closing(state: BringupState) -> StepOutcome:
+        state.stack.callback(_raise_interrupt)  # the device's teardown is where the signal lands
+        return StepOutcome("a", "PASS", "a figure", 0.01, 0)
+
+    def show(o: StepOutcome) -> None:
+        if where == "live line" and o.name == "a":
+            raise KeyboardInterrupt
+
+    steps = (BringupStep("a", (), closing), _step("b", "PASS", calls=calls), _step("c", "PASS", calls=calls))
+    report = run_bringup(_config(tmp_path), steps=steps, on_step=show)
+    assert report.verdict == "INTERRUPTED" and report.exit_code == 130
+    got = [(s.name, s.verdict) for s in _outcomes(report)]
+    if where == "live line":
+        assert calls == [] and got == [("a", "PASS"), ("b", "SKIP"), ("c", "SKIP")]
+    else:  # every step ran; the teardown after them was interrupted
+        assert calls == ["b", "c"] and got == [("a", "PASS"), ("b", "PASS"), ("c", "PASS")]
+    assert all("interrupted" in s.detail for s in _outcomes(report) if s.verdict == "SKIP")
+
+
+def _raise_interrupt() -> None:
+    raise KeyboardInterrupt
