@@ -16,11 +16,12 @@ decided; a field the document does not have is left out, never invented.
 from __future__ import annotations
 
 import base64
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from calctl.records import dumps
 
 #: Pictures larger than this are linked, not embedded (a page stays mailable).
 MAX_EMBEDDED_PICTURE = 8 * 2**20
@@ -221,7 +222,7 @@ def _verdict(doc: Mapping[str, Any]) -> str:
 def context(doc: Mapping[str, Any], report_dir: Path) -> dict[str, Any]:
     """Everything the template shows, taken from the document (and the PNGs beside it)."""
     rows = _rows(doc, report_dir)
-    raw = json.dumps(doc, indent=1, ensure_ascii=True, default=str)
+    raw = dumps(dict(doc), indent=1)  # what report.json holds (records.dumps: the one JSON writer)
     if len(raw) > MAX_RAW_JSON:
         raw = raw[:MAX_RAW_JSON] + f"\n… cut at {MAX_RAW_JSON:,} characters: report.json has the whole document"
     summary = doc.get("summary")

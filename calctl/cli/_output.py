@@ -99,11 +99,17 @@ def is_json(format: TableJson | Format) -> bool:
     return format.value == "json"
 
 
+#: Whether this invocation printed its report on stdout (``calctl.cli.app.main`` resets it): a command that
+#: ended on an error before it had a report gets one from ``main`` under ``--format json``.
+printed: dict[str, bool] = {"report": False}
+
+
 def emit_json(report: Report) -> None:
     """Print the report's JSON document to stdout (``schema_version`` first, then the header, ``verdict`` and
     ``exit_code``): the one way a command prints JSON, so every ``--format json`` has its verdict and exit code."""
     sys.stdout.write(dumps(report.document()) + "\n")
     sys.stdout.flush()
+    printed["report"] = True
 
 
 def make_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
@@ -315,3 +321,4 @@ def junit_xml(name: str, suites: Sequence[JunitSuite]) -> str:
 def emit_junit(name: str, suites: Sequence[JunitSuite]) -> None:
     sys.stdout.write(junit_xml(name, suites))
     sys.stdout.flush()
+    printed["report"] = True

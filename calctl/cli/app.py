@@ -11,6 +11,7 @@ equal to each command's own docstring. Nothing here knows what a command does.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import inspect
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. Returns (and exits with) a documented exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     _state["debug"] = False  # per invocation: in-process callers (tests) run main() many times
+    _output.printed["report"] = False
     args, _state["debug"], version = _root_options(args)
     if version:
         typer.echo(f"calctl {__version__}")
@@ -229,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(ExitCode.OK if args else ExitCode.USAGE)
     _import_help_renderer()
     command = root_command()
+    cause = ""  # why the command ended early, for the report main prints when the command could not
     try:
         # SIGTERM (timeout, CI, systemd) ends every command like Ctrl-C: exit 130 after its clean-up (an
         # extracted package's temporary tree included), never the interpreter's silent exit 143.
@@ -243,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         if _debug_requested(args):
             traceback.print_exc()
         _print_error(_escape(str(exc)), _escape(exc.hint) if exc.hint else None)
-        code = int(exc.exit_code)
+        code, cause = int(exc.exit_code), str(exc)
     except typer.Exit as exc:
         code = int(exc.exit_code)
     except typer.Abort as exc:
@@ -257,11 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if _debug_requested(args):
                 traceback.print_exception(eof)
-            _print_error(
-                _escape(f"internal error (a calctl bug): EOFError: {eof}"),
-                "re-run with --debug for the traceback and report it",
-            )
-            code = ExitCode.USAGE
+            cause = f"internal error (a calctl bug): EOFError: {eof}"
+            _print_error(_escape(cause), "re-run with --debug for the traceback and report it")
+            code = ExitCode.INTERNAL  # a bug, not a usage error
     except _click_exc.ClickException as exc:
         # Usage errors: show click's message (names the option) without a traceback.
         if type(exc).__name__ == "NoArgsIsHelpError":
@@ -275,20 +276,54 @@ def main(argv: list[str] | None = None) -> int:
         _print_error(_escape(exc.format_message()), _usage_hint(exc))
         code = ExitCode.USAGE
     except KeyboardInterrupt as exc:
-        _print_error(interrupt_reason(exc), None)
+        cause = interrupt_reason(exc)
+        _print_error(cause, None)
         code = ExitCode.INTERRUPTED
     except BrokenPipeError:
         code = ExitCode.OK
     except Exception as exc:  # a calctl bug: say so in one line
         if _debug_requested(args):
             traceback.print_exc()
-        _print_error(
-            _escape(f"internal error (a calctl bug): {type(exc).__name__}: {exc}"),
-            "re-run with --debug for the traceback and report it",
-        )
+        cause = f"internal error (a calctl bug): {type(exc).__name__}: {exc}"
+        _print_error(_escape(cause), "re-run with --debug for the traceback and report it")
         code = ExitCode.INTERNAL  # a bug is not a usage error (exit 2): say so in the code too
+    if code not in (ExitCode.OK, ExitCode.USAGE) and not _output.printed["report"] and _json_requested(args):
+        _print_error_report(command, args, int(code), cause)
     sys.stdout.flush()
     return code
+
+
+def _json_requested(args: list[str]) -> bool:
+    """``--format json`` (or ``-f json``, ``--format=json``) among the arguments."""
+    for i, a in enumerate(args):
+        if a in ("--format", "-f") and i + 1 < len(args) and args[i + 1] == "json":
+            return True
+        if a in ("--format=json", "-fjson"):
+            return True
+    return False
+
+
+def _print_error_report(root: Any, args: list[str], code: int, cause: str) -> None:
+    """The one JSON document ``--format json`` promises, for a command that ended before it had a report (a
+    refused input, an absent device library, a signal): its verdict is the exit code's word, ``error`` the cause.
+    A usage error (exit 2) prints none: the command never ran."""
+    from calctl.report import Report, build_header, verdict_of_exit_code
+
+    names, group = [], root
+    ctx = _click.Context(root, info_name="calctl")
+    for a in args:
+        try:
+            sub = group.get_command(ctx, a) if hasattr(group, "get_command") else None
+        except Exception:  # the name only labels the report
+            sub = None
+        if sub is None:
+            break
+        names.append(a)
+        group, ctx = sub, _click.Context(sub, info_name=a, parent=ctx)
+    name = " ".join(names) or "calctl"
+    report = Report(name, verdict_of_exit_code(code), build_header(name), error=cause or None)
+    with contextlib.suppress(BrokenPipeError):
+        _output.emit_json(report)
 
 
 def _usage_hint(exc: Any) -> str:

@@ -19,6 +19,8 @@ def device_label(device: str) -> str:
         return "MOCK device: simulated board, not hardware evidence"
     if device == "unknown":
         return "device of the server: not stated (--target-device)"
+    if device == "calrt":  # the reference board (a software model) or a board: the report's device_label says which
+        return "CalRT device: a software model or a board, as report.json's device_label says"
     return f"device: {device}"
 
 

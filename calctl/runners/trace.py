@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl.records import atomic_output, dumps, write_atomic
+from calctl.runners.plotting import device_label
 from calctl.runtime import TraceEvent, intervals
 from calctl.runtime.types import JobState
 
@@ -225,7 +226,7 @@ def plot_timeline(
     ax.set_yticks(range(n_lanes), labels)
     ax.set_ylim(n_lanes - 0.4, -0.6)  # top to bottom, the last lane clear of the axis line
     ax.set_xlabel("time since the first job (ms)")
-    label = "MOCK device: simulated timing, not hardware evidence" if device == "mock" else f"device: {device}"
+    label = device_label(device)
     ax.set_title(f"{title}\n{label}", fontsize=10)
     handles = [Patch(color=colour[m], label=m) for m in models]
     handles.append(Patch(facecolor="#777777", edgecolor="white", hatch="///", label="prefill (hatched)"))

@@ -90,6 +90,11 @@ def test_quick_level_files_json_junit_and_picture(quick) -> None:
     assert rb["ok"] is True and rb["problems"] == [], rb["problems"]
     assert list(schemas.iter_errors("report/v1", rb)) == [] and (rb["verdict"], rb["exit_code"]) == ("PASS", 0)
     assert rb["command"] == "accept rollback" and rb["device_label"].startswith("mock")
+    reports = [p for p in out.rglob("*.json") if "trace" not in p.name and "records" not in p.parts]
+    assert {"validate.json", "budget.json", "load-peak.json", "report.json"} <= {p.name for p in reports}
+    for path in reports:  # every report file of the run is one report, like every --format json
+        problems = list(schemas.iter_errors("report/v1", json.loads(path.read_text())))
+        assert problems == [], (path.relative_to(out), problems)
     assert rb["digests"]["previous"] != rb["digests"]["package"]  # a version change, not PKG reloaded onto itself
     suite = ET.parse(out / "accept.junit.xml").getroot().find("testsuite")
     assert suite is not None

@@ -6,6 +6,7 @@ process's. docs/cli.md "Verdicts": the last line of every run is its verdict, an
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,12 @@ def _corrupt(tmp: Path) -> Path:
     shutil.copytree(COMBINED, bad)
     (bad / "model-b" / "golden" / "expected_tokens.npy").write_bytes(b"not the sealed bytes")
     return bad
+
+
+def _fifo(tmp: Path) -> Path:
+    fifo = tmp / "pkg.fifo"
+    os.mkfifo(fifo)
+    return fifo
 
 
 def _sealed_copy(tmp: Path) -> Path:
@@ -57,6 +64,11 @@ CASES: dict[str, tuple[Callable[[Path], list[Any]], int]] = {
     "sign": (lambda t: ["sign", _sealed_copy(t), "--key", TEST_KEY], 0),
     "verify": (lambda t: ["verify", COMBINED, *TRUST], 0),
     "verify-fail": (lambda t: ["verify", _corrupt(t), *TRUST], 1),
+    # refused before the command had a report: main prints one (the exit code's word, the cause in "error")
+    "verify-refused": (lambda t: ["verify", _fifo(t), *TRUST], 1),
+    "inspect-refused": (lambda t: ["inspect", _fifo(t), *TRUST], 1),
+    "budget-refused": (lambda t: ["budget", _corrupt(t), *TRUST], 1),
+    "device info-refused": (lambda t: ["device", "info", "--device", "calrt", "--calrt-lib", t / "absent.so"], 3),
     "inspect": (lambda t: ["inspect", COMBINED, *TRUST], 0),
     "import": (lambda t: ["import", "hf", _hf(t), t / "imported", "--key", TEST_KEY], 0),
     "import-gguf": (lambda t: ["import", "gguf", _gguf(t), t / "imported", "--key", TEST_KEY], 0),
@@ -94,6 +106,8 @@ def test_every_command_json_is_one_report(cli: Cli, tmp_path: Path, case: str) -
     assert not problems, problems
     assert doc["exit_code"] == r.code and next(iter(doc)) == "schema_version"
     assert doc["command"] == case.removesuffix("-fail").removesuffix("-refused").removesuffix("-gguf")
+    if case.endswith("-refused"):
+        assert doc["verdict"] != "PASS" and doc["error"], doc
 
 
 def test_a_refused_soak_is_a_failed_check_that_says_why(cli: Cli, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.integration.serve_harness import Served, dual_config, serving
+from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -47,10 +48,7 @@ def test_deadline_expiry_is_never_a_device_error(tmp_path: Path) -> None:
         async with httpx.AsyncClient(timeout=120) as c:
             url = f"{s.v1}/completions"
             holders = [asyncio.create_task(c.post(url, json=hold)) for _ in range(16)]
-            end = asyncio.get_running_loop().time() + 30
-            while not _lanes_held(s, "model-a", 16):
-                assert asyncio.get_running_loop().time() < end, "the 16 holders never took the lanes"
-                await asyncio.sleep(0.01)
+            await async_wait_until(lambda: _lanes_held(s, "model-a", 16), what="the 16 holders to take the lanes")
             probes = await asyncio.gather(*[c.post(url, json=probe) for _ in range(8)])
             return list(await asyncio.gather(*holders)), list(probes)
 

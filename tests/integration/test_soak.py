@@ -305,3 +305,30 @@ def test_without_a_leak_the_process_rss_stays_within_its_bound(cli: Cli, tmp_pat
     host = r.json["memory"]["host_rss"]
     assert len(host["after_unload"]) == 4 and host["reference_bytes"] > 0
     assert host["max_growth_bytes"] <= host["limit_bytes"]
+
+
+def test_a_package_that_vanishes_mid_run_is_error_3_in_the_report_and_the_exit_code(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI checked the package; it vanished before the soak loaded it. The report said ERROR (exit 3) while
+    the process exited 2, the usage code: now both say ERROR, 3, and the JSON is on stdout."""
+    import shutil
+
+    from calctl.runners.soak import run as soak_run
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(FIXTURE_PACKAGES / "single", pkg)
+    real = soak_run.validate
+
+    def validate_then_vanish(*args: object, **kwargs: object) -> object:
+        report = real(*args, **kwargs)  # type: ignore[arg-type]
+        shutil.rmtree(pkg)
+        return report
+
+    monkeypatch.setattr(soak_run, "validate", validate_then_vanish)
+    out = tmp_path / "soak"
+    r = cli("soak", pkg, *TRUST, "--cycles", "1", "--report", out, "--format", "json")
+    assert_no_traceback(r)
+    saved = json.loads((out / "soak-report.json").read_text())
+    assert r.code == 3 and (r.json["verdict"], r.json["exit_code"]) == ("ERROR", 3), (r.code, r.err[-1000:])
+    assert (saved["verdict"], saved["exit_code"]) == ("ERROR", 3) and "no such file" in saved["error"]

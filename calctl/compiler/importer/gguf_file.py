@@ -176,7 +176,8 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
 
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(path, "no such file; expected a GGUF model file")
+        what = "not a regular file" if path.exists() else "no such file"  # a FIFO is never opened: it would block
+        raise CheckpointError(path, f"{what}; expected a GGUF model file")
     with path.open("rb") as fh:
         if fh.read(4) != b"GGUF":
             raise CheckpointError(path, "not a GGUF file (it does not start with the magic 'GGUF')")

@@ -41,7 +41,7 @@ from typing import Any
 
 from calctl import records
 from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError
-from calctl.report import Report, build_header
+from calctl.report import RESERVED, Report, build_header
 from calctl.runners import bringup
 from calctl.runners.acceptance.plan import ROW_IDS, AcceptConfig
 from calctl.runners.acceptance.rows import EvidenceStatus, StepEvidence
@@ -118,11 +118,18 @@ def _bringup_state(cfg: AcceptConfig, package: Path, out: Path) -> bringup.Bring
     return bringup.BringupState(config=bcfg, stack=ExitStack())
 
 
+def _write_report(path: Path, command: str, verdict: str, header: dict[str, Any], body: dict[str, Any]) -> None:
+    """A step's own file: one report like every other (``verdict``, ``exit_code``, the header; report/v1)."""
+    own = {k: v for k, v in body.items() if k not in RESERVED}
+    records.write_json(path, Report(command, verdict, header, own).document())
+
+
 def _validate_one(state: AcceptState, st: bringup.BringupState, name: str) -> StepEvidence:
     o = bringup.VALIDATE.run(st)
     state.stack.enter_context(st.stack)
     path = state.out / f"{name}.json"
-    records.write_json(path, o.document or {})
+    command = f"accept {name}"
+    _write_report(path, command, o.verdict, build_header(command, package=str(st.config.package)), o.document or {})
     if o.exit_code != 0:
         return StepEvidence(
             name,
@@ -172,7 +179,13 @@ def step_budget(state: AcceptState) -> StepEvidence:
     st = _need_main(state)
     o = bringup.BUDGET.run(st)
     path = state.out / "budget.json"
-    records.write_json(path, o.document or {})
+    _write_report(
+        path,
+        "accept budget",
+        o.verdict,
+        build_header("accept budget", package=str(st.config.package)),
+        o.document or {},
+    )
     return StepEvidence(
         "budget",
         EvidenceStatus.RAN,
@@ -202,14 +215,14 @@ def step_load_peak(state: AcceptState) -> StepEvidence:
         else:
             note = "per-chip device memory while the package is configured (GetMemoryUsage)"
         header = ctx.header("accept load-peak")
-    doc = {
-        **header,
+    body = {
         "chips": mem,
         "before": ctx.snapshot.memory_before,
         "after": ctx.snapshot.memory_after,
         "memory_note": note,  # "note" is the header's MOCK RESULT label (docs/runtime.md §5): never overwritten
-        "steps": [r.name + ": " + r.status.value for r in ctx.log.records],
+        "actions": [r.name + ": " + r.status.value for r in ctx.log.records],
     }
+    doc = Report("accept load-peak", "PASS" if mem else "ERROR", header, body).document()
     path = state.out / "load-peak.json"
     records.write_json(path, doc)
     figure = ", ".join(

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl.records import write_json
-from calctl.runners.plotting import pyplot
+from calctl.runners.plotting import device_label, pyplot
 
 EVENTS_FILE = "events.ndjson"
 REPORT_FILE = "soak-report.json"
@@ -288,7 +288,7 @@ def soak_figure(
             color="magenta",
             fontsize=9,
         )
-    label = "MOCK device: simulated board, not hardware evidence" if device == "mock" else f"device: {device}"
+    label = device_label(device)
     heading = f"{title}\n{label}; green lines: loads (golden + warm-up passed), grey: unloaded"
     if error:
         heading += f"\nERROR: {_wrapped(error, 140)}"

@@ -58,7 +58,7 @@ from collections.abc import Callable
 from typing import Any
 
 from calctl import html_report
-from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted
+from calctl.errors import CalctlError, CheckFailed, Interrupted
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, verdict_of_exit_code
@@ -136,13 +136,9 @@ class _Soak(SoakState):
             self._note_interrupt(exc)
             self.status = "interrupted"
         except CalctlError as exc:
-            if exc.exit_code == ExitCode.USAGE:
-                # A missing package (exit 2): the soak did not run, and its report must not read PASS.
-                self.status = "error"
-                self.error_verdict = "ERROR"
-                self.header["error"] = f"{type(exc).__name__}: {exc}"
-                raise
             # The device could not be opened, or failed outside a cycle (exit 3): the report says how far it got.
+            # A usage error here came up mid-run (the package vanished after the CLI checked it): ERROR, exit 3,
+            # as in bringup and accept; a missing package is refused by the CLI before the run (exit 2).
             self.status = "error"
             self.error_verdict = verdict_of_exit_code(exc.exit_code)
             self.header["error"] = f"{type(exc).__name__}: {exc}"
