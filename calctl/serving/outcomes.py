@@ -11,8 +11,9 @@ into what the outside sees:
 * the ``outcome`` label of ``calctl_requests_total`` (:class:`EngineOutcome`);
 * the client-side class a soak or bench report counts (:class:`RequestOutcome`).
 
-"Where does a 429 come from": :data:`REJECTIONS` below (``RejectCode.CAPACITY``),
-reached from ``AdmissionDecision.REJECT_CAPACITY`` through :data:`DECISION_REJECTION`.
+"Where does a 429 come from" is answered in :mod:`calctl.serving.core.admission`, which decides every
+``REJECT_CAPACITY``; here :data:`REJECTIONS` only gives it its number (``RejectCode.CAPACITY`` -> 429),
+reached through :data:`DECISION_REJECTION`.
 
 Nothing here decides anything; it only translates.
 """

@@ -24,6 +24,13 @@ promoted in virtual-finish order. The chosen head waits for room rather than
 being overtaken by smaller requests, so long requests cannot starve; a tenant
 at its active-sequence cap steps aside without blocking the others.
 
+Where a 429 comes from: here. Every ``REJECT_CAPACITY`` is decided in this
+module (a tenant's QPS in ``arrive``, a full waiting queue or the long-prefill
+quota in ``decide``, a deadline that expired while queued); :data:`END_OF_REFUSAL`
+is the one table of what each refusal means. :mod:`calctl.serving.outcomes` only
+gives it its number (``RejectCode.CAPACITY`` -> 429) and the engine's admission
+front only delivers it.
+
 This module does not release KV lanes (the scheduler does, after the device
 drains), does not run timers (``now`` is an argument) and knows nothing of HTTP
 beyond the status code each decision maps to.

@@ -1,8 +1,8 @@
 """Admission on the engine core's thread: an arrival becomes the scheduler's decision and the stream's answer.
 
-"Where a 429 comes from": the scheduler's :class:`~calctl.serving.core.admission.AdmissionDecision`
-(``REJECT_CAPACITY``), turned into a rejection code here through
-:data:`calctl.serving.outcomes.DECISION_REJECTION`, and into HTTP by the API layer. Every refusal is
+"Where a 429 comes from" is answered in :mod:`calctl.serving.core.admission`, which decides every
+``REJECT_CAPACITY``; this front turns the decision into a rejection code through
+:data:`calctl.serving.outcomes.DECISION_REJECTION` and the API layer into HTTP. Every refusal is
 decided before the response's first byte (000 §5.2): the HTTP layer awaits ``stream.admitted()``,
 which this resolves, or fails with the rejection.
 """
