@@ -6,7 +6,7 @@ import numpy as np
 
 from calctl.package import npy
 from calctl.runtime.conformance.framework import (
-    CheckFailed,
+    ExpectationFailed,
     Session,
     check,
     expect,
@@ -48,7 +48,7 @@ def _golden(s: Session) -> str:
             close = np.isclose(got, want, rtol=tol.rtol, atol=tol.atol)
             if not close.all():
                 idx = int(np.argmax(~close.reshape(-1)))
-                raise CheckFailed(
+                raise ExpectationFailed(
                     f"graph {m.prefill.name!r}: logits[0, {idx}] = {got.reshape(-1)[idx]:.6g}, expected "
                     f"{want.reshape(-1)[idx]:.6g} (rtol {tol.rtol:g}, atol {tol.atol:g}); "
                     f"{int((~close).sum())} of {close.size} values outside, max |err| {float(np.abs(got - want).max()):.3g}",
@@ -60,7 +60,7 @@ def _golden(s: Session) -> str:
             token, position = int(np.argmax(got[0])), len(prompt)
             for step, expected in enumerate(tokens):
                 if token != int(expected):
-                    raise CheckFailed(
+                    raise ExpectationFailed(
                         f"graph {m.decode.name!r}: greedy token {step} (position {position}) is {token}, "
                         f"expected {int(expected)}",
                         call="calrt_job_submit / calrt_job_wait",

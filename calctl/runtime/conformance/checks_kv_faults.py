@@ -7,7 +7,7 @@ import numpy as np
 from calctl.runtime import Runtime
 from calctl.runtime.buffers import BufferState
 from calctl.runtime.conformance.framework import (
-    CheckFailed,
+    ExpectationFailed,
     Session,
     Unsupported,
     _unwrap,
@@ -333,7 +333,7 @@ def _resets(s: Session) -> str:
         try:
             rt.configure(calbin)
         except AlreadyConfigured as exc:
-            raise CheckFailed(
+            raise ExpectationFailed(
                 "a board reset must drop the configuration (C ABI §7)",
                 call="calrt_configure (after calrt_reset BOARD)",
                 returned=f"AlreadyConfigured (status {int(exc.status)})",

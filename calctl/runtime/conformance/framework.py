@@ -61,7 +61,7 @@ class CheckResult:
         return cls(**{**doc, "verdict": Verdict(doc["verdict"])})
 
 
-class CheckFailed(Exception):
+class ExpectationFailed(Exception):
     """A check's expectation did not hold: FAIL with the call, its arguments and what came back."""
 
     def __init__(
@@ -71,7 +71,7 @@ class CheckFailed(Exception):
         self.detail, self.call, self.arguments, self.returned = detail, call, arguments, returned
 
 
-class Abandoned(CheckFailed):
+class Abandoned(ExpectationFailed):
     """A FAIL after which the check's process cannot go on (threads stuck inside the library): the device is
     left as it is, and the remaining checks run in a fresh process."""
 
@@ -310,7 +310,7 @@ def expect(
     condition: bool, detail: str, *, call: str | None = None, arguments: str | None = None, returned: Any = None
 ) -> None:
     if not condition:
-        raise CheckFailed(
+        raise ExpectationFailed(
             detail, call=call, arguments=arguments, returned=None if returned is None else _short(returned)
         )
 
@@ -331,10 +331,12 @@ def expect_raises(
     except NotSupported as exc:
         raise Unsupported(f"{call}: {exc}") from None
     except (RuntimeLayerError, CalctlError) as exc:
-        raise CheckFailed(
+        raise ExpectationFailed(
             f"{call} must raise {names}", call=call, arguments=_args(args, kwargs), returned=_returned(exc)
         ) from None
-    raise CheckFailed(f"{call} must raise {names}", call=call, arguments=_args(args, kwargs), returned=_short(value))
+    raise ExpectationFailed(
+        f"{call} must raise {names}", call=call, arguments=_args(args, kwargs), returned=_short(value)
+    )
 
 
 def expect_status(exc: BaseException, status: RuntimeStatus, call: str) -> None:
@@ -427,7 +429,7 @@ def run_check(check: Check, target: Target) -> CheckResult:
     call = arguments = returned = None
     try:
         detail = check.run(session) or ""
-    except CheckFailed as exc:
+    except ExpectationFailed as exc:
         verdict, detail, call, arguments, returned = Verdict.FAIL, exc.detail, exc.call, exc.arguments, exc.returned
         if isinstance(exc, Abandoned):
             session.evidence["abandoned"] = True
