@@ -51,7 +51,7 @@ runtime with only a board reset.
 
 Mock results are mock results: nothing here is evidence about a board (docs/runtime.md §5).
 This module is the board's Runtime API (open, configure, submit, wait, observe, reset); the chips at
-work are :mod:`.execution`, the per-job and per-chip records :mod:`.records`, the KV store and a job's
+work are :mod:`.execution`, the per-job and per-chip records :mod:`.state`, the KV store and a job's
 KV binding :mod:`.kv`, the board's shape :mod:`.config`. It does not parse packages
 (``calctl.package``) or fault-plan YAML.
 """
@@ -84,7 +84,7 @@ from calctl.runtime.mock.config import MockBoardConfig
 from calctl.runtime.mock.execution import ChipExecution
 from calctl.runtime.mock.faults import FaultInjector, FaultKind, FaultPlan, FaultRule, InjectedFault
 from calctl.runtime.mock.kv import MockKvManager
-from calctl.runtime.mock.records import ChipHold, MockJob
+from calctl.runtime.mock.state import ChipHold, MockJob
 from calctl.runtime.types import (
     ChipCounters,
     ChipHealth,

@@ -31,7 +31,7 @@ from calctl.runtime.errors import RuntimeStatus
 from calctl.runtime.mock import compute
 from calctl.runtime.mock.config import MockBoardConfig
 from calctl.runtime.mock.faults import FaultKind
-from calctl.runtime.mock.records import ChipHold, ChipState, MockJob, job_of
+from calctl.runtime.mock.state import ChipHold, ChipState, MockJob, job_of
 from calctl.runtime.types import Health, JobId, JobPhase, JobResult, JobState, PhaseInterval, ResetScope
 
 #: prctl(2) PR_SET_TIMERSLACK, and the slack the chip threads ask for: 1 µs instead of Linux's default 50 µs.
