@@ -64,6 +64,12 @@ def test_unit_tests_import_no_integration_harness() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.integration"):
                 bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.module}")
+            if isinstance(node, ast.Import):
+                bad += [
+                    f"{path.relative_to(REPO)}:{node.lineno}: {a.name}"
+                    for a in node.names
+                    if a.name.startswith("tests.integration")
+                ]
     assert not bad, "\n".join(bad)
 
 
@@ -78,6 +84,17 @@ def _calls_time_sleep(loop: ast.AST) -> bool:
     )
 
 
+def _is_async_deadline_loop(loop: ast.AST) -> bool:
+    """A ``while`` that awaits ``asyncio.sleep`` and reads a clock: a deadline loop written by hand."""
+    attrs = [
+        (n.func.attr, n.func.value.id if isinstance(n.func.value, ast.Name) else "")
+        for n in ast.walk(loop)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    ]
+    sleeps = ("sleep", "asyncio") in attrs
+    return isinstance(loop, ast.While) and sleeps and any(attr in ("time", "monotonic") for attr, _ in attrs)
+
+
 def test_every_wait_goes_through_wait_until() -> None:
     """No hand-written polling loop (a ``while`` or ``for`` that calls ``time.sleep``): a test waits with
     ``tests.waiting.wait_until``, whose deadline fails naming what it waited for (docs/testing.md)."""
@@ -86,6 +103,6 @@ def test_every_wait_goes_through_wait_until() -> None:
         if path == TESTS / "waiting.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if isinstance(node, (ast.While, ast.For)) and _calls_time_sleep(node):
+            if isinstance(node, (ast.While, ast.For)) and (_calls_time_sleep(node) or _is_async_deadline_loop(node)):
                 bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not bad, "poll with tests.waiting.wait_until:\n" + "\n".join(bad)
