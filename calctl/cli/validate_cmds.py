@@ -30,7 +30,7 @@ MAX_SHOWN_PER_RULE = 20
 
 if TYPE_CHECKING:  # the rules and jsonschema load when a command runs, not for its --help (issue 31)
     from calctl.package.rules import Rule
-    from calctl.package.validate import CheckResult, ValidationReport
+    from calctl.package.validate import RuleFinding, ValidationReport
 
 
 def _split_models(text: str | None) -> tuple[str, ...] | None:
@@ -176,7 +176,7 @@ def junit_suites(report: ValidationReport) -> list[_output.JunitSuite]:
     """The report as JUnit suites: failures = fail (and warn/skip when the policy rejects them)."""
     from calctl.package.rules import Status, rule_by_id
 
-    by_rule: dict[str, list[CheckResult]] = {}
+    by_rule: dict[str, list[RuleFinding]] = {}
     for c in report.checks:
         by_rule.setdefault(c.id, []).append(c)
     rejecting = {Status.FAIL}
@@ -219,7 +219,7 @@ def junit_xml(report: ValidationReport) -> str:
     return _output.junit_xml("calctl validate", junit_suites(report))
 
 
-def _line(c: CheckResult) -> str:
+def _line(c: RuleFinding) -> str:
     where = ": ".join(p for p in (c.file, c.field) if p)
     return f"{c.status.value.upper()} {c.id} {where + ': ' if where else ''}{c.message}"
 

@@ -79,7 +79,7 @@ class ValidationPolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckResult(Finding):
+class RuleFinding(Finding):
     """One report entry: a rule's verdict on one file/field (or on the whole package): its finding, made
     printable, with the rule's ID, group and severity."""
 
@@ -106,23 +106,23 @@ class ValidationReport:
     """The outcome of :func:`validate`. Truthy only when the package is accepted."""
 
     package: str
-    checks: tuple[CheckResult, ...]
+    checks: tuple[RuleFinding, ...]
     fail_on_warn: bool = False
     fail_on_skip: bool = False
     digest: str | None = None  # sha256 of checksums.sha256: commits to every file
     signer_key_id: str | None = None
 
     @property
-    def errors(self) -> tuple[CheckResult, ...]:
+    def errors(self) -> tuple[RuleFinding, ...]:
         """Entries that reject the package: ``fail`` and ``error``."""
         return tuple(c for c in self.checks if c.status in (Status.FAIL, Status.ERROR))
 
     @property
-    def warnings(self) -> tuple[CheckResult, ...]:
+    def warnings(self) -> tuple[RuleFinding, ...]:
         return tuple(c for c in self.checks if c.status is Status.WARN)
 
     @property
-    def skipped(self) -> tuple[CheckResult, ...]:
+    def skipped(self) -> tuple[RuleFinding, ...]:
         return tuple(c for c in self.checks if c.status is Status.SKIP)
 
     @property
@@ -167,9 +167,9 @@ class ValidationReport:
         }
 
 
-def run_rules(ctx: ValidationContext, rules: Sequence[type[Rule]] = RULES) -> tuple[CheckResult, ...]:
+def run_rules(ctx: ValidationContext, rules: Sequence[type[Rule]] = RULES) -> tuple[RuleFinding, ...]:
     """Run every rule against ``ctx``; each contributes at least one entry, whatever happens."""
-    out: list[CheckResult] = []
+    out: list[RuleFinding] = []
     for cls in rules:
         rule = cls()
         findings = _findings(rule, ctx)
@@ -179,7 +179,7 @@ def run_rules(ctx: ValidationContext, rules: Sequence[type[Rule]] = RULES) -> tu
             problems = [Finding(Status.PASS, "; ".join(notes) if notes else cls.summary())]
         for f in problems:
             out.append(
-                CheckResult(
+                RuleFinding(
                     f.status,
                     _text(f.message),
                     _clip(f.file),

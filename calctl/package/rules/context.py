@@ -136,7 +136,7 @@ class SignatureState:
 
 
 @dataclass(frozen=True)
-class Reference:
+class FileReference:
     """A file the manifest names, and where (JSON-pointer-like) it names it."""
 
     rel: str
@@ -486,23 +486,23 @@ class ValidationContext:
     # -- what the manifest refers to ---------------------------------------------
 
     @functools.cached_property
-    def references(self) -> tuple[Reference, ...]:
+    def references(self) -> tuple[FileReference, ...]:
         """Every file the typed manifest names, with the pointer that names it."""
         pkg = self.package
         if pkg is None:
             return ()
-        refs: list[Reference] = []
+        refs: list[FileReference] = []
         for m in pkg.models:
             for s in m.all_sections():
                 if s.file is not None:
-                    refs.append(Reference(s.file, f"{s.pointer}/file", m.alias))
+                    refs.append(FileReference(s.file, f"{s.pointer}/file", m.alias))
             for i, t in enumerate(m.params):
-                refs.append(Reference(t.file, f"{m.pointer}/params/tensors/{i}/file", m.alias))
-            refs.append(Reference(m.tokenizer.file, f"{m.pointer}/tokenizer/file", m.alias))
+                refs.append(FileReference(t.file, f"{m.pointer}/params/tensors/{i}/file", m.alias))
+            refs.append(FileReference(m.tokenizer.file, f"{m.pointer}/tokenizer/file", m.alias))
             if m.tokenizer.config is not None:
-                refs.append(Reference(m.tokenizer.config, f"{m.pointer}/tokenizer/config", m.alias))
+                refs.append(FileReference(m.tokenizer.config, f"{m.pointer}/tokenizer/config", m.alias))
             for key in ("prompt", "prefill_logits", "decode_tokens"):
-                refs.append(Reference(getattr(m.golden, key).file, f"{m.pointer}/golden/{key}/file", m.alias))
+                refs.append(FileReference(getattr(m.golden, key).file, f"{m.pointer}/golden/{key}/file", m.alias))
         return tuple(refs)
 
     # -- loaded content (verified bytes only) -------------------------------------

@@ -189,7 +189,7 @@ class RequestedProfiles(PackageRule):
         yield self.note(f"requested profiles {list(ctx.policy.profiles)} present in: {offered}")
 
 
-class InactiveLaneContract(PackageRule):
+class InactiveLaneContractDeclared(PackageRule):
     """A graph with a batch profile B>1 declares the inactive-lane contract (mask input, no KV writes).
 
     Never pad an inactive lane with token 0 (000 §7.3): a B>1 profile is only usable with the vendor's contract for
@@ -398,7 +398,7 @@ RULES: tuple[type[Rule], ...] = (
     PrefillAndDecode,
     ExpectedModels,
     RequestedProfiles,
-    InactiveLaneContract,
+    InactiveLaneContractDeclared,
     ReferencedFilesExist,
     InternalReferences,
     ModelOwnFiles,
