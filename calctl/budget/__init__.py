@@ -8,7 +8,7 @@ core all call:
 * ``policy``: the §8.2 limit and guard, and the verdict;
 * ``plan``: per-chip loads, their evaluation and exact searches;
 * ``builders``: those loads from a package or a Hugging Face config;
-* ``report``: a whole run (verdicts, searches, what-if grid) and its JSON document;
+* ``evaluation``: a whole run (verdicts, searches, what-if grid) and its JSON document;
 * ``capacity``: ``max_kv_tokens`` / ``max_sequences`` for admission (000 §5.1).
 
 Nothing here prints, reads a package from disk, or talks to a device.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from calctl.budget.builders import plan_from_config, plan_from_package
 from calctl.budget.capacity import max_kv_tokens, max_sequences
+from calctl.budget.evaluation import BudgetReport, report_document, run_budget
 from calctl.budget.kv import kv_bytes, kv_bytes_per_token, kv_heads_per_chip
 from calctl.budget.plan import (
     COMPONENTS,
@@ -33,7 +34,6 @@ from calctl.budget.plan import (
     evaluate,
 )
 from calctl.budget.policy import BudgetPolicy, BudgetVerdict
-from calctl.budget.report import BudgetReport, report_document, run_budget
 from calctl.budget.shape import ModelShape, load_hf_config, shape_from_hf_config, shape_from_package_model
 from calctl.budget.units import parse_size
 from calctl.budget.weights import ParamCount, count_params, weight_bytes

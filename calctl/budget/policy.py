@@ -38,7 +38,9 @@ class BudgetVerdict(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class Judgement:
+class BudgetJudgement:
+    """What :meth:`BudgetPolicy.judge` decides: the verdict and the sentences that explain it."""
+
     verdict: BudgetVerdict
     reasons: tuple[str, ...]
 
@@ -76,7 +78,7 @@ class BudgetPolicy:
     def passes(self, static_bytes: int, dram_bytes: int) -> bool:
         return static_bytes <= self.usable_bytes(dram_bytes)
 
-    def judge(self, static_bytes: int, dram_bytes: int) -> Judgement:
+    def judge(self, static_bytes: int, dram_bytes: int) -> BudgetJudgement:
         """BudgetVerdict and the sentences that explain it (failed checks first)."""
         limit = self.limit_bytes(dram_bytes)
         guard = self.guard_bytes(dram_bytes)
@@ -94,8 +96,8 @@ class BudgetPolicy:
         checks = [(limit_ok, limit_text), (guard_ok, guard_text)]
         failed = tuple(t for ok, t in checks if not ok)
         if failed:
-            return Judgement(BudgetVerdict.NO_GO, failed)
-        return Judgement(BudgetVerdict.GO, tuple(t for _, t in checks))
+            return BudgetJudgement(BudgetVerdict.NO_GO, failed)
+        return BudgetJudgement(BudgetVerdict.GO, tuple(t for _, t in checks))
 
 
 def check_fraction(value: float, what: str, *, zero_ok: bool, one_ok: bool) -> float:

@@ -23,8 +23,8 @@ from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:  # calctl.budget loads the package model, the rules and jsonschema: only when budget runs
+    from calctl.budget.evaluation import BudgetReport
     from calctl.budget.plan import BudgetPlan, ChipBudget
-    from calctl.budget.report import BudgetReport
     from calctl.package.validate import ValidationReport
     from calctl.signing.policy import TrustPolicy
 
@@ -145,9 +145,9 @@ def budget(
     """
     from calctl.budget import units
     from calctl.budget.builders import plan_from_config, plan_from_package
+    from calctl.budget.evaluation import report_document, run_budget
     from calctl.budget.plan import WorkspaceOverride
     from calctl.budget.policy import BudgetPolicy, check_fraction
-    from calctl.budget.report import report_document, run_budget
     from calctl.budget.shape import load_hf_config
     from calctl.package.info import package_digest
     from calctl.package.reader import load_manifest, package_root

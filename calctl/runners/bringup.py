@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from calctl import records
+from calctl.budget.evaluation import report_document, run_budget
 from calctl.budget.plan import plan_from_package
 from calctl.budget.policy import BudgetPolicy, BudgetVerdict
-from calctl.budget.report import report_document, run_budget
 from calctl.errors import CalctlError, ExitCode
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root

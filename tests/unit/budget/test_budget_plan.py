@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from calctl.budget import capacity
+from calctl.budget.evaluation import report_document, run_budget
 from calctl.budget.plan import (
     COMPONENTS,
     Bound,
@@ -22,7 +23,6 @@ from calctl.budget.plan import (
     plan_from_package,
 )
 from calctl.budget.policy import BudgetPolicy, BudgetVerdict
-from calctl.budget.report import report_document, run_budget
 from calctl.budget.shape import ModelShape, load_hf_config
 from calctl.errors import UsageError
 from calctl.package.model import ChipMode, Package
