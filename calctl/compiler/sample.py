@@ -39,7 +39,7 @@ from calctl.compiler.writer import (
     BuildInfo,
     GoldenCase,
     ModelContent,
-    ModelPlan,
+    ModelPlacement,
     PackageSpec,
     dump_manifest,
     kv_bytes,
@@ -84,7 +84,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SampleModel:
-    plan: ModelPlan
+    plan: ModelPlacement
     arch: Architecture
     weight_seed: int
     max_sequences: int
@@ -118,16 +118,16 @@ def _arch_b() -> Architecture:
 
 
 def plan_models(kind: str, seed: int) -> list[SampleModel]:
-    a = SampleModel(ModelPlan("model-a", "model_a", "model-a", 0), _arch_a(), seed * 1000 + 1, 16)
+    a = SampleModel(ModelPlacement("model-a", "model_a", "model-a", 0), _arch_a(), seed * 1000 + 1, 16)
     if kind == "single":
         return [a]
     if kind == "combined":
-        b = SampleModel(ModelPlan("model-b", "model_b", "model-b", 1), _arch_b(), seed * 1000 + 2, 16)
+        b = SampleModel(ModelPlacement("model-b", "model_b", "model-b", 1), _arch_b(), seed * 1000 + 2, 16)
         return [a, b]
     if kind == "replica":
         return [
-            replace(a, plan=ModelPlan("model-a0", "model_a0", "model-a0", 0)),
-            replace(a, plan=ModelPlan("model-a1", "model_a1", "model-a1", 1)),
+            replace(a, plan=ModelPlacement("model-a0", "model_a0", "model-a0", 0)),
+            replace(a, plan=ModelPlacement("model-a1", "model_a1", "model-a1", 1)),
         ]
     raise UsageError(f"--kind {kind!r}: expected one of {', '.join(KINDS)}")
 

@@ -65,7 +65,7 @@ QUANT_PARAM_DTYPES = QUANT_DTYPES
 
 
 @dataclass(frozen=True)
-class ModelPlan:
+class ModelPlacement:
     """Where one model goes: its alias, manifest name, directory and chip."""
 
     alias: str
@@ -209,7 +209,7 @@ def param_blob(content: ModelContent, rel: str) -> tuple[bytes, list[dict[str, A
 
 
 def write_model(
-    w: Writer, m: ModelPlan, content: ModelContent, decode_profiles: list[int]
+    w: Writer, m: ModelPlacement, content: ModelContent, decode_profiles: list[int]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Write one model's files; return its manifest entry and its memory regions."""
     arch = content.arch
@@ -522,7 +522,7 @@ class PackageSpec:
 def write_package(
     out: Path,
     spec: PackageSpec,
-    models: Sequence[tuple[ModelPlan, Callable[[], ModelContent]]],
+    models: Sequence[tuple[ModelPlacement, Callable[[], ModelContent]]],
     key: Ed25519PrivateKey,
 ) -> Path:
     """Write and seal a package at ``out`` from its models, atomically (temp dir beside ``out``, then rename).

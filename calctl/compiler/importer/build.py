@@ -41,7 +41,7 @@ from calctl.compiler.writer import (
     BuildInfo,
     GoldenCase,
     ModelContent,
-    ModelPlan,
+    ModelPlacement,
     PackageSpec,
     package_name,
     write_package,
@@ -409,7 +409,7 @@ def import_checkpoint(out: Path, ck: Checkpoint, opts: ImportOptions, key: Ed255
     content, summary = model_content(ck, opts)
     name = opts.name or f"{opts.alias}-{ck.kind}"
     model_name = re.sub(r"[^A-Za-z0-9_]+", "_", opts.alias)
-    plan = ModelPlan(alias=opts.alias, name=model_name, dir=opts.alias, chip=opts.chip)
+    plan = ModelPlacement(alias=opts.alias, name=model_name, dir=opts.alias, chip=opts.chip)
     deps = tuple(
         {"uri": f"file:{p.name}", "digest": {"sha256": seal.sha256_file(p.resolve())}}
         for p in ck.sources

@@ -27,7 +27,7 @@ from calctl.compiler.writer import (
     BuildInfo,
     GoldenCase,
     ModelContent,
-    ModelPlan,
+    ModelPlacement,
     PackageSpec,
     check_not_inside,
     package_name,
@@ -47,7 +47,9 @@ ALIAS_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True)
-class Source:
+class InputModel:
+    """One input of ``calctl combine``: a verified single-model package and its model."""
+
     root: Path
     package: Package
     model: Model
@@ -62,7 +64,7 @@ def _model_digest(pkg: Package, m: Model) -> str:
     return h.hexdigest()
 
 
-def open_source(root: Path, trusted: list[TrustedKey], allow_unsigned: bool) -> Source:
+def open_source(root: Path, trusted: list[TrustedKey], allow_unsigned: bool) -> InputModel:
     """Verify one input package and take its one model; PackageError (exit 1) if it does not verify."""
     root = Path(root)
     if not root.is_dir():
@@ -78,14 +80,14 @@ def open_source(root: Path, trusted: list[TrustedKey], allow_unsigned: bool) -> 
             f"{root}: has {len(pkg.models)} models ({', '.join(pkg.aliases)}); combine takes single-model packages"
         )
     m = pkg.models[0]
-    return Source(root=root, package=pkg, model=m, digest=_model_digest(pkg, m))
+    return InputModel(root=root, package=pkg, model=m, digest=_model_digest(pkg, m))
 
 
 def _npy(pkg: Package, rel: str) -> np.ndarray:
     return npy.load_member(pkg.root, rel)
 
 
-def content_of(src: Source) -> ModelContent:
+def content_of(src: InputModel) -> ModelContent:
     """The model of ``src`` as compiler content (weights back from its blobs)."""
     pkg, m = src.package, src.model
     dtypes = {t.dtype for t in m.params if t.name not in FP32_TENSORS}
@@ -122,16 +124,16 @@ def content_of(src: Source) -> ModelContent:
     )
 
 
-def _plan(alias: str, chip: int) -> ModelPlan:
+def _plan(alias: str, chip: int) -> ModelPlacement:
     if not ALIAS_RE.match(alias):
         raise UsageError(f"alias {alias!r}: expected lowercase letters, digits, '.', '_' or '-' (1-64)")
-    return ModelPlan(alias=alias, name=re.sub(r"[^A-Za-z0-9_]+", "_", alias), dir=alias, chip=chip)
+    return ModelPlacement(alias=alias, name=re.sub(r"[^A-Za-z0-9_]+", "_", alias), dir=alias, chip=chip)
 
 
 def combine(
     out: Path,
-    a: Source,
-    b: Source,
+    a: InputModel,
+    b: InputModel,
     key: Ed25519PrivateKey,
     *,
     alias_a: str | None = None,
