@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 from calctl.cli._options import (
     AllowUnsignedOpt,
     CalrtLibOpt,
-    DeviceKind,
+    DeviceChoice,
     DeviceOpt,
     FaultPlanOpt,
     SeedOpt,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 def device_spec(
-    device: DeviceKind,
+    device: DeviceChoice,
     calrt_lib: Path | None,
     time_scale: float | None = None,
     fault_plan: Path | None = None,
@@ -45,11 +45,11 @@ def device_spec(
     serialize_chips: bool = False,
 ) -> DeviceSpec:
     from calctl.runners.device import DeviceSpec
-    from calctl.runtime import DeviceKind as RuntimeDeviceKind
+    from calctl.runtime import DeviceKind
 
-    kind = RuntimeDeviceKind(device.value)
-    lib = calrt_lib if kind is RuntimeDeviceKind.CALRT else None
-    if kind is RuntimeDeviceKind.MOCK and calrt_lib is not None and str(calrt_lib) != os.environ.get("CALRT_LIBRARY"):
+    kind = DeviceKind(device.value)
+    lib = calrt_lib if kind is DeviceKind.CALRT else None
+    if kind is DeviceKind.MOCK and calrt_lib is not None and str(calrt_lib) != os.environ.get("CALRT_LIBRARY"):
         raise UsageError("--calrt-lib applies to --device calrt only")
     check_fault_plan(fault_plan)
     return DeviceSpec(
@@ -95,7 +95,7 @@ def report_dir(report: Path | None, command: str) -> Path:
 class DeviceArgs:
     """The device and trust options of a command, as given (``device_options`` fills it; defaults: not given)."""
 
-    device: DeviceKind = DeviceKind.mock
+    device: DeviceChoice = DeviceChoice.mock
     calrt_lib: Path | None = None
     fault_plan: Path | None = None
     time_scale: float | None = None

@@ -114,7 +114,9 @@ def int_option(*decls: str, min: int | None = None, max: int | None = None, **kw
     return typer.Option(*decls, min=min, max=max, parser=NumberParser(int, min, max), **kwargs)
 
 
-class DeviceKind(str, enum.Enum):
+class DeviceChoice(str, enum.Enum):
+    """``--device``: the values of :class:`calctl.runtime.DeviceKind`, which a command turns it into."""
+
     mock = "mock"
     calrt = "calrt"
 
@@ -143,7 +145,7 @@ ResultFormatOpt = Annotated[
 ]
 
 DeviceOpt = Annotated[
-    DeviceKind,
+    DeviceChoice,
     typer.Option(
         "--device", help="mock (embedded simulated board, default) or calrt (real board via the CalRT C ABI)."
     ),

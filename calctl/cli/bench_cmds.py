@@ -23,7 +23,7 @@ from calctl.cli import _output
 from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
 from calctl.cli._options import (
     BENCH_TIME_SCALE_HELP,
-    DeviceKind,
+    DeviceChoice,
     FormatOpt,
     SeedOpt,
     float_option,
@@ -165,7 +165,7 @@ def bench(
             pkg is not None
             or dev.time_scale is not None
             or dev.fault_plan is not None
-            or dev.device is not DeviceKind.mock
+            or dev.device is not DeviceChoice.mock
         ):
             raise UsageError(
                 f"--scenario {scenario} drives the server at --url: PKG, --device, --time-scale and --fault-plan "

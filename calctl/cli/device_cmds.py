@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from calctl.cli import _output
-from calctl.cli._options import CalrtLibOpt, DeviceKind, DeviceOpt, FormatOpt
+from calctl.cli._options import CalrtLibOpt, DeviceChoice, DeviceOpt, FormatOpt
 from calctl.cli._output import TableJson
 from calctl.report import simple_report
 
@@ -73,7 +73,7 @@ def _no_telemetry() -> dict[str, Any]:
 
 
 def info(
-    device: DeviceOpt = DeviceKind.mock,
+    device: DeviceOpt = DeviceChoice.mock,
     calrt_lib: CalrtLibOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
@@ -85,9 +85,9 @@ def info(
     from calctl.runtime import open_runtime, select_board
     from calctl.runtime.types import TELEMETRY_FIELDS
 
-    lib = str(calrt_lib) if device is DeviceKind.calrt and calrt_lib is not None else None
+    lib = str(calrt_lib) if device is DeviceChoice.calrt and calrt_lib is not None else None
     board = select_board(device.value)
-    if device is DeviceKind.mock:
+    if device is DeviceChoice.mock:
         rt_cm = open_runtime(device.value, **board.mock_options())
     else:
         rt_cm = open_runtime(device.value, calrt_lib=lib)
@@ -105,7 +105,7 @@ def info(
         + (f"; library {lib}" if lib else "")
     )
     b = doc["board"]
-    if device is DeviceKind.mock:
+    if device is DeviceChoice.mock:
         _output.stdout.print(
             f"board [bold]{b['id']}[/] (from {b['source']}), fault seed {b['seed']} ({b['seed_source']})"
         )

@@ -9,7 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from calctl.cli._device import DEVICE_DEFAULTS, DEVICE_OPTIONS, DeviceArgs, device_options, report_dir
-from calctl.cli._options import DeviceKind
+from calctl.cli._options import DeviceChoice
 from calctl.errors import UsageError
 
 
@@ -36,7 +36,7 @@ def test_the_options_stand_where_dev_stands_and_arrive_as_one_value(tmp_path: Pa
     )
     assert r.exit_code == 0, r.output
     assert r.output.strip() == "n 3"
-    assert seen == [DeviceArgs(device=DeviceKind.mock, fault_plan=plan, seed=7)]
+    assert seen == [DeviceArgs(device=DeviceChoice.mock, fault_plan=plan, seed=7)]
     help_text = CliRunner().invoke(app, ["--help"], terminal_width=200).output
     order = [help_text.index(o) for o in ("--name", "--device", "--calrt-lib", "--fault-plan", "--seed", "--last")]
     assert order == sorted(order), help_text
