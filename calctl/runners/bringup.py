@@ -72,7 +72,9 @@ class Level(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class LevelSettings:
+class BringupSettings:
+    """How much one bring-up ``--level`` runs (acceptance has its own, :class:`calctl.runners.acceptance.plan.LevelSettings`)."""
+
     warmup_iterations: int
     poc_rounds: int
     step_timeout_s: float
@@ -83,10 +85,10 @@ class LevelSettings:
 
 #: One row a level: warm-up iterations, PoC rounds, step timeout, soak cycles, seconds of traffic a cycle, the
 #: PoC's round budget.
-LEVELS: dict[Level, LevelSettings] = {
-    Level.QUICK: LevelSettings(5, 4, 30.0, 3, 0.5, 16),
-    Level.STANDARD: LevelSettings(20, 8, 30.0, 5, 1.0, 32),
-    Level.LONG: LevelSettings(200, 30, 60.0, 100, 2.0, 120),
+LEVELS: dict[Level, BringupSettings] = {
+    Level.QUICK: BringupSettings(5, 4, 30.0, 3, 0.5, 16),
+    Level.STANDARD: BringupSettings(20, 8, 30.0, 5, 1.0, 32),
+    Level.LONG: BringupSettings(200, 30, 60.0, 100, 2.0, 120),
 }
 
 
@@ -101,7 +103,7 @@ class BringupConfig:
     command: str = "bringup"
 
     @property
-    def settings(self) -> LevelSettings:
+    def settings(self) -> BringupSettings:
         return LEVELS[self.level]
 
 
@@ -502,10 +504,10 @@ __all__ = [
     "VALIDATE",
     "WARMUP",
     "BringupConfig",
+    "BringupSettings",
     "BringupState",
     "BringupStep",
     "Level",
-    "LevelSettings",
     "StepOutcome",
     "default_report_dir",
     "run_bringup",

@@ -53,7 +53,7 @@ NOT_JUDGED = "NOT JUDGED"
 
 
 @dataclass(frozen=True)
-class Round:
+class OverlapRound:
     """One measurement round: A alone, B alone, then A+B together."""
 
     t_a: float
@@ -178,7 +178,7 @@ def trace_reason(both_busy: float | None, gate: float = TRACE_OVERLAP_GATE) -> t
 
 
 def judge(
-    rounds: Sequence[Round],
+    rounds: Sequence[OverlapRound],
     *,
     shares: Sequence[float | None] = (),
     efficiency_gate: float = EFFICIENCY_GATE,

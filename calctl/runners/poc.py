@@ -67,7 +67,7 @@ from calctl.runners.overlap import (
     NOT_JUDGED,
     ConcurrencyVerdict,
     JobSpan,
-    Round,
+    OverlapRound,
     device_seconds,
     host_overhead,
     joint_share,
@@ -545,7 +545,7 @@ def _flow(
             device = (d_a, d_b, d_j) if d_a and d_b and d_j else None  # None, or a 0 ns job: not on the device
             on_device = device is not None
             t_a, t_b, t_j = device if device is not None else (h_a, h_b, h_j)
-            rnd = Round(t_a, t_b, t_j, len(out_a), len(out_b), len(joint_a) + len(joint_b))
+            rnd = OverlapRound(t_a, t_b, t_j, len(out_a), len(out_b), len(joint_a) + len(joint_b))
             results.append(
                 RoundResult(
                     k,
@@ -614,7 +614,7 @@ def _f(x: float | None) -> str:
 
 def _verdict(results: list[RoundResult]) -> ConcurrencyVerdict:
     return judge(
-        [Round(r.t_a, r.t_b, r.t_joint, r.tokens_a, r.tokens_b, r.tokens_a + r.tokens_b) for r in results],
+        [OverlapRound(r.t_a, r.t_b, r.t_joint, r.tokens_a, r.tokens_b, r.tokens_a + r.tokens_b) for r in results],
         shares=[r.both_busy_fraction for r in results],
     )
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from calctl.checks.stats import Estimate, bootstrap, percentiles
-from calctl.runners.overlap import Interval, Round, joint_share_in, judge
+from calctl.runners.overlap import Interval, OverlapRound, joint_share_in, judge
 from calctl.runners.trace import TraceSlice, chrome_trace, plot_timeline
 
 
@@ -27,8 +27,8 @@ def _mean(e: Estimate) -> float:
     return e.mean
 
 
-def _rounds(t_joint: list[float], t_iso: float = 1.0, tokens: int = 100) -> list[Round]:
-    return [Round(t_iso, t_iso, tj, tokens, tokens, 2 * tokens) for tj in t_joint]
+def _rounds(t_joint: list[float], t_iso: float = 1.0, tokens: int = 100) -> list[OverlapRound]:
+    return [OverlapRound(t_iso, t_iso, tj, tokens, tokens, 2 * tokens) for tj in t_joint]
 
 
 def test_parallel_chips_are_s2() -> None:
