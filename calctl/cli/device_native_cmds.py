@@ -92,7 +92,7 @@ def conformance(
     from calctl.package.reader import package_root
     from calctl.runtime import DeviceKind
     from calctl.runtime._native.lib import load_library
-    from calctl.runtime.conformance import CHECK_NAMES, Target, Verdict, run_suite, vendor_questions
+    from calctl.runtime.conformance import CHECK_NAMES, ConformanceTarget, Verdict, run_suite, vendor_questions
     from calctl.runtime.errors import LibraryError
 
     if calrt_lib is None:
@@ -110,7 +110,7 @@ def conformance(
         library, refused = None, exc  # it loads but fails calctl's ABI gate: that is abi_version's FAIL row
     with contextlib.ExitStack() as stack:
         root = stack.enter_context(package_root(package)) if package is not None else bundled_package("combined")
-        target = Target(DeviceKind.CALRT, Path(root).resolve(), Path(calrt_lib).resolve())
+        target = ConformanceTarget(DeviceKind.CALRT, Path(root).resolve(), Path(calrt_lib).resolve())
 
         def progress(r: Any) -> None:
             _output.info(f"  {_output.styled_verdict(r.verdict.value)} {r.name} ({r.seconds:.2f} s)")

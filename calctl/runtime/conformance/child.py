@@ -23,9 +23,9 @@ from calctl.runtime.conformance.framework import (
     _MARK,
     CHECKS,
     DEFAULT_CHECK_TIMEOUT,
-    Check,
     CheckResult,
-    Target,
+    ConformanceCheck,
+    ConformanceTarget,
     Verdict,
     checks_for,
     run_check,
@@ -34,7 +34,7 @@ from calctl.runtime.conformance.framework import (
 
 @dataclass(frozen=True)
 class SuiteReport:
-    target: Target
+    target: ConformanceTarget
     results: tuple[CheckResult, ...]
 
     @property
@@ -46,7 +46,7 @@ class SuiteReport:
 
 
 def run_suite(
-    target: Target,
+    target: ConformanceTarget,
     names: Sequence[str] | None = None,
     *,
     check_timeout: float = DEFAULT_CHECK_TIMEOUT,
@@ -63,7 +63,10 @@ def run_suite(
 
 
 def _run_child(
-    target: Target, todo: list[Check], check_timeout: float, on_result: Callable[[CheckResult], None] | None
+    target: ConformanceTarget,
+    todo: list[ConformanceCheck],
+    check_timeout: float,
+    on_result: Callable[[CheckResult], None] | None,
 ) -> list[CheckResult]:
     spec = json.dumps({**target.describe(), "checks": [c.name for c in todo]})
     with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryDirectory(prefix="calctl-conformance-") as tmp:
@@ -144,7 +147,7 @@ def _run_child(
 
 
 def _lost(
-    c: Check,
+    c: ConformanceCheck,
     verdict: Verdict,
     started: float,
     why: str,
@@ -185,7 +188,7 @@ def _child_main(spec_text: str) -> int:
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing shim leaves a row, not a core file
     spec = json.loads(spec_text)
-    target = Target(
+    target = ConformanceTarget(
         DeviceKind(spec["device"]), Path(spec["package"]), Path(spec["library"]) if spec.get("library") else None
     )
     by_name = {c.name: c for c in CHECKS}

@@ -85,7 +85,7 @@ class Unsupported(Exception):
 
 
 @dataclass(frozen=True)
-class Target:
+class ConformanceTarget:
     """What the suite runs against: ``mock``, or ``calrt`` with a library; and the package the checks load."""
 
     device: DeviceKind
@@ -134,7 +134,7 @@ class _Recorder:
 class Session:
     """What a check gets: the target, its package, ways to open a device, and a place for evidence."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: ConformanceTarget) -> None:
         self.target = target
         self._package: Package | None = None
         self.log = _CallLog()
@@ -393,27 +393,29 @@ def prefill_job(
 
 
 @dataclass(frozen=True)
-class Check:
+class ConformanceCheck:
+    """One registered check (:func:`check`): its name, its title and the function that runs it."""
+
     name: str
     title: str
     run: Callable[[Session], str | None]  # returns the PASS detail
     native_only: bool = False  # a property of the C library itself (the mock has no C ABI)
 
 
-CHECKS: list[Check] = []
+CHECKS: list[ConformanceCheck] = []
 
 
 def check(
     name: str, title: str, *, native_only: bool = False
 ) -> Callable[[Callable[[Session], str | None]], Callable[[Session], str | None]]:
     def register(fn: Callable[[Session], str | None]) -> Callable[[Session], str | None]:
-        CHECKS.append(Check(name, title, fn, native_only))
+        CHECKS.append(ConformanceCheck(name, title, fn, native_only))
         return fn
 
     return register
 
 
-def checks_for(device: DeviceKind) -> list[Check]:
+def checks_for(device: DeviceKind) -> list[ConformanceCheck]:
     return [c for c in CHECKS if device is DeviceKind.CALRT or not c.native_only]
 
 
@@ -421,7 +423,7 @@ def checks_for(device: DeviceKind) -> list[Check]:
 # Running
 
 
-def run_check(check: Check, target: Target) -> CheckResult:
+def run_check(check: ConformanceCheck, target: ConformanceTarget) -> CheckResult:
     """Run one check in this process. Exceptions become FAIL / UNSUPPORTED rows; nothing escapes."""
     session = Session(target)
     t0 = time.monotonic()

@@ -19,7 +19,7 @@ from calctl.runtime import DeviceKind
 from calctl.runtime.conformance import (
     CHECKS,
     CheckResult,
-    Target,
+    ConformanceTarget,
     Verdict,
     checks_for,
     run_check,
@@ -31,11 +31,11 @@ from tests.conftest import FIXTURE_PACKAGES
 COMBINED = FIXTURE_PACKAGES / "combined"
 
 
-def _target(request: pytest.FixtureRequest, backend: str) -> Target:
+def _target(request: pytest.FixtureRequest, backend: str) -> ConformanceTarget:
     if backend == "mock":
-        return Target(DeviceKind.MOCK, COMBINED)
+        return ConformanceTarget(DeviceKind.MOCK, COMBINED)
     lib = request.getfixturevalue("calrt_stub" if backend == "stub" else "calrt_reference")
-    return Target(DeviceKind.CALRT, COMBINED, lib)
+    return ConformanceTarget(DeviceKind.CALRT, COMBINED, lib)
 
 
 def _failure_text(r: CheckResult) -> str:
@@ -62,7 +62,7 @@ def test_check(request: pytest.FixtureRequest, backend: str, check) -> None:
 
 
 def test_suite_runs_in_child_processes_and_grades_the_vendor_questions(calrt_reference: Path) -> None:
-    report = run_suite(Target(DeviceKind.CALRT, COMBINED, calrt_reference))
+    report = run_suite(ConformanceTarget(DeviceKind.CALRT, COMBINED, calrt_reference))
     assert [r.name for r in report.results] == [c.name for c in CHECKS]
     assert all(r.verdict is Verdict.PASS for r in report.results), [_failure_text(r) for r in report.results]
     assert report.passed and report.counts()["PASS"] == len(CHECKS)
@@ -90,7 +90,7 @@ def test_a_check_past_its_bound_is_a_timeout_and_the_rest_go_on(
     monkeypatch.setenv("CALRT_STUB_FAULTS", "delay_ms=4000")  # every job takes 4 s: past the 1 s bound
     seen: list[str] = []
     report = run_suite(
-        Target(DeviceKind.CALRT, COMBINED, calrt_stub),
+        ConformanceTarget(DeviceKind.CALRT, COMBINED, calrt_stub),
         ["status_strings", "job_states_timestamps", "abi_version"],
         check_timeout=1.0,
         on_result=lambda r: seen.append(r.name),
@@ -108,7 +108,8 @@ def test_a_check_past_its_bound_is_a_timeout_and_the_rest_go_on(
 
 def test_a_shim_that_crashes_is_a_fail_row_and_the_rest_go_on(calrt_stub_crashing_in_wait: Path) -> None:
     report = run_suite(
-        Target(DeviceKind.CALRT, COMBINED, calrt_stub_crashing_in_wait), ["status_strings", "wait_any", "abi_version"]
+        ConformanceTarget(DeviceKind.CALRT, COMBINED, calrt_stub_crashing_in_wait),
+        ["status_strings", "wait_any", "abi_version"],
     )
     verdicts = {r.name: r.verdict for r in report.results}
     assert verdicts == {"abi_version": Verdict.PASS, "status_strings": Verdict.PASS, "wait_any": Verdict.FAIL}
@@ -123,7 +124,8 @@ def test_refused_features_are_unsupported_never_pass_and_grade_c4(
 ) -> None:
     monkeypatch.setenv("CALRT_STUB_FAULTS", "no_chip_reset=1,no_chip_memory=1")
     report = run_suite(
-        Target(DeviceKind.CALRT, COMBINED, calrt_stub), ["memory_counters", "chip_vs_board_reset", "wait_timeout"]
+        ConformanceTarget(DeviceKind.CALRT, COMBINED, calrt_stub),
+        ["memory_counters", "chip_vs_board_reset", "wait_timeout"],
     )
     verdicts = {r.name: r.verdict for r in report.results}
     assert verdicts == {
@@ -145,7 +147,7 @@ def test_a_check_that_needs_the_test_hook_is_unsupported_without_it(
 
     monkeypatch.setattr(backend.CalrtRuntime, "arm_test_fault", _no_hook)
     by_name = {c.name: c for c in CHECKS}
-    result = run_check(by_name["wait_timeout"], Target(DeviceKind.CALRT, COMBINED, calrt_reference))
+    result = run_check(by_name["wait_timeout"], ConformanceTarget(DeviceKind.CALRT, COMBINED, calrt_reference))
     assert result.verdict is Verdict.UNSUPPORTED and "calrt_ext_fault_set" in result.detail
 
 
@@ -159,5 +161,5 @@ def test_abi_version_fails_a_library_of_another_major(calrt_stub: Path, monkeypa
     """Its FAIL branch was unreachable: calctl's loader refused the library before the check could answer."""
     monkeypatch.setenv("CALRT_STUB_ABI_MAJOR", "2")
     by_name = {c.name: c for c in CHECKS}
-    result = run_check(by_name["abi_version"], Target(DeviceKind.CALRT, COMBINED, calrt_stub))
+    result = run_check(by_name["abi_version"], ConformanceTarget(DeviceKind.CALRT, COMBINED, calrt_stub))
     assert result.verdict is Verdict.FAIL and result.call == "calrt_abi_version" and result.returned == "'2.0'", result
