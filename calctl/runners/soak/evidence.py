@@ -28,23 +28,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calctl.records import write_json
 from calctl.runners.plotting import device_label, pyplot
 
 EVENTS_FILE = "events.ndjson"
 REPORT_FILE = "soak-report.json"
 PLOT_FILE = "soak.png"
-
-
-def render_json(document: dict[str, Any]) -> str:
-    """The one JSON renderer of calctl (``schema_version`` first, non-finite floats as null)."""
-    from calctl.records import dumps
-
-    return dumps(document)
-
-
-def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
-    write_json(path, document)
 
 
 class EventLog:
@@ -309,7 +297,5 @@ __all__ = [
     "REPORT_FILE",
     "EventLog",
     "Series",
-    "render_json",
     "soak_figure",
-    "write_json_atomic",
 ]

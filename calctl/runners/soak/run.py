@@ -57,7 +57,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from calctl import html_report
+from calctl import html_report, records
 from calctl.errors import CalctlError, CheckFailed, Interrupted
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
@@ -103,7 +103,7 @@ class _Soak(SoakState):
         with self._lock:
             self._last_checkpoint = self.now_s()
             doc = render.report(self).document()
-            evidence.write_json_atomic(self.config.out_dir / evidence.REPORT_FILE, doc)
+            records.write_json(self.config.out_dir / evidence.REPORT_FILE, doc)
             self.events.write("checkpoint", why=why, cycles=self.cycles_done, violations=len(self.violations))
             self.events.sync()
 
@@ -166,7 +166,7 @@ class _Soak(SoakState):
             with self._lock:
                 report = render.report(self)
                 document = report.document()
-                evidence.write_json_atomic(c.out_dir / evidence.REPORT_FILE, document)
+                records.write_json(c.out_dir / evidence.REPORT_FILE, document)
                 html_report.write(document, c.out_dir / evidence.REPORT_FILE)
             self.events.close()
             if self.on_progress is not None:

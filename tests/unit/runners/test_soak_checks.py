@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from calctl.records import write_json
 from calctl.runners.soak import checks
-from calctl.runners.soak.evidence import EventLog, Series, write_json_atomic
+from calctl.runners.soak.evidence import EventLog, Series
 from calctl.runners.soak.mix import KINDS, MixedTraffic, ModelLimits
 from calctl.runners.traffic import EngineResult, RequestOutcome, RequestRecord
 from calctl.runtime.types import ChipCounters, ChipMemory
@@ -139,7 +140,7 @@ def test_event_log_and_atomic_report(tmp_path: Path) -> None:
     log.close()
     lines = [json.loads(x) for x in (tmp_path / "events.ndjson").read_text().splitlines()]
     assert [x["event"] for x in lines] == ["loaded", "unloaded"] and lines[0]["drift"] is None
-    write_json_atomic(tmp_path / "r.json", {"status": "running", "cycles": 3})
+    write_json(tmp_path / "r.json", {"status": "running", "cycles": 3})
     text = (tmp_path / "r.json").read_text()
     assert text.lstrip().startswith('{\n  "schema_version"') and json.loads(text)["cycles"] == 3
     assert sorted(os.listdir(tmp_path)) == ["events.ndjson", "r.json"]  # no temporary file left behind
