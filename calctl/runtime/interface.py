@@ -12,7 +12,8 @@ Contract every implementation keeps:
 * it raises only :class:`calctl.runtime.errors.RuntimeLayerError` subclasses
   (all :class:`calctl.errors.DeviceError`, exit 3);
 * every method is thread-safe; ``wait``/``wait_any`` block without holding a lock
-  so several worker threads can each wait for their own job;
+  so several threads (each model's engine core, its completion threads) can each wait for
+  their own job;
 * ``wait`` that times out raises :class:`Timeout` and changes nothing: the job
   stays in flight and keeps owning its buffers;
 * a per-chip figure the runtime cannot provide is ``None``, never 0 (001 §14);

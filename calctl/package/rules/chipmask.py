@@ -200,7 +200,8 @@ class ChipOwnership(PackageRule):
 
     Model A's sections never carry chip1's mask and B's never carry chip0's (001 §6.2 item 4). More generally, the
     target chips of different models are disjoint, and no section of one model has a mask bit for a chip another model
-    targets. Two ModelWorkers only ever borrow submodels already bound to their own chip (§4).
+    targets. Two models' engine cores (001 §4's ModelWorkers) only ever borrow submodels already bound to
+    their own chip.
     """
 
     id = "CHIP004"

@@ -12,8 +12,9 @@ their owner, and a job record is released in C as soon as its terminal state
 has been observed (the Python side keeps the result).
 
 This module holds no lock while blocked in ``calrt_job_wait``; ctypes releases
-the GIL for the call, so worker threads can wait on their own jobs
-concurrently. It does not validate packages beyond the calbin plan
+the GIL for the call, so several threads (each model's engine core, its
+completion threads) can wait on their own jobs concurrently. It does not
+validate packages beyond the calbin plan
 (:func:`calctl.runtime.calbin.plan_calbin`), build the ctypes descriptors it
 hands the shim (:mod:`.descriptors`), keep KV state (:mod:`.kv`: every KV call
 goes to the shim) or keep the host-side buffer, calbin and trace bookkeeping it
