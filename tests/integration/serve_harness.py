@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ class Served:
     @property
     def v1(self) -> str:
         return f"{self.url}/v1"
+
+    def slow_board(self, time_scale: float) -> None:
+        """Model every job submitted from now on at ``time_scale`` (the mock reads its config at each submit):
+        a test that needs slow jobs starts at the default scale, so start-up's warm-up stays quick."""
+        self.rt.config = dataclasses.replace(self.rt.config, time_scale=time_scale)
 
 
 def dual_config(tmp: Path, *, a_waiting: int = 64, b_waiting: int = 64, pkg: Path = COMBINED) -> Path:

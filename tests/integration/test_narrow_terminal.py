@@ -122,7 +122,7 @@ def test_poc_at_80_columns(tmp_path: Path) -> None:
 def test_bench_at_80_columns(tmp_path: Path) -> None:
     """fault-isolation prints one block per phase: its evidence lines wrapped at 80, never cropped (issue 31)."""
     out = tmp_path / "bench"
-    text = _in_pty("bench", "--scenario", "fault-isolation", "--time-scale", "0.2", "--report", str(out))
+    text = _in_pty("bench", "--scenario", "fault-isolation", "--time-scale", "2", "--report", str(out))
     doc = json.loads((out / "bench-report.json").read_text(encoding="utf-8"))
     _assert_fits(text, ())
     assert len(doc["phases"]) >= 5

@@ -40,7 +40,8 @@ def test_deadline_expiry_is_never_a_device_error(tmp_path: Path) -> None:
 
     Deterministic about behaviour, not host timing: 16 holders (long deadline) take every KV lane first, and
     at time scale 200 one job takes over a second, so at most one holder can end (and free a lane) within
-    the probes' 0.2 s deadline; the 8 probes queue and most must expire there (429)."""
+    the probes' 0.2 s deadline; the 8 probes queue and most must expire there (429). The board is slowed only
+    once it serves (start-up's warm-up at scale 200 would take half a minute)."""
     hold = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 64, "timeout": 3.0}
     probe = {**hold, "timeout": 0.2}
 
@@ -52,7 +53,8 @@ def test_deadline_expiry_is_never_a_device_error(tmp_path: Path) -> None:
             probes = await asyncio.gather(*[c.post(url, json=probe) for _ in range(8)])
             return list(await asyncio.gather(*holders)), list(probes)
 
-    with serving(config=dual_config(tmp_path), time_scale=200.0) as s:
+    with serving(config=dual_config(tmp_path)) as s:
+        s.slow_board(200.0)
         holders, probes = asyncio.run(run(s))
     allowed = {"ok", "429 rate_limit_error rate_limit_exceeded", "503 service_unavailable deadline_exceeded"}
     kinds = Counter(_kind(r) for r in holders + probes)
@@ -72,7 +74,8 @@ def test_streamed_deadline_after_output_is_deadline_exceeded(tmp_path: Path) -> 
     # About 150 ms a decode token at time scale 50: a 1 s deadline passes after about 6 tokens, before the
     # greedy output's end of sequence, and leaves the first token (one prefill) a wide margin on a loaded machine.
     body = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 200, "timeout": 1.0, "stream": True}
-    with serving(config=dual_config(tmp_path), time_scale=50.0) as s:
+    with serving(config=dual_config(tmp_path)) as s:
+        s.slow_board(50.0)
         with httpx.stream("POST", f"{s.v1}/completions", json=body, timeout=60) as r:
             assert r.status_code == 200
             lines = [line for line in r.iter_lines() if line]
@@ -108,7 +111,8 @@ def test_deadline_after_admission_before_the_first_token_says_so(tmp_path: Path,
     # time scale 50: one job takes about 150 ms, far longer than the 20 ms deadline; one request, so it is
     # admitted at once (a free lane) and expires while its prefill is on the device.
     body = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 8, "timeout": 0.02}
-    with serving(config=dual_config(tmp_path), time_scale=50.0) as s:
+    with serving(config=dual_config(tmp_path)) as s:
+        s.slow_board(50.0)
         if stream:
             with httpx.stream("POST", f"{s.v1}/completions", json={**body, "stream": True}, timeout=120) as r:
                 assert r.status_code == 200
