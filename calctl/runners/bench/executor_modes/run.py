@@ -69,7 +69,7 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
             )
             sup.start(root)
             engine = ServingEngine(sup)
-            worker = sup.cores[alias]
+            core = sup.cores[alias]  # the model's EngineCore
             rng = np.random.default_rng(opts.seed)
             prompt = tuple(int(t) for t in rng.integers(3, vocab, size=opts.prompt_tokens))
             rounds: dict[ExecutorMode, list[Round]] = {m: [] for m in MODES}
@@ -94,14 +94,14 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                     r += 1
                     measured = r >= opts.warmup_rounds
                     for mode in MODES[r % 3 :] + MODES[: r % 3]:  # rotate the order: no mode always runs first
-                        before = len(worker.downgrades())
-                        outcome = worker.set_executor_mode(mode)
+                        before = len(core.downgrades())
+                        outcome = core.set_executor_mode(mode)
                         if not outcome["ok"]:
                             raise UsageError(f"executor mode {mode.value}: {outcome.get('detail')}")
                         rnd = loop.submit(_round(engine, alias, mode, r, prompt, opts)).result(
                             opts.request_timeout_s + 30
                         )
-                        new = worker.downgrades()[before:]
+                        new = core.downgrades()[before:]
                         if new:  # the monitor left ping/pong during the round: say so, never hide it
                             auto_downgrades.extend({**d.as_dict(), "round": r} for d in new)
                         if measured:
@@ -115,10 +115,10 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                             + ": "
                             + ", ".join(f"{m.value} {rounds[m][-1].wall_s * 1e3:.0f} ms" for m in MODES)
                         )
-            events = _round_trace(rt, rounds[ExecutorMode.PINGPONG], worker.chips, alias)
-            last = _round_trace(rt, rounds[ExecutorMode.PINGPONG][-1:], worker.chips, alias)
-            last_sync = _round_trace(rt, rounds[ExecutorMode.SYNC][-1:], worker.chips, alias)
-            chips = tuple(worker.chips)
+            events = _round_trace(rt, rounds[ExecutorMode.PINGPONG], core.chips, alias)
+            last = _round_trace(rt, rounds[ExecutorMode.PINGPONG][-1:], core.chips, alias)
+            last_sync = _round_trace(rt, rounds[ExecutorMode.SYNC][-1:], core.chips, alias)
+            chips = tuple(core.chips)
         finally:
             sup.shutdown(5.0)
     report = judge(opts, device, alias, rounds, events, auto_downgrades, host_load)
