@@ -14,7 +14,7 @@ from calctl.checks import host
 from calctl.errors import UsageError
 from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import BenchOptions, ScenarioResult
-from calctl.runners.bench.http import Target, _stream
+from calctl.runners.bench.http import HttpTarget, _stream
 from calctl.runners.bench.metrics import Slo, compare, saturated, summarize, window_rates
 from calctl.runners.bench.scenarios import DEFAULT_SCENARIO, SCENARIOS
 from calctl.runners.bench.workload import LengthDist, TokenRange, arrival_times, build_workload
@@ -219,7 +219,7 @@ def _run_stream(transport: httpx.MockTransport) -> RequestRecord:
     async def go() -> RequestRecord:
         rec = RequestRecord("m", "load", 0.0, 4, 8)
         async with httpx.AsyncClient(transport=transport) as c:
-            await _stream(c, Target("http://test"), {"model": "m", "stream_options": {"include_usage": True}}, rec)
+            await _stream(c, HttpTarget("http://test"), {"model": "m", "stream_options": {"include_usage": True}}, rec)
         return rec
 
     return asyncio.run(go())

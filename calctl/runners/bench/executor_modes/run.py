@@ -23,8 +23,8 @@ from calctl.runners.bench.executor_modes.plan import (
     TRANSFER_HEAVY,
     ExecutorModesOptions,
     Log,
+    ModeRound,
     PhaseProfile,
-    Round,
 )
 from calctl.runners.bench.executor_modes.render import plot_notes, scenario_result
 from calctl.runners.device import DeviceSpec
@@ -72,7 +72,7 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
             core = sup.cores[alias]  # the model's EngineCore
             rng = np.random.default_rng(opts.seed)
             prompt = tuple(int(t) for t in rng.integers(3, vocab, size=opts.prompt_tokens))
-            rounds: dict[ExecutorMode, list[Round]] = {m: [] for m in MODES}
+            rounds: dict[ExecutorMode, list[ModeRound]] = {m: [] for m in MODES}
             auto_downgrades: list[dict[str, Any]] = []
             budget = max(opts.rounds, opts.max_rounds if opts.max_rounds is not None else 3 * opts.rounds)
             host_load: list[float] = []
@@ -150,7 +150,7 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
     return report
 
 
-def _aligned(slices: list[TraceSlice], rounds: dict[ExecutorMode, list[Round]], lane: str) -> list[TraceSlice]:
+def _aligned(slices: list[TraceSlice], rounds: dict[ExecutorMode, list[ModeRound]], lane: str) -> list[TraceSlice]:
     """The last sync round's slices on a lane of their own, shifted to start where the last ping/pong round did."""
     sync, pp = rounds[ExecutorMode.SYNC], rounds[ExecutorMode.PINGPONG]
     if not sync or not pp:
@@ -196,7 +196,7 @@ async def _round(
     index: int,
     prompt: tuple[int, ...],
     opts: ExecutorModesOptions,
-) -> Round:
+) -> ModeRound:
     taps: dict[str, TokenTap] = {}
 
     def submit(req: GenerationRequest) -> TokenTap:
@@ -223,10 +223,10 @@ async def _round(
     )
     wall = time.monotonic() - t0
     tokens = [taps[r.request_id].tokens if r.request_id in taps else [] for r in reqs]
-    return Round(mode, index, start_ns, wall, [res.record for res in results], tokens)
+    return ModeRound(mode, index, start_ns, wall, [res.record for res in results], tokens)
 
 
-def _round_trace(rt: Runtime, rounds: Sequence[Round], chips: Sequence[int], alias: str) -> list[TraceEvent]:
+def _round_trace(rt: Runtime, rounds: Sequence[ModeRound], chips: Sequence[int], alias: str) -> list[TraceEvent]:
     if not rounds:
         return []
     spans = [(r.start_ns, r.start_ns + int(r.wall_s * 1e9)) for r in rounds]
