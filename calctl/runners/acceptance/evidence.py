@@ -307,6 +307,7 @@ def _raise_if_interrupted(o: bringup.StepOutcome) -> None:
 def _scenario(state: AcceptState, name: str, package: Path) -> StepEvidence:
     """Run bench scenario ``name`` in-process; its report and picture go to ``<report>/<name>/``."""
     from calctl.runners.bench.base import BenchOptions
+    from calctl.runners.bench.bench_report import scenario_report
     from calctl.runners.bench.scenarios import SCENARIOS
 
     cfg = state.config
@@ -329,9 +330,9 @@ def _scenario(state: AcceptState, name: str, package: Path) -> StepEvidence:
         result = scenario.run(opts, state.log)
     except UsageError as exc:
         raise Skip(f"the {name} scenario cannot run here: {exc}") from None
-    doc = Report(
+    doc = scenario_report(
         f"accept {name}",
-        result.verdict,
+        result,
         build_header(
             f"accept {name}",
             device=cfg.device.kind.value,
@@ -340,7 +341,6 @@ def _scenario(state: AcceptState, name: str, package: Path) -> StepEvidence:
             package=str(package),
             scenario=name,
         ),
-        {"gates": [g.document() for g in result.gates], **result.body, "notes": list(result.notes)},
     ).document()
     path = out / "bench-report.json"
     records.write_json(path, doc)

@@ -1,16 +1,19 @@
-"""The bench's :class:`~calctl.report.Report`: the header, the scenario's verdict, its gates and its body.
+"""A bench scenario's :class:`~calctl.report.Report`: the header, the scenario's verdict, its gates and its body.
 
-Built here, not in the CLI (issue 27: the CLI only renders). The verdict's exit code is the one of
-docs/cli.md (:func:`calctl.report.exit_code_of`); the header labels the device, and says so when the
-server's device was not stated (``--target-device``).
+Built here, not in the CLI (issue 27: the CLI only renders). :func:`scenario_report` is the one way a
+:class:`~calctl.runners.bench.base.ScenarioResult` becomes a report (``calctl bench``'s, and accept's step
+files); the exit code is the report's, :func:`calctl.report.exit_code_of` the verdict. :func:`bench_report`
+adds ``calctl bench``'s header (it labels the device, and says so when the server's device was not stated,
+``--target-device``) and settings.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from calctl.report import Report, build_header
+from calctl.report import Report, build_header, exit_code_of
 from calctl.runners.bench.base import BenchOptions, ScenarioResult
 
 #: The note of a report against a server whose device was not stated.
@@ -20,6 +23,39 @@ UNSTATED_DEVICE_NOTE = (
 )
 
 REPORT_FILE = "bench-report.json"
+
+
+def scenario_report(
+    command: str,
+    result: ScenarioResult,
+    header: Mapping[str, Any],
+    *,
+    lead: Mapping[str, Any] | None = None,
+    files: Mapping[str, Any] | None = None,
+    evidence: Mapping[str, str] | None = None,
+) -> Report:
+    """The report of one scenario's ``result``: its verdict, then ``lead`` (the command's own fields), the gates
+    (and which failed or were not judged), the scenario's body, its notes (also the report's reasons) and
+    ``files``; its picture under ``pictures``."""
+    body: dict[str, Any] = {
+        **(lead or {}),
+        "gates": [g.document() for g in result.gates],
+        "failing_gates": [g.name for g in result.gates if g.passed is False],
+        "not_judged_gates": [g.name for g in result.gates if g.passed is None],
+        **result.body,
+        "notes": list(result.notes),
+    }
+    if files is not None:
+        body["files"] = dict(files)
+    return Report(
+        command,
+        result.verdict,
+        header,
+        body,
+        reasons=tuple(result.notes),
+        evidence=dict(evidence or {}),
+        pictures={"plot": str(result.plot)} if result.plot else {},
+    )
 
 
 def bench_report(
@@ -34,8 +70,8 @@ def bench_report(
     )
     if header["mock_result"] is None:
         header["note"] = UNSTATED_DEVICE_NOTE
-    body: dict[str, Any] = {
-        "ok": result.exit_code == 0,
+    lead: dict[str, Any] = {
+        "ok": exit_code_of(result.verdict) == 0,
         "seconds": round(seconds, 3),
         "target": {"url": opts.url, "models": list(opts.models)},
         "settings": {
@@ -54,26 +90,15 @@ def bench_report(
             "temperature": opts.temperature,
             "token_range": [opts.token_range.low, opts.token_range.high],
         },
-        "gates": [g.document() for g in result.gates],
-        "failing_gates": [g.name for g in result.gates if g.passed is False],
-        "not_judged_gates": [g.name for g in result.gates if g.passed is None],
-        **result.body,
-        "notes": list(result.notes),
-        "files": {
-            **result.body.get("files", {}),  # a scenario's own evidence files (isolation: NDJSON, trace)
-            "report": str(opts.out_dir / REPORT_FILE),
-            "plot": str(result.plot) if result.plot else None,
-        },
     }
-    return Report(
-        "bench",
-        result.verdict,
-        header,
-        body,
-        reasons=tuple(result.notes),
-        evidence={"report": str(opts.out_dir / REPORT_FILE)},
-        pictures={"plot": str(result.plot)} if result.plot else {},
+    files = {
+        **result.body.get("files", {}),  # a scenario's own evidence files (isolation: NDJSON, trace)
+        "report": str(opts.out_dir / REPORT_FILE),
+        "plot": str(result.plot) if result.plot else None,
+    }
+    return scenario_report(
+        "bench", result, header, lead=lead, files=files, evidence={"report": str(opts.out_dir / REPORT_FILE)}
     )
 
 
-__all__ = ["REPORT_FILE", "UNSTATED_DEVICE_NOTE", "bench_report"]
+__all__ = ["REPORT_FILE", "UNSTATED_DEVICE_NOTE", "bench_report", "scenario_report"]

@@ -40,7 +40,7 @@ from calctl.runtime.conformance import (
     checks_jobs,
     checks_kv_faults,
 )
-from calctl.runtime.conformance.child import SuiteReport, run_suite
+from calctl.runtime.conformance.child import ConformanceSuiteResult, run_suite
 from calctl.runtime.conformance.framework import (
     CHECKS,
     DEFAULT_CHECK_TIMEOUT,
@@ -76,9 +76,9 @@ __all__ = [
     "DEFAULT_CHECK_TIMEOUT",
     "Check",
     "CheckResult",
+    "ConformanceSuiteResult",
     "ExpectationFailed",
     "Session",
-    "SuiteReport",
     "Target",
     "Unsupported",
     "VendorAnswer",

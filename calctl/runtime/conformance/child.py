@@ -35,12 +35,15 @@ from calctl.runtime.conformance.framework import (
 
 
 @dataclass(frozen=True)
-class SuiteReport:
+class ConformanceSuiteResult:
+    """The rows of one suite run (a result body: ``calctl device conformance`` makes the report of it)."""
+
     target: Target
     results: tuple[CheckResult, ...]
 
     @property
     def passed(self) -> bool:
+        """The suite's one pass rule: every check PASS or UNSUPPORTED (a refusal is a finding, not a failure)."""
         return all(r.verdict in (Verdict.PASS, Verdict.UNSUPPORTED) for r in self.results)
 
     def counts(self) -> dict[str, int]:
@@ -53,7 +56,7 @@ def run_suite(
     *,
     check_timeout: float = DEFAULT_CHECK_TIMEOUT,
     on_result: Callable[[CheckResult], None] | None = None,
-) -> SuiteReport:
+) -> ConformanceSuiteResult:
     """Run the checks in child processes, each bounded by ``check_timeout`` seconds."""
     todo = [c for c in checks_for(target.device) if names is None or c.name in names]
     results: list[CheckResult] = []
@@ -61,7 +64,7 @@ def run_suite(
         got = _run_child(target, todo, check_timeout, on_result)
         results.extend(got)
         todo = todo[len(got) :]
-    return SuiteReport(target, tuple(results))
+    return ConformanceSuiteResult(target, tuple(results))
 
 
 def _run_child(

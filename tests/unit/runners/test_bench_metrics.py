@@ -14,6 +14,7 @@ from calctl.checks import host
 from calctl.errors import UsageError
 from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import BenchOptions, ScenarioResult
+from calctl.runners.bench.bench_report import scenario_report
 from calctl.runners.bench.http import HttpTarget, _stream
 from calctl.runners.bench.metrics import Slo, compare, saturated, summarize, window_rates
 from calctl.runners.bench.scenarios import DEFAULT_SCENARIO, SCENARIOS
@@ -247,6 +248,9 @@ def test_scenario_registry_is_one_explicit_table() -> None:
     # The contract a new scenario (e.g. issue 10's executor-modes) implements:
     res = ScenarioResult("x", "MEASURED")
     assert res.gates == () and res.tables == () and BenchOptions.__dataclass_fields__["out_dir"]
+    # ... and its report: the exit code is the verdict's (calctl.report.exit_code_of), the result has none.
+    assert not hasattr(res, "exit_code") and scenario_report("bench", res, {}).exit_code == 0
+    assert scenario_report("bench", ScenarioResult("x", "F0"), {}).document()["exit_code"] == 1
 
 
 def test_executor_modes_host_clock_checks_on_a_saturated_host_are_inconclusive() -> None:

@@ -77,7 +77,7 @@ class PingPongTraceEvidence:
 
 
 @dataclass
-class ExecutorModesReport:
+class ExecutorModesResult:
     device: str
     mock: bool
     alias: str
@@ -129,7 +129,7 @@ def judge(
     events: Sequence[TraceEvent],
     auto_downgrades: list[dict[str, Any]],
     host_load: Sequence[float] = (),
-) -> ExecutorModesReport:
+) -> ExecutorModesResult:
     base = rounds[ExecutorMode.SYNC]
     reference = next((t for r in base for t, rec in zip(r.tokens, r.records, strict=True) if rec.ok), None)
     identical = {
@@ -225,7 +225,7 @@ def judge(
             "the runtime reports no job phases: whether ping/pong computes overlapped is unknown, only "
             "two-in-flight time is shown"
         )
-    return ExecutorModesReport(
+    return ExecutorModesResult(
         device=device.kind.value,
         mock=device.is_mock,
         alias=alias,

@@ -15,7 +15,7 @@ from calctl.checks import host
 from calctl.errors import UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult
-from calctl.runners.bench.executor_modes.judge import ExecutorModesReport, judge
+from calctl.runners.bench.executor_modes.judge import ExecutorModesResult, judge
 from calctl.runners.bench.executor_modes.plan import (
     COMPUTE_BOUND,
     EXECUTOR_TIME_SCALE,
@@ -37,7 +37,7 @@ from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOpt
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 
 
-def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) -> ExecutorModesReport:
+def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) -> ExecutorModesResult:
     """Measure the three modes on one engine and judge M1/M2 (see the module docstring)."""
     device = opts.device.with_default_time_scale(EXECUTOR_TIME_SCALE)
     if not device.is_mock and opts.profile is not None:
@@ -121,7 +121,7 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
             chips = tuple(core.chips)
         finally:
             sup.shutdown(5.0)
-    report = judge(opts, device, alias, rounds, events, auto_downgrades, host_load)
+    result = judge(opts, device, alias, rounds, events, auto_downgrades, host_load)
     if opts.trace_path is not None or opts.plot_path is not None:
         slices = trace_slices(last, phases=True)
         meta = {
@@ -132,7 +132,7 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
         }
         if opts.trace_path is not None:
             write_chrome_trace(opts.trace_path, slices, device=device.kind.value, metadata=meta)
-            report.trace_path = opts.trace_path
+            result.trace_path = opts.trace_path
         if opts.plot_path is not None:
             title = f"executor-modes: {alias}, the last sync round against the last ping/pong round" + (
                 f", {opts.profile.label()}" if opts.profile else ""
@@ -144,10 +144,10 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                 device=device.kind.value,
                 chips=chips,
                 lane_names={"ping": " ping/pong round: ping engine", "pong": " ping/pong round: pong engine"},
-                notes=plot_notes(report),
+                notes=plot_notes(result),
             )
-            report.plot_path = opts.plot_path
-    return report
+            result.plot_path = opts.plot_path
+    return result
 
 
 def _aligned(slices: list[TraceSlice], rounds: dict[ExecutorMode, list[ModeRound]], lane: str) -> list[TraceSlice]:
@@ -246,7 +246,7 @@ def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
         raise UsageError("--scenario executor-modes measures one model: give at most one --models alias")
     device = options.device or DeviceSpec()
     alias = options.models[0] if options.models else None
-    runs: list[ExecutorModesReport] = []
+    runs: list[ExecutorModesResult] = []
     profiles: tuple[PhaseProfile | None, ...] = (TRANSFER_HEAVY, COMPUTE_BOUND) if device.is_mock else (None,)
     for i, profile in enumerate(profiles):
         log(
