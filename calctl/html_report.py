@@ -35,12 +35,10 @@ _TONE = {
     "PASS": "good",
     "S2": "good",
     "OK": "good",
-    "RAN": "good",
     "WARN": "warn",
     "NOT MEASURED": "muted",
     "NOT JUDGED": "muted",
     "SKIP": "muted",
-    "SKIPPED": "muted",
     "NO-GO": "bad",
     "FAIL": "bad",
     "S1": "bad",
@@ -168,8 +166,8 @@ def _steps(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "name": visible(s.get("name") or s.get("step") or ""),
                     "status": visible(s.get("status") or s.get("verdict") or ""),
                     "seconds": _number(s.get("seconds")),
-                    "summary": visible(s.get("summary") or s.get("key_figure") or ""),
-                    "reason": visible(s.get("reason") or s.get("detail") or ""),
+                    "key_figure": visible(s.get("key_figure") or ""),
+                    "detail": visible(s.get("detail") or ""),
                 }
             )
     return out

@@ -104,7 +104,6 @@ def accept(
     """
     from calctl.records import write_atomic
     from calctl.runners.acceptance import run as accept_lib
-    from calctl.runners.acceptance.rows import EvidenceStatus
 
     spec = dev.spec()
     path, trust, bundled = dev.package(pkg)
@@ -138,7 +137,7 @@ def accept(
     )
 
     def show(ev: StepEvidence) -> None:
-        what = ev.summary if ev.status is EvidenceStatus.RAN else ev.reason
+        what = ev.key_figure if ev.ran else ev.detail
         _output.info(f"  {ev.status.value:<11} {escape(ev.name)} [dim]({ev.seconds:.1f} s)[/] {escape(what)}")
 
     with interruptible(), quiet_engine_log():

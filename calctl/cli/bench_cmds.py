@@ -147,8 +147,8 @@ def bench(
     import dataclasses
 
     from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult
+    from calctl.runners.bench.bench_report import REPORT_FILE, bench_report
     from calctl.runners.bench.metrics import Slo
-    from calctl.runners.bench.report import REPORT_FILE, bench_report
     from calctl.runners.bench.scenarios import SCENARIOS
     from calctl.runners.bench.workload import LengthDist, TokenRange
 

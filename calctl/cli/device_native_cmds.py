@@ -92,7 +92,13 @@ def conformance(
     from calctl.package.reader import package_root
     from calctl.runtime import DeviceKind
     from calctl.runtime._native.lib import load_library
-    from calctl.runtime.conformance import CHECK_NAMES, ConformanceTarget, Verdict, run_suite, vendor_questions
+    from calctl.runtime.conformance import (
+        CHECK_NAMES,
+        ConformanceSuiteResult,
+        ConformanceTarget,
+        run_suite,
+        vendor_questions,
+    )
     from calctl.runtime.errors import LibraryError
 
     if calrt_lib is None:
@@ -116,9 +122,10 @@ def conformance(
             _output.info(f"  {_output.styled_verdict(r.verdict.value)} {r.name} ({r.seconds:.2f} s)")
 
         if library is None:
-            results = _abi_gate_rows(target, refused, progress)
+            suite = ConformanceSuiteResult(target, tuple(_abi_gate_rows(target, refused, progress)))
         else:
-            results = list(run_suite(target, check, check_timeout=check_timeout, on_result=progress).results)
+            suite = run_suite(target, check, check_timeout=check_timeout, on_result=progress)
+    results = list(suite.results)
     answers = vendor_questions(results)
     abi = f"{library.abi[0]}.{library.abi[1]}" if library is not None else None
     header = build_header("device conformance", device="calrt", versions=_versions_seen(results, abi))
@@ -127,19 +134,17 @@ def conformance(
         note = f"{refused.message}: calctl refuses this library, so no other check ran. " + note
     if header.get("note"):  # a software model says so first, as every result on it does (docs/runtime.md §7)
         note = f"{header['note']}. {note}"
-    counts = {v.value: sum(1 for r in results if r.verdict is v) for v in Verdict}
-    passed = all(r.verdict in (Verdict.PASS, Verdict.UNSUPPORTED) for r in results)
     evidence = results[0].evidence if library is None and results else {}
     result = Report(
         "device conformance",
-        "PASS" if passed else "FAIL",
+        "PASS" if suite.passed else "FAIL",
         header,
         {
             "library": str(calrt_lib),
             "abi": abi or evidence.get("abi", "unknown"),
             "extensions": sorted(library.extensions) if library is not None else [],
             "package": str(package) if package is not None else "bundled combined sample",
-            "counts": counts,
+            "counts": suite.counts(),
             "checks": [r.to_dict() for r in results],
             "vendor_questions": [a.to_dict() for a in answers],
             "note": note,

@@ -103,7 +103,7 @@ def validate(
         fail_on_skip=fail_on_skip,
     )
     report = run_validation(path, policy)
-    result = Report("validate", _verdict(report), build_header("validate"), report.to_dict())
+    result = Report("validate", report.verdict, build_header("validate"), report.to_dict())
     if format is Format.json:
         _output.emit_json(result)
     elif format is Format.junit:
@@ -154,18 +154,11 @@ def _print_report(report: ValidationReport, *, verbose: bool = False) -> None:
     if report.digest:
         out.print(f"digest sha256:{report.digest}", soft_wrap=False)
         out.print(f"signer: {report.signer_key_id or 'not verified'}")
-    verdict = _verdict(report)
+    verdict = report.verdict
     why = ""
     if not report.ok and not failed:
         why = "; rejected by --fail-on-warn/--fail-on-skip"
     out.print(f"verdict {_output.styled_verdict(verdict)}: {counts}{why}")
-
-
-def _verdict(report: ValidationReport) -> str:
-    """PASS, WARN (accepted with warnings) or FAIL: the words of docs/cli.md "Verdicts"."""
-    if not report.ok:
-        return "FAIL"
-    return "WARN" if report.warnings else "PASS"
 
 
 # ---------------------------------------------------------------------------

@@ -136,6 +136,14 @@ class ValidationReport:
     def __bool__(self) -> bool:
         return self.ok
 
+    @property
+    def verdict(self) -> str:
+        """The one validate verdict (``calctl validate``, bringup's validate step): FAIL when the package is
+        rejected, WARN when it is accepted with warnings, else PASS (docs/cli.md "Verdicts")."""
+        if not self.ok:
+            return "FAIL"
+        return "WARN" if self.warnings else "PASS"
+
     def rule_ids(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}
         for c in self.checks:

@@ -47,12 +47,12 @@ from typing import Any
 from calctl import records
 from calctl.budget.evaluation import report_document, run_budget
 from calctl.budget.plan import plan_from_package
-from calctl.budget.policy import BudgetPolicy, BudgetVerdict
-from calctl.errors import CalctlError, ExitCode
+from calctl.budget.policy import BudgetPolicy
+from calctl.errors import CalctlError
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.report import Report, StepRecord, StepStatus, build_header, verdict_of_exit_code
+from calctl.report import Report, StepRecord, StepStatus, build_header, exit_code_of
 from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import run_golden
 from calctl.runners.poc import run_poc_combined
@@ -109,16 +109,27 @@ class BringupConfig:
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """One pipeline step in the summary: verdict, the one figure a person looks at first, duration."""
+    """One pipeline step in the summary: verdict, the one figure a person looks at first, duration.
+
+    The step decides its verdict; its exit code is :func:`calctl.report.exit_code_of` that verdict (under
+    ``fail_on``, the policy of the runner's own report), never set by hand.
+    """
 
     name: str
-    verdict: str  # PASS | WARN | FAIL | TIMEOUT | ERROR | INTERRUPTED | SKIP, or GO / NO-GO, S1 / S2
+    verdict: str  # PASS | WARN | FAIL | TIMEOUT | ERROR | INTERRUPTED | INTERNAL ERROR | SKIP, GO / NO-GO, S1 / S2
     key_figure: str
     seconds: float
-    exit_code: int = 0
     detail: str = ""
     files: dict[str, str | None] = field(default_factory=dict)
     document: dict[str, Any] | None = None  # the step's own report
+    fail_on: frozenset[str] = frozenset()  # the verdicts the step's own run fails on (its report's policy)
+
+    @property
+    def exit_code(self) -> int:
+        """The verdict's exit code (docs/cli.md); a SKIP step did not fail: 0."""
+        if self.verdict == StepStatus.SKIP.value:
+            return 0
+        return exit_code_of(self.verdict, fail_on=self.fail_on)
 
     def to_dict(self) -> dict[str, Any]:
         """The step as the report lists it (``steps``; ``summary`` has the same rows keyed ``step``)."""
@@ -174,16 +185,13 @@ def _validate(state: BringupState) -> StepOutcome:
         root = state.stack.enter_context(package_root(cfg.package))
         state.package = load_manifest(root)
     warned = list(dict.fromkeys(c.id for c in report.warnings))
-    verdict = "FAIL" if not report.ok else ("WARN" if warned else "PASS")
     figure = f"{len(report.rule_ids())} rules, {len(report.errors)} failing, {len(report.warnings)} warning(s)"
     detail = (
         f"failed {', '.join(report.failed_ids())}"
         if not report.ok
         else (f"warnings {', '.join(warned)}" if warned else "every rule passed")
     )
-    return StepOutcome(
-        "validate", verdict, figure, time.perf_counter() - t0, 0 if report.ok else 1, detail, document=report.to_dict()
-    )
+    return StepOutcome("validate", report.verdict, figure, time.perf_counter() - t0, detail, document=report.to_dict())
 
 
 def _budget(state: BringupState) -> StepOutcome:
@@ -196,14 +204,12 @@ def _budget(state: BringupState) -> StepOutcome:
         f"tightest chip {b.chip}: static {b.static_bytes / b.dram_bytes:.1%} of DRAM "
         f"(limit {b.limit_bytes / b.dram_bytes:.0%})"
     )
-    go = report.verdict is BudgetVerdict.GO
     detail = "; ".join(f"chip {c.budget.chip} {c.budget.verdict.value}" for c in report.chips)
     return StepOutcome(
         "budget",
         report.verdict.value,
         figure,
         time.perf_counter() - t0,
-        0 if go else 1,
         detail,
         document=report_document(report),
     )
@@ -231,7 +237,7 @@ def _device_step(state: BringupState, name: str, report: Report, figure: str) ->
     if verdict == "WARN" and not detail:  # a WARN says why, as validate's does
         detail = "; ".join(f"{s.name}: {s.detail}" if s.detail else s.name for s in warned)
     doc = report.with_body(trace=files).document()
-    return StepOutcome(name, verdict, figure, report.seconds or 0.0, report.exit_code, detail, files, doc)
+    return StepOutcome(name, verdict, figure, report.seconds or 0.0, detail, files, doc, report.fail_on)
 
 
 def _run_on_device(state: BringupState, runner: Callable[..., Report], **options: Any) -> Report:
@@ -291,16 +297,7 @@ def _poc(state: BringupState) -> StepOutcome:
         figure = "no verdict"
     outcome = _device_step(state, "poc", report, figure)
     reasons = report.body.get("reasons") or []
-    return StepOutcome(
-        outcome.name,
-        outcome.verdict,
-        outcome.key_figure,
-        outcome.seconds,
-        outcome.exit_code,
-        outcome.detail or "; ".join(reasons),
-        outcome.files,
-        outcome.document,
-    )
+    return replace(outcome, detail=outcome.detail or "; ".join(reasons))
 
 
 def _f(x: float | None) -> str:
@@ -335,7 +332,7 @@ def _soak(state: BringupState) -> StepOutcome:
         "plot": doc["files"].get("plot"),
         "events": str(out / "events.ndjson"),
     }
-    return StepOutcome("soak", verdict, figure, time.perf_counter() - t0, report.exit_code, detail, files, doc)
+    return StepOutcome("soak", verdict, figure, time.perf_counter() - t0, detail, files, doc, report.fail_on)
 
 
 VALIDATE = BringupStep("validate", (), _validate)
@@ -388,13 +385,13 @@ def run_bringup(
         # the same, and what the finished steps measured is still the report's.
         interrupted = True
     for step in steps[len(done) :]:
-        done.append(StepOutcome(step.name, "SKIP", "", 0.0, 0, "not run: the pipeline was interrupted"))
+        done.append(StepOutcome(step.name, "SKIP", "", 0.0, "not run: the pipeline was interrupted"))
     header = _header(config, state, started)
     failing = [s for s in done if s.failed]
     if interrupted:
         verdict = RunOutcome.INTERRUPTED.value
     elif failing:
-        verdict = verdict_of_exit_code(failing[0].exit_code)  # the first failing step's code says which word
+        verdict = _pipeline_verdict(failing[0])
     elif any(s.verdict in ("WARN", "S1") for s in done):
         verdict = "WARN"
     else:
@@ -425,40 +422,42 @@ def run_bringup(
     )
 
 
+#: The words a step ends with that the pipeline's verdict keeps: how the run went (docs/cli.md "Verdicts").
+#: Any other failing word (FAIL, a gate's NO-GO, a finding the step's policy fails) is a failed check: FAIL.
+_RUN_ENDINGS = ("ERROR", "TIMEOUT", "INTERRUPTED", "INTERNAL ERROR")
+
+
+def _pipeline_verdict(first_failing: StepOutcome) -> str:
+    """The pipeline's verdict when ``first_failing`` is its first failing step: that step's word where it says
+    how the run went (ERROR, TIMEOUT, ...), else FAIL."""
+    return first_failing.verdict if first_failing.verdict in _RUN_ENDINGS else RunOutcome.FAIL.value
+
+
 def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> StepOutcome:
     if interrupted:
-        return StepOutcome(step.name, "SKIP", "", 0.0, 0, "not run: the pipeline was interrupted")
+        return StepOutcome(step.name, "SKIP", "", 0.0, "not run: the pipeline was interrupted")
     unmet = [n for n in step.needs if n not in state.outcomes or not state.outcomes[n].passed]
     if unmet:
         why = ", ".join(f"{n} {state.outcomes[n].verdict if n in state.outcomes else 'did not run'}" for n in unmet)
-        return StepOutcome(step.name, "SKIP", "", 0.0, 0, f"skipped: needs {why}")
+        return StepOutcome(step.name, "SKIP", "", 0.0, f"skipped: needs {why}")
     reason = step.applies(state)
     if reason is not None:
-        return StepOutcome(step.name, "SKIP", "", 0.0, 0, f"does not apply: {reason}")
+        return StepOutcome(step.name, "SKIP", "", 0.0, f"does not apply: {reason}")
     t0 = time.perf_counter()
     try:
         return step.run(state)
     except KeyboardInterrupt as exc:
-        return StepOutcome(
-            step.name,
-            RunOutcome.INTERRUPTED.value,
-            "",
-            time.perf_counter() - t0,
-            RunOutcome.INTERRUPTED.exit_code,
-            error_text(exc),
-        )
+        return StepOutcome(step.name, RunOutcome.INTERRUPTED.value, "", time.perf_counter() - t0, error_text(exc))
     except CalctlError as exc:
         # A usage or input error here came up mid-run (a file the step reads changed or vanished): the step
-        # is ERROR with that word's code, naming the error, and what the other steps measured is kept.
+        # is ERROR, naming the error, and what the other steps measured is kept.
         outcome = outcome_of(exc)
         detail = str(exc) if outcome is not RunOutcome.ERROR else f"{type(exc).__name__}: {exc}"
-        return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, outcome.exit_code, detail)
+        return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, detail)
     except OSError as exc:  # a file the step writes (its report directory) is unusable
         what = f"{exc.filename}: " if exc.filename else ""
         detail = f"{what}{exc.strerror or exc}"
-        return StepOutcome(
-            step.name, RunOutcome.ERROR.value, "", time.perf_counter() - t0, RunOutcome.ERROR.exit_code, detail
-        )
+        return StepOutcome(step.name, RunOutcome.ERROR.value, "", time.perf_counter() - t0, detail)
     except Exception as exc:  # a calctl bug in one step: the report still says what the others measured
         log.exception("bringup step %s: internal error", step.name)
         return StepOutcome(
@@ -466,7 +465,6 @@ def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> Step
             "INTERNAL ERROR",
             "",
             time.perf_counter() - t0,
-            int(ExitCode.INTERNAL),
             f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
         )
 

@@ -148,7 +148,8 @@ def test_without_previous_the_rollback_rows_say_not_measured_and_how(tmp_path: P
     assert code == 0, stdout[-3000:]
     doc = json.loads((out / "report.json").read_text())
     steps = {s["name"]: s for s in doc["steps"]}
-    assert steps["rollback"]["status"] == "SKIPPED" and "no --previous" in steps["rollback"]["reason"]
+    # The step words of every report (docs/cli.md), the why in "detail".
+    assert steps["rollback"]["status"] == "SKIP" and "no --previous" in steps["rollback"]["detail"]
     assert not (out / "rollback.json").exists()
     m4 = rows_by_id(doc)["M4"]
     assert doc["verdict"] == "NOT MEASURED" and doc["exit_code"] == 0  # no row GO: never a GO verdict

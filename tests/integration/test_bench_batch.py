@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from calctl.runners.bench.batch import BatchOptions, build_batch_sample, run_batch, scenario_result
+from calctl.runners.bench.bench_report import scenario_report
 from calctl.runners.device import DeviceSpec
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.signing.policy import make_policy
@@ -57,7 +58,7 @@ def test_corrupted_lane_is_caught_and_named(tmp_path: Path) -> None:
     pkg = build_batch_sample(tmp_path / "pkg")
     # The 5th decode job of each batched run returns perturbed logits: greedy tokens change from there on.
     rule = FaultRule(FaultKind.CORRUPT_OUTPUT, at=(5,), graph="model_a_decode", magnitude=50.0)
-    report = run_batch(
+    batch = run_batch(
         BatchOptions(
             pkg,
             make_policy(None, False, trust_test_key=True),
@@ -67,15 +68,15 @@ def test_corrupted_lane_is_caught_and_named(tmp_path: Path) -> None:
             inject=rule,
         )
     )
-    res = scenario_result(report)
-    assert res.verdict == "FAIL" and res.exit_code == 1
-    b4 = report.runs[1]
+    res = scenario_result(batch)
+    assert res.verdict == "FAIL" and scenario_report("bench", res, {}).exit_code == 1  # the report's exit code
+    b4 = batch.runs[1]
     assert b4.batch == 4 and b4.mismatches, "a corrupted decode job must show as a mismatch against B1"
     assert all(m.startswith("batch-") and "B4 differs from B1 at output token" in m for m in b4.mismatches)
     gate = res.gates[0]
     assert gate.name == "B4.lanes_match_b1" and gate.passed is False
     assert any(n.startswith("failing gate B4.lanes_match_b1: batch-") for n in res.notes)
-    assert report.runs[0].mismatches == []  # the B1 reference ran without the fault
+    assert batch.runs[0].mismatches == []  # the B1 reference ran without the fault
 
 
 def test_package_without_batched_profiles_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:

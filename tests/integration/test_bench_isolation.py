@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from calctl.package.reader import load_manifest
-from calctl.runners.bench.base import BenchOptions
+from calctl.runners.bench.base import BenchOptions, ScenarioResult
+from calctl.runners.bench.bench_report import scenario_report
 from calctl.runners.bench.isolation import CHECKS
 from calctl.runners.bench.scenarios import SCENARIOS
 from calctl.runners.device import DeviceSpec
@@ -53,6 +54,11 @@ def _run(tmp_path: Path, n: int, *, device: DeviceSpec | None = None, seed: int 
         lines.append,
     )
     return res
+
+
+def _exit_code(res: ScenarioResult) -> int:
+    """The exit code of the scenario's report: its verdict's (calctl.report.exit_code_of)."""
+    return scenario_report("bench", res, {}).exit_code
 
 
 def _plan(tmp_path: Path, kind: str, graph: str, jobs: list[int]) -> Path:
@@ -96,7 +102,7 @@ def _ndjson(path: str) -> list[dict[str, Any]]:
 
 def test_clean_replica_is_go_with_its_evidence(tmp_path: Path) -> None:
     res = _run(tmp_path, 120)
-    assert res.verdict == "GO" and res.exit_code == 0 and res.mock_result is True
+    assert res.verdict == "GO" and _exit_code(res) == 0 and res.mock_result is True
     body = res.body
     _assert_go_body(body, 120)
     assert body["device"] == "mock" and "MOCK RESULT" in body["device_text"]
@@ -188,7 +194,7 @@ def test_kv_corruption_on_one_chip_is_no_go_naming_its_requests(cli: Cli, tmp_pa
 def test_corrupt_output_is_no_go_naming_its_requests(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "corrupt_output", "model_a0_decode", FAULT_JOBS)
     res = _run(tmp_path, 150, device=DeviceSpec(fault_plan=plan))
-    assert res.verdict == "NO-GO" and res.exit_code == 1
+    assert res.verdict == "NO-GO" and _exit_code(res) == 1
     bad = _offending_requests(res.body)
     assert bad and all(o["alias"] == "model-a0" and o["chip"] == 0 for o in bad), bad
     assert all(o["check"] in REFERENCE_CHECKS for o in bad)
@@ -205,7 +211,7 @@ def test_a_halting_fault_is_no_go_and_the_reset_still_releases_the_kv(tmp_path: 
         encoding="utf-8",
     )
     res = _run(tmp_path, 120, device=DeviceSpec(fault_plan=path))
-    assert res.verdict == "NO-GO" and res.exit_code == 1
+    assert res.verdict == "NO-GO" and _exit_code(res) == 1
     body = res.body
     assert body["requests"]["failed"] > 0 and body["checks"]["served"]["fail"] == body["requests"]["failed"]
     assert body["recoveries"] and body["recoveries"][0]["alias"] == "model-a1", body["recoveries"]
@@ -219,7 +225,7 @@ def test_a_halting_fault_is_no_go_and_the_reset_still_releases_the_kv(tmp_path: 
 def test_a_fault_in_the_load_golden_stops_before_any_request(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "corrupt_output", "model_a0_prefill", [1])  # the engine's own golden before Ready
     res = _run(tmp_path, 50, device=DeviceSpec(fault_plan=plan))
-    assert res.verdict == "NO-GO" and res.exit_code == 1
+    assert res.verdict == "NO-GO" and _exit_code(res) == 1
     body = res.body
     assert body["load_error"] and body["requests"]["sent"] == 0 and body["requests"]["not_sent"] == 50
     assert body["checks"]["serial_golden"]["fail"] >= 1
@@ -252,7 +258,7 @@ def test_a_stream_delivered_across_chips_is_no_go_naming_victim_and_source(
 
     monkeypatch.setattr(isolation_run, "ServingEngine", CrossWiredEngine)
     res = _run(tmp_path, 80)
-    assert res.verdict == "NO-GO" and res.exit_code == 1
+    assert res.verdict == "NO-GO" and _exit_code(res) == 1
     named = [o for o in res.body["crosstalk"] if o["request_id"] == victim.request_id]
     assert named, res.body["crosstalk"]
     o = named[0]

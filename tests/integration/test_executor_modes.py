@@ -29,7 +29,7 @@ import pytest
 from calctl.runners.bench.executor_modes import (
     TRANSFER_HEAVY,
     ExecutorModesOptions,
-    ExecutorModesReport,
+    ExecutorModesResult,
     run_executor_modes,
 )
 from calctl.runners.device import DeviceSpec
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.slow
 DECODE = "model_a_decode"
 
 
-def _host_saturated(report: ExecutorModesReport) -> bool:
+def _host_saturated(report: ExecutorModesResult) -> bool:
     """The scenario's own reading of the host (its load samples over the CPU count), as its verdicts use it."""
     return any("host saturated" in c.detail for m in (report.m1, report.m2) for c in m.checks)
 

@@ -171,7 +171,7 @@ def test_rows_that_are_not_good_are_the_reasons(tmp_path: Path) -> None:
             {"id": "G1", "title": "golden", "verdict": "NO-GO", "key_figure": "1/2 chips", "reason": "model-b differs"},
             {"id": "G2", "title": "isolation", "verdict": "NOT MEASURED", "reason": "the host was too slow"},
         ],
-        "steps": [{"name": "run-golden", "status": "RAN", "seconds": 1.0, "summary": "1/2", "reason": ""}],
+        "steps": [{"name": "run-golden", "status": "FAIL", "seconds": 1.0, "detail": "", "key_figure": "1/2"}],
     }
     html = html_report.render(doc, tmp_path)
     reasons = re.search(r'<ul class="reasons" id="reasons">(.*?)</ul>', html, re.S)
@@ -179,7 +179,7 @@ def test_rows_that_are_not_good_are_the_reasons(tmp_path: Path) -> None:
     assert "G1 NO-GO: model-b differs" in reasons.group(1) and "G2 NOT MEASURED" in reasons.group(1)
     assert "G0" not in reasons.group(1)
     assert 'id="device-label">software model<' in html
-    assert 'id="steps"' in html
+    assert 'id="steps"' in html and "1/2" in html
 
 
 def test_run_golden_and_soak_write_their_page_beside_their_json(cli: Cli, tmp_path: Path) -> None:

@@ -16,15 +16,8 @@ import calctl
 
 ROOT = Path(calctl.__file__).parent
 
-#: Temporary: class names still defined twice while another branch renames one side. Empty it when that lands;
-#: never add to it (rename one of the two instead).
-DUPLICATE_CLASSES_PENDING: frozenset[str] = frozenset({"TraceEvidence"})
-
 #: Basenames that must name one module of calctl only: each of these says "the" report, records or server.
 UNIQUE_BASENAMES = ("report.py", "records.py", "server.py")
-
-#: Temporary, like DUPLICATE_CLASSES_PENDING: modules (relative to calctl/) that still share a basename above.
-SHARED_BASENAMES_PENDING: frozenset[str] = frozenset({"runners/bench/report.py"})
 
 
 def _modules() -> list[Path]:
@@ -57,10 +50,7 @@ def test_no_class_name_is_defined_in_two_modules() -> None:
     found = _class_modules()
     assert len(found) > 100, "the walk found almost no classes: is ROOT calctl's package directory?"
     twice = {name: sorted(mods) for name, mods in found.items() if len(mods) > 1}
-    unexpected = {name: mods for name, mods in twice.items() if name not in DUPLICATE_CLASSES_PENDING}
-    assert not unexpected, f"class names defined in more than one module (rename one side): {unexpected}"
-    gone = sorted(DUPLICATE_CLASSES_PENDING - twice.keys())
-    assert not gone, f"{gone} is defined once now: take it out of DUPLICATE_CLASSES_PENDING"
+    assert not twice, f"class names defined in more than one module (rename one side): {twice}"
 
 
 def test_no_class_name_is_defined_twice_in_one_module() -> None:
@@ -75,9 +65,7 @@ def test_report_records_and_server_each_name_one_module() -> None:
     by_name: dict[str, list[str]] = defaultdict(list)
     for path in _modules():
         rel = path.relative_to(ROOT).as_posix()
-        if path.name in UNIQUE_BASENAMES and rel not in SHARED_BASENAMES_PENDING:
+        if path.name in UNIQUE_BASENAMES:
             by_name[path.name].append(rel)
     shared = {name: mods for name, mods in by_name.items() if len(mods) > 1}
     assert not shared, f"modules sharing a name that must be unique (name them after what they hold): {shared}"
-    stale = sorted(p for p in SHARED_BASENAMES_PENDING if not (ROOT / p).is_file())
-    assert not stale, f"{stale} no longer exists: take it out of SHARED_BASENAMES_PENDING"

@@ -22,9 +22,12 @@ rollback          ``--previous`` -> PKG -> one-call rollback, under traffic  G5,
 ================  =====================================================  ==============
 
 A step that does not apply (no replica package, ``--device calrt`` for a
-mock-only scenario, a row not asked for with ``--only``) is SKIPPED with the
+mock-only scenario, a row not asked for with ``--only``) is SKIP with the
 reason and what would make it apply; a step that raises is ERROR with the
-error; Ctrl-C/SIGTERM makes the current and every later step INTERRUPTED.
+error; Ctrl-C/SIGTERM makes the current and every later step INTERRUPTED. A
+step that ran is PASS, WARN or FAIL by its own report's verdict
+(:func:`~calctl.runners.acceptance.rows.ran_status`): the step words of every
+report (:class:`calctl.report.StepStatus`), the why in ``detail``.
 
 It judges nothing and writes no report: :mod:`~calctl.runners.acceptance.run`
 runs the steps in order and checkpoints ``report.json``.
@@ -41,10 +44,10 @@ from typing import Any
 
 from calctl import records
 from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError
-from calctl.report import RESERVED, Report, build_header
+from calctl.report import RESERVED, Report, StepStatus, build_header
 from calctl.runners import bringup
 from calctl.runners.acceptance.plan import ROW_IDS, AcceptConfig
-from calctl.runners.acceptance.rows import EvidenceStatus, StepEvidence
+from calctl.runners.acceptance.rows import StepEvidence, ran_status
 from calctl.runners.context import RunContext
 from calctl.runners.steps import outcome_of
 
@@ -77,14 +80,14 @@ class AcceptState:
 
     def two_model(self, why: str, how: str) -> tuple[Path, bringup.BringupState]:
         """The package with two models (one per chip): the main one if it has them, else the replica;
-        neither: the step is SKIPPED saying ``why`` and ``how``."""
+        neither: the step is SKIP saying ``why`` and ``how``."""
         for st in (self.main, self.replica):
             if st is not None and st.package is not None and len(st.package.models) == 2:
                 return st.config.package, st
         raise Skip(why, how)
 
     def replica_pkg(self, why: str, how: str) -> Path:
-        """The replica package (one model on both chips), the main one or ``--replica``; neither: SKIPPED."""
+        """The replica package (one model on both chips), the main one or ``--replica``; neither: SKIP."""
         for st in (self.main, self.replica):
             if st is not None and st.package is not None and st.package.kind == "replica":
                 return st.config.package
@@ -92,7 +95,7 @@ class AcceptState:
 
 
 class Skip(Exception):
-    """A step that does not apply: SKIPPED with this reason (and, optionally, what would make it apply)."""
+    """A step that does not apply: SKIP with this reason (and, optionally, what would make it apply)."""
 
     def __init__(self, reason: str, how: str = "") -> None:
         super().__init__(reason)
@@ -133,7 +136,7 @@ def _validate_one(state: AcceptState, st: bringup.BringupState, name: str) -> St
     if o.exit_code != 0:
         return StepEvidence(
             name,
-            EvidenceStatus.ERROR,
+            StepStatus.ERROR,
             o.seconds,
             o.key_figure,
             f"the package failed validation: {o.detail}",
@@ -141,7 +144,13 @@ def _validate_one(state: AcceptState, st: bringup.BringupState, name: str) -> St
             files=state.files(report=path),
         )
     return StepEvidence(
-        name, EvidenceStatus.RAN, o.seconds, o.key_figure, document=o.document or {}, files=state.files(report=path)
+        name,
+        ran_status(o.verdict),
+        o.seconds,
+        o.key_figure,
+        o.detail if o.verdict == StepStatus.WARN.value else "",
+        document=o.document or {},
+        files=state.files(report=path),
     )
 
 
@@ -163,8 +172,8 @@ def step_validate_replica(state: AcceptState) -> StepEvidence:
         state.replica.package = None
         return replace(
             ev,
-            status=EvidenceStatus.ERROR,
-            reason=f"--replica {cfg.replica}: the package is not a replica package (one model on both chips)",
+            status=StepStatus.ERROR,
+            detail=f"--replica {cfg.replica}: the package is not a replica package (one model on both chips)",
         )
     return ev
 
@@ -186,11 +195,13 @@ def step_budget(state: AcceptState) -> StepEvidence:
         build_header("accept budget", package=str(st.config.package)),
         o.document or {},
     )
+    status = ran_status(o.verdict)
     return StepEvidence(
         "budget",
-        EvidenceStatus.RAN,
+        status,
         o.seconds,
         _prefixed(o.verdict, o.key_figure),
+        o.detail if status is not StepStatus.PASS else "",
         document=o.document or {},
         files=state.files(budget=path),
     )
@@ -228,8 +239,14 @@ def step_load_peak(state: AcceptState) -> StepEvidence:
     figure = ", ".join(
         f"chip {m['chip']} " + ("n/a" if m["used_bytes"] is None else f"{m['used_bytes'] / 2**20:.0f} MiB") for m in mem
     )
-    return StepEvidence(
-        "load-peak", EvidenceStatus.RAN, time.perf_counter() - t0, figure, document=doc, files=state.files(report=path)
+    return StepEvidence(  # a board that does not report its memory: the step ran, and says so (G0 is NOT MEASURED)
+        "load-peak",
+        StepStatus.PASS if mem else StepStatus.WARN,
+        time.perf_counter() - t0,
+        figure,
+        "" if mem else note,
+        document=doc,
+        files=state.files(report=path),
     )
 
 
@@ -252,11 +269,11 @@ def _golden(state: AcceptState, st: bringup.BringupState, name: str) -> StepEvid
     path = st.config.out_dir / f"{o.name}.json"
     records.write_json(path, doc)
     if o.exit_code not in (0, int(ExitCode.FAILED)):
-        return StepEvidence(
-            name, EvidenceStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path)
-        )
+        return StepEvidence(name, StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
     files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
-    return StepEvidence(name, EvidenceStatus.RAN, o.seconds, o.key_figure, document=doc, files=files)
+    status = ran_status(o.verdict)
+    detail = o.detail if status is not StepStatus.PASS else ""
+    return StepEvidence(name, status, o.seconds, o.key_figure, detail, document=doc, files=files)
 
 
 def step_golden(state: AcceptState) -> StepEvidence:
@@ -282,13 +299,11 @@ def step_poc(state: AcceptState) -> StepEvidence:
     path = st.config.out_dir / "poc.json"
     records.write_json(path, doc)
     if o.verdict not in ("S1", "S2", "NOT JUDGED", "FAIL"):
-        return StepEvidence(
-            "poc", EvidenceStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path)
-        )
+        return StepEvidence("poc", StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
     files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
-    return StepEvidence(
-        "poc", EvidenceStatus.RAN, o.seconds, _prefixed(o.verdict, o.key_figure), document=doc, files=files
-    )
+    status = ran_status(o.verdict)
+    detail = o.detail if status is not StepStatus.PASS else ""
+    return StepEvidence("poc", status, o.seconds, _prefixed(o.verdict, o.key_figure), detail, doc, files)
 
 
 def _prefixed(verdict: str | None, figure: str) -> str:
@@ -307,6 +322,7 @@ def _raise_if_interrupted(o: bringup.StepOutcome) -> None:
 def _scenario(state: AcceptState, name: str, package: Path) -> StepEvidence:
     """Run bench scenario ``name`` in-process; its report and picture go to ``<report>/<name>/``."""
     from calctl.runners.bench.base import BenchOptions
+    from calctl.runners.bench.bench_report import scenario_report
     from calctl.runners.bench.scenarios import SCENARIOS
 
     cfg = state.config
@@ -329,9 +345,9 @@ def _scenario(state: AcceptState, name: str, package: Path) -> StepEvidence:
         result = scenario.run(opts, state.log)
     except UsageError as exc:
         raise Skip(f"the {name} scenario cannot run here: {exc}") from None
-    doc = Report(
+    doc = scenario_report(
         f"accept {name}",
-        result.verdict,
+        result,
         build_header(
             f"accept {name}",
             device=cfg.device.kind.value,
@@ -340,14 +356,13 @@ def _scenario(state: AcceptState, name: str, package: Path) -> StepEvidence:
             package=str(package),
             scenario=name,
         ),
-        {"gates": [g.document() for g in result.gates], **result.body, "notes": list(result.notes)},
     ).document()
     path = out / "bench-report.json"
     records.write_json(path, doc)
     files = state.files(**{**_body_files(result.body), "report": path, "plot": result.plot})
     files = {k: v for k, v in files.items() if (state.out / v).is_file()}  # only what is really there
     summary = f"{result.verdict}" + (f": {result.notes[0]}" if result.notes else "")
-    return StepEvidence(name, EvidenceStatus.RAN, time.perf_counter() - t0, summary, document=doc, files=files)
+    return StepEvidence(name, ran_status(result.verdict), time.perf_counter() - t0, summary, document=doc, files=files)
 
 
 def _body_files(body: dict[str, Any]) -> dict[str, str]:
@@ -419,12 +434,12 @@ def step_soak(state: AcceptState) -> StepEvidence:
         f"{len(doc['violations'])} violation(s)"
     )
     if doc["status"] in ("finished", "aborted"):
-        return StepEvidence("soak", EvidenceStatus.RAN, time.perf_counter() - t0, summary, "", doc, files)
+        return StepEvidence("soak", ran_status(report.verdict), time.perf_counter() - t0, summary, "", doc, files)
     # The soak's own error (a BoardLocked naming its holder, a refused package): the row says why, not "error".
     why = doc.get("error") or f"the soak ended {doc['status']}; see soak/events.ndjson"
     doc.setdefault("exit_code", report.exit_code)
     return StepEvidence(
-        "soak", EvidenceStatus.ERROR, time.perf_counter() - t0, summary, f"soak {doc['status']}: {why}", doc, files
+        "soak", StepStatus.ERROR, time.perf_counter() - t0, summary, f"soak {doc['status']}: {why}", doc, files
     )
 
 
@@ -436,7 +451,7 @@ PREVIOUS_HOW = (
 def step_rollback(state: AcceptState) -> StepEvidence:
     """000 §19 M4 / 001 §17 G5: serve ``--previous``, roll forward to PKG and back in one call, under traffic.
 
-    Without ``--previous`` there is no old version to go back to: SKIPPED, so G5 and M4 are NOT MEASURED
+    Without ``--previous`` there is no old version to go back to: SKIP, so G5 and M4 are NOT MEASURED
     saying so (reloading PKG onto itself exercises the mechanism, not a version change)."""
     from calctl.runners.acceptance.rollback import RollbackRun, SamePackage
 
@@ -462,7 +477,7 @@ def step_rollback(state: AcceptState) -> StepEvidence:
         raise Skip(f"{exc}: no version change to roll back", PREVIOUS_HOW) from None
     except CalctlError as exc:  # the previous version refused or the board failed: the row says which
         ev = error_evidence("rollback", exc, time.perf_counter() - t0)
-        return replace(ev, reason=f"--previous {cfg.previous} -> PKG -> rollback: {ev.reason}")
+        return replace(ev, detail=f"--previous {cfg.previous} -> PKG -> rollback: {ev.detail}")
     ok = body["ok"]
     detail = (
         "served --previous, rolled forward to PKG and back in one call under traffic; "
@@ -493,7 +508,13 @@ def step_rollback(state: AcceptState) -> StepEvidence:
         + ("; every alias Ready" if ok else f"; FAILED: {body['problems'][0]}")
     )
     return StepEvidence(
-        "rollback", EvidenceStatus.RAN, time.perf_counter() - t0, summary, document=doc, files=state.files(report=path)
+        "rollback",
+        StepStatus.PASS if ok else StepStatus.FAIL,
+        time.perf_counter() - t0,
+        summary,
+        "" if ok else detail,
+        document=doc,
+        files=state.files(report=path),
     )
 
 
@@ -524,16 +545,16 @@ def error_evidence(name: str, exc: Exception, seconds: float) -> StepEvidence:
     if not isinstance(exc, CalctlError):
         return StepEvidence(
             name,
-            EvidenceStatus.ERROR,
+            StepStatus.ERROR,
             seconds,
-            reason=f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
+            detail=f"internal error (a calctl bug): {type(exc).__name__}: {exc}",
             document={"exit_code": int(ExitCode.INTERNAL), "internal_error": True},
         )
     # The code of the step's word (ERROR 3, TIMEOUT 4, FAIL 1). A usage or input error here came up mid-run
     # (a file the step reads changed or vanished): ERROR too, naming it, so the other rows' evidence is kept.
     code = outcome_of(exc).exit_code
     return StepEvidence(
-        name, EvidenceStatus.ERROR, seconds, reason=f"{type(exc).__name__}: {exc}", document={"exit_code": code}
+        name, StepStatus.ERROR, seconds, detail=f"{type(exc).__name__}: {exc}", document={"exit_code": code}
     )
 
 

@@ -293,7 +293,9 @@ def judge_soak_rows(spec: RowSpec, steps: Steps, hours_needed: float, what: str,
     soak = need(spec, steps, "soak")
     rb_miss = not_run(spec, steps, "rollback")
     cycles, hours, _ = soak_reached(soak.document)
-    rb_said = f"rollback: {rb.summary}" if rb is not None and rb.ran else f"NOT MEASURED: {rb_miss and rb_miss.reason}"
+    rb_said = (
+        f"rollback: {rb.key_figure}" if rb is not None and rb.ran else f"NOT MEASURED: {rb_miss and rb_miss.reason}"
+    )
     read = Reading(
         spec,
         key.format(cycles=cycles, hours=hours, rollback="rollback not measured" if rb_miss else "rollback ok"),

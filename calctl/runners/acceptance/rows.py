@@ -31,6 +31,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from calctl.errors import ExitCode
+from calctl.report import StepStatus, exit_code_of
+
 
 class GateDecision(str, enum.Enum):
     """What a row concludes (docs/accept.md): not the PASS/FAIL words of a step (:class:`calctl.report.StepStatus`)."""
@@ -40,14 +43,23 @@ class GateDecision(str, enum.Enum):
     NOT_MEASURED = "NOT MEASURED"
 
 
-class EvidenceStatus(str, enum.Enum):
-    """How an evidence step of an acceptance run ended. Only RAN carries evidence a row may judge."""
+#: The statuses of an evidence step that ran to the end (:class:`calctl.report.StepStatus`, the words every
+#: command's steps carry): its document holds what it measured, a failing measurement (FAIL) included. Only
+#: these carry evidence a row may judge. A step that did not (SKIP: it does not apply; ERROR: it could not
+#: measure, a device error, a timeout, a refused package; INTERRUPTED) says why in its ``detail``.
+RAN: frozenset[StepStatus] = frozenset({StepStatus.PASS, StepStatus.WARN, StepStatus.FAIL})
 
-    RAN = "RAN"  # it ran to the end; its document holds what it measured (a failing measurement included)
-    SKIPPED = "SKIPPED"  # it does not apply to this run (the reason says why and what would make it apply)
-    ERROR = "ERROR"  # it could not measure (device error, timeout, a refused package)
-    INTERRUPTED = "INTERRUPTED"  # SIGINT/SIGTERM before or while it ran
-    PENDING = "PENDING"  # not reached yet (a checkpoint of a run still going)
+
+def ran_status(verdict: str) -> StepStatus:
+    """The status of an evidence step that ran to the end, from its own report's ``verdict``: FAIL when that
+    verdict is a failed check (exit 1: FAIL, NO-GO, F0), WARN for WARN, else PASS (GO, S1, S2, MEASURED, ...).
+    A verdict that says the step could not measure (ERROR, TIMEOUT, ...) is ERROR."""
+    code = exit_code_of(verdict)
+    if code == ExitCode.FAILED:
+        return StepStatus.FAIL
+    if code != ExitCode.OK:
+        return StepStatus.ERROR
+    return StepStatus.WARN if verdict == StepStatus.WARN.value else StepStatus.PASS
 
 
 @dataclass(frozen=True)
@@ -58,24 +70,26 @@ class StepEvidence:
     """
 
     name: str
-    status: EvidenceStatus
+    status: StepStatus
     seconds: float = 0.0
-    summary: str = ""
-    reason: str = ""  # SKIPPED / ERROR / INTERRUPTED: why
+    key_figure: str = ""  # the one figure a person looks at first (with the step's own verdict word)
+    detail: str = ""  # SKIP / ERROR / INTERRUPTED: why; WARN: what to look at
     document: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
 
     @property
     def ran(self) -> bool:
-        return self.status is EvidenceStatus.RAN
+        return self.status in RAN
 
     def to_dict(self) -> dict[str, Any]:
+        """The step as every report lists it (``name``, ``status``, ``seconds``, ``detail``), with its figure
+        and files."""
         return {
             "name": self.name,
             "status": self.status.value,
             "seconds": round(self.seconds, 3),
-            "summary": self.summary,
-            "reason": self.reason,
+            "detail": self.detail,
+            "key_figure": self.key_figure,
             "files": dict(self.files),
         }
 
@@ -271,16 +285,14 @@ def not_run(spec: RowSpec, steps: Steps, *names: str) -> RowResult | None:
     """NOT MEASURED when a step the row needs did not run, with the step's own reason."""
     for name in names:
         s = steps.get(name)
-        if s is None or s.status is EvidenceStatus.PENDING:
+        if s is None:  # not reached yet (a checkpoint of a run still going)
             return not_measured(spec, f"{name}: not reached", f"let the run reach {name}: {spec.measured_by}")
         if not s.ran:
-            what = {
-                EvidenceStatus.SKIPPED: "not run",
-                EvidenceStatus.ERROR: "could not measure",
-                EvidenceStatus.INTERRUPTED: "interrupted",
-            }[s.status]
+            what = {StepStatus.SKIP: "not run", StepStatus.INTERRUPTED: "interrupted"}.get(
+                s.status, "could not measure"
+            )
             how = s.document.get("how_to_measure") or spec.measured_by
-            return not_measured(spec, f"{name} {what}: {s.reason}", how)
+            return not_measured(spec, f"{name} {what}: {s.detail}", how)
     return None
 
 
@@ -376,8 +388,8 @@ def judge(spec: RowSpec) -> Callable[[Callable[[RowSpec, Steps], RowResult]], Ju
 
 
 __all__ = [
+    "RAN",
     "ROWS",
-    "EvidenceStatus",
     "GateDecision",
     "Judge",
     "NotRun",
@@ -392,6 +404,7 @@ __all__ = [
     "need",
     "not_measured",
     "not_run",
+    "ran_status",
     "row_result",
     "step_files",
 ]

@@ -4,7 +4,7 @@ Which steps there are and what they run: :mod:`~calctl.runners.acceptance.eviden
 the levels and the configuration: :mod:`~calctl.runners.acceptance.plan`.
 
 A step that does not apply (no replica package, ``--device calrt`` for a
-mock-only scenario, a row not asked for with ``--only``) is SKIPPED with the
+mock-only scenario, a row not asked for with ``--only``) is SKIP with the
 reason and what would make it apply; a step that raises is ERROR with the
 error; Ctrl-C/SIGTERM makes the current and every later step INTERRUPTED.
 After every step ``report.json`` is rewritten atomically with every row judged
@@ -24,7 +24,7 @@ from typing import Any
 
 from calctl import html_report, records
 from calctl.errors import CalctlError, CheckFailed, ExitCode
-from calctl.report import Report, build_header
+from calctl.report import Report, StepStatus, build_header
 from calctl.runners.acceptance.evidence import STEPS, AcceptState, Skip, Step, error_evidence
 from calctl.runners.acceptance.judges import judge_all
 from calctl.runners.acceptance.plan import (
@@ -38,7 +38,7 @@ from calctl.runners.acceptance.plan import (
     default_report_dir,
 )
 from calctl.runners.acceptance.plot import plot_rows
-from calctl.runners.acceptance.rows import EvidenceStatus, GateDecision, RowResult, StepEvidence
+from calctl.runners.acceptance.rows import GateDecision, RowResult, StepEvidence
 from calctl.runners.device import DeviceSpec
 from calctl.runners.steps import error_text
 
@@ -54,7 +54,7 @@ def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvid
     said as such, and a run that measured no row reads NOT MEASURED (never "GO ... 0 GO")."""
     c = counts(rows)
     verdict = _verdict(status, rows, steps)
-    errored = ", ".join(s.name for s in steps if s.status is EvidenceStatus.ERROR) or "a step"
+    errored = ", ".join(s.name for s in steps if s.status is StepStatus.ERROR) or "a step"
     head = {
         "RUNNING": "RUNNING",
         "INTERRUPTED": "INTERRUPTED",
@@ -87,11 +87,11 @@ def _verdict(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence
     if any(r.verdict is GateDecision.NO_GO for r in rows):
         return "NO-GO"
     v = next((s for s in steps if s.name == "validate"), None)
-    if v is not None and v.status is EvidenceStatus.ERROR:
+    if v is not None and v.status is StepStatus.ERROR:
         return "FAIL"  # a refused package: nothing could be judged, and that is a failed check
-    if any(s.status is EvidenceStatus.ERROR and s.document.get("internal_error") for s in steps):
+    if any(s.status is StepStatus.ERROR and s.document.get("internal_error") for s in steps):
         return "INTERNAL ERROR"  # a calctl bug in a step: never a silent 0, never the usage code
-    if any(s.status is EvidenceStatus.ERROR and s.document.get("exit_code") == int(ExitCode.DEVICE) for s in steps):
+    if any(s.status is StepStatus.ERROR and s.document.get("exit_code") == int(ExitCode.DEVICE) for s in steps):
         return "ERROR"
     if not any(r.verdict is GateDecision.GO for r in rows):
         return "NOT MEASURED"  # nothing was measured GO: never a GO verdict resting on no row (docs/accept.md §1)
@@ -147,18 +147,18 @@ def run_accept(
         with stack:
             for step in steps:
                 if interrupted is not None:
-                    ev = StepEvidence(step.name, EvidenceStatus.INTERRUPTED, reason=f"not run: {interrupted}")
+                    ev = StepEvidence(step.name, StepStatus.INTERRUPTED, detail=f"not run: {interrupted}")
                 elif not config.wants(*step.rows):
                     ev = StepEvidence(
                         step.name,
-                        EvidenceStatus.SKIPPED,
-                        reason=f"not asked for: --only {','.join(sorted(config.only or ()))}",
+                        StepStatus.SKIP,
+                        detail=f"not asked for: --only {','.join(sorted(config.only or ()))}",
                     )
                 else:
                     log(f"step {step.name}")
                     ev = _run_step(step, state)
-                    if ev.status is EvidenceStatus.INTERRUPTED:
-                        interrupted = ev.reason
+                    if ev.status is StepStatus.INTERRUPTED:
+                        interrupted = ev.detail
                 state.steps[step.name] = ev
                 if on_step is not None:
                     on_step(ev)
@@ -167,7 +167,7 @@ def run_accept(
         interrupted = interrupted or error_text(exc)
         for step in steps:
             state.steps.setdefault(
-                step.name, StepEvidence(step.name, EvidenceStatus.INTERRUPTED, reason=f"not run: {interrupted}")
+                step.name, StepEvidence(step.name, StepStatus.INTERRUPTED, detail=f"not run: {interrupted}")
             )
     status = "interrupted" if interrupted is not None else "finished"
     return _checkpoint(config, header, state, t0, status, steps, final=True)
@@ -179,19 +179,16 @@ def _run_step(step: Step, state: AcceptState) -> StepEvidence:
         return step.run(state)
     except Skip as s:
         return StepEvidence(
-            step.name, EvidenceStatus.SKIPPED, reason=s.reason, document={"how_to_measure": s.how} if s.how else {}
+            step.name, StepStatus.SKIP, detail=s.reason, document={"how_to_measure": s.how} if s.how else {}
         )
     except KeyboardInterrupt as exc:
-        return StepEvidence(step.name, EvidenceStatus.INTERRUPTED, time.perf_counter() - t0, reason=error_text(exc))
+        return StepEvidence(step.name, StepStatus.INTERRUPTED, time.perf_counter() - t0, detail=error_text(exc))
     except Exception as exc:  # a calctl bug in one step: the report still says what the others measured
         return error_evidence(step.name, exc, time.perf_counter() - t0)
 
 
 def _judged(state: AcceptState, steps: tuple[Step, ...]) -> tuple[RowResult, ...]:
-    known = dict(state.steps)
-    for s in steps:
-        known.setdefault(s.name, StepEvidence(s.name, EvidenceStatus.PENDING))
-    rows = judge_all(known, state.out)
+    rows = judge_all(dict(state.steps), state.out)  # a step not reached yet is absent: its rows say "not reached"
     if state.config.only is not None:
         rows = tuple(
             r

@@ -44,7 +44,7 @@ from calctl.runners.bench.base import (
     Table,
     interrupted_note,
 )
-from calctl.runners.bench.http import PhaseResult, Target, device_trace, run_phase, served_models
+from calctl.runners.bench.http import HttpTarget, PhaseResult, device_trace, run_phase, served_models
 from calctl.runners.bench.metrics import (
     Comparison,
     ModelStats,
@@ -61,13 +61,13 @@ from calctl.runners.overlap import Interval, joint_share_in
 Log = Callable[[str], None]
 
 
-def _target(opts: BenchOptions) -> Target:
+def _target(opts: BenchOptions) -> HttpTarget:
     if not opts.url:
         raise UsageError("--url is required: this scenario drives a running server (e.g. `calctl serve`)")
-    return Target(opts.url, opts.api_key, opts.temperature, opts.request_timeout_s)
+    return HttpTarget(opts.url, opts.api_key, opts.temperature, opts.request_timeout_s)
 
 
-def _check_models(target: Target, models: Sequence[str], need: int | None) -> None:
+def _check_models(target: HttpTarget, models: Sequence[str], need: int | None) -> None:
     if need is not None and len(models) != need:
         raise UsageError(f"--models: this mode needs exactly {need} models (A,B), got {len(models)}")
     if not models:
@@ -98,7 +98,7 @@ def _workload(
 
 
 def _phase(
-    target: Target,
+    target: HttpTarget,
     opts: BenchOptions,
     workloads: dict[str, list[PlannedRequest]],
     label: str,
@@ -210,7 +210,7 @@ def _comparison(
     return compare(rates(a_iso, a), rates(b_iso, b), rates(joint, a), rates(joint, b), window_s=w, seed=opts.seed)
 
 
-def _trace_evidence(target: Target, phase: PhaseResult) -> G.TraceEvidence:
+def _trace_evidence(target: HttpTarget, phase: PhaseResult) -> G.TraceEvidence:
     """From the server's per-chip trace of the joint phase (same host: CLOCK_MONOTONIC): the share of the less
     busy chip's busy time during which the other chip was busy too, on the device's clock."""
     lo, hi = int(phase.t0 * 1e9), int(phase.t_end * 1e9)
@@ -533,7 +533,7 @@ def run_interference(opts: BenchOptions, log: Log) -> ScenarioResult:
 
 def _interference_pairs(
     opts: BenchOptions,
-    target: Target,
+    target: HttpTarget,
     log: Log,
     work: dict[tuple[str, str], list[PlannedRequest]],
     iso: dict[tuple[str, str], PhaseResult],

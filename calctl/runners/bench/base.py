@@ -9,10 +9,12 @@ A scenario is a :class:`Scenario` value registered in the one table
   rate, duration, length distributions, SLOs, seed, report directory; for
   in-process scenarios the package, trust policy and device spec);
 * ``log`` – one line of progress for people (the CLI sends it to stderr);
-* the result carries a verdict, an exit code (0 pass, 1 a gate failed), the
-  gates, tables for people, a JSON body for machines and the picture it wrote
-  (in ``options.out_dir``). The CLI adds the common header and writes
-  ``bench-report.json``.
+* the result carries the scenario's verdict, the gates, tables for people, a
+  JSON body for machines and the picture it wrote (in ``options.out_dir``): the
+  body of a :class:`~calctl.report.Report`.
+  :func:`calctl.runners.bench.bench_report.scenario_report` makes that report
+  (the CLI's ``bench-report.json``, accept's step files): its exit code is
+  :func:`calctl.report.exit_code_of` the verdict, and nothing else's.
 
 A scenario raises :class:`~calctl.errors.UsageError` for options it cannot run
 with (exit 2). Nothing here runs anything.
@@ -27,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from calctl.errors import Interrupted, interrupt_reason
-from calctl.report import exit_code_of
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.metrics import Slo
 from calctl.runners.bench.workload import LengthDist, TokenRange
@@ -100,6 +101,8 @@ def ms_cell(x: float | None) -> str:
 
 @dataclass(frozen=True)
 class ScenarioResult:
+    """What a scenario measured and decided: a verdict and the body of its report (no exit code: the report's)."""
+
     scenario: str
     verdict: str  # PASS | FAIL | MEASURED | NOT JUDGED | INTERRUPTED, GO | NO-GO (G2), or the grade F0 | F1 | F2
     gates: tuple[Gate, ...] = ()
@@ -108,11 +111,6 @@ class ScenarioResult:
     plot: Path | None = None
     notes: tuple[str, ...] = ()
     mock_result: bool | None = None  # True: produced on the mock device; None: unknown (a remote server)
-
-    @property
-    def exit_code(self) -> int:
-        """The verdict's exit code, from the one table (:func:`calctl.report.exit_code_of`)."""
-        return exit_code_of(self.verdict)
 
 
 class ScenarioInterrupted(Interrupted):

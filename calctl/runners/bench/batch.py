@@ -148,7 +148,7 @@ class ProfileRun:
 
 
 @dataclass
-class BatchReport:
+class BatchResult:
     alias: str
     device: str
     mock: bool
@@ -248,7 +248,7 @@ def _log_profile(run: ProfileRun, log: Log) -> None:
     )
 
 
-def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
+def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchResult:
     """Serve the same request set at B1 and at each batched profile; compare every request's tokens."""
     device = opts.device.with_default_time_scale(BATCH_TIME_SCALE)
     if opts.inject is not None and not device.is_mock:
@@ -296,8 +296,8 @@ def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
     runs: list[ProfileRun] = []
     running = "B1"
 
-    def report_of(runs: list[ProfileRun]) -> BatchReport:
-        report = BatchReport(
+    def result_of(runs: list[ProfileRun]) -> BatchResult:
+        result = BatchResult(
             alias,
             device.kind.value,
             device.is_mock,
@@ -315,9 +315,9 @@ def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
             },
         )
         if opts.plot_path is not None:
-            plot_batch(opts.plot_path, report)
-            report.plot_path = opts.plot_path
-        return report
+            plot_batch(opts.plot_path, result)
+            result.plot_path = opts.plot_path
+        return result
 
     try:
         runs.append(_serve(opts, device, alias, 1, requests, log))
@@ -333,7 +333,7 @@ def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
     except KeyboardInterrupt as exc:  # SIGINT/SIGTERM mid-profile: the finished profiles and their picture stay
         if not runs:
             raise
-        done = scenario_result(report_of(runs))
+        done = scenario_result(result_of(runs))
         note = interrupted_note(exc, running, [f"B{r.batch}" for r in runs])
         partial = dataclasses.replace(
             done,
@@ -343,7 +343,7 @@ def run_batch(opts: BatchOptions, log: Log = lambda _: None) -> BatchReport:
             notes=(note, *(x for x in done.notes if not x.startswith("failing gate"))),
         )
         raise ScenarioInterrupted(exc, partial) from exc
-    return report_of(runs)
+    return result_of(runs)
 
 
 def _compare(ref: ProfileRun, run: ProfileRun, requests: Sequence[GenerationRequest]) -> list[str]:
@@ -369,10 +369,10 @@ def _compare(ref: ProfileRun, run: ProfileRun, requests: Sequence[GenerationRequ
     return out
 
 
-def plot_batch(path: Path, report: BatchReport) -> None:
+def plot_batch(path: Path, result: BatchResult) -> None:
     """Fill ratio, throughput and P99 TPOT/E2E per profile, one panel each."""
     plt = pyplot()
-    docs = [r.summary() for r in report.runs]
+    docs = [r.summary() for r in result.runs]
     labels = [d["profile"] for d in docs]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     colours = ["#7f7f7f"] + ["#2ca02c" if d["lanes_match_b1"] else "#d62728" for d in docs[1:]]
@@ -389,9 +389,9 @@ def plot_batch(path: Path, report: BatchReport) -> None:
     axes[2].legend()
     bad = [d["profile"] for d in docs[1:] if not d["lanes_match_b1"]]
     fig.suptitle(
-        f"calctl bench batch: {report.alias}; lanes vs B1: "
+        f"calctl bench batch: {result.alias}; lanes vs B1: "
         + (f"MISMATCH at {', '.join(bad)}" if bad else "all match")
-        + f"\n{device_label(report.device)}",
+        + f"\n{device_label(result.device)}",
         fontsize=10,
     )
     save(fig, path)
@@ -408,7 +408,7 @@ def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
     if package is None:
         package = build_batch_sample(options.out_dir / "batch-sample-package", seed=options.seed)
         log(f"  built the sample package {package} (single, decode profiles B1/B4/B8/B16, test key)")
-    report = run_batch(
+    result = run_batch(
         BatchOptions(
             package,
             options.trust,
@@ -420,7 +420,7 @@ def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
         ),
         log,
     )
-    return scenario_result(report)
+    return scenario_result(result)
 
 
 def build_batch_sample(out: Path, *, seed: int = 0) -> Path:
@@ -435,10 +435,10 @@ def build_batch_sample(out: Path, *, seed: int = 0) -> Path:
     )
 
 
-def scenario_result(report: BatchReport) -> ScenarioResult:
-    docs = [r.summary() for r in report.runs]
+def scenario_result(result: BatchResult) -> ScenarioResult:
+    docs = [r.summary() for r in result.runs]
     gates = []
-    for run in report.runs[1:]:
+    for run in result.runs[1:]:
         gates.append(
             Gate(
                 f"B{run.batch}.lanes_match_b1",
@@ -469,7 +469,7 @@ def scenario_result(report: BatchReport) -> ScenarioResult:
             )
         )
     table = Table(
-        f"batch profiles, {report.alias}" + (" (MOCK)" if report.mock else ""),
+        f"batch profiles, {result.alias}" + (" (MOCK)" if result.mock else ""),
         (
             "profile",
             "requests",
@@ -485,18 +485,18 @@ def scenario_result(report: BatchReport) -> ScenarioResult:
         tuple(rows),
     )
     notes = []
-    for run in report.runs[1:]:
+    for run in result.runs[1:]:
         notes += [f"failing gate B{run.batch}.lanes_match_b1: {m}" for m in run.mismatches[:10]]
         if len(run.mismatches) > 10:
             notes.append(f"failing gate B{run.batch}.lanes_match_b1: and {len(run.mismatches) - 10} more")
-    if report.skipped:
-        notes.append(f"not compiled in the package, not measured: {', '.join(report.skipped)}")
+    if result.skipped:
+        notes.append(f"not compiled in the package, not measured: {', '.join(result.skipped)}")
     if any(not d["p99_judged"] for d in docs):
         notes.append(
             f"P99 over fewer than {MIN_SAMPLES['p99']} requests is shown, not judged; "
             "fill ratio, tokens/s and P99 have no project target yet (000 §19 M3): measured, not graded"
         )
-    if report.mock:
+    if result.mock:
         notes.append(
             "MOCK RESULT: the timing model decides what a lane costs; the lane check compares what the mock "
             "computed, the throughput says nothing about a board (docs/runtime.md §5)"
@@ -507,16 +507,16 @@ def scenario_result(report: BatchReport) -> ScenarioResult:
         gates=tuple(gates),
         tables=(table,),
         body={
-            "alias": report.alias,
-            "package": report.package,
-            "device_options": report.device_options,
-            "workload": report.workload,
+            "alias": result.alias,
+            "package": result.package,
+            "device_options": result.device_options,
+            "workload": result.workload,
             "profiles": docs,
-            "skipped_profiles": report.skipped,
+            "skipped_profiles": result.skipped,
         },
-        plot=report.plot_path,
+        plot=result.plot_path,
         notes=tuple(notes),
-        mock_result=report.mock,
+        mock_result=result.mock,
     )
 
 
@@ -528,4 +528,4 @@ BATCH = Scenario(
     options=("PKG", "--models", "--time-scale", "--seed", "--request-timeout"),
 )
 
-__all__ = ["BATCH", "BATCH_PROFILES", "BatchOptions", "BatchReport", "ProfileRun", "run_batch", "run_scenario"]
+__all__ = ["BATCH", "BATCH_PROFILES", "BatchOptions", "BatchResult", "ProfileRun", "run_batch", "run_scenario"]

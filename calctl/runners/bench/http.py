@@ -32,7 +32,7 @@ from calctl.runners.traffic import RequestOutcome, RequestRecord, outcome_of_sta
 
 
 @dataclass(frozen=True)
-class Target:
+class HttpTarget:
     """The server under test. ``url`` is its base (``http://127.0.0.1:8000``; a trailing ``/v1`` is accepted)."""
 
     url: str
@@ -49,7 +49,7 @@ class Target:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
-def served_models(target: Target, timeout_s: float = 10.0) -> list[str]:
+def served_models(target: HttpTarget, timeout_s: float = 10.0) -> list[str]:
     """``GET /v1/models``: the aliases the server reports Ready. UsageError when it cannot be reached."""
     try:
         r = httpx.get(f"{target.base}/v1/models", headers=target.headers(), timeout=timeout_s)
@@ -69,7 +69,7 @@ def served_models(target: Target, timeout_s: float = 10.0) -> list[str]:
         raise UsageError(f"--url {target.url}: GET /v1/models did not return an OpenAI model list") from None
 
 
-def device_trace(target: Target, since_ns: int, timeout_s: float = 10.0) -> dict[str, Any] | str:
+def device_trace(target: HttpTarget, since_ns: int, timeout_s: float = 10.0) -> dict[str, Any] | str:
     """``GET /internal/trace?since_ns=N`` (admin key): the server's per-chip job intervals, or why not."""
     try:
         r = httpx.get(
@@ -108,7 +108,7 @@ class PhaseResult:
 
 async def _one(
     client: httpx.AsyncClient,
-    target: Target,
+    target: HttpTarget,
     alias: str,
     kind: str,
     req: PlannedRequest,
@@ -146,7 +146,7 @@ async def _one(
         raise
 
 
-async def _stream(client: httpx.AsyncClient, target: Target, body: dict[str, Any], rec: RequestRecord) -> None:
+async def _stream(client: httpx.AsyncClient, target: HttpTarget, body: dict[str, Any], rec: RequestRecord) -> None:
     async with client.stream("POST", f"{target.base}/v1/completions", json=body, headers=target.headers()) as r:
         rec.status = r.status_code
         if r.status_code != 200:
@@ -202,7 +202,7 @@ async def _stream(client: httpx.AsyncClient, target: Target, body: dict[str, Any
 
 
 def run_phase(
-    target: Target,
+    target: HttpTarget,
     workloads: Mapping[str, Sequence[PlannedRequest]],
     *,
     label: str,
@@ -282,4 +282,4 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
         loop.close()
 
 
-__all__ = ["PhaseResult", "Target", "device_trace", "run_phase", "served_models"]
+__all__ = ["HttpTarget", "PhaseResult", "device_trace", "run_phase", "served_models"]

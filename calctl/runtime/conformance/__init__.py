@@ -40,7 +40,7 @@ from calctl.runtime.conformance import (
     checks_jobs,
     checks_kv_faults,
 )
-from calctl.runtime.conformance.child import SuiteReport, run_suite
+from calctl.runtime.conformance.child import ConformanceSuiteResult, run_suite
 from calctl.runtime.conformance.framework import (
     CHECKS,
     DEFAULT_CHECK_TIMEOUT,
@@ -76,10 +76,10 @@ __all__ = [
     "DEFAULT_CHECK_TIMEOUT",
     "CheckResult",
     "ConformanceCheck",
+    "ConformanceSuiteResult",
     "ConformanceTarget",
     "ExpectationFailed",
     "Session",
-    "SuiteReport",
     "Unsupported",
     "VendorAnswer",
     "Verdict",

@@ -16,7 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from calctl.records import dumps
 from calctl.runtime import DeviceKind, open_runtime
 from calctl.runtime._native.lib import CALL_LOG_ENV
 from calctl.runtime.conformance.framework import (
@@ -33,12 +35,15 @@ from calctl.runtime.conformance.framework import (
 
 
 @dataclass(frozen=True)
-class SuiteReport:
+class ConformanceSuiteResult:
+    """The rows of one suite run (a result body: ``calctl device conformance`` makes the report of it)."""
+
     target: ConformanceTarget
     results: tuple[CheckResult, ...]
 
     @property
     def passed(self) -> bool:
+        """The suite's one pass rule: every check PASS or UNSUPPORTED (a refusal is a finding, not a failure)."""
         return all(r.verdict in (Verdict.PASS, Verdict.UNSUPPORTED) for r in self.results)
 
     def counts(self) -> dict[str, int]:
@@ -51,7 +56,7 @@ def run_suite(
     *,
     check_timeout: float = DEFAULT_CHECK_TIMEOUT,
     on_result: Callable[[CheckResult], None] | None = None,
-) -> SuiteReport:
+) -> ConformanceSuiteResult:
     """Run the checks in child processes, each bounded by ``check_timeout`` seconds."""
     todo = [c for c in checks_for(target.device) if names is None or c.name in names]
     results: list[CheckResult] = []
@@ -59,7 +64,7 @@ def run_suite(
         got = _run_child(target, todo, check_timeout, on_result)
         results.extend(got)
         todo = todo[len(got) :]
-    return SuiteReport(target, tuple(results))
+    return ConformanceSuiteResult(target, tuple(results))
 
 
 def _run_child(
@@ -68,7 +73,7 @@ def _run_child(
     check_timeout: float,
     on_result: Callable[[CheckResult], None] | None,
 ) -> list[CheckResult]:
-    spec = json.dumps({**target.describe(), "checks": [c.name for c in todo]})
+    spec = _line({**target.describe(), "checks": [c.name for c in todo]})
     with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryDirectory(prefix="calctl-conformance-") as tmp:
         calls = Path(tmp) / "calls.log"  # the child's CalRT calls, one line each, written before the call
         proc = subprocess.Popen(
@@ -174,6 +179,12 @@ def _last_call(path: Path) -> tuple[str, str] | None:
     return name, (f"after {name} returned (no CalRT call in progress)" if returned else f"inside {name}")
 
 
+def _line(doc: dict[str, Any]) -> str:
+    """One line of the parent/child protocol: calctl's one JSON form (:func:`calctl.records.dumps`), compact,
+    without ``schema_version`` (the protocol is private to this module)."""
+    return dumps(doc, versioned=False, indent=None)
+
+
 def _exit_text(code: int | None) -> str:
     if code is None:
         return "still running"
@@ -201,7 +212,7 @@ def _child_main(spec_text: str) -> int:
             open_runtime("calrt", calrt_lib=target.library).close()
         except BoardLocked as exc:
             doc = {"event": "precondition", "message": exc.message, "hint": exc.hint}
-            print(_MARK + json.dumps(doc), flush=True)
+            print(_MARK + _line(doc), flush=True)
             return 0
         except Exception:  # anything else is a check's finding, reported by the checks
             pass
@@ -209,9 +220,9 @@ def _child_main(spec_text: str) -> int:
         log = L.call_log()
         if log is not None:
             log.truncate()  # the log names the calls of the check now running
-        print(_MARK + json.dumps({"event": "begin", "check": name}), flush=True)
+        print(_MARK + _line({"event": "begin", "check": name}), flush=True)
         result = run_check(by_name[name], target)
-        print(_MARK + json.dumps({"event": "result", "result": result.to_dict()}, default=str), flush=True)
+        print(_MARK + _line({"event": "result", "result": result.to_dict()}), flush=True)
         if result.evidence.get("abandoned"):  # threads are stuck inside the library: this process is done
             sys.stdout.flush()
             os._exit(0)

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from calctl.errors import UsageError
+from calctl.report import StepStatus
 from calctl.runners.acceptance.evidence import error_evidence
 from calctl.runners.acceptance.gates import judge_g0, judge_g1, judge_g2, judge_g3, judge_g4, judge_g5
 from calctl.runners.acceptance.judges import judge_all, require_evidence_files
 from calctl.runners.acceptance.milestones import judge_m0, judge_m1, judge_m2, judge_m3, judge_m4
-from calctl.runners.acceptance.rows import ROWS, EvidenceStatus, GateDecision, StepEvidence
+from calctl.runners.acceptance.rows import RAN, ROWS, GateDecision, StepEvidence, ran_status
 from calctl.runtime.errors import CcuException
 
 GIB = 2**30
@@ -26,7 +27,7 @@ GIB = 2**30
 
 def ran(name: str, doc: dict[str, Any], files: dict[str, str] | None = None) -> StepEvidence:
     return StepEvidence(
-        name, EvidenceStatus.RAN, 1.0, "ran", document=doc, files={"report": f"{name}.json"} if files is None else files
+        name, StepStatus.PASS, 1.0, "ran", document=doc, files={"report": f"{name}.json"} if files is None else files
     )
 
 
@@ -132,8 +133,8 @@ def test_g2_without_a_replica_says_how_to_make_one() -> None:
     steps = {
         "isolation": StepEvidence(
             "isolation",
-            EvidenceStatus.SKIPPED,
-            reason="G2 needs a replica package",
+            StepStatus.SKIP,
+            detail="G2 needs a replica package",
             document={"how_to_measure": "`calctl sample-package --kind replica --key K OUT`"},
         )
     }
@@ -249,7 +250,7 @@ def test_g4_on_a_board_without_fault_injection_is_not_measured() -> None:
     r = judge_g4(
         {
             "fault-isolation": StepEvidence(
-                "fault-isolation", EvidenceStatus.SKIPPED, reason="fault-isolation arms faults with the mock board's"
+                "fault-isolation", StepStatus.SKIP, detail="fault-isolation arms faults with the mock board's"
             )
         }
     )
@@ -291,8 +292,8 @@ def test_without_a_previous_version_the_rollback_part_is_not_measured_even_at_th
     how = "`calctl accept PKG --previous OLD_PKG` (OLD_PKG: the version PKG replaces)"
     skipped = StepEvidence(
         "rollback",
-        EvidenceStatus.SKIPPED,
-        reason="no --previous package given: the one-call rollback to the old version was not exercised",
+        StepStatus.SKIP,
+        detail="no --previous package given: the one-call rollback to the old version was not exercised",
         document={"how_to_measure": how},
     )
     long_soak = {"soak": ran("soak", soak_doc(120, 24 * 3600.0)), "rollback": skipped}
@@ -359,12 +360,15 @@ def test_m3() -> None:
 # -- every row --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "status", [EvidenceStatus.PENDING, EvidenceStatus.INTERRUPTED, EvidenceStatus.ERROR, EvidenceStatus.SKIPPED]
-)
-def test_no_step_no_verdict(tmp_path: Path, status: EvidenceStatus) -> None:
+@pytest.mark.parametrize("status", [None, StepStatus.INTERRUPTED, StepStatus.ERROR, StepStatus.SKIP])
+def test_no_step_no_verdict(tmp_path: Path, status: StepStatus | None) -> None:
+    """A step that did not run (None: not reached yet, a checkpoint) leaves its rows NOT MEASURED, saying why."""
     names = {n for spec in ROWS for n in spec.steps}
-    steps = {n: StepEvidence(n, status, reason=f"{status.value.lower()} for the test") for n in names}
+    steps = (
+        {}
+        if status is None
+        else {n: StepEvidence(n, status, detail=f"{status.value.lower()} for the test") for n in names}
+    )
     rows = judge_all(steps, tmp_path)
     assert [r.id for r in rows] == ["G0", "G1", "G2", "G3", "G4", "G5", "M0", "M1", "M2", "M3", "M4"]
     for r in rows:
@@ -408,7 +412,7 @@ def test_g1_key_figure_counts_a_chip_exact_only_when_every_model_on_it_passes() 
     verdict is NO-GO and the key figure must not say both chips are exact."""
     replica = StepEvidence(
         "replica-golden",
-        EvidenceStatus.RAN,
+        StepStatus.FAIL,  # it ran; a model failed its golden
         document={"per_model": [{"alias": "a1", "ok": False, "reason": "token 3", "chips": [1]}]},
         files={"report": "replica/run-golden.json"},
     )
@@ -446,9 +450,29 @@ def test_m2_reads_a_ping_pong_soak_its_24_h_or_its_failure() -> None:
 
 def test_a_step_that_raised_is_error_with_its_words_code() -> None:
     ev = error_evidence("soak", CcuException("chip 0 halted"), 0.1)
-    assert ev.status is EvidenceStatus.ERROR and ev.document["exit_code"] == 3 and "chip 0 halted" in ev.reason
+    assert ev.status is StepStatus.ERROR and ev.document["exit_code"] == 3 and "chip 0 halted" in ev.detail
     bug = error_evidence("soak", KeyError("lanes"), 0.1)
     assert bug.document == {"exit_code": 70, "internal_error": True}
     # mid-run, a file the step reads turned bad: ERROR naming it, so the other rows' evidence is kept
     bad = error_evidence("rollback", UsageError("plan.yaml: malformed YAML at line 3"), 0.1)
-    assert bad.status is EvidenceStatus.ERROR and bad.document["exit_code"] == 3 and "plan.yaml" in bad.reason
+    assert bad.status is StepStatus.ERROR and bad.document["exit_code"] == 3 and "plan.yaml" in bad.detail
+
+
+def test_an_evidence_step_speaks_the_step_words_of_every_report() -> None:
+    """accept's steps carry calctl.report's step words (no RAN/SKIPPED/PENDING of their own), the why in detail:
+    a step that ran is PASS, WARN or FAIL by its own verdict, and only those carry evidence."""
+    words = {v: ran_status(v) for v in ("PASS", "WARN", "GO", "S1", "S2", "MEASURED", "NOT JUDGED", "F1")}
+    assert set(words.values()) == {StepStatus.PASS, StepStatus.WARN} and words["WARN"] is StepStatus.WARN
+    assert {ran_status(v) for v in ("FAIL", "NO-GO", "F0")} == {StepStatus.FAIL}
+    assert ran_status("ERROR") is StepStatus.ERROR and ran_status("TIMEOUT") is StepStatus.ERROR
+    assert {StepStatus.PASS, StepStatus.WARN, StepStatus.FAIL} == RAN
+    skipped = StepEvidence("rollback", StepStatus.SKIP, detail="no --previous package given").to_dict()
+    assert skipped == {
+        "name": "rollback",
+        "status": "SKIP",
+        "seconds": 0.0,
+        "detail": "no --previous package given",
+        "key_figure": "",
+        "files": {},
+    }
+    assert not StepEvidence("x", StepStatus.SKIP).ran and StepEvidence("x", StepStatus.FAIL).ran

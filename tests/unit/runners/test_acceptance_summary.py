@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from calctl.errors import ExitCode
+from calctl.report import StepStatus
 from calctl.runners.acceptance import evidence as accept_evidence
 from calctl.runners.acceptance import run as accept_run
-from calctl.runners.acceptance.rows import ROWS, EvidenceStatus, GateDecision, RowResult, StepEvidence
+from calctl.runners.acceptance.rows import ROWS, GateDecision, RowResult, StepEvidence
 
 
 def _rows(verdict: GateDecision) -> tuple[RowResult, ...]:
@@ -42,8 +43,8 @@ def _exit(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> int:
 def test_a_device_error_with_no_row_measured_is_not_go() -> None:
     """Item 5: "GO (with rows NOT MEASURED): 0 GO, 0 NO-GO, 11 NOT MEASURED" with exit 3 was the old line."""
     steps = (
-        StepEvidence("soak", EvidenceStatus.ERROR, reason="soak error: BoardLocked: held by pid 7", document={}),
-        StepEvidence("rollback", EvidenceStatus.ERROR, reason="BoardLocked: held", document={"exit_code": 3}),
+        StepEvidence("soak", StepStatus.ERROR, detail="soak error: BoardLocked: held by pid 7", document={}),
+        StepEvidence("rollback", StepStatus.ERROR, detail="BoardLocked: held", document={"exit_code": 3}),
     )
     rows = _rows(GateDecision.NOT_MEASURED)
     code = _exit(rows, steps)
@@ -59,7 +60,7 @@ def test_no_row_measured_without_an_error_is_not_measured_not_go() -> None:
 
 
 def test_a_refused_package_is_fail_not_go() -> None:
-    steps = (StepEvidence("validate", EvidenceStatus.ERROR, reason="the package failed validation: MAN007"),)
+    steps = (StepEvidence("validate", StepStatus.ERROR, detail="the package failed validation: MAN007"),)
     rows = _rows(GateDecision.NOT_MEASURED)
     code = _exit(rows, steps)
     assert code == int(ExitCode.FAILED)
@@ -108,7 +109,7 @@ def test_a_soak_that_could_not_measure_names_its_cause(monkeypatch: pytest.Monke
     state = accept_evidence.AcceptState(config=cfg, stack=ExitStack())
     monkeypatch.setattr(accept_evidence, "_need_main", lambda s: type("St", (), {"package": _Pkg()})())
     ev = accept_evidence.step_soak(state)
-    assert ev.status is EvidenceStatus.ERROR and "BoardLocked" in ev.reason and "pid 4242" in ev.reason, ev.reason
+    assert ev.status is StepStatus.ERROR and "BoardLocked" in ev.detail and "pid 4242" in ev.detail, ev.detail
     assert ev.document["exit_code"] == 3
     g5 = judge_g5({"soak": ev})
     assert g5.verdict is GateDecision.NOT_MEASURED and "pid 4242" in g5.reason, g5.reason
@@ -142,7 +143,7 @@ def test_load_peak_keeps_the_mock_label_where_it_goes(monkeypatch: pytest.Monkey
     with ExitStack() as stack:
         ev = accept_evidence.step_load_peak(accept_evidence.AcceptState(config=cfg, stack=stack))
     doc = json.loads((tmp_path / "load-peak.json").read_text())
-    assert ev.status is EvidenceStatus.RAN
+    assert ev.status is StepStatus.PASS and ev.ran
     assert doc["mock_result"] is True and "MOCK RESULT" in doc["note"], doc["note"]
     assert "GetMemoryUsage" in doc["memory_note"]
 
@@ -168,8 +169,8 @@ def test_a_step_without_the_package_it_needs_is_skipped_saying_how(
         ("fault-isolation", accept_evidence.step_fault_isolation),
     ):
         ev = accept_run._run_step(accept_evidence.Step(name, (), run), state)
-        assert ev.status is EvidenceStatus.SKIPPED, ev
-        said[name] = (ev.reason, ev.document["how_to_measure"])
+        assert ev.status is StepStatus.SKIP, ev
+        said[name] = (ev.detail, ev.document["how_to_measure"])
     assert "two models, one per chip" in said["poc"][0] and "--replica PKG" in said["poc"][1]
     assert "replica package" in said["isolation"][0] and "--replica OUT" in said["isolation"][1]
     assert "two models" in said["fault-isolation"][0] and "combined package" in said["fault-isolation"][1]
@@ -185,7 +186,7 @@ def test_an_interrupt_in_the_teardown_still_ends_with_the_report(tmp_path: Path)
 
     def budget(state: accept_evidence.AcceptState) -> StepEvidence:
         state.stack.callback(interrupt)  # where the device's close would be
-        return StepEvidence("budget", EvidenceStatus.RAN, 0.01, "ran")
+        return StepEvidence("budget", StepStatus.PASS, 0.01, "ran")
 
     cfg = accept_run.AcceptConfig(
         package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=accept_run.Level.QUICK, out_dir=tmp_path

@@ -14,7 +14,8 @@ from calctl.checks import host
 from calctl.errors import UsageError
 from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import BenchOptions, ScenarioResult
-from calctl.runners.bench.http import Target, _stream
+from calctl.runners.bench.bench_report import scenario_report
+from calctl.runners.bench.http import HttpTarget, _stream
 from calctl.runners.bench.metrics import Slo, compare, saturated, summarize, window_rates
 from calctl.runners.bench.scenarios import DEFAULT_SCENARIO, SCENARIOS
 from calctl.runners.bench.workload import LengthDist, TokenRange, arrival_times, build_workload
@@ -219,7 +220,7 @@ def _run_stream(transport: httpx.MockTransport) -> RequestRecord:
     async def go() -> RequestRecord:
         rec = RequestRecord("m", "load", 0.0, 4, 8)
         async with httpx.AsyncClient(transport=transport) as c:
-            await _stream(c, Target("http://test"), {"model": "m", "stream_options": {"include_usage": True}}, rec)
+            await _stream(c, HttpTarget("http://test"), {"model": "m", "stream_options": {"include_usage": True}}, rec)
         return rec
 
     return asyncio.run(go())
@@ -247,6 +248,9 @@ def test_scenario_registry_is_one_explicit_table() -> None:
     # The contract a new scenario (e.g. issue 10's executor-modes) implements:
     res = ScenarioResult("x", "MEASURED")
     assert res.gates == () and res.tables == () and BenchOptions.__dataclass_fields__["out_dir"]
+    # ... and its report: the exit code is the verdict's (calctl.report.exit_code_of), the result has none.
+    assert not hasattr(res, "exit_code") and scenario_report("bench", res, {}).exit_code == 0
+    assert scenario_report("bench", ScenarioResult("x", "F0"), {}).document()["exit_code"] == 1
 
 
 def test_executor_modes_host_clock_checks_on_a_saturated_host_are_inconclusive() -> None:

@@ -15,9 +15,9 @@ from calctl.model import decoder
 from calctl.package.reader import load_manifest
 from calctl.runners.bench.isolation import (
     CANCEL_KINDS,
+    IsolationReference,
     Judged,
     Planned,
-    Reference,
     ReferenceMatch,
     check_replica,
     find_sources,
@@ -90,8 +90,8 @@ def test_the_workload_is_seeded_interleaved_unique_and_within_the_context() -> N
     assert all(p.cancel_after_tokens is None and p.cancel_after_s is None for p in work if not p.cancel)
 
 
-def _reference() -> Reference:
-    return Reference(load_manifest(REPLICA), REPLICA, "model-a0")
+def _reference() -> IsolationReference:
+    return IsolationReference(load_manifest(REPLICA), REPLICA, "model-a0")
 
 
 def test_the_reference_accepts_its_own_greedy_tokens_and_names_a_changed_one() -> None:

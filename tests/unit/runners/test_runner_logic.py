@@ -206,7 +206,6 @@ def test_device_spec_keeps_mock_options_off_calrt() -> None:
 def _step(
     name: str,
     verdict: str,
-    code: int = 0,
     needs: tuple[str, ...] = (),
     calls: list[str] | None = None,
     applies: str | None = None,
@@ -216,7 +215,7 @@ def _step(
             calls.append(name)
         if verdict == "RAISE-INT":
             raise KeyboardInterrupt
-        return StepOutcome(name, verdict, f"{name} figure", 0.01, code)
+        return StepOutcome(name, verdict, f"{name} figure", 0.01)
 
     return BringupStep(name, needs, run, lambda state: applies)
 
@@ -239,10 +238,10 @@ def test_bringup_failing_step_skips_its_dependents_with_the_reason(tmp_path: Pat
     calls: list[str] = []
     steps = (
         _step("validate", "PASS", calls=calls),
-        _step("budget", "NO-GO", 1, ("validate",), calls),
-        _step("run-golden", "PASS", 0, ("validate", "budget"), calls),
-        _step("warmup", "PASS", 0, ("run-golden",), calls),
-        _step("independent", "PASS", 0, ("validate",), calls),
+        _step("budget", "NO-GO", ("validate",), calls),
+        _step("run-golden", "PASS", ("validate", "budget"), calls),
+        _step("warmup", "PASS", ("run-golden",), calls),
+        _step("independent", "PASS", ("validate",), calls),
     )
     report = run_bringup(_config(tmp_path), steps=steps)
     assert calls == ["validate", "budget", "independent"]
@@ -258,8 +257,8 @@ def test_bringup_extension_step_runs_after_the_others_and_not_applicable_is_skip
     calls: list[str] = []
     steps = (
         _step("validate", "PASS", calls=calls),
-        _step("poc", "S2", 0, ("validate",), calls, applies="single-model package"),
-        _step("soak", "WARN", 0, ("validate",), calls),
+        _step("poc", "S2", ("validate",), calls, applies="single-model package"),
+        _step("soak", "WARN", ("validate",), calls),
     )
     report = run_bringup(_config(tmp_path), steps=steps)
     assert calls == ["validate", "soak"]
@@ -296,7 +295,7 @@ def test_a_step_that_raised_is_recorded_with_its_words_code_and_the_other_steps_
 
 
 def test_bringup_timeout_exit_code_and_interrupt_stops_the_pipeline(tmp_path: Path) -> None:
-    report = run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), _step("b", "TIMEOUT", 4), _step("c", "PASS")))
+    report = run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), _step("b", "TIMEOUT"), _step("c", "PASS")))
     assert report.verdict == "TIMEOUT" and report.exit_code == 4 and _outcomes(report)[2].verdict == "PASS"
     calls: list[str] = []
     report = run_bringup(
@@ -307,6 +306,16 @@ def test_bringup_timeout_exit_code_and_interrupt_stops_the_pipeline(tmp_path: Pa
     assert skipped.verdict == "SKIP" and "interrupted" in skipped.detail
 
 
+def test_a_steps_exit_code_is_its_verdicts_and_the_pipeline_words_a_failed_check_fail(tmp_path: Path) -> None:
+    """Bring-up decides verdicts; every exit code is calctl.report.exit_code_of one (docs/cli.md)."""
+    codes = {v: StepOutcome("s", v, "", 0.0).exit_code for v in ("PASS", "WARN", "GO", "NO-GO", "S1", "SKIP")}
+    assert codes == {"PASS": 0, "WARN": 0, "GO": 0, "NO-GO": 1, "S1": 0, "SKIP": 0}
+    assert StepOutcome("poc", "S1", "", 0.0, fail_on=frozenset({"S1"})).exit_code == 1  # the step's own policy
+    policy_failed = BringupStep("poc", (), lambda state: StepOutcome("poc", "S1", "", 0.0, fail_on=frozenset({"S1"})))
+    report = run_bringup(_config(tmp_path), steps=(policy_failed, _step("z", "ERROR")))
+    assert report.verdict == "FAIL" and report.exit_code == 1  # the first failing step: a failed check
+
+
 @pytest.mark.parametrize("where", ["live line", "teardown"])
 def test_an_interrupt_between_steps_or_in_the_teardown_still_returns_the_report(tmp_path: Path, where: str) -> None:
     """A SIGTERM that lands after a step returned (the CLI printing its live line) or while the device closes
@@ -315,7 +324,7 @@ def test_an_interrupt_between_steps_or_in_the_teardown_still_returns_the_report(
 
     def closing(state: BringupState) -> StepOutcome:
         state.stack.callback(_raise_interrupt)  # the device's teardown is where the signal lands
-        return StepOutcome("a", "PASS", "a figure", 0.01, 0)
+        return StepOutcome("a", "PASS", "a figure", 0.01)
 
     def show(o: StepOutcome) -> None:
         if where == "live line" and o.name == "a":

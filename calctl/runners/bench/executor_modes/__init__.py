@@ -55,7 +55,7 @@ the first is judged; a mock result grades nothing on the board (ping/pong
 stays C1 there, docs/runtime.md §5, 001 §1).
 """
 
-from calctl.runners.bench.executor_modes.judge import ExecutorModesReport, trace_evidence
+from calctl.runners.bench.executor_modes.judge import ExecutorModesResult, trace_evidence
 from calctl.runners.bench.executor_modes.plan import (
     COMPUTE_BOUND,
     TRANSFER_HEAVY,
@@ -69,7 +69,7 @@ __all__ = [
     "EXECUTOR_MODES",
     "TRANSFER_HEAVY",
     "ExecutorModesOptions",
-    "ExecutorModesReport",
+    "ExecutorModesResult",
     "PhaseProfile",
     "run_executor_modes",
     "run_scenario",

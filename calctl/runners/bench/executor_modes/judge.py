@@ -19,8 +19,8 @@ from calctl.runners.bench.executor_modes.plan import (
     M2_GAIN_LIMIT,
     M2_P99_LIMIT,
     ExecutorModesOptions,
+    ModeRound,
     PhaseProfile,
-    Round,
 )
 from calctl.runners.device import DeviceSpec
 from calctl.runtime import TraceEvent
@@ -29,7 +29,7 @@ from calctl.serving.config import ExecutorMode
 
 
 @dataclass(frozen=True)
-class Check:
+class ModeCheck:
     name: str
     rule: str
     estimate: Estimate
@@ -50,7 +50,7 @@ class Check:
 class Milestone:
     name: str
     verdict: str  # met | not met | inconclusive
-    checks: tuple[Check, ...]
+    checks: tuple[ModeCheck, ...]
     notes: tuple[str, ...] = ()
 
     def document(self) -> dict[str, Any]:
@@ -63,7 +63,7 @@ class Milestone:
 
 
 @dataclass(frozen=True)
-class TraceEvidence:
+class PingPongTraceEvidence:
     """What the ping/pong rounds' per-chip trace shows (000 §14: shown, not assumed). Seconds."""
 
     jobs: int
@@ -77,7 +77,7 @@ class TraceEvidence:
 
 
 @dataclass
-class ExecutorModesReport:
+class ExecutorModesResult:
     device: str
     mock: bool
     alias: str
@@ -88,7 +88,7 @@ class ExecutorModesReport:
     m1: Milestone
     m2: Milestone
     outputs_identical: bool
-    evidence: TraceEvidence
+    evidence: PingPongTraceEvidence
     automatic_downgrades: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
     trace_path: Path | None = None
@@ -125,11 +125,11 @@ def judge(
     opts: ExecutorModesOptions,
     device: DeviceSpec,
     alias: str,
-    rounds: dict[ExecutorMode, list[Round]],
+    rounds: dict[ExecutorMode, list[ModeRound]],
     events: Sequence[TraceEvent],
     auto_downgrades: list[dict[str, Any]],
     host_load: Sequence[float] = (),
-) -> ExecutorModesReport:
+) -> ExecutorModesResult:
     base = rounds[ExecutorMode.SYNC]
     reference = next((t for r in base for t, rec in zip(r.tokens, r.records, strict=True) if rec.ok), None)
     identical = {
@@ -162,10 +162,10 @@ def judge(
 
         return bootstrap(list(range(n)), stat, seed=seed)
 
-    def sanity(mode: ExecutorMode) -> list[Check]:
+    def sanity(mode: ExecutorMode) -> list[ModeCheck]:
         errors = sum(r.errors for r in rounds[mode])
         out = [
-            Check(
+            ModeCheck(
                 "errors",
                 "== 0",
                 Estimate(float(errors), None, None, sum(len(r.records) for r in rounds[mode])),
@@ -174,7 +174,7 @@ def judge(
             )
         ]
         out.append(
-            Check(
+            ModeCheck(
                 "same_tokens",
                 "== sync",
                 Estimate(1.0 if identical[mode] else 0.0, None, None, 1),
@@ -225,7 +225,7 @@ def judge(
             "the runtime reports no job phases: whether ping/pong computes overlapped is unknown, only "
             "two-in-flight time is shown"
         )
-    return ExecutorModesReport(
+    return ExecutorModesResult(
         device=device.kind.value,
         mock=device.is_mock,
         alias=alias,
@@ -251,11 +251,11 @@ def judge(
     )
 
 
-def _e2e(rounds: Sequence[Round]) -> np.ndarray:
+def _e2e(rounds: Sequence[ModeRound]) -> np.ndarray:
     return np.asarray([r.e2e for rnd in rounds for r in rnd.records if r.ok and r.e2e is not None], dtype=np.float64)
 
 
-def _mode_summary(rounds: Sequence[Round]) -> dict[str, Any]:
+def _mode_summary(rounds: Sequence[ModeRound]) -> dict[str, Any]:
     recs = [r for rnd in rounds for r in rnd.records]
     ok = [r for r in recs if r.ok]
 
@@ -276,38 +276,38 @@ def _mode_summary(rounds: Sequence[Round]) -> dict[str, Any]:
     }
 
 
-def _host_bound(c: Check, why: str) -> Check:
+def _host_bound(c: ModeCheck, why: str) -> ModeCheck:
     """A host-clock check on a saturated host: inconclusive, saying so (never met or not met)."""
     return dataclasses.replace(c, passed=None, detail=f"{c.detail}; inconclusive: {why}")
 
 
-def _bound(name: str, est: Estimate, limit: float, what: str, *, above: bool) -> Check:
+def _bound(name: str, est: Estimate, limit: float, what: str, *, above: bool) -> ModeCheck:
     """``est`` against ``limit`` by the one decision rule: at least it (``above``) or at most it."""
     rule = f"{'>=' if above else '<='} {limit:+.0%}"
     if est.mean is None:
-        return Check(name, rule, est, None, f"{what}: no measurement")
+        return ModeCheck(name, rule, est, None, f"{what}: no measurement")
     text = f"{what}: {pct_text(est.mean)}" + (
         f" [95 % CI {pct_text(est.ci_low)}, {pct_text(est.ci_high)}]" if est.ci_low is not None else " (no CI)"
     )
     if est.ci_low is None or est.ci_high is None:
-        return Check(name, rule, est, None, text + ": no interval, inconclusive")
+        return ModeCheck(name, rule, est, None, text + ": no interval, inconclusive")
     d = decide(est, limit, above=above)
     if d.passed is True:
-        return Check(name, rule, est, True, text)
+        return ModeCheck(name, rule, est, True, text)
     if d.passed is False:
-        return Check(name, rule, est, False, text + f": {'below' if above else 'beyond'} {limit:+.0%}")
-    return Check(name, rule, est, None, text + f": the interval straddles {limit:+.0%} (n={est.n}), inconclusive")
+        return ModeCheck(name, rule, est, False, text + f": {'below' if above else 'beyond'} {limit:+.0%}")
+    return ModeCheck(name, rule, est, None, text + f": the interval straddles {limit:+.0%} (n={est.n}), inconclusive")
 
 
-def _at_most(name: str, est: Estimate, limit: float, what: str) -> Check:
+def _at_most(name: str, est: Estimate, limit: float, what: str) -> ModeCheck:
     return _bound(name, est, limit, what, above=False)
 
 
-def _at_least(name: str, est: Estimate, limit: float, what: str) -> Check:
+def _at_least(name: str, est: Estimate, limit: float, what: str) -> ModeCheck:
     return _bound(name, est, limit, what, above=True)
 
 
-def _milestone(name: str, checks: Sequence[Check], notes: Sequence[str] = ()) -> Milestone:
+def _milestone(name: str, checks: Sequence[ModeCheck], notes: Sequence[str] = ()) -> Milestone:
     if any(c.passed is False for c in checks):
         verdict = "not met"
     elif all(c.passed is True for c in checks):
@@ -325,7 +325,7 @@ def pct_text(x: float | None) -> str:
 # -- trace evidence -----------------------------------------------------------------------------------
 
 
-def trace_evidence(events: Sequence[TraceEvent]) -> TraceEvidence:
+def trace_evidence(events: Sequence[TraceEvent]) -> PingPongTraceEvidence:
     """Overlaps on each chip among ``events`` (000 §14): two in flight, two computing, transfer vs compute."""
     jobs = [e for e in events if e.start_ns is not None and e.end_ns is not None]
     busy = inflight2 = 0.0
@@ -352,7 +352,7 @@ def trace_evidence(events: Sequence[TraceEvent]) -> TraceEvidence:
                 if p.phase is JobPhase.COMPUTE
             ]
             transfer_compute += sum(_intersection(a, others) for a in own)
-    return TraceEvidence(
+    return PingPongTraceEvidence(
         len(jobs),
         busy / 1e9,
         inflight2 / 1e9,

@@ -70,7 +70,7 @@ class ExecutorModesOptions(OneModelOptions):
 
 
 @dataclass
-class Round:
+class ModeRound:
     """One round of one mode: ``concurrency`` identical requests sent together, their records and tokens."""
 
     mode: ExecutorMode

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from calctl.runners.bench.base import ScenarioResult, Table, ms_cell
-from calctl.runners.bench.executor_modes.judge import ExecutorModesReport, pct_text
+from calctl.runners.bench.executor_modes.judge import ExecutorModesResult, pct_text
 from calctl.runners.bench.gates import Gate
 
 
-def scenario_result(runs: Sequence[ExecutorModesReport], *, mock: bool) -> ScenarioResult:
+def scenario_result(runs: Sequence[ExecutorModesResult], *, mock: bool) -> ScenarioResult:
     """The bench result of the judged run (``runs[0]``) and, on the mock, its compute-bound control."""
     judged = runs[0]
     gates = tuple(
@@ -44,10 +44,10 @@ def scenario_result(runs: Sequence[ExecutorModesReport], *, mock: bool) -> Scena
     )
 
 
-def plot_notes(report: ExecutorModesReport) -> list[str]:
+def plot_notes(result: ExecutorModesResult) -> list[str]:
     """The figures the picture illustrates, with their CIs (they were only in the JSON)."""
     lines = []
-    for m in (report.m1, report.m2):
+    for m in (result.m1, result.m2):
         for c in m.checks:
             e = c.estimate
             ci = (
@@ -62,7 +62,7 @@ def plot_notes(report: ExecutorModesReport) -> list[str]:
     return lines
 
 
-def _modes_table(r: ExecutorModesReport) -> Table:
+def _modes_table(r: ExecutorModesResult) -> Table:
     rows = []
     for mode, s in r.per_mode.items():
         tp = s["throughput_tokens_per_s"]
@@ -90,7 +90,7 @@ def _modes_table(r: ExecutorModesReport) -> Table:
     )
 
 
-def _evidence_table(runs: Sequence[ExecutorModesReport]) -> Table:
+def _evidence_table(runs: Sequence[ExecutorModesResult]) -> Table:
     rows = []
     for r in runs:
         e = r.evidence

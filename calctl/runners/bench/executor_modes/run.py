@@ -15,7 +15,7 @@ from calctl.checks import host
 from calctl.errors import UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult
-from calctl.runners.bench.executor_modes.judge import ExecutorModesReport, judge
+from calctl.runners.bench.executor_modes.judge import ExecutorModesResult, judge
 from calctl.runners.bench.executor_modes.plan import (
     COMPUTE_BOUND,
     EXECUTOR_TIME_SCALE,
@@ -23,8 +23,8 @@ from calctl.runners.bench.executor_modes.plan import (
     TRANSFER_HEAVY,
     ExecutorModesOptions,
     Log,
+    ModeRound,
     PhaseProfile,
-    Round,
 )
 from calctl.runners.bench.executor_modes.render import plot_notes, scenario_result
 from calctl.runners.device import DeviceSpec
@@ -37,7 +37,7 @@ from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOpt
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 
 
-def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) -> ExecutorModesReport:
+def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) -> ExecutorModesResult:
     """Measure the three modes on one engine and judge M1/M2 (see the module docstring)."""
     device = opts.device.with_default_time_scale(EXECUTOR_TIME_SCALE)
     if not device.is_mock and opts.profile is not None:
@@ -69,10 +69,10 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
             )
             sup.start(root)
             engine = ServingEngine(sup)
-            worker = sup.cores[alias]
+            core = sup.cores[alias]  # the model's EngineCore
             rng = np.random.default_rng(opts.seed)
             prompt = tuple(int(t) for t in rng.integers(3, vocab, size=opts.prompt_tokens))
-            rounds: dict[ExecutorMode, list[Round]] = {m: [] for m in MODES}
+            rounds: dict[ExecutorMode, list[ModeRound]] = {m: [] for m in MODES}
             auto_downgrades: list[dict[str, Any]] = []
             budget = max(opts.rounds, opts.max_rounds if opts.max_rounds is not None else 3 * opts.rounds)
             host_load: list[float] = []
@@ -94,14 +94,14 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                     r += 1
                     measured = r >= opts.warmup_rounds
                     for mode in MODES[r % 3 :] + MODES[: r % 3]:  # rotate the order: no mode always runs first
-                        before = len(worker.downgrades())
-                        outcome = worker.set_executor_mode(mode)
+                        before = len(core.downgrades())
+                        outcome = core.set_executor_mode(mode)
                         if not outcome["ok"]:
                             raise UsageError(f"executor mode {mode.value}: {outcome.get('detail')}")
                         rnd = loop.submit(_round(engine, alias, mode, r, prompt, opts)).result(
                             opts.request_timeout_s + 30
                         )
-                        new = worker.downgrades()[before:]
+                        new = core.downgrades()[before:]
                         if new:  # the monitor left ping/pong during the round: say so, never hide it
                             auto_downgrades.extend({**d.as_dict(), "round": r} for d in new)
                         if measured:
@@ -115,13 +115,13 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                             + ": "
                             + ", ".join(f"{m.value} {rounds[m][-1].wall_s * 1e3:.0f} ms" for m in MODES)
                         )
-            events = _round_trace(rt, rounds[ExecutorMode.PINGPONG], worker.chips, alias)
-            last = _round_trace(rt, rounds[ExecutorMode.PINGPONG][-1:], worker.chips, alias)
-            last_sync = _round_trace(rt, rounds[ExecutorMode.SYNC][-1:], worker.chips, alias)
-            chips = tuple(worker.chips)
+            events = _round_trace(rt, rounds[ExecutorMode.PINGPONG], core.chips, alias)
+            last = _round_trace(rt, rounds[ExecutorMode.PINGPONG][-1:], core.chips, alias)
+            last_sync = _round_trace(rt, rounds[ExecutorMode.SYNC][-1:], core.chips, alias)
+            chips = tuple(core.chips)
         finally:
             sup.shutdown(5.0)
-    report = judge(opts, device, alias, rounds, events, auto_downgrades, host_load)
+    result = judge(opts, device, alias, rounds, events, auto_downgrades, host_load)
     if opts.trace_path is not None or opts.plot_path is not None:
         slices = trace_slices(last, phases=True)
         meta = {
@@ -132,7 +132,7 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
         }
         if opts.trace_path is not None:
             write_chrome_trace(opts.trace_path, slices, device=device.kind.value, metadata=meta)
-            report.trace_path = opts.trace_path
+            result.trace_path = opts.trace_path
         if opts.plot_path is not None:
             title = f"executor-modes: {alias}, the last sync round against the last ping/pong round" + (
                 f", {opts.profile.label()}" if opts.profile else ""
@@ -144,13 +144,13 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                 device=device.kind.value,
                 chips=chips,
                 lane_names={"ping": " ping/pong round: ping engine", "pong": " ping/pong round: pong engine"},
-                notes=plot_notes(report),
+                notes=plot_notes(result),
             )
-            report.plot_path = opts.plot_path
-    return report
+            result.plot_path = opts.plot_path
+    return result
 
 
-def _aligned(slices: list[TraceSlice], rounds: dict[ExecutorMode, list[Round]], lane: str) -> list[TraceSlice]:
+def _aligned(slices: list[TraceSlice], rounds: dict[ExecutorMode, list[ModeRound]], lane: str) -> list[TraceSlice]:
     """The last sync round's slices on a lane of their own, shifted to start where the last ping/pong round did."""
     sync, pp = rounds[ExecutorMode.SYNC], rounds[ExecutorMode.PINGPONG]
     if not sync or not pp:
@@ -196,7 +196,7 @@ async def _round(
     index: int,
     prompt: tuple[int, ...],
     opts: ExecutorModesOptions,
-) -> Round:
+) -> ModeRound:
     taps: dict[str, TokenTap] = {}
 
     def submit(req: GenerationRequest) -> TokenTap:
@@ -223,10 +223,10 @@ async def _round(
     )
     wall = time.monotonic() - t0
     tokens = [taps[r.request_id].tokens if r.request_id in taps else [] for r in reqs]
-    return Round(mode, index, start_ns, wall, [res.record for res in results], tokens)
+    return ModeRound(mode, index, start_ns, wall, [res.record for res in results], tokens)
 
 
-def _round_trace(rt: Runtime, rounds: Sequence[Round], chips: Sequence[int], alias: str) -> list[TraceEvent]:
+def _round_trace(rt: Runtime, rounds: Sequence[ModeRound], chips: Sequence[int], alias: str) -> list[TraceEvent]:
     if not rounds:
         return []
     spans = [(r.start_ns, r.start_ns + int(r.wall_s * 1e9)) for r in rounds]
@@ -246,7 +246,7 @@ def run_scenario(options: BenchOptions, log: Log) -> ScenarioResult:
         raise UsageError("--scenario executor-modes measures one model: give at most one --models alias")
     device = options.device or DeviceSpec()
     alias = options.models[0] if options.models else None
-    runs: list[ExecutorModesReport] = []
+    runs: list[ExecutorModesResult] = []
     profiles: tuple[PhaseProfile | None, ...] = (TRANSFER_HEAVY, COMPUTE_BOUND) if device.is_mock else (None,)
     for i, profile in enumerate(profiles):
         log(

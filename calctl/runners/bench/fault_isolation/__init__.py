@@ -17,7 +17,7 @@ kv-exhausted        48 concurrent requests against 16 KV lanes + 4 waiting:  res
                     429 beyond capacity
 submit-busy         DeviceBusy on A's decode submits: 3 (retried) and then 7   resource
                     in a row (more than the bounded backoff allows)
-wait-timeout        one A decode job hangs; the worker's job timeout fires     runtime
+wait-timeout        one A decode job hangs; the engine's job timeout fires     runtime
 ccu-exception       one A decode job ends in a CCU exception                   runtime
 drain-deadline      A reloads while long requests run, drain deadline 0.1 s    lifecycle
 unload-reload       A reloads normally (drain completes)                       lifecycle

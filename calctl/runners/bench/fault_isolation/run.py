@@ -211,7 +211,7 @@ class _Run:
     def submit_busy(self, ph: Phase) -> None:
         graph = self.a_decode_graph()
         busy0 = self.busy_retries()
-        # The worker retries DeviceBusy 6 times (7 submits); 3 busy are absorbed, 7 in a row fail one job.
+        # A's engine core retries DeviceBusy 6 times (7 submits); 3 busy are absorbed, 7 in a row fail one job.
         self.rt.arm_fault(FaultRule(FaultKind.DEVICE_BUSY, at=(2, 3, 4, *tuple(range(20, 27))), graph=graph))
         for i in range(4):
             ph.a_results += self.run_a([self.a_request(i, 8, 12, tag="busy")])

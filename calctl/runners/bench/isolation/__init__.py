@@ -80,9 +80,9 @@ not render tables for people beyond :class:`Table` rows, and does not write
 
 from calctl.runners.bench.isolation.judge import (
     CHECKS,
+    IsolationReference,
     Judged,
     Observation,
-    Reference,
     ReferenceMatch,
     Tally,
     find_sources,
@@ -111,10 +111,10 @@ __all__ = [
     "G2_MIN_REQUESTS",
     "ISOLATION",
     "ISOLATION_TIME_SCALE",
+    "IsolationReference",
     "Judged",
     "Observation",
     "Planned",
-    "Reference",
     "ReferenceMatch",
     "Replica",
     "Side",

@@ -1,9 +1,9 @@
 """G2 isolation, the judgement: every output against the package reference, and the end-of-run checks.
 
-:class:`Reference` is the package's float64 model, teacher-forced on an output (:class:`ReferenceMatch`: where
+:class:`IsolationReference` is the package's float64 model, teacher-forced on an output (:class:`ReferenceMatch`: where
 an output first leaves the reference's greedy tokens, beyond the golden tolerance). :func:`judge_request` runs
 one request's checks, :func:`find_sources` names the request a wrong stream belongs to, and :func:`judge_run`
-counts every check of :data:`CHECKS` over what the run observed (:class:`Observation`) into a :class:`Judgement`.
+counts every check of :data:`CHECKS` over what the run observed (:class:`Observation`) into an :class:`IsolationJudgement`.
 Nothing here serves a request or draws; ``run.py`` serves, ``render.py`` writes the report.
 """
 
@@ -66,7 +66,7 @@ class ReferenceMatch:
     near_ties: int = 0
 
 
-class Reference:
+class IsolationReference:
     """Greedy reference of one model: :func:`calctl.model.decoder.reference_logits` in float64."""
 
     def __init__(self, pkg: Package, root: Path, alias: str) -> None:
@@ -157,7 +157,7 @@ class Judged:
         }
 
 
-def judge_request(j: Judged, ref: Reference, record: dict[str, Any] | None) -> None:
+def judge_request(j: Judged, ref: IsolationReference, record: dict[str, Any] | None) -> None:
     """Every per-request check of one request (the end-of-run checks are separate)."""
     p, res = j.planned, j.result
     outcome = res.record.outcome if res is not None else None
@@ -398,7 +398,9 @@ def _golden_checks(t: Tally, obs: Observation) -> None:
             )
 
 
-def _request_checks(t: Tally, obs: Observation, refs: dict[str, Reference], records: dict[str, dict[str, Any]]) -> None:
+def _request_checks(
+    t: Tally, obs: Observation, refs: dict[str, IsolationReference], records: dict[str, dict[str, Any]]
+) -> None:
     for j in obs.judged:
         judge_request(j, refs[j.planned.side.alias], records.get(j.planned.request_id))
     find_sources(obs.judged)
@@ -551,7 +553,7 @@ def requests_document(obs: Observation) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Judgement:
+class IsolationJudgement:
     """The run judged: GO / NO-GO / NOT JUDGED, the per-check counts, the offenders and the request counts."""
 
     verdict: str
@@ -561,7 +563,7 @@ class Judgement:
     requests: dict[str, Any]
 
 
-def judge_run(obs: Observation, refs: dict[str, Reference]) -> Judgement:
+def judge_run(obs: Observation, refs: dict[str, IsolationReference]) -> IsolationJudgement:
     """Every check of :data:`CHECKS` over the run; the decision rule of G2."""
     t = Tally()
     _golden_checks(t, obs)
@@ -576,4 +578,4 @@ def judge_run(obs: Observation, refs: dict[str, Reference]) -> Judgement:
     # leave fewer is NOT JUDGED, never GO and never an offender.
     undecided = go and requests["timed_out"] > 0
     verdict = "NOT JUDGED" if undecided else "GO" if go else "NO-GO"
-    return Judgement(verdict, go, t.documents(), t.offenders, requests)
+    return IsolationJudgement(verdict, go, t.documents(), t.offenders, requests)

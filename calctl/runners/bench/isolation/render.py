@@ -1,7 +1,7 @@
 """G2 isolation, the report: the scenario result (gates, table, body, notes) and its evidence files.
 
 :func:`scenario_result` turns an :class:`~calctl.runners.bench.isolation.judge.Observation` and its
-:class:`~calctl.runners.bench.isolation.judge.Judgement` into the :class:`ScenarioResult` the CLI renders,
+:class:`~calctl.runners.bench.isolation.judge.IsolationJudgement` into the :class:`ScenarioResult` the CLI renders,
 writing ``isolation-requests.ndjson``, ``isolation-trace.json`` and ``bench.png`` beside it.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 from calctl.records import dumps_line
 from calctl.runners.bench.base import BenchOptions, ScenarioResult, Table
 from calctl.runners.bench.gates import Gate
-from calctl.runners.bench.isolation.judge import CHECKS, NO_GO_ACTION, Judgement, Observation
+from calctl.runners.bench.isolation.judge import CHECKS, NO_GO_ACTION, IsolationJudgement, Observation
 from calctl.runners.bench.isolation.plan import (
     CANCEL_SHARE,
     G2_MIN_REQUESTS,
@@ -40,7 +40,9 @@ def device_text(device: DeviceSpec, versions: Any) -> str:
     return f"calrt via {device.calrt_lib or '$CALRT_LIBRARY'}{fw}"
 
 
-def scenario_result(opts: BenchOptions, obs: Observation, judged: Judgement, *, t_judge: float) -> ScenarioResult:
+def scenario_result(
+    opts: BenchOptions, obs: Observation, judged: IsolationJudgement, *, t_judge: float
+) -> ScenarioResult:
     """The scenario's result, its evidence files written to ``opts.out_dir`` (``t_judge``: when judging began)."""
     write_requests(opts.out_dir, obs)
     trace_doc = trace_document(opts.out_dir, obs)
@@ -77,7 +79,9 @@ def scenario_result(opts: BenchOptions, obs: Observation, judged: Judgement, *, 
     )
 
 
-def _body(opts: BenchOptions, obs: Observation, judged: Judgement, trace_doc: dict[str, Any]) -> dict[str, Any]:
+def _body(
+    opts: BenchOptions, obs: Observation, judged: IsolationJudgement, trace_doc: dict[str, Any]
+) -> dict[str, Any]:
     replica, device, versions = obs.replica, obs.device, obs.versions
     return {
         "gate": "G2",
@@ -149,7 +153,7 @@ def _offender_note(o: dict[str, Any]) -> str:
     )
 
 
-def notes(obs: Observation, judged: Judgement) -> list[str]:
+def notes(obs: Observation, judged: IsolationJudgement) -> list[str]:
     """The result's notes for people: timeouts, the NO-GO action and offenders, the threshold, faults, the mock."""
     go, offenders, requests = judged.go, judged.offenders, judged.requests
     out = []

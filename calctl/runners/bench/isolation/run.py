@@ -18,7 +18,7 @@ from typing import Any
 from calctl.errors import CheckFailed, UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult
-from calctl.runners.bench.isolation.judge import Judged, Observation, Reference, SideState, judge_run
+from calctl.runners.bench.isolation.judge import IsolationReference, Judged, Observation, SideState, judge_run
 from calctl.runners.bench.isolation.plan import (
     G2_MIN_REQUESTS,
     ISOLATION_TIME_SCALE,
@@ -287,7 +287,7 @@ def run_isolation(options: BenchOptions, log: Log) -> ScenarioResult:
     with package_root(opts.package) as root:
         pkg = load_manifest(root)
         replica = check_replica(pkg, root, opts.package)
-        refs = {s.alias: Reference(pkg, root, s.alias) for s in replica.sides}
+        refs = {s.alias: IsolationReference(pkg, root, s.alias) for s in replica.sides}
         golden = {s.alias: golden_case(pkg, root, s.alias) for s in replica.sides}
         arch = pkg.model(replica.sides[0].alias).architecture
     opts.out_dir.mkdir(parents=True, exist_ok=True)
