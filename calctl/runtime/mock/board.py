@@ -329,7 +329,7 @@ class MockRuntime(ChipExecution):
             for c in plan.chips:
                 self._chips[c].pending += 1
             self._jobs[job_id] = rec
-            self._wake(plan.chips)  # only the threads of the chips it targets
+            self._wake_one(plan.chips)  # one thread of each chip it targets
         return job
 
     def wait(self, job: Job, timeout: float) -> JobResult:

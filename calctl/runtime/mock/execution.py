@@ -80,9 +80,17 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
 
     def _wake(self, chips: Iterable[int] | None = None) -> None:
         """Wake the executor threads of ``chips`` (None: every chip), under the board lock: something they wait
-        for changed (a job queued, a bank freed, a queue emptied, health restored, the board closing)."""
+        for changed (a queue emptied, health restored, the board closing)."""
         for ch in self._chips if chips is None else (self._chips[c] for c in chips):
             ch.cv.notify_all()
+
+    def _wake_one(self, chips: Iterable[int]) -> None:
+        """One item joined each of ``chips``' queues: wake one executor thread of each (the two are alike, and a
+        thread decides under the board lock before it waits, so a wake-up is never lost; a thread that finds
+        the item not startable yet is woken again when the chip's running job ends). Waking both would wake
+        one for nothing: a futex call and a thread switch per job."""
+        for c in chips:
+            self._chips[c].cv.notify()
 
     def _startable(self, chip: ChipState) -> MockJob | ChipHold | None:
         if not chip.queue or chip.health is not Health.OK:
@@ -115,7 +123,8 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
             finally:
                 with self._cv:
                     del chip.running[item.bank]
-                    chip.cv.notify_all()  # the chip's other bank may start its head now
+                    if chip.queue:  # the chip's other thread may start the head now (this one takes the next)
+                        chip.cv.notify()
 
     def _execute(self, rec: MockJob) -> None:
         for hold in rec.holds:  # MCHIP: every chip of the graph must be ours first
