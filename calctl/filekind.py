@@ -51,3 +51,37 @@ def directory_problem(path: Path) -> str | None:
             return None
         where = "is" if probe == path else f"{probe}, in its path, is"
         return f"{where} {kind_phrase(mode)}, not a directory"
+
+
+def report_directory_problem(path: Path, *, depth: int = 3, limit: int = 10_000) -> str | None:
+    """Why calctl may not write a report into the existing directory ``path``, or None: an entry in it (down to
+    ``depth`` levels, the first ``limit`` entries) that is neither a regular file nor a directory. A FIFO, a
+    device, a socket or a symlink where a report file goes would stop the run at its very end, after all its
+    work, with nothing written; it is found before the run starts instead."""
+    seen = 0
+    todo = [(path, 0)]
+    while todo:
+        where, level = todo.pop()
+        try:
+            entries = list(os.scandir(where))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            return f"{where} cannot be listed ({exc.strerror or exc})"
+        for entry in entries:
+            seen += 1
+            if seen > limit:
+                return None
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError as exc:
+                return f"holds {entry.path}, which cannot be inspected ({exc.strerror or exc})"
+            if stat.S_ISDIR(mode):
+                if level + 1 < depth:
+                    todo.append((Path(entry.path), level + 1))
+            elif not stat.S_ISREG(mode):
+                return (
+                    f"holds {entry.path}, which is {kind_phrase(mode)}, not a regular file; calctl writes regular "
+                    "files only into a report directory and never replaces anything else"
+                )
+    return None

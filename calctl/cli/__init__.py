@@ -8,6 +8,7 @@ is loaded; everything else, a command's own ``--help`` included, goes to
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 
@@ -59,5 +60,54 @@ def root_help(width: int | None = None) -> str:
     return "\n".join(body) + "\n"
 
 
+def _interrupted_report(args: list[str], cause: str) -> None:
+    """``--format json`` promises one document: the INTERRUPTED one, unless the command printed its own."""
+    try:
+        from calctl.cli import _output, app
+
+        if app._json_requested(args) and not _output.printed["report"]:
+            app._print_error_report(app.root_command(), args, 130, cause)
+    except Exception:  # interrupted while importing: the error line on stderr says it
+        pass
+
+
 def run() -> None:  # pragma: no cover - `python -m calctl` and the console script
-    sys.exit(main())
+    """The process: SIGINT and SIGTERM end it with exit 130 at every moment, never the interpreter's silent 143.
+
+    :func:`calctl.cli.app.main` handles them while the command runs (``calctl.cli._signals``) and restores the
+    handler it found when it returns. This one is that handler: before the command (imports) a signal stops
+    the process, saying so; after it (the report printed, the interpreter flushing and shutting down) the
+    signal is recorded and the exit is 130, as for a signal deferred while the report was written."""
+    import signal
+
+    from calctl.errors import Interrupted, interrupt_reason
+
+    state: dict[str, str | bool] = {"done": False}
+
+    def on_signal(signum: int, frame: object) -> None:
+        if "fired" in state:
+            return
+        state["fired"] = signal.Signals(signum).name
+        if not state["done"]:
+            raise Interrupted(str(state["fired"]))
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    try:
+        code = main()
+    except KeyboardInterrupt as exc:  # before the command's own handling began, or after it ended
+        state["done"] = True
+        sys.stderr.write(f"error: {interrupt_reason(exc)}\n")
+        code = 130
+        _interrupted_report(sys.argv[1:], interrupt_reason(exc))
+    state["done"] = True
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.flush()
+    # The interpreter's shutdown puts the default handlers back (a signal then would be the silent 143), but
+    # leaves an ignored signal ignored: the run is over and its exit code decided, so ignore from here on.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    if "fired" in state and code != 130:
+        sys.stderr.write(f"error: {state['fired']} arrived after the run ended; its report was written whole\n")
+        code = 130
+    sys.exit(code)

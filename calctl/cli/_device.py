@@ -84,9 +84,9 @@ def report_dir(report: Path | None, command: str) -> Path:
     out = report if report is not None else default_report_dir(command)
     where = f"--report {out}" if report is not None else f"{REPORT_DIR_ENV}={os.environ.get(REPORT_DIR_ENV)}: {out}"
     # A FIFO, /dev/null or a symlink loop there was an internal error when the run made its directory.
-    from calctl.filekind import directory_problem
+    from calctl.filekind import directory_problem, report_directory_problem
 
-    if problem := directory_problem(out):
+    if problem := directory_problem(out) or report_directory_problem(out):
         raise UsageError(f"{where}: {problem}")
     return out
 

@@ -51,6 +51,11 @@ class _State:
     deferring = False
 
 
+def signal_fired() -> str | None:
+    """The signal (``SIGINT``/``SIGTERM``) the current command's handler caught, if any."""
+    return _State.fired
+
+
 def signal_deferred() -> str | None:
     """The signal that arrived after the command's measurement and was deferred (nothing was raised), if any."""
     return _State.fired if _State.deferred else None

@@ -36,7 +36,7 @@ from calctl import __version__
 from calctl.cli import _output
 from calctl.cli._commands import COMMANDS as _COMMANDS
 from calctl.cli._commands import ROOT_HELP
-from calctl.cli._signals import interruptible, signal_deferred
+from calctl.cli._signals import interruptible, signal_deferred, signal_fired
 from calctl.errors import CalctlError, ExitCode, interrupt_reason
 
 # Explicit registry: module path -> has register(app). Every command they register must be listed in
@@ -239,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
             result = command.main(args=args, prog_name="calctl", standalone_mode=False)
             late = signal_deferred()  # a signal deferred while the finished run wrote its report
         code = int(result) if isinstance(result, int) else ExitCode.OK
+        fired = signal_fired()
+        if code == ExitCode.INTERRUPTED and fired is not None and late is None and not _output.printed["report"]:
+            # Typer turns an interrupt that escaped the command into a plain 130: say which signal, once.
+            cause = f"interrupted ({fired}{', Ctrl-C' if fired == 'SIGINT' else ''})"
+            _print_error(cause, None)
         if late is not None:
             _print_error(f"{late} arrived after the run ended; its report was written whole with its verdict", None)
             code = ExitCode.INTERRUPTED

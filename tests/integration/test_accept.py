@@ -219,3 +219,18 @@ def test_previous_with_the_same_files_under_a_rewritten_checksum_file_is_no_vers
     )
     with pytest.raises(SamePackage, match="holds the same files as PKG"):
         run.run()
+
+
+def test_a_replica_that_is_refused_is_fail_exit_1_and_g2_says_it_was_refused(tmp_path: Path) -> None:
+    """A ``--replica`` that validate-replica refuses (here: the combined package, not a replica) made the run
+    GO, exit 0, and G2 said no replica "was given"."""
+    code, stdout, _ = run_accept(
+        "accept", COMBINED, "--replica", COMBINED, *TRUST, "--only", "G0,G2", "--report", tmp_path / "a",
+        "--format", "json",
+    )  # fmt: skip
+    doc = json.loads(stdout)
+    assert code == 1 and doc["verdict"] == "FAIL" and doc["exit_code"] == 1, doc["summary"]
+    assert doc["summary"].startswith("FAIL (the package failed validation: validate-replica)"), doc["summary"]
+    g2 = rows_by_id(doc)["G2"]
+    assert g2["verdict"] == "NOT MEASURED" and "was refused by the validate-replica step" in g2["reason"], g2
+    assert "none was given" not in g2["reason"]

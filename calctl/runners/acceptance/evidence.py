@@ -91,6 +91,11 @@ class AcceptState:
         for st in (self.main, self.replica):
             if st is not None and st.package is not None and st.package.kind == "replica":
                 return st.config.package
+        if self.replica is not None:  # one was given: the validate-replica step refused it (its ERROR says why)
+            raise Skip(
+                f"{why.split(' and ')[0]}: --replica {self.config.replica} was refused by the validate-replica step",
+                "fix what validate-replica names (`calctl validate` lists every finding), then run accept again",
+            )
         raise Skip(why, how)
 
 

@@ -50,22 +50,26 @@ def counts(rows: tuple[RowResult, ...]) -> dict[str, int]:
 def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...] = ()) -> str:
     """``GO: 9 GO, 0 NO-GO, 2 NOT MEASURED (G3, M4)``: the run's last line.
 
-    GO only when a row is GO and no step failed to run: a device error, a refused package or a calctl bug is
-    said as such, and a run that measured no row reads NOT MEASURED (never "GO ... 0 GO")."""
+    GO only when a row is GO and no step failed to run: a refused package (PKG or ``--replica``), a calctl bug,
+    a hung step and any other step in ERROR are said as such, and a run that measured no row reads NOT MEASURED
+    (never "GO ... 0 GO")."""
     c = counts(rows)
     verdict = _verdict(status, rows, steps)
     errored = ", ".join(s.name for s in steps if s.status is StepStatus.ERROR) or "a step"
+    refused = ", ".join(s.name for s in steps if s.status is StepStatus.ERROR and s.name in PACKAGE_STEPS)
+    device = any(s.status is StepStatus.ERROR and _step_code(s) == int(ExitCode.DEVICE) for s in steps)
     head = {
         "RUNNING": "RUNNING",
         "INTERRUPTED": "INTERRUPTED",
         "NO-GO": "NO-GO",
-        "FAIL": "FAIL (the package failed validation)",
+        "FAIL": f"FAIL (the package failed validation: {refused})",
         "INTERNAL ERROR": f"INTERNAL ERROR (a calctl bug in {errored})",
-        "ERROR": f"ERROR (device error in {errored})",
+        "TIMEOUT": f"TIMEOUT (a step hung past its deadline: {errored})",
+        "ERROR": f"ERROR (device error in {errored})" if device else f"ERROR (a step could not run: {errored})",
     }.get(verdict)
     if head is None:
         if not c[GateDecision.GO.value]:
-            head = "NOT MEASURED" + (f" (steps in error: {errored})" if errored != "a step" else "")
+            head = "NOT MEASURED"
         elif c[GateDecision.NOT_MEASURED.value]:
             head = "GO (with rows NOT MEASURED)"
         else:
@@ -78,6 +82,15 @@ def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvid
     return f"{head}: " + ", ".join(parts)
 
 
+#: The steps that validate a package: their ERROR is the package refused (FAIL, exit 1).
+PACKAGE_STEPS = frozenset({"validate", "validate-replica"})
+
+
+def _step_code(step: StepEvidence) -> int | None:
+    code = step.document.get("exit_code")
+    return code if isinstance(code, int) else None
+
+
 def _verdict(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> str:
     """The run's verdict (docs/accept.md): its exit code is :func:`calctl.report.exit_code_of` it."""
     if status == "running":
@@ -86,13 +99,15 @@ def _verdict(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence
         return "INTERRUPTED"
     if any(r.verdict is GateDecision.NO_GO for r in rows):
         return "NO-GO"
-    v = next((s for s in steps if s.name == "validate"), None)
-    if v is not None and v.status is StepStatus.ERROR:
-        return "FAIL"  # a refused package: nothing could be judged, and that is a failed check
-    if any(s.status is StepStatus.ERROR and s.document.get("internal_error") for s in steps):
+    failed = [s for s in steps if s.status is StepStatus.ERROR]
+    if any(s.name in PACKAGE_STEPS for s in failed):
+        return "FAIL"  # a refused package (PKG or --replica): what needed it could not be judged, a failed check
+    if any(s.document.get("internal_error") for s in failed):
         return "INTERNAL ERROR"  # a calctl bug in a step: never a silent 0, never the usage code
-    if any(s.status is StepStatus.ERROR and s.document.get("exit_code") == int(ExitCode.DEVICE) for s in steps):
-        return "ERROR"
+    if any(_step_code(s) == int(ExitCode.TIMEOUT) for s in failed):
+        return "TIMEOUT"  # a step hung past its deadline (the board needs a reset): exit 4, as for the runners
+    if failed:
+        return "ERROR"  # a device error, or any other step that could not run: never GO beside it
     if not any(r.verdict is GateDecision.GO for r in rows):
         return "NOT MEASURED"  # nothing was measured GO: never a GO verdict resting on no row (docs/accept.md §1)
     return "GO"

@@ -89,3 +89,23 @@ def test_a_report_directory_under_a_fifo_or_a_symlink_loop_is_a_usage_error(
         report_dir(fifo, "soak")
     assert report_dir(tmp_path / "new" / "dir", "soak") == tmp_path / "new" / "dir"
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("name", ["report.html", "report.json", "steps/soak-report.html"])
+def test_a_fifo_or_symlink_inside_the_report_directory_is_refused_before_the_run(tmp_path: Path, name: str) -> None:
+    """A FIFO at accept's report.html (or bringup's, soak's) let the whole run go by and then exit 2 with no
+    document, a GO report.json left on disk; now the directory is refused before the run, naming the entry."""
+    import os
+
+    out = tmp_path / "out"
+    (out / name).parent.mkdir(parents=True)
+    os.mkfifo(out / name)
+    with pytest.raises(UsageError, match=f"--report {out}: holds {out / name}, which is a FIFO, not a regular file"):
+        report_dir(out, "accept")
+    (out / name).unlink()
+    (out / name).symlink_to(tmp_path)
+    with pytest.raises(UsageError, match="which is a symlink, not a regular file"):
+        report_dir(out, "bringup")
+    (out / name).unlink()
+    (out / name).write_text("an earlier run's report: replaced, as before")
+    assert report_dir(out, "soak") == out  # regular files and directories are what a report directory holds

@@ -67,6 +67,34 @@ def test_a_refused_package_is_fail_not_go() -> None:
     assert not _report(rows, steps, code).summary_line().startswith("GO")
 
 
+def _some_go() -> tuple[RowResult, ...]:
+    return (*_rows(GateDecision.GO)[:2], *_rows(GateDecision.NOT_MEASURED)[2:])
+
+
+def test_a_refused_replica_beside_go_rows_is_fail_not_go() -> None:
+    """A ``--replica`` that validate-replica refused (tampered, or not a replica) left G2 unjudged: the run was
+    GO, exit 0, beside G0/G1 GO."""
+    steps = (StepEvidence("validate-replica", StepStatus.ERROR, detail="failed MAN001, HASH001", document={}),)
+    assert _exit(_some_go(), steps) == int(ExitCode.FAILED)
+    line = _report(_some_go(), steps).summary_line()
+    assert line.startswith("FAIL (the package failed validation: validate-replica)"), line
+
+
+def test_a_hung_step_beside_go_rows_is_timeout_exit_4() -> None:
+    """A step whose run timed out (its report TIMEOUT, exit 4: the board needs a reset) made accept GO, exit 0."""
+    steps = (StepEvidence("run-golden", StepStatus.ERROR, detail="did not finish", document={"exit_code": 4}),)
+    assert _exit(_some_go(), steps) == int(ExitCode.TIMEOUT)
+    line = _report(_some_go(), steps).summary_line()
+    assert line.startswith("TIMEOUT (a step hung past its deadline: run-golden)"), line
+
+
+def test_any_step_in_error_beside_go_rows_is_error_never_go() -> None:
+    steps = (StepEvidence("batch", StepStatus.ERROR, detail="refused", document={"exit_code": 1}),)
+    assert _exit(_some_go(), steps) == int(ExitCode.DEVICE)
+    line = _report(_some_go(), steps).summary_line()
+    assert line.startswith("ERROR (a step could not run: batch)"), line
+
+
 def test_go_rows_with_rows_not_measured_still_read_go() -> None:
     rows = (*_rows(GateDecision.GO)[:4], *_rows(GateDecision.NOT_MEASURED)[4:])
     assert _report(rows, (), 0).summary_line().startswith("GO (with rows NOT MEASURED): 4 GO")
