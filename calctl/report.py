@@ -71,6 +71,29 @@ def exit_code_of(verdict: str, *, fail_on: Iterable[str] = ()) -> int:
     return int(code)
 
 
+#: Verdicts with exit 0 that are not a clean pass: the step ran and left something undecided or to look at.
+_WARN_VERDICTS = frozenset({"WARN", "S1", "NOT JUDGED", "NOT MEASURED"})
+
+
+def step_status_of(verdict: str, *, fail_on: Iterable[str] = ()) -> StepStatus:
+    """The step word (:class:`StepStatus`) of a step whose own run ended with ``verdict``: the verdict itself
+    when it is a step word; else by its exit code (:func:`exit_code_of`): a failed check (FAIL, NO-GO, F0) is
+    FAIL, a run that could not measure (INTERNAL ERROR, ...) ERROR, a pass with something undecided (S1, NOT
+    JUDGED) WARN, every other pass (GO, S2, MEASURED) PASS. The step keeps its own word as ``verdict``."""
+    if verdict in StepStatus._value2member_map_ and verdict not in set(fail_on):
+        return StepStatus(verdict)
+    code = exit_code_of(verdict, fail_on=fail_on)
+    if code == ExitCode.FAILED:
+        return StepStatus.FAIL
+    if code == ExitCode.TIMEOUT:
+        return StepStatus.TIMEOUT
+    if code == ExitCode.INTERRUPTED:
+        return StepStatus.INTERRUPTED
+    if code != ExitCode.OK:
+        return StepStatus.ERROR
+    return StepStatus.WARN if verdict in _WARN_VERDICTS else StepStatus.PASS
+
+
 def verdict_of_exit_code(code: int) -> str:
     """The verdict an exit code stands for, when all that is known is the code (a child step, a refusal)."""
     return {
@@ -355,6 +378,7 @@ __all__ = [
     "device_note",
     "exit_code_of",
     "simple_report",
+    "step_status_of",
     "verdict_of_exit_code",
     "versions_document",
 ]

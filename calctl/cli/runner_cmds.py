@@ -570,7 +570,8 @@ def bringup(
 
     def show(o: bringup_lib.StepOutcome) -> None:
         _output.info(
-            f"  {_output.styled_verdict(o.verdict)} {escape(o.name)} [dim]({o.seconds:.2f} s)[/] {escape(o.key_figure)}"
+            f"  {_output.styled_verdict(o.verdict)} {escape(o.name)} [dim]({o.seconds:.2f} s)[/] "
+            + escape(o.key_figure or o.detail)  # a SKIP has no figure: its reason
         )
 
     with interruptible(), quiet_engine_log():

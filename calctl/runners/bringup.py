@@ -52,7 +52,7 @@ from calctl.errors import CalctlError
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
-from calctl.report import Report, StepRecord, StepStatus, build_header, exit_code_of
+from calctl.report import Report, StepRecord, StepStatus, build_header, exit_code_of, step_status_of
 from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import run_golden
 from calctl.runners.poc import run_poc_combined
@@ -135,13 +135,20 @@ class StepOutcome:
         """The step as the report lists it (``steps``; ``summary`` has the same rows keyed ``step``)."""
         return {
             "name": self.name,
-            "status": self.verdict,
+            "status": self.status.value,  # the step word every command's steps use (docs/cli.md)
+            "verdict": self.verdict,  # the step's own word: GO, S2, WARN ...
             "seconds": round(self.seconds, 3),
             "detail": self.detail,
             "key_figure": self.key_figure,
             "exit_code": self.exit_code,
             "files": self.files,
         }
+
+    @property
+    def status(self) -> StepStatus:
+        if self.verdict == StepStatus.SKIP.value:
+            return StepStatus.SKIP
+        return step_status_of(self.verdict, fail_on=self.fail_on)
 
     @property
     def passed(self) -> bool:
@@ -392,8 +399,8 @@ def run_bringup(
         verdict = RunOutcome.INTERRUPTED.value
     elif failing:
         verdict = _pipeline_verdict(failing[0])
-    elif any(s.verdict in ("WARN", "S1") for s in done):
-        verdict = "WARN"
+    elif any(s.verdict in ("WARN", "S1", "NOT JUDGED") for s in done):
+        verdict = "WARN"  # a PoC (or a gate) not judged is not a pass: WARN, and its step says why
     else:
         verdict = "PASS"
     return Report(

@@ -31,8 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from calctl.errors import ExitCode
-from calctl.report import StepStatus, exit_code_of
+from calctl.report import StepStatus, step_status_of
 
 
 class GateDecision(str, enum.Enum):
@@ -51,15 +50,12 @@ RAN: frozenset[StepStatus] = frozenset({StepStatus.PASS, StepStatus.WARN, StepSt
 
 
 def ran_status(verdict: str) -> StepStatus:
-    """The status of an evidence step that ran to the end, from its own report's ``verdict``: FAIL when that
-    verdict is a failed check (exit 1: FAIL, NO-GO, F0), WARN for WARN, else PASS (GO, S1, S2, MEASURED, ...).
-    A verdict that says the step could not measure (ERROR, TIMEOUT, ...) is ERROR."""
-    code = exit_code_of(verdict)
-    if code == ExitCode.FAILED:
-        return StepStatus.FAIL
-    if code != ExitCode.OK:
-        return StepStatus.ERROR
-    return StepStatus.WARN if verdict == StepStatus.WARN.value else StepStatus.PASS
+    """The status of an evidence step that ran to the end, from its own report's ``verdict``
+    (:func:`calctl.report.step_status_of`: FAIL for a failed check, WARN for WARN/S1/NOT JUDGED, ERROR for a
+    run that could not measure, else PASS). Only the FAIL/ERROR split matters to the rows: ERROR is "did not
+    measure"."""
+    status = step_status_of(verdict)
+    return StepStatus.ERROR if status in (StepStatus.TIMEOUT, StepStatus.INTERRUPTED) else status
 
 
 @dataclass(frozen=True)

@@ -316,6 +316,14 @@ def test_a_steps_exit_code_is_its_verdicts_and_the_pipeline_words_a_failed_check
     assert report.verdict == "FAIL" and report.exit_code == 1  # the first failing step: a failed check
 
 
+def test_a_poc_not_judged_makes_bringup_warn_never_pass(tmp_path: Path) -> None:
+    """An undecided gate is not a pass: a PoC NOT JUDGED (its interval straddling after the round budget) left
+    bring-up at PASS, "every check passed"."""
+    report = run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), _step("poc", "NOT JUDGED")))
+    assert report.verdict == "WARN" and report.exit_code == 0
+    assert run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), _step("poc", "S2"))).verdict == "PASS"
+
+
 @pytest.mark.parametrize("where", ["live line", "teardown"])
 def test_an_interrupt_between_steps_or_in_the_teardown_still_returns_the_report(tmp_path: Path, where: str) -> None:
     """A SIGTERM that lands after a step returned (the CLI printing its live line) or while the device closes
@@ -343,3 +351,15 @@ def test_an_interrupt_between_steps_or_in_the_teardown_still_returns_the_report(
 
 def _raise_interrupt() -> None:
     raise KeyboardInterrupt
+
+
+def test_a_bringup_step_lists_the_common_step_word_and_keeps_its_own_verdict() -> None:
+    """bringup's steps said ``"status": "GO"`` / ``"S2"`` where every other command's steps use the step words
+    of calctl.report.StepStatus (docs/cli.md); the step's own word is kept as ``verdict``."""
+    words = {v: StepOutcome("s", v, "", 0.0).to_dict() for v in ("GO", "S2", "S1", "NOT JUDGED", "NO-GO", "WARN")}
+    assert {v: d["status"] for v, d in words.items()} == {
+        "GO": "PASS", "S2": "PASS", "S1": "WARN", "NOT JUDGED": "WARN", "NO-GO": "FAIL", "WARN": "WARN",
+    }  # fmt: skip
+    assert all(d["verdict"] == v for v, d in words.items())
+    assert StepOutcome("poc", "S1", "", 0.0, fail_on=frozenset({"S1"})).to_dict()["status"] == "FAIL"
+    assert StepOutcome("soak", "SKIP", "", 0.0, "skipped: needs warmup FAIL").to_dict()["status"] == "SKIP"
