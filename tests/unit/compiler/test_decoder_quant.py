@@ -51,7 +51,7 @@ def test_a_row_that_is_not_whole_blocks_is_refused() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["fp16", *sorted(QTYPES)])
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 9])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 9, 32, 37])
 def test_native_gemm_equals_the_dequantised_matrix(kernels: native.Kernels, dtype: str, n: int) -> None:
     rng = np.random.default_rng(n)
     rows, cols = 37, 160
@@ -145,6 +145,21 @@ def test_a_batched_gemm_equals_one_gemv_per_lane_on_any_thread_count(kernels: na
         np.testing.assert_allclose(by_threads[0], want, rtol=1e-5, atol=1e-4 * scale, err_msg=f"n={n}")
         for t, y in zip((2, 3), by_threads[1:], strict=True):  # each row is summed by one thread, in one order
             np.testing.assert_array_equal(y, by_threads[0], err_msg=f"n={n}, {t} threads")
+
+
+@pytest.mark.parametrize("n", [32, 33, 38, 61])
+def test_the_many_token_path_takes_any_rows_columns_and_alignment(kernels: native.Kernels, n: int) -> None:
+    """A prefill's GEMM (32 tokens or more): rows not a multiple of its 16-row strips, fp16 rows not whole 32-column
+    blocks, token counts not whole groups of six, X not on a 64-byte line."""
+    rng = np.random.default_rng(n)
+    rows, cols = 21, 70
+    w = rng.standard_normal((cols, rows)).astype(np.float32)
+    data, ref = np.ascontiguousarray(w.T.astype(np.float16)), w.astype(np.float16).astype(np.float64)
+    x = _at_offset(rng.standard_normal((n, cols)).astype(np.float32), 4)
+    y = np.full((n + 1, rows), np.nan, np.float32)
+    kernels.gemm("fp16", data, rows, cols, x, y[:n], n_threads=2)
+    np.testing.assert_allclose(y[:n], x.astype(np.float64) @ ref, rtol=1e-5, atol=1e-4)
+    assert np.isnan(y[n]).all()  # nothing past the last token's outputs is written
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "q8_0"])
