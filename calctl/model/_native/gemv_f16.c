@@ -216,10 +216,12 @@ static void pool_run(chunk_fn fn, void *ctx, int64_t total, int threads) {
 static void *scratch_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
 
 /* A buffer of at least `bytes` that the calling thread keeps for its later calls (the many-token path's packed
- * tokens and strips, ~1 MB), mapped with mmap and unmapped when the thread ends. Not malloc: freeing a block that
+ * tokens and strips, 1-5 MB), mapped with mmap and unmapped when the thread ends. Not malloc: freeing a block that
  * large raises glibc's mmap threshold for the whole process, after which numpy's prefill temporaries of 0.1-1 MB
- * came from the heap and stayed (the serving process grew 60 MB over six long prompts). NULL if it cannot be had.
- * One buffer a thread: a caller must not hold it across another call that takes it. */
+ * came from the heap and stayed (the serving process grew 60 MB over six long prompts). A request above
+ * THREAD_BUF_KEEP gets a mapping of its own that the caller gives back with scratch_done, so no thread keeps more.
+ * NULL if it cannot be had. One buffer a thread: a caller must not hold it across another call that takes it. */
+#define THREAD_BUF_KEEP ((size_t)8 << 20)
 typedef struct {
     void *p;
     size_t size;
@@ -232,7 +234,13 @@ static void thread_buf_free(void *v) {
     free(b);
 }
 static void thread_buf_init(void) { (void)pthread_key_create(&thread_buf_key, thread_buf_free); }
+static size_t page_round(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+static void *map_anon(size_t size) {
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
 static void *thread_scratch(size_t bytes) {
+    if (bytes > THREAD_BUF_KEEP) return map_anon(page_round(bytes));
     pthread_once(&thread_buf_once, thread_buf_init);
     thread_buf *b = pthread_getspecific(thread_buf_key);
     if (b == NULL) {
@@ -244,12 +252,14 @@ static void *thread_scratch(size_t bytes) {
     }
     if (b->size < bytes) {
         if (b->p != NULL) munmap(b->p, b->size);
-        size_t size = (bytes + 4095) / 4096 * 4096;
-        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        b->p = p == MAP_FAILED ? NULL : p;
-        b->size = p == MAP_FAILED ? 0 : size;
+        b->size = page_round(bytes);
+        if ((b->p = map_anon(b->size)) == NULL) b->size = 0;
     }
     return b->p;
+}
+/* The end of a thread_scratch(bytes) buffer's use: a one-off mapping goes back, the thread's own buffer stays. */
+static void scratch_done(void *p, size_t bytes) {
+    if (p != NULL && bytes > THREAD_BUF_KEEP) munmap(p, page_round(bytes));
 }
 
 static inline float hsum256(__m256 v) {
@@ -859,16 +869,24 @@ static void xchunk(void *ctx, int64_t chunk, int worker) {
         xtile(ws, j->cols, j->XP + (t0 / XT) * j->cols * XT, j->Y, j->ldy, t0, j->n - t0 < XT ? j->n - t0 : XT, r0, nr);
 }
 
-/* The many-token path of calctl_wgemm (n >= XMIN). The tokens go in blocks whose packed rows take at most ~1 MB
- * (XP_BYTES), so the calling thread's scratch (thread_scratch) stays that small whatever the prompt's length; each
- * block dequantises the strips again, once per at least 168 tokens. */
+/* The many-token path of calctl_wgemm (n >= XMIN, cols <= XMAX_COLS). The tokens go in blocks of ~1 MB of packed
+ * activations (XP_BYTES) but at least XB_MIN tokens, so every strip's dequantisation serves at least 48 tokens,
+ * and the calling thread's scratch (thread_scratch) stays 1-5 MB whatever the prompt's length. Wider rows take the
+ * tiled path: a strip of 16 rows then outgrows the L2 cache, and blocks of few tokens dequantised it again and again
+ * (1.3-1.8x slower than the tiled path at 28672 columns). */
 #define XP_BYTES (1 << 20)
+#define XB_MIN 48
+#define XMAX_COLS 16384
 static int xgemm(int dtype, const uint8_t *W, int64_t rb, int64_t rows, int64_t cols, const float *X, int64_t ldx,
                  int64_t n, float *Y, int64_t ldy, int threads) {
-    int64_t tb = XP_BYTES / (cols * (int64_t)sizeof(float)) / XT * XT;
-    tb = tb < XT ? XT : tb > n ? (n + XT - 1) / XT * XT : tb;
+    int64_t tb = XP_BYTES / (cols * (int64_t)sizeof(float)) / XT * XT, chunks = (rows + XROWS - 1) / XROWS;
+    tb = tb < XB_MIN ? XB_MIN : tb;
+    tb = tb > n ? (n + XT - 1) / XT * XT : tb;
+    if (threads > chunks) threads = (int)chunks; /* a strip for each thread that can have a chunk */
+    if (threads < 1) threads = 1;
     int64_t packed = (tb * cols + 15) / 16 * 16; /* the strips after it on 64-byte lines */
-    float *xp = thread_scratch((size_t)(packed + (int64_t)threads * cols * XROWS) * sizeof(float));
+    size_t bytes = (size_t)(packed + (int64_t)threads * cols * XROWS) * sizeof(float);
+    float *xp = thread_scratch(bytes);
     if (xp == NULL) return -1;
     for (int64_t b0 = 0; b0 < n; b0 += tb) {
         int64_t nb = n - b0 < tb ? n - b0 : tb;
@@ -879,8 +897,9 @@ static int xgemm(int dtype, const uint8_t *W, int64_t rb, int64_t rows, int64_t 
                     xp[(g * cols + c) * XT + k] = t < nb ? X[(b0 + t) * ldx + c] : 0.0f;
                 }
         xjob j = {dtype, W, rb, rows, cols, nb, ldy, xp, xp + packed, Y + b0 * ldy};
-        pool_run(xchunk, &j, (rows + XROWS - 1) / XROWS, threads);
+        pool_run(xchunk, &j, chunks, threads);
     }
+    scratch_done(xp, bytes);
     return 0;
 }
 #endif
@@ -944,13 +963,18 @@ int calctl_wgemm(int dtype, const uint8_t *W, int64_t rows, int64_t cols, const 
                  float *Y, int64_t ldy, int threads) {
     int64_t rb = row_bytes(dtype, cols);
     if (rb < 0 || rows < 0 || cols < 0 || n < 0 || (dtype != DT_F16 && cols % QK)) return -1;
+    if (cols == 0) { /* empty sums: zeros (and no division by the row length below) */
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t r = 0; r < rows; r++) Y[t * ldy + r] = 0.0f;
+        return 0;
+    }
     if (threads < 1) threads = 1;
     if (threads > POOL_MAX) threads = POOL_MAX;
     /* Little work: stay on the calling thread (a chunk hand-off costs a few microseconds). */
     if (rows * cols * (n < TILE ? n : TILE) < GEMM_SPLIT_MACS) threads = 1;
     if (dtype != DT_F16 && n <= QMAX) return qgemm(dtype, W, rb, rows, cols, X, ldx, n, Y, ldy, threads);
 #if !CALCTL_AVX512
-    if (n >= XMIN) return xgemm(dtype, W, rb, rows, cols, X, ldx, n, Y, ldy, threads);
+    if (n >= XMIN && cols <= XMAX_COLS) return xgemm(dtype, W, rb, rows, cols, X, ldx, n, Y, ldy, threads);
 #endif
     gemm_job j = {dtype, W, rb, rows, cols, ldx, n, ldy, 16, X, Y, NULL, NULL};
     float *buf = NULL;

@@ -163,6 +163,16 @@ def test_the_many_token_path_takes_any_rows_columns_and_alignment(kernels: nativ
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "q8_0"])
+@pytest.mark.parametrize("n", [1, 8, 32])
+def test_rows_of_no_columns_give_zeros_on_every_path(kernels: native.Kernels, dtype: str, n: int) -> None:
+    """Empty sums are zeros; the many-token path once divided by the row length (SIGFPE on 32 tokens)."""
+    w = np.zeros((4, 0), np.float16 if dtype == "fp16" else np.uint8)
+    y = np.full((n, 4), np.nan, np.float32)
+    kernels.gemm(dtype, w, 4, 0, np.zeros((n, 0), np.float32), y, n_threads=2)
+    np.testing.assert_array_equal(y, np.zeros((n, 4), np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "q8_0"])
 def test_a_long_prompt_gemm_in_several_token_blocks_equals_the_reference(kernels: native.Kernels, dtype: str) -> None:
     """Rows of 4096 weights: the many-token path takes the prompt in blocks of 48 tokens (its ~1 MB panels)."""
     rng = np.random.default_rng(9)
