@@ -29,7 +29,10 @@ that a shared machine's drift lands on both; the script prints, for each and as 
   the same as tokens per CPU second of the serving process (``/proc/<pid>/stat``, all threads),
   which a shared, loaded machine distorts far less than wall time;
 * **greedy text**: calctl's text against llama.cpp's and, where ``transformers`` is installed,
-  against Hugging Face transformers loading the same GGUF (dequantised, fp32).
+  against Hugging Face transformers loading the same GGUF (dequantised, fp32);
+* **the decoder alone**: ``decoder.decode_batch`` on the imported package in a child process (no server, no
+  HTTP, ``CALCTL_THREADS=--threads``), one lane and ``--streams`` lanes stepped alternately: its step time, the
+  ceiling of what the server can reach, and the serving path's time per token on top of it.
 
 Targets (issue 32): decode >= 1.0x llama.cpp, prefill >= 1.0x, RSS <= 2x, 8-stream aggregate
 >= 4x one stream. The machine is shared; the load average is printed with the figures. This
@@ -338,6 +341,46 @@ LLAMA_CHILD = textwrap.dedent(
 )
 
 
+#: The decoder's own step times (ms, median) for one lane and for ``lanes`` lanes, stepped alternately after a
+#: 40-token prefill each: ``python -c DECODER_CHILD PKG LANES STEPS`` prints one JSON line.
+DECODER_CHILD = textwrap.dedent(
+    """
+    import json, statistics, sys, time
+    from pathlib import Path
+    import numpy as np
+    from calctl.model import decoder
+    from calctl.package.reader import load_manifest
+    from calctl.runtime.mock.compute import single_threaded_blas
+    single_threaded_blas()  # as the mock board runs it
+    pkg = load_manifest(Path(sys.argv[1])); m = pkg.models[0]; arch = m.architecture
+    w = decoder.prepare(decoder.load_params(pkg.root, m.params, keep_dtype=True), arch)
+    lanes, steps = int(sys.argv[2]), int(sys.argv[3])
+    times = {1: [], lanes: []}
+    caches = {n: [decoder.KvCache.empty(arch, 64 + steps) for _ in range(n)] for n in times}
+    for n, cs in caches.items():
+        for c in cs:
+            decoder.prefill(w, arch, np.arange(1, 41), c)
+    for _ in range(steps):
+        for n, cs in caches.items():
+            t0 = time.perf_counter()
+            decoder.decode_batch(w, arch, np.full(n, 5), np.array([c.length for c in cs]), cs)
+            times[n].append(time.perf_counter() - t0)
+    print(json.dumps({str(n): statistics.median(v) * 1e3 for n, v in times.items()}))
+    """
+)
+
+
+def decoder_steps(pkg: Path, tmp: Path, args: argparse.Namespace) -> dict[str, float]:
+    """``{"step_1_ms": ..., "step_n_ms": ...}``: the decoder's step for one lane and for --streams lanes."""
+    env = {**os.environ, "CALCTL_THREADS": str(args.threads), "CALCTL_CACHE_DIR": str(tmp / "cache")}
+    res = subprocess.run(
+        [sys.executable, "-c", DECODER_CHILD, str(pkg), str(args.streams), "30"],
+        capture_output=True, text=True, env=env, cwd=REPO, check=True,
+    )  # fmt: skip
+    steps = json.loads(res.stdout.strip().splitlines()[-1])
+    return {"step_1_ms": float(steps["1"]), "step_n_ms": float(steps[str(args.streams)])}
+
+
 def measure(gguf: Path, tmp: Path, args: argparse.Namespace, llama: Llama | None) -> dict[str, dict[str, Any]]:
     """calctl's figures and, alternating with them, llama.cpp's: ``{"calctl": {...}, "llama": {...}}``.
 
@@ -352,7 +395,7 @@ def measure(gguf: Path, tmp: Path, args: argparse.Namespace, llama: Llama | None
         "--profiles", args.profiles,
     ]  # fmt: skip
     subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "CALCTL_CACHE_DIR": str(tmp / "cache")})
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = decoder_steps(pkg, tmp, args)  # before the server starts: nothing else computes
     lo: dict[str, Any] = {}
     sched = scheduler_yaml(tmp, "m", args.profiles)
     with calctl_serve(pkg, tmp, args.threads, sched) as (url, pid):
@@ -554,6 +597,20 @@ def main() -> None:
             f"server CPU: {args.streams} streams {cs:.2f} tok per CPU s, one stream {c1:.2f}: {cs / c1:.2f}x"
             " (the serving process's user+system time, all threads: what a loaded machine does not distort)"
         )
+    s1, sn = _num(ours["step_1_ms"]), _num(ours["step_n_ms"])
+    vs_llama = (
+        f" = {1e3 / s1 / _num(llama['decode_tps']):.2f}x llama.cpp's one stream, measured before its rounds"
+        if isinstance(llama, dict)
+        else ""
+    )
+    print(
+        f"decoder alone (no server): one lane {s1:.2f} ms a step ({1e3 / s1:.1f} tok/s{vs_llama}); {args.streams} lanes"
+        f" {sn:.2f} ms ({args.streams * 1e3 / sn:.1f} tok/s, {args.streams * s1 / sn:.2f}x one lane)"
+    )
+    per_token = 1e3 / _num(ours["decode_tps"])
+    print(
+        f"serving path, one stream: {per_token:.2f} ms a token against the decoder's {s1:.2f} ms step: +{per_token - s1:.2f} ms"
+    )
     print(f"prefill prompt: {ours['prefill_tokens']} tokens")
     if not isinstance(llama, dict):
         print(f"llama.cpp: skipped: {llama}")
