@@ -185,11 +185,12 @@ def test_a_long_prompt_gemm_in_several_token_blocks_equals_the_reference(kernels
 
 
 def test_concurrent_gemms_from_two_threads_give_the_serial_results(kernels: native.Kernels) -> None:
-    """Two chips' threads calling the kernel at once (one takes the worker pool, the other runs alone)."""
+    """Chips' threads calling the kernel at once (one takes the worker pool, the others run alone), decode GEMMs
+    and prompts of the many-token path (each caller has its own packed-token buffer)."""
     rng = np.random.default_rng(8)
     rows, cols = SPLIT_SHAPES["q4_1"]
     data, _ = _stored("q4_1", rows, cols, rng)
-    xs = [rng.standard_normal((n, cols)).astype(np.float32) for n in (8, 24)]
+    xs = [rng.standard_normal((n, cols)).astype(np.float32) for n in (8, 24, 40, 64)]
     want = []
     for x in xs:
         y = np.empty((x.shape[0], rows), np.float32)
@@ -204,7 +205,7 @@ def test_concurrent_gemms_from_two_threads_give_the_serial_results(kernels: nati
             if not np.array_equal(y, want[i]):
                 bad.append(f"caller {i} repetition {rep}")
 
-    callers = [threading.Thread(target=hammer, args=(i,)) for i in range(2)]
+    callers = [threading.Thread(target=hammer, args=(i,)) for i in range(len(xs))]
     for c in callers:
         c.start()
     for c in callers:
