@@ -35,6 +35,17 @@ def _validate_signalled_after(delay: float) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def _handler_ready_s(env: dict[str, str]) -> float:
+    """The longest of three starts of the interpreter up to ``calctl.cli`` imported: from then on ``run()`` can
+    own the signal. Before it the process is an interpreter starting up, which SIGTERM ends like any process."""
+    took = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import calctl.cli"], env=env, check=True)
+        took.append(time.monotonic() - t0)
+    return max(took)
+
+
 def test_sigterm_in_every_window_of_a_command_is_130_with_one_document() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.monotonic()
@@ -43,10 +54,17 @@ def test_sigterm_in_every_window_of_a_command_is_130_with_one_document() -> None
     )
     span = time.monotonic() - t0
     assert whole.returncode == 0, whole.stderr[-2000:]
+    ready = _handler_ready_s(env)
+    first = max(0.05 * span, ready)  # the first signal once calctl's handler can exist, in its imports
     interrupted = 0
     for i in range(12):  # from the first imports to past the end of the run
-        code, out, err = _validate_signalled_after(span * (0.05 + 1.05 * i / 11))
-        assert code in (ExitCode.OK, ExitCode.INTERRUPTED), (code, err[-2000:])
+        delay = first + (1.1 * span - first) * i / 11
+        code, out, err = _validate_signalled_after(delay)
+        if code == -signal.SIGTERM and not out and not err and delay < 3 * ready:
+            # A loaded host started this interpreter slower than the three measured: the signal came before
+            # Python ran calctl's first line, where no program can catch it (docs/cli.md, "Signals").
+            continue
+        assert code in (ExitCode.OK, ExitCode.INTERRUPTED), (code, delay, ready, err[-2000:])
         assert "Traceback" not in err, err[-2000:]
         doc = json.loads(out)  # exactly one document
         if code == ExitCode.INTERRUPTED and doc["exit_code"] == ExitCode.INTERRUPTED:
