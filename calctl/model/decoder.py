@@ -267,17 +267,26 @@ class Linear:
         own = (self.data.nbytes if self.data is not None else 0) + (self.w.nbytes if self.w is not None else 0)
         return own + sum(p.nbytes for p in self.parts)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``x @ W``; into ``out`` (float32 ``[n, out_features]``, C-contiguous) when given, which is returned."""
         if self.parts:
-            return np.concatenate([p(x) for p in self.parts], axis=1)
-        k = _native_kernels() if self.data is not None else None
-        if k is not None and self.data is not None and (self.w is None or x.shape[0] <= NATIVE_MAX_TOKENS):
-            xs = np.ascontiguousarray(x, dtype=np.float32)
-            y = np.empty((xs.shape[0], self.rows), np.float32)
-            k.gemm(self.dtype, self.data, self.rows, self.cols, xs, y)
+            y = np.concatenate([p(x) for p in self.parts], axis=1)
+        else:
+            k = _native_kernels() if self.data is not None else None
+            if k is not None and self.data is not None and (self.w is None or x.shape[0] <= NATIVE_MAX_TOKENS):
+                xs = np.ascontiguousarray(x, dtype=np.float32)
+                direct = out is not None and out.dtype == np.float32 and out.flags.c_contiguous
+                y = out if direct and out is not None else np.empty((xs.shape[0], self.rows), np.float32)
+                k.gemm(self.dtype, self.data, self.rows, self.cols, xs, y)
+                if y is out:
+                    return out
+            else:
+                assert self.w is not None, "quantised weights without the native kernel keep a float32 copy"
+                y = x @ self.w
+        if out is None:
             return y
-        assert self.w is not None, "quantised weights without the native kernel keep a float32 copy"
-        return x @ self.w
+        out[...] = y
+        return out
 
 
 #: fp16 weights: at most this many tokens go through the native kernel, more through BLAS on the float32 copy.
@@ -384,11 +393,11 @@ class Weights:
             return None
         return (LayerDesc * len(layers))(*(desc for desc, _ in layers))
 
-    def logits(self, x: np.ndarray) -> np.ndarray:
-        """LM head of hidden rows ``x [n, d_model]`` (or one row ``[d_model]``)."""
+    def logits(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """LM head of hidden rows ``x [n, d_model]`` (or one row ``[d_model]``), into ``out`` when given."""
         if x.ndim == 1:
-            return self.head(x[None, :])[0]
-        return self.head(x)
+            return self.head(x[None, :], None if out is None else out.reshape(1, -1))[0]
+        return self.head(x, out)
 
 
 _native_kernels = kernels
@@ -643,8 +652,9 @@ def decode_batch(
     tokens: np.ndarray,
     positions: np.ndarray,
     caches: list[KvCache],
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """One decode step of several sequences at once: logits ``[n, vocab]``.
+    """One decode step of several sequences at once: logits ``[n, vocab]`` (written into ``out`` when given).
 
     Lane ``i`` runs ``tokens[i]`` at ``positions[i]`` (its committed KV length) against ``caches[i]``. The
     weight matrices see all lanes as one ``[n, d]`` batch (one GEMM per matrix, each weight dequantised and read
@@ -658,6 +668,8 @@ def decode_batch(
     n = tokens.shape[0]
     if pos.shape[0] != n or len(caches) != n:
         raise ValueError(f"{n} tokens, {pos.shape[0]} positions and {len(caches)} caches: one of each per lane")
+    if out is not None and out.shape != (n, arch.vocab_size):
+        raise ValueError(f"logits out {out.shape} is not [{n}, {arch.vocab_size}]")
     for c, p in zip(caches, pos, strict=True):
         if p + 1 > c.capacity:
             raise ValueError(f"sequence of {p + 1} tokens exceeds the cache capacity {c.capacity}")
@@ -674,6 +686,8 @@ def decode_batch(
         x = _decode_layers(w, x, cos[:, None, :], sin[:, None, :], pos, caches, addresses)
     for cache, p in zip(caches, pos, strict=True):
         cache.length = int(p) + 1
+    if out is not None:
+        return w.logits(_rms(x, w.final_norm, eps), out)
     return np.asarray(w.logits(_rms(x, w.final_norm, eps)), dtype=np.float32)
 
 

@@ -195,6 +195,10 @@ class Kernels:
             KERNEL_DTYPES[dtype], w.ctypes.data, rows, cols, x.ctypes.data, cols, x.shape[0], y.ctypes.data, rows,
             n_threads or threads(),
         )  # fmt: skip
+        if rc == -2:
+            raise MemoryError(
+                f"native kernel: no memory for the scratch of a {x.shape[0]}-token {dtype} [{rows}, {cols}] GEMM"
+            )
         if rc != 0:
             raise ValueError(f"native kernel refused dtype {dtype} [{rows}, {cols}]")
 

@@ -81,8 +81,8 @@ static inline void prefetch_row(const uint8_t *W, int64_t rb, int64_t r) {
  * loaded host a worker the OS has not scheduled yet holds the caller for a whole time slice, and waking a sleeping
  * worker costs tens of microseconds on a VM, a decode step making ~150 such calls. Here the caller claims chunks
  * itself from the first one on; workers that are awake join in; the caller waits only for chunks a worker has
- * claimed and not finished. Workers spin briefly between calls (a decode layer's GEMMs come microseconds apart),
- * then sleep on a condition variable.
+ * claimed and not finished. Workers poll for a few microseconds between calls (a decode layer's native calls come
+ * less than that apart), then sleep on a condition variable.
  *
  * The claim word holds (generation << 32 | next chunk): a worker reads the job's fields after reading the word and
  * claims with a compare-and-swap of that exact word, so a claim succeeds only while that job is still open (the
@@ -92,6 +92,13 @@ typedef void (*chunk_fn)(void *ctx, int64_t chunk, int worker);
 static pthread_mutex_t pool_call_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time (several chips' threads) */
 
 #define POOL_MAX 64
+/* How long a worker polls for the next job before it sleeps, and the caller for a claimed chunk before it yields,
+ * in pauses (~11 ns each on the reference machine). Short: a served decode step is followed by ~1 ms of Python on
+ * the chip's, the engine's and the event loop's threads, and on two cores a worker polling for 100 us of it (8000
+ * pauses, the earlier figure) held a core those threads needed. Measured with the SmolLM2 package served on the
+ * mock, one stream, six alternating rounds: 14.5 -> 12.9 ms a token (the decoder alone in-process: no change). */
+#define POOL_POLL 250
+#define CALLER_POLL 2000
 static struct {
     _Atomic uint64_t claim;
     _Atomic int64_t done;
@@ -131,8 +138,8 @@ static void *pool_main(void *arg) {
     uint32_t seen = 0;
     for (;;) {
         uint64_t w = atomic_load(&pool.claim);
-        /* ~100 us of polling (8000 pauses: ~11 ns each on the reference machine) before sleeping */
-        for (int spin = 0; (uint32_t)(w >> 32) == seen && spin < 8000; spin++) {
+        /* ~3 us of polling (POOL_POLL pauses: ~11 ns each on the reference machine) before sleeping */
+        for (int spin = 0; (uint32_t)(w >> 32) == seen && spin < POOL_POLL; spin++) {
             _mm_pause();
             w = atomic_load(&pool.claim);
         }
@@ -206,7 +213,7 @@ static void pool_run(chunk_fn fn, void *ctx, int64_t total, int threads) {
     }
     pool_work(gen << 32, 0);
     for (int spin = 0; atomic_load(&pool.done) < total; spin++) { /* chunks a worker claimed and is finishing */
-        if (spin < 20000) _mm_pause();
+        if (spin < CALLER_POLL) _mm_pause();
         else sched_yield(); /* that worker was preempted: let it have this core */
     }
     pthread_mutex_unlock(&pool_call_mu);
@@ -887,7 +894,7 @@ static int xgemm(int dtype, const uint8_t *W, int64_t rb, int64_t rows, int64_t 
     int64_t packed = (tb * cols + 15) / 16 * 16; /* the strips after it on 64-byte lines */
     size_t bytes = (size_t)(packed + (int64_t)threads * cols * XROWS) * sizeof(float);
     float *xp = thread_scratch(bytes);
-    if (xp == NULL) return -1;
+    if (xp == NULL) return -2;
     for (int64_t b0 = 0; b0 < n; b0 += tb) {
         int64_t nb = n - b0 < tb ? n - b0 : tb;
         for (int64_t g = 0; g < (nb + XT - 1) / XT; g++)
@@ -942,7 +949,7 @@ static int qgemm(int dtype, const uint8_t *W, int64_t rb, int64_t rows, int64_t 
     if (x16 == NULL || sp == NULL) {
         free(x16);
         free(sp);
-        return -1;
+        return -2;
     }
     for (int64_t t = 0; t < n; t++) quant_x(X + t * ldx, cols, x16 + 2 * t * cols, sp + t * 2 * nb);
     /* Chunks of up to 64 rows, at least four per thread: a thread then streams long runs of rows that its prefetches
@@ -957,8 +964,8 @@ static int qgemm(int dtype, const uint8_t *W, int64_t rb, int64_t rows, int64_t 
 }
 
 /* Y[n, rows] (leading dimension ldy) = X[n, cols] (leading dimension ldx) times W[rows, cols]^T.
- * Returns 0, or -1 for a dtype/shape the kernel does not take (quantised cols must be a multiple of 32) or an
- * allocation failure. */
+ * Returns 0, -1 for a dtype/shape the kernel does not take (quantised cols must be a multiple of 32), or -2 when its
+ * scratch memory cannot be had. */
 int calctl_wgemm(int dtype, const uint8_t *W, int64_t rows, int64_t cols, const float *X, int64_t ldx, int64_t n,
                  float *Y, int64_t ldy, int threads) {
     int64_t rb = row_bytes(dtype, cols);
@@ -984,7 +991,7 @@ int calctl_wgemm(int dtype, const uint8_t *W, int64_t rows, int64_t cols, const 
          * (an 8-token q4_1 GEMM ran 1.4x, the q8_0 LM head 1.6x slower). Copy them to aligned rows. */
         int64_t lda = (cols + 15) / 16 * 16;
         buf = scratch_alloc((size_t)(n * lda) * sizeof(float));
-        if (buf == NULL) return -1;
+        if (buf == NULL) return -2;
         for (int64_t t = 0; t < n; t++) memcpy(buf + t * lda, X + t * ldx, (size_t)cols * sizeof(float));
         j.X = buf;
         j.ldx = lda;
@@ -996,7 +1003,7 @@ int calctl_wgemm(int dtype, const uint8_t *W, int64_t rows, int64_t cols, const 
         tb = tb < 16 ? 16 : tb > n ? (n + 15) / 16 * 16 : tb;
         int64_t panels = tb * cols;
         buf = scratch_alloc((size_t)(panels + (int64_t)threads * STRIP * cols) * sizeof(float));
-        if (buf == NULL) return -1;
+        if (buf == NULL) return -2;
         j.XP = buf;
         j.strips = buf + panels;
         j.chunk_rows = STRIP;

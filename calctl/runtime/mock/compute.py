@@ -178,8 +178,12 @@ def run_graph(
         assert cache is not None
         logits[0] = decoder.prefill(model.params, model.arch, tokens, cache)
         return
-    logits[...] = 0.0
     lanes = decode_lanes(inputs)
+    n = len(lanes)
+    # The usual batch, lanes 0..n-1 active: their logits are computed straight into the output buffer (no copy);
+    # every row no active lane writes is zero.
+    leading = [lane for lane, _, _ in lanes] == list(range(n))
+    logits[n if leading else 0 :] = 0.0
     if not lanes:
         return
     active = [caches[lane] for lane, _, _ in lanes]
@@ -190,6 +194,8 @@ def run_graph(
         np.array([t for _, t, _ in lanes]),
         np.array([p for _, _, p in lanes]),
         [c for c in active if c is not None],
+        out=logits[:n] if leading else None,
     )  # the active lanes' GEMVs as one GEMM
-    for row, (lane, _, _) in enumerate(lanes):
-        logits[lane] = out[row]
+    if not leading:
+        for row, (lane, _, _) in enumerate(lanes):
+            logits[lane] = out[row]

@@ -172,6 +172,36 @@ def test_rows_of_no_columns_give_zeros_on_every_path(kernels: native.Kernels, dt
     np.testing.assert_array_equal(y, np.zeros((n, 4), np.float32))
 
 
+def test_a_gemm_without_memory_for_its_scratch_says_so(kernels: native.Kernels) -> None:
+    """The kernel's scratch mapping refused (an address-space limit): MemoryError naming the GEMM, not "refused
+    dtype" (what every failure used to say) and not a crash. In a child process: the limit is process-wide."""
+    import subprocess
+    import sys
+
+    child = """
+import resource, sys
+import numpy as np
+from calctl.model import native
+k = native.kernels()
+rows, cols, n = 16, 16384, 48
+w = np.zeros((rows, cols // 32 * 34), np.uint8)
+x = np.ones((n, cols), np.float32)
+y = np.zeros((n, rows), np.float32)
+size = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 20), resource.getrlimit(resource.RLIMIT_AS)[1]))
+try:
+    k.gemm("q8_0", w, rows, cols, x, y, n_threads=1)
+except MemoryError as exc:
+    print("MemoryError:", exc)
+    sys.exit(0)
+print("no error")
+sys.exit(1)
+"""
+    r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no memory for the scratch of a 48-token q8_0 [16, 16384] GEMM" in r.stdout
+
+
 @pytest.mark.parametrize("dtype", ["fp16", "q8_0"])
 def test_a_long_prompt_gemm_in_several_token_blocks_equals_the_reference(kernels: native.Kernels, dtype: str) -> None:
     """Rows of 4096 weights: the many-token path takes the prompt in blocks of 48 tokens (its ~1 MB panels)."""
@@ -262,6 +292,25 @@ def test_a_batched_decode_step_equals_one_step_per_lane(kernels: native.Kernels)
         np.testing.assert_allclose(batched, singles, rtol=1e-5, atol=1e-5)
         assert [c.length for c in many] == [c.length for c in one]
         toks = [int(t) for t in singles.argmax(axis=1)]
+
+
+@pytest.mark.parametrize("native_weights", [True, False], ids=["native", "numpy"])
+def test_a_decode_step_writes_its_logits_into_the_array_given(kernels: native.Kernels, native_weights: bool) -> None:
+    """``out=``: the mock's output buffer, written in place; the same logits as a step that allocates them."""
+    w = decoder.prepare(_quant_params("q4_1"), ARCH, native=native_weights)
+    prompts = [np.array([5, 6, 7]), np.array([9, 8, 7, 6])]
+    plain = [decoder.KvCache.empty(ARCH, 32) for _ in prompts]
+    into = [decoder.KvCache.empty(ARCH, 32) for _ in prompts]
+    toks = [int(np.argmax(decoder.prefill(w, ARCH, p, c))) for p, c in zip(prompts, plain, strict=True)]
+    for p, c in zip(prompts, into, strict=True):
+        decoder.prefill(w, ARCH, p, c)
+    want = decoder.decode_batch(w, ARCH, np.array(toks), np.array([c.length for c in plain]), plain)
+    out = np.full((2, ARCH.vocab_size), np.nan, np.float32)
+    got = decoder.decode_batch(w, ARCH, np.array(toks), np.array([c.length for c in into]), into, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match="logits out"):
+        decoder.decode_batch(w, ARCH, np.array(toks), np.array([c.length for c in into]), into, out=out[:1])
 
 
 def test_gguf_import_keeps_the_blocks_and_passes_golden(cli: Cli, tmp_path: Path) -> None:

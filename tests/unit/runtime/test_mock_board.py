@@ -376,6 +376,51 @@ def test_decode_batch_lanes_and_inactive_lane_policy() -> None:
             assert np.allclose(outputs.read("logits")[0], logits[0], rtol=1e-5, atol=1e-5)
 
 
+def test_leading_lanes_compute_into_the_output_and_every_other_row_is_zeroed() -> None:
+    """Lanes 0..n-1 active (the usual batch): the logits are computed straight into the output buffer. What the
+    buffer held before (a caller that did not clear it) is overwritten: the inactive lanes read zero, the active
+    ones what a B1 step of the same lane gives."""
+    pkg = package("single")
+    m = pkg.model("model-a")
+    dec = dataclasses.replace(
+        m.decode,
+        batch_profiles=(1, 4),
+        inputs=(*m.decode.inputs, dataclasses.replace(m.decode.inputs[1], name="lane_valid", dtype="uint8")),
+        inactive_lane_policy=InactiveLanePolicy(
+            mask_input="lane_valid", writes_kv=False, returns_logits=False, kv_manager_mode="per_lane"
+        ),
+    )
+    pkg4 = dataclasses.replace(pkg, models=(dataclasses.replace(m, graphs=(m.prefill, dec)),))
+    vocab = m.architecture.vocab_size
+    with open_mock() as rt:
+        rt.configure(rt.create_calbin(pkg4))
+        seqs, tokens = [], []
+        for prompt in (golden_prompt(pkg, "model-a"), golden_prompt(pkg, "model-a")[:10].copy()):
+            job, seq, _, out = prefill_job(rt, pkg4, "model-a", prompt)
+            rt.wait(job, 10)
+            rt.kv.commit(seq)
+            seqs.append(seq)
+            tokens.append(int(np.argmax(out.read("logits")[0])))
+        with rt.job_buffers(dec.name, batch=4) as (inputs, outputs):
+            positions = [rt.kv.append(s, 1) for s in seqs]
+            inputs.write("tokens", np.array([[tokens[0]], [tokens[1]], [0], [0]], np.int32))
+            inputs.write("positions", np.array([positions[0], positions[1], 0, 0], np.int32))
+            inputs.write("lane_valid", np.array([1, 1, 0, 0], np.uint8))
+            outputs.write("logits", np.full((4, vocab), 7.0, np.float32))  # stale rows a job must not leave
+            rt.wait(rt.submit(dec.name, inputs, outputs, kv=[seqs[0], seqs[1], None, None]), 10)
+            batched = outputs.read("logits")
+        assert np.abs(batched[2:]).max() == 0
+        for s in seqs:
+            rt.kv.commit(s)
+        for lane, s in enumerate(seqs):
+            rt.kv.remove_tokens_at_end(s, 1)
+            with rt.job_buffers(dec.name) as (inputs, outputs):
+                write_decode(inputs, tokens[lane], rt.kv.append(s, 1))
+                inputs.write("lane_valid", np.array([1], np.uint8))
+                rt.wait(rt.submit(dec.name, inputs, outputs, kv=[s]), 10)
+                np.testing.assert_allclose(outputs.read("logits")[0], batched[lane], rtol=1e-5, atol=1e-5)
+
+
 def test_a_finished_job_keeps_no_kv_cache_buffers_or_weights() -> None:
     """Issue 32: the board kept each finished job's record, KV cache included, for its last 65,536 jobs."""
     import gc
