@@ -630,6 +630,7 @@ static void panel_rows(const float *strip, int64_t r0, int64_t nr, int64_t cols,
  */
 #define QMAX 2
 #define QTILE 2
+#define QTAIL 8 /* rows of the last chunks of a GEMV */
 /* The low part of an activation: what the high part's rounding left, in units of 1 / LO_SCALE of the high part's. */
 #define LO_SCALE 65534.0f
 
@@ -756,6 +757,7 @@ typedef struct {
     int dtype;
     const uint8_t *W;
     int64_t rb, rows, nb, n, ldy, chunk_rows, ldq;
+    int64_t big_chunks, tail; /* chunks of chunk_rows rows, then chunks of QTAIL rows from row `tail` on */
     const int16_t *X16;
     const float *SP;
     const float *SX; /* each token's row scale */
@@ -780,7 +782,14 @@ ALWAYS_INLINE void qrows(int dtype, const qjob *j, int64_t r0, int64_t r1, int64
 static void qchunk(void *ctx, int64_t chunk, int worker) {
     (void)worker;
     const qjob *j = ctx;
-    int64_t r0 = chunk * j->chunk_rows, r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
+    int64_t r0, r1;
+    if (chunk < j->big_chunks) {
+        r0 = chunk * j->chunk_rows;
+        r1 = r0 + j->chunk_rows < j->tail ? r0 + j->chunk_rows : j->tail;
+    } else {
+        r0 = j->tail + (chunk - j->big_chunks) * QTAIL;
+        r1 = r0 + QTAIL < j->rows ? r0 + QTAIL : j->rows;
+    }
     for (int64_t t0 = 0; t0 < j->n; t0 += QTILE) {
         int nt = (int)(j->n - t0 < QTILE ? j->n - t0 : QTILE);
         switch (j->dtype) {
@@ -977,11 +986,15 @@ static int qgemm(int dtype, const uint8_t *W, int64_t rb, int64_t rows, int64_t 
     float sx[QMAX];
     for (int64_t t = 0; t < n; t++) quant_x(X + t * ldx, cols, x16 + 2 * t * cols, sp + t * 2 * nb, sx + t, dtype != DT_Q8_0);
     /* Chunks of up to 64 rows, at least four per thread: a thread then streams long runs of rows that its prefetches
-     * stay within (16-row chunks, which the threads took in turns, ran 1.3x slower). */
+     * stay within (16-row chunks, which the threads took in turns, ran 1.3x slower). The last 2 * QTAIL rows per
+     * thread go in chunks of QTAIL, so that the threads end together: the caller waits for the last chunk a worker
+     * claimed. */
     int64_t chunk = rows / (4 * (int64_t)threads);
     chunk = chunk < 16 ? 16 : chunk > 64 ? 64 : chunk;
-    qjob j = {dtype, W, rb, rows, nb, n, ldy, chunk, 2 * cols, x16, sp, sx, Y};
-    pool_run(qchunk, &j, (rows + j.chunk_rows - 1) / j.chunk_rows, threads);
+    int64_t tail_rows = threads > 1 ? 2 * QTAIL * (int64_t)threads : 0;
+    int64_t tail = rows > tail_rows ? rows - tail_rows : 0, big = (tail + chunk - 1) / chunk;
+    qjob j = {dtype, W, rb, rows, nb, n, ldy, chunk, 2 * cols, big, tail, x16, sp, sx, Y};
+    pool_run(qchunk, &j, big + (rows - tail + QTAIL - 1) / QTAIL, threads);
     free(x16);
     free(sp);
     return 0;
@@ -1173,7 +1186,9 @@ static int attend(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const 
     }
     if (threads < 1) threads = 1;
     if (threads > POOL_MAX) threads = POOL_MAX;
-    if (work * heads * hd < (1 << 18)) threads = 1;
+    /* One lane's heads are split too: right after the QKV GEMM the workers are still polling, and a SmolLM2 step
+     * at positions 40-100 took 3-4 % less than with one lane's attention on the calling thread (2^18 here). */
+    if (work * heads * hd < (1 << 14)) threads = 1;
     attend_job a = {heads, hd, kw, heads / kv_heads, ldq, maxlen + 8 + hd, q, kc, vc, pos, out, NULL,
                     1.0f / sqrtf((float)hd)};
     a.work = scratch_alloc((size_t)(threads * a.scratch) * sizeof(float));
