@@ -1132,19 +1132,73 @@ typedef struct {
     float *out, *work, scale;
 } attend_job;
 
-/* One (lane, head) of the decode attention; `worker` picks that thread's scratch (scores, accumulator). */
+/* scores[j] = scale * (q . K[j]) for j < len, the rows of K kw floats apart: four positions at a time, each a sum of
+ * hd / 8 vector products reduced together (one horizontal sum a position cost as much as its products). */
+static void qk_scores(const float *q, const float *K, int64_t kw, int64_t hd, int64_t len, float scale, float *scores) {
+    int64_t j = 0;
+    if (hd % 8 == 0) {
+        const __m128 vscale = _mm_set1_ps(scale);
+        for (; j + 4 <= len; j += 4) {
+            const float *k0 = K + j * kw, *k1 = k0 + kw, *k2 = k1 + kw, *k3 = k2 + kw;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t d = 0; d < hd; d += 8) {
+                __m256 qv = _mm256_loadu_ps(q + d);
+                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
+            }
+            /* hadd twice: [a0 a1 a2 a3] over each 128-bit half; the halves' sum is the four dot products */
+            __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+            __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+            _mm_storeu_ps(scores + j, _mm_mul_ps(sum, vscale));
+        }
+    }
+    for (; j < len; j++) scores[j] = dot(q, K + j * kw, hd) * scale;
+}
+
+/* out[d] = inv * sum over j < len of w[j] * V[j][d], the rows of V kw floats apart: 32 (then 8) columns at a time
+ * held in registers over all positions. */
+static void weighted_rows(const float *w, const float *V, int64_t kw, int64_t hd, int64_t len, float inv, float *out) {
+    int64_t d = 0;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (; d + 32 <= hd; d += 32) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t j = 0; j < len; j++) {
+            const float *v = V + j * kw + d;
+            __m256 wj = _mm256_broadcast_ss(w + j);
+            a0 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v), a0);
+            a1 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 8), a1);
+            a2 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 16), a2);
+            a3 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 24), a3);
+        }
+        _mm256_storeu_ps(out + d, _mm256_mul_ps(a0, vinv));
+        _mm256_storeu_ps(out + d + 8, _mm256_mul_ps(a1, vinv));
+        _mm256_storeu_ps(out + d + 16, _mm256_mul_ps(a2, vinv));
+        _mm256_storeu_ps(out + d + 24, _mm256_mul_ps(a3, vinv));
+    }
+    for (; d + 8 <= hd; d += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t j = 0; j < len; j++) a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + j), _mm256_loadu_ps(V + j * kw + d), a);
+        _mm256_storeu_ps(out + d, _mm256_mul_ps(a, vinv));
+    }
+    for (; d < hd; d++) {
+        float a = 0.0f;
+        for (int64_t j = 0; j < len; j++) a += w[j] * V[j * kw + d];
+        out[d] = a * inv;
+    }
+}
+
+/* One (lane, head) of the decode attention; `worker` picks that thread's scratch (scores). */
 static void attend_chunk(void *ctx, int64_t job, int worker) {
     const attend_job *a = ctx;
     int64_t hd = a->hd, kw = a->kw, l = job / a->heads, h = job % a->heads, g = h / a->group, len = a->pos[l] + 1;
-    float *scores = a->work + worker * a->scratch, *acc = scores + (a->scratch - hd);
+    float *scores = a->work + worker * a->scratch;
     const float *qh = a->q + l * a->ldq + h * hd;
     const float *K = (const float *)(intptr_t)a->kc[l] + g * hd, *V = (const float *)(intptr_t)a->vc[l] + g * hd;
+    qk_scores(qh, K, kw, hd, len, a->scale, scores);
     float mx = -INFINITY;
-    for (int64_t j = 0; j < len; j++) {
-        float s = dot(qh, K + j * kw, hd) * a->scale;
-        scores[j] = s;
-        mx = s > mx ? s : mx;
-    }
+    for (int64_t j = 0; j < len; j++) mx = scores[j] > mx ? scores[j] : mx;
     __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 8 <= len; j += 8) {
@@ -1161,15 +1215,7 @@ static void attend_chunk(void *ctx, int64_t job, int worker) {
         for (int64_t i = len - j; i < 8; i++) tail[i] = 0.0f;
         vsum = _mm256_add_ps(vsum, _mm256_loadu_ps(tail));
     }
-    float inv = 1.0f / hsum256(vsum);
-    for (int64_t d = 0; d < hd; d++) acc[d] = 0.0f;
-    for (int64_t jj = 0; jj < len; jj++) {
-        const float *v = V + jj * kw;
-        float w = scores[jj];
-        for (int64_t d = 0; d < hd; d++) acc[d] += w * v[d];
-    }
-    float *o = a->out + l * a->heads * hd + h * hd;
-    for (int64_t d = 0; d < hd; d++) o[d] = acc[d] * inv;
+    weighted_rows(scores, V, kw, hd, len, 1.0f / hsum256(vsum), a->out + l * a->heads * hd + h * hd);
 }
 
 static int attend(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const float *q, int64_t ldq,
@@ -1189,7 +1235,7 @@ static int attend(int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, const 
     /* One lane's heads are split too: right after the QKV GEMM the workers are still polling, and a SmolLM2 step
      * at positions 40-100 took 3-4 % less than with one lane's attention on the calling thread (2^18 here). */
     if (work * heads * hd < (1 << 14)) threads = 1;
-    attend_job a = {heads, hd, kw, heads / kv_heads, ldq, maxlen + 8 + hd, q, kc, vc, pos, out, NULL,
+    attend_job a = {heads, hd, kw, heads / kv_heads, ldq, maxlen + 8, q, kc, vc, pos, out, NULL,
                     1.0f / sqrtf((float)hd)};
     a.work = scratch_alloc((size_t)(threads * a.scratch) * sizeof(float));
     if (a.work == NULL) return -1;

@@ -396,9 +396,10 @@ def test_nine_batched_lanes_equal_numpy_lane_by_lane(kernels: native.Kernels, dt
 
 
 @pytest.mark.parametrize("length", [1, 7, 8, 9, 70])
-def test_native_attention_equals_numpy(kernels: native.Kernels, length: int) -> None:
+@pytest.mark.parametrize("hd", [20, 40, 64])  # scalar tails; a 32-column block and an 8; four positions at a time
+def test_native_attention_equals_numpy(kernels: native.Kernels, length: int, hd: int) -> None:
     rng = np.random.default_rng(length)
-    heads, kv_heads, hd, lanes = 6, 2, 20, 3
+    heads, kv_heads, lanes = 6, 2, 3
     k_cache = rng.standard_normal((lanes, 80, kv_heads, hd)).astype(np.float32)
     v_cache = rng.standard_normal((lanes, 80, kv_heads, hd)).astype(np.float32)
     q = rng.standard_normal((lanes, heads, hd)).astype(np.float32)
