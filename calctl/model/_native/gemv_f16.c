@@ -81,8 +81,8 @@ static inline void prefetch_row(const uint8_t *W, int64_t rb, int64_t r) {
  * loaded host a worker the OS has not scheduled yet holds the caller for a whole time slice, and waking a sleeping
  * worker costs tens of microseconds on a VM, a decode step making ~150 such calls. Here the caller claims chunks
  * itself from the first one on; workers that are awake join in; the caller waits only for chunks a worker has
- * claimed and not finished. Workers poll for a few microseconds between calls (a decode layer's native calls come
- * less than that apart), then sleep on a condition variable.
+ * claimed and not finished. Workers poll for a few microseconds between calls (most of a decode layer's native calls
+ * come less than that apart), then sleep on a condition variable.
  *
  * The claim word holds (generation << 32 | next chunk): a worker reads the job's fields after reading the word and
  * claims with a compare-and-swap of that exact word, so a claim succeeds only while that job is still open (the
@@ -616,17 +616,21 @@ static void panel_rows(const float *strip, int64_t r0, int64_t nr, int64_t cols,
 /* ---------------------------------------------------------------------------------------------------------------
  * Decode GEMVs (n <= QMAX tokens) on the quantised dtypes: activations as 16-bit integers, exact block products.
  *
- * Each token's row of X gets the scale sx = amax / 32767 (amax: the row's largest magnitude) and every element x is
- * written as sx * (hi + lo / LO_SCALE): hi = round(x / sx), lo = round((x / sx - hi) * LO_SCALE), both 16-bit. What
- * that leaves out is at most sx / (2 * LO_SCALE), 2^-32 of amax; against float64, over rows whose magnitudes span
- * 10^-8.7..10^8.7, the error relative to sum |w x| stayed at 1e-7..1e-6, as on the float path (tests pin it). A weight
- * block times hi and times lo is exact in integers (vpmaddwd: four products of a nibble or int8 weight and a 16-bit
- * value to each of eight int32 lanes, at most 4 * 128 * 32767 < 2^24, so the lanes also convert to float exactly); it
- * is scaled by the block's d and the blocks are summed in fp32, then times sx (for q4_1 plus m * sx * sum(x), for q4_0
- * minus 8 * d * sx * sum(x), per block, sum(x) from the same parts). One token's GEMV is bound by these instructions,
- * not by memory: SmolLM2's q4_1 layers stream at about 15 GB/s of the 24-26 GB/s two cores can read on the reference
- * machine. For more tokens the float path, which converts each weight once for eight tokens, is faster, and takes
- * them.
+ * Each token's row of X is cut into the weight blocks' 32-column blocks. A block with largest magnitude amax gets the
+ * scale sx = amax / 32767 and every element x is written as sx * (hi + lo / LO_SCALE): hi = round(x / sx), lo =
+ * round((x / sx - hi) * LO_SCALE), both 16-bit. What that leaves out is at most sx / (2 * LO_SCALE), 2^-32 of amax:
+ * below fp32's own rounding unless the block holds an element over 2^8 times the others and the weights there are
+ * about zero (against float64, the error relative to sum |w x| stayed at 1e-7..1e-6 over activations spanning
+ * 10^-8.7..10^8.7; tests pin it). A weight block times hi and times lo is exact in integers (vpmaddwd: four products
+ * of a nibble or int8 weight and a 16-bit value to each of eight int32 lanes, at most 4 * 128 * 32767 < 2^24, so the
+ * lanes also convert to float exactly); q4_0's nibbles are made signed (q - 8) first, so its weights are exact like
+ * q8_0's. The product is scaled by d * sx (for q4_1 plus m * sx * sum(x), sum(x) from the same parts) and the
+ * blocks are summed in fp32. A row this cannot represent goes to the float path instead (quant_x says so): one
+ * holding a NaN or an infinity (the float path propagates them as IEEE arithmetic does), or a block whose amax is
+ * below QX_TINY (32767 / amax would overflow) or above QX_HUGE (its sums could overflow where the float path's do
+ * not). One token's GEMV is bound by these instructions, not by memory: SmolLM2's q4_1 layers stream at about 14
+ * GB/s of the 24-26 GB/s two cores can read on the reference machine. For more tokens the float path, which
+ * converts each weight once for eight tokens, is faster, and takes them.
  */
 #define QMAX 2
 #define QTILE 2
@@ -641,29 +645,32 @@ static inline int32_t hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(s4);
 }
 
-/* One token's row x[cols] as x16 (per block b: 32 high parts, then 32 low parts, at x16 + 64 * b), its scale
- * *sx = amax / 32767 over the whole row, and per block sp[2 * b] = 0, sp[2 * b + 1] = sx * (sum(hi) + sum(lo) /
- * LO_SCALE) (the pair qrow_tile multiplies with a q4 block's (d, m)). A row holding a NaN or an infinity gets
- * sx = NaN, so that its outputs are NaN as on the float path. The 32 parts of a block are in element order for q8_0
- * and, for the q4 dtypes (`nibble_order`), in the order their in-lane nibble unpack gives (qrow_tile): elements
- * 0, 2, .., 14, 16, 18, .., 30, then 1, 3, .., 15, 17, .., 31. */
-static void quant_x(const float *x, int64_t cols, int16_t *x16, float *sp, float *sx_out, int nibble_order) {
-    __m256 a = _mm256_setzero_ps(), z = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
-    for (int64_t c = 0; c < cols; c += 8) {
-        __m256 v = _mm256_loadu_ps(x + c);
-        a = _mm256_max_ps(a, _mm256_andnot_ps(sign, v));
-        z = _mm256_add_ps(z, _mm256_mul_ps(v, _mm256_setzero_ps())); /* 0, or NaN for a NaN or infinity */
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float amax = _mm_cvtss_f32(m4);
-    float sx = hsum256(z) == 0.0f ? amax / 32767.0f : NAN, id = amax > 0 && sx == sx ? 32767.0f / amax : 0.0f;
-    *sx_out = sx;
-    __m256 vid = _mm256_set1_ps(id), lo_scale = _mm256_set1_ps(LO_SCALE);
+#define QX_TINY 0x1p-100f
+#define QX_HUGE 0x1p100f
+
+/* One token's row x[cols] as x16 (per block b: 32 high parts, then 32 low parts, at x16 + 64 * b) and
+ * sp[2 * b] = sx, sp[2 * b + 1] = sx * (sum(hi) + sum(lo) / LO_SCALE). The 32 parts of a block are in element order
+ * for q8_0 and, for the q4 dtypes (`nibble_order`), in the order their in-lane nibble unpack gives (qrow_tile):
+ * elements 0, 2, .., 14, 16, 18, .., 30, then 1, 3, .., 15, 17, .., 31. Returns 0, or -1 when the row is not for
+ * this path: a NaN or an infinity, or a block whose amax is nonzero and below QX_TINY or above QX_HUGE. */
+static int quant_x(const float *x, int64_t cols, int16_t *x16, float *sp, int nibble_order) {
     const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), odd = _mm256_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15);
     for (int64_t b = 0; b < cols / QK; b++) {
         const float *p = x + b * QK;
+        __m256 a = _mm256_setzero_ps(), z = _mm256_setzero_ps();
+        __m256 sign = _mm256_set1_ps(-0.0f);
+        for (int k = 0; k < 4; k++) {
+            __m256 v = _mm256_loadu_ps(p + 8 * k);
+            a = _mm256_max_ps(a, _mm256_andnot_ps(sign, v));
+            z = _mm256_add_ps(z, _mm256_mul_ps(v, _mm256_setzero_ps())); /* 0, or NaN for a NaN or infinity */
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        if (hsum256(z) != 0.0f || amax > QX_HUGE || (amax > 0.0f && amax < QX_TINY)) return -1;
+        float sx = amax / 32767.0f, id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        __m256 vid = _mm256_set1_ps(id), lo_scale = _mm256_set1_ps(LO_SCALE);
         __m256i hi[4], lo[4], sum = _mm256_setzero_si256(), sum_lo = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) { /* four groups of eight parts */
             __m256 e = nibble_order ? _mm256_i32gather_ps(p + 16 * (k & 1), k < 2 ? even : odd, 4)
@@ -680,25 +687,23 @@ static void quant_x(const float *x, int64_t cols, int16_t *x16, float *sp, float
         _mm256_store_si256((__m256i *)(out + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(hi[2], hi[3]), 0xd8));
         _mm256_store_si256((__m256i *)(out + 32), _mm256_permute4x64_epi64(_mm256_packs_epi32(lo[0], lo[1]), 0xd8));
         _mm256_store_si256((__m256i *)(out + 48), _mm256_permute4x64_epi64(_mm256_packs_epi32(lo[2], lo[3]), 0xd8));
-        sp[2 * b] = 0.0f;
+        sp[2 * b] = sx;
         sp[2 * b + 1] = sx * ((float)hsum_epi32(sum) + (float)hsum_epi32(sum_lo) / LO_SCALE);
     }
+    return 0;
 }
 
 /* One row against NT (1..QTILE, a constant after inlining) tokens' 16-bit activations; two accumulators per token
- * (even and odd blocks) so consecutive blocks' FMAs do not wait on each other. Each block's exact integer product
- * is scaled by the block's d; the token's row scale sx multiplies the sum once, at the end; a q4 block's offset
- * (q4_1's m, q4_0's -8 d) times the block's sum of activations goes to a separate sum.
+ * (even and odd blocks) so consecutive blocks' FMAs do not wait on each other.
  *
  * A q4 block's 16 bytes are unpacked without crossing the 128-bit lanes: broadcast to both lanes, shifted right as
  * 32-bit words by 0 (low lane) or 4 (high lane) bits and masked to the low nibble of every 16-bit word, they give
  * the low nibbles of the even bytes (elements 0, 2, .., 14) and the high nibbles of the even bytes (16, 18, .., 30);
  * shifted by 8 and 12, those of the odd bytes (1, .., 15 and 17, .., 31). quant_x wrote the activations in that
- * order. One token, one thread, the rows in cache, on the reference machine: 8.4 cycles a q4_1 block with the
- * nibbles widened by vpmovzxbw (which crosses lanes) and a scale per activation block, 7.0 with this unpack, 6.5
- * with the row's scale applied once. */
+ * order. Widening the nibbles with vpmovzxbw, which crosses lanes, took 8.4 cycles a q4_1 block where this takes
+ * 7.0 (one token, one thread, the rows in cache, on the reference machine). */
 ALWAYS_INLINE void qrow_tile(int dtype, const uint8_t *row, int64_t nb, const int16_t *X16, int64_t ldq,
-                             const float *SP, int64_t ldsp, const float *SX, int NT, float *out) {
+                             const float *SP, int64_t ldsp, int NT, float *out) {
     __m256 acc[QTILE], acc2[QTILE];
     __m128 macc[QTILE];
     for (int t = 0; t < NT; t++) {
@@ -707,11 +712,11 @@ ALWAYS_INLINE void qrow_tile(int dtype, const uint8_t *row, int64_t nb, const in
         macc[t] = _mm_setzero_ps();
     }
     const __m256i shift_a = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), shift_b = _mm256_setr_epi32(8, 8, 8, 8, 12, 12, 12, 12);
-    const __m256i nibble = _mm256_set1_epi32(0x000f000f);
+    const __m256i nibble = _mm256_set1_epi32(0x000f000f), eight = _mm256_set1_epi16(8);
     const __m256 inv_lo = _mm256_set1_ps(1.0f / LO_SCALE);
     for (int64_t b = 0; b < nb; b++) {
         __m256i qa, qb;
-        __m128 dm; /* (d, offset) */
+        __m128 dm; /* (d, m) for q4_1, d for the others */
         if (dtype == DT_Q8_0) {
             const uint8_t *blk = row + b * 34;
             qa = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 2)));
@@ -726,11 +731,12 @@ ALWAYS_INLINE void qrow_tile(int dtype, const uint8_t *row, int64_t nb, const in
                 int32_t dmw; /* d and m: two halves */
                 memcpy(&dmw, blk, 4);
                 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dmw));
-            } else {
-                dm = _mm_mul_ps(_mm_cvtph_ps(_mm_set1_epi16(*(const int16_t *)blk)), _mm_setr_ps(1, -8, 0, 0));
+            } else { /* q4_0: the signed weights q - 8, times d */
+                qa = _mm256_sub_epi16(qa, eight);
+                qb = _mm256_sub_epi16(qb, eight);
+                dm = _mm_cvtph_ps(_mm_set1_epi16(*(const int16_t *)blk));
             }
         }
-        __m256 d = _mm256_broadcastss_ps(dm);
         for (int t = 0; t < NT; t++) {
             const __m256i *x = (const __m256i *)(X16 + t * ldq + 2 * QK * b);
             __m256i ph = _mm256_add_epi32(_mm256_madd_epi16(qa, _mm256_load_si256(x)),
@@ -738,17 +744,15 @@ ALWAYS_INLINE void qrow_tile(int dtype, const uint8_t *row, int64_t nb, const in
             __m256i pl = _mm256_add_epi32(_mm256_madd_epi16(qa, _mm256_load_si256(x + 2)),
                                           _mm256_madd_epi16(qb, _mm256_load_si256(x + 3)));
             __m256 p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl), inv_lo, _mm256_cvtepi32_ps(ph));
-            if (dtype != DT_Q8_0) {
-                __m128 s = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(SP + t * ldsp + 2 * b))); /* (0, S) */
-                macc[t] = _mm_fmadd_ps(dm, s, macc[t]);
-            }
-            if (b & 1) acc2[t] = _mm256_fmadd_ps(p, d, acc2[t]);
-            else acc[t] = _mm256_fmadd_ps(p, d, acc[t]);
+            __m128 sc = _mm_mul_ps(dm, _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(SP + t * ldsp + 2 * b))));
+            if (dtype == DT_Q4_1) macc[t] = _mm_add_ps(macc[t], sc);
+            if (b & 1) acc2[t] = _mm256_fmadd_ps(p, _mm256_broadcastss_ps(sc), acc2[t]);
+            else acc[t] = _mm256_fmadd_ps(p, _mm256_broadcastss_ps(sc), acc[t]);
         }
     }
     for (int t = 0; t < NT; t++) {
-        float s = SX[t] * hsum256(_mm256_add_ps(acc[t], acc2[t]));
-        if (dtype != DT_Q8_0) s += _mm_cvtss_f32(_mm_shuffle_ps(macc[t], macc[t], 1));
+        float s = hsum256(_mm256_add_ps(acc[t], acc2[t]));
+        if (dtype == DT_Q4_1) s += _mm_cvtss_f32(_mm_shuffle_ps(macc[t], macc[t], 1));
         out[t] = s;
     }
 }
@@ -760,7 +764,6 @@ typedef struct {
     int64_t big_chunks, tail; /* chunks of chunk_rows rows, then chunks of QTAIL rows from row `tail` on */
     const int16_t *X16;
     const float *SP;
-    const float *SX; /* each token's row scale */
     float *Y;
 } qjob;
 
@@ -768,8 +771,8 @@ ALWAYS_INLINE void qrows(int dtype, const qjob *j, int64_t r0, int64_t r1, int64
     for (int64_t r = r0; r < r1; r++) {
         float out[TILE];
         prefetch_row(j->W, j->rb, r + PF_ROWS);
-        qrow_tile(dtype, j->W + r * j->rb, j->nb, j->X16 + t0 * j->ldq, j->ldq, j->SP + 2 * t0 * j->nb, 2 * j->nb,
-                  j->SX + t0, NT, out);
+        qrow_tile(dtype, j->W + r * j->rb, j->nb, j->X16 + t0 * j->ldq, j->ldq, j->SP + 2 * t0 * j->nb, 2 * j->nb, NT,
+                  out);
         for (int t = 0; t < NT; t++) j->Y[(t0 + t) * j->ldy + r] = out[t];
     }
 }
@@ -972,7 +975,8 @@ static void gemm_chunk(void *ctx, int64_t chunk, int worker) {
     }
 }
 
-/* The decode path of calctl_wgemm (see "Decode GEMVs" above). */
+/* The decode path of calctl_wgemm (see "Decode GEMVs" above). Returns 0, -2 when its scratch cannot be had, or 1 when
+ * a token's activations are not for it (quant_x), which the float path then computes. */
 static int qgemm(int dtype, const uint8_t *W, int64_t rb, int64_t rows, int64_t cols, const float *X, int64_t ldx,
                  int64_t n, float *Y, int64_t ldy, int threads) {
     int64_t nb = cols / QK;
@@ -983,8 +987,13 @@ static int qgemm(int dtype, const uint8_t *W, int64_t rb, int64_t rows, int64_t 
         free(sp);
         return -2;
     }
-    float sx[QMAX];
-    for (int64_t t = 0; t < n; t++) quant_x(X + t * ldx, cols, x16 + 2 * t * cols, sp + t * 2 * nb, sx + t, dtype != DT_Q8_0);
+    for (int64_t t = 0; t < n; t++) {
+        if (quant_x(X + t * ldx, cols, x16 + 2 * t * cols, sp + t * 2 * nb, dtype != DT_Q8_0) != 0) {
+            free(x16);
+            free(sp);
+            return 1; /* for the float path */
+        }
+    }
     /* Chunks of up to 64 rows, at least four per thread: a thread then streams long runs of rows that its prefetches
      * stay within (16-row chunks, which the threads took in turns, ran 1.3x slower). The last 2 * QTAIL rows per
      * thread go in chunks of QTAIL, so that the threads end together: the caller waits for the last chunk a worker
@@ -993,7 +1002,7 @@ static int qgemm(int dtype, const uint8_t *W, int64_t rb, int64_t rows, int64_t 
     chunk = chunk < 16 ? 16 : chunk > 64 ? 64 : chunk;
     int64_t tail_rows = threads > 1 ? 2 * QTAIL * (int64_t)threads : 0;
     int64_t tail = rows > tail_rows ? rows - tail_rows : 0, big = (tail + chunk - 1) / chunk;
-    qjob j = {dtype, W, rb, rows, nb, n, ldy, chunk, 2 * cols, big, tail, x16, sp, sx, Y};
+    qjob j = {dtype, W, rb, rows, nb, n, ldy, chunk, 2 * cols, big, tail, x16, sp, Y};
     pool_run(qchunk, &j, big + (rows - tail + QTAIL - 1) / QTAIL, threads);
     free(x16);
     free(sp);
@@ -1016,7 +1025,10 @@ int calctl_wgemm(int dtype, const uint8_t *W, int64_t rows, int64_t cols, const 
     if (threads > POOL_MAX) threads = POOL_MAX;
     /* Little work: stay on the calling thread (a chunk hand-off costs a few microseconds). */
     if (rows * cols * (n < TILE ? n : TILE) < GEMM_SPLIT_MACS) threads = 1;
-    if (dtype != DT_F16 && n <= QMAX) return qgemm(dtype, W, rb, rows, cols, X, ldx, n, Y, ldy, threads);
+    if (dtype != DT_F16 && n <= QMAX) {
+        int rc = qgemm(dtype, W, rb, rows, cols, X, ldx, n, Y, ldy, threads);
+        if (rc <= 0) return rc; /* 1: activations the integer path cannot represent, computed below */
+    }
 #if !CALCTL_AVX512
     if (n >= XMIN && cols <= XMAX_COLS) return xgemm(dtype, W, rb, rows, cols, X, ldx, n, Y, ldy, threads);
 #endif
@@ -1198,7 +1210,16 @@ static void attend_chunk(void *ctx, int64_t job, int worker) {
     const float *K = (const float *)(intptr_t)a->kc[l] + g * hd, *V = (const float *)(intptr_t)a->vc[l] + g * hd;
     qk_scores(qh, K, kw, hd, len, a->scale, scores);
     float mx = -INFINITY;
-    for (int64_t j = 0; j < len; j++) mx = scores[j] > mx ? scores[j] : mx;
+    int nan = 0;
+    for (int64_t j = 0; j < len; j++) {
+        mx = scores[j] > mx ? scores[j] : mx;
+        nan |= scores[j] != scores[j];
+    }
+    if (nan || !isfinite(mx)) { /* a NaN score, +inf (inf - inf) or every score -inf (0 / 0): NaN, as softmax gives */
+        float *o = a->out + l * a->heads * hd + h * hd;
+        for (int64_t d = 0; d < hd; d++) o[d] = NAN;
+        return;
+    }
     __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 8 <= len; j += 8) {

@@ -177,9 +177,9 @@ def test_rows_of_no_columns_give_zeros_on_every_path(kernels: native.Kernels, dt
 def test_decode_gemvs_keep_float32_accuracy_over_a_wide_range_of_activations(
     kernels: native.Kernels, dtype: str, n: int
 ) -> None:
-    """The 1-2 token path writes each activation as 16-bit parts of one scale per row: over activations spanning
-    10^-8.7..10^8.7 (an outlier dominates every row) its error relative to sum |w x| stays what fp32 rounding
-    gives. Without the low parts it would be ~1e-5 (tried)."""
+    """The 1-2 token path writes each activation as 16-bit parts of its block's scale: over activations spanning
+    10^-8.7..10^8.7 its error relative to sum |w x| stays what fp32 rounding gives. Without the low parts it would
+    be ~1e-5 (tried)."""
     rng = np.random.default_rng(21)
     rows, cols = 96, 1536
     data, ref = _stored(dtype, rows, cols, rng)
@@ -190,6 +190,57 @@ def test_decode_gemvs_keep_float32_accuracy_over_a_wide_range_of_activations(
         want = x.astype(np.float64) @ ref
         scale = np.abs(x.astype(np.float64)) @ np.abs(ref)
         assert np.max(np.abs(y - want) / scale) < 4e-6, f"spread e^{spread}"
+
+
+def _q40_block(nibbles: list[int], d: float) -> np.ndarray:
+    """One q4_0 block of 32 weights (d * (q - 8)), the nibbles in element order."""
+    q = np.array(nibbles, np.uint8)
+    return np.concatenate([np.array([d], np.float16).view(np.uint8), q[:16] | (q[16:] << 4)]).reshape(1, 18)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_decode_gemvs_of_activations_the_integer_path_cannot_hold_are_the_float_paths(
+    kernels: native.Kernels, n: int
+) -> None:
+    """Rows of tiny magnitudes (32767 / amax overflows), of sums past FLT_MAX, or with an infinity: computed as the
+    float path does, not rounded to 16-bit parts (a hostile tester's inputs: wrong signs, -inf where the sum is 0,
+    NaN where the float path gives inf)."""
+    d = float(np.float16(0.001))
+    w = _q40_block([7] * 16 + [9] * 16, 0.001)  # -d sixteen times, +d sixteen times: the sum is 0
+    w_vals = np.array([-d] * 16 + [d] * 16)
+    ones = _q40_block([9] * 32, 1.0)  # every weight 1
+    cases = [
+        (ones, np.ones(32), np.full(32, 1e-36, np.float32)),
+        (ones, np.ones(32), np.array([1e-36] + [0.0] * 31, np.float32)),
+        (w, w_vals, np.full(32, 3e38, np.float32)),
+        (w, w_vals, np.full(32, 1.2e37, np.float32)),
+        (ones, np.ones(32), np.array([np.inf] + [1.0] * 31, np.float32)),
+        (ones, np.ones(32), np.array([-np.inf] + [1.0] * 31, np.float32)),
+    ]
+    for data, weights, row in cases:
+        with np.errstate(invalid="ignore"):
+            want = float(np.sum(weights * row.astype(np.float64)))
+            scale = float(np.sum(np.abs(weights * row.astype(np.float64))))
+        x = np.stack([row] * n)
+        y = np.full((n, 1), 7.0, np.float32)
+        kernels.gemm("q4_0", data, 1, 32, x, y, n_threads=2)
+        for got in y[:, 0].astype(np.float64):
+            if np.isinf(want):
+                assert got == want, (row[:2], got)
+            else:  # fp32 rounding of the float path (its sum of +-3e35 products is not exactly 0)
+                assert abs(got - want) <= 1e-6 * scale, (row[:2], got, want)
+
+
+def test_q4_0_weights_are_exact_beside_an_outlier(kernels: native.Kernels) -> None:
+    """q4_0's nibbles are made signed before the integer products: a weight of 0 at an outlier of 1e8 adds nothing
+    (the offset term -8 d sum(x) used to cancel against 8 d 1e8 in fp32: 79.6 where the sum is 31 + the outlier's
+    block rounding)."""
+    data = _q40_block([8] + [9] * 31, 1.0)  # weights 0, 1, 1, ..
+    x = np.array([[1e8] + [1.0] * 31], np.float32)
+    y = np.zeros((1, 1), np.float32)
+    kernels.gemm("q4_0", data, 1, 32, x, y, n_threads=1)
+    # what the block's 16-bit parts leave out: at most 2^-32 of 1e8 an element (the float path gives 31)
+    assert abs(float(y[0, 0]) - 31.0) < 31 * 1e8 * 2.0**-32 + 1e-3
 
 
 def test_a_gemm_without_memory_for_its_scratch_says_so(kernels: native.Kernels) -> None:
@@ -418,6 +469,30 @@ def test_native_attention_equals_numpy(kernels: native.Kernels, length: int, hd:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(k_cache, want_k)
     np.testing.assert_array_equal(v_cache, want_v)
+
+
+@pytest.mark.parametrize("poison", ["nan in q", "nan in K", "+inf in K", "inf in q"])
+def test_native_attention_spreads_nan_as_softmax_does(kernels: native.Kernels, poison: str) -> None:
+    """A NaN score or an infinite one makes that head's output NaN (softmax's own arithmetic); the kernel dropped a
+    NaN position or gave the plain mean of V. The other heads stay finite."""
+    hd, heads, kv_heads = 8, 2, 2
+    cache_k = np.ones((4, kv_heads, hd), np.float32)
+    cache_v = np.stack([np.full((kv_heads, hd), v, np.float32) for v in (1.0, 3.0, 5.0, 7.0)])
+    q = np.ones((1, heads, hd), np.float32)
+    k_new = np.ones((1, kv_heads, hd), np.float32)
+    if poison == "nan in q":
+        q[0, 0, 0] = np.nan
+    elif poison == "inf in q":
+        q[0, 0, 0] = np.inf
+    elif poison == "nan in K":
+        cache_k[1, 0, 3] = np.nan
+    else:
+        cache_k[1, 0, 3] = np.inf
+    addr_k = np.array([cache_k.ctypes.data], np.int64)
+    addr_v = np.array([cache_v.ctypes.data], np.int64)
+    got = kernels.attend(q, k_new, np.full((1, kv_heads, hd), 9.0, np.float32), addr_k, addr_v, np.array([2]), kv_heads)
+    assert np.isnan(got[0, :hd]).all(), got[0, :hd]
+    assert np.isfinite(got[0, hd:]).all()
 
 
 def test_native_attention_refuses_heads_that_do_not_group(kernels: native.Kernels) -> None:
