@@ -608,8 +608,11 @@ def main() -> None:
         f" {sn:.2f} ms ({args.streams * 1e3 / sn:.1f} tok/s, {args.streams * s1 / sn:.2f}x one lane)"
     )
     per_token = 1e3 / _num(ours["decode_tps"])
+    added = per_token - s1
+    note = "" if added >= 0 else " (the step was timed at another moment: the host's load changed in between)"
     print(
-        f"serving path, one stream: {per_token:.2f} ms a token against the decoder's {s1:.2f} ms step: +{per_token - s1:.2f} ms"
+        f"serving path, one stream: {per_token:.2f} ms a token against the decoder's {s1:.2f} ms step: {added:+.2f} ms"
+        f"{note}"
     )
     print(f"prefill prompt: {ours['prefill_tokens']} tokens")
     if not isinstance(llama, dict):
