@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from calctl.package.model import Package
+from calctl.package.model import Graph, InactiveLanePolicy, Package
 from calctl.package.reader import load_manifest
 from calctl.runtime import Runtime
 from calctl.runtime._native.backend import CalrtRuntime
@@ -28,6 +29,21 @@ def package(kind: str) -> Package:
     if kind not in _PACKAGE_CACHE:
         _PACKAGE_CACHE[kind] = load_manifest(PACKAGES / kind)
     return _PACKAGE_CACHE[kind]
+
+
+def b4_package(pkg: Package, alias: str = "model-a") -> tuple[Package, Graph]:
+    """``pkg`` with model ``alias``'s decode graph compiled at B1 and B4, with the inactive-lane contract (a
+    ``lane_valid`` mask that writes no KV, 000 §7.3): the package and that decode graph."""
+    m = pkg.model(alias)
+    dec = dataclasses.replace(
+        m.decode,
+        batch_profiles=(1, 4),
+        inputs=(*m.decode.inputs, dataclasses.replace(m.decode.inputs[1], name="lane_valid", dtype="uint8")),
+        inactive_lane_policy=InactiveLanePolicy(
+            mask_input="lane_valid", writes_kv=False, returns_logits=False, kv_manager_mode="per_lane"
+        ),
+    )
+    return dataclasses.replace(pkg, models=(dataclasses.replace(m, graphs=(m.prefill, dec)),)), dec
 
 
 def stub_set_fault(rt: Runtime, name: str, value: int = 1) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from calctl.errors import ConfigError
-from calctl.package.model import ChipMode, InactiveLanePolicy, Package
+from calctl.package.model import ChipMode, Package
 from calctl.runtime import open_runtime
 from calctl.runtime.errors import (
     CcuException,
@@ -23,8 +23,8 @@ from calctl.runtime.errors import (
     RuntimeStatus,
 )
 from calctl.runtime.mock import FaultKind, FaultPlan, FaultRule, GraphTiming, MockRuntime, TimingModel, open_mock
-from calctl.runtime.types import Engine, Health, Job, JobResult, JobState, ResetScope
-from tests.unit.runtime.runtime_helpers import golden_prompt, package, prefill_job, write_decode
+from calctl.runtime.types import Engine, Health, Job, JobResult, JobState, KvSeqId, ResetScope
+from tests.unit.runtime.runtime_helpers import b4_package, golden_prompt, package, prefill_job, write_decode
 from tests.waiting import wait_until
 
 MIB = 1024 * 1024
@@ -332,29 +332,26 @@ def test_mock_options_are_checked() -> None:
         assert rt.topology().chips == 4
 
 
+def _two_prefilled(rt: MockRuntime, pkg: Package) -> tuple[list[KvSeqId], list[int]]:
+    """Two committed prefills of model-a (its golden prompt and that prompt's first 10 tokens): their sequences and
+    greedy next tokens."""
+    seqs, tokens = [], []
+    for prompt in (golden_prompt(pkg, "model-a"), golden_prompt(pkg, "model-a")[:10].copy()):
+        job, seq, _, out = prefill_job(rt, pkg, "model-a", prompt)
+        rt.wait(job, 10)
+        rt.kv.commit(seq)
+        seqs.append(seq)
+        tokens.append(int(np.argmax(out.read("logits")[0])))
+    return seqs, tokens
+
+
 def test_decode_batch_lanes_and_inactive_lane_policy() -> None:
     """A B4 decode: active lanes must match their sequences; an inactive lane writes no KV and returns zeros."""
     pkg = package("single")
-    m = pkg.model("model-a")
-    dec = dataclasses.replace(
-        m.decode,
-        batch_profiles=(1, 4),
-        inputs=(*m.decode.inputs, dataclasses.replace(m.decode.inputs[1], name="lane_valid", dtype="uint8")),
-        inactive_lane_policy=InactiveLanePolicy(
-            mask_input="lane_valid", writes_kv=False, returns_logits=False, kv_manager_mode="per_lane"
-        ),
-    )
-    m4 = dataclasses.replace(m, graphs=(m.prefill, dec))
-    pkg4 = dataclasses.replace(pkg, models=(m4,))
+    pkg4, dec = b4_package(pkg)
     with open_mock() as rt:
         rt.configure(rt.create_calbin(pkg4))
-        seqs, tokens = [], []
-        for prompt in (golden_prompt(pkg, "model-a"), golden_prompt(pkg, "model-a")[:10].copy()):
-            job, seq, _, out = prefill_job(rt, pkg4, "model-a", prompt)
-            rt.wait(job, 10)
-            rt.kv.commit(seq)
-            seqs.append(seq)
-            tokens.append(int(np.argmax(out.read("logits")[0])))
+        seqs, tokens = _two_prefilled(rt, pkg4)
         with rt.job_buffers(dec.name, batch=4) as (inputs, outputs):
             positions = [rt.kv.append(s, 1) for s in seqs]
             inputs.write("tokens", np.array([[tokens[0]], [0], [tokens[1]], [0]], np.int32))
@@ -380,27 +377,11 @@ def test_leading_lanes_compute_into_the_output_and_every_other_row_is_zeroed() -
     """Lanes 0..n-1 active (the usual batch): the logits are computed straight into the output buffer. What the
     buffer held before (a caller that did not clear it) is overwritten: the inactive lanes read zero, the active
     ones what a B1 step of the same lane gives."""
-    pkg = package("single")
-    m = pkg.model("model-a")
-    dec = dataclasses.replace(
-        m.decode,
-        batch_profiles=(1, 4),
-        inputs=(*m.decode.inputs, dataclasses.replace(m.decode.inputs[1], name="lane_valid", dtype="uint8")),
-        inactive_lane_policy=InactiveLanePolicy(
-            mask_input="lane_valid", writes_kv=False, returns_logits=False, kv_manager_mode="per_lane"
-        ),
-    )
-    pkg4 = dataclasses.replace(pkg, models=(dataclasses.replace(m, graphs=(m.prefill, dec)),))
-    vocab = m.architecture.vocab_size
+    pkg4, dec = b4_package(package("single"))
+    vocab = pkg4.model("model-a").architecture.vocab_size
     with open_mock() as rt:
         rt.configure(rt.create_calbin(pkg4))
-        seqs, tokens = [], []
-        for prompt in (golden_prompt(pkg, "model-a"), golden_prompt(pkg, "model-a")[:10].copy()):
-            job, seq, _, out = prefill_job(rt, pkg4, "model-a", prompt)
-            rt.wait(job, 10)
-            rt.kv.commit(seq)
-            seqs.append(seq)
-            tokens.append(int(np.argmax(out.read("logits")[0])))
+        seqs, tokens = _two_prefilled(rt, pkg4)
         with rt.job_buffers(dec.name, batch=4) as (inputs, outputs):
             positions = [rt.kv.append(s, 1) for s in seqs]
             inputs.write("tokens", np.array([[tokens[0]], [tokens[1]], [0], [0]], np.int32))

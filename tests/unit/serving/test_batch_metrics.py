@@ -5,11 +5,8 @@ the mock board's own batch test), driven through :class:`DeviceExecutor` with tw
 
 from __future__ import annotations
 
-import dataclasses
-
 from prometheus_client.parser import text_string_to_metric_families
 
-from calctl.package.model import InactiveLanePolicy
 from calctl.runtime import open_runtime
 from calctl.serving.config import DowngradePolicy, ExecutorMode
 from calctl.serving.core.decode import BatchProfile, DecodeBatch, InactiveLaneContract
@@ -19,24 +16,15 @@ from calctl.serving.core.scheduler import DecodeJob, JobStatus, PrefillJob
 from calctl.serving.engine.device import DeviceExecutor, Inflight
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.monitor import ExecutorMonitor
-from tests.unit.runtime.runtime_helpers import golden_prompt, package
+from tests.unit.runtime.runtime_helpers import b4_package, golden_prompt, package
 
 G = ModelGenerationId(1)
 
 
 def test_a_b4_decode_with_two_lanes_reports_fill_and_waste() -> None:
     pkg = package("single")
-    m = pkg.model("model-a")
-    dec = dataclasses.replace(
-        m.decode,
-        batch_profiles=(1, 4),
-        inputs=(*m.decode.inputs, dataclasses.replace(m.decode.inputs[1], name="lane_valid", dtype="uint8")),
-        inactive_lane_policy=InactiveLanePolicy(
-            mask_input="lane_valid", writes_kv=False, returns_logits=False, kv_manager_mode="per_lane"
-        ),
-    )
-    m4 = dataclasses.replace(m, graphs=(m.prefill, dec))
-    pkg4 = dataclasses.replace(pkg, models=(m4,))
+    pkg4, dec = b4_package(pkg)
+    m4 = pkg4.model("model-a")
     metrics = EngineMetrics()
     with open_runtime("mock") as rt:
         rt.configure(rt.create_calbin(pkg4))
