@@ -42,7 +42,9 @@ def test_deadline_expiry_is_never_a_device_error(tmp_path: Path) -> None:
     at time scale 200 one job takes over a second, so at most one holder can end (and free a lane) within
     the probes' 0.2 s deadline; the 8 probes queue and most must expire there (429). The board is slowed only
     once it serves (start-up's warm-up at scale 200 would take half a minute)."""
-    hold = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 64, "timeout": 3.0}
+    # Greedy: the output has no EOS in its first 200 tokens, so no holder ends early (sampled at the default
+    # temperature 1, about 2 % of this prompt's outputs end within 7 tokens).
+    hold = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 64, "timeout": 3.0, "temperature": 0}
     probe = {**hold, "timeout": 0.2}
 
     async def run(s: Served) -> tuple[list[httpx.Response], list[httpx.Response]]:
@@ -71,9 +73,18 @@ def test_deadline_expiry_is_never_a_device_error(tmp_path: Path) -> None:
 def test_streamed_deadline_after_output_is_deadline_exceeded(tmp_path: Path) -> None:
     """A deadline that passes after the first token ends the stream with ``deadline_exceeded``, not
     ``device_error`` (the engine's text stays in the log, 001 §10.1)."""
-    # About 150 ms a decode token at time scale 50: a 1 s deadline passes after about 6 tokens, before the
-    # greedy output's end of sequence, and leaves the first token (one prefill) a wide margin on a loaded machine.
-    body = {"model": "model-a", "prompt": "The board has two chips", "max_tokens": 200, "timeout": 1.0, "stream": True}
+    # About 150 ms a decode token at time scale 50: a 1 s deadline passes after about 6 tokens, long before the
+    # greedy output ends (no EOS in its first 200 tokens), and leaves the first token (one prefill) a wide margin
+    # on a loaded machine. Greedy, not the default temperature 1: about 2 % of this prompt's sampled outputs end
+    # at an EOS within 7 tokens, a "stop" before the deadline.
+    body = {
+        "model": "model-a",
+        "prompt": "The board has two chips",
+        "max_tokens": 200,
+        "timeout": 1.0,
+        "stream": True,
+        "temperature": 0,
+    }
     with serving(config=dual_config(tmp_path)) as s:
         s.slow_board(50.0)
         with httpx.stream("POST", f"{s.v1}/completions", json=body, timeout=60) as r:
