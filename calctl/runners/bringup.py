@@ -375,6 +375,7 @@ def run_bringup(
     config.out_dir.mkdir(parents=True, exist_ok=True)
     done: list[StepOutcome] = []
     interrupted = False
+    between: str | None = None  # a signal that came outside every step: what the report says of it
     stack = ExitStack()
     state = BringupState(config=config, stack=stack)
     try:
@@ -387,12 +388,22 @@ def run_bringup(
                 done.append(outcome)
                 if on_step is not None:
                     on_step(outcome)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # Between two steps or in the teardown (the live line, closing the device): the run is interrupted all
-        # the same, and what the finished steps measured is still the report's.
+        # the same, and what the finished steps measured is still the report's. No step was running, so none
+        # is INTERRUPTED: the report still says which signal it was, and where it came.
         interrupted = True
+        where = (
+            "before the first step"
+            if not done
+            else f"after {done[-1].name}, while closing the device"
+            if len(done) == len(steps)
+            else f"after {done[-1].name}, before {steps[len(done)].name} started"
+        )
+        between = f"{error_text(exc)} {where}"
+    skipped = f"not run: the pipeline was {between}" if between else "not run: the pipeline was interrupted"
     for step in steps[len(done) :]:
-        done.append(StepOutcome(step.name, "SKIP", "", 0.0, "not run: the pipeline was interrupted"))
+        done.append(StepOutcome(step.name, "SKIP", "", 0.0, skipped))
     header = _header(config, state, started)
     failing = [s for s in done if s.failed]
     if interrupted:
@@ -423,7 +434,7 @@ def run_bringup(
             "step_reports": {s.name: s.document for s in done if s.document is not None},
         },
         steps=tuple(done),
-        error=next((f"{s.name}: {s.detail}" for s in failing), None),
+        error=next((f"{s.name}: {s.detail}" for s in failing), between),
         seconds=time.perf_counter() - t0,
         evidence={"report": str(config.out_dir / "report.json")},
     )

@@ -363,3 +363,31 @@ def test_a_bringup_step_lists_the_common_step_word_and_keeps_its_own_verdict() -
     assert all(d["verdict"] == v for v, d in words.items())
     assert StepOutcome("poc", "S1", "", 0.0, fail_on=frozenset({"S1"})).to_dict()["status"] == "FAIL"
     assert StepOutcome("soak", "SKIP", "", 0.0, "skipped: needs warmup FAIL").to_dict()["status"] == "SKIP"
+
+
+@pytest.mark.parametrize(
+    ("raise_after", "where"),
+    [
+        ("a", "after a, before b started"),  # the live line of a finished step
+        ("b", "after b, while closing the device"),  # the last step's line, then the teardown
+    ],
+)
+def test_a_signal_between_steps_is_named_in_the_report(tmp_path: Path, raise_after: str, where: str) -> None:
+    """A SIGTERM that lands outside every step (the live line, the teardown) interrupts no step, so none is
+    INTERRUPTED: the skipped steps and the run's error still name the signal and where it came."""
+    from calctl.errors import Interrupted
+
+    def on_step(outcome: StepOutcome) -> None:
+        if outcome.name == raise_after:
+            raise Interrupted("SIGTERM")
+
+    calls: list[str] = []
+    steps = (_step("a", "PASS", calls=calls), _step("b", "PASS", calls=calls), _step("c", "PASS", calls=calls))
+    report = run_bringup(_config(tmp_path), steps=steps[:2] if raise_after == "b" else steps, on_step=on_step)
+    assert report.verdict == "INTERRUPTED" and report.exit_code == 130
+    assert report.error == f"interrupted (SIGTERM) {where}"
+    assert not [s for s in _outcomes(report) if s.verdict == "INTERRUPTED"]
+    for s in _outcomes(report):
+        assert s.verdict == "SKIP" if s.name not in calls else s.verdict == "PASS"
+        if s.verdict == "SKIP":
+            assert s.detail == f"not run: the pipeline was interrupted (SIGTERM) {where}"
