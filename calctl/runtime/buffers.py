@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from calctl.package.model import DTYPE_BYTES, NUMPY_DTYPE, Graph
+from calctl.package.model import BATCH_DIM, DTYPE_BYTES, NUMPY_DTYPE, Graph
 from calctl.runtime.errors import BufferInUse, InvalidArgument
 
 #: Every tensor starts at a multiple of this many bytes (C ABI §6).
@@ -61,6 +61,7 @@ class TensorSlot:
     shape: tuple[int, ...]
     offset: int
     nbytes: int
+    per_lane: bool = False  # the manifest's leading dimension is the batch B: row i is lane i's
 
     @property
     def np_dtype(self) -> np.dtype:
@@ -100,7 +101,8 @@ def buffer_layout(graph: Graph, direction: Direction, batch: int) -> BufferLayou
         offset += -offset % ALIGN
         shape = t.concrete_shape(batch)
         n = t.nbytes_at(batch)
-        slots.append(TensorSlot(name=t.name, dtype=t.dtype, shape=shape, offset=offset, nbytes=n))
+        per_lane = bool(t.shape) and t.shape[0] == BATCH_DIM
+        slots.append(TensorSlot(name=t.name, dtype=t.dtype, shape=shape, offset=offset, nbytes=n, per_lane=per_lane))
         offset += n
     return BufferLayout(graph=graph.name, direction=direction, batch=batch, slots=tuple(slots), nbytes=max(offset, 1))
 
@@ -158,19 +160,28 @@ class HostBuffer:
             self._check_caller_owned("write")
             self._view_locked(slot)[...] = arr
 
-    def read(self, name: str) -> np.ndarray:
-        """A copy of tensor ``name``."""
+    def read(self, name: str, *, lanes: int | None = None) -> np.ndarray:
+        """A copy of tensor ``name``; with ``lanes``, of its first ``lanes`` rows only when its leading dimension
+        is the batch B (a decode job's active lanes: what inactive lanes return is the package's
+        ``inactive_lane_policy``, and the engine reads none of it)."""
         slot = self.layout.slot(name)
         with self._lock:
             self._check_caller_owned("read")
-            return self._view_locked(slot).copy()
+            view = self._view_locked(slot)
+            return (view[:lanes] if self._per_lane(slot, lanes) else view).copy()
 
-    def clear(self) -> None:
-        """Zero the whole buffer (e.g. before reusing it for the next job)."""
+    def clear(self, *, lanes: int | None = None) -> None:
+        """Zero the whole buffer (e.g. before reusing it for the next job); with ``lanes``, only the first
+        ``lanes`` rows of each tensor whose leading dimension is the batch B, and the other tensors whole."""
         with self._lock:
             self._check_caller_owned("clear")
             assert self._storage is not None
-            self._storage[: self.layout.nbytes] = 0
+            if lanes is None:
+                self._storage[: self.layout.nbytes] = 0
+                return
+            for slot in self.layout.slots:
+                view = self._view_locked(slot)
+                (view[:lanes] if self._per_lane(slot, lanes) else view)[...] = 0
 
     def shares_storage_with(self, other: HostBuffer) -> bool:
         """True when the two buffers are one buffer or share any byte of backing storage (000 §14:
@@ -243,6 +254,13 @@ class HostBuffer:
             raise BufferInUse(
                 f"cannot {action}: {self._what()} is owned by job {self._job} ({self._state.value})", job=self._job
             )
+
+    def _per_lane(self, slot: TensorSlot, lanes: int | None) -> bool:
+        if lanes is None:
+            return False
+        if not 0 <= lanes <= self.batch:
+            raise InvalidArgument(f"{self._what()}: {lanes} lanes asked for, the batch has {self.batch}")
+        return slot.per_lane
 
     def _view_locked(self, slot: TensorSlot) -> np.ndarray:
         assert self._storage is not None

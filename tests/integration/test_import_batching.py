@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from calctl.package.reader import load_manifest
@@ -36,7 +37,7 @@ STREAMS = 4
 MAX_TOKENS = 6
 
 
-def _scheduler(tmp: Path, alias: str) -> Path:
+def _scheduler(tmp: Path, alias: str, *, window_us: int = 1000000) -> Path:
     path = tmp / "sched.yaml"
     path.write_text(
         textwrap.dedent(f"""\
@@ -45,7 +46,7 @@ def _scheduler(tmp: Path, alias: str) -> Path:
         admission: {{max_waiting_requests: 64, max_waiting_prompt_tokens: 262144, deadline_default_ms: 120000}}
         queues: {{decode_weight: 8, short_prefill_weight: 4, medium_prefill_weight: 2, long_prefill_weight: 1,
                   short_prefill_max_tokens: 512, medium_prefill_max_tokens: 4096}}
-        batch: {{profiles: [1, 4], batching_window_us: 1000000, step_estimate_floor_us: 1000,
+        batch: {{profiles: [1, 4], batching_window_us: {window_us}, step_estimate_floor_us: 1000,
                 profile_thresholds: {{4: 1}}, max_tenant_lane_share: 1.0}}
         executor: {{max_inflight: 1, fixed_engine: false}}
         recovery: {{max_resets_per_10min: 2, restart_on_unknown_dma: true}}
@@ -157,3 +158,38 @@ def test_serve_batches_the_streams_decode_into_one_b4_job(
     # each stream's first token comes from its prefill, the others from B4 jobs that ran the lanes together
     assert all(b == 4 for b, _ in jobs) and sum(lanes for _, lanes in jobs) == STREAMS * (n - 1), jobs
     assert max(lanes for _, lanes in jobs) >= 2, jobs
+
+
+def test_what_inactive_lanes_return_is_neither_read_nor_judged(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One stream on a B4 profile (threshold 1, no window): three lanes of every decode job are inactive, and the
+    package says they return no logits (``returns_logits: false``), so their rows are whatever the device left.
+    Here they hold NaN: the engine neither reads nor judges them (its non-finite check is for the active lanes'
+    rows, 000 §14), so the stream gets the text it gets at B1, not a ``corrupted output`` fault. The engine also
+    zeroes only the active rows of a pooled output buffer: a B8 SmolLM2 job's logits are 1.5 MB."""
+    hf_dir, _, _ = write_hf_dir(tmp_path / "hf", "llama", seed=9)
+    pkg = tmp_path / "pkg"
+    assert cli("import", "hf", hf_dir, pkg, "--key", TEST_KEY, "--alias", "m", "--context", "128").code == 0
+    assert not load_manifest(pkg).model("m").decode.inactive_lane_policy.returns_logits  # type: ignore[union-attr]
+    prompt, _ = golden(pkg, "m")
+    body = {"model": "m", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
+    with _served(pkg, None) as url:
+        alone = _complete(url, body)
+    jobs: list[tuple[int, int]] = []
+    real = compute.run_graph
+
+    def garbage_in_inactive_rows(model, kind, inputs, outputs, caches):
+        real(model, kind, inputs, outputs, caches)
+        if kind.value == "decode":
+            n = len(compute.decode_lanes(inputs))
+            jobs.append((inputs.batch, n))
+            outputs.device_view("logits")[n:] = np.nan
+
+    monkeypatch.setattr(compute, "run_graph", garbage_in_inactive_rows)
+    with _served(pkg, _scheduler(tmp_path, "m", window_us=0)) as url:
+        jobs.clear()  # the load's golden check ran at B1
+        one = _complete(url, body)
+    assert jobs and all(j == (4, 1) for j in jobs), jobs
+    assert one["choices"][0]["text"] == alone["choices"][0]["text"], (one, alone)
+    assert one["usage"] == alone["usage"]

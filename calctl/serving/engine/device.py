@@ -201,7 +201,7 @@ class DeviceExecutor:
                 appended.append(seq)
                 if pos != 0:
                     raise LaunchFailed(f"KV sequence {seq} starts at {pos}, expected 0 for a prefill")
-                inputs, outputs = self._buffers(rt, graph, 1)
+                inputs, outputs = self._buffers(rt, graph, 1, lanes=1)
                 inputs.write("tokens", tokens)
                 inputs.write("n_tokens", np.array([len(prompt)], dtype=np.int32))
                 seqs: tuple[KvSeqId, ...] = (seq,)
@@ -222,7 +222,7 @@ class DeviceExecutor:
                         raise LaunchFailed(
                             f"lane {batch.kv_lanes[i]}: KV position {pos} != scheduled position {batch.positions[i]}"
                         )
-                inputs, outputs = self._buffers(rt, graph, b)
+                inputs, outputs = self._buffers(rt, graph, b, lanes=len(seqs))
                 inputs.write("tokens", np.array(batch.token_ids, dtype=np.int32).reshape(b, 1))
                 inputs.write("positions", np.array(batch.positions, dtype=np.int32))
                 # A graph compiled with B>1 profiles has a lane_valid slot at B1 too: an unwritten one reads
@@ -263,14 +263,17 @@ class DeviceExecutor:
         for fn in work:
             fn()
 
-    def _buffers(self, rt: Runtime, graph: str, batch: int) -> tuple[HostBuffer, HostBuffer]:
-        """Input and output buffers for one job: pooled ones (zeroed) when there are, else new ones."""
+    def _buffers(self, rt: Runtime, graph: str, batch: int, *, lanes: int) -> tuple[HostBuffer, HostBuffer]:
+        """Input and output buffers for one job of ``lanes`` active lanes: pooled ones (zeroed) when there are, else
+        new ones. Of a pooled output buffer only the active lanes' rows are zeroed: they are all the engine reads
+        of it (:meth:`_read_output`), and a B8 buffer's whole logits are 1.5 MB for SmolLM2."""
         out = []
         for is_input in (True, False):
             pool = self._pool.get((graph, is_input, batch))
             if pool:
                 buf = pool.pop()
-                buf.clear()  # nothing of the previous job is readable by, or mistaken for, this one
+                # nothing of the previous job is readable by, or mistaken for, this one
+                buf.clear(lanes=None if is_input else lanes)
             else:
                 buf = rt.alloc_inputs(graph, batch) if is_input else rt.alloc_outputs(graph, batch)
             out.append(buf)
@@ -657,7 +660,9 @@ class DeviceExecutor:
         """A succeeded job's logits after the crosstalk checks (000 §14)."""
         job, gen = inf.job_id, inf.core.generation
         try:
-            logits = inf.outputs.read("logits")
+            # The active lanes' rows only (lanes 0..n-1): what inactive lanes return is the package's
+            # inactive_lane_policy (returns_logits false: unspecified), so it is neither read nor judged.
+            logits = inf.outputs.read("logits", lanes=len(inf.request_ids))
         except RuntimeLayerError as exc:  # e.g. the buffer is still lent to another job: never read it
             detail = f"output of job {job} unreadable: {exc}"
             self._monitor_verdict(self._monitor.crosstalk(detail))

@@ -430,3 +430,29 @@ def test_a_finished_job_keeps_no_kv_cache_buffers_or_weights() -> None:
         assert all(rt.query(j).state is JobState.SUCCEEDED for j in jobs)
         assert rt.wait(jobs[0], 0).ok
         assert {e.job for e in rt.trace()} >= {j.id for j in jobs}
+
+
+def test_a_buffer_reads_and_clears_the_first_lanes_rows_of_its_per_lane_tensors() -> None:
+    """``read(lanes=n)`` copies the first n rows of a tensor whose manifest shape starts with B, and ``clear(lanes=n)``
+    zeroes those rows and every other tensor whole: the engine's view of a job with n active lanes."""
+    pkg4, dec = b4_package(package("single"))
+    vocab = pkg4.model("model-a").architecture.vocab_size
+    with open_mock() as rt:
+        rt.configure(rt.create_calbin(pkg4))
+        inputs, outputs = rt.alloc_inputs(dec.name, 4), rt.alloc_outputs(dec.name, 4)
+        full = np.arange(4 * vocab, dtype=np.float32).reshape(4, vocab)
+        outputs.write("logits", full)
+        assert np.array_equal(outputs.read("logits", lanes=2), full[:2])
+        assert outputs.read("logits", lanes=0).shape == (0, vocab)
+        outputs.clear(lanes=3)
+        assert np.abs(outputs.read("logits")[:3]).max() == 0 and np.array_equal(outputs.read("logits")[3], full[3])
+        inputs.write("tokens", np.full((4, 1), 9, np.int32))
+        inputs.write("lane_valid", np.ones(4, np.uint8))
+        inputs.clear(lanes=1)
+        assert inputs.read("tokens").ravel().tolist() == [0, 9, 9, 9]
+        assert inputs.read("lane_valid").tolist() == [0, 1, 1, 1]
+        for bad in (-1, 5):
+            with pytest.raises(InvalidArgument, match=f"{bad} lanes asked for, the batch has 4"):
+                outputs.read("logits", lanes=bad)
+            with pytest.raises(InvalidArgument, match=f"{bad} lanes asked for, the batch has 4"):
+                outputs.clear(lanes=bad)
