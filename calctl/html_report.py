@@ -179,6 +179,8 @@ def _reasons(doc: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     if isinstance(given, list) and given:
         return [visible(r) for r in given]
     out = []
+    if doc.get("verdict") == "INTERRUPTED" and doc.get("error"):  # the signal, and where: no row may say it
+        out.append(visible(str(doc["error"])))
     for r in rows:
         if tone(r["verdict"]) != "good":
             why = r["detail"] or r["key_figure"]

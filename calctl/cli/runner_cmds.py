@@ -604,7 +604,10 @@ def _render_bringup(result: Report) -> None:
     out.print(
         f"page: {escape(str(Path(doc['report_dir']) / 'report.html'))} (one self-contained file to open or attach)"
     )
-    out.print(f"verdict {_output.styled_verdict(result.verdict)} in {doc['seconds']:.1f} s")
+    line = f"verdict {_output.styled_verdict(result.verdict)} in {doc['seconds']:.1f} s"
+    if result.verdict == "INTERRUPTED" and result.error:  # the signal and where: the rows may not say it
+        line += f": {escape(result.error)}"
+    out.print(line)
 
 
 def register(app: typer.Typer) -> None:

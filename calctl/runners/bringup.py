@@ -48,7 +48,7 @@ from calctl import records
 from calctl.budget.evaluation import report_document, run_budget
 from calctl.budget.plan import plan_from_package
 from calctl.budget.policy import BudgetPolicy
-from calctl.errors import CalctlError
+from calctl.errors import CalctlError, Interrupted, interrupt_reason
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
@@ -334,6 +334,11 @@ def _soak(state: BringupState) -> StepOutcome:
         "; ".join(v["message"] for v in violations[:3]) or "memory back to baseline, counters closed, no stale token"
     )
     verdict = report.verdict
+    said = doc.get("interrupted")
+    if verdict == RunOutcome.INTERRUPTED.value and isinstance(said, dict) and said.get("signal"):
+        phase = said.get("phase")
+        where = "after its last cycle" if phase == "done" else f"in its {phase} phase"
+        detail = f"{interrupt_reason(Interrupted(str(said['signal'])))} {where}; {detail}"
     files = {
         "json": str(out / "soak-report.json"),
         "plot": doc["files"].get("plot"),
@@ -374,16 +379,17 @@ def run_bringup(
     started = datetime.now(timezone.utc)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     done: list[StepOutcome] = []
-    interrupted = False
-    between: str | None = None  # a signal that came outside every step: what the report says of it
+    cut: str | None = None  # what stopped the pipeline: the signal, and where it came
+    error: str | None = None  # the report's one line on it
     stack = ExitStack()
     state = BringupState(config=config, stack=stack)
     try:
         with stack:
             for step in steps:
-                outcome = _run_step(step, state, interrupted)
-                if outcome.verdict == RunOutcome.INTERRUPTED.value:
-                    interrupted = True
+                outcome = _run_step(step, state, cut)
+                if outcome.verdict == RunOutcome.INTERRUPTED.value and cut is None:
+                    cut = f"{_signal_text(outcome)} in {step.name}"
+                    error = f"{step.name}: {outcome.detail}"
                 state.outcomes[step.name] = outcome
                 done.append(outcome)
                 if on_step is not None:
@@ -392,18 +398,18 @@ def run_bringup(
         # Between two steps or in the teardown (the live line, closing the device): the run is interrupted all
         # the same, and what the finished steps measured is still the report's. No step was running, so none
         # is INTERRUPTED: the report still says which signal it was, and where it came.
-        interrupted = True
-        where = (
-            "before the first step"
-            if not done
-            else f"after {done[-1].name}, while closing the device"
-            if len(done) == len(steps)
-            else f"after {done[-1].name}, before {steps[len(done)].name} started"
-        )
-        between = f"{error_text(exc)} {where}"
-    skipped = f"not run: the pipeline was {between}" if between else "not run: the pipeline was interrupted"
+        if cut is None:
+            where = (
+                f"before {steps[0].name} started"
+                if not done
+                else f"after {done[-1].name}, the last step"
+                if len(done) == len(steps)
+                else f"after {done[-1].name}, before {steps[len(done)].name} started"
+            )
+            cut = error = f"{error_text(exc)} {where}"
     for step in steps[len(done) :]:
-        done.append(StepOutcome(step.name, "SKIP", "", 0.0, skipped))
+        done.append(StepOutcome(step.name, "SKIP", "", 0.0, f"not run: the pipeline was {cut}"))
+    interrupted = cut is not None
     header = _header(config, state, started)
     failing = [s for s in done if s.failed]
     if interrupted:
@@ -434,7 +440,7 @@ def run_bringup(
             "step_reports": {s.name: s.document for s in done if s.document is not None},
         },
         steps=tuple(done),
-        error=next((f"{s.name}: {s.detail}" for s in failing), between),
+        error=error if interrupted else next((f"{s.name}: {s.detail}" for s in failing), None),
         seconds=time.perf_counter() - t0,
         evidence={"report": str(config.out_dir / "report.json")},
     )
@@ -451,9 +457,19 @@ def _pipeline_verdict(first_failing: StepOutcome) -> str:
     return first_failing.verdict if first_failing.verdict in _RUN_ENDINGS else RunOutcome.FAIL.value
 
 
-def _run_step(step: BringupStep, state: BringupState, interrupted: bool) -> StepOutcome:
-    if interrupted:
-        return StepOutcome(step.name, "SKIP", "", 0.0, "not run: the pipeline was interrupted")
+def _signal_text(outcome: StepOutcome) -> str:
+    """``interrupted (SIGTERM)``: the signal that interrupted ``outcome``'s step (a soak says it in its report)."""
+    doc = outcome.document if isinstance(outcome.document, dict) else {}
+    said = doc.get("interrupted")
+    if isinstance(said, dict) and said.get("signal"):
+        return interrupt_reason(Interrupted(str(said["signal"])))
+    head = outcome.detail.split(";")[0]
+    return head if head.startswith("interrupted (") else "interrupted"
+
+
+def _run_step(step: BringupStep, state: BringupState, cut: str | None) -> StepOutcome:
+    if cut is not None:
+        return StepOutcome(step.name, "SKIP", "", 0.0, f"not run: the pipeline was {cut}")
     unmet = [n for n in step.needs if n not in state.outcomes or not state.outcomes[n].passed]
     if unmet:
         why = ", ".join(f"{n} {state.outcomes[n].verdict if n in state.outcomes else 'did not run'}" for n in unmet)

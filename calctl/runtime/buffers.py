@@ -258,8 +258,8 @@ class HostBuffer:
     def _per_lane(self, slot: TensorSlot, lanes: int | None) -> bool:
         if lanes is None:
             return False
-        if not 0 <= lanes <= self.batch:
-            raise InvalidArgument(f"{self._what()}: {lanes} lanes asked for, the batch has {self.batch}")
+        if not isinstance(lanes, int) or isinstance(lanes, bool) or not 0 <= lanes <= self.batch:
+            raise InvalidArgument(f"{self._what()}: {lanes!r} lanes asked for, the batch has {self.batch}")
         return slot.per_lane
 
     def _view_locked(self, slot: TensorSlot) -> np.ndarray:

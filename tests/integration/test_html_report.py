@@ -182,6 +182,27 @@ def test_rows_that_are_not_good_are_the_reasons(tmp_path: Path) -> None:
     assert 'id="steps"' in html and "1/2" in html
 
 
+def test_an_interrupted_run_says_the_signal_first_among_its_reasons(tmp_path: Path) -> None:
+    """A signal after the last step (the teardown) leaves every row good: the page still says why the run is
+    INTERRUPTED, from the report's ``error``."""
+    doc = {
+        "command": "bringup",
+        "verdict": "INTERRUPTED",
+        "exit_code": 130,
+        "device": "mock",
+        "error": "interrupted (SIGTERM) after soak, the last step",
+        "summary": [
+            {"step": "validate", "verdict": "PASS", "key_figure": "", "seconds": 1.0, "detail": "", "files": {}},
+            {"step": "soak", "verdict": "WARN", "key_figure": "", "seconds": 1.0, "detail": "a warning", "files": {}},
+        ],
+    }
+    reasons = re.search(r'<ul class="reasons" id="reasons">(.*?)</ul>', html_report.render(doc, tmp_path), re.S)
+    assert reasons
+    items = re.findall(r"<li>(.*?)</li>", reasons.group(1), re.S)
+    assert items[0].strip() == "interrupted (SIGTERM) after soak, the last step", items
+    assert any("soak WARN: a warning" in i for i in items[1:]), items
+
+
 def test_run_golden_and_soak_write_their_page_beside_their_json(cli: Cli, tmp_path: Path) -> None:
     golden = tmp_path / "golden.json"
     r = cli("run-golden", "--report", str(golden))

@@ -369,7 +369,7 @@ def test_a_bringup_step_lists_the_common_step_word_and_keeps_its_own_verdict() -
     ("raise_after", "where"),
     [
         ("a", "after a, before b started"),  # the live line of a finished step
-        ("b", "after b, while closing the device"),  # the last step's line, then the teardown
+        ("b", "after b, the last step"),  # the last step's line, or the teardown
     ],
 )
 def test_a_signal_between_steps_is_named_in_the_report(tmp_path: Path, raise_after: str, where: str) -> None:
@@ -391,3 +391,28 @@ def test_a_signal_between_steps_is_named_in_the_report(tmp_path: Path, raise_aft
         assert s.verdict == "SKIP" if s.name not in calls else s.verdict == "PASS"
         if s.verdict == "SKIP":
             assert s.detail == f"not run: the pipeline was interrupted (SIGTERM) {where}"
+
+
+def test_an_interrupt_is_the_reports_error_even_after_a_failed_step(tmp_path: Path) -> None:
+    """The run's verdict is INTERRUPTED, so its one line says the signal and where (not an earlier step's FAIL),
+    and every step it kept from running says so too, whether the signal came in a step or between two."""
+    from calctl.errors import Interrupted
+
+    def interrupted_in(name: str) -> BringupStep:
+        def run(state: object) -> StepOutcome:
+            raise Interrupted("SIGTERM")
+
+        return BringupStep(name, (), run)
+
+    report = run_bringup(_config(tmp_path), steps=(_step("a", "FAIL"), interrupted_in("b"), _step("c", "PASS")))
+    assert report.verdict == "INTERRUPTED" and report.exit_code == 130
+    assert report.error == "b: interrupted (SIGTERM)"
+    assert _outcomes(report)[2].detail == "not run: the pipeline was interrupted (SIGTERM) in b"
+
+    def on_step(outcome: StepOutcome) -> None:
+        if outcome.name == "a":
+            raise Interrupted("SIGINT")
+
+    report = run_bringup(_config(tmp_path), steps=(_step("a", "FAIL"), _step("b", "PASS")), on_step=on_step)
+    assert report.verdict == "INTERRUPTED" and report.exit_code == 130
+    assert report.error == "interrupted (SIGINT, Ctrl-C) after a, before b started"

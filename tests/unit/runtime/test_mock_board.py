@@ -451,8 +451,9 @@ def test_a_buffer_reads_and_clears_the_first_lanes_rows_of_its_per_lane_tensors(
         inputs.clear(lanes=1)
         assert inputs.read("tokens").ravel().tolist() == [0, 9, 9, 9]
         assert inputs.read("lane_valid").tolist() == [0, 1, 1, 1]
-        for bad in (-1, 5):
-            with pytest.raises(InvalidArgument, match=f"{bad} lanes asked for, the batch has 4"):
-                outputs.read("logits", lanes=bad)
-            with pytest.raises(InvalidArgument, match=f"{bad} lanes asked for, the batch has 4"):
-                outputs.clear(lanes=bad)
+        for bad in (-1, 5, True, 2.0, "2"):
+            with pytest.raises(InvalidArgument, match=r"lanes asked for, the batch has 4"):
+                outputs.read("logits", lanes=bad)  # type: ignore[arg-type]
+            with pytest.raises(InvalidArgument, match=r"lanes asked for, the batch has 4"):
+                outputs.clear(lanes=bad)  # type: ignore[arg-type]
+        assert np.array_equal(outputs.read("logits")[3], full[3])  # a refused clear zeroed nothing
