@@ -31,10 +31,12 @@ BASE = [sys.executable, "-m", "calctl"]
 
 def _command_paths() -> list[tuple[str, ...]]:
     """Every command and group, as argument lists (the CLI's own tree, so a new command is timed too)."""
-    from calctl.cli.app import _click, root_command
+    import typer
+
+    from calctl.cli.app import root_command
 
     def walk(group, path):
-        ctx = _click.Context(group, info_name="calctl")
+        ctx = typer.Context(group, info_name="calctl")
         for name in group.list_commands(ctx):
             cmd = group.get_command(ctx, name)
             yield (*path, name)

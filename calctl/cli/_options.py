@@ -28,14 +28,21 @@ def _refuse(message: str) -> Exception:
     """The error a parser raises: Typer (>= 0.16) runs parsers as Pydantic validators and reports a
     ``PydanticCustomError``'s message as it is, under "Invalid value for '--option'"; older Typer (click
     types) reports a ``ValueError`` the same way."""
-    try:
-        import importlib
-
-        importlib.import_module("typer._coercion")
-        from pydantic_core import PydanticCustomError
-    except ImportError:  # pragma: no cover - Typer on top of click
+    if not _TYPER_VALIDATES_WITH_PYDANTIC:  # pragma: no cover - Typer on top of click
         return ValueError(message)
+    from pydantic_core import PydanticCustomError
+
     return PydanticCustomError("calctl_number", message)
+
+
+def _typer_version() -> tuple[int, ...]:
+    from importlib.metadata import version
+
+    return tuple(int(p) for p in version("typer").split(".")[:2] if p.isdigit())
+
+
+# Typer 0.16 began running parsers as Pydantic validators (its public release notes; no private module probed).
+_TYPER_VALIDATES_WITH_PYDANTIC = _typer_version() >= (0, 16)
 
 
 def _bound(x: float) -> str:

@@ -19,18 +19,10 @@ import os
 import re
 import sys
 import traceback
-import types
 from typing import Any, ClassVar
 
 import typer
 from typer.core import TyperGroup
-
-try:  # Typer >= 0.16 vendors its own click; catch the exceptions it really raises.
-    _click_exc: Any = importlib.import_module("typer._click.exceptions")
-    _click: Any = importlib.import_module("typer._click")
-except ImportError:  # pragma: no cover - older Typer on top of click
-    _click_exc = importlib.import_module("click.exceptions")
-    _click = importlib.import_module("click")
 
 from calctl import __version__
 from calctl.cli import _output
@@ -57,46 +49,6 @@ _COMMAND_MODULES: list[str] = [
 _EXTRA_MODULES: list[str] = [m for m in _COMMAND_MODULES if m not in {mod for mod, _ in _COMMANDS.values()}]
 
 
-def _stand_in(module: str, name: str) -> type:
-    """A class standing for ``module.name`` that imports the real one the first time it is used."""
-
-    def real() -> Any:
-        return getattr(importlib.import_module(module), name)
-
-    def new(cls: type, *args: Any, **kwargs: Any) -> Any:
-        return real()(*args, **kwargs)
-
-    def from_exception(cls: type, *args: Any, **kwargs: Any) -> Any:
-        return real().from_exception(*args, **kwargs)
-
-    return type(name, (), {"__new__": new, "from_exception": classmethod(from_exception), "__module__": module})
-
-
-def _import_help_renderer() -> None:
-    """Import Typer's help renderer without ``rich.markdown`` (markdown-it) and ``rich.traceback`` (pygments).
-
-    ``typer.rich_utils`` imports both at its top for ``rich_markup_mode="markdown"`` and pretty tracebacks,
-    neither of which calctl uses; they are about 50 ms of a sub-command's ``--help``. While it is imported the
-    two modules are stand-ins whose class imports the real one when used; they are then taken out of
-    ``sys.modules``, so any later ``import rich.markdown`` gets the real module.
-    """
-    if "typer.rich_utils" in sys.modules:
-        return
-    stubs: dict[str, types.ModuleType] = {}
-    for module, name in (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback")):
-        if module not in sys.modules:
-            stub = types.ModuleType(module)
-            setattr(stub, name, _stand_in(module, name))
-            stubs[module] = stub
-    sys.modules.update(stubs)
-    try:
-        importlib.import_module("typer.rich_utils")
-    finally:
-        for module, stub in stubs.items():
-            if sys.modules.get(module) is stub:
-                del sys.modules[module]
-
-
 def _reflow(text: str | None) -> str | None:
     """Join the lines of each paragraph: help text reads as sentences, never broken where the source wrapped."""
     if not text:
@@ -108,7 +60,7 @@ def _reflow(text: str | None) -> str | None:
 def _polish(cmd: Any) -> Any:
     """Reflow the help of a command tree, and show flags without a ``<bool>`` value placeholder."""
     cmd.help = _reflow(cmd.help)
-    ctx = _click.Context(cmd, info_name=cmd.name)
+    ctx = typer.Context(cmd, info_name=cmd.name)
     for param in cmd.get_params(ctx):  # includes --help
         if getattr(param, "is_flag", False) and not getattr(param, "count", False):
             param.metavar = ""
@@ -229,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
 
         _output.stdout.print(root_help(), markup=False, highlight=False, end="")
         return int(ExitCode.OK if args else ExitCode.USAGE)
-    _import_help_renderer()
     command = root_command()
     cause = ""  # why the command ended early, for the report main prints when the command could not
     try:
@@ -268,16 +219,17 @@ def main(argv: list[str] | None = None) -> int:
             cause = f"internal error (a calctl bug): EOFError: {eof}"
             _print_error(_escape(cause), "re-run with --debug for the traceback and report it")
             code = ExitCode.INTERNAL  # a bug, not a usage error
-    except _click_exc.ClickException as exc:
-        # Usage errors: show click's message (names the option) without a traceback.
+    except typer.TyperException as exc:
+        # Usage errors (Typer's public base of its click exceptions): the message names the option; no traceback.
         if type(exc).__name__ == "NoArgsIsHelpError":
             # Building the exception rendered the help already (Typer's rich help prints as it formats).
             message = exc.format_message()
             if message.strip():
                 _output.stdout.print(message, markup=False, highlight=False)
             return int(ExitCode.USAGE)
-        if isinstance(exc, _click_exc.UsageError) and exc.ctx is not None:
-            _output.stderr.print(exc.ctx.get_usage(), markup=False, highlight=False)
+        usage_ctx = getattr(exc, "ctx", None)  # a usage error carries the context of the command it was for
+        if usage_ctx is not None:
+            _output.stderr.print(usage_ctx.get_usage(), markup=False, highlight=False)
         _print_error(_escape(exc.format_message()), _usage_hint(exc))
         code = ExitCode.USAGE
     except KeyboardInterrupt as exc:
@@ -315,7 +267,7 @@ def _print_error_report(root: Any, args: list[str], code: int, cause: str) -> No
     from calctl.report import Report, build_header, verdict_of_exit_code
 
     names, group = [], root
-    ctx = _click.Context(root, info_name="calctl")
+    ctx = typer.Context(root, info_name="calctl")
     for a in args:
         try:
             sub = group.get_command(ctx, a) if hasattr(group, "get_command") else None
@@ -324,7 +276,7 @@ def _print_error_report(root: Any, args: list[str], code: int, cause: str) -> No
         if sub is None:
             break
         names.append(a)
-        group, ctx = sub, _click.Context(sub, info_name=a, parent=ctx)
+        group, ctx = sub, typer.Context(sub, info_name=a, parent=ctx)
     name = " ".join(names) or "calctl"
     report = Report(name, verdict_of_exit_code(code), build_header(name), error=cause or None)
     with contextlib.suppress(BrokenPipeError):

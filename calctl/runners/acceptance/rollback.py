@@ -41,15 +41,15 @@ from calctl.errors import CalctlError
 from calctl.package.info import package_digest
 from calctl.package.reader import package_root
 from calctl.runners.device import DeviceSpec
+from calctl.runners.serving_stack import ServingStack
 from calctl.runners.traffic import (
     ClientPlan,
-    EngineLoop,
     EngineResult,
     RequestOutcome,
     TokenTap,
     drive_engine_request,
 )
-from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine import SupervisorOptions
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 from calctl.signing.policy import TrustPolicy
 from calctl.signing.seal import CHECKSUMS, parse_checksums
@@ -250,35 +250,37 @@ class RollbackRun:
                 "its checksum file differs): no version change"
             )
         with self.device.open() as rt:
-            self.sup = DeviceSupervisor(rt, trust=self.trust, options=SupervisorOptions(warmup_iterations=1))
-            try:
+            with ServingStack(
+                rt,
+                trust=self.trust,
+                name="accept-rollback",
+                options=SupervisorOptions(warmup_iterations=1),
+                shutdown_deadline_s=10.0,
+            ) as stack:
+                self.sup, self.engine = stack.sup, stack.engine
                 self.log(f"  start with the previous version {self.previous}")
-                self.sup.start(self.previous)
-                gens = {a: w.generation for a, w in self.sup.cores.items()}
+                stack.start(self.previous)
+                gens = stack.generations()
                 self.actions.append({"action": "start", "ok": True, "package": str(self.previous), "generations": gens})
-                self.engine = ServingEngine(self.sup)
-                with EngineLoop("accept-rollback") as loop:
-                    self.loop = loop
-                    clients = [loop.submit(self._client(a)) for a in self.sup.cores for _ in range(CLIENTS_PER_ALIAS)]
-                    try:
-                        before = self._serve("serving-previous")
-                        self._act("roll-forward", lambda: self.sup.reload(self.package))
-                        forward = self._serve("serving-package")
-                        back = self._act("rollback", self.sup.rollback)
-                        after = self._serve("rolled-back")
-                    except BaseException:
-                        # SIGINT/SIGTERM mid-stage: end the engine while the loop still runs, so the streams it
-                        # aborts are delivered (never into a closed loop); the loop's close cancels the clients.
-                        self._stop.set()
-                        self.sup.shutdown(5.0)
-                        raise
-                    self._stage = None
+                self.loop = loop = stack.loop
+                clients = [loop.submit(self._client(a)) for a in stack.aliases for _ in range(CLIENTS_PER_ALIAS)]
+                try:
+                    before = self._serve("serving-previous")
+                    self._act("roll-forward", lambda: self.sup.reload(self.package))
+                    forward = self._serve("serving-package")
+                    back = self._act("rollback", self.sup.rollback)
+                    after = self._serve("rolled-back")
+                except BaseException:
+                    # SIGINT/SIGTERM mid-stage: the clients stop and the engine ends within 5 s while the loop
+                    # still runs, so the streams it aborts are delivered (never into a closed loop).
                     self._stop.set()
-                    for f in clients:
-                        f.result(self.stage_timeout_s + 10)
+                    stack.close(deadline_s=5.0)
+                    raise
+                self._stage = None
+                self._stop.set()
+                for f in clients:
+                    f.result(self.stage_timeout_s + 10)
                 ready = {a: w.is_ready() for a, w in self.sup.cores.items()}
-            finally:
-                self.sup.shutdown(10.0)
         self._check(before, forward, after, back, ready, want_prev, want_pkg)
         return self._document(ready, want_prev, want_pkg)
 

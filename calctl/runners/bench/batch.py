@@ -59,11 +59,12 @@ from calctl.runners.bench.base import (
 from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
 from calctl.runners.device import DeviceSpec
 from calctl.runners.plotting import device_label, pyplot, save
-from calctl.runners.traffic import ClientPlan, EngineLoop, RequestRecord, TokenTap, drive_engine_request
+from calctl.runners.serving_stack import ServingStack
+from calctl.runners.traffic import ClientPlan, RequestRecord, TokenTap, drive_engine_request
 from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.mock.faults import FaultRule
 from calctl.serving.config import BatchConfig, default_scheduler_config
-from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine import ServingEngine, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 
 Log = Callable[[str], None]
@@ -168,15 +169,6 @@ def _pct_doc(p: Any) -> dict[str, Any]:
     return {"n": p.count, "p50": p.p50, "p99": p.p99, "mean": p.mean}
 
 
-def _metric(sup: DeviceSupervisor, name: str, alias: str) -> float:
-    total = 0.0
-    for metric in sup.metrics.registry.collect():
-        for smp in metric.samples:
-            if smp.name == name and smp.labels.get("model") == alias:
-                total += float(smp.value)
-    return total
-
-
 async def _closed_loop(
     engine: ServingEngine, requests: Sequence[GenerationRequest], clients: int, timeout_s: float
 ) -> tuple[dict[str, RequestRecord], dict[str, list[int]]]:
@@ -206,36 +198,26 @@ def _serve(
     config = default_scheduler_config(alias, max_waiting_requests=max(128, len(requests)))
     config = dataclasses.replace(config, batch=BatchConfig((batch,), 0))
     with device.open() as rt:
-        sup = DeviceSupervisor(
-            rt, trust=opts.trust, scheduler_configs={alias: config}, options=SupervisorOptions(warmup_iterations=1)
-        )
-        try:
-            sup.start(opts.package)
+        with ServingStack(
+            rt,
+            trust=opts.trust,
+            name=f"batch-b{batch}",
+            scheduler_configs={alias: config},
+            options=SupervisorOptions(warmup_iterations=1),
+        ) as stack:
+            stack.start(opts.package)
             if opts.inject is not None and batch > 1:  # after golden + warm-up: the fault hits served lanes
                 if not isinstance(rt, FaultInjecting):
                     raise UsageError("batch: a fault can be injected only on a board that injects faults (the mock)")
                 rt.arm_fault(opts.inject)
-            engine = ServingEngine(sup)
-            fill0 = _metric(sup, "calctl_batch_fill_ratio_sum", alias)
-            jobs0 = _metric(sup, "calctl_batch_fill_ratio_count", alias)
-            pad0 = _metric(sup, "calctl_decode_lane_waste_total", alias)
-            with EngineLoop(f"batch-b{batch}") as loop:
-                t0 = time.monotonic()
-                records, tokens = loop.submit(_closed_loop(engine, requests, batch, opts.request_timeout_s)).result(
-                    opts.request_timeout_s * len(requests) + 30
-                )
-                wall = time.monotonic() - t0
-            run = ProfileRun(
-                batch,
-                wall,
-                records,
-                tokens,
-                _metric(sup, "calctl_batch_fill_ratio_sum", alias) - fill0,
-                int(_metric(sup, "calctl_batch_fill_ratio_count", alias) - jobs0),
-                int(_metric(sup, "calctl_decode_lane_waste_total", alias) - pad0),
-            )
-        finally:
-            sup.shutdown(5.0)
+            before = stack.batch_counters(alias)
+            t0 = time.monotonic()
+            records, tokens = stack.loop.submit(
+                _closed_loop(stack.engine, requests, batch, opts.request_timeout_s)
+            ).result(opts.request_timeout_s * len(requests) + 30)
+            wall = time.monotonic() - t0
+            seen = stack.batch_counters(alias) - before
+            run = ProfileRun(batch, wall, records, tokens, seen.fill_ratio_sum, seen.decode_jobs, seen.lane_waste)
     return run
 
 

@@ -116,6 +116,8 @@ class DeviceSupervisor:
         # Recovery requests from the engine cores are queued here and handled one at a time by the
         # supervisor's own thread: a core only posts, it never waits for (or starts) a recovery.
         self._recovery_queue: queue.SimpleQueue[RecoveryRequest | None] = queue.SimpleQueue()
+        self._recoveries_unfinished = 0  # posted and not yet ended: what recovery_pending() reads
+        self._recoveries_lock = threading.Lock()
         self._recovery_thread = threading.Thread(target=self._recovery_loop, name="supervisor-recovery", daemon=True)
         self._recovery_thread.start()
 
@@ -184,7 +186,7 @@ class DeviceSupervisor:
                 codec,
                 settings[m.alias],
                 self.metrics,
-                on_recovery=self._recovery_queue.put,
+                on_recovery=self._post_recovery,
                 options=self._core_options(lp.package, m.alias, configs[m.alias]),
             )
         self._set_all(ModelState.CONFIGURING)
@@ -478,6 +480,17 @@ class DeviceSupervisor:
 
     # ------------------------------------------------------------------ recovery (001 §11.3)
 
+    def _post_recovery(self, req: RecoveryRequest) -> None:
+        """A core asks for a recovery: queued for the lifecycle thread, counted until it ends."""
+        with self._recoveries_lock:
+            self._recoveries_unfinished += 1
+        self._recovery_queue.put(req)
+
+    def recovery_pending(self) -> bool:
+        """A recovery was asked for and has not ended yet (queued or running): the aliases are not settled."""
+        with self._recoveries_lock:
+            return self._recoveries_unfinished > 0
+
     def _recovery_loop(self) -> None:
         """The supervisor's lifecycle thread for recoveries: one at a time, in the order the cores asked."""
         while True:
@@ -489,6 +502,9 @@ class DeviceSupervisor:
             except Exception as exc:  # a bug in the recovery: logged here, and no alias is left mid-recovery
                 log.exception("recovery of %s failed with an unexpected error", req.alias)
                 self._fail_unfinished(req, exc)
+            finally:
+                with self._recoveries_lock:
+                    self._recoveries_unfinished -= 1
 
     def _fail_unfinished(self, req: RecoveryRequest, exc: Exception) -> None:
         """An unexpected exception ended a recovery: every alias it left Draining, Recovering, Warming or

@@ -85,7 +85,7 @@ def _all_commands():
 
 
 def test_help_text_has_no_mid_sentence_line_breaks_and_no_bool_placeholder() -> None:
-    from typer._click import Context
+    from typer import Context
 
     for path, cmd in _all_commands():
         for para in (cmd.help or "").split("\n\n"):
@@ -200,9 +200,9 @@ def test_a_mistyped_command_gets_the_closest_names(cli: Cli) -> None:
 
 
 def _leaf_commands(group, path=()):
-    from calctl.cli.app import _click
+    import typer
 
-    ctx = _click.Context(group, info_name="calctl")
+    ctx = typer.Context(group, info_name="calctl")
     for name in group.list_commands(ctx):
         cmd = group.get_command(ctx, name)
         if hasattr(cmd, "list_commands"):

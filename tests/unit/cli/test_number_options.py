@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 import pytest
+import typer
 
 from calctl.cli._options import NumberParser
-from calctl.cli.app import _click, root_command
+from calctl.cli.app import root_command
 from tests.conftest import Cli
 
 
@@ -22,7 +23,7 @@ def _number_options() -> list[tuple[tuple[str, ...], str, type, Any]]:
     found: list[tuple[tuple[str, ...], str, type, Any]] = []
 
     def walk(cmd: Any, path: tuple[str, ...]) -> None:
-        ctx = _click.Context(cmd, info_name=path[-1] if path else "calctl")
+        ctx = typer.Context(cmd, info_name=path[-1] if path else "calctl")
         if hasattr(cmd, "list_commands"):
             for name in cmd.list_commands(ctx):
                 walk(cmd.get_command(ctx, name), (*path, name))

@@ -28,12 +28,13 @@ from calctl.runners.bench.executor_modes.plan import (
 )
 from calctl.runners.bench.executor_modes.render import plot_notes, scenario_result
 from calctl.runners.device import DeviceSpec
+from calctl.runners.serving_stack import ServingStack
 from calctl.runners.trace import TraceSlice, plot_timeline, trace_slices, write_chrome_trace
-from calctl.runners.traffic import ClientPlan, EngineLoop, TokenTap, drive_engine_request
+from calctl.runners.traffic import ClientPlan, TokenTap, drive_engine_request
 from calctl.runtime import Runtime, TraceEvent, open_runtime
 from calctl.runtime.mock.timing import TimingModel
 from calctl.serving.config import ExecutorConfig, ExecutorMode, default_scheduler_config
-from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine import ServingEngine, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 
 
@@ -55,10 +56,13 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
             )
             for a in pkg.aliases
         }
-        sup = DeviceSupervisor(
-            rt, trust=opts.trust, scheduler_configs=configs, options=SupervisorOptions(warmup_iterations=1)
-        )
-        try:
+        with ServingStack(
+            rt,
+            trust=opts.trust,
+            name="executor-modes",
+            scheduler_configs=configs,
+            options=SupervisorOptions(warmup_iterations=1),
+        ) as stack:
             log(
                 f"  loading {opts.package} on the {device.kind.value} device"
                 + (
@@ -67,9 +71,9 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                     else ""
                 )
             )
-            sup.start(root)
-            engine = ServingEngine(sup)
-            core = sup.cores[alias]  # the model's EngineCore
+            stack.start(root)
+            engine = stack.engine
+            core = stack.core(alias)  # the model's EngineCore
             rng = np.random.default_rng(opts.seed)
             prompt = tuple(int(t) for t in rng.integers(3, vocab, size=opts.prompt_tokens))
             rounds: dict[ExecutorMode, list[ModeRound]] = {m: [] for m in MODES}
@@ -88,39 +92,35 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                 rep = judge(opts, device, alias, rounds, [], auto_downgrades, host_load)
                 return "inconclusive" in (rep.m1.verdict, rep.m2.verdict)
 
-            with EngineLoop("executor-modes") as loop:
-                r = -1
-                while undecided(r + 1):
-                    r += 1
-                    measured = r >= opts.warmup_rounds
-                    for mode in MODES[r % 3 :] + MODES[: r % 3]:  # rotate the order: no mode always runs first
-                        before = len(core.downgrades())
-                        outcome = core.set_executor_mode(mode)
-                        if not outcome["ok"]:
-                            raise UsageError(f"executor mode {mode.value}: {outcome.get('detail')}")
-                        rnd = loop.submit(_round(engine, alias, mode, r, prompt, opts)).result(
-                            opts.request_timeout_s + 30
-                        )
-                        new = core.downgrades()[before:]
-                        if new:  # the monitor left ping/pong during the round: say so, never hide it
-                            auto_downgrades.extend({**d.as_dict(), "round": r} for d in new)
-                        if measured:
-                            rounds[mode].append(rnd)
-                            host_load.append(host.load_now())
+            loop = stack.loop
+            r = -1
+            while undecided(r + 1):
+                r += 1
+                measured = r >= opts.warmup_rounds
+                for mode in MODES[r % 3 :] + MODES[: r % 3]:  # rotate the order: no mode always runs first
+                    before = len(core.downgrades())
+                    outcome = core.set_executor_mode(mode)
+                    if not outcome["ok"]:
+                        raise UsageError(f"executor mode {mode.value}: {outcome.get('detail')}")
+                    rnd = loop.submit(_round(engine, alias, mode, r, prompt, opts)).result(opts.request_timeout_s + 30)
+                    new = core.downgrades()[before:]
+                    if new:  # the monitor left ping/pong during the round: say so, never hide it
+                        auto_downgrades.extend({**d.as_dict(), "round": r} for d in new)
                     if measured:
-                        done = r - opts.warmup_rounds + 1
-                        log(
-                            f"  round {done}/{opts.rounds}"
-                            + (f" (+{done - opts.rounds}, budget {budget})" if done > opts.rounds else "")
-                            + ": "
-                            + ", ".join(f"{m.value} {rounds[m][-1].wall_s * 1e3:.0f} ms" for m in MODES)
-                        )
+                        rounds[mode].append(rnd)
+                        host_load.append(host.load_now())
+                if measured:
+                    done = r - opts.warmup_rounds + 1
+                    log(
+                        f"  round {done}/{opts.rounds}"
+                        + (f" (+{done - opts.rounds}, budget {budget})" if done > opts.rounds else "")
+                        + ": "
+                        + ", ".join(f"{m.value} {rounds[m][-1].wall_s * 1e3:.0f} ms" for m in MODES)
+                    )
             events = _round_trace(rt, rounds[ExecutorMode.PINGPONG], core.chips, alias)
             last = _round_trace(rt, rounds[ExecutorMode.PINGPONG][-1:], core.chips, alias)
             last_sync = _round_trace(rt, rounds[ExecutorMode.SYNC][-1:], core.chips, alias)
             chips = tuple(core.chips)
-        finally:
-            sup.shutdown(5.0)
     result = judge(opts, device, alias, rounds, events, auto_downgrades, host_load)
     if opts.trace_path is not None or opts.plot_path is not None:
         slices = trace_slices(last, phases=True)

@@ -33,12 +33,13 @@ from calctl.runners.bench.fault_isolation.plan import (
 )
 from calctl.runners.bench.gates import MIN_SAMPLES
 from calctl.runners.device import DeviceSpec
-from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, drive_engine_request
+from calctl.runners.serving_stack import ServingStack
+from calctl.runners.traffic import ClientPlan, EngineResult, drive_engine_request
 from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import ResetScope
 from calctl.serving.config import default_scheduler_config
-from calctl.serving.engine import DeviceSupervisor, ModelState, ServingEngine, SupervisorOptions
+from calctl.serving.engine import ModelState, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 
 
@@ -96,11 +97,7 @@ class _Run:
         return [a for a, w in self.sup.cores.items() if w.state is ModelState.FAILED]
 
     def busy_retries(self) -> int:
-        for metric in self.sup.metrics.registry.collect():
-            for smp in metric.samples:
-                if smp.name == "calctl_submit_busy_retries_total" and smp.labels.get("model") == self.a:
-                    return int(smp.value)
-        return 0
+        return self.stack.batch_counters(self.a).submit_busy_retries
 
     def a_decode_graph(self) -> str:
         return self.sup.cores[self.a].model.decode.name
@@ -303,9 +300,10 @@ class _Run:
             self.a, self.b = opts.models if len(opts.models) == 2 else aliases
             if {self.a, self.b} != set(aliases):
                 raise UsageError(f"--models {','.join(opts.models)}: the package's models are {', '.join(aliases)}")
-            self.sup = DeviceSupervisor(
+            with ServingStack(
                 rt,
                 trust=opts.trust,
+                name="fault-isolation",
                 scheduler_configs={self.a: default_scheduler_config(self.a, max_waiting_requests=A_WAITING)},
                 options=SupervisorOptions(
                     warmup_iterations=1,
@@ -313,67 +311,61 @@ class _Run:
                     job_timeout_s=JOB_TIMEOUT_S,
                     allow_session_reset=True,  # the bench measures whether a chip reset isolates (F2)
                 ),
-            )
-            try:
+            ) as stack:
+                self.stack, self.sup, self.engine = stack, stack.sup, stack.engine
                 self.log(f"  loading {opts.package} on the mock board (time scale {device.time_scale:g})")
-                self.sup.start(opts.package)
-                self.engine = ServingEngine(self.sup)
-                with EngineLoop("fault-isolation") as loop:
-                    self.loop = loop
-                    try:
-                        b_clients = [loop.submit(self.b_client(i)) for i in range(B_CLIENTS)]
-                        t_start = time.monotonic()
-                        self.phase("baseline", "-", "none", self.baseline)
-                        self.phase(
-                            "invalid-tensor",
-                            REQUEST,
-                            "10 prompts over the context limit, 10 empty prompts",
-                            self.invalid,
-                        )
-                        self.phase(
-                            "kv-exhausted",
-                            REQUEST,
-                            "48 concurrent 16-token requests (16 lanes + 4 waiting)",
-                            self.kv_exhausted,
-                        )
-                        self.phase(
-                            "submit-busy",
-                            REQUEST,
-                            "DeviceBusy on 3, then 7 consecutive A decode submits",
-                            self.submit_busy,
-                        )
-                        self.phase(
-                            "wait-timeout",
-                            RUNTIME,
-                            f"an A decode job hangs (job timeout {JOB_TIMEOUT_S:g} s)",
-                            self.wait_timeout,
-                        )
-                        self.phase(
-                            "ccu-exception", RUNTIME, "an A decode job ends in a CCU exception", self.ccu_exception
-                        )
-                        self.phase(
-                            "drain-deadline",
-                            LIFECYCLE,
-                            "reload of A with long requests in flight, drain deadline 0.1 s",
-                            self.drain_deadline,
-                        )
-                        self.phase("unload-reload", LIFECYCLE, "reload of A (drain completes)", self.unload_reload)
-                        self.stop_b = True
-                        self.b_run.set()
-                        for f in b_clients:
-                            f.result(70)
-                    except BaseException as exc:
-                        # SIGINT/SIGTERM or a failure mid-phase: end the engine while the loop still runs, so the
-                        # streams of the requests it aborts can still be delivered (never into a closed loop).
-                        self.stop_b = True
-                        self.b_run.set()
-                        self.sup.shutdown(5.0)
-                        if isinstance(exc, KeyboardInterrupt) and self.phases:  # the finished phases stay
-                            partial = self._result(t_start, device, interrupt=exc)
-                            raise ScenarioInterrupted(exc, partial) from exc
-                        raise
-            finally:
-                self.sup.shutdown(5.0)
+                stack.start(opts.package)
+                self.loop = loop = stack.loop
+                try:
+                    b_clients = [loop.submit(self.b_client(i)) for i in range(B_CLIENTS)]
+                    t_start = time.monotonic()
+                    self.phase("baseline", "-", "none", self.baseline)
+                    self.phase(
+                        "invalid-tensor",
+                        REQUEST,
+                        "10 prompts over the context limit, 10 empty prompts",
+                        self.invalid,
+                    )
+                    self.phase(
+                        "kv-exhausted",
+                        REQUEST,
+                        "48 concurrent 16-token requests (16 lanes + 4 waiting)",
+                        self.kv_exhausted,
+                    )
+                    self.phase(
+                        "submit-busy",
+                        REQUEST,
+                        "DeviceBusy on 3, then 7 consecutive A decode submits",
+                        self.submit_busy,
+                    )
+                    self.phase(
+                        "wait-timeout",
+                        RUNTIME,
+                        f"an A decode job hangs (job timeout {JOB_TIMEOUT_S:g} s)",
+                        self.wait_timeout,
+                    )
+                    self.phase("ccu-exception", RUNTIME, "an A decode job ends in a CCU exception", self.ccu_exception)
+                    self.phase(
+                        "drain-deadline",
+                        LIFECYCLE,
+                        "reload of A with long requests in flight, drain deadline 0.1 s",
+                        self.drain_deadline,
+                    )
+                    self.phase("unload-reload", LIFECYCLE, "reload of A (drain completes)", self.unload_reload)
+                    self.stop_b = True
+                    self.b_run.set()
+                    for f in b_clients:
+                        f.result(70)
+                except BaseException as exc:
+                    # SIGINT/SIGTERM or a failure mid-phase: end the engine while the loop still runs, so the
+                    # streams of the requests it aborts can still be delivered (never into a closed loop).
+                    self.stop_b = True
+                    self.b_run.set()
+                    self.sup.shutdown(5.0)
+                    if isinstance(exc, KeyboardInterrupt) and self.phases:  # the finished phases stay
+                        partial = self._result(t_start, device, interrupt=exc)
+                        raise ScenarioInterrupted(exc, partial) from exc
+                    raise
         return self._result(t_start, device)
 
     def _result(self, t_start: float, device: DeviceSpec, interrupt: KeyboardInterrupt | None = None) -> ScenarioResult:

@@ -31,6 +31,7 @@ from calctl.runners.bench.isolation.plan import (
 )
 from calctl.runners.bench.isolation.render import device_text, scenario_result
 from calctl.runners.device import DeviceSpec
+from calctl.runners.serving_stack import ServingStack
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TokenTap, drive_engine_request
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.runtime.interface import FaultInjecting
@@ -88,17 +89,9 @@ def _memory(rt: Any) -> dict[int, int | None]:
         return {}
 
 
-def _wait_idle(sup: DeviceSupervisor, timeout_s: float = 30.0) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        # idle, and settled: a recovery after a fault ends in Ready (or Failed) before the KV is judged
-        if all(
-            w.inflight() == 0 and w.live_requests() == 0 and (w.is_ready() or w.failed is not None)
-            for w in sup.cores.values()
-        ):
-            return True
-        time.sleep(0.01)
-    return False
+# How long the run waits, after its traffic, for the aliases to settle: a recovery after a fault (reset, golden,
+# warm-up: 001 §11.3) on a loaded 2-core host has taken over 30 s.
+SETTLE_TIMEOUT_S = 180.0
 
 
 # ---------------------------------------------------------------------------
@@ -119,24 +112,25 @@ class _IsolationRun:
         obs, device = self.obs, self.obs.device
         with device.open() as rt:
             obs.versions = rt.versions()
-            sup = DeviceSupervisor(
+            with ServingStack(
                 rt,
                 trust=trust,
+                name="isolation",
                 scheduler_configs={
                     s.alias: default_scheduler_config(s.alias, max_waiting_requests=max(128, len(obs.work)))
                     for s in obs.replica.sides
                 },
                 options=SupervisorOptions(warmup_iterations=1),
                 metrics=EngineMetrics(records=sink),
-            )
-            try:
+                engine_type=ServingEngine,
+            ) as stack:
                 self.log(
                     f"  loading {package} on {device_text(device, obs.versions)}"
                     + (f" (time scale {device.time_scale:g})" if device.is_mock else "")
                 )
                 try:
                     t_load = time.monotonic()
-                    sup.start(package)  # golden + warm-up of A0 then A1 before Ready (001 §11.1)
+                    stack.start(package)  # golden + warm-up of A0 then A1 before Ready (001 §11.1)
                     obs.seconds["load_golden_warmup"] = time.monotonic() - t_load
                 except CheckFailed as exc:
                     # Only the load gate's golden/warm-up is this scenario's verdict; a package that fails
@@ -146,31 +140,29 @@ class _IsolationRun:
                     obs.start_error = exc.message
                     self.log(f"  serial golden failed at load: {exc.message}")
                 if obs.start_error is None:
-                    self._serve(sup, rt, golden)
-            finally:
-                sup.shutdown(5.0)
+                    self._serve(stack, golden)
 
-    def _serve(self, sup: DeviceSupervisor, rt: Any, golden: Golden) -> None:
-        obs = self.obs
-        engine = ServingEngine(sup)
-        obs.generations = {a: {w.generation} for a, w in sup.cores.items()}
+    def _serve(self, stack: ServingStack, golden: Golden) -> None:
+        obs, sup, rt = self.obs, stack.sup, stack.rt
+        obs.generations = {a: {g} for a, g in stack.generations().items()}
         recoveries0 = len(sup.recoveries)
         since = time.monotonic_ns()
 
         def submit(req: GenerationRequest) -> TokenTap:
-            tap = TokenTap(engine.submit(req))
+            tap = TokenTap(stack.engine.submit(req))
             self.taps[req.request_id] = tap
             return tap
 
-        with EngineLoop("isolation") as loop:
-            t_golden = time.monotonic()
-            self._serial_golden(loop, submit, golden)
-            _wait_idle(sup)
-            obs.seconds["serial_golden"] = time.monotonic() - t_golden
-            obs.before = {s.alias: _side_state(sup, s.alias) for s in obs.replica.sides}
-            obs.mem_before = _memory(rt)
-            results = self._concurrent(loop, submit)
-        obs.drained = _wait_idle(sup)
+        loop = stack.loop
+        t_golden = time.monotonic()
+        self._serial_golden(loop, submit, golden)
+        stack.wait_settled(SETTLE_TIMEOUT_S)
+        obs.seconds["serial_golden"] = time.monotonic() - t_golden
+        obs.before = {s.alias: _side_state(sup, s.alias) for s in obs.replica.sides}
+        obs.mem_before = _memory(rt)
+        results = self._concurrent(loop, submit)
+        # A fault's recovery (reset, golden, warm-up) ends before the KV and the recoveries are read.
+        obs.drained = stack.wait_settled(SETTLE_TIMEOUT_S)
         self._after(sup, rt, since, recoveries0)
         obs.judged = [
             Judged(
