@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,8 @@ class GoldenResult:
     got_tokens: tuple[int, ...]
     first_mismatch: int | None  # index into the output tokens
     seconds: float
+    # Every decode profile B > 1 against its B1 twins (calctl.checks.batch_golden), where the caller ran them.
+    batch: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)

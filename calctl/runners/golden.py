@@ -10,14 +10,17 @@ This module does not print or write files.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from calctl.checks.batch_golden import run_batch_golden
 from calctl.checks.golden import GoldenResult, LogitCheck, check_logits, first_mismatch, judge, run_golden_model
+from calctl.package.model import Package
 from calctl.report import Report, StepStatus
 from calctl.runners.device import DeviceSpec
 from calctl.runners.per_model import PerModelCheck, run_per_model
 from calctl.runners.steps import StepLog
-from calctl.runtime import GenerationId
+from calctl.runtime import GenerationId, Runtime
 from calctl.signing.policy import TrustPolicy
 
 
@@ -42,7 +45,7 @@ def run_golden(
         command="run-golden",
         step="golden",
         result_type=GoldenResult,
-        run=lambda rt, pkg, alias: run_golden_model(
+        run=lambda rt, pkg, alias: golden_with_batches(
             rt, pkg, alias, generation=generation, step_timeout_s=step_timeout_s
         ),
         detail=_detail,
@@ -53,11 +56,31 @@ def run_golden(
     return run_per_model(check, package, trust=trust, device=device, model=model, log=log)
 
 
+def golden_with_batches(
+    rt: Runtime, pkg: Package, alias: str, *, generation: GenerationId, step_timeout_s: float
+) -> GoldenResult:
+    """The B1 golden check, then (when it passed) every compiled decode profile B > 1 against its B1 twins
+    (:mod:`calctl.checks.batch_golden`): a board that computes B1 right but crosses lanes or writes KV from an
+    inactive lane fails here, naming the profile and lane."""
+    result = run_golden_model(rt, pkg, alias, generation=generation, step_timeout_s=step_timeout_s)
+    if not result.ok:
+        return result
+    batches = run_batch_golden(rt, pkg, alias, generation=generation, step_timeout_s=step_timeout_s)
+    failed = next((b for b in batches if not b.ok), None)
+    return dataclasses.replace(
+        result, batch=batches, ok=failed is None, reason=failed.reason if failed is not None else None
+    )
+
+
 def _detail(r: GoldenResult) -> str:
     if not r.ok:
         return r.reason or "failed"
     err = f"{r.prefill_max_abs_err:.2g}" if r.prefill_max_abs_err is not None else "n/a"
-    return f"logits max |err| {err}, top-k agree, {len(r.got_tokens)}/{len(r.expected_tokens)} tokens exact"
+    text = f"logits max |err| {err}, top-k agree, {len(r.got_tokens)}/{len(r.expected_tokens)} tokens exact"
+    if r.batch:
+        profiles = ", ".join(f"B{b.batch}" for b in r.batch)
+        text += f"; {profiles}: every lane equal to its B1 twin (inactive lanes included)"
+    return text
 
 
 __all__ = ["GoldenResult", "LogitCheck", "check_logits", "first_mismatch", "judge", "run_golden", "run_golden_model"]

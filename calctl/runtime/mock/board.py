@@ -291,7 +291,7 @@ class MockRuntime(ChipExecution):
                     f"submit of {plan.name!r} refused (injected device_busy, rule {busy.rule_index}, event {busy.ordinal})"
                 )
             halting = next((d for d in decisions if d.rule.kind.halts_chip), None)
-            corruptions = [d for d in decisions if d.rule.kind in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION)]
+            corruptions = [d for d in decisions if d.rule.kind.corrupts]
 
             job = self._job(
                 next(self._job_ids), plan, inputs, eng, lanes, generation=generation, submit_ns=time.monotonic_ns()

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from calctl.package.model import GraphKind
 from calctl.runtime.bookkeeping import DeviceBookkeeping
 from calctl.runtime.errors import RuntimeStatus
 from calctl.runtime.mock import compute
@@ -268,6 +269,8 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                 logits = rec.outputs.device_view("logits")
                 scale = max(float(np.std(logits)), 1e-3) * d.rule.magnitude
                 logits += (rng.standard_normal(logits.shape) * scale).astype(np.float32)
+            elif d.rule.kind is FaultKind.INACTIVE_LANE_KV:
+                self._inactive_lanes_write_kv(rec, rng, d.rule.magnitude)
             else:  # KV corruption: perturb what this job wrote into its sequences' caches
                 for s in rec.seqs:
                     if s is None:
@@ -277,6 +280,26 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                         block = arr[:, :end]
                         scale = max(float(np.std(block)), 1e-3) * d.rule.magnitude
                         block += (rng.standard_normal(block.shape) * scale).astype(np.float32)
+
+    @staticmethod
+    def _inactive_lanes_write_kv(rec: MockJob, rng: np.random.Generator, magnitude: float) -> None:
+        """The broken shim of ``inactive_lane_kv``: each inactive lane of a decode job writes a K/V row (noise of
+        ``magnitude`` × std) into the first active lane's sequence at the inactive lane's position."""
+        if rec.plan.kind is not GraphKind.DECODE:
+            return
+        active = [lane for lane, _, _ in compute.decode_lanes(rec.inputs)]
+        victim = rec.seqs[active[0]] if active else None
+        if victim is None:
+            return
+        positions = rec.inputs.device_view("positions")
+        for lane in range(rec.inputs.batch):
+            row = int(positions[lane])
+            if lane in active or not 0 <= row < victim.reserved:
+                continue
+            for arr in (victim.cache.k, victim.cache.v):
+                block = arr[:, row]
+                scale = max(float(np.std(block)), 1e-3) * magnitude
+                block += (rng.standard_normal(block.shape) * scale).astype(np.float32)
 
     def _halt(self, rec: MockJob, health: Health) -> None:
         """Apply a halting fault: the job's chips (or the whole board) stop until a reset."""

@@ -46,6 +46,9 @@ class FaultKind(str, enum.Enum):
     UNKNOWN_DMA_STATE = "unknown_dma_state"  # the job fails; buffers held until reset; the chip halts
     CORRUPT_OUTPUT = "corrupt_output"  # the job "succeeds" with perturbed logits
     KV_CORRUPTION = "kv_corruption"  # the job succeeds; the K/V it wrote are perturbed
+    # A decode job's inactive lanes (lane_valid 0) write K/V anyway, into the first active lane's sequence at the
+    # inactive lane's position (000 §7.3 broken); the job succeeds. No effect on a job with no inactive lane.
+    INACTIVE_LANE_KV = "inactive_lane_kv"
     MEMORY_LEAK = "memory_leak"  # unload does not return (some of) the model's memory
     HOST_MEMORY_LEAK = "host_memory_leak"  # unload keeps `bytes` of real host memory in the process (soak RSS check)
     RESET_FAILURE = "reset_failure"  # the reset itself fails: DeviceLost, nothing is reset (001 §11.3 row 6)
@@ -53,6 +56,11 @@ class FaultKind(str, enum.Enum):
     @property
     def halts_chip(self) -> bool:
         return self in (FaultKind.WAIT_TIMEOUT, FaultKind.CCU_EXCEPTION, FaultKind.UNKNOWN_DMA_STATE)
+
+    @property
+    def corrupts(self) -> bool:
+        """The job succeeds and something it wrote is wrong (applied by the board after the compute)."""
+        return self in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION, FaultKind.INACTIVE_LANE_KV)
 
     @property
     def on_unload(self) -> bool:
@@ -198,8 +206,8 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(
             f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)"
         )
-    if "magnitude" in r and kind not in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION):
-        raise ConfigError(f"{where}: magnitude applies only to corrupt_output and kv_corruption")
+    if "magnitude" in r and not kind.corrupts:
+        raise ConfigError(f"{where}: magnitude applies only to corrupt_output, kv_corruption and inactive_lane_kv")
     if "bytes" in r and not kind.on_unload:
         raise ConfigError(f"{where}: bytes applies only to memory_leak and host_memory_leak")
     if kind is FaultKind.HOST_MEMORY_LEAK and "bytes" not in r:

@@ -1,0 +1,259 @@
+"""Every compiled decode profile B > 1 against its B1 twins (000 §7.3 inactive lanes, 000 §9.2 KV, 000 §18).
+
+A board that computes B1 right can still be wrong in a batch: a lane that reads another lane's KV, an inactive
+lane (``lane_valid`` 0) that writes KV anyway, a logits row written to the wrong lane. The golden check
+(:mod:`calctl.checks.golden`) runs B1 only, so :func:`run_batch_golden` runs, for each profile B > 1 of a
+model's decode graph:
+
+1. **Twins.** Two prompts, the package's golden prompt and a variant of it (every token + 1), each decoded
+   greedily at B1 (:func:`~calctl.checks.steps.greedy_run`): the tokens every lane holding that prompt must
+   produce.
+2. **The batch.** B sequences, lanes alternating between the two prompts, each prefilled at B1; then decode
+   jobs at profile B. For the first half of the steps every lane is active; then the upper half of the lanes
+   goes inactive (``lane_valid`` 0, ``kv`` None, a token and position that differ from the live ones) while
+   its sequences stay allocated, as a request waiting for its next step leaves them. The lower lanes decode to
+   the end in the same profile.
+3. **Resumption.** The lanes left inactive decode their remaining tokens at B1.
+
+Every lane's tokens must equal its twin's. An inactive lane that wrote KV (into its own last sequence, or into
+an active lane's) changes what a later step of that sequence computes; a crossed KV or logits row changes a
+lane's tokens at once. The first mismatch is named by model, profile, lane, step and KV position.
+
+Only the active lanes' logits rows are read: with ``returns_logits`` false the inactive rows are unspecified
+(000 §7.3). This module opens no device, configures nothing and prints nothing; the caller's package must be
+configured on ``rt``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from calctl.checks.golden import first_mismatch
+from calctl.checks.steps import GoldenData, GreedyProgress, StepTimedOut, abort_hung, greedy_run
+from calctl.package.model import Graph, Model, Package
+from calctl.runtime import GenerationId, HostBuffer, Job, KvSeqId, Runtime
+from calctl.runtime.errors import RuntimeLayerError, Timeout
+
+
+@dataclass(frozen=True)
+class LaneResult:
+    """One lane of a batch profile's run: what it produced against its B1 twin."""
+
+    lane: int
+    prompt: str  # "golden" or "variant"
+    batch_steps: int  # decode steps this lane ran inside the batch (the rest at B1 after it went inactive)
+    expected_tokens: tuple[int, ...]
+    got_tokens: tuple[int, ...]
+    first_mismatch: int | None
+
+
+@dataclass(frozen=True)
+class BatchProfileResult:
+    """One decode profile B > 1 of one model: every lane equal to its B1 twin, or the first lane that is not."""
+
+    alias: str
+    batch: int
+    ok: bool
+    reason: str | None
+    lanes: tuple[LaneResult, ...]
+    jobs: int
+    seconds: float
+
+
+def batch_profiles(model: Model) -> tuple[int, ...]:
+    """The decode profiles above B1 that ``model`` compiles (what :func:`run_batch_golden` runs)."""
+    return tuple(b for b in model.decode.batch_profiles if b > 1)
+
+
+def variant_prompt(prompt: tuple[int, ...], vocab: int) -> tuple[int, ...]:
+    """The second prompt: every golden token + 1 (mod the vocabulary), so no lane's prompt equals its neighbour's."""
+    return tuple((t + 1) % vocab for t in prompt)
+
+
+def run_batch_golden(
+    rt: Runtime,
+    pkg: Package,
+    alias: str,
+    *,
+    generation: GenerationId = GenerationId(0),
+    step_timeout_s: float = 30.0,
+) -> tuple[BatchProfileResult, ...]:
+    """Run every decode profile B > 1 of ``alias`` against its B1 twins; ``()`` when the model compiles B1 only.
+
+    Raises :class:`~calctl.checks.steps.StepTimedOut` (exit 4) when a wait exceeds ``step_timeout_s``; any other
+    device error propagates. Every KV sequence it allocated is freed on every path."""
+    profiles = batch_profiles(pkg.model(alias))
+    if not profiles:
+        return ()
+    golden = GoldenData.load(pkg, alias)
+    model = pkg.model(alias)
+    vocab = model.architecture.vocab_size
+    n = len(golden.tokens)
+    prompts = {"golden": golden.prompt, "variant": variant_prompt(golden.prompt, vocab)}
+    twins = {
+        name: tuple(
+            greedy_run(
+                rt, model, p, n, progress=GreedyProgress(alias), generation=generation, step_timeout_s=step_timeout_s
+            ).tokens
+        )
+        for name, p in prompts.items()
+    }
+    return tuple(_BatchRun(rt, model, b, prompts, twins, generation, step_timeout_s).run(n) for b in profiles)
+
+
+class _BatchRun:
+    """One profile's batch: its sequences, buffers and the tokens each lane produced."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        model: Model,
+        batch: int,
+        prompts: dict[str, tuple[int, ...]],
+        twins: dict[str, tuple[int, ...]],
+        generation: GenerationId,
+        timeout_s: float,
+    ) -> None:
+        self.rt, self.model, self.batch = rt, model, batch
+        self.generation, self.timeout_s = generation, timeout_s
+        self.names = ["golden" if lane % 2 == 0 else "variant" for lane in range(batch)]
+        self.prompts, self.twins = prompts, twins
+        self.tokens: list[list[int]] = [[] for _ in range(batch)]
+        self.batch_steps = [0] * batch
+        self.jobs = 0
+
+    def run(self, n: int) -> BatchProfileResult:
+        t0 = time.perf_counter()
+        seqs: list[KvSeqId] = []
+        try:
+            for lane in range(self.batch):
+                seqs.append(self.rt.kv.allocate(self.model.alias))
+                self._prefill(lane, seqs[lane])
+            steps = n - 1
+            # Every lane active for the first half, then the upper lanes inactive with their sequences kept.
+            split = max(1, steps // 2) if steps > 1 else steps
+            live = self.batch // 2
+            with self.rt.job_buffers(self.model.decode.name, self.batch) as (di, do):
+                for step in range(steps):
+                    active = self.batch if step < split else live
+                    self._decode_batch(di, do, seqs, active, step)
+            with self.rt.job_buffers(self.model.decode.name, 1) as (di, do):
+                for lane in range(live, self.batch):
+                    while len(self.tokens[lane]) < n:
+                        self._decode_one(di, do, lane, seqs[lane])
+        finally:
+            for seq in seqs:
+                _free_quietly(self.rt, seq)
+        return self._judge(time.perf_counter() - t0)
+
+    # -- jobs ---------------------------------------------------------------------------------------------
+
+    def _wait(self, job: Job, step: str) -> None:
+        self.jobs += 1
+        try:
+            self.rt.wait(job, self.timeout_s)
+        except Timeout:
+            raise StepTimedOut(
+                alias=self.model.alias,
+                step=f"B{self.batch} {step}",
+                job=job,
+                timeout_s=self.timeout_s,
+                recovery=abort_hung(self.rt, job),
+            ) from None
+
+    def _prefill(self, lane: int, seq: KvSeqId) -> None:
+        prompt, graph = self.prompts[self.names[lane]], self.model.prefill
+        with self.rt.job_buffers(graph.name, 1) as (pi, po):
+            tokens = np.zeros(pi.layout.slot("tokens").shape, np.int32)
+            tokens[0, : len(prompt)] = prompt
+            pi.write("tokens", tokens)
+            pi.write("n_tokens", np.array([len(prompt)], np.int32))
+            self.rt.kv.append(seq, len(prompt))
+            job = self.rt.submit(graph.name, pi, po, kv=[seq], generation=self.generation)
+            self._wait(job, f"prefill of lane {lane}")
+            self.rt.kv.commit(seq)
+            self.tokens[lane].append(int(np.argmax(po.read("logits")[0])))
+
+    def _decode_batch(self, di: HostBuffer, do: HostBuffer, seqs: list[KvSeqId], active: int, step: int) -> None:
+        """One decode job at profile B: lanes ``0..active-1`` live, the others inactive (000 §7.3)."""
+        b, vocab = self.batch, self.model.architecture.vocab_size
+        positions = np.zeros(b, np.int32)
+        tokens = np.zeros((b, 1), np.int32)
+        for lane in range(active):
+            positions[lane] = self.rt.kv.append(seqs[lane], 1)
+            tokens[lane, 0] = self.tokens[lane][-1]
+        for lane in range(active, b):
+            # What a stale lane would carry: a token no live lane holds, and a position inside every sequence.
+            tokens[lane, 0] = (self.tokens[lane][-1] + 7) % vocab if self.tokens[lane] else 0
+            positions[lane] = 0
+        di.write("tokens", tokens)
+        di.write("positions", positions)
+        _write_mask(di, self.model.decode, [lane < active for lane in range(b)])
+        kv: list[KvSeqId | None] = [seqs[lane] if lane < active else None for lane in range(b)]
+        job = self.rt.submit(self.model.decode.name, di, do, kv=kv, generation=self.generation)
+        self._wait(job, f"decode[{step}] ({active} of {b} lanes active)")
+        for lane in range(active):
+            self.rt.kv.commit(seqs[lane])
+        logits = do.read("logits", lanes=active)
+        for lane in range(active):
+            self.tokens[lane].append(int(np.argmax(logits[lane])))
+            self.batch_steps[lane] += 1
+
+    def _decode_one(self, di: HostBuffer, do: HostBuffer, lane: int, seq: KvSeqId) -> None:
+        position = self.rt.kv.append(seq, 1)
+        di.write("tokens", np.array([[self.tokens[lane][-1]]], np.int32))
+        di.write("positions", np.array([position], np.int32))
+        _write_mask(di, self.model.decode, [True])
+        job = self.rt.submit(self.model.decode.name, di, do, kv=[seq], generation=self.generation)
+        self._wait(job, f"decode of lane {lane} at B1 after the batch")
+        self.rt.kv.commit(seq)
+        self.tokens[lane].append(int(np.argmax(do.read("logits")[0])))
+
+    # -- the verdict --------------------------------------------------------------------------------------
+
+    def _judge(self, seconds: float) -> BatchProfileResult:
+        alias = self.model.alias
+        lanes: list[LaneResult] = []
+        reasons: list[str] = []
+        prompt_len = {name: len(p) for name, p in self.prompts.items()}
+        for lane in range(self.batch):
+            name = self.names[lane]
+            want, got = self.twins[name], tuple(self.tokens[lane])
+            at = first_mismatch(want, got)
+            lanes.append(LaneResult(lane, name, self.batch_steps[lane], want, got, at))
+            if at is not None and not reasons:
+                where = "in the batch" if 1 <= at <= self.batch_steps[lane] else "at B1 after it went inactive"
+                if at == 0:
+                    where = "from its B1 prefill"
+                reasons.append(
+                    f"{alias}: B{self.batch} lane {lane} ({name} prompt): output token {at} (KV position "
+                    f"{prompt_len[name] + at - 1}) {where}: expected {want[at]} (its B1 twin's), got "
+                    f"{got[at] if at < len(got) else 'nothing'}"
+                )
+        return BatchProfileResult(
+            alias, self.batch, not reasons, reasons[0] if reasons else None, tuple(lanes), self.jobs, seconds
+        )
+
+
+def _write_mask(inputs: HostBuffer, graph: Graph, active: list[bool]) -> None:
+    """The inactive-lane mask the manifest names (000 §7.3), wherever the layout has it."""
+    pol = graph.inactive_lane_policy
+    name = pol.mask_input if pol is not None else "lane_valid"
+    if name in inputs.names:
+        inputs.write(name, np.array(active, np.uint8))
+
+
+def _free_quietly(rt: Runtime, seq: KvSeqId) -> None:
+    try:
+        length = rt.kv.length(seq)
+        if length.reserved > length.committed:
+            rt.kv.rollback(seq)
+        rt.kv.free(seq)
+    except RuntimeLayerError:
+        pass  # a sequence a hung job still holds is reclaimed by the reset that aborts it
+
+
+__all__ = ["BatchProfileResult", "LaneResult", "batch_profiles", "run_batch_golden", "variant_prompt"]
