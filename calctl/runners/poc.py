@@ -17,7 +17,9 @@ logged SKIP with the reason, so a report shows, e.g., that configure never ran):
 5. ``configure`` – exactly once;
 6. ``allocate A/B buffers`` – each model its own prefill and decode buffers,
    never shared;
-7. ``golden A``, ``golden B`` – one after the other;
+7. ``golden A``, ``golden B`` – one after the other; then, when a decode graph compiles profiles B > 1,
+   ``batch profiles`` – both models' profiles against their B1 twins at once, from two threads
+   (:mod:`calctl.checks.batch_golden`; not logged for a B1-only package);
 8. ``concurrent rounds`` – per round: A alone, B alone, then A and B together
    from two threads (each a prefill + greedy decode of its prompt), timed on
    the device's clock from the runtime's per-chip job stamps
@@ -54,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calctl.checks.batch_golden import BatchProfileResult, batch_profiles, run_batch_golden
 from calctl.checks.stats import until_decided
 from calctl.checks.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
 from calctl.errors import CalctlError, CheckFailed, UsageError
@@ -511,6 +514,8 @@ def _flow(
                     raise CheckFailed(f"golden failed: {r.reason}")
                 note.detail = f"{len(r.got_tokens)} tokens exact, logits max |err| {r.prefill_max_abs_err:.2g}"
 
+        _batch_profiles(rt, pkg, aliases, log, timeout_s, body)
+
         loads = _workloads(pkg, aliases, golden)
         body["workloads"] = [
             {"alias": w.alias, "prompt_tokens": len(w.prompt), "output_tokens": w.n_tokens, "reference": w.reference}
@@ -606,6 +611,43 @@ def _flow(
         if verdict.verdict != "S2":
             note.status = StepStatus.WARN
     found.verdict = verdict
+
+
+def _batch_profiles(
+    rt: Runtime, pkg: Package, aliases: tuple[str, ...], log: StepLog, timeout_s: float, body: dict[str, Any]
+) -> None:
+    """Every compiled decode profile B > 1 of both models against B1 twins, A and B at once from two threads
+    (:mod:`calctl.checks.batch_golden`): a batch that crosses lanes or chips, or an inactive lane that writes
+    KV, fails here before the rounds (000 §7.3; 001 §13.1 no crosstalk)."""
+    profiles = {a: batch_profiles(pkg.model(a)) for a in aliases}
+    if not any(profiles.values()):  # B1 only: nothing beyond the goldens, and 001 §6.4's flow stays as it is
+        body["batch_profiles"] = {}
+        return
+    with log.step("batch profiles") as note:
+        results: dict[str, tuple[BatchProfileResult, ...]] = {}
+        errors: list[BaseException] = []
+
+        def work(alias: str) -> None:
+            try:
+                results[alias] = run_batch_golden(rt, pkg, alias, generation=GENERATION, step_timeout_s=timeout_s)
+            except BaseException as exc:  # re-raised in the main thread below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(a,), name=f"poc-batch-{a}") for a in aliases]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        body["batch_profiles"] = {a: list(results[a]) for a in aliases}
+        failed = next((r for a in aliases for r in results[a] if not r.ok), None)
+        if failed is not None:
+            raise CheckFailed(f"batch profile failed: {failed.reason}")
+        note.detail = (
+            "; ".join(f"{a}: {', '.join(f'B{r.batch}' for r in results[a]) or 'B1 only'}" for a in aliases)
+            + ": every lane equal to its B1 twin (A and B at once)"
+        )
 
 
 def _f(x: float | None) -> str:

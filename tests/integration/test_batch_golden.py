@@ -10,6 +10,7 @@ from pathlib import Path
 
 from calctl.checks.batch_golden import variant_prompt
 from calctl.compiler.bundled import bundled_package
+from calctl.report import StepRecord, StepStatus
 from calctl.runners.bench.batch import build_batch_sample
 from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import run_golden
@@ -68,3 +69,31 @@ def test_a_b1_only_package_runs_no_batch() -> None:
 def test_the_variant_prompt_differs_in_every_token() -> None:
     prompt = (0, 5, 383)
     assert variant_prompt(prompt, 384) == (1, 6, 0)
+
+
+def _combined_with_batches(tmp_path: Path) -> Path:
+    from calctl.compiler.sample import build_sample
+    from calctl.signing.keys import load_private
+    from calctl.signing.policy import test_key_paths
+
+    return build_sample(
+        tmp_path / "combined", kind="combined", key=load_private(test_key_paths()[0]), decode_profiles=(1, 4)
+    )
+
+
+def test_poc_runs_both_models_batch_profiles_at_once_and_fails_an_inactive_lane_that_writes_kv(tmp_path: Path) -> None:
+    from calctl.runners.poc import run_poc_combined
+
+    pkg = _combined_with_batches(tmp_path)
+    trust = make_policy(None, False, trust_test_key=True)
+    expect = ("model-a", "model-b")
+    healthy = run_poc_combined(pkg, trust=trust, device=DeviceSpec(), expect_models=expect, rounds=2)
+    step = next(s for s in healthy.steps or () if s.name == "batch profiles")
+    assert isinstance(step, StepRecord)
+    assert step.status is StepStatus.PASS and "model-a: B4; model-b: B4" in step.detail, step
+    assert [r.batch for r in healthy.body["batch_profiles"]["model-b"]] == [4]
+
+    plan = _plan(tmp_path, "  - kind: inactive_lane_kv\n    graph: model_b_decode\n    probability: 1.0\n")
+    broken = run_poc_combined(pkg, trust=trust, device=DeviceSpec(fault_plan=plan), expect_models=expect, rounds=2)
+    assert broken.verdict == "FAIL" and broken.exit_code == 1
+    assert "model-b: B4 lane " in (broken.error or ""), broken.error
