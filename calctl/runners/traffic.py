@@ -234,6 +234,7 @@ class EngineResult:
     terminal_events: int = 0
     completion_tokens_reported: int | None = None
     synchronous_rejection: bool = False
+    token_ids: list[int] = field(default_factory=list)  # what the client received, in order (soak verifies them)
 
 
 async def drive_engine_request(
@@ -287,6 +288,7 @@ async def drive_engine_request(
             now = clock()
             if ev.token_id is not None and ev.finish is None:
                 result.token_generations.append(ev.generation)
+                result.token_ids.append(int(ev.token_id))
                 if plan.streaming:
                     _on_token(rec, now)
                 else:

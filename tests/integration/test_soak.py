@@ -97,6 +97,35 @@ def test_stale_completion_injection_is_caught(cli: Cli, tmp_path: Path) -> None:
     assert r.json["settings"]["inject"] == ["stale-completion"]
 
 
+def test_a_board_that_reports_jobs_done_before_their_logits_fails_naming_the_request(cli: Cli, tmp_path: Path) -> None:
+    """Issue 50: one decode job in a hundred "succeeds" with its logits never written. Every request's tokens are
+    held to its prompt's B1 twin, so the soak fails where it used to pass on outcome counts alone."""
+    plan = tmp_path / "unwritten.yaml"
+    plan.write_text(
+        "schema: calctl-fault-plan/v1\nfaults:\n"
+        "  - {kind: unwritten_logits, graph: model_a_decode, probability: 0.01}\n",
+        encoding="utf-8",
+    )
+    r = _soak(cli, tmp_path, "--cycles", "3", "--traffic-seconds", "1.0", "--fault-plan", str(plan))
+    assert_no_traceback(r)
+    assert r.code == 1, r.out[-2000:]
+    (v,) = [v for v in r.json["violations"] if v["kind"] == "output_mismatch"]
+    assert "(model-a on chip 0, model_a_decode" in v["message"] and "its prompt's B1 twin has" in v["message"]
+    assert v["detail"]["alias"] == "model-a" and v["detail"]["got"] != v["detail"]["expected"]
+    ver = r.json["output_verification"]
+    assert ver["mismatched_requests"] >= 1 and ver["checked_requests"] > ver["mismatched_requests"]
+    assert ver["twins"] == {"model-a": 21, "model-b": 21}
+
+
+def test_a_healthy_soak_checks_every_answer_against_its_twin(cli: Cli, tmp_path: Path) -> None:
+    r = _soak(cli, tmp_path, "--cycles", "2", "--traffic-seconds", "0.6")
+    assert r.code == 0, r.out[-2000:]
+    ver = r.json["output_verification"]
+    answered = sum(n for k, n in r.json["requests"]["by_outcome"].items() if k != "invalid")
+    assert ver["mismatched_requests"] == 0 and 0 < ver["checked_requests"] <= answered
+    assert ver["checked_tokens"] > ver["checked_requests"]
+
+
 def test_hours_mode_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
     r = _soak(cli, tmp_path, "--hours", "0.0003", "--traffic-seconds", "0.3", "--traffic", "none")
     assert r.code == 0, r.err[-2000:]

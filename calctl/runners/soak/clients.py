@@ -18,11 +18,12 @@ from typing import Any
 
 from calctl.checks.stats import percentiles
 from calctl.runners.soak import evidence
-from calctl.runners.soak.mix import MixedTraffic, ModelLimits
+from calctl.runners.soak.mix import MixedTraffic, ModelLimits, PoolPrompt, reference_pool
 from calctl.runners.soak.plan import SoakConfig
 from calctl.runners.traffic import EngineLoop, EngineResult, RequestOutcome, drive_engine_request, error_reason
 from calctl.runtime.types import Job
 from calctl.serving.engine import DeviceSupervisor, ServingEngine
+from calctl.serving.protocol import GenerationRequest
 from calctl.serving.record_sink import ms
 
 # ---------------------------------------------------------------------------
@@ -117,16 +118,23 @@ class TrafficDriver:
     engine: ServingEngine
     sup: DeviceSupervisor
     config: SoakConfig
-    on_result: Callable[[EngineResult], None]
+    on_result: Callable[[GenerationRequest, EngineResult], None]
     requests: RequestBook
     _stop: threading.Event = field(default_factory=threading.Event)
     _futures: list[Any] = field(default_factory=list)
 
+    def pools(self) -> dict[str, tuple[PoolPrompt, ...]]:
+        """Per alias, the reference pool every client of it draws its prompts from (mix.py)."""
+        return {alias: reference_pool(alias, self.limits(alias), seed=self.config.seed) for alias in self.sup.cores}
+
+    def limits(self, alias: str) -> ModelLimits:
+        return ModelLimits(self.engine.context_limit(alias), self.engine.codec(alias).vocab_size)
+
     def start(self) -> None:
+        pools = self.pools()
         for alias in self.sup.cores:
-            limits = ModelLimits(self.engine.context_limit(alias), self.engine.codec(alias).vocab_size)
             for i in range(self.config.clients_per_model):
-                mix = MixedTraffic(alias, limits, seed=self.config.seed, client=i)
+                mix = MixedTraffic(alias, self.limits(alias), seed=self.config.seed, client=i, pool=pools[alias])
                 self._futures.append(self.loop.submit(self._client(alias, mix, i)))
 
     async def _client(self, alias: str, mix: MixedTraffic, index: int) -> None:
@@ -148,7 +156,7 @@ class TrafficDriver:
             finally:
                 with self.requests.lock:
                     self.requests.outstanding -= 1
-            self.on_result(res)
+            self.on_result(req, res)
             if res.record.outcome in (RequestOutcome.UNAVAILABLE, RequestOutcome.CAPACITY):
                 await asyncio.sleep(pause.uniform(0.05, 0.15))  # back off while the model is away
             else:

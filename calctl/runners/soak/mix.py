@@ -19,7 +19,14 @@ invalid   0.03    prompt longer than the context: refused 400 before the device
 
 Prompt and output lengths vary per request and always fit the model's context
 (except ``invalid``). Prompt token ids avoid the first three ids (special
-tokens). Sampling is temperature 0.8 with a per-request seed.
+tokens).
+
+**Every answer is checked** (issue 50: a board that reports a job done before its logits are written must
+fail the soak): every request but ``invalid`` takes its prompt from the soak's **reference pool**
+(:func:`reference_pool`: :data:`POOL_PER_KIND` seeded prompts per kind and alias, with the kind's prompt
+lengths) and decodes greedily, so each token it returns must equal the token of that prompt's B1 twin, decoded
+on the board at the first load (:mod:`calctl.runners.soak.verify`). The kinds still cancel, stop, expire and
+burst as above; a request's tokens are a prefix of its twin's.
 
 This module builds requests; it does not send them.
 """
@@ -102,26 +109,68 @@ class RequestKind:
     name: str
     weight: float
     build: Builder
+    max_output: int  # the builder's longest output: the length of the kind's twins
+    verified: bool = True  # takes a pooled prompt and decodes greedily (``invalid`` never reaches the device)
 
 
 #: The mix, in one table (docstring above).
 KINDS: tuple[RequestKind, ...] = (
-    RequestKind("stream", 0.28, _stream),
-    RequestKind("plain", 0.20, _plain),
-    RequestKind("cancel", 0.14, _cancel),
-    RequestKind("deadline", 0.10, _deadline),
-    RequestKind("stop", 0.10, _stop),
-    RequestKind("long", 0.10, _long),
-    RequestKind("burst", 0.05, _burst),
-    RequestKind("invalid", 0.03, _invalid),
+    RequestKind("stream", 0.28, _stream, 32),
+    RequestKind("plain", 0.20, _plain, 32),
+    RequestKind("cancel", 0.14, _cancel, 32),
+    RequestKind("deadline", 0.10, _deadline, 32),
+    RequestKind("stop", 0.10, _stop, 32),
+    RequestKind("long", 0.10, _long, 64),
+    RequestKind("burst", 0.05, _burst, 4),
+    RequestKind("invalid", 0.03, _invalid, 8, verified=False),
 )
+
+#: Prompts of the reference pool per verified kind and alias (each has a B1 twin decoded at the first load).
+POOL_PER_KIND = 3
+
+
+@dataclass(frozen=True)
+class PoolPrompt:
+    """One prompt of the reference pool: what requests of ``kind`` send, and the longest output they may ask."""
+
+    kind: str
+    prompt: tuple[int, ...]
+    max_tokens: int  # the twin's length: no request of this prompt asks for more
+
+
+def _prompt(rng: random.Random, length: int, limits: ModelLimits) -> tuple[int, ...]:
+    hi = max(FIRST_TOKEN_ID + 1, limits.vocab_size)
+    return tuple(rng.randrange(FIRST_TOKEN_ID, hi) for _ in range(length))
+
+
+def reference_pool(
+    alias: str, limits: ModelLimits, *, seed: int, kinds: tuple[RequestKind, ...] = KINDS
+) -> tuple[PoolPrompt, ...]:
+    """The seeded prompts every verified request of ``alias`` draws from (the same for every client)."""
+    rng = random.Random(f"{seed}/{alias}/pool")
+    pool: list[PoolPrompt] = []
+    for kind in kinds:
+        if not kind.verified:
+            continue
+        for _ in range(POOL_PER_KIND):
+            length, _, _, _ = kind.build(rng, limits)
+            out = max(1, min(kind.max_output, limits.context_limit - length))
+            pool.append(PoolPrompt(kind.name, _prompt(rng, length, limits), out))
+    return tuple(pool)
 
 
 class MixedTraffic:
     """Draws the next request of one client. One instance per client (it owns the client's RNG)."""
 
     def __init__(
-        self, alias: str, limits: ModelLimits, *, seed: int, client: int, kinds: tuple[RequestKind, ...] = KINDS
+        self,
+        alias: str,
+        limits: ModelLimits,
+        *,
+        seed: int,
+        client: int,
+        kinds: tuple[RequestKind, ...] = KINDS,
+        pool: tuple[PoolPrompt, ...] | None = None,
     ) -> None:
         self.alias = alias
         self.limits = limits
@@ -130,25 +179,41 @@ class MixedTraffic:
         self._kinds = kinds
         self._weights = [k.weight for k in kinds]
         self._n = 0
+        self._pool: dict[str, list[PoolPrompt]] = {}
+        for entry in pool if pool is not None else reference_pool(alias, limits, seed=seed, kinds=kinds):
+            self._pool.setdefault(entry.kind, []).append(entry)
 
     def next(self) -> tuple[GenerationRequest, ClientPlan]:
         rng = self._rng
         kind = rng.choices(self._kinds, weights=self._weights)[0]
         prompt_len, max_tokens, plan, extra = kind.build(rng, self.limits)
         self._n += 1
-        hi = max(FIRST_TOKEN_ID + 1, self.limits.vocab_size)
-        prompt = tuple(rng.randrange(FIRST_TOKEN_ID, hi) for _ in range(prompt_len))
+        entries = self._pool.get(kind.name)
+        if kind.verified and entries:
+            entry = rng.choice(entries)  # a pooled prompt, greedy: its tokens are checked against its twin
+            prompt, max_tokens = entry.prompt, min(max_tokens, entry.max_tokens)
+        else:
+            prompt = _prompt(rng, prompt_len, self.limits)
         req = GenerationRequest(
             request_id=f"soak-{self.alias}-c{self.client}-{self._n}",
             alias=self.alias,
             tenant=TENANT,
             prompt_ids=prompt,
             max_tokens=max_tokens,
-            sampling=SamplingParams(temperature=0.8, seed=rng.randrange(2**31)),
+            sampling=SamplingParams(temperature=0.0),
             timeout_s=extra.get("timeout_s"),  # type: ignore[arg-type]
             ignore_eos=bool(extra.get("ignore_eos", False)),
         )
         return req, plan
 
 
-__all__ = ["KINDS", "TENANT", "MixedTraffic", "ModelLimits", "RequestKind"]
+__all__ = [
+    "KINDS",
+    "POOL_PER_KIND",
+    "TENANT",
+    "MixedTraffic",
+    "ModelLimits",
+    "PoolPrompt",
+    "RequestKind",
+    "reference_pool",
+]

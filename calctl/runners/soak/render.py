@@ -168,6 +168,7 @@ def report(s: SoakState) -> Report:
         },
         "violations": violations,
         "requests": req,
+        "output_verification": s.verifier.document(),
         "errors": {
             "requests": {k: v for k, v in req["by_outcome"].items() if k not in ("ok", "cancelled")},
             "device_error_reasons": reasons,

@@ -52,6 +52,7 @@ Mock results are labelled as such (docs/runtime.md §5). This module does not pr
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -65,6 +66,7 @@ from calctl.report import Report, verdict_of_exit_code
 from calctl.runners.soak import checks, evidence, judge, render
 from calctl.runners.soak.clients import TrafficDriver
 from calctl.runners.soak.inject import StaleRedelivery
+from calctl.runners.soak.mix import PoolPrompt
 from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffic, default_report_dir
 from calctl.runners.soak.state import Cycle, SoakState, read_counters
 from calctl.runners.traffic import EngineLoop, EngineResult
@@ -72,6 +74,7 @@ from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import ChipCounters
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.protocol import GenerationRequest
 
 
 class _Soak(SoakState):
@@ -278,6 +281,7 @@ class _Soak(SoakState):
                         detail="diagnostic: one token of a retired generation is re-delivered after the first reload",
                     )
                 driver = TrafficDriver(loop, ServingEngine(sup), sup, c, self._on_result, self.requests)
+                self._reference_twins(sup, rt, driver)
                 traffic.append(driver)
                 driver.start()
             self.phase = "traffic"
@@ -412,7 +416,33 @@ class _Soak(SoakState):
         self.events.write(f"{step}_failed", cycle=cyc.index, error=f"{name}: {exc}")
         self.status = "aborted"
 
-    def _on_result(self, res: EngineResult) -> None:
+    def _reference_twins(self, sup: DeviceSupervisor, rt: Runtime, driver: TrafficDriver) -> None:
+        """Every pooled prompt's B1 twin, decoded on the board after the first load and before any traffic."""
+        self.phase = "reference"
+        assert sup.loaded is not None
+        pkg = sup.loaded.package
+        errors: list[BaseException] = []
+
+        def twins(alias: str, pool: tuple[PoolPrompt, ...]) -> None:
+            try:
+                gen = sup.cores[alias].generation
+                self.verifier.compute(rt, pkg, alias, pool, generation=gen, step_timeout_s=self.config.job_timeout_s)
+            except BaseException as exc:  # raised in this thread below
+                errors.append(exc)
+
+        # One thread per alias: each model's twins on its own chip, at once (001 §6.4's A and B in parallel).
+        threads = [
+            threading.Thread(target=twins, args=item, name=f"soak-twins-{item[0]}") for item in driver.pools().items()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        self.events.write("reference_twins", **self.verifier.document())
+
+    def _on_result(self, req: GenerationRequest, res: EngineResult) -> None:
         at = self.now_s()
         self.requests.add(res, at)
         cycle = self.cycle_index()
@@ -420,6 +450,18 @@ class _Soak(SoakState):
         newest = sup.cores[res.record.alias].generation if sup is not None and res.record.alias in sup.cores else None
         for v in judge.request_violations(res, newest, cycle=cycle, at=at):
             self.violate(v)
+        wrong = self.verifier.check(req, res)
+        if wrong is not None:  # the board answered something its own B1 path does not (issue 50)
+            self.violate(
+                checks.Violation(
+                    "output_mismatch",
+                    wrong.message(),
+                    cycle,
+                    at,
+                    subject=f"{wrong.alias}:output",
+                    detail=dataclasses.asdict(wrong),
+                )
+            )
 
 
 def _validate(s: SoakState) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from calctl.runners.soak import checks, evidence
 from calctl.runners.soak.clients import RequestBook, SubmitCounter
 from calctl.runners.soak.plan import SoakConfig
+from calctl.runners.soak.verify import OutputVerifier
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import ChipCounters, ChipMemory
@@ -41,6 +42,7 @@ class SoakState:
         self.events = evidence.EventLog(config.out_dir / evidence.EVENTS_FILE, self.t0)
         self.violations = checks.ViolationBook()
         self.requests = RequestBook()
+        self.verifier = OutputVerifier()  # every answer against its prompt's B1 twin (verify.py)
         self.cycles: list[Cycle] = []
         self.lifecycle_errors: Counter[str] = Counter()
         self.drain_deadline_hits = 0

@@ -169,7 +169,11 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
             try:
                 caches = [s.cache if s is not None else None for s in rec.seqs]
                 assert rec.model is not None  # set until the job finishes
+                unwritten = any(d.rule.kind is FaultKind.UNWRITTEN_LOGITS for d in rec.corruptions)
+                held = rec.outputs.device_view("logits").copy() if unwritten else None
                 compute.run_graph(rec.model, rec.plan.kind, rec.inputs, rec.outputs, caches)
+                if held is not None:  # injected unwritten_logits: done, but the output DMA never happened
+                    rec.outputs.device_view("logits")[...] = held
                 self._corrupt(rec)
             except Exception as exc:  # a mock bug must fail the job, not kill the chip thread
                 errors.append(f"mock compute failed: {type(exc).__name__}: {exc}")
@@ -271,6 +275,8 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                 logits += (rng.standard_normal(logits.shape) * scale).astype(np.float32)
             elif d.rule.kind is FaultKind.INACTIVE_LANE_KV:
                 self._inactive_lanes_write_kv(rec, rng, d.rule.magnitude)
+            elif d.rule.kind is FaultKind.UNWRITTEN_LOGITS:
+                continue  # applied around the compute (``work``)
             else:  # KV corruption: perturb what this job wrote into its sequences' caches
                 for s in rec.seqs:
                     if s is None:

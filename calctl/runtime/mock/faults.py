@@ -49,6 +49,9 @@ class FaultKind(str, enum.Enum):
     # A decode job's inactive lanes (lane_valid 0) write K/V anyway, into the first active lane's sequence at the
     # inactive lane's position (000 §7.3 broken); the job succeeds. No effect on a job with no inactive lane.
     INACTIVE_LANE_KV = "inactive_lane_kv"
+    # The job reports SUCCEEDED but its logits are never written: the output buffer keeps what it held before
+    # (a shim that signals completion before the output DMA). The KV it computed is written.
+    UNWRITTEN_LOGITS = "unwritten_logits"
     MEMORY_LEAK = "memory_leak"  # unload does not return (some of) the model's memory
     HOST_MEMORY_LEAK = "host_memory_leak"  # unload keeps `bytes` of real host memory in the process (soak RSS check)
     RESET_FAILURE = "reset_failure"  # the reset itself fails: DeviceLost, nothing is reset (001 §11.3 row 6)
@@ -60,7 +63,12 @@ class FaultKind(str, enum.Enum):
     @property
     def corrupts(self) -> bool:
         """The job succeeds and something it wrote is wrong (applied by the board after the compute)."""
-        return self in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION, FaultKind.INACTIVE_LANE_KV)
+        return self in (
+            FaultKind.CORRUPT_OUTPUT,
+            FaultKind.KV_CORRUPTION,
+            FaultKind.INACTIVE_LANE_KV,
+            FaultKind.UNWRITTEN_LOGITS,
+        )
 
     @property
     def on_unload(self) -> bool:
@@ -206,7 +214,7 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(
             f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)"
         )
-    if "magnitude" in r and not kind.corrupts:
+    if "magnitude" in r and (not kind.corrupts or kind is FaultKind.UNWRITTEN_LOGITS):
         raise ConfigError(f"{where}: magnitude applies only to corrupt_output, kv_corruption and inactive_lane_kv")
     if "bytes" in r and not kind.on_unload:
         raise ConfigError(f"{where}: bytes applies only to memory_leak and host_memory_leak")

@@ -1,0 +1,141 @@
+"""``calctl soak``: every answer the board gives is checked against a B1 twin (issue 50; 001 §13.1, 000 §18).
+
+A soak that only counts outcomes passes a board that reports a job done before its logits are written, or one
+whose batch lanes cross: the requests end "succeeded" with wrong tokens. So every request of the soak's traffic
+(:mod:`calctl.runners.soak.mix`) but the ``invalid`` ones takes its prompt from a seeded reference pool and
+decodes greedily, and :class:`OutputVerifier` holds, per alias, the **B1 twin** of every pooled prompt: the
+greedy tokens the board itself produced for it at the first load, one B1 job at a time
+(:func:`~calctl.checks.steps.greedy_run`, the path the golden check already proved right), before any traffic.
+
+:meth:`OutputVerifier.check` then holds every finished request to its twin: the tokens the client received must
+be a prefix of the twin's (a request may be cancelled, stopped, expired or end at an EOS, never differ). A
+difference is an ``output_mismatch`` violation naming the request, the alias, its chip(s) and decode graph, the
+output token and KV position, and what was expected. Requests refused before the device (no token) are
+counted, never judged here.
+
+This module computes twins and compares token lists; it decides no verdict (``judge.py``) and sends no request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from calctl.checks.steps import GreedyProgress, greedy_run
+from calctl.package.model import Package
+from calctl.runners.soak.mix import PoolPrompt
+from calctl.runners.traffic import EngineResult
+from calctl.runtime import GenerationId, Runtime
+from calctl.serving.protocol import GenerationRequest
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """The first token of a request that differs from its prompt's B1 twin."""
+
+    request_id: str
+    alias: str
+    chips: tuple[int, ...]
+    graph: str
+    index: int  # output token index
+    kv_position: int
+    expected: int | None  # None: the request returned more tokens than the twin holds
+    got: int
+    generation: int | None  # the generation the differing token carried
+
+    def message(self) -> str:
+        chips = ", ".join(str(c) for c in self.chips)
+        want = "no token (past its B1 twin)" if self.expected is None else str(self.expected)
+        gen = f", generation {self.generation}" if self.generation is not None else ""
+        return (
+            f"request {self.request_id} ({self.alias} on chip {chips}, {self.graph}{gen}): output token {self.index} "
+            f"(KV position {self.kv_position}) was {self.got}, its prompt's B1 twin has {want}"
+        )
+
+
+@dataclass
+class OutputVerifier:
+    """The B1 twins of the reference pool, and the count of what was held to them (thread-safe)."""
+
+    twins: dict[tuple[str, tuple[int, ...]], tuple[int, ...]] = field(default_factory=dict)
+    places: dict[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)  # alias -> (chips, decode graph)
+    twin_seconds: dict[str, float] = field(default_factory=dict)
+    checked_requests: int = 0
+    checked_tokens: int = 0
+    mismatched_requests: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def compute(
+        self,
+        rt: Runtime,
+        pkg: Package,
+        alias: str,
+        pool: Iterable[PoolPrompt],
+        *,
+        generation: int,
+        step_timeout_s: float,
+    ) -> None:
+        """Decode every pooled prompt of ``alias`` greedily at B1 on ``rt`` (configured, idle): its twins."""
+        model = pkg.model(alias)
+        t0 = time.monotonic()
+        for entry in pool:
+            progress = greedy_run(
+                rt,
+                model,
+                entry.prompt,
+                entry.max_tokens,
+                progress=GreedyProgress(alias),
+                generation=GenerationId(generation),
+                step_timeout_s=step_timeout_s,
+            )
+            with self._lock:
+                self.twins[(alias, entry.prompt)] = tuple(progress.tokens)
+        with self._lock:
+            self.places[alias] = (tuple(model.target_chips), model.decode.name)
+            self.twin_seconds[alias] = round(time.monotonic() - t0, 4)
+
+    def check(self, request: GenerationRequest, result: EngineResult) -> Mismatch | None:
+        """Hold ``result``'s tokens to the twin of ``request``'s prompt; None when they agree (or no twin)."""
+        with self._lock:
+            twin = self.twins.get((request.alias, request.prompt_ids))
+            chips, graph = self.places.get(request.alias, ((), "?"))
+        got = result.token_ids
+        if twin is None or not got:
+            return None
+        at = next((i for i, t in enumerate(got) if i >= len(twin) or t != twin[i]), None)
+        with self._lock:
+            self.checked_requests += 1
+            self.checked_tokens += len(got) if at is None else at
+            if at is not None:
+                self.mismatched_requests += 1
+        if at is None:
+            return None
+        gens = result.token_generations
+        return Mismatch(
+            request.request_id,
+            request.alias,
+            chips,
+            graph,
+            at,
+            len(request.prompt_ids) + at - 1 if at else len(request.prompt_ids) - 1,
+            twin[at] if at < len(twin) else None,
+            got[at],
+            gens[at] if at < len(gens) else None,
+        )
+
+    def document(self) -> dict[str, object]:
+        """The report's ``output_verification`` block."""
+        with self._lock:
+            return {
+                "reference": "B1 twins decoded on the board at the first load, before any traffic",
+                "twins": {a: sum(1 for (x, _) in self.twins if x == a) for a in sorted(self.places)},
+                "twin_seconds": dict(self.twin_seconds),
+                "checked_requests": self.checked_requests,
+                "checked_tokens": self.checked_tokens,
+                "mismatched_requests": self.mismatched_requests,
+            }
+
+
+__all__ = ["Mismatch", "OutputVerifier"]
