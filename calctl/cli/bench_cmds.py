@@ -42,6 +42,11 @@ class ModeOpt(str, enum.Enum):
     all = "all"
 
 
+class SweepOpt(str, enum.Enum):
+    concurrency = "concurrency"
+    rate = "rate"
+
+
 class TargetDeviceOpt(str, enum.Enum):
     unknown = "unknown"
     mock = "mock"
@@ -59,15 +64,15 @@ def bench(
         ),
     ] = None,
     scenario: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--scenario",
             help="ab (default; --mode), interference (001 §9.4), fault-isolation (001 §13.4, in-process on the "
             "mock), executor-modes (sync/async/pingpong, in-process; docs/executor.md), batch (B1 vs "
-            "B4/B8/B16, in-process; 000 §19 M3), isolation (G2 replica isolation, in-process; 001 §12 Phase 2); "
-            "an unknown name lists them.",
+            "B4/B8/B16, in-process; 000 §19 M3), isolation (G2 replica isolation, in-process; 001 §12 Phase 2), "
+            "sweep (chosen by --sweep); an unknown name lists them.",
         ),
-    ] = "ab",
+    ] = None,
     url: Annotated[str | None, typer.Option("--url", help="The server to drive, e.g. http://127.0.0.1:8000.")] = None,
     models: Annotated[
         str | None, typer.Option("--models", help="A,B: the model aliases (B is measured against a saturated A).")
@@ -91,6 +96,26 @@ def bench(
     ] = None,
     slo_tpot: Annotated[
         float | None, float_option("--slo-tpot", min=0.0, help="TPOT SLO in seconds (goodput).")
+    ] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset",
+            help="Prompts from a local file instead of synthetic ids: JSONL of {prompt | messages, max_tokens?, "
+            "timestamp?} (a timed trace when every line has a timestamp) or a ShareGPT JSON array (docs/bench.md).",
+        ),
+    ] = None,
+    max_concurrency: Annotated[
+        int | None,
+        int_option("--max-concurrency", min=1, max=4096, help="At most N requests in flight per phase (others wait)."),
+    ] = None,
+    sweep: Annotated[
+        SweepOpt | None,
+        typer.Option("--sweep", help="concurrency | rate: one model (--models) up a ladder of levels; the knee."),
+    ] = None,
+    sweep_levels: Annotated[
+        str | None,
+        typer.Option("--sweep-levels", help="Comma-separated levels (default 1,2,4,8,16,32 or 0.5,1,2,4,8,16 req/s)."),
     ] = None,
     seed: SeedOpt = None,
     max_requests: Annotated[int, int_option("--max-requests", min=1, help="Cap per model and phase.")] = 10000,
@@ -152,9 +177,16 @@ def bench(
     from calctl.runners.bench.scenarios import SCENARIOS
     from calctl.runners.bench.workload import LengthDist, TokenRange
 
+    given = {"--sweep": sweep is not None}
+    if scenario is None:  # an option that belongs to one scenario chooses it (the table says which)
+        scenario = next((s.name for s in SCENARIOS.values() if s.selected_by and given.get(s.selected_by)), "ab")
     chosen = SCENARIOS.get(scenario)
     if chosen is None:
         raise UsageError(f"--scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
+    for option, on in given.items():
+        owner = next((s.name for s in SCENARIOS.values() if s.selected_by == option), None)
+        if on and owner is not None and chosen.name != owner:
+            raise UsageError(f"{option} belongs to --scenario {owner}, not {scenario}")
     out_dir = report_dir(report, "bench")
     model_list = tuple(m.strip() for m in (models or "").split(",") if m.strip())
     package, trust, spec = None, None, None
@@ -193,8 +225,18 @@ def bench(
             trust = make_policy(dev.trusted_key, dev.allow_unsigned, trust_test_key=True)
         else:
             package, trust, _ = dev.package(pkg)
+    from calctl.runners.bench.dataset import load_dataset
+    from calctl.runners.bench.sweep import parse_levels
+
+    if sweep_levels is not None and sweep is None:
+        raise UsageError("--sweep-levels needs --sweep concurrency|rate")
     opts = BenchOptions(
         out_dir=out_dir,
+        dataset=load_dataset(dataset) if dataset is not None else None,
+        output_given=output_len != "uniform:8:48",
+        max_concurrency=max_concurrency,
+        sweep=sweep.value if sweep is not None else None,
+        sweep_levels=parse_levels(sweep_levels, sweep.value) if sweep is not None else None,
         url=url,
         models=model_list,
         mode=Mode(mode.value),

@@ -239,6 +239,36 @@ def test_serialised_chips_fail_the_gates_and_say_which(cli: Cli, tmp_path: Path)
         assert "--duration" in g["detail"] and f"not judged: {name}:" in r.err
 
 
+def test_a_dataset_concurrency_sweep_gives_levels_a_knee_picture_and_json(
+    cli: Cli, parallel_server: str, tmp_path: Path
+) -> None:
+    """Issue 49: prompts from a local file (text, token ids and a chat), a closed loop per concurrency level."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(
+        '{"prompt": "The capital of France is", "max_tokens": 6}\n'
+        '{"prompt": [5, 6, 7, 8], "max_tokens": 5}\n'
+        '{"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}\n',
+        encoding="utf-8",
+    )
+    out = tmp_path / "sweep"
+    r = cli(
+        "bench", "--url", parallel_server, "--models", "model-a", "--dataset", data, "--sweep", "concurrency",
+        "--sweep-levels", "1,2,4", "--duration", "1.5", "--slo-ttft", "5", "--report", out, "--format", "json",
+    )  # fmt: skip
+    assert_no_traceback(r)
+    assert r.code == 0, r.err[-2000:]
+    doc = r.json
+    assert doc["scenario"] == "sweep" and doc["verdict"] == "MEASURED"
+    assert doc["sweep"] == "concurrency" and doc["model"] == "model-a"
+    assert doc["dataset"]["layout"] == "jsonl" and doc["dataset"]["entries"] == 3 and doc["dataset"]["chats"] == 1
+    assert [lv["level"] for lv in doc["levels"]] == [1, 2, 4]
+    for lv in doc["levels"]:
+        assert lv["sent"] > 0 and lv["succeeded"] == lv["sent"], lv  # text, ids and the chat all served
+        assert lv["tokens_per_s"] > 0 and lv["ttft_p50_s"] is not None
+    assert set(doc["knee"]) == {"level", "reason"} and doc["knee"]["reason"]
+    assert (out / "bench.png").read_bytes()[:8] == PNG_MAGIC
+
+
 def test_bench_usage_errors(cli: Cli, tmp_path: Path) -> None:
     port = _free_port()
     for args, needle in (
@@ -247,6 +277,10 @@ def test_bench_usage_errors(cli: Cli, tmp_path: Path) -> None:
         (("--url", f"http://127.0.0.1:{port}", "--models", "model-a,model-b"), "cannot reach"),
         (("--url", "http://127.0.0.1:1", "--prompt-len", "uniform:9:2"), "--prompt-len"),
         (("--scenario", "fault-isolation", "--url", "http://127.0.0.1:1"), "--url does not apply"),
+        (("--scenario", "ab", "--sweep", "rate", "--url", "http://127.0.0.1:1"), "--sweep belongs to --scenario sweep"),
+        (("--url", "http://127.0.0.1:1", "--sweep-levels", "1,2"), "--sweep-levels needs --sweep"),
+        (("--url", "http://127.0.0.1:1", "--sweep", "concurrency", "--sweep-levels", "4,2"), "increasing"),
+        (("--url", "http://127.0.0.1:1", "--dataset", str(tmp_path)), "not a regular file"),
     ):
         r = cli("bench", *args, "--report", tmp_path / "u")
         assert r.code == 2, (args, r.err)

@@ -44,6 +44,7 @@ from calctl.runners.bench.base import (
     Table,
     interrupted_note,
 )
+from calctl.runners.bench.dataset import dataset_workload
 from calctl.runners.bench.http import HttpTarget, PhaseResult, device_trace, run_phase, served_models
 from calctl.runners.bench.metrics import (
     Comparison,
@@ -84,6 +85,17 @@ def _check_models(target: HttpTarget, models: Sequence[str], need: int | None) -
 def _workload(
     opts: BenchOptions, stream: int, prompt: LengthDist | None = None, output: LengthDist | None = None
 ) -> list[PlannedRequest]:
+    if opts.dataset is not None and prompt is None:  # --dataset: its prompts (the interference pairs keep theirs)
+        return dataset_workload(
+            opts.dataset,
+            seed=opts.seed,
+            stream=stream,
+            rate=opts.rate,
+            duration_s=opts.duration_s,
+            burstiness=opts.burstiness,
+            output=output or (opts.output if opts.output_given else None),
+            max_requests=opts.max_requests,
+        )
     return build_workload(
         seed=opts.seed,
         stream=stream,
@@ -109,7 +121,14 @@ def _phase(
     log(f"  phase {label}: {n} request(s) over {opts.duration_s:g} s ({', '.join(workloads)})")
     load0 = host.load_now()
     res = run_phase(
-        target, workloads, label=label, duration_s=opts.duration_s, grace_s=opts.grace_s, seed=opts.seed, kinds=kinds
+        target,
+        workloads,
+        label=label,
+        duration_s=opts.duration_s,
+        grace_s=opts.grace_s,
+        seed=opts.seed,
+        kinds=kinds,
+        max_concurrency=opts.max_concurrency,
     )
     res = dataclasses.replace(res, host_load=(load0, host.load_now()))
     ok = sum(1 for r in res.records if r.ok)

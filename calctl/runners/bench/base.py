@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl.errors import Interrupted, interrupt_reason
+from calctl.runners.bench.dataset import Dataset
 from calctl.runners.bench.gates import Gate
 from calctl.runners.bench.metrics import Slo
 from calctl.runners.bench.workload import LengthDist, TokenRange
@@ -80,6 +81,12 @@ class BenchOptions:
     trust: TrustPolicy | None = None
     device: DeviceSpec | None = None
     requests: int = 1000  # isolation: requests of the concurrent run, over both aliases (001 §13.1: >= 1000)
+    # The load generator's inputs beyond synthetic ids (docs/bench.md "Datasets", "Sweeps"):
+    dataset: Dataset | None = None  # --dataset: prompts (text, ids or chats) from a local file
+    output_given: bool = False  # --output-len was given: it overrides a dataset's own output lengths
+    max_concurrency: int | None = None  # --max-concurrency: at most N requests in flight per phase
+    sweep: str | None = None  # --sweep concurrency|rate
+    sweep_levels: tuple[float, ...] | None = None  # --sweep-levels; None: the sweep's default ladder
 
     @property
     def grace_s(self) -> float:
@@ -136,6 +143,7 @@ class Scenario:
     run: Callable[[BenchOptions, Callable[[str], None]], ScenarioResult]
     needs_url: bool  # True: drives a server at --url; False: runs the engine in-process on --device
     options: Sequence[str] = ()  # the options it reads, for --help and docs
+    selected_by: str | None = None  # an option that chooses this scenario when --scenario is not given
 
 
 __all__ = [

@@ -115,23 +115,36 @@ async def _one(
     seed: int,
     t0: float,
     rec_out: list[RequestRecord],
+    slots: asyncio.Semaphore | None = None,
+    send_until: float | None = None,
 ) -> None:
     delay = t0 + req.offset_s - time.monotonic()
     if delay > 0:
         await asyncio.sleep(delay)
+    if slots is None:
+        await _send(client, target, alias, kind, req, seed, t0, rec_out)
+        return
+    async with slots:  # --max-concurrency: wait for one of the N slots (vLLM's semaphore)
+        if send_until is not None and time.monotonic() >= send_until:
+            return  # the phase's sending time is over: never sent, never recorded
+        await _send(client, target, alias, kind, req, seed, t0, rec_out)
+
+
+async def _send(
+    client: httpx.AsyncClient,
+    target: HttpTarget,
+    alias: str,
+    kind: str,
+    req: PlannedRequest,
+    seed: int,
+    t0: float,
+    rec_out: list[RequestRecord],
+) -> None:
     rec = RequestRecord(alias, kind, time.monotonic(), len(req.prompt_ids), req.max_tokens, scheduled=t0 + req.offset_s)
     rec_out.append(rec)
-    body = {
-        "model": alias,
-        "prompt": list(req.prompt_ids),
-        "max_tokens": req.max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": target.temperature,
-        "seed": seed,
-    }
+    path, body = request_body(alias, req, target.temperature, seed)
     try:
-        await asyncio.wait_for(_stream(client, target, body, rec), target.request_timeout_s)
+        await asyncio.wait_for(_stream(client, target, path, body, rec), target.request_timeout_s)
     except asyncio.TimeoutError:
         rec.outcome, rec.end, rec.error = (
             RequestOutcome.TIMEOUT,
@@ -146,8 +159,36 @@ async def _one(
         raise
 
 
-async def _stream(client: httpx.AsyncClient, target: HttpTarget, body: dict[str, Any], rec: RequestRecord) -> None:
-    async with client.stream("POST", f"{target.base}/v1/completions", json=body, headers=target.headers()) as r:
+def request_body(alias: str, req: PlannedRequest, temperature: float, seed: int) -> tuple[str, dict[str, Any]]:
+    """The endpoint and JSON body of one streaming request: a chat to ``/v1/chat/completions``, text or token ids
+    to ``/v1/completions``; usage in the last chunk either way (the server's completion-token count)."""
+    body: dict[str, Any] = {
+        "model": alias,
+        "max_tokens": req.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": temperature,
+        "seed": seed,
+    }
+    if req.messages is not None:
+        body["messages"] = [{"role": role, "content": content} for role, content in req.messages]
+        return "/v1/chat/completions", body
+    body["prompt"] = req.text if req.text is not None else list(req.prompt_ids)
+    return "/v1/completions", body
+
+
+def _chunk_text(choice: Mapping[str, Any]) -> str | None:
+    """The text of one streamed choice: ``text`` (completions) or ``delta.content`` (chat)."""
+    if choice.get("text"):
+        return str(choice["text"])
+    delta = choice.get("delta")
+    return str(delta["content"]) if isinstance(delta, Mapping) and delta.get("content") else None
+
+
+async def _stream(
+    client: httpx.AsyncClient, target: HttpTarget, path: str, body: dict[str, Any], rec: RequestRecord
+) -> None:
+    async with client.stream("POST", f"{target.base}{path}", json=body, headers=target.headers()) as r:
         rec.status = r.status_code
         if r.status_code != 200:
             raw = await r.aread()
@@ -178,10 +219,12 @@ async def _stream(client: httpx.AsyncClient, target: HttpTarget, body: dict[str,
                 break
             if doc.get("usage") and not doc.get("choices"):
                 usage_tokens = int(doc["usage"].get("completion_tokens") or 0)
+                if not rec.prompt_tokens:  # a text or chat prompt: only the server knows its tokens
+                    rec.prompt_tokens = int(doc["usage"].get("prompt_tokens") or 0)
                 continue
             now = time.monotonic()
             for ch in doc.get("choices") or ():
-                if ch.get("text"):
+                if _chunk_text(ch):
                     if rec.first_token is None:
                         rec.first_token = now
                     rec.token_times.append(now)
@@ -210,9 +253,14 @@ def run_phase(
     grace_s: float,
     seed: int,
     kinds: Mapping[str, str] | None = None,
+    max_concurrency: int | None = None,
 ) -> PhaseResult:
     """Send every planned request of every model at its offset from a common start; wait at most
     ``duration_s + grace_s``. Runs its own event loop (call it from a plain thread).
+
+    ``max_concurrency`` (``--max-concurrency``): at most that many requests in flight over the phase, the
+    others wait for a slot (with every offset 0 this is a closed loop of N clients). A request that gets its
+    slot only after ``duration_s`` is not sent and not recorded: the phase offers what it could send in time.
 
     Like :func:`asyncio.run`, except that SIGINT/SIGTERM are held while the loop and the phase's task are
     built: a signal landing inside the loop's constructor left a half-built loop whose finaliser printed a
@@ -226,6 +274,8 @@ def run_phase(
         records: list[RequestRecord] = []
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
             t0 = time.monotonic() + 0.05  # every task is created before the first arrival
+            slots = asyncio.Semaphore(max_concurrency) if max_concurrency is not None else None
+            send_until = t0 + duration_s if slots is not None else None
             tasks = []
             for stream, (alias, wl) in enumerate(workloads.items()):
                 for i, req in enumerate(wl):
@@ -240,6 +290,8 @@ def run_phase(
                                 (seed * 1_000_003 + stream * 100_003 + i) % 2**31,
                                 t0,
                                 records,
+                                slots,
+                                send_until,
                             )
                         )
                     )

@@ -16,6 +16,7 @@ from calctl.runners.bench.batch import BATCH
 from calctl.runners.bench.executor_modes import EXECUTOR_MODES
 from calctl.runners.bench.fault_isolation import run_fault_isolation
 from calctl.runners.bench.isolation import ISOLATION
+from calctl.runners.bench.sweep import SWEEP
 
 AB = Scenario(
     "ab",
@@ -52,7 +53,7 @@ FAULT_ISOLATION = Scenario(
 
 #: name -> scenario, in --help order. The default scenario is the first.
 SCENARIOS: dict[str, Scenario] = {
-    s.name: s for s in (AB, INTERFERENCE, FAULT_ISOLATION, EXECUTOR_MODES, BATCH, ISOLATION)
+    s.name: s for s in (AB, INTERFERENCE, FAULT_ISOLATION, EXECUTOR_MODES, BATCH, ISOLATION, SWEEP)
 }
 DEFAULT_SCENARIO = "ab"
 

@@ -109,9 +109,14 @@ def arrival_times(
 
 @dataclass(frozen=True)
 class PlannedRequest:
+    """One request of a phase: when it is sent and what it asks. A synthetic workload's prompt is token ids; a
+    dataset's (``calctl bench --dataset``) is text or a chat (``messages``: role, content), ids empty."""
+
     offset_s: float
     prompt_ids: tuple[int, ...]
     max_tokens: int
+    text: str | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)

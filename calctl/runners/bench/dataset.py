@@ -1,0 +1,272 @@
+"""Prompts from a local dataset file for ``calctl bench --dataset FILE`` (docs/bench.md "Datasets").
+
+Synthetic token ids overstate a server's speed (no tokenizer work, no real length mix), so ``calctl bench`` can
+replay prompts a person hands it, in the layouts ``vllm bench serve`` users already have. The layout is told by
+the file's first non-blank character:
+
+* ``[`` – **ShareGPT**: a JSON array of ``{"conversations": [{"from": "human", "value": ...}, {"from": "gpt",
+  "value": ...}, ...]}`` (``user``/``assistant`` too). The prompt is the first human turn; the request's
+  ``max_tokens`` is the first reply's length in tokens, estimated as characters / 4 (the client has no
+  tokenizer; ``--output-len`` overrides it). Entries without a human turn followed by a reply are skipped and
+  counted, as vLLM does.
+* anything else – **JSONL**, one object a line, each with exactly one of ``"prompt"`` (text, or a list of token
+  ids) and ``"messages"`` (a chat: ``[{"role": ..., "content": ...}]``, sent to ``/v1/chat/completions``), and
+  optionally ``"max_tokens"`` (alias ``"output_len"``) and ``"timestamp"`` (seconds). When every line has a
+  timestamp the file is a **timed trace**: requests are sent at those offsets from the first, not at
+  ``--rate``.
+
+Bounded before anything costs: a regular file of at most :data:`MAX_DATASET_BYTES`, at most
+:data:`MAX_ENTRIES` entries, every prompt at most :data:`MAX_PROMPT_CHARS` characters, JSON no deeper than
+the parser's own recursion bound; a bad line is a usage error (exit 2) naming the file, the line (or entry) and the
+field. Nothing here sends a request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calctl.errors import UsageError
+from calctl.runners.bench.workload import LengthDist, PlannedRequest, arrival_times
+
+MAX_DATASET_BYTES = 256 * 1024 * 1024
+MAX_ENTRIES = 1_000_000
+MAX_PROMPT_CHARS = 1_000_000
+MAX_PROMPT_IDS = 1_000_000
+MAX_OUTPUT_TOKENS = 1_000_000
+CHARS_PER_TOKEN = 4  # the reply-length estimate of a ShareGPT entry (OpenAI's rule of thumb for English)
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """One request's prompt: text, token ids or a chat (exactly one), and what the file says of its output."""
+
+    text: str | None = None
+    prompt_ids: tuple[int, ...] | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
+    output_len: int | None = None
+    timestamp: float | None = None
+
+
+@dataclass(frozen=True)
+class Dataset:
+    path: Path
+    layout: str  # sharegpt | jsonl | trace
+    entries: tuple[DatasetEntry, ...]
+    skipped: int = 0
+
+    def document(self) -> dict[str, Any]:
+        chats = sum(1 for e in self.entries if e.messages is not None)
+        return {
+            "path": str(self.path),
+            "layout": self.layout,
+            "entries": len(self.entries),
+            "chats": chats,
+            "skipped": self.skipped,
+        }
+
+
+def load_dataset(path: Path) -> Dataset:
+    """Read and check ``path`` (see the module docstring); :class:`UsageError` naming the problem."""
+    text = _read(path)
+    first = text.lstrip()[:1]
+    if first == "[":
+        entries, skipped = _sharegpt(path, _loads(path, text, "the file"))
+        layout = "sharegpt"
+    else:
+        entries, skipped = _jsonl(path, text), 0
+        stamped = sum(1 for e in entries if e.timestamp is not None)
+        if 0 < stamped < len(entries):
+            raise UsageError(
+                f"{path}: {stamped} of {len(entries)} lines have a timestamp: a timed trace needs one on every line"
+            )
+        layout = "trace" if stamped else "jsonl"
+    if not entries:
+        raise UsageError(f"{path}: no usable prompt" + (f" ({skipped} entries skipped)" if skipped else ""))
+    return Dataset(path, layout, tuple(entries), skipped)
+
+
+def _read(path: Path) -> str:
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"--dataset {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"--dataset {path}: not a regular file (a dataset is a JSON or JSONL file)")
+    if st.st_size > MAX_DATASET_BYTES:
+        raise UsageError(f"--dataset {path}: {st.st_size} bytes, more than the {MAX_DATASET_BYTES} a dataset may have")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_DATASET_BYTES + 1)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--dataset {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _loads(path: Path, text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:  # the C parser's own bound on nesting: refused, never a crash
+        raise UsageError(f"{path}: {where} nests JSON deeper than a dataset may") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: {where} is not JSON: {exc}") from None
+
+
+def _jsonl(path: Path, text: str) -> list[DatasetEntry]:
+    out: list[DatasetEntry] = []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        if len(out) >= MAX_ENTRIES:
+            raise UsageError(f"{path}: more than {MAX_ENTRIES} entries")
+        doc = _loads(path, line, f"line {n}")
+        if not isinstance(doc, dict):
+            raise UsageError(f"{path}: line {n}: expected a JSON object, got {type(doc).__name__}")
+        out.append(_entry(path, f"line {n}", doc))
+    return out
+
+
+def _entry(path: Path, where: str, doc: dict[str, Any]) -> DatasetEntry:
+    has = [k for k in ("prompt", "messages") if k in doc]
+    if len(has) != 1:
+        raise UsageError(f"{path}: {where}: expected exactly one of 'prompt' and 'messages', found {has or 'neither'}")
+    out_len = doc.get("max_tokens", doc.get("output_len"))
+    output = None if out_len is None else _count(path, where, "max_tokens", out_len, MAX_OUTPUT_TOKENS)
+    stamp = doc.get("timestamp")
+    ts = None
+    if stamp is not None:
+        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp) or stamp < 0:
+            raise UsageError(f"{path}: {where}: 'timestamp' must be a finite number of seconds >= 0, got {stamp!r}")
+        ts = float(stamp)
+    if "messages" in doc:
+        return DatasetEntry(messages=_messages(path, where, doc["messages"]), output_len=output, timestamp=ts)
+    prompt = doc["prompt"]
+    if isinstance(prompt, str):
+        return DatasetEntry(text=_text(path, where, "prompt", prompt), output_len=output, timestamp=ts)
+    if isinstance(prompt, list):
+        if not 1 <= len(prompt) <= MAX_PROMPT_IDS:
+            raise UsageError(f"{path}: {where}: 'prompt' holds {len(prompt)} token ids, expected 1 to {MAX_PROMPT_IDS}")
+        ids = tuple(_count(path, where, "prompt", t, 2**31 - 1, minimum=0) for t in prompt)
+        return DatasetEntry(prompt_ids=ids, output_len=output, timestamp=ts)
+    raise UsageError(f"{path}: {where}: 'prompt' must be text or a list of token ids, got {type(prompt).__name__}")
+
+
+def _messages(path: Path, where: str, value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list) or not value:
+        raise UsageError(f"{path}: {where}: 'messages' must be a non-empty list of {{role, content}}")
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise UsageError(f"{path}: {where}: messages[{i}] must be {{'role': text, 'content': text}}")
+        out.append((m["role"], _text(path, where, f"messages[{i}].content", m["content"])))
+    if sum(len(c) for _, c in out) > MAX_PROMPT_CHARS:
+        raise UsageError(f"{path}: {where}: the chat holds more than {MAX_PROMPT_CHARS} characters")
+    return tuple(out)
+
+
+def _text(path: Path, where: str, field: str, value: str) -> str:
+    if not value:
+        raise UsageError(f"{path}: {where}: '{field}' is empty")
+    if len(value) > MAX_PROMPT_CHARS:
+        raise UsageError(f"{path}: {where}: '{field}' holds {len(value)} characters, more than {MAX_PROMPT_CHARS}")
+    return value
+
+
+def _count(path: Path, where: str, field: str, value: Any, maximum: int, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise UsageError(f"{path}: {where}: '{field}' must be an integer from {minimum} to {maximum}, got {value!r}")
+    return value
+
+
+_HUMAN = frozenset({"human", "user"})
+_REPLY = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing"})
+
+
+def _sharegpt(path: Path, doc: Any) -> tuple[list[DatasetEntry], int]:
+    if not isinstance(doc, list):
+        raise UsageError(f"{path}: a ShareGPT file is a JSON array of conversations")
+    if len(doc) > MAX_ENTRIES:
+        raise UsageError(f"{path}: {len(doc)} entries, more than {MAX_ENTRIES}")
+    out: list[DatasetEntry] = []
+    skipped = 0
+    for i, item in enumerate(doc):
+        pair = _first_exchange(item)
+        if pair is None:
+            skipped += 1
+            continue
+        prompt, reply = pair
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise UsageError(
+                f"{path}: entry {i}: the human turn holds {len(prompt)} characters, more than {MAX_PROMPT_CHARS}"
+            )
+        estimate = min(MAX_OUTPUT_TOKENS, max(1, round(len(reply) / CHARS_PER_TOKEN)))
+        out.append(DatasetEntry(text=prompt, output_len=estimate))
+    return out, skipped
+
+
+def _first_exchange(item: Any) -> tuple[str, str] | None:
+    """The first human turn with a non-empty text and the reply right after it; None when there is none."""
+    turns = item.get("conversations") if isinstance(item, dict) else None
+    if not isinstance(turns, list):
+        return None
+    for a, b in itertools.pairwise(turns):
+        if not (isinstance(a, dict) and isinstance(b, dict)):
+            continue
+        if a.get("from") in _HUMAN and b.get("from") in _REPLY:
+            prompt, reply = a.get("value"), b.get("value")
+            if isinstance(prompt, str) and prompt and isinstance(reply, str) and reply:
+                return prompt, reply
+    return None
+
+
+def _order(n_entries: int, n: int, rng: np.random.Generator) -> Iterator[int]:
+    """``n`` entry indices: a seeded permutation, repeated when more requests than entries are asked."""
+    while n > 0:
+        perm = rng.permutation(n_entries)
+        for i in perm[:n]:
+            yield int(i)
+        n -= min(n, n_entries)
+
+
+def dataset_workload(
+    ds: Dataset,
+    *,
+    seed: int,
+    stream: int,
+    rate: float,
+    duration_s: float,
+    burstiness: float,
+    output: LengthDist | None,
+    max_requests: int,
+) -> list[PlannedRequest]:
+    """The requests of one model in one phase, from ``ds``: a timed trace keeps its own offsets (those within
+    ``duration_s``); otherwise arrivals at ``rate`` as :func:`~calctl.runners.bench.workload.build_workload`
+    draws them, prompts in a seeded order. ``output`` (``--output-len``) overrides the file's lengths; an entry
+    without one takes 128."""
+    rng = np.random.default_rng([seed, stream, 1])
+    if ds.layout == "trace":
+        first = min(e.timestamp or 0.0 for e in ds.entries)
+        timed = sorted(((e.timestamp or 0.0) - first, i) for i, e in enumerate(ds.entries))
+        picks = [(t, i) for t, i in timed if t < duration_s][:max_requests]
+    else:
+        times = arrival_times(rate, duration_s, burstiness, rng, max_requests)
+        picks = list(zip((float(t) for t in times), _order(len(ds.entries), len(times), rng), strict=False))
+    drawn = output.sample(rng, len(picks)) if output is not None else None
+    out = []
+    for k, (t, i) in enumerate(picks):
+        e = ds.entries[i]
+        max_tokens = int(drawn[k]) if drawn is not None else (e.output_len or 128)
+        out.append(PlannedRequest(t, e.prompt_ids or (), max_tokens, text=e.text, messages=e.messages))
+    return out
+
+
+__all__ = ["MAX_DATASET_BYTES", "MAX_ENTRIES", "Dataset", "DatasetEntry", "dataset_workload", "load_dataset"]
