@@ -48,6 +48,7 @@ from calctl.checks.golden import run_golden_model
 from calctl.checks.warmup import run_warmup_model
 from calctl.errors import CalctlError, CheckFailed
 from calctl.package.model import Package
+from calctl.runtime.calbin import Calbin
 from calctl.runtime.errors import DeviceLost, NotConfigured, NotSupported, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import GenerationId as RtGenerationId
@@ -104,6 +105,10 @@ class DeviceSupervisor:
         self.previous: LoadedPackage | None = None  # 000 §11 step 11: retained for rollback
         self.startup_source: Path | None = None  # the package given to start(): an admin load may always name it
         self.unloaded: LoadedPackage | None = None  # the package an unload took down: what a bare load brings back
+        # The calbin this supervisor created last and has not released: the configured one while serving. Every
+        # path that drops the configuration (unload, reload, rollback, a board reset) releases it, so the old
+        # generation's calbin, the backend's prepared weights and the vendor's handle go with it (000 §12).
+        self._calbin: Calbin | None = None
         self._idle_memory: dict[int, int | None] = {}  # per chip, before the first configure (000 §12 check)
         self.recoveries: list[RecoveryRecord] = []
         self.evidence: list[dict[str, Any]] = []  # the last recoveries' evidence documents
@@ -225,8 +230,7 @@ class DeviceSupervisor:
                     "configure of %s on a halted board (%s): resetting the board first", lp.source, "; ".join(halted)
                 )
                 self._reset("board", None)
-            calbin = self.rt.create_calbin(lp.package)
-            self.rt.configure(calbin)
+            self._configure_new(lp.package)
         except BaseException as exc:
             # 001 §11.1: Configuring -> Failed with the reason, never left in Configuring (a faulted board
             # refuses configure with DeviceLost until it is reset).
@@ -242,6 +246,7 @@ class DeviceSupervisor:
             self._failed_load(f"golden/warmup failed ({lp.source}): {exc or type(exc).__name__}")
             with contextlib.suppress(RuntimeLayerError):
                 self.rt.reset_configuration()
+            self._release_calbin()
             raise
         for alias, w in self._cores.items():
             self.failures.pop(alias, None)
@@ -251,6 +256,31 @@ class DeviceSupervisor:
             dropped, self.previous, self.loaded = self.previous, self.loaded, lp
             self._discard(dropped)
         self.loaded = lp
+
+    def _configure_new(self, pkg: Package) -> None:
+        """Create ``pkg``'s calbin and make it current. The one held before is released first: every caller
+        comes here after a teardown or a board reset dropped its configuration, and nothing in flight holds it
+        (000 §12). A calbin the device refused to configure is released at once."""
+        self._release_calbin()
+        self._calbin = self.rt.create_calbin(pkg)
+        try:
+            self.rt.configure(self._calbin)
+        except BaseException:
+            self._release_calbin()
+            raise
+
+    def _release_calbin(self) -> None:
+        """Release the calbin this supervisor holds (000 §12 "destroy ... Calbin"): at once when the device no
+        longer has it configured, else when the configuration is next dropped (the runtime keeps a released
+        current calbin until then, :mod:`calctl.runtime.bookkeeping`). A backend that fails to give the handle
+        back is logged: the lifecycle goes on, the configuration is already gone."""
+        calbin, self._calbin = self._calbin, None
+        if calbin is None:
+            return
+        try:
+            calbin.close()
+        except RuntimeLayerError as exc:
+            log.warning("release of calbin %d (%s) failed: %s", calbin.id, calbin.package.name, exc)
 
     def _failed_load(self, reason: str) -> None:
         """A load step failed after validation: every alias Failed with ``reason`` (/health/ready, metrics).
@@ -318,6 +348,7 @@ class DeviceSupervisor:
         except RuntimeLayerError as exc:
             log.warning("reset_configuration failed unexpectedly (%s); resetting the board to free it", exc)
             self._reset("board", None)
+        self._release_calbin()  # after the last job of the generation ended: drained, or aborted by the reset
         for alias in self._cores:
             self.metrics.lifecycle.labels(alias, "unload").observe(time.monotonic() - t0)
 
@@ -701,7 +732,7 @@ class DeviceSupervisor:
             try:
                 gen = self._next_generation()
                 if scope == "board":
-                    self.rt.configure(self.rt.create_calbin(self.loaded.package))
+                    self._configure_new(self.loaded.package)  # the reset dropped (and aborted) the old one
                 for a in affected:
                     self._cores[a].set_state(ModelState.WARMING, admission=ModelState.RECOVERING)
                     self._event(a, ModelState.WARMING, f"golden + warm-up after a {scope} reset")
