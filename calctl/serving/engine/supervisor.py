@@ -329,7 +329,9 @@ class DeviceSupervisor:
         return ok
 
     def _teardown(self, reason: str) -> None:
-        """Free every sequence and the configuration; a job still in flight forces a board reset first."""
+        """After a drain: free every sequence and the configuration; a job still in flight forces a board reset
+        first. 001 §11.1: Draining -> Unloading only at zero in flight; with jobs in flight at the deadline
+        Draining -> Recovering (the reset aborts them), then Unloading."""
         t0 = time.monotonic()
         stuck = any(w.inflight() or w.quarantined() for w in self._cores.values())
         for w in self._cores.values():
@@ -338,6 +340,7 @@ class DeviceSupervisor:
             # 000 §12: never free a buffer a job still holds -> Recovering, reset per contract.
             self._set_all(ModelState.RECOVERING, detail="drain deadline reached with jobs in flight")
             self._reset("board", None)
+        self._set_all(ModelState.UNLOADING, detail=reason)
         for w in self._cores.values():
             w.forget_device_state()
         try:
@@ -358,7 +361,6 @@ class DeviceSupervisor:
             if self.loaded is None:
                 return {"ok": False, "action": "unload", "detail": "nothing is loaded"}
             drained = self._drain(self.options.drain_deadline_s)
-            self._set_all(ModelState.UNLOADING)
             self._teardown("unload")
             for w in self._cores.values():
                 w.detach()
@@ -483,7 +485,6 @@ class DeviceSupervisor:
             try:
                 if current is not None:
                     self._drain(self.options.drain_deadline_s)
-                    self._set_all(ModelState.UNLOADING, detail="reload")
                     self._teardown("reload")
                 self._set_all(ModelState.CONFIGURING, admission=ModelState.UNLOADING)
                 try:
@@ -564,11 +565,21 @@ class DeviceSupervisor:
                 self.rt.reset("chip", chip)
                 return "chip"
             except (NotSupported, DeviceLost) as exc:
-                log.warning("chip reset not possible (%s); draining every alias, then resetting the board", exc)
+                log.warning(
+                    "chip %s reset refused (%s): the recovery of %s widens to every alias", chip, exc, req.alias
+                )
                 self._widen(affected, f"board reset for {req.alias}: chip reset not possible")
         tried.append("board")
-        self.rt.reset("board", None)
+        self._board_reset(req.alias)
         return "board"
+
+    def _board_reset(self, alias: str) -> None:
+        """A recovery's board reset, logged where it happens: after every alias left service (001 §11.2), so
+        the log reads Draining/Recovering of each alias, then this line, never the reset before an alias's
+        Draining. A board reset that raises propagates."""
+        states = ", ".join(f"{a} {w.state.value}" for a, w in self._cores.items())
+        log.warning("board reset for the recovery of %s; every alias is out of service (%s)", alias, states)
+        self.rt.reset("board", None)
 
     def _widen(self, affected: list[str], why: str) -> None:
         """Stop and drain the aliases not yet in ``affected`` (001 §11.1 Draining -> Recovering); add them."""
@@ -721,7 +732,7 @@ class DeviceSupervisor:
                 log.error("recovery of %s: %s; device-level recovery", req.alias, first)
                 self._widen(affected, first)
                 try:
-                    self.rt.reset("board", None)
+                    self._board_reset(req.alias)
                     scope = "board"
                 except RuntimeLayerError as exc2:
                     reason = f"{first}; device-level board reset failed too: {exc2}"
@@ -757,7 +768,6 @@ class DeviceSupervisor:
             drained = True
             if self.loaded is not None:
                 drained = self._drain(self.options.drain_deadline_s if deadline_s is None else deadline_s)
-                self._set_all(ModelState.UNLOADING, detail="shutdown")
                 try:
                     self._teardown("shutdown")
                 except RuntimeLayerError as exc:
