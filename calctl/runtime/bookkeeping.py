@@ -7,7 +7,10 @@
   released as soon as the job (or the reset that frees a quarantined one) gives it back;
 * the current calbin, and a calbin released while configured let go when the configuration is dropped;
 * ``submit``'s argument checks and its listeners (:meth:`Runtime.on_submit`);
-* the bounded trace and the messages both backends give for an unknown job or a wait that timed out.
+* the history of finished jobs (their trace events, and through :meth:`DeviceBookkeeping._forget` the backend's
+  kept result), bounded by count (``history`` trace events) **and** by its estimated host memory
+  (``history_bytes``, :mod:`calctl.runtime.history`), and the messages both backends give for an unknown job or
+  a wait that timed out.
 
 A backend supplies the device's side: ``_alloc`` (a buffer of a graph's layout), ``_free_storage`` and
 ``_free_calbin`` (give a handle back to the device), ``_submit`` (hand a checked job to the device) and
@@ -27,6 +30,7 @@ from calctl.closing import Closes
 from calctl.runtime.buffers import BufferState, Direction, HostBuffer
 from calctl.runtime.calbin import Calbin, GraphPlan, check_job_buffers, resolve_graph
 from calctl.runtime.errors import InvalidArgument, Timeout, error_class
+from calctl.runtime.history import DEFAULT_HISTORY_BYTES, JobHistoryUsage, KeptJobs
 from calctl.runtime.types import (
     Engine,
     GenerationId,
@@ -58,7 +62,9 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
 
     _lock: AbstractContextManager[Any]  # re-entrant: an RLock, or a Condition over one
 
-    def _init_bookkeeping(self, lock: AbstractContextManager[Any], history: int) -> None:
+    def _init_bookkeeping(
+        self, lock: AbstractContextManager[Any], history: int, history_bytes: int = DEFAULT_HISTORY_BYTES
+    ) -> None:
         self._lock = lock
         self._closed = False
         self._submit_listeners: list[Callable[[Job], None]] = []
@@ -71,13 +77,15 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
         self._current: Calbin | None = None
         self._quarantined: dict[JobId, RecordT] = {}
         self._history = history
-        self._trace: deque[TraceEvent] = deque(maxlen=history)
+        self._trace: deque[TraceEvent] = deque()
         # Beside each trace event, the largest submit_ns of it and every event appended before it. Events are
         # appended as jobs finish, so submit times are only nearly in order; this running maximum lets trace()
         # walk back from the newest event and stop at the first one that no earlier event can pass (a job's
         # record asks for its own events: a few steps, not the whole history).
-        self._trace_high: deque[int] = deque(maxlen=history)
+        self._trace_high: deque[int] = deque()
         self._trace_top = 0
+        # The finished jobs kept, oldest first: what evicting one drops (its trace events, the backend's result).
+        self._kept = KeptJobs(history, history_bytes)
 
     # -- what a backend provides ---------------------------------------------------------------
 
@@ -92,6 +100,9 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
 
     def _free_calbin(self, calbin: Calbin, handle: HandleT) -> None:
         """Give a released, unconfigured calbin's device handle back (under the lock)."""
+
+    def _forget(self, job: JobId) -> None:
+        """Drop what the backend keeps of finished ``job`` (its result for wait/query): the history let it go."""
 
     #: Hand one job to the device: ``(graph name, inputs, outputs, engine, KV lanes, generation)``; the backend
     #: checks it with :meth:`_submit_plan` under its lock and lends it the buffers.
@@ -267,6 +278,11 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
     def on_submit(self, listener: Callable[[Job], None]) -> None:
         self._submit_listeners.append(listener)
 
+    def job_history(self) -> JobHistoryUsage:
+        """How much of the bounded history of finished jobs is in use (:class:`calctl.runtime.history.KeptJobs`)."""
+        with self._lock:
+            return self._kept.usage()
+
     def trace(self, *, since_ns: int = 0) -> tuple[TraceEvent, ...]:
         with self._lock:
             if since_ns <= 0:
@@ -287,26 +303,34 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
         submit_ns: int | None = None,
         phases: tuple[PhaseInterval, ...] | None = None,
     ) -> None:
-        """One trace event per chip of a finished job; ``phases`` go on its first chip (None: not reported)."""
-        for chip in job.chips:
-            self._trace_top = max(self._trace_top, submit_ns or job.submit_ns)
-            self._trace_high.append(self._trace_top)
-            self._trace.append(
-                TraceEvent(
-                    job=job.id,
-                    chip=chip,
-                    model=job.model,
-                    graph=job.graph,
-                    engine=job.engine,
-                    generation=job.generation,
-                    submit_ns=submit_ns or job.submit_ns,
-                    start_ns=result.start_ns,
-                    end_ns=result.end_ns,
-                    state=result.state,
-                    status=result.status,
-                    phases=phases if phases is None or chip == job.chips[0] else (),
-                )
+        """One trace event per chip of a finished job; ``phases`` go on its first chip (None: not reported).
+        The job joins the kept history; the oldest jobs leave it while it is over its count or its bytes."""
+        events = tuple(
+            TraceEvent(
+                job=job.id,
+                chip=chip,
+                model=job.model,
+                graph=job.graph,
+                engine=job.engine,
+                generation=job.generation,
+                submit_ns=submit_ns or job.submit_ns,
+                start_ns=result.start_ns,
+                end_ns=result.end_ns,
+                state=result.state,
+                status=result.status,
+                phases=phases if phases is None or chip == job.chips[0] else (),
             )
+            for chip in job.chips
+        )
+        for event in events:
+            self._trace_top = max(self._trace_top, event.submit_ns)
+            self._trace_high.append(self._trace_top)
+            self._trace.append(event)
+        for old in self._kept.add(job.id, result, events):
+            for _ in range(old.events):
+                self._trace.popleft()
+                self._trace_high.popleft()
+            self._forget(old.job)
 
     # -- the answers both backends give alike -----------------------------------------------------
 
@@ -321,8 +345,8 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
 
     def _unknown_job(self, job: Job) -> InvalidArgument:
         return InvalidArgument(
-            f"job {job.id} is not known to this device (never submitted here, or older than the last "
-            f"{self._history} jobs)"
+            f"job {job.id} is not known to this device (never submitted here, or older than the history of "
+            f"finished jobs it keeps: {self._kept.usage().describe()})"
         )
 
     @staticmethod

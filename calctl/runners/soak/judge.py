@@ -12,9 +12,10 @@ import math
 from dataclasses import dataclass
 
 from calctl.budget.host import proc_status_bytes
-from calctl.runners.soak import checks
+from calctl.runners.soak import checks, host_memory
 from calctl.runners.soak.state import SoakState, read_counters
 from calctl.runners.traffic import EngineResult, RequestOutcome
+from calctl.runtime.history import KeepsJobHistory
 from calctl.runtime.interface import FaultInjecting, Runtime
 from calctl.runtime.types import ChipCounters
 from calctl.serving.engine import DeviceSupervisor
@@ -78,9 +79,10 @@ def after_unload(
     found = mem_violations + checks.check_counters(counters_before, after, delta, cycle=cycle, at_s=at)
     gc.collect()  # unreachable cycles are not a leak
     rss = proc_status_bytes("VmRSS")
-    reference = s.host_rss[0][1] if s.host_rss else rss
-    s.host_rss.append((cycle, rss))
-    found += checks.check_host_rss(reference, rss, cycle=cycle, at_s=at)
+    s.host_rss.append((cycle, rss))  # judged over the run, at the end (host_memory_checks)
+    s.history_reported = isinstance(rt, KeepsJobHistory)
+    if s.caches_full_at is None and isinstance(rt, KeepsJobHistory) and rt.job_history().full:
+        s.caches_full_at = cycle  # the bounded history levelled off: the trend starts after it
     for alias, w in sup.cores.items():
         if w.inflight() or w.quarantined():
             found.append(
@@ -98,9 +100,35 @@ def after_unload(
     return AfterUnload(drifts, after, delta, rss, len(found))
 
 
-def final_checks(s: SoakState, sup: DeviceSupervisor) -> None:
-    """At the end: no request open, no device error or missed drain deadline that no injected fault explains."""
+def host_memory_checks(s: SoakState) -> host_memory.HostMemoryVerdict:
+    """The serving process's memory over the run (:mod:`calctl.runners.soak.host_memory`): a trend after the
+    warm-up, or the fixed limit of a short run. Each finding is a ``host_memory_growth`` violation."""
+    v = host_memory.judge(s.host_rss, s.caches_full_at, reported=s.history_reported)
     at = s.now_s()
+    if v.method == "trend" and not v.ok:
+        assert v.trend is not None
+        s.violate(
+            checks.Violation(
+                "host_memory_growth",
+                f"serving process: resident memory (VmRSS) grows {v.words()}: a host-side leak the device "
+                "counters do not show",
+                v.trend.last_cycle,
+                at,
+                subject="host_rss",
+                detail=v.document(),
+            )
+        )
+    for cycle, growth in v.over_limit:
+        assert v.reference_bytes is not None and v.limit_bytes is not None
+        s.violate(checks.host_rss_violation(v.reference_bytes, growth, v.limit_bytes, cycle=cycle, at_s=at))
+    return v
+
+
+def final_checks(s: SoakState, sup: DeviceSupervisor) -> None:
+    """At the end: no request open, no device error or missed drain deadline that no injected fault explains,
+    the process's memory judged over the run."""
+    at = s.now_s()
+    host_memory_checks(s)
     with s.requests.lock:
         open_requests = s.requests.outstanding
     if open_requests:

@@ -8,7 +8,7 @@ from typing import Any
 
 from calctl.report import Report, build_header
 from calctl.runners.plotting import save
-from calctl.runners.soak import checks, evidence
+from calctl.runners.soak import checks, evidence, host_memory
 from calctl.runners.soak.judge import device_errors, samples, verdict
 from calctl.runners.soak.plan import SoakProgress
 from calctl.runners.soak.state import SoakState
@@ -212,9 +212,14 @@ def _host_rss_doc(s: SoakState) -> dict[str, Any]:
         "reference_bytes": ref,
         "limit_bytes": checks.host_rss_limit_bytes(ref) if ref is not None else None,
         "max_growth_bytes": max(known) - ref if ref is not None and known else None,
+        "job_history_full_at_cycle": s.caches_full_at,
+        "verdict": host_memory.judge(s.host_rss, s.caches_full_at, reported=s.history_reported).document(),
         "after_unload": [{"cycle": c, "rss_bytes": r} for c, r in s.host_rss[-2000:]],
-        "rule": "after every unload, the serving process's VmRSS within max(64 MiB, 10 %) of its VmRSS after "
-        "the first cycle's unload (issue 32: a host-side leak is a violation like a device-side one)",
+        "rule": f"the serving process's VmRSS after every unload, judged by its trend: after a warm-up (the "
+        f"first {host_memory.MIN_WARMUP_CYCLES} cycles, or until the runtime's job history filled if later), the "
+        f"least-squares slope's 95 % interval must reach down to {host_memory.SLOPE_LIMIT_BYTES // 1024} KiB a "
+        f"cycle or below; a run with fewer than {host_memory.MIN_TREND_CYCLES} cycles after the warm-up: within "
+        "max(64 MiB, 10 %) of the first cycle's VmRSS (issues 32, 53)",
     }
 
 

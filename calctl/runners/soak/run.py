@@ -22,7 +22,8 @@ One cycle, on the real serving engine driven in-process (no HTTP):
    counters closed (nothing pending; jobs the host submitted in the cycle,
    counted at the runtime boundary, equal the jobs the device finished or
    failed), engine cores with nothing in flight or quarantined; and this process's
-   own resident memory (VmRSS) against the first cycle's (``host_memory_growth``).
+   own resident memory (VmRSS), judged at the end by its trend over the cycles
+   after the warm-up (``host_memory_growth``, :mod:`.host_memory`).
 
 The last cycle stops the traffic and lets every request finish before its
 unload, so at the end nothing is left open. ``AlreadyConfigured`` or any other

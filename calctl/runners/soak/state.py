@@ -50,6 +50,8 @@ class SoakState:
         self.baseline: list[ChipMemory] = []
         self.max_drift: dict[int, int | None] = {}
         self.host_rss: list[tuple[int, int | None]] = []  # (cycle, VmRSS after its unload) of this process
+        self.caches_full_at: int | None = None  # first cycle at whose unload the runtime's job history was full
+        self.history_reported = False  # the runtime says how full its job history is (KeepsJobHistory)
         self.header: dict[str, Any] = {}
         self.error_verdict = "ERROR"
         self.phase = "starting"

@@ -48,6 +48,7 @@ from calctl.runtime.bookkeeping import DeviceBookkeeping
 from calctl.runtime.buffers import Direction, HostBuffer, buffer_layout
 from calctl.runtime.calbin import Calbin, ModelPlan, plan_calbin
 from calctl.runtime.errors import InternalRuntimeError, InvalidArgument, RuntimeStatus, error_class, error_for_status
+from calctl.runtime.history import history_bytes_from_env
 from calctl.runtime.types import (
     ChipCounters,
     ChipHealth,
@@ -107,7 +108,7 @@ class CalrtRuntime(DeviceBookkeeping[_NativeJob, c_void_p]):
         self._fn = library.fn
         self._board_locks: list[board_lock.BoardLock] = []  # set by open_calrt (one process per board)
         # Python-side bookkeeping under an RLock, never held while blocked in a wait
-        self._init_bookkeeping(threading.RLock(), HISTORY)
+        self._init_bookkeeping(threading.RLock(), HISTORY, history_bytes_from_env())
         self._waiters = threading.Condition()  # counts threads inside calls made without _lock
         self._blocked = 0  # ... blocked inside calrt_job_wait[_any]
         self._inside = 0  # ... inside any call made without _lock (job, KV and per-chip query calls)
@@ -236,6 +237,11 @@ class CalrtRuntime(DeviceBookkeeping[_NativeJob, c_void_p]):
             if rc == RuntimeStatus.NOT_SUPPORTED:  # the shim does not know model v1: it computes on its own
                 return
             self._check(rc, f"describe model {mp.alias!r} (C ABI extension model v{L.EXT_MODEL_VERSION})")
+
+    def _forget(self, job: JobId) -> None:
+        rec = self._jobs.get(job)
+        if rec is not None and rec.result is not None:  # the history let it go: wait/query no longer know it
+            del self._jobs[job]
 
     def _free_calbin(self, calbin: Calbin, handle: c_void_p) -> None:
         self._check(self._fn.calrt_calbin_release(self._dev, handle), f"release calbin {calbin.id}")

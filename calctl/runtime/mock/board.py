@@ -133,7 +133,7 @@ class MockRuntime(ChipExecution):
     def _setup(self) -> None:
         lock = threading.RLock()
         self._cv = threading.Condition(lock)
-        self._init_bookkeeping(self._cv, self.config.history)
+        self._init_bookkeeping(self._cv, self.config.history, self.config.history_bytes)
         # Chips a reset is under way on: it waits for their running jobs with the lock released, and a job
         # submitted to them meanwhile would survive the reset (and run on what it cleared), so submit refuses.
         self._resetting: set[int] = set()

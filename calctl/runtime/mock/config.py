@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from calctl.errors import ConfigError
+from calctl.runtime.history import history_bytes_from_env
 from calctl.runtime.mock.faults import FaultPlan
 from calctl.runtime.mock.timing import TimingModel
 from calctl.runtime.types import ResetScope
@@ -33,7 +34,9 @@ class MockBoardConfig:
     seed: int | None = None  # overrides the fault plan's seed
     reset_scopes: tuple[ResetScope, ...] = (ResetScope.CHIP, ResetScope.BOARD)
     max_queue_depth: int = 64  # per chip, queued + running; beyond it submit raises DeviceBusy
-    history: int = 65536  # finished jobs (and trace events) kept for wait/query/trace
+    history: int = 65536  # trace events (one per chip of a finished job) kept for wait/query/trace, at most
+    # ... and at most this many bytes of host memory for them (calctl.runtime.history; $CALCTL_JOB_HISTORY_MIB)
+    history_bytes: int = field(default_factory=history_bytes_from_env)
 
     def __post_init__(self) -> None:
         if not 1 <= self.chips <= 16:
@@ -46,5 +49,7 @@ class MockBoardConfig:
             raise ConfigError(f"mock board: time_scale must be >= 0, got {self.time_scale}")
         if self.max_queue_depth < 1 or self.history < 16:
             raise ConfigError("mock board: max_queue_depth must be >= 1 and history >= 16")
+        if self.history_bytes < MIB:
+            raise ConfigError(f"mock board: history_bytes must be >= 1 MiB ({MIB}), got {self.history_bytes}")
         if not self.reset_scopes:
             raise ConfigError("mock board: at least one reset scope (board) must be granted")

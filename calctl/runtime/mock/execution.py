@@ -67,8 +67,8 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         self._serial_free_ns = 0  # device timeline of the modelled global lock
         self._chips = [ChipState(i, threading.Condition(lock)) for i in range(self.config.chips)]
         # Jobs in flight (queued or running). A finished job leaves it: only its JobResult is kept, in
-        # _finished, for wait/query (the last `history` of them); no buffer, KV sequence or weights stay
-        # reachable from a finished job, so host memory does not grow with the requests served.
+        # _finished, for wait/query, as long as the bounded history keeps its trace events (count and bytes,
+        # calctl.runtime.history); no buffer, KV sequence or weights stay reachable from a finished job.
         self._jobs: dict[JobId, MockJob] = {}
         self._finished: OrderedDict[JobId, JobResult] = OrderedDict()
         self._threads = [
@@ -78,6 +78,9 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         ]
         for t in self._threads:
             t.start()
+
+    def _forget(self, job: JobId) -> None:
+        self._finished.pop(job, None)
 
     def _wake(self, chips: Iterable[int] | None = None) -> None:
         """Wake the executor threads of ``chips`` (None: every chip), under the board lock: something they wait
@@ -399,6 +402,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                 ch.finished += 1
             else:
                 ch.failed += 1
+        self._finished[rec.job.id] = result  # before the trace: the history may let it go at once
         self._trace_job(rec.job, result, phases=tuple(rec.phase_log))
         self._settle(rec, quarantine=quarantine)
         for s in rec.seqs:
@@ -409,9 +413,6 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         rec.seqs, rec.model, rec.corruptions = [], None, []
         rec.done.set()
         self._jobs.pop(rec.job.id, None)
-        self._finished[rec.job.id] = result
-        while len(self._finished) > self.config.history:
-            self._finished.popitem(last=False)
         # wait_any over several jobs waits on the board condition; one job's waiter waits on ``done`` itself.
         # The chips' threads need no wake here: the thread that ran the job frees its bank and wakes its chip.
         self._cv.notify_all()

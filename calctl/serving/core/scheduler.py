@@ -523,6 +523,19 @@ class Scheduler:
                 )
         return unknown
 
+    def unloaded(self) -> list[LaneId]:
+        """The generation was torn down and the device configuration dropped (unload, 000 §12 "free
+        sequences/KV"): nothing of this model is on the device any more, so each Unknown lane is Free and no
+        quarantined job can complete. Call after :meth:`retire_generation`; returns the lanes freed. The
+        generation and admission stay as they are (the next load's :meth:`recover` publishes)."""
+        if self._inflight:
+            raise InvariantViolation(f"unloaded() with {len(self._inflight)} jobs in flight: retire_generation first")
+        freed = self.kv.lanes_in(KvState.UNKNOWN)
+        for lane in freed:
+            self.kv.recover(lane)
+        self._quarantine.clear()
+        return freed
+
     def recover(self, generation: ModelGenerationId, now: float) -> None:
         """The device was reset and the new generation passed golden + warmup: reuse the lanes (000 §9.1)."""
         if self._inflight:

@@ -326,10 +326,13 @@ class EngineCore:
         self._call(self._exec.forget_device_state)
 
     def detach(self) -> None:
+        """The configuration is gone (unload, shutdown): its lanes are Free again (000 §12), not Unknown."""
+
         def apply() -> None:
             self.life.serving = False
             self._exec.release_pool()
             self._exec.rt = None
+            self._sched.unloaded()
 
         self._call(apply)
 

@@ -48,6 +48,7 @@ from calctl.checks.golden import run_golden_model
 from calctl.checks.warmup import run_warmup_model
 from calctl.errors import CalctlError, CheckFailed
 from calctl.package.model import Package
+from calctl.runtime.calbin import Calbin
 from calctl.runtime.errors import DeviceLost, NotConfigured, NotSupported, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import GenerationId as RtGenerationId
@@ -104,6 +105,10 @@ class DeviceSupervisor:
         self.previous: LoadedPackage | None = None  # 000 §11 step 11: retained for rollback
         self.startup_source: Path | None = None  # the package given to start(): an admin load may always name it
         self.unloaded: LoadedPackage | None = None  # the package an unload took down: what a bare load brings back
+        # The calbin this supervisor created last and has not released: the configured one while serving. Every
+        # path that drops the configuration (unload, reload, rollback, a board reset) releases it, so the old
+        # generation's calbin, the backend's prepared weights and the vendor's handle go with it (000 §12).
+        self._calbin: Calbin | None = None
         self._idle_memory: dict[int, int | None] = {}  # per chip, before the first configure (000 §12 check)
         self.recoveries: list[RecoveryRecord] = []
         self.evidence: list[dict[str, Any]] = []  # the last recoveries' evidence documents
@@ -227,8 +232,7 @@ class DeviceSupervisor:
                     "configure of %s on a halted board (%s): resetting the board first", lp.source, "; ".join(halted)
                 )
                 self._reset("board", None)
-            calbin = self.rt.create_calbin(lp.package)
-            self.rt.configure(calbin)
+            self._configure_new(lp.package)
         except BaseException as exc:
             # 001 §11.1: Configuring -> Failed with the reason, never left in Configuring (a faulted board
             # refuses configure with DeviceLost until it is reset).
@@ -244,6 +248,7 @@ class DeviceSupervisor:
             self._failed_load(f"golden/warmup failed ({lp.source}): {exc or type(exc).__name__}")
             with contextlib.suppress(RuntimeLayerError):
                 self.rt.reset_configuration()
+            self._release_calbin()
             raise
         for alias, w in self._cores.items():
             self.failures.pop(alias, None)
@@ -253,6 +258,31 @@ class DeviceSupervisor:
             dropped, self.previous, self.loaded = self.previous, self.loaded, lp
             self._discard(dropped)
         self.loaded = lp
+
+    def _configure_new(self, pkg: Package) -> None:
+        """Create ``pkg``'s calbin and make it current. The one held before is released first: every caller
+        comes here after a teardown or a board reset dropped its configuration, and nothing in flight holds it
+        (000 §12). A calbin the device refused to configure is released at once."""
+        self._release_calbin()
+        self._calbin = self.rt.create_calbin(pkg)
+        try:
+            self.rt.configure(self._calbin)
+        except BaseException:
+            self._release_calbin()
+            raise
+
+    def _release_calbin(self) -> None:
+        """Release the calbin this supervisor holds (000 §12 "destroy ... Calbin"): at once when the device no
+        longer has it configured, else when the configuration is next dropped (the runtime keeps a released
+        current calbin until then, :mod:`calctl.runtime.bookkeeping`). A backend that fails to give the handle
+        back is logged: the lifecycle goes on, the configuration is already gone."""
+        calbin, self._calbin = self._calbin, None
+        if calbin is None:
+            return
+        try:
+            calbin.close()
+        except RuntimeLayerError as exc:
+            log.warning("release of calbin %d (%s) failed: %s", calbin.id, calbin.package.name, exc)
 
     def _failed_load(self, reason: str) -> None:
         """A load step failed after validation: every alias Failed with ``reason`` (/health/ready, metrics).
@@ -301,7 +331,9 @@ class DeviceSupervisor:
         return ok
 
     def _teardown(self, reason: str) -> None:
-        """Free every sequence and the configuration; a job still in flight forces a board reset first."""
+        """After a drain: free every sequence and the configuration; a job still in flight forces a board reset
+        first. 001 §11.1: Draining -> Unloading only at zero in flight; with jobs in flight at the deadline
+        Draining -> Recovering (the reset aborts them), then Unloading."""
         t0 = time.monotonic()
         stuck = any(w.inflight() or w.quarantined() for w in self._cores.values())
         for w in self._cores.values():
@@ -310,6 +342,7 @@ class DeviceSupervisor:
             # 000 §12: never free a buffer a job still holds -> Recovering, reset per contract.
             self._set_all(ModelState.RECOVERING, detail="drain deadline reached with jobs in flight")
             self._reset("board", None)
+        self._set_all(ModelState.UNLOADING, detail=reason)
         for w in self._cores.values():
             w.forget_device_state()
         try:
@@ -320,6 +353,7 @@ class DeviceSupervisor:
         except RuntimeLayerError as exc:
             log.warning("reset_configuration failed unexpectedly (%s); resetting the board to free it", exc)
             self._reset("board", None)
+        self._release_calbin()  # after the last job of the generation ended: drained, or aborted by the reset
         for alias in self._cores:
             self.metrics.lifecycle.labels(alias, "unload").observe(time.monotonic() - t0)
 
@@ -329,7 +363,6 @@ class DeviceSupervisor:
             if self.loaded is None:
                 return {"ok": False, "action": "unload", "detail": "nothing is loaded"}
             drained = self._drain(self.options.drain_deadline_s)
-            self._set_all(ModelState.UNLOADING)
             self._teardown("unload")
             for w in self._cores.values():
                 w.detach()
@@ -454,7 +487,6 @@ class DeviceSupervisor:
             try:
                 if current is not None:
                     self._drain(self.options.drain_deadline_s)
-                    self._set_all(ModelState.UNLOADING, detail="reload")
                     self._teardown("reload")
                 self._set_all(ModelState.CONFIGURING, admission=ModelState.UNLOADING)
                 try:
@@ -549,11 +581,21 @@ class DeviceSupervisor:
                 self.rt.reset("chip", chip)
                 return "chip"
             except (NotSupported, DeviceLost) as exc:
-                log.warning("chip reset not possible (%s); draining every alias, then resetting the board", exc)
+                log.warning(
+                    "chip %s reset refused (%s): the recovery of %s widens to every alias", chip, exc, req.alias
+                )
                 self._widen(affected, f"board reset for {req.alias}: chip reset not possible")
         tried.append("board")
-        self.rt.reset("board", None)
+        self._board_reset(req.alias)
         return "board"
+
+    def _board_reset(self, alias: str) -> None:
+        """A recovery's board reset, logged where it happens: after every alias left service (001 §11.2), so
+        the log reads Draining/Recovering of each alias, then this line, never the reset before an alias's
+        Draining. A board reset that raises propagates."""
+        states = ", ".join(f"{a} {w.state.value}" for a, w in self._cores.items())
+        log.warning("board reset for the recovery of %s; every alias is out of service (%s)", alias, states)
+        self.rt.reset("board", None)
 
     def _widen(self, affected: list[str], why: str) -> None:
         """Stop and drain the aliases not yet in ``affected`` (001 §11.1 Draining -> Recovering); add them."""
@@ -706,7 +748,7 @@ class DeviceSupervisor:
                 log.error("recovery of %s: %s; device-level recovery", req.alias, first)
                 self._widen(affected, first)
                 try:
-                    self.rt.reset("board", None)
+                    self._board_reset(req.alias)
                     scope = "board"
                 except RuntimeLayerError as exc2:
                     reason = f"{first}; device-level board reset failed too: {exc2}"
@@ -717,7 +759,7 @@ class DeviceSupervisor:
             try:
                 gen = self._next_generation()
                 if scope == "board":
-                    self.rt.configure(self.rt.create_calbin(self.loaded.package))
+                    self._configure_new(self.loaded.package)  # the reset dropped (and aborted) the old one
                 for a in affected:
                     self._cores[a].set_state(ModelState.WARMING, admission=ModelState.RECOVERING)
                     self._event(a, ModelState.WARMING, f"golden + warm-up after a {scope} reset")
@@ -742,7 +784,6 @@ class DeviceSupervisor:
             drained = True
             if self.loaded is not None:
                 drained = self._drain(self.options.drain_deadline_s if deadline_s is None else deadline_s)
-                self._set_all(ModelState.UNLOADING, detail="shutdown")
                 try:
                     self._teardown("shutdown")
                 except RuntimeLayerError as exc:

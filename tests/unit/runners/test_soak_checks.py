@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from calctl.records import write_json
-from calctl.runners.soak import checks
+from calctl.runners.soak import checks, host_memory
 from calctl.runners.soak.evidence import EventLog, Series
 from calctl.runners.soak.mix import KINDS, MixedTraffic, ModelLimits
 from calctl.runners.traffic import EngineResult, RequestOutcome, RequestRecord
@@ -24,18 +24,20 @@ def test_drift_limit_is_max_of_64_mib_and_one_percent() -> None:
     assert checks.drift_limit_bytes(4 * GIB) == 64 * MIB
 
 
-def test_host_rss_growth_beyond_max_64_mib_or_10_percent_is_a_named_violation() -> None:
+def test_a_short_runs_host_rss_growth_beyond_max_64_mib_or_10_percent_is_a_named_violation() -> None:
     assert checks.host_rss_limit_bytes(300 * MIB) == 64 * MIB
     assert checks.host_rss_limit_bytes(2 * GIB) == int(2 * GIB * 0.10)
     ref = 300 * MIB
-    assert checks.check_host_rss(ref, ref + 64 * MIB, cycle=2, at_s=1.0) == []  # at the limit: fine
-    assert checks.check_host_rss(ref, ref - 50 * MIB, cycle=2, at_s=1.0) == []  # shrinking is fine
-    assert checks.check_host_rss(None, ref, cycle=2, at_s=1.0) == []  # no /proc: not checked
-    (v,) = checks.check_host_rss(ref, ref + 89 * MIB, cycle=3, at_s=2.0)
-    assert v.kind == "host_memory_growth" and v.cycle == 3 and v.subject == "host_rss"
-    assert v.message.startswith("serving process: resident memory (VmRSS) +89.0 MiB after the unload of cycle 3")
-    assert "from 300.0 MiB" in v.message and "limit 64.0 MiB" in v.message
-    assert v.detail["growth_bytes"] == 89 * MIB and v.detail["limit_bytes"] == 64 * MIB
+    fine = host_memory.judge([(1, ref), (2, ref + 64 * MIB), (3, ref - 50 * MIB)], None)  # at the limit, shrinking
+    assert fine.method == "fixed limit" and fine.ok and fine.over_limit == ()
+    assert host_memory.judge([(1, None), (2, None)], None).method == "not measured"  # no /proc: not checked
+    v = host_memory.judge([(1, ref), (2, ref + 10 * MIB), (3, ref + 89 * MIB)], None)
+    assert not v.ok and v.over_limit == ((3, 89 * MIB),)
+    w = checks.host_rss_violation(ref, 89 * MIB, v.limit_bytes or 0, cycle=3, at_s=2.0)
+    assert w.kind == "host_memory_growth" and w.cycle == 3 and w.subject == "host_rss"
+    assert w.message.startswith("serving process: resident memory (VmRSS) +89.0 MiB after the unload of cycle 3")
+    assert "from 300.0 MiB" in w.message and "limit 64.0 MiB" in w.message and "too short for a trend" in w.message
+    assert w.detail["growth_bytes"] == 89 * MIB and w.detail["limit_bytes"] == 64 * MIB
 
 
 def test_memory_drift_names_the_chip_and_the_drift() -> None:

@@ -48,5 +48,11 @@ def test_a_window_is_the_events_submitted_since_it_in_history_order(
     for job_id, submit in order:
         _finish(board, job_id, submit, (0, 1) if job_id % 3 == 0 else (job_id % 2,))
     everything = board.trace()
-    assert len(everything) == min(history, sum(2 if j % 3 == 0 else 1 for j, _ in order))
+    # Whole jobs are kept, newest first, while their events fit in ``history``; the newest always stays.
+    kept = 0
+    for n in reversed([2 if j % 3 == 0 else 1 for j, _ in order]):
+        if kept and kept + n > history:
+            break
+        kept += n
+    assert len(everything) == kept
     assert board.trace(since_ns=since) == tuple(e for e in everything if e.submit_ns >= since)
