@@ -1,0 +1,109 @@
+"""Log-probabilities in the two shapes OpenAI returns them, from the engine's :class:`TokenLogprob` values.
+
+* chat completions: ``choices[].logprobs = {"content": [{token, logprob, bytes, top_logprobs: [{token,
+  logprob, bytes}]}], "refusal": null}``, ``top_logprobs`` holding exactly the ``top_logprobs`` most likely;
+* legacy completions: ``choices[].logprobs = {tokens, token_logprobs, top_logprobs, text_offset}``, each
+  ``top_logprobs`` entry a ``{token text: logprob}`` map of the ``logprobs`` most likely plus the sampled
+  token (OpenAI: "up to logprobs+1 elements"); ``text_offset`` is each token's offset in the generated text,
+  counted in the token strings' characters and continued across a stream's chunks.
+
+A token's text is its bytes decoded as UTF-8 with U+FFFD for a character split across tokens (vLLM's
+choice); ``bytes`` are the exact bytes, so a client can join them. The EOS token that ends an output is not
+listed, as it is not text and not counted in ``usage.completion_tokens`` (``calctl.serving.api.deltas``).
+
+Formatting only: no engine, no HTTP.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from calctl.serving.protocol import TokenLogprob
+from calctl.serving.text import TextCodec
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # a SentencePiece byte-fallback token
+
+
+@functools.cache
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, character -> byte (the inverse of ``bytes_to_unicode``)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+class TokenNames:
+    """Each token id's bytes and text under one codec (cached for the response being built)."""
+
+    def __init__(self, codec: TextCodec) -> None:
+        tok = codec.tokenizer
+        self._tok = tok
+        self._byte_level = type(tok.decoder).__name__ == "ByteLevel"
+        self._added = set(tok.get_added_tokens_decoder())
+        self._cache: dict[int, tuple[str, bytes]] = {}
+
+    def _bytes(self, token_id: int) -> bytes:
+        piece = self._tok.id_to_token(token_id)
+        if piece is None:
+            return b""
+        if token_id in self._added:
+            return piece.encode("utf-8")
+        table = _byte_decoder()
+        if self._byte_level and all(c in table for c in piece):
+            return bytes(table[c] for c in piece)
+        m = _BYTE_PIECE.fullmatch(piece)
+        if m:
+            return bytes([int(m.group(1), 16)])
+        return piece.replace("\u2581", " ").encode("utf-8")  # SentencePiece's word boundary is a space
+
+    def of(self, token_id: int) -> tuple[str, bytes]:
+        hit = self._cache.get(token_id)
+        if hit is None:
+            raw = self._bytes(token_id)
+            hit = self._cache[token_id] = (raw.decode("utf-8", errors="replace"), raw)
+        return hit
+
+
+def chat_logprobs(entries: Sequence[TokenLogprob], names: TokenNames) -> dict[str, Any]:
+    """The chat completions ``logprobs`` object of ``entries``."""
+
+    def one(token_id: int, logprob: float) -> dict[str, Any]:
+        text, raw = names.of(token_id)
+        return {"token": text, "logprob": logprob, "bytes": list(raw)}
+
+    content = [{**one(e.token_id, e.logprob), "top_logprobs": [one(i, lp) for i, lp in e.top]} for e in entries]
+    return {"content": content, "refusal": None}
+
+
+@dataclass
+class CompletionLogprobs:
+    """The legacy ``logprobs`` objects of one response, chunk by chunk: ``text_offset`` carries on."""
+
+    names: TokenNames
+    offset: int = 0
+
+    def of(self, entries: Sequence[TokenLogprob]) -> dict[str, Any]:
+        tokens, token_logprobs, top, offsets = [], [], [], []
+        for e in entries:
+            text, _ = self.names.of(e.token_id)
+            alternatives = {self.names.of(i)[0]: lp for i, lp in e.top}
+            alternatives.setdefault(text, e.logprob)  # the sampled token is always there
+            tokens.append(text)
+            token_logprobs.append(e.logprob)
+            top.append(alternatives)
+            offsets.append(self.offset)
+            self.offset += len(text)
+        return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
+
+
+__all__ = ["CompletionLogprobs", "TokenNames", "chat_logprobs"]
