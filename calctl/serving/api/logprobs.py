@@ -4,22 +4,26 @@
   logprob, bytes}]}], "refusal": null}``, ``top_logprobs`` holding exactly the ``top_logprobs`` most likely;
 * legacy completions: ``choices[].logprobs = {tokens, token_logprobs, top_logprobs, text_offset}``, each
   ``top_logprobs`` entry a ``{token text: logprob}`` map of the ``logprobs`` most likely plus the sampled
-  token (OpenAI: "up to logprobs+1 elements"); ``text_offset`` is each token's offset in the generated text,
-  counted in the token strings' characters and continued across a stream's chunks.
+  token (OpenAI: "up to logprobs+1 elements"); ``text_offset`` is the character offset in the generated text
+  where each token starts (a token that ends a character split across tokens starts after the characters
+  complete before it), continued across a stream's chunks.
 
-A token's text is its bytes decoded as UTF-8 with U+FFFD for a character split across tokens (vLLM's
-choice); ``bytes`` are the exact bytes, so a client can join them. The EOS token that ends an output is not
-listed, as it is not text and not counted in ``usage.completion_tokens`` (``calctl.serving.api.deltas``).
+A token's text is its bytes when they are whole UTF-8 characters, and OpenAI's ``bytes:\\xe4\\xbd`` form
+when they are part of a character split across tokens (so two such tokens never share a string, and the
+legacy maps keep both); ``bytes`` are the exact bytes, so a client can join them. The EOS token that ends
+an output is not listed, as it is not text and not counted in ``usage.completion_tokens``
+(``calctl.serving.api.deltas``).
 
 Formatting only: no engine, no HTTP.
 """
 
 from __future__ import annotations
 
+import codecs
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from calctl.serving.protocol import TokenLogprob
@@ -49,7 +53,9 @@ class TokenNames:
         tok = codec.tokenizer
         self._tok = tok
         self._byte_level = type(tok.decoder).__name__ == "ByteLevel"
-        self._added = set(tok.get_added_tokens_decoder())
+        added = tok.get_added_tokens_decoder()
+        self._added = set(added)
+        self.special = frozenset(i for i, t in added.items() if t.special)  # not in the text (skipped on decode)
         self._cache: dict[int, tuple[str, bytes]] = {}
 
     def _bytes(self, token_id: int) -> bytes:
@@ -70,7 +76,11 @@ class TokenNames:
         hit = self._cache.get(token_id)
         if hit is None:
             raw = self._bytes(token_id)
-            hit = self._cache[token_id] = (raw.decode("utf-8", errors="replace"), raw)
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+            hit = self._cache[token_id] = (text, raw)
         return hit
 
 
@@ -90,19 +100,30 @@ class CompletionLogprobs:
     """The legacy ``logprobs`` objects of one response, chunk by chunk: ``text_offset`` carries on."""
 
     names: TokenNames
-    offset: int = 0
+    done: int = 0  # characters of the text decoded for good so far (the decoder may hold up to 3 more bytes)
+    _utf8: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+
+    def _offset_of(self, token_id: int, raw: bytes) -> int:
+        """Where the token starts in the text: the characters of everything before it, where bytes it turns
+        into U+FFFD (an unfinished character it does not continue) count before it, and bytes it completes
+        into a character do not."""
+        held = self._utf8.getstate()[0]
+        if token_id in self.names.special:  # the text skips special tokens (TextCodec.decode)
+            return self.done + len(held.decode("utf-8", "replace"))
+        offset = self.done + len((held + raw).decode("utf-8", "replace")) - len(raw.decode("utf-8", "replace"))
+        self.done += len(self._utf8.decode(raw))
+        return offset
 
     def of(self, entries: Sequence[TokenLogprob]) -> dict[str, Any]:
         tokens, token_logprobs, top, offsets = [], [], [], []
         for e in entries:
-            text, _ = self.names.of(e.token_id)
+            text, raw = self.names.of(e.token_id)
             alternatives = {self.names.of(i)[0]: lp for i, lp in e.top}
             alternatives.setdefault(text, e.logprob)  # the sampled token is always there
             tokens.append(text)
             token_logprobs.append(e.logprob)
             top.append(alternatives)
-            offsets.append(self.offset)
-            self.offset += len(text)
+            offsets.append(self._offset_of(e.token_id, raw))
         return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
 
 

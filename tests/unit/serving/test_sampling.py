@@ -1,9 +1,7 @@
 """The sampler against a plain numpy reference on fixed logits: each parameter alone, all of them together,
 the raw log-probabilities, and the seeded draw (issue 49 item 3).
 
-The reference is written the way vLLM's torch code reads (``apply_penalties``, ``MinPLogitsProcessor``,
-``apply_top_k_top_p`` with its ascending-order top-p mask), element by element, so it shares no code with
-``calctl.serving.engine.sampling``.
+The reference (``sampling_reference``) shares no code with ``calctl.serving.engine.sampling``.
 """
 
 from __future__ import annotations
@@ -24,50 +22,12 @@ from calctl.serving.engine.sampling import (
     token_logprob,
 )
 from calctl.serving.protocol import SamplingParams
+from tests.unit.serving.sampling_reference import ref_logits, ref_probabilities
 
 V = 64
 LOGITS = np.random.default_rng(49).normal(0.0, 2.0, V).astype(np.float32)
 PROMPT = (3, 5, 5, 9, 17, 40)
 OUTPUT = (9, 9, 9, 12, 40, 63, 12)
-
-
-def ref_logits(logits: np.ndarray, s: SamplingParams, prompt: tuple[int, ...], output: tuple[int, ...]) -> list[float]:
-    """vLLM's order: logit_bias, then repetition (prompt + output), frequency and presence (output)."""
-    z = [float(x) for x in logits]
-    for tok, bias in s.logit_bias:
-        z[tok] += bias
-    for tok in set(prompt) | set(output):
-        z[tok] = z[tok] / s.repetition_penalty if z[tok] > 0 else z[tok] * s.repetition_penalty
-    for tok in set(output):
-        z[tok] -= s.frequency_penalty * output.count(tok)
-        z[tok] -= s.presence_penalty
-    return z
-
-
-def ref_probabilities(z: list[float], s: SamplingParams) -> np.ndarray:
-    """Temperature, then min_p, then top_k, then top_p (vLLM v1's ``Sampler.sample``)."""
-    t = [x / s.temperature for x in z]
-
-    def softmax(xs: list[float]) -> list[float]:
-        m = max(xs)
-        e = [math.exp(x - m) if x != -math.inf else 0.0 for x in xs]
-        return [x / sum(e) for x in e]
-
-    if s.min_p > 0:
-        p = softmax(t)
-        t = [x if p[i] >= s.min_p * max(p) else -math.inf for i, x in enumerate(t)]
-    if s.top_k > 0:
-        kth = sorted(t, reverse=True)[s.top_k - 1]
-        t = [x if x >= kth else -math.inf for x in t]
-    if s.top_p < 1.0:
-        p = softmax(t)
-        ascending = sorted(range(len(t)), key=lambda i: p[i])
-        cum = 0.0
-        for i in ascending[:-1]:  # the most likely token is always kept
-            cum += p[i]
-            if cum <= 1 - s.top_p:
-                t[i] = -math.inf
-    return np.array(softmax(t))
 
 
 def _history(prompt: tuple[int, ...] = PROMPT, output: tuple[int, ...] = OUTPUT) -> TokenHistory:

@@ -69,7 +69,9 @@ ONE_ENDPOINT: list[tuple[str, str, Any]] = [
     ("/v1/chat/completions", "add_special_tokens", True),
     ("/v1/chat/completions", "add_generation_prompt", False),
 ]
-REFUSED = [(path, name, value) for name, value in ASKING.items() for path in ("/v1/completions", "/v1/chat/completions")]
+REFUSED = [
+    (path, name, value) for name, value in ASKING.items() for path in ("/v1/completions", "/v1/chat/completions")
+]
 
 
 def _body(path: str) -> dict[str, Any]:
