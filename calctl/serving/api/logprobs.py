@@ -30,6 +30,11 @@ from calctl.serving.protocol import TokenLogprob
 from calctl.serving.text import TextCodec
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # a SentencePiece byte-fallback token
+FLOOR = -9999.0  # vLLM's floor: a token the model gives no probability (-inf, or NaN from a broken row) is JSON
+
+
+def _finite(logprob: float) -> float:
+    return logprob if logprob >= FLOOR else FLOOR  # NaN compares false: floored too
 
 
 @functools.cache
@@ -89,7 +94,7 @@ def chat_logprobs(entries: Sequence[TokenLogprob], names: TokenNames) -> dict[st
 
     def one(token_id: int, logprob: float) -> dict[str, Any]:
         text, raw = names.of(token_id)
-        return {"token": text, "logprob": logprob, "bytes": list(raw)}
+        return {"token": text, "logprob": _finite(logprob), "bytes": list(raw)}
 
     content = [{**one(e.token_id, e.logprob), "top_logprobs": [one(i, lp) for i, lp in e.top]} for e in entries]
     return {"content": content, "refusal": None}
@@ -118,10 +123,10 @@ class CompletionLogprobs:
         tokens, token_logprobs, top, offsets = [], [], [], []
         for e in entries:
             text, raw = self.names.of(e.token_id)
-            alternatives = {self.names.of(i)[0]: lp for i, lp in e.top}
-            alternatives.setdefault(text, e.logprob)  # the sampled token is always there
+            alternatives = {self.names.of(i)[0]: _finite(lp) for i, lp in e.top}
+            alternatives.setdefault(text, _finite(e.logprob))  # the sampled token is always there
             tokens.append(text)
-            token_logprobs.append(e.logprob)
+            token_logprobs.append(_finite(e.logprob))
             top.append(alternatives)
             offsets.append(self._offset_of(e.token_id, raw))
         return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}

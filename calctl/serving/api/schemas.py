@@ -111,7 +111,8 @@ REFUSED_CHAT = {"add_special_tokens": _nothing(None, False), "add_generation_pro
 
 
 def _in_range(name: str, value: float, low: float, high: float, *, low_open: bool = False) -> float:
-    if value > high or value < low or (low_open and value == low):
+    # Written so that NaN fails too: Python's json (and so Starlette's request.json()) reads NaN and Infinity.
+    if not (low < value <= high if low_open else low <= value <= high):
         bracket = "(" if low_open else "["
         raise ValueError(f"{name} must be in {bracket}{low:g}, {high:g}], got {value!r}")
     return value

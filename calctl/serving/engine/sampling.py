@@ -101,13 +101,28 @@ def sampling_probabilities(z: np.ndarray, s: SamplingParams) -> np.ndarray:
         z = np.where(z < kth, -np.inf, z)
     p = _softmax(z)
     if s.top_p < 1.0:
-        order = np.argsort(-p)
-        cum = np.cumsum(p[order])
-        keep = order[: int(np.searchsorted(cum, s.top_p) + 1)]
+        keep = _nucleus(p, s.top_p)
         mask = np.zeros_like(p)
         mask[keep] = p[keep]
         p = mask / mask.sum()
     return p
+
+
+def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
+    """The ids of the smallest set, most likely first, whose probability reaches ``top_p``.
+
+    Only the most likely ``k`` tokens are sorted (``k`` growing until their mass reaches ``top_p``): sorting a
+    49152-entry row took ~5 ms a token, the top 64 take microseconds. The prefix sums are the full sort's, so
+    the set is the one a full sort gives."""
+    n = p.shape[0]
+    k = min(n, 64)
+    while True:
+        cand = np.argpartition(-p, k - 1)[:k] if k < n else np.arange(n)
+        order = cand[np.argsort(-p[cand], kind="stable")]
+        cum = np.cumsum(p[order])
+        if k == n or cum[-1] >= top_p:
+            return order[: int(np.searchsorted(cum, top_p) + 1)]
+        k = min(n, k * 4)
 
 
 def sample_token(

@@ -34,11 +34,13 @@ def ref_probabilities(z: list[float], s: SamplingParams) -> np.ndarray:
     def softmax(xs: list[float]) -> list[float]:
         m = max(xs)
         e = [math.exp(x - m) if x != -math.inf else 0.0 for x in xs]
-        return [x / sum(e) for x in e]
+        total = math.fsum(e)
+        return [x / total for x in e]
 
     if s.min_p > 0:
         p = softmax(t)
-        t = [x if p[i] >= s.min_p * max(p) else -math.inf for i, x in enumerate(t)]
+        floor = s.min_p * max(p)
+        t = [x if p[i] >= floor else -math.inf for i, x in enumerate(t)]
     if s.top_k > 0:
         kth = sorted(t, reverse=True)[s.top_k - 1]
         t = [x if x >= kth else -math.inf for x in t]

@@ -167,3 +167,15 @@ def test_logprobs_do_not_overflow_and_ties_are_ordered_by_id() -> None:
 def test_bias_beyond_the_logits_row_is_skipped_not_a_crash() -> None:
     s = SamplingParams(temperature=0.0, logit_bias=((V + 5, 100.0),), repetition_penalty=1.5)
     assert sample_token(LOGITS, s, None, _history(prompt=(V + 1,), output=(V + 2,))) == int(np.argmax(LOGITS))
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 8.0])  # nearly flat (the nucleus spans thousands), typical, peaked
+@pytest.mark.parametrize("top_p", [1e-9, 0.3, 0.9, 0.999999])
+def test_nucleus_of_a_large_row_is_the_full_sorts(scale: float, top_p: float) -> None:
+    """Only the top of the row is sorted; the kept set and the seeded draws are those of a full sort."""
+    row = np.random.default_rng(int(scale * 100)).normal(0, scale, 49152)
+    s = SamplingParams(temperature=1.0, top_p=top_p, seed=3)
+    want = ref_probabilities([float(x) for x in row], s)
+    got = sampling_probabilities(row, s)
+    assert ((got > 0) == (want > 0)).all()
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-15)

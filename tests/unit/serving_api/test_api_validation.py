@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import httpx
@@ -56,6 +58,12 @@ INVALID: list[tuple[str, dict[str, Any], str | None]] = [
     ("/v1/chat/completions", {**CHAT, "logit_bias": {"99999999999": 1}}, "logit_bias"),
     ("/v1/chat/completions", {**CHAT, "logit_bias": {"5": 1, "05": 2}}, "logit_bias"),
     ("/v1/completions", {**TEXT, "ignore_eos": "yes"}, "ignore_eos"),
+    # Python's json (Starlette's request.json()) reads NaN and Infinity; no range holds them.
+    ("/v1/completions", {**TEXT, "min_p": math.nan}, "min_p"),
+    ("/v1/completions", {**TEXT, "frequency_penalty": math.nan}, "frequency_penalty"),
+    ("/v1/chat/completions", {**CHAT, "presence_penalty": -math.inf}, "presence_penalty"),
+    ("/v1/completions", {**TEXT, "repetition_penalty": math.nan}, "repetition_penalty"),
+    ("/v1/chat/completions", {**CHAT, "logit_bias": {"5": math.nan}}, "logit_bias"),
     ("/v1/completions", {**TEXT, "echo": True}, "echo"),
     ("/v1/completions", {**TEXT, "best_of": 3}, "best_of"),
     ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
@@ -115,7 +123,9 @@ async def test_invalid_request_is_400_naming_the_param(
     client: httpx.AsyncClient, engine: FakeEngine, case: tuple[str, dict[str, Any], str | None], stream: bool
 ) -> None:
     path, body, param = case
-    r = await client.post(path, json={**body, "stream": stream})
+    # json.dumps writes NaN and Infinity (httpx's json= refuses them), as some clients do.
+    raw = json.dumps({**body, "stream": stream})
+    r = await client.post(path, content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.headers["content-type"] == "application/json"  # a real status and a JSON body, not an SSE stream
     err = r.json()["error"]
