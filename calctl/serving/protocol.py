@@ -43,13 +43,38 @@ class EngineRejection(Exception):
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """How one request's tokens are chosen (``calctl.serving.engine.sampling`` applies them, in vLLM's order).
+
+    The defaults change nothing: ``top_k`` 0 (or -1) and ``min_p`` 0 keep every token, penalties 0 (1 for
+    ``repetition_penalty``) and an empty ``logit_bias`` leave the logits as the model gave them. ``logprobs``
+    None asks for none; ``n`` (0..20) asks for the sampled token's log-probability and the ``n`` most likely.
+    """
+
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    top_k: int = 0
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias), ids unique
+    logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability under the model's raw distribution (log-softmax of the logits as
+    the model produced them, vLLM's default ``raw_logprobs``), and the ``top`` most likely (id, logprob), best
+    first."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +112,8 @@ class TokenEvent:
     # On the terminal event: the engine's :class:`calctl.serving.outcomes.EngineOutcome` value (``stop``,
     # ``deadline``, ``device_error``, ...), so a client classifies an error without parsing its text.
     outcome: str | None = None
+    # The token's log-probabilities, when the request asked for them (``SamplingParams.logprobs``).
+    logprob: TokenLogprob | None = None
 
 
 class RequestStream(Protocol):

@@ -98,3 +98,47 @@ def test_smollm2_breakdown_sums_to_the_measured_rss(tmp_path: Path, smol) -> Non
     assert terms[KV] == 8 * 304 * 46080
     assert abs(doc["unexplained_bytes"]) <= doc["tolerance_bytes"], doc
     assert rc == 0 and doc["peak_ok"] in (True, None), doc
+
+
+def test_smollm2_greedy_logprobs_equal_the_float64_reference(smol) -> None:
+    """Issue 49: the served log-probabilities of greedy tokens (and their top 5) are the raw log-softmax of a
+    float64 forward of the imported model (``decoder.reference_logits`` on the package's own weights) to 1e-3;
+    sampling with a fixed seed repeats."""
+    from openai import OpenAI
+
+    from calctl.model import decoder
+    from calctl.package.reader import load_manifest
+    from calctl.serving.api.logprobs import TokenNames
+    from tests.integration.serve_harness import serving
+
+    pkg, _ = smol
+    question: list[ChatCompletionMessageParam] = [{"role": "user", "content": "What is the capital of France?"}]
+    with serving(pkg, time_scale=0.0, job_timeout_s=60.0) as served:
+        codec = served.engine.codec("smollm2")
+        client = OpenAI(base_url=served.v1, api_key="unused", max_retries=0, timeout=120)
+        r = client.chat.completions.create(
+            model="smollm2", messages=question, temperature=0, max_tokens=8, logprobs=True, top_logprobs=5
+        )
+        sampled = [
+            client.chat.completions.create(model="smollm2", messages=question, temperature=0.9, max_tokens=12, seed=s)
+            .choices[0]
+            .message.content
+            for s in (5, 5, 6)
+        ]
+    assert sampled[0] == sampled[1]
+    content = r.choices[0].logprobs.content if r.choices[0].logprobs else None
+    assert content is not None and r.usage is not None and len(content) == r.usage.completion_tokens >= 5
+    names = TokenNames(codec)
+    ids = {names.of(i)[1]: i for i in range(codec.vocab_size)}
+    tokens = [ids[bytes(e.bytes or [])] for e in content]
+    prompt = codec.encode(codec.render_chat([dict(m) for m in question], add_generation_prompt=True))
+    m = load_manifest(pkg).models[0]
+    rows = decoder.reference_logits(decoder.load_params(pkg, m.params), m.architecture, np.array(prompt + tokens))
+    for i, (entry, token) in enumerate(zip(content, tokens, strict=True)):
+        z = rows[len(prompt) - 1 + i]
+        lp = z - z.max() - np.log(np.exp(z - z.max()).sum())
+        assert token == int(np.argmax(lp)), i
+        assert abs(entry.logprob - lp[token]) < 1e-3, (i, entry.logprob, lp[token])
+        best = np.argsort(-lp)[:5]
+        assert [ids[bytes(a.bytes or [])] for a in entry.top_logprobs] == best.tolist()
+        assert np.allclose([a.logprob for a in entry.top_logprobs], lp[best], atol=1e-3, rtol=0)

@@ -10,7 +10,10 @@ It does what a real server does with a model's tokens (issue 17 item 3):
   request as Completed with finish reason ``stop`` (a real finish, not a cancel);
 * ``usage`` counts the model's tokens, as the engine reports them, less the EOS
   token that ended the output: ``completion_tokens`` counts what OpenAI and
-  llama.cpp count (the text's tokens), not the end-of-sequence marker.
+  llama.cpp count (the text's tokens), not the end-of-sequence marker;
+* a delta carries the log-probabilities of the tokens it covers (when the request
+  asked for them), so they count what ``usage`` counts: the EOS that ended the
+  output is left out.
 
 No HTTP here: the endpoints turn :class:`Delta` values into JSON or SSE chunks.
 """
@@ -21,7 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from calctl.serving.outcomes import ENDINGS
-from calctl.serving.protocol import FinishReason, RequestStream, TokenEvent
+from calctl.serving.protocol import FinishReason, RequestStream, TokenEvent, TokenLogprob
 from calctl.serving.text import IncrementalDetokenizer, StopMatcher, TextCodec
 
 #: The OpenAI ``finish_reason`` of each protocol finish reason.
@@ -43,6 +46,7 @@ class Delta:
     finish: str | None = None
     error: str | None = None  # the engine's own text: for the log, never for the client (001 §10.1)
     outcome: str | None = None  # calctl.serving.outcomes.EngineOutcome value of a failed stream
+    logprobs: tuple[TokenLogprob, ...] = ()  # of the tokens since the previous delta (none unless asked for)
 
 
 def usage_of(ev: TokenEvent) -> dict[str, int]:
@@ -62,37 +66,48 @@ async def text_deltas(
     eos = codec.eos_token_id
     usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": 0, "total_tokens": len(prompt_ids)}
     ended_by_eos = False  # the last token was the EOS: a stop then does not count it (no text, not billed)
+    pending: list[TokenLogprob] = []  # log-probabilities of tokens not yet in a delta
+
+    def taken() -> tuple[TokenLogprob, ...]:
+        out = tuple(pending)
+        pending.clear()
+        return out
+
     async for ev in stream:
         usage = usage_of(ev)
         if ev.token_id is not None:
             ended_by_eos = ev.token_id == eos
+            if ev.logprob is not None:
+                pending.append(ev.logprob)
         if ended_by_eos and ev.finish is FinishReason.STOP and usage["completion_tokens"]:
             usage = {
                 **usage,
                 "completion_tokens": usage["completion_tokens"] - 1,
                 "total_tokens": usage["total_tokens"] - 1,
             }
+            if pending and pending[-1].token_id == eos:
+                pending.pop()  # the EOS that ended the output: not text, not counted
         if ev.token_id is not None and ev.token_id != eos:
             safe, stopped = matcher.feed(detok.push(ev.token_id))
             if stopped:
                 # Stop reading here: after finish() the engine may still deliver a token already in flight,
                 # or nothing at all, so waiting for more would hang.
                 stream.finish(FinishReason.STOP)
-                yield Delta(safe, usage, "stop")
+                yield Delta(safe, usage, "stop", logprobs=taken())
                 return
             if safe:
-                yield Delta(safe, usage)
+                yield Delta(safe, usage, logprobs=taken())
         if ev.finish is not None:
             if ev.finish is FinishReason.ERROR:
                 yield Delta("", usage, "error", error=ev.error or "device error", outcome=ev.outcome)
                 return
             safe, stopped = matcher.feed(detok.flush())
             tail = safe + ("" if stopped else matcher.flush())
-            yield Delta(tail, usage, "stop" if stopped else FINISH_NAMES[ev.finish])
+            yield Delta(tail, usage, "stop" if stopped else FINISH_NAMES[ev.finish], logprobs=taken())
             return
     # The stream ended without a terminal event (an engine that stopped after finish()): what was held is sent.
     safe, stopped = matcher.feed(detok.flush())
-    yield Delta(safe + ("" if stopped else matcher.flush()), usage, "stop" if stopped else "length")
+    yield Delta(safe + ("" if stopped else matcher.flush()), usage, "stop" if stopped else "length", logprobs=taken())
 
 
 __all__ = ["FINISH_NAMES", "Delta", "text_deltas", "usage_of"]

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,8 +31,17 @@ from calctl.serving import outcomes
 from calctl.serving.api.auth import ApiSettings, Auth
 from calctl.serving.api.deltas import Delta, text_deltas
 from calctl.serving.api.errors import error_body, error_response, invalid
+from calctl.serving.api.logprobs import CompletionLogprobs, TokenNames, chat_logprobs
+from calctl.serving.api.sampling import sampling_params
 from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
-from calctl.serving.protocol import EngineClient, EngineRejection, GenerationRequest, RequestStream, SamplingParams
+from calctl.serving.protocol import (
+    EngineClient,
+    EngineRejection,
+    GenerationRequest,
+    RequestStream,
+    SamplingParams,
+    TokenLogprob,
+)
 from calctl.serving.text import ChatTemplateError, TextCodec
 
 try:  # a C JSON encoder for the SSE chunks, one per token: ~15x the standard library's speed (docs/serve.md)
@@ -135,11 +144,14 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
         if isinstance(body, Response):
             return body
         codec = engine.codec(body.model)  # type: ignore[attr-defined]
+        sampling = sampling_params(body, codec.vocab_size, body.model)  # type: ignore[arg-type, attr-defined]
+        if isinstance(sampling, Response):
+            return sampling
         prompt = prompt_of(body, codec)
         if isinstance(prompt, Response):
             return prompt
         prompt_ids, max_tokens = prompt
-        return await _generate(request, tenant, body, codec, prompt_ids, max_tokens, chat=chat)
+        return await _generate(request, tenant, body, codec, prompt_ids, max_tokens, sampling, chat=chat)
 
     def _completion_prompt(body: CompletionRequest, codec: TextCodec) -> tuple[list[int], int] | Response:
         if isinstance(body.prompt, str):
@@ -199,6 +211,7 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
         codec: TextCodec,
         prompt_ids: list[int],
         max_tokens: int,
+        sampling: SamplingParams,
         *,
         chat: bool,
     ) -> Response:
@@ -209,8 +222,9 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
             tenant=tenant,
             prompt_ids=tuple(prompt_ids),
             max_tokens=max_tokens,
-            sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p, seed=body.seed),
+            sampling=sampling,
             timeout_s=body.timeout,
+            ignore_eos=body.ignore_eos,
         )
         stream = engine.submit(gen)  # raises EngineRejection -> real HTTP status
         try:
@@ -224,13 +238,14 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
         created = int(time.time())
         headers = {"X-Request-Id": request_id}
         deltas = text_deltas(stream, codec, body.stop_list(), prompt_ids=prompt_ids)
+        shape = _LogprobShape(chat, TokenNames(codec)) if sampling.logprobs is not None else None
         if body.stream:
             opts = body.stream_options
             include_usage = bool(opts and opts.include_usage)
             continuous = bool(opts and opts.continuous_usage_stats)
             outcome = _SseOutcome()
             return _SseResponse(
-                _sse(deltas, stream, body.model, request_id, created, chat, include_usage, outcome, continuous),
+                _sse(deltas, stream, body.model, request_id, created, chat, include_usage, outcome, continuous, shape),
                 engine_stream=stream,
                 outcome=outcome,
                 media_type="text/event-stream",
@@ -245,7 +260,7 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
             log.exception("request %s: the engine failed while generating", request_id)
             stream.cancel("engine_error")
             return error_response(500, INTERNAL_ERROR[1], type_="server_error", code=INTERNAL_ERROR[0])
-        text, end = last
+        text, end, entries = last
         if end.error is not None:
             log.error("request %s: generation failed: %s", request_id, end.error)
             code, message = _public_error(end)
@@ -254,12 +269,13 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
             choice: dict[str, Any] = {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "logprobs": None,
+                "logprobs": None if shape is None else shape.of(entries),
                 "finish_reason": end.finish,
             }
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": end.finish}
+            logprobs = None if shape is None else shape.of(entries)
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": end.finish}
             obj = "text_completion"
         return JSONResponse(
             {
@@ -288,13 +304,27 @@ def _sse_event(doc: dict[str, Any], event: str | None = None) -> bytes:
     return head + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
 
 
-async def _collect(deltas: AsyncIterator[Delta]) -> tuple[str, Delta]:
+class _LogprobShape:
+    """One response's ``logprobs`` objects in its endpoint's shape (``calctl.serving.api.logprobs``)."""
+
+    def __init__(self, chat: bool, names: TokenNames) -> None:
+        self._chat = chat
+        self._names = names
+        self._legacy = CompletionLogprobs(names)
+
+    def of(self, entries: Sequence[TokenLogprob]) -> dict[str, Any]:
+        return chat_logprobs(entries, self._names) if self._chat else self._legacy.of(entries)
+
+
+async def _collect(deltas: AsyncIterator[Delta]) -> tuple[str, Delta, list[TokenLogprob]]:
     parts: list[str] = []
+    entries: list[TokenLogprob] = []
     last = Delta("", {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, "length")
     async for d in deltas:
         parts.append(d.text)
+        entries.extend(d.logprobs)
         last = d
-    return "".join(parts), last
+    return "".join(parts), last, entries
 
 
 async def _sse(
@@ -307,6 +337,7 @@ async def _sse(
     include_usage: bool,
     outcome: _SseOutcome,
     continuous_usage: bool = False,
+    shape: _LogprobShape | None = None,
 ) -> AsyncGenerator[bytes, None]:
     obj = "chat.completion.chunk" if chat else "text_completion"
 
@@ -317,16 +348,20 @@ async def _sse(
         role: bool = False,
         usage: dict[str, int] | None = None,
         running: dict[str, int] | None = None,
+        entries: Sequence[TokenLogprob] = (),
     ) -> bytes:
+        # A chunk that covers tokens carries their logprobs; one that covers none (the role, the finish after
+        # the last text) carries null, as OpenAI's do.
+        logprobs = shape.of(entries) if shape is not None and entries else None
         if chat:
             delta: dict[str, Any] = {}
             if role:
                 delta["role"] = "assistant"
             if text is not None:
                 delta["content"] = text
-            choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+            choices = [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]
         else:
-            choices = [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}]
+            choices = [{"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}]
         doc: dict[str, Any] = {"id": request_id, "object": obj, "created": created, "model": model, "choices": choices}
         if usage is not None:
             doc = {**doc, "choices": [], "usage": usage}
@@ -342,7 +377,7 @@ async def _sse(
             usage = d.usage
             running = usage if continuous_usage else None
             if d.finish is None:
-                yield chunk(d.text, None, running=running)
+                yield chunk(d.text, None, running=running, entries=d.logprobs)
                 continue
             outcome.done = True
             if d.error is not None:
@@ -352,7 +387,9 @@ async def _sse(
                 yield _sse_event(err, "error")
                 return
             if d.text:
-                yield chunk(d.text, None, running=running)
+                yield chunk(d.text, None, running=running, entries=d.logprobs)
+            elif d.logprobs:  # tokens that added no text (a held character the end flushed as nothing)
+                yield chunk("", None, running=running, entries=d.logprobs)
             yield chunk(None if chat else "", d.finish, running=running)
         if include_usage:
             yield chunk(None, None, usage=usage)

@@ -41,10 +41,17 @@ from calctl.serving.core.scheduler import (
 )
 from calctl.serving.engine.device import Finished, Inflight
 from calctl.serving.engine.metrics import EngineMetrics
-from calctl.serving.engine.sampling import request_rng, sample_token
+from calctl.serving.engine.sampling import TokenHistory, request_rng, sample_token, token_logprob, uses_history
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.outcomes import ENDINGS, Ending, EngineOutcome, public_before_output
-from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
+from calctl.serving.protocol import (
+    EngineRejection,
+    FinishReason,
+    GenerationRequest,
+    RejectCode,
+    TokenEvent,
+    TokenLogprob,
+)
 from calctl.serving.record_sink import ms
 from calctl.serving.text import TextCodec
 
@@ -62,6 +69,8 @@ class RequestContext:
     stream: EngineStream
     arrived: float
     rng: np.random.Generator | None = None  # made at its first sampled token: a greedy request needs none
+    history: TokenHistory | None = None  # made at its first sampled token, only for a request with penalties
+    logprob: TokenLogprob | None = None  # of the token sampled last, until its TokenEmitted carries it
     first_token_at: float | None = None
     last_token_at: float | None = None
     first_job_at: float | None = None
@@ -142,12 +151,26 @@ class OutputProcessor:
             if ctx is None:  # ended meanwhile (its lane result is discarded by the scheduler)
                 results.append(LaneResult(rid, int(np.argmax(logits[lane]))))
                 continue
-            sampling = ctx.gen.sampling
-            if ctx.rng is None and not sampling.greedy:
-                ctx.rng = request_rng(sampling.seed)
-            token = sample_token(logits[lane], sampling, ctx.rng)
+            token = self._sample_one(ctx, logits[lane])
             results.append(LaneResult(rid, token, stop=(not ctx.gen.ignore_eos) and token == eos))
         return JobOutcome(inf.job_id, inf.core.generation, JobStatus.OK, tuple(results))
+
+    @staticmethod
+    def _sample_one(ctx: RequestContext, row: np.ndarray) -> int:
+        """One request's next token; its penalty history and (when asked for) log-probabilities updated."""
+        sampling = ctx.gen.sampling
+        if ctx.rng is None and not sampling.greedy:
+            ctx.rng = request_rng(sampling.seed)
+        if ctx.history is None and uses_history(sampling):
+            ctx.history = TokenHistory.of(ctx.gen.prompt_ids)
+        token = sample_token(row, sampling, ctx.rng, ctx.history)
+        if ctx.history is not None:
+            # Counted when sampled, not when delivered: the next job's sampling may run before this step's
+            # events are delivered. A token that is never delivered ended its request, history and all.
+            ctx.history.add(token)
+        if sampling.logprobs is not None:
+            ctx.logprob = token_logprob(row, token, sampling.logprobs)
+        return token
 
     # ------------------------------------------------------------------ events -> streams
 
@@ -186,8 +209,13 @@ class OutputProcessor:
         if tenant is None:
             tenant = self._m_tenant[ctx.gen.tenant] = self._metrics.tenant_tokens.labels(self.alias, ctx.gen.tenant)
         tenant.inc()
+        logprob, ctx.logprob = ctx.logprob, None
         event = TokenEvent(
-            ev.token_id, prompt_tokens=len(ctx.gen.prompt_ids), completion_tokens=ctx.tokens, generation=int(generation)
+            ev.token_id,
+            prompt_tokens=len(ctx.gen.prompt_ids),
+            completion_tokens=ctx.tokens,
+            generation=int(generation),
+            logprob=logprob if logprob is not None and logprob.token_id == ev.token_id else None,
         )
         ctx.stream.post_token(event)
         for tap in tuple(self._taps):

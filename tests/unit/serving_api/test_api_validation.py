@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import httpx
@@ -27,14 +29,45 @@ INVALID: list[tuple[str, dict[str, Any], str | None]] = [
     ("/v1/chat/completions", {**CHAT, "max_completion_tokens": -1}, "max_completion_tokens"),
     ("/v1/completions", {**TEXT, "n": 2}, "n"),
     ("/v1/chat/completions", {**CHAT, "n": 2}, "n"),
-    ("/v1/completions", {**TEXT, "logprobs": 2}, "logprobs"),
-    ("/v1/chat/completions", {**CHAT, "logprobs": True}, "logprobs"),
+    ("/v1/completions", {**TEXT, "logprobs": 21}, "logprobs"),
+    ("/v1/completions", {**TEXT, "logprobs": -1}, "logprobs"),
+    ("/v1/completions", {**TEXT, "logprobs": True}, "logprobs"),
+    ("/v1/chat/completions", {**CHAT, "logprobs": 2}, "logprobs"),
     ("/v1/chat/completions", {**CHAT, "top_logprobs": 3}, "top_logprobs"),
+    ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+    # The sampling parameters' ranges (docs/serve.md "Sampling parameters").
+    ("/v1/completions", {**TEXT, "top_k": -2}, "top_k"),
+    ("/v1/chat/completions", {**CHAT, "top_k": 1.5}, "top_k"),
+    ("/v1/completions", {**TEXT, "min_p": 1.5}, "min_p"),
+    ("/v1/chat/completions", {**CHAT, "min_p": -0.1}, "min_p"),
+    ("/v1/completions", {**TEXT, "frequency_penalty": 2.5}, "frequency_penalty"),
+    ("/v1/chat/completions", {**CHAT, "frequency_penalty": -2.01}, "frequency_penalty"),
+    ("/v1/completions", {**TEXT, "presence_penalty": -3}, "presence_penalty"),
+    ("/v1/chat/completions", {**CHAT, "presence_penalty": "1"}, "presence_penalty"),
+    ("/v1/completions", {**TEXT, "repetition_penalty": 0}, "repetition_penalty"),
+    ("/v1/chat/completions", {**CHAT, "repetition_penalty": -1.0}, "repetition_penalty"),
+    ("/v1/completions", {**TEXT, "repetition_penalty": 2.5}, "repetition_penalty"),
+    ("/v1/completions", {**TEXT, "logit_bias": {"5": 101}}, "logit_bias"),
+    ("/v1/chat/completions", {**CHAT, "logit_bias": {"5": -100.5}}, "logit_bias"),
+    ("/v1/completions", {**TEXT, "logit_bias": {"hello": 1}}, "logit_bias"),
+    ("/v1/completions", {**TEXT, "logit_bias": {"-5": 1}}, "logit_bias"),
+    ("/v1/completions", {**TEXT, "logit_bias": {"5": "1"}}, "logit_bias"),
+    ("/v1/completions", {**TEXT, "logit_bias": [5, 1]}, "logit_bias"),
+    ("/v1/completions", {**TEXT, "logit_bias": {str(MODEL_A_VOCAB): 1}}, "logit_bias"),
+    ("/v1/chat/completions", {**CHAT, "logit_bias": {"99999999999": 1}}, "logit_bias"),
+    ("/v1/chat/completions", {**CHAT, "logit_bias": {"5": 1, "05": 2}}, "logit_bias"),
+    ("/v1/completions", {**TEXT, "ignore_eos": "yes"}, "ignore_eos"),
+    # Python's json (Starlette's request.json()) reads NaN and Infinity; no range holds them.
+    ("/v1/completions", {**TEXT, "min_p": math.nan}, "min_p"),
+    ("/v1/completions", {**TEXT, "frequency_penalty": math.nan}, "frequency_penalty"),
+    ("/v1/chat/completions", {**CHAT, "presence_penalty": -math.inf}, "presence_penalty"),
+    ("/v1/completions", {**TEXT, "repetition_penalty": math.nan}, "repetition_penalty"),
+    ("/v1/chat/completions", {**CHAT, "logit_bias": {"5": math.nan}}, "logit_bias"),
     ("/v1/completions", {**TEXT, "echo": True}, "echo"),
     ("/v1/completions", {**TEXT, "best_of": 3}, "best_of"),
     ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
-    ("/v1/completions", {**TEXT, "logit_bias": {"5": 10}}, "logit_bias"),
     ("/v1/completions", {**TEXT, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ("/v1/completions", {**TEXT, "stop": 5}, "stop"),
     ("/v1/completions", {**TEXT, "prompt": [5, MODEL_A_VOCAB]}, "prompt"),
@@ -90,7 +123,9 @@ async def test_invalid_request_is_400_naming_the_param(
     client: httpx.AsyncClient, engine: FakeEngine, case: tuple[str, dict[str, Any], str | None], stream: bool
 ) -> None:
     path, body, param = case
-    r = await client.post(path, json={**body, "stream": stream})
+    # json.dumps writes NaN and Infinity (httpx's json= refuses them), as some clients do.
+    raw = json.dumps({**body, "stream": stream})
+    r = await client.post(path, content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.headers["content-type"] == "application/json"  # a real status and a JSON body, not an SSE stream
     err = r.json()["error"]
