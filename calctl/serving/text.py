@@ -99,7 +99,10 @@ class TextCodec:
         return self.tokenizer.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        # encode_batch, not encode: the tokenizers binding runs a batch with the interpreter lock released and
+        # a single encode with it held, so a megabyte prompt tokenized in a worker thread would still stall
+        # the event loop (and the other model's streams) for seconds (issue 49; 001 §9.2). Same ids.
+        return self.tokenizer.encode_batch([text], add_special_tokens=False)[0].ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -177,6 +180,41 @@ class IncrementalDetokenizer:
         self._prefix, self._read = self._read, len(ids)
         self._parts.append(delta)
         return delta
+
+
+class OutputText:
+    """The text a client is sent for a model's output tokens: whole characters, the EOS token dropped, cut
+    before the first stop string (:class:`IncrementalDetokenizer` + :class:`StopMatcher`).
+
+    The API's text deltas (:mod:`calctl.serving.api.deltas`) and the engine's 001 §14 record of a request
+    that ended at ``max_tokens`` (:func:`stopped_by_text`) both use it, so the finish reason a client sees
+    and the one the record and ``calctl_requests_total`` show cannot disagree."""
+
+    def __init__(self, codec: TextCodec, stops: Sequence[str], context: Sequence[int] = ()) -> None:
+        self._detok = IncrementalDetokenizer(codec, context=context)
+        self._matcher = StopMatcher(stops)
+        self._eos = codec.eos_token_id
+
+    def push(self, token_id: int) -> tuple[str, bool]:
+        """(text safe to send now, a stop string was found); the EOS token is no text."""
+        if token_id == self._eos:
+            return "", False
+        return self._matcher.feed(self._detok.push(token_id))
+
+    def end(self) -> tuple[str, bool]:
+        """At the end of the output: (what was held back, a stop string was found in it)."""
+        safe, stopped = self._matcher.feed(self._detok.flush())
+        return safe + ("" if stopped else self._matcher.flush()), stopped
+
+
+def stopped_by_text(codec: TextCodec, stops: Sequence[str], context: Sequence[int], tokens: Sequence[int]) -> bool:
+    """Whether the text of ``tokens`` (after ``context``, the prompt) contains one of ``stops``: the client
+    was told ``stop``. Decodes the whole output once; the engine calls it only for a request with stop
+    strings that it ended for its length."""
+    if not any(stops):
+        return False
+    text = OutputText(codec, stops, context)
+    return any(text.push(t)[1] for t in tokens) or text.end()[1]
 
 
 class StopMatcher:

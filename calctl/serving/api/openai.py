@@ -30,9 +30,17 @@ from starlette.types import Receive, Scope, Send
 from calctl.serving import outcomes
 from calctl.serving.api.auth import ApiSettings, Auth
 from calctl.serving.api.deltas import Delta, text_deltas
-from calctl.serving.api.errors import error_body, error_response, invalid
+from calctl.serving.api.errors import error_body, error_response, invalid, rejection_response
 from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
-from calctl.serving.protocol import EngineClient, EngineRejection, GenerationRequest, RequestStream, SamplingParams
+from calctl.serving.api.workers import PromptWorkers
+from calctl.serving.protocol import (
+    EngineClient,
+    EngineRejection,
+    GenerationRequest,
+    ModelInfo,
+    RequestStream,
+    SamplingParams,
+)
 from calctl.serving.text import ChatTemplateError, TextCodec
 
 try:  # a C JSON encoder for the SSE chunks, one per token: ~15x the standard library's speed (docs/serve.md)
@@ -101,17 +109,37 @@ def _public_error(delta: Delta) -> tuple[str, str]:
     return outcomes.public_error(delta.outcome, delta.usage.get("completion_tokens"))
 
 
-def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> APIRouter:
+def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, workers: PromptWorkers) -> APIRouter:
     router = APIRouter()
+
+    def model_entry(m: ModelInfo) -> dict[str, Any]:
+        # max_model_len: vLLM's name for the context length a request may use (prompt + output), which
+        # clients and harnesses already read; here it is what admission enforces (001 §10.4).
+        return {
+            "id": m.alias,
+            "object": "model",
+            "created": m.created,
+            "owned_by": "calctl",
+            "max_model_len": m.context_limit,
+        }
 
     @router.get("/v1/models")
     async def list_models(_: str = Depends(auth.tenant)) -> dict[str, Any]:
-        data = [
-            {"id": m.alias, "object": "model", "created": m.created, "owned_by": "calctl"}
-            for m in engine.models()
-            if m.state == "Ready"
-        ]
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": [model_entry(m) for m in engine.models() if m.state == "Ready"]}
+
+    @router.get("/v1/models/{model_id:path}", response_model=None)
+    async def retrieve_model(model_id: str, _: str = Depends(auth.tenant)) -> dict[str, Any] | Response:
+        """The OpenAI ``models.retrieve``: a model ``/v1/models`` lists, else a 404 in OpenAI's error shape."""
+        for m in engine.models():
+            if m.alias == model_id and m.state == "Ready":
+                return model_entry(m)
+        return error_response(
+            404,
+            f"the model {model_id!r} does not exist or is not being served now",
+            type_="invalid_request_error",
+            param="model",
+            code="model_not_found",
+        )
 
     @router.post("/v1/completions", response_model=None)
     async def completions(request: Request, tenant: str = Depends(auth.tenant)) -> Response:
@@ -130,16 +158,28 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
         chat: bool,
     ) -> Response:
         """Both endpoints: parse the body, find the model's codec, build the prompt and its ``max_tokens``
-        (``prompt_of``; a Response is its 400), generate."""
-        body = await _parse(request, schema)
-        if isinstance(body, Response):
-            return body
-        codec = engine.codec(body.model)  # type: ignore[attr-defined]
-        prompt = prompt_of(body, codec)
-        if isinstance(prompt, Response):
-            return prompt
-        prompt_ids, max_tokens = prompt
-        return await _generate(request, tenant, body, codec, prompt_ids, max_tokens, chat=chat)
+        (``prompt_of``; a Response is its 400), generate. Every answer carries the request's id.
+
+        Parsing, validation, the chat template and tokenization take time in proportion to the body, so they
+        run in worker threads, never on the event loop (001 §9.2: a megabyte prompt to A must not hold up B's
+        tokens or ``/health/live``); the prompt in its model's own pool, so A's big prompts queue behind each
+        other, not in front of B's."""
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        loop = asyncio.get_running_loop()
+        raw = await request.body()  # already read, under the size limit, by the guard
+        try:
+            body = await loop.run_in_executor(workers.parse, _parse, raw, schema)
+            if isinstance(body, Response):
+                return _tagged(body, request_id)
+            codec = engine.codec(body.model)  # type: ignore[attr-defined]
+            pool = workers.for_model(body.model)  # type: ignore[attr-defined]
+            prompt = await loop.run_in_executor(pool, _prompt_tuple, prompt_of, body, codec)
+            if isinstance(prompt, Response):
+                return _tagged(prompt, request_id)
+            prompt_ids, max_tokens = prompt
+            return await _generate(request, request_id, tenant, body, codec, prompt_ids, max_tokens, chat=chat)
+        except EngineRejection as exc:  # 404, or refused at admission: the same error the handler gives, tagged
+            return _tagged(rejection_response(exc, chat=chat), request_id)
 
     def _completion_prompt(body: CompletionRequest, codec: TextCodec) -> tuple[list[int], int] | Response:
         if isinstance(body.prompt, str):
@@ -170,54 +210,33 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
             max_tokens = max(1, limit - len(prompt_ids))
         return prompt_ids, max_tokens
 
-    async def _parse(request: Request, model: type[T]) -> T | Response:
-        try:
-            raw = await request.json()
-            # A lone UTF-16 surrogate ("\ud800") parses into a str that is no text: UTF-8 and the tokenizer
-            # refuse it, so the whole body is. Python's json also fails with ValueError (an integer past its
-            # digit limit) or RecursionError (deep nesting), not only JSONDecodeError; all are a 400, not a 500.
-            json.dumps(raw, ensure_ascii=False).encode("utf-8")
-        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError and UnicodeEncodeError too
-            return invalid("request body is not valid JSON", code="invalid_json")
-        if not isinstance(raw, dict):
-            return invalid("request body must be a JSON object", code="invalid_json")
-        try:
-            body = model.model_validate(raw)  # type: ignore[attr-defined]
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first.get("loc", ()))
-            return invalid(f"{loc or 'body'}: {first.get('msg')}", param=loc or None)
-        unsupported = body.unsupported()
-        if unsupported:
-            return invalid(unsupported[1], param=unsupported[0], code="unsupported_parameter")
-        return body
-
     async def _generate(
         request: Request,
+        request_id: str,
         tenant: str,
         body: Any,
         codec: TextCodec,
-        prompt_ids: list[int],
+        prompt_ids: tuple[int, ...],
         max_tokens: int,
         *,
         chat: bool,
     ) -> Response:
-        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         gen = GenerationRequest(
             request_id=request_id,
             alias=body.model,
             tenant=tenant,
-            prompt_ids=tuple(prompt_ids),
+            prompt_ids=prompt_ids,
             max_tokens=max_tokens,
             sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p, seed=body.seed),
             timeout_s=body.timeout,
+            stop=tuple(body.stop_list()),
         )
         stream = engine.submit(gen)  # raises EngineRejection -> real HTTP status
         try:
             await _race_disconnect(request, stream.admitted())
         except asyncio.CancelledError:
             stream.cancel("client_disconnected")
-            return Response(status_code=499)
+            return Response(status_code=499, headers={"X-Request-Id": request_id})
         except EngineRejection:
             stream.cancel("rejected")
             raise
@@ -240,16 +259,20 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
             last = await _race_disconnect(request, _collect(deltas))
         except asyncio.CancelledError:
             stream.cancel("client_disconnected")
-            return Response(status_code=499)
+            return Response(status_code=499, headers=headers)
         except Exception:  # an engine bug: release the request, answer in OpenAI form, keep details in the log
             log.exception("request %s: the engine failed while generating", request_id)
             stream.cancel("engine_error")
-            return error_response(500, INTERNAL_ERROR[1], type_="server_error", code=INTERNAL_ERROR[0])
+            return _tagged(
+                error_response(500, INTERNAL_ERROR[1], type_="server_error", code=INTERNAL_ERROR[0]), request_id
+            )
         text, end = last
         if end.error is not None:
             log.error("request %s: generation failed: %s", request_id, end.error)
             code, message = _public_error(end)
-            return error_response(503, message, type_="service_unavailable", code=code, retry_after_s=1)
+            return _tagged(
+                error_response(503, message, type_="service_unavailable", code=code, retry_after_s=1), request_id
+            )
         if chat:
             choice: dict[str, Any] = {
                 "index": 0,
@@ -274,6 +297,45 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth) -> AP
         )
 
     return router
+
+
+def _parse(raw: bytes, model: type[T]) -> T | Response:
+    """The body as ``model``, or its 400 (worker thread: time in proportion to the body)."""
+    try:
+        doc = json.loads(raw)
+        # A lone UTF-16 surrogate ("\ud800") parses into a str that is no text: UTF-8 and the tokenizer
+        # refuse it, so the whole body is. Python's json also fails with ValueError (an integer past its
+        # digit limit) or RecursionError (deep nesting), not only JSONDecodeError; all are a 400, not a 500.
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError and UnicodeEncodeError too
+        return invalid("request body is not valid JSON", code="invalid_json")
+    if not isinstance(doc, dict):
+        return invalid("request body must be a JSON object", code="invalid_json")
+    try:
+        body = model.model_validate(doc)  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        return invalid(f"{loc or 'body'}: {first.get('msg')}", param=loc or None)
+    unsupported = body.unsupported()
+    if unsupported:
+        return invalid(unsupported[1], param=unsupported[0], code="unsupported_parameter")
+    return body
+
+
+def _prompt_tuple(
+    prompt_of: Callable[[T, TextCodec], tuple[list[int], int] | Response], body: T, codec: TextCodec
+) -> tuple[tuple[int, ...], int] | Response:
+    """``prompt_of`` with the ids as the tuple the engine takes, built here rather than on the event loop."""
+    prompt = prompt_of(body, codec)
+    if isinstance(prompt, Response):
+        return prompt
+    return tuple(prompt[0]), prompt[1]
+
+
+def _tagged(response: Response, request_id: str) -> Response:
+    response.headers["X-Request-Id"] = request_id
+    return response
 
 
 def _sse_event(doc: dict[str, Any], event: str | None = None) -> bytes:
