@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -22,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from calctl.serving.api.guard import DEFAULT_MAX_BODY_BYTES
+from tests.conftest import REPO, TEST_PUB
 from tests.integration.serve_harness import COMBINED, Served, dual_config, golden, serving
-from tests.waiting import wait_until
+from tests.waiting import wait_http_ready, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -239,3 +244,51 @@ def test_a_prompt_id_past_the_model_vocabulary_is_400_before_the_device() -> Non
             assert _record(s, r.headers["x-request-id"])["error_class"] == "invalid"
         assert len(s.supervisor.metrics.records.recent("job", ["model-a"])) == jobs_before
         assert _requests_total(s, "model-a", "invalid") == 2
+
+
+@pytest.mark.parametrize(("flag", "limit"), [((), 10485), (("--max-body-mb", "0.02"), 20971)])
+def test_serve_takes_the_limit_from_its_config_and_the_flag_over_it(
+    tmp_path: Path, flag: tuple[str, ...], limit: int
+) -> None:
+    config = dual_config(tmp_path)
+    config.write_text(config.read_text() + "api: {max_body_mb: 0.01}\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "calctl", "serve", str(COMBINED), "--config", str(config)),
+                *("--trusted-key", str(TEST_PUB), "--port", str(port), "--warmup-iterations", "1", *flag),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_http_ready(url, proc, log=log, timeout=120)
+            small = httpx.post(f"{url}/v1/completions", json={"model": "model-b", "prompt": "Hi", "max_tokens": 1})
+            assert small.status_code == 200, small.text
+            r = httpx.post(f"{url}/v1/completions", json={"model": "model-b", "prompt": "x" * limit}, timeout=30)
+            assert r.status_code == 413 and f"limit of {limit} bytes" in r.json()["error"]["message"], r.text
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    assert "Traceback" not in log.read_text()
+
+
+def test_the_openai_client_retrieves_a_model_and_gets_404_for_an_unknown_one() -> None:
+    with serving() as s:
+        client = openai.OpenAI(base_url=s.v1, api_key="unused", max_retries=0)
+        listed = {m.id: m for m in client.models.list().data}
+        for alias in ("model-a", "model-b"):
+            model = client.models.retrieve(alias)
+            assert model.id == alias and model.object == "model" and model.owned_by == "calctl"
+            assert model.model_dump() == listed[alias].model_dump()
+            assert (model.model_extra or {})["max_model_len"] == s.engine.context_limit(alias) == 256
+        with pytest.raises(openai.NotFoundError) as info:
+            client.models.retrieve("model-z")
+        assert info.value.code == "model_not_found" and info.value.param == "model"
+        assert info.value.response.headers["x-request-id"]

@@ -57,6 +57,12 @@ def create_app(engine: EngineClient, settings: ApiSettings | None = None) -> Fas
 
     # -- health and metrics -----------------------------------------------------------
 
+    @app.get("/health/live")
+    async def live() -> dict[str, str]:
+        # Reached only from an ASGI stack without the guard (it answers GET and HEAD before routing); the
+        # route keeps the path's 405 for other methods.
+        return {"status": "live"}
+
     @app.get("/health/ready")
     async def ready() -> JSONResponse:
         if engine.is_draining():
