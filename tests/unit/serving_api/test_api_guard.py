@@ -88,7 +88,7 @@ async def test_live_answers_before_routing_even_a_head(app: Any) -> None:
 async def test_an_upload_the_client_abandons_is_one_log_line(
     app: Any, engine: FakeEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"type": "http.request", "body": b'{"model": "model-a", "prompt": "', "more_body": True},
         {"type": "http.disconnect"},
     ]
