@@ -229,8 +229,13 @@ def test_a_prompt_id_past_the_model_vocabulary_is_400_before_the_device() -> Non
     device; it is the request's 400, naming the id and the size, and no job ever reaches the board."""
     with serving() as s:
         codec = s.engine.codec("model-a")
-        real = codec.encode
-        codec.encode = lambda text: [*real(text), 1_000_000]  # type: ignore[method-assign]
+        real = codec.encode_within
+
+        def past_the_vocabulary(text: str, limit: int) -> tuple[list[int] | None, int]:
+            ids, count = real(text, limit - 1)
+            return (None if ids is None else [*ids, 1_000_000]), count + 1
+
+        codec.encode_within = past_the_vocabulary  # type: ignore[method-assign]
         jobs_before = len(s.supervisor.metrics.records.recent("job", ["model-a"]))
         for path, body in (
             ("completions", {"model": "model-a", "prompt": "Hello", "max_tokens": 2}),

@@ -114,10 +114,14 @@ class RequestGuard:
     def _too_large_body(self) -> bytes:
         limit = self.max_body_bytes
         message = (
-            f"request body is larger than this server's limit of {limit} bytes ({limit / 2**20:g} MiB); "
+            f"request body is larger than this server's limit of {limit} bytes ({_human(limit)}); "
             "send a shorter prompt (the operator sets the limit: --max-body-mb, or api.max_body_mb in the config)"
         )
         return json.dumps(error_body(message, type_=INVALID, code="request_too_large")).encode()
+
+
+def _human(size: int) -> str:
+    return f"{size / 2**20:.4g} MiB" if size >= 2**20 else f"{size / 2**10:.4g} KiB"
 
 
 def _has_body(scope: Scope) -> bool:

@@ -13,17 +13,35 @@ the loop:
   overload must not block B).
 
 The tokenizer gives up the interpreter lock while it works
-(:meth:`calctl.serving.text.TextCodec.encode`), so the loop runs meanwhile. This
-module only owns the threads; what runs in them is the routes'.
+(:meth:`calctl.serving.text.TextCodec.encode`), so the loop runs meanwhile; but
+it still takes a core, and on a busy host the event loop, the engine threads and
+the device's would queue behind it for CPU. The prompt threads therefore run at
+a lower priority (``nice`` +:data:`PROMPT_NICE`, Linux: per thread): a big
+prompt gets the CPU that is left over. The parse threads keep the normal
+priority, because JSON parsing holds the interpreter lock, and a thread that
+holds it must not wait for CPU while the event loop waits for it.
+
+This module only owns the threads; what runs in them is the routes'.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 #: Threads per pool: enough for one big prompt not to hold up the next small one of the same model.
 THREADS_PER_POOL = 2
+#: How much lower the prompt threads' priority is (Linux nice; raising one's own nice needs no privilege).
+PROMPT_NICE = 10
+
+
+def _lower_priority() -> None:
+    """Initializer of a prompt thread: nice +PROMPT_NICE for this thread only (Linux threads have their own)."""
+    # Not Linux, or not allowed: the thread runs at the normal priority.
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PROMPT_NICE)
 
 
 class PromptWorkers:
@@ -43,7 +61,11 @@ class PromptWorkers:
             with self._lock:
                 pool = self._models.get(alias)
                 if pool is None:
-                    pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix=f"api-prompt-{alias}")
+                    pool = ThreadPoolExecutor(
+                        max_workers=self._threads,
+                        thread_name_prefix=f"api-prompt-{alias}",
+                        initializer=_lower_priority,
+                    )
                     self._models[alias] = pool
         return pool
 
@@ -53,4 +75,4 @@ class PromptWorkers:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["THREADS_PER_POOL", "PromptWorkers"]
+__all__ = ["PROMPT_NICE", "THREADS_PER_POOL", "PromptWorkers"]

@@ -22,7 +22,7 @@ from tests.unit.serving_api.fake_engine import FakeEngine, package_codec
 
 pytestmark = pytest.mark.anyio
 
-LIMIT = 4096
+LIMIT = 64 * 1024
 
 
 @pytest.fixture
@@ -125,18 +125,17 @@ async def test_an_upload_the_client_abandons_is_one_log_line(
 
 
 async def test_the_prompt_is_tokenized_in_its_model_worker_not_on_the_loop(
-    client: httpx.AsyncClient, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[str] = []
     codec = package_codec("model-b")
-    real = codec.encode
+    real = codec.encode_within
 
-    def encode(text: str) -> list[int]:
-        if text != engine.default_script.text:  # the fake engine's own output, not a prompt
-            threads.append(threading.current_thread().name)
-        return real(text)
+    def encode_within(text: str, limit: int) -> tuple[list[int] | None, int]:
+        threads.append(threading.current_thread().name)
+        return real(text, limit)
 
-    monkeypatch.setattr(codec, "encode", encode)
+    monkeypatch.setattr(codec, "encode_within", encode_within)
     r = await client.post("/v1/completions", json={"model": "model-b", "prompt": "hi", "max_tokens": 2})
     chat = {"model": "model-b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     r2 = await client.post("/v1/chat/completions", json=chat)
@@ -148,3 +147,40 @@ async def test_the_prompt_is_tokenized_in_its_model_worker_not_on_the_loop(
 def test_the_guard_refuses_a_limit_that_is_not_positive() -> None:
     with pytest.raises(ValueError, match="max_body_bytes must be > 0"):
         RequestGuard(create_app(FakeEngine()), max_body_bytes=0)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "count"),
+    [
+        ("/v1/completions", {"prompt": [5] * 300}, "prompt", 300),
+        ("/v1/completions", {"prompt": [5] * 256}, "prompt", 256),  # no room left for one output token
+        ("/v1/completions", {"prompt": "word " * 400}, "prompt", None),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 400}]}, "messages", None),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}] * 300}, "messages", 300),
+    ],
+)
+async def test_a_prompt_past_the_context_is_refused_before_its_ids_are_built(
+    client: httpx.AsyncClient, engine: FakeEngine, path: str, body: dict[str, Any], param: str, count: int | None
+) -> None:
+    """The count of a prompt that cannot fit is all the API needs: no ids, no schema over a million entries."""
+    r = await client.post(path, json={"model": "model-a", **body})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["code"] == "invalid_request_error" and "256" in err["message"], err
+    assert count is None or str(count) in err["message"]
+    assert engine.submitted == []
+
+
+async def test_fits_at_context_minus_one_and_small_bodies_keep_field_errors_first(
+    client: httpx.AsyncClient, engine: FakeEngine
+) -> None:
+    fits = await client.post("/v1/completions", json={"model": "model-a", "prompt": [5] * 255, "max_tokens": 1})
+    assert fits.status_code == 200, fits.text
+    assert len(engine.submitted[0].prompt_ids) == 255
+    small = await client.post("/v1/completions", json={"model": "model-z", "prompt": [5] * 10, "max_tokens": "x"})
+    assert small.status_code == 400 and small.json()["error"]["param"] == "max_tokens"
+    heavy = await client.post("/v1/completions", json={"model": "model-z", "prompt": [5] * 5000, "max_tokens": "x"})
+    assert heavy.status_code == 404 and heavy.json()["error"]["code"] == "model_not_found"
+    chat = {"model": "model-a", "messages": [{"role": "user", "content": "x"}] * 3 + [{"role": "robot"}]}
+    bad = await client.post("/v1/chat/completions", json=chat)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages.3.role", bad.text
