@@ -86,8 +86,10 @@ class RequestGuard:
         """The whole body, or None when the client left first; BodyTooLarge past the limit (declared or read)."""
         limit = self.max_body_bytes
         declared = _content_length(scope)
-        if declared is not None and declared > limit * DRAIN_FACTOR:
-            raise BodyTooLarge  # not worth draining: answer now, the connection closes
+        if declared is not None and (declared > limit * DRAIN_FACTOR or (declared > limit and _expects(scope))):
+            # Not worth draining, or not sent yet (``Expect: 100-continue``: the client waits for our word before
+            # it sends the body, and the 413 is that word): answer now, the connection closes.
+            raise BodyTooLarge
         parts: list[bytes] = []
         size = 0
         over = declared is not None and declared > limit
@@ -129,6 +131,10 @@ def _has_body(scope: Scope) -> bool:
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
             return True
     return False
+
+
+def _expects(scope: Scope) -> bool:
+    return any(name == b"expect" and value.lower() == b"100-continue" for name, value in scope["headers"])
 
 
 def _content_length(scope: Scope) -> int | None:
