@@ -91,6 +91,16 @@ def serve(
             help="Serve /metrics without the admin key (default: behind it, like /internal; docs/serve.md).",
         ),
     ] = False,
+    max_body_mb: Annotated[
+        float | None,
+        float_option(
+            "--max-body-mb",
+            min=0.001,
+            max=256,
+            help="The largest request body read, in MiB (default: api.max_body_mb of --config, else 4); "
+            "a larger one is refused with 413 while it arrives.",
+        ),
+    ] = None,
     records: Annotated[
         str | None,
         typer.Option(
@@ -140,6 +150,7 @@ def serve(
     import os
 
     from calctl.serving import launch as serving_launch
+    from calctl.serving.config import mib_bytes
 
     if not math.isfinite(records_max_mb) or int(records_max_mb * 2**20) <= 0:
         raise UsageError(f"--records-max-mb {records_max_mb:g}: expected a positive, finite size in MiB")
@@ -173,6 +184,7 @@ def serve(
             api_keys=keys,
             admin_keys=frozenset(admin_key or []),
             metrics_public=metrics_public,
+            max_body_bytes=mib_bytes(max_body_mb),
             records=records,
             records_max_bytes=int(records_max_mb * 2**20),
             warmup_iterations=warmup_iterations,

@@ -221,6 +221,7 @@ class DualModelConfig:
     recovery: DualRecoveryConfig
     source: str = "<dual-model>"
     base_dir: Path | None = None  # the file's directory: a relative combined_calbin is relative to it
+    max_body_bytes: int | None = None  # api.max_body_mb (None: the server's default; docs/serve.md "Request size")
 
     def model(self, alias: str) -> DualModelEntry:
         for m in self.models:
@@ -326,7 +327,13 @@ def parse_dual_model_config(doc: Any, *, source: str) -> DualModelConfig:
         models=tuple(entries),
         recovery=DualRecoveryConfig(rec["allow_session_reset"], rec["restart_process_on_unknown_dma"]),
         source=source,
+        max_body_bytes=mib_bytes(doc.get("api", {}).get("max_body_mb")),
     )
+
+
+def mib_bytes(mib: float | None) -> int | None:
+    """A size in MiB (a float, as the CLI and the config give it) in whole bytes; None stays None."""
+    return None if mib is None else int(mib * 2**20)
 
 
 # -- the package being served (001 §10.4: a mismatch fails at start-up) ----------------------------

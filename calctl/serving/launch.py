@@ -53,6 +53,7 @@ class ServeOptions:
     api_keys: dict[str, str] = field(default_factory=dict)
     admin_keys: frozenset[str] = frozenset()
     metrics_public: bool = False  # serve /metrics without the admin check (docs/serve.md "Metrics access")
+    max_body_bytes: int | None = None  # --max-body-mb; None: the config's api.max_body_mb, else the default
     records: str | None = None  # 001 §14 NDJSON records: a directory, "-" for stderr, None for none
     records_max_bytes: int = DEFAULT_MAX_BYTES
     warmup_iterations: int = 3
@@ -196,6 +197,7 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
 
     from calctl.runtime import open_runtime, select_board
     from calctl.serving.api.app import ApiSettings, create_app
+    from calctl.serving.api.guard import DEFAULT_MAX_BODY_BYTES
     from calctl.serving.api.server import DrainingServer
     from calctl.serving.config import load_dual_model_config, normalize_digest
     from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
@@ -240,7 +242,12 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
             engine = ServingEngine(sup)
             app = create_app(
                 engine,
-                ApiSettings(api_keys=opts.api_keys, admin_keys=opts.admin_keys, metrics_public=opts.metrics_public),
+                ApiSettings(
+                    api_keys=opts.api_keys,
+                    admin_keys=opts.admin_keys,
+                    metrics_public=opts.metrics_public,
+                    max_body_bytes=opts.max_body_bytes or (dual and dual.max_body_bytes) or DEFAULT_MAX_BODY_BYTES,
+                ),
             )
             info(
                 f"serving {', '.join(sup.cores)} from {opts.package} on http://{opts.host}:{port}, board "

@@ -87,6 +87,10 @@ class GenerationRequest:
     sampling: SamplingParams = SamplingParams()
     timeout_s: float | None = None  # client-requested deadline; the server default may only be lowered
     ignore_eos: bool = False
+    # The request's stop strings. The API layer matches them in the text and ends the request (``finish``);
+    # the engine needs them only to record ``stop``, as the client was told, when the token that completed
+    # one was also the last ``max_tokens`` allowed (001 §14; the record said ``length``).
+    stop: tuple[str, ...] = ()
 
 
 class FinishReason(str, enum.Enum):

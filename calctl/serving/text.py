@@ -99,7 +99,22 @@ class TextCodec:
         return self.tokenizer.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        return self._encoding(text).ids
+
+    def _encoding(self, text: str) -> Any:
+        # encode_batch_fast, not encode: the tokenizers binding runs a batch with the interpreter lock released
+        # and a single encode with it held, so a megabyte prompt tokenized in a worker thread would still stall
+        # the event loop (and the other model's streams) for seconds (issue 49; 001 §9.2). The fast batch keeps
+        # no character offsets, which nothing here reads: building them held the lock 0.4 s and freeing them
+        # 0.6 s for a 4 MiB prompt (measured beside a 2 ms timer thread); without them, 30 ms. Same ids.
+        return self.tokenizer.encode_batch_fast([text], add_special_tokens=False)[0]
+
+    def encode_within(self, text: str, limit: int) -> tuple[list[int] | None, int]:
+        """(ids, how many): ids None when there are more than ``limit``. The ids of a prompt too long to serve
+        are never built: a list of two million ints holds the interpreter lock ~0.1 s, the event loop's too."""
+        encoding = self._encoding(text)
+        count = len(encoding)
+        return (encoding.ids if count <= limit else None), count
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -177,6 +192,52 @@ class IncrementalDetokenizer:
         self._prefix, self._read = self._read, len(ids)
         self._parts.append(delta)
         return delta
+
+
+class OutputText:
+    """The text a client is sent for a model's output tokens: whole characters, the EOS token dropped, cut
+    before the first stop string (:class:`IncrementalDetokenizer` + :class:`StopMatcher`).
+
+    The API's text deltas (:mod:`calctl.serving.api.deltas`) and the engine's 001 §14 record of a request
+    that ended at ``max_tokens`` (:func:`stopped_by_text`) both use it, so the finish reason a client sees
+    and the one the record and ``calctl_requests_total`` show cannot disagree."""
+
+    def __init__(self, codec: TextCodec, stops: Sequence[str], context: Sequence[int] = ()) -> None:
+        self._detok = IncrementalDetokenizer(codec, context=context)
+        self._matcher = StopMatcher(stops)
+        self._eos = codec.eos_token_id
+
+    def push(self, token_id: int) -> tuple[str, bool]:
+        """(text safe to send now, a stop string was found); the EOS token is no text."""
+        if token_id == self._eos:
+            return "", False
+        return self._matcher.feed(self._detok.push(token_id))
+
+    def end(self) -> tuple[str, bool]:
+        """At the end of the output: (what was held back, a stop string was found in it)."""
+        safe, stopped = self._matcher.feed(self._detok.flush())
+        return safe + ("" if stopped else self._matcher.flush()), stopped
+
+
+def stopped_by_text(codec: TextCodec, stops: Sequence[str], context: Sequence[int], tokens: Sequence[int]) -> bool:
+    """Whether the text of ``tokens`` (after ``context``, the prompt) contains one of ``stops``: the client
+    was told ``stop``. The engine calls it (on its own thread) only for a request with stop strings that it
+    ended for its length.
+
+    One decode of the whole output first (0.2 ms for 2,000 tokens): when no stop string is in that text the
+    answer is no. Only when one is does the token-by-token replay of what the client was sent decide (30 ms for
+    2,000 tokens on a loaded host), so the common case never costs the engine thread a replay."""
+    wanted = [s for s in stops if s]
+    if not wanted:
+        return False
+    ctx = list(context)[-CONTEXT_TOKENS:]
+    out = [t for t in tokens if t != codec.eos_token_id]
+    whole = codec.decode([*ctx, *out])
+    # ``whole`` has the prompt's context too: only ever a false alarm, which the replay settles.
+    if not any(s in whole for s in wanted):
+        return False
+    text = OutputText(codec, wanted, context)
+    return any(text.push(t)[1] for t in tokens) or text.end()[1]
 
 
 class StopMatcher:

@@ -69,6 +69,7 @@ def serving(
     drain_deadline_s: float = 10.0,
     job_timeout_s: float = 10.0,
     runtime_options: dict[str, Any] | None = None,
+    max_body_bytes: int | None = None,
 ) -> Iterator[Served]:
     opts: dict[str, Any] = {"time_scale": time_scale, **(runtime_options or {})}
     if fault_plan is not None:
@@ -85,7 +86,10 @@ def serving(
         try:
             sup.start(pkg)
             engine = ServingEngine(sup)
-            app = create_app(engine, ApiSettings(api_keys=api_keys or {}))
+            settings = ApiSettings(api_keys=api_keys or {})
+            if max_body_bytes is not None:
+                settings = dataclasses.replace(settings, max_body_bytes=max_body_bytes)
+            app = create_app(engine, settings)
             with ServerThread(app) as server:
                 yield Served(server.base_url, engine, sup, rt)
         finally:

@@ -8,15 +8,19 @@ Where things are:
 * ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``:
   :mod:`calctl.serving.api.openai`, over the one text-delta generator
   (:mod:`calctl.serving.api.deltas`);
-* here: ``/health/*``, ``/metrics`` and ``/internal/*``.
+* ``/health/live``, the body-size limit and ``X-Request-Id``: :mod:`calctl.serving.api.guard`, in front
+  of every route;
+* here: ``/health/ready*``, ``/metrics`` and ``/internal/*``.
 
 Public responses never carry chip ids, paths, addresses or reset controls
-(001 §10.1); ``/health/live`` never touches the scheduler.
+(001 §10.1); ``/health/live`` never touches the scheduler (the guard answers it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -26,7 +30,9 @@ from fastapi.responses import JSONResponse, Response
 from calctl import __version__
 from calctl.serving.api.auth import ApiSettings, Auth
 from calctl.serving.api.errors import error_response, install_handlers, invalid
+from calctl.serving.api.guard import RequestGuard
 from calctl.serving.api.openai import openai_router
+from calctl.serving.api.workers import PromptWorkers
 from calctl.serving.config import ExecutorMode
 from calctl.serving.protocol import EngineClient
 
@@ -36,14 +42,25 @@ EXECUTOR_MODES = tuple(m.value for m in ExecutorMode)  # docs/executor.md
 def create_app(engine: EngineClient, settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
     auth = Auth(settings)
-    app = FastAPI(title="calctl serve", version=__version__, docs_url=None, redoc_url=None)
+    workers = PromptWorkers()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        workers.shutdown()  # a tokenization still running finishes in its thread; nobody waits for it
+
+    app = FastAPI(title="calctl serve", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
     install_handlers(app)
-    app.include_router(openai_router(engine, settings, auth))
+    app.include_router(openai_router(engine, settings, auth, workers))
+    # Outermost of the app's own layers: /health/live, the body-size limit and X-Request-Id come before routing.
+    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes)
 
     # -- health and metrics -----------------------------------------------------------
 
     @app.get("/health/live")
     async def live() -> dict[str, str]:
+        # Reached only from an ASGI stack without the guard (it answers GET and HEAD before routing); the
+        # route keeps the path's 405 for other methods.
         return {"status": "live"}
 
     @app.get("/health/ready")

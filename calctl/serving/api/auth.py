@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from calctl.serving.api.errors import AdminDisabled, Unauthorized
+from calctl.serving.api.guard import DEFAULT_MAX_BODY_BYTES
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,9 @@ class ApiSettings:
     # /metrics carries board and per-model internal state (000 §16): behind the admin check like /internal
     # unless the operator opts out for a scraper on a private network (`calctl serve --metrics-public`).
     metrics_public: bool = False
+    # The largest request body read (413 past it, while it arrives; calctl.serving.api.guard). ``calctl serve
+    # --max-body-mb`` or ``api.max_body_mb`` in the dual-model config; docs/serve.md "Request size".
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 def _bearer(request: Request) -> str | None:

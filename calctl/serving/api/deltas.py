@@ -6,7 +6,7 @@ It does what a real server does with a model's tokens (issue 17 item 3):
 * every delta is whole UTF-8 characters: a character split across tokens is held
   until the token that completes it (:class:`~calctl.serving.text.IncrementalDetokenizer`);
 * a stop string is found across token boundaries and never sent
-  (:class:`~calctl.serving.text.StopMatcher`); the engine is told, and ends the
+  (:class:`~calctl.serving.text.OutputText`, which the engine's records use too); the engine is told, and ends the
   request as Completed with finish reason ``stop`` (a real finish, not a cancel);
 * ``usage`` counts the model's tokens, as the engine reports them, less the EOS
   token that ended the output: ``completion_tokens`` counts what OpenAI and
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from calctl.serving.outcomes import ENDINGS
 from calctl.serving.protocol import FinishReason, RequestStream, TokenEvent, TokenLogprob
-from calctl.serving.text import IncrementalDetokenizer, StopMatcher, TextCodec
+from calctl.serving.text import OutputText, TextCodec
 
 #: The OpenAI ``finish_reason`` of each protocol finish reason.
 FINISH_NAMES = {
@@ -61,8 +61,7 @@ async def text_deltas(
     stream: RequestStream, codec: TextCodec, stops: Sequence[str], *, prompt_ids: Sequence[int] = ()
 ) -> AsyncIterator[Delta]:
     """Text deltas of ``stream``; the last one carries the finish reason. Empty deltas are not yielded."""
-    detok = IncrementalDetokenizer(codec, context=prompt_ids)
-    matcher = StopMatcher(stops)
+    text = OutputText(codec, stops, context=prompt_ids)
     eos = codec.eos_token_id
     usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": 0, "total_tokens": len(prompt_ids)}
     ended_by_eos = False  # the last token was the EOS: a stop then does not count it (no text, not billed)
@@ -88,7 +87,7 @@ async def text_deltas(
             if pending and pending[-1].token_id == eos:
                 pending.pop()  # the EOS that ended the output: not text, not counted
         if ev.token_id is not None and ev.token_id != eos:
-            safe, stopped = matcher.feed(detok.push(ev.token_id))
+            safe, stopped = text.push(ev.token_id)
             if stopped:
                 # Stop reading here: after finish() the engine may still deliver a token already in flight,
                 # or nothing at all, so waiting for more would hang.
@@ -101,13 +100,12 @@ async def text_deltas(
             if ev.finish is FinishReason.ERROR:
                 yield Delta("", usage, "error", error=ev.error or "device error", outcome=ev.outcome)
                 return
-            safe, stopped = matcher.feed(detok.flush())
-            tail = safe + ("" if stopped else matcher.flush())
+            tail, stopped = text.end()
             yield Delta(tail, usage, "stop" if stopped else FINISH_NAMES[ev.finish], logprobs=taken())
             return
     # The stream ended without a terminal event (an engine that stopped after finish()): what was held is sent.
-    safe, stopped = matcher.feed(detok.flush())
-    yield Delta(safe + ("" if stopped else matcher.flush()), usage, "stop" if stopped else "length", logprobs=taken())
+    tail, stopped = text.end()
+    yield Delta(tail, usage, "stop" if stopped else "length", logprobs=taken())
 
 
 __all__ = ["FINISH_NAMES", "Delta", "text_deltas", "usage_of"]

@@ -17,6 +17,7 @@ from calctl.serving.config import ExecutorMode
 from calctl.serving.core.admission import ModelState
 from calctl.serving.engine.loop import CoreOptions, EngineCore
 from calctl.serving.engine.metrics import ChipSnapshot, EngineSnapshot, SnapshotCollector
+from calctl.serving.engine.output import record_refusal
 from calctl.serving.engine.recovery import trace_row
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.engine.supervisor import DeviceSupervisor, SupervisorOptions
@@ -64,7 +65,9 @@ class ServingEngine:
     def submit(self, request: GenerationRequest) -> EngineStream:
         w = self._core(request.alias)
         if self._draining:
-            raise EngineRejection(RejectCode.UNAVAILABLE, "the server is shutting down", retry_after_s=1.0)
+            refusal = EngineRejection(RejectCode.UNAVAILABLE, "the server is shutting down", retry_after_s=1.0)
+            record_refusal(self.supervisor.metrics, w.alias, w.chips, w.generation, request, refusal, 0.0)
+            raise refusal
         return self._open(w, request, asyncio.get_running_loop())
 
     def submit_threadsafe(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> EngineStream:

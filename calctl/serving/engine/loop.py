@@ -178,7 +178,7 @@ class EngineCore:
             on_token_gap=lambda gap: self._modes.apply(self._monitor.latency(gap)),
         )
         self._requests: dict[RequestId, RequestContext] = self._out.requests
-        self._admit = AdmissionFront(alias, self._sched, self._out, self._known, metrics)
+        self._admit = AdmissionFront(alias, self._sched, self._out, self._known, metrics, model)
         self.life = Lifecycle()
         self._stopping = False  # shutdown(): the thread ends (not a model state)
         self._deferred_recovery: RecoveryRequest | None = None  # waits for the jobs still in flight to drain

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from calctl.serving import outcomes
 from calctl.serving.core.ids import ModelGenerationId, RequestId
 from calctl.serving.core.request import EndReason, TerminalEvent
 from calctl.serving.core.scheduler import (
@@ -53,7 +54,7 @@ from calctl.serving.protocol import (
     TokenLogprob,
 )
 from calctl.serving.record_sink import ms
-from calctl.serving.text import TextCodec
+from calctl.serving.text import TextCodec, stopped_by_text
 
 log = logging.getLogger("calctl.serve")
 
@@ -75,6 +76,7 @@ class RequestContext:
     last_token_at: float | None = None
     first_job_at: float | None = None
     tokens: int = 0
+    output_ids: list[int] | None = None  # kept only for a request with stop strings (see _finish_of)
 
 
 class OutputProcessor:
@@ -196,6 +198,10 @@ class OutputProcessor:
         if ctx is None:
             return
         ctx.tokens = ev.index + 1
+        if ctx.gen.stop:
+            if ctx.output_ids is None:
+                ctx.output_ids = []
+            ctx.output_ids.append(ev.token_id)
         if ctx.first_token_at is None:
             ctx.first_token_at = now
             self._m_ttft.observe(now - ctx.arrived)
@@ -224,7 +230,7 @@ class OutputProcessor:
     def _on_terminal(self, ev: TerminalEvent, now: float) -> None:
         ctx = self.requests.pop(ev.request_id, None)
         self._known.discard(ev.request_id)
-        end = ENDINGS[ev.reason]
+        end = ENDINGS[ev.reason if ctx is None else self._reason_seen(ev.reason, ctx)]
         self.m_outcome[end.outcome].inc()
         if ctx is None:
             return
@@ -256,6 +262,17 @@ class OutputProcessor:
             )
         )
 
+    def _reason_seen(self, reason: EndReason, ctx: RequestContext) -> EndReason:
+        """The end the client was told. A stop string completed by the last token ``max_tokens`` allowed is
+        ``stop`` in the response (the API matched it) although the scheduler ended the request for its length
+        before the API's stop arrived; the record and ``calctl_requests_total`` say ``stop`` too (001 §14)."""
+        stopped = (
+            reason is EndReason.LENGTH
+            and bool(ctx.output_ids)
+            and stopped_by_text(self.codec, ctx.gen.stop, ctx.gen.prompt_ids, ctx.output_ids or ())
+        )
+        return EndReason.STOP if stopped else reason
+
     def _record_request(self, ev: TerminalEvent, ctx: RequestContext, end: Ending, now: float) -> None:
         """001 §14's per-request record (calctl.serving.record_sink): internal, so it may name the chips."""
         first, last = ctx.first_token_at, ctx.last_token_at
@@ -275,6 +292,10 @@ class OutputProcessor:
             finish_reason=end.finish.value if ctx.tokens or end.before_output is None else None,
             error_class=None if end.outcome.value in ("stop", "length") else end.outcome.value,
         )
+
+    def refused(self, req: GenerationRequest, rejection: EngineRejection, elapsed_s: float) -> None:
+        """A request refused at admission: see :func:`record_refusal`."""
+        record_refusal(self._metrics, self.alias, self.chips, int(self._generation()), req, rejection, elapsed_s)
 
     # ------------------------------------------------------------------ a bug in the loop
 
@@ -299,4 +320,35 @@ class OutputProcessor:
         self.requests.clear()
 
 
-__all__ = ["DeliveryTap", "OutputProcessor", "RequestContext"]
+def record_refusal(
+    metrics: EngineMetrics,
+    alias: str,
+    chips: tuple[int, ...],
+    generation: int,
+    req: GenerationRequest,
+    rejection: EngineRejection,
+    elapsed_s: float,
+) -> None:
+    """A request refused at admission (400, 429, 503 before the engine held it) is counted in
+    ``calctl_requests_total`` and has its 001 §14 record, as every request has. Any thread: it touches only the
+    counters and the record sink, both thread-safe."""
+    outcome = outcomes.rejection(rejection.code).outcome
+    metrics.requests.labels(alias, outcome.value).inc()
+    metrics.records.request(
+        request_id=req.request_id,
+        model_alias=alias,
+        model_generation=generation,
+        chips=list(chips),
+        tenant=req.tenant,
+        prompt_tokens=len(req.prompt_ids),
+        output_tokens=0,
+        queue_ms=None,  # never queued for the device
+        ttft_ms=None,
+        tpot_ms=None,
+        e2e_ms=ms(max(0.0, elapsed_s)),
+        finish_reason=None,
+        error_class=outcome.value,
+    )
+
+
+__all__ = ["DeliveryTap", "OutputProcessor", "RequestContext", "record_refusal"]

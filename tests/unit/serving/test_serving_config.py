@@ -112,6 +112,12 @@ def test_001_s104_example_loads_and_cross_checks(tmp_path: Path, combined: Packa
     assert cfg.model("model-b").effective_scheduler().executor.max_inflight == 1
 
 
+def test_api_max_body_mb_is_read_in_bytes(tmp_path: Path) -> None:
+    assert load_dual_model_config(_write(tmp_path, "dual.yaml", DUAL_001_S104)).max_body_bytes is None
+    text = _edit(DUAL_001_S104, lambda d: d.__setitem__("api", {"max_body_mb": 0.5}))
+    assert load_dual_model_config(_write(tmp_path, "dual.yaml", text)).max_body_bytes == 512 * 1024
+
+
 def test_tenants_map_and_extensions(tmp_path: Path) -> None:
     """000 §5.3: tenant weights and quotas come from configuration; 'default' covers unlisted tenants."""
     text = (
@@ -192,6 +198,9 @@ def test_each_bad_scheduler_field_is_named(tmp_path: Path, mutate, field: str, f
         (lambda d: d["models"][0].pop("decode_graph"), "/models/0/decode_graph", "required field is missing"),
         (lambda d: d["models"][0].__setitem__("max_inflight", 0), "/models/0/max_inflight", "minimum"),
         (lambda d: d["recovery"].pop("allow_session_reset"), "/recovery/allow_session_reset", "required"),
+        (lambda d: d.__setitem__("api", {"max_body_mb": 0}), "/api/max_body_mb", "minimum"),
+        (lambda d: d.__setitem__("api", {"max_body_mb": "4M"}), "/api/max_body_mb", "number"),
+        (lambda d: d.__setitem__("api", {"max_body_mb": 1e9}), "/api/max_body_mb", "maximum"),
         (
             lambda d: d["models"][0].__setitem__("scheduler", {"batch": {"profiles": [1]}}),
             "/models/0/scheduler/admission",

@@ -17,10 +17,26 @@ async def test_models_lists_ready_aliases_in_openai_shape(client: httpx.AsyncCli
     assert body == {
         "object": "list",
         "data": [
-            {"id": "model-a", "object": "model", "created": engine.created, "owned_by": "calctl"},
-            {"id": "model-b", "object": "model", "created": engine.created, "owned_by": "calctl"},
+            {"id": a, "object": "model", "created": engine.created, "owned_by": "calctl", "max_model_len": 256}
+            for a in ("model-a", "model-b")
         ],
     }
+
+
+async def test_retrieve_gives_the_listed_entry_and_404_in_openai_shape(
+    client: httpx.AsyncClient, engine: FakeEngine
+) -> None:
+    listed = (await client.get("/v1/models")).json()["data"]
+    for entry in listed:
+        r = await client.get(f"/v1/models/{entry['id']}")
+        assert r.status_code == 200 and r.json() == entry
+    engine.states["model-b"] = "Loading"  # not listed, so not retrievable either
+    for missing in ("model-b", "model-z", "org/model-a"):
+        r = await client.get(f"/v1/models/{missing}")
+        assert r.status_code == 404 and r.headers["x-request-id"]
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["code"] == "model_not_found" and err["param"] == "model"
+        assert repr(missing) in err["message"]
 
 
 @pytest.mark.parametrize("state", ["Loading", "Validating", "Warming", "Draining", "Recovering", "Failed", "Unloaded"])

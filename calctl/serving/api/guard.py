@@ -1,0 +1,186 @@
+"""The ASGI layer in front of every route: liveness, the request body's size, ``X-Request-Id`` (001 §9.2, §14).
+
+What one request sends must not stall the others (001 §9.2: A's overload never
+blocks B), so before any route runs, :class:`RequestGuard`:
+
+* answers ``GET /health/live`` itself, from a path that shares nothing with the
+  scheduler, the engine or FastAPI's routing (docs/serve.md: a liveness probe
+  that waits behind a big request gets the pod restarted, docs/deploy.md);
+* reads the request body with the size limit enforced while it arrives, before
+  anything parses it: a declared or streamed body over ``max_body_bytes`` is a
+  413 whose message names the limit; the rest of such a body is read and dropped
+  (up to :data:`DRAIN_FACTOR` times the limit) so that a client still sending
+  it reads the 413 instead of a reset connection;
+* logs a client that aborts its upload as one line, not a traceback
+  (``starlette.requests.ClientDisconnect``), and answers nothing: nobody listens;
+* gives every response an ``X-Request-Id``: the completion's id where the route
+  set one, else a fresh ``req-...`` id (401, 404, 413, health, admin).
+
+It does not parse JSON, know models or tokenize: the routes do that, off the
+event loop (:mod:`calctl.serving.api.openai`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from calctl.serving.api.errors import INVALID, error_body
+
+log = logging.getLogger("calctl.serving.api")
+
+#: The default ``max_body_bytes``: a full 128K-token prompt as text (~0.5 MB) or as token ids (~0.9 MB) fits
+#: four times over; a 10 MB prompt is refused while it arrives (docs/serve.md "Request size").
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+#: An over-limit body is read and dropped up to this many times the limit before the 413; past it (or when
+#: its declared length is past it) the 413 goes out at once and the connection closes.
+DRAIN_FACTOR = 4
+REQUEST_ID_HEADER = b"x-request-id"
+_LIVE = json.dumps({"status": "live"}).encode()
+
+
+class BodyTooLarge(Exception):
+    """The request body is over the limit (413)."""
+
+
+class RequestGuard:
+    """ASGI middleware: see the module docstring. ``max_body_bytes`` > 0."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        if max_body_bytes <= 0:
+            raise ValueError(f"max_body_bytes must be > 0, got {max_body_bytes}")
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"req-{uuid.uuid4().hex}"
+        send = _with_request_id(send, request_id)
+        if scope["path"] == "/health/live" and scope["method"] in ("GET", "HEAD"):
+            await _respond(send, 200, _LIVE, head=scope["method"] == "HEAD")
+            return
+        if not _has_body(scope):
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await self._read_body(scope, receive)
+        except BodyTooLarge:
+            await _respond(send, 413, self._too_large_body(), close=True)
+            return
+        if body is None:
+            log.info(
+                "request %s %s %s: the client closed the connection while sending its body; dropped",
+                request_id,
+                scope["method"],
+                scope["path"],
+            )
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body, or None when the client left first; BodyTooLarge past the limit (declared or read)."""
+        limit = self.max_body_bytes
+        declared = _content_length(scope)
+        if declared is not None and (declared > limit * DRAIN_FACTOR or (declared > limit and _expects(scope))):
+            # Not worth draining, or not sent yet (``Expect: 100-continue``: the client waits for our word before
+            # it sends the body, and the 413 is that word): answer now, the connection closes.
+            raise BodyTooLarge
+        parts: list[bytes] = []
+        size = 0
+        over = declared is not None and declared > limit
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                over = True
+            if over:
+                parts.clear()  # dropped as it arrives: an over-limit body never sits in memory
+                if size > limit * DRAIN_FACTOR:
+                    raise BodyTooLarge
+            elif chunk:
+                parts.append(chunk)
+            if not message.get("more_body", False):
+                break
+        if over:
+            raise BodyTooLarge
+        return b"".join(parts)
+
+    def _too_large_body(self) -> bytes:
+        limit = self.max_body_bytes
+        message = (
+            f"request body is larger than this server's limit of {limit} bytes ({_human(limit)}); "
+            "send a shorter prompt (the operator sets the limit: --max-body-mb, or api.max_body_mb in the config)"
+        )
+        return json.dumps(error_body(message, type_=INVALID, code="request_too_large")).encode()
+
+
+def _human(size: int) -> str:
+    return f"{size / 2**20:.4g} MiB" if size >= 2**20 else f"{size / 2**10:.4g} KiB"
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
+            return True
+    return False
+
+
+def _expects(scope: Scope) -> bool:
+    return any(name == b"expect" and value.lower() == b"100-continue" for name, value in scope["headers"])
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # the server (h11/httptools) refuses a malformed length before we run
+    return None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body already read, as one message; then the client's own messages (``http.disconnect``)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _with_request_id(send: Send, request_id: str) -> Send:
+    """``send`` that adds ``X-Request-Id`` to the response's start when the route did not set one."""
+
+    async def tagged(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            if not any(name.lower() == REQUEST_ID_HEADER for name, _ in headers):
+                headers.append((REQUEST_ID_HEADER, request_id.encode()))
+                message = {**message, "headers": headers}
+        await send(message)
+
+    return tagged
+
+
+async def _respond(send: Send, status: int, body: bytes, *, head: bool = False, close: bool = False) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"" if head else body})
+
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DRAIN_FACTOR", "BodyTooLarge", "RequestGuard"]
