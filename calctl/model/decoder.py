@@ -527,6 +527,22 @@ def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)) * w
 
 
+def _final_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """The final RMS norm of hidden states ``x [..., d]``, NaN for a row past the bound float32 can normalise.
+
+    The norm is scale-invariant, so any finite hidden state has a defined output; float32 computes it while the
+    row's sum of squares is finite, i.e. up to magnitudes of about ``sqrt(FLT_MAX / d)`` (7.7e17 for SmolLM2's
+    576). Past that the mean square is inf, ``1 / sqrt(inf)`` is 0 and the logits came out all 0.0 (issue #55: a
+    kernel race left a garbage hidden state): finite, so nothing downstream saw a fault. Such a row is NaN instead,
+    which every consumer of the logits already refuses (the serving engine's output check, the golden check).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+        out = x * (1.0 / np.sqrt(ms + eps)) * w
+    past = ~np.isfinite(ms)
+    return np.where(past, np.float32(np.nan), out) if past.any() else out
+
+
 def _rope_tables(start: int, n: int, arch: Architecture, factors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     inv = inv_frequencies(arch, factors)
     ang = np.arange(start, start + n, dtype=np.float64)[:, None] * inv[None, :]
@@ -610,7 +626,7 @@ def _forward_cached(w: Weights, tokens: np.ndarray, cache: KvCache, start: int) 
             attn = _attend(_rope(q, cos, sin, arch.rope_style), cache.k[i, :end], cache.v[i, :end], start)
             x = _mlp_residual(lw, x + lw.wo(attn), arch)
     cache.length = end
-    last = _rms(x[-1], w.final_norm, arch.norm_eps)
+    last = _final_norm(x[-1], w.final_norm, arch.norm_eps)
     return np.asarray(w.logits(last), dtype=np.float32)
 
 
@@ -687,8 +703,8 @@ def decode_batch(
     for cache, p in zip(caches, pos, strict=True):
         cache.length = int(p) + 1
     if out is not None:
-        return w.logits(_rms(x, w.final_norm, eps), out)
-    return np.asarray(w.logits(_rms(x, w.final_norm, eps)), dtype=np.float32)
+        return w.logits(_final_norm(x, w.final_norm, eps), out)
+    return np.asarray(w.logits(_final_norm(x, w.final_norm, eps)), dtype=np.float32)
 
 
 def _decode_layers(

@@ -17,7 +17,11 @@ Threads: :func:`threads` is what one call may use, the CPUs this process may run
 on (``os.sched_getaffinity``), or ``CALCTL_THREADS`` when set. The kernels' own
 worker pool splits a call into chunks the calling thread and any awake worker
 claim; the caller never waits for a worker that has not started (a loaded host),
-and idle workers poll for ~100 us, then sleep.
+and idle workers poll for ~3 us, then sleep. Each output is summed by one thread in
+one order, so a call's result is the same bit for bit on any thread count (issue #55:
+a race in the pool's claims once broke that; tests/unit/compiler/test_pool_determinism.py
+builds the kernels with ``-DPOOL_RACE_WINDOW`` through :func:`compile_kernels` to steer
+threads into it).
 
 This module builds and loads the kernels; it does not decide when to use them.
 """
@@ -49,36 +53,48 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}
 
 
-class _CompileFailed(Exception):
-    pass
+def _compiler() -> str | None:
+    return shutil.which("cc") or shutil.which("gcc")
+
+
+def _source() -> bytes:
+    return resources.files("calctl.model").joinpath("_native", "gemv_f16.c").read_bytes()
+
+
+def compile_kernels(cc: str, out: Path, defines: tuple[str, ...] = ()) -> None:
+    """Compile ``_native/gemv_f16.c`` into the shared library ``out`` (written whole or not at all).
+
+    ``defines`` are extra ``-D`` macros (a test's ``POOL_RACE_WINDOW=N``); raises :class:`RuntimeError` naming the
+    compiler's last line when it fails.
+    """
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        src = Path(tmp) / "gemv_f16.c"
+        src.write_bytes(_source())
+        # Concurrent builders: each compiles to its own temporary file; one rename wins, both are identical.
+        with atomic_output(out, mode=0o755) as lib:
+            cmd = [cc, "-O3", "-march=native", "-pthread", *(f"-D{d}" for d in defines), "-shared", "-fPIC"]
+            res = subprocess.run([*cmd, "-o", str(lib), str(src), "-lm"], capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                raise RuntimeError(
+                    f"{' '.join(cmd[:4])} failed: {(res.stderr or res.stdout).strip().splitlines()[-1:]}"
+                )
 
 
 def _build() -> tuple[Kernels | None, str]:
     if os.environ.get("CALCTL_NATIVE", "1").strip().lower() in {"0", "false", "no", "off"}:
         return None, "disabled by CALCTL_NATIVE=0"
-    cc = shutil.which("cc") or shutil.which("gcc")
+    cc = _compiler()
     if cc is None:
         return None, "no C compiler (cc or gcc) on PATH"
-    source = resources.files("calctl.model").joinpath("_native", "gemv_f16.c").read_bytes()
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
-    tag = hashlib.sha256(source + version.encode()).hexdigest()[:16]
+    tag = hashlib.sha256(_source() + version.encode()).hexdigest()[:16]
     out = cache_dir() / "native" / f"gemv_f16-{tag}.so"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-            src = Path(tmp) / "gemv_f16.c"
-            src.write_bytes(source)
-            try:
-                # Concurrent builders: each compiles to its own temporary file; one rename wins, both are identical.
-                with atomic_output(out, mode=0o755) as lib:
-                    cmd = [cc, "-O3", "-march=native", "-pthread", "-shared", "-fPIC", "-o", str(lib), str(src), "-lm"]
-                    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                    if res.returncode != 0:
-                        raise _CompileFailed(
-                            f"{' '.join(cmd[:4])} failed: {(res.stderr or res.stdout).strip().splitlines()[-1:]}"
-                        )
-            except _CompileFailed as exc:
-                return None, str(exc)
+        try:
+            compile_kernels(cc, out)
+        except RuntimeError as exc:
+            return None, str(exc)
     try:
         lib_handle = ctypes.CDLL(str(out))
     except OSError as exc:

@@ -86,8 +86,18 @@ static inline void prefetch_row(const uint8_t *W, int64_t rb, int64_t r) {
  *
  * The claim word holds (generation << 32 | next chunk): a worker reads the job's fields after reading the word and
  * claims with a compare-and-swap of that exact word, so a claim succeeds only while that job is still open (the
- * word only grows, and the caller rewrites the fields only after every chunk of the previous job is done).
+ * word only grows). The caller closes the finished job before it rewrites the fields: it first stores a word of a
+ * new generation whose chunk is CLAIM_CLOSED (past any job's total), then the fields, then the open word of the
+ * generation after that. Without the closing word a worker could read the last job's exhausted word (its next
+ * chunk == its total), be preempted, read the next job's fields while the caller was still writing them (a larger
+ * total: the chunk looked open), and win its compare-and-swap, because the word had not changed yet. It then ran a
+ * chunk of the next job before that job was published and counted it in `done`, so that job's caller stopped
+ * waiting one chunk early and read (or freed) a buffer a worker was still writing: about one greedy SmolLM2 run in
+ * 60-100 on two threads of a loaded host diverged, once from a hidden state that overflowed (issue #55;
+ * ThreadSanitizer names the race once a delay widens the window). With the closing word, a field written for the
+ * next job is only ever read after the word changed, and that compare-and-swap fails.
  */
+#define CLAIM_CLOSED 0xffffffffu
 typedef void (*chunk_fn)(void *ctx, int64_t chunk, int worker);
 static pthread_mutex_t pool_call_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time (several chips' threads) */
 
@@ -113,16 +123,49 @@ static struct {
     pthread_mutex_t create_mu;
 } pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .create_mu = PTHREAD_MUTEX_INITIALIZER};
 
+/* A test build's -DPOOL_RACE_WINDOW=N (0 otherwise: nothing is compiled in) steers the threads into the interleaving
+ * that broke the pool (above) instead of waiting for a loaded host to preempt them there, about once in 10^6 pool
+ * jobs: a worker that read an exhausted claim word waits, up to N pauses, for the caller to write the next job's
+ * fields; the caller, once it wrote them, waits (up to N / 8 turns) for that worker to go on, then gives it N / 8
+ * pauses before it opens the job (tests/unit/compiler/test_pool_determinism.py). */
+#ifndef POOL_RACE_WINDOW
+#define POOL_RACE_WINDOW 0
+#endif
+#if POOL_RACE_WINDOW > 0
+static _Atomic uint64_t race_written; /* jobs whose fields a caller has written */
+static _Atomic int race_parked;       /* workers waiting for that */
+static void race_window_worker(int64_t idx, int worker) {
+    if (worker == 0 || idx < atomic_load(&pool.total)) return;
+    uint64_t seen = atomic_load(&race_written);
+    atomic_fetch_add(&race_parked, 1);
+    for (int k = 0; k < POOL_RACE_WINDOW && atomic_load(&race_written) == seen; k++) _mm_pause();
+    atomic_fetch_sub(&race_parked, 1);
+}
+static void race_window_caller(void) {
+    atomic_fetch_add(&race_written, 1);
+    for (int k = 0; k < POOL_RACE_WINDOW / 8 && atomic_load(&race_parked) > 0; k++) {
+        if (k < 64) _mm_pause();
+        else sched_yield(); /* the parked worker was preempted: let it have this core */
+    }
+    for (int k = 0; k < POOL_RACE_WINDOW / 8; k++) _mm_pause();
+}
+#else
+#define race_window_worker(idx, worker) ((void)(idx), (void)(worker))
+#define race_window_caller() ((void)0)
+#endif
+
 /* Claim and run chunks of the job whose claim word was `w` until it is exhausted or replaced. */
 static void pool_work(uint64_t w, int worker) {
     for (;;) {
         uint32_t gen = (uint32_t)(w >> 32);
         int64_t idx = (int64_t)(w & 0xffffffffu);
-        chunk_fn fn = atomic_load_explicit(&pool.fn, memory_order_relaxed);
-        void *ctx = atomic_load_explicit(&pool.ctx, memory_order_relaxed);
-        int64_t total = atomic_load_explicit(&pool.total, memory_order_relaxed);
-        int team = atomic_load_explicit(&pool.team, memory_order_relaxed);
-        if (idx >= total || worker >= team) return;
+        race_window_worker(idx, worker);
+        /* seq_cst, like the caller's stores: a field of a later job is read only after its closing word */
+        chunk_fn fn = atomic_load(&pool.fn);
+        void *ctx = atomic_load(&pool.ctx);
+        int64_t total = atomic_load(&pool.total);
+        int team = atomic_load(&pool.team);
+        if (idx >= total || worker >= team) return; /* a closing word's CLAIM_CLOSED is past every total */
         if (atomic_compare_exchange_weak(&pool.claim, &w, w + 1)) {
             fn(ctx, idx, worker);
             atomic_fetch_add(&pool.done, 1);
@@ -194,18 +237,22 @@ static void pool_run(chunk_fn fn, void *ctx, int64_t total, int threads) {
         pthread_once(&pool_once, pool_init);
         threads = pool_ensure(threads);
     }
-    if (threads <= 1 || total <= 1 || pthread_mutex_trylock(&pool_call_mu) != 0) {
-        /* one thread, one chunk, or another chip's thread holds the pool: this call runs on its own thread */
+    if (threads <= 1 || total <= 1 || total >= CLAIM_CLOSED || pthread_mutex_trylock(&pool_call_mu) != 0) {
+        /* one thread, one chunk, more chunks than the claim word counts, or another chip's thread holds the pool:
+         * this call runs on its own thread */
         for (int64_t i = 0; i < total; i++) fn(ctx, i, 0);
         return;
     }
-    atomic_store_explicit(&pool.fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&pool.ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&pool.total, total, memory_order_relaxed);
-    atomic_store_explicit(&pool.team, threads, memory_order_relaxed);
-    atomic_store(&pool.done, 0);
     uint64_t gen = (atomic_load(&pool.claim) >> 32) + 1;
-    atomic_store(&pool.claim, gen << 32); /* publishes the fields above (seq_cst) */
+    atomic_store(&pool.claim, gen << 32 | CLAIM_CLOSED); /* the last job's word is gone before a field changes */
+    atomic_store(&pool.fn, fn);
+    atomic_store(&pool.ctx, ctx);
+    atomic_store(&pool.total, total);
+    atomic_store(&pool.team, threads);
+    atomic_store(&pool.done, 0);
+    race_window_caller();
+    gen++;
+    atomic_store(&pool.claim, gen << 32); /* opens the job: publishes the fields above (seq_cst) */
     if (atomic_load(&pool.sleepers) > 0) {
         pthread_mutex_lock(&pool.mu);
         pthread_cond_broadcast(&pool.cv);

@@ -667,8 +667,9 @@ class DeviceExecutor:
             detail = f"output of job {job} unreadable: {exc}"
             self._monitor_verdict(self._monitor.crosstalk(detail))
             return Finished(JobOutcome(job, gen, JobStatus.FAULT, detail=detail))
-        if not np.all(np.isfinite(logits)):
-            detail = f"corrupted output: non-finite logits in job {job}"
+        fault = logits_fault(logits)
+        if fault is not None:
+            detail = f"corrupted output: {fault} in job {job}"
             self._monitor_verdict(self._monitor.crosstalk(detail))
             return Finished(JobOutcome(job, gen, JobStatus.FAULT, detail=detail))
         if inf.banked:
@@ -737,6 +738,28 @@ class DeviceExecutor:
             if self.try_release(inf):
                 del self.quarantine[job_id]
                 self.slots.release(job_id)
+
+
+def logits_fault(logits: np.ndarray) -> str | None:
+    """Why a finished job's logits rows (one a lane) cannot be sampled, or None (000 §14 output checks).
+
+    Non-finite values, or a degenerate row: every logit of a lane equal (all 0.0 the usual case). A model's
+    forward does not give that; an output the device never wrote does, and so did a hidden state past what
+    float32 can normalise before the decoder made it NaN (``calctl.model.decoder._final_norm``, issue #55).
+    Sampled, such a row answers with token 0 (greedy) or uniform noise, and the request would end 200 with it.
+    """
+    if logits.size == 0 or logits.ndim == 0:
+        return None
+    vocab = int(logits.shape[-1])
+    rows = logits.reshape(-1, vocab)
+    lo, hi = rows.min(axis=1), rows.max(axis=1)  # a NaN anywhere in a row makes both NaN
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        return "non-finite logits"
+    flat = np.flatnonzero(lo == hi) if vocab > 1 else np.empty(0, np.intp)
+    if flat.size:
+        lane = int(flat[0])
+        return f"degenerate logits (lane {lane}: every one of {vocab} equal to {float(lo[lane])!r})"
+    return None
 
 
 def _status_anomaly(inf: Inflight, res: JobResult) -> str | None:
