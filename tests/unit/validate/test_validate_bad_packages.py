@@ -191,6 +191,32 @@ def tokenizer_vocab_mismatch(root: Path) -> None:
     reseal(root)
 
 
+def _edit_tokenizer(root: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    edit_json(root / "tokenizer" / "model-a" / "tokenizer.json", edit)
+    reseal(root)
+
+
+def tokenizer_vocab_id_past_the_vocabulary(root: Path) -> None:
+    # Issue 54: 384 entries, one of them id 1,000,000 (TOK002 counted entries, validate passed, pack sealed it).
+    def edit(doc: dict[str, Any]) -> None:
+        vocab = doc["model"]["vocab"]
+        vocab[list(vocab)[-1]] = 1_000_000
+
+    _edit_tokenizer(root, edit)
+
+
+def tokenizer_post_processor_id_past_the_vocabulary(root: Path) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["post_processor"] = {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [70000], "tokens": ["<s>"]}},
+        }
+
+    _edit_tokenizer(root, edit)
+
+
 def alias_uses_other_tokenizer(root: Path) -> None:
     def edit(doc: dict[str, Any]) -> None:
         tok = _model(doc, "model-a")["tokenizer"]
@@ -243,6 +269,8 @@ CASES: list[tuple[str, Callable[[Path], None], str, tuple[str, ...]]] = [
     ("tensors", prefill_max_seq_too_short, "GOLD002", ()),
     ("tensors", prefill_max_seq_too_short, "GOLD004", ()),
     ("tokenizer", tokenizer_vocab_mismatch, "TOK002", ()),
+    ("tokenizer", tokenizer_vocab_id_past_the_vocabulary, "TOK002", ()),
+    ("tokenizer", tokenizer_post_processor_id_past_the_vocabulary, "TOK002", ()),
     ("tokenizer", alias_uses_other_tokenizer, "TOK003", ()),
     ("compat", compat_device_disagrees, "COMP001", ()),
     ("compat", lambda root: None, "COMP002", ("--runtime-version", "0.8.0")),
