@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calctl import jsonsafe, limits
 from calctl.budget.units import canonical_dtype
 from calctl.errors import UsageError
 from calctl.package.model import Model
 from calctl.signing.files import NotReadable, read_regular
 
-#: Largest plausible value of any architecture count; bigger is a broken file.
-_MAX_COUNT = 2**31 - 1
 #: A config file larger than this is not a config.json.
 _MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
@@ -163,8 +162,9 @@ class _Reader:
             raise self._err(key, f"expected an integer, found {json.dumps(value)}")
         if value < minimum:
             raise self._err(key, f"{value} is below the minimum {minimum}")
-        if value > _MAX_COUNT:
-            raise self._err(key, f"{value} is not a plausible size")
+        too_big = limits.over_limit(key, value)  # before any loop runs per layer or expert (issue 54)
+        if too_big:
+            raise self._err(key, too_big)
         return value
 
     def req(self, key: str, *, minimum: int = 1, why: str = "") -> int:
@@ -193,6 +193,10 @@ class _Reader:
             return None
         if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
             raise self._err(key, "expected a list of integers")
+        if len(value) > limits.MAX_LAYERS.maximum:
+            raise self._err(
+                key, f"{len(value)} entries, more than the {limits.MAX_LAYERS.maximum:,} layers a model may have"
+            )
         return list(value)
 
 
@@ -211,11 +215,11 @@ def load_hf_config(path: Path) -> ModelShape:
             raise UsageError(f"{path}: larger than {_MAX_CONFIG_BYTES} bytes; not a config.json") from None
         raise UsageError(f"--hf-config {path}: {exc.reason}") from None
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = jsonsafe.loads(data)
+    except jsonsafe.JsonRefused as exc:  # too deep, or an integer of thousands of digits
+        raise UsageError(f"{path}: {exc}; not a config.json") from None
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError
         raise UsageError(f"{path}: malformed JSON: {exc}") from None
-    except ValueError as exc:  # an integer of thousands of digits (Python's int-string limit)
-        raise UsageError(f"{path}: unusable number: {exc}") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{path}: top level is {type(doc).__name__}, expected an object")
     default_name = path.parent.name if path.name == "config.json" else path.stem

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from calctl import jsonsafe
 from calctl.errors import PackageError, PackageFormatError, UsageError
 from calctl.package import archive, schemas, yamlsafe
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
@@ -57,17 +58,17 @@ def load_manifest(root: Path) -> Package:
 def read_json_document(root: Path, name: str, schema: str | None = None) -> dict[str, Any]:
     data = yamlsafe.read_document(root / name, name, MAX_JSON_BYTES, "JSON")
     try:
-        doc = json.loads(
-            data.decode("utf-8"),
+        doc = jsonsafe.loads(
+            data,
             object_pairs_hook=_no_duplicates(name),
             parse_constant=_no_constant(name),
             parse_int=_bounded_int(name),
             parse_float=_finite_float(name),
         )
+    except jsonsafe.JsonRefused as exc:
+        raise PackageFormatError(str(exc), path=name) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PackageFormatError(f"malformed JSON: {exc}", path=name) from None
-    except RecursionError:
-        raise PackageFormatError("JSON nesting too deep", path=name) from None
     if not isinstance(doc, dict):
         raise PackageFormatError(f"top level is {type(doc).__name__}, expected an object", path=name)
     _bound_values(doc, name)

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from calctl import jsonsafe
 from calctl.errors import PackageFormatError
 from calctl.signing.files import NotReadable, read_regular
 
@@ -41,6 +42,9 @@ MAX_INT_DIGITS = 40
 MAX_NODES = 50_000
 #: Wall clock one document may take to parse, checked at every node.
 MAX_PARSE_SECONDS = 10.0
+#: Deepest nesting of sequences/mappings, the JSON documents' figure (``jsonsafe.MAX_DEPTH``): counted on libyaml's
+#: events, before the Python composer recurses once a level (issue 54: one bound for every reader).
+MAX_DEPTH = jsonsafe.MAX_DEPTH
 
 try:  # libyaml's scanner and parser (C); the composer and constructor below stay Python, so the limits apply
     _Parser: Any = yaml._yaml.CParser
@@ -203,6 +207,8 @@ def loads(text: str | bytes, *, source: str) -> Any:
 
 
 _NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)
+_OPEN_EVENTS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSE_EVENTS = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
 
 def _count_nodes(text: str | bytes, deadline: float) -> None:
@@ -216,11 +222,18 @@ def _count_nodes(text: str | bytes, deadline: float) -> None:
         return
     parser = _Parser(text)
     try:
-        n = 0
+        n = depth = 0
         while True:
             event = parser.get_event()
             if event is None:
                 return
+            if isinstance(event, _OPEN_EVENTS):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    why = f"nested more than {MAX_DEPTH} levels deep (the limit for a manifest or config)"
+                    raise yaml.constructor.ConstructorError(None, None, why, event.start_mark)
+            elif isinstance(event, _CLOSE_EVENTS):
+                depth -= 1
             if isinstance(event, _NODE_EVENTS):
                 n += 1
                 if n > MAX_NODES or (n % 1024 == 0 and time.monotonic() > deadline):

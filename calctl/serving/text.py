@@ -19,7 +19,6 @@ This module knows nothing about HTTP, scheduling or devices.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from jinja2 import Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from calctl import jsonsafe
 from calctl.errors import ConfigError
 
 
@@ -64,9 +64,11 @@ class TextCodec:
         names: dict[str, str] = {}
         if config_json is not None and config_json.is_file():
             try:
-                cfg = json.loads(config_json.read_text(encoding="utf-8"))
+                cfg = jsonsafe.loads(config_json.read_bytes())
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"{config_json}: cannot read tokenizer config: {exc}") from None
+            if not isinstance(cfg, dict):
+                raise ConfigError(f"{config_json}: tokenizer config is a JSON {type(cfg).__name__}, expected an object")
             template = cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
             for key in ("bos_token", "eos_token"):
                 value = cfg.get(key)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from tests.conftest import TEST_KEY, TEST_PUB, Cli, CopyFixture
 from tests.unit.compiler.checkpoint_factory import write_hf_dir
+from tests.unit.validate.validate_factory import edit_manifest, reseal, validate_json
 
 TRUST = ("--trusted-key", str(TEST_PUB))
 
@@ -54,4 +56,60 @@ def test_an_empty_golden_npy_in_an_input_exits_1_naming_it(cli: Cli, copy_fixtur
     assert cli("pack", a, "--key", TEST_KEY).code == 0  # sealed again: only the .npy itself is wrong
     r = cli("combine", a, a, tmp_path / "AA", "--key", TEST_KEY, *TRUST)
     assert r.code == 1 and "prompt_ids.npy" in r.err and "interrupted" not in r.err, r.err
+    assert not (tmp_path / "AA").exists()
+
+
+def _swap_offsets(root: Path, a: str, b: str) -> None:
+    """Map tensors ``a`` and ``b`` (same shape) to each other's bytes: same blob, another model."""
+
+    def edit(doc: dict) -> None:
+        tensors = {t["name"]: t for m in doc["models"] for t in m["params"]["tensors"] if t["name"] in (a, b)}
+        tensors[a]["offset"], tensors[b]["offset"] = tensors[b]["offset"], tensors[a]["offset"]
+
+    edit_manifest(root, edit)
+    reseal(root)
+
+
+def test_a_replica_by_files_only_is_refused_naming_the_tensors_that_differ(cli: Cli, tmp_path: Path) -> None:
+    # Issue 54: the same blob and tokenizer, two tensors' offsets swapped: combine wrote a signed "replica".
+    a = _pkg(cli, tmp_path, "A", "m", 1)
+    b = tmp_path / "B"
+    shutil.copytree(a, b)
+    _swap_offsets(b, "layers.0.wk", "layers.0.wv")
+    r = cli("combine", a, b, tmp_path / "AB", "--key", TEST_KEY, *TRUST, "--alias-a", "x", "--alias-b", "y")
+    text = " ".join(r.err.split())
+    assert r.code == 1, r.err
+    assert "not the same weights" in text and "layers.0.wk, layers.0.wv" in text, text
+    assert not (tmp_path / "AB").exists()
+
+
+def test_a_replica_of_one_package_twice_is_still_written(cli: Cli, tmp_path: Path) -> None:
+    a = _pkg(cli, tmp_path, "A", "m", 1)
+    r = cli("combine", a, a, tmp_path / "AA", "--key", TEST_KEY, *TRUST, "--format", "json")
+    assert r.code == 0 and r.json["kind"] == "replica", r.out + r.err
+    code, doc = validate_json(cli, tmp_path / "AA")
+    assert code == 0 and {c["id"]: c["status"] for c in doc["checks"]}["GOLD008"] == "pass"
+
+
+def test_validate_flags_a_replica_whose_chips_hold_different_weights(cli: Cli, tmp_path: Path) -> None:
+    a = _pkg(cli, tmp_path, "A", "m", 1)
+    assert cli("combine", a, a, tmp_path / "AA", "--key", TEST_KEY, *TRUST).code == 0
+    _swap_offsets(tmp_path / "AA", "layers.1.wk", "layers.1.wv")  # both models' names: the second model's pair
+    code, doc = validate_json(cli, tmp_path / "AA")
+    gold8 = [c for c in doc["checks"] if c["id"] == "GOLD008"]
+    assert code == 1 and gold8[0]["status"] == "fail", gold8
+    assert "layers.1.wk, layers.1.wv" in gold8[0]["message"], gold8
+
+
+def test_a_verified_input_whose_tensor_lies_past_its_blob_exits_1_naming_it(cli: Cli, tmp_path: Path) -> None:
+    a = _pkg(cli, tmp_path, "A", "m", 1)
+
+    def edit(doc: dict) -> None:
+        doc["models"][0]["params"]["tensors"][-1]["offset"] += 10**9
+
+    edit_manifest(a, edit)
+    reseal(a)
+    r = cli("combine", a, a, tmp_path / "AA", "--key", TEST_KEY, *TRUST)
+    text = " ".join(r.err.split())
+    assert r.code == 1 and "the file holds" in text and "internal error" not in text, text
     assert not (tmp_path / "AA").exists()

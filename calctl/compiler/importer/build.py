@@ -49,6 +49,7 @@ from calctl.compiler.writer import (
 from calctl.errors import UsageError
 from calctl.model import decoder
 from calctl.model.quant import QuantTensor
+from calctl.model.tokenizer import ids_outside
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Architecture
 from calctl.signing import seal
@@ -355,6 +356,13 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
         raise CheckpointError(
             _tokenizer_source(ck),
             f"the tokenizer has {vocab} entries, more than the model's vocab_size {arch.vocab_size}",
+        )
+    outside, named = ids_outside(tok, vocab)  # by value, not by count (issue 54): TOK002 would refuse the package
+    if outside:
+        raise CheckpointError(
+            _tokenizer_source(ck),
+            f"the tokenizer can produce {outside} token id(s) outside its {vocab} entries and the model's "
+            f"vocab_size {arch.vocab_size}: {', '.join(named)}",
         )
     prompts, notes = golden_prompts(ck, tok)
     if arch.eos_token_id is None:  # llama.cpp warns too: such a model only stops at the token limit

@@ -2,8 +2,11 @@
 
 * two different models -> a **combined** package: A on chip 0, B on chip 1,
   each SCHIP with its own params, KV, workspace, tokenizer and golden data;
-* the same model twice (identical parameter blobs and tokenizer) -> a
-  **replica** package: the model on both chips under two aliases.
+* the same model twice -> a **replica** package: the model on both chips
+  under two aliases. "The same" is proven by the weights' digests (one SHA-256
+  per tensor over the bytes it maps to, :mod:`calctl.package.weights`), the
+  tokenizer's and the architecture: two inputs that share their files but map
+  tensors differently are refused, naming the tensors that differ (issue 54).
 
 Both inputs must verify (hashes and a trusted signature) before anything is
 read; their weights, tokenizer files and golden data are carried over byte for
@@ -36,7 +39,7 @@ from calctl.compiler.writer import (
 from calctl.errors import PackageError, UsageError
 from calctl.model import decoder
 from calctl.model.quant import QUANT_DTYPES
-from calctl.package import npy
+from calctl.package import npy, weights
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Model, Package
 from calctl.package.reader import load_manifest
@@ -53,14 +56,24 @@ class InputModel:
     root: Path
     package: Package
     model: Model
-    digest: str  # over the parameter and tokenizer files: equal digests = the same model
+    digest: str  # over every tensor's bytes, the tokenizer and the architecture: equal digests = the same model
+    files_digest: str  # over the parameter and tokenizer files alone (what "the same model" once meant)
+    tensors: dict[str, str]  # tensor name -> dtype, shape and SHA-256 of its bytes (calctl.package.weights)
 
 
-def _model_digest(pkg: Package, m: Model) -> str:
+def _files_digest(pkg: Package, m: Model) -> str:
     h = hashlib.sha256()
     for rel in (*m.param_files, m.tokenizer.file):
         h.update(rel.rsplit("/", 1)[-1].encode() + b"\0" + seal.sha256_file(pkg.root / rel).encode())
     h.update(repr(m.architecture).encode())
+    return h.hexdigest()
+
+
+def _model_digest(pkg: Package, m: Model, tensors: dict[str, str]) -> str:
+    h = hashlib.sha256(repr(m.architecture).encode())
+    h.update(seal.sha256_file(pkg.root / m.tokenizer.file).encode())
+    for name in sorted(tensors):
+        h.update(f"{name}\0{tensors[name]}\n".encode())
     return h.hexdigest()
 
 
@@ -80,7 +93,31 @@ def open_source(root: Path, trusted: list[TrustedKey], allow_unsigned: bool) -> 
             f"{root}: has {len(pkg.models)} models ({', '.join(pkg.aliases)}); combine takes single-model packages"
         )
     m = pkg.models[0]
-    return InputModel(root=root, package=pkg, model=m, digest=_model_digest(pkg, m))
+    tensors = weights.tensor_digests(root, m)  # exit 1 for a tensor past the end of its blob, before any copy
+    return InputModel(
+        root=root,
+        package=pkg,
+        model=m,
+        digest=_model_digest(pkg, m, tensors),
+        files_digest=_files_digest(pkg, m),
+        tensors=tensors,
+    )
+
+
+def _kind(a: InputModel, b: InputModel) -> str:
+    """``replica`` when the weights, tokenizer and architecture are the same; PackageError when the files
+    are the same but the weights are not (a replica by name only)."""
+    if a.digest == b.digest:
+        return "replica"
+    if a.files_digest == b.files_digest:
+        differ = weights.differing(a.tensors, b.tensors)
+        raise PackageError(
+            f"{a.root} and {b.root} hold the same parameter and tokenizer files but not the same weights: "
+            f"{len(differ)} tensor(s) differ ({weights.describe(differ)}); a replica is the same model twice",
+            path=str(b.root),
+            hint="rebuild the second package from the same checkpoint, or give two different models",
+        )
+    return "combined"
 
 
 def _npy(pkg: Package, rel: str) -> np.ndarray:
@@ -142,7 +179,7 @@ def combine(
 ) -> dict[str, Any]:
     """Write the combined (different models) or replica (same model) package of ``a`` and ``b``."""
     check_not_inside(Path(out), (a.root, b.root))
-    kind = "replica" if a.digest == b.digest else "combined"
+    kind = _kind(a, b)
     if kind == "replica":
         base = a.model.alias
         pa, pb = _plan(alias_a or f"{base}-0", 0), _plan(alias_b or f"{base}-1", 1)

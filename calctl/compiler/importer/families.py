@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from calctl import limits
 from calctl.errors import UsageError
 from calctl.package.model import Architecture, Dimensions
 
@@ -107,7 +108,14 @@ class _Cfg:
         v = self.doc.get(self.prefix + key, default)
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
             raise self._err(key, f"an integer >= {minimum}", v)
+        self._bound(key, v)
         return v
+
+    def _bound(self, key: str, value: int) -> None:
+        """The one table's limit for ``key`` (calctl.limits), checked before the number sizes any work."""
+        too_big = limits.over_limit(key, value)
+        if too_big:
+            raise CheckpointError(self.where, f"{self.label}{key}: {too_big}")
 
     def number(self, key: str, default: float | None = None) -> float:
         v = self.doc.get(self.prefix + key, default)
@@ -129,6 +137,7 @@ class _Cfg:
             return None
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise self._err(key, "a token id >= 0 or null", v)
+        self._bound(key, v)
         return v
 
 
@@ -139,6 +148,12 @@ def _check_shape(where: object, fc: FamilyConfig) -> FamilyConfig:
         )
     if fc.head_dim % 2:
         raise CheckpointError(where, f"head_dim {fc.head_dim} is odd; RoPE rotates pairs and needs an even head_dim")
+    for key, token in (("bos_token_id", fc.bos_token_id), ("eos_token_id", fc.eos_token_id)):
+        if token is not None and token >= fc.vocab_size:  # issue 54: an id is checked by value, not trusted
+            raise CheckpointError(
+                where,
+                f"{key} {token} is outside the model's vocabulary: expected an id below vocab_size {fc.vocab_size}",
+            )
     return fc
 
 

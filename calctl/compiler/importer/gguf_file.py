@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_gguf_metadata
+from calctl.compiler.importer.gguf_header import prescan
 from calctl.model.quant import QuantTensor
 
 # tokenizer.ggml.pre -> the regex llama.cpp splits with before BPE (llama-vocab.cpp); None = GPT-2's own.
@@ -178,9 +179,7 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
     if not path.is_file():
         what = "not a regular file" if path.exists() else "no such file"  # a FIFO is never opened: it would block
         raise CheckpointError(path, f"{what}; expected a GGUF model file")
-    with path.open("rb") as fh:
-        if fh.read(4) != b"GGUF":
-            raise CheckpointError(path, "not a GGUF file (it does not start with the magic 'GGUF')")
+    prescan(path)  # every declared count against the file's size and calctl.limits, before the library reads it
     try:
         reader = GGUFReader(str(path), "r")
     except Exception as exc:  # the reader raises ValueError/IndexError/struct errors on short files

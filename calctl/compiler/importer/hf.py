@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from calctl import jsonsafe
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -57,7 +58,7 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise CheckpointError(path, f"larger than {MAX_CONFIG_BYTES} bytes; not {what}")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = jsonsafe.loads(path.read_bytes())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise CheckpointError(path, f"is not valid JSON ({exc}); expected {what}") from None
     if not isinstance(doc, dict):
@@ -113,7 +114,7 @@ class _SafetensorsFile:
                     raise CheckpointError(
                         path, f"truncated or not safetensors: header of {n} bytes in a {size}-byte file"
                     )
-                header = json.loads(fh.read(n))
+                header = jsonsafe.loads(fh.read(n))
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise CheckpointError(path, f"not a safetensors file: cannot read its header ({exc})") from None
         if not isinstance(header, dict):
@@ -266,12 +267,12 @@ def _chat_template_file(root: Path) -> tuple[str | None, Path | None]:
 
 def _with_generation_ids(cfg: FamilyConfig, doc: dict[str, Any], where: Path) -> FamilyConfig:
     """EOS/BOS from ``generation_config.json`` where ``config.json`` states none."""
-    from calctl.compiler.importer.families import _Cfg
+    from calctl.compiler.importer.families import _Cfg, _check_shape
 
     c = _Cfg(doc, where)
     eos = cfg.eos_token_id if cfg.eos_token_id is not None else c.token_id("eos_token_id")
     bos = cfg.bos_token_id if cfg.bos_token_id is not None else c.token_id("bos_token_id")
-    return replace(cfg, eos_token_id=eos, bos_token_id=bos)
+    return _check_shape(where, replace(cfg, eos_token_id=eos, bos_token_id=bos))
 
 
 def _check_tokenizer(path: Path) -> None:

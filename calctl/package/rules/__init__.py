@@ -22,7 +22,7 @@ RULES: tuple[type[Rule], ...] = (
     *chipmask.RULES,  # CHIP001-CHIP008
     *elf.RULES,  # ELF001-ELF006
     *memory.RULES,  # MEM001-MEM009
-    *tensors.RULES,  # GOLD001-GOLD007
+    *tensors.RULES,  # GOLD001-GOLD008
     *tokenizer.RULES,  # TOK001-TOK004
     *compat.RULES,  # COMP001-COMP002, PROV001-PROV002
 )

@@ -7,6 +7,7 @@ bytes are right is HASH; whether a referenced file exists is MAN007.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,12 @@ DOCUMENT_LIMITS = {
     CHECKSUMS: seal.MAX_CHECKSUM_FILE,
     RESERVED_INFO: RESERVED_INFO_MAX_BYTES,
 }
+
+
+def _caseless(rel: str) -> str:
+    """The name a case- and normalisation-insensitive file system sees: Unicode's canonical caseless form
+    (NFD, case fold, then NFC), so 'Café.npy' (NFC) and 'cafe\u0301.npy' (NFD) are one name (issue 54)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", rel).casefold())
 
 
 class EntryTypes(Rule):
@@ -94,7 +101,8 @@ class PathSafety(Rule):
     of checksums.sha256, so every reader splits a name the same way. This covers the names on disk, the paths in
     checksums.sha256, every file the manifest names (sections, parameters, tokenizer, golden) and the provenance
     subjects, so no field can make a loader reach outside the package. Two names that differ only by case are refused
-    too: on a case-insensitive file system they are one file.
+    too, and so are two names that differ only by Unicode normalisation ('café' as NFC and as NFD): on a
+    case-insensitive or normalisation-insensitive file system (macOS, some archive extractors) they are one file.
     """
 
     id = "LAY002"
@@ -109,9 +117,12 @@ class PathSafety(Rule):
             problem = path_problem(rel)
             if problem:
                 yield self.problem(f"unsafe file name: {problem}", file=_printable(rel))
-            other = lower.setdefault(rel.lower(), rel)
+            other = lower.setdefault(_caseless(rel), rel)
             if other != rel:
-                yield self.problem(f"differs from {other!r} only by letter case", file=_printable(rel))
+                yield self.problem(
+                    f"differs from {_printable(other)!r} only by letter case or Unicode normalisation (NFC/NFD)",
+                    file=_printable(rel),
+                )
         doc = ctx.manifest.doc
         if doc is not None:
             for pointer, value in _manifest_paths(doc, ""):

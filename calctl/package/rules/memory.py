@@ -232,6 +232,8 @@ class ReservedLine:
 _REGION = re.compile(r"^region (\S+) (\S+) (\S+) 0x([0-9a-f]{1,16}) 0x([0-9a-f]{1,17}) ([0-9]{1,20}) ([r-][w-][x-])$")
 _CHIP = re.compile(r"^chip ([0-9]{1,2}) dram ([0-9]{1,20})$")
 _TOTAL = re.compile(r"^total ([0-9]{1,22})$")
+#: Anything but printable text and spaces: C0/C1 controls (CR, tab, VT, FF, NEL ...) and Unicode line separators.
+_STRAY = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def parse_reserved_info(
@@ -241,8 +243,19 @@ def parse_reserved_info(
     chips: dict[int, tuple[int, list[ReservedLine], int | None]] = {}
     problems: list[tuple[int, str]] = []
     current: int | None = None
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    # Lines end at LF only, as grep, awk and a reviewer's pager split them (issue 54): str.splitlines() also
+    # splits at CR, VT, FF, NEL, U+2028..., so a CR glued between two regions made one line to grep and two here.
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        stray = _STRAY.search(line)
+        if stray:
+            problems.append(
+                (
+                    lineno,
+                    f"control character {stray.group()!r} in the line (lines end at LF only; "
+                    "a CR or other line break inside a line hides it from grep and awk)",
+                )
+            )
+            continue
         if not line or line.startswith("#"):
             continue
         if m := _CHIP.match(line):

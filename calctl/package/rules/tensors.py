@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
+from calctl.errors import PackageError
+from calctl.package import weights
 from calctl.package.architecture import expected_tensor_shapes
 from calctl.package.model import (
     BATCH_DIM,
@@ -19,6 +21,7 @@ from calctl.package.model import (
     Graph,
     GraphKind,
     Model,
+    ParamTensor,
     SectionKind,
     quant_block_axis,
 )
@@ -480,6 +483,79 @@ class ToleranceDiscriminates(PackageRule):
         yield self.note(f"{n} golden tolerances are narrower than their logits' range")
 
 
+class ReplicaWeightsEqual(PackageRule):
+    """A replica package holds the same model on every chip: the same weights, proven by each tensor's digest.
+
+    A replica is one model on both chips (001 §12 Phase 2 item 1), and TOK003 lets its copies share a tokenizer
+    on that ground. So every model of a replica has the first model's architecture and exactly its parameter
+    tensors: the same names, dtypes and shapes, and the same SHA-256 over the bytes each tensor maps to (two
+    manifests sharing one blob but swapping two tensors' offsets are two models). Tensors in files whose hashes
+    verified are compared; a tensor at the same offset of two files with one SHA-256 is not read again.
+    """
+
+    id = "GOLD008"
+    sections = ("001 §12 Phase 2 item 1", "001 §13.1")
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        pkg = ctx.pkg
+        if pkg.kind != "replica" or len(pkg.models) < 2:
+            yield self.note(f"a {pkg.kind} package: no replica weights to compare")
+            return
+        first = pkg.models[0]
+        for m in pkg.models[1:]:
+            field = f"{m.pointer}/params/tensors"
+            if m.architecture != first.architecture:
+                yield self.manifest_problem(
+                    f"replica model {m.alias!r} does not have the architecture of {first.alias!r}",
+                    field=f"{m.pointer}/architecture",
+                )
+            gate = next((r for t in (*first.params, *m.params) if (r := ctx.content_gate(t.file))), None)
+            if gate:
+                yield self.skip(f"replica weights not compared: {gate}", field=field)
+                continue
+            try:
+                differ = _differing_weights(ctx, first, m)
+            except PackageError as exc:
+                yield self.skip(f"replica weights not compared: {exc} (GOLD005)", field=field)
+                continue
+            if differ:
+                yield self.manifest_problem(
+                    f"replica model {m.alias!r} does not hold the weights of {first.alias!r}: {len(differ)} "
+                    f"tensor(s) differ ({weights.describe(differ)})",
+                    field=field,
+                    expected=f"the {len(first.params)} tensors of {first.alias!r}, byte for byte",
+                    found=f"{len(differ)} different",
+                )
+        yield self.note(f"{len(pkg.models)} replica models hold the same weights")
+
+
+def _differing_weights(ctx: ValidationContext, a: Model, b: Model) -> list[str]:
+    """Tensors of ``a`` and ``b`` that differ; ranges are hashed only where whole-file digests do not decide."""
+    files = ctx.hashes.digests
+    assert ctx.root is not None
+    root = ctx.root
+
+    def placed(t: ParamTensor) -> str:
+        return f"{files.get(t.file)}@{t.offset}+{t.nbytes}"
+
+    suspects = weights.differing(
+        weights.tensor_digests(root, a, read=placed), weights.tensor_digests(root, b, read=placed)
+    )
+    if not suspects:
+        return []
+    names = set(suspects)
+    da = {t.name: t for t in a.params if t.name in names}
+    db = {t.name: t for t in b.params if t.name in names}
+
+    def content(t: ParamTensor, who: Model) -> str:
+        digest = weights.range_digest(root / t.file, t.offset, t.nbytes, what=f"tensor {t.name} of {who.alias!r}")
+        return weights.tensor_identity(t, digest)
+
+    ra = {n: content(t, a) for n, t in da.items()}
+    rb = {n: content(t, b) for n, t in db.items()}
+    return weights.differing(ra, rb)
+
+
 RULES: tuple[type[Rule], ...] = (
     GoldenFilesMatch,
     ContextLimits,
@@ -488,4 +564,5 @@ RULES: tuple[type[Rule], ...] = (
     ParamTensorsInBounds,
     ArchitectureMatchesTensors,
     ToleranceDiscriminates,
+    ReplicaWeightsEqual,
 )

@@ -6,11 +6,12 @@ verified. Chat templates and sampling configuration belong to serving, not here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
+from calctl import jsonsafe
+from calctl.model.tokenizer import ids_outside
 from calctl.package.model import Model, Package
 from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
@@ -85,7 +86,7 @@ def _verified_config(ctx: ValidationContext, rel: str) -> tuple[dict[str, Any] |
 def _config_doc(ctx: ValidationContext, rel: str) -> dict[str, Any] | str:
     try:
         raw = ctx.read_bytes(rel, MAX_CONFIG_BYTES)
-        doc = json.loads(raw.decode("utf-8"))
+        doc = jsonsafe.loads(raw)
     except ReadProblem as exc:
         return str(exc)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError, an integer of 5000 digits
@@ -129,7 +130,24 @@ class TokenizerVocab(PackageRule):
                     expected=m.tokenizer.vocab_size,
                     found=size,
                 )
-        yield self.note("tokenizer vocabularies agree with the manifest and model configs")
+            yield from self._ids_by_value(m, tok, field)
+        yield self.note(
+            "tokenizer vocabularies and every id they can produce agree with the manifest and model configs"
+        )
+
+    def _ids_by_value(self, m: Model, tok: Any, field: str) -> Iterator[Finding]:
+        """Every id the tokenizer can produce is below both vocab sizes (issue 54: a count let id 1,000,000 pass)."""
+        bound = min(m.tokenizer.vocab_size, m.architecture.vocab_size)
+        outside, named = ids_outside(tok, bound)
+        if outside:
+            yield self.problem(
+                f"tokenizer of {m.alias!r} can produce {outside} token id(s) outside the model's vocabulary: "
+                + ", ".join(named),
+                file=m.tokenizer.file,
+                field=field,
+                expected=f"every id < {bound} (tokenizer.vocab_size and architecture.vocab_size)",
+                found=named[0].split(" ")[1],
+            )
 
 
 def _shared_ok(pkg: Package, a: Model, b: Model) -> bool:

@@ -162,6 +162,24 @@ def reserved_info_disagrees(root: Path) -> None:
     reseal(root, reserved_info=False)
 
 
+def reserved_info_cr_glued_to_the_kv_line(root: Path) -> None:
+    # Issue 54: grep and awk see one line 'region model-b.params ... r--\rregion model-b.kv ...' (no KV region
+    # line at all); str.splitlines() saw two and MEM006 passed.
+    reseal(root)
+    p = root / RESERVED_INFO
+    text = p.read_bytes().decode()
+    assert "r--\nregion model-b.kv " in text
+    p.write_bytes(text.replace("r--\nregion model-b.kv ", "r--\rregion model-b.kv ").encode())
+    reseal(root, reserved_info=False)
+
+
+def unicode_normalisation_twins(root: Path) -> None:
+    # Issue 54: 'café.npy' in NFC and in NFD are one file on macOS and to some extractors; LAY002 compared case only.
+    (root / "model-a" / "caf\u00e9.npy").write_bytes(b"")
+    (root / "model-a" / "cafe\u0301.npy").write_bytes(b"")
+    reseal(root)
+
+
 def param_blob_larger_than_section(root: Path) -> None:
     with open(root / "model-b/params/param_blk0.bin", "ab") as fh:
         fh.write(b"\0" * 4096)  # tensors still fit; the section no longer holds the file
@@ -189,6 +207,32 @@ def tokenizer_vocab_mismatch(root: Path) -> None:
 
     edit_manifest(root, edit)
     reseal(root)
+
+
+def _edit_tokenizer(root: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    edit_json(root / "tokenizer" / "model-a" / "tokenizer.json", edit)
+    reseal(root)
+
+
+def tokenizer_vocab_id_past_the_vocabulary(root: Path) -> None:
+    # Issue 54: 384 entries, one of them id 1,000,000 (TOK002 counted entries, validate passed, pack sealed it).
+    def edit(doc: dict[str, Any]) -> None:
+        vocab = doc["model"]["vocab"]
+        vocab[list(vocab)[-1]] = 1_000_000
+
+    _edit_tokenizer(root, edit)
+
+
+def tokenizer_post_processor_id_past_the_vocabulary(root: Path) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["post_processor"] = {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [70000], "tokens": ["<s>"]}},
+        }
+
+    _edit_tokenizer(root, edit)
 
 
 def alias_uses_other_tokenizer(root: Path) -> None:
@@ -237,12 +281,16 @@ CASES: list[tuple[str, Callable[[Path], None], str, tuple[str, ...]]] = [
     ("memory", kv_region_too_small, "MEM005", ()),
     ("memory", dram_too_small, "MEM002", ()),
     ("memory", reserved_info_disagrees, "MEM006", ()),
+    ("memory", reserved_info_cr_glued_to_the_kv_line, "MEM006", ()),
+    ("layout", unicode_normalisation_twins, "LAY002", ()),
     ("memory", param_blob_larger_than_section, "MEM009", ()),
     ("tensors", golden_prompt_wrong_shape, "GOLD001", ()),
     ("tensors", golden_pickle, "GOLD001", ()),
     ("tensors", prefill_max_seq_too_short, "GOLD002", ()),
     ("tensors", prefill_max_seq_too_short, "GOLD004", ()),
     ("tokenizer", tokenizer_vocab_mismatch, "TOK002", ()),
+    ("tokenizer", tokenizer_vocab_id_past_the_vocabulary, "TOK002", ()),
+    ("tokenizer", tokenizer_post_processor_id_past_the_vocabulary, "TOK002", ()),
     ("tokenizer", alias_uses_other_tokenizer, "TOK003", ()),
     ("compat", compat_device_disagrees, "COMP001", ()),
     ("compat", lambda root: None, "COMP002", ("--runtime-version", "0.8.0")),
@@ -437,7 +485,8 @@ def test_identical_replicas_may_share_one_tokenizer(tmp_path: Path, cli: Cli) ->
     reseal(root)
     code, doc = validate_json(cli, root)
     assert code == 1
-    assert {c["id"] for c in doc["checks"] if c["status"] == "fail"} == {"TOK003"}
+    # GOLD008 too: copies of a replica with different architectures are not one model twice.
+    assert {c["id"] for c in doc["checks"] if c["status"] == "fail"} == {"TOK003", "GOLD008"}
 
 
 def test_a_package_directory_whose_name_is_not_utf8_validates(tmp_path: Path, cli: Cli) -> None:
@@ -450,3 +499,20 @@ def test_a_package_directory_whose_name_is_not_utf8_validates(tmp_path: Path, cl
     failing = [c["id"] for c in doc["checks"] if c["status"] == "fail"]
     assert code == 0 and failing == [], failing
     assert any(c["id"] == "TOK001" and c["status"] == "pass" for c in doc["checks"])
+
+
+def test_a_stray_cr_in_the_reserved_info_is_named_by_line(tmp_path: Path, cli: Cli) -> None:
+    root = copy_package(tmp_path)
+    reserved_info_cr_glued_to_the_kv_line(root)
+    _, doc = validate_json(cli, root)
+    mem6 = [c for c in doc["checks"] if c["id"] == "MEM006" and c["status"] == "fail"]
+    assert any("control character '\\r'" in c["message"] for c in mem6), mem6
+    assert any("model-b.kv" in c["message"] and "missing" in c["message"] for c in mem6), mem6
+
+
+def test_nfc_and_nfd_twins_are_named(tmp_path: Path, cli: Cli) -> None:
+    root = copy_package(tmp_path)
+    unicode_normalisation_twins(root)
+    _, doc = validate_json(cli, root)
+    lay2 = [c for c in doc["checks"] if c["id"] == "LAY002" and c["status"] == "fail"]
+    assert len(lay2) == 1 and "Unicode normalisation" in lay2[0]["message"], lay2

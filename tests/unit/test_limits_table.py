@@ -1,0 +1,86 @@
+"""calctl.limits is the one table of declared-number limits: the manifest schema states the same maxima, and
+docs/validate.md "Limits" names every entry (issue 54)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from calctl import jsonsafe, limits
+from calctl.compiler.importer import gguf_header
+from calctl.package import schemas, yamlsafe
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "validate.md"
+
+#: Manifest fields (section, name) whose value is a fact of the table.
+MANIFEST_FIELDS = [
+    *(
+        ("architecture", n)
+        for n in (
+            "n_layers",
+            "d_model",
+            "n_heads",
+            "n_kv_heads",
+            "head_dim",
+            "d_ff",
+            "vocab_size",
+            "context_limit",
+            "max_position_embeddings",
+            "eos_token_id",
+            "bos_token_id",
+        )
+    ),
+    ("tokenizer", "vocab_size"),
+    ("kv", "block_tokens"),
+    ("kv", "max_sequences"),
+]
+
+
+def _limits_section() -> str:
+    text = DOCS.read_text(encoding="utf-8")
+    return text[text.index("## Limits") : text.index("## Terminal safety")]
+
+
+@pytest.mark.parametrize(("section", "name"), MANIFEST_FIELDS)
+def test_the_manifest_schema_states_the_tables_maximum(section: str, name: str) -> None:
+    props = schemas.load_schema("calculet-package/v1")["properties"]["models"]["items"]["properties"]
+    limit = limits.limit_of(name)
+    assert limit is not limits.MAX_COUNT, name
+    expected = limit.maximum - 1 if name.endswith("_token_id") else limit.maximum
+    assert props[section]["properties"][name]["maximum"] == expected
+
+
+def test_docs_validate_limits_names_every_entry_of_the_table() -> None:
+    section = _limits_section()
+    missing = [f"limits.{lim.name}" for lim in limits.LIMITS if f"`limits.{lim.name}`" not in section]
+    assert not missing, missing
+    for lim in limits.LIMITS:  # the figure next to the name is the table's
+        row = re.search(rf"(\d{{1,3}}(?:,\d{{3}})*|2³¹−1)[^|`(\d]*\(`limits\.{lim.name}`", section)
+        assert row, lim.name
+        figure = row.group(1)
+        assert figure == "2³¹−1" if lim.maximum == 2**31 - 1 else int(figure.replace(",", "")) == lim.maximum
+
+
+def test_docs_validate_limits_names_the_document_and_gguf_bounds() -> None:
+    section = _limits_section()
+    for name, value in [
+        ("jsonsafe.MAX_DEPTH", jsonsafe.MAX_DEPTH),
+        ("yamlsafe.MAX_DEPTH", yamlsafe.MAX_DEPTH),
+        ("jsonsafe.MAX_INT_DIGITS", jsonsafe.MAX_INT_DIGITS),
+        ("gguf_header.MAX_KEY_BYTES", gguf_header.MAX_KEY_BYTES),
+        ("gguf_header.MAX_ARRAY_NESTING", gguf_header.MAX_ARRAY_NESTING),
+        ("gguf_header.MAX_TENSOR_DIMS", gguf_header.MAX_TENSOR_DIMS),
+        ("gguf_header.MAX_ELEMENTS_PER_BYTE", gguf_header.MAX_ELEMENTS_PER_BYTE),
+    ]:
+        assert f"`{name}`" in section, name
+        assert f"{value:,}" in section, (name, value)
+
+
+def test_every_field_spelling_maps_to_a_listed_limit() -> None:
+    assert set(limits.BY_FIELD.values()) <= set(limits.LIMITS)
+    assert limits.over_limit("n_layers", 1024) is None
+    assert "1,024" in (limits.over_limit("block_count", 1025) or "")
+    assert limits.over_limit("eos_token_id", limits.MAX_VOCAB.maximum - 1) is None
+    assert limits.over_limit("eos_token_id", limits.MAX_VOCAB.maximum)
