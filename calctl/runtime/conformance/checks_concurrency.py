@@ -54,6 +54,7 @@ def _shape(pkg: Package, alias: str) -> tuple[int, int]:
     "concurrent_submit_two_chips",
     f"{len(ENGINES)} threads per model submit and wait at once ({JOBS_PER_MODEL} jobs per model, a prompt per job): "
     "every output equals its prompt's own reference; the calls reach the shim concurrently",
+    clauses=("THREAD-1", "JOB-5", "TIME-1"),
 )
 def _concurrent(s: Session) -> str:
     """First every prompt runs alone, one job at a time: its reference (distinct prompts must give distinct
@@ -231,7 +232,11 @@ def _one_pass(
     return threads, [t for t in threads if t.is_alive()]
 
 
-@check("two_in_flight_one_chip", "a PING and a PONG job are both accepted on one chip and complete in order")
+@check(
+    "two_in_flight_one_chip",
+    "a PING and a PONG job are both accepted on one chip and complete in order",
+    clauses=("TIME-1",),
+)
 def _two_in_flight(s: Session) -> str:
     pkg = s.package
     m = pkg.models[0]
@@ -273,6 +278,7 @@ def _two_in_flight(s: Session) -> str:
 @check(
     "blocked_wait_holds_no_lock",
     "while one thread is blocked in wait, other threads submit, wait, query and use KV (C ABI §8, GIL released)",
+    clauses=("THREAD-2",),
 )
 def _blocked_wait(s: Session) -> str:
     pkg = s.package
@@ -321,7 +327,11 @@ def _blocked_wait(s: Session) -> str:
     return f"{done} submit/wait/KV rounds on chip {s.chip_of(b)} while a thread was blocked in wait; released by a {scope} reset"
 
 
-@check("close_aborts_waiters", "closing the device with a thread blocked in wait aborts its job and lets it return")
+@check(
+    "close_aborts_waiters",
+    "closing the device with a thread blocked in wait aborts its job and lets it return",
+    clauses=("OWN-2",),
+)
 def _close(s: Session) -> str:
     pkg = s.package
     outcome: list[BaseException] = []
