@@ -25,6 +25,7 @@ from calctl.runtime.conformance.framework import (
     Unsupported,
     _unwrap,
     check,
+    decode_mask,
     expect,
     expect_code,
     expect_raises,
@@ -33,10 +34,11 @@ from calctl.runtime.conformance.framework import (
     raw_call,
     raw_job_info,
     raw_submit,
+    write_decode,
     write_prefill,
 )
 from calctl.runtime.errors import DeviceBusy, InvalidArgument, JobAborted, NotSupported, RuntimeStatus, Timeout
-from calctl.runtime.types import Engine, JobState
+from calctl.runtime.types import Engine, JobState, KvSeqId
 
 # 001 §11.1: a watchdog that ends a hung job is the runtime's to report as a failure; a shim's own watchdog of a
 # few seconds is the plausible bug, so standard/long hold the job well past it.
@@ -216,6 +218,24 @@ def _reset_drains(s: Session) -> str:
         expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
     how = "slowed to 200 ms each" if slowed else "at the board's own speed"
     return f"{len(aborted)} of {len(jobs)} jobs ({how}) aborted by a {scope} reset; their buffers untouched after it"
+
+
+def _committed_prefill(rt: Runtime, pkg: Package, alias: str, prompt: np.ndarray) -> tuple[KvSeqId, np.ndarray]:
+    job, seq, _, outputs = prefill_job(rt, pkg, alias, prompt)
+    expect(rt.wait(job, 10).ok, f"a {alias} prefill succeeds", call="rt.wait")
+    rt.kv.commit(seq)
+    return seq, outputs.read("logits")
+
+
+def _decode_once(rt: Runtime, pkg: Package, alias: str, seq: KvSeqId, token: int) -> np.ndarray:
+    """One B1 decode step of ``seq`` (reserved, run, committed): its logits."""
+    m = pkg.model(alias)
+    with rt.job_buffers(m.decode.name) as (inputs, outputs):
+        position = rt.kv.append(seq, 1)
+        write_decode(inputs, token, position, mask=decode_mask(pkg, alias))
+        expect(rt.wait(rt.submit(m.decode.name, inputs, outputs, kv=[seq]), 10).ok, "a decode succeeds", call="rt.wait")
+        rt.kv.commit(seq)
+        return outputs.read("logits").copy()
 
 
 def _slow_jobs(s: Session, rt: Runtime, delay_ms: int) -> bool:
@@ -594,6 +614,21 @@ def _descriptor_copies(s: Session) -> str:
             call="calrt_kv_length",
             returned=committed.value,
         )
+        token = int(np.argmax(want[0]))
+        twin, _ = _committed_prefill(rt, pkg, m.alias, prompt)
+        expect(
+            bool(
+                np.allclose(
+                    _decode_once(rt, pkg, m.alias, KvSeqId(seq), token), _decode_once(rt, pkg, m.alias, twin, token)
+                )
+            ),
+            f"sequence {seq} decodes differently from a twin prefilled the ordinary way: the job wrote its K/V "
+            "somewhere else (a KV array read after calrt_job_submit returned)",
+            call="calrt_job_submit",
+            arguments=f"kv=[{seq}], the caller's array changed to [{decoy}] after the call",
+            returned="another sequence's next logits",
+        )
+        rt.kv.free(twin)
         raw_call(rt, "calrt_kv_length", decoy, ctypes.byref(committed), ctypes.byref(reserved))
         expect(
             committed.value == 0 and reserved.value == 0,

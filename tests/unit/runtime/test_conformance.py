@@ -123,12 +123,19 @@ def test_suite_runs_in_child_processes_and_grades_the_vendor_questions(calrt_ref
     assert all(f"001 §15.2 item {i}" in sources for i in range(1, 11)), sources
     by = {a.source.split(",")[0]: a for a in answers}
     # Measured on the reference board, or refused by the interface, or not measurable with the question to ask.
-    assert {a.grade for a in answers} <= {"C0", "C3", "C4"}, [(a.source, a.grade, a.evidence) for a in answers]
+    # The one exception: two in flight on one chip overlap transfers with compute only, so a host too loaded to
+    # see the gain (the board computes on its CPU too) makes the row say the stamps and the host disagree (C1).
+    in_flight = by["000 §20 item 3"]
+    assert in_flight.grade == "C0" or in_flight.answer.startswith("disagree: 2 in flight"), in_flight
+    assert "chips in parallel: yes" in in_flight.answer and "the host saw" in in_flight.answer, in_flight
+    assert {a.grade for a in answers if a is not in_flight} <= {"C0", "C3", "C4"}, [
+        (a.source, a.grade, a.evidence) for a in answers
+    ]
     for a in answers:
         if a.grade == "C3":
             assert a.answer == "not measurable through ABI 1.x" and a.ask and a.ask.endswith(("?", ".")), a
     assert by["001 §15.2 item 2"].answer.startswith("yes")
-    assert by["000 §20 item 3"].answer.startswith("2 in flight")
+    assert "2 in flight" in by["000 §20 item 3"].answer
     assert "threads inside the library at once" in by["001 §15.2 item 4"].answer
     assert by["000 §20 item 6"].grade == "C0" and "software model" in by["000 §20 item 6"].answer
 
