@@ -21,7 +21,7 @@ import typer
 from rich.markup import escape
 
 from calctl.cli import _output
-from calctl.cli._options import CalrtLibOpt, float_option
+from calctl.cli._options import CalrtLibOpt, RunLevel, float_option
 from calctl.cli._output import Format
 from calctl.errors import UsageError
 from calctl.report import Report, build_header
@@ -72,6 +72,14 @@ def conformance(
         ),
     ] = None,
     check: CheckOpt = None,
+    level: Annotated[
+        RunLevel,
+        typer.Option(
+            "--level",
+            help="quick: every promise once (under 30 s on the reference board); standard: also a hung job held "
+            "10 s and 2,000 jobs each against its twin; long: 10,000 jobs.",
+        ),
+    ] = RunLevel.STANDARD,
     check_timeout: Annotated[
         float, float_option("--check-timeout", min=1.0, help="Seconds each check may take before it is a TIMEOUT.")
     ] = 60.0,
@@ -85,6 +93,9 @@ def conformance(
     C0 (measured here), C1 (symbol present, behaviour not shown) or C4 (refused).
     A library that loads but fails calctl's ABI gate (a missing symbol, another ABI version) is the
     abi_version check's FAIL row, and no other check runs.
+    --level quick tries every promise once; standard (the default) also holds a hung job past any plausible
+    shim watchdog and runs thousands of jobs on both chips, each output against its twin; long runs more.
+    A FAIL row names the ABI clauses (docs/calrt-c-abi.md §13) the check tries.
     Exit 0 no FAIL or TIMEOUT, 1 a check failed or timed out, 2 usage, 3 the file is missing or not a
     loadable library.
     """
@@ -96,6 +107,7 @@ def conformance(
         CHECK_NAMES,
         ConformanceSuiteResult,
         ConformanceTarget,
+        Level,
         run_suite,
         vendor_questions,
     )
@@ -116,7 +128,9 @@ def conformance(
         library, refused = None, exc  # it loads but fails calctl's ABI gate: that is abi_version's FAIL row
     with contextlib.ExitStack() as stack:
         root = stack.enter_context(package_root(package)) if package is not None else bundled_package("combined")
-        target = ConformanceTarget(DeviceKind.CALRT, Path(root).resolve(), Path(calrt_lib).resolve())
+        target = ConformanceTarget(
+            DeviceKind.CALRT, Path(root).resolve(), Path(calrt_lib).resolve(), Level(level.value)
+        )
 
         def progress(r: Any) -> None:
             _output.info(f"  {_output.styled_verdict(r.verdict.value)} {r.name} ({r.seconds:.2f} s)")
@@ -144,6 +158,7 @@ def conformance(
             "abi": abi or evidence.get("abi", "unknown"),
             "extensions": sorted(library.extensions) if library is not None else [],
             "package": str(package) if package is not None else "bundled combined sample",
+            "level": level.value,
             "counts": suite.counts(),
             "checks": [r.to_dict() for r in results],
             "vendor_questions": [a.to_dict() for a in answers],
@@ -203,7 +218,7 @@ GRADE_NOTE = (
 def _render_conformance(doc: dict[str, Any]) -> None:
     _output.stdout.print(
         f"library [bold]{doc['library']}[/]: C ABI {doc['abi']}; extensions: {', '.join(doc['extensions']) or 'none'}; "
-        f"package {doc['package']}"
+        f"package {doc['package']}; level {doc.get('level', 'standard')}"
     )
     _output.print_table(
         "conformance",
@@ -214,6 +229,7 @@ def _render_conformance(doc: dict[str, Any]) -> None:
         if c["verdict"] in ("FAIL", "UNSUPPORTED") and (c["call"] or c["returned"]):
             _output.stdout.print(
                 f"[bold]{c['name']}[/] {c['verdict']}: call {c['call']}({c['arguments'] or ''}) returned {c['returned']}"
+                + (f" [dim](clauses {', '.join(c.get('clauses') or [])})[/]" if c["verdict"] == "FAIL" else "")
             )
     _output.print_table(
         "vendor questions (000 §20, 001 §15.2)",

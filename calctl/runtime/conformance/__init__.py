@@ -34,13 +34,16 @@ child-process runner), ``vendor`` (the vendor questions).
 from __future__ import annotations
 
 from calctl.runtime.conformance import (
+    checks_batch,
     checks_compute,
     checks_concurrency,
     checks_device,
     checks_jobs,
     checks_kv_faults,
+    checks_promises,
 )
 from calctl.runtime.conformance.child import ConformanceSuiteResult, run_suite
+from calctl.runtime.conformance.clauses import CLAUSE_IDS, CLAUSES, Clause
 from calctl.runtime.conformance.framework import (
     CHECKS,
     DEFAULT_CHECK_TIMEOUT,
@@ -48,11 +51,13 @@ from calctl.runtime.conformance.framework import (
     ConformanceCheck,
     ConformanceTarget,
     ExpectationFailed,
+    Level,
     Session,
     Unsupported,
     Verdict,
     check,
     checks_for,
+    decode_mask,
     expect,
     expect_raises,
     expect_status,
@@ -60,31 +65,48 @@ from calctl.runtime.conformance.framework import (
     prefill_job,
     run_check,
     write_decode,
+    write_decode_lanes,
     write_prefill,
 )
 from calctl.runtime.conformance.vendor import VendorAnswer, vendor_questions
 
 # The checks register themselves on import; the suite runs them area by area, in this order (the library and
 # the device first, what the board computes last), and in registration order within an area.
-_AREAS = tuple(m.__name__ for m in (checks_device, checks_jobs, checks_kv_faults, checks_concurrency, checks_compute))
+_AREAS = tuple(
+    m.__name__
+    for m in (
+        checks_device,
+        checks_jobs,
+        checks_kv_faults,
+        checks_promises,
+        checks_concurrency,
+        checks_compute,
+        checks_batch,
+    )
+)
 CHECKS.sort(key=lambda c: _AREAS.index(c.run.__module__))
 CHECK_NAMES = tuple(c.name for c in CHECKS)
 
 __all__ = [
     "CHECKS",
     "CHECK_NAMES",
+    "CLAUSES",
+    "CLAUSE_IDS",
     "DEFAULT_CHECK_TIMEOUT",
     "CheckResult",
+    "Clause",
     "ConformanceCheck",
     "ConformanceSuiteResult",
     "ConformanceTarget",
     "ExpectationFailed",
+    "Level",
     "Session",
     "Unsupported",
     "VendorAnswer",
     "Verdict",
     "check",
     "checks_for",
+    "decode_mask",
     "expect",
     "expect_raises",
     "expect_status",
@@ -94,5 +116,6 @@ __all__ = [
     "run_suite",
     "vendor_questions",
     "write_decode",
+    "write_decode_lanes",
     "write_prefill",
 ]

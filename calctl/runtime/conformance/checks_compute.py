@@ -9,6 +9,7 @@ from calctl.runtime.conformance.framework import (
     ExpectationFailed,
     Session,
     check,
+    decode_mask,
     expect,
     golden_prompt,
     prefill_job,
@@ -16,7 +17,7 @@ from calctl.runtime.conformance.framework import (
 )
 
 
-@check("deterministic_outputs", "outputs are a deterministic function of the inputs")
+@check("deterministic_outputs", "outputs are a deterministic function of the inputs", clauses=("COMPUTE-1",))
 def _deterministic(s: Session) -> str:
     pkg = s.package
     alias = pkg.models[0].alias
@@ -33,7 +34,11 @@ def _deterministic(s: Session) -> str:
     return "same inputs, same logits; other inputs, other logits"
 
 
-@check("golden_compute", "the package's golden data: prefill logits within tolerance, greedy decode tokens exact")
+@check(
+    "golden_compute",
+    "the package's golden data: prefill logits within tolerance, greedy decode tokens exact",
+    clauses=("COMPUTE-1",),
+)
 def _golden(s: Session) -> str:
     pkg = s.package
     with s.configured() as rt:
@@ -71,7 +76,7 @@ def _golden(s: Session) -> str:
                     break
                 with rt.job_buffers(m.decode.name) as (inputs, outs):
                     rt.kv.append(seq, 1)
-                    write_decode(inputs, token, position)
+                    write_decode(inputs, token, position, mask=decode_mask(pkg, m.alias))
                     rt.wait(rt.submit(m.decode.name, inputs, outs, kv=[seq]), 30)
                     rt.kv.commit(seq)
                     token = int(np.argmax(outs.read("logits")[0]))

@@ -28,7 +28,12 @@ from calctl.runtime.errors import (
 )
 
 
-@check("abi_version", "calrt_abi_version reports 1.x and every 1.0 symbol is exported", native_only=True)
+@check(
+    "abi_version",
+    "calrt_abi_version reports 1.x and every 1.0 symbol is exported",
+    native_only=True,
+    clauses=("LOAD-1",),
+)
 def _abi_version(s: Session) -> str:
     """Straight at the library (plain dlopen, not calctl's loader, which would refuse it before the check)."""
     from calctl.runtime._native import lib as L
@@ -54,7 +59,12 @@ def _abi_version(s: Session) -> str:
     return f"C ABI {major.value}.{minor.value}; {len(L.SIGNATURES)} functions exported; optional extensions: {ext}"
 
 
-@check("status_strings", "calrt_status_string names every status code and never returns NULL", native_only=True)
+@check(
+    "status_strings",
+    "calrt_status_string names every status code and never returns NULL",
+    native_only=True,
+    clauses=("CONV-1",),
+)
 def _status_strings(s: Session) -> str:
     from calctl.runtime._native import lib as L
 
@@ -92,7 +102,11 @@ def _status_strings(s: Session) -> str:
     return f"{len(seen)} distinct strings; undefined codes answered"
 
 
-@check("versions_topology", "versions are reported; topology has 1-16 chips and DRAM per chip or unknown, never 0")
+@check(
+    "versions_topology",
+    "versions are reported; topology has 1-16 chips and DRAM per chip or unknown, never 0",
+    clauses=("CONV-4",),
+)
 def _versions(s: Session) -> str:
     with s.open() as rt:
         v = rt.versions()
@@ -120,7 +134,9 @@ def _versions(s: Session) -> str:
     return f"runtime {v.runtime}, driver {v.driver}, firmware {v.firmware}; {shape}"
 
 
-@check("one_device_per_process", "a second device open is DEVICE_IN_USE; open works again after close")
+@check(
+    "one_device_per_process", "a second device open is DEVICE_IN_USE; open works again after close", clauses=("OWN-1",)
+)
 def _one_device(s: Session) -> str:
     with s.open():
         exc = expect_raises(DeviceInUse, "open_runtime (second device)", s.open_raw)
@@ -134,6 +150,7 @@ def _one_device(s: Session) -> str:
     "configuration",
     "one current calbin: the library refuses a second configure (ALREADY_CONFIGURED), and without one a submit "
     "and an unload (NOT_CONFIGURED)",
+    clauses=("OWN-3", "OWN-4", "CFG-1"),
 )
 def _configuration(s: Session) -> str:
     """Judged by what the shim answers. On a C library the calls go straight in (``calrt_configure`` with
@@ -188,6 +205,7 @@ def _configuration(s: Session) -> str:
     "exact_graph_names",
     "calrt_job_submit refuses an inexact graph name (prefix, case, suffix, alias) with INVALID_ARGUMENT",
     native_only=True,
+    clauses=("JOB-2",),
 )
 def _exact_names(s: Session) -> str:
     """Straight into calrt_job_submit, past calctl's own name check (which its unit tests cover): what the

@@ -39,6 +39,7 @@ from calctl.runtime.types import Engine, GenerationId, Health, JobState, KvLengt
     "buffer_ownership",
     "a job in flight owns its buffers: release and a second submit of one are BUFFER_IN_USE until the job ends; "
     "a reset gives them back",
+    clauses=("OWN-6", "RESET-1"),
 )
 def _buffers(s: Session) -> str:
     """Judged by what the shim answers: on a C library ``calrt_buffer_release`` of each buffer of a job in flight
@@ -92,6 +93,7 @@ def _buffers(s: Session) -> str:
 @check(
     "job_states_timestamps",
     "job states end SUCCEEDED; submit <= start <= end on CLOCK_MONOTONIC; query and wait echo the submitted tags",
+    clauses=("CONV-5", "JOB-1"),
 )
 def _timestamps(s: Session) -> str:
     """The tags are read from what the shim returns (``calrt_job_query`` and ``calrt_job_wait`` fill
@@ -173,7 +175,11 @@ def _timestamps(s: Session) -> str:
     return f"{len(tags)} jobs queued/running -> succeeded within their call windows" + how
 
 
-@check("wait_timeout", "a wait past its deadline is TIMEOUT; the job stays in flight with its buffers and KV")
+@check(
+    "wait_timeout",
+    "a wait past its deadline is TIMEOUT; the job stays in flight with its buffers and KV",
+    clauses=("JOB-3", "JOB-8", "OWN-5", "OBS-1", "RESET-1"),
+)
 def _wait_timeout(s: Session) -> str:
     pkg = s.package
     a, b = s.pair()
@@ -232,7 +238,7 @@ def _wait_timeout(s: Session) -> str:
     )
 
 
-@check("wait_any", "wait_any returns terminal jobs; concurrent waiters on two threads")
+@check("wait_any", "wait_any returns terminal jobs; concurrent waiters on two threads", clauses=("JOB-4",))
 def _wait_any(s: Session) -> str:
     pkg = s.package
     a, b = s.pair()
@@ -265,7 +271,11 @@ def _wait_any(s: Session) -> str:
     return "wait_any over two chips; two concurrent waiter threads"
 
 
-@check("out_of_order_completion", "a later job on the other chip completes first; wait_any returns it alone")
+@check(
+    "out_of_order_completion",
+    "a later job on the other chip completes first; wait_any returns it alone",
+    clauses=("JOB-4",),
+)
 def _out_of_order(s: Session) -> str:
     pkg = s.package
     a, b = s.pair()
@@ -290,7 +300,7 @@ def _out_of_order(s: Session) -> str:
     return f"job {second.id} completed before job {first.id}; the earlier one aborted by a {scope} reset"
 
 
-@check("busy_retry", "DEVICE_BUSY refuses a submit without taking the buffers; a retry succeeds")
+@check("busy_retry", "DEVICE_BUSY refuses a submit without taking the buffers; a retry succeeds", clauses=("JOB-7",))
 def _busy(s: Session) -> str:
     pkg = s.package
     m = pkg.models[0]

@@ -12,6 +12,7 @@ from calctl.runtime.conformance.framework import (
     Unsupported,
     _unwrap,
     check,
+    decode_mask,
     expect,
     expect_raises,
     expect_status,
@@ -33,7 +34,11 @@ from calctl.runtime.errors import (
 from calctl.runtime.types import ChipMemory, Health, JobState, KvLength, KvSeqId
 
 
-@check("kv_lifecycle", "KV: capacity per model, allocate / append / commit / rollback / remove-tail / free")
+@check(
+    "kv_lifecycle",
+    "KV: capacity per model, allocate / append / commit / rollback / remove-tail / free",
+    clauses=("KV-1", "KV-4", "KV-5"),
+)
 def _kv(s: Session) -> str:
     pkg = s.package
     a, b = s.pair()
@@ -62,7 +67,9 @@ def _kv(s: Session) -> str:
         with rt.job_buffers(decode) as (inputs, outs):
             pos = rt.kv.append(seq, 1)
             expect(pos == n, "append reserves at the committed length", call="rt.kv.append", returned=pos)
-            write_decode(inputs, token, n + 1)  # wrong: the position must be the committed length (000 §9.2)
+            write_decode(
+                inputs, token, n + 1, mask=decode_mask(pkg, a)
+            )  # wrong: the position must be the committed length (000 §9.2)
             expect_raises(
                 InvalidArgument,
                 "rt.submit (decode position != committed length)",
@@ -79,7 +86,7 @@ def _kv(s: Session) -> str:
                 returned=rt.kv.length(seq),
             )
             rt.kv.append(seq, 1)
-            write_decode(inputs, token, n)
+            write_decode(inputs, token, n, mask=decode_mask(pkg, a))
             rt.wait(rt.submit(decode, inputs, outs, kv=[seq]), 10)
             expect(
                 rt.kv.commit(seq) == KvLength(n + 1, n + 1),
@@ -98,7 +105,11 @@ def _kv(s: Session) -> str:
     return f"capacity {cap}; namespaces per model; commit/rollback/remove-tail/free at position {n}"
 
 
-@check("ccu_fault", "a CCU exception fails the job, halts only its chip (DEVICE_LOST) until a reset; KV rolls back")
+@check(
+    "ccu_fault",
+    "a CCU exception fails the job, halts only its chip (DEVICE_LOST) until a reset; KV rolls back",
+    clauses=("FAULT-1", "KV-2", "OBS-1"),
+)
 def _ccu(s: Session) -> str:
     pkg = s.package
     a, b = s.pair()
@@ -126,7 +137,11 @@ def _ccu(s: Session) -> str:
     return f"CCU_EXCEPTION (7); chip {ca} DEVICE_LOST until a {scope} reset; the other chip unaffected"
 
 
-@check("dma_quarantine", "UNKNOWN_DMA_STATE keeps the buffers quarantined until a reset covering the chip")
+@check(
+    "dma_quarantine",
+    "UNKNOWN_DMA_STATE keeps the buffers quarantined until a reset covering the chip",
+    clauses=("OWN-7",),
+)
 def _dma(s: Session) -> str:
     _, b = s.pair()
     with s.configured() as rt:
@@ -158,6 +173,7 @@ LOAD_CYCLES = 6  # as `calctl soak --cycles 6`, which caught the 112.5 MiB-per-u
 @check(
     "memory_counters",
     f"per-chip memory and counters are reported (or null, never 0); {LOAD_CYCLES} load/unload cycles return to baseline",
+    clauses=("MEM-3", "CONV-4", "OBS-1"),
 )
 def _memory(s: Session) -> str:
     """Read by what the shim reports: ``calrt_memory_usage`` after every load and every unload of
@@ -263,6 +279,7 @@ def _memory(s: Session) -> str:
     "chip_vs_board_reset",
     "a chip reset empties that chip's sequences only; after a board reset old sequences are not found, "
     "the board takes a new configuration and new sequences start empty",
+    clauses=("RESET-1", "RESET-2"),
 )
 def _resets(s: Session) -> str:
     """Judged by what the shim answers: ``calrt_kv_length`` of the old sequences (emptied after a chip reset,

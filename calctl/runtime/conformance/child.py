@@ -28,6 +28,7 @@ from calctl.runtime.conformance.framework import (
     CheckResult,
     ConformanceCheck,
     ConformanceTarget,
+    Level,
     Verdict,
     checks_for,
     run_check,
@@ -98,15 +99,16 @@ def _run_child(
         results: list[CheckResult] = []
         try:
             for c in todo:
+                bound = c.timeout(target.level, check_timeout)  # a long run at --level long gets its own
                 started = time.monotonic()
-                deadline = started + check_timeout + 30  # startup and imports get their own margin
+                deadline = started + bound + 30  # startup and imports get their own margin
                 begun = False
                 result: CheckResult | None = None
                 while result is None:
                     try:
                         line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
                     except queue.Empty:
-                        why = f"did not finish within {check_timeout:g} s; the check's process was killed"
+                        why = f"did not finish within {bound:g} s; the check's process was killed"
                         if not begun:
                             why = "the check's process did not start it in time"
                         result = _lost(c, Verdict.TIMEOUT, started, why, _last_call(calls) if begun else None)
@@ -131,7 +133,7 @@ def _run_child(
 
                         raise BoardLocked(doc["message"], hint=doc.get("hint"))
                     if doc.get("event") == "begin":
-                        begun, started, deadline = True, time.monotonic(), time.monotonic() + check_timeout
+                        begun, started, deadline = True, time.monotonic(), time.monotonic() + bound
                     else:
                         result = CheckResult.from_dict(doc["result"])
                 results.append(result)
@@ -200,7 +202,10 @@ def _child_main(spec_text: str) -> int:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crashing shim leaves a row, not a core file
     spec = json.loads(spec_text)
     target = ConformanceTarget(
-        DeviceKind(spec["device"]), Path(spec["package"]), Path(spec["library"]) if spec.get("library") else None
+        DeviceKind(spec["device"]),
+        Path(spec["package"]),
+        Path(spec["library"]) if spec.get("library") else None,
+        Level(spec.get("level", Level.QUICK.value)),
     )
     by_name = {c.name: c for c in CHECKS}
     from calctl.runtime._native import lib as L

@@ -32,6 +32,16 @@ DEFAULT_CHECK_TIMEOUT = 60.0
 _MARK = "@@calctl-conformance@@ "
 
 
+class Level(str, enum.Enum):
+    """How hard the suite tries (``--level``): ``quick`` every promise once (under 30 s on the reference board);
+    ``standard`` also holds a hung job past any plausible shim watchdog and runs thousands of jobs, each output
+    against its twin, so a fault that shows once in N jobs has N to show in; ``long`` more of the same."""
+
+    QUICK = "quick"
+    STANDARD = "standard"
+    LONG = "long"
+
+
 class Verdict(str, enum.Enum):
     PASS = "PASS"
     FAIL = "FAIL"
@@ -50,6 +60,10 @@ class CheckResult:
     arguments: str | None = None
     returned: str | None = None  # what came back (a value, or an exception with its status)
     evidence: dict[str, Any] = field(default_factory=dict)
+    clauses: tuple[str, ...] = ()  # the C ABI clauses the check tries (clauses.py); a FAIL broke one of them
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clauses", tuple(self.clauses))  # a list after a JSON round trip
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -91,12 +105,14 @@ class ConformanceTarget:
     device: DeviceKind
     package: Path
     library: Path | None = None
+    level: Level = Level.QUICK
 
     def describe(self) -> dict[str, Any]:
         return {
             "device": self.device.value,
             "library": str(self.library) if self.library else None,
             "package": str(self.package),
+            "level": self.level.value,
         }
 
 
@@ -149,6 +165,10 @@ class Session:
     @property
     def native(self) -> bool:
         return self.target.device is DeviceKind.CALRT
+
+    @property
+    def level(self) -> Level:
+        return self.target.level
 
     def open_raw(self) -> Runtime:
         if self.native:
@@ -369,9 +389,40 @@ def write_prefill(inputs: HostBuffer, prompt: np.ndarray) -> None:
     inputs.write("n_tokens", np.array([len(prompt)], np.int32))
 
 
-def write_decode(inputs: HostBuffer, token: int, position: int) -> None:
-    inputs.write("tokens", np.array([[token]], np.int32))
-    inputs.write("positions", np.array([position], np.int32))
+def decode_mask(pkg: Package, alias: str) -> str | None:
+    """The decode graph's inactive-lane mask input (``inactive_lane_policy.mask_input``, 000 §7.3), or None."""
+    policy = pkg.model(alias).decode.inactive_lane_policy
+    return policy.mask_input if policy is not None else None
+
+
+def write_decode(inputs: HostBuffer, token: int, position: int, *, mask: str | None = "lane_valid") -> None:
+    """One active B1 decode lane. The lane's mask (``lane_valid``) is written 1 wherever the layout has it: a
+    package with batch profiles keeps the mask input at B1 too, and a 0 there is an inactive lane whose
+    ``kv`` must be CALRT_KV_NONE (C ABI §6), so a job naming a sequence would be refused."""
+    write_decode_lanes(inputs, [token], [position], [True], mask=mask)
+
+
+def write_decode_lanes(
+    inputs: HostBuffer,
+    tokens: Sequence[int],
+    positions: Sequence[int],
+    valid: Sequence[bool],
+    *,
+    mask: str | None = "lane_valid",
+) -> None:
+    """A decode job's inputs at its batch profile B: a token, a position and a mask value per lane (an inactive
+    lane's token and position are 0; the mask written wherever the layout has it, 000 §7.3)."""
+    batch = inputs.batch
+    if not len(tokens) == len(positions) == len(valid) == batch:
+        raise ValueError(
+            f"decode inputs of B{batch}: {len(tokens)} tokens, {len(positions)} positions, {len(valid)} lanes"
+        )
+    inputs.write("tokens", np.array([[t if v else 0] for t, v in zip(tokens, valid, strict=True)], np.int32))
+    inputs.write("positions", np.array([p if v else 0 for p, v in zip(positions, valid, strict=True)], np.int32))
+    if mask is not None and mask in inputs.names:
+        inputs.write(mask, np.array([1 if v else 0 for v in valid], np.uint8))
+    elif not all(valid):
+        raise ValueError(f"B{batch} decode inputs with inactive lanes need the mask input {mask!r}")
 
 
 def prefill_job(
@@ -400,16 +451,27 @@ class ConformanceCheck:
     title: str
     run: Callable[[Session], str | None]  # returns the PASS detail
     native_only: bool = False  # a property of the C library itself (the mock has no C ABI)
+    clauses: tuple[str, ...] = ()  # the C ABI clauses it tries (clauses.py, docs/calrt-c-abi.md §13)
+    seconds: dict[Level, float] = field(default_factory=dict)  # its own bound per level, when above --check-timeout
+
+    def timeout(self, level: Level, check_timeout: float) -> float:
+        """The bound the runner gives it: ``--check-timeout``, or more where its level needs more (a long run)."""
+        return max(check_timeout, self.seconds.get(level, 0.0))
 
 
 CHECKS: list[ConformanceCheck] = []
 
 
 def check(
-    name: str, title: str, *, native_only: bool = False
+    name: str,
+    title: str,
+    *,
+    clauses: tuple[str, ...],
+    native_only: bool = False,
+    seconds: dict[Level, float] | None = None,
 ) -> Callable[[Callable[[Session], str | None]], Callable[[Session], str | None]]:
     def register(fn: Callable[[Session], str | None]) -> Callable[[Session], str | None]:
-        CHECKS.append(ConformanceCheck(name, title, fn, native_only))
+        CHECKS.append(ConformanceCheck(name, title, fn, native_only, tuple(clauses), dict(seconds or {})))
         return fn
 
     return register
@@ -448,5 +510,14 @@ def run_check(check: ConformanceCheck, target: ConformanceTarget) -> CheckResult
         if not isinstance(exc, CalctlError):
             detail += " (" + "".join(traceback.format_exception_only(type(exc), exc)).strip() + ")"
     return CheckResult(
-        check.name, check.title, verdict, time.monotonic() - t0, detail, call, arguments, returned, session.evidence
+        check.name,
+        check.title,
+        verdict,
+        time.monotonic() - t0,
+        detail,
+        call,
+        arguments,
+        returned,
+        session.evidence,
+        check.clauses,
     )

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from calctl.runtime.conformance.checks_concurrency import IN_FLIGHT_SPEEDUP, PARALLEL_SPEEDUP
 from calctl.runtime.conformance.framework import CheckResult, Verdict
 
 NOT_MEASURABLE = "not measurable through ABI 1.x"
@@ -35,6 +36,19 @@ class VendorAnswer:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _agreement(stamps: bool, speedup: Any, claim: str, bursts: str, threshold: float) -> tuple[str, bool]:
+    """A row's claim from the shim's own time stamps, with the host-observed speedup of bursts beside it; True
+    when the two agree (a shim can stamp a job's start before taking a global lock, so the stamps alone never
+    grade C0)."""
+    if speedup is None:
+        return f"{claim}; not confirmed: the host could not time the bursts", False
+    host = float(speedup) >= threshold
+    seen = f"the host saw {float(speedup):.2f}x the jobs per second ({bursts})"
+    if host == stamps:
+        return f"{claim}; {seen}", True
+    return f"disagree: {claim} by the shim's time stamps, but {seen}", False
 
 
 def vendor_questions(results: Sequence[CheckResult]) -> list[VendorAnswer]:
@@ -101,13 +115,28 @@ def vendor_questions(results: Sequence[CheckResult]) -> list[VendorAnswer]:
 
     def in_flight() -> tuple[str, str, str]:
         n = int(ev("two_in_flight_one_chip", "max_in_flight", 1))
-        ov = float(ev("concurrent_submit_two_chips", "overlap_ms", 0.0))
-        one = f"{n} in flight on one chip" + (" (a PING and a PONG job overlapped)" if n == 2 else "")
-        two = f"chips in parallel: {'yes' if ov > 0 else 'no'} ({ov:.1f} ms of overlap)"
+        one, one_ok = _agreement(
+            n == 2,
+            ev("two_in_flight_one_chip", "host_speedup"),
+            f"{n} in flight on one chip" + (" (a PING and a PONG job overlapped)" if n == 2 else ""),
+            "PING/PONG alternating against AUTO",
+            IN_FLIGHT_SPEEDUP,
+        )
+        two, two_ok = _parallel_text()
         return (
-            "C0",
+            "C0" if one_ok and two_ok else "C1",
             f"{one}; {two}",
             f"{by['two_in_flight_one_chip'].detail}; {by['concurrent_submit_two_chips'].detail}",
+        )
+
+    def _parallel_text() -> tuple[str, bool]:
+        ov = float(ev("concurrent_submit_two_chips", "overlap_ms", 0.0))
+        return _agreement(
+            ov > 0,
+            ev("concurrent_submit_two_chips", "host_speedup"),
+            f"chips in parallel: {'yes' if ov > 0 else 'no'} ({ov:.1f} ms of overlap)",
+            "both chips against one",
+            PARALLEL_SPEEDUP,
         )
 
     out.append(
@@ -218,8 +247,12 @@ def vendor_questions(results: Sequence[CheckResult]) -> list[VendorAnswer]:
 
     def parallel() -> tuple[str, str, str]:
         ov = float(ev("concurrent_submit_two_chips", "overlap_ms", 0.0))
-        text = "yes" if ov > 0 else "no: the chips' job intervals never overlapped (serialised, S1 at best)"
-        return "C0", f"{text} ({ov:.1f} ms of overlap)", by["concurrent_submit_two_chips"].detail
+        text, agreed = _parallel_text()
+        if agreed:
+            text = ("yes" if ov > 0 else "no: the chips' job intervals never overlapped (serialised, S1 at best)") + (
+                text.removeprefix(f"chips in parallel: {'yes' if ov > 0 else 'no'}")
+            )
+        return "C0" if agreed else "C1", text, by["concurrent_submit_two_chips"].detail
 
     out.append(
         measured(
@@ -278,6 +311,17 @@ def vendor_questions(results: Sequence[CheckResult]) -> list[VendorAnswer]:
             f"per-chip SRAM query? (SRAM is {NOT_MEASURABLE}.)"
         )
         r = by.get("memory_counters")
+        figures = by.get("memory_figures")
+        if r is not None and r.verdict is Verdict.PASS and (figures is None or figures.verdict is not Verdict.PASS):
+            # the figures were never checked as bytes of their chip (MEM-1, MEM-2): reported, not graded
+            return VendorAnswer(
+                question,
+                source,
+                "C1",
+                "not shown: calrt_memory_usage answers, but its figures were not shown to be bytes of the chip asked",
+                f"calrt_memory_usage present; {why_not('memory_figures')}",
+                ask,
+            )
         if r is not None and r.verdict is Verdict.PASS:
             mem = "; ".join(
                 f"chip {m['chip']}: {m['baseline_bytes']} B idle, {m['loaded_bytes']} B loaded of {m['total_bytes']} B"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from calctl.package import schemas
-from tests.conftest import Cli, assert_no_traceback
+from tests.conftest import TEST_KEY, Cli, assert_no_traceback
 
 #: switch -> (the check whose FAIL row must name the bug, words its detail must contain)
 pytestmark = pytest.mark.slow  # a compiled mutant and the whole suite in child processes per case
@@ -36,6 +36,71 @@ MUTANTS = {
 }
 
 
+#: #50's kinds: switch -> (the check whose FAIL row names the bug, words of its detail, a clause the row cites,
+#: the --level it needs, whether it needs a package with batch profiles)
+ISSUE_50 = {
+    "-DCALRT_MUTANT_KV_FREE_IN_FLIGHT": ("kv_busy_in_flight", "calrt_kv_free of sequence", "KV-3", "quick", False),
+    "-DCALRT_MUTANT_EARLY_DONE_EVERY=500": ("long_run", "all zeros (nothing written)", "JOB-5", "standard", False),
+    "-DCALRT_MUTANT_WATCHDOG_MS=3000": ("hung_job_held", "ended SUCCEEDED", "JOB-6", "standard", False),
+    "-DCALRT_MUTANT_MEMORY_KIB": ("memory_figures", "the topology 17179869184 B of DRAM", "MEM-1", "quick", False),
+    "-DCALRT_MUTANT_MEMORY_USED_KIB": ("memory_figures", "fewer than the weights", "MEM-2", "quick", False),
+    "-DCALRT_MUTANT_MEMORY_SWAPPED": ("memory_figures", "fewer than the weights", "MEM-2", "quick", False),
+    "-DCALRT_MUTANT_RESET_NO_DRAIN": (
+        "reset_drains_jobs",
+        "written after calrt_reset returned",
+        "RESET-3",
+        "quick",
+        False,
+    ),
+    "-DCALRT_MUTANT_ANY_CHIP_MASK": ("raw_refusals", "chip mask 0x0", "CALBIN-1", "quick", False),
+    "-DCALRT_MUTANT_SHORT_BUFFERS": ("raw_refusals", "one element short", "LAYOUT-1", "quick", False),
+    "-DCALRT_MUTANT_INACTIVE_LANE_KV": ("batch_lanes", "wrote a KV row it does not own", "BATCH-1", "quick", True),
+    "-DCALRT_MUTANT_KEEPS_KV_POINTER": ("descriptor_copies", "sequence", "CONV-3", "quick", False),
+}
+
+
+@pytest.fixture(scope="module")
+def batch_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from calctl.compiler.sample import build_sample
+    from calctl.signing.keys import load_private
+
+    out = tmp_path_factory.mktemp("batch-sample") / "p"
+    return build_sample(out, kind="combined", key=load_private(TEST_KEY), decode_profiles=(1, 4, 8))
+
+
+@pytest.mark.parametrize("define", list(ISSUE_50), ids=lambda d: d.removeprefix("-DCALRT_MUTANT_").split("=")[0])
+def test_conformance_fails_each_kind_of_issue_50_naming_the_clause(
+    cli: Cli, tmp_path_factory: pytest.TempPathFactory, batch_sample: Path, define: str
+) -> None:
+    """#50: a broken copy of the reference board per kind; the FAIL row names the check, the call and the ABI
+    clause (docs/calrt-c-abi.md §13) it broke. The unmodified board passes the same (test_conformance.py)."""
+    library = _mutant(tmp_path_factory, define)
+    check, words, clause, level, batch = ISSUE_50[define]
+    args = ["--package", batch_sample] if batch else []
+    r = cli("device", "conformance", "--calrt-lib", library, "--level", level, "--format", "json", *args)
+    assert_no_traceback(r)
+    assert r.code == 1, (define, r.out[-2000:], r.err[-2000:])
+    row = {c["name"]: c for c in r.json["checks"]}[check]
+    assert row["verdict"] == "FAIL" and words in row["detail"], (define, row)
+    assert clause in row["clauses"] and row["call"], (define, row)
+
+
+def test_a_global_lock_stamped_early_never_grades_parallel_c0(
+    cli: Cli, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """#50 (i): one global lock, start_ns stamped before taking it. The stamps show the chips overlapping; the
+    host-observed bursts do not, so the vendor rows say the two disagree and are not C0."""
+    library = _mutant(tmp_path_factory, "-DCALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP")
+    r = cli(
+        "device", "conformance", "--calrt-lib", library, "--level", "quick", "--format", "json",
+        "--check", "concurrent_submit_two_chips", "--check", "two_in_flight_one_chip",
+    )  # fmt: skip
+    assert_no_traceback(r)
+    rows = {q["source"].split(",")[0]: q for q in r.json["vendor_questions"]}
+    for item in ("001 §15.2 item 2", "000 §20 item 3"):
+        assert rows[item]["grade"] == "C1" and "disagree" in rows[item]["answer"], rows[item]
+
+
 def _mutant(tmp_path_factory: pytest.TempPathFactory, define: str) -> Path:
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler (cc or gcc) on PATH: cannot build the reference board's mutants")
@@ -53,7 +118,10 @@ def test_conformance_fails_a_broken_reference_board_naming_the_check(
 ) -> None:
     library = _mutant(tmp_path_factory, define)
     check, words = MUTANTS[define]
-    r = cli("device", "conformance", "--calrt-lib", library, "--check-timeout", "30", "--format", "json")
+    r = cli(
+        "device", "conformance", "--calrt-lib", library, "--check-timeout", "30", "--format", "json",
+        "--level", "quick",
+    )  # fmt: skip
     assert_no_traceback(r)
     assert r.code == 1, (define, r.out[-2000:], r.err[-2000:])
     rows = {c["name"]: c for c in r.json["checks"]}

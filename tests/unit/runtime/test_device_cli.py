@@ -95,12 +95,15 @@ def test_build_reference_without_a_compiler_is_exit_2(
 
 
 def test_conformance_on_the_stub_fails_golden_only(cli: Cli, calrt_stub: Path) -> None:
-    r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--format", "json")
+    r = cli("device", "conformance", "--calrt-lib", calrt_stub, "--format", "json", "--level", "quick")
     assert r.code == 1, r.err
     doc = r.json
     assert doc["device"] == "calrt" and doc["library"] == str(calrt_stub) and doc["verdict"] == "FAIL"
-    failed = [c for c in doc["checks"] if c["verdict"] != "PASS"]
+    assert doc["level"] == "quick"
+    failed = [c for c in doc["checks"] if c["verdict"] not in ("PASS", "UNSUPPORTED")]
     assert [c["name"] for c in failed] == ["golden_compute"]
+    assert failed[0]["clauses"] == ["COMPUTE-1"]  # the ABI clause the check tries (docs/calrt-c-abi.md §13)
+    assert [c["name"] for c in doc["checks"] if c["verdict"] == "UNSUPPORTED"] == ["batch_lanes"]  # B1 only
     assert "graph 'model_a_prefill'" in failed[0]["detail"] and failed[0]["call"] and failed[0]["returned"]
     assert {q["grade"] for q in doc["vendor_questions"]} <= {"C0", "C1", "C3", "C4"} and "as measured here" in doc[
         "note"

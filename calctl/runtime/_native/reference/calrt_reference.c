@@ -46,7 +46,23 @@
  *   -DCALRT_MUTANT_SUBMIT_OWNED_BUFFER  calrt_job_submit accepts a buffer a job in flight (or quarantine) owns;
  *   -DCALRT_MUTANT_GRAPH_PREFIX       graph names match by prefix (strncmp on the caller's length);
  *   -DCALRT_MUTANT_TIMEOUT_FREES_BUFFERS  a calrt_job_wait that times out hands the job's buffers back;
- *   -DCALRT_MUTANT_DMA_NO_QUARANTINE  a job that ends UNKNOWN_DMA_STATE gives its buffers back at once.
+ *   -DCALRT_MUTANT_DMA_NO_QUARANTINE  a job that ends UNKNOWN_DMA_STATE gives its buffers back at once;
+ *   -DCALRT_MUTANT_KV_FREE_IN_FLIGHT  calrt_kv_free succeeds on a sequence a job in flight is writing;
+ *   -DCALRT_MUTANT_EARLY_DONE_EVERY=N  every Nth job is reported SUCCEEDED ~1 ms before its logits are written;
+ *   -DCALRT_MUTANT_WATCHDOG_MS=N      a shim watchdog ends a job hung for N ms as SUCCEEDED, nothing written;
+ *   -DCALRT_MUTANT_MEMORY_KIB         calrt_memory_usage reports KiB, not bytes;
+ *   -DCALRT_MUTANT_MEMORY_USED_KIB    calrt_memory_usage reports the used figure in KiB (the total in bytes);
+ *   -DCALRT_MUTANT_MEMORY_SWAPPED     calrt_memory_usage of chip c reports the other chip's figures;
+ *   -DCALRT_MUTANT_RESET_NO_DRAIN     a reset returns while a job still computes; its DMA then writes the
+ *                                     aborted job's outputs;
+ *   -DCALRT_MUTANT_ANY_CHIP_MASK      calrt_calbin_create accepts chip masks of 0 and past the board;
+ *   -DCALRT_MUTANT_SHORT_BUFFERS      calrt_job_submit accepts buffers shorter than the layout, n_kv != batch,
+ *                                     a batch that is no profile and an unknown engine;
+ *   -DCALRT_MUTANT_INACTIVE_LANE_KV   an inactive decode lane runs anyway, writing KV row 0 of the lane before's
+ *                                     sequence;
+ *   -DCALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP  one global lock around job execution, with start_ns stamped before
+ *                                     the lock is taken (the time stamps show chips "in parallel");
+ *   -DCALRT_MUTANT_KEEPS_KV_POINTER   calrt_job_submit keeps the caller's KV lane array and reads it at run time.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -153,6 +169,12 @@ typedef struct job {
     unsigned char *din;   /* the job's copy of its inputs (taken at h2d) */
     float *dout;          /* logits [batch][vocab] (copied out at d2h) */
     int compute_failed;
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
+    int released;         /* calrt_job_release while a worker still holds it: the worker frees it */
+#endif
+#ifdef CALRT_MUTANT_KEEPS_KV_POINTER
+    const calrt_kv_seq *caller_kv; /* the bug: the caller's array, read again when the job runs */
+#endif
     struct job *next;     /* device list */
     struct job *qnext;    /* chip queue */
 } job;
@@ -271,6 +293,27 @@ static job *find_job(calrt_device *d, calrt_job_id id) {
 }
 
 static int terminal(uint32_t state) { return state >= CALRT_JOB_SUCCEEDED; }
+
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
+/* A worker holds the job (it runs on one of its chip's banks). */
+static int picked(calrt_device *d, job *j) {
+    chip *ch = &d->chips[lowest_chip(j->info.chip_mask)];
+    for (int b = 0; b < REF_BANKS; b++)
+        if (ch->running[b] == j) return 1;
+    return 0;
+}
+#endif
+#ifdef CALRT_MUTANT_EARLY_DONE_EVERY
+static int known_buffer(calrt_device *d, calrt_buffer *b);
+#endif
+#ifdef CALRT_MUTANT_KEEPS_KV_POINTER
+static int seq_storage(seq *s);
+#endif
+#ifdef CALRT_MUTANT_RESET_NO_DRAIN
+#define RUN_STOP(d, j) ((void)(j), (d)->quit) /* the bug: a worker does not look at the abort once its job started */
+#else
+#define RUN_STOP(d, j) stop(d, j)
+#endif
 
 static void abs_deadline(uint64_t ns, struct timespec *ts) {
     ts->tv_sec = (time_t)(ns / 1000000000ULL);
@@ -412,7 +455,15 @@ static int run_graph(job *j) {
     }
     int pos = find_tensor(gr->in, gr->nin, gr->pos), lane = find_tensor(gr->in, gr->nin, gr->lane);
     for (uint32_t l = 0; l < j->batch; l++) {
-        if (lane >= 0 && !read_u8(gr, j->din, lane, j->batch, l)) continue;
+        if (lane >= 0 && !read_u8(gr, j->din, lane, j->batch, l)) {
+#ifdef CALRT_MUTANT_INACTIVE_LANE_KV /* the bug: the inactive lane runs on the lane before's sequence at position 0 */
+            int32_t zero = 0;
+            if (l > 0 && j->seqs[l - 1] &&
+                forward(m, j->seqs[l - 1], gr->model->max_seq, &zero, 1, 0, j->dout + (uint64_t)l * vocab))
+                return -1;
+#endif
+            continue;
+        }
         int32_t token = read_i32(gr, j->din, tok, j->batch, l);
         uint32_t p = (uint32_t)read_i32(gr, j->din, pos, j->batch, l);
         if (forward(m, j->seqs[l], gr->model->max_seq, &token, 1, p, j->dout + (uint64_t)l * vocab)) return -1;
@@ -464,6 +515,12 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
             s->last_failed = state != CALRT_JOB_SUCCEEDED;
         }
     }
+#ifdef CALRT_MUTANT_RESET_NO_DRAIN
+    if (picked(d, j)) { /* its worker still computes on them and frees them when it is done */
+        pthread_cond_broadcast(&d->cv);
+        return;
+    }
+#endif
     free(j->din); free(j->dout);
     j->din = NULL; j->dout = NULL;
     pthread_cond_broadcast(&d->cv);
@@ -506,8 +563,8 @@ static double job_seconds(const calrt_device *d, const job *j) {
 static int stop(const calrt_device *d, const job *j) { return j->aborted || d->quit; }
 
 static int take_unit(calrt_device *d, chip *ch, job *j, int unit) {
-    while (ch->unit_busy[unit] && !stop(d, j)) pthread_cond_wait(&d->cv, &d->mu);
-    if (stop(d, j)) return 0;
+    while (ch->unit_busy[unit] && !RUN_STOP(d, j)) pthread_cond_wait(&d->cv, &d->mu);
+    if (RUN_STOP(d, j)) return 0;
     ch->unit_busy[unit] = 1;
     return 1;
 }
@@ -517,21 +574,53 @@ static void give_unit(calrt_device *d, chip *ch, int unit) {
     pthread_cond_broadcast(&d->cv);
 }
 
+#ifdef CALRT_MUTANT_EARLY_DONE_EVERY
+/* The bug: the job is reported SUCCEEDED, then its logits land ~1 ms later (a completion raised before the
+ * last DMA of the outputs finished). */
+static void early_done(calrt_device *d, job *j, uint64_t off, uint64_t n) {
+    calrt_buffer *out = j->out;
+    float *late = malloc(sizeof(float) * (n ? n : 1));
+    if (late) memcpy(late, j->dout, sizeof(float) * n);
+    finish(d, j, CALRT_JOB_SUCCEEDED, CALRT_OK, 0);
+    pthread_mutex_unlock(&d->mu);
+    struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
+    pthread_mutex_lock(&d->mu);
+    if (late && known_buffer(d, out) && off + sizeof(float) * n <= out->size) memcpy(out->data + off, late, sizeof(float) * n);
+    free(late);
+}
+#endif
+
 /* Run one picked job to its end. Called and returns with the device mutex held; the mutex is
  * dropped while computing and while sleeping. An aborted job is left for the reset to finish. */
 static void run_job(calrt_device *d, uint32_t c, job *j) {
     chip *ch = &d->chips[c];
     int held = 0;
+#ifdef CALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP /* the bug: start_ns stamped before the global lock is taken */
+    j->info.state = CALRT_JOB_RUNNING;
+    j->info.start_ns = now_ns();
+#endif
     if (d->board_lock) { /* CALRT_REF_BOARD_LOCK: one job on the whole board at a time */
         while (d->board_busy && !stop(d, j)) pthread_cond_wait(&d->cv, &d->mu);
         if (stop(d, j)) return;
         d->board_busy = held = 1;
     }
+#ifndef CALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP
     j->info.state = CALRT_JOB_RUNNING;
     j->info.start_ns = now_ns();
+#endif
     if (j->fault == CALRT_EXT_FAULT_HANG) {
         j->hung = 1;
+#ifdef CALRT_MUTANT_WATCHDOG_MS /* the bug: a shim watchdog ends the hung job as a success, nothing written */
+        uint64_t bark = now_ns() + (uint64_t)(CALRT_MUTANT_WATCHDOG_MS) * 1000000ULL;
+        while (!stop(d, j) && now_ns() < bark) wait_until(d, bark);
+        if (!stop(d, j)) {
+            j->hung = 0;
+            finish(d, j, CALRT_JOB_SUCCEEDED, CALRT_OK, 0);
+        }
+#else
         while (!stop(d, j)) pthread_cond_wait(&d->cv, &d->mu);
+#endif
         goto out;
     }
     static const double share[3] = {0.3, 0.4, 0.3}; /* h2d / compute / d2h, as the mock's default split */
@@ -542,6 +631,15 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
         if (ph == PH_H2D) {
             uint64_t need;
             tensor_offset(j->g->in, j->g->nin, 0, j->batch, &need);
+#ifdef CALRT_MUTANT_SHORT_BUFFERS /* it copies what the buffer has */
+            if (need > j->in->size) need = j->in->size;
+#endif
+#ifdef CALRT_MUTANT_KEEPS_KV_POINTER /* the bug: the lanes' sequences read from the caller's array now */
+            for (uint32_t l = 0; l < j->nkv; l++) {
+                seq *s = j->seqs[l] ? find_seq(d, j->caller_kv[l]) : NULL;
+                if (s && seq_storage(s)) j->seqs[l] = s;
+            }
+#endif
             memcpy(j->din, j->in->data, need);
         } else if (ph == PH_COMPUTE && !j->fault) {
             pthread_mutex_unlock(&d->mu);
@@ -552,13 +650,23 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
         double remaining = total * share[ph] - debt - (double)(now_ns() - t0) / 1e9;
         if (remaining > 0) {
             uint64_t until = now_ns() + (uint64_t)(remaining * 1e9);
-            while (!stop(d, j) && now_ns() < until) wait_until(d, until);
+            while (!RUN_STOP(d, j) && now_ns() < until) wait_until(d, until);
         }
         debt = remaining < 0 ? -remaining : 0;
-        if (ph == PH_D2H && !stop(d, j) && !j->fault && !j->compute_failed) {
+        if (ph == PH_D2H && !RUN_STOP(d, j) && !j->fault && !j->compute_failed) {
             int lg = find_tensor(j->g->out, j->g->nout, "logits");
             uint64_t off = tensor_offset(j->g->out, j->g->nout, (uint32_t)lg, j->batch, NULL);
             uint64_t n = (uint64_t)j->batch * j->g->model->net.vocab;
+#ifdef CALRT_MUTANT_SHORT_BUFFERS /* it writes what the buffer holds */
+            if (off + sizeof(float) * n > j->out->size) n = off < j->out->size ? (j->out->size - off) / sizeof(float) : 0;
+#endif
+#ifdef CALRT_MUTANT_EARLY_DONE_EVERY
+            if (j->info.id % (CALRT_MUTANT_EARLY_DONE_EVERY) == 0) {
+                early_done(d, j, off, n);
+                give_unit(d, ch, ph);
+                goto out;
+            }
+#endif
 #ifdef CALRT_MUTANT_STALE_EVERY
             if (j->info.id % (CALRT_MUTANT_STALE_EVERY) == 0 && d->mut_last && d->mut_last_n >= n) {
                 memcpy(j->out->data + off, d->mut_last, sizeof(float) * n); /* the bug: the previous job's output */
@@ -574,8 +682,11 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
 #endif
         }
         give_unit(d, ch, ph);
-        if (stop(d, j)) goto out;
+        if (RUN_STOP(d, j)) goto out;
     }
+#ifdef CALRT_MUTANT_RESET_NO_DRAIN
+    if (terminal(j->info.state)) goto out; /* the reset ended it while it ran on */
+#endif
     if (j->fault == CALRT_EXT_FAULT_CCU || j->fault == CALRT_EXT_FAULT_DMA) {
         int dma = j->fault == CALRT_EXT_FAULT_DMA;
         finish(d, j, CALRT_JOB_FAILED, dma ? CALRT_E_UNKNOWN_DMA_STATE : CALRT_E_CCU_EXCEPTION, dma);
@@ -606,6 +717,13 @@ static void *worker_main(void *arg) {
         ch->running[j->bank] = j;
         run_job(d, wa->chip, j);
         ch->running[j->bank] = NULL; /* the last touch of j: a reset finishes an aborted job after this */
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
+        if (terminal(j->info.state)) {
+            free(j->din); free(j->dout);
+            j->din = NULL; j->dout = NULL;
+        }
+        if (j->released) free(j); /* its record was released while this worker still held it */
+#endif
         pthread_cond_broadcast(&d->cv);
     }
     pthread_mutex_unlock(&d->mu);
@@ -627,7 +745,12 @@ static void abort_jobs(calrt_device *d, uint32_t mask, int include_running) {
             finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
         } else if (include_running) {
             j->aborted = 1;
+#ifdef CALRT_MUTANT_RESET_NO_DRAIN /* the bug: the job is reported aborted without waiting for its worker */
+            j->hung = 0;
+            finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
+#else
             waiting = 1;
+#endif
         }
     }
     if (!waiting) return;
@@ -645,6 +768,9 @@ static void abort_jobs(calrt_device *d, uint32_t mask, int include_running) {
 static void parse_env(calrt_device *d) {
     const char *lock = getenv("CALRT_REF_BOARD_LOCK");
     d->board_lock = lock && *lock && strcmp(lock, "0") != 0;
+#ifdef CALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP
+    d->board_lock = 1; /* one global runtime lock, always */
+#endif
     const char *scale = getenv("CALRT_REF_TIME_SCALE");
     d->time_scale = 1.0;
     if (scale && *scale) {
@@ -890,7 +1016,11 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
         cb->models[i].chip_mask = m->chip_mask;
         cb->models[i].max_sequences = m->kv_max_sequences;
         cb->models[i].max_seq = m->kv_max_seq;
+#ifdef CALRT_MUTANT_ANY_CHIP_MASK /* the bug: chip masks are not checked against the board */
+        if (!m->alias) rc = CALRT_E_INVALID_CALBIN;
+#else
         if (!m->alias || m->chip_mask == 0 || m->chip_mask >> REF_CHIPS) rc = CALRT_E_INVALID_CALBIN;
+#endif
         for (uint32_t k = 0; rc == CALRT_OK && k < i; k++)
             if (!strcmp(cb->models[k].alias, m->alias)) rc = CALRT_E_INVALID_CALBIN;
     }
@@ -907,9 +1037,15 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
         g->nin = gd->n_inputs;
         g->nout = gd->n_outputs;
         if (!copy_tensors(&g->in, gd->inputs, gd->n_inputs) || !copy_tensors(&g->out, gd->outputs, gd->n_outputs)) rc = CALRT_E_INVALID_CALBIN;
+#ifdef CALRT_MUTANT_ANY_CHIP_MASK
+        if (!g->name || !gd->model || gd->kind > CALRT_GRAPH_DECODE || gd->n_batch_profiles == 0 ||
+            gd->n_batch_profiles > 16 || !gd->batch_profiles)
+            rc = CALRT_E_INVALID_CALBIN;
+#else
         if (!g->name || !gd->model || gd->kind > CALRT_GRAPH_DECODE || gd->chip_mask == 0 || gd->chip_mask >> REF_CHIPS ||
             gd->n_batch_profiles == 0 || gd->n_batch_profiles > 16 || !gd->batch_profiles)
             rc = CALRT_E_INVALID_CALBIN;
+#endif
         for (uint32_t k = 0; rc == CALRT_OK && k < gd->n_batch_profiles; k++) {
             if (gd->batch_profiles[k] == 0 || gd->batch_profiles[k] > REF_MAX_LANES) rc = CALRT_E_INVALID_CALBIN;
             g->prof[g->nprof++] = gd->batch_profiles[k];
@@ -918,7 +1054,11 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
             if (!strcmp(cb->graphs[k].name, g->name)) rc = CALRT_E_INVALID_CALBIN; /* duplicate name */
         for (uint32_t k = 0; rc == CALRT_OK && k < cb->nmodels; k++)
             if (!strcmp(cb->models[k].alias, gd->model)) g->model = &cb->models[k];
+#ifdef CALRT_MUTANT_ANY_CHIP_MASK
+        if (rc == CALRT_OK && !g->model) rc = CALRT_E_INVALID_CALBIN;
+#else
         if (rc == CALRT_OK && (!g->model || (g->chip_mask & ~g->model->chip_mask))) rc = CALRT_E_INVALID_CALBIN;
+#endif
         /* one chip per graph on this board: an MCHIP graph needs cross-chip compute it does not model */
         if (rc == CALRT_OK && (g->chip_mask & (g->chip_mask - 1))) rc = CALRT_E_INVALID_CALBIN;
     }
@@ -1330,7 +1470,11 @@ static graph *find_graph(calrt_device *d, const char *name) {
 /* 000 §9.2: the job writes exactly the reserved tokens, at position == committed length; also the
  * inputs this board computes on (token ids, valid length) must be in range. Resolves j->seqs. */
 static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *desc, job *j) {
+#ifdef CALRT_MUTANT_SHORT_BUFFERS /* the bug: n_kv is not compared with the batch */
+    if (!desc->kv || desc->n_kv > REF_MAX_LANES) return CALRT_E_INVALID_ARGUMENT;
+#else
     if (desc->n_kv != desc->batch || !desc->kv) return CALRT_E_INVALID_ARGUMENT;
+#endif
     const unsigned char *data = desc->inputs->data;
     int vlen = find_tensor(g->in, g->nin, g->vlen), pos = find_tensor(g->in, g->nin, g->pos);
     int lane = find_tensor(g->in, g->nin, g->lane), tok = find_tensor(g->in, g->nin, "tokens");
@@ -1411,9 +1555,14 @@ static calrt_status submit_unlocked(calrt_device *d, const calrt_job_desc *desc,
 #else
 calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt_job_id *out) {
 #endif
+#ifdef CALRT_MUTANT_SHORT_BUFFERS /* the bug: the engine is not checked (an unknown one runs as AUTO) */
+    if (!d || !desc || !out || !desc->inputs || !desc->outputs || desc->batch > REF_MAX_LANES || desc->batch == 0)
+        return CALRT_E_INVALID_ARGUMENT;
+#else
     if (!d || !desc || !out || !desc->inputs || !desc->outputs || desc->engine > CALRT_ENGINE_PONG || desc->batch > REF_MAX_LANES ||
         desc->batch == 0)
         return CALRT_E_INVALID_ARGUMENT;
+#endif
     job *j = calloc(1, sizeof *j);
     if (!j) return CALRT_E_OUT_OF_MEMORY;
     pthread_mutex_lock(&d->mu);
@@ -1427,9 +1576,14 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
         for (uint32_t k = 0; k < g->nprof; k++) prof_ok |= g->prof[k] == desc->batch;
         tensor_offset(g->in, g->nin, 0, desc->batch, &need_in);
         tensor_offset(g->out, g->nout, 0, desc->batch, &need_out);
+#ifdef CALRT_MUTANT_SHORT_BUFFERS /* the bug: sizes and the profile are not checked, one buffer may be both */
+        (void)prof_ok;
+        if (!known_buffer(d, desc->inputs) || !known_buffer(d, desc->outputs)) rc = CALRT_E_INVALID_ARGUMENT;
+#else
         if (!prof_ok || desc->inputs == desc->outputs || !known_buffer(d, desc->inputs) || !known_buffer(d, desc->outputs) ||
             desc->inputs->size < need_in || desc->outputs->size < need_out)
             rc = CALRT_E_INVALID_ARGUMENT;
+#endif
 #ifndef CALRT_MUTANT_SUBMIT_OWNED_BUFFER /* the bug: a buffer a job in flight owns is accepted again */
         else if (desc->inputs->owner || desc->outputs->owner || desc->inputs->quarantined || desc->outputs->quarantined)
             rc = CALRT_E_BUFFER_IN_USE;
@@ -1469,9 +1623,12 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     j->in = desc->inputs;
     j->out = desc->outputs;
     j->batch = desc->batch;
-    j->bank = desc->engine;
+    j->bank = desc->engine > CALRT_ENGINE_PONG ? CALRT_ENGINE_AUTO : desc->engine;
     j->nkv = desc->n_kv;
     memcpy(j->kv, desc->kv, sizeof(calrt_kv_seq) * desc->n_kv);
+#ifdef CALRT_MUTANT_KEEPS_KV_POINTER
+    j->caller_kv = desc->kv;
+#endif
     if (d->f_hang) { d->f_hang--; j->fault = CALRT_EXT_FAULT_HANG; }
     else if (d->f_ccu) { d->f_ccu--; j->fault = CALRT_EXT_FAULT_CCU; }
     else if (d->f_dma) { d->f_dma--; j->fault = CALRT_EXT_FAULT_DMA; }
@@ -1549,6 +1706,13 @@ calrt_status calrt_job_release(calrt_device *d, calrt_job_id id) {
         if (!terminal((*p)->info.state)) { rc = CALRT_E_DEVICE_BUSY; break; }
         job *j = *p;
         *p = j->next;
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
+        if (picked(d, j)) { /* its worker still holds it and frees it */
+            j->released = 1;
+            rc = CALRT_OK;
+            break;
+        }
+#endif
         free(j->din); free(j->dout); free(j);
         rc = CALRT_OK;
         break;
@@ -1655,6 +1819,17 @@ calrt_status calrt_kv_free(calrt_device *d, calrt_kv_seq id) {
     pthread_mutex_lock(&d->mu);
     seq *s = NULL;
     calrt_status rc = idle_seq(d, id, &s);
+#ifdef CALRT_MUTANT_KV_FREE_IN_FLIGHT /* the bug: the job writing it is not checked (unlinked, not freed: no crash) */
+    if (rc == CALRT_E_DEVICE_BUSY) {
+        s = find_seq(d, id);
+        for (seq **p = &d->seqs; *p; p = &(*p)->next) {
+            if (*p == s) { *p = s->next; break; }
+        }
+        s->m->live--;
+        pthread_mutex_unlock(&d->mu);
+        return CALRT_OK;
+    }
+#endif
     if (rc == CALRT_OK) {
         for (seq **p = &d->seqs; *p; p = &(*p)->next) {
             if (*p == s) { *p = s->next; break; }
@@ -1680,11 +1855,22 @@ calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *ou
     pthread_mutex_lock(&d->mu);
     calrt_status rc = d->f_no_mem ? CALRT_E_NOT_SUPPORTED : CALRT_OK;
     if (rc == CALRT_OK) {
-        out->used_bytes = REF_BASELINE + (d->current ? d->current->plan[chip] : 0);
+        uint32_t src = chip;
+#ifdef CALRT_MUTANT_MEMORY_SWAPPED /* the bug: the other chip's figures */
+        src = REF_CHIPS - 1 - chip;
+#endif
+        out->used_bytes = REF_BASELINE + (d->current ? d->current->plan[src] : 0);
 #ifdef CALRT_MUTANT_UNLOAD_LEAK
         out->used_bytes += d->mut_leaked;
 #endif
         out->total_bytes = REF_DRAM;
+#ifdef CALRT_MUTANT_MEMORY_KIB /* the bug: KiB, not bytes */
+        out->used_bytes /= 1024;
+        out->total_bytes /= 1024;
+#endif
+#ifdef CALRT_MUTANT_MEMORY_USED_KIB /* the bug: the used figure in KiB, the total in bytes */
+        out->used_bytes /= 1024;
+#endif
     }
     pthread_mutex_unlock(&d->mu);
     return rc;

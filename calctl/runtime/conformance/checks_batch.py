@@ -1,0 +1,301 @@
+"""Checks of batch jobs and of many jobs: every compiled decode profile against its B1 twin, and a long run.
+
+``batch_lanes`` runs a decode job on every batch profile the package compiles, with inactive lanes between
+active ones, and compares each active lane with the same lane run alone at B1 (its twin), then decodes every
+sequence once more at B1: a shim whose inactive lane wrote a KV row of some sequence shows there, since the
+job's own logits were computed before the row was overwritten. ``long_run`` runs mixed graphs on both chips
+from several threads, hundreds to thousands of jobs by ``--level``, each output against its twin computed
+alone first: a fault that shows once in N jobs has N jobs to show in.
+
+What inactive lanes return is the package's contract (``inactive_lane_policy.returns_logits``); when it says
+they return none, their rows are not judged.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from calctl.package.model import Package
+from calctl.runtime import Runtime
+from calctl.runtime.conformance.checks_concurrency import crosstalk_prompt
+from calctl.runtime.conformance.framework import (
+    ExpectationFailed,
+    Level,
+    Session,
+    Unsupported,
+    _returned,
+    check,
+    decode_mask,
+    expect,
+    prefill_job,
+    write_decode_lanes,
+)
+from calctl.runtime.types import Engine, KvLength, KvSeqId
+
+_OUTSIDE = 1000  # the key of the bystander sequence, outside the batch job
+#: jobs of the long run per level (half prefill, half decode over every profile)
+LONG_RUN_JOBS = {Level.QUICK: 96, Level.STANDARD: 2000, Level.LONG: 10000}
+
+
+@dataclass(frozen=True)
+class Twin:
+    """A prompt's outputs computed alone: prefill logits, the greedy token, the B1 decode logits after it."""
+
+    prompt: np.ndarray
+    prefill: np.ndarray
+    token: int
+    decode: np.ndarray
+
+
+def _close(pkg: Package, alias: str, got: np.ndarray, want: np.ndarray) -> bool:
+    tol = pkg.model(alias).golden.tolerance
+    return bool(np.allclose(got, want, rtol=tol.rtol, atol=tol.atol))
+
+
+def _decode_b1(rt: Runtime, pkg: Package, alias: str, seq: KvSeqId, token: int) -> np.ndarray:
+    """One B1 decode step of ``seq`` (reserved, run, committed): its logits."""
+    m = pkg.model(alias)
+    with rt.job_buffers(m.decode.name) as (inputs, outputs):
+        position = rt.kv.append(seq, 1)
+        write_decode_lanes(inputs, [token], [position], [True], mask=decode_mask(pkg, alias))
+        result = rt.wait(rt.submit(m.decode.name, inputs, outputs, kv=[seq]), 30)
+        expect(result.ok, f"a B1 decode of {alias} succeeds", call="rt.wait", returned=result.state)
+        rt.kv.commit(seq)
+        return outputs.read("logits")[0].copy()
+
+
+def _prefilled(rt: Runtime, pkg: Package, alias: str, prompt: np.ndarray) -> tuple[KvSeqId, np.ndarray]:
+    job, seq, inputs, outputs = prefill_job(rt, pkg, alias, prompt)
+    expect(rt.wait(job, 30).ok, f"a {alias} prefill succeeds", call="rt.wait")
+    logits = outputs.read("logits")[0].copy()
+    rt.kv.commit(seq)
+    rt.release_buffer(inputs)
+    rt.release_buffer(outputs)
+    return seq, logits
+
+
+def _twin(rt: Runtime, pkg: Package, alias: str, prompt: np.ndarray) -> Twin:
+    seq, pre = _prefilled(rt, pkg, alias, prompt)
+    token = int(np.argmax(pre))
+    dec = _decode_b1(rt, pkg, alias, seq, token)
+    rt.kv.free(seq)
+    return Twin(prompt, pre, token, dec)
+
+
+def _batched(pkg: Package) -> list[tuple[str, int]]:
+    """(alias, B) for every decode profile above 1 the package compiles."""
+    return [(m.alias, b) for m in pkg.models for b in m.decode.batch_profiles if b > 1]
+
+
+@check(
+    "batch_lanes",
+    "every compiled decode profile: active lanes equal their B1 twins, inactive lanes write no KV of any sequence",
+    clauses=("BATCH-1", "BATCH-2", "LAYOUT-2"),
+)
+def _batch_lanes(s: Session) -> str:
+    """Per profile B: every other lane active (lane 0 first), the rest inactive (mask 0, no sequence); each active
+    sequence and a bystander sequence outside the job have twins prefilled with the same prompts. The batch job's
+    active rows must match the twins' B1 decode; every sequence then decodes once more at B1 and must match its
+    twin again (an inactive lane that wrote a KV row changes what follows); lengths grow by one on active lanes
+    only."""
+    pkg = s.package
+    work = _batched(pkg)
+    if not work:
+        raise Unsupported(
+            f"package {pkg.name!r} compiles decode at B1 only: no batch profile to try (pass --package with one, "
+            "e.g. from `calctl sample-package --profiles 1,4,8`)"
+        )
+    done = []
+    with s.configured() as rt:
+        for alias, batch in work:
+            done.append(_one_profile(s, rt, alias, batch))
+    return "; ".join(done)
+
+
+def _one_profile(s: Session, rt: Runtime, alias: str, batch: int) -> str:
+    pkg = s.package
+    m = pkg.model(alias)
+    vocab = int(m.decode.output("logits").shape[-1])
+    max_tokens = int(m.prefill.input("tokens").shape[-1])
+    active = [lane for lane in range(batch) if lane % 2 == 0]
+    prompts = {lane: crosstalk_prompt(vocab, max_tokens, batch, lane, 7) for lane in [*active, _OUTSIDE]}
+    twins = {lane: _twin(rt, pkg, alias, p) for lane, p in prompts.items()}
+    seqs = {lane: _prefilled(rt, pkg, alias, p)[0] for lane, p in prompts.items()}
+    lengths = {lane: rt.kv.length(q) for lane, q in seqs.items()}
+    with rt.job_buffers(m.decode.name, batch) as (inputs, outputs):
+        tokens, positions, valid, kv = [], [], [], []
+        for lane in range(batch):
+            on = lane in active
+            positions.append(rt.kv.append(seqs[lane], 1) if on else 0)
+            tokens.append(twins[lane].token if on else 0)
+            valid.append(on)
+            kv.append(seqs[lane] if on else None)
+        write_decode_lanes(inputs, tokens, positions, valid, mask=decode_mask(pkg, alias))
+        job = rt.submit(m.decode.name, inputs, outputs, kv=kv)
+        result = rt.wait(job, 30)
+        expect(result.ok, f"the B{batch} decode job of {alias} succeeds", call="rt.wait", returned=result.state)
+        rows = outputs.read("logits")
+        for lane in active:
+            if not _close(pkg, alias, rows[lane], twins[lane].decode):
+                raise ExpectationFailed(
+                    f"graph {m.decode.name!r} B{batch}, lane {lane} (active): logits differ from the same lane run "
+                    f"alone at B1 (max |diff| {float(np.abs(rows[lane] - twins[lane].decode).max()):.3g})",
+                    call="calrt_job_submit / calrt_job_wait",
+                    arguments=f"graph={m.decode.name!r}, batch={batch}, active lanes {active}",
+                    returned=f"lane {lane} logits",
+                )
+        for lane in active:
+            rt.kv.commit(seqs[lane])
+    for lane, q in seqs.items():
+        want = KvLength(lengths[lane].committed + 1, lengths[lane].committed + 1) if lane in active else lengths[lane]
+        expect(
+            rt.kv.length(q) == want,
+            f"B{batch}: sequence {q} ({'lane ' + str(lane) if lane != _OUTSIDE else 'outside the job'}) has length {want}",
+            call="calrt_kv_length",
+            returned=rt.kv.length(q),
+        )
+    _after_batch(s, rt, alias, batch, active, seqs, twins)
+    for q in seqs.values():
+        rt.kv.free(q)
+    return (
+        f"{alias} B{batch}: {len(active)} active lanes equal their B1 twins, {batch - len(active)} inactive wrote no KV"
+    )
+
+
+def _after_batch(
+    s: Session,
+    rt: Runtime,
+    alias: str,
+    batch: int,
+    active: Sequence[int],
+    seqs: dict[int, KvSeqId],
+    twins: dict[int, Twin],
+) -> None:
+    """Every sequence decodes once more at B1, as does a fresh twin: an overwritten KV row shows here."""
+    pkg = s.package
+    for lane, q in seqs.items():
+        twin = twins[lane]
+        ref_seq, _ = _prefilled(rt, pkg, alias, twin.prompt)
+        if lane in active:
+            _decode_b1(rt, pkg, alias, ref_seq, twin.token)
+            nxt = int(np.argmax(twin.decode))
+        else:
+            nxt = twin.token
+        want = _decode_b1(rt, pkg, alias, ref_seq, nxt)
+        rt.kv.free(ref_seq)
+        got = _decode_b1(rt, pkg, alias, q, nxt)
+        if not _close(pkg, alias, got, want):
+            where = f"active lane {lane}" if lane in active else "outside the job"
+            raise ExpectationFailed(
+                f"after a B{batch} decode of {alias} with inactive lanes "
+                f"{[x for x in range(batch) if x not in active]}, sequence {q} ({where}) decodes differently from "
+                f"its twin (max |diff| {float(np.abs(got - want).max()):.3g}): the job wrote a KV row it does not "
+                "own (an inactive lane must write no KV, 000 §7.3)",
+                call=f"calrt_job_submit (B{batch}) / calrt_kv_*",
+                arguments=f"graph={pkg.model(alias).decode.name!r}, batch={batch}",
+                returned=f"sequence {q}'s next logits",
+            )
+
+
+@check(
+    "long_run",
+    "many jobs on both chips from several threads, mixed prefill and decode over every profile (96 quick, 2000 "
+    "standard, 10000 long): every output equals its twin computed alone",
+    clauses=("JOB-5", "BATCH-2", "THREAD-1"),
+    seconds={Level.STANDARD: 600.0, Level.LONG: 3000.0},
+)
+def _long_run(s: Session) -> str:
+    """Each model gets a pool of prompts whose twins (prefill logits, greedy token, B1 decode logits) run alone
+    first. Then one thread per model and engine repeats: a prefill of the next prompt, then a decode of that
+    sequence at the next profile of the model with the sequence in the next lane and every other lane inactive.
+    Outputs are read the moment the wait returns (a job reported done before its outputs landed shows) and
+    compared with the twin; a mismatch names the job, its chip, graph and lane."""
+    pkg = s.package
+    aliases = list(s.pair()) if len(pkg.models) > 1 else [pkg.models[0].alias]
+    total = LONG_RUN_JOBS[s.level]
+    with s.configured() as rt:
+        twins: dict[str, list[Twin]] = {}
+        for mi, alias in enumerate(aliases):
+            m = pkg.model(alias)
+            vocab, max_tokens = int(m.prefill.output("logits").shape[-1]), int(m.prefill.input("tokens").shape[-1])
+            twins[alias] = [_twin(rt, pkg, alias, crosstalk_prompt(vocab, max_tokens, mi, 9, i)) for i in range(6)]
+        workers = [(alias, engine) for alias in aliases for engine in (Engine.PING, Engine.PONG)]
+        per_worker = max(1, total // (2 * len(workers)))
+        bad: list[str] = []
+        errors: list[str] = []
+        counts = {"jobs": 0}
+        lock = threading.Lock()
+
+        def worker(alias: str, engine: Engine, wi: int) -> None:
+            try:
+                for it in range(per_worker):
+                    if bad or errors:
+                        return
+                    n = _iteration(rt, pkg, alias, engine, twins[alias][(it + wi) % len(twins[alias])], it, bad)
+                    with lock:
+                        counts["jobs"] += n
+            except Exception as exc:  # a thread's failure is the finding
+                errors.append(f"{alias}/{engine.value}: {_returned(exc)}")
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=worker, args=(a, e, i), daemon=True) for i, (a, e) in enumerate(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seconds = time.monotonic() - t0
+    expect(
+        not errors, f"{len(errors)} threads failed during the long run", call="rt.submit / rt.wait", returned=errors[:3]
+    )
+    expect(
+        not bad,
+        f"{len(bad)} of {counts['jobs']} jobs returned outputs that are not their twin's: {'; '.join(bad[:3])}",
+        call="calrt_job_wait (outputs)",
+        returned=bad[:3],
+    )
+    s.evidence.update(jobs=counts["jobs"], seconds=round(seconds, 2), level=s.level.value)
+    return f"{counts['jobs']} jobs from {len(workers)} threads in {seconds:.1f} s, every output equal to its twin"
+
+
+def _iteration(rt: Runtime, pkg: Package, alias: str, engine: Engine, twin: Twin, it: int, bad: list[str]) -> int:
+    """One prefill and one decode at the iteration's profile and lane; mismatches appended to ``bad``. Jobs run."""
+    m = pkg.model(alias)
+    job, seq, inputs, outputs = prefill_job(rt, pkg, alias, twin.prompt, engine=engine)
+    try:
+        result = rt.wait(job, 30)
+        got = outputs.read("logits")[0]
+        chip = m.prefill.target_chips[0]
+        if not result.ok or not _close(pkg, alias, got, twin.prefill):
+            bad.append(f"job {job.id} chip {chip} graph {m.prefill.name!r} lane 0: {_diff(got, twin.prefill)}")
+            return 1
+        rt.kv.commit(seq)
+        profiles = m.decode.batch_profiles
+        batch = profiles[it % len(profiles)]
+        lane = it % batch
+        with rt.job_buffers(m.decode.name, batch) as (ins, outs):
+            position = rt.kv.append(seq, 1)
+            valid = [x == lane for x in range(batch)]
+            write_decode_lanes(ins, [twin.token] * batch, [position] * batch, valid, mask=decode_mask(pkg, alias))
+            djob = rt.submit(m.decode.name, ins, outs, engine=engine, kv=[seq if v else None for v in valid])
+            dres = rt.wait(djob, 30)
+            row = outs.read("logits")[lane]
+            if not dres.ok or not _close(pkg, alias, row, twin.decode):
+                bad.append(
+                    f"job {djob.id} chip {chip} graph {m.decode.name!r} B{batch} lane {lane}: {_diff(row, twin.decode)}"
+                )
+        return 2
+    finally:
+        rt.release_buffer(inputs)
+        rt.release_buffer(outputs)
+        rt.kv.free(seq)
+
+
+def _diff(got: np.ndarray, want: np.ndarray) -> str:
+    if not np.any(got):
+        return "all zeros (nothing written)"
+    return f"max |diff| {float(np.abs(got - want).max()):.3g}"

@@ -1,0 +1,639 @@
+"""Checks of ABI promises a shim under deadline gets subtly wrong, and that calctl never provokes by itself.
+
+Sequences a job in flight is writing (KV-3), a hung job held past any plausible shim watchdog (JOB-6), a reset
+while a job computes and moves data (RESET-3), memory figures against the topology and the chip a model sits on
+(MEM-1, MEM-2), and raw calls calctl refuses before the library would see them (chip masks, short buffers,
+descriptors of the wrong size, out-parameters on a refusal, descriptor arrays reused after the call). Each judges
+what the library answers, straight through the C ABI where calctl's own bookkeeping would refuse first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from calctl.package.model import Package, SectionKind
+from calctl.runtime import Runtime
+from calctl.runtime.conformance.framework import (
+    ExpectationFailed,
+    Level,
+    Session,
+    Unsupported,
+    _unwrap,
+    check,
+    decode_mask,
+    expect,
+    expect_code,
+    expect_raises,
+    golden_prompt,
+    prefill_job,
+    raw_call,
+    raw_job_info,
+    raw_submit,
+    write_decode,
+    write_prefill,
+)
+from calctl.runtime.errors import DeviceBusy, InvalidArgument, JobAborted, NotSupported, RuntimeStatus, Timeout
+from calctl.runtime.types import Engine, JobState, KvSeqId
+
+# 001 §11.1: a watchdog that ends a hung job is the runtime's to report as a failure; a shim's own watchdog of a
+# few seconds is the plausible bug, so standard/long hold the job well past it.
+HUNG_HOLD_S = {Level.QUICK: 1.0, Level.STANDARD: 10.0, Level.LONG: 10.0}
+_SUCCEEDED = list(JobState).index(JobState.SUCCEEDED)  # CALRT_JOB_SUCCEEDED (declaration order, calrt.h)
+_KV_CALLS = (
+    "calrt_kv_free",
+    "calrt_kv_append",
+    "calrt_kv_commit",
+    "calrt_kv_rollback",
+    "calrt_kv_remove_tokens_at_end",
+)
+
+
+def _kv_call(rt: Runtime, name: str, seq: int) -> int:
+    """One KV call straight into the library with the arguments it takes (its status)."""
+    if name == "calrt_kv_append":
+        return raw_call(rt, name, seq, 1, ctypes.byref(ctypes.c_uint32()))
+    if name == "calrt_kv_remove_tokens_at_end":
+        return raw_call(rt, name, seq, 1)
+    return raw_call(rt, name, seq)
+
+
+@check(
+    "kv_busy_in_flight",
+    "every KV call on a sequence a job in flight is writing is DEVICE_BUSY; a freed sequence is not found",
+    clauses=("KV-3", "KV-5"),
+)
+def _kv_busy(s: Session) -> str:
+    """A hung prefill keeps its sequence written; free, append, commit, rollback and remove-tail on it go straight
+    into the library (calctl refuses them itself) and must be DEVICE_BUSY, never OK: a shim that frees a sequence
+    its job is writing lets the job's DMA write KV memory another sequence gets next. A second job naming the
+    sequence is refused too. After the reset the sequence frees, and a second free is INVALID_ARGUMENT."""
+    pkg = s.package
+    a, _ = s.pair()
+    with s.configured() as rt:
+        job, seq, _, _ = s.armed_prefill(rt, "hang", a)
+        if s.native:
+            for name in _KV_CALLS:
+                expect_code(
+                    _kv_call(rt, name, int(seq)),
+                    RuntimeStatus.DEVICE_BUSY,
+                    f"{name} of sequence {seq} while job {job.id} in flight writes it",
+                    call=name,
+                    arguments=f"seq={seq} (written by job {job.id}, in flight)",
+                )
+            inputs, outputs = rt.alloc_inputs(pkg.model(a).prefill.name), rt.alloc_outputs(pkg.model(a).prefill.name)
+            write_prefill(inputs, golden_prompt(pkg, a))
+            status, second = raw_submit(rt, pkg.model(a).prefill.name, inputs, outputs, kv=seq)
+            expect(
+                status in (RuntimeStatus.DEVICE_BUSY, RuntimeStatus.INVALID_ARGUMENT),
+                f"calrt_job_submit of a second job on sequence {seq}, which job {job.id} in flight writes, must be "
+                "refused (DEVICE_BUSY)",
+                call="calrt_job_submit",
+                arguments=f"kv=[{seq}] (written by job {job.id})",
+                returned=f"status {status}" + (f", job {second} accepted" if second else ""),
+            )
+        else:
+            for name, fn in (("free", rt.kv.free), ("commit", rt.kv.commit), ("rollback", rt.kv.rollback)):
+                expect_raises(DeviceBusy, f"rt.kv.{name} (sequence written by a job in flight)", fn, seq)
+        s.reset_chip_or_board(rt, s.chip_of(a))
+        expect_raises(JobAborted, "rt.wait (after the reset)", rt.wait, job, 10)
+        if s.native:
+            expect_code(
+                _kv_call(rt, "calrt_kv_free", int(seq)), RuntimeStatus.OK, "calrt_kv_free after the reset",
+                call="calrt_kv_free", arguments=f"seq={seq}",
+            )  # fmt: skip
+            expect_code(
+                _kv_call(rt, "calrt_kv_free", int(seq)),
+                RuntimeStatus.INVALID_ARGUMENT,
+                f"a second calrt_kv_free of sequence {seq}",
+                call="calrt_kv_free",
+                arguments=f"seq={seq} (freed)",
+            )
+        else:
+            rt.kv.free(seq)
+            expect_raises(InvalidArgument, "rt.kv.free (freed twice)", rt.kv.free, seq)
+    return f"{len(_KV_CALLS)} KV calls on a sequence being written: DEVICE_BUSY (1); freed twice: INVALID_ARGUMENT (10)"
+
+
+@check(
+    "hung_job_held",
+    "a hung job held past any shim watchdog (10 s at --level standard/long) never ends SUCCEEDED",
+    clauses=("JOB-6",),
+    seconds={Level.STANDARD: 60.0, Level.LONG: 60.0},
+)
+def _hung_held(s: Session) -> str:
+    """The job hangs (the test hook); its wait is asked every 0.5 s for ``HUNG_HOLD_S`` s. It may stay in flight
+    (TIMEOUT) or end FAILED/ABORTED with a status; ending SUCCEEDED means the shim reported a job done that wrote
+    nothing (a watchdog that ends hung jobs as successes, 001 §11.1). A reset then aborts it."""
+    a, _ = s.pair()
+    hold = HUNG_HOLD_S[s.level]
+    with s.configured() as rt:
+        job, _, _, _ = s.armed_prefill(rt, "hang", a)
+        t0 = time.monotonic()
+        ended = ""
+        while time.monotonic() - t0 < hold and not ended:
+            if s.native:
+                rc, info = raw_job_info(rt, job, 500)
+                if rc == RuntimeStatus.OK:
+                    expect(
+                        int(info.state) != _SUCCEEDED,
+                        f"a hung job (job {job.id}) ended SUCCEEDED after {time.monotonic() - t0:.1f} s with nothing "
+                        "written: a watchdog must end it FAILED/ABORTED with a status, or leave it to a reset",
+                        call="calrt_job_wait",
+                        arguments=f"job={job.id}, 500 ms",
+                        returned=f"state {int(info.state)} status {int(info.status)}",
+                    )
+                    ended = f"ended state {int(info.state)} status {int(info.status)}"
+                else:
+                    expect_code(rc, RuntimeStatus.TIMEOUT, "calrt_job_wait on a hung job", call="calrt_job_wait")
+            else:
+                try:
+                    rt.wait(job, 0.5)
+                except Timeout:
+                    continue
+                raise ExpectationFailed("a hung job ended SUCCEEDED", call="rt.wait", returned=repr(rt.query(job)))
+        held = time.monotonic() - t0
+        s.reset_chip_or_board(rt, s.chip_of(a))
+        if not ended:
+            expect_raises(JobAborted, "rt.wait (the hung job after a reset)", rt.wait, job, 10)
+    s.evidence["held_s"] = round(held, 2)
+    return f"held {held:.1f} s: {ended or 'still in flight (TIMEOUT), then ABORTED by the reset'}"
+
+
+@check(
+    "reset_drains_jobs",
+    "a reset while jobs compute returns with its chip idle; the aborted jobs' buffers are never written afterwards",
+    clauses=("RESET-3", "RESET-1"),
+)
+def _reset_drains(s: Session) -> str:
+    """Jobs are queued on one chip (each slowed to 200 ms by the test hook where the library has it) and a reset
+    is issued while the first computes. When it returns, every job must be terminal and the chip's pending count
+    0; the aborted jobs' outputs are then overwritten with a sentinel and read again after the jobs' own time has
+    passed: a shim whose reset returns early lets the aborted job's DMA write memory the caller owns again."""
+    pkg = s.package
+    a, _ = s.pair()
+    ca = s.chip_of(a)
+    with s.configured() as rt:
+        slowed = _slow_jobs(s, rt, 200)
+        jobs = [prefill_job(rt, pkg, a, engine=(Engine.PING, Engine.PONG)[i % 2]) for i in range(4)]
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and rt.query(jobs[0][0]).state is JobState.QUEUED:
+            time.sleep(0.001)
+        time.sleep(0.02)  # into the job's transfers and compute
+        scope = s.reset_chip_or_board(rt, ca)
+        states = [rt.query(j).state for j, _, _, _ in jobs]
+        expect(
+            all(st.terminal for st in states),
+            f"every job of chip {ca} is terminal when the {scope} reset returns",
+            call="calrt_reset",
+            returned=[st.value for st in states],
+        )
+        pending = {c.chip: c.pending for c in rt.counters()}.get(ca)
+        expect(pending in (None, 0), f"chip {ca} has no job pending after the reset", call="calrt_chip_counters",
+               returned=pending)  # fmt: skip
+        aborted = [(j, out) for (j, _, _, out), st in zip(jobs, states, strict=True) if st is JobState.ABORTED]
+        vocab = int(np.prod(aborted[0][1].layout.slot("logits").shape)) if aborted else 0
+        sentinel = np.full(aborted[0][1].layout.slot("logits").shape, 12345.0, np.float32) if aborted else None
+        for _, out in aborted:
+            out.write("logits", sentinel)
+        time.sleep(0.5 if slowed else 0.1)  # past the slowed jobs' own time
+        if slowed:
+            _slow_jobs(s, rt, 0)
+        for j, out in aborted:
+            got = out.read("logits")
+            written = int((got != sentinel).sum())
+            expect(
+                written == 0,
+                f"job {j.id} was aborted by a {scope} reset of chip {ca}, yet {written} of {vocab} logits of its "
+                "outputs were written after calrt_reset returned: the reset returned while the job still ran",
+                call="calrt_reset",
+                arguments=f"scope={scope}, chip={ca}",
+                returned=f"{written} values written after the reset",
+            )
+        job2, _, _, _ = prefill_job(rt, pkg, a)
+        expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
+    how = "slowed to 200 ms each" if slowed else "at the board's own speed"
+    return f"{len(aborted)} of {len(jobs)} jobs ({how}) aborted by a {scope} reset; their buffers untouched after it"
+
+
+def _committed_prefill(rt: Runtime, pkg: Package, alias: str, prompt: np.ndarray) -> tuple[KvSeqId, np.ndarray]:
+    job, seq, _, outputs = prefill_job(rt, pkg, alias, prompt)
+    expect(rt.wait(job, 10).ok, f"a {alias} prefill succeeds", call="rt.wait")
+    rt.kv.commit(seq)
+    return seq, outputs.read("logits")
+
+
+def _decode_once(rt: Runtime, pkg: Package, alias: str, seq: KvSeqId, token: int) -> np.ndarray:
+    """One B1 decode step of ``seq`` (reserved, run, committed): its logits."""
+    m = pkg.model(alias)
+    with rt.job_buffers(m.decode.name) as (inputs, outputs):
+        position = rt.kv.append(seq, 1)
+        write_decode(inputs, token, position, mask=decode_mask(pkg, alias))
+        expect(rt.wait(rt.submit(m.decode.name, inputs, outputs, kv=[seq]), 10).ok, "a decode succeeds", call="rt.wait")
+        rt.kv.commit(seq)
+        return outputs.read("logits").copy()
+
+
+def _slow_jobs(s: Session, rt: Runtime, delay_ms: int) -> bool:
+    """Every job takes ``delay_ms`` more (the test hook's ``delay_ms``); False where the library lacks the hook."""
+    if not s.native:
+        return False
+    try:
+        _unwrap(rt).arm_test_fault("delay_ms", delay_ms)
+    except NotSupported:
+        return False
+    return True
+
+
+def _weights_on(pkg: Package, chip: int) -> int:
+    """Bytes of the package's parameter sections on ``chip``: what its DRAM must hold once loaded."""
+    return sum(
+        int(sec.size)
+        for m in pkg.models
+        for sec in m.sections
+        if sec.kind is SectionKind.PARAMS and (int(sec.chip_mask) >> chip) & 1
+    )
+
+
+def _alone(pkg: Package, alias: str) -> Package:
+    """``pkg`` cut to one model and its memory plan: a load whose chip is known."""
+    others = {m.alias for m in pkg.models} - {alias}
+    return dataclasses.replace(
+        pkg,
+        models=(pkg.model(alias),),
+        memory_plan=tuple(r for r in pkg.memory_plan if r.owner not in others),
+    )
+
+
+def _figures(rt: Runtime, topo: Any, when: str) -> list[tuple[int | None, int | None]]:
+    """(used, total) per chip, each checked as bytes against the topology's DRAM (MEM-1)."""
+    out = []
+    for m in rt.memory_usage():
+        dram = topo.dram_bytes[m.chip]
+        if m.used_bytes is not None and m.total_bytes is not None:
+            expect(
+                dram is None or m.total_bytes == dram,
+                f"{when}, chip {m.chip}: calrt_memory_usage reports {m.total_bytes} B in total, the topology "
+                f"{dram} B of DRAM: the figures are not bytes of this chip (KiB? another chip's?)",
+                call="calrt_memory_usage",
+                arguments=f"chip={m.chip}",
+                returned=f"used {m.used_bytes}, total {m.total_bytes}",
+            )
+            expect(
+                0 < m.used_bytes <= m.total_bytes,
+                f"{when}, chip {m.chip}: used bytes must be above 0 and within the total",
+                call="calrt_memory_usage",
+                arguments=f"chip={m.chip}",
+                returned=f"used {m.used_bytes}, total {m.total_bytes}",
+            )
+        out.append((m.used_bytes, m.total_bytes))
+    return out
+
+
+@check(
+    "memory_figures",
+    "calrt_memory_usage is bytes of the chip asked for: total = the topology's DRAM, a model's load shows on its "
+    "own chip by at least its weights, before, during and after a load",
+    clauses=("MEM-1", "MEM-2"),
+)
+def _memory_figures(s: Session) -> str:
+    """Each model is loaded alone (the package cut to that model), so its chip is known: that chip's usage must
+    grow by at least the model's weights (a figure that grows less cannot be bytes) and every other chip's by
+    less than half as much (figures of the two chips swapped). Read before the load, while a job runs, and after
+    the unload (back to the baseline)."""
+    pkg = s.package
+    notes = []
+    with s.open() as rt:
+        topo = rt.topology()
+        base = _figures(rt, topo, "before a load")
+        if all(u is None for u, _ in base):
+            raise Unsupported("calrt_memory_usage returned NOT_SUPPORTED on every chip (calctl reports null)")
+        for m in pkg.models:
+            alone = _alone(pkg, m.alias)
+            rt.configure(rt.create_calbin(alone))
+            job, seq, _, _ = prefill_job(rt, alone, m.alias)
+            during = _figures(rt, topo, f"{m.alias} loaded, a job in flight")
+            rt.wait(job, 30)
+            rt.kv.free(seq)
+            for chip, ((b, _), (d, _)) in enumerate(zip(base, during, strict=True)):
+                if b is None or d is None:
+                    continue
+                grown, weights = d - b, _weights_on(alone, chip)
+                if chip in m.target_chips:
+                    expect(
+                        grown >= weights,
+                        f"chip {chip}: loading {m.alias} (weights {weights} B on chip {chip}) raised "
+                        f"calrt_memory_usage by {grown} B: fewer than the weights, so the figure is not bytes of "
+                        f"chip {chip} (KiB, or another chip's figure)",
+                        call="calrt_memory_usage",
+                        arguments=f"chip={chip}",
+                        returned=f"{b} B before, {d} B loaded",
+                    )
+                    notes.append(f"{m.alias}: chip {chip} +{grown / 2**20:.1f} MiB")
+            own = max(
+                (d - b for chip, ((b, _), (d, _)) in enumerate(zip(base, during, strict=True))
+                 if chip in m.target_chips and b is not None and d is not None),
+                default=0,
+            )  # fmt: skip
+            for chip, ((b, _), (d, _)) in enumerate(zip(base, during, strict=True)):
+                if chip in m.target_chips or b is None or d is None:
+                    continue
+                expect(
+                    d - b <= max(1 << 20, own // 2),
+                    f"chip {chip}: loading {m.alias}, which sits on chip(s) {list(m.target_chips)}, raised chip "
+                    f"{chip}'s calrt_memory_usage by {d - b} B (its own chip's by {own} B): the figures are "
+                    "attributed to the wrong chip",
+                    call="calrt_memory_usage",
+                    arguments=f"chip={chip}",
+                    returned=f"{b} B before, {d} B loaded",
+                )
+            rt.reset_configuration()
+            _figures(rt, topo, f"after unloading {m.alias}")
+    s.evidence["memory_figures"] = notes
+    return "; ".join(notes) + "; totals equal the topology's DRAM"
+
+
+def _raw_desc(rt: Runtime, pkg: Package, keep: list[object]) -> Any:
+    """The ``calrt_calbin_desc`` calctl would hand the library for ``pkg`` (changed by the caller before the call)."""
+    from calctl.runtime._native.descriptors import calbin_desc
+    from calctl.runtime.calbin import plan_calbin
+
+    return calbin_desc(plan_calbin(pkg, rt.topology()), keep)
+
+
+def _create_raw(rt: Runtime, desc: Any) -> int:
+    """``calrt_calbin_create`` straight into the library; a calbin it accepts is released again."""
+    handle = ctypes.c_void_p()
+    rc = raw_call(rt, "calrt_calbin_create", ctypes.byref(desc), ctypes.byref(handle))
+    if rc == RuntimeStatus.OK:
+        raw_call(rt, "calrt_calbin_release", handle)
+    return rc
+
+
+def _bad_masks(s: Session, rt: Runtime, chips: int) -> list[str]:
+    """Graph and model chip masks of 0 and of a chip past the board: INVALID_CALBIN (CALBIN-1)."""
+    tried = []
+    for where in ("graph", "model"):
+        for mask in (0, 1 << chips):
+            keep: list[object] = []
+            desc = _raw_desc(rt, s.package, keep)
+            if where == "graph":
+                desc.graphs[0].chip_mask = mask
+            else:
+                desc.models[0].chip_mask = mask
+            expect_code(
+                _create_raw(rt, desc),
+                RuntimeStatus.INVALID_CALBIN,
+                f"calrt_calbin_create with {where} chip mask {mask:#x} on a {chips}-chip board",
+                call="calrt_calbin_create",
+                arguments=f"{where}s[0].chip_mask={mask:#x}",
+            )
+            tried.append(f"{where} {mask:#x}")
+    return tried
+
+
+def _submit_raw(rt: Runtime, graph: bytes, ins: Any, outs: Any, batch: int, lanes: list[int], engine: int = 0) -> int:
+    """``calrt_job_submit`` with a descriptor as given (batch, n_kv = len(lanes)); a job it accepts is waited for
+    and released, so a lax shim's acceptance does not leave work behind. Its status."""
+    from calctl.runtime._native import lib as L
+
+    arr = (ctypes.c_uint64 * max(len(lanes), 1))(*lanes)
+    desc = L.CalrtJobDesc(graph, ins, outs, engine, batch, len(lanes), arr, 0)
+    job = ctypes.c_uint64()
+    rc = raw_call(rt, "calrt_job_submit", ctypes.byref(desc), ctypes.byref(job))
+    if rc == RuntimeStatus.OK:
+        raw_call(rt, "calrt_job_wait", job.value, 10_000, ctypes.byref(L.CalrtJobInfo()))
+        raw_call(rt, "calrt_job_release", job.value)
+    return rc
+
+
+def _buffer(rt: Runtime, size: int) -> ctypes.c_void_p:
+    handle = ctypes.c_void_p()
+    expect_code(
+        raw_call(rt, "calrt_buffer_create", size, ctypes.byref(handle)),
+        RuntimeStatus.OK,
+        f"calrt_buffer_create of {size} B",
+        call="calrt_buffer_create",
+    )
+    return handle
+
+
+@check(
+    "raw_refusals",
+    "calls calctl never makes are refused with the documented status: chip masks 0 and past the board, short or "
+    "unaligned buffers, descriptors of the wrong size, one buffer as inputs and outputs, releasing a job in flight",
+    clauses=("CALBIN-1", "LAYOUT-1", "LAYOUT-2", "OWN-3", "OWN-8", "OWN-9", "STATUS-1", "CONV-2"),
+    native_only=True,
+)
+def _raw_refusals(s: Session) -> str:
+    """Every call goes straight into the library with one thing wrong and everything else valid (a reserved
+    sequence, the golden prompt): calctl refuses each before the library would see it, so only this check tells
+    whether the shim does. Out-parameters of refused calls are preset and must come back untouched."""
+    pkg = s.package
+    m = pkg.models[0]
+    name = m.prefill.name
+    prompt = golden_prompt(pkg, m.alias)
+    with s.configured() as rt:
+        chips = rt.topology().chips
+        tried = _bad_masks(s, rt, chips)
+        ins, outs = rt.alloc_inputs(name), rt.alloc_outputs(name)
+        write_prefill(ins, prompt)
+        allocated = rt.kv.allocate(m.alias)
+        rt.kv.append(allocated, len(prompt))
+        seq = int(allocated)
+        need_out = outs.layout.nbytes
+        short = _buffer(rt, need_out - outs.layout.slot("logits").np_dtype.itemsize)
+        cases: list[tuple[str, Any, Any, int, list[int], int, RuntimeStatus]] = [
+            ("an output buffer one element short", ins.native, short, 1, [seq], 0, RuntimeStatus.INVALID_ARGUMENT),
+            ("the inputs buffer as its outputs too", ins.native, ins.native, 1, [seq], 0, RuntimeStatus.INVALID_ARGUMENT),
+            ("n_kv 2 at batch 1", ins.native, outs.native, 1, [seq, seq], 0, RuntimeStatus.INVALID_ARGUMENT),
+            ("n_kv 0 at batch 1", ins.native, outs.native, 1, [], 0, RuntimeStatus.INVALID_ARGUMENT),
+            ("batch 3, not a profile of the graph", ins.native, outs.native, 3, [seq, 0, 0], 0,
+             RuntimeStatus.INVALID_ARGUMENT),
+            ("engine 7, not an engine", ins.native, outs.native, 1, [seq], 7, RuntimeStatus.INVALID_ARGUMENT),
+        ]  # fmt: skip
+        for what, i_buf, o_buf, batch, lanes, engine, want in cases:
+            expect_code(
+                _submit_raw(rt, name.encode(), i_buf, o_buf, batch, lanes, engine),
+                want,
+                f"calrt_job_submit with {what}",
+                call="calrt_job_submit",
+                arguments=f"graph={name!r}, {what}",
+            )
+        tried += [c[0] for c in cases]
+        tried.append(_packed_inputs(s, rt))
+        tried.append(_out_params_untouched(rt))
+        tried.append(_release_in_flight(s, rt))
+        tried.append(_release_current(rt))
+    return f"{len(tried)} refusals: " + "; ".join(tried)
+
+
+def _packed_inputs(s: Session, rt: Runtime) -> str:
+    """LAYOUT-1: a decode job (a committed sequence, one token reserved) whose inputs buffer holds its tensors
+    packed without the 64-byte alignment: shorter than the layout, so refused."""
+    pkg = s.package
+    m = pkg.models[0]
+    job, seq, _, _ = prefill_job(rt, pkg, m.alias)
+    expect(rt.wait(job, 10).ok, "a prefill succeeds", call="rt.wait")
+    rt.kv.commit(seq)
+    rt.kv.append(seq, 1)
+    layout = rt.alloc_inputs(m.decode.name).layout
+    packed = sum(slot.nbytes for slot in layout.slots)
+    what = f"a decode inputs buffer of {packed} B, its tensors packed without the 64-byte alignment ({layout.nbytes} B)"
+    if packed < layout.nbytes:
+        outs = rt.alloc_outputs(m.decode.name)
+        expect_code(
+            _submit_raw(rt, m.decode.name.encode(), _buffer(rt, packed), outs.native, 1, [int(seq)]),
+            RuntimeStatus.INVALID_ARGUMENT,
+            f"calrt_job_submit with {what}",
+            call="calrt_job_submit",
+            arguments=f"graph={m.decode.name!r}, {what}",
+        )
+    rt.kv.rollback(seq)
+    rt.kv.free(seq)
+    return what
+
+
+def _out_params_untouched(rt: Runtime) -> str:
+    """CONV-2: a refused call leaves its out-parameters as they were."""
+    from calctl.runtime._native import lib as L
+
+    committed, reserved = ctypes.c_uint32(0xDEAD), ctypes.c_uint32(0xBEEF)
+    rc = raw_call(rt, "calrt_kv_length", 0xFFFF_FFF0, ctypes.byref(committed), ctypes.byref(reserved))
+    expect_code(rc, RuntimeStatus.INVALID_ARGUMENT, "calrt_kv_length of an unknown sequence", call="calrt_kv_length")
+    info = L.CalrtJobInfo()
+    info.id, info.generation = 0xDEAD, 0xBEEF
+    rc2 = raw_call(rt, "calrt_job_query", 0xFFFF_FFF0, ctypes.byref(info))
+    expect_code(rc2, RuntimeStatus.INVALID_ARGUMENT, "calrt_job_query of an unknown job", call="calrt_job_query")
+    expect(
+        (committed.value, reserved.value, info.id, info.generation) == (0xDEAD, 0xBEEF, 0xDEAD, 0xBEEF),
+        "a refused call must leave its out-parameters unwritten (C ABI §3)",
+        call="calrt_kv_length / calrt_job_query",
+        arguments="unknown sequence / job",
+        returned=f"out-parameters {committed.value:#x} {reserved.value:#x} {info.id:#x} {info.generation:#x}",
+    )
+    return "out-parameters of refused calls untouched"
+
+
+def _release_in_flight(s: Session, rt: Runtime) -> str:
+    """OWN-9: a job not terminal cannot be released; a released job is not found."""
+    a, _ = s.pair()
+    job, _, _, _ = s.armed_prefill(rt, "hang", a)
+    expect_code(
+        raw_call(rt, "calrt_job_release", job.id),
+        RuntimeStatus.DEVICE_BUSY,
+        f"calrt_job_release of job {job.id} in flight",
+        call="calrt_job_release",
+        arguments=f"job={job.id} (hung, in flight)",
+    )
+    s.reset_chip_or_board(rt, s.chip_of(a))  # calctl sees it aborted and releases the record itself
+    rc, _ = raw_job_info(rt, job)
+    expect_code(rc, RuntimeStatus.INVALID_ARGUMENT, f"calrt_job_query of released job {job.id}", call="calrt_job_query")
+    return "release of a job in flight DEVICE_BUSY, a released job not found"
+
+
+def _release_current(rt: Runtime) -> str:
+    """OWN-3: the current calbin cannot be released."""
+    raw = _unwrap(rt)
+    current = raw._current
+    if current is not None:
+        handle = raw._calbins[current.id][1]
+        expect_code(
+            raw_call(rt, "calrt_calbin_release", handle),
+            RuntimeStatus.DEVICE_BUSY,
+            "calrt_calbin_release of the current calbin",
+            call="calrt_calbin_release",
+        )
+    return "release of the current calbin DEVICE_BUSY"
+
+
+@check(
+    "descriptor_copies",
+    "the library copies the job descriptor's graph name and KV array at submit: the caller reuses them at once",
+    clauses=("CONV-3",),
+    native_only=True,
+)
+def _descriptor_copies(s: Session) -> str:
+    """A job is submitted with its graph name and KV lane array in caller memory that is overwritten the moment
+    the call returns (another graph's name, another sequence): a shim that keeps the pointers instead of copying
+    runs another graph, writes another sequence, or refuses at run time. The job must succeed with the logits of
+    its own prompt, and commit on its own sequence."""
+    from calctl.runtime._native import lib as L
+
+    pkg = s.package
+    m = pkg.models[0]
+    prompt = golden_prompt(pkg, m.alias)
+    with s.configured() as rt:
+        job0, seq0, _, out0 = prefill_job(rt, pkg, m.alias, prompt)
+        expect(rt.wait(job0, 10).ok, "the reference job succeeds", call="rt.wait")
+        want = out0.read("logits").copy()
+        rt.kv.free(seq0)
+        decoy = int(rt.kv.allocate(m.alias))
+        ins, outs = rt.alloc_inputs(m.prefill.name), rt.alloc_outputs(m.prefill.name)
+        write_prefill(ins, prompt)
+        allocated = rt.kv.allocate(m.alias)
+        rt.kv.append(allocated, len(prompt))
+        seq = int(allocated)
+        name = ctypes.create_string_buffer(m.prefill.name.encode(), 256)
+        lanes = (ctypes.c_uint64 * 1)(seq)
+        desc = L.CalrtJobDesc(ctypes.cast(name, ctypes.c_char_p), ins.native, outs.native, 0, 1, 1, lanes, 0)
+        job = ctypes.c_uint64()
+        rc = raw_call(rt, "calrt_job_submit", ctypes.byref(desc), ctypes.byref(job))
+        other = pkg.models[-1].decode.name if len(pkg.models) > 1 else m.decode.name
+        ctypes.memset(name, 0, 256)
+        name.value = other.encode()  # the caller's memory, reused at once
+        lanes[0] = decoy
+        expect_code(rc, RuntimeStatus.OK, "calrt_job_submit of a valid prefill", call="calrt_job_submit")
+        info = L.CalrtJobInfo()
+        wrc = raw_call(rt, "calrt_job_wait", job.value, 10_000, ctypes.byref(info))
+        raw_call(rt, "calrt_job_release", job.value)
+        expect(
+            wrc == RuntimeStatus.OK and int(info.state) == _SUCCEEDED,
+            "a job whose descriptor memory the caller reused after submit must still succeed",
+            call="calrt_job_wait",
+            returned=f"status {wrc}, state {int(info.state)}, job status {int(info.status)}",
+        )
+        got = outs.read("logits")
+        expect(
+            bool(np.array_equal(got, want)),
+            "the job's logits are not its prompt's once the caller reused the descriptor's name and KV array: the "
+            "library read them after calrt_job_submit returned",
+            call="calrt_job_submit",
+            returned=f"max |diff| {float(np.abs(got - want).max()):.3g}",
+        )
+        committed, reserved = ctypes.c_uint32(), ctypes.c_uint32()
+        raw_call(rt, "calrt_kv_commit", seq)
+        raw_call(rt, "calrt_kv_length", seq, ctypes.byref(committed), ctypes.byref(reserved))
+        expect(
+            committed.value == len(prompt),
+            f"the job's own sequence {seq} holds its {len(prompt)} tokens",
+            call="calrt_kv_length",
+            returned=committed.value,
+        )
+        token = int(np.argmax(want[0]))
+        twin, _ = _committed_prefill(rt, pkg, m.alias, prompt)
+        expect(
+            bool(
+                np.allclose(
+                    _decode_once(rt, pkg, m.alias, KvSeqId(seq), token), _decode_once(rt, pkg, m.alias, twin, token)
+                )
+            ),
+            f"sequence {seq} decodes differently from a twin prefilled the ordinary way: the job wrote its K/V "
+            "somewhere else (a KV array read after calrt_job_submit returned)",
+            call="calrt_job_submit",
+            arguments=f"kv=[{seq}], the caller's array changed to [{decoy}] after the call",
+            returned="another sequence's next logits",
+        )
+        rt.kv.free(twin)
+        raw_call(rt, "calrt_kv_length", decoy, ctypes.byref(committed), ctypes.byref(reserved))
+        expect(
+            committed.value == 0 and reserved.value == 0,
+            f"sequence {decoy}, written into the caller's KV array after submit, must stay empty",
+            call="calrt_kv_length",
+            returned=(committed.value, reserved.value),
+        )
+    return "graph name and KV array reused by the caller after submit: the job ran on its own, logits exact"
