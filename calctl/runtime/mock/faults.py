@@ -6,7 +6,8 @@ matching event, or exact 1-based ordinals of matching events), optional exact
 filters (graph, model alias, chip), a reset scope for faults that halt a chip,
 and kind-specific knobs. Events are job submissions, except for
 ``memory_leak`` and ``host_memory_leak`` whose events are unloads of a model (``reset_configuration``) and
-``reset_failure`` whose events are resets (``reset``, either scope).
+the reset faults whose events are resets (``reset_failure``, ``reset_chip_lost``: either scope;
+``reset_takes_other_chip``: chip resets only).
 
 Determinism: a rule counts *its own* matching events; whether the n-th one
 fires depends only on (seed, rule index, n) through a counter-based hash, never
@@ -49,6 +50,12 @@ class FaultKind(str, enum.Enum):
     MEMORY_LEAK = "memory_leak"  # unload does not return (some of) the model's memory
     HOST_MEMORY_LEAK = "host_memory_leak"  # unload keeps `bytes` of real host memory in the process (soak RSS check)
     RESET_FAILURE = "reset_failure"  # the reset itself fails: DeviceLost, nothing is reset (001 §11.3 row 6)
+    # The reset returns OK but a chip it reset stays down (tenstorrent/tt-umd#2316: `tt-smi -r` exits 0 and the
+    # device is gone): only a check after the reset can tell.
+    RESET_CHIP_LOST = "reset_chip_lost"
+    # A chip reset returns OK, its chip comes back, and another chip goes down with it (Xilinx/video-sdk#8: a
+    # card-level reset leaves one chip unavailable; 001 §7.1: reset domains are not proven chip-local).
+    RESET_TAKES_OTHER_CHIP = "reset_takes_other_chip"
 
     @property
     def halts_chip(self) -> bool:
@@ -60,7 +67,7 @@ class FaultKind(str, enum.Enum):
 
     @property
     def on_reset(self) -> bool:
-        return self is FaultKind.RESET_FAILURE
+        return self in (FaultKind.RESET_FAILURE, FaultKind.RESET_CHIP_LOST, FaultKind.RESET_TAKES_OTHER_CHIP)
 
     @property
     def trigger(self) -> str:
@@ -207,7 +214,7 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
     if kind.on_unload and "graph" in r:
         raise ConfigError(f"{where}: {kind.value} is per model; filter with 'model' or 'chip', not 'graph'")
     if kind.on_reset and ("graph" in r or "model" in r):
-        raise ConfigError(f"{where}: reset_failure is per reset; filter with 'chip' (a board reset touches every chip)")
+        raise ConfigError(f"{where}: {kind.value} is per reset; filter with 'chip' (a board reset touches every chip)")
     at = r.get(trigger_key, ())
     return FaultRule(
         kind=kind,
@@ -285,9 +292,10 @@ class FaultInjector:
     def on_unload(self, *, model: str, chips: Sequence[int]) -> list[FaultDecision]:
         return self._decide(unload=True, graph=None, model=model, chips=chips)
 
-    def on_reset(self, *, chips: Sequence[int]) -> list[FaultDecision]:
-        """A reset of ``chips`` (every chip for a board reset): the ``reset_failure`` rules that fire."""
-        return self._decide(unload=False, graph=None, model="", chips=chips, reset=True)
+    def on_reset(self, *, chips: Sequence[int], scope: ResetScope) -> list[FaultDecision]:
+        """A reset of ``chips`` (every chip for a board reset): the reset rules that fire. A board reset leaves
+        no other chip to take down, so ``reset_takes_other_chip`` counts chip resets only."""
+        return self._decide(unload=False, graph=None, model="", chips=chips, reset=True, reset_scope=scope)
 
     def record(
         self, decision: FaultDecision, *, job: int | None, graph: str | None, model: str, chips: Sequence[int]
@@ -307,11 +315,20 @@ class FaultInjector:
         )
 
     def _decide(
-        self, *, unload: bool, graph: str | None, model: str, chips: Sequence[int], reset: bool = False
+        self,
+        *,
+        unload: bool,
+        graph: str | None,
+        model: str,
+        chips: Sequence[int],
+        reset: bool = False,
+        reset_scope: ResetScope | None = None,
     ) -> list[FaultDecision]:
         out: list[FaultDecision] = []
         for i, rule in enumerate(self.plan.rules):
             if rule.kind.on_unload != unload or rule.kind.on_reset != reset:
+                continue
+            if rule.kind is FaultKind.RESET_TAKES_OTHER_CHIP and reset_scope is not ResetScope.CHIP:
                 continue
             if not rule.matches(graph=graph, model=None if reset else model, chips=chips):
                 continue
