@@ -50,7 +50,7 @@ BOARD_CHIPS = 2
 
 
 @dataclass
-class ChipState:
+class ChipReadiness:
     """What the check found on one chip; ``why`` is None exactly when the chip is ready."""
 
     chip: int
@@ -85,11 +85,11 @@ class ChipState:
 class BoardProof:
     """The per-chip findings of one check, and the board-level reasons (a failed reset)."""
 
-    chips: dict[int, ChipState] = field(default_factory=dict)
+    chips: dict[int, ChipReadiness] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
-    def chip(self, c: int) -> ChipState:
-        return self.chips.setdefault(c, ChipState(c))
+    def chip(self, c: int) -> ChipReadiness:
+        return self.chips.setdefault(c, ChipReadiness(c))
 
     @property
     def ready(self) -> bool:
@@ -115,9 +115,17 @@ class ResetRequest:
 
 def known_answer_package() -> Path:
     """The bundled combined sample: one SCHIP model per chip, sealed golden data (built on first use)."""
+    from calctl.cache import cache_dir
     from calctl.compiler.bundled import bundled_package
+    from calctl.errors import ConfigError
 
-    return bundled_package("combined")
+    try:
+        return bundled_package("combined")
+    except OSError as exc:  # a cache it cannot write: the user's to fix (exit 2), not a calctl bug
+        raise ConfigError(
+            f"the known-answer package cannot be built in the cache {cache_dir()}: {exc.strerror or exc}",
+            hint="set CALCTL_CACHE_DIR to a writable directory, or build the cache once where it is (docs/deploy.md §8)",
+        ) from None
 
 
 def check_board(
@@ -273,7 +281,7 @@ def _health(rt: Runtime, proof: BoardProof, log: StepLog, step: str) -> None:
 
 
 def _known_answer(
-    rt: Runtime, ctx: RunContext, state: ChipState, models: list[str], log: StepLog, step_timeout_s: float
+    rt: Runtime, ctx: RunContext, state: ChipReadiness, models: list[str], log: StepLog, step_timeout_s: float
 ) -> None:
     """One model whose graphs run on ``state.chip``: its golden run, judged. Any failure is the chip's."""
     name = f"known answer chip {state.chip}"
@@ -351,7 +359,7 @@ def _report(
 __all__ = [
     "BOARD_CHIPS",
     "BoardProof",
-    "ChipState",
+    "ChipReadiness",
     "ResetRequest",
     "check_board",
     "known_answer_package",

@@ -209,6 +209,7 @@ def test_a_reset_is_refused_while_another_process_holds_the_board(
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         # The library does not exist: had the lock not refused first, this would be "cannot load".
         r = _run(cli, "reset", "--device", "calrt", "--calrt-lib", tmp_path / "absent.so")
+        check = _run(cli, "check", "--device", "calrt", "--calrt-lib", tmp_path / "absent.so")
     finally:
         holder.communicate("\n", timeout=30)
     assert r.code == 3
@@ -217,6 +218,17 @@ def test_a_reset_is_refused_while_another_process_holds_the_board(
     assert f"pid {holder.pid}" in r.json["error"]
     assert [s["name"] for s in r.json["steps"]][:1] == ["open device"]
     assert "board reset" not in _steps(r.json)
+    # The check cannot look at a board another process holds: no device for it (exit 3), never "ready".
+    assert check.code == 3 and check.json["ready"] is False and f"pid {holder.pid}" in check.json["error"]
+
+
+def test_a_cache_the_known_answers_cannot_be_built_in_is_a_configuration_error(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CALCTL_CACHE_DIR", "/proc/calctl-no-such-cache")
+    r = cli("device", "check")
+    assert_no_traceback(r)
+    assert r.code == 2 and "the known-answer package cannot be built in the cache /proc/calctl-no-such-cache" in r.err
 
 
 def test_the_healthy_board_is_ready_beside_a_busy_host(cli: Cli) -> None:
