@@ -21,13 +21,14 @@ from calctl.cli._options import (
     DeviceChoice,
     DeviceOpt,
     FaultPlanOpt,
+    FormatOpt,
     ReportFileOpt,
     ResultFormatOpt,
     SeedOpt,
     float_option,
     int_option,
 )
-from calctl.cli._output import Format
+from calctl.cli._output import Format, TableJson
 from calctl.errors import UsageError
 from calctl.report import Report
 
@@ -137,6 +138,83 @@ def reset(
     return _finish(result, trace=None, plot=None, report_path=report, format=format, render=_render)
 
 
+ProfileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--profile",
+        help="A calculet-board-profile/v1 YAML of the board's expected figures; without it every row is NOT JUDGED.",
+    ),
+]
+RepeatsOpt = Annotated[int, int_option("--repeats", min=1, max=100, help="Transfers per size and row (default 5).")]
+
+
+def selftest(
+    device: DeviceOpt = DeviceChoice.mock,
+    calrt_lib: CalrtLibOpt = None,
+    fault_plan: FaultPlanOpt = None,
+    seed: SeedOpt = None,
+    profile: ProfileOpt = None,
+    repeats: RepeatsOpt = 5,
+    report: ReportFileOpt = None,
+    format: FormatOpt = TableJson.table,
+) -> int:
+    """Host<->device transfer bandwidth per chip and both chips at once, beside the host's memcpy rate.
+
+    Each row is judged on the device's clock at the largest size against the board profile's threshold
+    (--profile, docs/runtime.md §8): PASS at or above it, FAIL below it naming the figure; NOT JUDGED without
+    a profile; UNSUPPORTED (C4) on a runtime without device memory access, never a pass. Bytes read back must
+    be those written.
+
+    Exit 0 passed or not judged, 1 a row failed, 2 a bad profile, 3 no device, 130 interrupted.
+    """
+    from calctl.cli._signals import interruptible
+    from calctl.runners.selftest import BoardProfile, run_selftest
+
+    spec = _spec(device, calrt_lib, fault_plan, seed)
+    board_profile = BoardProfile.load(profile) if profile is not None else None
+    with interruptible():
+        result = run_selftest(spec, profile=board_profile, repeats=repeats, seed=seed or 0)
+    return _emit(result, report, format)
+
+
+def _emit(result: Report, report: Path | None, format: TableJson) -> int:
+    from calctl.records import write_json
+
+    if report is not None:
+        write_json(report, result.document())
+    if _output.is_json(format):
+        _output.emit_json(result)
+    else:
+        _output.print_table(
+            "calctl device selftest",
+            ["row", "status", "GB/s", "threshold", "detail"],
+            [
+                [
+                    escape(r["name"]),
+                    _output.styled_verdict(r["status"]),
+                    "n/a" if r["figure_gbps"] is None else f"{r['figure_gbps']:.2f}",
+                    "-" if r["threshold_gbps"] is None else f"{r['threshold_gbps']:g}",
+                    escape(r["detail"]),
+                ]
+                for r in result.body["rows"]
+            ],
+        )
+        h = result.header
+        lib = (h.get("device_options") or {}).get("calrt_lib")
+        rt = h.get("runtime") or {}
+        _output.stdout.print(
+            f"device {h['device']} ({h['device_label']}), runtime {rt.get('runtime', 'n/a')}"
+            + (f", library {escape(str(lib))}" if lib else "")
+        )
+        if h.get("note"):
+            _output.stdout.print(f"[yellow]{escape(h['note'])}[/]")
+        if report is not None:
+            _output.stdout.print(f"report: {escape(str(report))}")
+        line = f"verdict {_output.styled_verdict(result.verdict)}"
+        _output.stdout.print(line + (f": {escape(result.error)}" if result.error else ""))
+    return result.exit_code
+
+
 def _render(report: Report) -> None:
     from calctl.cli.runner_cmds import _steps_table
 
@@ -164,3 +242,4 @@ def _render(report: Report) -> None:
 def register(device_app: typer.Typer) -> None:
     device_app.command("check")(check)
     device_app.command("reset")(reset)
+    device_app.command("selftest")(selftest)

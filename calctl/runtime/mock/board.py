@@ -79,11 +79,13 @@ from calctl.runtime.errors import (
     NotSupported,
     OutOfMemory,
 )
+from calctl.runtime.memory import MemTransfer, TransferDirection
 from calctl.runtime.mock import compute
 from calctl.runtime.mock.config import MockBoardConfig
 from calctl.runtime.mock.execution import ChipExecution
 from calctl.runtime.mock.faults import FaultDecision, FaultInjector, FaultKind, FaultPlan, FaultRule, InjectedFault
 from calctl.runtime.mock.kv import MockKvManager
+from calctl.runtime.mock.memory import WINDOW_BYTES, MockDeviceMemory
 from calctl.runtime.mock.state import ChipHold, MockJob
 from calctl.runtime.types import (
     ChipCounters,
@@ -141,6 +143,15 @@ class MockRuntime(ChipExecution):
         self._faults = FaultInjector(self.config.fault_plan, self.config.seed)
         self._job_ids = itertools.count(1)
         self._host_leaks: list[bytearray] = []  # host_memory_leak faults: kept for the life of the board
+        cfg = self.config
+        self._memory = MockDeviceMemory(
+            chips=cfg.chips,
+            base=cfg.firmware_reserved_bytes,
+            window=min(WINDOW_BYTES, cfg.chip_dram_bytes - cfg.firmware_reserved_bytes),
+            model=cfg.transfer,
+            lock=lock,
+            faults=self._faults,
+        )
         self._start_chips(lock)
 
     # -- device ------------------------------------------------------------------
@@ -406,6 +417,25 @@ class MockRuntime(ChipExecution):
                 )
                 for c in self._chips
             )
+
+    # -- device memory (calctl.runtime.memory.DeviceMemory; docs/runtime.md §8) ------------------
+
+    def test_window(self, chip: int) -> tuple[int, int]:
+        return self._memory.test_window(chip)
+
+    def write_mem(self, chip: int, address: int, data: np.ndarray) -> MemTransfer:
+        return self._mem_transfer(chip, address, data, TransferDirection.H2D)
+
+    def read_mem(self, chip: int, address: int, out: np.ndarray) -> MemTransfer:
+        return self._mem_transfer(chip, address, out, TransferDirection.D2H)
+
+    def _mem_transfer(self, chip: int, address: int, buf: np.ndarray, direction: TransferDirection) -> MemTransfer:
+        self._memory.test_window(chip)  # InvalidArgument for a chip the board does not have
+        with self._cv:
+            self._check_open()
+            self._memory.refuse_while_configured(self._current is not None)
+            health = self._chips[chip].health
+        return self._memory.transfer(chip, address, buf, direction, health)
 
     # -- mock-only ----------------------------------------------------------------------
 

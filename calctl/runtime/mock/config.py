@@ -1,8 +1,8 @@
 """The simulated board's shape: :class:`MockBoardConfig` (docs/runtime.md).
 
-Chips, CalCores and DRAM per chip, the timing model and its scale, the modelled global runtime lock, the
-fault plan, the reset scopes the board grants, and how much it keeps (queue depth, history). A value: it is
-checked when made (``ConfigError`` naming the field) and simulates nothing (:mod:`.board` does).
+Chips, CalCores and DRAM per chip, the timing model and its scale, the host link's transfer model, the
+modelled global runtime lock, the fault plan, the reset scopes the board grants, and how much it keeps (queue
+depth, history). A value: it is checked when made (``ConfigError`` naming the field) and simulates nothing (:mod:`.board` does).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from calctl.errors import ConfigError
 from calctl.runtime.mock.faults import FaultPlan
+from calctl.runtime.mock.memory import TransferModel
 from calctl.runtime.mock.timing import TimingModel
 from calctl.runtime.types import ResetScope
 
@@ -34,6 +35,7 @@ class MockBoardConfig:
     reset_scopes: tuple[ResetScope, ...] = (ResetScope.CHIP, ResetScope.BOARD)
     max_queue_depth: int = 64  # per chip, queued + running; beyond it submit raises DeviceBusy
     history: int = 65536  # finished jobs (and trace events) kept for wait/query/trace
+    transfer: TransferModel = field(default_factory=TransferModel)  # write_mem/read_mem (docs/runtime.md §8)
 
     def __post_init__(self) -> None:
         if not 1 <= self.chips <= 16:

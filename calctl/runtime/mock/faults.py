@@ -56,6 +56,9 @@ class FaultKind(str, enum.Enum):
     # A chip reset returns OK, its chip comes back, and another chip goes down with it (Xilinx/video-sdk#8: a
     # card-level reset leaves one chip unavailable; 001 §7.1: reset domains are not proven chip-local).
     RESET_TAKES_OTHER_CHIP = "reset_takes_other_chip"
+    # Transfers (write_mem / read_mem, calctl.runtime.memory): the modelled link runs at `magnitude` x its rate.
+    SLOW_LINK = "slow_link"  # the board's host link: every chip's transfers (default 0.25 x)
+    SLOW_CHIP_TRANSFER = "slow_chip_transfer"  # one chip's DMA engine (filter `chip`; default 0.5 x: half bandwidth)
 
     @property
     def halts_chip(self) -> bool:
@@ -70,8 +73,14 @@ class FaultKind(str, enum.Enum):
         return self in (FaultKind.RESET_FAILURE, FaultKind.RESET_CHIP_LOST, FaultKind.RESET_TAKES_OTHER_CHIP)
 
     @property
+    def on_transfer(self) -> bool:
+        return self in (FaultKind.SLOW_LINK, FaultKind.SLOW_CHIP_TRANSFER)
+
+    @property
     def trigger(self) -> str:
-        """The plan key of its 1-based ordinals: ``job`` (submissions), ``unload`` or ``reset``."""
+        """The plan key of its 1-based ordinals: ``job`` (submissions), ``unload``, ``reset`` or ``transfer``."""
+        if self.on_transfer:
+            return "transfer"
         return "unload" if self.on_unload else "reset" if self.on_reset else "job"
 
 
@@ -95,6 +104,12 @@ _RULE_SCHEMA: dict[str, Any] = {
             ]
         },
         "reset": {
+            "oneOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+            ]
+        },
+        "transfer": {
             "oneOf": [
                 {"type": "integer", "minimum": 1},
                 {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
@@ -189,10 +204,14 @@ class FaultPlan:
         return cls.from_document(doc, source=str(path))
 
 
+#: A transfer fault's rate factor when the rule gives none: a link at a quarter, a chip at half its bandwidth.
+_DEFAULT_MAGNITUDE = {FaultKind.SLOW_LINK: 0.25, FaultKind.SLOW_CHIP_TRANSFER: 0.5}
+
+
 def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
     kind = FaultKind(r["kind"])
     trigger_key = kind.trigger
-    events = {"job": "job submissions", "unload": "unloads", "reset": "resets"}
+    events = {"job": "job submissions", "unload": "unloads", "reset": "resets", "transfer": "transfers"}
     for wrong_key in sorted(set(events) - {trigger_key}):
         if wrong_key in r:
             raise ConfigError(
@@ -205,8 +224,14 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(
             f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)"
         )
-    if "magnitude" in r and kind not in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION):
-        raise ConfigError(f"{where}: magnitude applies only to corrupt_output and kv_corruption")
+    if "magnitude" in r and kind not in (FaultKind.CORRUPT_OUTPUT, FaultKind.KV_CORRUPTION) and not kind.on_transfer:
+        raise ConfigError(
+            f"{where}: magnitude applies only to corrupt_output, kv_corruption, slow_link and slow_chip_transfer"
+        )
+    if kind.on_transfer and not 0 < float(r.get("magnitude", 0.5)) <= 1:
+        raise ConfigError(f"{where}: {kind.value} magnitude is the rate kept, in (0, 1]; got {r['magnitude']}")
+    if kind.on_transfer and ("graph" in r or "model" in r):
+        raise ConfigError(f"{where}: {kind.value} is per transfer; filter with 'chip'")
     if "bytes" in r and not kind.on_unload:
         raise ConfigError(f"{where}: bytes applies only to memory_leak and host_memory_leak")
     if kind is FaultKind.HOST_MEMORY_LEAK and "bytes" not in r:
@@ -225,7 +250,7 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         chip=r.get("chip"),
         reset_scope=ResetScope(r.get("reset_scope", "chip")),
         max_count=r.get("max_count"),
-        magnitude=float(r.get("magnitude", 1.0)),
+        magnitude=float(r.get("magnitude", _DEFAULT_MAGNITUDE.get(kind, 1.0))),
         leak_bytes=r.get("bytes"),
     )
 
@@ -287,15 +312,19 @@ class FaultInjector:
         return len(self.plan.rules) - 1
 
     def on_submit(self, *, graph: str, model: str, chips: Sequence[int]) -> list[FaultDecision]:
-        return self._decide(unload=False, graph=graph, model=model, chips=chips)
+        return self._decide(trigger="job", graph=graph, model=model, chips=chips)
 
     def on_unload(self, *, model: str, chips: Sequence[int]) -> list[FaultDecision]:
-        return self._decide(unload=True, graph=None, model=model, chips=chips)
+        return self._decide(trigger="unload", graph=None, model=model, chips=chips)
+
+    def on_transfer(self, *, chip: int) -> list[FaultDecision]:
+        """A write_mem or read_mem on ``chip``: the transfer rules (slow_link, slow_chip_transfer) that fire."""
+        return self._decide(trigger="transfer", graph=None, model="", chips=(chip,))
 
     def on_reset(self, *, chips: Sequence[int], scope: ResetScope) -> list[FaultDecision]:
         """A reset of ``chips`` (every chip for a board reset): the reset rules that fire. A board reset leaves
         no other chip to take down, so ``reset_takes_other_chip`` counts chip resets only."""
-        return self._decide(unload=False, graph=None, model="", chips=chips, reset=True, reset_scope=scope)
+        return self._decide(trigger="reset", graph=None, model="", chips=chips, reset_scope=scope)
 
     def record(
         self, decision: FaultDecision, *, job: int | None, graph: str | None, model: str, chips: Sequence[int]
@@ -317,20 +346,19 @@ class FaultInjector:
     def _decide(
         self,
         *,
-        unload: bool,
+        trigger: str,
         graph: str | None,
         model: str,
         chips: Sequence[int],
-        reset: bool = False,
         reset_scope: ResetScope | None = None,
     ) -> list[FaultDecision]:
         out: list[FaultDecision] = []
         for i, rule in enumerate(self.plan.rules):
-            if rule.kind.on_unload != unload or rule.kind.on_reset != reset:
+            if rule.kind.trigger != trigger:
                 continue
             if rule.kind is FaultKind.RESET_TAKES_OTHER_CHIP and reset_scope is not ResetScope.CHIP:
                 continue
-            if not rule.matches(graph=graph, model=None if reset else model, chips=chips):
+            if not rule.matches(graph=graph, model=model if trigger in ("job", "unload") else None, chips=chips):
                 continue
             self._counts[i] += 1
             n = self._counts[i]
