@@ -1,4 +1,4 @@
-"""``calctl device selftest``: host<->device transfer bandwidth per chip and both at once, graded from a profile.
+"""``calctl device selftest``: host<->device transfers graded from a board profile, and memory pattern tests.
 
 Rows (docs/runtime.md §8), each over :data:`SIZES` with ``repeats`` transfers a size:
 
@@ -6,7 +6,10 @@ Rows (docs/runtime.md §8), each over :data:`SIZES` with ``repeats`` transfers a
   read back must be what was written: a transfer that corrupts data fails its row, whatever its speed);
 * ``h2d both chips`` / ``d2h both chips``: both chips at once from two threads, the aggregate over the
   union of their transfers;
-* ``host memcpy``: the host's own copy rate at the same sizes, beside them (the host's clock: never judged).
+* ``host memcpy``: the host's own copy rate at the same sizes, beside them (the host's clock: never judged);
+* ``memory chip N <pattern>``: walking ones, walking zeros, address-in-address (and its complement) and seeded
+  random over a bounded part of each chip's self-test window, every byte read back and compared: PASS, or
+  FAIL naming the first differing address, what was written and read, and the bits (no profile needed).
 
 A device row's figure is the rate at the largest size, from the transfers' own stamps on the device's clock
 (``MemTransfer``), so a busy host never fails a row (docs/testing.md, verdicts on a loaded host); the host's
@@ -26,7 +29,7 @@ import enum
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -141,7 +144,7 @@ def run_selftest(device: DeviceSpec, *, profile: BoardProfile | None = None, rep
     try:
         with device.open() as rt:
             versions = rt.versions()
-            rows = _rows(rt, profile, repeats, np.random.default_rng(seed))
+            rows = _rows(rt, profile, repeats, seed)
     except (CalctlError, KeyboardInterrupt) as exc:
         reraise_usage(exc)
         outcome, error = outcome_of(exc), error_text(exc)
@@ -193,7 +196,7 @@ def _row_document(r: Row) -> dict[str, Any]:
     }
 
 
-def _rows(rt: Runtime, profile: BoardProfile | None, repeats: int, rng: np.random.Generator) -> list[Row]:
+def _rows(rt: Runtime, profile: BoardProfile | None, repeats: int, seed: int) -> list[Row]:
     chips = tuple(range(rt.topology().chips))
     plan: list[tuple[str, tuple[int, ...], TransferDirection]]
     plan = [(f"{d.value} chip {c}", (c,), d) for c in chips for d in TransferDirection]
@@ -203,7 +206,10 @@ def _rows(rt: Runtime, profile: BoardProfile | None, repeats: int, rng: np.rando
             "UNSUPPORTED (C4): the runtime offers no device memory access (calrt_write_mem/calrt_read_mem, "
             "optional, not in the C ABI 1.0; docs/calrt-c-abi.md §11)"
         )
-        return [Row(n, cs, d.value, RowStatus.UNSUPPORTED, None, None, why) for n, cs, d in plan]
+        unsupported = [Row(n, cs, d.value, RowStatus.UNSUPPORTED, None, None, why) for n, cs, d in plan]
+        patterns = [(_pattern_label(c, name, seed), c) for c in chips for name, _ in PATTERNS]
+        return unsupported + [Row(n, (c,), "memory", RowStatus.UNSUPPORTED, None, None, why) for n, c in patterns]
+    rng = np.random.default_rng(seed)
     data = {size: rng.integers(0, 256, size, dtype=np.uint8) for size in SIZES}
     rows = []
     for name, cs, direction in plan:
@@ -215,7 +221,7 @@ def _rows(rt: Runtime, profile: BoardProfile | None, repeats: int, rng: np.rando
             rows.append(Row(name, cs, direction.value, RowStatus.FAIL, None, threshold, f"transfer failed: {exc}"))
             continue
         rows.append(_grade(name, cs, direction, measured, threshold, profile, key))
-    return rows
+    return rows + _pattern_rows(rt, chips, seed)
 
 
 def _grade(
@@ -378,4 +384,80 @@ def _host_memcpy(repeats: int) -> Row:
     )
 
 
-__all__ = ["PROFILE_SCHEMA", "SIZES", "BoardProfile", "Row", "RowStatus", "run_selftest"]
+# ---------------------------------------------------------------------------
+# Memory patterns (each chip's self-test window, bounded)
+
+#: Walking ones/zeros: 64 passes (each 64-bit word sees every bit position) over this many bytes a chip.
+WALK_BYTES = 256 * 1024
+#: Address-in-address (and its complement) and seeded random: over this many bytes a chip.
+PATTERN_BYTES = 16 * 1024**2
+
+
+def _walking(ones: bool) -> Callable[[int, int], Iterator[np.ndarray]]:
+    def passes(base: int, seed: int) -> Iterator[np.ndarray]:
+        index = np.arange(WALK_BYTES // 8, dtype=np.uint64)
+        for k in range(64):  # pass k: word i holds bit (i + k) mod 64 (ones), or all but it (zeros)
+            words = np.left_shift(np.uint64(1), (index + np.uint64(k)) % np.uint64(64))
+            yield (words if ones else ~words).view(np.uint8)
+
+    return passes
+
+
+def _address_in_address(base: int, seed: int) -> Iterator[np.ndarray]:
+    words = np.uint64(base) + np.arange(PATTERN_BYTES // 8, dtype=np.uint64) * np.uint64(8)
+    yield words.view(np.uint8)  # each word holds its own address: catches aliased address lines
+    yield (~words).view(np.uint8)  # and its complement: every data bit both ways
+
+
+def _random(base: int, seed: int) -> Iterator[np.ndarray]:
+    yield np.random.default_rng(seed).integers(0, 256, PATTERN_BYTES, dtype=np.uint8)
+
+
+PATTERNS: tuple[tuple[str, Callable[[int, int], Iterator[np.ndarray]]], ...] = (
+    ("walking ones", _walking(True)),
+    ("walking zeros", _walking(False)),
+    ("address in address", _address_in_address),
+    ("random", _random),
+)
+
+
+def _pattern_rows(rt: DeviceMemory, chips: tuple[int, ...], seed: int) -> list[Row]:
+    rows = []
+    for c in chips:
+        base = rt.test_window(c)[0]
+        for name, passes in PATTERNS:
+            label = _pattern_label(c, name, seed)
+            try:
+                rows.append(_pattern_row(rt, c, label, passes(base, seed), base))
+            except RuntimeLayerError as exc:
+                rows.append(Row(label, (c,), "memory", RowStatus.FAIL, None, None, f"transfer failed: {exc}"))
+    return rows
+
+
+def _pattern_label(chip: int, name: str, seed: int) -> str:
+    return f"memory chip {chip} {name}" + (f" (seed {seed})" if name == "random" else "")
+
+
+def _pattern_row(rt: DeviceMemory, chip: int, label: str, passes: Iterator[np.ndarray], base: int) -> Row:
+    """Write each pass, read it back, compare every byte; the first difference is named by its address."""
+    moved, n = 0, 0
+    for k, data in enumerate(passes, 1):
+        rt.write_mem(chip, base, data)
+        out = np.empty_like(data)
+        rt.read_mem(chip, base, out)
+        moved, n = data.size, k
+        diff = np.flatnonzero(out != data)
+        if diff.size:
+            at = int(diff[0])
+            wrote, read = int(data[at]), int(out[at])
+            bits = [b for b in range(8) if (wrote ^ read) >> b & 1]
+            detail = (
+                f"{diff.size} byte(s) differ in pass {k}; the first at {base + at:#x}: wrote {wrote:#04x}, read "
+                f"{read:#04x} (bit {', '.join(map(str, bits))})"
+            )
+            return Row(label, (chip,), "memory", RowStatus.FAIL, None, None, detail)
+    detail = f"{n} pass(es) over {moved // 1024} KiB at {base:#x}: every byte read back as written"
+    return Row(label, (chip,), "memory", RowStatus.PASS, None, None, detail)
+
+
+__all__ = ["PATTERNS", "PROFILE_SCHEMA", "SIZES", "BoardProfile", "Row", "RowStatus", "run_selftest"]

@@ -53,6 +53,11 @@ def _rows(r: CliResult) -> dict[str, dict]:
 
 ALONE = ("h2d chip 0", "d2h chip 0", "h2d chip 1", "d2h chip 1")
 BOTH = ("h2d both chips", "d2h both chips")
+MEMORY = tuple(
+    f"memory chip {c} {p}"
+    for c in (0, 1)
+    for p in ("walking ones", "walking zeros", "address in address", "random (seed 0)")
+)
 
 
 def test_without_a_profile_every_figure_is_reported_and_not_judged(cli: Cli) -> None:
@@ -61,7 +66,7 @@ def test_without_a_profile_every_figure_is_reported_and_not_judged(cli: Cli) -> 
     doc = r.json
     assert doc["verdict"] == "NOT JUDGED" and doc["device_label"] == "mock" and doc["mock_result"] is True
     rows = _rows(r)
-    assert set(rows) == {*ALONE, *BOTH, "host memcpy"}
+    assert set(rows) == {*ALONE, *BOTH, *MEMORY, "host memcpy"}
     for name in ALONE:
         assert rows[name]["status"] == "NOT JUDGED" and "no board profile" in rows[name]["detail"]
         assert rows[name]["figure_gbps"] == pytest.approx(3.0, rel=0.02)  # the modelled chip rate, device clock
@@ -124,9 +129,39 @@ def test_a_runtime_without_memory_access_is_unsupported_never_passed(
     doc = r.json
     assert doc["verdict"] == "NOT JUDGED" and doc["device_label"] == "software model"
     rows = _rows(r)
-    for name in (*ALONE, *BOTH):
+    for name in (*ALONE, *BOTH, *MEMORY):
         assert rows[name]["status"] == "UNSUPPORTED" and "C4" in rows[name]["detail"]
         assert rows[name]["figure_gbps"] is None
+    assert not any(row["status"] == "PASS" for row in rows.values())
+
+
+def test_the_memory_patterns_pass_on_a_healthy_board_without_a_profile(cli: Cli) -> None:
+    rows = _rows(_selftest(cli))
+    assert all(rows[n]["status"] == "PASS" for n in MEMORY), [rows[n]["detail"] for n in MEMORY]
+    assert "64 pass(es) over 256 KiB" in rows["memory chip 0 walking ones"]["detail"]
+
+
+def test_a_stuck_bit_fails_the_patterns_naming_its_address(cli: Cli, tmp_path: Path) -> None:
+    # 0x4001234: 0x1234 into chip 1's window, which starts above the mock's 64 MiB firmware reserve.
+    plan = _plan(tmp_path, "{kind: stuck_bit, chip: 1, address: 0x4001234, bit: 3, stuck_at: 0, probability: 1}")
+    r = _selftest(cli, "--fault-plan", plan)
+    assert r.code == 1 and r.json["verdict"] == "FAIL"
+    rows = _rows(r)
+    for name in ("memory chip 1 walking ones", "memory chip 1 address in address"):
+        assert rows[name]["status"] == "FAIL"
+        assert "the first at 0x4001234: wrote 0x" in rows[name]["detail"] and "(bit 3)" in rows[name]["detail"]
+    assert rows["memory chip 1 walking ones"]["detail"].endswith("wrote 0x08, read 0x00 (bit 3)")
+    assert all(rows[f"memory chip 0 {n}"]["status"] == "PASS" for n in ("walking ones", "address in address"))
+
+
+def test_an_intermittent_bit_flip_fails_its_chip_naming_an_address(cli: Cli, tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "{kind: bit_flip, chip: 0, probability: 0.3}")
+    r = _selftest(cli, "--fault-plan", plan)
+    assert r.code == 1
+    rows = _rows(r)
+    failed = [rows[n] for n in MEMORY if n.startswith("memory chip 0") and rows[n]["status"] == "FAIL"]
+    assert failed and all("the first at 0x" in row["detail"] for row in failed)
+    assert all(rows[n]["status"] == "PASS" for n in MEMORY if n.startswith("memory chip 1"))
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,9 @@ class FaultKind(str, enum.Enum):
     # Transfers (write_mem / read_mem, calctl.runtime.memory): the modelled link runs at `magnitude` x its rate.
     SLOW_LINK = "slow_link"  # the board's host link: every chip's transfers (default 0.25 x)
     SLOW_CHIP_TRANSFER = "slow_chip_transfer"  # one chip's DMA engine (filter `chip`; default 0.5 x: half bandwidth)
+    # Reads of device memory (read_mem): what a memory pattern test must catch, at the address it names.
+    STUCK_BIT = "stuck_bit"  # bit `bit` of the byte at `address` reads `stuck_at` on every read that covers it
+    BIT_FLIP = "bit_flip"  # one bit of a read comes back flipped (at `address`, else a seeded place in the read)
 
     @property
     def halts_chip(self) -> bool:
@@ -74,7 +77,7 @@ class FaultKind(str, enum.Enum):
 
     @property
     def on_transfer(self) -> bool:
-        return self in (FaultKind.SLOW_LINK, FaultKind.SLOW_CHIP_TRANSFER)
+        return self in (FaultKind.SLOW_LINK, FaultKind.SLOW_CHIP_TRANSFER, FaultKind.STUCK_BIT, FaultKind.BIT_FLIP)
 
     @property
     def trigger(self) -> str:
@@ -122,6 +125,9 @@ _RULE_SCHEMA: dict[str, Any] = {
         "max_count": {"type": "integer", "minimum": 1},
         "magnitude": {"type": "number", "exclusiveMinimum": 0},
         "bytes": {"type": "integer", "minimum": 1},
+        "address": {"type": "integer", "minimum": 0},
+        "bit": {"type": "integer", "minimum": 0, "maximum": 7},
+        "stuck_at": {"enum": [0, 1]},
     },
 }
 
@@ -150,6 +156,9 @@ class FaultRule:
     max_count: int | None = None
     magnitude: float = 1.0
     leak_bytes: int | None = None  # memory_leak: default the model's whole plan on each of its chips
+    address: int | None = None  # stuck_bit (required), bit_flip (optional): a device address on the rule's chip
+    bit: int = 0  # stuck_bit: which bit of that byte (0 = least significant)
+    stuck_at: int = 0  # stuck_bit: the value the bit reads
 
     def matches(self, *, graph: str | None, model: str | None, chips: Sequence[int]) -> bool:
         if self.graph is not None and self.graph != graph:
@@ -230,6 +239,15 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         )
     if kind.on_transfer and not 0 < float(r.get("magnitude", 0.5)) <= 1:
         raise ConfigError(f"{where}: {kind.value} magnitude is the rate kept, in (0, 1]; got {r['magnitude']}")
+    memory_keys = sorted({"address", "bit", "stuck_at"} & set(r))
+    if memory_keys and kind not in (FaultKind.STUCK_BIT, FaultKind.BIT_FLIP):
+        raise ConfigError(
+            f"{where}: {', '.join(memory_keys)} appl{'ies' if len(memory_keys) == 1 else 'y'} only to stuck_bit and bit_flip"
+        )
+    if kind is FaultKind.BIT_FLIP and ("bit" in r or "stuck_at" in r):
+        raise ConfigError(f"{where}: bit_flip flips a seeded bit; bit and stuck_at apply to stuck_bit")
+    if kind is FaultKind.STUCK_BIT and ("address" not in r or "chip" not in r):
+        raise ConfigError(f"{where}: stuck_bit needs chip and address (the device address of the stuck byte)")
     if kind.on_transfer and ("graph" in r or "model" in r):
         raise ConfigError(f"{where}: {kind.value} is per transfer; filter with 'chip'")
     if "bytes" in r and not kind.on_unload:
@@ -252,6 +270,9 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         max_count=r.get("max_count"),
         magnitude=float(r.get("magnitude", _DEFAULT_MAGNITUDE.get(kind, 1.0))),
         leak_bytes=r.get("bytes"),
+        address=r.get("address"),
+        bit=int(r.get("bit", 0)),
+        stuck_at=int(r.get("stuck_at", 0)),
     )
 
 

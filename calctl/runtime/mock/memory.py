@@ -12,7 +12,8 @@ What it models (docs/runtime.md §8):
   board's one host link (:attr:`TransferModel.link_gbps`). The thread sleeps until the transfer's end, so
   wall time follows, but a busy host moves only when the call returns, never the stamps;
 * faults from the fault plan, decided per transfer: ``slow_link`` (the link at ``magnitude`` x its rate)
-  and ``slow_chip_transfer`` (one chip's engines at ``magnitude`` x, half by default).
+  and ``slow_chip_transfer`` (one chip's engines at ``magnitude`` x, half by default); on reads,
+  ``stuck_bit`` (a bit of one byte always reads ``stuck_at``) and ``bit_flip`` (one bit of a read flipped).
 
 The figures are a model's (PCIe-class defaults, not a Calculet measurement): mock results, never evidence
 about a board. It does not grade anything (``calctl.runners.selftest`` does).
@@ -29,7 +30,7 @@ import numpy as np
 from calctl.errors import ConfigError
 from calctl.runtime.errors import DeviceBusy, DeviceLost, InvalidArgument
 from calctl.runtime.memory import MemTransfer, TransferDirection
-from calctl.runtime.mock.faults import FaultInjector, FaultKind
+from calctl.runtime.mock.faults import FaultDecision, FaultInjector, FaultKind
 from calctl.runtime.types import Health
 
 #: The most of one chip's DRAM a self-test may use (above the firmware reserve): bounded host memory too.
@@ -92,7 +93,7 @@ class MockDeviceMemory:
         if health is not Health.OK:
             raise DeviceLost(f"chip {chip} is {health.value}: no transfer until it is reset")
         with self._lock:
-            start, end = self._schedule(chip, direction, buf.size)
+            start, end, decisions = self._schedule(chip, direction, buf.size)
             mem = self._data.get(chip)
             if mem is None:
                 mem = self._data[chip] = np.zeros(self._window, np.uint8)
@@ -100,28 +101,36 @@ class MockDeviceMemory:
             mem[offset : offset + buf.size] = buf
         else:
             buf[:] = mem[offset : offset + buf.size]
+            for d in decisions:  # what the DRAM or the link did to this read
+                _corrupt_read(buf, address, d)
         delay = (end - time.monotonic_ns()) / 1e9
         if delay > 0:
             time.sleep(delay)
         return MemTransfer(chip, direction, int(buf.size), start, end)
 
-    def _schedule(self, chip: int, direction: TransferDirection, nbytes: int) -> tuple[int, int]:
-        """Start and end of one transfer on the device timeline (under the board lock)."""
+    def _schedule(self, chip: int, direction: TransferDirection, nbytes: int) -> tuple[int, int, list[FaultDecision]]:
+        """Start and end of one transfer on the device timeline (under the board lock), and the read faults that
+        fired for it (a write is never corrupted here: a stuck bit shows when it is read)."""
         now = time.monotonic_ns()
         start = max(now, self._free_ns[(chip, direction)])
         # Chips whose engines are busy at `start` share the link with this one (either direction).
         sharing = 1 + len({c for (c, _), free in self._free_ns.items() if c != chip and free > start})
         chip_rate, link_rate = self._model.chip_gbps, self._model.link_gbps
+        reads: list[FaultDecision] = []
         for d in self._faults.on_transfer(chip=chip):
-            self._faults.record(d, job=None, graph=None, model="", chips=(chip,))
             if d.rule.kind is FaultKind.SLOW_LINK:
                 link_rate *= d.rule.magnitude
             elif d.rule.kind is FaultKind.SLOW_CHIP_TRANSFER:
                 chip_rate *= d.rule.magnitude
+            elif direction is TransferDirection.D2H:
+                reads.append(d)
+            else:
+                continue  # a memory fault on a write: nothing happened yet, nothing to record
+            self._faults.record(d, job=None, graph=None, model="", chips=(chip,))
         rate = min(chip_rate, link_rate / sharing) * 1e9
         end = start + int((self._model.latency_s + nbytes / rate) * 1e9)
         self._free_ns[(chip, direction)] = end
-        return start, end
+        return start, end, reads
 
     def _check_chip(self, chip: int) -> None:
         if not 0 <= chip < self._chips:
@@ -132,6 +141,22 @@ class MockDeviceMemory:
             raise DeviceBusy(
                 "a calbin is configured: the self-test window is its memory; reset the configuration first"
             )
+
+
+def _corrupt_read(buf: np.ndarray, address: int, d: FaultDecision) -> None:
+    """Apply a read fault to ``buf``, the bytes read from ``address``: a stuck bit where the read covers it, or
+    one flipped bit (at the rule's address when the read covers it, else at a seeded place of the read)."""
+    rule = d.rule
+    if rule.kind is FaultKind.STUCK_BIT:
+        at = (rule.address or 0) - address
+        if 0 <= at < buf.size:
+            mask = np.uint8(1 << rule.bit)
+            buf[at] = (buf[at] | mask) if rule.stuck_at else (buf[at] & ~mask)
+    elif rule.kind is FaultKind.BIT_FLIP and buf.size:
+        rng = d.rng()
+        at = (rule.address - address) if rule.address is not None else int(rng.integers(buf.size))
+        if 0 <= at < buf.size:
+            buf[at] ^= np.uint8(1 << int(rng.integers(8)))
 
 
 __all__ = ["WINDOW_BYTES", "MockDeviceMemory", "TransferModel"]

@@ -93,6 +93,11 @@ def test_transfer_faults_slow_the_modelled_rate_and_are_logged() -> None:
         ({"kind": "slow_link", "transfer": 1, "magnitude": 2}, r"rate kept, in \(0, 1\]"),
         ({"kind": "slow_chip_transfer", "probability": 1, "model": "model-a"}, "per transfer"),
         ({"kind": "ccu_exception", "job": 1, "magnitude": 0.5}, "magnitude applies only"),
+        ({"kind": "stuck_bit", "probability": 1, "chip": 0}, "stuck_bit needs chip and address"),
+        ({"kind": "stuck_bit", "probability": 1, "address": 64}, "stuck_bit needs chip and address"),
+        ({"kind": "bit_flip", "probability": 1, "bit": 2}, "bit_flip flips a seeded bit"),
+        ({"kind": "slow_link", "probability": 1, "address": 64}, "address applies only to stuck_bit and bit_flip"),
+        ({"kind": "stuck_bit", "probability": 1, "chip": 0, "address": 64, "bit": 8}, "bit"),
     ],
 )
 def test_bad_transfer_fault_rules_are_refused(rule: dict, message: str) -> None:
@@ -103,3 +108,20 @@ def test_bad_transfer_fault_rules_are_refused(rule: dict, message: str) -> None:
 def test_a_plan_rule_without_magnitude_takes_the_kind_default() -> None:
     doc = {"schema": "calctl-fault-plan/v1", "faults": [{"kind": "slow_chip_transfer", "transfer": 1}]}
     assert FaultPlan.from_document(doc).rules[0].magnitude == 0.5
+
+
+def test_a_stuck_bit_reads_its_value_only_where_a_read_covers_it() -> None:
+    plan = FaultPlan(
+        rules=(FaultRule(kind=FaultKind.STUCK_BIT, probability=1.0, chip=0, address=0x4000010, bit=0, stuck_at=1),)
+    )
+    with open_mock(fault_plan=plan) as rt:
+        base, _ = rt.test_window(0)
+        rt.write_mem(0, base, np.zeros(64, np.uint8))
+        out = np.empty(64, np.uint8)
+        rt.read_mem(0, base, out)
+        assert np.flatnonzero(out).tolist() == [0x10] and out[0x10] == 1
+        rt.read_mem(0, base + 0x20, out[:16])  # a read that does not cover the address is untouched
+        assert not out[:16].any()
+        rt.write_mem(1, base, np.zeros(64, np.uint8))
+        rt.read_mem(1, base, out)
+        assert not out.any()  # the rule is chip 0's
