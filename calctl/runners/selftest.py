@@ -16,8 +16,9 @@ A device row's figure is the rate at the largest size, from the transfers' own s
 wall-clock rate is reported beside it, not judged. With a board profile (``calculet-board-profile/v1``,
 the vendor's expected figures) a row is PASS at or above its threshold and FAIL below it, naming the figure
 and the threshold; without one, or without that row's threshold, it is NOT JUDGED with its figure. A runtime
-without device memory access (the C ABI 1.0 has no ``calrt_write_mem``/``calrt_read_mem``) gets every row
-UNSUPPORTED and the grade C4 (designed, not shown), never a pass.
+without device memory access (a CalRT shim without the optional ``calrt_mem_window``/``calrt_write_mem``/
+``calrt_read_mem`` of docs/calrt-c-abi.md §14) gets every row UNSUPPORTED and the grade C4 (designed, not shown),
+never a pass.
 
 Verdict: FAIL if a row failed (exit 1), PASS if every device row passed, else NOT JUDGED (exit 0); ERROR
 (exit 3) when the device could not be opened. This module measures and grades; it does not render.
@@ -42,7 +43,7 @@ from calctl.report import Report, build_header
 from calctl.runners.device import DeviceSpec
 from calctl.runners.steps import RunOutcome, error_text, outcome_of, reraise_usage
 from calctl.runtime import Runtime
-from calctl.runtime.errors import RuntimeLayerError
+from calctl.runtime.errors import NotSupported, RuntimeLayerError
 from calctl.runtime.memory import DeviceMemory, MemTransfer, TransferDirection
 
 PROFILE_SCHEMA = "calculet-board-profile/v1"
@@ -201,11 +202,9 @@ def _rows(rt: Runtime, profile: BoardProfile | None, repeats: int, seed: int) ->
     plan: list[tuple[str, tuple[int, ...], TransferDirection]]
     plan = [(f"{d.value} chip {c}", (c,), d) for c in chips for d in TransferDirection]
     plan += [(f"{d.value} both chips", chips, d) for d in TransferDirection] if len(chips) > 1 else []
-    if not isinstance(rt, DeviceMemory):
-        why = (
-            "UNSUPPORTED (C4): the runtime offers no device memory access (calrt_write_mem/calrt_read_mem, "
-            "optional, not in the C ABI 1.0; docs/calrt-c-abi.md §11)"
-        )
+    why = _unsupported(rt)
+    if why is not None or not isinstance(rt, DeviceMemory):
+        why = why or "UNSUPPORTED (C4): the runtime offers no device memory access"
         unsupported = [Row(n, cs, d.value, RowStatus.UNSUPPORTED, None, None, why) for n, cs, d in plan]
         patterns = [(_pattern_label(c, name, seed), c) for c in chips for name, _ in PATTERNS]
         return unsupported + [Row(n, (c,), "memory", RowStatus.UNSUPPORTED, None, None, why) for n, c in patterns]
@@ -222,6 +221,20 @@ def _rows(rt: Runtime, profile: BoardProfile | None, repeats: int, seed: int) ->
             continue
         rows.append(_grade(name, cs, direction, measured, threshold, profile, key))
     return rows + _pattern_rows(rt, chips, seed)
+
+
+def _unsupported(rt: Runtime) -> str | None:
+    """Why ``rt`` cannot do the memory rows (graded UNSUPPORTED, C4: designed, not shown), or None."""
+    if not isinstance(rt, DeviceMemory):
+        return (
+            "UNSUPPORTED (C4): the runtime offers no device memory access (calrt_mem_window, calrt_write_mem, "
+            "calrt_read_mem: optional calls, docs/calrt-c-abi.md §14)"
+        )
+    try:
+        rt.test_window(0)
+    except NotSupported as exc:  # a CalRT shim without the optional calls
+        return f"UNSUPPORTED (C4): {exc.message}"
+    return None
 
 
 def _grade(

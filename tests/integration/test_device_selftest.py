@@ -2,8 +2,9 @@
 
 Without a profile every figure is reported and NOT JUDGED; with one, a row is PASS at or above its
 threshold and FAIL below it naming the figure. The mock's transfer faults (``slow_link``, ``slow_chip_transfer``)
-turn their rows FAIL with the figure; a runtime without device memory access (the reference board through the
-C ABI 1.0) gets every row UNSUPPORTED, never a pass; a busy host never fails a row.
+turn their rows FAIL with the figure; a runtime without device memory access (a CalRT shim without the
+optional memory calls) gets every row UNSUPPORTED, never a pass; the reference board passes through those
+calls; a busy host never fails a row.
 """
 
 from __future__ import annotations
@@ -119,20 +120,41 @@ def test_rows_are_judged_on_the_device_clock_beside_a_busy_host(cli: Cli, tmp_pa
     assert r.code == 0
 
 
-def test_a_runtime_without_memory_access_is_unsupported_never_passed(
-    cli: Cli,
-    tmp_path: Path,
-    reference_board: Path,  # noqa: F811
+@pytest.fixture(scope="module")
+def shim_without_memory_calls(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference board built without the optional calls of docs/calrt-c-abi.md §14: a vendor shim of today."""
+    from calctl.runtime._native.build import build_reference
+
+    return build_reference(tmp_path_factory.mktemp("no-mem"), defines=("-DCALRT_REF_NO_MEM",)).library
+
+
+def test_a_shim_without_the_memory_calls_is_unsupported_never_passed(
+    cli: Cli, tmp_path: Path, shim_without_memory_calls: Path
 ) -> None:
-    r = _selftest(cli, "--device", "calrt", "--calrt-lib", reference_board, "--profile", _profile(tmp_path))
+    r = _selftest(cli, "--device", "calrt", "--calrt-lib", shim_without_memory_calls, "--profile", _profile(tmp_path))
     assert r.code == 0
     doc = r.json
     assert doc["verdict"] == "NOT JUDGED" and doc["device_label"] == "software model"
     rows = _rows(r)
     for name in (*ALONE, *BOTH, *MEMORY):
         assert rows[name]["status"] == "UNSUPPORTED" and "C4" in rows[name]["detail"]
+        assert "calrt_mem_window, calrt_write_mem, calrt_read_mem" in rows[name]["detail"]
         assert rows[name]["figure_gbps"] is None
     assert not any(row["status"] == "PASS" for row in rows.values())
+
+
+def test_the_reference_board_passes_through_the_optional_calls(
+    cli: Cli,
+    tmp_path: Path,
+    reference_board: Path,  # noqa: F811
+) -> None:
+    r = _selftest(cli, "--device", "calrt", "--calrt-lib", reference_board, "--profile", _profile(tmp_path))
+    doc = r.json
+    assert doc["device_label"] == "software model" and doc["device_options"]["calrt_lib"] == str(reference_board)
+    rows = _rows(r)
+    assert all(rows[n]["status"] == "PASS" for n in (*ALONE, *MEMORY)), [rows[n]["detail"] for n in ALONE]
+    assert rows["h2d chip 1"]["figure_gbps"] == pytest.approx(3.0, rel=0.02)  # its modelled rate, its own stamps
+    assert r.code == 0 and doc["verdict"] in ("PASS", "NOT JUDGED")
 
 
 def test_the_memory_patterns_pass_on_a_healthy_board_without_a_profile(cli: Cli) -> None:
