@@ -154,4 +154,7 @@ def register(app: typer.Typer) -> None:
     from calctl.cli import device_native_cmds  # build-reference, conformance (the C ABI, docs/calrt-c-abi.md §12-13)
 
     device_native_cmds.register(device_app)
+    from calctl.cli import device_board_cmds  # check, reset (the board under the model, docs/deploy.md)
+
+    device_board_cmds.register(device_app)
     app.add_typer(device_app, name="device")

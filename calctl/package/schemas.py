@@ -29,6 +29,7 @@ SCHEMA_FILES = {
     "calculet-dual-model/v1": "calculet-dual-model-v1.json",
     "validate-report/v1": "validate-report-v1.json",
     "report/v1": "report-v1.json",
+    "calculet-board-profile/v1": "calculet-board-profile-v1.json",
 }
 
 

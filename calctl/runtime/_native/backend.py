@@ -44,6 +44,7 @@ from calctl.runtime._native import ext
 from calctl.runtime._native import lib as L
 from calctl.runtime._native.descriptors import calbin_desc, job_desc
 from calctl.runtime._native.kv import CalrtKvManager
+from calctl.runtime._native.memory import NativeMemory  # the optional device memory calls (C ABI §14)
 from calctl.runtime.bookkeeping import DeviceBookkeeping
 from calctl.runtime.buffers import Direction, HostBuffer, buffer_layout
 from calctl.runtime.calbin import Calbin, ModelPlan, plan_calbin
@@ -98,7 +99,7 @@ class _NativeJob:
     result: JobResult | None = None
 
 
-class CalrtRuntime(DeviceBookkeeping[_NativeJob, c_void_p]):
+class CalrtRuntime(NativeMemory, DeviceBookkeeping[_NativeJob, c_void_p]):
     """An open CalRT device; implements :class:`calctl.runtime.interface.Runtime`."""
 
     kind = DeviceKind.CALRT

@@ -216,6 +216,12 @@ class CalrtExtIdentity(ctypes.Structure):
     _fields_ = [("id", c_char * EXT_ID_LEN), ("kind", c_uint32)]
 
 
+class CalrtMemTiming(ctypes.Structure):
+    """``calrt_mem_timing`` (calrt_ext.h): a DMA's start and end on the device clock, 0 when not stamped."""
+
+    _fields_ = [("start_ns", c_uint64), ("end_ns", c_uint64)]
+
+
 _P = POINTER
 #: Every function calctl calls: name -> (restype, argtypes). The ABI is exactly this table.
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -256,7 +262,13 @@ EXTENSIONS: dict[str, tuple[Any, list[Any]]] = {
     "calrt_ext_model_set": (calrt_status, [calrt_device_p, calrt_calbin_p, _P(CalrtExtModelDesc)]),
     "calrt_ext_fault_set": (calrt_status, [calrt_device_p, c_uint32, c_uint32]),
     "calrt_ext_device_identity": (calrt_status, [calrt_device_p, _P(CalrtExtIdentity)]),
+    # docs/calrt-c-abi.md §14: device memory with a chip id (0.7.6 WriteMem/ReadMem); all three or none
+    "calrt_mem_window": (calrt_status, [calrt_device_p, c_uint32, _P(c_uint64), _P(c_uint64)]),
+    "calrt_write_mem": (calrt_status, [calrt_device_p, c_uint32, c_uint64, c_void_p, c_uint64, _P(CalrtMemTiming)]),
+    "calrt_read_mem": (calrt_status, [calrt_device_p, c_uint32, c_uint64, c_void_p, c_uint64, _P(CalrtMemTiming)]),
 }
+#: The optional calls a shim exports together or not at all (calctl.runtime._native.memory).
+MEMORY_CALLS = ("calrt_mem_window", "calrt_write_mem", "calrt_read_mem")
 
 
 class CallLog:

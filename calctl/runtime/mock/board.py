@@ -79,11 +79,13 @@ from calctl.runtime.errors import (
     NotSupported,
     OutOfMemory,
 )
+from calctl.runtime.memory import MemTransfer, TransferDirection
 from calctl.runtime.mock import compute
 from calctl.runtime.mock.config import MockBoardConfig
 from calctl.runtime.mock.execution import ChipExecution
-from calctl.runtime.mock.faults import FaultInjector, FaultKind, FaultPlan, FaultRule, InjectedFault
+from calctl.runtime.mock.faults import FaultDecision, FaultInjector, FaultKind, FaultPlan, FaultRule, InjectedFault
 from calctl.runtime.mock.kv import MockKvManager
+from calctl.runtime.mock.memory import WINDOW_BYTES, MockDeviceMemory
 from calctl.runtime.mock.state import ChipHold, MockJob
 from calctl.runtime.types import (
     ChipCounters,
@@ -141,6 +143,15 @@ class MockRuntime(ChipExecution):
         self._faults = FaultInjector(self.config.fault_plan, self.config.seed)
         self._job_ids = itertools.count(1)
         self._host_leaks: list[bytearray] = []  # host_memory_leak faults: kept for the life of the board
+        cfg = self.config
+        self._memory = MockDeviceMemory(
+            chips=cfg.chips,
+            base=cfg.firmware_reserved_bytes,
+            window=min(WINDOW_BYTES, cfg.chip_dram_bytes - cfg.firmware_reserved_bytes),
+            model=cfg.transfer,
+            lock=lock,
+            faults=self._faults,
+        )
         self._start_chips(lock)
 
     # -- device ------------------------------------------------------------------
@@ -407,6 +418,25 @@ class MockRuntime(ChipExecution):
                 for c in self._chips
             )
 
+    # -- device memory (calctl.runtime.memory.DeviceMemory; docs/runtime.md §8) ------------------
+
+    def test_window(self, chip: int) -> tuple[int, int]:
+        return self._memory.test_window(chip)
+
+    def write_mem(self, chip: int, address: int, data: np.ndarray) -> MemTransfer:
+        return self._mem_transfer(chip, address, data, TransferDirection.H2D)
+
+    def read_mem(self, chip: int, address: int, out: np.ndarray) -> MemTransfer:
+        return self._mem_transfer(chip, address, out, TransferDirection.D2H)
+
+    def _mem_transfer(self, chip: int, address: int, buf: np.ndarray, direction: TransferDirection) -> MemTransfer:
+        self._memory.test_window(chip)  # InvalidArgument for a chip the board does not have
+        with self._cv:
+            self._check_open()
+            self._memory.refuse_while_configured(self._current is not None)
+            health = self._chips[chip].health
+        return self._memory.transfer(chip, address, buf, direction, health)
+
     # -- mock-only ----------------------------------------------------------------------
 
     def injected_faults(self) -> tuple[InjectedFault, ...]:
@@ -443,8 +473,10 @@ class MockRuntime(ChipExecution):
                 affected = {index}
             else:
                 affected = set(range(self.config.chips))
-            for d in self._faults.on_reset(chips=sorted(affected)):  # docs/runtime.md §4 reset_failure
+            decisions = self._faults.on_reset(chips=sorted(affected), scope=sc)  # docs/runtime.md §4 reset faults
+            for d in decisions:
                 self._faults.record(d, job=None, graph=None, model="", chips=sorted(affected))
+            if any(d.rule.kind is FaultKind.RESET_FAILURE for d in decisions):
                 raise DeviceLost(
                     f"{sc.value} reset failed: the device did not come back (injected reset_failure); nothing was reset",
                     hint="reset the board again, or restart the host",
@@ -469,8 +501,32 @@ class MockRuntime(ChipExecution):
                     ch.leaked_bytes = 0  # a device re-init reclaims everything, leaks included
             else:
                 self._kv.wipe_chips(affected)
+            self._after_reset_faults(sc, affected, decisions)
             self._wake()
             self._cv.notify_all()
+
+    def _after_reset_faults(self, sc: ResetScope, affected: set[int], decisions: list[FaultDecision]) -> None:
+        """The reset returned OK, and yet a chip is down (docs/runtime.md §4): ``reset_chip_lost`` leaves a chip
+        it reset halted (a board reset is what it needs); ``reset_takes_other_chip`` halts the chips the chip
+        reset did not touch, aborting their jobs. Called under the board lock, after the clean-up."""
+        for d in decisions:
+            if d.rule.kind is FaultKind.RESET_CHIP_LOST:
+                down = {d.rule.chip} if d.rule.chip is not None else affected
+                detail = f"did not come back after the {sc.value} reset (injected reset_chip_lost)"
+                scope = ResetScope.BOARD
+            elif d.rule.kind is FaultKind.RESET_TAKES_OTHER_CHIP:
+                down = set(range(self.config.chips)) - affected
+                detail = (
+                    f"went down with the chip {', '.join(map(str, sorted(affected)))} reset "
+                    "(injected reset_takes_other_chip)"
+                )
+                scope = ResetScope.CHIP
+            else:
+                continue
+            self._abort_chips(down, f"aborted: chip {detail}")  # their threads finish the running ones
+            for c in sorted(down):
+                ch = self._chips[c]
+                ch.health, ch.fault_scope, ch.fault_detail = Health.FAULTED, scope, detail
 
     # -- internals -------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """The simulated board's shape: :class:`MockBoardConfig` (docs/runtime.md).
 
-Chips, CalCores and DRAM per chip, the timing model and its scale, the modelled global runtime lock, the
-fault plan, the reset scopes the board grants, and how much it keeps (queue depth, history). A value: it is
-checked when made (``ConfigError`` naming the field) and simulates nothing (:mod:`.board` does).
+Chips, CalCores and DRAM per chip, the timing model and its scale, the host link's transfer model, the
+modelled global runtime lock, the fault plan, the reset scopes the board grants, and how much it keeps (queue
+depth, history). A value: it is checked when made (``ConfigError`` naming the field) and simulates nothing (:mod:`.board` does).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from calctl.errors import ConfigError
 from calctl.runtime.history import history_bytes_from_env
 from calctl.runtime.mock.faults import FaultPlan
+from calctl.runtime.mock.memory import TransferModel
 from calctl.runtime.mock.timing import TimingModel
 from calctl.runtime.types import ResetScope
 
@@ -37,6 +38,7 @@ class MockBoardConfig:
     history: int = 65536  # trace events (one per chip of a finished job) kept for wait/query/trace, at most
     # ... and at most this many bytes of host memory for them (calctl.runtime.history; $CALCTL_JOB_HISTORY_MIB)
     history_bytes: int = field(default_factory=history_bytes_from_env)
+    transfer: TransferModel = field(default_factory=TransferModel)  # write_mem/read_mem (docs/runtime.md §8)
 
     def __post_init__(self) -> None:
         if not 1 <= self.chips <= 16:

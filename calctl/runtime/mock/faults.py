@@ -6,7 +6,8 @@ matching event, or exact 1-based ordinals of matching events), optional exact
 filters (graph, model alias, chip), a reset scope for faults that halt a chip,
 and kind-specific knobs. Events are job submissions, except for
 ``memory_leak`` and ``host_memory_leak`` whose events are unloads of a model (``reset_configuration``) and
-``reset_failure`` whose events are resets (``reset``, either scope).
+the reset faults whose events are resets (``reset_failure``, ``reset_chip_lost``: either scope;
+``reset_takes_other_chip``: chip resets only).
 
 Determinism: a rule counts *its own* matching events; whether the n-th one
 fires depends only on (seed, rule index, n) through a counter-based hash, never
@@ -55,6 +56,18 @@ class FaultKind(str, enum.Enum):
     MEMORY_LEAK = "memory_leak"  # unload does not return (some of) the model's memory
     HOST_MEMORY_LEAK = "host_memory_leak"  # unload keeps `bytes` of real host memory in the process (soak RSS check)
     RESET_FAILURE = "reset_failure"  # the reset itself fails: DeviceLost, nothing is reset (001 §11.3 row 6)
+    # The reset returns OK but a chip it reset stays down (tenstorrent/tt-umd#2316: `tt-smi -r` exits 0 and the
+    # device is gone): only a check after the reset can tell.
+    RESET_CHIP_LOST = "reset_chip_lost"
+    # A chip reset returns OK, its chip comes back, and another chip goes down with it (Xilinx/video-sdk#8: a
+    # card-level reset leaves one chip unavailable; 001 §7.1: reset domains are not proven chip-local).
+    RESET_TAKES_OTHER_CHIP = "reset_takes_other_chip"
+    # Transfers (write_mem / read_mem, calctl.runtime.memory): the modelled link runs at `magnitude` x its rate.
+    SLOW_LINK = "slow_link"  # the board's host link: every chip's transfers (default 0.25 x)
+    SLOW_CHIP_TRANSFER = "slow_chip_transfer"  # one chip's DMA engine (filter `chip`; default 0.5 x: half bandwidth)
+    # Reads of device memory (read_mem): what a memory pattern test must catch, at the address it names.
+    STUCK_BIT = "stuck_bit"  # bit `bit` of the byte at `address` reads `stuck_at` on every read that covers it
+    BIT_FLIP = "bit_flip"  # one bit of a read comes back flipped (at `address`, else a seeded place in the read)
 
     @property
     def halts_chip(self) -> bool:
@@ -76,11 +89,17 @@ class FaultKind(str, enum.Enum):
 
     @property
     def on_reset(self) -> bool:
-        return self is FaultKind.RESET_FAILURE
+        return self in (FaultKind.RESET_FAILURE, FaultKind.RESET_CHIP_LOST, FaultKind.RESET_TAKES_OTHER_CHIP)
+
+    @property
+    def on_transfer(self) -> bool:
+        return self in (FaultKind.SLOW_LINK, FaultKind.SLOW_CHIP_TRANSFER, FaultKind.STUCK_BIT, FaultKind.BIT_FLIP)
 
     @property
     def trigger(self) -> str:
-        """The plan key of its 1-based ordinals: ``job`` (submissions), ``unload`` or ``reset``."""
+        """The plan key of its 1-based ordinals: ``job`` (submissions), ``unload``, ``reset`` or ``transfer``."""
+        if self.on_transfer:
+            return "transfer"
         return "unload" if self.on_unload else "reset" if self.on_reset else "job"
 
 
@@ -109,6 +128,12 @@ _RULE_SCHEMA: dict[str, Any] = {
                 {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
             ]
         },
+        "transfer": {
+            "oneOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+            ]
+        },
         "graph": {"type": "string", "minLength": 1},
         "model": {"type": "string", "minLength": 1},
         "chip": {"type": "integer", "minimum": 0},
@@ -116,6 +141,9 @@ _RULE_SCHEMA: dict[str, Any] = {
         "max_count": {"type": "integer", "minimum": 1},
         "magnitude": {"type": "number", "exclusiveMinimum": 0},
         "bytes": {"type": "integer", "minimum": 1},
+        "address": {"type": "integer", "minimum": 0},
+        "bit": {"type": "integer", "minimum": 0, "maximum": 7},
+        "stuck_at": {"enum": [0, 1]},
     },
 }
 
@@ -144,6 +172,9 @@ class FaultRule:
     max_count: int | None = None
     magnitude: float = 1.0
     leak_bytes: int | None = None  # memory_leak: default the model's whole plan on each of its chips
+    address: int | None = None  # stuck_bit (required), bit_flip (optional): a device address on the rule's chip
+    bit: int = 0  # stuck_bit: which bit of that byte (0 = least significant)
+    stuck_at: int = 0  # stuck_bit: the value the bit reads
 
     def matches(self, *, graph: str | None, model: str | None, chips: Sequence[int]) -> bool:
         if self.graph is not None and self.graph != graph:
@@ -198,10 +229,14 @@ class FaultPlan:
         return cls.from_document(doc, source=str(path))
 
 
+#: A transfer fault's rate factor when the rule gives none: a link at a quarter, a chip at half its bandwidth.
+_DEFAULT_MAGNITUDE = {FaultKind.SLOW_LINK: 0.25, FaultKind.SLOW_CHIP_TRANSFER: 0.5}
+
+
 def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
     kind = FaultKind(r["kind"])
     trigger_key = kind.trigger
-    events = {"job": "job submissions", "unload": "unloads", "reset": "resets"}
+    events = {"job": "job submissions", "unload": "unloads", "reset": "resets", "transfer": "transfers"}
     for wrong_key in sorted(set(events) - {trigger_key}):
         if wrong_key in r:
             raise ConfigError(
@@ -214,8 +249,24 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(
             f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)"
         )
-    if "magnitude" in r and (not kind.corrupts or kind is FaultKind.UNWRITTEN_LOGITS):
-        raise ConfigError(f"{where}: magnitude applies only to corrupt_output, kv_corruption and inactive_lane_kv")
+    if "magnitude" in r and ((not kind.corrupts and not kind.on_transfer) or kind is FaultKind.UNWRITTEN_LOGITS):
+        raise ConfigError(
+            f"{where}: magnitude applies only to corrupt_output, kv_corruption, inactive_lane_kv, slow_link and "
+            "slow_chip_transfer"
+        )
+    if kind.on_transfer and not 0 < float(r.get("magnitude", 0.5)) <= 1:
+        raise ConfigError(f"{where}: {kind.value} magnitude is the rate kept, in (0, 1]; got {r['magnitude']}")
+    memory_keys = sorted({"address", "bit", "stuck_at"} & set(r))
+    if memory_keys and kind not in (FaultKind.STUCK_BIT, FaultKind.BIT_FLIP):
+        raise ConfigError(
+            f"{where}: {', '.join(memory_keys)} appl{'ies' if len(memory_keys) == 1 else 'y'} only to stuck_bit and bit_flip"
+        )
+    if kind is FaultKind.BIT_FLIP and ("bit" in r or "stuck_at" in r):
+        raise ConfigError(f"{where}: bit_flip flips a seeded bit; bit and stuck_at apply to stuck_bit")
+    if kind is FaultKind.STUCK_BIT and ("address" not in r or "chip" not in r):
+        raise ConfigError(f"{where}: stuck_bit needs chip and address (the device address of the stuck byte)")
+    if kind.on_transfer and ("graph" in r or "model" in r):
+        raise ConfigError(f"{where}: {kind.value} is per transfer; filter with 'chip'")
     if "bytes" in r and not kind.on_unload:
         raise ConfigError(f"{where}: bytes applies only to memory_leak and host_memory_leak")
     if kind is FaultKind.HOST_MEMORY_LEAK and "bytes" not in r:
@@ -223,7 +274,7 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
     if kind.on_unload and "graph" in r:
         raise ConfigError(f"{where}: {kind.value} is per model; filter with 'model' or 'chip', not 'graph'")
     if kind.on_reset and ("graph" in r or "model" in r):
-        raise ConfigError(f"{where}: reset_failure is per reset; filter with 'chip' (a board reset touches every chip)")
+        raise ConfigError(f"{where}: {kind.value} is per reset; filter with 'chip' (a board reset touches every chip)")
     at = r.get(trigger_key, ())
     return FaultRule(
         kind=kind,
@@ -234,8 +285,11 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         chip=r.get("chip"),
         reset_scope=ResetScope(r.get("reset_scope", "chip")),
         max_count=r.get("max_count"),
-        magnitude=float(r.get("magnitude", 1.0)),
+        magnitude=float(r.get("magnitude", _DEFAULT_MAGNITUDE.get(kind, 1.0))),
         leak_bytes=r.get("bytes"),
+        address=r.get("address"),
+        bit=int(r.get("bit", 0)),
+        stuck_at=int(r.get("stuck_at", 0)),
     )
 
 
@@ -296,14 +350,19 @@ class FaultInjector:
         return len(self.plan.rules) - 1
 
     def on_submit(self, *, graph: str, model: str, chips: Sequence[int]) -> list[FaultDecision]:
-        return self._decide(unload=False, graph=graph, model=model, chips=chips)
+        return self._decide(trigger="job", graph=graph, model=model, chips=chips)
 
     def on_unload(self, *, model: str, chips: Sequence[int]) -> list[FaultDecision]:
-        return self._decide(unload=True, graph=None, model=model, chips=chips)
+        return self._decide(trigger="unload", graph=None, model=model, chips=chips)
 
-    def on_reset(self, *, chips: Sequence[int]) -> list[FaultDecision]:
-        """A reset of ``chips`` (every chip for a board reset): the ``reset_failure`` rules that fire."""
-        return self._decide(unload=False, graph=None, model="", chips=chips, reset=True)
+    def on_transfer(self, *, chip: int) -> list[FaultDecision]:
+        """A write_mem or read_mem on ``chip``: the transfer rules (slow_link, slow_chip_transfer) that fire."""
+        return self._decide(trigger="transfer", graph=None, model="", chips=(chip,))
+
+    def on_reset(self, *, chips: Sequence[int], scope: ResetScope) -> list[FaultDecision]:
+        """A reset of ``chips`` (every chip for a board reset): the reset rules that fire. A board reset leaves
+        no other chip to take down, so ``reset_takes_other_chip`` counts chip resets only."""
+        return self._decide(trigger="reset", graph=None, model="", chips=chips, reset_scope=scope)
 
     def record(
         self, decision: FaultDecision, *, job: int | None, graph: str | None, model: str, chips: Sequence[int]
@@ -323,13 +382,21 @@ class FaultInjector:
         )
 
     def _decide(
-        self, *, unload: bool, graph: str | None, model: str, chips: Sequence[int], reset: bool = False
+        self,
+        *,
+        trigger: str,
+        graph: str | None,
+        model: str,
+        chips: Sequence[int],
+        reset_scope: ResetScope | None = None,
     ) -> list[FaultDecision]:
         out: list[FaultDecision] = []
         for i, rule in enumerate(self.plan.rules):
-            if rule.kind.on_unload != unload or rule.kind.on_reset != reset:
+            if rule.kind.trigger != trigger:
                 continue
-            if not rule.matches(graph=graph, model=None if reset else model, chips=chips):
+            if rule.kind is FaultKind.RESET_TAKES_OTHER_CHIP and reset_scope is not ResetScope.CHIP:
+                continue
+            if not rule.matches(graph=graph, model=model if trigger in ("job", "unload") else None, chips=chips):
                 continue
             self._counts[i] += 1
             n = self._counts[i]

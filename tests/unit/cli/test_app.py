@@ -110,6 +110,8 @@ JUNIT_COMMANDS = {
     ("warmup",),
     ("poc", "combined"),
     ("device", "conformance"),
+    ("device", "check"),
+    ("device", "reset"),
     ("accept",),
 }
 

@@ -120,6 +120,25 @@ typedef struct {
 
 calrt_status calrt_ext_device_identity(calrt_device *dev, calrt_ext_identity *out);
 
+/* Optional device memory calls (docs/calrt-c-abi.md §14): CalRT 0.7.6 WriteMem/ReadMem with a chip id (001 §2.3).
+ * A shim exports all three or none; calctl device selftest grades a shim without them UNSUPPORTED (C4).
+ *   calrt_mem_window  the window of `chip`'s memory a self-test may overwrite: [*address, *address + *bytes).
+ *   calrt_write_mem   copy `bytes` from `data` to `chip` at `address`; returns when the DMA is done.
+ *   calrt_read_mem    copy `bytes` from `chip` at `address` to `out`; returns when the DMA is done.
+ * Both copies refuse with INVALID_ARGUMENT outside the window or the board, DEVICE_BUSY while a calbin is
+ * configured (the window is its memory), DEVICE_LOST on a chip that is not healthy. `timing` (may be NULL)
+ * receives the DMA's start and end on the device clock (CLOCK_MONOTONIC ns), 0 and 0 when not stamped. */
+typedef struct {
+    uint64_t start_ns;
+    uint64_t end_ns;
+} calrt_mem_timing;
+
+calrt_status calrt_mem_window(calrt_device *dev, uint32_t chip, uint64_t *address, uint64_t *bytes);
+calrt_status calrt_write_mem(calrt_device *dev, uint32_t chip, uint64_t address, const void *data, uint64_t bytes,
+                             calrt_mem_timing *timing);
+calrt_status calrt_read_mem(calrt_device *dev, uint32_t chip, uint64_t address, void *out, uint64_t bytes,
+                            calrt_mem_timing *timing);
+
 #ifdef __cplusplus
 }
 #endif
