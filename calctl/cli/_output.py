@@ -24,7 +24,7 @@ from rich.table import Table
 
 from calctl import textsafe
 from calctl.records import dumps
-from calctl.report import Report
+from calctl.report import VERDICTS, Report, Tone, tone_of
 
 #: Tables are laid out for this many columns when stdout is not a terminal (logs, CI captures) and
 #: ``COLUMNS`` does not say otherwise; a terminal gets its own width. Wide columns wrap inside their cell.
@@ -219,28 +219,16 @@ def mib(n: int | float | None) -> str:
 # ---------------------------------------------------------------------------
 # Verdicts: one vocabulary across commands (docs/cli.md "Verdicts").
 
-VERDICT_STYLE = {
-    "PASS": "bold green",
-    "GO": "bold green",
-    "S2": "bold green",
-    "WARN": "bold yellow",
-    "S1": "bold yellow",
-    "NOT JUDGED": "bold yellow",
-    "SKIP": "yellow",
-    "FAIL": "bold red",
-    "NO-GO": "bold red",
-    "ERROR": "bold red",
-    "TIMEOUT": "bold red",
-    "INTERRUPTED": "bold magenta",
-    "F2": "bold green",
-    "F1": "bold yellow",
-    "F0": "bold red",
-}
+#: The terminal's style of each tone. Which word has which tone is calctl.report.VERDICTS, the one table the page
+#: (calctl.html_report) reads too (#48 item 2).
+TONE_STYLE = {Tone.GOOD: "bold green", Tone.WARN: "bold yellow", Tone.BAD: "bold red", Tone.NEUTRAL: "bold"}
 
 
 def styled_verdict(verdict: str) -> str:
-    style = VERDICT_STYLE.get(verdict.upper())
-    return f"[{style}]{verdict}[/]" if style else verdict
+    """The word in its tone's style; a word outside the vocabulary (a table's ``yes``) is printed as it is."""
+    if verdict.upper() not in VERDICTS:
+        return verdict
+    return f"[{TONE_STYLE[tone_of(verdict)]}]{verdict}[/]"
 
 
 def warning_summary(ids: Iterable[str]) -> str:

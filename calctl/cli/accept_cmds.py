@@ -185,7 +185,9 @@ def _render(result: Report) -> None:
         elif r["verdict"] == "NOT MEASURED":
             how = f" To measure: {escape(r['how_to_measure'])}" if r["how_to_measure"] else ""
             out.print(
-                Padding(f"{r['id']} [yellow]NOT MEASURED[/]: {escape(r['reason'])}.{how}", (0, 0, 0, 2)),
+                Padding(
+                    f"{r['id']} {_output.styled_verdict('NOT MEASURED')}: {escape(r['reason'])}.{how}", (0, 0, 0, 2)
+                ),
                 soft_wrap=False,
             )
     if skipped:

@@ -197,7 +197,10 @@ def _footer(report: Report, report_path: Path | None) -> None:
         if report.body.get("trace", {}).get(key):
             out.print(f"{label}: {escape(report.body['trace'][key])}")
     if report_path is not None:
+        from calctl.html_report import page_path
+
         out.print(f"report: {escape(str(report_path))}")
+        out.print(f"page: {escape(str(page_path(report_path)))} (one self-contained file to open or attach)")
     line = f"verdict {_output.styled_verdict(report.verdict)}"
     if report.error:
         line += f": {escape(report.error)}"
