@@ -159,12 +159,13 @@ def _steps(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _reasons(doc: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     """Why the verdict is what it is: the document's own reasons, else every row that is not plainly good."""
+    out = []
+    # The error first, whatever the verdict: the signal and where, a deleted ELF behind a soak's FAIL (#53 item 2)
+    if doc.get("error") and doc.get("verdict") not in ("PASS", "GO"):
+        out.append(visible(str(doc["error"])))
     given = doc.get("reasons")
     if isinstance(given, list) and given:
-        return [visible(r) for r in given]
-    out = []
-    if doc.get("verdict") == "INTERRUPTED" and doc.get("error"):  # the signal, and where: no row may say it
-        out.append(visible(str(doc["error"])))
+        return out + [visible(r) for r in given if visible(r) not in out]
     for r in rows:
         if tone(r["verdict"]) != "good":
             why = r["detail"] or r["key_figure"]
@@ -175,6 +176,15 @@ def _reasons(doc: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
                 line += f". Action: {r['action']}"
             out.append(line)
     return out
+
+
+def _facts(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(what, result) lines the runner says about its run (a soak's requests, errors, memory): shown under the
+    verdict, before the evidence."""
+    raw = doc.get("facts")
+    if not isinstance(raw, list):
+        return []
+    return [(visible(f[0]), visible(f[1])) for f in raw if isinstance(f, (list, tuple)) and len(f) == 2]
 
 
 def _headline(verdict: str, rows: list[dict[str, Any]]) -> tuple[str, str]:
@@ -262,6 +272,7 @@ def context(doc: Mapping[str, Any], report_dir: Path) -> dict[str, Any]:
         "device": {k: visible(v) for k, v in _device(doc).items()},
         "package": [(k, visible(v)) for k, v in _package(doc)],
         "reasons": _reasons(doc, rows),
+        "facts": _facts(doc),
         "rows": rows,
         "steps": _steps(doc) if isinstance(doc.get("rows"), list) else [],
         "pictures": _pictures(doc, report_dir, rows),

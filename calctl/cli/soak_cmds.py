@@ -32,10 +32,6 @@ from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
 
 
-def _mib(x: int | float | None) -> str:
-    return "n/a" if x is None else f"{x / 1024**2:+.1f} MiB"
-
-
 def _requests_line(sent: int, by_outcome: dict[str, int], *, short: bool = False) -> str:
     """One way to count requests, in the progress bar (``short``) and the summary alike: sent, succeeded, ended as
     the mix intends, refused, failed (calctl.runners.soak.wording)."""
@@ -84,7 +80,10 @@ def soak(
         ),
     ] = None,
     report: Annotated[
-        Path | None, report_dir_option("./calctl-reports/soak-<timestamp>", "events.ndjson, soak-report.json, soak.png")
+        Path | None,
+        report_dir_option(
+            "./calctl-reports/soak-<timestamp>", "events.ndjson, soak-report.json, soak-report.html, soak.png"
+        ),
     ] = None,
     checkpoint_interval: Annotated[
         float, float_option("--checkpoint-interval", min=0.05, help="Seconds between checkpoint reports.")
@@ -204,38 +203,14 @@ class _SoakProgress:
 
 
 def _render_soak(doc: dict[str, Any]) -> None:
-    from calctl.runners.soak.wording import deadline_note
+    from calctl.runners.soak.wording import facts
 
     out = _output.stdout
-    req = doc["requests"]
-    errs = doc["errors"]
-    deadlines = deadline_note(req.get("by_kind") or {})
-    rows = [
-        ("status", doc["status"]),
-        ("cycles", f"{doc['cycles']}" + (f" of {doc['cycles_planned']}" if doc["cycles_planned"] else "")),
-        ("duration", f"{doc['seconds']:.1f} s"),
-        ("requests", _requests_line(req["sent"], req["by_outcome"])),
-        *([("deadline requests", deadlines)] if deadlines else []),
-        (
-            "device errors",
-            ", ".join(f"{k} {v}" for k, v in sorted(errs["device_errors"].items()))
-            or ("none" if doc.get("runtime") else "not measured: the soak never reached the device"),
-        ),
-        (
-            "lifecycle errors",
-            ", ".join(f"{k} {v}" for k, v in sorted(errs["lifecycle"].items())) or "none (no AlreadyConfigured)",
-        ),
-        (
-            "stale completions",
-            f"{sum(errs['stale_completions_dropped'].values())} dropped by the engine, "
-            f"{errs['stale_completions_delivered']} delivered",
-        ),
-        ("recoveries", str(len(errs["recoveries"]))),
-    ]
-    for chip, drift in sorted(doc["memory"]["max_drift_bytes"].items()):
-        limit = doc["memory"]["drift_limit_bytes"].get(chip) or doc["memory"]["drift_limit_bytes"].get(int(chip))
-        rows.append((f"chip{chip} max drift", f"{_mib(drift)} (limit {_mib(limit).lstrip('+')})"))
+    seen = facts(doc)
+    rows = [(k, v) for k, v in seen if k != "what the counts mean"]
+    rows.insert([k for k, _ in rows].index("cycles") + 1, ("duration", f"{doc['seconds']:.1f} s"))
     _output.print_table("calctl soak", ["check", "result"], [(escape(a), escape(str(b))) for a, b in rows])
+    out.print(f"[dim]{escape(dict(seen)['what the counts mean'])}[/]")
     if doc["violations"]:
         _output.print_table(
             "violations",
@@ -245,10 +220,14 @@ def _render_soak(doc: dict[str, Any]) -> None:
     if doc.get("note"):
         out.print(f"[yellow]{escape(doc['note'])}[/]")
     files = doc.get("files") or {}
-    out.print(
-        f"report: {escape(str(files.get('report')))}; events: {escape(str(files.get('events')))}; "
-        f"plot: {escape(str(files.get('plot')))}"
-    )
+    # only the files the run wrote: "plot: None" said nothing a person could use (#53 item 7)
+    written = [f"{name}: {escape(str(files[name]))}" for name in ("report", "events", "plot") if files.get(name)]
+    if written:
+        out.print("; ".join(written))
+    if files.get("report"):
+        from calctl.html_report import page_path
+
+        out.print(f"page: {escape(str(page_path(Path(files['report']))))} (one self-contained file to open or attach)")
     verdict = doc["verdict"]
     n = len(doc["violations"])
     line = f"verdict {_output.styled_verdict(verdict)}: {n} violation(s) in {doc['cycles']} complete cycle(s)"

@@ -1,0 +1,85 @@
+"""Reports a person can hand over (#53): every page says why on its first screen, and the terminal agrees.
+
+These tests read the pages as text (the Chromium checks are in test_html_report.py): the verdict, the reasons
+(violations, the error, NOT MEASURED rows with what would measure them), what the run saw, and no internals.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from calctl import html_report
+from tests.conftest import Cli
+
+
+def _reasons(html: str) -> list[str]:
+    found = re.search(r'<ul class="reasons" id="reasons">(.*?)</ul>', html, re.S)
+    return re.findall(r"<li>(.*?)</li>", found.group(1), re.S) if found else []
+
+
+def _facts(html: str) -> dict[str, str]:
+    found = re.search(r'<dl class="meta" id="facts">(.*?)</dl>', html, re.S)
+    return dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", found.group(1), re.S)) if found else {}
+
+
+def test_a_failed_soak_page_says_its_violations_requests_and_memory(cli: Cli, tmp_path: Path) -> None:
+    """#53 item 2: soak-report.html showed the verdict word, the header and the picture, never why."""
+    out = tmp_path / "soak"
+    r = cli("soak", "--cycles", "2", "--traffic-seconds", "0.5", "--inject", "stale-completion", "--report", out)
+    assert r.code == 1, r.err
+    doc = json.loads((out / "soak-report.json").read_text())
+    html = (out / "soak-report.html").read_text(encoding="utf-8")
+    reasons = _reasons(html)
+    assert any(r.startswith("stale_generation: ") for r in reasons), reasons
+    facts = _facts(html)
+    assert facts["requests"].startswith(f"{doc['requests']['sent']} sent: "), facts
+    assert "refused" in facts["what the counts mean"] and "intended" in facts["what the counts mean"]
+    assert "chip0 max drift" in facts and "limit" in facts["chip0 max drift"]
+    assert "serving process memory" in facts
+    # the terminal says where the page is, and the same meaning of the counts (#53 items 7, 10)
+    assert f"page: {out / 'soak-report.html'}" in r.out and "plot: None" not in r.out
+    assert "refused: turned away before any token" in r.out
+
+
+def test_a_soak_ended_by_an_error_says_the_error_first_on_its_page(tmp_path: Path) -> None:
+    """A FAIL for a deleted ELF was visible only inside the folded JSON."""
+    doc = {
+        "command": "soak",
+        "verdict": "FAIL",
+        "exit_code": 1,
+        "device": "mock",
+        "error": "load refused: programs/model-a/decode.elf: HASH001 missing file",
+        "reasons": [],
+        "interrupted": None,
+    }
+    assert _reasons(html_report.render(doc, tmp_path))[0] == doc["error"]
+    interrupted = {
+        **doc,
+        "verdict": "INTERRUPTED",
+        "error": "interrupted by SIGTERM",
+        "interrupted": {"signal": "SIGTERM", "phase": "traffic", "cycle": 4, "at_s": 12.5},
+        "facts": [["interrupted", "SIGTERM after 12.5 s, cycle 4 cut short while traffic"]],
+    }
+    html = html_report.render(interrupted, tmp_path)
+    assert _reasons(html)[0] == "interrupted by SIGTERM"
+    assert _facts(html)["interrupted"] == "SIGTERM after 12.5 s, cycle 4 cut short while traffic"
+
+
+def test_soak_facts_name_the_signal_and_phase_of_an_interruption() -> None:
+    from calctl.runners.soak.wording import facts
+
+    doc = {
+        "status": "interrupted",
+        "cycles": 3,
+        "cycles_planned": 10,
+        "interrupted": {"signal": "SIGINT", "phase": "unload", "cycle": 4, "at_s": 9.25},
+        "requests": {"sent": 10, "by_outcome": {"ok": 3, "unavailable": 7}},
+        "errors": {},
+        "memory": {"max_drift_bytes": {"0": 2**20}, "drift_limit_bytes": {0: 64 * 2**20}},
+    }
+    seen = dict(facts(doc))
+    assert seen["interrupted"] == "SIGINT after 9.2 s, cycle 4 cut short while unload"
+    assert seen["cycles"] == "3 of 10" and seen["chip0 max drift"] == "+1.0 MiB (limit 64.0 MiB)"
+    assert seen["requests"].startswith("10 sent: 3 succeeded") and "7 refused" in seen["requests"]
