@@ -41,6 +41,18 @@ def test_a_failed_soak_page_says_its_violations_requests_and_memory(cli: Cli, tm
     # the terminal says where the page is, and the same meaning of the counts (#53 items 7, 10)
     assert f"page: {out / 'soak-report.html'}" in r.out and "plot: None" not in r.out
     assert "refused: turned away before any token" in r.out
+    # in a log: the plan at start and one progress line per cycle with its ETA (#53 item 5)
+    assert "plan: 2 cycle(s) of load (golden + warm-up), 0.5 s of mixed traffic" in r.err
+    assert "soak 1/2 cycles, " in r.err and "soak 2/2 cycles, " in r.err and " ETA " in r.err
+    # the error and the violations are said once, by the table's last line, not again on stderr (#53 item 7)
+    assert "violation[/]" not in r.err and "violation stale_generation" not in r.err
+
+
+def test_soak_hours_zero_is_refused_before_anything_starts(cli: Cli) -> None:
+    """#53 item 10: ``--hours`` help said 0 was allowed, then the soak refused it after 11.7 s."""
+    r = cli("soak", "--hours", "0")
+    assert r.code == 2 and "--hours" in r.err and "> 0" in r.err
+    assert "using the bundled" not in r.err and "calctl soak:" not in r.err
 
 
 def test_a_soak_ended_by_an_error_says_the_error_first_on_its_page(tmp_path: Path) -> None:
