@@ -48,7 +48,7 @@ from calctl import records
 from calctl.budget.evaluation import report_document, run_budget
 from calctl.budget.plan import plan_from_package
 from calctl.budget.policy import BudgetPolicy
-from calctl.errors import CalctlError, Interrupted, interrupt_reason
+from calctl.errors import CalctlError, Interrupted, interrupt_reason, reason_of
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
@@ -194,7 +194,7 @@ def _validate(state: BringupState) -> StepOutcome:
     warned = list(dict.fromkeys(c.id for c in report.warnings))
     figure = f"{len(report.rule_ids())} rules, {len(report.errors)} failing, {len(report.warnings)} warning(s)"
     detail = (
-        f"failed {', '.join(report.failed_ids())}"
+        f"{cfg.package}: the package failed validation ({report.refusal()})"  # rule, file, figure (#53 item 6)
         if not report.ok
         else (f"warnings {', '.join(warned)}" if warned else "every rule passed")
     )
@@ -486,7 +486,7 @@ def _run_step(step: BringupStep, state: BringupState, cut: str | None) -> StepOu
         # A usage or input error here came up mid-run (a file the step reads changed or vanished): the step
         # is ERROR, naming the error, and what the other steps measured is kept.
         outcome = outcome_of(exc)
-        detail = str(exc) if outcome is not RunOutcome.ERROR else f"{type(exc).__name__}: {exc}"
+        detail = reason_of(exc)
         return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, detail)
     except OSError as exc:  # a file the step writes (its report directory) is unusable
         what = f"{exc.filename}: " if exc.filename else ""

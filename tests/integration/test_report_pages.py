@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
+
+import pytest
 
 from calctl import html_report
 from tests.conftest import Cli
@@ -95,3 +98,42 @@ def test_soak_facts_name_the_signal_and_phase_of_an_interruption() -> None:
     assert seen["interrupted"] == "SIGINT after 9.2 s, cycle 4 cut short while unload"
     assert seen["cycles"] == "3 of 10" and seen["chip0 max drift"] == "+1.0 MiB (limit 64.0 MiB)"
     assert seen["requests"].startswith("10 sent: 3 succeeded") and "7 refused" in seen["requests"]
+
+
+@pytest.fixture
+def tampered(tmp_path: Path) -> Path:
+    """The bundled combined sample with one byte appended to one file: HASH001 names that file."""
+    from calctl.compiler.bundled import bundled_package
+
+    pkg = tmp_path / "tampered"
+    shutil.copytree(bundled_package("combined"), pkg)
+    with (pkg / "model-a" / "golden" / "prefill_logits.npy").open("ab") as f:
+        f.write(b"x")
+    return pkg
+
+
+_FILE = "model-a/golden/prefill_logits.npy"
+
+
+def test_every_command_names_the_file_rule_and_figure_of_a_refusal(cli: Cli, tampered: Path, tmp_path: Path) -> None:
+    """#53 item 6: run-golden, serve ``(HASH001)`` and bringup ``verdict FAIL in 0.4 s`` did not name the file."""
+    r = cli("run-golden", tampered, "--allow-unsigned")
+    assert r.code == 1 and f"HASH001 {_FILE}: sha256 mismatch" in r.out, r.out[-800:]
+    r = cli("bringup", tampered, "--allow-unsigned", "--level", "quick", "--report", tmp_path / "b")
+    last = r.out.strip().splitlines()[-1]
+    assert r.code == 1 and last.startswith("verdict FAIL in ") and "validate FAIL: " in last, last
+    assert f"HASH001 {_FILE}: sha256 mismatch" in last, last
+    r = cli("soak", tampered, "--allow-unsigned", "--cycles", "1", "--report", tmp_path / "s")
+    assert r.code == 1 and f"HASH001 {_FILE}" in r.out
+    assert "CheckFailed" not in r.out + r.err  # #53 item 7: no internal class name
+    r = cli("serve", tampered, "--allow-unsigned", "--port", "0")
+    assert r.code == 1 and f"HASH001 {_FILE}: sha256 mismatch" in r.err, r.err[-800:]
+
+
+def test_calrt_without_a_library_says_how_to_give_one(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#53 item 10: ``--device calrt`` without a library gave no hint in a runner's report."""
+    monkeypatch.delenv("CALRT_LIBRARY", raising=False)
+    r = cli("run-golden", "--device", "calrt")
+    assert r.code == 3
+    last = r.out.strip().splitlines()[-1]
+    assert "--calrt-lib" in last and "CALRT_LIBRARY" in last and "calctl device build-reference" in last
