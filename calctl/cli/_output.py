@@ -260,6 +260,10 @@ class JunitCase:
     kind: str = ""  # the failure/error ``type`` attribute
     text: str = ""  # body of the failure/error element
     output: str = ""  # system-out
+    #: A passed case with something to look at (a WARN step or rule). JUnit has no such outcome, so it is said
+    #: where CI shows it: first in system-out (``WARN: ...``) and in the suite's ``warnings`` property; a
+    #: passed case alone hid it (#53 item 10).
+    warning: str = ""
 
 
 @dataclass(frozen=True)
@@ -275,9 +279,11 @@ def junit_xml(name: str, suites: Sequence[JunitSuite]) -> str:
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for s in suites:
         suite = ET.SubElement(root, "testsuite", name=xml_safe(s.name))
-        if s.properties:
+        warned = [f"{c.name}: {c.warning}" for c in s.cases if c.warning and c.outcome is None]
+        properties = [*s.properties, *([("warnings", f"{len(warned)}: " + "; ".join(warned))] if warned else [])]
+        if properties:
             props = ET.SubElement(suite, "properties")
-            for key, value in s.properties:
+            for key, value in properties:
                 ET.SubElement(props, "property", name=xml_safe(key), value=xml_safe(value))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for c in s.cases:
@@ -295,8 +301,9 @@ def junit_xml(name: str, suites: Sequence[JunitSuite]) -> str:
                 counts["skipped"] += 1
             elif c.outcome is not None:
                 raise ValueError(f"JUnit outcome {c.outcome!r}: expected failure, error, skipped or None")
-            if c.output:
-                ET.SubElement(case, "system-out").text = xml_safe(c.output)
+            out = "\n".join(x for x in (f"WARN: {c.warning}" if c.warning else "", c.output) if x)
+            if out:
+                ET.SubElement(case, "system-out").text = xml_safe(out)
         for k, v in counts.items():
             suite.set(k, str(v))
             totals[k] += v

@@ -143,6 +143,7 @@ def _finish(
     from calctl import html_report
     from calctl.records import write_json
     from calctl.runners.trace import write_trace_outputs
+    from calctl.runners.warmup import warm_iterations
 
     files: dict[str, str | None] = {"json": None, "plot": None}
     if trace is not None or plot is not None:
@@ -155,6 +156,8 @@ def _finish(
             metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
             marks=report.body.get("marks") or (),
             latency=report.command == "warmup",
+            # the picture's figures are the table's: the cold first iteration left out as there
+            latency_iterations=warm_iterations(report),
         )
     report = report.with_body(trace=files)
     if report_path is not None:
@@ -245,6 +248,7 @@ def junit_suites(report: Report) -> list[_output.JunitSuite]:
             message=s["detail"],
             kind="fail" if s["status"] == StepStatus.FAIL.value else s["status"].lower(),
             output=s["detail"],
+            warning=s["detail"] or "WARN" if s["status"] == StepStatus.WARN.value else "",
         )
         for s in (x.to_dict() for x in report.steps or ())
     ]
@@ -388,7 +392,7 @@ def _render_warmup(report: Report) -> None:
                     str(p.count),
                     _ms(p.p50),
                     _ms(p.p90),
-                    _ms(p.p99),
+                    _ms(p.p99) if p.tail()[0] == "P99" else f"max {_ms(p.max)}",  # a P99 needs 100 jobs
                     "n/a" if p.cv is None else f"{p.cv:.3f}",
                     _stability(p.cv, unstable, report.body.get("cv_warn"), graph in r.not_judged),
                     f"{r.errors}/{r.iterations}",
@@ -398,7 +402,7 @@ def _render_warmup(report: Report) -> None:
         _output.print_table(
             "warm-up latency per graph (ms, "
             + ("device clock" if all(r.clock == "device" for r in report.body.get("models", [])) else "HOST clock")
-            + ", first iteration excluded; "
+            + ", first iteration excluded; P99 from 100 jobs on, else the max; "
             f"stable: CV interval <= {report.body.get('cv_warn', 0.25):g}; errors of iterations)",
             ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors"],
             rows,

@@ -59,7 +59,7 @@ from calctl.runners.poc import run_poc_combined
 from calctl.runners.steps import RunOutcome, error_text, outcome_of
 from calctl.runners.trace import write_trace_outputs
 from calctl.runners.warmup import describe as describe_warmup
-from calctl.runners.warmup import run_warmup
+from calctl.runners.warmup import run_warmup, warm_iterations
 from calctl.signing.policy import TrustPolicy
 
 log = logging.getLogger("calctl.bringup")
@@ -233,6 +233,7 @@ def _device_step(state: BringupState, name: str, report: Report, figure: str) ->
         metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
         marks=report.body.get("marks") or (),
         latency=report.command == "warmup",
+        latency_iterations=warm_iterations(report),  # the picture's figures are the table's
     )
     if state.header is None and report.header.get("runtime") is not None:
         state.header = dict(report.header)
