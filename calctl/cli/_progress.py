@@ -100,6 +100,50 @@ class LongProgress:
         return f"{self.plan.what} {self.plan.counts(completed)}, {clock(elapsed_s)} elapsed, ETA {clock(eta)} | {live}"
 
 
+class Heartbeat:
+    """Work whose stages calctl cannot count (an import's reading, converting and golden forward pass): on a
+    terminal a spinner with the elapsed time, in a log a line every :data:`LOG_INTERVAL_S`, so it is never silent
+    for minutes (#53 item 5: ``import gguf`` printed nothing for 1–3 minutes)."""
+
+    def __init__(self, what: str, *, interval_s: float = LOG_INTERVAL_S, is_terminal: bool | None = None) -> None:
+        import threading
+
+        self.what = what
+        self._interval = interval_s
+        self._terminal = _output.stderr.is_terminal if is_terminal is None else is_terminal
+        self._stop = threading.Event()
+        self._thread: Any = None
+        self._status: Any = None
+        self._start = time.monotonic()
+
+    def __enter__(self) -> Heartbeat:
+        import threading
+
+        self._start = time.monotonic()
+        if self._terminal:
+            self._status = _output.stderr.status(escape(self.what), spinner="dots")
+            self._status.__enter__()
+        self._thread = threading.Thread(target=self._beat, name="calctl-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+        if self._status is not None:
+            self._status.__exit__(None, None, None)
+
+    def _beat(self) -> None:
+        step = 1.0 if self._terminal else self._interval
+        while not self._stop.wait(step):
+            line = f"{self.what}: still working, {clock(time.monotonic() - self._start)} elapsed"
+            if self._status is not None:
+                self._status.update(escape(line))
+            else:
+                _output.info(escape(line))
+
+
 def _two_line_progress(plan: Plan) -> Any:
     """A rich Progress whose bar line fits 80 columns and whose live sentence wraps on a line of its own."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -124,4 +168,4 @@ def _two_line_progress(plan: Plan) -> Any:
     )
 
 
-__all__ = ["LOG_INTERVAL_S", "LongProgress", "Plan", "clock"]
+__all__ = ["LOG_INTERVAL_S", "Heartbeat", "LongProgress", "Plan", "clock"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -72,3 +73,33 @@ def test_on_an_80_column_terminal_the_bar_eta_and_counts_are_whole_and_the_live_
 def test_clock() -> None:
     assert clock(3725) == "1:02:05" and clock(None) == "-:--:--" and clock(float("nan")) == "-:--:--"
     assert _progress.BAR_WIDTH < 40
+
+
+def test_a_heartbeat_says_in_a_log_that_work_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#53 item 5: ``import gguf`` printed nothing for 1-3 minutes."""
+    import time
+
+    lines: list[str] = []
+    monkeypatch.setattr(_output, "info", lines.append)
+    with _progress.Heartbeat("import model.gguf", interval_s=0.05, is_terminal=False):
+        deadline = time.monotonic() + 30
+        while len(lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(lines) >= 2 and lines[0].startswith("import model.gguf: still working, 0:00:00 elapsed")
+    settled = len(lines)
+    time.sleep(0.2)
+    assert len(lines) == settled  # it stops with the work
+
+
+def test_accept_says_its_plan_and_estimate_before_it_starts(tmp_path: Path) -> None:
+    from calctl.cli.accept_cmds import _plan_line
+    from calctl.runners.acceptance.plan import AcceptConfig, Level
+    from calctl.runners.device import DeviceSpec
+    from calctl.signing.policy import TrustPolicy
+
+    config = AcceptConfig(tmp_path, TrustPolicy(), DeviceSpec(), Level.QUICK, tmp_path)
+    line = _plan_line(config)
+    assert line.startswith("plan: validate, validate-replica, budget, ") and "soak (3 cycles of 0.5 s traffic)" in line
+    assert line.endswith("about 1–3 min on the mock (72 s measured on 2 cores)")
+    only = AcceptConfig(tmp_path, TrustPolicy(), DeviceSpec(), Level.LONG, tmp_path, only=frozenset({"M3"}))
+    assert _plan_line(only) == "plan: validate, batch; about 24 h: the soak alone runs 24 h"
