@@ -172,6 +172,8 @@ def _provenance_before_seal(
 
     path = directory / "build-provenance.json"
     if not path.is_file():
+        if refresh:  # nothing to refresh: refused before anything is written
+            raise PackageError(f"{path}: no such file; --refresh-provenance refreshes the build's provenance (LAY004)")
         return None, None  # LAY004 names a missing provenance; nothing to compare
     try:
         if not refresh:

@@ -75,12 +75,14 @@ def _current(root: Path, jobs: int | None) -> dict[str, str]:
 
 def staleness(root: Path, jobs: int | None = None) -> Staleness:
     """How the provenance of ``root`` differs from its files (PackageError when it cannot be read)."""
-    doc = _read(root)
+    return _compare(_read(root), _current(root, jobs))
+
+
+def _compare(doc: dict[str, Any], now: dict[str, str]) -> Staleness:
     named = {}
     for s in doc["subject"]:
         if isinstance(s, dict) and isinstance(s.get("digest"), dict):
             named[str(s.get("name"))] = s["digest"].get("sha256")
-    now = _current(root, jobs)
     return Staleness(
         changed=tuple(r for r in now if r in named and named[r] != now[r]),
         missing=tuple(r for r in now if r not in named),
@@ -102,9 +104,9 @@ def refresh(root: Path, *, by: str, at: datetime, signer_key_id: str, jobs: int 
     subjects changed); returns what was stale. The file is replaced atomically; the build's predicate stays."""
     from calctl.records import write_atomic
 
-    stale = staleness(root, jobs)
     doc = _read(root)
-    now = _current(root, jobs)
+    now = _current(root, jobs)  # hashed once: a large package's files are read once for both
+    stale = _compare(doc, now)
     doc["subject"] = [{"name": r, "digest": {"sha256": d}} for r, d in now.items()]
     predicate = doc.setdefault("predicate", {})
     run = predicate.setdefault("runDetails", {}) if isinstance(predicate, dict) else {}

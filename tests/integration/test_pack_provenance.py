@@ -77,3 +77,14 @@ def test_refresh_of_an_unreadable_provenance_is_refused_and_changes_nothing(
     assert r.code == 1 and "build-provenance.json" in r.err and "Traceback" not in r.err
     assert (pkg / "checksums.sha256").read_bytes() == before
     assert (pkg / "build-provenance.json").read_text() == "{not json"
+
+
+def test_refresh_without_a_provenance_is_refused_before_anything_is_written(
+    cli: Cli, edited: tuple[Path, Path]
+) -> None:
+    pkg, key = edited
+    (pkg / "build-provenance.json").unlink()
+    before = (pkg / "checksums.sha256").read_bytes()
+    r = cli("pack", pkg, "--key", f"{key}.key", "--refresh-provenance")
+    assert r.code == 1 and "build-provenance.json: no such file" in r.err
+    assert (pkg / "checksums.sha256").read_bytes() == before
