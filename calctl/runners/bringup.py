@@ -324,7 +324,7 @@ def _soak(state: BringupState) -> StepOutcome:
     doc = report.document()
     violations = doc["violations"]
     drift = doc["memory"]["max_drift_bytes"]
-    from calctl.runners.soak.wording import RequestCounts
+    from calctl.runners.soak.wording import SHORT_MEANING, RequestCounts
 
     figure = (
         f"{doc['cycles']}/{s.soak_cycles} cycles, requests {RequestCounts.of_report(doc['requests']).short()}, "
@@ -333,7 +333,7 @@ def _soak(state: BringupState) -> StepOutcome:
     )
     detail = (
         "; ".join(v["message"] for v in violations[:3]) or "memory back to baseline, counters closed, no stale token"
-    )
+    ) + f". {SHORT_MEANING}"  # a PASS beside more refused than succeeded, explained (#53 item 7)
     verdict = report.verdict
     said = doc.get("interrupted")
     if verdict == RunOutcome.INTERRUPTED.value and isinstance(said, dict) and said.get("signal"):

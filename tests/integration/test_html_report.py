@@ -363,7 +363,7 @@ def test_a_go_beside_rows_not_measured_is_not_a_green_headline(tmp_path: Path) -
     html = html_report.render(doc, tmp_path)
     assert 'class="verdict big muted" id="verdict">GO</span>' in html
     assert 'id="headline">on 2 of 3 rows, 1 NOT MEASURED</span>' in html
-    assert 'class="banner good"' not in html
+    assert 'class="banner banner-muted"' in html  # a neutral border, and the reasons in the text's colour
     reasons = re.search(r'<ul class="reasons" id="reasons">(.*?)</ul>', html, re.S)
     assert reasons and "To measure: `calctl bench PKG --scenario batch`" in reasons.group(1)
     assert re.search(r'<td class="verdict good">GO</td>', html)  # the GO rows stay green

@@ -41,6 +41,7 @@ def test_a_failed_soak_page_says_its_violations_requests_and_memory(cli: Cli, tm
     assert "refused" in facts["what the counts mean"] and "intended" in facts["what the counts mean"]
     assert "chip0 max drift" in facts and "limit" in facts["chip0 max drift"]
     assert "serving process memory" in facts
+    assert facts["injected"].startswith("DIAGNOSTIC: stale-completion injected on purpose")
     # the terminal says where the page is, and the same meaning of the counts (#53 items 7, 10)
     assert f"page: {out / 'soak-report.html'}" in r.out and "plot: None" not in r.out
     assert "refused: turned away before any token" in r.out

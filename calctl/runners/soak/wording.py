@@ -99,6 +99,13 @@ MEANING = (
 )
 
 
+#: :data:`MEANING` in a sentence short enough for a step's detail (bringup's soak row, accept's soak step).
+SHORT_MEANING = (
+    "refused: turned away before any token while the soak had the model unloaded or loading (expected, not "
+    "judged); intended: endings the mix asks for (cancel, deadline, invalid)"
+)
+
+
 def _mib(x: object) -> str:
     return f"{x / 1024**2:+.1f} MiB" if isinstance(x, (int, float)) and not isinstance(x, bool) else "n/a"
 
@@ -135,6 +142,9 @@ def facts(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
     if isinstance(i, Mapping) and i.get("signal"):
         cut = f", cycle {i['cycle']} cut short while {i.get('phase')}" if i.get("cycle") is not None else ""
         out.append(("interrupted", f"{i['signal']} after {float(i.get('at_s') or 0):.1f} s{cut}"))
+    inject = _mapping(doc, "settings").get("inject") or []
+    if inject:  # a FAIL the run asked for: said first, so the page is not read as a broken board
+        out.append(("injected", f"DIAGNOSTIC: {', '.join(map(str, inject))} injected on purpose; the soak must FAIL"))
     planned = doc.get("cycles_planned")
     out.append(("status", str(doc.get("status"))))
     out.append(("cycles", f"{doc.get('cycles')}" + (f" of {planned}" if planned else "")))
