@@ -132,7 +132,8 @@ def _plan_line(source: Path, out: Path) -> str:
     size = sum(p.stat().st_size for p in files) / 2**20
     return (
         f"import {source} ({size:,.1f} MiB) -> {out}: read the weights, compute the golden set with the reference "
-        "forward pass, write the programs and parameters, seal; a 135M-parameter model takes 1–3 min on 2 cores"
+        "forward pass, write the programs and parameters, seal; a 135M-parameter model takes 1–3 min on 2 idle cores "
+        "(4.5 min beside other work at load 12)"
     )
 
 
