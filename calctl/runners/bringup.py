@@ -196,9 +196,15 @@ def _validate(state: BringupState) -> StepOutcome:
     detail = (
         f"{cfg.package}: the package failed validation ({report.refusal()})"  # rule, file, figure (#53 item 6)
         if not report.ok
-        else (f"warnings {', '.join(warned)}" if warned else "every rule passed")
+        # each warning with its file and why (``warnings SIG002`` alone meant nothing to a reader, #53 item 1)
+        else ("warnings: " + "; ".join(_warning_lines(report)) if warned else "every rule passed")
     )
     return StepOutcome("validate", report.verdict, figure, time.perf_counter() - t0, detail, document=report.to_dict())
+
+
+def _warning_lines(report: Any, limit: int = 3) -> list[str]:
+    lines = [f"{c.id} {c.file}: {c.message}" if c.file else f"{c.id}: {c.message}" for c in report.warnings]
+    return lines[:limit] + ([f"and {len(lines) - limit} more"] if len(lines) > limit else [])
 
 
 def _budget(state: BringupState) -> StepOutcome:
