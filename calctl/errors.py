@@ -121,6 +121,13 @@ class Interrupted(KeyboardInterrupt):
         self.signal_name = signal_name
 
 
+def reason_of(exc: CalctlError) -> str:
+    """An error as a report says it: a device error keeps its kind, the runtime's word for what failed
+    (``BoardLocked: held by pid 7``); any other error is its message alone (``CheckFailed: ...`` showed calctl's
+    internal class name to a person, #53 item 7)."""
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, DeviceError) else str(exc)
+
+
 def interrupt_reason(exc: BaseException) -> str:
     """``interrupted (SIGTERM)``, ``interrupted (SIGINT)``: how an interrupted step or run says why it stopped."""
     name = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"

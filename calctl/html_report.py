@@ -22,31 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from calctl.records import dumps
+from calctl.report import Tone, tone_of
 
 #: Pictures larger than this are linked, not embedded (a page stays mailable).
 MAX_EMBEDDED_PICTURE = 8 * 2**20
 #: The raw JSON shown at the end of the page is cut to this many characters.
 MAX_RAW_JSON = 400_000
-
-
-#: Verdict words (docs/cli.md "Verdicts") -> the page's colour class.
-_TONE = {
-    "GO": "good",
-    "PASS": "good",
-    "S2": "good",
-    "OK": "good",
-    "WARN": "warn",
-    "NOT MEASURED": "muted",
-    "NOT JUDGED": "muted",
-    "SKIP": "muted",
-    "NO-GO": "bad",
-    "FAIL": "bad",
-    "S1": "bad",
-    "ERROR": "bad",
-    "FAILED": "bad",
-    "INTERRUPTED": "bad",
-    "HUNG": "bad",
-}
 
 
 def visible(value: object) -> str:
@@ -65,11 +46,9 @@ def _number(value: object) -> float | None:
 
 
 def tone(verdict: object) -> str:
-    word = str(verdict or "").upper()
-    for key, cls in _TONE.items():
-        if word == key or word.startswith(key + " ") or word.startswith(key + ":"):
-            return cls
-    return "muted"
+    """The page's colour class of a verdict word: its tone in calctl.report.VERDICTS, the table the terminal reads
+    too (``neutral`` is the page's ``muted``)."""
+    return {Tone.NEUTRAL: "muted"}.get(tone_of(verdict), tone_of(verdict).value)
 
 
 def _device(doc: Mapping[str, Any]) -> dict[str, str]:
@@ -89,7 +68,8 @@ def _device(doc: Mapping[str, Any]) -> dict[str, str]:
         "device": device,
         "label": str(label or "unknown"),
         "note": str(doc.get("note") or header.get("note") or ""),
-        "runtime": ", ".join(f"{k} {v}" for k, v in runtime.items() if v is not None),
+        # software_model is what the label says in words; ``software_model True`` beside a mock misled (#53 item 7)
+        "runtime": ", ".join(f"{k} {v}" for k, v in runtime.items() if v is not None and k != "software_model"),
     }
 
 
@@ -120,13 +100,15 @@ def _files(files: object, report_dir: Path) -> list[tuple[str, str]]:
 
 
 def _href(path: Path, report_dir: Path) -> str:
-    candidates = [path, report_dir / path, report_dir.parent / path]
-    for p in candidates:
-        try:
-            return Path(os.path.relpath(p.resolve(), report_dir.resolve())).as_posix()
-        except (OSError, ValueError):
-            continue
-    return path.as_posix()
+    """``path`` relative to the report directory. A relative path in a document is relative to the report's
+    directory (its parent for a step's own report), never to wherever the page happens to be rendered from:
+    the first of those that exists is the file meant."""
+    candidates = [path] if path.is_absolute() else [report_dir / path, report_dir.parent / path, path]
+    existing = [p for p in candidates if p.exists()] or candidates[:1]
+    try:
+        return Path(os.path.relpath(existing[0].resolve(), report_dir.resolve())).as_posix()
+    except (OSError, ValueError):
+        return path.as_posix()
 
 
 def _rows(doc: Mapping[str, Any], report_dir: Path) -> list[dict[str, Any]]:
@@ -146,6 +128,8 @@ def _rows(doc: Mapping[str, Any], report_dir: Path) -> list[dict[str, Any]]:
                 "verdict": visible(r.get("verdict") or r.get("status") or ""),
                 "key_figure": visible(r.get("key_figure") or r.get("value") or ""),
                 "detail": visible(r.get("reason") or r.get("detail") or r.get("rule") or r.get("condition") or ""),
+                "how": visible(r.get("how_to_measure") or ""),
+                "action": visible(r.get("action") or ""),
                 "evidence": [visible(e) for e in evidence] if isinstance(evidence, list) else [],
                 "files": [(visible(a), b) for a, b in _files(r.get("files"), report_dir)],
                 "seconds": _number(r.get("seconds")),
@@ -175,33 +159,79 @@ def _steps(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _reasons(doc: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     """Why the verdict is what it is: the document's own reasons, else every row that is not plainly good."""
+    out = []
+    # The error first, whatever the verdict: the signal and where, a deleted ELF behind a soak's FAIL (#53 item 2)
+    if doc.get("error") and doc.get("verdict") not in ("PASS", "GO"):
+        out.append(visible(str(doc["error"])))
     given = doc.get("reasons")
     if isinstance(given, list) and given:
-        return [visible(r) for r in given]
-    out = []
-    if doc.get("verdict") == "INTERRUPTED" and doc.get("error"):  # the signal, and where: no row may say it
-        out.append(visible(str(doc["error"])))
+        return out + [visible(r) for r in given if visible(r) not in out]
     for r in rows:
         if tone(r["verdict"]) != "good":
             why = r["detail"] or r["key_figure"]
-            out.append(f"{r['name']} {r['verdict']}" + (f": {why}" if why else ""))
+            line = f"{r['name']} {r['verdict']}" + (f": {why}" if why else "")
+            if r["how"]:  # a row not measured says what would measure it (#53 item 3)
+                line += f". To measure: {r['how']}"
+            if r["action"]:
+                line += f". Action: {r['action']}"
+            out.append(line)
+    return out
+
+
+def _facts(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(what, result) lines the runner says about its run (a soak's requests, errors, memory): shown under the
+    verdict, before the evidence."""
+    raw = doc.get("facts")
+    if not isinstance(raw, list):
+        return []
+    return [(visible(f[0]), visible(f[1])) for f in raw if isinstance(f, (list, tuple)) and len(f) == 2]
+
+
+def _headline(verdict: str, rows: list[dict[str, Any]]) -> tuple[str, str]:
+    """(the words after the verdict, the banner's tone). A verdict whose rows are not all as good as it is never
+    says more than they do: ``GO`` + ``on 5 of 11 rows, 6 NOT MEASURED``, in the tone of the weakest row
+    (a NOT MEASURED row is neutral, so the banner is not green) (#53 item 3)."""
+    own = tone(verdict)
+    if own != "good" or not rows:
+        return "", own
+    others: dict[str, int] = {}
+    for r in rows:
+        if tone(r["verdict"]) != "good":
+            others[r["verdict"]] = others.get(r["verdict"], 0) + 1
+    if not others:
+        return "", own
+    good = len(rows) - sum(others.values())
+    rest = f"on {good} of {len(rows)} rows, " + ", ".join(f"{n} {word}" for word, n in others.items())
+    tones = {tone(w) for w in others}
+    return rest, next((t for t in ("bad", "warn") if t in tones), "muted")
+
+
+def _listed_pictures(doc: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(caption, path) of the PNGs the document itself names outside its rows: ``pictures``, ``files`` and a
+    runner's ``trace`` files (run-golden, warmup, poc)."""
+    out: list[tuple[str, Any]] = []
+    for key in ("pictures", "files", "trace"):
+        value = doc.get(key)
+        if isinstance(value, Mapping):
+            out.extend((str(label), path) for label, path in value.items())
+        elif isinstance(value, Sequence) and not isinstance(value, str):
+            out.extend((Path(str(path)).name, path) for path in value)
     return out
 
 
 def _pictures(doc: Mapping[str, Any], report_dir: Path, rows: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """Every PNG of the run: those a row names first (captioned with the row), then the rest of the directory."""
+    """The PNGs this run wrote, as its document lists them: those a row names first (captioned with the row),
+    then the document's own. Nothing else: a PNG that merely lies in the folder (another run's, a planted
+    ``photos/holiday.png``) is not this run's evidence (#53 item 1)."""
     seen: dict[Path, str] = {}
     for r in rows:
         for label, href in r["files"]:
             if href.lower().endswith(".png"):
                 seen.setdefault((report_dir / href).resolve(), f"{r['name']} {r['title']}".strip() + f" ({label})")
-    files = doc.get("files")
-    for label, href in _files(files, report_dir):
-        if href.lower().endswith(".png"):
-            seen.setdefault((report_dir / href).resolve(), str(label))
-    if report_dir.is_dir():
-        for p in sorted(report_dir.rglob("*.png")):
-            seen.setdefault(p.resolve(), p.relative_to(report_dir).as_posix())
+    for label, path in _listed_pictures(doc):
+        for href in (h for _, h in _files({label: path}, report_dir)):
+            if href.lower().endswith(".png"):
+                seen.setdefault((report_dir / href).resolve(), label)
     pictures = []
     for path, caption in seen.items():
         if not path.is_file():
@@ -220,17 +250,20 @@ def _verdict(doc: Mapping[str, Any]) -> str:
 
 
 def context(doc: Mapping[str, Any], report_dir: Path) -> dict[str, Any]:
-    """Everything the template shows, taken from the document (and the PNGs beside it)."""
+    """Everything the template shows, taken from the document (and the PNGs it names)."""
     rows = _rows(doc, report_dir)
     raw = dumps(dict(doc), indent=1)  # what report.json holds (records.dumps: the one JSON writer)
     if len(raw) > MAX_RAW_JSON:
         raw = raw[:MAX_RAW_JSON] + f"\n… cut at {MAX_RAW_JSON:,} characters: report.json has the whole document"
     summary = doc.get("summary")
+    headline, banner = _headline(_verdict(doc), rows)
     return {
         "command": visible(doc.get("command") or ""),
         "level": visible(doc.get("level") or ""),
         "verdict": _verdict(doc),
         "tone": tone(_verdict(doc)),
+        "headline": headline,
+        "banner_tone": banner,
         "summary": visible(summary) if isinstance(summary, str) else "",
         "exit_code": doc.get("exit_code") if isinstance(doc.get("exit_code"), int) else None,
         "started_at": visible(doc.get("started_at") or ""),
@@ -239,6 +272,7 @@ def context(doc: Mapping[str, Any], report_dir: Path) -> dict[str, Any]:
         "device": {k: visible(v) for k, v in _device(doc).items()},
         "package": [(k, visible(v)) for k, v in _package(doc)],
         "reasons": _reasons(doc, rows),
+        "facts": _facts(doc),
         "rows": rows,
         "steps": _steps(doc) if isinstance(doc.get("rows"), list) else [],
         "pictures": _pictures(doc, report_dir, rows),
@@ -262,8 +296,15 @@ def write(doc: Mapping[str, Any], json_path: Path) -> Path:
     """Write the page beside the run's JSON document (``report.json`` -> ``report.html``) atomically."""
     from calctl.records import write_atomic
 
+    path = page_path(json_path)
+    write_atomic(path, render(doc, json_path.parent))
+    return path
+
+
+def page_path(json_path: Path) -> Path:
+    """Where :func:`write` puts the page of ``json_path`` (``report.json`` -> ``report.html``), for a command
+    that prints it."""
     path = json_path.with_suffix(".html")
     if path == json_path:  # a JSON report named *.html keeps its name; the page goes beside it
         path = json_path.with_name(json_path.name + ".page.html")
-    write_atomic(path, render(doc, json_path.parent))
     return path

@@ -22,7 +22,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from calctl import __version__
 from calctl.errors import ExitCode
@@ -30,28 +30,61 @@ from calctl.errors import ExitCode
 # ---------------------------------------------------------------------------
 # The verdict vocabulary (docs/cli.md "Verdicts") and the one place a verdict becomes an exit code.
 
-#: verdict -> (exit code, meaning). ``None``: the word is not a run's final verdict (a checkpoint, a step).
-VERDICTS: dict[str, tuple[ExitCode | None, str]] = {
-    "PASS": (ExitCode.OK, "every check passed"),
-    "WARN": (ExitCode.OK, "passed, with warnings; every warning is named"),
-    "FAIL": (ExitCode.FAILED, "a check ran and failed (named)"),
-    "NOT JUDGED": (ExitCode.OK, "measured, but too few samples to judge a gate"),
-    "MEASURED": (ExitCode.OK, "figures only, no gate applies"),
-    "ERROR": (ExitCode.DEVICE, "the device or runtime failed"),
-    "TIMEOUT": (ExitCode.TIMEOUT, "a step hung past its deadline"),
-    "INTERRUPTED": (ExitCode.INTERRUPTED, "SIGINT or SIGTERM arrived"),
-    "INTERNAL ERROR": (ExitCode.INTERNAL, "a calctl bug; the report says where"),
-    "GO": (ExitCode.OK, "a decision gate (or every acceptance row) is met"),
-    "NO-GO": (ExitCode.FAILED, "a decision gate (or an acceptance row) is not met"),
-    "NOT MEASURED": (ExitCode.OK, "an acceptance row that was not measured, with why"),
-    "S1": (ExitCode.OK, "service coexistence (001 §1)"),
-    "S2": (ExitCode.OK, "hardware concurrency (001 §1)"),
-    "F0": (ExitCode.FAILED, "fault isolation grade F0 (001 §13.4)"),
-    "F1": (ExitCode.OK, "fault isolation grade F1 (001 §13.4)"),
-    "F2": (ExitCode.OK, "fault isolation grade F2 (001 §13.4)"),
-    "SKIP": (None, "a step did not run; the detail says why"),
-    "RUNNING": (None, "a checkpoint of a run still going"),
+
+class Tone(str, enum.Enum):
+    """How a verdict word looks wherever it is shown: the terminal's colour (calctl.cli._output) and the page's
+    class (calctl.html_report) are both read from :data:`VERDICTS`, so the two never disagree (#48 item 2)."""
+
+    GOOD = "good"  # green: measured and met
+    WARN = "warn"  # yellow: passed with something a person should look at
+    BAD = "bad"  # red: failed, could not run, or stopped
+    NEUTRAL = "neutral"  # no colour: nothing was judged (not measured, skipped, figures only, still running)
+
+
+class VerdictWord(NamedTuple):
+    """One word of the vocabulary: its exit code (None: not a run's final verdict), its tone and its meaning."""
+
+    code: ExitCode | None
+    tone: Tone
+    meaning: str
+
+
+_G, _W, _B, _N = Tone.GOOD, Tone.WARN, Tone.BAD, Tone.NEUTRAL
+
+#: The one verdict table: verdict -> (exit code, tone, meaning). The exit code of every report, the terminal's
+#: colour and the page's colour all come from here (tests/unit/test_verdict_table.py checks every renderer).
+VERDICTS: dict[str, VerdictWord] = {
+    "PASS": VerdictWord(ExitCode.OK, _G, "every check passed"),
+    "WARN": VerdictWord(ExitCode.OK, _W, "passed, with warnings; every warning is named"),
+    "FAIL": VerdictWord(ExitCode.FAILED, _B, "a check ran and failed (named)"),
+    "NOT JUDGED": VerdictWord(ExitCode.OK, _W, "measured, but too few samples to judge a gate"),
+    "MEASURED": VerdictWord(ExitCode.OK, _N, "figures only, no gate applies"),
+    "ERROR": VerdictWord(ExitCode.DEVICE, _B, "the device or runtime failed"),
+    "TIMEOUT": VerdictWord(ExitCode.TIMEOUT, _B, "a step hung past its deadline"),
+    "INTERRUPTED": VerdictWord(ExitCode.INTERRUPTED, _B, "SIGINT or SIGTERM arrived"),
+    "INTERNAL ERROR": VerdictWord(ExitCode.INTERNAL, _B, "a calctl bug; the report says where"),
+    "GO": VerdictWord(ExitCode.OK, _G, "a decision gate (or every acceptance row) is met"),
+    "NO-GO": VerdictWord(ExitCode.FAILED, _B, "a decision gate (or an acceptance row) is not met"),
+    # Neutral, never green: a row that was not measured says nothing good about the board (#53 item 3).
+    "NOT MEASURED": VerdictWord(ExitCode.OK, _N, "an acceptance row that was not measured, with why"),
+    "S1": VerdictWord(ExitCode.OK, _W, "service coexistence (001 §1)"),
+    "S2": VerdictWord(ExitCode.OK, _G, "hardware concurrency (001 §1)"),
+    "F0": VerdictWord(ExitCode.FAILED, _B, "fault isolation grade F0 (001 §13.4)"),
+    "F1": VerdictWord(ExitCode.OK, _W, "fault isolation grade F1 (001 §13.4)"),
+    "F2": VerdictWord(ExitCode.OK, _G, "fault isolation grade F2 (001 §13.4)"),
+    "SKIP": VerdictWord(None, _N, "a step did not run; the detail says why"),
+    "RUNNING": VerdictWord(None, _N, "a checkpoint of a run still going"),
 }
+
+
+def tone_of(verdict: object) -> Tone:
+    """The tone of a verdict word, or of a text that starts with one (``NO-GO on 1 of 11 rows``, ``FAIL: ...``);
+    a text that starts with no word of the vocabulary is neutral."""
+    word = str(verdict or "").strip().upper()
+    for key in sorted(VERDICTS, key=len, reverse=True):  # INTERNAL ERROR before ERROR, NO-GO before GO
+        if word == key or word.startswith((key + " ", key + ":", key + ",")):
+            return VERDICTS[key].tone
+    return Tone.NEUTRAL
 
 
 def exit_code_of(verdict: str, *, fail_on: Iterable[str] = ()) -> int:
@@ -61,7 +94,7 @@ def exit_code_of(verdict: str, *, fail_on: Iterable[str] = ()) -> int:
     ``WARN`` under ``--fail-on-warn``, ``S1`` under ``--require-s2``.
     """
     try:
-        code, _ = VERDICTS[verdict]
+        code = VERDICTS[verdict].code
     except KeyError:
         raise ValueError(f"verdict {verdict!r} is not in the vocabulary of docs/cli.md") from None
     if code is None:
@@ -108,16 +141,17 @@ def verdict_of_exit_code(code: int) -> str:
 # ---------------------------------------------------------------------------
 # The device label: what produced a result (docs/runtime.md §5, §7)
 
-#: Printed on and stored in every report produced on the mock device (docs/runtime.md §5).
+#: Printed on and stored in every report produced on the mock device (docs/runtime.md §5). It claims nothing
+#: about the run (it is printed beside refusals and failures too, #53 item 7), only what produced it.
 MOCK_LABEL = (
-    "MOCK RESULT: produced on the simulated mock board. It shows that the tool and the package work end to end; "
-    "it is not evidence about a Calculet board (docs/runtime.md §5)"
+    "MOCK RESULT: produced on the simulated mock board, not on a Calculet board; "
+    "it is not evidence about a board's hardware (docs/runtime.md §5)"
 )
 
 #: Printed on and stored in every report produced on the reference board (docs/runtime.md §7).
 SOFTWARE_MODEL_LABEL = (
-    "SOFTWARE MODEL RESULT: produced on the reference board, a software model of the board with no hardware. "
-    "It shows that the real-board path works; it is not evidence about a Calculet board (docs/runtime.md §7)"
+    "SOFTWARE MODEL RESULT: produced on the reference board, a software model of the board with no hardware; "
+    "it is not evidence about a Calculet board (docs/runtime.md §7)"
 )
 
 #: ``runtime.firmware`` of the reference board (calrt_reference.c).
@@ -373,12 +407,15 @@ __all__ = [
     "ReportStep",
     "StepRecord",
     "StepStatus",
+    "Tone",
+    "VerdictWord",
     "build_header",
     "device_class",
     "device_note",
     "exit_code_of",
     "simple_report",
     "step_status_of",
+    "tone_of",
     "verdict_of_exit_code",
     "versions_document",
 ]

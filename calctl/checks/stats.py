@@ -35,6 +35,20 @@ class Percentiles:
     max: float | None
     cv: float | None  # coefficient of variation (std / mean)
 
+    def tail(self) -> tuple[str, float | None]:
+        """The tail figure a person may read: (``P99``, P99) from :data:`MIN_P99_SAMPLES` samples on, else
+        (``max``, the largest): a "P99" of 19 samples is only its largest one, interpolated (#53 item 10)."""
+        return ("P99", self.p99) if self.count >= MIN_P99_SAMPLES else ("max", self.max)
+
+
+#: Samples a P99 needs before it is printed as one: with fewer, no sample lies beyond the 99th percentile.
+MIN_P99_SAMPLES = 100
+
+
+def tail_of(values: Sequence[float]) -> tuple[str, float | None]:
+    """:meth:`Percentiles.tail` of ``values``."""
+    return percentiles(values).tail()
+
 
 def percentiles(values: Sequence[float]) -> Percentiles:
     if not values:

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from calctl import textsafe
 from calctl.records import dumps
-from calctl.report import Report
+from calctl.report import VERDICTS, Report, Tone, tone_of
 
 #: Tables are laid out for this many columns when stdout is not a terminal (logs, CI captures) and
 #: ``COLUMNS`` does not say otherwise; a terminal gets its own width. Wide columns wrap inside their cell.
@@ -219,28 +219,16 @@ def mib(n: int | float | None) -> str:
 # ---------------------------------------------------------------------------
 # Verdicts: one vocabulary across commands (docs/cli.md "Verdicts").
 
-VERDICT_STYLE = {
-    "PASS": "bold green",
-    "GO": "bold green",
-    "S2": "bold green",
-    "WARN": "bold yellow",
-    "S1": "bold yellow",
-    "NOT JUDGED": "bold yellow",
-    "SKIP": "yellow",
-    "FAIL": "bold red",
-    "NO-GO": "bold red",
-    "ERROR": "bold red",
-    "TIMEOUT": "bold red",
-    "INTERRUPTED": "bold magenta",
-    "F2": "bold green",
-    "F1": "bold yellow",
-    "F0": "bold red",
-}
+#: The terminal's style of each tone. Which word has which tone is calctl.report.VERDICTS, the one table the page
+#: (calctl.html_report) reads too (#48 item 2).
+TONE_STYLE = {Tone.GOOD: "bold green", Tone.WARN: "bold yellow", Tone.BAD: "bold red", Tone.NEUTRAL: "bold"}
 
 
 def styled_verdict(verdict: str) -> str:
-    style = VERDICT_STYLE.get(verdict.upper())
-    return f"[{style}]{verdict}[/]" if style else verdict
+    """The word in its tone's style; a word outside the vocabulary (a table's ``yes``) is printed as it is."""
+    if verdict.upper() not in VERDICTS:
+        return verdict
+    return f"[{TONE_STYLE[tone_of(verdict)]}]{verdict}[/]"
 
 
 def warning_summary(ids: Iterable[str]) -> str:
@@ -272,6 +260,10 @@ class JunitCase:
     kind: str = ""  # the failure/error ``type`` attribute
     text: str = ""  # body of the failure/error element
     output: str = ""  # system-out
+    #: A passed case with something to look at (a WARN step or rule). JUnit has no such outcome, so it is said
+    #: where CI shows it: first in system-out (``WARN: ...``) and in the suite's ``warnings`` property; a
+    #: passed case alone hid it (#53 item 10).
+    warning: str = ""
 
 
 @dataclass(frozen=True)
@@ -287,9 +279,11 @@ def junit_xml(name: str, suites: Sequence[JunitSuite]) -> str:
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for s in suites:
         suite = ET.SubElement(root, "testsuite", name=xml_safe(s.name))
-        if s.properties:
+        warned = [f"{c.name}: {c.warning}" for c in s.cases if c.warning and c.outcome is None]
+        properties = [*s.properties, *([("warnings", f"{len(warned)}: " + "; ".join(warned))] if warned else [])]
+        if properties:
             props = ET.SubElement(suite, "properties")
-            for key, value in s.properties:
+            for key, value in properties:
                 ET.SubElement(props, "property", name=xml_safe(key), value=xml_safe(value))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for c in s.cases:
@@ -307,8 +301,9 @@ def junit_xml(name: str, suites: Sequence[JunitSuite]) -> str:
                 counts["skipped"] += 1
             elif c.outcome is not None:
                 raise ValueError(f"JUnit outcome {c.outcome!r}: expected failure, error, skipped or None")
-            if c.output:
-                ET.SubElement(case, "system-out").text = xml_safe(c.output)
+            out = "\n".join(x for x in (f"WARN: {c.warning}" if c.warning else "", c.output) if x)
+            if out:
+                ET.SubElement(case, "system-out").text = xml_safe(out)
         for k, v in counts.items():
             suite.set(k, str(v))
             totals[k] += v

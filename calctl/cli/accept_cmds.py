@@ -135,6 +135,7 @@ def accept(
         + (f" (previous version {escape(str(previous))})" if previous else "")
         + f" on the {spec.kind.value} device -> {escape(str(out_dir))}"
     )
+    _output.info(escape(_plan_line(config)))
 
     def show(ev: StepEvidence) -> None:
         what = ev.key_figure if ev.ran else ev.detail
@@ -154,6 +155,29 @@ def accept(
     if format is not Format.table:
         _output.info(escape(result.body["summary"]))
     return result.exit_code
+
+
+#: How long a level takes on the mock, said before it starts (#53 item 5); a board's steps take their own time.
+_ESTIMATE = {
+    "quick": "about 1–3 min on the mock (72 s measured on 2 cores)",
+    "standard": "well under an hour on the mock",
+    "long": "about 24 h: the soak alone runs 24 h",
+}
+
+
+def _plan_line(config: Any) -> str:
+    """``plan: validate, ..., soak (3 cycles of 0.5 s traffic), rollback; about 1–3 min on the mock``."""
+    from calctl.runners.acceptance.evidence import STEPS
+
+    st = config.settings
+    soak = f"{st.soak_cycles} cycles" if st.soak_cycles is not None else f"{st.soak_hours:g} h"
+    budget = st.executor_max_rounds or 3 * st.executor_rounds
+    named = {
+        "soak": f"soak ({soak} of {st.soak_traffic_s:g} s traffic)",
+        "executor-modes": f"executor-modes ({st.executor_rounds} rounds, up to {budget})",
+    }
+    steps = ", ".join(named.get(s.name, s.name) for s in STEPS if config.wants(*s.rows))
+    return f"plan: {steps}; {_ESTIMATE.get(config.level.value, 'its own time')}"
 
 
 def _render(result: Report) -> None:
@@ -185,7 +209,9 @@ def _render(result: Report) -> None:
         elif r["verdict"] == "NOT MEASURED":
             how = f" To measure: {escape(r['how_to_measure'])}" if r["how_to_measure"] else ""
             out.print(
-                Padding(f"{r['id']} [yellow]NOT MEASURED[/]: {escape(r['reason'])}.{how}", (0, 0, 0, 2)),
+                Padding(
+                    f"{r['id']} {_output.styled_verdict('NOT MEASURED')}: {escape(r['reason'])}.{how}", (0, 0, 0, 2)
+                ),
                 soft_wrap=False,
             )
     if skipped:

@@ -270,6 +270,9 @@ def bench(
         )
         + f" -> {escape(str(out_dir))}"
     )
+    # the plan before it starts (#53 item 5): what the scenario does and, for a timed one, its pace
+    pace = f"; {duration:g} s of arrivals a phase" if "--duration" in chosen.options else ""
+    _output.info(escape(f"plan: {chosen.summary}{pace}"))
     try:
         with interruptible():
             result = chosen.run(opts, lambda line: _output.info(escape(line)))

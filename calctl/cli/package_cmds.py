@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from calctl import textsafe
 from calctl.cli import _output
@@ -20,6 +21,9 @@ from calctl.cli._package_arg import PackageArg, resolve_package
 from calctl.errors import UsageError
 from calctl.report import simple_report
 from calctl.textsafe import markup as safe
+
+if TYPE_CHECKING:
+    from calctl.package.provenance import Staleness
 
 #: Findings of one check (hash, signature) that `verify` prints; the rest are counted, JSON lists all.
 MAX_SHOWN_PER_CHECK = 20
@@ -102,13 +106,22 @@ def pack(
     directory: Annotated[Path, typer.Argument(help="Package directory to seal.")],
     key: Annotated[Path, typer.Option("--key", help="PREFIX.key that signs checksums.sha256.")],
     out: Annotated[Path | None, typer.Option("--out", help="Also write a deterministic PKG.tar here.")] = None,
+    refresh_provenance: Annotated[
+        bool,
+        typer.Option(
+            "--refresh-provenance",
+            help="Record a legitimate edit: recompute build-provenance.json's subjects from the files and note who "
+            "resealed, when and with which key (the build's own record is kept).",
+        ),
+    ] = False,
     jobs: JobsOpt = None,
     format: FormatOpt = TableJson.table,
-) -> None:
+) -> int:
     """Seal a package: checksums.sha256 for every file, signed, optionally tarred.
 
     Writes checksums.sha256 for every file of DIRECTORY, signs it with --key, and with --out also writes a
-    deterministic tar.
+    deterministic tar. A package edited after its build has stale provenance (validate: PROV002): pack says so
+    (verdict WARN), and with --refresh-provenance records the edit in build-provenance.json before sealing.
     """
     from calctl.package import archive
     from calctl.package import info as pkginfo
@@ -121,7 +134,14 @@ def pack(
     if out:
         archive.check_tar_destination(directory, out)  # before sealing: a failed pack changes nothing
     load_manifest(directory)  # refuse to seal something that is not a package at all
-    kid = seal.seal(directory, private, jobs)
+    kid = keys.key_id(private.public_key())
+    refreshed, stale = _provenance_before_seal(directory, kid, refresh_provenance, jobs)
+    try:
+        kid = seal.seal(directory, private, jobs)
+    except BaseException:
+        if refreshed is not None:  # a failed pack changes nothing: the provenance as it was
+            (directory / "build-provenance.json").write_bytes(refreshed)
+        raise
     if out:
         archive.write_tar(directory, out)
     listed = seal.parse_checksums((directory / "checksums.sha256").read_bytes())
@@ -131,13 +151,73 @@ def pack(
         "signer_key_id": kid,
         "digest": pkginfo.package_digest(directory),
         "tar": str(out) if out else None,
+        "provenance": _provenance_doc(refreshed is not None, stale),
     }
+    verdict = "WARN" if stale and refreshed is None else "PASS"
     if _output.is_json(format):
-        _output.emit_json(simple_report("pack", doc))
+        _output.emit_json(simple_report("pack", doc, verdict=verdict))
     else:
-        _output.stdout.print(
-            f"sealed {directory}: {len(listed)} files, signed by {kid}" + (f"; wrote {out}" if out else "")
+        _print_pack(directory, len(listed), kid, out, refreshed is not None, stale)
+    return 0
+
+
+def _provenance_before_seal(
+    directory: Path, kid: str, refresh: bool, jobs: int | None
+) -> tuple[bytes | None, Staleness | None]:
+    """(the provenance's bytes before a refresh, or None; how it was stale, or None when it could not be read)."""
+    from datetime import datetime, timezone
+
+    from calctl.errors import PackageError
+    from calctl.package import provenance
+
+    path = directory / "build-provenance.json"
+    if not path.is_file():
+        if refresh:  # nothing to refresh: refused before anything is written
+            raise PackageError(f"{path}: no such file; --refresh-provenance refreshes the build's provenance (LAY004)")
+        return None, None  # LAY004 names a missing provenance; nothing to compare
+    try:
+        if not refresh:
+            return None, provenance.staleness(directory, jobs)
+        before = path.read_bytes()
+        stale = provenance.refresh(
+            directory, by=provenance.resealer(), at=datetime.now(timezone.utc), signer_key_id=kid, jobs=jobs
         )
+        return before, stale
+    except PackageError:
+        if refresh:
+            raise  # asked to refresh what cannot be read: refused, nothing changed
+        return None, None
+
+
+def _provenance_doc(refreshed: bool, stale: Staleness | None) -> dict[str, Any]:
+    if stale is None:
+        return {"status": "not compared"}
+    status = "refreshed" if refreshed else ("stale" if stale else "current")
+    return {
+        "status": status,
+        "changed": list(stale.changed),
+        "not_named": list(stale.missing),
+        "gone": list(stale.extra),
+    }
+
+
+def _print_pack(
+    directory: Path, files: int, kid: str, out: Path | None, refreshed: bool, stale: Staleness | None
+) -> None:
+    tail = f"; wrote {out}" if out else ""
+    if refreshed:
+        what = f": {stale.describe()}" if stale else " (no subject had changed)"
+        _output.stdout.print(
+            f"refreshed build-provenance.json{escape(what)}; the reseal is recorded (who, when, key {kid})"
+        )
+    if stale and not refreshed:  # never "sealed, signed" as if the package were whole (#53 item 5)
+        _output.stdout.print(
+            f"[bold yellow]WARN[/] sealed {escape(str(directory))}: {files} files, signed by {kid}{escape(tail)}, but "
+            f"build-provenance.json describes another build: {escape(stale.describe())}; validate fails PROV002. "
+            "If the edit is legitimate, run again with --refresh-provenance to record it."
+        )
+        return
+    _output.stdout.print(f"sealed {escape(str(directory))}: {files} files, signed by {kid}{escape(tail)}")
 
 
 def sign(

@@ -38,10 +38,9 @@ from calctl.cli._output import Format, TableJson
 from calctl.cli._package_arg import PackageArg
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
-from calctl.report import Report, StepRecord, StepStatus
+from calctl.report import Report, StepRecord, StepStatus, Tone, tone_of
 
 if TYPE_CHECKING:  # the runners (numpy, the rules, jsonschema, matplotlib) load when a command runs, not for --help
-    from calctl.runners import bringup as bringup_lib
     from calctl.runners.device import DeviceSpec
     from calctl.runners.steps import StepLog
     from calctl.signing.policy import TrustPolicy
@@ -144,6 +143,7 @@ def _finish(
     from calctl import html_report
     from calctl.records import write_json
     from calctl.runners.trace import write_trace_outputs
+    from calctl.runners.warmup import warm_iterations
 
     files: dict[str, str | None] = {"json": None, "plot": None}
     if trace is not None or plot is not None:
@@ -156,6 +156,8 @@ def _finish(
             metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
             marks=report.body.get("marks") or (),
             latency=report.command == "warmup",
+            # the picture's figures are the table's: the cold first iteration left out as there
+            latency_iterations=warm_iterations(report),
         )
     report = report.with_body(trace=files)
     if report_path is not None:
@@ -197,7 +199,10 @@ def _footer(report: Report, report_path: Path | None) -> None:
         if report.body.get("trace", {}).get(key):
             out.print(f"{label}: {escape(report.body['trace'][key])}")
     if report_path is not None:
+        from calctl.html_report import page_path
+
         out.print(f"report: {escape(str(report_path))}")
+        out.print(f"page: {escape(str(page_path(report_path)))} (one self-contained file to open or attach)")
     line = f"verdict {_output.styled_verdict(report.verdict)}"
     if report.error:
         line += f": {escape(report.error)}"
@@ -243,6 +248,7 @@ def junit_suites(report: Report) -> list[_output.JunitSuite]:
             message=s["detail"],
             kind="fail" if s["status"] == StepStatus.FAIL.value else s["status"].lower(),
             output=s["detail"],
+            warning=s["detail"] or "WARN" if s["status"] == StepStatus.WARN.value else "",
         )
         for s in (x.to_dict() for x in report.steps or ())
     ]
@@ -386,7 +392,7 @@ def _render_warmup(report: Report) -> None:
                     str(p.count),
                     _ms(p.p50),
                     _ms(p.p90),
-                    _ms(p.p99),
+                    _ms(p.p99) if p.tail()[0] == "P99" else f"max {_ms(p.max)}",  # a P99 needs 100 jobs
                     "n/a" if p.cv is None else f"{p.cv:.3f}",
                     _stability(p.cv, unstable, report.body.get("cv_warn"), graph in r.not_judged),
                     f"{r.errors}/{r.iterations}",
@@ -396,7 +402,7 @@ def _render_warmup(report: Report) -> None:
         _output.print_table(
             "warm-up latency per graph (ms, "
             + ("device clock" if all(r.clock == "device" for r in report.body.get("models", [])) else "HOST clock")
-            + ", first iteration excluded; "
+            + ", first iteration excluded; P99 from 100 jobs on, else the max; "
             f"stable: CV interval <= {report.body.get('cv_warn', 0.25):g}; errors of iterations)",
             ["model", "graph", "jobs", "P50", "P90", "P99", "CV", "stability", "errors"],
             rows,
@@ -567,14 +573,10 @@ def bringup(
     _output.info(
         f"calctl bringup ({level.value}) of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"
     )
+    # the plan before it starts (#53 item 5): the steps in order; each step's own line says its time as it ends
+    _output.info(f"plan: {', '.join(s.name for s in bringup_lib.STEPS)} (a step whose input failed is skipped)")
 
-    def show(o: bringup_lib.StepOutcome) -> None:
-        _output.info(
-            f"  {_output.styled_verdict(o.verdict)} {escape(o.name)} [dim]({o.seconds:.2f} s)[/] "
-            + escape(o.key_figure or o.detail)  # a SKIP has no figure: its reason
-        )
-
-    with interruptible(), quiet_engine_log():
+    with interruptible(), quiet_engine_log(), _bringup_steps(format) as show:
         result = bringup_lib.run_bringup(config, on_step=show)
     document = result.document()
     write_json(out_dir / "report.json", document)
@@ -584,6 +586,24 @@ def bringup(
     else:
         _render_bringup(result)
     return result.exit_code
+
+
+@contextlib.contextmanager
+def _bringup_steps(format: TableJson) -> Iterator[Callable[[Any], None]]:
+    """Each step as it ends. On a terminal whose screen also gets the table, one transient status line (the
+    table lists every step once; #53 item 10: it listed them twice); in a log, or with --format json, a line
+    per step."""
+
+    def line(o: Any) -> str:  # a SKIP has no figure: its reason
+        return f"{_output.styled_verdict(o.verdict)} {escape(o.name)} [dim]({o.seconds:.2f} s)[/] " + escape(
+            o.key_figure or o.detail
+        )
+
+    if format.value == "table" and _output.stderr.is_terminal and _output.stdout.is_terminal:
+        with _output.stderr.status("starting", spinner="dots") as status:
+            yield lambda o: status.update(line(o))
+        return
+    yield lambda o: _output.info("  " + line(o))
 
 
 def _render_bringup(result: Report) -> None:
@@ -607,6 +627,10 @@ def _render_bringup(result: Report) -> None:
     line = f"verdict {_output.styled_verdict(result.verdict)} in {doc['seconds']:.1f} s"
     if result.verdict == "INTERRUPTED" and result.error:  # the signal and where: the rows may not say it
         line += f": {escape(result.error)}"
+    else:  # the first step that failed, and why (#53 item 6: `verdict FAIL in 0.4 s` named nothing)
+        failed = next((s for s in doc["summary"] if tone_of(s["verdict"]) is Tone.BAD), None)
+        if failed is not None:
+            line += f": {escape(failed['step'])} {escape(failed['verdict'])}: {escape(failed['detail'])}"
     out.print(line)
 
 

@@ -32,10 +32,6 @@ from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
 
 
-def _mib(x: int | float | None) -> str:
-    return "n/a" if x is None else f"{x / 1024**2:+.1f} MiB"
-
-
 def _requests_line(sent: int, by_outcome: dict[str, int], *, short: bool = False) -> str:
     """One way to count requests, in the progress bar (``short``) and the summary alike: sent, succeeded, ended as
     the mix intends, refused, failed (calctl.runners.soak.wording)."""
@@ -59,7 +55,8 @@ def soak(
     pkg: PackageArg = None,
     cycles: Annotated[int | None, int_option("--cycles", min=1, help="Run N load/unload cycles.")] = None,
     hours: Annotated[
-        float | None, float_option("--hours", min=0.0, help="Cycle until H hours have passed (e.g. 24).")
+        float | None,
+        float_option("--hours", above=0.0, help="Cycle until H hours have passed (e.g. 24; more than 0)."),
     ] = None,
     traffic: Annotated[
         TrafficOpt,
@@ -84,7 +81,10 @@ def soak(
         ),
     ] = None,
     report: Annotated[
-        Path | None, report_dir_option("./calctl-reports/soak-<timestamp>", "events.ndjson, soak-report.json, soak.png")
+        Path | None,
+        report_dir_option(
+            "./calctl-reports/soak-<timestamp>", "events.ndjson, soak-report.json, soak-report.html, soak.png"
+        ),
     ] = None,
     checkpoint_interval: Annotated[
         float, float_option("--checkpoint-interval", min=0.05, help="Seconds between checkpoint reports.")
@@ -143,6 +143,7 @@ def soak(
     _output.info(
         f"calctl soak: {plan} of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"
     )
+    _output.info(escape(_plan_line(config, spec.kind.value)))
     with interruptible(), quiet_engine_log(), _SoakProgress(config) as progress:
         result = soak_lib.run_soak(config, on_progress=progress.update)
     doc = result.document()
@@ -150,9 +151,9 @@ def soak(
         _output.emit_json(result)
     else:
         _render_soak(doc)
-    if result.error:
+    if result.error and _output.is_json(format):  # the table's last line says it already (#53 item 7: twice)
         _output.info(f"[bold red]{escape(result.verdict)}[/]: {escape(result.error)}")
-    if result.exit_code != 0:
+    if result.exit_code != 0 and _output.is_json(format):
         for v in doc["violations"][:10]:
             _output.info(
                 f"[bold red]violation[/] {escape(v['kind'])}: {escape(v['message'])}"
@@ -162,80 +163,58 @@ def soak(
 
 
 class _SoakProgress:
-    """A rich progress bar on stderr: cycles (or hours), ETA, and live counters."""
+    """The soak's progress on stderr (calctl.cli._progress): a bar line that fits 80 columns with the live
+    counters wrapped under it on a terminal; in a log, one line per cycle and at least one a minute."""
 
     def __init__(self, config: Any) -> None:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from calctl.cli._progress import LongProgress, Plan
 
+        hours = config.hours or 0.0
+        plan = Plan("soak", float(config.cycles)) if config.cycles is not None else Plan("soak", hours * 3600, None)
         self._cycles = config.cycles
-        self._total = float(config.cycles) if config.cycles is not None else float(config.hours * 3600)
-        self._progress = Progress(
-            TextColumn("[bold]soak[/]"),
-            BarColumn(),
-            TextColumn("{task.fields[done]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[live]}"),
-            console=_output.stderr,
-            transient=False,
-            refresh_per_second=4,
-        )
-        self._task = self._progress.add_task("soak", total=self._total, done="", live="starting")
+        self._progress = LongProgress(plan)
 
     def __enter__(self) -> _SoakProgress:
-        self._progress.start()
+        self._progress.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
+        self._progress.__exit__(*exc)
 
     def update(self, p: Any) -> None:
-        if self._cycles is not None:
-            completed, done = float(p.cycles_done), f"{p.cycles_done}/{self._cycles} cycles"
-        else:
-            completed, done = min(self._total, p.elapsed_s), f"{p.cycles_done} cycles"
         drift = " ".join(f"chip{c} {'n/a' if v is None else f'{v:+.0f}'}" for c, v in sorted(p.max_drift_mib.items()))
+        cycles = "" if self._cycles is not None else f"{p.cycles_done} cycles, "
         live = (
-            f"{p.phase} | gen {p.generation if p.generation is not None else '-'} | "
-            f"{_requests_line(p.requests, p.by_outcome, short=True)} | violations {p.violations} | drift MiB {drift}"
+            f"{cycles}{p.phase}, generation {p.generation if p.generation is not None else '-'}; requests "
+            f"{_requests_line(p.requests, p.by_outcome, short=True)}; {p.violations} violation(s); drift MiB {drift}"
         )
-        self._progress.update(self._task, completed=completed, done=done, live=escape(live))
+        self._progress.update(float(p.cycles_done), live, elapsed_s=p.elapsed_s)
+
+
+def _plan_line(config: Any, kind: str) -> str:
+    """What the soak will do and how long it will take at least, said before it starts (#53 item 5)."""
+    per_cycle = "load (golden + warm-up), " + (
+        f"{config.traffic_seconds:g} s of {config.traffic.value} traffic, " if config.traffic.value != "none" else ""
+    )
+    per_cycle += "unload and the memory check"
+    if config.cycles is not None:
+        from calctl.cli._progress import clock
+
+        floor = config.cycles * (config.traffic_seconds if config.traffic.value != "none" else 0.0)
+        when = f"at least {clock(floor)} of traffic alone" if floor else "a few seconds a cycle on the mock"
+        return f"plan: {config.cycles} cycle(s) of {per_cycle}; {when}; the ETA follows the measured cycles"
+    return f"plan: cycles of {per_cycle} until {config.hours:g} h have passed on the {kind} device"
 
 
 def _render_soak(doc: dict[str, Any]) -> None:
-    from calctl.runners.soak.wording import deadline_note
+    from calctl.runners.soak.wording import facts
 
     out = _output.stdout
-    req = doc["requests"]
-    errs = doc["errors"]
-    deadlines = deadline_note(req.get("by_kind") or {})
-    rows = [
-        ("status", doc["status"]),
-        ("cycles", f"{doc['cycles']}" + (f" of {doc['cycles_planned']}" if doc["cycles_planned"] else "")),
-        ("duration", f"{doc['seconds']:.1f} s"),
-        ("requests", _requests_line(req["sent"], req["by_outcome"])),
-        *([("deadline requests", deadlines)] if deadlines else []),
-        (
-            "device errors",
-            ", ".join(f"{k} {v}" for k, v in sorted(errs["device_errors"].items()))
-            or ("none" if doc.get("runtime") else "not measured: the soak never reached the device"),
-        ),
-        (
-            "lifecycle errors",
-            ", ".join(f"{k} {v}" for k, v in sorted(errs["lifecycle"].items())) or "none (no AlreadyConfigured)",
-        ),
-        (
-            "stale completions",
-            f"{sum(errs['stale_completions_dropped'].values())} dropped by the engine, "
-            f"{errs['stale_completions_delivered']} delivered",
-        ),
-        ("recoveries", str(len(errs["recoveries"]))),
-    ]
-    for chip, drift in sorted(doc["memory"]["max_drift_bytes"].items()):
-        limit = doc["memory"]["drift_limit_bytes"].get(chip) or doc["memory"]["drift_limit_bytes"].get(int(chip))
-        rows.append((f"chip{chip} max drift", f"{_mib(drift)} (limit {_mib(limit).lstrip('+')})"))
+    seen = facts(doc)
+    rows = [(k, v) for k, v in seen if k != "what the counts mean"]
+    rows.insert([k for k, _ in rows].index("cycles") + 1, ("duration", f"{doc['seconds']:.1f} s"))
     _output.print_table("calctl soak", ["check", "result"], [(escape(a), escape(str(b))) for a, b in rows])
+    out.print(f"[dim]{escape(dict(seen)['what the counts mean'])}[/]")
     if doc["violations"]:
         _output.print_table(
             "violations",
@@ -245,10 +224,14 @@ def _render_soak(doc: dict[str, Any]) -> None:
     if doc.get("note"):
         out.print(f"[yellow]{escape(doc['note'])}[/]")
     files = doc.get("files") or {}
-    out.print(
-        f"report: {escape(str(files.get('report')))}; events: {escape(str(files.get('events')))}; "
-        f"plot: {escape(str(files.get('plot')))}"
-    )
+    # only the files the run wrote: "plot: None" said nothing a person could use (#53 item 7)
+    written = [f"{name}: {escape(str(files[name]))}" for name in ("report", "events", "plot") if files.get(name)]
+    if written:
+        out.print("; ".join(written))
+    if files.get("report"):
+        from calctl.html_report import page_path
+
+        out.print(f"page: {escape(str(page_path(Path(files['report']))))} (one self-contained file to open or attach)")
     verdict = doc["verdict"]
     n = len(doc["violations"])
     line = f"verdict {_output.styled_verdict(verdict)}: {n} violation(s) in {doc['cycles']} complete cycle(s)"

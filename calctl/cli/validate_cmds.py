@@ -202,6 +202,11 @@ def junit_suites(report: ValidationReport) -> list[_output.JunitSuite]:
                 kind=kind,
                 text=lines,
                 output=lines,
+                warning="; ".join(
+                    f"{c.file}: {c.message}" if c.file else c.message for c in entries if c.status is Status.WARN
+                )
+                if outcome is None
+                else "",
             )
         )
     props = [("package", report.package)] + ([("digest", report.digest)] if report.digest else [])

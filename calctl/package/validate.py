@@ -101,6 +101,11 @@ class RuleFinding(Finding):
         }
 
 
+def _refusal_line(c: RuleFinding) -> str:
+    where = (c.file or "") + (f":{c.field}" if c.field else "")
+    return f"{c.id} {where}: {c.message}" if where else f"{c.id}: {c.message}"
+
+
 @dataclass(frozen=True)
 class ValidationReport:
     """The outcome of :func:`validate`. Truthy only when the package is accepted."""
@@ -159,6 +164,14 @@ class ValidationReport:
 
     def failed_ids(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c.id for c in self.errors))
+
+    def refusal(self, limit: int = 4) -> str:
+        """Why the package is refused, in one sentence every command prints the same way: each failing check as
+        ``RULE file[:field]: message`` (the rule, the file and the figure; #53 item 6: ``(HASH001)`` alone named
+        no file), the first ``limit`` of them and how many more."""
+        lines = [_refusal_line(c) for c in self.errors]
+        more = f"; and {len(lines) - limit} more" if len(lines) > limit else ""
+        return "; ".join(lines[:limit]) + more if lines else "rejected by policy"
 
     def to_dict(self) -> dict[str, Any]:
         """The ``validate-report/v1`` document (without ``schema_version``, added by the renderer)."""

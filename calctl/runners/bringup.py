@@ -48,7 +48,7 @@ from calctl import records
 from calctl.budget.evaluation import report_document, run_budget
 from calctl.budget.plan import plan_from_package
 from calctl.budget.policy import BudgetPolicy
-from calctl.errors import CalctlError, Interrupted, interrupt_reason
+from calctl.errors import CalctlError, Interrupted, interrupt_reason, reason_of
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
@@ -59,7 +59,7 @@ from calctl.runners.poc import run_poc_combined
 from calctl.runners.steps import RunOutcome, error_text, outcome_of
 from calctl.runners.trace import write_trace_outputs
 from calctl.runners.warmup import describe as describe_warmup
-from calctl.runners.warmup import run_warmup
+from calctl.runners.warmup import run_warmup, warm_iterations
 from calctl.signing.policy import TrustPolicy
 
 log = logging.getLogger("calctl.bringup")
@@ -194,11 +194,17 @@ def _validate(state: BringupState) -> StepOutcome:
     warned = list(dict.fromkeys(c.id for c in report.warnings))
     figure = f"{len(report.rule_ids())} rules, {len(report.errors)} failing, {len(report.warnings)} warning(s)"
     detail = (
-        f"failed {', '.join(report.failed_ids())}"
+        f"{cfg.package}: the package failed validation ({report.refusal()})"  # rule, file, figure (#53 item 6)
         if not report.ok
-        else (f"warnings {', '.join(warned)}" if warned else "every rule passed")
+        # each warning with its file and why (``warnings SIG002`` alone meant nothing to a reader, #53 item 1)
+        else ("warnings: " + "; ".join(_warning_lines(report)) if warned else "every rule passed")
     )
     return StepOutcome("validate", report.verdict, figure, time.perf_counter() - t0, detail, document=report.to_dict())
+
+
+def _warning_lines(report: Any, limit: int = 3) -> list[str]:
+    lines = [f"{c.id} {c.file}: {c.message}" if c.file else f"{c.id}: {c.message}" for c in report.warnings]
+    return lines[:limit] + ([f"and {len(lines) - limit} more"] if len(lines) > limit else [])
 
 
 def _budget(state: BringupState) -> StepOutcome:
@@ -233,6 +239,7 @@ def _device_step(state: BringupState, name: str, report: Report, figure: str) ->
         metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
         marks=report.body.get("marks") or (),
         latency=report.command == "warmup",
+        latency_iterations=warm_iterations(report),  # the picture's figures are the table's
     )
     if state.header is None and report.header.get("runtime") is not None:
         state.header = dict(report.header)
@@ -323,7 +330,7 @@ def _soak(state: BringupState) -> StepOutcome:
     doc = report.document()
     violations = doc["violations"]
     drift = doc["memory"]["max_drift_bytes"]
-    from calctl.runners.soak.wording import RequestCounts
+    from calctl.runners.soak.wording import SHORT_MEANING, RequestCounts
 
     figure = (
         f"{doc['cycles']}/{s.soak_cycles} cycles, requests {RequestCounts.of_report(doc['requests']).short()}, "
@@ -332,7 +339,7 @@ def _soak(state: BringupState) -> StepOutcome:
     )
     detail = (
         "; ".join(v["message"] for v in violations[:3]) or "memory back to baseline, counters closed, no stale token"
-    )
+    ) + f". {SHORT_MEANING}"  # a PASS beside more refused than succeeded, explained (#53 item 7)
     verdict = report.verdict
     said = doc.get("interrupted")
     if verdict == RunOutcome.INTERRUPTED.value and isinstance(said, dict) and said.get("signal"):
@@ -486,7 +493,7 @@ def _run_step(step: BringupStep, state: BringupState, cut: str | None) -> StepOu
         # A usage or input error here came up mid-run (a file the step reads changed or vanished): the step
         # is ERROR, naming the error, and what the other steps measured is kept.
         outcome = outcome_of(exc)
-        detail = str(exc) if outcome is not RunOutcome.ERROR else f"{type(exc).__name__}: {exc}"
+        detail = reason_of(exc)
         return StepOutcome(step.name, outcome.value, "", time.perf_counter() - t0, detail)
     except OSError as exc:  # a file the step writes (its report directory) is unusable
         what = f"{exc.filename}: " if exc.filename else ""

@@ -150,11 +150,8 @@ class RunContext(Closes):
                 + (f": {', '.join(report.failed_ids())}" if report.errors else "")
             )
             if not report:
-                findings = [f"{c.id}: {c.message}" for c in report.errors]
-                shown = "; ".join(findings[:4]) + (f"; and {len(findings) - 4} more" if len(findings) > 4 else "")
                 raise CheckFailed(
-                    f"{self.path}: the package failed validation ({shown or 'rejected by policy'}); "
-                    "it never reached configure",
+                    f"{self.path}: the package failed validation ({report.refusal()}); it never reached configure",
                     hint=f"run `calctl validate {self.path}` for every finding",
                 )
             if warned:

@@ -125,6 +125,7 @@ def plot_timeline(
     lane_names: dict[str, str] | None = None,
     notes: Sequence[str] = (),
     latency: bool = False,
+    latency_iterations: int | None = None,
 ) -> None:
     """One lane per chip (and a pong lane where pong jobs ran), jobs coloured by model, prefill hatched.
 
@@ -178,7 +179,7 @@ def plot_timeline(
             figsize=(12, 2.2 + 0.9 * n_lanes + 0.55 * len(graphs)),
             gridspec_kw={"height_ratios": [1.6 + 0.9 * n_lanes, 0.6 + 0.55 * len(graphs)]},
         )
-        _latency_panel(lat_ax, jobs, graphs, colour)
+        _latency_panel(lat_ax, jobs, graphs, colour, latency_iterations)
     else:
         fig, ax = plt.subplots(figsize=(12, 1.6 + 0.9 * n_lanes))
     for m in marks:  # behind everything
@@ -252,26 +253,41 @@ def plot_timeline(
     plt.close(fig)
 
 
-def _latency_panel(ax: Any, jobs: Sequence[TraceSlice], graphs: Sequence[str], colour: dict[str, str]) -> None:
-    """Each graph's job durations (ms, device clock) as points on one row, P50 and P99 as ticks, CV and n."""
+def _warm(rows: list[TraceSlice], iterations: int | None) -> list[TraceSlice]:
+    """The jobs after the first of ``iterations`` iterations (the cold one, left out of warm-up's figures)."""
+    if not iterations or iterations < 2 or len(rows) % iterations:
+        return rows
+    return sorted(rows, key=lambda s: s.start)[len(rows) // iterations :]
+
+
+def _latency_panel(
+    ax: Any, jobs: Sequence[TraceSlice], graphs: Sequence[str], colour: dict[str, str], iterations: int | None = None
+) -> None:
+    """Each graph's job durations (ms, device clock) as points on one row, P50 and the tail (P99 from 100 jobs,
+    else the max: calctl.checks.stats) as ticks, CV and n: the figures of warm-up's table, from the same jobs
+    (``iterations``: the first, cold, iteration is left out as there)."""
     import numpy as np
 
+    from calctl.checks.stats import tail_of
+
     for y, graph in enumerate(graphs):
-        rows = [s for s in jobs if s.graph == graph]
+        rows = _warm([s for s in jobs if s.graph == graph], iterations)
         ms = np.array([(s.end - s.start) * 1e3 for s in rows])
         ok = np.array([s.ok for s in rows])
         jitter = (np.arange(len(ms)) % 7 - 3) * 0.04
         ax.scatter(ms[ok], y + jitter[ok], s=12, color=colour[rows[0].model], alpha=0.7, linewidths=0, zorder=3)
         if (~ok).any():
             ax.scatter(ms[~ok], y + jitter[~ok], s=24, color="red", marker="x", zorder=4)
-        p50, p99 = np.percentile(ms, [50, 99])
+        p50 = float(np.percentile(ms, 50))
+        word, tail = tail_of(ms.tolist())
+        p99 = float(tail if tail is not None else p50)
         cv = float(ms.std(ddof=1) / ms.mean()) if len(ms) > 1 and ms.mean() > 0 else 0.0
         for value, name in ((p50, "P50"), (p99, "P99")):
             ax.plot([value, value], [y - 0.32, y + 0.32], color="black", linewidth=1.4 if name == "P99" else 1.0)
         ax.text(
             1.005,
             y,
-            f"P50 {p50:.2f} ms  P99 {p99:.2f} ms  CV {cv:.3f}  n={len(ms)}"
+            f"P50 {p50:.2f} ms  {word} {p99:.2f} ms  CV {cv:.3f}  n={len(ms)}"
             + (f"  failed {int((~ok).sum())}" if (~ok).any() else ""),
             transform=ax.get_yaxis_transform(),
             va="center",
@@ -281,7 +297,10 @@ def _latency_panel(ax: Any, jobs: Sequence[TraceSlice], graphs: Sequence[str], c
     ax.set_yticks(range(len(graphs)), list(graphs))
     ax.set_ylim(len(graphs) - 0.5, -0.5)
     ax.set_xlim(left=0)
-    ax.set_xlabel("job duration on the device's clock (ms); ticks: P50 (thin) and P99 (thick); red x: failed job")
+    cold = "; first iteration left out" if iterations and iterations > 1 else ""
+    ax.set_xlabel(
+        f"job duration on the device's clock (ms); ticks: P50 (thin) and P99 or max (thick); red x: failed job{cold}"
+    )
     ax.grid(axis="x", alpha=0.3)
 
 
@@ -324,6 +343,7 @@ def write_trace_outputs(
     metadata: dict[str, Any],
     marks: Sequence[Mark] = (),
     latency: bool = False,
+    latency_iterations: int | None = None,
 ) -> dict[str, str | None]:
     """Write the Chrome/Perfetto JSON and/or the timeline PNG (``marks`` shaded behind it, ``latency``: the
     per-graph duration panel of :func:`plot_timeline`); return where they went."""
@@ -334,6 +354,14 @@ def write_trace_outputs(
         out["json"] = str(trace)
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_timeline(plot, slices, title=title, device=device, marks=marks, latency=latency)
+        plot_timeline(
+            plot,
+            slices,
+            title=title,
+            device=device,
+            marks=marks,
+            latency=latency,
+            latency_iterations=latency_iterations,
+        )
         out["plot"] = str(plot)
     return out

@@ -85,7 +85,8 @@ def describe(r: WarmupResult) -> str:
     for graph, p in r.graphs.items():
         if p.count:
             cv = f"{p.cv:.2f}" if p.cv is not None else "n/a"
-            parts.append(f"{graph} P50 {_ms(p.p50)} P99 {_ms(p.p99)} CV {cv}")
+            word, tail = p.tail()  # max below 100 jobs: never a P99 of 19 samples
+            parts.append(f"{graph} P50 {_ms(p.p50)} {word} {_ms(tail)} CV {cv}")
     text = f"{r.iterations} it, {r.errors} error(s); " + "; ".join(parts)
     if r.unstable:
         text += f"; unstable (CV CI above {CV_WARN}): {', '.join(r.unstable)}"
@@ -100,4 +101,14 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:.2f} ms"
 
 
-__all__ = ["CV_WARN", "WarmupResult", "describe", "run_warmup", "run_warmup_model"]
+def warm_iterations(report: Report) -> int | None:
+    """Iterations of every model of a warm-up report (its picture leaves out the first, cold one, as its table
+    does); None for another report or when the models ran different counts."""
+    if report.command != "warmup":
+        return None
+    counts = {getattr(r, "iterations", None) for r in report.body.get("models", [])}
+    only = counts.pop() if len(counts) == 1 else None
+    return only if isinstance(only, int) else None
+
+
+__all__ = ["CV_WARN", "WarmupResult", "describe", "run_warmup", "run_warmup_model", "warm_iterations"]

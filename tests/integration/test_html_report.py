@@ -137,7 +137,8 @@ def test_a_broken_picture_is_seen_by_the_chromium_check(bringup_dir: tuple[Path,
     shutil.copytree(out, copy)
     victim = sorted(copy.rglob("*.png"))[0]
     victim.write_bytes(b"not a png")
-    html_report.write(json.loads((copy / "report.json").read_text()), copy / "report.json")
+    doc = json.loads((copy / "report.json").read_text().replace(str(out), str(copy)))  # the copy's own files
+    html_report.write(doc, copy / "report.json")
     probe = _open(copy / "report.html", tmp_path)["probe"]
     assert isinstance(probe, dict) and len(probe["broken"]) == 1
 
@@ -287,3 +288,98 @@ def test_bidi_and_zero_width_characters_are_escaped_on_the_page(tmp_path: Path) 
     for raw in ("\u202e", "\u2028", "\u200b", "\u2066", "\x9b"):
         assert raw not in html
     assert "\\u202e" in html and "\\u2028" in html
+
+
+def _embedded(html: str) -> int:
+    return html.count('src="data:image/png;base64,')
+
+
+def test_a_page_embeds_only_the_pictures_its_report_lists(bringup_dir: tuple[Path, CliResult], tmp_path: Path) -> None:
+    """#53 item 1: a PNG that merely lies under the report's folder (another run's, a planted holiday photo) is
+    not this run's evidence; the page embeds exactly the PNGs report.json names."""
+    out, _ = bringup_dir
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    listed = {
+        Path(f).name for s in json.loads((copy / "report.json").read_text())["summary"] for f in s["files"].values()
+    }
+    listed_pngs = {n for n in listed if n.endswith(".png")}
+    holiday = copy / "photos" / "holiday.png"
+    holiday.parent.mkdir()
+    shutil.copy(sorted(copy.rglob("*.png"))[0], holiday)
+    shutil.copy(holiday, copy / "another-run.png")
+    doc = json.loads((copy / "report.json").read_text())
+    html = html_report.write(doc, copy / "report.json").read_text(encoding="utf-8")
+    assert "holiday.png" not in html and "another-run.png" not in html
+    assert listed_pngs and _embedded(html) == len(listed_pngs)
+
+
+def test_run_golden_in_a_folder_with_photos_embeds_none_of_them(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's repro: ``mkdir -p x/photos && cp any.png x/photos/holiday.png && cd x && calctl run-golden
+    --report golden.json``; the page names its own plot when one was asked for, and nothing else."""
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "holiday.png").write_bytes(_tiny_png())
+    monkeypatch.chdir(tmp_path)
+    r = cli("run-golden", "--report", "golden.json")
+    assert r.code == 0, r.err
+    page = tmp_path / "golden.html"
+    assert str(page) in r.out or "golden.html" in r.out  # #53 item 10: the page's path is printed
+    assert _embedded(page.read_text(encoding="utf-8")) == 0
+    r = cli("run-golden", "--report", "golden.json", "--plot", "golden.png")
+    assert r.code == 0, r.err
+    html = page.read_text(encoding="utf-8")
+    assert _embedded(html) == 1 and "holiday" not in html and "golden.png" in html
+
+
+def _tiny_png() -> bytes:
+    import base64
+
+    return base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    )
+
+
+def test_a_go_beside_rows_not_measured_is_not_a_green_headline(tmp_path: Path) -> None:
+    """#53 item 3: the accept page was a big green GO while 6 of 11 rows were NOT MEASURED."""
+    doc = {
+        "command": "accept",
+        "verdict": "GO",
+        "exit_code": 0,
+        "device": "mock",
+        "rows": [
+            {"id": "G0", "title": "capacity", "verdict": "GO", "key_figure": "fits"},
+            {"id": "G1", "title": "golden", "verdict": "GO", "key_figure": "2/2"},
+            {
+                "id": "M3",
+                "title": "batch",
+                "verdict": "NOT MEASURED",
+                "reason": "model-a compiles decode profiles B1",
+                "how_to_measure": "`calctl bench PKG --scenario batch`",
+            },
+        ],
+    }
+    html = html_report.render(doc, tmp_path)
+    assert 'class="verdict big muted" id="verdict">GO</span>' in html
+    assert 'id="headline">on 2 of 3 rows, 1 NOT MEASURED</span>' in html
+    assert 'class="banner banner-muted"' in html  # a neutral border, and the reasons in the text's colour
+    reasons = re.search(r'<ul class="reasons" id="reasons">(.*?)</ul>', html, re.S)
+    assert reasons and "To measure: `calctl bench PKG --scenario batch`" in reasons.group(1)
+    assert re.search(r'<td class="verdict good">GO</td>', html)  # the GO rows stay green
+    assert re.search(r'<td class="verdict muted">NOT MEASURED</td>', html)
+    every_row_go = {**doc, "rows": doc["rows"][:2]}
+    assert 'class="verdict big good" id="verdict">GO</span>' in html_report.render(every_row_go, tmp_path)
+
+
+def test_the_mock_page_claims_nothing_for_the_run_and_hides_no_internals(
+    bringup_dir: tuple[Path, CliResult],
+) -> None:
+    """#53 item 7: "It shows that the tool and the package work end to end" was printed for refused packages too,
+    and the mock's page said ``software_model True``."""
+    out, result = bringup_dir
+    html = (out / "report.html").read_text(encoding="utf-8")
+    device = re.search(r'<p id="device">(.*?)</p>', html, re.S)
+    assert device and "software_model" not in device.group(1)
+    for text in (html, result.out):
+        assert "work end to end" not in text and "MOCK RESULT" in text

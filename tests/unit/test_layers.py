@@ -17,7 +17,8 @@ ROOT = Path(calctl.__file__).parent
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "filekind"}),
     frozenset({"records", "textsafe", "cache", "closing", "__init__"}),
-    frozenset({"report", "html_report"}),
+    frozenset({"report"}),
+    frozenset({"html_report"}),  # reads the verdict table of report (#48 item 2)
     frozenset({"signing"}),
     frozenset({"package"}),
     frozenset({"budget", "model"}),

@@ -39,7 +39,7 @@ def test_every_final_verdict_has_the_exit_code_docs_cli_md_gives_it() -> None:
         "INTERNAL ERROR": 70,
     }
     assert {v: exit_code_of(v) for v in documented} == documented
-    assert all(code != ExitCode.USAGE for code, _ in VERDICTS.values())  # exit 2 is a usage error, never a verdict
+    assert all(word.code != ExitCode.USAGE for word in VERDICTS.values())  # exit 2 is a usage error, never a verdict
 
 
 def test_a_policy_turns_a_passing_word_into_a_failed_check_and_nothing_else() -> None:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl import records
-from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError
+from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError, reason_of
 from calctl.report import RESERVED, Report, StepStatus, build_header
 from calctl.runners import bringup
 from calctl.runners.acceptance.plan import ROW_IDS, AcceptConfig
@@ -558,9 +558,7 @@ def error_evidence(name: str, exc: Exception, seconds: float) -> StepEvidence:
     # The code of the step's word (ERROR 3, TIMEOUT 4, FAIL 1). A usage or input error here came up mid-run
     # (a file the step reads changed or vanished): ERROR too, naming it, so the other rows' evidence is kept.
     code = outcome_of(exc).exit_code
-    return StepEvidence(
-        name, StepStatus.ERROR, seconds, detail=f"{type(exc).__name__}: {exc}", document={"exit_code": code}
-    )
+    return StepEvidence(name, StepStatus.ERROR, seconds, detail=reason_of(exc), document={"exit_code": code})
 
 
 __all__ = [

@@ -48,7 +48,8 @@ def counts(rows: tuple[RowResult, ...]) -> dict[str, int]:
 
 
 def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...] = ()) -> str:
-    """``GO: 9 GO, 0 NO-GO, 2 NOT MEASURED (G3, M4)``: the run's last line.
+    """``GO: 11 GO, 0 NO-GO, 0 NOT MEASURED`` or ``GO on 9 of 11 rows, 2 NOT MEASURED (G3, M4)``: the run's last
+    line.
 
     GO only when a row is GO and no step failed to run: a refused package (PKG or ``--replica``), a calctl bug,
     a hung step and any other step in ERROR are said as such, and a run that measured no row reads NOT MEASURED
@@ -68,14 +69,11 @@ def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvid
         "ERROR": f"ERROR (device error in {errored})" if device else f"ERROR (a step could not run: {errored})",
     }.get(verdict)
     if head is None:
-        if not c[GateDecision.GO.value]:
-            head = "NOT MEASURED"
-        elif c[GateDecision.NOT_MEASURED.value]:
-            head = "GO (with rows NOT MEASURED)"
-        else:
-            head = "GO"
+        head = "GO" if c[GateDecision.GO.value] else "NOT MEASURED"
     nm = [r.id for r in rows if r.verdict is GateDecision.NOT_MEASURED]
     ng = [r.id for r in rows if r.verdict is GateDecision.NO_GO]
+    if head == "GO" and nm:  # the headline never says more than the rows (#53 item 3)
+        return f"GO on {c['GO']} of {len(rows)} rows, {len(nm)} NOT MEASURED ({', '.join(nm)})"
     parts = [f"{c['GO']} GO"]
     parts.append(f"{c['NO-GO']} NO-GO" + (f" ({', '.join(ng)})" if ng else ""))
     parts.append(f"{c['NOT MEASURED']} NOT MEASURED" + (f" ({', '.join(nm)})" if nm else ""))

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from calctl.report import Tone, tone_of
 from calctl.runners.plotting import device_label, pyplot, save
 
 
@@ -33,6 +34,8 @@ class BarGroup(NamedTuple):
 
 #: One colour per model in every bench picture (isolated solid, joint hatched or dashed).
 MODEL_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
+#: A verdict's colour in a picture, by its tone (the page's colours, calctl/_data/html/report.html.j2).
+VERDICT_COLOURS = {Tone.GOOD: "#1a7f37", Tone.WARN: "#9a6700", Tone.BAD: "#cf222e", Tone.NEUTRAL: "#57606a"}
 
 
 def _bars(ax: Any, groups: Sequence[BarGroup], ylabel: str, gate: float) -> None:
@@ -67,7 +70,7 @@ def _bars(ax: Any, groups: Sequence[BarGroup], ylabel: str, gate: float) -> None
             limit = g.isolated * (1 + gate) * 1e3
             ax.hlines(limit, i - 0.45, i + 0.45, color="red", linestyle="--", linewidth=1.0)
         if g.verdict:
-            colour = {"PASS": "green", "FAIL": "red"}.get(g.verdict, "#b8860b")
+            colour = VERDICT_COLOURS[tone_of(g.verdict)]  # the tone of calctl.report.VERDICTS, as on the page
             ax.text(
                 i,
                 1.0,

@@ -8,7 +8,7 @@ from typing import Any
 
 from calctl.report import Report, build_header
 from calctl.runners.plotting import save
-from calctl.runners.soak import checks, evidence, host_memory
+from calctl.runners.soak import checks, evidence, host_memory, wording
 from calctl.runners.soak.judge import device_errors, samples, verdict
 from calctl.runners.soak.plan import SoakProgress
 from calctl.runners.soak.state import SoakState
@@ -192,12 +192,15 @@ def report(s: SoakState) -> Report:
         "cycle_records_truncated": len(s.cycles) > 2000,
         "files": files,
     }
+    # what the run saw, the same lines the terminal's table shows, for the page's first screen (#53 item 2)
+    body["facts"] = [list(f) for f in wording.facts({**header, **body})]
+    more = [f"... and {len(violations) - 10} more violation(s) in soak-report.json"] if len(violations) > 10 else []
     return Report(
         "soak",
         verdict(s),
         header,
         body,
-        reasons=tuple(f"{v['kind']}: {v['message']}" for v in violations[:10]),
+        reasons=tuple(f"{v['kind']}: {v['message']}" for v in violations[:10]) + tuple(more),
         error=s.header.get("error"),
         seconds=body.pop("seconds"),
         evidence={k: v for k, v in files.items() if k != "plot" and v},

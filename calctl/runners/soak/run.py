@@ -60,7 +60,7 @@ from collections.abc import Callable
 from typing import Any
 
 from calctl import html_report, records
-from calctl.errors import CalctlError, CheckFailed, Interrupted
+from calctl.errors import CalctlError, CheckFailed, Interrupted, reason_of
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, verdict_of_exit_code
@@ -145,7 +145,7 @@ class _Soak(SoakState):
             # as in bringup and accept; a missing package is refused by the CLI before the run (exit 2).
             self.status = "error"
             self.error_verdict = verdict_of_exit_code(exc.exit_code)
-            self.header["error"] = f"{type(exc).__name__}: {exc}"
+            self.header["error"] = reason_of(exc)
             self.events.write("error", error=self.header["error"])
         finally:
             self._stop_sampler.set()
@@ -488,8 +488,7 @@ def _validate(s: SoakState) -> None:
     if not report:
         s.events.write("validation_failed", failed=list(report.failed_ids()))
         raise CheckFailed(
-            f"{c.package}: the package failed validation ({', '.join(report.failed_ids())}); "
-            "the soak never touched the device",
+            f"{c.package}: the package failed validation ({report.refusal()}); the soak never touched the device",
             hint=f"run `calctl validate {c.package}`",
         )
 

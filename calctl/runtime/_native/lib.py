@@ -419,9 +419,11 @@ class CalrtLibrary:
 def load_library(path: str | Path | None) -> CalrtLibrary:
     """Open and check the CalRT C-ABI shim at ``path``; LibraryError (exit 3) names what is wrong."""
     if path is None or str(path) == "":
+        # The way out is in the message, not only the hint: a runner's report keeps the message (#53 item 10).
         raise LibraryError(
-            "no CalRT library given",
-            hint="pass --calrt-lib PATH or set CALRT_LIBRARY to the CalRT C-ABI shim (docs/calrt-c-abi.md)",
+            "no CalRT library given: pass --calrt-lib PATH or set CALRT_LIBRARY to the CalRT C-ABI shim; without "
+            "a board, `calctl device build-reference` builds the reference board's library",
+            hint="docs/calrt-c-abi.md",
         )
     p = Path(path)
     try:

@@ -79,9 +79,9 @@ class LoadCheck:
             ),
         )
         if not report:
-            failed = ", ".join(sorted({c.id for c in report.errors}))[:400]
-            raise CheckFailed(
-                f"{lp.source}: package failed validation ({failed})", hint=f"run `calctl validate {lp.source}`"
+            raise CheckFailed(  # rule, file and figure, as every command says a refusal (#53 item 6)
+                f"{lp.source}: package failed validation ({report.refusal()})",
+                hint=f"run `calctl validate {lp.source}`",
             )
         _log_package_notes(lp, report.warnings)
         if self.dual_config:

@@ -218,3 +218,21 @@ def test_budget_explains_its_memory_what_ifs(cli: Cli) -> None:
     assert r.code == 0, r.err
     assert "largest batch at the given context" in r.out
     assert "memory what-ifs" in r.out and "serves at most 16 lane(s)" in r.out
+
+
+def test_junit_says_a_warn_where_ci_shows_it() -> None:
+    """#53 item 10: a WARN step was a passed testcase with nothing to say it was a warning."""
+    import xml.etree.ElementTree as ET
+
+    from calctl.cli import _output
+
+    cases = [
+        _output.JunitCase("validate package", "calctl.run-golden", warning="SIG002: signed by the test-only key"),
+        _output.JunitCase("golden model-a", "calctl.run-golden", output="16/16 tokens exact"),
+    ]
+    root = ET.fromstring(_output.junit_xml("calctl run-golden", [_output.JunitSuite("s", cases)]).split("\n", 1)[1])
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props["warnings"] == "1: validate package: SIG002: signed by the test-only key"
+    outs = [c.findtext("system-out") for c in root.iter("testcase")]
+    assert outs[0] == "WARN: SIG002: signed by the test-only key" and outs[1] == "16/16 tokens exact"
+    assert root.get("failures") == "0"  # still a pass

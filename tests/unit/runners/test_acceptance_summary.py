@@ -97,7 +97,8 @@ def test_any_step_in_error_beside_go_rows_is_error_never_go() -> None:
 
 def test_go_rows_with_rows_not_measured_still_read_go() -> None:
     rows = (*_rows(GateDecision.GO)[:4], *_rows(GateDecision.NOT_MEASURED)[4:])
-    assert _report(rows, (), 0).summary_line().startswith("GO (with rows NOT MEASURED): 4 GO")
+    line = _report(rows, (), 0).summary_line()
+    assert line.startswith(f"GO on 4 of {len(rows)} rows, {len(rows) - 4} NOT MEASURED ("), line  # #53 item 3
 
 
 def test_a_soak_that_could_not_measure_names_its_cause(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
