@@ -220,7 +220,8 @@ def _run_stream(transport: httpx.MockTransport) -> RequestRecord:
     async def go() -> RequestRecord:
         rec = RequestRecord("m", "load", 0.0, 4, 8)
         async with httpx.AsyncClient(transport=transport) as c:
-            await _stream(c, HttpTarget("http://test"), {"model": "m", "stream_options": {"include_usage": True}}, rec)
+            body = {"model": "m", "stream_options": {"include_usage": True}}
+            await _stream(c, HttpTarget("http://test"), "/v1/completions", body, rec)
         return rec
 
     return asyncio.run(go())
