@@ -121,6 +121,15 @@ def serve(
     warmup_iterations: Annotated[
         int, int_option("--warmup-iterations", min=0, help="Warm-up iterations per model before it is Ready.")
     ] = 3,
+    audit_interval: Annotated[
+        float,
+        float_option(
+            "--audit-interval",
+            min=0.0,
+            help="Seconds between the serving audit's known-answer probes of each alias (also right after every "
+            "recovery); a wrong answer takes the alias out of service (docs/serve.md). 0 turns it off.",
+        ),
+    ] = 60.0,
     drain_timeout: Annotated[
         float,
         float_option(
@@ -188,6 +197,7 @@ def serve(
             records=records,
             records_max_bytes=int(records_max_mb * 2**20),
             warmup_iterations=warmup_iterations,
+            audit_interval_s=audit_interval,
             drain_timeout_s=drain_timeout,
             drain_grace_s=drain_grace,
             log_level=log_level,

@@ -57,6 +57,7 @@ class ServeOptions:
     records: str | None = None  # 001 §14 NDJSON records: a directory, "-" for stderr, None for none
     records_max_bytes: int = DEFAULT_MAX_BYTES
     warmup_iterations: int = 3
+    audit_interval_s: float = 60.0  # the serving audit's known-answer probe per alias (0: off; docs/serve.md)
     drain_timeout_s: float = 30.0
     drain_grace_s: float = 0.0
     log_level: str = "info"
@@ -201,6 +202,7 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
     from calctl.serving.api.server import DrainingServer
     from calctl.serving.config import load_dual_model_config, normalize_digest
     from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+    from calctl.serving.engine.audit import BoardAudit
     from calctl.serving.engine.metrics import EngineMetrics
     from calctl.serving.engine.supervisor import LoadPolicy
 
@@ -220,6 +222,7 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
     rt = open_runtime(opts.device, opts.calrt_lib, **(mock_opts if opts.device == "mock" else {}))
     port = sock.getsockname()[1]
     server: DrainingServer | None = None
+    audit: BoardAudit | None = None
     with rt, contextlib.closing(records):
         sup = DeviceSupervisor(
             rt,
@@ -272,9 +275,14 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
                 drain_timeout_s=opts.drain_timeout_s,
                 drain_grace_s=opts.drain_grace_s,
             )
+            if opts.audit_interval_s > 0:  # issue 50: a board that goes wrong while serving leaves service
+                audit = BoardAudit(engine, opts.audit_interval_s)
+                audit.start()
             server.run(sockets=[sock])
             engine.start_draining()
         finally:
+            if audit is not None:
+                audit.stop()
             # What the signal-driven drain left of the budget; the supervisor drains the rest and releases the board.
             sup.shutdown(server.remaining_s() if server is not None else opts.drain_timeout_s)
     assert server is not None  # sup.start() and create_app() raise rather than leave it unset

@@ -183,6 +183,9 @@ class RecoveryNeeded:
     unknown_lanes: tuple[LaneId, ...]
 
 
+#: The job a :class:`RecoveryNeeded` names when no job failed: the serving audit found a wrong answer.
+AUDIT_JOB = JobId(-1)
+
 Event = TokenEmitted | TerminalEvent | LaneReleased | StaleCompletion | RecoveryNeeded
 
 
@@ -462,6 +465,13 @@ class Scheduler:
             self._quarantine[job] = inf  # it may still complete; that completion will be stale
         self._halted = True
         self._events.append(RecoveryNeeded(inf.generation, job, outcome.status, outcome.detail, inf.lanes))
+
+    def board_answered_wrong(self, detail: str) -> None:
+        """The serving audit's known-answer probe came back wrong (issue 50): halt submissions and ask for a
+        recovery as a device fault does (001 §11.1, §11.3), naming no job (the probe's jobs succeeded; what they
+        returned did not). Jobs in flight complete; the recovery retires the generation."""
+        self._halted = True
+        self._events.append(RecoveryNeeded(self.generation, AUDIT_JOB, JobStatus.FAULT, detail, ()))
 
     def set_inflight_limit(self, limit: int) -> None:
         """Hand out at most ``limit`` jobs at once from now on (capped by ``max_inflight_jobs``).

@@ -363,6 +363,11 @@ class EngineCore:
         :class:`calctl.runners.soak.inject.StaleRedelivery`; never used in serving)."""
         self._call(lambda: self._out.add_tap(tap))
 
+    def board_answered_wrong(self, detail: str) -> None:
+        """The serving audit's probe got a wrong answer from this alias (calctl.serving.engine.audit): out of
+        service through the recovery path (001 §11.1 Ready -> Draining -> Recovering), never more wrong text."""
+        self._call(lambda: self._sched.board_answered_wrong(detail))
+
     def _call(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the loop thread and return its result (its exception is raised here)."""
         return self._inbox.call(fn, self._thread, dead=self.life.failed is not None)

@@ -55,6 +55,11 @@ class EngineMetrics:
             "calctl_submit_busy_retries_total", "DeviceBusy at submit, retried with backoff.", ["model"]
         )
         self.stale = counter("calctl_stale_completions_total", "Completions dropped as stale (000 §4).", ["model"])
+        self.audit = counter(
+            "calctl_audit_probes_total",
+            "Known-answer probes of the serving audit by result (pass, fail, skipped, error).",
+            ["model", "result"],
+        )
         self.recoveries = counter(
             "calctl_recoveries_total", "Recoveries by fault and reset scope.", ["model", "reason", "scope"]
         )
