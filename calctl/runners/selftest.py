@@ -149,7 +149,8 @@ def run_selftest(device: DeviceSpec, *, profile: BoardProfile | None = None, rep
     except (CalctlError, KeyboardInterrupt) as exc:
         reraise_usage(exc)
         outcome, error = outcome_of(exc), error_text(exc)
-    rows.append(_host_memcpy(repeats))
+    if outcome is RunOutcome.PASS:  # nothing more after a signal or a lost device
+        rows.append(_host_memcpy(repeats))
     verdict = _verdict(rows) if outcome is RunOutcome.PASS else outcome.value
     failed = [f"{r.name}: {r.detail}" for r in rows if r.status is RowStatus.FAIL]
     header = build_header(
