@@ -208,3 +208,25 @@ def test_a_fifo_profile_is_refused_not_waited_on(cli: Cli, tmp_path: Path) -> No
     r = cli("device", "selftest", "--profile", fifo)
     assert_no_traceback(r)
     assert r.code == 2 and "not a regular file" in r.err
+
+
+@pytest.mark.parametrize("command", ["check", "reset", "selftest"])
+def test_a_report_path_that_is_not_a_regular_file_is_refused_before_the_run(
+    cli: Cli, tmp_path: Path, command: str
+) -> None:
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    r = cli("device", command, "--report", fifo)
+    assert_no_traceback(r)
+    assert r.code == 2 and "is a FIFO, not a regular file" in r.err
+    assert fifo.is_fifo()
+
+
+def test_the_report_file_and_its_page_are_written(cli: Cli, tmp_path: Path) -> None:
+    import json
+
+    r = cli("device", "selftest", "--repeats", "1", "--report", tmp_path / "selftest.json")
+    assert r.code == 0, r.err[-2000:]
+    doc = json.loads((tmp_path / "selftest.json").read_text())
+    assert doc["command"] == "device selftest" and doc["device_label"] == "mock"
+    assert "MOCK RESULT" in (tmp_path / "selftest.html").read_text()
