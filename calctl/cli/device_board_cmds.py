@@ -247,7 +247,11 @@ def _render(report: Report) -> None:
             ],
         )
     word = "ready" if report.body.get("ready") else "NOT READY"
-    _output.stdout.print(f"board {escape(str((report.body.get('board') or {}).get('id', 'n/a')))}: [bold]{word}[/]")
+    h = report.header
+    lib = (h.get("device_options") or {}).get("calrt_lib")
+    on = f"{h.get('device')} ({h.get('device_label')})" + (f", library {lib}" if lib else "")
+    board = (report.body.get("board") or {}).get("id", "n/a")
+    _output.stdout.print(f"board {escape(str(board))} on {escape(on)}: [bold]{word}[/]")
 
 
 def register(device_app: typer.Typer) -> None:
