@@ -177,7 +177,8 @@ def selftest(
     from calctl.cli._signals import interruptible
     from calctl.runners.selftest import BoardProfile, run_selftest
 
-    spec = _spec(device, calrt_lib, fault_plan, seed, report)
+    # --seed also seeds the random memory pattern, on any device (the mock's fault seed only on the mock).
+    spec = _spec(device, calrt_lib, fault_plan, seed if device is DeviceChoice.mock else None, report)
     board_profile = BoardProfile.load(profile) if profile is not None else None
     with interruptible():
         result = run_selftest(spec, profile=board_profile, repeats=repeats, seed=seed or 0)

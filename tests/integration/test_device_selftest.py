@@ -161,12 +161,17 @@ def test_the_reference_board_passes_through_the_optional_calls(
     tmp_path: Path,
     reference_board: Path,  # noqa: F811
 ) -> None:
-    r = _selftest(cli, "--device", "calrt", "--calrt-lib", reference_board, "--profile", _profile(tmp_path))
+    r = _selftest(
+        cli, "--device", "calrt", "--calrt-lib", reference_board, "--profile", _profile(tmp_path), "--seed", "7"
+    )
     doc = r.json
     assert doc["device_label"] == "software model" and doc["device_options"]["calrt_lib"] == str(reference_board)
     rows = _rows(r)
-    assert all(rows[n]["status"] == "PASS" for n in (*ALONE, *MEMORY)), [rows[n]["detail"] for n in ALONE]
+    assert all(rows[n]["status"] == "PASS" for n in (*ALONE, *STABILITY, *MEMORY[:3], *MEMORY[4:7])), [
+        rows[n]["detail"] for n in ALONE
+    ]
     assert rows["h2d chip 1"]["figure_gbps"] == pytest.approx(3.0, rel=0.02)  # its modelled rate, its own stamps
+    assert rows["memory chip 0 random (seed 7)"]["status"] == "PASS"  # --seed seeds the pattern on any device
     assert r.code == 0 and doc["verdict"] in ("PASS", "NOT JUDGED")
 
 
