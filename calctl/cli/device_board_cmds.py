@@ -59,9 +59,16 @@ ScopeOpt = Annotated[
 ChipOpt = Annotated[int | None, int_option("--chip", min=0, help="The chip a --scope chip reset resets.")]
 
 
-def _spec(device: DeviceChoice, calrt_lib: Path | None, fault_plan: Path | None, seed: int | None) -> DeviceSpec:
+def _spec(
+    device: DeviceChoice, calrt_lib: Path | None, fault_plan: Path | None, seed: int | None, report: Path | None
+) -> DeviceSpec:
+    """The device to open, after refusing a --report path that is not a regular file (before the run, not after)."""
     from calctl.cli._device import device_spec
+    from calctl.records import check_output
     from calctl.runtime import select_board
+
+    if report is not None:
+        check_output(report, "--report")
 
     board = select_board(device.value)
     if seed is None and device is DeviceChoice.mock and board.seed_from_env:
@@ -97,7 +104,7 @@ def check(
     from calctl.cli.runner_cmds import _finish, _live_log
     from calctl.runners.board_check import check_board
 
-    spec = _spec(device, calrt_lib, fault_plan, seed)
+    spec = _spec(device, calrt_lib, fault_plan, seed, report)
     with interruptible(), _live_log(format) as log:
         result = check_board(spec, log=log, step_timeout_s=step_timeout, board=_board(device))
     return _finish(result, trace=None, plot=None, report_path=report, format=format, render=_render)
@@ -131,7 +138,7 @@ def reset(
         raise UsageError("--scope chip needs --chip N (the chip to reset)")
     if scope is ScopeChoice.board and chip is not None:
         raise UsageError(f"--chip {chip} applies to --scope chip only (a board reset resets every chip)")
-    spec = _spec(device, calrt_lib, fault_plan, seed)
+    spec = _spec(device, calrt_lib, fault_plan, seed, report)
     request = ResetRequest(ResetScope(scope.value), chip)
     with interruptible(), _live_log(format) as log:
         result = reset_board(spec, request, log=log, step_timeout_s=step_timeout, board=_board(device))
@@ -170,7 +177,8 @@ def selftest(
     from calctl.cli._signals import interruptible
     from calctl.runners.selftest import BoardProfile, run_selftest
 
-    spec = _spec(device, calrt_lib, fault_plan, seed)
+    # --seed also seeds the random memory pattern, on any device (the mock's fault seed only on the mock).
+    spec = _spec(device, calrt_lib, fault_plan, seed if device is DeviceChoice.mock else None, report)
     board_profile = BoardProfile.load(profile) if profile is not None else None
     with interruptible():
         result = run_selftest(spec, profile=board_profile, repeats=repeats, seed=seed or 0)
@@ -181,7 +189,11 @@ def _emit(result: Report, report: Path | None, format: TableJson) -> int:
     from calctl.records import write_json
 
     if report is not None:
-        write_json(report, result.document())
+        from calctl import html_report
+
+        document = result.document()
+        write_json(report, document)
+        html_report.write(document, report)  # the page beside it, as the runners' --report FILE
     if _output.is_json(format):
         _output.emit_json(result)
     else:
@@ -236,7 +248,11 @@ def _render(report: Report) -> None:
             ],
         )
     word = "ready" if report.body.get("ready") else "NOT READY"
-    _output.stdout.print(f"board {escape(str((report.body.get('board') or {}).get('id', 'n/a')))}: [bold]{word}[/]")
+    h = report.header
+    lib = (h.get("device_options") or {}).get("calrt_lib")
+    on = f"{h.get('device')} ({h.get('device_label')})" + (f", library {lib}" if lib else "")
+    board = (report.body.get("board") or {}).get("id", "n/a")
+    _output.stdout.print(f"board {escape(str(board))} on {escape(on)}: [bold]{word}[/]")
 
 
 def register(device_app: typer.Typer) -> None:

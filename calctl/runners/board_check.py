@@ -227,16 +227,21 @@ def _prove(ctx: RunContext, rt: Runtime, proof: BoardProof, log: StepLog, step_t
     """Topology, health, then a known-answer job on every chip, then health again."""
     _topology(rt, proof, log)
     _health(rt, proof, log, "health chip")
-    ctx.validate()  # the known answers' seal and manifest, whatever the chips say: the report names them
-    ctx.load()
+    ctx.validate()  # the known answers' seal, whatever the chips say: the report names their digest
     down = sorted(c for c, s in proof.chips.items() if s.health not in (None, Health.OK.value, Health.UNKNOWN.value))
-    if down or any(not s.present for s in proof.chips.values()):
-        why = f"chip {', '.join(map(str, down))} down" if down else "a chip is missing"
+    missing = sorted(c for c, s in proof.chips.items() if not s.present)
+    if down or missing:
+        why = "; ".join(
+            f"chip {', '.join(map(str, chips))} {what}"
+            for chips, what in ((missing, "missing"), (down, "down"))
+            if chips
+        )
         for c in sorted(proof.chips):
             # 001 §2.4: configure is board-global, so one chip down leaves no calbin to run on the other.
             log.skip(f"known answer chip {c}", f"not run: {why}; configure is board-wide (001 §2.4)")
             proof.chip(c).down(f"no known-answer job ran: {why}", own_fault=False)
         return
+    ctx.load()  # and the device fit: both chips are there
     calbin = ctx.create_calbin()
     ctx.configure()
     assert ctx.pkg is not None

@@ -6,6 +6,8 @@ Rows (docs/runtime.md §8), each over :data:`SIZES` with ``repeats`` transfers a
   read back must be what was written: a transfer that corrupts data fails its row, whatever its speed);
 * ``h2d both chips`` / ``d2h both chips``: both chips at once from two threads, the aggregate over the
   union of their transfers;
+* ``d2h stability chip N``: the variation of :data:`STABILITY_READS` reads' device-clock rates (standard deviation
+  over mean; its ``figure_gbps`` holds that ratio), judged against the profile's ``d2h_cv_max``;
 * ``host memcpy``: the host's own copy rate at the same sizes, beside them (the host's clock: never judged);
 * ``memory chip N <pattern>``: walking ones, walking zeros, address-in-address (and its complement) and seeded
   random over a bounded part of each chip's self-test window, every byte read back and compared: PASS, or
@@ -149,7 +151,8 @@ def run_selftest(device: DeviceSpec, *, profile: BoardProfile | None = None, rep
     except (CalctlError, KeyboardInterrupt) as exc:
         reraise_usage(exc)
         outcome, error = outcome_of(exc), error_text(exc)
-    rows.append(_host_memcpy(repeats))
+    if outcome is RunOutcome.PASS:  # nothing more after a signal or a lost device
+        rows.append(_host_memcpy(repeats))
     verdict = _verdict(rows) if outcome is RunOutcome.PASS else outcome.value
     failed = [f"{r.name}: {r.detail}" for r in rows if r.status is RowStatus.FAIL]
     header = build_header(
@@ -205,6 +208,7 @@ def _rows(rt: Runtime, profile: BoardProfile | None, repeats: int, seed: int) ->
     why = _unsupported(rt)
     if why is not None or not isinstance(rt, DeviceMemory):
         why = why or "UNSUPPORTED (C4): the runtime offers no device memory access"
+        plan += [(f"d2h stability chip {c}", (c,), TransferDirection.D2H) for c in chips]
         unsupported = [Row(n, cs, d.value, RowStatus.UNSUPPORTED, None, None, why) for n, cs, d in plan]
         patterns = [(_pattern_label(c, name, seed), c) for c in chips for name, _ in PATTERNS]
         return unsupported + [Row(n, (c,), "memory", RowStatus.UNSUPPORTED, None, None, why) for n, c in patterns]
@@ -220,7 +224,7 @@ def _rows(rt: Runtime, profile: BoardProfile | None, repeats: int, seed: int) ->
             rows.append(Row(name, cs, direction.value, RowStatus.FAIL, None, threshold, f"transfer failed: {exc}"))
             continue
         rows.append(_grade(name, cs, direction, measured, threshold, profile, key))
-    return rows + _pattern_rows(rt, chips, seed)
+    return rows + _stability_rows(rt, chips, profile) + _pattern_rows(rt, chips, seed)
 
 
 def _unsupported(rt: Runtime) -> str | None:
@@ -395,6 +399,63 @@ def _host_memcpy(repeats: int) -> Row:
         f"{figure:.2f} GB/s at {SIZES[-1] // 1024**2} MiB (numpy copy, the host's clock; beside the rows, not judged)",
         tuple(sizes),
     )
+
+
+# ---------------------------------------------------------------------------
+# Read-rate stability
+
+#: Reads of STABILITY_BYTES each whose device-clock rates must agree (a link that drops now and then).
+STABILITY_READS = 20
+STABILITY_BYTES = 4 * 1024**2
+
+
+def _stability_rows(rt: DeviceMemory, chips: tuple[int, ...], profile: BoardProfile | None) -> list[Row]:
+    rows = []
+    limit = profile.thresholds.get("d2h_cv_max") if profile is not None else None
+    for c in chips:
+        name = f"d2h stability chip {c}"
+        try:
+            rates = _read_rates(rt, c)
+        except RuntimeLayerError as exc:
+            rows.append(Row(name, (c,), "d2h", RowStatus.FAIL, None, limit, f"transfer failed: {exc}"))
+            continue
+        rows.append(_grade_stability(name, c, rates, limit, profile))
+    return rows
+
+
+def _read_rates(rt: DeviceMemory, chip: int) -> list[float] | None:
+    """GB/s of each of STABILITY_READS reads on the device clock; None when the runtime stamps none."""
+    base = rt.test_window(chip)[0]
+    out = np.empty(STABILITY_BYTES, np.uint8)
+    transfers = [rt.read_mem(chip, base, out) for _ in range(STABILITY_READS)]
+    seconds = [t.device_seconds for t in transfers]
+    if any(s is None or s <= 0 for s in seconds):
+        return None
+    return [STABILITY_BYTES / (s or 1.0) / GB for s in seconds]
+
+
+def _grade_stability(
+    name: str, chip: int, rates: list[float] | None, limit: float | None, profile: BoardProfile | None
+) -> Row:
+    if rates is None:
+        why = "the runtime stamps no transfers: no device-clock figure"
+        return Row(name, (chip,), "d2h", RowStatus.NOT_JUDGED, None, limit, why)
+    mean = statistics.fmean(rates)
+    cv = statistics.pstdev(rates) / mean if mean > 0 else 0.0
+    at = (
+        f"{len(rates)} reads of {STABILITY_BYTES // 1024**2} MiB on the device clock: variation {cv:.1%} "
+        f"(slowest {min(rates):.2f}, median {statistics.median(rates):.2f} GB/s)"
+    )
+
+    def row(status: RowStatus, detail: str) -> Row:
+        return Row(name, (chip,), "d2h", status, round(cv, 4), limit, detail)
+
+    if limit is None:
+        words = "no board profile (--profile)" if profile is None else f"the profile {profile.path} gives no d2h_cv_max"
+        return row(RowStatus.NOT_JUDGED, f"{at}; {words} to judge it against")
+    if cv > limit:
+        return row(RowStatus.FAIL, f"{at}, more than the profile's d2h_cv_max {limit:.1%}")
+    return row(RowStatus.PASS, f"{at}, within the profile's d2h_cv_max {limit:.1%}")
 
 
 # ---------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def test_the_table_names_the_board_and_the_chip_that_is_not_ready(cli: Cli, tmp_
     r = cli("device", "check", "--fault-plan", plan)
     assert_no_traceback(r)
     assert r.code == 1
-    assert "board mock0: NOT READY" in r.out and "verdict FAIL: chip 0: wrong answer" in r.out
+    assert "board mock0 on mock (mock): NOT READY" in r.out and "verdict FAIL: chip 0: wrong answer" in r.out
     assert "MOCK RESULT" in r.out
 
 

@@ -52,3 +52,12 @@ def test_a_chip_reset_of_the_reference_board_is_proven(cli: Cli, reference_board
     assert r.code == 0, r.err[-2000:]
     steps = {s["name"]: s["status"] for s in r.json["steps"]}
     assert steps["chip 1 reset"] == "PASS" and steps["known answer chip 1"] == "PASS"
+
+
+def test_the_table_names_the_library_and_the_software_model(cli: Cli, reference_board: Path) -> None:  # noqa: F811
+    r = cli("device", "check", "--device", "calrt", "--calrt-lib", str(reference_board))
+    assert_no_traceback(r)
+    assert r.code == 0, r.err[-2000:]
+    text = " ".join(r.out.split())  # a narrow terminal may wrap the line
+    assert f"on calrt (software model), library {reference_board}: ready" in text
+    assert "SOFTWARE MODEL RESULT" in text

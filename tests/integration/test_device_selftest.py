@@ -27,6 +27,7 @@ transfer:
   d2h_gbps_min: 2.5
   both_h2d_gbps_min: 4.0
   both_d2h_gbps_min: 4.0
+  d2h_cv_max: 0.05
 """
 
 
@@ -54,6 +55,7 @@ def _rows(r: CliResult) -> dict[str, dict]:
 
 ALONE = ("h2d chip 0", "d2h chip 0", "h2d chip 1", "d2h chip 1")
 BOTH = ("h2d both chips", "d2h both chips")
+STABILITY = ("d2h stability chip 0", "d2h stability chip 1")
 MEMORY = tuple(
     f"memory chip {c} {p}"
     for c in (0, 1)
@@ -67,7 +69,7 @@ def test_without_a_profile_every_figure_is_reported_and_not_judged(cli: Cli) -> 
     doc = r.json
     assert doc["verdict"] == "NOT JUDGED" and doc["device_label"] == "mock" and doc["mock_result"] is True
     rows = _rows(r)
-    assert set(rows) == {*ALONE, *BOTH, *MEMORY, "host memcpy"}
+    assert set(rows) == {*ALONE, *BOTH, *STABILITY, *MEMORY, "host memcpy"}
     for name in ALONE:
         assert rows[name]["status"] == "NOT JUDGED" and "no board profile" in rows[name]["detail"]
         assert rows[name]["figure_gbps"] == pytest.approx(3.0, rel=0.02)  # the modelled chip rate, device clock
@@ -80,7 +82,7 @@ def test_without_a_profile_every_figure_is_reported_and_not_judged(cli: Cli) -> 
 def test_a_healthy_board_passes_its_profile(cli: Cli, tmp_path: Path) -> None:
     r = _selftest(cli, "--profile", _profile(tmp_path))
     rows = _rows(r)
-    assert all(rows[n]["status"] == "PASS" for n in ALONE), [rows[n]["detail"] for n in ALONE]
+    assert all(rows[n]["status"] == "PASS" for n in (*ALONE, *STABILITY)), [rows[n]["detail"] for n in ALONE]
     # Both chips at once: judged when the host issued them together for a transfer's time, else NOT JUDGED.
     assert all(rows[n]["status"] in ("PASS", "NOT JUDGED") for n in BOTH), [rows[n]["detail"] for n in BOTH]
     assert r.code == 0 and r.json["verdict"] in ("PASS", "NOT JUDGED")
@@ -111,6 +113,17 @@ def test_one_chip_at_half_its_bandwidth_fails_its_rows_only(cli: Cli, tmp_path: 
     assert rows["h2d chip 0"]["status"] == rows["d2h chip 0"]["status"] == "PASS"
 
 
+def test_a_chip_whose_reads_slow_down_now_and_then_fails_its_stability_row(cli: Cli, tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "{kind: slow_chip_transfer, chip: 0, probability: 0.3}")
+    r = _selftest(cli, "--profile", _profile(tmp_path), "--fault-plan", plan)
+    assert r.code == 1
+    rows = _rows(r)
+    row = rows["d2h stability chip 0"]
+    assert row["status"] == "FAIL" and row["figure_gbps"] > 0.05
+    assert "slowest 1.50" in row["detail"] and "more than the profile's d2h_cv_max 5.0%" in row["detail"]
+    assert rows["d2h stability chip 1"]["status"] == "PASS" and rows["d2h stability chip 1"]["figure_gbps"] < 0.01
+
+
 def test_rows_are_judged_on_the_device_clock_beside_a_busy_host(cli: Cli, tmp_path: Path) -> None:
     with busy_host():
         r = _selftest(cli, "--profile", _profile(tmp_path))
@@ -136,7 +149,7 @@ def test_a_shim_without_the_memory_calls_is_unsupported_never_passed(
     doc = r.json
     assert doc["verdict"] == "NOT JUDGED" and doc["device_label"] == "software model"
     rows = _rows(r)
-    for name in (*ALONE, *BOTH, *MEMORY):
+    for name in (*ALONE, *BOTH, *STABILITY, *MEMORY):
         assert rows[name]["status"] == "UNSUPPORTED" and "C4" in rows[name]["detail"]
         assert "calrt_mem_window, calrt_write_mem, calrt_read_mem" in rows[name]["detail"]
         assert rows[name]["figure_gbps"] is None
@@ -148,12 +161,17 @@ def test_the_reference_board_passes_through_the_optional_calls(
     tmp_path: Path,
     reference_board: Path,  # noqa: F811
 ) -> None:
-    r = _selftest(cli, "--device", "calrt", "--calrt-lib", reference_board, "--profile", _profile(tmp_path))
+    r = _selftest(
+        cli, "--device", "calrt", "--calrt-lib", reference_board, "--profile", _profile(tmp_path), "--seed", "7"
+    )
     doc = r.json
     assert doc["device_label"] == "software model" and doc["device_options"]["calrt_lib"] == str(reference_board)
     rows = _rows(r)
-    assert all(rows[n]["status"] == "PASS" for n in (*ALONE, *MEMORY)), [rows[n]["detail"] for n in ALONE]
+    assert all(rows[n]["status"] == "PASS" for n in (*ALONE, *STABILITY, *MEMORY[:3], *MEMORY[4:7])), [
+        rows[n]["detail"] for n in ALONE
+    ]
     assert rows["h2d chip 1"]["figure_gbps"] == pytest.approx(3.0, rel=0.02)  # its modelled rate, its own stamps
+    assert rows["memory chip 0 random (seed 7)"]["status"] == "PASS"  # --seed seeds the pattern on any device
     assert r.code == 0 and doc["verdict"] in ("PASS", "NOT JUDGED")
 
 
@@ -208,3 +226,25 @@ def test_a_fifo_profile_is_refused_not_waited_on(cli: Cli, tmp_path: Path) -> No
     r = cli("device", "selftest", "--profile", fifo)
     assert_no_traceback(r)
     assert r.code == 2 and "not a regular file" in r.err
+
+
+@pytest.mark.parametrize("command", ["check", "reset", "selftest"])
+def test_a_report_path_that_is_not_a_regular_file_is_refused_before_the_run(
+    cli: Cli, tmp_path: Path, command: str
+) -> None:
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    r = cli("device", command, "--report", fifo)
+    assert_no_traceback(r)
+    assert r.code == 2 and "is a FIFO, not a regular file" in r.err
+    assert fifo.is_fifo()
+
+
+def test_the_report_file_and_its_page_are_written(cli: Cli, tmp_path: Path) -> None:
+    import json
+
+    r = cli("device", "selftest", "--repeats", "1", "--report", tmp_path / "selftest.json")
+    assert r.code == 0, r.err[-2000:]
+    doc = json.loads((tmp_path / "selftest.json").read_text())
+    assert doc["command"] == "device selftest" and doc["device_label"] == "mock"
+    assert "MOCK RESULT" in (tmp_path / "selftest.html").read_text()
