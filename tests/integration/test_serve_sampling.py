@@ -248,7 +248,7 @@ def test_top_k_min_p_and_top_p_narrow_a_sampled_output_to_the_greedy_one(client:
         return r.choices[0].text
 
     free = {sampled(seed) for seed in range(4)}
-    assert free != {greedy}  # at temperature 1.5 the random model's samples wander
+    assert free != {greedy} and len(free) > 1  # at temperature 1.5 the samples wander, each seed its own way
     assert {sampled(seed, extra_body={"top_k": 1}) for seed in range(4)} == {greedy}
     assert {sampled(seed, extra_body={"min_p": 1.0}) for seed in range(4)} == {greedy}
     assert {sampled(seed, top_p=1e-9) for seed in range(4)} == {greedy}
