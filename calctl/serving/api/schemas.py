@@ -155,7 +155,8 @@ class _Common(BaseModel):
     @field_validator("stream_options")
     @classmethod
     def _stream_options(cls, v: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
-        if v is not None and not info.data.get("stream", True):  # OpenAI and vLLM refuse it too: asked, not done
+        asks = v is not None and (v.include_usage or v.continuous_usage_stats)
+        if asks and not info.data.get("stream", True):  # OpenAI and vLLM refuse it too: asked, never done
             raise ValueError("stream_options is only allowed with stream set to true")
         return v
 
