@@ -41,6 +41,9 @@ class EngineRejection(Exception):
         self.retry_after_s = retry_after_s
 
 
+SAMPLING_EPS = 1e-5  # vLLM's: a temperature below it samples greedily
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request's tokens are chosen (``calctl.serving.engine.sampling`` applies them, in vLLM's order).
@@ -63,7 +66,9 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """Below vLLM's ``_SAMPLING_EPS`` a temperature is 0: dividing by 1e-310 overflowed the logits to
+        infinity and the draw failed on NaN probabilities, in the engine's thread."""
+        return self.temperature < SAMPLING_EPS
 
 
 @dataclass(frozen=True)

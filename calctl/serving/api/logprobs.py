@@ -132,4 +132,16 @@ class CompletionLogprobs:
         return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
 
 
-__all__ = ["CompletionLogprobs", "TokenNames", "chat_logprobs"]
+class LogprobShape:
+    """One response's ``logprobs`` objects in its endpoint's shape, chunk after chunk."""
+
+    def __init__(self, chat: bool, names: TokenNames) -> None:
+        self._chat = chat
+        self._names = names
+        self._legacy = CompletionLogprobs(names)
+
+    def of(self, entries: Sequence[TokenLogprob]) -> dict[str, Any]:
+        return chat_logprobs(entries, self._names) if self._chat else self._legacy.of(entries)
+
+
+__all__ = ["CompletionLogprobs", "LogprobShape", "TokenNames", "chat_logprobs"]

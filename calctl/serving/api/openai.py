@@ -31,7 +31,7 @@ from calctl.serving import outcomes
 from calctl.serving.api.auth import ApiSettings, Auth
 from calctl.serving.api.deltas import Delta, text_deltas
 from calctl.serving.api.errors import error_body, error_response, invalid, rejection_response
-from calctl.serving.api.logprobs import CompletionLogprobs, TokenNames, chat_logprobs
+from calctl.serving.api.logprobs import LogprobShape, TokenNames
 from calctl.serving.api.sampling import sampling_params
 from calctl.serving.api.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 from calctl.serving.api.workers import PromptWorkers
@@ -259,7 +259,7 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
         created = int(time.time())
         headers = {"X-Request-Id": request_id}
         deltas = text_deltas(stream, codec, body.stop_list(), prompt_ids=prompt_ids)
-        shape = _LogprobShape(chat, TokenNames(codec)) if sampling.logprobs is not None else None
+        shape = LogprobShape(chat, TokenNames(codec)) if sampling.logprobs is not None else None
         if body.stream:
             opts = body.stream_options
             include_usage = bool(opts and opts.include_usage)
@@ -464,18 +464,6 @@ def _sse_event(doc: dict[str, Any], event: str | None = None) -> bytes:
     return head + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
 
 
-class _LogprobShape:
-    """One response's ``logprobs`` objects in its endpoint's shape (``calctl.serving.api.logprobs``)."""
-
-    def __init__(self, chat: bool, names: TokenNames) -> None:
-        self._chat = chat
-        self._names = names
-        self._legacy = CompletionLogprobs(names)
-
-    def of(self, entries: Sequence[TokenLogprob]) -> dict[str, Any]:
-        return chat_logprobs(entries, self._names) if self._chat else self._legacy.of(entries)
-
-
 async def _collect(deltas: AsyncIterator[Delta]) -> tuple[str, Delta, list[TokenLogprob]]:
     parts: list[str] = []
     entries: list[TokenLogprob] = []
@@ -497,7 +485,7 @@ async def _sse(
     include_usage: bool,
     outcome: _SseOutcome,
     continuous_usage: bool = False,
-    shape: _LogprobShape | None = None,
+    shape: LogprobShape | None = None,
 ) -> AsyncGenerator[bytes, None]:
     obj = "chat.completion.chunk" if chat else "text_completion"
 

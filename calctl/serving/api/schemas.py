@@ -152,6 +152,14 @@ class _Common(BaseModel):
 
     _refused_here: ClassVar[dict[str, Callable[[Any], bool]]] = {}
 
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options(cls, v: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
+        asks = v is not None and (v.include_usage or v.continuous_usage_stats)
+        if asks and not info.data.get("stream", True):  # OpenAI and vLLM refuse it too: asked, never done
+            raise ValueError("stream_options is only allowed with stream set to true")
+        return v
+
     @field_validator("top_k")
     @classmethod
     def _top_k(cls, v: int) -> int:

@@ -179,3 +179,11 @@ def test_nucleus_of_a_large_row_is_the_full_sorts(scale: float, top_p: float) ->
     got = sampling_probabilities(row, s)
     assert ((got > 0) == (want > 0)).all()
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-310, 9.9e-6])
+def test_a_temperature_below_vllms_epsilon_is_greedy_not_a_nan_draw(temperature: float) -> None:
+    s = SamplingParams(temperature=temperature, top_k=3, min_p=0.5)
+    assert s.greedy
+    assert sample_token(LOGITS, s, None) == int(np.argmax(LOGITS))
+    assert not SamplingParams(temperature=1e-5).greedy

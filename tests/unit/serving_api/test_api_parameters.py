@@ -117,6 +117,8 @@ NOTHING: list[tuple[str, Any]] = [
     ("user", "someone"),
     ("metadata", {"k": "v"}),
     ("parallel_tool_calls", True),
+    ("stream_options", {"include_usage": False}),  # without stream: asks for nothing
+    ("stream_options", {}),
 ]
 
 

@@ -58,6 +58,7 @@ INVALID: list[tuple[str, dict[str, Any], str | None]] = [
     ("/v1/chat/completions", {**CHAT, "logit_bias": {"99999999999": 1}}, "logit_bias"),
     ("/v1/chat/completions", {**CHAT, "logit_bias": {"5": 1, "05": 2}}, "logit_bias"),
     ("/v1/completions", {**TEXT, "ignore_eos": "yes"}, "ignore_eos"),
+    ("/v1/completions", {**TEXT, "stream_options": {"include_usage": True}, "stream": False}, "stream_options"),
     # Python's json (Starlette's request.json()) reads NaN and Infinity; no range holds them.
     ("/v1/completions", {**TEXT, "min_p": math.nan}, "min_p"),
     ("/v1/completions", {**TEXT, "frequency_penalty": math.nan}, "frequency_penalty"),
@@ -124,7 +125,7 @@ async def test_invalid_request_is_400_naming_the_param(
 ) -> None:
     path, body, param = case
     # json.dumps writes NaN and Infinity (httpx's json= refuses them), as some clients do.
-    raw = json.dumps({**body, "stream": stream})
+    raw = json.dumps({"stream": stream, **body})  # a case that sets stream itself keeps it
     r = await client.post(path, content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.headers["content-type"] == "application/json"  # a real status and a JSON body, not an SSE stream
