@@ -144,15 +144,26 @@ class ChipDrift:
 
 
 def check_memory(
-    baseline: Sequence[ChipMemory], now: Sequence[ChipMemory], *, cycle: int | None, at_s: float
+    baseline: Sequence[ChipMemory],
+    now: Sequence[ChipMemory],
+    *,
+    cycle: int | None,
+    at_s: float,
+    dram: Mapping[int, int | None] | None = None,
 ) -> tuple[list[ChipDrift], list[Violation]]:
-    """Per chip, the drift from the baseline after an unload (001 §13.3); a violation names chip and drift."""
+    """Per chip, the drift from the baseline after an unload (001 §13.3); a violation names chip and drift.
+
+    The limit scales with the chip's DRAM as the **topology** reports it (``dram``), never with the usage call's
+    own ``total``: a shim whose figures are KiB would otherwise shrink the limit with the leak it hides
+    (:func:`check_memory_units` catches such figures)."""
     base = {m.chip: m for m in baseline}
     drifts: list[ChipDrift] = []
     violations: list[Violation] = []
     for m in now:
         b = base.get(m.chip)
         total = m.total_bytes if m.total_bytes is not None else (b.total_bytes if b else None)
+        if dram is not None and dram.get(m.chip) is not None:
+            total = dram[m.chip]
         cd = ChipDrift(m.chip, b.used_bytes if b else None, m.used_bytes, total)
         drifts.append(cd)
         if cd.ok is False:
@@ -332,6 +343,53 @@ def check_generations(
                 subject=subject,
             )
         )
+    return out
+
+
+def check_memory_units(
+    baseline: Sequence[ChipMemory],
+    loaded: Sequence[ChipMemory],
+    *,
+    dram: Mapping[int, int | None],
+    weights: Mapping[int, int],
+    cycle: int | None,
+    at_s: float,
+) -> list[Violation]:
+    """The memory figures are bytes of the chip asked for (issue 50; docs/calrt-c-abi.md MEM-1, MEM-2), checked
+    once, after the first load: each chip's ``total`` is its DRAM as the topology reports it, and its ``used``
+    grew by at least the weights the package put on it. A figure in KiB, or the two chips' figures swapped,
+    fails here, naming ``calrt_memory_usage``, before any drift is judged against it."""
+    base = {m.chip: m for m in baseline}
+    out: list[Violation] = []
+    for m in loaded:
+        b = base.get(m.chip)
+        want_total = dram.get(m.chip)
+        problems = []
+        if m.total_bytes is not None and want_total is not None and m.total_bytes != want_total:
+            problems.append(f"total {m.total_bytes} B where the topology has {want_total} B of DRAM")
+        need = weights.get(m.chip, 0)
+        if need and m.used_bytes is not None and b is not None and b.used_bytes is not None:
+            grown = m.used_bytes - b.used_bytes
+            if grown < need:
+                problems.append(f"used grew {grown} B with {need} B of weights loaded on it")
+        if problems:
+            out.append(
+                Violation(
+                    "memory_figures",
+                    f"chip {m.chip}: calrt_memory_usage is not bytes of this chip ({'; '.join(problems)}): KiB, or "
+                    "another chip's figure; the soak's drift check cannot be trusted on it",
+                    cycle,
+                    at_s,
+                    subject=f"chip{m.chip}:figures",
+                    detail={
+                        "chip": m.chip,
+                        "used_bytes": m.used_bytes,
+                        "total_bytes": m.total_bytes,
+                        "dram_bytes": want_total,
+                        "weights_bytes": need,
+                    },
+                )
+            )
     return out
 
 

@@ -68,7 +68,7 @@ def after_unload(
     """Per chip: memory against the baseline, job counters closed; the host's VmRSS; engine cores drained."""
     at = s.now_s()
     mem = s.sample_memory() or []
-    drifts, mem_violations = checks.check_memory(s.baseline, mem, cycle=cycle, at_s=at)
+    drifts, mem_violations = checks.check_memory(s.baseline, mem, cycle=cycle, at_s=at, dram=s.dram)
     for d in drifts:
         if d.drift_bytes is not None:
             prev = s.max_drift.get(d.chip)

@@ -61,6 +61,7 @@ from typing import Any
 
 from calctl import html_report, records
 from calctl.errors import CalctlError, CheckFailed, Interrupted, reason_of
+from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, verdict_of_exit_code
@@ -205,6 +206,7 @@ class _Soak(SoakState):
             rt.on_submit(self.submits.count)  # every accepted submit: the engine's and golden/warm-up's
             v = rt.versions()
             self.header["runtime"] = {"runtime": v.runtime, "driver": v.driver, "firmware": v.firmware, "abi": v.abi}
+            self.dram = dict(enumerate(rt.topology().dram_bytes))
             try:
                 self.baseline = list(rt.memory_usage())  # before the first load (001 §13.3)
             except RuntimeLayerError as exc:  # a runtime without per-chip memory: drift is null, never a pass
@@ -347,7 +349,17 @@ class _Soak(SoakState):
             "warmup_iterations": c.warmup_iterations,
         }
         self.events.write("loaded", cycle=cyc.index, seconds=round(seconds, 4), generations=gens, golden_warmup_s=gw)
-        self.sample_memory()
+        loaded = self.sample_memory()
+        if cyc.index == 1 and loaded and self.baseline and sup.loaded is not None:
+            for v in checks.check_memory_units(
+                self.baseline,
+                loaded,
+                dram=self.dram,
+                weights=weights_by_chip(sup.loaded.package),
+                cycle=cyc.index,
+                at_s=self.now_s(),
+            ):
+                self.violate(v)
         return True
 
     def _unload(
@@ -463,6 +475,18 @@ class _Soak(SoakState):
                     detail=dataclasses.asdict(wrong),
                 )
             )
+
+
+def weights_by_chip(pkg: Package) -> dict[int, int]:
+    """Bytes of the package's parameter sections per chip: what each chip's DRAM holds once it is loaded."""
+    out: dict[int, int] = {}
+    for m in pkg.models:
+        for sec in m.sections:
+            if sec.kind is SectionKind.PARAMS:
+                for chip in range(int(sec.chip_mask).bit_length()):
+                    if (int(sec.chip_mask) >> chip) & 1:
+                        out[chip] = out.get(chip, 0) + int(sec.size)
+    return out
 
 
 def _validate(s: SoakState) -> None:

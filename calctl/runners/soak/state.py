@@ -48,6 +48,7 @@ class SoakState:
         self.drain_deadline_hits = 0
         self.memory_series: dict[int, evidence.Series] = {}
         self.baseline: list[ChipMemory] = []
+        self.dram: dict[int, int | None] = {}  # per chip, as the topology reports it (the drift limit's base)
         self.max_drift: dict[int, int | None] = {}
         self.host_rss: list[tuple[int, int | None]] = []  # (cycle, VmRSS after its unload) of this process
         self.caches_full_at: int | None = None  # first cycle at whose unload the runtime's job history was full
