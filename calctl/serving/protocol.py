@@ -68,6 +68,17 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A request refused before any token, as its 001 §14 record and ``calctl_requests_total`` name it."""
+
+    request_id: str
+    alias: str
+    tenant: str
+    prompt_tokens: int | None  # None: refused before its prompt was counted
+    rejection: EngineRejection
+
+
 class FinishReason(str, enum.Enum):
     STOP = "stop"  # EOS token or a stop string
     LENGTH = "length"  # max_tokens or the context limit
@@ -128,6 +139,10 @@ class EngineClient(Protocol):
 
     def submit(self, request: GenerationRequest) -> RequestStream:
         """Validate and reserve admission atomically; raise EngineRejection for an immediate refusal."""
+
+    def refused(self, refusal: Refusal) -> None:
+        """A request the HTTP layer refused (its 400) for ``refusal.alias``: counted and recorded as the engine's
+        own refusals are (001 §14). An alias the engine does not serve is ignored (no unbounded metric labels)."""
 
     def cancel(self, request_id: str) -> bool: ...
 

@@ -45,7 +45,14 @@ from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.sampling import request_rng, sample_token
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.outcomes import ENDINGS, Ending, EngineOutcome, public_before_output
-from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
+from calctl.serving.protocol import (
+    EngineRejection,
+    FinishReason,
+    GenerationRequest,
+    Refusal,
+    RejectCode,
+    TokenEvent,
+)
 from calctl.serving.record_sink import ms
 from calctl.serving.text import TextCodec, stopped_by_text
 
@@ -267,7 +274,8 @@ class OutputProcessor:
 
     def refused(self, req: GenerationRequest, rejection: EngineRejection, elapsed_s: float) -> None:
         """A request refused at admission: see :func:`record_refusal`."""
-        record_refusal(self._metrics, self.alias, self.chips, int(self._generation()), req, rejection, elapsed_s)
+        refusal = Refusal(req.request_id, self.alias, req.tenant, len(req.prompt_ids), rejection)
+        record_refusal(self._metrics, self.alias, self.chips, int(self._generation()), refusal, elapsed_s)
 
     # ------------------------------------------------------------------ a bug in the loop
 
@@ -297,22 +305,21 @@ def record_refusal(
     alias: str,
     chips: tuple[int, ...],
     generation: int,
-    req: GenerationRequest,
-    rejection: EngineRejection,
+    refusal: Refusal,
     elapsed_s: float,
 ) -> None:
     """A request refused at admission (400, 429, 503 before the engine held it) is counted in
     ``calctl_requests_total`` and has its 001 §14 record, as every request has. Any thread: it touches only the
     counters and the record sink, both thread-safe."""
-    outcome = outcomes.rejection(rejection.code).outcome
+    outcome = outcomes.rejection(refusal.rejection.code).outcome
     metrics.requests.labels(alias, outcome.value).inc()
     metrics.records.request(
-        request_id=req.request_id,
+        request_id=refusal.request_id,
         model_alias=alias,
         model_generation=generation,
         chips=list(chips),
-        tenant=req.tenant,
-        prompt_tokens=len(req.prompt_ids),
+        tenant=refusal.tenant,
+        prompt_tokens=refusal.prompt_tokens,
         output_tokens=0,
         queue_ms=None,  # never queued for the device
         ttft_ms=None,
