@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from calctl.serving.api.errors import invalid
 from calctl.serving.api.schemas import ChatMessage
+from calctl.serving.api.workers import BIG_INPUT, give_back_memory
 from calctl.serving.protocol import EngineRejection
 from calctl.serving.text import TextCodec
 
@@ -78,6 +79,8 @@ def parse_body(raw: bytes, model: type[T], context_of: Callable[[object], int | 
 def encode_prompt(codec: TextCodec, text: str, limit: int, alias: str, param: str) -> list[int]:
     """The prompt's ids; Refused when it leaves no room in the context ``limit`` for one output token."""
     ids, count = codec.encode_within(text, limit - 1)
+    if len(text) >= BIG_INPUT:
+        give_back_memory()
     if ids is None:
         raise too_long(count, limit, alias, param)
     return ids

@@ -14,6 +14,7 @@ The engine does the work; this module only translates.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -32,7 +33,7 @@ from calctl.serving.api.bodies import Refused, encode_prompt, parse_body
 from calctl.serving.api.deltas import Delta, text_deltas
 from calctl.serving.api.errors import error_body, error_response, invalid, rejection_response
 from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
-from calctl.serving.api.workers import PromptWorkers
+from calctl.serving.api.workers import BIG_INPUT, PromptWorkers, paced
 from calctl.serving.protocol import (
     EngineClient,
     EngineRejection,
@@ -171,7 +172,10 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
         loop = asyncio.get_running_loop()
         raw = await request.body()  # already read, under the size limit, by the guard
         try:
-            body = await loop.run_in_executor(workers.parse, parse_body, raw, schema, _context_of)
+            parse = functools.partial(parse_body, raw, schema, _context_of)
+            if len(raw) >= BIG_INPUT:
+                parse = functools.partial(paced, parse)
+            body = await loop.run_in_executor(workers.parse(len(raw)), parse)
             codec = engine.codec(body.model)  # type: ignore[attr-defined]
             pool = workers.for_model(body.model)  # type: ignore[attr-defined]
             prompt_ids, max_tokens = await loop.run_in_executor(pool, _prompt_tuple, prompt_of, body, codec)
