@@ -74,7 +74,7 @@ class RequestContext:
     last_token_at: float | None = None
     first_job_at: float | None = None
     tokens: int = 0
-    output_ids: list[int] | None = None  # kept only for a request with stop strings (see _finish_of)
+    output_ids: list[int] | None = None  # kept only for a request with stop strings (see _reason_seen)
 
 
 class OutputProcessor:
