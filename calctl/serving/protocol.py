@@ -141,8 +141,8 @@ class EngineClient(Protocol):
         """Validate and reserve admission atomically; raise EngineRejection for an immediate refusal."""
 
     def refused(self, refusal: Refusal) -> None:
-        """A request the HTTP layer refused (its 400) for ``refusal.alias``: counted and recorded as the engine's
-        own refusals are (001 §14). An alias the engine does not serve is ignored (no unbounded metric labels)."""
+        """A request the HTTP layer refused (its 400, or the 404 of a model it does not serve): recorded as the
+        engine's own refusals are (001 §14), and counted for a served alias only (no unbounded metric labels)."""
 
     def cancel(self, request_id: str) -> bool: ...
 

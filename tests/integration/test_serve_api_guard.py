@@ -227,6 +227,12 @@ def test_requests_refused_at_admission_have_a_record_a_count_and_a_request_id(tm
         rec = _record(s, r.headers["x-request-id"])
         assert rec["error_class"] == "invalid" and rec["prompt_tokens"] >= 256 and rec["output_tokens"] == 0
         assert _requests_total(s, "model-a", "invalid") == 1
+        # A 404 has its record under the name the client sent, and no metric label of it.
+        r = httpx.post(f"{s.v1}/completions", json={"model": "model-x", "prompt": "Hi"}, timeout=30)
+        assert r.status_code == 404
+        rec = _record(s, r.headers["x-request-id"])
+        assert (rec["model_alias"], rec["error_class"], rec["chips"]) == ("model-x", "model_not_found", [])
+        assert 'model="model-x"' not in s.engine.metrics_text().decode()
         # 503 at admission: the server is shutting down.
         s.engine.start_draining()
         r = httpx.post(f"{s.v1}/completions", json={"model": "model-b", "prompt": "Hi", "max_tokens": 2})

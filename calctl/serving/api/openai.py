@@ -171,21 +171,25 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         loop = asyncio.get_running_loop()
         raw = await request.body()  # already read, under the size limit, by the guard
+        named: str | None = None  # the model the body names, once it parsed
         try:
             parse = functools.partial(parse_body, raw, schema, _context_of)
             if len(raw) >= BIG_INPUT:
                 parse = functools.partial(paced, parse)
             body = await loop.run_in_executor(workers.parse(len(raw)), parse)
+            named = body.model  # type: ignore[attr-defined]
             codec = engine.codec(body.model)  # type: ignore[attr-defined]
             pool = workers.for_model(body.model)  # type: ignore[attr-defined]
             prompt_ids, max_tokens = await loop.run_in_executor(pool, _prompt_tuple, prompt_of, body, codec)
             return await _generate(request, request_id, tenant, body, codec, prompt_ids, max_tokens, chat=chat)
         except Refused as refused:
-            if refused.alias is not None:  # the engine ignores a name it does not serve
+            if refused.alias is not None:
                 why = EngineRejection(RejectCode.INVALID, "refused by the HTTP layer")
                 engine.refused(Refusal(request_id, refused.alias, tenant, refused.prompt_tokens, why))
             return _tagged(refused.response, request_id)
         except EngineRejection as exc:  # 404, or refused at admission: the same error the handler gives, tagged
+            if exc.code is RejectCode.MODEL_NOT_FOUND and named is not None:  # admission records its own
+                engine.refused(Refusal(request_id, named, tenant, None, exc))
             return _tagged(rejection_response(exc, chat=chat), request_id)
 
     def _completion_prompt(body: CompletionRequest, codec: TextCodec) -> tuple[list[int], int]:

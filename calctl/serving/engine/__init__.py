@@ -72,7 +72,9 @@ class ServingEngine:
 
     def refused(self, refusal: Refusal) -> None:
         w = self.supervisor.cores.get(refusal.alias)
-        if w is not None:
+        if w is None:  # a name the client chose (a 404): its record, but never a metric label
+            record_refusal(self.supervisor.metrics, refusal.alias, (), None, refusal, 0.0, count=False)
+        else:
             record_refusal(self.supervisor.metrics, w.alias, w.chips, w.generation, refusal, 0.0)
 
     def submit_threadsafe(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> EngineStream:

@@ -304,15 +304,19 @@ def record_refusal(
     metrics: EngineMetrics,
     alias: str,
     chips: tuple[int, ...],
-    generation: int,
+    generation: int | None,
     refusal: Refusal,
     elapsed_s: float,
+    *,
+    count: bool = True,
 ) -> None:
     """A request refused at admission (400, 429, 503 before the engine held it) is counted in
-    ``calctl_requests_total`` and has its 001 §14 record, as every request has. Any thread: it touches only the
-    counters and the record sink, both thread-safe."""
+    ``calctl_requests_total`` (unless ``count`` is False: a model name a client made up is no label) and has
+    its 001 §14 record, as every request has. Any thread: it touches only the counters and the record sink,
+    both thread-safe."""
     outcome = outcomes.rejection(refusal.rejection.code).outcome
-    metrics.requests.labels(alias, outcome.value).inc()
+    if count:
+        metrics.requests.labels(alias, outcome.value).inc()
     metrics.records.request(
         request_id=refusal.request_id,
         model_alias=alias,
