@@ -98,6 +98,17 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A request refused before any token, as its 001 §14 record and ``calctl_requests_total`` name it."""
+
+    request_id: str
+    alias: str
+    tenant: str
+    prompt_tokens: int | None  # None: refused before its prompt was counted
+    rejection: EngineRejection
+
+
 class FinishReason(str, enum.Enum):
     STOP = "stop"  # EOS token or a stop string
     LENGTH = "length"  # max_tokens or the context limit
@@ -160,6 +171,10 @@ class EngineClient(Protocol):
 
     def submit(self, request: GenerationRequest) -> RequestStream:
         """Validate and reserve admission atomically; raise EngineRejection for an immediate refusal."""
+
+    def refused(self, refusal: Refusal) -> None:
+        """A request the HTTP layer refused (its 400, or the 404 of a model it does not serve): recorded as the
+        engine's own refusals are (001 §14), and counted for a served alias only (no unbounded metric labels)."""
 
     def cancel(self, request_id: str) -> bool: ...
 

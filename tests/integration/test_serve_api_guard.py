@@ -221,6 +221,18 @@ def test_requests_refused_at_admission_have_a_record_a_count_and_a_request_id(tm
             assert rec["model_alias"] == "model-a" and rec["error_class"] == "capacity" and rec["output_tokens"] == 0
             assert rec["finish_reason"] is None and rec["ttft_ms"] is None and rec["e2e_ms"] is not None
         assert _requests_total(s, "model-a", "capacity") == len(refused)
+        # A 400 the HTTP layer decides (a prompt past the context, counted but never built) has its record too.
+        r = httpx.post(f"{s.v1}/completions", json={"model": "model-a", "prompt": "word " * 400}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+        rec = _record(s, r.headers["x-request-id"])
+        assert rec["error_class"] == "invalid" and rec["prompt_tokens"] >= 256 and rec["output_tokens"] == 0
+        assert _requests_total(s, "model-a", "invalid") == 1
+        # A 404 has its record under the name the client sent, and no metric label of it.
+        r = httpx.post(f"{s.v1}/completions", json={"model": "model-x", "prompt": "Hi"}, timeout=30)
+        assert r.status_code == 404
+        rec = _record(s, r.headers["x-request-id"])
+        assert (rec["model_alias"], rec["error_class"], rec["chips"]) == ("model-x", "model_not_found", [])
+        assert 'model="model-x"' not in s.engine.metrics_text().decode()
         # 503 at admission: the server is shutting down.
         s.engine.start_draining()
         r = httpx.post(f"{s.v1}/completions", json={"model": "model-b", "prompt": "Hi", "max_tokens": 2})

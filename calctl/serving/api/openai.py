@@ -14,6 +14,7 @@ The engine does the work; this module only translates.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -24,22 +25,24 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from calctl.serving import outcomes
 from calctl.serving.api.auth import ApiSettings, Auth
+from calctl.serving.api.bodies import Refused, encode_prompt, parse_body
 from calctl.serving.api.deltas import Delta, text_deltas
 from calctl.serving.api.errors import error_body, error_response, invalid, rejection_response
 from calctl.serving.api.logprobs import LogprobShape, TokenNames
 from calctl.serving.api.sampling import sampling_params
-from calctl.serving.api.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
-from calctl.serving.api.workers import PromptWorkers
+from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
+from calctl.serving.api.workers import BIG_INPUT, PromptWorkers, paced
 from calctl.serving.protocol import (
     EngineClient,
     EngineRejection,
     GenerationRequest,
     ModelInfo,
+    Refusal,
+    RejectCode,
     RequestStream,
     SamplingParams,
     TokenLogprob,
@@ -156,12 +159,13 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
         request: Request,
         tenant: str,
         schema: type[T],
-        prompt_of: Callable[[T, TextCodec], tuple[list[int], int] | Response],
+        prompt_of: Callable[[T, TextCodec], tuple[list[int], int]],
         *,
         chat: bool,
     ) -> Response:
         """Both endpoints: parse the body, find the model's codec, build the prompt and its ``max_tokens``
-        (``prompt_of``; a Response is its 400), generate. Every answer carries the request's id.
+        (``prompt_of``; Refused is its 400), generate. Every answer carries the request's id, and every
+        refusal of a served model its 001 §14 record.
 
         Parsing, validation, the chat template and tokenization take time in proportion to the body, so they
         run in worker threads, never on the event loop (001 §9.2: a megabyte prompt to A must not hold up B's
@@ -170,50 +174,51 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         loop = asyncio.get_running_loop()
         raw = await request.body()  # already read, under the size limit, by the guard
+        named: str | None = None  # the model the body names, once it parsed
         try:
-            body = await loop.run_in_executor(workers.parse, _parse, raw, schema, _context_of)
-            if isinstance(body, Response):
-                return _tagged(body, request_id)
+            parse = functools.partial(parse_body, raw, schema, _context_of)
+            if len(raw) >= BIG_INPUT:
+                parse = functools.partial(paced, parse)
+            body = await loop.run_in_executor(workers.parse(len(raw)), parse)
+            named = body.model  # type: ignore[attr-defined]
             codec = engine.codec(body.model)  # type: ignore[attr-defined]
             sampling = sampling_params(body, codec.vocab_size, body.model)  # type: ignore[arg-type, attr-defined]
-            if isinstance(sampling, Response):
-                return _tagged(sampling, request_id)
+            if isinstance(sampling, Response):  # a parameter out of range: a 400 of the HTTP layer, recorded
+                raise Refused(sampling, named)
             pool = workers.for_model(body.model)  # type: ignore[attr-defined]
-            prompt = await loop.run_in_executor(pool, _prompt_tuple, prompt_of, body, codec)
-            if isinstance(prompt, Response):
-                return _tagged(prompt, request_id)
-            prompt_ids, max_tokens = prompt
+            prompt_ids, max_tokens = await loop.run_in_executor(pool, _prompt_tuple, prompt_of, body, codec)
             return await _generate(
                 request, request_id, tenant, body, codec, prompt_ids, max_tokens, sampling, chat=chat
             )
+        except Refused as refused:
+            if refused.alias is not None:
+                why = EngineRejection(RejectCode.INVALID, "refused by the HTTP layer")
+                engine.refused(Refusal(request_id, refused.alias, tenant, refused.prompt_tokens, why))
+            return _tagged(refused.response, request_id)
         except EngineRejection as exc:  # 404, or refused at admission: the same error the handler gives, tagged
+            if exc.code is RejectCode.MODEL_NOT_FOUND and named is not None:  # admission records its own
+                engine.refused(Refusal(request_id, named, tenant, None, exc))
             return _tagged(rejection_response(exc, chat=chat), request_id)
 
-    def _completion_prompt(body: CompletionRequest, codec: TextCodec) -> tuple[list[int], int] | Response:
+    def _completion_prompt(body: CompletionRequest, codec: TextCodec) -> tuple[list[int], int]:
         if isinstance(body.prompt, list) and body.prompt and not isinstance(body.prompt[0], str):
             prompt_ids = [int(t) for t in body.prompt]
             bad = next((t for t in prompt_ids if t >= codec.vocab_size), None)
             if bad is not None:
-                return invalid(
-                    f"token id {bad} is outside the vocabulary of {body.model!r} ({codec.vocab_size} entries)",
-                    param="prompt",
-                    code="invalid_prompt",
-                )
+                message = f"token id {bad} is outside the vocabulary of {body.model!r} ({codec.vocab_size} entries)"
+                raise Refused(invalid(message, param="prompt", code="invalid_prompt"), body.model, len(prompt_ids))
             return prompt_ids, body.max_tokens or 16
         text = body.prompt if isinstance(body.prompt, str) else str(body.prompt[0])
-        ids = _encode(codec, text, engine.context_limit(body.model), body.model, "prompt")
-        return ids if isinstance(ids, Response) else (ids, body.max_tokens or 16)
+        return encode_prompt(codec, text, engine.context_limit(body.model), body.model, "prompt"), body.max_tokens or 16
 
-    def _chat_prompt(body: ChatCompletionRequest, codec: TextCodec) -> tuple[list[int], int] | Response:
+    def _chat_prompt(body: ChatCompletionRequest, codec: TextCodec) -> tuple[list[int], int]:
         try:
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
             prompt = codec.render_chat(messages, add_generation_prompt=True)  # the model's own template
         except (ValueError, ChatTemplateError) as exc:
-            return invalid(str(exc), param="messages", code="invalid_messages")
+            raise Refused(invalid(str(exc), param="messages", code="invalid_messages"), body.model) from None
         limit = engine.context_limit(body.model)
-        prompt_ids = _encode(codec, prompt, limit, body.model, "messages")
-        if isinstance(prompt_ids, Response):
-            return prompt_ids
+        prompt_ids = encode_prompt(codec, prompt, limit, body.model, "messages")
         max_tokens = body.max_completion_tokens or body.max_tokens or settings.chat_default_max_tokens
         if max_tokens is None:
             max_tokens = max(1, limit - len(prompt_ids))
@@ -317,134 +322,12 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
     return router
 
 
-def _parse(raw: bytes, model: type[T], context_of: Callable[[object], int | None]) -> T | Response:
-    """The body as ``model``, or its 400 (worker thread: time in proportion to the body)."""
-    doc = _json(raw)
-    if doc is _NOT_JSON:
-        return invalid("request body is not valid JSON", code="invalid_json")
-    if not isinstance(doc, dict):
-        return invalid("request body must be a JSON object", code="invalid_json")
-    too_many = _too_many(doc, context_of)
-    if too_many is not None:
-        return too_many
-    try:
-        if isinstance(doc.get("messages"), list):
-            doc = {**doc, "messages": _messages(doc["messages"])}
-        body = model.model_validate(doc)  # type: ignore[attr-defined]
-    except ValidationError as exc:
-        return _invalid_field(exc)
-    except _BadMessage as bad:
-        return _invalid_field(bad.error, ("messages", bad.index))
-    unsupported = body.unsupported()
-    if unsupported:
-        return invalid(unsupported[1], param=unsupported[0], code="unsupported_parameter")
-    return body
-
-
-_NOT_JSON = object()
-
-
-#: A prompt of this many token ids or messages for a model the server does not have is its 404 before the schema.
-HEAVY_ENTRIES = 1024
-
-
-def _too_many(doc: dict[str, Any], context_of: Callable[[object], int | None]) -> Response | None:
-    """The 400 of a prompt of token ids or a chat with more entries than the model's context has tokens, said
-    before the schema runs: validating a million ids or a hundred thousand messages holds the interpreter lock
-    (and stalls the event loop) for seconds, only to refuse them. Every message of a chat takes at least one
-    token of the template's; an alias the engine does not serve has no limit here (its 404 comes later)."""
-    ids, messages = doc.get("prompt"), doc.get("messages")
-    many = isinstance(ids, list) and bool(ids) and type(ids[0]) is int
-    if not (many or isinstance(messages, list)):
-        return None
-    entries = max(len(ids) if many else 0, len(messages) if isinstance(messages, list) else 0)  # type: ignore[arg-type]
-    try:
-        limit = context_of(doc.get("model"))
-    except EngineRejection:
-        if entries >= HEAVY_ENTRIES:
-            raise  # the 404 now, not after seconds of validating entries that no model will read
-        return None  # a small body: its field errors come first, as before
-    if limit is None:
-        return None
-    alias = str(doc["model"])
-    if many and len(ids) >= limit:  # type: ignore[arg-type]
-        return _too_long(len(ids), limit, alias, "prompt")  # type: ignore[arg-type]
-    if isinstance(messages, list) and len(messages) >= limit:
-        return invalid(
-            f"{alias}: {len(messages)} messages cannot fit context limit {limit} (each takes at least one token)",
-            param="messages",
-        )
-    return None
-
-
-class _BadMessage(Exception):
-    def __init__(self, index: int, error: ValidationError) -> None:
-        super().__init__(str(error))
-        self.index, self.error = index, error
-
-
-def _messages(items: list[Any]) -> list[Any]:
-    """Each chat message validated on its own: between two the interpreter lock can go to the event loop,
-    where one call over thousands of them holds it throughout. Raises _BadMessage for the first bad one."""
-    out = []
-    for i, item in enumerate(items):
-        try:
-            out.append(ChatMessage.model_validate(item))
-        except ValidationError as exc:
-            raise _BadMessage(i, exc) from None
-    return out
-
-
-def _invalid_field(exc: ValidationError, at: tuple[str | int, ...] = ()) -> Response:
-    first = exc.errors()[0]
-    loc = ".".join(str(p) for p in (*at, *first.get("loc", ())))
-    return invalid(f"{loc or 'body'}: {first.get('msg')}", param=loc or None)
-
-
-def _json(raw: bytes) -> Any:
-    """The body's JSON document, or :data:`_NOT_JSON` when it is not JSON that can be text.
-
-    orjson first (a quarter of the standard library's time, and it refuses a lone UTF-16 surrogate itself);
-    what it refuses goes to the standard library, which also reads a UTF-16 or BOM-prefixed body."""
-    if orjson is not None:
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
-    try:
-        doc = json.loads(raw)
-        # A lone UTF-16 surrogate ("\ud800") parses into a str that is no text: UTF-8 and the tokenizer
-        # refuse it, so the whole body is. Python's json also fails with ValueError (an integer past its
-        # digit limit) or RecursionError (deep nesting), not only JSONDecodeError; all are a 400, not a 500.
-        json.dumps(doc, ensure_ascii=False).encode("utf-8")
-    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError and UnicodeEncodeError too
-        return _NOT_JSON
-    return doc
-
-
-def _encode(codec: TextCodec, text: str, limit: int, alias: str, param: str) -> list[int] | Response:
-    """The prompt's ids, or the 400 of a prompt that leaves no room in the context for one output token."""
-    ids, count = codec.encode_within(text, limit - 1)
-    return _too_long(count, limit, alias, param) if ids is None else ids
-
-
-def _too_long(count: int, limit: int, alias: str, param: str) -> Response:
-    """The scheduler's own words for the prompt that fills the context (core admission decides every other
-    case); said here so that the ids of a prompt that can never be served are not built, copied or checked."""
-    return invalid(
-        f"{alias}: prompt has {count} tokens; with at least 1 output token it exceeds context limit {limit}",
-        param=param,
-    )
-
-
 def _prompt_tuple(
-    prompt_of: Callable[[T, TextCodec], tuple[list[int], int] | Response], body: T, codec: TextCodec
-) -> tuple[tuple[int, ...], int] | Response:
+    prompt_of: Callable[[T, TextCodec], tuple[list[int], int]], body: T, codec: TextCodec
+) -> tuple[tuple[int, ...], int]:
     """``prompt_of`` with the ids as the tuple the engine takes, built here rather than on the event loop."""
-    prompt = prompt_of(body, codec)
-    if isinstance(prompt, Response):
-        return prompt
-    return tuple(prompt[0]), prompt[1]
+    ids, max_tokens = prompt_of(body, codec)
+    return tuple(ids), max_tokens
 
 
 def _tagged(response: Response, request_id: str) -> Response:

@@ -21,7 +21,7 @@ from calctl.serving.engine.output import record_refusal
 from calctl.serving.engine.recovery import trace_row
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.engine.supervisor import DeviceSupervisor, SupervisorOptions
-from calctl.serving.protocol import EngineRejection, GenerationRequest, ModelInfo, RejectCode
+from calctl.serving.protocol import EngineRejection, GenerationRequest, ModelInfo, Refusal, RejectCode
 from calctl.serving.text import TextCodec
 
 log = logging.getLogger("calctl.serve")
@@ -65,10 +65,17 @@ class ServingEngine:
     def submit(self, request: GenerationRequest) -> EngineStream:
         w = self._core(request.alias)
         if self._draining:
-            refusal = EngineRejection(RejectCode.UNAVAILABLE, "the server is shutting down", retry_after_s=1.0)
-            record_refusal(self.supervisor.metrics, w.alias, w.chips, w.generation, request, refusal, 0.0)
-            raise refusal
+            rejection = EngineRejection(RejectCode.UNAVAILABLE, "the server is shutting down", retry_after_s=1.0)
+            self.refused(Refusal(request.request_id, w.alias, request.tenant, len(request.prompt_ids), rejection))
+            raise rejection
         return self._open(w, request, asyncio.get_running_loop())
+
+    def refused(self, refusal: Refusal) -> None:
+        w = self.supervisor.cores.get(refusal.alias)
+        if w is None:  # a name the client chose (a 404): its record, but never a metric label
+            record_refusal(self.supervisor.metrics, refusal.alias, (), None, refusal, 0.0, count=False)
+        else:
+            record_refusal(self.supervisor.metrics, w.alias, w.chips, w.generation, refusal, 0.0)
 
     def submit_threadsafe(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> EngineStream:
         """For tools driving the engine from their own loop thread (soak, bench)."""

@@ -49,6 +49,7 @@ from calctl.serving.protocol import (
     EngineRejection,
     FinishReason,
     GenerationRequest,
+    Refusal,
     RejectCode,
     TokenEvent,
     TokenLogprob,
@@ -76,7 +77,7 @@ class RequestContext:
     last_token_at: float | None = None
     first_job_at: float | None = None
     tokens: int = 0
-    output_ids: list[int] | None = None  # kept only for a request with stop strings (see _finish_of)
+    output_ids: list[int] | None = None  # kept only for a request with stop strings (see _reason_seen)
 
 
 class OutputProcessor:
@@ -295,7 +296,8 @@ class OutputProcessor:
 
     def refused(self, req: GenerationRequest, rejection: EngineRejection, elapsed_s: float) -> None:
         """A request refused at admission: see :func:`record_refusal`."""
-        record_refusal(self._metrics, self.alias, self.chips, int(self._generation()), req, rejection, elapsed_s)
+        refusal = Refusal(req.request_id, self.alias, req.tenant, len(req.prompt_ids), rejection)
+        record_refusal(self._metrics, self.alias, self.chips, int(self._generation()), refusal, elapsed_s)
 
     # ------------------------------------------------------------------ a bug in the loop
 
@@ -324,23 +326,26 @@ def record_refusal(
     metrics: EngineMetrics,
     alias: str,
     chips: tuple[int, ...],
-    generation: int,
-    req: GenerationRequest,
-    rejection: EngineRejection,
+    generation: int | None,
+    refusal: Refusal,
     elapsed_s: float,
+    *,
+    count: bool = True,
 ) -> None:
     """A request refused at admission (400, 429, 503 before the engine held it) is counted in
-    ``calctl_requests_total`` and has its 001 §14 record, as every request has. Any thread: it touches only the
-    counters and the record sink, both thread-safe."""
-    outcome = outcomes.rejection(rejection.code).outcome
-    metrics.requests.labels(alias, outcome.value).inc()
+    ``calctl_requests_total`` (unless ``count`` is False: a model name a client made up is no label) and has
+    its 001 §14 record, as every request has. Any thread: it touches only the counters and the record sink,
+    both thread-safe."""
+    outcome = outcomes.rejection(refusal.rejection.code).outcome
+    if count:
+        metrics.requests.labels(alias, outcome.value).inc()
     metrics.records.request(
-        request_id=req.request_id,
+        request_id=refusal.request_id,
         model_alias=alias,
         model_generation=generation,
         chips=list(chips),
-        tenant=req.tenant,
-        prompt_tokens=len(req.prompt_ids),
+        tenant=refusal.tenant,
+        prompt_tokens=refusal.prompt_tokens,
         output_tokens=0,
         queue_ms=None,  # never queued for the device
         ttft_ms=None,

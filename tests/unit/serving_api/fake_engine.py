@@ -35,6 +35,7 @@ from calctl.serving.protocol import (
     FinishReason,
     GenerationRequest,
     ModelInfo,
+    Refusal,
     RejectCode,
     TokenEvent,
 )
@@ -273,6 +274,7 @@ class FakeEngine:
         self.scripts: list[Script] = []  # consumed one per submit(), before default_script
         self.calls: list[str] = []
         self.submitted: list[GenerationRequest] = []
+        self.refusals: list[Refusal] = []  # the HTTP layer's own 400s it reported (EngineClient.refused)
         self.streams: list[FakeStream] = []
         self.engine_cancels: list[str] = []
         self.admin_calls: list[tuple[str, ...]] = []  # (alias, action) or (alias, action, package)
@@ -366,6 +368,9 @@ class FakeEngine:
             index = len(self.streams) - 1
         self._submit_latch(index).set()
         return stream
+
+    def refused(self, refusal: Refusal) -> None:
+        self.refusals.append(refusal)  # not an _enter: recording a refusal never touches the scheduler
 
     def cancel(self, request_id: str) -> bool:
         self._enter("cancel")

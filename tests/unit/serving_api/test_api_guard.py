@@ -184,3 +184,31 @@ async def test_fits_at_context_minus_one_and_small_bodies_keep_field_errors_firs
     chat = {"model": "model-a", "messages": [{"role": "user", "content": "x"}] * 3 + [{"role": "robot"}]}
     bad = await client.post("/v1/chat/completions", json=chat)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages.3.role", bad.text
+
+
+async def test_the_http_layer_reports_its_own_400s_of_a_served_model(
+    client: httpx.AsyncClient, engine: FakeEngine
+) -> None:
+    """Every request has a 001 §14 record: the 400s decided before the engine reach it through
+    ``EngineClient.refused``, with the prompt's size when it was counted; a body naming no served model
+    (or none) reports nothing, since a client's made-up name must not become a metric label."""
+    sent = [
+        ({"model": "model-a", "prompt": [5] * 300}, 300),
+        ({"model": "model-a", "prompt": "hi", "temperature": 9}, None),
+        ({"model": "model-b", "prompt": [1, 9999]}, 2),
+        ({"model": "model-z", "prompt": "hi", "temperature": 9}, None),
+        ({"prompt": "hi"}, None),
+    ]
+    ids = []
+    for body, _ in sent:
+        r = await client.post("/v1/completions", json=body)
+        assert r.status_code == 400, r.text
+        ids.append(r.headers["x-request-id"])
+    got = [(f.request_id, f.alias, f.prompt_tokens, f.rejection.code.value) for f in engine.refusals]
+    assert got == [
+        (ids[0], "model-a", 300, "invalid_request_error"),
+        (ids[1], "model-a", None, "invalid_request_error"),
+        (ids[2], "model-b", 2, "invalid_request_error"),
+        (ids[3], "model-z", None, "invalid_request_error"),  # the engine ignores names it does not serve
+    ]
+    assert engine.submitted == []

@@ -1,0 +1,166 @@
+"""Request bodies of the completion endpoints: JSON, the schema and the prompt's bounds (001 §9.2, issue 49).
+
+Everything here runs in a worker thread (:mod:`calctl.serving.api.workers`) and
+takes time in proportion to the body, so it is also written to hold the
+interpreter lock as little as the work allows:
+
+* JSON by orjson (a quarter of the standard library's time), the standard
+  library only for what orjson refuses (UTF-16, a BOM, NaN);
+* a token-id prompt or a chat with more entries than the model's context has
+  tokens is refused on its length, before the schema validates a million
+  entries; chat messages are validated one by one, so the lock can go to the
+  event loop between two;
+* a text prompt is refused from its token count (:meth:`TextCodec.encode_within`)
+  when it leaves no room for one output token: its ids are never built.
+
+A refusal is :class:`Refused`: the 400 response, and the alias and prompt size
+the request's 001 §14 record names. No engine, no HTTP routing here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fastapi.responses import Response
+from pydantic import ValidationError
+
+from calctl.serving.api.errors import invalid
+from calctl.serving.api.schemas import ChatMessage
+from calctl.serving.api.workers import BIG_INPUT, give_back_memory
+from calctl.serving.protocol import EngineRejection
+from calctl.serving.text import TextCodec
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - a dependency; the standard library does the same, slower
+    orjson = None  # type: ignore[assignment]
+
+T = TypeVar("T")
+#: A prompt of this many token ids or messages for a model the server does not have is its 404 before the schema.
+HEAVY_ENTRIES = 1024
+_NOT_JSON = object()
+
+
+class Refused(Exception):
+    """A 400 the HTTP layer decided. ``alias``: the served model the body named (None: none, or not a string);
+    ``prompt_tokens``: the prompt's size when it was counted."""
+
+    def __init__(self, response: Response, alias: str | None = None, prompt_tokens: int | None = None) -> None:
+        super().__init__(response.status_code)
+        self.response, self.alias, self.prompt_tokens = response, alias, prompt_tokens
+
+
+def parse_body(raw: bytes, model: type[T], context_of: Callable[[object], int | None]) -> T:
+    """The body as ``model``; Refused with its 400, or EngineRejection (404) for a heavy body naming a model
+    the engine does not serve. ``context_of``: a served alias's context limit (None for no string)."""
+    doc = _json(raw)
+    if doc is _NOT_JSON:
+        raise Refused(invalid("request body is not valid JSON", code="invalid_json"))
+    if not isinstance(doc, dict):
+        raise Refused(invalid("request body must be a JSON object", code="invalid_json"))
+    alias = doc.get("model") if isinstance(doc.get("model"), str) else None
+    _refuse_too_many(doc, alias, context_of)
+    try:
+        if isinstance(doc.get("messages"), list):
+            doc = {**doc, "messages": _messages(doc["messages"])}
+        body = model.model_validate(doc)  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        raise Refused(_invalid_field(exc), alias) from None
+    except _BadMessage as bad:
+        raise Refused(_invalid_field(bad.error, ("messages", bad.index)), alias) from None
+    unsupported = body.unsupported()
+    if unsupported:
+        raise Refused(invalid(unsupported[1], param=unsupported[0], code="unsupported_parameter"), alias)
+    return body
+
+
+def encode_prompt(codec: TextCodec, text: str, limit: int, alias: str, param: str) -> list[int]:
+    """The prompt's ids; Refused when it leaves no room in the context ``limit`` for one output token."""
+    ids, count = codec.encode_within(text, limit - 1)
+    if len(text) >= BIG_INPUT:
+        give_back_memory()
+    if ids is None:
+        raise too_long(count, limit, alias, param)
+    return ids
+
+
+def too_long(count: int, limit: int, alias: str, param: str) -> Refused:
+    """The scheduler's own words for the prompt that fills the context (core admission decides every other
+    case); said here so that the ids of a prompt that can never be served are not built, copied or checked."""
+    message = f"{alias}: prompt has {count} tokens; with at least 1 output token it exceeds context limit {limit}"
+    return Refused(invalid(message, param=param), alias, count)
+
+
+def _refuse_too_many(doc: dict[str, Any], alias: str | None, context_of: Callable[[object], int | None]) -> None:
+    """Refused for a prompt of token ids or a chat with more entries than the model's context has tokens,
+    before the schema runs: validating a million ids or a hundred thousand messages holds the interpreter lock
+    (and stalls the event loop) for seconds, only to refuse them. Every message of a chat takes at least one
+    token of the template's; a small body for a model the engine does not serve keeps its field errors first."""
+    ids, messages = doc.get("prompt"), doc.get("messages")
+    id_count = len(ids) if isinstance(ids, list) and ids and type(ids[0]) is int else 0
+    message_count = len(messages) if isinstance(messages, list) else 0
+    if not (id_count or message_count):
+        return
+    try:
+        limit = context_of(doc.get("model"))
+    except EngineRejection:
+        if max(id_count, message_count) >= HEAVY_ENTRIES:
+            raise  # the 404 now, not after seconds of validating entries that no model will read
+        return
+    if limit is None or alias is None:
+        return
+    if id_count >= limit:
+        raise too_long(id_count, limit, alias, "prompt")
+    if message_count >= limit:
+        message = f"{alias}: {message_count} messages cannot fit context limit {limit} (each takes at least one token)"
+        raise Refused(invalid(message, param="messages"), alias)
+
+
+class _BadMessage(Exception):
+    def __init__(self, index: int, error: ValidationError) -> None:
+        super().__init__(str(error))
+        self.index, self.error = index, error
+
+
+def _messages(items: list[Any]) -> list[Any]:
+    """Each chat message validated on its own: between two the interpreter lock can go to the event loop,
+    where one call over thousands of them holds it throughout. Raises _BadMessage for the first bad one."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(ChatMessage.model_validate(item))
+        except ValidationError as exc:
+            raise _BadMessage(i, exc) from None
+    return out
+
+
+def _invalid_field(exc: ValidationError, at: tuple[str | int, ...] = ()) -> Response:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in (*at, *first.get("loc", ())))
+    return invalid(f"{loc or 'body'}: {first.get('msg')}", param=loc or None)
+
+
+def _json(raw: bytes) -> Any:
+    """The body's JSON document, or :data:`_NOT_JSON` when it is not JSON that can be text.
+
+    orjson refuses a lone UTF-16 surrogate itself; what it refuses goes to the standard library, which also
+    reads a UTF-16 or BOM-prefixed body (and NaN, which the schema then refuses by name)."""
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        doc = json.loads(raw)
+        # A lone UTF-16 surrogate ("\ud800") parses into a str that is no text: UTF-8 and the tokenizer
+        # refuse it, so the whole body is. Python's json also fails with ValueError (an integer past its
+        # digit limit) or RecursionError (deep nesting), not only JSONDecodeError; all are a 400, not a 500.
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError and UnicodeEncodeError too
+        return _NOT_JSON
+    return doc
+
+
+__all__ = ["HEAVY_ENTRIES", "Refused", "encode_prompt", "parse_body", "too_long"]
