@@ -25,7 +25,6 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
 
 from calctl.budget.kv import kv_bytes, kv_bytes_per_token, kv_heads_per_chip
 from calctl.budget.policy import BudgetPolicy, BudgetVerdict
@@ -524,15 +523,3 @@ def max_sequences_on_chip(
     """Largest number of active sequences (each at ``context`` tokens) that is GO."""
     value = largest_passing(lambda s: passes(load, policy, estimates, context=context, sequences=s), MAX_SEQUENCES)
     return SearchResult(value, Bound.MEMORY if value < MAX_SEQUENCES else Bound.CEILING)
-
-
-# The builders live in calctl.budget.builders; these names stay importable from here.
-_MOVED = frozenset({"model_chip_load", "package_chip_load", "plan_from_config", "plan_from_package"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from calctl.budget import builders
-
-        return getattr(builders, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

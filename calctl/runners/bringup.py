@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from calctl import records
+from calctl.budget.builders import plan_from_package
 from calctl.budget.evaluation import report_document, run_budget
-from calctl.budget.plan import plan_from_package
 from calctl.budget.policy import BudgetPolicy
 from calctl.errors import CalctlError, Interrupted, interrupt_reason, reason_of
 from calctl.package.model import Package

@@ -44,10 +44,10 @@ from calctl.serving.core.scheduler import DecodeJob, JobOutcome, JobStatus, Pref
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.modes import BankSlots, SlotConflict
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
+from calctl.serving.engine.options import Clock
 from calctl.serving.record_sink import job_phases, ms
 
 log = logging.getLogger("calctl.serve")
-Clock = Callable[[], float]
 
 #: 001 §11.3 "DeviceBusy -> bounded backoff": at most this many retries, doubling from 1 ms.
 BUSY_RETRIES = 6

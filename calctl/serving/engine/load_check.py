@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from calctl.budget import BudgetPolicy, BudgetVerdict, max_kv_tokens, max_sequences, run_budget
+from calctl.budget.builders import plan_from_package
 from calctl.budget.device import device_fit
-from calctl.budget.plan import plan_from_package
 from calctl.errors import CheckFailed
 from calctl.package.model import Package
 from calctl.package.validate import ValidationPolicy, validate

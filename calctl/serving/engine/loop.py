@@ -76,7 +76,7 @@ from calctl.serving.engine.metrics import EngineMetrics, ModelSnapshot
 from calctl.serving.engine.mode_control import COUNTER_CHECK_S, ModeControl
 from calctl.serving.engine.modes import DowngradeRecord
 from calctl.serving.engine.monitor import ExecutorMonitor
-from calctl.serving.engine.options import CoreOptions
+from calctl.serving.engine.options import Clock, CoreOptions
 from calctl.serving.engine.output import DeliveryTap, OutputProcessor, RequestContext
 from calctl.serving.engine.snapshot import model_snapshot
 from calctl.serving.engine.streams import EngineStream, one_handoff
@@ -84,7 +84,6 @@ from calctl.serving.protocol import EngineRejection, GenerationRequest, RejectCo
 from calctl.serving.text import TextCodec
 
 log = logging.getLogger("calctl.serve")
-Clock = Callable[[], float]
 T = TypeVar("T")
 
 #: sync mode: the longest the core waits on the device before it looks at its inbox again.

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from calctl.package.model import Package
 from calctl.serving.config import DowngradePolicy, ExecutorMode
+
+#: The engine's one clock type (seconds, monotonic): a core and its device take it as an argument (STYLE.md).
+Clock = Callable[[], float]
 
 
 @dataclass
