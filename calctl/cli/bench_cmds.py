@@ -333,6 +333,8 @@ def _render_bench(result: Any, doc: dict[str, Any]) -> None:
         f"report: {escape(doc['files']['report'])}; plot: "
         + (escape(str(plot)) if plot else "none (no phase finished before the run ended)")
     )
+    page = html_report.page_path(Path(doc["files"]["report"]))
+    out.print(f"page: {escape(str(page))} (one self-contained file to open or attach)")
     out.print(
         f"verdict {_output.styled_verdict(result.verdict)}"
         + (f": failing {escape(', '.join(doc['failing_gates']))}" if doc["failing_gates"] else "")

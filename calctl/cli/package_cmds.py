@@ -110,7 +110,7 @@ def pack(
         bool,
         typer.Option(
             "--refresh-provenance",
-            help="Record a legitimate edit: recompute build-provenance.json's subjects from the files and note who "
+            help="Record a legitimate edit: recompute the build provenance's subjects from the files and note who "
             "resealed, when and with which key (the build's own record is kept).",
         ),
     ] = False,

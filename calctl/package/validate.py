@@ -168,10 +168,22 @@ class ValidationReport:
     def refusal(self, limit: int = 4) -> str:
         """Why the package is refused, in one sentence every command prints the same way: each failing check as
         ``RULE file[:field]: message`` (the rule, the file and the figure; #53 item 6: ``(HASH001)`` alone named
-        no file), the first ``limit`` of them and how many more."""
-        lines = [_refusal_line(c) for c in self.errors]
-        more = f"; and {len(lines) - limit} more" if len(lines) > limit else ""
-        return "; ".join(lines[:limit]) + more if lines else "rejected by policy"
+        no file): ``limit`` findings, the first of every failing rule among them, and how many more each rule
+        has."""
+        errors = list(self.errors)
+        if not errors:
+            return "rejected by policy"
+        # The first finding of every failing rule (not four of the first rule), then the rest in order up to limit.
+        firsts = [i for i, c in enumerate(errors) if c.id not in {e.id for e in errors[:i]}]
+        shown = sorted(
+            firsts[: max(limit, 1)] + [i for i in range(len(errors)) if i not in firsts][: max(0, limit - len(firsts))]
+        )
+        hidden: dict[str, int] = {}
+        for i, c in enumerate(errors):
+            if i not in shown:
+                hidden[c.id] = hidden.get(c.id, 0) + 1
+        more = ", ".join(f"{n} more {rule}" for rule, n in hidden.items())
+        return "; ".join(_refusal_line(errors[i]) for i in shown) + (f"; and {more}" if more else "")
 
     def to_dict(self) -> dict[str, Any]:
         """The ``validate-report/v1`` document (without ``schema_version``, added by the renderer)."""

@@ -278,6 +278,10 @@ def test_fields_of_any_type_render(tmp_path: Path) -> None:
             "rows": [{"id": value, "verdict": value, "seconds": value, "evidence": value, "files": value}],
             "steps": [{"name": value, "status": value, "seconds": value}],
             "files": value,
+            "facts": [value, [value, value], value],
+            "pictures": value,
+            "trace": value,
+            "error": value,
         }
         assert "<html" in html_report.render(doc, tmp_path)
 
@@ -368,7 +372,9 @@ def test_a_go_beside_rows_not_measured_is_not_a_green_headline(tmp_path: Path) -
     assert reasons and "To measure: `calctl bench PKG --scenario batch`" in reasons.group(1)
     assert re.search(r'<td class="verdict good">GO</td>', html)  # the GO rows stay green
     assert re.search(r'<td class="verdict muted">NOT MEASURED</td>', html)
-    every_row_go = {**doc, "rows": doc["rows"][:2]}
+    rows = doc["rows"]
+    assert isinstance(rows, list)
+    every_row_go = {**doc, "rows": rows[:2]}
     assert 'class="verdict big good" id="verdict">GO</span>' in html_report.render(every_row_go, tmp_path)
 
 

@@ -35,6 +35,7 @@ def test_a_failed_soak_page_says_its_violations_requests_and_memory(cli: Cli, tm
     doc = json.loads((out / "soak-report.json").read_text())
     html = (out / "soak-report.html").read_text(encoding="utf-8")
     reasons = _reasons(html)
+    assert reasons[0].startswith("DIAGNOSTIC: stale-completion injected on purpose"), reasons
     assert any(r.startswith("stale_generation: ") for r in reasons), reasons
     facts = _facts(html)
     assert facts["requests"].startswith(f"{doc['requests']['sent']} sent: "), facts

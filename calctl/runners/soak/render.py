@@ -195,12 +195,13 @@ def report(s: SoakState) -> Report:
     # what the run saw, the same lines the terminal's table shows, for the page's first screen (#53 item 2)
     body["facts"] = [list(f) for f in wording.facts({**header, **body})]
     more = [f"... and {len(violations) - 10} more violation(s) in soak-report.json"] if len(violations) > 10 else []
+    asked = [v for k, v in body["facts"] if k == "injected"]  # a failure the run asked for is said first
     return Report(
         "soak",
         verdict(s),
         header,
         body,
-        reasons=tuple(f"{v['kind']}: {v['message']}" for v in violations[:10]) + tuple(more),
+        reasons=(*asked, *(f"{v['kind']}: {v['message']}" for v in violations[:10]), *more),
         error=s.header.get("error"),
         seconds=body.pop("seconds"),
         evidence={k: v for k, v in files.items() if k != "plot" and v},

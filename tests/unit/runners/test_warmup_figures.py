@@ -8,7 +8,8 @@ from calctl.runners.trace import TraceSlice, _latency_panel
 
 
 def _jobs(graph: str, iterations: int, per_iteration: int) -> list[TraceSlice]:
-    out, t = [], 0.0
+    out: list[TraceSlice] = []
+    t = 0.0
     for i in range(iterations):
         for _ in range(per_iteration):
             ms = 9.0 if i == 0 else 5.0  # the cold iteration is slow

@@ -334,3 +334,22 @@ def test_a_crashing_registered_rule_via_cli(cli: Cli, monkeypatch: pytest.Monkey
     mem5 = [c for c in doc["checks"] if c["id"] == "MEM005"]
     assert [c["status"] for c in mem5] == ["error"] and "KeyError" in mem5[0]["message"]
     assert {c["id"] for c in doc["checks"]} == set(ALL_IDS)
+
+
+def test_a_refusal_names_every_failing_rule_with_its_file_and_how_many_more() -> None:
+    """#53 item 6: a refusal said ``(HASH001)`` without the file, or four findings of the first rule only."""
+    from calctl.package.rules.base import Group, Severity, Status
+    from calctl.package.validate import RuleFinding, ValidationReport
+
+    def finding(rule: str, file: str, message: str, status: Status = Status.FAIL) -> RuleFinding:
+        group = Group.MANIFEST if rule.startswith("MAN") else Group.HASH
+        return RuleFinding(status, message, file=file, id=rule, group=group, severity=Severity.ERROR)
+
+    many = tuple(finding("MAN007", "manifest.yaml", f"names 'x{i}.bin', which is not in the package") for i in range(6))
+    missing = finding("HASH001", "model-a/x0.bin", "listed in checksums.sha256 but missing from the package")
+    report = ValidationReport("pkg", (*many, missing, finding("LAY001", "a", "fine", Status.PASS)))
+    said = report.refusal(limit=4)
+    assert "HASH001 model-a/x0.bin: listed in checksums.sha256 but missing from the package" in said
+    assert said.startswith("MAN007 manifest.yaml: names 'x0.bin'") and said.endswith("; and 3 more MAN007")
+    assert "LAY001" not in said
+    assert ValidationReport("pkg", ()).refusal() == "rejected by policy"
