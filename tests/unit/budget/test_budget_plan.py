@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from calctl.budget import capacity
+from calctl.budget.builders import plan_from_config, plan_from_package
 from calctl.budget.evaluation import report_document, run_budget
 from calctl.budget.plan import (
     COMPONENTS,
@@ -19,8 +20,6 @@ from calctl.budget.plan import (
     max_context_on_chip,
     max_sequences_on_chip,
     passes,
-    plan_from_config,
-    plan_from_package,
 )
 from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.shape import ModelShape, load_hf_config

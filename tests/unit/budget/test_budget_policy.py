@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from calctl.budget.builders import plan_from_config
 from calctl.budget.plan import (
     Estimates,
     WorkspaceOverride,
     evaluate,
-    plan_from_config,
 )
 from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.shape import ModelShape
