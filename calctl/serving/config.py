@@ -43,7 +43,7 @@ from calctl.package.model import Graph, GraphKind, Model, Package
 from calctl.package.schemas import pointer as _pointer
 from calctl.package.schemas import validator as _validator
 from calctl.serving.core.admission import AdmissionPolicy, CapacityBudget, TenantPolicy
-from calctl.serving.core.decode import BatchProfile, InactiveLaneContract
+from calctl.serving.core.decode import DEFAULT_MAX_TENANT_LANE_SHARE, BatchProfile, InactiveLaneContract
 from calctl.serving.core.ids import TenantId
 from calctl.serving.core.prefill import PrefillThresholds, ServiceWeights
 from calctl.serving.core.scheduler import DecodeOptions, LongPrefillQuota, SchedulerSettings
@@ -97,7 +97,7 @@ class BatchConfig:
     profiles: tuple[int, ...]
     batching_window_us: int
     profile_thresholds: Mapping[int, int] = field(default_factory=dict)
-    max_tenant_lane_share: float = 0.5
+    max_tenant_lane_share: float = DEFAULT_MAX_TENANT_LANE_SHARE
     deadline_granularity_ms: float = 0.0
     step_estimate_floor_us: int = 0  # the floor under the measured decode step time (000 §7.2 rule 4)
 
@@ -570,6 +570,20 @@ def _schema_problems(schema: str, doc: Any, at: str) -> list[Problem]:
     return sorted(set(problems))
 
 
+def default_of(cls: type, name: str) -> Any:
+    """The default of field ``name`` of the config dataclass ``cls``: the one place a scheduler default is written
+    (the loader fills omitted fields from it; the JSON schema's ``default`` and docs/serving-core.md's table are
+    checked against it by tests/unit/serving/test_scheduler_defaults.py)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            raise KeyError(f"{cls.__name__}.{name} has no default")
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
 def _scheduler_from_doc(doc: Mapping[str, Any], source: str, at: str) -> SchedulerConfig:
     a, q, b, e, r = (doc[k] for k in ("admission", "queues", "batch", "executor", "recovery"))
     return SchedulerConfig(
@@ -578,7 +592,7 @@ def _scheduler_from_doc(doc: Mapping[str, Any], source: str, at: str) -> Schedul
             a["max_waiting_requests"],
             a["max_waiting_prompt_tokens"],
             a["deadline_default_ms"],
-            float(a.get("decode_cost_weight", 1.0)),
+            float(a.get("decode_cost_weight", default_of(AdmissionConfig, "decode_cost_weight"))),
         ),
         queues=QueuesConfig(
             q["decode_weight"],
@@ -588,15 +602,21 @@ def _scheduler_from_doc(doc: Mapping[str, Any], source: str, at: str) -> Schedul
             q["short_prefill_max_tokens"],
             q["medium_prefill_max_tokens"],
             q.get("long_prefill_max_waiting"),
-            int(q.get("long_prefill_max_running", 1)),
+            int(q.get("long_prefill_max_running", default_of(QueuesConfig, "long_prefill_max_running"))),
         ),
         batch=BatchConfig(
             profiles=tuple(b["profiles"]),
             batching_window_us=b["batching_window_us"],
             profile_thresholds={int(k): v for k, v in (b.get("profile_thresholds") or {}).items()},
-            max_tenant_lane_share=float(b.get("max_tenant_lane_share", 0.5)),
-            deadline_granularity_ms=float(b.get("deadline_granularity_ms", 0.0)),
-            step_estimate_floor_us=int(b.get("step_estimate_floor_us", 0)),
+            max_tenant_lane_share=float(
+                b.get("max_tenant_lane_share", default_of(BatchConfig, "max_tenant_lane_share"))
+            ),
+            deadline_granularity_ms=float(
+                b.get("deadline_granularity_ms", default_of(BatchConfig, "deadline_granularity_ms"))
+            ),
+            step_estimate_floor_us=int(
+                b.get("step_estimate_floor_us", default_of(BatchConfig, "step_estimate_floor_us"))
+            ),
         ),
         executor=ExecutorConfig(
             e["max_inflight"],

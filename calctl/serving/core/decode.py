@@ -202,6 +202,11 @@ _STEP_WINDOW = 32
 _Item = tuple[float, float, int, SequenceState]  # (deadline key, virtual finish, token, seq)
 
 
+#: 000 §8 rule 3: the share of a profile's lanes one tenant may hold while another waits. The one default: the
+#: scheduler, its settings and the config (``batch.max_tenant_lane_share``) all take it from here.
+DEFAULT_MAX_TENANT_LANE_SHARE = 0.5
+
+
 class DecodeScheduler:
     """The DecodeReady queue and batch selection for one alias (000 §7–§8)."""
 
@@ -211,7 +216,7 @@ class DecodeScheduler:
         *,
         thresholds: Mapping[int, int] | None = None,
         batching_window_s: float = 0.0,
-        max_tenant_lane_share: float = 0.5,
+        max_tenant_lane_share: float = DEFAULT_MAX_TENANT_LANE_SHARE,
         deadline_granularity_s: float = 0.0,
         step_estimate_s: float = 0.0,
     ) -> None:

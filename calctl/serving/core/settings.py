@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from calctl.serving.core.admission import AdmissionPolicy, CapacityBudget
-from calctl.serving.core.decode import BatchProfile
+from calctl.serving.core.decode import DEFAULT_MAX_TENANT_LANE_SHARE, BatchProfile
 from calctl.serving.core.prefill import PrefillThresholds, ServiceWeights
 
 
@@ -16,7 +16,7 @@ class DecodeOptions:
 
     batching_window_s: float = 0.0
     profile_thresholds: Mapping[int, int] | None = None
-    max_tenant_lane_share: float = 0.5
+    max_tenant_lane_share: float = DEFAULT_MAX_TENANT_LANE_SHARE
     deadline_granularity_s: float = 0.0
     step_estimate_s: float = 0.0  # the floor under the measured decode step time (batch.step_estimate_floor_us)
 
