@@ -174,12 +174,14 @@ def bench(
     from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult
     from calctl.runners.bench.bench_report import REPORT_FILE, bench_report
     from calctl.runners.bench.metrics import Slo
-    from calctl.runners.bench.scenarios import SCENARIOS
+    from calctl.runners.bench.scenarios import DEFAULT_SCENARIO, SCENARIOS
     from calctl.runners.bench.workload import LengthDist, TokenRange
 
     given = {"--sweep": sweep is not None}
     if scenario is None:  # an option that belongs to one scenario chooses it (the table says which)
-        scenario = next((s.name for s in SCENARIOS.values() if s.selected_by and given.get(s.selected_by)), "ab")
+        scenario = next(
+            (s.name for s in SCENARIOS.values() if s.selected_by and given.get(s.selected_by)), DEFAULT_SCENARIO
+        )
     chosen = SCENARIOS.get(scenario)
     if chosen is None:
         raise UsageError(f"--scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
@@ -190,8 +192,14 @@ def bench(
     out_dir = report_dir(report, "bench")
     model_list = tuple(m.strip() for m in (models or "").split(",") if m.strip())
     package, trust, spec = None, None, None
-    if requests is not None and scenario != "isolation":
-        raise UsageError(f"--requests applies to --scenario isolation only (use --max-requests for {scenario})")
+
+    def takers(option: str) -> str:
+        return " and ".join(s.name for s in SCENARIOS.values() if s.reads(option))
+
+    if requests is not None and not chosen.reads("--requests"):
+        raise UsageError(
+            f"--requests applies to --scenario {takers('--requests')} only (use --max-requests for {scenario})"
+        )
     if chosen.needs_url:
         if (
             pkg is not None
@@ -206,20 +214,17 @@ def bench(
     else:
         if url is not None:
             raise UsageError(f"--scenario {scenario} runs the engine in-process: --url does not apply")
-        if dev.fault_plan is not None and scenario not in ("isolation", "fault-isolation"):
-            raise UsageError(
-                f"--fault-plan applies to --scenario isolation and fault-isolation (batch and executor-modes "
-                f"take none), not to {scenario}"
-            )
+        if dev.fault_plan is not None and not chosen.reads("--fault-plan"):
+            raise UsageError(f"--fault-plan applies to --scenario {takers('--fault-plan')}, not to {scenario}")
         spec = dev.spec()
-        if scenario == "isolation" and pkg is None:  # G2 needs a replica: the bundled one
+        if pkg is None and chosen.default_package == "bundled-replica":
             from calctl.compiler.bundled import bundled_package
             from calctl.signing.policy import make_policy
 
             package = bundled_package("replica")
             _output.info(f"[dim]using the bundled replica sample package: {escape(str(package))}[/]")
             trust = make_policy(dev.trusted_key, dev.allow_unsigned, trust_test_key=True)
-        elif scenario == "batch" and pkg is None:  # the bundled samples are B1 only: the scenario builds its own
+        elif pkg is None and chosen.default_package == "own":
             from calctl.signing.policy import make_policy
 
             trust = make_policy(dev.trusted_key, dev.allow_unsigned, trust_test_key=True)

@@ -144,6 +144,13 @@ class Scenario:
     needs_url: bool  # True: drives a server at --url; False: runs the engine in-process on --device
     options: Sequence[str] = ()  # the options it reads, for --help and docs
     selected_by: str | None = None  # an option that chooses this scenario when --scenario is not given
+    # In-process scenarios without PKG: "bundled" (the combined sample), "bundled-replica" (the replica sample),
+    # or "own" (the scenario builds the package it needs, e.g. batch's B1/B4/B8/B16 sample).
+    default_package: str = "bundled"
+
+    def reads(self, option: str) -> bool:
+        """Whether the scenario takes ``option`` (the CLI refuses the options a scenario does not read)."""
+        return option in self.options
 
 
 __all__ = [

@@ -48,7 +48,7 @@ FAULT_ISOLATION = Scenario(
     "faults injected on A in-process on the mock, B measured throughout: F0/F1/F2 (001 §13.4)",
     run_fault_isolation,
     needs_url=False,
-    options=("PKG", "--models", "--time-scale"),
+    options=("PKG", "--models", "--time-scale", "--fault-plan"),
 )
 
 #: name -> scenario, in --help order. The default scenario is the first.
