@@ -53,7 +53,12 @@ _CHUNK = 8 * 1024 * 1024
 
 
 class JsonRefused(ValueError):
-    """A JSON document over one of this module's limits (a ValueError, as ``json.loads`` raises)."""
+    """A JSON document over one of this module's limits (a ValueError, as ``json.loads`` raises); ``kind`` is
+    ``depth``, ``values`` or ``digits``."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def structure(data: bytes) -> tuple[int, int]:
@@ -82,7 +87,7 @@ def _deepest(brackets: bytes) -> int:
 def _bounded_int(text: str) -> int:
     digits = len(text.lstrip("-"))
     if digits > MAX_INT_DIGITS:
-        raise JsonRefused(f"a number of {digits} digits (integers of at most {MAX_INT_DIGITS} are accepted)")
+        raise JsonRefused(f"a number of {digits} digits (integers of at most {MAX_INT_DIGITS} are accepted)", "digits")
     return int(text)
 
 
@@ -90,9 +95,9 @@ def check_structure(data: bytes, max_depth: int = MAX_DEPTH, max_values: int = M
     """Raise :class:`JsonRefused` if ``data`` nests deeper than ``max_depth`` or holds over ``max_values`` values."""
     depth, values = structure(data)
     if depth > max_depth:
-        raise JsonRefused(f"nested {depth} levels deep, more than the {max_depth} a JSON document may nest")
+        raise JsonRefused(f"nested {depth} levels deep, more than the {max_depth} a JSON document may nest", "depth")
     if values > max_values:
-        raise JsonRefused(f"about {values:,} values, more than the {max_values:,} a JSON document here may hold")
+        raise JsonRefused(f"about {values:,} values, more than the {max_values:,} a JSON document may hold", "values")
 
 
 def loads(data: bytes | str, **hooks: Any) -> Any:
@@ -107,4 +112,4 @@ def loads(data: bytes | str, **hooks: Any) -> Any:
     try:
         return json.loads(text, **hooks)
     except RecursionError:  # not reached below MAX_DEPTH; kept so no input can end in a traceback
-        raise JsonRefused(f"nested more deeply than Python's decoder can follow (limit {MAX_DEPTH})") from None
+        raise JsonRefused(f"nested more deeply than Python's decoder can follow (limit {MAX_DEPTH})", "depth") from None

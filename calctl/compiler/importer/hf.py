@@ -37,6 +37,8 @@ from calctl.compiler.importer.families import CheckpointError, FamilyConfig, fro
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+#: validate's figure for the same file (``calctl.package.rules.context.MAX_TOKENIZER_BYTES``; a test keeps them equal).
+MAX_TOKENIZER_BYTES = 256 * 1024**2
 #: safetensors dtypes a weight may have (integer and bool tensors are not model weights).
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
@@ -101,6 +103,8 @@ class _SafetensorsFile:
         from safetensors import safe_open
 
         self.path = path
+        if not path.is_file():  # a FIFO would block the read below forever, a device never end
+            raise CheckpointError(path, "not a regular file; expected a safetensors weights file")
         size = path.stat().st_size
         try:
             with path.open("rb") as fh:
@@ -213,6 +217,8 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
     tok_path = root / "tokenizer.json"
     if not tok_path.is_file():
         raise CheckpointError(tok_path, "missing: the model's tokenizer (tokenizer.json) is required")
+    if tok_path.stat().st_size > MAX_TOKENIZER_BYTES:  # validate's limit for the same file (TOK001)
+        raise CheckpointError(tok_path, f"larger than the {MAX_TOKENIZER_BYTES} bytes a tokenizer may have")
     tok_bytes = tok_path.read_bytes()
     _check_tokenizer(tok_path)
     tok_cfg_path = root / "tokenizer_config.json"

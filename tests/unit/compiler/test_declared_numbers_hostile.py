@@ -189,3 +189,20 @@ def test_budget_hf_config_refuses_a_config_nested_100000_deep(tmp_path: Path) ->
     cfg.write_text(_deep(100_000))
     r = run_bounded("budget", "--hf-config", cfg)
     assert r.code == 2 and "nested 100000 levels deep" in r.text, r.text
+
+
+def test_import_hf_refuses_a_fifo_named_safetensors_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    d = _hf(tmp_path)
+    (d / "model.safetensors").unlink()
+    os.mkfifo(d / "model.safetensors")
+    r = run_bounded("import", "hf", d, tmp_path / "out", "--key", TEST_KEY)
+    assert r.code == 2 and "model.safetensors: not a regular file" in r.text, r.text
+
+
+def test_the_importers_tokenizer_limit_is_validates() -> None:
+    from calctl.compiler.importer import hf
+    from calctl.package.rules import context
+
+    assert hf.MAX_TOKENIZER_BYTES == context.MAX_TOKENIZER_BYTES
