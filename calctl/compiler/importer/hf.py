@@ -36,7 +36,9 @@ from calctl import jsonsafe
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+#: A safetensors header (JSON) read into memory: the largest shard of a 405B checkpoint has ~100 KB; the format
+#: allows 100 MB, which parsed into Python objects costs a GiB (issue 54: memory is bounded before parsing).
+MAX_HEADER_BYTES = 16 * 1024 * 1024
 #: validate's figure for the same file (``calctl.package.rules.context.MAX_TOKENIZER_BYTES``; a test keeps them equal).
 MAX_TOKENIZER_BYTES = 256 * 1024**2
 #: safetensors dtypes a weight may have (integer and bool tensors are not model weights).
@@ -114,9 +116,14 @@ class _SafetensorsFile:
                         path, f"truncated: {size} bytes, a safetensors file starts with an 8-byte header length"
                     )
                 (n,) = struct.unpack("<Q", raw)
-                if n > MAX_HEADER_BYTES or 8 + n > size:
+                if 8 + n > size:
                     raise CheckpointError(
                         path, f"truncated or not safetensors: header of {n} bytes in a {size}-byte file"
+                    )
+                if n > MAX_HEADER_BYTES:
+                    raise CheckpointError(
+                        path,
+                        f"a header of {n} bytes, over the {MAX_HEADER_BYTES} bytes calctl reads (real ones ~100 KB)",
                     )
                 header = jsonsafe.loads(fh.read(n))
         except (OSError, ValueError, UnicodeDecodeError) as exc:
