@@ -26,7 +26,7 @@ cost of the interpreter and calctl's imports alone, so each refusal's figures re
 and their ratio to the baseline's: a loaded host stretches the wall time of all of them alike).
 
 The unit tests assert the limits' figures (tests/unit/validate/test_validate_costs.py,
-test_validate_streams_and_trees.py, tests/unit/compiler/test_declared_numbers_hostile.py); this script
+test_validate_streams_and_trees.py, tests/integration/test_declared_numbers_hostile.py); this script
 measures and asserts nothing.
 """
 
@@ -226,8 +226,8 @@ def build54(tmp: Path) -> dict[str, list[str]]:
     import struct
 
     from tests.conftest import run_in_process
+    from tests.integration.test_declared_numbers_hostile import gguf_bytes, llama_metadata
     from tests.unit.compiler.checkpoint_factory import LLAMA3_SCALING, tiny_config
-    from tests.unit.compiler.test_declared_numbers_hostile import gguf_bytes, llama_metadata
     from tests.unit.validate.validate_factory import edit_json, edit_manifest, reseal
 
     out: dict[str, list[str]] = {}

@@ -1,7 +1,7 @@
 """Issue 54: every number a checkpoint or config declares is bounded (calctl.limits) before it costs anything,
 and every JSON document's nesting is bounded, in ``import hf``, ``import gguf`` and ``budget --hf-config``.
 
-Each case runs calctl in a child with a memory ceiling and a deadline (:mod:`.hostile_run`): on the code before
+Each case runs calctl in a child with a memory ceiling and a deadline (:mod:`tests.integration.hostile_run`): on the code before
 issue 54 they ran out of memory, hung, or ended in exit 70.
 """
 
@@ -16,8 +16,8 @@ import pytest
 
 from calctl import limits
 from tests.conftest import TEST_KEY
+from tests.integration.hostile_run import run_bounded
 from tests.unit.compiler.checkpoint_factory import LLAMA3_SCALING, tiny_config, write_hf_dir
-from tests.unit.compiler.hostile_run import run_bounded
 
 # ---------------------------------------------------------------------------- a GGUF written byte by byte
 
