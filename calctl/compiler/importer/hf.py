@@ -280,12 +280,12 @@ def _chat_template_file(root: Path) -> tuple[str | None, Path | None]:
 
 def _with_generation_ids(cfg: FamilyConfig, doc: dict[str, Any], where: Path) -> FamilyConfig:
     """EOS/BOS from ``generation_config.json`` where ``config.json`` states none."""
-    from calctl.compiler.importer.families import _Cfg, _check_shape
+    from calctl.compiler.importer.families import _Cfg
 
     c = _Cfg(doc, where)
     eos = cfg.eos_token_id if cfg.eos_token_id is not None else c.token_id("eos_token_id")
     bos = cfg.bos_token_id if cfg.bos_token_id is not None else c.token_id("bos_token_id")
-    return _check_shape(where, replace(cfg, eos_token_id=eos, bos_token_id=bos))
+    return replace(cfg, eos_token_id=eos, bos_token_id=bos)
 
 
 def _check_tokenizer(path: Path) -> None:
