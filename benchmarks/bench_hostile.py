@@ -14,8 +14,20 @@ attack with the LAY/MAN/HASH/ELF finding that refused it. The targets (issue
 long cases that the (raised) limits allow and prints the time from the signal to
 the exit (target: under 1 s, exit 130).
 
+A third table (``--issue 54``, run by default) measures the other entry points' refusals of issue 54, each
+in its own fresh interpreter the same way: ``budget --hf-config`` of 2^31-1 layers and of a config nested
+100,000 deep, ``import gguf`` of a 426-byte ``block_count`` bomb and of a 49-byte file whose array declares
+10^9 strings, ``import hf`` of ``head_dim`` 10^12 (llama3 and linear RoPE scaling) and of a ``config.json`` or
+safetensors header nested 100,000 deep, ``validate`` of a tokenizer id of 1,000,000 (TOK002), a replica whose
+chips hold different weights (GOLD008), a CR glued to a KV line (MEM006) and NFC/NFD twins (LAY002), and
+``combine`` of a replica by files only and of an input whose tensor lies past its blob. Target: each in under
+2 s and 200 MB RSS, exit 1 or 2. The first row is the baseline measured in the same run: ``calctl rules``, the
+cost of the interpreter and calctl's imports alone, so each refusal's figures read against it (CPU seconds
+and their ratio to the baseline's: a loaded host stretches the wall time of all of them alike).
+
 The unit tests assert the limits' figures (tests/unit/validate/test_validate_costs.py,
-test_validate_streams_and_trees.py); this script measures and asserts nothing.
+test_validate_streams_and_trees.py, tests/integration/test_declared_numbers_hostile.py); this script
+measures and asserts nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +63,14 @@ hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.st
 print(f"MEASURED seconds={time.monotonic() - t0:.3f} rss_kb={hwm}", file=sys.stderr)
 sys.exit(code)
 """
+
+# The same, also reporting the CPU seconds calctl spent (a loaded host stretches wall time, not CPU time).
+_MEASURED_CPU = _MEASURED.replace(
+    'print(f"MEASURED seconds={time.monotonic() - t0:.3f} rss_kb={hwm}", file=sys.stderr)',
+    "import resource\nu = resource.getrusage(resource.RUSAGE_SELF)\n"
+    'print(f"MEASURED seconds={time.monotonic() - t0:.3f} rss_kb={hwm} cpu={u.ru_utime + u.ru_stime:.3f}", '
+    "file=sys.stderr)",
+)
 
 _COMPRESS: dict[str, Callable[[bytes], bytes]] = {
     "gz": lambda b: gzip.compress(b, mtime=0),
@@ -147,6 +167,22 @@ def measure(target: Path) -> tuple[float, float, str]:
     return float(fields["seconds"]), int(fields["rss_kb"]) / 1024, why
 
 
+def run_measured(args: list[str]) -> tuple[float, float, float, int, str]:
+    """``calctl ARGS`` in a fresh interpreter: (wall seconds from the imports, CPU seconds, peak RSS MB, exit
+    code, the first error or FAIL line)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    env.pop("CALCTL_TRUSTED_KEYS", None)
+    r = subprocess.run(
+        [sys.executable, "-c", _MEASURED_CPU, *args], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert "MEASURED" in r.stderr and "cpu=" in r.stderr, r.stderr[-500:]
+    lines = r.stderr.splitlines()
+    line = next(x for x in lines if x.startswith("MEASURED"))
+    fields = dict(kv.split("=") for kv in line.split()[1:])
+    said = [x for x in lines if x.startswith("error:")] or [x for x in r.stdout.splitlines() if "FAIL" in x] or [""]
+    return float(fields["seconds"]), float(fields["cpu"]), int(fields["rss_kb"]) / 1024, r.returncode, said[0]
+
+
 def sigint(args: list[str], prelude: str, wait_s: float = 3.0) -> tuple[float, int]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     code = prelude + "\nfrom calctl.cli.app import main\nimport sys\nsys.exit(main(sys.argv[1:]))\n"
@@ -162,10 +198,167 @@ def sigint(args: list[str], prelude: str, wait_s: float = 3.0) -> tuple[float, i
     return time.monotonic() - t0, proc.returncode
 
 
+KEY = REPO / "fixtures" / "keys" / "calctl-test-only-DO-NOT-TRUST.key"
+PUB = REPO / "fixtures" / "keys" / "calctl-test-only-DO-NOT-TRUST.pub"
+
+
+def _hf_dir(tmp: Path, name: str, **config: object) -> Path:
+    from tests.unit.compiler.checkpoint_factory import tiny_config, write_hf_dir
+
+    d, _, _ = write_hf_dir(tmp / name, "llama")
+    (d / "config.json").write_text(json.dumps({**tiny_config("llama"), **config}))
+    return d
+
+
+def _swap_offsets(root: Path, a: str, b: str) -> None:
+    from tests.unit.validate.validate_factory import edit_manifest, reseal
+
+    def edit(doc: dict) -> None:
+        ts = {t["name"]: t for m in doc["models"] for t in m["params"]["tensors"] if t["name"] in (a, b)}
+        ts[a]["offset"], ts[b]["offset"] = ts[b]["offset"], ts[a]["offset"]
+
+    edit_manifest(root, edit)
+    reseal(root)
+
+
+def build54(tmp: Path) -> dict[str, list[str]]:
+    """Issue 54's attacks, each as the calctl command line that must refuse it."""
+    import struct
+
+    from tests.conftest import run_in_process
+    from tests.integration.test_declared_numbers_hostile import gguf_bytes, llama_metadata
+    from tests.unit.compiler.checkpoint_factory import LLAMA3_SCALING, tiny_config
+    from tests.unit.validate.validate_factory import edit_json, edit_manifest, reseal
+
+    out: dict[str, list[str]] = {}
+    deep = '{"a": ' * 100_000 + "1" + "}" * 100_000
+    cfg = tmp / "layers" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps({**tiny_config("llama"), "num_hidden_layers": 2**31 - 1}))
+    out["budget 2^31-1 layers"] = ["budget", "--hf-config", str(cfg)]
+    cfg = tmp / "deep" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(deep)
+    out["budget config 1e5 deep"] = ["budget", "--hf-config", str(cfg)]
+    bomb = tmp / "block_count.gguf"
+    bomb.write_bytes(gguf_bytes(llama_metadata(block_count=2**32 - 1)))
+    out[f"gguf block_count ({bomb.stat().st_size} B)"] = [
+        "import",
+        "gguf",
+        str(bomb),
+        str(tmp / "o1"),
+        "--key",
+        str(KEY),
+    ]
+    loop = tmp / "array.gguf"
+    name = b"tokenizer.ggml.tokens"
+    loop.write_bytes(b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, len(name)) + name + struct.pack("<IIQ", 9, 8, 10**9))
+    out[f"gguf 1e9 strings ({loop.stat().st_size} B)"] = [
+        "import",
+        "gguf",
+        str(loop),
+        str(tmp / "o2"),
+        "--key",
+        str(KEY),
+    ]
+    for label, scaling in (("llama3", LLAMA3_SCALING), ("linear", {"rope_type": "linear", "factor": 2.0})):
+        d = _hf_dir(tmp, f"hd-{label}", head_dim=10**12, rope_scaling=scaling)
+        out[f"import hf head_dim 1e12 {label}"] = ["import", "hf", str(d), str(tmp / f"o-{label}"), "--key", str(KEY)]
+    d = _hf_dir(tmp, "deep-config")
+    (d / "config.json").write_text(deep)
+    out["import hf config 1e5 deep"] = ["import", "hf", str(d), str(tmp / "o3"), "--key", str(KEY)]
+    d = _hf_dir(tmp, "deep-header")
+    header = ("[" * 100_000 + "]" * 100_000).encode()
+    (d / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    out["import hf st header 1e5 deep"] = ["import", "hf", str(d), str(tmp / "o4"), "--key", str(KEY)]
+    tok = tmp / "tok-id"
+    shutil.copytree(FIXTURE, tok)
+
+    def far_id(doc: dict) -> None:
+        vocab = doc["model"]["vocab"]
+        vocab[list(vocab)[-1]] = 1_000_000
+
+    edit_json(tok / "tokenizer" / "model-a" / "tokenizer.json", far_id)
+    reseal(tok)
+    out["validate tokenizer id 1e6"] = ["validate", str(tok), "--trusted-key", str(PUB)]
+    pkg = tmp / "A"
+    assert run_in_process("import", "hf", _hf_dir(tmp, "hf-a"), pkg, "--key", KEY, "--alias", "m").code == 0
+    twin = tmp / "B"
+    shutil.copytree(pkg, twin)
+    _swap_offsets(twin, "layers.0.wk", "layers.0.wv")
+    out["combine replica by files"] = [
+        "combine",
+        str(pkg),
+        str(twin),
+        str(tmp / "AB"),
+        "--key",
+        str(KEY),
+        "--trusted-key",
+        str(PUB),
+        "--alias-a",
+        "x",
+        "--alias-b",
+        "y",
+    ]
+    past = tmp / "past"
+    shutil.copytree(pkg, past)
+    edit_manifest(past, lambda doc: doc["models"][0]["params"]["tensors"][-1].__setitem__("offset", 10**9))
+    reseal(past)
+    out["combine tensor past blob"] = [
+        "combine",
+        str(past),
+        str(past),
+        str(tmp / "PP"),
+        "--key",
+        str(KEY),
+        "--trusted-key",
+        str(PUB),
+    ]
+    replica = tmp / "AA"
+    assert run_in_process("combine", pkg, pkg, replica, "--key", KEY, "--trusted-key", PUB).code == 0
+    _swap_offsets(replica, "layers.1.wk", "layers.1.wv")
+    out["validate replica weights differ"] = ["validate", str(replica), "--trusted-key", str(PUB)]
+    cr = tmp / "cr"
+    shutil.copytree(FIXTURE, cr)
+    info = cr / "model_memory_reserved_info.txt"
+    info.write_bytes(info.read_bytes().replace(b"r--\nregion model-a.kv ", b"r--\rregion model-a.kv "))
+    reseal(cr, reserved_info=False)
+    out["validate CR in reserved info"] = ["validate", str(cr), "--trusted-key", str(PUB)]
+    twins = tmp / "twins"
+    shutil.copytree(FIXTURE, twins)
+    (twins / "model-a" / "caf\u00e9.npy").write_bytes(b"")
+    (twins / "model-a" / "cafe\u0301.npy").write_bytes(b"")
+    reseal(twins)
+    out["validate NFC/NFD twins"] = ["validate", str(twins), "--trusted-key", str(PUB)]
+    return out
+
+
+def issue54(tmp: Path, only: list[str] | None) -> None:
+    sys.path.insert(0, str(REPO))
+    attacks = {"baseline: calctl rules": ["rules"], **build54(tmp)}
+    load = os.getloadavg()
+    print(f"issue 54 (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}); target < 2 s and < 200 MB, exit 1/2")
+    print(f"{'attack':<32} {'wall s':>7} {'CPU s':>6} {'CPU/base':>8} {'RSS MB':>7} {'exit':>4}  refused with")
+    base_cpu = 0.0
+    for name, argv in attacks.items():
+        if only and name not in only and not name.startswith("baseline"):
+            continue
+        seconds, cpu, rss, code, said = run_measured(argv)
+        base_cpu = base_cpu or cpu
+        ratio = cpu / base_cpu if base_cpu else float("nan")
+        print(f"{name:<32} {seconds:>7.2f} {cpu:>6.2f} {ratio:>8.2f} {rss:>7.0f} {code:>4}  {said[:120]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=None, help="attack names to run (default: all)")
+    parser.add_argument("--issue", choices=("30", "54", "all"), default="all", help="which attack set to run")
     args = parser.parse_args()
+    if args.issue in ("54", "all"):
+        with tempfile.TemporaryDirectory(prefix="bench-hostile54-") as d:
+            issue54(Path(d), args.only)
+    if args.issue == "54":
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-hostile-") as d:
         tmp = Path(d)
         attacks = build(tmp)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from calctl import limits
 from calctl.budget.kv import kv_bytes, kv_bytes_per_token, kv_heads_per_chip
 from calctl.budget.policy import BudgetPolicy, BudgetVerdict
 from calctl.budget.shape import ModelShape
@@ -38,10 +39,10 @@ from calctl.errors import UsageError
 #: vendor-confirmed local figure is a real input.
 DEFAULT_CHIP_DRAM_BYTES = 16 * GIB
 
-#: Search ceilings. Nothing real gets near them; they keep the search finite when a
-#: model's KV stops growing (every layer a sliding window).
-MAX_CONTEXT = 1 << 24
-MAX_SEQUENCES = 1 << 20
+#: Search ceilings, the one table's (calctl.limits). Nothing real gets near them; they keep the search finite
+#: when a model's KV stops growing (every layer a sliding window).
+MAX_CONTEXT = limits.MAX_CONTEXT.maximum
+MAX_SEQUENCES = limits.MAX_SEQUENCES.maximum
 
 
 class Source(str, enum.Enum):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from calctl import textsafe
+from calctl import limits, textsafe
 from calctl.cli import _output
 from calctl.cli._options import AllowUnsignedOpt, FormatOpt, TrustedKeyOpt, float_option, int_option
 from calctl.cli._output import TableJson
@@ -28,11 +28,11 @@ if TYPE_CHECKING:  # calctl.budget loads the package model, the rules and jsonsc
     from calctl.package.validate import ValidationReport
     from calctl.signing.policy import TrustPolicy
 
-#: The option bounds and dtypes of :mod:`calctl.budget` (``plan.MAX_CONTEXT``, ``plan.MAX_SEQUENCES``,
-#: ``units.OPTION_DTYPES``), written out so that ``calctl budget --help`` imports no library; a unit test keeps
-#: them equal.
-MAX_CONTEXT = 1 << 24
-MAX_SEQUENCES = 1 << 20
+#: The option bounds (the one table, :mod:`calctl.limits`, which imports nothing) and the dtypes of
+#: :mod:`calctl.budget` (``units.OPTION_DTYPES``, written out so that ``calctl budget --help`` imports no
+#: library; a unit test keeps them equal).
+MAX_CONTEXT = limits.MAX_CONTEXT.maximum
+MAX_SEQUENCES = limits.MAX_SEQUENCES.maximum
 OPTION_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4", "fp32")
 
 _DTYPES = ", ".join(OPTION_DTYPES)

@@ -91,20 +91,24 @@ def produced_ids(tok: Tokenizer) -> Iterator[tuple[int, str]]:
         yield from _processor_ids(json.loads(processor.__getstate__()), "post_processor")
 
 
-def _processor_ids(node: Any, where: str, depth: int = 0) -> Iterator[tuple[int, str]]:
-    if depth > 16:  # the library's own serialisation: Sequence inside Sequence at most
-        return
-    if isinstance(node, dict):
-        for key, value in node.items():
+def _processor_ids(node: Any, where: str) -> Iterator[tuple[int, str]]:
+    """Every id in a serialised post-processor, however deeply its Sequences nest (a walk with its own stack:
+    no level is skipped, and no recursion limit is reached)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+            continue
+        if not isinstance(item, dict):
+            continue
+        for key, value in item.items():
             if key == "ids" and isinstance(value, list):
                 yield from ((int(v), f"{where} special token") for v in value if isinstance(v, int))
             elif key in ("cls", "sep") and isinstance(value, list) and len(value) == 2 and isinstance(value[1], int):
                 yield int(value[1]), f"{where} {key} {value[0]!r}"
             else:
-                yield from _processor_ids(value, where, depth + 1)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _processor_ids(value, where, depth + 1)
+                stack.append(value)
 
 
 def ids_outside(tok: Tokenizer, bound: int, *, shown: int = 3) -> tuple[int, list[str]]:

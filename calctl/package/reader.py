@@ -26,7 +26,7 @@ MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Values (objects, arrays, strings, numbers) in one JSON document, counted before its schema is checked: the
 #: schema check costs microseconds per value (1.5 million list entries: 7.5 s). A provenance of 10,000 files
 #: holds about 50,000.
-MAX_JSON_VALUES = 200_000
+MAX_JSON_VALUES = jsonsafe.MAX_VALUES
 
 
 def read_manifest_document(root: Path) -> dict[str, Any]:
@@ -66,7 +66,7 @@ def read_json_document(root: Path, name: str, schema: str | None = None) -> dict
             parse_float=_finite_float(name),
         )
     except jsonsafe.JsonRefused as exc:
-        raise PackageFormatError(str(exc), path=name) from None
+        raise PackageFormatError(_TOO_MANY if exc.kind == "values" else str(exc), path=name) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PackageFormatError(f"malformed JSON: {exc}", path=name) from None
     if not isinstance(doc, dict):
@@ -80,6 +80,9 @@ def read_json_document(root: Path, name: str, schema: str | None = None) -> dict
     return doc
 
 
+_TOO_MANY = f"more than {MAX_JSON_VALUES} JSON values (a compatibility or provenance document is far smaller)"
+
+
 def _bound_values(doc: Any, source: str) -> None:
     """Refuse a document of more than :data:`MAX_JSON_VALUES` values; stops counting at the limit."""
     count = 0
@@ -88,10 +91,7 @@ def _bound_values(doc: Any, source: str) -> None:
         value = stack.pop()
         count += 1
         if count > MAX_JSON_VALUES:
-            raise PackageFormatError(
-                f"more than {MAX_JSON_VALUES} JSON values (a compatibility or provenance document is far smaller)",
-                path=source,
-            )
+            raise PackageFormatError(_TOO_MANY, path=source)
         if isinstance(value, dict):
             stack.extend(value.values())
         elif isinstance(value, list):

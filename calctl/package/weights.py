@@ -60,11 +60,35 @@ def tensor_digests(root: Path, m: Model, *, read: Callable[[ParamTensor], str] |
     by default each tensor's byte range is hashed.
     """
 
+    if read is None:
+        check_extent(root, m)
+
     def default(t: ParamTensor) -> str:
         return range_digest(root / t.file, t.offset, t.nbytes, what=f"tensor {t.name} of {m.alias!r}")
 
     digest = read or default
     return {t.name: tensor_identity(t, digest(t)) for t in m.params}
+
+
+def check_extent(root: Path, m: Model) -> None:
+    """PackageError unless each file's tensors together fit in it: tensors that overlap or repeat one range
+    would make hashing them cost more than the file (50,000 tensors over one 1 GB blob: 50 TB)."""
+    spans: dict[str, int] = {}
+    for t in m.params:
+        spans[t.file] = spans.get(t.file, 0) + t.nbytes
+    for rel, total in spans.items():
+        path = root / rel
+        if not path.is_file() or path.is_symlink():
+            raise PackageError(
+                f"a parameter file of {m.alias!r} is missing or not a regular file (MAN007)", path=str(path)
+            )
+        size = path.stat().st_size
+        if total > size:
+            raise PackageError(
+                f"the tensors of {m.alias!r} in it declare {total} bytes, the file holds {size}: they overlap or "
+                "run past its end (GOLD005)",
+                path=str(path),
+            )
 
 
 def differing(a: Mapping[str, str], b: Mapping[str, str]) -> list[str]:

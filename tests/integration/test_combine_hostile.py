@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import TEST_KEY, TEST_PUB, Cli, CopyFixture
@@ -113,3 +114,30 @@ def test_a_verified_input_whose_tensor_lies_past_its_blob_exits_1_naming_it(cli:
     text = " ".join(r.err.split())
     assert r.code == 1 and "the file holds" in text and "internal error" not in text, text
     assert not (tmp_path / "AA").exists()
+
+
+def _edit_tensors(root: Path, edit: Callable[[list[dict]], None]) -> None:
+    edit_manifest(root, lambda doc: edit(doc["models"][0]["params"]["tensors"]))
+    reseal(root)
+
+
+def test_a_verified_input_whose_tensors_overlap_or_name_a_missing_file_exits_1(cli: Cli, tmp_path: Path) -> None:
+    a = _pkg(cli, tmp_path, "A", "m", 1)
+    b = tmp_path / "B"
+    shutil.copytree(a, b)
+
+    def over_and_over(tensors: list[dict]) -> None:  # 200 names for the largest tensor's bytes: 200 x the hashing
+        big = max(tensors, key=lambda t: t["shape"][0] * t["shape"][-1])
+        tensors += [{**big, "name": f"copy{i}"} for i in range(200)]
+
+    _edit_tensors(a, over_and_over)
+    r = cli("combine", a, a, tmp_path / "AA", "--key", TEST_KEY, *TRUST)
+    assert r.code == 1 and "overlap or run past its end" in " ".join(r.err.split()), r.err
+
+    def missing(tensors: list[dict]) -> None:
+        tensors[0]["file"] = tensors[0]["file"].replace("param_blk0", "nope")
+
+    _edit_tensors(b, missing)
+    r = cli("combine", b, b, tmp_path / "BB", "--key", TEST_KEY, *TRUST)
+    text = " ".join(r.err.split())
+    assert r.code == 1 and "nope.bin" in text and "internal error" not in text, text

@@ -69,6 +69,7 @@ def test_docs_validate_limits_names_the_document_and_gguf_bounds() -> None:
         ("jsonsafe.MAX_DEPTH", jsonsafe.MAX_DEPTH),
         ("yamlsafe.MAX_DEPTH", yamlsafe.MAX_DEPTH),
         ("jsonsafe.MAX_INT_DIGITS", jsonsafe.MAX_INT_DIGITS),
+        ("jsonsafe.MAX_VALUES", jsonsafe.MAX_VALUES),
         ("gguf_header.MAX_KEY_BYTES", gguf_header.MAX_KEY_BYTES),
         ("gguf_header.MAX_ARRAY_NESTING", gguf_header.MAX_ARRAY_NESTING),
         ("gguf_header.MAX_TENSOR_DIMS", gguf_header.MAX_TENSOR_DIMS),

@@ -36,7 +36,11 @@ from calctl import jsonsafe
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+#: A safetensors header (JSON) read into memory: the largest shard of a 405B checkpoint has ~100 KB; the format
+#: allows 100 MB, which parsed into Python objects costs a GiB (issue 54: memory is bounded before parsing).
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+#: validate's figure for the same file (``calctl.package.rules.context.MAX_TOKENIZER_BYTES``; a test keeps them equal).
+MAX_TOKENIZER_BYTES = 256 * 1024**2
 #: safetensors dtypes a weight may have (integer and bool tensors are not model weights).
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
@@ -101,6 +105,8 @@ class _SafetensorsFile:
         from safetensors import safe_open
 
         self.path = path
+        if not path.is_file():  # a FIFO would block the read below forever, a device never end
+            raise CheckpointError(path, "not a regular file; expected a safetensors weights file")
         size = path.stat().st_size
         try:
             with path.open("rb") as fh:
@@ -110,9 +116,14 @@ class _SafetensorsFile:
                         path, f"truncated: {size} bytes, a safetensors file starts with an 8-byte header length"
                     )
                 (n,) = struct.unpack("<Q", raw)
-                if n > MAX_HEADER_BYTES or 8 + n > size:
+                if 8 + n > size:
                     raise CheckpointError(
                         path, f"truncated or not safetensors: header of {n} bytes in a {size}-byte file"
+                    )
+                if n > MAX_HEADER_BYTES:
+                    raise CheckpointError(
+                        path,
+                        f"a header of {n} bytes, over the {MAX_HEADER_BYTES} bytes calctl reads (real ones ~100 KB)",
                     )
                 header = jsonsafe.loads(fh.read(n))
         except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -213,6 +224,8 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
     tok_path = root / "tokenizer.json"
     if not tok_path.is_file():
         raise CheckpointError(tok_path, "missing: the model's tokenizer (tokenizer.json) is required")
+    if tok_path.stat().st_size > MAX_TOKENIZER_BYTES:  # validate's limit for the same file (TOK001)
+        raise CheckpointError(tok_path, f"larger than the {MAX_TOKENIZER_BYTES} bytes a tokenizer may have")
     tok_bytes = tok_path.read_bytes()
     _check_tokenizer(tok_path)
     tok_cfg_path = root / "tokenizer_config.json"
@@ -267,12 +280,12 @@ def _chat_template_file(root: Path) -> tuple[str | None, Path | None]:
 
 def _with_generation_ids(cfg: FamilyConfig, doc: dict[str, Any], where: Path) -> FamilyConfig:
     """EOS/BOS from ``generation_config.json`` where ``config.json`` states none."""
-    from calctl.compiler.importer.families import _Cfg, _check_shape
+    from calctl.compiler.importer.families import _Cfg
 
     c = _Cfg(doc, where)
     eos = cfg.eos_token_id if cfg.eos_token_id is not None else c.token_id("eos_token_id")
     bos = cfg.bos_token_id if cfg.bos_token_id is not None else c.token_id("bos_token_id")
-    return _check_shape(where, replace(cfg, eos_token_id=eos, bos_token_id=bos))
+    return replace(cfg, eos_token_id=eos, bos_token_id=bos)
 
 
 def _check_tokenizer(path: Path) -> None:

@@ -543,6 +543,8 @@ def _differing_weights(ctx: ValidationContext, a: Model, b: Model) -> list[str]:
     )
     if not suspects:
         return []
+    weights.check_extent(root, a)  # a bounded read: PackageError -> a skip naming GOLD005
+    weights.check_extent(root, b)
     names = set(suspects)
     da = {t.name: t for t in a.params if t.name in names}
     db = {t.name: t for t in b.params if t.name in names}

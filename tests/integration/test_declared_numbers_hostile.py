@@ -1,7 +1,7 @@
 """Issue 54: every number a checkpoint or config declares is bounded (calctl.limits) before it costs anything,
 and every JSON document's nesting is bounded, in ``import hf``, ``import gguf`` and ``budget --hf-config``.
 
-Each case runs calctl in a child with a memory ceiling and a deadline (:mod:`.hostile_run`): on the code before
+Each case runs calctl in a child with a memory ceiling and a deadline (:mod:`tests.integration.hostile_run`): on the code before
 issue 54 they ran out of memory, hung, or ended in exit 70.
 """
 
@@ -16,8 +16,8 @@ import pytest
 
 from calctl import limits
 from tests.conftest import TEST_KEY
+from tests.integration.hostile_run import run_bounded
 from tests.unit.compiler.checkpoint_factory import LLAMA3_SCALING, tiny_config, write_hf_dir
-from tests.unit.compiler.hostile_run import run_bounded
 
 # ---------------------------------------------------------------------------- a GGUF written byte by byte
 
@@ -133,12 +133,6 @@ def test_import_hf_refuses_a_head_dim_of_1e12_naming_the_field_and_limit(tmp_pat
     assert f"{limits.MAX_HEAD_DIM.maximum:,}" in r.text, r.text
 
 
-def test_import_hf_refuses_an_eos_id_outside_the_vocabulary(tmp_path: Path) -> None:
-    d = _hf(tmp_path, eos_token_id=1_000_000)
-    r = run_bounded("import", "hf", d, tmp_path / "out", "--key", TEST_KEY)
-    assert r.code == 2 and "eos_token_id 1000000 is outside the model's vocabulary" in r.text, r.text
-
-
 def _deep(levels: int) -> str:
     return '{"a": ' * levels + "1" + "}" * levels
 
@@ -189,3 +183,20 @@ def test_budget_hf_config_refuses_a_config_nested_100000_deep(tmp_path: Path) ->
     cfg.write_text(_deep(100_000))
     r = run_bounded("budget", "--hf-config", cfg)
     assert r.code == 2 and "nested 100000 levels deep" in r.text, r.text
+
+
+def test_import_hf_refuses_a_fifo_named_safetensors_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    d = _hf(tmp_path)
+    (d / "model.safetensors").unlink()
+    os.mkfifo(d / "model.safetensors")
+    r = run_bounded("import", "hf", d, tmp_path / "out", "--key", TEST_KEY)
+    assert r.code == 2 and "model.safetensors: not a regular file" in r.text, r.text
+
+
+def test_the_importers_tokenizer_limit_is_validates() -> None:
+    from calctl.compiler.importer import hf
+    from calctl.package.rules import context
+
+    assert hf.MAX_TOKENIZER_BYTES == context.MAX_TOKENIZER_BYTES

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 #: Address space a refused input may use: the interpreter with numpy, tokenizers and gguf loaded is ~1 GiB of
 #: mappings; a bomb of issue 54 went past 3 GiB.
 ADDRESS_SPACE = 3 * 1024**3
