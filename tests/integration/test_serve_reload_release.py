@@ -84,17 +84,17 @@ def test_a_hundred_cycles_on_the_mock_leave_one_calbin_and_its_models_alive() ->
             calbins.append(weakref.ref(rt.current_calbin))
 
         seen()
-        start = (_live(Calbin), _live(LoadedModel), _live(KvSequence))
+        start = (_live(Calbin), _live(LoadedModel), _live(KvSequence), len(rt._buffers))
         for i in range(CYCLES):
             _cycle(sup, i, seen)
         alive = [c for c in calbins if c() is not None]
         # Only the configured calbin is left: each earlier one was released and collected.
         assert [c() for c in alive] == [rt.current_calbin], f"{len(alive)} of {len(calbins)} calbins alive"
         assert len(rt._calbins) == 1
-        assert (_live(Calbin), _live(LoadedModel), _live(KvSequence)) == start
+        assert (_live(Calbin), _live(LoadedModel), _live(KvSequence), len(rt._buffers)) == start
         assert sup.unload()["ok"]
         # 000 §12: an unload frees the calbin and its prepared weights, not only at the next load.
-        assert rt.current_calbin is None and rt._calbins == {}
+        assert rt.current_calbin is None and rt._calbins == {} and rt._buffers == {}
         assert _live(Calbin) == 0 and _live(LoadedModel) == 0
 
 
