@@ -38,6 +38,7 @@ from calctl.runtime.conformance.framework import (
     write_prefill,
 )
 from calctl.runtime.errors import DeviceBusy, InvalidArgument, JobAborted, NotSupported, RuntimeStatus, Timeout
+from calctl.runtime.memory_figures import memory_findings
 from calctl.runtime.types import Engine, JobState, KvSeqId
 
 # 001 §11.1: a watchdog that ends a hung job is the runtime's to report as a failure; a shim's own watchdog of a
@@ -270,28 +271,16 @@ def _alone(pkg: Package, alias: str) -> Package:
 
 
 def _figures(rt: Runtime, topo: Any, when: str) -> list[tuple[int | None, int | None]]:
-    """(used, total) per chip, each checked as bytes against the topology's DRAM (MEM-1)."""
-    out = []
-    for m in rt.memory_usage():
-        dram = topo.dram_bytes[m.chip]
-        if m.used_bytes is not None and m.total_bytes is not None:
-            expect(
-                dram is None or m.total_bytes == dram,
-                f"{when}, chip {m.chip}: calrt_memory_usage reports {m.total_bytes} B in total, the topology "
-                f"{dram} B of DRAM: the figures are not bytes of this chip (KiB? another chip's?)",
-                call="calrt_memory_usage",
-                arguments=f"chip={m.chip}",
-                returned=f"used {m.used_bytes}, total {m.total_bytes}",
-            )
-            expect(
-                0 < m.used_bytes <= m.total_bytes,
-                f"{when}, chip {m.chip}: used bytes must be above 0 and within the total",
-                call="calrt_memory_usage",
-                arguments=f"chip={m.chip}",
-                returned=f"used {m.used_bytes}, total {m.total_bytes}",
-            )
-        out.append((m.used_bytes, m.total_bytes))
-    return out
+    """(used, total) per chip, each checked as bytes of its chip against the topology's DRAM (MEM-1)."""
+    readings = rt.memory_usage()
+    for finding in memory_findings(topo, readings):
+        raise ExpectationFailed(
+            f"{when}, {finding.text()}",
+            call=finding.call,
+            arguments=f"chip={finding.chip}",
+            returned=next(f"used {m.used_bytes}, total {m.total_bytes}" for m in readings if m.chip == finding.chip),
+        )
+    return [(m.used_bytes, m.total_bytes) for m in readings]
 
 
 @check(
