@@ -57,6 +57,9 @@ ISSUE_50 = {
     "-DCALRT_MUTANT_SHORT_BUFFERS": ("raw_refusals", "one element short", "LAYOUT-1", "quick", False),
     "-DCALRT_MUTANT_INACTIVE_LANE_KV": ("batch_lanes", "wrote a KV row it does not own", "BATCH-1", "quick", True),
     "-DCALRT_MUTANT_KEEPS_KV_POINTER": ("descriptor_copies", "sequence", "CONV-3", "quick", False),
+    # more a vendor team could ship: a chip reset that is the board reset underneath; one KV namespace
+    "-DCALRT_MUTANT_CHIP_RESET_ABORTS_ALL": ("reset_drains_jobs", "aborted job", "RESET-4", "quick", False),
+    "-DCALRT_MUTANT_KV_ANY_MODEL": ("raw_refusals", "with a sequence of model-a", "KV-4", "quick", False),
 }
 
 
