@@ -535,7 +535,7 @@ def _out_params_untouched(rt: Runtime) -> str:
 
 def _release_in_flight(s: Session, rt: Runtime) -> str:
     """OWN-9: a job not terminal cannot be released; a released job is not found."""
-    a, _ = s.pair()
+    a = s.package.models[0].alias
     job, _, _, _ = s.armed_prefill(rt, "hang", a)
     expect_code(
         raw_call(rt, "calrt_job_release", job.id),
@@ -561,7 +561,10 @@ def _kv_of_another_model(s: Session, rt: Runtime) -> list[str]:
     """KV-4, KV-1: a prefill naming a sequence of another model, and one whose reservation is a token short, are
     INVALID_ARGUMENT (one KvManager for both models must still keep the namespaces apart, 001 §7.1)."""
     pkg = s.package
-    a, b = s.pair()
+    if len(pkg.models) < 2:  # one model: no other namespace to try, only the short reservation
+        a = b = pkg.models[0].alias
+    else:
+        a, b = pkg.models[0].alias, pkg.models[1].alias
     mb = pkg.model(b)
     prompt = golden_prompt(pkg, b)
     ins, outs = rt.alloc_inputs(mb.prefill.name), rt.alloc_outputs(mb.prefill.name)
@@ -571,10 +574,10 @@ def _kv_of_another_model(s: Session, rt: Runtime) -> list[str]:
     rt.kv.append(foreign, len(prompt))
     short = rt.kv.allocate(b)
     rt.kv.append(short, len(prompt) - 1)
-    for what, seq in (
-        (f"a sequence of {a}", foreign),
-        (f"a sequence reserved {len(prompt) - 1} of {len(prompt)}", short),
-    ):
+    cases = [(f"a sequence reserved {len(prompt) - 1} of {len(prompt)}", short)]
+    if a != b:
+        cases.insert(0, (f"a sequence of {a}", foreign))
+    for what, seq in cases:
         expect_code(
             _submit_raw(rt, mb.prefill.name.encode(), ins.native, outs.native, 1, [int(seq)]),
             RuntimeStatus.INVALID_ARGUMENT,
