@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.markup import escape
 
 from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt, DeviceChoice, DeviceOpt, FormatOpt
@@ -28,8 +29,11 @@ MOCK_NOTE = (
 
 def info_document(rt: Runtime, library: str | None, board: BoardSelection | None = None) -> dict[str, Any]:
     """The ``device info`` document: one entry per chip, ``None`` where the runtime cannot tell."""
+    from calctl.runtime.memory_figures import memory_findings
+
     topo = rt.topology()
-    memory = {m.chip: m for m in rt.memory_usage()}
+    readings = rt.memory_usage()
+    memory = {m.chip: m for m in readings}
     counters = {c.chip: c for c in rt.counters()}
     health = {h.chip: h for h in rt.health()}
     telemetry = {t.chip: t for t in rt.telemetry()}
@@ -60,6 +64,8 @@ def info_document(rt: Runtime, library: str | None, board: BoardSelection | None
         "versions": rt.versions(),
         "topology": {"chips": topo.chips, "calcores_per_chip": topo.calcores_per_chip},
         "chips": chips,
+        # C ABI MEM-1: figures that cannot be bytes of their chip (KiB, another chip's) are a FAIL, exit 1
+        "memory_findings": [f.text() for f in memory_findings(topo, readings)],
     }
 
 
@@ -76,11 +82,12 @@ def info(
     device: DeviceOpt = DeviceChoice.mock,
     calrt_lib: CalrtLibOpt = None,
     format: FormatOpt = TableJson.table,
-) -> None:
+) -> int:
     """Show the board: identity, topology, versions, per-chip memory, job counters and health.
 
     The board comes from the environment: CALCTL_BOARD_ID and CALCTL_MOCK_SEED for the mock,
-    CALRT_DEVICE (handed to the vendor shim) for CalRT.
+    CALRT_DEVICE (handed to the vendor shim) for CalRT. Memory figures that cannot be bytes of their
+    chip (a total other than the topology's DRAM, used beyond it) are a FAIL naming the call: exit 1.
     """
     from calctl.runtime import open_runtime, select_board
     from calctl.runtime.types import TELEMETRY_FIELDS
@@ -93,11 +100,13 @@ def info(
         rt_cm = open_runtime(device.value, calrt_lib=lib)
     with rt_cm as rt:
         doc = info_document(rt, lib, board)
+    verdict = "FAIL" if doc["memory_findings"] else "PASS"
+    report = simple_report(
+        "device info", doc, verdict=verdict, device=doc["device"], device_options=None, versions=doc["versions"]
+    )
     if _output.is_json(format):
-        _output.emit_json(
-            simple_report("device info", doc, device=doc["device"], device_options=None, versions=doc["versions"])
-        )
-        return
+        _output.emit_json(report)
+        return report.exit_code
     v = doc["versions"]
     _output.stdout.print(
         f"device [bold]{doc['device']}[/]: {doc['topology']['chips']} chips x {doc['topology']['calcores_per_chip']} CalCores; "
@@ -146,6 +155,9 @@ def info(
     gaps = sorted({g for c in doc["chips"] for g in c["telemetry"]["vendor_gaps"]})
     if gaps:
         _output.stdout.print("vendor gaps: " + "; ".join(gaps))
+    for finding in doc["memory_findings"]:
+        _output.stdout.print(f"{_output.styled_verdict('FAIL')} {escape(finding)}")
+    return report.exit_code
 
 
 def register(app: typer.Typer) -> None:

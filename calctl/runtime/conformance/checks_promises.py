@@ -9,6 +9,7 @@ what the library answers, straight through the C ABI where calctl's own bookkeep
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import time
@@ -38,6 +39,7 @@ from calctl.runtime.conformance.framework import (
     write_prefill,
 )
 from calctl.runtime.errors import DeviceBusy, InvalidArgument, JobAborted, NotSupported, RuntimeStatus, Timeout
+from calctl.runtime.memory_figures import memory_findings
 from calctl.runtime.types import Engine, JobState, KvSeqId
 
 # 001 §11.1: a watchdog that ends a hung job is the runtime's to report as a failure; a shim's own watchdog of a
@@ -150,6 +152,13 @@ def _hung_held(s: Session) -> str:
                     ended = f"ended state {int(info.state)} status {int(info.status)}"
                 else:
                     expect_code(rc, RuntimeStatus.TIMEOUT, "calrt_job_wait on a hung job", call="calrt_job_wait")
+                    expect(  # C ABI §3: calrt_job_wait fills calrt_job_info on TIMEOUT too
+                        int(info.id) == job.id and int(info.state) < _SUCCEEDED,
+                        f"calrt_job_wait that timed out must fill calrt_job_info with job {job.id} still in flight",
+                        call="calrt_job_wait",
+                        arguments=f"job={job.id}, 500 ms",
+                        returned=f"id {int(info.id)}, state {int(info.state)}",
+                    )
             else:
                 try:
                     rt.wait(job, 0.5)
@@ -167,7 +176,7 @@ def _hung_held(s: Session) -> str:
 @check(
     "reset_drains_jobs",
     "a reset while jobs compute returns with its chip idle; the aborted jobs' buffers are never written afterwards",
-    clauses=("RESET-3", "RESET-1"),
+    clauses=("RESET-3", "RESET-1", "RESET-4"),
 )
 def _reset_drains(s: Session) -> str:
     """Jobs are queued on one chip (each slowed to 200 ms by the test hook where the library has it) and a reset
@@ -175,15 +184,19 @@ def _reset_drains(s: Session) -> str:
     0; the aborted jobs' outputs are then overwritten with a sentinel and read again after the jobs' own time has
     passed: a shim whose reset returns early lets the aborted job's DMA write memory the caller owns again."""
     pkg = s.package
-    a, _ = s.pair()
+    a, b = s.pair()
     ca = s.chip_of(a)
     with s.configured() as rt:
         slowed = _slow_jobs(s, rt, 200)
-        jobs = [prefill_job(rt, pkg, a, engine=(Engine.PING, Engine.PONG)[i % 2]) for i in range(4)]
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and rt.query(jobs[0][0]).state is JobState.QUEUED:
-            time.sleep(0.001)
-        time.sleep(0.02)  # into the job's transfers and compute
+        # without the hook, a queue of jobs at the board's own speed, so that some are still in flight at the reset
+        n = 4 if slowed else max(4, min(16, pkg.model(a).kv.max_sequences - 1))
+        jobs = [prefill_job(rt, pkg, a, engine=(Engine.PING, Engine.PONG)[i % 2]) for i in range(n)]
+        bystander = prefill_job(rt, pkg, b)  # on the other chip: a chip reset must leave it running
+        if slowed:  # into the first job's transfers and compute
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and rt.query(jobs[0][0]).state is JobState.QUEUED:
+                time.sleep(0.001)
+            time.sleep(0.02)
         scope = s.reset_chip_or_board(rt, ca)
         states = [rt.query(j).state for j, _, _, _ in jobs]
         expect(
@@ -214,9 +227,29 @@ def _reset_drains(s: Session) -> str:
                 arguments=f"scope={scope}, chip={ca}",
                 returned=f"{written} values written after the reset",
             )
+        if scope == "chip":  # 001 §11.3: a chip reset is the chip's; the other chip's job runs on to success
+            try:
+                survived = rt.wait(bystander[0], 10)
+            except JobAborted as exc:
+                raise ExpectationFailed(
+                    f"a reset of chip {ca} aborted job {bystander[0].id} on chip {s.chip_of(b)}: a chip reset must "
+                    "leave the other chips' jobs running (or the library must refuse CALRT_RESET_CHIP as NOT_SUPPORTED)",
+                    call="calrt_reset",
+                    arguments=f"scope=chip, chip={ca}",
+                    returned=f"job {bystander[0].id} on chip {s.chip_of(b)}: {exc}",
+                ) from None
+            expect(survived.ok, f"the job on chip {s.chip_of(b)} succeeds", call="rt.wait", returned=survived.state)
+        else:
+            with contextlib.suppress(JobAborted):  # a board reset aborts it: either end is right
+                rt.wait(bystander[0], 10)
         job2, _, _, _ = prefill_job(rt, pkg, a)
         expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
     how = "slowed to 200 ms each" if slowed else "at the board's own speed"
+    if not aborted:  # the clause was not tried: every job had ended before the reset
+        raise Unsupported(
+            f"all {len(jobs)} jobs ({how}) had ended before the {scope} reset: nothing to abort (the library lacks "
+            "the calrt_ext_fault_set delay hook that keeps a job running)"
+        )
     return f"{len(aborted)} of {len(jobs)} jobs ({how}) aborted by a {scope} reset; their buffers untouched after it"
 
 
@@ -270,28 +303,16 @@ def _alone(pkg: Package, alias: str) -> Package:
 
 
 def _figures(rt: Runtime, topo: Any, when: str) -> list[tuple[int | None, int | None]]:
-    """(used, total) per chip, each checked as bytes against the topology's DRAM (MEM-1)."""
-    out = []
-    for m in rt.memory_usage():
-        dram = topo.dram_bytes[m.chip]
-        if m.used_bytes is not None and m.total_bytes is not None:
-            expect(
-                dram is None or m.total_bytes == dram,
-                f"{when}, chip {m.chip}: calrt_memory_usage reports {m.total_bytes} B in total, the topology "
-                f"{dram} B of DRAM: the figures are not bytes of this chip (KiB? another chip's?)",
-                call="calrt_memory_usage",
-                arguments=f"chip={m.chip}",
-                returned=f"used {m.used_bytes}, total {m.total_bytes}",
-            )
-            expect(
-                0 < m.used_bytes <= m.total_bytes,
-                f"{when}, chip {m.chip}: used bytes must be above 0 and within the total",
-                call="calrt_memory_usage",
-                arguments=f"chip={m.chip}",
-                returned=f"used {m.used_bytes}, total {m.total_bytes}",
-            )
-        out.append((m.used_bytes, m.total_bytes))
-    return out
+    """(used, total) per chip, each checked as bytes of its chip against the topology's DRAM (MEM-1)."""
+    readings = rt.memory_usage()
+    for finding in memory_findings(topo, readings):
+        raise ExpectationFailed(
+            f"{when}, {finding.text()}",
+            call=finding.call,
+            arguments=f"chip={finding.chip}",
+            returned=next(f"used {m.used_bytes}, total {m.total_bytes}" for m in readings if m.chip == finding.chip),
+        )
+    return [(m.used_bytes, m.total_bytes) for m in readings]
 
 
 @check(
@@ -426,7 +447,7 @@ def _buffer(rt: Runtime, size: int) -> ctypes.c_void_p:
     "raw_refusals",
     "calls calctl never makes are refused with the documented status: chip masks 0 and past the board, short or "
     "unaligned buffers, descriptors of the wrong size, one buffer as inputs and outputs, releasing a job in flight",
-    clauses=("CALBIN-1", "LAYOUT-1", "LAYOUT-2", "OWN-3", "OWN-8", "OWN-9", "STATUS-1", "CONV-2"),
+    clauses=("CALBIN-1", "LAYOUT-1", "LAYOUT-2", "OWN-3", "OWN-8", "OWN-9", "STATUS-1", "CONV-2", "KV-1", "KV-4"),
     native_only=True,
 )
 def _raw_refusals(s: Session) -> str:
@@ -468,6 +489,7 @@ def _raw_refusals(s: Session) -> str:
         tried.append(_packed_inputs(s, rt))
         tried.append(_out_params_untouched(rt))
         tried.append(_release_in_flight(s, rt))
+        tried += _kv_of_another_model(s, rt)
         tried.append(_release_current(rt))
     return f"{len(tried)} refusals: " + "; ".join(tried)
 
@@ -521,7 +543,7 @@ def _out_params_untouched(rt: Runtime) -> str:
 
 def _release_in_flight(s: Session, rt: Runtime) -> str:
     """OWN-9: a job not terminal cannot be released; a released job is not found."""
-    a, _ = s.pair()
+    a = s.package.models[0].alias
     job, _, _, _ = s.armed_prefill(rt, "hang", a)
     expect_code(
         raw_call(rt, "calrt_job_release", job.id),
@@ -533,7 +555,49 @@ def _release_in_flight(s: Session, rt: Runtime) -> str:
     s.reset_chip_or_board(rt, s.chip_of(a))  # calctl sees it aborted and releases the record itself
     rc, _ = raw_job_info(rt, job)
     expect_code(rc, RuntimeStatus.INVALID_ARGUMENT, f"calrt_job_query of released job {job.id}", call="calrt_job_query")
-    return "release of a job in flight DEVICE_BUSY, a released job not found"
+    expect_code(
+        raw_call(rt, "calrt_job_release", job.id),
+        RuntimeStatus.INVALID_ARGUMENT,
+        f"a second calrt_job_release of job {job.id}",
+        call="calrt_job_release",
+        arguments=f"job={job.id} (released)",
+    )
+    return "release of a job in flight DEVICE_BUSY, a released job not found, released twice INVALID_ARGUMENT"
+
+
+def _kv_of_another_model(s: Session, rt: Runtime) -> list[str]:
+    """KV-4, KV-1: a prefill naming a sequence of another model, and one whose reservation is a token short, are
+    INVALID_ARGUMENT (one KvManager for both models must still keep the namespaces apart, 001 §7.1)."""
+    pkg = s.package
+    if len(pkg.models) < 2:  # one model: no other namespace to try, only the short reservation
+        a = b = pkg.models[0].alias
+    else:
+        a, b = pkg.models[0].alias, pkg.models[1].alias
+    mb = pkg.model(b)
+    prompt = golden_prompt(pkg, b)
+    ins, outs = rt.alloc_inputs(mb.prefill.name), rt.alloc_outputs(mb.prefill.name)
+    write_prefill(ins, prompt)
+    tried = []
+    foreign = rt.kv.allocate(a)
+    rt.kv.append(foreign, len(prompt))
+    short = rt.kv.allocate(b)
+    rt.kv.append(short, len(prompt) - 1)
+    cases = [(f"a sequence reserved {len(prompt) - 1} of {len(prompt)}", short)]
+    if a != b:
+        cases.insert(0, (f"a sequence of {a}", foreign))
+    for what, seq in cases:
+        expect_code(
+            _submit_raw(rt, mb.prefill.name.encode(), ins.native, outs.native, 1, [int(seq)]),
+            RuntimeStatus.INVALID_ARGUMENT,
+            f"calrt_job_submit of {b}'s prefill with {what}",
+            call="calrt_job_submit",
+            arguments=f"graph={mb.prefill.name!r}, kv=[{seq}] ({what})",
+        )
+        tried.append(f"{b}'s prefill with {what}")
+    for seq in (foreign, short):
+        rt.kv.rollback(seq)
+        rt.kv.free(seq)
+    return tried
 
 
 def _release_current(rt: Runtime) -> str:

@@ -69,6 +69,9 @@ CLAUSES: tuple[Clause, ...] = (
     Clause(
         "RESET-3", "§12", "a reset returns only when its chips are idle: an aborted job's buffers are never written"
     ),
+    Clause(
+        "RESET-4", "§7", "a chip reset leaves the other chips' jobs running; without chip scope it is NOT_SUPPORTED"
+    ),
     Clause("FAULT-1", "§7", "a CCU exception fails its job and halts only its chip (DEVICE_LOST) until a reset"),
     Clause("THREAD-1", "§8", "every call of the first group is safe from several threads at once"),
     Clause("THREAD-2", "§8", "calrt_job_wait holds no lock while blocked"),

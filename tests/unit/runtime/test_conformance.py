@@ -95,6 +95,9 @@ def test_check(request: pytest.FixtureRequest, backend: str, check) -> None:
     if check.name == "batch_lanes":  # the combined sample compiles decode at B1 only: nothing to batch, never a pass
         assert result.verdict is Verdict.UNSUPPORTED and "B1 only" in result.detail, _failure_text(result)
         return
+    if backend == "mock" and check.name == "reset_drains_jobs" and result.verdict is Verdict.UNSUPPORTED:
+        assert "nothing to abort" in result.detail, result.detail  # the mock has no delay hook: a fast host may
+        return  # finish every job before the reset, and then the clause was not tried (never a pass)
     if backend == "stub" and check.name == "golden_compute":
         # The stub's outputs are a hash of the inputs: the check must say where it went wrong.
         assert result.verdict is Verdict.FAIL, _failure_text(result)
@@ -106,7 +109,14 @@ def test_check(request: pytest.FixtureRequest, backend: str, check) -> None:
     assert result.verdict is Verdict.PASS, _failure_text(result)
 
 
-def test_suite_runs_in_child_processes_and_grades_the_vendor_questions(calrt_reference: Path) -> None:
+def test_suite_runs_in_child_processes_and_grades_the_vendor_questions(
+    calrt_reference: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The board's modelled time x4 (its real compute unchanged): the reference board computes on this host's
+    # CPU, so beside 8 busy processes on 2 cores two chips' computes cannot overlap and the host-timed bursts
+    # rightly say so (1.1-1.3x); with the modelled time dominant they show the parallelism (1.6-2x) a board
+    # with its own silicon has. The global-lock mutant stays at ~1x either way (test_conformance_mutants.py).
+    monkeypatch.setenv("CALRT_REF_TIME_SCALE", "4")
     report = run_suite(ConformanceTarget(DeviceKind.CALRT, COMBINED, calrt_reference))
     assert [r.name for r in report.results] == [c.name for c in CHECKS]
     unsupported = [r.name for r in report.results if r.verdict is Verdict.UNSUPPORTED]

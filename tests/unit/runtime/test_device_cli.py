@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,27 @@ def test_device_info_calrt_stub(cli: Cli, calrt_stub: Path) -> None:
     doc = r.json
     assert doc["device"] == "calrt" and doc["simulated"] is False and doc["note"] is None
     assert doc["library"] == str(calrt_stub) and doc["versions"]["firmware"] == "stub"
+
+
+def test_device_info_fails_memory_figures_that_cannot_be_bytes(
+    cli: Cli, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """#50 item 3: a shim reporting calrt_memory_usage in KiB: the totals disagree with the topology's DRAM, a
+    FAIL naming the call (exit 1); the unmodified reference board is PASS (exit 0)."""
+    from calctl.runtime._native.build import build_reference
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler (cc or gcc) on PATH")
+    for define, code in (("-DCALRT_MUTANT_MEMORY_KIB", 1), (None, 0)):
+        lib = build_reference(tmp_path_factory.mktemp("kib"), defines=(define,) if define else ()).library
+        r = cli("device", "info", "--device", "calrt", "--calrt-lib", lib, "--format", "json")
+        assert r.code == code, (define, r.out, r.err)
+        findings = r.json["memory_findings"]
+        assert bool(findings) == bool(define) and r.json["verdict"] == ("FAIL" if define else "PASS"), findings
+        if define:
+            assert "calrt_memory_usage reports 16777216 B in total, the topology 17179869184 B" in findings[0]
+            r = cli("device", "info", "--device", "calrt", "--calrt-lib", lib)
+            assert r.code == 1 and "FAIL chip 0: calrt_memory_usage" in r.out, r.out
 
 
 def test_device_info_calrt_without_library_is_exit_3(cli: Cli, tmp_path: Path) -> None:

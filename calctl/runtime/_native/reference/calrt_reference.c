@@ -62,7 +62,9 @@
  *                                     sequence;
  *   -DCALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP  one global lock around job execution, with start_ns stamped before
  *                                     the lock is taken (the time stamps show chips "in parallel");
- *   -DCALRT_MUTANT_KEEPS_KV_POINTER   calrt_job_submit keeps the caller's KV lane array and reads it at run time.
+ *   -DCALRT_MUTANT_KEEPS_KV_POINTER   calrt_job_submit keeps the caller's KV lane array and reads it at run time;
+ *   -DCALRT_MUTANT_CHIP_RESET_ABORTS_ALL  a chip reset aborts the jobs of every chip (a board reset in disguise);
+ *   -DCALRT_MUTANT_KV_ANY_MODEL       a job may name a sequence of another model (one KV namespace).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -451,10 +453,16 @@ static int run_graph(job *j) {
         int vl = find_tensor(gr->in, gr->nin, gr->vlen);
         uint32_t n = (uint32_t)read_i32(gr, j->din, vl, j->batch, 0);
         const int32_t *tokens = (const int32_t *)(j->din + tensor_offset(gr->in, gr->nin, (uint32_t)tok, j->batch, NULL));
+#ifdef CALRT_MUTANT_KV_ANY_MODEL
+        if (j->seqs[0]->m != gr->model) return 0;
+#endif
         return forward(m, j->seqs[0], gr->model->max_seq, tokens, n, 0, j->dout);
     }
     int pos = find_tensor(gr->in, gr->nin, gr->pos), lane = find_tensor(gr->in, gr->nin, gr->lane);
     for (uint32_t l = 0; l < j->batch; l++) {
+#ifdef CALRT_MUTANT_KV_ANY_MODEL /* (a foreign sequence's cache has another shape: not computed, no crash) */
+        if (j->seqs[l] && j->seqs[l]->m != gr->model) continue;
+#endif
         if (lane >= 0 && !read_u8(gr, j->din, lane, j->batch, l)) {
 #ifdef CALRT_MUTANT_INACTIVE_LANE_KV /* the bug: the inactive lane runs on the lane before's sequence at position 0 */
             int32_t zero = 0;
@@ -1487,7 +1495,11 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
             continue;
         }
         seq *s = find_seq(d, id);
+#ifdef CALRT_MUTANT_KV_ANY_MODEL /* the bug: one KV namespace; a sequence of another model is taken */
+        if (!s) return CALRT_E_INVALID_ARGUMENT;
+#else
         if (!s || s->m != g->model) return CALRT_E_INVALID_ARGUMENT;
+#endif
         if (s->busy) return CALRT_E_DEVICE_BUSY;
         for (uint32_t k = 0; k < l; k++)
             if (desc->kv[k] == id) return CALRT_E_INVALID_ARGUMENT;
@@ -1910,6 +1922,9 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
         return CALRT_E_DEVICE_LOST;
     }
     uint32_t mask = scope == CALRT_RESET_BOARD ? (1u << REF_CHIPS) - 1 : 1u << chip;
+#ifdef CALRT_MUTANT_CHIP_RESET_ABORTS_ALL /* the bug: the chip reset is the runtime's board reset underneath */
+    abort_jobs(d, (1u << REF_CHIPS) - 1, 1);
+#endif
     abort_jobs(d, mask, 1); /* returns once the workers of these chips left their jobs */
     for (calrt_buffer *b = d->buffers; b; b = b->next) {
         if (b->owner_mask & mask) b->quarantined = 0, b->owner = 0, b->owner_mask = 0; /* DMA state known again */
