@@ -33,7 +33,8 @@ from typing import Any
 
 from calctl.runners.soak import host_memory
 from calctl.runners.traffic import EngineResult, RequestOutcome
-from calctl.runtime.types import ChipCounters, ChipMemory
+from calctl.runtime.memory_figures import memory_findings
+from calctl.runtime.types import ChipCounters, ChipMemory, Topology
 
 MIB = 1024**2
 #: 001 §13.3: stable drift must stay below max(64 MiB, 1 % local DRAM).
@@ -350,47 +351,38 @@ def check_memory_units(
     baseline: Sequence[ChipMemory],
     loaded: Sequence[ChipMemory],
     *,
-    dram: Mapping[int, int | None],
+    topology: Topology,
     weights: Mapping[int, int],
     cycle: int | None,
     at_s: float,
 ) -> list[Violation]:
     """The memory figures are bytes of the chip asked for (issue 50; docs/calrt-c-abi.md MEM-1, MEM-2), checked
-    once, after the first load: each chip's ``total`` is its DRAM as the topology reports it, and its ``used``
-    grew by at least the weights the package put on it. A figure in KiB, or the two chips' figures swapped,
-    fails here, naming ``calrt_memory_usage``, before any drift is judged against it."""
+    once, after the first load: the figures agree with the topology and with themselves
+    (:func:`calctl.runtime.memory_figures.memory_findings`), and each chip's ``used`` grew by at least the weights
+    the package put on it. A figure in KiB, or the two chips' figures swapped, fails here, naming
+    ``calrt_memory_usage``, before any drift is judged against it."""
     base = {m.chip: m for m in baseline}
-    out: list[Violation] = []
+    problems: dict[int, list[str]] = {}
+    for f in memory_findings(topology, loaded):
+        problems.setdefault(f.chip, []).append(f.detail)
     for m in loaded:
-        b = base.get(m.chip)
-        want_total = dram.get(m.chip)
-        problems = []
-        if m.total_bytes is not None and want_total is not None and m.total_bytes != want_total:
-            problems.append(f"total {m.total_bytes} B where the topology has {want_total} B of DRAM")
-        need = weights.get(m.chip, 0)
+        b, need = base.get(m.chip), weights.get(m.chip, 0)
         if need and m.used_bytes is not None and b is not None and b.used_bytes is not None:
             grown = m.used_bytes - b.used_bytes
             if grown < need:
-                problems.append(f"used grew {grown} B with {need} B of weights loaded on it")
-        if problems:
-            out.append(
-                Violation(
-                    "memory_figures",
-                    f"chip {m.chip}: calrt_memory_usage is not bytes of this chip ({'; '.join(problems)}): KiB, or "
-                    "another chip's figure; the soak's drift check cannot be trusted on it",
-                    cycle,
-                    at_s,
-                    subject=f"chip{m.chip}:figures",
-                    detail={
-                        "chip": m.chip,
-                        "used_bytes": m.used_bytes,
-                        "total_bytes": m.total_bytes,
-                        "dram_bytes": want_total,
-                        "weights_bytes": need,
-                    },
-                )
-            )
-    return out
+                problems.setdefault(m.chip, []).append(f"used grew {grown} B with {need} B of weights loaded on it")
+    return [
+        Violation(
+            "memory_figures",
+            f"chip {chip}: calrt_memory_usage is not bytes of this chip ({'; '.join(found)}): KiB, or another "
+            "chip's figure; the soak's drift check cannot be trusted on it",
+            cycle,
+            at_s,
+            subject=f"chip{chip}:figures",
+            detail={"chip": chip, "weights_bytes": weights.get(chip, 0), "problems": found},
+        )
+        for chip, found in sorted(problems.items())
+    ]
 
 
 def check_request(result: EngineResult, *, cycle: int | None, at_s: float) -> list[Violation]:

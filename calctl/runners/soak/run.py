@@ -206,7 +206,8 @@ class _Soak(SoakState):
             rt.on_submit(self.submits.count)  # every accepted submit: the engine's and golden/warm-up's
             v = rt.versions()
             self.header["runtime"] = {"runtime": v.runtime, "driver": v.driver, "firmware": v.firmware, "abi": v.abi}
-            self.dram = dict(enumerate(rt.topology().dram_bytes))
+            self.topology = rt.topology()
+            self.dram = dict(enumerate(self.topology.dram_bytes))
             try:
                 self.baseline = list(rt.memory_usage())  # before the first load (001 §13.3)
             except RuntimeLayerError as exc:  # a runtime without per-chip memory: drift is null, never a pass
@@ -350,11 +351,11 @@ class _Soak(SoakState):
         }
         self.events.write("loaded", cycle=cyc.index, seconds=round(seconds, 4), generations=gens, golden_warmup_s=gw)
         loaded = self.sample_memory()
-        if cyc.index == 1 and loaded and self.baseline and sup.loaded is not None:
+        if cyc.index == 1 and loaded and self.baseline and sup.loaded is not None and self.topology is not None:
             for v in checks.check_memory_units(
                 self.baseline,
                 loaded,
-                dram=self.dram,
+                topology=self.topology,
                 weights=weights_by_chip(sup.loaded.package),
                 cycle=cyc.index,
                 at_s=self.now_s(),

@@ -16,7 +16,7 @@ from calctl.runners.soak.plan import SoakConfig
 from calctl.runners.soak.verify import OutputVerifier
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.runtime.interface import Runtime
-from calctl.runtime.types import ChipCounters, ChipMemory
+from calctl.runtime.types import ChipCounters, ChipMemory, Topology
 from calctl.serving.engine import DeviceSupervisor
 
 
@@ -48,6 +48,7 @@ class SoakState:
         self.drain_deadline_hits = 0
         self.memory_series: dict[int, evidence.Series] = {}
         self.baseline: list[ChipMemory] = []
+        self.topology: Topology | None = None
         self.dram: dict[int, int | None] = {}  # per chip, as the topology reports it (the drift limit's base)
         self.max_drift: dict[int, int | None] = {}
         self.host_rss: list[tuple[int, int | None]] = []  # (cycle, VmRSS after its unload) of this process
