@@ -22,7 +22,7 @@ from pathlib import Path
 
 from calctl.runtime import DeviceKind
 from calctl.runtime._native.build import build_reference
-from calctl.runtime.conformance import ConformanceTarget, Level, run_suite
+from calctl.runtime.conformance import ConformanceLevel, ConformanceTarget, run_suite
 
 PACKAGE = Path(__file__).resolve().parent.parent / "fixtures" / "packages" / "combined"
 KEY = Path(__file__).resolve().parent.parent / "fixtures" / "keys" / "calctl-test-only-DO-NOT-TRUST.key"
@@ -36,7 +36,9 @@ def _batch_sample(out: Path) -> Path:
     return build_sample(out / "p", kind="combined", key=load_private(KEY), decode_profiles=(1, 4, 8))
 
 
-def _one(library: Path, package: Path, level: Level) -> tuple[float, list[tuple[str, float]], str, float, float]:
+def _one(
+    library: Path, package: Path, level: ConformanceLevel
+) -> tuple[float, list[tuple[str, float]], str, float, float]:
     load0 = os.getloadavg()[0]
     t0 = time.monotonic()
     suite = run_suite(ConformanceTarget(DeviceKind.CALRT, package, library, level))
@@ -54,9 +56,9 @@ def main() -> None:
     ap.add_argument("--levels", default="quick,standard", help="comma-separated: quick, standard, long")
     ap.add_argument("--batch", action="store_true", help="a sample with decode profiles 1,4,8 (batch_lanes runs)")
     args = ap.parse_args()
-    levels = [Level(x.strip()) for x in args.levels.split(",") if x.strip()]
-    if Level.QUICK not in levels:
-        levels.insert(0, Level.QUICK)  # the baseline the other levels are compared with
+    levels = [ConformanceLevel(x.strip()) for x in args.levels.split(",") if x.strip()]
+    if ConformanceLevel.QUICK not in levels:
+        levels.insert(0, ConformanceLevel.QUICK)  # the baseline the other levels are compared with
     with tempfile.TemporaryDirectory(prefix="calctl-bench-conformance-") as tmp:
         library = build_reference(Path(tmp) / "ref").library
         package = _batch_sample(Path(tmp)) if args.batch else PACKAGE
@@ -64,7 +66,7 @@ def main() -> None:
         quick = None
         for level in levels:
             seconds, slowest, counts, load0, load1 = _one(library, package, level)
-            quick = seconds if level is Level.QUICK else quick
+            quick = seconds if level is ConformanceLevel.QUICK else quick
             over = f"{seconds / quick:.1f}x quick" if quick else ""
             print(
                 f"{level.value:8s} {seconds:7.1f} s  {seconds / QUICK_BUDGET_S:5.2f} of the 30 s quick budget  {over:12s}"

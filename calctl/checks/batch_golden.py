@@ -39,7 +39,7 @@ from calctl.runtime.errors import RuntimeLayerError, Timeout
 
 
 @dataclass(frozen=True)
-class LaneResult:
+class LaneTwinResult:
     """One lane of a batch profile's run: what it produced against its B1 twin."""
 
     lane: int
@@ -58,7 +58,7 @@ class BatchProfileResult:
     batch: int
     ok: bool
     reason: str | None
-    lanes: tuple[LaneResult, ...]
+    lanes: tuple[LaneTwinResult, ...]
     jobs: int
     seconds: float
 
@@ -216,14 +216,14 @@ class _BatchRun:
 
     def _judge(self, seconds: float) -> BatchProfileResult:
         alias = self.model.alias
-        lanes: list[LaneResult] = []
+        lanes: list[LaneTwinResult] = []
         reasons: list[str] = []
         prompt_len = {name: len(p) for name, p in self.prompts.items()}
         for lane in range(self.batch):
             name = self.names[lane]
             want, got = self.twins[name], tuple(self.tokens[lane])
             at = first_mismatch(want, got)
-            lanes.append(LaneResult(lane, name, self.batch_steps[lane], want, got, at))
+            lanes.append(LaneTwinResult(lane, name, self.batch_steps[lane], want, got, at))
             if at is not None and not reasons:
                 where = "in the batch" if 1 <= at <= self.batch_steps[lane] else "at B1 after it went inactive"
                 if at == 0:
@@ -256,4 +256,4 @@ def _free_quietly(rt: Runtime, seq: KvSeqId) -> None:
         pass  # a sequence a hung job still holds is reclaimed by the reset that aborts it
 
 
-__all__ = ["BatchProfileResult", "LaneResult", "batch_profiles", "run_batch_golden", "variant_prompt"]
+__all__ = ["BatchProfileResult", "LaneTwinResult", "batch_profiles", "run_batch_golden", "variant_prompt"]

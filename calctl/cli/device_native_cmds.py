@@ -105,9 +105,9 @@ def conformance(
     from calctl.runtime._native.lib import load_library
     from calctl.runtime.conformance import (
         CHECK_NAMES,
+        ConformanceLevel,
         ConformanceSuiteResult,
         ConformanceTarget,
-        Level,
         run_suite,
         vendor_questions,
     )
@@ -129,7 +129,7 @@ def conformance(
     with contextlib.ExitStack() as stack:
         root = stack.enter_context(package_root(package)) if package is not None else bundled_package("combined")
         target = ConformanceTarget(
-            DeviceKind.CALRT, Path(root).resolve(), Path(calrt_lib).resolve(), Level(level.value)
+            DeviceKind.CALRT, Path(root).resolve(), Path(calrt_lib).resolve(), ConformanceLevel(level.value)
         )
 
         def progress(r: Any) -> None:

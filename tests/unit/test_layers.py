@@ -16,7 +16,7 @@ ROOT = Path(calctl.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "filekind"}),
-    frozenset({"records", "textsafe", "cache", "closing", "__init__"}),
+    frozenset({"records", "textsafe", "cache", "closing", "limits", "jsonsafe", "__init__"}),
     frozenset({"report"}),
     frozenset({"html_report"}),  # reads the verdict table of report (#48 item 2)
     frozenset({"signing"}),

@@ -8,7 +8,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from calctl.model.tokenizer import ids_outside
+from calctl.package.tokenizer_ids import ids_outside
 from tests.conftest import FIXTURE_PACKAGES
 
 SOURCE = FIXTURE_PACKAGES / "combined" / "tokenizer" / "model-a" / "tokenizer.json"

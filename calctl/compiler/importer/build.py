@@ -49,9 +49,9 @@ from calctl.compiler.writer import (
 from calctl.errors import UsageError
 from calctl.model import decoder
 from calctl.model.quant import QuantTensor
-from calctl.model.tokenizer import ids_outside
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Architecture
+from calctl.package.tokenizer_ids import ids_outside
 from calctl.signing import seal
 
 if TYPE_CHECKING:

@@ -11,10 +11,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from calctl import jsonsafe
-from calctl.model.tokenizer import ids_outside
 from calctl.package.model import Model, Package
 from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
+from calctl.package.tokenizer_ids import ids_outside
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 

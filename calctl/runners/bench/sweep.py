@@ -50,7 +50,7 @@ MIN_SAMPLES = GATE_SAMPLES["p99"]  # successes a level needs for its P99 to coun
 
 
 @dataclass(frozen=True)
-class Level:
+class SweepLevel:
     """One rung of the sweep: its load and what the model delivered under it."""
 
     level: float
@@ -111,7 +111,7 @@ def parse_levels(spec: str | None, sweep: str) -> tuple[float, ...]:
     return levels
 
 
-def find_knee(levels: Sequence[Level], *, slo_ttft: float | None, slo_tpot: float | None) -> Knee:
+def find_knee(levels: Sequence[SweepLevel], *, slo_ttft: float | None, slo_tpot: float | None) -> Knee:
     """The knee of the sweep (module docstring)."""
     judged = [lv for lv in levels if lv.judged]
     if not judged:
@@ -140,7 +140,7 @@ def find_knee(levels: Sequence[Level], *, slo_ttft: float | None, slo_tpot: floa
     return Knee(None, f"throughput still grew at the last level ({judged[-1].level:g}): extend --sweep-levels")
 
 
-def _meets(lv: Level, ttft: float | None, tpot: float | None) -> bool:
+def _meets(lv: SweepLevel, ttft: float | None, tpot: float | None) -> bool:
     s = lv.stats
     if s.succeeded < s.requests:
         return False
@@ -149,7 +149,7 @@ def _meets(lv: Level, ttft: float | None, tpot: float | None) -> bool:
     return not (tpot is not None and s.tpot.p99 is not None and s.tpot.p99 > tpot)
 
 
-def _miss(lv: Level, ttft: float | None, tpot: float | None) -> str:
+def _miss(lv: SweepLevel, ttft: float | None, tpot: float | None) -> str:
     s = lv.stats
     if s.succeeded < s.requests:
         return f"{s.requests - s.succeeded} of {s.requests} requests did not succeed"
@@ -219,7 +219,7 @@ def run_sweep(opts: BenchOptions, log: Log) -> ScenarioResult:
         raise UsageError(
             f"--models {alias}: not served (ready) at {opts.url}; it serves: {', '.join(served) or 'nothing'}"
         )
-    levels: list[Level] = []
+    levels: list[SweepLevel] = []
     for level in opts.sweep_levels or DEFAULT_LEVELS[sweep]:
         planned = _workload(opts, sweep, level)
         cap = int(level) if sweep == "concurrency" else opts.max_concurrency
@@ -246,7 +246,7 @@ def run_sweep(opts: BenchOptions, log: Log) -> ScenarioResult:
             duration_s=opts.duration_s,
             offered_tokens=offered_tokens(planned),
         )
-        levels.append(Level(level, stats, len(planned), (load0, host.load_now())))
+        levels.append(SweepLevel(level, stats, len(planned), (load0, host.load_now())))
         log(
             f"    {stats.succeeded}/{stats.requests} succeeded, {stats.tokens_per_s or 0:.1f} tokens/s, "
             f"P99 TTFT {_ms(stats.ttft.p99)}, P99 TPOT {_ms(stats.tpot.p99)}"
@@ -280,7 +280,7 @@ def run_sweep(opts: BenchOptions, log: Log) -> ScenarioResult:
     )
 
 
-def _table(sweep: str, levels: Sequence[Level], knee: Knee) -> Table:
+def _table(sweep: str, levels: Sequence[SweepLevel], knee: Knee) -> Table:
     rows = tuple(
         (
             f"{lv.level:g}" + (" (knee)" if knee.level == lv.level else ""),
@@ -305,7 +305,7 @@ def plot_sweep(
     path: Any,
     sweep: str,
     alias: str,
-    levels: Sequence[Level],
+    levels: Sequence[SweepLevel],
     knee: Knee,
     *,
     slo_ttft: float | None,
@@ -365,4 +365,4 @@ SWEEP = Scenario(
     ),
 )
 
-__all__ = ["SWEEP", "Knee", "Level", "find_knee", "parse_levels", "plot_sweep", "run_sweep"]
+__all__ = ["SWEEP", "Knee", "SweepLevel", "find_knee", "parse_levels", "plot_sweep", "run_sweep"]

@@ -32,7 +32,7 @@ from calctl.serving.protocol import GenerationRequest
 
 
 @dataclass(frozen=True)
-class Mismatch:
+class OutputMismatch:
     """The first token of a request that differs from its prompt's B1 twin."""
 
     request_id: str
@@ -96,7 +96,7 @@ class OutputVerifier:
             self.places[alias] = (tuple(model.target_chips), model.decode.name)
             self.twin_seconds[alias] = round(time.monotonic() - t0, 4)
 
-    def check(self, request: GenerationRequest, result: EngineResult) -> Mismatch | None:
+    def check(self, request: GenerationRequest, result: EngineResult) -> OutputMismatch | None:
         """Hold ``result``'s tokens to the twin of ``request``'s prompt; None when they agree (or no twin)."""
         with self._lock:
             twin = self.twins.get((request.alias, request.prompt_ids))
@@ -113,7 +113,7 @@ class OutputVerifier:
         if at is None:
             return None
         gens = result.token_generations
-        return Mismatch(
+        return OutputMismatch(
             request.request_id,
             request.alias,
             chips,
@@ -138,4 +138,4 @@ class OutputVerifier:
             }
 
 
-__all__ = ["Mismatch", "OutputVerifier"]
+__all__ = ["OutputMismatch", "OutputVerifier"]

@@ -24,8 +24,8 @@ from calctl.package.model import Package
 from calctl.runtime import Runtime
 from calctl.runtime.conformance.checks_concurrency import crosstalk_prompt
 from calctl.runtime.conformance.framework import (
+    ConformanceLevel,
     ExpectationFailed,
-    Level,
     Session,
     Unsupported,
     _returned,
@@ -39,7 +39,7 @@ from calctl.runtime.types import Engine, KvLength, KvSeqId
 
 _OUTSIDE = 1000  # the key of the bystander sequence, outside the batch job
 #: jobs of the long run per level (half prefill, half decode over every profile)
-LONG_RUN_JOBS = {Level.QUICK: 96, Level.STANDARD: 2000, Level.LONG: 10000}
+LONG_RUN_JOBS = {ConformanceLevel.QUICK: 96, ConformanceLevel.STANDARD: 2000, ConformanceLevel.LONG: 10000}
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def _after_batch(
     "many jobs on both chips from several threads, mixed prefill and decode over every profile (96 quick, 2000 "
     "standard, 10000 long): every output equals its twin computed alone",
     clauses=("JOB-5", "BATCH-2", "THREAD-1"),
-    seconds={Level.STANDARD: 600.0, Level.LONG: 3000.0},
+    seconds={ConformanceLevel.STANDARD: 600.0, ConformanceLevel.LONG: 3000.0},
 )
 def _long_run(s: Session) -> str:
     """Each model gets a pool of prompts whose twins (prefill logits, greedy token, B1 decode logits) run alone

@@ -27,8 +27,8 @@ from calctl.runtime.conformance.framework import (
     DEFAULT_CHECK_TIMEOUT,
     CheckResult,
     ConformanceCheck,
+    ConformanceLevel,
     ConformanceTarget,
-    Level,
     Verdict,
     checks_for,
     run_check,
@@ -205,7 +205,7 @@ def _child_main(spec_text: str) -> int:
         DeviceKind(spec["device"]),
         Path(spec["package"]),
         Path(spec["library"]) if spec.get("library") else None,
-        Level(spec.get("level", Level.QUICK.value)),
+        ConformanceLevel(spec.get("level", ConformanceLevel.QUICK.value)),
     )
     by_name = {c.name: c for c in CHECKS}
     from calctl.runtime._native import lib as L

@@ -32,7 +32,7 @@ DEFAULT_CHECK_TIMEOUT = 60.0
 _MARK = "@@calctl-conformance@@ "
 
 
-class Level(str, enum.Enum):
+class ConformanceLevel(str, enum.Enum):
     """How hard the suite tries (``--level``): ``quick`` every promise once (under 30 s on the reference board);
     ``standard`` also holds a hung job past any plausible shim watchdog and runs thousands of jobs, each output
     against its twin, so a fault that shows once in N jobs has N to show in; ``long`` more of the same."""
@@ -105,7 +105,7 @@ class ConformanceTarget:
     device: DeviceKind
     package: Path
     library: Path | None = None
-    level: Level = Level.QUICK
+    level: ConformanceLevel = ConformanceLevel.QUICK
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -167,7 +167,7 @@ class Session:
         return self.target.device is DeviceKind.CALRT
 
     @property
-    def level(self) -> Level:
+    def level(self) -> ConformanceLevel:
         return self.target.level
 
     def open_raw(self) -> Runtime:
@@ -452,9 +452,11 @@ class ConformanceCheck:
     run: Callable[[Session], str | None]  # returns the PASS detail
     native_only: bool = False  # a property of the C library itself (the mock has no C ABI)
     clauses: tuple[str, ...] = ()  # the C ABI clauses it tries (clauses.py, docs/calrt-c-abi.md §13)
-    seconds: dict[Level, float] = field(default_factory=dict)  # its own bound per level, when above --check-timeout
+    seconds: dict[ConformanceLevel, float] = field(
+        default_factory=dict
+    )  # its own bound per level, when above --check-timeout
 
-    def timeout(self, level: Level, check_timeout: float) -> float:
+    def timeout(self, level: ConformanceLevel, check_timeout: float) -> float:
         """The bound the runner gives it: ``--check-timeout``, or more where its level needs more (a long run)."""
         return max(check_timeout, self.seconds.get(level, 0.0))
 
@@ -468,7 +470,7 @@ def check(
     *,
     clauses: tuple[str, ...],
     native_only: bool = False,
-    seconds: dict[Level, float] | None = None,
+    seconds: dict[ConformanceLevel, float] | None = None,
 ) -> Callable[[Callable[[Session], str | None]], Callable[[Session], str | None]]:
     def register(fn: Callable[[Session], str | None]) -> Callable[[Session], str | None]:
         CHECKS.append(ConformanceCheck(name, title, fn, native_only, tuple(clauses), dict(seconds or {})))

@@ -348,23 +348,17 @@ class EngineCore:
         self._exec.stop_completers()
 
     def set_executor_mode(self, mode: ExecutorMode) -> dict[str, Any]:
-        """Operator action: use ``mode`` for jobs not yet submitted; jobs in flight drain.
-
-        The only way back to ping/pong after a downgrade (000 §14: never automatic). Refused
-        (``ok: False``) when the configuration does not allow it: ``executor.max_inflight`` is the
-        ceiling, and ping/pong cannot use a fixed engine.
-        """
-
+        """Operator action: use ``mode`` for jobs not yet submitted; jobs in flight drain. The only way back to
+        ping/pong after a downgrade (000 §14: never automatic). Refused (``ok: False``) when the configuration
+        does not allow it: ``executor.max_inflight`` is the ceiling, and ping/pong cannot use a fixed engine."""
         return self._call(lambda: self._modes.set_by_operator(mode))
 
     def add_delivery_tap(self, tap: DeliveryTap) -> None:
-        """Let ``tap`` see every token this core delivers, after it was posted (diagnostics such as
-        :class:`calctl.runners.soak.inject.StaleRedelivery`; never used in serving)."""
+        """``tap`` sees every token delivered, after it was posted (diagnostics; never used in serving)."""
         self._call(lambda: self._out.add_tap(tap))
 
     def board_answered_wrong(self, detail: str) -> None:
-        """The serving audit's probe got a wrong answer from this alias (calctl.serving.engine.audit): out of
-        service through the recovery path (001 §11.1 Ready -> Draining -> Recovering), never more wrong text."""
+        """The serving audit got a wrong answer (engine/audit.py): out of service by the recovery path (001 §11.1)."""
         self._call(lambda: self._sched.board_answered_wrong(detail))
 
     def _call(self, fn: Callable[[], T]) -> T:

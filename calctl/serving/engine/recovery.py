@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import queue
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,8 +172,41 @@ def write_evidence(doc: dict[str, Any], base: Path | None, name: str) -> Path | 
         return None
 
 
+class RecoveryQueue:
+    """Recovery requests from the engine cores, handled one at a time by the supervisor's own thread (a core only
+    posts, it never waits for or starts a recovery); it counts those posted and not yet ended (:attr:`pending`)."""
+
+    def __init__(self) -> None:
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._unfinished = 0
+        self._lock = threading.Lock()
+
+    def post(self, request: Any) -> None:
+        with self._lock:
+            self._unfinished += 1
+        self._q.put(request)
+
+    def get(self) -> Any:
+        """The next request, or None once :meth:`stop` was called (blocks)."""
+        return self._q.get()
+
+    def done(self) -> None:
+        with self._lock:
+            self._unfinished -= 1
+
+    def stop(self) -> None:
+        self._q.put(None)
+
+    @property
+    def pending(self) -> bool:
+        """A recovery was asked for and has not ended yet (queued or running)."""
+        with self._lock:
+            return self._unfinished > 0
+
+
 __all__ = [
     "RecoveryPolicy",
+    "RecoveryQueue",
     "RecoveryRecord",
     "effective_policy",
     "evidence_document",

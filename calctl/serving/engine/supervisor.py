@@ -33,7 +33,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import queue
 import shutil
 import threading
 import time
@@ -65,6 +64,7 @@ from calctl.serving.engine.options import LifecycleEvent, LoadedPackage, LoadPol
 from calctl.serving.engine.packages import admin_package_path, check_compatible, resolve_package
 from calctl.serving.engine.recovery import (
     RecoveryPolicy,
+    RecoveryQueue,
     RecoveryRecord,
     effective_policy,
     evidence_document,
@@ -118,11 +118,7 @@ class DeviceSupervisor:
         self._generation = 0
         self._resets: deque[float] = deque()
         self._closed = False
-        # Recovery requests from the engine cores are queued here and handled one at a time by the
-        # supervisor's own thread: a core only posts, it never waits for (or starts) a recovery.
-        self._recovery_queue: queue.SimpleQueue[RecoveryRequest | None] = queue.SimpleQueue()
-        self._recoveries_unfinished = 0  # posted and not yet ended: what recovery_pending() reads
-        self._recoveries_lock = threading.Lock()
+        self._recovery_queue = RecoveryQueue()  # handled one at a time by the thread below
         self._recovery_thread = threading.Thread(target=self._recovery_loop, name="supervisor-recovery", daemon=True)
         self._recovery_thread.start()
 
@@ -191,7 +187,7 @@ class DeviceSupervisor:
                 codec,
                 settings[m.alias],
                 self.metrics,
-                on_recovery=self._post_recovery,
+                on_recovery=self._recovery_queue.post,
                 options=self._core_options(lp.package, m.alias, configs[m.alias]),
             )
         self._set_all(ModelState.CONFIGURING)
@@ -512,16 +508,9 @@ class DeviceSupervisor:
 
     # ------------------------------------------------------------------ recovery (001 §11.3)
 
-    def _post_recovery(self, req: RecoveryRequest) -> None:
-        """A core asks for a recovery: queued for the lifecycle thread, counted until it ends."""
-        with self._recoveries_lock:
-            self._recoveries_unfinished += 1
-        self._recovery_queue.put(req)
-
     def recovery_pending(self) -> bool:
         """A recovery was asked for and has not ended yet (queued or running): the aliases are not settled."""
-        with self._recoveries_lock:
-            return self._recoveries_unfinished > 0
+        return self._recovery_queue.pending
 
     def _recovery_loop(self) -> None:
         """The supervisor's lifecycle thread for recoveries: one at a time, in the order the cores asked."""
@@ -535,8 +524,7 @@ class DeviceSupervisor:
                 log.exception("recovery of %s failed with an unexpected error", req.alias)
                 self._fail_unfinished(req, exc)
             finally:
-                with self._recoveries_lock:
-                    self._recoveries_unfinished -= 1
+                self._recovery_queue.done()
 
     def _fail_unfinished(self, req: RecoveryRequest, exc: Exception) -> None:
         """An unexpected exception ended a recovery: every alias it left Draining, Recovering, Warming or
@@ -793,7 +781,7 @@ class DeviceSupervisor:
                 w.detach()
                 w.shutdown()
             self._closed = True
-            self._recovery_queue.put(None)
+            self._recovery_queue.stop()
             for lp in (self.loaded, self.previous, self.unloaded):
                 if lp and lp.temp_dir:
                     shutil.rmtree(lp.temp_dir, ignore_errors=True)

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from calctl.cli import _output, _progress
 from calctl.cli._progress import LongProgress, Plan, clock
+from tests.waiting import wait_until
 
 _LIVE = (
     "traffic, generation 3; requests 164 sent, 107 succeeded, 40 intended, 17 refused, 0 failed; "
@@ -82,9 +83,7 @@ def test_a_heartbeat_says_in_a_log_that_work_goes_on(monkeypatch: pytest.MonkeyP
     lines: list[str] = []
     monkeypatch.setattr(_output, "info", lines.append)
     with _progress.Heartbeat("import model.gguf", interval_s=0.05, is_terminal=False):
-        deadline = time.monotonic() + 30
-        while len(lines) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(lines) >= 2, what="two heartbeat lines", timeout=30)
     assert len(lines) >= 2 and lines[0].startswith("import model.gguf: still working, 0:00:00 elapsed")
     settled = len(lines)
     time.sleep(0.2)

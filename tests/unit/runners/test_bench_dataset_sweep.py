@@ -13,7 +13,7 @@ from calctl.errors import UsageError
 from calctl.runners.bench.dataset import dataset_workload, load_dataset
 from calctl.runners.bench.http import request_body
 from calctl.runners.bench.metrics import ModelStats
-from calctl.runners.bench.sweep import MIN_SAMPLES, Level, find_knee, parse_levels
+from calctl.runners.bench.sweep import MIN_SAMPLES, SweepLevel, find_knee, parse_levels
 from calctl.runners.bench.workload import LengthDist, PlannedRequest
 
 
@@ -126,7 +126,9 @@ def test_request_bodies_go_to_the_endpoint_of_their_prompt() -> None:
     assert path == "/v1/completions" and body["prompt"] == [4, 5] and body["seed"] == 7
 
 
-def _level(level: float, tokens_per_s: float, ttft_p99: float, *, n: int = MIN_SAMPLES, ok: int | None = None) -> Level:
+def _level(
+    level: float, tokens_per_s: float, ttft_p99: float, *, n: int = MIN_SAMPLES, ok: int | None = None
+) -> SweepLevel:
     ttfts = [ttft_p99] * n
     stats = ModelStats(
         alias="m",
@@ -144,7 +146,7 @@ def _level(level: float, tokens_per_s: float, ttft_p99: float, *, n: int = MIN_S
         goodput_rps=None,
         slo_attainment=None,
     )
-    return Level(level, stats, n, ())
+    return SweepLevel(level, stats, n, ())
 
 
 def test_the_knee_against_slos_is_the_highest_level_within_them() -> None:

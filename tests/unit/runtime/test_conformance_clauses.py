@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from calctl.cli._options import RunLevel
-from calctl.runtime.conformance import CHECKS, CLAUSE_IDS, CLAUSES, Level
+from calctl.runtime.conformance import CHECKS, CLAUSE_IDS, CLAUSES, ConformanceLevel
 from tests.conftest import REPO
 
 DOC = REPO / "docs" / "calrt-c-abi.md"
@@ -55,4 +55,4 @@ def test_the_abi_page_lists_every_clause_with_its_checks() -> None:
 
 
 def test_the_cli_levels_are_the_suites() -> None:
-    assert [x.value for x in RunLevel] == [x.value for x in Level]
+    assert [x.value for x in RunLevel] == [x.value for x in ConformanceLevel]

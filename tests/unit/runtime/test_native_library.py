@@ -17,7 +17,9 @@ from tests.unit.runtime.runtime_helpers import stub_set_fault
 def test_no_library_named() -> None:
     with pytest.raises(LibraryError, match="no CalRT library") as exc:
         open_runtime("calrt")
-    assert exc.value.exit_code == ExitCode.DEVICE and "CALRT_LIBRARY" in (exc.value.hint or "")
+    said = str(exc.value) + (exc.value.hint or "")
+    assert exc.value.exit_code == ExitCode.DEVICE
+    assert "--calrt-lib" in said and "CALRT_LIBRARY" in said and "device build-reference" in said
 
 
 def test_library_from_the_environment(calrt_stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
