@@ -124,24 +124,28 @@ class _BatchRun:
         self.tokens: list[list[int]] = [[] for _ in range(batch)]
         self.batch_steps = [0] * batch
         self.jobs = 0
+        self.lanes = batch  # lanes that hold a sequence (the rest stay inactive): set by run()
 
     def run(self, n: int) -> BatchProfileResult:
         t0 = time.perf_counter()
         seqs: list[KvSeqId] = []
+        # As many lanes hold a sequence as the model's KV capacity allows (an imported model may have fewer
+        # sequences than its widest profile has lanes); the others are inactive throughout.
+        self.lanes = _sequences_free(self.rt, self.model.alias, self.batch)
         try:
-            for lane in range(self.batch):
+            for lane in range(self.lanes):
                 seqs.append(self.rt.kv.allocate(self.model.alias))
                 self._prefill(lane, seqs[lane])
             steps = n - 1
             # Every lane active for the first half, then the upper lanes inactive with their sequences kept.
             split = max(1, steps // 2) if steps > 1 else steps
-            live = self.batch // 2
+            live = max(1, self.lanes // 2)
             with self.rt.job_buffers(self.model.decode.name, self.batch) as (di, do):
                 for step in range(steps):
-                    active = self.batch if step < split else live
+                    active = self.lanes if step < split else live
                     self._decode_batch(di, do, seqs, active, step)
             with self.rt.job_buffers(self.model.decode.name, 1) as (di, do):
-                for lane in range(live, self.batch):
+                for lane in range(live, self.lanes):
                     while len(self.tokens[lane]) < n:
                         self._decode_one(di, do, lane, seqs[lane])
         finally:
@@ -219,7 +223,7 @@ class _BatchRun:
         lanes: list[LaneTwinResult] = []
         reasons: list[str] = []
         prompt_len = {name: len(p) for name, p in self.prompts.items()}
-        for lane in range(self.batch):
+        for lane in range(self.lanes):
             name = self.names[lane]
             want, got = self.twins[name], tuple(self.tokens[lane])
             at = first_mismatch(want, got)
@@ -236,6 +240,17 @@ class _BatchRun:
         return BatchProfileResult(
             alias, self.batch, not reasons, reasons[0] if reasons else None, tuple(lanes), self.jobs, seconds
         )
+
+
+def _sequences_free(rt: Runtime, alias: str, wanted: int) -> int:
+    """How many of ``wanted`` sequences ``alias`` can allocate now (at least 1: the golden check just freed its)."""
+    n = wanted
+    try:
+        while n > 1 and not rt.kv.can_allocate(alias, n):
+            n -= 1
+    except RuntimeLayerError:  # a runtime that cannot say: try the profile's width
+        return wanted
+    return n
 
 
 def _write_mask(inputs: HostBuffer, graph: Graph, active: list[bool]) -> None:
