@@ -10,8 +10,9 @@ SmolLM2-135M-Instruct GGUF imported into a temporary directory first. Each run i
 for one request: a fresh KV cache, the package's golden prompt prefilled, then ``--tokens`` greedy decode steps
 (``decoder.decode_step``, one lane, every layer in one native call) on ``--threads`` kernel threads
 (``CALCTL_THREADS``). End-of-sequence tokens do not stop a run, so every run takes every step. A run whose
-tokens differ from the first run's is reported with the step where it left them, and so is a step whose logits
-are non-finite or degenerate (all equal: what a hidden state that overflowed gives).
+tokens differ from a reference run on one thread (made first) is reported with the step where it left them,
+and so is a step whose logits are non-finite or degenerate (all equal: what a hidden state that overflowed
+gives).
 
 With ``--serve N`` it runs instead N greedy chat completions of one prompt through ``calctl serve`` of the
 package (one at a time, ``--tokens`` max tokens, the mock at time scale 0): every answer's text and token
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import subprocess
@@ -148,13 +150,16 @@ def main() -> None:
         prompt = np.load(pkg.root / m.alias / "golden" / "prompt_ids.npy")[0].astype(np.int64)
     print(f"{native.status()}; threads {native.threads()}; prompt {prompt.shape[0]} tokens; load {os.getloadavg()}")
     seqs: collections.Counter[tuple[int, ...]] = collections.Counter()
-    first: list[int] | None = None
+    os.environ["CALCTL_THREADS"] = "1"  # the reference: one thread, which no race between threads can touch
+    first, _ = greedy_run(w, prompt, args.tokens)
+    os.environ["CALCTL_THREADS"] = str(args.threads)
+    digest = hashlib.sha256(np.array(first, np.int64).tobytes()).hexdigest()[:16]
+    print(f"reference (1 thread): tokens sha256 {digest}, {first[:12]}...", flush=True)
     diverged: list[dict[str, object]] = []
     t0 = time.monotonic()
     runs = 0
     while runs < args.runs and not (args.seconds and time.monotonic() - t0 > args.seconds):
         toks, bad = greedy_run(w, prompt, args.tokens)
-        first = first or toks
         seqs[tuple(toks)] += 1
         if toks != first or bad is not None:
             step = next((i for i, (a, b) in enumerate(zip(toks, first, strict=True)) if a != b), None)
@@ -168,6 +173,7 @@ def main() -> None:
         "tokens": args.tokens,
         "threads": native.threads(),
         "distinct_sequences": len(seqs),
+        "reference_sha256": digest,
         "diverged": len(diverged),
         "seconds": round(time.monotonic() - t0, 1),
         "load": os.getloadavg(),

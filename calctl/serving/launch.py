@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import ipaddress
 import logging
 import signal
@@ -193,6 +194,19 @@ def _record_sink(opts: ServeOptions) -> RecordSink:
     return RecordSink.to_directory(Path(opts.records), max_bytes=opts.records_max_bytes)
 
 
+def freeze_startup_heap() -> None:
+    """Collect once, then move every object start-up left into the collector's permanent generation (``gc.freeze``).
+
+    Start-up (imports, the package's manifest and graphs, the loaded model's wrappers, the app) leaves a few
+    hundred thousand objects that live as long as the process. Unfrozen, every generation-2 collection walks them
+    all, on whichever thread happened to allocate: the engine's between two steps, the event loop's in a
+    request. Frozen, a collection walks only what serving allocated since (issue #55 item 1;
+    ``benchmarks/bench_gc.py`` measures the pauses with and without).
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None]) -> ServeResult:
     import uvicorn
 
@@ -252,6 +266,7 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
                     max_body_bytes=opts.max_body_bytes or (dual and dual.max_body_bytes) or DEFAULT_MAX_BODY_BYTES,
                 ),
             )
+            freeze_startup_heap()
             info(
                 f"serving {', '.join(sup.cores)} from {opts.package} on http://{opts.host}:{port}, board "
                 f"{board.board} ({rt.kind.value} device"

@@ -67,6 +67,8 @@ def test_the_bound_is_where_float32s_sum_of_squares_overflows() -> None:
         ([[-np.inf, 0.0, 3.0]], "non-finite logits"),
         ([[1.0, 2.0, 3.0], [3.0, 2.0, 2.0]], None),
         ([[5.0], [5.0]], None),  # a vocabulary of one token: nothing to tell apart
+        ([[3e38, -3e38, 0.0], [1.0, 1.0, 1.0]], "degenerate logits (lane 1: every one of 3 equal to 1.0)"),
+        ([[3e38, -3e38, 0.0]], None),  # finite, though their spread is past float32's range
         (np.zeros((0, 4)), None),  # no active lanes
     ],
 )
