@@ -646,6 +646,10 @@ def _descriptor_copies(s: Session) -> str:
         lanes = (ctypes.c_uint64 * 1)(seq)
         desc = L.CalrtJobDesc(ctypes.cast(name, ctypes.c_char_p), ins.native, outs.native, 0, 1, 1, lanes, 0)
         job = ctypes.c_uint64()
+        # Jobs ahead of it on its chip: it cannot start before the caller reuses the memory below, so a shim that
+        # reads the descriptor when the job runs shows it however fast the host is (on an idle host the job used
+        # to run before the memset and the check passed such a shim).
+        blockers = [prefill_job(rt, pkg, m.alias, prompt) for _ in range(2)]
         rc = raw_call(rt, "calrt_job_submit", ctypes.byref(desc), ctypes.byref(job))
         other = pkg.models[-1].decode.name if len(pkg.models) > 1 else m.decode.name
         ctypes.memset(name, 0, 256)
@@ -655,6 +659,11 @@ def _descriptor_copies(s: Session) -> str:
         info = L.CalrtJobInfo()
         wrc = raw_call(rt, "calrt_job_wait", job.value, 10_000, ctypes.byref(info))
         raw_call(rt, "calrt_job_release", job.value)
+        for bjob, bseq, bins, bouts in blockers:
+            rt.wait(bjob, 10)
+            rt.kv.free(bseq)
+            rt.release_buffer(bins)
+            rt.release_buffer(bouts)
         expect(
             wrc == RuntimeStatus.OK and int(info.state) == _SUCCEEDED,
             "a job whose descriptor memory the caller reused after submit must still succeed",
