@@ -167,7 +167,8 @@ def _messages(path: Path, where: str, value: Any) -> tuple[tuple[str, str], ...]
     for i, m in enumerate(value):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             raise UsageError(f"{path}: {where}: messages[{i}] must be {{'role': text, 'content': text}}")
-        out.append((m["role"], _text(path, where, f"messages[{i}].content", m["content"])))
+        role = _text(path, where, f"messages[{i}].role", m["role"])
+        out.append((role, _text(path, where, f"messages[{i}].content", m["content"])))
     if sum(len(c) for _, c in out) > MAX_PROMPT_CHARS:
         raise UsageError(f"{path}: {where}: the chat holds more than {MAX_PROMPT_CHARS} characters")
     return tuple(out)
@@ -176,6 +177,13 @@ def _messages(path: Path, where: str, value: Any) -> tuple[tuple[str, str], ...]
 def _text(path: Path, where: str, field: str, value: str) -> str:
     if not value:
         raise UsageError(f"{path}: {where}: '{field}' is empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate written as a JSON escape ("\ud800"): no request could carry it
+        raise UsageError(
+            f"{path}: {where}: '{field}' holds {value[exc.start]!r} at character {exc.start}, which is not a Unicode "
+            "character (a lone surrogate): text must encode as UTF-8"
+        ) from None
     if len(value) > MAX_PROMPT_CHARS:
         raise UsageError(f"{path}: {where}: '{field}' holds {len(value)} characters, more than {MAX_PROMPT_CHARS}")
     return value
@@ -204,6 +212,7 @@ def _sharegpt(path: Path, doc: Any) -> tuple[list[DatasetEntry], int]:
             skipped += 1
             continue
         prompt, reply = pair
+        _text(path, f"entry {i}", "conversations[].value", prompt)
         if len(prompt) > MAX_PROMPT_CHARS:
             raise UsageError(
                 f"{path}: entry {i}: the human turn holds {len(prompt)} characters, more than {MAX_PROMPT_CHARS}"

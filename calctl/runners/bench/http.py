@@ -258,7 +258,7 @@ def run_phase(
     """Send every planned request of every model at its offset from a common start; wait at most
     ``duration_s + grace_s``. Runs its own event loop (call it from a plain thread).
 
-    ``max_concurrency`` (``--max-concurrency``): at most that many requests in flight over the phase, the
+    ``max_concurrency`` (``--max-concurrency``): at most that many requests of each model in flight, the
     others wait for a slot (with every offset 0 this is a closed loop of N clients). A request that gets its
     slot only after ``duration_s`` is not sent and not recorded: the phase offers what it could send in time.
 
@@ -274,8 +274,10 @@ def run_phase(
         records: list[RequestRecord] = []
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
             t0 = time.monotonic() + 0.05  # every task is created before the first arrival
-            slots = asyncio.Semaphore(max_concurrency) if max_concurrency is not None else None
-            send_until = t0 + duration_s if slots is not None else None
+            # --max-concurrency holds per model (vLLM's, for one endpoint): one cap over both would make the
+            # client take turns between A and B, and a joint phase would measure the client, not the chips.
+            slots = {a: asyncio.Semaphore(max_concurrency) for a in workloads} if max_concurrency is not None else {}
+            send_until = t0 + duration_s if slots else None
             tasks = []
             for stream, (alias, wl) in enumerate(workloads.items()):
                 for i, req in enumerate(wl):
@@ -290,7 +292,7 @@ def run_phase(
                                 (seed * 1_000_003 + stream * 100_003 + i) % 2**31,
                                 t0,
                                 records,
-                                slots,
+                                slots.get(alias),
                                 send_until,
                             )
                         )

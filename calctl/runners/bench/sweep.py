@@ -78,6 +78,7 @@ class SweepLevel:
             "tpot_p50_s": s.tpot.p50,
             "tpot_p99_s": s.tpot.p99,
             "samples": s.ttft.count,
+            "outcomes": dict(s.outcomes),
             "goodput_rps": s.goodput_rps,
             "slo_attainment": s.slo_attainment,
             "enough_samples": self.judged,
@@ -115,6 +116,8 @@ def find_knee(levels: Sequence[SweepLevel], *, slo_ttft: float | None, slo_tpot:
     """The knee of the sweep (module docstring)."""
     judged = [lv for lv in levels if lv.judged]
     if not judged:
+        if levels and all(lv.stats.succeeded == 0 for lv in levels):
+            return Knee(None, f"no request succeeded at any level ({_failures(levels)}): not a load problem")
         return Knee(None, f"no level had {MIN_SAMPLES} successful requests for a P99: lengthen --duration")
     if slo_ttft is not None or slo_tpot is not None:
         within = [lv for lv in judged if _meets(lv, slo_ttft, slo_tpot)]
@@ -138,6 +141,16 @@ def find_knee(levels: Sequence[SweepLevel], *, slo_ttft: float | None, slo_tpot:
                 f"{_ms(cur.stats.ttft.p99)} -> {_ms(nxt.stats.ttft.p99)}",
             )
     return Knee(None, f"throughput still grew at the last level ({judged[-1].level:g}): extend --sweep-levels")
+
+
+def _failures(levels: Sequence[SweepLevel]) -> str:
+    """The outcomes of the requests that did not succeed, over ``levels``: ``invalid 87, timeout 2``."""
+    counts: dict[str, int] = {}
+    for lv in levels:
+        for outcome, n in lv.stats.outcomes.items():
+            if outcome != "ok":
+                counts[outcome] = counts.get(outcome, 0) + n
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
 
 
 def _meets(lv: SweepLevel, ttft: float | None, tpot: float | None) -> bool:
@@ -212,6 +225,11 @@ def run_sweep(opts: BenchOptions, log: Log) -> ScenarioResult:
         raise UsageError("--sweep drives a running server: give --url (e.g. `calctl serve` on the mock)")
     if len(opts.models) != 1:
         raise UsageError(f"--sweep measures one model: give --models ALIAS (got {len(opts.models)})")
+    if opts.dataset is not None and opts.dataset.layout == "trace":
+        raise UsageError(
+            f"--dataset {opts.dataset.path} is a timed trace: its timestamps fix the arrivals, so no {sweep} level "
+            "could change them; sweep a file without timestamps, or replay the trace with the A/B bench"
+        )
     target = HttpTarget(opts.url, opts.api_key, opts.temperature, opts.request_timeout_s)
     alias = opts.models[0]
     served = served_models(target)
@@ -265,6 +283,12 @@ def run_sweep(opts: BenchOptions, log: Log) -> ScenarioResult:
         "slo": {"ttft_s": opts.slo.ttft_s, "tpot_s": opts.slo.tpot_s},
     }
     notes = [f"knee: {sweep} {knee.level:g}: {knee.reason}" if knee.level is not None else f"no knee: {knee.reason}"]
+    for lv in levels:  # what the server said to the requests that did not succeed (a 400 is no queueing)
+        if lv.stats.succeeded < lv.stats.requests:
+            notes.append(
+                f"{sweep} {lv.level:g}: {lv.stats.requests - lv.stats.succeeded} of {lv.stats.requests} requests did "
+                f"not succeed ({_failures([lv])})"
+            )
     loads = [x for lv in levels for x in lv.host_load]
     if host.saturated(loads):
         notes.append(host.saturation_note(loads, "the sweep"))

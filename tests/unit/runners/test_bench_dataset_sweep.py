@@ -88,6 +88,8 @@ def test_output_len_overrides_the_files_lengths_and_prompts_cycle(tmp_path: Path
         ('["a"]\n', "no usable prompt (1 entries skipped)"),
         ("{not json\n", "line 1 is not JSON"),
         ('"just a string"\n', "line 1: expected a JSON object"),
+        ('{"prompt": "\\ud800"}\n', "not a Unicode character (a lone surrogate)"),
+        ('{"messages": [{"role": "us\\udfffer", "content": "x"}]}\n', "messages[0].role"),
         ("\n\n", "no usable prompt"),
     ],
 )
@@ -180,3 +182,20 @@ def test_sweep_levels_are_checked() -> None:
     for spec in ("", "2,1", "0,1", "1,x", "1.5,2", ",".join(str(i) for i in range(1, 20)), "nan,1"):
         with pytest.raises(UsageError):
             parse_levels(spec, "concurrency")
+
+
+def test_a_level_where_every_request_was_refused_names_the_refusals_not_the_duration() -> None:
+    refused = _level(1, 0.0, 0.0, n=0)
+    stats = refused.stats.__class__(**{**refused.stats.__dict__, "requests": 87, "outcomes": {"invalid": 87}})
+    knee = find_knee([SweepLevel(1, stats, 87, ())], slo_ttft=None, slo_tpot=None)
+    assert knee.level is None and "invalid 87" in knee.reason and "not a load problem" in knee.reason
+
+
+def test_a_sweep_over_a_timed_trace_is_refused_before_any_request(tmp_path: Path) -> None:
+    from calctl.runners.bench.base import BenchOptions
+    from calctl.runners.bench.sweep import run_sweep
+
+    trace = load_dataset(_write(tmp_path, '{"prompt": "a", "timestamp": 0}\n{"prompt": "b", "timestamp": 1}\n'))
+    opts = BenchOptions(tmp_path, url="http://127.0.0.1:1", models=("m",), sweep="rate", dataset=trace)
+    with pytest.raises(UsageError, match="is a timed trace: its timestamps fix the arrivals"):
+        run_sweep(opts, lambda _: None)
