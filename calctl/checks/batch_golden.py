@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calctl.checks.golden import first_mismatch
-from calctl.checks.steps import GoldenData, GreedyProgress, StepTimedOut, abort_hung, greedy_run
+from calctl.checks.steps import GoldenData, GreedyProgress, StepTimedOut, abort_hung, free_quietly, greedy_run
 from calctl.package.model import Graph, Model, Package
 from calctl.runtime import GenerationId, HostBuffer, Job, KvSeqId, Runtime
 from calctl.runtime.errors import RuntimeLayerError, Timeout
@@ -150,7 +150,7 @@ class _BatchRun:
                         self._decode_one(di, do, lane, seqs[lane])
         finally:
             for seq in seqs:
-                _free_quietly(self.rt, seq)
+                free_quietly(self.rt, seq)
         return self._judge(time.perf_counter() - t0)
 
     # -- jobs ---------------------------------------------------------------------------------------------
@@ -259,16 +259,6 @@ def _write_mask(inputs: HostBuffer, graph: Graph, active: list[bool]) -> None:
     name = pol.mask_input if pol is not None else "lane_valid"
     if name in inputs.names:
         inputs.write(name, np.array(active, np.uint8))
-
-
-def _free_quietly(rt: Runtime, seq: KvSeqId) -> None:
-    try:
-        length = rt.kv.length(seq)
-        if length.reserved > length.committed:
-            rt.kv.rollback(seq)
-        rt.kv.free(seq)
-    except RuntimeLayerError:
-        pass  # a sequence a hung job still holds is reclaimed by the reset that aborts it
 
 
 __all__ = ["BatchProfileResult", "LaneTwinResult", "batch_profiles", "run_batch_golden", "variant_prompt"]

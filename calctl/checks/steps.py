@@ -24,9 +24,11 @@ compute statistics (``stats.py``) or open devices (``context.py``).
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -35,6 +37,8 @@ from calctl.package import npy
 from calctl.package.model import Model, Package, Tolerance
 from calctl.runtime import GenerationId, HostBuffer, Job, JobId, KvSeqId, ResetScope, Runtime
 from calctl.runtime.errors import DeviceLost, NotSupported, RuntimeLayerError, Timeout
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -213,13 +217,13 @@ def greedy_run(
                     rt, model, prompt, n_tokens, seq, JobBuffers(pi, po, di, do), progress, generation, step_timeout_s
                 )
     except BaseException:
-        _free_quietly(rt, seq)
+        free_quietly(rt, seq)
         raise
     rt.kv.free(seq)
     return progress
 
 
-def _free_quietly(rt: Runtime, seq: KvSeqId) -> None:
+def free_quietly(rt: Runtime, seq: KvSeqId) -> None:
     """Best effort on an error path: a sequence a hung job still holds is reclaimed by the reset that aborts it."""
     try:
         length = rt.kv.length(seq)
@@ -287,6 +291,28 @@ def _run_steps(
     progress.current_step = None
 
 
+def at_once(work: Callable[[str], T], aliases: Sequence[str], *, name: str) -> dict[str, T]:
+    """``work(alias)`` for every alias at once, one thread each (001 §6.4: A and B on their own chips in
+    parallel); the first exception a thread raised is raised here, after every thread ended."""
+    results: dict[str, T] = {}
+    errors: list[BaseException] = []
+
+    def one(alias: str) -> None:
+        try:
+            results[alias] = work(alias)
+        except BaseException as exc:  # re-raised in the caller's thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(a,), name=f"{name}-{a}") for a in aliases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
 __all__ = [
     "GoldenData",
     "GreedyProgress",
@@ -294,6 +320,8 @@ __all__ = [
     "StepTimedOut",
     "StepTiming",
     "abort_hung",
+    "at_once",
+    "free_quietly",
     "greedy_run",
     "step_name",
 ]

@@ -56,9 +56,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calctl.checks.batch_golden import BatchProfileResult, batch_profiles, run_batch_golden
+from calctl.checks.batch_golden import batch_profiles, run_batch_golden
 from calctl.checks.stats import until_decided
-from calctl.checks.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, greedy_run, step_name
+from calctl.checks.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, at_once, greedy_run, step_name
 from calctl.errors import CalctlError, CheckFailed, UsageError
 from calctl.package.model import ChipMode, GraphKind, Package, mask_of_chips
 from calctl.report import Report, StepStatus
@@ -624,22 +624,11 @@ def _batch_profiles(
         body["batch_profiles"] = {}
         return
     with log.step("batch profiles") as note:
-        results: dict[str, tuple[BatchProfileResult, ...]] = {}
-        errors: list[BaseException] = []
-
-        def work(alias: str) -> None:
-            try:
-                results[alias] = run_batch_golden(rt, pkg, alias, generation=GENERATION, step_timeout_s=timeout_s)
-            except BaseException as exc:  # re-raised in the main thread below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=work, args=(a,), name=f"poc-batch-{a}") for a in aliases]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        results = at_once(
+            lambda a: run_batch_golden(rt, pkg, a, generation=GENERATION, step_timeout_s=timeout_s),
+            aliases,
+            name="poc-batch",
+        )
         body["batch_profiles"] = {a: list(results[a]) for a in aliases}
         failed = next((r for a in aliases for r in results[a] if not r.ok), None)
         if failed is not None:

@@ -60,6 +60,7 @@ from collections.abc import Callable
 from typing import Any
 
 from calctl import html_report, records
+from calctl.checks.steps import at_once
 from calctl.errors import CalctlError, CheckFailed, Interrupted, reason_of
 from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
@@ -68,7 +69,6 @@ from calctl.report import Report, verdict_of_exit_code
 from calctl.runners.soak import checks, evidence, judge, render
 from calctl.runners.soak.clients import TrafficDriver
 from calctl.runners.soak.inject import StaleRedelivery
-from calctl.runners.soak.mix import PoolPrompt
 from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffic, default_report_dir
 from calctl.runners.soak.state import Cycle, SoakState, read_counters
 from calctl.runners.traffic import EngineLoop, EngineResult
@@ -434,26 +434,15 @@ class _Soak(SoakState):
         """Every pooled prompt's B1 twin, decoded on the board after the first load and before any traffic."""
         self.phase = "reference"
         assert sup.loaded is not None
-        pkg = sup.loaded.package
-        errors: list[BaseException] = []
-
-        def twins(alias: str, pool: tuple[PoolPrompt, ...]) -> None:
-            try:
-                gen = sup.cores[alias].generation
-                self.verifier.compute(rt, pkg, alias, pool, generation=gen, step_timeout_s=self.config.job_timeout_s)
-            except BaseException as exc:  # raised in this thread below
-                errors.append(exc)
-
+        pkg, pools = sup.loaded.package, driver.pools()
         # One thread per alias: each model's twins on its own chip, at once (001 §6.4's A and B in parallel).
-        threads = [
-            threading.Thread(target=twins, args=item, name=f"soak-twins-{item[0]}") for item in driver.pools().items()
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        at_once(
+            lambda a: self.verifier.compute(
+                rt, pkg, a, pools[a], generation=sup.cores[a].generation, step_timeout_s=self.config.job_timeout_s
+            ),
+            list(pools),
+            name="soak-twins",
+        )
         self.events.write("reference_twins", **self.verifier.document())
 
     def _on_result(self, req: GenerationRequest, res: EngineResult) -> None:
