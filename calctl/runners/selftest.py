@@ -46,6 +46,7 @@ from calctl.runners.device import DeviceSpec
 from calctl.runners.steps import RunOutcome, error_text, outcome_of, reraise_usage
 from calctl.runtime import Runtime
 from calctl.runtime.errors import NotSupported, RuntimeLayerError
+from calctl.runtime.intervals import intersections, union
 from calctl.runtime.memory import DeviceMemory, MemTransfer, TransferDirection
 
 PROFILE_SCHEMA = "calculet-board-profile/v1"
@@ -335,12 +336,12 @@ def _device_rate(transfers: Sequence[MemTransfer], moved: int) -> tuple[float | 
     if len(by_chip) == 1:
         seconds = sum(t.device_seconds or 0.0 for t in transfers)
         return (moved / seconds / GB if seconds > 0 else None), 1.0
-    spans = [_merge(v) for v in by_chip.values()]
+    spans = [union(v) for v in by_chip.values()]
     together = spans[0]
     for other in spans[1:]:
-        together = _intersect(together, other)
+        together = intersections(together, other)
     overlap_ns = sum(e - s for s, e in together)
-    union_ns = sum(e - s for s, e in _merge([x for v in by_chip.values() for x in v]))
+    union_ns = sum(e - s for s, e in union([x for v in by_chip.values() for x in v]))
     shortest = min((t.end_ns or 0) - (t.start_ns or 0) for t in transfers)
     if overlap_ns < max(shortest, 1) or union_ns <= 0:
         # Not one transfer's time with every chip busy: nothing to say about the link under all of them.
@@ -352,21 +353,6 @@ def _device_rate(transfers: Sequence[MemTransfer], moved: int) -> tuple[float | 
             covered = sum(max(0, min(e, e0) - max(s, s0)) for s, e in together)
             inside += t.bytes * covered / (e0 - s0)
     return inside / (overlap_ns / 1e9) / GB, overlap_ns / union_ns
-
-
-def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for s, e in sorted(spans):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
-
-
-def _intersect(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out = [(max(s1, s2), min(e1, e2)) for s1, e1 in a for s2, e2 in b if max(s1, s2) < min(e1, e2)]
-    return _merge(out)
 
 
 def _in_threads(work: Callable[[int], None], chips: tuple[int, ...]) -> None:
