@@ -28,14 +28,19 @@ that a shared machine's drift lands on both; the script prints, for each and as 
   first end) over that window, against one stream's decode rate;
   the same as tokens per CPU second of the serving process (``/proc/<pid>/stat``, all threads),
   which a shared, loaded machine distorts far less than wall time;
+* **batched, against llama.cpp's own batching**: for each of ``--batch-sizes`` N (default 4, 8, 16), calctl's N
+  concurrent streams and llama.cpp's N sequences in one ``llama_batch`` a step (its ``examples/batched`` way: the
+  prompts in one prefill batch, then one token per live sequence per step, greedy), the same prompts, the tool order
+  swapped from one N to the next: aggregate tokens/s with the prefill and decode only (the steps where all N
+  sequences decoded), each with the calctl/llama.cpp ratio;
 * **greedy text**: calctl's text against llama.cpp's and, where ``transformers`` is installed,
   against Hugging Face transformers loading the same GGUF (dequantised, fp32);
 * **the decoder alone**: ``decoder.decode_batch`` on the imported package in a child process (no server, no
   HTTP, ``CALCTL_THREADS=--threads``), one lane and ``--streams`` lanes stepped alternately: its step time, the
   ceiling of what the server can reach, and the serving path's time per token on top of it.
 
-Targets (issue 32): decode >= 1.0x llama.cpp, prefill >= 1.0x, RSS <= 2x, 8-stream aggregate
->= 4x one stream. The machine is shared; the load average is printed with the figures. This
+Targets: decode >= 1.0x llama.cpp, prefill >= 1.0x, RSS <= 1.5x, N-stream aggregate >= 1.0x llama.cpp batched
+(the same N sequences in one llama.cpp batch). The machine is shared; the load average is printed with the figures. This
 script measures and prints; it asserts nothing.
 """
 
@@ -325,6 +330,66 @@ LLAMA_CHILD = textwrap.dedent(
                 "decode_tps": (count - 1) / (last - first) if count > 1 and last > first else float("nan"),
                 "text": "".join(text)}
     n_long = len(llm.tokenize(a["long"].encode())) + 16
+    import ctypes
+    import numpy as np
+    import llama_cpp.llama_cpp as lc
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+    vocab = lc.llama_model_get_vocab(llm._model.model)
+    n_vocab = lc.llama_vocab_n_tokens(vocab)
+    fmt = Jinja2ChatFormatter(llm.metadata["tokenizer.chat_template"], eos_token=llm._model.token_get_text(
+        llm.token_eos()), bos_token=llm._model.token_get_text(llm.token_bos()))
+    contexts = {}
+    def batch(prompts, n):
+        # llama.cpp's own batching (its examples/batched): every sequence of the batch in one llama_batch per step,
+        # greedy, each sequence in its own KV sequence; the prompts in one prefill batch.
+        toks = []
+        for p in prompts:
+            f = fmt(messages=[{"role": "user", "content": p}])
+            toks.append(llm.tokenize(f.prompt.encode(), add_bos=not f.added_special, special=True))
+        n_seq = len(prompts); per_seq = max(len(t) for t in toks) + n + 8
+        if n_seq not in contexts:
+            cp = lc.llama_context_default_params()
+            cp.n_ctx = n_seq * per_seq; cp.n_batch = max(512, sum(len(t) for t in toks)); cp.n_seq_max = n_seq
+            cp.n_threads = cp.n_threads_batch = a["threads"]; cp.no_perf = True
+            contexts[n_seq] = (lc.llama_init_from_model(llm._model.model, cp), cp.n_batch)
+        ctx, n_batch = contexts[n_seq]
+        lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
+        b = lc.llama_batch_init(max(n_batch, n_seq), 0, 1)
+        def put(i, tok, pos, seq, logits):
+            b.token[i] = tok; b.pos[i] = pos; b.n_seq_id[i] = 1; b.seq_id[i][0] = seq; b.logits[i] = logits
+        def greedy(i):
+            return int(np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).argmax())
+        t0 = time.perf_counter(); k = 0; out_of = []
+        for s, t in enumerate(toks):
+            for j, tok in enumerate(t):
+                put(k, tok, j, s, j == len(t) - 1); out_of.append(s if j == len(t) - 1 else None); k += 1
+        b.n_tokens = k
+        if lc.llama_decode(ctx, b) != 0:
+            raise RuntimeError("llama_decode failed on the prefill batch")
+        last = {s: greedy(i) for i, s in enumerate(out_of) if s is not None}
+        made = {s: 1 for s in last}; pos = {s: len(t) for s, t in enumerate(toks)}
+        texts = {s: [last[s]] for s in last}
+        live = [s for s in last if not lc.llama_vocab_is_eog(vocab, last[s])]
+        full_tokens = full_s = 0.0
+        while live:
+            ts = time.perf_counter()
+            for i, s in enumerate(live):
+                put(i, last[s], pos[s], s, True)
+            b.n_tokens = len(live)
+            if lc.llama_decode(ctx, b) != 0:
+                raise RuntimeError("llama_decode failed on a decode batch")
+            nxt = {}
+            for i, s in enumerate(live):
+                nxt[s] = greedy(i); pos[s] += 1; made[s] += 1; texts[s].append(nxt[s])
+            if len(live) == n_seq:
+                full_tokens += len(live); full_s += time.perf_counter() - ts
+            last.update(nxt)
+            live = [s for s in live if made[s] < n and not lc.llama_vocab_is_eog(vocab, last[s])]
+        wall = time.perf_counter() - t0
+        lc.llama_batch_free(b)
+        return {"tokens": sum(made.values()), "wall": wall, "lengths": sorted(made.values()),
+                "decode_only_tps": full_tokens / full_s if full_s else float("nan"),
+                "prompt_tokens": [len(t) for t in toks]}
     def reply(r):
         print("RESULT " + json.dumps(r), flush=True)
     reply({"rss": rss()})
@@ -335,6 +400,8 @@ LLAMA_CHILD = textwrap.dedent(
         elif cmd["op"] == "long":
             llm.reset()
             reply({"ttft": chat(a["long"], 1)["ttft"], "prompt_tokens": n_long})
+        elif cmd["op"] == "batch":
+            reply(batch(cmd["prompts"], cmd["n"]))
         else:
             reply({"rss": rss()})
     """
@@ -391,7 +458,7 @@ def measure(gguf: Path, tmp: Path, args: argparse.Namespace, llama: Llama | None
     pkg = tmp / "pkg"
     cmd = [
         sys.executable, "-m", "calctl", "import", "gguf", str(gguf), str(pkg), "--key", str(TEST_KEY),
-        "--alias", "m", "--context", "2048", "--sequences", str(max(8, args.streams)),
+        "--alias", "m", "--context", "2048", "--sequences", str(max(8, args.streams, *args.batch_sizes)),
         "--profiles", args.profiles,
     ]  # fmt: skip
     subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "CALCTL_CACHE_DIR": str(tmp / "cache")})
@@ -436,7 +503,8 @@ def measure(gguf: Path, tmp: Path, args: argparse.Namespace, llama: Llama | None
                 ttft, tokens = min(longs[name])
                 res.update(long_ttft=ttft, prefill_tokens=tokens, prefill_tps=tokens / ttft)
         try:
-            out.update(streams(url, pid, args))
+            out.update(streams(url, pid, args, args.streams, single=True))
+            batched(url, pid, args, llama, out, lo)
         except httpx.HTTPError as exc:  # a loaded machine can time jobs out: report it, keep the other figures
             out["error"] = f"{type(exc).__name__}: {exc}"
         out["rss_after"] = rss_bytes(pid)
@@ -445,8 +513,8 @@ def measure(gguf: Path, tmp: Path, args: argparse.Namespace, llama: Llama | None
     return {"calctl": out, "llama": lo}
 
 
-def streams(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
-    """--streams concurrent long-story streams on the one chip against one such stream at a time."""
+def streams(url: str, pid: int, args: argparse.Namespace, n: int, single: bool) -> dict[str, Any]:
+    """``n`` concurrent long-story streams on the one chip; with ``single``, one such stream at a time after."""
     out: dict[str, Any] = {}
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -459,7 +527,7 @@ def streams(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     jobs0 = decode_jobs(url)
     cpu0 = cpu_seconds(pid)
     t0 = time.perf_counter()
-    workers = [threading.Thread(target=one, args=(i,)) for i in range(args.streams)]
+    workers = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for w in workers:
         w.start()
     for w in workers:
@@ -480,12 +548,35 @@ def streams(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
         in_window = sum(1 for r in results for t in r["times"] if start < t <= end)
         out["steady_decode_tps"] = in_window / (end - start)
         out["steady_window_s"] = end - start
+    if not single:
+        return out
     cpu0 = cpu_seconds(pid)
     single = [stream_chat(url, "m", STREAM_PROMPTS[i], args.max_tokens) for i in range(2)]
     out["single_tok_per_cpu"] = sum(int(r["completion_tokens"]) for r in single) / max(cpu_seconds(pid) - cpu0, 1e-9)
     out["single_tps_e2e"] = statistics.median(float(r["completion_tokens"]) / float(r["total_s"]) for r in single)
     out["single_decode_tps"] = statistics.median(float(r["decode_tps"]) for r in single)
     return out
+
+
+def batched(
+    url: str, pid: int, args: argparse.Namespace, llama: Llama | None, out: dict[str, Any], lo: dict[str, Any]
+) -> None:
+    """For each of --batch-sizes N: calctl's N concurrent streams and llama.cpp's N sequences in one batch (the same
+    prompts, greedy, each to --max-tokens or its end), the tool order swapped from one N to the next."""
+    out["batches"], lo["batches"] = {}, {}
+    for k, n in enumerate(args.batch_sizes):
+        prompts = [STREAM_PROMPTS[i % len(STREAM_PROMPTS)] for i in range(n)]
+        runs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+            ("calctl", lambda n=n: streams(url, pid, args, n, single=False))
+        ]
+        if llama:
+            runs.append(("llama", lambda prompts=prompts: llama.call(op="batch", prompts=prompts, n=args.max_tokens)))
+        for name, run in runs if k % 2 == 0 else runs[::-1]:
+            r = run()
+            if name == "calctl":
+                out["batches"][n] = {"tps": r["streams_tps"], "decode_only_tps": r.get("steady_decode_tps")}
+            else:
+                lo["batches"][n] = {"tps": r["tokens"] / r["wall"], "decode_only_tps": r["decode_only_tps"]}
 
 
 def _num(value: object) -> float:
@@ -531,6 +622,12 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--profiles", default="1,2,4,8", help="decode profiles to import and serve with")
+    ap.add_argument(
+        "--batch-sizes",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[4, 8, 16],
+        help="concurrent streams against llama.cpp's own batching (that many sequences in one llama_batch)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of the one-stream decode measurement")
     args = ap.parse_args()
     gguf = find_gguf(args.gguf)
@@ -597,6 +694,14 @@ def main() -> None:
             f"server CPU: {args.streams} streams {cs:.2f} tok per CPU s, one stream {c1:.2f}: {cs / c1:.2f}x"
             " (the serving process's user+system time, all threads: what a loaded machine does not distort)"
         )
+    for n, ob in ours.get("batches", {}).items():
+        lb = llama.get("batches", {}).get(n) if isinstance(llama, dict) else None
+        for label, key in (("with prefill", "tps"), ("decode only", "decode_only_tps")):
+            a = ob.get(key)
+            text = f"{a:8.2f} tok/s" if a else "not measured (no window where every stream decoded)"
+            if lb and lb.get(key) and a:
+                text += f"  llama.cpp batched {lb[key]:8.2f} tok/s  ratio {a / lb[key]:5.2f}x"
+            print(f"{n:>2} streams, {label:<13} calctl {text}")
     s1, sn = _num(ours["step_1_ms"]), _num(ours["step_n_ms"])
     vs_llama = (
         f" = {1e3 / s1 / _num(llama['decode_tps']):.2f}x llama.cpp's one stream, measured before its rounds"
