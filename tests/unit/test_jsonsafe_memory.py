@@ -4,6 +4,7 @@ cost 1 GB in a ``re.sub`` before the value count refused them)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tracemalloc
 
@@ -18,10 +19,8 @@ SCAN_BUDGET = 16 * 1024**2
 def _peak(fn: object, *args: object) -> int:
     tracemalloc.start()
     try:
-        try:
+        with contextlib.suppress(jsonsafe.JsonRefused):
             fn(*args)  # type: ignore[operator]
-        except jsonsafe.JsonRefused:
-            pass
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
