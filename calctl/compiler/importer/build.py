@@ -476,5 +476,10 @@ def read_gguf_file(path: Path, *, keep_blocks: bool = False) -> Checkpoint:
                 if keep_blocks
                 else "(dequantised with gguf.quants)"
             ),
+            *(
+                [f"GGUF metadata not used ({len(g.ignored_metadata)} keys): {', '.join(g.ignored_metadata)}"]
+                if g.ignored_metadata
+                else []
+            ),
         ),
     )
