@@ -284,7 +284,7 @@ def _rope_factors(freqs: _Tensor, cfg: FamilyConfig, path: Path) -> np.ndarray:
         i = int(bad[0])
         raise CheckpointError(
             path,
-            f"tensor rope_freqs.weight[{i}] = {float(factors[i])!r}: expected a factor from {low:g} to {high:g}"
+            f"tensor rope_freqs.weight[{i}] = {float(factors[i]):.7g}: expected a factor from {low:g} to {high:g}"
             + (f" ({bad.size} of {factors.size} are outside)" if bad.size > 1 else ""),
         )
     return factors
