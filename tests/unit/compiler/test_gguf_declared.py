@@ -21,7 +21,7 @@ Edit = Callable[[dict[str, tuple[Any, Any, Any]]], None]
 
 def _gguf(tmp_path: Path, edit: Edit | None = None, tensors: dict[str, np.ndarray] | None = None, **cfg: Any) -> Path:
     """A valid llama GGUF written like llama.cpp's converter, its metadata edited by ``edit`` (key -> (value,
-    type, array element type)) and ``tensors`` added."""
+    type, array element type)) and ``tensors`` added or replaced."""
     import gguf
 
     config = {**tiny_config("llama"), **cfg}
@@ -41,6 +41,8 @@ def _gguf(tmp_path: Path, edit: Edit | None = None, tensors: dict[str, np.ndarra
     for name, (value, vtype, sub) in kvs.items():
         w.add_key_value(name, value, vtype, sub_type=sub)
     for t in reader.tensors:
+        if t.name in (tensors or {}):
+            continue
         w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(x) for x in t.shape])))
     for name, arr in (tensors or {}).items():
         w.add_tensor(name, arr)
