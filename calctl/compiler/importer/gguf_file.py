@@ -253,9 +253,27 @@ def _tensors(h: GgufHeader) -> dict[str, _Tensor]:
 
 
 def _check_table(h: GgufHeader, cfg: FamilyConfig) -> None:
-    """The tensor table holds exactly what the family and ``block_count`` imply (plus llama.cpp's
-    ``rope_freqs.weight``): an extra tensor is refused by name, never skipped."""
-    expected = {g for g, _, _, _ in _gguf_names(cfg)} | {"rope_freqs.weight"}
+    """The tensor table holds exactly what the family and ``block_count`` imply, in the shapes the metadata
+    implies (plus llama.cpp's ``rope_freqs.weight``): an extra tensor is refused by name, never skipped."""
+    table = {t.name: t for t in h.tensors}
+    names = _gguf_names(cfg)
+    if len(table) > len(names) + 1:
+        raise CheckpointError(
+            h.path,
+            f"{len(table):,} tensors, more than the {len(names) + 1:,} a {cfg.family} of {cfg.n_layers} blocks has "
+            "(with rope_freqs.weight)",
+            hint="expected exactly the tensors llama.cpp's converter writes for this family and block_count",
+        )
+    for gname, _, shape, _ in names:  # names and shapes first: no array is decoded for a file that lacks them
+        found = table.get(gname)
+        if found is None:
+            raise CheckpointError(h.path, f"no tensor {gname} (expected shape {list(shape)} for {cfg.family})")
+        stored = tuple(reversed(found.dims))
+        if stored != shape:
+            raise CheckpointError(
+                h.path, f"tensor {gname} has shape {list(stored)}, the metadata implies {list(shape)}"
+            )
+    expected = {g for g, _, _, _ in names} | {"rope_freqs.weight"}
     extra = [t.name for t in h.tensors if t.name not in expected]
     if extra:
         shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
@@ -310,6 +328,12 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
         meta, path, has_output=any(t.name == "output.weight" for t in h.tensors), n_tokens=n_tokens
     )
     if n_tokens is not None:
+        if n_tokens > cfg.vocab_size:
+            raise CheckpointError(
+                path,
+                f"tokenizer.ggml.tokens holds {n_tokens:,} tokens, more than the model's vocabulary of "
+                f"{cfg.vocab_size:,} (token_embd.weight rows): the extra ids would have no embedding",
+            )
         _check_token_ids(meta, path, n_tokens)
     rotary = meta.get(f"{arch}.rope.dimension_count")
     if rotary is not None and rotary != cfg.head_dim:
@@ -319,8 +343,8 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
     if cfg.family == "qwen2" or any(t.name == "blk.0.attn_q.bias" for t in h.tensors):
         cfg = replace(cfg, attn_bias=True)
     _check_table(h, cfg)
-    meta = _decoded(h, meta)  # before any weight: an empty or repeated token is refused at once
-    tensors = _tensors(h)
+    tensors = _tensors(h)  # every byte range inside the file; views, nothing read yet
+    meta = _decoded(h, meta)  # before any weight is read: an empty or repeated token is refused at once
     params: dict[str, Any] = {}
     freqs = tensors.get("rope_freqs.weight")  # llama.cpp's Llama 3 rope scaling: per-pair divisors
     if freqs is not None:
