@@ -84,7 +84,7 @@ class _Seen(dict[str, Any]):
         super().__init__(items)
         self.used: set[str] = set()
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         self.used.add(key)
         return super().get(key, default)
 

@@ -35,7 +35,7 @@ import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -57,6 +57,7 @@ _SCALARS = {
     12: (8, "d", "f8"),
 }
 _BOOL, _STRING, _ARRAY = 7, 8, 9
+ByteOrder = Literal["<", ">"]
 _TYPE_NAMES = {**dict.fromkeys(range(6), "integers"), 6: "floats", 7: "booleans", 8: "strings", 9: "arrays"}
 _TYPE_NAMES.update({10: "integers", 11: "integers", 12: "floats"})
 #: ggml's GGML_MAX_DIMS.
@@ -110,7 +111,7 @@ class GgufHeader:
 
     path: Path
     size: int
-    order: str
+    order: ByteOrder
     metadata: dict[str, Any]
     tensors: list[TensorInfo]
     data_start: int
@@ -169,7 +170,7 @@ class _Walk:
     mm: Any
     path: Path
     size: int
-    order: str = "<"
+    order: ByteOrder = "<"
     pos: int = 0
     walked: int = 0  # string elements walked one by one (limits.MAX_GGUF_ARRAY_ITEMS)
 
