@@ -127,7 +127,7 @@ def _check_token_ids(meta: dict[str, Any], path: Path, n_tokens: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n_tokens:
             raise CheckpointError(
                 path,
-                f"{key} {value!r}: not a token of the vocabulary (ids 0..{n_tokens - 1}, "
+                f"{key} {value!r} is outside the vocabulary (ids 0..{n_tokens - 1}: "
                 f"tokenizer.ggml.tokens holds {n_tokens:,})",
             )
 

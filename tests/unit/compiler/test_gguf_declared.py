@@ -72,7 +72,7 @@ def test_a_special_token_id_past_the_vocabulary_is_refused_naming_key_value_and_
     def edit(kvs: dict[str, Any]) -> None:
         kvs[f"tokenizer.ggml.{key}"] = _u32(1_000_000)
 
-    with pytest.raises(CheckpointError, match=rf"tokenizer\.ggml\.{key} 1000000: not a token of the vocabulary"):
+    with pytest.raises(CheckpointError, match=rf"tokenizer\.ggml\.{key} 1000000 is outside the vocabulary"):
         read_gguf_file(_gguf(tmp_path, edit))
 
 
