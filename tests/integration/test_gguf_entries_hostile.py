@@ -78,3 +78,21 @@ def test_a_valid_header_with_one_more_byte_of_a_declared_string_is_refused(tmp_p
     kvs = [*llama_metadata(), _s("general.name") + struct.pack("<IQ", 8, 2**63) + b"x"]
     r = _import(tmp_path, gguf_bytes(kvs))
     assert r.code == 2 and "'general.name'" in r.text and "9,223,372,036,854,775,808 bytes" in r.text, r.text
+
+
+def test_a_chat_template_that_would_run_for_hours_is_refused(tmp_path: Path) -> None:
+    """jinja2's sandbox caps one range at 100,000 but not two nested ones: the template is code the file declares,
+    rendered at import (golden) and by serve for every request."""
+    import gguf
+
+    from tests.unit.compiler.test_gguf_declared import _gguf
+
+    loops = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+
+    def edit(kvs: dict) -> None:
+        kvs["tokenizer.chat_template"] = (loops, gguf.GGUFValueType.STRING, None)
+
+    path = _gguf(tmp_path, edit)
+    r = run_bounded("import", "gguf", path, tmp_path / "out", "--key", TEST_KEY)
+    assert r.code == 2, r.text
+    assert "m.gguf: the chat template is too costly to render" in r.text and "1,000,000 steps" in r.text, r.text
