@@ -322,8 +322,3 @@ def read_header(path: Path) -> GgufHeader:
         raise CheckpointError(path, f"general.alignment {alignment}: expected a power of two")
     data_start = -(-walk.pos // alignment) * alignment
     return GgufHeader(path, size, walk.order, metadata, infos, data_start, mm)
-
-
-def prescan(path: Path) -> None:
-    """Walk ``path``'s GGUF header only (the checks of :func:`read_header`)."""
-    read_header(path)
