@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import bz2
+import functools
 import gzip
 import io
 import json
@@ -333,6 +334,18 @@ def build54(tmp: Path) -> dict[str, list[str]]:
     return out
 
 
+def _set_u32(kvs: dict, *, key: str, value: int) -> None:
+    from tests.unit.compiler.test_gguf_declared import _u32
+
+    kvs[key] = _u32(value)
+
+
+def _set_template(kvs: dict, *, template: str) -> None:
+    import gguf
+
+    kvs["tokenizer.chat_template"] = (template, gguf.GGUFValueType.STRING, None)
+
+
 def _empty_strings(n_bytes: int) -> bytes:
     return b"[" + b",".join([b'""'] * (n_bytes // 3 - 1)) + b"]"
 
@@ -391,7 +404,8 @@ def build54_second(tmp: Path) -> dict[str, list[str]]:
     ):
         sub = tmp / label.split()[0]
         sub.mkdir()
-        path = _gguf(sub, lambda kvs, k=edit_key, v=value: kvs.__setitem__(k, _u32(v)))
+        edit = functools.partial(_set_u32, key=edit_key, value=value)
+        path = _gguf(sub, edit)
         out[f"gguf {label}"] = ["import", "gguf", str(path), str(sub / "o"), *key]
     sub = tmp / "rope"
     sub.mkdir()
@@ -404,6 +418,18 @@ def build54_second(tmp: Path) -> dict[str, list[str]]:
     data[at : at + 4] = np.float32(1e30).tobytes()
     path.write_bytes(bytes(data))
     out["gguf rope factor 1e30"] = ["import", "gguf", str(path), str(sub / "o"), *key]
+    info = _s("token_embd.weight") + struct.pack("<IQQIQ", 2, 2**32, 2**32, 0, 0)
+    out["gguf dims whose product wraps u64"] = gguf_file("wrap", gguf_bytes(llama_metadata(), 1, info))
+    out["gguf key count 2^64-1"] = gguf_file("keys-wrap", b"GGUF" + struct.pack("<IQQ", 3, 0, 2**64 - 1))
+    fifo = tmp / "fifo.gguf"
+    os.mkfifo(fifo)
+    out["gguf a FIFO"] = ["import", "gguf", str(fifo), str(tmp / "o-fifo"), *key]
+    out["gguf /dev/zero"] = ["import", "gguf", "/dev/zero", str(tmp / "o-zero"), *key]
+    sub = tmp / "template"
+    sub.mkdir()
+    loops = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+    path = _gguf(sub, functools.partial(_set_template, template=loops))
+    out["gguf chat template 1e10 steps"] = ["import", "gguf", str(path), str(sub / "o"), *key]
     sub = tmp / "vocab"
     sub.mkdir()
     big = 262_144
