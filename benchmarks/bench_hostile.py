@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import bz2
+import functools
 import gzip
 import io
 import json
@@ -333,12 +334,126 @@ def build54(tmp: Path) -> dict[str, list[str]]:
     return out
 
 
+def _set_u32(kvs: dict, *, key: str, value: int) -> None:
+    from tests.unit.compiler.test_gguf_declared import _u32
+
+    kvs[key] = _u32(value)
+
+
+def _set_template(kvs: dict, *, template: str) -> None:
+    import gguf
+
+    kvs["tokenizer.chat_template"] = (template, gguf.GGUFValueType.STRING, None)
+
+
+def _empty_strings(n_bytes: int) -> bytes:
+    return b"[" + b",".join([b'""'] * (n_bytes // 3 - 1)) + b"]"
+
+
+def build54_second(tmp: Path) -> dict[str, list[str]]:
+    """The second round of issue 54: JSON of millions of tiny values under the byte caps, GGUF entries whose
+    per-element cost hurt, special-token ids and counts dropped silently, a RoPE factor named by shape; and a
+    legitimate 262,144-token vocabulary (Gemma 3's size), which must import."""
+    import struct
+
+    import numpy as np
+
+    from tests.integration.test_declared_numbers_hostile import gguf_bytes, llama_metadata
+    from tests.integration.test_gguf_entries_hostile import _s, _strings
+    from tests.unit.compiler.checkpoint_factory import LLAMA3_SCALING
+    from tests.unit.compiler.test_gguf_declared import _gguf, _u32
+    from tests.unit.validate.validate_factory import reseal
+
+    out: dict[str, list[str]] = {}
+    key = ["--key", str(KEY)]
+    d = _hf_dir(tmp, "st-empty")
+    header = _empty_strings(16 * 1024**2 - 8)
+    (d / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    out['import hf st header 16 MB of ""'] = ["import", "hf", str(d), str(tmp / "o5"), *key]
+    cfg = tmp / "cfg-empty" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_bytes(b'{"x": ' + _empty_strings(4 * 1024**2 - 16) + b"}")
+    out['budget config 4 MB of ""'] = ["budget", "--hf-config", str(cfg)]
+    compat = tmp / "compat-empty"
+    shutil.copytree(FIXTURE, compat)
+    (compat / "compatibility.json").write_bytes(b'{"x": ' + _empty_strings(16 * 1024**2 - 16) + b"}")
+    reseal(compat)
+    out['validate compat 16 MB of ""'] = ["validate", str(compat), "--trusted-key", str(PUB)]
+
+    def gguf_file(name: str, data: bytes) -> list[str]:
+        path = tmp / f"{name}.gguf"
+        path.write_bytes(data)
+        return ["import", "gguf", str(path), str(tmp / f"o-{name}"), *key]
+
+    n = 1 << 20
+    out["gguf 2^20 empty tokens (8 MB)"] = gguf_file(
+        "empty-tokens", gguf_bytes([*llama_metadata(), _strings("tokenizer.ggml.tokens", [b""] * n)])
+    )
+    kvs = [_s(f"k.{i}") + struct.pack("<IB", 0, 1) for i in range(65_535)]
+    out["gguf 65,535 metadata keys"] = gguf_file("keys", gguf_bytes(kvs))
+    info = b"".join(_s(f"t{i}") + struct.pack("<IQIQ", 1, 1, 0, 0) for i in range(65_536))
+    out["gguf 65,536 tensors"] = gguf_file("tensors", gguf_bytes(llama_metadata(), 65_536, info))
+    info = b"".join(_s(f"blk.{i}.attn_q.weight") + struct.pack("<IQIQ", 1, 1, 0, 0) for i in range(16_000))
+    out["gguf 16,000 tensors, 2 blocks"] = gguf_file("blocks", gguf_bytes(llama_metadata(), 16_000, info))
+    nested = _s("x.y") + struct.pack("<IIQ", 9, 9, n) + struct.pack("<IQ", 0, 0) * n
+    out["gguf 2^20 nested arrays"] = gguf_file("nested", gguf_bytes([*llama_metadata(), nested]))
+    for label, edit_key, value in (
+        ("padding_token_id 1e6", "tokenizer.ggml.padding_token_id", 10**6),
+        ("unknown_token_id 1e6", "tokenizer.ggml.unknown_token_id", 10**6),
+        ("expert_count 1e6", "llama.expert_count", 10**6),
+    ):
+        sub = tmp / label.split()[0]
+        sub.mkdir()
+        edit = functools.partial(_set_u32, key=edit_key, value=value)
+        path = _gguf(sub, edit)
+        out[f"gguf {label}"] = ["import", "gguf", str(path), str(sub / "o"), *key]
+    sub = tmp / "rope"
+    sub.mkdir()
+    path = _gguf(sub, rope_scaling=LLAMA3_SCALING)
+    import gguf
+
+    (freqs,) = [t for t in gguf.GGUFReader(str(path)).tensors if t.name == "rope_freqs.weight"]
+    data = bytearray(path.read_bytes())
+    at = int(freqs.data_offset) + 3 * 4
+    data[at : at + 4] = np.float32(1e30).tobytes()
+    path.write_bytes(bytes(data))
+    out["gguf rope factor 1e30"] = ["import", "gguf", str(path), str(sub / "o"), *key]
+    info = _s("token_embd.weight") + struct.pack("<IQQIQ", 2, 2**32, 2**32, 0, 0)
+    out["gguf dims whose product wraps u64"] = gguf_file("wrap", gguf_bytes(llama_metadata(), 1, info))
+    out["gguf key count 2^64-1"] = gguf_file("keys-wrap", b"GGUF" + struct.pack("<IQQ", 3, 0, 2**64 - 1))
+    fifo = tmp / "fifo.gguf"
+    os.mkfifo(fifo)
+    out["gguf a FIFO"] = ["import", "gguf", str(fifo), str(tmp / "o-fifo"), *key]
+    out["gguf /dev/zero"] = ["import", "gguf", "/dev/zero", str(tmp / "o-zero"), *key]
+    sub = tmp / "template"
+    sub.mkdir()
+    loops = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+    path = _gguf(sub, functools.partial(_set_template, template=loops))
+    out["gguf chat template 1e10 steps"] = ["import", "gguf", str(path), str(sub / "o"), *key]
+    sub = tmp / "vocab"
+    sub.mkdir()
+    big = 262_144
+
+    def widen(kvs: dict) -> None:
+        tokens, vtype, etype = kvs["tokenizer.ggml.tokens"]
+        kvs["tokenizer.ggml.tokens"] = ([*tokens, *(f"<x{i}>" for i in range(len(tokens), big))], vtype, etype)
+        types, vtype, etype = kvs["tokenizer.ggml.token_type"]
+        kvs["tokenizer.ggml.token_type"] = ([*types, *([1] * (big - len(types)))], vtype, etype)
+
+        kvs["llama.vocab_size"] = _u32(big)
+
+    embed = np.random.default_rng(0).standard_normal((big, 64)).astype(np.float32)
+    path = _gguf(sub, widen, {"token_embd.weight": embed, "output.weight": embed}, tie_word_embeddings=False)
+    out["gguf 262,144 tokens (legit)"] = ["import", "gguf", str(path), str(sub / "o"), *key]
+    return out
+
+
 def issue54(tmp: Path, only: list[str] | None) -> None:
     sys.path.insert(0, str(REPO))
-    attacks = {"baseline: calctl rules": ["rules"], **build54(tmp)}
+    attacks = {"baseline: calctl rules": ["rules"], **build54(tmp), **build54_second(tmp)}
     load = os.getloadavg()
     print(f"issue 54 (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}); target < 2 s and < 200 MB, exit 1/2")
-    print(f"{'attack':<32} {'wall s':>7} {'CPU s':>6} {'CPU/base':>8} {'RSS MB':>7} {'exit':>4}  refused with")
+    print(f"{'attack':<34} {'wall s':>7} {'CPU s':>6} {'CPU/base':>8} {'RSS MB':>7} {'exit':>4}  refused with")
     base_cpu = 0.0
     for name, argv in attacks.items():
         if only and name not in only and not name.startswith("baseline"):
@@ -346,7 +461,7 @@ def issue54(tmp: Path, only: list[str] | None) -> None:
         seconds, cpu, rss, code, said = run_measured(argv)
         base_cpu = base_cpu or cpu
         ratio = cpu / base_cpu if base_cpu else float("nan")
-        print(f"{name:<32} {seconds:>7.2f} {cpu:>6.2f} {ratio:>8.2f} {rss:>7.0f} {code:>4}  {said[:120]}")
+        print(f"{name:<34} {seconds:>7.2f} {cpu:>6.2f} {ratio:>8.2f} {rss:>7.0f} {code:>4}  {said[:120]}")
 
 
 def main() -> int:

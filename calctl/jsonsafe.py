@@ -8,15 +8,21 @@ parsing
 * nesting deeper than :data:`MAX_DEPTH` (a 200 KB document nested 100,000 deep
   made Python's decoder raise RecursionError, exit 70, issue 54; a document a
   little under the interpreter's limit would parse and then crash whatever walks
-  it recursively: jsonschema, ``repr``, ``json.dumps``), counted on the raw
-  bytes with strings removed, so the scan costs a regex and a cumulative sum,
-  never a Python frame per level;
+  it recursively: jsonschema, ``repr``, ``json.dumps``);
 * more than :data:`MAX_VALUES` values (counted as the commas and openings
-  outside strings, on the same scan): a 100 MB safetensors header of tiny
-  entries would build millions of Python objects, a GiB of memory, before any
-  check on its content ran;
-* integers of more than :data:`MAX_INT_DIGITS` digits (Python refuses to convert
+  outside strings): a 100 MB safetensors header of tiny entries would build
+  millions of Python objects, a GiB of memory, before any check on its content
+  ran;
+* a run of more than :data:`MAX_NUMBER_DIGITS` digits outside strings, and
+  integers of more than :data:`MAX_INT_DIGITS` digits (Python refuses to convert
   a long one back to text, so it would crash whatever prints it).
+
+The scan (:func:`structure`) walks the raw bytes in pieces of :data:`_CHUNK`
+bytes with numpy, carrying its state (inside a string, a pending backslash run,
+the depth) from one piece to the next: its extra memory is a few arrays of one
+piece, whatever the document's size or shape, and it stops at the first piece
+that crosses a limit (millions of empty strings in a 16 MB safetensors header
+cost 1 GB in the ``re.sub`` this replaced, issue 54).
 
 Errors are :class:`JsonRefused`, a ``ValueError`` (what ``json.loads`` raises),
 whose message says what was refused and the limit; callers add the file name and
@@ -27,7 +33,7 @@ module reads no files and knows no schema.
 from __future__ import annotations
 
 import json
-import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,15 +47,19 @@ MAX_DEPTH = 64
 MAX_VALUES = 200_000
 #: Longest integer literal accepted (2**64 has 20 digits); the same figure as YAML's ``yamlsafe.MAX_INT_DIGITS``.
 MAX_INT_DIGITS = 40
+#: Longest run of digits outside strings (a float's mantissa or exponent): Python prints a float in at most 17
+#: significant digits; a megabyte of digits costs the decoder a megabyte-long conversion.
+MAX_NUMBER_DIGITS = 1000
 
-# A JSON string: quote, then runs of plain characters or escapes, then quote (linear: no nested quantifier
-# can match the same text two ways).
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b"[]{},")
-_STEP = np.zeros(256, dtype=np.int8)
-_STEP[list(b"[{")] = 1
-_STEP[list(b"]}")] = -1
-_CHUNK = 8 * 1024 * 1024
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+_KIND = np.zeros(256, dtype=np.int8)  # 1 opening, 2 closing, 3 comma, 4 digit
+_KIND[list(b"[{")] = 1
+_KIND[list(b"]}")] = 2
+_KIND[ord(",")] = 3
+_KIND[list(b"0123456789")] = 4
+_STEP = np.array([0, 1, -1, 0, 0], dtype=np.int64)
+#: Bytes scanned at once: the scan's extra memory is about 20 bytes per byte of one piece (~5 MiB).
+_CHUNK = 256 * 1024
 
 
 class JsonRefused(ValueError):
@@ -61,27 +71,77 @@ class JsonRefused(ValueError):
         self.kind = kind
 
 
+@dataclass
+class _Scan:
+    """What one pass over the bytes knows at the end of a piece."""
+
+    in_string: bool = False
+    backslashes: int = 0  # the run of backslashes that ends the piece read so far
+    depth: int = 0
+    deepest: int = 0
+    values: int = 1
+    digits: int = 0  # the run of digits (outside strings) that ends the piece read so far
+    longest_digits: int = 0
+
+    def piece(self, a: np.ndarray) -> None:
+        n = len(a)
+        idx = np.arange(n, dtype=np.int32)
+        # The last byte that is not a backslash, at or before each position (before the piece: the carried run).
+        last = np.maximum.accumulate(np.where(a != _BACKSLASH, idx, -1 - self.backslashes))
+        quotes = np.flatnonzero(a == _QUOTE)
+        before = np.concatenate(([-1 - self.backslashes], last[:-1]))[quotes]
+        real = quotes[(quotes - 1 - before) % 2 == 0]  # a quote after an even run of backslashes ends/opens a string
+        self.backslashes = int(n - 1 - last[-1])
+        del last, idx
+        kinds = _KIND[a]
+        marks = np.flatnonzero(kinds)
+        # A mark lies outside strings when an even number of real quotes precede it (odd if one was open).
+        outside = (np.searchsorted(real, marks) + self.in_string) % 2 == 0
+        marks = marks[outside]
+        self.in_string = bool((len(real) + self.in_string) % 2)
+        mk = kinds[marks]
+        self.values += int(np.count_nonzero(mk == 1) + np.count_nonzero(mk == 3))
+        brackets = mk[mk <= 2]
+        if len(brackets):
+            running = np.cumsum(_STEP[brackets]) + self.depth
+            self.deepest = max(self.deepest, int(running.max()))
+            self.depth = int(running[-1])
+        self._digit_runs(marks[mk == 4], n)
+
+    def _digit_runs(self, digits: np.ndarray, n: int) -> None:
+        if not len(digits):
+            self.digits = 0
+            return
+        breaks = np.flatnonzero(np.diff(digits) != 1) + 1  # where a new run starts
+        starts = np.concatenate(([0], breaks))
+        ends = np.concatenate((breaks, [len(digits)]))
+        lengths = ends - starts
+        if digits[0] == 0:  # the first run continues the previous piece's
+            lengths[0] += self.digits
+        self.longest_digits = max(self.longest_digits, int(lengths.max()))
+        self.digits = int(lengths[-1]) if digits[-1] == n - 1 else 0
+
+
+def _scan(data: bytes, max_depth: int, max_values: int, max_digits: int) -> _Scan:
+    scan = _Scan()
+    view = memoryview(data)
+    for start in range(0, len(data), _CHUNK):
+        scan.piece(np.frombuffer(view[start : start + _CHUNK], dtype=np.uint8))
+        if scan.deepest > max_depth or scan.values > max_values or scan.longest_digits > max_digits:
+            break
+    return scan
+
+
 def structure(data: bytes) -> tuple[int, int]:
     """``(deepest nesting, values)`` of ``data`` counted outside strings: ``[``/``{`` open a level, and every
-    opening and comma starts a value (bounded memory: 8 MiB pieces)."""
-    marks = _STRING.sub(b"", data).translate(None, _NOT_STRUCTURE)
-    values = 1 + marks.count(b",") + marks.count(b"[") + marks.count(b"{")
-    return _deepest(marks.translate(None, b",")), values
+    opening and comma starts a value (the whole document; bounded memory)."""
+    scan = _scan(data, 1 << 62, 1 << 62, 1 << 62)
+    return scan.deepest, scan.values
 
 
 def nesting_depth(data: bytes) -> int:
     """The deepest nesting of ``[``/``{`` in ``data`` outside strings."""
     return structure(data)[0]
-
-
-def _deepest(brackets: bytes) -> int:
-    depth, deepest = 0, 0
-    for start in range(0, len(brackets), _CHUNK):
-        steps = _STEP[np.frombuffer(brackets, dtype=np.uint8, count=min(_CHUNK, len(brackets) - start), offset=start)]
-        running = np.cumsum(steps, dtype=np.int64) + depth
-        deepest = max(deepest, int(running.max()))
-        depth = int(running[-1])
-    return deepest
 
 
 def _bounded_int(text: str) -> int:
@@ -92,16 +152,28 @@ def _bounded_int(text: str) -> int:
 
 
 def check_structure(data: bytes, max_depth: int = MAX_DEPTH, max_values: int = MAX_VALUES) -> None:
-    """Raise :class:`JsonRefused` if ``data`` nests deeper than ``max_depth`` or holds over ``max_values`` values."""
-    depth, values = structure(data)
-    if depth > max_depth:
-        raise JsonRefused(f"nested {depth} levels deep, more than the {max_depth} a JSON document may nest", "depth")
-    if values > max_values:
-        raise JsonRefused(f"about {values:,} values, more than the {max_values:,} a JSON document may hold", "values")
+    """Raise :class:`JsonRefused` at the first piece of ``data`` that nests deeper than ``max_depth``, holds over
+    ``max_values`` values or a run of over :data:`MAX_NUMBER_DIGITS` digits."""
+    scan = _scan(data, max_depth, max_values, MAX_NUMBER_DIGITS)
+    if scan.deepest > max_depth:
+        raise JsonRefused(
+            f"nested at least {scan.deepest} levels deep, more than the {max_depth} a JSON document may nest", "depth"
+        )
+    if scan.values > max_values:
+        raise JsonRefused(
+            f"at least {scan.values:,} values, more than the {max_values:,} a JSON document may hold", "values"
+        )
+    if scan.longest_digits > MAX_NUMBER_DIGITS:
+        raise JsonRefused(
+            f"a number of at least {scan.longest_digits:,} digits, more than the {MAX_NUMBER_DIGITS:,} a JSON "
+            "number may have",
+            "digits",
+        )
 
 
 def loads(data: bytes | str, **hooks: Any) -> Any:
-    """Parse one JSON document after the depth check; ``hooks`` go to ``json.loads`` (``object_pairs_hook``, ...).
+    """Parse one JSON document after the structure check; ``hooks`` go to ``json.loads`` (``object_pairs_hook``,
+    ...).
 
     Raises :class:`JsonRefused`, ``json.JSONDecodeError`` or ``UnicodeDecodeError``: all ``ValueError``.
     """

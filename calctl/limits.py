@@ -41,8 +41,16 @@ MAX_VOCAB = Limit("MAX_VOCAB", "vocabulary entries (and so token ids)", 1 << 20,
 MAX_CONTEXT = Limit("MAX_CONTEXT", "context positions", 1 << 24, "Llama 4 Scout states 10,485,760")
 MAX_EXPERTS = Limit("MAX_EXPERTS", "MoE experts", 4096, "DeepSeek-V3 has 256 routed experts")
 MAX_SEQUENCES = Limit("MAX_SEQUENCES", "KV sequences (lanes)", 1 << 20, "a board holds hundreds")
-MAX_GGUF_ENTRIES = Limit(
-    "MAX_GGUF_ENTRIES", "GGUF tensors or metadata keys", 65536, "Llama 3.1 405B's GGUF holds about 1,140 tensors"
+MAX_GGUF_KEYS = Limit("MAX_GGUF_KEYS", "GGUF metadata keys", 1024, "released GGUFs hold 25 to 60")
+#: The absolute bound; a file's tensors must also be exactly those its family and ``block_count`` imply.
+MAX_GGUF_TENSORS = Limit(
+    "MAX_GGUF_TENSORS", "GGUF tensors", 16 * 1024 + 16, "at most 12 a layer and 4 more; Llama 3.1 405B has 1,138"
+)
+MAX_GGUF_ARRAY_ITEMS = Limit(
+    "MAX_GGUF_ARRAY_ITEMS",
+    "strings in a GGUF's metadata arrays, all keys together",
+    1 << 21,
+    "Llama 3 holds 408,403 (128,256 tokens, 280,147 merges)",
 )
 #: Any other integer a config declares (a pattern, a step): bounded so no arithmetic on it runs away.
 MAX_COUNT = Limit("MAX_COUNT", "any other declared count", 2**31 - 1, "an int32, as the C runtime holds it")
@@ -57,7 +65,9 @@ LIMITS: tuple[Limit, ...] = (
     MAX_CONTEXT,
     MAX_EXPERTS,
     MAX_SEQUENCES,
-    MAX_GGUF_ENTRIES,
+    MAX_GGUF_KEYS,
+    MAX_GGUF_TENSORS,
+    MAX_GGUF_ARRAY_ITEMS,
     MAX_COUNT,
 )
 

@@ -32,14 +32,15 @@ import numpy as np
 import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from calctl import __version__
+from calctl import __version__, jsonsafe
 from calctl.compiler import elfwriter
 from calctl.errors import UsageError
 from calctl.model.quant import QUANT_DTYPES, QuantTensor
 from calctl.package.architecture import FP32_TENSORS, expected_tensor_shapes
 from calctl.package.model import COMPATIBILITY, DTYPE_BYTES, MANIFEST, PROVENANCE, RESERVED_INFO, Architecture
+from calctl.package.provenance import MAX_PROVENANCE_BYTES
 from calctl.signing import seal
-from calctl.signing.files import SEAL_FILES
+from calctl.signing.files import SEAL_FILES, read_regular
 
 CHIP_NUMS = 2
 CALCORE_NUM = 2
@@ -458,7 +459,7 @@ def provenance_document(root: Path, build: BuildInfo) -> dict[str, Any]:
 
 def refresh_provenance(root: Path) -> None:
     """Recompute build-provenance.json subjects after the package files changed (the predicate stays)."""
-    doc = json.loads((root / PROVENANCE).read_text())
+    doc = jsonsafe.loads(read_regular(root / PROVENANCE, MAX_PROVENANCE_BYTES))
     rels = [r for r in seal.sealed_files(root) if r not in SEAL_FILES and r != PROVENANCE]
     digests = seal.hash_files(root, rels)
     doc["subject"] = [{"name": r, "digest": {"sha256": digests[r]}} for r in rels]

@@ -21,11 +21,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from calctl import __version__
+from calctl import __version__, jsonsafe
 from calctl.errors import PackageError
 from calctl.package.model import PROVENANCE
 from calctl.signing import seal
-from calctl.signing.files import SEAL_FILES
+from calctl.signing.files import SEAL_FILES, read_regular
+
+#: The largest provenance read, the figure of every JSON document in a package (``reader.MAX_JSON_BYTES``).
+MAX_PROVENANCE_BYTES = 16 * 1024 * 1024
 
 #: The name of a reseal's ``runDetails.byproducts`` entry.
 RESEAL = "calctl pack --refresh-provenance"
@@ -57,9 +60,9 @@ class Staleness:
 
 def _read(root: Path) -> dict[str, Any]:
     path = root / PROVENANCE
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
+    try:  # bounded: bytes before reading, then depth and values (issue 54)
+        doc = jsonsafe.loads(read_regular(path, MAX_PROVENANCE_BYTES))
+    except (OSError, ValueError) as exc:  # NotReadable is an OSError
         raise PackageError(
             f"{path}: cannot read the provenance ({exc})", hint="validate names the PROV001 problem"
         ) from None

@@ -88,3 +88,20 @@ def test_refresh_without_a_provenance_is_refused_before_anything_is_written(
     r = cli("pack", pkg, "--key", f"{key}.key", "--refresh-provenance")
     assert r.code == 1 and "build-provenance.json: no such file" in r.err
     assert (pkg / "checksums.sha256").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [b'{"subject": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b'{"subject": [' + b'"",' * 3_000_000 + b'""]}'],
+    ids=["nested-1e5", "3M-empty-strings"],
+)
+def test_pack_reads_a_hostile_provenance_through_the_bounded_loader(
+    cli: Cli, edited: tuple[Path, Path], doc: bytes
+) -> None:
+    """A provenance nested 100,000 deep ended ``pack`` in a RecursionError (exit 70); 3 million empty strings
+    were all built as Python objects first (issue 54)."""
+    pkg, key = edited
+    (pkg / "build-provenance.json").write_bytes(doc)
+    r = cli("pack", pkg, "--key", f"{key}.key", "--refresh-provenance")
+    assert r.code == 1, (r.out, r.err)
+    assert "build-provenance.json" in r.err and "a JSON document may" in r.err, r.err

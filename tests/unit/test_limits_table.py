@@ -70,10 +70,12 @@ def test_docs_validate_limits_names_the_document_and_gguf_bounds() -> None:
         ("yamlsafe.MAX_DEPTH", yamlsafe.MAX_DEPTH),
         ("jsonsafe.MAX_INT_DIGITS", jsonsafe.MAX_INT_DIGITS),
         ("jsonsafe.MAX_VALUES", jsonsafe.MAX_VALUES),
+        ("jsonsafe.MAX_NUMBER_DIGITS", jsonsafe.MAX_NUMBER_DIGITS),
         ("gguf_header.MAX_KEY_BYTES", gguf_header.MAX_KEY_BYTES),
         ("gguf_header.MAX_ARRAY_NESTING", gguf_header.MAX_ARRAY_NESTING),
         ("gguf_header.MAX_TENSOR_DIMS", gguf_header.MAX_TENSOR_DIMS),
         ("gguf_header.MAX_ELEMENTS_PER_BYTE", gguf_header.MAX_ELEMENTS_PER_BYTE),
+        ("gguf_header.MAX_STRING_BYTES", gguf_header.MAX_STRING_BYTES),
     ]:
         assert f"`{name}`" in section, name
         assert f"{value:,}" in section, (name, value)

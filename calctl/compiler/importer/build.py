@@ -205,13 +205,14 @@ def _eos_id(ck: Checkpoint, tok: Any) -> int | None:
 def render_chat(template: str, cfg: Mapping[str, Any], content: str) -> str:
     """The chat template rendered for one user message, as Hugging Face renders it."""
     from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from calctl.compiler.importer.chat_template import render_bounded
 
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    return env.from_string(template).render(
+    return render_bounded(
+        template,
         messages=[{"role": "user", "content": content}],
         add_generation_prompt=True,
         bos_token=_token_text(cfg.get("bos_token")) or "",
@@ -222,6 +223,8 @@ def render_chat(template: str, cfg: Mapping[str, Any], content: str) -> str:
 
 def golden_prompts(ck: Checkpoint, tok: Any) -> tuple[list[tuple[str, list[int]]], list[str]]:
     """The fixed prompts as ``(label, ids)``, the chat-templated one first when the model has a template; notes."""
+    from calctl.compiler.importer.chat_template import TemplateTooCostly
+
     out: list[tuple[str, list[int]]] = []
     notes: list[str] = []
     template = ck.tokenizer_config.get("chat_template")
@@ -229,6 +232,12 @@ def golden_prompts(ck: Checkpoint, tok: Any) -> tuple[list[tuple[str, list[int]]
         try:
             text = render_chat(template, ck.tokenizer_config, CHAT_PROMPT)
             out.append((f"chat: {CHAT_PROMPT}", tok.encode(text, add_special_tokens=False).ids))
+        except TemplateTooCostly as exc:  # serve would run it for every request: refused, not noted
+            raise CheckpointError(
+                _tokenizer_source(ck) if ck.kind == "gguf" else ck.sources[0].parent,
+                f"the chat template is too costly to render ({exc})",
+                hint="a real chat template renders one message in a few hundred steps",
+            ) from None
         except Exception as exc:  # jinja2 raises many types; golden still runs on the plain prompts
             notes.append(f"the chat template does not render ({type(exc).__name__}: {exc}); golden uses plain prompts")
     else:
@@ -475,6 +484,11 @@ def read_gguf_file(path: Path, *, keep_blocks: bool = False) -> Checkpoint:
                 "(Q4_0/Q4_1/Q8_0 kept as shipped, the rest dequantised)"
                 if keep_blocks
                 else "(dequantised with gguf.quants)"
+            ),
+            *(
+                [f"GGUF metadata not used ({len(g.ignored_metadata)} keys): {', '.join(g.ignored_metadata)}"]
+                if g.ignored_metadata
+                else []
             ),
         ),
     )

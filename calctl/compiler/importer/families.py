@@ -335,8 +335,11 @@ def llama3_rope_factors(s: _Cfg, fc: FamilyConfig) -> tuple[float, ...]:
     return tuple(out)
 
 
-def from_gguf_metadata(meta: Mapping[str, Any], where: object, *, has_output: bool) -> FamilyConfig:
-    """GGUF key/value metadata (``general.architecture`` and ``<arch>.*``) as a :class:`FamilyConfig`."""
+def from_gguf_metadata(
+    meta: Mapping[str, Any], where: object, *, has_output: bool, n_tokens: int | None = None
+) -> FamilyConfig:
+    """GGUF key/value metadata (``general.architecture`` and ``<arch>.*``) as a :class:`FamilyConfig`;
+    ``n_tokens``, the length of ``tokenizer.ggml.tokens`` when it is not decoded yet, is the default vocabulary."""
     arch = meta.get("general.architecture")
     if arch not in SUPPORTED:
         raise unsupported_family(where, "general.architecture", arch)
@@ -352,7 +355,7 @@ def from_gguf_metadata(meta: Mapping[str, Any], where: object, *, has_output: bo
         if meta.get(f"{arch}.{key}") is None:
             raise _missing(where, f"{arch}.{key}", " (a GGUF states it in its metadata)")
     tokens = meta.get("tokenizer.ggml.tokens")
-    vocab_default = len(tokens) if isinstance(tokens, list) else None
+    vocab_default = len(tokens) if isinstance(tokens, list) else n_tokens
     fc = FamilyConfig(
         **_dimensions(c, str(arch), _GGUF_SIZES, vocab_default),
         max_position_embeddings=c.integer("context_length"),

@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from calctl import limits
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_gguf_metadata
-from calctl.compiler.importer.gguf_header import prescan
+from calctl.compiler.importer.gguf_header import ArrayRef, GgufHeader, read_header
 from calctl.model.quant import QuantTensor
 
 # tokenizer.ggml.pre -> the regex llama.cpp splits with before BPE (llama-vocab.cpp); None = GPT-2's own.
@@ -61,6 +62,7 @@ class GgufCheckpoint:
     tokenizer_json: bytes
     tokenizer_config: dict[str, Any]
     quant_types: tuple[str, ...]
+    ignored_metadata: tuple[str, ...] = ()  # keys read but not used (names, licence, scores), for the import notes
 
 
 def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -75,20 +77,59 @@ def permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _field_value(field: Any) -> Any:
-    return field.contents() if field.types else None
+class _Seen(dict[str, Any]):
+    """The metadata, remembering every key a reader looked up: the rest is reported as ignored."""
+
+    def __init__(self, items: dict[str, Any]) -> None:
+        super().__init__(items)
+        self.used: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.used.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.used.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.used.add(key)
+        return super().__contains__(key)
 
 
-def _metadata(reader: Any, path: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF."):
+#: Metadata a GGUF may carry that says nothing the package needs (names, licences, the converter's file type).
+_DESCRIPTIVE = ("general.",)
+
+
+def _check_counts(meta: dict[str, Any], path: Path, arch: str) -> None:
+    """Every integer the file declares under ``<arch>.`` or ``tokenizer.`` against its limit (calctl.limits); a
+    mixture of experts is refused by name (the families here are dense), not read as a dense model."""
+    for key, value in meta.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not key.startswith((f"{arch}.", "tokenizer.")):
             continue
-        try:
-            out[name] = _field_value(field)
-        except Exception as exc:  # a corrupt field: name it
-            raise CheckpointError(path, f"metadata key {name}: cannot decode ({exc})") from None
-    return out
+        field = key.removeprefix(f"{arch}.").removeprefix("tokenizer.ggml.")
+        too_big = limits.over_limit(field, value)
+        if too_big:
+            raise CheckpointError(path, f"{key}: {too_big}")
+    for key in ("expert_count", "expert_used_count"):
+        n = meta.get(f"{arch}.{key}")
+        if n:
+            raise CheckpointError(
+                path, f"{arch}.{key} {n}: a mixture of experts; calctl imports dense {arch} models only"
+            )
+
+
+def _check_token_ids(meta: dict[str, Any], path: Path, n_tokens: int) -> None:
+    """Every ``tokenizer.ggml.*_token_id`` names a token of the vocabulary (none is dropped for being out of it)."""
+    for key in sorted(k for k in meta if k.startswith("tokenizer.ggml.") and k.endswith("_token_id")):
+        value = meta[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n_tokens:
+            raise CheckpointError(
+                path,
+                f"{key} {value!r} is outside the vocabulary (ids 0..{n_tokens - 1}: "
+                f"tokenizer.ggml.tokens holds {n_tokens:,})",
+            )
 
 
 def _gguf_names(cfg: FamilyConfig) -> list[tuple[str, str, tuple[int, ...], bool]]:
@@ -167,49 +208,147 @@ def _blocks(t: Any, name: str, shape: tuple[int, ...], transpose: bool) -> Quant
         return None
 
 
+@dataclass(frozen=True)
+class _Tensor:
+    """One tensor as the dequantiser needs it (the shape of ``gguf.ReaderTensor``): GGUF-order dims, type, data."""
+
+    name: str
+    shape: tuple[int, ...]
+    tensor_type: Any  # gguf.GGMLQuantizationType
+    data: np.ndarray
+
+
+def _tensors(h: GgufHeader) -> dict[str, _Tensor]:
+    """Every tensor's type and byte range checked against the file, its data a view of the mapped file."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    out: dict[str, _Tensor] = {}
+    for t in h.tensors:
+        try:
+            qtype = GGMLQuantizationType(t.ggml_type)
+            block, type_size = GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
+            raise CheckpointError(h.path, f"tensor {t.name}: unknown GGML type {t.ggml_type}") from None
+        inner = t.dims[0] if t.dims else 1
+        if inner % block:
+            raise CheckpointError(
+                h.path, f"tensor {t.name}: a row of {inner} elements is not whole {qtype.name} blocks of {block}"
+            )
+        n_bytes = t.elements // block * type_size
+        end = h.data_start + t.offset + n_bytes
+        if end > h.size:
+            raise CheckpointError(
+                h.path,
+                f"truncated: tensor {t.name} needs bytes {h.data_start + t.offset}..{end}, the file has {h.size}",
+            )
+        rows = tuple(reversed(t.dims)) or (1,)
+        data = h.tensor_data(t, n_bytes)
+        if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            data = data.view(np.dtype("f4" if qtype is GGMLQuantizationType.F32 else "f2").newbyteorder(h.order))
+            data = data.reshape(rows)
+        else:
+            data = data.reshape(*rows[:-1], rows[-1] // block * type_size)
+        out[t.name] = _Tensor(t.name, t.dims, qtype, data)
+    return out
+
+
+def _check_table(h: GgufHeader, cfg: FamilyConfig) -> None:
+    """The tensor table holds exactly what the family and ``block_count`` imply, in the shapes the metadata
+    implies (plus llama.cpp's ``rope_freqs.weight``): an extra tensor is refused by name, never skipped."""
+    table = {t.name: t for t in h.tensors}
+    names = _gguf_names(cfg)
+    if len(table) > len(names) + 1:
+        raise CheckpointError(
+            h.path,
+            f"{len(table):,} tensors, more than the {len(names) + 1:,} a {cfg.family} of {cfg.n_layers} blocks has "
+            "(with rope_freqs.weight)",
+            hint="expected exactly the tensors llama.cpp's converter writes for this family and block_count",
+        )
+    for gname, _, shape, _ in names:  # names and shapes first: no array is decoded for a file that lacks them
+        found = table.get(gname)
+        if found is None:
+            raise CheckpointError(h.path, f"no tensor {gname} (expected shape {list(shape)} for {cfg.family})")
+        stored = tuple(reversed(found.dims))
+        if stored != shape:
+            raise CheckpointError(
+                h.path, f"tensor {gname} has shape {list(stored)}, the metadata implies {list(shape)}"
+            )
+    expected = {g for g, _, _, _ in names} | {"rope_freqs.weight"}
+    extra = [t.name for t in h.tensors if t.name not in expected]
+    if extra:
+        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        raise CheckpointError(
+            h.path,
+            f"{len(h.tensors):,} tensors, {len(extra):,} of them not part of a {cfg.family} of "
+            f"{cfg.n_layers} blocks ({shown})",
+            hint="expected exactly the tensors llama.cpp's converter writes for this family and block_count",
+        )
+
+
+#: Accepted range of llama.cpp's ``rope_freqs.weight`` divisors: each lies between 1 and the scaling factor
+#: (convert_hf_to_gguf.py, LlamaModel), and a factor is at most 1,024 (import hf holds ``factor`` to the same).
+ROPE_FREQ_RANGE = (1.0, 1024.0)
+
+
+def _rope_factors(freqs: _Tensor, cfg: FamilyConfig, path: Path) -> np.ndarray:
+    factors = _dequantize(freqs, path).reshape(-1)
+    if factors.shape != (cfg.head_dim // 2,):
+        raise CheckpointError(
+            path, f"tensor rope_freqs.weight: expected {cfg.head_dim // 2} factors (head_dim / 2), found {factors.size}"
+        )
+    low, high = ROPE_FREQ_RANGE
+    bad = np.flatnonzero(~(np.isfinite(factors) & (factors >= low) & (factors <= high)))
+    if bad.size:
+        i = int(bad[0])
+        raise CheckpointError(
+            path,
+            f"tensor rope_freqs.weight[{i}] = {float(factors[i]):.7g}: expected a factor from {low:g} to {high:g}"
+            + (f" ({bad.size} of {factors.size} are outside)" if bad.size > 1 else ""),
+        )
+    return factors
+
+
 def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
     """Read and check a GGUF file; CheckpointError (exit 2) naming the file and what was expected otherwise.
 
     With ``keep_blocks`` the Q4_0/Q4_1/Q8_0 matrices stay in their blocks (:class:`QuantTensor`, Llama's Q/K
     rows un-permuted by moving whole rows); everything else is dequantised to float32.
     """
-    from gguf import GGUFReader
-
     path = Path(path)
     if not path.is_file():
         what = "not a regular file" if path.exists() else "no such file"  # a FIFO is never opened: it would block
         raise CheckpointError(path, f"{what}; expected a GGUF model file")
-    prescan(path)  # every declared count against the file's size and calctl.limits, before the library reads it
-    try:
-        reader = GGUFReader(str(path), "r")
-    except Exception as exc:  # the reader raises ValueError/IndexError/struct errors on short files
-        raise CheckpointError(
-            path,
-            f"truncated or corrupt GGUF ({path.stat().st_size} bytes): the gguf reader stopped with "
-            f"{type(exc).__name__}: {exc}",
-            hint="expected a complete GGUF v2/v3 file; re-download or re-convert it",
-        ) from None
-    meta = _metadata(reader, path)
-    tensors = {t.name: t for t in reader.tensors}
-    size = path.stat().st_size
-    for t in reader.tensors:
-        if int(t.data_offset) + int(t.n_bytes) > size or int(np.asarray(t.data).nbytes) != int(t.n_bytes):
+    h = read_header(path)  # every declared count against the file's size and calctl.limits; no library reader
+    meta = _Seen({k: v for k, v in h.metadata.items()})
+    arch = str(meta.get("general.architecture"))
+    _check_counts(meta, path, arch)
+    tokens_ref = h.metadata.get("tokenizer.ggml.tokens")
+    n_tokens = tokens_ref.count if isinstance(tokens_ref, ArrayRef) else None
+    cfg = from_gguf_metadata(
+        meta, path, has_output=any(t.name == "output.weight" for t in h.tensors), n_tokens=n_tokens
+    )
+    if n_tokens is not None:
+        if n_tokens > cfg.vocab_size:
             raise CheckpointError(
                 path,
-                f"truncated: tensor {t.name} needs bytes {int(t.data_offset)}..{int(t.data_offset) + int(t.n_bytes)}, "
-                f"the file has {size}",
+                f"tokenizer.ggml.tokens holds {n_tokens:,} tokens, more than the model's vocabulary of "
+                f"{cfg.vocab_size:,} (token_embd.weight rows): the extra ids would have no embedding",
             )
-    cfg = from_gguf_metadata(meta, path, has_output="output.weight" in tensors)
-    if cfg.family == "qwen2" or "blk.0.attn_q.bias" in tensors:
+        _check_token_ids(meta, path, n_tokens)
+    rotary = meta.get(f"{arch}.rope.dimension_count")
+    if rotary is not None and rotary != cfg.head_dim:
+        raise CheckpointError(
+            path, f"{arch}.rope.dimension_count {rotary!r}: expected head_dim {cfg.head_dim} (partial RoPE is not run)"
+        )
+    if cfg.family == "qwen2" or any(t.name == "blk.0.attn_q.bias" for t in h.tensors):
         cfg = replace(cfg, attn_bias=True)
+    _check_table(h, cfg)
+    tensors = _tensors(h)  # every byte range inside the file; views, nothing read yet
+    meta = _decoded(h, meta)  # before any weight is read: an empty or repeated token is refused at once
     params: dict[str, Any] = {}
     freqs = tensors.get("rope_freqs.weight")  # llama.cpp's Llama 3 rope scaling: per-pair divisors
     if freqs is not None:
-        factors = _dequantize(freqs, path).reshape(-1)
-        if factors.shape != (cfg.head_dim // 2,) or not np.all(np.isfinite(factors)) or np.any(factors <= 0):
-            raise CheckpointError(
-                path, f"tensor rope_freqs.weight: expected {cfg.head_dim // 2} positive factors, found {factors.shape}"
-            )
+        factors = _rope_factors(freqs, cfg, path)
         params["rope_freq_factors"] = factors.astype(np.float32)
         cfg = replace(cfg, rope_factors=tuple(float(f) for f in factors))
     for gname, name, shape, transpose in _gguf_names(cfg):
@@ -236,10 +375,34 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
             raise CheckpointError(path, f"tensor {gname} holds NaN or infinite values")
         params[name] = np.ascontiguousarray(arr.T) if transpose else arr
     tok_json, tok_cfg = build_tokenizer(meta, path, context=cfg.max_position_embeddings)
-    quant = tuple(sorted({getattr(t.tensor_type, "name", str(t.tensor_type)) for t in reader.tensors}))
+    quant = tuple(sorted({t.tensor_type.name for t in tensors.values()}))
+    ignored = tuple(sorted(k for k in h.metadata if k not in meta.used))
     return GgufCheckpoint(
-        path=path, config=cfg, params=params, tokenizer_json=tok_json, tokenizer_config=tok_cfg, quant_types=quant
+        path=path,
+        config=cfg,
+        params=params,
+        tokenizer_json=tok_json,
+        tokenizer_config=tok_cfg,
+        quant_types=quant,
+        ignored_metadata=ignored,
     )
+
+
+def _decoded(h: GgufHeader, meta: _Seen) -> _Seen:
+    """``meta`` with the tokenizer's arrays decoded (tokens distinct and non-empty, token types one per token)."""
+    if isinstance(h.metadata.get("tokenizer.ggml.tokens"), ArrayRef):
+        meta["tokenizer.ggml.tokens"] = h.strings("tokenizer.ggml.tokens", distinct=True)
+    if isinstance(h.metadata.get("tokenizer.ggml.merges"), ArrayRef):
+        meta["tokenizer.ggml.merges"] = h.strings("tokenizer.ggml.merges")
+    types = h.metadata.get("tokenizer.ggml.token_type")
+    if isinstance(types, ArrayRef):
+        n = len(meta["tokenizer.ggml.tokens"]) if isinstance(meta.get("tokenizer.ggml.tokens"), list) else 0
+        if types.count != n:
+            raise CheckpointError(
+                h.path, f"tokenizer.ggml.token_type holds {types.count:,} entries, tokenizer.ggml.tokens {n:,}"
+            )
+        meta["tokenizer.ggml.token_type"] = h.numbers("tokenizer.ggml.token_type")
+    return meta
 
 
 def _pre_tokenizer(kind: str) -> Any:
@@ -273,6 +436,7 @@ def build_tokenizer(meta: dict[str, Any], path: Path, *, context: int) -> tuple[
     merges = meta.get("tokenizer.ggml.merges")
     if not isinstance(tokens, list) or not tokens or not isinstance(merges, list):
         raise CheckpointError(path, "tokenizer.ggml.tokens and tokenizer.ggml.merges must be non-empty string arrays")
+    _check_token_ids(meta, path, len(tokens))
     pre = meta.get("tokenizer.ggml.pre", "default")
     kind = PRE_TOKENIZERS.get(str(pre))
     if kind is None:
