@@ -123,6 +123,15 @@ class _Cfg:
             raise self._err(key, "a finite number > 0", v)
         return float(v)
 
+    def ranged(self, key: str, field: str | None = None) -> float:
+        """A real number within its range in the one table (``limits.RANGE_BY_FIELD[field or key]``): finite,
+        not a bool or a string, bounded before any RoPE table is computed from it (issue 54)."""
+        v = self.doc.get(self.prefix + key)
+        wrong = limits.out_of_range(field or key, v)
+        if wrong:
+            raise CheckpointError(self.where, f"{self.label}{key}: {wrong}")
+        return float(v)
+
     def flag(self, key: str, default: bool) -> bool:
         v = self.doc.get(self.prefix + key, default)
         if not isinstance(v, bool):
@@ -205,9 +214,14 @@ def hf_rope(doc: Mapping[str, Any], where: object, model_type: str) -> RopeConfi
             where, f"rope_theta {top_theta!r} and rope_parameters.rope_theta {theta_v!r} disagree; expected one value"
         )
     if theta_v is not None:
-        theta = _Cfg(block or {}, where, label=label).number("rope_theta")
+        theta = _Cfg(block or {}, where, label=label).ranged("rope_theta")
     else:
-        theta = _Cfg(doc, where).number("rope_theta")
+        theta = _Cfg(doc, where).ranged("rope_theta")
+    partial = doc.get("partial_rotary_factor", 1.0)
+    if partial != 1.0 or isinstance(partial, bool):  # transformers rotates only that share of head_dim
+        raise CheckpointError(
+            where, f"partial_rotary_factor {partial!r}: expected 1.0 (partial RoPE is not implemented by the decoder)"
+        )
     rope_type = "default"
     if block is not None:
         rt = block.get("rope_type", block.get("type", "default"))
@@ -303,7 +317,9 @@ def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
     if rope.params is not None and rope.rope_type == "llama3":
         fc = replace(fc, rope_factors=llama3_rope_factors(rope.params, fc))
     elif rope.params is not None and rope.rope_type == "linear":  # positions / factor == every frequency / factor
-        fc = replace(fc, rope_factors=(rope.params.number("factor"),) * (fc.head_dim // 2))
+        if rope.params.doc.get("factor") is None:
+            raise _missing(where, f"{rope.params.label}factor", " (rope_type linear needs it)")
+        fc = replace(fc, rope_factors=(rope.params.ranged("factor"),) * (fc.head_dim // 2))
     return _check_shape(where, fc)
 
 
@@ -317,11 +333,17 @@ def llama3_rope_factors(s: _Cfg, fc: FamilyConfig) -> tuple[float, ...]:
     for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
         if s.doc.get(key) is None:  # transformers requires each of them too (no default)
             raise _missing(s.where, f"{s.label}{key}", " (rope_type llama3 needs it)")
-    factor = s.number("factor")
-    low, high = s.number("low_freq_factor"), s.number("high_freq_factor")
+    factor = s.ranged("factor")
+    low, high = s.ranged("low_freq_factor"), s.ranged("high_freq_factor")
     old = s.integer("original_max_position_embeddings")
     if high <= low:
-        raise CheckpointError(s.where, f"rope_scaling: high_freq_factor {high} must exceed low_freq_factor {low}")
+        raise CheckpointError(s.where, f"{s.label}high_freq_factor {high} must exceed {s.label}low_freq_factor {low}")
+    if old > fc.max_position_embeddings:  # scaling stretches the trained context; it cannot shrink it
+        raise CheckpointError(
+            s.where,
+            f"{s.label}original_max_position_embeddings {old} is over max_position_embeddings "
+            f"{fc.max_position_embeddings}; expected the shorter context the model was first trained on",
+        )
     out = []
     for i in range(0, fc.head_dim, 2):
         wavelen = 2 * math.pi * fc.rope_theta ** (i / fc.head_dim)
@@ -356,7 +378,7 @@ def from_gguf_metadata(meta: Mapping[str, Any], where: object, *, has_output: bo
     fc = FamilyConfig(
         **_dimensions(c, str(arch), _GGUF_SIZES, vocab_default),
         max_position_embeddings=c.integer("context_length"),
-        rope_theta=c.number("rope.freq_base"),
+        rope_theta=c.ranged("rope.freq_base"),
         norm_eps=c.number("attention.layer_norm_rms_epsilon"),
         tie_embeddings=not has_output,
         attn_bias=False,  # set by the caller from the tensors present (qwen2 always has q/k/v bias)

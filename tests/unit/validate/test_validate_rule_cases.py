@@ -153,6 +153,10 @@ def parameter_tensors_overlap(doc: Doc) -> None:
     tensors[2]["offset"] = tensors[1]["offset"]
 
 
+def rope_theta_out_of_range(doc: Doc) -> None:
+    _model(doc, "model-b")["architecture"]["rope_theta"] = 1e300  # finite, so YAML and the schema let it through
+
+
 # -- tokenizer ------------------------------------------------------------------------------
 
 
@@ -182,6 +186,7 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("MEM008", manifest_edit(workspace_below_peak), "workspace of 'model-b'"),
     ("GOLD003", golden_token_outside_vocabulary, "outside the vocabulary"),
     ("GOLD005", manifest_edit(parameter_tensors_overlap), "layers.0.attn_norm and layers.0.wq overlap"),
+    ("GOLD009", manifest_edit(rope_theta_out_of_range), "rope_theta 1e+300 is outside 1..1e+10"),
     ("TOK001", tokenizer_does_not_load, "does not load"),
     ("TOK004", eos_token_maps_elsewhere, "eos_token '<|im_start|>' of 'model-a'"),
 ]
