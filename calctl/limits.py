@@ -45,6 +45,7 @@ MAX_SEQUENCES = Limit("MAX_SEQUENCES", "KV sequences (lanes)", 1 << 20, "a board
 MAX_GGUF_ENTRIES = Limit(
     "MAX_GGUF_ENTRIES", "GGUF tensors or metadata keys", 65536, "Llama 3.1 405B's GGUF holds about 1,140 tensors"
 )
+MAX_SHARDS = Limit("MAX_SHARDS", "weight shard files", 4096, "Llama 3.1 405B ships 191 safetensors shards")
 #: Any other integer a config declares (a pattern, a step): bounded so no arithmetic on it runs away.
 MAX_COUNT = Limit("MAX_COUNT", "any other declared count", 2**31 - 1, "an int32, as the C runtime holds it")
 
@@ -59,6 +60,7 @@ LIMITS: tuple[Limit, ...] = (
     MAX_EXPERTS,
     MAX_SEQUENCES,
     MAX_GGUF_ENTRIES,
+    MAX_SHARDS,
     MAX_COUNT,
 )
 
@@ -116,6 +118,8 @@ BY_FIELD: Mapping[str, Limit] = {
     "expert_used_count": MAX_EXPERTS,
     # lanes
     "max_sequences": MAX_SEQUENCES,
+    # files
+    "weight_shards": MAX_SHARDS,
 }
 
 

@@ -138,16 +138,23 @@ class _Cfg:
             raise self._err(key, "true or false", v)
         return v
 
-    def token_id(self, key: str) -> int | None:
+    def token_id(self, key: str, vocab: int | None = None) -> int | None:
+        """The id at ``key`` (the first of a list: Llama 3 instruct's several EOS ids, the end-of-turn one first);
+        every id of a list is checked, each below ``vocab`` when given (issue 54: only the first was)."""
         v = self.doc.get(self.prefix + key)
-        if isinstance(v, list):  # several EOS ids (Llama 3 instruct): the first is the end-of-turn default
-            v = v[0] if v else None
         if v is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise self._err(key, "a token id >= 0 or null", v)
-        self._bound(key, v)
-        return v
+        ids = v if isinstance(v, list) else [v]
+        for n, i in enumerate(ids):
+            name = f"{key}[{n}]" if isinstance(v, list) else key
+            if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+                raise self._err(name, "a token id >= 0 (or a list of them, or null)", i)
+            self._bound(key, i)
+            if vocab is not None and i >= vocab:
+                raise CheckpointError(
+                    self.where, f"{self.label}{name} {i} is outside the vocabulary (expected < vocab_size {vocab})"
+                )
+        return ids[0] if ids else None
 
 
 def _check_shape(where: object, fc: FamilyConfig) -> FamilyConfig:
@@ -311,9 +318,10 @@ def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
         tie_embeddings=c.flag("tie_word_embeddings", False),
         attn_bias=attn_bias,
         qk_norm=model_type == "qwen3",
-        bos_token_id=c.token_id("bos_token_id"),
-        eos_token_id=c.token_id("eos_token_id"),
+        bos_token_id=c.token_id("bos_token_id", sizes["vocab_size"]),
+        eos_token_id=c.token_id("eos_token_id", sizes["vocab_size"]),
     )
+    c.token_id("pad_token_id", sizes["vocab_size"])  # not used by the decoder, but a declared id is an id
     if rope.params is not None and rope.rope_type == "llama3":
         fc = replace(fc, rope_factors=llama3_rope_factors(rope.params, fc))
     elif rope.params is not None and rope.rope_type == "linear":  # positions / factor == every frequency / factor
