@@ -122,6 +122,9 @@ def test_validate_and_run_golden_refuse_a_package_whose_rope_divisors_are_out_of
     assert f"[3] = {float(np.float32(bad))!r}" in gold["message"] and "calctl.limits.ROPE_FACTOR" in gold["message"]
     r = cli("run-golden", pkg, "--trusted-key", TEST_PUB)
     assert r.code == 1 and "GOLD009" in r.out + r.err
+    r = cli("combine", pkg, pkg, tmp_path / "twice", "--key", TEST_KEY, "--trusted-key", TEST_PUB)
+    assert r.code == 1 and "does not validate: GOLD009" in " ".join(r.err.split()), r.err
+    assert not (tmp_path / "twice").exists()
 
 
 # ---------------------------------------------------------------------------------------------- 5. weight shards
