@@ -180,6 +180,23 @@ def test_two_shards_defining_one_tensor_are_refused_naming_both_files_and_the_te
     )
 
 
+def test_a_safetensors_header_stating_one_tensor_twice_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """The safetensors library opens such a file (the last entry wins); calctl refuses it."""
+    import struct
+
+    d, _, _ = write_hf_dir(tmp_path / "hf", "llama")
+    path = d / "model.safetensors"
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = raw[8 : 8 + n].decode()
+    start = header.index('"model.norm.weight":')
+    entry = header[start : header.index("}", start) + 1]
+    doubled = header.replace("{", "{" + entry + ",", 1).encode()
+    doubled += b" " * (-len(doubled) % 8)
+    path.write_bytes(struct.pack("<Q", len(doubled)) + doubled + raw[8 + n :])
+    _refused(cli, tmp_path, d, "model.safetensors: its header states the key 'model.norm.weight' twice")
+
+
 def test_an_index_mapping_one_tensor_twice_is_refused_naming_the_tensor(cli: Cli, tmp_path: Path) -> None:
     d, _, weight_map = _sharded(tmp_path)
     text = json.dumps({"weight_map": weight_map}, indent=1)

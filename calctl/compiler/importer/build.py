@@ -35,7 +35,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from calctl import textsafe
-from calctl.compiler.importer.families import CheckpointError, FamilyConfig
+from calctl.compiler.importer.families import CheckpointError, FamilyConfig, refuse_unknown_tokens
 from calctl.compiler.writer import (
     PARAM_DTYPES,
     BuildInfo,
@@ -51,7 +51,7 @@ from calctl.model import decoder
 from calctl.model.quant import QuantTensor
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Architecture
-from calctl.package.tokenizer_ids import decoder_id_problems, ids_outside, token_text, unknown_special_tokens
+from calctl.package.tokenizer_ids import ids_outside, token_text
 from calctl.signing import seal
 
 if TYPE_CHECKING:
@@ -177,15 +177,10 @@ def _tokenizer_source(ck: Checkpoint) -> Path:
 
 
 def _check_tokenizer_config(ck: Checkpoint, tok: Any, bound: int) -> None:
-    """The special tokens and ``added_tokens_decoder`` ids of the tokenizer config are the tokenizer's, inside the
-    vocabulary (issue 54: an unknown ``eos_token`` imported and the package failed its own TOK004; ids past the
-    vocabulary imported). The same checks as validate's TOK002/TOK004, so import never writes what validate refuses."""
+    """The special tokens and ``added_tokens_decoder`` ids of the tokenizer config (:func:`.families.refuse_unknown_tokens`;
+    ``import hf`` checked them before reading the weights, a GGUF's config is checked here)."""
     where = next((p for p in ck.sources if p.name == "tokenizer_config.json"), ck.sources[0])
-    for field, problem in (
-        *unknown_special_tokens(ck.tokenizer_config, tok),
-        *decoder_id_problems(ck.tokenizer_config, tok, bound),
-    ):
-        raise CheckpointError(where, f"{field}: {problem}")
+    refuse_unknown_tokens(ck.tokenizer_config, tok, bound, where)
 
 
 def _tokenizer(ck: Checkpoint) -> Any:

@@ -42,6 +42,7 @@ from typing import Any
 from calctl import limits
 from calctl.errors import UsageError
 from calctl.package.model import Architecture, Dimensions
+from calctl.package.tokenizer_ids import decoder_id_problems, unknown_special_tokens
 
 SUPPORTED = ("llama", "qwen2", "qwen3")
 SUPPORTED_TEXT = "llama (Llama 3.x, TinyLlama, SmolLM2), qwen2 (Qwen2, Qwen2.5), qwen3 (dense Qwen3)"
@@ -155,6 +156,15 @@ class _Cfg:
                     self.where, f"{self.label}{name} {i} is outside the vocabulary (expected < vocab_size {vocab})"
                 )
         return ids[0] if ids else None
+
+
+def refuse_unknown_tokens(doc: Mapping[str, Any], tok: Any, bound: int, where: object) -> None:
+    """CheckpointError naming the first special token of a tokenizer config that the tokenizer lacks, or
+    ``added_tokens_decoder`` id outside ``[0, bound)`` or not the tokenizer's (issue 54: an unknown ``eos_token``
+    imported and the package failed its own TOK004; ids past the vocabulary imported). validate's TOK002/TOK004
+    apply the same functions, so import never writes what validate refuses."""
+    for field, problem in (*unknown_special_tokens(doc, tok), *decoder_id_problems(doc, tok, bound)):
+        raise CheckpointError(where, f"{field}: {problem}")
 
 
 def _check_shape(where: object, fc: FamilyConfig) -> FamilyConfig:

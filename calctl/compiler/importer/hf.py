@@ -34,7 +34,7 @@ import numpy as np
 
 from calctl import jsonsafe
 from calctl.compiler.importer import shards
-from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config
+from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config, refuse_unknown_tokens
 from calctl.compiler.importer.shards import ShardPlan, check_owners
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -130,7 +130,13 @@ class _SafetensorsFile:
                         f"a header of {n} bytes, over the {header_budget} bytes calctl still reads (the headers of "
                         f"all shards together: {MAX_HEADER_BYTES}; real ones ~100 KB)",
                     )
-                header = jsonsafe.loads(fh.read(n))
+                header = jsonsafe.loads(fh.read(n), object_pairs_hook=shards.no_duplicate_keys)
+        except shards.DuplicateKey as exc:
+            raise CheckpointError(
+                path,
+                f"its header states the key {exc.key!r} twice (one tensor defined twice?); refusing rather than "
+                "picking one",
+            ) from None
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise CheckpointError(path, f"not a safetensors file: cannot read its header ({exc})") from None
         if not isinstance(header, dict):
@@ -246,7 +252,7 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
     if tok_path.stat().st_size > MAX_TOKENIZER_BYTES:  # validate's limit for the same file (TOK001)
         raise CheckpointError(tok_path, f"larger than the {MAX_TOKENIZER_BYTES} bytes a tokenizer may have")
     tok_bytes = tok_path.read_bytes()
-    _check_tokenizer(tok_path)
+    tokenizer = _check_tokenizer(tok_path, tok_bytes)
     tok_cfg_path = root / "tokenizer_config.json"
     tok_cfg = _read_json(tok_cfg_path, "tokenizer_config.json") if tok_cfg_path.is_file() else {}
     if not tok_cfg:
@@ -259,6 +265,10 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
         if tok_cfg.get("chat_template") != template:  # transformers 5 layout: the file wins, as it does there
             tok_cfg = {**tok_cfg, "chat_template": template}
             tok_cfg_bytes = (json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    # Before the weights are read (a large checkpoint takes minutes): the config's tokens are the tokenizer's.
+    refuse_unknown_tokens(
+        tok_cfg, tokenizer, min(tokenizer.get_vocab_size(with_added_tokens=True), cfg.vocab_size), tok_cfg_path
+    )
     gen_path = root / "generation_config.json"
     if gen_path.is_file():
         extra.append(gen_path)
@@ -313,10 +323,11 @@ def _with_generation_ids(cfg: FamilyConfig, doc: dict[str, Any], where: Path) ->
     return replace(cfg, eos_token_id=eos, bos_token_id=bos)
 
 
-def _check_tokenizer(path: Path) -> None:
+def _check_tokenizer(path: Path, data: bytes) -> Any:
+    """The tokenizer ``data`` (read from ``path``) loaded, or CheckpointError naming the file."""
     from tokenizers import Tokenizer
 
     try:
-        Tokenizer.from_buffer(path.read_bytes())  # any path bytes: from_file takes UTF-8 only
+        return Tokenizer.from_buffer(data)  # any path bytes: from_file takes UTF-8 only
     except Exception as exc:  # tokenizers raises plain Exception subclasses
         raise CheckpointError(path, f"the tokenizers library cannot load it: {exc}") from None

@@ -7,7 +7,8 @@ Without an index, every ``*.safetensors`` file of the directory is read.
 
 Nothing is merged silently (issue 54: shards defining one tensor twice were merged, the first one winning):
 
-* a tensor defined by two files, or twice in the index (a duplicate JSON key), is refused naming both;
+* a tensor defined by two files, twice in one file's header or twice in the index (a duplicate JSON key), is
+  refused naming it and the files;
 * file names that are the same name to a case- or normalisation-insensitive file system (``Shard.safetensors``
   and ``shard.safetensors``; ``café`` as NFC and NFD) are refused naming both: on macOS they are one file;
 * an index naming a file that is absent, or anything but a plain file name (``../x``), is refused;
@@ -53,17 +54,19 @@ class ShardPlan:
         )
 
 
-class _DuplicateKey(ValueError):
+class DuplicateKey(ValueError):
+    """A JSON object that states one key twice (``json`` keeps the last silently)."""
+
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            raise _DuplicateKey(key)
+            raise DuplicateKey(key)
         seen[key] = value
     return seen
 
@@ -119,8 +122,8 @@ def read_index(path: Path) -> dict[str, str]:
     if path.stat().st_size > MAX_INDEX_BYTES:
         raise CheckpointError(path, f"larger than {MAX_INDEX_BYTES} bytes; not a safetensors index")
     try:
-        doc = jsonsafe.loads(path.read_bytes(), object_pairs_hook=_no_duplicates)
-    except _DuplicateKey as exc:
+        doc = jsonsafe.loads(path.read_bytes(), object_pairs_hook=no_duplicate_keys)
+    except DuplicateKey as exc:
         raise CheckpointError(
             path, f"key {exc.key!r} appears twice in one object; a tensor is mapped to one file once"
         ) from None
