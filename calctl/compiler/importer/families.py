@@ -124,12 +124,12 @@ class _Cfg:
             raise self._err(key, "a finite number > 0", v)
         return float(v)
 
-    def ranged(self, key: str, field: str | None = None) -> float:
-        """A real number within its range in the one table (``limits.RANGE_BY_FIELD[field or key]``): finite,
-        not a bool or a string, bounded before any RoPE table is computed from it (issue 54)."""
+    def ranged(self, key: str) -> float:
+        """A real number within its range in the one table (``limits.RANGE_BY_FIELD[key]``): finite, not a bool
+        or a string, bounded before any RoPE table is computed from it (issue 54)."""
         v = self.doc.get(self.prefix + key)
-        wrong = limits.out_of_range(field or key, v)
-        if wrong:
+        wrong = limits.out_of_range(key, v)
+        if wrong or not isinstance(v, int | float):
             raise CheckpointError(self.where, f"{self.label}{key}: {wrong}")
         return float(v)
 
