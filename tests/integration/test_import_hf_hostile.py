@@ -16,7 +16,7 @@ import yaml
 
 from tests.conftest import TEST_KEY, TEST_PUB, Cli
 from tests.unit.compiler.checkpoint_factory import LLAMA3_SCALING, as_transformers5, tiny_config, write_hf_dir
-from tests.unit.validate.validate_factory import reseal, validate_json
+from tests.unit.validate.validate_factory import edit_manifest, reseal, validate_json
 
 
 def _import(cli: Cli, src: Path, out: Path) -> Any:
@@ -86,6 +86,22 @@ def test_a_rope_figure_out_of_range_is_refused_naming_field_value_and_range(
 ) -> None:
     d, _ = _llama(tmp_path, **edits)
     _refused(cli, tmp_path, d, "config.json:", says)
+
+
+def test_validate_refuses_rope_divisors_stored_as_integers(cli: Cli, tmp_path: Path) -> None:
+    d, _ = _llama(tmp_path, rope_scaling=_scaled())
+    pkg = tmp_path / "pkg"
+    assert _import(cli, d, pkg).code == 0
+
+    def as_int(doc: dict[str, Any]) -> None:
+        t = next(t for t in doc["models"][0]["params"]["tensors"] if t["name"] == "rope_freq_factors")
+        t["dtype"] = "int32"
+
+    edit_manifest(pkg, as_int)
+    reseal(pkg)
+    code, doc = validate_json(cli, pkg)
+    (gold,) = [c for c in doc["checks"] if c["id"] == "GOLD009"]
+    assert code == 1 and gold["status"] == "fail" and "is not a float tensor" in gold["message"], gold
 
 
 def test_a_transformers5_rope_parameters_factor_of_1e308_is_refused(cli: Cli, tmp_path: Path) -> None:

@@ -596,6 +596,14 @@ class RopeFiguresInRange(PackageRule):
                 continue  # GOLD006 names the missing tensor
             i, t = found
             where = f"{m.pointer}/params/tensors/{i}"
+            if t.dtype not in _FLOAT:  # the decoder divides by these values: an integer or block dtype is not one
+                yield self.manifest_problem(
+                    f"rope_freq_factors of {m.alias!r} is not a float tensor",
+                    field=f"{where}/dtype",
+                    expected="fp32 (or fp16, bf16)",
+                    found=t.dtype,
+                )
+                continue
             values, reason = _small_float_tensor(ctx, t, a.head_dim // 2)
             if values is None:
                 yield self.skip(f"rope_freq_factors of {m.alias!r} not read: {reason}", file=t.file, field=where)
@@ -626,8 +634,6 @@ def _small_float_tensor(ctx: ValidationContext, t: ParamTensor, count: int) -> t
         return None, gate
     if tuple(t.shape) != (count,):
         return None, f"its shape {list(t.shape)} is not [{count}] (GOLD006)"
-    if t.dtype not in _FLOAT:
-        return None, f"dtype {t.dtype} is not a float (GOLD006)"
     assert ctx.root is not None
     try:
         with (ctx.root / t.file).open("rb") as fh:  # a regular file of the walk (content_gate): no FIFO, no link
