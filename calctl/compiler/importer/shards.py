@@ -125,11 +125,15 @@ def read_index(path: Path) -> dict[str, str]:
         doc = jsonsafe.loads(path.read_bytes(), object_pairs_hook=no_duplicate_keys)
     except DuplicateKey as exc:
         raise CheckpointError(
-            path, f"key {exc.key!r} appears twice in one object; a tensor is mapped to one file once"
+            path,
+            f"key {exc.key!r} appears twice in one object (JSON readers keep the last silently); refusing rather "
+            "than guessing which file holds the tensor",
         ) from None
     except (OSError, ValueError) as exc:
         raise CheckpointError(path, f"is not valid JSON ({exc}); expected a safetensors index") from None
-    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        raise CheckpointError(path, f"is a JSON {type(doc).__name__}; expected an object with a weight_map")
+    weight_map = doc.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(
             path, f"weight_map: expected an object of tensor name -> file name, found {textsafe.clip(repr(weight_map))}"
