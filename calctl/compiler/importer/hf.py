@@ -180,13 +180,12 @@ class _SafetensorsFile:
             raise CheckpointError(self.path, f"tensor {name}: cannot read ({exc})") from None
 
 
-def load_weights(files: list[Path] | ShardPlan, cfg: FamilyConfig) -> dict[str, np.ndarray]:
+def load_weights(shard_plan: ShardPlan, cfg: FamilyConfig) -> dict[str, np.ndarray]:
     """Every tensor ``cfg`` needs, by package name, float32 ``[in, out]``; CheckpointError naming file and tensor.
 
     A tensor defined by two files is refused naming both (it used to be merged, the first file winning), and with
     an index every file holds exactly the tensors the index maps to it (:mod:`.shards`).
     """
-    shard_plan = files if isinstance(files, ShardPlan) else ShardPlan(tuple(files))
     files = list(shard_plan.files)
     index: dict[str, _SafetensorsFile] = {}
     header_bytes = 0
