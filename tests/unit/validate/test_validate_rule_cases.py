@@ -170,6 +170,20 @@ def eos_token_maps_elsewhere(root: Path) -> None:
     reseal(root)
 
 
+def added_token_id_past_vocabulary(root: Path) -> None:
+    added = {"content": "<|im_end|>", "special": True}
+    edit_json(
+        root / "tokenizer/model-a/tokenizer_config.json",
+        lambda c: c.__setitem__("added_tokens_decoder", {"1000000": added}),
+    )
+    reseal(root)
+
+
+def pad_token_unknown(root: Path) -> None:
+    edit_json(root / "tokenizer/model-b/tokenizer_config.json", lambda c: c.__setitem__("pad_token", "[PAD]"))
+    reseal(root)
+
+
 # (rule ID, mutation, text the failing finding must contain)
 CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("LAY003", hidden_directory, "model-a/.cache"),
@@ -189,6 +203,8 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("GOLD009", manifest_edit(rope_theta_out_of_range), "rope_theta 1e+300 is outside 1..1e+10"),
     ("TOK001", tokenizer_does_not_load, "does not load"),
     ("TOK004", eos_token_maps_elsewhere, "eos_token '<|im_start|>' of 'model-a'"),
+    ("TOK002", added_token_id_past_vocabulary, "added_tokens_decoder['1000000']: id 1000000 is outside the vocabulary"),
+    ("TOK004", pad_token_unknown, "pad_token: '[PAD]' is not a token of the tokenizer"),
 ]
 
 
