@@ -213,6 +213,15 @@ def test_a_safetensors_header_stating_one_tensor_twice_is_refused(cli: Cli, tmp_
     _refused(cli, tmp_path, d, "model.safetensors: its header states the key 'model.norm.weight' twice")
 
 
+def test_more_weight_files_than_the_limit_are_refused_before_any_is_opened(cli: Cli, tmp_path: Path) -> None:
+    from calctl import limits
+
+    d, _, _ = write_hf_dir(tmp_path / "hf", "llama")
+    for i in range(limits.MAX_SHARDS.maximum):
+        (d / f"x-{i:05d}.safetensors").write_bytes(b"")  # empty: refused by count, not by content
+    _refused(cli, tmp_path, d, "4,097 *.safetensors files", "calctl.limits.MAX_SHARDS")
+
+
 def test_an_index_mapping_one_tensor_twice_is_refused_naming_the_tensor(cli: Cli, tmp_path: Path) -> None:
     d, _, weight_map = _sharded(tmp_path)
     text = json.dumps({"weight_map": weight_map}, indent=1)
