@@ -382,3 +382,15 @@ def test_validate_refuses_the_same_tokenizer_configs_in_a_package(
     failing = [c for c in doc["checks"] if c["status"] == "fail"]
     assert code == 1 and {c["id"] for c in failing} <= {"TOK002", "TOK004"}, failing
     assert any(says in c["message"] for c in failing), failing
+
+
+@pytest.mark.parametrize("base", [1e30, 0.5])
+def test_a_gguf_rope_freq_base_out_of_range_is_refused_by_the_same_table(cli: Cli, tmp_path: Path, base: float) -> None:
+    from tests.integration.test_declared_numbers_hostile import _f32, gguf_bytes, llama_metadata
+
+    default = _f32("llama.rope.freq_base", 10000.0)
+    path = tmp_path / "base.gguf"
+    path.write_bytes(gguf_bytes([_f32("llama.rope.freq_base", base) if b == default else b for b in llama_metadata()]))
+    r = cli("import", "gguf", path, tmp_path / "pkg", "--key", TEST_KEY)
+    text = " ".join(r.err.split())
+    assert r.code == 2 and "llama.rope.freq_base:" in text and "calctl.limits.ROPE_THETA" in text, text
