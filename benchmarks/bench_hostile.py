@@ -20,7 +20,10 @@ in its own fresh interpreter the same way: ``budget --hf-config`` of 2^31-1 laye
 10^9 strings, ``import hf`` of ``head_dim`` 10^12 (llama3 and linear RoPE scaling) and of a ``config.json`` or
 safetensors header nested 100,000 deep, ``validate`` of a tokenizer id of 1,000,000 (TOK002), a replica whose
 chips hold different weights (GOLD008), a CR glued to a KV line (MEM006) and NFC/NFD twins (LAY002), and
-``combine`` of a replica by files only and of an input whose tensor lies past its blob. Target: each in under
+``combine`` of a replica by files only and of an input whose tensor lies past its blob; then ``import hf`` of a
+``rope_scaling.factor`` of 1e308 and a ``rope_theta`` of NaN, a tensor in two shards, NFC/NFD twin shard names, an
+index naming an absent shard, an unknown ``eos_token`` and an ``added_tokens_decoder`` id of 1,000,000, and the
+packages an older importer wrote from such inputs (``validate``: GOLD009, TOK002; ``combine``). Target: each in under
 2 s and 200 MB RSS, exit 1 or 2. The first row is the baseline measured in the same run: ``calctl rules``, the
 cost of the interpreter and calctl's imports alone, so each refusal's figures read against it (CPU seconds
 and their ratio to the baseline's: a loaded host stretches the wall time of all of them alike).
@@ -448,9 +451,70 @@ def build54_second(tmp: Path) -> dict[str, list[str]]:
     return out
 
 
+def build54_hf(tmp: Path) -> dict[str, list[str]]:
+    """Issue 54's attacks on ``import hf``'s RoPE figures, weight shards and tokenizer config, and the packages an
+    older importer wrote from them (``validate``, ``combine``)."""
+    import numpy as np
+
+    from tests.conftest import run_in_process
+    from tests.integration.test_import_hf_hostile import _set_rope_factors, _shard, _sharded, _tok_cfg, _write_index
+    from tests.unit.compiler.checkpoint_factory import LLAMA3_SCALING
+
+    out: dict[str, list[str]] = {}
+
+    def imp(label: str, d: Path) -> None:
+        out[label] = ["import", "hf", str(d), str(tmp / f"out-{len(out)}"), "--key", str(KEY)]
+
+    imp("import hf rope factor 1e308", _hf_dir(tmp, "rope-1e308", rope_scaling={**LLAMA3_SCALING, "factor": 1e308}))
+    imp("import hf rope_theta NaN", _hf_dir(tmp, "theta-nan", rope_theta=float("nan")))  # the literal NaN
+    d, w, _ = _sharded(tmp / "dup", index=False)
+    _shard(d, w, ["model.norm.weight"], "model-extra.safetensors")
+    imp("import hf tensor in two shards", d)
+    d, w, _ = _sharded(tmp / "twin", index=False)
+    for f in d.glob("model-0000*.safetensors"):
+        f.unlink()
+    _shard(d, w, sorted(w)[:5], "caf\u00e9.safetensors")
+    _shard(d, w, sorted(w)[5:], "cafe\u0301.safetensors")
+    imp("import hf NFC/NFD twin shards", d)
+    d, _, weight_map = _sharded(tmp / "absent")
+    _write_index(d, {**weight_map, "model.norm.weight": "model-00003-of-00003.safetensors"})
+    imp("import hf index names absent", d)
+    d = _hf_dir(tmp, "eos")
+    _tok_cfg(d, eos_token="<|eot|>")
+    imp("import hf unknown eos_token", d)
+    d = _hf_dir(tmp, "decoder")
+    added = {"content": "<|im_end|>", "special": True}
+    _tok_cfg(d, added_tokens_decoder={"1000000": added})
+    imp("import hf added_tokens id 1e6", d)
+    pkg = tmp / "rope-pkg"
+    d = _hf_dir(tmp, "rope-ok", rope_scaling=LLAMA3_SCALING)
+    assert run_in_process("import", "hf", d, pkg, "--key", KEY).code == 0
+    _set_rope_factors(pkg, np.full(8, np.inf))
+    out["validate rope divisors inf"] = ["validate", str(pkg), "--trusted-key", str(PUB)]
+    out["combine rope divisors inf"] = [
+        "combine",
+        str(pkg),
+        str(pkg),
+        str(tmp / "rope-twice"),
+        "--key",
+        str(KEY),
+        "--trusted-key",
+        str(PUB),
+    ]
+    ids = tmp / "ids-pkg"
+    assert run_in_process("import", "hf", _hf_dir(tmp, "ids-ok"), ids, "--key", KEY).code == 0
+    (cfg_path,) = ids.glob("tokenizer/*/tokenizer_config.json")
+    _tok_cfg(cfg_path.parent, added_tokens_decoder={"1000000": added})
+    from tests.unit.validate.validate_factory import reseal
+
+    reseal(ids)
+    out["validate added_tokens id 1e6"] = ["validate", str(ids), "--trusted-key", str(PUB)]
+    return out
+
+
 def issue54(tmp: Path, only: list[str] | None) -> None:
     sys.path.insert(0, str(REPO))
-    attacks = {"baseline: calctl rules": ["rules"], **build54(tmp), **build54_second(tmp)}
+    attacks = {"baseline: calctl rules": ["rules"], **build54(tmp), **build54_second(tmp), **build54_hf(tmp)}
     load = os.getloadavg()
     print(f"issue 54 (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}); target < 2 s and < 200 MB, exit 1/2")
     print(f"{'attack':<34} {'wall s':>7} {'CPU s':>6} {'CPU/base':>8} {'RSS MB':>7} {'exit':>4}  refused with")

@@ -18,6 +18,7 @@ into their own error naming the file and field.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -52,6 +53,7 @@ MAX_GGUF_ARRAY_ITEMS = Limit(
     1 << 21,
     "Llama 3 holds 408,403 (128,256 tokens, 280,147 merges)",
 )
+MAX_SHARDS = Limit("MAX_SHARDS", "weight shard files", 4096, "Llama 3.1 405B ships 191 safetensors shards")
 #: Any other integer a config declares (a pattern, a step): bounded so no arithmetic on it runs away.
 MAX_COUNT = Limit("MAX_COUNT", "any other declared count", 2**31 - 1, "an int32, as the C runtime holds it")
 
@@ -68,6 +70,7 @@ LIMITS: tuple[Limit, ...] = (
     MAX_GGUF_KEYS,
     MAX_GGUF_TENSORS,
     MAX_GGUF_ARRAY_ITEMS,
+    MAX_SHARDS,
     MAX_COUNT,
 )
 
@@ -125,6 +128,8 @@ BY_FIELD: Mapping[str, Limit] = {
     "expert_used_count": MAX_EXPERTS,
     # lanes
     "max_sequences": MAX_SEQUENCES,
+    # files
+    "weight_shards": MAX_SHARDS,
 }
 
 
@@ -146,3 +151,53 @@ def over_limit(field: str, value: int) -> str | None:
         f"{value} is over the limit of {top:,} {limit.fact} (calctl.limits.{limit.name}; {limit.why}); "
         "a file declaring more is refused before any work is done"
     )
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a real-valued fact (RoPE base, scaling factors) may take: finite, ``minimum <= v <= maximum``."""
+
+    name: str  # the constant's name in this module (docs/validate.md quotes it)
+    fact: str
+    minimum: float
+    maximum: float
+    why: str
+
+
+ROPE_THETA = Range("ROPE_THETA", "RoPE base (rope_theta)", 1.0, 1e10, "released models use 10,000 to 50,000,000")
+#: ``factor`` of linear/llama3 scaling and every per-pair divisor (``rope_freq_factors``): transformers requires
+#: ``factor >= 1`` and every llama3 divisor lies between 1 and ``factor``.
+ROPE_FACTOR = Range(
+    "ROPE_FACTOR", "RoPE scaling factor (factor, rope_freq_factors)", 1.0, 1024.0, "Llama 3.1 uses 8, Llama 4 16"
+)
+ROPE_FREQ_FACTOR = Range(
+    "ROPE_FREQ_FACTOR", "llama3 low_freq_factor / high_freq_factor", 1e-3, 1024.0, "Llama 3.x uses 1 and 4"
+)
+
+RANGES: tuple[Range, ...] = (ROPE_THETA, ROPE_FACTOR, ROPE_FREQ_FACTOR)
+
+#: Field name -> its range, for every spelling: Hugging Face (``rope_scaling``/``rope_parameters`` keys),
+#: GGUF (``rope.freq_base``, ``rope.scaling.factor``) and the manifest's ``rope_theta``.
+RANGE_BY_FIELD: Mapping[str, Range] = {
+    "rope_theta": ROPE_THETA,
+    "rope.freq_base": ROPE_THETA,
+    "factor": ROPE_FACTOR,
+    "rope.scaling.factor": ROPE_FACTOR,
+    "rope_freq_factors": ROPE_FACTOR,
+    "low_freq_factor": ROPE_FREQ_FACTOR,
+    "high_freq_factor": ROPE_FREQ_FACTOR,
+}
+
+
+def out_of_range(field: str, value: object) -> str | None:
+    """None if ``value`` is a finite number within ``field``'s range (:data:`RANGE_BY_FIELD`), else the sentence
+    saying what was found and the range. A bool is not a number here (Python's ``True == 1``), nor is a string."""
+    r = RANGE_BY_FIELD[field]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"expected a number, found {value!r} ({type(value).__name__})"
+    if (isinstance(value, float) and not math.isfinite(value)) or not r.minimum <= value <= r.maximum:
+        return (
+            f"{value!r} is outside {r.minimum:g}..{r.maximum:g}, the range of a {r.fact} "
+            f"(calctl.limits.{r.name}; {r.why})"
+        )
+    return None

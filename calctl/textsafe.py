@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 
 # C0 controls but TAB and LF, DEL, C1 controls; ALM, LRM/RLM, zero-width joiners and marks, line/paragraph
 # separators, bidi embeddings/overrides/isolates, BOM; every surrogate (a str holding one cannot be encoded).
@@ -136,3 +137,9 @@ def decimal_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text!r} is not finite")
     return value
+
+
+def caseless(name: str) -> str:
+    """The name a case- and normalisation-insensitive file system sees: Unicode's canonical caseless form
+    (NFD, case fold, then NFC), so 'Café.npy' (NFC) and 'cafe\u0301.npy' (NFD) are one name (issue 54)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", name).casefold())

@@ -7,10 +7,13 @@ them; the tokenizer model itself (:mod:`calctl.model.tokenizer`) builds tokenize
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tokenizers import Tokenizer
+
+from calctl import textsafe
 
 
 def produced_ids(tok: Tokenizer) -> Iterator[tuple[int, str]]:
@@ -54,4 +57,78 @@ def ids_outside(tok: Tokenizer, bound: int, *, shown: int = 3) -> tuple[int, lis
     return len(bad), [f"id {i} ({where})" for i, where in bad[-shown:][::-1]]
 
 
-__all__ = ["ids_outside", "produced_ids"]
+#: ``tokenizer_config.json`` keys naming one special token by its text (transformers' ``SPECIAL_TOKENS_ATTRIBUTES``).
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+_ID_KEY = re.compile(r"[0-9]{1,20}")
+
+
+def token_text(value: object) -> str | None:
+    """A special token's text: a string, or an AddedToken object's ``content``; None for anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+def unknown_special_tokens(doc: Mapping[str, Any], tok: Tokenizer) -> Iterator[tuple[str, str]]:
+    """``(field, problem)`` for each special token ``tokenizer_config.json`` names that the tokenizer does not have
+    (issue 54: an unknown ``eos_token`` imported, and the package then failed TOK004), or that is not a token at all.
+
+    transformers would add such a token with a new id past the tokenizer's (and maybe the model's) vocabulary;
+    calctl's tokenizer never produces it, so generation would never stop on it."""
+    listed: list[tuple[str, object]] = [(k, doc[k]) for k in SPECIAL_TOKEN_KEYS if doc.get(k) is not None]
+    extra = doc.get("additional_special_tokens")
+    if extra is not None and not isinstance(extra, list):
+        yield "additional_special_tokens", f"expected a list of tokens, found {type(extra).__name__}"
+    elif extra:
+        listed += [(f"additional_special_tokens[{i}]", v) for i, v in enumerate(extra)]
+    for field, value in listed:
+        text = token_text(value)
+        if text is None:
+            yield field, f"expected a token (a string or an object with a string content), found {_short(value)}"
+        elif tok.token_to_id(text) is None:
+            yield field, f"{_short(text)} is not a token of the tokenizer (tokenizer.json)"
+
+
+def decoder_id_problems(doc: Mapping[str, Any], tok: Tokenizer, bound: int) -> Iterator[tuple[str, str]]:
+    """``(field, problem)`` for each ``added_tokens_decoder`` entry whose id is not an integer below ``bound`` (the
+    vocabulary) or whose token the tokenizer lacks or holds under another id (issue 54: ids past the vocabulary
+    passed validate and import; transformers adds them as they are declared)."""
+    decoder = doc.get("added_tokens_decoder")
+    if decoder is None:
+        return
+    if not isinstance(decoder, Mapping):
+        yield "added_tokens_decoder", f"expected an object of id -> token, found {type(decoder).__name__}"
+        return
+    for key, value in decoder.items():
+        field = f"added_tokens_decoder[{_short(key)}]"
+        if not _ID_KEY.fullmatch(key):
+            yield field, f"the key {_short(key)} is not a token id (decimal digits)"
+            continue
+        i = int(key)
+        if i >= bound:
+            yield field, f"id {i} is outside the vocabulary of {bound} entries (ids 0..{bound - 1})"
+            continue
+        text = token_text(value)
+        if text is None:
+            yield field, f"expected an object with a string content, found {_short(value)}"
+            continue
+        got = tok.token_to_id(text)
+        if got != i:
+            where = "is not in tokenizer.json" if got is None else f"has id {got} in tokenizer.json"
+            yield field, f"token {_short(text)} {where}, not {i}"
+
+
+def _short(value: object) -> str:
+    return textsafe.shorten(repr(value))
+
+
+__all__ = [
+    "SPECIAL_TOKEN_KEYS",
+    "decoder_id_problems",
+    "ids_outside",
+    "produced_ids",
+    "token_text",
+    "unknown_special_tokens",
+]

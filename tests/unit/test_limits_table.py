@@ -87,3 +87,39 @@ def test_every_field_spelling_maps_to_a_listed_limit() -> None:
     assert "1,024" in (limits.over_limit("block_count", 1025) or "")
     assert limits.over_limit("eos_token_id", limits.MAX_VOCAB.maximum - 1) is None
     assert limits.over_limit("eos_token_id", limits.MAX_VOCAB.maximum)
+
+
+def test_docs_validate_limits_names_every_range_with_its_figures() -> None:
+    section = _limits_section()
+    for r in limits.RANGES:
+        row = re.search(rf"([\d.e+]+) to ([\d.e+]+) \(`limits\.{r.name}`", section)
+        assert row, r.name
+        assert (float(row.group(1)), float(row.group(2))) == (r.minimum, r.maximum), r.name
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("factor", 1e308),
+        ("factor", float("inf")),
+        ("factor", float("nan")),
+        ("factor", -0.0),
+        ("factor", 0.5),
+        ("factor", True),
+        ("factor", "8"),
+        ("factor", None),
+        ("rope_theta", 1e11),
+        ("rope_theta", 10**40),
+        ("low_freq_factor", 0.0),
+    ],
+)
+def test_a_rope_figure_outside_its_range_is_named_with_the_range(field: str, value: object) -> None:
+    message = limits.out_of_range(field, value)
+    assert message and repr(value) in message
+
+
+def test_rope_figures_within_range_pass() -> None:
+    assert limits.out_of_range("factor", 8) is None
+    assert limits.out_of_range("rope_theta", 500000.0) is None
+    assert limits.out_of_range("high_freq_factor", 4.0) is None
+    assert set(limits.RANGE_BY_FIELD.values()) <= set(limits.RANGES)

@@ -35,7 +35,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from calctl import textsafe
-from calctl.compiler.importer.families import CheckpointError, FamilyConfig
+from calctl.compiler.importer.families import CheckpointError, FamilyConfig, refuse_unknown_tokens
 from calctl.compiler.writer import (
     PARAM_DTYPES,
     BuildInfo,
@@ -51,7 +51,7 @@ from calctl.model import decoder
 from calctl.model.quant import QuantTensor
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Architecture
-from calctl.package.tokenizer_ids import ids_outside
+from calctl.package.tokenizer_ids import ids_outside, token_text
 from calctl.signing import seal
 
 if TYPE_CHECKING:
@@ -171,17 +171,16 @@ def _context(cfg: FamilyConfig, requested: int | None) -> int:
     return requested
 
 
-def _token_text(value: object) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
-        return str(value["content"])
-    return None
-
-
 def _tokenizer_source(ck: Checkpoint) -> Path:
     """The file the tokenizer came from: ``tokenizer.json`` of a directory, else the GGUF file."""
     return next((p for p in ck.sources if p.name == "tokenizer.json"), ck.sources[0])
+
+
+def _check_tokenizer_config(ck: Checkpoint, tok: Any, bound: int) -> None:
+    """The special tokens and ``added_tokens_decoder`` ids of the tokenizer config (:func:`.families.refuse_unknown_tokens`;
+    ``import hf`` checked them before reading the weights, a GGUF's config is checked here)."""
+    where = next((p for p in ck.sources if p.name == "tokenizer_config.json"), ck.sources[0])
+    refuse_unknown_tokens(ck.tokenizer_config, tok, bound, where)
 
 
 def _tokenizer(ck: Checkpoint) -> Any:
@@ -194,7 +193,7 @@ def _tokenizer(ck: Checkpoint) -> Any:
 
 
 def _eos_id(ck: Checkpoint, tok: Any) -> int | None:
-    text = _token_text(ck.tokenizer_config.get("eos_token"))
+    text = token_text(ck.tokenizer_config.get("eos_token"))
     if text is not None:
         i = tok.token_to_id(text)
         if i is not None:
@@ -215,8 +214,8 @@ def render_chat(template: str, cfg: Mapping[str, Any], content: str) -> str:
         template,
         messages=[{"role": "user", "content": content}],
         add_generation_prompt=True,
-        bos_token=_token_text(cfg.get("bos_token")) or "",
-        eos_token=_token_text(cfg.get("eos_token")) or "",
+        bos_token=token_text(cfg.get("bos_token")) or "",
+        eos_token=token_text(cfg.get("eos_token")) or "",
         raise_exception=raise_exception,
     )
 
@@ -373,6 +372,7 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
             f"the tokenizer can produce {outside} token id(s) outside its {vocab} entries and the model's "
             f"vocab_size {arch.vocab_size}: {', '.join(named)}",
         )
+    _check_tokenizer_config(ck, tok, min(vocab, arch.vocab_size))
     prompts, notes = golden_prompts(ck, tok)
     if arch.eos_token_id is None:  # llama.cpp warns too: such a model only stops at the token limit
         eos_from = (
@@ -465,7 +465,7 @@ def read_hf(root: Path) -> Checkpoint:
     from calctl.compiler.importer.hf import read_hf_dir
 
     hf = read_hf_dir(root)
-    return Checkpoint.of("hf", hf, sources=hf.sources, tokenizer_config_file=hf.tokenizer_config_bytes)
+    return Checkpoint.of("hf", hf, sources=hf.sources, tokenizer_config_file=hf.tokenizer_config_bytes, notes=hf.notes)
 
 
 def read_gguf_file(path: Path, *, keep_blocks: bool = False) -> Checkpoint:

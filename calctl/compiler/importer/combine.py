@@ -8,8 +8,8 @@
   tokenizer's and the architecture: two inputs that share their files but map
   tensors differently are refused, naming the tensors that differ (issue 54).
 
-Both inputs must verify (hashes and a trusted signature) before anything is
-read; their weights, tokenizer files and golden data are carried over byte for
+Both inputs must verify (hashes and a trusted signature) and pass every
+``validate`` rule before anything is read; their weights, tokenizer files and golden data are carried over byte for
 byte in meaning (the params re-laid out for the new chip, ELFs and command
 blobs regenerated with the new chip binding). The output is written by
 :mod:`calctl.compiler.writer` (temp dir beside OUT, renamed at the end).
@@ -43,8 +43,10 @@ from calctl.package import npy, weights
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Model, Package
 from calctl.package.reader import load_manifest
+from calctl.package.validate import ValidationPolicy, validate_root
 from calctl.signing import seal
 from calctl.signing.keys import TrustedKey
+from calctl.signing.policy import TrustPolicy
 
 ALIAS_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
@@ -87,6 +89,11 @@ def open_source(root: Path, trusted: list[TrustedKey], allow_unsigned: bool) -> 
     if bad:
         f = bad[0]
         raise PackageError(f"does not verify: {f.message}", path=f"{root}/{f.file}" if f.file else str(root))
+    # Every rule, not only hashes and signature: combine must not carry a package validate refuses (a rope factor
+    # of inf, an unknown eos_token) into a new signed one (issue 54).
+    checked = validate_root(root, ValidationPolicy(trust=TrustPolicy(tuple(trusted), allow_unsigned)))
+    if not checked.ok:
+        raise PackageError(f"does not validate: {checked.refusal()}", path=str(root))
     pkg = load_manifest(root)
     if len(pkg.models) != 1:
         raise UsageError(

@@ -42,6 +42,7 @@ from typing import Any
 from calctl import limits
 from calctl.errors import UsageError
 from calctl.package.model import Architecture, Dimensions
+from calctl.package.tokenizer_ids import decoder_id_problems, unknown_special_tokens
 
 SUPPORTED = ("llama", "qwen2", "qwen3")
 SUPPORTED_TEXT = "llama (Llama 3.x, TinyLlama, SmolLM2), qwen2 (Qwen2, Qwen2.5), qwen3 (dense Qwen3)"
@@ -123,22 +124,47 @@ class _Cfg:
             raise self._err(key, "a finite number > 0", v)
         return float(v)
 
+    def ranged(self, key: str) -> float:
+        """A real number within its range in the one table (``limits.RANGE_BY_FIELD[key]``): finite, not a bool
+        or a string, bounded before any RoPE table is computed from it (issue 54)."""
+        v = self.doc.get(self.prefix + key)
+        wrong = limits.out_of_range(key, v)
+        if wrong or not isinstance(v, int | float):
+            raise CheckpointError(self.where, f"{self.label}{key}: {wrong}")
+        return float(v)
+
     def flag(self, key: str, default: bool) -> bool:
         v = self.doc.get(self.prefix + key, default)
         if not isinstance(v, bool):
             raise self._err(key, "true or false", v)
         return v
 
-    def token_id(self, key: str) -> int | None:
+    def token_id(self, key: str, vocab: int | None = None) -> int | None:
+        """The id at ``key`` (the first of a list: Llama 3 instruct's several EOS ids, the end-of-turn one first);
+        every id of a list is checked, each below ``vocab`` when given (issue 54: only the first was)."""
         v = self.doc.get(self.prefix + key)
-        if isinstance(v, list):  # several EOS ids (Llama 3 instruct): the first is the end-of-turn default
-            v = v[0] if v else None
         if v is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise self._err(key, "a token id >= 0 or null", v)
-        self._bound(key, v)
-        return v
+        ids = v if isinstance(v, list) else [v]
+        for n, i in enumerate(ids):
+            name = f"{key}[{n}]" if isinstance(v, list) else key
+            if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+                raise self._err(name, "a token id >= 0 (or a list of them, or null)", i)
+            self._bound(key, i)
+            if vocab is not None and i >= vocab:
+                raise CheckpointError(
+                    self.where, f"{self.label}{name} {i} is outside the vocabulary (expected < vocab_size {vocab})"
+                )
+        return ids[0] if ids else None
+
+
+def refuse_unknown_tokens(doc: Mapping[str, Any], tok: Any, bound: int, where: object) -> None:
+    """CheckpointError naming the first special token of a tokenizer config that the tokenizer lacks, or
+    ``added_tokens_decoder`` id outside ``[0, bound)`` or not the tokenizer's (issue 54: an unknown ``eos_token``
+    imported and the package failed its own TOK004; ids past the vocabulary imported). validate's TOK002/TOK004
+    apply the same functions, so import never writes what validate refuses."""
+    for field, problem in (*unknown_special_tokens(doc, tok), *decoder_id_problems(doc, tok, bound)):
+        raise CheckpointError(where, f"{field}: {problem}")
 
 
 def _check_shape(where: object, fc: FamilyConfig) -> FamilyConfig:
@@ -205,9 +231,14 @@ def hf_rope(doc: Mapping[str, Any], where: object, model_type: str) -> RopeConfi
             where, f"rope_theta {top_theta!r} and rope_parameters.rope_theta {theta_v!r} disagree; expected one value"
         )
     if theta_v is not None:
-        theta = _Cfg(block or {}, where, label=label).number("rope_theta")
+        theta = _Cfg(block or {}, where, label=label).ranged("rope_theta")
     else:
-        theta = _Cfg(doc, where).number("rope_theta")
+        theta = _Cfg(doc, where).ranged("rope_theta")
+    partial = doc.get("partial_rotary_factor", 1.0)
+    if partial != 1.0 or isinstance(partial, bool):  # transformers rotates only that share of head_dim
+        raise CheckpointError(
+            where, f"partial_rotary_factor {partial!r}: expected 1.0 (partial RoPE is not implemented by the decoder)"
+        )
     rope_type = "default"
     if block is not None:
         rt = block.get("rope_type", block.get("type", "default"))
@@ -297,13 +328,16 @@ def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
         tie_embeddings=c.flag("tie_word_embeddings", False),
         attn_bias=attn_bias,
         qk_norm=model_type == "qwen3",
-        bos_token_id=c.token_id("bos_token_id"),
-        eos_token_id=c.token_id("eos_token_id"),
+        bos_token_id=c.token_id("bos_token_id", sizes["vocab_size"]),
+        eos_token_id=c.token_id("eos_token_id", sizes["vocab_size"]),
     )
+    c.token_id("pad_token_id", sizes["vocab_size"])  # not used by the decoder, but a declared id is an id
     if rope.params is not None and rope.rope_type == "llama3":
         fc = replace(fc, rope_factors=llama3_rope_factors(rope.params, fc))
     elif rope.params is not None and rope.rope_type == "linear":  # positions / factor == every frequency / factor
-        fc = replace(fc, rope_factors=(rope.params.number("factor"),) * (fc.head_dim // 2))
+        if rope.params.doc.get("factor") is None:
+            raise _missing(where, f"{rope.params.label}factor", " (rope_type linear needs it)")
+        fc = replace(fc, rope_factors=(rope.params.ranged("factor"),) * (fc.head_dim // 2))
     return _check_shape(where, fc)
 
 
@@ -317,11 +351,17 @@ def llama3_rope_factors(s: _Cfg, fc: FamilyConfig) -> tuple[float, ...]:
     for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
         if s.doc.get(key) is None:  # transformers requires each of them too (no default)
             raise _missing(s.where, f"{s.label}{key}", " (rope_type llama3 needs it)")
-    factor = s.number("factor")
-    low, high = s.number("low_freq_factor"), s.number("high_freq_factor")
+    factor = s.ranged("factor")
+    low, high = s.ranged("low_freq_factor"), s.ranged("high_freq_factor")
     old = s.integer("original_max_position_embeddings")
     if high <= low:
-        raise CheckpointError(s.where, f"rope_scaling: high_freq_factor {high} must exceed low_freq_factor {low}")
+        raise CheckpointError(s.where, f"{s.label}high_freq_factor {high} must exceed {s.label}low_freq_factor {low}")
+    if old > fc.max_position_embeddings:  # scaling stretches the trained context; it cannot shrink it
+        raise CheckpointError(
+            s.where,
+            f"{s.label}original_max_position_embeddings {old} is over max_position_embeddings "
+            f"{fc.max_position_embeddings}; expected the shorter context the model was first trained on",
+        )
     out = []
     for i in range(0, fc.head_dim, 2):
         wavelen = 2 * math.pi * fc.rope_theta ** (i / fc.head_dim)
@@ -359,7 +399,7 @@ def from_gguf_metadata(
     fc = FamilyConfig(
         **_dimensions(c, str(arch), _GGUF_SIZES, vocab_default),
         max_position_embeddings=c.integer("context_length"),
-        rope_theta=c.number("rope.freq_base"),
+        rope_theta=c.ranged("rope.freq_base"),
         norm_eps=c.number("attention.layer_norm_rms_epsilon"),
         tie_embeddings=not has_output,
         attn_bias=False,  # set by the caller from the tensors present (qwen2 always has q/k/v bias)

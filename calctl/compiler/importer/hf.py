@@ -33,7 +33,9 @@ from typing import Any
 import numpy as np
 
 from calctl import jsonsafe
-from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config
+from calctl.compiler.importer import shards
+from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config, refuse_unknown_tokens
+from calctl.compiler.importer.shards import ShardPlan, check_owners
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 #: A safetensors header (JSON) read into memory: the largest shard of a 405B checkpoint has ~100 KB; the format
@@ -54,6 +56,7 @@ class HfCheckpoint:
     tokenizer_config: dict[str, Any]
     tokenizer_config_bytes: bytes
     sources: tuple[Path, ...]  # every file read, for provenance
+    notes: tuple[str, ...] = ()  # what the report should say (weight files the index leaves out)
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -101,7 +104,8 @@ def hf_tensor_names(cfg: FamilyConfig) -> Iterator[tuple[str, str, tuple[int, ..
 class _SafetensorsFile:
     """One ``.safetensors`` file: its header read strictly, tensors through the safetensors numpy API."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, header_budget: int = MAX_HEADER_BYTES) -> None:
+        """``header_budget``: the header bytes this file may still have (the shards' headers share one budget)."""
         from safetensors import safe_open
 
         self.path = path
@@ -120,12 +124,19 @@ class _SafetensorsFile:
                     raise CheckpointError(
                         path, f"truncated or not safetensors: header of {n} bytes in a {size}-byte file"
                     )
-                if n > MAX_HEADER_BYTES:
+                if n > header_budget:
                     raise CheckpointError(
                         path,
-                        f"a header of {n} bytes, over the {MAX_HEADER_BYTES} bytes calctl reads (real ones ~100 KB)",
+                        f"a header of {n} bytes, over the {header_budget} bytes calctl still reads (the headers of "
+                        f"all shards together: {MAX_HEADER_BYTES}; real ones ~100 KB)",
                     )
-                header = jsonsafe.loads(fh.read(n))
+                header = jsonsafe.loads(fh.read(n), object_pairs_hook=shards.no_duplicate_keys)
+        except shards.DuplicateKey as exc:
+            raise CheckpointError(
+                path,
+                f"its header states the key {exc.key!r} twice (one tensor defined twice?); refusing rather than "
+                "picking one",
+            ) from None
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise CheckpointError(path, f"not a safetensors file: cannot read its header ({exc})") from None
         if not isinstance(header, dict):
@@ -169,13 +180,28 @@ class _SafetensorsFile:
             raise CheckpointError(self.path, f"tensor {name}: cannot read ({exc})") from None
 
 
-def load_weights(files: list[Path], cfg: FamilyConfig) -> dict[str, np.ndarray]:
-    """Every tensor ``cfg`` needs, by package name, float32 ``[in, out]``; CheckpointError naming file and tensor."""
+def load_weights(shard_plan: ShardPlan, cfg: FamilyConfig) -> dict[str, np.ndarray]:
+    """Every tensor ``cfg`` needs, by package name, float32 ``[in, out]``; CheckpointError naming file and tensor.
+
+    A tensor defined by two files is refused naming both (it used to be merged, the first file winning), and with
+    an index every file holds exactly the tensors the index maps to it (:mod:`.shards`).
+    """
+    files = list(shard_plan.files)
     index: dict[str, _SafetensorsFile] = {}
+    header_bytes = 0
     for path in files:
-        st = _SafetensorsFile(path)
+        st = _SafetensorsFile(path, MAX_HEADER_BYTES - header_bytes)
+        header_bytes += st.data_start - 8
         for k in st.header:
-            index.setdefault(k, st)
+            prior = index.setdefault(k, st)
+            if prior is not st:
+                raise CheckpointError(
+                    path,
+                    f"tensor {k} is also defined in {prior.path.name}: two weight files define one tensor; "
+                    "refusing rather than picking one",
+                    hint="a checkpoint's shards each hold their own tensors (and the index says which)",
+                )
+    check_owners({k: st.path for k, st in index.items()}, shard_plan)
     out: dict[str, np.ndarray] = {}
     if cfg.rope_factors is not None:  # computed from config.json's rope_scaling, not stored in the weights
         out["rope_freq_factors"] = np.array(cfg.rope_factors, dtype=np.float32)
@@ -218,16 +244,14 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
         raise CheckpointError(root, "not a directory; expected a Hugging Face model directory (config.json, ...)")
     cfg_path = root / "config.json"
     cfg = from_hf_config(_read_json(cfg_path, "config.json"), cfg_path)
-    files = sorted(root.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(root, "no *.safetensors file; expected the weights in safetensors format")
+    weight_files = shards.plan(root)
     tok_path = root / "tokenizer.json"
     if not tok_path.is_file():
         raise CheckpointError(tok_path, "missing: the model's tokenizer (tokenizer.json) is required")
     if tok_path.stat().st_size > MAX_TOKENIZER_BYTES:  # validate's limit for the same file (TOK001)
         raise CheckpointError(tok_path, f"larger than the {MAX_TOKENIZER_BYTES} bytes a tokenizer may have")
     tok_bytes = tok_path.read_bytes()
-    _check_tokenizer(tok_path)
+    tokenizer = _check_tokenizer(tok_path, tok_bytes)
     tok_cfg_path = root / "tokenizer_config.json"
     tok_cfg = _read_json(tok_cfg_path, "tokenizer_config.json") if tok_cfg_path.is_file() else {}
     if not tok_cfg:
@@ -240,11 +264,17 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
         if tok_cfg.get("chat_template") != template:  # transformers 5 layout: the file wins, as it does there
             tok_cfg = {**tok_cfg, "chat_template": template}
             tok_cfg_bytes = (json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    # Before the weights are read (a large checkpoint takes minutes): the config's tokens are the tokenizer's.
+    refuse_unknown_tokens(
+        tok_cfg, tokenizer, min(tokenizer.get_vocab_size(with_added_tokens=True), cfg.vocab_size), tok_cfg_path
+    )
     gen_path = root / "generation_config.json"
     if gen_path.is_file():
         extra.append(gen_path)
         cfg = _with_generation_ids(cfg, _read_json(gen_path, "generation_config.json"), gen_path)
-    params = load_weights(files, cfg)
+    if weight_files.index is not None:
+        extra.append(weight_files.index)
+    params = load_weights(weight_files, cfg)
     return HfCheckpoint(
         root=root,
         config=cfg,
@@ -252,7 +282,8 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
         tokenizer_json=tok_bytes,
         tokenizer_config=tok_cfg,
         tokenizer_config_bytes=tok_cfg_bytes,
-        sources=(cfg_path, *files, tok_path, tok_cfg_path, *extra),
+        sources=(cfg_path, *weight_files.files, tok_path, tok_cfg_path, *extra),
+        notes=weight_files.notes(),
     )
 
 
@@ -283,15 +314,19 @@ def _with_generation_ids(cfg: FamilyConfig, doc: dict[str, Any], where: Path) ->
     from calctl.compiler.importer.families import _Cfg
 
     c = _Cfg(doc, where)
-    eos = cfg.eos_token_id if cfg.eos_token_id is not None else c.token_id("eos_token_id")
-    bos = cfg.bos_token_id if cfg.bos_token_id is not None else c.token_id("bos_token_id")
+    v = cfg.vocab_size  # every id of the file is checked, used or not: a declared id past the vocabulary is wrong
+    gen_eos, gen_bos = c.token_id("eos_token_id", v), c.token_id("bos_token_id", v)
+    c.token_id("pad_token_id", v)
+    eos = cfg.eos_token_id if cfg.eos_token_id is not None else gen_eos
+    bos = cfg.bos_token_id if cfg.bos_token_id is not None else gen_bos
     return replace(cfg, eos_token_id=eos, bos_token_id=bos)
 
 
-def _check_tokenizer(path: Path) -> None:
+def _check_tokenizer(path: Path, data: bytes) -> Any:
+    """The tokenizer ``data`` (read from ``path``) loaded, or CheckpointError naming the file."""
     from tokenizers import Tokenizer
 
     try:
-        Tokenizer.from_buffer(path.read_bytes())  # any path bytes: from_file takes UTF-8 only
+        return Tokenizer.from_buffer(data)  # any path bytes: from_file takes UTF-8 only
     except Exception as exc:  # tokenizers raises plain Exception subclasses
         raise CheckpointError(path, f"the tokenizers library cannot load it: {exc}") from None

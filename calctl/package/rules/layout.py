@@ -7,10 +7,10 @@ bytes are right is HASH; whether a referenced file exists is MAN007.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
+from calctl import textsafe
 from calctl.package import reader, yamlsafe
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, RESERVED_INFO
 from calctl.package.rules.base import Finding, PackageRule, Rule
@@ -32,12 +32,6 @@ DOCUMENT_LIMITS = {
     CHECKSUMS: seal.MAX_CHECKSUM_FILE,
     RESERVED_INFO: RESERVED_INFO_MAX_BYTES,
 }
-
-
-def _caseless(rel: str) -> str:
-    """The name a case- and normalisation-insensitive file system sees: Unicode's canonical caseless form
-    (NFD, case fold, then NFC), so 'Café.npy' (NFC) and 'cafe\u0301.npy' (NFD) are one name (issue 54)."""
-    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", rel).casefold())
 
 
 class EntryTypes(Rule):
@@ -117,7 +111,7 @@ class PathSafety(Rule):
             problem = path_problem(rel)
             if problem:
                 yield self.problem(f"unsafe file name: {problem}", file=_printable(rel))
-            other = lower.setdefault(_caseless(rel), rel)
+            other = lower.setdefault(textsafe.caseless(rel), rel)
             if other != rel:
                 yield self.problem(
                     f"differs from {_printable(other)!r} only by letter case or Unicode normalisation (NFC/NFD)",

@@ -8,8 +8,12 @@ device is ``calctl run-golden``, not validation.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 
+import numpy as np
+
+from calctl import limits
 from calctl.errors import PackageError
 from calctl.package import weights
 from calctl.package.architecture import expected_tensor_shapes
@@ -558,6 +562,94 @@ def _differing_weights(ctx: ValidationContext, a: Model, b: Model) -> list[str]:
     return weights.differing(ra, rb)
 
 
+class RopeFiguresInRange(PackageRule):
+    """The RoPE figures are finite and in range: rope_theta and every per-pair divisor in rope_freq_factors.
+
+    The decoder rotates pair i of each head by position x rope_theta^(-2i/head_dim) / rope_freq_factors[i]. A base or a
+    divisor that is not finite, or far outside what any model uses (calctl.limits.ROPE_THETA, ROPE_FACTOR: the table
+    ``import hf`` checks rope_scaling against), builds a model that runs and talks nonsense: an infinite divisor stops
+    the rotation, and golden data computed from the same figures agrees with it. So a package sealed by hand or by an
+    older importer is held to the importer's limits: architecture.rope_theta, and the float values of the
+    rope_freq_factors tensor (read from its verified file, once GOLD005/GOLD006 place it).
+    """
+
+    id = "GOLD009"
+    sections = ("001 §6.1", "001 §6.2 item 6", "001 §13.1")
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        n = 0
+        for m in ctx.pkg.models:
+            a = m.architecture
+            wrong = limits.out_of_range("rope_theta", a.rope_theta)
+            if wrong:
+                yield self.manifest_problem(
+                    f"model {m.alias!r}: rope_theta {wrong}",
+                    field=f"{m.pointer}/architecture/rope_theta",
+                    expected=f"{limits.ROPE_THETA.minimum:g}..{limits.ROPE_THETA.maximum:g}",
+                    found=a.rope_theta,
+                )
+            n += 1
+            if not a.rope_freq_factors:
+                continue
+            found = next(((i, t) for i, t in enumerate(m.params) if t.name == "rope_freq_factors"), None)
+            if found is None:
+                continue  # GOLD006 names the missing tensor
+            i, t = found
+            where = f"{m.pointer}/params/tensors/{i}"
+            if t.dtype not in _FLOAT:  # the decoder divides by these values: an integer or block dtype is not one
+                yield self.manifest_problem(
+                    f"rope_freq_factors of {m.alias!r} is not a float tensor",
+                    field=f"{where}/dtype",
+                    expected="fp32 (or fp16, bf16)",
+                    found=t.dtype,
+                )
+                continue
+            values, reason = _small_float_tensor(ctx, t, a.head_dim // 2)
+            if values is None:
+                yield self.skip(f"rope_freq_factors of {m.alias!r} not read: {reason}", file=t.file, field=where)
+                continue
+            r = limits.ROPE_FACTOR
+            bad = [
+                (k, float(v)) for k, v in enumerate(values) if not (math.isfinite(v) and r.minimum <= v <= r.maximum)
+            ]
+            if bad:
+                shown = ", ".join(f"[{k}] = {v!r}" for k, v in bad[:3]) + (
+                    f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+                )
+                yield self.problem(
+                    f"rope_freq_factors of {m.alias!r}: {len(bad)} of {len(values)} per-pair divisors are not finite "
+                    f"or outside the range of a {r.fact} (calctl.limits.{r.name}; {r.why}): {shown}",
+                    file=t.file,
+                    field=where,
+                    expected=f"every value in {r.minimum:g}..{r.maximum:g}",
+                    found=bad[0][1],
+                )
+        yield self.note(f"{n} models' RoPE figures are finite and in range")
+
+
+def _small_float_tensor(ctx: ValidationContext, t: ParamTensor, count: int) -> tuple[np.ndarray | None, str]:
+    """The values of a small float tensor of ``count`` elements as float64, read from its verified file; else why not."""
+    gate = ctx.content_gate(t.file)
+    if gate:
+        return None, gate
+    if tuple(t.shape) != (count,):
+        return None, f"its shape {list(t.shape)} is not [{count}] (GOLD006)"
+    assert ctx.root is not None
+    try:
+        with (ctx.root / t.file).open("rb") as fh:  # a regular file of the walk (content_gate): no FIFO, no link
+            fh.seek(t.offset)
+            raw = fh.read(t.nbytes)  # at most 4 x MAX_HEAD_DIM / 2 bytes: the shape was checked above
+    except OSError as exc:
+        return None, f"cannot read it ({exc.strerror or exc})"
+    if len(raw) != t.nbytes:
+        return None, "it runs past the end of its file (GOLD005)"
+    if t.dtype in ("bf16", "bfloat16"):  # numpy has no bfloat16: widen the 16 bits
+        values = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        values = np.frombuffer(raw, dtype=np.dtype(NUMPY_DTYPE[t.dtype]).newbyteorder("<"))
+    return values.astype(np.float64), ""
+
+
 RULES: tuple[type[Rule], ...] = (
     GoldenFilesMatch,
     ContextLimits,
@@ -567,4 +659,5 @@ RULES: tuple[type[Rule], ...] = (
     ArchitectureMatchesTensors,
     ToleranceDiscriminates,
     ReplicaWeightsEqual,
+    RopeFiguresInRange,
 )

@@ -14,7 +14,7 @@ from calctl import jsonsafe
 from calctl.package.model import Model, Package
 from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
-from calctl.package.tokenizer_ids import ids_outside
+from calctl.package.tokenizer_ids import decoder_id_problems, ids_outside, unknown_special_tokens
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
@@ -131,6 +131,7 @@ class TokenizerVocab(PackageRule):
                     found=size,
                 )
             yield from self._ids_by_value(m, tok, field)
+            yield from self._config_ids(ctx, m, tok)
         yield self.note(
             "tokenizer vocabularies and every id they can produce agree with the manifest and model configs"
         )
@@ -147,6 +148,25 @@ class TokenizerVocab(PackageRule):
                 field=field,
                 expected=f"every id < {bound} (tokenizer.vocab_size and architecture.vocab_size)",
                 found=named[0].split(" ")[1],
+            )
+
+    def _config_ids(self, ctx: ValidationContext, m: Model, tok: Any) -> Iterator[Finding]:
+        """The ids tokenizer_config.json declares (``added_tokens_decoder``) by value too: transformers adds them
+        as declared, so an id past the vocabulary is a token id the weights do not have (issue 54)."""
+        rel = m.tokenizer.config
+        if rel is None:
+            return
+        doc, gated = _verified_config(ctx, rel)
+        if gated or not isinstance(doc, dict):
+            return  # TOK001 says why
+        bound = min(m.tokenizer.vocab_size, m.architecture.vocab_size)
+        for where, problem in decoder_id_problems(doc, tok, bound):
+            yield self.problem(
+                f"tokenizer config of {m.alias!r}: {where}: {problem}",
+                file=rel,
+                field=f"{m.pointer}/tokenizer/config",
+                expected=f"ids < {bound}, each the id tokenizer.json gives its token",
+                found=where,
             )
 
 
@@ -215,11 +235,13 @@ class OneTokenizerPerAlias(PackageRule):
 
 
 class EndOfSequence(PackageRule):
-    """The tokenizer config's eos_token maps to the model's eos_token_id.
+    """The tokenizer config's special tokens are tokens of the tokenizer, and its eos_token maps to eos_token_id.
 
     Generation stops on eos_token_id. When tokenizer_config.json names an eos_token and the architecture declares
     eos_token_id, the tokenizer must map that token to that id; otherwise decode never stops (or stops on the wrong
-    token), which golden token sequences would only catch by luck.
+    token), which golden token sequences would only catch by luck. Every special token the config names (bos, eos,
+    unk, pad, sep, cls, mask, additional_special_tokens) must be a token of tokenizer.json: transformers would add an
+    unknown one under a new id past the vocabulary, and calctl's tokenizer never produces it.
     """
 
     id = "TOK004"
@@ -230,7 +252,7 @@ class EndOfSequence(PackageRule):
         for m in ctx.pkg.models:
             eos_id = m.architecture.eos_token_id
             cfg_rel = m.tokenizer.config
-            if eos_id is None or cfg_rel is None:
+            if cfg_rel is None:
                 continue
             field = f"{m.pointer}/architecture/eos_token_id"
             tok, reason = _loaded(ctx, m)
@@ -240,6 +262,16 @@ class EndOfSequence(PackageRule):
             doc, gated = _verified_config(ctx, cfg_rel)
             if gated or not isinstance(doc, dict):
                 yield self.skip(gated or "skipped: TOK001 failed for the tokenizer config", file=cfg_rel, field=field)
+                continue
+            for where, problem in unknown_special_tokens(doc, tok):
+                yield self.problem(
+                    f"tokenizer config of {m.alias!r}: {where}: {problem}",
+                    file=cfg_rel,
+                    field=f"{m.pointer}/tokenizer/config",
+                    expected="a token of tokenizer.json",
+                    found=where,
+                )
+            if eos_id is None:
                 continue
             eos = doc.get("eos_token")
             if isinstance(eos, dict):  # AddedToken form

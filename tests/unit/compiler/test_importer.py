@@ -204,7 +204,7 @@ def test_gguf_of_an_unsupported_architecture_is_refused(tmp_path: Path) -> None:
             "rope_theta 10000.0 and rope_parameters.rope_theta 500000.0 disagree",
         ),
         ("rope_scaling", {"rope_type": "llama3"}, "rope_scaling.factor: missing"),
-        ("rope_scaling", {"rope_type": "linear", "factor": -2.0}, "rope_scaling.factor: expected a finite number"),
+        ("rope_scaling", {"rope_type": "linear", "factor": -2.0}, "rope_scaling.factor: -2.0 is outside 1..1024"),
         ("hidden_act", "gelu", "hidden_act 'gelu'"),
         ("num_key_value_heads", 3, "not a multiple"),
         ("hidden_size", "64", "hidden_size: expected an integer"),

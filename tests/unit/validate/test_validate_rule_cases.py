@@ -153,6 +153,10 @@ def parameter_tensors_overlap(doc: Doc) -> None:
     tensors[2]["offset"] = tensors[1]["offset"]
 
 
+def rope_theta_out_of_range(doc: Doc) -> None:
+    _model(doc, "model-b")["architecture"]["rope_theta"] = 1e300  # finite, so YAML and the schema let it through
+
+
 # -- tokenizer ------------------------------------------------------------------------------
 
 
@@ -163,6 +167,20 @@ def tokenizer_does_not_load(root: Path) -> None:
 
 def eos_token_maps_elsewhere(root: Path) -> None:
     edit_json(root / "tokenizer/model-a/tokenizer_config.json", lambda c: c.__setitem__("eos_token", "<|im_start|>"))
+    reseal(root)
+
+
+def added_token_id_past_vocabulary(root: Path) -> None:
+    added = {"content": "<|im_end|>", "special": True}
+    edit_json(
+        root / "tokenizer/model-a/tokenizer_config.json",
+        lambda c: c.__setitem__("added_tokens_decoder", {"1000000": added}),
+    )
+    reseal(root)
+
+
+def pad_token_unknown(root: Path) -> None:
+    edit_json(root / "tokenizer/model-b/tokenizer_config.json", lambda c: c.__setitem__("pad_token", "[PAD]"))
     reseal(root)
 
 
@@ -182,8 +200,11 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("MEM008", manifest_edit(workspace_below_peak), "workspace of 'model-b'"),
     ("GOLD003", golden_token_outside_vocabulary, "outside the vocabulary"),
     ("GOLD005", manifest_edit(parameter_tensors_overlap), "layers.0.attn_norm and layers.0.wq overlap"),
+    ("GOLD009", manifest_edit(rope_theta_out_of_range), "rope_theta 1e+300 is outside 1..1e+10"),
     ("TOK001", tokenizer_does_not_load, "does not load"),
     ("TOK004", eos_token_maps_elsewhere, "eos_token '<|im_start|>' of 'model-a'"),
+    ("TOK002", added_token_id_past_vocabulary, "added_tokens_decoder['1000000']: id 1000000 is outside the vocabulary"),
+    ("TOK004", pad_token_unknown, "pad_token: '[PAD]' is not a token of the tokenizer"),
 ]
 
 
