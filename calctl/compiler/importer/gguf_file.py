@@ -285,18 +285,15 @@ def _check_table(h: GgufHeader, cfg: FamilyConfig) -> None:
         )
 
 
-#: Accepted range of llama.cpp's ``rope_freqs.weight`` divisors: each lies between 1 and the scaling factor
-#: (convert_hf_to_gguf.py, LlamaModel), and a factor is at most 1,024 (import hf holds ``factor`` to the same).
-ROPE_FREQ_RANGE = (1.0, 1024.0)
-
-
 def _rope_factors(freqs: _Tensor, cfg: FamilyConfig, path: Path) -> np.ndarray:
     factors = _dequantize(freqs, path).reshape(-1)
     if factors.shape != (cfg.head_dim // 2,):
         raise CheckpointError(
             path, f"tensor rope_freqs.weight: expected {cfg.head_dim // 2} factors (head_dim / 2), found {factors.size}"
         )
-    low, high = ROPE_FREQ_RANGE
+    # llama.cpp's divisors each lie between 1 and the scaling factor (convert_hf_to_gguf.py, LlamaModel): the range
+    # import hf and validate (GOLD009) hold them to.
+    low, high = limits.ROPE_FACTOR.minimum, limits.ROPE_FACTOR.maximum
     bad = np.flatnonzero(~(np.isfinite(factors) & (factors >= low) & (factors <= high)))
     if bad.size:
         i = int(bad[0])
