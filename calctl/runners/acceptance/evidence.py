@@ -144,7 +144,7 @@ def _board_evidence(state: AcceptState, r: board_steps.BoardStepResult) -> StepE
         r.name,
         status,
         r.seconds,
-        _prefixed(r.verdict, r.key_figure),
+        r.key_figure if r.verdict == status.value else f"{r.verdict}: {r.key_figure}",
         r.detail,
         document=document,
         files=state.files(report=r.path),
