@@ -123,10 +123,10 @@ def run_board_selftest(
     elif report.verdict == "NOT JUDGED":
         unsupported = [r for r in rows if r.get("status") == "UNSUPPORTED"]
         detail = (
-            f"NOT JUDGED: {unsupported[0]['detail']}"
+            str(unsupported[0]["detail"])
             if unsupported
-            else "NOT JUDGED: no board profile to judge the transfer figures against (--board-profile FILE, "
-            "docs/runtime.md §8); the figures are reported and the verdict does not turn on them"
+            else "no board profile to judge the transfer figures against (--board-profile FILE, docs/runtime.md "
+            "§8); the figures are reported and the verdict does not turn on them"
         )
     path = _write(out_dir / SELFTEST_FILE, doc)
     return BoardStepResult(

@@ -502,6 +502,7 @@ def run_bringup(
             "step_reports": {s.name: s.document for s in done if s.document is not None},
         },
         steps=tuple(done),
+        reasons=_stopped_reasons(done, stopped),
         error=error if interrupted else next((f"{s.name}: {s.detail}" for s in failing), None),
         seconds=time.perf_counter() - t0,
         evidence={"report": str(config.out_dir / "report.json")},
@@ -511,6 +512,15 @@ def run_bringup(
 #: The words a step ends with that the pipeline's verdict keeps: how the run went (docs/cli.md "Verdicts").
 #: Any other failing word (FAIL, a gate's NO-GO, a finding the step's policy fails) is a failed check: FAIL.
 _RUN_ENDINGS = ("ERROR", "TIMEOUT", "INTERRUPTED", "INTERNAL ERROR")
+
+
+def _stopped_reasons(done: list[StepOutcome], stopped: str | None) -> tuple[str, ...]:
+    """A board that is not ready: the steps it stopped in one line, not one line each (the report's ``error``, said
+    first, names the chip and why)."""
+    if stopped is None:
+        return ()
+    skipped = [s.name for s in done if s.verdict == "SKIP" and s.detail == f"not run: {stopped}"]
+    return (f"{', '.join(skipped)} not run: {stopped}",) if skipped else ()
 
 
 def _not_judged_warns(steps: tuple[BringupStep, ...], outcome: StepOutcome) -> bool:

@@ -113,11 +113,13 @@ def test_a_healthy_board_without_a_profile_passes_with_its_transfers_not_judged(
     got = {s["step"]: s for s in doc["summary"]}
     assert got["device-check"]["verdict"] == "PASS" and "2/2 chips ready" in got["device-check"]["key_figure"]
     st = got["selftest"]
-    assert st["verdict"] == "NOT JUDGED" and "no board profile" in st["detail"]
+    assert st["verdict"] == "NOT JUDGED" and st["detail"].startswith("no board profile")
     assert "memory patterns 8/8 PASS" in st["key_figure"] and "GB/s on the device clock" in st["key_figure"]
     assert doc["verdict"] == "PASS" and doc["exit_code"] == 0  # NOT JUDGED does not turn the verdict
     rows = doc["step_reports"]["selftest"]["rows"]
-    assert all(r["status"] == "NOT JUDGED" and r["figure_gbps"] is not None for r in rows if r["direction"] in ("h2d", "d2h"))
+    assert all(
+        r["status"] == "NOT JUDGED" and r["figure_gbps"] is not None for r in rows if r["direction"] in ("h2d", "d2h")
+    )
 
 
 def test_with_a_board_profile_the_selftest_judges_its_transfers(cli: Cli, tmp_path: Path) -> None:
@@ -167,6 +169,11 @@ def test_accept_stops_at_a_board_that_is_not_ready_fail_naming_the_chip(cli: Cli
     assert (out / "device-check.json").is_file()
     banner = _page_banner(out / "report.html")
     assert "chip 1: wrong answer" in banner and banner.index("chip 1: wrong answer") < banner.index("G0")
+    assert doc["reasons"] == [  # one line for the eleven rows, not eleven lines
+        "G0, G1, G2, G3, G4, G5, M0, M1, M2, M3, M4 NOT MEASURED: the board is not ready (device-check FAIL), so "
+        "nothing after the check ran. To measure: fix the board (`calctl device check` names the chip and why), "
+        "then run `calctl accept` again"
+    ]
 
 
 def _accept(tmp_path: Path, level: accept_lib.Level, plan: Path | None) -> dict:

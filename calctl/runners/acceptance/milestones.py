@@ -63,8 +63,17 @@ def _clock(doc: Mapping[str, Any], row: str) -> str | None:
 
 def _inconclusive(m: Mapping[str, Any]) -> str:
     """Which checks of a milestone were undecided, and why (an interval across the limit, a saturated host)."""
-    open_ = [f"{c['name']}: {c.get('detail', '')}" for c in m.get("checks", []) if c.get("passed") is None]
-    return "; ".join(open_) or "a confidence interval straddles its limit"
+    figures: list[str] = []
+    whys: list[str] = []  # a saturated host's sentence is said once, not once per check
+    for c in m.get("checks", []):
+        if c.get("passed") is None:
+            head, sep, why = str(c.get("detail", "")).partition("; inconclusive: ")
+            figures.append(head)
+            if sep and why not in whys:
+                whys.append(why)
+    if not figures:
+        return "a confidence interval straddles its limit"
+    return "; ".join(figures) + (f"; inconclusive: {'; '.join(whys)}" if whys else "")
 
 
 def _executor_milestone(spec: RowSpec, steps: Steps, how: str) -> RowResult | Reading:

@@ -289,6 +289,7 @@ def _checkpoint(
             "files": {"report": REPORT_FILE, "plot": PLOT_FILE},
         },
         steps=done,
+        reasons=_board_stop_reasons(rows, done),
         error=board_error,
         seconds=time.perf_counter() - t0,
         evidence={"report": str(config.out_dir / REPORT_FILE), "junit": str(config.out_dir / JUNIT_FILE)},
@@ -306,6 +307,20 @@ def _checkpoint(
     if final or status == "interrupted":
         html_report.write(document, config.out_dir / REPORT_FILE)
     return report
+
+
+def _board_stop_reasons(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> tuple[str, ...]:
+    """A board that is not ready left every row unmeasured for one reason: said once (after the report's
+    ``error``, which names the chip and why), not once a row. Otherwise no reasons of its own: the page lists
+    the rows that are not GO."""
+    check = next((s for s in steps if s.name == CHECK), None)
+    if check is None or check.status not in (StepStatus.FAIL, StepStatus.ERROR):
+        return ()
+    ids = [r.id for r in rows if r.verdict is GateDecision.NOT_MEASURED]
+    return (
+        f"{', '.join(ids)} NOT MEASURED: the board is not ready ({CHECK} {check.status.value}), so nothing after "
+        f"the check ran. To measure: {BOARD_HOW}",
+    )
 
 
 def _board_not_run(steps: tuple[StepEvidence, ...]) -> str | None:

@@ -346,6 +346,8 @@ def test_a_board_that_is_not_ready_stops_bringup_with_its_reason_first(tmp_path:
     for skipped in _outcomes(report)[1:]:
         assert skipped.verdict == "SKIP" and skipped.detail == f"not run: the board is not ready (device-check {word})"
     assert report.header["package"]["not_validated"].startswith("the board is not ready")
+    # the page's first screen: the error (chip and why), then the stopped steps in one line, not one line each
+    assert report.reasons == (f"validate, budget not run: the board is not ready (device-check {word})",)
 
 
 def test_a_ready_board_or_a_failing_step_that_does_not_stop_lets_the_pipeline_go_on(tmp_path: Path) -> None:
