@@ -285,7 +285,29 @@ def junit_suites(result: Report) -> list[_output.JunitSuite]:
         ("status", doc["status"]),
         ("summary", doc["summary"]),
     ]
-    return [_output.JunitSuite("calctl.accept", [_case(r) for r in doc["rows"]], props)]
+    board = [
+        _board_case(s)
+        for s in doc.get("steps") or []
+        if s["name"] in ("device-check", "selftest") and s["status"] != "SKIP"  # quick runs no self-test
+    ]
+    return [_output.JunitSuite("calctl.accept", [*board, *(_case(r) for r in doc["rows"])], props)]
+
+
+def _board_case(step: dict[str, Any]) -> _output.JunitCase:
+    """The board's own steps as testcases before the rows: a board not ready or a self-test FAIL is a failure
+    (the rows it left unmeasured are skipped, so without these CI would see no failure beside exit 1)."""
+    name, status = f"board {step['name']}", step["status"]
+    figure = f"{step['key_figure']}\n{step['detail']}".strip()
+    if status == "FAIL":
+        return _output.JunitCase(
+            name, "calctl.accept", step["seconds"], "failure", message=step["detail"], kind="FAIL", output=figure
+        )
+    if status in ("ERROR", "INTERRUPTED"):
+        return _output.JunitCase(
+            name, "calctl.accept", step["seconds"], "error", message=step["detail"], kind=status, output=figure
+        )
+    warn = step["key_figure"] if status == "WARN" else ""
+    return _output.JunitCase(name, "calctl.accept", step["seconds"], None, output=figure, warning=warn)
 
 
 def junit_xml(result: Report) -> str:

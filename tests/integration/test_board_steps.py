@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from calctl.runners import bringup
@@ -167,6 +168,10 @@ def test_accept_stops_at_a_board_that_is_not_ready_fail_naming_the_chip(cli: Cli
     assert all(s["status"] == "SKIP" for n, s in steps.items() if n != "device-check")
     assert doc["board"]["device-check"]["ready"] is False and doc["board"]["selftest"] is None
     assert (out / "device-check.json").is_file()
+    suite = ET.parse(out / "accept.junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "1"  # exit 1 is a failure in CI's view too
+    failure = suite.findall("testcase")[0].find("failure")
+    assert failure is not None and (failure.get("message") or "").startswith("chip 1: wrong answer")
     banner = _page_banner(out / "report.html")
     assert "chip 1: wrong answer" in banner and banner.index("chip 1: wrong answer") < banner.index("G0")
     assert doc["reasons"] == [  # one line for the eleven rows, not eleven lines
