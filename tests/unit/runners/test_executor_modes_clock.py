@@ -14,7 +14,7 @@ from pathlib import Path
 from calctl.report import StepStatus
 from calctl.runners.acceptance.milestones import judge_m1, judge_m2
 from calctl.runners.acceptance.rows import GateDecision, StepEvidence
-from calctl.runners.bench.executor_modes.judge import judge
+from calctl.runners.bench.executor_modes.judge import ExecutorModesResult, judge
 from calctl.runners.bench.executor_modes.plan import ExecutorModesOptions, ModeRound
 from calctl.runners.device import DeviceSpec
 from calctl.runners.traffic import RequestRecord
@@ -33,7 +33,8 @@ def _round(mode: ExecutorMode, i: int, wall: float, busy: float | None, e2e: lis
         )
         for x in e2e
     ]
-    device = None if busy is None else [x * busy / wall for x in e2e]  # the chips' share of each request's E2E
+    # the chips' share of each request's E2E
+    device: list[float | None] | None = None if busy is None else [x * busy / wall for x in e2e]
     return ModeRound(mode, i, int((100.0 + i) * 1e9), wall, records, [[1, 2, 3, 4, 5]] * len(e2e), busy, device)
 
 
@@ -50,7 +51,7 @@ def _rounds(stamped: bool, *, pingpong_busy: float = 0.30) -> dict[ExecutorMode,
     return out
 
 
-def _judge(rounds: dict[ExecutorMode, list[ModeRound]], load: list[float]):  # type: ignore[no-untyped-def]
+def _judge(rounds: dict[ExecutorMode, list[ModeRound]], load: list[float]) -> ExecutorModesResult:
     opts = ExecutorModesOptions(Path("pkg"), TrustPolicy(), rounds=6)
     return judge(opts, DeviceSpec(), "model-a", rounds, [], [], load)
 
@@ -91,7 +92,7 @@ def test_a_gain_not_met_on_a_busy_host_with_no_trace_is_inconclusive_naming_the_
     assert idle.m2.checks[0].passed is False and idle.m2.verdict == "not met"
 
 
-def _evidence(result) -> dict[str, StepEvidence]:  # type: ignore[no-untyped-def]
+def _evidence(result: ExecutorModesResult) -> dict[str, StepEvidence]:
     doc = {"runs": [result.document()]}
     files = {"report": "executor-modes/bench-report.json"}
     return {"executor-modes": StepEvidence("executor-modes", StepStatus.PASS, document=doc, files=files)}
