@@ -45,15 +45,20 @@ def _page_banner(page: Path) -> str:
     return re.sub(r"<[^>]+>", " ", banner)
 
 
-def test_a_chip_with_a_wrong_known_answer_stops_bringup_at_the_check_naming_it(cli: Cli, tmp_path: Path) -> None:
-    out = tmp_path / "b"
+def _quick_on_a_wrong_board(cli: Cli, tmp_path: Path, command: str) -> tuple[Path, dict]:
+    """``command`` at the quick level on a mock whose chip 1 answers wrong: exit 1, its report.json."""
+    out = tmp_path / command
     r = cli(
-        "bringup", COMBINED, *TRUST, "--level", "quick", "--fault-plan", _plan(tmp_path, WRONG_ANSWER),
+        command, COMBINED, *TRUST, "--level", "quick", "--fault-plan", _plan(tmp_path, WRONG_ANSWER),
         "--report", out, "--format", "json",
     )  # fmt: skip
     assert_no_traceback(r)
     assert r.code == 1, r.err[-2000:]
-    doc = json.loads((out / "report.json").read_text())
+    return out, json.loads((out / "report.json").read_text())
+
+
+def test_a_chip_with_a_wrong_known_answer_stops_bringup_at_the_check_naming_it(cli: Cli, tmp_path: Path) -> None:
+    out, doc = _quick_on_a_wrong_board(cli, tmp_path, "bringup")
     assert doc["verdict"] == "FAIL"
     assert doc["error"].startswith("device-check: chip 1: wrong answer") and "model-b" in doc["error"]
     steps = {s["step"]: s for s in doc["summary"]}
@@ -150,14 +155,7 @@ def test_with_a_board_profile_the_selftest_judges_its_transfers(cli: Cli, tmp_pa
 
 
 def test_accept_stops_at_a_board_that_is_not_ready_fail_naming_the_chip(cli: Cli, tmp_path: Path) -> None:
-    out = tmp_path / "a"
-    r = cli(
-        "accept", COMBINED, *TRUST, "--level", "quick", "--fault-plan", _plan(tmp_path, WRONG_ANSWER),
-        "--report", out, "--format", "json",
-    )  # fmt: skip
-    assert_no_traceback(r)
-    assert r.code == 1, r.err[-2000:]
-    doc = json.loads((out / "report.json").read_text())
+    out, doc = _quick_on_a_wrong_board(cli, tmp_path, "accept")
     assert doc["verdict"] == "FAIL" and doc["summary"].startswith("FAIL (the board is not ready: chip 1: wrong answer")
     assert doc["error"].startswith("the board is not ready: chip 1") and "model-b" in doc["error"]
     for row in doc["rows"]:
