@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "poc": ("calctl.cli.runner_cmds", "Proof-of-concept flows on a device (001 §6.4)."),
     "bringup": (
         "calctl.cli.runner_cmds",
-        "The bench pipeline in one command: validate, budget, golden, warm-up, PoC, short soak.",
+        "The bench pipeline in one command: device check, self-test, validate, budget, golden, warm-up, PoC, soak.",
     ),
     "accept": (
         "calctl.cli.accept_cmds",

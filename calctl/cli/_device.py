@@ -77,6 +77,15 @@ def check_fault_plan(fault_plan: Path | None) -> None:
         raise UsageError(f"--fault-plan {fault_plan}: is {kind_phrase(mode)}, not a regular file")
 
 
+def check_board_profile(board_profile: Path | None) -> None:
+    """``--board-profile`` read and checked before a pipeline starts: a bad one is a usage error (exit 2) naming
+    the file and field, never a self-test step in ERROR minutes into the run."""
+    if board_profile is not None:
+        from calctl.runners.selftest import BoardProfile
+
+        BoardProfile.load(board_profile)
+
+
 def report_dir(report: Path | None, command: str) -> Path:
     """``--report DIR``, else the documented default ``$CALCTL_REPORT_DIR`` or ``./calctl-reports``/COMMAND-STAMP."""
     from calctl.records import REPORT_DIR_ENV, default_report_dir

@@ -221,6 +221,14 @@ SerializeChipsOpt = Annotated[
     bool,
     typer.Option("--serialize-chips", help="Mock only: a global runtime lock, so the chips never overlap (S1)."),
 ]
+BoardProfileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--board-profile",
+        help="A calculet-board-profile/v1 YAML (docs/runtime.md §8) the self-test step judges its transfer rows "
+        "against; without it they are NOT JUDGED, their figures reported.",
+    ),
+]
 ReportFileOpt = Annotated[
     Path | None, typer.Option("--report", help="Write the JSON report here (on every path, a hang included).")
 ]

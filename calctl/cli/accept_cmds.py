@@ -17,10 +17,11 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
-from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
+from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, check_board_profile, device_options, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
     ACCEPT_TIME_SCALE_HELP,
+    BoardProfileOpt,
     ResultFormatOpt,
     RunLevel,
     report_dir_option,
@@ -85,6 +86,7 @@ def accept(
             "report.json (rewritten after every step), accept.png, accept.junit.xml and every step's evidence",
         ),
     ] = None,
+    board_profile: BoardProfileOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     format: ResultFormatOpt = Format.table,
 ) -> int:
@@ -92,7 +94,9 @@ def accept(
 
     Gates from 001 §17, milestones from 000 §19 (docs/accept.md).
 
-    Runs budget, load peak, golden, the combined PoC, the isolation, fault-isolation, executor-modes and batch
+    Runs the device check first (a board that is not ready stops the run there: FAIL naming the chip), the
+    self-test at standard and long (NOT JUDGED without --board-profile; a FAIL row fails the run), then
+    budget, load peak, golden, the combined PoC, the isolation, fault-isolation, executor-modes and batch
     scenarios, a soak and (with --previous) a roll forward from that version to PKG and back under traffic,
     keeping every trace, record and picture in the report directory, and judges each row from them. Nothing
     is GO without its evidence file there; a duration or count not reached (24 h, 100 cycles) is NOT MEASURED
@@ -117,6 +121,7 @@ def accept(
         from calctl.compiler.bundled import bundled_package
 
         replica = bundled_package("replica")
+    check_board_profile(board_profile)
     out_dir = report_dir(report, "accept")
     config = accept_lib.AcceptConfig(
         package=path,
@@ -128,6 +133,7 @@ def accept(
         only=_parse_only(only),
         seed=dev.seed or 0,
         previous=previous,
+        board_profile=board_profile,
     )
     _output.info(
         f"calctl accept ({level.value}) of {escape(str(path))}"
@@ -168,6 +174,7 @@ _ESTIMATE = {
 def _plan_line(config: Any) -> str:
     """``plan: validate, ..., soak (3 cycles of 0.5 s traffic), rollback; about 1–3 min on the mock``."""
     from calctl.runners.acceptance.evidence import STEPS
+    from calctl.runners.board_steps import SELFTEST, selftest_skip_reason
 
     st = config.settings
     soak = f"{st.soak_cycles} cycles" if st.soak_cycles is not None else f"{st.soak_hours:g} h"
@@ -176,7 +183,8 @@ def _plan_line(config: Any) -> str:
         "soak": f"soak ({soak} of {st.soak_traffic_s:g} s traffic)",
         "executor-modes": f"executor-modes ({st.executor_rounds} rounds, up to {budget})",
     }
-    steps = ", ".join(named.get(s.name, s.name) for s in STEPS if config.wants(*s.rows))
+    skipped = {SELFTEST} if selftest_skip_reason(config.level.value) else set()
+    steps = ", ".join(named.get(s.name, s.name) for s in STEPS if config.wants(*s.rows) and s.name not in skipped)
     return f"plan: {steps}; {_ESTIMATE.get(config.level.value, 'its own time')}"
 
 
@@ -194,6 +202,17 @@ def _render(result: Report) -> None:
         ],
     )
     out = _output.stdout
+    for step in doc.get("steps") or []:  # the board's own steps first: a board not ready is why nothing ran
+        if step["name"] in ("device-check", "selftest") and step["status"] != "SKIP":
+            why = f" — {escape(step['detail'])}" if step["detail"] and step["status"] != "PASS" else ""
+            out.print(
+                Padding(
+                    f"board {escape(step['name'])} {_output.styled_verdict(step['status'])}: "
+                    f"{escape(step['key_figure'])}{why}",
+                    (0, 0, 0, 2),
+                ),
+                soft_wrap=False,
+            )
     skipped = [r["id"] for r in rows if r["key_figure"] == "not asked for"]
     for r in rows:
         if r["id"] in skipped:
@@ -266,7 +285,29 @@ def junit_suites(result: Report) -> list[_output.JunitSuite]:
         ("status", doc["status"]),
         ("summary", doc["summary"]),
     ]
-    return [_output.JunitSuite("calctl.accept", [_case(r) for r in doc["rows"]], props)]
+    board = [
+        _board_case(s)
+        for s in doc.get("steps") or []
+        if s["name"] in ("device-check", "selftest") and s["status"] != "SKIP"  # quick runs no self-test
+    ]
+    return [_output.JunitSuite("calctl.accept", [*board, *(_case(r) for r in doc["rows"])], props)]
+
+
+def _board_case(step: dict[str, Any]) -> _output.JunitCase:
+    """The board's own steps as testcases before the rows: a board not ready or a self-test FAIL is a failure
+    (the rows it left unmeasured are skipped, so without these CI would see no failure beside exit 1)."""
+    name, status = f"board {step['name']}", step["status"]
+    figure = f"{step['key_figure']}\n{step['detail']}".strip()
+    if status == "FAIL":
+        return _output.JunitCase(
+            name, "calctl.accept", step["seconds"], "failure", message=step["detail"], kind="FAIL", output=figure
+        )
+    if status in ("ERROR", "INTERRUPTED"):
+        return _output.JunitCase(
+            name, "calctl.accept", step["seconds"], "error", message=step["detail"], kind=status, output=figure
+        )
+    warn = step["key_figure"] if status == "WARN" else ""
+    return _output.JunitCase(name, "calctl.accept", step["seconds"], None, output=figure, warning=warn)
 
 
 def junit_xml(result: Report) -> str:

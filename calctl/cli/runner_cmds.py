@@ -21,11 +21,19 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
-from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, option_group, report_dir
+from calctl.cli._device import (
+    DEVICE_DEFAULTS,
+    DeviceArgs,
+    check_board_profile,
+    device_options,
+    option_group,
+    report_dir,
+)
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
     BRINGUP_TIME_SCALE_HELP,
     POC_TIME_SCALE_HELP,
+    BoardProfileOpt,
     FormatOpt,
     ReportFileOpt,
     ResultFormatOpt,
@@ -183,6 +191,8 @@ def provenance_line(header: Mapping[str, Any]) -> str:
     if pkg.get("name"):
         what = f"package {escape(str(pkg['name']))} {escape(str(pkg.get('version') or ''))}".rstrip()
         what += f" sha256:{pkg.get('digest') or 'n/a'}, signer {pkg.get('signer_key_id') or 'not verified'}"
+    elif pkg.get("not_validated"):  # the run stopped before validate (a board that is not ready): never "refused"
+        what = f"package {escape(str(pkg.get('path') or 'n/a'))}: not validated ({escape(str(pkg['not_validated']))})"
     else:
         digest = f" (sha256:{pkg['digest']})" if pkg.get("digest") else ""
         what = f"package {escape(str(pkg.get('path') or 'n/a'))}{digest}: refused before it was loaded"
@@ -537,7 +547,7 @@ def _render_poc(report: Report) -> None:
 # bringup
 
 
-@device_options("time_scale", time_scale=BRINGUP_TIME_SCALE_HELP)
+@device_options("fault_plan", "time_scale", time_scale=BRINGUP_TIME_SCALE_HELP)
 def bringup(
     pkg: PackageArg = None,
     level: Annotated[
@@ -548,14 +558,17 @@ def bringup(
         Path | None,
         report_dir_option("./calctl-reports/bringup-<timestamp>", "report.json, each step's trace and picture"),
     ] = None,
+    board_profile: BoardProfileOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     format: FormatOpt = TableJson.table,
 ) -> int:
-    """The bench pipeline in one command: validate, budget, golden, warm-up, PoC, short soak.
+    """The bench pipeline in one command: device check, self-test, validate, budget, golden, warm-up, PoC, soak.
 
-    Runs validate, budget, run-golden, warmup, the combined PoC (for a combined or replica package) and a
-    short load/unload soak, in that order; one summary, and report.json with every step's trace and picture
-    in the report directory (default ./calctl-reports/bringup-<timestamp>, printed at the start).
+    Runs the device check (every level; a board that is not ready stops the run there, naming the chip), the
+    self-test (standard and long; NOT JUDGED without --board-profile), validate, budget, run-golden, warmup,
+    the combined PoC (for a combined or replica package) and a short load/unload soak, in that order; one
+    summary, and report.json with every step's report, trace and picture in the report directory (default
+    ./calctl-reports/bringup-<timestamp>, printed at the start).
 
     With no PKG: the bundled combined sample on the mock device. Exit 0 PASS/WARN, else the first failing
     step's code (1 fail, 3 device, 4 timeout, 130 Ctrl-C).
@@ -566,15 +579,24 @@ def bringup(
 
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
+    check_board_profile(board_profile)
     out_dir = report_dir(report, "bringup")
     config = bringup_lib.BringupConfig(
-        package=path, trust=trust, device=spec, level=bringup_lib.Level(level.value), out_dir=out_dir
+        package=path,
+        trust=trust,
+        device=spec,
+        level=bringup_lib.Level(level.value),
+        out_dir=out_dir,
+        board_profile=board_profile,
     )
     _output.info(
         f"calctl bringup ({level.value}) of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"
     )
     # the plan before it starts (#53 item 5): the steps in order; each step's own line says its time as it ends
-    _output.info(f"plan: {', '.join(s.name for s in bringup_lib.STEPS)} (a step whose input failed is skipped)")
+    _output.info(
+        f"plan: {', '.join(s.name for s in bringup_lib.STEPS)} (a board that is not ready stops the run; a step "
+        "whose input failed is skipped)"
+    )
 
     with interruptible(), quiet_engine_log(), _bringup_steps(format) as show:
         result = bringup_lib.run_bringup(config, on_step=show)

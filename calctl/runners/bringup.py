@@ -5,6 +5,10 @@ The pipeline is an explicit tuple of :class:`BringupStep` values, run in order:
 ============  ==========================================  =======================
 step          what                                        needs
 ============  ==========================================  =======================
+device-check  the board ready? (calctl device check);     –; not ready stops the
+              every level                                 pipeline, reason first
+selftest      transfers and memory patterns               device-check; standard
+              (calctl device selftest)                    and long only
 validate      static validation (calctl validate)          –
 budget        per-chip capacity GO/NO-GO (gate G0, §8)     validate
 run-golden    every model's golden on the device           validate, budget
@@ -13,6 +17,13 @@ poc           the combined-calbin PoC (§6.4), S1/S2         run-golden; only fo
 soak          a short load/unload soak with mixed traffic  warmup
               (``calctl soak``, 001 §13.3; cycles by level)
 ============  ==========================================  =======================
+
+The board comes first (:mod:`calctl.runners.board_steps`, issue 51 item 6): a
+board that is not ready stops the pipeline at ``device-check`` (every later
+step SKIP, "not run: the board is not ready: chip 1: wrong answer ..."), since
+nothing about the model is worth measuring there; a self-test FAIL is a FAIL
+step and the pipeline goes on; a self-test NOT JUDGED (no board profile) is
+reported as such and does not turn the verdict.
 
 A step whose needs did not pass is reported SKIP with the reason (never
 dropped); a step that does not apply (the PoC on a single-model package) is
@@ -53,6 +64,15 @@ from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, StepRecord, StepStatus, build_header, exit_code_of, step_status_of
+from calctl.runners.board_steps import (
+    CHECK,
+    SELFTEST,
+    SELFTEST_HOW,
+    BoardStepResult,
+    run_board_selftest,
+    run_check,
+    selftest_skip_reason,
+)
 from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import run_golden
 from calctl.runners.poc import run_poc_combined
@@ -101,6 +121,8 @@ class BringupConfig:
     out_dir: Path
     #: The command the pictures are titled with: ``bringup``, or ``accept`` when acceptance runs these steps.
     command: str = "bringup"
+    #: A ``calculet-board-profile/v1`` file the self-test judges its transfer rows against (None: NOT JUDGED).
+    board_profile: Path | None = None
 
     @property
     def settings(self) -> BringupSettings:
@@ -178,10 +200,37 @@ class BringupStep:
     needs: tuple[str, ...]
     run: Callable[[BringupState], StepOutcome]
     applies: Callable[[BringupState], str | None] = lambda state: None
+    #: A failure of this step stops the pipeline (the board is not ready): every later step is SKIP saying so.
+    stops: bool = False
+    #: Its NOT JUDGED makes the pipeline WARN (a PoC not judged); False: its figures are reported, the verdict
+    #: does not turn on them (the self-test without a board profile).
+    not_judged_warns: bool = True
 
 
 # ---------------------------------------------------------------------------
 # The steps
+
+
+def _board_outcome(state: BringupState, r: BoardStepResult) -> StepOutcome:
+    if state.header is None and isinstance(r.document.get("runtime"), dict):
+        state.header = {"runtime": r.document["runtime"]}  # the device said what it is: the header says it too
+    files: dict[str, str | None] = {"json": str(r.path) if r.path else None}
+    return StepOutcome(r.name, r.verdict, r.key_figure, r.seconds, r.detail, files, r.document)
+
+
+def _device_check(state: BringupState) -> StepOutcome:
+    cfg = state.config
+    return _board_outcome(state, run_check(cfg.device, cfg.out_dir, step_timeout_s=cfg.settings.step_timeout_s))
+
+
+def _selftest(state: BringupState) -> StepOutcome:
+    cfg = state.config
+    return _board_outcome(state, run_board_selftest(cfg.device, cfg.out_dir, board_profile=cfg.board_profile))
+
+
+def _selftest_applies(state: BringupState) -> str | None:
+    why = selftest_skip_reason(state.config.level.value)
+    return None if why is None else f"{why} (to run it: {SELFTEST_HOW})"
 
 
 def _validate(state: BringupState) -> StepOutcome:
@@ -354,6 +403,8 @@ def _soak(state: BringupState) -> StepOutcome:
     return StepOutcome("soak", verdict, figure, time.perf_counter() - t0, detail, files, doc, report.fail_on)
 
 
+DEVICE_CHECK = BringupStep(CHECK, (), _device_check, stops=True)
+SELFTEST_STEP = BringupStep(SELFTEST, (CHECK,), _selftest, _selftest_applies, not_judged_warns=False)
 VALIDATE = BringupStep("validate", (), _validate)
 BUDGET = BringupStep("budget", ("validate",), _budget)
 GOLDEN = BringupStep("run-golden", ("validate", "budget"), _golden)
@@ -362,7 +413,7 @@ POC = BringupStep("poc", ("run-golden",), _poc, _poc_applies)
 SOAK = BringupStep("soak", ("warmup",), _soak)
 
 #: The pipeline, in order. Extension point: later stages are appended here.
-STEPS: tuple[BringupStep, ...] = (VALIDATE, BUDGET, GOLDEN, WARMUP, POC, SOAK)
+STEPS: tuple[BringupStep, ...] = (DEVICE_CHECK, SELFTEST_STEP, VALIDATE, BUDGET, GOLDEN, WARMUP, POC, SOAK)
 
 
 # ---------------------------------------------------------------------------
@@ -388,15 +439,19 @@ def run_bringup(
     done: list[StepOutcome] = []
     cut: str | None = None  # what stopped the pipeline: the signal, and where it came
     error: str | None = None  # the report's one line on it
+    stopped: str | None = None  # a board that is not ready: why the remaining steps did not run
     stack = ExitStack()
     state = BringupState(config=config, stack=stack)
     try:
         with stack:
             for step in steps:
-                outcome = _run_step(step, state, cut)
+                outcome = _run_step(step, state, cut, stopped)
                 if outcome.verdict == RunOutcome.INTERRUPTED.value and cut is None:
                     cut = f"{_signal_text(outcome)} in {step.name}"
                     error = f"{step.name}: {outcome.detail}"
+                elif step.stops and outcome.failed and stopped is None:
+                    # said once in full on the step's own row; the steps it stopped name it
+                    stopped = f"the board is not ready ({step.name} {outcome.verdict})"
                 state.outcomes[step.name] = outcome
                 done.append(outcome)
                 if on_step is not None:
@@ -423,7 +478,7 @@ def run_bringup(
         verdict = RunOutcome.INTERRUPTED.value
     elif failing:
         verdict = _pipeline_verdict(failing[0])
-    elif any(s.verdict in ("WARN", "S1", "NOT JUDGED") for s in done):
+    elif any(s.verdict in ("WARN", "S1") or (s.verdict == "NOT JUDGED" and _not_judged_warns(steps, s)) for s in done):
         verdict = "WARN"  # a PoC (or a gate) not judged is not a pass: WARN, and its step says why
     else:
         verdict = "PASS"
@@ -447,6 +502,7 @@ def run_bringup(
             "step_reports": {s.name: s.document for s in done if s.document is not None},
         },
         steps=tuple(done),
+        reasons=_stopped_reasons(done, stopped),
         error=error if interrupted else next((f"{s.name}: {s.detail}" for s in failing), None),
         seconds=time.perf_counter() - t0,
         evidence={"report": str(config.out_dir / "report.json")},
@@ -456,6 +512,21 @@ def run_bringup(
 #: The words a step ends with that the pipeline's verdict keeps: how the run went (docs/cli.md "Verdicts").
 #: Any other failing word (FAIL, a gate's NO-GO, a finding the step's policy fails) is a failed check: FAIL.
 _RUN_ENDINGS = ("ERROR", "TIMEOUT", "INTERRUPTED", "INTERNAL ERROR")
+
+
+def _stopped_reasons(done: list[StepOutcome], stopped: str | None) -> tuple[str, ...]:
+    """A board that is not ready: the steps it stopped in one line, not one line each (the report's ``error``, said
+    first, names the chip and why)."""
+    if stopped is None:
+        return ()
+    skipped = [s.name for s in done if s.verdict == "SKIP" and s.detail == f"not run: {stopped}"]
+    return (f"{', '.join(skipped)} not run: {stopped}",) if skipped else ()
+
+
+def _not_judged_warns(steps: tuple[BringupStep, ...], outcome: StepOutcome) -> bool:
+    """Does ``outcome``'s NOT JUDGED make the pipeline WARN? Yes, unless its step says its figures are reported
+    without turning the verdict (the self-test without a board profile)."""
+    return next((s.not_judged_warns for s in steps if s.name == outcome.name), True)
 
 
 def _pipeline_verdict(first_failing: StepOutcome) -> str:
@@ -474,9 +545,11 @@ def _signal_text(outcome: StepOutcome) -> str:
     return head if head.startswith("interrupted (") else "interrupted"
 
 
-def _run_step(step: BringupStep, state: BringupState, cut: str | None) -> StepOutcome:
+def _run_step(step: BringupStep, state: BringupState, cut: str | None, stopped: str | None = None) -> StepOutcome:
     if cut is not None:
         return StepOutcome(step.name, "SKIP", "", 0.0, f"not run: the pipeline was {cut}")
+    if stopped is not None:
+        return StepOutcome(step.name, "SKIP", "", 0.0, f"not run: {stopped}")
     unmet = [n for n in step.needs if n not in state.outcomes or not state.outcomes[n].passed]
     if unmet:
         why = ", ".join(f"{n} {state.outcomes[n].verdict if n in state.outcomes else 'did not run'}" for n in unmet)
@@ -528,6 +601,11 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
             "kind": pkg.kind if pkg else None,
             "digest": vdoc.get("digest") if vdoc else None,
             "signer_key_id": vdoc.get("signer_key_id") if vdoc else None,
+            **(
+                {"not_validated": validation.detail.removeprefix("not run: ")}
+                if validation and validation.verdict == "SKIP"
+                else {}
+            ),
         },
         level=config.level.value,
     )
@@ -535,9 +613,11 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
 
 __all__ = [
     "BUDGET",
+    "DEVICE_CHECK",
     "GOLDEN",
     "LEVELS",
     "POC",
+    "SELFTEST_STEP",
     "SOAK",
     "STEPS",
     "VALIDATE",

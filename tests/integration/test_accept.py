@@ -99,6 +99,10 @@ def test_quick_level_files_json_junit_and_picture(quick) -> None:
     suite = ET.parse(out / "accept.junit.xml").getroot().find("testsuite")
     assert suite is not None
     cases = suite.findall("testcase")
+    board = cases[0]  # the board first, passed
+    assert board.get("name") == "board device-check"
+    assert [e.tag for e in board] == ["system-out"] and "2/2 chips ready" in (board.findtext("system-out") or "")
+    cases = cases[1:]
     assert [c.get("name", "").split()[0] for c in cases] == ROW_IDS
     skipped = [c for c in cases if c.find("skipped") is not None]
     assert len(skipped) == doc["counts"]["NOT MEASURED"] and suite.get("failures") == "0"

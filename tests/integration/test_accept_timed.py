@@ -128,7 +128,11 @@ def test_serialize_chips_makes_g3_no_go_with_the_reports_action(tmp_path: Path) 
 
 def test_a_kv_corruption_plan_makes_g2_no_go_naming_the_request(tmp_path: Path) -> None:
     plan = tmp_path / "kv.yaml"
-    plan.write_text("schema: calctl-fault-plan/v1\nfaults:\n  - kind: kv_corruption\n    probability: 0.5\n")
+    # model-a1 only: the device check's known answers (the bundled combined sample's model-a and model-b) pass,
+    # so the run reaches the isolation scenario (a board whose every job is corrupt is stopped at the check)
+    plan.write_text(
+        "schema: calctl-fault-plan/v1\nfaults:\n  - kind: kv_corruption\n    probability: 0.5\n    model: model-a1\n"
+    )
     code, stdout, stderr = run_accept(
         "accept", REPLICA, *TRUST, "--only", "G2", "--fault-plan", plan, "--report", tmp_path / "r", "--format", "json"
     )

@@ -15,6 +15,7 @@ from calctl.runners.bench.batch import build_batch_sample
 from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import run_golden
 from calctl.signing.policy import make_policy
+from tests.conftest import FIXTURE_PACKAGES
 
 
 def _plan(tmp_path: Path, body: str) -> Path:
@@ -61,9 +62,18 @@ def test_an_inactive_lane_that_writes_kv_fails_naming_profile_and_lane(tmp_path:
 
 
 def test_a_b1_only_package_runs_no_batch() -> None:
-    verdict, models = _golden(bundled_package("combined"), DeviceSpec())
-    assert verdict in ("PASS", "WARN")  # the bundled sample is signed with the test key (SIG002)
+    verdict, models = _golden(FIXTURE_PACKAGES / "combined", DeviceSpec())  # decode profile B1 only
+    assert verdict in ("PASS", "WARN")  # the fixture is signed with the test key (SIG002)
     assert [m.batch for m in models] == [(), ()]
+
+
+def test_the_bundled_combined_sample_runs_b4_on_each_model() -> None:
+    """The bundled sample compiles B4 beside B1, so what runs on it with no package (bringup, accept quick's
+    batch step for M3) includes a batched profile (issue 53)."""
+    verdict, models = _golden(bundled_package("combined"), DeviceSpec())
+    assert verdict in ("PASS", "WARN")
+    assert [[b.batch for b in m.batch] for m in models] == [[4], [4]]
+    assert all(b.ok for m in models for b in m.batch)
 
 
 def test_the_variant_prompt_differs_in_every_token() -> None:

@@ -8,8 +8,9 @@
 * going back to ping/pong is an operator action over the admin API.
 
 Timing checks use the bench's own confidence intervals, or generous bounds; device time dominates (mock time
-scale 8 for the bench). Where the scenario itself found the host saturated, its host-clock checks are
-inconclusive and say so, and the test holds it to that; the trace evidence (device clock) is checked always.
+scale 8 for the bench). M2 is judged on the device's clock, so it holds at any host load; where the scenario
+found the host saturated, M1's host-clock checks are inconclusive and say so, and the test holds it to that; the
+trace evidence (device clock) is checked always.
 The M1 limits (3 % / 5 %) are tighter than a shared CI machine's noise can always
 resolve, so the M1 test accepts an *inconclusive* interval but never a *not met* one, and checks the point
 estimates against generous bounds; the measured intervals are in docs/executor.md.
@@ -49,7 +50,7 @@ DECODE = "model_a_decode"
 
 def _host_saturated(report: ExecutorModesResult) -> bool:
     """The scenario's own reading of the host (its load samples over the CPU count), as its verdicts use it."""
-    return any("host saturated" in c.detail for m in (report.m1, report.m2) for c in m.checks)
+    return any("host saturated" in c.detail for c in report.m1.checks)
 
 
 def test_executor_modes_bench_m1_m2_and_the_overlap_in_the_trace(tmp_path: Path) -> None:
@@ -72,14 +73,16 @@ def test_executor_modes_bench_m1_m2_and_the_overlap_in_the_trace(tmp_path: Path)
     assert report.outputs_identical and report.automatic_downgrades == []
     assert all(m["errors"] == 0 for m in doc["modes"].values())
 
-    # M2's throughput and latency are on the host's clock: met, or inconclusive because the scenario saw the
-    # host saturated and says so (docs/executor.md); never "not met" for a healthy mock executor.
+    # M2's throughput and latency are on the device's clock (the mock stamps every job): met at any host load,
+    # never "inconclusive: host saturated" (#53 item 3). M1's regression is host time: on a saturated host it is
+    # inconclusive and says why.
     gain = report.m2.checks[0]
     assert gain.name == "throughput_gain" and gain.estimate.ci_low is not None
+    assert doc["workload"]["clock"] == {"M1": "host", "M2": "device"}
+    assert report.m2.verdict == "met" and gain.estimate.ci_low >= 0.10, doc["M2"]
+    assert "device clock" in gain.detail and "host saturated" not in gain.detail
     if _host_saturated(report):
-        assert report.m2.verdict == "inconclusive" and "host saturated" in gain.detail, doc["M2"]
-    else:
-        assert report.m2.verdict == "met" and gain.estimate.ci_low >= 0.10, doc["M2"]
+        assert report.m1.verdict == "inconclusive" and "only the host's clock measures it" in report.m1.checks[0].detail
 
     assert report.m1.verdict != "not met", doc["M1"]
     p50, p99 = report.m1.checks[0].estimate.mean, report.m1.checks[1].estimate.mean

@@ -3,7 +3,8 @@
 Each case runs idle and with one CPU-bound process per core beside it (``tests/cpu_load.py``): the modelled
 global runtime lock (``--serialize-chips``, G3), corrupted output (G1), a golden mismatch in the package (G1)
 and KV corruption (G2) stay NO-GO, because they are decided from outputs, records and the device's own job
-intervals, never from the host's clock. The reference board's ``CALRT_REF_BOARD_LOCK=1`` is in
+intervals, never from the host's clock; a board that answers the device check's known answers wrong is
+stopped there (FAIL, naming the chip), at any load too. The reference board's ``CALRT_REF_BOARD_LOCK=1`` is in
 tests/integration/test_reference_board_runners.py.
 """
 
@@ -67,10 +68,23 @@ def test_serialized_chips_are_g3_no_go(host: str, tmp_path: Path) -> None:
 
 
 def test_corrupt_output_is_g1_no_go(host: str, tmp_path: Path) -> None:
+    # On a graph the device check's known answers do not run (they are the bundled combined sample's model-a and
+    # model-b), so the check passes and run-golden shows the defect; the check's own catch is the next test.
+    plan = _plan(tmp_path, "{kind: corrupt_output, job: 3, graph: model_a1_decode, magnitude: 8.0}")
+    code, rows, err = _accept("G1", REPLICA, tmp_path / "r", "--fault-plan", plan)
+    assert code == 1, err[-2000:]
+    assert rows["G1"]["verdict"] == "NO-GO" and "model-a1" in rows["G1"]["reason"], (host, rows["G1"])
+
+
+def test_a_board_that_answers_wrong_stops_accept_at_the_device_check(host: str, tmp_path: Path) -> None:
+    """Issue 51 item 6: the known-answer job catches a chip that computes wrong before any row's evidence, at any
+    host load, naming the chip."""
     plan = _plan(tmp_path, "{kind: corrupt_output, job: 3, graph: model_b_decode, magnitude: 8.0}")
     code, rows, err = _accept("G1", COMBINED, tmp_path / "r", "--fault-plan", plan)
     assert code == 1, err[-2000:]
-    assert rows["G1"]["verdict"] == "NO-GO", (host, rows["G1"])
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert doc["verdict"] == "FAIL" and doc["summary"].startswith("FAIL (the board is not ready: chip 1:"), (host, doc)
+    assert rows["G1"]["verdict"] == "NOT MEASURED" and "the board is not ready" in rows["G1"]["reason"]
 
 
 def test_a_golden_mismatch_is_g1_no_go(host: str, tmp_path: Path) -> None:
@@ -88,7 +102,7 @@ def test_a_golden_mismatch_is_g1_no_go(host: str, tmp_path: Path) -> None:
 
 
 def test_kv_corruption_is_g2_no_go(host: str, tmp_path: Path) -> None:
-    plan = _plan(tmp_path, "{kind: kv_corruption, probability: 0.5}")
+    plan = _plan(tmp_path, "{kind: kv_corruption, probability: 0.5, model: model-a1}")  # not the check's models
     code, rows, err = _accept("G2", REPLICA, tmp_path / "r", "--fault-plan", plan)
     assert code == 1, err[-2000:]
     assert rows["G2"]["verdict"] == "NO-GO" and "chip" in rows["G2"]["reason"], (host, rows["G2"])

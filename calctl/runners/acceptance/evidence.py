@@ -7,6 +7,9 @@ judges (:mod:`~calctl.runners.acceptance.judges`):
 
 step              runner                                                  rows
 ================  =====================================================  ==============
+device-check      the board ready? (``calctl device check``)              every row
+selftest          transfers, memory patterns (``calctl device selftest``;  every row
+                  standard and long levels)
 validate          static validation (``calctl validate``)                  every row
 budget            per-chip capacity plan (``calctl budget``)               G0
 load-peak         configure on the device, per-chip memory at load         G0
@@ -20,6 +23,12 @@ batch             bench scenario ``batch``                                 M3
 soak              ``calctl soak``: load/unload cycles, mixed traffic       G5, M0, M2, M4
 rollback          ``--previous`` -> PKG -> one-call rollback, under traffic  G5, M4
 ================  =====================================================  ==============
+
+The board steps come first (:mod:`calctl.runners.board_steps`): a board that
+is not ready stops the run at ``device-check`` (every later step SKIP saying
+so, every row NOT MEASURED with that reason, the verdict FAIL, or ERROR when
+there is no device); a self-test FAIL makes the verdict FAIL and the run goes
+on; a self-test NOT JUDGED (no board profile) is reported as such.
 
 A step that does not apply (no replica package, ``--device calrt`` for a
 mock-only scenario, a row not asked for with ``--only``) is SKIP with the
@@ -45,7 +54,7 @@ from typing import Any
 from calctl import records
 from calctl.errors import CalctlError, ExitCode, Interrupted, UsageError, reason_of
 from calctl.report import RESERVED, Report, StepStatus, build_header
-from calctl.runners import bringup
+from calctl.runners import board_steps, bringup
 from calctl.runners.acceptance.plan import ROW_IDS, AcceptConfig
 from calctl.runners.acceptance.rows import StepEvidence, ran_status
 from calctl.runners.context import RunContext
@@ -124,6 +133,40 @@ def _bringup_state(cfg: AcceptConfig, package: Path, out: Path) -> bringup.Bring
         package=package, trust=cfg.trust, device=cfg.device, level=bringup.Level.QUICK, out_dir=out, command="accept"
     )
     return bringup.BringupState(config=bcfg, stack=ExitStack())
+
+
+def _board_evidence(state: AcceptState, r: board_steps.BoardStepResult) -> StepEvidence:
+    """A board step as evidence: its own report's verdict as the step word (NOT JUDGED: WARN, its detail says
+    the figures were not judged), its report kept beside the others."""
+    status = StepStatus.ERROR if r.exit_code not in (0, int(ExitCode.FAILED)) else ran_status(r.verdict)
+    document = {**r.document, "exit_code": r.exit_code}
+    return StepEvidence(
+        r.name,
+        status,
+        r.seconds,
+        r.key_figure if r.verdict == status.value else f"{r.verdict}: {r.key_figure}",
+        r.detail,
+        document=document,
+        files=state.files(report=r.path),
+    )
+
+
+def step_device_check(state: AcceptState) -> StepEvidence:
+    """``calctl device check`` first: a board that is not ready stops the run (:mod:`calctl.runners.acceptance.run`)."""
+    cfg = state.config
+    return _board_evidence(
+        state, board_steps.run_check(cfg.device, state.out, step_timeout_s=cfg.settings.step_timeout_s)
+    )
+
+
+def step_selftest(state: AcceptState) -> StepEvidence:
+    cfg = state.config
+    why = board_steps.selftest_skip_reason(cfg.level.value)
+    if why is not None:
+        raise Skip(why, board_steps.SELFTEST_HOW)
+    return _board_evidence(
+        state, board_steps.run_board_selftest(cfg.device, state.out, board_profile=cfg.board_profile, seed=cfg.seed)
+    )
 
 
 def _write_report(path: Path, command: str, verdict: str, header: dict[str, Any], body: dict[str, Any]) -> None:
@@ -525,6 +568,8 @@ def step_rollback(state: AcceptState) -> StepEvidence:
 
 #: The evidence steps, in order. ``rows``: the rows that read the step (``--only`` runs just those).
 STEPS: tuple[Step, ...] = (
+    Step(board_steps.CHECK, ROW_IDS, step_device_check),
+    Step(board_steps.SELFTEST, ROW_IDS, step_selftest),
     Step("validate", ROW_IDS, step_validate),
     Step("validate-replica", ("G1", "G2", "G3", "G4"), step_validate_replica),
     Step("budget", ("G0",), step_budget),

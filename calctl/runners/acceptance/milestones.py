@@ -43,15 +43,37 @@ def _milestone(doc: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     return m if isinstance(m, dict) else None
 
 
-def _milestone_evidence(m: Mapping[str, Any]) -> tuple[str, ...]:
+def _milestone_evidence(m: Mapping[str, Any], clock: str | None = None) -> tuple[str, ...]:
     said = {True: "met", False: "not met", None: "inconclusive"}
-    return tuple(f"{c['name']}: {estimate(c, '+.3f')} ({c['rule']}): {said[c['passed']]}" for c in m.get("checks", []))
+    on = f", {clock} clock" if clock else ""
+    checks = tuple(
+        f"{c['name']}: {estimate(c, '+.3f')} ({c['rule']}{on if c['name'] not in ('errors', 'same_tokens') else ''})"
+        f": {said[c['passed']]}"
+        for c in m.get("checks", [])
+    )
+    return checks + tuple(str(n) for n in m.get("notes", []) if str(n).startswith("on the device's clock"))
+
+
+def _clock(doc: Mapping[str, Any], row: str) -> str | None:
+    """Which clock executor-modes judged ``row``'s timings on (``device`` or ``host``; None: not said)."""
+    runs = doc.get("runs") or []
+    clock = (runs[0].get("workload") or {}).get("clock") if runs and isinstance(runs[0], dict) else None
+    return clock.get(row) if isinstance(clock, dict) else None
 
 
 def _inconclusive(m: Mapping[str, Any]) -> str:
     """Which checks of a milestone were undecided, and why (an interval across the limit, a saturated host)."""
-    open_ = [f"{c['name']}: {c.get('detail', '')}" for c in m.get("checks", []) if c.get("passed") is None]
-    return "; ".join(open_) or "a confidence interval straddles its limit"
+    figures: list[str] = []
+    whys: list[str] = []  # a saturated host's sentence is said once, not once per check
+    for c in m.get("checks", []):
+        if c.get("passed") is None:
+            head, sep, why = str(c.get("detail", "")).partition("; inconclusive: ")
+            figures.append(head)
+            if sep and why not in whys:
+                whys.append(why)
+    if not figures:
+        return "a confidence interval straddles its limit"
+    return "; ".join(figures) + (f"; inconclusive: {'; '.join(whys)}" if whys else "")
 
 
 def _executor_milestone(spec: RowSpec, steps: Steps, how: str) -> RowResult | Reading:
@@ -61,7 +83,9 @@ def _executor_milestone(spec: RowSpec, steps: Steps, how: str) -> RowResult | Re
     m = _milestone(s.document, spec.id)
     if m is None:
         return not_measured(spec, f"executor-modes reported no {spec.id}", spec.measured_by, files=step_files(s))
-    read = Reading(spec, f"{spec.id} {m['verdict']}", _milestone_evidence(m), step_files(s))
+    clock = _clock(s.document, spec.id)
+    key = f"{spec.id} {m['verdict']}" + (f" ({clock} clock)" if clock else "")
+    read = Reading(spec, key, _milestone_evidence(m, clock), step_files(s))
     if m["verdict"] == "not met":
         failed = [c["name"] for c in m.get("checks", []) if c.get("passed") is False]
         return read.no_go(f"not met: {', '.join(failed)}")
@@ -96,11 +120,14 @@ def judge_m0(spec: RowSpec, steps: Steps) -> RowResult:
 
 @judge(M1)
 def judge_m1(spec: RowSpec, steps: Steps) -> RowResult:
+    # M1's regression is host time by nature (async(1) changes only how the host waits; the chip runs the same
+    # jobs one at a time): only a host that is not saturated measures it, and the reason says so (#53 item 3).
     read = _executor_milestone(
         spec,
         steps,
-        "more rounds: `calctl bench PKG --scenario executor-modes` at `--level standard` or longer, "
-        "on a host that is not saturated",
+        "`calctl bench PKG --scenario executor-modes` (or `calctl accept PKG --only M1`) on a host whose 1-minute "
+        "load average stays below its CPU count during the rounds (stop other work on it, or use a host of its "
+        "own); more rounds with `--level standard` narrow an interval that straddles its limit",
     )
     return read.go() if isinstance(read, Reading) else read
 
@@ -108,7 +135,10 @@ def judge_m1(spec: RowSpec, steps: Steps) -> RowResult:
 @judge(M2)
 def judge_m2(spec: RowSpec, steps: Steps) -> RowResult:
     read = _executor_milestone(
-        spec, steps, "more rounds: `calctl bench PKG --scenario executor-modes`, on a host that is not saturated"
+        spec,
+        steps,
+        "more rounds: `calctl accept PKG --level standard --only M2` or `calctl bench PKG --scenario "
+        "executor-modes` (its throughput and P99 are judged on the device's clock where the runtime stamps jobs)",
     )
     if not isinstance(read, Reading):
         return read

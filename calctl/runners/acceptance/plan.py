@@ -58,6 +58,7 @@ class AcceptConfig:
     only: frozenset[str] | None = None  # row ids to measure; None: every row
     seed: int = 0
     previous: Path | None = None  # the version PKG replaces: the rollback step rolls forward from it and back
+    board_profile: Path | None = None  # calculet-board-profile/v1 for the self-test (None: transfers NOT JUDGED)
 
     def __post_init__(self) -> None:
         if self.only is not None:

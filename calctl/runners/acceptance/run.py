@@ -39,6 +39,7 @@ from calctl.runners.acceptance.plan import (
 )
 from calctl.runners.acceptance.plot import plot_rows
 from calctl.runners.acceptance.rows import GateDecision, RowResult, StepEvidence
+from calctl.runners.board_steps import CHECK, SELFTEST, board_figures
 from calctl.runners.device import DeviceSpec
 from calctl.runners.steps import error_text
 
@@ -59,11 +60,12 @@ def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvid
     errored = ", ".join(s.name for s in steps if s.status is StepStatus.ERROR) or "a step"
     refused = ", ".join(s.name for s in steps if s.status is StepStatus.ERROR and s.name in PACKAGE_STEPS)
     device = any(s.status is StepStatus.ERROR and _step_code(s) == int(ExitCode.DEVICE) for s in steps)
+    board = board_failure(steps)
     head = {
         "RUNNING": "RUNNING",
         "INTERRUPTED": "INTERRUPTED",
         "NO-GO": "NO-GO",
-        "FAIL": f"FAIL (the package failed validation: {refused})",
+        "FAIL": f"FAIL ({board})" if board else f"FAIL (the package failed validation: {refused})",
         "INTERNAL ERROR": f"INTERNAL ERROR (a calctl bug in {errored})",
         "TIMEOUT": f"TIMEOUT (a step hung past its deadline: {errored})",
         "ERROR": f"ERROR (device error in {errored})" if device else f"ERROR (a step could not run: {errored})",
@@ -82,6 +84,20 @@ def summary_line(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvid
 
 #: The steps that validate a package: their ERROR is the package refused (FAIL, exit 1).
 PACKAGE_STEPS = frozenset({"validate", "validate-replica"})
+#: What a row left unmeasured by a board that is not ready needs.
+BOARD_HOW = "fix the board (`calctl device check` names the chip and why), then run `calctl accept` again"
+
+
+def board_failure(steps: tuple[StepEvidence, ...] | list[StepEvidence]) -> str | None:
+    """The board's own failure, in words, when a board step failed its check: the board not ready (the
+    device check, which stopped the run) or a self-test row failed; else None. A board step in ERROR (no
+    device) is a step that could not run, said as such by the verdict."""
+    for s in steps:
+        if s.status is StepStatus.FAIL and s.name == CHECK:
+            return f"the board is not ready: {s.detail}"
+        if s.status is StepStatus.FAIL and s.name == SELFTEST:
+            return f"the board failed its self-test: {s.detail}"
+    return None
 
 
 def _step_code(step: StepEvidence) -> int | None:
@@ -95,6 +111,8 @@ def _verdict(status: str, rows: tuple[RowResult, ...], steps: tuple[StepEvidence
         return "RUNNING"
     if status == "interrupted":
         return "INTERRUPTED"
+    if board_failure(steps):
+        return "FAIL"  # the board itself failed (not ready, a self-test row): before any row about the model
     if any(r.verdict is GateDecision.NO_GO for r in rows):
         return "NO-GO"
     failed = [s for s in steps if s.status is StepStatus.ERROR]
@@ -154,6 +172,7 @@ def run_accept(
     _check_fault_plan(config.device)
     header = _header(config, started)
     interrupted: str | None = None
+    stopped: str | None = None  # the board is not ready: nothing after the check is worth running (DCGM level 1)
     stack = ExitStack()
     state = AcceptState(config=config, stack=stack, log=log)
     try:
@@ -161,6 +180,10 @@ def run_accept(
             for step in steps:
                 if interrupted is not None:
                     ev = StepEvidence(step.name, StepStatus.INTERRUPTED, detail=f"not run: {interrupted}")
+                elif stopped is not None:
+                    ev = StepEvidence(
+                        step.name, StepStatus.SKIP, detail=stopped, document={"how_to_measure": BOARD_HOW}
+                    )
                 elif not config.wants(*step.rows):
                     ev = StepEvidence(
                         step.name,
@@ -172,6 +195,9 @@ def run_accept(
                     ev = _run_step(step, state)
                     if ev.status is StepStatus.INTERRUPTED:
                         interrupted = ev.detail
+                    elif step.name == CHECK and ev.status in (StepStatus.FAIL, StepStatus.ERROR):
+                        # said in full on the check's own row and first on the page; the steps it stopped name it
+                        stopped = f"the board is not ready ({CHECK} {ev.status.value})"
                 state.steps[step.name] = ev
                 if on_step is not None:
                     on_step(ev)
@@ -243,6 +269,12 @@ def _checkpoint(
     if runtime and header.get("device_label") == "unknown":  # the board said what it is once it was opened
         label = build_header("accept", device=header["device"], versions=runtime)
         header = {**header, **{k: label[k] for k in ("device_label", "note", "runtime")}}
+    board = {
+        name: state.steps[name].document
+        for name in (CHECK, SELFTEST)
+        if name in state.steps and state.steps[name].status not in (StepStatus.SKIP, StepStatus.INTERRUPTED)
+    }
+    board_error = board_failure(done) or _board_not_run(done)
     report = Report(
         "accept",
         _verdict(status, rows, done),
@@ -253,9 +285,12 @@ def _checkpoint(
             "counts": counts(rows),
             "report_dir": str(config.out_dir),
             "rows": [r.to_dict() for r in rows],
+            "board": board_figures(board.get(CHECK) or None, board.get(SELFTEST) or None),
             "files": {"report": REPORT_FILE, "plot": PLOT_FILE},
         },
         steps=done,
+        reasons=_board_stop_reasons(rows, done),
+        error=board_error,
         seconds=time.perf_counter() - t0,
         evidence={"report": str(config.out_dir / REPORT_FILE), "junit": str(config.out_dir / JUNIT_FILE)},
         pictures={"plot": str(config.out_dir / PLOT_FILE)} if final else {},
@@ -272,6 +307,28 @@ def _checkpoint(
     if final or status == "interrupted":
         html_report.write(document, config.out_dir / REPORT_FILE)
     return report
+
+
+def _board_stop_reasons(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> tuple[str, ...]:
+    """A board that is not ready left every row unmeasured for one reason: said once (after the report's
+    ``error``, which names the chip and why), not once a row. Otherwise no reasons of its own: the page lists
+    the rows that are not GO."""
+    check = next((s for s in steps if s.name == CHECK), None)
+    if check is None or check.status not in (StepStatus.FAIL, StepStatus.ERROR):
+        return ()
+    ids = [r.id for r in rows if r.verdict is GateDecision.NOT_MEASURED]
+    return (
+        f"{', '.join(ids)} NOT MEASURED: the board is not ready ({CHECK} {check.status.value}), so nothing after "
+        f"the check ran. To measure: {BOARD_HOW}",
+    )
+
+
+def _board_not_run(steps: tuple[StepEvidence, ...]) -> str | None:
+    """The device check in ERROR (no device, the board held by another process): the reason first on the page."""
+    check = next((s for s in steps if s.name == CHECK), None)
+    if check is not None and check.status is StepStatus.ERROR:
+        return f"{CHECK}: {check.detail}"
+    return None
 
 
 def _check_fault_plan(device: DeviceSpec) -> None:

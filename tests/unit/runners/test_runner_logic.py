@@ -326,6 +326,70 @@ def test_a_poc_not_judged_makes_bringup_warn_never_pass(tmp_path: Path) -> None:
     assert run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), _step("poc", "S2"))).verdict == "PASS"
 
 
+@pytest.mark.parametrize("verdict, word", [("FAIL", "FAIL"), ("ERROR", "ERROR"), ("TIMEOUT", "TIMEOUT")])
+def test_a_board_that_is_not_ready_stops_bringup_with_its_reason_first(tmp_path: Path, verdict: str, word: str) -> None:
+    """Issue 51 item 6: nothing is worth running on a board that is not ready (DCGM's level-1 gate)."""
+    calls: list[str] = []
+
+    def check(state: object) -> StepOutcome:
+        calls.append("device-check")
+        return StepOutcome("device-check", verdict, "NOT READY: chip 1", 0.01, "chip 1: wrong answer: model-b")
+
+    steps = (
+        BringupStep("device-check", (), check, stops=True),
+        _step("validate", "PASS", calls=calls),  # needs nothing: only the stop keeps it from running
+        _step("budget", "GO", ("validate",), calls),
+    )
+    report = run_bringup(_config(tmp_path), steps=steps)
+    assert calls == ["device-check"]
+    assert report.verdict == word and report.error == "device-check: chip 1: wrong answer: model-b"
+    for skipped in _outcomes(report)[1:]:
+        assert skipped.verdict == "SKIP" and skipped.detail == f"not run: the board is not ready (device-check {word})"
+    assert report.header["package"]["not_validated"].startswith("the board is not ready")
+    # the page's first screen: the error (chip and why), then the stopped steps in one line, not one line each
+    assert report.reasons == (f"validate, budget not run: the board is not ready (device-check {word})",)
+
+
+def test_a_ready_board_or_a_failing_step_that_does_not_stop_lets_the_pipeline_go_on(tmp_path: Path) -> None:
+    calls: list[str] = []
+    ready = BringupStep("device-check", (), lambda state: StepOutcome("device-check", "WARN", "", 0.0), stops=True)
+    selftest = BringupStep("selftest", (), lambda state: StepOutcome("selftest", "FAIL", "", 0.0, "memory chip 1"))
+    report = run_bringup(_config(tmp_path), steps=(ready, selftest, _step("validate", "PASS", calls=calls)))
+    assert calls == ["validate"]  # a self-test FAIL is a FAIL step; the model's steps still run on that board
+    assert report.verdict == "FAIL" and report.error == "selftest: memory chip 1"
+
+
+def test_a_selftest_not_judged_is_reported_and_does_not_turn_the_verdict(tmp_path: Path) -> None:
+    """No board profile: the transfer rows are NOT JUDGED with their figures; the pipeline stays PASS (a PoC NOT
+    JUDGED still makes it WARN: its gate was undecided)."""
+
+    def not_judged(name: str, warns: bool) -> BringupStep:
+        return BringupStep(
+            name, (), lambda state: StepOutcome(name, "NOT JUDGED", "8 NOT JUDGED", 0.0), not_judged_warns=warns
+        )
+
+    report = run_bringup(_config(tmp_path), steps=(_step("a", "PASS"), not_judged("selftest", False)))
+    assert report.verdict == "PASS" and _outcomes(report)[1].verdict == "NOT JUDGED"
+    assert run_bringup(_config(tmp_path), steps=(not_judged("poc", True),)).verdict == "WARN"
+
+
+def test_the_board_steps_come_first_at_their_levels() -> None:
+    from calctl.runners import bringup
+    from calctl.runners.acceptance.evidence import STEPS as ACCEPT_STEPS
+
+    assert [s.name for s in bringup.STEPS][:3] == ["device-check", "selftest", "validate"]
+    assert [s.name for s in ACCEPT_STEPS][:3] == ["device-check", "selftest", "validate"]
+    assert bringup.DEVICE_CHECK.stops and not bringup.SELFTEST_STEP.not_judged_warns
+
+    def applies(level: Level) -> str | None:
+        state = BringupState(config=dataclasses.replace(_config(Path(".")), level=level), stack=None)  # type: ignore[arg-type]
+        return bringup.SELFTEST_STEP.applies(state)
+
+    assert applies(Level.STANDARD) is None and applies(Level.LONG) is None
+    quick = applies(Level.QUICK)
+    assert quick is not None and "--level standard" in quick and "calctl device selftest" in quick
+
+
 @pytest.mark.parametrize("where", ["live line", "teardown"])
 def test_an_interrupt_between_steps_or_in_the_teardown_still_returns_the_report(tmp_path: Path, where: str) -> None:
     """A SIGTERM that lands after a step returned (the CLI printing its live line) or while the device closes

@@ -79,6 +79,11 @@ class ModeRound:
     wall_s: float
     records: list[RequestRecord]
     tokens: list[list[int]]
+    #: The round on the device's clock (None: the runtime stamps no job start/end): the time the chips were busy
+    #: with the round's jobs (the union of their intervals), and per request the busy time from the round's start
+    #: to its end (its E2E without the gaps in which the chips waited on the host; None for a failed request).
+    device_busy_s: float | None = None
+    device_e2e: list[float | None] | None = None
 
     @property
     def output_tokens(self) -> int:

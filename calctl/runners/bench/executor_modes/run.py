@@ -32,6 +32,7 @@ from calctl.runners.serving_stack import ServingStack
 from calctl.runners.trace import TraceSlice, plot_timeline, trace_slices, write_chrome_trace
 from calctl.runners.traffic import ClientPlan, TokenTap, drive_engine_request
 from calctl.runtime import Runtime, TraceEvent, open_runtime
+from calctl.runtime.intervals import intersections, union
 from calctl.runtime.mock.timing import TimingModel
 from calctl.serving.config import ExecutorConfig, ExecutorMode, default_scheduler_config
 from calctl.serving.engine import ServingEngine, SupervisorOptions
@@ -87,9 +88,10 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                     return True
                 if done >= budget:
                     return False
-                if host.saturated(host_load):
-                    return False  # more rounds on a saturated host decide nothing
                 rep = judge(opts, device, alias, rounds, [], auto_downgrades, host_load)
+                if host.saturated(host_load):
+                    # more rounds on a saturated host decide nothing on its clock; M2 on the device's may be decided
+                    return rep.options["clock"]["M2"] == "device" and rep.m2.verdict == "inconclusive"
                 return "inconclusive" in (rep.m1.verdict, rep.m2.verdict)
 
             loop = stack.loop
@@ -103,6 +105,7 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                     if not outcome["ok"]:
                         raise UsageError(f"executor mode {mode.value}: {outcome.get('detail')}")
                     rnd = loop.submit(_round(engine, alias, mode, r, prompt, opts)).result(opts.request_timeout_s + 30)
+                    on_device_clock(rnd, _round_trace(rt, [rnd], core.chips, alias))
                     new = core.downgrades()[before:]
                     if new:  # the monitor left ping/pong during the round: say so, never hide it
                         auto_downgrades.extend({**d.as_dict(), "round": r} for d in new)
@@ -224,6 +227,24 @@ async def _round(
     wall = time.monotonic() - t0
     tokens = [taps[r.request_id].tokens if r.request_id in taps else [] for r in reqs]
     return ModeRound(mode, index, start_ns, wall, [res.record for res in results], tokens)
+
+
+def on_device_clock(rnd: ModeRound, events: Sequence[TraceEvent]) -> None:
+    """Fill ``rnd``'s device-clock figures from its jobs' stamps (left None when a job has none)."""
+    spans = [(e.start_ns, e.end_ns) for e in events if e.start_ns and e.end_ns and e.end_ns >= e.start_ns]
+    if not spans or len(spans) != len(events):
+        return
+    busy = union(spans)
+    rnd.device_busy_s = sum(b - a for a, b in busy) / 1e9
+    per_request: list[float | None] = []
+    for rec in rnd.records:
+        if not rec.ok or rec.e2e is None:
+            per_request.append(None)
+            continue
+        end = rec.end if rec.end is not None else rec.sent + rec.e2e  # time.monotonic(): the stamps' clock
+        window = [(rnd.start_ns, int(end * 1e9))]
+        per_request.append(sum(b - a for a, b in intersections(busy, window)) / 1e9)
+    rnd.device_e2e = per_request
 
 
 def _round_trace(rt: Runtime, rounds: Sequence[ModeRound], chips: Sequence[int], alias: str) -> list[TraceEvent]:

@@ -1,0 +1,213 @@
+"""``bringup`` and ``accept`` begin with the board (issue 51 item 6): the device check at every level, the
+self-test at standard and long, on the mock with its faults.
+
+A chip that fails its known answer stops the run at the check, naming the chip, before anything about the model
+runs; a stuck bit fails the self-test naming its address; without a board profile the transfer rows are NOT
+JUDGED and the verdict does not turn on them. The figures are in report.json and the reason is first on the page.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from calctl.runners import bringup
+from calctl.runners.acceptance import run as accept_lib
+from calctl.runners.acceptance.evidence import STEPS as ACCEPT_STEPS
+from calctl.runners.device import DeviceSpec
+from calctl.signing.policy import TrustPolicy
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, assert_no_traceback
+
+COMBINED = FIXTURE_PACKAGES / "combined"
+TRUST = ("--trusted-key", str(TEST_PUB))
+WRONG_ANSWER = "{kind: corrupt_output, chip: 1, probability: 1}"
+STUCK_BIT = "{kind: stuck_bit, chip: 1, address: 0x4001234, bit: 3, stuck_at: 0, probability: 1}"
+
+
+def _plan(tmp_path: Path, *faults: str) -> Path:
+    path = tmp_path / "plan.yaml"
+    path.write_text("schema: calctl-fault-plan/v1\nfaults:\n" + "".join(f"  - {f}\n" for f in faults))
+    return path
+
+
+def _trust() -> TrustPolicy:
+    from calctl.signing.policy import make_policy
+
+    return make_policy([TEST_PUB], False)
+
+
+def _page_banner(page: Path) -> str:
+    """The page's first screen: the verdict banner with its reasons, as text."""
+    html = page.read_text()
+    banner = html[html.index('id="verdict-banner"') : html.index('id="device"')]
+    return re.sub(r"<[^>]+>", " ", banner)
+
+
+def _quick_on_a_wrong_board(cli: Cli, tmp_path: Path, command: str) -> tuple[Path, dict]:
+    """``command`` at the quick level on a mock whose chip 1 answers wrong: exit 1, its report.json."""
+    out = tmp_path / command
+    r = cli(
+        command, COMBINED, *TRUST, "--level", "quick", "--fault-plan", _plan(tmp_path, WRONG_ANSWER),
+        "--report", out, "--format", "json",
+    )  # fmt: skip
+    assert_no_traceback(r)
+    assert r.code == 1, r.err[-2000:]
+    return out, json.loads((out / "report.json").read_text())
+
+
+def test_a_chip_with_a_wrong_known_answer_stops_bringup_at_the_check_naming_it(cli: Cli, tmp_path: Path) -> None:
+    out, doc = _quick_on_a_wrong_board(cli, tmp_path, "bringup")
+    assert doc["verdict"] == "FAIL"
+    assert doc["error"].startswith("device-check: chip 1: wrong answer") and "model-b" in doc["error"]
+    steps = {s["step"]: s for s in doc["summary"]}
+    assert list(steps)[:3] == ["device-check", "selftest", "validate"]
+    assert steps["device-check"]["verdict"] == "FAIL" and "NOT READY: chip 1" in steps["device-check"]["key_figure"]
+    for name in ("selftest", "validate", "budget", "run-golden", "warmup", "poc", "soak"):
+        assert steps[name]["verdict"] == "SKIP", steps[name]
+        assert steps[name]["detail"] == "not run: the board is not ready (device-check FAIL)"
+    check = doc["step_reports"]["device-check"]  # the check's own figures, per chip
+    chips = {c["chip"]: c for c in check["chips"]}
+    assert chips[0]["ready"] and not chips[1]["ready"] and "wrong answer" in chips[1]["why"]
+    assert (out / "device-check.json").is_file()
+    banner = _page_banner(out / "report.html")
+    assert "FAIL" in banner and "chip 1: wrong answer" in banner
+    assert banner.index("chip 1: wrong answer") < banner.index("selftest")  # the reason first
+
+
+def test_no_device_stops_bringup_at_the_check_with_exit_3(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    r = cli(
+        "bringup", COMBINED, *TRUST, "--level", "quick", "--device", "calrt", "--calrt-lib", tmp_path / "absent.so",
+        "--report", out, "--format", "json",
+    )  # fmt: skip
+    assert_no_traceback(r)
+    assert r.code == 3
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["verdict"] == "ERROR" and doc["error"].startswith("device-check:") and "absent.so" in doc["error"]
+    assert all(s["verdict"] == "SKIP" for s in doc["summary"][1:])
+
+
+def _bringup(tmp_path: Path, steps: tuple[bringup.BringupStep, ...], plan: Path | None = None) -> dict:
+    config = bringup.BringupConfig(
+        package=COMBINED,
+        trust=_trust(),
+        device=DeviceSpec(fault_plan=plan),
+        level=bringup.Level.STANDARD,
+        out_dir=tmp_path / "out",
+    )
+    return bringup.run_bringup(config, steps=steps).document()
+
+
+def test_a_stuck_bit_fails_bringup_standard_at_the_selftest_naming_its_address(tmp_path: Path) -> None:
+    steps = (bringup.DEVICE_CHECK, bringup.SELFTEST_STEP, bringup.VALIDATE, bringup.BUDGET)
+    doc = _bringup(tmp_path, steps, _plan(tmp_path, STUCK_BIT))
+    got = {s["step"]: s for s in doc["summary"]}
+    assert got["device-check"]["verdict"] == "PASS"  # the known answers are right: the board is ready
+    assert got["selftest"]["verdict"] == "FAIL" and "0x4001234" in got["selftest"]["detail"]
+    assert "memory chip 1" in got["selftest"]["detail"] and "memory chip 0" not in got["selftest"]["detail"]
+    assert got["validate"]["verdict"] in ("PASS", "WARN") and got["budget"]["verdict"] == "GO"  # the run went on
+    assert doc["verdict"] == "FAIL" and doc["exit_code"] == 1 and doc["error"].startswith("selftest: memory chip 1")
+    rows = {r["name"]: r for r in doc["step_reports"]["selftest"]["rows"]}
+    assert rows["memory chip 1 walking ones"]["status"] == "FAIL"
+    assert rows["memory chip 0 walking ones"]["status"] == "PASS"
+
+
+def test_a_healthy_board_without_a_profile_passes_with_its_transfers_not_judged(tmp_path: Path) -> None:
+    doc = _bringup(tmp_path, (bringup.DEVICE_CHECK, bringup.SELFTEST_STEP))
+    got = {s["step"]: s for s in doc["summary"]}
+    assert got["device-check"]["verdict"] == "PASS" and "2/2 chips ready" in got["device-check"]["key_figure"]
+    st = got["selftest"]
+    assert st["verdict"] == "NOT JUDGED" and st["detail"].startswith("no board profile")
+    assert "memory patterns 8/8 PASS" in st["key_figure"] and "GB/s on the device clock" in st["key_figure"]
+    assert doc["verdict"] == "PASS" and doc["exit_code"] == 0  # NOT JUDGED does not turn the verdict
+    rows = doc["step_reports"]["selftest"]["rows"]
+    assert all(
+        r["status"] == "NOT JUDGED" and r["figure_gbps"] is not None for r in rows if r["direction"] in ("h2d", "d2h")
+    )
+
+
+def test_with_a_board_profile_the_selftest_judges_its_transfers(cli: Cli, tmp_path: Path) -> None:
+    profile = tmp_path / "board.yaml"
+    profile.write_text(
+        "schema: calculet-board-profile/v1\nboard: mock\ntransfer:\n  h2d_gbps_min: 0.01\n  d2h_gbps_min: 0.01\n"
+        "  both_h2d_gbps_min: 0.01\n  both_d2h_gbps_min: 0.01\n  d2h_cv_max: 0.5\n"
+    )
+    config = bringup.BringupConfig(
+        package=COMBINED,
+        trust=_trust(),
+        device=DeviceSpec(),
+        level=bringup.Level.LONG,
+        out_dir=tmp_path / "out",
+        board_profile=profile,
+    )
+    doc = bringup.run_bringup(config, steps=(bringup.DEVICE_CHECK, bringup.SELFTEST_STEP)).document()
+    st = {s["step"]: s for s in doc["summary"]}["selftest"]
+    assert st["verdict"] == "PASS", st
+    assert doc["step_reports"]["selftest"]["profile"]["path"] == str(profile)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema: calculet-board-profile/v1\ntransfer:\n  h2d_gbps_min: fast\n")
+    r = cli("bringup", COMBINED, *TRUST, "--board-profile", bad, "--report", tmp_path / "r")
+    assert_no_traceback(r)
+    assert r.code == 2 and "bad.yaml" in r.err and "h2d_gbps_min" in r.err
+    assert not (tmp_path / "r").exists()  # refused before the run
+
+
+def test_accept_stops_at_a_board_that_is_not_ready_fail_naming_the_chip(cli: Cli, tmp_path: Path) -> None:
+    out, doc = _quick_on_a_wrong_board(cli, tmp_path, "accept")
+    assert doc["verdict"] == "FAIL" and doc["summary"].startswith("FAIL (the board is not ready: chip 1: wrong answer")
+    assert doc["error"].startswith("the board is not ready: chip 1") and "model-b" in doc["error"]
+    for row in doc["rows"]:
+        assert row["verdict"] == "NOT MEASURED" and "the board is not ready (device-check FAIL)" in row["reason"], row
+        assert "calctl device check" in row["how_to_measure"]
+    steps = {s["name"]: s for s in doc["steps"]}
+    assert steps["device-check"]["status"] == "FAIL"
+    assert all(s["status"] == "SKIP" for n, s in steps.items() if n != "device-check")
+    assert doc["board"]["device-check"]["ready"] is False and doc["board"]["selftest"] is None
+    assert (out / "device-check.json").is_file()
+    suite = ET.parse(out / "accept.junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "1"  # exit 1 is a failure in CI's view too
+    failure = suite.findall("testcase")[0].find("failure")
+    assert failure is not None and (failure.get("message") or "").startswith("chip 1: wrong answer")
+    banner = _page_banner(out / "report.html")
+    assert "chip 1: wrong answer" in banner and banner.index("chip 1: wrong answer") < banner.index("G0")
+    assert doc["reasons"] == [  # one line for the eleven rows, not eleven lines
+        "G0, G1, G2, G3, G4, G5, M0, M1, M2, M3, M4 NOT MEASURED: the board is not ready (device-check FAIL), so "
+        "nothing after the check ran. To measure: fix the board (`calctl device check` names the chip and why), "
+        "then run `calctl accept` again"
+    ]
+
+
+def _accept(tmp_path: Path, level: accept_lib.Level, plan: Path | None) -> dict:
+    config = accept_lib.AcceptConfig(
+        package=COMBINED, trust=_trust(), device=DeviceSpec(fault_plan=plan), level=level, out_dir=tmp_path / "a"
+    )
+    return accept_lib.run_accept(config, steps=ACCEPT_STEPS[:4]).document()  # the board steps, validate, -replica
+
+
+def test_accept_standard_fails_on_a_stuck_bit_naming_the_address(tmp_path: Path) -> None:
+    doc = _accept(tmp_path, accept_lib.Level.STANDARD, _plan(tmp_path, STUCK_BIT))
+    assert doc["verdict"] == "FAIL" and doc["exit_code"] == 1
+    assert (
+        doc["summary"].startswith("FAIL (the board failed its self-test: memory chip 1")
+        and "0x4001234" in doc["summary"]
+    )
+    steps = {s["name"]: s for s in doc["steps"]}
+    assert steps["device-check"]["status"] == "PASS" and steps["selftest"]["status"] == "FAIL"
+    assert steps["validate"]["status"] in ("PASS", "WARN")  # a self-test FAIL does not stop the run
+    failed = [r for r in doc["board"]["selftest"]["rows"] if r["status"] == "FAIL"]
+    assert failed and all("chip 1" in r["name"] and "0x4001234" in r["detail"] for r in failed)
+
+
+def test_accept_quick_runs_the_check_only_and_standard_the_selftest_not_judged(tmp_path: Path) -> None:
+    quick = _accept(tmp_path / "q", accept_lib.Level.QUICK, None)
+    steps = {s["name"]: s for s in quick["steps"]}
+    assert steps["device-check"]["status"] == "PASS" and "2/2 chips ready" in steps["device-check"]["key_figure"]
+    assert steps["selftest"]["status"] == "SKIP" and "--level standard" in steps["selftest"]["detail"]
+    assert quick["verdict"] != "FAIL" and quick["board"]["selftest"] is None
+    standard = _accept(tmp_path / "s", accept_lib.Level.STANDARD, None)
+    st = {s["name"]: s for s in standard["steps"]}["selftest"]
+    assert st["status"] == "WARN" and st["key_figure"].startswith("NOT JUDGED: memory patterns 8/8 PASS")
+    assert standard["verdict"] == quick["verdict"]  # NOT JUDGED does not turn the verdict
+    assert all(r["status"] != "FAIL" for r in standard["board"]["selftest"]["rows"])
