@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
 
         _output.stdout.print(root_help(), markup=False, highlight=False, end="")
         return int(ExitCode.OK if args else ExitCode.USAGE)
+    from calctl.cli import _boards
+
+    _boards.ARGV[:] = args  # what a board's child process runs again (--boards)
     command = root_command()
     cause = ""  # why the command ended early, for the report main prints when the command could not
     try:
