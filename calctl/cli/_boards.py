@@ -172,12 +172,14 @@ def print_fleet(result: FleetReport) -> None:
         if steps:
             cells = [_output.styled_verdict(escape(b.steps.get(s, "-"))) for s in steps]
         else:
-            looked = [f"{escape(s)} {_output.styled_verdict(escape(v))}" for s, v in b.steps.items() if severity(v) > 1]
+            looked = [
+                f"{escape(s)} {_output.styled_verdict(escape(v))}" for s, v in b.steps.items() if severity(v) >= 10
+            ]
             counts: dict[str, int] = {}
             for v in b.steps.values():
                 counts[v] = counts.get(v, 0) + 1
             summary = ", ".join(f"{n} {_output.styled_verdict(escape(v))}" for v, n in counts.items())
-            cells = [summary + (f"; {', '.join(looked)}" if looked else "")]
+            cells = [summary + (f"; {', '.join(looked)}" if looked else "")]  # the failing steps named
         rows.append([escape(b.board_id), _output.styled_verdict(b.verdict), *cells, escape(b.reason)])
     columns = ["board", "verdict", *(steps or ["steps"]), "why"]
     _output.print_table(f"calctl fleet ({escape(result.command or 'merge')})", columns, rows)

@@ -208,7 +208,8 @@ def _walk(node: object, path: str, clock: str) -> Iterator[Figure]:
             yield from _walk(value, here, "host" if k.startswith("host") else clock)
     elif isinstance(node, list):
         for i, item in enumerate(node):
-            yield from _walk(item, f"{path}/{_item_name(item, i)}", clock)
+            name = _item_name(item, i)
+            yield from _walk(item, f"{path}/{name}", "host" if name.startswith("host") else clock)
 
 
 def _as_figure(node: Mapping[str, Any], path: str, clock: str) -> Figure | None:

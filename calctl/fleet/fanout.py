@@ -56,6 +56,17 @@ class _Child:
     seconds: float = 0.0
 
 
+def child_environment(board: Board, base: Mapping[str, str]) -> dict[str, str]:
+    """The board's environment, with this calctl first on the child's import path (the child runs the same
+    calctl as its parent, whatever else the environment's path holds)."""
+    import calctl
+
+    env = board.environment(base)
+    root = str(Path(calctl.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, base.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def child_argv(run: ChildRun, board: Board, board_dir: Path) -> list[str]:
     report = board_dir if run.report_is_dir else board_dir / "report.json"
     return [sys.executable, "-m", "calctl", *run.args, *board.options(), "--report", str(report)]
@@ -124,7 +135,7 @@ def _run_child(
         with (child.out / "stdout.txt").open("wb") as stdout, (child.out / CONSOLE_LOG).open("wb") as console:
             child.proc = subprocess.Popen(
                 argv,
-                env=board.environment(base),
+                env=child_environment(board, base),
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=subprocess.PIPE,
@@ -173,7 +184,9 @@ def _infra_reason(child: _Child, interrupted: str | None) -> str | None:
         return "not started: the fan-out was interrupted first" if interrupted else "not started"
     rc = proc.returncode
     has_report = report_path(child.out) is not None
-    last = next((line for line in reversed(child.tail) if line.strip()), "")
+    said = [line.strip() for line in child.tail if line.strip()]
+    # the child's own error line (calctl prints "error: ..." then a hint), else its last line
+    last = next((line for line in reversed(said) if line.startswith("error:")), said[-1] if said else "")
     if rc is not None and rc < 0:
         name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
         if has_report and interrupted:
