@@ -50,7 +50,7 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class Row:
+class FigureRow:
     name: str
     a: Figure | None
     b: Figure | None
@@ -99,16 +99,16 @@ class Row:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class ReportComparison:
     a: str
     b: str
     a_doc: Mapping[str, Any]
     b_doc: Mapping[str, Any]
-    rows: tuple[Row, ...]
+    rows: tuple[FigureRow, ...]
     notes: tuple[str, ...]
 
     @property
-    def beyond(self) -> list[Row]:
+    def beyond(self) -> list[FigureRow]:
         return [r for r in self.rows if r.judgement == "beyond"]
 
     @property
@@ -234,7 +234,7 @@ def _plain_or_interval(path: str, value: float, interval: object, clock: str) ->
 # Comparing
 
 
-def compare(a_path: Path, b_path: Path, *, allow_different_package: bool = False) -> Comparison:
+def compare(a_path: Path, b_path: Path, *, allow_different_package: bool = False) -> ReportComparison:
     """Compare the reports at ``a_path`` and ``b_path``. UsageError (exit 2): unreadable input, or two different
     packages without ``allow_different_package``."""
     a, b = load(a_path, "A"), load(b_path, "B")
@@ -256,10 +256,10 @@ def compare(a_path: Path, b_path: Path, *, allow_different_package: bool = False
     fa = {f.name: f for f in figures(a)}
     fb = {f.name: f for f in figures(b)}
     names = list(fa) + [n for n in fb if n not in fa]
-    rows = tuple(Row(n, fa.get(n), fb.get(n)) for n in names)
+    rows = tuple(FigureRow(n, fa.get(n), fb.get(n)) for n in names)
     if not rows:
         notes.append("neither report carries a figure compare knows (an interval, a latency summary or a rate)")
-    return Comparison(str(a_path), str(b_path), a, b, rows, tuple(notes))
+    return ReportComparison(str(a_path), str(b_path), a, b, rows, tuple(notes))
 
 
-__all__ = ["Comparison", "Figure", "Row", "compare", "figures", "load"]
+__all__ = ["Figure", "FigureRow", "ReportComparison", "compare", "figures", "load"]

@@ -252,6 +252,11 @@ def _text(value: object) -> str | None:
     return clip(plain(value))
 
 
+def _mapping(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = doc.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -318,9 +323,7 @@ def board_row(report_dir: Path, out_dir: Path) -> BoardRow:
             reason=f"the run did not complete: {exc}",
             infrastructure=True,
         )
-    own = doc.get("board") if isinstance(doc.get("board"), Mapping) else {}
-    options = doc.get("device_options") if isinstance(doc.get("device_options"), Mapping) else {}
-    pkg = doc.get("package") if isinstance(doc.get("package"), Mapping) else {}
+    own, options, pkg = (_mapping(doc, k) for k in ("board", "device_options", "package"))
     steps = step_verdicts(doc)
     page = report_path(report_dir)
     html = page.with_suffix(".html") if page is not None else None
