@@ -51,6 +51,12 @@ class Board:
     place: str | None = None  # where it is (a host name, a rack slot): shown, never used
     source: str = "environment"  # where the board was listed: a boards file, the shim's enumeration, the environment
 
+    @property
+    def dir_name(self) -> str:
+        """The name of this board's report directory under the fleet's: its id with ``/`` as ``_`` (a label may
+        hold ``/``; a report directory never nests, nor leaves the fleet's directory)."""
+        return self.id.replace("/", "_")
+
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
         """The environment of this board's calctl process: ``base`` with the board's variables (and none of
         another board's)."""
@@ -239,7 +245,7 @@ def select(boards: Sequence[Board], spec: str, source: str) -> list[Board]:
     """``--boards all`` or ``--boards ID,ID``: the boards to run, in the given order. UsageError naming an unknown id."""
     text = spec.strip()
     if text == "all":
-        return list(boards)
+        return _distinct_dirs(list(boards))
     ids = [s.strip() for s in text.split(",") if s.strip()]
     if not ids:
         raise UsageError(f"--boards {spec!r}: expected all or a comma-separated list of board ids")
@@ -251,7 +257,18 @@ def select(boards: Sequence[Board], spec: str, source: str) -> list[Board]:
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
         raise UsageError(f"--boards: board {twice[0]!r} named twice (one process per board)")
-    return [by_id[i] for i in ids]
+    return _distinct_dirs([by_id[i] for i in ids])
+
+
+def _distinct_dirs(boards: list[Board]) -> list[Board]:
+    seen: dict[str, str] = {}
+    for b in boards:
+        if b.dir_name in seen:
+            raise UsageError(
+                f"--boards: boards {seen[b.dir_name]!r} and {b.id!r} would share the report directory {b.dir_name!r}"
+            )
+        seen[b.dir_name] = b.id
+    return boards
 
 
 __all__ = ["BOARDS_ENV", "Board", "enumerate_shim", "host_boards", "load_boards_file", "select"]

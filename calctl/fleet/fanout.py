@@ -87,7 +87,7 @@ def run_boards(
     base = dict(os.environ if environ is None else environ)
     host = socket.gethostname()
     out_dir.mkdir(parents=True, exist_ok=True)
-    children = [_Child(b, out_dir / b.id) for b in boards]
+    children = [_Child(b, out_dir / b.dir_name) for b in boards]
     stop = threading.Event()
     interrupted: str | None = None
     width = parallel if parallel > 0 else len(children)

@@ -106,6 +106,12 @@ def test_select_all_a_list_or_refuse_an_unknown_id() -> None:
         select(boards, " , ", "f")
 
 
+def test_a_board_label_with_a_slash_never_nests_or_leaves_the_fleet_directory() -> None:
+    assert Board("rack1/b3").dir_name == "rack1_b3" and Board("a/../../etc").dir_name == "a_.._.._etc"
+    with pytest.raises(UsageError, match="would share the report directory 'a_b'"):
+        select([Board("a/b"), Board("a_b")], "all", "f")
+
+
 def test_a_boards_environment_replaces_another_boards_variables() -> None:
     base = {"PATH": "/bin", "CALCTL_BOARD_ID": "old", "CALCTL_MOCK_SEED": "1", "CALRT_DEVICE": "0000:09:00.0"}
     mock = Board("m1", "mock", seed=5, fault_plan=Path("/p.yaml"))
