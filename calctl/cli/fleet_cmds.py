@@ -7,7 +7,6 @@ from calctl.fleet.compare; this module renders them (table or JSON) and returns 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -37,21 +36,14 @@ def device_list(
     Exit 0 listed, 2 a bad boards file (the file, the field and the value named), 3 a shim that cannot be loaded.
     """
     from calctl.fleet.boards import host_boards
-    from calctl.records import dumps
 
     lib = calrt_lib if device is DeviceChoice.calrt else None
     boards, source = host_boards(boards_file, device.value, lib)
     if _output.is_json(format):
-        doc = {
-            "command": "device list",
-            "verdict": "PASS",
-            "exit_code": 0,
-            "source": source,
-            "opened": False,
-            "boards": [b.document() for b in boards],
-        }
-        sys.stdout.write(dumps(doc) + "\n")
-        _output.printed["report"] = True
+        from calctl.report import simple_report
+
+        body = {"source": source, "opened": False, "boards": [b.document() for b in boards]}
+        _output.emit_json(simple_report("device list", body))
         return 0
     rows = [
         [
@@ -132,14 +124,13 @@ def compare(
     (without --allow-different-package).
     """
     from calctl.fleet.compare import compare as run_compare
-    from calctl.records import dumps
 
     result = run_compare(a, b, allow_different_package=allow_different_package)
     doc = result.document()
     if _output.is_json(format):
-        full = {"command": "report compare", "verdict": result.verdict, "exit_code": result.exit_code, **doc}
-        sys.stdout.write(dumps(full) + "\n")
-        _output.printed["report"] = True
+        from calctl.report import simple_report
+
+        _output.emit_json(simple_report("report compare", doc, verdict=result.verdict))
         return result.exit_code
 
     def num(x: float | None) -> str:

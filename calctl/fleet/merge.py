@@ -131,6 +131,7 @@ class FleetReport:
         return {
             "schema": SCHEMA,
             "command": self.command,
+            "board_command": _common_command(self.boards),
             "calctl_version": __version__,
             "started_at": self.started_at,
             "verdict": self.verdict,
@@ -140,7 +141,7 @@ class FleetReport:
             "interrupted": self.interrupted,
             "counts": counts(self.boards),
             "package_digests": digests,
-            "steps": list(self.steps),
+            "step_names": list(self.steps),  # the table's columns (report/v1 keeps "steps" for step objects)
             "boards": [b.document() for b in self.boards],
         }
 
@@ -402,6 +403,8 @@ def merge_reports(
 ) -> FleetReport:
     """Merge the report directories of several boards' runs into one fleet report, written into ``out_dir``.
 
+    ``command``: what made the fleet report (``device check`` for ``--boards``, ``lab run``; default
+    ``report merge``); the boards' own command is the document's ``board_command``.
     ``report_dirs``: one directory per board (its ``report.json``; a directory without a readable report is an
     infrastructure ERROR row). ``infra_errors``: (board id, place or host, reason) of boards whose run did not
     complete (a child that could not start, an exporter that went away); a board named there replaces its
@@ -444,7 +447,7 @@ def merge_reports(
         boards=tuple(_order(rows)),
         steps=tuple(steps),
         out_dir=out,
-        command=command or _common_command(rows),
+        command=command or "report merge",
         started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         reasons=tuple(reasons),
         note=_note(rows),
