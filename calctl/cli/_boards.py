@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 #: This invocation's arguments after ``calctl`` (root options removed): what a board's child runs again.
 ARGV: list[str] = []
 
+
+def fleet_requested() -> bool:
+    """Whether this invocation has ``--boards`` (its ``--report`` then names the fleet's directory)."""
+    return any(a == "--boards" or a.startswith("--boards=") for a in ARGV)
+
+
 BoardsOpt = Annotated[
     str | None,
     typer.Option(
@@ -227,4 +233,13 @@ def _junit_suite(result: FleetReport) -> _output.JunitSuite:
     return _output.JunitSuite(name="calctl fleet", cases=cases)
 
 
-__all__ = ["ARGV", "FLEET_DEFAULTS", "FleetArgs", "board_options", "child_args", "render_fleet", "run_fleet"]
+__all__ = [
+    "ARGV",
+    "FLEET_DEFAULTS",
+    "FleetArgs",
+    "board_options",
+    "child_args",
+    "fleet_requested",
+    "render_fleet",
+    "run_fleet",
+]
