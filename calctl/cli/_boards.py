@@ -222,7 +222,7 @@ def _junit_suite(result: FleetReport) -> _output.JunitSuite:
         cases.append(
             _output.JunitCase(
                 name=b.board_id,
-                classname=f"calctl.fleet.{result.command or 'merge'}",
+                classname="calctl.fleet." + (result.command or "report merge").replace(" ", "_"),
                 seconds=b.seconds,
                 outcome=("failure" if b.exit_code == 1 and not b.infrastructure else "error") if bad else None,
                 message=f"{b.verdict}: {b.reason}" if bad else "",

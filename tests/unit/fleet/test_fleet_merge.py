@@ -63,7 +63,7 @@ def test_rows_per_board_worst_verdict_failing_first_and_relative_links(tmp_path:
     assert "MOCK RESULT for b0, b1, b2" in doc["note"]
     page = report.html_path.read_text()
     assert page.index('data-board="b1"') < page.index('data-board="b0"')
-    assert 'href="b1/"' in page and ">FAIL<" in page
+    assert 'href="./b1/"' in page and ">FAIL<" in page
 
 
 def test_an_infrastructure_error_is_an_error_row_naming_the_place_never_a_fail(tmp_path: Path) -> None:
