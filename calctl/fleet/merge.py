@@ -172,12 +172,12 @@ def severity(verdict: str) -> int:
 
 
 def worst(verdicts: Iterable[str]) -> str:
-    """The worst of ``verdicts`` (the first of equals); PASS for none."""
-    out = "PASS"
+    """The worst of ``verdicts`` (the first of equals: every board GO is GO); PASS for none."""
+    out: str | None = None
     for v in verdicts:
-        if severity(v) > severity(out):
+        if out is None or severity(v) > severity(out):
             out = v
-    return out
+    return out or "PASS"
 
 
 # ---------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def test_worst_follows_the_verdict_table() -> None:
     assert worst(["FAIL", "ERROR"]) == "ERROR"
     assert worst(["ERROR", "INTERRUPTED", "FAIL"]) == "INTERRUPTED"
     assert severity("PASS") == severity("GO") == 0 < severity("MEASURED") < severity("WARN") < severity("NO-GO")
-    assert worst([]) == "PASS"
+    assert worst([]) == "PASS" and worst(["GO", "GO"]) == "GO" and worst(["GO", "WARN"]) == "WARN"
 
 
 def test_nothing_to_merge_is_refused(tmp_path: Path) -> None:
