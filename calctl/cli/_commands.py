@@ -64,4 +64,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "calctl.cli.bench_cmds",
         "Load generator and verdicts: A/B, interference, fault-isolation, executor-modes.",
     ),
+    "report": (
+        "calctl.cli.fleet_cmds",
+        "Merge several boards' report directories into a fleet report, or compare two reports figure by figure.",
+    ),
 }

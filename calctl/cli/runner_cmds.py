@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
+from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_fleet
 from calctl.cli._device import (
     DEVICE_DEFAULTS,
     DeviceArgs,
@@ -108,9 +109,12 @@ class _Outputs:
 
     def __post_init__(self) -> None:
         """Refuse an output path that is a FIFO, a device, a symlink or a directory before the run, not after."""
+        from calctl.cli._boards import fleet_requested
         from calctl.records import check_output
 
-        for option, path in (("--trace", self.trace), ("--plot", self.plot), ("--report", self.report)):
+        # with --boards, --report names the fleet's directory (docs/boards.md), checked by the fan-out
+        report = None if fleet_requested() else self.report
+        for option, path in (("--trace", self.trace), ("--plot", self.plot), ("--report", report)):
             if path is not None:
                 check_output(path, option)
 
@@ -281,11 +285,13 @@ def junit_xml(report: Report) -> str:
 
 @device_options("fault_plan", "time_scale", "seed")
 @runner_outputs
+@board_options
 def run_golden(
     pkg: PackageArg = None,
     model: ModelOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     out: _Outputs = _OUTPUTS,
+    fleet: FleetArgs = FLEET_DEFAULTS,
 ) -> int:
     """Golden correctness of every model on a device.
 
@@ -297,6 +303,17 @@ def run_golden(
     """
     from calctl.runners.golden import run_golden as golden_runner
 
+    if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
+        return run_fleet(
+            fleet,
+            "run-golden",
+            report_is_dir=False,
+            report=out.report,
+            format=out.format,
+            device=dev.device,
+            calrt_lib=dev.calrt_lib,
+            fault_plan=dev.fault_plan,
+        )
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
     return _run_device(golden_runner, path, trust, spec, out, _render_golden, model=model)
@@ -548,6 +565,7 @@ def _render_poc(report: Report) -> None:
 
 
 @device_options("fault_plan", "time_scale", time_scale=BRINGUP_TIME_SCALE_HELP)
+@board_options
 def bringup(
     pkg: PackageArg = None,
     level: Annotated[
@@ -561,6 +579,7 @@ def bringup(
     board_profile: BoardProfileOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     format: FormatOpt = TableJson.table,
+    fleet: FleetArgs = FLEET_DEFAULTS,
 ) -> int:
     """The bench pipeline in one command: device check, self-test, validate, budget, golden, warm-up, PoC, soak.
 
@@ -577,6 +596,16 @@ def bringup(
     from calctl.records import write_json
     from calctl.runners import bringup as bringup_lib
 
+    if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
+        return run_fleet(
+            fleet,
+            "bringup",
+            report_is_dir=True,
+            report=report,
+            format=format,
+            device=dev.device,
+            calrt_lib=dev.calrt_lib,
+        )
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
     check_board_profile(board_profile)
