@@ -225,8 +225,8 @@ BoardProfileOpt = Annotated[
     Path | None,
     typer.Option(
         "--board-profile",
-        help="A calculet-board-profile/v1 YAML (docs/runtime.md §8) the self-test step judges its transfer rows "
-        "against; without it they are NOT JUDGED, their figures reported.",
+        help="The board's profile (YAML, docs/runtime.md §8) the self-test step judges its transfer rows against; "
+        "without it they are NOT JUDGED, their figures reported.",
     ),
 ]
 ReportFileOpt = Annotated[
