@@ -68,6 +68,11 @@ class FaultKind(str, enum.Enum):
     # Reads of device memory (read_mem): what a memory pattern test must catch, at the address it names.
     STUCK_BIT = "stuck_bit"  # bit `bit` of the byte at `address` reads `stuck_at` on every read that covers it
     BIT_FLIP = "bit_flip"  # one bit of a read comes back flipped (at `address`, else a seeded place in the read)
+    # Telemetry (thermal.py, docs/calrt-c-abi.md §15), from the job submission that fires them on, per chip (filter
+    # `chip`; else every chip of the job): the job still runs, the chip's telemetry tells.
+    FAN_FAILED = "fan_failed"  # the chip's cooling fails: its temperature climbs past its limit and it throttles
+    STUCK_SENSOR = "stuck_sensor"  # the temperature reading freezes where it is (the chip heats on underneath)
+    ECC_ERRORS = "ecc_errors"  # `count` (default 1) memory errors, `ecc: correctable` (default) or `uncorrectable`
 
     @property
     def halts_chip(self) -> bool:
@@ -94,6 +99,10 @@ class FaultKind(str, enum.Enum):
     @property
     def on_transfer(self) -> bool:
         return self in (FaultKind.SLOW_LINK, FaultKind.SLOW_CHIP_TRANSFER, FaultKind.STUCK_BIT, FaultKind.BIT_FLIP)
+
+    @property
+    def on_telemetry(self) -> bool:
+        return self in (FaultKind.FAN_FAILED, FaultKind.STUCK_SENSOR, FaultKind.ECC_ERRORS)
 
     @property
     def trigger(self) -> str:
@@ -144,6 +153,8 @@ _RULE_SCHEMA: dict[str, Any] = {
         "address": {"type": "integer", "minimum": 0},
         "bit": {"type": "integer", "minimum": 0, "maximum": 7},
         "stuck_at": {"enum": [0, 1]},
+        "ecc": {"enum": ["correctable", "uncorrectable"]},
+        "count": {"type": "integer", "minimum": 1},
     },
 }
 
@@ -175,6 +186,8 @@ class FaultRule:
     address: int | None = None  # stuck_bit (required), bit_flip (optional): a device address on the rule's chip
     bit: int = 0  # stuck_bit: which bit of that byte (0 = least significant)
     stuck_at: int = 0  # stuck_bit: the value the bit reads
+    ecc: str = "correctable"  # ecc_errors: which counter
+    count: int = 1  # ecc_errors: errors added each time it fires
 
     def matches(self, *, graph: str | None, model: str | None, chips: Sequence[int]) -> bool:
         if self.graph is not None and self.graph != graph:
@@ -265,6 +278,11 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(f"{where}: bit_flip flips a seeded bit; bit and stuck_at apply to stuck_bit")
     if kind is FaultKind.STUCK_BIT and ("address" not in r or "chip" not in r):
         raise ConfigError(f"{where}: stuck_bit needs chip and address (the device address of the stuck byte)")
+    ecc_keys = sorted({"ecc", "count"} & set(r))
+    if ecc_keys and kind is not FaultKind.ECC_ERRORS:
+        raise ConfigError(
+            f"{where}: {', '.join(ecc_keys)} appl{'ies' if len(ecc_keys) == 1 else 'y'} only to ecc_errors"
+        )
     if kind.on_transfer and ("graph" in r or "model" in r):
         raise ConfigError(f"{where}: {kind.value} is per transfer; filter with 'chip'")
     if "bytes" in r and not kind.on_unload:
@@ -290,6 +308,8 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         address=r.get("address"),
         bit=int(r.get("bit", 0)),
         stuck_at=int(r.get("stuck_at", 0)),
+        ecc=str(r.get("ecc", "correctable")),
+        count=int(r.get("count", 1)),
     )
 
 
