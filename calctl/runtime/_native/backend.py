@@ -147,6 +147,10 @@ class CalrtRuntime(NativeMemory, DeviceBookkeeping[_NativeJob, c_void_p]):
 
     # -- device ------------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         with self._lock:
             with self._waiters:

@@ -155,6 +155,10 @@ class MockRuntime(ChipExecution):
 
     # -- device ------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         global _PROCESS_DEVICE
         with self._cv:
