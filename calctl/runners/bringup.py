@@ -445,6 +445,12 @@ def run_bringup(
                 for s in done
             ],
             "step_reports": {s.name: s.document for s in done if s.document is not None},
+            # each device step's per-chip power, temperature, throttle and ECC (calctl.runners.telemetry)
+            "telemetry": {
+                s.name: s.document["telemetry"]
+                for s in done
+                if isinstance(s.document, dict) and isinstance(s.document.get("telemetry"), dict)
+            },
         },
         steps=tuple(done),
         error=error if interrupted else next((f"{s.name}: {s.detail}" for s in failing), None),

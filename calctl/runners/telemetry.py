@@ -239,6 +239,25 @@ class TelemetrySampler:
 
 _SAMPLERS: weakref.WeakKeyDictionary[Any, TelemetrySampler] = weakref.WeakKeyDictionary()
 _SAMPLERS_LOCK = threading.Lock()
+_RECENT: list[tuple[int, TelemetrySampler]] = []  # the last samplers started, with their ordinal (bounded)
+_ORDINAL = [0]
+
+
+def mark() -> int:
+    """The ordinal of the next sampler: :func:`documents_since` a mark lists the devices a step opened."""
+    with _SAMPLERS_LOCK:
+        return _ORDINAL[0]
+
+
+def documents_since(since: int) -> list[dict[str, Any]]:
+    """The telemetry of every device opened since ``since`` (:func:`mark`), each stopped first."""
+    with _SAMPLERS_LOCK:
+        found = [s for n, s in _RECENT if n >= since]
+    out = []
+    for sampler in found:
+        sampler.stop()
+        out.append(sampler.document())
+    return out
 
 
 def attach_sampler(rt: Runtime, *, interval_s: float = DEFAULT_INTERVAL_S) -> TelemetrySampler:
@@ -246,6 +265,9 @@ def attach_sampler(rt: Runtime, *, interval_s: float = DEFAULT_INTERVAL_S) -> Te
     sampler = TelemetrySampler(rt, interval_s=interval_s).start()
     with _SAMPLERS_LOCK:
         _SAMPLERS[rt] = sampler
+        _RECENT.append((_ORDINAL[0], sampler))
+        _ORDINAL[0] += 1
+        del _RECENT[:-16]
     return sampler
 
 
@@ -256,12 +278,17 @@ def sampler_of(rt: Runtime | None) -> TelemetrySampler | None:
         return _SAMPLERS.get(rt)
 
 
-def telemetry_document(rt: Runtime | None) -> dict[str, Any]:
-    """``rt``'s sampler's document after a last sample (call it before the device closes where possible)."""
+NOT_SAMPLED = {"note": "telemetry was not sampled on this run", "chips": []}
+
+
+def telemetry_document(rt: Runtime | None, *, final: bool = True) -> dict[str, Any]:
+    """``rt``'s sampler's document; ``final``: after a last sample, the sampler stopped (call it before the device
+    closes where possible); else as it stands (a checkpoint of a run still going)."""
     sampler = sampler_of(rt)
     if sampler is None:
-        return {"note": "telemetry was not sampled on this run", "chips": []}
-    sampler.stop()
+        return dict(NOT_SAMPLED)
+    if final:
+        sampler.stop()
     return sampler.document()
 
 
@@ -271,6 +298,8 @@ __all__ = [
     "ChipAggregate",
     "TelemetrySampler",
     "attach_sampler",
+    "documents_since",
+    "mark",
     "sampler_of",
     "telemetry_document",
 ]

@@ -147,9 +147,7 @@ THROTTLE_REASONS = ("thermal", "power", "hw_slowdown", "host")
 
 def throttle_reason_names(bits: int) -> tuple[str, ...]:
     """The names of the reason bits set in ``bits``; a bit past the table is ``bit<N>`` (conformance fails it)."""
-    return tuple(
-        THROTTLE_REASONS[i] if i < len(THROTTLE_REASONS) else f"bit{i}" for i in range(64) if bits >> i & 1
-    )
+    return tuple(THROTTLE_REASONS[i] if i < len(THROTTLE_REASONS) else f"bit{i}" for i in range(64) if bits >> i & 1)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 from calctl import html_report, records
 from calctl.errors import CalctlError, CheckFailed, ExitCode
 from calctl.report import Report, StepStatus, build_header
+from calctl.runners import telemetry
 from calctl.runners.acceptance.evidence import STEPS, AcceptState, Skip, Step, error_evidence
 from calctl.runners.acceptance.judges import judge_all
 from calctl.runners.acceptance.plan import (
@@ -155,7 +156,7 @@ def run_accept(
     header = _header(config, started)
     interrupted: str | None = None
     stack = ExitStack()
-    state = AcceptState(config=config, stack=stack, log=log)
+    state = AcceptState(config=config, stack=stack, log=log, telemetry_mark=telemetry.mark())
     try:
         with stack:
             for step in steps:
@@ -254,6 +255,8 @@ def _checkpoint(
             "report_dir": str(config.out_dir),
             "rows": [r.to_dict() for r in rows],
             "files": {"report": REPORT_FILE, "plot": PLOT_FILE},
+            # every device the steps opened: per-chip power, temperature, throttle, ECC (calctl.runners.telemetry)
+            **({"telemetry": telemetry.documents_since(state.telemetry_mark)} if final else {}),
         },
         steps=done,
         seconds=time.perf_counter() - t0,

@@ -470,7 +470,10 @@ class CalrtRuntime(NativeMemory, DeviceBookkeeping[_NativeJob, c_void_p]):
         reset count: those are null and listed as vendor gaps. Queue depth is the chip's pending counter."""
         pending = {c.chip: c.pending for c in self.counters()}
         if self.library.has(L.TELEMETRY_CALL):  # the optional call (docs/calrt-c-abi.md §15)
-            got = [(c, self._chip_query(L.TELEMETRY_CALL, new_telemetry(), "telemetry", c)) for c in range(self._topology.chips)]
+            got = [
+                (c, self._chip_query(L.TELEMETRY_CALL, new_telemetry(), "telemetry", c))
+                for c in range(self._topology.chips)
+            ]
             if all(t is not None for _, t in got):
                 return tuple(chip_telemetry(c, t, pending.get(c)) for c, t in got if t is not None)
         return tuple(
