@@ -51,11 +51,12 @@ class DeviceSpec:
             return self
         return DeviceSpec(self.kind, self.calrt_lib, time_scale, self.serialize_chips, self.fault_plan, self.seed)
 
-    def open(self) -> Runtime:
-        """Open the device and start sampling its telemetry for the run's report (:mod:`calctl.runners.telemetry`:
-        the one place every device run opens its board, so every run samples it)."""
+    def open(self, *, sample: bool = True) -> Runtime:
+        """Open the device and (``sample``) start sampling its telemetry for the run's report
+        (:mod:`calctl.runners.telemetry`: the one place every device run opens its board, so every run samples it)."""
         rt = self._open()
-        attach_sampler(rt)
+        if sample:
+            attach_sampler(rt)
         return rt
 
     def _open(self) -> Runtime:
