@@ -175,7 +175,7 @@ def run_burnin(
             sampler.series(),
             device=device.kind.value,
             title=f"calctl burn-in ({minutes:g} min)",
-            limits={r.chip: {r.figure: r.limit} for r in rows if r.limit is not None},
+            limits=_plot_limits(rows),
         )
         pictures["plot"] = str(plot)
     body: dict[str, Any] = {
@@ -370,6 +370,14 @@ def _sensor_row(a: ChipAggregate) -> Row:
             f"temperature frozen at {a.temperature_max:g} C in all {a.samples} samples under load (a stuck sensor)",
         )
     return Row(a.chip, "sensor", "PASS", None, None, f"{len(a.temperatures)}+ distinct temperature readings")
+
+
+def _plot_limits(rows: list[Row]) -> dict[int, dict[str, float | None]]:
+    out: dict[int, dict[str, float | None]] = {}
+    for r in rows:
+        if r.figure in ("temperature", "power"):
+            out.setdefault(r.chip, {})[r.figure] = r.limit
+    return out
 
 
 def _verdict(rows: list[Row]) -> str:

@@ -449,7 +449,7 @@ class MockRuntime(ChipExecution):
         for c in [d.rule.chip] if d.rule.chip is not None else chips:
             th = self._thermal[c]
             if d.rule.kind is FaultKind.FAN_FAILED:
-                th.fan_failed = True
+                th.fan_factor = d.rule.magnitude
             elif d.rule.kind is FaultKind.STUCK_SENSOR:
                 if th.stuck_c is None:
                     th.stuck_c = float(th.reading(now)["temperature_c"])

@@ -70,7 +70,8 @@ class FaultKind(str, enum.Enum):
     BIT_FLIP = "bit_flip"  # one bit of a read comes back flipped (at `address`, else a seeded place in the read)
     # Telemetry (thermal.py, docs/calrt-c-abi.md §15), from the job submission that fires them on, per chip (filter
     # `chip`; else every chip of the job): the job still runs, the chip's telemetry tells.
-    FAN_FAILED = "fan_failed"  # the chip's cooling fails: its temperature climbs past its limit and it throttles
+    # the chip's cooling fails: `magnitude` (default 4) times hotter per watt, past its limit, and it throttles
+    FAN_FAILED = "fan_failed"
     STUCK_SENSOR = "stuck_sensor"  # the temperature reading freezes where it is (the chip heats on underneath)
     ECC_ERRORS = "ecc_errors"  # `count` (default 1) memory errors, `ecc: correctable` (default) or `uncorrectable`
 
@@ -243,7 +244,7 @@ class FaultPlan:
 
 
 #: A transfer fault's rate factor when the rule gives none: a link at a quarter, a chip at half its bandwidth.
-_DEFAULT_MAGNITUDE = {FaultKind.SLOW_LINK: 0.25, FaultKind.SLOW_CHIP_TRANSFER: 0.5}
+_DEFAULT_MAGNITUDE = {FaultKind.SLOW_LINK: 0.25, FaultKind.SLOW_CHIP_TRANSFER: 0.5, FaultKind.FAN_FAILED: 4.0}
 
 
 def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
@@ -262,10 +263,17 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(
             f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)"
         )
-    if "magnitude" in r and ((not kind.corrupts and not kind.on_transfer) or kind is FaultKind.UNWRITTEN_LOGITS):
+    if "magnitude" in r and (
+        (not kind.corrupts and not kind.on_transfer and kind is not FaultKind.FAN_FAILED)
+        or kind is FaultKind.UNWRITTEN_LOGITS
+    ):
         raise ConfigError(
-            f"{where}: magnitude applies only to corrupt_output, kv_corruption, inactive_lane_kv, slow_link and "
-            "slow_chip_transfer"
+            f"{where}: magnitude applies only to corrupt_output, kv_corruption, inactive_lane_kv, slow_link, "
+            "slow_chip_transfer and fan_failed"
+        )
+    if kind is FaultKind.FAN_FAILED and not float(r.get("magnitude", 4.0)) >= 1:
+        raise ConfigError(
+            f"{where}: fan_failed magnitude is how much hotter the chip runs per watt, >= 1; got {r['magnitude']}"
         )
     if kind.on_transfer and not 0 < float(r.get("magnitude", 0.5)) <= 1:
         raise ConfigError(f"{where}: {kind.value} magnitude is the rate kept, in (0, 1]; got {r['magnitude']}")

@@ -8,7 +8,7 @@ throttles: its clock drops to ``throttle_clock`` of the maximum (so compute phas
 clock and it draws less) until it has cooled ``hysteresis_c`` below the limit. With the defaults a chip at full
 load settles at 75 °C, under the 90 °C limit.
 
-The telemetry faults (``faults.py``) act here: ``fan_failed`` multiplies ``c_per_w`` by ``fan_failed_factor``
+The telemetry faults (``faults.py``) act here: ``fan_failed`` multiplies ``c_per_w`` by its magnitude (default 4)
 (the chip runs past its limit and throttles), ``stuck_sensor`` freezes the temperature reading where it was
 (the model goes on underneath), ``ecc_errors`` adds to the ECC counters.
 
@@ -39,7 +39,6 @@ class ThermalModel:
     power_limit_w: float = 45.0
     clock_mhz: float = 1000.0
     throttle_clock: float = 0.5  # the clock while throttled, as a fraction of clock_mhz
-    fan_failed_factor: float = 4.0  # fan_failed: c_per_w times this
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -64,7 +63,7 @@ class ChipThermal:
         self.throttled_ns = 0
         self.ecc_correctable = 0
         self.ecc_uncorrectable = 0
-        self.fan_failed = False
+        self.fan_factor = 1.0  # fan_failed: c_per_w times this (the fault's magnitude, default 4)
         self.stuck_c: float | None = None  # stuck_sensor: the frozen temperature reading
         self.busy_from_ns: int | None = None  # a compute phase in progress: its start
 
@@ -79,7 +78,7 @@ class ChipThermal:
         m = self.model
         dt = (until_ns - self.t_ns) / 1e9
         p = m.idle_w + (m.max_w - m.idle_w) * self.clock_factor if busy else m.idle_w
-        c_per_w = m.c_per_w * (m.fan_failed_factor if self.fan_failed else 1.0)
+        c_per_w = m.c_per_w * self.fan_factor
         target = m.ambient_c + p * c_per_w
         self.temp_c = target + (self.temp_c - target) * math.exp(-dt / m.tau_s)
         self.power_w = p + (self.power_w - p) * math.exp(-dt / m.power_tau_s)

@@ -92,7 +92,7 @@ def test_temperature_and_power_follow_the_work_on_the_device_clock() -> None:
 
 def test_a_failed_fan_throttles_past_the_limit_and_halves_the_clock() -> None:
     th = ChipThermal(ThermalModel(), 0)
-    th.fan_failed = True
+    th.fan_factor = 4.0
     for s in range(60):
         th.work(s * 10**9, (s + 1) * 10**9)
     r = th.reading(60 * 10**9)
