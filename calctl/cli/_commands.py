@@ -62,7 +62,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "soak": ("calctl.cli.soak_cmds", "Load/unload soak under mixed traffic, with evidence on disk."),
     "burn-in": (
         "calctl.cli.burnin_cmds",
-        "Both chips at sustained maximum load, telemetry graded against limits (temperature, power, ECC).",
+        "Run both chips at sustained maximum load and grade their telemetry against limits.",
     ),
     "bench": (
         "calctl.cli.bench_cmds",

@@ -90,7 +90,7 @@ class BurnInLimits:
 
 
 @dataclass(frozen=True)
-class Row:
+class BurnInRow:
     """One graded figure of one chip."""
 
     chip: int
@@ -112,7 +112,7 @@ class Row:
 
 
 @dataclass
-class ChipLoad:
+class BurnInChipLoad:
     """What the load did on one chip."""
 
     chip: int
@@ -138,7 +138,7 @@ def run_burnin(
 
     t0 = time.perf_counter()
     log = log or StepLog()
-    loads: list[ChipLoad] = []
+    loads: list[BurnInChipLoad] = []
     outcome, error = RunOutcome.PASS, None
     sampler: TelemetrySampler | None = None
     # The load is the bundled sample's, signed by the published test-only key: trusted for this.
@@ -153,7 +153,7 @@ def run_burnin(
                 sampler.interval_s = interval_s
             assert ctx.rt is not None and ctx.calbin is not None and ctx.pkg is not None
             for alias, mp in ctx.calbin.plan.models.items():
-                loads.append(ChipLoad(mp.chips[0], alias))
+                loads.append(BurnInChipLoad(mp.chips[0], alias))
             with log.step("full load") as note:
                 _load(ctx.rt, ctx.pkg, loads, minutes * 60.0, sampler, progress)
                 note.detail = "; ".join(f"chip {ld.chip} ({ld.model}): {ld.jobs} jobs" for ld in loads)
@@ -205,7 +205,7 @@ def run_burnin(
 def _load(
     rt: Runtime,
     pkg: Any,
-    loads: list[ChipLoad],
+    loads: list[BurnInChipLoad],
     seconds: float,
     sampler: TelemetrySampler | None,
     progress: Callable[[str], None],
@@ -214,7 +214,7 @@ def _load(
     stop = threading.Event()
     deadline = time.monotonic() + seconds
 
-    def worker(ld: ChipLoad, engine: Engine) -> None:
+    def worker(ld: BurnInChipLoad, engine: Engine) -> None:
         graph = pkg.model(ld.model).prefill
         prompt = _prompt(pkg, ld.model)
         inputs, outputs = rt.alloc_inputs(graph.name), rt.alloc_outputs(graph.name)
@@ -263,7 +263,7 @@ def _load(
             t.join(120)
 
 
-def _progress_line(loads: list[ChipLoad], sampler: TelemetrySampler | None, deadline: float) -> str:
+def _progress_line(loads: list[BurnInChipLoad], sampler: TelemetrySampler | None, deadline: float) -> str:
     aggs = sampler.aggregates() if sampler is not None else {}
     parts = []
     for ld in loads:
@@ -301,9 +301,9 @@ def _against(value: float | None, limit: float | None, warn: float, figure: str,
     return "PASS", f"{value:g} {unit} (limit {limit:g} {unit})"
 
 
-def grade(aggregates: dict[int, ChipAggregate], loads: list[ChipLoad], limits: BurnInLimits) -> list[Row]:
+def grade(aggregates: dict[int, ChipAggregate], loads: list[BurnInChipLoad], limits: BurnInLimits) -> list[BurnInRow]:
     """Every chip's rows (module docstring). A chip the sampler never saw gets NOT JUDGED telemetry rows."""
-    rows: list[Row] = []
+    rows: list[BurnInRow] = []
     w = limits.warn_fraction
     for ld in loads:
         c = ld.chip
@@ -312,18 +312,20 @@ def grade(aggregates: dict[int, ChipAggregate], loads: list[ChipLoad], limits: B
             limits.temperature_c_max if limits.temperature_c_max is not None else a.limits.get("temperature_limit_c")
         )
         status, detail = _against(a.temperature_max, t_limit, w, "temperature", "C")
-        rows.append(Row(c, "temperature", status, a.temperature_max, t_limit, detail))
+        rows.append(BurnInRow(c, "temperature", status, a.temperature_max, t_limit, detail))
         p_limit = limits.power_w_max if limits.power_w_max is not None else a.limits.get("power_limit_w")
         status, detail = _against(a.power_max, p_limit, w, "power", "W")
-        rows.append(Row(c, "power", status, a.power_max, p_limit, detail))
+        rows.append(BurnInRow(c, "power", status, a.power_max, p_limit, detail))
         throttled = a.throttled_s
         if throttled is None:
-            rows.append(Row(c, "throttle", "NOT JUDGED", None, limits.throttled_s_max, f"throttle: {NOT_REPORTED}"))
+            rows.append(
+                BurnInRow(c, "throttle", "NOT JUDGED", None, limits.throttled_s_max, f"throttle: {NOT_REPORTED}")
+            )
         else:
             bad = throttled > limits.throttled_s_max
             low = f"; clock down to {a.frequency_min:g} MHz" if a.frequency_min is not None else ""
             rows.append(
-                Row(
+                BurnInRow(
                     c,
                     "throttle",
                     "FAIL" if bad else "PASS",
@@ -339,29 +341,31 @@ def grade(aggregates: dict[int, ChipAggregate], loads: list[ChipLoad], limits: B
             figure = name.replace("_", " ")
             pair = a.ecc.get(name)
             if pair is None:
-                rows.append(Row(c, figure, "NOT JUDGED", None, limit, f"{figure}: {NOT_REPORTED}"))
+                rows.append(BurnInRow(c, figure, "NOT JUDGED", None, limit, f"{figure}: {NOT_REPORTED}"))
                 continue
             delta = pair[1] - pair[0]
             status = "FAIL" if delta > limit else "PASS"
             rows.append(
-                Row(c, figure, status, delta, limit, f"{delta} new error(s) during the burn-in (limit {limit})")
+                BurnInRow(c, figure, status, delta, limit, f"{delta} new error(s) during the burn-in (limit {limit})")
             )
         rows.append(_sensor_row(a))
         ok = ld.jobs > 0 and ld.failed == 0
         detail = f"{ld.jobs} jobs completed" + (
             f", {ld.failed} failed: {'; '.join(ld.errors[:2])}" if ld.failed else ""
         )
-        rows.append(Row(c, "jobs", "PASS" if ok else "FAIL", ld.jobs, None, detail if ld.jobs else detail + " (none)"))
+        rows.append(
+            BurnInRow(c, "jobs", "PASS" if ok else "FAIL", ld.jobs, None, detail if ld.jobs else detail + " (none)")
+        )
     return rows
 
 
-def _sensor_row(a: ChipAggregate) -> Row:
+def _sensor_row(a: ChipAggregate) -> BurnInRow:
     if a.decreased:
-        return Row(a.chip, "sensor", "FAIL", None, None, "a counter decreased: " + "; ".join(a.decreased[:3]))
+        return BurnInRow(a.chip, "sensor", "FAIL", None, None, "a counter decreased: " + "; ".join(a.decreased[:3]))
     if a.temperature_max is None:
-        return Row(a.chip, "sensor", "NOT JUDGED", None, None, f"temperature: {NOT_REPORTED}")
+        return BurnInRow(a.chip, "sensor", "NOT JUDGED", None, None, f"temperature: {NOT_REPORTED}")
     if a.samples >= 5 and len(a.temperatures) == 1:
-        return Row(
+        return BurnInRow(
             a.chip,
             "sensor",
             "FAIL",
@@ -369,10 +373,10 @@ def _sensor_row(a: ChipAggregate) -> Row:
             None,
             f"temperature frozen at {a.temperature_max:g} C in all {a.samples} samples under load (a stuck sensor)",
         )
-    return Row(a.chip, "sensor", "PASS", None, None, f"{len(a.temperatures)}+ distinct temperature readings")
+    return BurnInRow(a.chip, "sensor", "PASS", None, None, f"{len(a.temperatures)}+ distinct temperature readings")
 
 
-def _plot_limits(rows: list[Row]) -> dict[int, dict[str, float | None]]:
+def _plot_limits(rows: list[BurnInRow]) -> dict[int, dict[str, float | None]]:
     out: dict[int, dict[str, float | None]] = {}
     for r in rows:
         if r.figure in ("temperature", "power"):
@@ -380,7 +384,7 @@ def _plot_limits(rows: list[Row]) -> dict[int, dict[str, float | None]]:
     return out
 
 
-def _verdict(rows: list[Row]) -> str:
+def _verdict(rows: list[BurnInRow]) -> str:
     statuses = {r.status for r in rows}
     if "FAIL" in statuses:
         return "FAIL"
@@ -389,4 +393,4 @@ def _verdict(rows: list[Row]) -> str:
     return "PASS"
 
 
-__all__ = ["BurnInLimits", "Row", "grade", "run_burnin"]
+__all__ = ["BurnInLimits", "BurnInRow", "grade", "run_burnin"]

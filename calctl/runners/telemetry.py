@@ -130,7 +130,7 @@ class TelemetrySampler:
     def __init__(self, rt: Runtime, *, interval_s: float = DEFAULT_INTERVAL_S, keep: int = DEFAULT_KEEP) -> None:
         if not interval_s > 0 or keep < 2:
             raise ValueError(f"telemetry sampler: interval_s > 0 and keep >= 2, got {interval_s}, {keep}")
-        self._rt = weakref.ref(rt)
+        self._runtime = weakref.ref(rt)
         self.interval_s = interval_s
         self.keep = keep
         self._lock = threading.Lock()
@@ -164,7 +164,7 @@ class TelemetrySampler:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            rt = self._rt()
+            rt = self._runtime()
             if rt is None or rt.closed:
                 break
             self.sample()
@@ -174,7 +174,7 @@ class TelemetrySampler:
 
     def sample(self) -> tuple[ChipTelemetry, ...] | None:
         """Read the telemetry once and fold it in; None when the runtime is gone or the read failed."""
-        rt = self._rt()
+        rt = self._runtime()
         if rt is None or rt.closed or self._stop.is_set():
             return None
         try:

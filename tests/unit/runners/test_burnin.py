@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from calctl.runners.burnin import BurnInLimits, ChipLoad, grade, run_burnin
+from calctl.runners.burnin import BurnInLimits, BurnInChipLoad, grade, run_burnin
 from calctl.runners.device import DeviceSpec
 from calctl.runners.telemetry import ChipAggregate
 from calctl.runtime import DeviceKind
@@ -106,7 +106,7 @@ def _agg(chip: int, temps: list[float], power: float) -> ChipAggregate:
 
 
 def test_within_five_percent_of_a_limit_is_warn_and_a_profile_limit_wins() -> None:
-    loads = [ChipLoad(0, "model-a", jobs=10), ChipLoad(1, "model-b", jobs=10)]
+    loads = [BurnInChipLoad(0, "model-a", jobs=10), BurnInChipLoad(1, "model-b", jobs=10)]
     aggs = {0: _agg(0, [60.0, 86.0], 30.0), 1: _agg(1, [60.0, 70.0], 44.0)}
     rows = {(r.chip, r.figure): r for r in grade(aggs, loads, BurnInLimits())}
     assert (
