@@ -139,3 +139,28 @@ def test_mock_faults_show_in_its_telemetry(combined: Package) -> None:
     assert after[1].temperature_c is not None and after[1].temperature_c > (before[1].temperature_c or 0)
     assert (after[1].ecc_correctable, after[1].ecc_uncorrectable) == (3, 1)
     assert (after[0].ecc_correctable, after[0].ecc_uncorrectable) == (0, 0)
+
+
+def test_the_telemetry_faults_parse_and_bad_knobs_are_named() -> None:
+    from calctl.errors import ConfigError
+    from calctl.runtime.mock.faults import FaultPlan
+
+    plan = FaultPlan.from_document(
+        {
+            "schema": "calctl-fault-plan/v1",
+            "faults": [
+                {"kind": "fan_failed", "job": 1, "chip": 0},
+                {"kind": "stuck_sensor", "probability": 0.5},
+                {"kind": "ecc_errors", "job": [2, 3], "ecc": "uncorrectable", "count": 4},
+            ],
+        }
+    )
+    fan, _, ecc = plan.rules
+    assert fan.magnitude == 4.0 and (ecc.ecc, ecc.count) == ("uncorrectable", 4)
+    for rule, words in (
+        ({"kind": "corrupt_output", "job": 1, "ecc": "correctable"}, "ecc applies only to ecc_errors"),
+        ({"kind": "fan_failed", "job": 1, "magnitude": 0.5}, "fan_failed magnitude"),
+        ({"kind": "ecc_errors", "job": 1, "ecc": "some"}, "/faults/0/ecc"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            FaultPlan.from_document({"schema": "calctl-fault-plan/v1", "faults": [rule]})
