@@ -327,7 +327,7 @@ class RunContext(Closes):
         if self.sampler is None:
             return {"note": "telemetry was not sampled on this run", "chips": []}
         self.sampler.stop()
-        return self.sampler.document()
+        return self.sampler.document(with_series=True)  # bounded (600 samples): the trace picture draws it
 
     def memory_document(self) -> dict[str, Any]:
         return {

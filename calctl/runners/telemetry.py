@@ -227,6 +227,7 @@ class TelemetrySampler:
             if not self._chips:
                 doc["note"] = f"no sample taken: {self.last_error or 'the device closed first'}"
             if with_series:
+                doc["t0_monotonic_s"] = self._t0_ns / 1e9  # the series' t_s are seconds after this
                 doc["series"] = [
                     {
                         "t_s": round(t, 3),
@@ -235,6 +236,19 @@ class TelemetrySampler:
                     for t, tel in self._series
                 ]
         return doc
+
+
+def telemetry_points(doc: Any) -> list[tuple[float, int, float | None, float | None]]:
+    """A report's ``telemetry`` block (with its series) as (monotonic seconds, chip, °C, W) points for the
+    trace picture; none when the block has no series."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("series"), list) or "t0_monotonic_s" not in doc:
+        return []
+    t0 = float(doc["t0_monotonic_s"])
+    return [
+        (t0 + float(s["t_s"]), int(c["chip"]), c.get("temperature_c"), c.get("power_w"))
+        for s in doc["series"]
+        for c in s["chips"]
+    ]
 
 
 _SAMPLERS: weakref.WeakKeyDictionary[Any, TelemetrySampler] = weakref.WeakKeyDictionary()
@@ -302,4 +316,5 @@ __all__ = [
     "mark",
     "sampler_of",
     "telemetry_document",
+    "telemetry_points",
 ]
