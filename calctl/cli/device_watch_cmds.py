@@ -101,7 +101,7 @@ def _serve_metrics(port: int, latest: list[tuple[ChipTelemetry, ...]]) -> Any:
             return chip_telemetry_families([(t.chip, t) for t in (latest[0] if latest else ())])
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Latest())  # type: ignore[arg-type]
+    registry.register(_Latest())
     try:
         return start_http_server(port, registry=registry)
     except OSError as exc:

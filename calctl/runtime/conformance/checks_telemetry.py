@@ -86,7 +86,7 @@ def read(s: Session, rt: Runtime, chip: int, *, size: int | None = None) -> tupl
     out = L.CalrtTelemetry()
     out.size = ctypes.sizeof(L.CalrtTelemetry) if size is None else size
     rc = int(raw._fn.calrt_chip_telemetry(raw._dev, chip, ctypes.byref(out)))
-    return rc, {name: getattr(out, name) for name, _ in L.CalrtTelemetry._fields_}
+    return rc, {f[0]: getattr(out, f[0]) for f in L.CalrtTelemetry._fields_}
 
 
 def _ok_reading(s: Session, rt: Runtime, chip: int) -> dict[str, Any]:

@@ -134,7 +134,7 @@ class SnapshotCollector(Collector):
     def describe(self) -> Iterable[GaugeMetricFamily]:
         return []
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[Metric]:
         snap = self._snapshot()
         state = GaugeMetricFamily(
             "calctl_model_state", "1 for the alias's current lifecycle state (001 §11.1).", labels=["model", "state"]

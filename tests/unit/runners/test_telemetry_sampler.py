@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from tests.waiting import wait_until
 class _FakeRuntime:
     """Just what the sampler reads: telemetry() and closed."""
 
-    def __init__(self, readings: list[tuple[ChipTelemetry, ...]]) -> None:
+    def __init__(self, readings: Sequence[tuple[ChipTelemetry, ...]]) -> None:
         self.readings = readings
         self.i = 0
         self.closed = False
