@@ -289,7 +289,12 @@ def _write_prompt(inputs: Any, prompt: Any) -> None:
 # -- grading ----------------------------------------------------------------------------------------------------
 
 
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
 def _against(value: float | None, limit: float | None, warn: float, figure: str, unit: str) -> tuple[str, str]:
+    value = _r(value)
     if value is None:
         return "NOT JUDGED", f"{figure}: {NOT_REPORTED}"
     if limit is None:
@@ -312,10 +317,10 @@ def grade(aggregates: dict[int, ChipAggregate], loads: list[BurnInChipLoad], lim
             limits.temperature_c_max if limits.temperature_c_max is not None else a.limits.get("temperature_limit_c")
         )
         status, detail = _against(a.temperature_max, t_limit, w, "temperature", "C")
-        rows.append(BurnInRow(c, "temperature", status, a.temperature_max, t_limit, detail))
+        rows.append(BurnInRow(c, "temperature", status, _r(a.temperature_max), t_limit, detail))
         p_limit = limits.power_w_max if limits.power_w_max is not None else a.limits.get("power_limit_w")
         status, detail = _against(a.power_max, p_limit, w, "power", "W")
-        rows.append(BurnInRow(c, "power", status, a.power_max, p_limit, detail))
+        rows.append(BurnInRow(c, "power", status, _r(a.power_max), p_limit, detail))
         throttled = a.throttled_s
         if throttled is None:
             rows.append(
