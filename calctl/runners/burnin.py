@@ -369,7 +369,10 @@ def _sensor_row(a: ChipAggregate) -> BurnInRow:
         return BurnInRow(a.chip, "sensor", "FAIL", None, None, "a counter decreased: " + "; ".join(a.decreased[:3]))
     if a.temperature_max is None:
         return BurnInRow(a.chip, "sensor", "NOT JUDGED", None, None, f"temperature: {NOT_REPORTED}")
-    if a.samples >= 5 and len(a.temperatures) == 1:
+    # frozen: one reading all along while the chip's power moved by 1 W or more (or power is frozen too), so a
+    # chip the host could not load is not mistaken for a stuck sensor
+    drew = a.power_max is not None and a.power_min is not None and a.power_max - a.power_min >= 1.0
+    if a.samples >= 5 and len(a.temperatures) == 1 and (drew or a.power_max == a.power_min):
         return BurnInRow(
             a.chip,
             "sensor",

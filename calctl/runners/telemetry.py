@@ -40,6 +40,7 @@ class ChipAggregate:
     power_sum: float = 0.0
     power_n: int = 0
     power_max: float | None = None
+    power_min: float | None = None
     temperature_max: float | None = None
     temperature_min: float | None = None
     frequency_min: float | None = None
@@ -58,6 +59,7 @@ class ChipAggregate:
             self.power_sum += t.power_w
             self.power_n += 1
             self.power_max = t.power_w if self.power_max is None else max(self.power_max, t.power_w)
+            self.power_min = _min(self.power_min, t.power_w)
         if t.temperature_c is not None:
             self.temperature_max = _max(self.temperature_max, t.temperature_c)
             self.temperature_min = _min(self.temperature_min, t.temperature_c)
