@@ -40,7 +40,10 @@ What it simulates:
 * compute: the package's tiny decoder with a real KV cache per sequence;
 * faults from a seeded :class:`FaultPlan` (``faults.py``), each halting fault
   with a chip or board reset scope (001 §11.3, §13.4);
-* a per-chip trace of job intervals and per-chip counters.
+* a per-chip trace of job intervals and per-chip counters;
+* per-chip telemetry (``thermal.py``): temperature and power rising with the compute on the device clock,
+  throttling above the limit (compute slows), ECC counters; faults ``fan_failed``, ``stuck_sensor``,
+  ``ecc_errors``.
 
 Recovery: ``reset("chip", chip=c)`` aborts chip c's jobs, empties its models'
 KV sequences and clears its fault, keeping the configuration; a fault whose

@@ -109,3 +109,23 @@ def test_device_watch_on_a_shim_without_telemetry_shows_na(cli: Cli, tmp_path_fa
     chip = json.loads(r.out)["chips"][0]
     assert chip["temperature_c"] is None and chip["ecc_correctable"] is None
     assert any(g.startswith("temperature_c: ") for g in chip["vendor_gaps"])
+
+
+def test_the_timeline_draws_the_chips_telemetry_under_the_lanes(tmp_path: Path) -> None:
+    from calctl.runners.telemetry import telemetry_points
+    from calctl.runners.trace import TraceSlice, plot_timeline
+
+    doc = {
+        "t0_monotonic_s": 100.0,
+        "series": [
+            {"t_s": t, "chips": [{"chip": c, "temperature_c": 41.0 + t + c, "power_w": None} for c in (0, 1)]}
+            for t in (0.0, 0.5, 1.0)
+        ],
+    }
+    points = telemetry_points(doc)
+    assert points[0] == (100.0, 0, 41.0, None) and len(points) == 6
+    assert telemetry_points({"chips": []}) == []  # a block without a series draws nothing
+    slices = [TraceSlice(0, 100.1, 100.2, "model-a", "model_a_prefill", "ping", 1, None)]
+    out = tmp_path / "t.png"
+    plot_timeline(out, slices, title="t", device="mock", telemetry=points)
+    assert out.stat().st_size > 0
