@@ -1,7 +1,8 @@
 """Per-chip telemetry sampled through a device run: :class:`TelemetrySampler` (docs/runners.md "Telemetry").
 
-Every device a runner opens through :meth:`calctl.runners.device.DeviceSpec.open` gets a sampler: a daemon thread
-that reads ``rt.telemetry()`` every ``interval_s`` (001 §14) until the runtime closes or :meth:`stop` is called.
+Every device a runner opens through :meth:`calctl.runners.device.DeviceSpec.open` gets a sampler that reads
+``rt.telemetry()`` every ``interval_s`` (001 §14), from the process's one ticker thread, until the runtime closes
+or :meth:`stop` is called.
 Its memory is bounded: running aggregates per chip (average and maximum power, maximum temperature, time
 throttled, the first and last ECC counters) over every sample, and at most ``keep`` samples for the pictures
 (when full, every other one is dropped and the stride doubles, so the series still spans the whole run).
@@ -127,7 +128,7 @@ def _min(a: float | None, b: float) -> float:
 
 
 class TelemetrySampler:
-    """Samples ``rt.telemetry()`` every ``interval_s`` in a daemon thread; bounded memory (module docstring)."""
+    """Samples ``rt.telemetry()`` every ``interval_s`` (the ticker's thread); bounded memory (module docstring)."""
 
     def __init__(self, rt: Runtime, *, interval_s: float = DEFAULT_INTERVAL_S, keep: int = DEFAULT_KEEP) -> None:
         if not interval_s > 0 or keep < 2:
@@ -137,7 +138,6 @@ class TelemetrySampler:
         self.keep = keep
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._t0_ns = time.monotonic_ns()
         self._last_ns: int | None = None
         self._chips: dict[int, ChipAggregate] = {}
@@ -150,27 +150,32 @@ class TelemetrySampler:
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> TelemetrySampler:
+        """A first sample now, then one every ``interval_s`` from the process's one ticker thread (a thread per
+        run would cost its start and join: tens of ms each on a loaded host)."""
         self.sample()
-        self._thread = threading.Thread(target=self._loop, name="calctl-telemetry", daemon=True)
-        self._thread.start()
+        _TICKER.add(self)
         return self
 
     def stop(self) -> None:
-        """One last sample (while the device is still open), then end the thread. Idempotent."""
+        """One last sample (while the device is still open), then no more. Idempotent."""
         if self._stop.is_set():
             return
         self.sample()
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
+        _TICKER.remove(self)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            rt = self._runtime()
-            if rt is None or rt.closed:
-                break
-            self.sample()
-        self._stop.set()
+    @property
+    def running(self) -> bool:
+        return not self._stop.is_set()
+
+    def tick(self) -> bool:
+        """The ticker's call: sample, or end (False) once stopped or the runtime is closed or gone."""
+        rt = self._runtime()
+        if self._stop.is_set() or rt is None or rt.closed:
+            self._stop.set()
+            return False
+        self.sample()
+        return True
 
     # -- sampling -------------------------------------------------------------------
 
@@ -253,6 +258,43 @@ def telemetry_points(doc: Any) -> list[tuple[float, int, float | None, float | N
     ]
 
 
+class _Ticker:
+    """One daemon thread per process that calls every running sampler's :meth:`TelemetrySampler.tick` when it is
+    due; it starts with the first sampler and then waits, idle, for the next."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._due: dict[TelemetrySampler, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def add(self, sampler: TelemetrySampler) -> None:
+        with self._cv:
+            self._due[sampler] = time.monotonic() + sampler.interval_s
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="calctl-telemetry", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def remove(self, sampler: TelemetrySampler) -> None:
+        with self._cv:
+            self._due.pop(sampler, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._due:
+                    self._cv.wait()
+                sampler, when = min(self._due.items(), key=lambda kv: kv[1])
+                delay = when - time.monotonic()
+                if delay > 0:
+                    self._cv.wait(delay)  # a new sampler may be due sooner: look again
+                    continue
+                self._due[sampler] = time.monotonic() + sampler.interval_s
+            if not sampler.tick():  # outside the lock: a slow runtime delays the ticks, never a registration
+                self.remove(sampler)
+
+
+_TICKER = _Ticker()
 _SAMPLERS: weakref.WeakKeyDictionary[Any, TelemetrySampler] = weakref.WeakKeyDictionary()
 _SAMPLERS_LOCK = threading.Lock()
 _RECENT: list[tuple[int, TelemetrySampler]] = []  # the last samplers started, with their ordinal (bounded)

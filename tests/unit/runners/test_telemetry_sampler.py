@@ -65,7 +65,13 @@ def test_the_sampler_stops_when_the_device_closes() -> None:
     s = TelemetrySampler(rt, interval_s=0.05).start()  # type: ignore[arg-type]
     wait_until(lambda: rt.i >= 3, what="three samples")
     rt.closed = True
-    wait_until(lambda: s._thread is not None and not s._thread.is_alive(), what="the sampler thread to end")
+    wait_until(lambda: not s.running, what="the sampler to end")
+    n = rt.i
+    second = _FakeRuntime([(_t(0),)])  # held: a sampler holds its runtime weakly and ends when it is gone
+    other = TelemetrySampler(second, interval_s=0.05).start()  # type: ignore[arg-type]
+    wait_until(lambda: other.document()["samples"] >= 3, what="the ticker to serve a new sampler")
+    other.stop()
+    assert rt.i == n  # the closed one is not read again
 
 
 def test_every_device_a_runner_opens_is_sampled() -> None:
