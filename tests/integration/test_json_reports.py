@@ -83,6 +83,7 @@ CASES: dict[str, tuple[Callable[[Path], list[Any]], int]] = {
     "device check-refused": (lambda t: ["device", "check", "--device", "calrt", "--calrt-lib", t / "absent.so"], 3),
     "device reset": (lambda t: ["device", "reset", "--scope", "chip", "--chip", "0"], 0),
     "device selftest": (lambda t: ["device", "selftest", "--repeats", "1"], 0),
+    "burn-in": (lambda t: ["burn-in", "--minutes", "0.02", "--interval", "0.2", "--report", t / "bi"], 0),
     "run-golden": (lambda t: ["run-golden", COMBINED, *TRUST], 0),
     "run-golden-fail": (lambda t: ["run-golden", _corrupt(t), *TRUST], 1),
     "warmup": (lambda t: ["warmup", COMBINED, *TRUST, "--iterations", "3"], 0),
