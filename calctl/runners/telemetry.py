@@ -50,7 +50,8 @@ class ChipAggregate:
     throttled_samples_s: float = 0.0  # else: intervals whose sample said throttled
     throttled_seen: bool = False
     ecc: dict[str, tuple[int, int]] = field(default_factory=dict)  # counter -> (first, last)
-    decreased: list[str] = field(default_factory=list)  # counters that went down (a broken runtime)
+    decreased: list[str] = field(default_factory=list)  # the first counters that went down (a broken runtime)
+    decreases: int = 0
     temperatures: set[float] = field(default_factory=set)  # distinct readings, at most 64 kept
     limits: dict[str, float] = field(default_factory=dict)
 
@@ -70,7 +71,7 @@ class ChipAggregate:
             self.frequency_min = _min(self.frequency_min, t.frequency_mhz)
         if t.throttled_s is not None:
             if self.throttled_last_s is not None and t.throttled_s < self.throttled_last_s:
-                self.decreased.append(f"throttled_s {self.throttled_last_s:g} -> {t.throttled_s:g}")
+                self._decreased(f"throttled_s {self.throttled_last_s:g} -> {t.throttled_s:g}")
             self.throttled_first_s = t.throttled_s if self.throttled_first_s is None else self.throttled_first_s
             self.throttled_last_s = t.throttled_s
         if t.throttled is not None:
@@ -83,12 +84,17 @@ class ChipAggregate:
                 continue
             first, last = self.ecc.get(name, (v, v))
             if v < last:
-                self.decreased.append(f"{name} {last} -> {v}")
+                self._decreased(f"{name} {last} -> {v}")
             self.ecc[name] = (first, v)
         for name in ("temperature_limit_c", "power_limit_w"):
             v = getattr(t, name)
             if v is not None:
                 self.limits[name] = v
+
+    def _decreased(self, what: str) -> None:
+        self.decreases += 1
+        if len(self.decreased) < 10:  # the first few, named; a long run keeps a count, not a list
+            self.decreased.append(what)
 
     @property
     def throttled_s(self) -> float | None:
@@ -111,7 +117,8 @@ class ChipAggregate:
             **figures,
             "not_reported": {k: NOT_REPORTED for k, v in figures.items() if v is None},
             "limits": dict(self.limits),
-            "counters_decreased": list(self.decreased[:10]),
+            "counters_decreased": list(self.decreased),
+            "counter_decreases": self.decreases,
         }
 
 
