@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from calctl.runners.burnin import BurnInLimits, BurnInChipLoad, grade, run_burnin
+from calctl.runners.burnin import BurnInChipLoad, BurnInLimits, grade, run_burnin
 from calctl.runners.device import DeviceSpec
 from calctl.runners.telemetry import ChipAggregate
 from calctl.runtime import DeviceKind
