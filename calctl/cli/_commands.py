@@ -60,6 +60,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Serve the package's models over an OpenAI-compatible HTTP API (one model per chip).",
     ),
     "soak": ("calctl.cli.soak_cmds", "Load/unload soak under mixed traffic, with evidence on disk."),
+    "burn-in": (
+        "calctl.cli.burnin_cmds",
+        "Run both chips at sustained maximum load and grade their telemetry against limits.",
+    ),
     "bench": (
         "calctl.cli.bench_cmds",
         "Load generator and verdicts: A/B, interference, fault-isolation, executor-modes.",

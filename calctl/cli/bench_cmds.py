@@ -171,8 +171,9 @@ def bench(
     """
     import dataclasses
 
+    from calctl.runners import telemetry
     from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult
-    from calctl.runners.bench.bench_report import REPORT_FILE, bench_report
+    from calctl.runners.bench.bench_report import REPORT_FILE, bench_report, with_device_telemetry
     from calctl.runners.bench.metrics import Slo
     from calctl.runners.bench.scenarios import DEFAULT_SCENARIO, SCENARIOS
     from calctl.runners.bench.workload import LengthDist, TokenRange
@@ -278,6 +279,7 @@ def bench(
     # the plan before it starts (#53 item 5): what the scenario does and, for a timed one, its pace
     pace = f"; {duration:g} s of arrivals a phase" if "--duration" in chosen.options else ""
     _output.info(escape(f"plan: {chosen.summary}{pace}"))
+    since = telemetry.mark()  # the devices the scenario opens in this process are sampled (report "telemetry")
     try:
         with interruptible():
             result = chosen.run(opts, lambda line: _output.info(escape(line)))
@@ -302,6 +304,7 @@ def bench(
                 notes=tuple(notes),
                 mock_result={"mock": True, "calrt": False}.get(opts.target_device),
             )
+    result = with_device_telemetry(result, since)
     bench = bench_report(opts, result, scenario, started, time.perf_counter() - t0)
     doc = bench.document()
     write_json(out_dir / REPORT_FILE, doc)

@@ -172,4 +172,7 @@ def register(app: typer.Typer) -> None:
     from calctl.cli import fleet_cmds  # list (the boards of the host, docs/boards.md)
 
     fleet_cmds.register_device(device_app)
+    from calctl.cli import device_watch_cmds  # watch (per-chip telemetry, docs/watch.md)
+
+    device_watch_cmds.register(device_app)
     app.add_typer(device_app, name="device")

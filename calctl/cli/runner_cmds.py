@@ -154,6 +154,7 @@ def _finish(
     """Write trace, plot and report files, render, and return the exit code."""
     from calctl import html_report
     from calctl.records import write_json
+    from calctl.runners.telemetry import telemetry_points
     from calctl.runners.trace import write_trace_outputs
     from calctl.runners.warmup import warm_iterations
 
@@ -170,6 +171,7 @@ def _finish(
             latency=report.command == "warmup",
             # the picture's figures are the table's: the cold first iteration left out as there
             latency_iterations=warm_iterations(report),
+            telemetry=telemetry_points(report.body.get("telemetry")),  # each chip's °C and W beside the work
         )
     report = report.with_body(trace=files)
     if report_path is not None:

@@ -77,6 +77,7 @@ from calctl.runners.device import DeviceSpec
 from calctl.runners.golden import run_golden
 from calctl.runners.poc import run_poc_combined
 from calctl.runners.steps import RunOutcome, error_text, outcome_of
+from calctl.runners.telemetry import telemetry_points
 from calctl.runners.trace import write_trace_outputs
 from calctl.runners.warmup import describe as describe_warmup
 from calctl.runners.warmup import run_warmup, warm_iterations
@@ -289,6 +290,7 @@ def _device_step(state: BringupState, name: str, report: Report, figure: str) ->
         marks=report.body.get("marks") or (),
         latency=report.command == "warmup",
         latency_iterations=warm_iterations(report),  # the picture's figures are the table's
+        telemetry=telemetry_points(report.body.get("telemetry")),  # each chip's °C and W beside the work
     )
     if state.header is None and report.header.get("runtime") is not None:
         state.header = dict(report.header)
@@ -500,6 +502,12 @@ def run_bringup(
                 for s in done
             ],
             "step_reports": {s.name: s.document for s in done if s.document is not None},
+            # each device step's per-chip power, temperature, throttle and ECC (calctl.runners.telemetry)
+            "telemetry": {
+                s.name: s.document["telemetry"]
+                for s in done
+                if isinstance(s.document, dict) and isinstance(s.document.get("telemetry"), dict)
+            },
         },
         steps=tuple(done),
         reasons=_stopped_reasons(done, stopped),

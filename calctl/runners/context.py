@@ -56,6 +56,7 @@ from calctl.runners.steps import (
     StepLog,
     StepNote,
 )
+from calctl.runners.telemetry import TelemetrySampler, sampler_of
 from calctl.runners.trace import trace_slices, write_trace_outputs
 from calctl.runtime import Calbin, Health, Runtime, TraceEvent, Versions
 from calctl.runtime.errors import InvalidCalbin, RuntimeLayerError
@@ -108,6 +109,7 @@ class RunContext(Closes):
         self.configured = False
         self.programs: tuple[ProgramDigest, ...] = ()
         self.snapshot = _Snapshot()
+        self.sampler: TelemetrySampler | None = None  # the device's telemetry, sampled through the run
         self.started_at = datetime.now(timezone.utc)
         self._t0_ns = time.monotonic_ns()
         self._stack = ExitStack()
@@ -133,6 +135,7 @@ class RunContext(Closes):
                 f"runtime {self.versions.runtime}"
             )
             self.snapshot.memory_before = _memory(self.rt)
+            self.sampler = sampler_of(self.rt)
         return self.rt
 
     def validate(self) -> ValidationReport:
@@ -235,6 +238,8 @@ class RunContext(Closes):
                 self.configured = False
                 self.snapshot.memory_after = _memory(rt)
                 self.snapshot.counters = _counters(rt)
+                if self.sampler is not None:
+                    self.sampler.stop()  # a last sample while the device is still open
         finally:
             with self.log.step("release") as note:
                 try:
@@ -316,6 +321,13 @@ class RunContext(Closes):
                 "warnings": list(dict.fromkeys(c.id for c in rep.warnings)),
             },
         )
+
+    def telemetry_document(self) -> dict[str, Any]:
+        """The run's per-chip telemetry (:mod:`calctl.runners.telemetry`): power, temperature, throttling, ECC."""
+        if self.sampler is None:
+            return {"note": "telemetry was not sampled on this run", "chips": []}
+        self.sampler.stop()
+        return self.sampler.document(with_series=True)  # bounded (600 samples): the trace picture draws it
 
     def memory_document(self) -> dict[str, Any]:
         return {
@@ -403,6 +415,7 @@ def finish(
             "warnings": warnings,
             "programs": programs_document(ctx.programs),
             "memory": ctx.memory_document(),
+            "telemetry": ctx.telemetry_document(),
         },
         error=error,
         seconds=time.perf_counter() - t0,

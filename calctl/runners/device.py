@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl.errors import UsageError
+from calctl.runners.telemetry import attach_sampler
 from calctl.runtime import DeviceKind, Runtime, open_runtime
 
 
@@ -50,7 +51,15 @@ class DeviceSpec:
             return self
         return DeviceSpec(self.kind, self.calrt_lib, time_scale, self.serialize_chips, self.fault_plan, self.seed)
 
-    def open(self) -> Runtime:
+    def open(self, *, sample: bool = True) -> Runtime:
+        """Open the device and (``sample``) start sampling its telemetry for the run's report
+        (:mod:`calctl.runners.telemetry`: the one place every device run opens its board, so every run samples it)."""
+        rt = self._open()
+        if sample:
+            attach_sampler(rt)
+        return rt
+
+    def _open(self) -> Runtime:
         if not self.is_mock:
             return open_runtime(self.kind, calrt_lib=self.calrt_lib)
         options: dict[str, Any] = {}

@@ -33,7 +33,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,7 @@ class BoardProfile:
     path: str
     thresholds: dict[str, float]
     board: str | None = None
+    telemetry: dict[str, float] = field(default_factory=dict)  # calctl burn-in's limits (docs/burn-in.md)
 
     @classmethod
     def load(cls, path: Path) -> BoardProfile:
@@ -97,7 +98,12 @@ class BoardProfile:
             raise ConfigError(str(exc), hint=f"see docs/runtime.md §8 for the {PROFILE_SCHEMA} format") from None
         for where, message in schemas.iter_errors(PROFILE_SCHEMA, doc):
             raise ConfigError(f"{path}: {where}: {message}", hint=f"see docs/runtime.md §8 for {PROFILE_SCHEMA}")
-        return cls(str(path), {k: float(v) for k, v in doc["transfer"].items()}, doc.get("board"))
+        return cls(
+            str(path),
+            {k: float(v) for k, v in doc.get("transfer", {}).items()},
+            doc.get("board"),
+            {k: float(v) for k, v in doc.get("telemetry", {}).items()},
+        )
 
 
 @dataclass(frozen=True)

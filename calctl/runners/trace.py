@@ -126,6 +126,7 @@ def plot_timeline(
     notes: Sequence[str] = (),
     latency: bool = False,
     latency_iterations: int | None = None,
+    telemetry: Sequence[TelemetryPoint] = (),
 ) -> None:
     """One lane per chip (and a pong lane where pong jobs ran), jobs coloured by model, prefill hatched.
 
@@ -137,7 +138,8 @@ def plot_timeline(
     maps an engine to its lane suffix, e.g. ``{"ping": " ping engine"}``. ``notes``: lines printed under the
     picture (the figures it illustrates, with their CIs). ``latency``: a second panel with every job's
     duration per graph on the device's clock (failed jobs in red), its P50 and P99 marked and its CV and n
-    written beside it: the figures a warm-up's stability verdict rests on.
+    written beside it: the figures a warm-up's stability verdict rests on. ``telemetry``: each chip's
+    temperature and power over the same time axis, in a panel under the lanes (beside the work that heated it).
     """
     import matplotlib
 
@@ -172,14 +174,14 @@ def plot_timeline(
     n_lanes = len(lanes) + (1 if overlap_lane else 0)
     jobs = [s for s in items if s.phase is None]
     graphs = sorted({s.graph for s in jobs}) if latency else []
-    if graphs:
-        fig, (ax, lat_ax) = plt.subplots(
-            2,
-            1,
-            figsize=(12, 2.2 + 0.9 * n_lanes + 0.55 * len(graphs)),
-            gridspec_kw={"height_ratios": [1.6 + 0.9 * n_lanes, 0.6 + 0.55 * len(graphs)]},
+    heights = [1.6 + 0.9 * n_lanes] + ([0.6 + 0.55 * len(graphs)] if graphs else []) + ([2.2] if telemetry else [])
+    if len(heights) > 1:
+        fig, axes = plt.subplots(
+            len(heights), 1, figsize=(12, sum(heights) + 0.6), gridspec_kw={"height_ratios": heights}
         )
-        _latency_panel(lat_ax, jobs, graphs, colour, latency_iterations)
+        ax = axes[0]
+        if graphs:
+            _latency_panel(axes[1], jobs, graphs, colour, latency_iterations)
     else:
         fig, ax = plt.subplots(figsize=(12, 1.6 + 0.9 * n_lanes))
     for m in marks:  # behind everything
@@ -245,12 +247,45 @@ def plot_timeline(
     # Outside the axes, so it never hides a job slice.
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.005, 0.5), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
+    if telemetry:
+        _telemetry_panel(axes[-1], telemetry, t0, ax.get_xlim())
     if notes:
         fig.text(0.01, 0.0, "\n".join(notes), ha="left", va="top", fontsize=8, family="monospace")
     fig.tight_layout()
     with atomic_output(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+#: One telemetry sample of one chip: (monotonic seconds, chip, temperature °C or None, power W or None).
+TelemetryPoint = tuple[float, int, float | None, float | None]
+
+
+def _telemetry_panel(ax: Any, points: Sequence[TelemetryPoint], t0: float, xlim: tuple[float, float]) -> None:
+    """Temperature (solid, left axis) and power (dashed, right axis) per chip on the lanes' time axis."""
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
+    power_ax = ax.twinx()
+    drawn = False
+    for i, chip in enumerate(sorted({p[1] for p in points})):
+        colour = palette[i % len(palette)]
+        mine = [p for p in points if p[1] == chip]
+        temps = [((t - t0) * 1e3, v) for t, _, v, _ in mine if v is not None]
+        watts = [((t - t0) * 1e3, w) for t, _, _, w in mine if w is not None]
+        if temps:
+            ax.plot([x for x, _ in temps], [y for _, y in temps], color=colour, marker=".", label=f"chip{chip} °C")
+            drawn = True
+        if watts:
+            power_ax.plot([x for x, _ in watts], [y for _, y in watts], color=colour, linestyle="--", marker=".")
+            drawn = True
+    ax.set_xlim(xlim)
+    ax.set_ylabel("temperature (°C), solid")
+    power_ax.set_ylabel("power (W), dashed")
+    ax.set_xlabel("time since the first job (ms); chip telemetry sampled through the run")
+    if drawn:
+        ax.legend(loc="upper left", fontsize=8, frameon=False)
+    else:
+        ax.text(0.5, 0.5, "telemetry: not reported by the runtime", ha="center", va="center", transform=ax.transAxes)
+    ax.grid(alpha=0.3)
 
 
 def _warm(rows: list[TraceSlice], iterations: int | None) -> list[TraceSlice]:
@@ -344,6 +379,7 @@ def write_trace_outputs(
     marks: Sequence[Mark] = (),
     latency: bool = False,
     latency_iterations: int | None = None,
+    telemetry: Sequence[TelemetryPoint] = (),
 ) -> dict[str, str | None]:
     """Write the Chrome/Perfetto JSON and/or the timeline PNG (``marks`` shaded behind it, ``latency``: the
     per-graph duration panel of :func:`plot_timeline`); return where they went."""
@@ -362,6 +398,7 @@ def write_trace_outputs(
             marks=marks,
             latency=latency,
             latency_iterations=latency_iterations,
+            telemetry=telemetry,
         )
         out["plot"] = str(plot)
     return out

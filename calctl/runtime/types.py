@@ -9,7 +9,7 @@ never replaced by 0.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NewType
 
 from calctl.runtime.errors import RuntimeStatus
@@ -129,12 +129,35 @@ class ChipCounters:
 
 #: The per-chip telemetry fields of 001 §14, in the order ``device info`` shows them.
 TELEMETRY_FIELDS = ("temperature_c", "power_w", "frequency_mhz", "throttled", "reset_count", "queue_depth")
+#: The fields of the optional ``calrt_chip_telemetry`` call beyond 001 §14's (docs/calrt-c-abi.md §15): the limits
+#: the chip throttles at, why it throttles, how long it has been throttled and its ECC counters.
+TELEMETRY_EXTRA_FIELDS = (
+    "temperature_limit_c",
+    "power_limit_w",
+    "frequency_max_mhz",
+    "throttle_reasons",
+    "throttled_s",
+    "ecc_correctable",
+    "ecc_uncorrectable",
+)
+ALL_TELEMETRY_FIELDS = TELEMETRY_FIELDS + TELEMETRY_EXTRA_FIELDS
+#: ``calrt_chip_telemetry`` throttle reason bits, bit i = THROTTLE_REASONS[i] (docs/calrt-c-abi.md §15).
+THROTTLE_REASONS = ("thermal", "power", "hw_slowdown", "host")
+
+
+def throttle_reason_names(bits: int) -> tuple[str, ...]:
+    """The names of the reason bits set in ``bits``; a bit past the table is ``bit<N>`` (conformance fails it)."""
+    return tuple(THROTTLE_REASONS[i] if i < len(THROTTLE_REASONS) else f"bit{i}" for i in range(64) if bits >> i & 1)
 
 
 @dataclass(frozen=True)
 class ChipTelemetry:
     """001 §14 per-chip telemetry. None: the runtime cannot tell for this chip, and ``gaps`` names the field
-    with why (a vendor gap, 001 §15): never 0 or a board-wide value standing in for the chip's own."""
+    with why (a vendor gap, 001 §15): never 0 or a board-wide value standing in for the chip's own.
+
+    Units are fixed (docs/calrt-c-abi.md §15): degrees Celsius, watts (averaged over up to a second), MHz, seconds;
+    ``throttled_s``, ``ecc_correctable`` and ``ecc_uncorrectable`` are counters since the board powered on and
+    never decrease; ``sample_ns`` is when the runtime read them (CLOCK_MONOTONIC)."""
 
     chip: int
     temperature_c: float | None = None
@@ -144,15 +167,26 @@ class ChipTelemetry:
     reset_count: int | None = None
     queue_depth: int | None = None  # jobs submitted to the chip and not finished
     gaps: tuple[str, ...] = ()  # "field: why" for every None field
+    temperature_limit_c: float | None = None  # where thermal throttling starts
+    power_limit_w: float | None = None  # the chip's power cap
+    frequency_max_mhz: float | None = None  # the unthrottled clock
+    throttle_reasons: tuple[str, ...] | None = None  # THROTTLE_REASONS active now; () = not throttled
+    throttled_s: float | None = None  # counter: seconds throttled
+    ecc_correctable: int | None = None  # counter
+    ecc_uncorrectable: int | None = None  # counter
+    sample_ns: int | None = None
 
     def document(self) -> dict[str, object]:
-        return {**{f: getattr(self, f) for f in TELEMETRY_FIELDS}, "vendor_gaps": list(self.gaps)}
+        doc: dict[str, object] = {f: getattr(self, f) for f in ALL_TELEMETRY_FIELDS}
+        if self.throttle_reasons is not None:
+            doc["throttle_reasons"] = list(self.throttle_reasons)
+        return {**doc, "vendor_gaps": list(self.gaps)}
 
 
 def telemetry_gaps(t: ChipTelemetry, why: str) -> ChipTelemetry:
     """``t`` with every None field listed in ``gaps`` as ``"field: why"``."""
-    gaps = tuple(f"{f}: {why}" for f in TELEMETRY_FIELDS if getattr(t, f) is None)
-    return ChipTelemetry(**{**{f: getattr(t, f) for f in TELEMETRY_FIELDS}, "chip": t.chip, "gaps": gaps})
+    gaps = tuple(f"{f}: {why}" for f in ALL_TELEMETRY_FIELDS if getattr(t, f) is None)
+    return replace(t, gaps=gaps)
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,7 @@ CASES: dict[str, tuple[Callable[[Path], list[Any]], int]] = {
     "device list": (lambda t: ["device", "list"], 0),
     "report merge": (lambda t: ["report", "merge", _report_dir(t, "b0"), _report_dir(t, "b1"), "--out", t / "f"], 0),
     "report compare": (lambda t: ["report", "compare", _report_dir(t, "b0"), _report_dir(t, "b1")], 0),
+    "burn-in": (lambda t: ["burn-in", "--minutes", "0.02", "--interval", "0.2", "--report", t / "bi"], 0),
     "run-golden": (lambda t: ["run-golden", COMBINED, *TRUST], 0),
     "run-golden-fail": (lambda t: ["run-golden", _corrupt(t), *TRUST], 1),
     "warmup": (lambda t: ["warmup", COMBINED, *TRUST, "--iterations", "3"], 0),

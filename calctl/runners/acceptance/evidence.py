@@ -69,6 +69,7 @@ class AcceptState:
     replica: bringup.BringupState | None = None
     steps: dict[str, StepEvidence] = field(default_factory=dict)
     log: Callable[[str], None] = lambda line: None
+    telemetry_mark: int = 0  # calctl.runners.telemetry.mark() when the run started: the devices it opened
 
     @property
     def out(self) -> Path:

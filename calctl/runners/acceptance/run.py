@@ -25,6 +25,7 @@ from typing import Any
 from calctl import html_report, records
 from calctl.errors import CalctlError, CheckFailed, ExitCode
 from calctl.report import Report, StepStatus, build_header
+from calctl.runners import telemetry
 from calctl.runners.acceptance.evidence import STEPS, AcceptState, Skip, Step, error_evidence
 from calctl.runners.acceptance.judges import judge_all
 from calctl.runners.acceptance.plan import (
@@ -174,7 +175,7 @@ def run_accept(
     interrupted: str | None = None
     stopped: str | None = None  # the board is not ready: nothing after the check is worth running (DCGM level 1)
     stack = ExitStack()
-    state = AcceptState(config=config, stack=stack, log=log)
+    state = AcceptState(config=config, stack=stack, log=log, telemetry_mark=telemetry.mark())
     try:
         with stack:
             for step in steps:
@@ -287,6 +288,8 @@ def _checkpoint(
             "rows": [r.to_dict() for r in rows],
             "board": board_figures(board.get(CHECK) or None, board.get(SELFTEST) or None),
             "files": {"report": REPORT_FILE, "plot": PLOT_FILE},
+            # every device the steps opened: per-chip power, temperature, throttle, ECC (calctl.runners.telemetry)
+            **({"telemetry": telemetry.documents_since(state.telemetry_mark)} if final else {}),
         },
         steps=done,
         reasons=_board_stop_reasons(rows, done),

@@ -9,11 +9,13 @@ adds ``calctl bench``'s header (it labels the device, and says so when the serve
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from calctl.report import Report, build_header, exit_code_of
+from calctl.runners import telemetry
 from calctl.runners.bench.base import BenchOptions, ScenarioResult
 
 #: The note of a report against a server whose device was not stated.
@@ -56,6 +58,16 @@ def scenario_report(
         evidence=dict(evidence or {}),
         pictures={"plot": str(result.plot)} if result.plot else {},
     )
+
+
+def with_device_telemetry(result: ScenarioResult, since: int) -> ScenarioResult:
+    """``result`` with the telemetry of the devices the scenario opened in this process since ``since``
+    (:func:`calctl.runners.telemetry.mark`): one block per device, or the result as it is when it opened none
+    (a scenario against a server: that board's telemetry is the server's ``/metrics``)."""
+    docs = telemetry.documents_since(since)
+    if not docs:
+        return result
+    return dataclasses.replace(result, body={**result.body, "telemetry": docs[0] if len(docs) == 1 else docs})
 
 
 def bench_report(

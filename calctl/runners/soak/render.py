@@ -12,6 +12,7 @@ from calctl.runners.soak import checks, evidence, host_memory, wording
 from calctl.runners.soak.judge import device_errors, samples, verdict
 from calctl.runners.soak.plan import SoakProgress
 from calctl.runners.soak.state import SoakState
+from calctl.runners.telemetry import telemetry_document
 from calctl.runners.traffic import RequestOutcome
 from calctl.runtime.types import ChipMemory
 
@@ -188,6 +189,7 @@ def report(s: SoakState) -> Report:
             "measured before the first load (001 §13.3)",
             "host_rss": _host_rss_doc(s),
         },
+        "telemetry": telemetry_document(s.rt, final=False),  # per-chip power, temperature, throttle, ECC
         "cycle_records": [dict(cycle=cy.index, started_s=round(cy.started_s, 3), **cy.doc) for cy in s.cycles[-2000:]],
         "cycle_records_truncated": len(s.cycles) > 2000,
         "files": files,

@@ -71,6 +71,7 @@ from calctl.runners.soak.clients import TrafficDriver
 from calctl.runners.soak.inject import StaleRedelivery
 from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffic, default_report_dir
 from calctl.runners.soak.state import Cycle, SoakState, read_counters
+from calctl.runners.telemetry import telemetry_document
 from calctl.runners.traffic import EngineLoop, EngineResult
 from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime
@@ -255,6 +256,7 @@ class _Soak(SoakState):
                 judge.final_checks(self, sup)
                 sup.shutdown(c.drain_deadline_s)
                 self.sample_memory()
+                telemetry_document(rt)  # the last telemetry sample while the device is open
 
     def _last(self, index: int) -> bool:
         c = self.config

@@ -45,6 +45,8 @@ from calctl.runtime._native import lib as L
 from calctl.runtime._native.descriptors import calbin_desc, job_desc
 from calctl.runtime._native.kv import CalrtKvManager
 from calctl.runtime._native.memory import NativeMemory  # the optional device memory calls (C ABI §14)
+from calctl.runtime._native.telemetry import chip_telemetry
+from calctl.runtime._native.telemetry import new_struct as new_telemetry
 from calctl.runtime.bookkeeping import DeviceBookkeeping
 from calctl.runtime.buffers import Direction, HostBuffer, buffer_layout
 from calctl.runtime.calbin import Calbin, ModelPlan, plan_calbin
@@ -144,6 +146,10 @@ class CalrtRuntime(NativeMemory, DeviceBookkeeping[_NativeJob, c_void_p]):
         raise error_for_status(status, f"CalRT {what}: {self.library.status_string(status)}", job=job)
 
     # -- device ------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         with self._lock:
@@ -459,13 +465,21 @@ class CalrtRuntime(NativeMemory, DeviceBookkeeping[_NativeJob, c_void_p]):
         return tuple(out)
 
     def telemetry(self) -> tuple[ChipTelemetry, ...]:
-        """libcalrt exports no temperature, power, frequency, throttle or reset-count query (calrt.h): those
-        are null and listed as vendor gaps; queue depth is the chip's pending counter where it reports one."""
+        """Through the optional ``calrt_chip_telemetry`` (docs/calrt-c-abi.md §15) where the shim exports it; a
+        shim without it (or answering NOT_SUPPORTED) reports no temperature, power, frequency, throttle, ECC or
+        reset count: those are null and listed as vendor gaps. Queue depth is the chip's pending counter."""
         pending = {c.chip: c.pending for c in self.counters()}
+        if self.library.has(L.TELEMETRY_CALL):  # the optional call (docs/calrt-c-abi.md §15)
+            got = [
+                (c, self._chip_query(L.TELEMETRY_CALL, new_telemetry(), "telemetry", c))
+                for c in range(self._topology.chips)
+            ]
+            if all(t is not None for _, t in got):
+                return tuple(chip_telemetry(c, t, pending.get(c)) for c, t in got if t is not None)
         return tuple(
             telemetry_gaps(
                 ChipTelemetry(chip=c, queue_depth=pending.get(c)),
-                "libcalrt has no per-chip query for it (vendor gap, 001 §15)",
+                "libcalrt has no per-chip query for it (calrt_chip_telemetry not exported; vendor gap, 001 §15)",
             )
             for c in range(self._topology.chips)
         )

@@ -222,6 +222,31 @@ class CalrtMemTiming(ctypes.Structure):
     _fields_ = [("start_ns", c_uint64), ("end_ns", c_uint64)]
 
 
+class CalrtTelemetry(ctypes.Structure):
+    """``calrt_telemetry`` (calrt_ext.h, docs/calrt-c-abi.md §15): one chip's telemetry, version 1 (104 bytes).
+    Doubles are NaN and integers CALRT_UNKNOWN_U64 where the runtime cannot tell."""
+
+    _fields_ = [
+        ("size", c_uint32),
+        ("version", c_uint32),
+        ("sample_ns", c_uint64),
+        ("temperature_c", ctypes.c_double),
+        ("temperature_limit_c", ctypes.c_double),
+        ("power_w", ctypes.c_double),
+        ("power_limit_w", ctypes.c_double),
+        ("clock_mhz", ctypes.c_double),
+        ("clock_max_mhz", ctypes.c_double),
+        ("throttle_reasons", c_uint64),
+        ("throttled_ns", c_uint64),
+        ("ecc_correctable", c_uint64),
+        ("ecc_uncorrectable", c_uint64),
+        ("reset_count", c_uint64),
+    ]
+
+
+TELEMETRY_VERSION = 1
+TELEMETRY_CALL = "calrt_chip_telemetry"
+
 _P = POINTER
 #: Every function calctl calls: name -> (restype, argtypes). The ABI is exactly this table.
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -269,6 +294,8 @@ EXTENSIONS: dict[str, tuple[Any, list[Any]]] = {
     "calrt_mem_window": (calrt_status, [calrt_device_p, c_uint32, _P(c_uint64), _P(c_uint64)]),
     "calrt_write_mem": (calrt_status, [calrt_device_p, c_uint32, c_uint64, c_void_p, c_uint64, _P(CalrtMemTiming)]),
     "calrt_read_mem": (calrt_status, [calrt_device_p, c_uint32, c_uint64, c_void_p, c_uint64, _P(CalrtMemTiming)]),
+    # docs/calrt-c-abi.md §15: per-chip telemetry (temperature, power, clocks, throttle reasons, ECC)
+    "calrt_chip_telemetry": (calrt_status, [calrt_device_p, c_uint32, _P(CalrtTelemetry)]),
 }
 #: The optional calls a shim exports together or not at all (calctl.runtime._native.memory).
 MEMORY_CALLS = ("calrt_mem_window", "calrt_write_mem", "calrt_read_mem")

@@ -42,6 +42,7 @@ from calctl.runtime.conformance import (
     checks_jobs,
     checks_kv_faults,
     checks_promises,
+    checks_telemetry,
 )
 from calctl.runtime.conformance.child import ConformanceSuiteResult, run_suite
 from calctl.runtime.conformance.clauses import CLAUSE_IDS, CLAUSES, Clause
@@ -84,6 +85,7 @@ _AREAS = tuple(
         checks_concurrency,
         checks_compute,
         checks_batch,
+        checks_telemetry,
     )
 )
 CHECKS.sort(key=lambda c: _AREAS.index(c.run.__module__))

@@ -85,6 +85,12 @@ CLAUSES: tuple[Clause, ...] = (
     Clause(
         "COMPUTE-1", "§12", "outputs are a deterministic function of the inputs and match the package's golden data"
     ),
+    Clause(
+        "TELEM-1", "§15", "calrt_chip_telemetry honours the sized struct: short size or chip past the board refused"
+    ),
+    Clause("TELEM-2", "§15", "telemetry is in degrees Celsius, watts and MHz, with only defined throttle bits"),
+    Clause("TELEM-3", "§15", "the telemetry counters (throttled time, ECC, resets) never decrease"),
+    Clause("TELEM-4", "§15", "under load temperature and power change: a sensor is never frozen"),
 )
 
 CLAUSE_IDS = frozenset(c.id for c in CLAUSES)

@@ -380,9 +380,18 @@ def vendor_questions(results: Sequence[CheckResult]) -> list[VendorAnswer]:
         return (
             "C0",
             f"per-chip counters: {'yes' if counters else 'not reported'}; job timestamps on CLOCK_MONOTONIC "
-            "(submit <= start <= end within the call window)",
+            "(submit <= start <= end within the call window); per-chip telemetry (calrt_chip_telemetry, "
+            f"docs/calrt-c-abi.md §15): {telemetry()}",
             by["job_states_timestamps"].detail,
         )
+
+    def telemetry() -> str:
+        rows = [by.get(n) for n in ("telemetry_struct", "telemetry_under_load")]
+        if all(r is not None and r.verdict is Verdict.PASS for r in rows):
+            return "shown (plausible units, monotonic counters, values change under load)"
+        if any(r is not None and r.verdict is Verdict.UNSUPPORTED for r in rows):
+            return "not exported (C4)"
+        return f"not shown ({why_not('telemetry_struct', 'telemetry_under_load')})"
 
     out.append(
         measured(
@@ -393,7 +402,7 @@ def vendor_questions(results: Sequence[CheckResult]) -> list[VendorAnswer]:
             observability,
             ask="Which per-chip temperature, power, frequency, throttle and reset-count queries does the runtime "
             "have, and in which clock domain are its job timestamps (device clock, or host CLOCK_MONOTONIC)? "
-            f"(telemetry is {NOT_MEASURABLE}.)",
+            f"(without the optional calrt_chip_telemetry, telemetry is {NOT_MEASURABLE}.)",
         )
     )
     out.append(

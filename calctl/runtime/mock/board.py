@@ -40,7 +40,10 @@ What it simulates:
 * compute: the package's tiny decoder with a real KV cache per sequence;
 * faults from a seeded :class:`FaultPlan` (``faults.py``), each halting fault
   with a chip or board reset scope (001 §11.3, §13.4);
-* a per-chip trace of job intervals and per-chip counters.
+* a per-chip trace of job intervals and per-chip counters;
+* per-chip telemetry (``thermal.py``): temperature and power rising with the compute on the device clock,
+  throttling above the limit (compute slows), ECC counters; faults ``fan_failed``, ``stuck_sensor``,
+  ``ecc_errors``.
 
 Recovery: ``reset("chip", chip=c)`` aborts chip c's jobs, empties its models'
 KV sequences and clears its fault, keeping the configuration; a fault whose
@@ -102,7 +105,6 @@ from calctl.runtime.types import (
     ResetScope,
     Topology,
     Versions,
-    telemetry_gaps,
 )
 
 # One physical device per process (001 §2.1: VirtualDevice "temporary only support one physical device").
@@ -155,6 +157,10 @@ class MockRuntime(ChipExecution):
         self._start_chips(lock)
 
     # -- device ------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         global _PROCESS_DEVICE
@@ -303,6 +309,10 @@ class MockRuntime(ChipExecution):
                 )
             halting = next((d for d in decisions if d.rule.kind.halts_chip), None)
             corruptions = [d for d in decisions if d.rule.kind.corrupts]
+            for d in decisions:
+                if d.rule.kind.on_telemetry:
+                    self._telemetry_fault(d, plan.chips)
+                    self._faults.record(d, job=None, graph=plan.name, model=plan.model, chips=plan.chips)
 
             job = self._job(
                 next(self._job_ids), plan, inputs, eng, lanes, generation=generation, submit_ns=time.monotonic_ns()
@@ -408,15 +418,48 @@ class MockRuntime(ChipExecution):
             return tuple(ChipHealth(chip=c.index, health=c.health, detail=c.fault_detail) for c in self._chips)
 
     def telemetry(self) -> tuple[ChipTelemetry, ...]:
-        """Reset count and queue depth are the mock's own; it models no thermals, power or clocks (null)."""
+        """Every field: the thermal model's reading on the device clock (:mod:`.thermal`), the chip's resets and
+        queue. Mock numbers, never a board's (docs/runtime.md §9)."""
+        now = time.monotonic_ns()
         with self._cv:
-            return tuple(
-                telemetry_gaps(
-                    ChipTelemetry(chip=c.index, reset_count=c.resets, queue_depth=c.pending),
-                    "the mock board models no thermals, power or clocks",
+            out = []
+            for c in self._chips:
+                r = self._thermal[c.index].reading(now)
+                out.append(
+                    ChipTelemetry(
+                        chip=c.index,
+                        temperature_c=float(r["temperature_c"]),
+                        power_w=float(r["power_w"]),
+                        frequency_mhz=float(r["frequency_mhz"]),
+                        throttled=bool(r["throttled"]),
+                        reset_count=c.resets,
+                        queue_depth=c.pending,
+                        temperature_limit_c=float(r["temperature_limit_c"]),
+                        power_limit_w=float(r["power_limit_w"]),
+                        frequency_max_mhz=float(r["frequency_max_mhz"]),
+                        throttle_reasons=("thermal",) if r["throttled"] else (),
+                        throttled_s=float(r["throttled_s"]),
+                        ecc_correctable=int(r["ecc_correctable"]),
+                        ecc_uncorrectable=int(r["ecc_uncorrectable"]),
+                        sample_ns=now,
+                    )
                 )
-                for c in self._chips
-            )
+            return tuple(out)
+
+    def _telemetry_fault(self, d: FaultDecision, chips: Iterable[int]) -> None:
+        """Apply a telemetry fault (fan_failed, stuck_sensor, ecc_errors) to the rule's chip, else the job's."""
+        now = time.monotonic_ns()
+        for c in [d.rule.chip] if d.rule.chip is not None else chips:
+            th = self._thermal[c]
+            if d.rule.kind is FaultKind.FAN_FAILED:
+                th.fan_factor = d.rule.magnitude
+            elif d.rule.kind is FaultKind.STUCK_SENSOR:
+                if th.stuck_c is None:
+                    th.stuck_c = float(th.reading(now)["temperature_c"])
+            elif d.rule.ecc == "uncorrectable":
+                th.ecc_uncorrectable += d.rule.count
+            else:
+                th.ecc_correctable += d.rule.count
 
     # -- device memory (calctl.runtime.memory.DeviceMemory; docs/runtime.md §8) ------------------
 

@@ -13,6 +13,7 @@ from calctl.errors import ConfigError
 from calctl.runtime.history import history_bytes_from_env
 from calctl.runtime.mock.faults import FaultPlan
 from calctl.runtime.mock.memory import TransferModel
+from calctl.runtime.mock.thermal import ThermalModel
 from calctl.runtime.mock.timing import TimingModel
 from calctl.runtime.types import ResetScope
 
@@ -39,6 +40,7 @@ class MockBoardConfig:
     # ... and at most this many bytes of host memory for them (calctl.runtime.history; $CALCTL_JOB_HISTORY_MIB)
     history_bytes: int = field(default_factory=history_bytes_from_env)
     transfer: TransferModel = field(default_factory=TransferModel)  # write_mem/read_mem (docs/runtime.md §8)
+    thermal: ThermalModel = field(default_factory=ThermalModel)  # telemetry (docs/runtime.md §9)
 
     def __post_init__(self) -> None:
         if not 1 <= self.chips <= 16:

@@ -33,6 +33,7 @@ from calctl.runtime.mock import compute
 from calctl.runtime.mock.config import MockBoardConfig
 from calctl.runtime.mock.faults import FaultKind
 from calctl.runtime.mock.state import ChipHold, ChipState, MockJob, job_of
+from calctl.runtime.mock.thermal import ChipThermal
 from calctl.runtime.types import Health, JobId, JobPhase, JobResult, JobState, PhaseInterval, ResetScope
 
 #: prctl(2) PR_SET_TIMERSLACK, and the slack the chip threads ask for: 1 µs instead of Linux's default 50 µs.
@@ -66,6 +67,7 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
         self._serial = threading.Lock()
         self._serial_free_ns = 0  # device timeline of the modelled global lock
         self._chips = [ChipState(i, threading.Condition(lock)) for i in range(self.config.chips)]
+        self._thermal = [ChipThermal(self.config.thermal, time.monotonic_ns()) for _ in self._chips]
         # Jobs in flight (queued or running). A finished job leaves it: only its JobResult is kept, in
         # _finished, for wait/query, as long as the bounded history keeps its trace events (count and bytes,
         # calctl.runtime.history); no buffer, KV sequence or weights stay reachable from a finished job.
@@ -238,8 +240,12 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
                 return True
         try:
             chip = self._chips[rec.job.chips[0]]
+            thermal = self._thermal[chip.index] if phase is JobPhase.COMPUTE else None
             with self._cv:
                 dev_start = max(rec.dev_cursor_ns, chip.unit_free_ns[phase])
+                if thermal is not None:  # a throttled chip computes at its lowered clock (thermal.py)
+                    seconds /= thermal.clock_factor
+                    thermal.begin(dev_start)
             dev_end = dev_start + round(seconds * 1e9)
             if work is not None:
                 work()
@@ -250,6 +256,8 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
             with self._cv:
                 chip.unit_free_ns[phase] = max(chip.unit_free_ns[phase], dev_end)
                 rec.dev_cursor_ns = dev_end
+                if thermal is not None:  # the work heats the chip on the device clock
+                    thermal.work(dev_start, dev_end)
             rec.phase_log.append(PhaseInterval(phase, dev_start, dev_end))
             return aborted
         finally:

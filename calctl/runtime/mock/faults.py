@@ -68,6 +68,12 @@ class FaultKind(str, enum.Enum):
     # Reads of device memory (read_mem): what a memory pattern test must catch, at the address it names.
     STUCK_BIT = "stuck_bit"  # bit `bit` of the byte at `address` reads `stuck_at` on every read that covers it
     BIT_FLIP = "bit_flip"  # one bit of a read comes back flipped (at `address`, else a seeded place in the read)
+    # Telemetry (thermal.py, docs/calrt-c-abi.md §15), from the job submission that fires them on, per chip (filter
+    # `chip`; else every chip of the job): the job still runs, the chip's telemetry tells.
+    # the chip's cooling fails: `magnitude` (default 4) times hotter per watt, past its limit, and it throttles
+    FAN_FAILED = "fan_failed"
+    STUCK_SENSOR = "stuck_sensor"  # the temperature reading freezes where it is (the chip heats on underneath)
+    ECC_ERRORS = "ecc_errors"  # `count` (default 1) memory errors, `ecc: correctable` (default) or `uncorrectable`
 
     @property
     def halts_chip(self) -> bool:
@@ -94,6 +100,10 @@ class FaultKind(str, enum.Enum):
     @property
     def on_transfer(self) -> bool:
         return self in (FaultKind.SLOW_LINK, FaultKind.SLOW_CHIP_TRANSFER, FaultKind.STUCK_BIT, FaultKind.BIT_FLIP)
+
+    @property
+    def on_telemetry(self) -> bool:
+        return self in (FaultKind.FAN_FAILED, FaultKind.STUCK_SENSOR, FaultKind.ECC_ERRORS)
 
     @property
     def trigger(self) -> str:
@@ -144,6 +154,8 @@ _RULE_SCHEMA: dict[str, Any] = {
         "address": {"type": "integer", "minimum": 0},
         "bit": {"type": "integer", "minimum": 0, "maximum": 7},
         "stuck_at": {"enum": [0, 1]},
+        "ecc": {"enum": ["correctable", "uncorrectable"]},
+        "count": {"type": "integer", "minimum": 1},
     },
 }
 
@@ -175,6 +187,8 @@ class FaultRule:
     address: int | None = None  # stuck_bit (required), bit_flip (optional): a device address on the rule's chip
     bit: int = 0  # stuck_bit: which bit of that byte (0 = least significant)
     stuck_at: int = 0  # stuck_bit: the value the bit reads
+    ecc: str = "correctable"  # ecc_errors: which counter
+    count: int = 1  # ecc_errors: errors added each time it fires
 
     def matches(self, *, graph: str | None, model: str | None, chips: Sequence[int]) -> bool:
         if self.graph is not None and self.graph != graph:
@@ -230,7 +244,7 @@ class FaultPlan:
 
 
 #: A transfer fault's rate factor when the rule gives none: a link at a quarter, a chip at half its bandwidth.
-_DEFAULT_MAGNITUDE = {FaultKind.SLOW_LINK: 0.25, FaultKind.SLOW_CHIP_TRANSFER: 0.5}
+_DEFAULT_MAGNITUDE = {FaultKind.SLOW_LINK: 0.25, FaultKind.SLOW_CHIP_TRANSFER: 0.5, FaultKind.FAN_FAILED: 4.0}
 
 
 def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
@@ -249,10 +263,17 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(
             f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)"
         )
-    if "magnitude" in r and ((not kind.corrupts and not kind.on_transfer) or kind is FaultKind.UNWRITTEN_LOGITS):
+    if "magnitude" in r and (
+        (not kind.corrupts and not kind.on_transfer and kind is not FaultKind.FAN_FAILED)
+        or kind is FaultKind.UNWRITTEN_LOGITS
+    ):
         raise ConfigError(
-            f"{where}: magnitude applies only to corrupt_output, kv_corruption, inactive_lane_kv, slow_link and "
-            "slow_chip_transfer"
+            f"{where}: magnitude applies only to corrupt_output, kv_corruption, inactive_lane_kv, slow_link, "
+            "slow_chip_transfer and fan_failed"
+        )
+    if kind is FaultKind.FAN_FAILED and not float(r.get("magnitude", 4.0)) >= 1:
+        raise ConfigError(
+            f"{where}: fan_failed magnitude is how much hotter the chip runs per watt, >= 1; got {r['magnitude']}"
         )
     if kind.on_transfer and not 0 < float(r.get("magnitude", 0.5)) <= 1:
         raise ConfigError(f"{where}: {kind.value} magnitude is the rate kept, in (0, 1]; got {r['magnitude']}")
@@ -265,6 +286,11 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(f"{where}: bit_flip flips a seeded bit; bit and stuck_at apply to stuck_bit")
     if kind is FaultKind.STUCK_BIT and ("address" not in r or "chip" not in r):
         raise ConfigError(f"{where}: stuck_bit needs chip and address (the device address of the stuck byte)")
+    ecc_keys = sorted({"ecc", "count"} & set(r))
+    if ecc_keys and kind is not FaultKind.ECC_ERRORS:
+        raise ConfigError(
+            f"{where}: {', '.join(ecc_keys)} appl{'ies' if len(ecc_keys) == 1 else 'y'} only to ecc_errors"
+        )
     if kind.on_transfer and ("graph" in r or "model" in r):
         raise ConfigError(f"{where}: {kind.value} is per transfer; filter with 'chip'")
     if "bytes" in r and not kind.on_unload:
@@ -290,6 +316,8 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         address=r.get("address"),
         bit=int(r.get("bit", 0)),
         stuck_at=int(r.get("stuck_at", 0)),
+        ecc=str(r.get("ecc", "correctable")),
+        count=int(r.get("count", 1)),
     )
 
 

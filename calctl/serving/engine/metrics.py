@@ -14,10 +14,10 @@ import math
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from calctl.runtime.types import TELEMETRY_FIELDS, ChipTelemetry
+from calctl.runtime.types import ALL_TELEMETRY_FIELDS, THROTTLE_REASONS, ChipTelemetry
 from calctl.serving.config import ExecutorMode
 from calctl.serving.record_sink import RecordSink
 
@@ -134,7 +134,7 @@ class SnapshotCollector(Collector):
     def describe(self) -> Iterable[GaugeMetricFamily]:
         return []
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[Metric]:
         snap = self._snapshot()
         state = GaugeMetricFamily(
             "calctl_model_state", "1 for the alias's current lifecycle state (001 §11.1).", labels=["model", "state"]
@@ -215,27 +215,54 @@ class SnapshotCollector(Collector):
                 ):
                     quota_used.add_metric([m.alias, t.tenant, quota], float(used))
                     quota_limit.add_metric([m.alias, t.tenant, quota], math.inf if limit is None else float(limit))
-        # 001 §14 per-chip telemetry: NaN where the runtime cannot tell (never 0), and the gap as its own series.
-        tel = {
-            f: GaugeMetricFamily(name, f"{what} (internal; NaN = not reported).", labels=["chip"])
-            for f, (name, what) in CHIP_TELEMETRY_GAUGES.items()
-        }
-        gaps = GaugeMetricFamily(
-            "calctl_chip_telemetry_gap",
-            "1 for a per-chip telemetry field the runtime cannot report (vendor gap, 001 §14).",
-            labels=["chip", "field"],
-        )
         for c in snap.chips:
             mem.add_metric([str(c.chip)], math.nan if c.used_bytes is None else float(c.used_bytes))
             memt.add_metric([str(c.chip)], math.nan if c.total_bytes is None else float(c.total_bytes))
-            for f in TELEMETRY_FIELDS:
-                v = getattr(c.telemetry, f) if c.telemetry is not None else None
-                tel[f].add_metric([str(c.chip)], math.nan if v is None else float(v))
-                if v is None:
-                    gaps.add_metric([str(c.chip), f], 1.0)
         yield from (state, gen, queue, waiting, waiting_tok, kv, kv_tok, inflight, quarantined, mode)
         yield from (oldest, lane_wait, kv_used, lag, quota_used, quota_limit, mem, memt)
-        yield from (*tel.values(), gaps)
+        yield from chip_telemetry_families([(c.chip, c.telemetry) for c in snap.chips])
+
+
+def chip_telemetry_families(chips: Iterable[tuple[int, ChipTelemetry | None]]) -> list[Metric]:
+    """001 §14 per-chip telemetry as Prometheus families (``/metrics`` and ``calctl device watch --prometheus``):
+    NaN where the runtime cannot tell (never 0), the gap as its own series; the ECC and throttled-time counters
+    as counters, the active throttle reasons as one 0/1 series per reason (docs/calrt-c-abi.md §15)."""
+    tel = {
+        f: GaugeMetricFamily(name, f"{what} (internal; NaN = not reported).", labels=["chip"])
+        for f, (name, what) in CHIP_TELEMETRY_GAUGES.items()
+    }
+    gaps = GaugeMetricFamily(
+        "calctl_chip_telemetry_gap",
+        "1 for a per-chip telemetry field the runtime cannot report (vendor gap, 001 §14).",
+        labels=["chip", "field"],
+    )
+    ecc = CounterMetricFamily(
+        "calctl_chip_ecc_errors", "Memory errors of the chip since power-on, by kind.", labels=["chip", "kind"]
+    )
+    throttled = CounterMetricFamily("calctl_chip_throttled_seconds", "Time the chip spent throttled.", labels=["chip"])
+    reason = GaugeMetricFamily(
+        "calctl_chip_throttle_reason",
+        "1 while the reason throttles the chip (docs/calrt-c-abi.md §15).",
+        labels=["chip", "reason"],
+    )
+    for chip, t in chips:
+        label = str(chip)
+        for f in ALL_TELEMETRY_FIELDS:
+            v = getattr(t, f) if t is not None else None
+            if f in tel:
+                tel[f].add_metric([label], math.nan if v is None else float(v))
+            if v is None:
+                gaps.add_metric([label, f], 1.0)
+        if t is not None:
+            for kind, n in (("correctable", t.ecc_correctable), ("uncorrectable", t.ecc_uncorrectable)):
+                if n is not None:
+                    ecc.add_metric([label, kind], float(n))
+            if t.throttled_s is not None:
+                throttled.add_metric([label], t.throttled_s)
+            if t.throttle_reasons is not None:
+                for r in THROTTLE_REASONS:
+                    reason.add_metric([label, r], 1.0 if r in t.throttle_reasons else 0.0)
+    return [*tel.values(), gaps, ecc, throttled, reason]
 
 
 CHIP_TELEMETRY_GAUGES = {
@@ -245,6 +272,9 @@ CHIP_TELEMETRY_GAUGES = {
     "throttled": ("calctl_chip_throttled", "1 while the chip is throttled"),
     "reset_count": ("calctl_chip_resets", "Resets that covered the chip"),
     "queue_depth": ("calctl_chip_queue_depth", "Jobs submitted to the chip and not finished"),
+    "temperature_limit_c": ("calctl_chip_temperature_limit_celsius", "Per-chip thermal throttling limit"),
+    "power_limit_w": ("calctl_chip_power_limit_watts", "Per-chip power cap"),
+    "frequency_max_mhz": ("calctl_chip_frequency_max_mhz", "Per-chip unthrottled clock"),
 }
 
 

@@ -116,6 +116,10 @@ JUNIT_COMMANDS = {
 }
 
 
+#: Commands whose output is a stream of samples, not one document: JSON Lines instead of JSON.
+STREAM_COMMANDS = {("device", "watch"): {"table", "jsonl"}}
+
+
 def test_junit_is_offered_exactly_where_it_works() -> None:
     seen = set()
     for path, cmd in _all_commands():
@@ -123,7 +127,9 @@ def test_junit_is_offered_exactly_where_it_works() -> None:
         if choices is None:
             continue
         seen.add(path)
-        expected = {"table", "json", "junit"} if path in JUNIT_COMMANDS else {"table", "json"}
+        expected = (
+            {"table", "json", "junit"} if path in JUNIT_COMMANDS else STREAM_COMMANDS.get(path, {"table", "json"})
+        )
         assert choices == expected, path
     assert seen >= JUNIT_COMMANDS
     assert {("budget",), ("soak",), ("bench",), ("keygen",), ("inspect",), ("device", "info"), ("rules",)} <= seen

@@ -148,6 +148,42 @@ calrt_status calrt_write_mem(calrt_device *dev, uint32_t chip, uint64_t address,
 calrt_status calrt_read_mem(calrt_device *dev, uint32_t chip, uint64_t address, void *out, uint64_t bytes,
                             calrt_mem_timing *timing);
 
+/* Optional per-chip telemetry (docs/calrt-c-abi.md §15; 001 §14, §15.2 item 9). The caller sets `size` to
+ * sizeof(calrt_telemetry) as its header declares it; the callee writes at most `size` bytes, sets `version`
+ * to the layout it filled, and refuses a size below CALRT_TELEMETRY_V1_SIZE with INVALID_ARGUMENT (as a chip past
+ * the board or a NULL pointer). A later version only appends fields. Units are fixed: degrees Celsius, watts
+ * (averaged over at most the last second), MHz, nanoseconds. What the runtime cannot tell is NaN (the doubles) or
+ * CALRT_UNKNOWN_U64 (the integers), never 0. The counters (throttled_ns, ecc_*, reset_count) count since the board
+ * powered on and never decrease. A shim without the call: calctl reports every field null with a vendor gap and
+ * grades every telemetry row UNSUPPORTED (C4). */
+#define CALRT_TELEMETRY_VERSION 1u
+enum {
+    CALRT_THROTTLE_THERMAL = 0x1,     /* the chip reached temperature_limit_c: clocks lowered */
+    CALRT_THROTTLE_POWER = 0x2,       /* the chip reached power_limit_w: clocks lowered */
+    CALRT_THROTTLE_HW_SLOWDOWN = 0x4, /* the board or firmware forced a slowdown (regulator, external signal) */
+    CALRT_THROTTLE_HOST = 0x8         /* the host set a lower clock (an application clock limit) */
+};
+
+typedef struct {
+    uint32_t size;               /* in: the caller's sizeof(calrt_telemetry) */
+    uint32_t version;            /* out: CALRT_TELEMETRY_VERSION of the layout written */
+    uint64_t sample_ns;          /* CLOCK_MONOTONIC time of the reading */
+    double temperature_c;        /* hottest sensor of the chip, degrees Celsius */
+    double temperature_limit_c;  /* where thermal throttling starts */
+    double power_w;              /* the chip's own power, watts, averaged over <= 1 s */
+    double power_limit_w;        /* the chip's power cap */
+    double clock_mhz;            /* the compute clock now */
+    double clock_max_mhz;        /* the compute clock unthrottled */
+    uint64_t throttle_reasons;   /* CALRT_THROTTLE_* bits active now; 0 = not throttled */
+    uint64_t throttled_ns;       /* counter: time spent throttled */
+    uint64_t ecc_correctable;    /* counter: corrected memory errors */
+    uint64_t ecc_uncorrectable;  /* counter: memory errors that could not be corrected */
+    uint64_t reset_count;        /* counter: chip or board resets that covered the chip */
+} calrt_telemetry;
+#define CALRT_TELEMETRY_V1_SIZE 104u
+
+calrt_status calrt_chip_telemetry(calrt_device *dev, uint32_t chip, calrt_telemetry *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -496,9 +496,16 @@ static void dequeue(chip *ch, job *j) {
     }
 }
 
+#ifndef CALRT_REF_NO_TELEMETRY
+static void telemetry_work(uint32_t chip_mask, uint64_t start_ns, uint64_t end_ns); /* the telemetry block below */
+#endif
+
 static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status, int quarantine) {
     uint64_t t = now_ns();
     if (j->info.start_ns) j->info.end_ns = t > j->info.start_ns ? t : j->info.start_ns;
+#ifndef CALRT_REF_NO_TELEMETRY
+    if (j->info.start_ns) telemetry_work(j->info.chip_mask, j->info.start_ns, j->info.end_ns); /* it heats the chip */
+#endif
     j->info.state = state;
     j->info.status = status;
     for (int c = 0; c < REF_CHIPS; c++) {
@@ -2047,3 +2054,120 @@ calrt_status calrt_ext_device_name(uint32_t index, char *buf, uint32_t len) {
     memcpy(buf, REF_BOARD_NAME, sizeof REF_BOARD_NAME);
     return CALRT_OK;
 }
+/* ------------------------------------------------------------------------- */
+/* Optional per-chip telemetry (calrt_ext.h; docs/calrt-c-abi.md §15). A first-order thermal model per chip, driven
+ * by the work the board computes: a chip draws REF_TEL_IDLE_W idle and REF_TEL_MAX_W while a job runs on it (from
+ * its start to its end stamp, scaled by the clock while throttled); its temperature relaxes towards
+ * ambient + power x REF_TEL_C_PER_W with time constant REF_TEL_TAU_S; the reported power is averaged over
+ * REF_TEL_POWER_TAU_S. At REF_TEL_LIMIT_C it throttles (half clock) until it has cooled REF_TEL_HYSTERESIS_C below.
+ * Healthy full load settles at 75 C, under the limit. ECC counters stay 0 (the model has no memory errors);
+ * reset_count is not kept (CALRT_UNKNOWN_U64). One device per process: the state is the process's and, like a
+ * real board's temperature, outlives a close. Mutants (tests: conformance must FAIL them naming the clause):
+ *   -DCALRT_MUTANT_TELEMETRY_FROZEN      every reading is the first one (a stuck sensor);
+ *   -DCALRT_MUTANT_TELEMETRY_DECREASING  the ECC and throttle counters go down between readings;
+ *   -DCALRT_MUTANT_TELEMETRY_MILLIDEGREES  temperatures in milli-degrees Celsius. */
+#ifndef CALRT_REF_NO_TELEMETRY /* -DCALRT_REF_NO_TELEMETRY: a shim without the call (tests: UNSUPPORTED, C4) */
+#define REF_TEL_AMBIENT_C 35.0
+#define REF_TEL_C_PER_W 1.0
+#define REF_TEL_IDLE_W 6.0
+#define REF_TEL_MAX_W 40.0
+#define REF_TEL_TAU_S 10.0
+#define REF_TEL_POWER_TAU_S 0.5
+#define REF_TEL_LIMIT_C 90.0
+#define REF_TEL_HYSTERESIS_C 5.0
+#define REF_TEL_POWER_LIMIT_W 45.0
+#define REF_TEL_CLOCK_MHZ 1000.0
+
+static struct {
+    pthread_mutex_t mu;
+    int started;
+    struct {
+        double temp_c, power_w;
+        uint64_t t_ns, throttled_ns;
+        int throttled;
+    } chip[REF_CHIPS];
+#ifdef CALRT_MUTANT_TELEMETRY_FROZEN
+    int have_first[REF_CHIPS];
+    calrt_telemetry first[REF_CHIPS];
+#endif
+#ifdef CALRT_MUTANT_TELEMETRY_DECREASING
+    uint64_t reads;
+#endif
+} g_tel = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void tel_start(uint64_t now) { /* under g_tel.mu: every chip idle at ambient + idle power */
+    if (g_tel.started) return;
+    g_tel.started = 1;
+    for (int c = 0; c < REF_CHIPS; c++) {
+        g_tel.chip[c].temp_c = REF_TEL_AMBIENT_C + REF_TEL_IDLE_W * REF_TEL_C_PER_W;
+        g_tel.chip[c].power_w = REF_TEL_IDLE_W;
+        g_tel.chip[c].t_ns = now;
+    }
+}
+
+static void tel_advance(int c, uint64_t until, int busy) { /* under g_tel.mu: chip c from its last time to `until` */
+    if (until <= g_tel.chip[c].t_ns) return;
+    double dt = (double)(until - g_tel.chip[c].t_ns) / 1e9;
+    double clock = g_tel.chip[c].throttled ? 0.5 : 1.0;
+    double p = busy ? REF_TEL_IDLE_W + (REF_TEL_MAX_W - REF_TEL_IDLE_W) * clock : REF_TEL_IDLE_W;
+    double target = REF_TEL_AMBIENT_C + p * REF_TEL_C_PER_W;
+    g_tel.chip[c].temp_c = target + (g_tel.chip[c].temp_c - target) * exp(-dt / REF_TEL_TAU_S);
+    g_tel.chip[c].power_w = p + (g_tel.chip[c].power_w - p) * exp(-dt / REF_TEL_POWER_TAU_S);
+    if (g_tel.chip[c].throttled) g_tel.chip[c].throttled_ns += until - g_tel.chip[c].t_ns;
+    if (g_tel.chip[c].temp_c >= REF_TEL_LIMIT_C) g_tel.chip[c].throttled = 1;
+    else if (g_tel.chip[c].temp_c < REF_TEL_LIMIT_C - REF_TEL_HYSTERESIS_C) g_tel.chip[c].throttled = 0;
+    g_tel.chip[c].t_ns = until;
+}
+
+static void telemetry_work(uint32_t chip_mask, uint64_t start_ns, uint64_t end_ns) {
+    pthread_mutex_lock(&g_tel.mu);
+    tel_start(start_ns);
+    for (int c = 0; c < REF_CHIPS; c++) {
+        if (!(chip_mask >> c & 1)) continue;
+        tel_advance(c, start_ns, 0);
+        tel_advance(c, end_ns, 1);
+    }
+    pthread_mutex_unlock(&g_tel.mu);
+}
+
+calrt_status calrt_chip_telemetry(calrt_device *d, uint32_t chip, calrt_telemetry *out) {
+    if (!d || !out || chip >= REF_CHIPS || out->size < CALRT_TELEMETRY_V1_SIZE) return CALRT_E_INVALID_ARGUMENT;
+    calrt_telemetry t;
+    memset(&t, 0, sizeof t);
+    uint64_t now = now_ns();
+    pthread_mutex_lock(&g_tel.mu);
+    tel_start(now);
+    tel_advance((int)chip, now, 0);
+    t.size = out->size < sizeof t ? out->size : (uint32_t)sizeof t;
+    t.version = CALRT_TELEMETRY_VERSION;
+    t.sample_ns = now;
+    t.temperature_c = g_tel.chip[chip].temp_c;
+    t.temperature_limit_c = REF_TEL_LIMIT_C;
+    t.power_w = g_tel.chip[chip].power_w;
+    t.power_limit_w = REF_TEL_POWER_LIMIT_W;
+    t.clock_max_mhz = REF_TEL_CLOCK_MHZ;
+    t.clock_mhz = g_tel.chip[chip].throttled ? REF_TEL_CLOCK_MHZ / 2 : REF_TEL_CLOCK_MHZ;
+    t.throttle_reasons = g_tel.chip[chip].throttled ? CALRT_THROTTLE_THERMAL : 0;
+    t.throttled_ns = g_tel.chip[chip].throttled_ns;
+    t.ecc_correctable = 0;
+    t.ecc_uncorrectable = 0;
+    t.reset_count = CALRT_UNKNOWN_U64;
+#ifdef CALRT_MUTANT_TELEMETRY_MILLIDEGREES /* the bug: milli-degrees where the ABI says degrees */
+    t.temperature_c *= 1000.0;
+    t.temperature_limit_c *= 1000.0;
+#endif
+#ifdef CALRT_MUTANT_TELEMETRY_DECREASING /* the bug: counters that run backwards (a wrapped or reset register) */
+    g_tel.reads++;
+    t.ecc_correctable = 1000 - g_tel.reads % 1000;
+    t.throttled_ns = 1000000000ull - g_tel.reads % 1000;
+#endif
+#ifdef CALRT_MUTANT_TELEMETRY_FROZEN /* the bug: the sensor answers its first reading forever */
+    if (!g_tel.have_first[chip]) g_tel.have_first[chip] = 1, g_tel.first[chip] = t;
+    t = g_tel.first[chip];
+#endif
+    pthread_mutex_unlock(&g_tel.mu);
+    memcpy(out, &t, t.size);
+    out->size = t.size;
+    return CALRT_OK;
+}
+#endif /* CALRT_REF_NO_TELEMETRY */

@@ -1,0 +1,279 @@
+"""Checks of the optional per-chip telemetry call ``calrt_chip_telemetry`` (docs/calrt-c-abi.md §15).
+
+``telemetry_struct``: the sized struct (a size below version 1 refused, a chip past the board refused, the
+version written, no byte past the caller's size written) and units that can be what §15 says they are (degrees
+Celsius, watts, MHz; a limit above the reading's range; only defined throttle bits). ``telemetry_under_load``:
+readings taken while both chips compute back to back: the counters never decrease, and temperature and power
+change (a sensor that answers one value under load is frozen). A shim without the call: both UNSUPPORTED (C4),
+never a pass. On the mock the same checks read ``rt.telemetry()``.
+
+Each FAIL's detail starts with the clause it broke (TELEM-1 … TELEM-4).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+import threading
+import time
+from typing import Any
+
+from calctl.runtime import Runtime
+from calctl.runtime.conformance.framework import (
+    Abandoned,
+    ConformanceLevel,
+    Session,
+    Unsupported,
+    _unwrap,
+    check,
+    expect,
+    prefill_job,
+)
+from calctl.runtime.errors import RuntimeStatus
+from calctl.runtime.types import THROTTLE_REASONS
+
+UNKNOWN_U64 = 2**64 - 1
+#: Plausible ranges of §15's units: what a chip can read, in the unit the ABI fixes (a reading outside is another
+#: unit: milli-degrees, milliwatts, kHz or Hz).
+RANGES = {
+    "temperature_c": (-40.0, 150.0),
+    "temperature_limit_c": (40.0, 150.0),
+    "power_w": (0.0, 1000.0),
+    "power_limit_w": (1.0, 1000.0),
+    "clock_mhz": (0.0, 10000.0),
+    "clock_max_mhz": (1.0, 10000.0),
+}
+COUNTERS = ("throttled_ns", "ecc_correctable", "ecc_uncorrectable", "reset_count")
+STUCK_AFTER_S = 10.0
+_LOAD_S = {ConformanceLevel.QUICK: 1.5, ConformanceLevel.STANDARD: 3.0, ConformanceLevel.LONG: 5.0}
+
+
+def _native_call(s: Session, rt: Runtime) -> Any:
+    from calctl.runtime._native import lib as L
+
+    raw = _unwrap(rt)
+    if not raw.library.has(L.TELEMETRY_CALL):
+        raise Unsupported(
+            f"UNSUPPORTED (C4): {s.target.library} does not export {L.TELEMETRY_CALL} (optional, docs/calrt-c-abi.md "
+            "§15): no per-chip temperature, power, clocks, throttle reasons or ECC"
+        )
+    return raw
+
+
+def read(s: Session, rt: Runtime, chip: int, *, size: int | None = None) -> tuple[int, dict[str, Any]]:
+    """One reading of ``chip``: (status, the fields as the runtime reported them: NaN / UNKNOWN_U64 kept)."""
+    if not s.native:
+        t = next(t for t in rt.telemetry() if t.chip == chip)
+        nan = math.nan
+        return 0, {
+            "version": 1,
+            "temperature_c": nan if t.temperature_c is None else t.temperature_c,
+            "temperature_limit_c": nan if t.temperature_limit_c is None else t.temperature_limit_c,
+            "power_w": nan if t.power_w is None else t.power_w,
+            "power_limit_w": nan if t.power_limit_w is None else t.power_limit_w,
+            "clock_mhz": nan if t.frequency_mhz is None else t.frequency_mhz,
+            "clock_max_mhz": nan if t.frequency_max_mhz is None else t.frequency_max_mhz,
+            "throttle_reasons": UNKNOWN_U64
+            if t.throttle_reasons is None
+            else sum(1 << THROTTLE_REASONS.index(r) for r in t.throttle_reasons if r in THROTTLE_REASONS),
+            "throttled_ns": UNKNOWN_U64 if t.throttled_s is None else round(t.throttled_s * 1e9),
+            "ecc_correctable": UNKNOWN_U64 if t.ecc_correctable is None else t.ecc_correctable,
+            "ecc_uncorrectable": UNKNOWN_U64 if t.ecc_uncorrectable is None else t.ecc_uncorrectable,
+            "reset_count": UNKNOWN_U64 if t.reset_count is None else t.reset_count,
+        }
+    from calctl.runtime._native import lib as L
+
+    raw = _native_call(s, rt)
+    out = L.CalrtTelemetry()
+    out.size = ctypes.sizeof(L.CalrtTelemetry) if size is None else size
+    rc = int(raw._fn.calrt_chip_telemetry(raw._dev, chip, ctypes.byref(out)))
+    return rc, {f[0]: getattr(out, f[0]) for f in L.CalrtTelemetry._fields_}
+
+
+def _ok_reading(s: Session, rt: Runtime, chip: int) -> dict[str, Any]:
+    rc, r = read(s, rt, chip)
+    expect(
+        rc == RuntimeStatus.OK,
+        f"TELEM-1: calrt_chip_telemetry of chip {chip} with a version-1 struct must answer OK",
+        call="calrt_chip_telemetry",
+        arguments=f"chip {chip}",
+        returned=f"status {rc}",
+    )
+    return r
+
+
+def _units(chip: int, r: dict[str, Any]) -> list[str]:
+    """Every field outside the plausible range of its unit (TELEM-2)."""
+    bad = []
+    for name, (lo, hi) in RANGES.items():
+        v = r[name]
+        if not math.isnan(v) and not lo <= v <= hi:
+            bad.append(f"chip {chip} {name} {v:g} is outside [{lo:g}, {hi:g}]")
+    clock, top = r["clock_mhz"], r["clock_max_mhz"]
+    if not math.isnan(clock) and not math.isnan(top) and clock > top * 1.001:
+        bad.append(f"chip {chip} clock_mhz {clock:g} is above clock_max_mhz {top:g}")
+    reasons = r["throttle_reasons"]
+    if reasons != UNKNOWN_U64 and reasons >> len(THROTTLE_REASONS):
+        bad.append(f"chip {chip} throttle_reasons {reasons:#x} sets bits §15 does not define")
+    return bad
+
+
+@check(
+    "telemetry_struct",
+    "calrt_chip_telemetry honours the sized struct and reports in §15's units",
+    clauses=("TELEM-1", "TELEM-2"),
+)
+def _telemetry_struct(s: Session) -> str:
+    with s.open() as rt:
+        chips = rt.topology().chips
+        if s.native:
+            from calctl.runtime._native import lib as L
+
+            raw = _native_call(s, rt)
+            rc, _ = read(s, rt, 0, size=16)
+            expect(
+                rc == RuntimeStatus.INVALID_ARGUMENT,
+                "TELEM-1: a size below version 1's (16 < 104 bytes) must be INVALID_ARGUMENT",
+                call="calrt_chip_telemetry",
+                arguments="chip 0, size 16",
+                returned=f"status {rc}",
+            )
+            rc, _ = read(s, rt, chips)
+            expect(
+                rc == RuntimeStatus.INVALID_ARGUMENT,
+                f"TELEM-1: chip {chips} (past the board's {chips}) must be INVALID_ARGUMENT",
+                call="calrt_chip_telemetry",
+                arguments=f"chip {chips}",
+                returned=f"status {rc}",
+            )
+            # a struct with a guard after it: the callee writes no byte past the size it was given
+            buf = (ctypes.c_uint8 * (ctypes.sizeof(L.CalrtTelemetry) + 64))(
+                *([0xA5] * (ctypes.sizeof(L.CalrtTelemetry) + 64))
+            )
+            t = L.CalrtTelemetry.from_buffer(buf)
+            t.size = ctypes.sizeof(L.CalrtTelemetry)
+            rc = int(raw._fn.calrt_chip_telemetry(raw._dev, 0, ctypes.byref(t)))
+            guard = bytes(buf[ctypes.sizeof(L.CalrtTelemetry) :])
+            expect(
+                rc == RuntimeStatus.OK and set(guard) == {0xA5},
+                "TELEM-1: with size 104 the call answers OK and writes nothing past the struct",
+                call="calrt_chip_telemetry",
+                arguments="chip 0, size 104",
+                returned=f"status {rc}, guard {'intact' if set(guard) == {0xA5} else 'overwritten'}",
+            )
+        bad: list[str] = []
+        seen = []
+        for c in range(chips):
+            r = _ok_reading(s, rt, c)
+            expect(
+                r["version"] >= 1,
+                f"TELEM-1: chip {c}: version must be 1 or more",
+                call="calrt_chip_telemetry",
+                returned=f"version {r['version']}",
+            )
+            bad += _units(c, r)
+            seen.append(r)
+        s.evidence["readings"] = [
+            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in seen
+        ]
+        expect(
+            not bad,
+            "TELEM-2: units are degrees Celsius, watts and MHz (docs/calrt-c-abi.md §15): " + "; ".join(bad[:4]),
+            call="calrt_chip_telemetry",
+            returned="; ".join(bad[:4]),
+        )
+        reported = [k for k in RANGES if not all(math.isnan(r[k]) for r in seen)]
+    return f"{chips} chips; reported: {', '.join(reported) or 'none'}; every value in its unit's range"
+
+
+@check(
+    "telemetry_under_load",
+    "under load the counters never decrease and temperature and power change (no frozen sensor)",
+    clauses=("TELEM-3", "TELEM-4"),
+    seconds={ConformanceLevel.STANDARD: 60.0, ConformanceLevel.LONG: 90.0},
+)
+def _telemetry_under_load(s: Session) -> str:
+    with s.configured() as rt:
+        chips = rt.topology().chips
+        for c in range(chips):
+            _ok_reading(s, rt, c)  # UNSUPPORTED on a shim without the call, before any load
+        aliases = list(s.package.aliases)
+        stop = threading.Event()
+        done = [0]
+        errors: list[str] = []
+
+        def load(alias: str) -> None:
+            while not stop.is_set():
+                try:
+                    job, seq, inputs, outputs = prefill_job(rt, s.package, alias)
+                    rt.wait(job, 30.0)
+                    rt.kv.free(seq)
+                    rt.release_buffer(inputs)
+                    rt.release_buffer(outputs)
+                    done[0] += 1
+                except Exception as exc:  # the load is the means, not the finding: say it and stop
+                    errors.append(f"{alias}: {type(exc).__name__}: {exc}")
+                    return
+
+        threads = [threading.Thread(target=load, args=(a,), name=f"load {a}", daemon=True) for a in aliases]
+        readings: list[list[dict[str, Any]]] = [[] for _ in range(chips)]
+        for c in range(chips):
+            readings[c].append(_ok_reading(s, rt, c))
+        for t in threads:
+            t.start()
+        until = time.monotonic() + _LOAD_S[s.level]
+        while time.monotonic() < until and not errors:
+            time.sleep(0.1)
+            for c in range(chips):
+                readings[c].append(_ok_reading(s, rt, c))
+        stop.set()
+        for t in threads:
+            t.join(STUCK_AFTER_S)
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:  # inside the library for good: the process cannot close the device
+            raise Abandoned(
+                f"the load's threads ({', '.join(stuck)}) made no progress for {STUCK_AFTER_S:g} s after the load "
+                "ended (a deadlock in the shim; the remaining checks run in a fresh process)",
+                call="rt.submit / rt.wait from one thread per model",
+                returned="never returned",
+            )
+    expect(not errors and done[0] > 0, f"the load ran no job: {'; '.join(errors[:2])}", call="load")
+    decreased: list[str] = []
+    frozen: list[str] = []
+    for c, rs in enumerate(readings):
+        for name in COUNTERS:
+            values = [r[name] for r in rs if r[name] != UNKNOWN_U64]
+            for a, b in itertools.pairwise(values):
+                if b < a:
+                    decreased.append(f"chip {c} {name} {a} -> {b}")
+                    break
+        watts = [r["power_w"] for r in rs if not math.isnan(r["power_w"])]
+        temps = [r["temperature_c"] for r in rs if not math.isnan(r["temperature_c"])]
+        if len(watts) >= 3 and len(set(watts)) == 1:
+            frozen.append(f"chip {c} power_w read {watts[0]:g} in all {len(watts)} readings")
+        # A temperature is frozen when it never moved while the chip's power did (by 1 W or more: at 1 C/W that
+        # is over 0.1 C within the load), so a host too busy to load the chip never fails a working sensor.
+        drew = len(set(watts)) > 1 and max(watts) - min(watts) >= 1.0
+        if len(temps) >= 3 and len(set(temps)) == 1 and (drew or len(set(watts)) <= 1):
+            frozen.append(f"chip {c} temperature_c read {temps[0]:g} in all {len(temps)} readings")
+    s.evidence.update(jobs=done[0], readings=sum(len(r) for r in readings))
+    expect(
+        not decreased,
+        "TELEM-3: throttled_ns, ecc_* and reset_count never decrease: " + "; ".join(decreased[:4]),
+        call="calrt_chip_telemetry",
+        returned="; ".join(decreased[:4]),
+    )
+    expect(
+        not frozen,
+        f"TELEM-4: under load ({done[0]} jobs over {_LOAD_S[s.level]:g} s) a sensor that never changes is frozen: "
+        + "; ".join(frozen[:4]),
+        call="calrt_chip_telemetry",
+        returned="; ".join(frozen[:4]),
+    )
+    rises = [
+        f"chip {c} {rs[0]['temperature_c']:.2f} -> {max(r['temperature_c'] for r in rs):.2f} C"
+        for c, rs in enumerate(readings)
+        if not math.isnan(rs[0]["temperature_c"])
+    ]
+    return f"{done[0]} jobs, {sum(len(r) for r in readings)} readings; counters monotonic; {'; '.join(rises)}"
