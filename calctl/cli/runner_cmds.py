@@ -26,7 +26,6 @@ from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
     BRINGUP_TIME_SCALE_HELP,
     POC_TIME_SCALE_HELP,
-    FormatOpt,
     ReportFileOpt,
     ResultFormatOpt,
     RunLevel,
@@ -537,7 +536,7 @@ def _render_poc(report: Report) -> None:
 # bringup
 
 
-@device_options("time_scale", time_scale=BRINGUP_TIME_SCALE_HELP)
+@device_options("fault_plan", "time_scale", time_scale=BRINGUP_TIME_SCALE_HELP)
 def bringup(
     pkg: PackageArg = None,
     level: Annotated[
@@ -549,7 +548,7 @@ def bringup(
         report_dir_option("./calctl-reports/bringup-<timestamp>", "report.json, each step's trace and picture"),
     ] = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
-    format: FormatOpt = TableJson.table,
+    format: ResultFormatOpt = Format.table,
 ) -> int:
     """The bench pipeline in one command: validate, budget, golden, warm-up, PoC, short soak.
 
@@ -583,13 +582,15 @@ def bringup(
     html_report.write(document, out_dir / "report.json")
     if _output.is_json(format):
         _output.emit_json(result)
+    elif format is Format.junit:  # a lab's CI reads one testcase per step (docs/lab.md)
+        _output.emit_junit(f"calctl {result.command}", junit_suites(result))
     else:
         _render_bringup(result)
     return result.exit_code
 
 
 @contextlib.contextmanager
-def _bringup_steps(format: TableJson) -> Iterator[Callable[[Any], None]]:
+def _bringup_steps(format: Format) -> Iterator[Callable[[Any], None]]:
     """Each step as it ends. On a terminal whose screen also gets the table, one transient status line (the
     table lists every step once; #53 item 10: it listed them twice); in a log, or with --format json, a line
     per step."""
