@@ -30,6 +30,7 @@ SCHEMA_FILES = {
     "validate-report/v1": "validate-report-v1.json",
     "report/v1": "report-v1.json",
     "calculet-board-profile/v1": "calculet-board-profile-v1.json",
+    "calctl-fleet-report/v1": "calctl-fleet-report-v1.json",
 }
 
 

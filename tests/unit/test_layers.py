@@ -26,7 +26,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"runtime"}),
     frozenset({"checks"}),
     frozenset({"serving"}),
-    frozenset({"runners"}),
+    frozenset({"runners", "fleet"}),  # fleet: several boards' runs as child processes, and their reports
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )
