@@ -64,4 +64,5 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "calctl.cli.bench_cmds",
         "Load generator and verdicts: A/B, interference, fault-isolation, executor-modes.",
     ),
+    "lab": ("calctl.cli.lab_cmds", "Boards in a labgrid lab: run a calctl command over tagged places."),
 }

@@ -45,6 +45,7 @@ _COMMAND_MODULES: list[str] = [
     "calctl.cli.soak_cmds",
     "calctl.cli.bench_cmds",
     "calctl.cli.accept_cmds",
+    "calctl.cli.lab_cmds",
 ]
 _EXTRA_MODULES: list[str] = [m for m in _COMMAND_MODULES if m not in {mod for mod, _ in _COMMANDS.values()}]
 

@@ -21,6 +21,7 @@ import re
 import secrets
 import shlex
 import signal
+import socket
 import subprocess
 import tarfile
 import threading
@@ -32,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from calctl.errors import UsageError
+from calctl.fleet.merge import BOARD_FILE
 from calctl.records import write_json
 from calctl.runtime.selection import BOARD_ID_ENV, CALRT_DEVICE_ENV, MOCK_SEED_ENV, select_board
 
@@ -106,6 +108,19 @@ class LabBoard:
             env["CALRT_LIBRARY"] = self.calrt_library
         return env
 
+    def identity(self, place: str | None = None) -> dict[str, Any]:
+        """The board's ``board.json`` (the fleet report's identity of a row, :mod:`calctl.fleet.merge`)."""
+        return {
+            "id": self.board_id,
+            "kind": self.device,
+            "device": self.calrt_device,
+            "seed": self.mock_seed,
+            "fault_plan": self.fault_plan,
+            "library": self.calrt_library,
+            "host": self.host or socket.gethostname(),
+            "place": place or self.host or socket.gethostname(),
+        }
+
     def describe(self) -> dict[str, Any]:
         return {
             "board_id": self.board_id,
@@ -172,6 +187,8 @@ class BoardRun:
     command: tuple[str, ...]
     exit_code: int | None = None
     seconds: float = 0.0
+    started_at: float = 0.0  # wall clock (epoch seconds): when the command started and ended on the board
+    ended_at: float = 0.0
     infra_error: str | None = None
     verdict: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -186,6 +203,8 @@ class BoardRun:
             "command": list(self.command),
             "exit_code": self.exit_code,
             "seconds": round(self.seconds, 3),
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
             "verdict": self.verdict,
             "infra_error": self.infra_error,
             **self.extra,
@@ -252,6 +271,7 @@ def run_on_board(
     on_line: Callable[[str], None] | None = None,
     stopper: Stopper | None = None,
     keep_remote: bool = False,
+    place: str | None = None,
 ) -> BoardRun:
     """Run ``command`` for ``board`` and leave its evidence in ``out_dir`` (created; must not hold a report).
 
@@ -261,6 +281,7 @@ def run_on_board(
     each progress line (stderr) as it comes; stdout (JUnit or JSON) goes to ``junit.xml``/``stdout.json``.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / BOARD_FILE, board.identity(place))  # the fleet report's row, even if the run never starts
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
     remote = bool(prefix)
     run_dir = remote_dir(board, stamp) if remote else shlex.quote(str(out_dir.resolve()))
@@ -269,6 +290,7 @@ def run_on_board(
     run = BoardRun(board, out_dir, command.args)
     stdout_file = out_dir / (JUNIT_FILE if command.junit else "stdout.json")
     t0 = time.monotonic()
+    run.started_at = time.time()
     try:
         with open(out_dir / LOG_FILE, "w", encoding="utf-8") as log, open(stdout_file, "wb") as sink:
             run.exit_code = _stream(argv, sink, log, on_line, stopper)
@@ -290,6 +312,7 @@ def run_on_board(
 
 def _finish(run: BoardRun, t0: float) -> BoardRun:
     run.seconds = time.monotonic() - t0
+    run.ended_at = time.time()
     if run.infra_error is None:
         run.verdict = _verdict(run.report_json)
     write_json(run.out_dir / RUN_FILE, run.document())

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl.errors import CalctlError, ExitCode, UsageError
+from calctl.fleet import InfraError
 from calctl.lab.board import BoardRun, LabBoard, LabCommand, Stopper, board_from_params, run_on_board
 
 DEFAULT_COORDINATOR = "127.0.0.1:20408"
@@ -58,18 +59,6 @@ class LabRunPlan:
     priority: float = 0.0
     coordinator: str | None = None  # None: $LG_COORDINATOR, else 127.0.0.1:20408
     keep_remote: bool = False
-
-
-@dataclass(frozen=True)
-class InfraError:
-    """A board the run could not judge, and why: the infra_errors row of the fleet report."""
-
-    board_id: str
-    where: str  # "place P on host H" (or exporter E)
-    reason: str
-
-    def as_tuple(self) -> tuple[str, str, str]:
-        return (self.board_id, self.where, self.reason)
 
 
 @dataclass
@@ -351,7 +340,14 @@ def _lock_and_start(
 
     def work() -> None:
         slot.run = run_on_board(
-            board, plan.command, out, prefix=prefix, on_line=line, stopper=slot.stopper, keep_remote=plan.keep_remote
+            board,
+            plan.command,
+            out,
+            prefix=prefix,
+            on_line=line,
+            stopper=slot.stopper,
+            keep_remote=plan.keep_remote,
+            place=slot.where,
         )
 
     slot.thread = threading.Thread(target=work, name=f"calctl-lab-{board.board_id}", daemon=True)
@@ -412,4 +408,4 @@ def _stop_all(session: LabSession, slots: list[_Slot], result: LabRunResult) -> 
             slot.done = True
 
 
-__all__ = ["DEFAULT_COORDINATOR", "InfraError", "LabRunPlan", "LabRunResult", "LabUnavailable", "parse_tags", "run_lab"]
+__all__ = ["DEFAULT_COORDINATOR", "LabRunPlan", "LabRunResult", "LabUnavailable", "parse_tags", "run_lab"]
