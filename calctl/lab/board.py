@@ -170,7 +170,7 @@ class LabCommand:
         owned = [a for a in args if a.split("=", 1)[0] in _LAB_OWNED]
         if owned:
             raise UsageError(
-                f"calctl lab: {owned[0]} is set by the lab for each board (report directory, JUnit, the board's "
+                f"calctl lab: {owned[0].split('=', 1)[0]} is set by the lab for each board (report directory, JUnit, the board's "
                 "device, library and fault plan): remove it from the command"
             )
         report, junit = COMMANDS[name]

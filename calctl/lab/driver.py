@@ -28,7 +28,7 @@ _counter = itertools.count(1)
 
 @target_factory.reg_driver
 @attr.s(eq=False)
-class CalctlDriver(Driver):  # type: ignore[misc]  # labgrid is untyped
+class CalctlDriver(Driver):
     """Runs calctl commands for the target's Calculet board.
 
     Args:
@@ -45,9 +45,9 @@ class CalctlDriver(Driver):  # type: ignore[misc]  # labgrid is untyped
 
     @property
     def lab_board(self) -> LabBoard:
-        return self.board.lab_board()  # type: ignore[no-any-return]
+        return self.board.lab_board()
 
-    @Driver.check_active  # type: ignore[untyped-decorator]
+    @Driver.check_active
     def run(
         self,
         *args: str,

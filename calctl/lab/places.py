@@ -99,7 +99,7 @@ def parse_tags(text: str) -> dict[str, str]:
             )
         tags[key] = value
     if not tags:
-        raise UsageError(f"--tags {text!r}: expected at least one KEY=VALUE")
+        raise UsageError("--tags: expected at least one KEY=VALUE (e.g. --tags board=calculet,rack=1)")
     return tags
 
 
@@ -117,7 +117,7 @@ class LabSession:
 
     @property
     def places(self) -> dict[str, Any]:
-        return self.session.places  # type: ignore[no-any-return]
+        return self.session.places
 
     @property
     def lost(self) -> bool:
@@ -260,7 +260,7 @@ def _drive(
             if slot.thread is not None and not slot.done and slot.resource is not None:
                 data = session.resource(*slot.resource)
                 if not data.get("cls") or not data.get("avail", False):
-                    slot.stopper.stop(f"the exporter of {slot.where} went away during the run; the command was stopped")
+                    slot.stopper.stop(f"its exporter {slot.exporter} went away during the run; the command was stopped")
         for slot in slots:
             if slot.thread is not None and not slot.done and not slot.thread.is_alive():
                 _collect(session, slot, result)
@@ -398,7 +398,7 @@ def _stop_all(session: LabSession, slots: list[_Slot], result: LabRunResult) -> 
     """On every way out: stop the commands still running, wait for them, release and cancel what is left."""
     for slot in slots:
         if slot.thread is not None and slot.thread.is_alive():
-            slot.stopper.stop(f"calctl lab run stopped before {slot.where} finished")
+            slot.stopper.stop("calctl lab run was stopped before the board finished")
     for slot in slots:
         if slot.thread is not None and not slot.done:
             slot.thread.join()

@@ -41,7 +41,8 @@ def calctl_board(
     try:
         driver = target.get_driver(CalctlDriver, activate=False)
     except NoDriverFoundError:
-        driver = CalctlDriver(target, name=None, out_dir=str(out))
+        make: Any = CalctlDriver  # attrs over labgrid's untyped Driver: its __init__ is labgrid's
+        driver = make(target, None, out_dir=str(out))
     if driver.out_dir is None:
         driver._base = out
     target.activate(driver)

@@ -26,7 +26,7 @@ _opt_str = attr.validators.optional(attr.validators.instance_of(str))
 
 @target_factory.reg_resource
 @attr.s(eq=False)
-class CalculetBoard(Resource):  # type: ignore[misc]  # labgrid is untyped
+class CalculetBoard(Resource):
     """A Calculet board: its label, device kind, what selects it, and the host it is on.
 
     Args:

@@ -87,7 +87,7 @@ def the_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             "COLUMNS": "200",
         }
         # The remote board's host gets this checkout's calctl and the suite's cache (nothing under ~).
-        remote_env = {k: env[k] for k in ("CALCTL_CACHE_DIR", "CALCTL_LOCK_DIR") if k in env}
+        remote_env: dict[str, str] = {k: env[k] for k in ("CALCTL_CACHE_DIR", "CALCTL_LOCK_DIR") if k in env}
         remote_work = root / "remote-work"
         remote_work.mkdir()
         with lab(root / "lab", env) as the:
