@@ -57,6 +57,7 @@ BOARDS = {
 }
 ALL = [b for boards in BOARDS.values() for b, _, _ in boards]
 FAULTY = "lab-b1"
+_PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")
 _LAB_RUN = (sys.executable, "-m", "calctl", "lab", "run")
 HANG_BOUND_S = 1200  # bounds a hang only: a loaded 2-core machine runs five bring-ups in a minute or two
 
@@ -242,3 +243,41 @@ def test_tags_that_match_no_place_are_a_usage_error(tmp_path: Path) -> None:
         )
     assert result.returncode == 2, result.stderr
     assert "--tags board=nothing: no place" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_lab_ci_test_gets_the_board_through_lg_env(tmp_path: Path) -> None:
+    """``def test_bringup(calctl_board)`` in a lab's own suite: labgrid's plugin reads ``--lg-env`` and the
+    fixture of calctl.lab.pytest_plugin hands the target's CalctlDriver to the test (docs/lab.md)."""
+    try:
+        import labgrid  # noqa: F401
+    except ImportError:
+        pytest.skip("labgrid is not installed (pip install 'calctl[lab]'; .ci/run installs it)")
+    suite = tmp_path / "lab-ci"
+    suite.mkdir()
+    (suite / "env.yaml").write_text(
+        "targets:\n  main:\n    resources:\n      CalculetBoard:\n        board_id: ci-b0\n        mock_seed: 9\n"
+        f"        calctl: {calctl_command()}\n    drivers:\n      CalctlDriver: {{}}\n"
+        "imports:\n  - calctl.lab.driver\n"
+    )
+    (suite / "conftest.py").write_text('pytest_plugins = ["calctl.lab.pytest_plugin"]\n')
+    (suite / "test_board.py").write_text(
+        "def test_check(calctl_board):\n"
+        "    run = calctl_board.run('device', 'check')\n"
+        "    assert run.infra_error is None and run.verdict in ('PASS', 'WARN'), run.document()\n"
+        "    assert (run.out_dir / 'report.json').is_file() and (run.out_dir / 'junit.xml').is_file()\n"
+        "    assert run.board.board_id == 'ci-b0'\n"
+    )
+    reports = tmp_path / "reports"
+    result = subprocess.run(
+        [*_PYTEST, "--lg-env", "env.yaml", "--calctl-lab-reports", str(reports), f"--junitxml={tmp_path / 'ci.xml'}"],
+        cwd=suite,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=HANG_BOUND_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "1 passed" in result.stdout
+    (run_dir,) = reports.iterdir()
+    assert json.loads((run_dir / "report.json").read_text())["command"] == "device check"
