@@ -69,7 +69,7 @@ class LabRunResult:
 
 
 @dataclass
-class _Slot:
+class _PlaceSlot:
     """One place of the run: its reservation, and once locked its board and running command."""
 
     place: str
@@ -196,7 +196,7 @@ def run_lab(
         prefix_for = command_prefix
     session = LabSession(plan.coordinator or os.environ.get("LG_COORDINATOR") or DEFAULT_COORDINATOR)
     result = LabRunResult()
-    slots: list[_Slot] = []
+    slots: list[_PlaceSlot] = []
     try:
         matching = sorted(n for n, p in session.places.items() if plan.tags.items() <= p.tags.items())
         if not matching:
@@ -215,7 +215,7 @@ def run_lab(
             )
             token = session.call("CreateReservation", request).reservation.token
             board_id, where, exporter = _identity(session, session.places[name])
-            slots.append(_Slot(name, token, board_id, where, exporter))
+            slots.append(_PlaceSlot(name, token, board_id, where, exporter))
         _drive(session, plan, slots, count, result, on_line, prefix_for)
     finally:
         _stop_all(session, slots, result)
@@ -227,7 +227,7 @@ def run_lab(
 def _drive(
     session: LabSession,
     plan: LabRunPlan,
-    slots: list[_Slot],
+    slots: list[_PlaceSlot],
     count: int,
     result: LabRunResult,
     on_line: Callable[[str, str], None] | None,
@@ -296,7 +296,7 @@ def _is_allocated(reply: Any) -> bool:
 def _lock_and_start(
     session: LabSession,
     plan: LabRunPlan,
-    slot: _Slot,
+    slot: _PlaceSlot,
     result: LabRunResult,
     on_line: Callable[[str, str], None] | None,
     prefix_for: Callable[[LabBoard, dict[str, Any]], list[str]],
@@ -354,13 +354,13 @@ def _lock_and_start(
     slot.thread.start()
 
 
-def _fail(session: LabSession, slot: _Slot, result: LabRunResult, reason: str) -> None:
+def _fail(session: LabSession, slot: _PlaceSlot, result: LabRunResult, reason: str) -> None:
     result.infra_errors.append(InfraError(slot.board_id, slot.where, reason))
     _release(session, slot)
     slot.done = True
 
 
-def _collect(session: LabSession, slot: _Slot, result: LabRunResult) -> None:
+def _collect(session: LabSession, slot: _PlaceSlot, result: LabRunResult) -> None:
     run = slot.run
     if run is None:
         result.infra_errors.append(
@@ -375,7 +375,7 @@ def _collect(session: LabSession, slot: _Slot, result: LabRunResult) -> None:
     slot.done = True
 
 
-def _release(session: LabSession, slot: _Slot) -> None:
+def _release(session: LabSession, slot: _PlaceSlot) -> None:
     from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
 
     if slot.acquired and not session.lost:
@@ -385,7 +385,7 @@ def _release(session: LabSession, slot: _Slot) -> None:
     _cancel(session, slot)
 
 
-def _cancel(session: LabSession, slot: _Slot) -> None:
+def _cancel(session: LabSession, slot: _PlaceSlot) -> None:
     from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
 
     if slot.token and not session.lost:
@@ -394,7 +394,7 @@ def _cancel(session: LabSession, slot: _Slot) -> None:
     slot.token = ""
 
 
-def _stop_all(session: LabSession, slots: list[_Slot], result: LabRunResult) -> None:
+def _stop_all(session: LabSession, slots: list[_PlaceSlot], result: LabRunResult) -> None:
     """On every way out: stop the commands still running, wait for them, release and cancel what is left."""
     for slot in slots:
         if slot.thread is not None and slot.thread.is_alive():
