@@ -64,5 +64,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "calctl.cli.bench_cmds",
         "Load generator and verdicts: A/B, interference, fault-isolation, executor-modes.",
     ),
+    "report": (
+        "calctl.cli.fleet_cmds",
+        "Merge several boards' report directories into a fleet report, or compare two reports figure by figure.",
+    ),
     "lab": ("calctl.cli.lab_cmds", "Boards in a labgrid lab: run a calctl command over tagged places."),
 }

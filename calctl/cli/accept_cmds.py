@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
+from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_fleet
 from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
@@ -72,6 +73,7 @@ def _parse_only(only: str | None) -> frozenset[str] | None:
 
 
 @device_options("fault_plan", "time_scale", "serialize_chips", "seed", time_scale=ACCEPT_TIME_SCALE_HELP)
+@board_options
 def accept(
     pkg: PackageArg = None,
     replica: ReplicaOpt = None,
@@ -87,6 +89,7 @@ def accept(
     ] = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     format: ResultFormatOpt = Format.table,
+    fleet: FleetArgs = FLEET_DEFAULTS,
 ) -> int:
     """Acceptance report: gates G0–G5 and milestones M0–M4, each GO, NO-GO or NOT MEASURED from evidence.
 
@@ -104,6 +107,18 @@ def accept(
     """
     from calctl.records import write_atomic
     from calctl.runners.acceptance import run as accept_lib
+
+    if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
+        return run_fleet(
+            fleet,
+            "accept",
+            report_is_dir=True,
+            report=report,
+            format=format,
+            device=dev.device,
+            calrt_lib=dev.calrt_lib,
+            fault_plan=dev.fault_plan,
+        )
 
     spec = dev.spec()
     path, trust, bundled = dev.package(pkg)

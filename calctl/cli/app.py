@@ -45,6 +45,7 @@ _COMMAND_MODULES: list[str] = [
     "calctl.cli.soak_cmds",
     "calctl.cli.bench_cmds",
     "calctl.cli.accept_cmds",
+    "calctl.cli.fleet_cmds",
     "calctl.cli.lab_cmds",
 ]
 _EXTRA_MODULES: list[str] = [m for m in _COMMAND_MODULES if m not in {mod for mod, _ in _COMMANDS.values()}]
@@ -182,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
 
         _output.stdout.print(root_help(), markup=False, highlight=False, end="")
         return int(ExitCode.OK if args else ExitCode.USAGE)
+    from calctl.cli import _boards
+
+    _boards.ARGV[:] = args  # what a board's child process runs again (--boards)
     command = root_command()
     cause = ""  # why the command ended early, for the report main prints when the command could not
     try:

@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 
 from calctl.cli import _output
+from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_fleet
 from calctl.cli._options import (
     CalrtLibOpt,
     DeviceChoice,
@@ -82,6 +83,7 @@ def _board(device: DeviceChoice) -> dict[str, object]:
     return select_board(device.value).describe()
 
 
+@board_options
 def check(
     device: DeviceOpt = DeviceChoice.mock,
     calrt_lib: CalrtLibOpt = None,
@@ -90,6 +92,7 @@ def check(
     step_timeout: CheckTimeoutOpt = 10.0,
     report: ReportFileOpt = None,
     format: ResultFormatOpt = Format.table,
+    fleet: FleetArgs = FLEET_DEFAULTS,
 ) -> int:
     """Is the board ready? ABI and versions, topology, per-chip health, and a known-answer job on every chip.
 
@@ -104,6 +107,17 @@ def check(
     from calctl.cli.runner_cmds import _finish, _live_log
     from calctl.runners.board_check import check_board
 
+    if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
+        return run_fleet(
+            fleet,
+            "device check",
+            report_is_dir=False,
+            report=report,
+            format=format,
+            device=device,
+            calrt_lib=calrt_lib,
+            fault_plan=fault_plan,
+        )
     spec = _spec(device, calrt_lib, fault_plan, seed, report)
     with interruptible(), _live_log(format) as log:
         result = check_board(spec, log=log, step_timeout_s=step_timeout, board=_board(device))
@@ -155,6 +169,7 @@ ProfileOpt = Annotated[
 RepeatsOpt = Annotated[int, int_option("--repeats", min=1, max=100, help="Transfers per size and row (default 5).")]
 
 
+@board_options
 def selftest(
     device: DeviceOpt = DeviceChoice.mock,
     calrt_lib: CalrtLibOpt = None,
@@ -164,6 +179,7 @@ def selftest(
     repeats: RepeatsOpt = 5,
     report: ReportFileOpt = None,
     format: FormatOpt = TableJson.table,
+    fleet: FleetArgs = FLEET_DEFAULTS,
 ) -> int:
     """Host<->device transfer bandwidth per chip and both chips at once, beside the host's memcpy rate.
 
@@ -177,6 +193,17 @@ def selftest(
     from calctl.cli._signals import interruptible
     from calctl.runners.selftest import BoardProfile, run_selftest
 
+    if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
+        return run_fleet(
+            fleet,
+            "device selftest",
+            report_is_dir=False,
+            report=report,
+            format=format,
+            device=device,
+            calrt_lib=calrt_lib,
+            fault_plan=fault_plan,
+        )
     # --seed also seeds the random memory pattern, on any device (the mock's fault seed only on the mock).
     spec = _spec(device, calrt_lib, fault_plan, seed if device is DeviceChoice.mock else None, report)
     board_profile = BoardProfile.load(profile) if profile is not None else None

@@ -169,4 +169,7 @@ def register(app: typer.Typer) -> None:
     from calctl.cli import device_board_cmds  # check, reset (the board under the model, docs/deploy.md)
 
     device_board_cmds.register(device_app)
+    from calctl.cli import fleet_cmds  # list (the boards of the host, docs/boards.md)
+
+    fleet_cmds.register_device(device_app)
     app.add_typer(device_app, name="device")

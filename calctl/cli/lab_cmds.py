@@ -17,6 +17,7 @@ import typer
 from rich.markup import escape
 
 from calctl.cli import _output
+from calctl.cli._boards import render_fleet
 from calctl.cli._options import FormatOpt, float_option, int_option
 from calctl.cli._output import TableJson
 from calctl.cli._signals import interruptible
@@ -127,27 +128,9 @@ def run(
         dirs, out_dir, infra_errors=errors, command=" ".join(lab_command.args), interrupted=interrupted
     )
     write_junit(out_dir, fleet)
-    if _output.is_json(format):
-        print(records.dumps(fleet.document(), versioned=False))
-    else:
-        _render(fleet)
-    return fleet.exit_code
-
-
-def _render(fleet: object) -> None:
-    from calctl.fleet import FleetReport
-
-    assert isinstance(fleet, FleetReport)
-    rows = [
-        [escape(b.board_id), _output.styled_verdict(b.verdict), escape(b.place or ""), escape(b.reason)]
-        for b in fleet.boards
-    ]
-    _output.print_rows(f"calctl lab run: {escape(fleet.command or '')}", ["board", "verdict", "place", "why"], rows)
-    if fleet.note:
-        _output.stdout.print(f"[yellow]{escape(fleet.note)}[/]")
-    _output.stdout.print(f"fleet report: {escape(str(fleet.json_path))}; page: {escape(str(fleet.html_path))}")
-    _output.stdout.print(f"junit: {escape(str(fleet.out_dir / FLEET_JUNIT))}")
-    _output.stdout.print(f"verdict {_output.styled_verdict(fleet.verdict)} over {len(fleet.boards)} board(s)")
+    if not _output.is_json(format):
+        _output.info(f"junit: {escape(str(out_dir / FLEET_JUNIT))}")
+    return render_fleet(fleet, format)
 
 
 def write_junit(out_dir: Path, fleet: object) -> Path:

@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
+from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_fleet
 from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, option_group, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
@@ -270,11 +271,13 @@ def junit_xml(report: Report) -> str:
 
 @device_options("fault_plan", "time_scale", "seed")
 @runner_outputs
+@board_options
 def run_golden(
     pkg: PackageArg = None,
     model: ModelOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     out: _Outputs = _OUTPUTS,
+    fleet: FleetArgs = FLEET_DEFAULTS,
 ) -> int:
     """Golden correctness of every model on a device.
 
@@ -286,6 +289,17 @@ def run_golden(
     """
     from calctl.runners.golden import run_golden as golden_runner
 
+    if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
+        return run_fleet(
+            fleet,
+            "run-golden",
+            report_is_dir=False,
+            report=out.report,
+            format=out.format,
+            device=dev.device,
+            calrt_lib=dev.calrt_lib,
+            fault_plan=dev.fault_plan,
+        )
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
     return _run_device(golden_runner, path, trust, spec, out, _render_golden, model=model)
@@ -537,6 +551,7 @@ def _render_poc(report: Report) -> None:
 
 
 @device_options("fault_plan", "time_scale", time_scale=BRINGUP_TIME_SCALE_HELP)
+@board_options
 def bringup(
     pkg: PackageArg = None,
     level: Annotated[
@@ -549,6 +564,7 @@ def bringup(
     ] = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     format: ResultFormatOpt = Format.table,
+    fleet: FleetArgs = FLEET_DEFAULTS,
 ) -> int:
     """The bench pipeline in one command: validate, budget, golden, warm-up, PoC, short soak.
 
@@ -563,6 +579,17 @@ def bringup(
     from calctl.records import write_json
     from calctl.runners import bringup as bringup_lib
 
+    if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
+        return run_fleet(
+            fleet,
+            "bringup",
+            report_is_dir=True,
+            report=report,
+            format=format,
+            device=dev.device,
+            calrt_lib=dev.calrt_lib,
+            fault_plan=dev.fault_plan,
+        )
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
     out_dir = report_dir(report, "bringup")

@@ -131,6 +131,7 @@ class FleetReport:
         return {
             "schema": SCHEMA,
             "command": self.command,
+            "board_command": _common_command(self.boards),
             "calctl_version": __version__,
             "started_at": self.started_at,
             "verdict": self.verdict,
@@ -140,7 +141,7 @@ class FleetReport:
             "interrupted": self.interrupted,
             "counts": counts(self.boards),
             "package_digests": digests,
-            "steps": list(self.steps),
+            "step_names": list(self.steps),  # the table's columns (report/v1 keeps "steps" for step objects)
             "boards": [b.document() for b in self.boards],
         }
 
@@ -252,6 +253,11 @@ def _text(value: object) -> str | None:
     return clip(plain(value))
 
 
+def _mapping(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = doc.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -318,9 +324,7 @@ def board_row(report_dir: Path, out_dir: Path) -> BoardRow:
             reason=f"the run did not complete: {exc}",
             infrastructure=True,
         )
-    own = doc.get("board") if isinstance(doc.get("board"), Mapping) else {}
-    options = doc.get("device_options") if isinstance(doc.get("device_options"), Mapping) else {}
-    pkg = doc.get("package") if isinstance(doc.get("package"), Mapping) else {}
+    own, options, pkg = (_mapping(doc, k) for k in ("board", "device_options", "package"))
     steps = step_verdicts(doc)
     page = report_path(report_dir)
     html = page.with_suffix(".html") if page is not None else None
@@ -399,6 +403,8 @@ def merge_reports(
 ) -> FleetReport:
     """Merge the report directories of several boards' runs into one fleet report, written into ``out_dir``.
 
+    ``command``: what made the fleet report (``device check`` for ``--boards``, ``lab run``; default
+    ``report merge``); the boards' own command is the document's ``board_command``.
     ``report_dirs``: one directory per board (its ``report.json``; a directory without a readable report is an
     infrastructure ERROR row). ``infra_errors``: (board id, place or host, reason) of boards whose run did not
     complete (a child that could not start, an exporter that went away); a board named there replaces its
@@ -441,7 +447,7 @@ def merge_reports(
         boards=tuple(_order(rows)),
         steps=tuple(steps),
         out_dir=out,
-        command=command or _common_command(rows),
+        command=command or "report merge",
         started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         reasons=tuple(reasons),
         note=_note(rows),

@@ -15,7 +15,7 @@ from calctl.html_report import tone, visible
 
 
 def context(doc: Mapping[str, Any]) -> dict[str, Any]:
-    steps = [visible(s) for s in doc.get("steps") or []]
+    steps = [visible(s) for s in doc.get("step_names") or []]
     boards = []
     for b in doc.get("boards") or []:
         own = b.get("steps") or {}
@@ -33,7 +33,7 @@ def context(doc: Mapping[str, Any]) -> dict[str, Any]:
                 "identity": identity,
                 "package": visible(b.get("package") or ""),
                 "digest": visible(b.get("package_digest") or ""),
-                "cells": [visible(own.get(s, "")) for s in doc.get("steps") or []],
+                "cells": [visible(own.get(s, "")) for s in doc.get("step_names") or []],
                 "link": b.get("report_dir"),
                 "page": b.get("page"),
             }

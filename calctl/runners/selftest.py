@@ -112,6 +112,9 @@ class Row:
     threshold_gbps: float | None
     detail: str
     sizes: tuple[dict[str, Any], ...] = ()
+    #: One chip's rows: the 95 % interval of the mean of its transfers' device-clock rates at the largest size
+    #: (``calctl report compare`` judges a difference against it); None for chips at once and unstamped runtimes.
+    interval: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class Measured:
     host_gbps: float
     data_ok: bool
     together: float = 1.0  # chips at once: the share of the time every chip was transferring
+    rates: tuple[float, ...] = ()  # one chip: each transfer's GB/s on the device clock (none without stamps)
 
     def document(self) -> dict[str, Any]:
         return {
@@ -198,6 +202,7 @@ def _row_document(r: Row) -> dict[str, Any]:
         "threshold_gbps": r.threshold_gbps,
         "detail": r.detail,
         "sizes": list(r.sizes),
+        "interval": r.interval,
     }
 
 
@@ -256,8 +261,14 @@ def _grade(
     figure = last.device_gbps
     bad = [m for m in measured if not m.data_ok]
 
+    interval = None
+    if len(last.rates) > 1:
+        from calctl.checks.stats import bootstrap
+
+        interval = bootstrap(list(last.rates)).as_dict()
+
     def row(status: RowStatus, detail: str) -> Row:
-        return Row(name, chips, direction.value, status, figure, threshold, detail, sizes)
+        return Row(name, chips, direction.value, status, figure, threshold, detail, sizes, interval)
 
     if bad:
         return row(RowStatus.FAIL, f"the bytes read back differ from those written ({bad[0].bytes} B transfers)")
@@ -318,7 +329,12 @@ def _measure(
     transfers = [t for ts in results.values() for t in ts]
     moved = data.size * len(transfers)
     rate, together = _device_rate(transfers, moved)
-    return Measured(int(data.size), rate, moved / wall / GB, all(ok.values()), together)
+    rates = (
+        tuple(t.bytes / t.device_seconds / GB for t in transfers if t.device_seconds)
+        if len(chips) == 1 and rate is not None
+        else ()
+    )
+    return Measured(int(data.size), rate, moved / wall / GB, all(ok.values()), together, rates)
 
 
 def _device_rate(transfers: Sequence[MemTransfer], moved: int) -> tuple[float | None, float]:

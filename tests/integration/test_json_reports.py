@@ -6,6 +6,7 @@ process's. docs/cli.md "Verdicts": the last line of every run is its verdict, an
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -40,6 +41,17 @@ def _sealed_copy(tmp: Path) -> Path:
     copy = tmp / "copy"
     shutil.copytree(SINGLE, copy)
     return copy
+
+
+def _report_dir(tmp: Path, board: str) -> Path:
+    """A board's report directory: a report.json with a figure and its interval."""
+    d = tmp / board
+    d.mkdir()
+    doc = {"command": "device selftest", "verdict": "PASS", "device": "mock", "device_label": "mock",
+           "rows": [{"name": "h2d chip 0", "status": "PASS", "figure_gbps": 3.0,
+                     "interval": {"mean": 3.0, "ci_low": 2.9, "ci_high": 3.1}}]}  # fmt: skip
+    (d / "report.json").write_text(json.dumps(doc))
+    return d
 
 
 def _hf(tmp: Path) -> Path:
@@ -83,6 +95,9 @@ CASES: dict[str, tuple[Callable[[Path], list[Any]], int]] = {
     "device check-refused": (lambda t: ["device", "check", "--device", "calrt", "--calrt-lib", t / "absent.so"], 3),
     "device reset": (lambda t: ["device", "reset", "--scope", "chip", "--chip", "0"], 0),
     "device selftest": (lambda t: ["device", "selftest", "--repeats", "1"], 0),
+    "device list": (lambda t: ["device", "list"], 0),
+    "report merge": (lambda t: ["report", "merge", _report_dir(t, "b0"), _report_dir(t, "b1"), "--out", t / "f"], 0),
+    "report compare": (lambda t: ["report", "compare", _report_dir(t, "b0"), _report_dir(t, "b1")], 0),
     "run-golden": (lambda t: ["run-golden", COMBINED, *TRUST], 0),
     "run-golden-fail": (lambda t: ["run-golden", _corrupt(t), *TRUST], 1),
     "warmup": (lambda t: ["warmup", COMBINED, *TRUST, "--iterations", "3"], 0),

@@ -1002,3 +1002,51 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
     pthread_mutex_unlock(&d->mu);
     return CALRT_OK;
 }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Enumeration (calrt_ext.h, docs/calrt-c-abi.md §11): the boards of the host, before any device is open.
+ * CALRT_STUB_BOARDS="0000:01:00.0,0000:02:00.0" lists those names (at most 64, each under CALRT_EXT_ID_LEN
+ * bytes); unset or empty, one board: CALRT_STUB_PCI, else "stub0". The stub opens the same model whichever
+ * name CALRT_DEVICE holds (it has one board; docs/calrt-c-abi.md §10). */
+#define STUB_ENUM_MAX 64
+
+static uint32_t stub_enum_names(char names[][CALRT_EXT_ID_LEN], uint32_t max) {
+    const char *list = getenv("CALRT_STUB_BOARDS");
+    uint32_t n = 0;
+    if (list && *list) {
+        const char *p = list;
+        while (*p && n < max) {
+            const char *end = strchr(p, ',');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+            if (len > 0) {
+                if (len >= CALRT_EXT_ID_LEN) len = CALRT_EXT_ID_LEN - 1;
+                memcpy(names[n], p, len);
+                names[n][len] = '\0';
+                n++;
+            }
+            if (!end) break;
+            p = end + 1;
+        }
+        return n;
+    }
+    const char *pci = getenv("CALRT_STUB_PCI");
+    snprintf(names[0], CALRT_EXT_ID_LEN, "%s", (pci && *pci) ? pci : "stub0");
+    return 1;
+}
+
+calrt_status calrt_ext_device_count(uint32_t *count) {
+    if (!count) return CALRT_E_INVALID_ARGUMENT;
+    char names[STUB_ENUM_MAX][CALRT_EXT_ID_LEN];
+    *count = stub_enum_names(names, STUB_ENUM_MAX);
+    return CALRT_OK;
+}
+
+calrt_status calrt_ext_device_name(uint32_t index, char *buf, uint32_t len) {
+    char names[STUB_ENUM_MAX][CALRT_EXT_ID_LEN];
+    uint32_t n = stub_enum_names(names, STUB_ENUM_MAX);
+    if (!buf || index >= n) return CALRT_E_INVALID_ARGUMENT;
+    size_t need = strlen(names[index]) + 1;
+    if (need > len) return CALRT_E_INVALID_ARGUMENT;
+    memcpy(buf, names[index], need);
+    return CALRT_OK;
+}

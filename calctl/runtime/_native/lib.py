@@ -262,6 +262,9 @@ EXTENSIONS: dict[str, tuple[Any, list[Any]]] = {
     "calrt_ext_model_set": (calrt_status, [calrt_device_p, calrt_calbin_p, _P(CalrtExtModelDesc)]),
     "calrt_ext_fault_set": (calrt_status, [calrt_device_p, c_uint32, c_uint32]),
     "calrt_ext_device_identity": (calrt_status, [calrt_device_p, _P(CalrtExtIdentity)]),
+    # docs/calrt-c-abi.md §11: the boards of the host, before any device is open; both or neither
+    "calrt_ext_device_count": (calrt_status, [_P(c_uint32)]),
+    "calrt_ext_device_name": (calrt_status, [c_uint32, c_char_p, c_uint32]),
     # docs/calrt-c-abi.md §14: device memory with a chip id (0.7.6 WriteMem/ReadMem); all three or none
     "calrt_mem_window": (calrt_status, [calrt_device_p, c_uint32, _P(c_uint64), _P(c_uint64)]),
     "calrt_write_mem": (calrt_status, [calrt_device_p, c_uint32, c_uint64, c_void_p, c_uint64, _P(CalrtMemTiming)]),
@@ -269,6 +272,10 @@ EXTENSIONS: dict[str, tuple[Any, list[Any]]] = {
 }
 #: The optional calls a shim exports together or not at all (calctl.runtime._native.memory).
 MEMORY_CALLS = ("calrt_mem_window", "calrt_write_mem", "calrt_read_mem")
+#: The enumeration calls (docs/calrt-c-abi.md §11): both or neither.
+ENUMERATION_CALLS = ("calrt_ext_device_count", "calrt_ext_device_name")
+#: The most boards calctl reads from a shim's enumeration (a count beyond it is a shim's bug, named).
+MAX_ENUMERATED = 256
 
 
 class CallLog:
@@ -482,3 +489,33 @@ def load_library(path: str | Path | None) -> CalrtLibrary:
     log = call_log()
     functions: Any = log.wrap(cdll) if log is not None else cdll
     return CalrtLibrary(path=p, fn=functions, abi=(major.value, minor.value), extensions=frozenset(present))
+
+
+def enumerate_devices(lib: CalrtLibrary) -> list[str] | None:
+    """The CALRT_DEVICE values of the boards the shim lists (``calrt_ext_device_count``/``_name``), or None when
+    it does not export both. A failing call or a count past :data:`MAX_ENUMERATED`: LibraryError naming it."""
+    if not all(lib.has(n) for n in ENUMERATION_CALLS):
+        return None
+    count = c_uint32()
+    rc = lib.fn.calrt_ext_device_count(ctypes.byref(count))
+    if rc != 0:
+        raise LibraryError(f"CalRT library {lib.path}: calrt_ext_device_count failed: {lib.status_string(rc)}")
+    if count.value > MAX_ENUMERATED:
+        raise LibraryError(
+            f"CalRT library {lib.path}: calrt_ext_device_count says {count.value} boards, more than the "
+            f"{MAX_ENUMERATED} calctl reads"
+        )
+    names: list[str] = []
+    for i in range(count.value):
+        buf = ctypes.create_string_buffer(EXT_ID_LEN)
+        rc = lib.fn.calrt_ext_device_name(i, buf, EXT_ID_LEN)
+        if rc != 0:
+            raise LibraryError(f"CalRT library {lib.path}: calrt_ext_device_name({i}) failed: {lib.status_string(rc)}")
+        raw = buf.raw
+        if b"\0" not in raw:
+            raise LibraryError(f"CalRT library {lib.path}: calrt_ext_device_name({i}) left its name unterminated")
+        name = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+        if not name or not name.isprintable():
+            raise LibraryError(f"CalRT library {lib.path}: calrt_ext_device_name({i}) gave {name!r}, not a device name")
+        names.append(name)
+    return names

@@ -52,8 +52,10 @@ def test_rows_per_board_worst_verdict_failing_first_and_relative_links(tmp_path:
     report = merge_reports([a, b, c], runs)
     assert report.verdict == "FAIL" and report.exit_code == 1
     doc = _valid(report)
+    assert doc["command"] == "report merge" and doc["board_command"] == "bringup"
+    assert not list(schemas.iter_errors("report/v1", doc))  # a fleet report is a report, as every --format json
     assert [r["board_id"] for r in doc["boards"]] == ["b1", "b2", "b0"]  # failing first, then the warning
-    assert doc["steps"] == ["validate", "soak"]
+    assert doc["step_names"] == ["validate", "soak"]
     failing = doc["boards"][0]
     assert failing["steps"] == {"validate": "PASS", "soak": "FAIL"} and failing["reason"] == "soak FAIL"
     assert failing["report_dir"] == "b1" and failing["page"] == "b1/report.html"

@@ -120,6 +120,15 @@ typedef struct {
 
 calrt_status calrt_ext_device_identity(calrt_device *dev, calrt_ext_identity *out);
 
+/* Optional enumeration (docs/calrt-c-abi.md §11): the boards this host has, before any device is open, so
+ * `calctl device list` and `--boards all` need no boards file. Both or neither.
+ *   calrt_ext_device_count  *count = the number of boards (0: none).
+ *   calrt_ext_device_name   the CALRT_DEVICE value that opens board `index` (0 .. count-1), NUL-terminated in
+ *                           `buf` of `len` bytes: INVALID_ARGUMENT for an index past the count, a NULL buffer or a
+ *                           name that does not fit (names are at most CALRT_EXT_ID_LEN - 1 bytes). */
+calrt_status calrt_ext_device_count(uint32_t *count);
+calrt_status calrt_ext_device_name(uint32_t index, char *buf, uint32_t len);
+
 /* Optional device memory calls (docs/calrt-c-abi.md §14): CalRT 0.7.6 WriteMem/ReadMem with a chip id (001 §2.3).
  * A shim exports all three or none; calctl device selftest grades a shim without them UNSUPPORTED (C4).
  *   calrt_mem_window  the window of `chip`'s memory a self-test may overwrite: [*address, *address + *bytes).
