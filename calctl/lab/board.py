@@ -212,26 +212,71 @@ class BoardRun:
 
 
 class Stopper:
-    """Lets another thread stop a running board command (its exporter went away): SIGTERM, so calctl unwinds
-    and writes what it has (docs/cli.md, Signals)."""
+    """Lets another thread stop a running board command (its exporter went away, the run was interrupted):
+    SIGTERM, so calctl unwinds and writes what it has (docs/cli.md, Signals).
+
+    Here the command's process group gets it. On a remote host the command itself gets it, through a second
+    command over the same prefix (``kill -TERM <pid>``: its pid is the first line it prints); the local SSH
+    client is ended only when that did not end the command within :data:`REMOTE_GRACE_S` (the host is gone),
+    so a reachable host's command writes its report and the report still comes back."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._remote: tuple[list[str], int] | None = None  # (prefix, pid on the host)
         self.reason: str | None = None
 
     def attach(self, proc: subprocess.Popen[bytes] | None) -> None:
         with self._lock:
             self._proc = proc
+            self._remote = None
             if proc is not None and self.reason is not None:
                 _terminate(proc)
 
+    def attach_remote(self, prefix: Sequence[str], pid: int) -> None:
+        with self._lock:
+            self._remote = (list(prefix), pid)
+            if self.reason is not None:
+                self._stop_remote()
+
     def stop(self, reason: str) -> None:
         with self._lock:
-            if self.reason is None:
+            first = self.reason is None
+            if first:
                 self.reason = reason
-            if self._proc is not None:
+            if self._remote is not None:
+                if first:
+                    self._stop_remote()
+            elif self._proc is not None:
                 _terminate(self._proc)
+
+    def _stop_remote(self) -> None:
+        assert self._remote is not None
+        prefix, pid = self._remote
+        proc = self._proc
+
+        def kill() -> None:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(
+                    [*prefix, f"kill -TERM {pid}"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    timeout=REMOTE_GRACE_S,
+                    check=False,
+                )
+            if proc is not None:
+                try:
+                    proc.wait(REMOTE_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    _terminate(proc)
+
+        threading.Thread(target=kill, name=f"calctl-lab-stop-{pid}", daemon=True).start()
+
+
+#: How long a remote command is given to end after its SIGTERM before the local SSH client is ended instead.
+REMOTE_GRACE_S = 30.0
+_PID_LINE = "calctl-lab: pid "
 
 
 def _terminate(proc: subprocess.Popen[bytes]) -> None:
@@ -259,7 +304,8 @@ def shell_command(board: LabBoard, command: LabCommand, run_dir: str) -> str:
     options += ["--format", "junit" if command.junit else "json"]
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in board.environment().items())
     words = " ".join(shlex.quote(a) for a in [*argv, *options])
-    return f"mkdir -p {run_dir} && exec env {env} {words} --report {report}"
+    # The first line says the command's pid ($$: exec keeps it), so a stop can reach the command itself.
+    return f'echo "{_PID_LINE}$$" >&2 && mkdir -p {run_dir} && exec env {env} {words} --report {report}'
 
 
 def run_on_board(
@@ -293,7 +339,7 @@ def run_on_board(
     run.started_at = time.time()
     try:
         with open(out_dir / LOG_FILE, "w", encoding="utf-8") as log, open(stdout_file, "wb") as sink:
-            run.exit_code = _stream(argv, sink, log, on_line, stopper)
+            run.exit_code = _stream(argv, sink, log, on_line, stopper, prefix)
     except OSError as e:  # ssh or sh missing, out_dir unwritable
         run.infra_error = f"could not start {argv[0]}: {e.strerror or e}"
         return _finish(run, t0)
@@ -344,6 +390,7 @@ def _stream(
     log: IO[str],
     on_line: Callable[[str], None] | None,
     stopper: Stopper | None,
+    prefix: Sequence[str] = (),
 ) -> int:
     """Run ``argv`` in its own process group: stdout into ``sink``, each stderr line into ``log`` and
     ``on_line`` as it comes. Returns the exit code (a signal's death as 128 + signal, as a shell says)."""
@@ -356,6 +403,10 @@ def _stream(
         assert proc.stderr is not None
         for raw in proc.stderr:
             text = raw.decode("utf-8", errors="replace").rstrip("\n")
+            if text.startswith(_PID_LINE) and text[len(_PID_LINE) :].isdigit():
+                if stopper is not None and prefix:
+                    stopper.attach_remote(prefix, int(text[len(_PID_LINE) :]))
+                continue
             log.write(text + "\n")
             log.flush()
             if on_line is not None:

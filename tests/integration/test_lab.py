@@ -9,7 +9,8 @@ as a tar stream). The tests run in file order (one module-scoped lab):
    the others PASS or WARN, no infrastructure row, every board's report and JUnit back on the client;
 2. two ``lab run``s at once over the same places both complete every board: each place is run by one job at
    a time (the second waited for it), none fails for being busy;
-3. an exporter killed while its boards run gives an infrastructure ERROR naming the place and its exporter
+3. SIGINT stops the run, unlocks every place and cancels every reservation (exit 130);
+4. an exporter killed while its boards run gives an infrastructure ERROR naming the place and its exporter
    for each of its boards (never FAIL) and complete reports for the rest.
 
 Skips only when labgrid (the ``lab`` extra) or an sshd cannot be installed here; .ci/run installs both.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -198,6 +200,24 @@ def test_two_concurrent_runs_wait_for_the_places(the_lab: Lab) -> None:
     # one job at a time on each board: the two runs of a board never overlap (the later one waited)
     for board, ((a0, a1), (b0, b1)) in spans.items():
         assert a1 <= b0 or b1 <= a0, f"{board} ran for both jobs at once: {spans[board]}"
+
+
+def test_an_interrupted_run_unlocks_every_place(the_lab: Lab) -> None:
+    """SIGINT (a CI job cancelled) stops the boards' commands, unlocks every place and cancels every reservation
+    before the fleet report (INTERRUPTED, exit 130) is written: the lab is left as it was found."""
+    out = the_lab.root.parent / "interrupted"
+    proc = _lab_run(the_lab, out, "bringup", "--level", "quick")
+    wait_for_line(out / "lab-b0" / "calctl.log", "plan:", proc)
+    proc.send_signal(signal.SIGINT)
+    code = _wait(proc, out)
+    log = out.with_suffix(".log").read_text(errors="replace")
+    assert code == 130, log[-3000:]
+    doc = _fleet(out)
+    assert doc["verdict"] == "INTERRUPTED" and "Traceback" not in log
+    assert json.loads((out / "lab-b0" / "report.json").read_text())["verdict"] == "INTERRUPTED"
+    for board in ALL:
+        assert "acquired: None" in the_lab.client("-p", board, "show").stdout, board
+    assert the_lab.client("reservations").stdout.strip() == ""
 
 
 def test_an_exporter_that_goes_away_is_an_infrastructure_error(the_lab: Lab) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from calctl.errors import UsageError
 from calctl.lab.board import (
+    BoardRun,
     LabBoard,
     LabCommand,
     Stopper,
@@ -28,19 +29,29 @@ from calctl.lab.board import (
 )
 
 FAKE = r"""
-import json, os, sys, time
+import json, os, signal, sys, time
 args = sys.argv[1:]
 report = args[args.index("--report") + 1]
 fmt = args[args.index("--format") + 1]
+path = report if report.endswith(".json") else os.path.join(report, "report.json")
+os.makedirs(os.path.dirname(path), exist_ok=True)
+
+def write(verdict, code):
+    doc = {"command": args[0], "verdict": verdict, "exit_code": code,
+           "board": os.environ.get("CALCTL_BOARD_ID"), "seed": os.environ.get("CALCTL_MOCK_SEED"), "args": args}
+    open(path, "w").write(json.dumps(doc))
+    return doc
+
+def on_term(signum, frame):  # calctl's own SIGTERM: the run ends INTERRUPTED with its report written
+    write("INTERRUPTED", 130)
+    sys.exit(130)
+
+signal.signal(signal.SIGTERM, on_term)
 print("plan: fake " + " ".join(args), file=sys.stderr, flush=True)
 if os.environ.get("FAKE_SLEEP"):
     time.sleep(float(os.environ["FAKE_SLEEP"]))
 verdict = "FAIL" if "--fault-plan" in args else "PASS"
-doc = {"command": args[0], "verdict": verdict, "exit_code": 0 if verdict == "PASS" else 1,
-       "board": os.environ.get("CALCTL_BOARD_ID"), "seed": os.environ.get("CALCTL_MOCK_SEED"), "args": args}
-path = report if report.endswith(".json") else os.path.join(report, "report.json")
-os.makedirs(os.path.dirname(path), exist_ok=True)
-open(path, "w").write(json.dumps(doc))
+doc = write(verdict, 0 if verdict == "PASS" else 1)
 if not report.endswith(".json"):
     os.makedirs(os.path.join(report, "soak"), exist_ok=True)
     open(os.path.join(report, "soak", "events.ndjson"), "w").write("{}\n")
@@ -133,33 +144,46 @@ def test_a_connection_that_fails_is_an_infrastructure_error_not_a_verdict(tmp_pa
     assert missing.infra_error is not None and "calctl was not found (exit 127)" in missing.infra_error
 
 
-def test_a_stopped_run_says_why(tmp_path: Path, fake: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FAKE_SLEEP", "60")
+@pytest.mark.parametrize("prefixed", [False, True], ids=["here", "behind-a-prefix"])
+def test_a_stopped_run_says_why_and_keeps_the_commands_report(
+    tmp_path: Path, fake: str, monkeypatch: pytest.MonkeyPatch, prefixed: bool
+) -> None:
+    """Stopped (its exporter went away): the command gets SIGTERM, here through its process group, behind a
+    prefix through a second command naming its pid; either way it writes its INTERRUPTED report, which comes
+    back, and the run is the infrastructure's error."""
+    monkeypatch.setenv("FAKE_SLEEP", "120")
+    work = tmp_path / "remote"
+    work.mkdir()
+    board = LabBoard("b4", calctl=fake, host="h" if prefixed else None, workdir=str(work))
     stopper = Stopper()
     started = threading.Event()
+    result: list[BoardRun] = []
 
     def line(text: str) -> None:
         if text.startswith("plan:"):
             started.set()
 
-    result: list[object] = []
-    worker = threading.Thread(
-        target=lambda: result.append(
+    def run_it() -> None:
+        result.append(
             run_on_board(
-                LabBoard("b4", calctl=fake),
+                board,
                 LabCommand.parse(["bringup"]),
                 tmp_path / "b4",
+                prefix=["sh", "-c"] if prefixed else (),
                 on_line=line,
                 stopper=stopper,
             )
         )
-    )
+
+    worker = threading.Thread(target=run_it)
     worker.start()
     assert started.wait(120)
     stopper.stop("its exporter went away")
     worker.join(120)
-    run = result[0]
-    assert getattr(run, "infra_error", None) == "its exporter went away"
+    (run,) = result
+    assert run.infra_error == "its exporter went away" and run.exit_code == 130
+    assert json.loads((tmp_path / "b4" / "report.json").read_text())["verdict"] == "INTERRUPTED"
+    assert "calctl-lab: pid" not in (tmp_path / "b4" / "calctl.log").read_text()
 
 
 def test_a_fetched_tree_with_a_link_is_refused(tmp_path: Path) -> None:
