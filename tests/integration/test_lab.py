@@ -207,14 +207,17 @@ def test_an_interrupted_run_unlocks_every_place(the_lab: Lab) -> None:
     before the fleet report (INTERRUPTED, exit 130) is written: the lab is left as it was found."""
     out = the_lab.root.parent / "interrupted"
     proc = _lab_run(the_lab, out, "bringup", "--level", "quick")
-    wait_for_line(out / "lab-b0" / "calctl.log", "plan:", proc)
+    for board in ("lab-b0", "lab-b4"):  # a board here and the board behind SSH are under way
+        wait_for_line(out / board / "calctl.log", "plan:", proc)
     proc.send_signal(signal.SIGINT)
     code = _wait(proc, out)
     log = out.with_suffix(".log").read_text(errors="replace")
     assert code == 130, log[-3000:]
     doc = _fleet(out)
     assert doc["verdict"] == "INTERRUPTED" and "Traceback" not in log
-    assert json.loads((out / "lab-b0" / "report.json").read_text())["verdict"] == "INTERRUPTED"
+    for board in ("lab-b0", "lab-b4"):  # each command wrote its own INTERRUPTED report, the remote one came back
+        assert json.loads((out / board / "report.json").read_text())["verdict"] == "INTERRUPTED", board
+    assert not list((the_lab.root.parent / "remote-work").iterdir())
     for board in ALL:
         assert "acquired: None" in the_lab.client("-p", board, "show").stdout, board
     assert the_lab.client("reservations").stdout.strip() == ""
