@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pytest
 
@@ -17,13 +18,14 @@ def test_a_calculet_board_from_an_exporters_parameters() -> None:
     from calctl.lab.resource import CalculetBoard, command_prefix
 
     target = Target("t")
-    board = CalculetBoard(target, "rack1-b0", board_id="rack1-b0", mock_seed=3, fault_plan="/p.yaml")
+    make: Any = CalculetBoard  # attrs over labgrid's untyped Resource: target and name come first
+    board = make(target, "rack1-b0", board_id="rack1-b0", mock_seed=3, fault_plan="/p.yaml")
     lab_board = board.lab_board()
     assert (lab_board.board_id, lab_board.mock_seed, lab_board.fault_plan) == ("rack1-b0", 3, "/p.yaml")
     assert lab_board.environment() == {"CALCTL_BOARD_ID": "rack1-b0", "CALCTL_MOCK_SEED": "3"}
     assert command_prefix(lab_board) == []  # no host: the client runs it
-    here = CalculetBoard(target, "b1", board_id="b1", host=socket.gethostname())
+    here = make(target, "b1", board_id="b1", host=socket.gethostname())
     assert command_prefix(here.lab_board()) == []  # this machine by name: no SSH to itself
-    bad = CalculetBoard(target, "b2", board_id="b2", device="calrt", mock_seed=1)
+    bad = make(target, "b2", board_id="b2", device="calrt", mock_seed=1)
     with pytest.raises(UsageError, match="for the mock device, not calrt"):
         bad.lab_board()
