@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 #: This invocation's arguments after ``calctl`` (root options removed): what a board's child runs again.
 ARGV: list[str] = []
 
+
+def fleet_requested() -> bool:
+    """Whether this invocation has ``--boards`` (its ``--report`` then names the fleet's directory)."""
+    return any(a == "--boards" or a.startswith("--boards=") for a in ARGV)
+
+
 BoardsOpt = Annotated[
     str | None,
     typer.Option(
@@ -216,7 +222,7 @@ def _junit_suite(result: FleetReport) -> _output.JunitSuite:
         cases.append(
             _output.JunitCase(
                 name=b.board_id,
-                classname=f"calctl.fleet.{result.command or 'merge'}",
+                classname="calctl.fleet." + (result.command or "report merge").replace(" ", "_"),
                 seconds=b.seconds,
                 outcome=("failure" if b.exit_code == 1 and not b.infrastructure else "error") if bad else None,
                 message=f"{b.verdict}: {b.reason}" if bad else "",
@@ -227,4 +233,13 @@ def _junit_suite(result: FleetReport) -> _output.JunitSuite:
     return _output.JunitSuite(name="calctl fleet", cases=cases)
 
 
-__all__ = ["ARGV", "FLEET_DEFAULTS", "FleetArgs", "board_options", "child_args", "render_fleet", "run_fleet"]
+__all__ = [
+    "ARGV",
+    "FLEET_DEFAULTS",
+    "FleetArgs",
+    "board_options",
+    "child_args",
+    "fleet_requested",
+    "render_fleet",
+    "run_fleet",
+]

@@ -100,9 +100,12 @@ class _Outputs:
 
     def __post_init__(self) -> None:
         """Refuse an output path that is a FIFO, a device, a symlink or a directory before the run, not after."""
+        from calctl.cli._boards import fleet_requested
         from calctl.records import check_output
 
-        for option, path in (("--trace", self.trace), ("--plot", self.plot), ("--report", self.report)):
+        # with --boards, --report names the fleet's directory (docs/boards.md), checked by the fan-out
+        report = None if fleet_requested() else self.report
+        for option, path in (("--trace", self.trace), ("--plot", self.plot), ("--report", report)):
             if path is not None:
                 check_output(path, option)
 

@@ -149,14 +149,14 @@ class ReportComparison:
 
 def load(path: Path, label: str) -> dict[str, Any]:
     """The report at ``path`` (a report.json, or a report directory). UsageError (exit 2) naming why not."""
-    from calctl.fleet.merge import MAX_REPORT_BYTES, _read_bounded, _Refused, report_path
+    from calctl.fleet.merge import MAX_REPORT_BYTES, ReportUnreadable, read_bounded, report_path
 
     file = report_path(path) if path.is_dir() else path
     if file is None:
         raise UsageError(f"{label} {path}: a directory without report.json or soak-report.json")
     try:
-        doc = _read_bounded(file, MAX_REPORT_BYTES)
-    except _Refused as exc:
+        doc = read_bounded(file, MAX_REPORT_BYTES)
+    except ReportUnreadable as exc:
         raise UsageError(f"{label}: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("verdict"), str):
         raise UsageError(f"{label} {file}: not a calctl report (a JSON object with a verdict expected)")

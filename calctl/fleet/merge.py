@@ -172,41 +172,41 @@ def severity(verdict: str) -> int:
 
 
 def worst(verdicts: Iterable[str]) -> str:
-    """The worst of ``verdicts`` (the first of equals); PASS for none."""
-    out = "PASS"
+    """The worst of ``verdicts`` (the first of equals: every board GO is GO); PASS for none."""
+    out: str | None = None
     for v in verdicts:
-        if severity(v) > severity(out):
+        if out is None or severity(v) > severity(out):
             out = v
-    return out
+    return out or "PASS"
 
 
 # ---------------------------------------------------------------------------
 # Reading one board's directory
 
 
-class _Refused(Exception):
+class ReportUnreadable(Exception):
     """A report directory that cannot be read as a run's report (the row says why)."""
 
 
-def _read_bounded(path: Path, limit: int) -> Any:
+def read_bounded(path: Path, limit: int) -> Any:
     from calctl import jsonsafe
 
     try:
         st = path.lstat()
     except FileNotFoundError:
-        raise _Refused(f"{path}: no such file") from None
+        raise ReportUnreadable(f"{path}: no such file") from None
     except OSError as exc:
-        raise _Refused(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        raise ReportUnreadable(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise _Refused(f"{path}: not a regular file")
+        raise ReportUnreadable(f"{path}: not a regular file")
     if st.st_size > limit:
-        raise _Refused(f"{path}: {st.st_size:,} bytes, more than the {limit:,} a report may hold")
+        raise ReportUnreadable(f"{path}: {st.st_size:,} bytes, more than the {limit:,} a report may hold")
     try:
         with path.open("rb") as f:
             data = f.read(limit + 1)
         return jsonsafe.loads(data)
     except (OSError, ValueError) as exc:
-        raise _Refused(f"{path}: not a JSON document ({exc})") from None
+        raise ReportUnreadable(f"{path}: not a JSON document ({exc})") from None
 
 
 def report_path(report_dir: Path) -> Path | None:
@@ -219,17 +219,17 @@ def report_path(report_dir: Path) -> Path | None:
 
 
 def read_report(report_dir: Path) -> dict[str, Any]:
-    """The run's document in ``report_dir`` (bounded: size, nesting, values). ``_Refused`` with why."""
+    """The run's document in ``report_dir`` (bounded: size, nesting, values). ``ReportUnreadable`` with why."""
     path = report_path(report_dir)
     if path is None:
         if not report_dir.is_dir():
-            raise _Refused(f"{report_dir}: not a directory")
-        raise _Refused(f"{report_dir}: no {' or '.join(REPORT_NAMES)} (the run left no report)")
-    doc = _read_bounded(path, MAX_REPORT_BYTES)
+            raise ReportUnreadable(f"{report_dir}: not a directory")
+        raise ReportUnreadable(f"{report_dir}: no {' or '.join(REPORT_NAMES)} (the run left no report)")
+    doc = read_bounded(path, MAX_REPORT_BYTES)
     if not isinstance(doc, dict):
-        raise _Refused(f"{path}: not a report (a JSON object expected)")
+        raise ReportUnreadable(f"{path}: not a report (a JSON object expected)")
     if not isinstance(doc.get("verdict"), str) or doc["verdict"] not in VERDICTS:
-        raise _Refused(f"{path}: verdict {doc.get('verdict')!r} is not a verdict of docs/cli.md")
+        raise ReportUnreadable(f"{path}: verdict {doc.get('verdict')!r} is not a verdict of docs/cli.md")
     return doc
 
 
@@ -239,8 +239,8 @@ def read_board_file(report_dir: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        doc = _read_bounded(path, MAX_BOARD_FILE_BYTES)
-    except _Refused:
+        doc = read_bounded(path, MAX_BOARD_FILE_BYTES)
+    except ReportUnreadable:
         return {}
     return doc if isinstance(doc, dict) else {}
 
@@ -310,7 +310,7 @@ def board_row(report_dir: Path, out_dir: Path) -> BoardRow:
     place = _text(ident.get("place") or ident.get("host"))
     try:
         doc = read_report(report_dir)
-    except _Refused as exc:
+    except ReportUnreadable as exc:
         return BoardRow(
             board_id,
             "ERROR",

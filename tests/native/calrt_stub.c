@@ -1007,7 +1007,8 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
  * Enumeration (calrt_ext.h, docs/calrt-c-abi.md §11): the boards of the host, before any device is open.
  * CALRT_STUB_BOARDS="0000:01:00.0,0000:02:00.0" lists those names (at most 64, each under CALRT_EXT_ID_LEN
  * bytes); unset or empty, one board: CALRT_STUB_PCI, else "stub0". The stub opens the same model whichever
- * name CALRT_DEVICE holds (it has one board; docs/calrt-c-abi.md §10). */
+ * name CALRT_DEVICE holds (it has one board; docs/calrt-c-abi.md §10). -DCALRT_STUB_ENUM_OVERFLOW builds a
+ * broken one (a name written into a buffer too short for it) for the conformance check's own test. */
 #define STUB_ENUM_MAX 64
 
 static uint32_t stub_enum_names(char names[][CALRT_EXT_ID_LEN], uint32_t max) {
@@ -1046,6 +1047,12 @@ calrt_status calrt_ext_device_name(uint32_t index, char *buf, uint32_t len) {
     uint32_t n = stub_enum_names(names, STUB_ENUM_MAX);
     if (!buf || index >= n) return CALRT_E_INVALID_ARGUMENT;
     size_t need = strlen(names[index]) + 1;
+#ifdef CALRT_STUB_ENUM_OVERFLOW /* a broken shim: fills a buffer too short for the name before refusing it */
+    if (need > len) {
+        memcpy(buf, names[index], len);
+        return CALRT_E_INVALID_ARGUMENT;
+    }
+#endif
     if (need > len) return CALRT_E_INVALID_ARGUMENT;
     memcpy(buf, names[index], need);
     return CALRT_OK;

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from calctl.runtime.conformance import (
     checks_batch,
+    checks_boards,
     checks_compute,
     checks_concurrency,
     checks_device,
@@ -76,6 +77,7 @@ _AREAS = tuple(
     m.__name__
     for m in (
         checks_device,
+        checks_boards,
         checks_jobs,
         checks_kv_faults,
         checks_promises,

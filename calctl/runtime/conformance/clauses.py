@@ -24,6 +24,12 @@ class Clause:
 
 CLAUSES: tuple[Clause, ...] = (
     Clause("LOAD-1", "§1", "every function of §7 is exported and calrt_abi_version reports 1.x"),
+    Clause(
+        "ENUM-1",
+        "§11",
+        "the optional enumeration lists distinct printable names and refuses a bad index or buffer with "
+        "INVALID_ARGUMENT",
+    ),
     Clause("CONV-1", "§3", "calrt_status_string returns a distinct static string for every code, never NULL"),
     Clause("CONV-2", "§3", "out-parameters are written only on CALRT_OK (calrt_job_wait also on TIMEOUT)"),
     Clause("CONV-3", "§3", "the callee copies every string and descriptor array: the caller may reuse them at once"),

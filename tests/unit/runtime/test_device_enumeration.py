@@ -11,6 +11,7 @@ import pytest
 
 from calctl.runtime._native.lib import enumerate_devices, load_library
 from tests.conftest import Cli, assert_no_traceback
+from tests.unit.runtime.conftest import _compile
 
 
 def test_the_stub_lists_its_default_board_or_the_names_it_is_given(
@@ -53,3 +54,22 @@ def test_boards_all_runs_one_process_per_enumerated_board(
         assert row["verdict"] == "FAIL" and not row["infrastructure"] and row["selector"] == board_id
         assert row["library"] == str(calrt_stub)
     assert r.code == 1
+
+
+def _conformance(cli: Cli, library: Path) -> dict:
+    r = cli("device", "conformance", "--calrt-lib", library, "--check", "enumeration", "--format", "json")
+    assert_no_traceback(r)
+    row = next(c for c in r.json["checks"] if c["name"] == "enumeration")
+    return {"code": r.code, **row}
+
+
+def test_conformance_checks_the_enumeration_and_fails_a_shim_that_writes_past_a_short_buffer(
+    cli: Cli, calrt_stub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CALRT_STUB_BOARDS", "0000:01:00.0,0000:02:00.0")
+    good = _conformance(cli, calrt_stub)
+    assert good["verdict"] == "PASS" and good["code"] == 0 and "0000:02:00.0" in good["detail"], good
+    broken = _compile(tmp_path, "libcalrt_enum_overflow.so", "-DCALRT_STUB_ENUM_OVERFLOW")
+    bad = _conformance(cli, broken)
+    assert bad["verdict"] == "FAIL" and bad["code"] == 1 and "writes nothing" in bad["detail"], bad
+    assert "ENUM-1" in bad["clauses"]

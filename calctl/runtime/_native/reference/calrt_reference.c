@@ -2031,3 +2031,19 @@ calrt_status calrt_read_mem(calrt_device *d, uint32_t chip, uint64_t address, vo
     return mem_transfer(d, chip, address, (uint8_t *)out, bytes, 0, timing);
 }
 #endif /* CALRT_REF_NO_MEM */
+
+/* Enumeration (calrt_ext.h, docs/calrt-c-abi.md §11): the reference board is one board, "reference0". It has
+ * no hardware to select, so any CALRT_DEVICE opens the same model (§10); the name only labels it. */
+static const char REF_BOARD_NAME[] = "reference0";
+
+calrt_status calrt_ext_device_count(uint32_t *count) {
+    if (!count) return CALRT_E_INVALID_ARGUMENT;
+    *count = 1;
+    return CALRT_OK;
+}
+
+calrt_status calrt_ext_device_name(uint32_t index, char *buf, uint32_t len) {
+    if (!buf || index != 0 || len < sizeof REF_BOARD_NAME) return CALRT_E_INVALID_ARGUMENT;
+    memcpy(buf, REF_BOARD_NAME, sizeof REF_BOARD_NAME);
+    return CALRT_OK;
+}
