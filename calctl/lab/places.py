@@ -272,19 +272,26 @@ def _drive(
                 slot.done = True
             return
         if waiting and started < count and time.monotonic() > deadline:
+            held = ", ".join(s.place + _holder(session, s) for s in waiting)
+            why = f"not free within --timeout {plan.timeout_s:g} s"
+            if plan.count is None:  # every place was asked for: each one that never came is a row
+                result.infra_errors += [InfraError(s.board_id, s.where, why + _holder(session, s)) for s in waiting]
+            else:  # any N of them: one row per board short of N, naming the places still waited for
+                tags = ",".join(f"{k}={v}" for k, v in plan.tags.items())
+                result.infra_errors += [
+                    InfraError(f"(board {started + i + 1} of {count})", f"places tagged {tags}", f"{why} ({held})")
+                    for i in range(count - started)
+                ]
             for slot in waiting:
                 _cancel(session, slot)
                 slot.done = True
-                holder = session.places[slot.place].acquired if slot.place in session.places else None
-                result.infra_errors.append(
-                    InfraError(
-                        slot.board_id,
-                        slot.where,
-                        f"not free within --timeout {plan.timeout_s:g} s" + (f" (held by {holder})" if holder else ""),
-                    )
-                )
             count = started
         session.pump(POLL_S)
+
+
+def _holder(session: LabSession, slot: _PlaceSlot) -> str:
+    place = session.places.get(slot.place)
+    return f" (held by {place.acquired})" if place is not None and place.acquired else ""
 
 
 def _is_allocated(reply: Any) -> bool:

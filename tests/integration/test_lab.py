@@ -9,8 +9,9 @@ as a tar stream). The tests run in file order (one module-scoped lab):
    the others PASS or WARN, no infrastructure row, every board's report and JUnit back on the client;
 2. two ``lab run``s at once over the same places both complete every board: each place is run by one job at
    a time (the second waited for it), none fails for being busy;
-3. SIGINT stops the run, unlocks every place and cancels every reservation (exit 130);
-4. an exporter killed while its boards run gives an infrastructure ERROR naming the place and its exporter
+3. places another user holds past ``--timeout`` are infrastructure errors naming the holder;
+4. SIGINT stops the run, unlocks every place and cancels every reservation (exit 130);
+5. an exporter killed while its boards run gives an infrastructure ERROR naming the place and its exporter
    for each of its boards (never FAIL) and complete reports for the rest.
 
 Skips only when labgrid (the ``lab`` extra) or an sshd cannot be installed here; .ci/run installs both.
@@ -200,6 +201,29 @@ def test_two_concurrent_runs_wait_for_the_places(the_lab: Lab) -> None:
     # one job at a time on each board: the two runs of a board never overlap (the later one waited)
     for board, ((a0, a1), (b0, b1)) in spans.items():
         assert a1 <= b0 or b1 <= a0, f"{board} ran for both jobs at once: {spans[board]}"
+
+
+def test_places_held_past_the_timeout_are_infrastructure_errors(the_lab: Lab) -> None:
+    """Another user holds every place: each board is an infrastructure ERROR naming the holder after --timeout
+    (never a FAIL), and with --count only the boards short of the count are rows."""
+    for board in ALL:
+        the_lab.client("-p", board, "acquire")
+    try:
+        out = the_lab.root.parent / "held"
+        code = _wait(_lab_run(the_lab, out, "device", "check", extra=("--timeout", "2")), out)
+        rows = _rows(_fleet(out))
+        assert code == 3 and sorted(rows) == sorted(ALL)
+        for row in rows.values():
+            assert row["infrastructure"] and "not free within --timeout 2 s (held by " in row["reason"], row
+        counted = the_lab.root.parent / "held-count"
+        code = _wait(_lab_run(the_lab, counted, "device", "check", extra=("--timeout", "2", "--count", "2")), counted)
+        rows = _rows(_fleet(counted))
+        assert code == 3 and sorted(rows) == ["(board 1 of 2)", "(board 2 of 2)"], rows
+        assert "places tagged board=calculet" in rows["(board 1 of 2)"]["reason"]
+    finally:
+        for board in ALL:
+            the_lab.client("-p", board, "release")
+    assert the_lab.client("reservations").stdout.strip() == ""
 
 
 def test_an_interrupted_run_unlocks_every_place(the_lab: Lab) -> None:
