@@ -12,7 +12,9 @@ as a tar stream). The tests run in file order (one module-scoped lab):
 3. places another user holds past ``--timeout`` are infrastructure errors naming the holder;
 4. SIGINT stops the run, unlocks every place and cancels every reservation (exit 130);
 5. an exporter killed while its boards run gives an infrastructure ERROR naming the place and its exporter
-   for each of its boards (never FAIL) and complete reports for the rest.
+   for each of its boards (never FAIL) and complete reports for the rest;
+6. a lab's own pytest suite gets the board through ``--lg-env`` and the ``calctl_board`` fixture, for a local
+   board and for a locked place whose board is behind SSH.
 
 Skips only when labgrid (the ``lab`` extra) or an sshd cannot be installed here; .ci/run installs both.
 """
@@ -328,3 +330,39 @@ def test_a_lab_ci_test_gets_the_board_through_lg_env(tmp_path: Path) -> None:
     assert "1 passed" in result.stdout
     (run_dir,) = reports.iterdir()
     assert json.loads((run_dir / "report.json").read_text())["command"] == "device check"
+
+
+def test_a_lab_ci_test_gets_a_locked_place_through_lg_env(the_lab: Lab, tmp_path: Path) -> None:
+    """The lab CI flow of docs/lab.md: the place is locked with labgrid-client, the environment's main target is
+    that RemotePlace, and the fixture's driver runs the command on the board's host over SSH (lab-b4)."""
+    suite = tmp_path / "lab-ci"
+    suite.mkdir()
+    (suite / "env.yaml").write_text(
+        "targets:\n  main:\n    resources:\n      RemotePlace:\n        name: lab-b4\n"
+        "    drivers:\n      CalctlDriver: {}\nimports:\n  - calctl.lab.driver\n"
+    )
+    (suite / "conftest.py").write_text('pytest_plugins = ["calctl.lab.pytest_plugin"]\n')
+    (suite / "test_board.py").write_text(
+        "def test_check(calctl_board):\n"
+        "    run = calctl_board.run('device', 'check')\n"
+        "    assert run.infra_error is None and run.verdict in ('PASS', 'WARN'), run.document()\n"
+        "    assert run.board.board_id == 'lab-b4' and run.board.host == 'calctl-lab-sshd'\n"
+    )
+    reports = tmp_path / "reports"
+    the_lab.client("-p", "lab-b4", "acquire")
+    try:
+        result = subprocess.run(
+            [*_PYTEST, "--lg-env", "env.yaml", "--calctl-lab-reports", str(reports)],
+            cwd=suite,
+            capture_output=True,
+            text=True,
+            env=the_lab.env,
+            timeout=HANG_BOUND_S,
+            check=False,
+        )
+    finally:
+        the_lab.client("-p", "lab-b4", "release")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (run_dir,) = reports.iterdir()
+    assert json.loads((run_dir / "report.json").read_text())["command"] == "device check"
+    assert not list((the_lab.root.parent / "remote-work").iterdir())
