@@ -168,7 +168,8 @@ def _identity(session: LabSession, place: Any) -> tuple[str, str, str | None]:
         params = session.resource(exporter, group, name).get("params", {})
         board_id = params.get("board_id") or place.name
         return str(board_id), _where(place.name, exporter, params), exporter
-    return place.name, f"place {place.name} (no {RESOURCE_CLASS} online)", None
+    matches = ", ".join(repr(m) for m in place.matches) or "no match"
+    return place.name, f"place {place.name} (no {RESOURCE_CLASS} online; its match: {matches})", None
 
 
 def _where(place: str, exporter: str, params: dict[str, Any]) -> str:

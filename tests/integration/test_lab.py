@@ -12,7 +12,8 @@ as a tar stream). The tests run in file order (one module-scoped lab):
 3. places another user holds past ``--timeout`` are infrastructure errors naming the holder;
 4. SIGINT stops the run, unlocks every place and cancels every reservation (exit 130);
 5. an exporter killed while its boards run gives an infrastructure ERROR naming the place and its exporter
-   for each of its boards (never FAIL) and complete reports for the rest;
+   for each of its boards (never FAIL) and complete reports for the rest; a later run's places of that
+   exporter, allocated although it is offline (labgrid#1477), are infrastructure errors too;
 6. a lab's own pytest suite gets the board through ``--lg-env`` and the ``calctl_board`` fixture, for a local
    board and for a locked place whose board is behind SSH.
 
@@ -292,6 +293,21 @@ def test_tags_that_match_no_place_are_a_usage_error(tmp_path: Path) -> None:
         )
     assert result.returncode == 2, result.stderr
     assert "--tags board=nothing: no place" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_place_allocated_while_its_exporter_is_offline_is_an_infrastructure_error(the_lab: Lab) -> None:
+    """labgrid#1477: the coordinator allocates (and locks) a place whose exporter is offline; its board is an
+    infrastructure ERROR naming the place, the other boards run (exporter-b was killed by the test above)."""
+    assert the_lab.exporters["exporter-b"].poll() is not None
+    out = the_lab.root.parent / "exporter-offline"
+    code = _wait(_lab_run(the_lab, out, "device", "check"), out)
+    rows = _rows(_fleet(out))
+    assert sorted(rows) == sorted(ALL)
+    for board in ("lab-b2", "lab-b3"):
+        assert rows[board]["infrastructure"] and f"place {board}" in rows[board]["reason"], rows[board]
+        assert "allocated but its exporter is offline" in rows[board]["reason"]
+    assert rows[FAULTY]["verdict"] == "FAIL" and rows["lab-b0"]["verdict"] in ("PASS", "WARN") and code == 3
+    assert the_lab.client("reservations").stdout.strip() == ""
 
 
 def test_a_lab_ci_test_gets_the_board_through_lg_env(tmp_path: Path) -> None:
