@@ -351,6 +351,8 @@ def run_on_board(
         run.infra_error = stopper.reason
     elif run.exit_code in _TRANSPORT_CODES:
         run.infra_error = f"{_TRANSPORT_CODES[run.exit_code]} (exit {run.exit_code}): {_last_line(out_dir / LOG_FILE)}"
+    elif run.infra_error is None and not run.report_json.is_file() and run.exit_code == 2:
+        run.infra_error = f"calctl refused the command (exit 2, a usage error): {_last_line(out_dir / LOG_FILE)}"
     elif run.infra_error is None and not run.report_json.is_file():
         run.infra_error = f"the command left no report.json (exit {run.exit_code}): {_last_line(out_dir / LOG_FILE)}"
     return _finish(run, t0)
@@ -381,7 +383,8 @@ def _last_line(log: Path) -> str:
         lines = [x for x in log.read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]
     except OSError:
         return "(no output)"
-    return lines[-1][:300] if lines else "(no output)"
+    errors = [x for x in lines if x.startswith("error:")]  # calctl's own error line, before its hint
+    return (errors or lines or ["(no output)"])[-1][:300]
 
 
 def _stream(

@@ -142,6 +142,13 @@ def test_a_connection_that_fails_is_an_infrastructure_error_not_a_verdict(tmp_pa
         LabBoard("b3", calctl="/nonexistent/calctl"), LabCommand.parse(["device", "check"]), tmp_path / "b3"
     )
     assert missing.infra_error is not None and "calctl was not found (exit 127)" in missing.infra_error
+    refused = run_on_board(
+        LabBoard("b5", calctl=f"{sys.executable} -m calctl"),
+        LabCommand.parse(["device", "check", "--step-timeout", "-1"]),
+        tmp_path / "b5",
+    )
+    assert refused.infra_error is not None and refused.infra_error.startswith("calctl refused the command (exit 2")
+    assert "--step-timeout" in refused.infra_error
 
 
 @pytest.mark.parametrize("prefixed", [False, True], ids=["here", "behind-a-prefix"])
