@@ -9,7 +9,8 @@ as a tar stream). The tests run in file order (one module-scoped lab):
    the others PASS or WARN, no infrastructure row, every board's report and JUnit back on the client;
 2. two ``lab run``s at once over the same places both complete every board: each place is run by one job at
    a time (the second waited for it), none fails for being busy;
-3. places another user holds past ``--timeout`` are infrastructure errors naming the holder;
+3. places another user holds past ``--timeout`` are infrastructure errors naming the holder; of two runs
+   waiting for them, the one with the higher ``--priority`` gets every place first;
 4. SIGINT stops the run, unlocks every place and cancels every reservation (exit 130);
 5. an exporter killed while its boards run gives an infrastructure ERROR naming the place and its exporter
    for each of its boards (never FAIL) and complete reports for the rest; a later run's places of that
@@ -45,6 +46,7 @@ from tests.integration.lab_harness import (
     sshd_missing,
     wait_for_line,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -227,6 +229,36 @@ def test_places_held_past_the_timeout_are_infrastructure_errors(the_lab: Lab) ->
         for board in ALL:
             the_lab.client("-p", board, "release")
     assert the_lab.client("reservations").stdout.strip() == ""
+
+
+def test_a_higher_priority_run_gets_each_place_first(the_lab: Lab) -> None:
+    """Two runs wait for held places; the later one has --priority 5: when the places come free, it runs on
+    every board before the earlier run of priority 0 (labgrid orders reservations by priority, then age)."""
+    for board in ALL:
+        the_lab.client("-p", board, "acquire")
+    outs = {"low": the_lab.root.parent / "prio-low", "high": the_lab.root.parent / "prio-high"}
+    try:
+        low = _lab_run(the_lab, outs["low"], "device", "check")
+        wait_until(
+            lambda: the_lab.client("reservations").stdout.count("Reservation '") == len(ALL),
+            what="the first run's reservations",
+            timeout=120,
+            interval=0.2,
+        )
+        high = _lab_run(the_lab, outs["high"], "device", "check", extra=("--priority", "5"))
+        wait_until(
+            lambda: the_lab.client("reservations").stdout.count("Reservation '") == 2 * len(ALL),
+            what="both runs' reservations",
+            timeout=120,
+            interval=0.2,
+        )
+    finally:
+        for board in ALL:
+            the_lab.client("-p", board, "release")
+    assert _wait(high, outs["high"]) == 1 and _wait(low, outs["low"]) == 1
+    for board in ALL:
+        started = {k: json.loads((o / board / "lab-run.json").read_text())["started_at"] for k, o in outs.items()}
+        assert started["high"] < started["low"], (board, started)
 
 
 def test_an_interrupted_run_unlocks_every_place(the_lab: Lab) -> None:
