@@ -81,12 +81,18 @@ _REPLACED = frozenset(
 )
 
 
-def child_args(argv: list[str], command_path: list[str]) -> list[str]:
-    """``argv`` without the options the fan-out replaces (``--opt value`` and ``--opt=value``; every one of them
-    takes a value), ``--format json`` appended: what each board's child runs."""
+#: Output files of a run (run-golden's --trace and --plot): each board's child writes its own, under the board's
+#: directory with the name given, never all of them into one file.
+_PER_BOARD_FILES = frozenset({"--trace", "--plot"})
+
+
+def child_args(argv: list[str], command_path: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(``argv`` without the options the fan-out replaces, ``--format json`` appended; the per-board output files
+    as option -> file name). Every option removed takes a value (``--opt value`` or ``--opt=value``)."""
     if argv[: len(command_path)] != command_path:
         raise UsageError(f"--boards: cannot find the command {' '.join(command_path)} in the arguments")
     out = list(command_path)
+    files: dict[str, str] = {}
     rest = argv[len(command_path) :]
     i = 0
     while i < len(rest):
@@ -95,12 +101,15 @@ def child_args(argv: list[str], command_path: list[str]) -> list[str]:
             out += rest[i:]
             break
         name = a.split("=", 1)[0] if a.startswith("--") else a
-        if name in _REPLACED:
+        if name in _REPLACED or name in _PER_BOARD_FILES:
+            value = a.split("=", 1)[1] if "=" in a else (rest[i + 1] if i + 1 < len(rest) else "")
+            if name in _PER_BOARD_FILES and Path(value).name:
+                files[name] = Path(value).name
             i += 1 if "=" in a else 2
             continue
         out.append(a)
         i += 1
-    return [*out, "--format", "json"]
+    return [*out, "--format", "json"], files
 
 
 def run_fleet(
@@ -123,7 +132,7 @@ def run_fleet(
 
     assert fleet.boards is not None
     path = command.split()  # "device check" -> ["device", "check"]
-    args = child_args(ARGV, path)
+    args, files = child_args(ARGV, path)
     listed, source = host_boards(fleet.boards_file, device.value, calrt_lib, fault_plan)
     boards = select(listed, fleet.boards, source)
     if fault_plan is not None:  # the command line's plan for every mock board without its own
@@ -131,7 +140,7 @@ def run_fleet(
     out = report if report is not None else default_report_dir("-".join(path) + "-boards")
     if out.exists() and not out.is_dir():
         raise UsageError(f"--report {out}: with --boards, --report names the fleet's directory; this is a file")
-    run = ChildRun(args=args, report_is_dir=report_is_dir, command=" ".join(path))
+    run = ChildRun(args=args, report_is_dir=report_is_dir, command=" ".join(path), files=files)
     parallel = fleet.parallel or len(boards)
     _output.info(
         f"calctl {escape(run.command)} on {len(boards)} board(s) from {escape(source)}, {parallel} at a time "

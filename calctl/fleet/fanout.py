@@ -43,6 +43,7 @@ class ChildRun:
     args: Sequence[str]
     report_is_dir: bool
     command: str
+    files: Mapping[str, str] = field(default_factory=dict)  # option -> file name, written in the board's directory
 
 
 @dataclass
@@ -69,7 +70,8 @@ def child_environment(board: Board, base: Mapping[str, str]) -> dict[str, str]:
 
 def child_argv(run: ChildRun, board: Board, board_dir: Path) -> list[str]:
     report = board_dir if run.report_is_dir else board_dir / "report.json"
-    return [sys.executable, "-m", "calctl", *run.args, *board.options(), "--report", str(report)]
+    files = [x for option, name in run.files.items() for x in (option, str(board_dir / name))]
+    return [sys.executable, "-m", "calctl", *run.args, *board.options(), *files, "--report", str(report)]
 
 
 def run_boards(

@@ -127,7 +127,12 @@ def test_the_child_runs_the_same_command_without_the_options_the_fan_out_gives_i
         "device", "check", "--boards", "all", "--parallel=2", "--report", "out", "--device", "calrt",
         "--calrt-lib", "x.so", "--step-timeout", "5", "-f", "junit", "--format=table", "--boards-file", "b.yaml",
     ]  # fmt: skip
-    assert child_args(argv, ["device", "check"]) == ["device", "check", "--step-timeout", "5", "--format", "json"]
-    assert child_args(["bringup", "pkg", "--level", "quick"], ["bringup"])[:4] == ["bringup", "pkg", "--level", "quick"]
+    assert child_args(argv, ["device", "check"]) == (["device", "check", "--step-timeout", "5", "--format", "json"], {})
+    args, _ = child_args(["bringup", "pkg", "--level", "quick"], ["bringup"])
+    assert args[:4] == ["bringup", "pkg", "--level", "quick"]
+    # each board writes its own trace and plot, in its directory, never all into one file
+    args, files = child_args(["run-golden", "--trace", "/tmp/t.json", "--plot=p.png", "--model", "a"], ["run-golden"])
+    assert args == ["run-golden", "--model", "a", "--format", "json"]
+    assert files == {"--trace": "t.json", "--plot": "p.png"}
     with pytest.raises(UsageError):
         child_args(["soak"], ["bringup"])

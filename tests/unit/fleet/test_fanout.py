@@ -79,3 +79,6 @@ def test_the_child_gets_the_boards_environment_and_this_calctl_first_on_its_path
     argv = fanout.child_argv(RUN, Board("b7", fault_plan=Path("/p.yaml")), tmp_path / "b7")
     assert argv[1:] == ["-m", "calctl", *RUN.args, "--device", "mock", "--fault-plan", "/p.yaml", "--report",
                         str(tmp_path / "b7" / "report.json")]  # fmt: skip
+    traced = ChildRun(args=["run-golden"], report_is_dir=False, command="run-golden", files={"--trace": "t.json"})
+    argv = fanout.child_argv(traced, Board("b7"), tmp_path / "b7")
+    assert argv[-4:] == ["--trace", str(tmp_path / "b7" / "t.json"), "--report", str(tmp_path / "b7" / "report.json")]
