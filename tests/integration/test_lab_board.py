@@ -1,4 +1,4 @@
-"""calctl.lab.board: one command for one board, here or behind a command prefix (no labgrid needed).
+"""calctl.lab.board: one command for one board, here or behind a command prefix (no labgrid needed; subprocesses).
 
 A stand-in calctl (a short Python script) writes what the real one writes: progress lines on stderr, JUnit or
 JSON on stdout, ``report.json`` where ``--report`` says. ``sh -c`` as the prefix plays the SSH connection: the
