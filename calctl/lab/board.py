@@ -358,6 +358,15 @@ def run_on_board(
     return _finish(run, t0)
 
 
+def unreachable(board: LabBoard, command: LabCommand, out_dir: Path, reason: str) -> BoardRun:
+    """The run of a board whose host could not be reached: its directory says who and why, nothing ran."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / BOARD_FILE, board.identity())
+    run = BoardRun(board, out_dir, command.args, infra_error=reason)
+    run.started_at = time.time()
+    return _finish(run, time.monotonic())
+
+
 def _finish(run: BoardRun, t0: float) -> BoardRun:
     run.seconds = time.monotonic() - t0
     run.ended_at = time.time()
@@ -483,4 +492,5 @@ __all__ = [
     "fetch_dir",
     "run_on_board",
     "shell_command",
+    "unreachable",
 ]

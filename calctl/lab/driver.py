@@ -20,7 +20,7 @@ import attr
 from labgrid.driver.common import Driver
 from labgrid.factory import target_factory
 
-from calctl.lab.board import BoardRun, LabBoard, LabCommand, Stopper, run_on_board
+from calctl.lab.board import BoardRun, LabBoard, LabCommand, Stopper, run_on_board, unreachable
 from calctl.lab.resource import CalculetBoard, command_prefix
 
 _counter = itertools.count(1)
@@ -64,7 +64,10 @@ class CalctlDriver(Driver):
             if self._base is None:
                 self._base = Path(tempfile.mkdtemp(prefix="calctl-lab-"))
             out_dir = self._base / f"{board.board_id.replace('/', '_')}-{next(_counter)}"
-        prefix = command_prefix(board, getattr(self.board, "extra", None))
+        try:
+            prefix = command_prefix(board, getattr(self.board, "extra", None))
+        except Exception as e:  # labgrid's ExecutionError: the SSH master connection failed
+            return unreachable(board, command, out_dir, f"cannot reach the host over SSH: {e}")
 
         def line(text: str) -> None:
             self.logger.info("%s: %s", board.board_id, text)
