@@ -72,4 +72,5 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "calctl.cli.fleet_cmds",
         "Merge several boards' report directories into a fleet report, or compare two reports figure by figure.",
     ),
+    "lab": ("calctl.cli.lab_cmds", "Boards in a labgrid lab: run a calctl command over tagged places."),
 }

@@ -47,6 +47,7 @@ _COMMAND_MODULES: list[str] = [
     "calctl.cli.accept_cmds",
     "calctl.cli.fleet_cmds",
     "calctl.cli.burnin_cmds",
+    "calctl.cli.lab_cmds",
 ]
 _EXTRA_MODULES: list[str] = [m for m in _COMMAND_MODULES if m not in {mod for mod, _ in _COMMANDS.values()}]
 

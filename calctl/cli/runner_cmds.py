@@ -35,7 +35,6 @@ from calctl.cli._options import (
     BRINGUP_TIME_SCALE_HELP,
     POC_TIME_SCALE_HELP,
     BoardProfileOpt,
-    FormatOpt,
     ReportFileOpt,
     ResultFormatOpt,
     RunLevel,
@@ -580,7 +579,7 @@ def bringup(
     ] = None,
     board_profile: BoardProfileOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
-    format: FormatOpt = TableJson.table,
+    format: ResultFormatOpt = Format.table,
     fleet: FleetArgs = FLEET_DEFAULTS,
 ) -> int:
     """The bench pipeline in one command: device check, self-test, validate, budget, golden, warm-up, PoC, soak.
@@ -607,6 +606,7 @@ def bringup(
             format=format,
             device=dev.device,
             calrt_lib=dev.calrt_lib,
+            fault_plan=dev.fault_plan,
         )
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
@@ -636,13 +636,15 @@ def bringup(
     html_report.write(document, out_dir / "report.json")
     if _output.is_json(format):
         _output.emit_json(result)
+    elif format is Format.junit:  # a lab's CI reads one testcase per step (docs/lab.md)
+        _output.emit_junit(f"calctl {result.command}", junit_suites(result))
     else:
         _render_bringup(result)
     return result.exit_code
 
 
 @contextlib.contextmanager
-def _bringup_steps(format: TableJson) -> Iterator[Callable[[Any], None]]:
+def _bringup_steps(format: Format) -> Iterator[Callable[[Any], None]]:
     """Each step as it ends. On a terminal whose screen also gets the table, one transient status line (the
     table lists every step once; #53 item 10: it listed them twice); in a log, or with --format json, a line
     per step."""

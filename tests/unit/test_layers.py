@@ -27,6 +27,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"checks"}),
     frozenset({"serving"}),
     frozenset({"runners", "fleet"}),  # fleet: several boards' runs as child processes, and their reports
+    frozenset({"lab"}),  # labgrid places of boards on many hosts (the optional lab extra), merged by fleet
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )

@@ -113,6 +113,7 @@ JUNIT_COMMANDS = {
     ("device", "check"),
     ("device", "reset"),
     ("accept",),
+    ("bringup",),  # a lab CI reads one testcase per step (docs/lab.md)
 }
 
 
