@@ -74,7 +74,7 @@ def _missing() -> str | None:
     try:
         import labgrid  # noqa: F401
     except ImportError:
-        return "labgrid is not installed (pip install 'calctl[lab]'; .ci/run installs it)"
+        return "labgrid is not installed (the test extra installs it: pip install -e '.[test]')"
     if labgrid_bin("labgrid-coordinator") is None or labgrid_bin("labgrid-exporter") is None:
         return "labgrid's console scripts (labgrid-coordinator, labgrid-exporter) are not installed"
     return sshd_missing()
@@ -348,7 +348,7 @@ def test_a_lab_ci_test_gets_the_board_through_lg_env(tmp_path: Path) -> None:
     try:
         import labgrid  # noqa: F401
     except ImportError:
-        pytest.skip("labgrid is not installed (pip install 'calctl[lab]'; .ci/run installs it)")
+        pytest.skip("labgrid is not installed (the test extra installs it: pip install -e '.[test]')")
     suite = tmp_path / "lab-ci"
     suite.mkdir()
     (suite / "env.yaml").write_text(
