@@ -2,7 +2,7 @@
 
 Run on demand::
 
-    python benchmarks/bench_big_body.py [--samples 100] [--rounds 5] [--kind both|text|ids] [--max-body-mb 4]
+    python benchmarks/bench_big_body.py [--samples 300] [--rounds 5] [--kind both|text|ids] [--max-body-mb 4]
 
 It starts one ``calctl serve`` on the mock board (the combined sample package: model-a on
 chip 0, model-b on chip 1) and measures, in the same run, for each kind of body:
@@ -217,7 +217,7 @@ def _run_kind(url: str, kind: str, limit: int, samples: int, rounds: int) -> dic
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--samples", type=int, default=100, help="B requests per phase, over all rounds")
+    ap.add_argument("--samples", type=int, default=300, help="B requests per phase, over all rounds")
     ap.add_argument("--kind", choices=("both", "text", "ids"), default="both")
     ap.add_argument("--max-body-mb", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=5, help="idle/busy rounds, alternating (at least 5 for a verdict)")

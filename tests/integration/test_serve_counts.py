@@ -27,6 +27,16 @@ def _counts(served) -> dict[tuple[str, str], int]:  # type: ignore[no-untyped-de
     return dict(out)
 
 
+def _tokens(served) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """calctl_generated_tokens_total per model."""
+    return {
+        s.labels["model"]: int(s.value)
+        for metric in served.supervisor.metrics.tokens.collect()
+        for s in metric.samples
+        if s.name.endswith("_total")
+    }
+
+
 def _records(served) -> dict[tuple[str, str], int]:  # type: ignore[no-untyped-def]
     out: dict[tuple[str, str], int] = collections.Counter()
     for rec, _ in served.supervisor.metrics.records.recent("request"):
@@ -37,6 +47,7 @@ def _records(served) -> dict[tuple[str, str], int]:  # type: ignore[no-untyped-d
 def test_every_request_is_counted_once_as_its_record_says() -> None:
     with serving(time_scale=0.05) as served:
         before_counts, before_records = _counts(served), _records(served)  # start-up's own (none expected)
+        before_tokens = _tokens(served)
         sent = [
             ({"model": "model-a", "prompt": "Hello", "max_tokens": 3}, 200),
             ({"model": "model-b", "prompt": [5, 6, 7], "max_tokens": 2}, 200),
@@ -64,6 +75,12 @@ def test_every_request_is_counted_once_as_its_record_says() -> None:
         counts = {k: v for k, v in counts.items() if v}
         assert records.pop(("model-zzz", "model_not_found")) == 1
         assert counts == records, (counts, records)
+        # Tokens delivered: the records' output tokens, model by model.
+        out_tokens: dict[str, int] = collections.Counter()
+        for rec, _ in served.supervisor.metrics.records.recent("request"):
+            out_tokens[rec["model_alias"]] += rec["output_tokens"] or 0
+        delivered = {m: n - before_tokens.get(m, 0) for m, n in _tokens(served).items()}
+        assert delivered == {m: out_tokens.get(m, 0) for m in delivered}, (delivered, out_tokens)
         assert counts == {
             ("model-a", "length"): 1,
             ("model-b", "length"): 1,
