@@ -115,7 +115,7 @@ class PromptWorkers:
         self._parse = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="api-parse")
         self._parse_big = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-parse-big")
         self._scan = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-scan", initializer=_lower_priority)
-        self._models: dict[str, ThreadPoolExecutor] = {}
+        self._models: dict[tuple[str, bool], ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
 
     def parse(self, size: int) -> ThreadPoolExecutor:
@@ -133,7 +133,7 @@ class PromptWorkers:
         """The pool of ``alias`` for a small prompt, or (``big``: a body of :data:`BIG_BODY` bytes or more) for a
         large one, at the lower priority. Call it only for an alias the engine serves, so the pools stay as few
         as the configured models (an unknown name is a 404 before it gets here)."""
-        key = f"{alias}-big" if big else alias
+        key = (alias, big)  # not a joined name: an alias "x-big" must not share the big pool of "x"
         pool = self._models.get(key)
         if pool is None:
             with self._lock:
@@ -141,7 +141,7 @@ class PromptWorkers:
                 if pool is None:
                     pool = ThreadPoolExecutor(
                         max_workers=self._threads,
-                        thread_name_prefix=f"api-prompt-{key}",
+                        thread_name_prefix=f"api-prompt-{alias}{'-big' if big else ''}",
                         initializer=_lower_priority if big else None,
                     )
                     self._models[key] = pool
