@@ -51,6 +51,7 @@ _KEY_WITHIN = 64 * 1024
 _KEY_TRIES = 8
 _PROMPT_ARRAY = re.compile(rb'"prompt"[ \t\r\n]{0,64}:[ \t\r\n]{0,64}\[')
 _NOT_JSON = object()
+_SURROGATE = object()
 
 
 class Refused(Exception):
@@ -68,6 +69,12 @@ def parse_body(raw: bytes, model: type[T], context_of: Callable[[object], int | 
     doc = _json(raw)
     if doc is _NOT_JSON:
         raise Refused(invalid("request body is not valid JSON", code="invalid_json"))
+    if doc is _SURROGATE:
+        message = (
+            "request body is not valid JSON text: a string holds a lone UTF-16 surrogate escape (\\ud800 to "
+            "\\udfff), which is no character; send the character itself, or both halves of its surrogate pair"
+        )
+        raise Refused(invalid(message, code="invalid_json"))
     if not isinstance(doc, dict):
         raise Refused(invalid("request body must be a JSON object", code="invalid_json"))
     alias = doc.get("model") if isinstance(doc.get("model"), str) else None
@@ -247,12 +254,16 @@ def _json(raw: bytes) -> Any:
             pass
     try:
         doc = json.loads(raw)
-        # A lone UTF-16 surrogate ("\ud800") parses into a str that is no text: UTF-8 and the tokenizer
-        # refuse it, so the whole body is. Python's json also fails with ValueError (an integer past its
-        # digit limit) or RecursionError (deep nesting), not only JSONDecodeError; all are a 400, not a 500.
-        json.dumps(doc, ensure_ascii=False).encode("utf-8")
-    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError and UnicodeEncodeError too
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError too
+        # Python's json also fails with ValueError (an integer past its digit limit) or RecursionError (deep
+        # nesting), not only JSONDecodeError; all are a 400, not a 500.
         return _NOT_JSON
+    try:
+        # A lone UTF-16 surrogate ("\ud800") parses into a str that is no text: UTF-8 and the tokenizer
+        # refuse it, so the whole body is, with a message that says why.
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        return _SURROGATE
     return doc
 
 
