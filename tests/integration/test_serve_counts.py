@@ -14,11 +14,11 @@ import time
 
 import httpx
 
-from tests.integration.serve_harness import serving
+from tests.integration.serve_harness import Served, serving
 from tests.waiting import wait_until
 
 
-def _counts(served) -> dict[tuple[str, str], int]:  # type: ignore[no-untyped-def]
+def _counts(served: Served) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = collections.Counter()
     for metric in served.supervisor.metrics.requests.collect():
         for sample in metric.samples:
@@ -27,7 +27,7 @@ def _counts(served) -> dict[tuple[str, str], int]:  # type: ignore[no-untyped-de
     return dict(out)
 
 
-def _tokens(served) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _tokens(served: Served) -> dict[str, int]:
     """calctl_generated_tokens_total per model."""
     return {
         s.labels["model"]: int(s.value)
@@ -37,7 +37,7 @@ def _tokens(served) -> dict[str, int]:  # type: ignore[no-untyped-def]
     }
 
 
-def _records(served) -> dict[tuple[str, str], int]:  # type: ignore[no-untyped-def]
+def _records(served: Served) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = collections.Counter()
     for rec, _ in served.supervisor.metrics.records.recent("request"):
         out[(rec["model_alias"], rec["error_class"] or rec["finish_reason"])] += 1
