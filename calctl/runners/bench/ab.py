@@ -51,6 +51,7 @@ from calctl.runners.bench.metrics import (
     ModelStats,
     compare,
     default_window,
+    refused_all,
     saturated,
     summarize,
     window_rates,
@@ -181,7 +182,7 @@ def _rate_rows(label: str, stats: Sequence[ModelStats]) -> list[tuple[object, ..
             _num(s.tokens_per_s),
             _num(s.requests_per_s),
             _num(s.goodput_rps),
-            "yes" if saturated(s) else "no",
+            "refused all" if refused_all(s) else "yes" if saturated(s) else "no",
         )
         for s in stats
     ]
@@ -328,7 +329,7 @@ def run_ab(opts: BenchOptions, log: Log) -> ScenarioResult:
             else None
         ),
     }
-    notes = _gate_notes(gates)
+    notes = _refusal_notes({"isolated": stats_iso, "joint": stats_joint}) + _gate_notes(gates)
     return ScenarioResult(
         "ab",
         verdict,
@@ -434,6 +435,16 @@ def _ab_interrupted(
         notes=(interrupted_note(exc, running, finished),),
         mock_result=_mock(opts),
     )
+
+
+def _refusal_notes(phases: dict[str, dict[str, ModelStats]]) -> list[str]:
+    """A line per phase and model the server refused outright: that is no load result (nor saturation)."""
+    return [
+        f"{alias} {phase}: {why}: the server refused the load, so this phase measures nothing of serving"
+        for phase, stats in phases.items()
+        for alias, s in stats.items()
+        if (why := refused_all(s)) is not None
+    ]
 
 
 def _gate_notes(gates: Sequence[G.Gate]) -> list[str]:

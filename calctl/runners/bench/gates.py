@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from calctl.checks.stats import decide
-from calctl.runners.bench.metrics import Comparison, ModelStats, degradation, saturated
+from calctl.runners.bench.metrics import Comparison, ModelStats, degradation, refused_all, saturated
 from calctl.runners.overlap import TRACE_OVERLAP_GATE
 
 EFFICIENCY_GATE = 0.80
@@ -258,17 +258,25 @@ def degradation_gates(iso: ModelStats, joint: ModelStats, load: Load | None = No
 
 def b_success_gate(a_joint: ModelStats, b_joint: ModelStats, load: Load | None = None) -> Gate:
     rate = b_joint.success_rate
-    sat = saturated(a_joint)
-    a_note = (
-        f"A ({a_joint.alias}) was saturated ({_load_note(a_joint)})"
-        if sat
-        else f"A ({a_joint.alias}) was not saturated ({_load_note(a_joint)}): raise --rate to test B under a saturated A"
-    )
+    a_refused = refused_all(a_joint)
+    if a_refused is not None:  # not saturation: A served nothing, so B was not tested beside a loaded A
+        a_note = f"A ({a_joint.alias}) was not loaded, the server refused it: {a_refused}"
+    elif saturated(a_joint):
+        a_note = f"A ({a_joint.alias}) was saturated ({_load_note(a_joint)})"
+    else:
+        a_note = (
+            f"A ({a_joint.alias}) was not saturated ({_load_note(a_joint)}): raise --rate to test B under a saturated A"
+        )
     if rate is None:
         return Gate(
             "b_success_rate", f">= {B_SUCCESS_GATE:.1%}", None, None, f"B ({b_joint.alias}) sent no request; {a_note}"
         )
-    measured = f"B ({b_joint.alias}) {b_joint.succeeded}/{b_joint.requests} succeeded in the joint phase ({rate:.2%}); {a_note}"
+    b_refused = refused_all(b_joint)
+    b_note = f": {b_refused}" if b_refused is not None else ""
+    measured = (
+        f"B ({b_joint.alias}) {b_joint.succeeded}/{b_joint.requests} succeeded in the joint phase ({rate:.2%})"
+        f"{b_note}; {a_note}"
+    )
     need = B_SUCCESS_MIN_REQUESTS
     if rate >= B_SUCCESS_GATE and b_joint.requests < need:
         hint = f"; {load.advice(b_joint.requests, need)}" if load is not None else ""

@@ -105,6 +105,7 @@ class ModelStats:
             "offered_tokens_per_s": self.offered_tokens_per_s,
             "delivered_tokens_per_s": self.delivered_tokens_per_s,
             "saturated": saturated(self),
+            "refused_all": refused_all(self),
         }
 
 
@@ -241,9 +242,35 @@ def degradation(iso: float | None, joint: float | None) -> float | None:
 SATURATION_SHARE = 0.85
 
 
+#: Outcomes that are the server refusing a request before any work, with their HTTP status.
+REFUSALS = {
+    RequestOutcome.INVALID.value: 400,
+    RequestOutcome.NOT_FOUND.value: 404,
+    RequestOutcome.CAPACITY.value: 429,
+    RequestOutcome.UNAVAILABLE.value: 503,
+}
+
+
+def refused_all(stats: ModelStats) -> str | None:
+    """``every request refused: 9 x 503 (unavailable)`` when the server answered every request of the phase
+    with a refusal (400, 404, 429, 503) and served none; else None. Such a phase says nothing about load: the
+    model was not driven past what it serves, it served nothing."""
+    if stats.requests == 0 or stats.succeeded or set(stats.outcomes) - set(REFUSALS):
+        return None
+    parts = [
+        f"{n} x {REFUSALS[name]} ({name})"
+        for name, n in sorted(stats.outcomes.items(), key=lambda kv: (-kv[1], kv[0]))
+        if n
+    ]
+    return "every request refused: " + ", ".join(parts)
+
+
 def saturated(stats: ModelStats) -> bool:
-    """The model was driven past what it serves: it refused requests (429/503), or during the arrival period it
-    delivered clearly fewer tokens than were offered (a queue was building up)."""
+    """The model was driven past what it serves: it refused requests (429/503) while serving others, or during
+    the arrival period it delivered clearly fewer tokens than were offered (a queue was building up). A phase
+    in which every request was refused (:func:`refused_all`) is not saturation: nothing was served."""
+    if refused_all(stats) is not None:
+        return False
     if (
         stats.outcomes.get(RequestOutcome.CAPACITY.value, 0) + stats.outcomes.get(RequestOutcome.UNAVAILABLE.value, 0)
         > 0
@@ -260,6 +287,7 @@ __all__ = [
     "compare",
     "default_window",
     "degradation",
+    "refused_all",
     "saturated",
     "summarize",
     "window_rates",

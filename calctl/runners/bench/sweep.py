@@ -37,7 +37,7 @@ from calctl.errors import UsageError
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table, ms_cell
 from calctl.runners.bench.gates import MIN_SAMPLES as GATE_SAMPLES
 from calctl.runners.bench.http import HttpTarget, run_phase, served_models
-from calctl.runners.bench.metrics import ModelStats, summarize
+from calctl.runners.bench.metrics import REFUSALS, ModelStats, refused_all, summarize
 from calctl.runners.bench.workload import PlannedRequest, build_workload, offered_tokens
 from calctl.runners.plotting import device_label, pyplot, save
 
@@ -115,10 +115,13 @@ def parse_levels(spec: str | None, sweep: str) -> tuple[float, ...]:
 def find_knee(levels: Sequence[SweepLevel], *, slo_ttft: float | None, slo_tpot: float | None) -> Knee:
     """The knee of the sweep (module docstring)."""
     judged = [lv for lv in levels if lv.judged]
+    if levels and all(refused_all(lv.stats) for lv in levels):
+        return Knee(None, f"every request refused at every level ({_failures(levels)}): not a load problem")
     if not judged:
         if levels and all(lv.stats.succeeded == 0 for lv in levels):
             return Knee(None, f"no request succeeded at any level ({_failures(levels)}): not a load problem")
         return Knee(None, f"no level had {MIN_SAMPLES} successful requests for a P99: lengthen --duration")
+    refused_above = next((lv for lv in levels if lv.level > judged[-1].level and refused_all(lv.stats)), None)
     if slo_ttft is not None or slo_tpot is not None:
         within = [lv for lv in judged if _meets(lv, slo_ttft, slo_tpot)]
         if not within:
@@ -140,17 +143,36 @@ def find_knee(levels: Sequence[SweepLevel], *, slo_ttft: float | None, slo_tpot:
                 f"{nxt.level:g} gave {b:.1f} tokens/s against {a:.1f} (under {GROWTH:.0%} more) while P99 TTFT rose "
                 f"{_ms(cur.stats.ttft.p99)} -> {_ms(nxt.stats.ttft.p99)}",
             )
+    if refused_above is not None:
+        # Not "extend the levels": the server refused the next level outright.
+        return _refused_knee(judged[-1], refused_above)
     return Knee(None, f"throughput still grew at the last level ({judged[-1].level:g}): extend --sweep-levels")
 
 
+def _refused_knee(last: SweepLevel, refused: SweepLevel) -> Knee:
+    """The knee when every request of a level above the last measured one was refused: with 429 alone (the
+    server's admission limits) the last level is the most load it took; with 400/404/503 the server stopped
+    serving, which is no load figure at all."""
+    why = f"at {refused.level:g} {refused_all(refused.stats)}"
+    if set(refused.stats.outcomes) == {"capacity"}:
+        return Knee(last.level, f"the last level served; {why} (its admission limits)")
+    return Knee(None, f"{why}: not a load problem; the last level served was {last.level:g}")
+
+
 def _failures(levels: Sequence[SweepLevel]) -> str:
-    """The outcomes of the requests that did not succeed, over ``levels``: ``invalid 87, timeout 2``."""
+    """The outcomes of the requests that did not succeed, over ``levels``: ``87 x 400 (invalid), timeout 2``."""
     counts: dict[str, int] = {}
     for lv in levels:
         for outcome, n in lv.stats.outcomes.items():
             if outcome != "ok":
                 counts[outcome] = counts.get(outcome, 0) + n
-    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "none"
+    return (
+        ", ".join(
+            f"{v} x {REFUSALS[k]} ({k})" if k in REFUSALS else f"{k} {v}"
+            for k, v in sorted(counts.items(), key=lambda kv: -kv[1])
+        )
+        or "none"
+    )
 
 
 def _meets(lv: SweepLevel, ttft: float | None, tpot: float | None) -> bool:
@@ -284,7 +306,9 @@ def run_sweep(opts: BenchOptions, log: Log) -> ScenarioResult:
     }
     notes = [f"knee: {sweep} {knee.level:g}: {knee.reason}" if knee.level is not None else f"no knee: {knee.reason}"]
     for lv in levels:  # what the server said to the requests that did not succeed (a 400 is no queueing)
-        if lv.stats.succeeded < lv.stats.requests:
+        if refused_all(lv.stats):
+            notes.append(f"{sweep} {lv.level:g}: {refused_all(lv.stats)}")
+        elif lv.stats.succeeded < lv.stats.requests:
             notes.append(
                 f"{sweep} {lv.level:g}: {lv.stats.requests - lv.stats.succeeded} of {lv.stats.requests} requests did "
                 f"not succeed ({_failures([lv])})"
@@ -314,7 +338,7 @@ def _table(sweep: str, levels: Sequence[SweepLevel], knee: Knee) -> Table:
             ms_cell(lv.stats.ttft.p99),
             ms_cell(lv.stats.tpot.p99),
             "-" if lv.stats.slo_attainment is None else f"{lv.stats.slo_attainment:.0%}",
-            "" if lv.judged else "too few samples",
+            "refused all" if refused_all(lv.stats) else "" if lv.judged else "too few samples",
         )
         for lv in levels
     )

@@ -29,13 +29,13 @@ from starlette.types import Receive, Scope, Send
 
 from calctl.serving import outcomes
 from calctl.serving.api.auth import ApiSettings, Auth
-from calctl.serving.api.bodies import Refused, encode_prompt, parse_body
+from calctl.serving.api.bodies import Refused, encode_prompt, parse_body, refuse_long_ids
 from calctl.serving.api.deltas import Delta, text_deltas
 from calctl.serving.api.errors import error_body, error_response, invalid, rejection_response
 from calctl.serving.api.logprobs import LogprobShape, TokenNames
 from calctl.serving.api.sampling import sampling_params
 from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
-from calctl.serving.api.workers import BIG_INPUT, PromptWorkers, paced
+from calctl.serving.api.workers import BIG_BODY, BIG_INPUT, PromptWorkers, paced
 from calctl.serving.protocol import (
     EngineClient,
     EngineRejection,
@@ -176,6 +176,11 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
         raw = await request.body()  # already read, under the size limit, by the guard
         named: str | None = None  # the model the body names, once it parsed
         try:
+            if schema is CompletionRequest and len(raw) >= BIG_BODY:
+                # A prompt of more token ids than the context is refused from its bytes, before any JSON parser
+                # builds its ints while holding the interpreter lock the event loop needs.
+                # Paced like the parse below: a client sending such bodies back to back gets half the thread.
+                await loop.run_in_executor(workers.scan, paced, refuse_long_ids, raw, _context_of)
             parse = functools.partial(parse_body, raw, schema, _context_of)
             if len(raw) >= BIG_INPUT:
                 parse = functools.partial(paced, parse)
@@ -185,7 +190,7 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
             sampling = sampling_params(body, codec.vocab_size, body.model)  # type: ignore[arg-type, attr-defined]
             if isinstance(sampling, Response):  # a parameter out of range: a 400 of the HTTP layer, recorded
                 raise Refused(sampling, named)
-            pool = workers.for_model(body.model)  # type: ignore[attr-defined]
+            pool = workers.for_model(body.model, big=len(raw) >= BIG_BODY)  # type: ignore[attr-defined]
             prompt_ids, max_tokens = await loop.run_in_executor(pool, _prompt_tuple, prompt_of, body, codec)
             return await _generate(
                 request, request_id, tenant, body, codec, prompt_ids, max_tokens, sampling, chat=chat

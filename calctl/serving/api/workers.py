@@ -8,18 +8,25 @@ the loop:
 
 * ``parse``: one small pool for every body (JSON and the schema; bounded by the
   body-size limit, milliseconds);
-* ``for_model(alias)``: a pool per model for its prompts, so model A's large
+* ``scan``: one thread for the byte scan of a large completions body
+  (:func:`calctl.serving.api.bodies.refuse_long_ids`, numpy, which gives up
+  the interpreter lock), at the prompt threads' lower priority;
+* ``for_model(alias, big)``: pools per model for its prompts, so model A's large
   prompts wait for each other and never in front of model B's (001 §9.2: A's
   overload must not block B).
 
 The tokenizer gives up the interpreter lock while it works
 (:meth:`calctl.serving.text.TextCodec.encode`), so the loop runs meanwhile; but
 it still takes a core, and on a busy host the event loop, the engine threads and
-the device's would queue behind it for CPU. The prompt threads therefore run at
-a lower priority (``nice`` +:data:`PROMPT_NICE`, Linux: per thread): a big
-prompt gets the CPU that is left over. The parse threads keep the normal
-priority, because JSON parsing holds the interpreter lock, and a thread that
-holds it must not wait for CPU while the event loop waits for it.
+the device's would queue behind it for CPU. Large inputs (a body of
+:data:`BIG_BODY` bytes or more) are therefore worked at a lower priority
+(``nice`` +:data:`PROMPT_NICE`, Linux: per thread): their own pool per model,
+and the byte scan's thread; they get the CPU that is left over. A small prompt
+(the 2-token request beside them) keeps the normal priority: niced alike, it
+would share the left-over CPU with the big ones one to one. The parse threads
+keep the normal priority too, because JSON parsing holds the interpreter lock,
+and a thread that holds it must not wait for CPU while the event loop waits for
+it.
 
 This module only owns the threads; what runs in them is the routes'.
 """
@@ -43,6 +50,8 @@ THREADS_PER_POOL = 2
 PROMPT_NICE = 10
 #: A prompt text of at least this many characters is followed by :func:`give_back_memory`.
 BIG_INPUT = 1 << 20
+#: A request body of at least this many bytes has its prompt worked at the lower priority.
+BIG_BODY = 64 * 1024
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -76,10 +85,13 @@ def give_back_memory() -> None:
 
 
 def _lower_priority() -> None:
-    """Initializer of a prompt thread: nice +PROMPT_NICE for this thread only (Linux threads have their own)."""
+    """Initializer of a low-priority thread: nice +PROMPT_NICE relative to the server's own (a server started
+    under ``nice -n 15`` keeps its big-prompt threads below itself), for this thread only (Linux threads have
+    their own)."""
     # Not Linux, or not allowed: the thread runs at the normal priority.
     with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PROMPT_NICE)
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + PROMPT_NICE))
 
 
 def paced(fn: Callable[..., T], *args: Any) -> T:
@@ -102,7 +114,8 @@ class PromptWorkers:
         self._threads = threads
         self._parse = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="api-parse")
         self._parse_big = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-parse-big")
-        self._models: dict[str, ThreadPoolExecutor] = {}
+        self._scan = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-scan", initializer=_lower_priority)
+        self._models: dict[tuple[str, bool], ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
 
     def parse(self, size: int) -> ThreadPoolExecutor:
@@ -110,26 +123,34 @@ class PromptWorkers:
         (:func:`paced` keeps it off the interpreter lock half the time), two for the rest."""
         return self._parse_big if size >= BIG_INPUT else self._parse
 
-    def for_model(self, alias: str) -> ThreadPoolExecutor:
-        """The pool of ``alias``: call it only for an alias the engine serves, so the pools stay as few as the
-        configured models (an unknown name is a 404 before it gets here)."""
-        pool = self._models.get(alias)
+    @property
+    def scan(self) -> ThreadPoolExecutor:
+        """The pool for scanning a large body's bytes: one thread, low priority (the work is numpy's, off the
+        interpreter lock, so it only needs the CPU left over)."""
+        return self._scan
+
+    def for_model(self, alias: str, big: bool = False) -> ThreadPoolExecutor:
+        """The pool of ``alias`` for a small prompt, or (``big``: a body of :data:`BIG_BODY` bytes or more) for a
+        large one, at the lower priority. Call it only for an alias the engine serves, so the pools stay as few
+        as the configured models (an unknown name is a 404 before it gets here)."""
+        key = (alias, big)  # not a joined name: an alias "x-big" must not share the big pool of "x"
+        pool = self._models.get(key)
         if pool is None:
             with self._lock:
-                pool = self._models.get(alias)
+                pool = self._models.get(key)
                 if pool is None:
                     pool = ThreadPoolExecutor(
                         max_workers=self._threads,
-                        thread_name_prefix=f"api-prompt-{alias}",
-                        initializer=_lower_priority,
+                        thread_name_prefix=f"api-prompt-{alias}{'-big' if big else ''}",
+                        initializer=_lower_priority if big else None,
                     )
-                    self._models[alias] = pool
+                    self._models[key] = pool
         return pool
 
     def shutdown(self) -> None:
         """Stop the threads once the work queued finished; nobody waits (a tokenization runs to its end)."""
-        for pool in (self._parse, self._parse_big, *self._models.values()):
+        for pool in (self._parse, self._parse_big, self._scan, *self._models.values()):
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["BIG_INPUT", "PROMPT_NICE", "THREADS_PER_POOL", "PromptWorkers", "give_back_memory", "paced"]
+__all__ = ["BIG_BODY", "BIG_INPUT", "PROMPT_NICE", "THREADS_PER_POOL", "PromptWorkers", "give_back_memory", "paced"]

@@ -80,7 +80,7 @@ from calctl.serving.engine.options import Clock, CoreOptions
 from calctl.serving.engine.output import DeliveryTap, OutputProcessor, RequestContext
 from calctl.serving.engine.snapshot import model_snapshot
 from calctl.serving.engine.streams import EngineStream, one_handoff
-from calctl.serving.protocol import EngineRejection, GenerationRequest, RejectCode
+from calctl.serving.protocol import GenerationRequest
 from calctl.serving.text import TextCodec
 
 log = logging.getLogger("calctl.serve")
@@ -609,9 +609,8 @@ class EngineCore:
         log.error("engine %s: %s; model %s is Failed", self.alias, reason, self.alias, exc_info=exc)
         self._out.fail_all(reason)
         # Messages still in the inbox: arrivals are refused, commands run here (later ones on their caller).
-        for arrival in self._inbox.close():
-            self._known.discard(arrival.request.request_id)
-            arrival.stream.post_rejected(EngineRejection(RejectCode.UNAVAILABLE, f"{self.alias}: {reason}"))
+        for arrival in self._inbox.close():  # 503, counted and recorded like any refusal (001 §14)
+            self._admit.refuse_unavailable(arrival.request, arrival.stream, f"failed: {reason}")
         self._known.clear()
         self._inflight_n = len(self._exec.inflight)
         self._quarantined_n = len(self._exec.quarantine)

@@ -231,10 +231,13 @@ class OutputProcessor:
     def _on_terminal(self, ev: TerminalEvent, now: float) -> None:
         ctx = self.requests.pop(ev.request_id, None)
         self._known.discard(ev.request_id)
-        end = ENDINGS[ev.reason if ctx is None else self._reason_seen(ev.reason, ctx)]
-        self.m_outcome[end.outcome].inc()
         if ctx is None:
+            # Not held here: refused at admission (the scheduler ends a refused request too, after
+            # record_refusal counted and recorded it) or already ended. Counting it again made
+            # calctl_requests_total disagree with the records: 2 for one context-limit 400.
             return
+        end = ENDINGS[self._reason_seen(ev.reason, ctx)]
+        self.m_outcome[end.outcome].inc()
         self._m_e2e.observe(now - ctx.arrived)
         if ev.reason is EndReason.DEADLINE and ctx.first_job_at is None:
             # 000 §16 starvation event: the deadline came before the request ever reached the device.

@@ -15,7 +15,9 @@
   injection on that board proves otherwise every runtime timeout or crash may
   have touched the whole board, so the default scope is the **board**: every
   alias goes Draining -> Recovering, the board is reset and reconfigured, each
-  alias re-runs golden + warm-up and is republished under a new generation.
+  alias re-runs golden + warm-up and is republished under a new generation; an
+  alias whose golden answer is then wrong goes Failed alone (the others, whose
+  own goldens passed, are Ready), a device error during them fails them all.
   Chip scope only when ``recovery.allow_session_reset`` is true **and** the
   runtime grants it (only an F2 grade measured on that board justifies it).
   A chip reset the runtime refuses becomes a board reset only after every other
@@ -43,20 +45,25 @@ from types import MappingProxyType
 from typing import Any
 
 from calctl.budget import BudgetPolicy
-from calctl.checks.golden import run_golden_model
-from calctl.checks.warmup import run_warmup_model
-from calctl.errors import CalctlError, CheckFailed
+from calctl.errors import CalctlError
 from calctl.package.model import Package
 from calctl.runtime.calbin import Calbin
 from calctl.runtime.errors import DeviceLost, NotConfigured, NotSupported, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.interface import Runtime
-from calctl.runtime.types import GenerationId as RtGenerationId
 from calctl.serving.config import (
     DualModelConfig,
     SchedulerConfig,
 )
 from calctl.serving.core.admission import ModelState
+from calctl.serving.engine.bounded_log import (
+    HISTORY_BYTES,
+    HISTORY_ENTRIES,
+    RECOVERY_BYTES,
+    RECOVERY_ENTRIES,
+    BoundedLog,
+)
 from calctl.serving.engine.device_check import halted_chips, memory_by_chip, verify_device
+from calctl.serving.engine.gate import golden_and_warmup, verify_each
 from calctl.serving.engine.load_check import LoadCheck
 from calctl.serving.engine.loop import CoreOptions, EngineCore, RecoveryRequest
 from calctl.serving.engine.metrics import EngineMetrics
@@ -110,10 +117,11 @@ class DeviceSupervisor:
         # generation's calbin, the backend's prepared weights and the vendor's handle go with it (000 §12).
         self._calbin: Calbin | None = None
         self._idle_memory: dict[int, int | None] = {}  # per chip, before the first configure (000 §12 check)
-        self.recoveries: list[RecoveryRecord] = []
+        # Both bounded by count and bytes, newest kept; positions absolute (calctl.serving.engine.bounded_log).
+        self.recoveries: BoundedLog[RecoveryRecord] = BoundedLog(RECOVERY_ENTRIES, RECOVERY_BYTES)
         self.evidence: list[dict[str, Any]] = []  # the last recoveries' evidence documents
         self.failures: dict[str, str] = {}  # alias -> why it is Failed
-        self.history: list[LifecycleEvent] = []
+        self.history: BoundedLog[LifecycleEvent] = BoundedLog(HISTORY_ENTRIES, HISTORY_BYTES)
         self._lifecycle = threading.Lock()
         self._generation = 0
         self._resets: deque[float] = deque()
@@ -289,26 +297,8 @@ class DeviceSupervisor:
             self._event(alias, ModelState.FAILED, reason)
 
     def _golden_and_warmup(self, pkg: Package, aliases: list[str], gen: int) -> None:
-        """Step 9: golden + warm-up gate readiness; a mismatch is a failed load, never Ready (001 §11.1)."""
-        for alias in aliases:
-            t0 = time.monotonic()
-            g = run_golden_model(
-                self.rt, pkg, alias, generation=RtGenerationId(gen), step_timeout_s=self.options.step_timeout_s
-            )
-            if not g.ok:
-                raise CheckFailed(f"{alias}: golden check failed before Ready: {g.reason}")
-            if self.options.warmup_iterations > 0:
-                w = run_warmup_model(
-                    self.rt,
-                    pkg,
-                    alias,
-                    iterations=self.options.warmup_iterations,
-                    generation=RtGenerationId(gen),
-                    step_timeout_s=self.options.step_timeout_s,
-                )
-                if not w.ok:
-                    raise CheckFailed(f"{alias}: warm-up had {w.errors} error(s) in {w.iterations} iterations")
-            self.metrics.lifecycle.labels(alias, "warmup").observe(time.monotonic() - t0)
+        """Step 9 (:func:`calctl.serving.engine.gate.golden_and_warmup`): Ready only after both pass."""
+        golden_and_warmup(self.rt, pkg, aliases, gen, self.options, self.metrics)
 
     # ------------------------------------------------------------------ drain / unload (000 §12)
 
@@ -751,14 +741,21 @@ class DeviceSupervisor:
                 for a in affected:
                     self._cores[a].set_state(ModelState.WARMING, admission=ModelState.RECOVERING)
                     self._event(a, ModelState.WARMING, f"golden + warm-up after a {scope} reset")
-                self._golden_and_warmup(self.loaded.package, affected, gen)  # 001 §13.3: golden+warmup before Ready
-                for a in affected:
+                # 001 §13.3: golden + warm-up before Ready, alias by alias (gate.verify_each)
+                wrong = verify_each(self.rt, self.loaded.package, affected, gen, self.options, self.metrics)
+                for a in affected:  # each alias whose own golden passed is Ready; the others Failed, alone
+                    if a in wrong:
+                        continue
                     self.failures.pop(a, None)
                     self._cores[a].publish(self.rt, gen)
                     self._event(a, ModelState.READY, f"recovered, generation {gen}")
             except CalctlError as exc:
                 reason = f"recovery after a {scope} reset failed: {exc}"
                 self._fail(affected, reason)
+                return record(scope, False, reason, evidence)
+            if wrong:
+                reason = f"recovery after a {scope} reset failed for {', '.join(wrong)}: {'; '.join(wrong.values())}"
+                self._fail(list(wrong), reason)
                 return record(scope, False, reason, evidence)
             return record(scope, True, "", evidence)
 

@@ -188,7 +188,26 @@ def test_a_level_where_every_request_was_refused_names_the_refusals_not_the_dura
     refused = _level(1, 0.0, 0.0, n=0)
     stats = refused.stats.__class__(**{**refused.stats.__dict__, "requests": 87, "outcomes": {"invalid": 87}})
     knee = find_knee([SweepLevel(1, stats, 87, ())], slo_ttft=None, slo_tpot=None)
-    assert knee.level is None and "invalid 87" in knee.reason and "not a load problem" in knee.reason
+    assert knee.level is None and "87 x 400 (invalid)" in knee.reason and "not a load problem" in knee.reason
+    assert "every request refused at every level" in knee.reason
+
+
+def _refused_level(level: float, outcome: str, n: int = 30) -> SweepLevel:
+    empty = _level(level, 0.0, 0.0, n=0)
+    stats = empty.stats.__class__(**{**empty.stats.__dict__, "requests": n, "outcomes": {outcome: n}})
+    return SweepLevel(level, stats, n, ())
+
+
+def test_a_level_the_server_refused_outright_is_no_reason_to_extend_the_sweep() -> None:
+    """Throughput still growing at the last served level used to read "extend --sweep-levels" even when the next
+    level was refused outright; 429s there are the server's admission limits, 503s or 400s no load figure."""
+    served = [_level(1, 100, 0.05), _level(2, 190, 0.06)]
+    knee = find_knee([*served, _refused_level(4, "capacity")], slo_ttft=None, slo_tpot=None)
+    assert knee.level == 2 and "every request refused: 30 x 429 (capacity)" in knee.reason, knee
+    assert "admission limits" in knee.reason and "extend" not in knee.reason
+    knee = find_knee([*served, _refused_level(4, "unavailable")], slo_ttft=None, slo_tpot=None)
+    assert knee.level is None and "30 x 503 (unavailable): not a load problem" in knee.reason, knee
+    assert find_knee(served, slo_ttft=None, slo_tpot=None).reason.endswith("extend --sweep-levels")
 
 
 def test_a_sweep_over_a_timed_trace_is_refused_before_any_request(tmp_path: Path) -> None:

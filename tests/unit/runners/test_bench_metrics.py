@@ -16,7 +16,7 @@ from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import BenchOptions, ScenarioResult
 from calctl.runners.bench.bench_report import scenario_report
 from calctl.runners.bench.http import HttpTarget, _stream
-from calctl.runners.bench.metrics import Slo, compare, saturated, summarize, window_rates
+from calctl.runners.bench.metrics import Slo, compare, refused_all, saturated, summarize, window_rates
 from calctl.runners.bench.scenarios import DEFAULT_SCENARIO, SCENARIOS
 from calctl.runners.bench.workload import LengthDist, TokenRange, arrival_times, build_workload
 from calctl.runners.traffic import RequestOutcome, RequestRecord
@@ -283,3 +283,50 @@ def test_bench_host_clock_gates_on_a_saturated_host_are_not_judged_and_the_trace
     assert G.verdict(healthy) != "FAIL" and not G.failing(healthy)
     named = G.Gate("A prefill + B decode: p99_tpot_degradation[model-b]", "x", 2.0, False)
     assert G.host_bound([named], note)[0].passed is None  # interference pairs prefix their gate names
+
+
+def _refused(alias: str, n: int, outcome: RequestOutcome) -> list[RequestRecord]:
+    return [RequestRecord(alias, "load", 0.0, 8, 16, outcome=outcome, end=0.01) for _ in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "text"),
+    [
+        (RequestOutcome.UNAVAILABLE, "every request refused: 9 x 503 (unavailable)"),
+        (RequestOutcome.CAPACITY, "every request refused: 9 x 429 (capacity)"),
+        (RequestOutcome.INVALID, "every request refused: 9 x 400 (invalid)"),
+    ],
+)
+def test_a_phase_the_server_refused_outright_is_not_saturation(outcome: RequestOutcome, text: str) -> None:
+    """A server that answers every request 400/429/503 served nothing: the bench says so and never calls the
+    model saturated (the A/B bench used to print "saturated: yes" and "A was saturated")."""
+    a = summarize("model-a", _refused("model-a", 9, outcome), t0=0, slo=Slo(), duration_s=2.0, offered_tokens=144)
+    assert refused_all(a) == text and saturated(a) is False
+    assert a.document()["refused_all"] == text and a.document()["saturated"] is False
+    b = summarize("model-b", [_rec("model-b", 0, 0.1, 1.0, 10)] * 10, t0=0, slo=Slo())
+    g = G.b_success_gate(a, b)
+    assert "A (model-a) was not loaded, the server refused it: " + text in g.detail, g.detail
+    assert "saturated" not in g.detail
+    g = G.b_success_gate(b, summarize("model-b", _refused("model-b", 8, outcome), t0=0, slo=Slo()))
+    assert g.passed is False and "0/8 succeeded" in g.detail and "every request refused: 8 x" in g.detail
+
+
+def test_refusals_beside_served_requests_are_still_saturation() -> None:
+    recs = [_rec("model-a", 0, 0.1, 1.0, 10)] * 5 + _refused("model-a", 3, RequestOutcome.UNAVAILABLE)
+    s = summarize("model-a", recs, t0=0, slo=Slo())
+    assert refused_all(s) is None and saturated(s) is True
+    assert refused_all(summarize("model-a", [], t0=0, slo=Slo())) is None
+    mixed = _refused("model-a", 3, RequestOutcome.UNAVAILABLE) + _refused("model-a", 1, RequestOutcome.TIMEOUT)
+    assert refused_all(summarize("model-a", mixed, t0=0, slo=Slo())) is None  # a timeout is no refusal
+
+
+def test_the_ab_tables_and_notes_name_a_refused_phase() -> None:
+    from calctl.runners.bench.ab import _rate_rows, _refusal_notes
+
+    a = summarize("model-a", _refused("model-a", 4, RequestOutcome.UNAVAILABLE), t0=0, slo=Slo())
+    b = summarize("model-b", [_rec("model-b", 0, 0.1, 1.0, 10)] * 4, t0=0, slo=Slo())
+    assert [row[-1] for row in _rate_rows("joint", [a, b])] == ["refused all", "no"]
+    assert _refusal_notes({"joint": {"model-a": a, "model-b": b}}) == [
+        "model-a joint: every request refused: 4 x 503 (unavailable): the server refused the load, so this phase "
+        "measures nothing of serving"
+    ]

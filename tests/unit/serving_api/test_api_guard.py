@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,7 +18,7 @@ import httpx
 import pytest
 
 from calctl.serving.api.app import ApiSettings, create_app
-from calctl.serving.api.guard import DRAIN_FACTOR, RequestGuard
+from calctl.serving.api.guard import DRAIN_FACTOR, Intake, RequestGuard
 from tests.unit.serving_api.fake_engine import FakeEngine, package_codec
 
 pytestmark = pytest.mark.anyio
@@ -212,3 +213,26 @@ async def test_the_http_layer_reports_its_own_400s_of_a_served_model(
         (ids[3], "model-z", None, "invalid_request_error"),  # the engine ignores names it does not serve
     ]
     assert engine.submitted == []
+
+
+async def test_large_bodies_are_read_at_the_intake_rate_past_their_burst(engine: FakeEngine) -> None:
+    """Bodies past BIG_BODY bytes share one token bucket: with 1 MiB/s and a 128 KiB burst, 640 KiB of
+    large bodies cannot all be read in under (640 - 2 x 64 - 128) KiB / 1 MiB/s (a lower bound: never flaky)."""
+    app = RequestGuard(
+        create_app(engine, ApiSettings(max_body_bytes=4 * 1024 * 1024)),
+        max_body_bytes=4 * 1024 * 1024,
+        intake=Intake(rate=1024 * 1024, burst=128 * 1024),
+    )
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    body = {"model": "model-a", "prompt": "hi", "max_tokens": 2, "pad": " " * (320 * 1024)}
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=60) as c:
+        start = time.monotonic()
+        for _ in range(2):
+            assert (await c.post("/v1/completions", json=body)).status_code == 200
+        took = time.monotonic() - start
+    assert took >= (2 * (320 - 64) - 128) / 1024, took
+
+
+def test_the_intake_refuses_a_rate_that_is_not_positive() -> None:
+    with pytest.raises(ValueError, match="rate"):
+        Intake(rate=0)

@@ -148,8 +148,8 @@ async def test_invalid_request_is_400_naming_the_param(
         # JSONDecodeError; a lone surrogate parses into a str that no tokenizer (nor UTF-8) can take.
         (b'{"model": "model-a", "prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}", "not valid JSON"),
         (b'{"model": "model-a", "prompt": "hi", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not valid JSON"),
-        (b'{"model": "model-a", "prompt": "\\ud800"}', "not valid JSON"),
-        (b'{"model": "model-a", "messages": [{"role": "user", "content": "a\\udfff"}]}', "not valid JSON"),
+        (b'{"model": "model-a", "prompt": "\\ud800"}', "not valid JSON text: a string holds a lone UTF-16 surrogate"),
+        (b'{"model": "model-a", "messages": [{"role": "user", "content": "a\\udfff"}]}', "lone UTF-16 surrogate"),
         (b'["model-a", "hi"]', "must be a JSON object"),
         (b'"hi"', "must be a JSON object"),
         (b"null", "must be a JSON object"),
