@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import json
 import numbers
@@ -503,7 +504,7 @@ def measure(gguf: Path, tmp: Path, args: argparse.Namespace, llama: Llama | None
                 ttft, tokens = min(longs[name])
                 res.update(long_ttft=ttft, prefill_tokens=tokens, prefill_tps=tokens / ttft)
         try:
-            out.update(streams(url, pid, args, args.streams, single=True))
+            out.update(streams(url, pid, args, args.streams, then_one=True))
             batched(url, pid, args, llama, out, lo)
         except httpx.HTTPError as exc:  # a loaded machine can time jobs out: report it, keep the other figures
             out["error"] = f"{type(exc).__name__}: {exc}"
@@ -513,8 +514,8 @@ def measure(gguf: Path, tmp: Path, args: argparse.Namespace, llama: Llama | None
     return {"calctl": out, "llama": lo}
 
 
-def streams(url: str, pid: int, args: argparse.Namespace, n: int, single: bool) -> dict[str, Any]:
-    """``n`` concurrent long-story streams on the one chip; with ``single``, one such stream at a time after."""
+def streams(url: str, pid: int, args: argparse.Namespace, n: int, then_one: bool) -> dict[str, Any]:
+    """``n`` concurrent long-story streams on the one chip; with ``then_one``, one such stream at a time after."""
     out: dict[str, Any] = {}
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -548,7 +549,7 @@ def streams(url: str, pid: int, args: argparse.Namespace, n: int, single: bool) 
         in_window = sum(1 for r in results for t in r["times"] if start < t <= end)
         out["steady_decode_tps"] = in_window / (end - start)
         out["steady_window_s"] = end - start
-    if not single:
+    if not then_one:
         return out
     cpu0 = cpu_seconds(pid)
     single = [stream_chat(url, "m", STREAM_PROMPTS[i], args.max_tokens) for i in range(2)]
@@ -567,10 +568,10 @@ def batched(
     for k, n in enumerate(args.batch_sizes):
         prompts = [STREAM_PROMPTS[i % len(STREAM_PROMPTS)] for i in range(n)]
         runs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-            ("calctl", lambda n=n: streams(url, pid, args, n, single=False))
+            ("calctl", functools.partial(streams, url, pid, args, n, then_one=False))
         ]
         if llama:
-            runs.append(("llama", lambda prompts=prompts: llama.call(op="batch", prompts=prompts, n=args.max_tokens)))
+            runs.append(("llama", functools.partial(llama.call, op="batch", prompts=prompts, n=args.max_tokens)))
         for name, run in runs if k % 2 == 0 else runs[::-1]:
             r = run()
             if name == "calctl":
