@@ -67,6 +67,7 @@ from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, verdict_of_exit_code
 from calctl.runners.soak import checks, evidence, judge, render
+from calctl.runners.soak.batches import batch_configs
 from calctl.runners.soak.clients import TrafficDriver
 from calctl.runners.soak.inject import StaleRedelivery
 from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffic, default_report_dir
@@ -87,6 +88,7 @@ class _Soak(SoakState):
         self.on_progress = on_progress
         self._stop_sampler = threading.Event()
         self._last_checkpoint = 0.0
+        self._tapped: set[int] = set()  # engine cores whose launches the lane log sees
 
     # -- sampler / checkpoints ---------------------------------------------------------------------
 
@@ -216,9 +218,13 @@ class _Soak(SoakState):
             self.events.write("baseline", memory=[render.mem_doc(m) for m in self.baseline])
             self.sample_memory()
             sampler.start()
+            # Every compiled decode profile, partial batches included (batches.py): the default serves B1 only.
+            configs = batch_configs(self.manifest) if self.manifest is not None else {}
+            self.events.write("batch_profiles", profiles={a: list(cfg.batch.profiles) for a, cfg in configs.items()})
             self.sup = sup = DeviceSupervisor(
                 rt,
                 trust=c.trust,
+                scheduler_configs=configs,
                 options=SupervisorOptions(
                     warmup_iterations=c.warmup_iterations,
                     drain_deadline_s=c.drain_deadline_s,
@@ -278,7 +284,7 @@ class _Soak(SoakState):
             if index == 1 and c.traffic is Traffic.MIXED:
                 if Injection.STALE_COMPLETION in c.inject:
                     for w in sup.cores.values():
-                        w.add_delivery_tap(StaleRedelivery(w.alias))
+                        w.add_taps(delivery=StaleRedelivery(w.alias))
                     self.events.write(
                         "inject",
                         what=Injection.STALE_COMPLETION.value,
@@ -350,6 +356,10 @@ class _Soak(SoakState):
             "warmup_iterations": c.warmup_iterations,
         }
         self.events.write("loaded", cycle=cyc.index, seconds=round(seconds, 4), generations=gens, golden_warmup_s=gw)
+        for alias, core in sup.cores.items():  # the lanes of every decode job, to name a wrong token's lane
+            if id(core) not in self._tapped:
+                self._tapped.add(id(core))
+                core.add_taps(launch=self.verifier.lanes.tap(alias))
         loaded = self.sample_memory()
         if cyc.index == 1 and loaded and self.baseline and sup.loaded is not None and self.topology is not None:
             for v in checks.check_memory_units(
@@ -485,6 +495,7 @@ def _validate(s: SoakState) -> None:
     report = validate(c.package, ValidationPolicy(trust=c.trust))
     with package_root(c.package) as root:
         pkg = load_manifest(root)
+    s.manifest = pkg
     s.header["package"] = {
         "path": str(c.package),
         "name": pkg.name,
