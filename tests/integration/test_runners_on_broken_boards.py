@@ -76,7 +76,7 @@ def test_soak_fails_a_board_whose_memory_figures_are_kib(
     assert_no_traceback(r)
     assert r.code == 1, r.out[-2000:]
     figures = [v for v in r.json["violations"] if v["kind"] == "memory_figures"]
-    assert figures and "calrt_memory_usage is not bytes of this chip" in figures[0]["message"], r.json["violations"]
+    assert any("calrt_memory_usage is not bytes of this chip" in v["message"] for v in figures), r.json["violations"]
 
 
 def test_run_golden_fails_a_board_whose_inactive_lanes_write_kv(
@@ -131,3 +131,16 @@ def test_soak_runs_every_profile_with_inactive_lanes_and_passes_a_healthy_board(
     ran = r.json["output_verification"]["decode_profiles"]
     for b in ("B4", "B8"):  # both models' cores form partial batches of every profile (3 clients each)
         assert sum(ran[alias][b]["with_inactive_lanes"] for alias in ("model-a", "model-b")) > 0, ran
+
+
+def test_soak_fails_a_board_that_swaps_the_chips_memory_figures(
+    cli: Cli, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Both models loaded at once, each swapped figure still grew by at least its chip's weights (the two plans are
+    about the same size): the soak said PASS and would judge every drift on the wrong chip. Each model is now loaded
+    alone before the first load, so the figures must follow it."""
+    lib = _mutant(tmp_path_factory, "-DCALRT_MUTANT_MEMORY_SWAPPED")
+    r = _soak(cli, FIXTURE_PACKAGES / "combined", tmp_path / "soak", *_calrt(lib), seconds=0.5)
+    assert r.code == 1, r.out[-2000:]
+    figures = [v["message"] for v in r.json["violations"] if v["kind"] == "memory_figures"]
+    assert any("calrt_memory_usage" in m and "attributed to the wrong chip" in m for m in figures), figures

@@ -66,13 +66,14 @@ from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, verdict_of_exit_code
-from calctl.runners.soak import checks, evidence, judge, render
+from calctl.runners.soak import attribution, checks, evidence, judge, render
 from calctl.runners.soak.batches import batch_configs
 from calctl.runners.soak.clients import TrafficDriver
 from calctl.runners.soak.inject import StaleRedelivery
 from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffic, default_report_dir
 from calctl.runners.soak.state import Cycle, SoakState, read_counters
 from calctl.runners.traffic import EngineLoop, EngineResult
+from calctl.runtime import DeviceKind
 from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import ChipCounters
@@ -216,6 +217,8 @@ class _Soak(SoakState):
                 self.events.write("memory_not_reported", error=f"{type(exc).__name__}: {exc}")
             self.max_drift = {m.chip: 0 if m.used_bytes is not None else None for m in self.baseline}
             self.events.write("baseline", memory=[render.mem_doc(m) for m in self.baseline])
+            if self.manifest is not None and self.baseline and rt.kind is DeviceKind.CALRT:
+                self._memory_attribution(rt, self.manifest)
             self.sample_memory()
             sampler.start()
             # Every compiled decode profile, partial batches included (batches.py): the default serves B1 only.
@@ -261,6 +264,22 @@ class _Soak(SoakState):
                 judge.final_checks(self, sup)
                 sup.shutdown(c.drain_deadline_s)
                 self.sample_memory()
+
+    def _memory_attribution(self, rt: Runtime, pkg: Package) -> None:
+        """A vendor shim's figures follow the models: each loaded alone, before the first load (attribution.py)."""
+        found = attribution.probe(rt, pkg)
+        self.events.write("memory_attribution", misattributed=[m.message() for m in found])
+        for m in found:
+            self.violate(
+                checks.Violation(
+                    "memory_figures",
+                    f"{m.message()}; the soak's drift check cannot be trusted on it",
+                    None,
+                    self.now_s(),
+                    subject=f"chip{m.chip}:attribution",
+                    detail=dataclasses.asdict(m),
+                )
+            )
 
     def _last(self, index: int) -> bool:
         c = self.config
