@@ -75,8 +75,9 @@
  *                                     not DEVICE_BUSY (a status mapping swapped: "back off" becomes "your bug");
  *   -DCALRT_MUTANT_JOB_ID_REUSE       a job gets the lowest id no job record holds: a released job's id comes
  *                                     back at the next submit;
- *   -DCALRT_MUTANT_CHIP1_ON_CHIP0     every chip's jobs run on chip 0's units (one core behind two chip ids):
- *                                     results right, chips serialised, start_ns stamped before the wait;
+ *   -DCALRT_MUTANT_CHIP1_ON_CHIP0     every chip's jobs run on chip 0's units (one DMA engine and one compute
+ *                                     unit behind two chip ids): results right, the chips' compute serialised
+ *                                     (transfers still overlap it), start_ns stamped before the wait;
  *   -DCALRT_MUTANT_TIMEOUT_AS_ABORTED  a calrt_job_wait past its deadline returns JOB_ABORTED, not TIMEOUT.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
