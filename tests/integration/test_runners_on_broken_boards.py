@@ -102,12 +102,15 @@ def _soak(cli: Cli, pkg: Path, out: Path, *device: str | Path, cycles: int = 1, 
     return r
 
 
-@pytest.mark.parametrize("board", ["mock fault inactive_lane_kv", "-DCALRT_MUTANT_INACTIVE_LANE_KV"])
+@pytest.mark.parametrize(
+    "board", ["mock fault inactive_lane_kv", "-DCALRT_MUTANT_INACTIVE_LANE_KV", "-DCALRT_MUTANT_KV_POS_PLUS_ONE"]
+)
 def test_soak_fails_a_board_whose_inactive_lanes_write_kv_naming_request_chip_graph_and_lane(
     cli: Cli, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, b148: Path, board: str
 ) -> None:
-    """The soak served B1 only (serving's default configuration), so it never formed a batch: both boards passed
-    it on a 1,4,8 package. Now every compiled profile runs with inactive lanes, and a wrong token names its lane."""
+    """The soak served B1 only (serving's default configuration), so it never formed a batch: boards whose batch
+    jobs are wrong (inactive lanes that write KV, a B>1 kernel writing K/V one row too far) passed it on a 1,4,8
+    package. Now every compiled profile runs with inactive lanes, and a wrong token names its lane."""
     if board.startswith("-D"):
         device: tuple[str | Path, ...] = _calrt(_mutant(tmp_path_factory, board))
     else:
