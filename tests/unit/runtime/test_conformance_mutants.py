@@ -94,6 +94,12 @@ VENDOR_DEADLINE = {
         False,
     ),
     "-DCALRT_MUTANT_TIMEOUT_AS_ABORTED": ("wait_timeout", "must raise Timeout", "JOB-3", False),
+    "-DCALRT_MUTANT_QUERY_PREV_STAMPS": (
+        "job_states_timestamps",
+        "must report its own stamps, the ones calrt_job_wait returned",
+        "CONV-5",
+        False,
+    ),
 }
 
 

@@ -78,7 +78,9 @@
  *   -DCALRT_MUTANT_CHIP1_ON_CHIP0     every chip's jobs run on chip 0's units (one DMA engine and one compute
  *                                     unit behind two chip ids): results right, the chips' compute serialised
  *                                     (transfers still overlap it), start_ns stamped before the wait;
- *   -DCALRT_MUTANT_TIMEOUT_AS_ABORTED  a calrt_job_wait past its deadline returns JOB_ABORTED, not TIMEOUT.
+ *   -DCALRT_MUTANT_TIMEOUT_AS_ABORTED  a calrt_job_wait past its deadline returns JOB_ABORTED, not TIMEOUT;
+ *   -DCALRT_MUTANT_QUERY_PREV_STAMPS  calrt_job_query reports the start/end stamps of the job submitted before
+ *                                     (an off-by-one in the completion ring; calrt_job_wait is right).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -224,6 +226,9 @@ struct calrt_device {
 #ifdef CALRT_MUTANT_STALE_EVERY
     float *mut_last;             /* the last logits a job wrote */
     uint64_t mut_last_n;
+#endif
+#ifdef CALRT_MUTANT_QUERY_PREV_STAMPS
+    uint64_t mut_ring[8][2];     /* start/end stamps of finished jobs by id % 8: the completion ring */
 #endif
 };
 
@@ -518,6 +523,9 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
     if (j->info.start_ns) j->info.end_ns = t > j->info.start_ns ? t : j->info.start_ns;
     j->info.state = state;
     j->info.status = status;
+#ifdef CALRT_MUTANT_QUERY_PREV_STAMPS
+    d->mut_ring[j->info.id % 8][0] = j->info.start_ns, d->mut_ring[j->info.id % 8][1] = j->info.end_ns;
+#endif
     for (int c = 0; c < REF_CHIPS; c++) {
         if (!(j->info.chip_mask >> c & 1)) continue;
         d->chips[c].counters.pending--;
@@ -1725,6 +1733,10 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
     if (j) *out = j->info;
 #ifdef CALRT_MUTANT_QUERY_NO_TAGS
     if (j) out->generation = 0, out->engine = 0, out->chip_mask = 0; /* the bug: the tags are not echoed */
+#endif
+#ifdef CALRT_MUTANT_QUERY_PREV_STAMPS /* the bug: a terminal job's stamps read from the ring slot before its own */
+    if (j && terminal(j->info.state) && d->mut_ring[(j->info.id - 1) % 8][1])
+        out->start_ns = d->mut_ring[(j->info.id - 1) % 8][0], out->end_ns = d->mut_ring[(j->info.id - 1) % 8][1];
 #endif
     pthread_mutex_unlock(&d->mu);
     return j ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
