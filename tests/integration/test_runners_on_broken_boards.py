@@ -7,8 +7,10 @@ batch lanes write KV, one whose memory figures are KiB. Before, ``soak`` and ``r
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,12 +23,24 @@ TRUST = ("--trusted-key", str(TEST_PUB))
 
 
 def _mutant(tmp_path_factory: pytest.TempPathFactory, define: str) -> Path:
+    """The reference board built with ``define`` (one or more ``-D`` switches joined by spaces), once a session."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler (cc or gcc) on PATH: cannot build the reference board's mutants")
     from calctl.runtime._native.build import build_reference
 
-    name = define.removeprefix("-DCALRT_MUTANT_").split("=")[0].lower()
-    return build_reference(tmp_path_factory.mktemp(f"broken-{name}"), defines=(define,)).library
+    name = "-".join(d.removeprefix("-DCALRT_MUTANT_").split("=")[0].lower() for d in define.split())
+    # keyed by the switches under the session's base temp: a second test asking for the same board reuses it
+    return build_reference(tmp_path_factory.getbasetemp() / f"broken-{name}", defines=tuple(define.split())).library
+
+
+@pytest.fixture(scope="module")
+def b148(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A combined sample with decode profiles 1, 4 and 8 (each B>1 with an inactive-lane contract)."""
+    from calctl.compiler.sample import build_sample
+    from calctl.signing.keys import load_private
+
+    out = tmp_path_factory.mktemp("b148") / "p"
+    return build_sample(out, kind="combined", key=load_private(TEST_KEY), decode_profiles=(1, 4, 8))
 
 
 def _calrt(lib: Path) -> tuple[str, ...]:
@@ -62,7 +76,7 @@ def test_soak_fails_a_board_whose_memory_figures_are_kib(
     assert_no_traceback(r)
     assert r.code == 1, r.out[-2000:]
     figures = [v for v in r.json["violations"] if v["kind"] == "memory_figures"]
-    assert figures and "calrt_memory_usage is not bytes of this chip" in figures[0]["message"], r.json["violations"]
+    assert any("calrt_memory_usage is not bytes of this chip" in v["message"] for v in figures), r.json["violations"]
 
 
 def test_run_golden_fails_a_board_whose_inactive_lanes_write_kv(
@@ -77,3 +91,59 @@ def test_run_golden_fails_a_board_whose_inactive_lanes_write_kv(
     assert r.code == 1, r.out[-2000:]
     reasons = [m["reason"] for m in r.json["models"] if not m["ok"]]
     assert reasons and " lane " in reasons[0] and (": B4 " in reasons[0] or ": B8 " in reasons[0]), reasons
+
+
+def _soak(cli: Cli, pkg: Path, out: Path, *device: str | Path, cycles: int = 1, seconds: float = 2.0) -> Any:
+    r = cli(
+        "soak", pkg, *TRUST, *device, "--cycles", str(cycles), "--traffic-seconds", str(seconds),
+        "--report", out, "--format", "json",
+    )  # fmt: skip
+    assert_no_traceback(r)
+    return r
+
+
+@pytest.mark.parametrize(
+    "board", ["mock fault inactive_lane_kv", "-DCALRT_MUTANT_INACTIVE_LANE_KV", "-DCALRT_MUTANT_KV_POS_PLUS_ONE"]
+)
+def test_soak_fails_a_board_whose_inactive_lanes_write_kv_naming_request_chip_graph_and_lane(
+    cli: Cli, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, b148: Path, board: str
+) -> None:
+    """The soak served B1 only (serving's default configuration), so it never formed a batch: boards whose batch
+    jobs are wrong (inactive lanes that write KV, a B>1 kernel writing K/V one row too far) passed it on a 1,4,8
+    package. Now every compiled profile runs with inactive lanes, and a wrong token names its lane."""
+    if board.startswith("-D"):
+        device: tuple[str | Path, ...] = _calrt(_mutant(tmp_path_factory, board))
+    else:
+        plan = tmp_path / "plan.yaml"
+        plan.write_text("schema: calctl-fault-plan/v1\nfaults:\n  - {kind: inactive_lane_kv, probability: 1.0}\n")
+        device = ("--fault-plan", plan)
+    r = _soak(cli, b148, tmp_path / "soak", *device)
+    assert r.code == 1, r.out[-2000:] + r.err[-2000:]
+    wrong = [v for v in r.json["violations"] if v["kind"] == "output_mismatch"]
+    assert wrong, r.json["violations"]
+    msg = wrong[0]["message"]
+    assert msg.startswith("request soak-model-") and " on chip " in msg and "_decode" in msg, msg
+    assert re.search(r"from its decode job \d+, B[48] lane \d+ \(\d active, \d inactive\)", msg), msg
+
+
+def test_soak_runs_every_profile_with_inactive_lanes_and_passes_a_healthy_board(
+    cli: Cli, tmp_path: Path, b148: Path
+) -> None:
+    r = _soak(cli, b148, tmp_path / "soak")
+    assert r.code == 0, r.json["violations"]
+    ran = r.json["output_verification"]["decode_profiles"]
+    for b in ("B4", "B8"):  # both models' cores form partial batches of every profile (3 clients each)
+        assert sum(ran[alias][b]["with_inactive_lanes"] for alias in ("model-a", "model-b")) > 0, ran
+
+
+def test_soak_fails_a_board_that_swaps_the_chips_memory_figures(
+    cli: Cli, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Both models loaded at once, each swapped figure still grew by at least its chip's weights (the two plans are
+    about the same size): the soak said PASS and would judge every drift on the wrong chip. Each model is now loaded
+    alone before the first load, so the figures must follow it."""
+    lib = _mutant(tmp_path_factory, "-DCALRT_MUTANT_MEMORY_SWAPPED")
+    r = _soak(cli, FIXTURE_PACKAGES / "combined", tmp_path / "soak", *_calrt(lib), seconds=0.5)
+    assert r.code == 1, r.out[-2000:]
+    figures = [v["message"] for v in r.json["violations"] if v["kind"] == "memory_figures"]
+    assert any("calrt_memory_usage" in m and "attributed to the wrong chip" in m for m in figures), figures

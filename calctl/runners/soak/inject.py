@@ -1,7 +1,7 @@
 """A diagnostic fault injector of the soak runner: a delivery tap that breaks a serving rule on purpose.
 
 ``calctl soak --inject stale-completion`` installs :class:`StaleRedelivery` on
-each engine core (:meth:`~calctl.serving.engine.loop.EngineCore.add_delivery_tap`)
+each engine core (:meth:`~calctl.serving.engine.loop.EngineCore.add_taps`)
 to prove that the soak's checker catches a completion from a retired generation
 (000 §4 rule 4, 001 §13.1). It lives with the soak, not in the engine: serving/ carries no fault injector (a
 unit test keeps it so), and the device faults live in the mock board's fault plans (docs/runtime.md §4).

@@ -66,13 +66,15 @@ from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, verdict_of_exit_code
-from calctl.runners.soak import checks, evidence, judge, render
+from calctl.runners.soak import attribution, checks, evidence, judge, render
+from calctl.runners.soak.batches import batch_configs
 from calctl.runners.soak.clients import TrafficDriver
 from calctl.runners.soak.inject import StaleRedelivery
 from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffic, default_report_dir
 from calctl.runners.soak.state import Cycle, SoakState, read_counters
 from calctl.runners.telemetry import telemetry_document
 from calctl.runners.traffic import EngineLoop, EngineResult
+from calctl.runtime import DeviceKind
 from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import ChipCounters
@@ -88,6 +90,7 @@ class _Soak(SoakState):
         self.on_progress = on_progress
         self._stop_sampler = threading.Event()
         self._last_checkpoint = 0.0
+        self._tapped: set[int] = set()  # engine cores whose launches the lane log sees
 
     # -- sampler / checkpoints ---------------------------------------------------------------------
 
@@ -215,11 +218,17 @@ class _Soak(SoakState):
                 self.events.write("memory_not_reported", error=f"{type(exc).__name__}: {exc}")
             self.max_drift = {m.chip: 0 if m.used_bytes is not None else None for m in self.baseline}
             self.events.write("baseline", memory=[render.mem_doc(m) for m in self.baseline])
+            if self.manifest is not None and self.baseline and rt.kind is DeviceKind.CALRT:
+                self._memory_attribution(rt, self.manifest)
             self.sample_memory()
             sampler.start()
+            # Every compiled decode profile, partial batches included (batches.py): the default serves B1 only.
+            configs = batch_configs(self.manifest) if self.manifest is not None else {}
+            self.events.write("batch_profiles", profiles={a: list(cfg.batch.profiles) for a, cfg in configs.items()})
             self.sup = sup = DeviceSupervisor(
                 rt,
                 trust=c.trust,
+                scheduler_configs=configs,
                 options=SupervisorOptions(
                     warmup_iterations=c.warmup_iterations,
                     drain_deadline_s=c.drain_deadline_s,
@@ -258,6 +267,22 @@ class _Soak(SoakState):
                 self.sample_memory()
                 telemetry_document(rt)  # the last telemetry sample while the device is open
 
+    def _memory_attribution(self, rt: Runtime, pkg: Package) -> None:
+        """A vendor shim's figures follow the models: each loaded alone, before the first load (attribution.py)."""
+        found = attribution.probe(rt, pkg)
+        self.events.write("memory_attribution", misattributed=[m.message() for m in found])
+        for m in found:
+            self.violate(
+                checks.Violation(
+                    "memory_figures",
+                    f"{m.message()}; the soak's drift check cannot be trusted on it",
+                    None,
+                    self.now_s(),
+                    subject=f"chip{m.chip}:attribution",
+                    detail=dataclasses.asdict(m),
+                )
+            )
+
     def _last(self, index: int) -> bool:
         c = self.config
         if c.cycles is not None:
@@ -280,7 +305,7 @@ class _Soak(SoakState):
             if index == 1 and c.traffic is Traffic.MIXED:
                 if Injection.STALE_COMPLETION in c.inject:
                     for w in sup.cores.values():
-                        w.add_delivery_tap(StaleRedelivery(w.alias))
+                        w.add_taps(delivery=StaleRedelivery(w.alias))
                     self.events.write(
                         "inject",
                         what=Injection.STALE_COMPLETION.value,
@@ -352,6 +377,10 @@ class _Soak(SoakState):
             "warmup_iterations": c.warmup_iterations,
         }
         self.events.write("loaded", cycle=cyc.index, seconds=round(seconds, 4), generations=gens, golden_warmup_s=gw)
+        for alias, core in sup.cores.items():  # the lanes of every decode job, to name a wrong token's lane
+            if id(core) not in self._tapped:
+                self._tapped.add(id(core))
+                core.add_taps(launch=self.verifier.lanes.tap(alias))
         loaded = self.sample_memory()
         if cyc.index == 1 and loaded and self.baseline and sup.loaded is not None and self.topology is not None:
             for v in checks.check_memory_units(
@@ -487,6 +516,7 @@ def _validate(s: SoakState) -> None:
     report = validate(c.package, ValidationPolicy(trust=c.trust))
     with package_root(c.package) as root:
         pkg = load_manifest(root)
+    s.manifest = pkg
     s.header["package"] = {
         "path": str(c.package),
         "name": pkg.name,

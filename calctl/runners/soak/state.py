@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from calctl.package.model import Package
 from calctl.runners.soak import checks, evidence
 from calctl.runners.soak.clients import RequestBook, SubmitCounter
 from calctl.runners.soak.plan import SoakConfig
@@ -59,6 +60,7 @@ class SoakState:
         self.phase = "starting"
         self.status = "running"
         self.rt: Runtime | None = None
+        self.manifest: Package | None = None  # the package's manifest, read once up front
         self.submits = SubmitCounter()
         self.sup: DeviceSupervisor | None = None
         self._lock = threading.RLock()

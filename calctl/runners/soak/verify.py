@@ -10,7 +10,8 @@ greedy tokens the board itself produced for it at the first load, one B1 job at 
 :meth:`OutputVerifier.check` then holds every finished request to its twin: the tokens the client received must
 be a prefix of the twin's (a request may be cancelled, stopped, expired or end at an EOS, never differ). A
 difference is an ``output_mismatch`` violation naming the request, the alias, its chip(s) and decode graph, the
-output token and KV position, and what was expected. Requests refused before the device (no token) are
+output token and KV position, the job that produced it (the prefill, or the batch profile and lane of the decode
+job, :class:`~calctl.runners.soak.batches.LaneLog`) and what was expected. Requests refused before the device (no token) are
 counted, never judged here.
 
 This module computes twins and compares token lists; it decides no verdict (``judge.py``) and sends no request.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 from calctl.checks.steps import GreedyProgress, greedy_run
 from calctl.package.model import Package
+from calctl.runners.soak.batches import LaneLog
 from calctl.runners.soak.mix import PoolPrompt
 from calctl.runners.traffic import EngineResult
 from calctl.runtime import GenerationId, Runtime
@@ -44,14 +46,16 @@ class OutputMismatch:
     expected: int | None  # None: the request returned more tokens than the twin holds
     got: int
     generation: int | None  # the generation the differing token carried
+    job: str | None = None  # the job that produced it: "prefill", or the decode job's profile and lane
 
     def message(self) -> str:
         chips = ", ".join(str(c) for c in self.chips)
         want = "no token (past its B1 twin)" if self.expected is None else str(self.expected)
         gen = f", generation {self.generation}" if self.generation is not None else ""
+        job = f", from {self.job}" if self.job else ""
         return (
             f"request {self.request_id} ({self.alias} on chip {chips}, {self.graph}{gen}): output token {self.index} "
-            f"(KV position {self.kv_position}) was {self.got}, its prompt's B1 twin has {want}"
+            f"(KV position {self.kv_position}{job}) was {self.got}, its prompt's B1 twin has {want}"
         )
 
 
@@ -65,6 +69,7 @@ class OutputVerifier:
     checked_requests: int = 0
     checked_tokens: int = 0
     mismatched_requests: int = 0
+    lanes: LaneLog = field(default_factory=LaneLog)  # where each request's decode jobs ran (the engine's launch tap)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def compute(
@@ -102,6 +107,7 @@ class OutputVerifier:
             twin = self.twins.get((request.alias, request.prompt_ids))
             chips, graph = self.places.get(request.alias, ((), "?"))
         got = result.token_ids
+        places = self.lanes.pop(request.request_id)
         if twin is None or not got:
             return None
         at = next((i for i, t in enumerate(got) if i >= len(twin) or t != twin[i]), None)
@@ -113,6 +119,12 @@ class OutputVerifier:
         if at is None:
             return None
         gens = result.token_generations
+        if at == 0:
+            job: str | None = "the prefill"
+        elif at - 1 < len(places):  # token k > 0 comes from the request's k-th decode job
+            job = f"its decode job {at}, {places[at - 1].text()}"
+        else:
+            job = None
         return OutputMismatch(
             request.request_id,
             request.alias,
@@ -123,6 +135,7 @@ class OutputVerifier:
             twin[at] if at < len(twin) else None,
             got[at],
             gens[at] if at < len(gens) else None,
+            job,
         )
 
     def document(self) -> dict[str, object]:
@@ -135,6 +148,7 @@ class OutputVerifier:
                 "checked_requests": self.checked_requests,
                 "checked_tokens": self.checked_tokens,
                 "mismatched_requests": self.mismatched_requests,
+                "decode_profiles": self.lanes.document(),
             }
 
 

@@ -14,6 +14,7 @@ from calctl.runtime import Runtime, intervals
 from calctl.runtime.conformance.framework import (
     Abandoned,
     Session,
+    Unsupported,
     _returned,
     _unwrap,
     check,
@@ -25,8 +26,9 @@ from calctl.runtime.conformance.framework import (
 from calctl.runtime.errors import (
     DeviceBusy,
     JobAborted,
+    NotSupported,
 )
-from calctl.runtime.types import Engine
+from calctl.runtime.types import Engine, JobState
 
 JOBS_PER_MODEL = 64  # enough to meet a fault every 64th job (and every 16th, 32nd) at least once per model
 ENGINES = (Engine.PING, Engine.PONG)  # one submitting thread per engine and model
@@ -358,6 +360,77 @@ def _two_in_flight(s: Session) -> str:
     return (
         f"{pairs} pairs accepted and completed in order; largest overlap {best / 1e6:.2f} ms by the shim's time "
         f"stamps ({mode}); {_speedup_text(speedup, 'PING/PONG alternating', 'AUTO')}"
+    )
+
+
+#: how long the other chip's job computes in ``stamps_are_run_time`` (the test hook's delay), and the share of it a
+#: job's stamps may claim beyond its run alone before they count waiting as running
+LONG_JOB_MS = 1500
+STAMP_SLACK_S = 0.5
+
+
+@check(
+    "stamps_are_run_time",
+    "a job on one chip while the other chip computes a long job is stamped with when it ran, not with the time it "
+    "spent waiting (chips that share a core behind the stamps)",
+    clauses=("TIME-1",),
+    native_only=True,
+)
+def _stamps_are_run_time(s: Session) -> str:
+    """A's job computes ~1.5 s (the ``delay_ms`` test hook, set while it starts, cleared before B's job). B's job,
+    on the other chip, then runs: on chips that really run apart it ends long before A's; on a board that
+    serialises the chips honestly it starts after A's end. Its stamps must not claim both: a start inside A's run
+    and a run that outlasts A's end by its own length, many times its run alone (a shim that stamps start_ns when
+    it picks a job and then waits for a shared core or a global lock: the vendor rows would read its waiting as
+    parallel running, 001 §15.2 item 2)."""
+    pkg = s.package
+    a, b = s.pair()
+    with s.configured() as rt:
+        raw = _unwrap(rt)
+        job, seq, _, _ = prefill_job(rt, pkg, b)
+        alone = rt.wait(job, 30)
+        expect(alone.ok, f"a {b} prefill succeeds", call="rt.wait", returned=alone.state)
+        rt.kv.free(seq)
+        assert alone.start_ns is not None and alone.end_ns is not None
+        alone_s = (alone.end_ns - alone.start_ns) / 1e9
+        try:
+            raw.arm_test_fault("delay_ms", LONG_JOB_MS)
+        except NotSupported:
+            raise Unsupported(
+                "the library lacks the calrt_ext_fault_set test hook (delay_ms) this check needs"
+            ) from None
+        try:
+            long_job, long_seq, _, _ = prefill_job(rt, pkg, a)
+            t0 = time.monotonic()
+            while rt.query(long_job).state is JobState.QUEUED and time.monotonic() - t0 < 10:
+                time.sleep(0.002)
+        finally:
+            raw.arm_test_fault("delay_ms", 0)  # B's job runs at its own speed
+        job, seq, _, _ = prefill_job(rt, pkg, b)
+        short = rt.wait(job, 30)
+        long = rt.wait(long_job, 30)
+        expect(short.ok and long.ok, "both jobs succeed", call="rt.wait", returned=(short.state, long.state))
+        rt.kv.free(seq)
+        rt.kv.free(long_seq)
+    assert short.start_ns and short.end_ns and long.start_ns and long.end_ns
+    ran_s = (short.end_ns - short.start_ns) / 1e9
+    claims_inside = short.start_ns < long.end_ns - STAMP_SLACK_S * 1e9
+    outlasts = short.end_ns >= long.end_ns and ran_s > alone_s + STAMP_SLACK_S
+    s.evidence.update(alone_s=round(alone_s, 4), stamped_s=round(ran_s, 4), other_chip_job_s=LONG_JOB_MS / 1000)
+    expect(
+        not (claims_inside and outlasts),
+        f"job {job.id} ({b}, chip {s.chip_of(b)}) is stamped running {ran_s:.3f} s from inside job {long_job.id}'s "
+        f"run on chip {s.chip_of(a)} until after its end, where it runs {alone_s:.3f} s alone: start_ns was stamped "
+        "before the job could run (it waited for the other chip's job: a shared core or a global lock), so the stamps "
+        "show the chips overlapping where they did not",
+        call="calrt_job_wait (start_ns, end_ns)",
+        arguments=f"job {job.id} on chip {s.chip_of(b)} while job {long_job.id} computes {LONG_JOB_MS} ms on chip "
+        f"{s.chip_of(a)}",
+        returned=f"start_ns {short.start_ns}, end_ns {short.end_ns}; job {long_job.id} ended {long.end_ns}",
+    )
+    return (
+        f"{b} on chip {s.chip_of(b)} stamped {ran_s * 1000:.1f} ms ({alone_s * 1000:.1f} ms alone) while {a} computed "
+        f"{LONG_JOB_MS} ms on chip {s.chip_of(a)}"
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from calctl.runtime import Job, Runtime
 from calctl.runtime.buffers import BufferState
 from calctl.runtime.conformance.framework import (
     Session,
@@ -124,6 +125,7 @@ def _timestamps(s: Session) -> str:
                     )
                     expect(int(info.id) == job.id, f"{call} names the job it was asked for", returned=int(info.id))
                     echoed += 1
+                _same_stamps(rt, job, info, t0)  # the wait's info (the job is terminal now)
             else:
                 first = rt.query(job)
                 expect(
@@ -173,6 +175,23 @@ def _timestamps(s: Session) -> str:
             rt.kv.free(seq)
     how = f"; generation, engine and chip mask echoed by query and wait ({echoed} answers)" if s.native else ""
     return f"{len(tags)} jobs queued/running -> succeeded within their call windows" + how
+
+
+def _same_stamps(rt: Runtime, job: Job, waited: Any, t0: int) -> None:
+    """CONV-5, JOB-1: once a job is terminal, ``calrt_job_query`` reports the stamps ``calrt_job_wait`` did, inside
+    the window since its submit (a shim whose query reads the stamps of another job's slot fails here)."""
+    rc, info = raw_job_info(rt, job)
+    expect(rc == RuntimeStatus.OK, "calrt_job_query of a terminal job answers OK", call="calrt_job_query", returned=rc)
+    got = (int(info.submit_ns), int(info.start_ns), int(info.end_ns))
+    want = (int(waited.submit_ns), int(waited.start_ns), int(waited.end_ns))
+    expect(
+        got == want and t0 <= got[0] <= got[1] <= got[2],
+        f"calrt_job_query of terminal job {job.id} must report its own stamps, the ones calrt_job_wait returned "
+        f"(submit, start, end {want}), all after its submit at {t0}",
+        call="calrt_job_query",
+        arguments=f"job={job.id} (terminal)",
+        returned=f"submit, start, end {got}",
+    )
 
 
 @check(

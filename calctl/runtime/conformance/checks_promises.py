@@ -67,7 +67,7 @@ def _kv_call(rt: Runtime, name: str, seq: int) -> int:
 @check(
     "kv_busy_in_flight",
     "every KV call on a sequence a job in flight is writing is DEVICE_BUSY; a freed sequence is not found",
-    clauses=("KV-3", "KV-5"),
+    clauses=("KV-3", "KV-5", "STATUS-1"),
 )
 def _kv_busy(s: Session) -> str:
     """A hung prefill keeps its sequence written; free, append, commit, rollback and remove-tail on it go straight
@@ -90,10 +90,12 @@ def _kv_busy(s: Session) -> str:
             inputs, outputs = rt.alloc_inputs(pkg.model(a).prefill.name), rt.alloc_outputs(pkg.model(a).prefill.name)
             write_prefill(inputs, golden_prompt(pkg, a))
             status, second = raw_submit(rt, pkg.model(a).prefill.name, inputs, outputs, kv=seq)
+            # C ABI §4: an object still in use is DEVICE_BUSY ("back off"); INVALID_ARGUMENT tells the caller its
+            # request is wrong, and calctl's engine fails the request instead of retrying it (STATUS-1)
             expect(
-                status in (RuntimeStatus.DEVICE_BUSY, RuntimeStatus.INVALID_ARGUMENT),
+                status == RuntimeStatus.DEVICE_BUSY,
                 f"calrt_job_submit of a second job on sequence {seq}, which job {job.id} in flight writes, must be "
-                "refused (DEVICE_BUSY)",
+                "refused with DEVICE_BUSY (1)",
                 call="calrt_job_submit",
                 arguments=f"kv=[{seq}] (written by job {job.id})",
                 returned=f"status {status}" + (f", job {second} accepted" if second else ""),
@@ -562,7 +564,25 @@ def _release_in_flight(s: Session, rt: Runtime) -> str:
         call="calrt_job_release",
         arguments=f"job={job.id} (released)",
     )
-    return "release of a job in flight DEVICE_BUSY, a released job not found, released twice INVALID_ARGUMENT"
+    nxt, seq, _, _ = prefill_job(rt, s.package, a)  # the next job must not get the released job's id
+    expect(
+        nxt.id != job.id,
+        f"a released job's id is never given to another job: job {job.id} was released, and the next submit "
+        f"returned id {nxt.id} (a caller still holding {job.id} would read another job's state)",
+        call="calrt_job_submit",
+        returned=f"job id {nxt.id}",
+    )
+    rc, _ = raw_job_info(rt, job)
+    expect_code(
+        rc, RuntimeStatus.INVALID_ARGUMENT, f"calrt_job_query of released job {job.id} after another submit",
+        call="calrt_job_query", arguments=f"job={job.id} (released; job {nxt.id} submitted since)",
+    )  # fmt: skip
+    rt.wait(nxt, 30)
+    rt.kv.free(seq)
+    return (
+        "release of a job in flight DEVICE_BUSY, a released job not found (also after another submit, whose id is "
+        "new), released twice INVALID_ARGUMENT"
+    )
 
 
 def _kv_of_another_model(s: Session, rt: Runtime) -> list[str]:

@@ -46,7 +46,12 @@ CLAUSES: tuple[Clause, ...] = (
         "OWN-7", "§5", "after UNKNOWN_DMA_STATE the buffers stay quarantined until a reset covering the job's chips"
     ),
     Clause("OWN-8", "§5", "inputs and outputs must be two different buffers"),
-    Clause("OWN-9", "§5", "calrt_job_release of a job not terminal is DEVICE_BUSY; a released job is not found"),
+    Clause(
+        "OWN-9",
+        "§5",
+        "calrt_job_release of a job not terminal is DEVICE_BUSY; a released job is not found, and its id is never "
+        "given to another job",
+    ),
     Clause("LAYOUT-1", "§6", "a buffer smaller than the graph's layout at B (64-byte aligned tensors) is refused"),
     Clause("LAYOUT-2", "§6", "n_kv equals the batch, the batch is one of the graph's profiles, the engine is known"),
     Clause("KV-1", "§6", "a job writes exactly the reserved tokens at position == committed length, else refused"),

@@ -57,3 +57,4 @@ class MockBoardConfig:
             raise ConfigError(f"mock board: history_bytes must be >= 1 MiB ({MIB}), got {self.history_bytes}")
         if not self.reset_scopes:
             raise ConfigError("mock board: at least one reset scope (board) must be granted")
+        self.fault_plan.check_board(self.chips)  # a rule on a chip the board lacks never fires

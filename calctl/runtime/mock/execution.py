@@ -300,18 +300,29 @@ class ChipExecution(DeviceBookkeeping[MockJob, dict[str, compute.LoadedModel]]):
 
     @staticmethod
     def _inactive_lanes_write_kv(rec: MockJob, rng: np.random.Generator, magnitude: float) -> None:
-        """The broken shim of ``inactive_lane_kv``: each inactive lane of a decode job writes a K/V row (noise of
-        ``magnitude`` × std) into the first active lane's sequence at the inactive lane's position."""
+        """The broken shim of ``inactive_lane_kv``, as one ships it: an inactive lane (``lane_valid`` 0) runs
+        anyway, on the sequence its lane slot still maps to (the nearest active lane before it: the slot table
+        the shim filled for the lanes it did run), and writes its K/V row at the position the lane carries
+        (whatever the caller padded it with: lane 0's position for the serving engine, 0 for the runners).
+
+        The row it writes is the pad token's K/V at that position, which differs from what the sequence holds
+        there (noise of ``magnitude`` × std here), except where a real write would change nothing: a row the
+        sequence has not written yet (it writes its own there later) or the very row its own lane writes in this
+        job with the same token (the engine's padding of a one-lane batch)."""
         if rec.plan.kind is not GraphKind.DECODE:
             return
-        active = [lane for lane, _, _ in compute.decode_lanes(rec.inputs)]
-        victim = rec.seqs[active[0]] if active else None
-        if victim is None:
-            return
-        positions = rec.inputs.device_view("positions")
+        active = {lane: (token, position) for lane, token, position in compute.decode_lanes(rec.inputs)}
+        tokens, positions = rec.inputs.device_view("tokens"), rec.inputs.device_view("positions")
+        owner = None  # the nearest active lane before the current one
         for lane in range(rec.inputs.batch):
-            row = int(positions[lane])
-            if lane in active or not 0 <= row < victim.reserved:
+            if lane in active:
+                owner = lane
+                continue
+            victim = rec.seqs[owner] if owner is not None else None
+            if owner is None or victim is None:
+                continue
+            row, token = int(positions[lane]), int(tokens[lane, 0])
+            if not 0 <= row < victim.reserved or (token, row) == active[owner]:
                 continue
             for arr in (victim.cache.k, victim.cache.v):
                 block = arr[:, row]

@@ -26,7 +26,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +202,18 @@ class FaultRule:
 class FaultPlan:
     rules: tuple[FaultRule, ...] = ()
     seed: int = 0
+    source: str = field(default="fault plan", compare=False)  # the file it came from, for errors
+
+    def check_board(self, chips: int) -> None:
+        """Refuse a rule whose ``chip`` is not a chip of a board of ``chips`` chips (it would never fire, and a
+        run would pass for the wrong reason): :class:`ConfigError` (exit 2) naming file, field, value and chips."""
+        for i, rule in enumerate(self.rules):
+            if rule.chip is not None and not 0 <= rule.chip < chips:
+                raise ConfigError(
+                    f"{self.source}: /faults/{i}/chip: chip {rule.chip} is not on this board, which has {chips} "
+                    f"chip{'s' if chips != 1 else ''} (0..{chips - 1})",
+                    hint="a fault plan's chip must be one of the board's chips (calctl device info lists them)",
+                )
 
     @classmethod
     def from_document(cls, doc: Any, *, source: str = "fault plan") -> FaultPlan:
@@ -217,7 +229,7 @@ class FaultPlan:
         rules = []
         for i, r in enumerate(doc["faults"]):
             rules.append(_rule(r, f"{source}: /faults/{i}"))
-        return cls(rules=tuple(rules), seed=int(doc.get("seed", 0)))
+        return cls(rules=tuple(rules), seed=int(doc.get("seed", 0)), source=source)
 
     @classmethod
     def load(cls, path: Path) -> FaultPlan:

@@ -77,7 +77,7 @@ from calctl.serving.engine.mode_control import COUNTER_CHECK_S, ModeControl
 from calctl.serving.engine.modes import DowngradeRecord
 from calctl.serving.engine.monitor import ExecutorMonitor
 from calctl.serving.engine.options import Clock, CoreOptions
-from calctl.serving.engine.output import DeliveryTap, OutputProcessor, RequestContext
+from calctl.serving.engine.output import DeliveryTap, LaunchTap, OutputProcessor, RequestContext
 from calctl.serving.engine.snapshot import model_snapshot
 from calctl.serving.engine.streams import EngineStream, one_handoff
 from calctl.serving.protocol import GenerationRequest
@@ -353,9 +353,10 @@ class EngineCore:
         does not allow it: ``executor.max_inflight`` is the ceiling, and ping/pong cannot use a fixed engine."""
         return self._call(lambda: self._modes.set_by_operator(mode))
 
-    def add_delivery_tap(self, tap: DeliveryTap) -> None:
-        """``tap`` sees every token delivered, after it was posted (diagnostics; never used in serving)."""
-        self._call(lambda: self._out.add_tap(tap))
+    def add_taps(self, *, delivery: DeliveryTap | None = None, launch: LaunchTap | None = None) -> None:
+        """``delivery`` sees every token after it was posted, ``launch`` every job just before it is launched
+        (diagnostics, never used in serving: the soak's stale-completion injection, the lanes of its jobs)."""
+        self._call(lambda: self._out.add_taps(delivery, launch))
 
     def board_answered_wrong(self, detail: str) -> None:
         """The serving audit got a wrong answer (engine/audit.py): out of service by the recovery path (001 §11.1)."""

@@ -14,9 +14,10 @@ scheduler and the device; this module owns what comes out of a finished job:
 Events that act on the device or the lifecycle (a lane to free, a recovery to ask for) are handed
 back to the core, in order. Everything here runs on the core's thread.
 
-Delivery taps (:meth:`OutputProcessor.add_tap`) see every token posted to a stream, after it was
+Delivery taps (:meth:`OutputProcessor.add_taps`) see every token posted to a stream, after it was
 posted; diagnostics that break the rules on purpose (``calctl soak --inject``, see
-:mod:`calctl.runners.soak.inject`) are taps, never code in the engine.
+:mod:`calctl.runners.soak.inject`) are taps, never code in the engine. Launch taps see every job just
+before it is launched (the soak records the batch and lane of each decode step, to name a wrong token's lane).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ log = logging.getLogger("calctl.serve")
 
 #: Sees each token event after it was posted to its stream (engine thread).
 DeliveryTap = Callable[[EngineStream, TokenEvent], None]
+#: Sees every job just before it is launched (a decode job's batch: its lanes and profile); diagnostics only.
+LaunchTap = Callable[[PrefillJob | DecodeJob], None]
 
 
 @dataclass
@@ -104,6 +107,7 @@ class OutputProcessor:
         self._queue_class = queue_class
         self._on_token_gap = on_token_gap
         self._taps: list[DeliveryTap] = []
+        self._launch_taps: list[LaunchTap] = []
         self._metrics = metrics
         m = metrics
         self._m_ttft = m.ttft.labels(alias)
@@ -118,8 +122,11 @@ class OutputProcessor:
             m.starvation.labels(alias, q)
         self.m_outcome = {o: m.requests.labels(alias, o.value) for o in EngineOutcome}
 
-    def add_tap(self, tap: DeliveryTap) -> None:
-        self._taps.append(tap)
+    def add_taps(self, delivery: DeliveryTap | None, launch: LaunchTap | None) -> None:
+        if delivery is not None:
+            self._taps.append(delivery)
+        if launch is not None:
+            self._launch_taps.append(launch)
 
     def remove_tap(self, tap: DeliveryTap) -> None:
         if tap in self._taps:
@@ -130,6 +137,8 @@ class OutputProcessor:
     def launching(self, job: PrefillJob | DecodeJob, now: float, window_opened: float | None, at: float) -> Any:
         """A job is about to be launched: meter it (000 §16 queue time of a request's first job, the decode
         batch's window wait) and return the prompt a prefill needs (None: a decode, or a request gone)."""
+        for tap in self._launch_taps:
+            tap(job)
         if isinstance(job, DecodeJob):
             self._m_batch_wait.observe(0.0 if window_opened is None else max(0.0, now - window_opened))
             return None
@@ -359,4 +368,4 @@ def record_refusal(
     )
 
 
-__all__ = ["DeliveryTap", "OutputProcessor", "RequestContext", "record_refusal"]
+__all__ = ["DeliveryTap", "LaunchTap", "OutputProcessor", "RequestContext", "record_refusal"]

@@ -63,6 +63,46 @@ ISSUE_50 = {
 }
 
 
+#: More a vendor team under deadline could ship, each a promise of docs/calrt-c-abi.md nothing tried before (or
+#: tried too loosely): switch -> (the check, words of its detail, a clause its row cites, needs a batch package)
+VENDOR_DEADLINE = {
+    "-DCALRT_MUTANT_LANE_ORDER_REVERSED": (
+        "batch_lanes",
+        "logits differ from the same lane run alone",
+        "BATCH-2",
+        True,
+    ),
+    "-DCALRT_MUTANT_KV_POS_PLUS_ONE": ("batch_lanes", "logits differ from the same lane run alone", "BATCH-2", True),
+    "-DCALRT_MUTANT_EARLY_DONE_WHEN_BUSY": ("long_run", "all zeros (nothing written)", "JOB-5", False),
+    "-DCALRT_MUTANT_BUSY_SEQ_AS_INVALID": ("kv_busy_in_flight", "must be refused with DEVICE_BUSY", "STATUS-1", False),
+    "-DCALRT_MUTANT_JOB_ID_REUSE": (
+        "raw_refusals",
+        "a released job's id is never given to another job",
+        "OWN-9",
+        False,
+    ),
+    "-DCALRT_MUTANT_CHIP1_ON_CHIP0": (
+        "stamps_are_run_time",
+        "start_ns was stamped before the job could run",
+        "TIME-1",
+        False,
+    ),
+    "-DCALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP": (
+        "stamps_are_run_time",
+        "a shared core or a global lock",
+        "TIME-1",
+        False,
+    ),
+    "-DCALRT_MUTANT_TIMEOUT_AS_ABORTED": ("wait_timeout", "must raise Timeout", "JOB-3", False),
+    "-DCALRT_MUTANT_QUERY_PREV_STAMPS": (
+        "job_states_timestamps",
+        "must report its own stamps, the ones calrt_job_wait returned",
+        "CONV-5",
+        False,
+    ),
+}
+
+
 @pytest.fixture(scope="module")
 def batch_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from calctl.compiler.sample import build_sample
@@ -174,3 +214,22 @@ def test_a_mutant_build_is_keyed_apart_from_the_board(tmp_path: Path) -> None:
     assert source_digest(("-DCALRT_MUTANT_UNLOAD_LEAK",)) != source_digest()
     with pytest.raises(UsageError, match="expected -DNAME"):
         build_reference(tmp_path, defines=("-O0 -DX",))
+
+
+@pytest.mark.parametrize("define", list(VENDOR_DEADLINE), ids=lambda d: d.removeprefix("-DCALRT_MUTANT_").split("=")[0])
+def test_conformance_fails_more_vendor_bugs_naming_the_clause(
+    cli: Cli, tmp_path_factory: pytest.TempPathFactory, batch_sample: Path, define: str
+) -> None:
+    """Only the check that owns the bug runs (``--check``): the full suite on each is the issue-50 test's job."""
+    library = _mutant(tmp_path_factory, define)
+    check, words, clause, batch = VENDOR_DEADLINE[define]
+    args = ["--package", batch_sample] if batch else []
+    r = cli(
+        "device", "conformance", "--calrt-lib", library, "--level", "quick", "--format", "json", "--check", check,
+        *args,
+    )  # fmt: skip
+    assert_no_traceback(r)
+    assert r.code == 1, (define, r.out[-2000:], r.err[-2000:])
+    row = {c["name"]: c for c in r.json["checks"]}[check]
+    assert row["verdict"] == "FAIL" and words in row["detail"], (define, row)
+    assert clause in row["clauses"] and row["call"], (define, row)

@@ -12,6 +12,7 @@ from calctl.runtime import open_runtime
 from calctl.runtime.mock import FaultKind, FaultPlan, MockRuntime
 from calctl.runtime.mock.faults import FaultInjector
 from calctl.runtime.types import ResetScope
+from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, assert_no_traceback
 
 EXAMPLE = """\
 schema: calctl-fault-plan/v1
@@ -165,3 +166,30 @@ def test_numbers_that_are_not_what_they_look_like_are_refused_naming_the_line(
     with pytest.raises(ConfigError, match="line 3") as exc:
         FaultPlan.load(path)
     assert fragment in str(exc.value) and str(path) in str(exc.value)
+
+
+@pytest.mark.parametrize("chips, chip", [(2, 2), (2, 7), (1, 1)])
+def test_a_rule_on_a_chip_the_board_lacks_is_refused_naming_file_field_value_and_chips(
+    tmp_path: Path, chips: int, chip: int
+) -> None:
+    """A rule filtered to a chip the board does not have never fires: a run would pass for the wrong reason."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(
+        "schema: calctl-fault-plan/v1\nfaults:\n  - {kind: device_busy, probability: 0.5, chip: 0}\n"
+        f"  - {{kind: ccu_exception, probability: 0.5, chip: {chip}}}\n"
+    )
+    with pytest.raises(ConfigError) as exc:
+        open_runtime("mock", fault_plan=path, chips=chips)
+    text = str(exc.value)
+    assert f"{path}: /faults/1/chip: chip {chip} is not on this board" in text, text
+    assert f"{chips} chip" in text and f"(0..{chips - 1})" in text, text
+    with open_runtime("mock", fault_plan=path, chips=chip + 1) as rt:  # the same plan on a board that has it
+        assert rt.topology().chips == chip + 1
+
+
+def test_a_runner_given_a_plan_for_a_chip_the_board_lacks_exits_2(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text("schema: calctl-fault-plan/v1\nfaults:\n  - {kind: ccu_exception, probability: 1.0, chip: 3}\n")
+    r = cli("run-golden", FIXTURE_PACKAGES / "combined", "--trusted-key", TEST_PUB, "--fault-plan", path)
+    assert_no_traceback(r)
+    assert r.code == 2 and f"{path}: /faults/0/chip: chip 3 is not on this board, which has 2 chips" in r.err, r.err

@@ -64,7 +64,23 @@
  *                                     the lock is taken (the time stamps show chips "in parallel");
  *   -DCALRT_MUTANT_KEEPS_KV_POINTER   calrt_job_submit keeps the caller's KV lane array and reads it at run time;
  *   -DCALRT_MUTANT_CHIP_RESET_ABORTS_ALL  a chip reset aborts the jobs of every chip (a board reset in disguise);
- *   -DCALRT_MUTANT_KV_ANY_MODEL       a job may name a sequence of another model (one KV namespace).
+ *   -DCALRT_MUTANT_KV_ANY_MODEL       a job may name a sequence of another model (one KV namespace);
+ *   -DCALRT_MUTANT_LANE_ORDER_REVERSED  a batch job's logits rows are written in reverse lane order (B>1);
+ *   -DCALRT_MUTANT_KV_POS_PLUS_ONE    a B>1 decode job writes each lane's K/V row at position+1 (an off-by-one
+ *                                     in the batched kernel's cache offset; B1 is right);
+ *   -DCALRT_MUTANT_EARLY_DONE_WHEN_BUSY  a job is reported SUCCEEDED ~1 ms before its logits are written whenever
+ *                                     the other chip is computing at the time (a completion raised before the
+ *                                     output DMA, only under concurrency);
+ *   -DCALRT_MUTANT_BUSY_SEQ_AS_INVALID  a submit naming a sequence a job in flight writes is INVALID_ARGUMENT,
+ *                                     not DEVICE_BUSY (a status mapping swapped: "back off" becomes "your bug");
+ *   -DCALRT_MUTANT_JOB_ID_REUSE       a job gets the lowest id no job record holds: a released job's id comes
+ *                                     back at the next submit;
+ *   -DCALRT_MUTANT_CHIP1_ON_CHIP0     every chip's jobs run on chip 0's units (one DMA engine and one compute
+ *                                     unit behind two chip ids): results right, the chips' compute serialised
+ *                                     (transfers still overlap it), start_ns stamped before the wait;
+ *   -DCALRT_MUTANT_TIMEOUT_AS_ABORTED  a calrt_job_wait past its deadline returns JOB_ABORTED, not TIMEOUT;
+ *   -DCALRT_MUTANT_QUERY_PREV_STAMPS  calrt_job_query reports the start/end stamps of the job submitted before
+ *                                     (an off-by-one in the completion ring; calrt_job_wait is right).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -171,7 +187,7 @@ typedef struct job {
     unsigned char *din;   /* the job's copy of its inputs (taken at h2d) */
     float *dout;          /* logits [batch][vocab] (copied out at d2h) */
     int compute_failed;
-#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
     int released;         /* calrt_job_release while a worker still holds it: the worker frees it */
 #endif
 #ifdef CALRT_MUTANT_KEEPS_KV_POINTER
@@ -210,6 +226,9 @@ struct calrt_device {
 #ifdef CALRT_MUTANT_STALE_EVERY
     float *mut_last;             /* the last logits a job wrote */
     uint64_t mut_last_n;
+#endif
+#ifdef CALRT_MUTANT_QUERY_PREV_STAMPS
+    uint64_t mut_ring[8][2];     /* start/end stamps of finished jobs by id % 8: the completion ring */
 #endif
 };
 
@@ -296,7 +315,7 @@ static job *find_job(calrt_device *d, calrt_job_id id) {
 
 static int terminal(uint32_t state) { return state >= CALRT_JOB_SUCCEEDED; }
 
-#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
 /* A worker holds the job (it runs on one of its chip's banks). */
 static int picked(calrt_device *d, job *j) {
     chip *ch = &d->chips[lowest_chip(j->info.chip_mask)];
@@ -305,7 +324,7 @@ static int picked(calrt_device *d, job *j) {
     return 0;
 }
 #endif
-#ifdef CALRT_MUTANT_EARLY_DONE_EVERY
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
 static int known_buffer(calrt_device *d, calrt_buffer *b);
 #endif
 #ifdef CALRT_MUTANT_KEEPS_KV_POINTER
@@ -474,6 +493,9 @@ static int run_graph(job *j) {
         }
         int32_t token = read_i32(gr, j->din, tok, j->batch, l);
         uint32_t p = (uint32_t)read_i32(gr, j->din, pos, j->batch, l);
+#ifdef CALRT_MUTANT_KV_POS_PLUS_ONE /* the bug: the batched kernel's cache offset is one row too far */
+        if (j->batch > 1 && p + 1 < gr->model->max_seq) p += 1;
+#endif
         if (forward(m, j->seqs[l], gr->model->max_seq, &token, 1, p, j->dout + (uint64_t)l * vocab)) return -1;
     }
     return 0;
@@ -508,6 +530,9 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
 #endif
     j->info.state = state;
     j->info.status = status;
+#ifdef CALRT_MUTANT_QUERY_PREV_STAMPS
+    d->mut_ring[j->info.id % 8][0] = j->info.start_ns, d->mut_ring[j->info.id % 8][1] = j->info.end_ns;
+#endif
     for (int c = 0; c < REF_CHIPS; c++) {
         if (!(j->info.chip_mask >> c & 1)) continue;
         d->chips[c].counters.pending--;
@@ -589,7 +614,7 @@ static void give_unit(calrt_device *d, chip *ch, int unit) {
     pthread_cond_broadcast(&d->cv);
 }
 
-#ifdef CALRT_MUTANT_EARLY_DONE_EVERY
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
 /* The bug: the job is reported SUCCEEDED, then its logits land ~1 ms later (a completion raised before the
  * last DMA of the outputs finished). */
 static void early_done(calrt_device *d, job *j, uint64_t off, uint64_t n) {
@@ -606,10 +631,31 @@ static void early_done(calrt_device *d, job *j, uint64_t off, uint64_t n) {
 }
 #endif
 
+#ifdef CALRT_MUTANT_EARLY_DONE_WHEN_BUSY
+/* Another chip than c is computing a job (the concurrency under which this shim's completion races its DMA). */
+static int mut_other_chip_busy(calrt_device *d, uint32_t c) {
+    for (uint32_t cc = 0; cc < REF_CHIPS; cc++)
+        for (int b = 0; cc != c && b < REF_BANKS; b++)
+            if (d->chips[cc].running[b] && !terminal(d->chips[cc].running[b]->info.state)) return 1;
+    return 0;
+}
+#endif
+#ifdef CALRT_MUTANT_LANE_ORDER_REVERSED
+/* The bug: a batch's logits rows land in reverse lane order (row l gets lane B-1-l's logits). */
+static void mut_reversed_rows(unsigned char *dst, const float *src, uint32_t batch, uint64_t n) {
+    uint64_t row = batch ? n / batch : n;
+    for (uint32_t l = 0; l < batch; l++) memcpy(dst + sizeof(float) * row * l, src + row * (batch - 1 - l), sizeof(float) * row);
+}
+#endif
+
 /* Run one picked job to its end. Called and returns with the device mutex held; the mutex is
  * dropped while computing and while sleeping. An aborted job is left for the reset to finish. */
 static void run_job(calrt_device *d, uint32_t c, job *j) {
+#ifdef CALRT_MUTANT_CHIP1_ON_CHIP0 /* the bug: one core behind two chip ids; every chip's jobs take chip 0's units */
+    chip *ch = &d->chips[0];
+#else
     chip *ch = &d->chips[c];
+#endif
     int held = 0;
 #ifdef CALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP /* the bug: start_ns stamped before the global lock is taken */
     j->info.state = CALRT_JOB_RUNNING;
@@ -675,6 +721,13 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
 #ifdef CALRT_MUTANT_SHORT_BUFFERS /* it writes what the buffer holds */
             if (off + sizeof(float) * n > j->out->size) n = off < j->out->size ? (j->out->size - off) / sizeof(float) : 0;
 #endif
+#ifdef CALRT_MUTANT_EARLY_DONE_WHEN_BUSY
+            if (mut_other_chip_busy(d, c)) {
+                early_done(d, j, off, n);
+                give_unit(d, ch, ph);
+                goto out;
+            }
+#endif
 #ifdef CALRT_MUTANT_EARLY_DONE_EVERY
             if (j->info.id % (CALRT_MUTANT_EARLY_DONE_EVERY) == 0) {
                 early_done(d, j, off, n);
@@ -692,6 +745,8 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
             d->mut_last = malloc(sizeof(float) * n);
             if (d->mut_last) memcpy(d->mut_last, j->dout, sizeof(float) * n);
             d->mut_last_n = d->mut_last ? n : 0;
+#elif defined(CALRT_MUTANT_LANE_ORDER_REVERSED)
+            mut_reversed_rows(j->out->data + off, j->dout, j->batch, n);
 #else
             memcpy(j->out->data + off, j->dout, sizeof(float) * n);
 #endif
@@ -705,7 +760,7 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
     if (j->fault == CALRT_EXT_FAULT_CCU || j->fault == CALRT_EXT_FAULT_DMA) {
         int dma = j->fault == CALRT_EXT_FAULT_DMA;
         finish(d, j, CALRT_JOB_FAILED, dma ? CALRT_E_UNKNOWN_DMA_STATE : CALRT_E_CCU_EXCEPTION, dma);
-        ch->health = CALRT_HEALTH_FAULTED; /* the chip halts until a reset */
+        d->chips[c].health = CALRT_HEALTH_FAULTED; /* the chip halts until a reset */
         abort_jobs(d, 1u << c, 0);
     } else if (j->compute_failed) {
         finish(d, j, CALRT_JOB_FAILED, CALRT_E_OUT_OF_MEMORY, 0);
@@ -732,7 +787,7 @@ static void *worker_main(void *arg) {
         ch->running[j->bank] = j;
         run_job(d, wa->chip, j);
         ch->running[j->bank] = NULL; /* the last touch of j: a reset finishes an aborted job after this */
-#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
         if (terminal(j->info.state)) {
             free(j->din); free(j->dout);
             j->din = NULL; j->dout = NULL;
@@ -1507,7 +1562,11 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
 #else
         if (!s || s->m != g->model) return CALRT_E_INVALID_ARGUMENT;
 #endif
+#ifdef CALRT_MUTANT_BUSY_SEQ_AS_INVALID /* the bug: "in use, back off" mapped to "invalid argument" */
+        if (s->busy) return CALRT_E_INVALID_ARGUMENT;
+#else
         if (s->busy) return CALRT_E_DEVICE_BUSY;
+#endif
         for (uint32_t k = 0; k < l; k++)
             if (desc->kv[k] == id) return CALRT_E_INVALID_ARGUMENT;
         uint32_t writes = 1;
@@ -1632,7 +1691,12 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
         free(j->din); free(j->dout); free(j);
         return rc;
     }
+#ifdef CALRT_MUTANT_JOB_ID_REUSE /* the bug: the lowest id no record holds, so a released job's id comes back */
+    j->info.id = 1;
+    while (find_job(d, j->info.id)) j->info.id++;
+#else
     j->info.id = d->next_job++;
+#endif
     j->info.state = CALRT_JOB_QUEUED;
     j->info.chip_mask = g->chip_mask;
     j->info.engine = desc->engine;
@@ -1677,6 +1741,10 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
 #ifdef CALRT_MUTANT_QUERY_NO_TAGS
     if (j) out->generation = 0, out->engine = 0, out->chip_mask = 0; /* the bug: the tags are not echoed */
 #endif
+#ifdef CALRT_MUTANT_QUERY_PREV_STAMPS /* the bug: a terminal job's stamps read from the ring slot before its own */
+    if (j && terminal(j->info.state) && d->mut_ring[(j->info.id - 1) % 8][1])
+        out->start_ns = d->mut_ring[(j->info.id - 1) % 8][0], out->end_ns = d->mut_ring[(j->info.id - 1) % 8][1];
+#endif
     pthread_mutex_unlock(&d->mu);
     return j ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
 }
@@ -1690,7 +1758,11 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
         if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
         if (terminal(j->info.state) || now_ns() >= deadline) {
             if (out) *out = j->info;
+#ifdef CALRT_MUTANT_TIMEOUT_AS_ABORTED /* the bug: a wait that timed out reports the job aborted */
+            calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_JOB_ABORTED;
+#else
             calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_TIMEOUT;
+#endif
 #ifdef CALRT_MUTANT_TIMEOUT_FREES_BUFFERS /* the bug: a timed-out wait hands the job's buffers back */
             if (rc == CALRT_E_TIMEOUT) j->in->owner = j->out->owner = 0, j->in->owner_mask = j->out->owner_mask = 0;
 #endif
@@ -1725,7 +1797,7 @@ calrt_status calrt_job_release(calrt_device *d, calrt_job_id id) {
         if (!terminal((*p)->info.state)) { rc = CALRT_E_DEVICE_BUSY; break; }
         job *j = *p;
         *p = j->next;
-#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
         if (picked(d, j)) { /* its worker still holds it and frees it */
             j->released = 1;
             rc = CALRT_OK;
