@@ -119,7 +119,7 @@ def _print_report(report: ValidationReport, *, verbose: bool = False) -> None:
 
     out = _output.stdout
     shown = [c for c in report.checks if verbose or c.status is not Status.PASS]
-    out.print(f"[bold]calctl validate[/] {safe(report.package)}")
+    out.print(f"[bold]calctl validate[/] {safe(report.package)}", soft_wrap=False)  # a long path wraps at 80
     per_rule: dict[str, int] = {}
     for c in report.checks:
         if verbose or c.status is not Status.PASS:

@@ -30,7 +30,7 @@ def test_bringup_runs_on_a_fault_plan_and_prints_junit(cli: Cli, tmp_path: Path)
     assert result.code == 1, result.err
     root = ET.fromstring(result.out)
     cases = {c.get("name"): c for c in root.iter("testcase")}
-    assert list(cases) == ["validate", "budget", "run-golden", "warmup", "poc", "soak"]
+    assert list(cases) == ["device-check", "selftest", "burn-in", "validate", "budget", "run-golden", "warmup", "poc", "soak"]
     failure = cases["run-golden"].find("failure")
     assert failure is not None and "model-b" in (failure.get("message") or "")
     assert root.get("failures") == "1" and root.get("skipped") == "3"
