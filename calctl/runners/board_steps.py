@@ -216,12 +216,14 @@ def burnin_figure(rows: list[dict[str, Any]], minutes: float) -> str:
     for chip, got in sorted(by_chip.items(), key=lambda kv: str(kv[0])):
         bits = []
         for figure, unit in (("temperature", "C"), ("power", "W")):
-            r = got.get(figure)
-            if r is None or r.get("value") is None:
+            row = got.get(figure)
+            if row is None or row.get("value") is None:
                 bits.append(f"{figure} n/a")
             else:
-                limit = r.get("limit")
-                bits.append(f"{r['value']:g}" + (f"/{limit:g}" if isinstance(limit, (int, float)) else "") + f" {unit}")
+                limit = row.get("limit")
+                bits.append(
+                    f"{row['value']:g}" + (f"/{limit:g}" if isinstance(limit, (int, float)) else "") + f" {unit}"
+                )
         throttle = got.get("throttle")
         if throttle is not None and throttle.get("value") is not None:
             bits.append(f"throttled {throttle['value']:g} s")
@@ -292,7 +294,7 @@ def board_figures(
             "file": SELFTEST_FILE,
         }
     if burnin:
-        telemetry = burnin.get("telemetry") if isinstance(burnin.get("telemetry"), dict) else {}
+        telemetry: dict[str, Any] = burnin["telemetry"] if isinstance(burnin.get("telemetry"), dict) else {}
         out[BURNIN] = {
             "verdict": burnin.get("verdict"),
             "error": burnin.get("error"),
@@ -306,7 +308,9 @@ def board_figures(
             "chips": burnin.get("chips"),
             "telemetry": telemetry.get("chips"),  # per chip: average and highest power, hottest, throttled, ECC
             "file": BURNIN_FILE,
-            "plot": BURNIN_PLOT if (burnin.get("pictures") or {}).get("plot") else None,
+            "plot": BURNIN_PLOT
+            if isinstance(burnin.get("pictures"), dict) and burnin["pictures"].get("plot")
+            else None,
         }
     return out
 

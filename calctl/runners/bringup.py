@@ -647,6 +647,9 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
     validation = state.outcomes.get("validate")
     vdoc = validation.document if validation else None
     pkg = state.package
+    burnin: dict[str, Any] = {}  # the burn-in's minutes, at the level that runs one
+    if burnin_skip_reason(config.level.value) is None:
+        burnin["burn_in_minutes"] = config.settings.burnin_minutes
     return build_header(
         "bringup",
         started_at=started,
@@ -667,11 +670,7 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
             ),
         },
         level=config.level.value,
-        **(
-            {"burn_in_minutes": config.settings.burnin_minutes}
-            if burnin_skip_reason(config.level.value) is None
-            else {}
-        ),
+        **burnin,
     )
 
 
