@@ -347,3 +347,34 @@ def test_burn_in_minutes_at_a_level_without_a_burn_in_is_refused_before_anything
         assert not (tmp_path / command).exists()
     r = cli("bringup", COMBINED, *TRUST, "--level", "long", "--burn-in-minutes", "0", "--report", tmp_path / "z")
     assert r.code == 2 and "--burn-in-minutes" in r.err
+
+
+def test_a_board_without_telemetry_leaves_the_burn_in_not_judged_and_the_verdict_unturned(tmp_path: Path) -> None:
+    """A shim without the telemetry call: every telemetry row NOT JUDGED (never a pass, never a FAIL), the step
+    NOT JUDGED, and the pipeline's verdict is what it is without the burn-in."""
+    from calctl.runtime import DeviceKind
+    from calctl.runtime._native.build import build_reference
+
+    bare = build_reference(tmp_path / "bare", defines=("-DCALRT_REF_NO_TELEMETRY",)).library
+
+    def run(steps: tuple[bringup.BringupStep, ...], out: str) -> dict:
+        config = bringup.BringupConfig(
+            package=COMBINED,
+            trust=_trust(),
+            device=DeviceSpec(DeviceKind.CALRT, bare),
+            level=bringup.Level.LONG,
+            out_dir=tmp_path / out,
+            burnin_minutes=TINY,
+        )
+        return bringup.run_bringup(config, steps=steps).document()
+
+    doc = run((bringup.DEVICE_CHECK, bringup.BURNIN_STEP), "with")
+    burn = {s["step"]: s for s in doc["summary"]}["burn-in"]
+    assert burn["verdict"] == "NOT JUDGED", burn
+    assert (
+        burn["detail"].startswith("not judged: chip 0 temperature:") and "not reported by the runtime" in burn["detail"]
+    )
+    rows = doc["board"]["burn-in"]["rows"]
+    assert {r["status"] for r in rows if r["figure"] != "jobs"} == {"NOT JUDGED"}
+    assert all(r["status"] == "PASS" for r in rows if r["figure"] == "jobs")  # the load itself ran
+    assert doc["verdict"] == run((bringup.DEVICE_CHECK,), "without")["verdict"] and doc["exit_code"] == 0
