@@ -13,6 +13,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from calctl.runners import bringup
 from calctl.runners.acceptance import run as accept_lib
 from calctl.runners.acceptance.evidence import STEPS as ACCEPT_STEPS
@@ -378,3 +380,53 @@ def test_a_board_without_telemetry_leaves_the_burn_in_not_judged_and_the_verdict
     assert {r["status"] for r in rows if r["figure"] != "jobs"} == {"NOT JUDGED"}
     assert all(r["status"] == "PASS" for r in rows if r["figure"] == "jobs")  # the load itself ran
     assert doc["verdict"] == run((bringup.DEVICE_CHECK,), "without")["verdict"] and doc["exit_code"] == 0
+
+
+def _interrupted_runner(monkeypatch: pytest.MonkeyPatch, module: str, name: str, command: str) -> None:
+    """``module.name`` (a board step's runner) reports what it reports when SIGTERM lands in it: INTERRUPTED."""
+    import importlib
+
+    from calctl.report import Report
+
+    def interrupted(*args: object, **kwargs: object) -> Report:
+        return Report(command, "INTERRUPTED", {"device": "mock"}, {"rows": []}, error="interrupted (SIGTERM)")
+
+    monkeypatch.setattr(importlib.import_module(module), name, interrupted)
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "command", "step"),
+    [
+        ("calctl.runners.burnin", "run_burnin", "burn-in", "burn-in"),
+        ("calctl.runners.selftest", "run_selftest", "device selftest", "selftest"),
+    ],
+)
+def test_a_signal_in_a_board_step_ends_accept_interrupted_not_an_error_that_runs_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, name: str, command: str, step: str
+) -> None:
+    """The board steps' runners report a signal (INTERRUPTED) rather than raise it: accept once took that for a
+    step in ERROR and went on to the next step (a 24 h soak at --level long)."""
+    _interrupted_runner(monkeypatch, module, name, command)
+    config = accept_lib.AcceptConfig(
+        package=COMBINED,
+        trust=_trust(),
+        device=DeviceSpec(),
+        level=accept_lib.Level.LONG,
+        out_dir=tmp_path / "a",
+        burnin_minutes=TINY,
+    )
+    doc = accept_lib.run_accept(config, steps=ACCEPT_STEPS[:4]).document()
+    steps = {s["name"]: s for s in doc["steps"]}
+    assert steps[step]["status"] == "INTERRUPTED", steps[step]
+    assert steps["validate"]["status"] == "INTERRUPTED" and steps["validate"]["detail"].startswith("not run:")
+    assert doc["verdict"] == "INTERRUPTED" and doc["exit_code"] == 130 and doc["status"] == "interrupted"
+    assert "SIGTERM" in steps[step]["detail"]
+
+
+def test_a_signal_in_the_burn_in_ends_bringup_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _interrupted_runner(monkeypatch, "calctl.runners.burnin", "run_burnin", "burn-in")
+    doc = _bringup_at(tmp_path, bringup.Level.LONG)
+    got = {s["step"]: s for s in doc["summary"]}
+    assert got["burn-in"]["verdict"] == "INTERRUPTED"
+    assert got["validate"]["verdict"] == "SKIP" and "interrupted (SIGTERM) in burn-in" in got["validate"]["detail"]
+    assert doc["verdict"] == "INTERRUPTED" and doc["exit_code"] == 130

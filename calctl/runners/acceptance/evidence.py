@@ -141,7 +141,10 @@ def _bringup_state(cfg: AcceptConfig, package: Path, out: Path) -> bringup.Bring
 
 def _board_evidence(state: AcceptState, r: board_steps.BoardStepResult) -> StepEvidence:
     """A board step as evidence: its own report's verdict as the step word (NOT JUDGED: WARN, its detail says
-    the figures were not judged), its report kept beside the others."""
+    the figures were not judged), its report kept beside the others. A board step the signal interrupted (its
+    runner reports INTERRUPTED rather than raising) ends the whole run, as for the other runners."""
+    if r.verdict == "INTERRUPTED":
+        raise Interrupted("SIGTERM" if "SIGTERM" in f"{r.detail} {r.document.get('error')}" else "SIGINT")
     status = StepStatus.ERROR if r.exit_code not in (0, int(ExitCode.FAILED)) else ran_status(r.verdict)
     document = {**r.document, "exit_code": r.exit_code}
     return StepEvidence(
