@@ -86,6 +86,17 @@ def check_board_profile(board_profile: Path | None) -> None:
         BoardProfile.load(board_profile)
 
 
+def check_burnin_minutes(minutes: float | None, level: str) -> None:
+    """``--burn-in-minutes`` at a level that runs no burn-in is a usage error (exit 2), never silently unused."""
+    if minutes is None:
+        return
+    from calctl.runners.board_steps import burnin_skip_reason
+
+    why = burnin_skip_reason(level)
+    if why is not None:
+        raise UsageError(f"--burn-in-minutes {minutes:g}: {why}; give --level long, or leave the option out")
+
+
 def report_dir(report: Path | None, command: str) -> Path:
     """``--report DIR``, else the documented default ``$CALCTL_REPORT_DIR`` or ``./calctl-reports``/COMMAND-STAMP."""
     from calctl.records import REPORT_DIR_ENV, default_report_dir

@@ -225,8 +225,17 @@ BoardProfileOpt = Annotated[
     Path | None,
     typer.Option(
         "--board-profile",
-        help="The board's profile (YAML, docs/runtime.md §8) the self-test step judges its transfer rows against; "
-        "without it they are NOT JUDGED, their figures reported.",
+        help="The board's profile (YAML, docs/runtime.md §8) the self-test step judges its transfer rows against "
+        "(without it they are NOT JUDGED, their figures reported) and the long level's burn-in its telemetry "
+        "(without it: the runtime's own limits).",
+    ),
+]
+BurnInMinutesOpt = Annotated[
+    float | None,
+    float_option(
+        "--burn-in-minutes",
+        above=0.0,
+        help="Minutes of the burn-in step (--level long only; default: the level's, docs/burn-in.md).",
     ),
 ]
 ReportFileOpt = Annotated[

@@ -18,11 +18,19 @@ from rich.padding import Padding
 
 from calctl.cli import _output
 from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_fleet
-from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, check_board_profile, device_options, report_dir
+from calctl.cli._device import (
+    DEVICE_DEFAULTS,
+    DeviceArgs,
+    check_board_profile,
+    check_burnin_minutes,
+    device_options,
+    report_dir,
+)
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
     ACCEPT_TIME_SCALE_HELP,
     BoardProfileOpt,
+    BurnInMinutesOpt,
     ResultFormatOpt,
     RunLevel,
     report_dir_option,
@@ -89,6 +97,7 @@ def accept(
         ),
     ] = None,
     board_profile: BoardProfileOpt = None,
+    burn_in_minutes: BurnInMinutesOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     format: ResultFormatOpt = Format.table,
     fleet: FleetArgs = FLEET_DEFAULTS,
@@ -98,7 +107,8 @@ def accept(
     Gates from 001 §17, milestones from 000 §19 (docs/accept.md).
 
     Runs the device check first (a board that is not ready stops the run there: FAIL naming the chip), the
-    self-test at standard and long (NOT JUDGED without --board-profile; a FAIL row fails the run), then
+    self-test at standard and long (NOT JUDGED without --board-profile; a FAIL row fails the run), the
+    burn-in at long (30 min, or --burn-in-minutes; a FAIL row fails the run, naming figure, chip and limit), then
     budget, load peak, golden, the combined PoC, the isolation, fault-isolation, executor-modes and batch
     scenarios, a soak and (with --previous) a roll forward from that version to PKG and back under traffic,
     keeping every trace, record and picture in the report directory, and judges each row from them. Nothing
@@ -112,6 +122,7 @@ def accept(
     from calctl.records import write_atomic
     from calctl.runners.acceptance import run as accept_lib
 
+    check_burnin_minutes(burn_in_minutes, level.value)  # before any board runs: refused once, not per board
     if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
         return run_fleet(
             fleet,
@@ -149,6 +160,7 @@ def accept(
         seed=dev.seed or 0,
         previous=previous,
         board_profile=board_profile,
+        burnin_minutes=burn_in_minutes,
     )
     _output.info(
         f"calctl accept ({level.value}) of {escape(str(path))}"
@@ -178,6 +190,10 @@ def accept(
     return result.exit_code
 
 
+#: The board's own steps, shown before the rows (``calctl.runners.board_steps``; spelled here so that
+#: ``--help`` imports no runner).
+BOARD_STEPS = ("device-check", "selftest", "burn-in")
+
 #: How long a level takes on the mock, said before it starts (#53 item 5); a board's steps take their own time.
 _ESTIMATE = {
     "quick": "about 1–3 min on the mock (72 s measured on 2 cores)",
@@ -189,7 +205,7 @@ _ESTIMATE = {
 def _plan_line(config: Any) -> str:
     """``plan: validate, ..., soak (3 cycles of 0.5 s traffic), rollback; about 1–3 min on the mock``."""
     from calctl.runners.acceptance.evidence import STEPS
-    from calctl.runners.board_steps import SELFTEST, selftest_skip_reason
+    from calctl.runners.board_steps import BURNIN, SELFTEST, burnin_skip_reason, selftest_skip_reason
 
     st = config.settings
     soak = f"{st.soak_cycles} cycles" if st.soak_cycles is not None else f"{st.soak_hours:g} h"
@@ -197,8 +213,10 @@ def _plan_line(config: Any) -> str:
     named = {
         "soak": f"soak ({soak} of {st.soak_traffic_s:g} s traffic)",
         "executor-modes": f"executor-modes ({st.executor_rounds} rounds, up to {budget})",
+        BURNIN: f"burn-in ({st.burnin_minutes:g} min)",
     }
     skipped = {SELFTEST} if selftest_skip_reason(config.level.value) else set()
+    skipped |= {BURNIN} if burnin_skip_reason(config.level.value) else set()
     steps = ", ".join(named.get(s.name, s.name) for s in STEPS if config.wants(*s.rows) and s.name not in skipped)
     return f"plan: {steps}; {_ESTIMATE.get(config.level.value, 'its own time')}"
 
@@ -218,7 +236,7 @@ def _render(result: Report) -> None:
     )
     out = _output.stdout
     for step in doc.get("steps") or []:  # the board's own steps first: a board not ready is why nothing ran
-        if step["name"] in ("device-check", "selftest") and step["status"] != "SKIP":
+        if step["name"] in BOARD_STEPS and step["status"] != "SKIP":
             why = f" — {escape(step['detail'])}" if step["detail"] and step["status"] != "PASS" else ""
             out.print(
                 Padding(
@@ -303,7 +321,7 @@ def junit_suites(result: Report) -> list[_output.JunitSuite]:
     board = [
         _board_case(s)
         for s in doc.get("steps") or []
-        if s["name"] in ("device-check", "selftest") and s["status"] != "SKIP"  # quick runs no self-test
+        if s["name"] in BOARD_STEPS and s["status"] != "SKIP"  # quick runs no self-test, standard no burn-in
     ]
     return [_output.JunitSuite("calctl.accept", [*board, *(_case(r) for r in doc["rows"])], props)]
 

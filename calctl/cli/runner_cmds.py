@@ -26,6 +26,7 @@ from calctl.cli._device import (
     DEVICE_DEFAULTS,
     DeviceArgs,
     check_board_profile,
+    check_burnin_minutes,
     device_options,
     option_group,
     report_dir,
@@ -35,6 +36,7 @@ from calctl.cli._options import (
     BRINGUP_TIME_SCALE_HELP,
     POC_TIME_SCALE_HELP,
     BoardProfileOpt,
+    BurnInMinutesOpt,
     ReportFileOpt,
     ResultFormatOpt,
     RunLevel,
@@ -578,14 +580,17 @@ def bringup(
         report_dir_option("./calctl-reports/bringup-<timestamp>", "report.json, each step's trace and picture"),
     ] = None,
     board_profile: BoardProfileOpt = None,
+    burn_in_minutes: BurnInMinutesOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     format: ResultFormatOpt = Format.table,
     fleet: FleetArgs = FLEET_DEFAULTS,
 ) -> int:
-    """The bench pipeline in one command: device check, self-test, validate, budget, golden, warm-up, PoC, soak.
+    """The bench pipeline in one command: device check, self-test, burn-in, validate, budget, golden, warm-up,
+    PoC, soak.
 
     Runs the device check (every level; a board that is not ready stops the run there, naming the chip), the
-    self-test (standard and long; NOT JUDGED without --board-profile), validate, budget, run-golden, warmup,
+    self-test (standard and long; NOT JUDGED without --board-profile), the burn-in (long: 10 min, or
+    --burn-in-minutes; a FAIL names the figure, the chip and the limit), validate, budget, run-golden, warmup,
     the combined PoC (for a combined or replica package) and a short load/unload soak, in that order; one
     summary, and report.json with every step's report, trace and picture in the report directory (default
     ./calctl-reports/bringup-<timestamp>, printed at the start).
@@ -597,6 +602,7 @@ def bringup(
     from calctl.records import write_json
     from calctl.runners import bringup as bringup_lib
 
+    check_burnin_minutes(burn_in_minutes, level.value)  # before any board runs: refused once, not per board
     if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
         return run_fleet(
             fleet,
@@ -619,6 +625,7 @@ def bringup(
         level=bringup_lib.Level(level.value),
         out_dir=out_dir,
         board_profile=board_profile,
+        burnin_minutes=burn_in_minutes,
     )
     _output.info(
         f"calctl bringup ({level.value}) of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"

@@ -1,18 +1,18 @@
-"""The board's own first steps of ``bringup`` and ``accept``: the readiness check, then the self-test.
+"""The board's own first steps of ``bringup`` and ``accept``: the readiness check, the self-test, the burn-in.
 
 A pipeline about the model is worth nothing on a board that is not ready (the level-1 gate a scheduler runs
-first, as ``dcgmi diag -r 1`` does), so ``bringup`` and ``accept`` begin with what ``calctl device check`` and
-``calctl device selftest`` measure (issue 51 item 6, docs/runners.md §2.2):
+first, as ``dcgmi diag -r 1`` does), so ``bringup`` and ``accept`` begin with what ``calctl device check``,
+``calctl device selftest`` and ``calctl burn-in`` measure (issue 51 item 6, docs/runners.md §6):
 
 =========  ===============================================================  ========================
 level      board steps, in order                                              then
 =========  ===============================================================  ========================
 quick      ``device-check``                                                   the model's steps
 standard   ``device-check``, ``selftest``                                     the model's steps
-long       ``device-check``, ``selftest``                                     the model's steps
+long       ``device-check``, ``selftest``, ``burn-in``                        the model's steps
 =========  ===============================================================  ========================
 
-(the long level's burn-in is not in this calctl yet: ``long`` runs the standard board steps.)
+A board step a level does not run is SKIP saying which level runs it and the command that runs it alone.
 
 * ``device-check`` (:func:`run_check`): ABI and versions, topology, per-chip health and one known-answer job
   per chip. Not ready (FAIL: which chip, why; ERROR: no device) stops the pipeline there, its reason first;
@@ -22,9 +22,16 @@ long       ``device-check``, ``selftest``                                     th
   on, so the report still says what the model did on that board. Without a board profile
   (``--board-profile``, docs/runtime.md §8) the transfer rows are NOT JUDGED with their figures: the step says
   NOT JUDGED and the pipeline's verdict does not turn on it.
+* ``burn-in`` (:func:`run_board_burnin`): both chips at full load for the level's minutes (bring-up 10, accept
+  30; ``--burn-in-minutes`` overrides), telemetry against the board profile's ``telemetry`` limits, else the
+  runtime's own (docs/burn-in.md). A FAIL row (temperature, power, throttle, ECC, a frozen sensor, a failed
+  job) fails the step naming the figure, the chip and the limit; the pipeline goes on. A WARN row (within 5 %
+  of a limit) makes the step WARN. Rows NOT JUDGED (the runtime does not report the figure, no limit is
+  known) leave the step NOT JUDGED, which does not turn the pipeline's verdict.
 
-Each step writes its own report (``device-check.json``, ``selftest.json``) into the run's directory. This
-module runs the two and sums up their figures; it renders nothing and decides no pipeline's verdict.
+Each step writes its own report (``device-check.json``, ``selftest.json``, ``burn-in.json`` with
+``burn-in.png``) into the run's directory. This module runs them and sums up their figures; it renders
+nothing and decides no pipeline's verdict.
 """
 
 from __future__ import annotations
@@ -44,6 +51,11 @@ SELFTEST_LEVELS = ("standard", "long")
 #: Where a pipeline's board step writes its own report, inside the run's directory.
 CHECK_FILE = "device-check.json"
 SELFTEST_FILE = "selftest.json"
+BURNIN = "burn-in"
+#: The levels whose pipelines load the board to its limits after the self-test.
+BURNIN_LEVELS = ("long",)
+BURNIN_FILE = "burn-in.json"
+BURNIN_PLOT = "burn-in.png"
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,7 @@ class BoardStepResult:
     exit_code: int
     document: dict[str, Any] = field(default_factory=dict)  # the step's own report (device check / selftest)
     path: Path | None = None  # where that report was written
+    plot: Path | None = None  # its picture, when it draws one (the burn-in's telemetry traces)
 
     @property
     def failed(self) -> bool:
@@ -72,6 +85,22 @@ def selftest_skip_reason(level: str) -> str | None:
 
 
 SELFTEST_HOW = "`--level standard`, or `calctl device selftest` on its own"
+
+
+def burnin_skip_reason(level: str) -> str | None:
+    """Why a pipeline at ``level`` runs no burn-in (None: it runs one)."""
+    if level in BURNIN_LEVELS:
+        return None
+    return f"the burn-in runs at --level {' and '.join(BURNIN_LEVELS)}; --level {level} does not load the board"
+
+
+BURNIN_HOW = "`--level long`, or `calctl burn-in --minutes N` on its own"
+
+
+def burnin_interval(minutes: float) -> float:
+    """Seconds between telemetry samples for a burn-in of ``minutes``: 1 s (``calctl burn-in``'s default) down
+    to 0.1 s, so even a burn-in of seconds has the samples its sensor row judges (at least 5)."""
+    return min(1.0, max(0.1, minutes * 60.0 / 30.0))
 
 
 def run_check(device: DeviceSpec, out_dir: Path, *, step_timeout_s: float) -> BoardStepResult:
@@ -134,6 +163,78 @@ def run_board_selftest(
     )
 
 
+def run_board_burnin(
+    device: DeviceSpec, out_dir: Path, *, minutes: float, board_profile: Path | None = None
+) -> BoardStepResult:
+    """``calctl burn-in --minutes minutes`` on ``device`` (limits from ``board_profile``'s ``telemetry`` block,
+    else the runtime's own), its report written to ``out_dir/burn-in.json`` and its picture to
+    ``out_dir/burn-in.png``."""
+    from calctl.runners.burnin import BurnInLimits, run_burnin
+
+    t0 = time.perf_counter()
+    limits = BurnInLimits.from_profile(board_profile) if board_profile is not None else BurnInLimits()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = run_burnin(
+        device, minutes=minutes, limits=limits, interval_s=burnin_interval(minutes), plot=out_dir / BURNIN_PLOT
+    )
+    doc = report.document()
+    rows = [r for r in doc.get("rows") or [] if isinstance(r, dict)]
+    verdict, detail = report.verdict, ""
+    failing = [r for r in rows if r.get("status") == "FAIL"]
+    warned = [r for r in rows if r.get("status") == "WARN"]
+    unjudged = [r for r in rows if r.get("status") == "NOT JUDGED"]
+    if failing:  # every failing row, naming its figure, chip and limit
+        detail = "; ".join(_burnin_reason(r) for r in failing)
+    elif report.exit_code != 0:
+        detail = report.error or f"the burn-in ended {report.verdict}"
+    elif warned:
+        detail = "; ".join(_burnin_reason(r) for r in warned)
+    elif verdict == "WARN" and unjudged:  # only rows it could not judge: figures, not a warning of its own
+        verdict = "NOT JUDGED"
+        detail = (
+            "not judged: "
+            + "; ".join(_burnin_reason(r) for r in unjudged)
+            + " (the figures are reported and the verdict does not turn on them)"
+        )
+    path = _write(out_dir / BURNIN_FILE, doc)
+    figure = burnin_figure(rows, minutes) if rows else "no row graded"
+    plot = Path(report.pictures["plot"]) if report.pictures.get("plot") else None
+    seconds = time.perf_counter() - t0
+    return BoardStepResult(BURNIN, verdict, figure, detail, seconds, report.exit_code, doc, path, plot)
+
+
+def _burnin_reason(row: dict[str, Any]) -> str:
+    return f"chip {row.get('chip')} {row.get('figure')}: {row.get('detail')}"
+
+
+def burnin_figure(rows: list[dict[str, Any]], minutes: float) -> str:
+    """``10 min: chip 0 71.3/90 C, 33.2/45 W, throttled 0 s, 1204 jobs; chip 1 ...``: the burn-in at a glance."""
+    by_chip: dict[Any, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        by_chip.setdefault(r.get("chip"), {})[str(r.get("figure"))] = r
+    parts = []
+    for chip, got in sorted(by_chip.items(), key=lambda kv: str(kv[0])):
+        bits = []
+        for figure, unit in (("temperature", "C"), ("power", "W")):
+            row = got.get(figure)
+            if row is None or row.get("value") is None:
+                bits.append(f"{figure} n/a")
+            else:
+                limit = row.get("limit")
+                bits.append(
+                    f"{row['value']:g}" + (f"/{limit:g}" if isinstance(limit, (int, float)) else "") + f" {unit}"
+                )
+        throttle = got.get("throttle")
+        if throttle is not None and throttle.get("value") is not None:
+            bits.append(f"throttled {throttle['value']:g} s")
+        jobs = got.get("jobs")
+        if jobs is not None and jobs.get("value") is not None:
+            bits.append(f"{jobs['value']} jobs")
+        parts.append(f"chip {chip} " + ", ".join(bits))
+    bad = [f"chip {r.get('chip')} {r.get('figure')}" for r in rows if r.get("status") == "FAIL"]
+    return f"{minutes:g} min: " + "; ".join(parts) + (f"; FAIL: {', '.join(bad)}" if bad else "")
+
+
 def selftest_figure(rows: list[dict[str, Any]]) -> str:
     """``patterns 8/8 PASS; transfers 8 NOT JUDGED (h2d 2.99-3.01 GB/s, d2h ...)``: the rows at a glance."""
     patterns = [r for r in rows if r.get("direction") == "memory"]
@@ -165,10 +266,13 @@ def selftest_figure(rows: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def board_figures(check: dict[str, Any] | None, selftest: dict[str, Any] | None) -> dict[str, Any]:
+def board_figures(
+    check: dict[str, Any] | None, selftest: dict[str, Any] | None, burnin: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The board steps' figures as a pipeline's report.json carries them: each chip's readiness and known
-    answer, each self-test row with its figure, threshold and status (None: the step did not run)."""
-    out: dict[str, Any] = {CHECK: None, SELFTEST: None}
+    answer, each self-test row with its figure, threshold and status, each burn-in row with its value, limit
+    and status and each chip's telemetry over the load (None: the step did not run)."""
+    out: dict[str, Any] = {CHECK: None, SELFTEST: None, BURNIN: None}
     if check:
         out[CHECK] = {
             "verdict": check.get("verdict"),
@@ -189,6 +293,25 @@ def board_figures(check: dict[str, Any] | None, selftest: dict[str, Any] | None)
             ],
             "file": SELFTEST_FILE,
         }
+    if burnin:
+        telemetry: dict[str, Any] = burnin["telemetry"] if isinstance(burnin.get("telemetry"), dict) else {}
+        out[BURNIN] = {
+            "verdict": burnin.get("verdict"),
+            "error": burnin.get("error"),
+            "minutes": burnin.get("minutes"),
+            "limits": burnin.get("limits"),
+            "rows": [
+                {k: r.get(k) for k in ("chip", "figure", "status", "value", "limit", "detail")}
+                for r in burnin.get("rows") or []
+                if isinstance(r, dict)
+            ],
+            "chips": burnin.get("chips"),
+            "telemetry": telemetry.get("chips"),  # per chip: average and highest power, hottest, throttled, ECC
+            "file": BURNIN_FILE,
+            "plot": BURNIN_PLOT
+            if isinstance(burnin.get("pictures"), dict) and burnin["pictures"].get("plot")
+            else None,
+        }
     return out
 
 
@@ -199,6 +322,11 @@ def _write(path: Path, doc: dict[str, Any]) -> Path:
 
 
 __all__ = [
+    "BURNIN",
+    "BURNIN_FILE",
+    "BURNIN_HOW",
+    "BURNIN_LEVELS",
+    "BURNIN_PLOT",
     "CHECK",
     "CHECK_FILE",
     "SELFTEST",
@@ -207,6 +335,10 @@ __all__ = [
     "SELFTEST_LEVELS",
     "BoardStepResult",
     "board_figures",
+    "burnin_figure",
+    "burnin_interval",
+    "burnin_skip_reason",
+    "run_board_burnin",
     "run_board_selftest",
     "run_check",
     "selftest_figure",

@@ -9,6 +9,8 @@ device-check  the board ready? (calctl device check);     –; not ready stops t
               every level                                 pipeline, reason first
 selftest      transfers and memory patterns               device-check; standard
               (calctl device selftest)                    and long only
+burn-in       both chips at full load, telemetry against  device-check; long only
+              limits (calctl burn-in; minutes by level)
 validate      static validation (calctl validate)          –
 budget        per-chip capacity GO/NO-GO (gate G0, §8)     validate
 run-golden    every model's golden on the device           validate, budget
@@ -21,9 +23,10 @@ soak          a short load/unload soak with mixed traffic  warmup
 The board comes first (:mod:`calctl.runners.board_steps`, issue 51 item 6): a
 board that is not ready stops the pipeline at ``device-check`` (every later
 step SKIP, "not run: the board is not ready: chip 1: wrong answer ..."), since
-nothing about the model is worth measuring there; a self-test FAIL is a FAIL
-step and the pipeline goes on; a self-test NOT JUDGED (no board profile) is
-reported as such and does not turn the verdict.
+nothing about the model is worth measuring there; a self-test or burn-in FAIL
+is a FAIL step and the pipeline goes on; a self-test or burn-in NOT JUDGED (no
+board profile, a figure the runtime does not report) is reported as such and
+does not turn the verdict.
 
 A step whose needs did not pass is reported SKIP with the reason (never
 dropped); a step that does not apply (the PoC on a single-model package) is
@@ -65,10 +68,15 @@ from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, StepRecord, StepStatus, build_header, exit_code_of, step_status_of
 from calctl.runners.board_steps import (
+    BURNIN,
+    BURNIN_HOW,
     CHECK,
     SELFTEST,
     SELFTEST_HOW,
     BoardStepResult,
+    board_figures,
+    burnin_skip_reason,
+    run_board_burnin,
     run_board_selftest,
     run_check,
     selftest_skip_reason,
@@ -102,14 +110,16 @@ class BringupSettings:
     soak_cycles: int  # load/unload cycles of the short soak
     soak_traffic_s: float  # seconds of mixed traffic per soak cycle
     poc_max_rounds: int = 0  # the PoC's round budget while an interval straddles its gate (0: 4 x poc_rounds)
+    burnin_minutes: float = 0.0  # minutes both chips run at full load (0: the level runs no burn-in)
 
 
 #: One row a level: warm-up iterations, PoC rounds, step timeout, soak cycles, seconds of traffic a cycle, the
-#: PoC's round budget.
+#: PoC's round budget, the burn-in's minutes (long only: 10 min heats a chip to its steady state, about as long
+#: as the level's 100 soak cycles take; ``--burn-in-minutes`` overrides it).
 LEVELS: dict[Level, BringupSettings] = {
     Level.QUICK: BringupSettings(5, 4, 30.0, 3, 0.5, 16),
     Level.STANDARD: BringupSettings(20, 8, 30.0, 5, 1.0, 32),
-    Level.LONG: BringupSettings(200, 30, 60.0, 100, 2.0, 120),
+    Level.LONG: BringupSettings(200, 30, 60.0, 100, 2.0, 120, burnin_minutes=10.0),
 }
 
 
@@ -124,10 +134,13 @@ class BringupConfig:
     command: str = "bringup"
     #: A ``calculet-board-profile/v1`` file the self-test judges its transfer rows against (None: NOT JUDGED).
     board_profile: Path | None = None
+    #: The burn-in's minutes at a level that runs one (None: the level's own, :data:`LEVELS`).
+    burnin_minutes: float | None = None
 
     @property
     def settings(self) -> BringupSettings:
-        return LEVELS[self.level]
+        s = LEVELS[self.level]
+        return s if self.burnin_minutes is None else replace(s, burnin_minutes=self.burnin_minutes)
 
 
 @dataclass(frozen=True)
@@ -216,6 +229,8 @@ def _board_outcome(state: BringupState, r: BoardStepResult) -> StepOutcome:
     if state.header is None and isinstance(r.document.get("runtime"), dict):
         state.header = {"runtime": r.document["runtime"]}  # the device said what it is: the header says it too
     files: dict[str, str | None] = {"json": str(r.path) if r.path else None}
+    if r.plot is not None:
+        files["plot"] = str(r.plot)
     return StepOutcome(r.name, r.verdict, r.key_figure, r.seconds, r.detail, files, r.document)
 
 
@@ -232,6 +247,19 @@ def _selftest(state: BringupState) -> StepOutcome:
 def _selftest_applies(state: BringupState) -> str | None:
     why = selftest_skip_reason(state.config.level.value)
     return None if why is None else f"{why} (to run it: {SELFTEST_HOW})"
+
+
+def _burnin(state: BringupState) -> StepOutcome:
+    cfg = state.config
+    return _board_outcome(
+        state,
+        run_board_burnin(cfg.device, cfg.out_dir, minutes=cfg.settings.burnin_minutes, board_profile=cfg.board_profile),
+    )
+
+
+def _burnin_applies(state: BringupState) -> str | None:
+    why = burnin_skip_reason(state.config.level.value)
+    return None if why is None else f"{why} (to run it: {BURNIN_HOW})"
 
 
 def _validate(state: BringupState) -> StepOutcome:
@@ -407,6 +435,7 @@ def _soak(state: BringupState) -> StepOutcome:
 
 DEVICE_CHECK = BringupStep(CHECK, (), _device_check, stops=True)
 SELFTEST_STEP = BringupStep(SELFTEST, (CHECK,), _selftest, _selftest_applies, not_judged_warns=False)
+BURNIN_STEP = BringupStep(BURNIN, (CHECK,), _burnin, _burnin_applies, not_judged_warns=False)
 VALIDATE = BringupStep("validate", (), _validate)
 BUDGET = BringupStep("budget", ("validate",), _budget)
 GOLDEN = BringupStep("run-golden", ("validate", "budget"), _golden)
@@ -415,7 +444,17 @@ POC = BringupStep("poc", ("run-golden",), _poc, _poc_applies)
 SOAK = BringupStep("soak", ("warmup",), _soak)
 
 #: The pipeline, in order. Extension point: later stages are appended here.
-STEPS: tuple[BringupStep, ...] = (DEVICE_CHECK, SELFTEST_STEP, VALIDATE, BUDGET, GOLDEN, WARMUP, POC, SOAK)
+STEPS: tuple[BringupStep, ...] = (
+    DEVICE_CHECK,
+    SELFTEST_STEP,
+    BURNIN_STEP,
+    VALIDATE,
+    BUDGET,
+    GOLDEN,
+    WARMUP,
+    POC,
+    SOAK,
+)
 
 
 # ---------------------------------------------------------------------------
@@ -504,10 +543,12 @@ def run_bringup(
             "step_reports": {s.name: s.document for s in done if s.document is not None},
             # each device step's per-chip power, temperature, throttle and ECC (calctl.runners.telemetry)
             "telemetry": {
-                s.name: s.document["telemetry"]
+                s.name: _without_series(s.document["telemetry"])  # the burn-in's samples: in step_reports
                 for s in done
                 if isinstance(s.document, dict) and isinstance(s.document.get("telemetry"), dict)
             },
+            # the board steps' figures (readiness, self-test rows, burn-in rows and telemetry), as accept's
+            "board": board_figures(*(_board_document(done, name) for name in (CHECK, SELFTEST, BURNIN))),
         },
         steps=tuple(done),
         reasons=_stopped_reasons(done, stopped),
@@ -529,6 +570,16 @@ def _stopped_reasons(done: list[StepOutcome], stopped: str | None) -> tuple[str,
         return ()
     skipped = [s.name for s in done if s.verdict == "SKIP" and s.detail == f"not run: {stopped}"]
     return (f"{', '.join(skipped)} not run: {stopped}",) if skipped else ()
+
+
+def _board_document(done: list[StepOutcome], name: str) -> dict[str, Any] | None:
+    """The own report of board step ``name`` if it ran (None: it was skipped or did not run)."""
+    o = next((s for s in done if s.name == name), None)
+    return o.document if o is not None and o.verdict != "SKIP" and isinstance(o.document, dict) else None
+
+
+def _without_series(telemetry: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in telemetry.items() if k not in ("series", "t0_monotonic_s")}
 
 
 def _not_judged_warns(steps: tuple[BringupStep, ...], outcome: StepOutcome) -> bool:
@@ -596,6 +647,9 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
     validation = state.outcomes.get("validate")
     vdoc = validation.document if validation else None
     pkg = state.package
+    burnin: dict[str, Any] = {}  # the burn-in's minutes, at the level that runs one
+    if burnin_skip_reason(config.level.value) is None:
+        burnin["burn_in_minutes"] = config.settings.burnin_minutes
     return build_header(
         "bringup",
         started_at=started,
@@ -616,11 +670,13 @@ def _header(config: BringupConfig, state: BringupState, started: datetime) -> di
             ),
         },
         level=config.level.value,
+        **burnin,
     )
 
 
 __all__ = [
     "BUDGET",
+    "BURNIN_STEP",
     "DEVICE_CHECK",
     "GOLDEN",
     "LEVELS",

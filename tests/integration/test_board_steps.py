@@ -13,6 +13,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from calctl.runners import bringup
 from calctl.runners.acceptance import run as accept_lib
 from calctl.runners.acceptance.evidence import STEPS as ACCEPT_STEPS
@@ -62,9 +64,9 @@ def test_a_chip_with_a_wrong_known_answer_stops_bringup_at_the_check_naming_it(c
     assert doc["verdict"] == "FAIL"
     assert doc["error"].startswith("device-check: chip 1: wrong answer") and "model-b" in doc["error"]
     steps = {s["step"]: s for s in doc["summary"]}
-    assert list(steps)[:3] == ["device-check", "selftest", "validate"]
+    assert list(steps)[:4] == ["device-check", "selftest", "burn-in", "validate"]
     assert steps["device-check"]["verdict"] == "FAIL" and "NOT READY: chip 1" in steps["device-check"]["key_figure"]
-    for name in ("selftest", "validate", "budget", "run-golden", "warmup", "poc", "soak"):
+    for name in ("selftest", "burn-in", "validate", "budget", "run-golden", "warmup", "poc", "soak"):
         assert steps[name]["verdict"] == "SKIP", steps[name]
         assert steps[name]["detail"] == "not run: the board is not ready (device-check FAIL)"
     check = doc["step_reports"]["device-check"]  # the check's own figures, per chip
@@ -183,7 +185,7 @@ def _accept(tmp_path: Path, level: accept_lib.Level, plan: Path | None) -> dict:
     config = accept_lib.AcceptConfig(
         package=COMBINED, trust=_trust(), device=DeviceSpec(fault_plan=plan), level=level, out_dir=tmp_path / "a"
     )
-    return accept_lib.run_accept(config, steps=ACCEPT_STEPS[:4]).document()  # the board steps, validate, -replica
+    return accept_lib.run_accept(config, steps=ACCEPT_STEPS[:5]).document()  # the board steps, validate, -replica
 
 
 def test_accept_standard_fails_on_a_stuck_bit_naming_the_address(tmp_path: Path) -> None:
@@ -211,3 +213,220 @@ def test_accept_quick_runs_the_check_only_and_standard_the_selftest_not_judged(t
     assert st["status"] == "WARN" and st["key_figure"].startswith("NOT JUDGED: memory patterns 8/8 PASS")
     assert standard["verdict"] == quick["verdict"]  # NOT JUDGED does not turn the verdict
     assert all(r["status"] != "FAIL" for r in standard["board"]["selftest"]["rows"])
+
+
+# ---------------------------------------------------------------------------
+# The burn-in: --level long only, after the self-test (issue 51 item 6)
+
+FAN_FAILED = "{kind: fan_failed, job: 1, chip: 0, magnitude: 20}"
+#: The burn-in's minutes in these tests, through the level setting's override (--burn-in-minutes): 3 s of full
+#: load, within which a failed fan shows at any host load (tests/unit/runners/test_burnin.py).
+TINY = 0.05
+BOARD_THEN_MODEL = (bringup.DEVICE_CHECK, bringup.SELFTEST_STEP, bringup.BURNIN_STEP, bringup.VALIDATE, bringup.BUDGET)
+
+
+def _bringup_at(tmp_path: Path, level: bringup.Level, plan: Path | None = None) -> dict:
+    config = bringup.BringupConfig(
+        package=COMBINED,
+        trust=_trust(),
+        device=DeviceSpec(fault_plan=plan),
+        level=level,
+        out_dir=tmp_path / "out",
+        burnin_minutes=TINY if level is bringup.Level.LONG else None,
+    )
+    return bringup.run_bringup(config, steps=BOARD_THEN_MODEL).document()
+
+
+def test_bringup_long_with_a_failed_fan_fails_the_burn_in_naming_chip_and_limit_and_goes_on(tmp_path: Path) -> None:
+    doc = _bringup_at(tmp_path, bringup.Level.LONG, _plan(tmp_path, FAN_FAILED))
+    got = {s["step"]: s for s in doc["summary"]}
+    assert list(got) == ["device-check", "selftest", "burn-in", "validate", "budget"]
+    assert got["device-check"]["verdict"] == "PASS" and got["selftest"]["verdict"] == "NOT JUDGED"
+    burn = got["burn-in"]
+    assert burn["verdict"] == "FAIL", burn
+    assert "chip 0 temperature:" in burn["detail"] and "over the limit 90 C" in burn["detail"]
+    assert "chip 1" not in burn["detail"]  # the fault is chip 0's own
+    assert burn["key_figure"].startswith(f"{TINY:g} min: chip 0 ") and "FAIL: chip 0 temperature" in burn["key_figure"]
+    assert got["validate"]["verdict"] in ("PASS", "WARN") and got["budget"]["verdict"] == "GO"  # the run went on
+    assert doc["verdict"] == "FAIL" and doc["exit_code"] == 1
+    assert doc["error"].startswith("burn-in: chip 0 temperature:") and doc["burn_in_minutes"] == TINY
+    # its own report and picture in the run's directory, its figures in report.json
+    out = tmp_path / "out"
+    assert json.loads((out / "burn-in.json").read_text())["verdict"] == "FAIL"
+    assert (out / "burn-in.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert burn["files"] == {"json": str(out / "burn-in.json"), "plot": str(out / "burn-in.png")}
+    board = doc["board"]["burn-in"]
+    assert board["verdict"] == "FAIL" and board["minutes"] == TINY and board["file"] == "burn-in.json"
+    rows = {(r["chip"], r["figure"]): r for r in board["rows"]}
+    assert rows[(0, "temperature")]["status"] == "FAIL" and rows[(0, "temperature")]["limit"] == 90.0
+    assert rows[(0, "temperature")]["value"] > 90.0 and rows[(1, "temperature")]["status"] == "PASS"
+    assert [c["chip"] for c in board["telemetry"]] == [0, 1] and board["telemetry"][0]["temperature_c_max"] > 90.0
+    assert "series" not in doc["telemetry"]["burn-in"]  # the samples are the burn-in's own report's
+    # the page's first screen (the CLI writes it from this document): the verdict and every reason
+    from calctl import html_report
+
+    html_report.write(doc, out / "report.json")
+    banner = _page_banner(out / "report.html")
+    assert "FAIL" in banner and "chip 0 temperature" in banner and "over the limit 90 C" in banner
+
+
+def test_bringup_long_on_a_healthy_mock_passes_its_burn_in(tmp_path: Path) -> None:
+    doc = _bringup_at(tmp_path, bringup.Level.LONG)
+    burn = {s["step"]: s for s in doc["summary"]}["burn-in"]
+    assert burn["verdict"] in ("PASS", "WARN"), burn
+    assert "chip 0 " in burn["key_figure"] and "/90 C" in burn["key_figure"] and "/45 W" in burn["key_figure"]
+    assert doc["verdict"] in ("PASS", "WARN") and doc["exit_code"] == 0
+    assert all(r["status"] in ("PASS", "WARN") for r in doc["board"]["burn-in"]["rows"])
+    assert doc["step_reports"]["burn-in"]["device_label"] == "mock"  # a mock's thermal model, said so
+
+
+def test_bringup_quick_and_standard_skip_the_burn_in_saying_how_to_run_it(tmp_path: Path) -> None:
+    for level in (bringup.Level.QUICK, bringup.Level.STANDARD):
+        doc = _bringup_at(tmp_path / level.value, level)
+        burn = {s["step"]: s for s in doc["summary"]}["burn-in"]
+        assert burn["verdict"] == "SKIP", burn
+        assert f"the burn-in runs at --level long; --level {level.value}" in burn["detail"]
+        assert "calctl burn-in --minutes N" in burn["detail"]
+        assert doc["board"]["burn-in"] is None and "burn_in_minutes" not in doc
+        assert not (tmp_path / level.value / "out" / "burn-in.json").exists()
+
+
+def test_accept_long_with_a_failed_fan_fails_on_the_burn_in_and_goes_on(tmp_path: Path) -> None:
+    from calctl.cli.accept_cmds import junit_suites
+
+    config = accept_lib.AcceptConfig(
+        package=COMBINED,
+        trust=_trust(),
+        device=DeviceSpec(fault_plan=_plan(tmp_path, FAN_FAILED)),
+        level=accept_lib.Level.LONG,
+        out_dir=tmp_path / "a",
+        burnin_minutes=TINY,
+    )
+    result = accept_lib.run_accept(config, steps=ACCEPT_STEPS[:5])  # the board steps, validate, -replica
+    doc = result.document()
+    assert doc["verdict"] == "FAIL" and doc["exit_code"] == 1
+    assert doc["summary"].startswith("FAIL (the board failed its burn-in: chip 0 temperature:")
+    assert "over the limit 90 C" in doc["error"]
+    written = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert written["level_settings"]["burnin_minutes"] == TINY and written["board"] == json.loads(
+        json.dumps(doc["board"])
+    )
+    steps = {s["name"]: s for s in doc["steps"]}
+    assert list(steps)[:4] == ["device-check", "selftest", "burn-in", "validate"]
+    assert steps["burn-in"]["status"] == "FAIL" and steps["burn-in"]["files"] == {
+        "report": "burn-in.json",
+        "plot": "burn-in.png",
+    }
+    assert steps["validate"]["status"] in ("PASS", "WARN")  # a burn-in FAIL does not stop the run
+    failed = [r for r in doc["board"]["burn-in"]["rows"] if r["status"] == "FAIL"]
+    assert failed and all(r["chip"] == 0 for r in failed)
+    assert {"temperature", "throttle"} <= {r["figure"] for r in failed}
+    (suite,) = junit_suites(result)
+    case = next(c for c in suite.cases if c.name == "board burn-in")
+    assert case.outcome == "failure" and "chip 0 temperature" in case.message
+    banner = _page_banner(tmp_path / "a" / "report.html")
+    assert "the board failed its burn-in: chip 0 temperature" in banner and "over the limit 90 C" in banner
+
+
+def test_accept_quick_and_standard_skip_the_burn_in_with_how_to_run_it(tmp_path: Path) -> None:
+    for level in (accept_lib.Level.QUICK, accept_lib.Level.STANDARD):
+        config = accept_lib.AcceptConfig(
+            package=COMBINED, trust=_trust(), device=DeviceSpec(), level=level, out_dir=tmp_path / level.value
+        )
+        doc = accept_lib.run_accept(config, steps=ACCEPT_STEPS[:3]).document()
+        burn = {s["name"]: s for s in doc["steps"]}["burn-in"]
+        assert burn["status"] == "SKIP" and f"--level {level.value} does not load the board" in burn["detail"]
+        assert doc["board"]["burn-in"] is None and doc["verdict"] != "FAIL"
+
+
+def test_burn_in_minutes_at_a_level_without_a_burn_in_is_refused_before_anything_runs(cli: Cli, tmp_path: Path) -> None:
+    for command in ("bringup", "accept"):
+        r = cli(
+            command, COMBINED, *TRUST, "--level", "standard", "--burn-in-minutes", "1", "--report", tmp_path / command
+        )
+        assert_no_traceback(r)
+        assert r.code == 2 and "--burn-in-minutes 1" in r.err and "--level long" in r.err, r.err
+        assert not (tmp_path / command).exists()
+    r = cli("bringup", COMBINED, *TRUST, "--level", "long", "--burn-in-minutes", "0", "--report", tmp_path / "z")
+    assert r.code == 2 and "--burn-in-minutes" in r.err
+
+
+def test_a_board_without_telemetry_leaves_the_burn_in_not_judged_and_the_verdict_unturned(tmp_path: Path) -> None:
+    """A shim without the telemetry call: every telemetry row NOT JUDGED (never a pass, never a FAIL), the step
+    NOT JUDGED, and the pipeline's verdict is what it is without the burn-in."""
+    from calctl.runtime import DeviceKind
+    from calctl.runtime._native.build import build_reference
+
+    bare = build_reference(tmp_path / "bare", defines=("-DCALRT_REF_NO_TELEMETRY",)).library
+
+    def run(steps: tuple[bringup.BringupStep, ...], out: str) -> dict:
+        config = bringup.BringupConfig(
+            package=COMBINED,
+            trust=_trust(),
+            device=DeviceSpec(DeviceKind.CALRT, bare),
+            level=bringup.Level.LONG,
+            out_dir=tmp_path / out,
+            burnin_minutes=TINY,
+        )
+        return bringup.run_bringup(config, steps=steps).document()
+
+    doc = run((bringup.DEVICE_CHECK, bringup.BURNIN_STEP), "with")
+    burn = {s["step"]: s for s in doc["summary"]}["burn-in"]
+    assert burn["verdict"] == "NOT JUDGED", burn
+    assert (
+        burn["detail"].startswith("not judged: chip 0 temperature:") and "not reported by the runtime" in burn["detail"]
+    )
+    rows = doc["board"]["burn-in"]["rows"]
+    assert {r["status"] for r in rows if r["figure"] != "jobs"} == {"NOT JUDGED"}
+    assert all(r["status"] == "PASS" for r in rows if r["figure"] == "jobs")  # the load itself ran
+    assert doc["verdict"] == run((bringup.DEVICE_CHECK,), "without")["verdict"] and doc["exit_code"] == 0
+
+
+def _interrupted_runner(monkeypatch: pytest.MonkeyPatch, module: str, name: str, command: str) -> None:
+    """``module.name`` (a board step's runner) reports what it reports when SIGTERM lands in it: INTERRUPTED."""
+    import importlib
+
+    from calctl.report import Report
+
+    def interrupted(*args: object, **kwargs: object) -> Report:
+        return Report(command, "INTERRUPTED", {"device": "mock"}, {"rows": []}, error="interrupted (SIGTERM)")
+
+    monkeypatch.setattr(importlib.import_module(module), name, interrupted)
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "command", "step"),
+    [
+        ("calctl.runners.burnin", "run_burnin", "burn-in", "burn-in"),
+        ("calctl.runners.selftest", "run_selftest", "device selftest", "selftest"),
+    ],
+)
+def test_a_signal_in_a_board_step_ends_accept_interrupted_not_an_error_that_runs_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, name: str, command: str, step: str
+) -> None:
+    """The board steps' runners report a signal (INTERRUPTED) rather than raise it: accept once took that for a
+    step in ERROR and went on to the next step (a 24 h soak at --level long)."""
+    _interrupted_runner(monkeypatch, module, name, command)
+    config = accept_lib.AcceptConfig(
+        package=COMBINED,
+        trust=_trust(),
+        device=DeviceSpec(),
+        level=accept_lib.Level.LONG,
+        out_dir=tmp_path / "a",
+        burnin_minutes=TINY,
+    )
+    doc = accept_lib.run_accept(config, steps=ACCEPT_STEPS[:4]).document()
+    steps = {s["name"]: s for s in doc["steps"]}
+    assert steps[step]["status"] == "INTERRUPTED", steps[step]
+    assert steps["validate"]["status"] == "INTERRUPTED" and steps["validate"]["detail"].startswith("not run:")
+    assert doc["verdict"] == "INTERRUPTED" and doc["exit_code"] == 130 and doc["status"] == "interrupted"
+    assert "SIGTERM" in steps[step]["detail"]
+
+
+def test_a_signal_in_the_burn_in_ends_bringup_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _interrupted_runner(monkeypatch, "calctl.runners.burnin", "run_burnin", "burn-in")
+    doc = _bringup_at(tmp_path, bringup.Level.LONG)
+    got = {s["step"]: s for s in doc["summary"]}
+    assert got["burn-in"]["verdict"] == "INTERRUPTED"
+    assert got["validate"]["verdict"] == "SKIP" and "interrupted (SIGTERM) in burn-in" in got["validate"]["detail"]
+    assert doc["verdict"] == "INTERRUPTED" and doc["exit_code"] == 130

@@ -97,6 +97,34 @@ def test_a_board_whose_child_never_reports_is_an_infrastructure_error_not_a_fail
     assert broken["place"] and r.json["boards"][0]["board_id"] == "broken"  # the failing board first
 
 
+def test_accept_long_on_two_boards_gives_each_board_the_level_and_its_burn_in(cli: Cli, tmp_path: Path) -> None:
+    """``--boards`` passes ``--level long`` and ``--burn-in-minutes`` to every board unchanged: each runs its
+    burn-in, and the board whose fan failed is the fleet's FAIL naming the chip and the limit."""
+    from tests.conftest import FIXTURE_PACKAGES, TEST_PUB
+
+    (tmp_path / "fan.yaml").write_text(
+        "schema: calctl-fault-plan/v1\nfaults:\n  - {kind: fan_failed, job: 1, chip: 0, magnitude: 20}\n"
+    )
+    boards = _boards(tmp_path, "{id: cool, seed: 1}", "{id: hot, seed: 2, fault_plan: fan.yaml}")
+    out = tmp_path / "fleet"
+    r = cli(
+        "accept", FIXTURE_PACKAGES / "combined", "--trusted-key", TEST_PUB, "--level", "long", "--burn-in-minutes",
+        "0.05", "--only", "G0", "--boards", "all", "--boards-file", boards, "--report", out, "--format", "json",
+    )  # fmt: skip
+    assert_no_traceback(r)
+    assert r.code == 1, r.err[-2000:]
+    rows = {b["board_id"]: b for b in r.json["boards"]}
+    assert rows["hot"]["verdict"] == "FAIL" and "chip 0 temperature" in rows["hot"]["reason"]
+    for board_id in ("cool", "hot"):
+        doc = json.loads((out / board_id / "report.json").read_text())
+        assert doc["level"] == "long" and doc["level_settings"]["burnin_minutes"] == 0.05
+        assert (out / board_id / "burn-in.json").is_file()
+    cool = json.loads((out / "cool" / "report.json").read_text())
+    assert cool["board"]["burn-in"]["verdict"] in ("PASS", "WARN") and rows["cool"]["verdict"] != "FAIL"
+    hot = json.loads((out / "hot" / "report.json").read_text())
+    assert "over the limit 90 C" in hot["error"]
+
+
 def test_report_merge_of_the_boards_directories(cli: Cli, tmp_path: Path) -> None:
     boards = _boards(tmp_path, "{id: b0, seed: 1}", "{id: b1, seed: 2}")
     out = tmp_path / "fleet"

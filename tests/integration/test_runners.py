@@ -305,9 +305,12 @@ def test_bringup_with_no_arguments_exits_0(cli: Cli, tmp_path: Path, monkeypatch
     assert doc["verdict"] in ("PASS", "WARN") and doc["device"] == "mock" and doc["mock_result"] is True
     assert doc["runtime"]["runtime"] == "0.7.6" and doc["package"]["digest"] and doc["package"]["signer_key_id"]
     summary = {s["step"]: s for s in doc["summary"]}
-    assert list(summary) == ["device-check", "selftest", "validate", "budget", "run-golden", "warmup", "poc", "soak"]
+    assert list(summary) == [
+        "device-check", "selftest", "burn-in", "validate", "budget", "run-golden", "warmup", "poc", "soak"
+    ]  # fmt: skip
     assert summary["device-check"]["verdict"] == "PASS"  # the board first (issue 51 item 6) ...
     assert summary["selftest"]["verdict"] == "NOT JUDGED"  # ... no board profile: figures, not a WARN of its own
+    assert summary["burn-in"]["verdict"] == "SKIP" and "--level long" in summary["burn-in"]["detail"]
     assert doc["step_reports"]["selftest"]["rows"] and doc["step_reports"]["device-check"]["ready"] is True
     assert summary["budget"]["verdict"] == "GO" and summary["run-golden"]["verdict"] == "WARN"
     # the bundled sample compiles B4: run-golden held each model's B4 lanes to their B1 twins

@@ -10,6 +10,8 @@ step              runner                                                  rows
 device-check      the board ready? (``calctl device check``)              every row
 selftest          transfers, memory patterns (``calctl device selftest``;  every row
                   standard and long levels)
+burn-in           both chips at full load, telemetry against limits       every row
+                  (``calctl burn-in``; long level)
 validate          static validation (``calctl validate``)                  every row
 budget            per-chip capacity plan (``calctl budget``)               G0
 load-peak         configure on the device, per-chip memory at load         G0
@@ -27,8 +29,9 @@ rollback          ``--previous`` -> PKG -> one-call rollback, under traffic  G5,
 The board steps come first (:mod:`calctl.runners.board_steps`): a board that
 is not ready stops the run at ``device-check`` (every later step SKIP saying
 so, every row NOT MEASURED with that reason, the verdict FAIL, or ERROR when
-there is no device); a self-test FAIL makes the verdict FAIL and the run goes
-on; a self-test NOT JUDGED (no board profile) is reported as such.
+there is no device); a self-test or burn-in FAIL makes the verdict FAIL and
+the run goes on; a self-test or burn-in NOT JUDGED (no board profile, a figure
+the runtime does not report) is reported as such.
 
 A step that does not apply (no replica package, ``--device calrt`` for a
 mock-only scenario, a row not asked for with ``--only``) is SKIP with the
@@ -138,7 +141,10 @@ def _bringup_state(cfg: AcceptConfig, package: Path, out: Path) -> bringup.Bring
 
 def _board_evidence(state: AcceptState, r: board_steps.BoardStepResult) -> StepEvidence:
     """A board step as evidence: its own report's verdict as the step word (NOT JUDGED: WARN, its detail says
-    the figures were not judged), its report kept beside the others."""
+    the figures were not judged), its report kept beside the others. A board step the signal interrupted (its
+    runner reports INTERRUPTED rather than raising) ends the whole run, as for the other runners."""
+    if r.verdict == "INTERRUPTED":
+        raise Interrupted("SIGTERM" if "SIGTERM" in f"{r.detail} {r.document.get('error')}" else "SIGINT")
     status = StepStatus.ERROR if r.exit_code not in (0, int(ExitCode.FAILED)) else ran_status(r.verdict)
     document = {**r.document, "exit_code": r.exit_code}
     return StepEvidence(
@@ -148,7 +154,7 @@ def _board_evidence(state: AcceptState, r: board_steps.BoardStepResult) -> StepE
         r.key_figure if r.verdict == status.value else f"{r.verdict}: {r.key_figure}",
         r.detail,
         document=document,
-        files=state.files(report=r.path),
+        files=state.files(report=r.path, plot=r.plot),
     )
 
 
@@ -167,6 +173,19 @@ def step_selftest(state: AcceptState) -> StepEvidence:
         raise Skip(why, board_steps.SELFTEST_HOW)
     return _board_evidence(
         state, board_steps.run_board_selftest(cfg.device, state.out, board_profile=cfg.board_profile, seed=cfg.seed)
+    )
+
+
+def step_burnin(state: AcceptState) -> StepEvidence:
+    cfg = state.config
+    why = board_steps.burnin_skip_reason(cfg.level.value)
+    if why is not None:
+        raise Skip(why, board_steps.BURNIN_HOW)
+    return _board_evidence(
+        state,
+        board_steps.run_board_burnin(
+            cfg.device, state.out, minutes=cfg.settings.burnin_minutes, board_profile=cfg.board_profile
+        ),
     )
 
 
@@ -571,6 +590,7 @@ def step_rollback(state: AcceptState) -> StepEvidence:
 STEPS: tuple[Step, ...] = (
     Step(board_steps.CHECK, ROW_IDS, step_device_check),
     Step(board_steps.SELFTEST, ROW_IDS, step_selftest),
+    Step(board_steps.BURNIN, ROW_IDS, step_burnin),
     Step("validate", ROW_IDS, step_validate),
     Step("validate-replica", ("G1", "G2", "G3", "G4"), step_validate_replica),
     Step("budget", ("G0",), step_budget),

@@ -7,7 +7,7 @@ leave G5, M0, M2 and M4 NOT MEASURED saying what they reached. Nothing here runs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -33,15 +33,17 @@ class LevelSettings:
     executor_rounds: int  # measured rounds per executor-modes profile (M1/M2); fewer: wider CIs, inconclusive sooner
     executor_max_rounds: int = 0  # the round budget while M1/M2 is inconclusive (the decision rule); 0: 3 x rounds
     rollback_traffic_s: float = 1.0  # seconds each rollback stage serves (previous, PKG, previous again)
+    burnin_minutes: float = 0.0  # minutes both chips run at full load (0: the level runs no burn-in)
 
 
 #: One row a level: soak cycles or hours, seconds of traffic a cycle, step timeout, soak checkpoint, executor
-#: rounds and their budget, seconds a rollback stage serves.
+#: rounds and their budget, seconds a rollback stage serves, the burn-in's minutes (long only: 30 min beside
+#: its 24 h soak, three times bring-up's; ``--burn-in-minutes`` overrides it).
 LEVELS: dict[Level, LevelSettings] = {
     Level.QUICK: LevelSettings(3, None, 0.5, 30.0, 60.0, 3, 12, 1.0),  # CI: minutes on the mock
     Level.STANDARD: LevelSettings(20, None, 5.0, 30.0, 60.0, 8, 24, 5.0),  # a bench session, well under an hour
     # The report's durations: a 24 h soak (>= 100 cycles at 60 s of traffic each, 8 h of switching included).
-    Level.LONG: LevelSettings(None, 24.0, 60.0, 60.0, 300.0, 30, 90, 60.0),
+    Level.LONG: LevelSettings(None, 24.0, 60.0, 60.0, 300.0, 30, 90, 60.0, burnin_minutes=30.0),
 }
 
 ROW_IDS = tuple(r.id for r in ROWS)
@@ -59,6 +61,7 @@ class AcceptConfig:
     seed: int = 0
     previous: Path | None = None  # the version PKG replaces: the rollback step rolls forward from it and back
     board_profile: Path | None = None  # calculet-board-profile/v1 for the self-test (None: transfers NOT JUDGED)
+    burnin_minutes: float | None = None  # the burn-in's minutes at a level that runs one (None: the level's own)
 
     def __post_init__(self) -> None:
         if self.only is not None:
@@ -71,7 +74,8 @@ class AcceptConfig:
 
     @property
     def settings(self) -> LevelSettings:
-        return LEVELS[self.level]
+        s = LEVELS[self.level]
+        return s if self.burnin_minutes is None else replace(s, burnin_minutes=self.burnin_minutes)
 
     def wants(self, *rows: str) -> bool:
         return self.only is None or any(r in self.only for r in rows)

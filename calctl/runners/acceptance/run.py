@@ -40,7 +40,7 @@ from calctl.runners.acceptance.plan import (
 )
 from calctl.runners.acceptance.plot import plot_rows
 from calctl.runners.acceptance.rows import GateDecision, RowResult, StepEvidence
-from calctl.runners.board_steps import CHECK, SELFTEST, board_figures
+from calctl.runners.board_steps import BURNIN, CHECK, SELFTEST, board_figures
 from calctl.runners.device import DeviceSpec
 from calctl.runners.steps import error_text
 
@@ -91,14 +91,16 @@ BOARD_HOW = "fix the board (`calctl device check` names the chip and why), then 
 
 def board_failure(steps: tuple[StepEvidence, ...] | list[StepEvidence]) -> str | None:
     """The board's own failure, in words, when a board step failed its check: the board not ready (the
-    device check, which stopped the run) or a self-test row failed; else None. A board step in ERROR (no
-    device) is a step that could not run, said as such by the verdict."""
+    device check, which stopped the run), else every self-test and burn-in failure; else None. A board step
+    in ERROR (no device) is a step that could not run, said as such by the verdict."""
+    said = {SELFTEST: "the board failed its self-test", BURNIN: "the board failed its burn-in"}
+    failed = []
     for s in steps:
         if s.status is StepStatus.FAIL and s.name == CHECK:
             return f"the board is not ready: {s.detail}"
-        if s.status is StepStatus.FAIL and s.name == SELFTEST:
-            return f"the board failed its self-test: {s.detail}"
-    return None
+        if s.status is StepStatus.FAIL and s.name in said:
+            failed.append(f"{said[s.name]}: {s.detail}")
+    return "; ".join(failed) or None
 
 
 def _step_code(step: StepEvidence) -> int | None:
@@ -272,7 +274,7 @@ def _checkpoint(
         header = {**header, **{k: label[k] for k in ("device_label", "note", "runtime")}}
     board = {
         name: state.steps[name].document
-        for name in (CHECK, SELFTEST)
+        for name in (CHECK, SELFTEST, BURNIN)
         if name in state.steps and state.steps[name].status not in (StepStatus.SKIP, StepStatus.INTERRUPTED)
     }
     board_error = board_failure(done) or _board_not_run(done)
@@ -286,7 +288,7 @@ def _checkpoint(
             "counts": counts(rows),
             "report_dir": str(config.out_dir),
             "rows": [r.to_dict() for r in rows],
-            "board": board_figures(board.get(CHECK) or None, board.get(SELFTEST) or None),
+            "board": board_figures(board.get(CHECK) or None, board.get(SELFTEST) or None, board.get(BURNIN) or None),
             "files": {"report": REPORT_FILE, "plot": PLOT_FILE},
             # every device the steps opened: per-chip power, temperature, throttle, ECC (calctl.runners.telemetry)
             **({"telemetry": telemetry.documents_since(state.telemetry_mark)} if final else {}),
@@ -350,7 +352,7 @@ def _header(config: AcceptConfig, started: datetime) -> dict[str, Any]:
         device_options=config.device.describe(),
         package=str(config.package),
         level=config.level.value,
-        level_settings=LEVELS[config.level],
+        level_settings=config.settings,  # the level's, with --burn-in-minutes where given
         replica=str(config.replica) if config.replica else None,
         previous=str(config.previous) if config.previous else None,
         only=sorted(config.only) if config.only else None,

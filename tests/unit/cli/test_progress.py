@@ -98,9 +98,13 @@ def test_accept_says_its_plan_and_estimate_before_it_starts(tmp_path: Path) -> N
 
     config = AcceptConfig(tmp_path, TrustPolicy(), DeviceSpec(), Level.QUICK, tmp_path)
     line = _plan_line(config)
-    # the board first: the check at every level, the self-test only where it runs (standard, long)
+    # the board first: the check at every level, the self-test (standard, long) and burn-in (long) where they run
     assert line.startswith("plan: device-check, validate, validate-replica, budget, ")
     assert "soak (3 cycles of 0.5 s traffic)" in line
     assert line.endswith("about 1–3 min on the mock (72 s measured on 2 cores)")
     only = AcceptConfig(tmp_path, TrustPolicy(), DeviceSpec(), Level.LONG, tmp_path, only=frozenset({"M3"}))
-    assert _plan_line(only) == "plan: device-check, selftest, validate, batch; about 24 h: the soak alone runs 24 h"
+    assert _plan_line(only) == (
+        "plan: device-check, selftest, burn-in (30 min), validate, batch; about 24 h: the soak alone runs 24 h"
+    )
+    shorter = AcceptConfig(tmp_path, TrustPolicy(), DeviceSpec(), Level.LONG, tmp_path, burnin_minutes=0.5)
+    assert "burn-in (0.5 min)" in _plan_line(shorter)

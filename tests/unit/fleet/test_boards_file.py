@@ -130,6 +130,11 @@ def test_the_child_runs_the_same_command_without_the_options_the_fan_out_gives_i
     assert child_args(argv, ["device", "check"]) == (["device", "check", "--step-timeout", "5", "--format", "json"], {})
     args, _ = child_args(["bringup", "pkg", "--level", "quick"], ["bringup"])
     assert args[:4] == ["bringup", "pkg", "--level", "quick"]
+    # the level and the burn-in's minutes reach every board unchanged (the burn-in runs at --level long)
+    for command in ("bringup", "accept"):
+        argv = [command, "pkg", "--boards", "all", "--level=long", "--burn-in-minutes", "0.5", "--report", "r"]
+        args, _ = child_args(argv, [command])
+        assert args == [command, "pkg", "--level=long", "--burn-in-minutes", "0.5", "--format", "json"]
     # each board writes its own trace and plot, in its directory, never all into one file
     args, files = child_args(["run-golden", "--trace", "/tmp/t.json", "--plot=p.png", "--model", "a"], ["run-golden"])
     assert args == ["run-golden", "--model", "a", "--format", "json"]

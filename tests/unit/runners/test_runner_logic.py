@@ -377,17 +377,91 @@ def test_the_board_steps_come_first_at_their_levels() -> None:
     from calctl.runners import bringup
     from calctl.runners.acceptance.evidence import STEPS as ACCEPT_STEPS
 
-    assert [s.name for s in bringup.STEPS][:3] == ["device-check", "selftest", "validate"]
-    assert [s.name for s in ACCEPT_STEPS][:3] == ["device-check", "selftest", "validate"]
+    assert [s.name for s in bringup.STEPS][:4] == ["device-check", "selftest", "burn-in", "validate"]
+    assert [s.name for s in ACCEPT_STEPS][:4] == ["device-check", "selftest", "burn-in", "validate"]
     assert bringup.DEVICE_CHECK.stops and not bringup.SELFTEST_STEP.not_judged_warns
+    assert not bringup.BURNIN_STEP.stops and not bringup.BURNIN_STEP.not_judged_warns  # a FAIL: the run goes on
+    assert bringup.BURNIN_STEP.needs == ("device-check",)  # a self-test FAIL does not keep the burn-in from running
 
-    def applies(level: Level) -> str | None:
+    def applies(step: BringupStep, level: Level) -> str | None:
         state = BringupState(config=dataclasses.replace(_config(Path(".")), level=level), stack=None)  # type: ignore[arg-type]
-        return bringup.SELFTEST_STEP.applies(state)
+        return step.applies(state)
 
-    assert applies(Level.STANDARD) is None and applies(Level.LONG) is None
-    quick = applies(Level.QUICK)
+    assert applies(bringup.SELFTEST_STEP, Level.STANDARD) is None and applies(bringup.SELFTEST_STEP, Level.LONG) is None
+    quick = applies(bringup.SELFTEST_STEP, Level.QUICK)
     assert quick is not None and "--level standard" in quick and "calctl device selftest" in quick
+    assert applies(bringup.BURNIN_STEP, Level.LONG) is None
+    for level in (Level.QUICK, Level.STANDARD):
+        why = applies(bringup.BURNIN_STEP, level)
+        assert why is not None and "runs at --level long" in why and "calctl burn-in --minutes N" in why
+
+
+def test_the_burn_in_minutes_are_a_level_setting_an_option_overrides() -> None:
+    from calctl.runners.acceptance.plan import LEVELS as ACCEPT_LEVELS
+    from calctl.runners.acceptance.plan import AcceptConfig
+    from calctl.runners.bringup import LEVELS
+
+    assert LEVELS[Level.LONG].burnin_minutes == 10.0 and ACCEPT_LEVELS[Level.LONG].burnin_minutes == 30.0
+    assert all(
+        LEVELS[lv].burnin_minutes == 0 == ACCEPT_LEVELS[lv].burnin_minutes for lv in (Level.QUICK, Level.STANDARD)
+    )
+    config = dataclasses.replace(_config(Path(".")), level=Level.LONG)
+    assert config.settings.burnin_minutes == 10.0
+    assert dataclasses.replace(config, burnin_minutes=0.05).settings.burnin_minutes == 0.05
+    assert dataclasses.replace(config, burnin_minutes=0.05).settings.warmup_iterations == 200  # nothing else moves
+    accept = AcceptConfig(Path("p"), TrustPolicy(), DeviceSpec(), Level.LONG, Path("o"), burnin_minutes=2.0)
+    assert accept.settings.burnin_minutes == 2.0 and accept.settings.soak_hours == 24.0
+
+
+def _burnin_report(monkeypatch: pytest.MonkeyPatch, verdict: str, rows: list[dict[str, Any]]) -> None:
+    import calctl.runners.burnin as burnin
+
+    def fake(device: object, **kwargs: Any) -> Report:
+        return Report("burn-in", verdict, {"device": "mock"}, {"minutes": kwargs["minutes"], "rows": rows})
+
+    monkeypatch.setattr(burnin, "run_burnin", fake)
+
+
+def _row(chip: int, figure: str, status: str, detail: str) -> dict[str, Any]:
+    return {"chip": chip, "figure": figure, "status": status, "value": None, "limit": None, "detail": detail}
+
+
+def test_a_burn_in_with_rows_it_could_not_judge_is_not_judged_and_a_warn_row_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The burn-in's own WARN covers both a figure near its limit and a figure not reported: in a pipeline the
+    first is a WARN, the second NOT JUDGED (the figures reported, the verdict not turned)."""
+    from calctl.runners.board_steps import run_board_burnin
+
+    _burnin_report(
+        monkeypatch,
+        "WARN",
+        [_row(0, "temperature", "NOT JUDGED", "temperature: not reported by the runtime"), _row(0, "jobs", "PASS", "")],
+    )
+    r = run_board_burnin(DeviceSpec(), tmp_path, minutes=0.01)
+    assert r.verdict == "NOT JUDGED" and r.exit_code == 0
+    assert r.detail.startswith("not judged: chip 0 temperature: temperature: not reported by the runtime")
+    assert (tmp_path / "burn-in.json").is_file() and r.path == tmp_path / "burn-in.json"
+    _burnin_report(
+        monkeypatch,
+        "WARN",
+        [
+            _row(1, "power", "WARN", "43 W is within 5% of the limit 45 W"),
+            _row(0, "temperature", "NOT JUDGED", "temperature: not reported by the runtime"),
+        ],
+    )
+    r = run_board_burnin(DeviceSpec(), tmp_path, minutes=0.01)
+    assert r.verdict == "WARN" and r.detail == "chip 1 power: 43 W is within 5% of the limit 45 W"
+    _burnin_report(
+        monkeypatch,
+        "FAIL",
+        [_row(c, "temperature", "FAIL", f"9{c} C is over the limit 85 C") for c in (0, 1)],
+    )
+    r = run_board_burnin(DeviceSpec(), tmp_path, minutes=0.01)
+    assert r.verdict == "FAIL" and r.exit_code == 1  # every failing row, each naming its chip and the limit
+    assert (
+        r.detail == "chip 0 temperature: 90 C is over the limit 85 C; chip 1 temperature: 91 C is over the limit 85 C"
+    )
 
 
 @pytest.mark.parametrize("where", ["live line", "teardown"])
