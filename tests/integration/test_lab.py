@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from calctl.runners.bringup import STEPS
 from tests.integration.lab_harness import (
     REPO,
     SSH_HOST,
@@ -176,7 +177,7 @@ def test_one_run_over_five_boards_gives_one_fleet_report(the_lab: Lab) -> None:
         report = json.loads((out / board / "report.json").read_text())
         assert report["command"] == "bringup" and (out / board / "report.html").is_file()
         junit = ET.parse(out / board / "junit.xml").getroot()
-        assert junit.find("testsuite") is not None and junit.get("tests") == "6"
+        assert junit.find("testsuite") is not None and junit.get("tests") == str(len(STEPS))
         assert "plan:" in (out / board / "calctl.log").read_text()
     assert rows["lab-b4"]["place"] and SSH_HOST in rows["lab-b4"]["place"]
     assert not list((the_lab.root.parent / "remote-work").iterdir()), "the remote run directory was left behind"
