@@ -55,7 +55,7 @@ def burn_in(
     Back-to-back jobs on both chips at once (two in flight per chip) for --minutes, telemetry sampled every
     --interval seconds. Per chip: temperature, power, time throttled, ECC correctable and uncorrectable, a
     frozen sensor, failed jobs; each PASS, WARN (within 5 % of its limit) or FAIL naming figure, chip and
-    limit; NOT JUDGED where the runtime does not report it. Limits from --profile (the telemetry block of a
+    limit; NOT JUDGED where the runtime does not report it. Limits from --board-profile (the telemetry block of a
     calculet-board-profile/v1), else the runtime's own limits (docs/burn-in.md).
 
     Exit 0 PASS or WARN, 1 a FAIL, 2 usage or a bad profile, 3 no device, 130 interrupted.

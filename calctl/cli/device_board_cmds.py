@@ -162,8 +162,9 @@ def reset(
 ProfileOpt = Annotated[
     Path | None,
     typer.Option(
-        "--profile",
-        help="A calculet-board-profile/v1 YAML of the board's expected figures; without it every row is NOT JUDGED.",
+        "--board-profile",
+        help="The board's profile (YAML, docs/runtime.md §8): its expected figures; without it every row is NOT "
+        "JUDGED. The same option as bringup's and accept's.",
     ),
 ]
 RepeatsOpt = Annotated[int, int_option("--repeats", min=1, max=100, help="Transfers per size and row (default 5).")]
@@ -184,7 +185,7 @@ def selftest(
     """Host<->device transfer bandwidth per chip and both chips at once, beside the host's memcpy rate.
 
     Each row is judged on the device's clock at the largest size against the board profile's threshold
-    (--profile, docs/runtime.md §8): PASS at or above it, FAIL below it naming the figure; NOT JUDGED without
+    (--board-profile, docs/runtime.md §8): PASS at or above it, FAIL below it naming the figure; NOT JUDGED without
     a profile; UNSUPPORTED (C4) on a runtime without device memory access, never a pass. Bytes read back must
     be those written.
 

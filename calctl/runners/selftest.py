@@ -85,13 +85,13 @@ class BoardProfile:
         try:  # O_NONBLOCK: a FIFO given as the profile is refused, not waited on
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
-            raise ConfigError(f"--profile {path}: cannot read the board profile: {exc.strerror}") from None
+            raise ConfigError(f"--board-profile {path}: cannot read the board profile: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ConfigError(f"--profile {path}: the board profile is not a regular file")
+                raise ConfigError(f"--board-profile {path}: the board profile is not a regular file")
             data = fh.read(MAX_PROFILE_BYTES + 1)
         if len(data) > MAX_PROFILE_BYTES:
-            raise ConfigError(f"--profile {path}: larger than {MAX_PROFILE_BYTES} bytes")
+            raise ConfigError(f"--board-profile {path}: larger than {MAX_PROFILE_BYTES} bytes")
         try:
             doc = yamlsafe.loads(data, source=str(path))
         except PackageFormatError as exc:
@@ -290,7 +290,7 @@ def _grade(
         )
         return row(RowStatus.NOT_JUDGED, f"{why}; host clock {last.host_gbps:.2f} GB/s")
     if profile is None:
-        return row(RowStatus.NOT_JUDGED, f"{at}; no board profile (--profile) to judge it against")
+        return row(RowStatus.NOT_JUDGED, f"{at}; no board profile (--board-profile) to judge it against")
     if threshold is None:
         return row(RowStatus.NOT_JUDGED, f"{at}; the profile {profile.path} gives no {key}")
     if figure < threshold:
@@ -459,7 +459,7 @@ def _grade_stability(
         return Row(name, (chip,), "d2h", status, round(cv, 4), limit, detail)
 
     if limit is None:
-        words = "no board profile (--profile)" if profile is None else f"the profile {profile.path} gives no d2h_cv_max"
+        words = "no board profile (--board-profile)" if profile is None else f"the profile {profile.path} gives no d2h_cv_max"
         return row(RowStatus.NOT_JUDGED, f"{at}; {words} to judge it against")
     if cv > limit:
         return row(RowStatus.FAIL, f"{at}, more than the profile's d2h_cv_max {limit:.1%}")

@@ -80,7 +80,7 @@ def test_without_a_profile_every_figure_is_reported_and_not_judged(cli: Cli) -> 
 
 
 def test_a_healthy_board_passes_its_profile(cli: Cli, tmp_path: Path) -> None:
-    r = _selftest(cli, "--profile", _profile(tmp_path))
+    r = _selftest(cli, "--board-profile", _profile(tmp_path))
     rows = _rows(r)
     assert all(rows[n]["status"] == "PASS" for n in (*ALONE, *STABILITY)), [rows[n]["detail"] for n in ALONE]
     # Both chips at once: judged when the host issued them together for a transfer's time, else NOT JUDGED.
@@ -91,7 +91,7 @@ def test_a_healthy_board_passes_its_profile(cli: Cli, tmp_path: Path) -> None:
 
 def test_a_slow_link_fails_every_row_with_its_figure(cli: Cli, tmp_path: Path) -> None:
     plan = _plan(tmp_path, "{kind: slow_link, probability: 1}")  # a quarter of the link: 1.25 GB/s
-    r = _selftest(cli, "--profile", _profile(tmp_path), "--fault-plan", plan)
+    r = _selftest(cli, "--board-profile", _profile(tmp_path), "--fault-plan", plan)
     assert r.code == 1 and r.json["verdict"] == "FAIL"
     rows = _rows(r)
     for name in ALONE:
@@ -104,7 +104,7 @@ def test_a_slow_link_fails_every_row_with_its_figure(cli: Cli, tmp_path: Path) -
 
 def test_one_chip_at_half_its_bandwidth_fails_its_rows_only(cli: Cli, tmp_path: Path) -> None:
     plan = _plan(tmp_path, "{kind: slow_chip_transfer, chip: 1, probability: 1}")
-    r = _selftest(cli, "--profile", _profile(tmp_path), "--fault-plan", plan)
+    r = _selftest(cli, "--board-profile", _profile(tmp_path), "--fault-plan", plan)
     assert r.code == 1
     rows = _rows(r)
     for name in ("h2d chip 1", "d2h chip 1"):
@@ -115,7 +115,7 @@ def test_one_chip_at_half_its_bandwidth_fails_its_rows_only(cli: Cli, tmp_path: 
 
 def test_a_chip_whose_reads_slow_down_now_and_then_fails_its_stability_row(cli: Cli, tmp_path: Path) -> None:
     plan = _plan(tmp_path, "{kind: slow_chip_transfer, chip: 0, probability: 0.3}")
-    r = _selftest(cli, "--profile", _profile(tmp_path), "--fault-plan", plan)
+    r = _selftest(cli, "--board-profile", _profile(tmp_path), "--fault-plan", plan)
     assert r.code == 1
     rows = _rows(r)
     row = rows["d2h stability chip 0"]
@@ -126,7 +126,7 @@ def test_a_chip_whose_reads_slow_down_now_and_then_fails_its_stability_row(cli: 
 
 def test_rows_are_judged_on_the_device_clock_beside_a_busy_host(cli: Cli, tmp_path: Path) -> None:
     with busy_host():
-        r = _selftest(cli, "--profile", _profile(tmp_path))
+        r = _selftest(cli, "--board-profile", _profile(tmp_path))
     rows = _rows(r)
     assert all(rows[n]["status"] == "PASS" for n in ALONE), [rows[n]["detail"] for n in ALONE]
     assert not any(row["status"] == "FAIL" for row in rows.values())
@@ -144,7 +144,9 @@ def shim_without_memory_calls(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_shim_without_the_memory_calls_is_unsupported_never_passed(
     cli: Cli, tmp_path: Path, shim_without_memory_calls: Path
 ) -> None:
-    r = _selftest(cli, "--device", "calrt", "--calrt-lib", shim_without_memory_calls, "--profile", _profile(tmp_path))
+    r = _selftest(
+        cli, "--device", "calrt", "--calrt-lib", shim_without_memory_calls, "--board-profile", _profile(tmp_path)
+    )
     assert r.code == 0
     doc = r.json
     assert doc["verdict"] == "NOT JUDGED" and doc["device_label"] == "software model"
@@ -162,7 +164,7 @@ def test_the_reference_board_passes_through_the_optional_calls(
     reference_board: Path,  # noqa: F811
 ) -> None:
     r = _selftest(
-        cli, "--device", "calrt", "--calrt-lib", reference_board, "--profile", _profile(tmp_path), "--seed", "7"
+        cli, "--device", "calrt", "--calrt-lib", reference_board, "--board-profile", _profile(tmp_path), "--seed", "7"
     )
     doc = r.json
     assert doc["device_label"] == "software model" and doc["device_options"]["calrt_lib"] == str(reference_board)
@@ -215,7 +217,7 @@ def test_an_intermittent_bit_flip_fails_its_chip_naming_an_address(cli: Cli, tmp
     ],
 )
 def test_a_bad_profile_is_a_usage_error_naming_the_field(cli: Cli, tmp_path: Path, text: str, words: str) -> None:
-    r = cli("device", "selftest", "--profile", _profile(tmp_path, text))
+    r = cli("device", "selftest", "--board-profile", _profile(tmp_path, text))
     assert_no_traceback(r)
     assert r.code == 2 and words in r.err, r.err
 
@@ -223,7 +225,7 @@ def test_a_bad_profile_is_a_usage_error_naming_the_field(cli: Cli, tmp_path: Pat
 def test_a_fifo_profile_is_refused_not_waited_on(cli: Cli, tmp_path: Path) -> None:
     fifo = tmp_path / "profile.fifo"
     os.mkfifo(fifo)
-    r = cli("device", "selftest", "--profile", fifo)
+    r = cli("device", "selftest", "--board-profile", fifo)
     assert_no_traceback(r)
     assert r.code == 2 and "not a regular file" in r.err
 

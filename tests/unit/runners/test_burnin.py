@@ -124,7 +124,7 @@ def test_profile_limits_are_read_and_bad_ones_refused(tmp_path: Path, cli: Cli) 
     assert limits.temperature_c_max == 80.0 and limits.ecc_correctable_max == 5 and str(good) in limits.source
     bad = tmp_path / "bad.yaml"
     bad.write_text("schema: calculet-board-profile/v1\ntelemetry: {temperature_c_max: -3}\n")
-    r = cli("burn-in", "--minutes", "0.01", "--profile", bad, "--report", tmp_path / "out")
+    r = cli("burn-in", "--minutes", "0.01", "--board-profile", bad, "--report", tmp_path / "out")
     assert r.code == 2 and "temperature_c_max" in r.err and "Traceback" not in r.err
 
 
