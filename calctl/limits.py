@@ -53,6 +53,10 @@ MAX_GGUF_ARRAY_ITEMS = Limit(
     1 << 21,
     "Llama 3 holds 408,403 (128,256 tokens, 280,147 merges)",
 )
+#: A ``tokenizer.json``'s ``model.merges`` (BPE): the tokenizers library spends about 0.5 KB and 3 µs a merge.
+MAX_MERGES = Limit("MAX_MERGES", "BPE merges of a tokenizer", 1 << 20, "Llama 3 has 280,147, Qwen 2.5 151,387")
+#: A ``tokenizer.json``'s ``added_tokens`` (each also a vocabulary entry, so within ``MAX_VOCAB`` too).
+MAX_ADDED_TOKENS = Limit("MAX_ADDED_TOKENS", "added tokens of a tokenizer", 65536, "Llama 3 lists 256")
 MAX_SHARDS = Limit("MAX_SHARDS", "weight shard files", 4096, "Llama 3.1 405B ships 191 safetensors shards")
 #: Any other integer a config declares (a pattern, a step): bounded so no arithmetic on it runs away.
 MAX_COUNT = Limit("MAX_COUNT", "any other declared count", 2**31 - 1, "an int32, as the C runtime holds it")
@@ -70,6 +74,8 @@ LIMITS: tuple[Limit, ...] = (
     MAX_GGUF_KEYS,
     MAX_GGUF_TENSORS,
     MAX_GGUF_ARRAY_ITEMS,
+    MAX_MERGES,
+    MAX_ADDED_TOKENS,
     MAX_SHARDS,
     MAX_COUNT,
 )

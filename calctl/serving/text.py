@@ -30,6 +30,7 @@ from tokenizers import Tokenizer
 
 from calctl import jsonsafe
 from calctl.errors import ConfigError
+from calctl.package import tokenizer_file
 
 
 class ChatTemplateError(ValueError):
@@ -56,8 +57,12 @@ class TextCodec:
 
     @classmethod
     def from_files(cls, tokenizer_json: Path, config_json: Path | None, eos_token_id: int | None) -> TextCodec:
+        try:  # bounded read and scan first (validate's TOK001 check; the package may have changed since)
+            data = tokenizer_file.read(tokenizer_json)
+        except (OSError, tokenizer_file.TokenizerRefused) as exc:
+            raise ConfigError(f"{tokenizer_json}: cannot load tokenizer: {exc}") from None
         try:
-            tok = Tokenizer.from_buffer(tokenizer_json.read_bytes())  # any path bytes: from_file takes UTF-8 only
+            tok = Tokenizer.from_buffer(data)  # any path bytes: from_file takes UTF-8 only
         except Exception as exc:  # tokenizers raises plain Exception subclasses
             raise ConfigError(f"{tokenizer_json}: cannot load tokenizer: {exc}") from None
         template = None
