@@ -157,6 +157,10 @@ def rope_theta_out_of_range(doc: Doc) -> None:
     _model(doc, "model-b")["architecture"]["rope_theta"] = 1e300  # finite, so YAML and the schema let it through
 
 
+def norm_eps_out_of_range(doc: Doc) -> None:
+    _model(doc, "model-a")["architecture"]["norm_eps"] = 1e308  # every normalised activation would be zero
+
+
 # -- tokenizer ------------------------------------------------------------------------------
 
 
@@ -201,6 +205,7 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("GOLD003", golden_token_outside_vocabulary, "outside the vocabulary"),
     ("GOLD005", manifest_edit(parameter_tensors_overlap), "layers.0.attn_norm and layers.0.wq overlap"),
     ("GOLD009", manifest_edit(rope_theta_out_of_range), "rope_theta 1e+300 is outside 1..1e+10"),
+    ("GOLD009", manifest_edit(norm_eps_out_of_range), "norm_eps 1e+308 is outside 1e-12..0.1"),
     ("TOK001", tokenizer_does_not_load, "does not load"),
     ("TOK004", eos_token_maps_elsewhere, "eos_token '<|im_start|>' of 'model-a'"),
     ("TOK002", added_token_id_past_vocabulary, "added_tokens_decoder['1000000']: id 1000000 is outside the vocabulary"),
