@@ -183,6 +183,20 @@ def added_token_id_past_vocabulary(root: Path) -> None:
     reseal(root)
 
 
+NESTED_LOOPS = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+
+
+def chat_template_loops(root: Path) -> None:
+    edit_json(root / "tokenizer/model-b/tokenizer_config.json", lambda c: c.__setitem__("chat_template", NESTED_LOOPS))
+    reseal(root)
+
+
+def chat_template_builds_a_huge_string(root: Path) -> None:
+    doubling = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+    edit_json(root / "tokenizer/model-a/tokenizer_config.json", lambda c: c.__setitem__("chat_template", doubling))
+    reseal(root)
+
+
 def pad_token_unknown(root: Path) -> None:
     edit_json(root / "tokenizer/model-b/tokenizer_config.json", lambda c: c.__setitem__("pad_token", "[PAD]"))
     reseal(root)
@@ -210,6 +224,8 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("TOK004", eos_token_maps_elsewhere, "eos_token '<|im_start|>' of 'model-a'"),
     ("TOK002", added_token_id_past_vocabulary, "added_tokens_decoder['1000000']: id 1000000 is outside the vocabulary"),
     ("TOK004", pad_token_unknown, "pad_token: '[PAD]' is not a token of the tokenizer"),
+    ("TOK005", chat_template_loops, "chat template of 'model-b' is too costly to render 1 message(s)"),
+    ("TOK005", chat_template_builds_a_huge_string, "'~' would make 2,097,152 characters"),
 ]
 
 
