@@ -23,6 +23,8 @@ into their own error (exit 1 for a package, 2 for an input file).
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from calctl import jsonsafe, limits
@@ -80,6 +82,37 @@ def _too_big(size: int) -> str:
         f"is {size:,} bytes, over the {MAX_TOKENIZER_BYTES:,} a tokenizer.json may have "
         "(calctl.package.tokenizer_file.MAX_TOKENIZER_BYTES; Gemma 3's is 33 MB)"
     )
+
+
+_ADDED = re.compile(rb'(?<=[{,\s])"added_tokens"\s*:\s*(?=\[)')
+#: Candidate ``"added_tokens"`` keys tried (the top-level one comes first in every real file).
+_MAX_CANDIDATES = 4
+#: Bytes of the ``added_tokens`` array decoded at most (65,536 entries of about 150 bytes).
+MAX_ADDED_TOKENS_BYTES = 16 * 1024**2
+
+
+def declared_added_tokens(data: bytes) -> list[tuple[int, str, object]] | None:
+    """``(index, content, id)`` of each entry of the file's ``added_tokens`` as the file states it, or None when
+    the array cannot be read within :data:`MAX_ADDED_TOKENS_BYTES`. Only that array is decoded (the vocabulary of
+    a million entries is never built into Python objects), after :func:`check` bounded it to
+    ``limits.MAX_ADDED_TOKENS`` entries. Entries that are not objects with a string ``content`` are left out (the
+    library refuses them when it loads the file)."""
+    decoder = json.JSONDecoder()
+    for n, m in enumerate(_ADDED.finditer(data)):
+        if n >= _MAX_CANDIDATES:
+            break
+        text = data[m.end() : m.end() + MAX_ADDED_TOKENS_BYTES].decode("utf-8", "replace")
+        try:
+            value, _ = decoder.raw_decode(text)
+        except ValueError:
+            continue
+        if isinstance(value, list):
+            return [
+                (i, e["content"], e.get("id"))
+                for i, e in enumerate(value)
+                if isinstance(e, dict) and isinstance(e.get("content"), str)
+            ]
+    return None
 
 
 def read(path: Path) -> bytes:

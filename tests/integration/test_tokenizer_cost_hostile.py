@@ -43,6 +43,17 @@ def test_validate_refuses_it_in_a_package_with_tok001(cli: Cli, tmp_path: Path) 
     assert code == 1 and "calctl.limits.MAX_VOCAB" in tok001["message"], tok001
 
 
+def test_import_hf_refuses_an_added_token_whose_declared_id_the_library_ignores(cli: Cli, tmp_path: Path) -> None:
+    """tokenizers assigns added tokens its own ids: a file declaring another one is read differently elsewhere."""
+    d, _, _ = write_hf_dir(tmp_path / "hf", "llama")
+    doc = json.loads((d / "tokenizer.json").read_text())
+    doc["added_tokens"][0]["id"] = 123_456
+    (d / "tokenizer.json").write_text(json.dumps(doc))
+    r = cli("import", "hf", d, tmp_path / "pkg", "--key", TEST_KEY)
+    text = " ".join(r.err.split())
+    assert r.code == 2 and "tokenizer.json" in text and "added_tokens[0]" in text and "declares id 123456" in text, text
+
+
 def test_the_serving_text_codec_refuses_it_before_loading(tmp_path: Path) -> None:
     from calctl.serving.text import TextCodec
 

@@ -37,6 +37,7 @@ from calctl.compiler.importer import shards
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config, refuse_unknown_tokens
 from calctl.compiler.importer.shards import ShardPlan, check_owners
 from calctl.package import tokenizer_file
+from calctl.package.tokenizer_ids import added_id_problems
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 #: A safetensors header (JSON) read into memory: the largest shard of a 405B checkpoint has ~100 KB; the format
@@ -258,6 +259,8 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
     except OSError as exc:
         raise CheckpointError(tok_path, f"cannot read it: {exc.strerror or exc}") from None
     tokenizer = _check_tokenizer(tok_path, tok_bytes)
+    for where, problem in added_id_problems(tokenizer_file.declared_added_tokens(tok_bytes) or [], tokenizer):
+        raise CheckpointError(tok_path, f"{where}: {problem}", hint="validate's TOK002 refuses the same file")
     tok_cfg_path = root / "tokenizer_config.json"
     tok_cfg = _read_json(tok_cfg_path, "tokenizer_config.json") if tok_cfg_path.is_file() else {}
     if not tok_cfg:

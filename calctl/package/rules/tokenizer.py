@@ -15,7 +15,15 @@ from calctl import jsonsafe
 from calctl.package.model import Model, Package
 from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
-from calctl.package.tokenizer_ids import decoder_id_problems, ids_outside, token_text, unknown_special_tokens
+from calctl.package import tokenizer_file
+from calctl.package.rules.context import MAX_TOKENIZER_BYTES
+from calctl.package.tokenizer_ids import (
+    added_id_problems,
+    decoder_id_problems,
+    ids_outside,
+    token_text,
+    unknown_special_tokens,
+)
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
@@ -132,6 +140,7 @@ class TokenizerVocab(PackageRule):
                     found=size,
                 )
             yield from self._ids_by_value(m, tok, field)
+            yield from self._added_token_ids(ctx, m, tok)
             yield from self._config_ids(ctx, m, tok)
         yield self.note(
             "tokenizer vocabularies and every id they can produce agree with the manifest and model configs"
@@ -149,6 +158,24 @@ class TokenizerVocab(PackageRule):
                 field=field,
                 expected=f"every id < {bound} (tokenizer.vocab_size and architecture.vocab_size)",
                 found=named[0].split(" ")[1],
+            )
+
+    def _added_token_ids(self, ctx: ValidationContext, m: Model, tok: Any) -> Iterator[Finding]:
+        """tokenizer.json's own ``added_tokens`` ids by value: the library assigns its own ids, so an id the file
+        declares that differs is read differently by every other tool (issue 54)."""
+        try:
+            declared = tokenizer_file.declared_added_tokens(ctx.read_bytes(m.tokenizer.file, MAX_TOKENIZER_BYTES))
+        except ReadProblem:
+            return  # it loaded a moment ago; TOK001 reports a file that changed under the validator
+        problems = list(added_id_problems(declared or [], tok))
+        for where, problem in problems[:20]:
+            yield self.problem(
+                f"tokenizer of {m.alias!r}: {where}: {problem}"
+                + (f" ({len(problems)} entries in all)" if len(problems) > 20 else ""),
+                file=m.tokenizer.file,
+                field=f"{m.pointer}/tokenizer/file",
+                expected="each added token's id the id the loaded tokenizer gives it",
+                found=where,
             )
 
     def _config_ids(self, ctx: ValidationContext, m: Model, tok: Any) -> Iterator[Finding]:

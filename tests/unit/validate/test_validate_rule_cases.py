@@ -183,6 +183,14 @@ def added_token_id_past_vocabulary(root: Path) -> None:
     reseal(root)
 
 
+def added_token_declares_another_id(root: Path) -> None:
+    def renumber(doc: dict[str, Any]) -> None:
+        doc["added_tokens"][-1]["id"] = 999_999  # the library assigns its own id; every other tool reads this one
+
+    edit_json(root / "tokenizer/model-a/tokenizer.json", renumber)
+    reseal(root)
+
+
 NESTED_LOOPS = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
 
 
@@ -224,6 +232,7 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("TOK004", eos_token_maps_elsewhere, "eos_token '<|im_start|>' of 'model-a'"),
     ("TOK002", added_token_id_past_vocabulary, "added_tokens_decoder['1000000']: id 1000000 is outside the vocabulary"),
     ("TOK004", pad_token_unknown, "pad_token: '[PAD]' is not a token of the tokenizer"),
+    ("TOK002", added_token_declares_another_id, "declares id 999999, but the tokenizer gives it id"),
     ("TOK005", chat_template_loops, "chat template of 'model-b' is too costly to render 1 message(s)"),
     ("TOK005", chat_template_builds_a_huge_string, "'~' would make 2,097,152 characters"),
 ]
