@@ -12,11 +12,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from calctl import jsonsafe
+from calctl.package import tokenizer_file
 from calctl.package.model import Model, Package
 from calctl.package.rules.base import Finding, PackageRule, Rule
-from calctl.package.rules.context import ReadProblem, ValidationContext
-from calctl.package import tokenizer_file
-from calctl.package.rules.context import MAX_TOKENIZER_BYTES
+from calctl.package.rules.context import MAX_TOKENIZER_BYTES, ReadProblem, ValidationContext
 from calctl.package.tokenizer_ids import (
     added_id_problems,
     decoder_id_problems,
