@@ -143,6 +143,18 @@ class _Widths:
         return max(self.wide.items(), key=lambda kv: kv[1]) if self.wide else None
 
 
+class _TopElements:
+    """The offsets that end each element of a top-level array: its commas at depth 1 and its closing bracket."""
+
+    def __init__(self) -> None:
+        self.ends: list[np.ndarray] = []
+
+    def piece(self, offsets: np.ndarray, kinds: np.ndarray, depths: np.ndarray) -> None:
+        ends = ((kinds == 3) & (depths == 1)) | ((kinds == 2) & (depths == 0))
+        if ends.any():
+            self.ends.append(offsets[ends])
+
+
 @dataclass
 class _Scan:
     """What one pass over the bytes knows at the end of a piece."""
@@ -154,7 +166,7 @@ class _Scan:
     values: int = 1
     digits: int = 0  # the run of digits (outside strings) that ends the piece read so far
     longest_digits: int = 0
-    widths: _Widths | None = None
+    widths: _Widths | _TopElements | None = None  # what sees the structural marks of each piece, if anything
     offset: int = 0  # of the piece being read, in the document
 
     def piece(self, a: np.ndarray) -> None:
@@ -212,7 +224,7 @@ def _scan(
     max_depth: int,
     max_values: int,
     max_digits: int,
-    widths: _Widths | None = None,
+    widths: _Widths | _TopElements | None = None,
     max_width: Callable[[int], int] | None = None,
 ) -> _Scan:
     scan = _Scan(widths=widths)
@@ -221,7 +233,7 @@ def _scan(
         scan.piece(np.frombuffer(view[start : start + _CHUNK], dtype=np.uint8))
         if scan.deepest > max_depth or scan.values > max_values or scan.longest_digits > max_digits:
             break
-        if widths is not None and max_width is not None and _too_wide(widths, max_width) is not None:
+        if isinstance(widths, _Widths) and max_width is not None and _too_wide(widths, max_width) is not None:
             break
     return scan
 
@@ -242,6 +254,29 @@ def key_before(data: bytes, offset: int) -> str | None:
     or a key spelled with escapes: callers then apply their strictest limit)."""
     m = _KEY_BEFORE.search(data, max(0, offset - 200), offset)
     return m.group(1).decode("utf-8", "replace") if m else None
+
+
+def array_elements(
+    data: bytes, max_children: Callable[[int], int], max_values: int
+) -> tuple[list[tuple[int, int]], int]:
+    """``(start, end)`` byte offsets of each element of the top-level JSON array ``data``, found by the bounded scan
+    (so a caller decodes one element at a time: memory in proportion to one element, not the document), and the
+    offset of the array's closing bracket (-1 if it never closes). Raises :class:`JsonRefused` first if ``data`` is
+    over :func:`check_widths`' limits. An empty element (``[1,,2]``) is listed too: decoding it fails, naming it."""
+    check_widths(data, max_children, at_least=min(max_children(0), 1 << 16), max_values=max_values)
+    tops = _TopElements()
+    _scan(data, 1 << 62, 1 << 62, 1 << 62, tops)
+    start = data.find(b"[") + 1
+    spans: list[tuple[int, int]] = []
+    for ends in tops.ends:
+        for end in ends.tolist():
+            closing = data[end : end + 1] != b","
+            if not closing or data[start:end].strip():
+                spans.append((start, end))
+            if closing:
+                return spans, end
+            start = end + 1
+    return spans, -1
 
 
 def check_widths(data: bytes, max_width: Callable[[int], int], at_least: int, max_values: int) -> None:
@@ -304,14 +339,14 @@ def _raise_over(scan: _Scan, max_depth: int, max_values: int) -> None:
         )
 
 
-def loads(data: bytes | str, **hooks: Any) -> Any:
-    """Parse one JSON document after the structure check; ``hooks`` go to ``json.loads`` (``object_pairs_hook``,
-    ...).
+def loads(data: bytes | str, *, max_values: int = MAX_VALUES, **hooks: Any) -> Any:
+    """Parse one JSON document after the structure check (at most ``max_values`` values); ``hooks`` go to
+    ``json.loads`` (``object_pairs_hook``, ...).
 
     Raises :class:`JsonRefused`, ``json.JSONDecodeError`` or ``UnicodeDecodeError``: all ``ValueError``.
     """
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
-    check_structure(raw)
+    check_structure(raw, max_values=max_values)
     text = data if isinstance(data, str) else raw.decode("utf-8")
     hooks.setdefault("parse_int", _bounded_int)
     try:

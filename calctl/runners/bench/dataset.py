@@ -16,15 +16,20 @@ the file's first non-blank character:
   ``--rate``.
 
 Bounded before anything costs: a regular file of at most :data:`MAX_DATASET_BYTES`, at most
-:data:`MAX_ENTRIES` entries, every prompt at most :data:`MAX_PROMPT_CHARS` characters, JSON no deeper than
-the parser's own recursion bound; a bad line is a usage error (exit 2) naming the file, the line (or entry) and the
-field. Nothing here sends a request.
+:data:`MAX_ENTRIES` entries, every prompt at most :data:`MAX_PROMPT_CHARS` characters. Every JSON value goes
+through :mod:`calctl.jsonsafe` (depth 64, digit runs): a JSONL line is scanned and parsed on its own, at most
+:data:`MAX_LINE_BYTES` and :data:`MAX_ENTRY_VALUES` values; a ShareGPT array is scanned once in bounded memory
+(the array at most :data:`MAX_ENTRIES` elements, any list or object inside at most :data:`MAX_ENTRY_VALUES`
+entries) and its elements are then decoded one at a time, each at most :data:`MAX_LINE_BYTES` and
+:data:`MAX_ENTRY_VALUES` values, and dropped once its first exchange is taken: memory grows with what is kept
+(the prompts), not with the document (``json.loads`` of a 256 MiB array built gigabytes of objects). A bad line
+or entry is a usage error (exit 2) naming the file, the line (or entry) and the field or limit. Nothing here
+sends a request.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import stat
@@ -35,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from calctl import jsonsafe
 from calctl.errors import UsageError
 from calctl.runners.bench.workload import LengthDist, PlannedRequest, arrival_times
 
@@ -43,6 +49,14 @@ MAX_ENTRIES = 1_000_000
 MAX_PROMPT_CHARS = 1_000_000
 MAX_PROMPT_IDS = 1_000_000
 MAX_OUTPUT_TOKENS = 1_000_000
+#: Largest JSONL line or ShareGPT entry: a prompt of MAX_PROMPT_CHARS characters is at most 4 MiB of UTF-8 (6 MiB
+#: written as JSON escapes), and a ShareGPT conversation carries its replies too.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+#: Values (openings and commas) of one JSONL line or ShareGPT entry: a prompt of MAX_PROMPT_IDS token ids and some.
+MAX_ENTRY_VALUES = MAX_PROMPT_IDS + 4096
+#: Values of a whole ShareGPT document (its largest possible element count times a conversation's, bounded again by
+#: the byte cap: this only ends a scan of pathological structure early).
+MAX_DOCUMENT_VALUES = 64 * 1024 * 1024
 CHARS_PER_TOKEN = 4  # the reply-length estimate of a ShareGPT entry (OpenAI's rule of thumb for English)
 
 
@@ -77,13 +91,13 @@ class Dataset:
 
 def load_dataset(path: Path) -> Dataset:
     """Read and check ``path`` (see the module docstring); :class:`UsageError` naming the problem."""
-    text = _read(path)
-    first = text.lstrip()[:1]
-    if first == "[":
-        entries, skipped = _sharegpt(path, _loads(path, text, "the file"))
+    raw = _read(path)
+    first = raw.lstrip()[:1]
+    if first == b"[":
+        entries, skipped = _sharegpt(path, raw)
         layout = "sharegpt"
     else:
-        entries, skipped = _jsonl(path, text), 0
+        entries, skipped = _jsonl(path, raw), 0
         stamped = sum(1 for e in entries if e.timestamp is not None)
         if 0 < stamped < len(entries):
             raise UsageError(
@@ -95,7 +109,7 @@ def load_dataset(path: Path) -> Dataset:
     return Dataset(path, layout, tuple(entries), skipped)
 
 
-def _read(path: Path) -> str:
+def _read(path: Path) -> bytes:
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -106,24 +120,42 @@ def _read(path: Path) -> str:
         raise UsageError(f"--dataset {path}: {st.st_size} bytes, more than the {MAX_DATASET_BYTES} a dataset may have")
     with open(path, "rb") as f:
         raw = f.read(MAX_DATASET_BYTES + 1)
+    if len(raw) > MAX_DATASET_BYTES:  # grew while being read
+        raise UsageError(f"--dataset {path}: more than the {MAX_DATASET_BYTES} bytes a dataset may have")
+    return raw
+
+
+def _loads(path: Path, data: bytes, where: str) -> Any:
+    """One line or entry, bounded (:data:`MAX_LINE_BYTES`, :data:`MAX_ENTRY_VALUES`, jsonsafe's depth)."""
+    if len(data) > MAX_LINE_BYTES:
+        raise UsageError(
+            f"{path}: {where} is {len(data):,} bytes, more than the {MAX_LINE_BYTES:,} a dataset line or entry may "
+            "have (calctl.runners.bench.dataset.MAX_LINE_BYTES)"
+        )
     try:
-        return raw.decode("utf-8")
+        return jsonsafe.loads(data, max_values=MAX_ENTRY_VALUES)
     except UnicodeDecodeError as exc:
-        raise UsageError(f"--dataset {path}: not UTF-8 text (byte {exc.start})") from None
-
-
-def _loads(path: Path, text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except RecursionError:  # the C parser's own bound on nesting: refused, never a crash
-        raise UsageError(f"{path}: {where} nests JSON deeper than a dataset may") from None
+        raise UsageError(f"{path}: {where} is not UTF-8 text (byte {exc.start})") from None
+    except jsonsafe.JsonRefused as exc:
+        raise UsageError(f"{path}: {where}: {exc}") from None
     except ValueError as exc:
         raise UsageError(f"{path}: {where} is not JSON: {exc}") from None
 
 
-def _jsonl(path: Path, text: str) -> list[DatasetEntry]:
+def _lines(raw: bytes) -> Iterator[tuple[int, bytes]]:
+    """``(number, bytes)`` of each line, without a list of them all (a 256 MiB file is not copied)."""
+    start, n = 0, 0
+    while start < len(raw):
+        end = raw.find(b"\n", start)
+        end = len(raw) if end < 0 else end
+        n += 1
+        yield n, raw[start:end]
+        start = end + 1
+
+
+def _jsonl(path: Path, raw: bytes) -> list[DatasetEntry]:
     out: list[DatasetEntry] = []
-    for n, line in enumerate(text.split("\n"), 1):
+    for n, line in _lines(raw):
         if not line.strip():
             continue
         if len(out) >= MAX_ENTRIES:
@@ -199,14 +231,30 @@ _HUMAN = frozenset({"human", "user"})
 _REPLY = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing"})
 
 
-def _sharegpt(path: Path, doc: Any) -> tuple[list[DatasetEntry], int]:
-    if not isinstance(doc, list):
-        raise UsageError(f"{path}: a ShareGPT file is a JSON array of conversations")
-    if len(doc) > MAX_ENTRIES:
-        raise UsageError(f"{path}: {len(doc)} entries, more than {MAX_ENTRIES}")
+def _elements(path: Path, raw: bytes) -> Iterator[tuple[int, bytes]]:
+    """The ShareGPT array's elements, one at a time, after one bounded scan of the whole document."""
+    top = raw.find(b"[")
+    try:
+        spans, close = jsonsafe.array_elements(
+            raw, lambda offset: MAX_ENTRIES if offset == top else MAX_ENTRY_VALUES, MAX_DOCUMENT_VALUES
+        )
+    except jsonsafe.JsonRefused as exc:
+        what = str(exc).replace(f"opening at byte {top:,}", "of the file (its conversations)")
+        raise UsageError(
+            f"{path}: {what} (calctl.runners.bench.dataset: MAX_ENTRIES {MAX_ENTRIES:,} conversations in a file, "
+            f"MAX_ENTRY_VALUES {MAX_ENTRY_VALUES:,} values in one)"
+        ) from None
+    if close < 0 or raw[close + 1 :].strip():
+        raise UsageError(f"{path}: a ShareGPT file is one JSON array of conversations, and nothing after it")
+    for i, (start, end) in enumerate(spans):
+        yield i, raw[start:end]
+
+
+def _sharegpt(path: Path, raw: bytes) -> tuple[list[DatasetEntry], int]:
     out: list[DatasetEntry] = []
     skipped = 0
-    for i, item in enumerate(doc):
+    for i, element in _elements(path, raw):
+        item = _loads(path, element, f"entry {i}")
         pair = _first_exchange(item)
         if pair is None:
             skipped += 1
