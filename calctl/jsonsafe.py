@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -144,15 +144,45 @@ class _Widths:
 
 
 class _TopElements:
-    """The offsets that end each element of a top-level array: its commas at depth 1 and its closing bracket."""
+    """The offsets that end each element of a top-level array: its commas at depth 1, up to its closing bracket."""
 
     def __init__(self) -> None:
-        self.ends: list[np.ndarray] = []
+        self.commas: list[np.ndarray] = []
+        self.close = -1
 
     def piece(self, offsets: np.ndarray, kinds: np.ndarray, depths: np.ndarray) -> None:
-        ends = ((kinds == 3) & (depths == 1)) | ((kinds == 2) & (depths == 0))
-        if ends.any():
-            self.ends.append(offsets[ends])
+        if self.close >= 0:
+            return
+        closes = offsets[(kinds == 2) & (depths == 0)]
+        commas = offsets[(kinds == 3) & (depths == 1)]
+        if len(closes):
+            self.close = int(closes[0])
+            commas = commas[commas < self.close]
+        if len(commas):
+            self.commas.append(commas)
+
+
+#: What the scan reads: the document's bytes, or a seekable binary file read a piece at a time.
+Source = bytes | BinaryIO
+
+
+def _pieces(data: Source) -> Iterator[memoryview | bytes]:
+    if isinstance(data, bytes | bytearray | memoryview):
+        view = memoryview(data)
+        for start in range(0, len(view), _CHUNK):
+            yield view[start : start + _CHUNK]
+        return
+    data.seek(0)
+    while piece := data.read(_CHUNK):
+        yield piece
+
+
+def window(data: Source, start: int, end: int) -> bytes:
+    """Bytes ``start:end`` of ``data`` (read from the file when it is one)."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data[start:end])
+    data.seek(start)
+    return data.read(max(0, end - start))
 
 
 @dataclass
@@ -220,7 +250,7 @@ class _Scan:
 
 
 def _scan(
-    data: bytes,
+    data: Source,
     max_depth: int,
     max_values: int,
     max_digits: int,
@@ -228,9 +258,8 @@ def _scan(
     max_width: Callable[[int], int] | None = None,
 ) -> _Scan:
     scan = _Scan(widths=widths)
-    view = memoryview(data)
-    for start in range(0, len(data), _CHUNK):
-        scan.piece(np.frombuffer(view[start : start + _CHUNK], dtype=np.uint8))
+    for piece in _pieces(data):
+        scan.piece(np.frombuffer(piece, dtype=np.uint8))
         if scan.deepest > max_depth or scan.values > max_values or scan.longest_digits > max_digits:
             break
         if isinstance(widths, _Widths) and max_width is not None and _too_wide(widths, max_width) is not None:
@@ -249,37 +278,29 @@ def _too_wide(widths: _Widths, max_width: Callable[[int], int]) -> tuple[int, in
 _KEY_BEFORE = re.compile(rb'"([^"\\\x00-\x1f]{1,64})"\s*:\s*\Z')
 
 
-def key_before(data: bytes, offset: int) -> str | None:
+def key_before(data: Source, offset: int) -> str | None:
     """The object key whose value opens at ``offset`` (``"vocab": {``), or None (an array element, the top level,
     or a key spelled with escapes: callers then apply their strictest limit)."""
-    m = _KEY_BEFORE.search(data, max(0, offset - 200), offset)
+    m = _KEY_BEFORE.search(window(data, max(0, offset - 200), offset))
     return m.group(1).decode("utf-8", "replace") if m else None
 
 
-def array_elements(
-    data: bytes, max_children: Callable[[int], int], max_values: int
-) -> tuple[list[tuple[int, int]], int]:
-    """``(start, end)`` byte offsets of each element of the top-level JSON array ``data``, found by the bounded scan
-    (so a caller decodes one element at a time: memory in proportion to one element, not the document), and the
-    offset of the array's closing bracket (-1 if it never closes). Raises :class:`JsonRefused` first if ``data`` is
-    over :func:`check_widths`' limits. An empty element (``[1,,2]``) is listed too: decoding it fails, naming it."""
-    check_widths(data, max_children, at_least=min(max_children(0), 1 << 16), max_values=max_values)
+def array_elements(data: Source, opening: int, max_children: Callable[[int], int], max_values: int) -> np.ndarray:
+    """The element boundaries of the top-level JSON array of ``data`` that opens at byte ``opening``, found by the
+    bounded scan, so a caller decodes one element at a time (memory in proportion to one element, not to the
+    document): element ``i`` lies between boundaries ``i`` and ``i + 1`` (exclusive), the first boundary being
+    ``opening`` and the last the closing bracket. Raises :class:`JsonRefused` if ``data`` is over
+    :func:`check_widths`' limits, or ``ValueError`` if the array never closes. The last element is empty for
+    ``[]`` (and for a trailing comma); any other empty element (``[1,,2]``) fails to decode, naming it."""
+    check_widths(data, max_children, at_least=min(max_children(opening), 1 << 16), max_values=max_values)
     tops = _TopElements()
     _scan(data, 1 << 62, 1 << 62, 1 << 62, tops)
-    start = data.find(b"[") + 1
-    spans: list[tuple[int, int]] = []
-    for ends in tops.ends:
-        for end in ends.tolist():
-            closing = data[end : end + 1] != b","
-            if not closing or data[start:end].strip():
-                spans.append((start, end))
-            if closing:
-                return spans, end
-            start = end + 1
-    return spans, -1
+    if tops.close < 0:
+        raise ValueError("the array never closes")
+    return np.concatenate([np.array([opening], dtype=np.int64), *tops.commas, np.array([tops.close], dtype=np.int64)])
 
 
-def check_widths(data: bytes, max_width: Callable[[int], int], at_least: int, max_values: int) -> None:
+def check_widths(data: Source, max_width: Callable[[int], int], at_least: int, max_values: int) -> None:
     """Raise :class:`JsonRefused` (``kind`` ``width``, ``values`` or ``depth``) when an array/object of ``data``
     holds more children than ``max_width(offset of its opening)`` allows (asked only for containers of at least
     ``at_least`` children), the document more than ``max_values`` values, or nests deeper than :data:`MAX_DEPTH`;
@@ -290,7 +311,7 @@ def check_widths(data: bytes, max_width: Callable[[int], int], at_least: int, ma
     if over is not None:
         offset, n, top = over
         key = key_before(data, offset)
-        where = f"the {'object' if data[offset : offset + 1] == b'{' else 'array'} " + (
+        where = f"the {'object' if window(data, offset, offset + 1) == b'{' else 'array'} " + (
             f"under key {key!r}" if key is not None else f"opening at byte {offset:,}"
         )
         raise JsonRefused(f"{where} holds at least {n:,} entries, more than {top:,}", "width")

@@ -36,12 +36,13 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from calctl import jsonsafe
 from calctl.errors import UsageError
+from calctl.jsonsafe import window
 from calctl.runners.bench.workload import LengthDist, PlannedRequest, arrival_times
 
 MAX_DATASET_BYTES = 256 * 1024 * 1024
@@ -91,13 +92,15 @@ class Dataset:
 
 def load_dataset(path: Path) -> Dataset:
     """Read and check ``path`` (see the module docstring); :class:`UsageError` naming the problem."""
-    raw = _read(path)
-    first = raw.lstrip()[:1]
-    if first == b"[":
-        entries, skipped = _sharegpt(path, raw)
-        layout = "sharegpt"
-    else:
-        entries, skipped = _jsonl(path, raw), 0
+    with _open(path) as f:
+        opening = _first_byte(f)
+        if opening >= 0 and window(f, opening, opening + 1) == b"[":
+            entries, skipped = _sharegpt(path, f, opening)
+            layout = "sharegpt"
+        else:
+            entries, skipped = _jsonl(path, f), 0
+            layout = "jsonl"
+    if layout == "jsonl":
         stamped = sum(1 for e in entries if e.timestamp is not None)
         if 0 < stamped < len(entries):
             raise UsageError(
@@ -109,7 +112,8 @@ def load_dataset(path: Path) -> Dataset:
     return Dataset(path, layout, tuple(entries), skipped)
 
 
-def _read(path: Path) -> bytes:
+def _open(path: Path) -> BinaryIO:
+    """The dataset file opened for reading, after its checks (a regular file of at most MAX_DATASET_BYTES)."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -118,19 +122,31 @@ def _read(path: Path) -> bytes:
         raise UsageError(f"--dataset {path}: not a regular file (a dataset is a JSON or JSONL file)")
     if st.st_size > MAX_DATASET_BYTES:
         raise UsageError(f"--dataset {path}: {st.st_size} bytes, more than the {MAX_DATASET_BYTES} a dataset may have")
-    with open(path, "rb") as f:
-        raw = f.read(MAX_DATASET_BYTES + 1)
-    if len(raw) > MAX_DATASET_BYTES:  # grew while being read
-        raise UsageError(f"--dataset {path}: more than the {MAX_DATASET_BYTES} bytes a dataset may have")
-    return raw
+    try:
+        return open(path, "rb")  # the caller's with-block closes it
+    except OSError as exc:
+        raise UsageError(f"--dataset {path}: {exc.strerror or exc}") from None
+
+
+def _first_byte(f: BinaryIO) -> int:
+    """Offset of the file's first non-blank byte, -1 if it has none (read in pieces: never the whole file)."""
+    offset = 0
+    while piece := f.read(1 << 16):
+        stripped = piece.lstrip()
+        if stripped:
+            return offset + len(piece) - len(stripped)
+        offset += len(piece)
+        if offset > MAX_DATASET_BYTES:
+            break
+    return -1
 
 
 def _loads(path: Path, data: bytes, where: str) -> Any:
     """One line or entry, bounded (:data:`MAX_LINE_BYTES`, :data:`MAX_ENTRY_VALUES`, jsonsafe's depth)."""
     if len(data) > MAX_LINE_BYTES:
         raise UsageError(
-            f"{path}: {where} is {len(data):,} bytes, more than the {MAX_LINE_BYTES:,} a dataset line or entry may "
-            "have (calctl.runners.bench.dataset.MAX_LINE_BYTES)"
+            f"{path}: {where} is more than the {MAX_LINE_BYTES:,} bytes a dataset line or entry may have "
+            "(calctl.runners.bench.dataset.MAX_LINE_BYTES)"
         )
     try:
         return jsonsafe.loads(data, max_values=MAX_ENTRY_VALUES)
@@ -142,20 +158,21 @@ def _loads(path: Path, data: bytes, where: str) -> Any:
         raise UsageError(f"{path}: {where} is not JSON: {exc}") from None
 
 
-def _lines(raw: bytes) -> Iterator[tuple[int, bytes]]:
-    """``(number, bytes)`` of each line, without a list of them all (a 256 MiB file is not copied)."""
-    start, n = 0, 0
-    while start < len(raw):
-        end = raw.find(b"\n", start)
-        end = len(raw) if end < 0 else end
+def _lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """``(number, bytes)`` of each line, read one at a time and at most MAX_LINE_BYTES + 1 bytes of each."""
+    f.seek(0)
+    n, total = 0, 0
+    while line := f.readline(MAX_LINE_BYTES + 1):
         n += 1
-        yield n, raw[start:end]
-        start = end + 1
+        total += len(line)
+        if total > MAX_DATASET_BYTES:  # the file grew while being read
+            raise UsageError(f"{f.name}: more than the {MAX_DATASET_BYTES} bytes a dataset may have")
+        yield n, line.rstrip(b"\n")
 
 
-def _jsonl(path: Path, raw: bytes) -> list[DatasetEntry]:
+def _jsonl(path: Path, f: BinaryIO) -> list[DatasetEntry]:
     out: list[DatasetEntry] = []
-    for n, line in _lines(raw):
+    for n, line in _lines(f):
         if not line.strip():
             continue
         if len(out) >= MAX_ENTRIES:
@@ -231,29 +248,40 @@ _HUMAN = frozenset({"human", "user"})
 _REPLY = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing"})
 
 
-def _elements(path: Path, raw: bytes) -> Iterator[tuple[int, bytes]]:
-    """The ShareGPT array's elements, one at a time, after one bounded scan of the whole document."""
-    top = raw.find(b"[")
+def _elements(path: Path, f: BinaryIO, opening: int) -> Iterator[tuple[int, bytes]]:
+    """The ShareGPT array's elements, one at a time, after one bounded scan of the whole file."""
     try:
-        spans, close = jsonsafe.array_elements(
-            raw, lambda offset: MAX_ENTRIES if offset == top else MAX_ENTRY_VALUES, MAX_DOCUMENT_VALUES
+        bounds = jsonsafe.array_elements(
+            f, opening, lambda offset: MAX_ENTRIES if offset == opening else MAX_ENTRY_VALUES, MAX_DOCUMENT_VALUES
         )
     except jsonsafe.JsonRefused as exc:
-        what = str(exc).replace(f"opening at byte {top:,}", "of the file (its conversations)")
+        what = str(exc).replace(f"opening at byte {opening:,}", "of the file (its conversations)")
         raise UsageError(
             f"{path}: {what} (calctl.runners.bench.dataset: MAX_ENTRIES {MAX_ENTRIES:,} conversations in a file, "
             f"MAX_ENTRY_VALUES {MAX_ENTRY_VALUES:,} values in one)"
         ) from None
-    if close < 0 or raw[close + 1 :].strip():
+    except ValueError as exc:
+        raise UsageError(f"{path}: a ShareGPT file is one JSON array of conversations: {exc}") from None
+    close = int(bounds[-1])
+    if window(f, close + 1, close + 1 + (1 << 16)).strip():
         raise UsageError(f"{path}: a ShareGPT file is one JSON array of conversations, and nothing after it")
-    for i, (start, end) in enumerate(spans):
-        yield i, raw[start:end]
+    for i in range(len(bounds) - 1):
+        start, end = int(bounds[i]) + 1, int(bounds[i + 1])
+        if end - start > MAX_LINE_BYTES:  # refused by its size, never read
+            raise UsageError(
+                f"{path}: entry {i} is {end - start:,} bytes, more than the {MAX_LINE_BYTES:,} a dataset line or "
+                "entry may have (calctl.runners.bench.dataset.MAX_LINE_BYTES)"
+            )
+        element = window(f, start, end)
+        if i == len(bounds) - 2 and not element.strip():
+            break  # ``[]`` or a trailing comma
+        yield i, element
 
 
-def _sharegpt(path: Path, raw: bytes) -> tuple[list[DatasetEntry], int]:
+def _sharegpt(path: Path, f: BinaryIO, opening: int) -> tuple[list[DatasetEntry], int]:
     out: list[DatasetEntry] = []
     skipped = 0
-    for i, element in _elements(path, raw):
+    for i, element in _elements(path, f, opening):
         item = _loads(path, element, f"entry {i}")
         pair = _first_exchange(item)
         if pair is None:
