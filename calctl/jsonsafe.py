@@ -144,13 +144,16 @@ class _Widths:
 
 
 class _TopElements:
-    """The offsets that end each element of a top-level array: its commas at depth 1, up to its closing bracket."""
+    """The offsets that end each element of a top-level array: its commas at depth 1, up to its closing bracket;
+    and, through ``widths``, the width limits in the same pass."""
 
-    def __init__(self) -> None:
+    def __init__(self, widths: _Widths) -> None:
         self.commas: list[np.ndarray] = []
         self.close = -1
+        self.widths = widths
 
     def piece(self, offsets: np.ndarray, kinds: np.ndarray, depths: np.ndarray) -> None:
+        self.widths.piece(offsets, kinds, depths)
         if self.close >= 0:
             return
         closes = offsets[(kinds == 2) & (depths == 0)]
@@ -262,7 +265,8 @@ def _scan(
         scan.piece(np.frombuffer(piece, dtype=np.uint8))
         if scan.deepest > max_depth or scan.values > max_values or scan.longest_digits > max_digits:
             break
-        if isinstance(widths, _Widths) and max_width is not None and _too_wide(widths, max_width) is not None:
+        counted = widths.widths if isinstance(widths, _TopElements) else widths
+        if counted is not None and max_width is not None and _too_wide(counted, max_width) is not None:
             break
     return scan
 
@@ -292,9 +296,10 @@ def array_elements(data: Source, opening: int, max_children: Callable[[int], int
     ``opening`` and the last the closing bracket. Raises :class:`JsonRefused` if ``data`` is over
     :func:`check_widths`' limits, or ``ValueError`` if the array never closes. The last element is empty for
     ``[]`` (and for a trailing comma); any other empty element (``[1,,2]``) fails to decode, naming it."""
-    check_widths(data, max_children, at_least=min(max_children(opening), 1 << 16), max_values=max_values)
-    tops = _TopElements()
-    _scan(data, 1 << 62, 1 << 62, 1 << 62, tops)
+    tops = _TopElements(_Widths(min(max_children(opening), 1 << 16)))
+    scan = _scan(data, MAX_DEPTH, max_values, MAX_NUMBER_DIGITS, tops, max_children)
+    _refuse_wide(data, tops.widths, max_children)
+    _raise_over(scan, MAX_DEPTH, max_values)
     if tops.close < 0:
         raise ValueError("the array never closes")
     return np.concatenate([np.array([opening], dtype=np.int64), *tops.commas, np.array([tops.close], dtype=np.int64)])
@@ -307,6 +312,11 @@ def check_widths(data: Source, max_width: Callable[[int], int], at_least: int, m
     the scan stops at the first piece over a limit."""
     widths = _Widths(at_least)
     scan = _scan(data, MAX_DEPTH, max_values, MAX_NUMBER_DIGITS, widths, max_width)
+    _refuse_wide(data, widths, max_width)
+    _raise_over(scan, MAX_DEPTH, max_values)
+
+
+def _refuse_wide(data: Source, widths: _Widths, max_width: Callable[[int], int]) -> None:
     over = _too_wide(widths, max_width)
     if over is not None:
         offset, n, top = over
@@ -315,7 +325,6 @@ def check_widths(data: Source, max_width: Callable[[int], int], at_least: int, m
             f"under key {key!r}" if key is not None else f"opening at byte {offset:,}"
         )
         raise JsonRefused(f"{where} holds at least {n:,} entries, more than {top:,}", "width")
-    _raise_over(scan, MAX_DEPTH, max_values)
 
 
 def structure(data: bytes) -> tuple[int, int]:
@@ -340,6 +349,8 @@ def _bounded_int(text: str) -> int:
 def check_structure(data: bytes, max_depth: int = MAX_DEPTH, max_values: int = MAX_VALUES) -> None:
     """Raise :class:`JsonRefused` at the first piece of ``data`` that nests deeper than ``max_depth``, holds over
     ``max_values`` values or a run of over :data:`MAX_NUMBER_DIGITS` digits."""
+    if len(data) <= min(MAX_NUMBER_DIGITS, max_values) and data.count(b"[") + data.count(b"{") <= max_depth:
+        return  # too short to cross any limit: a dataset line of a million small documents skips the numpy scan
     _raise_over(_scan(data, max_depth, max_values, MAX_NUMBER_DIGITS), max_depth, max_values)
 
 

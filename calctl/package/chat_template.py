@@ -13,6 +13,9 @@ allocates a gigabyte (issue 54). :class:`BoundedTemplate` renders in jinja2's im
   was given (a long conversation renders a long prompt; a template cannot multiply it); a number argument over
   that budget (``'x'.center(10**9)``, ``'{:>999999999}'.format(x)``) and ``**`` exponents over 64 are refused
   before the call;
+* everything those operations make or are handed, in all, within :data:`WORK_FACTOR` budgets (a list grown by
+  ``+`` in a loop of 99,999 steps copied 5e9 items within the step bound); no ``lipsum``; a macro recursing
+  without end is a refusal, not a RecursionError;
 
 and raises :class:`TemplateTooCostly` otherwise. :func:`probe` renders the conversations ``validate`` (TOK005)
 tries. This module renders; it does not decide what a refusal means (exit 2 at import, a finding at validate,
@@ -40,6 +43,9 @@ MAX_TEMPLATE_STEPS = 1_000_000
 MAX_RENDERED_CHARS = 1 << 20
 #: Context size multiplier in the budget (a template that repeats each message once or twice is real).
 _CONTEXT_FACTOR = 4
+#: Characters and items all the operations of one rendering may make or be handed, in multiples of the budget:
+#: a list grown by ``+`` in a loop of 99,999 steps copied 5e9 items (51 s) within the step bound.
+WORK_FACTOR = 64
 #: A width or precision of a million or more in a ``%`` or ``str.format`` format string.
 _WIDTH = re.compile(r"%[-+ #0]*\.?[0-9]{7,}|:[^{}]*?[0-9]{7,}[^{}]*\}")
 
@@ -49,7 +55,7 @@ class TemplateTooCostly(TemplateError):
 
 
 def _size(value: object) -> int:
-    return len(value) if isinstance(value, str | list | tuple | dict) else 0
+    return len(value) if isinstance(value, str | list | tuple | dict | range) else 0
 
 
 class _BoundedEnvironment(ImmutableSandboxedEnvironment):
@@ -57,19 +63,36 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.budget = threading.local()  # the current rendering's character budget, per rendering thread
+        self.budget = threading.local()  # the current rendering's budgets, per rendering thread
         self.filters = {name: self._bounded(f) for name, f in self.filters.items()}
+        self.globals.pop("lipsum", None)  # 99,999 paragraphs of lorem ipsum took a minute in one call
 
     def limit(self) -> int:
         return int(getattr(self.budget, "chars", MAX_RENDERED_CHARS))
 
+    def start(self, limit: int) -> None:
+        self.budget.chars = limit
+        self.budget.work = 0
+
+    def charge(self, n: int, what: str) -> None:
+        """Count ``n`` characters or items made or handed over against the rendering's work budget."""
+        work = int(getattr(self.budget, "work", 0)) + n
+        self.budget.work = work
+        if work > WORK_FACTOR * self.limit():
+            raise TemplateTooCostly(
+                f"{what}: the template made or handled more than {WORK_FACTOR * self.limit():,} characters or "
+                "items in all (a loop copying a growing string or list)"
+            )
+
     def check(self, value: object, what: str) -> Any:
         if _size(value) > self.limit():
             raise TemplateTooCostly(f"{what} made {_size(value):,} characters or items (at most {self.limit():,})")
+        self.charge(_size(value), what)
         return value
 
     def _check_args(self, args: Iterable[Any], what: str) -> None:
         for a in args:
+            self.charge(_size(a), what)
             if isinstance(a, int) and not isinstance(a, bool) and abs(a) > self.limit():
                 raise TemplateTooCostly(f"{what} was given {a:,} (at most {self.limit():,})")
 
@@ -102,7 +125,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             for seq, n in ((left, right), (right, left)):
                 if isinstance(seq, str | list | tuple) and isinstance(n, int) and len(seq) * n > limit:
                     raise TemplateTooCostly(f"'*' would make {len(seq) * n:,} characters or items (at most {limit:,})")
-            return operator.mul(left, right)
+            return self.check(operator.mul(left, right), "'*'")
         if operator_name == "**":
             if isinstance(right, int) and abs(right) > 64 and isinstance(left, int) and abs(left) > 1:
                 raise TemplateTooCostly(f"'**' with an exponent of {right} (at most 64)")
@@ -111,7 +134,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             raise TemplateTooCostly("'%' with a width of a million or more")
         if operator_name == "+" and _size(left) + _size(right) > limit:
             raise TemplateTooCostly(f"'+' would make {_size(left) + _size(right):,} characters (at most {limit:,})")
-        return super().call_binop(context, operator_name, left, right)
+        return self.check(super().call_binop(context, operator_name, left, right), f"'{operator_name}'")
 
 
 def _context_chars(value: object, depth: int = 0) -> int:
@@ -143,6 +166,7 @@ class BoundedTemplate:
             total = sum(map(len, parts))
             if total > env.limit():
                 raise TemplateTooCostly(f"'~' would make {total:,} characters (at most {env.limit():,})")
+            env.charge(total, "'~'")
             return "".join(parts)
 
         self.template.root_render_func.__globals__["str_join"] = str_join
@@ -150,7 +174,7 @@ class BoundedTemplate:
     def render(self, **context: Any) -> str:
         """The template over ``context``, within this module's bounds; :class:`TemplateTooCostly` otherwise."""
         limit = MAX_RENDERED_CHARS + _CONTEXT_FACTOR * _context_chars(context)
-        self.env.budget.chars = limit
+        self.env.start(limit)
         steps = 0
 
         def local(frame: FrameType, event: str, arg: Any) -> Any:
@@ -175,6 +199,8 @@ class BoundedTemplate:
                     raise TemplateTooCostly(f"the rendered text passed {limit:,} characters")
                 out.append(piece)
             return "".join(out)
+        except (RecursionError, MemoryError) as exc:  # a macro calling itself, say: a cost, not a crash
+            raise TemplateTooCostly(f"the template ran out of {type(exc).__name__[:-5].lower()}") from None
         finally:
             sys.settrace(before)
 

@@ -263,8 +263,9 @@ def _elements(path: Path, f: BinaryIO, opening: int) -> Iterator[tuple[int, byte
     except ValueError as exc:
         raise UsageError(f"{path}: a ShareGPT file is one JSON array of conversations: {exc}") from None
     close = int(bounds[-1])
-    if window(f, close + 1, close + 1 + (1 << 16)).strip():
+    if window(f, close + 1, close + 1 + (1 << 16)).strip():  # (then the elements are read from the start)
         raise UsageError(f"{path}: a ShareGPT file is one JSON array of conversations, and nothing after it")
+    f.seek(int(bounds[0]) + 1)
     for i in range(len(bounds) - 1):
         start, end = int(bounds[i]) + 1, int(bounds[i + 1])
         if end - start > MAX_LINE_BYTES:  # refused by its size, never read
@@ -272,7 +273,8 @@ def _elements(path: Path, f: BinaryIO, opening: int) -> Iterator[tuple[int, byte
                 f"{path}: entry {i} is {end - start:,} bytes, more than the {MAX_LINE_BYTES:,} a dataset line or "
                 "entry may have (calctl.runners.bench.dataset.MAX_LINE_BYTES)"
             )
-        element = window(f, start, end)
+        element = f.read(end - start)  # the elements follow each other: one forward read, no seek
+        f.read(1)  # the comma (or the closing bracket)
         if i == len(bounds) - 2 and not element.strip():
             break  # ``[]`` or a trailing comma
         yield i, element
