@@ -312,7 +312,7 @@ def inspect(
     trusted_key: TrustedKeyOpt = None,
     format: FormatOpt = TableJson.table,
 ) -> None:
-    """Show what a package contains: models, graphs, chips, memory plan, signer (unverified: see verify).
+    """Show what a package contains: models, graphs, chips, memory plan, signer.
 
     Per graph its kind, chip mode, target chips, batch profiles, max_seq and ELF count; per chip the memory
     plan's regions; the files and the signer. The package is not validated: its manifest is read within the
