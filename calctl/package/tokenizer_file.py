@@ -38,7 +38,7 @@ MAX_OTHER_ENTRIES = 65536
 #: pairs and the ``[left, right]`` form of merges count 3 a entry, an added token's object 8.
 MAX_VALUES = 3 * limits.MAX_VOCAB.maximum + 3 * limits.MAX_MERGES.maximum + 8 * limits.MAX_ADDED_TOKENS.maximum
 
-_BY_KEY: dict[str | None, limits.Limit] = {
+_BY_KEY: dict[str, limits.Limit] = {
     "vocab": limits.MAX_VOCAB,
     "merges": limits.MAX_MERGES,
     "added_tokens": limits.MAX_ADDED_TOKENS,
@@ -49,24 +49,45 @@ class TokenizerRefused(ValueError):
     """A ``tokenizer.json`` over one of this module's bounds; the message names the part, the count and the limit."""
 
 
-def check(data: bytes) -> None:
+#: Merges a tokenizer may hold per vocabulary entry the model declares (Llama 3: 280,147 for 128,256, 2.2).
+MERGES_PER_ENTRY = 4
+
+
+def check(data: bytes, vocab_size: int | None = None) -> None:
     """Raise :class:`TokenizerRefused` if ``data`` (a whole ``tokenizer.json``) is over a bound; the scan stops at
-    the first 256 KiB piece that crosses one."""
+    the first 256 KiB piece that crosses one. ``vocab_size``, when the caller knows the model's (the manifest's,
+    ``config.json``'s), tightens the bounds to that model: at most that many vocabulary entries and added tokens,
+    :data:`MERGES_PER_ENTRY` merges an entry; a tokenizer larger than its model cannot pass TOK002 anyway, and is
+    refused before the library spends memory in proportion to it."""
     if len(data) > MAX_TOKENIZER_BYTES:
         raise TokenizerRefused(_too_big(len(data)))
+    tops = {key: limit.maximum for key, limit in _BY_KEY.items()}
+    if vocab_size is not None:
+        n = max(1, vocab_size)
+        tops = {
+            "vocab": min(tops["vocab"], n),
+            "added_tokens": min(tops["added_tokens"], n),
+            "merges": min(tops["merges"], MERGES_PER_ENTRY * n + 1024),
+        }
 
     def max_width(offset: int) -> int:
-        limit = _BY_KEY.get(jsonsafe.key_before(data, offset))
-        return limit.maximum if limit is not None else MAX_OTHER_ENTRIES
+        return tops.get(jsonsafe.key_before(data, offset) or "", MAX_OTHER_ENTRIES)
 
     try:
-        jsonsafe.check_widths(data, max_width, at_least=MAX_OTHER_ENTRIES, max_values=MAX_VALUES)
+        jsonsafe.check_widths(data, max_width, at_least=min(MAX_OTHER_ENTRIES, *tops.values()), max_values=MAX_VALUES)
     except jsonsafe.JsonRefused as exc:
-        raise TokenizerRefused(_explained(data, exc)) from None
+        raise TokenizerRefused(_explained(exc, vocab_size)) from None
 
 
-def _explained(data: bytes, exc: jsonsafe.JsonRefused) -> str:
+def _explained(exc: jsonsafe.JsonRefused, vocab_size: int | None) -> str:
     text = str(exc)
+    if exc.kind == "width" and vocab_size is not None and f"more than {max(1, vocab_size):,}" in text:
+        return f"{text}: more than the model's vocab_size of {vocab_size:,}; refused before it is loaded"
+    if exc.kind == "width" and vocab_size is not None and "under key 'merges'" in text:
+        return (
+            f"{text}: more than {MERGES_PER_ENTRY} merges per entry of the model's vocab_size of {vocab_size:,} "
+            "(calctl.package.tokenizer_file.MERGES_PER_ENTRY); refused before it is loaded"
+        )
     if exc.kind == "width":
         for key, limit in _BY_KEY.items():
             if f"under key {key!r}" in text:
@@ -115,10 +136,10 @@ def declared_added_tokens(data: bytes) -> list[tuple[int, str, object]] | None:
     return None
 
 
-def read(path: Path) -> bytes:
-    """``path``'s bytes, checked; at most :data:`MAX_TOKENIZER_BYTES` + 1 are read whatever the file is (a FIFO, a
-    file growing under the reader). Raises OSError or :class:`TokenizerRefused`."""
+def read(path: Path, vocab_size: int | None = None) -> bytes:
+    """``path``'s bytes, checked (:func:`check`); at most :data:`MAX_TOKENIZER_BYTES` + 1 are read whatever the
+    file is (a FIFO, a file growing under the reader). Raises OSError or :class:`TokenizerRefused`."""
     with open(path, "rb") as f:
         data = f.read(MAX_TOKENIZER_BYTES + 1)
-    check(data)
+    check(data, vocab_size)
     return data

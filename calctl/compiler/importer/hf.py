@@ -253,7 +253,7 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
     if tok_path.stat().st_size > MAX_TOKENIZER_BYTES:  # validate's limit for the same file (TOK001)
         raise CheckpointError(tok_path, f"larger than the {MAX_TOKENIZER_BYTES} bytes a tokenizer may have")
     try:  # bounded read and scan before the tokenizers library sees it (validate's TOK001 does the same)
-        tok_bytes = tokenizer_file.read(tok_path)
+        tok_bytes = tokenizer_file.read(tok_path, cfg.vocab_size)
     except tokenizer_file.TokenizerRefused as exc:
         raise CheckpointError(tok_path, str(exc)) from None
     except OSError as exc:

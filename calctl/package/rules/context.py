@@ -543,8 +543,10 @@ class ValidationContext:
             # Read by Python (never through a link, any path bytes), not by the library: tokenizers' from_file
             # takes a UTF-8 str and fails on a directory name that is not UTF-8.
             data = self.read_bytes(r, MAX_TOKENIZER_BYTES)
-            try:
-                tokenizer_file.check(data)  # the library's cost bounded before it sees the bytes (issue 54)
+            # The largest vocabulary a model using this file declares (the schema holds it within the table).
+            declared = [m.architecture.vocab_size for m in self.pkg.models if m.tokenizer.file == r]
+            try:  # the library's cost bounded, by the model's own size, before it sees the bytes (issue 54)
+                tokenizer_file.check(data, max(declared) if declared else None)
             except tokenizer_file.TokenizerRefused as exc:
                 raise ReadProblem(str(exc)) from None
             return Tokenizer.from_buffer(data)

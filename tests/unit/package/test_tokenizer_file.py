@@ -89,3 +89,18 @@ def test_the_width_scan_counts_what_json_parses(doc: Any, chunk: int) -> None:
         widths = jsonsafe._Widths(2)
         jsonsafe._scan(json.dumps(doc).encode(), 1 << 60, 1 << 60, 1 << 60, widths)
     assert sorted(widths.wide.values()) == sorted(_widths(doc, []))
+
+
+def test_the_models_declared_vocab_size_tightens_the_bounds() -> None:
+    """A tokenizer larger than the model that declares it is refused before it is loaded (the library spent
+    874 MB on one at the table's limits), naming the model's vocab_size."""
+    data = _doc(vocab=5000, merges=100)
+    tokenizer_file.check(data, vocab_size=5000)
+    assert "the model's vocab_size of 4,096" in _refused_for(data, 4096)
+    assert "merges per entry" in _refused_for(_doc(vocab=100, merges=2000), 100)
+
+
+def _refused_for(data: bytes, vocab_size: int) -> str:
+    with pytest.raises(tokenizer_file.TokenizerRefused) as info:
+        tokenizer_file.check(data, vocab_size=vocab_size)
+    return str(info.value)
