@@ -19,8 +19,8 @@ Bounded before anything costs: a regular file of at most :data:`MAX_DATASET_BYTE
 :data:`MAX_ENTRIES` entries, every prompt at most :data:`MAX_PROMPT_CHARS` characters. Every JSON value goes
 through :mod:`calctl.jsonsafe` (depth 64, digit runs): a JSONL line is scanned and parsed on its own, at most
 :data:`MAX_LINE_BYTES` and :data:`MAX_ENTRY_VALUES` values; a ShareGPT array is scanned once in bounded memory
-(the array at most :data:`MAX_ENTRIES` elements, any list or object inside at most :data:`MAX_ENTRY_VALUES`
-entries) and its elements are then decoded one at a time, each at most :data:`MAX_LINE_BYTES` and
+(the array at most :data:`MAX_ENTRIES` elements, any list or object inside at most
+:data:`MAX_CONVERSATION_ITEMS` entries) and its elements are then decoded one at a time, each at most :data:`MAX_LINE_BYTES` and
 :data:`MAX_ENTRY_VALUES` values, and dropped once its first exchange is taken: memory grows with what is kept
 (the prompts), not with the document (``json.loads`` of a 256 MiB array built gigabytes of objects). A bad line
 or entry is a usage error (exit 2) naming the file, the line (or entry) and the field or limit. Nothing here
@@ -55,6 +55,8 @@ MAX_OUTPUT_TOKENS = 1_000_000
 MAX_LINE_BYTES = 16 * 1024 * 1024
 #: Values (openings and commas) of one JSONL line or ShareGPT entry: a prompt of MAX_PROMPT_IDS token ids and some.
 MAX_ENTRY_VALUES = MAX_PROMPT_IDS + 4096
+#: Entries of any list or object inside one ShareGPT conversation (its turns, say): real ones hold a few hundred.
+MAX_CONVERSATION_ITEMS = 65536
 #: Values of a whole ShareGPT document (its largest possible element count times a conversation's, bounded again by
 #: the byte cap: this only ends a scan of pathological structure early).
 MAX_DOCUMENT_VALUES = 64 * 1024 * 1024
@@ -252,13 +254,13 @@ def _elements(path: Path, f: BinaryIO, opening: int) -> Iterator[tuple[int, byte
     """The ShareGPT array's elements, one at a time, after one bounded scan of the whole file."""
     try:
         bounds = jsonsafe.array_elements(
-            f, opening, lambda offset: MAX_ENTRIES if offset == opening else MAX_ENTRY_VALUES, MAX_DOCUMENT_VALUES
+            f, opening, lambda offset: MAX_ENTRIES if offset == opening else MAX_CONVERSATION_ITEMS, MAX_DOCUMENT_VALUES
         )
     except jsonsafe.JsonRefused as exc:
         what = str(exc).replace(f"opening at byte {opening:,}", "of the file (its conversations)")
         raise UsageError(
             f"{path}: {what} (calctl.runners.bench.dataset: MAX_ENTRIES {MAX_ENTRIES:,} conversations in a file, "
-            f"MAX_ENTRY_VALUES {MAX_ENTRY_VALUES:,} values in one)"
+            f"MAX_CONVERSATION_ITEMS {MAX_CONVERSATION_ITEMS:,} entries in a list or object of one)"
         ) from None
     except ValueError as exc:
         raise UsageError(f"{path}: a ShareGPT file is one JSON array of conversations: {exc}") from None

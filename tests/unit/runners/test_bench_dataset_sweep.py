@@ -217,7 +217,7 @@ def test_a_jsonl_line_of_millions_of_values_is_refused_naming_line_and_limit(tmp
 def test_a_sharegpt_conversation_of_millions_of_turns_is_refused_naming_the_part(tmp_path: Path) -> None:
     turns = ",".join(['{"from":"human","value":"q"}'] * 1_100_000)
     path = _sharegpt(tmp_path, '[{"conversations": [' + turns + "]}]")
-    with pytest.raises(UsageError, match=r"under key 'conversations' holds at least .* entries, more than 1,004,096"):
+    with pytest.raises(UsageError, match=r"under key 'conversations' holds at least .* entries, more than 65,536"):
         load_dataset(path)
 
 
