@@ -528,7 +528,7 @@ def build54_leftovers(tmp: Path) -> dict[str, list[str]]:
     def imp(label: str, d: Path) -> None:
         out[label] = ["import", "hf", str(d), str(tmp / f"out3-{len(out)}"), "--key", str(KEY)]
 
-    def pkg_with(label: str, edit: Callable[[Path], None]) -> None:
+    def pkg_with(label: str, edit: Callable[[Path], object]) -> None:
         root = copy_package(tmp, "single", name=f"pkg3-{len(out)}")
         edit(root)
         reseal(root)
