@@ -512,9 +512,130 @@ def build54_hf(tmp: Path) -> dict[str, list[str]]:
     return out
 
 
+def _vocab_json(n: int, key: str = "t") -> bytes:
+    """A BPE tokenizer.json of ``n`` vocabulary entries in short keys (the shape of the 82 MB, 4M-entry attack)."""
+    body = ",".join(f'"{key}{i}":{i}' for i in range(n))
+    return ('{"version":"1.0","added_tokens":[],"model":{"type":"BPE","vocab":{' + body + '},"merges":[]}}').encode()
+
+
+def build54_leftovers(tmp: Path) -> dict[str, list[str]]:
+    """Issue 54's leftovers: tokenizer.json cost, chat template cost at validate, bench --dataset JSON, the
+    normalisation epsilon, added_tokens ids."""
+    from tests.unit.validate.validate_factory import copy_package, edit_json, edit_manifest, reseal
+
+    out: dict[str, list[str]] = {}
+
+    def imp(label: str, d: Path) -> None:
+        out[label] = ["import", "hf", str(d), str(tmp / f"out3-{len(out)}"), "--key", str(KEY)]
+
+    def pkg_with(label: str, edit: Callable[[Path], object]) -> None:
+        root = copy_package(tmp, "single", name=f"pkg3-{len(out)}")
+        edit(root)
+        reseal(root)
+        out[label] = ["validate", str(root), "--trusted-key", str(PUB)]
+
+    big = _vocab_json(4_000_000, key="token_")  # ~96 MB: over the byte cap
+    small3m = _vocab_json(3_000_000, key="")  # ~51 MB of 3M entries: under the cap, refused by the width scan
+    d = _hf_dir(tmp, "tok-82mb")
+    (d / "tokenizer.json").write_bytes(big)
+    imp("import hf tokenizer.json 4M, 96 MB", d)
+    d = _hf_dir(tmp, "tok-4m")
+    (d / "tokenizer.json").write_bytes(small3m)
+    imp("import hf tokenizer.json 3M, 51 MB", d)
+    (tok,) = copy_package(tmp, "single", name="probe").glob("tokenizer/*/tokenizer.json")
+    rel = tok.relative_to(tmp / "probe")
+    pkg_with("validate tokenizer.json 3M, 51 MB", lambda r: (r / rel).write_bytes(small3m))
+    pkg_with("validate tokenizer 1.1M vocab", lambda r: (r / rel).write_bytes(_vocab_json(1_100_000)))
+    cfg_rel = rel.parent / "tokenizer_config.json"
+    loops = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+    doubling = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+    pkg_with(
+        "validate chat template 1e10 steps",
+        lambda r: edit_json(r / cfg_rel, lambda c: c.__setitem__("chat_template", loops)),
+    )
+    pkg_with(
+        "validate chat template 2**40 chars",
+        lambda r: edit_json(r / cfg_rel, lambda c: c.__setitem__("chat_template", doubling)),
+    )
+    pkg_with(
+        "validate norm_eps 1e308",
+        lambda r: edit_manifest(r, lambda doc: doc["models"][0]["architecture"].__setitem__("norm_eps", 1e308)),
+    )
+
+    def renumber(r: Path) -> None:
+        edit_json(r / rel, lambda doc: doc["added_tokens"][-1].__setitem__("id", 999_999))
+
+    pkg_with("validate added_tokens id differs", renumber)
+    imp("import hf rms_norm_eps 1e308", _hf_dir(tmp, "eps", rms_norm_eps=1e308))
+    cfg = _hf_dir(tmp, "eps-budget", rms_norm_eps=1e308) / "config.json"
+    out["budget rms_norm_eps 1e308"] = ["budget", "--hf-config", str(cfg)]
+    d = _hf_dir(tmp, "renumbered")
+    doc = json.loads((d / "tokenizer.json").read_text())
+    doc["added_tokens"][0]["id"] = 123_456
+    (d / "tokenizer.json").write_text(json.dumps(doc))
+    imp("import hf added_tokens id differs", d)
+    lines = tmp / "values.jsonl"
+    lines.write_text('{"prompt": "a", "x": [' + ",".join(["0"] * 30_000_000) + "]}\n")  # 60 MB, one line
+    out["bench --dataset 30M-value line"] = ["bench", "--dataset", str(lines), "--report", str(tmp / "b1")]
+    sharegpt = tmp / "sharegpt.json"
+    turns = ",".join(['{"from":"human","value":"q"}'] * 4_000_000)  # 116 MB, one conversation
+    sharegpt.write_text('[{"conversations": [' + turns + "]}]")
+    out["bench --dataset ShareGPT 4M turns"] = ["bench", "--dataset", str(sharegpt), "--report", str(tmp / "b2")]
+    deep = tmp / "deep.json"
+    deep.write_text('[{"x": ' + "[" * 1_000_000 + "]" * 1_000_000 + "}]")
+    out["bench --dataset ShareGPT 1e6 deep"] = ["bench", "--dataset", str(deep), "--report", str(tmp / "b3")]
+    return out
+
+
+_TOKENIZER_COST = """
+import sys, time, resource
+from calctl.package import tokenizer_file
+from tokenizers import Tokenizer
+data = open(sys.argv[1], "rb").read()
+t0 = time.monotonic(); tokenizer_file.check(data); t1 = time.monotonic()
+tok = Tokenizer.from_buffer(data); t2 = time.monotonic()
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(f"{len(data) / 1e6:.1f} MB, {tok.get_vocab_size():,} entries: scan {t1 - t0:.2f} s, load {t2 - t1:.2f} s, "
+      f"peak RSS {hwm / 1024:.0f} MB")
+"""
+
+
+def legit_tokenizers(tmp: Path) -> None:
+    """Tokenizers the scan must accept: Gemma 3's size (262,144 entries and merges) and one at the table's limits."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for label, vocab, merges in (("Gemma 3 size", 262_144, 262_000), ("at the limits", 1 << 20, 1 << 20)):
+        path = tmp / f"legit-{vocab}.json"
+        path.write_bytes(_bpe_json(vocab, merges))
+        r = subprocess.run([sys.executable, "-c", _TOKENIZER_COST, str(path)], capture_output=True, text=True, env=env)
+        print(f"accepted tokenizer, {label}: {(r.stdout or r.stderr).strip()[-200:]}")
+
+
+def _bpe_json(n_vocab: int, n_merges: int) -> bytes:
+    """A loadable BPE of ``n_vocab`` entries: 256 base characters, then two- and three-character merges."""
+    alpha = [chr(0x100 + i) for i in range(256)]
+    vocab = {c: i for i, c in enumerate(alpha)}
+    merges: list[list[str]] = []
+    pairs = ((a, b) for a in alpha for b in alpha)
+    triples = ((a + b, c) for a in alpha for b in alpha for c in alpha)
+    for left, right in (*pairs, *triples) if n_vocab > 65_792 else pairs:
+        if len(vocab) >= n_vocab:
+            break
+        vocab[left + right] = len(vocab)
+        if len(merges) < n_merges:
+            merges.append([left, right])
+    doc = {"version": "1.0", "added_tokens": [], "model": {"type": "BPE", "vocab": vocab, "merges": merges}}
+    return json.dumps(doc, ensure_ascii=False).encode()
+
+
 def issue54(tmp: Path, only: list[str] | None) -> None:
     sys.path.insert(0, str(REPO))
-    attacks = {"baseline: calctl rules": ["rules"], **build54(tmp), **build54_second(tmp), **build54_hf(tmp)}
+    attacks = {
+        "baseline: calctl rules": ["rules"],
+        **build54(tmp),
+        **build54_second(tmp),
+        **build54_hf(tmp),
+        **build54_leftovers(tmp),
+    }
     load = os.getloadavg()
     print(f"issue 54 (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}); target < 2 s and < 200 MB, exit 1/2")
     print(f"{'attack':<34} {'wall s':>7} {'CPU s':>6} {'CPU/base':>8} {'RSS MB':>7} {'exit':>4}  refused with")
@@ -526,6 +647,8 @@ def issue54(tmp: Path, only: list[str] | None) -> None:
         base_cpu = base_cpu or cpu
         ratio = cpu / base_cpu if base_cpu else float("nan")
         print(f"{name:<34} {seconds:>7.2f} {cpu:>6.2f} {ratio:>8.2f} {rss:>7.0f} {code:>4}  {said[:120]}")
+    if not only:
+        legit_tokenizers(tmp)
 
 
 def main() -> int:

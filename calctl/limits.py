@@ -53,6 +53,10 @@ MAX_GGUF_ARRAY_ITEMS = Limit(
     1 << 21,
     "Llama 3 holds 408,403 (128,256 tokens, 280,147 merges)",
 )
+#: A ``tokenizer.json``'s ``model.merges`` (BPE): the tokenizers library spends about 0.5 KB and 3 µs a merge.
+MAX_MERGES = Limit("MAX_MERGES", "BPE merges of a tokenizer", 1 << 20, "Llama 3 has 280,147, Qwen 2.5 151,387")
+#: A ``tokenizer.json``'s ``added_tokens`` (each also a vocabulary entry, so within ``MAX_VOCAB`` too).
+MAX_ADDED_TOKENS = Limit("MAX_ADDED_TOKENS", "added tokens of a tokenizer", 65536, "Llama 3 lists 256")
 MAX_SHARDS = Limit("MAX_SHARDS", "weight shard files", 4096, "Llama 3.1 405B ships 191 safetensors shards")
 #: Any other integer a config declares (a pattern, a step): bounded so no arithmetic on it runs away.
 MAX_COUNT = Limit("MAX_COUNT", "any other declared count", 2**31 - 1, "an int32, as the C runtime holds it")
@@ -70,6 +74,8 @@ LIMITS: tuple[Limit, ...] = (
     MAX_GGUF_KEYS,
     MAX_GGUF_TENSORS,
     MAX_GGUF_ARRAY_ITEMS,
+    MAX_MERGES,
+    MAX_ADDED_TOKENS,
     MAX_SHARDS,
     MAX_COUNT,
 )
@@ -174,10 +180,18 @@ ROPE_FREQ_FACTOR = Range(
     "ROPE_FREQ_FACTOR", "llama3 low_freq_factor / high_freq_factor", 1e-3, 1024.0, "Llama 3.x uses 1 and 4"
 )
 
-RANGES: tuple[Range, ...] = (ROPE_THETA, ROPE_FACTOR, ROPE_FREQ_FACTOR)
+#: The epsilon under the square root of RMSNorm/LayerNorm: 1e308 makes every normalised activation zero, 0 or a
+#: negative value divides by zero on a silent row. Figures a config carries that calctl's decoder does not use
+#: (attention multipliers, logit softcapping, initializer ranges) are not read, so not ranged.
+NORM_EPS = Range(
+    "NORM_EPS", "normalisation epsilon (rms_norm_eps)", 1e-12, 0.1, "released models use 1e-6 to 1e-5, BERT 1e-12"
+)
 
-#: Field name -> its range, for every spelling: Hugging Face (``rope_scaling``/``rope_parameters`` keys),
-#: GGUF (``rope.freq_base``, ``rope.scaling.factor``) and the manifest's ``rope_theta``.
+RANGES: tuple[Range, ...] = (ROPE_THETA, ROPE_FACTOR, ROPE_FREQ_FACTOR, NORM_EPS)
+
+#: Field name -> its range, for every spelling: Hugging Face (``rope_scaling``/``rope_parameters`` keys,
+#: ``rms_norm_eps``), GGUF (``rope.freq_base``, ``rope.scaling.factor``, ``attention.layer_norm_rms_epsilon``) and
+#: the manifest's ``rope_theta``/``norm_eps``.
 RANGE_BY_FIELD: Mapping[str, Range] = {
     "rope_theta": ROPE_THETA,
     "rope.freq_base": ROPE_THETA,
@@ -186,6 +200,13 @@ RANGE_BY_FIELD: Mapping[str, Range] = {
     "rope_freq_factors": ROPE_FACTOR,
     "low_freq_factor": ROPE_FREQ_FACTOR,
     "high_freq_factor": ROPE_FREQ_FACTOR,
+    "rms_norm_eps": NORM_EPS,
+    "layer_norm_eps": NORM_EPS,
+    "layer_norm_epsilon": NORM_EPS,
+    "norm_epsilon": NORM_EPS,
+    "attention.layer_norm_rms_epsilon": NORM_EPS,
+    "attention.layer_norm_epsilon": NORM_EPS,
+    "norm_eps": NORM_EPS,
 }
 
 

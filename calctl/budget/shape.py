@@ -187,6 +187,15 @@ class _Reader:
             raise self._err(key, f"expected {expected}, found {json.dumps(value)}")
         return value
 
+    def ranges(self) -> None:
+        """Every real-valued figure of the one table the config states (``rms_norm_eps``, ``rope_theta``, ...)
+        finite and in range, as ``import hf`` holds them (issue 54: ``rms_norm_eps: 1e308`` was accepted)."""
+        for key, r in limits.RANGE_BY_FIELD.items():  # top-level figures; rope_scaling's are its own object
+            if r in (limits.ROPE_THETA, limits.NORM_EPS) and self.doc.get(key) is not None:
+                wrong = limits.out_of_range(key, self.doc[key])
+                if wrong:
+                    raise self._err(key, wrong)
+
     def int_list(self, key: str) -> list[int] | None:
         value = self.doc.get(key)
         if value is None:
@@ -239,6 +248,7 @@ def shape_from_hf_config(
         doc.setdefault("torch_dtype", outer.get("torch_dtype"))
         where = f"{where}: text_config"
     r = _Reader(doc, where)
+    r.ranges()
     family = (r.get_str("model_type") or "").lower()
     name = r.get_str("_name_or_path") or default_name
 

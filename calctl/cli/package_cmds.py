@@ -315,7 +315,8 @@ def inspect(
     """Show what a package contains: models, graphs, chips, memory plan, signer.
 
     Per graph its kind, chip mode, target chips, batch profiles, max_seq and ELF count; per chip the memory
-    plan's regions; the files and the signer.
+    plan's regions; the files and the signer. The package is not validated: its manifest is read within the
+    reader's limits (a manifest over them is exit 1), file contents are not hashed, and the output says so.
     """
     from calctl.package import info as pkginfo
     from calctl.package.reader import load_manifest, package_root
@@ -331,6 +332,10 @@ def inspect(
     _output.stdout.print(f"[bold]{safe(p['name'])}[/] {safe(p['version'])} ({safe(p['kind'])}) at {safe(path)}")
     _output.stdout.print(
         f"digest sha256:{doc['digest']}  signer: {doc['signer_key_id'] or 'unknown (no trusted key verifies it)'}"
+    )
+    _output.stdout.print(
+        "[bold yellow]UNVERIFIED[/]: inspect shows the manifest as written; file contents were not hashed and no "
+        "validation rule ran (run `calctl verify` or `calctl validate` first)"
     )
     rows = []
     for m in doc["models"]:
@@ -374,7 +379,10 @@ def inspect(
             ]
         )
     _output.print_table("Memory plan per chip", ["chip", "region", "kind", "vaddr", "size", "access"], rows)
-    _output.stdout.print(f"{len(doc['files'])} files, {_output.mib(doc['total_bytes'])} ({doc['total_bytes']:,} bytes)")
+    more = f" (listing stopped at {len(doc['files']):,} entries)" if doc["files_truncated"] else ""
+    _output.stdout.print(
+        f"{len(doc['files'])} files{more}, {_output.mib(doc['total_bytes'])} ({doc['total_bytes']:,} bytes)"
+    )
 
 
 def register(app: typer.Typer) -> None:

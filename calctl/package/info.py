@@ -2,14 +2,25 @@
 
 The package digest is the SHA-256 of ``checksums.sha256``: it commits to every
 file, so reports can name exactly what ran.
+
+``inspect`` shows a package without validating it, as ``docker inspect`` or
+``cosign tree`` show what they are given: every read is bounded (the manifest by
+the reader's YAML and schema limits, the file listing by :data:`MAX_LISTED`,
+the signature by its size), and the summary says what was checked
+(``verification``: the signature over ``checksums.sha256`` and which key, if
+any, verifies it) and what was not (file contents are never hashed here:
+``calctl verify`` or ``validate`` does that). This module prints nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
+from calctl.package import archive
 from calctl.package.model import Package
 from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS, NotReadable, read_regular
@@ -31,11 +42,34 @@ def signer_of(root: Path, policy: TrustPolicy) -> str | None:
     return report.signer.key_id if report.signer else None
 
 
+#: Entries ``inspect`` lists at most: the most a package may hold (``validate``'s LAY005 figure).
+MAX_LISTED = archive.MAX_MEMBERS
+
+
+def _listing(root: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The package's entries (not directories), at most :data:`MAX_LISTED`, and whether the walk stopped there."""
+    files: list[dict[str, Any]] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        base = Path(dirpath)
+        for name in sorted(filenames) + [d for d in dirnames if (base / d).is_symlink()]:
+            if len(files) >= MAX_LISTED:
+                return files, True
+            p = base / name
+            try:
+                st = p.lstat()
+            except OSError:
+                files.append({"path": p.relative_to(root).as_posix(), "bytes": 0, "type": "unreadable"})
+                continue
+            kind = "symlink" if stat.S_ISLNK(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "special"
+            size = st.st_size if kind == "file" else 0
+            files.append({"path": p.relative_to(root).as_posix(), "bytes": size, "type": kind})
+    files.sort(key=lambda f: str(f["path"]).encode("utf-8", "surrogateescape"))
+    return files, False
+
+
 def describe(pkg: Package, policy: TrustPolicy) -> dict[str, Any]:
-    files = []
-    for e in seal.list_package_files(pkg.root):
-        size = (pkg.root / e.rel).lstat().st_size
-        files.append({"path": e.rel, "bytes": size, "type": e.kind})
+    files, truncated = _listing(pkg.root)
     chips = []
     for chip in sorted({r.chip for r in pkg.memory_plan}):
         regions = pkg.regions_on(chip)
@@ -98,10 +132,18 @@ def describe(pkg: Package, policy: TrustPolicy) -> dict[str, Any]:
                 ],
             }
         )
+    signer = signer_of(pkg.root, policy)
     return {
         "package": {"name": pkg.name, "version": pkg.version, "kind": pkg.kind, "path": str(pkg.root)},
         "digest": package_digest(pkg.root),
-        "signer_key_id": signer_of(pkg.root, policy),
+        "signer_key_id": signer,
+        "verification": {
+            "verified": False,
+            "signature": f"verified by key {signer}" if signer else "no trusted key verifies it",
+            "files_hashed": False,
+            "note": "inspect shows the manifest as written; it does not hash files or run the validation rules: "
+            "run `calctl verify` or `calctl validate` before trusting what it shows",
+        },
         "device_cfg": {
             "chip_nums": pkg.device_cfg.chip_nums,
             "calcore_num": pkg.device_cfg.calcore_num,
@@ -110,5 +152,6 @@ def describe(pkg: Package, policy: TrustPolicy) -> dict[str, Any]:
         "models": models,
         "memory_plan": chips,
         "files": files,
-        "total_bytes": sum(f["bytes"] for f in files),
+        "files_truncated": truncated,
+        "total_bytes": sum(int(f["bytes"]) for f in files),
     }

@@ -120,12 +120,26 @@ def decoder_id_problems(doc: Mapping[str, Any], tok: Tokenizer, bound: int) -> I
             yield field, f"token {_short(text)} {where}, not {i}"
 
 
+def added_id_problems(declared: list[tuple[int, str, object]], tok: Tokenizer) -> Iterator[tuple[str, str]]:
+    """``(field, problem)`` for each ``added_tokens`` entry of tokenizer.json whose declared id is not the id the
+    loaded tokenizer gives its token (issue 54): the tokenizers library ignores the file's ids and assigns its own,
+    so a file saying ``{"id": 999, "content": "<x>"}`` serves ``<x>`` as another id than every other tool reads."""
+    for index, content, declared_id in declared:
+        got = tok.token_to_id(content)
+        if isinstance(declared_id, bool) or not isinstance(declared_id, int) or got != declared_id:
+            yield (
+                f"added_tokens[{index}]",
+                f"token {_short(content)} declares id {_short(declared_id)}, but the tokenizer gives it id {got}",
+            )
+
+
 def _short(value: object) -> str:
     return textsafe.shorten(repr(value))
 
 
 __all__ = [
     "SPECIAL_TOKEN_KEYS",
+    "added_id_problems",
     "decoder_id_problems",
     "ids_outside",
     "produced_ids",

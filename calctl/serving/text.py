@@ -5,7 +5,8 @@ and ``tokenizer_config.json`` (001 §8.3: each model keeps its own tokenizer, so
 an alias can never be served with another model's vocabulary). The chat template
 is compiled once per codec and renders in Jinja2's immutable sandbox with the
 variables Hugging Face templates expect (``messages``, ``add_generation_prompt``,
-``bos_token``, ``eos_token``, ``raise_exception``).
+``bos_token``, ``eos_token``, ``raise_exception``), within the cost bounds of
+:mod:`calctl.package.chat_template` (a request whose messages cross one is a 400).
 
 :class:`IncrementalDetokenizer` turns streamed token ids into text deltas that
 are always whole characters: a byte-level BPE token can end in the middle of a
@@ -24,12 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Template, TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import TemplateError
 from tokenizers import Tokenizer
 
 from calctl import jsonsafe
 from calctl.errors import ConfigError
+from calctl.package import tokenizer_file
+from calctl.package.chat_template import BoundedTemplate, TemplateTooCostly
 
 
 class ChatTemplateError(ValueError):
@@ -45,19 +47,23 @@ class TextCodec:
     special_tokens: dict[str, str] = field(default_factory=dict)  # bos_token / eos_token text, for templates
 
     def __post_init__(self) -> None:
-        self._template: Template | None = None
+        self._template: BoundedTemplate | None = None
         if self.chat_template:
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
-            env.globals["raise_exception"] = _raise_exception
-            try:
-                self._template = env.from_string(self.chat_template)  # compiled once, rendered per request
+            try:  # compiled once in the bounded sandbox validate's TOK005 probes; rendered per request within it
+                self._template = BoundedTemplate(
+                    self.chat_template, keep_trailing_newline=False, raise_exception=_raise_exception
+                )
             except TemplateError as exc:
                 raise ConfigError(f"chat template does not compile: {exc}") from None
 
     @classmethod
     def from_files(cls, tokenizer_json: Path, config_json: Path | None, eos_token_id: int | None) -> TextCodec:
+        try:  # bounded read and scan first (validate's TOK001 check; the package may have changed since)
+            data = tokenizer_file.read(tokenizer_json)
+        except (OSError, tokenizer_file.TokenizerRefused) as exc:
+            raise ConfigError(f"{tokenizer_json}: cannot load tokenizer: {exc}") from None
         try:
-            tok = Tokenizer.from_buffer(tokenizer_json.read_bytes())  # any path bytes: from_file takes UTF-8 only
+            tok = Tokenizer.from_buffer(data)  # any path bytes: from_file takes UTF-8 only
         except Exception as exc:  # tokenizers raises plain Exception subclasses
             raise ConfigError(f"{tokenizer_json}: cannot load tokenizer: {exc}") from None
         template = None
@@ -132,6 +138,8 @@ class TextCodec:
                 bos_token=self.special_tokens.get("bos_token", ""),
                 eos_token=self.special_tokens.get("eos_token", ""),
             )
+        except TemplateTooCostly as exc:  # costly for these messages only (validate probed a short chat): a 400
+            raise ChatTemplateError(f"chat template is too costly to render these messages: {exc}") from None
         except TemplateError as exc:
             raise ChatTemplateError(f"chat template failed: {exc}") from None
 

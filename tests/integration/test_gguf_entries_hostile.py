@@ -96,3 +96,16 @@ def test_a_chat_template_that_would_run_for_hours_is_refused(tmp_path: Path) -> 
     r = run_bounded("import", "gguf", path, tmp_path / "out", "--key", TEST_KEY)
     assert r.code == 2, r.text
     assert "m.gguf: the chat template is too costly to render" in r.text and "1,000,000 steps" in r.text, r.text
+
+
+def test_merges_out_of_proportion_to_the_tokens_are_refused_before_they_are_decoded(tmp_path: Path) -> None:
+    """A GGUF's merges become a tokenizer.json: held to the same bound (4 per token, plus 1,024) before the
+    tokenizers library builds a million of them."""
+    tokens = [f"t{i}".encode() for i in range(300)]
+    kvs = [
+        *llama_metadata(),
+        _strings("tokenizer.ggml.tokens", tokens),
+        _strings("tokenizer.ggml.merges", [b"t1 t2"] * 1_000_000),
+    ]
+    r = _import(tmp_path, gguf_bytes(kvs))
+    assert r.code == 2 and "tokenizer.ggml.merges holds 1,000,000 entries, more than 2,224" in r.text, r.text

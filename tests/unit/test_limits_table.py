@@ -92,7 +92,7 @@ def test_every_field_spelling_maps_to_a_listed_limit() -> None:
 def test_docs_validate_limits_names_every_range_with_its_figures() -> None:
     section = _limits_section()
     for r in limits.RANGES:
-        row = re.search(rf"([\d.e+]+) to ([\d.e+]+) \(`limits\.{r.name}`", section)
+        row = re.search(rf"([\d.e+-]+) to ([\d.e+-]+) \(`limits\.{r.name}`", section)
         assert row, r.name
         assert (float(row.group(1)), float(row.group(2))) == (r.minimum, r.maximum), r.name
 

@@ -205,7 +205,7 @@ def render_chat(template: str, cfg: Mapping[str, Any], content: str) -> str:
     """The chat template rendered for one user message, as Hugging Face renders it."""
     from jinja2 import TemplateError
 
-    from calctl.compiler.importer.chat_template import render_bounded
+    from calctl.package.chat_template import render_bounded
 
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
@@ -222,7 +222,7 @@ def render_chat(template: str, cfg: Mapping[str, Any], content: str) -> str:
 
 def golden_prompts(ck: Checkpoint, tok: Any) -> tuple[list[tuple[str, list[int]]], list[str]]:
     """The fixed prompts as ``(label, ids)``, the chat-templated one first when the model has a template; notes."""
-    from calctl.compiler.importer.chat_template import TemplateTooCostly
+    from calctl.package.chat_template import TemplateTooCostly
 
     out: list[tuple[str, list[int]]] = []
     notes: list[str] = []

@@ -324,7 +324,7 @@ def from_hf_config(doc: Mapping[str, Any], where: object) -> FamilyConfig:
         **sizes,
         max_position_embeddings=c.integer("max_position_embeddings"),
         rope_theta=rope.theta,
-        norm_eps=c.number("rms_norm_eps"),
+        norm_eps=c.ranged("rms_norm_eps"),
         tie_embeddings=c.flag("tie_word_embeddings", False),
         attn_bias=attn_bias,
         qk_norm=model_type == "qwen3",
@@ -400,7 +400,7 @@ def from_gguf_metadata(
         **_dimensions(c, str(arch), _GGUF_SIZES, vocab_default),
         max_position_embeddings=c.integer("context_length"),
         rope_theta=c.ranged("rope.freq_base"),
-        norm_eps=c.number("attention.layer_norm_rms_epsilon"),
+        norm_eps=c.ranged("attention.layer_norm_rms_epsilon"),
         tie_embeddings=not has_output,
         attn_bias=False,  # set by the caller from the tensors present (qwen2 always has q/k/v bias)
         qk_norm=arch == "qwen3",

@@ -31,6 +31,7 @@ from calctl import limits
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_gguf_metadata
 from calctl.compiler.importer.gguf_header import ArrayRef, GgufHeader, read_header
 from calctl.model.quant import QuantTensor
+from calctl.package import tokenizer_file
 
 # tokenizer.ggml.pre -> the regex llama.cpp splits with before BPE (llama-vocab.cpp); None = GPT-2's own.
 _LLAMA3_RE = (
@@ -332,6 +333,7 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
                 f"{cfg.vocab_size:,} (token_embd.weight rows): the extra ids would have no embedding",
             )
         _check_token_ids(meta, path, n_tokens)
+        _check_merge_count(h, path, n_tokens)
     rotary = meta.get(f"{arch}.rope.dimension_count")
     if rotary is not None and rotary != cfg.head_dim:
         raise CheckpointError(
@@ -383,6 +385,20 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
         quant_types=quant,
         ignored_metadata=ignored,
     )
+
+
+def _check_merge_count(h: GgufHeader, path: Path, n_tokens: int) -> None:
+    """The merges' count held to the bound a tokenizer.json is (4 per token, plus 1,024), before they are decoded
+    or the tokenizers library builds them (issue 54)."""
+    merges = h.metadata.get("tokenizer.ggml.merges")
+    top = tokenizer_file.MERGES_PER_ENTRY * n_tokens + 1024
+    if isinstance(merges, ArrayRef) and merges.count > top:
+        raise CheckpointError(
+            path,
+            f"tokenizer.ggml.merges holds {merges.count:,} entries, more than {top:,} "
+            f"({tokenizer_file.MERGES_PER_ENTRY} per token of tokenizer.ggml.tokens, plus 1,024; "
+            "calctl.package.tokenizer_file.MERGES_PER_ENTRY)",
+        )
 
 
 def _decoded(h: GgufHeader, meta: _Seen) -> _Seen:

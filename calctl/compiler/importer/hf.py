@@ -36,13 +36,15 @@ from calctl import jsonsafe
 from calctl.compiler.importer import shards
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config, refuse_unknown_tokens
 from calctl.compiler.importer.shards import ShardPlan, check_owners
+from calctl.package import tokenizer_file
+from calctl.package.tokenizer_ids import added_id_problems
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 #: A safetensors header (JSON) read into memory: the largest shard of a 405B checkpoint has ~100 KB; the format
 #: allows 100 MB, which parsed into Python objects costs a GiB (issue 54: memory is bounded before parsing).
 MAX_HEADER_BYTES = 16 * 1024 * 1024
-#: validate's figure for the same file (``calctl.package.rules.context.MAX_TOKENIZER_BYTES``; a test keeps them equal).
-MAX_TOKENIZER_BYTES = 256 * 1024**2
+#: validate's figure for the same file (``calctl.package.tokenizer_file.MAX_TOKENIZER_BYTES``).
+MAX_TOKENIZER_BYTES = tokenizer_file.MAX_TOKENIZER_BYTES
 #: safetensors dtypes a weight may have (integer and bool tensors are not model weights).
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
@@ -250,8 +252,15 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
         raise CheckpointError(tok_path, "missing: the model's tokenizer (tokenizer.json) is required")
     if tok_path.stat().st_size > MAX_TOKENIZER_BYTES:  # validate's limit for the same file (TOK001)
         raise CheckpointError(tok_path, f"larger than the {MAX_TOKENIZER_BYTES} bytes a tokenizer may have")
-    tok_bytes = tok_path.read_bytes()
+    try:  # bounded read and scan before the tokenizers library sees it (validate's TOK001 does the same)
+        tok_bytes = tokenizer_file.read(tok_path, cfg.vocab_size)
+    except tokenizer_file.TokenizerRefused as exc:
+        raise CheckpointError(tok_path, str(exc)) from None
+    except OSError as exc:
+        raise CheckpointError(tok_path, f"cannot read it: {exc.strerror or exc}") from None
     tokenizer = _check_tokenizer(tok_path, tok_bytes)
+    for where, problem in added_id_problems(tokenizer_file.declared_added_tokens(tok_bytes) or [], tokenizer):
+        raise CheckpointError(tok_path, f"{where}: {problem}", hint="validate's TOK002 refuses the same file")
     tok_cfg_path = root / "tokenizer_config.json"
     tok_cfg = _read_json(tok_cfg_path, "tokenizer_config.json") if tok_cfg_path.is_file() else {}
     if not tok_cfg:

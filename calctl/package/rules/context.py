@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from calctl import textsafe
 from calctl.errors import CalctlError
-from calctl.package import npy, reader, schemas
+from calctl.package import npy, reader, schemas, tokenizer_file
 from calctl.package.elfdefs import (
     PN_XNUM,
     PT_NOTE,
@@ -55,7 +55,7 @@ MAX_COMPONENT_BYTES = 255
 MAX_ELF_BYTES = 1024 * 1024**2
 MAX_NOTE_BYTES = 1024 * 1024
 SIGNATURE_MAX_BYTES = 4096
-MAX_TOKENIZER_BYTES = 256 * 1024**2
+MAX_TOKENIZER_BYTES = tokenizer_file.MAX_TOKENIZER_BYTES
 NPY_READ_WHOLE_BYTES = 64 * 1024**2
 
 
@@ -542,7 +542,14 @@ class ValidationContext:
                 raise ReadProblem(f"is {e.size} bytes, over the {MAX_TOKENIZER_BYTES} byte limit for tokenizers")
             # Read by Python (never through a link, any path bytes), not by the library: tokenizers' from_file
             # takes a UTF-8 str and fails on a directory name that is not UTF-8.
-            return Tokenizer.from_buffer(self.read_bytes(r, MAX_TOKENIZER_BYTES))
+            data = self.read_bytes(r, MAX_TOKENIZER_BYTES)
+            # The largest vocabulary a model using this file declares (the schema holds it within the table).
+            declared = [m.architecture.vocab_size for m in self.pkg.models if m.tokenizer.file == r]
+            try:  # the library's cost bounded, by the model's own size, before it sees the bytes (issue 54)
+                tokenizer_file.check(data, max(declared) if declared else None)
+            except tokenizer_file.TokenizerRefused as exc:
+                raise ReadProblem(str(exc)) from None
+            return Tokenizer.from_buffer(data)
 
         return self._memo("tokenizer", rel, load)
 

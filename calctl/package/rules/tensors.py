@@ -563,14 +563,15 @@ def _differing_weights(ctx: ValidationContext, a: Model, b: Model) -> list[str]:
 
 
 class RopeFiguresInRange(PackageRule):
-    """The RoPE figures are finite and in range: rope_theta and every per-pair divisor in rope_freq_factors.
+    """The real-valued architecture figures are finite and in range: rope_theta, norm_eps, rope_freq_factors.
 
     The decoder rotates pair i of each head by position x rope_theta^(-2i/head_dim) / rope_freq_factors[i]. A base or a
     divisor that is not finite, or far outside what any model uses (calctl.limits.ROPE_THETA, ROPE_FACTOR: the table
     ``import hf`` checks rope_scaling against), builds a model that runs and talks nonsense: an infinite divisor stops
-    the rotation, and golden data computed from the same figures agrees with it. So a package sealed by hand or by an
-    older importer is held to the importer's limits: architecture.rope_theta, and the float values of the
-    rope_freq_factors tensor (read from its verified file, once GOLD005/GOLD006 place it).
+    the rotation, and golden data computed from the same figures agrees with it; a norm_eps of 1e308 zeroes every
+    normalised activation (calctl.limits.NORM_EPS). So a package sealed by hand or by an older importer is held to the
+    importer's limits: architecture.rope_theta and norm_eps, and the float values of the rope_freq_factors tensor
+    (read from its verified file, once GOLD005/GOLD006 place it).
     """
 
     id = "GOLD009"
@@ -587,6 +588,14 @@ class RopeFiguresInRange(PackageRule):
                     field=f"{m.pointer}/architecture/rope_theta",
                     expected=f"{limits.ROPE_THETA.minimum:g}..{limits.ROPE_THETA.maximum:g}",
                     found=a.rope_theta,
+                )
+            wrong = limits.out_of_range("norm_eps", a.norm_eps)
+            if wrong:
+                yield self.manifest_problem(
+                    f"model {m.alias!r}: norm_eps {wrong}",
+                    field=f"{m.pointer}/architecture/norm_eps",
+                    expected=f"{limits.NORM_EPS.minimum:g}..{limits.NORM_EPS.maximum:g}",
+                    found=a.norm_eps,
                 )
             n += 1
             if not a.rope_freq_factors:
@@ -624,7 +633,7 @@ class RopeFiguresInRange(PackageRule):
                     expected=f"every value in {r.minimum:g}..{r.maximum:g}",
                     found=bad[0][1],
                 )
-        yield self.note(f"{n} models' RoPE figures are finite and in range")
+        yield self.note(f"{n} models' RoPE figures and norm_eps are finite and in range")
 
 
 def _small_float_tensor(ctx: ValidationContext, t: ParamTensor, count: int) -> tuple[np.ndarray | None, str]:

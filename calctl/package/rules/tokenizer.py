@@ -1,7 +1,8 @@
 """Tokenizer rules (TOK): one verified tokenizer per alias, agreeing with its model.
 
 Tokenizers load with ``tokenizers.Tokenizer.from_buffer`` only after their hash
-verified. Chat templates and sampling configuration belong to serving, not here.
+verified. A chat template is checked for cost only (TOK005): what it renders, and sampling configuration, belong
+to serving.
 """
 
 from __future__ import annotations
@@ -11,10 +12,17 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from calctl import jsonsafe
+from calctl.package import tokenizer_file
 from calctl.package.model import Model, Package
 from calctl.package.rules.base import Finding, PackageRule, Rule
-from calctl.package.rules.context import ReadProblem, ValidationContext
-from calctl.package.tokenizer_ids import decoder_id_problems, ids_outside, unknown_special_tokens
+from calctl.package.rules.context import MAX_TOKENIZER_BYTES, ReadProblem, ValidationContext
+from calctl.package.tokenizer_ids import (
+    added_id_problems,
+    decoder_id_problems,
+    ids_outside,
+    token_text,
+    unknown_special_tokens,
+)
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
@@ -131,6 +139,7 @@ class TokenizerVocab(PackageRule):
                     found=size,
                 )
             yield from self._ids_by_value(m, tok, field)
+            yield from self._added_token_ids(ctx, m, tok)
             yield from self._config_ids(ctx, m, tok)
         yield self.note(
             "tokenizer vocabularies and every id they can produce agree with the manifest and model configs"
@@ -148,6 +157,24 @@ class TokenizerVocab(PackageRule):
                 field=field,
                 expected=f"every id < {bound} (tokenizer.vocab_size and architecture.vocab_size)",
                 found=named[0].split(" ")[1],
+            )
+
+    def _added_token_ids(self, ctx: ValidationContext, m: Model, tok: Any) -> Iterator[Finding]:
+        """tokenizer.json's own ``added_tokens`` ids by value: the library assigns its own ids, so an id the file
+        declares that differs is read differently by every other tool (issue 54)."""
+        try:
+            declared = tokenizer_file.declared_added_tokens(ctx.read_bytes(m.tokenizer.file, MAX_TOKENIZER_BYTES))
+        except ReadProblem:
+            return  # it loaded a moment ago; TOK001 reports a file that changed under the validator
+        problems = list(added_id_problems(declared or [], tok))
+        for where, problem in problems[:20]:
+            yield self.problem(
+                f"tokenizer of {m.alias!r}: {where}: {problem}"
+                + (f" ({len(problems)} entries in all)" if len(problems) > 20 else ""),
+                file=m.tokenizer.file,
+                field=f"{m.pointer}/tokenizer/file",
+                expected="each added token's id the id the loaded tokenizer gives it",
+                found=where,
             )
 
     def _config_ids(self, ctx: ValidationContext, m: Model, tok: Any) -> Iterator[Finding]:
@@ -291,4 +318,64 @@ class EndOfSequence(PackageRule):
         yield self.note(f"{n} eos tokens agree with eos_token_id")
 
 
-RULES: tuple[type[Rule], ...] = (TokenizerLoads, TokenizerVocab, OneTokenizerPerAlias, EndOfSequence)
+class ChatTemplateBounded(PackageRule):
+    """The tokenizer config's chat template compiles and renders a short chat within the bounded sandbox.
+
+    serve renders each model's chat template for every chat request (001 §9.2), in the sandbox and within the cost
+    bounds the importer uses (calctl.package.chat_template: 1,000,000 template steps, strings of about a MiB plus
+    four times the conversation). A template that does not compile, or that crosses a bound for one user message or
+    a four-message chat with a system prompt (nested range(99999) loops, a string doubled forty times), would stall
+    or refuse every request: it fails here, so serve and run-golden refuse the package at load. A template that is
+    costly only for longer conversations is answered 400 for those requests.
+    """
+
+    id = "TOK005"
+    sections = ("001 §9.2", "001 §13.1")
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        from calctl.package.chat_template import probe
+
+        n = 0
+        for m in ctx.pkg.models:
+            rel = m.tokenizer.config
+            if rel is None:
+                continue
+            field = f"{m.pointer}/tokenizer/config"
+            doc, gated = _verified_config(ctx, rel)
+            if gated or not isinstance(doc, dict):
+                yield self.skip(gated or "skipped: TOK001 failed for the tokenizer config", file=rel, field=field)
+                continue
+            for name, source in _templates(doc.get("chat_template")):
+                n += 1
+                problem = probe(source, token_text(doc.get("bos_token")) or "", token_text(doc.get("eos_token")) or "")
+                if problem:
+                    yield self.problem(
+                        f"chat template{name} of {m.alias!r} {problem}",
+                        file=rel,
+                        field=f"{field}/chat_template",
+                        expected="a template that compiles and renders a short chat within the bounds",
+                        found=problem.split(":")[0],
+                    )
+        yield self.note(f"{n} chat templates render a short chat within the bounds")
+
+
+def _templates(value: object) -> list[tuple[str, str]]:
+    """``(label, source)`` of a ``chat_template``: a string, or Hugging Face's list of ``{name, template}``."""
+    if isinstance(value, str):
+        return [("", value)]
+    if isinstance(value, list):
+        return [
+            (f" {str(t.get('name'))[:40]!r}", t["template"])
+            for t in value[:16]
+            if isinstance(t, dict) and isinstance(t.get("template"), str)
+        ]
+    return []
+
+
+RULES: tuple[type[Rule], ...] = (
+    TokenizerLoads,
+    TokenizerVocab,
+    OneTokenizerPerAlias,
+    EndOfSequence,
+    ChatTemplateBounded,
+)

@@ -16,26 +16,33 @@ the file's first non-blank character:
   ``--rate``.
 
 Bounded before anything costs: a regular file of at most :data:`MAX_DATASET_BYTES`, at most
-:data:`MAX_ENTRIES` entries, every prompt at most :data:`MAX_PROMPT_CHARS` characters, JSON no deeper than
-the parser's own recursion bound; a bad line is a usage error (exit 2) naming the file, the line (or entry) and the
-field. Nothing here sends a request.
+:data:`MAX_ENTRIES` entries, every prompt at most :data:`MAX_PROMPT_CHARS` characters. Every JSON value goes
+through :mod:`calctl.jsonsafe` (depth 64, digit runs): a JSONL line is scanned and parsed on its own, at most
+:data:`MAX_LINE_BYTES` and :data:`MAX_ENTRY_VALUES` values; a ShareGPT array is scanned once in bounded memory
+(the array at most :data:`MAX_ENTRIES` elements, any list or object inside at most
+:data:`MAX_CONVERSATION_ITEMS` entries) and its elements are then decoded one at a time, each at most :data:`MAX_LINE_BYTES` and
+:data:`MAX_ENTRY_VALUES` values, and dropped once its first exchange is taken: memory grows with what is kept
+(the prompts), not with the document (``json.loads`` of a 256 MiB array built gigabytes of objects). A bad line
+or entry is a usage error (exit 2) naming the file, the line (or entry) and the field or limit. Nothing here
+sends a request.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
+from calctl import jsonsafe
 from calctl.errors import UsageError
+from calctl.jsonsafe import window
 from calctl.runners.bench.workload import LengthDist, PlannedRequest, arrival_times
 
 MAX_DATASET_BYTES = 256 * 1024 * 1024
@@ -43,6 +50,16 @@ MAX_ENTRIES = 1_000_000
 MAX_PROMPT_CHARS = 1_000_000
 MAX_PROMPT_IDS = 1_000_000
 MAX_OUTPUT_TOKENS = 1_000_000
+#: Largest JSONL line or ShareGPT entry: a prompt of MAX_PROMPT_CHARS characters is at most 4 MiB of UTF-8 (6 MiB
+#: written as JSON escapes), and a ShareGPT conversation carries its replies too.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+#: Values (openings and commas) of one JSONL line or ShareGPT entry: a prompt of MAX_PROMPT_IDS token ids and some.
+MAX_ENTRY_VALUES = MAX_PROMPT_IDS + 4096
+#: Entries of any list or object inside one ShareGPT conversation (its turns, say): real ones hold a few hundred.
+MAX_CONVERSATION_ITEMS = 65536
+#: Values of a whole ShareGPT document (its largest possible element count times a conversation's, bounded again by
+#: the byte cap: this only ends a scan of pathological structure early).
+MAX_DOCUMENT_VALUES = 64 * 1024 * 1024
 CHARS_PER_TOKEN = 4  # the reply-length estimate of a ShareGPT entry (OpenAI's rule of thumb for English)
 
 
@@ -77,13 +94,15 @@ class Dataset:
 
 def load_dataset(path: Path) -> Dataset:
     """Read and check ``path`` (see the module docstring); :class:`UsageError` naming the problem."""
-    text = _read(path)
-    first = text.lstrip()[:1]
-    if first == "[":
-        entries, skipped = _sharegpt(path, _loads(path, text, "the file"))
-        layout = "sharegpt"
-    else:
-        entries, skipped = _jsonl(path, text), 0
+    with _open(path) as f:
+        opening = _first_byte(f)
+        if opening >= 0 and window(f, opening, opening + 1) == b"[":
+            entries, skipped = _sharegpt(path, f, opening)
+            layout = "sharegpt"
+        else:
+            entries, skipped = _jsonl(path, f), 0
+            layout = "jsonl"
+    if layout == "jsonl":
         stamped = sum(1 for e in entries if e.timestamp is not None)
         if 0 < stamped < len(entries):
             raise UsageError(
@@ -95,7 +114,8 @@ def load_dataset(path: Path) -> Dataset:
     return Dataset(path, layout, tuple(entries), skipped)
 
 
-def _read(path: Path) -> str:
+def _open(path: Path) -> BinaryIO:
+    """The dataset file opened for reading, after its checks (a regular file of at most MAX_DATASET_BYTES)."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -104,26 +124,57 @@ def _read(path: Path) -> str:
         raise UsageError(f"--dataset {path}: not a regular file (a dataset is a JSON or JSONL file)")
     if st.st_size > MAX_DATASET_BYTES:
         raise UsageError(f"--dataset {path}: {st.st_size} bytes, more than the {MAX_DATASET_BYTES} a dataset may have")
-    with open(path, "rb") as f:
-        raw = f.read(MAX_DATASET_BYTES + 1)
     try:
-        return raw.decode("utf-8")
+        return open(path, "rb")  # the caller's with-block closes it
+    except OSError as exc:
+        raise UsageError(f"--dataset {path}: {exc.strerror or exc}") from None
+
+
+def _first_byte(f: BinaryIO) -> int:
+    """Offset of the file's first non-blank byte, -1 if it has none (read in pieces: never the whole file)."""
+    offset = 0
+    while piece := f.read(1 << 16):
+        stripped = piece.lstrip()
+        if stripped:
+            return offset + len(piece) - len(stripped)
+        offset += len(piece)
+        if offset > MAX_DATASET_BYTES:
+            break
+    return -1
+
+
+def _loads(path: Path, data: bytes, where: str) -> Any:
+    """One line or entry, bounded (:data:`MAX_LINE_BYTES`, :data:`MAX_ENTRY_VALUES`, jsonsafe's depth)."""
+    if len(data) > MAX_LINE_BYTES:
+        raise UsageError(
+            f"{path}: {where} is more than the {MAX_LINE_BYTES:,} bytes a dataset line or entry may have "
+            "(calctl.runners.bench.dataset.MAX_LINE_BYTES)"
+        )
+    try:
+        return jsonsafe.loads(data, max_values=MAX_ENTRY_VALUES)
     except UnicodeDecodeError as exc:
-        raise UsageError(f"--dataset {path}: not UTF-8 text (byte {exc.start})") from None
-
-
-def _loads(path: Path, text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except RecursionError:  # the C parser's own bound on nesting: refused, never a crash
-        raise UsageError(f"{path}: {where} nests JSON deeper than a dataset may") from None
+        raise UsageError(f"{path}: {where} is not UTF-8 text (byte {exc.start})") from None
+    except jsonsafe.JsonRefused as exc:
+        raise UsageError(f"{path}: {where}: {exc}") from None
     except ValueError as exc:
         raise UsageError(f"{path}: {where} is not JSON: {exc}") from None
 
 
-def _jsonl(path: Path, text: str) -> list[DatasetEntry]:
+def _lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """``(number, bytes)`` of each line, read one at a time and at most MAX_LINE_BYTES + 1 bytes of each."""
+    f.seek(0)
+    n, total = 0, 0
+    while line := f.readline(MAX_LINE_BYTES + 1):
+        n += 1
+        total += len(line)
+        if total > MAX_DATASET_BYTES:  # the file grew while being read
+            raise UsageError(f"{f.name}: more than the {MAX_DATASET_BYTES} bytes a dataset may have")
+        yield n, line.rstrip(b"\n")
+
+
+def _jsonl(path: Path, f: BinaryIO) -> list[DatasetEntry]:
     out: list[DatasetEntry] = []
-    for n, line in enumerate(text.split("\n"), 1):
+    for n, line in _lines(f):
         if not line.strip():
             continue
         if len(out) >= MAX_ENTRIES:
@@ -199,14 +250,43 @@ _HUMAN = frozenset({"human", "user"})
 _REPLY = frozenset({"gpt", "assistant", "chatgpt", "bard", "bing"})
 
 
-def _sharegpt(path: Path, doc: Any) -> tuple[list[DatasetEntry], int]:
-    if not isinstance(doc, list):
-        raise UsageError(f"{path}: a ShareGPT file is a JSON array of conversations")
-    if len(doc) > MAX_ENTRIES:
-        raise UsageError(f"{path}: {len(doc)} entries, more than {MAX_ENTRIES}")
+def _elements(path: Path, f: BinaryIO, opening: int) -> Iterator[tuple[int, bytes]]:
+    """The ShareGPT array's elements, one at a time, after one bounded scan of the whole file."""
+    try:
+        bounds = jsonsafe.array_elements(
+            f, opening, lambda offset: MAX_ENTRIES if offset == opening else MAX_CONVERSATION_ITEMS, MAX_DOCUMENT_VALUES
+        )
+    except jsonsafe.JsonRefused as exc:
+        what = str(exc).replace(f"opening at byte {opening:,}", "of the file (its conversations)")
+        raise UsageError(
+            f"{path}: {what} (calctl.runners.bench.dataset: MAX_ENTRIES {MAX_ENTRIES:,} conversations in a file, "
+            f"MAX_CONVERSATION_ITEMS {MAX_CONVERSATION_ITEMS:,} entries in a list or object of one)"
+        ) from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: a ShareGPT file is one JSON array of conversations: {exc}") from None
+    close = int(bounds[-1])
+    if window(f, close + 1, close + 1 + (1 << 16)).strip():  # (then the elements are read from the start)
+        raise UsageError(f"{path}: a ShareGPT file is one JSON array of conversations, and nothing after it")
+    f.seek(int(bounds[0]) + 1)
+    for i in range(len(bounds) - 1):
+        start, end = int(bounds[i]) + 1, int(bounds[i + 1])
+        if end - start > MAX_LINE_BYTES:  # refused by its size, never read
+            raise UsageError(
+                f"{path}: entry {i} is {end - start:,} bytes, more than the {MAX_LINE_BYTES:,} a dataset line or "
+                "entry may have (calctl.runners.bench.dataset.MAX_LINE_BYTES)"
+            )
+        element = f.read(end - start)  # the elements follow each other: one forward read, no seek
+        f.read(1)  # the comma (or the closing bracket)
+        if i == len(bounds) - 2 and not element.strip():
+            break  # ``[]`` or a trailing comma
+        yield i, element
+
+
+def _sharegpt(path: Path, f: BinaryIO, opening: int) -> tuple[list[DatasetEntry], int]:
     out: list[DatasetEntry] = []
     skipped = 0
-    for i, item in enumerate(doc):
+    for i, element in _elements(path, f, opening):
+        item = _loads(path, element, f"entry {i}")
         pair = _first_exchange(item)
         if pair is None:
             skipped += 1

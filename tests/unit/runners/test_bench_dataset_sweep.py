@@ -102,7 +102,7 @@ def test_bad_lines_are_usage_errors_naming_file_line_and_field(tmp_path: Path, t
 
 def test_hostile_files_are_refused_in_bounded_time(tmp_path: Path) -> None:
     deep = _write(tmp_path, '{"prompt": "a", "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
-    with pytest.raises(UsageError, match="nests JSON deeper"):
+    with pytest.raises(UsageError, match="line 1: nested at least 100001 levels deep, more than the 64"):
         load_dataset(deep)
     with pytest.raises(UsageError, match="not a regular file"):
         load_dataset(tmp_path)
@@ -218,3 +218,49 @@ def test_a_sweep_over_a_timed_trace_is_refused_before_any_request(tmp_path: Path
     opts = BenchOptions(tmp_path, url="http://127.0.0.1:1", models=("m",), sweep="rate", dataset=trace)
     with pytest.raises(UsageError, match="is a timed trace: its timestamps fix the arrivals"):
         run_sweep(opts, lambda _: None)
+
+
+def _sharegpt(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sharegpt.json"
+    path.write_text(text)
+    return path
+
+
+def test_a_jsonl_line_of_millions_of_values_is_refused_naming_line_and_limit(tmp_path: Path) -> None:
+    """Issue 54: json.loads built every value of a line (up to 256 MiB of them) before any check."""
+    path = _write(tmp_path, '{"prompt": "a"}\n{"prompt": "b", "x": [' + ",".join(["0"] * 1_100_000) + "]}\n")
+    with pytest.raises(UsageError, match=r"line 2: at least 1,\d{3},\d{3} values, more than the 1,004,096"):
+        load_dataset(path)
+
+
+def test_a_sharegpt_conversation_of_millions_of_turns_is_refused_naming_the_part(tmp_path: Path) -> None:
+    turns = ",".join(['{"from":"human","value":"q"}'] * 1_100_000)
+    path = _sharegpt(tmp_path, '[{"conversations": [' + turns + "]}]")
+    with pytest.raises(UsageError, match=r"under key 'conversations' holds at least .* entries, more than 65,536"):
+        load_dataset(path)
+
+
+def test_a_sharegpt_file_nested_deep_or_broken_is_refused_naming_the_entry_or_limit(tmp_path: Path) -> None:
+    ok = '{"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}'
+    deep = _sharegpt(tmp_path, "[" + ok + ', {"x": ' + "[" * 100_000 + "]" * 100_000 + "}]")
+    with pytest.raises(UsageError, match="levels deep, more than the 64"):
+        load_dataset(deep)
+    broken = _sharegpt(tmp_path, "[" + ok + ", " + ok + ', {"conversations": nope}]')
+    with pytest.raises(UsageError, match="entry 2 is not JSON"):
+        load_dataset(broken)
+    trailing = _sharegpt(tmp_path, "[" + ok + "] [1]")
+    with pytest.raises(UsageError, match="one JSON array"):
+        load_dataset(trailing)
+
+
+def test_a_sharegpt_file_is_read_entry_by_entry_with_the_same_result(tmp_path: Path) -> None:
+    """Strings holding commas and brackets do not split an entry; skipped entries are counted as before."""
+    entries = [
+        {"conversations": [{"from": "human", "value": f"q{i}, [x] {{y}}"}, {"from": "gpt", "value": "a" * 40}]}
+        for i in range(50)
+    ] + [{"conversations": [{"from": "human", "value": "alone"}]}]
+    import json as _json
+
+    ds = load_dataset(_sharegpt(tmp_path, _json.dumps(entries, indent=2)))
+    assert ds.layout == "sharegpt" and ds.skipped == 1 and len(ds.entries) == 50
+    assert ds.entries[7].text == "q7, [x] {y}" and ds.entries[7].output_len == 10

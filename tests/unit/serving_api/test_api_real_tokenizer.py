@@ -172,3 +172,43 @@ def test_a_template_that_raises_is_a_400_naming_messages() -> None:
     c = TextCodec(bpe_codec().tokenizer, "{{ raise_exception('only user messages') }}", EOS_TOKEN_ID)
     with pytest.raises(ValueError, match="only user messages"):
         c.render_chat([{"role": "user", "content": "x"}])
+
+
+#: Cheap for a short chat (what validate's TOK005 probes), over the step bound for a long one: about 150,000 steps a message.
+PER_MESSAGE_LOOP = (
+    "{% for m in messages %}{% for i in range(50000) %}{% endfor %}{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+async def test_a_template_costly_for_these_messages_answers_400_not_a_stalled_worker(
+    client: httpx.AsyncClient, engine: FakeEngine, codec: TextCodec
+) -> None:
+    from calctl.package.chat_template import probe
+
+    assert probe(PER_MESSAGE_LOOP) is None  # validate accepts it
+    costly = TextCodec(codec.tokenizer, PER_MESSAGE_LOOP, EOS_TOKEN_ID, special_ids=codec.special_ids)
+    fake_engine._CODECS["model-a"] = costly
+    messages = [{"role": "user", "content": f"m{i}"} for i in range(20)]
+    r = await client.post("/v1/chat/completions", json={"model": "model-a", "messages": messages})
+    assert r.status_code == 400, r.text
+    assert "too costly" in r.json()["error"]["message"] and "1,000,000 steps" in r.json()["error"]["message"]
+    r = await client.post("/v1/chat/completions", json={"model": "model-a", "messages": messages[:2]})
+    assert r.status_code == 200
+    assert not engine.submitted[1:]  # the refused request never reached the engine
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ 'x' * 10**9 }}",
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+        "{{ '{:>999999999}'.format('x') }}",
+    ],
+)
+def test_rendering_at_serve_time_is_bounded_like_the_importers(codec: TextCodec, template: str) -> None:
+    from calctl.serving.text import ChatTemplateError
+
+    costly = TextCodec(codec.tokenizer, template, EOS_TOKEN_ID)
+    with pytest.raises(ChatTemplateError, match="too costly"):
+        costly.render_chat([{"role": "user", "content": "hi"}])

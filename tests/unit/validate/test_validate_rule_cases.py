@@ -157,6 +157,10 @@ def rope_theta_out_of_range(doc: Doc) -> None:
     _model(doc, "model-b")["architecture"]["rope_theta"] = 1e300  # finite, so YAML and the schema let it through
 
 
+def norm_eps_out_of_range(doc: Doc) -> None:
+    _model(doc, "model-a")["architecture"]["norm_eps"] = 1e308  # every normalised activation would be zero
+
+
 # -- tokenizer ------------------------------------------------------------------------------
 
 
@@ -176,6 +180,28 @@ def added_token_id_past_vocabulary(root: Path) -> None:
         root / "tokenizer/model-a/tokenizer_config.json",
         lambda c: c.__setitem__("added_tokens_decoder", {"1000000": added}),
     )
+    reseal(root)
+
+
+def added_token_declares_another_id(root: Path) -> None:
+    def renumber(doc: dict[str, Any]) -> None:
+        doc["added_tokens"][-1]["id"] = 999_999  # the library assigns its own id; every other tool reads this one
+
+    edit_json(root / "tokenizer/model-a/tokenizer.json", renumber)
+    reseal(root)
+
+
+NESTED_LOOPS = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+
+
+def chat_template_loops(root: Path) -> None:
+    edit_json(root / "tokenizer/model-b/tokenizer_config.json", lambda c: c.__setitem__("chat_template", NESTED_LOOPS))
+    reseal(root)
+
+
+def chat_template_builds_a_huge_string(root: Path) -> None:
+    doubling = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+    edit_json(root / "tokenizer/model-a/tokenizer_config.json", lambda c: c.__setitem__("chat_template", doubling))
     reseal(root)
 
 
@@ -201,10 +227,14 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("GOLD003", golden_token_outside_vocabulary, "outside the vocabulary"),
     ("GOLD005", manifest_edit(parameter_tensors_overlap), "layers.0.attn_norm and layers.0.wq overlap"),
     ("GOLD009", manifest_edit(rope_theta_out_of_range), "rope_theta 1e+300 is outside 1..1e+10"),
+    ("GOLD009", manifest_edit(norm_eps_out_of_range), "norm_eps 1e+308 is outside 1e-12..0.1"),
     ("TOK001", tokenizer_does_not_load, "does not load"),
     ("TOK004", eos_token_maps_elsewhere, "eos_token '<|im_start|>' of 'model-a'"),
     ("TOK002", added_token_id_past_vocabulary, "added_tokens_decoder['1000000']: id 1000000 is outside the vocabulary"),
     ("TOK004", pad_token_unknown, "pad_token: '[PAD]' is not a token of the tokenizer"),
+    ("TOK002", added_token_declares_another_id, "declares id 999999, but the tokenizer gives it id"),
+    ("TOK005", chat_template_loops, "chat template of 'model-b' is too costly to render 1 message(s)"),
+    ("TOK005", chat_template_builds_a_huge_string, "'~' would make 2,097,152 characters"),
 ]
 
 
