@@ -459,7 +459,11 @@ def _grade_stability(
         return Row(name, (chip,), "d2h", status, round(cv, 4), limit, detail)
 
     if limit is None:
-        words = "no board profile (--board-profile)" if profile is None else f"the profile {profile.path} gives no d2h_cv_max"
+        words = (
+            "no board profile (--board-profile)"
+            if profile is None
+            else f"the profile {profile.path} gives no d2h_cv_max"
+        )
         return row(RowStatus.NOT_JUDGED, f"{at}; {words} to judge it against")
     if cv > limit:
         return row(RowStatus.FAIL, f"{at}, more than the profile's d2h_cv_max {limit:.1%}")
