@@ -327,7 +327,8 @@ def stored(params: Mapping[str, Any], dtype: str) -> dict[str, Any]:
         if k in FP32_TENSORS:
             out[k] = np.asarray(v, dtype=np.float32)
             continue
-        h = np.asarray(v, dtype=np.float16)
+        with np.errstate(over="ignore", invalid="ignore"):  # refused below by name, never a RuntimeWarning
+            h = np.asarray(v, dtype=np.float16)
         if not np.all(np.isfinite(h)):
             raise CheckpointError(k, "does not fit fp16 (values beyond +-65504); import with --dtype fp32")
         out[k] = h.astype(np.float32)
