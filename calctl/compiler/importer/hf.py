@@ -24,6 +24,8 @@ This module reads files; it writes nothing.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -36,6 +38,7 @@ from calctl import jsonsafe
 from calctl.compiler.importer import shards
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config, refuse_unknown_tokens
 from calctl.compiler.importer.shards import ShardPlan, check_owners
+from calctl.filekind import kind_phrase
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 #: A safetensors header (JSON) read into memory: the largest shard of a 405B checkpoint has ~100 KB; the format
@@ -59,7 +62,53 @@ class HfCheckpoint:
     notes: tuple[str, ...] = ()  # what the report should say (weight files the index leaves out)
 
 
+#: The files of a Hugging Face directory that are read (or may be, by a later transformers layout) beside the
+#: weights: each that exists must be a regular file (or a symlink to one, as in the hub's cache), never a FIFO
+#: (a read blocks forever), a device (never ends), a directory or a symlink loop, which used to be skipped.
+INPUT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "model.safetensors.index.json",
+)
+
+
+def refuse_special_files(root: Path) -> None:
+    """CheckpointError naming the first of :data:`INPUT_FILES` in ``root`` that exists and is not a regular file
+    (followed through symlinks), and what it is instead."""
+    for name in INPUT_FILES:
+        problem = _not_a_file(root / name)
+        if problem:
+            raise CheckpointError(root / name, f"{problem}; expected a regular file ({name} of a Hugging Face model)")
+
+
+def _not_a_file(path: Path) -> str | None:
+    """None if ``path`` is absent or a regular file (through symlinks), else what it is."""
+    try:
+        link = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be inspected ({exc.strerror or exc})"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:  # a dangling symlink, a loop
+        return f"is a symlink that cannot be followed ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    via = f"a symlink to {kind_phrase(mode)}" if stat.S_ISLNK(link.st_mode) else kind_phrase(mode)
+    return f"is {via}, not a regular file"
+
+
 def _read_json(path: Path, what: str) -> dict[str, Any]:
+    problem = _not_a_file(path)
+    if problem:
+        raise CheckpointError(path, f"{problem}; expected {what}")
     if not path.is_file():
         raise CheckpointError(path, f"missing: a Hugging Face model directory has {what}")
     if path.stat().st_size > MAX_CONFIG_BYTES:
@@ -146,10 +195,16 @@ class _SafetensorsFile:
         for name, info in self.header.items():
             offsets = info.get("data_offsets") if isinstance(info, dict) else None
             if not (
-                isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(x, int) and x >= 0 for x in offsets)
+                isinstance(offsets, list)
+                and len(offsets) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in offsets)
+                and offsets[0] <= offsets[1]
             ):
+                found = "no data_offsets" if offsets is None else f"data_offsets {offsets!r}"
                 raise CheckpointError(
-                    path, f"not a safetensors file: header entry {name!r} has no data_offsets [start, end]"
+                    path,
+                    f"header entry {name!r}: {found}; expected data_offsets [start, end], two integers with "
+                    "0 <= start <= end (byte offsets into the data after the header)",
                 )
         end = max((int(t["data_offsets"][1]) for t in self.header.values()), default=0)
         if self.data_start + end > size:
@@ -242,6 +297,7 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
     root = Path(root)
     if not root.is_dir():
         raise CheckpointError(root, "not a directory; expected a Hugging Face model directory (config.json, ...)")
+    refuse_special_files(root)  # before any file is opened: a FIFO would block, a device never end
     cfg_path = root / "config.json"
     cfg = from_hf_config(_read_json(cfg_path, "config.json"), cfg_path)
     weight_files = shards.plan(root)

@@ -28,7 +28,17 @@ def _with_header(tmp: Path, header: object) -> Path:
 )
 def test_a_header_entry_without_offsets_names_the_file(tmp_path: Path, header: object) -> None:
     d = _with_header(tmp_path, header)
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a safetensors file: header entry 'x'"):
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: header entry 'x': (no )?data_offsets"):
+        read_hf_dir(d)
+
+
+@pytest.mark.parametrize(
+    "offsets", [[-4, 0], [0.0, 4.0], [8, 4], [True, 4]], ids=["negative", "floats", "reversed", "bool"]
+)
+def test_wrong_data_offsets_are_quoted_with_what_was_expected(tmp_path: Path, offsets: list[object]) -> None:
+    d = _with_header(tmp_path, {"x": {"dtype": "F32", "shape": [1], "data_offsets": offsets}})
+    quoted = json.dumps(offsets).replace("[", r"\[").replace("]", r"\]").replace("true", "True")
+    with pytest.raises(CheckpointError, match=rf"header entry 'x': data_offsets {quoted}; expected data_offsets"):
         read_hf_dir(d)
 
 
