@@ -373,9 +373,43 @@ def _with_generation_ids(cfg: FamilyConfig, doc: dict[str, Any], where: Path) ->
     v = cfg.vocab_size  # every id of the file is checked, used or not: a declared id past the vocabulary is wrong
     gen_eos, gen_bos = c.token_id("eos_token_id", v), c.token_id("bos_token_id", v)
     c.token_id("pad_token_id", v)
+    for key in GENERATION_ID_FIELDS:  # checked, not applied (docs/import.md): an id past the vocabulary is wrong
+        _generation_ids(doc, key, v, where)
     eos = cfg.eos_token_id if cfg.eos_token_id is not None else gen_eos
     bos = cfg.bos_token_id if cfg.bos_token_id is not None else gen_bos
     return replace(cfg, eos_token_id=eos, bos_token_id=bos)
+
+
+#: ``generation_config.json`` fields that hold token ids and that calctl copies into provenance but does not apply
+#: (serving decodes with the request's own parameters): each id is still checked against the vocabulary.
+GENERATION_ID_FIELDS = (
+    "decoder_start_token_id",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "bad_words_ids",
+    "force_words_ids",
+    "sep_token_id",
+)
+
+
+def _generation_ids(doc: dict[str, Any], key: str, vocab: int, where: Path) -> None:
+    """Every token id under ``key`` (an id, a list of ids, or a list of lists, as transformers takes them) is an
+    integer in ``[0, vocab)``; CheckpointError naming the field, the index and the value otherwise."""
+    value = doc.get(key)
+    todo: list[tuple[str, Any, int]] = [(key, value, 0)]
+    while todo:
+        label, item, depth = todo.pop()
+        if item is None and depth == 0:
+            continue
+        if isinstance(item, list) and depth < 3:
+            todo.extend((f"{label}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(item))))
+            continue
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise CheckpointError(where, f"{label}: expected a token id >= 0 (or lists of them), found {item!r}")
+        if item >= vocab:
+            raise CheckpointError(where, f"{label} {item} is outside the vocabulary (expected < vocab_size {vocab})")
 
 
 def _check_tokenizer(path: Path, data: bytes) -> Any:
