@@ -8,7 +8,7 @@ and no floating-point warning can be raised; blobs are read in bounded chunks, t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -102,7 +102,7 @@ def first_non_finite(path: Path, t: ParamTensor) -> tuple[tuple[int, str, int] |
     return ((first[0], first[1], count) if first else None), ""
 
 
-def _bad_in(raw: bytes, dtype: str) -> tuple[np.ndarray, object]:
+def _bad_in(raw: bytes, dtype: str) -> tuple[np.ndarray, Callable[[int], str]]:
     """Indices (elements, or blocks) whose bits are non-finite, and a function naming the value at one of them."""
     if dtype in _BLOCK_SCALES:
         size = QUANT_BLOCKS[dtype][1]
