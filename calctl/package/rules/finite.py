@@ -8,6 +8,7 @@ and no floating-point warning can be raised; blobs are read in bounded chunks, t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -86,6 +87,8 @@ def first_non_finite(path: Path, t: ParamTensor) -> tuple[tuple[int, str, int] |
     count = done = 0
     try:
         with path.open("rb") as fh:
+            if t.offset < 0 or t.offset + t.nbytes > os.fstat(fh.fileno()).st_size:
+                return None, "it does not lie inside its file (GOLD005)"
             fh.seek(t.offset)
             while done < t.nbytes:
                 raw = fh.read(min(step, t.nbytes - done))
