@@ -271,9 +271,12 @@ def load_weights(shard_plan: ShardPlan, cfg: FamilyConfig) -> dict[str, np.ndarr
             raise CheckpointError(
                 st.path, f"tensor {hf_name} has shape {list(declared)}, config.json implies {list(shape)}"
             )
-        arr = st.get(hf_name).astype(np.float32, copy=False)
+        with np.errstate(over="ignore", invalid="ignore"):  # an F64 past float32's range: refused below, no warning
+            arr = st.get(hf_name).astype(np.float32, copy=False)
         if not np.all(np.isfinite(arr)):
-            raise CheckpointError(st.path, f"tensor {hf_name} holds NaN or infinite values")
+            raise CheckpointError(
+                st.path, f"tensor {hf_name} holds NaN or infinite values (or values past float32's range)"
+            )
         out[name] = np.ascontiguousarray(arr.T) if transpose else arr
     used = {hf for hf, _, _, _ in hf_tensor_names(cfg)}
     for hf_name, st in index.items():

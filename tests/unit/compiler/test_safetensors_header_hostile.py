@@ -61,3 +61,18 @@ def test_an_unused_integer_buffer_is_ignored(tmp_path: Path) -> None:
     weights["model.some_buffer"] = np.arange(4, dtype=np.int64)
     save_file(weights, str(d / "model.safetensors"))
     read_hf_dir(d)
+
+
+def test_an_f64_weight_past_float32s_range_is_refused_without_a_runtime_warning(tmp_path: Path) -> None:
+    import warnings
+
+    from safetensors.numpy import load_file, save_file
+
+    d, _, _ = write_hf_dir(tmp_path / "hf", "llama")
+    weights = load_file(str(d / "model.safetensors"))
+    weights["model.norm.weight"] = np.full_like(weights["model.norm.weight"], 1e300, dtype=np.float64)
+    save_file(weights, str(d / "model.safetensors"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "overflow encountered in cast" used to reach the terminal
+        with pytest.raises(CheckpointError, match=r"tensor model\.norm\.weight holds NaN or infinite values"):
+            read_hf_dir(d)
