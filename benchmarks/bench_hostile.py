@@ -23,7 +23,12 @@ chips hold different weights (GOLD008), a CR glued to a KV line (MEM006) and NFC
 ``combine`` of a replica by files only and of an input whose tensor lies past its blob; then ``import hf`` of a
 ``rope_scaling.factor`` of 1e308 and a ``rope_theta`` of NaN, a tensor in two shards, NFC/NFD twin shard names, an
 index naming an absent shard, an unknown ``eos_token`` and an ``added_tokens_decoder`` id of 1,000,000, and the
-packages an older importer wrote from such inputs (``validate``: GOLD009, TOK002; ``combine``). Target: each in under
+packages an older importer wrote from such inputs (``validate``: GOLD009, TOK002; ``combine``); then facts checked by
+value (``build54_values``): FIFO/device/directory input files of ``import hf``, GGUF tensors that overlap or sit off
+the alignment, an out-of-vocabulary ``eot_token_ids``, a UINT32 ``add_bos_token``, an untyped RoPE factor, a
+vocabulary with an id twice, ``suppress_tokens`` past the vocabulary, and ``validate``/``run-golden`` of a resealed
+package with NaN weights (GOLD010); last, ``validate``'s time on the SmolLM2-135M import with and without GOLD010
+(medians of 3, alternated; ``--only "validate cost"``). Target: each in under
 2 s and 200 MB RSS, exit 1 or 2. The first row is the baseline measured in the same run: ``calctl rules``, the
 cost of the interpreter and calctl's imports alone, so each refusal's figures read against it (CPU seconds
 and their ratio to the baseline's: a loaded host stretches the wall time of all of them alike).
