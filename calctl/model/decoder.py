@@ -618,16 +618,18 @@ def _forward_cached(w: Weights, tokens: np.ndarray, cache: KvCache, start: int) 
         raise ValueError(f"sequence of {end} tokens exceeds the cache capacity {cache.capacity}")
     cos, sin = _rope_tables(start, n, arch, w.rope_factors)
     x = w.embed(tokens)
-    with np.errstate(over="ignore"):
+    # A weight that overflows (or an inf times 0) gives non-finite logits, which the golden comparison and
+    # GOLD010 name; numpy's RuntimeWarning would only reach the user's terminal (issue 54).
+    with np.errstate(over="ignore", invalid="ignore"):
         for i, lw in enumerate(w.layers):
             q, k, v = _project_qkv(lw, x, arch)
             cache.k[i, start:end] = _rope(k, cos, sin, arch.rope_style)
             cache.v[i, start:end] = v
             attn = _attend(_rope(q, cos, sin, arch.rope_style), cache.k[i, :end], cache.v[i, :end], start)
             x = _mlp_residual(lw, x + lw.wo(attn), arch)
-    cache.length = end
-    last = _final_norm(x[-1], w.final_norm, arch.norm_eps)
-    return np.asarray(w.logits(last), dtype=np.float32)
+        cache.length = end
+        last = _final_norm(x[-1], w.final_norm, arch.norm_eps)
+        return np.asarray(w.logits(last), dtype=np.float32)
 
 
 def prefill(params: Params | Weights, arch: Architecture, tokens: np.ndarray, cache: KvCache) -> np.ndarray:
@@ -702,9 +704,10 @@ def decode_batch(
         x = _decode_layers(w, x, cos[:, None, :], sin[:, None, :], pos, caches, addresses)
     for cache, p in zip(caches, pos, strict=True):
         cache.length = int(p) + 1
-    if out is not None:
-        return w.logits(_final_norm(x, w.final_norm, eps), out)
-    return np.asarray(w.logits(_final_norm(x, w.final_norm, eps)), dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # as in _forward_cached: the golden check names NaN logits
+        if out is not None:
+            return w.logits(_final_norm(x, w.final_norm, eps), out)
+        return np.asarray(w.logits(_final_norm(x, w.final_norm, eps)), dtype=np.float32)
 
 
 def _decode_layers(
@@ -721,7 +724,7 @@ def _decode_layers(
     n = x.shape[0]
     qw = arch.n_heads * arch.head_dim
     k_native = _native_kernels() if addresses is not None else None
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # non-finite values are named by the golden check instead
         for i, lw in enumerate(w.layers):
             q, k, v = _project_qkv(lw, x, arch)
             q = _rope(q, cos, sin, arch.rope_style)

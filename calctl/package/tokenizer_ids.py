@@ -57,6 +57,35 @@ def ids_outside(tok: Tokenizer, bound: int, *, shown: int = 3) -> tuple[int, lis
     return len(bad), [f"id {i} ({where})" for i, where in bad[-shown:][::-1]]
 
 
+def vocabulary_problems(tok: Tokenizer, *, shown: int = 3) -> list[str]:
+    """What is wrong with a loaded tokenizer's vocabulary by value, one sentence each (empty: nothing): an id two
+    tokens share, ids below the entry count that no token has (the entries of a vocabulary of n are the ids
+    0..n-1: a gap is a token id the model has weights for and the tokenizer can never produce, or one two texts
+    decode to), and a ``model.unk_token`` that is not in the vocabulary (every unknown character would map to a
+    token that does not exist). Issue 54: ``model.vocab`` with one id twice and one missing validated PASS."""
+    vocab = tok.get_vocab(with_added_tokens=True)
+    n = len(vocab)
+    out: list[str] = []
+    by_id: dict[int, list[str]] = {}
+    for text, i in vocab.items():
+        by_id.setdefault(int(i), []).append(text)
+    shared = sorted((i, sorted(texts)) for i, texts in by_id.items() if len(texts) > 1)
+    if shared:
+        named = "; ".join(f"id {i} for {', '.join(repr(t) for t in texts[:3])}" for i, texts in shared[:shown])
+        out.append(f"{len(shared)} token id(s) used by more than one token: {named}; expected one token per id")
+    missing = [i for i in range(n) if i not in by_id]
+    if missing:
+        listed = ", ".join(str(i) for i in missing[:shown]) + (", ..." if len(missing) > shown else "")
+        out.append(
+            f"{len(missing)} id(s) below its {n:,} entries have no token ({listed}); expected the ids 0..{n - 1}, "
+            "each once"
+        )
+    unk = getattr(tok.model, "unk_token", None)
+    if isinstance(unk, str) and unk and tok.token_to_id(unk) is None:
+        out.append(f"model.unk_token {unk[:60]!r} is not in the vocabulary; expected one of its tokens (or null)")
+    return out
+
+
 #: ``tokenizer_config.json`` keys naming one special token by its text (transformers' ``SPECIAL_TOKENS_ATTRIBUTES``).
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 _ID_KEY = re.compile(r"[0-9]{1,20}")

@@ -4,7 +4,9 @@ GOLD003); a GGUF with no end-of-sequence id imports with a note that says so."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gguf
 import pytest
@@ -54,3 +56,34 @@ def test_a_gguf_without_an_eos_token_imports_with_a_note_that_says_so(
     r = cli("import", "gguf", path, tmp_path / "pkg2", "--key", TEST_KEY)
     assert r.code == 0 and "no end-of-sequence token" in " ".join(r.err.split()), r.err
     assert cli("validate", tmp_path / "pkg", "--trusted-key", str(TEST_PUB)).code == 0
+
+
+def _one_id_twice(doc: dict[str, Any]) -> None:
+    vocab = doc["model"]["vocab"]
+    vocab[list(vocab)[-1]] = vocab[list(vocab)[-2]]
+
+
+def _unknown_unk(doc: dict[str, Any]) -> None:
+    doc["model"]["unk_token"] = "<never-a-token>"
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (_one_id_twice, "model.vocab: 1 token id(s) used by more than one token"),
+        (_unknown_unk, "model.unk_token '<never-a-token>' is not in the vocabulary"),
+    ],
+    ids=["id-twice", "unk-unknown"],
+)
+def test_an_hf_vocabulary_wrong_by_value_is_refused_naming_tokenizer_json(
+    cli: Cli, tmp_path: Path, edit: Callable[[dict[str, Any]], None], match: str
+) -> None:
+    hf, _, _ = write_hf_dir(tmp_path / "hf", "llama")
+    doc = json.loads((hf / "tokenizer.json").read_text())
+    edit(doc)
+    (hf / "tokenizer.json").write_text(json.dumps(doc))
+    r = cli("import", "hf", hf, tmp_path / "pkg", "--key", TEST_KEY)
+    assert r.code == 2, r.err
+    err = " ".join(r.err.split())
+    assert "tokenizer.json" in err and match in err
+    assert not (tmp_path / "pkg").exists()

@@ -51,7 +51,7 @@ from calctl.model import decoder
 from calctl.model.quant import QuantTensor
 from calctl.package.architecture import FP32_TENSORS
 from calctl.package.model import Architecture
-from calctl.package.tokenizer_ids import ids_outside, token_text
+from calctl.package.tokenizer_ids import ids_outside, token_text, vocabulary_problems
 from calctl.signing import seal
 
 if TYPE_CHECKING:
@@ -327,7 +327,8 @@ def stored(params: Mapping[str, Any], dtype: str) -> dict[str, Any]:
         if k in FP32_TENSORS:
             out[k] = np.asarray(v, dtype=np.float32)
             continue
-        h = np.asarray(v, dtype=np.float16)
+        with np.errstate(over="ignore", invalid="ignore"):  # refused below by name, never a RuntimeWarning
+            h = np.asarray(v, dtype=np.float16)
         if not np.all(np.isfinite(h)):
             raise CheckpointError(k, "does not fit fp16 (values beyond +-65504); import with --dtype fp32")
         out[k] = h.astype(np.float32)
@@ -365,6 +366,8 @@ def model_content(ck: Checkpoint, opts: ImportOptions) -> tuple[ModelContent, di
             _tokenizer_source(ck),
             f"the tokenizer has {vocab} entries, more than the model's vocab_size {arch.vocab_size}",
         )
+    for problem in vocabulary_problems(tok):  # TOK002's check by value: import never writes what validate refuses
+        raise CheckpointError(_tokenizer_source(ck), f"model.vocab: {problem}")
     outside, named = ids_outside(tok, vocab)  # by value, not by count (issue 54): TOK002 would refuse the package
     if outside:
         raise CheckpointError(

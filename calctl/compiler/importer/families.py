@@ -384,11 +384,7 @@ def from_gguf_metadata(
     if arch not in SUPPORTED:
         raise unsupported_family(where, "general.architecture", arch)
     c = _Cfg(meta, where, prefix=f"{arch}.")
-    scaling = meta.get(f"{arch}.rope.scaling.type")
-    if scaling not in (None, "none"):
-        raise CheckpointError(
-            where, f"{arch}.rope.scaling.type {scaling!r}: RoPE scaling is not implemented by the mock's decoder"
-        )
+    linear = gguf_linear_factor(meta, str(arch), where)
     if meta.get(f"{arch}.attention.sliding_window") and arch != "qwen2":
         raise CheckpointError(where, f"{arch}.attention.sliding_window: sliding-window attention is not supported")
     for key in ("context_length", "rope.freq_base", "attention.layer_norm_rms_epsilon"):
@@ -407,4 +403,40 @@ def from_gguf_metadata(
         bos_token_id=_Cfg(meta, where, "tokenizer.ggml.").token_id("bos_token_id"),
         eos_token_id=_Cfg(meta, where, "tokenizer.ggml.").token_id("eos_token_id"),
     )
+    if linear is not None:  # positions / factor == every frequency / factor, as for config.json's linear
+        fc = replace(fc, rope_factors=(linear,) * (fc.head_dim // 2))
     return _check_shape(where, fc)
+
+
+def gguf_linear_factor(meta: Mapping[str, Any], arch: str, where: object) -> float | None:
+    """The linear RoPE factor a GGUF states, or None for plain RoPE; CheckpointError for a scaling not run.
+
+    llama.cpp (``llama_model::load_hparams``) reads ``rope.scaling.type`` with the default ``"linear"`` and the
+    factor from ``rope.scaling.factor`` (older files: ``rope.scale_linear``): a factor without a type is linear
+    scaling, applied here the same way and held to ``calctl.limits.ROPE_FACTOR``; never dropped. A factor of 1
+    is no scaling. YaRN and the other types are refused, and so is a factor beside ``type: none``.
+    """
+    type_key = f"{arch}.rope.scaling.type"
+    key = next((k for k in (f"{arch}.rope.scaling.factor", f"{arch}.rope.scale_linear") if k in meta), None)
+    scaling = meta.get(type_key)
+    factor = meta.get(key) if key is not None else None
+    if scaling not in (None, "none", "linear"):
+        raise CheckpointError(
+            where, f"{type_key} {scaling!r}: this RoPE scaling is not implemented by the decoder (linear is)"
+        )
+    if factor is None:
+        if scaling == "linear":
+            raise _missing(where, f"{arch}.rope.scaling.factor", " (rope.scaling.type linear needs it)")
+        return None
+    assert key is not None
+    wrong = limits.out_of_range("factor", factor)
+    if wrong:
+        implied = "" if scaling is not None else f" ({type_key} absent: llama.cpp reads that as linear scaling)"
+        raise CheckpointError(where, f"{key}: {wrong}{implied}")
+    if scaling == "none" and float(factor) != 1.0:
+        raise CheckpointError(
+            where,
+            f"{key} {factor!r} beside {type_key} 'none': the file states a scaling factor and no scaling; "
+            "expected one of them",
+        )
+    return None if float(factor) == 1.0 else float(factor)

@@ -53,6 +53,8 @@ PRE_TOKENIZERS: dict[str, str] = {
     "qwen2": "qwen2",
 }
 TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4
+#: GGUF value types (gguf.GGUFValueType): the integer ones, BOOL and STRING.
+_INTEGER_TYPES, _BOOL_TYPE, _STRING_TYPE = (0, 1, 2, 3, 4, 5, 10, 11), 7, 8
 
 
 @dataclass(frozen=True)
@@ -224,7 +226,15 @@ def _tensors(h: GgufHeader) -> dict[str, _Tensor]:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     out: dict[str, _Tensor] = {}
+    spans: list[tuple[int, int, str]] = []  # (offset, end, name) of each tensor's bytes, from the data start
     for t in h.tensors:
+        if t.offset % h.alignment:
+            raise CheckpointError(
+                h.path,
+                f"tensor {t.name}: data offset {t.offset:,} is not a multiple of general.alignment {h.alignment} "
+                f"({t.offset % h.alignment} byte(s) past {t.offset - t.offset % h.alignment:,}); a GGUF writer "
+                "aligns every tensor's data, so its bytes would be read shifted",
+            )
         try:
             qtype = GGMLQuantizationType(t.ggml_type)
             block, type_size = GGML_QUANT_SIZES[qtype]
@@ -242,6 +252,7 @@ def _tensors(h: GgufHeader) -> dict[str, _Tensor]:
                 h.path,
                 f"truncated: tensor {t.name} needs bytes {h.data_start + t.offset}..{end}, the file has {h.size}",
             )
+        spans.append((t.offset, t.offset + n_bytes, t.name))
         rows = tuple(reversed(t.dims)) or (1,)
         data = h.tensor_data(t, n_bytes)
         if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
@@ -250,7 +261,24 @@ def _tensors(h: GgufHeader) -> dict[str, _Tensor]:
         else:
             data = data.reshape(*rows[:-1], rows[-1] // block * type_size)
         out[t.name] = _Tensor(t.name, t.dims, qtype, data)
+    _refuse_overlaps(h.path, spans)
     return out
+
+
+def _refuse_overlaps(path: Path, spans: list[tuple[int, int, str]]) -> None:
+    """Refuse two tensors whose bytes share the data section (one's offset inside the other's bytes): a writer
+    gives each tensor its own bytes, and a shared range makes one tensor's weights another's."""
+    reach, owner = 0, None  # the furthest byte any earlier tensor (by offset) covers, and that tensor
+    for start, end, name in sorted(spans):
+        if owner is not None and start < reach and end > start:
+            o_start, _, o_name = owner
+            raise CheckpointError(
+                path,
+                f"tensors {o_name} (data offset {o_start:,}, bytes up to {reach:,}) and {name} (data offset "
+                f"{start:,}) overlap: each tensor's data must have its own bytes",
+            )
+        if end > reach:
+            reach, owner = end, (start, end, name)
 
 
 def _check_table(h: GgufHeader, cfg: FamilyConfig) -> None:
@@ -344,12 +372,21 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
     _check_table(h, cfg)
     tensors = _tensors(h)  # every byte range inside the file; views, nothing read yet
     meta = _decoded(h, meta)  # before any weight is read: an empty or repeated token is refused at once
+    _check_vocab_arrays(h, meta)
     params: dict[str, Any] = {}
     freqs = tensors.get("rope_freqs.weight")  # llama.cpp's Llama 3 rope scaling: per-pair divisors
     if freqs is not None:
+        if cfg.rope_factors is not None:
+            raise CheckpointError(
+                path,
+                f"{arch}.rope.scaling.factor and the tensor rope_freqs.weight both scale RoPE; expected one of them "
+                "(llama.cpp's converter writes rope_freqs.weight for Llama 3 scaling and no linear factor)",
+            )
         factors = _rope_factors(freqs, cfg, path)
         params["rope_freq_factors"] = factors.astype(np.float32)
         cfg = replace(cfg, rope_factors=tuple(float(f) for f in factors))
+    if freqs is None and cfg.rope_factors is not None:  # linear scaling from the metadata (families)
+        params["rope_freq_factors"] = np.array(cfg.rope_factors, dtype=np.float32)
     for gname, name, shape, transpose in _gguf_names(cfg):
         found = tensors.get(gname)
         if found is None:
@@ -416,6 +453,68 @@ def _decoded(h: GgufHeader, meta: _Seen) -> _Seen:
             )
         meta["tokenizer.ggml.token_type"] = h.numbers("tokenizer.ggml.token_type")
     return meta
+
+
+#: llama.cpp's ``enum llama_token_type`` (llama.h): UNDEFINED 0, NORMAL 1, UNKNOWN 2, CONTROL 3, USER_DEFINED 4,
+#: UNUSED 5, BYTE 6.
+TOKEN_TYPES = range(7)
+
+
+def _check_vocab_arrays(h: GgufHeader, meta: _Seen) -> None:
+    """What the tokenizer arrays and flags hold, by value (issue 54): every ``tokenizer.ggml.*_token_ids`` id
+    inside the vocabulary, every token type one of llama.cpp's, the scores one finite number per token, and
+    ``tokenizer.ggml.add_*`` flags stored as BOOL. A key named by index and value, before any weight is read."""
+    tokens = meta.get("tokenizer.ggml.tokens")
+    n = len(tokens) if isinstance(tokens, list) else 0
+    for key in sorted(k for k in h.metadata if k.startswith("tokenizer.ggml.") and k.endswith("_token_ids")):
+        ref = h.metadata[key]
+        if not isinstance(ref, ArrayRef) or ref.etype not in _INTEGER_TYPES:
+            raise CheckpointError(h.path, f"{key}: expected an array of token ids (integers), found {ref!r}")
+        ids = np.asarray(h.numbers(key), dtype=np.int64)
+        bad = np.flatnonzero((ids < 0) | (ids >= n))
+        if bad.size:
+            i = int(bad[0])
+            raise CheckpointError(
+                h.path,
+                f"{key}[{i}] = {int(ids[i])} is outside the vocabulary (ids 0..{n - 1}: tokenizer.ggml.tokens "
+                f"holds {n:,})" + (f"; {bad.size} of its {ids.size} ids are outside" if bad.size > 1 else ""),
+            )
+    types = meta.get("tokenizer.ggml.token_type")
+    if isinstance(types, list) and types:
+        arr = np.asarray(types, dtype=np.float64)
+        bad = np.flatnonzero(~np.isin(arr, np.arange(len(TOKEN_TYPES))))
+        if bad.size:
+            i = int(bad[0])
+            raise CheckpointError(
+                h.path,
+                f"tokenizer.ggml.token_type[{i}] = {types[i]!r}: expected one of llama.cpp's token types "
+                f"0..{len(TOKEN_TYPES) - 1} (llama_token_type: 1 normal, 3 control, 4 user-defined, 6 byte, ...)",
+            )
+    scores = h.metadata.get("tokenizer.ggml.scores")
+    if scores is not None:
+        if not isinstance(scores, ArrayRef) or scores.etype in (_STRING_TYPE, _BOOL_TYPE):
+            raise CheckpointError(h.path, f"tokenizer.ggml.scores: expected an array of numbers, found {scores!r}")
+        if scores.count != n:
+            raise CheckpointError(
+                h.path,
+                f"tokenizer.ggml.scores holds {scores.count:,} entries, tokenizer.ggml.tokens {n:,}: expected one "
+                "score per token",
+            )
+        values = np.asarray(h.numbers("tokenizer.ggml.scores"), dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            i = int(bad[0])
+            raise CheckpointError(
+                h.path,
+                f"tokenizer.ggml.scores[{i}] = {float(values[i])!r}: expected a finite number"
+                + (f" ({bad.size} of {values.size} are not)" if bad.size > 1 else ""),
+            )
+    for key in sorted(k for k in h.metadata if k.startswith("tokenizer.ggml.add_")):
+        value = h.metadata[key]
+        if not isinstance(value, bool):
+            raise CheckpointError(
+                h.path, f"{key}: expected a BOOL (true or false), found {value!r} ({type(value).__name__})"
+            )
 
 
 def _pre_tokenizer(kind: str) -> Any:

@@ -116,6 +116,7 @@ class GgufHeader:
     tensors: list[TensorInfo]
     data_start: int
     _mm: Any = field(repr=False, default=None)
+    alignment: int = 32  # general.alignment: every tensor's offset is a multiple of it
 
     def strings(self, key: str, *, distinct: bool = False) -> list[str]:
         """The string array ``key``, each element UTF-8; with ``distinct``, an empty or repeated element is refused
@@ -194,13 +195,26 @@ class _Walk:
         self.need(n, what)
         self.pos += n
 
-    def text(self, limit: int, what: str) -> str:
+    def text(self, limit: int, what: str, *, strict: bool = False) -> str:
+        """A length-prefixed string; with ``strict`` (key and tensor names) bytes that are not UTF-8 are refused
+        with their offset, where a value's are shown escaped."""
         n = self.scalar(10, f"{what}: length")
         if n > limit:
             raise CheckpointError(self.path, f"{what}: a string of {n:,} bytes (at most {limit:,} are read)")
         self.need(n, what)
-        raw = self.mm[self.pos : self.pos + n]
+        start = self.pos
+        raw = self.mm[start : start + n]
         self.pos += n
+        if strict:
+            try:
+                return raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                shown = raw.decode("utf-8", "backslashreplace")
+                raise CheckpointError(
+                    self.path,
+                    f"{what}: its bytes are not valid UTF-8 (byte 0x{raw[exc.start]:02x} at file offset "
+                    f"{start + exc.start:,}; read as {shown!r}); GGUF names are UTF-8 strings",
+                ) from None
         return raw.decode("utf-8", "backslashreplace")
 
     def count(self, n: int, least: int, what: str, limit: limits.Limit) -> None:
@@ -257,7 +271,7 @@ class _Walk:
         return ArrayRef(etype, n, start, self.pos)
 
     def tensor(self, index: int, seen: set[str]) -> TensorInfo:
-        name = self.text(MAX_KEY_BYTES, f"tensor {index}: name")
+        name = self.text(MAX_KEY_BYTES, f"tensor {index}: name", strict=True)
         if name in seen:
             raise CheckpointError(self.path, f"tensor {index}: the name {name!r} appears twice in the tensor table")
         seen.add(name)
@@ -309,7 +323,7 @@ def read_header(path: Path) -> GgufHeader:
     walk.count(tensors, 8 + 4 + 12, "the tensor table", limits.MAX_GGUF_TENSORS)
     metadata: dict[str, Any] = {}
     for i in range(keys):
-        key = walk.text(MAX_KEY_BYTES, f"metadata key {i}: name")
+        key = walk.text(MAX_KEY_BYTES, f"metadata key {i}: name", strict=True)
         if key in metadata:
             raise CheckpointError(path, f"metadata key {key!r} appears twice (keys {i} and an earlier one)")
         metadata[key] = walk.value(walk.scalar(4, f"metadata key {key!r}: value type"), key)
@@ -321,4 +335,4 @@ def read_header(path: Path) -> GgufHeader:
     if alignment & (alignment - 1):
         raise CheckpointError(path, f"general.alignment {alignment}: expected a power of two")
     data_start = -(-walk.pos // alignment) * alignment
-    return GgufHeader(path, size, walk.order, metadata, infos, data_start, mm)
+    return GgufHeader(path, size, walk.order, metadata, infos, data_start, mm, alignment)

@@ -24,6 +24,8 @@ This module reads files; it writes nothing.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -36,6 +38,7 @@ from calctl import jsonsafe
 from calctl.compiler.importer import shards
 from calctl.compiler.importer.families import CheckpointError, FamilyConfig, from_hf_config, refuse_unknown_tokens
 from calctl.compiler.importer.shards import ShardPlan, check_owners
+from calctl.filekind import kind_phrase
 from calctl.package import tokenizer_file
 from calctl.package.tokenizer_ids import added_id_problems
 
@@ -61,7 +64,53 @@ class HfCheckpoint:
     notes: tuple[str, ...] = ()  # what the report should say (weight files the index leaves out)
 
 
+#: The files of a Hugging Face directory that are read (or may be, by a later transformers layout) beside the
+#: weights: each that exists must be a regular file (or a symlink to one, as in the hub's cache), never a FIFO
+#: (a read blocks forever), a device (never ends), a directory or a symlink loop, which used to be skipped.
+INPUT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "model.safetensors.index.json",
+)
+
+
+def refuse_special_files(root: Path) -> None:
+    """CheckpointError naming the first of :data:`INPUT_FILES` in ``root`` that exists and is not a regular file
+    (followed through symlinks), and what it is instead."""
+    for name in INPUT_FILES:
+        problem = _not_a_file(root / name)
+        if problem:
+            raise CheckpointError(root / name, f"{problem}; expected a regular file ({name} of a Hugging Face model)")
+
+
+def _not_a_file(path: Path) -> str | None:
+    """None if ``path`` is absent or a regular file (through symlinks), else what it is."""
+    try:
+        link = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be inspected ({exc.strerror or exc})"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:  # a dangling symlink, a loop
+        return f"is a symlink that cannot be followed ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    via = f"a symlink to {kind_phrase(mode)}" if stat.S_ISLNK(link.st_mode) else kind_phrase(mode)
+    return f"is {via}, not a regular file"
+
+
 def _read_json(path: Path, what: str) -> dict[str, Any]:
+    problem = _not_a_file(path)
+    if problem:
+        raise CheckpointError(path, f"{problem}; expected {what}")
     if not path.is_file():
         raise CheckpointError(path, f"missing: a Hugging Face model directory has {what}")
     if path.stat().st_size > MAX_CONFIG_BYTES:
@@ -148,10 +197,16 @@ class _SafetensorsFile:
         for name, info in self.header.items():
             offsets = info.get("data_offsets") if isinstance(info, dict) else None
             if not (
-                isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(x, int) and x >= 0 for x in offsets)
+                isinstance(offsets, list)
+                and len(offsets) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in offsets)
+                and offsets[0] <= offsets[1]
             ):
+                found = "no data_offsets" if offsets is None else f"data_offsets {offsets!r}"
                 raise CheckpointError(
-                    path, f"not a safetensors file: header entry {name!r} has no data_offsets [start, end]"
+                    path,
+                    f"header entry {name!r}: {found}; expected data_offsets [start, end], two integers with "
+                    "0 <= start <= end (byte offsets into the data after the header)",
                 )
         end = max((int(t["data_offsets"][1]) for t in self.header.values()), default=0)
         if self.data_start + end > size:
@@ -218,9 +273,12 @@ def load_weights(shard_plan: ShardPlan, cfg: FamilyConfig) -> dict[str, np.ndarr
             raise CheckpointError(
                 st.path, f"tensor {hf_name} has shape {list(declared)}, config.json implies {list(shape)}"
             )
-        arr = st.get(hf_name).astype(np.float32, copy=False)
+        with np.errstate(over="ignore", invalid="ignore"):  # an F64 past float32's range: refused below, no warning
+            arr = st.get(hf_name).astype(np.float32, copy=False)
         if not np.all(np.isfinite(arr)):
-            raise CheckpointError(st.path, f"tensor {hf_name} holds NaN or infinite values")
+            raise CheckpointError(
+                st.path, f"tensor {hf_name} holds NaN or infinite values (or values past float32's range)"
+            )
         out[name] = np.ascontiguousarray(arr.T) if transpose else arr
     used = {hf for hf, _, _, _ in hf_tensor_names(cfg)}
     for hf_name, st in index.items():
@@ -244,6 +302,7 @@ def read_hf_dir(root: Path) -> HfCheckpoint:
     root = Path(root)
     if not root.is_dir():
         raise CheckpointError(root, "not a directory; expected a Hugging Face model directory (config.json, ...)")
+    refuse_special_files(root)  # before any file is opened: a FIFO would block, a device never end
     cfg_path = root / "config.json"
     cfg = from_hf_config(_read_json(cfg_path, "config.json"), cfg_path)
     weight_files = shards.plan(root)
@@ -326,9 +385,43 @@ def _with_generation_ids(cfg: FamilyConfig, doc: dict[str, Any], where: Path) ->
     v = cfg.vocab_size  # every id of the file is checked, used or not: a declared id past the vocabulary is wrong
     gen_eos, gen_bos = c.token_id("eos_token_id", v), c.token_id("bos_token_id", v)
     c.token_id("pad_token_id", v)
+    for key in GENERATION_ID_FIELDS:  # checked, not applied (docs/import.md): an id past the vocabulary is wrong
+        _generation_ids(doc, key, v, where)
     eos = cfg.eos_token_id if cfg.eos_token_id is not None else gen_eos
     bos = cfg.bos_token_id if cfg.bos_token_id is not None else gen_bos
     return replace(cfg, eos_token_id=eos, bos_token_id=bos)
+
+
+#: ``generation_config.json`` fields that hold token ids and that calctl copies into provenance but does not apply
+#: (serving decodes with the request's own parameters): each id is still checked against the vocabulary.
+GENERATION_ID_FIELDS = (
+    "decoder_start_token_id",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "bad_words_ids",
+    "force_words_ids",
+    "sep_token_id",
+)
+
+
+def _generation_ids(doc: dict[str, Any], key: str, vocab: int, where: Path) -> None:
+    """Every token id under ``key`` (an id, a list of ids, or a list of lists, as transformers takes them) is an
+    integer in ``[0, vocab)``; CheckpointError naming the field, the index and the value otherwise."""
+    value = doc.get(key)
+    todo: list[tuple[str, Any, int]] = [(key, value, 0)]
+    while todo:
+        label, item, depth = todo.pop()
+        if item is None and depth == 0:
+            continue
+        if isinstance(item, list) and depth < 3:
+            todo.extend((f"{label}[{i}]", x, depth + 1) for i, x in reversed(list(enumerate(item))))
+            continue
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise CheckpointError(where, f"{label}: expected a token id >= 0 (or lists of them), found {item!r}")
+        if item >= vocab:
+            raise CheckpointError(where, f"{label} {item} is outside the vocabulary (expected < vocab_size {vocab})")
 
 
 def _check_tokenizer(path: Path, data: bytes) -> Any:

@@ -11,7 +11,19 @@ This package checks; it does not print, pick exit codes or load trust stores
 
 from __future__ import annotations
 
-from calctl.package.rules import chipmask, compat, elf, hashes, layout, manifest, memory, signature, tensors, tokenizer
+from calctl.package.rules import (
+    chipmask,
+    compat,
+    elf,
+    finite,
+    hashes,
+    layout,
+    manifest,
+    memory,
+    signature,
+    tensors,
+    tokenizer,
+)
 from calctl.package.rules.base import Group, Rule, Severity, Status
 
 RULES: tuple[type[Rule], ...] = (
@@ -22,7 +34,8 @@ RULES: tuple[type[Rule], ...] = (
     *chipmask.RULES,  # CHIP001-CHIP008
     *elf.RULES,  # ELF001-ELF006
     *memory.RULES,  # MEM001-MEM009
-    *tensors.RULES,  # GOLD001-GOLD008
+    *tensors.RULES,  # GOLD001-GOLD009
+    *finite.RULES,  # GOLD010
     *tokenizer.RULES,  # TOK001-TOK004
     *compat.RULES,  # COMP001-COMP002, PROV001-PROV002
 )

@@ -22,6 +22,7 @@ from calctl.package.tokenizer_ids import (
     ids_outside,
     token_text,
     unknown_special_tokens,
+    vocabulary_problems,
 )
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -146,7 +147,16 @@ class TokenizerVocab(PackageRule):
         )
 
     def _ids_by_value(self, m: Model, tok: Any, field: str) -> Iterator[Finding]:
-        """Every id the tokenizer can produce is below both vocab sizes (issue 54: a count let id 1,000,000 pass)."""
+        """Every id the tokenizer can produce is below both vocab sizes (issue 54: a count let id 1,000,000 pass),
+        each id has one token, none is left without one, and the model's unk_token is in the vocabulary."""
+        for problem in vocabulary_problems(tok):
+            yield self.problem(
+                f"tokenizer of {m.alias!r}: {problem}",
+                file=m.tokenizer.file,
+                field="model.vocab",
+                expected="ids 0..n-1, one token each; unk_token in the vocabulary",
+                found=problem.split(";")[0],
+            )
         bound = min(m.tokenizer.vocab_size, m.architecture.vocab_size)
         outside, named = ids_outside(tok, bound)
         if outside:

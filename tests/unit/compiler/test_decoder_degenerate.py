@@ -74,3 +74,18 @@ def test_the_bound_is_where_float32s_sum_of_squares_overflows() -> None:
 )
 def test_the_engines_output_check_names_non_finite_and_degenerate_rows(rows: object, fault: str | None) -> None:
     assert logits_fault(np.asarray(rows, np.float32)) == fault
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_an_infinite_norm_weight_gives_nan_logits_and_no_runtime_warning(native: bool) -> None:
+    """Issue 54: an inf in attn_norm (a resealed package) made numpy print "invalid value encountered in matmul"
+    from decoder.py on run-golden's terminal; the NaN logits are the finding (golden, GOLD010), never a warning."""
+    params: dict[str, object] = dict(decoder.init_params(ARCH, np.random.default_rng(3)))
+    np.asarray(params["layers.0.attn_norm"])[:] = np.inf
+    w = decoder.prepare(params, ARCH, native=native)
+    cache = decoder.KvCache.empty(ARCH, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logits = decoder.prefill(w, ARCH, np.array([1, 2, 3]), cache)
+        step = decoder.decode_step(w, ARCH, 4, 3, cache)
+    assert not np.all(np.isfinite(logits)) and not np.all(np.isfinite(step))

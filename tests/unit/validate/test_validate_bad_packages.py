@@ -223,6 +223,23 @@ def tokenizer_vocab_id_past_the_vocabulary(root: Path) -> None:
     _edit_tokenizer(root, edit)
 
 
+def tokenizer_vocab_id_twice_and_one_missing(root: Path) -> None:
+    # Issue 54: the count stays right and every id is in range, but one id has two tokens and one has none.
+    def edit(doc: dict[str, Any]) -> None:
+        vocab = doc["model"]["vocab"]
+        last = list(vocab)[-1]
+        vocab[last] = vocab[list(vocab)[-2]]
+
+    _edit_tokenizer(root, edit)
+
+
+def tokenizer_unk_token_not_in_the_vocabulary(root: Path) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["model"]["unk_token"] = "<never-a-token>"
+
+    _edit_tokenizer(root, edit)
+
+
 def tokenizer_post_processor_id_past_the_vocabulary(root: Path) -> None:
     def edit(doc: dict[str, Any]) -> None:
         doc["post_processor"] = {
@@ -291,6 +308,8 @@ CASES: list[tuple[str, Callable[[Path], None], str, tuple[str, ...]]] = [
     ("tokenizer", tokenizer_vocab_mismatch, "TOK002", ()),
     ("tokenizer", tokenizer_vocab_id_past_the_vocabulary, "TOK002", ()),
     ("tokenizer", tokenizer_post_processor_id_past_the_vocabulary, "TOK002", ()),
+    ("tokenizer", tokenizer_vocab_id_twice_and_one_missing, "TOK002", ()),
+    ("tokenizer", tokenizer_unk_token_not_in_the_vocabulary, "TOK002", ()),
     ("tokenizer", alias_uses_other_tokenizer, "TOK003", ()),
     ("compat", compat_device_disagrees, "COMP001", ()),
     ("compat", lambda root: None, "COMP002", ("--runtime-version", "0.8.0")),

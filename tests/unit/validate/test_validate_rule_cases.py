@@ -148,6 +148,15 @@ def golden_token_outside_vocabulary(root: Path) -> None:
     reseal(root)
 
 
+def parameter_weight_not_finite(root: Path) -> None:
+    # Issue 54: a NaN and an inf in model-a's layers.0.attn_norm (fp32, offset 98304 of param_blk0.bin), resealed.
+    path = root / "model-a/params/param_blk0.bin"
+    data = bytearray(path.read_bytes())
+    data[98304 + 4 * 5 : 98304 + 4 * 7] = np.array([np.nan, np.inf], dtype="<f4").tobytes()
+    path.write_bytes(bytes(data))
+    reseal(root)
+
+
 def parameter_tensors_overlap(doc: Doc) -> None:
     tensors = _model(doc, "model-a")["params"]["tensors"]
     tensors[2]["offset"] = tensors[1]["offset"]
@@ -228,6 +237,11 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("GOLD005", manifest_edit(parameter_tensors_overlap), "layers.0.attn_norm and layers.0.wq overlap"),
     ("GOLD009", manifest_edit(rope_theta_out_of_range), "rope_theta 1e+300 is outside 1..1e+10"),
     ("GOLD009", manifest_edit(norm_eps_out_of_range), "norm_eps 1e+308 is outside 1e-12..0.1"),
+    (
+        "GOLD010",
+        parameter_weight_not_finite,
+        "layers.0.attn_norm of 'model-a' holds 2 non-finite value(s); the first is element 5 = nan",
+    ),
     ("TOK001", tokenizer_does_not_load, "does not load"),
     ("TOK004", eos_token_maps_elsewhere, "eos_token '<|im_start|>' of 'model-a'"),
     ("TOK002", added_token_id_past_vocabulary, "added_tokens_decoder['1000000']: id 1000000 is outside the vocabulary"),
