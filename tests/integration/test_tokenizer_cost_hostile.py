@@ -29,7 +29,9 @@ def test_import_hf_refuses_a_vocabulary_past_the_table_naming_file_part_and_limi
     r = cli("import", "hf", d, tmp_path / "pkg", "--key", TEST_KEY)
     text = " ".join(r.err.split())
     assert r.code == 2, text
-    assert "tokenizer.json" in text and "under key 'vocab'" in text and "calctl.limits.MAX_VOCAB" in text, text
+    # refused by the tighter of the two bounds: the table's or the model's own vocab_size (config.json: 384)
+    bound = "calctl.limits.MAX_VOCAB" in text or "the model's vocab_size of 384" in text
+    assert "tokenizer.json" in text and "under key 'vocab'" in text and bound, text
     assert not (tmp_path / "pkg").exists()
 
 
@@ -40,7 +42,8 @@ def test_validate_refuses_it_in_a_package_with_tok001(cli: Cli, tmp_path: Path) 
     reseal(pkg)
     code, doc = validate_json(cli, pkg)
     (tok001,) = [c for c in doc["checks"] if c["id"] == "TOK001" and c["status"] == "fail"]
-    assert code == 1 and "calctl.limits.MAX_VOCAB" in tok001["message"], tok001
+    message = tok001["message"]
+    assert code == 1 and ("calctl.limits.MAX_VOCAB" in message or "the model's vocab_size" in message), tok001
 
 
 def test_import_hf_refuses_an_added_token_whose_declared_id_the_library_ignores(cli: Cli, tmp_path: Path) -> None:

@@ -331,6 +331,6 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused_naming_it(tmp_path: P
 
     save_file(random_hf_weights({**cfg, "vocab_size": 384}), str(hf_dir / "model.safetensors"))
     assert toklib.train(512).get_vocab_size() == 512
-    with pytest.raises(CheckpointError, match=r"tokenizer\.json: the tokenizer has 512 entries, more than .* 384"):
+    with pytest.raises(CheckpointError, match=r"tokenizer\.json: .*512 entries, more than .*384"):
         import_checkpoint(tmp_path / "pkg", read_hf(hf_dir), ImportOptions(alias="x"), _key())
     assert not (tmp_path / "pkg").exists()
