@@ -60,6 +60,14 @@ PreviousOpt = Annotated[
         "in one call under traffic. Without it the rollback is NOT MEASURED.",
     ),
 ]
+TargetsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--targets",
+        help="The project's targets (calctl-accept-targets/v1 YAML: M3's fill ratio, throughput gain over B1, "
+        "P99 regression). Without it M3 is NOT MEASURED: calctl sets no target of its own. docs/accept.md.",
+    ),
+]
 OnlyOpt = Annotated[
     str | None,
     typer.Option("--only", help="Measure only these rows, e.g. G3,G4 (the others are NOT MEASURED, not asked for)."),
@@ -81,6 +89,7 @@ def accept(
     previous: PreviousOpt = None,
     level: LevelOpt = RunLevel.QUICK,
     only: OnlyOpt = None,
+    targets: TargetsOpt = None,
     report: Annotated[
         Path | None,
         report_dir_option(
@@ -137,6 +146,7 @@ def accept(
 
         replica = bundled_package("replica")
     check_board_profile(board_profile)
+    project_targets = accept_lib.ProjectTargets.load(targets) if targets is not None else None
     out_dir = report_dir(report, "accept")
     config = accept_lib.AcceptConfig(
         package=path,
@@ -149,6 +159,7 @@ def accept(
         seed=dev.seed or 0,
         previous=previous,
         board_profile=board_profile,
+        targets=project_targets,
     )
     _output.info(
         f"calctl accept ({level.value}) of {escape(str(path))}"
