@@ -136,7 +136,7 @@ class KvFaultPhase:
         what = (
             f"{self.injected}: {self.faulted_lanes or 0} lane(s) of the faulted job, "
             f"{len(self.device_errors)} request(s) ended device_error, {self.during.get('ok', 0)} ok "
-            f"({self.retried_503} after a 503 retry); "
+            f"({self.retried_503} retried after a 503 while it recovered); "
             f"later {self.later.get('ok', 0)}/{sum(self.later.values())} ok"
         )
         if self.problems:
@@ -194,7 +194,8 @@ class Served:
 
 async def _client(stack: ServingStack, req: GenerationRequest, timeout_s: float) -> Served:
     """A client as docs/serve.md asks: a 503 ``unavailable`` before the first token (the model recovering) is
-    retried after a pause, until :data:`SETTLE_TIMEOUT_S` has passed; any other end is the request's end."""
+    retried after a pause, until :data:`SETTLE_TIMEOUT_S` has passed or the model is Failed (a Failed alias
+    waits for an operator, it never recovers by itself: docs/serve.md); any other end is the request's end."""
     end = time.monotonic() + SETTLE_TIMEOUT_S
     retries = 0
     while True:
@@ -203,10 +204,26 @@ async def _client(stack: ServingStack, req: GenerationRequest, timeout_s: float)
             stack.engine.submit, attempt, ClientPlan("batch-kv-fault"), timeout_s=timeout_s
         )
         rec = res.record
-        if rec.outcome is not RequestOutcome.UNAVAILABLE or rec.tokens or time.monotonic() > end:
+        gone = _given_up(stack, req.alias) or time.monotonic() > end
+        if rec.outcome is not RequestOutcome.UNAVAILABLE or rec.tokens or gone:
             return Served(req.request_id, res, retries)
         retries += 1
         await asyncio.sleep(RETRY_PAUSE_S)
+
+
+def _given_up(stack: ServingStack, alias: str) -> bool:
+    """The model will not be served again without an operator: Failed, or a recovery of it failed."""
+    return stack.core(alias).failed is not None or any(not r.ok for r in stack.sup.recoveries)
+
+
+def _settle(stack: ServingStack, alias: str) -> bool:
+    """Until the engine settled after the fault (True), a recovery failed or :data:`SETTLE_TIMEOUT_S` passed."""
+    end = time.monotonic() + SETTLE_TIMEOUT_S
+    while time.monotonic() < end and not _given_up(stack, alias):
+        if stack.settled():
+            return True
+        time.sleep(0.02)
+    return stack.settled()
 
 
 async def _send(stack: ServingStack, requests: Sequence[GenerationRequest], timeout_s: float) -> list[Served]:
@@ -270,8 +287,8 @@ def run_kv_fault(
             rt.arm_fault(FaultRule(FaultKind.CCU_EXCEPTION, at=(FAULT_JOB,), graph=graph, reset_scope=scope))
             ph.injected = f"ccu_exception on decode job {FAULT_JOB} of {graph} at B{batch} (reset scope {scope.value})"
             log(f"  KV fault at B{batch}: {ph.injected}, {len(during)} requests at once")
-            first = stack.loop.submit(_send(stack, during, timeout_s)).result(timeout_s + 30)
-            settled = stack.wait_settled(SETTLE_TIMEOUT_S)
+            first = stack.loop.submit(_send(stack, during, timeout_s)).result(SETTLE_TIMEOUT_S + timeout_s + 30)
+            settled = _settle(stack, alias)
             fired = [f for f in rt.injected_faults()[seen:] if f.kind is FaultKind.CCU_EXCEPTION]
             ph.fired = [{"job": f.job, "graph": f.graph, "chips": list(f.chips)} for f in fired]
             ph.recoveries = [
@@ -280,7 +297,8 @@ def run_kv_fault(
             ]
             ph.ready_after = core.is_ready()
             second = stack.loop.submit(_send(stack, later, timeout_s)).result(timeout_s + 30) if ph.ready_after else []
-            stack.wait_settled(30.0)
+            if ph.ready_after:
+                stack.wait_settled(30.0)
             after = _at_rest(stack, alias)
             ph.kv_after = after.to_dict()
             ph.faulted_lanes = _lanes_of(first) if fired else None
@@ -303,6 +321,10 @@ def _lanes_of(first: Sequence[Served]) -> int:
     )
 
 
+def failed_recovery(ph: KvFaultPhase) -> list[dict[str, Any]]:
+    return [r for r in ph.recoveries if not r.get("ok")]
+
+
 #: How a request of the faulted batch may end: served, or the documented device_error (its job faulted, or the
 #: recovery retired its generation under it; docs/serve.md). A 503 is retried by the client until served.
 _ENDS = (RequestOutcome.OK, RequestOutcome.DEVICE_ERROR)
@@ -321,9 +343,9 @@ def _problems(
         problems.append(
             f"requests ended other than ok or device_error (503s retried until served): {', '.join(odd[:5])}"
         )
-    if not settled:
+    if not settled and not failed_recovery(ph):
         problems.append(f"the engine did not settle within {SETTLE_TIMEOUT_S:g} s of the fault")
-    failed = [r for r in ph.recoveries if not r.get("ok")]
+    failed = failed_recovery(ph)
     if failed:
         problems.append(f"recovery failed: {failed[0].get('detail') or failed[0].get('reason')}")
     elif ph.fired and not ph.recoveries:
