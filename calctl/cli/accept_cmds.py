@@ -64,8 +64,9 @@ TargetsOpt = Annotated[
     Path | None,
     typer.Option(
         "--targets",
-        help="The project's targets (calctl-accept-targets/v1 YAML: M3's fill ratio, throughput gain over B1, "
-        "P99 regression). Without it M3 is NOT MEASURED: calctl sets no target of its own. docs/accept.md.",
+        help="A YAML file of the project's targets: M3's fill ratio, throughput gain over B1 and P99 "
+        "regression (docs/accept.md, 'Project targets'). Without it M3 is NOT MEASURED: calctl sets no target "
+        "of its own.",
     ),
 ]
 OnlyOpt = Annotated[
