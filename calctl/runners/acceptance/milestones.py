@@ -182,7 +182,7 @@ def judge_m3(spec: RowSpec, steps: Steps) -> RowResult:
             "a package with B4/B8/B16 decode profiles, e.g. `calctl sample-package --profiles 1,4,8,16 ...`",
         )
     targets = doc.get("project_targets")
-    reference = next((p for p in profiles if p.get("batch") == 1), {})
+    reference: Mapping[str, Any] = next((p for p in profiles if p.get("batch") == 1), {})
     checks = m3_target_checks(batched, reference, targets["M3"]) if targets else []
     data = {"targets": targets, "checks": checks, "kv_fault": kv}
     evidence += tuple(f"{c['figure']}: {c['detail']}" for c in checks)

@@ -133,14 +133,15 @@ class ProfileRun:
     def device_itl(self) -> list[float] | None:
         """The same gaps on the device's clock: the time the chip was busy between the two tokens (its jobs'
         stamps), so a host that left the chip waiting does not lengthen them. None when a job was unstamped."""
-        if not self.busy:
+        busy = self.busy
+        if not busy:
             return None
-        starts = [a for a, _ in self.busy]
-        done = np.concatenate(([0], np.cumsum([b - a for a, b in self.busy])))  # busy ns before span i
+        starts = [a for a, _ in busy]
+        done = np.concatenate(([0], np.cumsum([b - a for a, b in busy])))  # busy ns before span i
 
         def busy_until(t_ns: int) -> int:
             i = bisect.bisect_right(starts, t_ns) - 1
-            return 0 if i < 0 else int(done[i]) + min(t_ns, self.busy[i][1]) - self.busy[i][0]
+            return 0 if i < 0 else int(done[i]) + min(t_ns, busy[i][1]) - busy[i][0]
 
         return [
             (busy_until(int(b * 1e9)) - busy_until(int(a * 1e9))) / 1e9
