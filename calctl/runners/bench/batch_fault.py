@@ -29,8 +29,10 @@ makes the phase not recovered (M3 NO-GO).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -141,7 +143,8 @@ class KvFaultPhase:
         )
         if self.problems:
             return f"NOT recovered ({what}): " + "; ".join(self.problems[:4])
-        return f"recovered ({what}, tokens as at B1, KV back to rest)"
+        how = ", ".join(f"{r.get('scope')} reset in {float(r.get('seconds') or 0):.2f} s" for r in self.recoveries)
+        return f"recovered ({what}; recovery: {how or 'none recorded'}; tokens as at B1, KV back to rest)"
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "recovered": self.recovered, "summary": self.summary()}
@@ -245,6 +248,25 @@ def _scope(rt: Any) -> ResetScope:
     return ResetScope.CHIP
 
 
+class _IntendedEnds(logging.Filter):
+    """The engine's warning for each request of the phase that the injected fault ended: intended, and said
+    once by the phase's own summary line, not once a request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "request kvfault-" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_intended_ends() -> Iterator[None]:
+    logger = logging.getLogger("calctl.serve")
+    quiet = _IntendedEnds()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def run_kv_fault(
     *,
     package: Path,
@@ -267,7 +289,7 @@ def run_kv_fault(
     later = [replace(p, request_id=f"kvfault-later-{i}") for i, p in enumerate(prompts[:batch])]
     source = {r.request_id: p.request_id for r, p in zip(during, prompts, strict=False)}
     source.update({r.request_id: p.request_id for r, p in zip(later, prompts, strict=False)})
-    with device.open() as rt:
+    with _quiet_intended_ends(), device.open() as rt:
         if not isinstance(rt, FaultInjecting):  # the mock always injects; a new device kind must say so
             return not_measured(NOT_ON_BOARD, HOW_ON_BOARD)
         with ServingStack(
@@ -285,7 +307,9 @@ def run_kv_fault(
             scope = _scope(rt)
             seen = len(rt.injected_faults())
             rt.arm_fault(FaultRule(FaultKind.CCU_EXCEPTION, at=(FAULT_JOB,), graph=graph, reset_scope=scope))
-            ph.injected = f"ccu_exception on decode job {FAULT_JOB} of {graph} at B{batch} (reset scope {scope.value})"
+            ph.injected = (
+                f"ccu_exception on decode job {FAULT_JOB} of {graph} at B{batch} (the fault's reach: {scope.value})"
+            )
             log(f"  KV fault at B{batch}: {ph.injected}, {len(during)} requests at once")
             first = stack.loop.submit(_send(stack, during, timeout_s)).result(SETTLE_TIMEOUT_S + timeout_s + 30)
             settled = _settle(stack, alias)
