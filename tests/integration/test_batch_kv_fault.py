@@ -18,7 +18,8 @@ import pytest
 from calctl.report import StepStatus
 from calctl.runners.acceptance.milestones import judge_m3
 from calctl.runners.acceptance.rows import GateDecision, StepEvidence
-from calctl.runners.bench.batch import BatchOptions, build_batch_sample, run_batch, scenario_result
+from calctl.runners.bench.base import ScenarioResult
+from calctl.runners.bench.batch import BatchOptions, BatchResult, build_batch_sample, run_batch, scenario_result
 from calctl.runners.device import DeviceSpec
 from calctl.signing.policy import make_policy
 from tests.conftest import Cli, assert_no_traceback
@@ -34,7 +35,7 @@ def pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_batch_sample(tmp_path_factory.mktemp("batch") / "pkg")
 
 
-def _run(pkg: Path, plan: Path | None = None) -> tuple[object, dict]:
+def _run(pkg: Path, plan: Path | None = None) -> tuple[BatchResult, ScenarioResult]:
     batch = run_batch(
         BatchOptions(
             pkg,

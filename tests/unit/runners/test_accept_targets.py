@@ -59,8 +59,8 @@ NOT_ON_BOARD = {
 
 
 def targets(fill: float = 0.5, gain: float = 1.2, p99: float = 5.0) -> dict[str, Any]:
-    doc = {"schema": "calctl-accept-targets/v1", "M3": {"fill_ratio_min": fill, "throughput_gain_min": gain}}
-    doc["M3"]["p99_itl_regression_max"] = p99
+    m3 = {"fill_ratio_min": fill, "throughput_gain_min": gain, "p99_itl_regression_max": p99}
+    doc = {"schema": "calctl-accept-targets/v1", "M3": m3}
     return ProjectTargets.from_document(doc, source="t.yaml").to_dict()
 
 
