@@ -68,6 +68,15 @@ PreviousOpt = Annotated[
         "in one call under traffic. Without it the rollback is NOT MEASURED.",
     ),
 ]
+TargetsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--targets",
+        help="A YAML file of the project's targets: M3's fill ratio, throughput gain over B1 and P99 "
+        "regression (docs/accept.md, 'Project targets'). Without it M3 is NOT MEASURED: calctl sets no target "
+        "of its own.",
+    ),
+]
 OnlyOpt = Annotated[
     str | None,
     typer.Option("--only", help="Measure only these rows, e.g. G3,G4 (the others are NOT MEASURED, not asked for)."),
@@ -89,6 +98,7 @@ def accept(
     previous: PreviousOpt = None,
     level: LevelOpt = RunLevel.QUICK,
     only: OnlyOpt = None,
+    targets: TargetsOpt = None,
     report: Annotated[
         Path | None,
         report_dir_option(
@@ -148,6 +158,7 @@ def accept(
 
         replica = bundled_package("replica")
     check_board_profile(board_profile)
+    project_targets = accept_lib.ProjectTargets.load(targets) if targets is not None else None
     out_dir = report_dir(report, "accept")
     config = accept_lib.AcceptConfig(
         package=path,
@@ -161,6 +172,7 @@ def accept(
         previous=previous,
         board_profile=board_profile,
         burnin_minutes=burn_in_minutes,
+        targets=project_targets,
     )
     _output.info(
         f"calctl accept ({level.value}) of {escape(str(path))}"

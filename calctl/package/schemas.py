@@ -31,6 +31,7 @@ SCHEMA_FILES = {
     "report/v1": "report-v1.json",
     "calculet-board-profile/v1": "calculet-board-profile-v1.json",
     "calctl-fleet-report/v1": "calctl-fleet-report-v1.json",
+    "calctl-accept-targets/v1": "calctl-accept-targets-v1.json",
 }
 
 

@@ -46,7 +46,12 @@ def test_batch_scenario_reports_every_profile_and_matches_b1(cli: Cli, tmp_path:
         if name != "B1":
             assert row["padding_lanes"] > 0  # a closed loop never fills every lane of every job
     assert rows["B1"]["fill_ratio"] == 1.0 and rows["B1"]["padding_lanes"] == 0
-    assert [g["name"] for g in doc["gates"]] == ["B4.lanes_match_b1", "B8.lanes_match_b1", "B16.lanes_match_b1"]
+    assert [g["name"] for g in doc["gates"]] == [
+        "B4.lanes_match_b1",
+        "B8.lanes_match_b1",
+        "B16.lanes_match_b1",
+        "B4.kv_fault_recovered",  # the KV-fault phase at the first batched profile (000 §19 M3)
+    ]
     assert all(g["verdict"] == "PASS" for g in doc["gates"])
     assert any("not judged" in n for n in doc["notes"])
     assert (out / "bench.png").read_bytes()[:8] == PNG_MAGIC

@@ -471,8 +471,12 @@ def step_executor_modes(state: AcceptState) -> StepEvidence:
 
 
 def step_batch(state: AcceptState) -> StepEvidence:
+    """The batch scenario (its KV-fault phase on the mock), with the project's targets M3 judges it against
+    (``project_targets``: None without ``--targets``) beside its document."""
     _need_main(state)
-    return _scenario(state, "batch", state.config.package)
+    ev = _scenario(state, "batch", state.config.package)
+    targets = state.config.targets
+    return replace(ev, document={**ev.document, "project_targets": targets.to_dict() if targets else None})
 
 
 def step_soak(state: AcceptState) -> StepEvidence:

@@ -14,6 +14,7 @@ from pathlib import Path
 from calctl import records
 from calctl.errors import UsageError
 from calctl.runners.acceptance.rows import ROWS
+from calctl.runners.acceptance.targets import ProjectTargets
 from calctl.runners.bringup import Level  # one vocabulary: accept --level is bringup --level
 from calctl.runners.device import DeviceSpec
 from calctl.signing.policy import TrustPolicy
@@ -62,6 +63,7 @@ class AcceptConfig:
     previous: Path | None = None  # the version PKG replaces: the rollback step rolls forward from it and back
     board_profile: Path | None = None  # calculet-board-profile/v1 for the self-test (None: transfers NOT JUDGED)
     burnin_minutes: float | None = None  # the burn-in's minutes at a level that runs one (None: the level's own)
+    targets: ProjectTargets | None = None  # the project's targets (--targets); None: M3 NOT MEASURED, saying so
 
     def __post_init__(self) -> None:
         if self.only is not None:

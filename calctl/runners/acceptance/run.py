@@ -40,6 +40,7 @@ from calctl.runners.acceptance.plan import (
 )
 from calctl.runners.acceptance.plot import plot_rows
 from calctl.runners.acceptance.rows import GateDecision, RowResult, StepEvidence
+from calctl.runners.acceptance.targets import ProjectTargets
 from calctl.runners.board_steps import BURNIN, CHECK, SELFTEST, board_figures
 from calctl.runners.device import DeviceSpec
 from calctl.runners.steps import error_text
@@ -356,6 +357,7 @@ def _header(config: AcceptConfig, started: datetime) -> dict[str, Any]:
         replica=str(config.replica) if config.replica else None,
         previous=str(config.previous) if config.previous else None,
         only=sorted(config.only) if config.only else None,
+        targets=config.targets.to_dict() if config.targets else None,
         seed=config.seed,
     )
 
@@ -369,6 +371,7 @@ __all__ = [  # the plan's names too: ``calctl.cli.accept_cmds`` and callers read
     "AcceptConfig",
     "Level",
     "LevelSettings",
+    "ProjectTargets",
     "Step",
     "counts",
     "default_report_dir",
