@@ -27,7 +27,7 @@ from calctl.package.rules import (
 from calctl.package.rules.base import Group, Rule, Severity, Status
 
 RULES: tuple[type[Rule], ...] = (
-    *layout.RULES,  # LAY001-LAY007
+    *layout.RULES,  # LAY001-LAY008
     *manifest.RULES,  # MAN001-MAN009
     *hashes.RULES,  # HASH001-HASH002
     *signature.RULES,  # SIG001-SIG002

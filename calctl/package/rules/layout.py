@@ -14,7 +14,7 @@ from calctl import textsafe
 from calctl.package import reader, yamlsafe
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, RESERVED_INFO
 from calctl.package.rules.base import Finding, PackageRule, Rule
-from calctl.package.rules.context import EntryKind, ValidationContext, path_problem, shown
+from calctl.package.rules.context import EntryKind, ReadProblem, ValidationContext, path_problem, shown
 from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS, SIGNATURE
 
@@ -297,6 +297,51 @@ class ArchiveExtraction(Rule):
             yield self.note("a package directory, not an archive")
 
 
+class TextLineEnds(Rule):
+    """The package's text files end their lines with LF only, with no byte order mark.
+
+    manifest.yaml, checksums.sha256, compatibility.json and build-provenance.json are read by people and their tools
+    as much as by calctl (model_memory_reserved_info.txt too: MEM006 reads it by LF-only lines and names the line a
+    stray CR breaks). A carriage return splits lines for a YAML or JSON parser
+    (and for Python's ``str.splitlines``) but not for ``grep``, ``awk`` or ``sha256sum -c``: a CR-only manifest is one
+    line to ``grep``, and a CR glued onto a line hides it from a line tool while a parser still reads it. A byte
+    order mark is invisible in a pager and changes the first key's bytes. What a reviewer reads and what calctl
+    checks must be the same lines, so each CR (the first named by line and byte offset) and a BOM are findings;
+    `calctl pack` and the importer write LF only.
+    """
+
+    id = "LAY008"
+    sections = ("docs/package-format.md", "001 §6.3")
+
+    def check(self, ctx: ValidationContext) -> Iterator[Finding]:
+        checked = []
+        for name, limit in DOCUMENT_LIMITS.items():
+            if name == RESERVED_INFO:
+                continue  # MEM006's
+            entry = ctx.entry(name)
+            if entry is None or entry.kind is not EntryKind.FILE:
+                continue  # LAY004 names a missing or non-regular package file
+            try:
+                raw = ctx.read_bytes(name, limit)
+            except ReadProblem:
+                continue  # LAY005 and each document's own rule name a file that cannot be read within its limit
+            checked.append(name)
+            if raw.startswith(b"\xef\xbb\xbf"):
+                yield self.problem("starts with a UTF-8 byte order mark", file=name, expected="no byte order mark")
+            cr = raw.find(b"\r")
+            if cr >= 0:
+                line = raw.count(b"\n", 0, cr) + 1
+                count = raw.count(b"\r")
+                kind = "CRLF line ends" if raw[cr + 1 : cr + 2] == b"\n" else "a carriage return"
+                yield self.problem(
+                    f"{kind} at line {line} (byte {cr}; {count} carriage return(s) in all): line tools and parsers "
+                    "would read different lines",
+                    file=name,
+                    expected="lines ending in LF only",
+                )
+        yield self.note(f"LF-only line ends, no byte order mark: {', '.join(checked)}")
+
+
 RULES: tuple[type[Rule], ...] = (
     EntryTypes,
     PathSafety,
@@ -305,4 +350,5 @@ RULES: tuple[type[Rule], ...] = (
     SizeLimitsRule,
     AccountedFiles,
     ArchiveExtraction,
+    TextLineEnds,
 )

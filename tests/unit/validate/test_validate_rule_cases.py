@@ -54,6 +54,18 @@ def manifest_edit(edit: Callable[[Doc], None]) -> Callable[[Path], None]:
 # -- layout ---------------------------------------------------------------------------------
 
 
+def manifest_cr_line_ends(root: Path) -> None:
+    manifest = root / "manifest.yaml"
+    manifest.write_bytes(manifest.read_bytes().replace(b"\n", b"\r"))  # one line to grep, many to YAML
+    reseal(root)
+
+
+def manifest_crlf_and_bom(root: Path) -> None:
+    manifest = root / "manifest.yaml"
+    manifest.write_bytes(b"\xef\xbb\xbf" + manifest.read_bytes().replace(b"\n", b"\r\n"))
+    reseal(root)
+
+
 def hidden_directory(root: Path) -> None:
     reseal(root)
     (root / "model-a" / ".cache").mkdir()  # an editor's or tool's leftover; sealing refuses hidden files
@@ -222,6 +234,8 @@ def pad_token_unknown(root: Path) -> None:
 # (rule ID, mutation, text the failing finding must contain)
 CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("LAY003", hidden_directory, "model-a/.cache"),
+    ("LAY008", manifest_cr_line_ends, "a carriage return at line 1"),
+    ("LAY008", manifest_crlf_and_bom, "CRLF line ends at line 1"),
     ("MAN002", manifest_edit(duplicate_section_name), "duplicate section name 'model_b.io'"),
     ("MAN003", decode_graph_missing, "model 'model-a' has 0 decode graphs"),
     ("MAN008", manifest_edit(kv_section_dangling), "'model_a.kv_cache'"),
