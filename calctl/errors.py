@@ -108,6 +108,26 @@ class StepTimeout(CalctlError):
     exit_code = ExitCode.TIMEOUT
 
 
+class _Signal:
+    """The signal a long command's handler caught (``calctl.cli._signals``), kept after its raise."""
+
+    name: str | None = None
+
+
+def note_signal(name: str | None) -> None:
+    """Record (or, with None, forget) the signal the command's handler caught."""
+    _Signal.name = name
+
+
+def signal_unraised() -> str | None:
+    """The signal caught, if any, for a loop to raise at its next boundary.
+
+    The handler raises :class:`Interrupted` wherever the main thread is, and where that is a weakref callback or a
+    ``__del__`` run by the garbage collector, Python prints "Exception ignored" and drops it: the run would go on to
+    the end and exit 0 after a SIGTERM. A pipeline that has not stopped for a signal checks this between its steps."""
+    return _Signal.name
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM arrived during a long command (exit 130, like Ctrl-C).
 

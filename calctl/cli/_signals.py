@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
-from calctl.errors import Interrupted
+from calctl.errors import Interrupted, note_signal
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -81,12 +83,24 @@ def interruptible() -> Iterator[None]:
         if _State.deferring:
             _State.deferred = True
         else:
+            note_signal(_State.fired)  # kept: a raise inside a GC callback is dropped (errors.signal_unraised)
             raise Interrupted(_State.fired)
 
     outermost = _State.depth == 0
     previous = {s: signal.signal(s, handler) for s in _SIGNALS} if outermost else {}
+    unraisable = sys.unraisablehook
+
+    def quiet_unraisable(what: Any) -> None:
+        # The handler's raise landed in a weakref callback or a __del__ the garbage collector ran, where Python
+        # drops it with a traceback on stderr: the signal is recorded (errors.signal_unraised) and the run stops
+        # at its next step, so the traceback would only alarm.
+        if not isinstance(what.exc_value, Interrupted):
+            unraisable(what)
+
     if outermost:
         _State.fired, _State.deferred, _State.deferring = None, False, False
+        note_signal(None)
+        sys.unraisablehook = quiet_unraisable
     _State.depth += 1
     try:
         yield
@@ -96,5 +110,7 @@ def interruptible() -> Iterator[None]:
             for s, h in previous.items():
                 signal.signal(s, h)
             _State.deferring = False
+            note_signal(None)  # a later command in this process starts with none
+            sys.unraisablehook = unraisable
         else:
             _State.deferring = True  # the measurement is over: the report is written whole

@@ -62,7 +62,7 @@ from calctl import records
 from calctl.budget.builders import plan_from_package
 from calctl.budget.evaluation import report_document, run_budget
 from calctl.budget.policy import BudgetPolicy
-from calctl.errors import CalctlError, Interrupted, interrupt_reason, reason_of
+from calctl.errors import CalctlError, Interrupted, interrupt_reason, reason_of, signal_unraised
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
@@ -497,6 +497,8 @@ def run_bringup(
                 done.append(outcome)
                 if on_step is not None:
                     on_step(outcome)
+                if cut is None and (name := signal_unraised()) is not None:
+                    raise Interrupted(name)  # its raise was dropped (a GC callback): stop here all the same
     except KeyboardInterrupt as exc:
         # Between two steps or in the teardown (the live line, closing the device): the run is interrupted all
         # the same, and what the finished steps measured is still the report's. No step was running, so none

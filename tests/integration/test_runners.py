@@ -410,9 +410,10 @@ def test_sigterm_stops_bringup_interrupted_with_its_report(tmp_path: Path) -> No
     cut = [s for s in summary.values() if s["verdict"] == "INTERRUPTED"]
     if cut:  # the signal came in a step: that step is INTERRUPTED, naming it
         assert len(cut) == 1 and "SIGTERM" in cut[0]["detail"]
-    else:  # it came between two steps (run-golden had just ended): the report names it all the same
-        assert doc["error"].startswith("interrupted (SIGTERM) after run-golden"), doc["error"]
-        assert "interrupted (SIGTERM)" in summary["warmup"]["detail"]
+    else:  # it came between two steps, or inside a garbage-collector callback, which drops the raise: the step
+        # ends and the pipeline stops at the next boundary (errors.signal_unraised); the report names where
+        assert doc["error"].startswith("interrupted (SIGTERM) after "), doc["error"]
+        assert any(s["verdict"] == "SKIP" and "interrupted (SIGTERM)" in s["detail"] for s in summary.values())
     assert "SIGTERM" in doc["error"]
     assert summary["soak"]["verdict"] in ("SKIP", "INTERRUPTED")
     assert "verdict INTERRUPTED" in stdout
