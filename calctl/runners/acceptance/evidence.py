@@ -487,8 +487,21 @@ def step_soak(state: AcceptState) -> StepEvidence:
     cfg, s = state.config, state.config.settings
     out = state.out / "soak"
     t0 = time.perf_counter()
+    # Accept builds its own soak (the soak knows nothing of accept): the level's cycles or hours, its seconds of
+    # traffic a cycle, step timeout and checkpoint interval.
     report = run_soak(
-        SoakConfig.for_stage(cfg, out, hours=s.soak_hours, seed=cfg.seed, checkpoint_interval_s=s.soak_checkpoint_s)
+        SoakConfig(
+            package=cfg.package,
+            trust=cfg.trust,
+            device=cfg.device,
+            out_dir=out,
+            cycles=s.soak_cycles,
+            hours=s.soak_hours,
+            traffic_seconds=s.soak_traffic_s,
+            job_timeout_s=s.step_timeout_s,
+            seed=cfg.seed,
+            checkpoint_interval_s=s.soak_checkpoint_s,
+        )
     )
     doc = {
         **report.document(),
