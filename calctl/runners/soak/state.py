@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import Counter
@@ -17,8 +18,95 @@ from calctl.runners.soak.plan import SoakConfig
 from calctl.runners.soak.verify import OutputVerifier
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.runtime.interface import Runtime
-from calctl.runtime.types import ChipCounters, ChipMemory, Topology
+from calctl.runtime.types import ChipCounters, ChipMemory, Topology, Versions
 from calctl.serving.engine import DeviceSupervisor
+
+
+@dataclass(frozen=True)
+class PackageFacts:
+    """The package the soak was given, as the report's header names it."""
+
+    path: str
+    name: str
+    version: str
+    kind: str
+    aliases: tuple[str, ...]
+    digest: str | None
+    signer_key_id: str | None
+
+    def document(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "aliases": list(self.aliases)}
+
+
+@dataclass(frozen=True)
+class ValidationFacts:
+    """The up-front validation: accepted or not, the rules that failed and those that warned."""
+
+    ok: bool
+    failed_rules: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    def document(self) -> dict[str, Any]:
+        return {"ok": self.ok, "failed_rules": list(self.failed_rules), "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class RuntimeVersions:
+    """The runtime's versions as the soak's header reports them."""
+
+    runtime: str
+    driver: str
+    firmware: str
+    abi: str
+
+    @classmethod
+    def of(cls, v: Versions) -> RuntimeVersions:
+        return cls(v.runtime, v.driver, v.firmware, v.abi)
+
+    def document(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class EvidenceFiles:
+    """The soak's files in its report folder (``plot``: None until the picture is drawn, or when it failed)."""
+
+    report: str
+    events: str
+    plot: str | None = None
+
+    def document(self) -> dict[str, str | None]:
+        return {"report": self.report, "events": self.events, "plot": self.plot}
+
+
+@dataclass
+class SoakHeader:
+    """What the run learns for its report's header as it goes: the package and its validation (before the
+    device), the runtime's versions (once the device is open), the error that ended it, the files it left."""
+
+    package: PackageFacts | None = None
+    validation: ValidationFacts | None = None
+    runtime: RuntimeVersions | None = None
+    error: str | None = None  # why the run stopped outside a cycle (the report's ``error``)
+    files: EvidenceFiles | None = None  # set at the end, with the picture
+
+
+@dataclass
+class Interruption:
+    """Where SIGINT/SIGTERM cut the soak short: the signal, the phase, the cycle it cut (None: between
+    cycles), when, and per alias the requests the engine still held at shutdown."""
+
+    signal: str
+    phase: str
+    cycle: int | None
+    at_s: float
+    engine_requests_left: dict[str, int] = field(default_factory=dict)
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"signal": self.signal, "phase": self.phase, "cycle": self.cycle, "at_s": self.at_s}
+        if self.engine_requests_left:
+            doc["engine_requests_left"] = dict(self.engine_requests_left)
+        return doc
 
 
 @dataclass
@@ -55,7 +143,7 @@ class SoakState:
         self.host_rss: list[tuple[int, int | None]] = []  # (cycle, VmRSS after its unload) of this process
         self.caches_full_at: int | None = None  # first cycle at whose unload the runtime's job history was full
         self.history_reported = False  # the runtime says how full its job history is (KeepsJobHistory)
-        self.header: dict[str, Any] = {}
+        self.header = SoakHeader()
         self.error_verdict = "ERROR"
         self.phase = "starting"
         self.status = "running"
@@ -66,7 +154,7 @@ class SoakState:
         self._lock = threading.RLock()
         self.cycles_done = 0
         self.end_s: float | None = None
-        self.interrupted: dict[str, Any] | None = None  # signal, phase, cycle cut short, when
+        self.interrupted: Interruption | None = None
 
     def now_s(self) -> float:
         return time.monotonic() - self.t0
