@@ -28,6 +28,7 @@ This module judges nothing about rows (``rows.py`` does) and prints nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
@@ -264,18 +265,17 @@ class RollbackRun:
                 self.actions.append({"action": "start", "ok": True, "package": str(self.previous), "generations": gens})
                 self.loop = loop = stack.loop
                 clients = [loop.submit(self._client(a)) for a in stack.aliases for _ in range(CLIENTS_PER_ALIAS)]
-                try:
+                with contextlib.ExitStack() as on_failure:
+                    # SIGINT/SIGTERM or a failure mid-stage: the clients stop and the engine ends within 5 s while
+                    # the loop still runs, so the streams it aborts are delivered (never into a closed loop).
+                    on_failure.callback(stack.close, deadline_s=5.0)
+                    on_failure.callback(self._stop.set)  # callbacks run last-in first-out: the clients stop first
                     before = self._serve("serving-previous")
                     self._act("roll-forward", lambda: self.sup.reload(self.package))
                     forward = self._serve("serving-package")
                     back = self._act("rollback", self.sup.rollback)
                     after = self._serve("rolled-back")
-                except BaseException:
-                    # SIGINT/SIGTERM mid-stage: the clients stop and the engine ends within 5 s while the loop
-                    # still runs, so the streams it aborts are delivered (never into a closed loop).
-                    self._stop.set()
-                    stack.close(deadline_s=5.0)
-                    raise
+                    on_failure.pop_all()  # served every stage: the clients finish below, the stack closes as usual
                 self._stage = None
                 self._stop.set()
                 for f in clients:

@@ -53,6 +53,7 @@ Mock results are labelled as such (docs/runtime.md §5). This module does not pr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -71,7 +72,15 @@ from calctl.runners.soak.batches import batch_configs
 from calctl.runners.soak.clients import TrafficDriver
 from calctl.runners.soak.inject import StaleRedelivery
 from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffic, default_report_dir
-from calctl.runners.soak.state import Cycle, SoakState, read_counters
+from calctl.runners.soak.state import (
+    Cycle,
+    Interruption,
+    PackageFacts,
+    RuntimeVersions,
+    SoakState,
+    ValidationFacts,
+    read_counters,
+)
 from calctl.runners.telemetry import telemetry_document
 from calctl.runners.traffic import EngineLoop, EngineResult
 from calctl.runtime import DeviceKind
@@ -135,10 +144,8 @@ class _Soak(SoakState):
         try:
             try:
                 _validate(self)
-            except KeyboardInterrupt:
-                raise
-            except BaseException:
-                self.events.close()
+            except CalctlError:
+                self.events.close()  # a package refused before the device: its event log ends at the refusal
                 raise
             self._on_device(sampler)
         except KeyboardInterrupt as exc:
@@ -150,8 +157,8 @@ class _Soak(SoakState):
             # as in bringup and accept; a missing package is refused by the CLI before the run (exit 2).
             self.status = "error"
             self.error_verdict = verdict_of_exit_code(exc.exit_code)
-            self.header["error"] = reason_of(exc)
-            self.events.write("error", error=self.header["error"])
+            self.header.error = reason_of(exc)
+            self.events.write("error", error=self.header.error)
         finally:
             self._stop_sampler.set()
             self._close_interrupted_cycle()
@@ -163,7 +170,7 @@ class _Soak(SoakState):
                 self.status = "finished"
             ok = self.status == "finished" and len(self.violations) == 0
             # A run that never reached the device draws no (empty) picture.
-            self.header["files"] = render.plot(self) if self.rt is not None else render.evidence_files(self)
+            self.header.files = render.plot(self) if self.rt is not None else render.evidence_files(self)
             self.events.write(
                 "soak_end",
                 status=self.status,
@@ -182,26 +189,26 @@ class _Soak(SoakState):
                 self.on_progress(render.progress(self))
         return report
 
-    def _note_interrupt(self, exc: BaseException) -> None:
+    def _note_interrupt(self, exc: KeyboardInterrupt) -> None:
         """Remember where SIGINT/SIGTERM arrived (the first time): the phase and the cycle it cut short."""
         if self.interrupted is not None:
             return
         cut = self.cycles[-1].index if self.cycles and self.cycles[-1].index > self.cycles_done else None
-        self.interrupted = {
-            "signal": exc.signal_name if isinstance(exc, Interrupted) else "SIGINT",
-            "phase": self.phase,
-            "cycle": cut,
-            "at_s": round(self.now_s(), 3),
-        }
+        self.interrupted = Interruption(
+            signal=exc.signal_name if isinstance(exc, Interrupted) else "SIGINT",
+            phase=self.phase,
+            cycle=cut,
+            at_s=round(self.now_s(), 3),
+        )
 
     def _close_interrupted_cycle(self) -> None:
         """The event log and the cycle records say which cycle the interrupt cut short, and in which phase."""
         i = self.interrupted
-        if i is None or i["cycle"] is None:
+        if i is None or i.cycle is None:
             return
         cyc = self.cycles[-1]
-        cyc.doc["interrupted"] = {"signal": i["signal"], "phase": i["phase"], "at_s": i["at_s"]}
-        self.events.write("cycle_interrupted", cycle=i["cycle"], phase=i["phase"], signal=i["signal"])
+        cyc.doc["interrupted"] = {"signal": i.signal, "phase": i.phase, "at_s": i.at_s}
+        self.events.write("cycle_interrupted", cycle=i.cycle, phase=i.phase, signal=i.signal)
 
     def _on_device(self, sampler: threading.Thread) -> None:
         c = self.config
@@ -209,7 +216,7 @@ class _Soak(SoakState):
             self.rt = rt
             rt.on_submit(self.submits.count)  # every accepted submit: the engine's and golden/warm-up's
             v = rt.versions()
-            self.header["runtime"] = {"runtime": v.runtime, "driver": v.driver, "firmware": v.firmware, "abi": v.abi}
+            self.header.runtime = RuntimeVersions.of(v)
             self.topology = rt.topology()
             self.dram = dict(enumerate(self.topology.dram_bytes))
             try:
@@ -238,15 +245,15 @@ class _Soak(SoakState):
             loop = EngineLoop("soak-traffic")
             traffic: list[TrafficDriver] = []
             try:
-                self._cycles(sup, rt, loop, traffic)
-            except BaseException as exc:
-                if isinstance(exc, KeyboardInterrupt):
-                    self._note_interrupt(exc)  # before the teardown changes the phase
-                # Ctrl-C/SIGTERM or a failure mid-cycle: give the clients a moment, then cancel what is left.
-                for t in traffic:
-                    t.stop(5.0)
-                traffic.clear()
-                raise
+                with contextlib.ExitStack() as on_failure:
+                    # Ctrl-C/SIGTERM or a failure mid-cycle: give the clients a moment, then cancel what is left.
+                    on_failure.callback(_stop_clients, traffic, 5.0)
+                    try:
+                        self._cycles(sup, rt, loop, traffic)
+                    except KeyboardInterrupt as exc:
+                        self._note_interrupt(exc)  # before the teardown changes the phase
+                        raise
+                    on_failure.pop_all()
             finally:
                 self.phase = "draining"
                 for t in traffic:  # still running after a failed load or unload
@@ -448,7 +455,7 @@ class _Soak(SoakState):
         )
         return True
 
-    def _lifecycle_failed(self, step: str, kind: str | None, cyc: Cycle, exc: BaseException) -> None:
+    def _lifecycle_failed(self, step: str, kind: str | None, cyc: Cycle, exc: Exception) -> None:
         """A load or unload that failed: a violation (``kind``, default ``<step>_failed``) that ends the soak."""
         name = type(exc).__name__
         kind = kind or f"{step}_failed"
@@ -498,6 +505,13 @@ class _Soak(SoakState):
             )
 
 
+def _stop_clients(traffic: list[TrafficDriver], within_s: float) -> None:
+    """Stop every running traffic driver (each waits ``within_s`` for its clients, then cancels them)."""
+    for t in traffic:
+        t.stop(within_s)
+    traffic.clear()
+
+
 def weights_by_chip(pkg: Package) -> dict[int, int]:
     """Bytes of the package's parameter sections per chip: what each chip's DRAM holds once it is loaded."""
     out: dict[int, int] = {}
@@ -517,20 +531,20 @@ def _validate(s: SoakState) -> None:
     with package_root(c.package) as root:
         pkg = load_manifest(root)
     s.manifest = pkg
-    s.header["package"] = {
-        "path": str(c.package),
-        "name": pkg.name,
-        "version": pkg.version,
-        "kind": pkg.kind,
-        "aliases": list(pkg.aliases),
-        "digest": report.digest,
-        "signer_key_id": report.signer_key_id,
-    }
-    s.header["validation"] = {
-        "ok": report.ok,
-        "failed_rules": list(report.failed_ids()),
-        "warnings": list(dict.fromkeys(x.id for x in report.warnings)),
-    }
+    s.header.package = PackageFacts(
+        path=str(c.package),
+        name=pkg.name,
+        version=pkg.version,
+        kind=pkg.kind,
+        aliases=tuple(pkg.aliases),
+        digest=report.digest,
+        signer_key_id=report.signer_key_id,
+    )
+    s.header.validation = ValidationFacts(
+        ok=report.ok,
+        failed_rules=tuple(report.failed_ids()),
+        warnings=tuple(dict.fromkeys(x.id for x in report.warnings)),
+    )
     if not report:
         s.events.write("validation_failed", failed=list(report.failed_ids()))
         raise CheckFailed(
