@@ -99,8 +99,8 @@ def _unload_checks(s: SoakState) -> dict[int, list[tuple[float, int | None]]]:
     for cy in s.cycles:
         if cy.unloaded_s is None:
             continue
-        for d in cy.doc.get("memory_after_unload", []):
-            out.setdefault(int(d["chip"]), []).append((cy.unloaded_s, d["drift_bytes"]))
+        for d in cy.unload.drifts if cy.unload is not None else ():
+            out.setdefault(d.chip, []).append((cy.unloaded_s, d.drift_bytes))
     return out
 
 
@@ -188,7 +188,7 @@ def report(s: SoakState) -> Report:
             "host_rss": _host_rss_doc(s),
         },
         "telemetry": telemetry_document(s.rt, final=False),  # per-chip power, temperature, throttle, ECC
-        "cycle_records": [dict(cycle=cy.index, started_s=round(cy.started_s, 3), **cy.doc) for cy in s.cycles[-2000:]],
+        "cycle_records": [cy.document() for cy in s.cycles[-2000:]],
         "cycle_records_truncated": len(s.cycles) > 2000,
         "files": ev.document(),
     }

@@ -75,9 +75,11 @@ from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffi
 from calctl.runners.soak.state import (
     Cycle,
     Interruption,
+    LoadRecord,
     PackageFacts,
     RuntimeVersions,
     SoakState,
+    UnloadRecord,
     ValidationFacts,
     read_counters,
 )
@@ -206,8 +208,7 @@ class _Soak(SoakState):
         i = self.interrupted
         if i is None or i.cycle is None:
             return
-        cyc = self.cycles[-1]
-        cyc.doc["interrupted"] = {"signal": i.signal, "phase": i.phase, "at_s": i.at_s}
+        self.cycles[-1].interrupted = i
         self.events.write("cycle_interrupted", cycle=i.cycle, phase=i.phase, signal=i.signal)
 
     def _on_device(self, sampler: threading.Thread) -> None:
@@ -363,11 +364,7 @@ class _Soak(SoakState):
                 if not res.get("ok"):
                     raise CheckFailed(f"load refused: {res.get('detail')}")
         except (CalctlError, RuntimeLayerError) as exc:
-            cyc.doc["load"] = {
-                "ok": False,
-                "error": f"{type(exc).__name__}: {exc}",
-                "seconds": round(time.monotonic() - t, 4),
-            }
+            cyc.load = LoadRecord(False, round(time.monotonic() - t, 4), error=f"{type(exc).__name__}: {exc}")
             self._lifecycle_failed(
                 "load", "already_configured" if isinstance(exc, AlreadyConfigured) else None, cyc, exc
             )
@@ -376,13 +373,7 @@ class _Soak(SoakState):
         cyc.loaded_s = self.now_s()
         gens = {a: w.generation for a, w in sup.cores.items()}
         gw = _golden_warmup_seconds(sup.history[h0:])
-        cyc.doc["load"] = {
-            "ok": True,
-            "seconds": round(seconds, 4),
-            "generations": gens,
-            "golden_warmup_s": gw,
-            "warmup_iterations": c.warmup_iterations,
-        }
+        cyc.load = LoadRecord(True, round(seconds, 4), None, gens, gw, c.warmup_iterations)
         self.events.write("loaded", cycle=cyc.index, seconds=round(seconds, 4), generations=gens, golden_warmup_s=gw)
         for alias, core in sup.cores.items():  # the lanes of every decode job, to name a wrong token's lane
             if id(core) not in self._tapped:
@@ -424,33 +415,25 @@ class _Soak(SoakState):
         if not drained:
             self.drain_deadline_hits += 1
         checked = judge.after_unload(self, sup, rt, cyc.index, counters_before, submitted_before)
-        drifts, delta = checked.drifts, checked.submitted_in_cycle
         outcomes, latency = self.requests.take_cycle()
-        cyc.doc.update(
-            unload={"ok": True, "seconds": round(seconds, 4), "drained_in_time": drained},
-            memory_after_unload=[d.document() for d in drifts],
-            host_rss_bytes=checked.rss,
-            counters=[
-                {
-                    "chip": a.chip,
-                    "pending": a.pending,
-                    "finished": a.finished,
-                    "failed": a.failed,
-                    "submitted_in_cycle": delta.get(a.chip, 0),
-                }
-                for a in checked.counters
-            ],
-            requests=outcomes,
-            latency=latency,
-            new_violations=checked.found,
+        cyc.unload = rec = UnloadRecord(
+            round(seconds, 4),
+            drained,
+            tuple(checked.drifts),
+            checked.rss,
+            tuple(checked.counters),
+            checked.submitted_in_cycle,
+            outcomes,
+            latency,
+            checked.found,
         )
         self.events.write(
             "unloaded",
             cycle=cyc.index,
             seconds=round(seconds, 4),
             drained_in_time=drained,
-            memory=[d.document() for d in drifts],
-            counters=cyc.doc["counters"],
+            memory=rec.memory_document(),
+            counters=rec.counters_document(),
             requests=outcomes,
         )
         return True

@@ -7,6 +7,7 @@ import dataclasses
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -109,15 +110,97 @@ class Interruption:
         return doc
 
 
+@dataclass(frozen=True)
+class LoadRecord:
+    """A cycle's load: how long it took and why it failed, or the generations it published, each alias's golden +
+    warm-up time (Warming -> Ready) and the warm-up iterations."""
+
+    ok: bool
+    seconds: float
+    error: str | None = None
+    generations: Mapping[str, int] = field(default_factory=dict)
+    golden_warmup_s: Mapping[str, float | None] = field(default_factory=dict)
+    warmup_iterations: int = 0
+
+    def document(self) -> dict[str, Any]:
+        if not self.ok:
+            return {"ok": False, "error": self.error, "seconds": self.seconds}
+        return {
+            "ok": True,
+            "seconds": self.seconds,
+            "generations": dict(self.generations),
+            "golden_warmup_s": dict(self.golden_warmup_s),
+            "warmup_iterations": self.warmup_iterations,
+        }
+
+
+@dataclass(frozen=True)
+class UnloadRecord:
+    """A cycle's unload and what the checks after it measured: per-chip drift, this process's VmRSS, the job
+    counters with the jobs the host submitted in the cycle, the cycle's request outcomes and latency."""
+
+    seconds: float
+    drained_in_time: bool
+    drifts: tuple[checks.ChipDrift, ...]
+    host_rss_bytes: int | None
+    counters: tuple[ChipCounters, ...]
+    submitted_in_cycle: Mapping[int, int]
+    requests: Mapping[str, int]
+    latency: Mapping[str, Mapping[str, Any]]
+    new_violations: int
+
+    def memory_document(self) -> list[dict[str, Any]]:
+        return [d.document() for d in self.drifts]
+
+    def counters_document(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "chip": a.chip,
+                "pending": a.pending,
+                "finished": a.finished,
+                "failed": a.failed,
+                "submitted_in_cycle": self.submitted_in_cycle.get(a.chip, 0),
+            }
+            for a in self.counters
+        ]
+
+    def document(self) -> dict[str, Any]:
+        """The cycle record's keys from the unload on (``unload`` to ``new_violations``)."""
+        return {
+            "unload": {"ok": True, "seconds": self.seconds, "drained_in_time": self.drained_in_time},
+            "memory_after_unload": self.memory_document(),
+            "host_rss_bytes": self.host_rss_bytes,
+            "counters": self.counters_document(),
+            "requests": dict(self.requests),
+            "latency": {a: dict(v) for a, v in self.latency.items()},
+            "new_violations": self.new_violations,
+        }
+
+
 @dataclass
 class Cycle:
-    """One load/unload cycle: when it started, loaded and unloaded (seconds since the start), its record."""
+    """One load/unload cycle: when it started, loaded and unloaded (seconds since the start), its load and unload
+    records, and the interrupt that cut it short."""
 
     index: int
     started_s: float
     loaded_s: float | None = None
     unloaded_s: float | None = None
-    doc: dict[str, Any] = field(default_factory=dict)
+    load: LoadRecord | None = None
+    unload: UnloadRecord | None = None
+    interrupted: Interruption | None = None
+
+    def document(self) -> dict[str, Any]:
+        """The report's ``cycle_records`` entry."""
+        doc: dict[str, Any] = {"cycle": self.index, "started_s": round(self.started_s, 3)}
+        if self.load is not None:
+            doc["load"] = self.load.document()
+        if self.unload is not None:
+            doc.update(self.unload.document())
+        if self.interrupted is not None:
+            i = self.interrupted
+            doc["interrupted"] = {"signal": i.signal, "phase": i.phase, "at_s": i.at_s}
+        return doc
 
 
 class SoakState:
