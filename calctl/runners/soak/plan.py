@@ -75,10 +75,7 @@ class SoakProgress:
     cycles_done: int
     cycles_total: int | None
     deadline_s: float | None
-    requests: int
-    ok: int
-    rejected: int
-    errors: int
+    requests: int  # sent; by_outcome counts them the one way (calctl.runners.soak.wording.RequestCounts)
     violations: int
     generation: int | None
     max_drift_mib: dict[int, float | None]

@@ -14,7 +14,6 @@ from calctl.runners.soak.judge import device_errors, samples, verdict
 from calctl.runners.soak.plan import SoakProgress
 from calctl.runners.soak.state import EvidenceFiles, SoakState
 from calctl.runners.telemetry import telemetry_document
-from calctl.runners.traffic import RequestOutcome
 from calctl.runtime.types import ChipMemory
 
 
@@ -23,17 +22,6 @@ def progress(s: SoakState) -> SoakProgress:
     with s.requests.lock:
         by = Counter(s.requests.by_outcome)
         sent = s.requests.sent
-    rejected = sum(
-        by[o.value]
-        for o in (
-            RequestOutcome.INVALID,
-            RequestOutcome.CAPACITY,
-            RequestOutcome.UNAVAILABLE,
-            RequestOutcome.DEADLINE,
-            RequestOutcome.NOT_FOUND,
-        )
-    )
-    errors = sum(by[o.value] for o in (RequestOutcome.DEVICE_ERROR, RequestOutcome.TIMEOUT, RequestOutcome.TRANSPORT))
     gen = None
     if s.sup is not None and s.sup.cores:
         gen = max(w.generation for w in s.sup.cores.values())
@@ -45,9 +33,6 @@ def progress(s: SoakState) -> SoakProgress:
         cycles_total=c.cycles,
         deadline_s=c.hours * 3600 if c.hours is not None else None,
         requests=sent,
-        ok=by[RequestOutcome.OK.value] + by[RequestOutcome.CANCELLED.value],
-        rejected=rejected,
-        errors=errors,
         violations=len(s.violations),
         generation=gen,
         max_drift_mib={k: (None if v is None else v / checks.MIB) for k, v in s.max_drift.items()},
