@@ -489,20 +489,19 @@ def step_soak(state: AcceptState) -> StepEvidence:
     t0 = time.perf_counter()
     # Accept builds its own soak (the soak knows nothing of accept): the level's cycles or hours, its seconds of
     # traffic a cycle, step timeout and checkpoint interval.
-    report = run_soak(
-        SoakConfig(
-            package=cfg.package,
-            trust=cfg.trust,
-            device=cfg.device,
-            out_dir=out,
-            cycles=s.soak_cycles,
-            hours=s.soak_hours,
-            traffic_seconds=s.soak_traffic_s,
-            job_timeout_s=s.step_timeout_s,
-            seed=cfg.seed,
-            checkpoint_interval_s=s.soak_checkpoint_s,
-        )
+    soak = SoakConfig(
+        cfg.package,
+        cfg.trust,
+        cfg.device,
+        out_dir=out,
+        hours=s.soak_hours,  # long: 24 h; the shorter levels count cycles
+        cycles=s.soak_cycles,
+        traffic_seconds=s.soak_traffic_s,
+        job_timeout_s=s.step_timeout_s,
+        seed=cfg.seed,
+        checkpoint_interval_s=s.soak_checkpoint_s,
     )
+    report = run_soak(soak)
     doc = {
         **report.document(),
         "decode_profiles": {m.alias: list(m.decode.batch_profiles) for m in st.package.models},
