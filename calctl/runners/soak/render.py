@@ -126,7 +126,7 @@ def report(s: SoakState) -> Report:
         started_at=s.started_at,
         device=c.device.kind.value,
         device_options=c.device.describe(),
-        versions=h.runtime.document() if h.runtime else None,
+        versions=h.runtime,
         package=h.package.document() if h.package else None,
         validation=h.validation.document() if h.validation else None,
     )

@@ -77,7 +77,6 @@ from calctl.runners.soak.state import (
     Interruption,
     LoadRecord,
     PackageFacts,
-    RuntimeVersions,
     SoakState,
     UnloadRecord,
     ValidationFacts,
@@ -216,8 +215,7 @@ class _Soak(SoakState):
         with c.device.open() as rt:
             self.rt = rt
             rt.on_submit(self.submits.count)  # every accepted submit: the engine's and golden/warm-up's
-            v = rt.versions()
-            self.header.runtime = RuntimeVersions.of(v)
+            self.header.runtime = rt.versions()
             self.topology = rt.topology()
             self.dram = dict(enumerate(self.topology.dram_bytes))
             try:

@@ -52,23 +52,6 @@ class ValidationFacts:
 
 
 @dataclass(frozen=True)
-class RuntimeVersions:
-    """The runtime's versions as the soak's header reports them."""
-
-    runtime: str
-    driver: str
-    firmware: str
-    abi: str
-
-    @classmethod
-    def of(cls, v: Versions) -> RuntimeVersions:
-        return cls(v.runtime, v.driver, v.firmware, v.abi)
-
-    def document(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
 class EvidenceFiles:
     """The soak's files in its report folder (``plot``: None until the picture is drawn, or when it failed)."""
 
@@ -87,7 +70,7 @@ class SoakHeader:
 
     package: PackageFacts | None = None
     validation: ValidationFacts | None = None
-    runtime: RuntimeVersions | None = None
+    runtime: Versions | None = None  # the header's runtime block (report.versions_document)
     error: str | None = None  # why the run stopped outside a cycle (the report's ``error``)
     files: EvidenceFiles | None = None  # set at the end, with the picture
 
