@@ -189,34 +189,26 @@ def step_burnin(state: AcceptState) -> StepEvidence:
     )
 
 
-def _write_report(path: Path, command: str, verdict: str, header: dict[str, Any], body: dict[str, Any]) -> None:
+def _write_report(path: Path, step: str, st: bringup.BringupState, o: bringup.StepOutcome) -> None:
     """A step's own file: one report like every other (``verdict``, ``exit_code``, the header; report/v1)."""
-    own = {k: v for k, v in body.items() if k not in RESERVED}
-    records.write_json(path, Report(command, verdict, header, own).document())
+    command = f"accept {step}"
+    header = build_header(command, package=str(st.config.package))
+    own = {k: v for k, v in (o.document or {}).items() if k not in RESERVED}
+    records.write_json(path, Report(command, o.verdict, header, own).document())
 
 
 def _validate_one(state: AcceptState, st: bringup.BringupState, name: str) -> StepEvidence:
     o = bringup.VALIDATE.run(st)
     state.stack.enter_context(st.stack)
     path = state.out / f"{name}.json"
-    command = f"accept {name}"
-    _write_report(path, command, o.verdict, build_header(command, package=str(st.config.package)), o.document or {})
-    if o.exit_code != 0:
-        return StepEvidence(
-            name,
-            StepStatus.ERROR,
-            o.seconds,
-            o.key_figure,
-            f"the package failed validation: {o.detail}",
-            document=o.document or {},
-            files=state.files(report=path),
-        )
+    _write_report(path, name, st, o)
+    refused = o.exit_code != 0
     return StepEvidence(
         name,
-        ran_status(o.verdict),
+        StepStatus.ERROR if refused else ran_status(o.verdict),
         o.seconds,
         o.key_figure,
-        o.detail if o.verdict == StepStatus.WARN.value else "",
+        f"the package failed validation: {o.detail}" if refused else o.detail if o.verdict == StepStatus.WARN else "",
         document=o.document or {},
         files=state.files(report=path),
     )
@@ -256,13 +248,7 @@ def step_budget(state: AcceptState) -> StepEvidence:
     st = _need_main(state)
     o = bringup.BUDGET.run(st)
     path = state.out / "budget.json"
-    _write_report(
-        path,
-        "accept budget",
-        o.verdict,
-        build_header("accept budget", package=str(st.config.package)),
-        o.document or {},
-    )
+    _write_report(path, "budget", st, o)
     status = ran_status(o.verdict)
     return StepEvidence(
         "budget",

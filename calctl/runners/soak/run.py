@@ -256,17 +256,7 @@ class _Soak(SoakState):
             finally:
                 self.phase = "draining"
                 for t in traffic:  # still running after a failed load or unload
-                    hung = t.stop(c.request_timeout_s + 5.0)
-                    if hung:
-                        self.violate(
-                            checks.Violation(
-                                "request_hung",
-                                f"{hung} client(s) still had a request open at the end of the soak",
-                                self.cycle_index(),
-                                self.now_s(),
-                                subject="end",
-                            )
-                        )
+                    self._drain_clients(t, "at the end of the soak", self.cycle_index())
                 loop.close()
                 judge.final_checks(self, sup)
                 sup.shutdown(c.drain_deadline_s)
@@ -329,18 +319,8 @@ class _Soak(SoakState):
             if last and traffic:
                 # The last cycle lets every request finish before its unload: nothing is left open at the end.
                 self.phase = "draining"
-                hung = traffic.pop().stop(c.request_timeout_s + 5.0)
+                hung = self._drain_clients(traffic.pop(), f"after {c.request_timeout_s + 5.0:g} s", index)
                 self.events.write("traffic_stopped", clients_still_running=hung)
-                if hung:
-                    self.violate(
-                        checks.Violation(
-                            "request_hung",
-                            f"{hung} client(s) still had a request open after {c.request_timeout_s + 5.0:g} s",
-                            index,
-                            self.now_s(),
-                            subject="end",
-                        )
-                    )
             if not self._unload(sup, cyc, counters_before, submitted_before, rt):
                 return
             self.cycles_done = index
@@ -348,6 +328,15 @@ class _Soak(SoakState):
             if last:
                 return
             index += 1
+
+    def _drain_clients(self, driver: TrafficDriver, when: str, cycle: int | None) -> int:
+        """Stop ``driver`` and let its requests end (the client's limit, plus 5 s); a client still waiting is a
+        ``request_hung`` violation. Returns how many clients were still running."""
+        hung = driver.stop(self.config.request_timeout_s + 5.0)
+        if hung:
+            message = f"{hung} client(s) still had a request open {when}"
+            self.violate(checks.Violation("request_hung", message, cycle, self.now_s(), subject="end"))
+        return hung
 
     def _load(self, sup: DeviceSupervisor, cyc: Cycle) -> bool:
         c = self.config
