@@ -149,7 +149,7 @@ class _Soak(SoakState):
                 self.events.close()  # a package refused before the device: its event log ends at the refusal
                 raise
             self._on_device(sampler)
-        except KeyboardInterrupt as exc:
+        except KeyboardInterrupt as exc:  # the one place a signal becomes the INTERRUPTED report (a run driver's, #48)
             self._note_interrupt(exc)
             self.status = "interrupted"
         except CalctlError as exc:
