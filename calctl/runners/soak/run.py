@@ -67,6 +67,7 @@ from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, verdict_of_exit_code
+from calctl.runners.serving_stack import ServingStack
 from calctl.runners.soak import attribution, checks, evidence, judge, render
 from calctl.runners.soak.batches import batch_configs
 from calctl.runners.soak.clients import TrafficDriver
@@ -83,12 +84,12 @@ from calctl.runners.soak.state import (
     read_counters,
 )
 from calctl.runners.telemetry import telemetry_document
-from calctl.runners.traffic import EngineLoop, EngineResult
+from calctl.runners.traffic import EngineResult
 from calctl.runtime import DeviceKind
 from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import ChipCounters
-from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine import DeviceSupervisor, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest
 
 
@@ -231,24 +232,27 @@ class _Soak(SoakState):
             # Every compiled decode profile, partial batches included (batches.py): the default serves B1 only.
             configs = batch_configs(self.manifest) if self.manifest is not None else {}
             self.events.write("batch_profiles", profiles={a: list(cfg.batch.profiles) for a, cfg in configs.items()})
-            self.sup = sup = DeviceSupervisor(
+            options = SupervisorOptions(
+                warmup_iterations=c.warmup_iterations,
+                drain_deadline_s=c.drain_deadline_s,
+                job_timeout_s=c.job_timeout_s,
+            )
+            stack = ServingStack(
                 rt,
                 trust=c.trust,
+                name="soak-traffic",
                 scheduler_configs=configs,
-                options=SupervisorOptions(
-                    warmup_iterations=c.warmup_iterations,
-                    drain_deadline_s=c.drain_deadline_s,
-                    job_timeout_s=c.job_timeout_s,
-                ),
+                options=options,
+                shutdown_deadline_s=c.drain_deadline_s,
             )
-            loop = EngineLoop("soak-traffic")
+            self.sup = stack.sup
             traffic: list[TrafficDriver] = []
             try:
                 with contextlib.ExitStack() as on_failure:
                     # Ctrl-C/SIGTERM or a failure mid-cycle: give the clients a moment, then cancel what is left.
                     on_failure.callback(_stop_clients, traffic, 5.0)
                     try:
-                        self._cycles(sup, rt, loop, traffic)
+                        self._cycles(stack, rt, traffic)
                     except KeyboardInterrupt as exc:
                         self._note_interrupt(exc)  # before the teardown changes the phase
                         raise
@@ -257,9 +261,11 @@ class _Soak(SoakState):
                 self.phase = "draining"
                 for t in traffic:  # still running after a failed load or unload
                     self._drain_clients(t, "at the end of the soak", self.cycle_index())
-                loop.close()
-                judge.final_checks(self, sup)
-                sup.shutdown(c.drain_deadline_s)
+                # Every client has ended (a cancelled one counted out) before the final checks read the counts; the
+                # clients are stopped, so the unload that follows has no stream left to deliver into the loop.
+                stack.loop.close()
+                judge.final_checks(self, stack.sup)
+                stack.close()
                 self.sample_memory()
                 telemetry_document(rt)  # the last telemetry sample while the device is open
 
@@ -286,9 +292,9 @@ class _Soak(SoakState):
         assert c.hours is not None
         return self.now_s() >= c.hours * 3600
 
-    def _cycles(self, sup: DeviceSupervisor, rt: Runtime, loop: EngineLoop, traffic: list[TrafficDriver]) -> None:
+    def _cycles(self, stack: ServingStack, rt: Runtime, traffic: list[TrafficDriver]) -> None:
         """Cycle until done or a load/unload fails. ``traffic`` holds the running driver, for the caller's cleanup."""
-        c = self.config
+        c, sup = self.config, stack.sup
         index = 1  # cycles are numbered from 1 in every report and message
         while True:
             cyc = Cycle(index, self.now_s())
@@ -307,7 +313,7 @@ class _Soak(SoakState):
                         what=Injection.STALE_COMPLETION.value,
                         detail="diagnostic: one token of a retired generation is re-delivered after the first reload",
                     )
-                driver = TrafficDriver(loop, ServingEngine(sup), sup, c, self._on_result, self.requests)
+                driver = TrafficDriver(stack.loop, stack.engine, sup, c, self._on_result, self.requests)
                 self._reference_twins(sup, rt, driver)
                 traffic.append(driver)
                 driver.start()
