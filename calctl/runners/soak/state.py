@@ -167,11 +167,11 @@ class Cycle:
 
     index: int
     started_s: float
-    loaded_s: float | None = None
+    loaded_s: float | None = None  # None: the load failed or has not ended
     unloaded_s: float | None = None
-    load: LoadRecord | None = None
-    unload: UnloadRecord | None = None
-    interrupted: Interruption | None = None
+    load: LoadRecord | None = None  # set when the load ends, ok or not
+    unload: UnloadRecord | None = None  # set when the unload succeeded (a failed one is a violation)
+    interrupted: Interruption | None = None  # the signal that cut this cycle short
 
     def document(self) -> dict[str, Any]:
         """The report's ``cycle_records`` entry."""
