@@ -542,18 +542,18 @@ def step_rollback(state: AcceptState) -> StepEvidence:
         log=state.log,
     )
     try:
-        body = run.run()
+        result = run.run()
     except SamePackage as exc:
         raise Skip(f"{exc}: no version change to roll back", PREVIOUS_HOW) from None
     except CalctlError as exc:  # the previous version refused or the board failed: the row says which
         ev = error_evidence("rollback", exc, time.perf_counter() - t0)
         return replace(ev, detail=f"--previous {cfg.previous} -> PKG -> rollback: {ev.detail}")
-    ok = body["ok"]
+    ok = result.ok
     detail = (
         "served --previous, rolled forward to PKG and back in one call under traffic; "
         "each version golden + warm-up before publish"
         if ok
-        else "; ".join(body["problems"][:5])
+        else "; ".join(result.problems[:5])
     )
     doc = Report(
         "accept rollback",
@@ -564,19 +564,11 @@ def step_rollback(state: AcceptState) -> StepEvidence:
             device_options=cfg.device.describe(),
             package=str(cfg.package),
         ),
-        {**body, "detail": detail},
+        {**result.document(), "detail": detail},
     ).document()
     path = state.out / "rollback.json"
     records.write_json(path, doc)
-    gens = {s["stage"]: s["generations"] for s in body["stages"] if s["stage"].startswith(("serving", "rolled"))}
-    req = body["requests"]
-    summary = (
-        f"{Path(cfg.previous).name} -> {Path(cfg.package).name} -> rollback to {Path(cfg.previous).name} under "
-        f"traffic: generation "
-        + ", ".join(f"{a} " + " -> ".join(str(g.get(a)) for g in gens.values()) for a in next(iter(gens.values()), {}))
-        + f"; {req['sent']} requests, {req.get('ok', 0)} ok, {req.get('unavailable', 0)} refused during the reloads"
-        + ("; every alias Ready" if ok else f"; FAILED: {body['problems'][0]}")
-    )
+    summary = result.summary()
     return StepEvidence(
         "rollback",
         StepStatus.PASS if ok else StepStatus.FAIL,
