@@ -322,12 +322,7 @@ def _golden(state: AcceptState, st: bringup.BringupState, name: str) -> StepEvid
     doc = {**doc, "per_model": per_model, "package_name": pkg.name}
     path = st.config.out_dir / f"{o.name}.json"
     records.write_json(path, doc)
-    if o.exit_code not in (0, int(ExitCode.FAILED)):
-        return StepEvidence(name, StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
-    files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
-    status = ran_status(o.verdict)
-    detail = o.detail if status is not StepStatus.PASS else ""
-    return StepEvidence(name, status, o.seconds, o.key_figure, detail, document=doc, files=files)
+    return _ran(state, name, o, doc, path, failed=o.exit_code not in (0, int(ExitCode.FAILED)), figure=o.key_figure)
 
 
 def step_golden(state: AcceptState) -> StepEvidence:
@@ -352,12 +347,20 @@ def step_poc(state: AcceptState) -> StepEvidence:
     doc: dict[str, Any] = records.to_jsonable(o.document or {})
     path = st.config.out_dir / "poc.json"
     records.write_json(path, doc)
-    if o.verdict not in ("S1", "S2", "NOT JUDGED", "FAIL"):
-        return StepEvidence("poc", StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
+    failed = o.verdict not in ("S1", "S2", "NOT JUDGED", "FAIL")
+    return _ran(state, "poc", o, doc, path, failed=failed, figure=_prefixed(o.verdict, o.key_figure))
+
+
+def _ran(
+    state: AcceptState, name: str, o: bringup.StepOutcome, doc: dict[str, Any], path: Path, *, failed: bool, figure: str
+) -> StepEvidence:
+    """A bring-up step's outcome as evidence: ERROR with its detail when it could not run (``failed``), else its
+    verdict as the step word, its report, trace and picture kept."""
+    if failed:
+        return StepEvidence(name, StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
     files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
     status = ran_status(o.verdict)
-    detail = o.detail if status is not StepStatus.PASS else ""
-    return StepEvidence("poc", status, o.seconds, _prefixed(o.verdict, o.key_figure), detail, doc, files)
+    return StepEvidence(name, status, o.seconds, figure, o.detail if status is not StepStatus.PASS else "", doc, files)
 
 
 def _prefixed(verdict: str | None, figure: str) -> str:
