@@ -166,11 +166,17 @@ def step_device_check(state: AcceptState) -> StepEvidence:
     )
 
 
+def _at_its_level(state: AcceptState, skip_reason: Callable[[str], str | None], how: str) -> None:
+    """A board step the run's level does not run (the self-test at quick, the burn-in below long) is a SKIP
+    saying how to run it."""
+    why = skip_reason(state.config.level.value)
+    if why is not None:
+        raise Skip(why, how)
+
+
 def step_selftest(state: AcceptState) -> StepEvidence:
     cfg = state.config
-    why = board_steps.selftest_skip_reason(cfg.level.value)
-    if why is not None:
-        raise Skip(why, board_steps.SELFTEST_HOW)
+    _at_its_level(state, board_steps.selftest_skip_reason, board_steps.SELFTEST_HOW)
     return _board_evidence(
         state, board_steps.run_board_selftest(cfg.device, state.out, board_profile=cfg.board_profile, seed=cfg.seed)
     )
@@ -178,9 +184,7 @@ def step_selftest(state: AcceptState) -> StepEvidence:
 
 def step_burnin(state: AcceptState) -> StepEvidence:
     cfg = state.config
-    why = board_steps.burnin_skip_reason(cfg.level.value)
-    if why is not None:
-        raise Skip(why, board_steps.BURNIN_HOW)
+    _at_its_level(state, board_steps.burnin_skip_reason, board_steps.BURNIN_HOW)
     return _board_evidence(
         state,
         board_steps.run_board_burnin(
@@ -293,15 +297,9 @@ def step_load_peak(state: AcceptState) -> StepEvidence:
     figure = ", ".join(
         f"chip {m['chip']} " + ("n/a" if m["used_bytes"] is None else f"{m['used_bytes'] / 2**20:.0f} MiB") for m in mem
     )
-    return StepEvidence(  # a board that does not report its memory: the step ran, and says so (G0 is NOT MEASURED)
-        "load-peak",
-        StepStatus.PASS if mem else StepStatus.WARN,
-        time.perf_counter() - t0,
-        figure,
-        "" if mem else note,
-        document=doc,
-        files=state.files(report=path),
-    )
+    # a board that does not report its memory: the step ran, and says so (G0 is NOT MEASURED)
+    status, seconds = (StepStatus.PASS if mem else StepStatus.WARN), time.perf_counter() - t0
+    return StepEvidence("load-peak", status, seconds, figure, "" if mem else note, doc, state.files(report=path))
 
 
 def _golden(state: AcceptState, st: bringup.BringupState, name: str) -> StepEvidence:
@@ -571,15 +569,9 @@ def step_rollback(state: AcceptState) -> StepEvidence:
     ).document()
     path = state.out / "rollback.json"
     records.write_json(path, doc)
-    summary = result.summary()
+    status, seconds = (StepStatus.PASS if ok else StepStatus.FAIL), time.perf_counter() - t0
     return StepEvidence(
-        "rollback",
-        StepStatus.PASS if ok else StepStatus.FAIL,
-        time.perf_counter() - t0,
-        summary,
-        "" if ok else detail,
-        document=doc,
-        files=state.files(report=path),
+        "rollback", status, seconds, result.summary(), "" if ok else detail, doc, state.files(report=path)
     )
 
 
