@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -31,6 +31,10 @@ from calctl.cli._output import TableJson
 from calctl.cli._package_arg import PackageArg
 from calctl.cli._signals import interruptible
 from calctl.errors import UsageError
+
+if TYPE_CHECKING:  # the soak loads the serving engine: only when it runs (--help stays light)
+    from calctl.report import Report
+    from calctl.runners.soak import SoakConfig
 
 
 def _requests_line(sent: int, by_outcome: dict[str, int], *, short: bool = False) -> str:
@@ -131,49 +135,59 @@ def soak(
             calrt_lib=dev.calrt_lib,
             fault_plan=dev.fault_plan,
         )
-    # --seed seeds the traffic (default 0); it reaches the device only to override a fault plan's own seed.
-    spec = replace(dev, seed=dev.seed if dev.fault_plan is not None else None).spec()
-    seed = 0 if dev.seed is None else dev.seed
-    path, trust, _ = dev.package(pkg)
-    out_dir = report_dir(report, "soak")
-    config = soak_lib.SoakConfig(
-        package=path,
-        trust=trust,
-        device=spec,
-        out_dir=out_dir,
+    config = _config(
+        dev,
+        pkg,
+        report,
         cycles=cycles,
         hours=hours,
         traffic=soak_lib.Traffic(traffic.value),
         traffic_seconds=traffic_seconds,
         clients_per_model=clients,
         inject=frozenset(soak_lib.Injection(i.value) for i in (inject or [])),
-        seed=seed,
         checkpoint_interval_s=checkpoint_interval,
         warmup_iterations=warmup_iterations,
         drain_deadline_s=drain_timeout,
         request_timeout_s=request_timeout,
     )
     plan = f"{cycles} cycle(s)" if cycles is not None else f"{hours:g} hour(s)"
+    kind = config.device.kind.value
     _output.info(
-        f"calctl soak: {plan} of {escape(str(path))} on the {spec.kind.value} device -> {escape(str(out_dir))}"
+        f"calctl soak: {plan} of {escape(str(config.package))} on the {kind} device -> {escape(str(config.out_dir))}"
     )
-    _output.info(escape(_plan_line(config, spec.kind.value)))
+    _output.info(escape(_plan_line(config, kind)))
     with interruptible(), quiet_engine_log(), _SoakProgress(config) as progress:
         result = soak_lib.run_soak(config, on_progress=progress.update)
+    _emit(result, format)
+    return result.exit_code
+
+
+def _config(dev: DeviceArgs, pkg: Path | None, report: Path | None, **options: Any) -> SoakConfig:
+    """The soak asked for: the package and its trust, the device, the report folder and the soak's ``options``."""
+    from calctl.runners.soak import SoakConfig
+
+    # --seed seeds the traffic (default 0); it reaches the device only to override a fault plan's own seed.
+    spec = replace(dev, seed=dev.seed if dev.fault_plan is not None else None).spec()
+    path, trust, _ = dev.package(pkg)
+    seed = 0 if dev.seed is None else dev.seed
+    return SoakConfig(package=path, trust=trust, device=spec, out_dir=report_dir(report, "soak"), seed=seed, **options)
+
+
+def _emit(result: Report, format: TableJson) -> None:
+    """The result on stdout (the table or one JSON document); with JSON, its error and violations on stderr."""
     doc = result.document()
-    if _output.is_json(format):
-        _output.emit_json(result)
-    else:
+    if not _output.is_json(format):
         _render_soak(doc)
-    if result.error and _output.is_json(format):  # the table's last line says it already (#53 item 7: twice)
+        return
+    _output.emit_json(result)
+    if result.error:  # the table's last line says it already (#53 item 7: twice)
         _output.info(f"[bold red]{escape(result.verdict)}[/]: {escape(result.error)}")
-    if result.exit_code != 0 and _output.is_json(format):
+    if result.exit_code != 0:
         for v in doc["violations"][:10]:
             _output.info(
                 f"[bold red]violation[/] {escape(v['kind'])}: {escape(v['message'])}"
                 + (f" (x{v['occurrences']})" if v["occurrences"] > 1 else "")
             )
-    return result.exit_code
 
 
 class _SoakProgress:

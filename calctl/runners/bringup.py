@@ -405,7 +405,17 @@ def _soak(state: BringupState) -> StepOutcome:
     s = cfg.settings
     t0 = time.perf_counter()
     out = cfg.out_dir / "soak"
-    report = run_soak(SoakConfig.for_stage(cfg, out))
+    report = run_soak(
+        SoakConfig(
+            cfg.package,
+            cfg.trust,
+            cfg.device,
+            out,
+            cycles=s.soak_cycles,
+            traffic_seconds=s.soak_traffic_s,
+            job_timeout_s=s.step_timeout_s,
+        )
+    )
     doc = report.document()
     violations = doc["violations"]
     drift = doc["memory"]["max_drift_bytes"]

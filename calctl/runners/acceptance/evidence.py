@@ -166,11 +166,17 @@ def step_device_check(state: AcceptState) -> StepEvidence:
     )
 
 
+def _at_its_level(state: AcceptState, skip_reason: Callable[[str], str | None], how: str) -> None:
+    """A board step the run's level does not run (the self-test at quick, the burn-in below long) is a SKIP
+    saying how to run it."""
+    why = skip_reason(state.config.level.value)
+    if why is not None:
+        raise Skip(why, how)
+
+
 def step_selftest(state: AcceptState) -> StepEvidence:
     cfg = state.config
-    why = board_steps.selftest_skip_reason(cfg.level.value)
-    if why is not None:
-        raise Skip(why, board_steps.SELFTEST_HOW)
+    _at_its_level(state, board_steps.selftest_skip_reason, board_steps.SELFTEST_HOW)
     return _board_evidence(
         state, board_steps.run_board_selftest(cfg.device, state.out, board_profile=cfg.board_profile, seed=cfg.seed)
     )
@@ -178,9 +184,7 @@ def step_selftest(state: AcceptState) -> StepEvidence:
 
 def step_burnin(state: AcceptState) -> StepEvidence:
     cfg = state.config
-    why = board_steps.burnin_skip_reason(cfg.level.value)
-    if why is not None:
-        raise Skip(why, board_steps.BURNIN_HOW)
+    _at_its_level(state, board_steps.burnin_skip_reason, board_steps.BURNIN_HOW)
     return _board_evidence(
         state,
         board_steps.run_board_burnin(
@@ -189,34 +193,26 @@ def step_burnin(state: AcceptState) -> StepEvidence:
     )
 
 
-def _write_report(path: Path, command: str, verdict: str, header: dict[str, Any], body: dict[str, Any]) -> None:
+def _write_report(path: Path, step: str, st: bringup.BringupState, o: bringup.StepOutcome) -> None:
     """A step's own file: one report like every other (``verdict``, ``exit_code``, the header; report/v1)."""
-    own = {k: v for k, v in body.items() if k not in RESERVED}
-    records.write_json(path, Report(command, verdict, header, own).document())
+    command = f"accept {step}"
+    header = build_header(command, package=str(st.config.package))
+    own = {k: v for k, v in (o.document or {}).items() if k not in RESERVED}
+    records.write_json(path, Report(command, o.verdict, header, own).document())
 
 
 def _validate_one(state: AcceptState, st: bringup.BringupState, name: str) -> StepEvidence:
     o = bringup.VALIDATE.run(st)
     state.stack.enter_context(st.stack)
     path = state.out / f"{name}.json"
-    command = f"accept {name}"
-    _write_report(path, command, o.verdict, build_header(command, package=str(st.config.package)), o.document or {})
-    if o.exit_code != 0:
-        return StepEvidence(
-            name,
-            StepStatus.ERROR,
-            o.seconds,
-            o.key_figure,
-            f"the package failed validation: {o.detail}",
-            document=o.document or {},
-            files=state.files(report=path),
-        )
+    _write_report(path, name, st, o)
+    refused = o.exit_code != 0
     return StepEvidence(
         name,
-        ran_status(o.verdict),
+        StepStatus.ERROR if refused else ran_status(o.verdict),
         o.seconds,
         o.key_figure,
-        o.detail if o.verdict == StepStatus.WARN.value else "",
+        f"the package failed validation: {o.detail}" if refused else o.detail if o.verdict == StepStatus.WARN else "",
         document=o.document or {},
         files=state.files(report=path),
     )
@@ -256,13 +252,7 @@ def step_budget(state: AcceptState) -> StepEvidence:
     st = _need_main(state)
     o = bringup.BUDGET.run(st)
     path = state.out / "budget.json"
-    _write_report(
-        path,
-        "accept budget",
-        o.verdict,
-        build_header("accept budget", package=str(st.config.package)),
-        o.document or {},
-    )
+    _write_report(path, "budget", st, o)
     status = ran_status(o.verdict)
     return StepEvidence(
         "budget",
@@ -307,15 +297,9 @@ def step_load_peak(state: AcceptState) -> StepEvidence:
     figure = ", ".join(
         f"chip {m['chip']} " + ("n/a" if m["used_bytes"] is None else f"{m['used_bytes'] / 2**20:.0f} MiB") for m in mem
     )
-    return StepEvidence(  # a board that does not report its memory: the step ran, and says so (G0 is NOT MEASURED)
-        "load-peak",
-        StepStatus.PASS if mem else StepStatus.WARN,
-        time.perf_counter() - t0,
-        figure,
-        "" if mem else note,
-        document=doc,
-        files=state.files(report=path),
-    )
+    # a board that does not report its memory: the step ran, and says so (G0 is NOT MEASURED)
+    status, seconds = (StepStatus.PASS if mem else StepStatus.WARN), time.perf_counter() - t0
+    return StepEvidence("load-peak", status, seconds, figure, "" if mem else note, doc, state.files(report=path))
 
 
 def _golden(state: AcceptState, st: bringup.BringupState, name: str) -> StepEvidence:
@@ -336,12 +320,7 @@ def _golden(state: AcceptState, st: bringup.BringupState, name: str) -> StepEvid
     doc = {**doc, "per_model": per_model, "package_name": pkg.name}
     path = st.config.out_dir / f"{o.name}.json"
     records.write_json(path, doc)
-    if o.exit_code not in (0, int(ExitCode.FAILED)):
-        return StepEvidence(name, StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
-    files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
-    status = ran_status(o.verdict)
-    detail = o.detail if status is not StepStatus.PASS else ""
-    return StepEvidence(name, status, o.seconds, o.key_figure, detail, document=doc, files=files)
+    return _ran(state, name, o, doc, path, failed=o.exit_code not in (0, int(ExitCode.FAILED)), figure=o.key_figure)
 
 
 def step_golden(state: AcceptState) -> StepEvidence:
@@ -366,12 +345,20 @@ def step_poc(state: AcceptState) -> StepEvidence:
     doc: dict[str, Any] = records.to_jsonable(o.document or {})
     path = st.config.out_dir / "poc.json"
     records.write_json(path, doc)
-    if o.verdict not in ("S1", "S2", "NOT JUDGED", "FAIL"):
-        return StepEvidence("poc", StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
+    failed = o.verdict not in ("S1", "S2", "NOT JUDGED", "FAIL")
+    return _ran(state, "poc", o, doc, path, failed=failed, figure=_prefixed(o.verdict, o.key_figure))
+
+
+def _ran(
+    state: AcceptState, name: str, o: bringup.StepOutcome, doc: dict[str, Any], path: Path, *, failed: bool, figure: str
+) -> StepEvidence:
+    """A bring-up step's outcome as evidence: ERROR with its detail when it could not run (``failed``), else its
+    verdict as the step word, its report, trace and picture kept."""
+    if failed:
+        return StepEvidence(name, StepStatus.ERROR, o.seconds, o.key_figure, o.detail, doc, state.files(report=path))
     files = state.files(report=path, trace=o.files.get("json"), plot=o.files.get("plot"))
     status = ran_status(o.verdict)
-    detail = o.detail if status is not StepStatus.PASS else ""
-    return StepEvidence("poc", status, o.seconds, _prefixed(o.verdict, o.key_figure), detail, doc, files)
+    return StepEvidence(name, status, o.seconds, figure, o.detail if status is not StepStatus.PASS else "", doc, files)
 
 
 def _prefixed(verdict: str | None, figure: str) -> str:
@@ -487,9 +474,21 @@ def step_soak(state: AcceptState) -> StepEvidence:
     cfg, s = state.config, state.config.settings
     out = state.out / "soak"
     t0 = time.perf_counter()
-    report = run_soak(
-        SoakConfig.for_stage(cfg, out, hours=s.soak_hours, seed=cfg.seed, checkpoint_interval_s=s.soak_checkpoint_s)
+    # Accept builds its own soak (the soak knows nothing of accept): the level's cycles or hours, its seconds of
+    # traffic a cycle, step timeout and checkpoint interval.
+    soak = SoakConfig(
+        cfg.package,
+        cfg.trust,
+        cfg.device,
+        out_dir=out,
+        hours=s.soak_hours,  # long: 24 h; the shorter levels count cycles
+        cycles=s.soak_cycles,
+        traffic_seconds=s.soak_traffic_s,
+        job_timeout_s=s.step_timeout_s,
+        seed=cfg.seed,
+        checkpoint_interval_s=s.soak_checkpoint_s,
     )
+    report = run_soak(soak)
     doc = {
         **report.document(),
         "decode_profiles": {m.alias: list(m.decode.batch_profiles) for m in st.package.models},
@@ -544,18 +543,18 @@ def step_rollback(state: AcceptState) -> StepEvidence:
         log=state.log,
     )
     try:
-        body = run.run()
+        result = run.run()
     except SamePackage as exc:
         raise Skip(f"{exc}: no version change to roll back", PREVIOUS_HOW) from None
     except CalctlError as exc:  # the previous version refused or the board failed: the row says which
         ev = error_evidence("rollback", exc, time.perf_counter() - t0)
         return replace(ev, detail=f"--previous {cfg.previous} -> PKG -> rollback: {ev.detail}")
-    ok = body["ok"]
+    ok = result.ok
     detail = (
         "served --previous, rolled forward to PKG and back in one call under traffic; "
         "each version golden + warm-up before publish"
         if ok
-        else "; ".join(body["problems"][:5])
+        else "; ".join(result.problems[:5])
     )
     doc = Report(
         "accept rollback",
@@ -566,27 +565,13 @@ def step_rollback(state: AcceptState) -> StepEvidence:
             device_options=cfg.device.describe(),
             package=str(cfg.package),
         ),
-        {**body, "detail": detail},
+        {**result.document(), "detail": detail},
     ).document()
     path = state.out / "rollback.json"
     records.write_json(path, doc)
-    gens = {s["stage"]: s["generations"] for s in body["stages"] if s["stage"].startswith(("serving", "rolled"))}
-    req = body["requests"]
-    summary = (
-        f"{Path(cfg.previous).name} -> {Path(cfg.package).name} -> rollback to {Path(cfg.previous).name} under "
-        f"traffic: generation "
-        + ", ".join(f"{a} " + " -> ".join(str(g.get(a)) for g in gens.values()) for a in next(iter(gens.values()), {}))
-        + f"; {req['sent']} requests, {req.get('ok', 0)} ok, {req.get('unavailable', 0)} refused during the reloads"
-        + ("; every alias Ready" if ok else f"; FAILED: {body['problems'][0]}")
-    )
+    status, seconds = (StepStatus.PASS if ok else StepStatus.FAIL), time.perf_counter() - t0
     return StepEvidence(
-        "rollback",
-        StepStatus.PASS if ok else StepStatus.FAIL,
-        time.perf_counter() - t0,
-        summary,
-        "" if ok else detail,
-        document=doc,
-        files=state.files(report=path),
+        "rollback", status, seconds, result.summary(), "" if ok else detail, doc, state.files(report=path)
     )
 
 

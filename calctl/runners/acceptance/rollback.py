@@ -28,6 +28,7 @@ This module judges nothing about rows (``rows.py`` does) and prints nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
@@ -105,6 +106,54 @@ class _Stage:
         }
 
 
+@dataclass(frozen=True)
+class RollbackResult:
+    """What one roll forward and back did: the stages (steady ones serve, the others act under traffic), the
+    supervisor's answers, every request's outcome, the probes, and what went wrong (``problems``: none is ok)."""
+
+    previous: Path
+    package: Path
+    digests: dict[str, str | None]  # previous, package
+    actions: tuple[dict[str, Any], ...]  # the supervisor's start, reload and rollback answers
+    stages: tuple[_Stage, ...]
+    requests: dict[str, int]  # sent, then every outcome's count
+    probe_changed_with_version: dict[str, bool]
+    ready_after: dict[str, bool]
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        """``old -> new -> rollback to old under traffic: generation model-a 1 -> 2 -> 3; 120 requests, ...``."""
+        gens = {s.name: s.generations for s in self.stages if s.name.startswith(("serving", "rolled"))}
+        chains = ", ".join(
+            f"{a} " + " -> ".join(str(g.get(a)) for g in gens.values()) for a in next(iter(gens.values()), {})
+        )
+        req = self.requests
+        return (
+            f"{self.previous.name} -> {self.package.name} -> rollback to {self.previous.name} under traffic: "
+            f"generation {chains}; {req['sent']} requests, {req.get('ok', 0)} ok, {req.get('unavailable', 0)} refused "
+            "during the reloads" + ("; every alias Ready" if self.ok else f"; FAILED: {self.problems[0]}")
+        )
+
+    def document(self) -> dict[str, Any]:
+        """The step's body in ``rollback.json``."""
+        return {
+            "ok": self.ok,
+            "previous": str(self.previous),
+            "package": str(self.package),
+            "digests": dict(self.digests),
+            "actions": list(self.actions),
+            "stages": [s.document() for s in self.stages],
+            "requests": dict(self.requests),
+            "probe_changed_with_version": dict(self.probe_changed_with_version),
+            "ready_after": dict(self.ready_after),
+            "problems": list(self.problems),
+        }
+
+
 def digest_of(path: Path) -> str | None:
     with package_root(path) as root:
         return package_digest(root)
@@ -121,7 +170,7 @@ def contents_of(path: Path) -> dict[str, str] | None:
 
 
 class RollbackRun:
-    """One roll forward and back on ``device``; :meth:`run` returns the step's document (no header)."""
+    """One roll forward and back on ``device``; :meth:`run` returns what it did (:class:`RollbackResult`)."""
 
     def __init__(
         self,
@@ -239,7 +288,7 @@ class RollbackRun:
 
     # -- the run -----------------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> RollbackResult:
         want_prev, want_pkg = digest_of(self.previous), digest_of(self.package)
         if want_prev is not None and want_prev == want_pkg:
             raise SamePackage(f"--previous {self.previous} is the same package as PKG (digest {want_prev})")
@@ -264,25 +313,24 @@ class RollbackRun:
                 self.actions.append({"action": "start", "ok": True, "package": str(self.previous), "generations": gens})
                 self.loop = loop = stack.loop
                 clients = [loop.submit(self._client(a)) for a in stack.aliases for _ in range(CLIENTS_PER_ALIAS)]
-                try:
+                with contextlib.ExitStack() as on_failure:
+                    # SIGINT/SIGTERM or a failure mid-stage: the clients stop and the engine ends within 5 s while
+                    # the loop still runs, so the streams it aborts are delivered (never into a closed loop).
+                    on_failure.callback(stack.close, deadline_s=5.0)
+                    on_failure.callback(self._stop.set)  # callbacks run last-in first-out: the clients stop first
                     before = self._serve("serving-previous")
                     self._act("roll-forward", lambda: self.sup.reload(self.package))
                     forward = self._serve("serving-package")
                     back = self._act("rollback", self.sup.rollback)
                     after = self._serve("rolled-back")
-                except BaseException:
-                    # SIGINT/SIGTERM mid-stage: the clients stop and the engine ends within 5 s while the loop
-                    # still runs, so the streams it aborts are delivered (never into a closed loop).
-                    self._stop.set()
-                    stack.close(deadline_s=5.0)
-                    raise
+                    on_failure.pop_all()  # served every stage: the clients finish below, the stack closes as usual
                 self._stage = None
                 self._stop.set()
                 for f in clients:
                     f.result(self.stage_timeout_s + 10)
                 ready = {a: w.is_ready() for a, w in self.sup.cores.items()}
         self._check(before, forward, after, back, ready, want_prev, want_pkg)
-        return self._document(ready, want_prev, want_pkg)
+        return self._result(ready, want_prev, want_pkg)
 
     def _check(
         self,
@@ -326,25 +374,24 @@ class RollbackRun:
         if not_ready:
             p.append(f"not Ready after the rollback: {', '.join(not_ready)}")
 
-    def _document(self, ready: dict[str, bool], want_prev: str | None, want_pkg: str | None) -> dict[str, Any]:
+    def _result(self, ready: dict[str, bool], want_prev: str | None, want_pkg: str | None) -> RollbackResult:
         results = [r for s in self.stages for r in s.results]
         outcomes = Counter(r.record.outcome.value for r in results)
         changed = {a: self.stages[0].probe.get(a) != self._stage_named("serving-package").probe.get(a) for a in ready}
-        return {
-            "ok": not self.problems,
-            "previous": str(self.previous),
-            "package": str(self.package),
-            "digests": {"previous": want_prev, "package": want_pkg},
-            "actions": self.actions,
-            "stages": [s.document() for s in self.stages],
-            "requests": {"sent": len(results), **dict(sorted(outcomes.items()))},
-            "probe_changed_with_version": changed,
-            "ready_after": ready,
-            "problems": list(self.problems),
-        }
+        return RollbackResult(
+            previous=self.previous,
+            package=self.package,
+            digests={"previous": want_prev, "package": want_pkg},
+            actions=tuple(self.actions),
+            stages=tuple(self.stages),
+            requests={"sent": len(results), **dict(sorted(outcomes.items()))},
+            probe_changed_with_version=changed,
+            ready_after=ready,
+            problems=tuple(self.problems),
+        )
 
     def _stage_named(self, name: str) -> _Stage:
         return next(s for s in self.stages if s.name == name)
 
 
-__all__ = ["RollbackRun", "SamePackage", "digest_of"]
+__all__ = ["RollbackResult", "RollbackRun", "SamePackage", "digest_of"]

@@ -297,7 +297,7 @@ def _checkpoint(
             **({"telemetry": telemetry.documents_since(state.telemetry_mark)} if final else {}),
         },
         steps=done,
-        reasons=_board_stop_reasons(rows, done),
+        reasons=_reasons(rows, done),
         error=board_error,
         seconds=time.perf_counter() - t0,
         evidence={"report": str(config.out_dir / REPORT_FILE), "junit": str(config.out_dir / JUNIT_FILE)},
@@ -317,10 +317,38 @@ def _checkpoint(
     return report
 
 
+def _reasons(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> tuple[str, ...]:
+    """Every reason the verdict rests on, for the page's first screen and the JSON (#53): a board that is not
+    ready, said once; else the board's own steps that did not pass (a burn-in WARN names its figure, as its step
+    row does), then every row that is not GO with why, what would measure it or the action."""
+    stopped = _board_stop_reasons(rows, steps)
+    if stopped:
+        return stopped
+    board = [s for s in steps if s.name in (CHECK, SELFTEST, BURNIN)]
+    said = [_board_reason(s) for s in board if s.status not in (StepStatus.PASS, StepStatus.SKIP)]
+    return (*said, *(_row_reason(r) for r in rows if r.verdict is not GateDecision.GO))
+
+
+def _board_reason(step: StepEvidence) -> str:
+    """``board burn-in WARN: <figure> — <what to look at>``, the words of the terminal's board line."""
+    figure = step.key_figure or step.status.value
+    return f"board {step.name} {step.status.value}: {figure}" + (f" — {step.detail}" if step.detail else "")
+
+
+def _row_reason(r: RowResult) -> str:
+    """``G2 NOT MEASURED: why. To measure: how`` or ``G1 NO-GO: what failed. Action: what to do``."""
+    why = r.reason or r.condition or r.key_figure
+    line = f"{r.id} {r.verdict.value}" + (f": {why}" if why else "")
+    if r.how_to_measure:
+        line += f". To measure: {r.how_to_measure}"
+    if r.action and r.verdict is GateDecision.NO_GO:
+        line += f". Action: {r.action}"
+    return line
+
+
 def _board_stop_reasons(rows: tuple[RowResult, ...], steps: tuple[StepEvidence, ...]) -> tuple[str, ...]:
     """A board that is not ready left every row unmeasured for one reason: said once (after the report's
-    ``error``, which names the chip and why), not once a row. Otherwise no reasons of its own: the page lists
-    the rows that are not GO."""
+    ``error``, which names the chip and why), not once a row."""
     check = next((s for s in steps if s.name == CHECK), None)
     if check is None or check.status not in (StepStatus.FAIL, StepStatus.ERROR):
         return ()

@@ -21,6 +21,7 @@ its sampling rate. This module does not decide anything.
 from __future__ import annotations
 
 import os
+import textwrap
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -107,6 +108,18 @@ _ENDED_STYLE = {
     "failed": {"marker": "X", "color": "#d62728", "s": 30, "alpha": 0.9},
 }
 
+#: How the after-unload drift checks are drawn: (within the limit?, marker, colour, size, legend label).
+_CHECK_STYLE = (
+    (True, "o", "green", 5, "after-unload check: within limit"),
+    (False, "X", "red", 8, "after-unload check: over limit"),
+)
+
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
+_MIB = 1024.0**2
+_ERROR_RED = "#d62728"
+
+Spans = list[tuple[float, float]]
+
 
 def soak_figure(
     *,
@@ -138,136 +151,146 @@ def soak_figure(
     chip, (time, drift bytes) of every after-unload check). ``cycles``: (loaded_at, unloaded_at) in seconds
     since the start; ``interrupted``: (time, signal) when SIGINT/SIGTERM ended the soak.
     """
-    import textwrap
-
-    from calctl.runners.soak.wording import RequestCounts
-
     plt = pyplot()
-
-    mib = 1024.0**2
     chips = sorted(memory) or [0]
     fig, axes = plt.subplots(
         len(chips) + 1, 1, figsize=(12, 2.6 * len(chips) + 3), sharex=True, height_ratios=[2] * len(chips) + [3]
     )
     mem_axes, ax_lat = list(axes[:-1]), axes[-1]
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-    end = max([t for s in memory.values() for t, _ in s.points()] + [c[1] or c[0] for c in cycles] + [0.0])
-    if interrupted is not None:
-        end = max(end, interrupted[0])
-    unloaded_spans: list[tuple[float, float]] = []
-    for n, (_loaded, unloaded) in enumerate(cycles):
-        nxt = cycles[n + 1][0] if n + 1 < len(cycles) else (end if unloaded is not None else None)
-        if unloaded is not None and nxt is not None and nxt > unloaded:
-            unloaded_spans.append((unloaded, nxt))
+    spans = _unloaded_spans(memory, cycles, interrupted)
     for i, (chip, ax) in enumerate(zip(chips, mem_axes, strict=True)):
         series = memory.get(chip)
-        pts = series.points() if series is not None else []
-        base = baseline.get(chip)
-        colour = palette[i % len(palette)]
-        if pts and base is not None:
-            xs, ys = [t for t, _ in pts], [(v - base) / mib for _, v in pts]
-            ax.step(xs, ys, where="post", color=colour, linewidth=1.0, label=f"chip{chip} sampled")
-            ax.plot(xs, ys, linestyle="none", marker=".", markersize=3, color=colour)
-        lim = limits.get(chip)
-        if lim is not None:
-            for k, (lo, hi) in enumerate(unloaded_spans):
-                ax.hlines(
-                    lim / mib,
-                    lo,
-                    hi,
-                    color="red",
-                    linestyle="--",
-                    linewidth=1.0,
-                    label=f"drift limit after unload: {lim / mib:.0f} MiB" if k == 0 else None,
-                )
-        done = [(t, d) for t, d in (checks or {}).get(chip, []) if d is not None]
-        if done:
-            ok = [(t, d) for t, d in done if lim is None or abs(d) <= lim]
-            bad = [(t, d) for t, d in done if lim is not None and abs(d) > lim]
-            for marks, marker, colour, size, label in (
-                (ok, "o", "green", 5, "after-unload check: within limit"),
-                (bad, "X", "red", 8, "after-unload check: over limit"),
-            ):
-                if marks:
-                    ax.plot(
-                        [t for t, _ in marks],
-                        [d / mib for _, d in marks],
-                        marker,
-                        color=colour,
-                        markersize=size,
-                        label=label,
-                    )
-        ax.axhline(0.0, color="grey", linewidth=0.6)
-        ax.set_ylabel(f"chip{chip}: MiB above\nbaseline")
-        if ax.get_legend_handles_labels()[0]:  # nothing sampled (no load reached): no empty legend, no warning
-            ax.legend(loc="upper left", fontsize=8)
-    for i, (alias, series) in enumerate(sorted(latency.items())):
-        pts = series.points()
-        if pts:
-            ax_lat.scatter(
-                [t for t, _ in pts],
-                [v * 1e3 for _, v in pts],
-                s=3,
-                alpha=0.5,
-                color=palette[i % len(palette)],
-                label=f"{alias} end-to-end",
-            )
-    tally = RequestCounts.of(sent if sent is not None else sum((counts or {}).values()), counts or {})
-    groups = {"intended": tally.intended, "refused": tally.refused, "failed": tally.failed}
-    for group, outcomes in groups.items():
-        pts = [p for outcome in sorted(outcomes) for p in (ended or {}).get(outcome, Series()).points()]
-        if pts:
-            words = "ended as the mix intends" if group == "intended" else group
-            listed = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
-            ax_lat.scatter(
-                [t for t, _ in pts],
-                [v * 1e3 for _, v in pts],
-                label=f"{words}: {listed}",
-                zorder=3,
-                **_ENDED_STYLE[group],
-            )
-    ax_lat.set_ylabel("time to the request's end (ms)")
-    ax_lat.set_xlabel("time since the soak started (s)")
-    if counts is not None or sent is not None:
-        ax_lat.set_title("\n".join(textwrap.wrap(f"requests: {tally.phrase()}", 150)), fontsize=9, loc="left")
-    if ax_lat.get_legend_handles_labels()[0]:
-        ax_lat.legend(loc="upper left", fontsize=8)
-    else:
-        ax_lat.set_yticks([])  # no scale for nothing drawn
-        ax_lat.text(
-            0.5,
-            0.5,
-            "no request ended" + (f":\n{_wrapped(error)}" if error else ""),
-            transform=ax_lat.transAxes,
-            ha="center",
-            va="center",
-            color="#d62728" if error else "black",
-            fontsize=11,
+        _draw_memory(
+            ax,
+            chip,
+            _PALETTE[i % len(_PALETTE)],
+            series.points() if series is not None else [],
+            baseline.get(chip),
+            limits.get(chip),
+            spans,
+            (checks or {}).get(chip, []),
         )
+    _draw_latency(ax_lat, latency, ended or {}, counts, sent, error)
     if error:
         for ax in mem_axes:
             if not ax.get_legend_handles_labels()[0]:
-                ax.set_yticks([])
-                ax.text(
-                    0.5,
-                    0.5,
-                    f"no memory sample:\n{_wrapped(error)}",
-                    transform=ax.transAxes,
-                    ha="center",
-                    va="center",
-                    color="#d62728",
-                    fontsize=10,
-                )
+                _say_in_panel(ax, f"no memory sample:\n{_wrapped(error)}", color=_ERROR_RED, fontsize=10)
+    _draw_cycles([*mem_axes, ax_lat], cycles, spans, interrupted)
+    heading = f"{title}\n{device_label(device)}; green lines: loads (golden + warm-up passed), grey: unloaded"
+    if error:
+        heading += f"\nERROR: {_wrapped(error, 140)}"
+    mem_axes[0].set_title(heading, fontsize=10, color=_ERROR_RED if error else "black")
+    fig.tight_layout()
+    return fig
+
+
+def _unloaded_spans(
+    memory: dict[int, Series], cycles: Sequence[tuple[float, float | None]], interrupted: tuple[float, str] | None
+) -> Spans:
+    """(from, to) of every time the package was unloaded: from an unload to the next load (or the end)."""
+    end = max([t for s in memory.values() for t, _ in s.points()] + [c[1] or c[0] for c in cycles] + [0.0])
+    if interrupted is not None:
+        end = max(end, interrupted[0])
+    spans: Spans = []
+    for n, (_loaded, unloaded) in enumerate(cycles):
+        nxt = cycles[n + 1][0] if n + 1 < len(cycles) else (end if unloaded is not None else None)
+        if unloaded is not None and nxt is not None and nxt > unloaded:
+            spans.append((unloaded, nxt))
+    return spans
+
+
+def _draw_memory(
+    ax: Any,
+    chip: int,
+    colour: str,
+    pts: list[tuple[float, float]],
+    base: int | None,
+    lim: int | None,
+    spans: Spans,
+    checks: list[tuple[float, int | None]],
+) -> None:
+    """One chip's panel: its samples above the baseline, the drift limit across the unloaded spans, the checks."""
+    if pts and base is not None:
+        xs, ys = [t for t, _ in pts], [(v - base) / _MIB for _, v in pts]
+        ax.step(xs, ys, where="post", color=colour, linewidth=1.0, label=f"chip{chip} sampled")
+        ax.plot(xs, ys, linestyle="none", marker=".", markersize=3, color=colour)
+    if lim is not None:
+        for k, (lo, hi) in enumerate(spans):
+            label = f"drift limit after unload: {lim / _MIB:.0f} MiB" if k == 0 else None
+            ax.hlines(lim / _MIB, lo, hi, color="red", linestyle="--", linewidth=1.0, label=label)
+    done = [(t, d) for t, d in checks if d is not None]
+    for within, marker, colour_, size, label in _CHECK_STYLE if done else ():
+        marks = [(t, d) for t, d in done if (lim is None or abs(d) <= lim) is within]
+        if marks:
+            ax.plot(
+                [t for t, _ in marks], [d / _MIB for _, d in marks], marker, color=colour_, markersize=size, label=label
+            )
+    ax.axhline(0.0, color="grey", linewidth=0.6)
+    ax.set_ylabel(f"chip{chip}: MiB above\nbaseline")
+    if ax.get_legend_handles_labels()[0]:  # nothing sampled (no load reached): no empty legend, no warning
+        ax.legend(loc="upper left", fontsize=8)
+
+
+def _draw_latency(
+    ax: Any,
+    latency: dict[str, Series],
+    ended: dict[str, Series],
+    counts: Mapping[str, int] | None,
+    sent: int | None,
+    error: str | None,
+) -> None:
+    """The latency panel: successes by model, the other ends by class with their exact counts, the title."""
+    from calctl.runners.soak.wording import RequestCounts
+
+    for i, (alias, series) in enumerate(sorted(latency.items())):
+        pts = series.points()
+        if pts:
+            colour = _PALETTE[i % len(_PALETTE)]
+            ax.scatter(*_ms(pts), s=3, alpha=0.5, color=colour, label=f"{alias} end-to-end")
+    tally = RequestCounts.of(sent if sent is not None else sum((counts or {}).values()), counts or {})
+    groups = {"intended": tally.intended, "refused": tally.refused, "failed": tally.failed}
+    for group, outcomes in groups.items():
+        pts = [p for outcome in sorted(outcomes) for p in ended.get(outcome, Series()).points()]
+        if pts:
+            words = "ended as the mix intends" if group == "intended" else group
+            listed = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+            ax.scatter(*_ms(pts), label=f"{words}: {listed}", zorder=3, **_ENDED_STYLE[group])
+    ax.set_ylabel("time to the request's end (ms)")
+    ax.set_xlabel("time since the soak started (s)")
+    if counts is not None or sent is not None:
+        ax.set_title("\n".join(textwrap.wrap(f"requests: {tally.phrase()}", 150)), fontsize=9, loc="left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=8)
+    else:
+        text = "no request ended" + (f":\n{_wrapped(error)}" if error else "")
+        _say_in_panel(ax, text, color=_ERROR_RED if error else "black", fontsize=11)
+
+
+def _ms(pts: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """(times, milliseconds) of (time, seconds) points."""
+    return [t for t, _ in pts], [v * 1e3 for _, v in pts]
+
+
+def _say_in_panel(ax: Any, text: str, *, color: str, fontsize: int) -> None:
+    """A panel with nothing to draw says why, in its middle, with no scale for nothing drawn."""
+    ax.set_yticks([])
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color=color, fontsize=fontsize)
+
+
+def _draw_cycles(
+    axes: list[Any], cycles: Sequence[tuple[float, float | None]], spans: Spans, interrupted: tuple[float, str] | None
+) -> None:
+    """On every panel: a green line at each load, the unloaded spans in grey, the interrupt in magenta."""
     for loaded, _ in cycles:
-        for ax in (*mem_axes, ax_lat):
+        for ax in axes:
             ax.axvline(loaded, color="green", linewidth=0.5, alpha=0.6)
-    for lo, hi in unloaded_spans:
-        for ax in (*mem_axes, ax_lat):
+    for lo, hi in spans:
+        for ax in axes:
             ax.axvspan(lo, hi, color="grey", alpha=0.12, linewidth=0)
     if interrupted is not None:
-        for ax in (*mem_axes, ax_lat):
+        for ax in axes:
             ax.axvline(interrupted[0], color="magenta", linewidth=1.5)
-        ax_lat.annotate(
+        axes[-1].annotate(
             f"INTERRUPTED ({interrupted[1]})",
             (interrupted[0], 1.0),
             xycoords=("data", "axes fraction"),
@@ -276,18 +299,9 @@ def soak_figure(
             color="magenta",
             fontsize=9,
         )
-    label = device_label(device)
-    heading = f"{title}\n{label}; green lines: loads (golden + warm-up passed), grey: unloaded"
-    if error:
-        heading += f"\nERROR: {_wrapped(error, 140)}"
-    mem_axes[0].set_title(heading, fontsize=10, color="#d62728" if error else "black")
-    fig.tight_layout()
-    return fig
 
 
 def _wrapped(text: str, width: int = 90) -> str:
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width)[:6])
 
 

@@ -142,8 +142,7 @@ def final_checks(s: SoakState, sup: DeviceSupervisor) -> None:
             # A signal cut the soak short: its clients were cancelled, not drained, so requests the engine
             # still holds (waiting for a load the signal stopped) are what the interrupt left, failed at
             # shutdown, not a finding of a final drain that never ran (requests.open counts the clients').
-            left = s.interrupted.setdefault("engine_requests_left", {})
-            left[alias] = w.live_requests()
+            s.interrupted.engine_requests_left[alias] = w.live_requests()
             s.events.write("requests_cut_short", alias=alias, engine_requests=w.live_requests())
         elif w.live_requests():
             s.violate(

@@ -7,16 +7,11 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from calctl import records
 from calctl.errors import UsageError
 from calctl.runners.device import DeviceSpec
 from calctl.signing.policy import TrustPolicy
-
-if TYPE_CHECKING:
-    from calctl.runners.acceptance.plan import AcceptConfig
-    from calctl.runners.bringup import BringupConfig
 
 
 class Traffic(str, enum.Enum):
@@ -70,22 +65,6 @@ class SoakConfig:
         if not self.checkpoint_interval_s > 0 or not self.sample_interval_s > 0:
             raise UsageError("checkpoint and sample intervals must be positive")
 
-    @classmethod
-    def for_stage(cls, run: BringupConfig | AcceptConfig, out_dir: Path, **extra: Any) -> SoakConfig:
-        """The soak step of bring-up or acceptance: the run's target and its level's cycles, traffic seconds and
-        step timeout, plus ``extra``."""
-        settings = run.settings
-        return cls(
-            package=run.package,
-            trust=run.trust,
-            device=run.device,
-            out_dir=out_dir,
-            cycles=settings.soak_cycles,
-            traffic_seconds=settings.soak_traffic_s,
-            job_timeout_s=settings.step_timeout_s,
-            **extra,
-        )
-
 
 @dataclass(frozen=True)
 class SoakProgress:
@@ -96,10 +75,7 @@ class SoakProgress:
     cycles_done: int
     cycles_total: int | None
     deadline_s: float | None
-    requests: int
-    ok: int
-    rejected: int
-    errors: int
+    requests: int  # sent; by_outcome counts them the one way (calctl.runners.soak.wording.RequestCounts)
     violations: int
     generation: int | None
     max_drift_mib: dict[int, float | None]

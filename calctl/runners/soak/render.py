@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Any
 
@@ -11,9 +12,8 @@ from calctl.runners.plotting import save
 from calctl.runners.soak import checks, evidence, host_memory, wording
 from calctl.runners.soak.judge import device_errors, samples, verdict
 from calctl.runners.soak.plan import SoakProgress
-from calctl.runners.soak.state import SoakState
+from calctl.runners.soak.state import EvidenceFiles, SoakState
 from calctl.runners.telemetry import telemetry_document
-from calctl.runners.traffic import RequestOutcome
 from calctl.runtime.types import ChipMemory
 
 
@@ -22,17 +22,6 @@ def progress(s: SoakState) -> SoakProgress:
     with s.requests.lock:
         by = Counter(s.requests.by_outcome)
         sent = s.requests.sent
-    rejected = sum(
-        by[o.value]
-        for o in (
-            RequestOutcome.INVALID,
-            RequestOutcome.CAPACITY,
-            RequestOutcome.UNAVAILABLE,
-            RequestOutcome.DEADLINE,
-            RequestOutcome.NOT_FOUND,
-        )
-    )
-    errors = sum(by[o.value] for o in (RequestOutcome.DEVICE_ERROR, RequestOutcome.TIMEOUT, RequestOutcome.TRANSPORT))
     gen = None
     if s.sup is not None and s.sup.cores:
         gen = max(w.generation for w in s.sup.cores.values())
@@ -44,9 +33,6 @@ def progress(s: SoakState) -> SoakProgress:
         cycles_total=c.cycles,
         deadline_s=c.hours * 3600 if c.hours is not None else None,
         requests=sent,
-        ok=by[RequestOutcome.OK.value] + by[RequestOutcome.CANCELLED.value],
-        rejected=rejected,
-        errors=errors,
         violations=len(s.violations),
         generation=gen,
         max_drift_mib={k: (None if v is None else v / checks.MIB) for k, v in s.max_drift.items()},
@@ -54,17 +40,13 @@ def progress(s: SoakState) -> SoakProgress:
     )
 
 
-def evidence_files(s: SoakState) -> dict[str, str | None]:
+def evidence_files(s: SoakState) -> EvidenceFiles:
     """The soak's evidence files (no picture yet)."""
     c = s.config
-    return {
-        "report": str(c.out_dir / evidence.REPORT_FILE),
-        "events": str(c.out_dir / evidence.EVENTS_FILE),
-        "plot": None,
-    }
+    return EvidenceFiles(report=str(c.out_dir / evidence.REPORT_FILE), events=str(c.out_dir / evidence.EVENTS_FILE))
 
 
-def plot(s: SoakState) -> dict[str, str | None]:
+def plot(s: SoakState) -> EvidenceFiles:
     """Draw ``soak.png``; the evidence files with it (a picture that failed is an event, never the soak's end)."""
     c = s.config
     out = evidence_files(s)
@@ -78,14 +60,14 @@ def plot(s: SoakState) -> dict[str, str | None]:
             title=_plot_title(s),
             device=c.device.kind.value,
             checks=_unload_checks(s),
-            interrupted=(s.interrupted["at_s"], s.interrupted["signal"]) if s.interrupted else None,
+            interrupted=(s.interrupted.at_s, s.interrupted.signal) if s.interrupted else None,
             ended=s.requests.ended,
             counts=dict(s.requests.by_outcome),
             sent=s.requests.sent,
-            error=s.header.get("error"),
+            error=s.header.error,
         )
         save(fig, c.out_dir / evidence.PLOT_FILE, layout=False)
-        out["plot"] = str(c.out_dir / evidence.PLOT_FILE)
+        out = dataclasses.replace(out, plot=str(c.out_dir / evidence.PLOT_FILE))
     except Exception as exc:
         s.events.write("plot_failed", error=f"{type(exc).__name__}: {exc}")
     return out
@@ -102,8 +84,8 @@ def _unload_checks(s: SoakState) -> dict[int, list[tuple[float, int | None]]]:
     for cy in s.cycles:
         if cy.unloaded_s is None:
             continue
-        for d in cy.doc.get("memory_after_unload", []):
-            out.setdefault(int(d["chip"]), []).append((cy.unloaded_s, d["drift_bytes"]))
+        for d in cy.unload.drifts if cy.unload is not None else ():
+            out.setdefault(d.chip, []).append((cy.unloaded_s, d.drift_bytes))
     return out
 
 
@@ -113,8 +95,8 @@ def _plot_title(s: SoakState) -> str:
     title = f"calctl soak: {s.cycles_done} complete load/unload cycle(s){planned}"
     i = s.interrupted
     if i is not None:
-        cut = f"; cycle {i['cycle']} cut short while {i['phase']}" if i["cycle"] is not None else ""
-        title += f" - INTERRUPTED by {i['signal']} at {i['at_s']:.1f} s{cut}"
+        cut = f"; cycle {i.cycle} cut short while {i.phase}" if i.cycle is not None else ""
+        title += f" - INTERRUPTED by {i.signal} at {i.at_s:.1f} s{cut}"
     return title
 
 
@@ -137,22 +119,23 @@ def report(s: SoakState) -> Report:
     )
     delivered = sum(v["occurrences"] for v in violations if v["kind"] == "stale_generation")
     limits = _drift_limits(s)
-    files: dict[str, Any] = s.header.get("files") or evidence_files(s)
+    h = s.header
+    ev = h.files or evidence_files(s)
     header = build_header(
         "soak",
         started_at=s.started_at,
         device=c.device.kind.value,
         device_options=c.device.describe(),
-        versions=s.header.get("runtime"),
-        package=s.header.get("package"),
-        validation=s.header.get("validation"),
+        versions=h.runtime,
+        package=h.package.document() if h.package else None,
+        validation=h.validation.document() if h.validation else None,
     )
     header.setdefault("package", None)
     header.setdefault("validation", None)
     body: dict[str, Any] = {
         "status": s.status,
         "ok": s.status == "finished" and not violations if s.phase == "done" else None,
-        "interrupted": s.interrupted,
+        "interrupted": s.interrupted.document() if s.interrupted else None,
         "cycles": s.cycles_done,
         "cycles_planned": c.cycles,
         "hours_planned": c.hours,
@@ -190,9 +173,9 @@ def report(s: SoakState) -> Report:
             "host_rss": _host_rss_doc(s),
         },
         "telemetry": telemetry_document(s.rt, final=False),  # per-chip power, temperature, throttle, ECC
-        "cycle_records": [dict(cycle=cy.index, started_s=round(cy.started_s, 3), **cy.doc) for cy in s.cycles[-2000:]],
+        "cycle_records": [cy.document() for cy in s.cycles[-2000:]],
         "cycle_records_truncated": len(s.cycles) > 2000,
-        "files": files,
+        "files": ev.document(),
     }
     # what the run saw, the same lines the terminal's table shows, for the page's first screen (#53 item 2)
     body["facts"] = [list(f) for f in wording.facts({**header, **body})]
@@ -204,10 +187,10 @@ def report(s: SoakState) -> Report:
         header,
         body,
         reasons=(*asked, *(f"{v['kind']}: {v['message']}" for v in violations[:10]), *more),
-        error=s.header.get("error"),
+        error=h.error,
         seconds=body.pop("seconds"),
-        evidence={k: v for k, v in files.items() if k != "plot" and v},
-        pictures={"plot": files["plot"]} if files.get("plot") else {},
+        evidence={"report": ev.report, "events": ev.events},
+        pictures={"plot": ev.plot} if ev.plot else {},
     )
 
 

@@ -53,6 +53,7 @@ Mock results are labelled as such (docs/runtime.md §5). This module does not pr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -66,19 +67,29 @@ from calctl.package.model import Package, SectionKind
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
 from calctl.report import Report, verdict_of_exit_code
+from calctl.runners.serving_stack import ServingStack
 from calctl.runners.soak import attribution, checks, evidence, judge, render
 from calctl.runners.soak.batches import batch_configs
 from calctl.runners.soak.clients import TrafficDriver
 from calctl.runners.soak.inject import StaleRedelivery
 from calctl.runners.soak.plan import Injection, SoakConfig, SoakProgress, Traffic, default_report_dir
-from calctl.runners.soak.state import Cycle, SoakState, read_counters
+from calctl.runners.soak.state import (
+    Cycle,
+    Interruption,
+    LoadRecord,
+    PackageFacts,
+    SoakState,
+    UnloadRecord,
+    ValidationFacts,
+    read_counters,
+)
 from calctl.runners.telemetry import telemetry_document
-from calctl.runners.traffic import EngineLoop, EngineResult
+from calctl.runners.traffic import EngineResult
 from calctl.runtime import DeviceKind
 from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import ChipCounters
-from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine import DeviceSupervisor, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest
 
 
@@ -135,13 +146,11 @@ class _Soak(SoakState):
         try:
             try:
                 _validate(self)
-            except KeyboardInterrupt:
-                raise
-            except BaseException:
-                self.events.close()
+            except CalctlError:
+                self.events.close()  # a package refused before the device: its event log ends at the refusal
                 raise
             self._on_device(sampler)
-        except KeyboardInterrupt as exc:
+        except KeyboardInterrupt as exc:  # the one place a signal becomes the INTERRUPTED report (a run driver's, #48)
             self._note_interrupt(exc)
             self.status = "interrupted"
         except CalctlError as exc:
@@ -150,8 +159,8 @@ class _Soak(SoakState):
             # as in bringup and accept; a missing package is refused by the CLI before the run (exit 2).
             self.status = "error"
             self.error_verdict = verdict_of_exit_code(exc.exit_code)
-            self.header["error"] = reason_of(exc)
-            self.events.write("error", error=self.header["error"])
+            self.header.error = reason_of(exc)
+            self.events.write("error", error=self.header.error)
         finally:
             self._stop_sampler.set()
             self._close_interrupted_cycle()
@@ -163,7 +172,7 @@ class _Soak(SoakState):
                 self.status = "finished"
             ok = self.status == "finished" and len(self.violations) == 0
             # A run that never reached the device draws no (empty) picture.
-            self.header["files"] = render.plot(self) if self.rt is not None else render.evidence_files(self)
+            self.header.files = render.plot(self) if self.rt is not None else render.evidence_files(self)
             self.events.write(
                 "soak_end",
                 status=self.status,
@@ -182,34 +191,32 @@ class _Soak(SoakState):
                 self.on_progress(render.progress(self))
         return report
 
-    def _note_interrupt(self, exc: BaseException) -> None:
+    def _note_interrupt(self, exc: KeyboardInterrupt) -> None:
         """Remember where SIGINT/SIGTERM arrived (the first time): the phase and the cycle it cut short."""
         if self.interrupted is not None:
             return
         cut = self.cycles[-1].index if self.cycles and self.cycles[-1].index > self.cycles_done else None
-        self.interrupted = {
-            "signal": exc.signal_name if isinstance(exc, Interrupted) else "SIGINT",
-            "phase": self.phase,
-            "cycle": cut,
-            "at_s": round(self.now_s(), 3),
-        }
+        self.interrupted = Interruption(
+            signal=exc.signal_name if isinstance(exc, Interrupted) else "SIGINT",
+            phase=self.phase,
+            cycle=cut,
+            at_s=round(self.now_s(), 3),
+        )
 
     def _close_interrupted_cycle(self) -> None:
         """The event log and the cycle records say which cycle the interrupt cut short, and in which phase."""
         i = self.interrupted
-        if i is None or i["cycle"] is None:
+        if i is None or i.cycle is None:
             return
-        cyc = self.cycles[-1]
-        cyc.doc["interrupted"] = {"signal": i["signal"], "phase": i["phase"], "at_s": i["at_s"]}
-        self.events.write("cycle_interrupted", cycle=i["cycle"], phase=i["phase"], signal=i["signal"])
+        self.cycles[-1].interrupted = i
+        self.events.write("cycle_interrupted", cycle=i.cycle, phase=i.phase, signal=i.signal)
 
     def _on_device(self, sampler: threading.Thread) -> None:
         c = self.config
         with c.device.open() as rt:
             self.rt = rt
             rt.on_submit(self.submits.count)  # every accepted submit: the engine's and golden/warm-up's
-            v = rt.versions()
-            self.header["runtime"] = {"runtime": v.runtime, "driver": v.driver, "firmware": v.firmware, "abi": v.abi}
+            self.header.runtime = rt.versions()
             self.topology = rt.topology()
             self.dram = dict(enumerate(self.topology.dram_bytes))
             try:
@@ -225,45 +232,40 @@ class _Soak(SoakState):
             # Every compiled decode profile, partial batches included (batches.py): the default serves B1 only.
             configs = batch_configs(self.manifest) if self.manifest is not None else {}
             self.events.write("batch_profiles", profiles={a: list(cfg.batch.profiles) for a, cfg in configs.items()})
-            self.sup = sup = DeviceSupervisor(
+            options = SupervisorOptions(
+                warmup_iterations=c.warmup_iterations,
+                drain_deadline_s=c.drain_deadline_s,
+                job_timeout_s=c.job_timeout_s,
+            )
+            stack = ServingStack(
                 rt,
                 trust=c.trust,
+                name="soak-traffic",
                 scheduler_configs=configs,
-                options=SupervisorOptions(
-                    warmup_iterations=c.warmup_iterations,
-                    drain_deadline_s=c.drain_deadline_s,
-                    job_timeout_s=c.job_timeout_s,
-                ),
+                options=options,
+                shutdown_deadline_s=c.drain_deadline_s,
             )
-            loop = EngineLoop("soak-traffic")
+            self.sup = stack.sup
             traffic: list[TrafficDriver] = []
             try:
-                self._cycles(sup, rt, loop, traffic)
-            except BaseException as exc:
-                if isinstance(exc, KeyboardInterrupt):
-                    self._note_interrupt(exc)  # before the teardown changes the phase
-                # Ctrl-C/SIGTERM or a failure mid-cycle: give the clients a moment, then cancel what is left.
-                for t in traffic:
-                    t.stop(5.0)
-                traffic.clear()
-                raise
+                with contextlib.ExitStack() as on_failure:
+                    # Ctrl-C/SIGTERM or a failure mid-cycle: give the clients a moment, then cancel what is left.
+                    on_failure.callback(_stop_clients, traffic, 5.0)
+                    try:
+                        self._cycles(stack, rt, traffic)
+                    except KeyboardInterrupt as exc:
+                        self._note_interrupt(exc)  # before the teardown changes the phase
+                        raise
+                    on_failure.pop_all()
             finally:
                 self.phase = "draining"
                 for t in traffic:  # still running after a failed load or unload
-                    hung = t.stop(c.request_timeout_s + 5.0)
-                    if hung:
-                        self.violate(
-                            checks.Violation(
-                                "request_hung",
-                                f"{hung} client(s) still had a request open at the end of the soak",
-                                self.cycle_index(),
-                                self.now_s(),
-                                subject="end",
-                            )
-                        )
-                loop.close()
-                judge.final_checks(self, sup)
-                sup.shutdown(c.drain_deadline_s)
+                    self._drain_clients(t, "at the end of the soak", self.cycle_index())
+                # Every client has ended (a cancelled one counted out) before the final checks read the counts; the
+                # clients are stopped, so the unload that follows has no stream left to deliver into the loop.
+                stack.loop.close()
+                judge.final_checks(self, stack.sup)
+                stack.close()
                 self.sample_memory()
                 telemetry_document(rt)  # the last telemetry sample while the device is open
 
@@ -290,9 +292,9 @@ class _Soak(SoakState):
         assert c.hours is not None
         return self.now_s() >= c.hours * 3600
 
-    def _cycles(self, sup: DeviceSupervisor, rt: Runtime, loop: EngineLoop, traffic: list[TrafficDriver]) -> None:
+    def _cycles(self, stack: ServingStack, rt: Runtime, traffic: list[TrafficDriver]) -> None:
         """Cycle until done or a load/unload fails. ``traffic`` holds the running driver, for the caller's cleanup."""
-        c = self.config
+        c, sup = self.config, stack.sup
         index = 1  # cycles are numbered from 1 in every report and message
         while True:
             cyc = Cycle(index, self.now_s())
@@ -311,7 +313,7 @@ class _Soak(SoakState):
                         what=Injection.STALE_COMPLETION.value,
                         detail="diagnostic: one token of a retired generation is re-delivered after the first reload",
                     )
-                driver = TrafficDriver(loop, ServingEngine(sup), sup, c, self._on_result, self.requests)
+                driver = TrafficDriver(stack.loop, stack.engine, sup, c, self._on_result, self.requests)
                 self._reference_twins(sup, rt, driver)
                 traffic.append(driver)
                 driver.start()
@@ -323,18 +325,8 @@ class _Soak(SoakState):
             if last and traffic:
                 # The last cycle lets every request finish before its unload: nothing is left open at the end.
                 self.phase = "draining"
-                hung = traffic.pop().stop(c.request_timeout_s + 5.0)
+                hung = self._drain_clients(traffic.pop(), f"after {c.request_timeout_s + 5.0:g} s", index)
                 self.events.write("traffic_stopped", clients_still_running=hung)
-                if hung:
-                    self.violate(
-                        checks.Violation(
-                            "request_hung",
-                            f"{hung} client(s) still had a request open after {c.request_timeout_s + 5.0:g} s",
-                            index,
-                            self.now_s(),
-                            subject="end",
-                        )
-                    )
             if not self._unload(sup, cyc, counters_before, submitted_before, rt):
                 return
             self.cycles_done = index
@@ -342,6 +334,15 @@ class _Soak(SoakState):
             if last:
                 return
             index += 1
+
+    def _drain_clients(self, driver: TrafficDriver, when: str, cycle: int | None) -> int:
+        """Stop ``driver`` and let its requests end (the client's limit, plus 5 s); a client still waiting is a
+        ``request_hung`` violation. Returns how many clients were still running."""
+        hung = driver.stop(self.config.request_timeout_s + 5.0)
+        if hung:
+            message = f"{hung} client(s) still had a request open {when}"
+            self.violate(checks.Violation("request_hung", message, cycle, self.now_s(), subject="end"))
+        return hung
 
     def _load(self, sup: DeviceSupervisor, cyc: Cycle) -> bool:
         c = self.config
@@ -356,11 +357,7 @@ class _Soak(SoakState):
                 if not res.get("ok"):
                     raise CheckFailed(f"load refused: {res.get('detail')}")
         except (CalctlError, RuntimeLayerError) as exc:
-            cyc.doc["load"] = {
-                "ok": False,
-                "error": f"{type(exc).__name__}: {exc}",
-                "seconds": round(time.monotonic() - t, 4),
-            }
+            cyc.load = LoadRecord(False, round(time.monotonic() - t, 4), error=f"{type(exc).__name__}: {exc}")
             self._lifecycle_failed(
                 "load", "already_configured" if isinstance(exc, AlreadyConfigured) else None, cyc, exc
             )
@@ -369,13 +366,7 @@ class _Soak(SoakState):
         cyc.loaded_s = self.now_s()
         gens = {a: w.generation for a, w in sup.cores.items()}
         gw = _golden_warmup_seconds(sup.history[h0:])
-        cyc.doc["load"] = {
-            "ok": True,
-            "seconds": round(seconds, 4),
-            "generations": gens,
-            "golden_warmup_s": gw,
-            "warmup_iterations": c.warmup_iterations,
-        }
+        cyc.load = LoadRecord(True, round(seconds, 4), None, gens, gw, c.warmup_iterations)
         self.events.write("loaded", cycle=cyc.index, seconds=round(seconds, 4), generations=gens, golden_warmup_s=gw)
         for alias, core in sup.cores.items():  # the lanes of every decode job, to name a wrong token's lane
             if id(core) not in self._tapped:
@@ -417,38 +408,30 @@ class _Soak(SoakState):
         if not drained:
             self.drain_deadline_hits += 1
         checked = judge.after_unload(self, sup, rt, cyc.index, counters_before, submitted_before)
-        drifts, delta = checked.drifts, checked.submitted_in_cycle
         outcomes, latency = self.requests.take_cycle()
-        cyc.doc.update(
-            unload={"ok": True, "seconds": round(seconds, 4), "drained_in_time": drained},
-            memory_after_unload=[d.document() for d in drifts],
-            host_rss_bytes=checked.rss,
-            counters=[
-                {
-                    "chip": a.chip,
-                    "pending": a.pending,
-                    "finished": a.finished,
-                    "failed": a.failed,
-                    "submitted_in_cycle": delta.get(a.chip, 0),
-                }
-                for a in checked.counters
-            ],
-            requests=outcomes,
-            latency=latency,
-            new_violations=checked.found,
+        cyc.unload = rec = UnloadRecord(
+            round(seconds, 4),
+            drained,
+            tuple(checked.drifts),
+            checked.rss,
+            tuple(checked.counters),
+            checked.submitted_in_cycle,
+            outcomes,
+            latency,
+            checked.found,
         )
         self.events.write(
             "unloaded",
             cycle=cyc.index,
             seconds=round(seconds, 4),
             drained_in_time=drained,
-            memory=[d.document() for d in drifts],
-            counters=cyc.doc["counters"],
+            memory=rec.memory_document(),
+            counters=rec.counters_document(),
             requests=outcomes,
         )
         return True
 
-    def _lifecycle_failed(self, step: str, kind: str | None, cyc: Cycle, exc: BaseException) -> None:
+    def _lifecycle_failed(self, step: str, kind: str | None, cyc: Cycle, exc: Exception) -> None:
         """A load or unload that failed: a violation (``kind``, default ``<step>_failed``) that ends the soak."""
         name = type(exc).__name__
         kind = kind or f"{step}_failed"
@@ -498,6 +481,13 @@ class _Soak(SoakState):
             )
 
 
+def _stop_clients(traffic: list[TrafficDriver], within_s: float) -> None:
+    """Stop every running traffic driver (each waits ``within_s`` for its clients, then cancels them)."""
+    for t in traffic:
+        t.stop(within_s)
+    traffic.clear()
+
+
 def weights_by_chip(pkg: Package) -> dict[int, int]:
     """Bytes of the package's parameter sections per chip: what each chip's DRAM holds once it is loaded."""
     out: dict[int, int] = {}
@@ -517,20 +507,20 @@ def _validate(s: SoakState) -> None:
     with package_root(c.package) as root:
         pkg = load_manifest(root)
     s.manifest = pkg
-    s.header["package"] = {
-        "path": str(c.package),
-        "name": pkg.name,
-        "version": pkg.version,
-        "kind": pkg.kind,
-        "aliases": list(pkg.aliases),
-        "digest": report.digest,
-        "signer_key_id": report.signer_key_id,
-    }
-    s.header["validation"] = {
-        "ok": report.ok,
-        "failed_rules": list(report.failed_ids()),
-        "warnings": list(dict.fromkeys(x.id for x in report.warnings)),
-    }
+    s.header.package = PackageFacts(
+        path=str(c.package),
+        name=pkg.name,
+        version=pkg.version,
+        kind=pkg.kind,
+        aliases=tuple(pkg.aliases),
+        digest=report.digest,
+        signer_key_id=report.signer_key_id,
+    )
+    s.header.validation = ValidationFacts(
+        ok=report.ok,
+        failed_rules=tuple(report.failed_ids()),
+        warnings=tuple(dict.fromkeys(x.id for x in report.warnings)),
+    )
     if not report:
         s.events.write("validation_failed", failed=list(report.failed_ids()))
         raise CheckFailed(

@@ -224,3 +224,39 @@ def test_an_interrupt_in_the_teardown_still_ends_with_the_report(tmp_path: Path)
     assert result.verdict == "INTERRUPTED" and result.exit_code == 130
     on_disk = json.loads((tmp_path / accept_run.REPORT_FILE).read_text())
     assert (on_disk["status"], on_disk["verdict"], on_disk["exit_code"]) == ("interrupted", "INTERRUPTED", 130)
+
+
+def test_a_burn_in_warn_is_among_the_page_reasons_beside_the_rows(tmp_path: Path) -> None:
+    """Issue 53: the page's first screen says every reason. A burn-in WARN was shown in its step row only; the
+    banner listed the rows that were not GO and said nothing of it."""
+    import re
+
+    from calctl.runners.board_steps import BURNIN
+    from calctl.runners.context import DeviceSpec
+    from calctl.signing.policy import TrustPolicy
+
+    def burnin(state: accept_evidence.AcceptState) -> StepEvidence:
+        return StepEvidence(
+            BURNIN,
+            StepStatus.WARN,
+            0.01,
+            key_figure="chip0 91 C max, throttled 12.0 s",
+            detail="chip0 throttled for 12.0 s of 60 s: look at its cooling",
+        )
+
+    cfg = accept_run.AcceptConfig(
+        package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), level=accept_run.Level.LONG, out_dir=tmp_path
+    )
+    accept_run.run_accept(cfg, steps=(accept_evidence.Step(BURNIN, (), burnin),))
+    doc = json.loads((tmp_path / accept_run.REPORT_FILE).read_text())
+    page = (tmp_path / "report.html").read_text()
+    banner = re.search(r'<ul class="reasons" id="reasons">(.*?)</ul>', page, re.S)
+    assert banner, page[:2000]
+    assert "burn-in WARN" in banner.group(1) and "look at its cooling" in banner.group(1), banner.group(1)
+    said = [r for r in doc.get("reasons", []) if "burn-in WARN" in r]
+    assert said == [
+        "board burn-in WARN: chip0 91 C max, throttled 12.0 s — chip0 throttled for 12.0 s of 60 s: look at its cooling"
+    ]
+    # the rows are still said, each with what would measure it
+    g0 = next(r for r in doc["reasons"] if r.startswith("G0 NOT MEASURED"))
+    assert "G0 NOT MEASURED" in banner.group(1) and ". To measure: " in g0, doc["reasons"]

@@ -176,17 +176,18 @@ def test_a_signal_while_loading_records_no_requests_open_violation(tmp_path: Pat
     from calctl.runners.context import DeviceSpec
     from calctl.runners.soak import judge
     from calctl.runners.soak.run import SoakConfig, _Soak
+    from calctl.runners.soak.state import Interruption
     from calctl.signing.policy import TrustPolicy
 
     cfg = SoakConfig(package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), out_dir=tmp_path / "s", cycles=2)
     soak = _Soak(cfg, None)
     worker = SimpleNamespace(live_requests=lambda: 2)
     sup = SimpleNamespace(cores={"model-b": worker}, metrics=SimpleNamespace(registry=SimpleNamespace(collect=list)))
-    soak.interrupted = {"signal": "SIGTERM", "phase": "loading", "cycle": 2, "at_s": 3.0}
+    soak.interrupted = Interruption(signal="SIGTERM", phase="loading", cycle=2, at_s=3.0)
     judge.final_checks(soak, sup)  # type: ignore[arg-type]
     assert soak.requests.outstanding == 0
     assert soak.violations.documents() == []
-    assert soak.interrupted["engine_requests_left"] == {"model-b": 2}
+    assert soak.interrupted.document()["engine_requests_left"] == {"model-b": 2}
     # Without a signal the same engine state is a violation (the final drain left requests behind).
     cfg2 = SoakConfig(package=tmp_path, trust=TrustPolicy(), device=DeviceSpec(), out_dir=tmp_path / "t", cycles=2)
     soak2 = _Soak(cfg2, None)
