@@ -36,7 +36,7 @@ class RecoveryPolicy:
     restart_on_unknown_dma: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class RecoveryRecord:
     """One observed recovery: the evidence behind an F0/F1/F2 grade (001 §13.4)."""
 
