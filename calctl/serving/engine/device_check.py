@@ -3,6 +3,7 @@ configure (no lifecycle here)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -26,13 +27,7 @@ class ChipCheck:
     health: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "chip": self.chip,
-            "used_bytes": self.used_bytes,
-            "idle_bytes": self.idle_bytes,
-            "pending_jobs": self.pending_jobs,
-            "health": self.health,
-        }
+        return dataclasses.asdict(self)  # the fields are the JSON keys, in order
 
 
 @dataclass(frozen=True)
