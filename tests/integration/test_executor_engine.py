@@ -148,6 +148,7 @@ def test_only_an_operator_goes_back_to_pingpong_within_the_configured_ceiling() 
         assert h.worker.executor_mode is ExecutorMode.ASYNC  # clean traffic does not bring ping/pong back
         out = h.worker.set_executor_mode(ExecutorMode.PINGPONG)
         assert out["ok"] and out["mode"] == "pingpong" and out["previous_mode"] == "async"
+        assert [(c["from"], c["to"]) for c in out["operator_changes"]] == [("async", "pingpong")], out
         since = time.monotonic_ns()
         assert all(o.ok and o.tokens == GOLDEN for o in h.run(3, tag="again"))
         assert {e.engine for e in _jobs(h, since)} == {Engine.PING, Engine.PONG}

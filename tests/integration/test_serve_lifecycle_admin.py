@@ -16,7 +16,7 @@ import pytest
 from calctl.package.info import package_digest
 from calctl.runtime import open_runtime
 from calctl.serving.api.app import ApiSettings, create_app
-from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions, UnloadResult
 from calctl.serving.engine.supervisor import LoadPolicy
 from calctl.signing.policy import make_policy
 from tests.conftest import TEST_PUB
@@ -208,7 +208,7 @@ def test_a_reload_checked_while_an_unload_ran_does_not_undo_it(tmp_path: Path) -
     shutil.copytree(COMBINED, other)
     with _served((root.resolve(),)) as (url, sup):
         real = sup._check
-        unloads: list[dict[str, Any]] = []
+        unloads: list[UnloadResult] = []
 
         def check_then_unload(lp: Any) -> Any:
             out = real(lp)
@@ -218,7 +218,7 @@ def test_a_reload_checked_while_an_unload_ran_does_not_undo_it(tmp_path: Path) -
 
         sup._check = check_then_unload  # type: ignore[method-assign]
         r = _admin(url, "reload", {"package": str(other)})
-        assert unloads and unloads[0]["ok"], unloads
+        assert unloads and unloads[0].ok, unloads
         assert r.status_code == 409 and "changed while" in r.json()["detail"], r.text
         assert {w.state.value for w in sup.cores.values()} == {"Unloaded"}
         assert sup.loaded is None and _complete(url).status_code == 503
@@ -260,10 +260,10 @@ def test_refused_and_replaced_tar_packages_do_not_leave_extracted_copies(
         try:
             sup.start(COMBINED)
             for _ in range(3):
-                assert not sup.reload(bad)["ok"]  # refused after extraction: a hash does not verify
+                assert not sup.reload(bad).ok  # refused after extraction: a hash does not verify
             assert extracted() == 0
             for _ in range(4):
-                assert sup.reload(good)["ok"]
+                assert sup.reload(good).ok
             assert extracted() <= 2  # the served generation and the retained previous one, no more
         finally:
             sup.shutdown(2.0)

@@ -90,7 +90,7 @@ def test_the_lifecycle_history_is_bounded_over_reloads(monkeypatch: pytest.Monke
     with _served() as (sup, _):
         for _ in range(8):
             h0 = len(sup.history)
-            assert sup.reload()["ok"]
+            assert sup.reload().ok
             states = [(e.alias, e.state) for e in sup.history[h0:]]
             assert ("model-a", "Ready") in states and ("model-b", "Ready") in states, states
         assert sup.history.kept == 30 and len(sup.history) > 60, sup.history

@@ -62,13 +62,13 @@ def _board_recovery(sup: DeviceSupervisor) -> None:
 
 def _cycle(sup: DeviceSupervisor, i: int, seen: Callable[[], None]) -> None:
     """One cycle: unload + load, reload; every 10th a rollback and a board recovery too. ``seen`` after each."""
-    assert sup.unload()["ok"]
-    assert sup.load()["ok"]
+    assert sup.unload().ok
+    assert sup.load().ok
     seen()
-    assert sup.reload()["ok"]
+    assert sup.reload().ok
     seen()
     if i % 10 == 0:
-        assert sup.rollback()["ok"]
+        assert sup.rollback().ok
         seen()
         _board_recovery(sup)
         seen()
@@ -92,7 +92,7 @@ def test_a_hundred_cycles_on_the_mock_leave_one_calbin_and_its_models_alive() ->
         assert [c() for c in alive] == [rt.current_calbin], f"{len(alive)} of {len(calbins)} calbins alive"
         assert len(rt._calbins) == 1
         assert (_live(Calbin), _live(LoadedModel), _live(KvSequence), len(rt._buffers)) == start
-        assert sup.unload()["ok"]
+        assert sup.unload().ok
         # 000 §12: an unload frees the calbin and its prepared weights, not only at the next load.
         assert rt.current_calbin is None and rt._calbins == {} and rt._buffers == {}
         assert _live(Calbin) == 0 and _live(LoadedModel) == 0
@@ -127,5 +127,5 @@ def test_a_hundred_cycles_on_the_reference_board_destroy_each_vendor_calbin(
             # Every vendor calbin but the configured one was destroyed (C ABI calrt_calbin_release).
             assert created >= 2 * (CYCLES // 4) and created - released == 1, (created, released)
             assert len(rt._calbins) == 1
-            assert sup.unload()["ok"]
+            assert sup.unload().ok
             assert calls.count("calrt_calbin_create") == calls.count("calrt_calbin_release")

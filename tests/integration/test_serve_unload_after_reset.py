@@ -28,7 +28,7 @@ def test_unload_after_a_board_reset_is_quiet_and_resets_nothing_more(caplog: pyt
         s.rt.reset = counting_reset
         with caplog.at_level(logging.INFO, logger="calctl"):
             result = s.supervisor.unload()
-        assert result["ok"] is True, result
+        assert result.ok is True, result
         assert resets == [], f"unload reset the board again: {resets}"
         messages = [r.getMessage() for r in caplog.records]
         assert not [m for m in messages if "reset_configuration failed" in m], messages

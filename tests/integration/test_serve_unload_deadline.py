@@ -43,12 +43,12 @@ def test_an_unload_with_a_hung_job_goes_recovering_then_unloading_and_frees_its_
         wait_until(lambda: core.inflight() > 0, timeout=30, what="model-a's decode job in flight (hung)")
         h0 = len(served.supervisor.history)
         result = served.supervisor.unload()
-        assert result["ok"] and result["drained_in_time"] is False, result
+        assert result.ok and result.drained_in_time is False, result
         states = [e.state for e in served.supervisor.history[h0:] if e.alias == "model-a"]
         asking.join(30)
         assert out.get("status") == 503, out
         assert (states, _unknown_lanes(served)) == (["Draining", "Recovering", "Unloading", "Unloaded"], [])
-        assert served.supervisor.load()["ok"]
+        assert served.supervisor.load().ok
 
 
 def test_an_unload_that_fails_a_running_request_between_jobs_leaves_no_unknown_lane() -> None:
@@ -60,7 +60,7 @@ def test_an_unload_that_fails_a_running_request_between_jobs_leaves_no_unknown_l
         time.sleep(0.2)
         h0 = len(served.supervisor.history)
         result = served.supervisor.unload()
-        assert result["ok"] and result["drained_in_time"] is False, result
+        assert result.ok and result.drained_in_time is False, result
         states = [e.state for e in served.supervisor.history[h0:] if e.alias == "model-a"]
         asking.join(30)
         assert _unknown_lanes(served) == []

@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from calctl.errors import CalctlError
 from calctl.package.info import package_digest
@@ -50,7 +50,7 @@ from calctl.runners.traffic import (
     TokenTap,
     drive_engine_request,
 )
-from calctl.serving.engine import SupervisorOptions
+from calctl.serving.engine import LifecycleResult, RollbackResult, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 from calctl.signing.policy import TrustPolicy
 from calctl.signing.seal import CHECKSUMS, parse_checksums
@@ -62,6 +62,8 @@ MAX_TOKENS = 8
 #: The fixed greedy probe of every stage (the same prompt and length for every alias and version).
 PROBE_PROMPT = (5, 17, 29, 41, 53, 65, 77, 89)
 PROBE_TOKENS = 8
+#: What :meth:`_act` runs: a lifecycle call of the supervisor (its answer is recorded as JSON).
+R = TypeVar("R", bound=LifecycleResult)
 #: The outcomes a request may have while a reload takes the models away: refused before its first token.
 REFUSED = RequestOutcome.UNAVAILABLE
 
@@ -276,14 +278,14 @@ class RollbackRun:
         self._end(stage)
         return stage
 
-    def _act(self, name: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def _act(self, name: str, call: Callable[[], R]) -> R:
         stage = self._begin(name)
         self.log(f"  {name} under traffic")
         out = call()
         self._end(stage)
-        self.actions.append(out)
-        if not out.get("ok"):
-            self.problems.append(f"{name}: {out.get('detail')}")
+        self.actions.append(out.to_json())
+        if not out.ok:
+            self.problems.append(f"{name}: {out.detail}")
         return out
 
     # -- the run -----------------------------------------------------------------------------------
@@ -337,7 +339,7 @@ class RollbackRun:
         before: _Stage,
         forward: _Stage,
         after: _Stage,
-        back: dict[str, Any],
+        back: RollbackResult,
         ready: dict[str, bool],
         want_prev: str | None,
         want_pkg: str | None,
@@ -347,8 +349,8 @@ class RollbackRun:
         for stage, want, what in expected:
             if stage.serving_digest != want:
                 p.append(f"{stage.name}: served digest {stage.serving_digest}, expected {what}'s {want}")
-        if back.get("ok") and Path(str(back.get("package"))).resolve() != Path(self.previous).resolve():
-            p.append(f"rollback: went back to {back.get('package')}, not to --previous {self.previous}")
+        if back.ok and Path(str(back.package)).resolve() != Path(self.previous).resolve():
+            p.append(f"rollback: went back to {back.package}, not to --previous {self.previous}")
         for alias in self.sup.cores:
             gens = [s.generations.get(alias) for s in (before, forward, after)]
             if not all(a is not None and b is not None and a < b for a, b in itertools.pairwise(gens)):

@@ -354,8 +354,8 @@ class _Soak(SoakState):
                 sup.start(c.package)
             else:
                 res = sup.load(c.package)
-                if not res.get("ok"):
-                    raise CheckFailed(f"load refused: {res.get('detail')}")
+                if not res.ok:
+                    raise CheckFailed(f"load refused: {res.detail}")
         except (CalctlError, RuntimeLayerError) as exc:
             cyc.load = LoadRecord(False, round(time.monotonic() - t, 4), error=f"{type(exc).__name__}: {exc}")
             self._lifecycle_failed(
@@ -397,14 +397,14 @@ class _Soak(SoakState):
         t = time.monotonic()
         try:
             res = sup.unload()
-            if not res.get("ok"):
-                raise CheckFailed(f"unload refused: {res.get('detail')}")
+            if not res.ok:
+                raise CheckFailed(f"unload refused: {res.detail}")
         except (CalctlError, RuntimeLayerError) as exc:
             self._lifecycle_failed("unload", None, cyc, exc)
             return False
         seconds = time.monotonic() - t
         cyc.unloaded_s = self.now_s()
-        drained = bool(res.get("drained_in_time", True))
+        drained = res.drained_in_time is not False
         if not drained:
             self.drain_deadline_hits += 1
         checked = judge.after_unload(self, sup, rt, cyc.index, counters_before, submitted_before)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from calctl.serving.core.enums import IdentityEnum
 from calctl.serving.core.errors import InvariantViolation
@@ -306,50 +306,23 @@ class KvLaneManager:
     # -- invariants (000 §9.2) ---------------------------------------------------------------
 
     def check_invariants(self) -> None:
-        """Raise :class:`InvariantViolation` naming the first broken 000 §9.2 rule or accounting identity."""
-        cap = self._cap
-        free_set = set(self._free)
-        if len(free_set) != len(self._free):
+        """Raise :class:`InvariantViolation` naming the first broken 000 §9.2 rule or accounting identity
+        (the rules are the small checks at the end of this module, one per rule, run in table order)."""
+        if len(set(self._free)) != len(self._free):
             raise InvariantViolation("a lane is on the free list twice")
-        owners: dict[tuple[ModelGenerationId, RequestId], LaneId] = {}
-        reserved = 0
+        walk = _LaneWalk(self._cap, frozenset(self._free))
         for ln in self._lanes:
-            where = f"lane {ln.lane} ({ln.state.value})"
-            if ln.state is KvState.FREE:
-                if ln.lane not in free_set:
-                    raise InvariantViolation(f"{where}: Free but not on the free list")
-                if ln.owner is not None or ln.generation is not None or ln.committed or ln.reserved or ln.pending:
-                    raise InvariantViolation(f"{where}: Free lane still carries an owner or lengths")
-                if ln.job is not None:
-                    raise InvariantViolation(f"{where}: Free lane still tagged with job {ln.job}")
-                continue
-            if ln.lane in free_set:  # rule 2 / rule 6: never hand out a held or Unknown lane
-                raise InvariantViolation(f"{where}: on the free list while held")
-            if ln.owner is None or ln.generation is None:
-                raise InvariantViolation(f"{where}: held lane without owner/generation")
-            if not 0 <= ln.committed <= ln.reserved <= cap.max_seq:  # rule 3
-                raise InvariantViolation(
-                    f"{where}: committed {ln.committed} <= reserved {ln.reserved} <= max_seq {cap.max_seq} broken"
-                )
-            if ln.committed + ln.pending > ln.reserved:
-                raise InvariantViolation(f"{where}: pending {ln.pending} would overrun the reservation")
-            if (ln.state is KvState.UPDATING) != (ln.job is not None and ln.pending > 0):  # rule 5
-                raise InvariantViolation(f"{where}: job={ln.job} pending={ln.pending} inconsistent with state")
-            if ln.state is KvState.RESERVED and ln.committed:
-                raise InvariantViolation(f"{where}: Reserved lane with {ln.committed} committed tokens")
-            if ln.state is KvState.ACTIVE and not ln.committed:
-                raise InvariantViolation(f"{where}: Active lane with nothing committed")
-            key = (ln.generation, ln.owner)
-            if key in owners:  # rule 1
-                raise InvariantViolation(f"{where}: {ln.owner} also holds lane {owners[key]} in one generation")
-            owners[key] = ln.lane
-            reserved += ln.reserved
-        if owners != self._by_owner:
-            raise InvariantViolation("owner index disagrees with the lanes")
-        if reserved != self._reserved_tokens:
-            raise InvariantViolation(f"reserved token counter {self._reserved_tokens} != sum over lanes {reserved}")
-        if reserved > cap.max_kv_tokens:
-            raise InvariantViolation(f"{reserved} reserved tokens exceed max_kv_tokens {cap.max_kv_tokens}")
+            rules = _FREE_LANE_RULES if ln.state is KvState.FREE else _HELD_LANE_RULES
+            for rule in rules:
+                broken = rule(ln, walk)
+                if broken is not None:
+                    raise InvariantViolation(f"lane {ln.lane} ({ln.state.value}): {broken}")
+            if ln.state is not KvState.FREE:
+                walk.count(ln)
+        for ledger_rule in _LEDGER_RULES:
+            broken = ledger_rule(self, walk)
+            if broken is not None:
+                raise InvariantViolation(broken)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -386,3 +359,122 @@ class KvLaneManager:
     def holders(self) -> Iterable[KvLaneView]:
         """Views of every non-Free lane."""
         return [ln.view() for ln in self._lanes if ln.state is not KvState.FREE]
+
+
+# -- the invariants, one small check per rule (000 §9.1, §9.2) ---------------------------------------------
+# Each says how the lane (or the manager) breaks its rule, or None; check_invariants runs the tables in order.
+
+
+@dataclass
+class _LaneWalk:
+    """What :meth:`KvLaneManager.check_invariants` gathers over the held lanes, for the manager-wide rules."""
+
+    cap: KvCapacity
+    free: frozenset[int]  # the free list (lane numbers)
+    owners: dict[tuple[ModelGenerationId, RequestId], LaneId] = field(default_factory=dict)
+    reserved: int = 0
+
+    def count(self, ln: _Lane) -> None:
+        assert ln.owner is not None and ln.generation is not None  # _held_lane_has_an_owner ran first
+        self.owners[(ln.generation, ln.owner)] = ln.lane
+        self.reserved += ln.reserved
+
+
+def _free_lane_is_free_listed(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.2 rule 2: a Free lane is what the free list hands out."""
+    return None if ln.lane in walk.free else "Free but not on the free list"
+
+
+def _free_lane_is_blank(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.2 rule 2: a lane is reused only once its old sequence is gone (no owner, no lengths)."""
+    if ln.owner is not None or ln.generation is not None or ln.committed or ln.reserved or ln.pending:
+        return "Free lane still carries an owner or lengths"
+    return None
+
+
+def _free_lane_is_untagged(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.2 rule 5: only an Updating lane carries a job."""
+    return None if ln.job is None else f"Free lane still tagged with job {ln.job}"
+
+
+def _held_lane_is_not_free_listed(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.2 rules 2 and 6: a held or Unknown lane is never handed out."""
+    return "on the free list while held" if ln.lane in walk.free else None
+
+
+def _held_lane_has_an_owner(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.1: a held lane belongs to one request of one generation."""
+    return "held lane without owner/generation" if ln.owner is None or ln.generation is None else None
+
+
+def _lengths_are_ordered(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.2 rule 3: committed_len <= reserved_len <= max_seq."""
+    if 0 <= ln.committed <= ln.reserved <= walk.cap.max_seq:
+        return None
+    return f"committed {ln.committed} <= reserved {ln.reserved} <= max_seq {walk.cap.max_seq} broken"
+
+
+def _pending_fits_the_reservation(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.2 rules 3 and 5: the write in flight ends within the reservation."""
+    return f"pending {ln.pending} would overrun the reservation" if ln.committed + ln.pending > ln.reserved else None
+
+
+def _updating_iff_a_job_writes(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.2 rule 5: Updating exactly while a submitted job has tokens pending."""
+    if (ln.state is KvState.UPDATING) != (ln.job is not None and ln.pending > 0):
+        return f"job={ln.job} pending={ln.pending} inconsistent with state"
+    return None
+
+
+def _reserved_lane_is_empty(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.1 Reserved: the budget is taken, nothing is written yet."""
+    if ln.state is KvState.RESERVED and ln.committed:
+        return f"Reserved lane with {ln.committed} committed tokens"
+    return None
+
+
+def _active_lane_has_tokens(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.1 Active (§9.2 rule 5): a lane is Active once a commit added tokens."""
+    return "Active lane with nothing committed" if ln.state is KvState.ACTIVE and not ln.committed else None
+
+
+def _one_lane_per_owner(ln: _Lane, walk: _LaneWalk) -> str | None:
+    """000 §9.2 rule 1: one seq_id maps to one lane within a generation."""
+    assert ln.owner is not None and ln.generation is not None  # _held_lane_has_an_owner ran first
+    other = walk.owners.get((ln.generation, ln.owner))
+    return None if other is None else f"{ln.owner} also holds lane {other} in one generation"
+
+
+def _owner_index_agrees(kv: KvLaneManager, walk: _LaneWalk) -> str | None:
+    """000 §9.2 rule 1: the owner index is exactly the held lanes' owners."""
+    return None if walk.owners == kv._by_owner else "owner index disagrees with the lanes"
+
+
+def _reserved_counter_agrees(kv: KvLaneManager, walk: _LaneWalk) -> str | None:
+    """000 §5.1 ``max_kv_tokens`` accounting: the counter admission reads is the sum over the lanes."""
+    if walk.reserved != kv._reserved_tokens:
+        return f"reserved token counter {kv._reserved_tokens} != sum over lanes {walk.reserved}"
+    return None
+
+
+def _reserved_within_capacity(kv: KvLaneManager, walk: _LaneWalk) -> str | None:
+    """000 §5.1: the lanes never reserve more tokens than ``max_kv_tokens``."""
+    if walk.reserved > walk.cap.max_kv_tokens:
+        return f"{walk.reserved} reserved tokens exceed max_kv_tokens {walk.cap.max_kv_tokens}"
+    return None
+
+
+#: Run in this order on each lane by its state; the first broken rule is the one reported.
+_FREE_LANE_RULES = (_free_lane_is_free_listed, _free_lane_is_blank, _free_lane_is_untagged)
+_HELD_LANE_RULES = (
+    _held_lane_is_not_free_listed,
+    _held_lane_has_an_owner,
+    _lengths_are_ordered,
+    _pending_fits_the_reservation,
+    _updating_iff_a_job_writes,
+    _reserved_lane_is_empty,
+    _active_lane_has_tokens,
+    _one_lane_per_owner,
+)
+#: Then over the whole manager, once every lane passed.
+_LEDGER_RULES = (_owner_index_agrees, _reserved_counter_agrees, _reserved_within_capacity)

@@ -19,6 +19,13 @@ from calctl.serving.engine.loop import CoreOptions, EngineCore
 from calctl.serving.engine.metrics import ChipSnapshot, EngineSnapshot, SnapshotCollector
 from calctl.serving.engine.output import record_refusal
 from calctl.serving.engine.recovery import trace_row
+from calctl.serving.engine.results import (
+    LifecycleResult,
+    LoadResult,
+    ReloadResult,
+    RollbackResult,
+    UnloadResult,
+)
 from calctl.serving.engine.streams import EngineStream
 from calctl.serving.engine.supervisor import DeviceSupervisor, SupervisorOptions
 from calctl.serving.protocol import EngineRejection, GenerationRequest, ModelInfo, Refusal, RejectCode
@@ -129,7 +136,7 @@ class ServingEngine:
                 source = sup.resolve_admin_package(package)
             except ConfigError as exc:
                 raise EngineRejection(RejectCode.INVALID, str(exc), param="package") from None
-        actions: dict[str, Callable[[], Mapping[str, Any]]] = {
+        actions: dict[str, Callable[[], LifecycleResult]] = {
             "load": lambda: sup.load(source),
             "unload": sup.unload,
             "reload": lambda: sup.reload(source),
@@ -137,7 +144,7 @@ class ServingEngine:
         }
         fn = actions[action]
         try:
-            return await asyncio.to_thread(fn)
+            return (await asyncio.to_thread(fn)).to_json()  # the documented response (docs/serve.md)
         except Exception as exc:  # report, never crash the server on an admin action; logged where caught
             log.exception("admin %s of %s failed", action, alias)
             return {"ok": False, "action": action, "detail": f"{type(exc).__name__}: {exc}"}
@@ -199,4 +206,15 @@ class ServingEngine:
         }
 
 
-__all__ = ["CoreOptions", "DeviceSupervisor", "ModelState", "ServingEngine", "SupervisorOptions"]
+__all__ = [
+    "CoreOptions",
+    "DeviceSupervisor",
+    "LifecycleResult",
+    "LoadResult",
+    "ModelState",
+    "ReloadResult",
+    "RollbackResult",
+    "ServingEngine",
+    "SupervisorOptions",
+    "UnloadResult",
+]

@@ -96,6 +96,12 @@ class AdmissionFront:
             self.refuse_now(req, EngineRejection(RejectCode.UNAVAILABLE, f"model {self.alias!r} {why}"))
         )
 
+    def refuse_unheld(self, req: GenerationRequest, stream: EngineStream) -> None:
+        """Admitting ``req`` failed (a bug: the loop dies): 503, unless the scheduler already holds it (then the
+        dying loop ends it with everything it holds)."""
+        if RequestId(req.request_id) not in self._out.requests:
+            self.refuse_unavailable(req, stream, "failed")
+
     def _refuse(self, req: GenerationRequest, stream: EngineStream, result: AdmissionResult, waited: float) -> None:
         self._m_decision[result.decision].inc()
         self._known.discard(req.request_id)

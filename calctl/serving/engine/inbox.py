@@ -52,6 +52,9 @@ class Command:
         try:
             result = self.fn()
         except BaseException as exc:
+            # Everything, as concurrent.futures' own worker does: the caller waits on this future, and an
+            # exception that escaped here would end the loop thread with the command unanswered, so the caller
+            # (seeing the loop gone) would run ``fn`` a second time itself (:meth:`Inbox.call`).
             self.future.set_exception(exc)
         else:
             self.future.set_result(result)

@@ -27,6 +27,7 @@ from calctl.serving.config import (
     default_scheduler_config,
     scheduler_settings,
 )
+from calctl.serving.core.settings import SchedulerSettings
 from calctl.serving.engine.options import LoadedPackage, LoadPolicy
 from calctl.signing.policy import TrustPolicy
 
@@ -64,8 +65,9 @@ class LoadCheck:
     budget_policy: BudgetPolicy
     load_policy: LoadPolicy
 
-    def check(self, lp: LoadedPackage) -> dict[str, Any]:
-        """Steps 2–4 and 8's static half: validate, cross-check the config, plan capacity. Outside the lock."""
+    def check(self, lp: LoadedPackage) -> dict[str, SchedulerSettings]:
+        """Steps 2–4 and 8's static half: validate, cross-check the config, plan capacity. Outside the lock.
+        Returns each alias's scheduler settings (its capacity from the plan)."""
         # 001 §10.4: the configuration names the package it serves; another one fails before anything runs.
         check_served_package(self.dual_config, lp.source, lp.digest, pinned=self.load_policy.pinned_digest)
         for cfg in self.scheduler_configs.values():  # standalone calculet-scheduler/v1 files (--scheduler-config)
@@ -99,7 +101,7 @@ class LoadCheck:
             raise CheckFailed(
                 f"{lp.source}: capacity plan is NO-GO (001 §8.2)", hint=f"run `calctl budget {lp.source}`"
             )
-        settings = {}
+        settings: dict[str, SchedulerSettings] = {}
         for alias, cfg in self.configs(lp.package).items():
             model = lp.package.model(alias)
             chip = model.target_chips[0]

@@ -45,6 +45,7 @@ command, ``set_rejecting`` included, goes through the inbox.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -428,14 +429,12 @@ class EngineCore:
             if inf is not None:
                 self._job_done(inf)
         elif isinstance(msg, Arrive):
-            try:
-                self._arrive(msg)
-            except BaseException:
+            with contextlib.ExitStack() as failing:
                 # A bug while admitting it: the loop dies (``_die`` ends what it holds), but this request is not
                 # held yet, so end its stream here or its client waits forever.
-                if RequestId(msg.request.request_id) not in self._requests:
-                    self._admit.refuse_unavailable(msg.request, msg.stream, "failed")
-                raise
+                failing.callback(self._admit.refuse_unheld, msg.request, msg.stream)
+                self._arrive(msg)
+                failing.pop_all()
         elif isinstance(msg, Cancel):
             if msg.request_id in self._requests:
                 self._sched.cancel(msg.request_id, self._clock())

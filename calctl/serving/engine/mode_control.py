@@ -17,7 +17,7 @@ from calctl.serving.config import ExecutorMode
 from calctl.serving.core.scheduler import Scheduler
 from calctl.serving.engine.device import DeviceExecutor
 from calctl.serving.engine.metrics import EngineMetrics
-from calctl.serving.engine.modes import DowngradeReason, DowngradeRecord
+from calctl.serving.engine.modes import DowngradeReason, DowngradeRecord, OperatorModeChange
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
 from calctl.serving.engine.options import CoreOptions
 
@@ -52,7 +52,7 @@ class ModeControl:
         self._metrics = metrics
         self.mode = configured
         self.downgrades: list[DowngradeRecord] = []  # automatic only (000 §14)
-        self._operator_changes: list[dict[str, Any]] = []
+        self._operator_changes: list[OperatorModeChange] = []
         self._next_counter_check = 0.0
         sched.set_inflight_limit(configured.max_inflight)
 
@@ -67,7 +67,7 @@ class ModeControl:
             "inflight_jobs": len(ex.inflight),
             "banks": ex.slots.holders() if self.mode is ExecutorMode.PINGPONG or ex.slots.busy() else None,
             "downgrades": [d.as_dict() for d in self.downgrades],
-            "operator_changes": list(self._operator_changes),
+            "operator_changes": [c.as_dict() for c in self._operator_changes],
             "monitor": self._monitor.state(),
         }
 
@@ -123,7 +123,7 @@ class ModeControl:
             return {**self.status(), "ok": False, "detail": "executor.fixed_engine is set: ping/pong needs both banks"}
         previous = self.mode
         self._change(mode, None, "set by an operator")
-        self._operator_changes.append({"at": time.time(), "from": previous.value, "to": mode.value})
+        self._operator_changes.append(OperatorModeChange(time.time(), previous, mode))
         del self._operator_changes[:-MAX_DOWNGRADE_RECORDS]
         log.info(
             "executor mode of %s set by an operator: %s -> %s (jobs in flight drain)",

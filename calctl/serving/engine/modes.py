@@ -70,6 +70,18 @@ class DowngradeRecord:
         }
 
 
+@dataclass(frozen=True)
+class OperatorModeChange:
+    """One mode an operator set through the executor endpoint (000 §14: the only way back to ping/pong)."""
+
+    at: float  # wall-clock seconds (time.time()), for people reading the status
+    from_mode: ExecutorMode
+    to_mode: ExecutorMode
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "from": self.from_mode.value, "to": self.to_mode.value}
+
+
 class SlotConflict(Exception):
     """Two jobs for the ping and pong banks would share state. Never expected: a bug or crosstalk."""
 
@@ -179,5 +191,6 @@ __all__ = [
     "DowngradeReason",
     "DowngradeRecord",
     "ExecutorMode",
+    "OperatorModeChange",
     "SlotConflict",
 ]

@@ -60,7 +60,7 @@ class LoadPolicy:
     fail_unclean_unload: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoadedPackage:
     source: Path
     root: Path
@@ -69,7 +69,7 @@ class LoadedPackage:
     temp_dir: Path | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class LifecycleEvent:
     at: float
     alias: str

@@ -8,6 +8,7 @@ for. No lifecycle and no device here (:mod:`calctl.serving.engine.supervisor`).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -27,18 +28,15 @@ def resolve_package(source: Path) -> LoadedPackage:
     if not source.exists():
         raise ConfigError(f"{source}: no such package")
     if source.is_dir():
-        root, tmp = source.resolve(), None
-    else:
-        tmp = Path(tempfile.mkdtemp(prefix="calctl-serve-"))
-    try:
-        if tmp is not None:
-            root = archive.extract_package(source, tmp)
-        pkg = load_manifest(root)
-        return LoadedPackage(source, root, pkg, package_digest(root), tmp)
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        root = source.resolve()
+        return LoadedPackage(source, root, load_manifest(root), package_digest(root))
+    tmp = Path(tempfile.mkdtemp(prefix="calctl-serve-"))
+    with contextlib.ExitStack() as failing:  # a refused or interrupted extraction leaves no directory behind
+        failing.callback(shutil.rmtree, tmp, ignore_errors=True)
+        root = archive.extract_package(source, tmp)
+        loaded = LoadedPackage(source, root, load_manifest(root), package_digest(root), tmp)
+        failing.pop_all()
+    return loaded
 
 
 def admin_package_path(package: str, served: Iterable[Path | None], roots: tuple[Path, ...]) -> Path:

@@ -23,6 +23,7 @@ from calctl.serving.record_sink import job_phases
 
 if TYPE_CHECKING:
     from calctl.serving.config import DualRecoveryConfig, SchedulerConfig
+    from calctl.serving.engine.loop import RecoveryRequest
     from calctl.serving.engine.options import SupervisorOptions
 
 log = logging.getLogger("calctl.serve")
@@ -36,7 +37,7 @@ class RecoveryPolicy:
     restart_on_unknown_dma: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class RecoveryRecord:
     """One observed recovery: the evidence behind an F0/F1/F2 grade (001 §13.4)."""
 
@@ -177,16 +178,16 @@ class RecoveryQueue:
     posts, it never waits for or starts a recovery); it counts those posted and not yet ended (:attr:`pending`)."""
 
     def __init__(self) -> None:
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[RecoveryRequest | None] = queue.SimpleQueue()
         self._unfinished = 0
         self._lock = threading.Lock()
 
-    def post(self, request: Any) -> None:
+    def post(self, request: RecoveryRequest) -> None:
         with self._lock:
             self._unfinished += 1
         self._q.put(request)
 
-    def get(self) -> Any:
+    def get(self) -> RecoveryRequest | None:
         """The next request, or None once :meth:`stop` was called (blocks)."""
         return self._q.get()
 

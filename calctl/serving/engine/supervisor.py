@@ -34,27 +34,26 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import shutil
 import threading
 import time
-from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from calctl.budget import BudgetPolicy
 from calctl.errors import CalctlError
 from calctl.package.model import Package
 from calctl.runtime.calbin import Calbin
-from calctl.runtime.errors import DeviceLost, NotConfigured, NotSupported, RuntimeLayerError, RuntimeStatus
+from calctl.runtime.errors import DeviceLost, NotConfigured, NotSupported, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.serving.config import (
     DualModelConfig,
     SchedulerConfig,
 )
 from calctl.serving.core.admission import ModelState
+from calctl.serving.core.settings import SchedulerSettings
+from calctl.serving.engine.board_recovery import BoardRecovery
 from calctl.serving.engine.bounded_log import (
     HISTORY_BYTES,
     HISTORY_ENTRIES,
@@ -62,21 +61,25 @@ from calctl.serving.engine.bounded_log import (
     RECOVERY_ENTRIES,
     BoundedLog,
 )
-from calctl.serving.engine.device_check import halted_chips, memory_by_chip, verify_device
-from calctl.serving.engine.gate import golden_and_warmup, verify_each
+from calctl.serving.engine.device_check import DeviceCheck, halted_chips, memory_by_chip, verify_device
+from calctl.serving.engine.gate import golden_and_warmup
 from calctl.serving.engine.load_check import LoadCheck
-from calctl.serving.engine.loop import CoreOptions, EngineCore, RecoveryRequest
+from calctl.serving.engine.loop import CoreOptions, EngineCore
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.options import LifecycleEvent, LoadedPackage, LoadPolicy, SupervisorOptions
 from calctl.serving.engine.packages import admin_package_path, check_compatible, resolve_package
 from calctl.serving.engine.recovery import (
     RecoveryPolicy,
-    RecoveryQueue,
     RecoveryRecord,
-    effective_policy,
-    evidence_document,
-    status_name,
-    write_evidence,
+)
+from calctl.serving.engine.results import (
+    NOTHING_SERVED,
+    PREVIOUS_GENERATION,
+    ROLLED_BACK,
+    LoadResult,
+    ReloadResult,
+    RollbackResult,
+    UnloadResult,
 )
 from calctl.serving.text import TextCodec
 from calctl.signing.policy import TrustPolicy
@@ -84,7 +87,10 @@ from calctl.signing.policy import TrustPolicy
 log = logging.getLogger("calctl.serve")
 
 
-class DeviceSupervisor:
+class DeviceSupervisor(BoardRecovery):
+    """The lifecycle half (start, load, unload, reload, rollback, shutdown; 000 §11–§12) over the recovery
+    half it inherits (:class:`calctl.serving.engine.board_recovery.BoardRecovery`, 001 §11.3)."""
+
     def __init__(
         self,
         rt: Runtime,
@@ -119,16 +125,12 @@ class DeviceSupervisor:
         self._idle_memory: dict[int, int | None] = {}  # per chip, before the first configure (000 §12 check)
         # Both bounded by count and bytes, newest kept; positions absolute (calctl.serving.engine.bounded_log).
         self.recoveries: BoundedLog[RecoveryRecord] = BoundedLog(RECOVERY_ENTRIES, RECOVERY_BYTES)
-        self.evidence: list[dict[str, Any]] = []  # the last recoveries' evidence documents
         self.failures: dict[str, str] = {}  # alias -> why it is Failed
         self.history: BoundedLog[LifecycleEvent] = BoundedLog(HISTORY_ENTRIES, HISTORY_BYTES)
         self._lifecycle = threading.Lock()
         self._generation = 0
-        self._resets: deque[float] = deque()
         self._closed = False
-        self._recovery_queue = RecoveryQueue()  # handled one at a time by the thread below
-        self._recovery_thread = threading.Thread(target=self._recovery_loop, name="supervisor-recovery", daemon=True)
-        self._recovery_thread.start()
+        super().__init__()  # the recovery thread, the reset budget, the evidence kept (BoardRecovery)
 
     @property
     def cores(self) -> Mapping[str, EngineCore]:
@@ -163,7 +165,7 @@ class DeviceSupervisor:
             return
         shutil.rmtree(lp.temp_dir, ignore_errors=True)
 
-    def _check(self, lp: LoadedPackage) -> dict[str, Any]:
+    def _check(self, lp: LoadedPackage) -> dict[str, SchedulerSettings]:
         """Steps 2–4 and 8's static half (:class:`calctl.serving.engine.load_check.LoadCheck`)."""
         return self._checker().check(lp)
 
@@ -216,7 +218,7 @@ class DeviceSupervisor:
             chip_exclusive=alone,
         )
 
-    def _check_or_fail(self, lp: LoadedPackage, *, initial: bool) -> dict[str, Any]:
+    def _check_or_fail(self, lp: LoadedPackage, *, initial: bool) -> dict[str, SchedulerSettings]:
         t0 = time.monotonic()
         try:
             return self._check(lp)
@@ -225,9 +227,14 @@ class DeviceSupervisor:
                 self.metrics.lifecycle.labels(m.alias, "validate").observe(time.monotonic() - t0)
 
     def _configure_and_publish(self, lp: LoadedPackage) -> None:
-        """Steps 7–10 under the lifecycle lock. On failure the new configuration is cleaned up and re-raised."""
+        """Steps 7–10 under the lifecycle lock. On failure the new configuration is cleaned up and re-raised,
+        whatever stopped it: a device error, or the ``Interrupted`` a signal raises in the caller's thread (a
+        runner's ``start``), so no alias is left Configuring or Warming (the ExitStacks' callbacks)."""
         t0 = time.monotonic()
-        try:
+        with contextlib.ExitStack() as failing:
+            # 001 §11.1: Configuring -> Failed with the reason, never left in Configuring (a faulted board
+            # refuses configure with DeviceLost until it is reset).
+            failing.push(lambda _type, exc, _tb: self._failed_load(f"configure of {lp.source} failed: {exc}"))
             halted = halted_chips(self.rt)
             if halted:
                 # A fault whose recovery has not run (or was refused by the reset budget): an operator's load or
@@ -237,23 +244,15 @@ class DeviceSupervisor:
                 )
                 self._reset("board", None)
             self._configure_new(lp.package)
-        except BaseException as exc:
-            # 001 §11.1: Configuring -> Failed with the reason, never left in Configuring (a faulted board
-            # refuses configure with DeviceLost until it is reset).
-            self._failed_load(f"configure of {lp.source} failed: {exc}")
-            raise
+            failing.pop_all()
         for alias in self._cores:
             self.metrics.lifecycle.labels(alias, "configure").observe(time.monotonic() - t0)
-        try:
+        with contextlib.ExitStack() as failing:
+            failing.push(lambda _type, exc, _tb: self._unconfigure_failed(lp, exc))
             gen = self._next_generation()
             self._set_all(ModelState.WARMING, admission=ModelState.WARMING)
             self._golden_and_warmup(lp.package, list(self._cores), gen)
-        except BaseException as exc:
-            self._failed_load(f"golden/warmup failed ({lp.source}): {exc or type(exc).__name__}")
-            with contextlib.suppress(RuntimeLayerError):
-                self.rt.reset_configuration()
-            self._release_calbin()
-            raise
+            failing.pop_all()
         for alias, w in self._cores.items():
             self.failures.pop(alias, None)
             w.publish(self.rt, gen)
@@ -269,11 +268,18 @@ class DeviceSupervisor:
         (000 §12). A calbin the device refused to configure is released at once."""
         self._release_calbin()
         self._calbin = self.rt.create_calbin(pkg)
-        try:
+        with contextlib.ExitStack() as failing:
+            failing.callback(self._release_calbin)
             self.rt.configure(self._calbin)
-        except BaseException:
-            self._release_calbin()
-            raise
+            failing.pop_all()
+
+    def _unconfigure_failed(self, lp: LoadedPackage, exc: BaseException | None) -> None:
+        """Golden or warm-up of ``lp`` failed (or was interrupted): every alias Failed with the reason, the
+        configuration dropped and its calbin released (000 §11 step 9: nothing is published)."""
+        self._failed_load(f"golden/warmup failed ({lp.source}): {exc or type(exc).__name__}")
+        with contextlib.suppress(RuntimeLayerError):
+            self.rt.reset_configuration()
+        self._release_calbin()
 
     def _release_calbin(self) -> None:
         """Release the calbin this supervisor holds (000 §12 "destroy ... Calbin"): at once when the device no
@@ -343,52 +349,56 @@ class DeviceSupervisor:
         for alias in self._cores:
             self.metrics.lifecycle.labels(alias, "unload").observe(time.monotonic() - t0)
 
-    def unload(self, alias: str | None = None) -> dict[str, Any]:
+    def _reset(self, scope: str, chip: int | None) -> str:
+        """Teardown's reset, nothing serving (a recovery uses :meth:`_reset_for`); a board reset that raises propagates."""
+        if scope == "chip":
+            try:
+                self.rt.reset("chip", chip)
+                return "chip"
+            except (NotSupported, DeviceLost) as exc:
+                log.warning("chip reset not possible (%s); resetting the board", exc)
+        self.rt.reset("board", None)
+        return "board"
+
+    def unload(self, alias: str | None = None) -> UnloadResult:
         """Unload the package (a combined package unloads as a whole, 001 §11.2)."""
         with self._lifecycle:
             if self.loaded is None:
-                return {"ok": False, "action": "unload", "detail": "nothing is loaded"}
+                return UnloadResult(False, detail="nothing is loaded")
             drained = self._drain(self.options.drain_deadline_s)
             self._teardown("unload")
             for w in self._cores.values():
                 w.detach()
             self.unloaded, self.loaded = self.loaded, None
             check = self.verify_device()  # 000 §12: "verify device memory/health" -> Unloaded
-            out = {
-                "ok": check["ok"],
-                "action": "unload",
-                "aliases": list(self._cores),
-                "drained_in_time": drained,
-                "device_check": check,
-            }
-            if not check["ok"]:
-                detail = "unload left the device unclean: " + "; ".join(check["problems"])
-                out["detail"] = detail
+            out = UnloadResult(True, tuple(self._cores), drained, check)
+            if not check.ok:
+                detail = "unload left the device unclean: " + "; ".join(check.problems)
                 if self.load_policy.fail_unclean_unload:
                     log.error(detail)
                     self._set_all(ModelState.FAILED, detail=detail)
-                    return out
+                    return dataclasses.replace(out, ok=False, detail=detail)
                 log.warning("%s (reported only)", detail)
-                out["ok"] = True
-            self._set_all(ModelState.UNLOADED, detail="" if check["ok"] else "device check failed")
+                out = dataclasses.replace(out, detail=detail)
+            self._set_all(ModelState.UNLOADED, detail="" if check.ok else "device check failed")
             return out
 
-    def verify_device(self) -> dict[str, Any]:
+    def verify_device(self) -> DeviceCheck:
         """000 §12 after an unload (:func:`calctl.serving.engine.device_check.verify_device`)."""
         return verify_device(self.rt, self._idle_memory)
 
-    def load(self, source: Path | None = None) -> dict[str, Any]:
+    def load(self, source: Path | None = None) -> LoadResult:
         """Load a package while nothing is loaded, through the 11 steps of 000 §11 (golden + warm-up before
         publish). ``source`` None: the package the last unload took down, else the start-up package. When the
         new package fails after configure, the one the unload took down is configured again in the same call
         (000 §11 step 11) and the response says so."""
         with self._lifecycle:
             if self.loaded is not None:
-                return {"ok": False, "action": "load", "detail": "a package is loaded; use reload"}
+                return LoadResult(False, "a package is loaded; use reload")
             fallback = self.unloaded
             target = Path(source) if source is not None else (fallback.source if fallback else self.startup_source)
             if target is None:
-                return {"ok": False, "action": "load", "detail": "nothing to load: name a package"}
+                return LoadResult(False, "nothing to load: name a package")
             lp = None
             try:
                 lp = resolve_package(target)  # step 1
@@ -398,7 +408,7 @@ class DeviceSupervisor:
             except CalctlError as exc:
                 self._discard(lp)
                 self._set_all(ModelState.UNLOADED, detail=f"load refused: {exc}")
-                return {"ok": False, "action": "load", "detail": str(exc), "serving": "nothing (unloaded)"}
+                return LoadResult(False, str(exc), NOTHING_SERVED)
             self._set_all(ModelState.CONFIGURING)
             try:
                 self._configure_and_publish(lp)  # steps 7-10
@@ -411,13 +421,7 @@ class DeviceSupervisor:
                 self._configure_and_publish(fallback)
                 self.unloaded = None
                 self._discard(lp)
-                return {
-                    "ok": False,
-                    "action": "load",
-                    "detail": str(exc),
-                    "serving": "rolled back to the previous package",
-                    "digest": fallback.digest,
-                }
+                return LoadResult(False, str(exc), ROLLED_BACK, digest=fallback.digest)
             dropped = None
             if fallback is not None and fallback.root != lp.root:
                 dropped, self.previous = self.previous, fallback  # step 11: the unloaded one is the rollback
@@ -425,16 +429,16 @@ class DeviceSupervisor:
             self._discard(dropped)
             if fallback is not None and fallback is not self.previous:
                 self._discard(fallback)
-            return {"ok": True, "action": "load", "generation": self._generation, "digest": lp.digest}
+            return LoadResult(True, generation=self._generation, digest=lp.digest)
 
-    def rollback(self) -> dict[str, Any]:
+    def rollback(self) -> RollbackResult:
         """One call back to the retained previous package (000 §11 step 11): the reload (or, after an unload,
         the load) steps with it, golden + warm-up before publish. The package rolled back from is retained."""
         prev = self.previous
         if prev is None:
-            return {"ok": False, "action": "rollback", "detail": "no previous package is retained"}
-        out = self.load(prev.source) if self.loaded is None else self.reload(prev.source)
-        return {**out, "action": "rollback", "package": str(prev.source)}
+            return RollbackResult(None, refusal="no previous package is retained")
+        via = self.load(prev.source) if self.loaded is None else self.reload(prev.source)
+        return RollbackResult(via, str(prev.source))
 
     def resolve_admin_package(self, package: str) -> Path:
         """The path an admin load or reload names, if this server may load it
@@ -443,12 +447,12 @@ class DeviceSupervisor:
         served = [self.startup_source] + [x.source for x in (self.loaded, self.previous, self.unloaded) if x]
         return admin_package_path(package, served, self.load_policy.package_roots)
 
-    def reload(self, source: Path | None = None) -> dict[str, Any]:
+    def reload(self, source: Path | None = None) -> ReloadResult:
         """Replace the served package. A failed check keeps the old generation serving (000 §11)."""
         current = self.loaded
         target = Path(source) if source else (current.source if current else None)
         if target is None:
-            return {"ok": False, "action": "reload", "detail": "nothing to reload"}
+            return ReloadResult(False, "nothing to reload")
         lp = None
         try:
             lp = resolve_package(target)
@@ -456,18 +460,17 @@ class DeviceSupervisor:
             check_compatible(lp, {a: c.model for a, c in self._cores.items()})
         except CalctlError as exc:
             self._discard(lp)
-            return {"ok": False, "action": "reload", "detail": str(exc), "serving": "previous generation"}
+            return ReloadResult(False, str(exc), PREVIOUS_GENERATION)
         with self._lifecycle:
             if self.loaded is not current:
                 self._discard(lp)
                 # A load, unload or reload ran while this one was checked: going on would undo it, and roll
                 # back (on failure) to a package that is no longer the served one.
-                return {
-                    "ok": False,
-                    "action": "reload",
-                    "detail": "the served package changed while this reload was checked (a concurrent load, "
+                return ReloadResult(
+                    False,
+                    "the served package changed while this reload was checked (a concurrent load, "
                     "unload or reload); nothing was changed by this call, retry it if it is still wanted",
-                }
+                )
             for w in self._cores.values():
                 w.set_rejecting(True)  # 503 for new requests during the reload
             try:
@@ -485,279 +488,11 @@ class DeviceSupervisor:
                     self._set_all(ModelState.CONFIGURING, admission=ModelState.UNLOADING, detail="rollback")
                     self._configure_and_publish(current)
                     self._discard(lp)
-                    return {
-                        "ok": False,
-                        "action": "reload",
-                        "detail": str(exc),
-                        "serving": "rolled back to the previous package",
-                    }
+                    return ReloadResult(False, str(exc), ROLLED_BACK)
             finally:
                 for w in self._cores.values():
                     w.set_rejecting(False)
-            return {"ok": True, "action": "reload", "generation": self._generation, "digest": lp.digest}
-
-    # ------------------------------------------------------------------ recovery (001 §11.3)
-
-    def recovery_pending(self) -> bool:
-        """A recovery was asked for and has not ended yet (queued or running): the aliases are not settled."""
-        return self._recovery_queue.pending
-
-    def _recovery_loop(self) -> None:
-        """The supervisor's lifecycle thread for recoveries: one at a time, in the order the cores asked."""
-        while True:
-            req = self._recovery_queue.get()
-            if req is None:
-                return
-            try:
-                self.recover(req)
-            except Exception as exc:  # a bug in the recovery: logged here, and no alias is left mid-recovery
-                log.exception("recovery of %s failed with an unexpected error", req.alias)
-                self._fail_unfinished(req, exc)
-            finally:
-                self._recovery_queue.done()
-
-    def _fail_unfinished(self, req: RecoveryRequest, exc: Exception) -> None:
-        """An unexpected exception ended a recovery: every alias it left Draining, Recovering, Warming or
-        Configuring goes Failed with the reason (001 §11.3: a recovery never leaves an alias in Recovering),
-        and the attempt is recorded as a failed recovery."""
-        reason = f"recovery of {req.alias} failed: internal error: {type(exc).__name__}: {exc}"
-        unfinished = (ModelState.DRAINING, ModelState.RECOVERING, ModelState.WARMING, ModelState.CONFIGURING)
-        try:
-            with self._lifecycle:
-                stuck = [a for a, w in self._cores.items() if w.state in unfinished]
-                self._fail(stuck, reason)
-                rec = (req.alias, req.status.value, status_name(req.runtime_status), "none", tuple(stuck))
-                self.recoveries.append(RecoveryRecord(*rec, False, 0.0, time.monotonic(), reason))
-        except Exception:
-            log.exception("aliases of the failed recovery of %s could not be marked Failed", req.alias)
-
-    def _reset(self, scope: str, chip: int | None) -> str:
-        """Teardown's reset, nothing serving (a recovery uses :meth:`_reset_for`); a board reset that raises propagates."""
-        if scope == "chip":
-            try:
-                self.rt.reset("chip", chip)
-                return "chip"
-            except (NotSupported, DeviceLost) as exc:
-                log.warning("chip reset not possible (%s); resetting the board", exc)
-        self.rt.reset("board", None)
-        return "board"
-
-    def _reset_for(
-        self, req: RecoveryRequest, scope: str, chip: int | None, affected: list[str], tried: list[str]
-    ) -> str:
-        """A recovery's reset of ``scope``; ``affected`` (already drained) grows to every alias it touches.
-
-        001 §11.2: every alias a reset touches is out of admission and drained (or its requests failed with
-        the recovery status) *before* the reset call. When the runtime refuses the chip reset (a runtime with
-        board resets only, or a board-scope fault), the reset becomes a board reset, so the other aliases are
-        stopped and drained first; they are retired before the call, so none of them submits into the wiped
-        board before the reconfigure. A reset that raises anything else propagates (a failed reset); ``tried``
-        gets each scope asked for, so the caller names the one that failed."""
-        if scope == "chip":
-            try:
-                tried.append("chip")
-                self.rt.reset("chip", chip)
-                return "chip"
-            except (NotSupported, DeviceLost) as exc:
-                log.warning(
-                    "chip %s reset refused (%s): the recovery of %s widens to every alias", chip, exc, req.alias
-                )
-                self._widen(affected, f"board reset for {req.alias}: chip reset not possible")
-        tried.append("board")
-        self._board_reset(req.alias)
-        return "board"
-
-    def _board_reset(self, alias: str) -> None:
-        """A recovery's board reset, logged where it happens: after every alias left service (001 §11.2), so
-        the log reads Draining/Recovering of each alias, then this line, never the reset before an alias's
-        Draining. A board reset that raises propagates."""
-        states = ", ".join(f"{a} {w.state.value}" for a, w in self._cores.items())
-        log.warning("board reset for the recovery of %s; every alias is out of service (%s)", alias, states)
-        self.rt.reset("board", None)
-
-    def _widen(self, affected: list[str], why: str) -> None:
-        """Stop and drain the aliases not yet in ``affected`` (001 §11.1 Draining -> Recovering); add them."""
-        others = [a for a in self._cores if a not in affected]
-        if others:
-            self._stop_and_drain(others, why)
-            affected += others
-
-    def policy(self, alias: str) -> RecoveryPolicy:
-        """The effective ``recovery`` block for ``alias`` (:func:`calctl.serving.engine.recovery.effective_policy`)."""
-        sched = self.scheduler_configs.get(alias)
-        if sched is None and self.dual_config is not None:
-            with contextlib.suppress(KeyError):
-                sched = self.dual_config.model(alias).effective_scheduler()
-        return effective_policy(self.options, sched, self.dual_config.recovery if self.dual_config else None)
-
-    def _fail(self, aliases: list[str], reason: str) -> None:
-        """Terminal: the aliases leave service with ``reason`` (shown in /health/ready and the metrics)."""
-        for a in aliases:
-            self.failures[a] = reason
-            self._cores[a].fail_all(reason)
-            self._event(a, ModelState.FAILED, reason)
-
-    def _stop_and_drain(self, aliases: list[str], why: str, faulted: str | None = None) -> None:
-        """001 §11.1 Ready -> Draining -> Recovering: stop admission, let in-flight work finish briefly, retire."""
-        for a in aliases:
-            self._cores[a].set_state(ModelState.DRAINING)
-            self._event(a, ModelState.DRAINING, why)
-        end = time.monotonic() + self.options.recovery_drain_s
-
-        def settled(a: str) -> bool:  # the faulted core no longer serves: only its jobs in flight can finish
-            w = self._cores[a]
-            return w.inflight() == 0 if a == faulted else w.drained()
-
-        while time.monotonic() < end and not all(settled(a) for a in aliases):
-            time.sleep(0.01)
-        for a in aliases:
-            self._cores[a].set_state(ModelState.RECOVERING)
-            self._event(a, ModelState.RECOVERING, why)
-            self._cores[a].retire(why)
-
-    def _save_evidence(self, req: RecoveryRequest, scope: str, affected: list[str], t0_ns: int) -> Path | None:
-        """001 §11.3 "保存 trace": the trace window and job records around the fault, next to the record."""
-        since = max(0, t0_ns - int(self.options.evidence_window_s * 1e9))
-        try:
-            raw = self.rt.trace(since_ns=since)
-        except RuntimeLayerError as exc:
-            raw = ()
-            log.warning("recovery evidence: the runtime trace is not readable (%s)", exc)
-        doc = evidence_document(
-            device=self.rt.kind.value,
-            alias=req.alias,
-            reason=req.status.value,
-            runtime_status=req.runtime_status,
-            detail=req.detail,
-            scope=scope,
-            affected=affected,
-            generations={a: w.generation for a, w in self._cores.items()},
-            window_s=self.options.evidence_window_s,
-            trace=raw,
-            jobs={a: self._cores[a].executor_status() for a in affected},
-            kept_jobs=self.metrics.records.recent("job", affected),
-            kept_requests=[doc for doc, _ in self.metrics.records.recent("request", affected)],
-            package_digest=self.loaded.digest if self.loaded else None,
-        )
-        self.evidence.append(doc)
-        del self.evidence[: -self.options.evidence_keep]
-        name = f"recovery-{os.getpid()}-{len(self.recoveries) + 1:04d}-{req.alias}.json"
-        return write_evidence(doc, self.options.evidence_dir, name)
-
-    def recover(self, req: RecoveryRequest) -> RecoveryRecord:
-        t0 = time.monotonic()
-        t0_ns = time.monotonic_ns()
-        with self._lifecycle:
-            if self._closed or self.loaded is None:
-                return RecoveryRecord(req.alias, req.status.value, None, "none", (), False, 0.0, t0, "not serving")
-            pol = self.policy(req.alias)
-            core = self._cores[req.alias]
-            if req.generation is not None and core.generation != req.generation and core.is_ready():
-                # The fault was in a generation a later recovery (or reload) already replaced: a board-wide
-                # hang times out A's and B's jobs alike, and A's board reset already reset and republished B.
-                # Resetting again would cost a second reset of the budget for one fault.
-                log.info(
-                    "recovery of %s for generation %d skipped: generation %d already replaced it (%s)",
-                    req.alias,
-                    req.generation,
-                    core.generation,
-                    req.detail,
-                )
-                return RecoveryRecord(
-                    req.alias, req.status.value, status_name(req.runtime_status), "none", (), True, 0.0, t0,
-                    f"covered by an earlier recovery: generation {req.generation} was already replaced",
-                )  # fmt: skip
-            unknown_dma = req.runtime_status is RuntimeStatus.UNKNOWN_DMA_STATE
-            # 001 §11.3: until fault injection proves otherwise every timeout/crash may have touched the whole
-            # board. Chip scope only when the configuration allows a session reset (and the runtime grants it).
-            want = "chip" if pol.allow_session_reset and len(core.chips) == 1 else "board"
-            if unknown_dma and pol.restart_on_unknown_dma:
-                want = "board"  # 000 §15 restart_on_unknown_dma
-            # Every alias the reset touches: a chip reset touches each alias with a model on that chip (001 §11.2).
-            affected = [
-                a for a, w in self._cores.items() if a == req.alias or want == "board" or set(w.chips) & set(core.chips)
-            ]
-
-            def record(scope: str, ok: bool, detail: str, evidence: Path | None = None) -> RecoveryRecord:
-                took = time.monotonic() - t0
-                for a in affected:
-                    self.metrics.recoveries.labels(a, req.status.value, scope).inc()
-                    self.metrics.recovery_time.labels(a, scope, "ok" if ok else "failed").observe(took)
-                rec = RecoveryRecord(
-                    req.alias,
-                    req.status.value,
-                    status_name(req.runtime_status),
-                    scope,
-                    tuple(affected),
-                    ok,
-                    took,
-                    t0,
-                    detail,
-                    str(evidence) if evidence else None,
-                    {a: self._cores[a].generation for a in self._cores},
-                )
-                self.recoveries.append(rec)
-                return rec
-
-            self._stop_and_drain(affected, f"{req.status.value}: {req.detail}", req.alias)
-            evidence = self._save_evidence(req, want, affected, t0_ns)
-            if unknown_dma and pol.restart_process_on_unknown_dma:
-                reason = "unknown DMA state: restart the serving process (recovery.restart_process_on_unknown_dma)"
-                self._fail(list(self._cores), reason)
-                affected = list(self._cores)
-                return record("process", False, reason, evidence)
-            now = time.monotonic()
-            while self._resets and now - self._resets[0] > 600:
-                self._resets.popleft()
-            if len(self._resets) >= pol.max_resets_per_10min:
-                reason = (
-                    f"reset budget exhausted: {len(self._resets)} reset(s) in 10 minutes, "
-                    f"recovery.max_resets_per_10min is {pol.max_resets_per_10min}"
-                )
-                self._fail(affected, reason)
-                return record("none", False, reason, evidence)
-            self._resets.append(now)
-            tried: list[str] = []
-            try:
-                scope = self._reset_for(req, want, core.chips[0] if want == "chip" else None, affected, tried)
-            except RuntimeLayerError as exc:
-                # 001 §11.3 row 6: a failed reset takes both aliases out of service; device-level recovery.
-                first = f"{tried[-1]} reset failed: {exc}"
-                log.error("recovery of %s: %s; device-level recovery", req.alias, first)
-                self._widen(affected, first)
-                try:
-                    self._board_reset(req.alias)
-                    scope = "board"
-                except RuntimeLayerError as exc2:
-                    reason = f"{first}; device-level board reset failed too: {exc2}"
-                    self._fail(affected, reason)
-                    return record("device", False, reason, evidence)
-            for a in affected:
-                self._cores[a].forget_device_state()
-            try:
-                gen = self._next_generation()
-                if scope == "board":
-                    self._configure_new(self.loaded.package)  # the reset dropped (and aborted) the old one
-                for a in affected:
-                    self._cores[a].set_state(ModelState.WARMING, admission=ModelState.RECOVERING)
-                    self._event(a, ModelState.WARMING, f"golden + warm-up after a {scope} reset")
-                # 001 §13.3: golden + warm-up before Ready, alias by alias (gate.verify_each)
-                wrong = verify_each(self.rt, self.loaded.package, affected, gen, self.options, self.metrics)
-                for a in affected:  # each alias whose own golden passed is Ready; the others Failed, alone
-                    if a in wrong:
-                        continue
-                    self.failures.pop(a, None)
-                    self._cores[a].publish(self.rt, gen)
-                    self._event(a, ModelState.READY, f"recovered, generation {gen}")
-            except CalctlError as exc:
-                reason = f"recovery after a {scope} reset failed: {exc}"
-                self._fail(affected, reason)
-                return record(scope, False, reason, evidence)
-            if wrong:
-                reason = f"recovery after a {scope} reset failed for {', '.join(wrong)}: {'; '.join(wrong.values())}"
-                self._fail(list(wrong), reason)
-                return record(scope, False, reason, evidence)
-            return record(scope, True, "", evidence)
+            return ReloadResult(True, generation=self._generation, digest=lp.digest)
 
     # ------------------------------------------------------------------ shutdown
 
@@ -783,9 +518,6 @@ class DeviceSupervisor:
                 if lp and lp.temp_dir:
                     shutil.rmtree(lp.temp_dir, ignore_errors=True)
             return drained
-
-    def isolation_evidence(self) -> list[dict[str, Any]]:
-        return [r.__dict__ for r in self.recoveries]
 
 
 __all__ = ["DeviceSupervisor", "LoadPolicy", "RecoveryPolicy", "RecoveryRecord", "SupervisorOptions"]

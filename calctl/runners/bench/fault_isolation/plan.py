@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calctl.runners.traffic import EngineResult
+from calctl.serving.engine import ReloadResult
 
 #: Default mock time scale: jobs long enough that host overhead does not dominate B's latency.
 FAULT_ISOLATION_TIME_SCALE = 5.0
@@ -39,7 +40,7 @@ class Phase:
     a_jobs: int = 0
     scope: str = ""
     note: str = ""
-    reload: dict[str, Any] | None = None  # the supervisor's answer, for the lifecycle phases
+    reload: ReloadResult | None = None  # the supervisor's answer, for the lifecycle phases
     faults_fired: int = 0  # faults the mock injected during the phase
     b_device_s: list[float] = field(default_factory=list)  # B's jobs: end - submit on the device's clock
     scope_from_jobs: str = ""  # a scope text with {jobs}: filled with A's device jobs of the phase

@@ -39,7 +39,7 @@ from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import ResetScope
 from calctl.serving.config import default_scheduler_config
-from calctl.serving.engine import ModelState, SupervisorOptions
+from calctl.serving.engine import ModelState, ReloadResult, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 
 
@@ -396,9 +396,9 @@ def _scope(recoveries: list[Any]) -> str:
     return "; ".join(parts)
 
 
-def _reload_scope(res: dict[str, Any], *, touched_b: bool) -> str:
+def _reload_scope(res: ReloadResult, *, touched_b: bool) -> str:
     touched = "A and B" if touched_b else "A only"
-    ok = "reloaded" if res.get("ok") else f"reload failed: {res.get('detail')}"
+    ok = "reloaded" if res.ok else f"reload failed: {res.detail}"
     return f"whole-package reconfigure (combined calbin, 001 §11.2), {touched}: {ok}"
 
 
