@@ -636,7 +636,7 @@ BATCH = Scenario(
     run_scenario,
     needs_url=False,
     options=("PKG", "--models", "--time-scale", "--seed", "--request-timeout"),
-    default_package="own",  # the bundled samples are B1 only: the scenario builds a B1/B4/B8/B16 sample
+    default_package=None,  # the bundled samples are B1 only: the scenario builds a B1/B4/B8/B16 sample
 )
 
 __all__ = ["BATCH", "BATCH_PROFILES", "BatchOptions", "BatchResult", "ProfileRun", "run_batch", "run_scenario"]

@@ -4,6 +4,7 @@ one fault or lifecycle action on A per phase (see the package docstring)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -316,57 +317,50 @@ class _Run:
                 self.log(f"  loading {opts.package} on the mock board (time scale {device.time_scale:g})")
                 stack.start(opts.package)
                 self.loop = loop = stack.loop
+                t_start = time.monotonic()
                 try:
-                    b_clients = [loop.submit(self.b_client(i)) for i in range(B_CLIENTS)]
-                    t_start = time.monotonic()
-                    self.phase("baseline", "-", "none", self.baseline)
-                    self.phase(
-                        "invalid-tensor",
-                        REQUEST,
-                        "10 prompts over the context limit, 10 empty prompts",
-                        self.invalid,
-                    )
-                    self.phase(
-                        "kv-exhausted",
-                        REQUEST,
-                        "48 concurrent 16-token requests (16 lanes + 4 waiting)",
-                        self.kv_exhausted,
-                    )
-                    self.phase(
-                        "submit-busy",
-                        REQUEST,
-                        "DeviceBusy on 3, then 7 consecutive A decode submits",
-                        self.submit_busy,
-                    )
-                    self.phase(
-                        "wait-timeout",
-                        RUNTIME,
-                        f"an A decode job hangs (job timeout {JOB_TIMEOUT_S:g} s)",
-                        self.wait_timeout,
-                    )
-                    self.phase("ccu-exception", RUNTIME, "an A decode job ends in a CCU exception", self.ccu_exception)
-                    self.phase(
-                        "drain-deadline",
-                        LIFECYCLE,
-                        "reload of A with long requests in flight, drain deadline 0.1 s",
-                        self.drain_deadline,
-                    )
-                    self.phase("unload-reload", LIFECYCLE, "reload of A (drain completes)", self.unload_reload)
-                    self.stop_b = True
-                    self.b_run.set()
-                    for f in b_clients:
-                        f.result(70)
-                except BaseException as exc:
-                    # SIGINT/SIGTERM or a failure mid-phase: end the engine while the loop still runs, so the
-                    # streams of the requests it aborts can still be delivered (never into a closed loop).
-                    self.stop_b = True
-                    self.b_run.set()
-                    self.sup.shutdown(5.0)
-                    if isinstance(exc, KeyboardInterrupt) and self.phases:  # the finished phases stay
-                        partial = self._result(t_start, device, interrupt=exc)
-                        raise ScenarioInterrupted(exc, partial) from exc
+                    with contextlib.ExitStack() as on_error:
+                        # SIGINT/SIGTERM or a failure mid-phase: end the engine while the loop still runs, so the
+                        # streams of the requests it aborts can still be delivered (never into a closed loop).
+                        on_error.callback(self._stop_engine)
+                        b_clients = [loop.submit(self.b_client(i)) for i in range(B_CLIENTS)]
+                        for name, kind, what, action in self._phases():
+                            self.phase(name, kind, what, action)
+                        self._stop_b()
+                        for f in b_clients:
+                            f.result(70)
+                        on_error.pop_all()
+                except KeyboardInterrupt as exc:
+                    if self.phases:  # the finished phases stay
+                        raise ScenarioInterrupted(exc, self._result(t_start, device, interrupt=exc)) from exc
                     raise
         return self._result(t_start, device)
+
+    def _phases(self) -> tuple[tuple[str, str, str, Callable[[Phase], None]], ...]:
+        """The phases in order: name, fault class, what is done to A, the action."""
+        return (
+            ("baseline", "-", "none", self.baseline),
+            ("invalid-tensor", REQUEST, "10 prompts over the context limit, 10 empty prompts", self.invalid),
+            ("kv-exhausted", REQUEST, "48 concurrent 16-token requests (16 lanes + 4 waiting)", self.kv_exhausted),
+            ("submit-busy", REQUEST, "DeviceBusy on 3, then 7 consecutive A decode submits", self.submit_busy),
+            ("wait-timeout", RUNTIME, f"an A decode job hangs (job timeout {JOB_TIMEOUT_S:g} s)", self.wait_timeout),
+            ("ccu-exception", RUNTIME, "an A decode job ends in a CCU exception", self.ccu_exception),
+            (
+                "drain-deadline",
+                LIFECYCLE,
+                "reload of A with long requests in flight, drain deadline 0.1 s",
+                self.drain_deadline,
+            ),
+            ("unload-reload", LIFECYCLE, "reload of A (drain completes)", self.unload_reload),
+        )
+
+    def _stop_b(self) -> None:
+        self.stop_b = True
+        self.b_run.set()
+
+    def _stop_engine(self) -> None:
+        self._stop_b()
+        self.sup.shutdown(5.0)
 
     def _result(self, t_start: float, device: DeviceSpec, interrupt: KeyboardInterrupt | None = None) -> ScenarioResult:
         """The graded report; with ``interrupt``, the report of the phases finished before the signal

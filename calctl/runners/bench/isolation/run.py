@@ -303,5 +303,5 @@ ISOLATION = Scenario(
     run_isolation,
     needs_url=False,
     options=("PKG", "--requests", "--seed", "--time-scale", "--fault-plan", "--request-timeout"),
-    default_package="bundled-replica",  # G2 needs a replica
+    default_package="replica",  # G2 needs a replica
 )
