@@ -35,7 +35,14 @@ from typing import Any, TypeVar
 from calctl.closing import Closes
 from calctl.serving import outcomes
 from calctl.serving.outcomes import RequestOutcome
-from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
+from calctl.serving.protocol import (
+    EngineRejection,
+    FinishReason,
+    GenerationRequest,
+    RejectCode,
+    RequestStream,
+    TokenEvent,
+)
 
 T = TypeVar("T")
 
@@ -282,35 +289,14 @@ async def drive_engine_request(
         if plan.cancel_after_tokens == 0:
             stream.cancel("client cancel")
         events = stream.__aiter__()
-        collected: list[tuple[float, Any]] = []
+        collected: list[float] = []  # a non-streaming client's token times, all seen at the end
         while True:
             ev = await asyncio.wait_for(events.__anext__(), max(0.0, deadline - clock()))
             now = clock()
             if ev.token_id is not None and ev.finish is None:
-                result.token_generations.append(ev.generation)
-                result.token_ids.append(int(ev.token_id))
-                if plan.streaming:
-                    _on_token(rec, now)
-                else:
-                    collected.append((now, ev))
-                n = len(result.token_generations)
-                if plan.cancel_after_tokens is not None and n == plan.cancel_after_tokens:
-                    stream.cancel("client cancel")
-                if plan.stop_after_tokens is not None and n == plan.stop_after_tokens:
-                    stream.finish(FinishReason.STOP)
+                _on_token_event(result, ev.token_id, ev.generation, now, plan, stream, collected)
             if ev.finish is not None:
-                result.terminal_events += 1
-                end = clock()
-                if not plan.streaming:  # a non-streaming client sees everything at the end
-                    for _ in collected:
-                        _on_token(rec, end)
-                rec.end = end
-                rec.finish = ev.finish.value
-                result.completion_tokens_reported = ev.completion_tokens
-                rec.tokens = ev.completion_tokens or len(result.token_generations)
-                rec.outcome = outcomes.client_outcome_of_end(ev.finish, ev.outcome)
-                if ev.finish is FinishReason.ERROR:
-                    rec.error = ev.error
+                _on_end_event(result, ev, ev.finish, clock(), plan, collected)
                 return result
     except (asyncio.TimeoutError, StopAsyncIteration):
         stream.cancel("client timeout")
@@ -323,6 +309,48 @@ async def drive_engine_request(
     finally:
         if timer is not None:
             timer.cancel()
+
+
+def _on_token_event(
+    result: EngineResult,
+    token_id: int,
+    generation: int | None,
+    now: float,
+    plan: ClientPlan,
+    stream: RequestStream,
+    collected: list[float],
+) -> None:
+    """A token arrived at ``now``: record it (a streaming client sees it now), and cancel or stop the stream
+    where the client's plan says."""
+    result.token_generations.append(generation)
+    result.token_ids.append(int(token_id))
+    if plan.streaming:
+        _on_token(result.record, now)
+    else:
+        collected.append(now)
+    n = len(result.token_generations)
+    if plan.cancel_after_tokens is not None and n == plan.cancel_after_tokens:
+        stream.cancel("client cancel")
+    if plan.stop_after_tokens is not None and n == plan.stop_after_tokens:
+        stream.finish(FinishReason.STOP)
+
+
+def _on_end_event(
+    result: EngineResult, ev: TokenEvent, finish: FinishReason, end: float, plan: ClientPlan, collected: list[float]
+) -> None:
+    """The stream's terminal event at ``end``: the record's end, finish, tokens and outcome."""
+    rec = result.record
+    result.terminal_events += 1
+    if not plan.streaming:  # a non-streaming client sees everything at the end
+        for _ in collected:
+            _on_token(rec, end)
+    rec.end = end
+    rec.finish = finish.value
+    result.completion_tokens_reported = ev.completion_tokens
+    rec.tokens = ev.completion_tokens or len(result.token_generations)
+    rec.outcome = outcomes.client_outcome_of_end(finish, ev.outcome)
+    if finish is FinishReason.ERROR:
+        rec.error = ev.error
 
 
 def error_reason(error: str | None) -> str:

@@ -154,8 +154,9 @@ def not_measured(reason: str, how: str) -> KvFaultPhase:
     return KvFaultPhase(False, reason=reason, how_to_measure=how)
 
 
-def _free_sequences(rt: Any, alias: str, limit: int = 1 << 16) -> int | None:
-    """How many more KV sequences the runtime would allocate for ``alias`` (None: it cannot tell)."""
+def free_kv_sequences(rt: Any, alias: str, limit: int = 1 << 16) -> int | None:
+    """How many more KV sequences the runtime would allocate for ``alias`` (None: it cannot tell): a binary search
+    on ``rt.kv.can_allocate``, at most ``limit``. The KV-at-rest checks of batch and isolation compare it."""
     try:
         lo, hi = 0, 1
         if not rt.kv.can_allocate(alias, 1):
@@ -178,7 +179,7 @@ def _at_rest(stack: ServingStack, alias: str) -> KvAtRest:
         int(snap.kv_used_tokens),
         int(snap.inflight_jobs),
         int(snap.quarantined_jobs),
-        _free_sequences(stack.rt, alias),
+        free_kv_sequences(stack.rt, alias),
     )
 
 
@@ -385,4 +386,12 @@ def _problems(
     return problems
 
 
-__all__ = ["FAULT_JOB", "HOW_ON_BOARD", "NOT_ON_BOARD", "KvFaultPhase", "not_measured", "run_kv_fault"]
+__all__ = [
+    "FAULT_JOB",
+    "HOW_ON_BOARD",
+    "NOT_ON_BOARD",
+    "KvFaultPhase",
+    "free_kv_sequences",
+    "not_measured",
+    "run_kv_fault",
+]

@@ -191,57 +191,73 @@ async def _stream(
     async with client.stream("POST", f"{target.base}{path}", json=body, headers=target.headers()) as r:
         rec.status = r.status_code
         if r.status_code != 200:
-            raw = await r.aread()
-            code = None
-            try:
-                err = json.loads(raw)["error"]
-                code, rec.error = err.get("code"), err.get("message")
-            except (ValueError, KeyError, TypeError):
-                rec.error = raw[:200].decode(errors="replace")
-            rec.outcome, rec.end = outcome_of_status(r.status_code, code), time.monotonic()
+            _refused(rec, r.status_code, await r.aread())
             return
-        error_event = False
-        done = False
-        usage_tokens: int | None = None
-        async for line in r.aiter_lines():
-            if line.startswith("event: error"):
-                error_event = True
-                continue
-            if not line.startswith("data: "):
-                continue
-            data = line[6:]
-            if data == "[DONE]":
-                done = True
-                break
-            doc = json.loads(data)
-            if error_event:
-                rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, (doc.get("error") or {}).get("message")
-                break
-            if doc.get("usage") and not doc.get("choices"):
-                usage_tokens = int(doc["usage"].get("completion_tokens") or 0)
-                if not rec.prompt_tokens:  # a text or chat prompt: only the server knows its tokens
-                    rec.prompt_tokens = int(doc["usage"].get("prompt_tokens") or 0)
-                continue
-            now = time.monotonic()
-            for ch in doc.get("choices") or ():
-                if _chunk_text(ch):
-                    if rec.first_token is None:
-                        rec.first_token = now
-                    rec.token_times.append(now)
-                if ch.get("finish_reason"):
-                    rec.finish = ch["finish_reason"]
+        usage_tokens, done = await _read_events(r, rec)
         rec.end = time.monotonic()
         rec.tokens = usage_tokens if usage_tokens is not None else len(rec.token_times)
-        if rec.outcome is RequestOutcome.DEVICE_ERROR:
-            return
-        if not done:
-            rec.outcome, rec.error = RequestOutcome.TRANSPORT, "the stream ended without [DONE]"
-        elif rec.finish in ("stop", "length"):
-            rec.outcome = RequestOutcome.OK
-        elif rec.finish == "cancelled":
-            rec.outcome = RequestOutcome.CANCELLED
-        else:
-            rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, f"finish_reason {rec.finish!r}"
+        if rec.outcome is not RequestOutcome.DEVICE_ERROR:
+            _settle(rec, done)
+
+
+def _refused(rec: RequestRecord, status: int, raw: bytes) -> None:
+    """A response other than 200: its error code and message (the OpenAI error body), else its first bytes."""
+    code = None
+    try:
+        err = json.loads(raw)["error"]
+        code, rec.error = err.get("code"), err.get("message")
+    except (ValueError, KeyError, TypeError):
+        rec.error = raw[:200].decode(errors="replace")
+    rec.outcome, rec.end = outcome_of_status(status, code), time.monotonic()
+
+
+async def _read_events(r: httpx.Response, rec: RequestRecord) -> tuple[int | None, bool]:
+    """Read the server-sent events into ``rec`` (token times, finish reason, an error event): the completion
+    tokens the usage chunk counted (None without one), and whether the stream ended with ``[DONE]``."""
+    error_event = False
+    usage_tokens: int | None = None
+    async for line in r.aiter_lines():
+        if line.startswith("event: error"):
+            error_event = True
+            continue
+        if not line.startswith("data: "):
+            continue
+        data = line[6:]
+        if data == "[DONE]":
+            return usage_tokens, True
+        doc = json.loads(data)
+        if error_event:
+            rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, (doc.get("error") or {}).get("message")
+            break
+        if doc.get("usage") and not doc.get("choices"):
+            usage_tokens = int(doc["usage"].get("completion_tokens") or 0)
+            if not rec.prompt_tokens:  # a text or chat prompt: only the server knows its tokens
+                rec.prompt_tokens = int(doc["usage"].get("prompt_tokens") or 0)
+            continue
+        _chunk(rec, doc.get("choices") or (), time.monotonic())
+    return usage_tokens, False
+
+
+def _chunk(rec: RequestRecord, choices: Sequence[Mapping[str, Any]], now: float) -> None:
+    for ch in choices:
+        if _chunk_text(ch):
+            if rec.first_token is None:
+                rec.first_token = now
+            rec.token_times.append(now)
+        if ch.get("finish_reason"):
+            rec.finish = ch["finish_reason"]
+
+
+def _settle(rec: RequestRecord, done: bool) -> None:
+    """The outcome of a stream that ended (``done``: with ``[DONE]``) by its finish reason."""
+    if not done:
+        rec.outcome, rec.error = RequestOutcome.TRANSPORT, "the stream ended without [DONE]"
+    elif rec.finish in ("stop", "length"):
+        rec.outcome = RequestOutcome.OK
+    elif rec.finish == "cancelled":
+        rec.outcome = RequestOutcome.CANCELLED
+    else:
+        rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, f"finish_reason {rec.finish!r}"
 
 
 def run_phase(

@@ -18,6 +18,7 @@ from typing import Any
 from calctl.errors import CheckFailed, UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult
+from calctl.runners.bench.batch_fault import free_kv_sequences
 from calctl.runners.bench.isolation.judge import IsolationReference, Judged, Observation, SideState, judge_run
 from calctl.runners.bench.isolation.plan import (
     G2_MIN_REQUESTS,
@@ -50,25 +51,6 @@ Golden = dict[str, tuple[tuple[int, ...], list[int]]]
 # What the device and the engine hold, read before and after the run
 
 
-def _free_sequences(rt: Any, alias: str, limit: int = 1 << 16) -> int | None:
-    """How many more KV sequences the runtime would allocate for ``alias`` (None: it cannot tell)."""
-    try:
-        if not rt.kv.can_allocate(alias, 0):
-            return 0
-        lo, hi = 0, 1
-        while hi <= limit and rt.kv.can_allocate(alias, hi):
-            lo, hi = hi, hi * 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if rt.kv.can_allocate(alias, mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo
-    except (RuntimeLayerError, NotImplementedError):
-        return None
-
-
 def _side_state(sup: DeviceSupervisor, alias: str) -> SideState:
     w = sup.cores[alias]
     snap = w.snapshot()
@@ -78,7 +60,7 @@ def _side_state(sup: DeviceSupervisor, alias: str) -> SideState:
         int(snap.kv_used_tokens),
         int(snap.inflight_jobs),
         int(snap.quarantined_jobs),
-        _free_sequences(sup.rt, alias),
+        free_kv_sequences(sup.rt, alias),
     )
 
 
