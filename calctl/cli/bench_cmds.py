@@ -188,10 +188,10 @@ def bench(
     Exit 0 gates pass (or only measured, or G2 GO), 1 a gate failed (named), fault isolation F0 or G2 NO-GO, 2 usage
     (also: server unreachable), 3 device error.
     """
+    from calctl.loadgen.metrics import Slo
+    from calctl.loadgen.workload import LengthDist, TokenRange
     from calctl.runners.bench.base import BenchOptions, Mode
-    from calctl.runners.bench.metrics import Slo
     from calctl.runners.bench.scenarios import check_options, choose
-    from calctl.runners.bench.workload import LengthDist, TokenRange
 
     given = {
         option
@@ -212,7 +212,7 @@ def bench(
     check_options(chosen, given)
     spec = None if chosen.needs_url else dev.spec()
     package, trust = (None, None) if chosen.needs_url else _package(chosen, pkg, dev)
-    from calctl.runners.bench.dataset import load_dataset
+    from calctl.loadgen.dataset import load_dataset
     from calctl.runners.bench.sweep import parse_levels
 
     opts = BenchOptions(

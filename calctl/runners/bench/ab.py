@@ -35,18 +35,9 @@ import numpy as np
 from calctl.checks import host
 from calctl.checks.stats import Percentiles
 from calctl.errors import UsageError
-from calctl.runners.bench import gates as G
-from calctl.runners.bench.base import (
-    BenchOptions,
-    Mode,
-    ScenarioInterrupted,
-    ScenarioResult,
-    Table,
-    interrupted_note,
-)
-from calctl.runners.bench.dataset import dataset_workload
-from calctl.runners.bench.http import HttpTarget, PhaseResult, device_trace, run_phase, served_models
-from calctl.runners.bench.metrics import (
+from calctl.loadgen.dataset import dataset_workload
+from calctl.loadgen.http import HttpTarget, PhaseResult, device_trace, run_phase, served_models
+from calctl.loadgen.metrics import (
     Comparison,
     ModelStats,
     compare,
@@ -56,8 +47,17 @@ from calctl.runners.bench.metrics import (
     summarize,
     window_rates,
 )
+from calctl.loadgen.workload import LengthDist, PlannedRequest, build_workload, offered_tokens
+from calctl.runners.bench import gates as G
+from calctl.runners.bench.base import (
+    BenchOptions,
+    Mode,
+    ScenarioInterrupted,
+    ScenarioResult,
+    Table,
+    interrupted_note,
+)
 from calctl.runners.bench.plot import BarGroup, plot_ab, plot_pairs
-from calctl.runners.bench.workload import LengthDist, PlannedRequest, build_workload, offered_tokens
 from calctl.runners.overlap import Interval, joint_share_in
 
 Log = Callable[[str], None]

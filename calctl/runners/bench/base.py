@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from calctl.errors import Interrupted, interrupt_reason
-from calctl.runners.bench.dataset import Dataset
+from calctl.loadgen.dataset import Dataset
+from calctl.loadgen.metrics import Slo
+from calctl.loadgen.workload import LengthDist, TokenRange
 from calctl.runners.bench.gates import Gate
-from calctl.runners.bench.metrics import Slo
-from calctl.runners.bench.workload import LengthDist, TokenRange
 from calctl.runners.device import DeviceSpec
 from calctl.signing.policy import TrustPolicy
 

@@ -47,6 +47,7 @@ import numpy as np
 from calctl.checks import host
 from calctl.checks.stats import bootstrap, percentiles
 from calctl.errors import UsageError
+from calctl.loadgen.client import RequestRecord
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import (
     BenchOptions,
@@ -63,7 +64,7 @@ from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
 from calctl.runners.device import DeviceSpec
 from calctl.runners.plotting import device_label, pyplot, save
 from calctl.runners.serving_stack import ServingStack
-from calctl.runners.traffic import ClientPlan, RequestRecord, TokenTap, drive_engine_request
+from calctl.runners.traffic import ClientPlan, TokenTap, drive_engine_request
 from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.intervals import union
 from calctl.runtime.mock.faults import FaultRule

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from calctl.checks.stats import decide
-from calctl.runners.bench.metrics import Comparison, ModelStats, degradation, refused_all, saturated
+from calctl.loadgen.metrics import Comparison, ModelStats, degradation, refused_all, saturated
 from calctl.runners.overlap import TRACE_OVERLAP_GATE
 
 EFFICIENCY_GATE = 0.80

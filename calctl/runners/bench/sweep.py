@@ -1,8 +1,8 @@
 """``calctl bench --sweep concurrency|rate``: one model's load swept up a ladder of levels, and its knee.
 
 What ``genai-perf`` and ``perf_analyzer`` call a concurrency (or request-rate) sweep, over the same HTTP client
-as the A/B bench (:mod:`calctl.runners.bench.http`) and the same per-phase figures
-(:func:`calctl.runners.bench.metrics.summarize`): for each level, one phase of ``--duration`` seconds,
+as the A/B bench (:mod:`calctl.loadgen.http`) and the same per-phase figures
+(:func:`calctl.loadgen.metrics.summarize`): for each level, one phase of ``--duration`` seconds,
 
 * ``concurrency``: a closed loop of N clients (``--max-concurrency`` N, every request sent as soon as a slot
   frees), N from ``--sweep-levels`` (default 1, 2, 4, 8, 16, 32);
@@ -34,11 +34,11 @@ from typing import Any
 
 from calctl.checks import host
 from calctl.errors import UsageError
+from calctl.loadgen.http import HttpTarget, run_phase, served_models
+from calctl.loadgen.metrics import REFUSALS, ModelStats, refused_all, summarize
+from calctl.loadgen.workload import PlannedRequest, build_workload, offered_tokens
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table, ms_cell
 from calctl.runners.bench.gates import MIN_SAMPLES as GATE_SAMPLES
-from calctl.runners.bench.http import HttpTarget, run_phase, served_models
-from calctl.runners.bench.metrics import REFUSALS, ModelStats, refused_all, summarize
-from calctl.runners.bench.workload import PlannedRequest, build_workload, offered_tokens
 from calctl.runners.plotting import device_label, pyplot, save
 
 Log = Callable[[str], None]
@@ -209,7 +209,7 @@ def _workload(opts: BenchOptions, sweep: str, level: float) -> list[PlannedReque
     could run: ``max_requests``. Rate: arrivals at ``level`` requests/s."""
     rate = opts.rate if sweep == "concurrency" else level
     if opts.dataset is not None:
-        from calctl.runners.bench.dataset import dataset_workload
+        from calctl.loadgen.dataset import dataset_workload
 
         planned = dataset_workload(
             opts.dataset,

@@ -1,4 +1,4 @@
-"""The bench's HTTP side: open-loop phases of streaming ``/v1/completions`` requests (httpx).
+"""The load generator's HTTP side: open-loop phases of streaming ``/v1/completions`` requests (httpx).
 
 Each request is ``POST /v1/completions`` with the prompt as token ids,
 ``max_tokens``, ``stream: true`` and ``stream_options.include_usage`` (so the
@@ -7,7 +7,7 @@ on the client's monotonic clock: sent, first SSE chunk carrying text (TTFT),
 every later text chunk (ITL), the end. An ``event: error`` after the first byte
 is a device error; a stream that ends without ``[DONE]`` is a transport error;
 a 4xx/5xx status is classed by status and OpenAI error code
-(:func:`~calctl.runners.traffic.outcome_of_status`).
+(:func:`~calctl.loadgen.client.outcome_of_status`).
 
 A phase sends every planned request at its arrival time, whatever the server is
 doing (open loop), and is bounded in time: requests still open ``grace_s``
@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 
 from calctl.errors import UsageError
-from calctl.runners.bench.workload import PlannedRequest
-from calctl.runners.traffic import RequestOutcome, RequestRecord, outcome_of_status, signals_held
+from calctl.loadgen.client import RequestOutcome, RequestRecord, outcome_of_status, signals_held
+from calctl.loadgen.workload import PlannedRequest
 
 
 @dataclass(frozen=True)
