@@ -18,6 +18,7 @@ Nothing here computes statistics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -28,7 +29,8 @@ import httpx
 
 from calctl.errors import UsageError
 from calctl.loadgen.client import RequestOutcome, RequestRecord, outcome_of_status, signals_held
-from calctl.loadgen.workload import PlannedRequest
+from calctl.loadgen.metrics import ModelStats, Slo, summarize
+from calctl.loadgen.workload import PlannedRequest, offered_tokens
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,18 @@ class PhaseResult:
     def of(self, alias: str) -> list[RequestRecord]:
         return [r for r in self.records if r.alias == alias]
 
+    def stats(self, alias: str, workload: Sequence[PlannedRequest], *, slo: Slo, duration_s: float) -> ModelStats:
+        """``alias``'s figures in this phase (:func:`~calctl.loadgen.metrics.summarize`), against the tokens its
+        ``workload`` offered over ``duration_s``."""
+        return summarize(
+            alias,
+            self.of(alias),
+            t0=self.t0,
+            slo=slo,
+            duration_s=duration_s,
+            offered_tokens=offered_tokens(workload),
+        )
+
 
 async def _one(
     client: httpx.AsyncClient,
@@ -118,45 +132,31 @@ async def _one(
     slots: asyncio.Semaphore | None = None,
     send_until: float | None = None,
 ) -> None:
+    """Send ``req`` at its arrival time (``t0`` + its offset) and record it in ``rec_out``; with ``slots``
+    (--max-concurrency) only once one of the N slots is free, and not at all after ``send_until``."""
     delay = t0 + req.offset_s - time.monotonic()
     if delay > 0:
         await asyncio.sleep(delay)
-    if slots is None:
-        await _send(client, target, alias, kind, req, seed, t0, rec_out)
-        return
-    async with slots:  # --max-concurrency: wait for one of the N slots (vLLM's semaphore)
+    async with slots if slots is not None else contextlib.nullcontext():  # vLLM's semaphore
         if send_until is not None and time.monotonic() >= send_until:
             return  # the phase's sending time is over: never sent, never recorded
-        await _send(client, target, alias, kind, req, seed, t0, rec_out)
-
-
-async def _send(
-    client: httpx.AsyncClient,
-    target: HttpTarget,
-    alias: str,
-    kind: str,
-    req: PlannedRequest,
-    seed: int,
-    t0: float,
-    rec_out: list[RequestRecord],
-) -> None:
-    rec = RequestRecord(alias, kind, time.monotonic(), len(req.prompt_ids), req.max_tokens, scheduled=t0 + req.offset_s)
-    rec_out.append(rec)
-    path, body = request_body(alias, req, target.temperature, seed)
-    try:
-        await asyncio.wait_for(_stream(client, target, path, body, rec), target.request_timeout_s)
-    except asyncio.TimeoutError:
-        rec.outcome, rec.end, rec.error = (
-            RequestOutcome.TIMEOUT,
-            time.monotonic(),
-            f"no end within {target.request_timeout_s:g} s",
+        rec = RequestRecord(
+            alias, kind, time.monotonic(), len(req.prompt_ids), req.max_tokens, scheduled=t0 + req.offset_s
         )
-    except httpx.HTTPError as exc:
-        rec.outcome, rec.end, rec.error = RequestOutcome.TRANSPORT, time.monotonic(), f"{type(exc).__name__}: {exc}"
-    except asyncio.CancelledError:
-        if rec.end is None:
-            rec.outcome, rec.end, rec.error = RequestOutcome.TIMEOUT, time.monotonic(), "the phase ended first"
-        raise
+        rec_out.append(rec)
+        path, body = request_body(alias, req, target.temperature, seed)
+        try:
+            await asyncio.wait_for(_stream(client, target, path, body, rec), target.request_timeout_s)
+        except asyncio.TimeoutError:
+            rec.outcome, rec.end = RequestOutcome.TIMEOUT, time.monotonic()
+            rec.error = f"no end within {target.request_timeout_s:g} s"
+        except httpx.HTTPError as exc:
+            rec.outcome, rec.end = RequestOutcome.TRANSPORT, time.monotonic()
+            rec.error = f"{type(exc).__name__}: {exc}"
+        except asyncio.CancelledError:
+            if rec.end is None:
+                rec.outcome, rec.end, rec.error = RequestOutcome.TIMEOUT, time.monotonic(), "the phase ended first"
+            raise
 
 
 def request_body(alias: str, req: PlannedRequest, temperature: float, seed: int) -> tuple[str, dict[str, Any]]:

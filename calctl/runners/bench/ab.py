@@ -44,10 +44,9 @@ from calctl.loadgen.metrics import (
     default_window,
     refused_all,
     saturated,
-    summarize,
     window_rates,
 )
-from calctl.loadgen.workload import LengthDist, PlannedRequest, build_workload, offered_tokens
+from calctl.loadgen.workload import LengthDist, PlannedRequest, build_workload
 from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import (
     BenchOptions,
@@ -138,14 +137,7 @@ def _phase(
 
 
 def _summary(opts: BenchOptions, alias: str, phase: PhaseResult, workload: Sequence[PlannedRequest]) -> ModelStats:
-    return summarize(
-        alias,
-        phase.of(alias),
-        t0=phase.t0,
-        slo=opts.slo,
-        duration_s=opts.duration_s,
-        offered_tokens=offered_tokens(workload),
-    )
+    return phase.stats(alias, workload, slo=opts.slo, duration_s=opts.duration_s)
 
 
 def _pn(p: Percentiles, *keys: str) -> str:

@@ -71,38 +71,60 @@ HOW_ON_BOARD = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class KvAtRest:
-    """What the engine and the device hold for one alias, read when nothing should be held."""
+    """What the engine and the device hold for one alias, read when nothing should be held (batch's KV fault
+    phase, isolation's end-of-run check; isolation's report ``kv`` keys are these field names)."""
 
-    lanes: dict[str, int]
-    reserved_tokens: int
-    used_tokens: int
-    inflight: int
-    quarantined: int
-    device_free_sequences: int | None
+    kv_lanes: dict[str, int]
+    kv_reserved_tokens: int
+    kv_used_tokens: int
+    inflight_jobs: int
+    quarantined_jobs: int
+    device_free_kv_sequences: int | None
 
-    def problems_against(self, before: KvAtRest) -> list[str]:
+    @classmethod
+    def read(cls, stack: ServingStack, alias: str) -> KvAtRest:
+        snap = stack.core(alias).snapshot()
+        return cls(
+            dict(snap.kv_lanes),
+            int(snap.kv_reserved_tokens),
+            int(snap.kv_used_tokens),
+            int(snap.inflight_jobs),
+            int(snap.quarantined_jobs),
+            free_kv_sequences(stack.rt, alias),
+        )
+
+    def problems_against(self, before: KvAtRest, *, since: str, free_lanes: str = "free KV lanes") -> list[str]:
+        """What is not back where it was ``before`` (``since``: "the fault", "the run")."""
         out = []
-        held = {k: v for k, v in self.lanes.items() if k != KvState.FREE.value and v}
+        free = KvState.FREE.value
+        held = {k: v for k, v in self.kv_lanes.items() if k != free and v}
         if held:
             out.append(f"KV lanes not free: {held}")
-        if self.reserved_tokens or self.used_tokens:
-            out.append(f"{self.reserved_tokens} reserved and {self.used_tokens} used KV tokens left")
-        if self.inflight or self.quarantined:
-            out.append(f"{self.inflight} job(s) in flight, {self.quarantined} quarantined")
-        free = KvState.FREE.value
-        if self.lanes.get(free, 0) != before.lanes.get(free, 0):
-            out.append(f"{self.lanes.get(free, 0)} free KV lanes, {before.lanes.get(free, 0)} before the fault")
-        if self.device_free_sequences != before.device_free_sequences:
+        if self.kv_reserved_tokens or self.kv_used_tokens:
+            out.append(f"{self.kv_reserved_tokens} reserved and {self.kv_used_tokens} used KV tokens left")
+        if self.inflight_jobs or self.quarantined_jobs:
+            out.append(f"{self.inflight_jobs} job(s) in flight, {self.quarantined_jobs} quarantined")
+        if self.kv_lanes.get(free, 0) != before.kv_lanes.get(free, 0):
+            out.append(f"{self.kv_lanes.get(free, 0)} {free_lanes}, {before.kv_lanes.get(free, 0)} before {since}")
+        if self.device_free_kv_sequences != before.device_free_kv_sequences:
             out.append(
-                f"the device allocates {self.device_free_sequences} more KV sequences, "
-                f"{before.device_free_sequences} before the fault"
+                f"the device allocates {self.device_free_kv_sequences} more KV sequences, "
+                f"{before.device_free_kv_sequences} before {since}"
             )
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The batch report's ``kv_before`` / ``kv_after``."""
+        return {
+            "lanes": self.kv_lanes,
+            "reserved_tokens": self.kv_reserved_tokens,
+            "used_tokens": self.kv_used_tokens,
+            "inflight": self.inflight_jobs,
+            "quarantined": self.quarantined_jobs,
+            "device_free_sequences": self.device_free_kv_sequences,
+        }
 
 
 @dataclass
@@ -169,18 +191,6 @@ def free_kv_sequences(rt: Any, alias: str, limit: int = 1 << 16) -> int | None:
         return lo
     except (RuntimeLayerError, NotImplementedError):
         return None
-
-
-def _at_rest(stack: ServingStack, alias: str) -> KvAtRest:
-    snap = stack.core(alias).snapshot()
-    return KvAtRest(
-        dict(snap.kv_lanes),
-        int(snap.kv_reserved_tokens),
-        int(snap.kv_used_tokens),
-        int(snap.inflight_jobs),
-        int(snap.quarantined_jobs),
-        free_kv_sequences(stack.rt, alias),
-    )
 
 
 @dataclass
@@ -303,7 +313,7 @@ def run_kv_fault(
             stack.start(package)
             core = stack.core(alias)
             graph = core.model.decode.name
-            before = _at_rest(stack, alias)
+            before = KvAtRest.read(stack, alias)
             ph.kv_before = before.to_dict()
             scope = _scope(rt)
             seen = len(rt.injected_faults())
@@ -324,7 +334,7 @@ def run_kv_fault(
             second = stack.loop.submit(_send(stack, later, timeout_s)).result(timeout_s + 30) if ph.ready_after else []
             if ph.ready_after:
                 stack.wait_settled(30.0)
-            after = _at_rest(stack, alias)
+            after = KvAtRest.read(stack, alias)
             ph.kv_after = after.to_dict()
             ph.faulted_lanes = _lanes_of(first) if fired else None
     ph.during, ph.later = _outcomes(first), _outcomes(second)
@@ -333,7 +343,7 @@ def run_kv_fault(
     for r in [*first, *second]:
         if r.result.record.ok and list(r.result.token_ids) != list(reference.get(source[r.request_id], [])):
             ph.mismatches.append(f"{r.request_id}: tokens differ from the B1 reference's for the same prompt")
-    ph.problems = _problems(ph, first, second, settled, after.problems_against(before))
+    ph.problems = _problems(ph, first, second, settled, after.problems_against(before, since="the fault"))
     ph.seconds = round(time.monotonic() - t0, 3)
     return ph
 
@@ -390,6 +400,7 @@ __all__ = [
     "FAULT_JOB",
     "HOW_ON_BOARD",
     "NOT_ON_BOARD",
+    "KvAtRest",
     "KvFaultPhase",
     "free_kv_sequences",
     "not_measured",

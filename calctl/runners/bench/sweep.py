@@ -35,8 +35,8 @@ from typing import Any
 from calctl.checks import host
 from calctl.errors import UsageError
 from calctl.loadgen.http import HttpTarget, run_phase, served_models
-from calctl.loadgen.metrics import REFUSALS, ModelStats, refused_all, summarize
-from calctl.loadgen.workload import PlannedRequest, build_workload, offered_tokens
+from calctl.loadgen.metrics import REFUSALS, ModelStats, refused_all
+from calctl.loadgen.workload import PlannedRequest, build_workload
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table, ms_cell
 from calctl.runners.bench.gates import MIN_SAMPLES as GATE_SAMPLES
 from calctl.runners.plotting import device_label, pyplot, save
@@ -278,14 +278,7 @@ def run_sweep(opts: BenchOptions, log: Log) -> ScenarioResult:
             seed=opts.seed,
             max_concurrency=cap,
         )
-        stats = summarize(
-            alias,
-            phase.of(alias),
-            t0=phase.t0,
-            slo=opts.slo,
-            duration_s=opts.duration_s,
-            offered_tokens=offered_tokens(planned),
-        )
+        stats = phase.stats(alias, planned, slo=opts.slo, duration_s=opts.duration_s)
         levels.append(SweepLevel(level, stats, len(planned), (load0, host.load_now())))
         log(
             f"    {stats.succeeded}/{stats.requests} succeeded, {stats.tokens_per_s or 0:.1f} tokens/s, "

@@ -87,7 +87,7 @@ class _Run:
         alias waits for an operator's load or reload, never recovers by itself: docs/serve.md)."""
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
-            if all(w.is_ready() for w in self.sup.cores.values()):
+            if all(self.stack.core(a).is_ready() for a in self.stack.aliases):
                 return True
             if self.failed_aliases():
                 return False
@@ -95,13 +95,13 @@ class _Run:
         return False
 
     def failed_aliases(self) -> list[str]:
-        return [a for a, w in self.sup.cores.items() if w.state is ModelState.FAILED]
+        return [a for a in self.stack.aliases if self.stack.core(a).state is ModelState.FAILED]
 
     def busy_retries(self) -> int:
         return self.stack.batch_counters(self.a).submit_busy_retries
 
     def a_decode_graph(self) -> str:
-        return self.sup.cores[self.a].model.decode.name
+        return self.stack.core(self.a).model.decode.name
 
     def a_jobs_since(self, since_ns: int) -> int:
         return sum(1 for e in self.rt.trace(since_ns=since_ns) if e.model == self.a)
@@ -263,7 +263,7 @@ class _Run:
 
     def _wait_running(self, alias: str, timeout_s: float = 10.0) -> None:
         end = time.monotonic() + timeout_s
-        w = self.sup.cores[alias]
+        w = self.stack.core(alias)
         while w.inflight() == 0 and time.monotonic() < end:
             time.sleep(0.005)
 

@@ -18,8 +18,8 @@ from typing import Any
 from calctl.errors import CheckFailed, UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult
-from calctl.runners.bench.batch_fault import free_kv_sequences
-from calctl.runners.bench.isolation.judge import IsolationReference, Judged, Observation, SideState, judge_run
+from calctl.runners.bench.batch_fault import KvAtRest
+from calctl.runners.bench.isolation.judge import IsolationReference, Judged, Observation, judge_run
 from calctl.runners.bench.isolation.plan import (
     G2_MIN_REQUESTS,
     ISOLATION_TIME_SCALE,
@@ -37,7 +37,7 @@ from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TokenTa
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.runtime.interface import FaultInjecting
 from calctl.serving.config import default_scheduler_config
-from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine import ServingEngine, SupervisorOptions
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 from calctl.serving.record_sink import RECORDS_FILE, RecordSink
@@ -49,19 +49,6 @@ Golden = dict[str, tuple[tuple[int, ...], list[int]]]
 
 # ---------------------------------------------------------------------------
 # What the device and the engine hold, read before and after the run
-
-
-def _side_state(sup: DeviceSupervisor, alias: str) -> SideState:
-    w = sup.cores[alias]
-    snap = w.snapshot()
-    return SideState(
-        dict(snap.kv_lanes),
-        int(snap.kv_reserved_tokens),
-        int(snap.kv_used_tokens),
-        int(snap.inflight_jobs),
-        int(snap.quarantined_jobs),
-        free_kv_sequences(sup.rt, alias),
-    )
 
 
 def _memory(rt: Any) -> dict[int, int | None]:
@@ -140,12 +127,12 @@ class _IsolationRun:
         self._serial_golden(loop, submit, golden)
         stack.wait_settled(SETTLE_TIMEOUT_S)
         obs.seconds["serial_golden"] = time.monotonic() - t_golden
-        obs.before = {s.alias: _side_state(sup, s.alias) for s in obs.replica.sides}
+        obs.before = {s.alias: KvAtRest.read(stack, s.alias) for s in obs.replica.sides}
         obs.mem_before = _memory(rt)
         results = self._concurrent(loop, submit)
         # A fault's recovery (reset, golden, warm-up) ends before the KV and the recoveries are read.
         obs.drained = stack.wait_settled(SETTLE_TIMEOUT_S)
-        self._after(sup, rt, since, recoveries0)
+        self._after(stack, since, recoveries0)
         obs.judged = [
             Judged(
                 p,
@@ -219,9 +206,9 @@ class _IsolationRun:
         obs.seconds["serve"] = obs.wall_s
         return results
 
-    def _after(self, sup: DeviceSupervisor, rt: Any, since: int, recoveries0: int) -> None:
+    def _after(self, stack: ServingStack, since: int, recoveries0: int) -> None:
         """What the run left: generations after any reset, KV and memory, the trace, the faults that fired."""
-        obs = self.obs
+        obs, sup, rt = self.obs, stack.sup, stack.rt
         # A reset during the run (a fault) republishes the aliases under a new generation: those count as theirs.
         for rec in sup.recoveries[recoveries0:]:
             obs.recoveries.append(
@@ -235,9 +222,9 @@ class _IsolationRun:
             )
             for alias, gen in rec.generations.items():
                 obs.generations.setdefault(alias, set()).add(gen)
-        for alias, w in sup.cores.items():
-            obs.generations[alias].add(w.generation)
-        obs.after = {s.alias: _side_state(sup, s.alias) for s in obs.replica.sides}
+        for alias, gen in stack.generations().items():
+            obs.generations[alias].add(gen)
+        obs.after = {s.alias: KvAtRest.read(stack, s.alias) for s in obs.replica.sides}
         obs.mem_after = _memory(rt)
         with contextlib.suppress(RuntimeLayerError):
             obs.events = rt.trace(since_ns=since)
