@@ -39,22 +39,10 @@ if TYPE_CHECKING:
     from calctl.signing.policy import TrustPolicy
 
 
-class ModeOpt(str, enum.Enum):
-    isolated = "isolated"
-    joint = "joint"
-    all = "all"
-
-
-class SweepOpt(str, enum.Enum):
-    concurrency = "concurrency"
-    rate = "rate"
-
-
-class TargetDeviceOpt(str, enum.Enum):
-    unknown = "unknown"
-    mock = "mock"
-    calrt = "calrt"
-
+# The choices of --mode, --sweep and --target-device (str enums: Typer lists their values in --help).
+ModeOpt = enum.Enum("ModeOpt", {"isolated": "isolated", "joint": "joint", "all": "all"}, type=str)
+SweepOpt = enum.Enum("SweepOpt", {"concurrency": "concurrency", "rate": "rate"}, type=str)
+TargetDeviceOpt = enum.Enum("TargetDeviceOpt", {"unknown": "unknown", "mock": "mock", "calrt": "calrt"}, type=str)
 
 # The options of ``calctl bench`` (docs/bench.md).
 PkgOpt = Annotated[

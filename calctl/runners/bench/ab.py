@@ -51,6 +51,7 @@ from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import (
     BenchOptions,
     Mode,
+    Scenario,
     ScenarioInterrupted,
     ScenarioResult,
     Table,
@@ -630,4 +631,30 @@ def _interference_pairs(
     return gates
 
 
-__all__ = ["PAIRS", "run_ab", "run_interference"]
+AB = Scenario(
+    "ab",
+    "A and B isolated and/or joint per --mode; 001 §13.2 overlap, efficiency, P99 and B-success gates",
+    run_ab,
+    needs_url=True,
+    options=(
+        "--url",
+        "--models",
+        "--mode",
+        "--rate",
+        "--duration",
+        "--burstiness",
+        "--prompt-len",
+        "--output-len",
+        "--slo-ttft",
+        "--slo-tpot",
+    ),
+)
+INTERFERENCE = Scenario(
+    "interference",
+    "the four prefill/decode pairs of 001 §9.4, each isolated vs joint",
+    run_interference,
+    needs_url=True,
+    options=("--url", "--models", "--rate", "--duration", "--burstiness"),
+)
+
+__all__ = ["AB", "INTERFERENCE", "PAIRS", "run_ab", "run_interference"]

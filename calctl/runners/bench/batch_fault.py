@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -116,15 +117,9 @@ class KvAtRest:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """The batch report's ``kv_before`` / ``kv_after``."""
-        return {
-            "lanes": self.kv_lanes,
-            "reserved_tokens": self.kv_reserved_tokens,
-            "used_tokens": self.kv_used_tokens,
-            "inflight": self.inflight_jobs,
-            "quarantined": self.quarantined_jobs,
-            "device_free_sequences": self.device_free_kv_sequences,
-        }
+        """The batch report's ``kv_before`` / ``kv_after`` (its own names for the fields, in their order)."""
+        names = ("lanes", "reserved_tokens", "used_tokens", "inflight", "quarantined", "device_free_sequences")
+        return dict(zip(names, dataclasses.astuple(self), strict=True))
 
 
 @dataclass

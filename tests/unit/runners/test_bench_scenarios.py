@@ -171,3 +171,51 @@ def test_the_bench_cli_names_no_scenario_in_its_code() -> None:
         if isinstance(side, ast.Constant) and side.value in names
     ]
     assert found == []
+
+
+def _bench_sources() -> list[Path]:
+    return [
+        ROOT / "cli" / "bench_cmds.py",
+        ROOT / "runners" / "traffic.py",
+        *sorted((ROOT / "runners" / "bench").rglob("*.py")),
+        *sorted((ROOT / "loadgen").rglob("*.py")),
+    ]
+
+
+def test_bench_functions_are_at_most_120_lines() -> None:
+    long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in _bench_sources()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > 120
+    ]
+    assert long == []
+
+
+def test_bench_functions_are_at_most_complexity_15() -> None:
+    """McCabe complexity by ruff's C901 (a development dependency)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--isolated",
+            "--select",
+            "C901",
+            "--config",
+            "lint.mccabe.max-complexity=15",
+            "--output-format",
+            "concise",
+            *map(str, _bench_sources()),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -41,13 +41,8 @@ class ModeCheck:
     detail: str
 
     def document(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "rule": self.rule,
-            **self.estimate.as_dict(),
-            "passed": self.passed,
-            "detail": self.detail,
-        }
+        head = {"name": self.name, "rule": self.rule}
+        return {**head, **self.estimate.as_dict(), "passed": self.passed, "detail": self.detail}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 from calctl.errors import UsageError
 from calctl.runners.bench.base import (
     BenchOptions,
+    Scenario,
     ScenarioInterrupted,
     ScenarioResult,
 )
@@ -398,3 +399,12 @@ def _reload_scope(res: dict[str, Any], *, touched_b: bool) -> str:
 
 def run_fault_isolation(opts: BenchOptions, log: Log) -> ScenarioResult:
     return _Run(opts, log).run()
+
+
+FAULT_ISOLATION = Scenario(
+    "fault-isolation",
+    "faults injected on A in-process on the mock, B measured throughout: F0/F1/F2 (001 §13.4)",
+    run_fault_isolation,
+    needs_url=False,
+    options=("PKG", "--models", "--time-scale", "--fault-plan"),
+)
