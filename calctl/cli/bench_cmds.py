@@ -255,7 +255,9 @@ def _package(chosen: Scenario, pkg: Path | None, dev: DeviceArgs) -> tuple[Path 
 
 def _run(chosen: Scenario, opts: BenchOptions) -> ScenarioResult:
     """The scenario's result; a SIGINT or SIGTERM (or a teardown error behind one) ends it INTERRUPTED with what
-    it had finished (exit 130). The one place ``calctl bench`` turns an interrupt into a report."""
+    it had finished (exit 130). The one place ``calctl bench`` turns an interrupt into a report, until the run
+    driver does it for every run (issue 48): it catches ``KeyboardInterrupt`` and an error behind one, never
+    ``BaseException``."""
     from calctl.runners.bench.base import interrupted_result
 
     try:

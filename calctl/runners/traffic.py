@@ -74,6 +74,23 @@ class TokenTap:
         self._stream.finish(reason)
 
 
+class TappedSubmit:
+    """A submit function whose streams remember the token ids they delivered (:class:`TokenTap`), by request id."""
+
+    def __init__(self, submit: Callable[[GenerationRequest], Any]) -> None:
+        self._submit = submit
+        self.taps: dict[str, TokenTap] = {}
+
+    def __call__(self, req: GenerationRequest) -> TokenTap:
+        tap = self.taps[req.request_id] = TokenTap(self._submit(req))
+        return tap
+
+    def tokens(self, request_id: str) -> list[int]:
+        """The token ids ``request_id``'s stream delivered ([] when it was never submitted)."""
+        tap = self.taps.get(request_id)
+        return tap.tokens if tap is not None else []
+
+
 class EngineLoop(Closes):
     """An asyncio event loop running in a daemon thread; the engine's streams post into it.
 
@@ -283,6 +300,7 @@ __all__ = [
     "EngineResult",
     "RequestOutcome",
     "RequestRecord",
+    "TappedSubmit",
     "drive_engine_request",
     "error_reason",
 ]

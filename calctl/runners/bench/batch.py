@@ -64,7 +64,7 @@ from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
 from calctl.runners.device import DeviceSpec
 from calctl.runners.plotting import device_label, pyplot, save
 from calctl.runners.serving_stack import ServingStack
-from calctl.runners.traffic import ClientPlan, TokenTap, drive_engine_request
+from calctl.runners.traffic import ClientPlan, TappedSubmit, drive_engine_request
 from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.intervals import union
 from calctl.runtime.mock.faults import FaultRule
@@ -224,13 +224,7 @@ def _pct_doc(p: Any) -> dict[str, Any]:
 async def _closed_loop(
     engine: ServingEngine, requests: Sequence[GenerationRequest], clients: int, timeout_s: float
 ) -> tuple[dict[str, RequestRecord], dict[str, list[int]]]:
-    taps: dict[str, TokenTap] = {}
-
-    def submit(req: GenerationRequest) -> TokenTap:
-        tap = TokenTap(engine.submit(req))
-        taps[req.request_id] = tap
-        return tap
-
+    submit = TappedSubmit(engine.submit)
     queue = list(reversed(requests))
     records: dict[str, RequestRecord] = {}
 
@@ -241,7 +235,7 @@ async def _closed_loop(
             records[req.request_id] = res.record
 
     await asyncio.gather(*(client() for _ in range(clients)))
-    return records, {rid: tap.tokens for rid, tap in taps.items()}
+    return records, {rid: tap.tokens for rid, tap in submit.taps.items()}
 
 
 def _config(alias: str, batch: int, requests: int) -> SchedulerConfig:

@@ -30,7 +30,7 @@ from calctl.runners.bench.executor_modes.render import plot_notes, scenario_resu
 from calctl.runners.device import DeviceSpec
 from calctl.runners.serving_stack import ServingStack
 from calctl.runners.trace import TraceSlice, plot_timeline, trace_slices, write_chrome_trace
-from calctl.runners.traffic import ClientPlan, TokenTap, drive_engine_request
+from calctl.runners.traffic import ClientPlan, TappedSubmit, drive_engine_request
 from calctl.runtime import Runtime, TraceEvent, open_runtime
 from calctl.runtime.intervals import intersections, union
 from calctl.runtime.mock.timing import TimingModel
@@ -217,13 +217,7 @@ async def _round(
     prompt: tuple[int, ...],
     opts: ExecutorModesOptions,
 ) -> ModeRound:
-    taps: dict[str, TokenTap] = {}
-
-    def submit(req: GenerationRequest) -> TokenTap:
-        tap = TokenTap(engine.submit(req))
-        taps[req.request_id] = tap
-        return tap
-
+    submit = TappedSubmit(engine.submit)
     reqs = [
         GenerationRequest(
             f"xm-{index}-{mode.value}-{i}",
@@ -242,7 +236,7 @@ async def _round(
         *(drive_engine_request(submit, r, ClientPlan("executor-modes"), timeout_s=opts.request_timeout_s) for r in reqs)
     )
     wall = time.monotonic() - t0
-    tokens = [taps[r.request_id].tokens if r.request_id in taps else [] for r in reqs]
+    tokens = [submit.tokens(r.request_id) for r in reqs]
     return ModeRound(mode, index, start_ns, wall, [res.record for res in results], tokens)
 
 

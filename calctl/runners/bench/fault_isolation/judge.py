@@ -3,6 +3,7 @@ of every recovery, and the grade (F0/F1/F2, 001 §13.4) with its table, picture 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,30 +59,38 @@ class _Judged:
     undecided: str | None  # "phase (why)": B's latency not judged and nothing else impacted B
 
 
-def _latency(ph: Phase, baseline: _Baseline, reasons: list[str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _BLatency:
+    """B's P99 job latency on the device's clock in one phase against the baseline's gate (``passed`` None:
+    not judged, ``why`` says why)."""
+
+    b_jobs: int
+    baseline_jobs: int
+    p99_s: float | None
+    gate_s: float | None
+    min_samples: int
+    passed: bool | None = None
+    why: str = ""
+
+    def document(self) -> dict[str, Any]:
+        return {"clock": "device", **dataclasses.asdict(self)}
+
+
+def _latency(ph: Phase, baseline: _Baseline, reasons: list[str]) -> _BLatency:
     """B's latency on the device's clock, by the decision rule: enough jobs in the baseline and the phase for a
     P99, and its CI on one side of the gate (a failed gate adds to ``reasons``). The host's E2E is reported,
     never judged."""
     need = MIN_SAMPLES["p99"]
     base, gate = baseline.phase, baseline.device_gate_s
-    latency: dict[str, Any] = {
-        "clock": "device",
-        "b_jobs": len(ph.b_device_s),
-        "baseline_jobs": len(base.b_device_s),
-        "p99_s": percentiles(ph.b_device_s).p99,
-        "gate_s": gate,
-        "min_samples": need,
-        "passed": None,
-        "why": "",
-    }
+    latency = _BLatency(len(ph.b_device_s), len(base.b_device_s), percentiles(ph.b_device_s).p99, gate, need)
     if ph.name == "baseline":
         return latency
     if gate is None or min(len(ph.b_device_s), len(base.b_device_s)) < need:
-        latency["why"] = (
+        why = (
             f"not judged: a P99 needs >= {need} B jobs in the baseline and the phase, "
             f"had {len(base.b_device_s)} and {len(ph.b_device_s)}"
         )
-        return latency
+        return dataclasses.replace(latency, why=why)
     d = decide(
         bootstrap(ph.b_device_s, lambda x: float(np.percentile(x, 99)), seed=7),
         gate,
@@ -90,13 +99,12 @@ def _latency(ph: Phase, baseline: _Baseline, reasons: list[str]) -> dict[str, An
         what="B P99 device job latency (s)",
         fmt=".4f",
     )
-    latency["passed"], latency["why"] = d.passed, d.why
     if d.passed is False:
         reasons.append(
-            f"B P99 job latency on the device {(latency['p99_s'] or 0) * 1e3:.1f} ms > gate {gate * 1e3:.1f} ms "
+            f"B P99 job latency on the device {(latency.p99_s or 0) * 1e3:.1f} ms > gate {gate * 1e3:.1f} ms "
             f"(baseline {(baseline.p99_device_s or 0) * 1e3:.1f} ms + 25 %): {d.why}"
         )
-    return latency
+    return dataclasses.replace(latency, passed=d.passed, why=d.why)
 
 
 def _judge_phase(ph: Phase, b_results: list[EngineResult], baseline: _Baseline) -> _Judged:
@@ -112,7 +120,7 @@ def _judge_phase(ph: Phase, b_results: list[EngineResult], baseline: _Baseline) 
         reasons.append(f"B lifecycle: {' -> '.join(e.split(' (')[0] for e in ph.b_events)}")
     latency = _latency(ph, baseline, reasons)
     undecided = (
-        f"{ph.name} ({latency['why']})" if ph.name != "baseline" and latency["passed"] is None and not reasons else None
+        f"{ph.name} ({latency.why})" if ph.name != "baseline" and latency.passed is None and not reasons else None
     )
     impacted = bool(reasons) and ph.name != "baseline"
     a_seen = _fmt_counts(_counts(r.record.outcome.value for r in ph.a_results)) or "no A request"
@@ -140,7 +148,7 @@ def _judge_phase(ph: Phase, b_results: list[EngineResult], baseline: _Baseline) 
         "b_outcomes": _counts(r.record.outcome.value for r in b),
         "b_p99_e2e_s": p99,
         "b_p99_e2e_note": "host clock (what B's clients waited, host overhead included): reported, never judged",
-        "b_latency": latency,
+        "b_latency": latency.document(),
         "b_lifecycle": ph.b_events,
         "b_impacted": impacted,
         "b_impact": reasons if impacted else [],

@@ -33,7 +33,7 @@ from calctl.runners.bench.isolation.plan import (
 from calctl.runners.bench.isolation.render import device_text, scenario_result
 from calctl.runners.device import DeviceSpec
 from calctl.runners.serving_stack import ServingStack
-from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TokenTap, drive_engine_request
+from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TappedSubmit, TokenTap, drive_engine_request
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.runtime.interface import FaultInjecting
 from calctl.serving.config import default_scheduler_config
@@ -117,11 +117,8 @@ class _IsolationRun:
         recoveries0 = len(sup.recoveries)
         since = time.monotonic_ns()
 
-        def submit(req: GenerationRequest) -> TokenTap:
-            tap = TokenTap(stack.engine.submit(req))
-            self.taps[req.request_id] = tap
-            return tap
-
+        submit = TappedSubmit(stack.engine.submit)
+        self.taps = submit.taps
         loop = stack.loop
         t_golden = time.monotonic()
         self._serial_golden(loop, submit, golden)
