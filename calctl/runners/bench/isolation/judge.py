@@ -19,8 +19,8 @@ import numpy as np
 
 from calctl.model import decoder
 from calctl.package.model import Package
-from calctl.runners.bench.batch_fault import KvAtRest
 from calctl.runners.bench.isolation.plan import CANCEL_KINDS, G2_MIN_REQUESTS, Planned, Replica, Side
+from calctl.runners.bench.kv_at_rest import KvAtRest
 from calctl.runners.device import DeviceSpec
 from calctl.runners.traffic import EngineResult
 from calctl.serving.outcomes import RequestOutcome

@@ -18,7 +18,6 @@ from typing import Any
 from calctl.errors import CheckFailed, UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult
-from calctl.runners.bench.batch_fault import KvAtRest
 from calctl.runners.bench.isolation.judge import IsolationReference, Judged, Observation, judge_run
 from calctl.runners.bench.isolation.plan import (
     G2_MIN_REQUESTS,
@@ -31,6 +30,7 @@ from calctl.runners.bench.isolation.plan import (
     plan_workload,
 )
 from calctl.runners.bench.isolation.render import device_text, scenario_result
+from calctl.runners.bench.kv_at_rest import KvAtRest
 from calctl.runners.device import DeviceSpec
 from calctl.runners.serving_stack import ServingStack
 from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TappedSubmit, TokenTap, drive_engine_request
