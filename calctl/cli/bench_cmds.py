@@ -13,7 +13,7 @@ import enum
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -32,124 +32,131 @@ from calctl.cli._options import (
 )
 from calctl.cli._output import TableJson
 from calctl.cli._signals import interrupt_behind, interruptible
-from calctl.errors import UsageError, interrupt_reason
 from calctl.records import write_json
 
-
-class ModeOpt(str, enum.Enum):
-    isolated = "isolated"
-    joint = "joint"
-    all = "all"
+if TYPE_CHECKING:
+    from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult
+    from calctl.signing.policy import TrustPolicy
 
 
-class SweepOpt(str, enum.Enum):
-    concurrency = "concurrency"
-    rate = "rate"
+# The choices of --mode, --sweep and --target-device (str enums: Typer lists their values in --help).
+ModeOpt = enum.Enum("ModeOpt", {"isolated": "isolated", "joint": "joint", "all": "all"}, type=str)
+SweepOpt = enum.Enum("SweepOpt", {"concurrency": "concurrency", "rate": "rate"}, type=str)
+TargetDeviceOpt = enum.Enum("TargetDeviceOpt", {"unknown": "unknown", "mock": "mock", "calrt": "calrt"}, type=str)
 
-
-class TargetDeviceOpt(str, enum.Enum):
-    unknown = "unknown"
-    mock = "mock"
-    calrt = "calrt"
+# The options of ``calctl bench`` (docs/bench.md).
+PkgOpt = Annotated[
+    Path | None,
+    typer.Argument(
+        help="In-process scenarios (fault-isolation, executor-modes, batch, isolation): package directory or "
+        ".tar; default the bundled combined sample (batch: a B1/B4/B8/B16 sample built in the report directory; "
+        "isolation: the bundled replica sample)."
+    ),
+]
+ScenarioOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scenario",
+        help="ab (default; --mode), interference (001 §9.4), fault-isolation (001 §13.4, in-process on the "
+        "mock), executor-modes (sync/async/pingpong, in-process; docs/executor.md), batch (B1 vs "
+        "B4/B8/B16, in-process; 000 §19 M3), isolation (G2 replica isolation, in-process; 001 §12 Phase 2), "
+        "sweep (chosen by --sweep); an unknown name lists them.",
+    ),
+]
+UrlOpt = Annotated[str | None, typer.Option("--url", help="The server to drive, e.g. http://127.0.0.1:8000.")]
+ModelsOpt = Annotated[
+    str | None, typer.Option("--models", help="A,B: the model aliases (B is measured against a saturated A).")
+]
+ModeOption = Annotated[
+    ModeOpt, typer.Option("--mode", help="isolated | joint | all (A alone, B alone, A+B, compared).")
+]
+RateOpt = Annotated[float, float_option("--rate", min=0.001, help="Requests per second per model (open loop).")]
+DurationOpt = Annotated[float, float_option("--duration", min=0.5, help="Seconds of arrivals per phase.")]
+BurstinessOpt = Annotated[
+    float, float_option("--burstiness", min=0.01, help="Gamma shape of the inter-arrival times; 1 = Poisson.")
+]
+PromptLenOpt = Annotated[str, typer.Option("--prompt-len", help="N | uniform:LO:HI | normal:MEAN:STD | choice:a,b")]
+OutputLenOpt = Annotated[str, typer.Option("--output-len", help="max_tokens distribution, same forms.")]
+SloTtftOpt = Annotated[float | None, float_option("--slo-ttft", min=0.0, help="TTFT SLO in seconds (goodput).")]
+SloTpotOpt = Annotated[float | None, float_option("--slo-tpot", min=0.0, help="TPOT SLO in seconds (goodput).")]
+DatasetOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--dataset",
+        help="Prompts from a local file instead of synthetic ids: JSONL of {prompt | messages, max_tokens?, "
+        "timestamp?} (a timed trace when every line has a timestamp) or a ShareGPT JSON array (docs/bench.md).",
+    ),
+]
+MaxConcurrencyOpt = Annotated[
+    int | None,
+    int_option("--max-concurrency", min=1, max=4096, help="At most N requests in flight per phase (others wait)."),
+]
+SweepOption = Annotated[
+    SweepOpt | None,
+    typer.Option("--sweep", help="concurrency | rate: one model (--models) up a ladder of levels; the knee."),
+]
+SweepLevelsOpt = Annotated[
+    str | None,
+    typer.Option("--sweep-levels", help="Comma-separated levels (default 1,2,4,8,16,32 or 0.5,1,2,4,8,16 req/s)."),
+]
+MaxRequestsOpt = Annotated[int, int_option("--max-requests", min=1, help="Cap per model and phase.")]
+RequestsOpt = Annotated[
+    int | None,
+    int_option(
+        "--requests",
+        help="isolation: requests of the concurrent run over both aliases (default 1000; 001 §13.1: >= 1000).",
+    ),
+]
+RequestTimeoutOpt = Annotated[float, float_option("--request-timeout", min=0.1, help="Seconds one request may take.")]
+WindowOpt = Annotated[
+    float | None,
+    float_option("--window", min=0.05, help="Steady-state window (s) for the CIs; default duration/10."),
+]
+TokenRangeOpt = Annotated[str, typer.Option("--token-range", help="LOW:HIGH prompt token ids.")]
+TemperatureOpt = Annotated[
+    float, float_option("--temperature", min=0.0, max=2.0, help="Sampling temperature of every request.")
+]
+ApiKeyOpt = Annotated[
+    str | None, typer.Option("--api-key", envvar="CALCTL_BENCH_API_KEY", help="Bearer key for the server.")
+]
+TargetDeviceOption = Annotated[
+    TargetDeviceOpt,
+    typer.Option("--target-device", help="What the server runs on, to label the report (docs/bench.md, mock results)."),
+]
+ReportOpt = Annotated[
+    Path | None,
+    report_dir_option("./calctl-reports/bench-<timestamp>", "bench-report.json and the scenario's picture"),
+]
 
 
 @device_options("time_scale", "fault_plan", time_scale=BENCH_TIME_SCALE_HELP)
 def bench(
-    pkg: Annotated[
-        Path | None,
-        typer.Argument(
-            help="In-process scenarios (fault-isolation, executor-modes, batch, isolation): package directory or "
-            ".tar; default the bundled combined sample (batch: a B1/B4/B8/B16 sample built in the report directory; "
-            "isolation: the bundled replica sample)."
-        ),
-    ] = None,
-    scenario: Annotated[
-        str | None,
-        typer.Option(
-            "--scenario",
-            help="ab (default; --mode), interference (001 §9.4), fault-isolation (001 §13.4, in-process on the "
-            "mock), executor-modes (sync/async/pingpong, in-process; docs/executor.md), batch (B1 vs "
-            "B4/B8/B16, in-process; 000 §19 M3), isolation (G2 replica isolation, in-process; 001 §12 Phase 2), "
-            "sweep (chosen by --sweep); an unknown name lists them.",
-        ),
-    ] = None,
-    url: Annotated[str | None, typer.Option("--url", help="The server to drive, e.g. http://127.0.0.1:8000.")] = None,
-    models: Annotated[
-        str | None, typer.Option("--models", help="A,B: the model aliases (B is measured against a saturated A).")
-    ] = None,
-    mode: Annotated[
-        ModeOpt, typer.Option("--mode", help="isolated | joint | all (A alone, B alone, A+B, compared).")
-    ] = ModeOpt.all,
-    rate: Annotated[float, float_option("--rate", min=0.001, help="Requests per second per model (open loop).")] = 4.0,
-    duration: Annotated[float, float_option("--duration", min=0.5, help="Seconds of arrivals per phase.")] = 10.0,
-    burstiness: Annotated[
-        float, float_option("--burstiness", min=0.01, help="Gamma shape of the inter-arrival times; 1 = Poisson.")
-    ] = 1.0,
-    prompt_len: Annotated[
-        str, typer.Option("--prompt-len", help="N | uniform:LO:HI | normal:MEAN:STD | choice:a,b")
-    ] = "uniform:8:64",
-    output_len: Annotated[
-        str, typer.Option("--output-len", help="max_tokens distribution, same forms.")
-    ] = "uniform:8:48",
-    slo_ttft: Annotated[
-        float | None, float_option("--slo-ttft", min=0.0, help="TTFT SLO in seconds (goodput).")
-    ] = None,
-    slo_tpot: Annotated[
-        float | None, float_option("--slo-tpot", min=0.0, help="TPOT SLO in seconds (goodput).")
-    ] = None,
-    dataset: Annotated[
-        Path | None,
-        typer.Option(
-            "--dataset",
-            help="Prompts from a local file instead of synthetic ids: JSONL of {prompt | messages, max_tokens?, "
-            "timestamp?} (a timed trace when every line has a timestamp) or a ShareGPT JSON array (docs/bench.md).",
-        ),
-    ] = None,
-    max_concurrency: Annotated[
-        int | None,
-        int_option("--max-concurrency", min=1, max=4096, help="At most N requests in flight per phase (others wait)."),
-    ] = None,
-    sweep: Annotated[
-        SweepOpt | None,
-        typer.Option("--sweep", help="concurrency | rate: one model (--models) up a ladder of levels; the knee."),
-    ] = None,
-    sweep_levels: Annotated[
-        str | None,
-        typer.Option("--sweep-levels", help="Comma-separated levels (default 1,2,4,8,16,32 or 0.5,1,2,4,8,16 req/s)."),
-    ] = None,
+    pkg: PkgOpt = None,
+    scenario: ScenarioOpt = None,
+    url: UrlOpt = None,
+    models: ModelsOpt = None,
+    mode: ModeOption = ModeOpt.all,
+    rate: RateOpt = 4.0,
+    duration: DurationOpt = 10.0,
+    burstiness: BurstinessOpt = 1.0,
+    prompt_len: PromptLenOpt = "uniform:8:64",
+    output_len: OutputLenOpt = "uniform:8:48",
+    slo_ttft: SloTtftOpt = None,
+    slo_tpot: SloTpotOpt = None,
+    dataset: DatasetOpt = None,
+    max_concurrency: MaxConcurrencyOpt = None,
+    sweep: SweepOption = None,
+    sweep_levels: SweepLevelsOpt = None,
     seed: SeedOpt = None,
-    max_requests: Annotated[int, int_option("--max-requests", min=1, help="Cap per model and phase.")] = 10000,
-    requests: Annotated[
-        int | None,
-        int_option(
-            "--requests",
-            help="isolation: requests of the concurrent run over both aliases (default 1000; 001 §13.1: >= 1000).",
-        ),
-    ] = None,
-    request_timeout: Annotated[
-        float, float_option("--request-timeout", min=0.1, help="Seconds one request may take.")
-    ] = 60.0,
-    window: Annotated[
-        float | None,
-        float_option("--window", min=0.05, help="Steady-state window (s) for the CIs; default duration/10."),
-    ] = None,
-    token_range: Annotated[str, typer.Option("--token-range", help="LOW:HIGH prompt token ids.")] = "3:256",
-    temperature: Annotated[
-        float, float_option("--temperature", min=0.0, max=2.0, help="Sampling temperature of every request.")
-    ] = 1.0,
-    api_key: Annotated[
-        str | None, typer.Option("--api-key", envvar="CALCTL_BENCH_API_KEY", help="Bearer key for the server.")
-    ] = None,
-    target_device: Annotated[
-        TargetDeviceOpt,
-        typer.Option(
-            "--target-device", help="What the server runs on, to label the report (docs/bench.md, mock results)."
-        ),
-    ] = TargetDeviceOpt.unknown,
-    report: Annotated[
-        Path | None,
-        report_dir_option("./calctl-reports/bench-<timestamp>", "bench-report.json and the scenario's picture"),
-    ] = None,
+    max_requests: MaxRequestsOpt = 10000,
+    requests: RequestsOpt = None,
+    request_timeout: RequestTimeoutOpt = 60.0,
+    window: WindowOpt = None,
+    token_range: TokenRangeOpt = "3:256",
+    temperature: TemperatureOpt = 1.0,
+    api_key: ApiKeyOpt = None,
+    target_device: TargetDeviceOption = TargetDeviceOpt.unknown,
+    report: ReportOpt = None,
     dev: DeviceArgs = DEVICE_DEFAULTS,
     format: FormatOpt = TableJson.table,
 ) -> int:
@@ -169,73 +176,33 @@ def bench(
     Exit 0 gates pass (or only measured, or G2 GO), 1 a gate failed (named), fault isolation F0 or G2 NO-GO, 2 usage
     (also: server unreachable), 3 device error.
     """
-    import dataclasses
+    from calctl.loadgen.metrics import Slo
+    from calctl.loadgen.workload import LengthDist, TokenRange
+    from calctl.runners.bench.base import BenchOptions, Mode
+    from calctl.runners.bench.scenarios import check_options, choose
 
-    from calctl.runners import telemetry
-    from calctl.runners.bench.base import BenchOptions, Mode, ScenarioResult
-    from calctl.runners.bench.bench_report import REPORT_FILE, bench_report, with_device_telemetry
-    from calctl.runners.bench.metrics import Slo
-    from calctl.runners.bench.scenarios import DEFAULT_SCENARIO, SCENARIOS
-    from calctl.runners.bench.workload import LengthDist, TokenRange
-
-    given = {"--sweep": sweep is not None}
-    if scenario is None:  # an option that belongs to one scenario chooses it (the table says which)
-        scenario = next(
-            (s.name for s in SCENARIOS.values() if s.selected_by and given.get(s.selected_by)), DEFAULT_SCENARIO
+    given = {
+        option
+        for option, on in (
+            ("PKG", pkg is not None),
+            ("--url", url is not None),
+            ("--requests", requests is not None),
+            ("--sweep", sweep is not None),
+            ("--sweep-levels", sweep_levels is not None),
+            ("--device", dev.device is not DeviceChoice.mock),
+            ("--time-scale", dev.time_scale is not None),
+            ("--fault-plan", dev.fault_plan is not None),
         )
-    chosen = SCENARIOS.get(scenario)
-    if chosen is None:
-        raise UsageError(f"--scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
-    for option, on in given.items():
-        owner = next((s.name for s in SCENARIOS.values() if s.selected_by == option), None)
-        if on and owner is not None and chosen.name != owner:
-            raise UsageError(f"{option} belongs to --scenario {owner}, not {scenario}")
+        if on
+    }
+    chosen = choose(scenario, given)
     out_dir = report_dir(report, "bench")
-    model_list = tuple(m.strip() for m in (models or "").split(",") if m.strip())
-    package, trust, spec = None, None, None
-
-    def takers(option: str) -> str:
-        return " and ".join(s.name for s in SCENARIOS.values() if s.reads(option))
-
-    if requests is not None and not chosen.reads("--requests"):
-        raise UsageError(
-            f"--requests applies to --scenario {takers('--requests')} only (use --max-requests for {scenario})"
-        )
-    if chosen.needs_url:
-        if (
-            pkg is not None
-            or dev.time_scale is not None
-            or dev.fault_plan is not None
-            or dev.device is not DeviceChoice.mock
-        ):
-            raise UsageError(
-                f"--scenario {scenario} drives the server at --url: PKG, --device, --time-scale and --fault-plan "
-                "do not apply"
-            )
-    else:
-        if url is not None:
-            raise UsageError(f"--scenario {scenario} runs the engine in-process: --url does not apply")
-        if dev.fault_plan is not None and not chosen.reads("--fault-plan"):
-            raise UsageError(f"--fault-plan applies to --scenario {takers('--fault-plan')}, not to {scenario}")
-        spec = dev.spec()
-        if pkg is None and chosen.default_package == "bundled-replica":
-            from calctl.compiler.bundled import bundled_package
-            from calctl.signing.policy import make_policy
-
-            package = bundled_package("replica")
-            _output.info(f"[dim]using the bundled replica sample package: {escape(str(package))}[/]")
-            trust = make_policy(dev.trusted_key, dev.allow_unsigned, trust_test_key=True)
-        elif pkg is None and chosen.default_package == "own":
-            from calctl.signing.policy import make_policy
-
-            trust = make_policy(dev.trusted_key, dev.allow_unsigned, trust_test_key=True)
-        else:
-            package, trust, _ = dev.package(pkg)
-    from calctl.runners.bench.dataset import load_dataset
+    check_options(chosen, given)
+    spec = None if chosen.needs_url else dev.spec()
+    package, trust = (None, None) if chosen.needs_url else _package(chosen, pkg, dev)
+    from calctl.loadgen.dataset import load_dataset
     from calctl.runners.bench.sweep import parse_levels
 
-    if sweep_levels is not None and sweep is None:
-        raise UsageError("--sweep-levels needs --sweep concurrency|rate")
     opts = BenchOptions(
         out_dir=out_dir,
         dataset=load_dataset(dataset) if dataset is not None else None,
@@ -244,7 +211,7 @@ def bench(
         sweep=sweep.value if sweep is not None else None,
         sweep_levels=parse_levels(sweep_levels, sweep.value) if sweep is not None else None,
         url=url,
-        models=model_list,
+        models=tuple(m.strip() for m in (models or "").split(",") if m.strip()),
         mode=Mode(mode.value),
         rate=rate,
         duration_s=duration,
@@ -259,56 +226,72 @@ def bench(
         token_range=TokenRange.parse(token_range),
         temperature=temperature,
         api_key=api_key,
-        target_device=target_device.value if chosen.needs_url else (spec.kind.value if spec else "mock"),
+        target_device=target_device.value if spec is None else spec.kind.value,
         package=package,
         trust=trust,
         device=spec,
         requests=BenchOptions.requests if requests is None else requests,  # the default accept runs too
     )
-    started = datetime.now(timezone.utc)
-    t0 = time.perf_counter()
-    _output.info(
-        f"calctl bench --scenario {scenario}"
-        + (
-            f" against {escape(url or '')}"
-            if chosen.needs_url
-            else f" in-process on the {spec.kind.value if spec else 'mock'} device"
-        )
-        + f" -> {escape(str(out_dir))}"
-    )
-    # the plan before it starts (#53 item 5): what the scenario does and, for a timed one, its pace
-    pace = f"; {duration:g} s of arrivals a phase" if "--duration" in chosen.options else ""
-    _output.info(escape(f"plan: {chosen.summary}{pace}"))
-    since = telemetry.mark()  # the devices the scenario opens in this process are sampled (report "telemetry")
+    return _run_and_report(chosen, opts, format)
+
+
+def _package(chosen: Scenario, pkg: Path | None, dev: DeviceArgs) -> tuple[Path | None, TrustPolicy]:
+    """(package, trust policy) of an in-process scenario: PKG, else the bundled sample it names (trusting its
+    test-only key), else none (the scenario builds its own)."""
+    if pkg is not None or chosen.default_package == "combined":
+        package, trust, _ = dev.package(pkg)
+        return package, trust
+    from calctl.signing.policy import make_policy
+
+    trust = make_policy(dev.trusted_key, dev.allow_unsigned, trust_test_key=True)
+    if chosen.default_package is None:
+        return None, trust
+    from calctl.compiler.bundled import bundled_package
+
+    package = bundled_package(chosen.default_package)
+    _output.info(f"[dim]using the bundled {chosen.default_package} sample package: {escape(str(package))}[/]")
+    return package, trust
+
+
+def _run(chosen: Scenario, opts: BenchOptions) -> ScenarioResult:
+    """The scenario's result; a SIGINT or SIGTERM (or a teardown error behind one) ends it INTERRUPTED with what
+    it had finished (exit 130). The one place ``calctl bench`` turns an interrupt into a report, until the run
+    driver does it for every run (issue 48): it catches ``KeyboardInterrupt`` and an error behind one, never
+    ``BaseException``."""
+    from calctl.runners.bench.base import interrupted_result
+
     try:
         with interruptible():
-            result = chosen.run(opts, lambda line: _output.info(escape(line)))
-    except BaseException as exc:  # SIGINT or SIGTERM (or a teardown error behind one): the report says so, exit 130
+            return chosen.run(opts, lambda line: _output.info(escape(line)))
+    except KeyboardInterrupt as exc:
+        return interrupted_result(chosen.name, exc, None, opts.target_device)
+    except Exception as exc:  # an error while stopping for an interrupt is part of the interrupt
         interrupt = interrupt_behind(exc)
         if interrupt is None:
             raise
-        partial = getattr(interrupt, "partial", None)  # a ScenarioInterrupted: the phases it had finished
-        notes = (
-            list(partial.notes)
-            if isinstance(partial, ScenarioResult)
-            else [f"{interrupt_reason(interrupt)} before the scenario finished: nothing was judged"]
-        )
-        if interrupt is not exc:
-            notes.append(f"while stopping: {type(exc).__name__}: {exc}")
-        if isinstance(partial, ScenarioResult):
-            result = dataclasses.replace(partial, notes=tuple(notes))
-        else:
-            result = ScenarioResult(
-                scenario,
-                "INTERRUPTED",
-                notes=tuple(notes),
-                mock_result={"mock": True, "calrt": False}.get(opts.target_device),
-            )
-    result = with_device_telemetry(result, since)
-    bench = bench_report(opts, result, scenario, started, time.perf_counter() - t0)
+        return interrupted_result(chosen.name, interrupt, exc, opts.target_device)
+
+
+def _run_and_report(chosen: Scenario, opts: BenchOptions, format: TableJson) -> int:
+    """Run the scenario, write ``bench-report.json`` and its page, render; the report's exit code."""
+    from calctl.runners import telemetry
+    from calctl.runners.bench.bench_report import REPORT_FILE, bench_report, with_device_telemetry
+
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    where = (
+        f" against {escape(opts.url or '')}" if chosen.needs_url else f" in-process on the {opts.target_device} device"
+    )
+    _output.info(f"calctl bench --scenario {chosen.name}{where} -> {escape(str(opts.out_dir))}")
+    # the plan before it starts (#53 item 5): what the scenario does and, for a timed one, its pace
+    pace = f"; {opts.duration_s:g} s of arrivals a phase" if chosen.reads("--duration") else ""
+    _output.info(escape(f"plan: {chosen.summary}{pace}"))
+    since = telemetry.mark()  # the devices the scenario opens in this process are sampled (report "telemetry")
+    result = with_device_telemetry(_run(chosen, opts), since)
+    bench = bench_report(opts, result, chosen.name, started, time.perf_counter() - t0)
     doc = bench.document()
-    write_json(out_dir / REPORT_FILE, doc)
-    html_report.write(doc, out_dir / REPORT_FILE)
+    write_json(opts.out_dir / REPORT_FILE, doc)
+    html_report.write(doc, opts.out_dir / REPORT_FILE)
     if _output.is_json(format):
         _output.emit_json(bench)
     else:
@@ -321,7 +304,7 @@ def bench(
     return bench.exit_code
 
 
-def _render_bench(result: Any, doc: dict[str, Any]) -> None:
+def _render_bench(result: ScenarioResult, doc: dict[str, Any]) -> None:
     for t in result.tables:
         _output.print_rows(t.title, list(t.columns), [[escape(str(c)) for c in row] for row in t.rows])
     out = _output.stdout

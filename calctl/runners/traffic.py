@@ -1,4 +1,4 @@
-"""One request, as a client saw it: :class:`RequestRecord`, shared by ``calctl soak`` and ``calctl bench``.
+"""The in-process client of ``calctl soak`` and ``calctl bench``: requests driven through the serving engine.
 
 Both tools measure the same things about a request (when it was sent, when the
 first token arrived, every later token, how it ended), over two transports:
@@ -9,101 +9,38 @@ first token arrived, every later token, how it ended), over two transports:
   through :class:`~calctl.serving.engine.ServingEngine` and consumes its stream,
   streaming or not, cancelling or stopping it on cue (:class:`TokenTap` keeps the
   token ids a stream delivered, for a check against a reference);
-* HTTP against a server (``calctl.runners.bench.http``).
+* HTTP against a server (``calctl.loadgen.http``).
 
-Outcome classes are one vocabulary for both (:class:`RequestOutcome`, from the
-one outcome table in ``calctl.serving.outcomes``), so a report counts errors by
-class the same way whatever the transport.
+The record and its outcome classes live with the load generator (:mod:`calctl.loadgen.client`), so a report
+counts errors by class the same way whatever the transport.
 
-This module does not decide what traffic to send (``soak.mix``,
-``bench.workload``) and does not judge results.
+This module does not decide what traffic to send (``soak.mix``, ``calctl.loadgen.workload``) and does not judge
+results.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
-import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from calctl.closing import Closes
+from calctl.loadgen.client import RequestRecord, signals_held
 from calctl.serving import outcomes
 from calctl.serving.outcomes import RequestOutcome
-from calctl.serving.protocol import EngineRejection, FinishReason, GenerationRequest, RejectCode, TokenEvent
+from calctl.serving.protocol import (
+    EngineRejection,
+    FinishReason,
+    GenerationRequest,
+    RequestStream,
+    TokenEvent,
+)
 
 T = TypeVar("T")
-
-
-def outcome_of_rejection(code: RejectCode) -> RequestOutcome:
-    """A refusal before any token, by its code (the table in ``calctl.serving.outcomes``)."""
-    return outcomes.client_outcome_of_rejection(code)
-
-
-def outcome_of_status(status: int, code: str | None = None) -> RequestOutcome:
-    """An HTTP error status (and the OpenAI error ``code``) as an outcome class."""
-    return outcomes.client_outcome_of_status(status, code)
-
-
-@dataclass
-class RequestRecord:
-    """One request from the client's side. Times are ``time.monotonic()`` seconds.
-
-    ``token_times`` holds the arrival time of every event that carried output
-    (a token in-process; an SSE chunk with text over HTTP, which may carry more
-    than one token when the detokenizer held a partial character back).
-    ``tokens`` is the completion-token count the server reported (usage), or
-    the number of token events when it reported none.
-    """
-
-    alias: str
-    kind: str
-    sent: float
-    prompt_tokens: int
-    max_tokens: int
-    scheduled: float | None = None  # open-loop arrival time it was planned for (bench)
-    outcome: RequestOutcome = RequestOutcome.TRANSPORT
-    status: int | None = None
-    first_token: float | None = None
-    end: float | None = None
-    tokens: int = 0
-    token_times: list[float] = field(default_factory=list, repr=False)
-    finish: str | None = None
-    error: str | None = None
-
-    def rejected(self, exc: EngineRejection, now: float) -> None:
-        """The engine refused it (synchronously or while it waited to be admitted): its outcome and HTTP status."""
-        self.outcome, self.status = outcome_of_rejection(exc.code), outcomes.rejection(exc.code).http_status
-        self.error, self.end = exc.message, now
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome is RequestOutcome.OK
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first_token is None else self.first_token - self.sent
-
-    @property
-    def e2e(self) -> float | None:
-        return None if self.end is None else self.end - self.sent
-
-    @property
-    def tpot(self) -> float | None:
-        """(latency - TTFT) / (tokens - 1): time per output token after the first (vLLM's definition)."""
-        if self.end is None or self.first_token is None or self.tokens < 2:
-            return None
-        return (self.end - self.first_token) / (self.tokens - 1)
-
-    def itls(self) -> list[float]:
-        """Inter-token latencies: gaps between consecutive output events."""
-        t = self.token_times
-        return [b - a for a, b in itertools.pairwise(t)]
 
 
 # ---------------------------------------------------------------------------
@@ -137,25 +74,21 @@ class TokenTap:
         self._stream.finish(reason)
 
 
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """SIGINT/SIGTERM recorded, not acted on, while the body runs; the first one is re-raised after it.
+class TappedSubmit:
+    """A submit function whose streams remember the token ids they delivered (:class:`TokenTap`), by request id."""
 
-    At Python level, not with ``pthread_sigmask``: a mask only keeps the signal from this thread, another thread
-    of the process then receives it and Python still runs the handler here, in the main thread, mid-constructor.
-    Only the main thread can install handlers; elsewhere the body runs as is (no handler runs there anyway)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-        if got:
-            signal.raise_signal(got[0])  # now the command's own handler sees it
+    def __init__(self, submit: Callable[[GenerationRequest], Any]) -> None:
+        self._submit = submit
+        self.taps: dict[str, TokenTap] = {}
+
+    def __call__(self, req: GenerationRequest) -> TokenTap:
+        tap = self.taps[req.request_id] = TokenTap(self._submit(req))
+        return tap
+
+    def tokens(self, request_id: str) -> list[int]:
+        """The token ids ``request_id``'s stream delivered ([] when it was never submitted)."""
+        tap = self.taps.get(request_id)
+        return tap.tokens if tap is not None else []
 
 
 class EngineLoop(Closes):
@@ -282,35 +215,14 @@ async def drive_engine_request(
         if plan.cancel_after_tokens == 0:
             stream.cancel("client cancel")
         events = stream.__aiter__()
-        collected: list[tuple[float, Any]] = []
+        collected: list[float] = []  # a non-streaming client's token times, all seen at the end
         while True:
             ev = await asyncio.wait_for(events.__anext__(), max(0.0, deadline - clock()))
             now = clock()
             if ev.token_id is not None and ev.finish is None:
-                result.token_generations.append(ev.generation)
-                result.token_ids.append(int(ev.token_id))
-                if plan.streaming:
-                    _on_token(rec, now)
-                else:
-                    collected.append((now, ev))
-                n = len(result.token_generations)
-                if plan.cancel_after_tokens is not None and n == plan.cancel_after_tokens:
-                    stream.cancel("client cancel")
-                if plan.stop_after_tokens is not None and n == plan.stop_after_tokens:
-                    stream.finish(FinishReason.STOP)
+                _on_token_event(result, ev.token_id, ev.generation, now, plan, stream, collected)
             if ev.finish is not None:
-                result.terminal_events += 1
-                end = clock()
-                if not plan.streaming:  # a non-streaming client sees everything at the end
-                    for _ in collected:
-                        _on_token(rec, end)
-                rec.end = end
-                rec.finish = ev.finish.value
-                result.completion_tokens_reported = ev.completion_tokens
-                rec.tokens = ev.completion_tokens or len(result.token_generations)
-                rec.outcome = outcomes.client_outcome_of_end(ev.finish, ev.outcome)
-                if ev.finish is FinishReason.ERROR:
-                    rec.error = ev.error
+                _on_end_event(result, ev, ev.finish, clock(), plan, collected)
                 return result
     except (asyncio.TimeoutError, StopAsyncIteration):
         stream.cancel("client timeout")
@@ -323,6 +235,48 @@ async def drive_engine_request(
     finally:
         if timer is not None:
             timer.cancel()
+
+
+def _on_token_event(
+    result: EngineResult,
+    token_id: int,
+    generation: int | None,
+    now: float,
+    plan: ClientPlan,
+    stream: RequestStream,
+    collected: list[float],
+) -> None:
+    """A token arrived at ``now``: record it (a streaming client sees it now), and cancel or stop the stream
+    where the client's plan says."""
+    result.token_generations.append(generation)
+    result.token_ids.append(int(token_id))
+    if plan.streaming:
+        _on_token(result.record, now)
+    else:
+        collected.append(now)
+    n = len(result.token_generations)
+    if plan.cancel_after_tokens is not None and n == plan.cancel_after_tokens:
+        stream.cancel("client cancel")
+    if plan.stop_after_tokens is not None and n == plan.stop_after_tokens:
+        stream.finish(FinishReason.STOP)
+
+
+def _on_end_event(
+    result: EngineResult, ev: TokenEvent, finish: FinishReason, end: float, plan: ClientPlan, collected: list[float]
+) -> None:
+    """The stream's terminal event at ``end``: the record's end, finish, tokens and outcome."""
+    rec = result.record
+    result.terminal_events += 1
+    if not plan.streaming:  # a non-streaming client sees everything at the end
+        for _ in collected:
+            _on_token(rec, end)
+    rec.end = end
+    rec.finish = finish.value
+    result.completion_tokens_reported = ev.completion_tokens
+    rec.tokens = ev.completion_tokens or len(result.token_generations)
+    rec.outcome = outcomes.client_outcome_of_end(finish, ev.outcome)
+    if finish is FinishReason.ERROR:
+        rec.error = ev.error
 
 
 def error_reason(error: str | None) -> str:
@@ -346,8 +300,7 @@ __all__ = [
     "EngineResult",
     "RequestOutcome",
     "RequestRecord",
+    "TappedSubmit",
     "drive_engine_request",
     "error_reason",
-    "outcome_of_rejection",
-    "outcome_of_status",
 ]

@@ -26,6 +26,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"runtime"}),
     frozenset({"checks"}),
     frozenset({"serving"}),
+    frozenset({"loadgen"}),  # the load generator (a library): bench's HTTP client, datasets, arrivals, statistics
     frozenset({"runners", "fleet"}),  # fleet: several boards' runs as child processes, and their reports
     frozenset({"lab"}),  # labgrid places of boards on many hosts (the optional lab extra), merged by fleet
     frozenset({"cli"}),

@@ -35,29 +35,29 @@ import numpy as np
 from calctl.checks import host
 from calctl.checks.stats import Percentiles
 from calctl.errors import UsageError
-from calctl.runners.bench import gates as G
-from calctl.runners.bench.base import (
-    BenchOptions,
-    Mode,
-    ScenarioInterrupted,
-    ScenarioResult,
-    Table,
-    interrupted_note,
-)
-from calctl.runners.bench.dataset import dataset_workload
-from calctl.runners.bench.http import HttpTarget, PhaseResult, device_trace, run_phase, served_models
-from calctl.runners.bench.metrics import (
+from calctl.loadgen.dataset import dataset_workload
+from calctl.loadgen.http import HttpTarget, PhaseResult, device_trace, run_phase, served_models
+from calctl.loadgen.metrics import (
     Comparison,
     ModelStats,
     compare,
     default_window,
     refused_all,
     saturated,
-    summarize,
     window_rates,
 )
+from calctl.loadgen.workload import LengthDist, PlannedRequest, build_workload
+from calctl.runners.bench import gates as G
+from calctl.runners.bench.base import (
+    BenchOptions,
+    Mode,
+    Scenario,
+    ScenarioInterrupted,
+    ScenarioResult,
+    Table,
+    interrupted_note,
+)
 from calctl.runners.bench.plot import BarGroup, plot_ab, plot_pairs
-from calctl.runners.bench.workload import LengthDist, PlannedRequest, build_workload, offered_tokens
 from calctl.runners.overlap import Interval, joint_share_in
 
 Log = Callable[[str], None]
@@ -138,14 +138,7 @@ def _phase(
 
 
 def _summary(opts: BenchOptions, alias: str, phase: PhaseResult, workload: Sequence[PlannedRequest]) -> ModelStats:
-    return summarize(
-        alias,
-        phase.of(alias),
-        t0=phase.t0,
-        slo=opts.slo,
-        duration_s=opts.duration_s,
-        offered_tokens=offered_tokens(workload),
-    )
+    return phase.stats(alias, workload, slo=opts.slo, duration_s=opts.duration_s)
 
 
 def _pn(p: Percentiles, *keys: str) -> str:
@@ -638,4 +631,30 @@ def _interference_pairs(
     return gates
 
 
-__all__ = ["PAIRS", "run_ab", "run_interference"]
+AB = Scenario(
+    "ab",
+    "A and B isolated and/or joint per --mode; 001 §13.2 overlap, efficiency, P99 and B-success gates",
+    run_ab,
+    needs_url=True,
+    options=(
+        "--url",
+        "--models",
+        "--mode",
+        "--rate",
+        "--duration",
+        "--burstiness",
+        "--prompt-len",
+        "--output-len",
+        "--slo-ttft",
+        "--slo-tpot",
+    ),
+)
+INTERFERENCE = Scenario(
+    "interference",
+    "the four prefill/decode pairs of 001 §9.4, each isolated vs joint",
+    run_interference,
+    needs_url=True,
+    options=("--url", "--models", "--rate", "--duration", "--burstiness"),
+)
+
+__all__ = ["AB", "INTERFERENCE", "PAIRS", "run_ab", "run_interference"]

@@ -22,6 +22,7 @@ with (exit 2). Nothing here runs anything.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from calctl.errors import Interrupted, interrupt_reason
-from calctl.runners.bench.dataset import Dataset
+from calctl.loadgen.dataset import Dataset
+from calctl.loadgen.metrics import Slo
+from calctl.loadgen.workload import LengthDist, TokenRange
 from calctl.runners.bench.gates import Gate
-from calctl.runners.bench.metrics import Slo
-from calctl.runners.bench.workload import LengthDist, TokenRange
 from calctl.runners.device import DeviceSpec
 from calctl.signing.policy import TrustPolicy
 
@@ -129,6 +130,27 @@ class ScenarioInterrupted(Interrupted):
         self.partial = partial
 
 
+def interrupted_result(
+    scenario: str, interrupt: KeyboardInterrupt, stopping: Exception | None, target_device: str
+) -> ScenarioResult:
+    """The result of a run that ``interrupt`` stopped: the scenario's report so far when it kept one
+    (:class:`ScenarioInterrupted`), else verdict INTERRUPTED with nothing judged. ``stopping`` is an error raised
+    while unwinding from the interrupt (a stream posting into a closed loop): the notes name it."""
+    partial = interrupt.partial if isinstance(interrupt, ScenarioInterrupted) else None
+    notes = (
+        list(partial.notes)
+        if partial is not None
+        else [f"{interrupt_reason(interrupt)} before the scenario finished: nothing was judged"]
+    )
+    if stopping is not None:
+        notes.append(f"while stopping: {type(stopping).__name__}: {stopping}")
+    if partial is not None:
+        return dataclasses.replace(partial, notes=tuple(notes))
+    return ScenarioResult(
+        scenario, "INTERRUPTED", notes=tuple(notes), mock_result={"mock": True, "calrt": False}.get(target_device)
+    )
+
+
 def interrupted_note(interrupt: KeyboardInterrupt, running: str, finished: Sequence[str]) -> str:
     """``interrupted (SIGTERM) in phase joint: nothing was judged; finished phase(s) reported: ...``"""
     kept = f"finished phase(s) reported: {', '.join(finished)}" if finished else "no phase had finished"
@@ -144,9 +166,9 @@ class Scenario:
     needs_url: bool  # True: drives a server at --url; False: runs the engine in-process on --device
     options: Sequence[str] = ()  # the options it reads, for --help and docs
     selected_by: str | None = None  # an option that chooses this scenario when --scenario is not given
-    # In-process scenarios without PKG: "bundled" (the combined sample), "bundled-replica" (the replica sample),
-    # or "own" (the scenario builds the package it needs, e.g. batch's B1/B4/B8/B16 sample).
-    default_package: str = "bundled"
+    # In-process scenarios without PKG: the bundled sample to run (``calctl.compiler.bundled.bundled_package``
+    # name: "combined", "replica"), or None when the scenario builds the package it needs (batch's B1/B4/B8/B16).
+    default_package: str | None = "combined"
 
     def reads(self, option: str) -> bool:
         """Whether the scenario takes ``option`` (the CLI refuses the options a scenario does not read)."""
@@ -161,5 +183,6 @@ __all__ = [
     "ScenarioResult",
     "Table",
     "interrupted_note",
+    "interrupted_result",
     "ms_cell",
 ]

@@ -47,6 +47,7 @@ import numpy as np
 from calctl.checks import host
 from calctl.checks.stats import bootstrap, percentiles
 from calctl.errors import UsageError
+from calctl.loadgen.client import RequestRecord
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import (
     BenchOptions,
@@ -63,7 +64,7 @@ from calctl.runners.bench.gates import MIN_SAMPLES, NOT_JUDGED, Gate, verdict
 from calctl.runners.device import DeviceSpec
 from calctl.runners.plotting import device_label, pyplot, save
 from calctl.runners.serving_stack import ServingStack
-from calctl.runners.traffic import ClientPlan, RequestRecord, TokenTap, drive_engine_request
+from calctl.runners.traffic import ClientPlan, TappedSubmit, drive_engine_request
 from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.intervals import union
 from calctl.runtime.mock.faults import FaultRule
@@ -223,13 +224,7 @@ def _pct_doc(p: Any) -> dict[str, Any]:
 async def _closed_loop(
     engine: ServingEngine, requests: Sequence[GenerationRequest], clients: int, timeout_s: float
 ) -> tuple[dict[str, RequestRecord], dict[str, list[int]]]:
-    taps: dict[str, TokenTap] = {}
-
-    def submit(req: GenerationRequest) -> TokenTap:
-        tap = TokenTap(engine.submit(req))
-        taps[req.request_id] = tap
-        return tap
-
+    submit = TappedSubmit(engine.submit)
     queue = list(reversed(requests))
     records: dict[str, RequestRecord] = {}
 
@@ -240,7 +235,7 @@ async def _closed_loop(
             records[req.request_id] = res.record
 
     await asyncio.gather(*(client() for _ in range(clients)))
-    return records, {rid: tap.tokens for rid, tap in taps.items()}
+    return records, {rid: tap.tokens for rid, tap in submit.taps.items()}
 
 
 def _config(alias: str, batch: int, requests: int) -> SchedulerConfig:
@@ -636,7 +631,7 @@ BATCH = Scenario(
     run_scenario,
     needs_url=False,
     options=("PKG", "--models", "--time-scale", "--seed", "--request-timeout"),
-    default_package="own",  # the bundled samples are B1 only: the scenario builds a B1/B4/B8/B16 sample
+    default_package=None,  # the bundled samples are B1 only: the scenario builds a B1/B4/B8/B16 sample
 )
 
 __all__ = ["BATCH", "BATCH_PROFILES", "BatchOptions", "BatchResult", "ProfileRun", "run_batch", "run_scenario"]

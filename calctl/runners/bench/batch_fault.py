@@ -37,15 +37,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from calctl.runners.bench.kv_at_rest import KvAtRest
 from calctl.runners.device import DeviceSpec
 from calctl.runners.serving_stack import ServingStack
 from calctl.runners.traffic import ClientPlan, EngineResult, drive_engine_request
-from calctl.runtime.errors import RuntimeLayerError
 from calctl.runtime.interface import FaultInjecting
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import ResetScope
 from calctl.serving.config import SchedulerConfig
-from calctl.serving.core.kv import KvState
 from calctl.serving.engine import SupervisorOptions
 from calctl.serving.outcomes import RequestOutcome
 from calctl.serving.protocol import GenerationRequest
@@ -69,40 +68,6 @@ HOW_ON_BOARD = (
     "inject a CCU fault or a timeout into a B4+ decode job with the vendor's tools while `calctl serve` serves, "
     "then check the lanes' requests end device_error, later requests are served and the KV is back to rest"
 )
-
-
-@dataclass
-class KvAtRest:
-    """What the engine and the device hold for one alias, read when nothing should be held."""
-
-    lanes: dict[str, int]
-    reserved_tokens: int
-    used_tokens: int
-    inflight: int
-    quarantined: int
-    device_free_sequences: int | None
-
-    def problems_against(self, before: KvAtRest) -> list[str]:
-        out = []
-        held = {k: v for k, v in self.lanes.items() if k != KvState.FREE.value and v}
-        if held:
-            out.append(f"KV lanes not free: {held}")
-        if self.reserved_tokens or self.used_tokens:
-            out.append(f"{self.reserved_tokens} reserved and {self.used_tokens} used KV tokens left")
-        if self.inflight or self.quarantined:
-            out.append(f"{self.inflight} job(s) in flight, {self.quarantined} quarantined")
-        free = KvState.FREE.value
-        if self.lanes.get(free, 0) != before.lanes.get(free, 0):
-            out.append(f"{self.lanes.get(free, 0)} free KV lanes, {before.lanes.get(free, 0)} before the fault")
-        if self.device_free_sequences != before.device_free_sequences:
-            out.append(
-                f"the device allocates {self.device_free_sequences} more KV sequences, "
-                f"{before.device_free_sequences} before the fault"
-            )
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -152,34 +117,6 @@ class KvFaultPhase:
 
 def not_measured(reason: str, how: str) -> KvFaultPhase:
     return KvFaultPhase(False, reason=reason, how_to_measure=how)
-
-
-def _free_sequences(rt: Any, alias: str, limit: int = 1 << 16) -> int | None:
-    """How many more KV sequences the runtime would allocate for ``alias`` (None: it cannot tell)."""
-    try:
-        lo, hi = 0, 1
-        if not rt.kv.can_allocate(alias, 1):
-            return 0
-        while hi <= limit and rt.kv.can_allocate(alias, hi):
-            lo, hi = hi, hi * 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if rt.kv.can_allocate(alias, mid) else (lo, mid)
-        return lo
-    except (RuntimeLayerError, NotImplementedError):
-        return None
-
-
-def _at_rest(stack: ServingStack, alias: str) -> KvAtRest:
-    snap = stack.core(alias).snapshot()
-    return KvAtRest(
-        dict(snap.kv_lanes),
-        int(snap.kv_reserved_tokens),
-        int(snap.kv_used_tokens),
-        int(snap.inflight_jobs),
-        int(snap.quarantined_jobs),
-        _free_sequences(stack.rt, alias),
-    )
 
 
 @dataclass
@@ -302,7 +239,7 @@ def run_kv_fault(
             stack.start(package)
             core = stack.core(alias)
             graph = core.model.decode.name
-            before = _at_rest(stack, alias)
+            before = KvAtRest.read(stack, alias)
             ph.kv_before = before.to_dict()
             scope = _scope(rt)
             seen = len(rt.injected_faults())
@@ -323,7 +260,7 @@ def run_kv_fault(
             second = stack.loop.submit(_send(stack, later, timeout_s)).result(timeout_s + 30) if ph.ready_after else []
             if ph.ready_after:
                 stack.wait_settled(30.0)
-            after = _at_rest(stack, alias)
+            after = KvAtRest.read(stack, alias)
             ph.kv_after = after.to_dict()
             ph.faulted_lanes = _lanes_of(first) if fired else None
     ph.during, ph.later = _outcomes(first), _outcomes(second)
@@ -332,7 +269,7 @@ def run_kv_fault(
     for r in [*first, *second]:
         if r.result.record.ok and list(r.result.token_ids) != list(reference.get(source[r.request_id], [])):
             ph.mismatches.append(f"{r.request_id}: tokens differ from the B1 reference's for the same prompt")
-    ph.problems = _problems(ph, first, second, settled, after.problems_against(before))
+    ph.problems = _problems(ph, first, second, settled, after.problems_against(before, since="the fault"))
     ph.seconds = round(time.monotonic() - t0, 3)
     return ph
 
@@ -385,4 +322,11 @@ def _problems(
     return problems
 
 
-__all__ = ["FAULT_JOB", "HOW_ON_BOARD", "NOT_ON_BOARD", "KvFaultPhase", "not_measured", "run_kv_fault"]
+__all__ = [
+    "FAULT_JOB",
+    "HOW_ON_BOARD",
+    "NOT_ON_BOARD",
+    "KvFaultPhase",
+    "not_measured",
+    "run_kv_fault",
+]

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from calctl.checks.stats import decide
-from calctl.runners.bench.metrics import Comparison, ModelStats, degradation, refused_all, saturated
+from calctl.loadgen.metrics import Comparison, ModelStats, degradation, refused_all, saturated
 from calctl.runners.overlap import TRACE_OVERLAP_GATE
 
 EFFICIENCY_GATE = 0.80
@@ -101,16 +101,8 @@ class Gate:
         return f"{self.detail}: {self.note}" if self.note else self.detail
 
     def document(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "rule": self.rule,
-            "value": self.value,
-            "passed": self.passed,
-            "verdict": self.verdict,
-            "samples": self.samples,
-            "min_samples": self.min_samples,
-            "detail": self.full,
-        }
+        fields = ("name", "rule", "value", "passed", "verdict", "samples", "min_samples")
+        return {**{k: getattr(self, k) for k in fields}, "detail": self.full}
 
 
 HOST_CLOCK_GATES = ("throughput_efficiency", "overlap_ratio", "p99_ttft_degradation", "p99_tpot_degradation")

@@ -1,8 +1,8 @@
 """``calctl bench --sweep concurrency|rate``: one model's load swept up a ladder of levels, and its knee.
 
 What ``genai-perf`` and ``perf_analyzer`` call a concurrency (or request-rate) sweep, over the same HTTP client
-as the A/B bench (:mod:`calctl.runners.bench.http`) and the same per-phase figures
-(:func:`calctl.runners.bench.metrics.summarize`): for each level, one phase of ``--duration`` seconds,
+as the A/B bench (:mod:`calctl.loadgen.http`) and the same per-phase figures
+(:func:`calctl.loadgen.metrics.summarize`): for each level, one phase of ``--duration`` seconds,
 
 * ``concurrency``: a closed loop of N clients (``--max-concurrency`` N, every request sent as soon as a slot
   frees), N from ``--sweep-levels`` (default 1, 2, 4, 8, 16, 32);
@@ -34,11 +34,11 @@ from typing import Any
 
 from calctl.checks import host
 from calctl.errors import UsageError
+from calctl.loadgen.http import HttpTarget, run_phase, served_models
+from calctl.loadgen.metrics import REFUSALS, ModelStats, refused_all
+from calctl.loadgen.workload import PlannedRequest, build_workload
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult, Table, ms_cell
 from calctl.runners.bench.gates import MIN_SAMPLES as GATE_SAMPLES
-from calctl.runners.bench.http import HttpTarget, run_phase, served_models
-from calctl.runners.bench.metrics import REFUSALS, ModelStats, refused_all, summarize
-from calctl.runners.bench.workload import PlannedRequest, build_workload, offered_tokens
 from calctl.runners.plotting import device_label, pyplot, save
 
 Log = Callable[[str], None]
@@ -209,7 +209,7 @@ def _workload(opts: BenchOptions, sweep: str, level: float) -> list[PlannedReque
     could run: ``max_requests``. Rate: arrivals at ``level`` requests/s."""
     rate = opts.rate if sweep == "concurrency" else level
     if opts.dataset is not None:
-        from calctl.runners.bench.dataset import dataset_workload
+        from calctl.loadgen.dataset import dataset_workload
 
         planned = dataset_workload(
             opts.dataset,
@@ -278,14 +278,7 @@ def run_sweep(opts: BenchOptions, log: Log) -> ScenarioResult:
             seed=opts.seed,
             max_concurrency=cap,
         )
-        stats = summarize(
-            alias,
-            phase.of(alias),
-            t0=phase.t0,
-            slo=opts.slo,
-            duration_s=opts.duration_s,
-            offered_tokens=offered_tokens(planned),
-        )
+        stats = phase.stats(alias, planned, slo=opts.slo, duration_s=opts.duration_s)
         levels.append(SweepLevel(level, stats, len(planned), (load0, host.load_now())))
         log(
             f"    {stats.succeeded}/{stats.requests} succeeded, {stats.tokens_per_s or 0:.1f} tokens/s, "

@@ -35,6 +35,7 @@ HEAVY_CALCTL = (
     "calctl.budget",
     "calctl.checks",
     "calctl.compiler",
+    "calctl.loadgen",
     "calctl.model",
     "calctl.package",
     "calctl.runners",

@@ -10,11 +10,11 @@ import pytest
 
 from calctl.checks.stats import percentiles
 from calctl.errors import UsageError
-from calctl.runners.bench.dataset import dataset_workload, load_dataset
-from calctl.runners.bench.http import request_body
-from calctl.runners.bench.metrics import ModelStats
+from calctl.loadgen.dataset import dataset_workload, load_dataset
+from calctl.loadgen.http import request_body
+from calctl.loadgen.metrics import ModelStats
+from calctl.loadgen.workload import LengthDist, PlannedRequest
 from calctl.runners.bench.sweep import MIN_SAMPLES, SweepLevel, find_knee, parse_levels
-from calctl.runners.bench.workload import LengthDist, PlannedRequest
 
 
 def _write(tmp_path: Path, text: str, name: str = "d.jsonl") -> Path:

@@ -12,14 +12,14 @@ import pytest
 
 from calctl.checks import host
 from calctl.errors import UsageError
+from calctl.loadgen.client import RequestOutcome, RequestRecord
+from calctl.loadgen.http import HttpTarget, _stream
+from calctl.loadgen.metrics import Slo, compare, refused_all, saturated, summarize, window_rates
+from calctl.loadgen.workload import LengthDist, TokenRange, arrival_times, build_workload
 from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import BenchOptions, ScenarioResult
 from calctl.runners.bench.bench_report import scenario_report
-from calctl.runners.bench.http import HttpTarget, _stream
-from calctl.runners.bench.metrics import Slo, compare, refused_all, saturated, summarize, window_rates
 from calctl.runners.bench.scenarios import DEFAULT_SCENARIO, SCENARIOS
-from calctl.runners.bench.workload import LengthDist, TokenRange, arrival_times, build_workload
-from calctl.runners.traffic import RequestOutcome, RequestRecord
 
 
 def test_length_distributions() -> None:

@@ -220,8 +220,8 @@ def test_a_statistic_that_is_not_a_number_is_not_measured_and_its_gate_not_judge
     "= nan", and the efficiency gate is NOT JUDGED saying why."""
     import numpy as np
 
+    from calctl.loadgen.metrics import compare
     from calctl.runners.bench.gates import concurrency_gates
-    from calctl.runners.bench.metrics import compare
 
     zero = np.zeros(3)
     est = bootstrap([[0.0, 0.0], [0.0, 0.0]], lambda m: float("nan") if m[:, 1].sum() == 0 else 1.0)

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from calctl.runners.traffic import EngineLoop, signals_held
+from calctl.loadgen.client import signals_held
+from calctl.runners.traffic import EngineLoop
 
 
 @pytest.fixture(autouse=True)

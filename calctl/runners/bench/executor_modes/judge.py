@@ -4,6 +4,7 @@ the one decision rule, and what the ping/pong trace shows (000 §14: two in flig
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,13 +41,8 @@ class ModeCheck:
     detail: str
 
     def document(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "rule": self.rule,
-            **self.estimate.as_dict(),
-            "passed": self.passed,
-            "detail": self.detail,
-        }
+        head = {"name": self.name, "rule": self.rule}
+        return {**head, **self.estimate.as_dict(), "passed": self.passed, "detail": self.detail}
 
 
 @dataclass(frozen=True)
@@ -124,29 +120,34 @@ class ExecutorModesResult:
         }
 
 
-def judge(
-    opts: ExecutorModesOptions,
-    device: DeviceSpec,
-    alias: str,
-    rounds: dict[ExecutorMode, list[ModeRound]],
-    events: Sequence[TraceEvent],
-    auto_downgrades: list[dict[str, Any]],
-    host_load: Sequence[float] = (),
-) -> ExecutorModesResult:
-    base = rounds[ExecutorMode.SYNC]
-    reference = next((t for r in base for t, rec in zip(r.tokens, r.records, strict=True) if rec.ok), None)
-    identical = {
-        m: all(rec.ok and t == reference for r in rs for t, rec in zip(r.tokens, r.records, strict=True))
-        for m, rs in rounds.items()
-    }
-    per_mode = {m.value: _mode_summary(rs) for m, rs in rounds.items()}
-    n = len(base)
-    seed = opts.seed
-    # The device's clock when every measured round has its jobs' stamps (docs/runners.md §1a); else the host's.
-    device_clock = bool(n) and all(r.device_busy_s for rs in rounds.values() for r in rs)
+@dataclass(frozen=True)
+class _Rounds:
+    """The measured rounds of every mode against the sync baseline: bootstrapped deltas and the sanity checks."""
 
-    def delta(mode: ExecutorMode, q: float, clock: str = HOST) -> Estimate:
-        other = rounds[mode]
+    rounds: dict[ExecutorMode, list[ModeRound]]
+    seed: int
+
+    @property
+    def base(self) -> list[ModeRound]:
+        return self.rounds[ExecutorMode.SYNC]
+
+    @functools.cached_property
+    def identical(self) -> dict[ExecutorMode, bool]:
+        """Per mode: every request produced the sync baseline's tokens."""
+        reference = next((t for r in self.base for t, rec in zip(r.tokens, r.records, strict=True) if rec.ok), None)
+        return {
+            m: all(rec.ok and t == reference for r in rs for t, rec in zip(r.tokens, r.records, strict=True))
+            for m, rs in self.rounds.items()
+        }
+
+    @property
+    def device_clock(self) -> bool:
+        """The device's clock when every measured round has its jobs' stamps (docs/runners.md §1a)."""
+        return bool(self.base) and all(r.device_busy_s for rs in self.rounds.values() for r in rs)
+
+    def delta(self, mode: ExecutorMode, q: float, clock: str = HOST) -> Estimate:
+        """``mode``'s ``q``-th percentile E2E against sync's, minus one."""
+        other, base = self.rounds[mode], self.base
 
         def stat(idx: np.ndarray) -> float:
             rows = idx.astype(int)
@@ -154,10 +155,11 @@ def judge(
             b = _e2e([base[i] for i in rows], clock)
             return float(np.percentile(a, q) / np.percentile(b, q) - 1) if len(a) and len(b) else float("nan")
 
-        return bootstrap(list(range(n)), stat, seed=seed)
+        return bootstrap(list(range(len(base))), stat, seed=self.seed)
 
-    def gain(mode: ExecutorMode, clock: str = HOST) -> Estimate:
-        other = rounds[mode]
+    def gain(self, mode: ExecutorMode, clock: str = HOST) -> Estimate:
+        """``mode``'s aggregate tokens/s against sync's, minus one."""
+        other, base = self.rounds[mode], self.base
 
         def spent(r: ModeRound) -> float:
             return (r.device_busy_s or 0.0) if clock == DEVICE else r.wall_s
@@ -168,36 +170,46 @@ def judge(
             tb = sum(base[i].output_tokens for i in rows) / sum(spent(base[i]) for i in rows)
             return float(tm / tb - 1)
 
-        return bootstrap(list(range(n)), stat, seed=seed)
+        return bootstrap(list(range(len(base))), stat, seed=self.seed)
 
-    def sanity(mode: ExecutorMode) -> list[ModeCheck]:
-        errors = sum(r.errors for r in rounds[mode])
-        out = [
+    def sanity(self, mode: ExecutorMode) -> list[ModeCheck]:
+        errors = sum(r.errors for r in self.rounds[mode])
+        same = self.identical[mode]
+        return [
             ModeCheck(
                 "errors",
                 "== 0",
-                Estimate(float(errors), None, None, sum(len(r.records) for r in rounds[mode])),
+                Estimate(float(errors), None, None, sum(len(r.records) for r in self.rounds[mode])),
                 errors == 0,
                 f"{errors} request(s) did not finish normally",
-            )
-        ]
-        out.append(
+            ),
             ModeCheck(
                 "same_tokens",
                 "== sync",
-                Estimate(1.0 if identical[mode] else 0.0, None, None, 1),
-                identical[mode],
+                Estimate(1.0 if same else 0.0, None, None, 1),
+                same,
                 "every request produced the sync baseline's tokens"
-                if identical[mode]
+                if same
                 else "some request's tokens differ from the sync baseline: not equivalent",
-            )
-        )
-        return out
+            ),
+        ]
 
+
+def judge(
+    opts: ExecutorModesOptions,
+    device: DeviceSpec,
+    alias: str,
+    rounds: dict[ExecutorMode, list[ModeRound]],
+    events: Sequence[TraceEvent],
+    auto_downgrades: list[dict[str, Any]],
+    host_load: Sequence[float] = (),
+) -> ExecutorModesResult:
+    measured = _Rounds(rounds, opts.seed)
+    device_clock = measured.device_clock
     m1_checks = [
-        _at_most("p50_e2e_regression", delta(ExecutorMode.ASYNC, 50), M1_P50_LIMIT, "async P50 E2E vs sync"),
-        _at_most("p99_e2e_regression", delta(ExecutorMode.ASYNC, 99), M1_P99_LIMIT, "async P99 E2E vs sync"),
-        *sanity(ExecutorMode.ASYNC),
+        _at_most("p50_e2e_regression", measured.delta(ExecutorMode.ASYNC, 50), M1_P50_LIMIT, "async P50 E2E vs sync"),
+        _at_most("p99_e2e_regression", measured.delta(ExecutorMode.ASYNC, 99), M1_P99_LIMIT, "async P99 E2E vs sync"),
+        *measured.sanity(ExecutorMode.ASYNC),
     ]
     # M2 is about the chip: ping/pong hides one job's transfers behind the other's compute (000 §14). On the
     # device's clock its throughput is tokens per second the chips were busy, and its latency each request's E2E
@@ -207,27 +219,19 @@ def judge(
     m2_checks = [
         _at_least(
             "throughput_gain",
-            gain(ExecutorMode.PINGPONG, m2_clock),
+            measured.gain(ExecutorMode.PINGPONG, m2_clock),
             M2_GAIN_LIMIT,
             f"ping/pong aggregate tokens/s vs sync{on}",
         ),
         _at_most(
             "p99_e2e_regression",
-            delta(ExecutorMode.PINGPONG, 99, m2_clock),
+            measured.delta(ExecutorMode.PINGPONG, 99, m2_clock),
             M2_P99_LIMIT,
             f"ping/pong P99 E2E vs sync{on}",
         ),
-        *sanity(ExecutorMode.PINGPONG),
+        *measured.sanity(ExecutorMode.PINGPONG),
     ]
     evidence = trace_evidence(events)
-    m1_notes: list[str] = []
-    if device_clock:  # shown beside M1, never judged: the chip runs the same jobs one at a time in both modes
-        d50, d99 = delta(ExecutorMode.ASYNC, 50, DEVICE), delta(ExecutorMode.ASYNC, 99, DEVICE)
-        m1_notes.append(
-            f"on the device's clock (E2E without the chips' waits on the host) async(1) vs sync: P50 "
-            f"{pct_text(d50.mean)}, P99 {pct_text(d99.mean)}: the chip runs the same jobs one at a time in both "
-            "modes; M1's regression is the host's waiting and is judged on the host's clock"
-        )
     if host.saturated(host_load):
         why = host.saturation_note(host_load, "the rounds")
         m1_checks[:2] = [_host_bound(c, f"{why}; {M1_HOST_TIME}") for c in m1_checks[:2]]
@@ -235,15 +239,60 @@ def judge(
             m2_checks[0] = _device_gain_on_busy_host(m2_checks[0], evidence, why, bool(events))
         else:
             m2_checks[:2] = [_host_bound(c, why) for c in m2_checks[:2]]
-    m2_notes = [
+    return ExecutorModesResult(
+        device=device.kind.value,
+        mock=device.is_mock,
+        alias=alias,
+        profile=opts.profile if device.is_mock else None,
+        time_scale=device.time_scale if device.is_mock else None,
+        options={
+            "rounds": opts.rounds,
+            "rounds_run": len(measured.base),
+            "host_load": [round(x, 2) for x in host_load],
+            "warmup_rounds": opts.warmup_rounds,
+            "concurrency": opts.concurrency,
+            "prompt_tokens": opts.prompt_tokens,
+            "output_tokens": opts.output_tokens,
+            "seed": opts.seed,
+            "clock": {"M1": HOST, "M2": m2_clock},
+        },
+        per_mode={m.value: _mode_summary(rs) for m, rs in rounds.items()},
+        m1=_milestone("M1", m1_checks, _m1_notes(measured)),
+        m2=_milestone("M2", m2_checks, _m2_notes(auto_downgrades)),
+        outputs_identical=all(measured.identical.values()),
+        evidence=evidence,
+        automatic_downgrades=auto_downgrades,
+        notes=_run_notes(device, evidence),
+    )
+
+
+def _m1_notes(measured: _Rounds) -> list[str]:
+    """Shown beside M1, never judged: on the device's clock, the chip runs the same jobs one at a time in both
+    modes."""
+    if not measured.device_clock:
+        return []
+    d50, d99 = measured.delta(ExecutorMode.ASYNC, 50, DEVICE), measured.delta(ExecutorMode.ASYNC, 99, DEVICE)
+    return [
+        f"on the device's clock (E2E without the chips' waits on the host) async(1) vs sync: P50 "
+        f"{pct_text(d50.mean)}, P99 {pct_text(d99.mean)}: the chip runs the same jobs one at a time in both "
+        "modes; M1's regression is the host's waiting and is judged on the host's clock"
+    ]
+
+
+def _m2_notes(auto_downgrades: Sequence[dict[str, Any]]) -> list[str]:
+    notes = [
         "M2 also needs 24 h without errors before ping/pong is the default: run `calctl soak` with "
         "executor.mode pingpong; not assessed here"
     ]
     if auto_downgrades:
-        m2_notes.append(
+        notes.append(
             f"the downgrade monitor left ping/pong {len(auto_downgrades)} time(s) during the run "
             f"({', '.join(sorted({d['reason'] for d in auto_downgrades}))}): those rounds are not pure ping/pong"
         )
+    return notes
+
+
+def _run_notes(device: DeviceSpec, evidence: PingPongTraceEvidence) -> list[str]:
     notes = []
     if device.is_mock:
         notes.append(
@@ -257,31 +306,7 @@ def judge(
             "the runtime reports no job phases: whether ping/pong computes overlapped is unknown, only "
             "two-in-flight time is shown"
         )
-    return ExecutorModesResult(
-        device=device.kind.value,
-        mock=device.is_mock,
-        alias=alias,
-        profile=opts.profile if device.is_mock else None,
-        time_scale=device.time_scale if device.is_mock else None,
-        options={
-            "rounds": opts.rounds,
-            "rounds_run": n,
-            "host_load": [round(x, 2) for x in host_load],
-            "warmup_rounds": opts.warmup_rounds,
-            "concurrency": opts.concurrency,
-            "prompt_tokens": opts.prompt_tokens,
-            "output_tokens": opts.output_tokens,
-            "seed": opts.seed,
-            "clock": {"M1": HOST, "M2": DEVICE if device_clock else HOST},
-        },
-        per_mode=per_mode,
-        m1=_milestone("M1", m1_checks, m1_notes),
-        m2=_milestone("M2", m2_checks, m2_notes),
-        outputs_identical=all(identical.values()),
-        evidence=evidence,
-        automatic_downgrades=auto_downgrades,
-        notes=notes,
-    )
+    return notes
 
 
 def _e2e(rounds: Sequence[ModeRound], clock: str = HOST) -> np.ndarray:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calctl.errors import UsageError
+from calctl.loadgen.client import RequestRecord
 from calctl.runners.bench.base import OneModelOptions
-from calctl.runners.traffic import RequestRecord
 from calctl.serving.config import ExecutorMode
 
 Log = Callable[[str], None]

@@ -30,7 +30,7 @@ from calctl.runners.bench.executor_modes.render import plot_notes, scenario_resu
 from calctl.runners.device import DeviceSpec
 from calctl.runners.serving_stack import ServingStack
 from calctl.runners.trace import TraceSlice, plot_timeline, trace_slices, write_chrome_trace
-from calctl.runners.traffic import ClientPlan, TokenTap, drive_engine_request
+from calctl.runners.traffic import ClientPlan, TappedSubmit, drive_engine_request
 from calctl.runtime import Runtime, TraceEvent, open_runtime
 from calctl.runtime.intervals import intersections, union
 from calctl.runtime.mock.timing import TimingModel
@@ -106,51 +106,68 @@ def run_executor_modes(opts: ExecutorModesOptions, log: Log = lambda _: None) ->
                         raise UsageError(f"executor mode {mode.value}: {outcome.get('detail')}")
                     rnd = loop.submit(_round(engine, alias, mode, r, prompt, opts)).result(opts.request_timeout_s + 30)
                     on_device_clock(rnd, _round_trace(rt, [rnd], core.chips, alias))
-                    new = core.downgrades()[before:]
-                    if new:  # the monitor left ping/pong during the round: say so, never hide it
-                        auto_downgrades.extend({**d.as_dict(), "round": r} for d in new)
+                    # the monitor left ping/pong during the round: say so, never hide it
+                    auto_downgrades.extend({**d.as_dict(), "round": r} for d in core.downgrades()[before:])
                     if measured:
                         rounds[mode].append(rnd)
                         host_load.append(host.load_now())
                 if measured:
-                    done = r - opts.warmup_rounds + 1
-                    log(
-                        f"  round {done}/{opts.rounds}"
-                        + (f" (+{done - opts.rounds}, budget {budget})" if done > opts.rounds else "")
-                        + ": "
-                        + ", ".join(f"{m.value} {rounds[m][-1].wall_s * 1e3:.0f} ms" for m in MODES)
-                    )
+                    log(_round_line(r - opts.warmup_rounds + 1, opts.rounds, budget, rounds))
             events = _round_trace(rt, rounds[ExecutorMode.PINGPONG], core.chips, alias)
             last = _round_trace(rt, rounds[ExecutorMode.PINGPONG][-1:], core.chips, alias)
             last_sync = _round_trace(rt, rounds[ExecutorMode.SYNC][-1:], core.chips, alias)
             chips = tuple(core.chips)
     result = judge(opts, device, alias, rounds, events, auto_downgrades, host_load)
-    if opts.trace_path is not None or opts.plot_path is not None:
-        slices = trace_slices(last, phases=True)
-        meta = {
-            "scenario": "executor-modes",
-            "mode": "pingpong",
-            "mock_result": device.is_mock,
-            "phase_profile": opts.profile.label() if opts.profile else None,
-        }
-        if opts.trace_path is not None:
-            write_chrome_trace(opts.trace_path, slices, device=device.kind.value, metadata=meta)
-            result.trace_path = opts.trace_path
-        if opts.plot_path is not None:
-            title = f"executor-modes: {alias}, the last sync round against the last ping/pong round" + (
-                f", {opts.profile.label()}" if opts.profile else ""
-            )
-            plot_timeline(
-                opts.plot_path,
-                [*slices, *_aligned(trace_slices(last_sync, phases=True), rounds, "sync round")],
-                title=title,
-                device=device.kind.value,
-                chips=chips,
-                lane_names={"ping": " ping/pong round: ping engine", "pong": " ping/pong round: pong engine"},
-                notes=plot_notes(result),
-            )
-            result.plot_path = opts.plot_path
+    _write_evidence(opts, device, alias, result, (last, last_sync), rounds, chips)
     return result
+
+
+def _round_line(done: int, wanted: int, budget: int, rounds: dict[ExecutorMode, list[ModeRound]]) -> str:
+    """``  round 3/5: sync 120 ms, async 80 ms, pingpong 70 ms`` (with the rounds beyond the wanted ones)."""
+    extra = f" (+{done - wanted}, budget {budget})" if done > wanted else ""
+    return f"  round {done}/{wanted}{extra}: " + ", ".join(
+        f"{m.value} {rounds[m][-1].wall_s * 1e3:.0f} ms" for m in MODES
+    )
+
+
+def _write_evidence(
+    opts: ExecutorModesOptions,
+    device: DeviceSpec,
+    alias: str,
+    result: ExecutorModesResult,
+    last_rounds: tuple[list[TraceEvent], list[TraceEvent]],
+    rounds: dict[ExecutorMode, list[ModeRound]],
+    chips: tuple[int, ...],
+) -> None:
+    """The Chrome trace of the last ping/pong round and the picture of it against the last sync round, where
+    ``opts`` asks for them (their paths are set on ``result``)."""
+    if opts.trace_path is None and opts.plot_path is None:
+        return
+    last, last_sync = last_rounds
+    slices = trace_slices(last, phases=True)
+    meta = {
+        "scenario": "executor-modes",
+        "mode": "pingpong",
+        "mock_result": device.is_mock,
+        "phase_profile": opts.profile.label() if opts.profile else None,
+    }
+    if opts.trace_path is not None:
+        write_chrome_trace(opts.trace_path, slices, device=device.kind.value, metadata=meta)
+        result.trace_path = opts.trace_path
+    if opts.plot_path is not None:
+        title = f"executor-modes: {alias}, the last sync round against the last ping/pong round" + (
+            f", {opts.profile.label()}" if opts.profile else ""
+        )
+        plot_timeline(
+            opts.plot_path,
+            [*slices, *_aligned(trace_slices(last_sync, phases=True), rounds, "sync round")],
+            title=title,
+            device=device.kind.value,
+            chips=chips,
+            lane_names={"ping": " ping/pong round: ping engine", "pong": " ping/pong round: pong engine"},
+            notes=plot_notes(result),
+        )
+        result.plot_path = opts.plot_path
 
 
 def _aligned(slices: list[TraceSlice], rounds: dict[ExecutorMode, list[ModeRound]], lane: str) -> list[TraceSlice]:
@@ -200,13 +217,7 @@ async def _round(
     prompt: tuple[int, ...],
     opts: ExecutorModesOptions,
 ) -> ModeRound:
-    taps: dict[str, TokenTap] = {}
-
-    def submit(req: GenerationRequest) -> TokenTap:
-        tap = TokenTap(engine.submit(req))
-        taps[req.request_id] = tap
-        return tap
-
+    submit = TappedSubmit(engine.submit)
     reqs = [
         GenerationRequest(
             f"xm-{index}-{mode.value}-{i}",
@@ -225,7 +236,7 @@ async def _round(
         *(drive_engine_request(submit, r, ClientPlan("executor-modes"), timeout_s=opts.request_timeout_s) for r in reqs)
     )
     wall = time.monotonic() - t0
-    tokens = [taps[r.request_id].tokens if r.request_id in taps else [] for r in reqs]
+    tokens = [submit.tokens(r.request_id) for r in reqs]
     return ModeRound(mode, index, start_ns, wall, [res.record for res in results], tokens)
 
 

@@ -64,6 +64,6 @@ engine's isolation logic, not a board's fault domains (docs/runtime.md §5).
 """
 
 from calctl.runners.bench.fault_isolation.plan import FAULT_ISOLATION_TIME_SCALE
-from calctl.runners.bench.fault_isolation.run import run_fault_isolation
+from calctl.runners.bench.fault_isolation.run import FAULT_ISOLATION, run_fault_isolation
 
-__all__ = ["FAULT_ISOLATION_TIME_SCALE", "run_fault_isolation"]
+__all__ = ["FAULT_ISOLATION", "FAULT_ISOLATION_TIME_SCALE", "run_fault_isolation"]

@@ -3,6 +3,8 @@ of every recovery, and the grade (F0/F1/F2, 001 §13.4) with its table, picture 
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,185 @@ from calctl.runners.soak.render import recovery_doc
 from calctl.runners.traffic import EngineResult
 
 
+@dataclass(frozen=True)
+class _Baseline:
+    """B in the baseline phase, and the gates the other phases are held to."""
+
+    phase: Phase
+    p99_e2e_s: float | None  # host clock: reported, never judged
+    gate_s: float | None
+    p99_device_s: float | None
+    device_gate_s: float | None
+
+    @classmethod
+    def of(cls, base: Phase, b_results: list[EngineResult]) -> _Baseline:
+        p99 = percentiles(
+            [r.record.e2e for r in _b_in(b_results, base) if r.record.ok and r.record.e2e is not None]
+        ).p99
+        dev = percentiles(base.b_device_s).p99
+        return cls(
+            base,
+            p99,
+            p99 * (1 + LATENCY_GATE) if p99 is not None else None,
+            dev,
+            dev * (1 + LATENCY_GATE) if dev is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """One phase against the baseline: its table row, its JSON, whether B was impacted, why it is undecided."""
+
+    row: tuple[str, ...]
+    doc: dict[str, Any]
+    impacted: bool
+    undecided: str | None  # "phase (why)": B's latency not judged and nothing else impacted B
+
+
+@dataclass(frozen=True)
+class _BLatency:
+    """B's P99 job latency on the device's clock in one phase against the baseline's gate (``passed`` None:
+    not judged, ``why`` says why)."""
+
+    b_jobs: int
+    baseline_jobs: int
+    p99_s: float | None
+    gate_s: float | None
+    min_samples: int
+    passed: bool | None = None
+    why: str = ""
+
+    def document(self) -> dict[str, Any]:
+        return {"clock": "device", **dataclasses.asdict(self)}
+
+
+def _latency(ph: Phase, baseline: _Baseline, reasons: list[str]) -> _BLatency:
+    """B's latency on the device's clock, by the decision rule: enough jobs in the baseline and the phase for a
+    P99, and its CI on one side of the gate (a failed gate adds to ``reasons``). The host's E2E is reported,
+    never judged."""
+    need = MIN_SAMPLES["p99"]
+    base, gate = baseline.phase, baseline.device_gate_s
+    latency = _BLatency(len(ph.b_device_s), len(base.b_device_s), percentiles(ph.b_device_s).p99, gate, need)
+    if ph.name == "baseline":
+        return latency
+    if gate is None or min(len(ph.b_device_s), len(base.b_device_s)) < need:
+        why = (
+            f"not judged: a P99 needs >= {need} B jobs in the baseline and the phase, "
+            f"had {len(base.b_device_s)} and {len(ph.b_device_s)}"
+        )
+        return dataclasses.replace(latency, why=why)
+    d = decide(
+        bootstrap(ph.b_device_s, lambda x: float(np.percentile(x, 99)), seed=7),
+        gate,
+        above=False,
+        min_samples=need,
+        what="B P99 device job latency (s)",
+        fmt=".4f",
+    )
+    if d.passed is False:
+        reasons.append(
+            f"B P99 job latency on the device {(latency.p99_s or 0) * 1e3:.1f} ms > gate {gate * 1e3:.1f} ms "
+            f"(baseline {(baseline.p99_device_s or 0) * 1e3:.1f} ms + 25 %): {d.why}"
+        )
+    return dataclasses.replace(latency, passed=d.passed, why=d.why)
+
+
+def _judge_phase(ph: Phase, b_results: list[EngineResult], baseline: _Baseline) -> _Judged:
+    b = _b_in(b_results, ph)
+    b_ok = [r for r in b if r.record.ok]
+    b_bad = [r for r in b if not r.record.ok]
+    p99 = percentiles([r.record.e2e for r in b_ok if r.record.e2e is not None]).p99
+    reasons = []
+    if b_bad:
+        classes = _counts(r.record.outcome.value for r in b_bad)
+        reasons.append(f"{len(b_bad)} B request(s) failed or refused ({_fmt_counts(classes)})")
+    if ph.b_events:  # any lifecycle event of B is B leaving Ready (and coming back)
+        reasons.append(f"B lifecycle: {' -> '.join(e.split(' (')[0] for e in ph.b_events)}")
+    latency = _latency(ph, baseline, reasons)
+    undecided = (
+        f"{ph.name} ({latency.why})" if ph.name != "baseline" and latency.passed is None and not reasons else None
+    )
+    impacted = bool(reasons) and ph.name != "baseline"
+    a_seen = _fmt_counts(_counts(r.record.outcome.value for r in ph.a_results)) or "no A request"
+    row = (
+        ph.name,
+        ph.cls,
+        ph.injected,
+        a_seen + (f"; {ph.faults_fired} fault(s) fired" if ph.faults_fired else ""),
+        ph.scope,
+        f"{len(b_ok)}/{len(b)}",
+        "n/a" if p99 is None else f"{p99 * 1e3:.0f} ms",
+        "YES: " + "; ".join(reasons) if impacted else "no",
+    )
+    doc = {
+        "phase": ph.name,
+        "class": ph.cls,
+        "injected_on_a": ph.injected,
+        "a_outcomes": _counts(r.record.outcome.value for r in ph.a_results),
+        "a_device_jobs": ph.a_jobs,
+        "faults_fired": ph.faults_fired,
+        "scope_granted": ph.scope,
+        "recoveries": [recovery_doc(r) for r in ph.recoveries],
+        "b_requests": len(b),
+        "b_succeeded": len(b_ok),
+        "b_outcomes": _counts(r.record.outcome.value for r in b),
+        "b_p99_e2e_s": p99,
+        "b_p99_e2e_note": "host clock (what B's clients waited, host overhead included): reported, never judged",
+        "b_latency": latency.document(),
+        "b_lifecycle": ph.b_events,
+        "b_impacted": impacted,
+        "b_impact": reasons if impacted else [],
+        "seconds": round(ph.end - ph.start, 3),
+        "note": ph.note,
+    }
+    return _Judged(row, doc, impacted, undecided)
+
+
+def _grade(phases: list[Phase], judged: list[_Judged]) -> tuple[str, str, str]:
+    """(grade, verdict, why): the grade B's impacts give (001 §13.4), and NOT JUDGED when a phase whose latency
+    was not judged could still lower it (the decision rule)."""
+    impacted: dict[str, list[str]] = {REQUEST: [], RUNTIME: [], LIFECYCLE: []}
+    undecided: dict[str, list[str]] = {REQUEST: [], RUNTIME: [], LIFECYCLE: []}
+    for ph, j in zip(phases, judged, strict=True):
+        if j.impacted:
+            impacted[ph.cls].append(ph.name)
+        if j.undecided is not None:
+            undecided[ph.cls].append(j.undecided)
+    if impacted[REQUEST]:
+        grade = "F0"
+        why = (
+            f"request/resource faults on A impacted B ({', '.join(impacted[REQUEST])}): A and B share "
+            "even the request-level fault domain"
+        )
+    elif impacted[RUNTIME] or impacted[LIFECYCLE]:
+        grade = "F1"
+        why = (
+            "request and resource faults on A were isolated from B; "
+            + "; ".join(
+                f"{cls} faults impacted B ({', '.join(v)})" for cls, v in impacted.items() if v and cls != REQUEST
+            )
+            + ": a shared fault domain (001 §13.4)"
+        )
+    else:
+        grade = "F2"
+        why = "no fault or lifecycle action on A impacted B (chip-scoped recovery, B untouched)"
+    could_lower = undecided[REQUEST] if grade != "F0" else []
+    if grade == "F2":
+        could_lower = could_lower + undecided[RUNTIME] + undecided[LIFECYCLE]
+    if not could_lower:
+        return grade, grade, why
+    return (
+        grade,
+        "NOT JUDGED",
+        f"{grade} at best: B's device latency not judged in {'; '.join(could_lower)}; "
+        "a longer phase or a less loaded host would decide it",
+    )
+
+
+#: The columns of the evidence table, one row a phase.
+COLUMNS = ("phase", "class", "injected on A", "A saw", "scope the runtime granted", "B ok", "B P99 E2E", "B impacted")
+
+
 def scenario_result(
     opts: BenchOptions,
     a_alias: str,
@@ -36,135 +217,9 @@ def scenario_result(
 ) -> ScenarioResult:
     """The graded report; with ``interrupt``, the report of the phases finished before the signal
     (verdict INTERRUPTED, exit 130, nothing graded)."""
-    base = phases[0]
-    b_base = _b_in(b_results, base)
-    base_p99 = percentiles([r.record.e2e for r in b_base if r.record.ok and r.record.e2e is not None]).p99
-    gate_s = base_p99 * (1 + LATENCY_GATE) if base_p99 is not None else None
-    need = MIN_SAMPLES["p99"]
-    base_dev = percentiles(base.b_device_s)
-    dev_gate_s = base_dev.p99 * (1 + LATENCY_GATE) if base_dev.p99 is not None else None
-    undecided: dict[str, list[str]] = {REQUEST: [], RUNTIME: [], LIFECYCLE: []}
-    rows = []
-    docs = []
-    impacted_by_cls: dict[str, list[str]] = {REQUEST: [], RUNTIME: [], LIFECYCLE: []}
-    for ph in phases:
-        b = _b_in(b_results, ph)
-        b_ok = [r for r in b if r.record.ok]
-        b_bad = [r for r in b if not r.record.ok]
-        p99 = percentiles([r.record.e2e for r in b_ok if r.record.e2e is not None]).p99
-        reasons = []
-        if b_bad:
-            classes = _counts(r.record.outcome.value for r in b_bad)
-            reasons.append(f"{len(b_bad)} B request(s) failed or refused ({_fmt_counts(classes)})")
-        if ph.b_events:  # any lifecycle event of B is B leaving Ready (and coming back)
-            reasons.append(f"B lifecycle: {' -> '.join(e.split(' (')[0] for e in ph.b_events)}")
-        # B's latency on the device's clock, by the decision rule: enough jobs in the baseline and the
-        # phase for a P99, and its CI on one side of the gate. The host's E2E is reported, never judged.
-        dev = percentiles(ph.b_device_s)
-        latency: dict[str, Any] = {
-            "clock": "device",
-            "b_jobs": len(ph.b_device_s),
-            "baseline_jobs": len(base.b_device_s),
-            "p99_s": dev.p99,
-            "gate_s": dev_gate_s,
-            "min_samples": need,
-            "passed": None,
-            "why": "",
-        }
-        if ph.name != "baseline":
-            if dev_gate_s is None or min(len(ph.b_device_s), len(base.b_device_s)) < need:
-                latency["why"] = (
-                    f"not judged: a P99 needs >= {need} B jobs in the baseline and the phase, "
-                    f"had {len(base.b_device_s)} and {len(ph.b_device_s)}"
-                )
-            else:
-                d = decide(
-                    bootstrap(ph.b_device_s, lambda x: float(np.percentile(x, 99)), seed=7),
-                    dev_gate_s,
-                    above=False,
-                    min_samples=need,
-                    what="B P99 device job latency (s)",
-                    fmt=".4f",
-                )
-                latency["passed"], latency["why"] = d.passed, d.why
-                if d.passed is False:
-                    reasons.append(
-                        f"B P99 job latency on the device {(dev.p99 or 0) * 1e3:.1f} ms > gate {dev_gate_s * 1e3:.1f} ms "
-                        f"(baseline {(base_dev.p99 or 0) * 1e3:.1f} ms + 25 %): {d.why}"
-                    )
-            if latency["passed"] is None and not reasons:
-                undecided[ph.cls].append(f"{ph.name} ({latency['why']})")
-        impacted = bool(reasons) and ph.name != "baseline"
-        if impacted:
-            impacted_by_cls[ph.cls].append(ph.name)
-        a_seen = _fmt_counts(_counts(r.record.outcome.value for r in ph.a_results)) or "no A request"
-        rows.append(
-            (
-                ph.name,
-                ph.cls,
-                ph.injected,
-                a_seen + (f"; {ph.faults_fired} fault(s) fired" if ph.faults_fired else ""),
-                ph.scope,
-                f"{len(b_ok)}/{len(b)}",
-                "n/a" if p99 is None else f"{p99 * 1e3:.0f} ms",
-                "YES: " + "; ".join(reasons) if impacted else "no",
-            )
-        )
-        docs.append(
-            {
-                "phase": ph.name,
-                "class": ph.cls,
-                "injected_on_a": ph.injected,
-                "a_outcomes": _counts(r.record.outcome.value for r in ph.a_results),
-                "a_device_jobs": ph.a_jobs,
-                "faults_fired": ph.faults_fired,
-                "scope_granted": ph.scope,
-                "recoveries": [recovery_doc(r) for r in ph.recoveries],
-                "b_requests": len(b),
-                "b_succeeded": len(b_ok),
-                "b_outcomes": _counts(r.record.outcome.value for r in b),
-                "b_p99_e2e_s": p99,
-                "b_p99_e2e_note": "host clock (what B's clients waited, host overhead included): reported, "
-                "never judged",
-                "b_latency": latency,
-                "b_lifecycle": ph.b_events,
-                "b_impacted": impacted,
-                "b_impact": reasons if impacted else [],
-                "seconds": round(ph.end - ph.start, 3),
-                "note": ph.note,
-            }
-        )
-    if impacted_by_cls[REQUEST]:
-        grade = "F0"
-        why = (
-            f"request/resource faults on A impacted B ({', '.join(impacted_by_cls[REQUEST])}): A and B share "
-            "even the request-level fault domain"
-        )
-    elif impacted_by_cls[RUNTIME] or impacted_by_cls[LIFECYCLE]:
-        grade = "F1"
-        why = (
-            "request and resource faults on A were isolated from B; "
-            + "; ".join(
-                f"{cls} faults impacted B ({', '.join(v)})"
-                for cls, v in impacted_by_cls.items()
-                if v and cls != REQUEST
-            )
-            + ": a shared fault domain (001 §13.4)"
-        )
-    else:
-        grade = "F2"
-        why = "no fault or lifecycle action on A impacted B (chip-scoped recovery, B untouched)"
-    # Could an undecided phase still lower the grade? Then the grade is not decided (the decision rule).
-    could_lower = undecided[REQUEST] if grade != "F0" else []
-    if grade == "F2":
-        could_lower = could_lower + undecided[RUNTIME] + undecided[LIFECYCLE]
-    verdict_grade = grade
-    if could_lower:
-        verdict_grade = "NOT JUDGED"
-        why = (
-            f"{grade} at best: B's device latency not judged in {'; '.join(could_lower)}; "
-            "a longer phase or a less loaded host would decide it"
-        )
+    baseline = _Baseline.of(phases[0], b_results)
+    judged = [_judge_phase(ph, b_results, baseline) for ph in phases]
+    grade, verdict_grade, why = _grade(phases, judged)
     if interrupt is not None:
         verdict_grade = "INTERRUPTED"
         why = interrupted_note(interrupt, running, [p.name for p in phases])
@@ -174,42 +229,33 @@ def scenario_result(
         "the engine's isolation logic, not a Calculet board's fault domains (docs/runtime.md §5)",
         "not exercised: KV corruption (silent on the device; only golden checks see it)",
     ]
-    points = [(r.record.sent - t_start, r.record.e2e, r.record.ok) for r in b_results]
     plot = opts.out_dir / "bench.png"
     plot_timeline(
         plot,
-        points=points,
+        points=[(r.record.sent - t_start, r.record.e2e, r.record.ok) for r in b_results],
         phases=[(p.name, p.start - t_start, p.end - t_start) for p in phases],
-        gate_s=gate_s,
+        gate_s=baseline.gate_s,
         title=f"calctl bench fault-isolation: {grade if interrupt is None else verdict_grade} "
         f"(B = {b_alias}, faults on A = {a_alias})",
         device="mock",
     )
+    base_p99 = baseline.p99_e2e_s
     table = Table(
         f"fault isolation evidence (A = {a_alias}, B = {b_alias}; B baseline P99 E2E "
         f"{'n/a' if base_p99 is None else f'{base_p99 * 1e3:.0f} ms'})",
-        (
-            "phase",
-            "class",
-            "injected on A",
-            "A saw",
-            "scope the runtime granted",
-            "B ok",
-            "B P99 E2E",
-            "B impacted",
-        ),
-        tuple(rows),
+        COLUMNS,
+        tuple(j.row for j in judged),
     )
     body = {
         "grade": verdict_grade,
         "grade_reason": why,
         "a": a_alias,
         "b": b_alias,
-        "phases": docs,
+        "phases": [j.doc for j in judged],
         "b_baseline_p99_e2e_s": base_p99,
-        "b_baseline_p99_device_s": base_dev.p99,
-        "b_device_latency_gate_s": dev_gate_s,
-        "b_latency_gate_s": gate_s,
+        "b_baseline_p99_device_s": baseline.p99_device_s,
+        "b_device_latency_gate_s": baseline.device_gate_s,
+        "b_latency_gate_s": baseline.gate_s,
         "device_options": device.describe(),
         **(
             {"interrupted_in": running or None, "phases_finished": [p.name for p in phases]}
@@ -222,16 +268,7 @@ def scenario_result(
             "F2": "nothing on A impacted B",
         },
     }
-    return ScenarioResult(
-        "fault-isolation",
-        verdict_grade,
-        (),
-        (table,),
-        body,
-        plot,
-        tuple(notes),
-        mock_result=True,
-    )
+    return ScenarioResult("fault-isolation", verdict_grade, (), (table,), body, plot, tuple(notes), mock_result=True)
 
 
 def _b_in(b_results: list[EngineResult], ph: Phase) -> list[EngineResult]:

@@ -4,6 +4,7 @@ one fault or lifecycle action on A per phase (see the package docstring)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from typing import Any
 from calctl.errors import UsageError
 from calctl.runners.bench.base import (
     BenchOptions,
+    Scenario,
     ScenarioInterrupted,
     ScenarioResult,
 )
@@ -86,7 +88,7 @@ class _Run:
         alias waits for an operator's load or reload, never recovers by itself: docs/serve.md)."""
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
-            if all(w.is_ready() for w in self.sup.cores.values()):
+            if all(self.stack.core(a).is_ready() for a in self.stack.aliases):
                 return True
             if self.failed_aliases():
                 return False
@@ -94,13 +96,13 @@ class _Run:
         return False
 
     def failed_aliases(self) -> list[str]:
-        return [a for a, w in self.sup.cores.items() if w.state is ModelState.FAILED]
+        return [a for a in self.stack.aliases if self.stack.core(a).state is ModelState.FAILED]
 
     def busy_retries(self) -> int:
         return self.stack.batch_counters(self.a).submit_busy_retries
 
     def a_decode_graph(self) -> str:
-        return self.sup.cores[self.a].model.decode.name
+        return self.stack.core(self.a).model.decode.name
 
     def a_jobs_since(self, since_ns: int) -> int:
         return sum(1 for e in self.rt.trace(since_ns=since_ns) if e.model == self.a)
@@ -262,7 +264,7 @@ class _Run:
 
     def _wait_running(self, alias: str, timeout_s: float = 10.0) -> None:
         end = time.monotonic() + timeout_s
-        w = self.sup.cores[alias]
+        w = self.stack.core(alias)
         while w.inflight() == 0 and time.monotonic() < end:
             time.sleep(0.005)
 
@@ -316,57 +318,50 @@ class _Run:
                 self.log(f"  loading {opts.package} on the mock board (time scale {device.time_scale:g})")
                 stack.start(opts.package)
                 self.loop = loop = stack.loop
+                t_start = time.monotonic()
                 try:
-                    b_clients = [loop.submit(self.b_client(i)) for i in range(B_CLIENTS)]
-                    t_start = time.monotonic()
-                    self.phase("baseline", "-", "none", self.baseline)
-                    self.phase(
-                        "invalid-tensor",
-                        REQUEST,
-                        "10 prompts over the context limit, 10 empty prompts",
-                        self.invalid,
-                    )
-                    self.phase(
-                        "kv-exhausted",
-                        REQUEST,
-                        "48 concurrent 16-token requests (16 lanes + 4 waiting)",
-                        self.kv_exhausted,
-                    )
-                    self.phase(
-                        "submit-busy",
-                        REQUEST,
-                        "DeviceBusy on 3, then 7 consecutive A decode submits",
-                        self.submit_busy,
-                    )
-                    self.phase(
-                        "wait-timeout",
-                        RUNTIME,
-                        f"an A decode job hangs (job timeout {JOB_TIMEOUT_S:g} s)",
-                        self.wait_timeout,
-                    )
-                    self.phase("ccu-exception", RUNTIME, "an A decode job ends in a CCU exception", self.ccu_exception)
-                    self.phase(
-                        "drain-deadline",
-                        LIFECYCLE,
-                        "reload of A with long requests in flight, drain deadline 0.1 s",
-                        self.drain_deadline,
-                    )
-                    self.phase("unload-reload", LIFECYCLE, "reload of A (drain completes)", self.unload_reload)
-                    self.stop_b = True
-                    self.b_run.set()
-                    for f in b_clients:
-                        f.result(70)
-                except BaseException as exc:
-                    # SIGINT/SIGTERM or a failure mid-phase: end the engine while the loop still runs, so the
-                    # streams of the requests it aborts can still be delivered (never into a closed loop).
-                    self.stop_b = True
-                    self.b_run.set()
-                    self.sup.shutdown(5.0)
-                    if isinstance(exc, KeyboardInterrupt) and self.phases:  # the finished phases stay
-                        partial = self._result(t_start, device, interrupt=exc)
-                        raise ScenarioInterrupted(exc, partial) from exc
+                    with contextlib.ExitStack() as on_error:
+                        # SIGINT/SIGTERM or a failure mid-phase: end the engine while the loop still runs, so the
+                        # streams of the requests it aborts can still be delivered (never into a closed loop).
+                        on_error.callback(self._stop_engine)
+                        b_clients = [loop.submit(self.b_client(i)) for i in range(B_CLIENTS)]
+                        for name, kind, what, action in self._phases():
+                            self.phase(name, kind, what, action)
+                        self._stop_b()
+                        for f in b_clients:
+                            f.result(70)
+                        on_error.pop_all()
+                except KeyboardInterrupt as exc:
+                    if self.phases:  # the finished phases stay
+                        raise ScenarioInterrupted(exc, self._result(t_start, device, interrupt=exc)) from exc
                     raise
         return self._result(t_start, device)
+
+    def _phases(self) -> tuple[tuple[str, str, str, Callable[[Phase], None]], ...]:
+        """The phases in order: name, fault class, what is done to A, the action."""
+        return (
+            ("baseline", "-", "none", self.baseline),
+            ("invalid-tensor", REQUEST, "10 prompts over the context limit, 10 empty prompts", self.invalid),
+            ("kv-exhausted", REQUEST, "48 concurrent 16-token requests (16 lanes + 4 waiting)", self.kv_exhausted),
+            ("submit-busy", REQUEST, "DeviceBusy on 3, then 7 consecutive A decode submits", self.submit_busy),
+            ("wait-timeout", RUNTIME, f"an A decode job hangs (job timeout {JOB_TIMEOUT_S:g} s)", self.wait_timeout),
+            ("ccu-exception", RUNTIME, "an A decode job ends in a CCU exception", self.ccu_exception),
+            (
+                "drain-deadline",
+                LIFECYCLE,
+                "reload of A with long requests in flight, drain deadline 0.1 s",
+                self.drain_deadline,
+            ),
+            ("unload-reload", LIFECYCLE, "reload of A (drain completes)", self.unload_reload),
+        )
+
+    def _stop_b(self) -> None:
+        self.stop_b = True
+        self.b_run.set()
+
+    def _stop_engine(self) -> None:
+        self._stop_b()
+        self.sup.shutdown(5.0)
 
     def _result(self, t_start: float, device: DeviceSpec, interrupt: KeyboardInterrupt | None = None) -> ScenarioResult:
         """The graded report; with ``interrupt``, the report of the phases finished before the signal
@@ -404,3 +399,12 @@ def _reload_scope(res: ReloadResult, *, touched_b: bool) -> str:
 
 def run_fault_isolation(opts: BenchOptions, log: Log) -> ScenarioResult:
     return _Run(opts, log).run()
+
+
+FAULT_ISOLATION = Scenario(
+    "fault-isolation",
+    "faults injected on A in-process on the mock, B measured throughout: F0/F1/F2 (001 §13.4)",
+    run_fault_isolation,
+    needs_url=False,
+    options=("PKG", "--models", "--time-scale", "--fault-plan"),
+)

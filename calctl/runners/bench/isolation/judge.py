@@ -20,9 +20,9 @@ import numpy as np
 from calctl.model import decoder
 from calctl.package.model import Package
 from calctl.runners.bench.isolation.plan import CANCEL_KINDS, G2_MIN_REQUESTS, Planned, Replica, Side
+from calctl.runners.bench.kv_at_rest import KvAtRest
 from calctl.runners.device import DeviceSpec
 from calctl.runners.traffic import EngineResult
-from calctl.serving.core.kv import KvState
 from calctl.serving.outcomes import RequestOutcome
 
 CROSSTALK_MIN_TOKENS = 3  # an equal stream of at least this many tokens names a source (vocab^-3 by chance)
@@ -262,18 +262,6 @@ def find_sources(judged: list[Judged]) -> None:
 
 
 @dataclass
-class SideState:
-    """What the end-of-run KV check compares, per alias (its fields are the report's ``kv`` keys: ``dataclasses.asdict``)."""
-
-    kv_lanes: dict[str, int]
-    kv_reserved_tokens: int
-    kv_used_tokens: int
-    inflight_jobs: int
-    quarantined_jobs: int
-    device_free_kv_sequences: int | None
-
-
-@dataclass
 class Observation:
     """Everything the run saw: filled by ``run.py``, read by the checks here and by ``render.py``."""
 
@@ -284,8 +272,8 @@ class Observation:
     versions: Any = None
     golden_rows: list[dict[str, Any]] = field(default_factory=list)
     judged: list[Judged] = field(default_factory=list)
-    before: dict[str, SideState] = field(default_factory=dict)
-    after: dict[str, SideState] = field(default_factory=dict)
+    before: dict[str, KvAtRest] = field(default_factory=dict)
+    after: dict[str, KvAtRest] = field(default_factory=dict)
     mem_before: dict[int, int | None] = field(default_factory=dict)
     mem_after: dict[int, int | None] = field(default_factory=dict)
     events: tuple[Any, ...] = ()
@@ -480,23 +468,7 @@ def _trace_checks(t: Tally, obs: Observation) -> None:
 
 def _kv_problems(obs: Observation, s: Side) -> list[str]:
     """What is not back where it was before the run on ``s``: KV lanes and tokens, jobs, KV sequences, memory."""
-    free = KvState.FREE.value
-    b, a = obs.before[s.alias], obs.after[s.alias]
-    problems = []
-    busy = {k: v for k, v in a.kv_lanes.items() if k != free and v}
-    if busy:
-        problems.append(f"KV lanes not free: {busy}")
-    if a.kv_reserved_tokens or a.kv_used_tokens:
-        problems.append(f"{a.kv_reserved_tokens} reserved and {a.kv_used_tokens} used KV tokens left")
-    if a.inflight_jobs or a.quarantined_jobs:
-        problems.append(f"{a.inflight_jobs} job(s) in flight, {a.quarantined_jobs} quarantined")
-    if a.kv_lanes.get(free) != b.kv_lanes.get(free):
-        problems.append(f"{a.kv_lanes.get(free, 0)} free lanes, {b.kv_lanes.get(free, 0)} before the run")
-    if a.device_free_kv_sequences != b.device_free_kv_sequences:
-        problems.append(
-            f"the device allocates {a.device_free_kv_sequences} more KV sequences, "
-            f"{b.device_free_kv_sequences} before the run"
-        )
+    problems = obs.after[s.alias].problems_against(obs.before[s.alias], since="the run", free_lanes="free lanes")
     mb, ma = obs.mem_before.get(s.chip), obs.mem_after.get(s.chip)
     if mb is not None and ma is not None and ma != mb:
         problems.append(f"chip {s.chip} memory used {ma} bytes, {mb} before the run")

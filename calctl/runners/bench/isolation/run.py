@@ -18,7 +18,7 @@ from typing import Any
 from calctl.errors import CheckFailed, UsageError
 from calctl.package.reader import load_manifest, package_root
 from calctl.runners.bench.base import BenchOptions, Scenario, ScenarioResult
-from calctl.runners.bench.isolation.judge import IsolationReference, Judged, Observation, SideState, judge_run
+from calctl.runners.bench.isolation.judge import IsolationReference, Judged, Observation, judge_run
 from calctl.runners.bench.isolation.plan import (
     G2_MIN_REQUESTS,
     ISOLATION_TIME_SCALE,
@@ -30,13 +30,14 @@ from calctl.runners.bench.isolation.plan import (
     plan_workload,
 )
 from calctl.runners.bench.isolation.render import device_text, scenario_result
+from calctl.runners.bench.kv_at_rest import KvAtRest
 from calctl.runners.device import DeviceSpec
 from calctl.runners.serving_stack import ServingStack
-from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TokenTap, drive_engine_request
+from calctl.runners.traffic import ClientPlan, EngineLoop, EngineResult, TappedSubmit, TokenTap, drive_engine_request
 from calctl.runtime.errors import RuntimeLayerError
 from calctl.runtime.interface import FaultInjecting
 from calctl.serving.config import default_scheduler_config
-from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
+from calctl.serving.engine import ServingEngine, SupervisorOptions
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.protocol import GenerationRequest, SamplingParams
 from calctl.serving.record_sink import RECORDS_FILE, RecordSink
@@ -48,38 +49,6 @@ Golden = dict[str, tuple[tuple[int, ...], list[int]]]
 
 # ---------------------------------------------------------------------------
 # What the device and the engine hold, read before and after the run
-
-
-def _free_sequences(rt: Any, alias: str, limit: int = 1 << 16) -> int | None:
-    """How many more KV sequences the runtime would allocate for ``alias`` (None: it cannot tell)."""
-    try:
-        if not rt.kv.can_allocate(alias, 0):
-            return 0
-        lo, hi = 0, 1
-        while hi <= limit and rt.kv.can_allocate(alias, hi):
-            lo, hi = hi, hi * 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if rt.kv.can_allocate(alias, mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo
-    except (RuntimeLayerError, NotImplementedError):
-        return None
-
-
-def _side_state(sup: DeviceSupervisor, alias: str) -> SideState:
-    w = sup.cores[alias]
-    snap = w.snapshot()
-    return SideState(
-        dict(snap.kv_lanes),
-        int(snap.kv_reserved_tokens),
-        int(snap.kv_used_tokens),
-        int(snap.inflight_jobs),
-        int(snap.quarantined_jobs),
-        _free_sequences(sup.rt, alias),
-    )
 
 
 def _memory(rt: Any) -> dict[int, int | None]:
@@ -148,22 +117,19 @@ class _IsolationRun:
         recoveries0 = len(sup.recoveries)
         since = time.monotonic_ns()
 
-        def submit(req: GenerationRequest) -> TokenTap:
-            tap = TokenTap(stack.engine.submit(req))
-            self.taps[req.request_id] = tap
-            return tap
-
+        submit = TappedSubmit(stack.engine.submit)
+        self.taps = submit.taps
         loop = stack.loop
         t_golden = time.monotonic()
         self._serial_golden(loop, submit, golden)
         stack.wait_settled(SETTLE_TIMEOUT_S)
         obs.seconds["serial_golden"] = time.monotonic() - t_golden
-        obs.before = {s.alias: _side_state(sup, s.alias) for s in obs.replica.sides}
+        obs.before = {s.alias: KvAtRest.read(stack, s.alias) for s in obs.replica.sides}
         obs.mem_before = _memory(rt)
         results = self._concurrent(loop, submit)
         # A fault's recovery (reset, golden, warm-up) ends before the KV and the recoveries are read.
         obs.drained = stack.wait_settled(SETTLE_TIMEOUT_S)
-        self._after(sup, rt, since, recoveries0)
+        self._after(stack, since, recoveries0)
         obs.judged = [
             Judged(
                 p,
@@ -237,9 +203,9 @@ class _IsolationRun:
         obs.seconds["serve"] = obs.wall_s
         return results
 
-    def _after(self, sup: DeviceSupervisor, rt: Any, since: int, recoveries0: int) -> None:
+    def _after(self, stack: ServingStack, since: int, recoveries0: int) -> None:
         """What the run left: generations after any reset, KV and memory, the trace, the faults that fired."""
-        obs = self.obs
+        obs, sup, rt = self.obs, stack.sup, stack.rt
         # A reset during the run (a fault) republishes the aliases under a new generation: those count as theirs.
         for rec in sup.recoveries[recoveries0:]:
             obs.recoveries.append(
@@ -253,9 +219,9 @@ class _IsolationRun:
             )
             for alias, gen in rec.generations.items():
                 obs.generations.setdefault(alias, set()).add(gen)
-        for alias, w in sup.cores.items():
-            obs.generations[alias].add(w.generation)
-        obs.after = {s.alias: _side_state(sup, s.alias) for s in obs.replica.sides}
+        for alias, gen in stack.generations().items():
+            obs.generations[alias].add(gen)
+        obs.after = {s.alias: KvAtRest.read(stack, s.alias) for s in obs.replica.sides}
         obs.mem_after = _memory(rt)
         with contextlib.suppress(RuntimeLayerError):
             obs.events = rt.trace(since_ns=since)
@@ -303,5 +269,5 @@ ISOLATION = Scenario(
     run_isolation,
     needs_url=False,
     options=("PKG", "--requests", "--seed", "--time-scale", "--fault-plan", "--request-timeout"),
-    default_package="bundled-replica",  # G2 needs a replica
+    default_package="replica",  # G2 needs a replica
 )

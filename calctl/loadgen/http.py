@@ -1,4 +1,4 @@
-"""The bench's HTTP side: open-loop phases of streaming ``/v1/completions`` requests (httpx).
+"""The load generator's HTTP side: open-loop phases of streaming ``/v1/completions`` requests (httpx).
 
 Each request is ``POST /v1/completions`` with the prompt as token ids,
 ``max_tokens``, ``stream: true`` and ``stream_options.include_usage`` (so the
@@ -7,7 +7,7 @@ on the client's monotonic clock: sent, first SSE chunk carrying text (TTFT),
 every later text chunk (ITL), the end. An ``event: error`` after the first byte
 is a device error; a stream that ends without ``[DONE]`` is a transport error;
 a 4xx/5xx status is classed by status and OpenAI error code
-(:func:`~calctl.runners.traffic.outcome_of_status`).
+(:func:`~calctl.loadgen.client.outcome_of_status`).
 
 A phase sends every planned request at its arrival time, whatever the server is
 doing (open loop), and is bounded in time: requests still open ``grace_s``
@@ -18,6 +18,7 @@ Nothing here computes statistics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -27,8 +28,9 @@ from typing import Any
 import httpx
 
 from calctl.errors import UsageError
-from calctl.runners.bench.workload import PlannedRequest
-from calctl.runners.traffic import RequestOutcome, RequestRecord, outcome_of_status, signals_held
+from calctl.loadgen.client import RequestOutcome, RequestRecord, outcome_of_status, signals_held
+from calctl.loadgen.metrics import ModelStats, Slo, summarize
+from calctl.loadgen.workload import PlannedRequest, offered_tokens
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,18 @@ class PhaseResult:
     def of(self, alias: str) -> list[RequestRecord]:
         return [r for r in self.records if r.alias == alias]
 
+    def stats(self, alias: str, workload: Sequence[PlannedRequest], *, slo: Slo, duration_s: float) -> ModelStats:
+        """``alias``'s figures in this phase (:func:`~calctl.loadgen.metrics.summarize`), against the tokens its
+        ``workload`` offered over ``duration_s``."""
+        return summarize(
+            alias,
+            self.of(alias),
+            t0=self.t0,
+            slo=slo,
+            duration_s=duration_s,
+            offered_tokens=offered_tokens(workload),
+        )
+
 
 async def _one(
     client: httpx.AsyncClient,
@@ -118,45 +132,31 @@ async def _one(
     slots: asyncio.Semaphore | None = None,
     send_until: float | None = None,
 ) -> None:
+    """Send ``req`` at its arrival time (``t0`` + its offset) and record it in ``rec_out``; with ``slots``
+    (--max-concurrency) only once one of the N slots is free, and not at all after ``send_until``."""
     delay = t0 + req.offset_s - time.monotonic()
     if delay > 0:
         await asyncio.sleep(delay)
-    if slots is None:
-        await _send(client, target, alias, kind, req, seed, t0, rec_out)
-        return
-    async with slots:  # --max-concurrency: wait for one of the N slots (vLLM's semaphore)
+    async with slots if slots is not None else contextlib.nullcontext():  # vLLM's semaphore
         if send_until is not None and time.monotonic() >= send_until:
             return  # the phase's sending time is over: never sent, never recorded
-        await _send(client, target, alias, kind, req, seed, t0, rec_out)
-
-
-async def _send(
-    client: httpx.AsyncClient,
-    target: HttpTarget,
-    alias: str,
-    kind: str,
-    req: PlannedRequest,
-    seed: int,
-    t0: float,
-    rec_out: list[RequestRecord],
-) -> None:
-    rec = RequestRecord(alias, kind, time.monotonic(), len(req.prompt_ids), req.max_tokens, scheduled=t0 + req.offset_s)
-    rec_out.append(rec)
-    path, body = request_body(alias, req, target.temperature, seed)
-    try:
-        await asyncio.wait_for(_stream(client, target, path, body, rec), target.request_timeout_s)
-    except asyncio.TimeoutError:
-        rec.outcome, rec.end, rec.error = (
-            RequestOutcome.TIMEOUT,
-            time.monotonic(),
-            f"no end within {target.request_timeout_s:g} s",
+        rec = RequestRecord(
+            alias, kind, time.monotonic(), len(req.prompt_ids), req.max_tokens, scheduled=t0 + req.offset_s
         )
-    except httpx.HTTPError as exc:
-        rec.outcome, rec.end, rec.error = RequestOutcome.TRANSPORT, time.monotonic(), f"{type(exc).__name__}: {exc}"
-    except asyncio.CancelledError:
-        if rec.end is None:
-            rec.outcome, rec.end, rec.error = RequestOutcome.TIMEOUT, time.monotonic(), "the phase ended first"
-        raise
+        rec_out.append(rec)
+        path, body = request_body(alias, req, target.temperature, seed)
+        try:
+            await asyncio.wait_for(_stream(client, target, path, body, rec), target.request_timeout_s)
+        except asyncio.TimeoutError:
+            rec.outcome, rec.end = RequestOutcome.TIMEOUT, time.monotonic()
+            rec.error = f"no end within {target.request_timeout_s:g} s"
+        except httpx.HTTPError as exc:
+            rec.outcome, rec.end = RequestOutcome.TRANSPORT, time.monotonic()
+            rec.error = f"{type(exc).__name__}: {exc}"
+        except asyncio.CancelledError:
+            if rec.end is None:
+                rec.outcome, rec.end, rec.error = RequestOutcome.TIMEOUT, time.monotonic(), "the phase ended first"
+            raise
 
 
 def request_body(alias: str, req: PlannedRequest, temperature: float, seed: int) -> tuple[str, dict[str, Any]]:
@@ -191,57 +191,73 @@ async def _stream(
     async with client.stream("POST", f"{target.base}{path}", json=body, headers=target.headers()) as r:
         rec.status = r.status_code
         if r.status_code != 200:
-            raw = await r.aread()
-            code = None
-            try:
-                err = json.loads(raw)["error"]
-                code, rec.error = err.get("code"), err.get("message")
-            except (ValueError, KeyError, TypeError):
-                rec.error = raw[:200].decode(errors="replace")
-            rec.outcome, rec.end = outcome_of_status(r.status_code, code), time.monotonic()
+            _refused(rec, r.status_code, await r.aread())
             return
-        error_event = False
-        done = False
-        usage_tokens: int | None = None
-        async for line in r.aiter_lines():
-            if line.startswith("event: error"):
-                error_event = True
-                continue
-            if not line.startswith("data: "):
-                continue
-            data = line[6:]
-            if data == "[DONE]":
-                done = True
-                break
-            doc = json.loads(data)
-            if error_event:
-                rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, (doc.get("error") or {}).get("message")
-                break
-            if doc.get("usage") and not doc.get("choices"):
-                usage_tokens = int(doc["usage"].get("completion_tokens") or 0)
-                if not rec.prompt_tokens:  # a text or chat prompt: only the server knows its tokens
-                    rec.prompt_tokens = int(doc["usage"].get("prompt_tokens") or 0)
-                continue
-            now = time.monotonic()
-            for ch in doc.get("choices") or ():
-                if _chunk_text(ch):
-                    if rec.first_token is None:
-                        rec.first_token = now
-                    rec.token_times.append(now)
-                if ch.get("finish_reason"):
-                    rec.finish = ch["finish_reason"]
+        usage_tokens, done = await _read_events(r, rec)
         rec.end = time.monotonic()
         rec.tokens = usage_tokens if usage_tokens is not None else len(rec.token_times)
-        if rec.outcome is RequestOutcome.DEVICE_ERROR:
-            return
-        if not done:
-            rec.outcome, rec.error = RequestOutcome.TRANSPORT, "the stream ended without [DONE]"
-        elif rec.finish in ("stop", "length"):
-            rec.outcome = RequestOutcome.OK
-        elif rec.finish == "cancelled":
-            rec.outcome = RequestOutcome.CANCELLED
-        else:
-            rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, f"finish_reason {rec.finish!r}"
+        if rec.outcome is not RequestOutcome.DEVICE_ERROR:
+            _settle(rec, done)
+
+
+def _refused(rec: RequestRecord, status: int, raw: bytes) -> None:
+    """A response other than 200: its error code and message (the OpenAI error body), else its first bytes."""
+    code = None
+    try:
+        err = json.loads(raw)["error"]
+        code, rec.error = err.get("code"), err.get("message")
+    except (ValueError, KeyError, TypeError):
+        rec.error = raw[:200].decode(errors="replace")
+    rec.outcome, rec.end = outcome_of_status(status, code), time.monotonic()
+
+
+async def _read_events(r: httpx.Response, rec: RequestRecord) -> tuple[int | None, bool]:
+    """Read the server-sent events into ``rec`` (token times, finish reason, an error event): the completion
+    tokens the usage chunk counted (None without one), and whether the stream ended with ``[DONE]``."""
+    error_event = False
+    usage_tokens: int | None = None
+    async for line in r.aiter_lines():
+        if line.startswith("event: error"):
+            error_event = True
+            continue
+        if not line.startswith("data: "):
+            continue
+        data = line[6:]
+        if data == "[DONE]":
+            return usage_tokens, True
+        doc = json.loads(data)
+        if error_event:
+            rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, (doc.get("error") or {}).get("message")
+            break
+        if doc.get("usage") and not doc.get("choices"):
+            usage_tokens = int(doc["usage"].get("completion_tokens") or 0)
+            if not rec.prompt_tokens:  # a text or chat prompt: only the server knows its tokens
+                rec.prompt_tokens = int(doc["usage"].get("prompt_tokens") or 0)
+            continue
+        _chunk(rec, doc.get("choices") or (), time.monotonic())
+    return usage_tokens, False
+
+
+def _chunk(rec: RequestRecord, choices: Sequence[Mapping[str, Any]], now: float) -> None:
+    for ch in choices:
+        if _chunk_text(ch):
+            if rec.first_token is None:
+                rec.first_token = now
+            rec.token_times.append(now)
+        if ch.get("finish_reason"):
+            rec.finish = ch["finish_reason"]
+
+
+def _settle(rec: RequestRecord, done: bool) -> None:
+    """The outcome of a stream that ended (``done``: with ``[DONE]``) by its finish reason."""
+    if not done:
+        rec.outcome, rec.error = RequestOutcome.TRANSPORT, "the stream ended without [DONE]"
+    elif rec.finish in ("stop", "length"):
+        rec.outcome = RequestOutcome.OK
+    elif rec.finish == "cancelled":
+        rec.outcome = RequestOutcome.CANCELLED
+    else:
+        rec.outcome, rec.error = RequestOutcome.DEVICE_ERROR, f"finish_reason {rec.finish!r}"
 
 
 def run_phase(

@@ -43,7 +43,7 @@ import numpy as np
 from calctl import jsonsafe
 from calctl.errors import UsageError
 from calctl.jsonsafe import window
-from calctl.runners.bench.workload import LengthDist, PlannedRequest, arrival_times
+from calctl.loadgen.workload import LengthDist, PlannedRequest, arrival_times
 
 MAX_DATASET_BYTES = 256 * 1024 * 1024
 MAX_ENTRIES = 1_000_000
@@ -148,7 +148,7 @@ def _loads(path: Path, data: bytes, where: str) -> Any:
     if len(data) > MAX_LINE_BYTES:
         raise UsageError(
             f"{path}: {where} is more than the {MAX_LINE_BYTES:,} bytes a dataset line or entry may have "
-            "(calctl.runners.bench.dataset.MAX_LINE_BYTES)"
+            "(calctl.loadgen.dataset.MAX_LINE_BYTES)"
         )
     try:
         return jsonsafe.loads(data, max_values=MAX_ENTRY_VALUES)
@@ -259,7 +259,7 @@ def _elements(path: Path, f: BinaryIO, opening: int) -> Iterator[tuple[int, byte
     except jsonsafe.JsonRefused as exc:
         what = str(exc).replace(f"opening at byte {opening:,}", "of the file (its conversations)")
         raise UsageError(
-            f"{path}: {what} (calctl.runners.bench.dataset: MAX_ENTRIES {MAX_ENTRIES:,} conversations in a file, "
+            f"{path}: {what} (calctl.loadgen.dataset: MAX_ENTRIES {MAX_ENTRIES:,} conversations in a file, "
             f"MAX_CONVERSATION_ITEMS {MAX_CONVERSATION_ITEMS:,} entries in a list or object of one)"
         ) from None
     except ValueError as exc:
@@ -273,7 +273,7 @@ def _elements(path: Path, f: BinaryIO, opening: int) -> Iterator[tuple[int, byte
         if end - start > MAX_LINE_BYTES:  # refused by its size, never read
             raise UsageError(
                 f"{path}: entry {i} is {end - start:,} bytes, more than the {MAX_LINE_BYTES:,} a dataset line or "
-                "entry may have (calctl.runners.bench.dataset.MAX_LINE_BYTES)"
+                "entry may have (calctl.loadgen.dataset.MAX_LINE_BYTES)"
             )
         element = f.read(end - start)  # the elements follow each other: one forward read, no seek
         f.read(1)  # the comma (or the closing bracket)
@@ -338,7 +338,7 @@ def dataset_workload(
     max_requests: int,
 ) -> list[PlannedRequest]:
     """The requests of one model in one phase, from ``ds``: a timed trace keeps its own offsets (those within
-    ``duration_s``); otherwise arrivals at ``rate`` as :func:`~calctl.runners.bench.workload.build_workload`
+    ``duration_s``); otherwise arrivals at ``rate`` as :func:`~calctl.loadgen.workload.build_workload`
     draws them, prompts in a seeded order. ``output`` (``--output-len``) overrides the file's lengths; an entry
     without one takes 128."""
     rng = np.random.default_rng([seed, stream, 1])

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from calctl.checks.stats import Estimate, Percentiles, bootstrap, percentiles
-from calctl.runners.traffic import RequestOutcome, RequestRecord
+from calctl.loadgen.client import RequestOutcome, RequestRecord
 
 
 @dataclass(frozen=True)
