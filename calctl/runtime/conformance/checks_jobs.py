@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from calctl.runtime.buffers import BufferState
 from calctl.runtime.conformance.framework import (
     Session,
     _returned,
+    _unwrap,
     check,
     expect,
     expect_code,
@@ -94,7 +96,7 @@ def _buffers(s: Session) -> str:
 @check(
     "job_states_timestamps",
     "job states end SUCCEEDED; submit <= start <= end on CLOCK_MONOTONIC; query and wait echo the submitted tags",
-    clauses=("CONV-5", "JOB-1"),
+    clauses=("CONV-5", "JOB-1", "JOB-9"),
 )
 def _timestamps(s: Session) -> str:
     """The tags are read from what the shim returns (``calrt_job_query`` and ``calrt_job_wait`` fill
@@ -178,10 +180,23 @@ def _timestamps(s: Session) -> str:
 
 
 def _same_stamps(rt: Runtime, job: Job, waited: Any, t0: int) -> None:
-    """CONV-5, JOB-1: once a job is terminal, ``calrt_job_query`` reports the stamps ``calrt_job_wait`` did, inside
-    the window since its submit (a shim whose query reads the stamps of another job's slot fails here)."""
-    rc, info = raw_job_info(rt, job)
-    expect(rc == RuntimeStatus.OK, "calrt_job_query of a terminal job answers OK", call="calrt_job_query", returned=rc)
+    """CONV-5, JOB-9: once a job is terminal, ``calrt_job_query`` reports the state, status and stamps
+    ``calrt_job_wait`` did, inside the window since its submit, as often as it is asked (a shim whose query reads
+    another job's slot, or whose wait consumed the completion the query reads, fails here)."""
+    for ask in (1, 2):
+        rc, info = raw_job_info(rt, job)
+        expect(
+            rc == RuntimeStatus.OK, "calrt_job_query of a terminal job answers OK", call="calrt_job_query", returned=rc
+        )
+        got_end, want_end = (int(info.state), int(info.status)), (int(waited.state), int(waited.status))
+        expect(
+            got_end == want_end,
+            f"JOB-9: calrt_job_query of job {job.id} after its wait returned must report the state and status the "
+            f"wait did (state {want_end[0]}, status {want_end[1]}), query {ask} of 2",
+            call="calrt_job_query",
+            arguments=f"job={job.id} (terminal, waited)",
+            returned=f"state {got_end[0]}, status {got_end[1]}",
+        )
     got = (int(info.submit_ns), int(info.start_ns), int(info.end_ns))
     want = (int(waited.submit_ns), int(waited.start_ns), int(waited.end_ns))
     expect(
@@ -215,6 +230,8 @@ def _wait_timeout(s: Session) -> str:
         )
         expect(not rt.query(job).state.terminal, "the job is still in flight after the timeout", returned=rt.query(job))
         expect(rt.wait_any([job], 0.05) == [], "wait_any on the hung job times out empty", call="rt.wait_any")
+        if s.native:
+            _zero_timeout_polls(s, rt, job, ca)
         if s.native:  # the library's own ownership, past calctl's bookkeeping (C ABI §7: buffers unchanged)
             for what, buf in (("inputs", inputs), ("outputs", outputs)):
                 expect_code(
@@ -255,6 +272,53 @@ def _wait_timeout(s: Session) -> str:
     return (
         f"TIMEOUT after {waited:.2f} s; job, buffers and KV kept; other chip unaffected; recovered by a {scope} reset"
     )
+
+
+#: how long a wait with timeout 0 may take before it counts as blocking (a poll returns in microseconds; the bound
+#: leaves room for a loaded host's scheduler)
+POLL_BOUND_S = 5.0
+
+
+def _zero_timeout_polls(s: Session, rt: Runtime, job: Job, chip: int) -> None:
+    """JOB-8: ``calrt_job_wait`` and ``calrt_job_wait_any`` with timeout 0 on a job in flight are polls: TIMEOUT at
+    once. A shim that passes CalRT's ``Wait(0)`` ("no deadline") through blocks until the job ends; here that is
+    never, so the polls run in a thread, and a reset releases a blocked one before the FAIL."""
+    from calctl.runtime._native import lib as L
+
+    raw = _unwrap(rt)
+    got: dict[str, tuple[int, float]] = {}
+
+    def poll() -> None:
+        t = time.monotonic()
+        info = L.CalrtJobInfo()
+        got["calrt_job_wait"] = (
+            int(raw._fn.calrt_job_wait(raw._dev, job.id, 0, ctypes.byref(info))),
+            time.monotonic() - t,
+        )
+        ids, index = (ctypes.c_uint64 * 1)(job.id), ctypes.c_uint32()
+        t = time.monotonic()
+        got["calrt_job_wait_any"] = (
+            int(raw._fn.calrt_job_wait_any(raw._dev, ids, 1, 0, ctypes.byref(index))),
+            time.monotonic() - t,
+        )
+
+    thread = threading.Thread(target=poll, name="poll", daemon=True)
+    thread.start()
+    thread.join(POLL_BOUND_S)
+    if thread.is_alive():  # blocked inside the library: end the job so the call returns, then report
+        s.reset_chip_or_board(rt, chip)
+        thread.join(POLL_BOUND_S)
+    for call in ("calrt_job_wait", "calrt_job_wait_any"):
+        rc, took = got.get(call, (-1, POLL_BOUND_S))
+        expect(
+            rc == RuntimeStatus.TIMEOUT and took < POLL_BOUND_S,
+            f"JOB-8: {call} with timeout 0 on job {job.id} in flight is a poll: it must return TIMEOUT at once",
+            call=call,
+            arguments=f"job={job.id}, timeout_ms=0",
+            returned=f"still blocked after {POLL_BOUND_S:g} s (returned only when a reset ended the job)"
+            if rc == -1 or took >= POLL_BOUND_S
+            else f"status {rc} after {took:.3f} s",
+        )
 
 
 @check("wait_any", "wait_any returns terminal jobs; concurrent waiters on two threads", clauses=("JOB-4",))

@@ -37,7 +37,7 @@ from calctl.runtime.types import ChipMemory, Health, JobState, KvLength, KvSeqId
 @check(
     "kv_lifecycle",
     "KV: capacity per model, allocate / append / commit / rollback / remove-tail / free",
-    clauses=("KV-1", "KV-4", "KV-5"),
+    clauses=("KV-1", "KV-4", "KV-5", "KV-7"),
 )
 def _kv(s: Session) -> str:
     pkg = s.package
@@ -102,7 +102,31 @@ def _kv(s: Session) -> str:
         )
         rt.kv.free(seq)
         expect_raises(InvalidArgument, "rt.kv.length (freed sequence)", rt.kv.length, seq)
-    return f"capacity {cap}; namespaces per model; commit/rollback/remove-tail/free at position {n}"
+        _slots_back(rt, a, pkg.model(a).kv.max_sequences, n)
+    return f"capacity {cap}; namespaces per model; commit/rollback/remove-tail/free at position {n}; slots given back"
+
+
+def _slots_back(rt: Runtime, alias: str, cap: int, held: int) -> None:
+    """KV-7: a freed sequence that held tokens gives its slot back, and the next sequence starts empty (a pool
+    that keeps a slot, or hands it out again with its old length, fails here)."""
+    expect(
+        rt.kv.can_allocate(alias, cap),
+        f"KV-7: with every sequence of {alias} freed (the last holding {held} tokens), calrt_kv_can_allocate must "
+        f"grant the whole capacity {cap} again",
+        call="calrt_kv_can_allocate",
+        arguments=f"{alias!r}, {cap}",
+        returned="no",
+    )
+    fresh = rt.kv.allocate(alias)
+    length = rt.kv.length(fresh)
+    rt.kv.free(fresh)
+    expect(
+        length == KvLength(0, 0),
+        f"KV-7: a sequence allocated after one holding {held} tokens was freed must be empty",
+        call="calrt_kv_length",
+        arguments=f"sequence {fresh}",
+        returned=f"committed {length.committed}, reserved {length.reserved}",
+    )
 
 
 @check(
@@ -279,7 +303,7 @@ def _memory(s: Session) -> str:
     "chip_vs_board_reset",
     "a chip reset empties that chip's sequences only; after a board reset old sequences are not found, "
     "the board takes a new configuration and new sequences start empty",
-    clauses=("RESET-1", "RESET-2"),
+    clauses=("RESET-1", "RESET-2", "RESET-4"),
 )
 def _resets(s: Session) -> str:
     """Judged by what the shim answers: ``calrt_kv_length`` of the old sequences (emptied after a chip reset,
@@ -329,7 +353,7 @@ def _resets(s: Session) -> str:
             )
             expect(
                 rt.kv.length(seqs[b][0]) == seqs[b][1],
-                f"chip {ca} reset leaves {b}'s sequence on the other chip",
+                f"RESET-4: chip {ca} reset leaves {b}'s sequence on the other chip",
                 call="calrt_kv_length",
                 returned=rt.kv.length(seqs[b][0]),
             )
