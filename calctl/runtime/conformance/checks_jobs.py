@@ -37,6 +37,8 @@ from calctl.runtime.errors import (
 )
 from calctl.runtime.types import Engine, GenerationId, Health, JobState, KvLength
 
+_TERMINAL = list(JobState).index(JobState.SUCCEEDED)  # CALRT_JOB_SUCCEEDED and after: terminal (calrt.h order)
+
 
 @check(
     "buffer_ownership",
@@ -175,8 +177,35 @@ def _timestamps(s: Session) -> str:
             logits = outputs.read("logits")
             expect(bool(np.isfinite(logits).all()), "logits are finite", returned=logits)
             rt.kv.free(seq)
+        if s.native:
+            _end_stamped_at_completion(rt, pkg, aliases[-1])
     how = f"; generation, engine and chip mask echoed by query and wait ({echoed} answers)" if s.native else ""
     return f"{len(tags)} jobs queued/running -> succeeded within their call windows" + how
+
+
+def _end_stamped_at_completion(rt: Runtime, pkg: Any, alias: str) -> None:
+    """CONV-5, TIME-1: ``end_ns`` is when the job ended, not when a wait saw it: a job whose end the query
+    reports (polled, no wait) has its end stamp in the query's answer, before the query returned."""
+    job, seq, inputs, outputs = prefill_job(rt, pkg, alias)
+    give_up = time.monotonic() + 10.0
+    while True:
+        rc, info = raw_job_info(rt, job)
+        seen = time.monotonic_ns()
+        if rc != RuntimeStatus.OK or int(info.state) >= _TERMINAL or time.monotonic() > give_up:
+            break
+        time.sleep(0.005)
+    expect(
+        rc == RuntimeStatus.OK and int(info.state) >= _TERMINAL and 0 < int(info.start_ns) <= int(info.end_ns) <= seen,
+        f"CONV-5: calrt_job_query of job {job.id}, polled until it ended, must report its end stamp (start <= end <= "
+        f"{seen}, when the query returned), not one a later wait stamps",
+        call="calrt_job_query",
+        arguments=f"job={job.id} (terminal, not waited)",
+        returned=f"status {rc}, state {int(info.state)}, start {int(info.start_ns)}, end {int(info.end_ns)}",
+    )
+    rt.wait(job, 10)
+    rt.kv.free(seq)
+    rt.release_buffer(inputs)
+    rt.release_buffer(outputs)
 
 
 def _same_stamps(rt: Runtime, job: Job, waited: Any, t0: int) -> None:

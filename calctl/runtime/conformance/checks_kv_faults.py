@@ -299,6 +299,30 @@ def _memory(s: Session) -> str:
     )
 
 
+def _reset_the_other_chip(s: Session, rt: Runtime, seqs: dict[str, tuple[KvSeqId, KvLength]]) -> None:
+    """RESET-1, RESET-4: a reset of the second model's chip empties its sequence and keeps the first's (a shim
+    that resets chip 0 whatever chip it is asked for passes a reset of chip 0 only)."""
+    a, b = s.pair()
+    ca, cb = s.chip_of(a), s.chip_of(b)
+    rt.reset("chip", chip=cb)
+    expect(
+        rt.kv.length(seqs[b][0]) == KvLength(0, 0),
+        f"RESET-1: chip {cb} reset empties {b}'s sequence (kept allocated, C ABI §7)",
+        call="calrt_reset / calrt_kv_length",
+        arguments=f"CALRT_RESET_CHIP, chip {cb}; seq={seqs[b][0]} (committed {seqs[b][1].committed} before)",
+        returned=rt.kv.length(seqs[b][0]),
+    )
+    expect(
+        rt.kv.length(seqs[a][0]) == seqs[a][1],
+        f"RESET-4: chip {cb} reset leaves {a}'s sequence on chip {ca}",
+        call="calrt_reset / calrt_kv_length",
+        arguments=f"CALRT_RESET_CHIP, chip {cb}; seq={seqs[a][0]}",
+        returned=rt.kv.length(seqs[a][0]),
+    )
+    for seq, _ in seqs.values():
+        rt.kv.free(seq)
+
+
 @check(
     "chip_vs_board_reset",
     "a chip reset empties that chip's sequences only; after a board reset old sequences are not found, "
@@ -358,6 +382,7 @@ def _resets(s: Session) -> str:
                 returned=rt.kv.length(seqs[b][0]),
             )
             fresh(rt, f"a chip {ca} reset")
+            _reset_the_other_chip(s, rt, prefilled(rt))
             rt.kv.free(seqs[a][0])
             rt.kv.free(seqs[b][0])
             seqs = prefilled(rt)
@@ -387,6 +412,7 @@ def _resets(s: Session) -> str:
             "configuration dropped, new sequences empty)"
         )
     return (
-        f"chip {ca} reset emptied {a}'s sequence only; board reset: old sequences not found, "
+        f"chip {ca} reset emptied {a}'s sequence only, chip {s.chip_of(b)} reset {b}'s only; board reset: old "
+        "sequences not found, "
         "reconfigured, new sequences empty"
     )

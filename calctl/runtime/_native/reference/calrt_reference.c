@@ -92,7 +92,9 @@
  *   -DCALRT_MUTANT_CHIP_RESET_CLEARS_ALL_KV  a chip reset empties the sequences of every chip's models;
  *   -DCALRT_MUTANT_UNKNOWN_JOB_INTERNAL  an unknown job id is INTERNAL (99), not INVALID_ARGUMENT;
  *   -DCALRT_MUTANT_STAMPS_US          job time stamps in microseconds, not nanoseconds;
- *   -DCALRT_MUTANT_BATCH_COMPACT      a partly active batch job packs the active lanes' logits into rows 0..k-1.
+ *   -DCALRT_MUTANT_BATCH_COMPACT      a partly active batch job packs the active lanes' logits into rows 0..k-1;
+ *   -DCALRT_MUTANT_CHIP_RESET_IGNORES_INDEX  a chip reset resets chip 0, whatever chip it names;
+ *   -DCALRT_MUTANT_END_STAMP_AT_WAIT  end_ns is stamped when calrt_job_wait first sees the job done (0 before).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -562,9 +564,13 @@ static void mut_telemetry_reset(uint32_t mask, int board);
 
 static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status, int quarantine) {
     uint64_t t = now_ns();
+#ifdef CALRT_MUTANT_END_STAMP_AT_WAIT /* the bug: the end is stamped by the wait that observes it */
+    (void)t;
+#else
     if (j->info.start_ns) j->info.end_ns = t > j->info.start_ns ? t : j->info.start_ns;
+#endif
 #ifndef CALRT_REF_NO_TELEMETRY
-    if (j->info.start_ns) telemetry_work(j->info.chip_mask, j->info.start_ns, j->info.end_ns); /* it heats the chip */
+    if (j->info.start_ns) telemetry_work(j->info.chip_mask, j->info.start_ns, j->info.end_ns ? j->info.end_ns : t); /* it heats the chip */
 #endif
     j->info.state = state;
     j->info.status = status;
@@ -1815,6 +1821,9 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
         if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
 #endif
         if (terminal(j->info.state) || now_ns() >= deadline) {
+#ifdef CALRT_MUTANT_END_STAMP_AT_WAIT
+            if (terminal(j->info.state) && j->info.start_ns && !j->info.end_ns) j->info.end_ns = now_ns();
+#endif
 #ifdef CALRT_MUTANT_WAIT_TIMEOUT_NO_INFO /* the bug: the info is filled only for a terminal job */
             if (out && terminal(j->info.state)) *out = j->info;
 #else
@@ -2084,6 +2093,9 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
         pthread_mutex_unlock(&d->mu);
         return CALRT_E_DEVICE_LOST;
     }
+#ifdef CALRT_MUTANT_CHIP_RESET_IGNORES_INDEX /* the bug: the runtime's reset takes no chip id; chip 0 it is */
+    chip = 0;
+#endif
     uint32_t mask = scope == CALRT_RESET_BOARD ? (1u << REF_CHIPS) - 1 : 1u << chip;
 #ifdef CALRT_MUTANT_CHIP_RESET_ABORTS_ALL /* the bug: the chip reset is the runtime's board reset underneath */
     abort_jobs(d, (1u << REF_CHIPS) - 1, 1);
