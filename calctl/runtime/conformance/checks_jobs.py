@@ -241,7 +241,7 @@ def _same_stamps(rt: Runtime, job: Job, waited: Any, t0: int) -> None:
 @check(
     "wait_timeout",
     "a wait past its deadline is TIMEOUT; the job stays in flight with its buffers and KV",
-    clauses=("JOB-3", "JOB-8", "OWN-5", "OBS-1", "RESET-1"),
+    clauses=("JOB-3", "JOB-4", "JOB-8", "OWN-5", "OBS-1", "RESET-1"),
 )
 def _wait_timeout(s: Session) -> str:
     pkg = s.package
@@ -284,6 +284,8 @@ def _wait_timeout(s: Session) -> str:
             returned=health,
         )
         job_b, _, _, _ = prefill_job(rt, pkg, b)
+        if s.native:
+            _wait_any_names_the_terminal_job(rt, job, job_b)
         expect(rt.wait(job_b, 10).ok, "the other chip keeps working while one hangs", call="rt.wait")
         scope = s.reset_chip_or_board(rt, ca)
         aborted = expect_raises(JobAborted, "rt.wait (hung job after a reset)", rt.wait, job, 5)
@@ -300,6 +302,21 @@ def _wait_timeout(s: Session) -> str:
         expect(rt.wait(job2, 10).ok, "the chip works again after the reset", call="rt.wait")
     return (
         f"TIMEOUT after {waited:.2f} s; job, buffers and KV kept; other chip unaffected; recovered by a {scope} reset"
+    )
+
+
+def _wait_any_names_the_terminal_job(rt: Runtime, hung: Job, done: Job) -> None:
+    """JOB-4: ``calrt_job_wait_any`` over [a hung job, a job that ends] answers index 1, the one that ended."""
+    raw = _unwrap(rt)
+    ids, index = (ctypes.c_uint64 * 2)(hung.id, done.id), ctypes.c_uint32(7)
+    rc = int(raw._fn.calrt_job_wait_any(raw._dev, ids, 2, 10_000, ctypes.byref(index)))
+    expect(
+        rc == RuntimeStatus.OK and index.value == 1,
+        f"JOB-4: calrt_job_wait_any over [job {hung.id} (hung), job {done.id}] must answer the index of the job "
+        "that ended (1)",
+        call="calrt_job_wait_any",
+        arguments=f"jobs=[{hung.id}, {done.id}], n=2, 10000 ms",
+        returned=f"status {rc}, index {index.value}",
     )
 
 

@@ -37,7 +37,7 @@ from calctl.runtime.types import ChipMemory, Health, JobState, KvLength, KvSeqId
 @check(
     "kv_lifecycle",
     "KV: capacity per model, allocate / append / commit / rollback / remove-tail / free",
-    clauses=("KV-1", "KV-4", "KV-5", "KV-7"),
+    clauses=("KV-1", "KV-4", "KV-5", "KV-7", "KV-8"),
 )
 def _kv(s: Session) -> str:
     pkg = s.package
@@ -94,6 +94,7 @@ def _kv(s: Session) -> str:
                 call="rt.kv.commit",
                 returned=rt.kv.length(seq),
             )
+        _remove_tail_refused_while_reserved(s, rt, seq)
         expect(
             rt.kv.remove_tokens_at_end(seq, 1) == KvLength(n, n),
             "remove_tokens_at_end shortens",
@@ -104,6 +105,35 @@ def _kv(s: Session) -> str:
         expect_raises(InvalidArgument, "rt.kv.length (freed sequence)", rt.kv.length, seq)
         _slots_back(rt, a, pkg.model(a).kv.max_sequences, n)
     return f"capacity {cap}; namespaces per model; commit/rollback/remove-tail/free at position {n}; slots given back"
+
+
+def _remove_tail_refused_while_reserved(s: Session, rt: Runtime, seq: KvSeqId) -> None:
+    """KV-8: with a token reserved, calrt_kv_remove_tokens_at_end is INVALID_ARGUMENT and changes nothing (0.7.6
+    RemoveTokensAtEnd: nothing may be reserved); straight into the library on a C shim."""
+    before = rt.kv.length(seq)
+    rt.kv.append(seq, 1)
+    if s.native:
+        raw = _unwrap(rt)
+        status = int(raw._fn.calrt_kv_remove_tokens_at_end(raw._dev, int(seq), 1))
+        expect(
+            status == RuntimeStatus.INVALID_ARGUMENT,
+            "KV-8: calrt_kv_remove_tokens_at_end with a token reserved must return INVALID_ARGUMENT (10)",
+            call="calrt_kv_remove_tokens_at_end",
+            arguments=f"seq={seq} (committed {before.committed}, 1 reserved), n=1",
+            returned=f"status {status}",
+        )
+    else:
+        expect_raises(
+            InvalidArgument, "rt.kv.remove_tokens_at_end (a token reserved)", rt.kv.remove_tokens_at_end, seq, 1
+        )
+    after = rt.kv.length(seq)
+    expect(
+        after == KvLength(before.committed, before.committed + 1),
+        "KV-8: the refused remove-tail leaves the sequence as it was (the reservation pending)",
+        call="calrt_kv_length",
+        returned=after,
+    )
+    rt.kv.rollback(seq)
 
 
 def _slots_back(rt: Runtime, alias: str, cap: int, held: int) -> None:
@@ -181,6 +211,7 @@ def _dma(s: Session) -> str:
                 arguments="<inputs of the job that ended UNKNOWN_DMA_STATE>",
                 returned=f"status {status}",
             )
+            _other_chip_keeps_quarantine(s, rt, inputs.native)
         else:
             expect(inputs.state is BufferState.QUARANTINED, "the buffers are quarantined", returned=inputs.state)
             expect_raises(BufferInUse, "rt.release_buffer (quarantined)", rt.release_buffer, inputs)
@@ -189,6 +220,25 @@ def _dma(s: Session) -> str:
             rt.release_buffer(inputs)  # the library frees them now (a FAIL names calrt_buffer_release)
             rt.release_buffer(outputs)
     return f"UNKNOWN_DMA_STATE (8); the library held the buffers (12) until a {scope} reset"
+
+
+def _other_chip_keeps_quarantine(s: Session, rt: Runtime, buffer: object) -> None:
+    """OWN-7: a reset of another chip leaves the quarantine alone (only a reset covering the job's chip lifts it)."""
+    a, b = s.pair()
+    try:
+        rt.reset("chip", chip=s.chip_of(a))
+    except NotSupported:
+        return  # board reset only: every reset covers the job's chip
+    raw = _unwrap(rt)
+    status = int(raw._fn.calrt_buffer_release(raw._dev, buffer))
+    expect(
+        status == RuntimeStatus.BUFFER_IN_USE,
+        f"OWN-7: after a reset of chip {s.chip_of(a)}, the buffers of {b}'s job on chip {s.chip_of(b)} that ended "
+        "UNKNOWN_DMA_STATE stay quarantined: calrt_buffer_release must return BUFFER_IN_USE (12)",
+        call="calrt_buffer_release",
+        arguments=f"<inputs of the job that ended UNKNOWN_DMA_STATE>, after calrt_reset(CHIP, {s.chip_of(a)})",
+        returned=f"status {status}",
+    )
 
 
 LOAD_CYCLES = 6  # as `calctl soak --cycles 6`, which caught the 112.5 MiB-per-unload leak at cycle 2

@@ -106,6 +106,14 @@ def _ok_reading(s: Session, rt: Runtime, chip: int) -> dict[str, Any]:
     return r
 
 
+def _sample_time(chip: int, r: dict[str, Any], before: int, after: int) -> list[str]:
+    """TELEM-2: ``sample_ns`` is CLOCK_MONOTONIC nanoseconds inside the call (0: unknown); the mock reports none."""
+    stamp = r.get("sample_ns", 0)
+    if stamp and not before <= stamp <= after:
+        return [f"chip {chip} sample_ns {stamp} is not CLOCK_MONOTONIC ns within the call ({before}..{after})"]
+    return []
+
+
 def _units(chip: int, r: dict[str, Any]) -> list[str]:
     """Every field outside the plausible range of its unit (TELEM-2)."""
     bad = []
@@ -189,7 +197,9 @@ def _telemetry_struct(s: Session) -> str:
         bad: list[str] = []
         seen = []
         for c in range(chips):
+            before = time.monotonic_ns()
             r = _ok_reading(s, rt, c)
+            bad += _sample_time(c, r, before, time.monotonic_ns())
             expect(
                 r["version"] >= 1,
                 f"TELEM-1: chip {c}: version must be 1 or more",

@@ -54,6 +54,11 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause("LAYOUT-1", "§6", "a buffer smaller than the graph's layout at B (64-byte aligned tensors) is refused"),
     Clause("LAYOUT-2", "§6", "n_kv equals the batch, the batch is one of the graph's profiles, the engine is known"),
+    Clause(
+        "LAYOUT-3",
+        "§6",
+        "a token id outside the model's vocabulary, or a prefill valid length of 0, is INVALID_ARGUMENT",
+    ),
     Clause("KV-1", "§6", "a job writes exactly the reserved tokens at position == committed length, else refused"),
     Clause("KV-2", "§6", "commit after a failed job is INVALID_ARGUMENT; rollback drops the reservation"),
     Clause("KV-3", "§6", "every KV call on a sequence a job in flight is writing is DEVICE_BUSY, never OK"),
@@ -64,6 +69,11 @@ CLAUSES: tuple[Clause, ...] = (
         "§6",
         "a job's K/V land at the positions it names: a decode at any position up to the context computes what a "
         "prefill of the same tokens computes",
+    ),
+    Clause(
+        "KV-8",
+        "§7",
+        "calrt_kv_remove_tokens_at_end with tokens reserved is INVALID_ARGUMENT and changes nothing",
     ),
     Clause(
         "KV-7",

@@ -94,7 +94,13 @@
  *   -DCALRT_MUTANT_STAMPS_US          job time stamps in microseconds, not nanoseconds;
  *   -DCALRT_MUTANT_BATCH_COMPACT      a partly active batch job packs the active lanes' logits into rows 0..k-1;
  *   -DCALRT_MUTANT_CHIP_RESET_IGNORES_INDEX  a chip reset resets chip 0, whatever chip it names;
- *   -DCALRT_MUTANT_END_STAMP_AT_WAIT  end_ns is stamped when calrt_job_wait first sees the job done (0 before).
+ *   -DCALRT_MUTANT_END_STAMP_AT_WAIT  end_ns is stamped when calrt_job_wait first sees the job done (0 before);
+ *   -DCALRT_MUTANT_QUARANTINE_ANY_RESET  a reset of any chip frees every quarantined buffer;
+ *   -DCALRT_MUTANT_REMOVE_TAIL_WHILE_RESERVED  calrt_kv_remove_tokens_at_end drops a pending reservation too;
+ *   -DCALRT_MUTANT_WAIT_ANY_FIRST_INDEX  calrt_job_wait_any answers index 0 once any of its jobs is terminal;
+ *   -DCALRT_MUTANT_TOKENS_WRAP        token ids are not range-checked: the embedding lookup wraps modulo vocab;
+ *   -DCALRT_MUTANT_INPUTS_PACKED_OK   the inputs buffer's size is checked against its tensors packed (no 64-byte
+ *                                     alignment), so a short buffer is accepted.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -419,7 +425,12 @@ static int forward(const net *m, seq *s, uint32_t max_seq, const int32_t *tokens
     double *acc = malloc(sizeof(double) * wide), *sc = malloc(sizeof(double) * end);
     int rc = 0;
     if (!x || !a || !q || !att || !g || !u || !t || !acc || !sc) { rc = -1; goto done; }
+#ifdef CALRT_MUTANT_TOKENS_WRAP /* the kernel's lookup wraps */
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(x + (uint64_t)i * d, m->embed + (uint64_t)((uint32_t)tokens[i] % m->vocab) * d, sizeof(float) * d);
+#else
     for (uint32_t i = 0; i < n; i++) memcpy(x + (uint64_t)i * d, m->embed + (uint64_t)tokens[i] * d, sizeof(float) * d);
+#endif
     uint64_t lstride = (uint64_t)max_seq * kd;
     double scale = 1.0 / sqrt((double)hd);
     for (uint32_t l = 0; l < m->n_layers; l++) {
@@ -736,7 +747,7 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
         if (ph == PH_H2D) {
             uint64_t need;
             tensor_offset(j->g->in, j->g->nin, 0, j->batch, &need);
-#ifdef CALRT_MUTANT_SHORT_BUFFERS /* it copies what the buffer has */
+#if defined(CALRT_MUTANT_SHORT_BUFFERS) || defined(CALRT_MUTANT_INPUTS_PACKED_OK) /* it copies what it has */
             if (need > j->in->size) need = j->in->size;
 #endif
 #ifdef CALRT_MUTANT_KEEPS_KV_POINTER /* the bug: the lanes' sequences read from the caller's array now */
@@ -1596,6 +1607,9 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
     int vlen = find_tensor(g->in, g->nin, g->vlen), pos = find_tensor(g->in, g->nin, g->pos);
     int lane = find_tensor(g->in, g->nin, g->lane), tok = find_tensor(g->in, g->nin, "tokens");
     uint32_t vocab = g->model->net.vocab;
+#ifdef CALRT_MUTANT_TOKENS_WRAP
+    (void)vocab;
+#endif
     for (uint32_t l = 0; l < desc->batch; l++) {
         int active = lane < 0 || read_u8(g, data, lane, desc->batch, l);
         calrt_kv_seq id = desc->kv[l];
@@ -1622,15 +1636,21 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
             int32_t n = read_i32(g, data, vlen, desc->batch, 0);
             if (n < 1 || n > g->in[tok].dims[1]) return CALRT_E_INVALID_ARGUMENT;
             writes = (uint32_t)n;
+#ifndef CALRT_MUTANT_TOKENS_WRAP /* the bug: token ids are not range-checked */
             for (int32_t i = 0; i < n; i++) {
                 int32_t t = read_i32(g, data, tok, desc->batch, (uint32_t)i);
                 if (t < 0 || (uint32_t)t >= vocab) return CALRT_E_INVALID_ARGUMENT;
             }
+#endif
             j->tokens = writes;
         } else {
             if ((uint32_t)read_i32(g, data, pos, desc->batch, l) != s->committed) return CALRT_E_INVALID_ARGUMENT;
             int32_t t = read_i32(g, data, tok, desc->batch, l);
+#ifndef CALRT_MUTANT_TOKENS_WRAP
             if (t < 0 || (uint32_t)t >= vocab) return CALRT_E_INVALID_ARGUMENT;
+#else
+            (void)t;
+#endif
             j->kv_tokens += s->committed + 1;
         }
         if (s->reserved - s->committed != writes) return CALRT_E_INVALID_ARGUMENT;
@@ -1701,6 +1721,11 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
         for (uint32_t k = 0; k < g->nprof; k++) prof_ok |= g->prof[k] == desc->batch;
         tensor_offset(g->in, g->nin, 0, desc->batch, &need_in);
         tensor_offset(g->out, g->nout, 0, desc->batch, &need_out);
+#ifdef CALRT_MUTANT_INPUTS_PACKED_OK /* the bug: the inputs' size summed without the alignment padding */
+        uint64_t packed = 0;
+        for (uint32_t k = 0; k < g->nin; k++) packed += tensor_bytes(&g->in[k], desc->batch);
+        need_in = packed;
+#endif
 #ifdef CALRT_MUTANT_SHORT_BUFFERS /* the bug: sizes and the profile are not checked, one buffer may be both */
         (void)prof_ok;
         if (!known_buffer(d, desc->inputs) || !known_buffer(d, desc->outputs)) rc = CALRT_E_INVALID_ARGUMENT;
@@ -1727,7 +1752,12 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
         rc = CALRT_E_DEVICE_BUSY;
     }
     if (rc == CALRT_OK) {
+#ifdef CALRT_MUTANT_INPUTS_PACKED_OK /* the job's copy has the full layout; the h2d copies what the buffer has */
+        tensor_offset(g->in, g->nin, 0, desc->batch, &need_in);
+        j->din = calloc(1, need_in);
+#else
         j->din = malloc(need_in);
+#endif
         j->dout = malloc(sizeof(float) * (uint64_t)desc->batch * g->model->net.vocab);
         if (!j->din || !j->dout) rc = CALRT_E_OUT_OF_MEMORY;
         for (uint32_t l = 0; rc == CALRT_OK && l < desc->batch; l++)
@@ -1858,7 +1888,11 @@ calrt_status calrt_job_wait_any(calrt_device *d, const calrt_job_id *ids, uint32
         for (uint32_t i = 0; i < n; i++) {
             job *j = find_job(d, ids[i]);
             if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
+#ifdef CALRT_MUTANT_WAIT_ANY_FIRST_INDEX /* the bug: "something finished" answered as index 0 */
+            if (terminal(j->info.state)) { *index = 0; pthread_mutex_unlock(&d->mu); return CALRT_OK; }
+#else
             if (terminal(j->info.state)) { *index = i; pthread_mutex_unlock(&d->mu); return CALRT_OK; }
+#endif
         }
         if (now_ns() >= deadline) { pthread_mutex_unlock(&d->mu); return CALRT_E_TIMEOUT; }
         wait_until(d, deadline);
@@ -1983,7 +2017,11 @@ calrt_status calrt_kv_remove_tokens_at_end(calrt_device *d, calrt_kv_seq id, uin
     pthread_mutex_lock(&d->mu);
     seq *s = NULL;
     calrt_status rc = idle_seq(d, id, &s);
+#ifdef CALRT_MUTANT_REMOVE_TAIL_WHILE_RESERVED /* the bug: a pending reservation is not refused, just dropped */
+    if (rc == CALRT_OK && n > s->committed) rc = CALRT_E_INVALID_ARGUMENT;
+#else
     if (rc == CALRT_OK && (s->reserved != s->committed || n > s->committed)) rc = CALRT_E_INVALID_ARGUMENT;
+#endif
     if (rc == CALRT_OK) s->committed = s->reserved = s->committed - n;
     pthread_mutex_unlock(&d->mu);
     return rc;
@@ -2102,7 +2140,11 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
 #endif
     abort_jobs(d, mask, 1); /* returns once the workers of these chips left their jobs */
     for (calrt_buffer *b = d->buffers; b; b = b->next) {
+#ifdef CALRT_MUTANT_QUARANTINE_ANY_RESET /* the bug: every quarantine is lifted, whichever chip was reset */
+        if (b->quarantined || (b->owner_mask & mask)) b->quarantined = 0, b->owner = 0, b->owner_mask = 0;
+#else
         if (b->owner_mask & mask) b->quarantined = 0, b->owner = 0, b->owner_mask = 0; /* DMA state known again */
+#endif
     }
     for (int c = 0; c < REF_CHIPS; c++)
         if (mask >> c & 1) d->chips[c].health = CALRT_HEALTH_OK;
@@ -2243,6 +2285,7 @@ calrt_status calrt_ext_device_name(uint32_t index, char *buf, uint32_t len) {
  *   -DCALRT_MUTANT_TELEMETRY_DECREASING  the ECC and throttle counters go down between readings;
  *   -DCALRT_MUTANT_TELEMETRY_MILLIDEGREES  temperatures in milli-degrees Celsius;
  *   -DCALRT_MUTANT_TELEMETRY_POWER_MW    power and its limit in milliwatts;
+ *   -DCALRT_MUTANT_TELEMETRY_SAMPLE_US   sample_ns in microseconds (the sensor hub's clock, passed through);
  *   -DCALRT_MUTANT_TELEMETRY_EXACT_SIZE  any size but version 1's is refused (a newer caller's larger struct too);
  *   -DCALRT_MUTANT_TELEMETRY_COUNTERS_RESET  reset_count and the ECC count are kept in firmware RAM that a board
  *                                        reset clears (they count since the last board reset, not power-on);
@@ -2341,6 +2384,9 @@ calrt_status calrt_chip_telemetry(calrt_device *d, uint32_t chip, calrt_telemetr
     t.size = out->size < sizeof t ? out->size : (uint32_t)sizeof t;
     t.version = CALRT_TELEMETRY_VERSION;
     t.sample_ns = now;
+#ifdef CALRT_MUTANT_TELEMETRY_SAMPLE_US /* the bug: the sensor hub's microsecond stamp, passed through */
+    t.sample_ns = now / 1000;
+#endif
     t.temperature_c = g_tel.chip[chip].temp_c;
     t.temperature_limit_c = REF_TEL_LIMIT_C;
     t.power_w = g_tel.chip[chip].power_w;
