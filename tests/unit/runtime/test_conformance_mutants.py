@@ -110,7 +110,6 @@ VENDOR_DEADLINE = {
     "-DCALRT_MUTANT_WAIT_ANY_FIRST_INDEX": ("wait_timeout", "must answer the index of the job", "JOB-4", False),
     # raw inputs calctl never writes
     "-DCALRT_MUTANT_TOKENS_WRAP": ("token_refusals", "a prefill with token", "LAYOUT-3", False),
-    "-DCALRT_MUTANT_INPUTS_PACKED_OK": ("raw_refusals", "packed without the 64-byte alignment", "LAYOUT-1", False),
     # KV sequences: slots, positions
     "-DCALRT_MUTANT_KV_FREE_LEAKS_USED": ("kv_lifecycle", "must grant the whole capacity", "KV-7", False),
     "-DCALRT_MUTANT_KV_REUSE_STALE_LENGTH": ("kv_lifecycle", "must be empty", "KV-7", False),

@@ -98,9 +98,7 @@
  *   -DCALRT_MUTANT_QUARANTINE_ANY_RESET  a reset of any chip frees every quarantined buffer;
  *   -DCALRT_MUTANT_REMOVE_TAIL_WHILE_RESERVED  calrt_kv_remove_tokens_at_end drops a pending reservation too;
  *   -DCALRT_MUTANT_WAIT_ANY_FIRST_INDEX  calrt_job_wait_any answers index 0 once any of its jobs is terminal;
- *   -DCALRT_MUTANT_TOKENS_WRAP        token ids are not range-checked: the embedding lookup wraps modulo vocab;
- *   -DCALRT_MUTANT_INPUTS_PACKED_OK   the inputs buffer's size is checked against its tensors packed (no 64-byte
- *                                     alignment), so a short buffer is accepted.
+ *   -DCALRT_MUTANT_TOKENS_WRAP        token ids are not range-checked: the embedding lookup wraps modulo vocab.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -747,7 +745,7 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
         if (ph == PH_H2D) {
             uint64_t need;
             tensor_offset(j->g->in, j->g->nin, 0, j->batch, &need);
-#if defined(CALRT_MUTANT_SHORT_BUFFERS) || defined(CALRT_MUTANT_INPUTS_PACKED_OK) /* it copies what it has */
+#ifdef CALRT_MUTANT_SHORT_BUFFERS /* it copies what the buffer has */
             if (need > j->in->size) need = j->in->size;
 #endif
 #ifdef CALRT_MUTANT_KEEPS_KV_POINTER /* the bug: the lanes' sequences read from the caller's array now */
@@ -1721,11 +1719,6 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
         for (uint32_t k = 0; k < g->nprof; k++) prof_ok |= g->prof[k] == desc->batch;
         tensor_offset(g->in, g->nin, 0, desc->batch, &need_in);
         tensor_offset(g->out, g->nout, 0, desc->batch, &need_out);
-#ifdef CALRT_MUTANT_INPUTS_PACKED_OK /* the bug: the inputs' size summed without the alignment padding */
-        uint64_t packed = 0;
-        for (uint32_t k = 0; k < g->nin; k++) packed += tensor_bytes(&g->in[k], desc->batch);
-        need_in = packed;
-#endif
 #ifdef CALRT_MUTANT_SHORT_BUFFERS /* the bug: sizes and the profile are not checked, one buffer may be both */
         (void)prof_ok;
         if (!known_buffer(d, desc->inputs) || !known_buffer(d, desc->outputs)) rc = CALRT_E_INVALID_ARGUMENT;
@@ -1752,12 +1745,7 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
         rc = CALRT_E_DEVICE_BUSY;
     }
     if (rc == CALRT_OK) {
-#ifdef CALRT_MUTANT_INPUTS_PACKED_OK /* the job's copy has the full layout; the h2d copies what the buffer has */
-        tensor_offset(g->in, g->nin, 0, desc->batch, &need_in);
-        j->din = calloc(1, need_in);
-#else
         j->din = malloc(need_in);
-#endif
         j->dout = malloc(sizeof(float) * (uint64_t)desc->batch * g->model->net.vocab);
         if (!j->din || !j->dout) rc = CALRT_E_OUT_OF_MEMORY;
         for (uint32_t l = 0; rc == CALRT_OK && l < desc->batch; l++)
