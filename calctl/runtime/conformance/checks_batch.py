@@ -304,6 +304,7 @@ def _diff(got: np.ndarray, want: np.ndarray) -> str:
 
 #: a decode compared with a prefill of the same tokens every this many positions, and at the context's end
 POSITION_STEP = {ConformanceLevel.QUICK: 16, ConformanceLevel.STANDARD: 8, ConformanceLevel.LONG: 4}
+QUICK_DECODES = 32  # positions decoded at --level quick, the context's last
 
 
 @check(
@@ -314,11 +315,11 @@ POSITION_STEP = {ConformanceLevel.QUICK: 16, ConformanceLevel.STANDARD: 8, Confo
     seconds={ConformanceLevel.STANDARD: 120.0, ConformanceLevel.LONG: 240.0},
 )
 def _kv_positions(s: Session) -> str:
-    """Per model: a prompt prefilled (4 tokens; half the context at ``quick``), then B1 decodes of seeded tokens
-    one position at a time to the end of the context (the prefill graph's token count, at most the sequence's capacity). At every
-    ``POSITION_STEP``-th position and the last, a fresh sequence prefills the same tokens at once: its logits are
-    computed from K/V written in one job, the decode's from K/V written one row per job, so a shim that writes a
-    row at the wrong position (past a cache page, on one chip, at some batch) disagrees there."""
+    """Per model: a prompt prefilled (4 tokens; all but the last 32 positions at ``quick``), then B1 decodes of
+    seeded tokens one position at a time to the end of the context (the prefill graph's token count, at most the
+    sequence's capacity). At every ``POSITION_STEP``-th position and the last, a fresh sequence prefills the same
+    tokens at once: its logits are computed from K/V written in one job, the decode's from K/V written one row per
+    job, so a shim that writes a row at the wrong position (past a cache page, on one chip) disagrees there."""
     pkg = s.package
     done = []
     with s.configured() as rt:
@@ -333,9 +334,9 @@ def _kv_positions(s: Session) -> str:
 
 def _decode_to_the_end(s: Session, rt: Runtime, alias: str, tokens: np.ndarray) -> int:
     pkg = s.package
-    # quick: the first half prefilled at once, the second half decoded (a row misplaced from some position on
-    # shows in the decoded half wherever it starts); standard and long decode nearly the whole context
-    start = len(tokens) // 2 if s.level is ConformanceLevel.QUICK else 4
+    # quick: all but the last QUICK_DECODES positions prefilled at once, those decoded (a row misplaced from some
+    # position on shows at the context's end wherever it starts); standard and long decode nearly the whole context
+    start = max(4, len(tokens) - QUICK_DECODES) if s.level is ConformanceLevel.QUICK else 4
     step = POSITION_STEP[s.level]
     seq, _ = _prefilled(rt, pkg, alias, tokens[:start])
     checked = 0

@@ -156,7 +156,8 @@ def _hung_held(s: Session) -> str:
                     expect_code(rc, RuntimeStatus.TIMEOUT, "calrt_job_wait on a hung job", call="calrt_job_wait")
                     expect(  # C ABI §3: calrt_job_wait fills calrt_job_info on TIMEOUT too
                         int(info.id) == job.id and int(info.state) < _SUCCEEDED,
-                        f"CONV-2: calrt_job_wait that timed out must fill calrt_job_info with job {job.id} still in flight",
+                        f"CONV-2: calrt_job_wait that timed out must fill calrt_job_info with job {job.id} still in "
+                        "flight",
                         call="calrt_job_wait",
                         arguments=f"job={job.id}, 500 ms",
                         returned=f"id {int(info.id)}, state {int(info.state)}",
