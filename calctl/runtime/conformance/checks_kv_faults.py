@@ -349,28 +349,27 @@ def _memory(s: Session) -> str:
     )
 
 
-def _reset_the_other_chip(s: Session, rt: Runtime, seqs: dict[str, tuple[KvSeqId, KvLength]]) -> None:
-    """RESET-1, RESET-4: a reset of the second model's chip empties its sequence and keeps the first's (a shim
-    that resets chip 0 whatever chip it is asked for passes a reset of chip 0 only)."""
-    a, b = s.pair()
-    ca, cb = s.chip_of(a), s.chip_of(b)
-    rt.reset("chip", chip=cb)
-    expect(
-        rt.kv.length(seqs[b][0]) == KvLength(0, 0),
-        f"RESET-1: chip {cb} reset empties {b}'s sequence (kept allocated, C ABI §7)",
-        call="calrt_reset / calrt_kv_length",
-        arguments=f"CALRT_RESET_CHIP, chip {cb}; seq={seqs[b][0]} (committed {seqs[b][1].committed} before)",
-        returned=rt.kv.length(seqs[b][0]),
-    )
-    expect(
-        rt.kv.length(seqs[a][0]) == seqs[a][1],
-        f"RESET-4: chip {cb} reset leaves {a}'s sequence on chip {ca}",
-        call="calrt_reset / calrt_kv_length",
-        arguments=f"CALRT_RESET_CHIP, chip {cb}; seq={seqs[a][0]}",
-        returned=rt.kv.length(seqs[a][0]),
-    )
-    for seq, _ in seqs.values():
-        rt.kv.free(seq)
+def _reset_one_chip(rt: Runtime, seqs: dict[str, tuple[KvSeqId, KvLength]], emptied: str, kept: str, chip: int) -> None:
+    """RESET-1, RESET-4: a reset of ``chip`` (where ``emptied``'s model sits) empties that model's sequence and
+    keeps ``kept``'s, on the other chip. Tried on each chip in turn: a shim that resets chip 0 whatever chip it is
+    asked for passes a reset of chip 0."""
+    rt.reset("chip", chip=chip)
+    for alias, want, what in (
+        (
+            emptied,
+            KvLength(0, 0),
+            f"RESET-1: chip {chip} reset empties {emptied}'s sequence (kept allocated, C ABI §7)",
+        ),
+        (kept, seqs[kept][1], f"RESET-4: chip {chip} reset leaves {kept}'s sequence on the other chip"),
+    ):
+        seq, before = seqs[alias]
+        expect(
+            rt.kv.length(seq) == want,
+            what,
+            call="calrt_reset / calrt_kv_length",
+            arguments=f"CALRT_RESET_CHIP, chip {chip}; seq={seq} (committed {before.committed} before the reset)",
+            returned=rt.kv.length(seq),
+        )
 
 
 @check(
@@ -414,25 +413,15 @@ def _resets(s: Session) -> str:
         seqs = prefilled(rt)
         chip_scope = True
         try:
-            rt.reset("chip", chip=ca)
+            _reset_one_chip(rt, seqs, a, b, ca)
         except NotSupported:
             chip_scope = False
         if chip_scope:
-            expect(
-                rt.kv.length(seqs[a][0]) == KvLength(0, 0),
-                f"chip {ca} reset empties {a}'s sequence (kept allocated, C ABI §7)",
-                call="calrt_kv_length",
-                arguments=f"seq={seqs[a][0]} (committed {seqs[a][1].committed} before the reset)",
-                returned=rt.kv.length(seqs[a][0]),
-            )
-            expect(
-                rt.kv.length(seqs[b][0]) == seqs[b][1],
-                f"RESET-4: chip {ca} reset leaves {b}'s sequence on the other chip",
-                call="calrt_kv_length",
-                returned=rt.kv.length(seqs[b][0]),
-            )
             fresh(rt, f"a chip {ca} reset")
-            _reset_the_other_chip(s, rt, prefilled(rt))
+            again = prefilled(rt)
+            _reset_one_chip(rt, again, b, a, s.chip_of(b))
+            for seq, _ in again.values():
+                rt.kv.free(seq)
             rt.kv.free(seqs[a][0])
             rt.kv.free(seqs[b][0])
             seqs = prefilled(rt)
