@@ -14,11 +14,16 @@ from calctl.runtime.conformance.framework import (
     check,
     decode_mask,
     expect,
+    expect_code,
     expect_raises,
     expect_status,
     expect_wait_error,
+    golden_prompt,
     prefill_job,
+    raw_call,
+    raw_submit,
     write_decode,
+    write_prefill,
 )
 from calctl.runtime.errors import (
     AlreadyConfigured,
@@ -62,6 +67,7 @@ def _kv(s: Session) -> str:
         job, seq, _, outputs = prefill_job(rt, pkg, a)
         rt.wait(job, 10)
         n = rt.kv.commit(seq).committed
+        _prefill_on_used_refused(s, rt, a, seq)
         token = int(np.argmax(outputs.read("logits")[0]))
         decode = pkg.model(a).decode.name
         with rt.job_buffers(decode) as (inputs, outs):
@@ -105,6 +111,35 @@ def _kv(s: Session) -> str:
         expect_raises(InvalidArgument, "rt.kv.length (freed sequence)", rt.kv.length, seq)
         _slots_back(rt, a, pkg.model(a).kv.max_sequences, n)
     return f"capacity {cap}; namespaces per model; commit/rollback/remove-tail/free at position {n}; slots given back"
+
+
+def _prefill_on_used_refused(s: Session, rt: Runtime, alias: str, seq: KvSeqId) -> None:
+    """KV-1: a prefill writes from position 0, so a sequence that holds tokens takes none (reserved for it or not):
+    INVALID_ARGUMENT, and the reservation is rolled back."""
+    m = s.package.model(alias)
+    prompt = golden_prompt(s.package, alias)
+    held = rt.kv.length(seq).committed
+    status = RuntimeStatus.INVALID_ARGUMENT
+    with rt.job_buffers(m.prefill.name) as (inputs, outputs):
+        write_prefill(inputs, prompt)
+        rt.kv.append(seq, len(prompt))
+        if s.native:
+            status, job = raw_submit(rt, m.prefill.name, inputs, outputs, kv=seq)
+            if status == RuntimeStatus.OK:  # accepted: let it end before its buffers are released
+                raw_call(rt, "calrt_job_wait", job, 30_000, None)
+        else:
+            expect_raises(
+                InvalidArgument, "rt.submit (a prefill into a used sequence)", rt.submit, m.prefill.name, inputs,
+                outputs, kv=[seq],
+            )  # fmt: skip
+    expect_code(
+        status,
+        RuntimeStatus.INVALID_ARGUMENT,
+        f"KV-1: calrt_job_submit of a prefill into sequence {seq}, which holds {held} tokens,",
+        call="calrt_job_submit",
+        arguments=f"graph={m.prefill.name!r}, kv=[{seq}] (committed {held}, {len(prompt)} reserved)",
+    )
+    rt.kv.rollback(seq)
 
 
 def _remove_tail_refused_while_reserved(s: Session, rt: Runtime, seq: KvSeqId) -> None:

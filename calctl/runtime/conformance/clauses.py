@@ -84,6 +84,7 @@ CLAUSES: tuple[Clause, ...] = (
     Clause("BATCH-2", "§6", "every active lane of a batch job computes what the same lane computes alone at B1"),
     Clause("CALBIN-1", "§7", "calrt_calbin_create refuses a chip mask of 0 or outside the board with INVALID_CALBIN"),
     Clause("CFG-1", "§7", "without a configuration, submit, KV allocate and unload are NOT_CONFIGURED"),
+    Clause("CFG-2", "§5", "calrt_reset_configuration frees every KV sequence: one allocated before is not found"),
     Clause("JOB-1", "§7", "the chip comes from the graph; query and wait echo generation, engine and chip mask"),
     Clause("JOB-2", "§7", "an inexact graph name is INVALID_ARGUMENT"),
     Clause("JOB-3", "§7", "calrt_job_wait returns TIMEOUT after its deadline; the job, its buffers and KV unchanged"),

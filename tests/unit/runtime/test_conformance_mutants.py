@@ -114,6 +114,8 @@ VENDOR_DEADLINE = {
     "-DCALRT_MUTANT_KV_FREE_LEAKS_USED": ("kv_lifecycle", "must grant the whole capacity", "KV-7", False),
     "-DCALRT_MUTANT_KV_REUSE_STALE_LENGTH": ("kv_lifecycle", "must be empty", "KV-7", False),
     "-DCALRT_MUTANT_REMOVE_TAIL_WHILE_RESERVED": ("kv_lifecycle", "with a token reserved", "KV-8", False),
+    "-DCALRT_MUTANT_PREFILL_ON_USED": ("kv_lifecycle", "a prefill into sequence", "KV-1", False),
+    "-DCALRT_MUTANT_UNLOAD_KEEPS_KV": ("configuration", "allocated before calrt_reset_configuration", "CFG-2", False),
     "-DCALRT_MUTANT_KV_POS_OFF_PAST=128": ("kv_positions", "differs from a prefill of the same", "KV-6", False),
     "-DCALRT_MUTANT_KV_POS_OFF_CHIP1": ("kv_positions", "model-b: the B1 decode at position", "KV-6", False),
     "-DCALRT_MUTANT_BATCH_COMPACT": ("batch_lanes", "logits differ from the same lane run alone", "BATCH-2", True),

@@ -98,7 +98,9 @@
  *   -DCALRT_MUTANT_QUARANTINE_ANY_RESET  a reset of any chip frees every quarantined buffer;
  *   -DCALRT_MUTANT_REMOVE_TAIL_WHILE_RESERVED  calrt_kv_remove_tokens_at_end drops a pending reservation too;
  *   -DCALRT_MUTANT_WAIT_ANY_FIRST_INDEX  calrt_job_wait_any answers index 0 once any of its jobs is terminal;
- *   -DCALRT_MUTANT_TOKENS_WRAP        token ids are not range-checked: the embedding lookup wraps modulo vocab.
+ *   -DCALRT_MUTANT_TOKENS_WRAP        token ids are not range-checked: the embedding lookup wraps modulo vocab;
+ *   -DCALRT_MUTANT_UNLOAD_KEEPS_KV    calrt_reset_configuration keeps every KV sequence (found after the unload);
+ *   -DCALRT_MUTANT_PREFILL_ON_USED    a prefill into a sequence that holds tokens is accepted (rows from 0 again).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -1504,7 +1506,9 @@ calrt_status calrt_reset_configuration(calrt_device *d) {
     for (job *j = d->jobs; rc == CALRT_OK && j; j = j->next)
         if (!terminal(j->info.state)) rc = CALRT_E_DEVICE_BUSY;
     if (rc == CALRT_OK) {
+#ifndef CALRT_MUTANT_UNLOAD_KEEPS_KV /* the bug: the sequences outlive the configuration they belong to */
         free_seqs(d);
+#endif
         d->current = NULL;
 #ifdef CALRT_MUTANT_UNLOAD_LEAK
         d->mut_leaked += 117964800ULL; /* the bug: 112.5 MiB per chip never given back */
@@ -1630,7 +1634,9 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
             if (desc->kv[k] == id) return CALRT_E_INVALID_ARGUMENT;
         uint32_t writes = 1;
         if (g->kind == CALRT_GRAPH_PREFILL) {
+#ifndef CALRT_MUTANT_PREFILL_ON_USED /* the bug: a prefill does not ask whether the sequence is empty */
             if (s->committed != 0) return CALRT_E_INVALID_ARGUMENT;
+#endif
             int32_t n = read_i32(g, data, vlen, desc->batch, 0);
             if (n < 1 || n > g->in[tok].dims[1]) return CALRT_E_INVALID_ARGUMENT;
             writes = (uint32_t)n;
