@@ -384,3 +384,51 @@ def _telemetry_across_resets(s: Session) -> str:
     )
     known = [c for c in range(chips) if rounds[-1][c]["reset_count"] != UNKNOWN_U64]
     return f"{len(steps) - 1} resets; counters never decreased; reset_count reported on chips {known or 'none'}"
+
+
+#: how long one chip computes alone for ``telemetry_attribution``
+ATTRIBUTION_S = 1.0
+#: a rise in power (W) below which nothing is judged (a host too loaded to keep the chip busy)
+ATTRIBUTION_MIN_RISE_W = 1.0
+
+
+@check(
+    "telemetry_attribution",
+    "while one chip computes alone, its own power reading rises, not the idle chip's",
+    clauses=("TELEM-6",),
+)
+def _telemetry_attribution(s: Session) -> str:
+    """One model's jobs back to back for ``ATTRIBUTION_S`` s, the other chip idle: the busy chip's ``power_w`` must
+    rise at least as much as the idle chip's (a shim that numbers the sensors the other way round shows the idle
+    chip heating). When neither rises by ``ATTRIBUTION_MIN_RISE_W`` (a host too loaded to keep the chip busy) the
+    check says so and judges nothing."""
+    a, b = s.pair()
+    busy, idle = s.chip_of(a), s.chip_of(b)
+    with s.configured() as rt:
+        before = {c: _ok_reading(s, rt, c)["power_w"] for c in (busy, idle)}
+        if any(math.isnan(w) for w in before.values()):
+            return "power not reported (NaN): nothing to attribute"
+        jobs, until = 0, time.monotonic() + ATTRIBUTION_S
+        while time.monotonic() < until:
+            job, seq, inputs, outputs = prefill_job(rt, s.package, a)
+            rt.wait(job, 30.0)
+            rt.kv.free(seq)
+            rt.release_buffer(inputs)
+            rt.release_buffer(outputs)
+            jobs += 1
+        after = {c: _ok_reading(s, rt, c)["power_w"] for c in (busy, idle)}
+    rise = {c: after[c] - before[c] for c in (busy, idle)}
+    s.evidence.update(jobs=jobs, rise_w={str(c): round(r, 2) for c, r in rise.items()})
+    figures = f"chip {busy} (busy, {jobs} jobs of {a}) {before[busy]:.1f} -> {after[busy]:.1f} W, chip {idle} (idle) "
+    figures += f"{before[idle]:.1f} -> {after[idle]:.1f} W"
+    expect(
+        rise[idle] <= max(rise[busy], 0.0) + ATTRIBUTION_MIN_RISE_W,
+        f"TELEM-6: while chip {busy} computed alone, chip {idle}'s power rose more than its own: the readings are "
+        f"not the chip asked for ({figures})",
+        call="calrt_chip_telemetry",
+        arguments=f"chips {busy} and {idle}",
+        returned=figures,
+    )
+    if max(rise.values()) < ATTRIBUTION_MIN_RISE_W:
+        return f"not judged: no chip's power rose {ATTRIBUTION_MIN_RISE_W:g} W ({figures})"
+    return figures

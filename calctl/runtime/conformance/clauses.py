@@ -135,6 +135,7 @@ CLAUSES: tuple[Clause, ...] = (
     Clause("TELEM-3", "§15", "the telemetry counters (throttled time, ECC, resets) never decrease"),
     Clause("TELEM-4", "§15", "under load temperature and power change: a sensor is never frozen"),
     Clause("TELEM-5", "§15", "a reported reset_count counts every chip or board reset that covered the chip"),
+    Clause("TELEM-6", "§15", "a reading is the chip asked for: the chip that computes is the one whose power rises"),
 )
 
 CLAUSE_IDS = frozenset(c.id for c in CLAUSES)

@@ -127,6 +127,12 @@ VENDOR_DEADLINE = {
     # telemetry (§15)
     "-DCALRT_MUTANT_TELEMETRY_POWER_MW": ("telemetry_struct", "power_w", "TELEM-2", False),
     "-DCALRT_MUTANT_TELEMETRY_SAMPLE_US": ("telemetry_struct", "sample_ns", "TELEM-2", False),
+    "-DCALRT_MUTANT_TELEMETRY_CHIPS_SWAPPED": (
+        "telemetry_attribution",
+        "the readings are not the chip",
+        "TELEM-6",
+        False,
+    ),
     "-DCALRT_MUTANT_TELEMETRY_EXACT_SIZE": ("telemetry_struct", "a caller's larger struct", "TELEM-1", False),
     "-DCALRT_MUTANT_TELEMETRY_COUNTERS_RESET": ("telemetry_across_resets", "reset_count", "TELEM-5", False),
     "-DCALRT_MUTANT_TELEMETRY_THROTTLE_WHEN_BUSY": ("telemetry_under_load", "(thermal) at", "TELEM-2", False),

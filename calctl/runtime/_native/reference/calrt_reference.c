@@ -2280,6 +2280,7 @@ calrt_status calrt_ext_device_name(uint32_t index, char *buf, uint32_t len) {
  *   -DCALRT_MUTANT_TELEMETRY_MILLIDEGREES  temperatures in milli-degrees Celsius;
  *   -DCALRT_MUTANT_TELEMETRY_POWER_MW    power and its limit in milliwatts;
  *   -DCALRT_MUTANT_TELEMETRY_SAMPLE_US   sample_ns in microseconds (the sensor hub's clock, passed through);
+ *   -DCALRT_MUTANT_TELEMETRY_CHIPS_SWAPPED  chip c reports the other chip's sensors;
  *   -DCALRT_MUTANT_TELEMETRY_EXACT_SIZE  any size but version 1's is refused (a newer caller's larger struct too);
  *   -DCALRT_MUTANT_TELEMETRY_COUNTERS_RESET  reset_count and the ECC count are kept in firmware RAM that a board
  *                                        reset clears (they count since the last board reset, not power-on);
@@ -2374,6 +2375,9 @@ calrt_status calrt_chip_telemetry(calrt_device *d, uint32_t chip, calrt_telemetr
     uint64_t now = now_ns();
     pthread_mutex_lock(&g_tel.mu);
     tel_start(now);
+#ifdef CALRT_MUTANT_TELEMETRY_CHIPS_SWAPPED /* the bug: the sensor hub numbers the chips the other way round */
+    chip = REF_CHIPS - 1 - chip;
+#endif
     tel_advance((int)chip, now, 0);
     t.size = out->size < sizeof t ? out->size : (uint32_t)sizeof t;
     t.version = CALRT_TELEMETRY_VERSION;
