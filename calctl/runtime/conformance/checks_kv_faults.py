@@ -119,7 +119,7 @@ def _prefill_on_used_refused(s: Session, rt: Runtime, alias: str, seq: KvSeqId) 
     m = s.package.model(alias)
     prompt = golden_prompt(s.package, alias)
     held = rt.kv.length(seq).committed
-    status = RuntimeStatus.INVALID_ARGUMENT
+    status: int = RuntimeStatus.INVALID_ARGUMENT
     with rt.job_buffers(m.prefill.name) as (inputs, outputs):
         write_prefill(inputs, prompt)
         rt.kv.append(seq, len(prompt))
