@@ -300,3 +300,63 @@ def _diff(got: np.ndarray, want: np.ndarray) -> str:
     if not np.any(got):
         return "all zeros (nothing written)"
     return f"max |diff| {float(np.abs(got - want).max()):.3g}"
+
+
+#: a decode compared with a prefill of the same tokens every this many positions, and at the context's end
+POSITION_STEP = {ConformanceLevel.QUICK: 16, ConformanceLevel.STANDARD: 8, ConformanceLevel.LONG: 4}
+QUICK_DECODES = 32  # positions decoded at --level quick, the context's last
+
+
+@check(
+    "kv_positions",
+    "one sequence decoded to the end of the context: the logits at every checked position equal a prefill of the "
+    "same tokens",
+    clauses=("KV-6", "COMPUTE-1"),
+    seconds={ConformanceLevel.STANDARD: 120.0, ConformanceLevel.LONG: 240.0},
+)
+def _kv_positions(s: Session) -> str:
+    """Per model: a prompt prefilled (4 tokens; all but the last 32 positions at ``quick``), then B1 decodes of
+    seeded tokens one position at a time to the end of the context (the prefill graph's token count, at most the
+    sequence's capacity). At every ``POSITION_STEP``-th position and the last, a fresh sequence prefills the same
+    tokens at once: its logits are computed from K/V written in one job, the decode's from K/V written one row per
+    job, so a shim that writes a row at the wrong position (past a cache page, on one chip) disagrees there."""
+    pkg = s.package
+    done = []
+    with s.configured() as rt:
+        for mi, m in enumerate(pkg.models):
+            vocab, max_tokens = int(m.prefill.output("logits").shape[-1]), int(m.prefill.input("tokens").shape[-1])
+            end = min(max_tokens, int(m.architecture.context_limit))
+            tokens = np.random.default_rng([mi, 0x9051]).integers(0, vocab, size=end).astype(np.int32)
+            checked = _decode_to_the_end(s, rt, m.alias, tokens)
+            done.append(f"{m.alias}: decoded to position {end - 1}, {checked} positions compared with a prefill")
+    return "; ".join(done)
+
+
+def _decode_to_the_end(s: Session, rt: Runtime, alias: str, tokens: np.ndarray) -> int:
+    pkg = s.package
+    # quick: all but the last QUICK_DECODES positions prefilled at once, those decoded (a row misplaced from some
+    # position on shows at the context's end wherever it starts); standard and long decode nearly the whole context
+    start = max(4, len(tokens) - QUICK_DECODES) if s.level is ConformanceLevel.QUICK else 4
+    step = POSITION_STEP[s.level]
+    seq, _ = _prefilled(rt, pkg, alias, tokens[:start])
+    checked = 0
+    try:
+        for position in range(start, len(tokens)):
+            got = _decode_b1(rt, pkg, alias, seq, int(tokens[position]))
+            if (position - start) % step and position != len(tokens) - 1:
+                continue
+            ref, want = _prefilled(rt, pkg, alias, tokens[: position + 1])
+            rt.kv.free(ref)
+            checked += 1
+            if not _close(pkg, alias, got, want):
+                raise ExpectationFailed(
+                    f"KV-6: {alias}: the B1 decode at position {position} differs from a prefill of the same "
+                    f"{position + 1} tokens (max |diff| {float(np.abs(got - want).max()):.3g}): a K/V row was "
+                    "written at another position than the job named",
+                    call="calrt_job_submit (decode) / calrt_kv_append",
+                    arguments=f"graph={pkg.model(alias).decode.name!r}, batch=1, position {position}",
+                    returned=f"logits at position {position}",
+                )
+    finally:
+        rt.kv.free(seq)
+    return checked

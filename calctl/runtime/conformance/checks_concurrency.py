@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -86,131 +87,28 @@ def _concurrent(s: Session) -> str:
     stuck = False
     try:
         rt.configure(rt.create_calbin(pkg))
-        prompts: dict[tuple[str, int, int], np.ndarray] = {}
-        for mi, alias in enumerate(aliases):
-            vocab, max_tokens = _shape(pkg, alias)
-            for ei in range(len(ENGINES)):
-                for r in range(rounds):
-                    prompts[alias, ei, r] = crosstalk_prompt(vocab, max_tokens, mi, ei, r)
-        reference: dict[tuple[str, int, int], np.ndarray] = {}
-        seen: dict[tuple[str, bytes], tuple[str, int, int]] = {}
-        for key, prompt in prompts.items():  # alone on the board: one job in flight at a time
-            job, seq, ins, out = prefill_job(rt, pkg, key[0], prompt)
-            expect(rt.wait(job, 10).ok, f"reference job {job.id} ({key[0]}) succeeds", call="calrt_job_wait")
-            logits = out.read("logits").copy()
-            rt.release_buffer(ins)
-            rt.release_buffer(out)
-            rt.kv.free(seq)
-            other = seen.get((key[0], logits.tobytes()))
-            expect(
-                other is None,
-                f"{key[0]}: two different prompts gave identical logits when run alone (job {job.id}, "
-                f"engine/round {key[1:]} and {other[1:] if other else None}): a job got another job's output",
-                call="calrt_job_submit / calrt_job_wait",
-                arguments=f"graph={pkg.model(key[0]).prefill.name!r}, job {job.id}",
-                returned="the logits of an earlier job",
-            )
-            seen[key[0], logits.tobytes()] = key
-            reference[key] = logits
+        prompts = _crosstalk_prompts(pkg, aliases, rounds)
+        reference = _references(rt, pkg, prompts)
         log = s.calls() if s.native else None
         if log is not None:
             log.reset_counts()
-        errors: list[str] = []
-        mismatches: list[str] = []
-        idents: dict[int, str] = {}
-        jobs_done = {alias: 0 for alias in aliases}
-        barrier = threading.Barrier(len(aliases) * len(ENGINES))
-
-        def worker(alias: str, ei: int) -> None:
-            idents[threading.get_ident()] = f"{alias}/{ENGINES[ei].value}"
-            try:
-                for r in range(rounds):
-                    barrier.wait(2 * STUCK_AFTER)
-                    job, seq, inputs, out = prefill_job(rt, pkg, alias, prompts[alias, ei, r], engine=ENGINES[ei])
-                    result = rt.wait(job, STUCK_AFTER)
-                    if not result.ok:
-                        errors.append(f"{alias}: job {job.id} {result.state.value}")
-                    got = out.read("logits")
-                    if not np.array_equal(got, reference[alias, ei, r]):
-                        mismatches.append(
-                            f"{alias} {ENGINES[ei].value} round {r}: job {job.id}'s logits are not its prompt's "
-                            f"(max |diff| {float(np.abs(got - reference[alias, ei, r]).max()):.3g})"
-                        )
-                    rt.release_buffer(inputs)
-                    rt.release_buffer(out)
-                    rt.kv.free(seq)
-                    jobs_done[alias] += 1
-            except threading.BrokenBarrierError:
-                errors.append(f"{alias}/{ENGINES[ei].value}: another thread never reached the next round")
-            except Exception as exc:  # a thread-safety failure is the finding
-                errors.append(f"{alias}/{ENGINES[ei].value}: {_returned(exc)}")
-                barrier.abort()
-
         t0 = time.monotonic_ns()
-        passes, budget_end = 0, time.monotonic() + OVERLAP_BUDGET_S
-        while True:
-            threads, alive = _one_pass(worker, aliases, jobs_done)
-            passes += 1
-            if alive or errors or mismatches or log is None or log.most_at_once >= 2:
-                break
-            if passes >= OVERLAP_PASSES or time.monotonic() >= budget_end:
-                break
-        if alive:
+        run = _Rounds(rt, pkg, aliases, rounds, prompts, reference)
+        passes = run.passes_until_overlap(log)
+        if run.alive:
             stuck = True
-            inside = log.inside() if log is not None else {}
-            where = sorted(
-                {f"{idents.get(t.ident or 0, t.name)} in {inside.get(t.ident or 0, 'no CalRT call')}" for t in alive}
-            )
-            calls = sorted({inside[t.ident] for t in alive if t.ident in inside})
-            raise Abandoned(
-                f"{len(alive)} of {len(threads)} threads made no progress for {STUCK_AFTER:g} s while submitting "
-                f"and waiting concurrently: {', '.join(where)} (a deadlock in the shim; the check's process is "
-                "abandoned, the remaining checks run in a fresh one)",
-                call=" / ".join(calls) or "rt.submit / rt.wait from several threads",
-                arguments=f"{len(threads)} threads, one per model and engine",
-                returned="never returned",
-            )
-        expect(
-            not errors,
-            f"{len(errors)} failures under concurrent submit and wait",
-            call="calrt_job_submit / calrt_job_wait from several threads",
-            returned=errors[:3],
-        )
-        expect(
-            not mismatches,
-            f"{len(mismatches)} of {2 * JOBS_PER_MODEL} jobs run concurrently returned logits that are not their "
-            f"own prompt's (stale output or crosstalk): {'; '.join(mismatches[:3])}",
-            call="calrt_job_wait (outputs)",
-            returned=mismatches[:3],
-        )
-        concurrency: dict[str, int] = {}
-        if log is not None:
-            concurrency = {
-                "inside_at_once": log.most_at_once,
-                "submit_at_once": log.most.get("calrt_job_submit", 0),
-                "wait_at_once": log.most.get("calrt_job_wait", 0),
-            }
-            expect(
-                log.most_at_once >= 2,
-                f"the threads' calls never overlapped inside the library in {passes} pass(es) of {rounds} rounds: "
-                "they were serialised before the shim",
-                call="calrt_job_submit / calrt_job_wait",
-                returned=concurrency,
-            )
-        events = [e for e in rt.trace(since_ns=t0) if e.start_ns and e.end_ns]
+            raise run.deadlock(log)
+        concurrency = run.judge(log, passes)
         ca, cb = s.chip_of(a), s.chip_of(b)
-        ia = [(int(e.start_ns or 0), int(e.end_ns or 0)) for e in events if e.chip == ca]
-        ib = [(int(e.start_ns or 0), int(e.end_ns or 0)) for e in events if e.chip == cb]
-        busy_a = sum(e - s_ for s_, e in ia)
-        overlap = intervals.overlap(ia, ib)
+        overlap, busy_a = _stamped_overlap(rt, t0, ca, cb)
         n = min(_burst_size(pkg, a), _burst_size(pkg, b))
         speedup = host_speedup(rt, pkg, [(a, Engine.AUTO)] * n, [(b, Engine.AUTO)] * n)
         s.evidence.update(
             rounds=rounds,
             passes=passes,
-            jobs=sum(jobs_done.values()),
+            jobs=sum(run.jobs_done.values()),
             reference_jobs=len(prompts),
-            jobs_per_model=dict(jobs_done),
+            jobs_per_model=dict(run.jobs_done),
             overlap_ms=overlap / 1e6,
             chip_a_busy_ms=busy_a / 1e6,
             chips=[ca, cb],
@@ -227,10 +125,169 @@ def _concurrent(s: Session) -> str:
         else ""
     )
     return (
-        f"{sum(jobs_done.values())} jobs from {len(threads)} threads, each against its own prompt's reference "
+        f"{sum(run.jobs_done.values())} jobs from {len(run.threads)} threads, each against its own prompt's reference "
         f"({len(prompts)} reference jobs); chips {ca}/{cb} overlapped {overlap / 1e6:.1f} ms by the shim's time "
         f"stamps; {_speedup_text(speedup, 'both chips', 'one')}" + at_once
     )
+
+
+_Key = tuple[str, int, int]  # (alias, engine index, round)
+
+
+def _crosstalk_prompts(pkg: Package, aliases: tuple[str, str], rounds: int) -> dict[_Key, np.ndarray]:
+    prompts: dict[_Key, np.ndarray] = {}
+    for mi, alias in enumerate(aliases):
+        vocab, max_tokens = _shape(pkg, alias)
+        for ei in range(len(ENGINES)):
+            for r in range(rounds):
+                prompts[alias, ei, r] = crosstalk_prompt(vocab, max_tokens, mi, ei, r)
+    return prompts
+
+
+def _references(rt: Runtime, pkg: Package, prompts: dict[_Key, np.ndarray]) -> dict[_Key, np.ndarray]:
+    """Every prompt alone on the board, one job in flight at a time: its logits, each distinct from the others'."""
+    reference: dict[_Key, np.ndarray] = {}
+    seen: dict[tuple[str, bytes], _Key] = {}
+    for key, prompt in prompts.items():
+        job, seq, ins, out = prefill_job(rt, pkg, key[0], prompt)
+        expect(rt.wait(job, 10).ok, f"reference job {job.id} ({key[0]}) succeeds", call="calrt_job_wait")
+        logits = out.read("logits").copy()
+        rt.release_buffer(ins)
+        rt.release_buffer(out)
+        rt.kv.free(seq)
+        other = seen.get((key[0], logits.tobytes()))
+        expect(
+            other is None,
+            f"{key[0]}: two different prompts gave identical logits when run alone (job {job.id}, "
+            f"engine/round {key[1:]} and {other[1:] if other else None}): a job got another job's output",
+            call="calrt_job_submit / calrt_job_wait",
+            arguments=f"graph={pkg.model(key[0]).prefill.name!r}, job {job.id}",
+            returned="the logits of an earlier job",
+        )
+        seen[key[0], logits.tobytes()] = key
+        reference[key] = logits
+    return reference
+
+
+class _Rounds:
+    """One thread per model and engine, released together each round, each output against its reference."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        pkg: Package,
+        aliases: tuple[str, str],
+        rounds: int,
+        prompts: dict[_Key, np.ndarray],
+        reference: dict[_Key, np.ndarray],
+    ) -> None:
+        self.rt, self.pkg, self.aliases, self.rounds = rt, pkg, aliases, rounds
+        self.prompts, self.reference = prompts, reference
+        self.errors: list[str] = []
+        self.mismatches: list[str] = []
+        self.idents: dict[int, str] = {}
+        self.jobs_done = {alias: 0 for alias in aliases}
+        self.barrier = threading.Barrier(len(aliases) * len(ENGINES))
+        self.threads: list[threading.Thread] = []
+        self.alive: list[threading.Thread] = []
+
+    def worker(self, alias: str, ei: int) -> None:
+        self.idents[threading.get_ident()] = f"{alias}/{ENGINES[ei].value}"
+        try:
+            for r in range(self.rounds):
+                self.barrier.wait(2 * STUCK_AFTER)
+                self._one_job(alias, ei, r)
+        except threading.BrokenBarrierError:
+            self.errors.append(f"{alias}/{ENGINES[ei].value}: another thread never reached the next round")
+        except Exception as exc:  # a thread-safety failure is the finding
+            self.errors.append(f"{alias}/{ENGINES[ei].value}: {_returned(exc)}")
+            self.barrier.abort()
+
+    def _one_job(self, alias: str, ei: int, r: int) -> None:
+        rt = self.rt
+        job, seq, inputs, out = prefill_job(rt, self.pkg, alias, self.prompts[alias, ei, r], engine=ENGINES[ei])
+        result = rt.wait(job, STUCK_AFTER)
+        if not result.ok:
+            self.errors.append(f"{alias}: job {job.id} {result.state.value}")
+        got, want = out.read("logits"), self.reference[alias, ei, r]
+        if not np.array_equal(got, want):
+            self.mismatches.append(
+                f"{alias} {ENGINES[ei].value} round {r}: job {job.id}'s logits are not its prompt's "
+                f"(max |diff| {float(np.abs(got - want).max()):.3g})"
+            )
+        rt.release_buffer(inputs)
+        rt.release_buffer(out)
+        rt.kv.free(seq)
+        self.jobs_done[alias] += 1
+
+    def passes_until_overlap(self, log: Any) -> int:
+        """Passes of the rounds until two calls overlapped inside the library (or the budgets end, or a thread
+        failed or stuck); the number of passes."""
+        passes, budget_end = 0, time.monotonic() + OVERLAP_BUDGET_S
+        while True:
+            self.threads, self.alive = _one_pass(self.worker, self.aliases, self.jobs_done)
+            passes += 1
+            if self.alive or self.errors or self.mismatches or log is None or log.most_at_once >= 2:
+                return passes
+            if passes >= OVERLAP_PASSES or time.monotonic() >= budget_end:
+                return passes
+
+    def deadlock(self, log: Any) -> Abandoned:
+        inside = log.inside() if log is not None else {}
+        where = sorted(
+            {
+                f"{self.idents.get(t.ident or 0, t.name)} in {inside.get(t.ident or 0, 'no CalRT call')}"
+                for t in self.alive
+            }
+        )
+        calls = sorted({inside[t.ident] for t in self.alive if t.ident in inside})
+        return Abandoned(
+            f"{len(self.alive)} of {len(self.threads)} threads made no progress for {STUCK_AFTER:g} s while submitting "
+            f"and waiting concurrently: {', '.join(where)} (a deadlock in the shim; the check's process is "
+            "abandoned, the remaining checks run in a fresh one)",
+            call=" / ".join(calls) or "rt.submit / rt.wait from several threads",
+            arguments=f"{len(self.threads)} threads, one per model and engine",
+            returned="never returned",
+        )
+
+    def judge(self, log: Any, passes: int) -> dict[str, int]:
+        """The rounds' FAILs (errors, outputs not their prompt's, calls never concurrent); the concurrency seen."""
+        expect(
+            not self.errors,
+            f"{len(self.errors)} failures under concurrent submit and wait",
+            call="calrt_job_submit / calrt_job_wait from several threads",
+            returned=self.errors[:3],
+        )
+        expect(
+            not self.mismatches,
+            f"{len(self.mismatches)} of {2 * JOBS_PER_MODEL} jobs run concurrently returned logits that are not their "
+            f"own prompt's (stale output or crosstalk): {'; '.join(self.mismatches[:3])}",
+            call="calrt_job_wait (outputs)",
+            returned=self.mismatches[:3],
+        )
+        if log is None:
+            return {}
+        concurrency = {
+            "inside_at_once": log.most_at_once,
+            "submit_at_once": log.most.get("calrt_job_submit", 0),
+            "wait_at_once": log.most.get("calrt_job_wait", 0),
+        }
+        expect(
+            log.most_at_once >= 2,
+            f"the threads' calls never overlapped inside the library in {passes} pass(es) of {self.rounds} rounds: "
+            "they were serialised before the shim",
+            call="calrt_job_submit / calrt_job_wait",
+            returned=concurrency,
+        )
+        return concurrency
+
+
+def _stamped_overlap(rt: Runtime, t0: int, ca: int, cb: int) -> tuple[int, int]:
+    """By the shim's own stamps since ``t0``: ns the two chips' jobs overlapped, and ns chip ``ca`` was busy."""
+    events = [e for e in rt.trace(since_ns=t0) if e.start_ns and e.end_ns]
+    ia = [(int(e.start_ns or 0), int(e.end_ns or 0)) for e in events if e.chip == ca]
+    ib = [(int(e.start_ns or 0), int(e.end_ns or 0)) for e in events if e.chip == cb]
+    return intervals.overlap(ia, ib), sum(e - s_ for s_, e in ia)
 
 
 def _speedup_text(speedup: float, what: str, base: str) -> str:

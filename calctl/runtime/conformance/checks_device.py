@@ -150,7 +150,7 @@ def _one_device(s: Session) -> str:
     "configuration",
     "one current calbin: the library refuses a second configure (ALREADY_CONFIGURED), and without one a submit "
     "and an unload (NOT_CONFIGURED)",
-    clauses=("OWN-3", "OWN-4", "CFG-1"),
+    clauses=("OWN-3", "OWN-4", "CFG-1", "CFG-2"),
 )
 def _configuration(s: Session) -> str:
     """Judged by what the shim answers. On a C library the calls go straight in (``calrt_configure`` with
@@ -181,7 +181,10 @@ def _configuration(s: Session) -> str:
                 expect_status(exc, RuntimeStatus.ALREADY_CONFIGURED, "configure")
         inputs, outputs = rt.alloc_inputs(m.prefill.name), rt.alloc_outputs(m.prefill.name)
         write_prefill(inputs, golden_prompt(pkg, m.alias))
+        old = int(rt.kv.allocate(m.alias))
         rt.reset_configuration()
+        if s.native:
+            _old_sequence_gone(rt, old)
         if s.native:  # the library itself must have dropped it (calctl would refuse the graph on its own)
             status, _ = raw_submit(rt, m.prefill.name, inputs, outputs)
             expect_code(
@@ -198,6 +201,19 @@ def _configuration(s: Session) -> str:
     return (
         "NOT_CONFIGURED (4) before configure and after an unload; ALREADY_CONFIGURED (3) on a second configure; "
         "a job runs after reconfiguring"
+    )
+
+
+def _old_sequence_gone(rt: Any, seq: int) -> None:
+    """CFG-2: ``calrt_reset_configuration`` frees every KV sequence: one allocated before is not found after."""
+    committed, reserved = ctypes.c_uint32(), ctypes.c_uint32()
+    status = raw_call(rt, "calrt_kv_length", seq, ctypes.byref(committed), ctypes.byref(reserved))
+    expect_code(
+        status,
+        RuntimeStatus.INVALID_ARGUMENT,
+        f"CFG-2: calrt_kv_length of sequence {seq}, allocated before calrt_reset_configuration,",
+        call="calrt_kv_length",
+        arguments=f"seq={seq} (after the unload)",
     )
 
 

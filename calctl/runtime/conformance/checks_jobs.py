@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from calctl.runtime.buffers import BufferState
 from calctl.runtime.conformance.framework import (
     Session,
     _returned,
+    _unwrap,
     check,
     expect,
     expect_code,
@@ -34,6 +36,8 @@ from calctl.runtime.errors import (
     Timeout,
 )
 from calctl.runtime.types import Engine, GenerationId, Health, JobState, KvLength
+
+_TERMINAL = list(JobState).index(JobState.SUCCEEDED)  # CALRT_JOB_SUCCEEDED and after: terminal (calrt.h order)
 
 
 @check(
@@ -94,7 +98,7 @@ def _buffers(s: Session) -> str:
 @check(
     "job_states_timestamps",
     "job states end SUCCEEDED; submit <= start <= end on CLOCK_MONOTONIC; query and wait echo the submitted tags",
-    clauses=("CONV-5", "JOB-1"),
+    clauses=("CONV-5", "JOB-1", "JOB-9"),
 )
 def _timestamps(s: Session) -> str:
     """The tags are read from what the shim returns (``calrt_job_query`` and ``calrt_job_wait`` fill
@@ -173,15 +177,55 @@ def _timestamps(s: Session) -> str:
             logits = outputs.read("logits")
             expect(bool(np.isfinite(logits).all()), "logits are finite", returned=logits)
             rt.kv.free(seq)
+        if s.native:
+            _end_stamped_at_completion(rt, pkg, aliases[-1])
     how = f"; generation, engine and chip mask echoed by query and wait ({echoed} answers)" if s.native else ""
     return f"{len(tags)} jobs queued/running -> succeeded within their call windows" + how
 
 
+def _end_stamped_at_completion(rt: Runtime, pkg: Any, alias: str) -> None:
+    """CONV-5, TIME-1: ``end_ns`` is when the job ended, not when a wait saw it: a job whose end the query
+    reports (polled, no wait) has its end stamp in the query's answer, before the query returned."""
+    job, seq, inputs, outputs = prefill_job(rt, pkg, alias)
+    give_up = time.monotonic() + 10.0
+    while True:
+        rc, info = raw_job_info(rt, job)
+        seen = time.monotonic_ns()
+        if rc != RuntimeStatus.OK or int(info.state) >= _TERMINAL or time.monotonic() > give_up:
+            break
+        time.sleep(0.005)
+    expect(
+        rc == RuntimeStatus.OK and int(info.state) >= _TERMINAL and 0 < int(info.start_ns) <= int(info.end_ns) <= seen,
+        f"CONV-5: calrt_job_query of job {job.id}, polled until it ended, must report its end stamp (start <= end <= "
+        f"{seen}, when the query returned), not one a later wait stamps",
+        call="calrt_job_query",
+        arguments=f"job={job.id} (terminal, not waited)",
+        returned=f"status {rc}, state {int(info.state)}, start {int(info.start_ns)}, end {int(info.end_ns)}",
+    )
+    rt.wait(job, 10)
+    rt.kv.free(seq)
+    rt.release_buffer(inputs)
+    rt.release_buffer(outputs)
+
+
 def _same_stamps(rt: Runtime, job: Job, waited: Any, t0: int) -> None:
-    """CONV-5, JOB-1: once a job is terminal, ``calrt_job_query`` reports the stamps ``calrt_job_wait`` did, inside
-    the window since its submit (a shim whose query reads the stamps of another job's slot fails here)."""
-    rc, info = raw_job_info(rt, job)
-    expect(rc == RuntimeStatus.OK, "calrt_job_query of a terminal job answers OK", call="calrt_job_query", returned=rc)
+    """CONV-5, JOB-9: once a job is terminal, ``calrt_job_query`` reports the state, status and stamps
+    ``calrt_job_wait`` did, inside the window since its submit, as often as it is asked (a shim whose query reads
+    another job's slot, or whose wait consumed the completion the query reads, fails here)."""
+    for ask in (1, 2):
+        rc, info = raw_job_info(rt, job)
+        expect(
+            rc == RuntimeStatus.OK, "calrt_job_query of a terminal job answers OK", call="calrt_job_query", returned=rc
+        )
+        got_end, want_end = (int(info.state), int(info.status)), (int(waited.state), int(waited.status))
+        expect(
+            got_end == want_end,
+            f"JOB-9: calrt_job_query of job {job.id} after its wait returned must report the state and status the "
+            f"wait did (state {want_end[0]}, status {want_end[1]}), query {ask} of 2",
+            call="calrt_job_query",
+            arguments=f"job={job.id} (terminal, waited)",
+            returned=f"state {got_end[0]}, status {got_end[1]}",
+        )
     got = (int(info.submit_ns), int(info.start_ns), int(info.end_ns))
     want = (int(waited.submit_ns), int(waited.start_ns), int(waited.end_ns))
     expect(
@@ -197,7 +241,7 @@ def _same_stamps(rt: Runtime, job: Job, waited: Any, t0: int) -> None:
 @check(
     "wait_timeout",
     "a wait past its deadline is TIMEOUT; the job stays in flight with its buffers and KV",
-    clauses=("JOB-3", "JOB-8", "OWN-5", "OBS-1", "RESET-1"),
+    clauses=("JOB-3", "JOB-4", "JOB-8", "OWN-5", "OBS-1", "RESET-1"),
 )
 def _wait_timeout(s: Session) -> str:
     pkg = s.package
@@ -215,6 +259,8 @@ def _wait_timeout(s: Session) -> str:
         )
         expect(not rt.query(job).state.terminal, "the job is still in flight after the timeout", returned=rt.query(job))
         expect(rt.wait_any([job], 0.05) == [], "wait_any on the hung job times out empty", call="rt.wait_any")
+        if s.native:
+            _zero_timeout_polls(s, rt, job, ca)
         if s.native:  # the library's own ownership, past calctl's bookkeeping (C ABI §7: buffers unchanged)
             for what, buf in (("inputs", inputs), ("outputs", outputs)):
                 expect_code(
@@ -238,6 +284,8 @@ def _wait_timeout(s: Session) -> str:
             returned=health,
         )
         job_b, _, _, _ = prefill_job(rt, pkg, b)
+        if s.native:
+            _wait_any_names_the_terminal_job(rt, job, job_b)
         expect(rt.wait(job_b, 10).ok, "the other chip keeps working while one hangs", call="rt.wait")
         scope = s.reset_chip_or_board(rt, ca)
         aborted = expect_raises(JobAborted, "rt.wait (hung job after a reset)", rt.wait, job, 5)
@@ -255,6 +303,68 @@ def _wait_timeout(s: Session) -> str:
     return (
         f"TIMEOUT after {waited:.2f} s; job, buffers and KV kept; other chip unaffected; recovered by a {scope} reset"
     )
+
+
+def _wait_any_names_the_terminal_job(rt: Runtime, hung: Job, done: Job) -> None:
+    """JOB-4: ``calrt_job_wait_any`` over [a hung job, a job that ends] answers index 1, the one that ended."""
+    raw = _unwrap(rt)
+    ids, index = (ctypes.c_uint64 * 2)(hung.id, done.id), ctypes.c_uint32(7)
+    rc = int(raw._fn.calrt_job_wait_any(raw._dev, ids, 2, 10_000, ctypes.byref(index)))
+    expect(
+        rc == RuntimeStatus.OK and index.value == 1,
+        f"JOB-4: calrt_job_wait_any over [job {hung.id} (hung), job {done.id}] must answer the index of the job "
+        "that ended (1)",
+        call="calrt_job_wait_any",
+        arguments=f"jobs=[{hung.id}, {done.id}], n=2, 10000 ms",
+        returned=f"status {rc}, index {index.value}",
+    )
+
+
+#: how long a wait with timeout 0 may take before it counts as blocking (a poll returns in microseconds; the bound
+#: leaves room for a loaded host's scheduler)
+POLL_BOUND_S = 5.0
+
+
+def _zero_timeout_polls(s: Session, rt: Runtime, job: Job, chip: int) -> None:
+    """JOB-8: ``calrt_job_wait`` and ``calrt_job_wait_any`` with timeout 0 on a job in flight are polls: TIMEOUT at
+    once. A shim that passes CalRT's ``Wait(0)`` ("no deadline") through blocks until the job ends; here that is
+    never, so the polls run in a thread, and a reset releases a blocked one before the FAIL."""
+    from calctl.runtime._native import lib as L
+
+    raw = _unwrap(rt)
+    got: dict[str, tuple[int, float]] = {}
+
+    def poll() -> None:
+        t = time.monotonic()
+        info = L.CalrtJobInfo()
+        got["calrt_job_wait"] = (
+            int(raw._fn.calrt_job_wait(raw._dev, job.id, 0, ctypes.byref(info))),
+            time.monotonic() - t,
+        )
+        ids, index = (ctypes.c_uint64 * 1)(job.id), ctypes.c_uint32()
+        t = time.monotonic()
+        got["calrt_job_wait_any"] = (
+            int(raw._fn.calrt_job_wait_any(raw._dev, ids, 1, 0, ctypes.byref(index))),
+            time.monotonic() - t,
+        )
+
+    thread = threading.Thread(target=poll, name="poll", daemon=True)
+    thread.start()
+    thread.join(POLL_BOUND_S)
+    if thread.is_alive():  # blocked inside the library: end the job so the call returns, then report
+        s.reset_chip_or_board(rt, chip)
+        thread.join(POLL_BOUND_S)
+    for call in ("calrt_job_wait", "calrt_job_wait_any"):
+        rc, took = got.get(call, (-1, POLL_BOUND_S))
+        expect(
+            rc == RuntimeStatus.TIMEOUT and took < POLL_BOUND_S,
+            f"JOB-8: {call} with timeout 0 on job {job.id} in flight is a poll: it must return TIMEOUT at once",
+            call=call,
+            arguments=f"job={job.id}, timeout_ms=0",
+            returned=f"still blocked after {POLL_BOUND_S:g} s (returned only when a reset ended the job)"
+            if rc == -1 or took >= POLL_BOUND_S
+            else f"status {rc} after {took:.3f} s",
+        )
 
 
 @check("wait_any", "wait_any returns terminal jobs; concurrent waiters on two threads", clauses=("JOB-4",))

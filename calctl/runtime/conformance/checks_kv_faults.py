@@ -14,11 +14,16 @@ from calctl.runtime.conformance.framework import (
     check,
     decode_mask,
     expect,
+    expect_code,
     expect_raises,
     expect_status,
     expect_wait_error,
+    golden_prompt,
     prefill_job,
+    raw_call,
+    raw_submit,
     write_decode,
+    write_prefill,
 )
 from calctl.runtime.errors import (
     AlreadyConfigured,
@@ -37,7 +42,7 @@ from calctl.runtime.types import ChipMemory, Health, JobState, KvLength, KvSeqId
 @check(
     "kv_lifecycle",
     "KV: capacity per model, allocate / append / commit / rollback / remove-tail / free",
-    clauses=("KV-1", "KV-4", "KV-5"),
+    clauses=("KV-1", "KV-4", "KV-5", "KV-7", "KV-8"),
 )
 def _kv(s: Session) -> str:
     pkg = s.package
@@ -62,6 +67,7 @@ def _kv(s: Session) -> str:
         job, seq, _, outputs = prefill_job(rt, pkg, a)
         rt.wait(job, 10)
         n = rt.kv.commit(seq).committed
+        _prefill_on_used_refused(s, rt, a, seq)
         token = int(np.argmax(outputs.read("logits")[0]))
         decode = pkg.model(a).decode.name
         with rt.job_buffers(decode) as (inputs, outs):
@@ -94,6 +100,7 @@ def _kv(s: Session) -> str:
                 call="rt.kv.commit",
                 returned=rt.kv.length(seq),
             )
+        _remove_tail_refused_while_reserved(s, rt, seq)
         expect(
             rt.kv.remove_tokens_at_end(seq, 1) == KvLength(n, n),
             "remove_tokens_at_end shortens",
@@ -102,7 +109,89 @@ def _kv(s: Session) -> str:
         )
         rt.kv.free(seq)
         expect_raises(InvalidArgument, "rt.kv.length (freed sequence)", rt.kv.length, seq)
-    return f"capacity {cap}; namespaces per model; commit/rollback/remove-tail/free at position {n}"
+        _slots_back(rt, a, pkg.model(a).kv.max_sequences, n)
+    return f"capacity {cap}; namespaces per model; commit/rollback/remove-tail/free at position {n}; slots given back"
+
+
+def _prefill_on_used_refused(s: Session, rt: Runtime, alias: str, seq: KvSeqId) -> None:
+    """KV-1: a prefill writes from position 0, so a sequence that holds tokens takes none (reserved for it or not):
+    INVALID_ARGUMENT, and the reservation is rolled back."""
+    m = s.package.model(alias)
+    prompt = golden_prompt(s.package, alias)
+    held = rt.kv.length(seq).committed
+    status: int = RuntimeStatus.INVALID_ARGUMENT
+    with rt.job_buffers(m.prefill.name) as (inputs, outputs):
+        write_prefill(inputs, prompt)
+        rt.kv.append(seq, len(prompt))
+        if s.native:
+            status, job = raw_submit(rt, m.prefill.name, inputs, outputs, kv=seq)
+            if status == RuntimeStatus.OK:  # accepted: let it end before its buffers are released
+                raw_call(rt, "calrt_job_wait", job, 30_000, None)
+        else:
+            expect_raises(
+                InvalidArgument, "rt.submit (a prefill into a used sequence)", rt.submit, m.prefill.name, inputs,
+                outputs, kv=[seq],
+            )  # fmt: skip
+    expect_code(
+        status,
+        RuntimeStatus.INVALID_ARGUMENT,
+        f"KV-1: calrt_job_submit of a prefill into sequence {seq}, which holds {held} tokens,",
+        call="calrt_job_submit",
+        arguments=f"graph={m.prefill.name!r}, kv=[{seq}] (committed {held}, {len(prompt)} reserved)",
+    )
+    rt.kv.rollback(seq)
+
+
+def _remove_tail_refused_while_reserved(s: Session, rt: Runtime, seq: KvSeqId) -> None:
+    """KV-8: with a token reserved, calrt_kv_remove_tokens_at_end is INVALID_ARGUMENT and changes nothing (0.7.6
+    RemoveTokensAtEnd: nothing may be reserved); straight into the library on a C shim."""
+    before = rt.kv.length(seq)
+    rt.kv.append(seq, 1)
+    if s.native:
+        raw = _unwrap(rt)
+        status = int(raw._fn.calrt_kv_remove_tokens_at_end(raw._dev, int(seq), 1))
+        expect(
+            status == RuntimeStatus.INVALID_ARGUMENT,
+            "KV-8: calrt_kv_remove_tokens_at_end with a token reserved must return INVALID_ARGUMENT (10)",
+            call="calrt_kv_remove_tokens_at_end",
+            arguments=f"seq={seq} (committed {before.committed}, 1 reserved), n=1",
+            returned=f"status {status}",
+        )
+    else:
+        expect_raises(
+            InvalidArgument, "rt.kv.remove_tokens_at_end (a token reserved)", rt.kv.remove_tokens_at_end, seq, 1
+        )
+    after = rt.kv.length(seq)
+    expect(
+        after == KvLength(before.committed, before.committed + 1),
+        "KV-8: the refused remove-tail leaves the sequence as it was (the reservation pending)",
+        call="calrt_kv_length",
+        returned=after,
+    )
+    rt.kv.rollback(seq)
+
+
+def _slots_back(rt: Runtime, alias: str, cap: int, held: int) -> None:
+    """KV-7: a freed sequence that held tokens gives its slot back, and the next sequence starts empty (a pool
+    that keeps a slot, or hands it out again with its old length, fails here)."""
+    expect(
+        rt.kv.can_allocate(alias, cap),
+        f"KV-7: with every sequence of {alias} freed (the last holding {held} tokens), calrt_kv_can_allocate must "
+        f"grant the whole capacity {cap} again",
+        call="calrt_kv_can_allocate",
+        arguments=f"{alias!r}, {cap}",
+        returned="no",
+    )
+    fresh = rt.kv.allocate(alias)
+    length = rt.kv.length(fresh)
+    rt.kv.free(fresh)
+    expect(
+        length == KvLength(0, 0),
+        f"KV-7: a sequence allocated after one holding {held} tokens was freed must be empty",
+        call="calrt_kv_length",
+        arguments=f"sequence {fresh}",
+        returned=f"committed {length.committed}, reserved {length.reserved}",
+    )
 
 
 @check(
@@ -157,6 +246,7 @@ def _dma(s: Session) -> str:
                 arguments="<inputs of the job that ended UNKNOWN_DMA_STATE>",
                 returned=f"status {status}",
             )
+            _other_chip_keeps_quarantine(s, rt, inputs.native)
         else:
             expect(inputs.state is BufferState.QUARANTINED, "the buffers are quarantined", returned=inputs.state)
             expect_raises(BufferInUse, "rt.release_buffer (quarantined)", rt.release_buffer, inputs)
@@ -165,6 +255,25 @@ def _dma(s: Session) -> str:
             rt.release_buffer(inputs)  # the library frees them now (a FAIL names calrt_buffer_release)
             rt.release_buffer(outputs)
     return f"UNKNOWN_DMA_STATE (8); the library held the buffers (12) until a {scope} reset"
+
+
+def _other_chip_keeps_quarantine(s: Session, rt: Runtime, buffer: object) -> None:
+    """OWN-7: a reset of another chip leaves the quarantine alone (only a reset covering the job's chip lifts it)."""
+    a, b = s.pair()
+    try:
+        rt.reset("chip", chip=s.chip_of(a))
+    except NotSupported:
+        return  # board reset only: every reset covers the job's chip
+    raw = _unwrap(rt)
+    status = int(raw._fn.calrt_buffer_release(raw._dev, buffer))
+    expect(
+        status == RuntimeStatus.BUFFER_IN_USE,
+        f"OWN-7: after a reset of chip {s.chip_of(a)}, the buffers of {b}'s job on chip {s.chip_of(b)} that ended "
+        "UNKNOWN_DMA_STATE stay quarantined: calrt_buffer_release must return BUFFER_IN_USE (12)",
+        call="calrt_buffer_release",
+        arguments=f"<inputs of the job that ended UNKNOWN_DMA_STATE>, after calrt_reset(CHIP, {s.chip_of(a)})",
+        returned=f"status {status}",
+    )
 
 
 LOAD_CYCLES = 6  # as `calctl soak --cycles 6`, which caught the 112.5 MiB-per-unload leak at cycle 2
@@ -275,11 +384,34 @@ def _memory(s: Session) -> str:
     )
 
 
+def _reset_one_chip(rt: Runtime, seqs: dict[str, tuple[KvSeqId, KvLength]], emptied: str, kept: str, chip: int) -> None:
+    """RESET-1, RESET-4: a reset of ``chip`` (where ``emptied``'s model sits) empties that model's sequence and
+    keeps ``kept``'s, on the other chip. Tried on each chip in turn: a shim that resets chip 0 whatever chip it is
+    asked for passes a reset of chip 0."""
+    rt.reset("chip", chip=chip)
+    for alias, want, what in (
+        (
+            emptied,
+            KvLength(0, 0),
+            f"RESET-1: chip {chip} reset empties {emptied}'s sequence (kept allocated, C ABI §7)",
+        ),
+        (kept, seqs[kept][1], f"RESET-4: chip {chip} reset leaves {kept}'s sequence on the other chip"),
+    ):
+        seq, before = seqs[alias]
+        expect(
+            rt.kv.length(seq) == want,
+            what,
+            call="calrt_reset / calrt_kv_length",
+            arguments=f"CALRT_RESET_CHIP, chip {chip}; seq={seq} (committed {before.committed} before the reset)",
+            returned=rt.kv.length(seq),
+        )
+
+
 @check(
     "chip_vs_board_reset",
     "a chip reset empties that chip's sequences only; after a board reset old sequences are not found, "
     "the board takes a new configuration and new sequences start empty",
-    clauses=("RESET-1", "RESET-2"),
+    clauses=("RESET-1", "RESET-2", "RESET-4"),
 )
 def _resets(s: Session) -> str:
     """Judged by what the shim answers: ``calrt_kv_length`` of the old sequences (emptied after a chip reset,
@@ -316,24 +448,15 @@ def _resets(s: Session) -> str:
         seqs = prefilled(rt)
         chip_scope = True
         try:
-            rt.reset("chip", chip=ca)
+            _reset_one_chip(rt, seqs, a, b, ca)
         except NotSupported:
             chip_scope = False
         if chip_scope:
-            expect(
-                rt.kv.length(seqs[a][0]) == KvLength(0, 0),
-                f"chip {ca} reset empties {a}'s sequence (kept allocated, C ABI §7)",
-                call="calrt_kv_length",
-                arguments=f"seq={seqs[a][0]} (committed {seqs[a][1].committed} before the reset)",
-                returned=rt.kv.length(seqs[a][0]),
-            )
-            expect(
-                rt.kv.length(seqs[b][0]) == seqs[b][1],
-                f"chip {ca} reset leaves {b}'s sequence on the other chip",
-                call="calrt_kv_length",
-                returned=rt.kv.length(seqs[b][0]),
-            )
             fresh(rt, f"a chip {ca} reset")
+            again = prefilled(rt)
+            _reset_one_chip(rt, again, b, a, s.chip_of(b))
+            for seq, _ in again.values():
+                rt.kv.free(seq)
             rt.kv.free(seqs[a][0])
             rt.kv.free(seqs[b][0])
             seqs = prefilled(rt)
@@ -363,6 +486,7 @@ def _resets(s: Session) -> str:
             "configuration dropped, new sequences empty)"
         )
     return (
-        f"chip {ca} reset emptied {a}'s sequence only; board reset: old sequences not found, "
+        f"chip {ca} reset emptied {a}'s sequence only, chip {s.chip_of(b)} reset {b}'s only; board reset: old "
+        "sequences not found, "
         "reconfigured, new sequences empty"
     )

@@ -126,7 +126,7 @@ def _kv_busy(s: Session) -> str:
 @check(
     "hung_job_held",
     "a hung job held past any shim watchdog (10 s at --level standard/long) never ends SUCCEEDED",
-    clauses=("JOB-6",),
+    clauses=("JOB-6", "CONV-2"),
     seconds={ConformanceLevel.STANDARD: 60.0, ConformanceLevel.LONG: 60.0},
 )
 def _hung_held(s: Session) -> str:
@@ -156,7 +156,8 @@ def _hung_held(s: Session) -> str:
                     expect_code(rc, RuntimeStatus.TIMEOUT, "calrt_job_wait on a hung job", call="calrt_job_wait")
                     expect(  # C ABI §3: calrt_job_wait fills calrt_job_info on TIMEOUT too
                         int(info.id) == job.id and int(info.state) < _SUCCEEDED,
-                        f"calrt_job_wait that timed out must fill calrt_job_info with job {job.id} still in flight",
+                        f"CONV-2: calrt_job_wait that timed out must fill calrt_job_info with job {job.id} still in "
+                        "flight",
                         call="calrt_job_wait",
                         arguments=f"job={job.id}, 500 ms",
                         returned=f"id {int(info.id)}, state {int(info.state)}",
@@ -449,7 +450,18 @@ def _buffer(rt: Runtime, size: int) -> ctypes.c_void_p:
     "raw_refusals",
     "calls calctl never makes are refused with the documented status: chip masks 0 and past the board, short or "
     "unaligned buffers, descriptors of the wrong size, one buffer as inputs and outputs, releasing a job in flight",
-    clauses=("CALBIN-1", "LAYOUT-1", "LAYOUT-2", "OWN-3", "OWN-8", "OWN-9", "STATUS-1", "CONV-2", "KV-1", "KV-4"),
+    clauses=(
+        "CALBIN-1",
+        "LAYOUT-1",
+        "LAYOUT-2",
+        "OWN-3",
+        "OWN-8",
+        "OWN-9",
+        "STATUS-1",
+        "CONV-2",
+        "KV-1",
+        "KV-4",
+    ),
     native_only=True,
 )
 def _raw_refusals(s: Session) -> str:
@@ -494,6 +506,61 @@ def _raw_refusals(s: Session) -> str:
         tried += _kv_of_another_model(s, rt)
         tried.append(_release_current(rt))
     return f"{len(tried)} refusals: " + "; ".join(tried)
+
+
+@check(
+    "token_refusals",
+    "a prefill naming a token outside the model's vocabulary, or no token at all, is refused with INVALID_ARGUMENT",
+    clauses=("LAYOUT-3",),
+    native_only=True,
+)
+def _token_refusals(s: Session) -> str:
+    """Straight into the library (calctl never writes such inputs): the golden prompt with one token changed, or
+    its valid length 0, on a sequence reserved for the prompt. The bookkeeping stub computes nothing and checks
+    no token: it fails here by design."""
+    pkg = s.package
+    m = pkg.models[0]
+    prompt = golden_prompt(pkg, m.alias)
+    with s.configured() as rt:
+        seq = rt.kv.allocate(m.alias)
+        rt.kv.append(seq, len(prompt))
+        tried = _bad_prefill_inputs(rt, m.prefill, int(seq), prompt)
+        rt.kv.rollback(seq)
+        rt.kv.free(seq)
+    return f"{len(tried)} refusals: " + "; ".join(tried)
+
+
+def _bad_prefill_inputs(rt: Runtime, graph: Any, seq: int, prompt: np.ndarray) -> list[str]:
+    """LAYOUT-3: a prefill (its sequence reserved for the prompt) whose inputs name a token past the vocabulary, a
+    negative token, or a valid length of 0: refused, never computed (a kernel that wraps or reads past the
+    embedding computes garbage, or crashes)."""
+    vocab = int(graph.output("logits").shape[-1])
+    tried = []
+    last = len(prompt) - 1
+    # (what, the token index to overwrite, its value, n_tokens)
+    cases = (
+        (f"token {vocab} (the vocabulary is 0..{vocab - 1})", last, vocab, len(prompt)),
+        ("token -1", 0, -1, len(prompt)),
+        ("n_tokens 0", 0, int(prompt[0]), 0),
+    )
+    for what, at, token, n in cases:
+        ins, outs = rt.alloc_inputs(graph.name), rt.alloc_outputs(graph.name)
+        tokens = np.zeros(ins.layout.slot("tokens").shape, np.int32)
+        tokens[0, : len(prompt)] = prompt
+        tokens[0, at] = token
+        ins.write("tokens", tokens)
+        ins.write("n_tokens", np.array([n], np.int32))
+        expect_code(
+            _submit_raw(rt, graph.name.encode(), ins.native, outs.native, 1, [seq]),
+            RuntimeStatus.INVALID_ARGUMENT,
+            f"LAYOUT-3: calrt_job_submit of a prefill with {what}",
+            call="calrt_job_submit",
+            arguments=f"graph={graph.name!r}, {what}, kv=[{seq}] reserved {len(prompt)}",
+        )
+        rt.release_buffer(ins)
+        rt.release_buffer(outs)
+        tried.append(f"a prefill with {what}")
+    return tried
 
 
 def _packed_inputs(s: Session, rt: Runtime) -> str:

@@ -54,15 +54,37 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause("LAYOUT-1", "§6", "a buffer smaller than the graph's layout at B (64-byte aligned tensors) is refused"),
     Clause("LAYOUT-2", "§6", "n_kv equals the batch, the batch is one of the graph's profiles, the engine is known"),
+    Clause(
+        "LAYOUT-3",
+        "§6",
+        "a token id outside the model's vocabulary, or a prefill valid length of 0, is INVALID_ARGUMENT",
+    ),
     Clause("KV-1", "§6", "a job writes exactly the reserved tokens at position == committed length, else refused"),
     Clause("KV-2", "§6", "commit after a failed job is INVALID_ARGUMENT; rollback drops the reservation"),
     Clause("KV-3", "§6", "every KV call on a sequence a job in flight is writing is DEVICE_BUSY, never OK"),
     Clause("KV-4", "§5", "KV sequences have a namespace and a capacity per model alias"),
     Clause("KV-5", "§7", "a freed sequence is not found: freeing it again or using it is INVALID_ARGUMENT"),
+    Clause(
+        "KV-6",
+        "§6",
+        "a job's K/V land at the positions it names: a decode at any position up to the context computes what a "
+        "prefill of the same tokens computes",
+    ),
+    Clause(
+        "KV-8",
+        "§7",
+        "calrt_kv_remove_tokens_at_end with tokens reserved is INVALID_ARGUMENT and changes nothing",
+    ),
+    Clause(
+        "KV-7",
+        "§5",
+        "calrt_kv_free gives the sequence's slot back, whatever it holds; a sequence allocated after it is empty",
+    ),
     Clause("BATCH-1", "§6", "an inactive lane (mask 0, CALRT_KV_NONE) writes no KV row of any sequence"),
     Clause("BATCH-2", "§6", "every active lane of a batch job computes what the same lane computes alone at B1"),
     Clause("CALBIN-1", "§7", "calrt_calbin_create refuses a chip mask of 0 or outside the board with INVALID_CALBIN"),
     Clause("CFG-1", "§7", "without a configuration, submit, KV allocate and unload are NOT_CONFIGURED"),
+    Clause("CFG-2", "§5", "calrt_reset_configuration frees every KV sequence: one allocated before is not found"),
     Clause("JOB-1", "§7", "the chip comes from the graph; query and wait echo generation, engine and chip mask"),
     Clause("JOB-2", "§7", "an inexact graph name is INVALID_ARGUMENT"),
     Clause("JOB-3", "§7", "calrt_job_wait returns TIMEOUT after its deadline; the job, its buffers and KV unchanged"),
@@ -70,7 +92,12 @@ CLAUSES: tuple[Clause, ...] = (
     Clause("JOB-5", "§7", "a job reported SUCCEEDED has written its outputs; each output is its own inputs' result"),
     Clause("JOB-6", "§7", "a job that hangs never ends SUCCEEDED: it stays in flight until a reset aborts it"),
     Clause("JOB-7", "§4", "DEVICE_BUSY refuses a submit without taking its buffers; a retry runs"),
-    Clause("JOB-8", "§7", "calrt_job_query never blocks"),
+    Clause("JOB-8", "§7", "calrt_job_query never blocks; calrt_job_wait with timeout 0 is a poll that never blocks"),
+    Clause(
+        "JOB-9",
+        "§7",
+        "calrt_job_query of a terminal job reports the state, status and stamps its wait returned, every time",
+    ),
     Clause("MEM-1", "§7", "calrt_memory_usage is bytes: total equals the topology's DRAM, used fits in it"),
     Clause("MEM-2", "§7", "a chip's usage grows by at least the weights loaded onto it, and only that chip's"),
     Clause("MEM-3", "§7", "after an unload the usage returns to its baseline (no leak across load cycles)"),
@@ -81,7 +108,10 @@ CLAUSES: tuple[Clause, ...] = (
         "RESET-3", "§12", "a reset returns only when its chips are idle: an aborted job's buffers are never written"
     ),
     Clause(
-        "RESET-4", "§7", "a chip reset leaves the other chips' jobs running; without chip scope it is NOT_SUPPORTED"
+        "RESET-4",
+        "§7",
+        "a chip reset leaves the other chips' jobs running and their sequences kept; without chip scope it is "
+        "NOT_SUPPORTED",
     ),
     Clause("FAULT-1", "§7", "a CCU exception fails its job and halts only its chip (DEVICE_LOST) until a reset"),
     Clause("THREAD-1", "§8", "every call of the first group is safe from several threads at once"),
@@ -91,11 +121,21 @@ CLAUSES: tuple[Clause, ...] = (
         "COMPUTE-1", "§12", "outputs are a deterministic function of the inputs and match the package's golden data"
     ),
     Clause(
-        "TELEM-1", "§15", "calrt_chip_telemetry honours the sized struct: short size or chip past the board refused"
+        "TELEM-1",
+        "§15",
+        "calrt_chip_telemetry honours the sized struct: a short size or a chip past the board refused, a later "
+        "caller's larger struct answered",
     ),
-    Clause("TELEM-2", "§15", "telemetry is in degrees Celsius, watts and MHz, with only defined throttle bits"),
+    Clause(
+        "TELEM-2",
+        "§15",
+        "telemetry is in degrees Celsius, watts and MHz, with only defined throttle bits; the thermal bit only near "
+        "the temperature limit",
+    ),
     Clause("TELEM-3", "§15", "the telemetry counters (throttled time, ECC, resets) never decrease"),
     Clause("TELEM-4", "§15", "under load temperature and power change: a sensor is never frozen"),
+    Clause("TELEM-5", "§15", "a reported reset_count counts every chip or board reset that covered the chip"),
+    Clause("TELEM-6", "§15", "a reading is the chip asked for: the chip that computes is the one whose power rises"),
 )
 
 CLAUSE_IDS = frozenset(c.id for c in CLAUSES)

@@ -100,6 +100,42 @@ VENDOR_DEADLINE = {
         "CONV-5",
         False,
     ),
+    # waits and queries
+    "-DCALRT_MUTANT_WAIT_ZERO_FOREVER": ("wait_timeout", "with timeout 0 on job", "JOB-8", False),
+    "-DCALRT_MUTANT_WAIT_TIMEOUT_NO_INFO": ("hung_job_held", "must fill calrt_job_info", "CONV-2", False),
+    "-DCALRT_MUTANT_QUERY_RUNNING_AFTER_WAIT": ("job_states_timestamps", "after its wait returned", "JOB-9", False),
+    "-DCALRT_MUTANT_UNKNOWN_JOB_INTERNAL": ("raw_refusals", "of an unknown job must return", "STATUS-1", False),
+    "-DCALRT_MUTANT_STAMPS_US": ("job_states_timestamps", "must report its own stamps", "CONV-5", False),
+    "-DCALRT_MUTANT_END_STAMP_AT_WAIT": ("job_states_timestamps", "polled until it ended", "CONV-5", False),
+    "-DCALRT_MUTANT_WAIT_ANY_FIRST_INDEX": ("wait_timeout", "must answer the index of the job", "JOB-4", False),
+    # raw inputs calctl never writes
+    "-DCALRT_MUTANT_TOKENS_WRAP": ("token_refusals", "a prefill with token", "LAYOUT-3", False),
+    # KV sequences: slots, positions
+    "-DCALRT_MUTANT_KV_FREE_LEAKS_USED": ("kv_lifecycle", "must grant the whole capacity", "KV-7", False),
+    "-DCALRT_MUTANT_KV_REUSE_STALE_LENGTH": ("kv_lifecycle", "must be empty", "KV-7", False),
+    "-DCALRT_MUTANT_REMOVE_TAIL_WHILE_RESERVED": ("kv_lifecycle", "with a token reserved", "KV-8", False),
+    "-DCALRT_MUTANT_PREFILL_ON_USED": ("kv_lifecycle", "a prefill into sequence", "KV-1", False),
+    "-DCALRT_MUTANT_UNLOAD_KEEPS_KV": ("configuration", "allocated before calrt_reset_configuration", "CFG-2", False),
+    "-DCALRT_MUTANT_KV_POS_OFF_PAST=128": ("kv_positions", "differs from a prefill of the same", "KV-6", False),
+    "-DCALRT_MUTANT_KV_POS_OFF_CHIP1": ("kv_positions", "model-b: the B1 decode at position", "KV-6", False),
+    "-DCALRT_MUTANT_BATCH_COMPACT": ("batch_lanes", "logits differ from the same lane run alone", "BATCH-2", True),
+    # resets and memory on one chip only
+    "-DCALRT_MUTANT_CHIP_RESET_CLEARS_ALL_KV": ("chip_vs_board_reset", "sequence on the other chip", "RESET-4", False),
+    "-DCALRT_MUTANT_CHIP_RESET_IGNORES_INDEX": ("chip_vs_board_reset", "chip 1 reset empties", "RESET-1", False),
+    "-DCALRT_MUTANT_UNLOAD_LEAK_CHIP1": ("memory_counters", "chip 1: memory not back to baseline", "MEM-3", False),
+    "-DCALRT_MUTANT_QUARANTINE_ANY_RESET": ("dma_quarantine", "stay quarantined", "OWN-7", False),
+    # telemetry (§15)
+    "-DCALRT_MUTANT_TELEMETRY_POWER_MW": ("telemetry_struct", "power_w", "TELEM-2", False),
+    "-DCALRT_MUTANT_TELEMETRY_SAMPLE_US": ("telemetry_struct", "sample_ns", "TELEM-2", False),
+    "-DCALRT_MUTANT_TELEMETRY_CHIPS_SWAPPED": (
+        "telemetry_attribution",
+        "the readings are not the chip",
+        "TELEM-6",
+        False,
+    ),
+    "-DCALRT_MUTANT_TELEMETRY_EXACT_SIZE": ("telemetry_struct", "a caller's larger struct", "TELEM-1", False),
+    "-DCALRT_MUTANT_TELEMETRY_COUNTERS_RESET": ("telemetry_across_resets", "reset_count", "TELEM-5", False),
+    "-DCALRT_MUTANT_TELEMETRY_THROTTLE_WHEN_BUSY": ("telemetry_under_load", "(thermal) at", "TELEM-2", False),
 }
 
 

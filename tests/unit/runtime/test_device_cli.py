@@ -124,13 +124,21 @@ def test_conformance_on_the_stub_fails_golden_only(cli: Cli, calrt_stub: Path) -
     assert doc["level"] == "quick"
     failed = [c for c in doc["checks"] if c["verdict"] not in ("PASS", "UNSUPPORTED")]
     # The stub's outputs are not the model's: every check that compares outputs fails (the bundled sample
-    # compiles B1 and B4, so the batch lanes and the long run's twins too), and nothing else does.
-    assert [c["name"] for c in failed] == ["golden_compute", "batch_lanes", "long_run"]
-    assert failed[0]["clauses"] == ["COMPUTE-1"]  # the ABI clause the check tries (docs/calrt-c-abi.md §13)
+    # compiles B1 and B4, so the batch lanes and the long run's twins too; a decode against a prefill of the same
+    # tokens), and so does the one that needs tokens checked (it computes nothing); nothing else does.
+    names = ["token_refusals", "golden_compute", "batch_lanes", "long_run", "kv_positions"]
+    assert [c["name"] for c in failed] == names
+    golden = failed[1]
+    assert golden["clauses"] == ["COMPUTE-1"]  # the ABI clause the check tries (docs/calrt-c-abi.md §13)
     # the stub exports no calrt_chip_telemetry (docs/calrt-c-abi.md §15): C4, never a pass
     unsupported = [c["name"] for c in doc["checks"] if c["verdict"] == "UNSUPPORTED"]
-    assert unsupported == ["telemetry_struct", "telemetry_under_load"]
-    assert "graph 'model_a_prefill'" in failed[0]["detail"] and failed[0]["call"] and failed[0]["returned"]
+    assert unsupported == [
+        "telemetry_struct",
+        "telemetry_under_load",
+        "telemetry_across_resets",
+        "telemetry_attribution",
+    ]
+    assert "graph 'model_a_prefill'" in golden["detail"] and golden["call"] and golden["returned"]
     assert {q["grade"] for q in doc["vendor_questions"]} <= {"C0", "C1", "C3", "C4"} and "as measured here" in doc[
         "note"
     ]

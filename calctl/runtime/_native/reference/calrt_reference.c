@@ -80,7 +80,27 @@
  *                                     (transfers still overlap it), start_ns stamped before the wait;
  *   -DCALRT_MUTANT_TIMEOUT_AS_ABORTED  a calrt_job_wait past its deadline returns JOB_ABORTED, not TIMEOUT;
  *   -DCALRT_MUTANT_QUERY_PREV_STAMPS  calrt_job_query reports the start/end stamps of the job submitted before
- *                                     (an off-by-one in the completion ring; calrt_job_wait is right).
+ *                                     (an off-by-one in the completion ring; calrt_job_wait is right);
+ *   -DCALRT_MUTANT_WAIT_ZERO_FOREVER  calrt_job_wait with timeout 0 waits without a deadline (CalRT's Wait(0));
+ *   -DCALRT_MUTANT_WAIT_TIMEOUT_NO_INFO  calrt_job_wait fills calrt_job_info only when the job is terminal;
+ *   -DCALRT_MUTANT_KV_FREE_LEAKS_USED  calrt_kv_free of a sequence holding tokens never gives its slot back;
+ *   -DCALRT_MUTANT_KV_REUSE_STALE_LENGTH  calrt_kv_allocate hands out the last freed slot with its old length;
+ *   -DCALRT_MUTANT_KV_POS_OFF_PAST=N  a decode at position N or later writes its K/V row one position too far;
+ *   -DCALRT_MUTANT_KV_POS_OFF_CHIP1   every decode on chip 1 writes its K/V row one position too far;
+ *   -DCALRT_MUTANT_UNLOAD_LEAK_CHIP1  calrt_reset_configuration leaks 112.5 MiB on chip 1 only;
+ *   -DCALRT_MUTANT_QUERY_RUNNING_AFTER_WAIT  calrt_job_query of a job a wait has seen end reports RUNNING;
+ *   -DCALRT_MUTANT_CHIP_RESET_CLEARS_ALL_KV  a chip reset empties the sequences of every chip's models;
+ *   -DCALRT_MUTANT_UNKNOWN_JOB_INTERNAL  an unknown job id is INTERNAL (99), not INVALID_ARGUMENT;
+ *   -DCALRT_MUTANT_STAMPS_US          job time stamps in microseconds, not nanoseconds;
+ *   -DCALRT_MUTANT_BATCH_COMPACT      a partly active batch job packs the active lanes' logits into rows 0..k-1;
+ *   -DCALRT_MUTANT_CHIP_RESET_IGNORES_INDEX  a chip reset resets chip 0, whatever chip it names;
+ *   -DCALRT_MUTANT_END_STAMP_AT_WAIT  end_ns is stamped when calrt_job_wait first sees the job done (0 before);
+ *   -DCALRT_MUTANT_QUARANTINE_ANY_RESET  a reset of any chip frees every quarantined buffer;
+ *   -DCALRT_MUTANT_REMOVE_TAIL_WHILE_RESERVED  calrt_kv_remove_tokens_at_end drops a pending reservation too;
+ *   -DCALRT_MUTANT_WAIT_ANY_FIRST_INDEX  calrt_job_wait_any answers index 0 once any of its jobs is terminal;
+ *   -DCALRT_MUTANT_TOKENS_WRAP        token ids are not range-checked: the embedding lookup wraps modulo vocab;
+ *   -DCALRT_MUTANT_UNLOAD_KEEPS_KV    calrt_reset_configuration keeps every KV sequence (found after the unload);
+ *   -DCALRT_MUTANT_PREFILL_ON_USED    a prefill into a sequence that holds tokens is accepted (rows from 0 again).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -187,6 +207,9 @@ typedef struct job {
     unsigned char *din;   /* the job's copy of its inputs (taken at h2d) */
     float *dout;          /* logits [batch][vocab] (copied out at d2h) */
     int compute_failed;
+#ifdef CALRT_MUTANT_QUERY_RUNNING_AFTER_WAIT
+    int mut_waited;       /* a calrt_job_wait saw it terminal */
+#endif
 #if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
     int released;         /* calrt_job_release while a worker still holds it: the worker frees it */
 #endif
@@ -229,6 +252,13 @@ struct calrt_device {
 #endif
 #ifdef CALRT_MUTANT_QUERY_PREV_STAMPS
     uint64_t mut_ring[8][2];     /* start/end stamps of finished jobs by id % 8: the completion ring */
+#endif
+#ifdef CALRT_MUTANT_UNLOAD_LEAK_CHIP1
+    uint64_t mut_leaked1;        /* bytes lost on chip 1 by every unload */
+#endif
+#ifdef CALRT_MUTANT_KV_REUSE_STALE_LENGTH
+    model *mut_freed_model;      /* the last freed slot: its model and its length, handed out again */
+    uint32_t mut_freed_len;
 #endif
 };
 
@@ -395,7 +425,12 @@ static int forward(const net *m, seq *s, uint32_t max_seq, const int32_t *tokens
     double *acc = malloc(sizeof(double) * wide), *sc = malloc(sizeof(double) * end);
     int rc = 0;
     if (!x || !a || !q || !att || !g || !u || !t || !acc || !sc) { rc = -1; goto done; }
+#ifdef CALRT_MUTANT_TOKENS_WRAP /* the kernel's lookup wraps */
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(x + (uint64_t)i * d, m->embed + (uint64_t)((uint32_t)tokens[i] % m->vocab) * d, sizeof(float) * d);
+#else
     for (uint32_t i = 0; i < n; i++) memcpy(x + (uint64_t)i * d, m->embed + (uint64_t)tokens[i] * d, sizeof(float) * d);
+#endif
     uint64_t lstride = (uint64_t)max_seq * kd;
     double scale = 1.0 / sqrt((double)hd);
     for (uint32_t l = 0; l < m->n_layers; l++) {
@@ -478,6 +513,9 @@ static int run_graph(job *j) {
         return forward(m, j->seqs[0], gr->model->max_seq, tokens, n, 0, j->dout);
     }
     int pos = find_tensor(gr->in, gr->nin, gr->pos), lane = find_tensor(gr->in, gr->nin, gr->lane);
+#ifdef CALRT_MUTANT_BATCH_COMPACT
+    uint32_t row = 0; /* the bug: the kernel packs the active lanes and writes their logits in that order */
+#endif
     for (uint32_t l = 0; l < j->batch; l++) {
 #ifdef CALRT_MUTANT_KV_ANY_MODEL /* (a foreign sequence's cache has another shape: not computed, no crash) */
         if (j->seqs[l] && j->seqs[l]->m != gr->model) continue;
@@ -496,7 +534,17 @@ static int run_graph(job *j) {
 #ifdef CALRT_MUTANT_KV_POS_PLUS_ONE /* the bug: the batched kernel's cache offset is one row too far */
         if (j->batch > 1 && p + 1 < gr->model->max_seq) p += 1;
 #endif
+#ifdef CALRT_MUTANT_KV_POS_OFF_PAST /* the bug: past the first cache page the row offset is one too far */
+        if (p >= (CALRT_MUTANT_KV_POS_OFF_PAST) && p + 1 < gr->model->max_seq) p += 1;
+#endif
+#ifdef CALRT_MUTANT_KV_POS_OFF_CHIP1 /* the bug: chip 1's cache base is one row too far */
+        if ((gr->model->chip_mask & 2) && p + 1 < gr->model->max_seq) p += 1;
+#endif
+#ifdef CALRT_MUTANT_BATCH_COMPACT
+        if (forward(m, j->seqs[l], gr->model->max_seq, &token, 1, p, j->dout + (uint64_t)row++ * vocab)) return -1;
+#else
         if (forward(m, j->seqs[l], gr->model->max_seq, &token, 1, p, j->dout + (uint64_t)l * vocab)) return -1;
+#endif
     }
     return 0;
 }
@@ -521,12 +569,19 @@ static void dequeue(chip *ch, job *j) {
 #ifndef CALRT_REF_NO_TELEMETRY
 static void telemetry_work(uint32_t chip_mask, uint64_t start_ns, uint64_t end_ns); /* the telemetry block below */
 #endif
+#ifdef CALRT_MUTANT_TELEMETRY_COUNTERS_RESET
+static void mut_telemetry_reset(uint32_t mask, int board);
+#endif
 
 static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status, int quarantine) {
     uint64_t t = now_ns();
+#ifdef CALRT_MUTANT_END_STAMP_AT_WAIT /* the bug: the end is stamped by the wait that observes it */
+    (void)t;
+#else
     if (j->info.start_ns) j->info.end_ns = t > j->info.start_ns ? t : j->info.start_ns;
+#endif
 #ifndef CALRT_REF_NO_TELEMETRY
-    if (j->info.start_ns) telemetry_work(j->info.chip_mask, j->info.start_ns, j->info.end_ns); /* it heats the chip */
+    if (j->info.start_ns) telemetry_work(j->info.chip_mask, j->info.start_ns, j->info.end_ns ? j->info.end_ns : t); /* it heats the chip */
 #endif
     j->info.state = state;
     j->info.status = status;
@@ -1451,10 +1506,15 @@ calrt_status calrt_reset_configuration(calrt_device *d) {
     for (job *j = d->jobs; rc == CALRT_OK && j; j = j->next)
         if (!terminal(j->info.state)) rc = CALRT_E_DEVICE_BUSY;
     if (rc == CALRT_OK) {
+#ifndef CALRT_MUTANT_UNLOAD_KEEPS_KV /* the bug: the sequences outlive the configuration they belong to */
         free_seqs(d);
+#endif
         d->current = NULL;
 #ifdef CALRT_MUTANT_UNLOAD_LEAK
         d->mut_leaked += 117964800ULL; /* the bug: 112.5 MiB per chip never given back */
+#endif
+#ifdef CALRT_MUTANT_UNLOAD_LEAK_CHIP1
+        d->mut_leaked1 += 117964800ULL; /* the bug: chip 1's arena is freed through chip 0's allocator */
 #endif
     }
     pthread_mutex_unlock(&d->mu);
@@ -1549,6 +1609,9 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
     int vlen = find_tensor(g->in, g->nin, g->vlen), pos = find_tensor(g->in, g->nin, g->pos);
     int lane = find_tensor(g->in, g->nin, g->lane), tok = find_tensor(g->in, g->nin, "tokens");
     uint32_t vocab = g->model->net.vocab;
+#ifdef CALRT_MUTANT_TOKENS_WRAP
+    (void)vocab;
+#endif
     for (uint32_t l = 0; l < desc->batch; l++) {
         int active = lane < 0 || read_u8(g, data, lane, desc->batch, l);
         calrt_kv_seq id = desc->kv[l];
@@ -1571,19 +1634,27 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
             if (desc->kv[k] == id) return CALRT_E_INVALID_ARGUMENT;
         uint32_t writes = 1;
         if (g->kind == CALRT_GRAPH_PREFILL) {
+#ifndef CALRT_MUTANT_PREFILL_ON_USED /* the bug: a prefill does not ask whether the sequence is empty */
             if (s->committed != 0) return CALRT_E_INVALID_ARGUMENT;
+#endif
             int32_t n = read_i32(g, data, vlen, desc->batch, 0);
             if (n < 1 || n > g->in[tok].dims[1]) return CALRT_E_INVALID_ARGUMENT;
             writes = (uint32_t)n;
+#ifndef CALRT_MUTANT_TOKENS_WRAP /* the bug: token ids are not range-checked */
             for (int32_t i = 0; i < n; i++) {
                 int32_t t = read_i32(g, data, tok, desc->batch, (uint32_t)i);
                 if (t < 0 || (uint32_t)t >= vocab) return CALRT_E_INVALID_ARGUMENT;
             }
+#endif
             j->tokens = writes;
         } else {
             if ((uint32_t)read_i32(g, data, pos, desc->batch, l) != s->committed) return CALRT_E_INVALID_ARGUMENT;
             int32_t t = read_i32(g, data, tok, desc->batch, l);
+#ifndef CALRT_MUTANT_TOKENS_WRAP
             if (t < 0 || (uint32_t)t >= vocab) return CALRT_E_INVALID_ARGUMENT;
+#else
+            (void)t;
+#endif
             j->kv_tokens += s->committed + 1;
         }
         if (s->reserved - s->committed != writes) return CALRT_E_INVALID_ARGUMENT;
@@ -1745,19 +1816,49 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
     if (j && terminal(j->info.state) && d->mut_ring[(j->info.id - 1) % 8][1])
         out->start_ns = d->mut_ring[(j->info.id - 1) % 8][0], out->end_ns = d->mut_ring[(j->info.id - 1) % 8][1];
 #endif
+#ifdef CALRT_MUTANT_QUERY_RUNNING_AFTER_WAIT /* the bug: the wait consumed the completion event the query reads */
+    if (j && j->mut_waited) out->state = CALRT_JOB_RUNNING, out->status = CALRT_OK;
+#endif
+#ifdef CALRT_MUTANT_STAMPS_US
+    if (j) out->submit_ns /= 1000, out->start_ns /= 1000, out->end_ns /= 1000; /* the bug: device microseconds */
+#endif
     pthread_mutex_unlock(&d->mu);
+#ifdef CALRT_MUTANT_UNKNOWN_JOB_INTERNAL /* the bug: CalRT's "no such job" exception falls to the default code */
+    return j ? CALRT_OK : CALRT_E_INTERNAL;
+#else
     return j ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
+#endif
 }
 
 calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_ms, calrt_job_info *out) {
     if (!d) return CALRT_E_INVALID_ARGUMENT;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+#ifdef CALRT_MUTANT_WAIT_ZERO_FOREVER /* the bug: CalRT's Wait(0) means "no deadline", passed through as is */
+    if (timeout_ms == 0) deadline = now_ns() + 3600ULL * 1000000000ULL;
+#endif
     pthread_mutex_lock(&d->mu);
     for (;;) {
         job *j = find_job(d, id);
+#ifdef CALRT_MUTANT_UNKNOWN_JOB_INTERNAL
+        if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INTERNAL; }
+#else
         if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
+#endif
         if (terminal(j->info.state) || now_ns() >= deadline) {
+#ifdef CALRT_MUTANT_END_STAMP_AT_WAIT
+            if (terminal(j->info.state) && j->info.start_ns && !j->info.end_ns) j->info.end_ns = now_ns();
+#endif
+#ifdef CALRT_MUTANT_WAIT_TIMEOUT_NO_INFO /* the bug: the info is filled only for a terminal job */
+            if (out && terminal(j->info.state)) *out = j->info;
+#else
             if (out) *out = j->info;
+#endif
+#ifdef CALRT_MUTANT_QUERY_RUNNING_AFTER_WAIT
+            if (terminal(j->info.state)) j->mut_waited = 1;
+#endif
+#ifdef CALRT_MUTANT_STAMPS_US
+            if (out) out->submit_ns /= 1000, out->start_ns /= 1000, out->end_ns /= 1000;
+#endif
 #ifdef CALRT_MUTANT_TIMEOUT_AS_ABORTED /* the bug: a wait that timed out reports the job aborted */
             calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_JOB_ABORTED;
 #else
@@ -1781,7 +1882,11 @@ calrt_status calrt_job_wait_any(calrt_device *d, const calrt_job_id *ids, uint32
         for (uint32_t i = 0; i < n; i++) {
             job *j = find_job(d, ids[i]);
             if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
+#ifdef CALRT_MUTANT_WAIT_ANY_FIRST_INDEX /* the bug: "something finished" answered as index 0 */
+            if (terminal(j->info.state)) { *index = 0; pthread_mutex_unlock(&d->mu); return CALRT_OK; }
+#else
             if (terminal(j->info.state)) { *index = i; pthread_mutex_unlock(&d->mu); return CALRT_OK; }
+#endif
         }
         if (now_ns() >= deadline) { pthread_mutex_unlock(&d->mu); return CALRT_E_TIMEOUT; }
         wait_until(d, deadline);
@@ -1791,7 +1896,11 @@ calrt_status calrt_job_wait_any(calrt_device *d, const calrt_job_id *ids, uint32
 calrt_status calrt_job_release(calrt_device *d, calrt_job_id id) {
     if (!d) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
+#ifdef CALRT_MUTANT_UNKNOWN_JOB_INTERNAL
+    calrt_status rc = CALRT_E_INTERNAL;
+#else
     calrt_status rc = CALRT_E_INVALID_ARGUMENT;
+#endif
     for (job **p = &d->jobs; *p; p = &(*p)->next) {
         if ((*p)->info.id != id) continue;
         if (!terminal((*p)->info.state)) { rc = CALRT_E_DEVICE_BUSY; break; }
@@ -1844,6 +1953,9 @@ calrt_status calrt_kv_allocate(calrt_device *d, const char *alias, calrt_kv_seq 
     if (rc == CALRT_OK) {
         s->id = d->next_seq++;
         s->m = m;
+#ifdef CALRT_MUTANT_KV_REUSE_STALE_LENGTH /* the bug: the pool slot's length is not cleared when it is reused */
+        if (d->mut_freed_model == m) s->committed = s->reserved = d->mut_freed_len, d->mut_freed_model = NULL;
+#endif
         s->next = d->seqs;
         d->seqs = s;
         m->live++;
@@ -1899,7 +2011,11 @@ calrt_status calrt_kv_remove_tokens_at_end(calrt_device *d, calrt_kv_seq id, uin
     pthread_mutex_lock(&d->mu);
     seq *s = NULL;
     calrt_status rc = idle_seq(d, id, &s);
+#ifdef CALRT_MUTANT_REMOVE_TAIL_WHILE_RESERVED /* the bug: a pending reservation is not refused, just dropped */
+    if (rc == CALRT_OK && n > s->committed) rc = CALRT_E_INVALID_ARGUMENT;
+#else
     if (rc == CALRT_OK && (s->reserved != s->committed || n > s->committed)) rc = CALRT_E_INVALID_ARGUMENT;
+#endif
     if (rc == CALRT_OK) s->committed = s->reserved = s->committed - n;
     pthread_mutex_unlock(&d->mu);
     return rc;
@@ -1925,6 +2041,12 @@ calrt_status calrt_kv_free(calrt_device *d, calrt_kv_seq id) {
         for (seq **p = &d->seqs; *p; p = &(*p)->next) {
             if (*p == s) { *p = s->next; break; }
         }
+#ifdef CALRT_MUTANT_KV_REUSE_STALE_LENGTH
+        d->mut_freed_model = s->m, d->mut_freed_len = s->committed;
+#endif
+#ifdef CALRT_MUTANT_KV_FREE_LEAKS_USED /* the bug: a slot that holds tokens goes back to no pool */
+        if (!s->committed)
+#endif
         s->m->live--;
         free_seq(s);
     }
@@ -1953,6 +2075,9 @@ calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *ou
         out->used_bytes = REF_BASELINE + (d->current ? d->current->plan[src] : 0);
 #ifdef CALRT_MUTANT_UNLOAD_LEAK
         out->used_bytes += d->mut_leaked;
+#endif
+#ifdef CALRT_MUTANT_UNLOAD_LEAK_CHIP1
+        if (src == 1) out->used_bytes += d->mut_leaked1;
 #endif
         out->total_bytes = REF_DRAM;
 #ifdef CALRT_MUTANT_MEMORY_KIB /* the bug: KiB, not bytes */
@@ -2000,13 +2125,20 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
         pthread_mutex_unlock(&d->mu);
         return CALRT_E_DEVICE_LOST;
     }
+#ifdef CALRT_MUTANT_CHIP_RESET_IGNORES_INDEX /* the bug: the runtime's reset takes no chip id; chip 0 it is */
+    chip = 0;
+#endif
     uint32_t mask = scope == CALRT_RESET_BOARD ? (1u << REF_CHIPS) - 1 : 1u << chip;
 #ifdef CALRT_MUTANT_CHIP_RESET_ABORTS_ALL /* the bug: the chip reset is the runtime's board reset underneath */
     abort_jobs(d, (1u << REF_CHIPS) - 1, 1);
 #endif
     abort_jobs(d, mask, 1); /* returns once the workers of these chips left their jobs */
     for (calrt_buffer *b = d->buffers; b; b = b->next) {
+#ifdef CALRT_MUTANT_QUARANTINE_ANY_RESET /* the bug: every quarantine is lifted, whichever chip was reset */
+        if (b->quarantined || (b->owner_mask & mask)) b->quarantined = 0, b->owner = 0, b->owner_mask = 0;
+#else
         if (b->owner_mask & mask) b->quarantined = 0, b->owner = 0, b->owner_mask = 0; /* DMA state known again */
+#endif
     }
     for (int c = 0; c < REF_CHIPS; c++)
         if (mask >> c & 1) d->chips[c].health = CALRT_HEALTH_OK;
@@ -2019,10 +2151,18 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
 #endif
     } else {
         for (seq *s = d->seqs; s; s = s->next)
-            if (s->m->chip_mask & mask) s->committed = s->reserved = 0, s->busy = 0, s->last_failed = 0;
+#ifdef CALRT_MUTANT_CHIP_RESET_CLEARS_ALL_KV /* the bug: the runtime's KvManager is cleared whole */
+            if (!s->busy || (s->m->chip_mask & mask))
+#else
+            if (s->m->chip_mask & mask)
+#endif
+                s->committed = s->reserved = 0, s->busy = 0, s->last_failed = 0;
     }
     pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
+#ifdef CALRT_MUTANT_TELEMETRY_COUNTERS_RESET
+    mut_telemetry_reset(mask, scope == CALRT_RESET_BOARD);
+#endif
     return CALRT_OK;
 }
 
@@ -2137,7 +2277,15 @@ calrt_status calrt_ext_device_name(uint32_t index, char *buf, uint32_t len) {
  * real board's temperature, outlives a close. Mutants (tests: conformance must FAIL them naming the clause):
  *   -DCALRT_MUTANT_TELEMETRY_FROZEN      every reading is the first one (a stuck sensor);
  *   -DCALRT_MUTANT_TELEMETRY_DECREASING  the ECC and throttle counters go down between readings;
- *   -DCALRT_MUTANT_TELEMETRY_MILLIDEGREES  temperatures in milli-degrees Celsius. */
+ *   -DCALRT_MUTANT_TELEMETRY_MILLIDEGREES  temperatures in milli-degrees Celsius;
+ *   -DCALRT_MUTANT_TELEMETRY_POWER_MW    power and its limit in milliwatts;
+ *   -DCALRT_MUTANT_TELEMETRY_SAMPLE_US   sample_ns in microseconds (the sensor hub's clock, passed through);
+ *   -DCALRT_MUTANT_TELEMETRY_CHIPS_SWAPPED  chip c reports the other chip's sensors;
+ *   -DCALRT_MUTANT_TELEMETRY_EXACT_SIZE  any size but version 1's is refused (a newer caller's larger struct too);
+ *   -DCALRT_MUTANT_TELEMETRY_COUNTERS_RESET  reset_count and the ECC count are kept in firmware RAM that a board
+ *                                        reset clears (they count since the last board reset, not power-on);
+ *   -DCALRT_MUTANT_TELEMETRY_THROTTLE_WHEN_BUSY  the thermal throttle bit is set whenever the chip computes (the
+ *                                        firmware's busy clock gating reported as thermal), however cold. */
 #ifndef CALRT_REF_NO_TELEMETRY /* -DCALRT_REF_NO_TELEMETRY: a shim without the call (tests: UNSUPPORTED, C4) */
 #define REF_TEL_AMBIENT_C 35.0
 #define REF_TEL_C_PER_W 1.0
@@ -2165,7 +2313,22 @@ static struct {
 #ifdef CALRT_MUTANT_TELEMETRY_DECREASING
     uint64_t reads;
 #endif
+#ifdef CALRT_MUTANT_TELEMETRY_COUNTERS_RESET
+    uint64_t resets[REF_CHIPS], ecc[REF_CHIPS];
+#endif
 } g_tel = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+#ifdef CALRT_MUTANT_TELEMETRY_COUNTERS_RESET
+static void mut_telemetry_reset(uint32_t mask, int board) { /* the bug: a board reset clears the counters */
+    pthread_mutex_lock(&g_tel.mu);
+    for (int c = 0; c < REF_CHIPS; c++) {
+        if (!(mask >> c & 1)) continue;
+        if (board) g_tel.resets[c] = g_tel.ecc[c] = 0;
+        else g_tel.resets[c]++, g_tel.ecc[c] += 3;
+    }
+    pthread_mutex_unlock(&g_tel.mu);
+}
+#endif
 
 static void tel_start(uint64_t now) { /* under g_tel.mu: every chip idle at ambient + idle power */
     if (g_tel.started) return;
@@ -2204,15 +2367,24 @@ static void telemetry_work(uint32_t chip_mask, uint64_t start_ns, uint64_t end_n
 
 calrt_status calrt_chip_telemetry(calrt_device *d, uint32_t chip, calrt_telemetry *out) {
     if (!d || !out || chip >= REF_CHIPS || out->size < CALRT_TELEMETRY_V1_SIZE) return CALRT_E_INVALID_ARGUMENT;
+#ifdef CALRT_MUTANT_TELEMETRY_EXACT_SIZE /* the bug: "size == sizeof" where the ABI says "size >= version 1's" */
+    if (out->size != CALRT_TELEMETRY_V1_SIZE) return CALRT_E_INVALID_ARGUMENT;
+#endif
     calrt_telemetry t;
     memset(&t, 0, sizeof t);
     uint64_t now = now_ns();
     pthread_mutex_lock(&g_tel.mu);
     tel_start(now);
+#ifdef CALRT_MUTANT_TELEMETRY_CHIPS_SWAPPED /* the bug: the sensor hub numbers the chips the other way round */
+    chip = REF_CHIPS - 1 - chip;
+#endif
     tel_advance((int)chip, now, 0);
     t.size = out->size < sizeof t ? out->size : (uint32_t)sizeof t;
     t.version = CALRT_TELEMETRY_VERSION;
     t.sample_ns = now;
+#ifdef CALRT_MUTANT_TELEMETRY_SAMPLE_US /* the bug: the sensor hub's microsecond stamp, passed through */
+    t.sample_ns = now / 1000;
+#endif
     t.temperature_c = g_tel.chip[chip].temp_c;
     t.temperature_limit_c = REF_TEL_LIMIT_C;
     t.power_w = g_tel.chip[chip].power_w;
@@ -2227,6 +2399,17 @@ calrt_status calrt_chip_telemetry(calrt_device *d, uint32_t chip, calrt_telemetr
 #ifdef CALRT_MUTANT_TELEMETRY_MILLIDEGREES /* the bug: milli-degrees where the ABI says degrees */
     t.temperature_c *= 1000.0;
     t.temperature_limit_c *= 1000.0;
+#endif
+#ifdef CALRT_MUTANT_TELEMETRY_POWER_MW /* the bug: the power rail's register in milliwatts, passed through */
+    t.power_w *= 1000.0;
+    t.power_limit_w *= 1000.0;
+#endif
+#ifdef CALRT_MUTANT_TELEMETRY_COUNTERS_RESET
+    t.reset_count = g_tel.resets[chip];
+    t.ecc_correctable = g_tel.ecc[chip];
+#endif
+#ifdef CALRT_MUTANT_TELEMETRY_THROTTLE_WHEN_BUSY /* the bug: busy clock gating reported as a thermal throttle */
+    if (g_tel.chip[chip].power_w > REF_TEL_IDLE_W + 1.0) t.throttle_reasons |= CALRT_THROTTLE_THERMAL;
 #endif
 #ifdef CALRT_MUTANT_TELEMETRY_DECREASING /* the bug: counters that run backwards (a wrapped or reset register) */
     g_tel.reads++;
