@@ -83,40 +83,12 @@ def plan_calbin(package: Package, topology: Topology) -> CalbinPlan:
     graphs: dict[str, GraphPlan] = {}
     models: dict[str, ModelPlan] = {}
     for model in package.models:
-        model_mask = mask_of_chips(model.target_chips)
-        if not model.target_chips or model_mask & ~board_mask:
-            problems.append(
-                f"model {model.alias!r} targets chips {list(model.target_chips)}, the board has 0..{topology.chips - 1}"
-            )
-        for sec in model.sections:
-            if sec.chip_mask == 0 or sec.chip_mask & ~model_mask:
-                problems.append(
-                    f"section {sec.name!r} of model {model.alias!r} has chipMask "
-                    f"{sec.chip_mask:#x} beyond the model's chips {list(model.target_chips)}"
-                )
+        problems += _model_problems(model, board_mask, topology)
         for g in model.graphs:
             if g.name in graphs:
                 problems.append(f"duplicate graph name {g.name!r}")
                 continue
-            gmask = mask_of_chips(g.target_chips)
-            if not g.target_chips or gmask & ~board_mask:
-                problems.append(
-                    f"graph {g.name!r} targets chips {list(g.target_chips)}, the board has 0..{topology.chips - 1}"
-                )
-            if gmask & ~model_mask:
-                problems.append(
-                    f"graph {g.name!r} targets chips {list(g.target_chips)} "
-                    f"outside model {model.alias!r}'s {list(model.target_chips)}"
-                )
-            if g.chip_mode is ChipMode.SCHIP and len(g.target_chips) != 1:
-                problems.append(f"SCHIP graph {g.name!r} targets {len(g.target_chips)} chips, expected exactly 1")
-            for sec in g.sections:
-                if sec.chip_mask == 0 or sec.chip_mask & ~gmask:
-                    # 001 §6.4: a mask overreach means A could touch B's chip.
-                    problems.append(
-                        f"section {sec.name!r} of graph {g.name!r} has chipMask "
-                        f"{sec.chip_mask:#x}, beyond the graph's chips {list(g.target_chips)}"
-                    )
+            problems += _graph_problems(g, model, board_mask, topology)
             graphs[g.name] = GraphPlan(graph=g, model=model.alias, chips=tuple(sorted(g.target_chips)))
         per_chip: dict[int, int] = {}
         for region in package.memory_plan:
@@ -139,6 +111,46 @@ def plan_calbin(package: Package, topology: Topology) -> CalbinPlan:
             hint="; ".join(problems[1:6]) or "run `calctl validate` on the package for every finding",
         )
     return CalbinPlan(package=package, graphs=graphs, models=models, chip_plan_bytes=tuple(chip_bytes))
+
+
+def _model_problems(model: Model, board_mask: int, topology: Topology) -> list[str]:
+    """A model's chips on the board, and its sections' chip masks within the model's chips."""
+    problems = []
+    model_mask = mask_of_chips(model.target_chips)
+    if not model.target_chips or model_mask & ~board_mask:
+        problems.append(
+            f"model {model.alias!r} targets chips {list(model.target_chips)}, the board has 0..{topology.chips - 1}"
+        )
+    for sec in model.sections:
+        if sec.chip_mask == 0 or sec.chip_mask & ~model_mask:
+            problems.append(
+                f"section {sec.name!r} of model {model.alias!r} has chipMask "
+                f"{sec.chip_mask:#x} beyond the model's chips {list(model.target_chips)}"
+            )
+    return problems
+
+
+def _graph_problems(g: Graph, model: Model, board_mask: int, topology: Topology) -> list[str]:
+    """A graph's chips on the board and within its model's, its chip mode, and its sections' chip masks."""
+    problems = []
+    gmask = mask_of_chips(g.target_chips)
+    if not g.target_chips or gmask & ~board_mask:
+        problems.append(f"graph {g.name!r} targets chips {list(g.target_chips)}, the board has 0..{topology.chips - 1}")
+    if gmask & ~mask_of_chips(model.target_chips):
+        problems.append(
+            f"graph {g.name!r} targets chips {list(g.target_chips)} "
+            f"outside model {model.alias!r}'s {list(model.target_chips)}"
+        )
+    if g.chip_mode is ChipMode.SCHIP and len(g.target_chips) != 1:
+        problems.append(f"SCHIP graph {g.name!r} targets {len(g.target_chips)} chips, expected exactly 1")
+    for sec in g.sections:
+        if sec.chip_mask == 0 or sec.chip_mask & ~gmask:
+            # 001 §6.4: a mask overreach means A could touch B's chip.
+            problems.append(
+                f"section {sec.name!r} of graph {g.name!r} has chipMask "
+                f"{sec.chip_mask:#x}, beyond the graph's chips {list(g.target_chips)}"
+            )
+    return problems
 
 
 class Calbin(Closes):

@@ -259,8 +259,8 @@ class FaultPlan:
 _DEFAULT_MAGNITUDE = {FaultKind.SLOW_LINK: 0.25, FaultKind.SLOW_CHIP_TRANSFER: 0.5, FaultKind.FAN_FAILED: 4.0}
 
 
-def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
-    kind = FaultKind(r["kind"])
+def _check_trigger(r: Mapping[str, Any], kind: FaultKind, where: str) -> None:
+    """The rule fires on its kind's event: by probability or at listed event numbers, one of the two."""
     trigger_key = kind.trigger
     events = {"job": "job submissions", "unload": "unloads", "reset": "resets", "transfer": "transfers"}
     for wrong_key in sorted(set(events) - {trigger_key}):
@@ -275,6 +275,10 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(
             f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)"
         )
+
+
+def _check_magnitude(r: Mapping[str, Any], kind: FaultKind, where: str) -> None:
+    """A magnitude only on the kinds that take one, and within that kind's range."""
     if "magnitude" in r and (
         (not kind.corrupts and not kind.on_transfer and kind is not FaultKind.FAN_FAILED)
         or kind is FaultKind.UNWRITTEN_LOGITS
@@ -289,6 +293,10 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         )
     if kind.on_transfer and not 0 < float(r.get("magnitude", 0.5)) <= 1:
         raise ConfigError(f"{where}: {kind.value} magnitude is the rate kept, in (0, 1]; got {r['magnitude']}")
+
+
+def _check_memory_and_ecc(r: Mapping[str, Any], kind: FaultKind, where: str) -> None:
+    """address, bit and stuck_at only on memory faults (stuck_bit needs chip and address); ecc and count only on ecc_errors."""
     memory_keys = sorted({"address", "bit", "stuck_at"} & set(r))
     if memory_keys and kind not in (FaultKind.STUCK_BIT, FaultKind.BIT_FLIP):
         raise ConfigError(
@@ -303,6 +311,10 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(
             f"{where}: {', '.join(ecc_keys)} appl{'ies' if len(ecc_keys) == 1 else 'y'} only to ecc_errors"
         )
+
+
+def _check_filters(r: Mapping[str, Any], kind: FaultKind, where: str) -> None:
+    """The graph/model/chip filters and bytes each kind's event can have."""
     if kind.on_transfer and ("graph" in r or "model" in r):
         raise ConfigError(f"{where}: {kind.value} is per transfer; filter with 'chip'")
     if "bytes" in r and not kind.on_unload:
@@ -313,6 +325,16 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(f"{where}: {kind.value} is per model; filter with 'model' or 'chip', not 'graph'")
     if kind.on_reset and ("graph" in r or "model" in r):
         raise ConfigError(f"{where}: {kind.value} is per reset; filter with 'chip' (a board reset touches every chip)")
+
+
+def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
+    kind = FaultKind(r["kind"])
+    trigger_key = kind.trigger
+    _check_trigger(r, kind, where)
+    _check_magnitude(r, kind, where)
+    _check_memory_and_ecc(r, kind, where)
+    _check_filters(r, kind, where)
+    has_p = "probability" in r
     at = r.get(trigger_key, ())
     return FaultRule(
         kind=kind,
