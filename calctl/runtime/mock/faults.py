@@ -113,6 +113,13 @@ class FaultKind(str, enum.Enum):
         return "unload" if self.on_unload else "reset" if self.on_reset else "job"
 
 
+#: When an event-numbered rule fires: the Nth event (1-based), or any of a list of them.
+_EVENT_NUMBERS: dict[str, Any] = {
+    "oneOf": [
+        {"type": "integer", "minimum": 1},
+        {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+    ]
+}
 _RULE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
@@ -120,30 +127,10 @@ _RULE_SCHEMA: dict[str, Any] = {
     "properties": {
         "kind": {"enum": [k.value for k in FaultKind]},
         "probability": {"type": "number", "minimum": 0, "maximum": 1},
-        "job": {
-            "oneOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-            ]
-        },
-        "unload": {
-            "oneOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-            ]
-        },
-        "reset": {
-            "oneOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-            ]
-        },
-        "transfer": {
-            "oneOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-            ]
-        },
+        "job": _EVENT_NUMBERS,
+        "unload": _EVENT_NUMBERS,
+        "reset": _EVENT_NUMBERS,
+        "transfer": _EVENT_NUMBERS,
         "graph": {"type": "string", "minLength": 1},
         "model": {"type": "string", "minLength": 1},
         "chip": {"type": "integer", "minimum": 0},
