@@ -36,12 +36,13 @@ def _absolute(path: Path, node: ast.ImportFrom) -> str:
 def _targets(path: Path, tree: ast.AST) -> Iterator[tuple[str, int]]:
     """(runner node, line) for every import in the file that reaches into calctl.runners.<node>."""
     for node in ast.walk(tree):
-        names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             module = _absolute(path, node)
             names = [module] + [f"{module}.{a.name}" for a in node.names]
+        else:
+            continue
         for name in names:
             parts = name.split(".")
             if parts[:2] != ["calctl", "runners"] or len(parts) < 3:
