@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,25 +218,15 @@ class FaultPlan:
 
     @classmethod
     def load(cls, path: Path) -> FaultPlan:
-        try:  # O_NONBLOCK: a FIFO given as the plan must be refused, not waited on for a writer
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read fault plan: {exc.strerror}") from None
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ConfigError(f"{path}: fault plan is not a regular file")
-            data = fh.read(MAX_PLAN_BYTES + 1)
-        if len(data) > MAX_PLAN_BYTES:
-            raise ConfigError(f"{path}: fault plan larger than {MAX_PLAN_BYTES} bytes")
-        # The package's strict YAML reader: no inf/nan, no 1_000, 2:10 or 010 that PyYAML reads as another
-        # number, no duplicate keys or anchors. Its errors name the file and the line.
-        from calctl.errors import PackageFormatError
-        from calctl.package import yamlsafe
+        from calctl.package import yamlsafe  # the package's strict YAML reader
 
-        try:
-            doc = yamlsafe.loads(data, source=str(path))
-        except PackageFormatError as exc:
-            raise ConfigError(str(exc), hint=f"see docs/runtime.md for the {SCHEMA_ID} format") from None
+        doc = yamlsafe.load_config(
+            path,
+            name=str(path),
+            what="fault plan",
+            max_bytes=MAX_PLAN_BYTES,
+            hint=f"see docs/runtime.md for the {SCHEMA_ID} format",
+        )
         return cls.from_document(doc, source=str(path))
 
 
