@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from calctl.cli import _output
-from calctl.cli._device import option_group
+from calctl.cli._device import DeviceArgs, option_group
 from calctl.cli._options import int_option
 from calctl.errors import UsageError
 
@@ -153,6 +153,23 @@ def run_fleet(
     with interruptible():
         result = run_boards(run, boards, out, parallel=fleet.parallel, on_line=line)
     return render_fleet(result, format)
+
+
+def run_on_boards(
+    fleet: FleetArgs, command: str, dev: DeviceArgs, *, report: Path | None, format: Any, report_is_dir: bool = True
+) -> int:
+    """:func:`run_fleet` for a command with the shared device options (``dev``): its board, library and fault plan
+    are each child's defaults."""
+    return run_fleet(
+        fleet,
+        command,
+        report_is_dir=report_is_dir,
+        report=report,
+        format=format,
+        device=dev.device,
+        calrt_lib=dev.calrt_lib,
+        fault_plan=dev.fault_plan,
+    )
 
 
 def render_fleet(result: FleetReport, format: Any) -> int:

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
-from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_fleet
+from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_on_boards
 from calctl.cli._device import (
     DEVICE_DEFAULTS,
     DeviceArgs,
@@ -134,16 +134,7 @@ def accept(
 
     check_burnin_minutes(burn_in_minutes, level.value)  # before any board runs: refused once, not per board
     if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
-        return run_fleet(
-            fleet,
-            "accept",
-            report_is_dir=True,
-            report=report,
-            format=format,
-            device=dev.device,
-            calrt_lib=dev.calrt_lib,
-            fault_plan=dev.fault_plan,
-        )
+        return run_on_boards(fleet, "accept", dev, report=report, format=format)
 
     spec = dev.spec()
     path, trust, bundled = dev.package(pkg)

@@ -188,72 +188,93 @@ def main(argv: list[str] | None = None) -> int:
 
     _boards.ARGV[:] = args  # what a board's child process runs again (--boards)
     command = root_command()
-    cause = ""  # why the command ended early, for the report main prints when the command could not
+    code, cause = _run_command(command, args)
+    if code not in (ExitCode.OK, ExitCode.USAGE) and not _output.printed["report"] and _json_requested(args):
+        _print_error_report(command, args, int(code), cause)
+    sys.stdout.flush()
+    return code
+
+
+def _run_command(command: Any, args: list[str]) -> tuple[int, str]:
+    """Run the command: its exit code, and why it ended early (for the report main prints when the command could
+    not). The only place that turns an error into an exit code."""
     try:
         # SIGTERM (timeout, CI, systemd) ends every command like Ctrl-C: exit 130 after its clean-up (an
         # extracted package's temporary tree included), never the interpreter's silent exit 143.
         with interruptible():
             result = command.main(args=args, prog_name="calctl", standalone_mode=False)
             late = signal_deferred()  # a signal deferred while the finished run wrote its report
-        code = int(result) if isinstance(result, int) else ExitCode.OK
-        fired = signal_fired()
-        if code == ExitCode.INTERRUPTED and fired is not None and late is None and not _output.printed["report"]:
-            # Typer turns an interrupt that escaped the command into a plain 130: say which signal, once.
-            cause = f"interrupted ({fired}{', Ctrl-C' if fired == 'SIGINT' else ''})"
-            _print_error(cause, None)
-        if late is not None:
-            _print_error(f"{late} arrived after the run ended; its report was written whole with its verdict", None)
-            code = ExitCode.INTERRUPTED
+        return _finished(int(result) if isinstance(result, int) else ExitCode.OK, late)
     except CalctlError as exc:
         if _debug_requested(args):
             traceback.print_exc()
         _print_error(_escape(str(exc)), _escape(exc.hint) if exc.hint else None)
-        code, cause = int(exc.exit_code), str(exc)
+        return int(exc.exit_code), str(exc)
     except typer.Exit as exc:
-        code = int(exc.exit_code)
+        return int(exc.exit_code), ""
     except typer.Abort as exc:
-        # Click turns an EOFError escaping a command into Abort: that is a library's "end of data" (a truncated
-        # gzip, an empty .npy) that calctl failed to map to a refusal, never a signal (signals arrive as
-        # KeyboardInterrupt / typer.Exit(130)). Only a signal is an interrupt.
-        eof = exc.__cause__ if isinstance(exc.__cause__, EOFError) else None
-        if eof is None:
-            _print_error("interrupted", None)
-            code = ExitCode.INTERRUPTED
-        else:
-            if _debug_requested(args):
-                traceback.print_exception(eof)
-            cause = f"internal error (a calctl bug): EOFError: {eof}"
-            _print_error(_escape(cause), "re-run with --debug for the traceback and report it")
-            code = ExitCode.INTERNAL  # a bug, not a usage error
+        return _aborted(exc, args)
     except typer.TyperException as exc:
-        # Usage errors (Typer's public base of its click exceptions): the message names the option; no traceback.
-        if type(exc).__name__ == "NoArgsIsHelpError":
-            # Building the exception rendered the help already (Typer's rich help prints as it formats).
-            message = exc.format_message()
-            if message.strip():
-                _output.stdout.print(message, markup=False, highlight=False)
-            return int(ExitCode.USAGE)
-        usage_ctx = getattr(exc, "ctx", None)  # a usage error carries the context of the command it was for
-        if usage_ctx is not None:
-            _output.stderr.print(usage_ctx.get_usage(), markup=False, highlight=False)
-        _print_error(_escape(exc.format_message()), _usage_hint(exc))
-        code = ExitCode.USAGE
+        return _usage_error(exc), ""
     except KeyboardInterrupt as exc:
         cause = interrupt_reason(exc)
         _print_error(cause, None)
-        code = ExitCode.INTERRUPTED
+        return ExitCode.INTERRUPTED, cause
     except BrokenPipeError:
-        code = ExitCode.OK
+        return ExitCode.OK, ""
     except Exception as exc:  # a calctl bug: say so in one line
         if _debug_requested(args):
             traceback.print_exc()
-        cause = f"internal error (a calctl bug): {type(exc).__name__}: {exc}"
-        _print_error(_escape(cause), "re-run with --debug for the traceback and report it")
-        code = ExitCode.INTERNAL  # a bug is not a usage error (exit 2): say so in the code too
-    if code not in (ExitCode.OK, ExitCode.USAGE) and not _output.printed["report"] and _json_requested(args):
-        _print_error_report(command, args, int(code), cause)
-    sys.stdout.flush()
-    return code
+        return _internal_error(f"{type(exc).__name__}: {exc}")
+
+
+def _finished(code: int, late: str | None) -> tuple[int, str]:
+    """The exit code of a command that returned, and the cause when a signal ended it."""
+    cause = ""
+    fired = signal_fired()
+    if code == ExitCode.INTERRUPTED and fired is not None and late is None and not _output.printed["report"]:
+        # Typer turns an interrupt that escaped the command into a plain 130: say which signal, once.
+        cause = f"interrupted ({fired}{', Ctrl-C' if fired == 'SIGINT' else ''})"
+        _print_error(cause, None)
+    if late is not None:
+        _print_error(f"{late} arrived after the run ended; its report was written whole with its verdict", None)
+        code = ExitCode.INTERRUPTED
+    return code, cause
+
+
+def _aborted(exc: typer.Abort, args: list[str]) -> tuple[int, str]:
+    """Click turns an EOFError escaping a command into Abort: that is a library's "end of data" (a truncated
+    gzip, an empty .npy) that calctl failed to map to a refusal, never a signal (signals arrive as
+    KeyboardInterrupt / typer.Exit(130)). Only a signal is an interrupt."""
+    eof = exc.__cause__ if isinstance(exc.__cause__, EOFError) else None
+    if eof is None:
+        _print_error("interrupted", None)
+        return ExitCode.INTERRUPTED, ""
+    if _debug_requested(args):
+        traceback.print_exception(eof)
+    return _internal_error(f"EOFError: {eof}")
+
+
+def _internal_error(what: str) -> tuple[int, str]:
+    """Say in one line that calctl has a bug; a bug is not a usage error (exit 2): say so in the code too."""
+    cause = f"internal error (a calctl bug): {what}"
+    _print_error(_escape(cause), "re-run with --debug for the traceback and report it")
+    return ExitCode.INTERNAL, cause
+
+
+def _usage_error(exc: typer.TyperException) -> int:
+    """Usage errors (Typer's public base of its click exceptions): the message names the option; no traceback."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        # Building the exception rendered the help already (Typer's rich help prints as it formats).
+        message = exc.format_message()
+        if message.strip():
+            _output.stdout.print(message, markup=False, highlight=False)
+        return ExitCode.USAGE
+    usage_ctx = getattr(exc, "ctx", None)  # a usage error carries the context of the command it was for
+    if usage_ctx is not None:
+        _output.stderr.print(usage_ctx.get_usage(), markup=False, highlight=False)
+    _print_error(_escape(exc.format_message()), _usage_hint(exc))
+    return ExitCode.USAGE
 
 
 def _json_requested(args: list[str]) -> bool:

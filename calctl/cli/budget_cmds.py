@@ -9,8 +9,9 @@ maps them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -24,7 +25,7 @@ from calctl.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:  # calctl.budget loads the package model, the rules and jsonschema: only when budget runs
     from calctl.budget.evaluation import BudgetReport
-    from calctl.budget.plan import BudgetPlan, ChipBudget
+    from calctl.budget.plan import BudgetPlan, ChipBudget, WorkspaceOverride
     from calctl.package.validate import ValidationReport
     from calctl.signing.policy import TrustPolicy
 
@@ -144,13 +145,8 @@ def budget(
     Exit 0 GO on every chip, 1 NO-GO or refused, 2 bad input.
     """
     from calctl.budget import units
-    from calctl.budget.builders import plan_from_config, plan_from_package
     from calctl.budget.evaluation import report_document, run_budget
-    from calctl.budget.plan import WorkspaceOverride
     from calctl.budget.policy import BudgetPolicy, check_fraction
-    from calctl.budget.shape import load_hf_config
-    from calctl.package.info import package_digest
-    from calctl.package.reader import load_manifest, package_root
     from calctl.report import simple_report
 
     policy = BudgetPolicy(
@@ -159,17 +155,7 @@ def budget(
         guard_min_bytes=units.parse_size(guard_min, "--guard-min"),
     )
     dram = units.parse_size(chip_dram, "--chip-dram", allow_zero=False) if chip_dram is not None else None
-    if workspace is not None and (prefill_workspace is not None or decode_workspace is not None):
-        raise UsageError(
-            "--workspace sets the peak itself; give it or --prefill-workspace/--decode-workspace, not both"
-        )
-    ws = WorkspaceOverride(
-        peak_bytes=units.parse_size(workspace, "--workspace") if workspace is not None else None,
-        prefill_bytes=units.parse_size(prefill_workspace, "--prefill-workspace")
-        if prefill_workspace is not None
-        else None,
-        decode_bytes=units.parse_size(decode_workspace, "--decode-workspace") if decode_workspace is not None else None,
-    )
+    ws = _workspace(workspace, prefill_workspace, decode_workspace)
     kv_dt = units.canonical_dtype(kv_dtype, "--kv-dtype", units.OPTION_DTYPES) if kv_dtype is not None else None
     w_dt = units.canonical_dtype(dtype, "--dtype", units.OPTION_DTYPES) if dtype is not None else None
     axes_c = _int_list(grid_contexts, "--grid-contexts", MAX_CONTEXT)
@@ -186,19 +172,7 @@ def budget(
             raise UsageError("--trusted-key/--allow-unsigned apply to a package, not to --hf-config")
         if pkg is not None:
             raise UsageError("give a package or --hf-config, not both")
-        shape = load_hf_config(hf_config)
-        report = run(
-            plan_from_config(
-                shape,
-                path=str(hf_config),
-                chips=chips or 1,
-                chip_dram_bytes=dram,
-                weight_dtype=w_dt,
-                kv_dtype=kv_dt,
-                block_tokens=block_tokens,
-                workspace=ws,
-            )
-        )
+        report = run(_config_plan(hf_config, chips or 1, dram, w_dt, kv_dt, block_tokens, ws))
     else:
         if chips is not None:
             raise UsageError("--chips applies to --hf-config; a package's manifest places its models on chips")
@@ -206,31 +180,94 @@ def budget(
             raise UsageError("--dtype applies to --hf-config; a package states its compiled weights (W_compiled)")
         path, trust, _ = resolve_package(pkg, trusted_key, allow_unsigned)
         validation = _validated(path, trust)
-        with package_root(path) as root:
-            if package_digest(root) != validation.digest:
-                raise CheckFailed(
-                    f"{path}: checksums.sha256 changed between validation and planning",
-                    hint="something is writing to the package; copy it somewhere read-only",
-                )
-            plan = plan_from_package(
-                load_manifest(root), chip_dram_bytes=dram, kv_dtype=kv_dt, block_tokens=block_tokens, workspace=ws
-            )
-            report = run(plan)
+        report = _package_budget(path, validation, run, dram, kv_dt, block_tokens, ws)
 
     doc = report_document(report)
     if validation is not None:
-        doc["validation"] = {
-            "ok": validation.ok,
-            "digest": validation.digest,
-            "signer_key_id": validation.signer_key_id,
-            "warnings": [{"id": c.id, "file": c.file, "message": c.message} for c in validation.warnings],
-        }
+        doc["validation"] = _validation_doc(validation)
     result = simple_report("budget", {k: v for k, v in doc.items() if k != "verdict"}, verdict=report.verdict.value)
     if _output.is_json(format):
         _output.emit_json(result)
     else:
         _render(report)
     return result.exit_code
+
+
+def _workspace(workspace: str | None, prefill: str | None, decode: str | None) -> WorkspaceOverride:
+    """--workspace (both phases' peak) or --prefill-workspace/--decode-workspace, never both."""
+    from calctl.budget import units
+    from calctl.budget.plan import WorkspaceOverride
+
+    if workspace is not None and (prefill is not None or decode is not None):
+        raise UsageError(
+            "--workspace sets the peak itself; give it or --prefill-workspace/--decode-workspace, not both"
+        )
+    return WorkspaceOverride(
+        peak_bytes=units.parse_size(workspace, "--workspace") if workspace is not None else None,
+        prefill_bytes=units.parse_size(prefill, "--prefill-workspace") if prefill is not None else None,
+        decode_bytes=units.parse_size(decode, "--decode-workspace") if decode is not None else None,
+    )
+
+
+def _config_plan(
+    hf_config: Path,
+    chips: int,
+    dram: int | None,
+    w_dt: str | None,
+    kv_dt: str | None,
+    block_tokens: int | None,
+    ws: WorkspaceOverride,
+) -> BudgetPlan:
+    """The plan of a Hugging Face config.json (weights estimated)."""
+    from calctl.budget.builders import plan_from_config
+    from calctl.budget.shape import load_hf_config
+
+    return plan_from_config(
+        load_hf_config(hf_config),
+        path=str(hf_config),
+        chips=chips,
+        chip_dram_bytes=dram,
+        weight_dtype=w_dt,
+        kv_dtype=kv_dt,
+        block_tokens=block_tokens,
+        workspace=ws,
+    )
+
+
+def _package_budget(
+    path: Path,
+    validation: ValidationReport,
+    run: Callable[[BudgetPlan], BudgetReport],
+    dram: int | None,
+    kv_dt: str | None,
+    block_tokens: int | None,
+    ws: WorkspaceOverride,
+) -> BudgetReport:
+    """The budget of the validated package at ``path``, refused if its checksums changed since validation."""
+    from calctl.budget.builders import plan_from_package
+    from calctl.package.info import package_digest
+    from calctl.package.reader import load_manifest, package_root
+
+    with package_root(path) as root:
+        if package_digest(root) != validation.digest:
+            raise CheckFailed(
+                f"{path}: checksums.sha256 changed between validation and planning",
+                hint="something is writing to the package; copy it somewhere read-only",
+            )
+        plan = plan_from_package(
+            load_manifest(root), chip_dram_bytes=dram, kv_dtype=kv_dt, block_tokens=block_tokens, workspace=ws
+        )
+        return run(plan)
+
+
+def _validation_doc(validation: ValidationReport) -> dict[str, Any]:
+    """The ``validation`` object of budget's JSON report."""
+    return {
+        "ok": validation.ok,
+        "digest": validation.digest,
+        "signer_key_id": validation.signer_key_id,
+        "warnings": [{"id": c.id, "file": c.file, "message": c.message} for c in validation.warnings],
+    }
 
 
 def _validated(path: Path, trust: TrustPolicy) -> ValidationReport:

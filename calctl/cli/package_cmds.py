@@ -6,6 +6,7 @@ imported inside the commands, so a command's ``--help`` does not load them.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -136,12 +137,11 @@ def pack(
     load_manifest(directory)  # refuse to seal something that is not a package at all
     kid = keys.key_id(private.public_key())
     refreshed, stale = _provenance_before_seal(directory, kid, refresh_provenance, jobs)
-    try:
-        kid = seal.seal(directory, private, jobs)
-    except BaseException:
+    with contextlib.ExitStack() as unsealed:
         if refreshed is not None:  # a failed pack changes nothing: the provenance as it was
-            (directory / "build-provenance.json").write_bytes(refreshed)
-        raise
+            unsealed.callback((directory / "build-provenance.json").write_bytes, refreshed)
+        kid = seal.seal(directory, private, jobs)
+        unsealed.pop_all()
     if out:
         archive.write_tar(directory, out)
     listed = seal.parse_checksums((directory / "checksums.sha256").read_bytes())

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.padding import Padding
 
 from calctl.cli import _output
-from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_fleet
+from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_on_boards
 from calctl.cli._device import (
     DEVICE_DEFAULTS,
     DeviceArgs,
@@ -307,16 +307,7 @@ def run_golden(
     from calctl.runners.golden import run_golden as golden_runner
 
     if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
-        return run_fleet(
-            fleet,
-            "run-golden",
-            report_is_dir=False,
-            report=out.report,
-            format=out.format,
-            device=dev.device,
-            calrt_lib=dev.calrt_lib,
-            fault_plan=dev.fault_plan,
-        )
+        return run_on_boards(fleet, "run-golden", dev, report=out.report, format=out.format, report_is_dir=False)
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
     return _run_device(golden_runner, path, trust, spec, out, _render_golden, model=model)
@@ -604,16 +595,7 @@ def bringup(
 
     check_burnin_minutes(burn_in_minutes, level.value)  # before any board runs: refused once, not per board
     if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
-        return run_fleet(
-            fleet,
-            "bringup",
-            report_is_dir=True,
-            report=report,
-            format=format,
-            device=dev.device,
-            calrt_lib=dev.calrt_lib,
-            fault_plan=dev.fault_plan,
-        )
+        return run_on_boards(fleet, "bringup", dev, report=report, format=format)
     spec = dev.spec()
     path, trust, _ = dev.package(pkg)
     check_board_profile(board_profile)

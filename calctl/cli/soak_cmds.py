@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from calctl.cli import _output
-from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_fleet
+from calctl.cli._boards import FLEET_DEFAULTS, FleetArgs, board_options, run_on_boards
 from calctl.cli._device import DEVICE_DEFAULTS, DeviceArgs, device_options, report_dir
 from calctl.cli._logs import quiet_engine_log
 from calctl.cli._options import (
@@ -125,16 +125,7 @@ def soak(
     if (cycles is None) == (hours is None):
         raise UsageError("give exactly one of --cycles N and --hours H")
     if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
-        return run_fleet(
-            fleet,
-            "soak",
-            report_is_dir=True,
-            report=report,
-            format=format,
-            device=dev.device,
-            calrt_lib=dev.calrt_lib,
-            fault_plan=dev.fault_plan,
-        )
+        return run_on_boards(fleet, "soak", dev, report=report, format=format)
     config = _config(
         dev,
         pkg,

@@ -16,6 +16,7 @@ packages; it does not validate them (``calctl validate`` does).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -253,68 +254,10 @@ def write_model(
         {"name": f"{m.name}.runtime", "kind": "runtime", "chip_mask": mask, "vaddr": rt_base, "size": RT_SIZE},
     ]
     graphs = []
-    code_cursor, cmd_cursor = CODE_BASE, CMD_BASE
+    cursors = (CODE_BASE, CMD_BASE)
     for kind in ("prefill", "decode"):
-        gname = f"{m.name}_{kind}"
-        profiles = [1] if kind == "prefill" else decode_profiles
-        gsections = []
-        for core in range(CALCORE_NUM):
-            text = deterministic_bytes(f"text:{gname}:{chip}:{core}", 2048 + 256 * core)
-            elf = elfwriter.write_elf(
-                machine=EM_RISCV,
-                vaddr=code_cursor,
-                text=text,
-                bss=1024,
-                binding=f"graph={gname};kind={kind};chip={chip};calcore={core}",
-            )
-            cmd = command_blob(gname, chip, core, kind)
-            for section_kind, ext, suffix, data, vaddr, size in (
-                ("code", "elf", "code", elf, code_cursor, len(text) + 1024),
-                ("command", "cmd", "cmd", cmd, cmd_cursor, len(cmd)),
-            ):
-                rel = f"{m.dir}/{kind}/ccu{core}_chip{chip}.{ext}"
-                w.write(rel, data)
-                gsections.append(
-                    {
-                        "name": f"{gname}.ccu{core}_chip{chip}.{suffix}",
-                        "kind": section_kind,
-                        "file": rel,
-                        "chip_mask": mask,
-                        "calcore": core,
-                        "vaddr": vaddr,
-                        "size": size,
-                    }
-                )
-            code_cursor = align(code_cursor + len(text) + 1024, 4096)
-            cmd_cursor = align(cmd_cursor + len(cmd), 4096)
-        inputs, outputs = io_tensors(kind, arch.context_limit, arch.vocab_size, profiles)
-        policy = None
-        if max(profiles) > 1:
-            # 000 §7.3: the explicit inactive-lane contract a B>1 profile needs.
-            policy = {
-                "mask_input": "lane_valid",
-                "writes_kv": False,
-                "returns_logits": False,
-                "kv_manager_mode": "per_lane",
-            }
-        graphs.append(
-            {
-                "name": gname,
-                "kind": kind,
-                "chip_mode": "SCHIP",
-                "target_chips": [chip],
-                "batch_profiles": profiles,
-                "max_seq": arch.context_limit,
-                "inputs": inputs,
-                "outputs": outputs,
-                "csr": {
-                    "position_semantics": "committed_kv_length",
-                    "valid_length_input": "n_tokens" if kind == "prefill" else None,
-                },
-                "inactive_lane_policy": policy,
-                "sections": gsections,
-            }
-        )
+        graph, cursors = _graph_entry(w, m, kind, [1] if kind == "prefill" else decode_profiles, arch, cursors)
+        graphs.append(graph)
     entry = {
         "alias": m.alias,
         "name": m.name,
@@ -331,44 +274,110 @@ def write_model(
             "section": f"{m.name}.kv",
         },
         "workspace": {"prefill_peak_bytes": content.prefill_workspace, "decode_peak_bytes": content.decode_workspace},
-        "golden": {
-            "prompt": {"file": f"{g_rel}/prompt_ids.npy", "dtype": "int32", "shape": list(gold.prompt.shape)},
-            "prefill_logits": {
-                "file": f"{g_rel}/prefill_logits.npy",
-                "dtype": "float32",
-                "shape": list(gold.prefill_logits.shape),
-            },
-            "decode_tokens": {
-                "file": f"{g_rel}/expected_tokens.npy",
-                "dtype": "int32",
-                "shape": list(gold.decode_tokens.shape),
-            },
-            "tolerance": {"rtol": gold.rtol, "atol": gold.atol, "top_k": gold.top_k},
-        },
+        "golden": _golden_entry(g_rel, gold),
         "sections": sections,
         "graphs": graphs,
     }
 
-    def region(kind: str, vaddr: int, size: int, writable: bool) -> dict[str, Any]:
-        return {
-            "name": f"{m.alias}.{kind}",
-            "owner": m.alias,
-            "kind": kind,
-            "vaddr": vaddr,
-            "size": size,
-            "writable": writable,
-        }
-
     regions = [
-        region("code", CODE_BASE, CODE_SIZE, False),
-        region("command", CMD_BASE, CMD_SIZE, False),
-        region("params", PARAM_BASE, param_size, False),
-        region("kv", kv_base, kv_size, True),
-        region("workspace", ws_base, ws_size, True),
-        region("io", io_base, IO_SIZE, True),
-        region("runtime", rt_base, RT_SIZE, True),
+        _region(m.alias, "code", CODE_BASE, CODE_SIZE, False),
+        _region(m.alias, "command", CMD_BASE, CMD_SIZE, False),
+        _region(m.alias, "params", PARAM_BASE, param_size, False),
+        _region(m.alias, "kv", kv_base, kv_size, True),
+        _region(m.alias, "workspace", ws_base, ws_size, True),
+        _region(m.alias, "io", io_base, IO_SIZE, True),
+        _region(m.alias, "runtime", rt_base, RT_SIZE, True),
     ]
     return entry, regions
+
+
+def _graph_entry(
+    w: Writer, m: ModelPlacement, kind: str, profiles: list[int], arch: Architecture, cursors: tuple[int, int]
+) -> tuple[dict[str, Any], tuple[int, int]]:
+    """Write one graph's code and command files, one pair per CalCore; return its manifest entry and the next free
+    (code, command) addresses."""
+    chip, mask = m.chip, 1 << m.chip
+    gname = f"{m.name}_{kind}"
+    code_cursor, cmd_cursor = cursors
+    gsections = []
+    for core in range(CALCORE_NUM):
+        text = deterministic_bytes(f"text:{gname}:{chip}:{core}", 2048 + 256 * core)
+        elf = elfwriter.write_elf(
+            machine=EM_RISCV,
+            vaddr=code_cursor,
+            text=text,
+            bss=1024,
+            binding=f"graph={gname};kind={kind};chip={chip};calcore={core}",
+        )
+        cmd = command_blob(gname, chip, core, kind)
+        for section_kind, ext, suffix, data, vaddr, size in (
+            ("code", "elf", "code", elf, code_cursor, len(text) + 1024),
+            ("command", "cmd", "cmd", cmd, cmd_cursor, len(cmd)),
+        ):
+            rel = f"{m.dir}/{kind}/ccu{core}_chip{chip}.{ext}"
+            w.write(rel, data)
+            gsections.append(
+                {
+                    "name": f"{gname}.ccu{core}_chip{chip}.{suffix}",
+                    "kind": section_kind,
+                    "file": rel,
+                    "chip_mask": mask,
+                    "calcore": core,
+                    "vaddr": vaddr,
+                    "size": size,
+                }
+            )
+        code_cursor = align(code_cursor + len(text) + 1024, 4096)
+        cmd_cursor = align(cmd_cursor + len(cmd), 4096)
+    inputs, outputs = io_tensors(kind, arch.context_limit, arch.vocab_size, profiles)
+    policy = None
+    if max(profiles) > 1:
+        # 000 §7.3: the explicit inactive-lane contract a B>1 profile needs.
+        policy = {
+            "mask_input": "lane_valid",
+            "writes_kv": False,
+            "returns_logits": False,
+            "kv_manager_mode": "per_lane",
+        }
+    graph = {
+        "name": gname,
+        "kind": kind,
+        "chip_mode": "SCHIP",
+        "target_chips": [chip],
+        "batch_profiles": profiles,
+        "max_seq": arch.context_limit,
+        "inputs": inputs,
+        "outputs": outputs,
+        "csr": {
+            "position_semantics": "committed_kv_length",
+            "valid_length_input": "n_tokens" if kind == "prefill" else None,
+        },
+        "inactive_lane_policy": policy,
+        "sections": gsections,
+    }
+    return graph, (code_cursor, cmd_cursor)
+
+
+def _golden_entry(g_rel: str, gold: GoldenCase) -> dict[str, Any]:
+    """The manifest's ``golden`` entry of a model whose golden files are under ``g_rel``."""
+    return {
+        "prompt": {"file": f"{g_rel}/prompt_ids.npy", "dtype": "int32", "shape": list(gold.prompt.shape)},
+        "prefill_logits": {
+            "file": f"{g_rel}/prefill_logits.npy",
+            "dtype": "float32",
+            "shape": list(gold.prefill_logits.shape),
+        },
+        "decode_tokens": {
+            "file": f"{g_rel}/expected_tokens.npy",
+            "dtype": "int32",
+            "shape": list(gold.decode_tokens.shape),
+        },
+        "tolerance": {"rtol": gold.rtol, "atol": gold.atol, "top_k": gold.top_k},
+    }
+
+
+def _region(owner: str, kind: str, vaddr: int, size: int, writable: bool) -> dict[str, Any]:
+    return {"name": f"{owner}.{kind}", "owner": owner, "kind": kind, "vaddr": vaddr, "size": size, "writable": writable}
 
 
 def render_reserved_info(memory_plan: dict[str, Any], chip_dram_bytes: int) -> bytes:
@@ -540,7 +549,8 @@ def write_package(
             f"{parent}: cannot create the package's temporary directory there ({exc.strerror})",
             hint="choose an output path in a writable directory",
         ) from exc
-    try:
+    with contextlib.ExitStack() as unfinished:  # any way out before the rename leaves no temporary tree
+        unfinished.callback(shutil.rmtree, tmp, ignore_errors=True)
         w = Writer(tmp)
         entries: list[dict[str, Any]] = []
         chips: dict[int, list[dict[str, Any]]] = {}
@@ -566,7 +576,5 @@ def write_package(
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        unfinished.pop_all()
     return out

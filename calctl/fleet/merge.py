@@ -311,19 +311,7 @@ def board_row(report_dir: Path, out_dir: Path) -> BoardRow:
     try:
         doc = read_report(report_dir)
     except ReportUnreadable as exc:
-        return BoardRow(
-            board_id,
-            "ERROR",
-            device=_text(ident.get("kind")),
-            library=_text(ident.get("library")),
-            selector=_text(ident.get("device")),
-            seed=_int(ident.get("seed")),
-            fault_plan=_text(ident.get("fault_plan")),
-            place=place,
-            report_dir=link,
-            reason=f"the run did not complete: {exc}",
-            infrastructure=True,
-        )
+        return _incomplete_row(board_id, ident, place, link, f"the run did not complete: {exc}")
     own, options, pkg = (_mapping(doc, k) for k in ("board", "device_options", "package"))
     steps = step_verdicts(doc)
     page = report_path(report_dir)
@@ -358,6 +346,19 @@ def infra_row(error: InfraError | Sequence[str], out_dir: Path, report_dir: Path
     """The ERROR row of a board whose run did not complete (``error``: board id, place or host, reason)."""
     board_id, place, reason = (str(x) for x in error)
     ident = read_board_file(report_dir) if report_dir is not None else {}
+    return _incomplete_row(
+        board_id,
+        ident,
+        _text(place),
+        _relative(report_dir, out_dir) if report_dir is not None and report_dir.exists() else None,
+        f"the run did not complete on {place}: {reason}" if place else f"the run did not complete: {reason}",
+    )
+
+
+def _incomplete_row(
+    board_id: str, ident: dict[str, Any], place: str | None, report_dir: str | None, reason: str
+) -> BoardRow:
+    """The infrastructure ERROR row of a board whose run left no report: who the board file says it is, and why."""
     return BoardRow(
         board_id,
         "ERROR",
@@ -366,9 +367,9 @@ def infra_row(error: InfraError | Sequence[str], out_dir: Path, report_dir: Path
         selector=_text(ident.get("device")),
         seed=_int(ident.get("seed")),
         fault_plan=_text(ident.get("fault_plan")),
-        place=_text(place),
-        report_dir=_relative(report_dir, out_dir) if report_dir is not None and report_dir.exists() else None,
-        reason=f"the run did not complete on {place}: {reason}" if place else f"the run did not complete: {reason}",
+        place=place,
+        report_dir=report_dir,
+        reason=reason,
         infrastructure=True,
     )
 

@@ -234,8 +234,6 @@ def _drive(
     on_line: Callable[[str, str], None] | None,
     prefix_for: Callable[[LabBoard, dict[str, Any]], list[str]],
 ) -> None:
-    from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
-
     deadline = time.monotonic() + plan.timeout_s
     started = 0
     while True:
@@ -245,49 +243,68 @@ def _drive(
             if slot.done or slot.acquired:
                 continue
             if started >= count:  # --count reached: the other places are left to others
-                _cancel(session, slot)
-                slot.done = True
-                continue
-            try:
-                reply = session.call("PollReservation", pb2.PollReservationRequest(token=slot.token)).reservation
-            except LabUnavailable as e:  # the coordinator dropped it (restarted, or the place was deleted)
-                slot.token = ""
-                _fail(session, slot, result, f"the reservation was lost: {e}")
-                continue
-            if _is_allocated(reply) and dict(reply.allocations).get("main") == slot.place:
+                _cancel_all(session, [slot])
+            elif _allocated(session, slot, result):
                 started += 1
                 _lock_and_start(session, plan, slot, result, on_line, prefix_for)
-        for slot in slots:  # an exporter that went away stops its board's command
-            if slot.thread is not None and not slot.done and slot.resource is not None:
-                data = session.resource(*slot.resource)
-                if not data.get("cls") or not data.get("avail", False):
-                    slot.stopper.stop(f"its exporter {slot.exporter} went away during the run; the command was stopped")
-        for slot in slots:
-            if slot.thread is not None and not slot.done and not slot.thread.is_alive():
-                _collect(session, slot, result)
+        _watch_running(session, slots, result)
         waiting = [s for s in slots if not s.done and not s.acquired]
         running = [s for s in slots if s.acquired and not s.done]
         if not running and (not waiting or started >= count):
-            for slot in waiting:
-                _cancel(session, slot)
-                slot.done = True
+            _cancel_all(session, waiting)
             return
         if waiting and started < count and time.monotonic() > deadline:
-            held = ", ".join(s.place + _holder(session, s) for s in waiting)
-            why = f"not free within --timeout {plan.timeout_s:g} s"
-            if plan.count is None:  # every place was asked for: each one that never came is a row
-                result.infra_errors += [InfraError(s.board_id, s.where, why + _holder(session, s)) for s in waiting]
-            else:  # any N of them: one row per board short of N, naming the places still waited for
-                tags = ",".join(f"{k}={v}" for k, v in plan.tags.items())
-                result.infra_errors += [
-                    InfraError(f"(board {started + i + 1} of {count})", f"places tagged {tags}", f"{why} ({held})")
-                    for i in range(count - started)
-                ]
-            for slot in waiting:
-                _cancel(session, slot)
-                slot.done = True
+            _give_up(session, plan, waiting, started, count, result)
             count = started
         session.pump(POLL_S)
+
+
+def _allocated(session: LabSession, slot: _PlaceSlot, result: LabRunResult) -> bool:
+    """Whether the slot's reservation is allocated to its place now (a lost reservation fails the slot)."""
+    from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+    try:
+        reply = session.call("PollReservation", pb2.PollReservationRequest(token=slot.token)).reservation
+    except LabUnavailable as e:  # the coordinator dropped it (restarted, or the place was deleted)
+        slot.token = ""
+        _fail(session, slot, result, f"the reservation was lost: {e}")
+        return False
+    return _is_allocated(reply) and dict(reply.allocations).get("main") == slot.place
+
+
+def _watch_running(session: LabSession, slots: list[_PlaceSlot], result: LabRunResult) -> None:
+    """Stop the command of a board whose exporter went away; collect every board command that ended."""
+    for slot in slots:
+        if slot.thread is not None and not slot.done and slot.resource is not None:
+            data = session.resource(*slot.resource)
+            if not data.get("cls") or not data.get("avail", False):
+                slot.stopper.stop(f"its exporter {slot.exporter} went away during the run; the command was stopped")
+    for slot in slots:
+        if slot.thread is not None and not slot.done and not slot.thread.is_alive():
+            _collect(session, slot, result)
+
+
+def _give_up(
+    session: LabSession, plan: LabRunPlan, waiting: list[_PlaceSlot], started: int, count: int, result: LabRunResult
+) -> None:
+    """--timeout passed with places still waited for: their infrastructure errors, their reservations cancelled."""
+    held = ", ".join(s.place + _holder(session, s) for s in waiting)
+    why = f"not free within --timeout {plan.timeout_s:g} s"
+    if plan.count is None:  # every place was asked for: each one that never came is a row
+        result.infra_errors += [InfraError(s.board_id, s.where, why + _holder(session, s)) for s in waiting]
+    else:  # any N of them: one row per board short of N, naming the places still waited for
+        tags = ",".join(f"{k}={v}" for k, v in plan.tags.items())
+        result.infra_errors += [
+            InfraError(f"(board {started + i + 1} of {count})", f"places tagged {tags}", f"{why} ({held})")
+            for i in range(count - started)
+        ]
+    _cancel_all(session, waiting)
+
+
+def _cancel_all(session: LabSession, slots: list[_PlaceSlot]) -> None:
+    for slot in slots:
+        _cancel(session, slot)
+        slot.done = True
 
 
 def _holder(session: LabSession, slot: _PlaceSlot) -> str:

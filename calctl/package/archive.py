@@ -11,6 +11,7 @@ the time it really spends (:data:`MAX_EXPANSION`, :data:`MAX_EXTRACT_SECONDS`).
 from __future__ import annotations
 
 import bz2
+import contextlib
 import lzma
 import os
 import stat
@@ -563,7 +564,8 @@ def _open_regular(archive: Path, source: str) -> IO[bytes]:
     except OSError as exc:
         raise PackageFormatError(f"not a readable tar archive: {exc.strerror or exc}", path=source) from None
     fileobj = os.fdopen(fd, "rb")
-    try:
+    with contextlib.ExitStack() as refused:  # closed on any way out but the return
+        refused.callback(fileobj.close)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise PackageFormatError(
@@ -571,9 +573,7 @@ def _open_regular(archive: Path, source: str) -> IO[bytes]:
                 path=source,
             )
         os.set_blocking(fd, True)
-    except BaseException:
-        fileobj.close()
-        raise
+        refused.pop_all()
     return fileobj
 
 

@@ -38,7 +38,7 @@ from calctl.package import archive
 from calctl.package.reader import package_root
 from calctl.package.rules import RULES
 from calctl.package.rules.base import Finding, Group, Rule, Severity, Status
-from calctl.package.rules.context import ReadProblem, ValidationContext, printable
+from calctl.package.rules.context import ReadProblem, ValidationContext, crash_types, printable
 from calctl.signing import seal
 from calctl.signing.files import CHECKSUMS
 from calctl.signing.policy import TrustPolicy
@@ -251,9 +251,7 @@ def _findings(rule: Rule, ctx: ValidationContext) -> list[Finding]:
         return [rule.skip(f"{rule.group.label} check skipped: {reason}")]
     try:
         return list(rule.check(ctx))
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as exc:  # a rule bug on odd input: say so in the report, never a traceback
+    except crash_types() as exc:  # a rule bug on odd input: say so in the report, never a traceback
         text = str(exc) or type(exc).__name__
         return [Finding(Status.ERROR, f"the rule crashed and could not decide: {type(exc).__name__}: {text[:500]}")]
 

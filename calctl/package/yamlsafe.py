@@ -21,6 +21,8 @@ This module parses; it does not know any schema.
 from __future__ import annotations
 
 import math
+import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from typing import Any
 import yaml
 
 from calctl import jsonsafe
-from calctl.errors import PackageFormatError
+from calctl.errors import ConfigError, PackageFormatError
 from calctl.signing.files import NotReadable, read_regular
 
 #: Manifests and configs are small; anything bigger is refused before parsing.
@@ -276,3 +278,25 @@ def load_file(path: Path, *, display: str | None = None, max_bytes: int = DEFAUL
     except UnicodeDecodeError as exc:
         raise PackageFormatError(f"not UTF-8 (byte {exc.start})", path=name) from None
     return loads(text, source=name)
+
+
+def load_config(path: Path, *, name: str, what: str, max_bytes: int, hint: str) -> Any:
+    """A user's YAML file given on the command line (a fault plan, a board profile, a targets file): a regular
+    file of at most ``max_bytes``, read with this module's strict loader; else ConfigError (exit 2) that names
+    it ``name`` (``--targets PATH``) and says what it is (``what``: "the targets file"), with ``hint``."""
+    try:  # O_NONBLOCK: a FIFO given as the file is refused, not waited on for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read {what}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{name}: {what} is not a regular file")
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ConfigError(f"{name}: {what} is larger than {max_bytes} bytes")
+    # No inf/nan, no 1_000, 2:10 or 010 that PyYAML reads as another number, no duplicate keys or anchors; the
+    # errors name the file and the line.
+    try:
+        return loads(data, source=str(path))
+    except PackageFormatError as exc:
+        raise ConfigError(str(exc), hint=hint) from None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any, Generic, Protocol, TypeVar
 
 from calctl.closing import Closes
@@ -159,17 +159,12 @@ class DeviceBookkeeping(Closes, Generic[RecordT, HandleT]):
     @contextmanager
     def job_buffers(self, graph: str, batch: int = 1) -> Iterator[tuple[HostBuffer, HostBuffer]]:
         """``(inputs, outputs)`` released on exit, or as soon as the job that owns one lets go of it."""
-        inputs = self.alloc_inputs(graph, batch)
-        try:
+        with ExitStack() as release:  # last in, first out: outputs, then inputs
+            inputs = self.alloc_inputs(graph, batch)
+            release.callback(self._let_go, inputs)
             outputs = self.alloc_outputs(graph, batch)
-        except BaseException:
-            self._let_go(inputs)
-            raise
-        try:
+            release.callback(self._let_go, outputs)
             yield inputs, outputs
-        finally:
-            self._let_go(outputs)
-            self._let_go(inputs)
 
     def release_buffer(self, buffer: HostBuffer) -> None:
         with self._lock:

@@ -16,12 +16,12 @@ chip's plan fits its DRAM (that is ``configure``'s OutOfMemory).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from calctl.closing import Closes
-from calctl.package.model import ChipMode, Graph, GraphKind, Model, Package, mask_of_chips
+from calctl.package.model import ChipMode, Graph, GraphKind, Model, Package, Section, mask_of_chips
 from calctl.runtime.errors import InvalidCalbin
 from calctl.runtime.types import Topology
 
@@ -83,40 +83,12 @@ def plan_calbin(package: Package, topology: Topology) -> CalbinPlan:
     graphs: dict[str, GraphPlan] = {}
     models: dict[str, ModelPlan] = {}
     for model in package.models:
-        model_mask = mask_of_chips(model.target_chips)
-        if not model.target_chips or model_mask & ~board_mask:
-            problems.append(
-                f"model {model.alias!r} targets chips {list(model.target_chips)}, the board has 0..{topology.chips - 1}"
-            )
-        for sec in model.sections:
-            if sec.chip_mask == 0 or sec.chip_mask & ~model_mask:
-                problems.append(
-                    f"section {sec.name!r} of model {model.alias!r} has chipMask "
-                    f"{sec.chip_mask:#x} beyond the model's chips {list(model.target_chips)}"
-                )
+        problems += _model_problems(model, board_mask, topology)
         for g in model.graphs:
             if g.name in graphs:
                 problems.append(f"duplicate graph name {g.name!r}")
                 continue
-            gmask = mask_of_chips(g.target_chips)
-            if not g.target_chips or gmask & ~board_mask:
-                problems.append(
-                    f"graph {g.name!r} targets chips {list(g.target_chips)}, the board has 0..{topology.chips - 1}"
-                )
-            if gmask & ~model_mask:
-                problems.append(
-                    f"graph {g.name!r} targets chips {list(g.target_chips)} "
-                    f"outside model {model.alias!r}'s {list(model.target_chips)}"
-                )
-            if g.chip_mode is ChipMode.SCHIP and len(g.target_chips) != 1:
-                problems.append(f"SCHIP graph {g.name!r} targets {len(g.target_chips)} chips, expected exactly 1")
-            for sec in g.sections:
-                if sec.chip_mask == 0 or sec.chip_mask & ~gmask:
-                    # 001 §6.4: a mask overreach means A could touch B's chip.
-                    problems.append(
-                        f"section {sec.name!r} of graph {g.name!r} has chipMask "
-                        f"{sec.chip_mask:#x}, beyond the graph's chips {list(g.target_chips)}"
-                    )
+            problems += _graph_problems(g, model, board_mask, topology)
             graphs[g.name] = GraphPlan(graph=g, model=model.alias, chips=tuple(sorted(g.target_chips)))
         per_chip: dict[int, int] = {}
         for region in package.memory_plan:
@@ -139,6 +111,50 @@ def plan_calbin(package: Package, topology: Topology) -> CalbinPlan:
             hint="; ".join(problems[1:6]) or "run `calctl validate` on the package for every finding",
         )
     return CalbinPlan(package=package, graphs=graphs, models=models, chip_plan_bytes=tuple(chip_bytes))
+
+
+def _model_problems(model: Model, board_mask: int, topology: Topology) -> list[str]:
+    """A model's chips on the board, and its sections' chip masks within the model's chips."""
+    chips = list(model.target_chips)
+    return _off_board(f"model {model.alias!r}", model.target_chips, board_mask, topology) + _overreach(
+        model.sections,
+        f"model {model.alias!r}",
+        mask_of_chips(model.target_chips),
+        f" beyond the model's chips {chips}",
+    )
+
+
+def _graph_problems(g: Graph, model: Model, board_mask: int, topology: Topology) -> list[str]:
+    """A graph's chips on the board and within its model's, its chip mode, and its sections' chip masks."""
+    problems = _off_board(f"graph {g.name!r}", g.target_chips, board_mask, topology)
+    gmask = mask_of_chips(g.target_chips)
+    if gmask & ~mask_of_chips(model.target_chips):
+        problems.append(
+            f"graph {g.name!r} targets chips {list(g.target_chips)} "
+            f"outside model {model.alias!r}'s {list(model.target_chips)}"
+        )
+    if g.chip_mode is ChipMode.SCHIP and len(g.target_chips) != 1:
+        problems.append(f"SCHIP graph {g.name!r} targets {len(g.target_chips)} chips, expected exactly 1")
+    # 001 §6.4: a mask overreach means A could touch B's chip.
+    return problems + _overreach(
+        g.sections, f"graph {g.name!r}", gmask, f", beyond the graph's chips {list(g.target_chips)}"
+    )
+
+
+def _off_board(what: str, chips: tuple[int, ...], board_mask: int, topology: Topology) -> list[str]:
+    """``what`` targets no chip, or a chip the board does not have."""
+    if not chips or mask_of_chips(chips) & ~board_mask:
+        return [f"{what} targets chips {list(chips)}, the board has 0..{topology.chips - 1}"]
+    return []
+
+
+def _overreach(sections: Iterable[Section], owner: str, mask: int, beyond: str) -> list[str]:
+    """The sections of ``owner`` whose chip mask is empty or reaches past ``mask``."""
+    return [
+        f"section {sec.name!r} of {owner} has chipMask {sec.chip_mask:#x}{beyond}"
+        for sec in sections
+        if sec.chip_mask == 0 or sec.chip_mask & ~mask
+    ]
 
 
 class Calbin(Closes):

@@ -90,15 +90,13 @@ def stoppable_map(fn: Callable[[str, threading.Event], T], items: list[str], job
     to its end before the interpreter may exit.
     """
     stop = threading.Event()
-    pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(items) or 1)))
-    try:
-        return list(pool.map(lambda item: fn(item, stop), items))
-    except BaseException:
-        stop.set()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    finally:
-        pool.shutdown(wait=True)
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(items) or 1))) as pool:  # exit: shutdown(wait=True)
+        with contextlib.ExitStack() as unfinished:  # run on the way out only if the map did not finish
+            unfinished.callback(pool.shutdown, wait=False, cancel_futures=True)
+            unfinished.callback(stop.set)  # first (last in, first out): the workers stop within one chunk
+            done = list(pool.map(lambda item: fn(item, stop), items))
+            unfinished.pop_all()
+        return done
 
 
 @dataclass(frozen=True)
@@ -361,18 +359,20 @@ def seal(root: Path, key: Ed25519PrivateKey, jobs: int | None = None) -> str:
                 raise PackageFormatError(f"{exc.reason}; remove it and pack again", path=name) from None
             old[name] = None
     _atomic_write(root / CHECKSUMS, data)
-    try:
+    with contextlib.ExitStack() as unsigned:  # the signature not written: the old checksums back (or none)
+        unsigned.callback(_put_back, root / CHECKSUMS, old[CHECKSUMS])
         _atomic_write(root / SIGNATURE, signature)
-    except BaseException:
-        previous = old[CHECKSUMS]
-        if previous is None:
-            with contextlib.suppress(OSError):
-                (root / CHECKSUMS).unlink()
-        else:
-            with contextlib.suppress(OSError):
-                _atomic_write(root / CHECKSUMS, previous)
-        raise
+        unsigned.pop_all()
     return key_id(key.public_key())
+
+
+def _put_back(path: Path, previous: bytes | None) -> None:
+    """A seal file as it was before a failed seal: its old bytes, or no file."""
+    with contextlib.suppress(OSError):
+        if previous is None:
+            path.unlink()
+        else:
+            _atomic_write(path, previous)
 
 
 # ---------------------------------------------------------------------------

@@ -354,14 +354,7 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
         meta, path, has_output=any(t.name == "output.weight" for t in h.tensors), n_tokens=n_tokens
     )
     if n_tokens is not None:
-        if n_tokens > cfg.vocab_size:
-            raise CheckpointError(
-                path,
-                f"tokenizer.ggml.tokens holds {n_tokens:,} tokens, more than the model's vocabulary of "
-                f"{cfg.vocab_size:,} (token_embd.weight rows): the extra ids would have no embedding",
-            )
-        _check_token_ids(meta, path, n_tokens)
-        _check_merge_count(h, path, n_tokens)
+        _check_token_counts(h, meta, cfg, n_tokens)
     rotary = meta.get(f"{arch}.rope.dimension_count")
     if rotary is not None and rotary != cfg.head_dim:
         raise CheckpointError(
@@ -374,42 +367,15 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
     meta = _decoded(h, meta)  # before any weight is read: an empty or repeated token is refused at once
     _check_vocab_arrays(h, meta)
     params: dict[str, Any] = {}
-    freqs = tensors.get("rope_freqs.weight")  # llama.cpp's Llama 3 rope scaling: per-pair divisors
-    if freqs is not None:
-        if cfg.rope_factors is not None:
-            raise CheckpointError(
-                path,
-                f"{arch}.rope.scaling.factor and the tensor rope_freqs.weight both scale RoPE; expected one of them "
-                "(llama.cpp's converter writes rope_freqs.weight for Llama 3 scaling and no linear factor)",
-            )
-        factors = _rope_factors(freqs, cfg, path)
-        params["rope_freq_factors"] = factors.astype(np.float32)
-        cfg = replace(cfg, rope_factors=tuple(float(f) for f in factors))
-    if freqs is None and cfg.rope_factors is not None:  # linear scaling from the metadata (families)
-        params["rope_freq_factors"] = np.array(cfg.rope_factors, dtype=np.float32)
+    cfg = _rope_scaling(tensors.get("rope_freqs.weight"), cfg, path, arch, params)  # Llama 3: per-pair divisors
     for gname, name, shape, transpose in _gguf_names(cfg):
         found = tensors.get(gname)
         if found is None:
             raise CheckpointError(path, f"no tensor {gname} (expected shape {list(shape)} for {cfg.family})")
-        t = found
-        stored = tuple(int(x) for x in reversed(list(t.shape)))
+        stored = tuple(int(x) for x in reversed(list(found.shape)))
         if stored != shape:
             raise CheckpointError(path, f"tensor {gname} has shape {list(stored)}, the metadata implies {list(shape)}")
-        q = _blocks(t, name, shape, transpose) if keep_blocks else None
-        if q is not None:
-            if cfg.family == "llama" and name.endswith((".wq", ".wk")):
-                heads = cfg.n_heads if name.endswith(".wq") else cfg.n_kv_heads
-                q = q.take_rows(unpermute_rope_rows(np.arange(q.rows), heads))
-            if not np.all(np.isfinite(q.dequantize_rows())):
-                raise CheckpointError(path, f"tensor {gname} holds NaN or infinite values")
-            params[name] = q
-            continue
-        arr = _dequantize(t, path)
-        if cfg.family == "llama" and name.endswith((".wq", ".wk", ".bq", ".bk")):
-            arr = unpermute_rope_rows(arr, cfg.n_heads if name.endswith((".wq", ".bq")) else cfg.n_kv_heads)
-        if not np.all(np.isfinite(arr)):
-            raise CheckpointError(path, f"tensor {gname} holds NaN or infinite values")
-        params[name] = np.ascontiguousarray(arr.T) if transpose else arr
+        params[name] = _weight(found, name, (shape, transpose), cfg, path, keep_blocks=keep_blocks)
     tok_json, tok_cfg = build_tokenizer(meta, path, context=cfg.max_position_embeddings)
     quant = tuple(sorted({t.tensor_type.name for t in tensors.values()}))
     ignored = tuple(sorted(k for k in h.metadata if k not in meta.used))
@@ -422,6 +388,60 @@ def read_gguf(path: Path, *, keep_blocks: bool = False) -> GgufCheckpoint:
         quant_types=quant,
         ignored_metadata=ignored,
     )
+
+
+def _check_token_counts(h: GgufHeader, meta: _Seen, cfg: FamilyConfig, n_tokens: int) -> None:
+    """The tokenizer's token count within the vocabulary, its token ids and its merges' count in bounds."""
+    if n_tokens > cfg.vocab_size:
+        raise CheckpointError(
+            h.path,
+            f"tokenizer.ggml.tokens holds {n_tokens:,} tokens, more than the model's vocabulary of "
+            f"{cfg.vocab_size:,} (token_embd.weight rows): the extra ids would have no embedding",
+        )
+    _check_token_ids(meta, h.path, n_tokens)
+    _check_merge_count(h, h.path, n_tokens)
+
+
+def _rope_scaling(
+    freqs: _Tensor | None, cfg: FamilyConfig, path: Path, arch: str, params: dict[str, Any]
+) -> FamilyConfig:
+    """The config with llama.cpp's per-pair RoPE divisors (the tensor rope_freqs.weight, Llama 3 scaling) or the
+    metadata's linear factors (families); either goes into ``params["rope_freq_factors"]``."""
+    if freqs is None:
+        if cfg.rope_factors is not None:
+            params["rope_freq_factors"] = np.array(cfg.rope_factors, dtype=np.float32)
+        return cfg
+    if cfg.rope_factors is not None:
+        raise CheckpointError(
+            path,
+            f"{arch}.rope.scaling.factor and the tensor rope_freqs.weight both scale RoPE; expected one of them "
+            "(llama.cpp's converter writes rope_freqs.weight for Llama 3 scaling and no linear factor)",
+        )
+    factors = _rope_factors(freqs, cfg, path)
+    params["rope_freq_factors"] = factors.astype(np.float32)
+    return replace(cfg, rope_factors=tuple(float(f) for f in factors))
+
+
+def _weight(
+    t: _Tensor, name: str, layout: tuple[tuple[int, ...], bool], cfg: FamilyConfig, path: Path, *, keep_blocks: bool
+) -> Any:
+    """One checked weight: Q4_0/Q4_1/Q8_0 blocks kept (``keep_blocks``) or float32, Llama's Q/K rows un-permuted,
+    transposed where the package's layout wants it; CheckpointError on NaN or infinite values."""
+    shape, transpose = layout
+    q = _blocks(t, name, shape, transpose) if keep_blocks else None
+    if q is not None:
+        if cfg.family == "llama" and name.endswith((".wq", ".wk")):
+            heads = cfg.n_heads if name.endswith(".wq") else cfg.n_kv_heads
+            q = q.take_rows(unpermute_rope_rows(np.arange(q.rows), heads))
+        if not np.all(np.isfinite(q.dequantize_rows())):
+            raise CheckpointError(path, f"tensor {t.name} holds NaN or infinite values")
+        return q
+    arr = _dequantize(t, path)
+    if cfg.family == "llama" and name.endswith((".wq", ".wk", ".bq", ".bk")):
+        arr = unpermute_rope_rows(arr, cfg.n_heads if name.endswith((".wq", ".bq")) else cfg.n_kv_heads)
+    if not np.all(np.isfinite(arr)):
+        raise CheckpointError(path, f"tensor {t.name} holds NaN or infinite values")
+    return np.ascontiguousarray(arr.T) if transpose else arr
 
 
 def _check_merge_count(h: GgufHeader, path: Path, n_tokens: int) -> None:

@@ -59,6 +59,16 @@ MAX_TOKENIZER_BYTES = tokenizer_file.MAX_TOKENIZER_BYTES
 NPY_READ_WHOLE_BYTES = 64 * 1024**2
 
 
+def crash_types() -> tuple[type[BaseException], ...]:
+    """What a rule or a parser may raise on hostile input that is not an interrupt: any Exception, and the Rust
+    panic of a pyo3 extension (tokenizers), ``pyo3_runtime.PanicException``, which derives from BaseException.
+
+    Call it in the ``except`` clause: the clause is evaluated once the exception exists, so the panic types of
+    every extension loaded by then are there; Ctrl-C, SIGTERM (KeyboardInterrupt) and SystemExit never are.
+    """
+    return (Exception, *(t for t in BaseException.__subclasses__() if t.__module__ == "pyo3_runtime"))
+
+
 class EntryKind(str, enum.Enum):
     FILE = "regular file"
     DIR = "directory"
@@ -513,9 +523,7 @@ class ValidationContext:
         if key not in cache:
             try:
                 cache[key] = load(rel)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as exc:  # third-party parsers raise anything (even pyo3 panics)
+            except crash_types() as exc:  # third-party parsers raise anything (even pyo3 panics)
                 text = str(exc).splitlines()[0][:300] if str(exc) else ""
                 cache[key] = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         return cache[key]
@@ -600,9 +608,7 @@ class ValidationContext:
             os.set_blocking(fd, True)
             try:
                 return _parse_elf(fh, e.size)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as exc:  # pyelftools raises many types on malformed input
+            except Exception as exc:  # pyelftools raises many types on malformed input
                 return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
     # -- prerequisites ---------------------------------------------------------

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from calctl.package.model import DTYPE_BYTES, MANIFEST, RESERVED_INFO, Model, SectionKind
+from calctl.package.model import DTYPE_BYTES, MANIFEST, RESERVED_INFO, MemoryRegion, Model, SectionKind
 from calctl.package.rules.base import Finding, PackageRule, Rule
 from calctl.package.rules.context import ReadProblem, ValidationContext
 from calctl.package.rules.layout import RESERVED_INFO_MAX_BYTES
@@ -340,46 +340,49 @@ class ReservedInfoAgrees(PackageRule):
             yield from self.differs(
                 chip_dram, dram, f"chip {chip} dram disagrees with device_cfg.chip_dram_bytes", file=RESERVED_INFO
             )
-            plan = {r.name: r for r in pkg.regions_on(chip)}
-            seen: set[str] = set()
-            for ln in lines:
-                where = f"line {ln.lineno}"
-                if ln.name in seen:
-                    yield self.problem(
-                        f"region {ln.name} listed twice for chip {chip}", file=RESERVED_INFO, field=where
-                    )
-                seen.add(ln.name)
-                r = plan.get(ln.name)
-                if r is None:
-                    yield self.problem(
-                        f"region {ln.name} on chip {chip} is not in the manifest memory plan",
-                        file=RESERVED_INFO,
-                        field=where,
-                    )
-                    continue
-                want = (r.owner, r.kind.value, r.vaddr, r.end, r.size, _perm(r.kind, r.writable))
-                got = (ln.owner, ln.kind, ln.start, ln.end, ln.size, ln.perm)
-                if want != got:
-                    yield self.problem(
-                        f"region {ln.name} on chip {chip} disagrees with the manifest",
-                        file=RESERVED_INFO,
-                        field=where,
-                        expected=f"{want[0]} {want[1]} 0x{want[2]:x} 0x{want[3]:x} {want[4]} {want[5]}",
-                        found=f"{got[0]} {got[1]} 0x{got[2]:x} 0x{got[3]:x} {got[4]} {got[5]}",
-                    )
-                if ln.start + ln.size != ln.end:
-                    yield self.problem(f"region {ln.name}: start + size != end", file=RESERVED_INFO, field=where)
-            for name in plan:
-                if name not in seen:
-                    yield self.problem(f"manifest region {name} on chip {chip} is missing", file=RESERVED_INFO)
-            want_total = sum(r.size for r in plan.values())
-            if total is None:
-                yield self.problem(f"chip {chip} has no total line", file=RESERVED_INFO, expected=f"total {want_total}")
-            else:
-                yield from self.differs(
-                    total, want_total, f"chip {chip} total disagrees with the memory plan", file=RESERVED_INFO
-                )
+            yield from self._regions(chip, lines, total, {r.name: r for r in pkg.regions_on(chip)})
         yield self.note(f"agrees with the memory plan for chips {plan_chips}")
+
+    def _regions(
+        self, chip: int, lines: list[ReservedLine], total: int | None, plan: dict[str, MemoryRegion]
+    ) -> Iterator[Finding]:
+        """One chip's region lines against its memory plan: each region once, as the manifest says; the total."""
+        seen: set[str] = set()
+        for ln in lines:
+            where = f"line {ln.lineno}"
+            if ln.name in seen:
+                yield self.problem(f"region {ln.name} listed twice for chip {chip}", file=RESERVED_INFO, field=where)
+            seen.add(ln.name)
+            r = plan.get(ln.name)
+            if r is None:
+                yield self.problem(
+                    f"region {ln.name} on chip {chip} is not in the manifest memory plan",
+                    file=RESERVED_INFO,
+                    field=where,
+                )
+                continue
+            want = (r.owner, r.kind.value, r.vaddr, r.end, r.size, _perm(r.kind, r.writable))
+            got = (ln.owner, ln.kind, ln.start, ln.end, ln.size, ln.perm)
+            if want != got:
+                yield self.problem(
+                    f"region {ln.name} on chip {chip} disagrees with the manifest",
+                    file=RESERVED_INFO,
+                    field=where,
+                    expected=f"{want[0]} {want[1]} 0x{want[2]:x} 0x{want[3]:x} {want[4]} {want[5]}",
+                    found=f"{got[0]} {got[1]} 0x{got[2]:x} 0x{got[3]:x} {got[4]} {got[5]}",
+                )
+            if ln.start + ln.size != ln.end:
+                yield self.problem(f"region {ln.name}: start + size != end", file=RESERVED_INFO, field=where)
+        for name in plan:
+            if name not in seen:
+                yield self.problem(f"manifest region {name} on chip {chip} is missing", file=RESERVED_INFO)
+        want_total = sum(r.size for r in plan.values())
+        if total is None:
+            yield self.problem(f"chip {chip} has no total line", file=RESERVED_INFO, expected=f"total {want_total}")
+        else:
+            yield from self.differs(
+                total, want_total, f"chip {chip} total disagrees with the memory plan", file=RESERVED_INFO
+            )
 
 
 class RegionPermissions(PackageRule):

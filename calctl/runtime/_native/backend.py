@@ -23,6 +23,7 @@ shares with the mock (:mod:`calctl.runtime.bookkeeping`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import threading
@@ -123,11 +124,10 @@ class CalrtRuntime(NativeMemory, DeviceBookkeeping[_NativeJob, c_void_p]):
         self._jobs: OrderedDict[JobId, _NativeJob] = OrderedDict()
         self._kv = CalrtKvManager(self)
         topo = L.CalrtTopology()
-        try:
+        with contextlib.ExitStack() as failed:  # no topology: the device is closed again
+            failed.callback(self.close)
             self._check(self._fn.calrt_topology_get(self._dev, byref(topo)), "query the topology")
-        except BaseException:
-            self.close()
-            raise
+            failed.pop_all()
         chips = min(int(topo.chips), L.MAX_CHIPS)
         self._topology = Topology(
             chips=chips,
@@ -224,11 +224,10 @@ class CalrtRuntime(NativeMemory, DeviceBookkeeping[_NativeJob, c_void_p]):
                 self._fn.calrt_calbin_create(self._dev, byref(desc), byref(handle)),
                 f"create a calbin from {package.name!r}",
             )
-            try:
+            with contextlib.ExitStack() as failed:  # models not described: the calbin is released again
+                failed.callback(self._fn.calrt_calbin_release, self._dev, handle)
                 self._describe_models(plan.models.values(), handle)
-            except BaseException:
-                self._fn.calrt_calbin_release(self._dev, handle)
-                raise
+                failed.pop_all()
             calbin = Calbin(plan, next(self._calbin_ids), self._release_calbin)
             self._calbins[calbin.id] = (calbin, handle)
             return calbin
@@ -279,11 +278,10 @@ class CalrtRuntime(NativeMemory, DeviceBookkeeping[_NativeJob, c_void_p]):
                 self._fn.calrt_buffer_create(self._dev, layout.nbytes, byref(handle)),
                 f"create a {direction.value} buffer",
             )
-            try:
+            with contextlib.ExitStack() as failed:  # not mapped: the buffer is released again
+                failed.callback(self._fn.calrt_buffer_release, self._dev, handle)
                 self._check(self._fn.calrt_buffer_data(self._dev, handle, byref(data)), "map a buffer")
-            except BaseException:
-                self._fn.calrt_buffer_release(self._dev, handle)
-                raise
+                failed.pop_all()
             assert data.value is not None
             storage = np.ctypeslib.as_array(ctypes.cast(data, ctypes.POINTER(ctypes.c_uint8)), shape=(layout.nbytes,))
             buf = HostBuffer(next(self._buffer_ids), layout, storage, native=handle)
@@ -568,26 +566,28 @@ def open_calrt(path: str | Path | None) -> CalrtRuntime:
     collide. A shim that reports nothing is locked on ``CALRT_DEVICE``, ``default`` when unset
     (docs/calrt-c-abi.md §10)."""
     locks: list[board_lock.BoardLock] = []
-    rt: CalrtRuntime | None = None
-    try:
+    with contextlib.ExitStack() as failed:  # any way out but the return: the device closed, then every lock let go
+        failed.callback(_release_all, locks)
         if board_lock.board_key() != "default":
             locks.append(board_lock.acquire())
         rt = CalrtRuntime(L.load_library(path))
+        failed.callback(rt.close)
         identity = rt.identity()
         if identity.software_model:
-            for lock in locks:
-                lock.release()
-            locks = [board_lock.process_local()]
+            _release_all(locks)
+            locks.append(board_lock.process_local())
         elif identity.board is not None:
             if board_lock.canonical_board(identity.board) not in {lock.board for lock in locks}:
                 locks.append(board_lock.acquire(identity.board))
         elif not locks:
             locks.append(board_lock.acquire())
-    except BaseException:
-        if rt is not None:
-            rt.close()
-        for lock in locks:
-            lock.release()
-        raise
+        failed.pop_all()
     rt._board_locks = locks  # released by close()
     return rt
+
+
+def _release_all(locks: list[board_lock.BoardLock]) -> None:
+    """Let go of every lock in ``locks`` (in order) and empty the list, so none is released twice."""
+    for lock in locks:
+        lock.release()
+    locks.clear()

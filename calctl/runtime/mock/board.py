@@ -61,6 +61,7 @@ KV binding :mod:`.kv`, the board's shape :mod:`.config`. It does not parse packa
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -112,6 +113,14 @@ _PROCESS_LOCK = threading.Lock()
 _PROCESS_DEVICE: MockRuntime | None = None
 
 
+def _free_process_device(device: MockRuntime) -> None:
+    """The process may open a mock board again: ``device`` closed, or its setup did not finish."""
+    global _PROCESS_DEVICE
+    with _PROCESS_LOCK:
+        if _PROCESS_DEVICE is device:
+            _PROCESS_DEVICE = None
+
+
 class MockRuntime(ChipExecution):
     """The mock board; implements :class:`calctl.runtime.interface.Runtime`. Open it with ``open_runtime("mock")``."""
 
@@ -127,12 +136,10 @@ class MockRuntime(ChipExecution):
                     hint="close the other runtime first (use `with open_runtime(...)`)",
                 )
             _PROCESS_DEVICE = self
-        try:
+        with contextlib.ExitStack() as failed:  # a setup that did not finish leaves the process's device free
+            failed.callback(_free_process_device, self)
             self._setup()
-        except BaseException:
-            with _PROCESS_LOCK:
-                _PROCESS_DEVICE = None
-            raise
+            failed.pop_all()
 
     def _setup(self) -> None:
         lock = threading.RLock()
@@ -163,7 +170,6 @@ class MockRuntime(ChipExecution):
         return self._closed
 
     def close(self) -> None:
-        global _PROCESS_DEVICE
         with self._cv:
             if self._closed:
                 return
@@ -182,9 +188,7 @@ class MockRuntime(ChipExecution):
             self._kv.drop_all()
             self._current = None
             self._calbins.clear()
-        with _PROCESS_LOCK:
-            if _PROCESS_DEVICE is self:
-                _PROCESS_DEVICE = None
+        _free_process_device(self)
 
     def topology(self) -> Topology:
         c = self.config

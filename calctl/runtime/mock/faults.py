@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +111,13 @@ class FaultKind(str, enum.Enum):
         return "unload" if self.on_unload else "reset" if self.on_reset else "job"
 
 
+#: When an event-numbered rule fires: the Nth event (1-based), or any of a list of them.
+_EVENT_NUMBERS: dict[str, Any] = {
+    "oneOf": [
+        {"type": "integer", "minimum": 1},
+        {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+    ]
+}
 _RULE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
@@ -120,30 +125,10 @@ _RULE_SCHEMA: dict[str, Any] = {
     "properties": {
         "kind": {"enum": [k.value for k in FaultKind]},
         "probability": {"type": "number", "minimum": 0, "maximum": 1},
-        "job": {
-            "oneOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-            ]
-        },
-        "unload": {
-            "oneOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-            ]
-        },
-        "reset": {
-            "oneOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-            ]
-        },
-        "transfer": {
-            "oneOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-            ]
-        },
+        "job": _EVENT_NUMBERS,
+        "unload": _EVENT_NUMBERS,
+        "reset": _EVENT_NUMBERS,
+        "transfer": _EVENT_NUMBERS,
         "graph": {"type": "string", "minLength": 1},
         "model": {"type": "string", "minLength": 1},
         "chip": {"type": "integer", "minimum": 0},
@@ -233,25 +218,15 @@ class FaultPlan:
 
     @classmethod
     def load(cls, path: Path) -> FaultPlan:
-        try:  # O_NONBLOCK: a FIFO given as the plan must be refused, not waited on for a writer
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read fault plan: {exc.strerror}") from None
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ConfigError(f"{path}: fault plan is not a regular file")
-            data = fh.read(MAX_PLAN_BYTES + 1)
-        if len(data) > MAX_PLAN_BYTES:
-            raise ConfigError(f"{path}: fault plan larger than {MAX_PLAN_BYTES} bytes")
-        # The package's strict YAML reader: no inf/nan, no 1_000, 2:10 or 010 that PyYAML reads as another
-        # number, no duplicate keys or anchors. Its errors name the file and the line.
-        from calctl.errors import PackageFormatError
-        from calctl.package import yamlsafe
+        from calctl.package import yamlsafe  # the package's strict YAML reader
 
-        try:
-            doc = yamlsafe.loads(data, source=str(path))
-        except PackageFormatError as exc:
-            raise ConfigError(str(exc), hint=f"see docs/runtime.md for the {SCHEMA_ID} format") from None
+        doc = yamlsafe.load_config(
+            path,
+            name=str(path),
+            what="fault plan",
+            max_bytes=MAX_PLAN_BYTES,
+            hint=f"see docs/runtime.md for the {SCHEMA_ID} format",
+        )
         return cls.from_document(doc, source=str(path))
 
 
@@ -259,8 +234,8 @@ class FaultPlan:
 _DEFAULT_MAGNITUDE = {FaultKind.SLOW_LINK: 0.25, FaultKind.SLOW_CHIP_TRANSFER: 0.5, FaultKind.FAN_FAILED: 4.0}
 
 
-def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
-    kind = FaultKind(r["kind"])
+def _check_trigger(r: Mapping[str, Any], kind: FaultKind, where: str) -> None:
+    """The rule fires on its kind's event: by probability or at listed event numbers, one of the two."""
     trigger_key = kind.trigger
     events = {"job": "job submissions", "unload": "unloads", "reset": "resets", "transfer": "transfers"}
     for wrong_key in sorted(set(events) - {trigger_key}):
@@ -275,6 +250,10 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(
             f"{where}: reset_scope applies only to faults that halt a chip (wait_timeout, ccu_exception, unknown_dma_state)"
         )
+
+
+def _check_magnitude(r: Mapping[str, Any], kind: FaultKind, where: str) -> None:
+    """A magnitude only on the kinds that take one, and within that kind's range."""
     if "magnitude" in r and (
         (not kind.corrupts and not kind.on_transfer and kind is not FaultKind.FAN_FAILED)
         or kind is FaultKind.UNWRITTEN_LOGITS
@@ -289,6 +268,10 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         )
     if kind.on_transfer and not 0 < float(r.get("magnitude", 0.5)) <= 1:
         raise ConfigError(f"{where}: {kind.value} magnitude is the rate kept, in (0, 1]; got {r['magnitude']}")
+
+
+def _check_memory_and_ecc(r: Mapping[str, Any], kind: FaultKind, where: str) -> None:
+    """address, bit and stuck_at only on memory faults (stuck_bit needs chip and address); ecc and count only on ecc_errors."""
     memory_keys = sorted({"address", "bit", "stuck_at"} & set(r))
     if memory_keys and kind not in (FaultKind.STUCK_BIT, FaultKind.BIT_FLIP):
         raise ConfigError(
@@ -303,6 +286,10 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(
             f"{where}: {', '.join(ecc_keys)} appl{'ies' if len(ecc_keys) == 1 else 'y'} only to ecc_errors"
         )
+
+
+def _check_filters(r: Mapping[str, Any], kind: FaultKind, where: str) -> None:
+    """The graph/model/chip filters and bytes each kind's event can have."""
     if kind.on_transfer and ("graph" in r or "model" in r):
         raise ConfigError(f"{where}: {kind.value} is per transfer; filter with 'chip'")
     if "bytes" in r and not kind.on_unload:
@@ -313,6 +300,16 @@ def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
         raise ConfigError(f"{where}: {kind.value} is per model; filter with 'model' or 'chip', not 'graph'")
     if kind.on_reset and ("graph" in r or "model" in r):
         raise ConfigError(f"{where}: {kind.value} is per reset; filter with 'chip' (a board reset touches every chip)")
+
+
+def _rule(r: Mapping[str, Any], where: str) -> FaultRule:
+    kind = FaultKind(r["kind"])
+    trigger_key = kind.trigger
+    _check_trigger(r, kind, where)
+    _check_magnitude(r, kind, where)
+    _check_memory_and_ecc(r, kind, where)
+    _check_filters(r, kind, where)
+    has_p = "probability" in r
     at = r.get(trigger_key, ())
     return FaultRule(
         kind=kind,

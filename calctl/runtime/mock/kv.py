@@ -168,43 +168,30 @@ class MockKvManager:
     ) -> tuple[list[KvSequence | None], int, int]:
         """Check a job's KV binding against its CSR inputs (000 §9.2), one entry per lane, token ids below
         ``vocab``. Returns (the lanes' sequences, tokens the job writes, KV tokens it reads)."""
-        batch = inputs.batch
-        seen: set[KvSeqId] = set()
-
-        def bound(seq: KvSeqId | None, lane: int, tokens_written: int) -> KvSequence:
-            if seq is None:
-                raise InvalidArgument(f"graph {plan.name!r} lane {lane} is active but kv[{lane}] is None")
-            s = self.sequence(seq)
-            if s.model != plan.model:
-                raise InvalidArgument(
-                    f"KV sequence {seq} belongs to model {s.model!r}, graph {plan.name!r} to {plan.model!r}"
-                )
-            if seq in seen:
-                raise InvalidArgument(f"KV sequence {seq} is bound to two lanes of one job")
-            seen.add(seq)
-            if s.busy_job is not None:
-                raise DeviceBusy(f"KV sequence {seq} is being written by job {s.busy_job}", job=s.busy_job)
-            if s.reserved - s.committed != tokens_written:
-                raise InvalidArgument(
-                    f"KV sequence {seq} has {s.reserved - s.committed} reserved tokens, the job writes {tokens_written}; "
-                    "kv.append() exactly the tokens the job writes"
-                )
-            return s
-
         if plan.kind is GraphKind.PREFILL:
-            n = compute.prefill_length(inputs)
-            capacity = inputs.layout.slot("tokens").shape[1]
-            if not 1 <= n <= capacity:
-                raise InvalidArgument(f"graph {plan.name!r}: n_tokens {n} outside 1..{capacity}")
-            tokens = inputs.device_view("tokens")[0, :n]
-            if tokens.min() < 0 or tokens.max() >= vocab:
-                raise InvalidArgument(f"graph {plan.name!r}: token ids outside 0..{vocab - 1}")
-            s = bound(lanes[0], 0, n)
-            if s.committed != 0:
-                raise InvalidArgument(
-                    f"prefill writes from position 0 but KV sequence {s.id} has {s.committed} committed tokens"
-                )
-            return [s], n, 0
+            return self._bind_prefill(plan, inputs, lanes, vocab)
+        return self._bind_decode(plan, inputs, lanes, vocab)
+
+    def _bind_prefill(
+        self, plan: GraphPlan, inputs: HostBuffer, lanes: tuple[KvSeqId | None, ...], vocab: int
+    ) -> tuple[list[KvSequence | None], int, int]:
+        n = compute.prefill_length(inputs)
+        capacity = inputs.layout.slot("tokens").shape[1]
+        if not 1 <= n <= capacity:
+            raise InvalidArgument(f"graph {plan.name!r}: n_tokens {n} outside 1..{capacity}")
+        tokens = inputs.device_view("tokens")[0, :n]
+        if tokens.min() < 0 or tokens.max() >= vocab:
+            raise InvalidArgument(f"graph {plan.name!r}: token ids outside 0..{vocab - 1}")
+        s = self._bound(plan, lanes[0], 0, n, set())
+        if s.committed != 0:
+            raise InvalidArgument(
+                f"prefill writes from position 0 but KV sequence {s.id} has {s.committed} committed tokens"
+            )
+        return [s], n, 0
+
+    def _bind_decode(
+        self, plan: GraphPlan, inputs: HostBuffer, lanes: tuple[KvSeqId | None, ...], vocab: int
+    ) -> tuple[list[KvSequence | None], int, int]:
         active = compute.decode_lanes(inputs)
         active_lanes = {lane for lane, _, _ in active}
         for lane, seq in enumerate(lanes):
@@ -212,10 +199,11 @@ class MockKvManager:
                 raise InvalidArgument(
                     f"graph {plan.name!r} lane {lane} is inactive (lane_valid 0) but kv[{lane}] names sequence {seq}"
                 )
-        seqs: list[KvSequence | None] = [None] * batch
+        seqs: list[KvSequence | None] = [None] * inputs.batch
+        seen: set[KvSeqId] = set()
         kv_tokens = 0
         for lane, token, position in active:
-            s = bound(lanes[lane], lane, 1)
+            s = self._bound(plan, lanes[lane], lane, 1, seen)
             if position != s.committed:
                 raise InvalidArgument(
                     f"lane {lane}: position {position} != committed KV length {s.committed} of sequence {s.id} (000 §9.2)"
@@ -225,6 +213,30 @@ class MockKvManager:
             seqs[lane] = s
             kv_tokens += position + 1
         return seqs, len(active), kv_tokens
+
+    def _bound(
+        self, plan: GraphPlan, seq: KvSeqId | None, lane: int, tokens_written: int, seen: set[KvSeqId]
+    ) -> KvSequence:
+        """The sequence bound to an active lane: the graph's model, on one lane of the job (``seen``), idle, with
+        exactly the job's tokens reserved."""
+        if seq is None:
+            raise InvalidArgument(f"graph {plan.name!r} lane {lane} is active but kv[{lane}] is None")
+        s = self.sequence(seq)
+        if s.model != plan.model:
+            raise InvalidArgument(
+                f"KV sequence {seq} belongs to model {s.model!r}, graph {plan.name!r} to {plan.model!r}"
+            )
+        if seq in seen:
+            raise InvalidArgument(f"KV sequence {seq} is bound to two lanes of one job")
+        seen.add(seq)
+        if s.busy_job is not None:
+            raise DeviceBusy(f"KV sequence {seq} is being written by job {s.busy_job}", job=s.busy_job)
+        if s.reserved - s.committed != tokens_written:
+            raise InvalidArgument(
+                f"KV sequence {seq} has {s.reserved - s.committed} reserved tokens, the job writes {tokens_written}; "
+                "kv.append() exactly the tokens the job writes"
+            )
+        return s
 
     def _space(self, model: str) -> _Namespace:
         if not self._spaces:

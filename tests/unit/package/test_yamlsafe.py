@@ -69,3 +69,35 @@ def test_non_utf8_is_refused(tmp_path: Path) -> None:
     p.write_bytes(b"a: \xff\xfe\n")
     with pytest.raises(PackageFormatError, match="not UTF-8"):
         yamlsafe.load_file(p)
+
+
+def _config(path: Path) -> object:
+    return yamlsafe.load_config(path, name=f"--targets {path}", what="the targets file", max_bytes=64, hint="see docs")
+
+
+def test_a_config_file_is_read_strictly_and_named_by_its_option(tmp_path: Path) -> None:
+    import os
+
+    from calctl.errors import ConfigError
+
+    good = tmp_path / "ok.yaml"
+    good.write_text("schema: x/v1\nseed: 3\n")
+    assert _config(good) == {"schema": "x/v1", "seed": 3}
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.yaml"
+    big.write_text("a: " + "x" * 64 + "\n")
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("a: 1\na: 2\n")
+    for path, message in (
+        (tmp_path / "absent.yaml", f"--targets {tmp_path / 'absent.yaml'}: cannot read the targets file: No such file"),
+        (fifo, f"--targets {fifo}: the targets file is not a regular file"),  # refused at once, never waited on
+        (big, f"--targets {big}: the targets file is larger than 64 bytes"),
+        (dup, "duplicate key 'a'"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            _config(path)
+        assert message in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        _config(dup)
+    assert info.value.hint == "see docs"
