@@ -109,7 +109,7 @@ class _Stage:
 
 
 @dataclass(frozen=True)
-class RollbackResult:
+class RollbackOutcome:
     """What one roll forward and back did: the stages (steady ones serve, the others act under traffic), the
     supervisor's answers, every request's outcome, the probes, and what went wrong (``problems``: none is ok)."""
 
@@ -172,7 +172,7 @@ def contents_of(path: Path) -> dict[str, str] | None:
 
 
 class RollbackRun:
-    """One roll forward and back on ``device``; :meth:`run` returns what it did (:class:`RollbackResult`)."""
+    """One roll forward and back on ``device``; :meth:`run` returns what it did (:class:`RollbackOutcome`)."""
 
     def __init__(
         self,
@@ -290,7 +290,7 @@ class RollbackRun:
 
     # -- the run -----------------------------------------------------------------------------------
 
-    def run(self) -> RollbackResult:
+    def run(self) -> RollbackOutcome:
         want_prev, want_pkg = digest_of(self.previous), digest_of(self.package)
         if want_prev is not None and want_prev == want_pkg:
             raise SamePackage(f"--previous {self.previous} is the same package as PKG (digest {want_prev})")
@@ -376,11 +376,11 @@ class RollbackRun:
         if not_ready:
             p.append(f"not Ready after the rollback: {', '.join(not_ready)}")
 
-    def _result(self, ready: dict[str, bool], want_prev: str | None, want_pkg: str | None) -> RollbackResult:
+    def _result(self, ready: dict[str, bool], want_prev: str | None, want_pkg: str | None) -> RollbackOutcome:
         results = [r for s in self.stages for r in s.results]
         outcomes = Counter(r.record.outcome.value for r in results)
         changed = {a: self.stages[0].probe.get(a) != self._stage_named("serving-package").probe.get(a) for a in ready}
-        return RollbackResult(
+        return RollbackOutcome(
             previous=self.previous,
             package=self.package,
             digests={"previous": want_prev, "package": want_pkg},
@@ -396,4 +396,4 @@ class RollbackRun:
         return next(s for s in self.stages if s.name == name)
 
 
-__all__ = ["RollbackResult", "RollbackRun", "SamePackage", "digest_of"]
+__all__ = ["RollbackOutcome", "RollbackRun", "SamePackage", "digest_of"]
