@@ -32,6 +32,7 @@ from calctl.serving.api.auth import ApiSettings, Auth
 from calctl.serving.api.bodies import Refused, encode_prompt, parse_body, refuse_long_ids
 from calctl.serving.api.deltas import Delta, text_deltas
 from calctl.serving.api.errors import error_body, error_response, invalid, rejection_response
+from calctl.serving.api.guard import BODY_SCOPE_KEY
 from calctl.serving.api.logprobs import LogprobShape, TokenNames
 from calctl.serving.api.sampling import sampling_params
 from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
@@ -173,7 +174,9 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
         other, not in front of B's."""
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         loop = asyncio.get_running_loop()
-        raw = await request.body()  # already read, under the size limit, by the guard
+        raw = request.scope.get(BODY_SCOPE_KEY)  # already read, under the size limit, by the guard
+        if not isinstance(raw, bytes):  # no guard in front (an embedding app), or no body
+            raw = await request.body()
         named: str | None = None  # the model the body names, once it parsed
         try:
             if schema is CompletionRequest and len(raw) >= BIG_BODY:
