@@ -21,7 +21,7 @@ blocks B), so before any route runs, :class:`RequestGuard`:
   largest bodies back to back is slowed by TCP's own back-pressure, so reading,
   scanning and refusing them cannot take the host's CPU from the other
   model's streams (measured: 4 MiB token-id bodies back to back arrived ~78 a
-  second, 300 MB/s through the event loop);
+  second, 300 MB/s through the event loop; ~16 at 64 MiB/s, ~4 now);
 * logs a client that aborts its upload as one line, not a traceback
   (``starlette.requests.ClientDisconnect``), and answers nothing: nobody listens;
 * gives every response an ``X-Request-Id``: the completion's id where the route
@@ -53,8 +53,10 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 #: its declared length is past it) the 413 goes out at once and the connection closes.
 DRAIN_FACTOR = 4
 #: What the server reads per second of large bodies, all connections together (past each body's first BIG_BODY
-#: bytes), and the burst it reads at full speed: two bodies of the default limit.
-INTAKE_BYTES_PER_S = 64 * 1024 * 1024
+#: bytes), and the burst it reads at full speed: two bodies of the default limit. 16 MiB/s is four of the
+#: largest default bodies a second, more than the tokenizer or the device can make use of; what a flood of them
+#: costs the host's CPU (the sender's, the kernel's, the server's reading and scanning) is in proportion to it.
+INTAKE_BYTES_PER_S = 16 * 1024 * 1024
 INTAKE_BURST = 8 * 1024 * 1024
 REQUEST_ID_HEADER = b"x-request-id"
 #: Where the guard leaves the body it read in the ASGI scope (bytes), for routes that want it without a copy.
