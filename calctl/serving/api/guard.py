@@ -128,7 +128,9 @@ class RequestGuard:
             )
             return
         scope[BODY_SCOPE_KEY] = body  # the routes read it here: Request.body() would copy it again, on the loop
-        await self.app(scope, _replay(body, receive), send)
+        replay = _replay(body, receive)
+        del body  # the scope and the replay hold it until the route takes it, not this frame for a whole stream
+        await self.app(scope, replay, send)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole body, or None when the client left first; BodyTooLarge past the limit (declared or read)."""
@@ -208,14 +210,16 @@ def _content_length(scope: Scope) -> int | None:
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
-    """The body already read, as one message; then the client's own messages (``http.disconnect``)."""
-    sent = False
+    """The body already read, as one message; then the client's own messages (``http.disconnect``). The body is
+    not kept past its message: a streaming response listens on this ``receive`` for as long as it streams."""
+    held: bytes | None = body
 
     async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        nonlocal held
+        if held is not None:
+            message: Message = {"type": "http.request", "body": held, "more_body": False}
+            held = None
+            return message
         return await receive()
 
     return replay

@@ -204,7 +204,9 @@ class OpenAIRoutes:
         tokens or ``/health/live``); the prompt in its model's own pool, so A's big prompts queue behind each
         other, not in front of B's."""
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        raw = request.scope.get(BODY_SCOPE_KEY)  # already read, under the size limit, by the guard
+        # Already read, under the size limit, by the guard; taken out of the scope, which lives as long as a
+        # stream does, so that a big prompt's bytes go once the prompt is built.
+        raw = request.scope.pop(BODY_SCOPE_KEY, None)
         if not isinstance(raw, bytes):  # no guard in front (an embedding app), or no body
             raw = await request.body()
         named: list[str] = []  # the model the body names, once it parsed
