@@ -213,8 +213,6 @@ class _Common(BaseModel):
     def _stops(cls, v: Any) -> Any:
         if isinstance(v, list) and len(v) > 4:
             raise ValueError("at most 4 stop sequences")
-        if v == "" or (isinstance(v, list) and "" in v):  # vLLM refuses it too: it would match before any text
-            raise ValueError("a stop sequence must not be empty")
         return v
 
     def stop_list(self) -> list[str]:
