@@ -65,7 +65,10 @@ def _server(max_body_mb: float) -> Iterator[str]:
         *("--port", str(port), "--warmup-iterations", "1", "--log-level", "warning"),
         *("--max-body-mb", str(max_body_mb)),
     ]
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.DEVNULL)
+    # cwd: ``python -m calctl`` imports the working directory's calctl before PYTHONPATH's, so a bench started
+    # from another checkout would measure that checkout's server.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180

@@ -32,122 +32,157 @@ def _parse_keys(pairs: list[str] | None) -> dict[str, str]:
     return keys
 
 
+# serve's options, in the order --help lists them: the package, the network and keys, limits and records,
+# the mock, the lifecycle.
+_ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", help="calculet-dual-model/v1 YAML (001 §10.4), cross-checked with the manifest."),
+]
+
+_SchedulerConfigOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--scheduler-config",
+        help="calculet-scheduler/v1 YAML (000 §15) for the alias its model_alias names; repeatable, one per "
+        "alias. Overrides that alias's scheduler block of --config.",
+    ),
+]
+
+_PinDigestOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pin-digest",
+        help="Serve only the package with this digest (64 hex digits, as `calctl inspect` prints it); "
+        "start-up, load and reload of any other package fail.",
+    ),
+]
+
+_PackageRootOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--package-root",
+        help='Directory an admin load (a POST of {"package": PATH} to a model\'s load endpoint under '
+        "/internal/models) may name a package under; repeatable. The start-up package is always allowed.",
+    ),
+]
+
+_HostOpt = Annotated[str, typer.Option("--host", help="Bind address. Without API keys only loopback is allowed.")]
+
+_PortOpt = Annotated[
+    int,
+    int_option(
+        "--port", min=0, max=65535, help="TCP port to listen on (0: any free port); checked before the board opens."
+    ),
+]
+
+_ApiKeyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--api-key",
+        help="KEY:TENANT, repeatable (also the CALCTL_API_KEYS variable, comma-separated: k1:t1,k2:t2).",
+    ),
+]
+
+_AdminKeyOpt = Annotated[
+    list[str] | None,
+    typer.Option("--admin-key", envvar="CALCTL_ADMIN_KEY", help="Key for /internal endpoints; repeatable."),
+]
+
+_MetricsPublicOpt = Annotated[
+    bool,
+    typer.Option(
+        "--metrics-public",
+        help="Serve /metrics without the admin key (default: behind it, like /internal; docs/serve.md).",
+    ),
+]
+
+_MaxBodyMbOpt = Annotated[
+    float | None,
+    float_option(
+        "--max-body-mb",
+        min=0.001,
+        max=256,
+        help="The largest request body read, in MiB (default: api.max_body_mb of --config, else 4); "
+        "a larger one is refused with 413 while it arrives.",
+    ),
+]
+
+_RecordsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--records",
+        help="Write 001 §14 per-request and per-job NDJSON records to DIR/records.ndjson (rotating), "
+        "or `-` for stderr (docs/serve.md).",
+    ),
+]
+
+_RecordsMaxMbOpt = Annotated[
+    float, float_option("--records-max-mb", help="Rotate DIR/records.ndjson at this size (5 kept).")
+]
+
+_TimeScaleOpt = Annotated[float, float_option("--time-scale", min=0.0, help="Mock only: multiply modelled job times.")]
+
+_SerializeChipsOpt = Annotated[
+    bool, typer.Option("--serialize-chips", help="Mock only: model a global runtime lock (S1).")
+]
+
+_WarmupIterationsOpt = Annotated[
+    int, int_option("--warmup-iterations", min=0, help="Warm-up iterations per model before it is Ready.")
+]
+
+_AuditIntervalOpt = Annotated[
+    float,
+    float_option(
+        "--audit-interval",
+        min=0.0,
+        help="Seconds between the serving audit's known-answer probes of each alias (also right after every "
+        "recovery); a wrong answer takes the alias out of service (docs/serve.md). 0 turns it off.",
+    ),
+]
+
+_DrainTimeoutOpt = Annotated[
+    float,
+    float_option("--drain-timeout", min=0.0, help="Seconds to drain in-flight requests at shutdown (SIGTERM/SIGINT)."),
+]
+
+_DrainGraceOpt = Annotated[
+    float,
+    float_option(
+        "--drain-grace",
+        min=0.0,
+        help="Keep the socket open at least this long after SIGTERM, answering readiness 503, "
+        "so a balancer polling /health/ready notices first.",
+    ),
+]
+
+_LogLevelOpt = Annotated[
+    str, typer.Option("--log-level", help="Server log level: debug, info, warning, error or critical.")
+]
+
+
 @device_options("fault_plan")
 def serve(
     pkg: PackageArg = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="calculet-dual-model/v1 YAML (001 §10.4), cross-checked with the manifest."),
-    ] = None,
-    scheduler_config: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--scheduler-config",
-            help="calculet-scheduler/v1 YAML (000 §15) for the alias its model_alias names; repeatable, one per "
-            "alias. Overrides that alias's scheduler block of --config.",
-        ),
-    ] = None,
-    pin_digest: Annotated[
-        str | None,
-        typer.Option(
-            "--pin-digest",
-            help="Serve only the package with this digest (64 hex digits, as `calctl inspect` prints it); "
-            "start-up, load and reload of any other package fail.",
-        ),
-    ] = None,
-    package_root: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--package-root",
-            help='Directory an admin load (a POST of {"package": PATH} to a model\'s load endpoint under '
-            "/internal/models) may name a package under; repeatable. The start-up package is always allowed.",
-        ),
-    ] = None,
-    host: Annotated[
-        str, typer.Option("--host", help="Bind address. Without API keys only loopback is allowed.")
-    ] = "127.0.0.1",
-    port: Annotated[
-        int,
-        int_option(
-            "--port", min=0, max=65535, help="TCP port to listen on (0: any free port); checked before the board opens."
-        ),
-    ] = 8000,
+    config: _ConfigOpt = None,
+    scheduler_config: _SchedulerConfigOpt = None,
+    pin_digest: _PinDigestOpt = None,
+    package_root: _PackageRootOpt = None,
+    host: _HostOpt = "127.0.0.1",
+    port: _PortOpt = 8000,
     dev: DeviceArgs = DEVICE_DEFAULTS,
-    api_key: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--api-key",
-            help="KEY:TENANT, repeatable (also the CALCTL_API_KEYS variable, comma-separated: k1:t1,k2:t2).",
-        ),
-    ] = None,
-    admin_key: Annotated[
-        list[str] | None,
-        typer.Option("--admin-key", envvar="CALCTL_ADMIN_KEY", help="Key for /internal endpoints; repeatable."),
-    ] = None,
-    metrics_public: Annotated[
-        bool,
-        typer.Option(
-            "--metrics-public",
-            help="Serve /metrics without the admin key (default: behind it, like /internal; docs/serve.md).",
-        ),
-    ] = False,
-    max_body_mb: Annotated[
-        float | None,
-        float_option(
-            "--max-body-mb",
-            min=0.001,
-            max=256,
-            help="The largest request body read, in MiB (default: api.max_body_mb of --config, else 4); "
-            "a larger one is refused with 413 while it arrives.",
-        ),
-    ] = None,
-    records: Annotated[
-        str | None,
-        typer.Option(
-            "--records",
-            help="Write 001 §14 per-request and per-job NDJSON records to DIR/records.ndjson (rotating), "
-            "or `-` for stderr (docs/serve.md).",
-        ),
-    ] = None,
-    records_max_mb: Annotated[
-        float, float_option("--records-max-mb", help="Rotate DIR/records.ndjson at this size (5 kept).")
-    ] = 64.0,
-    time_scale: Annotated[
-        float, float_option("--time-scale", min=0.0, help="Mock only: multiply modelled job times.")
-    ] = 1.0,
-    serialize_chips: Annotated[
-        bool, typer.Option("--serialize-chips", help="Mock only: model a global runtime lock (S1).")
-    ] = False,
-    warmup_iterations: Annotated[
-        int, int_option("--warmup-iterations", min=0, help="Warm-up iterations per model before it is Ready.")
-    ] = 3,
-    audit_interval: Annotated[
-        float,
-        float_option(
-            "--audit-interval",
-            min=0.0,
-            help="Seconds between the serving audit's known-answer probes of each alias (also right after every "
-            "recovery); a wrong answer takes the alias out of service (docs/serve.md). 0 turns it off.",
-        ),
-    ] = 60.0,
-    drain_timeout: Annotated[
-        float,
-        float_option(
-            "--drain-timeout", min=0.0, help="Seconds to drain in-flight requests at shutdown (SIGTERM/SIGINT)."
-        ),
-    ] = 30.0,
-    drain_grace: Annotated[
-        float,
-        float_option(
-            "--drain-grace",
-            min=0.0,
-            help="Keep the socket open at least this long after SIGTERM, answering readiness 503, "
-            "so a balancer polling /health/ready notices first.",
-        ),
-    ] = 0.0,
-    log_level: Annotated[
-        str, typer.Option("--log-level", help="Server log level: debug, info, warning, error or critical.")
-    ] = "info",
+    api_key: _ApiKeyOpt = None,
+    admin_key: _AdminKeyOpt = None,
+    metrics_public: _MetricsPublicOpt = False,
+    max_body_mb: _MaxBodyMbOpt = None,
+    records: _RecordsOpt = None,
+    records_max_mb: _RecordsMaxMbOpt = 64.0,
+    time_scale: _TimeScaleOpt = 1.0,
+    serialize_chips: _SerializeChipsOpt = False,
+    warmup_iterations: _WarmupIterationsOpt = 3,
+    audit_interval: _AuditIntervalOpt = 60.0,
+    drain_timeout: _DrainTimeoutOpt = 30.0,
+    drain_grace: _DrainGraceOpt = 0.0,
+    log_level: _LogLevelOpt = "info",
 ) -> None:
     """Serve the package's models over an OpenAI-compatible HTTP API (one model per chip).
 

@@ -23,7 +23,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 
@@ -54,16 +54,25 @@ def create_app(engine: EngineClient, settings: ApiSettings | None = None) -> Fas
     app.include_router(openai_router(engine, settings, auth, workers))
     # Outermost of the app's own layers: /health/live, the body-size limit and X-Request-Id come before routing.
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes)
+    app.include_router(_health_router(engine))
+    # Internal by default (docs/serve.md "Metrics access"): the admin key when the server has one, closed
+    # when it has API keys but no admin key, open only to a keyless server, which binds to loopback.
+    metrics_guard = [] if settings.metrics_public else [Depends(auth.admin)]
+    app.include_router(_metrics_router(engine), dependencies=metrics_guard)
+    app.include_router(_internal_router(engine), dependencies=[Depends(auth.admin)])
+    return app
 
-    # -- health and metrics -----------------------------------------------------------
 
-    @app.get("/health/live")
+def _health_router(engine: EngineClient) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/health/live")
     async def live() -> dict[str, str]:
         # Reached only from an ASGI stack without the guard (it answers GET and HEAD before routing); the
         # route keeps the path's 405 for other methods.
         return {"status": "live"}
 
-    @app.get("/health/ready")
+    @router.get("/health/ready")
     async def ready() -> JSONResponse:
         if engine.is_draining():
             return JSONResponse({"status": "draining"}, status_code=503)
@@ -75,7 +84,7 @@ def create_app(engine: EngineClient, settings: ApiSettings | None = None) -> Fas
             body["failed"] = failed  # alias -> why it is Failed (001 §11.3: never stuck in Recovering)
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    @app.get("/health/ready/{alias}")
+    @router.get("/health/ready/{alias}")
     async def ready_model(alias: str) -> JSONResponse:
         states = {m.alias: m.state for m in engine.models()}
         if alias not in states:
@@ -92,17 +101,24 @@ def create_app(engine: EngineClient, settings: ApiSettings | None = None) -> Fas
             one["failed"] = engine.failures()[alias]
         return JSONResponse(one, status_code=200 if ok else 503)
 
-    # Internal by default (docs/serve.md "Metrics access"): the admin key when the server has one, closed
-    # when it has API keys but no admin key, open only to a keyless server, which binds to loopback.
-    metrics_guard = [] if settings.metrics_public else [Depends(auth.admin)]
+    return router
 
-    @app.get("/metrics", dependencies=metrics_guard)
+
+def _metrics_router(engine: EngineClient) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/metrics")
     async def metrics() -> Response:
         return Response(engine.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    # -- internal endpoints (admin key) ---------------------------------------------------
+    return router
 
-    @app.delete("/internal/requests/{request_id}", dependencies=[Depends(auth.admin)])
+
+def _internal_router(engine: EngineClient) -> APIRouter:
+    """The internal endpoints (the admin key: the caller adds the dependency)."""
+    router = APIRouter()
+
+    @router.delete("/internal/requests/{request_id}")
     async def cancel_request(request_id: str) -> JSONResponse:
         if not engine.cancel(request_id):
             return error_response(
@@ -110,23 +126,23 @@ def create_app(engine: EngineClient, settings: ApiSettings | None = None) -> Fas
             )
         return JSONResponse({"id": request_id, "cancelled": True})
 
-    @app.get("/internal/status", dependencies=[Depends(auth.admin)])
+    @router.get("/internal/status")
     async def internal_status() -> JSONResponse:
         """Model states and generations, failures, the recoveries and their evidence files (docs/serve.md)."""
         return JSONResponse(jsonable_encoder(engine.status()))
 
-    @app.get("/internal/trace", dependencies=[Depends(auth.admin)])
+    @router.get("/internal/trace")
     async def device_trace(since_ns: int = 0) -> JSONResponse:
         """The device's own job intervals per chip (``benchmarks/bench_serve.py`` reads them)."""
         return JSONResponse(dict(engine.trace(since_ns)))
 
     # Declared before the generic /{action} route, which would otherwise match "executor".
-    @app.get("/internal/models/{alias}/executor", dependencies=[Depends(auth.admin)])
+    @router.get("/internal/models/{alias}/executor")
     async def executor_status(alias: str) -> JSONResponse:
         engine.codec(alias)  # 404 for unknown aliases
         return JSONResponse(dict(await engine.executor(alias)))
 
-    @app.post("/internal/models/{alias}/executor", dependencies=[Depends(auth.admin)])
+    @router.post("/internal/models/{alias}/executor")
     async def set_executor_mode(alias: str, request: Request) -> JSONResponse:
         """Operator action (000 §14): the executor mode for new jobs; the only way back to ping/pong."""
         engine.codec(alias)
@@ -140,7 +156,7 @@ def create_app(engine: EngineClient, settings: ApiSettings | None = None) -> Fas
         outcome = await engine.executor(alias, mode)
         return JSONResponse(dict(outcome), status_code=200 if outcome.get("ok") else 409)
 
-    @app.post("/internal/models/{alias}/{action}", dependencies=[Depends(auth.admin)])
+    @router.post("/internal/models/{alias}/{action}")
     async def admin_model(alias: str, action: str, request: Request) -> JSONResponse:
         if action not in ("load", "unload", "reload", "rollback"):
             return error_response(
@@ -149,22 +165,30 @@ def create_app(engine: EngineClient, settings: ApiSettings | None = None) -> Fas
                 type_="invalid_request_error",
             )
         engine.codec(alias)  # 404 for unknown aliases
-        raw = await request.body()
-        package = None
-        if raw.strip():  # optional body: {"package": "/abs/path"} for load and reload
-            try:
-                body: Any = json.loads(raw)
-            except ValueError:
-                return invalid("body must be a JSON object", param=None)
-            if not isinstance(body, dict) or set(body) - {"package"}:
-                return invalid('body must be {} or {"package": "/absolute/path"}', param="package")
-            package = body.get("package")
-            if package is not None and not isinstance(package, str):
-                return invalid("package must be a string path", param="package")
+        package = _admin_package(await request.body())
+        if isinstance(package, JSONResponse):
+            return package
         outcome = await engine.admin(alias, action, package)
         return JSONResponse(dict(outcome), status_code=200 if outcome.get("ok") else 409)
 
-    return app
+    return router
+
+
+def _admin_package(raw: bytes) -> str | JSONResponse | None:
+    """The package an admin load or reload names: its optional body is ``{"package": "/abs/path"}``; a 400 for
+    any other body."""
+    if not raw.strip():
+        return None
+    try:
+        body: Any = json.loads(raw)
+    except ValueError:
+        return invalid("body must be a JSON object", param=None)
+    if not isinstance(body, dict) or set(body) - {"package"}:
+        return invalid('body must be {} or {"package": "/absolute/path"}', param="package")
+    package = body.get("package")
+    if package is not None and not isinstance(package, str):
+        return invalid("package must be a string path", param="package")
+    return package
 
 
 __all__ = ["ApiSettings", "create_app"]

@@ -11,6 +11,9 @@ blocks B), so before any route runs, :class:`RequestGuard`:
   413 whose message names the limit; the rest of such a body is read and dropped
   (up to :data:`DRAIN_FACTOR` times the limit) so that a client still sending
   it reads the 413 instead of a reset connection;
+* joins a large body's chunks in a worker thread (a 4 MiB copy into fresh memory is milliseconds of
+  page faults) and leaves it in the scope (:data:`BODY_SCOPE_KEY`), so the route reads it without the
+  second copy ``Request.body()`` makes: nothing proportional to the body runs on the event loop;
 * reads large bodies at a bounded rate across all connections
   (:class:`Intake`, a token bucket): past the first :data:`BIG_BODY` bytes of
   a body, :data:`INTAKE_BYTES_PER_S` with a burst of :data:`INTAKE_BURST`
@@ -18,7 +21,7 @@ blocks B), so before any route runs, :class:`RequestGuard`:
   largest bodies back to back is slowed by TCP's own back-pressure, so reading,
   scanning and refusing them cannot take the host's CPU from the other
   model's streams (measured: 4 MiB token-id bodies back to back arrived ~78 a
-  second, 300 MB/s through the event loop);
+  second, 300 MB/s through the event loop; ~16 at 64 MiB/s, ~4 now);
 * logs a client that aborts its upload as one line, not a traceback
   (``starlette.requests.ClientDisconnect``), and answers nothing: nobody listens;
 * gives every response an ``X-Request-Id``: the completion's id where the route
@@ -50,10 +53,17 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 #: its declared length is past it) the 413 goes out at once and the connection closes.
 DRAIN_FACTOR = 4
 #: What the server reads per second of large bodies, all connections together (past each body's first BIG_BODY
-#: bytes), and the burst it reads at full speed: two bodies of the default limit.
-INTAKE_BYTES_PER_S = 64 * 1024 * 1024
+#: bytes), and the burst it reads at full speed: two bodies of the default limit. 16 MiB/s is four of the
+#: largest default bodies a second, more than the tokenizer or the device can make use of; what a flood of them
+#: costs the host's CPU (the sender's, the kernel's, the server's reading and scanning) is in proportion to it.
+INTAKE_BYTES_PER_S = 16 * 1024 * 1024
 INTAKE_BURST = 8 * 1024 * 1024
 REQUEST_ID_HEADER = b"x-request-id"
+#: Where the guard leaves the body it read in the ASGI scope (bytes), for routes that want it without a copy.
+BODY_SCOPE_KEY = "calctl.body"
+#: A body of at least this many bytes is joined from its chunks in a worker thread, not on the event loop
+#: (CPython's bytes.join releases the interpreter lock from 1 MiB on).
+JOIN_OFF_LOOP = 1024 * 1024
 _LIVE = json.dumps({"status": "live"}).encode()
 
 
@@ -117,7 +127,10 @@ class RequestGuard:
                 scope["path"],
             )
             return
-        await self.app(scope, _replay(body, receive), send)
+        scope[BODY_SCOPE_KEY] = body  # the routes read it here: Request.body() would copy it again, on the loop
+        replay = _replay(body, receive)
+        del body  # the scope and the replay hold it until the route takes it, not this frame for a whole stream
+        await self.app(scope, replay, send)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole body, or None when the client left first; BodyTooLarge past the limit (declared or read)."""
@@ -150,7 +163,12 @@ class RequestGuard:
                 break
         if over:
             raise BodyTooLarge
-        return b"".join(parts)
+        if size < JOIN_OFF_LOOP:
+            return b"".join(parts)
+        # A megabyte copy into memory the process just mapped is milliseconds of page faults: on the loop it
+        # stalled every other request (4-5 ms of the loop's CPU per 4 MiB body, measured). A worker thread does
+        # it, and bytes.join gives up the interpreter lock while it copies this much.
+        return await asyncio.get_running_loop().run_in_executor(None, join_parts, parts)
 
     def _too_large_body(self) -> bytes:
         limit = self.max_body_bytes
@@ -159,6 +177,11 @@ class RequestGuard:
             "send a shorter prompt (the operator sets the limit: --max-body-mb, or api.max_body_mb in the config)"
         )
         return json.dumps(error_body(message, type_=INVALID, code="request_too_large")).encode()
+
+
+def join_parts(parts: list[bytes]) -> bytes:
+    """The body from its chunks (a worker thread for a large body: see :meth:`RequestGuard._read_body`)."""
+    return b"".join(parts)
 
 
 def _human(size: int) -> str:
@@ -187,14 +210,16 @@ def _content_length(scope: Scope) -> int | None:
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
-    """The body already read, as one message; then the client's own messages (``http.disconnect``)."""
-    sent = False
+    """The body already read, as one message; then the client's own messages (``http.disconnect``). The body is
+    not kept past its message: a streaming response listens on this ``receive`` for as long as it streams."""
+    held: bytes | None = body
 
     async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        nonlocal held
+        if held is not None:
+            message: Message = {"type": "http.request", "body": held, "more_body": False}
+            held = None
+            return message
         return await receive()
 
     return replay
@@ -223,11 +248,14 @@ async def _respond(send: Send, status: int, body: bytes, *, head: bool = False, 
 
 
 __all__ = [
+    "BODY_SCOPE_KEY",
     "DEFAULT_MAX_BODY_BYTES",
     "DRAIN_FACTOR",
     "INTAKE_BURST",
     "INTAKE_BYTES_PER_S",
+    "JOIN_OFF_LOOP",
     "BodyTooLarge",
     "Intake",
     "RequestGuard",
+    "join_parts",
 ]

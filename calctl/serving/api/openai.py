@@ -32,6 +32,7 @@ from calctl.serving.api.auth import ApiSettings, Auth
 from calctl.serving.api.bodies import Refused, encode_prompt, parse_body, refuse_long_ids
 from calctl.serving.api.deltas import Delta, text_deltas
 from calctl.serving.api.errors import error_body, error_response, invalid, rejection_response
+from calctl.serving.api.guard import BODY_SCOPE_KEY
 from calctl.serving.api.logprobs import LogprobShape, TokenNames
 from calctl.serving.api.sampling import sampling_params
 from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
@@ -116,29 +117,67 @@ def _public_error(delta: Delta) -> tuple[str, str]:
 
 
 def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, workers: PromptWorkers) -> APIRouter:
+    """The endpoints' routes; each handler is one call of :class:`OpenAIRoutes`."""
+    routes = OpenAIRoutes(engine, settings, workers)
     router = APIRouter()
-
-    def model_entry(m: ModelInfo) -> dict[str, Any]:
-        # max_model_len: vLLM's name for the context length a request may use (prompt + output), which
-        # clients and harnesses already read; here it is what admission enforces (001 §10.4).
-        return {
-            "id": m.alias,
-            "object": "model",
-            "created": m.created,
-            "owned_by": "calctl",
-            "max_model_len": m.context_limit,
-        }
+    by_key = Depends(auth.tenant)
 
     @router.get("/v1/models")
-    async def list_models(_: str = Depends(auth.tenant)) -> dict[str, Any]:
-        return {"object": "list", "data": [model_entry(m) for m in engine.models() if m.state == "Ready"]}
+    async def list_models(_: str = by_key) -> dict[str, Any]:
+        return routes.list_models()
 
     @router.get("/v1/models/{model_id:path}", response_model=None)
-    async def retrieve_model(model_id: str, _: str = Depends(auth.tenant)) -> dict[str, Any] | Response:
+    async def retrieve_model(model_id: str, _: str = by_key) -> dict[str, Any] | Response:
         """The OpenAI ``models.retrieve``: a model ``/v1/models`` lists, else a 404 in OpenAI's error shape."""
-        for m in engine.models():
+        return routes.retrieve_model(model_id)
+
+    @router.post("/v1/completions", response_model=None)
+    async def completions(request: Request, tenant: str = by_key) -> Response:
+        return await routes.serve(request, tenant, CompletionRequest, routes.completion_prompt, chat=False)
+
+    @router.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(request: Request, tenant: str = by_key) -> Response:
+        return await routes.serve(request, tenant, ChatCompletionRequest, routes.chat_prompt, chat=True)
+
+    return router
+
+
+def _model_entry(m: ModelInfo) -> dict[str, Any]:
+    # max_model_len: vLLM's name for the context length a request may use (prompt + output), which
+    # clients and harnesses already read; here it is what admission enforces (001 §10.4).
+    return {
+        "id": m.alias,
+        "object": "model",
+        "created": m.created,
+        "owned_by": "calctl",
+        "max_model_len": m.context_limit,
+    }
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A request ready for the engine: its body, the model's codec, the prompt, ``max_tokens`` and sampling."""
+
+    body: Any
+    codec: TextCodec
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    sampling: SamplingParams
+
+
+class OpenAIRoutes:
+    """What the OpenAI endpoints do over one engine; the router's handlers call it (:func:`openai_router`)."""
+
+    def __init__(self, engine: EngineClient, settings: ApiSettings, workers: PromptWorkers) -> None:
+        self.engine, self.settings, self.workers = engine, settings, workers
+
+    def list_models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [_model_entry(m) for m in self.engine.models() if m.state == "Ready"]}
+
+    def retrieve_model(self, model_id: str) -> dict[str, Any] | Response:
+        for m in self.engine.models():
             if m.alias == model_id and m.state == "Ready":
-                return model_entry(m)
+                return _model_entry(m)
         return error_response(
             404,
             f"the model {model_id!r} does not exist or is not being served now",
@@ -147,15 +186,8 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
             code="model_not_found",
         )
 
-    @router.post("/v1/completions", response_model=None)
-    async def completions(request: Request, tenant: str = Depends(auth.tenant)) -> Response:
-        return await _serve(request, tenant, CompletionRequest, _completion_prompt, chat=False)
-
-    @router.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(request: Request, tenant: str = Depends(auth.tenant)) -> Response:
-        return await _serve(request, tenant, ChatCompletionRequest, _chat_prompt, chat=True)
-
-    async def _serve(
+    async def serve(
+        self,
         request: Request,
         tenant: str,
         schema: type[T],
@@ -172,40 +204,54 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
         tokens or ``/health/live``); the prompt in its model's own pool, so A's big prompts queue behind each
         other, not in front of B's."""
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        loop = asyncio.get_running_loop()
-        raw = await request.body()  # already read, under the size limit, by the guard
-        named: str | None = None  # the model the body names, once it parsed
+        # Already read, under the size limit, by the guard; taken out of the scope, which lives as long as a
+        # stream does, so that a big prompt's bytes go once the prompt is built.
+        raw = request.scope.pop(BODY_SCOPE_KEY, None)
+        if not isinstance(raw, bytes):  # no guard in front (an embedding app), or no body
+            raw = await request.body()
+        named: list[str] = []  # the model the body names, once it parsed
         try:
-            if schema is CompletionRequest and len(raw) >= BIG_BODY:
-                # A prompt of more token ids than the context is refused from its bytes, before any JSON parser
-                # builds its ints while holding the interpreter lock the event loop needs.
-                # Paced like the parse below: a client sending such bodies back to back gets half the thread.
-                await loop.run_in_executor(workers.scan, paced, refuse_long_ids, raw, _context_of)
-            parse = functools.partial(parse_body, raw, schema, _context_of)
-            if len(raw) >= BIG_INPUT:
-                parse = functools.partial(paced, parse)
-            body = await loop.run_in_executor(workers.parse(len(raw)), parse)
-            named = body.model  # type: ignore[attr-defined]
-            codec = engine.codec(body.model)  # type: ignore[attr-defined]
-            sampling = sampling_params(body, codec.vocab_size, body.model)  # type: ignore[arg-type, attr-defined]
-            if isinstance(sampling, Response):  # a parameter out of range: a 400 of the HTTP layer, recorded
-                raise Refused(sampling, named)
-            pool = workers.for_model(body.model, big=len(raw) >= BIG_BODY)  # type: ignore[attr-defined]
-            prompt_ids, max_tokens = await loop.run_in_executor(pool, _prompt_tuple, prompt_of, body, codec)
-            return await _generate(
-                request, request_id, tenant, body, codec, prompt_ids, max_tokens, sampling, chat=chat
-            )
+            prepared = await self._prepare(raw, schema, prompt_of, named)
+            return await self._generate(request, request_id, tenant, prepared, chat=chat)
         except Refused as refused:
             if refused.alias is not None:
                 why = EngineRejection(RejectCode.INVALID, "refused by the HTTP layer")
-                engine.refused(Refusal(request_id, refused.alias, tenant, refused.prompt_tokens, why))
+                self.engine.refused(Refusal(request_id, refused.alias, tenant, refused.prompt_tokens, why))
             return _tagged(refused.response, request_id)
         except EngineRejection as exc:  # 404, or refused at admission: the same error the handler gives, tagged
-            if exc.code is RejectCode.MODEL_NOT_FOUND and named is not None:  # admission records its own
-                engine.refused(Refusal(request_id, named, tenant, None, exc))
+            if exc.code is RejectCode.MODEL_NOT_FOUND and named:  # admission records its own
+                self.engine.refused(Refusal(request_id, named[0], tenant, None, exc))
             return _tagged(rejection_response(exc, chat=chat), request_id)
 
-    def _completion_prompt(body: CompletionRequest, codec: TextCodec) -> tuple[list[int], int]:
+    async def _prepare(
+        self,
+        raw: bytes,
+        schema: type[T],
+        prompt_of: Callable[[T, TextCodec], tuple[list[int], int]],
+        named: list[str],
+    ) -> _Prepared:
+        """The body parsed and its prompt built, in worker threads; ``named`` gets the model it names."""
+        loop = asyncio.get_running_loop()
+        workers = self.workers
+        if schema is CompletionRequest and len(raw) >= BIG_BODY:
+            # A prompt of more token ids than the context is refused from its bytes, before any JSON parser
+            # builds its ints while holding the interpreter lock the event loop needs.
+            # Paced like the parse below: a client sending such bodies back to back gets half the thread.
+            await loop.run_in_executor(workers.scan, paced, refuse_long_ids, raw, self.context_of)
+        parse = functools.partial(parse_body, raw, schema, self.context_of)
+        if len(raw) >= BIG_INPUT:
+            parse = functools.partial(paced, parse)
+        body: Any = await loop.run_in_executor(workers.parse(len(raw)), parse)
+        named.append(body.model)
+        codec = self.engine.codec(body.model)
+        sampling = sampling_params(body, codec.vocab_size, body.model)
+        if isinstance(sampling, Response):  # a parameter out of range: a 400 of the HTTP layer, recorded
+            raise Refused(sampling, body.model)
+        pool = workers.for_model(body.model, big=len(raw) >= BIG_BODY)
+        prompt_ids, max_tokens = await loop.run_in_executor(pool, _prompt_tuple, prompt_of, body, codec)
+        return _Prepared(body, codec, prompt_ids, max_tokens, sampling)
+
+    def completion_prompt(self, body: CompletionRequest, codec: TextCodec) -> tuple[list[int], int]:
         if isinstance(body.prompt, list) and body.prompt and not isinstance(body.prompt[0], str):
             prompt_ids = [int(t) for t in body.prompt]
             bad = next((t for t in prompt_ids if t >= codec.vocab_size), None)
@@ -214,50 +260,41 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
                 raise Refused(invalid(message, param="prompt", code="invalid_prompt"), body.model, len(prompt_ids))
             return prompt_ids, body.max_tokens or 16
         text = body.prompt if isinstance(body.prompt, str) else str(body.prompt[0])
-        return encode_prompt(codec, text, engine.context_limit(body.model), body.model, "prompt"), body.max_tokens or 16
+        limit = self.engine.context_limit(body.model)
+        return encode_prompt(codec, text, limit, body.model, "prompt"), body.max_tokens or 16
 
-    def _chat_prompt(body: ChatCompletionRequest, codec: TextCodec) -> tuple[list[int], int]:
+    def chat_prompt(self, body: ChatCompletionRequest, codec: TextCodec) -> tuple[list[int], int]:
         try:
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
             prompt = codec.render_chat(messages, add_generation_prompt=True)  # the model's own template
         except (ValueError, ChatTemplateError) as exc:
             raise Refused(invalid(str(exc), param="messages", code="invalid_messages"), body.model) from None
-        limit = engine.context_limit(body.model)
+        limit = self.engine.context_limit(body.model)
         prompt_ids = encode_prompt(codec, prompt, limit, body.model, "messages")
-        max_tokens = body.max_completion_tokens or body.max_tokens or settings.chat_default_max_tokens
+        max_tokens = body.max_completion_tokens or body.max_tokens or self.settings.chat_default_max_tokens
         if max_tokens is None:
             max_tokens = max(1, limit - len(prompt_ids))
         return prompt_ids, max_tokens
 
-    def _context_of(alias: object) -> int | None:
+    def context_of(self, alias: object) -> int | None:
         """The context limit of ``alias``: None when it is no string (its 400 comes from the schema),
         EngineRejection (404) when the engine does not serve it."""
-        return engine.context_limit(alias) if isinstance(alias, str) else None
+        return self.engine.context_limit(alias) if isinstance(alias, str) else None
 
-    async def _generate(
-        request: Request,
-        request_id: str,
-        tenant: str,
-        body: Any,
-        codec: TextCodec,
-        prompt_ids: tuple[int, ...],
-        max_tokens: int,
-        sampling: SamplingParams,
-        *,
-        chat: bool,
-    ) -> Response:
+    async def _generate(self, request: Request, request_id: str, tenant: str, p: _Prepared, *, chat: bool) -> Response:
+        body = p.body
         gen = GenerationRequest(
             request_id=request_id,
             alias=body.model,
             tenant=tenant,
-            prompt_ids=prompt_ids,
-            max_tokens=max_tokens,
-            sampling=sampling,
+            prompt_ids=p.prompt_ids,
+            max_tokens=p.max_tokens,
+            sampling=p.sampling,
             timeout_s=body.timeout,
             ignore_eos=body.ignore_eos,
             stop=tuple(body.stop_list()),
         )
-        stream = engine.submit(gen)  # raises EngineRejection -> real HTTP status
+        stream = self.engine.submit(gen)  # raises EngineRejection -> real HTTP status
         try:
             await _race_disconnect(request, stream.admitted())
         except asyncio.CancelledError:
@@ -266,65 +303,76 @@ def openai_router(engine: EngineClient, settings: ApiSettings, auth: Auth, worke
         except EngineRejection:
             stream.cancel("rejected")
             raise
-        created = int(time.time())
-        headers = {"X-Request-Id": request_id}
-        deltas = text_deltas(stream, codec, body.stop_list(), prompt_ids=prompt_ids)
-        shape = LogprobShape(chat, TokenNames(codec)) if sampling.logprobs is not None else None
+        answer = _Answer(request_id, body.model, int(time.time()), chat)
+        deltas = text_deltas(stream, p.codec, body.stop_list(), prompt_ids=p.prompt_ids)
+        shape = LogprobShape(chat, TokenNames(p.codec)) if p.sampling.logprobs is not None else None
         if body.stream:
-            opts = body.stream_options
-            include_usage = bool(opts and opts.include_usage)
-            continuous = bool(opts and opts.continuous_usage_stats)
-            outcome = _SseOutcome()
-            return _SseResponse(
-                _sse(deltas, stream, body.model, request_id, created, chat, include_usage, outcome, continuous, shape),
-                engine_stream=stream,
-                outcome=outcome,
-                media_type="text/event-stream",
-                headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        try:
-            last = await _race_disconnect(request, _collect(deltas))
-        except asyncio.CancelledError:
-            stream.cancel("client_disconnected")
-            return Response(status_code=499, headers=headers)
-        except Exception:  # an engine bug: release the request, answer in OpenAI form, keep details in the log
-            log.exception("request %s: the engine failed while generating", request_id)
-            stream.cancel("engine_error")
-            return _tagged(
-                error_response(500, INTERNAL_ERROR[1], type_="server_error", code=INTERNAL_ERROR[0]), request_id
-            )
-        text, end, entries = last
-        if end.error is not None:
-            log.error("request %s: generation failed: %s", request_id, end.error)
-            code, message = _public_error(end)
-            return _tagged(
-                error_response(503, message, type_="service_unavailable", code=code, retry_after_s=1), request_id
-            )
-        if chat:
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None if shape is None else shape.of(entries),
-                "finish_reason": end.finish,
-            }
-            obj = "chat.completion"
-        else:
-            logprobs = None if shape is None else shape.of(entries)
-            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": end.finish}
-            obj = "text_completion"
-        return JSONResponse(
-            {
-                "id": request_id,
-                "object": obj,
-                "created": created,
-                "model": body.model,
-                "choices": [choice],
-                "usage": end.usage,
-            },
-            headers=headers,
-        )
+            return _stream_response(answer, deltas, stream, body.stream_options, shape)
+        return await _collected_response(request, answer, deltas, stream, shape)
 
-    return router
+
+@dataclass(frozen=True)
+class _Answer:
+    """What every response of one request carries."""
+
+    request_id: str
+    model: str
+    created: int
+    chat: bool
+
+
+def _stream_response(
+    answer: _Answer, deltas: AsyncIterator[Delta], stream: RequestStream, opts: Any, shape: LogprobShape | None
+) -> Response:
+    include_usage = bool(opts and opts.include_usage)
+    continuous = bool(opts and opts.continuous_usage_stats)
+    outcome = _SseOutcome()
+    a = answer
+    return _SseResponse(
+        _sse(deltas, stream, a.model, a.request_id, a.created, a.chat, include_usage, outcome, continuous, shape),
+        engine_stream=stream,
+        outcome=outcome,
+        media_type="text/event-stream",
+        headers={"X-Request-Id": a.request_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _collected_response(
+    request: Request, answer: _Answer, deltas: AsyncIterator[Delta], stream: RequestStream, shape: LogprobShape | None
+) -> Response:
+    request_id = answer.request_id
+    headers = {"X-Request-Id": request_id}
+    try:
+        last = await _race_disconnect(request, _collect(deltas))
+    except asyncio.CancelledError:
+        stream.cancel("client_disconnected")
+        return Response(status_code=499, headers=headers)
+    except Exception:  # an engine bug: release the request, answer in OpenAI form, keep details in the log
+        log.exception("request %s: the engine failed while generating", request_id)
+        stream.cancel("engine_error")
+        return _tagged(error_response(500, INTERNAL_ERROR[1], type_="server_error", code=INTERNAL_ERROR[0]), request_id)
+    text, end, entries = last
+    if end.error is not None:
+        log.error("request %s: generation failed: %s", request_id, end.error)
+        code, message = _public_error(end)
+        return _tagged(
+            error_response(503, message, type_="service_unavailable", code=code, retry_after_s=1), request_id
+        )
+    logprobs = None if shape is None else shape.of(entries)
+    if answer.chat:
+        message_ = {"role": "assistant", "content": text}
+        choice: dict[str, Any] = {"index": 0, "message": message_, "logprobs": logprobs, "finish_reason": end.finish}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": end.finish}
+    doc = {
+        "id": request_id,
+        "object": "chat.completion" if answer.chat else "text_completion",
+        "created": answer.created,
+        "model": answer.model,
+        "choices": [choice],
+        "usage": end.usage,
+    }
+    return JSONResponse(doc, headers=headers)
 
 
 def _prompt_tuple(
@@ -441,4 +489,4 @@ async def _sse(
     # No ``finally: cancel`` here: _SseResponse releases the stream if this generator did not finish.
 
 
-__all__ = ["openai_router"]
+__all__ = ["OpenAIRoutes", "openai_router"]

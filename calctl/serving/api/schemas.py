@@ -106,7 +106,17 @@ REFUSED: dict[str, Callable[[Any], bool]] = {
 }
 #: Refused on one endpoint only: their "nothing" differs (vLLM adds special tokens to a completion prompt,
 #: not to a rendered chat; a chat always ends with the generation prompt here).
-REFUSED_COMPLETION = {"add_special_tokens": _nothing(None, True)}
+REFUSED_COMPLETION = {
+    "add_special_tokens": _nothing(None, True),
+    # The chat endpoint's names: sent here they would be ignored, and the client would not get what it asked.
+    "max_completion_tokens": _nothing(None),
+    "top_logprobs": _nothing(None, 0),
+}
+#: What the message of a refused parameter says to use instead (one the other endpoint takes).
+INSTEAD = {
+    "max_completion_tokens": "/v1/completions takes max_tokens",
+    "top_logprobs": "/v1/completions takes logprobs: N (the alternatives per token)",
+}
 REFUSED_CHAT = {"add_special_tokens": _nothing(None, False), "add_generation_prompt": _nothing(None, True)}
 
 
@@ -219,6 +229,8 @@ class _Common(BaseModel):
             # Unset, off, empty or the default asks for nothing calctl lacks (client libraries send
             # ``tools: []``, ``suffix: ""``, ``best_of: 1``).
             if name in extra and not asks_nothing(extra[name]):
+                if name in INSTEAD:
+                    return name, f"{name} is not a parameter of this endpoint: {INSTEAD[name]}"
                 return name, f"{name} is not supported by this server (omit it, or send null or its default)"
         return None
 

@@ -14,11 +14,12 @@ import threading
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calctl.serving.api import bodies
+from calctl.serving.api import bodies, guard, openai
 from calctl.serving.api.bodies import _count_ids
 from calctl.serving.api.workers import BIG_BODY, PROMPT_NICE
 from tests.unit.serving_api.fake_engine import CONTEXT_LIMIT, FakeEngine, package_codec
@@ -91,6 +92,77 @@ def test_the_scan_never_counts_what_a_json_parser_refuses(inside: str) -> None:
 def test_the_scan_counts_every_list_a_client_library_writes(ids: list[int], sep: str) -> None:
     inside = sep.join(map(str, ids))
     assert _count_ids(inside.encode(), 0, len(inside)) == len(ids)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.text(alphabet="0159,, \n\t-x", max_size=30), st.sampled_from([1, 2, 3, 4, 7]))
+def test_the_scan_in_blocks_reads_what_a_json_parser_reads_at_every_block_boundary(inside: str, block: int) -> None:
+    """The scan works in blocks of SCAN_BLOCK bytes: a number, a comma or a leading zero cut by a block's edge
+    is judged as in one piece."""
+    raw = inside.encode()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bodies, "SCAN_BLOCK", block)
+        got = _count_ids(raw, 0, len(raw))
+    assert got == _count_ids(raw, 0, len(raw)), (inside, block)  # the same as in one block
+    assert got is None or got == _reference(inside), (inside, block, got)
+    ids = [int(t) for t in inside.replace(",", " ").split() if t.isdigit() and (t == "0" or t[0] != "0")]
+    if ids:
+        clean = ",".join(map(str, ids)).encode()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(bodies, "SCAN_BLOCK", block)
+            assert _count_ids(clean, 0, len(clean)) == len(ids), (clean, block)
+
+
+def test_the_scan_of_a_big_body_never_makes_an_array_larger_than_its_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No numpy temporary as large as the body: each would be megabytes of freshly mapped memory per body."""
+    seen: list[int] = []
+
+    class Spy:
+        def __getattr__(self, name: str) -> Any:
+            real = getattr(np, name)
+            if not callable(real) or name in ("frombuffer", "uint8", "dtype", "ndarray"):
+                return real
+
+            def call(*args: Any, **kw: Any) -> Any:
+                seen.extend(a.size for a in args if isinstance(a, np.ndarray))
+                return real(*args, **kw)
+
+            return call
+
+    monkeypatch.setattr(bodies, "np", Spy())
+    raw = f"[{_ids(MANY)}]".encode()
+    assert len(raw) > 8 * bodies.SCAN_BLOCK
+    assert _count_ids(raw, 1, len(raw) - 1) == MANY
+    assert seen and max(seen) <= bodies.SCAN_BLOCK + 2, max(seen)
+
+
+async def test_a_large_body_is_joined_off_the_event_loop_and_reaches_the_route_uncopied(
+    client: httpx.AsyncClient, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A megabyte copy on the event loop stalls every other request: the guard joins a large body's chunks in
+    a worker thread, and the route scans that very object (Request.body() would copy it again, on the loop)."""
+    joined: list[tuple[int, bytes]] = []
+    scanned: list[bytes] = []
+    real_join, real_scan = guard.join_parts, openai.refuse_long_ids
+
+    def join_parts(parts: list[bytes]) -> bytes:
+        body = real_join(parts)
+        joined.append((threading.get_ident(), body))
+        return body
+
+    def refuse_long_ids(raw: bytes, context_of: Any) -> None:
+        scanned.append(raw)
+        real_scan(raw, context_of)
+
+    monkeypatch.setattr(guard, "join_parts", join_parts)
+    monkeypatch.setattr(openai, "refuse_long_ids", refuse_long_ids)
+    body = f'{{"model": "model-a", "max_tokens": 4, "prompt": [{_ids(MANY * 2)}]}}'.encode()
+    assert len(body) >= guard.JOIN_OFF_LOOP
+    r = await client.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text[:300]
+    ((thread, built),), (raw,) = joined, scanned
+    assert thread != threading.get_ident() and built == body
+    assert raw is built
 
 
 @pytest.fixture

@@ -68,6 +68,9 @@ ONE_ENDPOINT: list[tuple[str, str, Any]] = [
     ("/v1/completions", "add_special_tokens", False),
     ("/v1/chat/completions", "add_special_tokens", True),
     ("/v1/chat/completions", "add_generation_prompt", False),
+    # the chat endpoint's names sent to the completions one: ignored, the client would not get what it asked
+    ("/v1/completions", "max_completion_tokens", 3),
+    ("/v1/completions", "top_logprobs", 2),
 ]
 REFUSED = [
     (path, name, value) for name, value in ASKING.items() for path in ("/v1/completions", "/v1/chat/completions")
@@ -209,3 +212,18 @@ async def test_top_logprobs_without_logprobs_says_so(client: httpx.AsyncClient) 
     r = await client.post("/v1/chat/completions", json={**CHAT, "top_logprobs": 2})
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == "top_logprobs" and "logprobs" in err["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "instead"), [("max_completion_tokens", 3, "max_tokens"), ("top_logprobs", 2, "logprobs")]
+)
+async def test_a_chat_parameter_sent_to_completions_names_the_one_it_takes(
+    client: httpx.AsyncClient, engine: FakeEngine, name: str, value: int, instead: str
+) -> None:
+    """Ignored, ``max_completion_tokens: 3`` gave 16 tokens and ``top_logprobs: 2`` no log-probabilities."""
+    r = await client.post("/v1/completions", json={**TEXT, name: value})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == name and instead in err["message"], err
+    assert engine.submitted == []
+    ok = await client.post("/v1/completions", json={**TEXT, name: None})
+    assert ok.status_code == 200, ok.text
