@@ -235,7 +235,14 @@ def _render_conformance(doc: dict[str, Any]) -> None:
         "vendor questions (000 §20, 001 §15.2)",
         ["question", "grade", "answer", "evidence", "ask the vendor", "source"],
         [
-            [q["question"], q["grade"], q["answer"], q["evidence"], q.get("ask") or "", q["source"]]
+            [
+                q["question"],
+                _output.styled_verdict(q["grade"]),
+                q["answer"],
+                q["evidence"],
+                q.get("ask") or "",
+                q["source"],
+            ]
             for q in doc["vendor_questions"]
         ],
     )

@@ -187,7 +187,7 @@ def _finish(
         render(report)
         _footer(report, report_path)
     if report.exit_code != 0 and format is not Format.table:
-        _output.info(f"[bold red]{report.verdict}[/]: {escape(report.error or '')}")
+        _output.info(f"{_output.styled_verdict(report.verdict)}: {escape(report.error or '')}")
     return report.exit_code
 
 
@@ -677,7 +677,7 @@ def _render_bringup(result: Report) -> None:
     _output.print_table(f"calctl bringup ({doc['level']})", ["step", "verdict", "key figure", "duration"], rows)
     out = _output.stdout
     for s in doc["summary"]:
-        if s["verdict"] not in ("PASS", "GO", "S2") and s["detail"]:
+        if tone_of(s["verdict"]) is not Tone.GOOD and s["detail"]:  # a step not plainly good says why
             out.print(Padding(f"{escape(s['step'])}: {escape(s['detail'])}", (0, 0, 0, 2)), soft_wrap=False)
     out.print(provenance_line(doc))
     if doc.get("note"):

@@ -166,7 +166,7 @@ def soak(
     else:
         _render_soak(doc)
     if result.error and _output.is_json(format):  # the table's last line says it already (#53 item 7: twice)
-        _output.info(f"[bold red]{escape(result.verdict)}[/]: {escape(result.error)}")
+        _output.info(f"{_output.styled_verdict(result.verdict)}: {escape(result.error)}")
     if result.exit_code != 0 and _output.is_json(format):
         for v in doc["violations"][:10]:
             _output.info(
