@@ -46,7 +46,7 @@ from calctl.serving.core.admission import AdmissionPolicy, CapacityBudget, Tenan
 from calctl.serving.core.decode import DEFAULT_MAX_TENANT_LANE_SHARE, BatchProfile, InactiveLaneContract
 from calctl.serving.core.ids import TenantId
 from calctl.serving.core.prefill import PrefillThresholds, ServiceWeights
-from calctl.serving.core.scheduler import DecodeOptions, LongPrefillQuota, SchedulerSettings
+from calctl.serving.core.settings import DecodeOptions, LongPrefillQuota, SchedulerSettings
 
 SCHEDULER_SCHEMA = "calculet-scheduler/v1"
 DUAL_MODEL_SCHEMA = "calculet-dual-model/v1"

@@ -4,8 +4,11 @@ every verdict word come from ``calctl.report.VERDICTS``; these tests fail when t
 from __future__ import annotations
 
 import ast
+import enum
+import importlib
 import re
 from pathlib import Path
+from typing import TypeGuard
 
 import pytest
 
@@ -129,11 +132,11 @@ NOT_VERDICT_ENUMS = {"ChipMode"}
 _SOURCES = sorted(Path(calctl.__file__).parent.rglob("*.py"))
 
 
-def _enum(dotted: str) -> type:
-    import importlib
-
+def _enum(dotted: str) -> type[enum.Enum]:
     module, _, name = dotted.rpartition(".")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    found = getattr(importlib.import_module(module), name)
+    assert isinstance(found, type) and issubclass(found, enum.Enum), dotted
+    return found
 
 
 @pytest.mark.parametrize("dotted", VERDICT_ENUMS)
@@ -167,7 +170,7 @@ _GRADE = re.compile(r"[CSF][0-9]")
 _VERDICT_NAMES = re.compile(r"verdict|status|grade|outcome|decision", re.IGNORECASE)
 
 
-def _is_word(value: object) -> bool:
+def _is_word(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and bool(re.fullmatch(r"[A-Z][A-Z0-9]*(?:[ -][A-Z0-9]+)*", value))
 
 

@@ -167,4 +167,4 @@ def create_app(engine: EngineClient, settings: ApiSettings | None = None) -> Fas
     return app
 
 
-__all__ = ["ApiSettings", "create_app"]
+__all__ = ["create_app"]

@@ -788,4 +788,4 @@ class DeviceSupervisor:
         return [r.__dict__ for r in self.recoveries]
 
 
-__all__ = ["DeviceSupervisor", "LoadPolicy", "RecoveryPolicy", "RecoveryRecord", "SupervisorOptions"]
+__all__ = ["DeviceSupervisor"]
