@@ -155,14 +155,10 @@ def step_status_of(verdict: str, *, fail_on: Iterable[str] = ()) -> StepStatus:
 
 
 def verdict_of_exit_code(code: int) -> str:
-    """The verdict an exit code stands for, when all that is known is the code (a child step, a refusal)."""
-    return {
-        int(ExitCode.OK): "PASS",
-        int(ExitCode.FAILED): "FAIL",
-        int(ExitCode.DEVICE): "ERROR",
-        int(ExitCode.TIMEOUT): "TIMEOUT",
-        int(ExitCode.INTERRUPTED): "INTERRUPTED",
-    }.get(int(code), "INTERNAL ERROR" if int(code) == int(ExitCode.INTERNAL) else "ERROR")
+    """The verdict an exit code stands for, when all that is known is the code (a child step, a refusal): the
+    table's first word with that code (its plain words come first: PASS before GO, FAIL before NO-GO and F0);
+    a code no verdict has (2, a usage error; a signal's) is ERROR."""
+    return next((w for w, v in VERDICTS.items() if v.code is not None and int(v.code) == int(code)), "ERROR")
 
 
 # ---------------------------------------------------------------------------
