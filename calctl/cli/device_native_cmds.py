@@ -252,9 +252,6 @@ def _render_conformance(doc: dict[str, Any]) -> None:
     _output.stdout.print(f"verdict {_output.styled_verdict(doc['verdict'])} ({counts})")
 
 
-_JUNIT_OUTCOME = {"FAIL": "failure", "TIMEOUT": "error", "UNSUPPORTED": "skipped"}
-
-
 def conformance_junit(doc: dict[str, Any]) -> str:
     """One testcase per check: FAIL a failure, TIMEOUT an error, UNSUPPORTED skipped (never a pass)."""
     props = [(name, str(doc[name])) for name in ("library", "abi", "package")] + [
@@ -265,7 +262,7 @@ def conformance_junit(doc: dict[str, Any]) -> str:
             name=c["name"],
             classname="calctl.device.conformance",
             seconds=c["seconds"],
-            outcome=_JUNIT_OUTCOME.get(c["verdict"]),
+            outcome=_output.junit_outcome(c["verdict"]),
             message=f"UNSUPPORTED: {c['detail']}" if c["verdict"] == "UNSUPPORTED" else c["detail"],
             kind={"FAIL": "fail", "TIMEOUT": "timeout"}.get(c["verdict"], ""),
             text=c["detail"]

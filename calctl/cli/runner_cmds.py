@@ -245,14 +245,6 @@ def _steps_table(report: Report) -> None:
 # ---------------------------------------------------------------------------
 # JUnit: one testcase per step
 
-_JUNIT_OUTCOME = {
-    StepStatus.FAIL: "failure",
-    StepStatus.ERROR: "error",
-    StepStatus.TIMEOUT: "error",
-    StepStatus.INTERRUPTED: "error",
-    StepStatus.SKIP: "skipped",
-}
-
 
 def junit_suites(report: Report) -> list[_output.JunitSuite]:
     suite_name = f"calctl.{report.command.replace(' ', '.')}"
@@ -261,7 +253,7 @@ def junit_suites(report: Report) -> list[_output.JunitSuite]:
             name=s["name"],
             classname=suite_name,
             seconds=s["seconds"],
-            outcome=_JUNIT_OUTCOME.get(StepStatus(s["status"])),
+            outcome=_output.junit_outcome(StepStatus(s["status"]).value),
             message=s["detail"],
             kind="fail" if s["status"] == StepStatus.FAIL.value else s["status"].lower(),
             output=s["detail"],

@@ -272,3 +272,11 @@ def test_docs_cli_md_lists_every_word_of_the_table() -> None:
 
 def test_docs_cli_md_gives_every_word_the_tables_colour() -> None:
     assert _documented_tones() == {w: v.tone for w, v in VERDICTS.items()}
+
+
+def test_junit_outcomes_follow_the_tables_exit_codes() -> None:
+    """One rule for every JUnit writer: exit 1 a failure, another non-zero code an error, not run skipped."""
+    outcomes = {w: _output.junit_outcome(w) for w in VERDICTS}
+    assert {w for w, o in outcomes.items() if o == "failure"} == {"FAIL", "NO-GO", "F0"}
+    assert {w for w, o in outcomes.items() if o == "error"} == {"ERROR", "TIMEOUT", "INTERRUPTED", "INTERNAL ERROR"}
+    assert {w for w, o in outcomes.items() if o == "skipped"} == {"SKIP", "UNSUPPORTED"}
