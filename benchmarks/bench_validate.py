@@ -72,7 +72,7 @@ def build(root: Path, size: int) -> None:
     import yaml
 
     sys.path.insert(0, str(REPO))
-    from calctl.compiler.sample import dump_manifest, refresh_provenance, render_reserved_info
+    from calctl.compiler.writer import dump_manifest, refresh_provenance, render_reserved_info
     from calctl.package.model import MANIFEST, RESERVED_INFO
     from calctl.signing import keys, seal
 

@@ -161,7 +161,7 @@ def _reasons(doc: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     """Why the verdict is what it is: the document's own reasons, else every row that is not plainly good."""
     out = []
     # The error first, whatever the verdict: the signal and where, a deleted ELF behind a soak's FAIL (#53 item 2)
-    if doc.get("error") and doc.get("verdict") not in ("PASS", "GO"):
+    if doc.get("error") and tone_of(doc.get("verdict")) is not Tone.GOOD:
         out.append(visible(str(doc["error"])))
     given = doc.get("reasons")
     if isinstance(given, list) and given:

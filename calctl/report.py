@@ -52,7 +52,12 @@ class VerdictWord(NamedTuple):
 _G, _W, _B, _N = Tone.GOOD, Tone.WARN, Tone.BAD, Tone.NEUTRAL
 
 #: The one verdict table: verdict -> (exit code, tone, meaning). The exit code of every report, the terminal's
-#: colour and the page's colour all come from here (tests/unit/test_verdict_table.py checks every renderer).
+#: colour and the page's colour all come from here (tests/unit/test_verdict_table.py renders every word through
+#: each renderer and fails on a word the code prints that is missing here). The tones, decided once:
+#: * a non-zero exit code is always BAD (red): TIMEOUT, INTERNAL ERROR and F0 fail a run, never grey;
+#: * WARN (yellow) is "exit 0, but a person should look": a named warning, a gate with too few samples, S1, F1,
+#:   a refused optional call;
+#: * NEUTRAL (grey) is "nothing was judged": figures only, not measured, skipped, still running, ask the vendor.
 VERDICTS: dict[str, VerdictWord] = {
     "PASS": VerdictWord(ExitCode.OK, _G, "every check passed"),
     "WARN": VerdictWord(ExitCode.OK, _W, "passed, with warnings; every warning is named"),
@@ -63,17 +68,39 @@ VERDICTS: dict[str, VerdictWord] = {
     "TIMEOUT": VerdictWord(ExitCode.TIMEOUT, _B, "a step hung past its deadline"),
     "INTERRUPTED": VerdictWord(ExitCode.INTERRUPTED, _B, "SIGINT or SIGTERM arrived"),
     "INTERNAL ERROR": VerdictWord(ExitCode.INTERNAL, _B, "a calctl bug; the report says where"),
+    # 001 §17: a decision gate's Go condition met (G0-G5, and accept's M rows) / not met (the downgrade action).
     "GO": VerdictWord(ExitCode.OK, _G, "a decision gate (or every acceptance row) is met"),
     "NO-GO": VerdictWord(ExitCode.FAILED, _B, "a decision gate (or an acceptance row) is not met"),
     # Neutral, never green: a row that was not measured says nothing good about the board (#53 item 3).
     "NOT MEASURED": VerdictWord(ExitCode.OK, _N, "an acceptance row that was not measured, with why"),
+    # 001 §1: S1 (service coexistence: both aliases Ready, the board may run them one after the other) is the
+    # intermediate milestone, S2 (the chips' compute really overlaps) the goal; G3 of 001 §17 declares only S1
+    # when S2 is not shown. So S1 is a pass to look at (yellow, exit 0 unless --require-s2), never red.
     "S1": VerdictWord(ExitCode.OK, _W, "service coexistence (001 §1)"),
     "S2": VerdictWord(ExitCode.OK, _G, "hardware concurrency (001 §1)"),
+    # 001 §13.4: F0 (any runtime fault takes the whole board down, both aliases drained together) fails G4 of
+    # 001 §17 ("at least F1"); F1 (requests and resources isolated, CCU/timeout/reset a shared fault domain) meets
+    # it with a known limit; F2 (reset, unload and KV corruption never touch the other model) is the goal.
     "F0": VerdictWord(ExitCode.FAILED, _B, "fault isolation grade F0 (001 §13.4)"),
     "F1": VerdictWord(ExitCode.OK, _W, "fault isolation grade F1 (001 §13.4)"),
     "F2": VerdictWord(ExitCode.OK, _G, "fault isolation grade F2 (001 §13.4)"),
+    # A check's or a row's word, never a run's final verdict (no exit code).
     "SKIP": VerdictWord(None, _N, "a step did not run; the detail says why"),
     "RUNNING": VerdictWord(None, _N, "a checkpoint of a run still going"),
+    # The library answered NOT_SUPPORTED (or lacks an optional call): a finding about the library, never a pass
+    # and never a failure of what it does offer (docs/calrt-c-abi.md §13); graded C4.
+    "UNSUPPORTED": VerdictWord(None, _W, "the runtime refused or lacks the call; never counted as a pass"),
+    # The grades of a vendor question (001 §1), as measured through the C ABI: C0 shown by evidence here; C1 the
+    # symbol is there but its behaviour was not shown, C2 buildable on confirmed interfaces but not yet accepted
+    # on hardware (both: look again); C3 needs something new from the vendor (not judged here: ask); C4 the
+    # interface does not support it (a finding to act on, not a failed check: the suite still passes).
+    "C0": VerdictWord(None, _G, "shown by evidence measured here (001 §1)"),
+    "C1": VerdictWord(None, _W, "symbol present, behaviour not shown (001 §1)"),
+    "C2": VerdictWord(None, _W, "buildable on confirmed interfaces, not yet accepted on hardware (001 §1)"),
+    "C3": VerdictWord(None, _N, "needs a new vendor compiler, runtime or kernel: ask the vendor (001 §1)"),
+    "C4": VerdictWord(None, _W, "the interface does not support it (001 §1)"),
+    # ``calctl inspect``: the manifest as written, with no file hashed and no signature checked.
+    "UNVERIFIED": VerdictWord(None, _W, "shown as written; contents not hashed, signature not checked"),
 }
 
 
@@ -128,14 +155,10 @@ def step_status_of(verdict: str, *, fail_on: Iterable[str] = ()) -> StepStatus:
 
 
 def verdict_of_exit_code(code: int) -> str:
-    """The verdict an exit code stands for, when all that is known is the code (a child step, a refusal)."""
-    return {
-        int(ExitCode.OK): "PASS",
-        int(ExitCode.FAILED): "FAIL",
-        int(ExitCode.DEVICE): "ERROR",
-        int(ExitCode.TIMEOUT): "TIMEOUT",
-        int(ExitCode.INTERRUPTED): "INTERRUPTED",
-    }.get(int(code), "INTERNAL ERROR" if int(code) == int(ExitCode.INTERNAL) else "ERROR")
+    """The verdict an exit code stands for, when all that is known is the code (a child step, a refusal): the
+    table's first word with that code (its plain words come first: PASS before GO, FAIL before NO-GO and F0);
+    a code no verdict has (2, a usage error; a signal's) is ERROR."""
+    return next((w for w, v in VERDICTS.items() if v.code is not None and int(v.code) == int(code)), "ERROR")
 
 
 # ---------------------------------------------------------------------------

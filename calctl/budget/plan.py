@@ -35,7 +35,7 @@ from calctl.budget.weights import count_params, weight_bytes
 from calctl.errors import UsageError
 
 #: Per-chip local DRAM assumed when nothing states it: the reference board class
-#: (the mock board's figure, calctl.compiler.sample.CHIP_DRAM_BYTES). 001 §8.2: only the
+#: (the mock board's figure, calctl.compiler.writer.CHIP_DRAM_BYTES). 001 §8.2: only the
 #: vendor-confirmed local figure is a real input.
 DEFAULT_CHIP_DRAM_BYTES = 16 * GIB
 

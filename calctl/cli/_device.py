@@ -72,7 +72,7 @@ def check_fault_plan(fault_plan: Path | None) -> None:
     except OSError:
         raise UsageError(f"--fault-plan {fault_plan}: no such file") from None
     if not stat.S_ISREG(mode):
-        from calctl.signing.files import kind_phrase
+        from calctl.filekind import kind_phrase
 
         raise UsageError(f"--fault-plan {fault_plan}: is {kind_phrase(mode)}, not a regular file")
 

@@ -23,6 +23,7 @@ from rich.segment import Segment
 from rich.table import Table
 
 from calctl import textsafe
+from calctl.errors import ExitCode
 from calctl.records import dumps
 from calctl.report import VERDICTS, Report, Tone, tone_of
 
@@ -229,6 +230,22 @@ def styled_verdict(verdict: str) -> str:
     if verdict.upper() not in VERDICTS:
         return verdict
     return f"[{TONE_STYLE[tone_of(verdict)]}]{verdict}[/]"
+
+
+#: Words with no exit code that say the thing was not run or not offered: JUnit's ``skipped`` (never a pass).
+_NOT_RUN = frozenset({"SKIP", "UNSUPPORTED"})
+
+
+def junit_outcome(verdict: str) -> str | None:
+    """JUnit's outcome of a step's or a check's word, from its exit code in calctl.report.VERDICTS: a failed check
+    (exit 1) ``failure``, any other non-zero code (device error, timeout, interrupt, internal error) ``error``,
+    a word that says it did not run ``skipped``, everything else passed (None)."""
+    word = VERDICTS.get(verdict)
+    if word is None or word.code is None:
+        return "skipped" if verdict in _NOT_RUN else None
+    if word.code == ExitCode.OK:
+        return None
+    return "failure" if word.code == ExitCode.FAILED else "error"
 
 
 def warning_summary(ids: Iterable[str]) -> str:

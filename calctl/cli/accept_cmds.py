@@ -256,7 +256,7 @@ def _render(result: Report) -> None:
         if r["verdict"] == "NO-GO":
             out.print(
                 Padding(
-                    f"{r['id']} [bold red]NO-GO[/]: {escape(r['reason'])}. [bold]Action:[/] {escape(r['action'])}",
+                    f"{r['id']} {_output.styled_verdict('NO-GO')}: {escape(r['reason'])}. [bold]Action:[/] {escape(r['action'])}",
                     (0, 0, 0, 2),
                 ),
                 soft_wrap=False,

@@ -235,7 +235,14 @@ def _render_conformance(doc: dict[str, Any]) -> None:
         "vendor questions (000 §20, 001 §15.2)",
         ["question", "grade", "answer", "evidence", "ask the vendor", "source"],
         [
-            [q["question"], q["grade"], q["answer"], q["evidence"], q.get("ask") or "", q["source"]]
+            [
+                q["question"],
+                _output.styled_verdict(q["grade"]),
+                q["answer"],
+                q["evidence"],
+                q.get("ask") or "",
+                q["source"],
+            ]
             for q in doc["vendor_questions"]
         ],
     )
@@ -243,9 +250,6 @@ def _render_conformance(doc: dict[str, Any]) -> None:
     _output.stdout.print(f"[{style}]{escape(doc['note'])}[/]")
     counts = ", ".join(f"{n} {k}" for k, n in doc["counts"].items() if n)
     _output.stdout.print(f"verdict {_output.styled_verdict(doc['verdict'])} ({counts})")
-
-
-_JUNIT_OUTCOME = {"FAIL": "failure", "TIMEOUT": "error", "UNSUPPORTED": "skipped"}
 
 
 def conformance_junit(doc: dict[str, Any]) -> str:
@@ -258,7 +262,7 @@ def conformance_junit(doc: dict[str, Any]) -> str:
             name=c["name"],
             classname="calctl.device.conformance",
             seconds=c["seconds"],
-            outcome=_JUNIT_OUTCOME.get(c["verdict"]),
+            outcome=_output.junit_outcome(c["verdict"]),
             message=f"UNSUPPORTED: {c['detail']}" if c["verdict"] == "UNSUPPORTED" else c["detail"],
             kind={"FAIL": "fail", "TIMEOUT": "timeout"}.get(c["verdict"], ""),
             text=c["detail"]

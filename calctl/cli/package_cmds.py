@@ -212,7 +212,8 @@ def _print_pack(
         )
     if stale and not refreshed:  # never "sealed, signed" as if the package were whole (#53 item 5)
         _output.stdout.print(
-            f"[bold yellow]WARN[/] sealed {escape(str(directory))}: {files} files, signed by {kid}{escape(tail)}, but "
+            f"{_output.styled_verdict('WARN')} sealed {escape(str(directory))}: {files} files, "
+            f"signed by {kid}{escape(tail)}, but "
             f"build-provenance.json describes another build: {escape(stale.describe())}; validate fails PROV002. "
             "If the edit is legitimate, run again with --refresh-provenance to record it."
         )
@@ -290,7 +291,7 @@ def verify(
                     more = sum(1 for g in findings if g.check == f.check) - MAX_SHOWN_PER_CHECK
                     _output.stdout.print(f"[dim]... and {more:,} more {f.check} findings (--format json lists all)[/]")
                 continue
-            level = "[yellow]warning[/]" if ok else "[red]FAIL[/]"
+            level = "[yellow]warning[/]" if ok else _output.styled_verdict("FAIL")
             _output.stdout.print(f"{level} {f.check}: {safe(f.file)}: {safe(f.message)}", highlight=False)
         if ok:
             who = (
@@ -334,7 +335,7 @@ def inspect(
         f"digest sha256:{doc['digest']}  signer: {doc['signer_key_id'] or 'unknown (no trusted key verifies it)'}"
     )
     _output.stdout.print(
-        "[bold yellow]UNVERIFIED[/]: inspect shows the manifest as written; file contents were not hashed and no "
+        f"{_output.styled_verdict('UNVERIFIED')}: inspect shows the manifest as written; file contents were not hashed and no "
         "validation rule ran (run `calctl verify` or `calctl validate` first)"
     )
     rows = []

@@ -187,7 +187,7 @@ def _finish(
         render(report)
         _footer(report, report_path)
     if report.exit_code != 0 and format is not Format.table:
-        _output.info(f"[bold red]{report.verdict}[/]: {escape(report.error or '')}")
+        _output.info(f"{_output.styled_verdict(report.verdict)}: {escape(report.error or '')}")
     return report.exit_code
 
 
@@ -245,14 +245,6 @@ def _steps_table(report: Report) -> None:
 # ---------------------------------------------------------------------------
 # JUnit: one testcase per step
 
-_JUNIT_OUTCOME = {
-    StepStatus.FAIL: "failure",
-    StepStatus.ERROR: "error",
-    StepStatus.TIMEOUT: "error",
-    StepStatus.INTERRUPTED: "error",
-    StepStatus.SKIP: "skipped",
-}
-
 
 def junit_suites(report: Report) -> list[_output.JunitSuite]:
     suite_name = f"calctl.{report.command.replace(' ', '.')}"
@@ -261,7 +253,7 @@ def junit_suites(report: Report) -> list[_output.JunitSuite]:
             name=s["name"],
             classname=suite_name,
             seconds=s["seconds"],
-            outcome=_JUNIT_OUTCOME.get(StepStatus(s["status"])),
+            outcome=_output.junit_outcome(StepStatus(s["status"]).value),
             message=s["detail"],
             kind="fail" if s["status"] == StepStatus.FAIL.value else s["status"].lower(),
             output=s["detail"],
@@ -659,7 +651,7 @@ def _render_bringup(result: Report) -> None:
     _output.print_table(f"calctl bringup ({doc['level']})", ["step", "verdict", "key figure", "duration"], rows)
     out = _output.stdout
     for s in doc["summary"]:
-        if s["verdict"] not in ("PASS", "GO", "S2") and s["detail"]:
+        if tone_of(s["verdict"]) is not Tone.GOOD and s["detail"]:  # a step not plainly good says why
             out.print(Padding(f"{escape(s['step'])}: {escape(s['detail'])}", (0, 0, 0, 2)), soft_wrap=False)
     out.print(provenance_line(doc))
     if doc.get("note"):

@@ -172,7 +172,7 @@ def _emit(result: Report, format: TableJson) -> None:
         return
     _output.emit_json(result)
     if result.error:  # the table's last line says it already (#53 item 7: twice)
-        _output.info(f"[bold red]{escape(result.verdict)}[/]: {escape(result.error)}")
+        _output.info(f"{_output.styled_verdict(result.verdict)}: {escape(result.error)}")
     if result.exit_code != 0:
         for v in doc["violations"][:10]:
             _output.info(

@@ -33,18 +33,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from tokenizers import Tokenizer
 
 from calctl.compiler.writer import (
-    CHIP_DRAM_BYTES,
-    EM_RISCV,
     MIB,
     BuildInfo,
     GoldenCase,
     ModelContent,
     ModelPlacement,
     PackageSpec,
-    dump_manifest,
-    kv_bytes,
-    refresh_provenance,
-    render_reserved_info,
     write_package,
 )
 from calctl.errors import UsageError
@@ -65,20 +59,14 @@ GOLDEN_PROMPTS = (
 )
 
 __all__ = [
-    "CHIP_DRAM_BYTES",
-    "EM_RISCV",
     "GENERATOR_REVISION",
     "GOLDEN_LOGIT_STEP",
     "GOLDEN_MARGIN",
     "GOLDEN_TOLERANCE",
     "KINDS",
     "build_sample",
-    "dump_manifest",
     "golden_logits",
-    "kv_bytes",
     "plan_models",
-    "refresh_provenance",
-    "render_reserved_info",
 ]
 
 

@@ -230,6 +230,8 @@ def read_report(report_dir: Path) -> dict[str, Any]:
         raise ReportUnreadable(f"{path}: not a report (a JSON object expected)")
     if not isinstance(doc.get("verdict"), str) or doc["verdict"] not in VERDICTS:
         raise ReportUnreadable(f"{path}: verdict {doc.get('verdict')!r} is not a verdict of docs/cli.md")
+    if VERDICTS[doc["verdict"]].code is None:  # a checkpoint (RUNNING) or a step's word: the run did not end
+        raise ReportUnreadable(f"{path}: verdict {doc['verdict']!r} is not a run's final verdict (docs/cli.md)")
     return doc
 
 

@@ -23,8 +23,8 @@ from typing import IO, Any, cast
 
 from calctl import textsafe
 from calctl.errors import PackageFormatError, UsageError
+from calctl.filekind import kind_phrase
 from calctl.records import atomic_output
-from calctl.signing.files import kind_phrase
 
 #: Ceilings for extraction (docs/package-format.md "Limits"); a real board package holds two ~8.5 GiB blobs
 #: and a few dozen files.

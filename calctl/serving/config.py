@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from calctl.serving.core.admission import AdmissionPolicy, CapacityBudget, Tenan
 from calctl.serving.core.decode import DEFAULT_MAX_TENANT_LANE_SHARE, BatchProfile, InactiveLaneContract
 from calctl.serving.core.ids import TenantId
 from calctl.serving.core.prefill import PrefillThresholds, ServiceWeights
-from calctl.serving.core.scheduler import DecodeOptions, LongPrefillQuota, SchedulerSettings
+from calctl.serving.core.settings import DecodeOptions, LongPrefillQuota, SchedulerSettings
 
 SCHEDULER_SCHEMA = "calculet-scheduler/v1"
 DUAL_MODEL_SCHEMA = "calculet-dual-model/v1"
@@ -412,56 +412,52 @@ def cross_check_dual_model(config: DualModelConfig, package: Package) -> None:
                 ("/models", f"package model {alias!r} has no entry (a combined package serves all its models)")
             )
     for entry in config.models:
-        at = entry.pointer
-        model = _find_model(package, entry.alias)
-        if model is None:
-            problems.append(
-                (f"{at}/alias", f"{entry.alias!r} is not a model of the package ({_names(package.aliases)})")
-            )
-            continue
-        if entry.chip_id not in chips:
-            problems.append((f"{at}/chip_id", f"{entry.chip_id} is not one of the package's chips {chips}"))
-        elif entry.chip_id not in model.target_chips:
-            problems.append(
-                (
-                    f"{at}/chip_id",
-                    f"model {entry.alias!r} targets chips {list(model.target_chips)}, not {entry.chip_id}",
-                )
-            )
-        for fld, name, kind in (
-            ("prefill_graph", entry.prefill_graph, GraphKind.PREFILL),
-            ("decode_graph", entry.decode_graph, GraphKind.DECODE),
-        ):
-            graph = _find_graph(package, name)
-            if graph is None:
-                problems.append((f"{at}/{fld}", f"no graph named {name!r} in the package"))
-                continue
-            if graph.model_alias != entry.alias or graph.kind is not kind:
-                problems.append(
-                    (
-                        f"{at}/{fld}",
-                        f"graph {name!r} is the {graph.kind.value} graph of model {graph.model_alias!r}, "
-                        f"not a {kind.value} graph of {entry.alias!r}",
-                    )
-                )
-                continue
-            if entry.chip_id in chips and entry.chip_id not in graph.target_chips:
-                problems.append(
-                    (f"{at}/{fld}", f"graph {name!r} targets chips {list(graph.target_chips)}, not {entry.chip_id}")
-                )
-            if entry.context_limit > graph.max_seq:
-                problems.append(
-                    (f"{at}/context_limit", f"{entry.context_limit} exceeds graph {name!r} max_seq {graph.max_seq}")
-                )
-        arch_ctx = model.architecture.context_limit
-        if entry.context_limit > arch_ctx:
-            problems.append(
-                (f"{at}/context_limit", f"{entry.context_limit} exceeds model {entry.alias!r} context limit {arch_ctx}")
-            )
-        if entry.scheduler is not None:
-            problems.extend(_scheduler_vs_package(entry.scheduler, package))
+        problems.extend(_model_entry_vs_package(entry, package, chips))
     if problems:
         raise ConfigFieldError(config.source, problems, hint="the configuration must match the signed manifest")
+
+
+def _model_entry_vs_package(entry: DualModelEntry, package: Package, chips: list[int]) -> Iterator[Problem]:
+    """The mismatches of one ``models`` entry: its model, chip, graphs, context limit and own scheduler."""
+    at = entry.pointer
+    model = _find_model(package, entry.alias)
+    if model is None:
+        yield (f"{at}/alias", f"{entry.alias!r} is not a model of the package ({_names(package.aliases)})")
+        return
+    if entry.chip_id not in chips:
+        yield (f"{at}/chip_id", f"{entry.chip_id} is not one of the package's chips {chips}")
+    elif entry.chip_id not in model.target_chips:
+        yield (f"{at}/chip_id", f"model {entry.alias!r} targets chips {list(model.target_chips)}, not {entry.chip_id}")
+    yield from _entry_graph_vs_package(entry, "prefill_graph", entry.prefill_graph, GraphKind.PREFILL, package, chips)
+    yield from _entry_graph_vs_package(entry, "decode_graph", entry.decode_graph, GraphKind.DECODE, package, chips)
+    arch_ctx = model.architecture.context_limit
+    if entry.context_limit > arch_ctx:
+        yield (f"{at}/context_limit", f"{entry.context_limit} exceeds model {entry.alias!r} context limit {arch_ctx}")
+    if entry.scheduler is not None:
+        yield from _scheduler_vs_package(entry.scheduler, package)
+
+
+def _entry_graph_vs_package(
+    entry: DualModelEntry, fld: str, name: str, kind: GraphKind, package: Package, chips: list[int]
+) -> Iterator[Problem]:
+    """The mismatches of one graph an entry names (``fld``): it exists, is ``kind`` of the entry's model, runs on
+    the entry's chip and holds its context."""
+    at = entry.pointer
+    graph = _find_graph(package, name)
+    if graph is None:
+        yield (f"{at}/{fld}", f"no graph named {name!r} in the package")
+        return
+    if graph.model_alias != entry.alias or graph.kind is not kind:
+        yield (
+            f"{at}/{fld}",
+            f"graph {name!r} is the {graph.kind.value} graph of model {graph.model_alias!r}, "
+            f"not a {kind.value} graph of {entry.alias!r}",
+        )
+        return
+    if entry.chip_id in chips and entry.chip_id not in graph.target_chips:
+        yield (f"{at}/{fld}", f"graph {name!r} targets chips {list(graph.target_chips)}, not {entry.chip_id}")
+    if entry.context_limit > graph.max_seq:
+        yield (f"{at}/context_limit", f"{entry.context_limit} exceeds graph {name!r} max_seq {graph.max_seq}")
 
 
 def batch_profiles(config: SchedulerConfig, model: Model) -> tuple[BatchProfile, ...]:

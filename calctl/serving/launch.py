@@ -211,14 +211,15 @@ def _serve(opts: ServeOptions, sock: socket.socket, info: Callable[[str], None])
     import uvicorn
 
     from calctl.runtime import open_runtime, select_board
-    from calctl.serving.api.app import ApiSettings, create_app
+    from calctl.serving.api.app import create_app
+    from calctl.serving.api.auth import ApiSettings
     from calctl.serving.api.guard import DEFAULT_MAX_BODY_BYTES
     from calctl.serving.api.server import DrainingServer
     from calctl.serving.config import load_dual_model_config, normalize_digest
     from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
     from calctl.serving.engine.audit import BoardAudit
     from calctl.serving.engine.metrics import EngineMetrics
-    from calctl.serving.engine.supervisor import LoadPolicy
+    from calctl.serving.engine.options import LoadPolicy
 
     board = select_board(opts.device)
     logging.basicConfig(

@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from calctl.filekind import kind_name, kind_phrase
+from calctl.filekind import kind_phrase
 
 CHECKSUMS = "checksums.sha256"
 SIGNATURE = "checksums.sha256.sig"
@@ -83,4 +83,4 @@ def read_regular(path: Path | str, limit: int, *, head: bool = False) -> bytes:
     return data
 
 
-__all__ = ["CHECKSUMS", "SEAL_FILES", "SIGNATURE", "NotReadable", "kind_name", "kind_phrase", "read_regular"]
+__all__ = ["CHECKSUMS", "SEAL_FILES", "SIGNATURE", "NotReadable", "read_regular"]

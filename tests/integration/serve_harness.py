@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from calctl.runtime import open_runtime
-from calctl.serving.api.app import ApiSettings, create_app
+from calctl.serving.api.app import create_app
+from calctl.serving.api.auth import ApiSettings
 from calctl.serving.config import load_dual_model_config
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
 from calctl.signing.policy import make_policy

@@ -26,20 +26,20 @@ from pathlib import Path
 
 import numpy as np
 
-from calctl.model import tiny
+from calctl.model import decoder
 from calctl.package.reader import load_manifest
 from tests.conftest import FIXTURE_PACKAGES, REPO, TEST_KEY, TEST_PUB, Cli, assert_passed
 from tests.unit.package.sample_compare import assert_reproduces
 
 # The RMSNorm functions of the reference and cached paths, wherever the decoder keeps them.
-NORMS = (("calctl.model.tiny", "_rms_norm"), ("calctl.model.decoder", "_ref_rms"), ("calctl.model.decoder", "_rms"))
+NORMS = (("calctl.model.decoder", "_ref_rms"), ("calctl.model.decoder", "_rms"))
 # Runs calctl's CLI with the float path nudged; argv[1] is a file for the float32 reference digest.
 OTHER_MACHINE = f"NORMS = {NORMS!r}\n" + textwrap.dedent(
     """
     import hashlib, importlib, sys
     from pathlib import Path
     import numpy as np
-    from calctl.model import tiny
+    from calctl.model import decoder
 
     def nudge(norm):
         def nudged(x, w, eps):
@@ -66,9 +66,9 @@ OTHER_MACHINE = f"NORMS = {NORMS!r}\n" + textwrap.dedent(
         pkg = load_manifest(Path(argv[0]))
         with open(digest_file, "w") as f:
             for m in pkg.models:
-                params = tiny.load_params(pkg.root, m.params)
+                params = decoder.load_params(pkg.root, m.params)
                 prompt = np.load(pkg.root / m.golden.prompt.file)[0]
-                logits = tiny.reference_logits(params, m.architecture, prompt, dtype=np.float32)[-1]
+                logits = decoder.reference_logits(params, m.architecture, prompt, dtype=np.float32)[-1]
                 f.write(hashlib.sha256(logits.tobytes()).hexdigest())
                 f.write("\\n")
         argv = argv[1:]
@@ -113,9 +113,9 @@ def test_sample_packages_from_two_machines_pass_golden_against_each_other(tmp_pa
     pkg = load_manifest(committed)
     here = []
     for m in pkg.models:
-        params = tiny.load_params(pkg.root, m.params)
+        params = decoder.load_params(pkg.root, m.params)
         prompt = np.load(pkg.root / m.golden.prompt.file)[0]
-        logits = tiny.reference_logits(params, m.architecture, prompt, dtype=np.float32)[-1]
+        logits = decoder.reference_logits(params, m.architecture, prompt, dtype=np.float32)[-1]
         here.append(hashlib.sha256(logits.tobytes()).hexdigest())
     there = digests.read_text().split()
     assert len(there) == len(here) and all(a != b for a, b in zip(here, there, strict=True)), (

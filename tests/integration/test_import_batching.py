@@ -23,7 +23,8 @@ import pytest
 from calctl.package.reader import load_manifest
 from calctl.runtime import open_runtime
 from calctl.runtime.mock import compute
-from calctl.serving.api.app import ApiSettings, create_app
+from calctl.serving.api.app import create_app
+from calctl.serving.api.auth import ApiSettings
 from calctl.serving.config import load_scheduler_config
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions
 from calctl.signing.policy import make_policy

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calctl.model import tiny
+from calctl.model import decoder
 from calctl.package.model import Architecture, Package, ParamTensor
 from calctl.package.reader import load_manifest
 from calctl.runtime import open_runtime
@@ -82,7 +82,7 @@ def _variant(tmp: Path, *, bias: bool, qk_norm: bool, tied: bool) -> tuple[Packa
     pkg = load_manifest(root)
     model = pkg.model(ALIAS)
     arch = model.architecture
-    params = tiny.load_params(root, model.params)
+    params = decoder.load_params(root, model.params)
     rng = np.random.default_rng(18)
     extra: list[tuple[str, np.ndarray, str]] = []
     for i in range(arch.n_layers):
@@ -155,8 +155,8 @@ def test_board_matches_numpy(
                 got = outs.read("logits")[0].copy()
             seqs.append(token)
         # The plain package's numbers differ from this variant's: the flags really changed the compute.
-        plain = tiny.reference_logits(
-            tiny.load_params(pkg.root, load_manifest(pkg.root).model(ALIAS).params),
+        plain = decoder.reference_logits(
+            decoder.load_params(pkg.root, load_manifest(pkg.root).model(ALIAS).params),
             load_manifest(pkg.root).model(ALIAS).architecture,
             np.array(prompt),
         )[-1]

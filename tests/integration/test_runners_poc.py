@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from calctl.compiler import sample
+from calctl.compiler import writer
 from calctl.package.model import MANIFEST, RESERVED_INFO
 from calctl.signing import keys, seal
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, Cli, CliResult, assert_no_traceback
@@ -61,11 +61,11 @@ def _resealed(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
     shutil.copytree(FIXTURE_PACKAGES / "combined", root)
     doc = yaml.safe_load((root / MANIFEST).read_text())
     edit(doc)
-    (root / MANIFEST).write_bytes(sample.dump_manifest(doc))
+    (root / MANIFEST).write_bytes(writer.dump_manifest(doc))
     (root / RESERVED_INFO).write_bytes(
-        sample.render_reserved_info(doc["memory_plan"], doc["device_cfg"]["chip_dram_bytes"])
+        writer.render_reserved_info(doc["memory_plan"], doc["device_cfg"]["chip_dram_bytes"])
     )
-    sample.refresh_provenance(root)
+    writer.refresh_provenance(root)
     seal.seal(root, keys.load_private(TEST_KEY))
     return root
 

@@ -14,7 +14,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from calctl.serving.api.app import ApiSettings, create_app
+from calctl.serving.api.app import create_app
+from calctl.serving.api.auth import ApiSettings
 from calctl.serving.protocol import EngineRejection, FinishReason, RejectCode
 from tests.unit.serving_api.api_harness import ServerThread
 from tests.unit.serving_api.fake_engine import DEFAULT_TEXT, FakeEngine, package_codec

@@ -15,9 +15,10 @@ import pytest
 
 from calctl.package.info import package_digest
 from calctl.runtime import open_runtime
-from calctl.serving.api.app import ApiSettings, create_app
+from calctl.serving.api.app import create_app
+from calctl.serving.api.auth import ApiSettings
 from calctl.serving.engine import DeviceSupervisor, ServingEngine, SupervisorOptions, UnloadResult
-from calctl.serving.engine.supervisor import LoadPolicy
+from calctl.serving.engine.options import LoadPolicy
 from calctl.signing.policy import make_policy
 from tests.conftest import TEST_PUB
 from tests.integration.serve_harness import COMBINED

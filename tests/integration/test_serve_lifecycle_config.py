@@ -13,7 +13,7 @@ from calctl.package.info import package_digest
 from calctl.runtime import open_runtime
 from calctl.serving.config import ConfigFieldError, load_dual_model_config, load_scheduler_config
 from calctl.serving.engine import DeviceSupervisor, SupervisorOptions
-from calctl.serving.engine.supervisor import LoadPolicy
+from calctl.serving.engine.options import LoadPolicy
 from calctl.serving.launch import load_scheduler_files
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB, Cli, assert_no_traceback

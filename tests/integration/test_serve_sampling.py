@@ -2,7 +2,7 @@
 official ``openai`` client (issue 49 item 3).
 
 The expected tokens and log-probabilities come from the package's own float64 reference forward
-(``calctl.model.tiny.reference_logits``) with the parameters applied by ``sampling_reference`` (no calctl
+(``calctl.model.decoder.reference_logits``) with the parameters applied by ``sampling_reference`` (no calctl
 sampling code), so each parameter is checked end to end: the served greedy tokens are the reference's
 argmax after the penalties and the bias, and every logprob is the reference's raw log-softmax to 1e-3.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import openai
 import pytest
 
-from calctl.model import tiny
+from calctl.model import decoder
 from calctl.package.reader import load_manifest
 from calctl.serving.api.logprobs import TokenNames
 from calctl.serving.protocol import SamplingParams
@@ -47,7 +47,7 @@ def client(served: Served) -> Iterator[openai.OpenAI]:
 @pytest.fixture(scope="module")
 def model() -> tuple[dict[str, np.ndarray], Any]:
     m = load_manifest(COMBINED).model(ALIAS)
-    return tiny.load_params(COMBINED, m.params), m.architecture
+    return decoder.load_params(COMBINED, m.params), m.architecture
 
 
 def reference(
@@ -58,7 +58,7 @@ def reference(
     params, arch = model
     seq, out = list(prompt), []
     for _ in range(steps):
-        raw = tiny.reference_logits(params, arch, np.array(seq), dtype=np.float64, last_only=True)[0]
+        raw = decoder.reference_logits(params, arch, np.array(seq), dtype=np.float64, last_only=True)[0]
         z = np.array(ref_logits(raw, s, tuple(prompt), tuple(seq[len(prompt) :])))
         top2 = np.sort(z)[-2:]
         if top2[1] - top2[0] < MARGIN:
@@ -78,7 +78,7 @@ def _prompt() -> list[int]:
 def along(model: tuple[dict[str, np.ndarray], Any], prompt: list[int], tokens: list[int]) -> list[list[float]]:
     """The float64 raw log-probabilities at each served token's position (the served tokens fed back)."""
     params, arch = model
-    rows = tiny.reference_logits(params, arch, np.array(prompt + tokens), dtype=np.float64)
+    rows = decoder.reference_logits(params, arch, np.array(prompt + tokens), dtype=np.float64)
     return [ref_log_softmax(rows[len(prompt) - 1 + i]) for i in range(len(tokens))]
 
 

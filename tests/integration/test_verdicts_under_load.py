@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from calctl.compiler import sample
+from calctl.compiler import writer
 from calctl.signing import keys, seal
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB
 from tests.cpu_load import busy_host
@@ -94,7 +94,7 @@ def test_a_golden_mismatch_is_g1_no_go(host: str, tmp_path: Path) -> None:
     want = np.load(tokens)
     want[3] = (int(want[3]) + 1) % 384  # the package's golden says another token than the model computes
     np.save(tokens, want)
-    sample.refresh_provenance(pkg)
+    writer.refresh_provenance(pkg)
     seal.seal(pkg, keys.load_private(TEST_KEY))
     code, rows, err = _accept("G1", pkg, tmp_path / "r")
     assert code == 1, err[-2000:]

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from calctl import textsafe
 from calctl.errors import CalctlError
+from calctl.filekind import kind_name
 from calctl.package import npy, reader, schemas, tokenizer_file
 from calctl.package.elfdefs import (
     PN_XNUM,
@@ -42,7 +43,7 @@ from calctl.package.elfdefs import (
 from calctl.package.model import COMPATIBILITY, MANIFEST, PROVENANCE, Package, package_from_document
 from calctl.package.rules.base import Need
 from calctl.signing import seal
-from calctl.signing.files import CHECKSUMS, SIGNATURE, NotReadable, kind_name, read_regular
+from calctl.signing.files import CHECKSUMS, SIGNATURE, NotReadable, read_regular
 from calctl.signing.keys import TrustedKey
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -81,7 +82,7 @@ class EntryKind(str, enum.Enum):
 
 
 def _kind_of(mode: int) -> EntryKind:
-    return EntryKind(kind_name(mode))  # the values are calctl.signing.files' kind names
+    return EntryKind(kind_name(mode))  # the values are calctl.filekind's kind names
 
 
 @dataclass(frozen=True)

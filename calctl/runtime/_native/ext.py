@@ -9,7 +9,7 @@ the package directory, the byte offset, the dtype and the element count
 (docs/calrt-c-abi.md §11). The board reads and converts the blobs itself: q4_0, q4_1
 and q8_0 matrices (GGML blocks, ``CALRT_EXT_DTYPE_Q*``) are dequantised to float32 at load.
 
-Tensor names are the package's (``calctl.model.tiny.param_layout``):
+Tensor names are the package's (``calctl.model.decoder.param_layout``):
 ``embed``, ``final_norm``, ``lm_head`` and ``layers.N.<role>``. Optional
 families (001 §8.3 first targets) are flags derived from what the package
 holds: q/k/v biases (``bq``/``bk``/``bv``), q/k RMSNorm (``q_norm``/``k_norm``),

@@ -607,4 +607,4 @@ def open_mock(**options: object) -> MockRuntime:
     return MockRuntime(config)
 
 
-__all__ = ["MockBoardConfig", "MockRuntime", "open_mock"]
+__all__ = ["MockRuntime", "open_mock"]

@@ -191,4 +191,4 @@ def _admin_package(raw: bytes) -> str | JSONResponse | None:
     return package
 
 
-__all__ = ["ApiSettings", "create_app"]
+__all__ = ["create_app"]

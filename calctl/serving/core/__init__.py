@@ -59,23 +59,21 @@ from calctl.serving.core.request import (
 )
 from calctl.serving.core.scheduler import (
     DecodeJob,
-    DecodeOptions,
     Event,
     Job,
     JobOutcome,
     JobStatus,
     LaneReleased,
     LaneResult,
-    LongPrefillQuota,
     PrefillJob,
     RecoveryNeeded,
     Scheduler,
     SchedulerOutput,
-    SchedulerSettings,
     SchedulerStats,
     StaleCompletion,
     TokenEmitted,
 )
+from calctl.serving.core.settings import DecodeOptions, LongPrefillQuota, SchedulerSettings
 
 __all__ = [
     "Admission",

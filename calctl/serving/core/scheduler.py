@@ -67,7 +67,7 @@ from calctl.serving.core.request import (
     SequenceState,
     TerminalEvent,
 )
-from calctl.serving.core.settings import DecodeOptions, LongPrefillQuota, SchedulerSettings
+from calctl.serving.core.settings import SchedulerSettings
 
 _S = RequestState
 _HOLDS_DEVICE_STATE = frozenset({_S.PREFILL_READY, _S.PREFILL_RUNNING, _S.DECODE_READY, _S.DECODE_RUNNING})
@@ -771,17 +771,14 @@ class Scheduler:
 
 __all__ = [
     "DecodeJob",
-    "DecodeOptions",
     "Event",
     "JobOutcome",
     "JobStatus",
     "LaneReleased",
     "LaneResult",
-    "LongPrefillQuota",
     "PrefillJob",
     "RecoveryNeeded",
     "Scheduler",
-    "SchedulerSettings",
     "StaleCompletion",
     "TokenEmitted",
 ]

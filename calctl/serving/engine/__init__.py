@@ -15,8 +15,9 @@ from typing import Any
 from calctl.errors import ConfigError
 from calctl.serving.config import ExecutorMode
 from calctl.serving.core.admission import ModelState
-from calctl.serving.engine.loop import CoreOptions, EngineCore
+from calctl.serving.engine.loop import EngineCore
 from calctl.serving.engine.metrics import ChipSnapshot, EngineSnapshot, SnapshotCollector
+from calctl.serving.engine.options import CoreOptions, SupervisorOptions
 from calctl.serving.engine.output import record_refusal
 from calctl.serving.engine.recovery import trace_row
 from calctl.serving.engine.results import (
@@ -27,7 +28,7 @@ from calctl.serving.engine.results import (
     UnloadResult,
 )
 from calctl.serving.engine.streams import EngineStream
-from calctl.serving.engine.supervisor import DeviceSupervisor, SupervisorOptions
+from calctl.serving.engine.supervisor import DeviceSupervisor
 from calctl.serving.protocol import EngineRejection, GenerationRequest, ModelInfo, Refusal, RejectCode
 from calctl.serving.text import TextCodec
 

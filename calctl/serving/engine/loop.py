@@ -616,4 +616,4 @@ class EngineCore:
         self._quarantined_n = len(self._exec.quarantine)
 
 
-__all__ = ["CoreOptions", "EngineCore", "Lifecycle", "RecoveryRequest"]
+__all__ = ["EngineCore", "Lifecycle", "RecoveryRequest"]

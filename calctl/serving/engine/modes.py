@@ -29,7 +29,7 @@ from typing import Any
 
 from calctl.runtime.buffers import HostBuffer
 from calctl.runtime.types import Engine, KvSeqId
-from calctl.serving.config import DowngradePolicy, ExecutorMode
+from calctl.serving.config import ExecutorMode
 from calctl.serving.core.ids import JobId, RequestId
 
 BANKS = (Engine.PING, Engine.PONG)
@@ -187,10 +187,8 @@ def _shared(a: _Slot, b: _Slot) -> list[str]:
 __all__ = [
     "BANKS",
     "BankSlots",
-    "DowngradePolicy",
     "DowngradeReason",
     "DowngradeRecord",
-    "ExecutorMode",
     "OperatorModeChange",
     "SlotConflict",
 ]

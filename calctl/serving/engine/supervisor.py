@@ -520,4 +520,4 @@ class DeviceSupervisor(BoardRecovery):
             return drained
 
 
-__all__ = ["DeviceSupervisor", "LoadPolicy", "RecoveryPolicy", "RecoveryRecord", "SupervisorOptions"]
+__all__ = ["DeviceSupervisor"]

@@ -93,6 +93,16 @@ def test_a_directory_without_a_report_is_an_infrastructure_error_row(tmp_path: P
     assert rows["b0"]["verdict"] == "PASS" and report.verdict == "ERROR"
 
 
+@pytest.mark.parametrize("word", ["RUNNING", "SKIP"])
+def test_a_checkpoint_or_a_step_word_as_a_runs_verdict_is_a_run_that_did_not_end(tmp_path: Path, word: str) -> None:
+    """A soak or accept checkpoint (RUNNING) left by a run that died has no exit code: an infrastructure ERROR row
+    naming the file, never a calctl internal error."""
+    a = _run(tmp_path, "b0", word, {"soak": word})
+    report = merge_reports([a], tmp_path)
+    row = _valid(report)["boards"][0]
+    assert report.verdict == "ERROR" and row["infrastructure"] and "not a run's final verdict" in row["reason"]
+
+
 def test_an_interrupted_fan_out_says_so(tmp_path: Path) -> None:
     a = _run(tmp_path, "b0", "INTERRUPTED", {"validate": "PASS", "soak": "INTERRUPTED"}, error="SIGINT in soak")
     report = merge_reports([a], tmp_path, interrupted="SIGINT")

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from calctl.compiler.sample import GOLDEN_LOGIT_STEP, build_sample, golden_logits, kv_bytes
+from calctl.compiler.sample import GOLDEN_LOGIT_STEP, build_sample, golden_logits
+from calctl.compiler.writer import kv_bytes
 from calctl.errors import PackageError
-from calctl.model import tiny
+from calctl.model import decoder
 from calctl.package.model import GraphKind
 from calctl.package.reader import load_manifest
 from calctl.signing.keys import load_private
@@ -40,10 +41,10 @@ def test_golden_logits_sit_far_from_rounding_midpoints(kind: str) -> None:
     thread counts or numpy SIMD paths (~1e-15 here), so any machine regenerates the same bytes."""
     pkg = load_manifest(FIXTURE_PACKAGES / kind)
     for m in pkg.models:
-        params = tiny.load_params(pkg.root, m.params)
+        params = decoder.load_params(pkg.root, m.params)
         prompt = np.load(pkg.root / m.golden.prompt.file, allow_pickle=False)[0]
         committed = np.load(pkg.root / m.golden.prefill_logits.file, allow_pickle=False)
-        ref = tiny.reference_logits(params, m.architecture, prompt, dtype=np.float64)[-1]
+        ref = decoder.reference_logits(params, m.architecture, prompt, dtype=np.float64)[-1]
         assert golden_logits(ref).tobytes() == committed[0].tobytes(), m.alias
         frac = ref / GOLDEN_LOGIT_STEP - np.floor(ref / GOLDEN_LOGIT_STEP)
         assert np.min(np.abs(frac - 0.5)) * GOLDEN_LOGIT_STEP >= 1e-9, m.alias
@@ -64,9 +65,9 @@ def test_golden_logits_survive_last_bit_noise() -> None:
     of the fixtures unchanged; in general a value can only move by one step."""
     pkg = load_manifest(FIXTURE_PACKAGES / "combined")
     for m in pkg.models:
-        params = tiny.load_params(pkg.root, m.params)
+        params = decoder.load_params(pkg.root, m.params)
         prompt = np.load(pkg.root / m.golden.prompt.file, allow_pickle=False)[0]
-        ref64 = tiny.reference_logits(params, m.architecture, prompt, dtype=np.float64)[-1]
+        ref64 = decoder.reference_logits(params, m.architecture, prompt, dtype=np.float64)[-1]
         rng = np.random.default_rng(7)
         for _ in range(20):
             ulps = rng.integers(-8, 9, size=ref64.shape)
@@ -110,34 +111,34 @@ def test_golden_is_reproduced_by_the_cached_path(kind: str) -> None:
     """Golden data come from the no-cache reference; the KV-cache path must agree."""
     pkg = load_manifest(FIXTURE_PACKAGES / kind)
     for m in pkg.models:
-        params = tiny.load_params(pkg.root, m.params)
+        params = decoder.load_params(pkg.root, m.params)
         prompt = np.load(pkg.root / m.golden.prompt.file, allow_pickle=False)
         want_logits = np.load(pkg.root / m.golden.prefill_logits.file, allow_pickle=False)
         want_tokens = np.load(pkg.root / m.golden.decode_tokens.file, allow_pickle=False)
-        cache = tiny.KvCache.empty(m.architecture, m.architecture.context_limit)
-        logits = tiny.prefill(params, m.architecture, prompt[0], cache)
+        cache = decoder.KvCache.empty(m.architecture, m.architecture.context_limit)
+        logits = decoder.prefill(params, m.architecture, prompt[0], cache)
         tol = m.golden.tolerance
         assert np.allclose(logits, want_logits[0], rtol=tol.rtol, atol=tol.atol)
         got, tok = [], int(np.argmax(logits))
         for _ in range(len(want_tokens)):
             got.append(tok)
-            tok = int(np.argmax(tiny.decode_step(params, m.architecture, tok, cache.length, cache)))
+            tok = int(np.argmax(decoder.decode_step(params, m.architecture, tok, cache.length, cache)))
         assert got == want_tokens.tolist()
 
 
 def test_cached_path_detects_kv_corruption() -> None:
     pkg = load_manifest(FIXTURE_PACKAGES / "single")
     m = pkg.model("model-a")
-    params = tiny.load_params(pkg.root, m.params)
+    params = decoder.load_params(pkg.root, m.params)
     prompt = np.load(pkg.root / m.golden.prompt.file)[0]
     want = np.load(pkg.root / m.golden.decode_tokens.file).tolist()
-    cache = tiny.KvCache.empty(m.architecture, 256)
-    logits = tiny.prefill(params, m.architecture, prompt, cache)
+    cache = decoder.KvCache.empty(m.architecture, 256)
+    logits = decoder.prefill(params, m.architecture, prompt, cache)
     cache.k[:, : cache.length] += 0.5  # corrupt every cached key
     got, tok = [], int(np.argmax(logits))
     for _ in range(len(want)):
         got.append(tok)
-        tok = int(np.argmax(tiny.decode_step(params, m.architecture, tok, cache.length, cache)))
+        tok = int(np.argmax(decoder.decode_step(params, m.architecture, tok, cache.length, cache)))
     assert got != want
 
 

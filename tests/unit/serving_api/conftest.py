@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from calctl.serving.api.app import ApiSettings, create_app
+from calctl.serving.api.app import create_app
+from calctl.serving.api.auth import ApiSettings
 from tests.unit.serving_api.api_harness import scan_body
 from tests.unit.serving_api.fake_engine import FakeEngine
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from calctl.serving.api.app import ApiSettings
+from calctl.serving.api.auth import ApiSettings
 from tests.unit.serving_api.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.anyio

@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from calctl.serving.api.app import ApiSettings, create_app
+from calctl.serving.api.app import create_app
+from calctl.serving.api.auth import ApiSettings
 from calctl.serving.api.guard import DRAIN_FACTOR, Intake, RequestGuard
 from tests.unit.serving_api.fake_engine import FakeEngine, package_codec
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from calctl.compiler import elfwriter, sample
+from calctl.compiler import elfwriter, writer
 from calctl.package import elfdefs
 from calctl.package.model import PROVENANCE, RESERVED_INFO
 from calctl.signing import keys, seal
@@ -110,7 +110,7 @@ def _rewrite_elf(root: Path, rel: str, **overrides: Any) -> None:
     graph = next(g for m in doc["models"] for g in m["graphs"] for s in g["sections"] if s.get("file") == rel)
     chip = section["chip_mask"].bit_length() - 1
     args: dict[str, Any] = {
-        "machine": sample.EM_RISCV,
+        "machine": writer.EM_RISCV,
         "vaddr": section["vaddr"],
         "text": b"\x13" * 2048,
         "bss": 1024,

@@ -27,7 +27,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calctl.compiler import sample
+from calctl.compiler import writer
 from calctl.errors import CheckFailed, PackageFormatError
 from calctl.package import archive
 from calctl.package.model import MANIFEST
@@ -88,7 +88,7 @@ def _write_manifest(root: Path, path: tuple[Any, ...], value: Any) -> None:
     for k in path[:-1]:
         target = target[k]
     target[path[-1]] = value
-    text = sample.dump_manifest(doc).decode()
+    text = writer.dump_manifest(doc).decode()
     if value == HUGE:
         text = text.replace(HUGE, "7" * 5000)
     (root / MANIFEST).write_text(text)
@@ -108,7 +108,7 @@ def test_manifest_values_never_crash_and_refused_never_reach_configure(
         root = tmp / "pkg"
         shutil.copytree(BASE, root)
         _write_manifest(root, path, value)
-        sample.refresh_provenance(root)
+        writer.refresh_provenance(root)
         seal.seal(root, PRIVATE)
         code, doc = validate_json(cli, root)  # asserts: no traceback, no internal error, JSON printed
         assert code in (0, 1, 2)

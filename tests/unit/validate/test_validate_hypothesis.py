@@ -25,7 +25,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calctl.compiler import sample
+from calctl.compiler import writer
 from calctl.package.model import MANIFEST
 from calctl.package.rules import RULES
 from calctl.signing import keys, seal
@@ -187,7 +187,7 @@ def _apply(root: Path, m: Mutation) -> bool:
             del parent[path[-1]]
         else:
             parent[path[-1]] = value
-        new = sample.dump_manifest(doc)
+        new = writer.dump_manifest(doc)
         if new == (root / MANIFEST).read_bytes():
             return False
         (root / MANIFEST).write_bytes(new)
@@ -222,7 +222,7 @@ def _apply(root: Path, m: Mutation) -> bool:
         os.mkfifo(p)
     if m.reseal:
         with contextlib.suppress(Exception):
-            sample.refresh_provenance(root)
+            writer.refresh_provenance(root)
         seal.seal(root, PRIVATE)
     return True
 

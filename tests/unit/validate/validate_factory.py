@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from calctl.compiler import sample
+from calctl.compiler import writer
 from calctl.package.model import MANIFEST, RESERVED_INFO
 from calctl.signing import keys, seal
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB
@@ -46,7 +46,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
 def edit_manifest(root: Path, edit: Callable[[dict[str, Any]], None]) -> None:
     doc = read_manifest(root)
     edit(doc)
-    (root / MANIFEST).write_bytes(sample.dump_manifest(doc))
+    (root / MANIFEST).write_bytes(writer.dump_manifest(doc))
 
 
 def edit_json(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
@@ -60,10 +60,10 @@ def reseal(root: Path, *, reserved_info: bool = True, provenance: bool = True, k
     if reserved_info:
         doc = read_manifest(root)
         (root / RESERVED_INFO).write_bytes(
-            sample.render_reserved_info(doc["memory_plan"], doc["device_cfg"]["chip_dram_bytes"])
+            writer.render_reserved_info(doc["memory_plan"], doc["device_cfg"]["chip_dram_bytes"])
         )
     if provenance:
-        sample.refresh_provenance(root)
+        writer.refresh_provenance(root)
     seal.seal(root, keys.load_private(key))
 
 
