@@ -153,32 +153,12 @@ def _finish(
     report: Report, *, trace: Path | None, plot: Path | None, report_path: Path | None, format: Format, render: Any
 ) -> int:
     """Write trace, plot and report files, render, and return the exit code."""
-    from calctl import html_report
-    from calctl.records import write_json
-    from calctl.runners.telemetry import telemetry_points
-    from calctl.runners.trace import write_trace_outputs
+    from calctl.runners.driver import write_outputs
     from calctl.runners.warmup import warm_iterations
 
-    files: dict[str, str | None] = {"json": None, "plot": None}
-    if trace is not None or plot is not None:
-        files = write_trace_outputs(
-            report.events,
-            trace=trace,
-            plot=plot,
-            device=report.header["device"],
-            title=f"calctl {report.command}",
-            metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
-            marks=report.body.get("marks") or (),
-            latency=report.command == "warmup",
-            # the picture's figures are the table's: the cold first iteration left out as there
-            latency_iterations=warm_iterations(report),
-            telemetry=telemetry_points(report.body.get("telemetry")),  # each chip's °C and W beside the work
-        )
-    report = report.with_body(trace=files)
-    if report_path is not None:
-        document = report.document()
-        write_json(report_path, document)
-        html_report.write(document, report_path)
+    report = write_outputs(
+        report, report_path=report_path, trace=trace, plot=plot, latency_iterations=warm_iterations(report)
+    )
     if format is Format.json:
         _output.emit_json(report)
     elif format is Format.junit:
