@@ -214,14 +214,10 @@ def selftest(
 
 
 def _emit(result: Report, report: Path | None, format: TableJson) -> int:
-    from calctl.records import write_json
+    from calctl.runners.driver import write_report
 
     if report is not None:
-        from calctl import html_report
-
-        document = result.document()
-        write_json(report, document)
-        html_report.write(document, report)  # the page beside it, as the runners' --report FILE
+        write_report(result, report)  # report.json and the page beside it, as the runners' --report FILE
     if _output.is_json(format):
         _output.emit_json(result)
     else:

@@ -29,11 +29,12 @@ import enum
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from calctl.errors import CalctlError, Interrupted, signal_unraised
-from calctl.report import Report, StepStatus
+from calctl.report import Report, StepStatus, build_header
 from calctl.runners.context import RunContext, finish
 from calctl.runners.device import DeviceSpec
 from calctl.runners.serving_stack import ServingStack
@@ -113,6 +114,7 @@ class RunState:
     ctx: RunContext | None = None
     results: dict[str, Any] = field(default_factory=dict)
     t0: float = field(default_factory=time.perf_counter)
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     bare_rt: Runtime | None = None
     versions: Any = None  # the device's versions (a bare run: the header's runtime block)
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
@@ -123,6 +125,20 @@ class RunState:
         rt = self.ctx.rt if self.ctx is not None else self.bare_rt
         assert rt is not None, "the device is not open"
         return rt
+
+    def header(self) -> dict[str, Any]:
+        """The block the run's report starts with: :meth:`RunContext.header` (device, runtime, package,
+        validation), or for a run on the device alone the same block without a package. Both are
+        :func:`calctl.report.build_header`'s: a field every report carries is added there."""
+        if self.ctx is not None:
+            return self.ctx.header(self.run.command)
+        return build_header(
+            self.run.command,
+            started_at=self.started_at,
+            device=self.run.device.kind.value,
+            device_options=self.run.device.describe(),
+            versions=self.versions,
+        )
 
     def result(self, name: str) -> Any:
         """What step ``name`` returned (None when it did not run or returned nothing)."""
