@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 from calctl.errors import CalctlError, Interrupted, signal_unraised
 from calctl.report import Report, StepStatus, build_header
@@ -41,6 +42,8 @@ from calctl.runners.serving_stack import ServingStack
 from calctl.runners.steps import RunOutcome, StepLog, StepNote, error_text, outcome_of, reraise_usage
 from calctl.runtime import Runtime
 from calctl.signing.policy import TrustPolicy
+
+T = TypeVar("T")
 
 #: A step that ended with one of these words let the steps that need it run.
 _DONE = frozenset({StepStatus.PASS, StepStatus.WARN})
@@ -64,6 +67,11 @@ class RunStep:
     skip: Callable[[RunState], str | None] | None = None
     serving: bool = False
     logged: bool = True
+    logs: tuple[str, ...] | None = None  # the step names it logs, when not its own name (a loop of sub-steps)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.logs if self.logs is not None else (self.name,)
 
 
 class Opening(str, enum.Enum):
@@ -103,6 +111,9 @@ class Run:
     trust: TrustPolicy | None = None
     opening: Opening = Opening.PREPARE
     serving_name: str = ""  # the engine loop's thread name (default: the command)
+    expect_models: tuple[str, ...] | None = None  # the validation's exact aliases (the PoC's --expect-models)
+    #: A run that stopped logs its steps not reached: SKIP "not reached: <last step> ended <word>".
+    skip_unreached: bool = False
 
 
 @dataclass
@@ -140,6 +151,10 @@ class RunState:
             versions=self.versions,
         )
 
+    def hold(self, resource: contextlib.AbstractContextManager[T]) -> T:
+        """Enter ``resource`` (job buffers, a loop) for the rest of the run: released before the device."""
+        return self._stack.enter_context(resource)
+
     def result(self, name: str) -> Any:
         """What step ``name`` returned (None when it did not run or returned nothing)."""
         return self.results.get(name)
@@ -168,8 +183,9 @@ def drive(run: Run, *, log: StepLog | None = None) -> Report:
     try:
         with _opened(session):
             declared.extend(run.steps(session) if callable(run.steps) else run.steps)
-            for step in declared:
-                _one(session, step)
+            with _Unreached(session, declared):
+                for step in declared:
+                    _one(session, step)
         ended = Ended()
     except BaseException as exc:  # the one place a run's end becomes a report (module docstring)
         reraise_usage(exc)
@@ -190,7 +206,9 @@ def _opened(session: RunState) -> Iterator[None]:
             yield
             return
         assert run.package is not None and run.trust is not None, "a run through RunContext needs a package"
-        session.ctx = ctx = RunContext(run.package, trust=run.trust, device=run.device, log=session.log)
+        session.ctx = ctx = RunContext(
+            run.package, trust=run.trust, device=run.device, log=session.log, expect_models=run.expect_models
+        )
         session._stack.enter_context(ctx)
         if run.opening is Opening.PREPARE:
             ctx.prepare()
@@ -214,6 +232,27 @@ def _one(session: RunState, step: RunStep) -> None:
         session.results[step.name] = step.body(session, note)
 
 
+class _Unreached:
+    """Around the steps of a run that says so (``Run.skip_unreached``): when one raises, every declared step name
+    not logged yet is SKIP "not reached: <the last step logged> ended <its word>", before the teardown's steps."""
+
+    def __init__(self, session: RunState, declared: Sequence[RunStep]) -> None:
+        self.session, self.declared = session, declared
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        log = self.session.log
+        if exc is None or not self.session.run.skip_unreached:
+            return
+        last = log.records[-1].name if log.records else "start"
+        done = {r.name for r in log.records}
+        for name in (n for step in self.declared for n in step.names):
+            if name not in done:
+                log.skip(name, f"not reached: {last} ended {outcome_of(exc).value}")
+
+
 def _precondition(session: RunState, step: RunStep) -> str | None:
     for need in step.needs:
         status = session.log.status_of(need)
@@ -223,8 +262,10 @@ def _precondition(session: RunState, step: RunStep) -> str | None:
 
 
 def _ended(session: RunState, declared: Sequence[RunStep], exc: BaseException) -> Ended:
-    names = [s.name for s in declared]
-    ran = {r.name for r in session.log.records}
+    names = [n for s in declared for n in s.names]
+    ran = {
+        r.name for r in session.log.records if r.status is not StepStatus.SKIP or not r.detail.startswith("not reached")
+    }
     stopped_at = next((n for n in reversed(names) if n in ran), None)
     after = names[names.index(stopped_at) + 1 :] if stopped_at is not None else names
     return Ended(
