@@ -154,11 +154,8 @@ def _finish(
 ) -> int:
     """Write trace, plot and report files, render, and return the exit code."""
     from calctl.runners.driver import write_outputs
-    from calctl.runners.warmup import warm_iterations
 
-    report = write_outputs(
-        report, report_path=report_path, trace=trace, plot=plot, latency_iterations=warm_iterations(report)
-    )
+    report = write_outputs(report, report_path=report_path, trace=trace, plot=plot)
     if format is Format.json:
         _output.emit_json(report)
     elif format is Format.junit:
@@ -578,9 +575,8 @@ def bringup(
     With no PKG: the bundled combined sample on the mock device. Exit 0 PASS/WARN, else the first failing
     step's code (1 fail, 3 device, 4 timeout, 130 Ctrl-C).
     """
-    from calctl import html_report
-    from calctl.records import write_json
     from calctl.runners import bringup as bringup_lib
+    from calctl.runners.driver import write_report
 
     check_burnin_minutes(burn_in_minutes, level.value)  # before any board runs: refused once, not per board
     if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
@@ -618,9 +614,7 @@ def bringup(
 
     with interruptible(), quiet_engine_log(), _bringup_steps(format) as show:
         result = bringup_lib.run_bringup(config, on_step=show)
-    document = result.document()
-    write_json(out_dir / "report.json", document)
-    html_report.write(document, out_dir / "report.json")
+    write_report(result, out_dir / "report.json")
     if _output.is_json(format):
         _output.emit_json(result)
     elif format is Format.junit:  # a lab's CI reads one testcase per step (docs/lab.md)

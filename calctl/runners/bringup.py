@@ -82,13 +82,12 @@ from calctl.runners.board_steps import (
     selftest_skip_reason,
 )
 from calctl.runners.device import DeviceSpec
+from calctl.runners.driver import write_pictures
 from calctl.runners.golden import run_golden
 from calctl.runners.poc import run_poc_combined
 from calctl.runners.steps import RunOutcome, error_text, outcome_of
-from calctl.runners.telemetry import telemetry_points
-from calctl.runners.trace import write_trace_outputs
 from calctl.runners.warmup import describe as describe_warmup
-from calctl.runners.warmup import run_warmup, warm_iterations
+from calctl.runners.warmup import run_warmup
 from calctl.signing.policy import TrustPolicy
 
 log = logging.getLogger("calctl.bringup")
@@ -308,17 +307,9 @@ def _budget(state: BringupState) -> StepOutcome:
 
 def _device_step(state: BringupState, name: str, report: Report, figure: str) -> StepOutcome:
     cfg = state.config
-    files = write_trace_outputs(
-        report.events,
-        trace=cfg.out_dir / f"{name}.trace.json",
-        plot=cfg.out_dir / f"{name}.png",
-        device=cfg.device.kind.value,
-        title=f"calctl {cfg.command}: {name}",
-        metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
-        marks=report.body.get("marks") or (),
-        latency=report.command == "warmup",
-        latency_iterations=warm_iterations(report),  # the picture's figures are the table's
-        telemetry=telemetry_points(report.body.get("telemetry")),  # each chip's °C and W beside the work
+    out = cfg.out_dir
+    files = write_pictures(
+        report, trace=out / f"{name}.trace.json", plot=out / f"{name}.png", title=f"calctl {cfg.command}: {name}"
     )
     if state.header is None and report.header.get("runtime") is not None:
         state.header = dict(report.header)

@@ -32,16 +32,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from calctl.errors import CalctlError, Interrupted, signal_unraised
 from calctl.report import Report, StepStatus, build_header
 from calctl.runners.context import RunContext, finish
 from calctl.runners.device import DeviceSpec
-from calctl.runners.serving_stack import ServingStack
 from calctl.runners.steps import RunOutcome, StepLog, StepNote, error_text, outcome_of, reraise_usage
 from calctl.runtime import Runtime
 from calctl.signing.policy import TrustPolicy
+
+if TYPE_CHECKING:  # the serving engine loads only for a run that serves
+    from calctl.runners.serving_stack import ServingStack
 
 T = TypeVar("T")
 
@@ -161,6 +163,8 @@ class RunState:
 
     def serving(self) -> ServingStack:
         """The run's in-process serving stack over its device, closed before the device."""
+        from calctl.runners.serving_stack import ServingStack
+
         if self._serving is None:
             assert self.run.trust is not None, "a run that serves needs a trust policy"
             self._serving = self._stack.enter_context(
@@ -300,32 +304,39 @@ def write_outputs(
     report_path: Path | None = None,
     trace: Path | None = None,
     plot: Path | None = None,
-    latency_iterations: int | None = None,
+    title: str | None = None,
 ) -> Report:
     """Write the run's trace and timeline picture (when asked), then report.json and its page beside it.
 
     The returned report names the trace files in its body (``trace``), as report.json does."""
-    from calctl.runners.telemetry import telemetry_points
-    from calctl.runners.trace import write_trace_outputs
-
-    files: dict[str, str | None] = {"json": None, "plot": None}
-    if trace is not None or plot is not None:
-        files = write_trace_outputs(
-            report.events,
-            trace=trace,
-            plot=plot,
-            device=report.header["device"],
-            title=f"calctl {report.command}",
-            metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
-            marks=report.body.get("marks") or (),
-            latency=report.command == "warmup",
-            latency_iterations=latency_iterations,  # the picture's figures are the table's (cold iteration out)
-            telemetry=telemetry_points(report.body.get("telemetry")),  # each chip's °C and W beside the work
-        )
-    report = report.with_body(trace=files)
+    report = report.with_body(trace=write_pictures(report, trace=trace, plot=plot, title=title))
     if report_path is not None:
         write_report(report, report_path)
     return report
+
+
+def write_pictures(
+    report: Report, *, trace: Path | None, plot: Path | None, title: str | None = None
+) -> dict[str, str | None]:
+    """A device run's per-chip trace (Chrome/Perfetto JSON) and its timeline picture, when asked: the files."""
+    from calctl.runners.telemetry import telemetry_points
+    from calctl.runners.trace import write_trace_outputs
+    from calctl.runners.warmup import warm_iterations
+
+    if trace is None and plot is None:
+        return {"json": None, "plot": None}
+    return write_trace_outputs(
+        report.events,
+        trace=trace,
+        plot=plot,
+        device=report.header["device"],
+        title=title or f"calctl {report.command}",
+        metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
+        marks=report.body.get("marks") or (),
+        latency=report.command == "warmup",
+        latency_iterations=warm_iterations(report),  # the picture's figures are the table's (cold iteration out)
+        telemetry=telemetry_points(report.body.get("telemetry")),  # each chip's °C and W beside the work
+    )
 
 
 def write_report(report: Report, path: Path) -> None:
@@ -338,4 +349,14 @@ def write_report(report: Report, path: Path) -> None:
     html_report.write(document, path)
 
 
-__all__ = ["Ended", "Opening", "Run", "RunState", "RunStep", "drive", "write_outputs", "write_report"]
+__all__ = [
+    "Ended",
+    "Opening",
+    "Run",
+    "RunState",
+    "RunStep",
+    "drive",
+    "write_outputs",
+    "write_pictures",
+    "write_report",
+]

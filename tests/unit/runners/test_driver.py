@@ -11,6 +11,7 @@ from calctl.errors import CheckFailed, StepTimeout, UsageError, note_signal
 from calctl.report import Report, StepStatus
 from calctl.runners.device import DeviceSpec
 from calctl.runners.driver import Ended, Opening, Run, RunState, RunStep, drive, write_report
+from calctl.runners.serving_stack import ServingStack
 from calctl.runners.steps import RunOutcome, StepLog, StepNote
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB
@@ -129,3 +130,22 @@ def test_write_report_writes_the_json_and_its_page_beside_it(tmp_path: Path) -> 
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["verdict"] == "PASS" and doc["steps"][0]["name"] == "a"
     assert (tmp_path / "report.html").is_file()
+
+
+def test_a_step_that_serves_gets_the_stack_and_it_closes_before_the_device() -> None:
+    stacks: list[ServingStack] = []
+
+    def serve(s: RunState, note: StepNote) -> None:
+        stacks.append(s.serving())
+        assert s.serving() is stacks[0]  # one stack a run
+
+    run = Run(
+        "device selftest",
+        DeviceSpec(),
+        [RunStep("serve", serve, serving=True)],
+        lambda s, ended: Report("device selftest", ended.outcome.value, steps=s.log.records),
+        trust=make_policy([TEST_PUB], False),
+        opening=Opening.BARE,
+    )
+    assert drive(run).verdict == "PASS"
+    assert len(stacks) == 1 and stacks[0]._closed is True
