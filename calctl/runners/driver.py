@@ -193,10 +193,9 @@ def drive(run: Run, *, log: StepLog | None = None) -> Report:
         ended = Ended()
     except BaseException as exc:  # the one place a run's end becomes a report (module docstring)
         reraise_usage(exc)
-        cause = _interrupt_behind(exc) or exc
-        if not isinstance(cause, (CalctlError, KeyboardInterrupt)):
+        if not isinstance(exc, (CalctlError, KeyboardInterrupt)):
             raise  # a calctl bug: the CLI's entry reports INTERNAL ERROR
-        ended = _ended(session, declared, cause)
+        ended = _ended(session, declared, exc)
     return run.report(session, ended)
 
 
@@ -279,19 +278,6 @@ def _ended(session: RunState, declared: Sequence[RunStep], exc: BaseException) -
         exc=exc,
         not_run=tuple(after),
     )
-
-
-def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
-    """The interrupt ``exc`` was raised while unwinding from (a teardown that failed under a signal): the run
-    still ended INTERRUPTED."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, KeyboardInterrupt):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__context__
-    return None
 
 
 # ---------------------------------------------------------------------------

@@ -260,17 +260,9 @@ def _draw_overlap(ax: Any, items: Sequence[TraceSlice], y: int, t0: float) -> No
     for a, b in both:
         ax.barh(y, (b - a) * 1e3, left=(a - t0) * 1e3, height=0.6, color=_OVERLAP_COLOUR, linewidth=0, zorder=2)
     if not both:  # an empty lane says so: it is a finding (the chips never computed together), not a gap
-        ax.text(
-            0.01,
-            y,
-            "none: the chips never computed at the same time",
-            transform=ax.get_yaxis_transform(),
-            va="center",
-            ha="left",
-            fontsize=9,
-            color=_OVERLAP_COLOUR,
-            style="italic",
-        )
+        text = "none: the chips never computed at the same time"
+        style: dict[str, Any] = {"va": "center", "ha": "left", "fontsize": 9, "style": "italic"}
+        ax.text(0.01, y, text, transform=ax.get_yaxis_transform(), color=_OVERLAP_COLOUR, **style)
 
 
 def _legend(
