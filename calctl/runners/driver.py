@@ -82,6 +82,7 @@ class Opening(str, enum.Enum):
     PREPARE = "prepare"  # RunContext: open device, validate, load, create calbin, configure (001 §6.4)
     CONTEXT = "context"  # RunContext entered, nothing opened: a step opens it (device check's own refusal words)
     BARE = "bare"  # the device alone, no package, no logged lifecycle (device selftest)
+    NONE = "none"  # no device: each step runs its own (bringup's pipeline of runs)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ def drive(run: Run, *, log: StepLog | None = None) -> Report:
             with _Unreached(session, declared):
                 for step in declared:
                     _one(session, step)
+                _raise_dropped_signal()  # one that came in the last step
         ended = Ended()
     except BaseException as exc:  # the one place a run's end becomes a report (module docstring)
         reraise_usage(exc)
@@ -203,6 +205,9 @@ def drive(run: Run, *, log: StepLog | None = None) -> Report:
 def _opened(session: RunState) -> Iterator[None]:
     run = session.run
     with session._stack:  # the serving stack closes first (entered last), then the context or the device
+        if run.opening is Opening.NONE:
+            yield
+            return
         if run.opening is Opening.BARE:
             session.bare_rt = session._stack.enter_context(run.device.open())
             session.versions = session.bare_rt.versions()
@@ -218,9 +223,13 @@ def _opened(session: RunState) -> Iterator[None]:
         yield
 
 
-def _one(session: RunState, step: RunStep) -> None:
+def _raise_dropped_signal() -> None:
     if (name := signal_unraised()) is not None:
         raise Interrupted(name)  # the handler's raise was dropped (a GC callback): stop here, as it meant to
+
+
+def _one(session: RunState, step: RunStep) -> None:
+    _raise_dropped_signal()
     session.results.pop(step.name, None)
     why = _precondition(session, step)
     if why is not None:
