@@ -8,13 +8,17 @@ from pathlib import Path
 import pytest
 
 from calctl.errors import CheckFailed, StepTimeout, UsageError, note_signal
-from calctl.report import Report, StepStatus
+from calctl.report import Report, StepRecord, StepStatus
 from calctl.runners.device import DeviceSpec
 from calctl.runners.driver import Ended, Opening, Run, RunState, RunStep, drive, write_report
 from calctl.runners.serving_stack import ServingStack
 from calctl.runners.steps import RunOutcome, StepLog, StepNote
 from calctl.signing.policy import make_policy
 from tests.conftest import FIXTURE_PACKAGES, TEST_PUB
+
+
+def _records(report: Report) -> list[StepRecord]:
+    return [r for r in report.steps or () if isinstance(r, StepRecord)]
 
 
 def _bare(steps: list[RunStep], seen: list[Ended] | None = None) -> Run:
@@ -47,7 +51,7 @@ def test_a_step_whose_precondition_failed_is_skip_naming_it() -> None:
         RunStep("d", lambda s, n: None, skip=lambda s: "not at this level"),
     ]
     report = drive(_bare(steps))
-    by = {r.name: r for r in report.steps or ()}
+    by = {r.name: r for r in _records(report)}
     assert by["a"].status is StepStatus.FAIL
     assert (by["b"].status, by["b"].detail) == (StepStatus.SKIP, "because a FAIL")
     assert (by["c"].status, by["c"].detail) == (StepStatus.SKIP, "because never did not run")
@@ -78,7 +82,7 @@ def test_an_exception_ends_the_run_with_its_outcome_and_the_steps_after_it_not_r
     seen: list[Ended] = []
     report = drive(_bare([_ok("a"), RunStep("b", boom), _ok("c")], seen))
     assert report.verdict == outcome.value and report.exit_code == outcome.exit_code
-    assert [(r.name, r.status) for r in report.steps or ()] == [("a", StepStatus.PASS), ("b", status)]
+    assert [(r.name, r.status) for r in _records(report)] == [("a", StepStatus.PASS), ("b", status)]
     assert (seen[0].stopped_at, seen[0].not_run, seen[0].exc) == ("b", ("c",), exc)
 
 
