@@ -326,7 +326,6 @@ def _golden_detail(model: str, r: GoldenResult | None) -> str:
 def _report(
     s: RunState, proof: BoardProof, request: ResetRequest | None, ended: Ended, board: dict[str, Any] | None
 ) -> Report:
-    assert s.ctx is not None
     error = ended.error
     if ended.outcome is RunOutcome.FAIL and error is not None:  # e.g. the bundled sample refused: not proven ready
         proof.problems.append(error)
@@ -346,17 +345,7 @@ def _report(
     }
     if request is not None:
         body["reset"] = {"scope": request.scope.value, "chip": request.chip}
-    return Report(
-        command=s.run.command,
-        verdict=verdict,
-        header=s.ctx.header(s.run.command),
-        steps=s.log.records,
-        body=body,
-        reasons=tuple(reasons),
-        error=error,
-        seconds=time.perf_counter() - s.t0,
-        events=s.ctx.trace_events(),
-    )
+    return s.report(verdict, body, error=error, reasons=reasons, events=True)
 
 
 __all__ = [

@@ -173,17 +173,8 @@ def run_burnin(
             ],
             "telemetry": sampler.document(with_series=True) if sampler is not None else None,
         }
-        return Report(
-            command="burn-in",
-            verdict=verdict,
-            header=s.ctx.header("burn-in"),
-            steps=s.log.records,
-            body=body,
-            reasons=tuple(f"chip {r.chip} {r.figure}: {r.detail}" for r in rows if r.status in ("FAIL", "WARN")),
-            error=error,
-            seconds=time.perf_counter() - s.t0,
-            pictures=pictures,
-        )
+        reasons = [f"chip {r.chip} {r.figure}: {r.detail}" for r in rows if r.status in ("FAIL", "WARN")]
+        return s.report(verdict, body, error=error, reasons=reasons, pictures=pictures)
 
     # The load is the bundled sample's, signed by the published test-only key: trusted for this.
     trust = make_policy(None, False, trust_test_key=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -172,6 +172,32 @@ class RunState:
                 ServingStack(self.rt, trust=self.run.trust, name=self.run.serving_name or self.run.command)
             )
         return self._serving
+
+    def report(
+        self,
+        verdict: str,
+        body: dict[str, Any],
+        *,
+        error: str | None,
+        reasons: Iterable[str] = (),
+        pictures: Mapping[str, str] | None = None,
+        logged: bool = True,
+        events: bool = False,
+    ) -> Report:
+        """This run's report: its header, its logged steps (``logged``), its duration and (``events``) the
+        device's jobs for the trace writer."""
+        return Report(
+            command=self.run.command,
+            verdict=verdict,
+            header=self.header(),
+            steps=self.log.records if logged else None,
+            body=body,
+            reasons=tuple(reasons),
+            error=error,
+            seconds=time.perf_counter() - self.t0,
+            pictures=dict(pictures or {}),
+            events=self.ctx.trace_events() if events and self.ctx is not None else (),
+        )
 
     def finish(
         self, verdict: str, body: dict[str, Any], error: str | None, *, fail_on: frozenset[str] = frozenset()

@@ -156,20 +156,14 @@ def run_selftest(device: DeviceSpec, *, profile: BoardProfile | None = None, rep
             rows.append(_host_memcpy(repeats))
         verdict = _verdict(rows) if not ended.stopped else ended.outcome.value
         failed = [f"{r.name}: {r.detail}" for r in rows if r.status is RowStatus.FAIL]
-        return Report(
-            command=s.run.command,
-            verdict=verdict,
-            header=s.header(),
-            body={
-                "profile": None if profile is None else {"path": profile.path, "board": profile.board},
-                "repeats": repeats,
-                "sizes": list(SIZES),
-                "rows": [_row_document(r) for r in rows],
-            },
-            reasons=tuple(failed),
-            error=ended.error or ("; ".join(failed) if failed else None),
-            seconds=time.perf_counter() - s.t0,
-        )
+        body = {
+            "profile": None if profile is None else {"path": profile.path, "board": profile.board},
+            "repeats": repeats,
+            "sizes": list(SIZES),
+            "rows": [_row_document(r) for r in rows],
+        }
+        error = ended.error or ("; ".join(failed) if failed else None)
+        return s.report(verdict, body, error=error, reasons=failed, logged=False)
 
     rows = RunStep("rows", lambda s, note: _rows(s.rt, profile, repeats, seed), logged=False)
     return drive(Run("device selftest", device, [rows], report, opening=Opening.BARE))
