@@ -170,3 +170,19 @@ def test_only_the_driver_turns_an_interrupt_into_a_report() -> None:
         if line.strip().startswith("except BaseException")
     ]
     assert [f.split(":")[0] for f in found] == ["runners/driver.py"], found
+
+
+def test_a_run_that_says_so_lists_its_steps_not_reached_as_skip_before_the_teardown() -> None:
+    def boom(s: RunState, note: StepNote) -> None:
+        raise CheckFailed("refused")
+
+    steps = [RunStep("a", boom), RunStep("loop", lambda s, n: None, logged=False, logs=("loop x", "loop y")), _ok("c")]
+    run = _bare(steps)
+    report = drive(Run(run.command, run.device, steps, run.report, opening=Opening.BARE, skip_unreached=True))
+    assert [(r.name, r.status.value, r.detail) for r in _records(report)] == [
+        ("a", "FAIL", "refused"),
+        ("loop x", "SKIP", "not reached: a ended FAIL"),
+        ("loop y", "SKIP", "not reached: a ended FAIL"),
+        ("c", "SKIP", "not reached: a ended FAIL"),
+    ]
+    assert report.verdict == "FAIL"
