@@ -208,6 +208,7 @@ def greedy_run(
         raise ValueError("n_tokens must be >= 1")
     alias = model.alias
     seq = rt.kv.allocate(alias)
+    ran = False
     try:
         if buffers is not None:
             _run_steps(rt, model, prompt, n_tokens, seq, buffers, progress, generation, step_timeout_s)
@@ -216,9 +217,10 @@ def greedy_run(
                 _run_steps(
                     rt, model, prompt, n_tokens, seq, JobBuffers(pi, po, di, do), progress, generation, step_timeout_s
                 )
-    except BaseException:
-        free_quietly(rt, seq)
-        raise
+        ran = True
+    finally:
+        if not ran:  # an error or a signal is on its way: free what is freeable, never mask it
+            free_quietly(rt, seq)
     rt.kv.free(seq)
     return progress
 
@@ -295,12 +297,12 @@ def at_once(work: Callable[[str], T], aliases: Sequence[str], *, name: str) -> d
     """``work(alias)`` for every alias at once, one thread each (001 §6.4: A and B on their own chips in
     parallel); the first exception a thread raised is raised here, after every thread ended."""
     results: dict[str, T] = {}
-    errors: list[BaseException] = []
+    errors: list[Exception] = []
 
     def one(alias: str) -> None:
         try:
             results[alias] = work(alias)
-        except BaseException as exc:  # re-raised in the caller's thread below
+        except Exception as exc:  # re-raised in the caller's thread below (a signal reaches the main thread only)
             errors.append(exc)
 
     threads = [threading.Thread(target=one, args=(a,), name=f"{name}-{a}") for a in aliases]

@@ -9,6 +9,7 @@ reset, a board another process holds: refused, nothing reset). No device logic l
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -35,6 +36,7 @@ from calctl.report import Report
 
 if TYPE_CHECKING:
     from calctl.runners.device import DeviceSpec
+    from calctl.runners.steps import StepLog
 
 CheckTimeoutOpt = Annotated[
     float,
@@ -77,6 +79,38 @@ def _spec(
     return device_spec(device, calrt_lib, None, fault_plan, seed)
 
 
+def _fan_out(
+    fleet: FleetArgs,
+    command: str,
+    report: Path | None,
+    format: Format | TableJson,
+    device: DeviceChoice,
+    calrt_lib: Path | None,
+    fault_plan: Path | None,
+) -> int:
+    """``--boards``: one child calctl per board, then the fleet report (docs/boards.md)."""
+    return run_fleet(
+        fleet,
+        command,
+        report_is_dir=False,
+        report=report,
+        format=format,
+        device=device,
+        calrt_lib=calrt_lib,
+        fault_plan=fault_plan,
+    )
+
+
+def _drive(run: Callable[[StepLog], Report], report: Path | None, format: Format) -> int:
+    """Run a board command with the live step log (a signal: its INTERRUPTED report), then write and render it."""
+    from calctl.cli._signals import interruptible
+    from calctl.cli.runner_cmds import _finish, _live_log
+
+    with interruptible(), _live_log(format) as log:
+        result = run(log)
+    return _finish(result, trace=None, plot=None, report_path=report, format=format, render=_render)
+
+
 def _board(device: DeviceChoice) -> dict[str, object]:
     from calctl.runtime import select_board
 
@@ -103,25 +137,14 @@ def check(
     Exit 0 ready, 1 not ready (each chip named, with why), 3 no device (library missing, device lost, the
     board held by another process), 130 interrupted.
     """
-    from calctl.cli._signals import interruptible
-    from calctl.cli.runner_cmds import _finish, _live_log
     from calctl.runners.board_check import check_board
 
     if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
-        return run_fleet(
-            fleet,
-            "device check",
-            report_is_dir=False,
-            report=report,
-            format=format,
-            device=device,
-            calrt_lib=calrt_lib,
-            fault_plan=fault_plan,
-        )
+        return _fan_out(fleet, "device check", report, format, device, calrt_lib, fault_plan)
     spec = _spec(device, calrt_lib, fault_plan, seed, report)
-    with interruptible(), _live_log(format) as log:
-        result = check_board(spec, log=log, step_timeout_s=step_timeout, board=_board(device))
-    return _finish(result, trace=None, plot=None, report_path=report, format=format, render=_render)
+    return _drive(
+        lambda log: check_board(spec, log=log, step_timeout_s=step_timeout, board=_board(device)), report, format
+    )
 
 
 def reset(
@@ -143,8 +166,6 @@ def reset(
     Exit 0 the board came back (proven), 1 the reset failed or a chip did not come back (named, with why),
     2 a bad --scope/--chip, 3 no device or the board held by another process (nothing reset), 130 interrupted.
     """
-    from calctl.cli._signals import interruptible
-    from calctl.cli.runner_cmds import _finish, _live_log
     from calctl.runners.board_check import ResetRequest, reset_board
     from calctl.runtime import ResetScope
 
@@ -154,9 +175,11 @@ def reset(
         raise UsageError(f"--chip {chip} applies to --scope chip only (a board reset resets every chip)")
     spec = _spec(device, calrt_lib, fault_plan, seed, report)
     request = ResetRequest(ResetScope(scope.value), chip)
-    with interruptible(), _live_log(format) as log:
-        result = reset_board(spec, request, log=log, step_timeout_s=step_timeout, board=_board(device))
-    return _finish(result, trace=None, plot=None, report_path=report, format=format, render=_render)
+    return _drive(
+        lambda log: reset_board(spec, request, log=log, step_timeout_s=step_timeout, board=_board(device)),
+        report,
+        format,
+    )
 
 
 ProfileOpt = Annotated[
@@ -195,16 +218,7 @@ def selftest(
     from calctl.runners.selftest import BoardProfile, run_selftest
 
     if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
-        return run_fleet(
-            fleet,
-            "device selftest",
-            report_is_dir=False,
-            report=report,
-            format=format,
-            device=device,
-            calrt_lib=calrt_lib,
-            fault_plan=fault_plan,
-        )
+        return _fan_out(fleet, "device selftest", report, format, device, calrt_lib, fault_plan)
     # --seed also seeds the random memory pattern, on any device (the mock's fault seed only on the mock).
     spec = _spec(device, calrt_lib, fault_plan, seed if device is DeviceChoice.mock else None, report)
     board_profile = BoardProfile.load(profile) if profile is not None else None
@@ -214,14 +228,10 @@ def selftest(
 
 
 def _emit(result: Report, report: Path | None, format: TableJson) -> int:
-    from calctl.records import write_json
+    from calctl.runners.driver import write_report
 
     if report is not None:
-        from calctl import html_report
-
-        document = result.document()
-        write_json(report, document)
-        html_report.write(document, report)  # the page beside it, as the runners' --report FILE
+        write_report(result, report)  # report.json and the page beside it, as the runners' --report FILE
     if _output.is_json(format):
         _output.emit_json(result)
     else:

@@ -153,32 +153,9 @@ def _finish(
     report: Report, *, trace: Path | None, plot: Path | None, report_path: Path | None, format: Format, render: Any
 ) -> int:
     """Write trace, plot and report files, render, and return the exit code."""
-    from calctl import html_report
-    from calctl.records import write_json
-    from calctl.runners.telemetry import telemetry_points
-    from calctl.runners.trace import write_trace_outputs
-    from calctl.runners.warmup import warm_iterations
+    from calctl.runners.driver import write_outputs
 
-    files: dict[str, str | None] = {"json": None, "plot": None}
-    if trace is not None or plot is not None:
-        files = write_trace_outputs(
-            report.events,
-            trace=trace,
-            plot=plot,
-            device=report.header["device"],
-            title=f"calctl {report.command}",
-            metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
-            marks=report.body.get("marks") or (),
-            latency=report.command == "warmup",
-            # the picture's figures are the table's: the cold first iteration left out as there
-            latency_iterations=warm_iterations(report),
-            telemetry=telemetry_points(report.body.get("telemetry")),  # each chip's °C and W beside the work
-        )
-    report = report.with_body(trace=files)
-    if report_path is not None:
-        document = report.document()
-        write_json(report_path, document)
-        html_report.write(document, report_path)
+    report = write_outputs(report, report_path=report_path, trace=trace, plot=plot)
     if format is Format.json:
         _output.emit_json(report)
     elif format is Format.junit:
@@ -581,9 +558,8 @@ def bringup(
     With no PKG: the bundled combined sample on the mock device. Exit 0 PASS/WARN, else the first failing
     step's code (1 fail, 3 device, 4 timeout, 130 Ctrl-C).
     """
-    from calctl import html_report
-    from calctl.records import write_json
     from calctl.runners import bringup as bringup_lib
+    from calctl.runners.driver import write_report
 
     check_burnin_minutes(burn_in_minutes, level.value)  # before any board runs: refused once, not per board
     if fleet.boards is not None:  # one child calctl per board, then the fleet report (docs/boards.md)
@@ -612,9 +588,7 @@ def bringup(
 
     with interruptible(), quiet_engine_log(), _bringup_steps(format) as show:
         result = bringup_lib.run_bringup(config, on_step=show)
-    document = result.document()
-    write_json(out_dir / "report.json", document)
-    html_report.write(document, out_dir / "report.json")
+    write_report(result, out_dir / "report.json")
     if _output.is_json(format):
         _output.emit_json(result)
     elif format is Format.junit:  # a lab's CI reads one testcase per step (docs/lab.md)

@@ -36,11 +36,11 @@ from typing import Any
 
 from calctl.checks.golden import GoldenResult, run_golden_model
 from calctl.checks.steps import StepTimedOut
-from calctl.errors import CalctlError
 from calctl.report import Report, StepStatus
 from calctl.runners.context import RunContext
 from calctl.runners.device import DeviceSpec
-from calctl.runners.steps import RunOutcome, StepLog, error_text, outcome_of, reraise_usage
+from calctl.runners.driver import Ended, Opening, Run, RunState, RunStep, drive
+from calctl.runners.steps import RunOutcome, StepLog, StepNote
 from calctl.runtime import Health, ResetScope, Runtime
 from calctl.runtime.board_lock import BoardLocked
 from calctl.runtime.errors import RuntimeLayerError
@@ -161,31 +161,31 @@ def _run(
 ) -> Report:
     from calctl.signing.policy import make_policy
 
-    t0 = time.perf_counter()
     proof = BoardProof()
-    outcome, error = RunOutcome.PASS, None
+    steps = [
+        RunStep("open device", lambda s, note: _open(s, request), logged=False),
+        RunStep("versions", lambda s, note: _versions(s.rt, note)),
+        *([] if request is None else [RunStep(request.words(), lambda s, n: _reset(s, request, proof), logged=False)]),
+        RunStep("prove", lambda s, note: _prove(s, proof, step_timeout_s), logged=False),
+    ]
     # The known answers are the bundled sample's, signed by the published test-only key: trusted for this.
-    ctx = RunContext(
-        known_answer_package(), trust=make_policy(None, False, trust_test_key=True), device=device, log=log
+    trust = make_policy(None, False, trust_test_key=True)
+    run = Run(
+        command,
+        device,
+        steps,
+        lambda s, ended: _report(s, proof, request, ended, board),
+        package=known_answer_package(),
+        trust=trust,
+        opening=Opening.CONTEXT,
     )
-    try:
-        with ctx:
-            rt = _open(ctx, request)
-            _versions(rt, log)
-            if request is not None:
-                _reset(rt, request, proof, log)
-            _prove(ctx, rt, proof, log, step_timeout_s)
-    except (CalctlError, KeyboardInterrupt) as exc:
-        reraise_usage(exc)
-        outcome, error = outcome_of(exc), error_text(exc)
-        if outcome is RunOutcome.FAIL:  # e.g. the bundled sample refused: the board is not proven ready
-            proof.problems.append(error)
-    return _report(command, ctx, proof, request, outcome, error, board, time.perf_counter() - t0)
+    return drive(run, log=log)
 
 
-def _open(ctx: RunContext, request: ResetRequest | None) -> Runtime:
+def _open(s: RunState, request: ResetRequest | None) -> Runtime:
+    assert s.ctx is not None
     try:
-        return ctx.open_device()
+        return s.ctx.open_device()
     except BoardLocked as exc:
         if request is None:
             raise
@@ -193,15 +193,15 @@ def _open(ctx: RunContext, request: ResetRequest | None) -> Runtime:
         raise BoardLocked(f"refused, nothing was reset: {exc.message}", hint=exc.hint) from None
 
 
-def _versions(rt: Runtime, log: StepLog) -> None:
-    with log.step("versions") as note:
-        v = rt.versions()
-        what = "mock" if rt.kind.value == "mock" else ("software model" if v.software_model else "board")
-        note.detail = f"C ABI {v.abi}, runtime {v.runtime}, driver {v.driver}, firmware {v.firmware} ({what})"
+def _versions(rt: Runtime, note: StepNote) -> None:
+    v = rt.versions()
+    what = "mock" if rt.kind.value == "mock" else ("software model" if v.software_model else "board")
+    note.detail = f"C ABI {v.abi}, runtime {v.runtime}, driver {v.driver}, firmware {v.firmware} ({what})"
 
 
-def _reset(rt: Runtime, request: ResetRequest, proof: BoardProof, log: StepLog) -> None:
+def _reset(s: RunState, request: ResetRequest, proof: BoardProof) -> None:
     """Reset as asked. A refusal or failure is a problem of the board, never a pass (tt-umd#2316)."""
+    rt, log = s.rt, s.log
     chips = rt.topology().chips
     if request.scope is ResetScope.BOARD:
         covered = list(range(chips))
@@ -223,8 +223,10 @@ def _reset(rt: Runtime, request: ResetRequest, proof: BoardProof, log: StepLog) 
     log.add(request.words(), StepStatus.PASS, time.perf_counter() - t0, "the runtime returned OK; proving it")
 
 
-def _prove(ctx: RunContext, rt: Runtime, proof: BoardProof, log: StepLog, step_timeout_s: float) -> None:
+def _prove(s: RunState, proof: BoardProof, step_timeout_s: float) -> None:
     """Topology, health, then a known-answer job on every chip, then health again."""
+    ctx, rt, log = s.ctx, s.rt, s.log
+    assert ctx is not None
     _topology(rt, proof, log)
     _health(rt, proof, log, "health chip")
     ctx.validate()  # the known answers' seal, whatever the chips say: the report names their digest
@@ -322,43 +324,28 @@ def _golden_detail(model: str, r: GoldenResult | None) -> str:
 
 
 def _report(
-    command: str,
-    ctx: RunContext,
-    proof: BoardProof,
-    request: ResetRequest | None,
-    outcome: RunOutcome,
-    error: str | None,
-    board: dict[str, Any] | None,
-    seconds: float,
+    s: RunState, proof: BoardProof, request: ResetRequest | None, ended: Ended, board: dict[str, Any] | None
 ) -> Report:
+    error = ended.error
+    if ended.outcome is RunOutcome.FAIL and error is not None:  # e.g. the bundled sample refused: not proven ready
+        proof.problems.append(error)
     reasons = proof.reasons()
-    if outcome is RunOutcome.PASS:
+    if not ended.stopped:
         verdict = "PASS" if proof.ready else "FAIL"
-        if verdict == "PASS" and any(s.health == Health.UNKNOWN.value for s in proof.chips.values()):
+        if verdict == "PASS" and any(c.health == Health.UNKNOWN.value for c in proof.chips.values()):
             verdict = "WARN"  # ready on the known answers alone; the rows name the chips
         error = None if proof.ready else "; ".join(reasons) or "no chip was checked"
     else:
-        verdict = outcome.value
-    header = ctx.header(command)
+        verdict = ended.outcome.value
     body: dict[str, Any] = {
         "ready": verdict in ("PASS", "WARN"),
         "board": board,
         "expected_chips": BOARD_CHIPS,
-        "chips": [s.document() for s in sorted(proof.chips.values(), key=lambda s: s.chip)],
+        "chips": [c.document() for c in sorted(proof.chips.values(), key=lambda c: c.chip)],
     }
     if request is not None:
         body["reset"] = {"scope": request.scope.value, "chip": request.chip}
-    return Report(
-        command=command,
-        verdict=verdict,
-        header=header,
-        steps=ctx.log.records,
-        body=body,
-        reasons=tuple(reasons),
-        error=error,
-        seconds=seconds,
-        events=ctx.trace_events(),
-    )
+    return s.report(verdict, body, error=error, reasons=reasons, events=True)
 
 
 __all__ = [

@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ from calctl import records
 from calctl.budget.builders import plan_from_package
 from calctl.budget.evaluation import report_document, run_budget
 from calctl.budget.policy import BudgetPolicy
-from calctl.errors import CalctlError, Interrupted, interrupt_reason, reason_of, signal_unraised
+from calctl.errors import CalctlError, Interrupted, interrupt_reason, reason_of
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, validate
@@ -82,13 +82,12 @@ from calctl.runners.board_steps import (
     selftest_skip_reason,
 )
 from calctl.runners.device import DeviceSpec
+from calctl.runners.driver import Ended, Opening, Run, RunState, RunStep, drive, write_pictures
 from calctl.runners.golden import run_golden
 from calctl.runners.poc import run_poc_combined
-from calctl.runners.steps import RunOutcome, error_text, outcome_of
-from calctl.runners.telemetry import telemetry_points
-from calctl.runners.trace import write_trace_outputs
+from calctl.runners.steps import RunOutcome, StepNote, error_text, outcome_of
 from calctl.runners.warmup import describe as describe_warmup
-from calctl.runners.warmup import run_warmup, warm_iterations
+from calctl.runners.warmup import run_warmup
 from calctl.signing.policy import TrustPolicy
 
 log = logging.getLogger("calctl.bringup")
@@ -308,17 +307,9 @@ def _budget(state: BringupState) -> StepOutcome:
 
 def _device_step(state: BringupState, name: str, report: Report, figure: str) -> StepOutcome:
     cfg = state.config
-    files = write_trace_outputs(
-        report.events,
-        trace=cfg.out_dir / f"{name}.trace.json",
-        plot=cfg.out_dir / f"{name}.png",
-        device=cfg.device.kind.value,
-        title=f"calctl {cfg.command}: {name}",
-        metadata={"package_digest": report.header["package"]["digest"], "command": report.command},
-        marks=report.body.get("marks") or (),
-        latency=report.command == "warmup",
-        latency_iterations=warm_iterations(report),  # the picture's figures are the table's
-        telemetry=telemetry_points(report.body.get("telemetry")),  # each chip's °C and W beside the work
+    out = cfg.out_dir
+    files = write_pictures(
+        report, trace=out / f"{name}.trace.json", plot=out / f"{name}.png", title=f"calctl {cfg.command}: {name}"
     )
     if state.header is None and report.header.get("runtime") is not None:
         state.header = dict(report.header)
@@ -484,36 +475,52 @@ def run_bringup(
     """Run ``steps`` in order, traces and plots into ``config.out_dir``. Ctrl-C (or SIGTERM) in a step, between
     two steps or in the teardown ends the pipeline with a report (the remaining steps SKIP), so the caller can
     still write ``report.json``."""
-    t0 = time.perf_counter()
-    started = datetime.now(timezone.utc)
     config.out_dir.mkdir(parents=True, exist_ok=True)
-    done: list[StepOutcome] = []
+    pipeline = _Pipeline(config, steps, on_step)
+    declared = [RunStep(step.name, pipeline.stage(step), logged=False) for step in steps]
+    return drive(Run("bringup", config.device, declared, pipeline.report, opening=Opening.NONE))
+
+
+@dataclass
+class _Pipeline:
+    """The bring-up's steps as the driver runs them: each one's outcome, and what stopped the others."""
+
+    config: BringupConfig
+    steps: tuple[BringupStep, ...]
+    on_step: Callable[[StepOutcome], None] | None
+    state: BringupState = field(init=False)
+    done: list[StepOutcome] = field(default_factory=list)
     cut: str | None = None  # what stopped the pipeline: the signal, and where it came
     error: str | None = None  # the report's one line on it
     stopped: str | None = None  # a board that is not ready: why the remaining steps did not run
-    stack = ExitStack()
-    state = BringupState(config=config, stack=stack)
-    try:
-        with stack:
-            for step in steps:
-                outcome = _run_step(step, state, cut, stopped)
-                if outcome.verdict == RunOutcome.INTERRUPTED.value and cut is None:
-                    cut = f"{_signal_text(outcome)} in {step.name}"
-                    error = f"{step.name}: {outcome.detail}"
-                elif step.stops and outcome.failed and stopped is None:
-                    # said once in full on the step's own row; the steps it stopped name it
-                    stopped = f"the board is not ready ({step.name} {outcome.verdict})"
-                state.outcomes[step.name] = outcome
-                done.append(outcome)
-                if on_step is not None:
-                    on_step(outcome)
-                if cut is None and (name := signal_unraised()) is not None:
-                    raise Interrupted(name)  # its raise was dropped (a GC callback): stop here all the same
-    except KeyboardInterrupt as exc:
-        # Between two steps or in the teardown (the live line, closing the device): the run is interrupted all
-        # the same, and what the finished steps measured is still the report's. No step was running, so none
-        # is INTERRUPTED: the report still says which signal it was, and where it came.
-        if cut is None:
+
+    def __post_init__(self) -> None:
+        self.state = BringupState(config=self.config, stack=ExitStack())
+
+    def stage(self, step: BringupStep) -> Callable[[RunState, StepNote], None]:
+        def body(s: RunState, note: StepNote) -> None:
+            if not self.done:
+                s.hold(self.state.stack)  # the package the steps loaded, released at the end of the run
+            outcome = _run_step(step, self.state, self.cut, self.stopped)
+            if outcome.verdict == RunOutcome.INTERRUPTED.value and self.cut is None:
+                self.cut = f"{_signal_text(outcome)} in {step.name}"
+                self.error = f"{step.name}: {outcome.detail}"
+            elif step.stops and outcome.failed and self.stopped is None:
+                # said once in full on the step's own row; the steps it stopped name it
+                self.stopped = f"the board is not ready ({step.name} {outcome.verdict})"
+            self.state.outcomes[step.name] = outcome
+            self.done.append(outcome)
+            if self.on_step is not None:
+                self.on_step(outcome)
+
+        return body
+
+    def report(self, s: RunState, ended: Ended) -> Report:
+        steps, done = self.steps, self.done
+        if ended.stopped and self.cut is None:
+            # Between two steps or in the teardown (the live line, closing the device): the run is interrupted all
+            # the same, and what the finished steps measured is still the report's. No step was running, so none
+            # is INTERRUPTED: the report still says which signal it was, and where it came.
             where = (
                 f"before {steps[0].name} started"
                 if not done
@@ -521,53 +528,60 @@ def run_bringup(
                 if len(done) == len(steps)
                 else f"after {done[-1].name}, before {steps[len(done)].name} started"
             )
-            cut = error = f"{error_text(exc)} {where}"
-    for step in steps[len(done) :]:
-        done.append(StepOutcome(step.name, "SKIP", "", 0.0, f"not run: the pipeline was {cut}"))
-    interrupted = cut is not None
-    header = _header(config, state, started)
-    failing = [s for s in done if s.failed]
-    if interrupted:
-        verdict = RunOutcome.INTERRUPTED.value
-    elif failing:
-        verdict = _pipeline_verdict(failing[0])
-    elif any(s.verdict in ("WARN", "S1") or (s.verdict == "NOT JUDGED" and _not_judged_warns(steps, s)) for s in done):
-        verdict = "WARN"  # a PoC (or a gate) not judged is not a pass: WARN, and its step says why
-    else:
-        verdict = "PASS"
-    return Report(
-        "bringup",
-        verdict,
-        header,
-        {
-            "report_dir": str(config.out_dir),
-            "summary": [
-                {
-                    "step": s.name,
-                    "verdict": s.verdict,
-                    "key_figure": s.key_figure,
-                    "seconds": round(s.seconds, 3),
-                    "detail": s.detail,
-                    "files": s.files,
-                }
-                for s in done
-            ],
-            "step_reports": {s.name: s.document for s in done if s.document is not None},
-            # each device step's per-chip power, temperature, throttle and ECC (calctl.runners.telemetry)
-            "telemetry": {
-                s.name: _without_series(s.document["telemetry"])  # the burn-in's samples: in step_reports
-                for s in done
-                if isinstance(s.document, dict) and isinstance(s.document.get("telemetry"), dict)
-            },
-            # the board steps' figures (readiness, self-test rows, burn-in rows and telemetry), as accept's
-            "board": board_figures(*(_board_document(done, name) for name in (CHECK, SELFTEST, BURNIN))),
+            self.cut = self.error = f"{ended.error} {where}"
+        for step in steps[len(done) :]:
+            skipped = StepOutcome(step.name, "SKIP", "", 0.0, f"not run: the pipeline was {self.cut}")
+            done.append(skipped)
+            if self.on_step is not None:
+                self.on_step(skipped)
+        failing = [o for o in done if o.failed]
+        if self.cut is not None:
+            verdict = RunOutcome.INTERRUPTED.value
+        elif failing:
+            verdict = _pipeline_verdict(failing[0])
+        elif any(
+            o.verdict in ("WARN", "S1") or (o.verdict == "NOT JUDGED" and _not_judged_warns(steps, o)) for o in done
+        ):
+            verdict = "WARN"  # a PoC (or a gate) not judged is not a pass: WARN, and its step says why
+        else:
+            verdict = "PASS"
+        return Report(
+            "bringup",
+            verdict,
+            _header(self.config, self.state, s.started_at),
+            _body(self.config, done),
+            steps=tuple(done),
+            reasons=_stopped_reasons(done, self.stopped),
+            error=self.error if self.cut is not None else next((f"{o.name}: {o.detail}" for o in failing), None),
+            seconds=time.perf_counter() - s.t0,
+            evidence={"report": str(self.config.out_dir / "report.json")},
+        )
+
+
+def _body(config: BringupConfig, done: list[StepOutcome]) -> dict[str, Any]:
+    return {
+        "report_dir": str(config.out_dir),
+        "summary": [
+            {
+                "step": s.name,
+                "verdict": s.verdict,
+                "key_figure": s.key_figure,
+                "seconds": round(s.seconds, 3),
+                "detail": s.detail,
+                "files": s.files,
+            }
+            for s in done
+        ],
+        "step_reports": {s.name: s.document for s in done if s.document is not None},
+        # each device step's per-chip power, temperature, throttle and ECC (calctl.runners.telemetry)
+        "telemetry": {
+            s.name: _without_series(s.document["telemetry"])  # the burn-in's samples: in step_reports
+            for s in done
+            if isinstance(s.document, dict) and isinstance(s.document.get("telemetry"), dict)
         },
-        steps=tuple(done),
-        reasons=_stopped_reasons(done, stopped),
-        error=error if interrupted else next((f"{s.name}: {s.detail}" for s in failing), None),
-        seconds=time.perf_counter() - t0,
-        evidence={"report": str(config.out_dir / "report.json")},
-    )
+        # the board steps' figures (readiness, self-test rows, burn-in rows and telemetry), as accept's
+        "board": board_figures(*(_board_document(done, name) for name in (CHECK, SELFTEST, BURNIN))),
+    }
 
 
 #: The words a step ends with that the pipeline's verdict keeps: how the run went (docs/cli.md "Verdicts").

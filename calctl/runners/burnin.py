@@ -36,12 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calctl.errors import CalctlError
 from calctl.report import Report
 from calctl.runners.board_check import known_answer_package
-from calctl.runners.context import RunContext
 from calctl.runners.device import DeviceSpec
-from calctl.runners.steps import RunOutcome, StepLog, error_text, outcome_of, reraise_usage
+from calctl.runners.driver import Ended, Run, RunState, RunStep, drive
+from calctl.runners.steps import StepLog, StepNote
 from calctl.runners.telemetry import NOT_REPORTED, ChipAggregate, TelemetrySampler
 from calctl.runtime import Engine, Runtime
 from calctl.runtime.errors import RuntimeLayerError
@@ -136,70 +135,51 @@ def run_burnin(
     """Load both chips for ``minutes``, sample telemetry, grade (module docstring)."""
     from calctl.signing.policy import make_policy
 
-    t0 = time.perf_counter()
-    log = log or StepLog()
     loads: list[BurnInChipLoad] = []
-    outcome, error = RunOutcome.PASS, None
-    sampler: TelemetrySampler | None = None
-    # The load is the bundled sample's, signed by the published test-only key: trusted for this.
-    ctx = RunContext(
-        known_answer_package(), trust=make_policy(None, False, trust_test_key=True), device=device, log=log
-    )
-    try:
-        with ctx:
-            ctx.prepare()
-            sampler = ctx.sampler
-            if sampler is not None:
-                sampler.interval_s = interval_s
-            assert ctx.rt is not None and ctx.calbin is not None and ctx.pkg is not None
-            for alias, mp in ctx.calbin.plan.models.items():
-                loads.append(BurnInChipLoad(mp.chips[0], alias))
-            with log.step("full load") as note:
-                _load(ctx.rt, ctx.pkg, loads, minutes * 60.0, sampler, progress)
-                note.detail = "; ".join(f"chip {ld.chip} ({ld.model}): {ld.jobs} jobs" for ld in loads)
-    except (CalctlError, KeyboardInterrupt) as exc:
-        reraise_usage(exc)
-        outcome, error = outcome_of(exc), error_text(exc)
-    aggregates = sampler.aggregates() if sampler is not None else {}
-    rows = grade(aggregates, loads, limits) if outcome is RunOutcome.PASS else []
-    verdict = outcome.value if outcome is not RunOutcome.PASS else _verdict(rows)
-    failing = [r for r in rows if r.status == "FAIL"]
-    if error is None and failing:
-        error = "; ".join(f"chip {r.chip} {r.figure}: {r.detail}" for r in failing[:4])
-    pictures: dict[str, str] = {}
-    if plot is not None and sampler is not None:
-        from calctl.runners.telemetry_plot import plot_telemetry
 
-        plot_telemetry(
-            plot,
-            sampler.series(),
-            device=device.kind.value,
-            title=f"calctl burn-in ({minutes:g} min)",
-            limits=_plot_limits(rows),
-        )
-        pictures["plot"] = str(plot)
-    body: dict[str, Any] = {
-        "minutes": minutes,
-        "interval_s": interval_s,
-        "limits": limits.document(),
-        "rows": [r.document() for r in rows],
-        "chips": [
-            {"chip": ld.chip, "model": ld.model, "jobs": ld.jobs, "failed": ld.failed, "errors": ld.errors[:5]}
-            for ld in loads
-        ],
-        "telemetry": sampler.document(with_series=True) if sampler is not None else None,
-    }
-    return Report(
-        command="burn-in",
-        verdict=verdict,
-        header=ctx.header("burn-in"),
-        steps=ctx.log.records,
-        body=body,
-        reasons=tuple(f"chip {r.chip} {r.figure}: {r.detail}" for r in rows if r.status in ("FAIL", "WARN")),
-        error=error,
-        seconds=time.perf_counter() - t0,
-        pictures=pictures,
-    )
+    def full_load(s: RunState, note: StepNote) -> None:
+        assert s.ctx is not None and s.ctx.calbin is not None and s.ctx.pkg is not None
+        if s.ctx.sampler is not None:
+            s.ctx.sampler.interval_s = interval_s
+        loads.extend(BurnInChipLoad(mp.chips[0], alias) for alias, mp in s.ctx.calbin.plan.models.items())
+        _load(s.rt, s.ctx.pkg, loads, minutes * 60.0, s.ctx.sampler, progress)
+        note.detail = "; ".join(f"chip {ld.chip} ({ld.model}): {ld.jobs} jobs" for ld in loads)
+
+    def report(s: RunState, ended: Ended) -> Report:
+        assert s.ctx is not None
+        sampler = s.ctx.sampler
+        aggregates = sampler.aggregates() if sampler is not None else {}
+        rows = grade(aggregates, loads, limits) if not ended.stopped else []
+        verdict = ended.outcome.value if ended.stopped else _verdict(rows)
+        failing = [r for r in rows if r.status == "FAIL"]
+        error = ended.error
+        if error is None and failing:
+            error = "; ".join(f"chip {r.chip} {r.figure}: {r.detail}" for r in failing[:4])
+        pictures: dict[str, str] = {}
+        if plot is not None and sampler is not None:
+            from calctl.runners.telemetry_plot import plot_telemetry
+
+            title = f"calctl burn-in ({minutes:g} min)"
+            plot_telemetry(plot, sampler.series(), device=device.kind.value, title=title, limits=_plot_limits(rows))
+            pictures["plot"] = str(plot)
+        body: dict[str, Any] = {
+            "minutes": minutes,
+            "interval_s": interval_s,
+            "limits": limits.document(),
+            "rows": [r.document() for r in rows],
+            "chips": [
+                {"chip": ld.chip, "model": ld.model, "jobs": ld.jobs, "failed": ld.failed, "errors": ld.errors[:5]}
+                for ld in loads
+            ],
+            "telemetry": sampler.document(with_series=True) if sampler is not None else None,
+        }
+        reasons = [f"chip {r.chip} {r.figure}: {r.detail}" for r in rows if r.status in ("FAIL", "WARN")]
+        return s.report(verdict, body, error=error, reasons=reasons, pictures=pictures)
+
+    # The load is the bundled sample's, signed by the published test-only key: trusted for this.
+    trust = make_policy(None, False, trust_test_key=True)
+    run = Run("burn-in", device, [RunStep("full load", full_load)], report, package=known_answer_package(), trust=trust)
+    return drive(run, log=log)
 
 
 def _load(

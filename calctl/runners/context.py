@@ -25,9 +25,8 @@ left clean. :meth:`RunContext.header` is the run's header
 
 What it uses lives beside it: the device spec in :mod:`calctl.runners.device`,
 the step log and outcomes in :mod:`calctl.runners.steps`, the program digests in
-:mod:`calctl.runners.programs`, the trace writers in :mod:`calctl.runners.trace`;
-import the step log and outcomes from :mod:`calctl.runners.steps` (the device spec, digests and trace
-writers are still re-exported here for the runners that import them from this module).
+:mod:`calctl.runners.programs`. A run opens its context through the one driver,
+:mod:`calctl.runners.driver`, which also writes its files.
 This module does not run models, judge results or render anything.
 """
 
@@ -48,7 +47,7 @@ from calctl.package.info import package_digest
 from calctl.package.model import Package
 from calctl.package.reader import load_manifest, package_root
 from calctl.package.validate import ValidationPolicy, ValidationReport, validate
-from calctl.report import MOCK_LABEL, Report, StepStatus, build_header
+from calctl.report import Report, StepStatus, build_header
 from calctl.runners.device import DeviceSpec
 from calctl.runners.programs import ProgramDigest, program_digests, programs_document
 from calctl.runners.steps import (
@@ -57,7 +56,6 @@ from calctl.runners.steps import (
     StepNote,
 )
 from calctl.runners.telemetry import TelemetrySampler, sampler_of
-from calctl.runners.trace import trace_slices, write_trace_outputs
 from calctl.runtime import Calbin, Health, Runtime, TraceEvent, Versions
 from calctl.runtime.errors import InvalidCalbin, RuntimeLayerError
 from calctl.signing.policy import TrustPolicy
@@ -424,17 +422,4 @@ def finish(
     )
 
 
-__all__ = [
-    "MOCK_LABEL",
-    "CalbinRefused",
-    "DeviceSpec",
-    "ProgramDigest",
-    "Report",
-    "RunContext",
-    "finish",
-    "program_digests",
-    "programs_document",
-    "select_aliases",
-    "trace_slices",
-    "write_trace_outputs",
-]
+__all__ = ["CalbinRefused", "DeviceSpec", "RunContext", "finish", "select_aliases"]

@@ -11,19 +11,18 @@ the body holds.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from calctl.checks.steps import StepTimedOut
-from calctl.errors import CalctlError
 from calctl.package.model import Package
 from calctl.report import Report, StepStatus
-from calctl.runners.context import RunContext, finish, select_aliases
+from calctl.runners.context import select_aliases
 from calctl.runners.device import DeviceSpec
-from calctl.runners.steps import RunOutcome, StepLog, error_text, outcome_of, reraise_usage
+from calctl.runners.driver import Ended, Run, RunState, RunStep, drive
+from calctl.runners.steps import RunOutcome, StepLog, StepNote
 from calctl.runtime import Runtime
 from calctl.signing.policy import TrustPolicy
 
@@ -62,43 +61,43 @@ def run_per_model(
     model: str | None,
     log: StepLog | None,
 ) -> Report:
-    t0 = time.perf_counter()
-    log = log or StepLog()
-    results: list[R] = []
-    not_run: list[dict[str, str]] = []
-    outcome, error = RunOutcome.PASS, None
-    ctx = RunContext(package, trust=trust, device=device, log=log)
-    try:
-        with ctx:
-            ctx.prepare()
-            assert ctx.rt is not None and ctx.pkg is not None
-            aliases = select_aliases(ctx.pkg, model)
-            for i, alias in enumerate(aliases):
-                with log.step(f"{check.step} {alias}") as note:
-                    try:
-                        r = check.run(ctx.rt, ctx.pkg, alias)
-                    except StepTimedOut as exc:
-                        if isinstance(exc.partial, check.result_type):
-                            results.append(exc.partial)
-                        not_run.extend({"alias": a, "reason": f"not run: {alias} hung"} for a in aliases[i + 1 :])
-                        raise
-                    except BaseException as exc:
-                        not_run.extend(
-                            {"alias": a, "reason": f"not run: {alias} failed ({type(exc).__name__})"}
-                            for a in aliases[i + 1 :]
-                        )
-                        raise
-                    results.append(r)
-                    note.detail = check.detail(r)
-                    note.status = check.status(r)
-    except (CalctlError, KeyboardInterrupt) as exc:
-        reraise_usage(exc)
-        outcome, error = outcome_of(exc), error_text(exc)
-    if outcome is RunOutcome.PASS:
+    hung: list[R] = []  # the partial result of a model that hung (StepTimedOut.partial)
+
+    def one(alias: str) -> RunStep:
+        def body(s: RunState, note: StepNote) -> R:
+            assert s.ctx is not None and s.ctx.pkg is not None
+            try:
+                r = check.run(s.rt, s.ctx.pkg, alias)
+            except StepTimedOut as exc:
+                if isinstance(exc.partial, check.result_type):
+                    hung.append(exc.partial)
+                raise
+            note.detail, note.status = check.detail(r), check.status(r)
+            return r
+
+        return RunStep(f"{check.step} {alias}", body)
+
+    def steps(s: RunState) -> list[RunStep]:
+        assert s.ctx is not None and s.ctx.pkg is not None
+        return [one(alias) for alias in select_aliases(s.ctx.pkg, model)]
+
+    def report(s: RunState, ended: Ended) -> Report:
+        results = [r for r in s.results.values() if r is not None] + hung
+        why = "hung" if isinstance(ended.exc, StepTimedOut) else f"failed ({type(ended.exc).__name__})"
+        prefix = len(check.step) + 1
+        not_run = (
+            [{"alias": n[prefix:], "reason": f"not run: {ended.stopped_at[prefix:]} {why}"} for n in ended.not_run]
+            if ended.stopped_at is not None
+            else []
+        )
+        outcome, error = ended.outcome, ended.error
         failed = [r for r in results if not r.ok]
-        if failed:
+        if outcome is RunOutcome.PASS and failed:
             outcome, error = RunOutcome.FAIL, "; ".join(check.failure(r) for r in failed)
-    return finish(ctx, check.command, outcome.value, check.body(results, not_run), error, t0)
+        return s.finish(outcome.value, check.body(results, not_run), error)
+
+    run = Run(check.command, device, steps, report, package=package, trust=trust)
+    return drive(run, log=log)
 
 
 __all__ = ["ModelResult", "PerModelCheck", "run_per_model"]

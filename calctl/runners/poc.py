@@ -51,7 +51,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from contextlib import ExitStack
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,11 +59,12 @@ from typing import Any
 from calctl.checks.batch_golden import batch_profiles, run_batch_golden
 from calctl.checks.stats import until_decided
 from calctl.checks.steps import GoldenData, GreedyProgress, JobBuffers, StepTimedOut, at_once, greedy_run, step_name
-from calctl.errors import CalctlError, CheckFailed, UsageError
+from calctl.errors import CheckFailed, UsageError
 from calctl.package.model import ChipMode, GraphKind, Package, mask_of_chips
 from calctl.report import Report, StepStatus
-from calctl.runners.context import RunContext, finish
+from calctl.runners.context import RunContext
 from calctl.runners.device import DeviceSpec
+from calctl.runners.driver import Ended, Opening, Run, RunState, RunStep, drive
 from calctl.runners.golden import GoldenResult, first_mismatch
 from calctl.runners.golden import judge as judge_golden
 from calctl.runners.overlap import (
@@ -76,7 +77,7 @@ from calctl.runners.overlap import (
     joint_share,
     judge,
 )
-from calctl.runners.steps import RunOutcome, StepLog, error_text, outcome_of, reraise_usage
+from calctl.runners.steps import RunOutcome, StepLog, StepNote
 from calctl.runners.trace import Mark
 from calctl.runtime import GenerationId, Runtime
 from calctl.runtime.calbin import CalbinPlan
@@ -88,17 +89,6 @@ POC_MOCK_TIME_SCALE = 4.0
 #: 001 §13.1: "at least 1000 requests without cross-model token, logits, KV or sequence-id crosstalk".
 CROSSTALK_GATE_REQUESTS = 1000
 GENERATION = GenerationId(1)
-
-_FLOW = (
-    "open device",
-    "validate package",
-    "load package",
-    "create calbin",
-    "check names and chip targets",
-    "configure",
-    "allocate A/B buffers",
-)
-_ROUND_STEPS = ("concurrent rounds", "verify outputs", "overlap verdict")
 
 
 # ---------------------------------------------------------------------------
@@ -288,14 +278,14 @@ def _joint(
 ) -> tuple[float, int, int, list[tuple[int, ...]]]:
     """A and B together, one thread each, released by one barrier. Returns (seconds, start_ns, end_ns, outputs)."""
     outputs: list[tuple[int, ...] | None] = [None] * len(loads)
-    errors: list[BaseException | None] = [None] * len(loads)
+    errors: list[Exception | None] = [None] * len(loads)
     barrier = threading.Barrier(len(loads) + 1)
 
     def work(i: int) -> None:
         try:
             barrier.wait()
             outputs[i] = _generate(rt, pkg, loads[i], bufs[loads[i].alias], timeout_s)
-        except BaseException as exc:  # handed to the main thread below
+        except Exception as exc:  # handed to the main thread below (a signal reaches the main thread only)
             errors[i] = exc
 
     threads = [
@@ -303,18 +293,19 @@ def _joint(
     ]
     for t in threads:
         t.start()
+    joined = False
     try:
         barrier.wait()
         start_ns, t0 = time.monotonic_ns(), time.perf_counter()
         for t in threads:
             t.join()
         seconds, end_ns = time.perf_counter() - t0, time.monotonic_ns()
-    except BaseException:
-        # Ctrl-C: let the workers finish their bounded workloads before the teardown drains the board.
-        barrier.abort()
-        for t in threads:
-            t.join(timeout_s)
-        raise
+        joined = True
+    finally:
+        if not joined:  # Ctrl-C: let the workers finish their bounded workloads before the teardown drains the board
+            barrier.abort()
+            for t in threads:
+                t.join(timeout_s)
     failures = [e for e in errors if e is not None]
     if failures:
         raise next((e for e in failures if isinstance(e, StepTimedOut)), failures[0])
@@ -371,225 +362,177 @@ def run_poc_combined(
     budget = max(rounds, max_rounds if max_rounds is not None else 4 * rounds)
     if len(expect_models) != 2 or len(set(expect_models)) != 2:
         raise UsageError("--expect-models: expected two different aliases, e.g. model-a,model-b")
-    t0 = time.perf_counter()
-    log = log or StepLog()
     device = device.with_default_time_scale(POC_MOCK_TIME_SCALE)
-    ctx = RunContext(package, trust=trust, device=device, log=log, expect_models=expect_models)
-    body: dict[str, Any] = {"expect_models": list(expect_models), "rounds_requested": rounds, "rounds_budget": budget}
-    found = _Found()
-    outcome, error = RunOutcome.PASS, None
-    try:
-        with ctx:
-            try:
-                _flow(ctx, log, expect_models, rounds, budget, step_timeout_s, body, found)
-            except BaseException as exc:
-                failed = log.records[-1].name if log.records else "start"
-                planned = _FLOW + tuple(f"golden {a}" for a in expect_models) + _ROUND_STEPS
-                done = {r.name for r in log.records}
-                for name in planned:
-                    if name not in done:
-                        log.skip(name, f"not reached: {failed} ended {outcome_of(exc).value}")
-                raise
-    except (CalctlError, KeyboardInterrupt) as exc:
-        reraise_usage(exc)
-        outcome, error = outcome_of(exc), error_text(exc)
+    poc = _Poc(expect_models, rounds, budget, step_timeout_s, require_s2)
 
-    verdict, checker = found.verdict, found.checker
-    body["golden"] = found.goldens
-    if checker is not None:
-        body["crosstalk"] = {
-            "checked_generations": checker.generations,
-            "checked_tokens": checker.tokens,
-            "mismatches": [m.describe() for m in checker.mismatches[:20]],
-            "mismatch_count": len(checker.mismatches),
-            "gate_requests": CROSSTALK_GATE_REQUESTS,
-            "meets_gate": checker.generations >= CROSSTALK_GATE_REQUESTS and not checker.mismatches,
-            "note": f"001 §13.1 asks for >= {CROSSTALK_GATE_REQUESTS} requests without crosstalk; "
-            f"{checker.generations} generation(s) were checked here",
-        }
-    if verdict is not None:
-        body["overlap_ratio"] = verdict.overlap_ratio.as_dict()
-        body["throughput_efficiency"] = verdict.throughput_efficiency.as_dict()
-        body["both_busy_fraction"] = verdict.both_busy_fraction
-        body["per_chip_trace_share"] = verdict.trace_share.as_dict() if verdict.trace_share else None
-        body["decisions"] = {k: d.as_dict() for k, d in verdict.decisions.items()}
-        body["reasons"] = list(verdict.reasons)
-    body["capability"] = _capability(
-        device, verdict, outcome, software=ctx.versions is not None and ctx.versions.software_model
+    def lifecycle(name: str, call: Callable[[RunContext], Any]) -> RunStep:
+        return RunStep(name, lambda s, note: call(_ctx(s)), logged=False)  # RunContext logs it
+
+    steps = [
+        lifecycle("open device", RunContext.open_device),
+        lifecycle("validate package", RunContext.validate),
+        RunStep("load package", poc.load, logged=False),
+        lifecycle("create calbin", RunContext.create_calbin),
+        RunStep("check names and chip targets", poc.check_names),
+        lifecycle("configure", RunContext.configure),
+        RunStep("allocate A/B buffers", poc.allocate),
+        RunStep("golden", poc.run_goldens, logged=False, logs=tuple(f"golden {a}" for a in expect_models)),
+        RunStep("batch profiles", poc.batch_profiles, logged=False, logs=()),
+        RunStep("concurrent rounds", poc.concurrent_rounds),
+        RunStep("verify outputs", poc.verify_outputs),
+        RunStep("overlap verdict", poc.overlap_verdict),
+    ]
+    run = Run(
+        "poc combined",
+        device,
+        steps,
+        poc.report,
+        package=package,
+        trust=trust,
+        opening=Opening.CONTEXT,
+        skip_unreached=True,
+        expect_models=expect_models,
     )
-    fail_on: frozenset[str] = frozenset()
-    if outcome is not RunOutcome.PASS or verdict is None:
-        final = outcome.value
-    elif require_s2 and verdict.verdict != "S2":
-        final, fail_on = verdict.verdict, frozenset({verdict.verdict})
-        error = "S2 was required (--require-s2): " + "; ".join(verdict.reasons)
-    else:
-        final = verdict.verdict
-    return finish(ctx, "poc combined", final, body, error, t0, fail_on=fail_on)
+    return drive(run, log=log)
+
+
+def _ctx(s: RunState) -> RunContext:
+    assert s.ctx is not None
+    return s.ctx
 
 
 @dataclass
-class _Found:
-    """What the flow established so far; kept when a later step fails, so the report keeps the evidence."""
+class _Poc:
+    """The PoC's settings and what its steps established so far: kept when a later step fails, so the report
+    keeps the evidence (the goldens, the rounds, the crosstalk checks)."""
 
+    expect: tuple[str, ...]
+    rounds: int
+    budget: int
+    timeout_s: float
+    require_s2: bool
+    body: dict[str, Any] = field(default_factory=dict)
     goldens: list[GoldenResult] = field(default_factory=list)
     checker: _Checker | None = None
     verdict: ConcurrencyVerdict | None = None
+    aliases: tuple[str, ...] = ()
+    bufs: dict[str, JobBuffers] = field(default_factory=dict)
+    golden: dict[str, GoldenData] = field(default_factory=dict)
+    results: list[RoundResult] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.body.update(expect_models=list(self.expect), rounds_requested=self.rounds, rounds_budget=self.budget)
 
-def _flow(
-    ctx: RunContext,
-    log: StepLog,
-    expect: tuple[str, ...],
-    rounds: int,
-    budget: int,
-    timeout_s: float,
-    body: dict[str, Any],
-    found: _Found,
-) -> None:
-    ctx.open_device()
-    ctx.validate()
-    pkg = ctx.load()
-    calbin = ctx.create_calbin()
-    rt = ctx.rt
-    assert rt is not None
-    aliases = tuple(m.alias for m in pkg.models if m.alias in expect)
-    body["phase"] = (
-        "001 §12 Phase 2 (one model on both chips)" if pkg.kind == "replica" else "001 §12 Phase 3 (two models)"
-    )
+    @property
+    def marks(self) -> list[Mark]:
+        marks: list[Mark] = self.body.setdefault("marks", [])  # the picture shades these phases
+        return marks
 
-    with log.step("check names and chip targets") as note:
-        problems = check_combined_calbin(calbin.plan, expect)
+    def mark(self, label: str, start_ns: int) -> None:
+        self.marks.append(Mark(label, start_ns / 1e9, time.monotonic_ns() / 1e9))
+
+    # -- the steps (001 §6.4), in order -------------------------------------------------------------
+
+    def load(self, s: RunState, note: StepNote) -> None:
+        pkg = _ctx(s).load()
+        self.aliases = tuple(m.alias for m in pkg.models if m.alias in self.expect)
+        self.body["phase"] = (
+            "001 §12 Phase 2 (one model on both chips)" if pkg.kind == "replica" else "001 §12 Phase 3 (two models)"
+        )
+
+    def check_names(self, s: RunState, note: StepNote) -> None:
+        ctx = _ctx(s)
+        assert ctx.calbin is not None and ctx.pkg is not None
+        pkg = ctx.pkg
+        problems = check_combined_calbin(ctx.calbin.plan, self.expect)
         if problems:
             raise CheckFailed("combined calbin refused before configure (001 §6.4): " + "; ".join(problems))
-        placement = {a: (pkg.model(a).target_chips[0], [g.name for g in pkg.model(a).graphs]) for a in aliases}
-        body["placement"] = {a: {"chip": chip, "graphs": graphs} for a, (chip, graphs) in placement.items()}
+        placement = {a: (pkg.model(a).target_chips[0], [g.name for g in pkg.model(a).graphs]) for a in self.aliases}
+        self.body["placement"] = {a: {"chip": chip, "graphs": graphs} for a, (chip, graphs) in placement.items()}
         note.detail = "; ".join(f"{a} -> chip{chip} ({', '.join(graphs)})" for a, (chip, graphs) in placement.items())
 
-    ctx.configure()
-    with ExitStack() as buffers:
-        with log.step("allocate A/B buffers") as note:
-            bufs: dict[str, JobBuffers] = {}
-            for a in aliases:
-                m = pkg.model(a)
-                pi, po = buffers.enter_context(rt.job_buffers(m.prefill.name))
-                di, do = buffers.enter_context(rt.job_buffers(m.decode.name))
-                bufs[a] = JobBuffers(pi, po, di, do)
-            ids = {a: b.ids for a, b in bufs.items()}
-            shared = set(ids[aliases[0]]) & set(ids[aliases[1]])
-            if shared:  # pragma: no cover - a runtime bug: buffers are per allocation
-                raise CheckFailed(f"buffers {sorted(shared)} are shared between the models")
-            body["buffers"] = {a: list(v) for a, v in ids.items()}
-            note.detail = "; ".join(f"{a}: buffers {list(v)}" for a, v in ids.items()) + " (none shared)"
+    def allocate(self, s: RunState, note: StepNote) -> None:
+        pkg, rt = _ctx(s).pkg, s.rt
+        assert pkg is not None
+        for a in self.aliases:
+            m = pkg.model(a)
+            pi, po = s.hold(rt.job_buffers(m.prefill.name))
+            di, do = s.hold(rt.job_buffers(m.decode.name))
+            self.bufs[a] = JobBuffers(pi, po, di, do)
+        ids = {a: b.ids for a, b in self.bufs.items()}
+        shared = set(ids[self.aliases[0]]) & set(ids[self.aliases[1]])
+        if shared:  # pragma: no cover - a runtime bug: buffers are per allocation
+            raise CheckFailed(f"buffers {sorted(shared)} are shared between the models")
+        self.body["buffers"] = {a: list(v) for a, v in ids.items()}
+        note.detail = "; ".join(f"{a}: buffers {list(v)}" for a, v in ids.items()) + " (none shared)"
 
-        golden = {a: GoldenData.load(pkg, a) for a in aliases}
-        marks: list[Mark] = body.setdefault("marks", [])  # the picture shades these phases
+    def run_goldens(self, s: RunState, note: StepNote) -> None:
+        """A golden, then B golden (serially, 001 §12 Phase 2 step 2), each a logged step."""
+        pkg = _ctx(s).pkg
+        assert pkg is not None
+        self.golden = {a: GoldenData.load(pkg, a) for a in self.aliases}
+        for a in self.aliases:
+            with s.log.step(f"golden {a}") as step_note:
+                self._golden(s.rt, pkg, a, step_note)
 
-        def mark(label: str, start_ns: int) -> None:
-            marks.append(Mark(label, start_ns / 1e9, time.monotonic_ns() / 1e9))
+    def _golden(self, rt: Runtime, pkg: Package, a: str, note: StepNote) -> None:
+        golden, progress = self.golden[a], GreedyProgress(a)
+        g0, m0 = time.perf_counter(), time.monotonic_ns()
+        try:
+            greedy_run(
+                rt,
+                pkg.model(a),
+                golden.prompt,
+                len(golden.tokens),
+                progress=progress,
+                generation=GENERATION,
+                step_timeout_s=self.timeout_s,
+                buffers=self.bufs[a],
+            )
+        except StepTimedOut:
+            self.goldens.append(judge_golden(golden, progress, time.perf_counter() - g0))
+            raise
+        r = judge_golden(golden, progress, time.perf_counter() - g0)
+        self.mark(f"golden {a}", m0)
+        self.goldens.append(r)
+        if not r.ok:
+            raise CheckFailed(f"golden failed: {r.reason}")
+        note.detail = f"{len(r.got_tokens)} tokens exact, logits max |err| {r.prefill_max_abs_err:.2g}"
 
-        for a in aliases:  # A golden, then B golden (serially, 001 §12 Phase 2 step 2)
-            with log.step(f"golden {a}") as note:
-                progress = GreedyProgress(a)
-                g0 = time.perf_counter()
-                m0 = time.monotonic_ns()
-                try:
-                    greedy_run(
-                        rt,
-                        pkg.model(a),
-                        golden[a].prompt,
-                        len(golden[a].tokens),
-                        progress=progress,
-                        generation=GENERATION,
-                        step_timeout_s=timeout_s,
-                        buffers=bufs[a],
-                    )
-                except StepTimedOut:
-                    found.goldens.append(judge_golden(golden[a], progress, time.perf_counter() - g0))
-                    raise
-                r = judge_golden(golden[a], progress, time.perf_counter() - g0)
-                mark(f"golden {a}", m0)
-                found.goldens.append(r)
-                if not r.ok:
-                    raise CheckFailed(f"golden failed: {r.reason}")
-                note.detail = f"{len(r.got_tokens)} tokens exact, logits max |err| {r.prefill_max_abs_err:.2g}"
+    def batch_profiles(self, s: RunState, note: StepNote) -> None:
+        pkg = _ctx(s).pkg
+        assert pkg is not None
+        _batch_profiles(s.rt, pkg, self.aliases, s.log, self.timeout_s, self.body)
 
-        _batch_profiles(rt, pkg, aliases, log, timeout_s, body)
-
-        loads = _workloads(pkg, aliases, golden)
-        body["workloads"] = [
+    def concurrent_rounds(self, s: RunState, note: StepNote) -> None:
+        pkg = _ctx(s).pkg
+        assert pkg is not None
+        loads = _workloads(pkg, self.aliases, self.golden)
+        self.body["workloads"] = [
             {"alias": w.alias, "prompt_tokens": len(w.prompt), "output_tokens": w.n_tokens, "reference": w.reference}
             for w in loads.values()
         ]
-        checker = found.checker = _Checker(loads, golden)
-        wa, wb = (loads[x] for x in aliases)
-        results: list[RoundResult] = []
-        pair = (wa.alias, wb.alias)
+        self.checker = _Checker(loads, self.golden)
+        rounds = _Rounds(s.rt, pkg, loads, self.bufs, self.timeout_s, self.checker, self)
+        ran = until_decided(rounds.one, lambda: _verdict(self.results).decided, first=self.rounds, budget=self.budget)
+        results = self.results
+        self.body.update(rounds=results, rounds_run=ran, host_overhead=_host_overhead(results))
+        clock = (
+            "device clock (the runtime's job stamps)"
+            if all(r.clock == "device" for r in results)
+            else ("HOST clock: the runtime reported no job timestamps")
+        )
+        wa, wb = self.aliases
+        note.detail = (
+            f"{ran} rounds ({self.rounds} requested, budget {self.budget}) of {wa} alone, {wb} alone, both "
+            f"together; on the {clock}: mean joint {sum(r.t_joint for r in results) / ran * 1e3:.1f} ms vs "
+            f"serial {sum(r.t_a + r.t_b for r in results) / ran * 1e3:.1f} ms; host overhead "
+            f"{self.body['host_overhead']['share_of_host_time']:.0%} of the host's time"
+        )
 
-        def timed(alias: str, label: str, k: int) -> tuple[float, float | None, tuple[int, ...]]:
-            s, m0 = time.perf_counter(), time.monotonic_ns()
-            out = _generate(rt, pkg, loads[alias], bufs[alias], timeout_s)
-            host = time.perf_counter() - s
-            m1 = time.monotonic_ns()
-            mark(label, m0)
-            checker.check(alias, k, "alone", out)
-            return host, _device_time(_spans(rt, m0, m1, (alias,))), out
-
-        def one_round() -> None:
-            k = len(results)
-            h_a, d_a, out_a = timed(wa.alias, "A alone", k)
-            h_b, d_b, out_b = timed(wb.alias, "B alone", k)
-            h_j, w0, w1, (joint_a, joint_b) = _joint(rt, pkg, [wa, wb], bufs, timeout_s)
-            marks.append(Mark("A+B joint", w0 / 1e9, w1 / 1e9))
-            checker.check(wa.alias, k, "joint", joint_a)
-            checker.check(wb.alias, k, "joint", joint_b)
-            spans = _spans(rt, w0, w1, pair)
-            d_j = _device_time(spans)
-            # The device's clock when it stamped every phase with some time; else the host's (a shim without
-            # job stamps, or a mock time scale so small that every modelled job lasts 0 ns).
-            device = (d_a, d_b, d_j) if d_a and d_b and d_j else None  # None, or a 0 ns job: not on the device
-            on_device = device is not None
-            t_a, t_b, t_j = device if device is not None else (h_a, h_b, h_j)
-            rnd = OverlapRound(t_a, t_b, t_j, len(out_a), len(out_b), len(joint_a) + len(joint_b))
-            results.append(
-                RoundResult(
-                    k,
-                    t_a,
-                    t_b,
-                    t_j,
-                    len(out_a),
-                    len(out_b),
-                    rnd.overlap_ratio,
-                    rnd.efficiency,
-                    joint_share(spans) if spans is not None else None,
-                    "device" if on_device else "host",
-                    h_a,
-                    h_b,
-                    h_j,
-                )
-            )
-
-        def decided() -> bool:
-            return _verdict(results).decided
-
-        with log.step("concurrent rounds") as note:
-            ran = until_decided(one_round, decided, first=rounds, budget=budget)
-            body["rounds"] = results
-            body["rounds_run"] = ran
-            body["host_overhead"] = _host_overhead(results)
-            clock = (
-                "device clock (the runtime's job stamps)"
-                if all(r.clock == "device" for r in results)
-                else ("HOST clock: the runtime reported no job timestamps")
-            )
-            note.detail = (
-                f"{ran} rounds ({rounds} requested, budget {budget}) of {wa.alias} alone, {wb.alias} alone, both "
-                f"together; on the {clock}: mean joint {sum(r.t_joint for r in results) / ran * 1e3:.1f} ms vs "
-                f"serial {sum(r.t_a + r.t_b for r in results) / ran * 1e3:.1f} ms; host overhead "
-                f"{body['host_overhead']['share_of_host_time']:.0%} of the host's time"
-            )
-
-    with log.step("verify outputs") as note:
+    def verify_outputs(self, s: RunState, note: StepNote) -> None:
+        checker = self.checker
+        assert checker is not None
         note.detail = f"{checker.generations} generations, {checker.tokens} tokens checked"
         if checker.mismatches:
             first = checker.mismatches[0]
@@ -599,18 +542,105 @@ def _flow(
             )
         note.detail += ", all equal to their reference (no crosstalk)"
 
-    with log.step("overlap verdict") as note:
-        verdict = _verdict(results)
+    def overlap_verdict(self, s: RunState, note: StepNote) -> None:
+        verdict = _verdict(self.results)
         o, e = verdict.overlap_ratio, verdict.throughput_efficiency
         note.detail = (
             f"{verdict.verdict}: overlap_ratio {_f(o.mean)} [{_f(o.ci_low)}, {_f(o.ci_high)}], "
-            f"efficiency {_f(e.mean)} [{_f(e.ci_low)}, {_f(e.ci_high)}] over {len(results)} rounds"
+            f"efficiency {_f(e.mean)} [{_f(e.ci_low)}, {_f(e.ci_high)}] over {len(self.results)} rounds"
         )
         if verdict.verdict == NOT_JUDGED:
-            note.detail += "; NOT JUDGED: " + "; ".join(verdict.reasons) + _host_blame(body.get("host_overhead"))
+            note.detail += "; NOT JUDGED: " + "; ".join(verdict.reasons) + _host_blame(self.body.get("host_overhead"))
         if verdict.verdict != "S2":
             note.status = StepStatus.WARN
-    found.verdict = verdict
+        self.verdict = verdict
+
+    # -- the report ------------------------------------------------------------------------------
+
+    def report(self, s: RunState, ended: Ended) -> Report:
+        ctx, body, verdict, checker = _ctx(s), self.body, self.verdict, self.checker
+        body["golden"] = self.goldens
+        if checker is not None:
+            body["crosstalk"] = _crosstalk(checker)
+        if verdict is not None:
+            body["overlap_ratio"] = verdict.overlap_ratio.as_dict()
+            body["throughput_efficiency"] = verdict.throughput_efficiency.as_dict()
+            body["both_busy_fraction"] = verdict.both_busy_fraction
+            body["per_chip_trace_share"] = verdict.trace_share.as_dict() if verdict.trace_share else None
+            body["decisions"] = {k: d.as_dict() for k, d in verdict.decisions.items()}
+            body["reasons"] = list(verdict.reasons)
+        software = ctx.versions is not None and bool(ctx.versions.software_model)
+        body["capability"] = _capability(s.run.device, verdict, ended.outcome, software=software)
+        fail_on: frozenset[str] = frozenset()
+        error = ended.error
+        if ended.stopped or verdict is None:
+            final = ended.outcome.value
+        elif self.require_s2 and verdict.verdict != "S2":
+            final, fail_on = verdict.verdict, frozenset({verdict.verdict})
+            error = "S2 was required (--require-s2): " + "; ".join(verdict.reasons)
+        else:
+            final = verdict.verdict
+        return s.finish(final, body, error, fail_on=fail_on)
+
+
+def _crosstalk(checker: _Checker) -> dict[str, Any]:
+    return {
+        "checked_generations": checker.generations,
+        "checked_tokens": checker.tokens,
+        "mismatches": [m.describe() for m in checker.mismatches[:20]],
+        "mismatch_count": len(checker.mismatches),
+        "gate_requests": CROSSTALK_GATE_REQUESTS,
+        "meets_gate": checker.generations >= CROSSTALK_GATE_REQUESTS and not checker.mismatches,
+        "note": f"001 §13.1 asks for >= {CROSSTALK_GATE_REQUESTS} requests without crosstalk; "
+        f"{checker.generations} generation(s) were checked here",
+    }
+
+
+@dataclass
+class _Rounds:
+    """One round: A alone, B alone, then A and B together, each output checked; its times on the device's clock."""
+
+    rt: Runtime
+    pkg: Package
+    loads: dict[str, Workload]
+    bufs: dict[str, JobBuffers]
+    timeout_s: float
+    checker: _Checker
+    poc: _Poc
+
+    def timed(self, alias: str, label: str, k: int) -> tuple[float, float | None, tuple[int, ...]]:
+        s, m0 = time.perf_counter(), time.monotonic_ns()
+        out = _generate(self.rt, self.pkg, self.loads[alias], self.bufs[alias], self.timeout_s)
+        host = time.perf_counter() - s
+        m1 = time.monotonic_ns()
+        self.poc.mark(label, m0)
+        self.checker.check(alias, k, "alone", out)
+        return host, _device_time(_spans(self.rt, m0, m1, (alias,))), out
+
+    def one(self) -> None:
+        results = self.poc.results
+        wa, wb = (self.loads[x] for x in self.poc.aliases)
+        k = len(results)
+        h_a, d_a, out_a = self.timed(wa.alias, "A alone", k)
+        h_b, d_b, out_b = self.timed(wb.alias, "B alone", k)
+        h_j, w0, w1, (joint_a, joint_b) = _joint(self.rt, self.pkg, [wa, wb], self.bufs, self.timeout_s)
+        self.poc.marks.append(Mark("A+B joint", w0 / 1e9, w1 / 1e9))
+        self.checker.check(wa.alias, k, "joint", joint_a)
+        self.checker.check(wb.alias, k, "joint", joint_b)
+        spans = _spans(self.rt, w0, w1, (wa.alias, wb.alias))
+        d_j = _device_time(spans)
+        # The device's clock when it stamped every phase with some time; else the host's (a shim without
+        # job stamps, or a mock time scale so small that every modelled job lasts 0 ns).
+        device = (d_a, d_b, d_j) if d_a and d_b and d_j else None  # None, or a 0 ns job: not on the device
+        t_a, t_b, t_j = device if device is not None else (h_a, h_b, h_j)
+        rnd = OverlapRound(t_a, t_b, t_j, len(out_a), len(out_b), len(joint_a) + len(joint_b))
+        share = joint_share(spans) if spans is not None else None
+        clock = "device" if device is not None else "host"
+        results.append(
+            RoundResult(
+                k, t_a, t_b, t_j, len(out_a), len(out_b), rnd.overlap_ratio, rnd.efficiency, share, clock, h_a, h_b, h_j
+            )
+        )
 
 
 def _batch_profiles(

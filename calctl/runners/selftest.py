@@ -34,16 +34,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from calctl.errors import CalctlError, ConfigError
-from calctl.report import Report, build_header
+from calctl.errors import ConfigError
+from calctl.report import Report
 from calctl.runners.device import DeviceSpec
-from calctl.runners.steps import RunOutcome, error_text, outcome_of, reraise_usage
+from calctl.runners.driver import Ended, Opening, Run, RunState, RunStep, drive
 from calctl.runtime import Runtime
 from calctl.runtime.errors import NotSupported, RuntimeLayerError
 from calctl.runtime.intervals import intersections, union
@@ -150,43 +149,24 @@ def _round(x: float | None) -> float | None:
 
 def run_selftest(device: DeviceSpec, *, profile: BoardProfile | None = None, repeats: int = 5, seed: int = 0) -> Report:
     """``calctl device selftest`` (module docstring)."""
-    t0 = time.perf_counter()
-    started = datetime.now(timezone.utc)
-    rows: list[Row] = []
-    versions = None
-    outcome, error = RunOutcome.PASS, None
-    try:
-        with device.open() as rt:
-            versions = rt.versions()
-            rows = _rows(rt, profile, repeats, seed)
-    except (CalctlError, KeyboardInterrupt) as exc:
-        reraise_usage(exc)
-        outcome, error = outcome_of(exc), error_text(exc)
-    if outcome is RunOutcome.PASS:  # nothing more after a signal or a lost device
-        rows.append(_host_memcpy(repeats))
-    verdict = _verdict(rows) if outcome is RunOutcome.PASS else outcome.value
-    failed = [f"{r.name}: {r.detail}" for r in rows if r.status is RowStatus.FAIL]
-    header = build_header(
-        "device selftest",
-        started_at=started,
-        device=device.kind.value,
-        device_options=device.describe(),
-        versions=versions,
-    )
-    return Report(
-        command="device selftest",
-        verdict=verdict,
-        header=header,
-        body={
+
+    def report(s: RunState, ended: Ended) -> Report:
+        rows: list[Row] = list(s.result("rows") or [])
+        if not ended.stopped:  # nothing more after a signal or a lost device
+            rows.append(_host_memcpy(repeats))
+        verdict = _verdict(rows) if not ended.stopped else ended.outcome.value
+        failed = [f"{r.name}: {r.detail}" for r in rows if r.status is RowStatus.FAIL]
+        body = {
             "profile": None if profile is None else {"path": profile.path, "board": profile.board},
             "repeats": repeats,
             "sizes": list(SIZES),
             "rows": [_row_document(r) for r in rows],
-        },
-        reasons=tuple(failed),
-        error=error or ("; ".join(failed) if failed else None),
-        seconds=time.perf_counter() - t0,
-    )
+        }
+        error = ended.error or ("; ".join(failed) if failed else None)
+        return s.report(verdict, body, error=error, reasons=failed, logged=False)
+
+    rows = RunStep("rows", lambda s, note: _rows(s.rt, profile, repeats, seed), logged=False)
+    return drive(Run("device selftest", device, [rows], report, opening=Opening.BARE))
 
 
 def _verdict(rows: Sequence[Row]) -> str:
@@ -307,7 +287,7 @@ def _measure(
             rt.write_mem(c, rt.test_window(c)[0], data)
     results: dict[int, list[MemTransfer]] = {c: [] for c in chips}
     ok: dict[int, bool] = dict.fromkeys(chips, True)
-    errors: list[BaseException] = []
+    errors: list[Exception] = []
     barrier = threading.Barrier(len(chips))
 
     def work(c: int) -> None:
@@ -323,7 +303,7 @@ def _measure(
             if direction is TransferDirection.H2D:  # the written bytes arrived
                 rt.read_mem(c, address, out)
             ok[c] = bool(np.array_equal(out, data))
-        except BaseException as exc:  # re-raised in the caller's thread
+        except Exception as exc:  # re-raised in the caller's thread (a signal reaches the main thread only)
             barrier.abort()
             errors.append(exc)
 

@@ -7,11 +7,11 @@ one: :func:`reraise_usage`). The status words and the exit codes are :mod:`calct
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 
 from calctl.errors import CalctlError, ExitCode, StepTimeout, UsageError, interrupt_reason
 from calctl.report import StepRecord, StepStatus, exit_code_of
@@ -94,20 +94,31 @@ class StepLog:
                 return rec.status
         return None
 
-    @contextlib.contextmanager
-    def step(self, name: str) -> Iterator[StepNote]:
-        """Time the body; record its status (from an exception, or the note) and re-raise anything."""
-        note = StepNote()
-        t0 = time.perf_counter()
-        try:
-            yield note
-        except UsageError as exc:
-            self.add(name, StepStatus.ERROR, time.perf_counter() - t0, _detail(note, exc))
-            raise
-        except BaseException as exc:
-            self.add(name, _STATUS_OF_OUTCOME[outcome_of(exc)], time.perf_counter() - t0, _detail(note, exc))
-            raise
-        self.add(name, note.status, time.perf_counter() - t0, note.detail)
+    def step(self, name: str) -> _Timed:
+        """``with log.step(name) as note:``: time the body; record its status (from an exception, or the note) and
+        let anything raised go on."""
+        return _Timed(self, name)
+
+
+class _Timed:
+    """One logged step while it runs (:meth:`StepLog.step`): its exit sees every exception and re-raises it."""
+
+    def __init__(self, log: StepLog, name: str) -> None:
+        self.log, self.name, self.note = log, name, StepNote()
+        self.t0 = time.perf_counter()
+
+    def __enter__(self) -> StepNote:
+        self.t0 = time.perf_counter()
+        return self.note
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        seconds = time.perf_counter() - self.t0
+        if exc is None:
+            self.log.add(self.name, self.note.status, seconds, self.note.detail)
+        elif isinstance(exc, UsageError):
+            self.log.add(self.name, StepStatus.ERROR, seconds, _detail(self.note, exc))
+        else:
+            self.log.add(self.name, _STATUS_OF_OUTCOME[outcome_of(exc)], seconds, _detail(self.note, exc))
 
 
 def _detail(note: StepNote, exc: BaseException) -> str:

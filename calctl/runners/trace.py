@@ -145,35 +145,15 @@ def plot_timeline(
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     items = list(slices)
-    names = {
-        "": "",
-        "pong": " pong",
-        **{("" if k in ("ping", "auto") else k): v for k, v in (lane_names or {}).items()},
-    }
-
-    def lane_of(s: TraceSlice) -> str:
-        return "" if s.engine in ("ping", "auto", "") else s.engine
-
-    def lane_order(key: tuple[int, str]) -> tuple[int, int, str]:
-        chip, lane = key
-        return (chip, 0 if lane == "" else 1 if lane == "pong" else 2, lane)
-
+    layout = _LaneLayout.of(items, chips, lane_names)
     t0 = min([s.start for s in items] + [m.start for m in marks], default=0.0)
     models = sorted({s.model for s in items})
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-    colour = {m: palette[i % len(palette)] for i, m in enumerate(models)}
-    shown = sorted(set(chips) if chips is not None else {s.chip for s in items} | {0, 1})
-    # One lane per chip, plus a pong lane for a chip that ran pong jobs (they overlap its ping jobs).
-    lanes: list[tuple[int, str]] = sorted(
-        {(c, "") for c in shown} | {(s.chip, lane_of(s)) for s in items if s.chip in shown}, key=lane_order
-    )
-    overlap_lane = 0 in shown and 1 in shown
-    n_lanes = len(lanes) + (1 if overlap_lane else 0)
+    colour = {m: _PALETTE[i % len(_PALETTE)] for i, m in enumerate(models)}
     jobs = [s for s in items if s.phase is None]
     graphs = sorted({s.graph for s in jobs}) if latency else []
+    n_lanes = layout.count
     heights = [1.6 + 0.9 * n_lanes] + ([0.6 + 0.55 * len(graphs)] if graphs else []) + ([2.2] if telemetry else [])
     if len(heights) > 1:
         fig, axes = plt.subplots(
@@ -185,66 +165,17 @@ def plot_timeline(
     else:
         fig, ax = plt.subplots(figsize=(12, 1.6 + 0.9 * n_lanes))
     for m in marks:  # behind everything
-        ax.axvspan(
-            (m.start - t0) * 1e3,
-            (m.end - t0) * 1e3,
-            color=_MARK_COLOUR.get(_mark_kind(m.label), "#eeeeee"),
-            alpha=0.8,
-            linewidth=0,
-            zorder=0,
-        )
-    phase_colour = {"h2d": "#bbbbbb", "compute": "#222222", "d2h": "#777777"}
-    for s in items:
-        if s.chip not in shown:
-            continue
-        y = lanes.index((s.chip, lane_of(s)))
-        left, width = (s.start - t0) * 1e3, (s.end - s.start) * 1e3
-        if s.phase is not None:  # a sub-slice: a thin bar inside its job's bar
-            ax.barh(y, width, left=left, height=0.25, color=phase_colour.get(s.phase, "#555555"), linewidth=0, zorder=3)
-            continue
-        ax.barh(y, width, left=left, height=0.6, color=colour[s.model], linewidth=0, zorder=2)
-        if "prefill" in s.graph:  # the hatch in white over the job's colour: visible on any fill
-            ax.barh(y, width, left=left, height=0.6, fill=False, hatch="///", edgecolor="white", linewidth=0, zorder=2)
-        if not s.ok:
-            ax.barh(y, width, left=left, height=0.6, fill=False, edgecolor="red", linewidth=1.2, zorder=4)
-    labels = [f"chip{c}{names.get(lane, f' {lane}')}" for c, lane in lanes]
-    if overlap_lane:
-        y = len(lanes)
-        both = busy_overlap(items)
-        for a, b in both:
-            ax.barh(y, (b - a) * 1e3, left=(a - t0) * 1e3, height=0.6, color="#2e7d32", linewidth=0, zorder=2)
-        if not both:  # an empty lane says so: it is a finding (the chips never computed together), not a gap
-            ax.text(
-                0.01,
-                y,
-                "none: the chips never computed at the same time",
-                transform=ax.get_yaxis_transform(),
-                va="center",
-                ha="left",
-                fontsize=9,
-                color="#2e7d32",
-                style="italic",
-            )
-        labels.append("both chips busy")
-    ax.set_yticks(range(n_lanes), labels)
+        colour_of_mark = _MARK_COLOUR.get(_mark_kind(m.label), "#eeeeee")
+        ax.axvspan((m.start - t0) * 1e3, (m.end - t0) * 1e3, color=colour_of_mark, alpha=0.8, linewidth=0, zorder=0)
+    _draw_jobs(ax, items, layout, t0, colour)
+    if layout.overlap:
+        _draw_overlap(ax, items, len(layout.lanes), t0)
+    ax.set_yticks(range(n_lanes), layout.labels())
     ax.set_ylim(n_lanes - 0.4, -0.6)  # top to bottom, the last lane clear of the axis line
     ax.set_xlabel("time since the first job (ms)")
-    label = device_label(device)
-    ax.set_title(f"{title}\n{label}", fontsize=10)
-    handles = [Patch(color=colour[m], label=m) for m in models]
-    handles.append(Patch(facecolor="#777777", edgecolor="white", hatch="///", label="prefill (hatched)"))
-    if any(not s.ok for s in items):
-        handles.append(Patch(facecolor="white", edgecolor="red", label="failed job"))
-    if overlap_lane:
-        handles.append(Patch(color="#2e7d32", label="both chips busy"))
-    for kind in dict.fromkeys(_mark_kind(m.label) for m in marks):
-        handles.append(Patch(color=_MARK_COLOUR.get(kind, "#eeeeee"), label=f"phase: {kind}"))
-    for ph in sorted(
-        {s.phase for s in items if s.phase is not None},
-        key=lambda p: (p not in phase_colour, list(phase_colour).index(p) if p in phase_colour else 0, p),
-    ):
-        handles.append(Patch(color=phase_colour.get(ph, "#555555"), label=ph))
+    ax.set_title(f"{title}\n{device_label(device)}", fontsize=10)
     # Outside the axes, so it never hides a job slice.
+    handles = _legend(items, models, colour, layout.overlap, marks)
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.005, 0.5), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     if telemetry:
@@ -255,6 +186,104 @@ def plot_timeline(
     with atomic_output(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+_PHASE_COLOUR = {"h2d": "#bbbbbb", "compute": "#222222", "d2h": "#777777"}
+_OVERLAP_COLOUR = "#2e7d32"
+
+
+def _lane_of(s: TraceSlice) -> str:
+    return "" if s.engine in ("ping", "auto", "") else s.engine
+
+
+def _lane_order(key: tuple[int, str]) -> tuple[int, int, str]:
+    chip, lane = key
+    return (chip, 0 if lane == "" else 1 if lane == "pong" else 2, lane)
+
+
+@dataclass(frozen=True)
+class _LaneLayout:
+    """The timeline's lanes, top to bottom: one a chip, one more for each other engine that ran there (pong, a
+    compared round), and "both chips busy" under them when chips 0 and 1 are both shown."""
+
+    shown: tuple[int, ...]
+    lanes: tuple[tuple[int, str], ...]
+    names: dict[str, str]
+    overlap: bool
+
+    @classmethod
+    def of(
+        cls, items: Sequence[TraceSlice], chips: Sequence[int] | None, lane_names: dict[str, str] | None
+    ) -> _LaneLayout:
+        names = {
+            "": "",
+            "pong": " pong",
+            **{("" if k in ("ping", "auto") else k): v for k, v in (lane_names or {}).items()},
+        }
+        shown = sorted(set(chips) if chips is not None else {s.chip for s in items} | {0, 1})
+        lanes = sorted(
+            {(c, "") for c in shown} | {(s.chip, _lane_of(s)) for s in items if s.chip in shown}, key=_lane_order
+        )
+        return cls(tuple(shown), tuple(lanes), names, 0 in shown and 1 in shown)
+
+    @property
+    def count(self) -> int:
+        return len(self.lanes) + (1 if self.overlap else 0)
+
+    def labels(self) -> list[str]:
+        labels = [f"chip{c}{self.names.get(lane, f' {lane}')}" for c, lane in self.lanes]
+        return labels + (["both chips busy"] if self.overlap else [])
+
+
+def _draw_jobs(ax: Any, items: Sequence[TraceSlice], layout: _LaneLayout, t0: float, colour: dict[str, str]) -> None:
+    """Each job a bar in its lane (prefill hatched, a failed one outlined red); a phase a thin bar inside it."""
+    for s in items:
+        if s.chip not in layout.shown:
+            continue
+        y = layout.lanes.index((s.chip, _lane_of(s)))
+        left, width = (s.start - t0) * 1e3, (s.end - s.start) * 1e3
+        if s.phase is not None:  # a sub-slice: a thin bar inside its job's bar
+            phase = _PHASE_COLOUR.get(s.phase, "#555555")
+            ax.barh(y, width, left=left, height=0.25, color=phase, linewidth=0, zorder=3)
+            continue
+        ax.barh(y, width, left=left, height=0.6, color=colour[s.model], linewidth=0, zorder=2)
+        if "prefill" in s.graph:  # the hatch in white over the job's colour: visible on any fill
+            ax.barh(y, width, left=left, height=0.6, fill=False, hatch="///", edgecolor="white", linewidth=0, zorder=2)
+        if not s.ok:
+            ax.barh(y, width, left=left, height=0.6, fill=False, edgecolor="red", linewidth=1.2, zorder=4)
+
+
+def _draw_overlap(ax: Any, items: Sequence[TraceSlice], y: int, t0: float) -> None:
+    """The lane "both chips busy": the overlap itself, so concurrency reads as overlap, not blocks taking turns."""
+    both = busy_overlap(items)
+    for a, b in both:
+        ax.barh(y, (b - a) * 1e3, left=(a - t0) * 1e3, height=0.6, color=_OVERLAP_COLOUR, linewidth=0, zorder=2)
+    if not both:  # an empty lane says so: it is a finding (the chips never computed together), not a gap
+        text = "none: the chips never computed at the same time"
+        style: dict[str, Any] = {"va": "center", "ha": "left", "fontsize": 9, "style": "italic"}
+        ax.text(0.01, y, text, transform=ax.get_yaxis_transform(), color=_OVERLAP_COLOUR, **style)
+
+
+def _legend(
+    items: Sequence[TraceSlice], models: Sequence[str], colour: dict[str, str], overlap: bool, marks: Sequence[Mark]
+) -> list[Any]:
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colour[m], label=m) for m in models]
+    handles.append(Patch(facecolor="#777777", edgecolor="white", hatch="///", label="prefill (hatched)"))
+    if any(not s.ok for s in items):
+        handles.append(Patch(facecolor="white", edgecolor="red", label="failed job"))
+    if overlap:
+        handles.append(Patch(color=_OVERLAP_COLOUR, label="both chips busy"))
+    for kind in dict.fromkeys(_mark_kind(m.label) for m in marks):
+        handles.append(Patch(color=_MARK_COLOUR.get(kind, "#eeeeee"), label=f"phase: {kind}"))
+    phases = sorted(
+        {s.phase for s in items if s.phase is not None},
+        key=lambda p: (p not in _PHASE_COLOUR, list(_PHASE_COLOUR).index(p) if p in _PHASE_COLOUR else 0, p),
+    )
+    handles.extend(Patch(color=_PHASE_COLOUR.get(ph, "#555555"), label=ph) for ph in phases)
+    return handles
 
 
 #: One telemetry sample of one chip: (monotonic seconds, chip, temperature °C or None, power W or None).

@@ -233,16 +233,16 @@ def test_every_bringup_warn_says_why_and_pictures_name_their_command(bringup_dir
 
 
 def test_accept_titles_its_pictures_accept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from calctl.runners import bringup
+    from calctl.runners import bringup, trace
 
     titles: list[str] = []
-    real = bringup.write_trace_outputs
+    real = trace.write_trace_outputs
 
     def spy(*a, **k):
         titles.append(k["title"])
         return real(*a, **k)
 
-    monkeypatch.setattr(bringup, "write_trace_outputs", spy)
+    monkeypatch.setattr(trace, "write_trace_outputs", spy)  # the driver's picture writer calls it
     from calctl.compiler.bundled import bundled_package
     from calctl.runners.device import DeviceSpec
     from calctl.signing.policy import make_policy
