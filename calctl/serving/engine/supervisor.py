@@ -69,7 +69,6 @@ from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.options import LifecycleEvent, LoadedPackage, LoadPolicy, SupervisorOptions
 from calctl.serving.engine.packages import admin_package_path, check_compatible, resolve_package
 from calctl.serving.engine.recovery import (
-    RecoveryPolicy,
     RecoveryRecord,
 )
 from calctl.serving.engine.results import (
