@@ -108,4 +108,4 @@ def signals_held() -> Iterator[None]:
             signal.raise_signal(got[0])  # now the command's own handler sees it
 
 
-__all__ = ["RequestOutcome", "RequestRecord", "outcome_of_rejection", "outcome_of_status", "signals_held"]
+__all__ = ["RequestRecord", "outcome_of_rejection", "outcome_of_status", "signals_held"]

@@ -28,9 +28,10 @@ from typing import Any
 import httpx
 
 from calctl.errors import UsageError
-from calctl.loadgen.client import RequestOutcome, RequestRecord, outcome_of_status, signals_held
+from calctl.loadgen.client import RequestRecord, outcome_of_status, signals_held
 from calctl.loadgen.metrics import ModelStats, Slo, summarize
 from calctl.loadgen.workload import PlannedRequest, offered_tokens
+from calctl.serving.outcomes import RequestOutcome
 
 
 @dataclass(frozen=True)

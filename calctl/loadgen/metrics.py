@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from calctl.checks.stats import Estimate, Percentiles, bootstrap, percentiles
-from calctl.loadgen.client import RequestOutcome, RequestRecord
+from calctl.loadgen.client import RequestRecord
+from calctl.serving.outcomes import RequestOutcome
 
 
 @dataclass(frozen=True)

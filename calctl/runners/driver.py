@@ -341,8 +341,7 @@ def write_pictures(
 ) -> dict[str, str | None]:
     """A device run's per-chip trace (Chrome/Perfetto JSON) and its timeline picture, when asked: the files."""
     from calctl.runners.telemetry import telemetry_points
-    from calctl.runners.trace import write_trace_outputs
-    from calctl.runners.warmup import warm_iterations
+    from calctl.runners.trace import warm_iterations, write_trace_outputs
 
     if trace is None and plot is None:
         return {"json": None, "plot": None}

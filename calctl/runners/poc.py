@@ -513,7 +513,7 @@ class _Poc:
             for w in loads.values()
         ]
         self.checker = _Checker(loads, self.golden)
-        rounds = _Rounds(s.rt, pkg, loads, self.bufs, self.timeout_s, self.checker, self)
+        rounds = _PocRounds(s.rt, pkg, loads, self.bufs, self.timeout_s, self.checker, self)
         ran = until_decided(rounds.one, lambda: _verdict(self.results).decided, first=self.rounds, budget=self.budget)
         results = self.results
         self.body.update(rounds=results, rounds_run=ran, host_overhead=_host_overhead(results))
@@ -597,7 +597,7 @@ def _crosstalk(checker: _Checker) -> dict[str, Any]:
 
 
 @dataclass
-class _Rounds:
+class _PocRounds:
     """One round: A alone, B alone, then A and B together, each output checked; its times on the device's clock."""
 
     rt: Runtime

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from calctl.records import atomic_output, dumps, write_atomic
+from calctl.report import Report
 from calctl.runners.plotting import device_label
 from calctl.runtime import TraceEvent, intervals
 from calctl.runtime.types import JobState
@@ -431,3 +432,13 @@ def write_trace_outputs(
         )
         out["plot"] = str(plot)
     return out
+
+
+def warm_iterations(report: Report) -> int | None:
+    """Iterations of every model of a warm-up report (its picture leaves out the first, cold one, as its table
+    does); None for another report or when the models ran different counts."""
+    if report.command != "warmup":
+        return None
+    counts = {getattr(r, "iterations", None) for r in report.body.get("models", [])}
+    only = counts.pop() if len(counts) == 1 else None
+    return only if isinstance(only, int) else None

@@ -101,14 +101,4 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:.2f} ms"
 
 
-def warm_iterations(report: Report) -> int | None:
-    """Iterations of every model of a warm-up report (its picture leaves out the first, cold one, as its table
-    does); None for another report or when the models ran different counts."""
-    if report.command != "warmup":
-        return None
-    counts = {getattr(r, "iterations", None) for r in report.body.get("models", [])}
-    only = counts.pop() if len(counts) == 1 else None
-    return only if isinstance(only, int) else None
-
-
-__all__ = ["CV_WARN", "WarmupResult", "describe", "run_warmup", "run_warmup_model", "warm_iterations"]
+__all__ = ["CV_WARN", "WarmupResult", "describe", "run_warmup", "run_warmup_model"]

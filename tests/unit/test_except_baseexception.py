@@ -21,7 +21,12 @@ ALLOWED = frozenset({"calctl/runners/driver.py", "calctl/cli/app.py", "calctl/__
 
 #: The top of a thread that must hand whatever ended it (an interrupt included) to the thread that joins it, as
 #: ``file::function`` with the reason. Each entry is reviewed: anything else is clean-up and has another form.
-THREAD_TOPS: dict[str, str] = {}
+THREAD_TOPS: dict[str, str] = {
+    # An inbox command runs on the engine loop's thread for a caller waiting on its future: like the standard
+    # library's thread-pool work item, it must hand every exception (a signal's Interrupted included) to that
+    # future, or the loop thread dies with the command unanswered and the caller runs it a second time.
+    "calctl/serving/engine/inbox.py::run": "a command hands every exception to its caller's future",
+}
 
 
 def _catches_base_exception(handler: ast.ExceptHandler) -> bool:

@@ -93,7 +93,7 @@ def _concurrent(s: Session) -> str:
         if log is not None:
             log.reset_counts()
         t0 = time.monotonic_ns()
-        run = _Rounds(rt, pkg, aliases, rounds, prompts, reference)
+        run = _JobRounds(rt, pkg, aliases, rounds, prompts, reference)
         passes = run.passes_until_overlap(log)
         if run.alive:
             stuck = True
@@ -169,7 +169,7 @@ def _references(rt: Runtime, pkg: Package, prompts: dict[_Key, np.ndarray]) -> d
     return reference
 
 
-class _Rounds:
+class _JobRounds:
     """One thread per model and engine, released together each round, each output against its reference."""
 
     def __init__(

@@ -12,7 +12,7 @@ import pytest
 
 from calctl.checks import host
 from calctl.errors import UsageError
-from calctl.loadgen.client import RequestOutcome, RequestRecord
+from calctl.loadgen.client import RequestRecord
 from calctl.loadgen.http import HttpTarget, _stream
 from calctl.loadgen.metrics import Slo, compare, refused_all, saturated, summarize, window_rates
 from calctl.loadgen.workload import LengthDist, TokenRange, arrival_times, build_workload
@@ -20,6 +20,7 @@ from calctl.runners.bench import gates as G
 from calctl.runners.bench.base import BenchOptions, ScenarioResult
 from calctl.runners.bench.bench_report import scenario_report
 from calctl.runners.bench.scenarios import DEFAULT_SCENARIO, SCENARIOS
+from calctl.serving.outcomes import RequestOutcome
 
 
 def test_length_distributions() -> None:
