@@ -121,6 +121,12 @@ def refuse_long_ids(raw: bytes, context_of: Callable[[object], int | None]) -> N
         raise too_long(count, limit, alias, "prompt")
 
 
+def ids_prompt(head: bytes) -> bool:
+    """Whether a body's first bytes put a JSON array after a ``"prompt"`` key (a prompt of token ids): the guard
+    joins such a large body off the event loop. A guess from the head only; the route decides from the whole."""
+    return _PROMPT_ARRAY.search(head, 0, _KEY_WITHIN) is not None
+
+
 def _ids_array(raw: bytes) -> tuple[int, int, int] | None:
     """(start, end, entries) of the array after the first ``"prompt":`` key near the body's start that holds
     only non-negative decimal integers, or None. One ``find`` of a closing bracket and numpy: no Python loop
@@ -309,4 +315,4 @@ def _json(raw: bytes) -> Any:
     return doc
 
 
-__all__ = ["HEAVY_ENTRIES", "Refused", "encode_prompt", "parse_body", "refuse_long_ids", "too_long"]
+__all__ = ["HEAVY_ENTRIES", "Refused", "encode_prompt", "ids_prompt", "parse_body", "refuse_long_ids", "too_long"]

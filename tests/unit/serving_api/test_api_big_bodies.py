@@ -165,6 +165,28 @@ async def test_a_large_body_is_joined_off_the_event_loop_and_reaches_the_route_u
     assert raw is built
 
 
+async def test_a_large_text_prompt_is_joined_on_the_loop_not_in_a_worker(
+    client: httpx.AsyncClient, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a token-id prompt's body is joined in a worker thread: beside 4 MiB text bodies that made model B's P99
+    TTFT worse, not better (bench_big_body.py --kind text)."""
+    joined: list[int] = []
+    real_join = guard.join_parts
+
+    def join_parts(parts: list[bytes]) -> bytes:
+        joined.append(threading.get_ident())
+        return real_join(parts)
+
+    monkeypatch.setattr(guard, "join_parts", join_parts)
+    text = "calculet " * (guard.JOIN_OFF_LOOP // 9 + 1)
+    body = json.dumps({"model": "model-a", "max_tokens": 4, "prompt": text}).encode()
+    assert len(body) >= guard.JOIN_OFF_LOOP
+    r = await client.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text[:300]
+    assert joined == []
+    assert bodies.ids_prompt(b'{"model": "a", "prompt" : [1, 2]}') and not bodies.ids_prompt(b'{"prompt": "[1]"}')
+
+
 @pytest.fixture
 def parsed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The size of every document the API handed to a JSON parser."""
