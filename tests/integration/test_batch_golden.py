@@ -39,11 +39,10 @@ def test_every_batch_profile_matches_its_b1_twins_on_a_healthy_board(tmp_path: P
     for profile in model.batch:
         assert profile.ok and profile.reason is None
         assert len(profile.lanes) == profile.batch
-        # Both prompts ran, the upper half of the lanes went inactive mid-run and finished at B1.
+        # Both prompts ran; every lane decoded in the batch and sat out gapped steps (finishing at B1).
         assert {lane.prompt for lane in profile.lanes} == {"golden", "variant"}
         steps = len(profile.lanes[0].expected_tokens) - 1
-        assert all(lane.batch_steps == steps for lane in profile.lanes[: profile.batch // 2])
-        assert all(0 < lane.batch_steps < steps for lane in profile.lanes[profile.batch // 2 :])
+        assert all(0 < lane.batch_steps < steps for lane in profile.lanes)
         assert all(lane.got_tokens == lane.expected_tokens for lane in profile.lanes)
     golden_lane = model.batch[0].lanes[0]
     assert golden_lane.expected_tokens == model.expected_tokens  # the golden twin is the package's golden

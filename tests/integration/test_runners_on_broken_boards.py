@@ -79,10 +79,13 @@ def test_soak_fails_a_board_whose_memory_figures_are_kib(
     assert any("calrt_memory_usage is not bytes of this chip" in v["message"] for v in figures), r.json["violations"]
 
 
-def test_run_golden_fails_a_board_whose_inactive_lanes_write_kv(
-    cli: Cli, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+@pytest.mark.parametrize("define", ["-DCALRT_MUTANT_INACTIVE_LANE_KV", "-DCALRT_MUTANT_BATCH_COMPACT"])
+def test_run_golden_fails_a_board_whose_batch_lanes_are_wrong(
+    cli: Cli, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, define: str
 ) -> None:
-    lib = _mutant(tmp_path_factory, "-DCALRT_MUTANT_INACTIVE_LANE_KV")
+    """BATCH_COMPACT packs the active lanes' logits into the first rows: invisible while the active lanes are
+    always 0..k-1, so run-golden's batches run active-lane patterns with gaps."""
+    lib = _mutant(tmp_path_factory, define)
     pkg = tmp_path / "b148"
     made = cli("sample-package", pkg, "--key", TEST_KEY, "--profiles", "1,4,8")
     assert made.code == 0, made.err
@@ -91,6 +94,8 @@ def test_run_golden_fails_a_board_whose_inactive_lanes_write_kv(
     assert r.code == 1, r.out[-2000:]
     reasons = [m["reason"] for m in r.json["models"] if not m["ok"]]
     assert reasons and " lane " in reasons[0] and (": B4 " in reasons[0] or ": B8 " in reasons[0]), reasons
+    if define.endswith("BATCH_COMPACT"):  # the job that produced the wrong token: its chip, graph and lanes
+        assert re.search(r"from job \S+ on chip [\d, ]+, \w+_decode, lanes [\d, ]+ of B[48] active", reasons[0])
 
 
 def _soak(cli: Cli, pkg: Path, out: Path, *device: str | Path, cycles: int = 1, seconds: float = 2.0) -> Any:
