@@ -67,6 +67,16 @@ class BatchProfileResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class LaneTwins:
+    """What a batch's lanes hold: lane ``i`` prefills ``prompts[names[i % len(names)]]`` and must produce that
+    name's twin (``twins[name]``, its greedy tokens at B1)."""
+
+    prompts: dict[str, tuple[int, ...]]
+    twins: dict[str, tuple[int, ...]]
+    names: tuple[str, ...]
+
+
 def batch_profiles(model: Model) -> tuple[int, ...]:
     """The decode profiles above B1 that ``model`` compiles (what :func:`run_batch_golden` runs)."""
     return tuple(b for b in model.decode.batch_profiles if b > 1)
@@ -130,11 +140,9 @@ def run_batch_golden(
         )
         for name, p in prompts.items()
     }
-    names = ["golden", "variant"]
+    lanes = LaneTwins(prompts, twins, ("golden", "variant"))
     return tuple(
-        run_lane_patterns(
-            rt, model, b, prompts, twins, names, generation=generation, timeout_s=step_timeout_s, seed=seed
-        )
+        run_lane_patterns(rt, model, b, lanes, generation=generation, timeout_s=step_timeout_s, seed=seed)
         for b in profiles
     )
 
@@ -143,47 +151,35 @@ def run_lane_patterns(
     rt: Runtime,
     model: Model,
     batch: int,
-    prompts: dict[str, tuple[int, ...]],
-    twins: dict[str, tuple[int, ...]],
-    names: list[str],
+    lanes: LaneTwins,
     *,
     generation: GenerationId,
     timeout_s: float,
     seed: int,
 ) -> BatchProfileResult:
-    """Profile ``batch`` of ``model``'s decode graph: lane ``i`` holds prompt ``names[i % len(names)]`` and must
-    produce its twin (``twins[name]``, greedy at B1), through one all-active job, then gapped patterns
-    (:func:`lane_patterns`), then B1 for what is left. ``rt`` is configured and idle."""
-    lane_names = [names[lane % len(names)] for lane in range(batch)]
-    return _BatchRun(rt, model, batch, prompts, twins, lane_names, generation, timeout_s).run(seed)
+    """Profile ``batch`` of ``model``'s decode graph, each lane held to its twin (:class:`LaneTwins`): one
+    all-active job, then gapped patterns (:func:`lane_patterns`), then B1 for what is left. ``rt`` is
+    configured and idle."""
+    return _BatchRun(rt, model, batch, lanes).run(generation, timeout_s, seed)
 
 
 class _BatchRun:
     """One profile's batch: its sequences, buffers and the tokens each lane produced."""
 
-    def __init__(
-        self,
-        rt: Runtime,
-        model: Model,
-        batch: int,
-        prompts: dict[str, tuple[int, ...]],
-        twins: dict[str, tuple[int, ...]],
-        names: list[str],
-        generation: GenerationId,
-        timeout_s: float,
-    ) -> None:
+    def __init__(self, rt: Runtime, model: Model, batch: int, lanes: LaneTwins) -> None:
         self.rt, self.model, self.batch = rt, model, batch
-        self.generation, self.timeout_s = generation, timeout_s
-        self.names = names
-        self.prompts, self.twins = prompts, twins
+        self.generation, self.timeout_s = GenerationId(0), 30.0  # set by run()
+        self.names = [lanes.names[lane % len(lanes.names)] for lane in range(batch)]
+        self.prompts, self.twins = lanes.prompts, lanes.twins
         self.tokens: list[list[int]] = [[] for _ in range(batch)]
         self.batch_steps = [0] * batch
         self.sources: list[list[str]] = [[] for _ in range(batch)]  # per lane, per token: the job that produced it
         self.jobs = 0
         self.lanes = batch  # lanes that hold a sequence (the rest stay inactive): set by run()
 
-    def run(self, seed: int) -> BatchProfileResult:
+    def run(self, generation: GenerationId, timeout_s: float, seed: int) -> BatchProfileResult:
         t0 = time.perf_counter()
+        self.generation, self.timeout_s = generation, timeout_s
         seqs: list[KvSeqId] = []
         # As many lanes hold a sequence as the model's KV capacity allows (an imported model may have fewer
         # sequences than its widest profile has lanes); the others are inactive throughout.
@@ -322,6 +318,7 @@ def _write_mask(inputs: HostBuffer, graph: Graph, active: list[bool]) -> None:
 __all__ = [
     "BatchProfileResult",
     "LaneTwinResult",
+    "LaneTwins",
     "batch_profiles",
     "lane_patterns",
     "run_batch_golden",

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from calctl.checks.batch_golden import BatchProfileResult, run_lane_patterns
+from calctl.checks.batch_golden import BatchProfileResult, LaneTwins, run_lane_patterns
 from calctl.checks.steps import GreedyProgress, greedy_run
 from calctl.package.model import Package
 from calctl.runners.soak.batches import LaneLog, usable_profiles
@@ -139,20 +139,11 @@ class OutputVerifier:
         prompts = {f"pool {i}": e.prompt for i, e in enumerate(pool)}
         results = []
         for b in (b for b in usable_profiles(pkg, alias) if b > 1):
-            lanes = rng.sample(names, min(b, len(names)))
-            results.append(
-                run_lane_patterns(
-                    rt,
-                    pkg.model(alias),
-                    b,
-                    prompts,
-                    twins,
-                    lanes,
-                    generation=generation,
-                    timeout_s=timeout_s,
-                    seed=rng.randrange(2**31),
-                )
+            lanes = LaneTwins(prompts, twins, tuple(rng.sample(names, min(b, len(names)))))
+            run = run_lane_patterns(
+                rt, pkg.model(alias), b, lanes, generation=generation, timeout_s=timeout_s, seed=rng.randrange(2**31)
             )
+            results.append(run)
         with self._lock:
             self.probes[alias] = tuple(results)
 
