@@ -9,15 +9,18 @@ model's decode graph:
    greedily at B1 (:func:`~calctl.checks.steps.greedy_run`): the tokens every lane holding that prompt must
    produce.
 2. **The batch.** B sequences, lanes alternating between the two prompts, each prefilled at B1; then decode
-   jobs at profile B. For the first half of the steps every lane is active; then the upper half of the lanes
-   goes inactive (``lane_valid`` 0, ``kv`` None, a token and position that differ from the live ones) while
-   its sequences stay allocated, as a request waiting for its next step leaves them. The lower lanes decode to
-   the end in the same profile.
-3. **Resumption.** The lanes left inactive decode their remaining tokens at B1.
+   jobs at profile B. The first job has every lane active; each later one runs an active-lane pattern **with
+   gaps** (:func:`lane_patterns`, deterministic from a seed): alternate lanes, lanes 0 and 2, the last lane
+   only, the first and the last, the lower half. An inactive lane (``lane_valid`` 0, ``kv`` None, a token and
+   position that differ from the live ones) keeps its sequence allocated, as a request waiting for its next
+   step leaves it, and decodes again in a later pattern. A board that packs the active lanes' logits into the
+   first rows, or reads a lane's inputs from the wrong row, only shows with such gaps.
+3. **Resumption.** Every lane decodes the tokens it still lacks at B1.
 
 Every lane's tokens must equal its twin's. An inactive lane that wrote KV (into its own last sequence, or into
 an active lane's) changes what a later step of that sequence computes; a crossed KV or logits row changes a
-lane's tokens at once. The first mismatch is named by model, profile, lane, step and KV position.
+lane's tokens at once. The first mismatch is named by model, profile, lane, KV position, and the job, its
+chips, graph and active lanes that produced it.
 
 Only the active lanes' logits rows are read: with ``returns_logits`` false the inactive rows are unspecified
 (000 §7.3). This module opens no device, configures nothing and prints nothing; the caller's package must be
@@ -26,6 +29,7 @@ configured on ``rt``.
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 
@@ -44,7 +48,7 @@ class LaneTwinResult:
 
     lane: int
     prompt: str  # "golden" or "variant"
-    batch_steps: int  # decode steps this lane ran inside the batch (the rest at B1 after it went inactive)
+    batch_steps: int  # decode steps this lane ran inside the batch (the rest at B1 after the batch)
     expected_tokens: tuple[int, ...]
     got_tokens: tuple[int, ...]
     first_mismatch: int | None
@@ -63,9 +67,42 @@ class BatchProfileResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class LaneTwins:
+    """What a batch's lanes hold: lane ``i`` prefills ``prompts[names[i % len(names)]]`` and must produce that
+    name's twin (``twins[name]``, its greedy tokens at B1)."""
+
+    prompts: dict[str, tuple[int, ...]]
+    twins: dict[str, tuple[int, ...]]
+    names: tuple[str, ...]
+
+
 def batch_profiles(model: Model) -> tuple[int, ...]:
     """The decode profiles above B1 that ``model`` compiles (what :func:`run_batch_golden` runs)."""
     return tuple(b for b in model.decode.batch_profiles if b > 1)
+
+
+def lane_patterns(lanes: int, seed: int = 0) -> tuple[tuple[int, ...], ...]:
+    """The active-lane patterns with gaps over ``lanes`` lanes (each has an active lane above an inactive one),
+    in an order drawn from ``seed``; ``()`` below two lanes."""
+    if lanes < 2:
+        return ()
+    every = range(lanes)
+    candidates = [
+        tuple(lane for lane in every if lane % 2 == 1),  # odd lanes
+        tuple(lane for lane in every if lane % 2 == 0),  # even lanes (a gap from three lanes on)
+        (0, 2),
+        (lanes - 1,),  # the last lane only
+        (0, lanes - 1),
+        tuple(range((lanes + 1) // 2, lanes)),  # the upper half
+    ]
+    out: list[tuple[int, ...]] = []
+    for pattern in candidates:
+        gapped = any(lane - 1 not in pattern for lane in pattern if lane > 0)
+        if pattern and max(pattern) < lanes and gapped and pattern not in out:
+            out.append(pattern)
+    random.Random(seed).shuffle(out)
+    return tuple(out)
 
 
 def variant_prompt(prompt: tuple[int, ...], vocab: int) -> tuple[int, ...]:
@@ -80,8 +117,10 @@ def run_batch_golden(
     *,
     generation: GenerationId = GenerationId(0),
     step_timeout_s: float = 30.0,
+    seed: int = 0,
 ) -> tuple[BatchProfileResult, ...]:
     """Run every decode profile B > 1 of ``alias`` against its B1 twins; ``()`` when the model compiles B1 only.
+    ``seed`` orders the gapped active-lane patterns (:func:`lane_patterns`).
 
     Raises :class:`~calctl.checks.steps.StepTimedOut` (exit 4) when a wait exceeds ``step_timeout_s``; any other
     device error propagates. Every KV sequence it allocated is freed on every path."""
@@ -101,52 +140,65 @@ def run_batch_golden(
         )
         for name, p in prompts.items()
     }
-    return tuple(_BatchRun(rt, model, b, prompts, twins, generation, step_timeout_s).run(n) for b in profiles)
+    lanes = LaneTwins(prompts, twins, ("golden", "variant"))
+    return tuple(
+        run_lane_patterns(rt, model, b, lanes, generation=generation, timeout_s=step_timeout_s, seed=seed)
+        for b in profiles
+    )
+
+
+def run_lane_patterns(
+    rt: Runtime,
+    model: Model,
+    batch: int,
+    lanes: LaneTwins,
+    *,
+    generation: GenerationId,
+    timeout_s: float,
+    seed: int,
+) -> BatchProfileResult:
+    """Profile ``batch`` of ``model``'s decode graph, each lane held to its twin (:class:`LaneTwins`): one
+    all-active job, then gapped patterns (:func:`lane_patterns`), then B1 for what is left. ``rt`` is
+    configured and idle."""
+    return _BatchRun(rt, model, batch, lanes).run(generation, timeout_s, seed)
 
 
 class _BatchRun:
     """One profile's batch: its sequences, buffers and the tokens each lane produced."""
 
-    def __init__(
-        self,
-        rt: Runtime,
-        model: Model,
-        batch: int,
-        prompts: dict[str, tuple[int, ...]],
-        twins: dict[str, tuple[int, ...]],
-        generation: GenerationId,
-        timeout_s: float,
-    ) -> None:
+    def __init__(self, rt: Runtime, model: Model, batch: int, lanes: LaneTwins) -> None:
         self.rt, self.model, self.batch = rt, model, batch
-        self.generation, self.timeout_s = generation, timeout_s
-        self.names = ["golden" if lane % 2 == 0 else "variant" for lane in range(batch)]
-        self.prompts, self.twins = prompts, twins
+        self.generation, self.timeout_s = GenerationId(0), 30.0  # set by run()
+        self.names = [lanes.names[lane % len(lanes.names)] for lane in range(batch)]
+        self.prompts, self.twins = lanes.prompts, lanes.twins
         self.tokens: list[list[int]] = [[] for _ in range(batch)]
         self.batch_steps = [0] * batch
+        self.sources: list[list[str]] = [[] for _ in range(batch)]  # per lane, per token: the job that produced it
         self.jobs = 0
         self.lanes = batch  # lanes that hold a sequence (the rest stay inactive): set by run()
 
-    def run(self, n: int) -> BatchProfileResult:
+    def run(self, generation: GenerationId, timeout_s: float, seed: int) -> BatchProfileResult:
         t0 = time.perf_counter()
+        self.generation, self.timeout_s = generation, timeout_s
         seqs: list[KvSeqId] = []
         # As many lanes hold a sequence as the model's KV capacity allows (an imported model may have fewer
         # sequences than its widest profile has lanes); the others are inactive throughout.
         self.lanes = _sequences_free(self.rt, self.model.alias, self.batch)
+        want = [len(self.twins[self.names[lane]]) for lane in range(self.lanes)]
         try:
             for lane in range(self.lanes):
                 seqs.append(self.rt.kv.allocate(self.model.alias))
                 self._prefill(lane, seqs[lane])
-            steps = n - 1
-            # Every lane active for the first half, then the upper lanes inactive with their sequences kept.
-            split = max(1, steps // 2) if steps > 1 else steps
-            live = max(1, self.lanes // 2)
+            # One job with every lane active, then the gapped patterns in turn while any lane has tokens to go.
+            patterns = (tuple(range(self.lanes)), *lane_patterns(self.lanes, seed))
             with self.rt.job_buffers(self.model.decode.name, self.batch) as (di, do):
-                for step in range(steps):
-                    active = self.lanes if step < split else live
-                    self._decode_batch(di, do, seqs, active, step)
+                for step in range(max(want) - 1):
+                    active = [lane for lane in patterns[step % len(patterns)] if len(self.tokens[lane]) < want[lane]]
+                    if active:
+                        self._decode_batch(di, do, seqs, active, step)
             with self.rt.job_buffers(self.model.decode.name, 1) as (di, do):
-                for lane in range(live, self.lanes):
-                    while len(self.tokens[lane]) < n:
+                for lane in range(self.lanes):
+                    while len(self.tokens[lane]) < want[lane]:
                         self._decode_one(di, do, lane, seqs[lane])
         finally:
             for seq in seqs:
@@ -180,31 +232,34 @@ class _BatchRun:
             self._wait(job, f"prefill of lane {lane}")
             self.rt.kv.commit(seq)
             self.tokens[lane].append(int(np.argmax(po.read("logits")[0])))
+            self.sources[lane].append(f"its B1 prefill, job {job.id}")
 
-    def _decode_batch(self, di: HostBuffer, do: HostBuffer, seqs: list[KvSeqId], active: int, step: int) -> None:
-        """One decode job at profile B: lanes ``0..active-1`` live, the others inactive (000 §7.3)."""
+    def _decode_batch(self, di: HostBuffer, do: HostBuffer, seqs: list[KvSeqId], active: list[int], step: int) -> None:
+        """One decode job at profile B: the lanes in ``active`` live, the others inactive (000 §7.3)."""
         b, vocab = self.batch, self.model.architecture.vocab_size
         positions = np.zeros(b, np.int32)
         tokens = np.zeros((b, 1), np.int32)
-        for lane in range(active):
-            positions[lane] = self.rt.kv.append(seqs[lane], 1)
-            tokens[lane, 0] = self.tokens[lane][-1]
-        for lane in range(active, b):
-            # What a stale lane would carry: a token no live lane holds, and a position inside every sequence.
-            tokens[lane, 0] = (self.tokens[lane][-1] + 7) % vocab if self.tokens[lane] else 0
-            positions[lane] = 0
+        for lane in range(b):
+            if lane in active:
+                positions[lane] = self.rt.kv.append(seqs[lane], 1)
+                tokens[lane, 0] = self.tokens[lane][-1]
+            else:  # what a stale lane would carry: a token no live lane holds, a position inside every sequence
+                tokens[lane, 0] = (self.tokens[lane][-1] + 7) % vocab if self.tokens[lane] else 0
         di.write("tokens", tokens)
         di.write("positions", positions)
-        _write_mask(di, self.model.decode, [lane < active for lane in range(b)])
-        kv: list[KvSeqId | None] = [seqs[lane] if lane < active else None for lane in range(b)]
+        _write_mask(di, self.model.decode, [lane in active for lane in range(b)])
+        kv: list[KvSeqId | None] = [seqs[lane] if lane in active else None for lane in range(b)]
         job = self.rt.submit(self.model.decode.name, di, do, kv=kv, generation=self.generation)
-        self._wait(job, f"decode[{step}] ({active} of {b} lanes active)")
-        for lane in range(active):
+        lanes = ", ".join(str(lane) for lane in active)
+        self._wait(job, f"decode[{step}] (lanes {lanes} of {b} active)")
+        for lane in active:
             self.rt.kv.commit(seqs[lane])
-        logits = do.read("logits", lanes=active)
-        for lane in range(active):
+        logits = do.read("logits")  # only the active lanes' rows are read: inactive rows are unspecified
+        chips = ", ".join(str(c) for c in job.chips)
+        for lane in active:
             self.tokens[lane].append(int(np.argmax(logits[lane])))
             self.batch_steps[lane] += 1
+            self.sources[lane].append(f"job {job.id} on chip {chips}, {job.graph}, lanes {lanes} of B{b} active")
 
     def _decode_one(self, di: HostBuffer, do: HostBuffer, lane: int, seq: KvSeqId) -> None:
         position = self.rt.kv.append(seq, 1)
@@ -215,6 +270,7 @@ class _BatchRun:
         self._wait(job, f"decode of lane {lane} at B1 after the batch")
         self.rt.kv.commit(seq)
         self.tokens[lane].append(int(np.argmax(do.read("logits")[0])))
+        self.sources[lane].append(f"job {job.id} at B1 after the batch")
 
     # -- the verdict --------------------------------------------------------------------------------------
 
@@ -229,12 +285,10 @@ class _BatchRun:
             at = first_mismatch(want, got)
             lanes.append(LaneTwinResult(lane, name, self.batch_steps[lane], want, got, at))
             if at is not None and not reasons:
-                where = "in the batch" if 1 <= at <= self.batch_steps[lane] else "at B1 after it went inactive"
-                if at == 0:
-                    where = "from its B1 prefill"
+                source = self.sources[lane][at] if at < len(self.sources[lane]) else "no job"
                 reasons.append(
                     f"{alias}: B{self.batch} lane {lane} ({name} prompt): output token {at} (KV position "
-                    f"{prompt_len[name] + at - 1}) {where}: expected {want[at]} (its B1 twin's), got "
+                    f"{prompt_len[name] + at - 1}) from {source}: expected {want[at]} (its B1 twin's), got "
                     f"{got[at] if at < len(got) else 'nothing'}"
                 )
         return BatchProfileResult(
@@ -261,4 +315,13 @@ def _write_mask(inputs: HostBuffer, graph: Graph, active: list[bool]) -> None:
         inputs.write(name, np.array(active, np.uint8))
 
 
-__all__ = ["BatchProfileResult", "LaneTwinResult", "batch_profiles", "run_batch_golden", "variant_prompt"]
+__all__ = [
+    "BatchProfileResult",
+    "LaneTwinResult",
+    "LaneTwins",
+    "batch_profiles",
+    "lane_patterns",
+    "run_batch_golden",
+    "run_lane_patterns",
+    "variant_prompt",
+]

@@ -79,7 +79,7 @@ def _detail(r: GoldenResult) -> str:
     text = f"logits max |err| {err}, top-k agree, {len(r.got_tokens)}/{len(r.expected_tokens)} tokens exact"
     if r.batch:
         profiles = ", ".join(f"B{b.batch}" for b in r.batch)
-        text += f"; {profiles}: every lane equal to its B1 twin (inactive lanes included)"
+        text += f"; {profiles}: every lane equal to its B1 twin (active-lane patterns with gaps included)"
     return text
 
 

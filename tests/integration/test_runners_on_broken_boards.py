@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURE_PACKAGES, TEST_KEY, TEST_PUB, Cli, assert_no_traceback
-from tests.integration.reference_board import _clean_reference_env  # noqa: F401  (fixture)
+from tests.integration.reference_board import _clean_reference_env, reference_board  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -79,10 +79,13 @@ def test_soak_fails_a_board_whose_memory_figures_are_kib(
     assert any("calrt_memory_usage is not bytes of this chip" in v["message"] for v in figures), r.json["violations"]
 
 
-def test_run_golden_fails_a_board_whose_inactive_lanes_write_kv(
-    cli: Cli, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+@pytest.mark.parametrize("define", ["-DCALRT_MUTANT_INACTIVE_LANE_KV", "-DCALRT_MUTANT_BATCH_COMPACT"])
+def test_run_golden_fails_a_board_whose_batch_lanes_are_wrong(
+    cli: Cli, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, define: str
 ) -> None:
-    lib = _mutant(tmp_path_factory, "-DCALRT_MUTANT_INACTIVE_LANE_KV")
+    """BATCH_COMPACT packs the active lanes' logits into the first rows: invisible while the active lanes are
+    always 0..k-1, so run-golden's batches run active-lane patterns with gaps."""
+    lib = _mutant(tmp_path_factory, define)
     pkg = tmp_path / "b148"
     made = cli("sample-package", pkg, "--key", TEST_KEY, "--profiles", "1,4,8")
     assert made.code == 0, made.err
@@ -91,6 +94,8 @@ def test_run_golden_fails_a_board_whose_inactive_lanes_write_kv(
     assert r.code == 1, r.out[-2000:]
     reasons = [m["reason"] for m in r.json["models"] if not m["ok"]]
     assert reasons and " lane " in reasons[0] and (": B4 " in reasons[0] or ": B8 " in reasons[0]), reasons
+    if define.endswith("BATCH_COMPACT"):  # the job that produced the wrong token: its chip, graph and lanes
+        assert re.search(r"from job \S+ on chip [\d, ]+, \w+_decode, lanes [\d, ]+ of B[48] active", reasons[0])
 
 
 def _soak(cli: Cli, pkg: Path, out: Path, *device: str | Path, cycles: int = 1, seconds: float = 2.0) -> Any:
@@ -119,21 +124,42 @@ def test_soak_fails_a_board_whose_inactive_lanes_write_kv_naming_request_chip_gr
         device = ("--fault-plan", plan)
     r = _soak(cli, b148, tmp_path / "soak", *device)
     assert r.code == 1, r.out[-2000:] + r.err[-2000:]
-    wrong = [v for v in r.json["violations"] if v["kind"] == "output_mismatch"]
-    assert wrong, r.json["violations"]
-    msg = wrong[0]["message"]
+    served = [v for v in r.json["violations"] if v["kind"] == "output_mismatch" and v["subject"].endswith(":output")]
+    assert served, r.json["violations"]
+    msg = served[0]["message"]
     assert msg.startswith("request soak-model-") and " on chip " in msg and "_decode" in msg, msg
     assert re.search(r"from its decode job \d+, B[48] lane \d+ \(\d active, \d inactive\)", msg), msg
 
 
+@pytest.mark.parametrize("board", ["mock", "reference"])
 def test_soak_runs_every_profile_with_inactive_lanes_and_passes_a_healthy_board(
-    cli: Cli, tmp_path: Path, b148: Path
+    cli: Cli, tmp_path: Path, request: pytest.FixtureRequest, b148: Path, board: str
 ) -> None:
-    r = _soak(cli, b148, tmp_path / "soak")
+    device: tuple[str | Path, ...] = () if board == "mock" else _calrt(request.getfixturevalue("reference_board"))
+    r = _soak(cli, b148, tmp_path / "soak", *device)
     assert r.code == 0, r.json["violations"]
     ran = r.json["output_verification"]["decode_profiles"]
     for b in ("B4", "B8"):  # both models' cores form partial batches of every profile (3 clients each)
         assert sum(ran[alias][b]["with_inactive_lanes"] for alias in ("model-a", "model-b")) > 0, ran
+    probes = r.json["output_verification"]["gapped_lane_probes"]
+    assert {a: sorted(p) for a, p in probes.items()} == {"model-a": ["B4", "B8"], "model-b": ["B4", "B8"]}, probes
+    assert all(p["ok"] and p["jobs"] > 0 for per in probes.values() for p in per.values()), probes
+
+
+def test_soak_fails_a_board_that_packs_the_active_lanes_logits(
+    cli: Cli, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, b148: Path
+) -> None:
+    """BATCH_COMPACT writes the active lanes' logits into rows 0..k-1. Serving binds a batch's requests to lanes
+    0..k-1, so served traffic cannot show it: the soak's own batches with gapped active lanes do."""
+    r = _soak(cli, b148, tmp_path / "soak", *_calrt(_mutant(tmp_path_factory, "-DCALRT_MUTANT_BATCH_COMPACT")))
+    assert r.code == 1, r.out[-2000:] + r.err[-2000:]
+    wrong = [v for v in r.json["violations"] if v["kind"] == "output_mismatch"]
+    assert wrong, r.json["violations"]
+    pattern = (
+        r"^gapped-lane probe: model-[ab]: B[48] lane \d+ \(pool \d+ prompt\): output token \d+ \(KV position \d+\) "
+        r"from job \S+ on chip \d, model_[ab]_decode, lanes [\d, ]+ of B[48] active: expected \d+"
+    )
+    assert all(re.search(pattern, v["message"]) for v in wrong), wrong
 
 
 def test_soak_fails_a_board_that_swaps_the_chips_memory_figures(

@@ -452,11 +452,30 @@ class _Soak(SoakState):
         # One thread per alias: each model's twins on its own chip, at once (001 §6.4's A and B in parallel).
         at_once(
             lambda a: self.verifier.compute(
-                rt, pkg, a, pools[a], generation=sup.cores[a].generation, step_timeout_s=self.config.job_timeout_s
+                rt,
+                pkg,
+                a,
+                pools[a],
+                generation=sup.cores[a].generation,
+                step_timeout_s=self.config.job_timeout_s,
+                seed=self.config.seed,
             ),
             list(pools),
             name="soak-twins",
         )
+        for probe in self.verifier.lane_failures():  # serving packs lanes: the soak's own gapped batches (verify.py)
+            detail = {"alias": probe.alias, "batch": probe.batch, "jobs": probe.jobs}
+            message = f"gapped-lane probe: {probe.reason}"
+            self.violate(
+                checks.Violation(
+                    "output_mismatch",
+                    message,
+                    self.cycle_index(),
+                    self.now_s(),
+                    subject=f"{probe.alias}:lanes",
+                    detail=detail,
+                )
+            )
         self.events.write("reference_twins", **self.verifier.document())
 
     def _on_result(self, req: GenerationRequest, res: EngineResult) -> None:

@@ -14,23 +14,36 @@ output token and KV position, the job that produced it (the prefill, or the batc
 job, :class:`~calctl.runners.soak.batches.LaneLog`) and what was expected. Requests refused before the device (no token) are
 counted, never judged here.
 
+Serving binds a batch's requests to lanes 0..n-1 (:class:`~calctl.serving.core.decode.DecodeScheduler`), so
+served traffic never leaves a gap below an active lane, and a board that packs the active lanes' logits into the
+first rows answers it right. So after the twins, :meth:`OutputVerifier.compute` runs each usable profile B > 1
+itself (:func:`~calctl.checks.batch_golden.run_lane_patterns`): pooled prompts on every lane, one all-active job,
+then active-lane patterns **with gaps** (alternate lanes, lanes 0 and 2, the last lane only, ...) in an order
+drawn from the soak's seed, each lane held to its twin's first :data:`LANE_PROBE_TOKENS` tokens. A failed
+profile is an ``output_mismatch`` naming the model, profile, lane, job, chip and graph (``lane_failures``).
+
 This module computes twins and compares token lists; it decides no verdict (``judge.py``) and sends no request.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from calctl.checks.batch_golden import BatchProfileResult, LaneTwins, run_lane_patterns
 from calctl.checks.steps import GreedyProgress, greedy_run
 from calctl.package.model import Package
-from calctl.runners.soak.batches import LaneLog
+from calctl.runners.soak.batches import LaneLog, usable_profiles
 from calctl.runners.soak.mix import PoolPrompt
 from calctl.runners.traffic import EngineResult
 from calctl.runtime import GenerationId, Runtime
 from calctl.serving.protocol import GenerationRequest
+
+#: Output tokens each lane of the gapped-lane probe decodes (a prefix of its prompt's twin).
+LANE_PROBE_TOKENS = 12
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,7 @@ class OutputVerifier:
     checked_tokens: int = 0
     mismatched_requests: int = 0
     lanes: LaneLog = field(default_factory=LaneLog)  # where each request's decode jobs ran (the engine's launch tap)
+    probes: dict[str, tuple[BatchProfileResult, ...]] = field(default_factory=dict)  # alias -> gapped-lane probes
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def compute(
@@ -81,9 +95,12 @@ class OutputVerifier:
         *,
         generation: int,
         step_timeout_s: float,
+        seed: int = 0,
     ) -> None:
-        """Decode every pooled prompt of ``alias`` greedily at B1 on ``rt`` (configured, idle): its twins."""
+        """Decode every pooled prompt of ``alias`` greedily at B1 on ``rt`` (configured, idle): its twins; then
+        every usable profile B > 1 with gapped active lanes against them (seeded by ``seed``)."""
         model = pkg.model(alias)
+        pool = list(pool)
         t0 = time.monotonic()
         for entry in pool:
             progress = greedy_run(
@@ -100,6 +117,40 @@ class OutputVerifier:
         with self._lock:
             self.places[alias] = (tuple(model.target_chips), model.decode.name)
             self.twin_seconds[alias] = round(time.monotonic() - t0, 4)
+        self._probe_lanes(rt, pkg, alias, pool, GenerationId(generation), step_timeout_s, seed)
+
+    def _probe_lanes(
+        self,
+        rt: Runtime,
+        pkg: Package,
+        alias: str,
+        pool: list[PoolPrompt],
+        generation: GenerationId,
+        timeout_s: float,
+        seed: int,
+    ) -> None:
+        """Every usable profile B > 1 of ``alias``, run by the soak itself with gapped active lanes."""
+        with self._lock:
+            twins = {f"pool {i}": self.twins.get((alias, e.prompt), ())[:LANE_PROBE_TOKENS] for i, e in enumerate(pool)}
+        names = [name for name, twin in twins.items() if len(twin) > 1]
+        if not names:
+            return
+        rng = random.Random(f"{seed}:{alias}")
+        prompts = {f"pool {i}": e.prompt for i, e in enumerate(pool)}
+        results = []
+        for b in (b for b in usable_profiles(pkg, alias) if b > 1):
+            lanes = LaneTwins(prompts, twins, tuple(rng.sample(names, min(b, len(names)))))
+            run = run_lane_patterns(
+                rt, pkg.model(alias), b, lanes, generation=generation, timeout_s=timeout_s, seed=rng.randrange(2**31)
+            )
+            results.append(run)
+        with self._lock:
+            self.probes[alias] = tuple(results)
+
+    def lane_failures(self) -> list[BatchProfileResult]:
+        """The gapped-lane probes that failed, in alias order."""
+        with self._lock:
+            return [r for alias in sorted(self.probes) for r in self.probes[alias] if not r.ok]
 
     def check(self, request: GenerationRequest, result: EngineResult) -> OutputMismatch | None:
         """Hold ``result``'s tokens to the twin of ``request``'s prompt; None when they agree (or no twin)."""
@@ -149,6 +200,10 @@ class OutputVerifier:
                 "checked_tokens": self.checked_tokens,
                 "mismatched_requests": self.mismatched_requests,
                 "decode_profiles": self.lanes.document(),
+                "gapped_lane_probes": {
+                    alias: {f"B{r.batch}": {"ok": r.ok, "jobs": r.jobs, "reason": r.reason} for r in results}
+                    for alias, results in sorted(self.probes.items())
+                },
             }
 
 
