@@ -75,26 +75,11 @@ class BoardProfile:
     @classmethod
     def load(cls, path: Path) -> BoardProfile:
         """Read and check a profile; ConfigError (exit 2) names the file and the field."""
-        import os
-        import stat
-
-        from calctl.errors import PackageFormatError
         from calctl.package import schemas, yamlsafe
 
-        try:  # O_NONBLOCK: a FIFO given as the profile is refused, not waited on
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise ConfigError(f"--board-profile {path}: cannot read the board profile: {exc.strerror}") from None
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ConfigError(f"--board-profile {path}: the board profile is not a regular file")
-            data = fh.read(MAX_PROFILE_BYTES + 1)
-        if len(data) > MAX_PROFILE_BYTES:
-            raise ConfigError(f"--board-profile {path}: larger than {MAX_PROFILE_BYTES} bytes")
-        try:
-            doc = yamlsafe.loads(data, source=str(path))
-        except PackageFormatError as exc:
-            raise ConfigError(str(exc), hint=f"see docs/runtime.md §8 for the {PROFILE_SCHEMA} format") from None
+        hint = f"see docs/runtime.md §8 for the {PROFILE_SCHEMA} format"
+        name = f"--board-profile {path}"
+        doc = yamlsafe.load_config(path, name=name, what="the board profile", max_bytes=MAX_PROFILE_BYTES, hint=hint)
         for where, message in schemas.iter_errors(PROFILE_SCHEMA, doc):
             raise ConfigError(f"{path}: {where}: {message}", hint=f"see docs/runtime.md §8 for {PROFILE_SCHEMA}")
         return cls(

@@ -9,8 +9,6 @@ docs/accept.md "Project targets"), read with the package's strict YAML reader; a
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,23 +61,12 @@ class ProjectTargets:
     @classmethod
     def load(cls, path: Path) -> ProjectTargets:
         """Read and check a targets file; :class:`ConfigError` (exit 2) names the file, the field and the value."""
-        from calctl.errors import PackageFormatError
         from calctl.package import yamlsafe
 
-        try:  # O_NONBLOCK: a FIFO given as the file is refused, not waited on
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise ConfigError(f"--targets {path}: cannot read the targets file: {exc.strerror}") from None
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ConfigError(f"--targets {path}: the targets file is not a regular file")
-            data = fh.read(MAX_TARGETS_BYTES + 1)
-        if len(data) > MAX_TARGETS_BYTES:
-            raise ConfigError(f"--targets {path}: larger than {MAX_TARGETS_BYTES} bytes")
-        try:
-            doc = yamlsafe.loads(data, source=str(path))
-        except PackageFormatError as exc:
-            raise ConfigError(f"--targets {exc}", hint=f"see {DOCS} for the {SCHEMA_ID} format") from None
+        hint = f"see {DOCS} for the {SCHEMA_ID} format"
+        doc = yamlsafe.load_config(
+            path, name=f"--targets {path}", what="the targets file", max_bytes=MAX_TARGETS_BYTES, hint=hint
+        )
         return cls.from_document(doc, source=str(path))
 
 
