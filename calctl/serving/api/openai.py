@@ -36,7 +36,7 @@ from calctl.serving.api.guard import BODY_SCOPE_KEY
 from calctl.serving.api.logprobs import LogprobShape, TokenNames
 from calctl.serving.api.sampling import sampling_params
 from calctl.serving.api.schemas import ChatCompletionRequest, CompletionRequest
-from calctl.serving.api.workers import BIG_BODY, BIG_INPUT, PromptWorkers, paced
+from calctl.serving.api.workers import BIG_BODY, BIG_INPUT, INLINE_BODY, PromptWorkers, paced
 from calctl.serving.protocol import (
     EngineClient,
     EngineRejection,
@@ -202,7 +202,8 @@ class OpenAIRoutes:
         Parsing, validation, the chat template and tokenization take time in proportion to the body, so they
         run in worker threads, never on the event loop (001 §9.2: a megabyte prompt to A must not hold up B's
         tokens or ``/health/live``); the prompt in its model's own pool, so A's big prompts queue behind each
-        other, not in front of B's."""
+        other, not in front of B's. A body under ``workers.INLINE_BODY`` bytes is the exception: its bounded work
+        costs the loop less than the hand-offs would cost its time to first token."""
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         # Already read, under the size limit, by the guard; taken out of the scope, which lives as long as a
         # stream does, so that a big prompt's bytes go once the prompt is built.
@@ -241,14 +242,18 @@ class OpenAIRoutes:
         parse = functools.partial(parse_body, raw, schema, self.context_of)
         if len(raw) >= BIG_INPUT:
             parse = functools.partial(paced, parse)
-        body: Any = await loop.run_in_executor(workers.parse(len(raw)), parse)
+        inline = len(raw) < INLINE_BODY  # bounded work, cheaper here than two hand-offs (workers.INLINE_BODY)
+        body: Any = parse() if inline else await loop.run_in_executor(workers.parse(len(raw)), parse)
         named.append(body.model)
         codec = self.engine.codec(body.model)
         sampling = sampling_params(body, codec.vocab_size, body.model)
         if isinstance(sampling, Response):  # a parameter out of range: a 400 of the HTTP layer, recorded
             raise Refused(sampling, body.model)
-        pool = workers.for_model(body.model, big=len(raw) >= BIG_BODY)
-        prompt_ids, max_tokens = await loop.run_in_executor(pool, _prompt_tuple, prompt_of, body, codec)
+        if inline:
+            prompt_ids, max_tokens = _prompt_tuple(prompt_of, body, codec)
+        else:
+            pool = workers.for_model(body.model, big=len(raw) >= BIG_BODY)
+            prompt_ids, max_tokens = await loop.run_in_executor(pool, _prompt_tuple, prompt_of, body, codec)
         return _Prepared(body, codec, prompt_ids, max_tokens, sampling)
 
     def completion_prompt(self, body: CompletionRequest, codec: TextCodec) -> tuple[list[int], int]:

@@ -41,6 +41,8 @@ from calctl.runtime.types import Health, JobResult, KvSeqId
 from calctl.runtime.types import Job as RtJob
 from calctl.serving.core.ids import JobId, LaneId, RequestId
 from calctl.serving.core.scheduler import DecodeJob, JobOutcome, JobStatus, PrefillJob
+from calctl.serving.engine.end_window import EndWindows, Window
+from calctl.serving.engine.job_checks import logits_fault, status_anomaly
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.modes import BankSlots, SlotConflict
 from calctl.serving.engine.monitor import Downgrade, ExecutorMonitor
@@ -55,6 +57,10 @@ BUSY_RETRIES = 6
 #: (the device is running it; a starved host ran the wait, or the mock's simulation, late) until a chip reports
 #: otherwise, or until this many job timeouts have passed in all (a runtime that never reports a hang).
 UNCONFIRMED_TIMEOUT_FACTOR = 5
+#: A completion thread whose job has an end window (end_window.py) stands aside until this long past its close (at
+#: most MAX_STAND_ASIDE_S: a clock a test drives by hand).
+STAND_ASIDE_S = 1e-3
+MAX_STAND_ASIDE_S = 0.05
 #: Finished jobs' buffers kept for reuse per (graph, direction, batch): two banks, and one spare.
 POOL_PER_SHAPE = 3
 FAULT_STATUSES = frozenset(
@@ -85,6 +91,7 @@ class Inflight:
     abandoned: bool = False  # retired or timed out: its completion thread stops waiting for it
     timeout_why: str = ""  # what confirmed the timeout (timed_out), for the outcome's detail
     late_logged: bool = False  # past the host's deadline while the device runs it: logged once
+    window: Window | None = None  # when its waits are slices (end_window.py); None: plain waits
 
     @property
     def job_id(self) -> JobId:
@@ -173,6 +180,9 @@ class DeviceExecutor:
         # by the core after the step's launches (bookkeeping()), so a job's end is not held up on its way to the
         # next submit. Each entry has its values captured already.
         self._after: list[Callable[[], None]] = []
+        # When each in-flight job should end, from the jobs of its shape before it: the waits for it shorten
+        # into slices just before (end_window.py: a thread asleep for a whole step wakes late on a VM).
+        self.ends = EndWindows()
 
     # ------------------------------------------------------------------ submit
 
@@ -247,6 +257,8 @@ class DeviceExecutor:
             self._metrics.device_errors.labels(self.alias, type(exc).__name__).inc()
             return self._abort(rt, job, appended, inputs, outputs, status, f"{type(exc).__name__}: {exc}")
         inf = Inflight(job, rt_job, inputs, outputs, seqs, tuple(rids), self._clock(), graph, engine, banked)
+        if not self.inflight:  # alone on the device: it starts now, so its end can be expected
+            inf.window = self.ends.window(_shape(inf), inf.submitted)
         self.inflight[job.job_id] = inf
         return inf
 
@@ -411,6 +423,22 @@ class DeviceExecutor:
 
     # ------------------------------------------------------------------ waiting
 
+    def wait_s(self, inf: Inflight, timeout: float) -> float:
+        """How long the next wait for ``inf`` should be, at most ``timeout`` (:mod:`end_window`)."""
+        return timeout if inf.window is None else inf.window.wait_s(self._clock(), timeout)
+
+    def soonest_wait_s(self, timeout: float | None) -> float | None:
+        """The engine's inbox wait, at most ``timeout`` (None: none), cut to end when a job's window opens."""
+        now = self._clock()
+        opens = [i.window.opens - now for i in self.inflight.values() if i.window and now < i.window.opens]
+        return min(opens, default=None) if timeout is None else min([*opens, timeout])
+
+    def due_now(self) -> Inflight | None:
+        """A job in flight whose window is open, or None. async, ping/pong: the core waits on it itself, so its end
+        wakes the core directly, not through its completion thread's post (:mod:`end_window`)."""
+        now = self._clock()
+        return next((i for i in self.inflight.values() if i.window is not None and i.window.is_open(now)), None)
+
     def wait_inline(self, inf: Inflight, timeout: float) -> bool:
         """sync mode: wait on the core's thread for ``inf`` at most ``timeout`` seconds. True when it is done."""
         rt = self.rt
@@ -477,6 +505,11 @@ class DeviceExecutor:
             inf = self._handoff.get()
             if inf is None:
                 return
+            if inf.window is not None:  # the core waits on it in its window; woken too, this thread would only
+                # take the interpreter lock from the core's next launch. A dict lookup is safe from this thread.
+                time.sleep(min(MAX_STAND_ASIDE_S, max(0.0, inf.window.closes + STAND_ASIDE_S - self._clock())))
+                if inf.job_id not in self.inflight:
+                    continue
             while not inf.abandoned:
                 rt = self.rt
                 if rt is None:
@@ -526,10 +559,13 @@ class DeviceExecutor:
         res = rt.query(inf.rt_job)
         kv_before = self._kv_lengths(inf)
         took = self._clock() - inf.submitted
+        if res.ok:  # the device's own time when it tells it (steadier than the host's wake-ups)
+            device_s = res.device_seconds
+            self.ends.observe(_shape(inf), took if device_s is None else device_s)
         job, gen = inf.job_id, inf.core.generation
         fin: Finished
         counted: str  # the job's result label in calctl_jobs_total
-        anomaly = _status_anomaly(inf, res)
+        anomaly = status_anomaly(inf.rt_job, res)
         if anomaly is not None:  # the runtime's answer contradicts itself: trust nothing it wrote
             fin = Finished(JobOutcome(job, gen, JobStatus.FAULT, detail=f"status anomaly: {anomaly}"))
             self._monitor_verdict(self._monitor.status_anomaly(anomaly))
@@ -710,6 +746,7 @@ class DeviceExecutor:
     def retire(self) -> None:
         """Every job in flight is quarantined: its buffers are kept until the runtime gives them back."""
         self.release_pool()
+        self.ends.forget()
         for job_id, inf in list(self.inflight.items()):
             inf.abandoned = True
             self.quarantine[job_id] = inf
@@ -726,6 +763,7 @@ class DeviceExecutor:
     def forget_device_state(self) -> None:
         """After a reset: free every runtime KV sequence and release buffers the runtime gave back."""
         self.release_pool()
+        self.ends.forget()
         rt = self.rt
         seqs = list(self.lane_seq.values())
         self.lane_seq.clear()
@@ -740,48 +778,13 @@ class DeviceExecutor:
                 self.slots.release(job_id)
 
 
-def logits_fault(logits: np.ndarray) -> str | None:
-    """Why a finished job's logits rows (one a lane) cannot be sampled, or None (000 §14 output checks).
-
-    Non-finite values, or a degenerate row: every logit of a lane equal (all 0.0 the usual case). A model's
-    forward does not give that; an output the device never wrote does, and so did a hidden state past what
-    float32 can normalise before the decoder made it NaN (``calctl.model.decoder._final_norm``, issue #55).
-    Sampled, such a row answers with token 0 (greedy) or uniform noise, and the request would end 200 with it.
-    """
-    if logits.size == 0 or logits.ndim == 0:
-        return None
-    vocab = int(logits.shape[-1])
-    rows = logits.reshape(-1, vocab)
-    lo, hi = rows.min(axis=1), rows.max(axis=1)  # a NaN anywhere in a row makes both NaN
-    finite = np.isfinite(lo) & np.isfinite(hi)
-    if (finite & (lo < hi)).all() or (vocab == 1 and finite.all()):
-        return None  # the usual answer in two reductions: a step's host time is counted in microseconds
-    if not finite.all():
-        return "non-finite logits"
-    lane = int(np.flatnonzero(lo == hi)[0])
-    return f"degenerate logits (lane {lane}: every one of {vocab} equal to {float(lo[lane])!r})"
-
-
-def _status_anomaly(inf: Inflight, res: JobResult) -> str | None:
-    """What is self-contradictory in the runtime's answer about a job that Wait reported done (000 §14)."""
-    if res.job.id != inf.rt_job.id:
-        return f"query about job {inf.rt_job.id} answered for job {res.job.id}"
-    # 000 §7.4: a finished job's generation and lanes must be the ones it was submitted with.
-    if res.job.generation != inf.rt_job.generation:
-        return (
-            f"job {res.job.id} finished under generation {res.job.generation}, submitted under {inf.rt_job.generation}"
-        )
-    if tuple(res.job.kv) != tuple(inf.rt_job.kv) or res.job.batch != inf.rt_job.batch:
-        return f"job {res.job.id} finished on KV lanes {res.job.kv}, submitted on {inf.rt_job.kv}"
-    if (res.job.model, res.job.graph) != (inf.rt_job.model, inf.rt_job.graph):
-        return f"job {res.job.id} finished as {res.job.model}/{res.job.graph}, submitted as {inf.rt_job.model}/{inf.rt_job.graph}"
-    if not res.state.terminal:
-        return f"job {res.job.id} was reported done but is {res.state.value}"
-    if res.ok and res.status != RuntimeStatus.OK:
-        return f"job {res.job.id} succeeded with status {res.status.name}"
-    if res.start_ns is not None and res.end_ns is not None and res.end_ns < res.start_ns:
-        return f"job {res.job.id} ended before it started"
-    return None
+def _shape(inf: Inflight) -> tuple[str, int, int]:
+    """What a job's duration depends on: its graph, and its active lanes (decode) or its prompt length's power of
+    two (prefill)."""
+    core = inf.core
+    if isinstance(core, PrefillJob):
+        return inf.graph, 0, core.prompt_tokens.bit_length()
+    return inf.graph, core.batch.profile.compiled_batch, len(inf.seqs)
 
 
 __all__ = [

@@ -380,10 +380,11 @@ class EngineCore:
     def _step(self) -> None:
         inline = self._inline_job()
         if inline is not None:
-            # sync: wait here for the one job in flight, in short slices so the inbox is still served.
+            # Wait here for the job, in short slices so the inbox is still served.
             timeout = INLINE_SLICE_S
             if self._wake_at is not None:
                 timeout = max(0.0, min(timeout, self._wake_at - self._clock()))
+            timeout = self._exec.wait_s(inline, timeout)
             if self._exec.wait_inline(inline, timeout):
                 self._job_done(inline)
             elif self._exec.timed_out(inline):
@@ -407,9 +408,10 @@ class EngineCore:
         self._quarantined_n = len(self._exec.quarantine)
 
     def _inline_job(self) -> Inflight | None:
-        if self._modes.mode is not ExecutorMode.SYNC or not self._exec.inflight:
-            return None
-        return next(iter(self._exec.inflight.values()))
+        """sync's one job, else (async, ping/pong) a job due about now (end_window.py): this thread waits on it."""
+        if self._modes.mode is ExecutorMode.SYNC:
+            return next(iter(self._exec.inflight.values()), None)
+        return self._exec.due_now()
 
     def _drain_inbox(self, *, block: bool) -> int:
         """Handle what the inbox holds (``block``: wait for the first until the next wake-up); how many."""
@@ -418,6 +420,7 @@ class EngineCore:
             timeout = None if self._wake_at is None else max(0.0, self._wake_at - self._clock())
             if self._exec.quarantine or self.life.serving:
                 timeout = min(timeout, COUNTER_CHECK_S) if timeout is not None else COUNTER_CHECK_S
+            timeout = self._exec.soonest_wait_s(timeout)
         return self._inbox.drain(self._handle, block=block, timeout=timeout)
 
     def _due(self) -> bool:  # a deadline of the scheduler's due, or a quarantined job to sweep

@@ -10,7 +10,7 @@ import pytest
 from calctl.model import decoder, quant
 from calctl.model import native as native_module
 from calctl.package.model import Architecture
-from calctl.serving.engine.device import logits_fault
+from calctl.serving.engine.job_checks import logits_fault
 
 MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 ARCH = Architecture(

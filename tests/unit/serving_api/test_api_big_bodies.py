@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from calctl.serving.api import bodies, guard, openai
 from calctl.serving.api.bodies import _count_ids
-from calctl.serving.api.workers import BIG_BODY, PROMPT_NICE
+from calctl.serving.api.workers import BIG_BODY, INLINE_BODY, PROMPT_NICE
 from tests.unit.serving_api.fake_engine import CONTEXT_LIMIT, FakeEngine, package_codec
 
 pytestmark = pytest.mark.anyio
@@ -258,7 +258,9 @@ async def test_a_small_prompt_is_tokenized_at_normal_priority_and_a_big_one_belo
 
     monkeypatch.setattr(codec, "encode_within", encode_within)
     base = os.getpriority(os.PRIO_PROCESS, 0)
-    small = await client.post("/v1/completions", json={"model": "model-b", "prompt": "hi", "max_tokens": 2})
+    # Over INLINE_BODY (under it the prompt is tokenized on the event loop), under BIG_BODY.
+    medium = {"model": "model-b", "prompt": "hi", "max_tokens": 2, "pad": " " * INLINE_BODY}
+    small = await client.post("/v1/completions", json=medium)
     big = {"model": "model-b", "prompt": "hi", "max_tokens": 2, "pad": " " * BIG_BODY}
     large = await client.post("/v1/completions", json=big)
     assert small.status_code == large.status_code == 200, (small.text, large.text)

@@ -20,6 +20,7 @@ import pytest
 from calctl.serving.api.app import create_app
 from calctl.serving.api.auth import ApiSettings
 from calctl.serving.api.guard import DRAIN_FACTOR, Intake, RequestGuard
+from calctl.serving.api.workers import INLINE_BODY
 from tests.unit.serving_api.fake_engine import FakeEngine, package_codec
 
 pytestmark = pytest.mark.anyio
@@ -138,12 +139,40 @@ async def test_the_prompt_is_tokenized_in_its_model_worker_not_on_the_loop(
         return real(text, limit)
 
     monkeypatch.setattr(codec, "encode_within", encode_within)
-    r = await client.post("/v1/completions", json={"model": "model-b", "prompt": "hi", "max_tokens": 2})
-    chat = {"model": "model-b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    r2 = await client.post("/v1/chat/completions", json=chat)
-    assert r.status_code == r2.status_code == 200
+    pad = " " * INLINE_BODY  # JSON whitespace: the body is no longer small enough for the loop
+    r = await client.post(
+        "/v1/completions",
+        content=f'{{"model": "model-b", "prompt": "hi", "max_tokens": 2}}{pad}',
+        headers={"content-type": "application/json"},
+    )
+    chat = f'{{"model": "model-b", "messages": [{{"role": "user", "content": "hi"}}], "max_tokens": 2}}{pad}'
+    r2 = await client.post("/v1/chat/completions", content=chat, headers={"content-type": "application/json"})
+    assert r.status_code == r2.status_code == 200, (r.text, r2.text)
     assert len(threads) == 2 and all(t.startswith("api-prompt-model-b") for t in threads), threads
     assert threading.main_thread().name not in threads
+
+
+async def test_a_body_under_the_inline_size_is_parsed_and_tokenized_on_the_loop(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two hand-offs to worker threads cost a short request more time to first token than its bounded work
+    (workers.INLINE_BODY); one byte more and the work goes to the threads."""
+    threads: list[str] = []
+    codec = package_codec("model-b")
+    real = codec.encode_within
+
+    def encode_within(text: str, limit: int) -> tuple[list[int] | None, int]:
+        threads.append(threading.current_thread().name)
+        return real(text, limit)
+
+    monkeypatch.setattr(codec, "encode_within", encode_within)
+    loop_thread = threading.current_thread().name
+    head = '{"model": "model-b", "prompt": "hi", "max_tokens": 2}'
+    for size in (INLINE_BODY - 1, INLINE_BODY):
+        body = head + " " * (size - len(head))
+        r = await client.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 200, r.text
+    assert threads[0] == loop_thread and threads[1].startswith("api-prompt-model-b"), threads
 
 
 def test_the_guard_refuses_a_limit_that_is_not_positive() -> None:
