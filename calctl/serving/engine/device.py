@@ -92,6 +92,7 @@ class Inflight:
     timeout_why: str = ""  # what confirmed the timeout (timed_out), for the outcome's detail
     late_logged: bool = False  # past the host's deadline while the device runs it: logged once
     window: Window | None = None  # when its waits are slices (end_window.py); None: plain waits
+    handed: bool = False  # a completion thread waits for it (async, ping/pong)
 
     @property
     def job_id(self) -> JobId:
@@ -314,7 +315,10 @@ class DeviceExecutor:
                 self._release_one(buf)
 
     def hand_to_completer(self, inf: Inflight) -> None:
-        """async / pingpong: a completion thread waits for ``inf`` and posts its end to the inbox."""
+        """async / pingpong: a completion thread waits for ``inf`` and posts its end to the inbox (once a job)."""
+        if inf.handed:
+            return
+        inf.handed = True
         if len(self._completers) < 2:
             # One completion thread per bank: each waits for one job, so a short job finishing first never
             # waits behind a long one (000 §14: two in flight).
@@ -559,9 +563,10 @@ class DeviceExecutor:
         res = rt.query(inf.rt_job)
         kv_before = self._kv_lengths(inf)
         took = self._clock() - inf.submitted
-        if res.ok:  # the device's own time when it tells it (steadier than the host's wake-ups)
+        if res.ok:  # the device's own time when it tells one the host could have seen (steadier than its wake-ups)
             device_s = res.device_seconds
-            self.ends.observe(_shape(inf), took if device_s is None else device_s)
+            plausible = device_s is not None and 0.0 <= device_s <= took  # not 1e18 ns, not ended before it began
+            self.ends.observe(_shape(inf), device_s if plausible and device_s is not None else took)
         job, gen = inf.job_id, inf.core.generation
         fin: Finished
         counted: str  # the job's result label in calctl_jobs_total

@@ -1,0 +1,55 @@
+"""A runtime whose job times are absurd does not stretch the engine's waits (end_window.py, issue 55).
+
+The window of a job is learned from the device time its runtime reports (``start_ns`` / ``end_ns``). A runtime
+that reports a time longer than the host saw the job take (a clock in other units, another epoch, 1e18 ns)
+would put the window far after the job's real end: the completion thread stands aside for it and the engine waits
+for it to open, so every such job ended late. The host's own time is used instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from calctl.runtime import open_runtime
+from calctl.runtime.types import JobResult
+from tests.unit.runtime.runtime_helpers import golden_prompt, package
+from tests.unit.serving.serving_helpers import FakeClock
+from tests.unit.serving.test_end_window import _executor, _launch
+
+HOST_S = 0.004  # how long the host sees each job take (the fake clock moves this much while it runs)
+
+
+@pytest.mark.parametrize(
+    ("start_ns", "end_ns"),
+    [
+        (0, 10**18),  # 1e9 s
+        (1_000, 1_000 + 2 * 10**9),  # 2 s: longer than the host saw
+        (5_000, 1_000),  # ended before it started (also a status anomaly; not a device time)
+    ],
+)
+def test_a_device_time_the_host_never_saw_is_not_learned(start_ns: int, end_ns: int) -> None:
+    pkg = package("single")
+    m = pkg.model("model-a")
+    prompt = tuple(int(t) for t in golden_prompt(pkg, "model-a"))
+    clock = FakeClock()
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg))
+        real_query = rt.query
+
+        def lying_query(job: object) -> JobResult:
+            res = real_query(job)  # type: ignore[arg-type]
+            return dataclasses.replace(res, start_ns=start_ns, end_ns=end_ns) if res.ok else res
+
+        rt.query = lying_query  # type: ignore[method-assign]
+        ex = _executor(rt, m, clock)
+        for n in range(1, 4):
+            inf = _launch(ex, m, prompt, n)
+            while not ex.wait_inline(inf, 1.0):
+                pass
+            clock.advance(HOST_S)
+            ex.finish(inf)
+        nxt = _launch(ex, m, prompt, 9)
+        assert nxt.window is not None
+        assert nxt.window.opens <= nxt.submitted + HOST_S, "the window opens after the job's real end"
