@@ -432,9 +432,10 @@ class DeviceExecutor:
         return timeout if inf.window is None else inf.window.wait_s(self._clock(), timeout)
 
     def soonest_wait_s(self, timeout: float | None) -> float | None:
-        """The engine's inbox wait, at most ``timeout`` (None: none), cut to end when a job's window opens."""
+        """The engine's inbox wait, at most ``timeout`` (None: none), cut to end when a job's window opens (0 when
+        one is open already: it opened since the core last looked, and the core waits on that job, not the inbox)."""
         now = self._clock()
-        opens = [i.window.opens - now for i in self.inflight.values() if i.window and now < i.window.opens]
+        opens = [max(0.0, i.window.opens - now) for i in self.inflight.values() if i.window and now < i.window.closes]
         return min(opens, default=None) if timeout is None else min([*opens, timeout])
 
     def due_now(self) -> Inflight | None:

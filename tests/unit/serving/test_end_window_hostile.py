@@ -53,3 +53,28 @@ def test_a_device_time_the_host_never_saw_is_not_learned(start_ns: int, end_ns: 
         nxt = _launch(ex, m, prompt, 9)
         assert nxt.window is not None
         assert nxt.window.opens <= nxt.submitted + HOST_S, "the window opens after the job's real end"
+
+
+def test_a_window_that_opened_since_the_core_looked_ends_the_inbox_wait_at_once() -> None:
+    """The core asks for a due job, then for its inbox wait; a window that opens in between must not leave it
+    blocked on the inbox (without a deadline: for good) while the job's completion thread stands aside."""
+    pkg = package("single")
+    m = pkg.model("model-a")
+    prompt = tuple(int(t) for t in golden_prompt(pkg, "model-a"))
+    clock = FakeClock()
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg))
+        ex = _executor(rt, m, clock)
+        first = _launch(ex, m, prompt, 1)
+        while not ex.wait_inline(first, 1.0):
+            pass
+        clock.advance(HOST_S)
+        ex.finish(first)
+        second = _launch(ex, m, prompt, 2)
+        assert second.window is not None
+        clock.now = second.window.opens + 1e-6  # it opened just now
+        assert ex.soonest_wait_s(None) == 0.0
+        assert ex.soonest_wait_s(0.02) == 0.0
+        clock.now = second.window.closes  # closed: waits are the caller's again
+        assert ex.soonest_wait_s(None) is None
+        assert ex.soonest_wait_s(0.02) == 0.02
