@@ -785,11 +785,12 @@ class DeviceExecutor:
 
 
 def _shape(inf: Inflight) -> tuple[str, int, int]:
-    """What a job's duration depends on: its graph, and its active lanes (decode) or its prompt length's power of
-    two (prefill)."""
+    """What a job's duration depends on: its graph, and its active lanes (decode) or its prompt length (prefill: a
+    prompt half as long as the ones before it in a power-of-two bucket ends well before their window opens, and
+    its end was noticed only then)."""
     core = inf.core
     if isinstance(core, PrefillJob):
-        return inf.graph, 0, core.prompt_tokens.bit_length()
+        return inf.graph, 0, core.prompt_tokens
     return inf.graph, core.batch.profile.compiled_batch, len(inf.seqs)
 
 

@@ -35,7 +35,7 @@ RECENT = 8
 #: the interpreter lock from it: with windows its steps took 5 % longer. A device job of one shape (the mock's
 #: timing model) spreads well under this.
 MAX_SPREAD = 0.1
-#: Shapes remembered; past this the oldest is forgotten (a prefill's shape is its prompt length's power of two).
+#: Shapes remembered; past this the oldest is forgotten (a prefill's shape is its prompt length).
 MAX_SHAPES = 256
 
 

@@ -78,3 +78,26 @@ def test_a_window_that_opened_since_the_core_looked_ends_the_inbox_wait_at_once(
         clock.now = second.window.closes  # closed: waits are the caller's again
         assert ex.soonest_wait_s(None) is None
         assert ex.soonest_wait_s(0.02) == 0.02
+
+
+def test_a_shorter_prompt_is_not_given_the_window_of_longer_ones() -> None:
+    """A prefill's time follows its prompt's length: after eight 127-token prompts (10.4 ms on the mock) a 64-token
+    one (7.2 ms) got their window, opening 3 ms after it ended; its end was noticed only then."""
+    pkg = package("single")
+    m = pkg.model("model-a")
+    clock = FakeClock()
+    with open_runtime("mock") as rt:
+        rt.configure(rt.create_calbin(pkg))
+        ex = _executor(rt, m, clock)
+        for n in range(1, 9):
+            inf = _launch(ex, m, (5,) * 127, n)
+            while not ex.wait_inline(inf, 1.0):
+                pass
+            clock.advance(1.0)
+            ex.finish(inf)
+        short = _launch(ex, m, (5,) * 64, 9)
+        while not ex.wait_inline(short, 1.0):
+            pass
+        device_s = rt.query(short.rt_job).device_seconds
+        assert device_s is not None
+        assert short.window is None or short.window.opens <= short.submitted + device_s, (short.window, device_s)
