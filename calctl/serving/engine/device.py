@@ -41,7 +41,7 @@ from calctl.runtime.types import Health, JobResult, KvSeqId
 from calctl.runtime.types import Job as RtJob
 from calctl.serving.core.ids import JobId, LaneId, RequestId
 from calctl.serving.core.scheduler import DecodeJob, JobOutcome, JobStatus, PrefillJob
-from calctl.serving.engine.end_window import EndWindows, Window
+from calctl.serving.engine.end_window import EndWindows, Window, job_shape
 from calctl.serving.engine.job_checks import logits_fault, status_anomaly
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.modes import BankSlots, SlotConflict
@@ -259,7 +259,7 @@ class DeviceExecutor:
             return self._abort(rt, job, appended, inputs, outputs, status, f"{type(exc).__name__}: {exc}")
         inf = Inflight(job, rt_job, inputs, outputs, seqs, tuple(rids), self._clock(), graph, engine, banked)
         if not self.inflight:  # alone on the device: it starts now, so its end can be expected
-            inf.window = self.ends.window(_shape(inf), inf.submitted)
+            inf.window = self.ends.window(job_shape(inf.graph, inf.core, len(inf.seqs)), inf.submitted)
         self.inflight[job.job_id] = inf
         return inf
 
@@ -567,7 +567,9 @@ class DeviceExecutor:
         if res.ok:  # the device's own time when it tells one the host could have seen (steadier than its wake-ups)
             device_s = res.device_seconds
             plausible = device_s is not None and 0.0 <= device_s <= took  # not 1e18 ns, not ended before it began
-            self.ends.observe(_shape(inf), device_s if plausible and device_s is not None else took)
+            self.ends.observe(
+                job_shape(inf.graph, inf.core, len(inf.seqs)), device_s if plausible and device_s is not None else took
+            )
         job, gen = inf.job_id, inf.core.generation
         fin: Finished
         counted: str  # the job's result label in calctl_jobs_total
@@ -782,16 +784,6 @@ class DeviceExecutor:
             if self.try_release(inf):
                 del self.quarantine[job_id]
                 self.slots.release(job_id)
-
-
-def _shape(inf: Inflight) -> tuple[str, int, int]:
-    """What a job's duration depends on: its graph, and its active lanes (decode) or its prompt length (prefill: a
-    prompt half as long as the ones before it in a power-of-two bucket ends well before their window opens, and
-    its end was noticed only then)."""
-    core = inf.core
-    if isinstance(core, PrefillJob):
-        return inf.graph, 0, core.prompt_tokens
-    return inf.graph, core.batch.profile.compiled_batch, len(inf.seqs)
 
 
 __all__ = [
