@@ -41,7 +41,7 @@ from calctl.runtime.types import Health, JobResult, KvSeqId
 from calctl.runtime.types import Job as RtJob
 from calctl.serving.core.ids import JobId, LaneId, RequestId
 from calctl.serving.core.scheduler import DecodeJob, JobOutcome, JobStatus, PrefillJob
-from calctl.serving.engine.end_window import EndWindows, Window
+from calctl.serving.engine.end_window import EndWindows, Window, job_shape
 from calctl.serving.engine.job_checks import logits_fault, status_anomaly
 from calctl.serving.engine.metrics import EngineMetrics
 from calctl.serving.engine.modes import BankSlots, SlotConflict
@@ -92,6 +92,7 @@ class Inflight:
     timeout_why: str = ""  # what confirmed the timeout (timed_out), for the outcome's detail
     late_logged: bool = False  # past the host's deadline while the device runs it: logged once
     window: Window | None = None  # when its waits are slices (end_window.py); None: plain waits
+    handed: bool = False  # a completion thread waits for it (async, ping/pong)
 
     @property
     def job_id(self) -> JobId:
@@ -258,7 +259,7 @@ class DeviceExecutor:
             return self._abort(rt, job, appended, inputs, outputs, status, f"{type(exc).__name__}: {exc}")
         inf = Inflight(job, rt_job, inputs, outputs, seqs, tuple(rids), self._clock(), graph, engine, banked)
         if not self.inflight:  # alone on the device: it starts now, so its end can be expected
-            inf.window = self.ends.window(_shape(inf), inf.submitted)
+            inf.window = self.ends.window(job_shape(inf.graph, inf.core, len(inf.seqs)), inf.submitted)
         self.inflight[job.job_id] = inf
         return inf
 
@@ -314,7 +315,10 @@ class DeviceExecutor:
                 self._release_one(buf)
 
     def hand_to_completer(self, inf: Inflight) -> None:
-        """async / pingpong: a completion thread waits for ``inf`` and posts its end to the inbox."""
+        """async / pingpong: a completion thread waits for ``inf`` and posts its end to the inbox (once a job)."""
+        if inf.handed:
+            return
+        inf.handed = True
         if len(self._completers) < 2:
             # One completion thread per bank: each waits for one job, so a short job finishing first never
             # waits behind a long one (000 §14: two in flight).
@@ -428,9 +432,10 @@ class DeviceExecutor:
         return timeout if inf.window is None else inf.window.wait_s(self._clock(), timeout)
 
     def soonest_wait_s(self, timeout: float | None) -> float | None:
-        """The engine's inbox wait, at most ``timeout`` (None: none), cut to end when a job's window opens."""
+        """The engine's inbox wait, at most ``timeout`` (None: none), cut to end when a job's window opens (0 when
+        one is open already: it opened since the core last looked, and the core waits on that job, not the inbox)."""
         now = self._clock()
-        opens = [i.window.opens - now for i in self.inflight.values() if i.window and now < i.window.opens]
+        opens = [max(0.0, i.window.opens - now) for i in self.inflight.values() if i.window and now < i.window.closes]
         return min(opens, default=None) if timeout is None else min([*opens, timeout])
 
     def due_now(self) -> Inflight | None:
@@ -559,9 +564,12 @@ class DeviceExecutor:
         res = rt.query(inf.rt_job)
         kv_before = self._kv_lengths(inf)
         took = self._clock() - inf.submitted
-        if res.ok:  # the device's own time when it tells it (steadier than the host's wake-ups)
+        if res.ok:  # the device's own time when it tells one the host could have seen (steadier than its wake-ups)
             device_s = res.device_seconds
-            self.ends.observe(_shape(inf), took if device_s is None else device_s)
+            plausible = device_s is not None and 0.0 <= device_s <= took  # not 1e18 ns, not ended before it began
+            self.ends.observe(
+                job_shape(inf.graph, inf.core, len(inf.seqs)), device_s if plausible and device_s is not None else took
+            )
         job, gen = inf.job_id, inf.core.generation
         fin: Finished
         counted: str  # the job's result label in calctl_jobs_total
@@ -776,15 +784,6 @@ class DeviceExecutor:
             if self.try_release(inf):
                 del self.quarantine[job_id]
                 self.slots.release(job_id)
-
-
-def _shape(inf: Inflight) -> tuple[str, int, int]:
-    """What a job's duration depends on: its graph, and its active lanes (decode) or its prompt length's power of
-    two (prefill)."""
-    core = inf.core
-    if isinstance(core, PrefillJob):
-        return inf.graph, 0, core.prompt_tokens.bit_length()
-    return inf.graph, core.batch.profile.compiled_batch, len(inf.seqs)
 
 
 __all__ = [

@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from calctl.serving.core.scheduler import DecodeJob, PrefillJob
+
 #: How long before the soonest expected end the window opens (and after the latest it closes).
 LEAD_S = 300e-6
 #: The length of one wait inside the window.
@@ -35,7 +37,7 @@ RECENT = 8
 #: the interpreter lock from it: with windows its steps took 5 % longer. A device job of one shape (the mock's
 #: timing model) spreads well under this.
 MAX_SPREAD = 0.1
-#: Shapes remembered; past this the oldest is forgotten (a prefill's shape is its prompt length's power of two).
+#: Shapes remembered; past this the oldest is forgotten (a prefill's shape is its prompt length).
 MAX_SHAPES = 256
 
 
@@ -89,4 +91,13 @@ class EndWindows:
         self._recent.clear()
 
 
-__all__ = ["LEAD_S", "MAX_SPREAD", "RECENT", "SLICE_S", "EndWindows", "Window"]
+def job_shape(graph: str, job: PrefillJob | DecodeJob, lanes: int) -> tuple[str, int, int]:
+    """What a job's duration depends on: its graph, and its ``lanes`` active lanes (decode) or its prompt length
+    (prefill: a prompt half as long as the ones before it in a power-of-two bucket ends well before their window
+    opens, and its end was noticed only then)."""
+    if isinstance(job, PrefillJob):
+        return graph, 0, job.prompt_tokens
+    return graph, job.batch.profile.compiled_batch, lanes
+
+
+__all__ = ["LEAD_S", "MAX_SPREAD", "RECENT", "SLICE_S", "EndWindows", "Window", "job_shape"]

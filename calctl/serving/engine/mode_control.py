@@ -85,9 +85,13 @@ class ModeControl:
         """Only new jobs see the new mode: the scheduler hands out no job until fewer than the new limit are
         in flight, so the ping/pong jobs already submitted drain first (000 §14). ``reason`` None: an
         operator's choice, not a downgrade (not counted in the metric). Jobs already handed to a completion
-        thread stay there when the mode becomes sync; only jobs submitted from now on are waited inline."""
+        thread stay there when the mode becomes sync; only jobs submitted from now on are waited inline. Jobs
+        submitted in sync go to a completion thread when the mode leaves sync: nothing else would wait for them."""
         previous = self.mode
         self.mode = mode
+        if mode is not ExecutorMode.SYNC:
+            for inf in list(self._exec.inflight.values()):
+                self._exec.hand_to_completer(inf)
         self._sched.set_inflight_limit(mode.max_inflight)
         self._monitor.set_mode(mode)
         if reason is not None and previous is ExecutorMode.PINGPONG and mode is not ExecutorMode.PINGPONG:
