@@ -7,17 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from calctl.package.model import Model
-from calctl.runtime import Runtime, open_runtime
-from calctl.serving.config import DowngradePolicy, ExecutorMode
-from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId
-from calctl.serving.core.prefill import WorkKind
-from calctl.serving.core.scheduler import PrefillJob
-from calctl.serving.engine.device import DeviceExecutor, Inflight
+from calctl.runtime import open_runtime
 from calctl.serving.engine.end_window import LEAD_S, MAX_SPREAD, RECENT, SLICE_S, EndWindows, Window
-from calctl.serving.engine.metrics import EngineMetrics
-from calctl.serving.engine.monitor import ExecutorMonitor
 from tests.unit.runtime.runtime_helpers import golden_prompt, package
+from tests.unit.serving.executor_helpers import executor, finish, launch_prefill
 from tests.unit.serving.serving_helpers import FakeClock
 
 
@@ -57,39 +50,6 @@ def test_forget_drops_every_expectation() -> None:
     assert ends.window("prefill", 0.0) is None
 
 
-def _executor(rt: Runtime, model: Model, clock: FakeClock) -> DeviceExecutor:
-    ex = DeviceExecutor(
-        "model-a",
-        model,
-        EngineMetrics(),
-        ExecutorMonitor(DowngradePolicy(), ExecutorMode.ASYNC, chip_exclusive=True),
-        post=lambda _msg: None,
-        job_timeout_s=30.0,
-        poll_s=0.01,
-        fixed_engine=False,
-        clock=lambda: clock.now,
-    )
-    ex.rt = rt
-    return ex
-
-
-def _launch(ex: DeviceExecutor, model: Model, prompt: tuple[int, ...], n: int) -> Inflight:
-    job = PrefillJob(
-        JobId(n), ModelGenerationId(1), model.prefill.name, RequestId(f"r{n}"), LaneId(n), len(prompt),
-        WorkKind.PREFILL_SHORT,
-    )  # fmt: skip
-    inf = ex.launch(job, prompt, pingpong=False)
-    assert isinstance(inf, Inflight)
-    return inf
-
-
-def _finish(ex: DeviceExecutor, inf: Inflight, clock: FakeClock) -> None:
-    while not ex.wait_inline(inf, 1.0):
-        pass
-    clock.advance(0.5)  # the host saw it take longer than the device time it reports
-    assert ex.finish(inf) is not None
-
-
 def test_a_job_launched_alone_gets_the_window_of_its_shapes_device_time() -> None:
     pkg = package("single")
     m = pkg.model("model-a")
@@ -97,18 +57,18 @@ def test_a_job_launched_alone_gets_the_window_of_its_shapes_device_time() -> Non
     clock = FakeClock()
     with open_runtime("mock") as rt:
         rt.configure(rt.create_calbin(pkg))
-        ex = _executor(rt, m, clock)
-        first = _launch(ex, m, prompt, 1)
+        ex = executor(rt, m, clock)
+        first = launch_prefill(ex, m, prompt, 1)
         assert first.window is None  # nothing known of the shape yet
-        _finish(ex, first, clock)
+        finish(ex, first, clock, 0.5)
         device_s = rt.query(first.rt_job).device_seconds
         assert device_s is not None and device_s > 0
 
         clock.advance(1.0)
-        second = _launch(ex, m, prompt, 2)
+        second = launch_prefill(ex, m, prompt, 2)
         # The device's own time of the first, not the host's (longer) time for it.
         assert second.window == Window(clock.now + device_s - LEAD_S, clock.now + device_s + LEAD_S)
-        third = _launch(ex, m, prompt, 3)
+        third = launch_prefill(ex, m, prompt, 3)
         assert third.window is None, "behind another job its start is not known"
 
         assert ex.due_now() is None
@@ -119,7 +79,7 @@ def test_a_job_launched_alone_gets_the_window_of_its_shapes_device_time() -> Non
         assert ex.wait_s(second, 0.02) == SLICE_S
         assert ex.wait_s(third, 0.02) == 0.02
         for inf in (second, third):
-            _finish(ex, inf, clock)
+            finish(ex, inf, clock, 0.5)
         ex.forget_device_state()
         clock.advance(1.0)
-        assert _launch(ex, m, prompt, 4).window is None  # after a reset nothing is expected
+        assert launch_prefill(ex, m, prompt, 4).window is None  # after a reset nothing is expected

@@ -15,8 +15,8 @@ import pytest
 from calctl.runtime import open_runtime
 from calctl.runtime.types import JobResult
 from tests.unit.runtime.runtime_helpers import golden_prompt, package
+from tests.unit.serving.executor_helpers import executor, finish, launch_prefill
 from tests.unit.serving.serving_helpers import FakeClock
-from tests.unit.serving.test_end_window import _executor, _launch
 
 HOST_S = 0.004  # how long the host sees each job take (the fake clock moves this much while it runs)
 
@@ -43,14 +43,10 @@ def test_a_device_time_the_host_never_saw_is_not_learned(start_ns: int, end_ns: 
             return dataclasses.replace(res, start_ns=start_ns, end_ns=end_ns) if res.ok else res
 
         rt.query = lying_query  # type: ignore[method-assign]
-        ex = _executor(rt, m, clock)
+        ex = executor(rt, m, clock)
         for n in range(1, 4):
-            inf = _launch(ex, m, prompt, n)
-            while not ex.wait_inline(inf, 1.0):
-                pass
-            clock.advance(HOST_S)
-            ex.finish(inf)
-        nxt = _launch(ex, m, prompt, 9)
+            finish(ex, launch_prefill(ex, m, prompt, n), clock, HOST_S)
+        nxt = launch_prefill(ex, m, prompt, 9)
         assert nxt.window is not None
         assert nxt.window.opens <= nxt.submitted + HOST_S, "the window opens after the job's real end"
 
@@ -64,13 +60,9 @@ def test_a_window_that_opened_since_the_core_looked_ends_the_inbox_wait_at_once(
     clock = FakeClock()
     with open_runtime("mock") as rt:
         rt.configure(rt.create_calbin(pkg))
-        ex = _executor(rt, m, clock)
-        first = _launch(ex, m, prompt, 1)
-        while not ex.wait_inline(first, 1.0):
-            pass
-        clock.advance(HOST_S)
-        ex.finish(first)
-        second = _launch(ex, m, prompt, 2)
+        ex = executor(rt, m, clock)
+        finish(ex, launch_prefill(ex, m, prompt, 1), clock, HOST_S)
+        second = launch_prefill(ex, m, prompt, 2)
         assert second.window is not None
         clock.now = second.window.opens + 1e-6  # it opened just now
         assert ex.soonest_wait_s(None) == 0.0
@@ -88,14 +80,10 @@ def test_a_shorter_prompt_is_not_given_the_window_of_longer_ones() -> None:
     clock = FakeClock()
     with open_runtime("mock") as rt:
         rt.configure(rt.create_calbin(pkg))
-        ex = _executor(rt, m, clock)
+        ex = executor(rt, m, clock)
         for n in range(1, 9):
-            inf = _launch(ex, m, (5,) * 127, n)
-            while not ex.wait_inline(inf, 1.0):
-                pass
-            clock.advance(1.0)
-            ex.finish(inf)
-        short = _launch(ex, m, (5,) * 64, 9)
+            finish(ex, launch_prefill(ex, m, (5,) * 127, n), clock, 1.0)
+        short = launch_prefill(ex, m, (5,) * 64, 9)
         while not ex.wait_inline(short, 1.0):
             pass
         device_s = rt.query(short.rt_job).device_seconds

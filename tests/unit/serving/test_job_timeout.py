@@ -10,54 +10,19 @@ interleaving "the host's deadline passes while the device is still running the j
 
 from __future__ import annotations
 
-from calctl.package.model import Model
-from calctl.runtime import Runtime, open_runtime
+from calctl.runtime import open_runtime
 from calctl.runtime.mock import open_mock
 from calctl.runtime.mock.faults import FaultKind, FaultRule
 from calctl.runtime.types import Health
-from calctl.serving.config import DowngradePolicy, ExecutorMode
-from calctl.serving.core.ids import JobId, LaneId, ModelGenerationId, RequestId
-from calctl.serving.core.prefill import WorkKind
-from calctl.serving.core.scheduler import JobStatus, PrefillJob
-from calctl.serving.engine.device import UNCONFIRMED_TIMEOUT_FACTOR, DeviceExecutor, Inflight
-from calctl.serving.engine.metrics import EngineMetrics
-from calctl.serving.engine.monitor import ExecutorMonitor
+from calctl.serving.config import ExecutorMode
+from calctl.serving.core.scheduler import JobStatus
+from calctl.serving.engine.device import UNCONFIRMED_TIMEOUT_FACTOR
 from tests.unit.runtime.runtime_helpers import golden_prompt, package
+from tests.unit.serving.executor_helpers import executor, launch_prefill
 from tests.unit.serving.serving_helpers import FakeClock
 from tests.waiting import wait_until
 
 TIMEOUT_S = 1.0
-
-
-def _executor(rt: Runtime, model: Model, clock: FakeClock) -> DeviceExecutor:
-    ex = DeviceExecutor(
-        "model-a",
-        model,
-        EngineMetrics(),
-        ExecutorMonitor(DowngradePolicy(), ExecutorMode.SYNC, chip_exclusive=True),
-        post=lambda _msg: None,
-        job_timeout_s=TIMEOUT_S,
-        poll_s=0.01,
-        fixed_engine=False,
-        clock=lambda: clock.now,
-    )
-    ex.rt = rt
-    return ex
-
-
-def _launch(ex: DeviceExecutor, model: Model, prompt: tuple[int, ...], n: int) -> Inflight:
-    job = PrefillJob(
-        JobId(n),
-        ModelGenerationId(1),
-        model.prefill.name,
-        RequestId(f"r{n}"),
-        LaneId(n),
-        len(prompt),
-        WorkKind.PREFILL_SHORT,
-    )
-    inf = ex.launch(job, prompt, pingpong=False)
-    assert isinstance(inf, Inflight)
-    return inf
 
 
 def test_a_job_the_device_still_runs_is_not_timed_out_on_the_hosts_clock() -> None:
@@ -68,8 +33,8 @@ def test_a_job_the_device_still_runs_is_not_timed_out_on_the_hosts_clock() -> No
     # A job that takes far longer than the clock is moved below: the device is busy with it, not hung.
     with open_runtime("mock", time_scale=10_000.0) as rt:
         rt.configure(rt.create_calbin(pkg))
-        ex = _executor(rt, m, clock)
-        inf = _launch(ex, m, prompt, 1)
+        ex = executor(rt, m, clock, mode=ExecutorMode.SYNC, job_timeout_s=TIMEOUT_S)
+        inf = launch_prefill(ex, m, prompt, 1)
         wait_until(lambda: rt.query(inf.rt_job).state.value == "running", what="the job to start")
         clock.advance(TIMEOUT_S * 1.5)  # past the host's deadline: a starved host woke the waiter this late
         assert {h.chip: h.health for h in rt.health()}[0] is Health.OK
@@ -90,8 +55,8 @@ def test_a_hung_chip_confirms_the_timeout_at_once() -> None:
     with open_mock(time_scale=0.0) as rt:
         rt.configure(rt.create_calbin(pkg))
         rt.arm_fault(FaultRule(FaultKind.WAIT_TIMEOUT, at=(1,), graph=m.prefill.name))
-        ex = _executor(rt, m, clock)
-        inf = _launch(ex, m, prompt, 1)
+        ex = executor(rt, m, clock, mode=ExecutorMode.SYNC, job_timeout_s=TIMEOUT_S)
+        inf = launch_prefill(ex, m, prompt, 1)
         wait_until(lambda: rt.health()[0].health is Health.HUNG, what="the injected hang to halt chip 0")
         assert not ex.timed_out(inf)  # before the deadline nothing is judged
         clock.advance(TIMEOUT_S * 1.01)
@@ -109,8 +74,8 @@ def test_a_job_that_finished_as_the_deadline_passed_is_not_timed_out() -> None:
     clock = FakeClock()
     with open_runtime("mock", time_scale=0.0) as rt:
         rt.configure(rt.create_calbin(pkg))
-        ex = _executor(rt, m, clock)
-        inf = _launch(ex, m, prompt, 1)
+        ex = executor(rt, m, clock, mode=ExecutorMode.SYNC, job_timeout_s=TIMEOUT_S)
+        inf = launch_prefill(ex, m, prompt, 1)
         wait_until(lambda: rt.query(inf.rt_job).state.terminal, what="the job to finish")
         clock.advance(TIMEOUT_S * 2)  # the waiter looks only now: the next wait sees the job done
         assert not ex.timed_out(inf)

@@ -127,9 +127,8 @@ async def test_an_upload_the_client_abandons_is_one_log_line(
     assert sent == [] and engine.calls == []  # nobody is listening: no response, nothing parsed
 
 
-async def test_the_prompt_is_tokenized_in_its_model_worker_not_on_the_loop(
-    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _tokenizing_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads model-b's prompts are tokenized in, in order."""
     threads: list[str] = []
     codec = package_codec("model-b")
     real = codec.encode_within
@@ -139,6 +138,13 @@ async def test_the_prompt_is_tokenized_in_its_model_worker_not_on_the_loop(
         return real(text, limit)
 
     monkeypatch.setattr(codec, "encode_within", encode_within)
+    return threads
+
+
+async def test_the_prompt_is_tokenized_in_its_model_worker_not_on_the_loop(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads = _tokenizing_threads(monkeypatch)
     pad = " " * INLINE_BODY  # JSON whitespace: the body is no longer small enough for the loop
     r = await client.post(
         "/v1/completions",
@@ -157,15 +163,7 @@ async def test_a_body_under_the_inline_size_is_parsed_and_tokenized_on_the_loop(
 ) -> None:
     """Two hand-offs to worker threads cost a short request more time to first token than its bounded work
     (workers.INLINE_BODY); one byte more and the work goes to the threads."""
-    threads: list[str] = []
-    codec = package_codec("model-b")
-    real = codec.encode_within
-
-    def encode_within(text: str, limit: int) -> tuple[list[int] | None, int]:
-        threads.append(threading.current_thread().name)
-        return real(text, limit)
-
-    monkeypatch.setattr(codec, "encode_within", encode_within)
+    threads = _tokenizing_threads(monkeypatch)
     loop_thread = threading.current_thread().name
     head = '{"model": "model-b", "prompt": "hi", "max_tokens": 2}'
     for size in (INLINE_BODY - 1, INLINE_BODY):
