@@ -49,8 +49,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "poc": ("calctl.cli.runner_cmds", "Proof-of-concept flows on a device (001 §6.4)."),
     "bringup": (
         "calctl.cli.runner_cmds",
-        "The bench pipeline in one command: device check, self-test, burn-in, validate, budget, golden, warm-up, "
-        "PoC, soak.",
+        "The bench pipeline in one command: device check, ABI conformance, self-test, burn-in, validate, budget, "
+        "golden, warm-up, PoC, soak.",
     ),
     "accept": (
         "calctl.cli.accept_cmds",

@@ -195,7 +195,7 @@ def accept(
 
 #: The board's own steps, shown before the rows (``calctl.runners.board_steps``; spelled here so that
 #: ``--help`` imports no runner).
-BOARD_STEPS = ("device-check", "selftest", "burn-in")
+BOARD_STEPS = ("device-check", "conformance", "selftest", "burn-in")
 
 #: How long a level takes on the mock, said before it starts (#53 item 5); a board's steps take their own time.
 _ESTIMATE = {
@@ -208,7 +208,14 @@ _ESTIMATE = {
 def _plan_line(config: Any) -> str:
     """``plan: validate, ..., soak (3 cycles of 0.5 s traffic), rollback; about 1–3 min on the mock``."""
     from calctl.runners.acceptance.evidence import STEPS
-    from calctl.runners.board_steps import BURNIN, SELFTEST, burnin_skip_reason, selftest_skip_reason
+    from calctl.runners.board_steps import (
+        BURNIN,
+        CONFORMANCE,
+        SELFTEST,
+        burnin_skip_reason,
+        conformance_skip_reason,
+        selftest_skip_reason,
+    )
 
     st = config.settings
     soak = f"{st.soak_cycles} cycles" if st.soak_cycles is not None else f"{st.soak_hours:g} h"
@@ -220,6 +227,7 @@ def _plan_line(config: Any) -> str:
     }
     skipped = {SELFTEST} if selftest_skip_reason(config.level.value) else set()
     skipped |= {BURNIN} if burnin_skip_reason(config.level.value) else set()
+    skipped |= {CONFORMANCE} if conformance_skip_reason(config.device) else set()
     steps = ", ".join(named.get(s.name, s.name) for s in STEPS if config.wants(*s.rows) and s.name not in skipped)
     return f"plan: {steps}; {_ESTIMATE.get(config.level.value, 'its own time')}"
 

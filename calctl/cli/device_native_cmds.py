@@ -13,7 +13,6 @@ Thin: parse, call the library, render. Registered under ``calctl device`` by
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +23,6 @@ from calctl.cli import _output
 from calctl.cli._options import CalrtLibOpt, RunLevel, float_option
 from calctl.cli._output import Format
 from calctl.errors import UsageError
-from calctl.report import Report, build_header
 
 ConformanceFormatOpt = Annotated[
     Format,
@@ -99,19 +97,8 @@ def conformance(
     Exit 0 no FAIL or TIMEOUT, 1 a check failed or timed out, 2 usage, 3 the file is missing or not a
     loadable library.
     """
-    from calctl.compiler.bundled import bundled_package
-    from calctl.package.reader import package_root
-    from calctl.runtime import DeviceKind
-    from calctl.runtime._native.lib import load_library
-    from calctl.runtime.conformance import (
-        CHECK_NAMES,
-        ConformanceLevel,
-        ConformanceSuiteResult,
-        ConformanceTarget,
-        run_suite,
-        vendor_questions,
-    )
-    from calctl.runtime.errors import LibraryError
+    from calctl.runners.conformance import run_conformance
+    from calctl.runtime.conformance import CHECK_NAMES
 
     if calrt_lib is None:
         raise UsageError(
@@ -120,50 +107,12 @@ def conformance(
     unknown = [c for c in check or [] if c not in CHECK_NAMES]
     if unknown:
         raise UsageError(f"--check {unknown[0]}: no such check", hint=f"checks: {', '.join(CHECK_NAMES)}")
-    try:
-        library: Any = load_library(calrt_lib)
-    except LibraryError as exc:
-        if not _dlopens(calrt_lib):
-            raise  # exit 3: no such file, or not a loadable library (the path named)
-        library, refused = None, exc  # it loads but fails calctl's ABI gate: that is abi_version's FAIL row
-    with contextlib.ExitStack() as stack:
-        root = stack.enter_context(package_root(package)) if package is not None else bundled_package("combined")
-        target = ConformanceTarget(
-            DeviceKind.CALRT, Path(root).resolve(), Path(calrt_lib).resolve(), ConformanceLevel(level.value)
-        )
 
-        def progress(r: Any) -> None:
-            _output.info(f"  {_output.styled_verdict(r.verdict.value)} {r.name} ({r.seconds:.2f} s)")
+    def progress(r: Any) -> None:
+        _output.info(f"  {_output.styled_verdict(r.verdict.value)} {r.name} ({r.seconds:.2f} s)")
 
-        if library is None:
-            suite = ConformanceSuiteResult(target, tuple(_abi_gate_rows(target, refused, progress)))
-        else:
-            suite = run_suite(target, check, check_timeout=check_timeout, on_result=progress)
-    results = list(suite.results)
-    answers = vendor_questions(results)
-    abi = f"{library.abi[0]}.{library.abi[1]}" if library is not None else None
-    header = build_header("device conformance", device="calrt", versions=_versions_seen(results, abi))
-    note = GRADE_NOTE.format(library=calrt_lib)
-    if library is None:
-        note = f"{refused.message}: calctl refuses this library, so no other check ran. " + note
-    if header.get("note"):  # a software model says so first, as every result on it does (docs/runtime.md §7)
-        note = f"{header['note']}. {note}"
-    evidence = results[0].evidence if library is None and results else {}
-    result = Report(
-        "device conformance",
-        "PASS" if suite.passed else "FAIL",
-        header,
-        {
-            "library": str(calrt_lib),
-            "abi": abi or evidence.get("abi", "unknown"),
-            "extensions": sorted(library.extensions) if library is not None else [],
-            "package": str(package) if package is not None else "bundled combined sample",
-            "level": level.value,
-            "counts": suite.counts(),
-            "checks": [r.to_dict() for r in results],
-            "vendor_questions": [a.to_dict() for a in answers],
-            "note": note,
-        },
+    result = run_conformance(
+        calrt_lib, package=package, level=level.value, checks=check, check_timeout=check_timeout, on_result=progress
     )
     doc = result.document()
     if format is Format.json:
@@ -173,46 +122,6 @@ def conformance(
     else:
         _render_conformance(doc)
     return result.exit_code
-
-
-def _versions_seen(results: list[Any], abi: str | None) -> dict[str, Any] | None:
-    """The runtime versions the versions_topology check read (with whether the shim says it is a software
-    model), for the report header's device label; None when that check did not pass."""
-    row = next((r for r in results if r.name == "versions_topology" and r.verdict.value == "PASS"), None)
-    if row is None:
-        return None
-    keys = ("runtime", "driver", "firmware", "software_model")
-    return {**{k: row.evidence.get(k) for k in keys}, "abi": abi}
-
-
-def _dlopens(path: Path) -> bool:
-    """The file is a library this process can load (what calctl's loader does first, before its ABI gate)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(str(Path(path).resolve()))
-    except OSError:
-        return False
-    return Path(path).is_file()
-
-
-def _abi_gate_rows(target: Any, refused: Exception, progress: Any) -> list[Any]:
-    """The abi_version check, in this process (it dlopens the library and calls calrt_abi_version, as calctl's
-    loader just did); it must FAIL where the loader refused, else the refusal stands (exit 3)."""
-    from calctl.runtime.conformance import CHECKS, Verdict, run_check
-
-    row = run_check(next(c for c in CHECKS if c.name == "abi_version"), target)
-    if row.verdict is not Verdict.FAIL:
-        raise refused
-    progress(row)
-    return [row]
-
-
-GRADE_NOTE = (
-    "grades describe the library {library} as measured here (001 §1: C0 measured, C1 symbol present but behaviour "
-    "not shown, C3 not measurable through ABI 1.x: ask the vendor, C4 refused); they are evidence about a Calculet "
-    "board only when that library drives one"
-)
 
 
 def _render_conformance(doc: dict[str, Any]) -> None:

@@ -545,10 +545,11 @@ def bringup(
     format: ResultFormatOpt = Format.table,
     fleet: FleetArgs = FLEET_DEFAULTS,
 ) -> int:
-    """The bench pipeline in one command: device check, self-test, burn-in, validate, budget, golden, warm-up,
-    PoC, soak.
+    """The bench pipeline in one command: device check, ABI conformance, self-test, burn-in, validate, budget,
+    golden, warm-up, PoC, soak.
 
     Runs the device check (every level; a board that is not ready stops the run there, naming the chip), the
+    ABI conformance suite on a calrt library (at the level; a failing check names its clauses), the
     self-test (standard and long; NOT JUDGED without --board-profile), the burn-in (long: 10 min, or
     --burn-in-minutes; a FAIL names the figure, the chip and the limit), validate, budget, run-golden, warmup,
     the combined PoC (for a combined or replica package) and a short load/unload soak, in that order; one

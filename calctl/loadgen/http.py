@@ -18,10 +18,9 @@ Nothing here computes statistics.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,34 +129,68 @@ async def _one(
     seed: int,
     t0: float,
     rec_out: list[RequestRecord],
-    slots: asyncio.Semaphore | None = None,
-    send_until: float | None = None,
 ) -> None:
-    """Send ``req`` at its arrival time (``t0`` + its offset) and record it in ``rec_out``; with ``slots``
-    (--max-concurrency) only once one of the N slots is free, and not at all after ``send_until``."""
+    """Send ``req`` at its arrival time (``t0`` + its offset) and record it in ``rec_out`` (an open loop)."""
     delay = t0 + req.offset_s - time.monotonic()
     if delay > 0:
         await asyncio.sleep(delay)
-    async with slots if slots is not None else contextlib.nullcontext():  # vLLM's semaphore
-        if send_until is not None and time.monotonic() >= send_until:
-            return  # the phase's sending time is over: never sent, never recorded
-        rec = RequestRecord(
-            alias, kind, time.monotonic(), len(req.prompt_ids), req.max_tokens, scheduled=t0 + req.offset_s
-        )
-        rec_out.append(rec)
-        path, body = request_body(alias, req, target.temperature, seed)
-        try:
-            await asyncio.wait_for(_stream(client, target, path, body, rec), target.request_timeout_s)
-        except asyncio.TimeoutError:
-            rec.outcome, rec.end = RequestOutcome.TIMEOUT, time.monotonic()
-            rec.error = f"no end within {target.request_timeout_s:g} s"
-        except httpx.HTTPError as exc:
-            rec.outcome, rec.end = RequestOutcome.TRANSPORT, time.monotonic()
-            rec.error = f"{type(exc).__name__}: {exc}"
-        except asyncio.CancelledError:
-            if rec.end is None:
-                rec.outcome, rec.end, rec.error = RequestOutcome.TIMEOUT, time.monotonic(), "the phase ended first"
-            raise
+    await _send(client, target, alias, kind, req, seed, t0, rec_out, None)
+
+
+async def _client(
+    client: httpx.AsyncClient,
+    target: HttpTarget,
+    alias: str,
+    kind: str,
+    queue: Iterator[tuple[int, PlannedRequest]],
+    seed_of: Callable[[int], int],
+    t0: float,
+    rec_out: list[RequestRecord],
+    send_until: float,
+) -> None:
+    """One of ``--max-concurrency`` clients of a model: takes the model's next planned request from ``queue``
+    (shared by its N clients, in plan order), waits for its arrival time, sends it and waits for its end; stops
+    once the phase's sending time is over. N of these are a closed loop of N clients with as many tasks as
+    clients: a task per planned request (10,000 for a concurrency sweep) took a loaded host longer to start than
+    a 1.5 s level lasts, and the level sent nothing."""
+    for i, req in queue:
+        delay = t0 + req.offset_s - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if time.monotonic() >= send_until:
+            return
+        await _send(client, target, alias, kind, req, seed_of(i), t0, rec_out, send_until)
+
+
+async def _send(
+    client: httpx.AsyncClient,
+    target: HttpTarget,
+    alias: str,
+    kind: str,
+    req: PlannedRequest,
+    seed: int,
+    t0: float,
+    rec_out: list[RequestRecord],
+    send_until: float | None,
+) -> None:
+    """Send ``req`` now (unless the phase's sending time is over: then never sent, never recorded), record it."""
+    if send_until is not None and time.monotonic() >= send_until:
+        return
+    rec = RequestRecord(alias, kind, time.monotonic(), len(req.prompt_ids), req.max_tokens, scheduled=t0 + req.offset_s)
+    rec_out.append(rec)
+    path, body = request_body(alias, req, target.temperature, seed)
+    try:
+        await asyncio.wait_for(_stream(client, target, path, body, rec), target.request_timeout_s)
+    except asyncio.TimeoutError:
+        rec.outcome, rec.end = RequestOutcome.TIMEOUT, time.monotonic()
+        rec.error = f"no end within {target.request_timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        rec.outcome, rec.end = RequestOutcome.TRANSPORT, time.monotonic()
+        rec.error = f"{type(exc).__name__}: {exc}"
+    except asyncio.CancelledError:
+        if rec.end is None:
+            rec.outcome, rec.end, rec.error = RequestOutcome.TIMEOUT, time.monotonic(), "the phase ended first"
+        raise
 
 
 def request_body(alias: str, req: PlannedRequest, temperature: float, seed: int) -> tuple[str, dict[str, Any]]:
@@ -291,29 +324,29 @@ def run_phase(
         records: list[RequestRecord] = []
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
             t0 = time.monotonic() + 0.05  # every task is created before the first arrival
-            # --max-concurrency holds per model (vLLM's, for one endpoint): one cap over both would make the
-            # client take turns between A and B, and a joint phase would measure the client, not the chips.
-            slots = {a: asyncio.Semaphore(max_concurrency) for a in workloads} if max_concurrency is not None else {}
-            send_until = t0 + duration_s if slots else None
             tasks = []
             for stream, (alias, wl) in enumerate(workloads.items()):
-                for i, req in enumerate(wl):
-                    tasks.append(
+                kind = kinds.get(alias, "load")
+
+                def seed_of(i: int, stream: int = stream) -> int:
+                    return (seed * 1_000_003 + stream * 100_003 + i) % 2**31
+
+                if max_concurrency is not None:
+                    # --max-concurrency holds per model (vLLM's, for one endpoint): one cap over both would make
+                    # the client take turns between A and B, and a joint phase would measure the client, not the
+                    # chips. N clients share the model's queue: a closed loop of N tasks.
+                    queue = iter(enumerate(wl))
+                    tasks += [
                         asyncio.create_task(
-                            _one(
-                                client,
-                                target,
-                                alias,
-                                kinds.get(alias, "load"),
-                                req,
-                                (seed * 1_000_003 + stream * 100_003 + i) % 2**31,
-                                t0,
-                                records,
-                                slots.get(alias),
-                                send_until,
-                            )
+                            _client(client, target, alias, kind, queue, seed_of, t0, records, t0 + duration_s)
                         )
-                    )
+                        for _ in range(min(max_concurrency, len(wl)))
+                    ]
+                    continue
+                tasks += [
+                    asyncio.create_task(_one(client, target, alias, kind, req, seed_of(i), t0, records))
+                    for i, req in enumerate(wl)
+                ]
             if tasks:
                 _, pending = await asyncio.wait(tasks, timeout=max(0.0, t0 + duration_s + grace_s - time.monotonic()))
                 for t in pending:

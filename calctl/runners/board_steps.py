@@ -43,6 +43,7 @@ from typing import Any
 
 from calctl import records
 from calctl.runners.device import DeviceSpec
+from calctl.runtime import DeviceKind
 
 CHECK = "device-check"
 SELFTEST = "selftest"
@@ -56,6 +57,8 @@ BURNIN = "burn-in"
 BURNIN_LEVELS = ("long",)
 BURNIN_FILE = "burn-in.json"
 BURNIN_PLOT = "burn-in.png"
+CONFORMANCE = "conformance"
+CONFORMANCE_FILE = "conformance.json"
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,19 @@ def burnin_skip_reason(level: str) -> str | None:
 
 
 BURNIN_HOW = "`--level long`, or `calctl burn-in --minutes N` on its own"
+
+
+def conformance_skip_reason(device: DeviceSpec) -> str | None:
+    """Why a pipeline on ``device`` runs no conformance suite (None: it runs one, at the pipeline's level)."""
+    if device.kind is DeviceKind.CALRT:
+        return None
+    return (
+        "the ABI conformance suite checks a vendor's CalRT library (--device calrt); the mock board is calctl's "
+        "own model of that ABI"
+    )
+
+
+CONFORMANCE_HOW = "`--device calrt`, or `calctl device conformance --calrt-lib PATH` on its own"
 
 
 def burnin_interval(minutes: float) -> float:
@@ -203,6 +219,34 @@ def run_board_burnin(
     return BoardStepResult(BURNIN, verdict, figure, detail, seconds, report.exit_code, doc, path, plot)
 
 
+def run_board_conformance(device: DeviceSpec, out_dir: Path, *, level: str) -> BoardStepResult:
+    """``calctl device conformance --level level`` on ``device``'s library (the bundled combined sample package),
+    its report written to ``out_dir/conformance.json``. A FAIL names every check that failed and its ABI clauses
+    (docs/calrt-c-abi.md §13): a broken shim fails the pipeline here, whatever the model's steps see."""
+    from calctl.errors import CalctlError
+    from calctl.runners.conformance import failing_rows, run_conformance
+
+    assert device.calrt_lib is not None  # conformance_skip_reason: only a calrt device runs it
+    t0 = time.perf_counter()
+    try:
+        report = run_conformance(device.calrt_lib, level=level)
+    except CalctlError as exc:  # the library does not load: the device check already said so, this says it too
+        seconds = time.perf_counter() - t0
+        return BoardStepResult(CONFORMANCE, "ERROR", "no check ran", exc.message, seconds, exc.exit_code)
+    doc = report.document()
+    counts = doc.get("counts") or {}
+    total = sum(counts.values())
+    failing = failing_rows(doc)
+    figure = f"{counts.get('PASS', 0)}/{total} checks PASS at --level {level}"
+    if counts.get("UNSUPPORTED"):
+        figure += f", {counts['UNSUPPORTED']} UNSUPPORTED"
+    figure += "".join(f", {counts[v]} {v}" for v in ("FAIL", "TIMEOUT") if counts.get(v))
+    detail = "; ".join(failing) if failing else (report.error or "")
+    path = _write(out_dir / CONFORMANCE_FILE, doc)
+    seconds = time.perf_counter() - t0
+    return BoardStepResult(CONFORMANCE, report.verdict, figure, detail, seconds, report.exit_code, doc, path)
+
+
 def _burnin_reason(row: dict[str, Any]) -> str:
     return f"chip {row.get('chip')} {row.get('figure')}: {row.get('detail')}"
 
@@ -267,12 +311,16 @@ def selftest_figure(rows: list[dict[str, Any]]) -> str:
 
 
 def board_figures(
-    check: dict[str, Any] | None, selftest: dict[str, Any] | None, burnin: dict[str, Any] | None = None
+    check: dict[str, Any] | None,
+    selftest: dict[str, Any] | None,
+    burnin: dict[str, Any] | None = None,
+    conformance: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The board steps' figures as a pipeline's report.json carries them: each chip's readiness and known
     answer, each self-test row with its figure, threshold and status, each burn-in row with its value, limit
-    and status and each chip's telemetry over the load (None: the step did not run)."""
-    out: dict[str, Any] = {CHECK: None, SELFTEST: None, BURNIN: None}
+    and status and each chip's telemetry over the load, the conformance suite's counts and every check that
+    failed with its clauses (None: the step did not run)."""
+    out: dict[str, Any] = {CHECK: None, CONFORMANCE: None, SELFTEST: None, BURNIN: None}
     if check:
         out[CHECK] = {
             "verdict": check.get("verdict"),
@@ -280,6 +328,20 @@ def board_figures(
             "error": check.get("error"),
             "chips": check.get("chips"),
             "file": CHECK_FILE,
+        }
+    if conformance:
+        out[CONFORMANCE] = {
+            "verdict": conformance.get("verdict"),
+            "error": conformance.get("error"),
+            "library": conformance.get("library"),
+            "level": conformance.get("level"),
+            "counts": conformance.get("counts"),
+            "failed": [
+                {k: c.get(k) for k in ("name", "verdict", "clauses", "detail")}
+                for c in conformance.get("checks") or []
+                if isinstance(c, dict) and c.get("verdict") in ("FAIL", "TIMEOUT")
+            ],
+            "file": CONFORMANCE_FILE,
         }
     if selftest:
         out[SELFTEST] = {
@@ -329,6 +391,9 @@ __all__ = [
     "BURNIN_PLOT",
     "CHECK",
     "CHECK_FILE",
+    "CONFORMANCE",
+    "CONFORMANCE_FILE",
+    "CONFORMANCE_HOW",
     "SELFTEST",
     "SELFTEST_FILE",
     "SELFTEST_HOW",
@@ -338,7 +403,9 @@ __all__ = [
     "burnin_figure",
     "burnin_interval",
     "burnin_skip_reason",
+    "conformance_skip_reason",
     "run_board_burnin",
+    "run_board_conformance",
     "run_board_selftest",
     "run_check",
     "selftest_figure",

@@ -7,6 +7,9 @@ step          what                                        needs
 ============  ==========================================  =======================
 device-check  the board ready? (calctl device check);     –; not ready stops the
               every level                                 pipeline, reason first
+conformance   the vendor library against every ABI        device-check; --device
+              promise (calctl device conformance at the   calrt only
+              pipeline's level)
 selftest      transfers and memory patterns               device-check; standard
               (calctl device selftest)                    and long only
 burn-in       both chips at full load, telemetry against  device-check; long only
@@ -71,12 +74,16 @@ from calctl.runners.board_steps import (
     BURNIN,
     BURNIN_HOW,
     CHECK,
+    CONFORMANCE,
+    CONFORMANCE_HOW,
     SELFTEST,
     SELFTEST_HOW,
     BoardStepResult,
     board_figures,
     burnin_skip_reason,
+    conformance_skip_reason,
     run_board_burnin,
+    run_board_conformance,
     run_board_selftest,
     run_check,
     selftest_skip_reason,
@@ -246,6 +253,16 @@ def _selftest(state: BringupState) -> StepOutcome:
 def _selftest_applies(state: BringupState) -> str | None:
     why = selftest_skip_reason(state.config.level.value)
     return None if why is None else f"{why} (to run it: {SELFTEST_HOW})"
+
+
+def _conformance(state: BringupState) -> StepOutcome:
+    cfg = state.config
+    return _board_outcome(state, run_board_conformance(cfg.device, cfg.out_dir, level=cfg.level.value))
+
+
+def _conformance_applies(state: BringupState) -> str | None:
+    why = conformance_skip_reason(state.config.device)
+    return None if why is None else f"{why} (to run it: {CONFORMANCE_HOW})"
 
 
 def _burnin(state: BringupState) -> StepOutcome:
@@ -435,6 +452,7 @@ def _soak(state: BringupState) -> StepOutcome:
 
 
 DEVICE_CHECK = BringupStep(CHECK, (), _device_check, stops=True)
+CONFORMANCE_STEP = BringupStep(CONFORMANCE, (CHECK,), _conformance, _conformance_applies)
 SELFTEST_STEP = BringupStep(SELFTEST, (CHECK,), _selftest, _selftest_applies, not_judged_warns=False)
 BURNIN_STEP = BringupStep(BURNIN, (CHECK,), _burnin, _burnin_applies, not_judged_warns=False)
 VALIDATE = BringupStep("validate", (), _validate)
@@ -447,6 +465,7 @@ SOAK = BringupStep("soak", ("warmup",), _soak)
 #: The pipeline, in order. Extension point: later stages are appended here.
 STEPS: tuple[BringupStep, ...] = (
     DEVICE_CHECK,
+    CONFORMANCE_STEP,
     SELFTEST_STEP,
     BURNIN_STEP,
     VALIDATE,
@@ -580,7 +599,7 @@ def _body(config: BringupConfig, done: list[StepOutcome]) -> dict[str, Any]:
             if isinstance(s.document, dict) and isinstance(s.document.get("telemetry"), dict)
         },
         # the board steps' figures (readiness, self-test rows, burn-in rows and telemetry), as accept's
-        "board": board_figures(*(_board_document(done, name) for name in (CHECK, SELFTEST, BURNIN))),
+        "board": board_figures(*(_board_document(done, name) for name in (CHECK, SELFTEST, BURNIN, CONFORMANCE))),
     }
 
 

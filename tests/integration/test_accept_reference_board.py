@@ -64,6 +64,10 @@ def test_quick_level_through_the_reference_board(tmp_path: Path, reference_board
     assert g3["device"] == "calrt" and g3["runtime"]["firmware"] == "reference (software model, no hardware)"
     # M1/M2 from the executor-modes scenario at the quick level's 3 rounds, through the C ABI.
     steps = {s["name"]: s for s in doc["steps"]}
+    # the board's library against every ABI promise first, at the run's level: the reference board keeps them
+    assert steps["conformance"]["status"] == "PASS", steps["conformance"]
+    assert "checks PASS at --level quick" in steps["conformance"]["key_figure"], steps["conformance"]
+    assert doc["board"]["conformance"]["failed"] == [] and (out / "conformance.json").is_file()
     assert steps["executor-modes"]["status"] in ("PASS", "WARN", "FAIL"), steps["executor-modes"]  # it ran
     assert rows["M1"]["files"] and all((out / p).is_file() for p in rows["M1"]["files"].values()), rows["M1"]
     assert rows["M2"]["verdict"] != "GO", rows["M2"]  # 24 h of ping/pong is never reached at the quick level

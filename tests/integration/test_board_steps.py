@@ -64,7 +64,7 @@ def test_a_chip_with_a_wrong_known_answer_stops_bringup_at_the_check_naming_it(c
     assert doc["verdict"] == "FAIL"
     assert doc["error"].startswith("device-check: chip 1: wrong answer") and "model-b" in doc["error"]
     steps = {s["step"]: s for s in doc["summary"]}
-    assert list(steps)[:4] == ["device-check", "selftest", "burn-in", "validate"]
+    assert list(steps)[:5] == ["device-check", "conformance", "selftest", "burn-in", "validate"]
     assert steps["device-check"]["verdict"] == "FAIL" and "NOT READY: chip 1" in steps["device-check"]["key_figure"]
     for name in ("selftest", "burn-in", "validate", "budget", "run-golden", "warmup", "poc", "soak"):
         assert steps[name]["verdict"] == "SKIP", steps[name]
@@ -185,7 +185,7 @@ def _accept(tmp_path: Path, level: accept_lib.Level, plan: Path | None) -> dict:
     config = accept_lib.AcceptConfig(
         package=COMBINED, trust=_trust(), device=DeviceSpec(fault_plan=plan), level=level, out_dir=tmp_path / "a"
     )
-    return accept_lib.run_accept(config, steps=ACCEPT_STEPS[:5]).document()  # the board steps, validate, -replica
+    return accept_lib.run_accept(config, steps=ACCEPT_STEPS[:6]).document()  # the board steps, validate, -replica
 
 
 def test_accept_standard_fails_on_a_stuck_bit_naming_the_address(tmp_path: Path) -> None:
@@ -302,7 +302,7 @@ def test_accept_long_with_a_failed_fan_fails_on_the_burn_in_and_goes_on(tmp_path
         out_dir=tmp_path / "a",
         burnin_minutes=TINY,
     )
-    result = accept_lib.run_accept(config, steps=ACCEPT_STEPS[:5])  # the board steps, validate, -replica
+    result = accept_lib.run_accept(config, steps=ACCEPT_STEPS[:6])  # the board steps, validate, -replica
     doc = result.document()
     assert doc["verdict"] == "FAIL" and doc["exit_code"] == 1
     assert doc["summary"].startswith("FAIL (the board failed its burn-in: chip 0 temperature:")
@@ -312,7 +312,7 @@ def test_accept_long_with_a_failed_fan_fails_on_the_burn_in_and_goes_on(tmp_path
         json.dumps(doc["board"])
     )
     steps = {s["name"]: s for s in doc["steps"]}
-    assert list(steps)[:4] == ["device-check", "selftest", "burn-in", "validate"]
+    assert list(steps)[:5] == ["device-check", "conformance", "selftest", "burn-in", "validate"]
     assert steps["burn-in"]["status"] == "FAIL" and steps["burn-in"]["files"] == {
         "report": "burn-in.json",
         "plot": "burn-in.png",
@@ -333,7 +333,7 @@ def test_accept_quick_and_standard_skip_the_burn_in_with_how_to_run_it(tmp_path:
         config = accept_lib.AcceptConfig(
             package=COMBINED, trust=_trust(), device=DeviceSpec(), level=level, out_dir=tmp_path / level.value
         )
-        doc = accept_lib.run_accept(config, steps=ACCEPT_STEPS[:3]).document()
+        doc = accept_lib.run_accept(config, steps=ACCEPT_STEPS[:4]).document()
         burn = {s["name"]: s for s in doc["steps"]}["burn-in"]
         assert burn["status"] == "SKIP" and f"--level {level.value} does not load the board" in burn["detail"]
         assert doc["board"]["burn-in"] is None and doc["verdict"] != "FAIL"
@@ -415,7 +415,7 @@ def test_a_signal_in_a_board_step_ends_accept_interrupted_not_an_error_that_runs
         out_dir=tmp_path / "a",
         burnin_minutes=TINY,
     )
-    doc = accept_lib.run_accept(config, steps=ACCEPT_STEPS[:4]).document()
+    doc = accept_lib.run_accept(config, steps=ACCEPT_STEPS[:5]).document()
     steps = {s["name"]: s for s in doc["steps"]}
     assert steps[step]["status"] == "INTERRUPTED", steps[step]
     assert steps["validate"]["status"] == "INTERRUPTED" and steps["validate"]["detail"].startswith("not run:")

@@ -30,7 +30,18 @@ def test_bringup_runs_on_a_fault_plan_and_prints_junit(cli: Cli, tmp_path: Path)
     assert result.code == 1, result.err
     root = ET.fromstring(result.out)
     cases = {c.get("name"): c for c in root.iter("testcase")}
-    steps = ["device-check", "selftest", "burn-in", "validate", "budget", "run-golden", "warmup", "poc", "soak"]
+    steps = [
+        "device-check",
+        "conformance",
+        "selftest",
+        "burn-in",
+        "validate",
+        "budget",
+        "run-golden",
+        "warmup",
+        "poc",
+        "soak",
+    ]
     assert list(cases) == steps
     # model-b's answers are corrupt: the board's known-answer check (the first step) fails on chip 1, and a
     # board that is not ready runs nothing else

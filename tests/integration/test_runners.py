@@ -306,9 +306,11 @@ def test_bringup_with_no_arguments_exits_0(cli: Cli, tmp_path: Path, monkeypatch
     assert doc["runtime"]["runtime"] == "0.7.6" and doc["package"]["digest"] and doc["package"]["signer_key_id"]
     summary = {s["step"]: s for s in doc["summary"]}
     assert list(summary) == [
-        "device-check", "selftest", "burn-in", "validate", "budget", "run-golden", "warmup", "poc", "soak"
+        "device-check", "conformance", "selftest", "burn-in", "validate", "budget", "run-golden", "warmup", "poc", "soak"
     ]  # fmt: skip
     assert summary["device-check"]["verdict"] == "PASS"  # the board first (issue 51 item 6) ...
+    conformance = summary["conformance"]  # the ABI suite checks a vendor's library: not the mock, said so
+    assert conformance["verdict"] == "SKIP" and "calctl device conformance --calrt-lib" in conformance["detail"]
     assert summary["selftest"]["verdict"] == "NOT JUDGED"  # ... no board profile: figures, not a WARN of its own
     assert summary["burn-in"]["verdict"] == "SKIP" and "--level long" in summary["burn-in"]["detail"]
     assert doc["step_reports"]["selftest"]["rows"] and doc["step_reports"]["device-check"]["ready"] is True

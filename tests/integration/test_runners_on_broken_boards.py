@@ -7,6 +7,7 @@ batch lanes write KV, one whose memory figures are KiB. Before, ``soak`` and ``r
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -173,3 +174,27 @@ def test_soak_fails_a_board_that_swaps_the_chips_memory_figures(
     assert r.code == 1, r.out[-2000:]
     figures = [v["message"] for v in r.json["violations"] if v["kind"] == "memory_figures"]
     assert any("calrt_memory_usage" in m and "attributed to the wrong chip" in m for m in figures), figures
+
+
+def test_bringup_fails_a_library_that_frees_a_sequence_a_job_still_writes(
+    cli: Cli, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """No model step frees a KV sequence while a job writes it, so golden, PoC and soak pass this board; the
+    bring-up's conformance step tries the promise (KV-3) and fails it there, and the model's steps still run."""
+    lib = _mutant(tmp_path_factory, "-DCALRT_MUTANT_KV_FREE_IN_FLIGHT")
+    out = tmp_path / "b"
+    r = cli(
+        "bringup", FIXTURE_PACKAGES / "combined", *TRUST, *_calrt(lib), "--level", "quick", "--report", out,
+        "--format", "json",
+    )  # fmt: skip
+    assert_no_traceback(r)
+    assert r.code == 1, r.out[-2000:] + r.err[-2000:]
+    doc = json.loads((out / "report.json").read_text())
+    steps = {s["step"]: s for s in doc["summary"]}
+    conf = steps["conformance"]
+    assert conf["verdict"] == "FAIL" and "kv_busy_in_flight" in conf["detail"] and "KV-3" in conf["detail"], conf
+    assert doc["verdict"] == "FAIL" and doc["error"].startswith("conformance: kv_busy_in_flight"), doc["error"]
+    assert steps["run-golden"]["verdict"] in ("PASS", "WARN"), steps["run-golden"]  # the pipeline went on
+    failed = doc["board"]["conformance"]["failed"]
+    assert [f["name"] for f in failed] == ["kv_busy_in_flight"] and "KV-3" in failed[0]["clauses"], failed
+    assert json.loads((out / "conformance.json").read_text())["verdict"] == "FAIL"

@@ -8,6 +8,8 @@ judges (:mod:`~calctl.runners.acceptance.judges`):
 step              runner                                                  rows
 ================  =====================================================  ==============
 device-check      the board ready? (``calctl device check``)              every row
+conformance       the vendor library against every ABI promise            every row
+                  (``calctl device conformance``; --device calrt)
 selftest          transfers, memory patterns (``calctl device selftest``;  every row
                   standard and long levels)
 burn-in           both chips at full load, telemetry against limits       every row
@@ -172,6 +174,14 @@ def _at_its_level(state: AcceptState, skip_reason: Callable[[str], str | None], 
     why = skip_reason(state.config.level.value)
     if why is not None:
         raise Skip(why, how)
+
+
+def step_conformance(state: AcceptState) -> StepEvidence:
+    cfg = state.config
+    why = board_steps.conformance_skip_reason(cfg.device)
+    if why is not None:
+        raise Skip(why, board_steps.CONFORMANCE_HOW)
+    return _board_evidence(state, board_steps.run_board_conformance(cfg.device, state.out, level=cfg.level.value))
 
 
 def step_selftest(state: AcceptState) -> StepEvidence:
@@ -578,6 +588,7 @@ def step_rollback(state: AcceptState) -> StepEvidence:
 #: The evidence steps, in order. ``rows``: the rows that read the step (``--only`` runs just those).
 STEPS: tuple[Step, ...] = (
     Step(board_steps.CHECK, ROW_IDS, step_device_check),
+    Step(board_steps.CONFORMANCE, ROW_IDS, step_conformance),
     Step(board_steps.SELFTEST, ROW_IDS, step_selftest),
     Step(board_steps.BURNIN, ROW_IDS, step_burnin),
     Step("validate", ROW_IDS, step_validate),

@@ -41,7 +41,7 @@ from calctl.runners.acceptance.plan import (
 from calctl.runners.acceptance.plot import plot_rows
 from calctl.runners.acceptance.rows import GateDecision, RowResult, StepEvidence
 from calctl.runners.acceptance.targets import ProjectTargets
-from calctl.runners.board_steps import BURNIN, CHECK, SELFTEST, board_figures
+from calctl.runners.board_steps import BURNIN, CHECK, CONFORMANCE, SELFTEST, board_figures
 from calctl.runners.device import DeviceSpec
 from calctl.runners.steps import error_text
 
@@ -92,9 +92,13 @@ BOARD_HOW = "fix the board (`calctl device check` names the chip and why), then 
 
 def board_failure(steps: tuple[StepEvidence, ...] | list[StepEvidence]) -> str | None:
     """The board's own failure, in words, when a board step failed its check: the board not ready (the
-    device check, which stopped the run), else every self-test and burn-in failure; else None. A board step
+    device check, which stopped the run), else every conformance, self-test and burn-in failure; else None. A board step
     in ERROR (no device) is a step that could not run, said as such by the verdict."""
-    said = {SELFTEST: "the board failed its self-test", BURNIN: "the board failed its burn-in"}
+    said = {
+        CONFORMANCE: "the board's library failed ABI conformance",
+        SELFTEST: "the board failed its self-test",
+        BURNIN: "the board failed its burn-in",
+    }
     failed = []
     for s in steps:
         if s.status is StepStatus.FAIL and s.name == CHECK:
@@ -277,7 +281,7 @@ def _checkpoint(
         header = {**header, **{k: label[k] for k in ("device_label", "note", "runtime")}}
     board = {
         name: state.steps[name].document
-        for name in (CHECK, SELFTEST, BURNIN)
+        for name in (CHECK, CONFORMANCE, SELFTEST, BURNIN)
         if name in state.steps and state.steps[name].status not in (StepStatus.SKIP, StepStatus.INTERRUPTED)
     }
     board_error = board_failure(done) or _board_not_run(done)
@@ -291,7 +295,12 @@ def _checkpoint(
             "counts": counts(rows),
             "report_dir": str(config.out_dir),
             "rows": [r.to_dict() for r in rows],
-            "board": board_figures(board.get(CHECK) or None, board.get(SELFTEST) or None, board.get(BURNIN) or None),
+            "board": board_figures(
+                board.get(CHECK) or None,
+                board.get(SELFTEST) or None,
+                board.get(BURNIN) or None,
+                board.get(CONFORMANCE) or None,
+            ),
             "files": {"report": REPORT_FILE, "plot": PLOT_FILE},
             # every device the steps opened: per-chip power, temperature, throttle, ECC (calctl.runners.telemetry)
             **({"telemetry": telemetry.documents_since(state.telemetry_mark)} if final else {}),

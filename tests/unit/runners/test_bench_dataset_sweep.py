@@ -264,3 +264,40 @@ def test_a_sharegpt_file_is_read_entry_by_entry_with_the_same_result(tmp_path: P
     ds = load_dataset(_sharegpt(tmp_path, _json.dumps(entries, indent=2)))
     assert ds.layout == "sharegpt" and ds.skipped == 1 and len(ds.entries) == 50
     assert ds.entries[7].text == "q7, [x] {y}" and ds.entries[7].output_len == 10
+
+
+def test_a_closed_loop_of_n_clients_runs_n_tasks_whatever_it_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A concurrency level plans up to 10,000 requests, all at offset 0: one task each took a loaded host longer
+    to start than a 1.5 s level lasts, and the level sent nothing. N clients are N tasks sharing the plan, in
+    plan order, each sending its next request once its last one ended; none sends after the level's time."""
+    import asyncio
+    import time
+
+    from calctl.loadgen import http
+
+    seen: list[int] = []
+    in_flight: list[int] = [0, 0]
+
+    async def fake_stream(client: object, target: object, path: str, body: dict, rec: http.RequestRecord) -> None:
+        seen.append(len(asyncio.all_tasks()))
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight[1], in_flight[0])
+        await asyncio.sleep(0.002)
+        in_flight[0] -= 1
+        rec.status, rec.finish, rec.end = 200, "stop", time.monotonic()
+        rec.outcome = http.RequestOutcome.OK
+
+    monkeypatch.setattr(http, "_stream", fake_stream)
+    planned = [PlannedRequest(0.0, (5, 6, 7), i + 1) for i in range(10_000)]  # max_tokens: the plan's order
+    phase = http.run_phase(
+        http.HttpTarget("http://127.0.0.1:9"), {"m": planned}, label="c2", duration_s=0.3, grace_s=5.0, seed=1,
+        max_concurrency=2,
+    )  # fmt: skip
+    assert phase.records and len(phase.records) < len(planned)  # sent for 0.3 s, then stopped
+    # the phase's own task, its two clients and each one's wait_for task: never a task per planned request
+    assert max(seen) <= 5, max(seen)
+    assert in_flight[1] == 2  # both clients sent at once, never more
+    assert all(r.outcome is http.RequestOutcome.OK for r in phase.records)
+    assert max(r.sent for r in phase.records) < phase.t0 + 0.3  # nothing sent after the level's time
+    sent = sorted(r.max_tokens for r in phase.records)
+    assert sent == list(range(1, len(sent) + 1))  # the plan's first requests, none skipped

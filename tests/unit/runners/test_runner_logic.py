@@ -377,8 +377,9 @@ def test_the_board_steps_come_first_at_their_levels() -> None:
     from calctl.runners import bringup
     from calctl.runners.acceptance.evidence import STEPS as ACCEPT_STEPS
 
-    assert [s.name for s in bringup.STEPS][:4] == ["device-check", "selftest", "burn-in", "validate"]
-    assert [s.name for s in ACCEPT_STEPS][:4] == ["device-check", "selftest", "burn-in", "validate"]
+    board_first = ["device-check", "conformance", "selftest", "burn-in", "validate"]
+    assert [s.name for s in bringup.STEPS][:5] == board_first
+    assert [s.name for s in ACCEPT_STEPS][:5] == board_first
     assert bringup.DEVICE_CHECK.stops and not bringup.SELFTEST_STEP.not_judged_warns
     assert not bringup.BURNIN_STEP.stops and not bringup.BURNIN_STEP.not_judged_warns  # a FAIL: the run goes on
     assert bringup.BURNIN_STEP.needs == ("device-check",)  # a self-test FAIL does not keep the burn-in from running
