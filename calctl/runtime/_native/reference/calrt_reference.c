@@ -100,7 +100,24 @@
  *   -DCALRT_MUTANT_WAIT_ANY_FIRST_INDEX  calrt_job_wait_any answers index 0 once any of its jobs is terminal;
  *   -DCALRT_MUTANT_TOKENS_WRAP        token ids are not range-checked: the embedding lookup wraps modulo vocab;
  *   -DCALRT_MUTANT_UNLOAD_KEEPS_KV    calrt_reset_configuration keeps every KV sequence (found after the unload);
- *   -DCALRT_MUTANT_PREFILL_ON_USED    a prefill into a sequence that holds tokens is accepted (rows from 0 again).
+ *   -DCALRT_MUTANT_PREFILL_ON_USED    a prefill into a sequence that holds tokens is accepted (rows from 0 again);
+ *   -DCALRT_MUTANT_WAIT_TIMEOUT_US    calrt_job_wait reads its timeout as microseconds (returns TIMEOUT 1000x early);
+ *   -DCALRT_MUTANT_WAIT_ANY_TIMEOUT_US  calrt_job_wait_any reads its timeout as microseconds;
+ *   -DCALRT_MUTANT_KV_APPEND_PAST_CONTEXT  calrt_kv_append reserves one token past the context (`>` for `>=`); the
+ *                                     kernel then overwrites the last cache row;
+ *   -DCALRT_MUTANT_ROLLBACK_AFTER_FAIL_CLEARS  calrt_kv_rollback after a failed job empties the whole sequence;
+ *   -DCALRT_MUTANT_COUNTERS_ABORTED_AS_FINISHED  an aborted job is counted finished, not failed;
+ *   -DCALRT_MUTANT_CHIP_PAST_BOARD_CLAMPED  calrt_memory_usage, calrt_chip_counters and calrt_chip_health answer a
+ *                                     chip past the board with the last chip's figures;
+ *   -DCALRT_MUTANT_PREFILL_FEWER_THAN_RESERVED  a prefill whose valid length is below the reserved tokens runs; the
+ *                                     commit then commits rows nothing wrote;
+ *   -DCALRT_MUTANT_DECODE_POS_LANE0_ONLY  a batch decode checks lane 0's position only;
+ *   -DCALRT_MUTANT_RELOAD_KEEPS_SLOTS  calrt_reset_configuration drops the sequences but keeps their pool slots
+ *                                     taken: after a reload each model has fewer sequences;
+ *   -DCALRT_MUTANT_STAMPS_REALTIME    job time stamps on CLOCK_REALTIME, not CLOCK_MONOTONIC;
+ *   -DCALRT_MUTANT_CHIP_RESET_KEEPS_FAULT  a chip reset leaves the chip FAULTED (only a board reset clears it);
+ *   -DCALRT_MUTANT_WAIT_ANY_FIRST_CHIP  calrt_job_wait_any looks only at the jobs on the first job's chip;
+ *   -DCALRT_MUTANT_BOARD_RESET_LEAKS_PLAN  a board reset drops the configuration but never frees its memory.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -252,6 +269,12 @@ struct calrt_device {
 #endif
 #ifdef CALRT_MUTANT_QUERY_PREV_STAMPS
     uint64_t mut_ring[8][2];     /* start/end stamps of finished jobs by id % 8: the completion ring */
+#endif
+#ifdef CALRT_MUTANT_BOARD_RESET_LEAKS_PLAN
+    uint64_t mut_board_leak[REF_CHIPS]; /* bytes a board reset never gave back, per chip */
+#endif
+#ifdef CALRT_MUTANT_RELOAD_KEEPS_SLOTS
+    uint32_t mut_pool_taken[16]; /* the runtime's KV pool per model slot, which an unload never clears */
 #endif
 #ifdef CALRT_MUTANT_UNLOAD_LEAK_CHIP1
     uint64_t mut_leaked1;        /* bytes lost on chip 1 by every unload */
@@ -540,6 +563,9 @@ static int run_graph(job *j) {
 #ifdef CALRT_MUTANT_KV_POS_OFF_CHIP1 /* the bug: chip 1's cache base is one row too far */
         if ((gr->model->chip_mask & 2) && p + 1 < gr->model->max_seq) p += 1;
 #endif
+#ifdef CALRT_MUTANT_KV_APPEND_PAST_CONTEXT /* the kernel clamps: the token past the context overwrites the last row */
+        if (p >= gr->model->max_seq) p = gr->model->max_seq - 1;
+#endif
 #ifdef CALRT_MUTANT_BATCH_COMPACT
         if (forward(m, j->seqs[l], gr->model->max_seq, &token, 1, p, j->dout + (uint64_t)row++ * vocab)) return -1;
 #else
@@ -591,7 +617,11 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
     for (int c = 0; c < REF_CHIPS; c++) {
         if (!(j->info.chip_mask >> c & 1)) continue;
         d->chips[c].counters.pending--;
+#ifdef CALRT_MUTANT_COUNTERS_ABORTED_AS_FINISHED /* the bug: "ended without an error code" counted as finished */
+        if (state == CALRT_JOB_SUCCEEDED || state == CALRT_JOB_ABORTED) d->chips[c].counters.finished++;
+#else
         if (state == CALRT_JOB_SUCCEEDED) d->chips[c].counters.finished++;
+#endif
         else d->chips[c].counters.failed++;
     }
 #ifdef CALRT_MUTANT_DMA_NO_QUARANTINE /* the bug: the DMA state is unknown, the buffers are given back anyway */
@@ -1492,6 +1522,9 @@ calrt_status calrt_configure(calrt_device *d, calrt_calbin *cb) {
         if (!cb->models[i].net.loaded) rc = CALRT_E_INVALID_CALBIN;
     if (rc == CALRT_OK) {
         for (uint32_t i = 0; i < cb->nmodels; i++) cb->models[i].live = 0;
+#ifdef CALRT_MUTANT_RELOAD_KEEPS_SLOTS /* the bug: the slots the unload took from the pool are still taken */
+        for (uint32_t i = 0; i < cb->nmodels && i < 16; i++) cb->models[i].live = d->mut_pool_taken[i];
+#endif
         d->current = cb;
     }
     pthread_mutex_unlock(&d->mu);
@@ -1506,6 +1539,9 @@ calrt_status calrt_reset_configuration(calrt_device *d) {
     for (job *j = d->jobs; rc == CALRT_OK && j; j = j->next)
         if (!terminal(j->info.state)) rc = CALRT_E_DEVICE_BUSY;
     if (rc == CALRT_OK) {
+#ifdef CALRT_MUTANT_RELOAD_KEEPS_SLOTS /* the sequences are dropped without giving their slots back */
+        for (uint32_t i = 0; i < d->current->nmodels && i < 16; i++) d->mut_pool_taken[i] += d->current->models[i].live;
+#endif
 #ifndef CALRT_MUTANT_UNLOAD_KEEPS_KV /* the bug: the sequences outlive the configuration they belong to */
         free_seqs(d);
 #endif
@@ -1648,7 +1684,11 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
 #endif
             j->tokens = writes;
         } else {
+#ifdef CALRT_MUTANT_DECODE_POS_LANE0_ONLY /* the bug: the position is checked for lane 0 (written for B1) */
+            if (l == 0 && (uint32_t)read_i32(g, data, pos, desc->batch, l) != s->committed) return CALRT_E_INVALID_ARGUMENT;
+#else
             if ((uint32_t)read_i32(g, data, pos, desc->batch, l) != s->committed) return CALRT_E_INVALID_ARGUMENT;
+#endif
             int32_t t = read_i32(g, data, tok, desc->batch, l);
 #ifndef CALRT_MUTANT_TOKENS_WRAP
             if (t < 0 || (uint32_t)t >= vocab) return CALRT_E_INVALID_ARGUMENT;
@@ -1657,7 +1697,12 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
 #endif
             j->kv_tokens += s->committed + 1;
         }
+#ifdef CALRT_MUTANT_PREFILL_FEWER_THAN_RESERVED /* the bug: "no more than reserved" for "exactly reserved" */
+        if (s->reserved - s->committed < writes || (g->kind != CALRT_GRAPH_PREFILL && s->reserved - s->committed != writes))
+            return CALRT_E_INVALID_ARGUMENT;
+#else
         if (s->reserved - s->committed != writes) return CALRT_E_INVALID_ARGUMENT;
+#endif
         j->seqs[l] = s;
     }
     return CALRT_OK;
@@ -1804,6 +1849,20 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     return CALRT_OK;
 }
 
+#ifdef CALRT_MUTANT_STAMPS_REALTIME /* the bug: the device clock is converted to wall-clock time */
+static void mut_realtime(calrt_job_info *out) { /* the offset taken once, as a device clock's would be */
+    static uint64_t off;
+    if (!off) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        off = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec - now_ns();
+    }
+    if (out->submit_ns) out->submit_ns += off;
+    if (out->start_ns) out->start_ns += off;
+    if (out->end_ns) out->end_ns += off;
+}
+#endif
+
 calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *out) {
     if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
@@ -1822,6 +1881,9 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
 #ifdef CALRT_MUTANT_STAMPS_US
     if (j) out->submit_ns /= 1000, out->start_ns /= 1000, out->end_ns /= 1000; /* the bug: device microseconds */
 #endif
+#ifdef CALRT_MUTANT_STAMPS_REALTIME
+    if (j) mut_realtime(out);
+#endif
     pthread_mutex_unlock(&d->mu);
 #ifdef CALRT_MUTANT_UNKNOWN_JOB_INTERNAL /* the bug: CalRT's "no such job" exception falls to the default code */
     return j ? CALRT_OK : CALRT_E_INTERNAL;
@@ -1833,6 +1895,9 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
 calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_ms, calrt_job_info *out) {
     if (!d) return CALRT_E_INVALID_ARGUMENT;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+#ifdef CALRT_MUTANT_WAIT_TIMEOUT_US /* the bug: CalRT's wait takes microseconds; the milliseconds passed through */
+    deadline = now_ns() + (uint64_t)timeout_ms * 1000ULL;
+#endif
 #ifdef CALRT_MUTANT_WAIT_ZERO_FOREVER /* the bug: CalRT's Wait(0) means "no deadline", passed through as is */
     if (timeout_ms == 0) deadline = now_ns() + 3600ULL * 1000000000ULL;
 #endif
@@ -1859,6 +1924,9 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
 #ifdef CALRT_MUTANT_STAMPS_US
             if (out) out->submit_ns /= 1000, out->start_ns /= 1000, out->end_ns /= 1000;
 #endif
+#ifdef CALRT_MUTANT_STAMPS_REALTIME
+            if (out) mut_realtime(out);
+#endif
 #ifdef CALRT_MUTANT_TIMEOUT_AS_ABORTED /* the bug: a wait that timed out reports the job aborted */
             calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_JOB_ABORTED;
 #else
@@ -1877,11 +1945,18 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
 calrt_status calrt_job_wait_any(calrt_device *d, const calrt_job_id *ids, uint32_t n, uint32_t timeout_ms, uint32_t *index) {
     if (!d || !ids || !index || n == 0) return CALRT_E_INVALID_ARGUMENT;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+#ifdef CALRT_MUTANT_WAIT_ANY_TIMEOUT_US /* the bug: CalRT's wait takes microseconds; the milliseconds passed through */
+    deadline = now_ns() + (uint64_t)timeout_ms * 1000ULL;
+#endif
     pthread_mutex_lock(&d->mu);
     for (;;) {
         for (uint32_t i = 0; i < n; i++) {
             job *j = find_job(d, ids[i]);
             if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
+#ifdef CALRT_MUTANT_WAIT_ANY_FIRST_CHIP /* the bug: the wait is on the first job's chip queue only */
+            job *first = find_job(d, ids[0]);
+            if (first && j->info.chip_mask != first->info.chip_mask) continue;
+#endif
 #ifdef CALRT_MUTANT_WAIT_ANY_FIRST_INDEX /* the bug: "something finished" answered as index 0 */
             if (terminal(j->info.state)) { *index = 0; pthread_mutex_unlock(&d->mu); return CALRT_OK; }
 #else
@@ -1979,7 +2054,11 @@ calrt_status calrt_kv_append(calrt_device *d, calrt_kv_seq id, uint32_t n, uint3
     pthread_mutex_lock(&d->mu);
     seq *s = NULL;
     calrt_status rc = idle_seq(d, id, &s);
+#ifdef CALRT_MUTANT_KV_APPEND_PAST_CONTEXT /* the bug: one token past the context is let through */
+    if (rc == CALRT_OK && (n == 0 || (uint64_t)s->reserved + n > (uint64_t)s->m->max_seq + 1)) rc = CALRT_E_INVALID_ARGUMENT;
+#else
     if (rc == CALRT_OK && (n == 0 || (uint64_t)s->reserved + n > s->m->max_seq)) rc = CALRT_E_INVALID_ARGUMENT;
+#endif
     if (rc == CALRT_OK) { *position = s->reserved; s->reserved += n; }
     pthread_mutex_unlock(&d->mu);
     return rc;
@@ -2001,6 +2080,9 @@ calrt_status calrt_kv_rollback(calrt_device *d, calrt_kv_seq id) {
     pthread_mutex_lock(&d->mu);
     seq *s = NULL;
     calrt_status rc = idle_seq(d, id, &s);
+#ifdef CALRT_MUTANT_ROLLBACK_AFTER_FAIL_CLEARS /* the bug: which rows a failed job wrote is unknown: drop them all */
+    if (rc == CALRT_OK && s->last_failed) s->committed = 0;
+#endif
     if (rc == CALRT_OK) { s->reserved = s->committed; s->last_failed = 0; }
     pthread_mutex_unlock(&d->mu);
     return rc;
@@ -2064,6 +2146,9 @@ calrt_status calrt_kv_length(calrt_device *d, calrt_kv_seq id, uint32_t *committ
 }
 
 calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *out) {
+#ifdef CALRT_MUTANT_CHIP_PAST_BOARD_CLAMPED /* the bug: the index is clamped to the board, not refused */
+    if (chip >= REF_CHIPS) chip = REF_CHIPS - 1;
+#endif
     if (!d || !out || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     calrt_status rc = d->f_no_mem ? CALRT_E_NOT_SUPPORTED : CALRT_OK;
@@ -2079,6 +2164,9 @@ calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *ou
 #ifdef CALRT_MUTANT_UNLOAD_LEAK_CHIP1
         if (src == 1) out->used_bytes += d->mut_leaked1;
 #endif
+#ifdef CALRT_MUTANT_BOARD_RESET_LEAKS_PLAN
+        out->used_bytes += d->mut_board_leak[src];
+#endif
         out->total_bytes = REF_DRAM;
 #ifdef CALRT_MUTANT_MEMORY_KIB /* the bug: KiB, not bytes */
         out->used_bytes /= 1024;
@@ -2093,6 +2181,9 @@ calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *ou
 }
 
 calrt_status calrt_chip_counters(calrt_device *d, uint32_t chip, calrt_counters *out) {
+#ifdef CALRT_MUTANT_CHIP_PAST_BOARD_CLAMPED /* the bug: the index is clamped to the board, not refused */
+    if (chip >= REF_CHIPS) chip = REF_CHIPS - 1;
+#endif
     if (!d || !out || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     *out = d->chips[chip].counters;
@@ -2101,6 +2192,9 @@ calrt_status calrt_chip_counters(calrt_device *d, uint32_t chip, calrt_counters 
 }
 
 calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health) {
+#ifdef CALRT_MUTANT_CHIP_PAST_BOARD_CLAMPED /* the bug: the index is clamped to the board, not refused */
+    if (chip >= REF_CHIPS) chip = REF_CHIPS - 1;
+#endif
     if (!d || !health || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     *health = d->chips[chip].health;
@@ -2141,10 +2235,17 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
 #endif
     }
     for (int c = 0; c < REF_CHIPS; c++)
+#ifdef CALRT_MUTANT_CHIP_RESET_KEEPS_FAULT /* the bug: the fault latch is cleared by the board reset only */
+        if ((mask >> c & 1) && scope == CALRT_RESET_BOARD) d->chips[c].health = CALRT_HEALTH_OK;
+#else
         if (mask >> c & 1) d->chips[c].health = CALRT_HEALTH_OK;
+#endif
     if (scope == CALRT_RESET_BOARD) {
 #ifndef CALRT_MUTANT_BOARD_RESET_KEEPS_KV /* the bug: every sequence survives the board reset */
         free_seqs(d);
+#endif
+#ifdef CALRT_MUTANT_BOARD_RESET_LEAKS_PLAN /* the bug: the reset drops the calbin, not the arena it took */
+        for (int c = 0; c < REF_CHIPS && d->current; c++) d->mut_board_leak[c] += d->current->plan[c];
 #endif
 #ifndef CALRT_MUTANT_BOARD_RESET_KEEPS_CONFIG /* the bug: the calbin stays current across a board reset */
         d->current = NULL;
