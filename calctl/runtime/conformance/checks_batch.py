@@ -22,6 +22,7 @@ import numpy as np
 
 from calctl.package.model import Package
 from calctl.runtime import Runtime
+from calctl.runtime.buffers import HostBuffer
 from calctl.runtime.conformance.checks_concurrency import crosstalk_prompt
 from calctl.runtime.conformance.framework import (
     ConformanceLevel,
@@ -32,9 +33,13 @@ from calctl.runtime.conformance.framework import (
     check,
     decode_mask,
     expect,
+    expect_code,
     prefill_job,
+    raw_call,
+    raw_submit,
     write_decode_lanes,
 )
+from calctl.runtime.errors import RuntimeStatus
 from calctl.runtime.types import Engine, KvLength, KvSeqId
 
 _OUTSIDE = 1000  # the key of the bystander sequence, outside the batch job
@@ -95,7 +100,7 @@ def _batched(pkg: Package) -> list[tuple[str, int]]:
 @check(
     "batch_lanes",
     "every compiled decode profile: active lanes equal their B1 twins, inactive lanes write no KV of any sequence",
-    clauses=("BATCH-1", "BATCH-2", "LAYOUT-2"),
+    clauses=("BATCH-1", "BATCH-2", "LAYOUT-2", "KV-1"),
 )
 def _batch_lanes(s: Session) -> str:
     """Per profile B: every other lane active (lane 0 first), the rest inactive (mask 0, no sequence); each active
@@ -136,6 +141,8 @@ def _one_profile(s: Session, rt: Runtime, alias: str, batch: int) -> str:
             tokens.append(twins[lane].token if on else 0)
             valid.append(on)
             kv.append(seqs[lane] if on else None)
+        if s.native and len(active) > 1:
+            _lane_position_checked(rt, pkg, alias, (inputs, outputs), tokens, positions, valid, kv, active[-1])
         write_decode_lanes(inputs, tokens, positions, valid, mask=decode_mask(pkg, alias))
         job = rt.submit(m.decode.name, inputs, outputs, kv=kv)
         result = rt.wait(job, 30)
@@ -165,6 +172,37 @@ def _one_profile(s: Session, rt: Runtime, alias: str, batch: int) -> str:
         rt.kv.free(q)
     return (
         f"{alias} B{batch}: {len(active)} active lanes equal their B1 twins, {batch - len(active)} inactive wrote no KV"
+    )
+
+
+def _lane_position_checked(
+    rt: Runtime,
+    pkg: Package,
+    alias: str,
+    buffers: tuple[HostBuffer, HostBuffer],
+    tokens: list[int],
+    positions: list[int],
+    valid: list[bool],
+    kv: list[KvSeqId | None],
+    lane: int,
+) -> None:
+    """KV-1 per lane: the same batch job, but lane ``lane`` (not lane 0) names the position after its committed
+    length, straight into ``calrt_job_submit``: INVALID_ARGUMENT (a shim that checks lane 0 only, written for
+    B1, runs it and writes that lane's K/V row one position off)."""
+    m = pkg.model(alias)
+    wrong = list(positions)
+    wrong[lane] += 1
+    write_decode_lanes(buffers[0], tokens, wrong, valid, mask=decode_mask(pkg, alias))
+    status, job = raw_submit(rt, m.decode.name, buffers[0], buffers[1], kv=kv)
+    if status == RuntimeStatus.OK:  # accepted: let it end before its buffers are reused
+        raw_call(rt, "calrt_job_wait", job, 30_000, None)
+    expect_code(
+        status,
+        RuntimeStatus.INVALID_ARGUMENT,
+        f"KV-1: calrt_job_submit of a B{len(positions)} decode of {alias} whose lane {lane} names position "
+        f"{wrong[lane]} (its sequence {kv[lane]} holds {positions[lane]} tokens, 1 reserved)",
+        call="calrt_job_submit",
+        arguments=f"graph={m.decode.name!r}, batch={len(positions)}, positions {wrong}",
     )
 
 

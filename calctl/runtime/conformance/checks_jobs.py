@@ -35,7 +35,7 @@ from calctl.runtime.errors import (
     RuntimeStatus,
     Timeout,
 )
-from calctl.runtime.types import Engine, GenerationId, Health, JobState, KvLength
+from calctl.runtime.types import ChipCounters, Engine, GenerationId, Health, JobState, KvLength
 
 _TERMINAL = list(JobState).index(JobState.SUCCEEDED)  # CALRT_JOB_SUCCEEDED and after: terminal (calrt.h order)
 
@@ -248,6 +248,7 @@ def _wait_timeout(s: Session) -> str:
     a, b = s.pair()
     ca = s.chip_of(a)
     with s.configured() as rt:
+        counted = rt.counters()[ca]
         job, seq, inputs, outputs = s.armed_prefill(rt, "hang", a)
         t0 = time.monotonic()
         expect_wait_error(rt, job, Timeout, RuntimeStatus.TIMEOUT, "0.2 s on a hung job", 0.2)
@@ -259,6 +260,8 @@ def _wait_timeout(s: Session) -> str:
         )
         expect(not rt.query(job).state.terminal, "the job is still in flight after the timeout", returned=rt.query(job))
         expect(rt.wait_any([job], 0.05) == [], "wait_any on the hung job times out empty", call="rt.wait_any")
+        if s.native:
+            _wait_any_lasts_its_timeout(rt, job)
         if s.native:
             _zero_timeout_polls(s, rt, job, ca)
         if s.native:  # the library's own ownership, past calctl's bookkeeping (C ABI §7: buffers unchanged)
@@ -291,6 +294,7 @@ def _wait_timeout(s: Session) -> str:
         aborted = expect_raises(JobAborted, "rt.wait (hung job after a reset)", rt.wait, job, 5)
         expect_status(aborted, RuntimeStatus.JOB_ABORTED, "calrt_job_wait")
         expect(rt.query(job).state is JobState.ABORTED, "the hung job ends ABORTED", returned=rt.query(job))
+        _aborted_counted_failed(counted, rt.counters()[ca], job)
         if scope == "chip":
             expect(
                 rt.kv.length(seq) == KvLength(0, 0),
@@ -302,6 +306,41 @@ def _wait_timeout(s: Session) -> str:
         expect(rt.wait(job2, 10).ok, "the chip works again after the reset", call="rt.wait")
     return (
         f"TIMEOUT after {waited:.2f} s; job, buffers and KV kept; other chip unaffected; recovered by a {scope} reset"
+    )
+
+
+def _aborted_counted_failed(before: ChipCounters, after: ChipCounters, job: Job) -> None:
+    """OBS-1: ``calrt_chip_counters`` counts a job that SUCCEEDED as finished and every other end (FAILED,
+    ABORTED) as failed: the hung job a reset aborted is one more failed, no more finished, none pending."""
+    if None in (before.finished, before.failed, after.pending, after.finished, after.failed):
+        return  # not reported (C3): nothing to judge
+    assert before.finished is not None and before.failed is not None
+    expect(
+        after.pending == 0 and after.finished == before.finished and after.failed == before.failed + 1,
+        f"OBS-1: after a reset aborted job {job.id}, chip {after.chip}'s counters must count it failed (finished "
+        f"{before.finished}, failed {before.failed + 1}, 0 pending)",
+        call="calrt_chip_counters",
+        arguments=f"chip {after.chip}",
+        returned=f"pending {after.pending}, finished {after.finished}, failed {after.failed}",
+    )
+
+
+def _wait_any_lasts_its_timeout(rt: Runtime, hung: Job) -> None:
+    """JOB-4: ``calrt_job_wait_any`` over a hung job returns TIMEOUT once its deadline passed, never before (a shim
+    that hands the milliseconds to a runtime counting microseconds returns at once). A lower bound only: a loaded
+    host makes the call later, never earlier."""
+    raw = _unwrap(rt)
+    ids, index = (ctypes.c_uint64 * 1)(hung.id), ctypes.c_uint32(7)
+    t0 = time.monotonic()
+    rc = int(raw._fn.calrt_job_wait_any(raw._dev, ids, 1, 200, ctypes.byref(index)))
+    waited = time.monotonic() - t0
+    expect(
+        rc == RuntimeStatus.TIMEOUT and waited >= 0.15,
+        f"JOB-4: calrt_job_wait_any over [job {hung.id} (hung)] with timeout 200 ms must return TIMEOUT after its "
+        f"deadline, not before: it returned after {waited:.3f} s",
+        call="calrt_job_wait_any",
+        arguments=f"jobs=[{hung.id}], n=1, 200 ms",
+        returned=f"status {rc}, after {waited:.3f} s",
     )
 
 
