@@ -295,6 +295,14 @@ def _ccu(s: Session) -> str:
         job_b, _, _, _ = prefill_job(rt, pkg, b)
         expect(rt.wait(job_b, 10).ok, "the other chip keeps working", call="rt.wait")
         scope = s.reset_chip_or_board(rt, ca)
+        health = {h.chip: h.health for h in rt.health()}
+        expect(
+            health[ca] in (Health.OK, Health.UNKNOWN),
+            f"FAULT-1: a {scope} reset ends the fault: chip {ca} must report OK again (calrt_chip_health)",
+            call="calrt_chip_health",
+            arguments=f"chip {ca}, after calrt_reset({scope.upper()})",
+            returned=health,
+        )
         job2, _, _, _ = prefill_job(rt, pkg, a)
         expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
     return f"CCU_EXCEPTION (7); chip {ca} DEVICE_LOST until a {scope} reset; the other chip unaffected"

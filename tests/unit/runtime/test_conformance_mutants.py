@@ -136,6 +136,28 @@ VENDOR_DEADLINE = {
     "-DCALRT_MUTANT_TELEMETRY_EXACT_SIZE": ("telemetry_struct", "a caller's larger struct", "TELEM-1", False),
     "-DCALRT_MUTANT_TELEMETRY_COUNTERS_RESET": ("telemetry_across_resets", "reset_count", "TELEM-5", False),
     "-DCALRT_MUTANT_TELEMETRY_THROTTLE_WHEN_BUSY": ("telemetry_under_load", "(thermal) at", "TELEM-2", False),
+    # deadlines in the wrong unit, a wait_any on one chip's queue
+    "-DCALRT_MUTANT_WAIT_TIMEOUT_US": ("wait_timeout", "the wait must last its timeout", "JOB-3", False),
+    "-DCALRT_MUTANT_WAIT_ANY_TIMEOUT_US": ("wait_timeout", "must return TIMEOUT after its deadline", "JOB-4", False),
+    "-DCALRT_MUTANT_WAIT_ANY_FIRST_CHIP": ("wait_timeout", "must answer the index of the job", "JOB-4", False),
+    # KV: the context's end, a reservation the job does not fill, rollback after partial work, lanes past lane 0,
+    # the pool across a reload
+    "-DCALRT_MUTANT_KV_APPEND_PAST_CONTEXT": ("kv_lifecycle", "one token past the capacity", "KV-9", False),
+    "-DCALRT_MUTANT_PREFILL_FEWER_THAN_RESERVED": (
+        "kv_lifecycle",
+        "KV-1: calrt_job_submit of a prefill of",
+        "KV-1",
+        False,
+    ),
+    "-DCALRT_MUTANT_ROLLBACK_AFTER_FAIL_CLEARS": ("ccu_fault", "must drop only its reservation", "KV-2", False),
+    "-DCALRT_MUTANT_DECODE_POS_LANE0_ONLY": ("batch_lanes", "whose lane 2 names position", "KV-1", True),
+    "-DCALRT_MUTANT_RELOAD_KEEPS_SLOTS": ("configuration", "the next configuration must grant", "CFG-2", False),
+    # observation, clocks and recovery
+    "-DCALRT_MUTANT_COUNTERS_ABORTED_AS_FINISHED": ("wait_timeout", "must count it failed", "OBS-1", False),
+    "-DCALRT_MUTANT_CHIP_PAST_BOARD_CLAMPED": ("memory_counters", "calrt_memory_usage of chip 2", "OBS-2", False),
+    "-DCALRT_MUTANT_STAMPS_REALTIME": ("job_states_timestamps", "times must be CLOCK_MONOTONIC", "CONV-5", False),
+    "-DCALRT_MUTANT_CHIP_RESET_KEEPS_FAULT": ("ccu_fault", "must report OK again", "FAULT-1", False),
+    "-DCALRT_MUTANT_BOARD_RESET_LEAKS_PLAN": ("memory_counters", "after a board reset dropped", "MEM-3", False),
 }
 
 
