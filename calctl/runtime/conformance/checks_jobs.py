@@ -103,10 +103,11 @@ def _buffers(s: Session) -> str:
 def _timestamps(s: Session) -> str:
     """The tags are read from what the shim returns (``calrt_job_query`` and ``calrt_job_wait`` fill
     ``calrt_job_info``: generation, engine, chip mask), compared with what was submitted; never from calctl's own
-    job record. Two jobs with different tags (one generation past 32 bits), on both chips where there are two."""
+    job record. Three jobs with different tags (one generation past 32 bits; PING, PONG and AUTO), on both chips
+    where there are two."""
     pkg = s.package
     aliases = list(s.pair()) if len(pkg.models) > 1 else [pkg.models[0].alias]
-    tags = [(GenerationId(7), Engine.PING), (GenerationId((1 << 40) + 3), Engine.PONG)]
+    tags = [(GenerationId(7), Engine.PING), (GenerationId((1 << 40) + 3), Engine.PONG), (GenerationId(11), Engine.AUTO)]
     echoed = 0
     with s.configured() as rt:
         for alias, (generation, engine) in zip(aliases * 2, tags, strict=False):

@@ -45,7 +45,7 @@ from calctl.runtime.types import ChipMemory, Health, JobState, KvLength, KvSeqId
 @check(
     "kv_lifecycle",
     "KV: capacity per model, allocate / append / commit / rollback / remove-tail / free",
-    clauses=("KV-1", "KV-4", "KV-5", "KV-7", "KV-8", "KV-9"),
+    clauses=("KV-1", "KV-4", "KV-5", "KV-7", "KV-8", "KV-9", "CONV-2"),
 )
 def _kv(s: Session) -> str:
     pkg = s.package
@@ -207,34 +207,37 @@ def _remove_tail_refused_while_reserved(s: Session, rt: Runtime, seq: KvSeqId) -
 
 def _append_past_capacity(s: Session, rt: Runtime, alias: str) -> None:
     """KV-9: a sequence holds at most the model's longest graph context (``calrt_model_desc.kv_max_seq``): a
-    reservation up to it is granted, one token more is INVALID_ARGUMENT and reserves nothing (a shim that lets it
-    through writes that token past its cache, or over the last row). Bookkeeping only: nothing computes."""
+    reservation up to it is granted, one token more is INVALID_ARGUMENT, reserves nothing and leaves the
+    ``position`` out-parameter unwritten (CONV-2); a shim that lets it through writes that token past its cache, or
+    over the last row. Then KV-7: the sequence is freed with its reservation still pending (no job runs on it):
+    OK. Bookkeeping only: nothing computes."""
     capacity = max(g.max_seq for g in s.package.model(alias).graphs)
     seq = rt.kv.allocate(alias)
-    try:
-        rt.kv.append(seq, capacity)
-        if s.native:
-            raw = _unwrap(rt)
-            position = ctypes.c_uint32(0xFFFF_FFFF)
-            status = int(raw._fn.calrt_kv_append(raw._dev, int(seq), 1, ctypes.byref(position)))
-        else:
-            try:
-                rt.kv.append(seq, 1)
-                status = RuntimeStatus.OK
-            except InvalidArgument:
-                status = RuntimeStatus.INVALID_ARGUMENT
-        length = rt.kv.length(seq)
-        expect(
-            status == RuntimeStatus.INVALID_ARGUMENT and length == KvLength(0, capacity),
-            f"KV-9: calrt_kv_append of one token past the capacity of {alias}'s sequence {seq} ({capacity} tokens, "
-            "all reserved) must return INVALID_ARGUMENT (10) and reserve nothing",
-            call="calrt_kv_append",
-            arguments=f"seq={seq} (committed 0, {capacity} reserved), n=1",
-            returned=f"status {status}; committed {length.committed}, reserved {length.reserved}",
-        )
-        rt.kv.rollback(seq)
-    finally:
+    rt.kv.append(seq, capacity)
+    if not s.native:
+        expect_raises(InvalidArgument, "rt.kv.append (past the capacity)", rt.kv.append, seq, 1)
         rt.kv.free(seq)
+        return
+    raw = _unwrap(rt)
+    position = ctypes.c_uint32(0xFFFF_FFFF)
+    status = int(raw._fn.calrt_kv_append(raw._dev, int(seq), 1, ctypes.byref(position)))
+    length = rt.kv.length(seq)
+    expect(
+        status == RuntimeStatus.INVALID_ARGUMENT and length == KvLength(0, capacity) and position.value == 0xFFFF_FFFF,
+        f"KV-9: calrt_kv_append of one token past the capacity of {alias}'s sequence {seq} ({capacity} tokens, "
+        "all reserved) must return INVALID_ARGUMENT (10), reserve nothing and leave *position unwritten (CONV-2)",
+        call="calrt_kv_append",
+        arguments=f"seq={seq} (committed 0, {capacity} reserved), n=1, *position=0xffffffff",
+        returned=f"status {status}; committed {length.committed}, reserved {length.reserved}; "
+        f"*position={position.value:#x}",
+    )
+    expect_code(
+        int(raw._fn.calrt_kv_free(raw._dev, int(seq))),
+        RuntimeStatus.OK,
+        f"KV-7: calrt_kv_free of sequence {seq}, {capacity} tokens reserved and no job in flight,",
+        call="calrt_kv_free",
+        arguments=f"seq={seq} (committed 0, {capacity} reserved)",
+    )
 
 
 def _slots_back(rt: Runtime, alias: str, cap: int, held: int) -> None:

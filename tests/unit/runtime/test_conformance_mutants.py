@@ -158,6 +158,10 @@ VENDOR_DEADLINE = {
     "-DCALRT_MUTANT_STAMPS_REALTIME": ("job_states_timestamps", "times must be CLOCK_MONOTONIC", "CONV-5", False),
     "-DCALRT_MUTANT_CHIP_RESET_KEEPS_FAULT": ("ccu_fault", "must report OK again", "FAULT-1", False),
     "-DCALRT_MUTANT_BOARD_RESET_LEAKS_PLAN": ("memory_counters", "after a board reset dropped", "MEM-3", False),
+    "-DCALRT_MUTANT_AUTO_ECHO_BANK": ("job_states_timestamps", "submitted 11, auto (0)", "JOB-1", False),
+    "-DCALRT_MUTANT_KV_FREE_REFUSES_RESERVED": ("kv_lifecycle", "tokens reserved and no job in flight", "KV-7", False),
+    "-DCALRT_MUTANT_KV_APPEND_OUT_ON_REFUSAL": ("kv_lifecycle", "leave *position unwritten", "CONV-2", False),
+    "-DCALRT_MUTANT_PINGPONG_SHARED_STAGING": ("concurrent_submit_two_chips", "not their own prompt's", "JOB-5", False),
 }
 
 

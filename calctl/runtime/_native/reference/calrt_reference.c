@@ -117,7 +117,12 @@
  *   -DCALRT_MUTANT_STAMPS_REALTIME    job time stamps on CLOCK_REALTIME, not CLOCK_MONOTONIC;
  *   -DCALRT_MUTANT_CHIP_RESET_KEEPS_FAULT  a chip reset leaves the chip FAULTED (only a board reset clears it);
  *   -DCALRT_MUTANT_WAIT_ANY_FIRST_CHIP  calrt_job_wait_any looks only at the jobs on the first job's chip;
- *   -DCALRT_MUTANT_BOARD_RESET_LEAKS_PLAN  a board reset drops the configuration but never frees its memory.
+ *   -DCALRT_MUTANT_BOARD_RESET_LEAKS_PLAN  a board reset drops the configuration but never frees its memory;
+ *   -DCALRT_MUTANT_AUTO_ECHO_BANK     an AUTO job's calrt_job_info reports the bank it was given (PING), not AUTO;
+ *   -DCALRT_MUTANT_KV_FREE_REFUSES_RESERVED  calrt_kv_free of a sequence with a reservation pending is DEVICE_BUSY;
+ *   -DCALRT_MUTANT_KV_APPEND_OUT_ON_REFUSAL  calrt_kv_append writes *position before it refuses;
+ *   -DCALRT_MUTANT_PINGPONG_SHARED_STAGING  one logits staging area per chip: a PONG job's compute overwrites it
+ *                                     while the PING job's d2h still reads it.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -245,6 +250,10 @@ typedef struct {
     uint32_t health;
     calrt_counters counters;
     pthread_t workers[REF_WORKERS];
+#ifdef CALRT_MUTANT_PINGPONG_SHARED_STAGING
+    float *mut_staging; /* (leaked at close: a mutant) */
+    uint64_t mut_staging_n;
+#endif
 } chip;
 
 struct calrt_device {
@@ -792,6 +801,15 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
             int rc = run_graph(j);
             pthread_mutex_lock(&d->mu);
             if (rc) j->compute_failed = 1;
+#ifdef CALRT_MUTANT_PINGPONG_SHARED_STAGING /* the bug: the chip's one staging area takes the logits */
+            uint64_t want = sizeof(float) * (uint64_t)j->batch * j->g->model->net.vocab;
+            if (ch->mut_staging_n < want) {
+                free(ch->mut_staging);
+                ch->mut_staging = malloc(want);
+                ch->mut_staging_n = ch->mut_staging ? want : 0;
+            }
+            if (ch->mut_staging) memcpy(ch->mut_staging, j->dout, want);
+#endif
         }
         double remaining = total * share[ph] - debt - (double)(now_ns() - t0) / 1e9;
         if (remaining > 0) {
@@ -832,6 +850,9 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
             d->mut_last_n = d->mut_last ? n : 0;
 #elif defined(CALRT_MUTANT_LANE_ORDER_REVERSED)
             mut_reversed_rows(j->out->data + off, j->dout, j->batch, n);
+#elif defined(CALRT_MUTANT_PINGPONG_SHARED_STAGING)
+            memcpy(j->out->data + off, ch->mut_staging && ch->mut_staging_n >= sizeof(float) * n ? ch->mut_staging : j->dout,
+                   sizeof(float) * n);
 #else
             memcpy(j->out->data + off, j->dout, sizeof(float) * n);
 #endif
@@ -1816,6 +1837,9 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     j->info.state = CALRT_JOB_QUEUED;
     j->info.chip_mask = g->chip_mask;
     j->info.engine = desc->engine;
+#ifdef CALRT_MUTANT_AUTO_ECHO_BANK /* the bug: the engine field reports the bank the scheduler picked */
+    if (desc->engine == CALRT_ENGINE_AUTO) j->info.engine = CALRT_ENGINE_PING;
+#endif
     j->info.generation = desc->generation;
     j->info.submit_ns = now_ns();
     j->g = g;
@@ -2054,6 +2078,9 @@ calrt_status calrt_kv_append(calrt_device *d, calrt_kv_seq id, uint32_t n, uint3
     pthread_mutex_lock(&d->mu);
     seq *s = NULL;
     calrt_status rc = idle_seq(d, id, &s);
+#ifdef CALRT_MUTANT_KV_APPEND_OUT_ON_REFUSAL /* the bug: the out-parameter is written before the checks */
+    if (s) *position = s->reserved;
+#endif
 #ifdef CALRT_MUTANT_KV_APPEND_PAST_CONTEXT /* the bug: one token past the context is let through */
     if (rc == CALRT_OK && (n == 0 || (uint64_t)s->reserved + n > (uint64_t)s->m->max_seq + 1)) rc = CALRT_E_INVALID_ARGUMENT;
 #else
@@ -2108,6 +2135,9 @@ calrt_status calrt_kv_free(calrt_device *d, calrt_kv_seq id) {
     pthread_mutex_lock(&d->mu);
     seq *s = NULL;
     calrt_status rc = idle_seq(d, id, &s);
+#ifdef CALRT_MUTANT_KV_FREE_REFUSES_RESERVED /* the bug: a pending reservation is taken for a job in flight */
+    if (rc == CALRT_OK && s->reserved > s->committed) rc = CALRT_E_DEVICE_BUSY;
+#endif
 #ifdef CALRT_MUTANT_KV_FREE_IN_FLIGHT /* the bug: the job writing it is not checked (unlinked, not freed: no crash) */
     if (rc == CALRT_E_DEVICE_BUSY) {
         s = find_seq(d, id);
