@@ -151,6 +151,11 @@ CLAUSES: tuple[Clause, ...] = (
         "COMPUTE-1", "§12", "outputs are a deterministic function of the inputs and match the package's golden data"
     ),
     Clause(
+        "COMPUTE-2",
+        "§12",
+        "a prefill of the whole context computes what the package's model computes (its float64 reference)",
+    ),
+    Clause(
         "TELEM-1",
         "§15",
         "calrt_chip_telemetry honours the sized struct: a short size or a chip past the board refused, a later "

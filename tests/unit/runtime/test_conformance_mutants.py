@@ -162,6 +162,7 @@ VENDOR_DEADLINE = {
     "-DCALRT_MUTANT_KV_FREE_REFUSES_RESERVED": ("kv_lifecycle", "tokens reserved and no job in flight", "KV-7", False),
     "-DCALRT_MUTANT_KV_APPEND_OUT_ON_REFUSAL": ("kv_lifecycle", "leave *position unwritten", "CONV-2", False),
     "-DCALRT_MUTANT_PINGPONG_SHARED_STAGING": ("concurrent_submit_two_chips", "not their own prompt's", "JOB-5", False),
+    "-DCALRT_MUTANT_ROPE_TABLE_WRAP": ("golden_compute", "a prefill of the whole context", "COMPUTE-2", False),
 }
 
 

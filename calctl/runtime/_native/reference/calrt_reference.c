@@ -122,7 +122,9 @@
  *   -DCALRT_MUTANT_KV_FREE_REFUSES_RESERVED  calrt_kv_free of a sequence with a reservation pending is DEVICE_BUSY;
  *   -DCALRT_MUTANT_KV_APPEND_OUT_ON_REFUSAL  calrt_kv_append writes *position before it refuses;
  *   -DCALRT_MUTANT_PINGPONG_SHARED_STAGING  one logits staging area per chip: a PONG job's compute overwrites it
- *                                     while the PING job's d2h still reads it.
+ *                                     while the PING job's d2h still reads it;
+ *   -DCALRT_MUTANT_ROPE_TABLE_WRAP    rotary angles from a table of 128 positions, indexed modulo 128 (prefill and
+ *                                     decode agree with each other, not with the model past position 127).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -430,6 +432,9 @@ static void rms_norm(const float *x, const float *w, uint32_t n, double eps, flo
 }
 
 static void rope(float *x, uint32_t heads, uint32_t hd, uint32_t pos, double theta, int half) {
+#ifdef CALRT_MUTANT_ROPE_TABLE_WRAP /* the bug: a cos/sin table of 128 positions, indexed modulo its size */
+    pos %= 128;
+#endif
     for (uint32_t i = 0; i < hd / 2; i++) {
         double inv = pow(theta, -(double)(2 * i) / hd);
         double ang = (double)pos * inv;
