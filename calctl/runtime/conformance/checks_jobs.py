@@ -98,7 +98,7 @@ def _buffers(s: Session) -> str:
 @check(
     "job_states_timestamps",
     "job states end SUCCEEDED; submit <= start <= end on CLOCK_MONOTONIC; query and wait echo the submitted tags",
-    clauses=("CONV-5", "JOB-1", "JOB-9"),
+    clauses=("CONV-5", "JOB-1", "JOB-9", "OWN-9"),
 )
 def _timestamps(s: Session) -> str:
     """The tags are read from what the shim returns (``calrt_job_query`` and ``calrt_job_wait`` fill
@@ -143,6 +143,15 @@ def _timestamps(s: Session) -> str:
             expect(
                 result.ok and result.status is RuntimeStatus.OK, "the job succeeded", call="rt.wait", returned=result
             )
+            if s.native:  # calctl released the record once its wait saw the end (C ABI §5)
+                rc, _ = raw_job_info(rt, job, 0)
+                expect_code(
+                    rc,
+                    RuntimeStatus.INVALID_ARGUMENT,
+                    f"OWN-9: calrt_job_wait of job {job.id}, released once its wait saw it end,",
+                    call="calrt_job_wait",
+                    arguments=f"job={job.id} (released), 0 ms",
+                )
             start, end = result.start_ns, result.end_ns
             expect(
                 start is not None and end is not None,
@@ -259,12 +268,12 @@ def _wait_timeout(s: Session) -> str:
             f"the wait must last its timeout (0.2 s), it returned after {waited:.3f} s",
             call="calrt_job_wait",
         )
+        if s.native:  # before any query of the hung job: a query that blocks must fail here, not hang the check
+            _zero_timeout_polls(s, rt, job, ca)
         expect(not rt.query(job).state.terminal, "the job is still in flight after the timeout", returned=rt.query(job))
         expect(rt.wait_any([job], 0.05) == [], "wait_any on the hung job times out empty", call="rt.wait_any")
         if s.native:
             _wait_any_lasts_its_timeout(rt, job)
-        if s.native:
-            _zero_timeout_polls(s, rt, job, ca)
         if s.native:  # the library's own ownership, past calctl's bookkeeping (C ABI §7: buffers unchanged)
             for what, buf in (("inputs", inputs), ("outputs", outputs)):
                 expect_code(
@@ -366,9 +375,10 @@ POLL_BOUND_S = 5.0
 
 
 def _zero_timeout_polls(s: Session, rt: Runtime, job: Job, chip: int) -> None:
-    """JOB-8: ``calrt_job_wait`` and ``calrt_job_wait_any`` with timeout 0 on a job in flight are polls: TIMEOUT at
-    once. A shim that passes CalRT's ``Wait(0)`` ("no deadline") through blocks until the job ends; here that is
-    never, so the polls run in a thread, and a reset releases a blocked one before the FAIL."""
+    """JOB-8: ``calrt_job_query`` of a job in flight answers at once, and ``calrt_job_wait`` and
+    ``calrt_job_wait_any`` with timeout 0 are polls: TIMEOUT at once. A shim that passes CalRT's ``Wait(0)`` ("no
+    deadline") through, or reads a query's state with it, blocks until the job ends; here that is never, so the
+    calls run in a thread, and a reset releases a blocked one before the FAIL."""
     from calctl.runtime._native import lib as L
 
     raw = _unwrap(rt)
@@ -377,6 +387,11 @@ def _zero_timeout_polls(s: Session, rt: Runtime, job: Job, chip: int) -> None:
     def poll() -> None:
         t = time.monotonic()
         info = L.CalrtJobInfo()
+        got["calrt_job_query"] = (
+            int(raw._fn.calrt_job_query(raw._dev, job.id, ctypes.byref(info))),
+            time.monotonic() - t,
+        )
+        t = time.monotonic()
         got["calrt_job_wait"] = (
             int(raw._fn.calrt_job_wait(raw._dev, job.id, 0, ctypes.byref(info))),
             time.monotonic() - t,
@@ -394,6 +409,16 @@ def _zero_timeout_polls(s: Session, rt: Runtime, job: Job, chip: int) -> None:
     if thread.is_alive():  # blocked inside the library: end the job so the call returns, then report
         s.reset_chip_or_board(rt, chip)
         thread.join(POLL_BOUND_S)
+    rc, took = got.get("calrt_job_query", (-1, POLL_BOUND_S))
+    expect(
+        rc == RuntimeStatus.OK and took < POLL_BOUND_S,
+        f"JOB-8: calrt_job_query of job {job.id} in flight never blocks: it must answer OK at once",
+        call="calrt_job_query",
+        arguments=f"job={job.id} (hung)",
+        returned=f"still blocked after {POLL_BOUND_S:g} s (returned only when a reset ended the job)"
+        if rc == -1 or took >= POLL_BOUND_S
+        else f"status {rc} after {took:.3f} s",
+    )
     for call in ("calrt_job_wait", "calrt_job_wait_any"):
         rc, took = got.get(call, (-1, POLL_BOUND_S))
         expect(

@@ -163,6 +163,18 @@ VENDOR_DEADLINE = {
     "-DCALRT_MUTANT_KV_APPEND_OUT_ON_REFUSAL": ("kv_lifecycle", "leave *position unwritten", "CONV-2", False),
     "-DCALRT_MUTANT_PINGPONG_SHARED_STAGING": ("concurrent_submit_two_chips", "not their own prompt's", "JOB-5", False),
     "-DCALRT_MUTANT_ROPE_TABLE_WRAP": ("golden_compute", "a prefill of the whole context", "COMPUTE-2", False),
+    "-DCALRT_MUTANT_QUERY_VIA_WAIT_ZERO": (
+        "wait_timeout",
+        "calrt_job_query of job 1 in flight never blocks",
+        "JOB-8",
+        False,
+    ),
+    "-DCALRT_MUTANT_RELEASED_WAIT_CACHED": (
+        "job_states_timestamps",
+        "released once its wait saw it end",
+        "OWN-9",
+        False,
+    ),
 }
 
 

@@ -124,7 +124,10 @@
  *   -DCALRT_MUTANT_PINGPONG_SHARED_STAGING  one logits staging area per chip: a PONG job's compute overwrites it
  *                                     while the PING job's d2h still reads it;
  *   -DCALRT_MUTANT_ROPE_TABLE_WRAP    rotary angles from a table of 128 positions, indexed modulo 128 (prefill and
- *                                     decode agree with each other, not with the model past position 127).
+ *                                     decode agree with each other, not with the model past position 127);
+ *   -DCALRT_MUTANT_QUERY_VIA_WAIT_ZERO  calrt_job_query reads the state through CalRT's Wait(0), which has no
+ *                                     deadline: a query of a job in flight blocks until it ends;
+ *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -283,6 +286,9 @@ struct calrt_device {
 #endif
 #ifdef CALRT_MUTANT_BOARD_RESET_LEAKS_PLAN
     uint64_t mut_board_leak[REF_CHIPS]; /* bytes a board reset never gave back, per chip */
+#endif
+#ifdef CALRT_MUTANT_RELEASED_WAIT_CACHED
+    calrt_job_info mut_done[16]; /* the last completions released, by id % 16 */
 #endif
 #ifdef CALRT_MUTANT_RELOAD_KEEPS_SLOTS
     uint32_t mut_pool_taken[16]; /* the runtime's KV pool per model slot, which an unload never clears */
@@ -1896,6 +1902,12 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
     if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     job *j = find_job(d, id);
+#ifdef CALRT_MUTANT_QUERY_VIA_WAIT_ZERO /* the bug: the status is read by a Wait(0), i.e. until the job ends */
+    while (j && !terminal(j->info.state)) {
+        pthread_cond_wait(&d->cv, &d->mu);
+        j = find_job(d, id);
+    }
+#endif
     if (j) *out = j->info;
 #ifdef CALRT_MUTANT_QUERY_NO_TAGS
     if (j) out->generation = 0, out->engine = 0, out->chip_mask = 0; /* the bug: the tags are not echoed */
@@ -1933,6 +1945,13 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
     pthread_mutex_lock(&d->mu);
     for (;;) {
         job *j = find_job(d, id);
+#ifdef CALRT_MUTANT_RELEASED_WAIT_CACHED /* the bug: the completion cache outlives the job record */
+        if (!j && id && d->mut_done[id % 16].id == id) {
+            if (out) *out = d->mut_done[id % 16];
+            pthread_mutex_unlock(&d->mu);
+            return CALRT_OK;
+        }
+#endif
 #ifdef CALRT_MUTANT_UNKNOWN_JOB_INTERNAL
         if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INTERNAL; }
 #else
@@ -2010,6 +2029,9 @@ calrt_status calrt_job_release(calrt_device *d, calrt_job_id id) {
         if (!terminal((*p)->info.state)) { rc = CALRT_E_DEVICE_BUSY; break; }
         job *j = *p;
         *p = j->next;
+#ifdef CALRT_MUTANT_RELEASED_WAIT_CACHED
+        d->mut_done[j->info.id % 16] = j->info;
+#endif
 #if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
         if (picked(d, j)) { /* its worker still holds it and frees it */
             j->released = 1;
