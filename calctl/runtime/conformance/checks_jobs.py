@@ -296,6 +296,8 @@ def _wait_timeout(s: Session) -> str:
             call="rt.health",
             returned=health,
         )
+        if s.native:
+            _long_timeout_not_truncated(rt, pkg, b)
         job_b, _, _, _ = prefill_job(rt, pkg, b)
         if s.native:
             _wait_any_names_the_terminal_job(rt, job, job_b)
@@ -354,17 +356,41 @@ def _wait_any_lasts_its_timeout(rt: Runtime, hung: Job) -> None:
     )
 
 
+#: a wait's timeout whose deadline in ns, 4,295,000,000, does not fit 32 bits: a shim that multiplies in 32 bits
+#: waits 32.7 us instead of 4.3 s (any timeout of 4,295 ms or more overflows; this one to almost nothing)
+LONG_WAIT_MS = 4295
+
+
+def _long_timeout_not_truncated(rt: Runtime, pkg: Any, alias: str) -> None:
+    """JOB-3: a job that ends within a few ms, waited with ``LONG_WAIT_MS``: the wait returns OK once it ended.
+    Evidence, not a duration: a TIMEOUT means the deadline passed before a job of milliseconds ended."""
+    job, seq, _, _ = prefill_job(rt, pkg, alias)
+    rc, info = raw_job_info(rt, job, LONG_WAIT_MS)
+    if rc != RuntimeStatus.OK:
+        rt.wait(job, 30)  # let it end before the FAIL
+    expect(
+        rc == RuntimeStatus.OK and int(info.state) >= _TERMINAL,
+        f"JOB-3: calrt_job_wait of job {job.id} (one prefill) with timeout {LONG_WAIT_MS} ms must return OK once "
+        f"the job ended, not TIMEOUT: a deadline of {LONG_WAIT_MS * 1_000_000:,} ns does not fit 32 bits",
+        call="calrt_job_wait",
+        arguments=f"job={job.id}, {LONG_WAIT_MS} ms",
+        returned=f"status {rc}, state {int(info.state)}",
+    )
+    rt.wait(job, 30)
+    rt.kv.free(seq)
+
+
 def _wait_any_names_the_terminal_job(rt: Runtime, hung: Job, done: Job) -> None:
     """JOB-4: ``calrt_job_wait_any`` over [a hung job, a job that ends] answers index 1, the one that ended."""
     raw = _unwrap(rt)
     ids, index = (ctypes.c_uint64 * 2)(hung.id, done.id), ctypes.c_uint32(7)
-    rc = int(raw._fn.calrt_job_wait_any(raw._dev, ids, 2, 10_000, ctypes.byref(index)))
+    rc = int(raw._fn.calrt_job_wait_any(raw._dev, ids, 2, LONG_WAIT_MS, ctypes.byref(index)))
     expect(
         rc == RuntimeStatus.OK and index.value == 1,
         f"JOB-4: calrt_job_wait_any over [job {hung.id} (hung), job {done.id}] must answer the index of the job "
-        "that ended (1)",
+        f"that ended (1), within its {LONG_WAIT_MS} ms",
         call="calrt_job_wait_any",
-        arguments=f"jobs=[{hung.id}, {done.id}], n=2, 10000 ms",
+        arguments=f"jobs=[{hung.id}, {done.id}], n=2, {LONG_WAIT_MS} ms",
         returned=f"status {rc}, index {index.value}",
     )
 

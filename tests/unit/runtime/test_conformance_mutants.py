@@ -169,6 +169,7 @@ VENDOR_DEADLINE = {
         "JOB-8",
         False,
     ),
+    "-DCALRT_MUTANT_WAIT_TIMEOUT_32BIT": ("wait_timeout", "does not fit 32 bits", "JOB-3", False),
     "-DCALRT_MUTANT_RELEASED_WAIT_CACHED": (
         "job_states_timestamps",
         "released once its wait saw it end",

@@ -127,7 +127,8 @@
  *                                     decode agree with each other, not with the model past position 127);
  *   -DCALRT_MUTANT_QUERY_VIA_WAIT_ZERO  calrt_job_query reads the state through CalRT's Wait(0), which has no
  *                                     deadline: a query of a job in flight blocks until it ends;
- *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions.
+ *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions;
+ *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -1936,6 +1937,9 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
 calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_ms, calrt_job_info *out) {
     if (!d) return CALRT_E_INVALID_ARGUMENT;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+#ifdef CALRT_MUTANT_WAIT_TIMEOUT_32BIT /* the bug: the product is taken in 32 bits before it is widened */
+    deadline = now_ns() + (uint64_t)(uint32_t)(timeout_ms * 1000000U);
+#endif
 #ifdef CALRT_MUTANT_WAIT_TIMEOUT_US /* the bug: CalRT's wait takes microseconds; the milliseconds passed through */
     deadline = now_ns() + (uint64_t)timeout_ms * 1000ULL;
 #endif
@@ -1993,6 +1997,9 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
 calrt_status calrt_job_wait_any(calrt_device *d, const calrt_job_id *ids, uint32_t n, uint32_t timeout_ms, uint32_t *index) {
     if (!d || !ids || !index || n == 0) return CALRT_E_INVALID_ARGUMENT;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+#ifdef CALRT_MUTANT_WAIT_TIMEOUT_32BIT
+    deadline = now_ns() + (uint64_t)(uint32_t)(timeout_ms * 1000000U);
+#endif
 #ifdef CALRT_MUTANT_WAIT_ANY_TIMEOUT_US /* the bug: CalRT's wait takes microseconds; the milliseconds passed through */
     deadline = now_ns() + (uint64_t)timeout_ms * 1000ULL;
 #endif
