@@ -39,7 +39,7 @@ from calctl.runtime.conformance.framework import (
     raw_submit,
     write_decode_lanes,
 )
-from calctl.runtime.errors import RuntimeStatus
+from calctl.runtime.errors import InvalidArgument, RuntimeStatus
 from calctl.runtime.types import Engine, KvLength, KvSeqId
 
 _OUTSIDE = 1000  # the key of the bystander sequence, outside the batch job
@@ -144,7 +144,16 @@ def _one_profile(s: Session, rt: Runtime, alias: str, batch: int) -> str:
         if s.native and len(active) > 1:
             _lane_position_checked(rt, pkg, alias, (inputs, outputs), tokens, positions, valid, kv, active[-1])
         write_decode_lanes(inputs, tokens, positions, valid, mask=decode_mask(pkg, alias))
-        job = rt.submit(m.decode.name, inputs, outputs, kv=kv)
+        try:
+            job = rt.submit(m.decode.name, inputs, outputs, kv=kv)
+        except InvalidArgument as exc:
+            raise ExpectationFailed(
+                f"LAYOUT-2: a B{batch} decode of {alias}, a profile graph {m.decode.name!r} lists, with lanes {active} "
+                "active at their committed lengths, must run",
+                call="calrt_job_submit",
+                arguments=f"graph={m.decode.name!r}, batch={batch}, positions {positions}",
+                returned=_returned(exc),
+            ) from None
         result = rt.wait(job, 30)
         expect(result.ok, f"the B{batch} decode job of {alias} succeeds", call="rt.wait", returned=result.state)
         rows = outputs.read("logits")

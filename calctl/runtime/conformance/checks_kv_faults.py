@@ -39,7 +39,7 @@ from calctl.runtime.errors import (
     RuntimeStatus,
     UnknownDmaState,
 )
-from calctl.runtime.types import ChipMemory, Health, JobState, KvLength, KvSeqId
+from calctl.runtime.types import ChipMemory, Health, JobState, KvLength, KvSeqId, ResetScope
 
 
 @check(
@@ -380,8 +380,9 @@ def _other_chip_keeps_quarantine(s: Session, rt: Runtime, buffer: object) -> Non
 
 
 def _chip_past_the_board_refused(rt: Runtime) -> None:
-    """OBS-2: the per-chip queries name a chip of the topology; one past the board is INVALID_ARGUMENT (a shim
-    that clamps or wraps the index answers another chip's figures as if they were that chip's)."""
+    """OBS-2: the per-chip calls name a chip of the topology; one past the board is INVALID_ARGUMENT (a shim that
+    clamps or wraps the index answers another chip's figures as if they were that chip's, and a chip reset of a
+    chip that is not there must not answer OK). Asked before any configuration, so a lax reset changes nothing."""
     from calctl.runtime._native import lib as L
 
     chips = rt.topology().chips
@@ -397,6 +398,15 @@ def _chip_past_the_board_refused(rt: Runtime) -> None:
             call=name,
             arguments=f"chip {chips}",
         )
+    status = raw_call(rt, "calrt_reset", ResetScope.CHIP.code, chips)
+    expect(  # NOT_SUPPORTED: a runtime without chip scope refuses every chip reset (§7)
+        status in (RuntimeStatus.INVALID_ARGUMENT, RuntimeStatus.NOT_SUPPORTED),
+        f"OBS-2: calrt_reset(CHIP) of chip {chips} (the board has chips 0..{chips - 1}) must return INVALID_ARGUMENT "
+        "(10), or NOT_SUPPORTED (13) without chip scope: a reset of no chip is no reset",
+        call="calrt_reset",
+        arguments=f"scope CHIP, chip {chips}",
+        returned=f"status {status}",
+    )
 
 
 def _board_reset_frees_memory(rt: Runtime, pkg: Any, baseline: tuple[ChipMemory, ...]) -> None:

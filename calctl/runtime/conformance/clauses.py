@@ -130,7 +130,8 @@ CLAUSES: tuple[Clause, ...] = (
     Clause(
         "OBS-2",
         "§7",
-        "calrt_memory_usage, calrt_chip_counters and calrt_chip_health refuse a chip past the board with INVALID_ARGUMENT",
+        "calrt_memory_usage, calrt_chip_counters, calrt_chip_health and calrt_reset(CHIP) refuse a chip past the "
+        "board with INVALID_ARGUMENT",
     ),
     Clause("RESET-1", "§7", "a chip reset aborts the chip's jobs, frees its quarantine, empties its sequences"),
     Clause("RESET-2", "§7", "a board reset drops the configuration and every KV sequence"),

@@ -128,7 +128,10 @@
  *   -DCALRT_MUTANT_QUERY_VIA_WAIT_ZERO  calrt_job_query reads the state through CalRT's Wait(0), which has no
  *                                     deadline: a query of a job in flight blocks until it ends;
  *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions;
- *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us.
+ *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us;
+ *   -DCALRT_MUTANT_RESET_CHIP_PAST_BOARD  calrt_reset(CHIP) of a chip past the board answers OK and resets nothing;
+ *   -DCALRT_MUTANT_PROFILES_FIRST_LAST  a graph keeps its first and last batch profiles only (B1 and B8 of 1,4,8);
+ *   -DCALRT_MUTANT_LANES_OF_FOUR      a batch kernel unrolled by four: lane l >= 4 decodes at lane l - 4's position.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -574,7 +577,11 @@ static int run_graph(job *j) {
             continue;
         }
         int32_t token = read_i32(gr, j->din, tok, j->batch, l);
+#ifdef CALRT_MUTANT_LANES_OF_FOUR /* the bug: the position is read from the lane's slot within a group of four */
+        uint32_t p = (uint32_t)read_i32(gr, j->din, pos, j->batch, l % 4);
+#else
         uint32_t p = (uint32_t)read_i32(gr, j->din, pos, j->batch, l);
+#endif
 #ifdef CALRT_MUTANT_KV_POS_PLUS_ONE /* the bug: the batched kernel's cache offset is one row too far */
         if (j->batch > 1 && p + 1 < gr->model->max_seq) p += 1;
 #endif
@@ -1236,6 +1243,9 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
 #endif
         for (uint32_t k = 0; rc == CALRT_OK && k < gd->n_batch_profiles; k++) {
             if (gd->batch_profiles[k] == 0 || gd->batch_profiles[k] > REF_MAX_LANES) rc = CALRT_E_INVALID_CALBIN;
+#ifdef CALRT_MUTANT_PROFILES_FIRST_LAST /* the bug: the profile table is read as a (min, max) pair */
+            if (k != 0 && k + 1 != gd->n_batch_profiles) continue;
+#endif
             g->prof[g->nprof++] = gd->batch_profiles[k];
         }
         for (uint32_t k = 0; rc == CALRT_OK && k < i; k++)
@@ -2271,8 +2281,13 @@ calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health)
 }
 
 calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
+#ifdef CALRT_MUTANT_RESET_CHIP_PAST_BOARD /* the bug: the chip index is not checked; its mask covers no chip */
+    if (!d || (scope != CALRT_RESET_CHIP && scope != CALRT_RESET_BOARD) || (scope == CALRT_RESET_CHIP && chip >= 32))
+        return CALRT_E_INVALID_ARGUMENT;
+#else
     if (!d || (scope != CALRT_RESET_CHIP && scope != CALRT_RESET_BOARD) || (scope == CALRT_RESET_CHIP && chip >= REF_CHIPS))
         return CALRT_E_INVALID_ARGUMENT;
+#endif
     pthread_mutex_lock(&d->mu);
     if (scope == CALRT_RESET_CHIP && d->f_no_chip_reset) {
         pthread_mutex_unlock(&d->mu);
