@@ -276,7 +276,7 @@ def raw_submit(
     from calctl.runtime._native import lib as L
 
     raw = _unwrap(rt)
-    per_lane = list(kv) if isinstance(kv, (list, tuple)) else [kv]
+    per_lane: list[KvSeqId | None] = list(kv) if isinstance(kv, (list, tuple)) else [cast(KvSeqId | None, kv)]
     lanes = (ctypes.c_uint64 * len(per_lane))(*(L.KV_NONE if q is None else int(q) for q in per_lane))
     native = [b.native if isinstance(b, HostBuffer) else b for b in (inputs, outputs)]
     desc = L.CalrtJobDesc(graph.encode(), native[0], native[1], 0, len(per_lane), len(per_lane), lanes, 0)

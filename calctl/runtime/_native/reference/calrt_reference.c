@@ -131,7 +131,9 @@
  *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us;
  *   -DCALRT_MUTANT_RESET_CHIP_PAST_BOARD  calrt_reset(CHIP) of a chip past the board answers OK and resets nothing;
  *   -DCALRT_MUTANT_PROFILES_FIRST_LAST  a graph keeps its first and last batch profiles only (B1 and B8 of 1,4,8);
- *   -DCALRT_MUTANT_LANES_OF_FOUR      a batch kernel unrolled by four: lane l >= 4 decodes at lane l - 4's position.
+ *   -DCALRT_MUTANT_LANES_OF_FOUR      a batch kernel unrolled by four: lane l >= 4 decodes at lane l - 4's position;
+ *   -DCALRT_MUTANT_MEMORY_FREE_AS_USED  calrt_memory_usage reports the free bytes as used (GetMemoryUsage's other
+ *                                     field).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -2248,6 +2250,9 @@ calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *ou
 #endif
 #ifdef CALRT_MUTANT_MEMORY_USED_KIB /* the bug: the used figure in KiB, the total in bytes */
         out->used_bytes /= 1024;
+#endif
+#ifdef CALRT_MUTANT_MEMORY_FREE_AS_USED /* the bug: the runtime's free figure copied into used */
+        out->used_bytes = out->total_bytes - out->used_bytes;
 #endif
     }
     pthread_mutex_unlock(&d->mu);
