@@ -33,13 +33,11 @@ from calctl.runtime.conformance.framework import (
     check,
     decode_mask,
     expect,
-    expect_code,
+    expect_submit_refused,
     prefill_job,
-    raw_call,
-    raw_submit,
     write_decode_lanes,
 )
-from calctl.runtime.errors import InvalidArgument, RuntimeStatus
+from calctl.runtime.errors import InvalidArgument
 from calctl.runtime.types import Engine, KvLength, KvSeqId
 
 _OUTSIDE = 1000  # the key of the bystander sequence, outside the batch job
@@ -202,15 +200,13 @@ def _lane_position_checked(
     wrong = list(positions)
     wrong[lane] += 1
     write_decode_lanes(buffers[0], tokens, wrong, valid, mask=decode_mask(pkg, alias))
-    status, job = raw_submit(rt, m.decode.name, buffers[0], buffers[1], kv=kv)
-    if status == RuntimeStatus.OK:  # accepted: let it end before its buffers are reused
-        raw_call(rt, "calrt_job_wait", job, 30_000, None)
-    expect_code(
-        status,
-        RuntimeStatus.INVALID_ARGUMENT,
+    expect_submit_refused(
+        rt,
+        m.decode.name,
+        buffers,
+        kv,
         f"KV-1: calrt_job_submit of a B{len(positions)} decode of {alias} whose lane {lane} names position "
         f"{wrong[lane]} (its sequence {kv[lane]} holds {positions[lane]} tokens, 1 reserved)",
-        call="calrt_job_submit",
         arguments=f"graph={m.decode.name!r}, batch={len(positions)}, positions {wrong}",
     )
 

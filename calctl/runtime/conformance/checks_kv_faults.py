@@ -20,6 +20,7 @@ from calctl.runtime.conformance.framework import (
     expect_code,
     expect_raises,
     expect_status,
+    expect_submit_refused,
     expect_wait_error,
     golden_prompt,
     prefill_job,
@@ -156,21 +157,19 @@ def _prefill_short_of_reservation(rt: Runtime, pkg: Any, alias: str) -> None:
     prompt = golden_prompt(pkg, alias)
     seq = rt.kv.allocate(alias)
     try:
-        with rt.job_buffers(m.prefill.name) as (inputs, outputs):
-            write_prefill(inputs, prompt)
+        with rt.job_buffers(m.prefill.name) as buffers:
+            write_prefill(buffers[0], prompt)
             rt.kv.append(seq, len(prompt) + 1)
-            status, job = raw_submit(rt, m.prefill.name, inputs, outputs, kv=seq)
-            if status == RuntimeStatus.OK:  # accepted: let it end before its buffers are released
-                raw_call(rt, "calrt_job_wait", job, 30_000, None)
-        expect_code(
-            status,
-            RuntimeStatus.INVALID_ARGUMENT,
-            f"KV-1: calrt_job_submit of a prefill of {len(prompt)} tokens into sequence {seq}, with "
-            f"{len(prompt) + 1} reserved,",
-            call="calrt_job_submit",
-            arguments=f"graph={m.prefill.name!r}, kv=[{seq}] (committed 0, {len(prompt) + 1} reserved), "
-            f"n_tokens={len(prompt)}",
-        )
+            expect_submit_refused(
+                rt,
+                m.prefill.name,
+                buffers,
+                seq,
+                f"KV-1: calrt_job_submit of a prefill of {len(prompt)} tokens into sequence {seq}, with "
+                f"{len(prompt) + 1} reserved,",
+                arguments=f"graph={m.prefill.name!r}, kv=[{seq}] (committed 0, {len(prompt) + 1} reserved), "
+                f"n_tokens={len(prompt)}",
+            )
         rt.kv.rollback(seq)
     finally:
         rt.kv.free(seq)

@@ -285,6 +285,23 @@ def raw_submit(
     return rc, int(job.value) if rc == RuntimeStatus.OK else 0
 
 
+def expect_submit_refused(
+    rt: Runtime,
+    graph: str,
+    buffers: tuple[HostBuffer, HostBuffer],
+    kv: KvSeqId | Sequence[KvSeqId | None],
+    detail: str,
+    *,
+    arguments: str,
+) -> None:
+    """A ``raw_submit`` the library must refuse with INVALID_ARGUMENT; a job it accepts is waited for (its buffers
+    are the caller's to reuse) before the FAIL."""
+    status, job = raw_submit(rt, graph, buffers[0], buffers[1], kv=kv)
+    if status == RuntimeStatus.OK:
+        raw_call(rt, "calrt_job_wait", job, 30_000, None)
+    expect_code(status, RuntimeStatus.INVALID_ARGUMENT, detail, call="calrt_job_submit", arguments=arguments)
+
+
 def raw_call(rt: Runtime, name: str, *args: Any) -> int:
     """One ``calrt_*`` function straight into the library with the device first; its status."""
     raw = _unwrap(rt)
