@@ -13,6 +13,7 @@ they return none, their rows are not judged.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -33,11 +34,13 @@ from calctl.runtime.conformance.framework import (
     check,
     decode_mask,
     expect,
+    expect_code,
     expect_submit_refused,
     prefill_job,
+    raw_call,
     write_decode_lanes,
 )
-from calctl.runtime.errors import InvalidArgument
+from calctl.runtime.errors import DeviceBusy, InvalidArgument, JobAborted, RuntimeStatus
 from calctl.runtime.types import Engine, KvLength, KvSeqId
 
 _OUTSIDE = 1000  # the key of the bystander sequence, outside the batch job
@@ -98,7 +101,7 @@ def _batched(pkg: Package) -> list[tuple[str, int]]:
 @check(
     "batch_lanes",
     "every compiled decode profile: active lanes equal their B1 twins, inactive lanes write no KV of any sequence",
-    clauses=("BATCH-1", "BATCH-2", "LAYOUT-2", "KV-1"),
+    clauses=("BATCH-1", "BATCH-2", "LAYOUT-2", "KV-1", "KV-3"),
 )
 def _batch_lanes(s: Session) -> str:
     """Per profile B: every other lane active (lane 0 first), the rest inactive (mask 0, no sequence); each active
@@ -117,7 +120,56 @@ def _batch_lanes(s: Session) -> str:
     with s.configured() as rt:
         for alias, batch in work:
             done.append(_one_profile(s, rt, alias, batch))
+        done.append(_lanes_busy_in_flight(s, rt, *work[0]))
     return "; ".join(done)
+
+
+def _lanes_busy_in_flight(s: Session, rt: Runtime, alias: str, batch: int) -> str:
+    """KV-3 per lane: a B``batch`` decode with lanes 0 and the last active hangs (the test hook); while it is in
+    flight, ``calrt_kv_commit`` of the last lane's sequence must be DEVICE_BUSY like lane 0's (a shim that marks
+    only the first lane's sequence, written for B1, lets the caller commit, free or reuse a sequence the job is
+    still writing). A reset then ends the job."""
+    pkg = s.package
+    m = pkg.model(alias)
+    vocab, max_tokens = int(m.decode.output("logits").shape[-1]), int(m.prefill.input("tokens").shape[-1])
+    lanes = [0, batch - 1]
+    seqs = {lane: _prefilled(rt, pkg, alias, crosstalk_prompt(vocab, max_tokens, batch, lane, 11))[0] for lane in lanes}
+    with rt.job_buffers(m.decode.name, batch) as (inputs, outputs):
+        positions = [rt.kv.append(seqs[lane], 1) if lane in seqs else 0 for lane in range(batch)]
+        valid = [lane in seqs for lane in range(batch)]
+        write_decode_lanes(inputs, [1 if v else 0 for v in valid], positions, valid, mask=decode_mask(pkg, alias))
+        try:
+            s.arm(rt, "hang")
+        except Unsupported:
+            for q in seqs.values():
+                rt.kv.rollback(q)
+                rt.kv.free(q)
+            return f"{alias} B{batch}: lanes in flight not tried (no test hook to hold a job)"
+        job = rt.submit(m.decode.name, inputs, outputs, kv=[seqs.get(lane) for lane in range(batch)])
+        last = seqs[lanes[-1]]
+        status = raw_call(rt, "calrt_kv_commit", int(last)) if s.native else _commit_status(rt, last)
+        scope = s.reset_chip_or_board(rt, s.chip_of(alias))
+        with contextlib.suppress(JobAborted):
+            rt.wait(job, 10)
+    expect_code(
+        status,
+        RuntimeStatus.DEVICE_BUSY,
+        f"KV-3: calrt_kv_commit of sequence {last}, lane {lanes[-1]} of B{batch} decode job {job.id} in flight,",
+        call="calrt_kv_commit",
+        arguments=f"seq={last} (lane {lanes[-1]} of job {job.id}, hung)",
+    )
+    if scope == "chip":
+        for q in seqs.values():
+            rt.kv.free(q)
+    return f"{alias} B{batch}: every active lane's sequence is busy while the job is in flight"
+
+
+def _commit_status(rt: Runtime, seq: KvSeqId) -> int:
+    try:
+        rt.kv.commit(seq)
+    except DeviceBusy:
+        return RuntimeStatus.DEVICE_BUSY
+    return RuntimeStatus.OK
 
 
 def _one_profile(s: Session, rt: Runtime, alias: str, batch: int) -> str:

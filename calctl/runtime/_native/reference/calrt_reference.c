@@ -133,7 +133,9 @@
  *   -DCALRT_MUTANT_PROFILES_FIRST_LAST  a graph keeps its first and last batch profiles only (B1 and B8 of 1,4,8);
  *   -DCALRT_MUTANT_LANES_OF_FOUR      a batch kernel unrolled by four: lane l >= 4 decodes at lane l - 4's position;
  *   -DCALRT_MUTANT_MEMORY_FREE_AS_USED  calrt_memory_usage reports the free bytes as used (GetMemoryUsage's other
- *                                     field).
+ *                                     field);
+ *   -DCALRT_MUTANT_BUSY_LANE0_ONLY    a job marks only lane 0's sequence as being written: the KV calls on another
+ *                                     lane's sequence succeed while a batch job writes it.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -1882,7 +1884,11 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     j->in->owner = j->out->owner = j->info.id;
     j->in->owner_mask = j->out->owner_mask = g->chip_mask;
     for (uint32_t l = 0; l < j->nkv; l++)
+#ifdef CALRT_MUTANT_BUSY_LANE0_ONLY /* the bug: the in-flight mark written for B1 (the first lane's sequence) */
+        if (j->seqs[l] && l == 0) { j->seqs[l]->busy = j->info.id; j->seqs[l]->last_failed = 0; }
+#else
         if (j->seqs[l]) { j->seqs[l]->busy = j->info.id; j->seqs[l]->last_failed = 0; }
+#endif
     d->chips[c].counters.pending++;
     j->next = d->jobs;
     d->jobs = j;
