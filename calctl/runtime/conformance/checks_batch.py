@@ -40,7 +40,7 @@ from calctl.runtime.conformance.framework import (
     raw_call,
     write_decode_lanes,
 )
-from calctl.runtime.errors import DeviceBusy, InvalidArgument, JobAborted, RuntimeStatus
+from calctl.runtime.errors import InvalidArgument, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.types import Engine, KvLength, KvSeqId
 
 _OUTSIDE = 1000  # the key of the bystander sequence, outside the batch job
@@ -101,7 +101,7 @@ def _batched(pkg: Package) -> list[tuple[str, int]]:
 @check(
     "batch_lanes",
     "every compiled decode profile: active lanes equal their B1 twins, inactive lanes write no KV of any sequence",
-    clauses=("BATCH-1", "BATCH-2", "LAYOUT-2", "KV-1", "KV-3"),
+    clauses=("BATCH-1", "BATCH-2", "LAYOUT-2", "KV-1", "KV-2", "KV-3"),
 )
 def _batch_lanes(s: Session) -> str:
     """Per profile B: every other lane active (lane 0 first), the rest inactive (mask 0, no sequence); each active
@@ -120,55 +120,61 @@ def _batch_lanes(s: Session) -> str:
     with s.configured() as rt:
         for alias, batch in work:
             done.append(_one_profile(s, rt, alias, batch))
-        done.append(_lanes_busy_in_flight(s, rt, *work[0]))
+        done.extend(_lanes_of_a_held_job(s, rt, *work[0], fault) for fault in ("hang", "ccu"))
     return "; ".join(done)
 
 
-def _lanes_busy_in_flight(s: Session, rt: Runtime, alias: str, batch: int) -> str:
-    """KV-3 per lane: a B``batch`` decode with lanes 0 and the last active hangs (the test hook); while it is in
-    flight, ``calrt_kv_commit`` of the last lane's sequence must be DEVICE_BUSY like lane 0's (a shim that marks
-    only the first lane's sequence, written for B1, lets the caller commit, free or reuse a sequence the job is
-    still writing). A reset then ends the job."""
+def _lanes_of_a_held_job(s: Session, rt: Runtime, alias: str, batch: int, fault: str) -> str:
+    """Every lane's sequence, not only lane 0's, is the job's: a B``batch`` decode with lanes 0 and the last active
+    is armed with the test hook's ``fault``. ``hang``: while it is in flight, ``calrt_kv_commit`` of the last
+    lane's sequence must be DEVICE_BUSY (KV-3). ``ccu``: once it failed, that commit must be INVALID_ARGUMENT
+    (KV-2). A shim that marks only the first lane's sequence, written for B1, lets the caller commit rows the job
+    is writing or half wrote. A reset then recovers the chip."""
     pkg = s.package
     m = pkg.model(alias)
     vocab, max_tokens = int(m.decode.output("logits").shape[-1]), int(m.prefill.input("tokens").shape[-1])
     lanes = [0, batch - 1]
     seqs = {lane: _prefilled(rt, pkg, alias, crosstalk_prompt(vocab, max_tokens, batch, lane, 11))[0] for lane in lanes}
+    last = seqs[lanes[-1]]
+    want, clause = (RuntimeStatus.DEVICE_BUSY, "KV-3") if fault == "hang" else (RuntimeStatus.INVALID_ARGUMENT, "KV-2")
     with rt.job_buffers(m.decode.name, batch) as (inputs, outputs):
         positions = [rt.kv.append(seqs[lane], 1) if lane in seqs else 0 for lane in range(batch)]
         valid = [lane in seqs for lane in range(batch)]
         write_decode_lanes(inputs, [1 if v else 0 for v in valid], positions, valid, mask=decode_mask(pkg, alias))
         try:
-            s.arm(rt, "hang")
+            s.arm(rt, fault)
         except Unsupported:
             for q in seqs.values():
                 rt.kv.rollback(q)
                 rt.kv.free(q)
-            return f"{alias} B{batch}: lanes in flight not tried (no test hook to hold a job)"
+            return f"{alias} B{batch}: lanes of a {fault} job not tried (no test hook)"
         job = rt.submit(m.decode.name, inputs, outputs, kv=[seqs.get(lane) for lane in range(batch)])
-        last = seqs[lanes[-1]]
+        if fault != "hang":
+            with contextlib.suppress(RuntimeLayerError):
+                rt.wait(job, 30)
         status = raw_call(rt, "calrt_kv_commit", int(last)) if s.native else _commit_status(rt, last)
         scope = s.reset_chip_or_board(rt, s.chip_of(alias))
-        with contextlib.suppress(JobAborted):
+        with contextlib.suppress(RuntimeLayerError):
             rt.wait(job, 10)
+    state = "in flight" if fault == "hang" else "that failed"
     expect_code(
         status,
-        RuntimeStatus.DEVICE_BUSY,
-        f"KV-3: calrt_kv_commit of sequence {last}, lane {lanes[-1]} of B{batch} decode job {job.id} in flight,",
+        want,
+        f"{clause}: calrt_kv_commit of sequence {last}, lane {lanes[-1]} of B{batch} decode job {job.id} {state},",
         call="calrt_kv_commit",
-        arguments=f"seq={last} (lane {lanes[-1]} of job {job.id}, hung)",
+        arguments=f"seq={last} (lane {lanes[-1]} of job {job.id}, {fault})",
     )
     if scope == "chip":
         for q in seqs.values():
             rt.kv.free(q)
-    return f"{alias} B{batch}: every active lane's sequence is busy while the job is in flight"
+    return f"{alias} B{batch}: every active lane's sequence is the {fault} job's"
 
 
 def _commit_status(rt: Runtime, seq: KvSeqId) -> int:
     try:
         rt.kv.commit(seq)
-    except DeviceBusy:
-        return RuntimeStatus.DEVICE_BUSY
+    except RuntimeLayerError as exc:
+        return int(getattr(exc, "status", RuntimeStatus.INTERNAL))
     return RuntimeStatus.OK
 
 

@@ -135,7 +135,9 @@
  *   -DCALRT_MUTANT_MEMORY_FREE_AS_USED  calrt_memory_usage reports the free bytes as used (GetMemoryUsage's other
  *                                     field);
  *   -DCALRT_MUTANT_BUSY_LANE0_ONLY    a job marks only lane 0's sequence as being written: the KV calls on another
- *                                     lane's sequence succeed while a batch job writes it.
+ *                                     lane's sequence succeed while a batch job writes it;
+ *   -DCALRT_MUTANT_FAILED_LANE0_ONLY  a failed job marks only lane 0's sequence failed: another lane's sequence
+ *                                     commits the rows the failed job may have half written.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -669,7 +671,11 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
         seq *s = j->seqs[l];
         if (s && s->busy == j->info.id) {
             s->busy = 0;
+#ifdef CALRT_MUTANT_FAILED_LANE0_ONLY /* the bug: the job's status lands on its first sequence only */
+            s->last_failed = l == 0 && state != CALRT_JOB_SUCCEEDED;
+#else
             s->last_failed = state != CALRT_JOB_SUCCEEDED;
+#endif
         }
     }
 #ifdef CALRT_MUTANT_RESET_NO_DRAIN
