@@ -268,46 +268,52 @@ def _slots_back(rt: Runtime, alias: str, cap: int, held: int) -> None:
     clauses=("FAULT-1", "KV-2", "OBS-1"),
 )
 def _ccu(s: Session) -> str:
-    pkg = s.package
+    """The fault on each chip in turn (a shim that halts a fixed chip, or the lowest, shows on the other)."""
     a, b = s.pair()
-    ca = s.chip_of(a)
     with s.configured() as rt:
-        job, seq, inputs, n = _armed_decode(s, rt, "ccu", a)
-        expect_wait_error(rt, job, CcuException, RuntimeStatus.CCU_EXCEPTION, "armed ccu")
-        expect(rt.query(job).state is JobState.FAILED, "the job ends FAILED", returned=rt.query(job))
-        health = {h.chip: h.health for h in rt.health()}
-        expect(
-            health[ca] in (Health.FAULTED, Health.UNKNOWN),
-            "its chip reports FAULTED",
-            call="rt.health",
-            returned=health,
-        )
-        expect_raises(InvalidArgument, "rt.kv.commit (the writing job failed)", rt.kv.commit, seq)
-        rolled = rt.kv.rollback(seq)
-        expect(
-            rolled == KvLength(n, n),
-            f"KV-2: calrt_kv_rollback after the failed decode of sequence {seq} must drop only its reservation: the "
-            f"{n} tokens committed before it stay",
-            call="calrt_kv_rollback",
-            arguments=f"seq={seq} (committed {n}, 1 reserved, its job FAILED)",
-            returned=f"committed {rolled.committed}, reserved {rolled.reserved}",
-        )
-        rt.release_buffer(inputs)
-        expect_raises(DeviceLost, "rt.submit (on the halted chip)", prefill_job, rt, pkg, a)
-        job_b, _, _, _ = prefill_job(rt, pkg, b)
-        expect(rt.wait(job_b, 10).ok, "the other chip keeps working", call="rt.wait")
-        scope = s.reset_chip_or_board(rt, ca)
-        health = {h.chip: h.health for h in rt.health()}
-        expect(
-            health[ca] in (Health.OK, Health.UNKNOWN),
-            f"FAULT-1: a {scope} reset ends the fault: chip {ca} must report OK again (calrt_chip_health)",
-            call="calrt_chip_health",
-            arguments=f"chip {ca}, after calrt_reset({scope.upper()})",
-            returned=health,
-        )
-        job2, _, _, _ = prefill_job(rt, pkg, a)
-        expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
-    return f"CCU_EXCEPTION (7); chip {ca} DEVICE_LOST until a {scope} reset; the other chip unaffected"
+        done = [_ccu_on(s, rt, a, b), _ccu_on(s, rt, b, a)]
+    return f"CCU_EXCEPTION (7); {'; '.join(done)}; the other chip unaffected"
+
+
+def _ccu_on(s: Session, rt: Runtime, a: str, b: str) -> str:
+    pkg = s.package
+    ca = s.chip_of(a)
+    job, seq, inputs, n = _armed_decode(s, rt, "ccu", a)
+    expect_wait_error(rt, job, CcuException, RuntimeStatus.CCU_EXCEPTION, "armed ccu")
+    expect(rt.query(job).state is JobState.FAILED, "the job ends FAILED", returned=rt.query(job))
+    health = {h.chip: h.health for h in rt.health()}
+    expect(
+        health[ca] in (Health.FAULTED, Health.UNKNOWN),
+        f"FAULT-1: chip {ca}, whose job failed, reports FAULTED",
+        call="rt.health",
+        returned=health,
+    )
+    expect_raises(InvalidArgument, "rt.kv.commit (the writing job failed)", rt.kv.commit, seq)
+    rolled = rt.kv.rollback(seq)
+    expect(
+        rolled == KvLength(n, n),
+        f"KV-2: calrt_kv_rollback after the failed decode of sequence {seq} must drop only its reservation: the "
+        f"{n} tokens committed before it stay",
+        call="calrt_kv_rollback",
+        arguments=f"seq={seq} (committed {n}, 1 reserved, its job FAILED)",
+        returned=f"committed {rolled.committed}, reserved {rolled.reserved}",
+    )
+    rt.release_buffer(inputs)
+    expect_raises(DeviceLost, "rt.submit (on the halted chip)", prefill_job, rt, pkg, a)
+    job_b, _, _, _ = prefill_job(rt, pkg, b)
+    expect(rt.wait(job_b, 10).ok, "the other chip keeps working", call="rt.wait")
+    scope = s.reset_chip_or_board(rt, ca)
+    health = {h.chip: h.health for h in rt.health()}
+    expect(
+        health[ca] in (Health.OK, Health.UNKNOWN),
+        f"FAULT-1: a {scope} reset ends the fault: chip {ca} must report OK again (calrt_chip_health)",
+        call="calrt_chip_health",
+        arguments=f"chip {ca}, after calrt_reset({scope.upper()})",
+        returned=health,
+    )
+    job2, _, _, _ = prefill_job(rt, pkg, a)
+    expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
+    return f"chip {ca} DEVICE_LOST until a {scope} reset"
 
 
 def _armed_decode(s: Session, rt: Runtime, fault: str, alias: str) -> tuple[Job, KvSeqId, HostBuffer, int]:

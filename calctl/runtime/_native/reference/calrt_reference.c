@@ -137,7 +137,8 @@
  *   -DCALRT_MUTANT_BUSY_LANE0_ONLY    a job marks only lane 0's sequence as being written: the KV calls on another
  *                                     lane's sequence succeed while a batch job writes it;
  *   -DCALRT_MUTANT_FAILED_LANE0_ONLY  a failed job marks only lane 0's sequence failed: another lane's sequence
- *                                     commits the rows the failed job may have half written.
+ *                                     commits the rows the failed job may have half written;
+ *   -DCALRT_MUTANT_CCU_HALTS_CHIP0    a CCU exception halts chip 0, whichever chip raised it.
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -895,7 +896,11 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
     if (j->fault == CALRT_EXT_FAULT_CCU || j->fault == CALRT_EXT_FAULT_DMA) {
         int dma = j->fault == CALRT_EXT_FAULT_DMA;
         finish(d, j, CALRT_JOB_FAILED, dma ? CALRT_E_UNKNOWN_DMA_STATE : CALRT_E_CCU_EXCEPTION, dma);
+#ifdef CALRT_MUTANT_CCU_HALTS_CHIP0 /* the bug: the exception handler halts the runtime's first chip */
+        d->chips[0].health = CALRT_HEALTH_FAULTED;
+#else
         d->chips[c].health = CALRT_HEALTH_FAULTED; /* the chip halts until a reset */
+#endif
         abort_jobs(d, 1u << c, 0);
     } else if (j->compute_failed) {
         finish(d, j, CALRT_JOB_FAILED, CALRT_E_OUT_OF_MEMORY, 0);
