@@ -177,6 +177,7 @@ VENDOR_DEADLINE = {
     "-DCALRT_MUTANT_BUSY_LANE0_ONLY": ("batch_lanes", "lane 3 of B4 decode job", "KV-3", True),
     "-DCALRT_MUTANT_FAILED_LANE0_ONLY": ("batch_lanes", "that failed, must return INVALID_ARGUMENT", "KV-2", True),
     "-DCALRT_MUTANT_CCU_HALTS_CHIP0": ("ccu_fault", "chip 1, whose job failed, reports FAULTED", "FAULT-1", False),
+    "-DCALRT_MUTANT_RESET_NO_DRAIN_CHIP1": ("reset_drains_jobs", "by a chip reset of chip 1, yet", "RESET-3", False),
     "-DCALRT_MUTANT_RELEASED_WAIT_CACHED": (
         "job_states_timestamps",
         "released once its wait saw it end",

@@ -138,7 +138,8 @@
  *                                     lane's sequence succeed while a batch job writes it;
  *   -DCALRT_MUTANT_FAILED_LANE0_ONLY  a failed job marks only lane 0's sequence failed: another lane's sequence
  *                                     commits the rows the failed job may have half written;
- *   -DCALRT_MUTANT_CCU_HALTS_CHIP0    a CCU exception halts chip 0, whichever chip raised it.
+ *   -DCALRT_MUTANT_CCU_HALTS_CHIP0    a CCU exception halts chip 0, whichever chip raised it;
+ *   -DCALRT_MUTANT_RESET_NO_DRAIN_CHIP1  as RESET_NO_DRAIN, for chip 1 only (the drain waits on chip 0's workers).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -146,6 +147,12 @@
  * caller may free buffers, sequences and calbins as soon as it returns.
  */
 #define _GNU_SOURCE
+#ifdef CALRT_MUTANT_RESET_NO_DRAIN_CHIP1 /* RESET_NO_DRAIN's machinery, its bug on chip 1's jobs only */
+#define CALRT_MUTANT_RESET_NO_DRAIN 1
+#define MUT_NO_DRAIN(j) ((j)->info.chip_mask & 2u)
+#elif defined(CALRT_MUTANT_RESET_NO_DRAIN)
+#define MUT_NO_DRAIN(j) 1
+#endif
 #include "calrt.h"
 #include "calrt_ext.h"
 
@@ -412,7 +419,7 @@ static int known_buffer(calrt_device *d, calrt_buffer *b);
 static int seq_storage(seq *s);
 #endif
 #ifdef CALRT_MUTANT_RESET_NO_DRAIN
-#define RUN_STOP(d, j) ((void)(j), (d)->quit) /* the bug: a worker does not look at the abort once its job started */
+#define RUN_STOP(d, j) (MUT_NO_DRAIN(j) ? (d)->quit : stop(d, j)) /* the bug: a started job ignores the abort */
 #else
 #define RUN_STOP(d, j) stop(d, j)
 #endif
@@ -956,8 +963,12 @@ static void abort_jobs(calrt_device *d, uint32_t mask, int include_running) {
         } else if (include_running) {
             j->aborted = 1;
 #ifdef CALRT_MUTANT_RESET_NO_DRAIN /* the bug: the job is reported aborted without waiting for its worker */
-            j->hung = 0;
-            finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
+            if (MUT_NO_DRAIN(j)) {
+                j->hung = 0;
+                finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
+            } else {
+                waiting = 1;
+            }
 #else
             waiting = 1;
 #endif
