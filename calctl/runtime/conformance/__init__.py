@@ -42,6 +42,7 @@ from calctl.runtime.conformance import (
     checks_jobs,
     checks_kv_faults,
     checks_promises,
+    checks_recovery,
     checks_telemetry,
 )
 from calctl.runtime.conformance.child import ConformanceSuiteResult, run_suite
@@ -81,6 +82,7 @@ _AREAS = tuple(
         checks_boards,
         checks_jobs,
         checks_kv_faults,
+        checks_recovery,
         checks_promises,
         checks_concurrency,
         checks_compute,

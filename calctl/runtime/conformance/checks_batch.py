@@ -13,6 +13,7 @@ they return none, their rows are not judged.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ import numpy as np
 
 from calctl.package.model import Package
 from calctl.runtime import Runtime
+from calctl.runtime.buffers import HostBuffer
 from calctl.runtime.conformance.checks_concurrency import crosstalk_prompt
 from calctl.runtime.conformance.framework import (
     ConformanceLevel,
@@ -32,9 +34,13 @@ from calctl.runtime.conformance.framework import (
     check,
     decode_mask,
     expect,
+    expect_code,
+    expect_submit_refused,
     prefill_job,
+    raw_call,
     write_decode_lanes,
 )
+from calctl.runtime.errors import InvalidArgument, RuntimeLayerError, RuntimeStatus
 from calctl.runtime.types import Engine, KvLength, KvSeqId
 
 _OUTSIDE = 1000  # the key of the bystander sequence, outside the batch job
@@ -95,7 +101,7 @@ def _batched(pkg: Package) -> list[tuple[str, int]]:
 @check(
     "batch_lanes",
     "every compiled decode profile: active lanes equal their B1 twins, inactive lanes write no KV of any sequence",
-    clauses=("BATCH-1", "BATCH-2", "LAYOUT-2"),
+    clauses=("BATCH-1", "BATCH-2", "LAYOUT-2", "KV-1", "KV-2", "KV-3"),
 )
 def _batch_lanes(s: Session) -> str:
     """Per profile B: every other lane active (lane 0 first), the rest inactive (mask 0, no sequence); each active
@@ -114,7 +120,62 @@ def _batch_lanes(s: Session) -> str:
     with s.configured() as rt:
         for alias, batch in work:
             done.append(_one_profile(s, rt, alias, batch))
+        done.extend(_lanes_of_a_held_job(s, rt, *work[0], fault) for fault in ("hang", "ccu"))
     return "; ".join(done)
+
+
+def _lanes_of_a_held_job(s: Session, rt: Runtime, alias: str, batch: int, fault: str) -> str:
+    """Every lane's sequence, not only lane 0's, is the job's: a B``batch`` decode with lanes 0 and the last active
+    is armed with the test hook's ``fault``. ``hang``: while it is in flight, ``calrt_kv_commit`` of the last
+    lane's sequence must be DEVICE_BUSY (KV-3). ``ccu``: once it failed, that commit must be INVALID_ARGUMENT
+    (KV-2). A shim that marks only the first lane's sequence, written for B1, lets the caller commit rows the job
+    is writing or half wrote. A reset then recovers the chip."""
+    pkg = s.package
+    m = pkg.model(alias)
+    vocab, max_tokens = int(m.decode.output("logits").shape[-1]), int(m.prefill.input("tokens").shape[-1])
+    lanes = [0, batch - 1]
+    seqs = {lane: _prefilled(rt, pkg, alias, crosstalk_prompt(vocab, max_tokens, batch, lane, 11))[0] for lane in lanes}
+    last = seqs[lanes[-1]]
+    want, clause = (RuntimeStatus.DEVICE_BUSY, "KV-3") if fault == "hang" else (RuntimeStatus.INVALID_ARGUMENT, "KV-2")
+    with rt.job_buffers(m.decode.name, batch) as (inputs, outputs):
+        positions = [rt.kv.append(seqs[lane], 1) if lane in seqs else 0 for lane in range(batch)]
+        valid = [lane in seqs for lane in range(batch)]
+        write_decode_lanes(inputs, [1 if v else 0 for v in valid], positions, valid, mask=decode_mask(pkg, alias))
+        try:
+            s.arm(rt, fault)
+        except Unsupported:
+            for q in seqs.values():
+                rt.kv.rollback(q)
+                rt.kv.free(q)
+            return f"{alias} B{batch}: lanes of a {fault} job not tried (no test hook)"
+        job = rt.submit(m.decode.name, inputs, outputs, kv=[seqs.get(lane) for lane in range(batch)])
+        if fault != "hang":
+            with contextlib.suppress(RuntimeLayerError):
+                rt.wait(job, 30)
+        status = raw_call(rt, "calrt_kv_commit", int(last)) if s.native else _commit_status(rt, last)
+        scope = s.reset_chip_or_board(rt, s.chip_of(alias))
+        with contextlib.suppress(RuntimeLayerError):
+            rt.wait(job, 10)
+    state = "in flight" if fault == "hang" else "that failed"
+    expect_code(
+        status,
+        want,
+        f"{clause}: calrt_kv_commit of sequence {last}, lane {lanes[-1]} of B{batch} decode job {job.id} {state},",
+        call="calrt_kv_commit",
+        arguments=f"seq={last} (lane {lanes[-1]} of job {job.id}, {fault})",
+    )
+    if scope == "chip":
+        for q in seqs.values():
+            rt.kv.free(q)
+    return f"{alias} B{batch}: every active lane's sequence is the {fault} job's"
+
+
+def _commit_status(rt: Runtime, seq: KvSeqId) -> int:
+    try:
+        rt.kv.commit(seq)
+    except RuntimeLayerError as exc:
+        return int(getattr(exc, "status", RuntimeStatus.INTERNAL))
+    return RuntimeStatus.OK
 
 
 def _one_profile(s: Session, rt: Runtime, alias: str, batch: int) -> str:
@@ -136,8 +197,19 @@ def _one_profile(s: Session, rt: Runtime, alias: str, batch: int) -> str:
             tokens.append(twins[lane].token if on else 0)
             valid.append(on)
             kv.append(seqs[lane] if on else None)
+        if s.native and len(active) > 1:
+            _lane_position_checked(rt, pkg, alias, (inputs, outputs), tokens, positions, valid, kv, active[-1])
         write_decode_lanes(inputs, tokens, positions, valid, mask=decode_mask(pkg, alias))
-        job = rt.submit(m.decode.name, inputs, outputs, kv=kv)
+        try:
+            job = rt.submit(m.decode.name, inputs, outputs, kv=kv)
+        except InvalidArgument as exc:
+            raise ExpectationFailed(
+                f"LAYOUT-2: a B{batch} decode of {alias}, a profile graph {m.decode.name!r} lists, with lanes {active} "
+                "active at their committed lengths, must run",
+                call="calrt_job_submit",
+                arguments=f"graph={m.decode.name!r}, batch={batch}, positions {positions}",
+                returned=_returned(exc),
+            ) from None
         result = rt.wait(job, 30)
         expect(result.ok, f"the B{batch} decode job of {alias} succeeds", call="rt.wait", returned=result.state)
         rows = outputs.read("logits")
@@ -165,6 +237,35 @@ def _one_profile(s: Session, rt: Runtime, alias: str, batch: int) -> str:
         rt.kv.free(q)
     return (
         f"{alias} B{batch}: {len(active)} active lanes equal their B1 twins, {batch - len(active)} inactive wrote no KV"
+    )
+
+
+def _lane_position_checked(
+    rt: Runtime,
+    pkg: Package,
+    alias: str,
+    buffers: tuple[HostBuffer, HostBuffer],
+    tokens: list[int],
+    positions: list[int],
+    valid: list[bool],
+    kv: list[KvSeqId | None],
+    lane: int,
+) -> None:
+    """KV-1 per lane: the same batch job, but lane ``lane`` (not lane 0) names the position after its committed
+    length, straight into ``calrt_job_submit``: INVALID_ARGUMENT (a shim that checks lane 0 only, written for
+    B1, runs it and writes that lane's K/V row one position off)."""
+    m = pkg.model(alias)
+    wrong = list(positions)
+    wrong[lane] += 1
+    write_decode_lanes(buffers[0], tokens, wrong, valid, mask=decode_mask(pkg, alias))
+    expect_submit_refused(
+        rt,
+        m.decode.name,
+        buffers,
+        kv,
+        f"KV-1: calrt_job_submit of a B{len(positions)} decode of {alias} whose lane {lane} names position "
+        f"{wrong[lane]} (its sequence {kv[lane]} holds {positions[lane]} tokens, 1 reserved)",
+        arguments=f"graph={m.decode.name!r}, batch={len(positions)}, positions {wrong}",
     )
 
 

@@ -195,6 +195,15 @@ def _configuration(s: Session) -> str:
                 arguments=f"graph={m.prefill.name!r} (after the unload)",
             )
         rt.configure(second)
+        cap = m.kv.max_sequences
+        expect(
+            rt.kv.can_allocate(m.alias, cap),
+            f"CFG-2: after calrt_reset_configuration dropped sequence {old}, the next configuration must grant "
+            f"{m.alias}'s whole capacity ({cap} sequences): calrt_kv_can_allocate",
+            call="calrt_kv_can_allocate",
+            arguments=f"{m.alias!r}, {cap} (after an unload and a reload)",
+            returned="no",
+        )
         job, seq, _, _ = prefill_job(rt, pkg, m.alias)
         expect(rt.wait(job, 10).ok, "a job runs on the calbin configured after the unload", call="rt.wait")
         rt.kv.free(seq)

@@ -35,7 +35,7 @@ from calctl.runtime.errors import (
     RuntimeStatus,
     Timeout,
 )
-from calctl.runtime.types import Engine, GenerationId, Health, JobState, KvLength
+from calctl.runtime.types import ChipCounters, Engine, GenerationId, Health, JobState, KvLength
 
 _TERMINAL = list(JobState).index(JobState.SUCCEEDED)  # CALRT_JOB_SUCCEEDED and after: terminal (calrt.h order)
 
@@ -98,15 +98,16 @@ def _buffers(s: Session) -> str:
 @check(
     "job_states_timestamps",
     "job states end SUCCEEDED; submit <= start <= end on CLOCK_MONOTONIC; query and wait echo the submitted tags",
-    clauses=("CONV-5", "JOB-1", "JOB-9"),
+    clauses=("CONV-5", "JOB-1", "JOB-9", "OWN-9"),
 )
 def _timestamps(s: Session) -> str:
     """The tags are read from what the shim returns (``calrt_job_query`` and ``calrt_job_wait`` fill
     ``calrt_job_info``: generation, engine, chip mask), compared with what was submitted; never from calctl's own
-    job record. Two jobs with different tags (one generation past 32 bits), on both chips where there are two."""
+    job record. Three jobs with different tags (one generation past 32 bits; PING, PONG and AUTO), on both chips
+    where there are two."""
     pkg = s.package
     aliases = list(s.pair()) if len(pkg.models) > 1 else [pkg.models[0].alias]
-    tags = [(GenerationId(7), Engine.PING), (GenerationId((1 << 40) + 3), Engine.PONG)]
+    tags = [(GenerationId(7), Engine.PING), (GenerationId((1 << 40) + 3), Engine.PONG), (GenerationId(11), Engine.AUTO)]
     echoed = 0
     with s.configured() as rt:
         for alias, (generation, engine) in zip(aliases * 2, tags, strict=False):
@@ -142,6 +143,15 @@ def _timestamps(s: Session) -> str:
             expect(
                 result.ok and result.status is RuntimeStatus.OK, "the job succeeded", call="rt.wait", returned=result
             )
+            if s.native:  # calctl released the record once its wait saw the end (C ABI §5)
+                rc, _ = raw_job_info(rt, job, 0)
+                expect_code(
+                    rc,
+                    RuntimeStatus.INVALID_ARGUMENT,
+                    f"OWN-9: calrt_job_wait of job {job.id}, released once its wait saw it end,",
+                    call="calrt_job_wait",
+                    arguments=f"job={job.id} (released), 0 ms",
+                )
             start, end = result.start_ns, result.end_ns
             expect(
                 start is not None and end is not None,
@@ -248,6 +258,7 @@ def _wait_timeout(s: Session) -> str:
     a, b = s.pair()
     ca = s.chip_of(a)
     with s.configured() as rt:
+        counted = rt.counters()[ca]
         job, seq, inputs, outputs = s.armed_prefill(rt, "hang", a)
         t0 = time.monotonic()
         expect_wait_error(rt, job, Timeout, RuntimeStatus.TIMEOUT, "0.2 s on a hung job", 0.2)
@@ -257,10 +268,12 @@ def _wait_timeout(s: Session) -> str:
             f"the wait must last its timeout (0.2 s), it returned after {waited:.3f} s",
             call="calrt_job_wait",
         )
+        if s.native:  # before any query of the hung job: a query that blocks must fail here, not hang the check
+            _zero_timeout_polls(s, rt, job, ca)
         expect(not rt.query(job).state.terminal, "the job is still in flight after the timeout", returned=rt.query(job))
         expect(rt.wait_any([job], 0.05) == [], "wait_any on the hung job times out empty", call="rt.wait_any")
         if s.native:
-            _zero_timeout_polls(s, rt, job, ca)
+            _wait_any_lasts_its_timeout(rt, job)
         if s.native:  # the library's own ownership, past calctl's bookkeeping (C ABI §7: buffers unchanged)
             for what, buf in (("inputs", inputs), ("outputs", outputs)):
                 expect_code(
@@ -283,6 +296,8 @@ def _wait_timeout(s: Session) -> str:
             call="rt.health",
             returned=health,
         )
+        if s.native:
+            _long_timeout_not_truncated(rt, pkg, b)
         job_b, _, _, _ = prefill_job(rt, pkg, b)
         if s.native:
             _wait_any_names_the_terminal_job(rt, job, job_b)
@@ -291,6 +306,8 @@ def _wait_timeout(s: Session) -> str:
         aborted = expect_raises(JobAborted, "rt.wait (hung job after a reset)", rt.wait, job, 5)
         expect_status(aborted, RuntimeStatus.JOB_ABORTED, "calrt_job_wait")
         expect(rt.query(job).state is JobState.ABORTED, "the hung job ends ABORTED", returned=rt.query(job))
+        if scope == "chip":  # a board reset may restart a shim's counters
+            _aborted_counted_failed(counted, rt.counters()[ca], job)
         if scope == "chip":
             expect(
                 rt.kv.length(seq) == KvLength(0, 0),
@@ -305,17 +322,76 @@ def _wait_timeout(s: Session) -> str:
     )
 
 
+def _aborted_counted_failed(before: ChipCounters, after: ChipCounters, job: Job) -> None:
+    """OBS-1: ``calrt_chip_counters`` counts a job that SUCCEEDED as finished and every other end (FAILED,
+    ABORTED) as failed: the hung job a reset aborted is one more failed, no more finished, none pending."""
+    if None in (before.finished, before.failed, after.pending, after.finished, after.failed):
+        return  # not reported (C3): nothing to judge
+    assert before.finished is not None and before.failed is not None
+    expect(
+        after.pending == 0 and after.finished == before.finished and after.failed == before.failed + 1,
+        f"OBS-1: after a reset aborted job {job.id}, chip {after.chip}'s counters must count it failed (finished "
+        f"{before.finished}, failed {before.failed + 1}, 0 pending)",
+        call="calrt_chip_counters",
+        arguments=f"chip {after.chip}",
+        returned=f"pending {after.pending}, finished {after.finished}, failed {after.failed}",
+    )
+
+
+def _wait_any_lasts_its_timeout(rt: Runtime, hung: Job) -> None:
+    """JOB-4: ``calrt_job_wait_any`` over a hung job returns TIMEOUT once its deadline passed, never before (a shim
+    that hands the milliseconds to a runtime counting microseconds returns at once). A lower bound only: a loaded
+    host makes the call later, never earlier."""
+    raw = _unwrap(rt)
+    ids, index = (ctypes.c_uint64 * 1)(hung.id), ctypes.c_uint32(7)
+    t0 = time.monotonic()
+    rc = int(raw._fn.calrt_job_wait_any(raw._dev, ids, 1, 200, ctypes.byref(index)))
+    waited = time.monotonic() - t0
+    expect(
+        rc == RuntimeStatus.TIMEOUT and waited >= 0.15,
+        f"JOB-4: calrt_job_wait_any over [job {hung.id} (hung)] with timeout 200 ms must return TIMEOUT after its "
+        f"deadline, not before: it returned after {waited:.3f} s",
+        call="calrt_job_wait_any",
+        arguments=f"jobs=[{hung.id}], n=1, 200 ms",
+        returned=f"status {rc}, after {waited:.3f} s",
+    )
+
+
+#: a wait's timeout whose deadline in ns, 4,295,000,000, does not fit 32 bits: a shim that multiplies in 32 bits
+#: waits 32.7 us instead of 4.3 s (any timeout of 4,295 ms or more overflows; this one to almost nothing)
+LONG_WAIT_MS = 4295
+
+
+def _long_timeout_not_truncated(rt: Runtime, pkg: Any, alias: str) -> None:
+    """JOB-3: a job that ends within a few ms, waited with ``LONG_WAIT_MS``: the wait returns OK once it ended.
+    Evidence, not a duration: a TIMEOUT means the deadline passed before a job of milliseconds ended."""
+    job, seq, _, _ = prefill_job(rt, pkg, alias)
+    rc, info = raw_job_info(rt, job, LONG_WAIT_MS)
+    if rc != RuntimeStatus.OK:
+        rt.wait(job, 30)  # let it end before the FAIL
+    expect(
+        rc == RuntimeStatus.OK and int(info.state) >= _TERMINAL,
+        f"JOB-3: calrt_job_wait of job {job.id} (one prefill) with timeout {LONG_WAIT_MS} ms must return OK once "
+        f"the job ended, not TIMEOUT: a deadline of {LONG_WAIT_MS * 1_000_000:,} ns does not fit 32 bits",
+        call="calrt_job_wait",
+        arguments=f"job={job.id}, {LONG_WAIT_MS} ms",
+        returned=f"status {rc}, state {int(info.state)}",
+    )
+    rt.wait(job, 30)
+    rt.kv.free(seq)
+
+
 def _wait_any_names_the_terminal_job(rt: Runtime, hung: Job, done: Job) -> None:
     """JOB-4: ``calrt_job_wait_any`` over [a hung job, a job that ends] answers index 1, the one that ended."""
     raw = _unwrap(rt)
     ids, index = (ctypes.c_uint64 * 2)(hung.id, done.id), ctypes.c_uint32(7)
-    rc = int(raw._fn.calrt_job_wait_any(raw._dev, ids, 2, 10_000, ctypes.byref(index)))
+    rc = int(raw._fn.calrt_job_wait_any(raw._dev, ids, 2, LONG_WAIT_MS, ctypes.byref(index)))
     expect(
         rc == RuntimeStatus.OK and index.value == 1,
         f"JOB-4: calrt_job_wait_any over [job {hung.id} (hung), job {done.id}] must answer the index of the job "
-        "that ended (1)",
+        f"that ended (1), within its {LONG_WAIT_MS} ms",
         call="calrt_job_wait_any",
-        arguments=f"jobs=[{hung.id}, {done.id}], n=2, 10000 ms",
+        arguments=f"jobs=[{hung.id}, {done.id}], n=2, {LONG_WAIT_MS} ms",
         returned=f"status {rc}, index {index.value}",
     )
 
@@ -326,9 +402,10 @@ POLL_BOUND_S = 5.0
 
 
 def _zero_timeout_polls(s: Session, rt: Runtime, job: Job, chip: int) -> None:
-    """JOB-8: ``calrt_job_wait`` and ``calrt_job_wait_any`` with timeout 0 on a job in flight are polls: TIMEOUT at
-    once. A shim that passes CalRT's ``Wait(0)`` ("no deadline") through blocks until the job ends; here that is
-    never, so the polls run in a thread, and a reset releases a blocked one before the FAIL."""
+    """JOB-8: ``calrt_job_query`` of a job in flight answers at once, and ``calrt_job_wait`` and
+    ``calrt_job_wait_any`` with timeout 0 are polls: TIMEOUT at once. A shim that passes CalRT's ``Wait(0)`` ("no
+    deadline") through, or reads a query's state with it, blocks until the job ends; here that is never, so the
+    calls run in a thread, and a reset releases a blocked one before the FAIL."""
     from calctl.runtime._native import lib as L
 
     raw = _unwrap(rt)
@@ -337,6 +414,11 @@ def _zero_timeout_polls(s: Session, rt: Runtime, job: Job, chip: int) -> None:
     def poll() -> None:
         t = time.monotonic()
         info = L.CalrtJobInfo()
+        got["calrt_job_query"] = (
+            int(raw._fn.calrt_job_query(raw._dev, job.id, ctypes.byref(info))),
+            time.monotonic() - t,
+        )
+        t = time.monotonic()
         got["calrt_job_wait"] = (
             int(raw._fn.calrt_job_wait(raw._dev, job.id, 0, ctypes.byref(info))),
             time.monotonic() - t,
@@ -354,6 +436,16 @@ def _zero_timeout_polls(s: Session, rt: Runtime, job: Job, chip: int) -> None:
     if thread.is_alive():  # blocked inside the library: end the job so the call returns, then report
         s.reset_chip_or_board(rt, chip)
         thread.join(POLL_BOUND_S)
+    rc, took = got.get("calrt_job_query", (-1, POLL_BOUND_S))
+    expect(
+        rc == RuntimeStatus.OK and took < POLL_BOUND_S,
+        f"JOB-8: calrt_job_query of job {job.id} in flight never blocks: it must answer OK at once",
+        call="calrt_job_query",
+        arguments=f"job={job.id} (hung)",
+        returned=f"still blocked after {POLL_BOUND_S:g} s (returned only when a reset ended the job)"
+        if rc == -1 or took >= POLL_BOUND_S
+        else f"status {rc} after {took:.3f} s",
+    )
     for call in ("calrt_job_wait", "calrt_job_wait_any"):
         rc, took = got.get(call, (-1, POLL_BOUND_S))
         expect(

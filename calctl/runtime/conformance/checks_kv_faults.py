@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
+from typing import Any
+
 import numpy as np
 
-from calctl.runtime import Runtime
-from calctl.runtime.buffers import BufferState
+from calctl.runtime import Job, Runtime
+from calctl.runtime.buffers import BufferState, HostBuffer
 from calctl.runtime.conformance.framework import (
     ExpectationFailed,
     Session,
@@ -17,6 +20,7 @@ from calctl.runtime.conformance.framework import (
     expect_code,
     expect_raises,
     expect_status,
+    expect_submit_refused,
     expect_wait_error,
     golden_prompt,
     prefill_job,
@@ -36,13 +40,13 @@ from calctl.runtime.errors import (
     RuntimeStatus,
     UnknownDmaState,
 )
-from calctl.runtime.types import ChipMemory, Health, JobState, KvLength, KvSeqId
+from calctl.runtime.types import ChipMemory, Health, JobState, KvLength, KvSeqId, ResetScope
 
 
 @check(
     "kv_lifecycle",
     "KV: capacity per model, allocate / append / commit / rollback / remove-tail / free",
-    clauses=("KV-1", "KV-4", "KV-5", "KV-7", "KV-8"),
+    clauses=("KV-1", "KV-4", "KV-5", "KV-7", "KV-8", "KV-9", "CONV-2"),
 )
 def _kv(s: Session) -> str:
     pkg = s.package
@@ -68,6 +72,8 @@ def _kv(s: Session) -> str:
         rt.wait(job, 10)
         n = rt.kv.commit(seq).committed
         _prefill_on_used_refused(s, rt, a, seq)
+        if s.native:
+            _prefill_short_of_reservation(rt, pkg, a)
         token = int(np.argmax(outputs.read("logits")[0]))
         decode = pkg.model(a).decode.name
         with rt.job_buffers(decode) as (inputs, outs):
@@ -110,6 +116,7 @@ def _kv(s: Session) -> str:
         rt.kv.free(seq)
         expect_raises(InvalidArgument, "rt.kv.length (freed sequence)", rt.kv.length, seq)
         _slots_back(rt, a, pkg.model(a).kv.max_sequences, n)
+        _append_past_capacity(s, rt, b)
     return f"capacity {cap}; namespaces per model; commit/rollback/remove-tail/free at position {n}; slots given back"
 
 
@@ -142,6 +149,32 @@ def _prefill_on_used_refused(s: Session, rt: Runtime, alias: str, seq: KvSeqId) 
     rt.kv.rollback(seq)
 
 
+def _prefill_short_of_reservation(rt: Runtime, pkg: Any, alias: str) -> None:
+    """KV-1: a job writes exactly the tokens reserved for it. A prefill of n tokens into a fresh sequence with
+    n + 1 reserved, straight into ``calrt_job_submit``: INVALID_ARGUMENT (a shim that takes "no more than
+    reserved" for "exactly" lets the commit then commit a row nothing wrote)."""
+    m = pkg.model(alias)
+    prompt = golden_prompt(pkg, alias)
+    seq = rt.kv.allocate(alias)
+    try:
+        with rt.job_buffers(m.prefill.name) as buffers:
+            write_prefill(buffers[0], prompt)
+            rt.kv.append(seq, len(prompt) + 1)
+            expect_submit_refused(
+                rt,
+                m.prefill.name,
+                buffers,
+                seq,
+                f"KV-1: calrt_job_submit of a prefill of {len(prompt)} tokens into sequence {seq}, with "
+                f"{len(prompt) + 1} reserved,",
+                arguments=f"graph={m.prefill.name!r}, kv=[{seq}] (committed 0, {len(prompt) + 1} reserved), "
+                f"n_tokens={len(prompt)}",
+            )
+        rt.kv.rollback(seq)
+    finally:
+        rt.kv.free(seq)
+
+
 def _remove_tail_refused_while_reserved(s: Session, rt: Runtime, seq: KvSeqId) -> None:
     """KV-8: with a token reserved, calrt_kv_remove_tokens_at_end is INVALID_ARGUMENT and changes nothing (0.7.6
     RemoveTokensAtEnd: nothing may be reserved); straight into the library on a C shim."""
@@ -169,6 +202,41 @@ def _remove_tail_refused_while_reserved(s: Session, rt: Runtime, seq: KvSeqId) -
         returned=after,
     )
     rt.kv.rollback(seq)
+
+
+def _append_past_capacity(s: Session, rt: Runtime, alias: str) -> None:
+    """KV-9: a sequence holds at most the model's longest graph context (``calrt_model_desc.kv_max_seq``): a
+    reservation up to it is granted, one token more is INVALID_ARGUMENT, reserves nothing and leaves the
+    ``position`` out-parameter unwritten (CONV-2); a shim that lets it through writes that token past its cache, or
+    over the last row. Then KV-7: the sequence is freed with its reservation still pending (no job runs on it):
+    OK. Bookkeeping only: nothing computes."""
+    capacity = max(g.max_seq for g in s.package.model(alias).graphs)
+    seq = rt.kv.allocate(alias)
+    rt.kv.append(seq, capacity)
+    if not s.native:
+        expect_raises(InvalidArgument, "rt.kv.append (past the capacity)", rt.kv.append, seq, 1)
+        rt.kv.free(seq)
+        return
+    raw = _unwrap(rt)
+    position = ctypes.c_uint32(0xFFFF_FFFF)
+    status = int(raw._fn.calrt_kv_append(raw._dev, int(seq), 1, ctypes.byref(position)))
+    length = rt.kv.length(seq)
+    expect(
+        status == RuntimeStatus.INVALID_ARGUMENT and length == KvLength(0, capacity) and position.value == 0xFFFF_FFFF,
+        f"KV-9: calrt_kv_append of one token past the capacity of {alias}'s sequence {seq} ({capacity} tokens, "
+        "all reserved) must return INVALID_ARGUMENT (10), reserve nothing and leave *position unwritten (CONV-2)",
+        call="calrt_kv_append",
+        arguments=f"seq={seq} (committed 0, {capacity} reserved), n=1, *position=0xffffffff",
+        returned=f"status {status}; committed {length.committed}, reserved {length.reserved}; "
+        f"*position={position.value:#x}",
+    )
+    expect_code(
+        int(raw._fn.calrt_kv_free(raw._dev, int(seq))),
+        RuntimeStatus.OK,
+        f"KV-7: calrt_kv_free of sequence {seq}, {capacity} tokens reserved and no job in flight,",
+        call="calrt_kv_free",
+        arguments=f"seq={seq} (committed 0, {capacity} reserved)",
+    )
 
 
 def _slots_back(rt: Runtime, alias: str, cap: int, held: int) -> None:
@@ -200,30 +268,70 @@ def _slots_back(rt: Runtime, alias: str, cap: int, held: int) -> None:
     clauses=("FAULT-1", "KV-2", "OBS-1"),
 )
 def _ccu(s: Session) -> str:
-    pkg = s.package
+    """The fault on each chip in turn (a shim that halts a fixed chip, or the lowest, shows on the other)."""
     a, b = s.pair()
-    ca = s.chip_of(a)
     with s.configured() as rt:
-        job, seq, inputs, _ = s.armed_prefill(rt, "ccu", a)
-        expect_wait_error(rt, job, CcuException, RuntimeStatus.CCU_EXCEPTION, "armed ccu")
-        expect(rt.query(job).state is JobState.FAILED, "the job ends FAILED", returned=rt.query(job))
-        health = {h.chip: h.health for h in rt.health()}
-        expect(
-            health[ca] in (Health.FAULTED, Health.UNKNOWN),
-            "its chip reports FAULTED",
-            call="rt.health",
-            returned=health,
-        )
-        expect_raises(InvalidArgument, "rt.kv.commit (the writing job failed)", rt.kv.commit, seq)
-        rt.kv.rollback(seq)
-        rt.release_buffer(inputs)
-        expect_raises(DeviceLost, "rt.submit (on the halted chip)", prefill_job, rt, pkg, a)
-        job_b, _, _, _ = prefill_job(rt, pkg, b)
-        expect(rt.wait(job_b, 10).ok, "the other chip keeps working", call="rt.wait")
-        scope = s.reset_chip_or_board(rt, ca)
-        job2, _, _, _ = prefill_job(rt, pkg, a)
-        expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
-    return f"CCU_EXCEPTION (7); chip {ca} DEVICE_LOST until a {scope} reset; the other chip unaffected"
+        done = [_ccu_on(s, rt, a, b), _ccu_on(s, rt, b, a)]
+    return f"CCU_EXCEPTION (7); {'; '.join(done)}; the other chip unaffected"
+
+
+def _ccu_on(s: Session, rt: Runtime, a: str, b: str) -> str:
+    pkg = s.package
+    ca = s.chip_of(a)
+    job, seq, inputs, n = _armed_decode(s, rt, "ccu", a)
+    expect_wait_error(rt, job, CcuException, RuntimeStatus.CCU_EXCEPTION, "armed ccu")
+    expect(rt.query(job).state is JobState.FAILED, "the job ends FAILED", returned=rt.query(job))
+    health = {h.chip: h.health for h in rt.health()}
+    expect(
+        health[ca] in (Health.FAULTED, Health.UNKNOWN),
+        f"FAULT-1: chip {ca}, whose job failed, reports FAULTED",
+        call="rt.health",
+        returned=health,
+    )
+    expect_raises(InvalidArgument, "rt.kv.commit (the writing job failed)", rt.kv.commit, seq)
+    rolled = rt.kv.rollback(seq)
+    expect(
+        rolled == KvLength(n, n),
+        f"KV-2: calrt_kv_rollback after the failed decode of sequence {seq} must drop only its reservation: the "
+        f"{n} tokens committed before it stay",
+        call="calrt_kv_rollback",
+        arguments=f"seq={seq} (committed {n}, 1 reserved, its job FAILED)",
+        returned=f"committed {rolled.committed}, reserved {rolled.reserved}",
+    )
+    rt.release_buffer(inputs)
+    expect_raises(DeviceLost, "rt.submit (on the halted chip)", prefill_job, rt, pkg, a)
+    job_b, _, _, _ = prefill_job(rt, pkg, b)
+    expect(rt.wait(job_b, 10).ok, "the other chip keeps working", call="rt.wait")
+    scope = s.reset_chip_or_board(rt, ca)
+    health = {h.chip: h.health for h in rt.health()}
+    expect(
+        health[ca] in (Health.OK, Health.UNKNOWN),
+        f"FAULT-1: a {scope} reset ends the fault: chip {ca} must report OK again (calrt_chip_health)",
+        call="calrt_chip_health",
+        arguments=f"chip {ca}, after calrt_reset({scope.upper()})",
+        returned=health,
+    )
+    job2, _, _, _ = prefill_job(rt, pkg, a)
+    expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
+    return f"chip {ca} DEVICE_LOST until a {scope} reset"
+
+
+def _armed_decode(s: Session, rt: Runtime, fault: str, alias: str) -> tuple[Job, KvSeqId, HostBuffer, int]:
+    """A prefill that succeeds and is committed (n tokens), then ``fault`` armed and the decode at position n
+    submitted on the same sequence: (the decode job, its sequence, its inputs, n)."""
+    pkg = s.package
+    job, seq, pre_in, pre_out = prefill_job(rt, pkg, alias)
+    rt.wait(job, 10)
+    n = rt.kv.commit(seq).committed
+    token = int(np.argmax(pre_out.read("logits")[0]))
+    rt.release_buffer(pre_in)
+    rt.release_buffer(pre_out)
+    decode = pkg.model(alias).decode.name
+    inputs, outputs = rt.alloc_inputs(decode), rt.alloc_outputs(decode)
+    write_decode(inputs, token, n, mask=decode_mask(pkg, alias))
+    rt.kv.append(seq, 1)
+    s.arm(rt, fault)
+    return rt.submit(decode, inputs, outputs, kv=[seq]), seq, inputs, n
 
 
 @check(
@@ -276,19 +384,71 @@ def _other_chip_keeps_quarantine(s: Session, rt: Runtime, buffer: object) -> Non
     )
 
 
+def _chip_past_the_board_refused(rt: Runtime) -> None:
+    """OBS-2: the per-chip calls name a chip of the topology; one past the board is INVALID_ARGUMENT (a shim that
+    clamps or wraps the index answers another chip's figures as if they were that chip's, and a chip reset of a
+    chip that is not there must not answer OK). Asked before any configuration, so a lax reset changes nothing."""
+    from calctl.runtime._native import lib as L
+
+    chips = rt.topology().chips
+    for name, out in (
+        ("calrt_memory_usage", L.CalrtMemory()),
+        ("calrt_chip_counters", L.CalrtCounters()),
+        ("calrt_chip_health", ctypes.c_uint32()),
+    ):
+        expect_code(
+            raw_call(rt, name, chips, ctypes.byref(out)),
+            RuntimeStatus.INVALID_ARGUMENT,
+            f"OBS-2: {name} of chip {chips} (the board has chips 0..{chips - 1})",
+            call=name,
+            arguments=f"chip {chips}",
+        )
+    status = raw_call(rt, "calrt_reset", ResetScope.CHIP.code, chips)
+    expect(  # NOT_SUPPORTED: a runtime without chip scope refuses every chip reset (§7)
+        status in (RuntimeStatus.INVALID_ARGUMENT, RuntimeStatus.NOT_SUPPORTED),
+        f"OBS-2: calrt_reset(CHIP) of chip {chips} (the board has chips 0..{chips - 1}) must return INVALID_ARGUMENT "
+        "(10), or NOT_SUPPORTED (13) without chip scope: a reset of no chip is no reset",
+        call="calrt_reset",
+        arguments=f"scope CHIP, chip {chips}",
+        returned=f"status {status}",
+    )
+
+
+def _board_reset_frees_memory(rt: Runtime, pkg: Any, baseline: tuple[ChipMemory, ...]) -> None:
+    """MEM-3: a board reset drops the configuration (RESET-2) and with it the memory the configuration took: each
+    chip's usage comes back to its baseline, within half of what the load took (a shim whose reset path forgets
+    the arena keeps the whole load)."""
+    rt.configure(rt.create_calbin(pkg))
+    loaded = rt.memory_usage()
+    rt.reset("board")
+    for before, cfg, m in zip(baseline, loaded, rt.memory_usage(), strict=True):
+        if before.used_bytes is None or cfg.used_bytes is None or m.used_bytes is None:
+            continue
+        grown, took = m.used_bytes - before.used_bytes, cfg.used_bytes - before.used_bytes
+        expect(
+            grown <= max(1 << 20, took // 2),
+            f"MEM-3: chip {m.chip}: memory not back to baseline after a board reset dropped the configuration: "
+            f"{grown / 2**20:+.1f} MiB of the {took / 2**20:.1f} MiB the load took",
+            call="calrt_memory_usage (after calrt_reset(BOARD))",
+            returned=(before.used_bytes, cfg.used_bytes, m.used_bytes),
+        )
+
+
 LOAD_CYCLES = 6  # as `calctl soak --cycles 6`, which caught the 112.5 MiB-per-unload leak at cycle 2
 
 
 @check(
     "memory_counters",
     f"per-chip memory and counters are reported (or null, never 0); {LOAD_CYCLES} load/unload cycles return to baseline",
-    clauses=("MEM-3", "CONV-4", "OBS-1"),
+    clauses=("MEM-3", "CONV-4", "OBS-1", "OBS-2"),
 )
 def _memory(s: Session) -> str:
     """Read by what the shim reports: ``calrt_memory_usage`` after every load and every unload of
     ``LOAD_CYCLES`` cycles, ``calrt_chip_counters`` around the jobs of each load."""
     pkg = s.package
     with s.open() as rt:
+        if s.native:
+            _chip_past_the_board_refused(rt)
         baseline = rt.memory_usage()
         reported = [m.used_bytes is not None for m in baseline]
         for m in baseline:
@@ -348,6 +508,7 @@ def _memory(s: Session) -> str:
                     call="calrt_memory_usage (after calrt_reset_configuration)",
                     returned=(before.used_bytes, m.used_bytes),
                 )
+        _board_reset_frees_memory(rt, pkg, baseline)
         for chip, before in enumerate(baseline):
             readings = [u[chip].used_bytes for u in unloaded]
             if before.used_bytes is None or any(v is None for v in readings):

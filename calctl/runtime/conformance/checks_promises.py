@@ -1,18 +1,16 @@
 """Checks of ABI promises a shim under deadline gets subtly wrong, and that calctl never provokes by itself.
 
-Sequences a job in flight is writing (KV-3), a hung job held past any plausible shim watchdog (JOB-6), a reset
-while a job computes and moves data (RESET-3), memory figures against the topology and the chip a model sits on
-(MEM-1, MEM-2), and raw calls calctl refuses before the library would see them (chip masks, short buffers,
-descriptors of the wrong size, out-parameters on a refusal, descriptor arrays reused after the call). Each judges
-what the library answers, straight through the C ABI where calctl's own bookkeeping would refuse first.
+Memory figures against the topology and the chip a model sits on (MEM-1, MEM-2), and raw calls calctl refuses
+before the library would see them (chip masks, short buffers, descriptors of the wrong size, out-parameters on a
+refusal, descriptor arrays reused after the call). Each judges what the library answers, straight through the C ABI
+where calctl's own bookkeeping would refuse first. A board under stress (sequences in flight, hung jobs, resets
+while jobs compute) is ``checks_recovery``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
-import time
 from typing import Any
 
 import numpy as np
@@ -20,7 +18,6 @@ import numpy as np
 from calctl.package.model import Package, SectionKind
 from calctl.runtime import Runtime
 from calctl.runtime.conformance.framework import (
-    ConformanceLevel,
     ExpectationFailed,
     Session,
     Unsupported,
@@ -29,231 +26,18 @@ from calctl.runtime.conformance.framework import (
     decode_mask,
     expect,
     expect_code,
-    expect_raises,
     golden_prompt,
     prefill_job,
     raw_call,
     raw_job_info,
-    raw_submit,
     write_decode,
     write_prefill,
 )
-from calctl.runtime.errors import DeviceBusy, InvalidArgument, JobAborted, NotSupported, RuntimeStatus, Timeout
+from calctl.runtime.errors import RuntimeStatus
 from calctl.runtime.memory_figures import memory_findings
-from calctl.runtime.types import Engine, JobState, KvSeqId
+from calctl.runtime.types import JobState, KvSeqId
 
-# 001 §11.1: a watchdog that ends a hung job is the runtime's to report as a failure; a shim's own watchdog of a
-# few seconds is the plausible bug, so standard/long hold the job well past it.
-HUNG_HOLD_S = {ConformanceLevel.QUICK: 1.0, ConformanceLevel.STANDARD: 10.0, ConformanceLevel.LONG: 10.0}
 _SUCCEEDED = list(JobState).index(JobState.SUCCEEDED)  # CALRT_JOB_SUCCEEDED (declaration order, calrt.h)
-_KV_CALLS = (
-    "calrt_kv_free",
-    "calrt_kv_append",
-    "calrt_kv_commit",
-    "calrt_kv_rollback",
-    "calrt_kv_remove_tokens_at_end",
-)
-
-
-def _kv_call(rt: Runtime, name: str, seq: int) -> int:
-    """One KV call straight into the library with the arguments it takes (its status)."""
-    if name == "calrt_kv_append":
-        return raw_call(rt, name, seq, 1, ctypes.byref(ctypes.c_uint32()))
-    if name == "calrt_kv_remove_tokens_at_end":
-        return raw_call(rt, name, seq, 1)
-    return raw_call(rt, name, seq)
-
-
-@check(
-    "kv_busy_in_flight",
-    "every KV call on a sequence a job in flight is writing is DEVICE_BUSY; a freed sequence is not found",
-    clauses=("KV-3", "KV-5", "STATUS-1"),
-)
-def _kv_busy(s: Session) -> str:
-    """A hung prefill keeps its sequence written; free, append, commit, rollback and remove-tail on it go straight
-    into the library (calctl refuses them itself) and must be DEVICE_BUSY, never OK: a shim that frees a sequence
-    its job is writing lets the job's DMA write KV memory another sequence gets next. A second job naming the
-    sequence is refused too. After the reset the sequence frees, and a second free is INVALID_ARGUMENT."""
-    pkg = s.package
-    a, _ = s.pair()
-    with s.configured() as rt:
-        job, seq, _, _ = s.armed_prefill(rt, "hang", a)
-        if s.native:
-            for name in _KV_CALLS:
-                expect_code(
-                    _kv_call(rt, name, int(seq)),
-                    RuntimeStatus.DEVICE_BUSY,
-                    f"{name} of sequence {seq} while job {job.id} in flight writes it",
-                    call=name,
-                    arguments=f"seq={seq} (written by job {job.id}, in flight)",
-                )
-            inputs, outputs = rt.alloc_inputs(pkg.model(a).prefill.name), rt.alloc_outputs(pkg.model(a).prefill.name)
-            write_prefill(inputs, golden_prompt(pkg, a))
-            status, second = raw_submit(rt, pkg.model(a).prefill.name, inputs, outputs, kv=seq)
-            # C ABI §4: an object still in use is DEVICE_BUSY ("back off"); INVALID_ARGUMENT tells the caller its
-            # request is wrong, and calctl's engine fails the request instead of retrying it (STATUS-1)
-            expect(
-                status == RuntimeStatus.DEVICE_BUSY,
-                f"calrt_job_submit of a second job on sequence {seq}, which job {job.id} in flight writes, must be "
-                "refused with DEVICE_BUSY (1)",
-                call="calrt_job_submit",
-                arguments=f"kv=[{seq}] (written by job {job.id})",
-                returned=f"status {status}" + (f", job {second} accepted" if second else ""),
-            )
-        else:
-            for name, fn in (("free", rt.kv.free), ("commit", rt.kv.commit), ("rollback", rt.kv.rollback)):
-                expect_raises(DeviceBusy, f"rt.kv.{name} (sequence written by a job in flight)", fn, seq)
-        s.reset_chip_or_board(rt, s.chip_of(a))
-        expect_raises(JobAborted, "rt.wait (after the reset)", rt.wait, job, 10)
-        if s.native:
-            expect_code(
-                _kv_call(rt, "calrt_kv_free", int(seq)), RuntimeStatus.OK, "calrt_kv_free after the reset",
-                call="calrt_kv_free", arguments=f"seq={seq}",
-            )  # fmt: skip
-            expect_code(
-                _kv_call(rt, "calrt_kv_free", int(seq)),
-                RuntimeStatus.INVALID_ARGUMENT,
-                f"a second calrt_kv_free of sequence {seq}",
-                call="calrt_kv_free",
-                arguments=f"seq={seq} (freed)",
-            )
-        else:
-            rt.kv.free(seq)
-            expect_raises(InvalidArgument, "rt.kv.free (freed twice)", rt.kv.free, seq)
-    return f"{len(_KV_CALLS)} KV calls on a sequence being written: DEVICE_BUSY (1); freed twice: INVALID_ARGUMENT (10)"
-
-
-@check(
-    "hung_job_held",
-    "a hung job held past any shim watchdog (10 s at --level standard/long) never ends SUCCEEDED",
-    clauses=("JOB-6", "CONV-2"),
-    seconds={ConformanceLevel.STANDARD: 60.0, ConformanceLevel.LONG: 60.0},
-)
-def _hung_held(s: Session) -> str:
-    """The job hangs (the test hook); its wait is asked every 0.5 s for ``HUNG_HOLD_S`` s. It may stay in flight
-    (TIMEOUT) or end FAILED/ABORTED with a status; ending SUCCEEDED means the shim reported a job done that wrote
-    nothing (a watchdog that ends hung jobs as successes, 001 §11.1). A reset then aborts it."""
-    a, _ = s.pair()
-    hold = HUNG_HOLD_S[s.level]
-    with s.configured() as rt:
-        job, _, _, _ = s.armed_prefill(rt, "hang", a)
-        t0 = time.monotonic()
-        ended = ""
-        while time.monotonic() - t0 < hold and not ended:
-            if s.native:
-                rc, info = raw_job_info(rt, job, 500)
-                if rc == RuntimeStatus.OK:
-                    expect(
-                        int(info.state) != _SUCCEEDED,
-                        f"a hung job (job {job.id}) ended SUCCEEDED after {time.monotonic() - t0:.1f} s with nothing "
-                        "written: a watchdog must end it FAILED/ABORTED with a status, or leave it to a reset",
-                        call="calrt_job_wait",
-                        arguments=f"job={job.id}, 500 ms",
-                        returned=f"state {int(info.state)} status {int(info.status)}",
-                    )
-                    ended = f"ended state {int(info.state)} status {int(info.status)}"
-                else:
-                    expect_code(rc, RuntimeStatus.TIMEOUT, "calrt_job_wait on a hung job", call="calrt_job_wait")
-                    expect(  # C ABI §3: calrt_job_wait fills calrt_job_info on TIMEOUT too
-                        int(info.id) == job.id and int(info.state) < _SUCCEEDED,
-                        f"CONV-2: calrt_job_wait that timed out must fill calrt_job_info with job {job.id} still in "
-                        "flight",
-                        call="calrt_job_wait",
-                        arguments=f"job={job.id}, 500 ms",
-                        returned=f"id {int(info.id)}, state {int(info.state)}",
-                    )
-            else:
-                try:
-                    rt.wait(job, 0.5)
-                except Timeout:
-                    continue
-                raise ExpectationFailed("a hung job ended SUCCEEDED", call="rt.wait", returned=repr(rt.query(job)))
-        held = time.monotonic() - t0
-        s.reset_chip_or_board(rt, s.chip_of(a))
-        if not ended:
-            expect_raises(JobAborted, "rt.wait (the hung job after a reset)", rt.wait, job, 10)
-    s.evidence["held_s"] = round(held, 2)
-    return f"held {held:.1f} s: {ended or 'still in flight (TIMEOUT), then ABORTED by the reset'}"
-
-
-@check(
-    "reset_drains_jobs",
-    "a reset while jobs compute returns with its chip idle; the aborted jobs' buffers are never written afterwards",
-    clauses=("RESET-3", "RESET-1", "RESET-4"),
-)
-def _reset_drains(s: Session) -> str:
-    """Jobs are queued on one chip (each slowed to 200 ms by the test hook where the library has it) and a reset
-    is issued while the first computes. When it returns, every job must be terminal and the chip's pending count
-    0; the aborted jobs' outputs are then overwritten with a sentinel and read again after the jobs' own time has
-    passed: a shim whose reset returns early lets the aborted job's DMA write memory the caller owns again."""
-    pkg = s.package
-    a, b = s.pair()
-    ca = s.chip_of(a)
-    with s.configured() as rt:
-        slowed = _slow_jobs(s, rt, 200)
-        # without the hook, a queue of jobs at the board's own speed, so that some are still in flight at the reset
-        n = 4 if slowed else max(4, min(16, pkg.model(a).kv.max_sequences - 1))
-        jobs = [prefill_job(rt, pkg, a, engine=(Engine.PING, Engine.PONG)[i % 2]) for i in range(n)]
-        bystander = prefill_job(rt, pkg, b)  # on the other chip: a chip reset must leave it running
-        if slowed:  # into the first job's transfers and compute
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and rt.query(jobs[0][0]).state is JobState.QUEUED:
-                time.sleep(0.001)
-            time.sleep(0.02)
-        scope = s.reset_chip_or_board(rt, ca)
-        states = [rt.query(j).state for j, _, _, _ in jobs]
-        expect(
-            all(st.terminal for st in states),
-            f"every job of chip {ca} is terminal when the {scope} reset returns",
-            call="calrt_reset",
-            returned=[st.value for st in states],
-        )
-        pending = {c.chip: c.pending for c in rt.counters()}.get(ca)
-        expect(pending in (None, 0), f"chip {ca} has no job pending after the reset", call="calrt_chip_counters",
-               returned=pending)  # fmt: skip
-        aborted = [(j, out) for (j, _, _, out), st in zip(jobs, states, strict=True) if st is JobState.ABORTED]
-        vocab = int(np.prod(aborted[0][1].layout.slot("logits").shape)) if aborted else 0
-        sentinel = np.full(aborted[0][1].layout.slot("logits").shape, 12345.0, np.float32) if aborted else None
-        for _, out in aborted:
-            out.write("logits", sentinel)
-        time.sleep(0.5 if slowed else 0.1)  # past the slowed jobs' own time
-        if slowed:
-            _slow_jobs(s, rt, 0)
-        for j, out in aborted:
-            got = out.read("logits")
-            written = int((got != sentinel).sum())
-            expect(
-                written == 0,
-                f"job {j.id} was aborted by a {scope} reset of chip {ca}, yet {written} of {vocab} logits of its "
-                "outputs were written after calrt_reset returned: the reset returned while the job still ran",
-                call="calrt_reset",
-                arguments=f"scope={scope}, chip={ca}",
-                returned=f"{written} values written after the reset",
-            )
-        if scope == "chip":  # 001 §11.3: a chip reset is the chip's; the other chip's job runs on to success
-            try:
-                survived = rt.wait(bystander[0], 10)
-            except JobAborted as exc:
-                raise ExpectationFailed(
-                    f"a reset of chip {ca} aborted job {bystander[0].id} on chip {s.chip_of(b)}: a chip reset must "
-                    "leave the other chips' jobs running (or the library must refuse CALRT_RESET_CHIP as NOT_SUPPORTED)",
-                    call="calrt_reset",
-                    arguments=f"scope=chip, chip={ca}",
-                    returned=f"job {bystander[0].id} on chip {s.chip_of(b)}: {exc}",
-                ) from None
-            expect(survived.ok, f"the job on chip {s.chip_of(b)} succeeds", call="rt.wait", returned=survived.state)
-        else:
-            with contextlib.suppress(JobAborted):  # a board reset aborts it: either end is right
-                rt.wait(bystander[0], 10)
-        job2, _, _, _ = prefill_job(rt, pkg, a)
-        expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
-    how = "slowed to 200 ms each" if slowed else "at the board's own speed"
-    if not aborted:  # the clause was not tried: every job had ended before the reset
-        raise Unsupported(
-            f"all {len(jobs)} jobs ({how}) had ended before the {scope} reset: nothing to abort (the library lacks "
-            "the calrt_ext_fault_set delay hook that keeps a job running)"
-        )
-    return f"{len(aborted)} of {len(jobs)} jobs ({how}) aborted by a {scope} reset; their buffers untouched after it"
 
 
 def _committed_prefill(rt: Runtime, pkg: Package, alias: str, prompt: np.ndarray) -> tuple[KvSeqId, np.ndarray]:
@@ -272,17 +56,6 @@ def _decode_once(rt: Runtime, pkg: Package, alias: str, seq: KvSeqId, token: int
         expect(rt.wait(rt.submit(m.decode.name, inputs, outputs, kv=[seq]), 10).ok, "a decode succeeds", call="rt.wait")
         rt.kv.commit(seq)
         return outputs.read("logits").copy()
-
-
-def _slow_jobs(s: Session, rt: Runtime, delay_ms: int) -> bool:
-    """Every job takes ``delay_ms`` more (the test hook's ``delay_ms``); False where the library lacks the hook."""
-    if not s.native:
-        return False
-    try:
-        _unwrap(rt).arm_test_fault("delay_ms", delay_ms)
-    except NotSupported:
-        return False
-    return True
 
 
 def _weights_on(pkg: Package, chip: int) -> int:

@@ -60,7 +60,11 @@ CLAUSES: tuple[Clause, ...] = (
         "a token id outside the model's vocabulary, or a prefill valid length of 0, is INVALID_ARGUMENT",
     ),
     Clause("KV-1", "§6", "a job writes exactly the reserved tokens at position == committed length, else refused"),
-    Clause("KV-2", "§6", "commit after a failed job is INVALID_ARGUMENT; rollback drops the reservation"),
+    Clause(
+        "KV-2",
+        "§6",
+        "commit after a failed job is INVALID_ARGUMENT; rollback drops the reservation and keeps the committed tokens",
+    ),
     Clause("KV-3", "§6", "every KV call on a sequence a job in flight is writing is DEVICE_BUSY, never OK"),
     Clause("KV-4", "§5", "KV sequences have a namespace and a capacity per model alias"),
     Clause("KV-5", "§7", "a freed sequence is not found: freeing it again or using it is INVALID_ARGUMENT"),
@@ -76,6 +80,11 @@ CLAUSES: tuple[Clause, ...] = (
         "calrt_kv_remove_tokens_at_end with tokens reserved is INVALID_ARGUMENT and changes nothing",
     ),
     Clause(
+        "KV-9",
+        "§7",
+        "calrt_kv_append past the sequence's capacity (the model's kv_max_seq) is INVALID_ARGUMENT and reserves nothing",
+    ),
+    Clause(
         "KV-7",
         "§5",
         "calrt_kv_free gives the sequence's slot back, whatever it holds; a sequence allocated after it is empty",
@@ -84,11 +93,20 @@ CLAUSES: tuple[Clause, ...] = (
     Clause("BATCH-2", "§6", "every active lane of a batch job computes what the same lane computes alone at B1"),
     Clause("CALBIN-1", "§7", "calrt_calbin_create refuses a chip mask of 0 or outside the board with INVALID_CALBIN"),
     Clause("CFG-1", "§7", "without a configuration, submit, KV allocate and unload are NOT_CONFIGURED"),
-    Clause("CFG-2", "§5", "calrt_reset_configuration frees every KV sequence: one allocated before is not found"),
+    Clause(
+        "CFG-2",
+        "§5",
+        "calrt_reset_configuration frees every KV sequence and its slot: one allocated before is not found, and the "
+        "next configuration grants the whole capacity",
+    ),
     Clause("JOB-1", "§7", "the chip comes from the graph; query and wait echo generation, engine and chip mask"),
     Clause("JOB-2", "§7", "an inexact graph name is INVALID_ARGUMENT"),
     Clause("JOB-3", "§7", "calrt_job_wait returns TIMEOUT after its deadline; the job, its buffers and KV unchanged"),
-    Clause("JOB-4", "§7", "calrt_job_wait_any returns the index of a terminal job, or TIMEOUT"),
+    Clause(
+        "JOB-4",
+        "§7",
+        "calrt_job_wait_any returns the index of a terminal job, or TIMEOUT once its deadline passed, never before",
+    ),
     Clause("JOB-5", "§7", "a job reported SUCCEEDED has written its outputs; each output is its own inputs' result"),
     Clause("JOB-6", "§7", "a job that hangs never ends SUCCEEDED: it stays in flight until a reset aborts it"),
     Clause("JOB-7", "§4", "DEVICE_BUSY refuses a submit without taking its buffers; a retry runs"),
@@ -100,8 +118,21 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause("MEM-1", "§7", "calrt_memory_usage is bytes: total equals the topology's DRAM, used fits in it"),
     Clause("MEM-2", "§7", "a chip's usage grows by at least the weights loaded onto it, and only that chip's"),
-    Clause("MEM-3", "§7", "after an unload the usage returns to its baseline (no leak across load cycles)"),
-    Clause("OBS-1", "§7", "counters count pending and finished jobs; health reports FAULTED or HUNG"),
+    Clause(
+        "MEM-3", "§7", "after an unload or a board reset the usage returns to its baseline (no leak across load cycles)"
+    ),
+    Clause(
+        "OBS-1",
+        "§7",
+        "counters count pending jobs, SUCCEEDED ones as finished and every other end (FAILED, ABORTED) as failed; "
+        "health reports FAULTED or HUNG",
+    ),
+    Clause(
+        "OBS-2",
+        "§7",
+        "calrt_memory_usage, calrt_chip_counters, calrt_chip_health and calrt_reset(CHIP) refuse a chip past the "
+        "board with INVALID_ARGUMENT",
+    ),
     Clause("RESET-1", "§7", "a chip reset aborts the chip's jobs, frees its quarantine, empties its sequences"),
     Clause("RESET-2", "§7", "a board reset drops the configuration and every KV sequence"),
     Clause(
@@ -119,6 +150,11 @@ CLAUSES: tuple[Clause, ...] = (
     Clause("TIME-1", "§8", "start_ns/end_ns are when the job ran on its chip, as the host observes it"),
     Clause(
         "COMPUTE-1", "§12", "outputs are a deterministic function of the inputs and match the package's golden data"
+    ),
+    Clause(
+        "COMPUTE-2",
+        "§12",
+        "a prefill of the whole context computes what the package's model computes (its float64 reference)",
     ),
     Clause(
         "TELEM-1",

@@ -263,20 +263,43 @@ def raw_job_info(rt: Runtime, job: Job, wait_ms: int | None = None) -> tuple[int
 
 
 def raw_submit(
-    rt: Runtime, graph: str, inputs: HostBuffer | Any, outputs: HostBuffer | Any, kv: KvSeqId | None = None
+    rt: Runtime,
+    graph: str,
+    inputs: HostBuffer | Any,
+    outputs: HostBuffer | Any,
+    kv: KvSeqId | Sequence[KvSeqId | None] | None = None,
 ) -> tuple[int, int]:
-    """``calrt_job_submit`` straight into the library, past calctl's own checks (what a shim answers): B1,
-    engine AUTO, ``kv`` the lane's sequence (reserved by the caller) or none. ``inputs``/``outputs`` are
-    calctl buffers or raw ``calrt_buffer`` handles. Returns (status, job id; 0 unless OK)."""
+    """``calrt_job_submit`` straight into the library, past calctl's own checks (what a shim answers): engine
+    AUTO, ``kv`` the lane's sequence (reserved by the caller) or none at B1, or one per lane (None: inactive) at
+    B = its length. ``inputs``/``outputs`` are calctl buffers or raw ``calrt_buffer`` handles. Returns (status,
+    job id; 0 unless OK)."""
     from calctl.runtime._native import lib as L
 
     raw = _unwrap(rt)
-    lanes = (ctypes.c_uint64 * 1)(L.KV_NONE if kv is None else int(kv))
+    per_lane: list[KvSeqId | None] = list(kv) if isinstance(kv, (list, tuple)) else [cast(KvSeqId | None, kv)]
+    lanes = (ctypes.c_uint64 * len(per_lane))(*(L.KV_NONE if q is None else int(q) for q in per_lane))
     native = [b.native if isinstance(b, HostBuffer) else b for b in (inputs, outputs)]
-    desc = L.CalrtJobDesc(graph.encode(), native[0], native[1], 0, 1, 1, lanes, 0)
+    desc = L.CalrtJobDesc(graph.encode(), native[0], native[1], 0, len(per_lane), len(per_lane), lanes, 0)
     job = ctypes.c_uint64()
     rc = int(raw._fn.calrt_job_submit(raw._dev, ctypes.byref(desc), ctypes.byref(job)))
     return rc, int(job.value) if rc == RuntimeStatus.OK else 0
+
+
+def expect_submit_refused(
+    rt: Runtime,
+    graph: str,
+    buffers: tuple[HostBuffer, HostBuffer],
+    kv: KvSeqId | Sequence[KvSeqId | None],
+    detail: str,
+    *,
+    arguments: str,
+) -> None:
+    """A ``raw_submit`` the library must refuse with INVALID_ARGUMENT; a job it accepts is waited for (its buffers
+    are the caller's to reuse) before the FAIL."""
+    status, job = raw_submit(rt, graph, buffers[0], buffers[1], kv=kv)
+    if status == RuntimeStatus.OK:
+        raw_call(rt, "calrt_job_wait", job, 30_000, None)
+    expect_code(status, RuntimeStatus.INVALID_ARGUMENT, detail, call="calrt_job_submit", arguments=arguments)
 
 
 def raw_call(rt: Runtime, name: str, *args: Any) -> int:

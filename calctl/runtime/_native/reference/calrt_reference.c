@@ -100,7 +100,46 @@
  *   -DCALRT_MUTANT_WAIT_ANY_FIRST_INDEX  calrt_job_wait_any answers index 0 once any of its jobs is terminal;
  *   -DCALRT_MUTANT_TOKENS_WRAP        token ids are not range-checked: the embedding lookup wraps modulo vocab;
  *   -DCALRT_MUTANT_UNLOAD_KEEPS_KV    calrt_reset_configuration keeps every KV sequence (found after the unload);
- *   -DCALRT_MUTANT_PREFILL_ON_USED    a prefill into a sequence that holds tokens is accepted (rows from 0 again).
+ *   -DCALRT_MUTANT_PREFILL_ON_USED    a prefill into a sequence that holds tokens is accepted (rows from 0 again);
+ *   -DCALRT_MUTANT_WAIT_TIMEOUT_US    calrt_job_wait reads its timeout as microseconds (returns TIMEOUT 1000x early);
+ *   -DCALRT_MUTANT_WAIT_ANY_TIMEOUT_US  calrt_job_wait_any reads its timeout as microseconds;
+ *   -DCALRT_MUTANT_KV_APPEND_PAST_CONTEXT  calrt_kv_append reserves one token past the context (`>` for `>=`); the
+ *                                     kernel then overwrites the last cache row;
+ *   -DCALRT_MUTANT_ROLLBACK_AFTER_FAIL_CLEARS  calrt_kv_rollback after a failed job empties the whole sequence;
+ *   -DCALRT_MUTANT_COUNTERS_ABORTED_AS_FINISHED  an aborted job is counted finished, not failed;
+ *   -DCALRT_MUTANT_CHIP_PAST_BOARD_CLAMPED  calrt_memory_usage, calrt_chip_counters and calrt_chip_health answer a
+ *                                     chip past the board with the last chip's figures;
+ *   -DCALRT_MUTANT_PREFILL_FEWER_THAN_RESERVED  a prefill whose valid length is below the reserved tokens runs; the
+ *                                     commit then commits rows nothing wrote;
+ *   -DCALRT_MUTANT_DECODE_POS_LANE0_ONLY  a batch decode checks lane 0's position only;
+ *   -DCALRT_MUTANT_RELOAD_KEEPS_SLOTS  calrt_reset_configuration drops the sequences but keeps their pool slots
+ *                                     taken: after a reload each model has fewer sequences;
+ *   -DCALRT_MUTANT_STAMPS_REALTIME    job time stamps on CLOCK_REALTIME, not CLOCK_MONOTONIC;
+ *   -DCALRT_MUTANT_CHIP_RESET_KEEPS_FAULT  a chip reset leaves the chip FAULTED (only a board reset clears it);
+ *   -DCALRT_MUTANT_WAIT_ANY_FIRST_CHIP  calrt_job_wait_any looks only at the jobs on the first job's chip;
+ *   -DCALRT_MUTANT_BOARD_RESET_LEAKS_PLAN  a board reset drops the configuration but never frees its memory;
+ *   -DCALRT_MUTANT_AUTO_ECHO_BANK     an AUTO job's calrt_job_info reports the bank it was given (PING), not AUTO;
+ *   -DCALRT_MUTANT_KV_FREE_REFUSES_RESERVED  calrt_kv_free of a sequence with a reservation pending is DEVICE_BUSY;
+ *   -DCALRT_MUTANT_KV_APPEND_OUT_ON_REFUSAL  calrt_kv_append writes *position before it refuses;
+ *   -DCALRT_MUTANT_PINGPONG_SHARED_STAGING  one logits staging area per chip: a PONG job's compute overwrites it
+ *                                     while the PING job's d2h still reads it;
+ *   -DCALRT_MUTANT_ROPE_TABLE_WRAP    rotary angles from a table of 128 positions, indexed modulo 128 (prefill and
+ *                                     decode agree with each other, not with the model past position 127);
+ *   -DCALRT_MUTANT_QUERY_VIA_WAIT_ZERO  calrt_job_query reads the state through CalRT's Wait(0), which has no
+ *                                     deadline: a query of a job in flight blocks until it ends;
+ *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions;
+ *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us;
+ *   -DCALRT_MUTANT_RESET_CHIP_PAST_BOARD  calrt_reset(CHIP) of a chip past the board answers OK and resets nothing;
+ *   -DCALRT_MUTANT_PROFILES_FIRST_LAST  a graph keeps its first and last batch profiles only (B1 and B8 of 1,4,8);
+ *   -DCALRT_MUTANT_LANES_OF_FOUR      a batch kernel unrolled by four: lane l >= 4 decodes at lane l - 4's position;
+ *   -DCALRT_MUTANT_MEMORY_FREE_AS_USED  calrt_memory_usage reports the free bytes as used (GetMemoryUsage's other
+ *                                     field);
+ *   -DCALRT_MUTANT_BUSY_LANE0_ONLY    a job marks only lane 0's sequence as being written: the KV calls on another
+ *                                     lane's sequence succeed while a batch job writes it;
+ *   -DCALRT_MUTANT_FAILED_LANE0_ONLY  a failed job marks only lane 0's sequence failed: another lane's sequence
+ *                                     commits the rows the failed job may have half written;
+ *   -DCALRT_MUTANT_CCU_HALTS_CHIP0    a CCU exception halts chip 0, whichever chip raised it;
+ *   -DCALRT_MUTANT_RESET_NO_DRAIN_CHIP1  as RESET_NO_DRAIN, for chip 1 only (the drain waits on chip 0's workers).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -108,6 +147,12 @@
  * caller may free buffers, sequences and calbins as soon as it returns.
  */
 #define _GNU_SOURCE
+#ifdef CALRT_MUTANT_RESET_NO_DRAIN_CHIP1 /* RESET_NO_DRAIN's machinery, its bug on chip 1's jobs only */
+#define CALRT_MUTANT_RESET_NO_DRAIN 1
+#define MUT_NO_DRAIN(j) ((j)->info.chip_mask & 2u)
+#elif defined(CALRT_MUTANT_RESET_NO_DRAIN)
+#define MUT_NO_DRAIN(j) 1
+#endif
 #include "calrt.h"
 #include "calrt_ext.h"
 
@@ -228,6 +273,10 @@ typedef struct {
     uint32_t health;
     calrt_counters counters;
     pthread_t workers[REF_WORKERS];
+#ifdef CALRT_MUTANT_PINGPONG_SHARED_STAGING
+    float *mut_staging; /* (leaked at close: a mutant) */
+    uint64_t mut_staging_n;
+#endif
 } chip;
 
 struct calrt_device {
@@ -252,6 +301,15 @@ struct calrt_device {
 #endif
 #ifdef CALRT_MUTANT_QUERY_PREV_STAMPS
     uint64_t mut_ring[8][2];     /* start/end stamps of finished jobs by id % 8: the completion ring */
+#endif
+#ifdef CALRT_MUTANT_BOARD_RESET_LEAKS_PLAN
+    uint64_t mut_board_leak[REF_CHIPS]; /* bytes a board reset never gave back, per chip */
+#endif
+#ifdef CALRT_MUTANT_RELEASED_WAIT_CACHED
+    calrt_job_info mut_done[16]; /* the last completions released, by id % 16 */
+#endif
+#ifdef CALRT_MUTANT_RELOAD_KEEPS_SLOTS
+    uint32_t mut_pool_taken[16]; /* the runtime's KV pool per model slot, which an unload never clears */
 #endif
 #ifdef CALRT_MUTANT_UNLOAD_LEAK_CHIP1
     uint64_t mut_leaked1;        /* bytes lost on chip 1 by every unload */
@@ -361,7 +419,7 @@ static int known_buffer(calrt_device *d, calrt_buffer *b);
 static int seq_storage(seq *s);
 #endif
 #ifdef CALRT_MUTANT_RESET_NO_DRAIN
-#define RUN_STOP(d, j) ((void)(j), (d)->quit) /* the bug: a worker does not look at the abort once its job started */
+#define RUN_STOP(d, j) (MUT_NO_DRAIN(j) ? (d)->quit : stop(d, j)) /* the bug: a started job ignores the abort */
 #else
 #define RUN_STOP(d, j) stop(d, j)
 #endif
@@ -398,6 +456,9 @@ static void rms_norm(const float *x, const float *w, uint32_t n, double eps, flo
 }
 
 static void rope(float *x, uint32_t heads, uint32_t hd, uint32_t pos, double theta, int half) {
+#ifdef CALRT_MUTANT_ROPE_TABLE_WRAP /* the bug: a cos/sin table of 128 positions, indexed modulo its size */
+    pos %= 128;
+#endif
     for (uint32_t i = 0; i < hd / 2; i++) {
         double inv = pow(theta, -(double)(2 * i) / hd);
         double ang = (double)pos * inv;
@@ -530,7 +591,11 @@ static int run_graph(job *j) {
             continue;
         }
         int32_t token = read_i32(gr, j->din, tok, j->batch, l);
+#ifdef CALRT_MUTANT_LANES_OF_FOUR /* the bug: the position is read from the lane's slot within a group of four */
+        uint32_t p = (uint32_t)read_i32(gr, j->din, pos, j->batch, l % 4);
+#else
         uint32_t p = (uint32_t)read_i32(gr, j->din, pos, j->batch, l);
+#endif
 #ifdef CALRT_MUTANT_KV_POS_PLUS_ONE /* the bug: the batched kernel's cache offset is one row too far */
         if (j->batch > 1 && p + 1 < gr->model->max_seq) p += 1;
 #endif
@@ -539,6 +604,9 @@ static int run_graph(job *j) {
 #endif
 #ifdef CALRT_MUTANT_KV_POS_OFF_CHIP1 /* the bug: chip 1's cache base is one row too far */
         if ((gr->model->chip_mask & 2) && p + 1 < gr->model->max_seq) p += 1;
+#endif
+#ifdef CALRT_MUTANT_KV_APPEND_PAST_CONTEXT /* the kernel clamps: the token past the context overwrites the last row */
+        if (p >= gr->model->max_seq) p = gr->model->max_seq - 1;
 #endif
 #ifdef CALRT_MUTANT_BATCH_COMPACT
         if (forward(m, j->seqs[l], gr->model->max_seq, &token, 1, p, j->dout + (uint64_t)row++ * vocab)) return -1;
@@ -591,7 +659,11 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
     for (int c = 0; c < REF_CHIPS; c++) {
         if (!(j->info.chip_mask >> c & 1)) continue;
         d->chips[c].counters.pending--;
+#ifdef CALRT_MUTANT_COUNTERS_ABORTED_AS_FINISHED /* the bug: "ended without an error code" counted as finished */
+        if (state == CALRT_JOB_SUCCEEDED || state == CALRT_JOB_ABORTED) d->chips[c].counters.finished++;
+#else
         if (state == CALRT_JOB_SUCCEEDED) d->chips[c].counters.finished++;
+#endif
         else d->chips[c].counters.failed++;
     }
 #ifdef CALRT_MUTANT_DMA_NO_QUARANTINE /* the bug: the DMA state is unknown, the buffers are given back anyway */
@@ -607,7 +679,11 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
         seq *s = j->seqs[l];
         if (s && s->busy == j->info.id) {
             s->busy = 0;
+#ifdef CALRT_MUTANT_FAILED_LANE0_ONLY /* the bug: the job's status lands on its first sequence only */
+            s->last_failed = l == 0 && state != CALRT_JOB_SUCCEEDED;
+#else
             s->last_failed = state != CALRT_JOB_SUCCEEDED;
+#endif
         }
     }
 #ifdef CALRT_MUTANT_RESET_NO_DRAIN
@@ -762,6 +838,15 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
             int rc = run_graph(j);
             pthread_mutex_lock(&d->mu);
             if (rc) j->compute_failed = 1;
+#ifdef CALRT_MUTANT_PINGPONG_SHARED_STAGING /* the bug: the chip's one staging area takes the logits */
+            uint64_t want = sizeof(float) * (uint64_t)j->batch * j->g->model->net.vocab;
+            if (ch->mut_staging_n < want) {
+                free(ch->mut_staging);
+                ch->mut_staging = malloc(want);
+                ch->mut_staging_n = ch->mut_staging ? want : 0;
+            }
+            if (ch->mut_staging) memcpy(ch->mut_staging, j->dout, want);
+#endif
         }
         double remaining = total * share[ph] - debt - (double)(now_ns() - t0) / 1e9;
         if (remaining > 0) {
@@ -802,6 +887,9 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
             d->mut_last_n = d->mut_last ? n : 0;
 #elif defined(CALRT_MUTANT_LANE_ORDER_REVERSED)
             mut_reversed_rows(j->out->data + off, j->dout, j->batch, n);
+#elif defined(CALRT_MUTANT_PINGPONG_SHARED_STAGING)
+            memcpy(j->out->data + off, ch->mut_staging && ch->mut_staging_n >= sizeof(float) * n ? ch->mut_staging : j->dout,
+                   sizeof(float) * n);
 #else
             memcpy(j->out->data + off, j->dout, sizeof(float) * n);
 #endif
@@ -815,7 +903,11 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
     if (j->fault == CALRT_EXT_FAULT_CCU || j->fault == CALRT_EXT_FAULT_DMA) {
         int dma = j->fault == CALRT_EXT_FAULT_DMA;
         finish(d, j, CALRT_JOB_FAILED, dma ? CALRT_E_UNKNOWN_DMA_STATE : CALRT_E_CCU_EXCEPTION, dma);
+#ifdef CALRT_MUTANT_CCU_HALTS_CHIP0 /* the bug: the exception handler halts the runtime's first chip */
+        d->chips[0].health = CALRT_HEALTH_FAULTED;
+#else
         d->chips[c].health = CALRT_HEALTH_FAULTED; /* the chip halts until a reset */
+#endif
         abort_jobs(d, 1u << c, 0);
     } else if (j->compute_failed) {
         finish(d, j, CALRT_JOB_FAILED, CALRT_E_OUT_OF_MEMORY, 0);
@@ -871,8 +963,12 @@ static void abort_jobs(calrt_device *d, uint32_t mask, int include_running) {
         } else if (include_running) {
             j->aborted = 1;
 #ifdef CALRT_MUTANT_RESET_NO_DRAIN /* the bug: the job is reported aborted without waiting for its worker */
-            j->hung = 0;
-            finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
+            if (MUT_NO_DRAIN(j)) {
+                j->hung = 0;
+                finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
+            } else {
+                waiting = 1;
+            }
 #else
             waiting = 1;
 #endif
@@ -1173,6 +1269,9 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
 #endif
         for (uint32_t k = 0; rc == CALRT_OK && k < gd->n_batch_profiles; k++) {
             if (gd->batch_profiles[k] == 0 || gd->batch_profiles[k] > REF_MAX_LANES) rc = CALRT_E_INVALID_CALBIN;
+#ifdef CALRT_MUTANT_PROFILES_FIRST_LAST /* the bug: the profile table is read as a (min, max) pair */
+            if (k != 0 && k + 1 != gd->n_batch_profiles) continue;
+#endif
             g->prof[g->nprof++] = gd->batch_profiles[k];
         }
         for (uint32_t k = 0; rc == CALRT_OK && k < i; k++)
@@ -1492,6 +1591,9 @@ calrt_status calrt_configure(calrt_device *d, calrt_calbin *cb) {
         if (!cb->models[i].net.loaded) rc = CALRT_E_INVALID_CALBIN;
     if (rc == CALRT_OK) {
         for (uint32_t i = 0; i < cb->nmodels; i++) cb->models[i].live = 0;
+#ifdef CALRT_MUTANT_RELOAD_KEEPS_SLOTS /* the bug: the slots the unload took from the pool are still taken */
+        for (uint32_t i = 0; i < cb->nmodels && i < 16; i++) cb->models[i].live = d->mut_pool_taken[i];
+#endif
         d->current = cb;
     }
     pthread_mutex_unlock(&d->mu);
@@ -1506,6 +1608,9 @@ calrt_status calrt_reset_configuration(calrt_device *d) {
     for (job *j = d->jobs; rc == CALRT_OK && j; j = j->next)
         if (!terminal(j->info.state)) rc = CALRT_E_DEVICE_BUSY;
     if (rc == CALRT_OK) {
+#ifdef CALRT_MUTANT_RELOAD_KEEPS_SLOTS /* the sequences are dropped without giving their slots back */
+        for (uint32_t i = 0; i < d->current->nmodels && i < 16; i++) d->mut_pool_taken[i] += d->current->models[i].live;
+#endif
 #ifndef CALRT_MUTANT_UNLOAD_KEEPS_KV /* the bug: the sequences outlive the configuration they belong to */
         free_seqs(d);
 #endif
@@ -1648,7 +1753,11 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
 #endif
             j->tokens = writes;
         } else {
+#ifdef CALRT_MUTANT_DECODE_POS_LANE0_ONLY /* the bug: the position is checked for lane 0 (written for B1) */
+            if (l == 0 && (uint32_t)read_i32(g, data, pos, desc->batch, l) != s->committed) return CALRT_E_INVALID_ARGUMENT;
+#else
             if ((uint32_t)read_i32(g, data, pos, desc->batch, l) != s->committed) return CALRT_E_INVALID_ARGUMENT;
+#endif
             int32_t t = read_i32(g, data, tok, desc->batch, l);
 #ifndef CALRT_MUTANT_TOKENS_WRAP
             if (t < 0 || (uint32_t)t >= vocab) return CALRT_E_INVALID_ARGUMENT;
@@ -1657,7 +1766,12 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
 #endif
             j->kv_tokens += s->committed + 1;
         }
+#ifdef CALRT_MUTANT_PREFILL_FEWER_THAN_RESERVED /* the bug: "no more than reserved" for "exactly reserved" */
+        if (s->reserved - s->committed < writes || (g->kind != CALRT_GRAPH_PREFILL && s->reserved - s->committed != writes))
+            return CALRT_E_INVALID_ARGUMENT;
+#else
         if (s->reserved - s->committed != writes) return CALRT_E_INVALID_ARGUMENT;
+#endif
         j->seqs[l] = s;
     }
     return CALRT_OK;
@@ -1771,6 +1885,9 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     j->info.state = CALRT_JOB_QUEUED;
     j->info.chip_mask = g->chip_mask;
     j->info.engine = desc->engine;
+#ifdef CALRT_MUTANT_AUTO_ECHO_BANK /* the bug: the engine field reports the bank the scheduler picked */
+    if (desc->engine == CALRT_ENGINE_AUTO) j->info.engine = CALRT_ENGINE_PING;
+#endif
     j->info.generation = desc->generation;
     j->info.submit_ns = now_ns();
     j->g = g;
@@ -1789,7 +1906,11 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     j->in->owner = j->out->owner = j->info.id;
     j->in->owner_mask = j->out->owner_mask = g->chip_mask;
     for (uint32_t l = 0; l < j->nkv; l++)
+#ifdef CALRT_MUTANT_BUSY_LANE0_ONLY /* the bug: the in-flight mark written for B1 (the first lane's sequence) */
+        if (j->seqs[l] && l == 0) { j->seqs[l]->busy = j->info.id; j->seqs[l]->last_failed = 0; }
+#else
         if (j->seqs[l]) { j->seqs[l]->busy = j->info.id; j->seqs[l]->last_failed = 0; }
+#endif
     d->chips[c].counters.pending++;
     j->next = d->jobs;
     d->jobs = j;
@@ -1804,10 +1925,30 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     return CALRT_OK;
 }
 
+#ifdef CALRT_MUTANT_STAMPS_REALTIME /* the bug: the device clock is converted to wall-clock time */
+static void mut_realtime(calrt_job_info *out) { /* the offset taken once, as a device clock's would be */
+    static uint64_t off;
+    if (!off) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        off = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec - now_ns();
+    }
+    if (out->submit_ns) out->submit_ns += off;
+    if (out->start_ns) out->start_ns += off;
+    if (out->end_ns) out->end_ns += off;
+}
+#endif
+
 calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *out) {
     if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     job *j = find_job(d, id);
+#ifdef CALRT_MUTANT_QUERY_VIA_WAIT_ZERO /* the bug: the status is read by a Wait(0), i.e. until the job ends */
+    while (j && !terminal(j->info.state)) {
+        pthread_cond_wait(&d->cv, &d->mu);
+        j = find_job(d, id);
+    }
+#endif
     if (j) *out = j->info;
 #ifdef CALRT_MUTANT_QUERY_NO_TAGS
     if (j) out->generation = 0, out->engine = 0, out->chip_mask = 0; /* the bug: the tags are not echoed */
@@ -1822,6 +1963,9 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
 #ifdef CALRT_MUTANT_STAMPS_US
     if (j) out->submit_ns /= 1000, out->start_ns /= 1000, out->end_ns /= 1000; /* the bug: device microseconds */
 #endif
+#ifdef CALRT_MUTANT_STAMPS_REALTIME
+    if (j) mut_realtime(out);
+#endif
     pthread_mutex_unlock(&d->mu);
 #ifdef CALRT_MUTANT_UNKNOWN_JOB_INTERNAL /* the bug: CalRT's "no such job" exception falls to the default code */
     return j ? CALRT_OK : CALRT_E_INTERNAL;
@@ -1833,12 +1977,25 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
 calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_ms, calrt_job_info *out) {
     if (!d) return CALRT_E_INVALID_ARGUMENT;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+#ifdef CALRT_MUTANT_WAIT_TIMEOUT_32BIT /* the bug: the product is taken in 32 bits before it is widened */
+    deadline = now_ns() + (uint64_t)(uint32_t)(timeout_ms * 1000000U);
+#endif
+#ifdef CALRT_MUTANT_WAIT_TIMEOUT_US /* the bug: CalRT's wait takes microseconds; the milliseconds passed through */
+    deadline = now_ns() + (uint64_t)timeout_ms * 1000ULL;
+#endif
 #ifdef CALRT_MUTANT_WAIT_ZERO_FOREVER /* the bug: CalRT's Wait(0) means "no deadline", passed through as is */
     if (timeout_ms == 0) deadline = now_ns() + 3600ULL * 1000000000ULL;
 #endif
     pthread_mutex_lock(&d->mu);
     for (;;) {
         job *j = find_job(d, id);
+#ifdef CALRT_MUTANT_RELEASED_WAIT_CACHED /* the bug: the completion cache outlives the job record */
+        if (!j && id && d->mut_done[id % 16].id == id) {
+            if (out) *out = d->mut_done[id % 16];
+            pthread_mutex_unlock(&d->mu);
+            return CALRT_OK;
+        }
+#endif
 #ifdef CALRT_MUTANT_UNKNOWN_JOB_INTERNAL
         if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INTERNAL; }
 #else
@@ -1859,6 +2016,9 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
 #ifdef CALRT_MUTANT_STAMPS_US
             if (out) out->submit_ns /= 1000, out->start_ns /= 1000, out->end_ns /= 1000;
 #endif
+#ifdef CALRT_MUTANT_STAMPS_REALTIME
+            if (out) mut_realtime(out);
+#endif
 #ifdef CALRT_MUTANT_TIMEOUT_AS_ABORTED /* the bug: a wait that timed out reports the job aborted */
             calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_JOB_ABORTED;
 #else
@@ -1877,11 +2037,21 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
 calrt_status calrt_job_wait_any(calrt_device *d, const calrt_job_id *ids, uint32_t n, uint32_t timeout_ms, uint32_t *index) {
     if (!d || !ids || !index || n == 0) return CALRT_E_INVALID_ARGUMENT;
     uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+#ifdef CALRT_MUTANT_WAIT_TIMEOUT_32BIT
+    deadline = now_ns() + (uint64_t)(uint32_t)(timeout_ms * 1000000U);
+#endif
+#ifdef CALRT_MUTANT_WAIT_ANY_TIMEOUT_US /* the bug: CalRT's wait takes microseconds; the milliseconds passed through */
+    deadline = now_ns() + (uint64_t)timeout_ms * 1000ULL;
+#endif
     pthread_mutex_lock(&d->mu);
     for (;;) {
         for (uint32_t i = 0; i < n; i++) {
             job *j = find_job(d, ids[i]);
             if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
+#ifdef CALRT_MUTANT_WAIT_ANY_FIRST_CHIP /* the bug: the wait is on the first job's chip queue only */
+            job *first = find_job(d, ids[0]);
+            if (first && j->info.chip_mask != first->info.chip_mask) continue;
+#endif
 #ifdef CALRT_MUTANT_WAIT_ANY_FIRST_INDEX /* the bug: "something finished" answered as index 0 */
             if (terminal(j->info.state)) { *index = 0; pthread_mutex_unlock(&d->mu); return CALRT_OK; }
 #else
@@ -1906,6 +2076,9 @@ calrt_status calrt_job_release(calrt_device *d, calrt_job_id id) {
         if (!terminal((*p)->info.state)) { rc = CALRT_E_DEVICE_BUSY; break; }
         job *j = *p;
         *p = j->next;
+#ifdef CALRT_MUTANT_RELEASED_WAIT_CACHED
+        d->mut_done[j->info.id % 16] = j->info;
+#endif
 #if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
         if (picked(d, j)) { /* its worker still holds it and frees it */
             j->released = 1;
@@ -1979,7 +2152,14 @@ calrt_status calrt_kv_append(calrt_device *d, calrt_kv_seq id, uint32_t n, uint3
     pthread_mutex_lock(&d->mu);
     seq *s = NULL;
     calrt_status rc = idle_seq(d, id, &s);
+#ifdef CALRT_MUTANT_KV_APPEND_OUT_ON_REFUSAL /* the bug: the out-parameter is written before the checks */
+    if (s) *position = s->reserved;
+#endif
+#ifdef CALRT_MUTANT_KV_APPEND_PAST_CONTEXT /* the bug: one token past the context is let through */
+    if (rc == CALRT_OK && (n == 0 || (uint64_t)s->reserved + n > (uint64_t)s->m->max_seq + 1)) rc = CALRT_E_INVALID_ARGUMENT;
+#else
     if (rc == CALRT_OK && (n == 0 || (uint64_t)s->reserved + n > s->m->max_seq)) rc = CALRT_E_INVALID_ARGUMENT;
+#endif
     if (rc == CALRT_OK) { *position = s->reserved; s->reserved += n; }
     pthread_mutex_unlock(&d->mu);
     return rc;
@@ -2001,6 +2181,9 @@ calrt_status calrt_kv_rollback(calrt_device *d, calrt_kv_seq id) {
     pthread_mutex_lock(&d->mu);
     seq *s = NULL;
     calrt_status rc = idle_seq(d, id, &s);
+#ifdef CALRT_MUTANT_ROLLBACK_AFTER_FAIL_CLEARS /* the bug: which rows a failed job wrote is unknown: drop them all */
+    if (rc == CALRT_OK && s->last_failed) s->committed = 0;
+#endif
     if (rc == CALRT_OK) { s->reserved = s->committed; s->last_failed = 0; }
     pthread_mutex_unlock(&d->mu);
     return rc;
@@ -2026,6 +2209,9 @@ calrt_status calrt_kv_free(calrt_device *d, calrt_kv_seq id) {
     pthread_mutex_lock(&d->mu);
     seq *s = NULL;
     calrt_status rc = idle_seq(d, id, &s);
+#ifdef CALRT_MUTANT_KV_FREE_REFUSES_RESERVED /* the bug: a pending reservation is taken for a job in flight */
+    if (rc == CALRT_OK && s->reserved > s->committed) rc = CALRT_E_DEVICE_BUSY;
+#endif
 #ifdef CALRT_MUTANT_KV_FREE_IN_FLIGHT /* the bug: the job writing it is not checked (unlinked, not freed: no crash) */
     if (rc == CALRT_E_DEVICE_BUSY) {
         s = find_seq(d, id);
@@ -2064,6 +2250,9 @@ calrt_status calrt_kv_length(calrt_device *d, calrt_kv_seq id, uint32_t *committ
 }
 
 calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *out) {
+#ifdef CALRT_MUTANT_CHIP_PAST_BOARD_CLAMPED /* the bug: the index is clamped to the board, not refused */
+    if (chip >= REF_CHIPS) chip = REF_CHIPS - 1;
+#endif
     if (!d || !out || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     calrt_status rc = d->f_no_mem ? CALRT_E_NOT_SUPPORTED : CALRT_OK;
@@ -2079,6 +2268,9 @@ calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *ou
 #ifdef CALRT_MUTANT_UNLOAD_LEAK_CHIP1
         if (src == 1) out->used_bytes += d->mut_leaked1;
 #endif
+#ifdef CALRT_MUTANT_BOARD_RESET_LEAKS_PLAN
+        out->used_bytes += d->mut_board_leak[src];
+#endif
         out->total_bytes = REF_DRAM;
 #ifdef CALRT_MUTANT_MEMORY_KIB /* the bug: KiB, not bytes */
         out->used_bytes /= 1024;
@@ -2087,12 +2279,18 @@ calrt_status calrt_memory_usage(calrt_device *d, uint32_t chip, calrt_memory *ou
 #ifdef CALRT_MUTANT_MEMORY_USED_KIB /* the bug: the used figure in KiB, the total in bytes */
         out->used_bytes /= 1024;
 #endif
+#ifdef CALRT_MUTANT_MEMORY_FREE_AS_USED /* the bug: the runtime's free figure copied into used */
+        out->used_bytes = out->total_bytes - out->used_bytes;
+#endif
     }
     pthread_mutex_unlock(&d->mu);
     return rc;
 }
 
 calrt_status calrt_chip_counters(calrt_device *d, uint32_t chip, calrt_counters *out) {
+#ifdef CALRT_MUTANT_CHIP_PAST_BOARD_CLAMPED /* the bug: the index is clamped to the board, not refused */
+    if (chip >= REF_CHIPS) chip = REF_CHIPS - 1;
+#endif
     if (!d || !out || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     *out = d->chips[chip].counters;
@@ -2101,6 +2299,9 @@ calrt_status calrt_chip_counters(calrt_device *d, uint32_t chip, calrt_counters 
 }
 
 calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health) {
+#ifdef CALRT_MUTANT_CHIP_PAST_BOARD_CLAMPED /* the bug: the index is clamped to the board, not refused */
+    if (chip >= REF_CHIPS) chip = REF_CHIPS - 1;
+#endif
     if (!d || !health || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     *health = d->chips[chip].health;
@@ -2113,8 +2314,13 @@ calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health)
 }
 
 calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
+#ifdef CALRT_MUTANT_RESET_CHIP_PAST_BOARD /* the bug: the chip index is not checked; its mask covers no chip */
+    if (!d || (scope != CALRT_RESET_CHIP && scope != CALRT_RESET_BOARD) || (scope == CALRT_RESET_CHIP && chip >= 32))
+        return CALRT_E_INVALID_ARGUMENT;
+#else
     if (!d || (scope != CALRT_RESET_CHIP && scope != CALRT_RESET_BOARD) || (scope == CALRT_RESET_CHIP && chip >= REF_CHIPS))
         return CALRT_E_INVALID_ARGUMENT;
+#endif
     pthread_mutex_lock(&d->mu);
     if (scope == CALRT_RESET_CHIP && d->f_no_chip_reset) {
         pthread_mutex_unlock(&d->mu);
@@ -2141,10 +2347,17 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
 #endif
     }
     for (int c = 0; c < REF_CHIPS; c++)
+#ifdef CALRT_MUTANT_CHIP_RESET_KEEPS_FAULT /* the bug: the fault latch is cleared by the board reset only */
+        if ((mask >> c & 1) && scope == CALRT_RESET_BOARD) d->chips[c].health = CALRT_HEALTH_OK;
+#else
         if (mask >> c & 1) d->chips[c].health = CALRT_HEALTH_OK;
+#endif
     if (scope == CALRT_RESET_BOARD) {
 #ifndef CALRT_MUTANT_BOARD_RESET_KEEPS_KV /* the bug: every sequence survives the board reset */
         free_seqs(d);
+#endif
+#ifdef CALRT_MUTANT_BOARD_RESET_LEAKS_PLAN /* the bug: the reset drops the calbin, not the arena it took */
+        for (int c = 0; c < REF_CHIPS && d->current; c++) d->mut_board_leak[c] += d->current->plan[c];
 #endif
 #ifndef CALRT_MUTANT_BOARD_RESET_KEEPS_CONFIG /* the bug: the calbin stays current across a board reset */
         d->current = NULL;
