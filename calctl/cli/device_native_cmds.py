@@ -75,7 +75,7 @@ def conformance(
         typer.Option(
             "--level",
             help="quick: every promise once (under 30 s on the reference board); standard: also a hung job held "
-            "10 s and 2,000 jobs each against its twin; long: 10,000 jobs.",
+            "10 s and 2,000 jobs each against its twin; long: 10,000 jobs and the hung job held 60 s.",
         ),
     ] = RunLevel.STANDARD,
     check_timeout: Annotated[
