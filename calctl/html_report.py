@@ -169,6 +169,8 @@ def _reasons(doc: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         if tone(r["verdict"]) != "good":
             why = r["detail"] or r["key_figure"]
+            if why and visible(f"{r['name']}: {why}") in out:  # the error is this step's reason: said once
+                continue
             line = f"{r['name']} {r['verdict']}" + (f": {why}" if why else "")
             if r["how"]:  # a row not measured says what would measure it (#53 item 3)
                 line += f". To measure: {r['how']}"

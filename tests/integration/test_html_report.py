@@ -183,6 +183,27 @@ def test_rows_that_are_not_good_are_the_reasons(tmp_path: Path) -> None:
     assert 'id="steps"' in html and "1/2" in html
 
 
+def test_the_failing_step_that_is_the_error_is_said_once(tmp_path: Path) -> None:
+    """A pipeline's ``error`` is its first failing step's ``<step>: <detail>``: the page's reasons say it once,
+    not again as that step's row (the conformance FAIL of a broken library was listed twice)."""
+    why = "kv_busy_in_flight (KV-3): calrt_kv_free of sequence 1 while job 1 in flight writes it must return 1"
+    doc = {
+        "command": "bringup",
+        "verdict": "FAIL",
+        "exit_code": 1,
+        "device": "calrt",
+        "error": f"conformance: {why}",
+        "summary": [
+            {"step": "conformance", "verdict": "FAIL", "key_figure": "38/39", "seconds": 1.0, "detail": why},
+            {"step": "validate", "verdict": "WARN", "key_figure": "", "seconds": 1.0, "detail": "SIG002"},
+        ],
+    }
+    reasons = re.search(r'<ul class="reasons" id="reasons">(.*?)</ul>', html_report.render(doc, tmp_path), re.S)
+    assert reasons
+    items = [i.strip() for i in re.findall(r"<li>(.*?)</li>", reasons.group(1), re.S)]
+    assert items == [f"conformance: {why}", "validate WARN: SIG002"], items
+
+
 def test_an_interrupted_run_says_the_signal_first_among_its_reasons(tmp_path: Path) -> None:
     """A signal after the last step (the teardown) leaves every row good: the page still says why the run is
     INTERRUPTED, from the report's ``error``."""
