@@ -52,6 +52,11 @@ PROFILE_SCHEMA = "calculet-board-profile/v1"
 MAX_PROFILE_BYTES = 64 * 1024
 #: Transfer sizes: latency-bound, mid, bandwidth-bound (the judged one). All fit the mock's 64 MiB window.
 SIZES = (64 * 1024, 1024**2, 16 * 1024**2)
+#: Chips at once: how often the largest size is measured again while the host did not issue the chips' transfers
+#: together (the figure is the link under all chips, so it needs them overlapping). A loaded host (8 CPU burners
+#: and a test suite on 2 cores) ran one chip's five transfers before the other's thread got a core, and the row
+#: was NOT JUDGED on a healthy board; one retry in a few sufficed there.
+OVERLAP_TRIES = 6
 GB = 1e9
 
 
@@ -197,6 +202,11 @@ def _rows(rt: Runtime, profile: BoardProfile | None, repeats: int, seed: int) ->
         threshold = profile.thresholds.get(key) if profile is not None else None
         try:
             measured = [_measure(rt, cs, direction, data[size], repeats) for size in SIZES]
+            for _ in range(OVERLAP_TRIES - 1 if len(cs) > 1 else 0):
+                last = measured[-1]
+                if last.device_gbps is not None or last.together >= 1.0:  # a figure, or no stamps to give one
+                    break
+                measured[-1] = _measure(rt, cs, direction, data[SIZES[-1]], repeats)
         except RuntimeLayerError as exc:
             rows.append(Row(name, cs, direction.value, RowStatus.FAIL, None, threshold, f"transfer failed: {exc}"))
             continue
@@ -251,7 +261,8 @@ def _grade(
             "the runtime stamps no transfers: no device-clock figure"
             if last.together >= 1.0
             else f"the chips were all transferring {last.together:.0%} of the time, less than one transfer's "
-            "time: the host did not issue them together (its doing, not the board's)"
+            f"time, in each of {OVERLAP_TRIES} tries: the host did not issue them together (its doing, not the "
+            "board's)"
         )
         return row(RowStatus.NOT_JUDGED, f"{why}; host clock {last.host_gbps:.2f} GB/s")
     if profile is None:
