@@ -18,9 +18,9 @@ from tests.integration.serve_harness import Served, serving
 from tests.waiting import wait_until
 
 
-def _ask(served: Served, out: dict[str, int]) -> threading.Thread:
+def _ask(served: Served, out: dict[str, int], max_tokens: int = 8) -> threading.Thread:
     def run() -> None:
-        body = {"model": "model-a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+        body = {"model": "model-a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
         with httpx.Client(base_url=served.v1, timeout=60) as client:
             out["status"] = client.post("/chat/completions", json=body).status_code
 
@@ -55,7 +55,9 @@ def test_an_unload_that_fails_a_running_request_between_jobs_leaves_no_unknown_l
     with serving(time_scale=0.05, drain_deadline_s=0.3) as served:
         served.slow_board(20.0)  # a request outlives the drain deadline, its jobs short enough to end
         out: dict[str, int] = {}
-        asking = _ask(served, out)
+        # 64 tokens of 64 ms decode jobs: ~4 s on the board's own clock. At 8 tokens (~0.55 s) a loaded host's
+        # late start of the unload (8 CPU burners beside the suite) let the request finish inside the deadline.
+        asking = _ask(served, out, max_tokens=64)
         wait_until(lambda: served.supervisor.cores["model-a"].live_requests() > 0, timeout=30, what="a request")
         time.sleep(0.2)
         h0 = len(served.supervisor.history)
