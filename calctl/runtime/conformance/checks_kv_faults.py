@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from typing import Any
 
 import numpy as np
 
+from calctl.package.model import Package
 from calctl.runtime import Job, Runtime
 from calctl.runtime.buffers import BufferState, HostBuffer
 from calctl.runtime.conformance.framework import (
@@ -651,3 +653,58 @@ def _resets(s: Session) -> str:
         "sequences not found, "
         "reconfigured, new sequences empty"
     )
+
+
+def _capacity_cut(pkg: Package, alias: str) -> tuple[Package, int]:
+    """``pkg`` with ``alias``'s KV pool cut to half its sequences (at least one fewer): the calbin descriptor then
+    gives the models different capacities, which the sample packages never do."""
+    m = pkg.model(alias)
+    cut = max(1, min(m.kv.max_sequences // 2, m.kv.max_sequences - 1))
+    model = dataclasses.replace(m, kv=dataclasses.replace(m.kv, max_sequences=cut))
+    return dataclasses.replace(pkg, models=tuple(model if x.alias == alias else x for x in pkg.models)), cut
+
+
+@check(
+    "kv_capacity_per_model",
+    "each model's KV pool has its own descriptor's capacity: models given different capacities each get theirs",
+    clauses=("KV-4",),
+)
+def _kv_capacity_per_model(s: Session) -> str:
+    """KV-4 with capacities that differ. The packages' models usually share one capacity, so a shim that sizes
+    every pool from the first (or last) model's descriptor passes ``kv_lifecycle``. Here each model of the pair in
+    turn gets half its sequences in the calbin descriptor; every model must then answer ``calrt_kv_can_allocate``
+    with its own capacity, allocate exactly that many sequences and refuse the next."""
+    a, b = s.pair()
+    seen: list[str] = []
+    for cut_alias in (a, b):
+        pkg, cut = _capacity_cut(s.package, cut_alias)
+        with s.open() as rt:
+            rt.configure(rt.create_calbin(pkg))
+            for alias in (a, b):
+                cap = pkg.model(alias).kv.max_sequences
+                given = f"{cut_alias} cut to {cut} sequences in the calbin descriptor, {alias}'s capacity {cap}"
+                expect(
+                    rt.kv.can_allocate(alias, cap) and not rt.kv.can_allocate(alias, cap + 1),
+                    f"KV-4: with {given}, calrt_kv_can_allocate({alias!r}) must grant {cap} and refuse {cap + 1}",
+                    call="calrt_kv_can_allocate",
+                    arguments=f"model={alias!r}, n={cap} / {cap + 1}",
+                    returned=f"{cap}: {rt.kv.can_allocate(alias, cap)}, {cap + 1}: {rt.kv.can_allocate(alias, cap + 1)}",
+                )
+                seqs = [rt.kv.allocate(alias) for _ in range(cap)]
+                try:
+                    extra = rt.kv.allocate(alias)
+                except RuntimeLayerError:
+                    extra = None
+                else:
+                    rt.kv.free(extra)
+                for q in seqs:
+                    rt.kv.free(q)
+                expect(
+                    extra is None,
+                    f"KV-4: with {given}, calrt_kv_allocate({alias!r}) after {cap} sequences must be refused",
+                    call="calrt_kv_allocate",
+                    arguments=f"model={alias!r}, {cap} sequences live",
+                    returned=f"OK (sequence {extra})",
+                )
+            seen.append(f"{cut_alias} cut to {cut}")
+    return "; ".join(seen) + ": every model allocated its own capacity and was refused one more"
