@@ -14,7 +14,6 @@ from calctl.runtime.buffers import BufferState
 from calctl.runtime.conformance.framework import (
     ExpectationFailed,
     Session,
-    Unsupported,
     _returned,
     _unwrap,
     check,
@@ -24,6 +23,7 @@ from calctl.runtime.conformance.framework import (
     expect_status,
     expect_wait_error,
     golden_prompt,
+    held_jobs,
     prefill_job,
     raw_call,
     raw_job_info,
@@ -34,7 +34,6 @@ from calctl.runtime.errors import (
     BufferInUse,
     DeviceBusy,
     JobAborted,
-    NotSupported,
     RuntimeStatus,
     Timeout,
 )
@@ -575,16 +574,9 @@ def _query_while_computing(s: Session) -> str:
     pkg = s.package
     a, _ = s.pair()
     with s.configured() as rt:
-        raw = _unwrap(rt)
         blocked: list[str] = []
         for _ in range(QUERY_TRIES):
-            try:
-                raw.arm_test_fault("delay_ms", COMPUTING_MS)
-            except NotSupported:
-                raise Unsupported(
-                    "the library lacks the calrt_ext_fault_set test hook (delay_ms) this check needs"
-                ) from None
-            try:
+            with held_jobs(rt, COMPUTING_MS):
                 job, seq, _, _ = prefill_job(rt, pkg, a)
                 deadline = time.monotonic() + 10
                 while True:  # polls while queued; the first answer past QUEUED is the one judged
@@ -594,21 +586,17 @@ def _query_while_computing(s: Session) -> str:
                     if seen.state is not JobState.QUEUED or time.monotonic() > deadline:
                         break
                     time.sleep(0.002)
-            finally:
-                raw.arm_test_fault("delay_ms", 0)
             end = rt.wait(job, 30)
             expect(end.ok, f"the {a} prefill held {COMPUTING_MS} ms succeeds", call="rt.wait", returned=end.state)
             rt.kv.free(seq)
-            waited = (
-                seen.state.terminal and end.end_ns is not None and end.end_ns > called and took > COMPUTING_MS / 4000
-            )
-            if not waited:
+            ended = end.end_ns if end.end_ns is not None else 0
+            if not (seen.state.terminal and ended > called and took > COMPUTING_MS / 4000):
                 return (
                     f"job {job.id} computing ({COMPUTING_MS} ms held): the query answered {seen.state.name} "
                     f"in {took * 1000:.1f} ms"
                 )
             blocked.append(
-                f"{seen.state.name} after {took:.3f} s, the job ending {(end.end_ns - called) / 1e9:.3f} s after the call"
+                f"{seen.state.name} after {took:.3f} s, the job ending {(ended - called) / 1e9:.3f} s after the call"
             )
     raise ExpectationFailed(
         f"JOB-8: calrt_job_query of a job that computes ({COMPUTING_MS} ms held by delay_ms) never blocks: it must "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 from typing import Any
@@ -691,11 +692,9 @@ def _kv_capacity_per_model(s: Session) -> str:
                     returned=f"{cap}: {rt.kv.can_allocate(alias, cap)}, {cap + 1}: {rt.kv.can_allocate(alias, cap + 1)}",
                 )
                 seqs = [rt.kv.allocate(alias) for _ in range(cap)]
-                try:
+                extra: KvSeqId | None = None
+                with contextlib.suppress(RuntimeLayerError):
                     extra = rt.kv.allocate(alias)
-                except RuntimeLayerError:
-                    extra = None
-                else:
                     rt.kv.free(extra)
                 for q in seqs:
                     rt.kv.free(q)
