@@ -205,6 +205,37 @@ def _remove_tail_refused_while_reserved(s: Session, rt: Runtime, seq: KvSeqId) -
         returned=after,
     )
     rt.kv.rollback(seq)
+    _remove_tail_past_length_refused(s, rt, seq)
+
+
+def _remove_tail_past_length_refused(s: Session, rt: Runtime, seq: KvSeqId) -> None:
+    """KV-8: calrt_kv_remove_tokens_at_end of more tokens than the sequence holds is INVALID_ARGUMENT and changes
+    nothing (a shim that clamps empties the sequence and answers OK: the caller's count of its tokens is then
+    wrong)."""
+    before = rt.kv.length(seq)
+    n = before.committed + 1
+    if s.native:
+        raw = _unwrap(rt)
+        status = int(raw._fn.calrt_kv_remove_tokens_at_end(raw._dev, int(seq), n))
+        expect(
+            status == RuntimeStatus.INVALID_ARGUMENT,
+            f"KV-8: calrt_kv_remove_tokens_at_end of {n} tokens from a sequence holding {before.committed} must "
+            "return INVALID_ARGUMENT (10)",
+            call="calrt_kv_remove_tokens_at_end",
+            arguments=f"seq={seq} (committed {before.committed}, none reserved), n={n}",
+            returned=f"status {status}",
+        )
+    else:
+        expect_raises(
+            InvalidArgument, "rt.kv.remove_tokens_at_end (past the length)", rt.kv.remove_tokens_at_end, seq, n
+        )
+    after = rt.kv.length(seq)
+    expect(
+        after == before,
+        f"KV-8: the refused remove-tail of {n} tokens leaves the sequence as it was",
+        call="calrt_kv_length",
+        returned=after,
+    )
 
 
 def _append_past_capacity(s: Session, rt: Runtime, alias: str) -> None:

@@ -138,6 +138,12 @@
  *                                     kv_max_sequences (the loop reads models[0]);
  *   -DCALRT_MUTANT_FULL_BATCH_LAST_ROW  a B>1 decode with every lane active takes a fast path whose last lane's
  *                                     logits row is the row before it (a batch with an inactive lane is exact);
+ *   -DCALRT_MUTANT_COUNTERS_CHIPS_SWAPPED  calrt_chip_counters of chip c reports the other chip's counters;
+ *   -DCALRT_MUTANT_HEALTH_CHIPS_SWAPPED  calrt_chip_health of chip c reports the other chip's health;
+ *   -DCALRT_MUTANT_REMOVE_TAIL_CLAMPS  calrt_kv_remove_tokens_at_end of more tokens than the sequence holds empties
+ *                                     it and answers OK;
+ *   -DCALRT_MUTANT_KV_LENGTH_SWAPPED  calrt_kv_length writes the reserved length into *committed and the committed
+ *                                     into *reserved;
  *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions;
  *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us;
  *   -DCALRT_MUTANT_RESET_CHIP_PAST_BOARD  calrt_reset(CHIP) of a chip past the board answers OK and resets nothing;
@@ -2238,6 +2244,9 @@ calrt_status calrt_kv_remove_tokens_at_end(calrt_device *d, calrt_kv_seq id, uin
     calrt_status rc = idle_seq(d, id, &s);
 #ifdef CALRT_MUTANT_REMOVE_TAIL_WHILE_RESERVED /* the bug: a pending reservation is not refused, just dropped */
     if (rc == CALRT_OK && n > s->committed) rc = CALRT_E_INVALID_ARGUMENT;
+#elif defined(CALRT_MUTANT_REMOVE_TAIL_CLAMPS) /* the bug: too many tokens empty the sequence */
+    if (rc == CALRT_OK && s->reserved != s->committed) rc = CALRT_E_INVALID_ARGUMENT;
+    if (rc == CALRT_OK && n > s->committed) n = s->committed;
 #else
     if (rc == CALRT_OK && (s->reserved != s->committed || n > s->committed)) rc = CALRT_E_INVALID_ARGUMENT;
 #endif
@@ -2286,7 +2295,11 @@ calrt_status calrt_kv_length(calrt_device *d, calrt_kv_seq id, uint32_t *committ
     if (!d || !committed || !reserved) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     seq *s = find_seq(d, id);
+#ifdef CALRT_MUTANT_KV_LENGTH_SWAPPED /* the bug: the two out-parameters the other way round */
+    if (s) { *committed = s->reserved; *reserved = s->committed; }
+#else
     if (s) { *committed = s->committed; *reserved = s->reserved; }
+#endif
     pthread_mutex_unlock(&d->mu);
     return s ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
 }
@@ -2335,6 +2348,9 @@ calrt_status calrt_chip_counters(calrt_device *d, uint32_t chip, calrt_counters 
 #endif
     if (!d || !out || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
+#ifdef CALRT_MUTANT_COUNTERS_CHIPS_SWAPPED /* the bug: the runtime numbers the chips the other way round here */
+    chip = REF_CHIPS - 1 - chip;
+#endif
     *out = d->chips[chip].counters;
     pthread_mutex_unlock(&d->mu);
     return CALRT_OK;
@@ -2346,6 +2362,9 @@ calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health)
 #endif
     if (!d || !health || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
+#ifdef CALRT_MUTANT_HEALTH_CHIPS_SWAPPED /* the bug: the runtime numbers the chips the other way round here */
+    chip = REF_CHIPS - 1 - chip;
+#endif
     *health = d->chips[chip].health;
     for (int b = 0; b < REF_BANKS; b++) {
         job *j = d->chips[chip].running[b];
