@@ -119,7 +119,8 @@ def _batch_lanes(s: Session) -> str:
     done = []
     with s.configured() as rt:
         for alias, batch in work:
-            done.append(_one_profile(s, rt, alias, batch))
+            done.append(_one_profile(s, rt, alias, batch, every_other=True))
+            done.append(_one_profile(s, rt, alias, batch, every_other=False))
         done.extend(_lanes_of_a_held_job(s, rt, *work[0], fault) for fault in ("hang", "ccu"))
     return "; ".join(done)
 
@@ -178,14 +179,17 @@ def _commit_status(rt: Runtime, seq: KvSeqId) -> int:
     return RuntimeStatus.OK
 
 
-def _one_profile(s: Session, rt: Runtime, alias: str, batch: int) -> str:
+def _one_profile(s: Session, rt: Runtime, alias: str, batch: int, *, every_other: bool) -> str:
+    """One B``batch`` decode job: every other lane active (lane 0 first) or every lane active (a full batch, which
+    a shim may run down another path), as many as the model's KV capacity holds beside a bystander and a twin at
+    a time."""
     pkg = s.package
     m = pkg.model(alias)
     vocab = int(m.decode.output("logits").shape[-1])
     max_tokens = int(m.prefill.input("tokens").shape[-1])
-    # every other lane active, as many as the model's KV capacity holds beside a bystander and a twin at a time
-    active = [lane for lane in range(batch) if lane % 2 == 0][: max(1, m.kv.max_sequences - 2)]
-    prompts = {lane: crosstalk_prompt(vocab, max_tokens, batch, lane, 7) for lane in [*active, _OUTSIDE]}
+    active = [lane for lane in range(batch) if lane % 2 == 0 or not every_other][: max(1, m.kv.max_sequences - 2)]
+    seed = 7 if every_other else 13
+    prompts = {lane: crosstalk_prompt(vocab, max_tokens, batch, lane, seed) for lane in [*active, _OUTSIDE]}
     twins = {lane: _twin(rt, pkg, alias, p) for lane, p in prompts.items()}
     seqs = {lane: _prefilled(rt, pkg, alias, p)[0] for lane, p in prompts.items()}
     lengths = {lane: rt.kv.length(q) for lane, q in seqs.items()}
@@ -235,6 +239,8 @@ def _one_profile(s: Session, rt: Runtime, alias: str, batch: int) -> str:
     _after_batch(s, rt, alias, batch, active, seqs, twins)
     for q in seqs.values():
         rt.kv.free(q)
+    if len(active) == batch:
+        return f"{alias} B{batch}: a full batch's {batch} lanes equal their B1 twins"
     return (
         f"{alias} B{batch}: {len(active)} active lanes equal their B1 twins, {batch - len(active)} inactive wrote no KV"
     )

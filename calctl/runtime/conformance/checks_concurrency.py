@@ -15,19 +15,18 @@ from calctl.runtime import Runtime, intervals
 from calctl.runtime.conformance.framework import (
     Abandoned,
     Session,
-    Unsupported,
     _returned,
     _unwrap,
     check,
     expect,
     golden_prompt,
+    held_jobs,
     prefill_job,
     write_prefill,
 )
 from calctl.runtime.errors import (
     DeviceBusy,
     JobAborted,
-    NotSupported,
 )
 from calctl.runtime.types import Engine, JobState
 
@@ -443,26 +442,17 @@ def _stamps_are_run_time(s: Session) -> str:
     pkg = s.package
     a, b = s.pair()
     with s.configured() as rt:
-        raw = _unwrap(rt)
         job, seq, _, _ = prefill_job(rt, pkg, b)
         alone = rt.wait(job, 30)
         expect(alone.ok, f"a {b} prefill succeeds", call="rt.wait", returned=alone.state)
         rt.kv.free(seq)
         assert alone.start_ns is not None and alone.end_ns is not None
         alone_s = (alone.end_ns - alone.start_ns) / 1e9
-        try:
-            raw.arm_test_fault("delay_ms", LONG_JOB_MS)
-        except NotSupported:
-            raise Unsupported(
-                "the library lacks the calrt_ext_fault_set test hook (delay_ms) this check needs"
-            ) from None
-        try:
+        with held_jobs(rt, LONG_JOB_MS):  # cleared once A's job runs: B's job runs at its own speed
             long_job, long_seq, _, _ = prefill_job(rt, pkg, a)
             t0 = time.monotonic()
             while rt.query(long_job).state is JobState.QUEUED and time.monotonic() - t0 < 10:
                 time.sleep(0.002)
-        finally:
-            raw.arm_test_fault("delay_ms", 0)  # B's job runs at its own speed
         job, seq, _, _ = prefill_job(rt, pkg, b)
         short = rt.wait(job, 30)
         long = rt.wait(long_job, 30)

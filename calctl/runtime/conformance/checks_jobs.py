@@ -12,6 +12,7 @@ import numpy as np
 from calctl.runtime import Job, Runtime
 from calctl.runtime.buffers import BufferState
 from calctl.runtime.conformance.framework import (
+    ExpectationFailed,
     Session,
     _returned,
     _unwrap,
@@ -22,6 +23,7 @@ from calctl.runtime.conformance.framework import (
     expect_status,
     expect_wait_error,
     golden_prompt,
+    held_jobs,
     prefill_job,
     raw_call,
     raw_job_info,
@@ -547,3 +549,59 @@ def _busy(s: Session) -> str:
                 call="rt.wait",
             )
     return "BUSY (1) left buffers with the caller; the retry succeeded"
+
+
+#: how long the ``delay_ms`` test hook holds the job that ``query_while_computing`` asks about while it computes
+COMPUTING_MS = 800
+#: tries before a query that came back only when its job ended counts as blocking (a loaded host stalls one call for
+#: most of a job's run now and then, not every try)
+QUERY_TRIES = 2
+
+
+@check(
+    "query_while_computing",
+    "calrt_job_query of a job that computes answers at once (RUNNING), not when the job ends",
+    clauses=("JOB-8",),
+    native_only=True,
+)
+def _query_while_computing(s: Session) -> str:
+    """JOB-8 for a job that computes. ``wait_timeout`` polls a hung job, which never computes: a shim whose query
+    waits for the chip's compute lock answers that one at once and blocks on every job that does work. Here a
+    prefill is held ~0.8 s by the ``delay_ms`` hook and polled from its submit: a query that never blocks answers
+    QUEUED, then RUNNING long before the job ends. One that answers a terminal state after most of the job's run,
+    for a job that ended after the query was called, waited for it; that in every one of ``QUERY_TRIES`` tries is
+    the FAIL."""
+    pkg = s.package
+    a, _ = s.pair()
+    with s.configured() as rt:
+        blocked: list[str] = []
+        for _ in range(QUERY_TRIES):
+            with held_jobs(rt, COMPUTING_MS):
+                job, seq, _, _ = prefill_job(rt, pkg, a)
+                deadline = time.monotonic() + 10
+                while True:  # polls while queued; the first answer past QUEUED is the one judged
+                    called = time.monotonic_ns()
+                    seen = rt.query(job)
+                    took = (time.monotonic_ns() - called) / 1e9
+                    if seen.state is not JobState.QUEUED or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.002)
+            end = rt.wait(job, 30)
+            expect(end.ok, f"the {a} prefill held {COMPUTING_MS} ms succeeds", call="rt.wait", returned=end.state)
+            rt.kv.free(seq)
+            ended = end.end_ns if end.end_ns is not None else 0
+            if not (seen.state.terminal and ended > called and took > COMPUTING_MS / 4000):
+                return (
+                    f"job {job.id} computing ({COMPUTING_MS} ms held): the query answered {seen.state.name} "
+                    f"in {took * 1000:.1f} ms"
+                )
+            blocked.append(
+                f"{seen.state.name} after {took:.3f} s, the job ending {(ended - called) / 1e9:.3f} s after the call"
+            )
+    raise ExpectationFailed(
+        f"JOB-8: calrt_job_query of a job that computes ({COMPUTING_MS} ms held by delay_ms) never blocks: it must "
+        "answer RUNNING at once, not the job's end once it came",
+        call="calrt_job_query",
+        arguments=f"job={job.id} (computing)",
+        returned=f"in each of {QUERY_TRIES} tries: " + "; ".join(blocked),
+    )

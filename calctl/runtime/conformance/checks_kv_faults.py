@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import dataclasses
 from typing import Any
 
 import numpy as np
 
+from calctl.package.model import Package
 from calctl.runtime import Job, Runtime
 from calctl.runtime.buffers import BufferState, HostBuffer
 from calctl.runtime.conformance.framework import (
@@ -202,6 +205,37 @@ def _remove_tail_refused_while_reserved(s: Session, rt: Runtime, seq: KvSeqId) -
         returned=after,
     )
     rt.kv.rollback(seq)
+    _remove_tail_past_length_refused(s, rt, seq)
+
+
+def _remove_tail_past_length_refused(s: Session, rt: Runtime, seq: KvSeqId) -> None:
+    """KV-8: calrt_kv_remove_tokens_at_end of more tokens than the sequence holds is INVALID_ARGUMENT and changes
+    nothing (a shim that clamps empties the sequence and answers OK: the caller's count of its tokens is then
+    wrong)."""
+    before = rt.kv.length(seq)
+    n = before.committed + 1
+    if s.native:
+        raw = _unwrap(rt)
+        status = int(raw._fn.calrt_kv_remove_tokens_at_end(raw._dev, int(seq), n))
+        expect(
+            status == RuntimeStatus.INVALID_ARGUMENT,
+            f"KV-8: calrt_kv_remove_tokens_at_end of {n} tokens from a sequence holding {before.committed} must "
+            "return INVALID_ARGUMENT (10)",
+            call="calrt_kv_remove_tokens_at_end",
+            arguments=f"seq={seq} (committed {before.committed}, none reserved), n={n}",
+            returned=f"status {status}",
+        )
+    else:
+        expect_raises(
+            InvalidArgument, "rt.kv.remove_tokens_at_end (past the length)", rt.kv.remove_tokens_at_end, seq, n
+        )
+    after = rt.kv.length(seq)
+    expect(
+        after == before,
+        f"KV-8: the refused remove-tail of {n} tokens leaves the sequence as it was",
+        call="calrt_kv_length",
+        returned=after,
+    )
 
 
 def _append_past_capacity(s: Session, rt: Runtime, alias: str) -> None:
@@ -651,3 +685,56 @@ def _resets(s: Session) -> str:
         "sequences not found, "
         "reconfigured, new sequences empty"
     )
+
+
+def _capacity_cut(pkg: Package, alias: str) -> tuple[Package, int]:
+    """``pkg`` with ``alias``'s KV pool cut to half its sequences (at least one fewer): the calbin descriptor then
+    gives the models different capacities, which the sample packages never do."""
+    m = pkg.model(alias)
+    cut = max(1, min(m.kv.max_sequences // 2, m.kv.max_sequences - 1))
+    model = dataclasses.replace(m, kv=dataclasses.replace(m.kv, max_sequences=cut))
+    return dataclasses.replace(pkg, models=tuple(model if x.alias == alias else x for x in pkg.models)), cut
+
+
+@check(
+    "kv_capacity_per_model",
+    "each model's KV pool has its own descriptor's capacity: models given different capacities each get theirs",
+    clauses=("KV-4",),
+)
+def _kv_capacity_per_model(s: Session) -> str:
+    """KV-4 with capacities that differ. The packages' models usually share one capacity, so a shim that sizes
+    every pool from the first (or last) model's descriptor passes ``kv_lifecycle``. Here each model of the pair in
+    turn gets half its sequences in the calbin descriptor; every model must then answer ``calrt_kv_can_allocate``
+    with its own capacity, allocate exactly that many sequences and refuse the next."""
+    a, b = s.pair()
+    seen: list[str] = []
+    for cut_alias in (a, b):
+        pkg, cut = _capacity_cut(s.package, cut_alias)
+        with s.open() as rt:
+            rt.configure(rt.create_calbin(pkg))
+            for alias in (a, b):
+                cap = pkg.model(alias).kv.max_sequences
+                given = f"{cut_alias} cut to {cut} sequences in the calbin descriptor, {alias}'s capacity {cap}"
+                expect(
+                    rt.kv.can_allocate(alias, cap) and not rt.kv.can_allocate(alias, cap + 1),
+                    f"KV-4: with {given}, calrt_kv_can_allocate({alias!r}) must grant {cap} and refuse {cap + 1}",
+                    call="calrt_kv_can_allocate",
+                    arguments=f"model={alias!r}, n={cap} / {cap + 1}",
+                    returned=f"{cap}: {rt.kv.can_allocate(alias, cap)}, {cap + 1}: {rt.kv.can_allocate(alias, cap + 1)}",
+                )
+                seqs = [rt.kv.allocate(alias) for _ in range(cap)]
+                extra: KvSeqId | None = None
+                with contextlib.suppress(RuntimeLayerError):
+                    extra = rt.kv.allocate(alias)
+                    rt.kv.free(extra)
+                for q in seqs:
+                    rt.kv.free(q)
+                expect(
+                    extra is None,
+                    f"KV-4: with {given}, calrt_kv_allocate({alias!r}) after {cap} sequences must be refused",
+                    call="calrt_kv_allocate",
+                    arguments=f"model={alias!r}, {cap} sequences live",
+                    returned=f"OK (sequence {extra})",
+                )
+            seen.append(f"{cut_alias} cut to {cut}")
+    return "; ".join(seen) + ": every model allocated its own capacity and was refused one more"

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from calctl.errors import CalctlError
 from calctl.package.model import Package, SectionKind
 from calctl.runtime import Runtime
 from calctl.runtime.conformance.framework import (
@@ -570,3 +571,134 @@ def _descriptor_copies(s: Session) -> str:
             returned=(committed.value, reserved.value),
         )
     return "graph name and KV array reused by the caller after submit: the job ran on its own, logits exact"
+
+
+class _Scribble:
+    """The caller's side of ``calbin_descriptor_copies``: before ``calrt_calbin_create`` every string of the
+    descriptor (path, graph names, model aliases, tensor and CSR input names) and every batch-profile table is moved
+    into memory the check owns; the moment the call returns, that memory is overwritten with decoys (another
+    graph's name, another model's alias, reversed tensor names, a path that does not exist, zero profiles)."""
+
+    def __init__(self) -> None:
+        self.strings: list[tuple[ctypes.Array[ctypes.c_char], bytes]] = []
+        self.tables: list[ctypes.Array[ctypes.c_uint32]] = []
+        self.called = False
+
+    @property
+    def overwritten(self) -> str:
+        return f"{len(self.strings)} strings and {len(self.tables)} batch-profile tables overwritten"
+
+    def _own(self, value: bytes | None, decoy: bytes) -> bytes | None:
+        if value is None:
+            return None
+        buf = ctypes.create_string_buffer(value, max(len(value), len(decoy)) + 1)
+        self.strings.append((buf, decoy))
+        return ctypes.cast(buf, ctypes.c_char_p)  # type: ignore[return-value]  # a field takes the pointer
+
+    def before(self, desc: Any) -> None:
+        names = [desc.graphs[i].name for i in range(desc.n_graphs)]
+        aliases = [desc.models[i].alias for i in range(desc.n_models)]
+
+        def other(items: list[bytes], value: bytes) -> bytes:
+            at = items.index(value) if value in items else -1
+            return items[(at + 1) % len(items)] if at >= 0 and len(items) > 1 else b"~" + value[::-1]
+
+        desc.path = self._own(desc.path, b"/nonexistent/calctl-conformance-overwritten")
+        for i in range(desc.n_graphs):
+            g = desc.graphs[i]
+            g.name = self._own(g.name, other(names, g.name))
+            g.model = self._own(g.model, other(aliases, g.model))
+            for field in ("valid_length_input", "positions_input", "lane_valid_input"):
+                value = getattr(g, field)
+                setattr(g, field, self._own(value, b"~" + value[::-1] if value else b""))
+            for tensors, n in ((g.inputs, g.n_inputs), (g.outputs, g.n_outputs)):
+                for k in range(n):
+                    tensors[k].name = self._own(tensors[k].name, b"~" + tensors[k].name[::-1])
+            table = (ctypes.c_uint32 * max(g.n_batch_profiles, 1))(*g.batch_profiles[: g.n_batch_profiles])
+            self.tables.append(table)
+            g.batch_profiles = ctypes.cast(table, ctypes.POINTER(ctypes.c_uint32))
+        for i in range(desc.n_models):
+            desc.models[i].alias = self._own(desc.models[i].alias, other(aliases, desc.models[i].alias))
+
+    def after(self) -> None:
+        for buf, decoy in self.strings:
+            ctypes.memset(buf, 0, len(buf))
+            buf.value = decoy
+        for table in self.tables:
+            ctypes.memset(table, 0, ctypes.sizeof(table))
+
+
+class _ScribblingCalls:
+    """The library's functions, with ``calrt_calbin_create`` between the two halves of a :class:`_Scribble`."""
+
+    def __init__(self, fn: Any, scribble: _Scribble) -> None:
+        self._fn, self._scribble = fn, scribble
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fn, name)
+
+    def calrt_calbin_create(self, dev: Any, desc: Any, out: Any) -> int:
+        self._scribble.before(desc._obj)
+        try:
+            return int(self._fn.calrt_calbin_create(dev, desc, out))
+        finally:
+            self._scribble.called = True
+            self._scribble.after()
+
+
+def _prefill_and_decode(rt: Runtime, pkg: Package, alias: str) -> tuple[np.ndarray, np.ndarray]:
+    """The golden prompt's prefill logits and one B1 decode's after it; the sequence is freed again."""
+    seq, logits = _committed_prefill(rt, pkg, alias, golden_prompt(pkg, alias))
+    logits = logits.copy()
+    decoded = _decode_once(rt, pkg, alias, seq, int(np.argmax(logits[0])))
+    rt.kv.free(seq)
+    return logits, decoded
+
+
+@check(
+    "calbin_descriptor_copies",
+    "calrt_calbin_create copies its descriptor's strings and arrays: the caller overwrites them the moment it returns",
+    clauses=("CONV-3",),
+    native_only=True,
+)
+def _calbin_descriptor_copies(s: Session) -> str:
+    """CONV-3 for the calbin descriptor (``descriptor_copies`` tries the job descriptor). calctl's own descriptor
+    memory is freed after ``calrt_calbin_create`` returns, and freed memory often still reads the same: a shim
+    that kept the pointers works by luck. Here the memory is overwritten at once; the board is then configured
+    and each model's golden prompt prefilled and decoded one step by its graph names and alias, and must give the
+    logits a normally created calbin gives."""
+    pkg = s.package
+    scribble = _Scribble()
+    step = "a calbin created the ordinary way (calctl frees its descriptor memory after the call)"
+    try:
+        with s.configured() as rt:
+            want = {m.alias: _prefill_and_decode(rt, pkg, m.alias) for m in pkg.models}
+        with s.open() as rt:
+            raw = _unwrap(rt)
+            step = "a calbin whose descriptor the caller overwrote the moment calrt_calbin_create returned"
+            calls, raw._fn = raw._fn, _ScribblingCalls(raw._fn, scribble)
+            try:
+                calbin = rt.create_calbin(pkg)
+            finally:
+                raw._fn = calls
+            expect(scribble.called, "the check saw calrt_calbin_create", call="calrt_calbin_create")
+            step += f" ({scribble.overwritten})"
+            rt.configure(calbin)
+            for m in pkg.models:
+                got = _prefill_and_decode(rt, pkg, m.alias)
+                for what, a, b in (("prefill", got[0], want[m.alias][0]), ("decode", got[1], want[m.alias][1])):
+                    expect(
+                        bool(np.array_equal(a, b)),
+                        f"CONV-3: with {step}, {m.alias!r}'s {what} logits differ from a calbin whose descriptor "
+                        "stayed intact: the library reads the caller's strings or tables after calrt_calbin_create",
+                        call="calrt_calbin_create",
+                        returned=f"max |diff| {float(np.abs(a - b).max()):.3g}" if a.shape == b.shape else a.shape,
+                    )
+    except CalctlError as exc:
+        raise ExpectationFailed(
+            f"CONV-3: with {step}, configuring the board and running each model's golden prompt by its own graph "
+            "names and alias failed: the library reads the caller's descriptor after calrt_calbin_create returned",
+            call="calrt_calbin_create",
+            returned=f"{type(exc).__name__}: {exc}",
+        ) from None
+    return f"{scribble.overwritten} after calrt_calbin_create returned: {len(pkg.models)} models prefilled and decoded exactly"

@@ -77,7 +77,8 @@ CLAUSES: tuple[Clause, ...] = (
     Clause(
         "KV-8",
         "§7",
-        "calrt_kv_remove_tokens_at_end with tokens reserved is INVALID_ARGUMENT and changes nothing",
+        "calrt_kv_remove_tokens_at_end with tokens reserved, or of more tokens than committed, is INVALID_ARGUMENT "
+        "and changes nothing",
     ),
     Clause(
         "KV-9",

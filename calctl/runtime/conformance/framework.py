@@ -248,6 +248,21 @@ def _unwrap(rt: Runtime) -> Any:
     return rt._target if isinstance(rt, _Recorder) else rt
 
 
+@contextlib.contextmanager
+def held_jobs(rt: Runtime, ms: int) -> Iterator[None]:
+    """Jobs that start inside the block compute ``ms`` ms longer (the ``delay_ms`` test hook), cleared on leaving;
+    Unsupported where the library lacks the hook."""
+    raw = _unwrap(rt)
+    try:
+        raw.arm_test_fault("delay_ms", ms)
+    except NotSupported:
+        raise Unsupported("the library lacks the calrt_ext_fault_set test hook (delay_ms) this check needs") from None
+    try:
+        yield
+    finally:
+        raw.arm_test_fault("delay_ms", 0)
+
+
 def raw_job_info(rt: Runtime, job: Job, wait_ms: int | None = None) -> tuple[int, Any]:
     """``calrt_job_query`` (or ``calrt_job_wait`` with ``wait_ms``) straight into the library: the status and the
     ``calrt_job_info`` the shim fills in, before calctl has observed (and released) the job."""

@@ -127,6 +127,23 @@
  *                                     decode agree with each other, not with the model past position 127);
  *   -DCALRT_MUTANT_QUERY_VIA_WAIT_ZERO  calrt_job_query reads the state through CalRT's Wait(0), which has no
  *                                     deadline: a query of a job in flight blocks until it ends;
+ *   -DCALRT_MUTANT_QUERY_BLOCKS_WHILE_COMPUTING  calrt_job_query takes the chip's compute lock: a query of a job
+ *                                     that computes waits until it ends (a hung job, which never computes, is
+ *                                     answered at once);
+ *   -DCALRT_MUTANT_KEEPS_GRAPH_NAMES  calrt_calbin_create keeps the caller's graph-name pointers instead of
+ *                                     copying the strings (a submit matches against whatever they hold now);
+ *   -DCALRT_MUTANT_KEEPS_MODEL_ALIASES  calrt_calbin_create keeps the caller's model-alias pointers (KV calls and
+ *                                     graphs resolve their model through whatever they hold now);
+ *   -DCALRT_MUTANT_KV_CAPACITY_FIRST_MODEL  every model's KV pool is sized from the first model descriptor's
+ *                                     kv_max_sequences (the loop reads models[0]);
+ *   -DCALRT_MUTANT_FULL_BATCH_LAST_ROW  a B>1 decode with every lane active takes a fast path whose last lane's
+ *                                     logits row is the row before it (a batch with an inactive lane is exact);
+ *   -DCALRT_MUTANT_COUNTERS_CHIPS_SWAPPED  calrt_chip_counters of chip c reports the other chip's counters;
+ *   -DCALRT_MUTANT_HEALTH_CHIPS_SWAPPED  calrt_chip_health of chip c reports the other chip's health;
+ *   -DCALRT_MUTANT_REMOVE_TAIL_CLAMPS  calrt_kv_remove_tokens_at_end of more tokens than the sequence holds empties
+ *                                     it and answers OK;
+ *   -DCALRT_MUTANT_KV_LENGTH_SWAPPED  calrt_kv_length writes the reserved length into *committed and the committed
+ *                                     into *reserved;
  *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions;
  *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us;
  *   -DCALRT_MUTANT_RESET_CHIP_PAST_BOARD  calrt_reset(CHIP) of a chip past the board answers OK and resets nothing;
@@ -861,6 +878,14 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
 #ifdef CALRT_MUTANT_SHORT_BUFFERS /* it writes what the buffer holds */
             if (off + sizeof(float) * n > j->out->size) n = off < j->out->size ? (j->out->size - off) / sizeof(float) : 0;
 #endif
+#ifdef CALRT_MUTANT_FULL_BATCH_LAST_ROW /* the bug: the full batch's last row is copied from the one before */
+            {
+                uint32_t act = 0;
+                for (uint32_t l = 0; l < j->nkv; l++) act += j->seqs[l] != NULL;
+                uint64_t row = n / (j->batch ? j->batch : 1);
+                if (j->batch > 1 && act == j->batch) memcpy(j->dout + row * (j->batch - 1), j->dout + row * (j->batch - 2), sizeof(float) * row);
+            }
+#endif
 #ifdef CALRT_MUTANT_EARLY_DONE_WHEN_BUSY
             if (mut_other_chip_busy(d, c)) {
                 early_done(d, j, off, n);
@@ -1133,10 +1158,15 @@ static void free_calbin(struct calrt_calbin *cb) {
         graph *g = &cb->graphs[i];
         for (uint32_t k = 0; g->in && k < g->nin; k++) free(g->in[k].name);
         for (uint32_t k = 0; g->out && k < g->nout; k++) free(g->out[k].name);
-        free(g->in); free(g->out); free(g->name); free(g->vlen); free(g->pos); free(g->lane);
+#ifndef CALRT_MUTANT_KEEPS_GRAPH_NAMES
+        free(g->name);
+#endif
+        free(g->in); free(g->out); free(g->vlen); free(g->pos); free(g->lane);
     }
     for (uint32_t i = 0; i < cb->nmodels; i++) {
+#ifndef CALRT_MUTANT_KEEPS_MODEL_ALIASES
         free(cb->models[i].alias);
+#endif
         free_net(&cb->models[i].net);
     }
     free(cb->graphs); free(cb->models); free(cb->path); free(cb);
@@ -1233,9 +1263,17 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
     calrt_status rc = cb->models && cb->graphs ? CALRT_OK : CALRT_E_INTERNAL;
     for (uint32_t i = 0; rc == CALRT_OK && i < desc->n_models; i++) {
         const calrt_model_desc *m = &desc->models[i];
+#ifdef CALRT_MUTANT_KEEPS_MODEL_ALIASES /* the bug: the caller's string, not a copy */
+        cb->models[i].alias = (char *)m->alias;
+#else
         cb->models[i].alias = dupstr(m->alias);
+#endif
         cb->models[i].chip_mask = m->chip_mask;
+#ifdef CALRT_MUTANT_KV_CAPACITY_FIRST_MODEL /* the bug: the loop reads the first descriptor's capacity */
+        cb->models[i].max_sequences = desc->models[0].kv_max_sequences;
+#else
         cb->models[i].max_sequences = m->kv_max_sequences;
+#endif
         cb->models[i].max_seq = m->kv_max_seq;
 #ifdef CALRT_MUTANT_ANY_CHIP_MASK /* the bug: chip masks are not checked against the board */
         if (!m->alias) rc = CALRT_E_INVALID_CALBIN;
@@ -1248,7 +1286,11 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
     for (uint32_t i = 0; i < desc->n_graphs && rc == CALRT_OK; i++) {
         const calrt_graph_desc *gd = &desc->graphs[i];
         graph *g = &cb->graphs[i];
+#ifdef CALRT_MUTANT_KEEPS_GRAPH_NAMES /* the bug: the caller's string, not a copy */
+        g->name = (char *)gd->name;
+#else
         g->name = dupstr(gd->name);
+#endif
         g->kind = gd->kind;
         g->chip_mask = gd->chip_mask;
         g->max_seq = gd->max_seq;
@@ -1949,6 +1991,12 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
         j = find_job(d, id);
     }
 #endif
+#ifdef CALRT_MUTANT_QUERY_BLOCKS_WHILE_COMPUTING /* the bug: the answer waits for the chip's compute lock */
+    while (j && j->info.state == CALRT_JOB_RUNNING && !j->hung) {
+        pthread_cond_wait(&d->cv, &d->mu);
+        j = find_job(d, id);
+    }
+#endif
     if (j) *out = j->info;
 #ifdef CALRT_MUTANT_QUERY_NO_TAGS
     if (j) out->generation = 0, out->engine = 0, out->chip_mask = 0; /* the bug: the tags are not echoed */
@@ -2196,6 +2244,9 @@ calrt_status calrt_kv_remove_tokens_at_end(calrt_device *d, calrt_kv_seq id, uin
     calrt_status rc = idle_seq(d, id, &s);
 #ifdef CALRT_MUTANT_REMOVE_TAIL_WHILE_RESERVED /* the bug: a pending reservation is not refused, just dropped */
     if (rc == CALRT_OK && n > s->committed) rc = CALRT_E_INVALID_ARGUMENT;
+#elif defined(CALRT_MUTANT_REMOVE_TAIL_CLAMPS) /* the bug: too many tokens empty the sequence */
+    if (rc == CALRT_OK && s->reserved != s->committed) rc = CALRT_E_INVALID_ARGUMENT;
+    if (rc == CALRT_OK && n > s->committed) n = s->committed;
 #else
     if (rc == CALRT_OK && (s->reserved != s->committed || n > s->committed)) rc = CALRT_E_INVALID_ARGUMENT;
 #endif
@@ -2244,7 +2295,11 @@ calrt_status calrt_kv_length(calrt_device *d, calrt_kv_seq id, uint32_t *committ
     if (!d || !committed || !reserved) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     seq *s = find_seq(d, id);
+#ifdef CALRT_MUTANT_KV_LENGTH_SWAPPED /* the bug: the two out-parameters the other way round */
+    if (s) { *committed = s->reserved; *reserved = s->committed; }
+#else
     if (s) { *committed = s->committed; *reserved = s->reserved; }
+#endif
     pthread_mutex_unlock(&d->mu);
     return s ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
 }
@@ -2293,6 +2348,9 @@ calrt_status calrt_chip_counters(calrt_device *d, uint32_t chip, calrt_counters 
 #endif
     if (!d || !out || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
+#ifdef CALRT_MUTANT_COUNTERS_CHIPS_SWAPPED /* the bug: the runtime numbers the chips the other way round here */
+    chip = REF_CHIPS - 1 - chip;
+#endif
     *out = d->chips[chip].counters;
     pthread_mutex_unlock(&d->mu);
     return CALRT_OK;
@@ -2304,6 +2362,9 @@ calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health)
 #endif
     if (!d || !health || chip >= REF_CHIPS) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
+#ifdef CALRT_MUTANT_HEALTH_CHIPS_SWAPPED /* the bug: the runtime numbers the chips the other way round here */
+    chip = REF_CHIPS - 1 - chip;
+#endif
     *health = d->chips[chip].health;
     for (int b = 0; b < REF_BANKS; b++) {
         job *j = d->chips[chip].running[b];
