@@ -146,6 +146,8 @@
  *                                     into *reserved;
  *   -DCALRT_MUTANT_BUSY_WHEN_STARTED  a job's sequences are marked as being written when a worker starts it, not at
  *                                     submit: the KV calls on the sequence of a job still queued succeed;
+ *   -DCALRT_MUTANT_TOPOLOGY_CORES_AS_CHIPS  calrt_topology_get counts the CalCores as chips (4 chips of 1 core,
+ *                                     DRAM reported for each);
  *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions;
  *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us;
  *   -DCALRT_MUTANT_RESET_CHIP_PAST_BOARD  calrt_reset(CHIP) of a chip past the board answers OK and resets nothing;
@@ -1231,9 +1233,15 @@ calrt_status calrt_ext_device_identity(calrt_device *d, calrt_ext_identity *out)
 calrt_status calrt_topology_get(calrt_device *d, calrt_topology *out) {
     if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
+#ifdef CALRT_MUTANT_TOPOLOGY_CORES_AS_CHIPS /* the bug: CalRT's core count read as the chip count */
+    out->chips = REF_CHIPS * REF_CALCORES;
+    out->calcores_per_chip = 1;
+    for (int c = 0; c < CALRT_MAX_CHIPS; c++) out->dram_bytes[c] = c < (int)out->chips ? REF_DRAM : CALRT_UNKNOWN_U64;
+#else
     out->chips = REF_CHIPS;
     out->calcores_per_chip = REF_CALCORES;
     for (int c = 0; c < CALRT_MAX_CHIPS; c++) out->dram_bytes[c] = c < REF_CHIPS ? REF_DRAM : CALRT_UNKNOWN_U64;
+#endif
     return CALRT_OK;
 }
 
