@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from calctl.runtime import Runtime
+from calctl.runtime import Job, Runtime
 from calctl.runtime.conformance.framework import (
     ConformanceLevel,
     ExpectationFailed,
@@ -91,6 +91,8 @@ def _kv_busy(s: Session) -> str:
                 arguments=f"kv=[{seq}] (written by job {job.id})",
                 returned=f"status {status}" + (f", job {second} accepted" if second else ""),
             )
+            queued, queued_seq, _, _ = prefill_job(rt, pkg, a)
+            _queued_job_sequence_busy(rt, job, queued, int(queued_seq))
         else:
             for name, fn in (("free", rt.kv.free), ("commit", rt.kv.commit), ("rollback", rt.kv.rollback)):
                 expect_raises(DeviceBusy, f"rt.kv.{name} (sequence written by a job in flight)", fn, seq)
@@ -112,6 +114,25 @@ def _kv_busy(s: Session) -> str:
             rt.kv.free(seq)
             expect_raises(InvalidArgument, "rt.kv.free (freed twice)", rt.kv.free, seq)
     return f"{len(_KV_CALLS)} KV calls on a sequence being written: DEVICE_BUSY (1); freed twice: INVALID_ARGUMENT (10)"
+
+
+def _queued_job_sequence_busy(rt: Runtime, hung: Job, queued: Job, seq: int) -> None:
+    """KV-3 for a job that waits: a prefill submitted behind the hung job on its chip is in flight from its submit,
+    queued, and its sequence is the job's from then on. A shim that marks a sequence when a worker starts the job
+    lets the caller free it, append to it or shorten it before the job writes it. Judged only while the queued job
+    is still in flight (a board whose other engine ran it at once ended it, and then the calls are the caller's)."""
+    statuses = {name: _kv_call(rt, name, seq) for name in _KV_CALLS}
+    if rt.query(queued).state.terminal:
+        return
+    for name, status in statuses.items():
+        expect_code(
+            status,
+            RuntimeStatus.DEVICE_BUSY,
+            f"{name} of sequence {seq} while job {queued.id}, queued behind hung job {hung.id} on its chip, is to "
+            "write it",
+            call=name,
+            arguments=f"seq={seq} (job {queued.id} queued)",
+        )
 
 
 @check(

@@ -144,6 +144,10 @@
  *                                     it and answers OK;
  *   -DCALRT_MUTANT_KV_LENGTH_SWAPPED  calrt_kv_length writes the reserved length into *committed and the committed
  *                                     into *reserved;
+ *   -DCALRT_MUTANT_BUSY_WHEN_STARTED  a job's sequences are marked as being written when a worker starts it, not at
+ *                                     submit: the KV calls on the sequence of a job still queued succeed;
+ *   -DCALRT_MUTANT_TOPOLOGY_CORES_AS_CHIPS  calrt_topology_get counts the CalCores as chips (4 chips of 1 core,
+ *                                     DRAM reported for each);
  *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions;
  *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us;
  *   -DCALRT_MUTANT_RESET_CHIP_PAST_BOARD  calrt_reset(CHIP) of a chip past the board answers OK and resets nothing;
@@ -818,6 +822,10 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
     j->info.state = CALRT_JOB_RUNNING;
     j->info.start_ns = now_ns();
 #endif
+#ifdef CALRT_MUTANT_BUSY_WHEN_STARTED
+    for (uint32_t l = 0; l < j->nkv; l++)
+        if (j->seqs[l]) j->seqs[l]->busy = j->info.id;
+#endif
     if (j->fault == CALRT_EXT_FAULT_HANG) {
         j->hung = 1;
 #ifdef CALRT_MUTANT_WATCHDOG_MS /* the bug: a shim watchdog ends the hung job as a success, nothing written */
@@ -1225,9 +1233,15 @@ calrt_status calrt_ext_device_identity(calrt_device *d, calrt_ext_identity *out)
 calrt_status calrt_topology_get(calrt_device *d, calrt_topology *out) {
     if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
+#ifdef CALRT_MUTANT_TOPOLOGY_CORES_AS_CHIPS /* the bug: CalRT's core count read as the chip count */
+    out->chips = REF_CHIPS * REF_CALCORES;
+    out->calcores_per_chip = 1;
+    for (int c = 0; c < CALRT_MAX_CHIPS; c++) out->dram_bytes[c] = c < (int)out->chips ? REF_DRAM : CALRT_UNKNOWN_U64;
+#else
     out->chips = REF_CHIPS;
     out->calcores_per_chip = REF_CALCORES;
     for (int c = 0; c < CALRT_MAX_CHIPS; c++) out->dram_bytes[c] = c < REF_CHIPS ? REF_DRAM : CALRT_UNKNOWN_U64;
+#endif
     return CALRT_OK;
 }
 
@@ -1950,6 +1964,8 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     for (uint32_t l = 0; l < j->nkv; l++)
 #ifdef CALRT_MUTANT_BUSY_LANE0_ONLY /* the bug: the in-flight mark written for B1 (the first lane's sequence) */
         if (j->seqs[l] && l == 0) { j->seqs[l]->busy = j->info.id; j->seqs[l]->last_failed = 0; }
+#elif defined(CALRT_MUTANT_BUSY_WHEN_STARTED) /* the bug: marked by the worker (run_job), not here */
+        if (j->seqs[l]) j->seqs[l]->last_failed = 0;
 #else
         if (j->seqs[l]) { j->seqs[l]->busy = j->info.id; j->seqs[l]->last_failed = 0; }
 #endif
