@@ -198,12 +198,14 @@ def _reset_drains(s: Session) -> str:
     is issued while the first computes. When it returns, every job must be terminal and the chip's pending count
     0; the aborted jobs' outputs are then overwritten with a sentinel and read again after the jobs' own time has
     passed: a shim whose reset returns early lets the aborted job's DMA write memory the caller owns again. On each
-    chip in turn (a drain that waits on one chip's workers only shows on the other)."""
+    chip in turn (a drain that waits on one chip's workers only shows on the other), then with a board reset (a
+    board reset that only flags its chips shows there)."""
     a, b = s.pair()
-    return "; ".join(_reset_drains_on(s, a, b) for a, b in ((a, b), (b, a)))
+    runs = [(a, b, False), (b, a, False), (a, b, True)]  # and a board reset (its drain may be another path)
+    return "; ".join(_reset_drains_on(s, x, y, board=board) for x, y, board in runs)
 
 
-def _reset_drains_on(s: Session, a: str, b: str) -> str:
+def _reset_drains_on(s: Session, a: str, b: str, *, board: bool) -> str:
     pkg = s.package
     ca = s.chip_of(a)
     with s.configured() as rt:
@@ -217,7 +219,12 @@ def _reset_drains_on(s: Session, a: str, b: str) -> str:
             while time.monotonic() < deadline and rt.query(jobs[0][0]).state is JobState.QUEUED:
                 time.sleep(0.001)
             time.sleep(0.02)
-        scope = s.reset_chip_or_board(rt, ca)
+        if board:
+            rt.reset("board")
+            rt.configure(rt.create_calbin(pkg))
+            scope = "board"
+        else:
+            scope = s.reset_chip_or_board(rt, ca)
         states = [rt.query(j).state for j, _, _, _ in jobs]
         expect(
             all(st.terminal for st in states),

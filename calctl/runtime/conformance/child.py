@@ -163,10 +163,18 @@ def _lost(
     tail: str = "",
     returned: str | None = None,
 ) -> CheckResult:
-    """The result of a check whose process stopped answering: why, the CalRT call it was in, its stderr tail."""
+    """The result of a check whose process stopped answering: why, the CalRT call it was in, its stderr tail, and
+    the clauses the check tries (a crash inside one of them is that clause's FAIL as much as a wrong answer is)."""
     detail = why + (f" {last[1]}" if last else "") + (f": {tail}" if tail else "")
     return CheckResult(
-        c.name, c.title, verdict, time.monotonic() - started, detail, call=last[0] if last else None, returned=returned
+        c.name,
+        c.title,
+        verdict,
+        time.monotonic() - started,
+        detail,
+        call=last[0] if last else None,
+        returned=returned,
+        clauses=c.clauses,
     )
 
 

@@ -161,6 +161,7 @@
  *                                     commits the rows the failed job may have half written;
  *   -DCALRT_MUTANT_CCU_HALTS_CHIP0    a CCU exception halts chip 0, whichever chip raised it;
  *   -DCALRT_MUTANT_RESET_NO_DRAIN_CHIP1  as RESET_NO_DRAIN, for chip 1 only (the drain waits on chip 0's workers).
+ *   -DCALRT_MUTANT_BOARD_RESET_NO_DRAIN  as RESET_NO_DRAIN, for a board reset only (the chip reset drains).
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -171,6 +172,9 @@
 #ifdef CALRT_MUTANT_RESET_NO_DRAIN_CHIP1 /* RESET_NO_DRAIN's machinery, its bug on chip 1's jobs only */
 #define CALRT_MUTANT_RESET_NO_DRAIN 1
 #define MUT_NO_DRAIN(j) ((j)->info.chip_mask & 2u)
+#elif defined(CALRT_MUTANT_BOARD_RESET_NO_DRAIN) /* RESET_NO_DRAIN's machinery, its bug on a board reset only */
+#define CALRT_MUTANT_RESET_NO_DRAIN 1
+#define MUT_NO_DRAIN(j) ((j)->mut_board_abort)
 #elif defined(CALRT_MUTANT_RESET_NO_DRAIN)
 #define MUT_NO_DRAIN(j) 1
 #endif
@@ -269,6 +273,9 @@ typedef struct job {
     int fault;            /* 0, or CALRT_EXT_FAULT_HANG / _CCU / _DMA */
     int aborted;          /* a reset (or close) ended it; the worker must not touch its buffers */
     int hung;             /* running and hanging */
+#ifdef CALRT_MUTANT_BOARD_RESET_NO_DRAIN
+    int mut_board_abort;  /* a board reset aborted it */
+#endif
     uint32_t tokens, kv_tokens;
     unsigned char *din;   /* the job's copy of its inputs (taken at h2d) */
     float *dout;          /* logits [batch][vocab] (copied out at d2h) */
@@ -995,6 +1002,9 @@ static void abort_jobs(calrt_device *d, uint32_t mask, int include_running) {
             finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
         } else if (include_running) {
             j->aborted = 1;
+#ifdef CALRT_MUTANT_BOARD_RESET_NO_DRAIN
+            j->mut_board_abort = mask == (1u << REF_CHIPS) - 1;
+#endif
 #ifdef CALRT_MUTANT_RESET_NO_DRAIN /* the bug: the job is reported aborted without waiting for its worker */
             if (MUT_NO_DRAIN(j)) {
                 j->hung = 0;
