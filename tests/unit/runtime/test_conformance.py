@@ -192,6 +192,7 @@ def test_a_shim_that_crashes_is_a_fail_row_and_the_rest_go_on(calrt_stub_crashin
     assert "died" in crashed.detail and "SIGABRT" in crashed.detail, crashed.detail
     # The child's call log names the call it died in (the stub aborts inside calrt_job_wait).
     assert "inside calrt_job_wait" in crashed.detail and crashed.call == "calrt_job_wait", crashed
+    assert crashed.clauses == ("JOB-4",), crashed  # the check's clauses: a crash inside them is their FAIL
 
 
 def test_refused_features_are_unsupported_never_pass_and_grade_c4(
