@@ -20,6 +20,7 @@ from calctl.runtime.conformance.framework import (
     Unsupported,
     _unwrap,
     check,
+    decode_mask,
     expect,
     expect_code,
     expect_raises,
@@ -28,6 +29,7 @@ from calctl.runtime.conformance.framework import (
     raw_call,
     raw_job_info,
     raw_submit,
+    write_decode,
     write_prefill,
 )
 from calctl.runtime.errors import DeviceBusy, InvalidArgument, JobAborted, NotSupported, RuntimeStatus, Timeout
@@ -66,7 +68,7 @@ def _kv_busy(s: Session) -> str:
     its job is writing lets the job's DMA write KV memory another sequence gets next. A second job naming the
     sequence is refused too. After the reset the sequence frees, and a second free is INVALID_ARGUMENT."""
     pkg = s.package
-    a, _ = s.pair()
+    a, b = s.pair()
     with s.configured() as rt:
         job, seq, _, _ = s.armed_prefill(rt, "hang", a)
         if s.native:
@@ -113,7 +115,38 @@ def _kv_busy(s: Session) -> str:
         else:
             rt.kv.free(seq)
             expect_raises(InvalidArgument, "rt.kv.free (freed twice)", rt.kv.free, seq)
+        if s.native:
+            _decode_sequence_busy(s, rt, b)
     return f"{len(_KV_CALLS)} KV calls on a sequence being written: DEVICE_BUSY (1); freed twice: INVALID_ARGUMENT (10)"
+
+
+def _decode_sequence_busy(s: Session, rt: Runtime, alias: str) -> None:
+    """KV-3 for a decode: a committed sequence's decode step is held by the hang hook; the five KV calls on its
+    sequence must be DEVICE_BUSY (a shim that marks sequences on its prefill path only lets the caller free or
+    shorten the sequence a decode is writing). A reset of the chip then aborts the decode."""
+    pkg = s.package
+    m = pkg.model(alias)
+    job, seq, _, outputs = prefill_job(rt, pkg, alias)
+    expect(rt.wait(job, 10).ok, f"a {alias} prefill succeeds", call="rt.wait")
+    rt.kv.commit(seq)
+    token = int(np.argmax(outputs.read("logits")[0]))
+    with rt.job_buffers(m.decode.name) as (inputs, outs):
+        position = rt.kv.append(seq, 1)
+        write_decode(inputs, token, position, mask=decode_mask(pkg, alias))
+        s.arm(rt, "hang")
+        decode = rt.submit(m.decode.name, inputs, outs, kv=[seq])
+        statuses = {name: _kv_call(rt, name, int(seq)) for name in _KV_CALLS}
+        s.reset_chip_or_board(rt, s.chip_of(alias))
+        with contextlib.suppress(JobAborted):
+            rt.wait(decode, 10)
+    for name, status in statuses.items():
+        expect_code(
+            status,
+            RuntimeStatus.DEVICE_BUSY,
+            f"{name} of sequence {seq} while decode job {decode.id} in flight writes it",
+            call=name,
+            arguments=f"seq={seq} (written by decode job {decode.id}, in flight)",
+        )
 
 
 def _queued_job_sequence_busy(rt: Runtime, hung: Job, queued: Job, seq: int) -> None:

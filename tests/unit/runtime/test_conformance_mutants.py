@@ -189,6 +189,7 @@ VENDOR_DEADLINE = {
     "-DCALRT_MUTANT_TOPOLOGY_CORES_AS_CHIPS": ("memory_figures", "unexpected InvalidArgument", "MEM-1", False),
     # the board reset frees the configuration the un-drained job still computes on: the check's process dies
     "-DCALRT_MUTANT_BOARD_RESET_NO_DRAIN": ("reset_drains_jobs", "the check's process died", "RESET-3", False),
+    "-DCALRT_MUTANT_BUSY_PREFILL_ONLY": ("kv_busy_in_flight", "while decode job", "KV-3", False),
     "-DCALRT_MUTANT_WAIT_TIMEOUT_32BIT": ("wait_timeout", "does not fit 32 bits", "JOB-3", False),
     "-DCALRT_MUTANT_RESET_CHIP_PAST_BOARD": ("memory_counters", "calrt_reset(CHIP) of chip 2", "OBS-2", False),
     "-DCALRT_MUTANT_PROFILES_FIRST_LAST": ("batch_lanes", "LAYOUT-2: a B4 decode of model-a", "LAYOUT-2", True),

@@ -148,6 +148,8 @@
  *                                     submit: the KV calls on the sequence of a job still queued succeed;
  *   -DCALRT_MUTANT_TOPOLOGY_CORES_AS_CHIPS  calrt_topology_get counts the CalCores as chips (4 chips of 1 core,
  *                                     DRAM reported for each);
+ *   -DCALRT_MUTANT_BUSY_PREFILL_ONLY  only a prefill marks its sequence as being written: the KV calls on the
+ *                                     sequence of a decode job in flight succeed;
  *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions;
  *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us;
  *   -DCALRT_MUTANT_RESET_CHIP_PAST_BOARD  calrt_reset(CHIP) of a chip past the board answers OK and resets nothing;
@@ -1974,6 +1976,8 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     for (uint32_t l = 0; l < j->nkv; l++)
 #ifdef CALRT_MUTANT_BUSY_LANE0_ONLY /* the bug: the in-flight mark written for B1 (the first lane's sequence) */
         if (j->seqs[l] && l == 0) { j->seqs[l]->busy = j->info.id; j->seqs[l]->last_failed = 0; }
+#elif defined(CALRT_MUTANT_BUSY_PREFILL_ONLY) /* the bug: the mark written with the prefill path only */
+        if (j->seqs[l]) { if (g->kind == CALRT_GRAPH_PREFILL) j->seqs[l]->busy = j->info.id; j->seqs[l]->last_failed = 0; }
 #elif defined(CALRT_MUTANT_BUSY_WHEN_STARTED) /* the bug: marked by the worker (run_job), not here */
         if (j->seqs[l]) j->seqs[l]->last_failed = 0;
 #else
