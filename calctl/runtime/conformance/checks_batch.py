@@ -319,7 +319,8 @@ def _after_batch(
 )
 def _long_run(s: Session) -> str:
     """Each model gets a pool of prompts whose twins (prefill logits, greedy token, B1 decode logits) run alone
-    first. Then one thread per model and engine repeats: a prefill of the next prompt, then a decode of that
+    first. Then one thread per model and bank (PING, PONG; every other iteration AUTO, which the serving core's
+    sync mode uses) repeats: a prefill of the next prompt, then a decode of that
     sequence at the next profile of the model with the sequence in the next lane and every other lane inactive.
     Outputs are read the moment the wait returns (a job reported done before its outputs landed shows) and
     compared with the twin; a mismatch names the job, its chip, graph and lane."""
@@ -340,11 +341,13 @@ def _long_run(s: Session) -> str:
         lock = threading.Lock()
 
         def worker(alias: str, engine: Engine, wi: int) -> None:
+            engines = (engine, Engine.AUTO)  # every other iteration on AUTO, the bank the serving core asks for
             try:
                 for it in range(per_worker):
                     if bad or errors:
                         return
-                    n = _iteration(rt, pkg, alias, engine, twins[alias][(it + wi) % len(twins[alias])], it, bad)
+                    twin = twins[alias][(it + wi) % len(twins[alias])]
+                    n = _iteration(rt, pkg, alias, engines[it % 2], twin, it, bad)
                     with lock:
                         counts["jobs"] += n
             except Exception as exc:  # a thread's failure is the finding

@@ -150,6 +150,8 @@
  *                                     DRAM reported for each);
  *   -DCALRT_MUTANT_BUSY_PREFILL_ONLY  only a prefill marks its sequence as being written: the KV calls on the
  *                                     sequence of a decode job in flight succeed;
+ *   -DCALRT_MUTANT_EARLY_DONE_AUTO_EVERY=N  as EARLY_DONE_EVERY, for every Nth job submitted on the AUTO engine
+ *                                     (the one a sync-mode serving core asks for) only;
  *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions;
  *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us;
  *   -DCALRT_MUTANT_RESET_CHIP_PAST_BOARD  calrt_reset(CHIP) of a chip past the board answers OK and resets nothing;
@@ -179,6 +181,9 @@
 #define MUT_NO_DRAIN(j) ((j)->mut_board_abort)
 #elif defined(CALRT_MUTANT_RESET_NO_DRAIN)
 #define MUT_NO_DRAIN(j) 1
+#endif
+#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY) || defined(CALRT_MUTANT_EARLY_DONE_AUTO_EVERY)
+#define MUT_EARLY_DONE 1 /* the machinery of a completion raised before the outputs landed */
 #endif
 #include "calrt.h"
 #include "calrt_ext.h"
@@ -285,7 +290,7 @@ typedef struct job {
 #ifdef CALRT_MUTANT_QUERY_RUNNING_AFTER_WAIT
     int mut_waited;       /* a calrt_job_wait saw it terminal */
 #endif
-#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
+#if defined(MUT_EARLY_DONE) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
     int released;         /* calrt_job_release while a worker still holds it: the worker frees it */
 #endif
 #ifdef CALRT_MUTANT_KEEPS_KV_POINTER
@@ -324,6 +329,9 @@ struct calrt_device {
     uint32_t f_busy, f_hang, f_ccu, f_dma, f_no_mem, f_no_chip_reset, f_reset_fail, delay_ms;
 #ifdef CALRT_MUTANT_UNLOAD_LEAK
     uint64_t mut_leaked;         /* bytes lost per chip by every unload */
+#endif
+#ifdef CALRT_MUTANT_EARLY_DONE_AUTO_EVERY
+    uint64_t mut_auto_jobs;      /* AUTO jobs that reached their d2h */
 #endif
 #ifdef CALRT_MUTANT_STALE_EVERY
     float *mut_last;             /* the last logits a job wrote */
@@ -433,7 +441,7 @@ static job *find_job(calrt_device *d, calrt_job_id id) {
 
 static int terminal(uint32_t state) { return state >= CALRT_JOB_SUCCEEDED; }
 
-#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
+#if defined(MUT_EARLY_DONE) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
 /* A worker holds the job (it runs on one of its chip's banks). */
 static int picked(calrt_device *d, job *j) {
     chip *ch = &d->chips[lowest_chip(j->info.chip_mask)];
@@ -442,7 +450,7 @@ static int picked(calrt_device *d, job *j) {
     return 0;
 }
 #endif
-#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
+#ifdef MUT_EARLY_DONE
 static int known_buffer(calrt_device *d, calrt_buffer *b);
 #endif
 #ifdef CALRT_MUTANT_KEEPS_KV_POINTER
@@ -775,7 +783,7 @@ static void give_unit(calrt_device *d, chip *ch, int unit) {
     pthread_cond_broadcast(&d->cv);
 }
 
-#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
+#ifdef MUT_EARLY_DONE
 /* The bug: the job is reported SUCCEEDED, then its logits land ~1 ms later (a completion raised before the
  * last DMA of the outputs finished). */
 static void early_done(calrt_device *d, job *j, uint64_t off, uint64_t n) {
@@ -910,6 +918,13 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
                 goto out;
             }
 #endif
+#ifdef CALRT_MUTANT_EARLY_DONE_AUTO_EVERY
+            if (j->bank == CALRT_ENGINE_AUTO && ++d->mut_auto_jobs % (CALRT_MUTANT_EARLY_DONE_AUTO_EVERY) == 0) {
+                early_done(d, j, off, n);
+                give_unit(d, ch, ph);
+                goto out;
+            }
+#endif
 #ifdef CALRT_MUTANT_EARLY_DONE_EVERY
             if (j->info.id % (CALRT_MUTANT_EARLY_DONE_EVERY) == 0) {
                 early_done(d, j, off, n);
@@ -976,7 +991,7 @@ static void *worker_main(void *arg) {
         ch->running[j->bank] = j;
         run_job(d, wa->chip, j);
         ch->running[j->bank] = NULL; /* the last touch of j: a reset finishes an aborted job after this */
-#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
+#if defined(MUT_EARLY_DONE) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
         if (terminal(j->info.state)) {
             free(j->din); free(j->dout);
             j->din = NULL; j->dout = NULL;
@@ -2157,7 +2172,7 @@ calrt_status calrt_job_release(calrt_device *d, calrt_job_id id) {
 #ifdef CALRT_MUTANT_RELEASED_WAIT_CACHED
         d->mut_done[j->info.id % 16] = j->info;
 #endif
-#if defined(CALRT_MUTANT_EARLY_DONE_EVERY) || defined(CALRT_MUTANT_RESET_NO_DRAIN) || defined(CALRT_MUTANT_EARLY_DONE_WHEN_BUSY)
+#if defined(MUT_EARLY_DONE) || defined(CALRT_MUTANT_RESET_NO_DRAIN)
         if (picked(d, j)) { /* its worker still holds it and frees it */
             j->released = 1;
             rc = CALRT_OK;
