@@ -33,7 +33,7 @@ from calctl.runtime.conformance.framework import (
     write_prefill,
 )
 from calctl.runtime.errors import DeviceBusy, InvalidArgument, JobAborted, NotSupported, RuntimeStatus, Timeout
-from calctl.runtime.types import Engine, JobState
+from calctl.runtime.types import Engine, JobState, KvSeqId
 
 # 001 §11.1: a watchdog that ends a hung job is the runtime's to report as a failure; a shim's own watchdog of a
 # few seconds is the plausible bug, so standard/long hold the job well past it.
@@ -120,25 +120,30 @@ def _kv_busy(s: Session) -> str:
     return f"{len(_KV_CALLS)} KV calls on a sequence being written: DEVICE_BUSY (1); freed twice: INVALID_ARGUMENT (10)"
 
 
-def _decode_sequence_busy(s: Session, rt: Runtime, alias: str) -> None:
-    """KV-3 for a decode: a committed sequence's decode step is held by the hang hook; the five KV calls on its
-    sequence must be DEVICE_BUSY (a shim that marks sequences on its prefill path only lets the caller free or
-    shorten the sequence a decode is writing). A reset of the chip then aborts the decode."""
+def _hung_decode(s: Session, rt: Runtime, alias: str) -> tuple[Job, KvSeqId]:
+    """A decode step of a committed ``alias`` sequence, held by the hang hook: (the job, its sequence). Its buffers
+    stay the job's until a reset ends it (the session's close gives them back)."""
     pkg = s.package
     m = pkg.model(alias)
     job, seq, _, outputs = prefill_job(rt, pkg, alias)
     expect(rt.wait(job, 10).ok, f"a {alias} prefill succeeds", call="rt.wait")
     rt.kv.commit(seq)
     token = int(np.argmax(outputs.read("logits")[0]))
-    with rt.job_buffers(m.decode.name) as (inputs, outs):
-        position = rt.kv.append(seq, 1)
-        write_decode(inputs, token, position, mask=decode_mask(pkg, alias))
-        s.arm(rt, "hang")
-        decode = rt.submit(m.decode.name, inputs, outs, kv=[seq])
-        statuses = {name: _kv_call(rt, name, int(seq)) for name in _KV_CALLS}
-        s.reset_chip_or_board(rt, s.chip_of(alias))
-        with contextlib.suppress(JobAborted):
-            rt.wait(decode, 10)
+    inputs, outs = rt.alloc_inputs(m.decode.name), rt.alloc_outputs(m.decode.name)
+    write_decode(inputs, token, rt.kv.append(seq, 1), mask=decode_mask(pkg, alias))
+    s.arm(rt, "hang")
+    return rt.submit(m.decode.name, inputs, outs, kv=[seq]), seq
+
+
+def _decode_sequence_busy(s: Session, rt: Runtime, alias: str) -> None:
+    """KV-3 for a decode: a committed sequence's decode step is held by the hang hook; the five KV calls on its
+    sequence must be DEVICE_BUSY (a shim that marks sequences on its prefill path only lets the caller free or
+    shorten the sequence a decode is writing). A reset of the chip then aborts the decode."""
+    decode, seq = _hung_decode(s, rt, alias)
+    statuses = {name: _kv_call(rt, name, int(seq)) for name in _KV_CALLS}
+    s.reset_chip_or_board(rt, s.chip_of(alias))
+    with contextlib.suppress(JobAborted):
+        rt.wait(decode, 10)
     for name, status in statuses.items():
         expect_code(
             status,
@@ -175,50 +180,68 @@ def _queued_job_sequence_busy(rt: Runtime, hung: Job, queued: Job, seq: int) -> 
     seconds={ConformanceLevel.STANDARD: 60.0, ConformanceLevel.LONG: 120.0},
 )
 def _hung_held(s: Session) -> str:
-    """The job hangs (the test hook); its wait is asked every 0.5 s for ``HUNG_HOLD_S`` s. It may stay in flight
-    (TIMEOUT) or end FAILED/ABORTED with a status; ending SUCCEEDED means the shim reported a job done that wrote
-    nothing (a watchdog that ends hung jobs as successes, 001 §11.1). A reset then aborts it."""
-    a, _ = s.pair()
+    """A prefill on one chip and (C shims) a decode on the other hang (the test hook); each wait is asked every
+    0.5 s for ``HUNG_HOLD_S`` s. A job may stay in flight (TIMEOUT) or end FAILED/ABORTED with a status; ending
+    SUCCEEDED means the shim reported a job done that wrote nothing (a watchdog that ends hung jobs as successes,
+    001 §11.1; one tuned for short decode steps shows on the decode only). A reset then aborts them."""
+    a, b = s.pair()
     hold = HUNG_HOLD_S[s.level]
     with s.configured() as rt:
-        job, _, _, _ = s.armed_prefill(rt, "hang", a)
+        held_jobs = [(s.armed_prefill(rt, "hang", a)[0], a, "prefill")]
+        if s.native:
+            held_jobs.append((_hung_decode(s, rt, b)[0], b, "decode"))
         t0 = time.monotonic()
-        ended = ""
-        while time.monotonic() - t0 < hold and not ended:
-            if s.native:
-                rc, info = raw_job_info(rt, job, 500)
-                if rc == RuntimeStatus.OK:
-                    expect(
-                        int(info.state) != _SUCCEEDED,
-                        f"a hung job (job {job.id}) ended SUCCEEDED after {time.monotonic() - t0:.1f} s with nothing "
-                        "written: a watchdog must end it FAILED/ABORTED with a status, or leave it to a reset",
-                        call="calrt_job_wait",
-                        arguments=f"job={job.id}, 500 ms",
-                        returned=f"state {int(info.state)} status {int(info.status)}",
-                    )
-                    ended = f"ended state {int(info.state)} status {int(info.status)}"
-                else:
-                    expect_code(rc, RuntimeStatus.TIMEOUT, "calrt_job_wait on a hung job", call="calrt_job_wait")
-                    expect(  # C ABI §3: calrt_job_wait fills calrt_job_info on TIMEOUT too
-                        int(info.id) == job.id and int(info.state) < _SUCCEEDED,
-                        f"CONV-2: calrt_job_wait that timed out must fill calrt_job_info with job {job.id} still in "
-                        "flight",
-                        call="calrt_job_wait",
-                        arguments=f"job={job.id}, 500 ms",
-                        returned=f"id {int(info.id)}, state {int(info.state)}",
-                    )
-            else:
-                try:
-                    rt.wait(job, 0.5)
-                except Timeout:
-                    continue
-                raise ExpectationFailed("a hung job ended SUCCEEDED", call="rt.wait", returned=repr(rt.query(job)))
+        ended: dict[int, str] = {}
+        while time.monotonic() - t0 < hold and len(ended) < len(held_jobs):
+            for job, _, kind in held_jobs:
+                if job.id not in ended:
+                    if s.native:
+                        _wait_hung_native(rt, job, kind, t0, ended, 500 // len(held_jobs))
+                    else:
+                        _wait_hung_mock(rt, job)
         held = time.monotonic() - t0
-        s.reset_chip_or_board(rt, s.chip_of(a))
-        if not ended:
-            expect_raises(JobAborted, "rt.wait (the hung job after a reset)", rt.wait, job, 10)
+        for chip in sorted({s.chip_of(alias) for _, alias, _ in held_jobs}):
+            s.reset_chip_or_board(rt, chip)
+        for job, _, kind in held_jobs:
+            if job.id not in ended:
+                expect_raises(JobAborted, f"rt.wait (the hung {kind} after a reset)", rt.wait, job, 10)
     s.evidence["held_s"] = round(held, 2)
-    return f"held {held:.1f} s: {ended or 'still in flight (TIMEOUT), then ABORTED by the reset'}"
+    said = [f"{kind} job {job.id}: {ended.get(job.id, 'in flight (TIMEOUT), then ABORTED by the reset')}"
+            for job, _, kind in held_jobs]  # fmt: skip
+    return f"held {held:.1f} s: " + "; ".join(said)
+
+
+def _wait_hung_native(rt: Runtime, job: Job, kind: str, t0: float, ended: dict[int, str], wait_ms: int) -> None:
+    """One bounded wait on a hung job through the C ABI: TIMEOUT with its info filled (CONV-2), or an end that is
+    not SUCCEEDED (recorded in ``ended``)."""
+    rc, info = raw_job_info(rt, job, wait_ms)
+    if rc == RuntimeStatus.OK:
+        expect(
+            int(info.state) != _SUCCEEDED,
+            f"a hung {kind} job (job {job.id}) ended SUCCEEDED after {time.monotonic() - t0:.1f} s with nothing "
+            "written: a watchdog must end it FAILED/ABORTED with a status, or leave it to a reset",
+            call="calrt_job_wait",
+            arguments=f"job={job.id}, {wait_ms} ms",
+            returned=f"state {int(info.state)} status {int(info.status)}",
+        )
+        ended[job.id] = f"ended state {int(info.state)} status {int(info.status)}"
+        return
+    expect_code(rc, RuntimeStatus.TIMEOUT, "calrt_job_wait on a hung job", call="calrt_job_wait")
+    expect(  # C ABI §3: calrt_job_wait fills calrt_job_info on TIMEOUT too
+        int(info.id) == job.id and int(info.state) < _SUCCEEDED,
+        f"CONV-2: calrt_job_wait that timed out must fill calrt_job_info with job {job.id} still in flight",
+        call="calrt_job_wait",
+        arguments=f"job={job.id}, {wait_ms} ms",
+        returned=f"id {int(info.id)}, state {int(info.state)}",
+    )
+
+
+def _wait_hung_mock(rt: Runtime, job: Job) -> None:
+    try:
+        rt.wait(job, 0.5)
+    except Timeout:
+        return
+    raise ExpectationFailed("a hung job ended SUCCEEDED", call="rt.wait", returned=repr(rt.query(job)))
 
 
 @check(

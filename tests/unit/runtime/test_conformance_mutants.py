@@ -43,6 +43,8 @@ ISSUE_50 = {
     "-DCALRT_MUTANT_KV_FREE_IN_FLIGHT": ("kv_busy_in_flight", "calrt_kv_free of sequence", "KV-3", "quick", False),
     "-DCALRT_MUTANT_EARLY_DONE_EVERY=500": ("long_run", "all zeros (nothing written)", "JOB-5", "standard", False),
     "-DCALRT_MUTANT_WATCHDOG_MS=3000": ("hung_job_held", "ended SUCCEEDED", "JOB-6", "standard", False),
+    # a watchdog tuned for decode steps (at --level long only the check runs: it ends the decode after 3 s)
+    "-DCALRT_MUTANT_WATCHDOG_DECODE_MS=3000": ("hung_job_held", "hung decode job", "JOB-6", "long", False),
     # the same kind on the AUTO engine only (the serving core's sync mode): the long run submits there too
     "-DCALRT_MUTANT_EARLY_DONE_AUTO_EVERY=150": ("long_run", "all zeros (nothing written)", "JOB-5", "long", False),
     # half a minute: past standard's 10 s hold, inside long's 60 s

@@ -152,6 +152,7 @@
  *                                     sequence of a decode job in flight succeed;
  *   -DCALRT_MUTANT_EARLY_DONE_AUTO_EVERY=N  as EARLY_DONE_EVERY, for every Nth job submitted on the AUTO engine
  *                                     (the one a sync-mode serving core asks for) only;
+ *   -DCALRT_MUTANT_WATCHDOG_DECODE_MS=N  as WATCHDOG_MS, for decode jobs only (a watchdog tuned for decode steps);
  *   -DCALRT_MUTANT_RELEASED_WAIT_CACHED  calrt_job_wait of a released job answers OK from a cache of completions;
  *   -DCALRT_MUTANT_WAIT_TIMEOUT_32BIT  the waits' deadline is timeout_ms * 1000000 in 32 bits: 4295 ms is 33 us;
  *   -DCALRT_MUTANT_RESET_CHIP_PAST_BOARD  calrt_reset(CHIP) of a chip past the board answers OK and resets nothing;
@@ -845,8 +846,14 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
 #endif
     if (j->fault == CALRT_EXT_FAULT_HANG) {
         j->hung = 1;
-#ifdef CALRT_MUTANT_WATCHDOG_MS /* the bug: a shim watchdog ends the hung job as a success, nothing written */
+#if defined(CALRT_MUTANT_WATCHDOG_MS) || defined(CALRT_MUTANT_WATCHDOG_DECODE_MS)
+        /* the bug: a shim watchdog ends the hung job as a success, nothing written */
+#ifdef CALRT_MUTANT_WATCHDOG_DECODE_MS /* tuned for decode steps: a prefill may take long */
+        uint64_t bark = j->g->kind == CALRT_GRAPH_DECODE ? now_ns() + (uint64_t)(CALRT_MUTANT_WATCHDOG_DECODE_MS) * 1000000ULL
+                                                        : UINT64_MAX / 2;
+#else
         uint64_t bark = now_ns() + (uint64_t)(CALRT_MUTANT_WATCHDOG_MS) * 1000000ULL;
+#endif
         while (!stop(d, j) && now_ns() < bark) wait_until(d, bark);
         if (!stop(d, j)) {
             j->hung = 0;
