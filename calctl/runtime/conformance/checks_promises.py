@@ -256,8 +256,10 @@ def _raw_refusals(s: Session) -> str:
         seq = int(allocated)
         need_out = outs.layout.nbytes
         short = _buffer(rt, need_out - outs.layout.slot("logits").np_dtype.itemsize)
+        short_in = _buffer(rt, ins.layout.nbytes - 4)  # one int32 token short of the layout
         cases: list[tuple[str, Any, Any, int, list[int], int, RuntimeStatus]] = [
             ("an output buffer one element short", ins.native, short, 1, [seq], 0, RuntimeStatus.INVALID_ARGUMENT),
+            ("an input buffer one element short", short_in, outs.native, 1, [seq], 0, RuntimeStatus.INVALID_ARGUMENT),
             ("the inputs buffer as its outputs too", ins.native, ins.native, 1, [seq], 0, RuntimeStatus.INVALID_ARGUMENT),
             ("n_kv 2 at batch 1", ins.native, outs.native, 1, [seq, seq], 0, RuntimeStatus.INVALID_ARGUMENT),
             ("n_kv 0 at batch 1", ins.native, outs.native, 1, [], 0, RuntimeStatus.INVALID_ARGUMENT),
