@@ -182,7 +182,12 @@ VENDOR_DEADLINE = {
         False,
     ),
     "-DCALRT_MUTANT_KEEPS_GRAPH_NAMES": ("calbin_descriptor_copies", "reads the caller's descriptor", "CONV-3", False),
-    "-DCALRT_MUTANT_KEEPS_MODEL_ALIASES": ("calbin_descriptor_copies", "reads the caller's descriptor", "CONV-3", False),
+    "-DCALRT_MUTANT_KEEPS_MODEL_ALIASES": (
+        "calbin_descriptor_copies",
+        "reads the caller's descriptor",
+        "CONV-3",
+        False,
+    ),
     "-DCALRT_MUTANT_KV_CAPACITY_FIRST_MODEL": ("kv_capacity_per_model", "must grant 16 and refuse 17", "KV-4", False),
     "-DCALRT_MUTANT_FULL_BATCH_LAST_ROW": ("batch_lanes", "B4, lane 3 (active): logits differ", "BATCH-2", True),
     "-DCALRT_MUTANT_REMOVE_TAIL_CLAMPS": ("kv_lifecycle", "from a sequence holding", "KV-8", False),
