@@ -128,6 +128,12 @@ def signal_unraised() -> str | None:
     return _Signal.name
 
 
+def raise_dropped_signal() -> None:
+    """Raise :class:`Interrupted` for a signal whose raise was dropped (:func:`signal_unraised`): a loop's boundary."""
+    if _Signal.name is not None:
+        raise Interrupted(_Signal.name)
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM arrived during a long command (exit 130, like Ctrl-C).
 
@@ -146,6 +152,24 @@ def reason_of(exc: CalctlError) -> str:
     (``BoardLocked: held by pid 7``); any other error is its message alone (``CheckFailed: ...`` showed calctl's
     internal class name to a person, #53 item 7)."""
     return f"{type(exc).__name__}: {exc}" if isinstance(exc, DeviceError) else str(exc)
+
+
+def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt ``exc`` was raised while unwinding from, if any (its ``__context__`` chain, ``exc`` first).
+
+    A cleanup step that fails during the teardown of an interrupt (a stream posting into a loop that is already
+    closed) is part of the interrupt, not a new failure: the run still ended INTERRUPTED. So is an interrupt that
+    Python wrapped: a signal that lands in a descriptor's ``__set_name__`` while a module defines a class (a lazy
+    import) surfaces as ``RuntimeError: Error calling __set_name__ ...`` with the interrupt as its context.
+    """
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__context__
+    return None
 
 
 def interrupt_reason(exc: BaseException) -> str:

@@ -37,6 +37,7 @@ import numpy as np
 from calctl.checks.golden import first_mismatch
 from calctl.checks.stats import Decision, Percentiles, bootstrap, decide, percentiles
 from calctl.checks.steps import GoldenData, GreedyProgress, StepTimedOut, greedy_run, step_name
+from calctl.errors import raise_dropped_signal
 from calctl.package.model import Package
 from calctl.runtime import GenerationId, Health, Runtime
 from calctl.runtime.errors import RuntimeLayerError
@@ -111,6 +112,7 @@ def run_warmup_model(
         )
 
     for i in range(iterations):
+        raise_dropped_signal()  # a signal whose raise a GC callback dropped stops a long warm-up here
         attempted += 1
         progress = GreedyProgress(alias)
         keep: dict[str, list[tuple[float, float | None]]] = latencies if (i > 0 or iterations == 1) else {}

@@ -80,7 +80,7 @@ def run() -> None:  # pragma: no cover - `python -m calctl` and the console scri
     signal is recorded and the exit is 130, as for a signal deferred while the report was written."""
     import signal
 
-    from calctl.errors import Interrupted, interrupt_reason
+    from calctl.errors import Interrupted, interrupt_behind, interrupt_reason
 
     state: dict[str, str | bool] = {"done": False}
 
@@ -94,7 +94,13 @@ def run() -> None:  # pragma: no cover - `python -m calctl` and the console scri
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     try:
-        code = main()
+        try:
+            code = main()
+        except Exception as exc:  # an interrupt Python wrapped while a module defined a class (its imports)
+            interrupt = interrupt_behind(exc)
+            if interrupt is None:
+                raise
+            raise interrupt from None
     except KeyboardInterrupt as exc:  # before the command's own handling began, or after it ended
         state["done"] = True
         sys.stderr.write(f"error: {interrupt_reason(exc)}\n")

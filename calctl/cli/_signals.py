@@ -27,22 +27,6 @@ from calctl.errors import Interrupted, note_signal
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
-    """The interrupt ``exc`` was raised while unwinding from, if any (its ``__context__`` chain).
-
-    A cleanup step that fails during the teardown of an interrupt (a stream posting into a loop that
-    is already closed) is part of the interrupt, not a new failure: the run still ended INTERRUPTED.
-    """
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, KeyboardInterrupt):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__context__
-    return None
-
-
 class _State:
     """One process-wide record: which signal arrived, how deep the contexts are, whether a run's measurement
     is over (its command is writing the report: a signal then waits for the write)."""

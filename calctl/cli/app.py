@@ -29,7 +29,7 @@ from calctl.cli import _output
 from calctl.cli._commands import COMMANDS as _COMMANDS
 from calctl.cli._commands import ROOT_HELP
 from calctl.cli._signals import interruptible, signal_deferred, signal_fired
-from calctl.errors import CalctlError, ExitCode, interrupt_reason
+from calctl.errors import CalctlError, ExitCode, interrupt_behind, interrupt_reason
 
 # Explicit registry: module path -> has register(app). Every command they register must be listed in
 # calctl.cli._commands.COMMANDS (a unit test checks it); one that is not yet is still found, by importing
@@ -217,15 +217,22 @@ def _run_command(command: Any, args: list[str]) -> tuple[int, str]:
     except typer.TyperException as exc:
         return _usage_error(exc), ""
     except KeyboardInterrupt as exc:
-        cause = interrupt_reason(exc)
-        _print_error(cause, None)
-        return ExitCode.INTERRUPTED, cause
+        return _interrupted(exc)
     except BrokenPipeError:
         return ExitCode.OK, ""
     except Exception as exc:  # a calctl bug: say so in one line
+        interrupt = interrupt_behind(exc)
+        if interrupt is not None:  # an interrupt Python wrapped (a lazy import's class) or a cleanup it broke
+            return _interrupted(interrupt)
         if _debug_requested(args):
             traceback.print_exc()
         return _internal_error(f"{type(exc).__name__}: {exc}")
+
+
+def _interrupted(exc: KeyboardInterrupt) -> tuple[int, str]:
+    cause = interrupt_reason(exc)
+    _print_error(cause, None)
+    return ExitCode.INTERRUPTED, cause
 
 
 def _finished(code: int, late: str | None) -> tuple[int, str]:

@@ -31,7 +31,8 @@ from calctl.cli._options import (
     report_dir_option,
 )
 from calctl.cli._output import TableJson
-from calctl.cli._signals import interrupt_behind, interruptible
+from calctl.cli._signals import interruptible
+from calctl.errors import interrupt_behind
 from calctl.records import write_json
 
 if TYPE_CHECKING:

@@ -76,6 +76,15 @@ def soak(
     traffic_seconds: Annotated[
         float, float_option("--traffic-seconds", min=0.0, help="Seconds of traffic per cycle between load and unload.")
     ] = 2.0,
+    traffic_requests: Annotated[
+        int,
+        int_option(
+            "--traffic-requests",
+            min=0,
+            help="Requests per model answered in each cycle before its traffic ends (a floor on top of "
+            "--traffic-seconds, so a slow or loaded host checks as much; 0: seconds only).",
+        ),
+    ] = 4,
     clients: Annotated[int, int_option("--clients", min=1, max=256, help="Concurrent clients per model.")] = 3,
     inject: Annotated[
         list[InjectOpt] | None,
@@ -134,6 +143,7 @@ def soak(
         hours=hours,
         traffic=soak_lib.Traffic(traffic.value),
         traffic_seconds=traffic_seconds,
+        traffic_requests=traffic_requests,
         clients_per_model=clients,
         inject=frozenset(soak_lib.Injection(i.value) for i in (inject or [])),
         checkpoint_interval_s=checkpoint_interval,
@@ -213,7 +223,10 @@ class _SoakProgress:
 def _plan_line(config: Any, kind: str) -> str:
     """What the soak will do and how long it will take at least, said before it starts (#53 item 5)."""
     per_cycle = "load (golden + warm-up), " + (
-        f"{config.traffic_seconds:g} s of {config.traffic.value} traffic, " if config.traffic.value != "none" else ""
+        f"{config.traffic_seconds:g} s of {config.traffic.value} traffic (and until {config.traffic_requests} "
+        "requests per model are answered), "
+        if config.traffic.value != "none"
+        else ""
     )
     per_cycle += "unload and the memory check"
     if config.cycles is not None:

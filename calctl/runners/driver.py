@@ -34,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from calctl.errors import CalctlError, Interrupted, signal_unraised
+from calctl.errors import CalctlError, raise_dropped_signal
 from calctl.report import Report, StepStatus, build_header
 from calctl.runners.context import RunContext, finish
 from calctl.runners.device import DeviceSpec
@@ -217,7 +217,7 @@ def drive(run: Run, *, log: StepLog | None = None) -> Report:
             with _Unreached(session, declared):
                 for step in declared:
                     _one(session, step)
-                _raise_dropped_signal()  # one that came in the last step
+                raise_dropped_signal()  # one that came in the last step
         ended = Ended()
     except BaseException as exc:  # the one place a run's end becomes a report (module docstring)
         reraise_usage(exc)
@@ -249,13 +249,8 @@ def _opened(session: RunState) -> Iterator[None]:
         yield
 
 
-def _raise_dropped_signal() -> None:
-    if (name := signal_unraised()) is not None:
-        raise Interrupted(name)  # the handler's raise was dropped (a GC callback): stop here, as it meant to
-
-
 def _one(session: RunState, step: RunStep) -> None:
-    _raise_dropped_signal()
+    raise_dropped_signal()  # the handler's raise was dropped (a GC callback): stop here, as it meant to
     session.results.pop(step.name, None)
     why = _precondition(session, step)
     if why is not None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from calctl.errors import StepTimeout, UsageError
+from calctl.errors import Interrupted, StepTimeout, UsageError, note_signal, raise_dropped_signal
 from calctl.serving.record_sink import DEFAULT_MAX_BYTES, RecordSink
 from calctl.signing.policy import TrustPolicy
 
@@ -119,14 +119,23 @@ def _sigterm_interrupts() -> Iterator[None]:
         yield
         return
 
+    fired: list[str] = []
+
     def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        if fired:
+            return  # already unwinding: let the board's release finish
+        fired.append("SIGTERM")
+        note_signal("SIGTERM")  # kept: a raise that lands in a GC callback is dropped (errors.signal_unraised)
+        raise Interrupted("SIGTERM")
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
+        raise_dropped_signal()  # its raise was dropped and the load went on to the end: unwind it now
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if fired:
+            note_signal(None)  # said by the Interrupted unwinding now; a later load in this process starts clean
 
 
 def preflight(host: str, port: int, *, api_keys: dict[str, str], device: str, mock: dict[str, Any]) -> socket.socket:

@@ -106,10 +106,23 @@ def test_a_board_that_reports_jobs_done_before_their_logits_fails_naming_the_req
         "  - {kind: unwritten_logits, graph: model_a_decode, probability: 0.01}\n",
         encoding="utf-8",
     )
-    r = _soak(cli, tmp_path, "--cycles", "3", "--traffic-seconds", "1.0", "--fault-plan", str(plan))
+    # A floor of answers per cycle, not seconds alone: the faulted jobs are drawn in job order, and a loaded host's
+    # second of traffic ran fewer jobs than the first faulted one after the load's golden check and twins.
+    r = _soak(
+        cli,
+        tmp_path,
+        "--cycles",
+        "3",
+        "--traffic-seconds",
+        "1.0",
+        "--traffic-requests",
+        "20",
+        "--fault-plan",
+        str(plan),
+    )
     assert_no_traceback(r)
     assert r.code == 1, r.out[-2000:]
-    (v,) = [v for v in r.json["violations"] if v["kind"] == "output_mismatch"]
+    (v,) = [v for v in r.json["violations"] if v["kind"] == "output_mismatch"]  # one per model, its first
     assert "(model-a on chip 0, model_a_decode" in v["message"] and "its prompt's B1 twin has" in v["message"]
     assert v["detail"]["alias"] == "model-a" and v["detail"]["got"] != v["detail"]["expected"]
     ver = r.json["output_verification"]
@@ -126,6 +139,33 @@ def test_a_healthy_soak_checks_every_answer_against_its_twin(cli: Cli, tmp_path:
     assert ver["checked_tokens"] > ver["checked_requests"]
 
 
+def test_each_cycle_serves_until_every_model_has_its_floor_of_answers(cli: Cli, tmp_path: Path) -> None:
+    """``--traffic-requests``: however slow the host, a cycle's traffic ends only once every model has had that many
+    requests answered whole, so the evidence the soak judges does not shrink with the host's speed."""
+    r = _soak(cli, tmp_path, "--cycles", "2", "--traffic-seconds", "0", "--traffic-requests", "6")
+    assert r.code == 0, r.out[-2000:]
+    assert r.json["settings"]["traffic_requests"] == 6
+    for cycle in r.json["cycle_records"]:
+        assert cycle["traffic_s"] > 0
+        assert {a: v["n"] >= 6 for a, v in cycle["latency"].items()} == {"model-a": True, "model-b": True}, cycle
+
+
+def test_a_floor_the_board_cannot_reach_in_time_is_a_violation(cli: Cli, tmp_path: Path) -> None:
+    """A floor not reached within ``--request-timeout`` past the seconds: the board answered too little to be
+    judged, and the soak says so rather than pass on less evidence."""
+    r = _soak(
+        cli,
+        tmp_path,
+        *("--cycles", "1", "--traffic-seconds", "0.2", "--traffic-requests", "100000", "--request-timeout", "1"),
+    )
+    assert_no_traceback(r)
+    assert r.code == 1, r.out[-2000:]
+    (v,) = [v for v in r.json["violations"] if v["kind"] == "traffic_floor"]
+    assert v["message"].startswith("cycle 1: requests answered in ") and "model-a " in v["message"], v
+    assert "fewer than the 100000 per model --traffic-requests asks for" in v["message"], v
+    assert 1.2 <= r.json["cycle_records"][0]["traffic_s"] < 30
+
+
 def test_hours_mode_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
     r = _soak(cli, tmp_path, "--hours", "0.0003", "--traffic-seconds", "0.3", "--traffic", "none")
     assert r.code == 0, r.err[-2000:]
@@ -136,6 +176,7 @@ def test_hours_mode_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
         ("--cycles", "2", "--traffic", "none", "--inject", "stale-completion"),
         ("--cycles", "1", "--inject", "stale-completion"),
         ("--cycles", "2", "--fault-plan", "nope.yaml"),
+        ("--cycles", "2", "--traffic-requests", "-1"),
     ):
         r = cli("soak", PKG, *TRUST, "--report", tmp_path / "x", *bad)
         assert r.code == 2, (bad, r.err)

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from calctl import html_report, records
-from calctl.errors import CalctlError, CheckFailed, ExitCode, Interrupted, signal_unraised
+from calctl.errors import CalctlError, CheckFailed, ExitCode, raise_dropped_signal
 from calctl.report import Report, StepStatus, build_header
 from calctl.runners import telemetry
 from calctl.runners.acceptance.evidence import STEPS, AcceptState, Skip, Step, error_evidence
@@ -210,8 +210,8 @@ def run_accept(
                 if on_step is not None:
                     on_step(ev)
                 _checkpoint(config, header, state, t0, "running" if interrupted is None else "interrupted", steps)
-                if interrupted is None and (name := signal_unraised()) is not None:
-                    raise Interrupted(name)  # its raise was dropped (a GC callback): stop here all the same
+                if interrupted is None:
+                    raise_dropped_signal()  # its raise was dropped (a GC callback): stop here all the same
     except KeyboardInterrupt as exc:  # a signal between steps (a checkpoint, the live line) or in the teardown
         interrupted = interrupted or error_text(exc)
         for step in steps:

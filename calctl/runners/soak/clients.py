@@ -87,6 +87,11 @@ class RequestBook:
             elif not rec.ok:
                 self.ended.setdefault(o, evidence.Series()).add(t, rec.e2e if rec.e2e is not None else 0.0)
 
+    def answered_in_cycle(self) -> dict[str, int]:
+        """Per alias, the requests answered whole (outcome ``ok``) since the last unload."""
+        with self.lock:
+            return {alias: len(v) for alias, v in self.cycle_e2e.items()}
+
     def take_cycle(self) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
         with self.lock:
             outcomes = dict(self.cycle_outcomes)

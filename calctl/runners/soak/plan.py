@@ -35,6 +35,7 @@ class SoakConfig:
     hours: float | None = None
     traffic: Traffic = Traffic.MIXED
     traffic_seconds: float = 2.0
+    traffic_requests: int = 4  # per alias and cycle: answered requests the traffic waits for (a floor)
     clients_per_model: int = 3
     inject: frozenset[Injection] = frozenset()
     seed: int = 0
@@ -54,6 +55,8 @@ class SoakConfig:
             raise UsageError(f"--hours {self.hours}: expected a positive number")
         if not self.traffic_seconds >= 0:
             raise UsageError(f"--traffic-seconds {self.traffic_seconds}: expected >= 0")
+        if self.traffic_requests < 0:
+            raise UsageError(f"--traffic-requests {self.traffic_requests}: expected >= 0")
         if self.clients_per_model < 1:
             raise UsageError("--clients must be at least 1")
         if self.inject and self.traffic is Traffic.NONE:

@@ -143,6 +143,7 @@ def report(s: SoakState) -> Report:
         "settings": {
             "traffic": c.traffic.value,
             "traffic_seconds": c.traffic_seconds,
+            "traffic_requests": c.traffic_requests,
             "clients_per_model": c.clients_per_model,
             "seed": c.seed,
             "inject": sorted(i.value for i in c.inject),

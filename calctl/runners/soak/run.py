@@ -89,6 +89,7 @@ from calctl.runtime import DeviceKind
 from calctl.runtime.errors import AlreadyConfigured, RuntimeLayerError
 from calctl.runtime.interface import Runtime
 from calctl.runtime.types import ChipCounters
+from calctl.serving.core.admission import ModelState
 from calctl.serving.engine import DeviceSupervisor, SupervisorOptions
 from calctl.serving.protocol import GenerationRequest
 
@@ -318,9 +319,12 @@ class _Soak(SoakState):
                 traffic.append(driver)
                 driver.start()
             self.phase = "traffic"
-            end = time.monotonic() + c.traffic_seconds
-            while time.monotonic() < end:
-                time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+            if traffic:
+                self._traffic_phase(cyc)
+            else:
+                end = time.monotonic() + c.traffic_seconds
+                while time.monotonic() < end:
+                    time.sleep(min(0.05, max(0.0, end - time.monotonic())))
             last = self._last(index)
             if last and traffic:
                 # The last cycle lets every request finish before its unload: nothing is left open at the end.
@@ -334,6 +338,45 @@ class _Soak(SoakState):
             if last:
                 return
             index += 1
+
+    def _traffic_phase(self, cyc: Cycle) -> None:
+        """``traffic_seconds`` of traffic, and then until every alias has ``traffic_requests`` requests answered in
+        this cycle: a floor, so a slow or loaded host checks as many answers as a fast one. A floor not reached
+        within the request timeout past the seconds is a ``traffic_floor`` violation (the board answered too
+        little to be judged), never a silent pass on less evidence."""
+        c = self.config
+        t0 = time.monotonic()
+        end, ceiling = t0 + c.traffic_seconds, t0 + c.traffic_seconds + c.request_timeout_s
+        while True:
+            now = time.monotonic()
+            short = {a: n for a, n in self._answered().items() if n < c.traffic_requests}
+            if now >= end and (not short or now >= ceiling):
+                break
+            time.sleep(min(0.05, max(0.0, end - now)) if now < end else 0.05)
+        cyc.traffic_s = round(time.monotonic() - t0, 3)
+        if short:
+            said = ", ".join(f"{a} {n}" for a, n in sorted(short.items()))
+            self.violate(
+                checks.Violation(
+                    "traffic_floor",
+                    f"cycle {cyc.index}: requests answered in {time.monotonic() - t0:.1f} s of traffic: {said}, "
+                    f"fewer than the {c.traffic_requests} per model --traffic-requests asks for",
+                    cyc.index,
+                    self.now_s(),
+                    subject="traffic",
+                )
+            )
+
+    def _answered(self) -> dict[str, int]:
+        """Per alias in service (or on its way back: a recovery), the requests answered in this cycle. An alias
+        that left service (Failed) answers nothing more; what took it out is a violation of its own."""
+        answered = self.requests.answered_in_cycle()
+        cores = self.sup.cores if self.sup is not None else {}
+        return {
+            alias: answered.get(alias, 0)
+            for alias, core in cores.items()
+            if core.state is not ModelState.FAILED and core.failed is None
+        }
 
     def _drain_clients(self, driver: TrafficDriver, when: str, cycle: int | None) -> int:
         """Stop ``driver`` and let its requests end (the client's limit, plus 5 s); a client still waiting is a

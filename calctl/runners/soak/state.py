@@ -172,12 +172,15 @@ class Cycle:
     load: LoadRecord | None = None  # set when the load ends, ok or not
     unload: UnloadRecord | None = None  # set when the unload succeeded (a failed one is a violation)
     interrupted: Interruption | None = None  # the signal that cut this cycle short
+    traffic_s: float | None = None  # how long its traffic phase lasted (the seconds, or longer for the floor)
 
     def document(self) -> dict[str, Any]:
         """The report's ``cycle_records`` entry."""
         doc: dict[str, Any] = {"cycle": self.index, "started_s": round(self.started_s, 3)}
         if self.load is not None:
             doc["load"] = self.load.document()
+        if self.traffic_s is not None:
+            doc["traffic_s"] = self.traffic_s
         if self.unload is not None:
             doc.update(self.unload.document())
         if self.interrupted is not None:

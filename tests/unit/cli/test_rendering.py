@@ -181,8 +181,7 @@ def test_a_signal_after_the_measurement_waits_for_the_report_and_a_second_is_ign
 
 
 def test_an_error_while_unwinding_an_interrupt_is_part_of_the_interrupt() -> None:
-    from calctl.cli._signals import interrupt_behind
-    from calctl.errors import Interrupted
+    from calctl.errors import Interrupted, interrupt_behind
 
     try:
         try:
@@ -193,6 +192,29 @@ def test_an_error_while_unwinding_an_interrupt_is_part_of_the_interrupt() -> Non
         found = interrupt_behind(exc)
     assert isinstance(found, Interrupted) and found.signal_name == "SIGTERM"
     assert interrupt_behind(RuntimeError("plain")) is None
+
+
+def test_a_signal_python_wrapped_while_a_lazy_import_defined_a_class_is_an_interrupt(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A SIGTERM that lands in a descriptor's ``__set_name__`` (a library's class, defined by a command's lazy
+    import) reaches calctl as ``RuntimeError: Error calling __set_name__ ...``: still exit 130, not a calctl bug."""
+    from calctl.cli.app import _run_command
+    from calctl.errors import ExitCode, Interrupted
+
+    class Signalled:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise Interrupted("SIGTERM")
+
+    class Command:
+        def main(self, **_: object) -> int:
+            type("LazyNamespace", (), {"data": Signalled()})  # what defining a class in a module does
+            return 0
+
+    code, cause = _run_command(Command(), ["validate"])
+    assert (code, cause) == (ExitCode.INTERRUPTED, "interrupted (SIGTERM)")
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "interrupted (SIGTERM)" in err
 
 
 def test_a_table_far_wider_than_the_console_prints_as_blocks(monkeypatch: pytest.MonkeyPatch) -> None:

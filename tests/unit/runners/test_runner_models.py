@@ -94,6 +94,23 @@ def test_warmup_model_counts_jobs_per_graph_and_stops_on_a_halted_chip(rt: MockR
     assert w.first_error is not None and "iteration 0: prefill" in w.first_error and "halted" in w.first_error
 
 
+def test_a_signal_whose_raise_was_dropped_stops_the_warm_up_at_its_next_iteration(
+    rt: MockRuntime, combined: Package
+) -> None:
+    """A SIGTERM whose raise landed in a GC callback (Python drops it) is still recorded: a 500-iteration warm-up
+    before Ready stops at its next iteration instead of running on and serving (``calctl serve`` while loading)."""
+    from calctl.errors import Interrupted, note_signal
+
+    note_signal("SIGTERM")
+    try:
+        with pytest.raises(Interrupted, match="SIGTERM"):
+            run_warmup_model(rt, combined, "model-a", iterations=500, decode_steps=2)
+    finally:
+        note_signal(None)
+    _assert_clean(rt, combined)
+    assert run_warmup_model(rt, combined, "model-a", iterations=2, decode_steps=2).ok  # forgotten: runs again
+
+
 def test_program_digests_notice_a_program_changed_after_sealing(tmp_path: Path) -> None:
     root = tmp_path / "pkg"
     shutil.copytree(PACKAGES / "single", root)
