@@ -54,9 +54,17 @@ def test_quick_level_through_the_reference_board(tmp_path: Path, reference_board
     assert doc["device_options"]["calrt_lib"] == str(reference_board)
     for rid in ("G0", "G1"):
         assert rows[rid]["verdict"] == "GO", rows[rid]
-    for rid in ("G2", "G3"):  # measured through the C ABI, whatever the verdict
-        assert rows[rid]["verdict"] in ("GO", "NO-GO"), rows[rid]
-        assert all((out / p).is_file() for p in rows[rid]["files"].values()), rows[rid]
+    # Measured through the C ABI, whatever the verdict. The reference board's chips are threads of this host: beside
+    # a saturated host's burners its intervals can still straddle a gate after the quick level's rounds, or its
+    # requests time out, and the row then says which and what would measure it (never a GO or NO-GO it did not see).
+    load_outcomes = {"G2": "request(s) timed out: a load outcome", "G3": "not judged after "}
+    for rid, load_outcome in load_outcomes.items():
+        row = rows[rid]
+        assert row["files"] and all((out / p).is_file() for p in row["files"].values()), row
+        if row["verdict"] == "NOT MEASURED":
+            assert load_outcome in row["reason"] and "not saturated" in row["how_to_measure"], row
+        else:
+            assert row["verdict"] in ("GO", "NO-GO"), row
     assert rows["G4"]["verdict"] == "NOT MEASURED" and "mock" in rows["G4"]["reason"], rows["G4"]
     assert rows["G5"]["verdict"] == "NOT MEASURED" and "/100 cycles" in rows["G5"]["reason"]
     assert "no --previous package given" in rows["G5"]["reason"]  # run without one: the rollback is not measured
