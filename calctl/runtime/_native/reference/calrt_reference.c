@@ -353,6 +353,12 @@ struct calrt_device {
 #ifdef CALRT_MUTANT_UNLOAD_LEAK_CHIP1
     uint64_t mut_leaked1;        /* bytes lost on chip 1 by every unload */
 #endif
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET
+    uint64_t mut_open_ns, mut_reset_at[REF_CHIPS]; /* the device clock restarts at a reset; the offset is open's */
+#endif
+#ifdef CALRT_MUTANT_JOB_ID_PER_CHIP
+    uint64_t mut_next_id[REF_CHIPS]; /* CalRT's job ids, numbered per chip queue */
+#endif
 #ifdef CALRT_MUTANT_KV_REUSE_STALE_LENGTH
     model *mut_freed_model;      /* the last freed slot: its model and its length, handed out again */
     uint32_t mut_freed_len;
@@ -684,6 +690,8 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
     uint64_t t = now_ns();
 #ifdef CALRT_MUTANT_END_STAMP_AT_WAIT /* the bug: the end is stamped by the wait that observes it */
     (void)t;
+#elif defined(CALRT_MUTANT_ABORTED_END_ZERO) /* the bug: an aborted job's completion record is never written */
+    if (j->info.start_ns && state != CALRT_JOB_ABORTED) j->info.end_ns = t > j->info.start_ns ? t : j->info.start_ns;
 #else
     if (j->info.start_ns) j->info.end_ns = t > j->info.start_ns ? t : j->info.start_ns;
 #endif
@@ -1021,6 +1029,9 @@ static void abort_jobs(calrt_device *d, uint32_t mask, int include_running) {
         int picked = 0;
         for (int b = 0; b < REF_BANKS; b++) picked |= ch->running[b] == j;
         if (!picked) {
+#ifdef CALRT_MUTANT_RESET_KEEPS_QUEUED /* the bug: a chip reset stops the running job; the queue runs on after it */
+            if (mask != (1u << REF_CHIPS) - 1) continue;
+#endif
             dequeue(ch, j);
             j->aborted = 1;
             finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
@@ -1156,6 +1167,12 @@ calrt_status calrt_device_open(calrt_device **out) {
     pthread_cond_init(&d->cv, &attr);
     pthread_condattr_destroy(&attr);
     d->next_job = d->next_seq = 1;
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET
+    d->mut_open_ns = now_ns();
+#endif
+#ifdef CALRT_MUTANT_JOB_ID_PER_CHIP
+    for (int c = 0; c < REF_CHIPS; c++) d->mut_next_id[c] = 1;
+#endif
     parse_env(d);
     int started = 0;
     for (uint32_t c = 0; c < REF_CHIPS; c++) {
@@ -1322,7 +1339,11 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
 #else
         cb->models[i].max_sequences = m->kv_max_sequences;
 #endif
+#ifdef CALRT_MUTANT_KV_MAX_SEQ_FIRST_MODEL /* the bug: the loop reads the first descriptor's context */
+        cb->models[i].max_seq = desc->models[0].kv_max_seq;
+#else
         cb->models[i].max_seq = m->kv_max_seq;
+#endif
 #ifdef CALRT_MUTANT_ANY_CHIP_MASK /* the bug: chip masks are not checked against the board */
         if (!m->alias) rc = CALRT_E_INVALID_CALBIN;
 #else
@@ -1825,8 +1846,10 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
 #else
         if (s->busy) return CALRT_E_DEVICE_BUSY;
 #endif
+#ifndef CALRT_MUTANT_DUP_SEQ_LANES /* the bug: each lane checked alone; one sequence in two lanes runs */
         for (uint32_t k = 0; k < l; k++)
             if (desc->kv[k] == id) return CALRT_E_INVALID_ARGUMENT;
+#endif
         uint32_t writes = 1;
         if (g->kind == CALRT_GRAPH_PREFILL) {
 #ifndef CALRT_MUTANT_PREFILL_ON_USED /* the bug: a prefill does not ask whether the sequence is empty */
@@ -1948,7 +1971,11 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     if (rc == CALRT_OK) {
         uint32_t inflight = d->chips[c].qlen;
         for (int b = 0; b < REF_BANKS; b++) inflight += d->chips[c].running[b] != NULL;
+#ifdef CALRT_MUTANT_QUEUE_FULL_OOM /* the bug: no free queue entry reported as an allocation failure */
+        if (inflight >= REF_QUEUE_DEPTH) rc = CALRT_E_OUT_OF_MEMORY;
+#else
         if (inflight >= REF_QUEUE_DEPTH) rc = CALRT_E_DEVICE_BUSY; /* the chip's queue is full: back off */
+#endif
     }
     if (rc == CALRT_OK && d->f_busy) {
         d->f_busy--;
@@ -1969,6 +1996,8 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
 #ifdef CALRT_MUTANT_JOB_ID_REUSE /* the bug: the lowest id no record holds, so a released job's id comes back */
     j->info.id = 1;
     while (find_job(d, j->info.id)) j->info.id++;
+#elif defined(CALRT_MUTANT_JOB_ID_PER_CHIP) /* the bug: CalRT's per-chip job id passed as the device's */
+    j->info.id = d->mut_next_id[c]++;
 #else
     j->info.id = d->next_job++;
 #endif
@@ -2033,6 +2062,16 @@ static void mut_realtime(calrt_job_info *out) { /* the offset taken once, as a d
 }
 #endif
 
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET /* the bug: a reset restarts the chip's clock; the offset is stale */
+static void mut_device_clock(const calrt_device *d, const job *j, calrt_job_info *out) {
+    int c = lowest_chip(j->info.chip_mask);
+    if (!d->mut_reset_at[c] || j->info.start_ns < d->mut_reset_at[c]) return;
+    uint64_t back = d->mut_reset_at[c] - d->mut_open_ns;
+    if (out->start_ns) out->start_ns -= back;
+    if (out->end_ns) out->end_ns -= back;
+}
+#endif
+
 calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *out) {
     if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
@@ -2065,6 +2104,9 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
 #endif
 #ifdef CALRT_MUTANT_STAMPS_REALTIME
     if (j) mut_realtime(out);
+#endif
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET
+    if (j) mut_device_clock(d, j, out);
 #endif
     pthread_mutex_unlock(&d->mu);
 #ifdef CALRT_MUTANT_UNKNOWN_JOB_INTERNAL /* the bug: CalRT's "no such job" exception falls to the default code */
@@ -2119,8 +2161,13 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
 #ifdef CALRT_MUTANT_STAMPS_REALTIME
             if (out) mut_realtime(out);
 #endif
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET
+            if (out) mut_device_clock(d, j, out);
+#endif
 #ifdef CALRT_MUTANT_TIMEOUT_AS_ABORTED /* the bug: a wait that timed out reports the job aborted */
             calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_JOB_ABORTED;
+#elif defined(CALRT_MUTANT_WAIT_RETURNS_JOB_STATUS) /* the bug: CalRT's Wait throws the job's error; passed on */
+            calrt_status rc = terminal(j->info.state) ? (calrt_status)j->info.status : CALRT_E_TIMEOUT;
 #else
             calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_TIMEOUT;
 #endif
@@ -2131,6 +2178,9 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
             return rc;
         }
         wait_until(d, deadline); /* releases the device mutex while blocked */
+#ifdef CALRT_MUTANT_WAIT_TIMEOUT_ON_WAKEUP /* the bug: any wake-up of the condition variable taken for the deadline */
+        deadline = now_ns();
+#endif
     }
 }
 
@@ -2353,6 +2403,9 @@ calrt_status calrt_kv_length(calrt_device *d, calrt_kv_seq id, uint32_t *committ
     if (s) { *committed = s->committed; *reserved = s->reserved; }
 #endif
     pthread_mutex_unlock(&d->mu);
+#ifdef CALRT_MUTANT_KV_LENGTH_FREED_ZERO /* the bug: the runtime's lookup answers an empty default for any id */
+    if (!s) { *committed = *reserved = 0; return CALRT_OK; }
+#endif
     return s ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
 }
 
@@ -2404,6 +2457,13 @@ calrt_status calrt_chip_counters(calrt_device *d, uint32_t chip, calrt_counters 
     chip = REF_CHIPS - 1 - chip;
 #endif
     *out = d->chips[chip].counters;
+#ifdef CALRT_MUTANT_COUNTERS_CLEAR_ON_READ /* the bug: the hardware's read-to-clear registers, passed through */
+    d->chips[chip].counters.finished = d->chips[chip].counters.failed = 0;
+#endif
+#ifdef CALRT_MUTANT_PENDING_RUNNING_ONLY /* the bug: pending read from the busy banks, the queue not counted */
+    out->pending = 0;
+    for (int b = 0; b < REF_BANKS; b++) out->pending += d->chips[chip].running[b] && !terminal(d->chips[chip].running[b]->info.state);
+#endif
     pthread_mutex_unlock(&d->mu);
     return CALRT_OK;
 }
@@ -2418,10 +2478,12 @@ calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health)
     chip = REF_CHIPS - 1 - chip;
 #endif
     *health = d->chips[chip].health;
+#ifndef CALRT_MUTANT_HEALTH_NEVER_HUNG /* the bug: health is the fault latch only; a hung job is not looked at */
     for (int b = 0; b < REF_BANKS; b++) {
         job *j = d->chips[chip].running[b];
         if (j && j->hung && !terminal(j->info.state)) *health = CALRT_HEALTH_HUNG;
     }
+#endif
     pthread_mutex_unlock(&d->mu);
     return CALRT_OK;
 }
@@ -2448,6 +2510,10 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
     chip = 0;
 #endif
     uint32_t mask = scope == CALRT_RESET_BOARD ? (1u << REF_CHIPS) - 1 : 1u << chip;
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET
+    for (int c = 0; c < REF_CHIPS; c++)
+        if (mask >> c & 1) d->mut_reset_at[c] = now_ns();
+#endif
 #ifdef CALRT_MUTANT_CHIP_RESET_ABORTS_ALL /* the bug: the chip reset is the runtime's board reset underneath */
     abort_jobs(d, (1u << REF_CHIPS) - 1, 1);
 #endif
@@ -2462,6 +2528,8 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
     for (int c = 0; c < REF_CHIPS; c++)
 #ifdef CALRT_MUTANT_CHIP_RESET_KEEPS_FAULT /* the bug: the fault latch is cleared by the board reset only */
         if ((mask >> c & 1) && scope == CALRT_RESET_BOARD) d->chips[c].health = CALRT_HEALTH_OK;
+#elif defined(CALRT_MUTANT_BOARD_RESET_KEEPS_FAULT) /* the bug: the fault latch is cleared by the chip reset only */
+        if ((mask >> c & 1) && scope == CALRT_RESET_CHIP) d->chips[c].health = CALRT_HEALTH_OK;
 #else
         if (mask >> c & 1) d->chips[c].health = CALRT_HEALTH_OK;
 #endif
@@ -2482,7 +2550,17 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
 #else
             if (s->m->chip_mask & mask)
 #endif
+#ifdef CALRT_MUTANT_CHIP_RESET_KEEPS_RESERVED /* the bug: the reset empties the cache, not the reservation */
+                s->committed = 0, s->busy = 0, s->last_failed = 0;
+#else
                 s->committed = s->reserved = 0, s->busy = 0, s->last_failed = 0;
+#endif
+#ifdef CALRT_MUTANT_CHIP_RESET_LOSES_WEIGHTS /* the bug: the chip's DRAM is cleared; the weights are not loaded again */
+        for (uint32_t i = 0; d->current && i < d->current->nmodels; i++) {
+            model *m = &d->current->models[i];
+            if ((m->chip_mask & mask) && m->net.final_norm) memset(m->net.final_norm, 0, sizeof(float) * m->net.d);
+        }
+#endif
     }
     pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
@@ -2717,6 +2795,14 @@ calrt_status calrt_chip_telemetry(calrt_device *d, uint32_t chip, calrt_telemetr
     t.power_limit_w = REF_TEL_POWER_LIMIT_W;
     t.clock_max_mhz = REF_TEL_CLOCK_MHZ;
     t.clock_mhz = g_tel.chip[chip].throttled ? REF_TEL_CLOCK_MHZ / 2 : REF_TEL_CLOCK_MHZ;
+#ifdef CALRT_MUTANT_TELEMETRY_CLOCK_GHZ /* the bug: the clock driver's GHz, passed through */
+    t.clock_max_mhz /= 1000.0;
+    t.clock_mhz /= 1000.0;
+#endif
+#ifdef CALRT_MUTANT_TELEMETRY_POWER_BOARD /* the bug: the board's one power rail reported for every chip */
+    for (int cc = 0; cc < REF_CHIPS; cc++)
+        if (cc != (int)chip) t.power_w += g_tel.chip[cc].power_w;
+#endif
     t.throttle_reasons = g_tel.chip[chip].throttled ? CALRT_THROTTLE_THERMAL : 0;
     t.throttled_ns = g_tel.chip[chip].throttled_ns;
     t.ecc_correctable = 0;
