@@ -203,6 +203,7 @@ def _one_profile(s: Session, rt: Runtime, alias: str, batch: int, *, every_other
             kv.append(seqs[lane] if on else None)
         if s.native and len(active) > 1:
             _lane_position_checked(rt, pkg, alias, (inputs, outputs), tokens, positions, valid, kv, active[-1])
+            _one_sequence_one_lane(rt, pkg, alias, (inputs, outputs), tokens, positions, valid, kv, active)
         write_decode_lanes(inputs, tokens, positions, valid, mask=decode_mask(pkg, alias))
         try:
             job = rt.submit(m.decode.name, inputs, outputs, kv=kv)
@@ -272,6 +273,36 @@ def _lane_position_checked(
         f"KV-1: calrt_job_submit of a B{len(positions)} decode of {alias} whose lane {lane} names position "
         f"{wrong[lane]} (its sequence {kv[lane]} holds {positions[lane]} tokens, 1 reserved)",
         arguments=f"graph={m.decode.name!r}, batch={len(positions)}, positions {wrong}",
+    )
+
+
+def _one_sequence_one_lane(
+    rt: Runtime,
+    pkg: Package,
+    alias: str,
+    buffers: tuple[HostBuffer, HostBuffer],
+    tokens: list[int],
+    positions: list[int],
+    valid: list[bool],
+    kv: list[KvSeqId | None],
+    active: Sequence[int],
+) -> None:
+    """KV-1 across lanes: the same batch job, but the last active lane names the first active lane's sequence at
+    its position, straight into ``calrt_job_submit``: INVALID_ARGUMENT (the job would write two tokens into a
+    sequence that reserved one; a shim that checks each lane alone runs it, and both lanes write the same row)."""
+    m = pkg.model(alias)
+    first, last = active[0], active[-1]
+    twice, where = list(kv), list(positions)
+    twice[last], where[last] = kv[first], positions[first]
+    write_decode_lanes(buffers[0], tokens, where, valid, mask=decode_mask(pkg, alias))
+    expect_submit_refused(
+        rt,
+        m.decode.name,
+        buffers,
+        twice,
+        f"KV-1: calrt_job_submit of a B{len(positions)} decode of {alias} whose lanes {first} and {last} both name "
+        f"sequence {kv[first]} at position {positions[first]} (1 token reserved)",
+        arguments=f"graph={m.decode.name!r}, batch={len(positions)}, kv {twice}",
     )
 
 

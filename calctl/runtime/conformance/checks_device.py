@@ -7,7 +7,9 @@ import ctypes
 from typing import Any
 
 from calctl.runtime.conformance.framework import (
+    ExpectationFailed,
     Session,
+    _returned,
     _unwrap,
     check,
     expect,
@@ -22,6 +24,7 @@ from calctl.runtime.conformance.framework import (
 )
 from calctl.runtime.errors import (
     AlreadyConfigured,
+    DeviceBusy,
     DeviceInUse,
     NotConfigured,
     RuntimeStatus,
@@ -194,6 +197,7 @@ def _configuration(s: Session) -> str:
                 call="calrt_job_submit",
                 arguments=f"graph={m.prefill.name!r} (after the unload)",
             )
+        _unloaded_calbin_releases(first)
         rt.configure(second)
         cap = m.kv.max_sequences
         expect(
@@ -211,6 +215,22 @@ def _configuration(s: Session) -> str:
         "NOT_CONFIGURED (4) before configure and after an unload; ALREADY_CONFIGURED (3) on a second configure; "
         "a job runs after reconfiguring"
     )
+
+
+def _unloaded_calbin_releases(calbin: Any) -> None:
+    """OWN-3: only the current calbin is in use. Once ``calrt_reset_configuration`` unloaded it, its release
+    succeeds (a shim that keeps an "in use" flag set by configure and never cleared refuses it with DEVICE_BUSY
+    for ever, and every reload leaks a calbin)."""
+    try:
+        calbin.close()
+    except DeviceBusy as exc:
+        raise ExpectationFailed(
+            "OWN-3: calrt_calbin_release of the calbin calrt_reset_configuration unloaded must succeed: only the "
+            "current calbin is in use",
+            call="calrt_calbin_release",
+            arguments="<the calbin current until the unload>",
+            returned=_returned(exc),
+        ) from None
 
 
 def _old_sequence_gone(rt: Any, seq: int) -> None:

@@ -214,6 +214,40 @@ VENDOR_DEADLINE = {
         "OWN-9",
         False,
     ),
+    # what a reset keeps (the configuration, the clock) and drops (faults, queued jobs); counters; the queue's end;
+    # telemetry units and attribution; the second model's context
+    "-DCALRT_MUTANT_CHIP_RESET_LOSES_WEIGHTS": (
+        "reset_drains_jobs",
+        "computes other logits than before it",
+        "RESET-5",
+        False,
+    ),
+    "-DCALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET": (
+        "reset_drains_jobs",
+        "times must be CLOCK_MONOTONIC ns within its calls",
+        "CONV-5",
+        False,
+    ),
+    "-DCALRT_MUTANT_BOARD_RESET_KEEPS_FAULT": ("ccu_fault", "a board reset ends the fault", "FAULT-1", False),
+    "-DCALRT_MUTANT_RESET_KEEPS_QUEUED": ("wait_timeout", "must end ABORTED", "RESET-1", False),
+    "-DCALRT_MUTANT_ABORTED_END_ZERO": ("wait_timeout", "must report when it ended", "CONV-5", False),
+    "-DCALRT_MUTANT_COUNTERS_CLEAR_ON_READ": ("memory_counters", "a read must not clear them", "OBS-1", False),
+    "-DCALRT_MUTANT_PENDING_RUNNING_ONLY": ("reset_drains_jobs", "pending, queued ones too", "OBS-1", False),
+    "-DCALRT_MUTANT_QUEUE_FULL_OOM": ("busy_retry", "is a full queue", "JOB-7", False),
+    "-DCALRT_MUTANT_DUP_SEQ_LANES": ("batch_lanes", "both name sequence", "KV-1", True),
+    "-DCALRT_MUTANT_TELEMETRY_CLOCK_GHZ": ("telemetry_struct", "clock_max_mhz 1 is outside", "TELEM-2", False),
+    "-DCALRT_MUTANT_TELEMETRY_POWER_BOARD": ("telemetry_attribution", "at least half as much", "TELEM-6", False),
+    "-DCALRT_MUTANT_KV_MAX_SEQ_FIRST_MODEL": ("kv_capacity_per_model", "calrt_kv_append of", "KV-9", False),
+    "-DCALRT_MUTANT_BOARD_RESET_KEEPS_QUARANTINE": ("dma_quarantine", "a board reset covers chip", "OWN-7", False),
+    "-DCALRT_MUTANT_START_AT_SUBMIT": ("stamps_are_run_time", "was still QUEUED behind job", "TIME-1", False),
+    "-DCALRT_MUTANT_CALBIN_RELEASE_AFTER_UNLOAD_BUSY": (
+        "configuration",
+        "calrt_reset_configuration unloaded must succeed",
+        "OWN-3",
+        False,
+    ),
+    "-DCALRT_MUTANT_HEALTH_FAULT_ALL_CHIPS": ("ccu_fault", "halts only its chip", "FAULT-1", False),
+    "-DCALRT_MUTANT_COUNTERS_FAILED_KEEPS_PENDING": ("ccu_fault", "the chip counts no job pending", "OBS-1", False),
 }
 
 

@@ -166,7 +166,37 @@
  *                                     commits the rows the failed job may have half written;
  *   -DCALRT_MUTANT_CCU_HALTS_CHIP0    a CCU exception halts chip 0, whichever chip raised it;
  *   -DCALRT_MUTANT_RESET_NO_DRAIN_CHIP1  as RESET_NO_DRAIN, for chip 1 only (the drain waits on chip 0's workers).
- *   -DCALRT_MUTANT_BOARD_RESET_NO_DRAIN  as RESET_NO_DRAIN, for a board reset only (the chip reset drains).
+ *   -DCALRT_MUTANT_BOARD_RESET_NO_DRAIN  as RESET_NO_DRAIN, for a board reset only (the chip reset drains);
+ *   -DCALRT_MUTANT_CHIP_RESET_LOSES_WEIGHTS  a chip reset clears the chip's memory and the weights are not loaded
+ *                                     again: its next jobs succeed with other logits;
+ *   -DCALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET  a reset restarts the chip's clock; the stamps keep the offset taken
+ *                                     at open, so a job after the reset is stamped before it was submitted;
+ *   -DCALRT_MUTANT_BOARD_RESET_KEEPS_FAULT  a board reset leaves a FAULTED chip FAULTED (the chip reset clears it);
+ *   -DCALRT_MUTANT_QUEUE_FULL_OOM     a full chip queue refuses a submit with OUT_OF_MEMORY, not DEVICE_BUSY;
+ *   -DCALRT_MUTANT_COUNTERS_CLEAR_ON_READ  calrt_chip_counters clears finished/failed when read (read-to-clear
+ *                                     registers passed through);
+ *   -DCALRT_MUTANT_PENDING_RUNNING_ONLY  pending counts the running jobs only, not the queued ones;
+ *   -DCALRT_MUTANT_DUP_SEQ_LANES      a batch job naming one sequence in two lanes runs (each lane checked alone);
+ *   -DCALRT_MUTANT_RESET_KEEPS_QUEUED  a chip reset aborts its running jobs only: the queued ones run after it;
+ *   -DCALRT_MUTANT_TELEMETRY_CLOCK_GHZ  clock_mhz and clock_max_mhz in GHz;
+ *   -DCALRT_MUTANT_TELEMETRY_POWER_BOARD  power_w is the board's (every chip's summed) for every chip;
+ *   -DCALRT_MUTANT_KV_MAX_SEQ_FIRST_MODEL  every model's context (kv_max_seq) from the first model descriptor;
+ *   -DCALRT_MUTANT_ABORTED_END_ZERO   a job aborted while it ran reports end_ns 0;
+ *   -DCALRT_MUTANT_BOARD_RESET_KEEPS_QUARANTINE  a board reset leaves quarantined buffers quarantined (the chip
+ *                                     reset lifts them);
+ *   -DCALRT_MUTANT_START_AT_SUBMIT    start_ns is the runtime's enqueue stamp: a queued job reports it started at
+ *                                     its submit;
+ *   -DCALRT_MUTANT_CALBIN_RELEASE_AFTER_UNLOAD_BUSY  a calbin once configured is "in use" for ever: its release
+ *                                     after calrt_reset_configuration is DEVICE_BUSY;
+ *   -DCALRT_MUTANT_HEALTH_FAULT_ALL_CHIPS  calrt_chip_health reports FAULTED for every chip while one is faulted;
+ *   -DCALRT_MUTANT_COUNTERS_FAILED_KEEPS_PENDING  a job that ends FAILED stays counted pending;
+ *   (caught before they were written: -DCALRT_MUTANT_WAIT_TIMEOUT_ON_WAKEUP, a wait that returns TIMEOUT at any
+ *   wake-up; -DCALRT_MUTANT_KV_LENGTH_FREED_ZERO, calrt_kv_length of an unknown sequence 0/0 OK;
+ *   -DCALRT_MUTANT_CHIP_RESET_KEEPS_RESERVED, a chip reset empties the cache, not the reservation;
+ *   -DCALRT_MUTANT_WAIT_RETURNS_JOB_STATUS, calrt_job_wait of a failed job returns its status code;
+ *   -DCALRT_MUTANT_JOB_ID_PER_CHIP, job ids numbered per chip; -DCALRT_MUTANT_HEALTH_NEVER_HUNG, health never HUNG;
+ *   -DCALRT_MUTANT_WAIT_ANY_TIMEOUT_ON_WAKEUP, the same for calrt_job_wait_any; -DCALRT_MUTANT_CAN_ALLOCATE_OFF_BY_ONE,
+ *   calrt_kv_can_allocate refuses the last free slot.)
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -250,6 +280,9 @@ struct calrt_calbin {
     char *path;
     uint64_t plan[CALRT_MAX_CHIPS];
     struct calrt_calbin *next;
+#ifdef CALRT_MUTANT_CALBIN_RELEASE_AFTER_UNLOAD_BUSY
+    int mut_was_current; /* the shim's "in use" flag, set by configure and never cleared */
+#endif
 };
 
 struct calrt_buffer {
@@ -705,7 +738,11 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
 #endif
     for (int c = 0; c < REF_CHIPS; c++) {
         if (!(j->info.chip_mask >> c & 1)) continue;
+#ifdef CALRT_MUTANT_COUNTERS_FAILED_KEEPS_PENDING /* the bug: the error path skips the pending decrement */
+        if (state != CALRT_JOB_FAILED) d->chips[c].counters.pending--;
+#else
         d->chips[c].counters.pending--;
+#endif
 #ifdef CALRT_MUTANT_COUNTERS_ABORTED_AS_FINISHED /* the bug: "ended without an error code" counted as finished */
         if (state == CALRT_JOB_SUCCEEDED || state == CALRT_JOB_ABORTED) d->chips[c].counters.finished++;
 #else
@@ -844,7 +881,10 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
         if (stop(d, j)) return;
         d->board_busy = held = 1;
     }
-#ifndef CALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP
+#ifdef CALRT_MUTANT_START_AT_SUBMIT /* the bug: the runtime's enqueue stamp reported as the start */
+    j->info.state = CALRT_JOB_RUNNING;
+    j->info.start_ns = j->info.submit_ns;
+#elif !defined(CALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP)
     j->info.state = CALRT_JOB_RUNNING;
     j->info.start_ns = now_ns();
 #endif
@@ -1420,7 +1460,11 @@ calrt_status calrt_calbin_release(calrt_device *d, calrt_calbin *cb) {
     if (!d || !cb) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     calrt_status rc = CALRT_E_INVALID_ARGUMENT;
+#ifdef CALRT_MUTANT_CALBIN_RELEASE_AFTER_UNLOAD_BUSY /* the bug: once configured, always "in use" */
+    if (d->current == cb || cb->mut_was_current) {
+#else
     if (d->current == cb) {
+#endif
         rc = CALRT_E_DEVICE_BUSY;
     } else {
         for (struct calrt_calbin **p = &d->calbins; *p; p = &(*p)->next) {
@@ -1706,6 +1750,9 @@ calrt_status calrt_configure(calrt_device *d, calrt_calbin *cb) {
         for (uint32_t i = 0; i < cb->nmodels && i < 16; i++) cb->models[i].live = d->mut_pool_taken[i];
 #endif
         d->current = cb;
+#ifdef CALRT_MUTANT_CALBIN_RELEASE_AFTER_UNLOAD_BUSY
+        cb->mut_was_current = 1;
+#endif
     }
     pthread_mutex_unlock(&d->mu);
     return rc;
@@ -2210,6 +2257,9 @@ calrt_status calrt_job_wait_any(calrt_device *d, const calrt_job_id *ids, uint32
         }
         if (now_ns() >= deadline) { pthread_mutex_unlock(&d->mu); return CALRT_E_TIMEOUT; }
         wait_until(d, deadline);
+#ifdef CALRT_MUTANT_WAIT_ANY_TIMEOUT_ON_WAKEUP /* the bug: any wake-up of the condition variable taken for the deadline */
+        deadline = now_ns();
+#endif
     }
 }
 
@@ -2258,7 +2308,11 @@ calrt_status calrt_kv_can_allocate(calrt_device *d, const char *alias, uint32_t 
     model *m = find_model(d, alias);
     if (!d->current) rc = CALRT_E_NOT_CONFIGURED;
     else if (!m) rc = CALRT_E_INVALID_ARGUMENT;
+#ifdef CALRT_MUTANT_CAN_ALLOCATE_OFF_BY_ONE /* the bug: "<" where the pool may be filled to the last slot */
+    else *yes = (uint64_t)m->live + n < m->max_sequences;
+#else
     else *yes = (uint64_t)m->live + n <= m->max_sequences;
+#endif
     pthread_mutex_unlock(&d->mu);
     return rc;
 }
@@ -2478,6 +2532,10 @@ calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health)
     chip = REF_CHIPS - 1 - chip;
 #endif
     *health = d->chips[chip].health;
+#ifdef CALRT_MUTANT_HEALTH_FAULT_ALL_CHIPS /* the bug: the board's fault register read for every chip */
+    for (int cc = 0; cc < REF_CHIPS; cc++)
+        if (d->chips[cc].health == CALRT_HEALTH_FAULTED) *health = CALRT_HEALTH_FAULTED;
+#endif
 #ifndef CALRT_MUTANT_HEALTH_NEVER_HUNG /* the bug: health is the fault latch only; a hung job is not looked at */
     for (int b = 0; b < REF_BANKS; b++) {
         job *j = d->chips[chip].running[b];
@@ -2521,6 +2579,9 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
     for (calrt_buffer *b = d->buffers; b; b = b->next) {
 #ifdef CALRT_MUTANT_QUARANTINE_ANY_RESET /* the bug: every quarantine is lifted, whichever chip was reset */
         if (b->quarantined || (b->owner_mask & mask)) b->quarantined = 0, b->owner = 0, b->owner_mask = 0;
+#elif defined(CALRT_MUTANT_BOARD_RESET_KEEPS_QUARANTINE) /* the bug: the quarantine is lifted on the chip-reset path */
+        if ((b->owner_mask & mask) && !(scope == CALRT_RESET_BOARD && b->quarantined))
+            b->quarantined = 0, b->owner = 0, b->owner_mask = 0;
 #else
         if (b->owner_mask & mask) b->quarantined = 0, b->owner = 0, b->owner_mask = 0; /* DMA state known again */
 #endif
@@ -2801,7 +2862,7 @@ calrt_status calrt_chip_telemetry(calrt_device *d, uint32_t chip, calrt_telemetr
 #endif
 #ifdef CALRT_MUTANT_TELEMETRY_POWER_BOARD /* the bug: the board's one power rail reported for every chip */
     for (int cc = 0; cc < REF_CHIPS; cc++)
-        if (cc != (int)chip) t.power_w += g_tel.chip[cc].power_w;
+        if (cc != (int)chip) tel_advance(cc, now, 0), t.power_w += g_tel.chip[cc].power_w;
 #endif
     t.throttle_reasons = g_tel.chip[chip].throttled ? CALRT_THROTTLE_THERMAL : 0;
     t.throttled_ns = g_tel.chip[chip].throttled_ns;
