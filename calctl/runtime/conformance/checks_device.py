@@ -167,6 +167,15 @@ def _configuration(s: Session) -> str:
         expect_status(exc, RuntimeStatus.NOT_CONFIGURED, "calrt_reset_configuration")
         exc = expect_raises(NotConfigured, "rt.kv.allocate", rt.kv.allocate, m.alias)
         expect_status(exc, RuntimeStatus.NOT_CONFIGURED, "calrt_kv_allocate")
+        if s.native:  # calctl answers it from its own bookkeeping: the library's answer, straight in
+            yes = ctypes.c_uint32(7)
+            expect_code(
+                raw_call(rt, "calrt_kv_can_allocate", m.alias.encode(), 1, ctypes.byref(yes)),
+                RuntimeStatus.NOT_CONFIGURED,
+                "CFG-1: calrt_kv_can_allocate before any configuration",
+                call="calrt_kv_can_allocate",
+                arguments=f"model={m.alias!r}, n=1 (nothing configured)",
+            )
         first, second = rt.create_calbin(pkg), rt.create_calbin(pkg)
         rt.configure(first)
         for which, calbin in (("the current", first), ("another", second)):

@@ -306,6 +306,7 @@ def _wait_timeout(s: Session) -> str:
         job_b, _, _, _ = prefill_job(rt, pkg, b)
         if s.native:
             _wait_any_names_the_terminal_job(rt, job, job_b)
+            _poll_of_an_ended_job(rt, job_b)
         expect(rt.wait(job_b, 10).ok, "the other chip keeps working while one hangs", call="rt.wait")
         queued = prefill_job(rt, pkg, a)[0]  # behind the hung job on its chip
         queued_before = rt.query(queued).state
@@ -315,6 +316,15 @@ def _wait_timeout(s: Session) -> str:
         expect(rt.query(job).state is JobState.ABORTED, "the hung job ends ABORTED", returned=rt.query(job))
         _aborted_job_stamped(rt, job)
         _queued_job_aborted(rt, queued, queued_before, job, scope, ca)
+        health = {h.chip: h.health for h in rt.health()}[ca]
+        expect(
+            health in (Health.OK, Health.UNKNOWN),
+            f"OBS-1: once the {scope} reset aborted hung job {job.id}, nothing hangs on chip {ca}: it must report OK "
+            "again",
+            call="calrt_chip_health",
+            arguments=f"chip {ca}, after calrt_reset({scope.upper()})",
+            returned=health,
+        )
         if scope == "chip":  # a board reset may restart a shim's counters
             _aborted_counted_failed(counted, rt.counters()[ca], job, rt.query(queued).state is JobState.SUCCEEDED)
         if scope == "chip":
@@ -441,6 +451,21 @@ def _wait_any_names_the_terminal_job(rt: Runtime, hung: Job, done: Job) -> None:
         call="calrt_job_wait_any",
         arguments=f"jobs=[{hung.id}, {done.id}], n=2, {LONG_WAIT_MS} ms",
         returned=f"status {rc}, index {index.value}",
+    )
+
+
+def _poll_of_an_ended_job(rt: Runtime, done: Job) -> None:
+    """JOB-8: ``calrt_job_wait`` with timeout 0 is a poll: of a job that has ended it answers OK with the job's end
+    (a shim that keeps CalRT's ``Wait(0)``, "no deadline", away by answering every poll TIMEOUT never lets a
+    poller see a job end)."""
+    rc, info = raw_job_info(rt, done, 0)
+    expect(
+        rc == RuntimeStatus.OK and int(info.state) >= _TERMINAL,
+        f"JOB-8: calrt_job_wait with timeout 0 (a poll) of job {done.id}, which calrt_job_wait_any saw end, must "
+        "answer OK with its end",
+        call="calrt_job_wait",
+        arguments=f"job={done.id} (ended), 0 ms",
+        returned=f"status {rc}, state {int(info.state)}",
     )
 
 

@@ -358,6 +358,7 @@ def _ccu_on(s: Session, rt: Runtime, a: str, b: str, *, board: bool = False) -> 
         rt.reset("board")
         scope = "board"
     else:
+        _other_chip_reset_keeps_fault(rt, ca, cb)
         scope = s.reset_chip_or_board(rt, ca)
     health = {h.chip: h.health for h in rt.health()}
     expect(
@@ -372,6 +373,24 @@ def _ccu_on(s: Session, rt: Runtime, a: str, b: str, *, board: bool = False) -> 
     job2, _, _, _ = prefill_job(rt, pkg, a)
     expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
     return f"chip {ca} DEVICE_LOST until a {scope} reset"
+
+
+def _other_chip_reset_keeps_fault(rt: Runtime, faulted: int, other: int) -> None:
+    """FAULT-1: a chip's fault lasts until a reset of that chip (or the board); a reset of another chip leaves it
+    FAULTED (a shim with one board-wide fault latch clears it with any reset and reports a halted chip OK)."""
+    try:
+        rt.reset("chip", chip=other)
+    except NotSupported:
+        return  # board reset only: every reset covers the faulted chip
+    health = {h.chip: h.health for h in rt.health()}
+    expect(
+        health[faulted] in (Health.FAULTED, Health.UNKNOWN),
+        f"FAULT-1: a reset of chip {other} must leave chip {faulted}, halted by its CCU exception, FAULTED: only a reset "
+        "covering the chip ends its fault",
+        call="calrt_chip_health",
+        arguments=f"chip {faulted}, after calrt_reset(CHIP, {other})",
+        returned=health,
+    )
 
 
 def _armed_decode(s: Session, rt: Runtime, fault: str, alias: str) -> tuple[Job, KvSeqId, HostBuffer, int]:

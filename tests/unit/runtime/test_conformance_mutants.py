@@ -248,6 +248,15 @@ VENDOR_DEADLINE = {
     ),
     "-DCALRT_MUTANT_HEALTH_FAULT_ALL_CHIPS": ("ccu_fault", "halts only its chip", "FAULT-1", False),
     "-DCALRT_MUTANT_COUNTERS_FAILED_KEEPS_PENDING": ("ccu_fault", "the chip counts no job pending", "OBS-1", False),
+    "-DCALRT_MUTANT_WAIT_ZERO_TIMEOUT_ON_DONE": ("wait_timeout", "with timeout 0 (a poll) of job", "JOB-8", False),
+    "-DCALRT_MUTANT_CAN_ALLOCATE_UNCONFIGURED_INVALID": (
+        "configuration",
+        "calrt_kv_can_allocate before any configuration",
+        "CFG-1",
+        False,
+    ),
+    "-DCALRT_MUTANT_HUNG_LATCH_STICKY": ("wait_timeout", "it must report OK again", "OBS-1", False),
+    "-DCALRT_MUTANT_CHIP_RESET_CLEARS_ALL_FAULTS": ("ccu_fault", "only a reset covering the chip", "FAULT-1", False),
 }
 
 

@@ -190,13 +190,20 @@
  *                                     after calrt_reset_configuration is DEVICE_BUSY;
  *   -DCALRT_MUTANT_HEALTH_FAULT_ALL_CHIPS  calrt_chip_health reports FAULTED for every chip while one is faulted;
  *   -DCALRT_MUTANT_COUNTERS_FAILED_KEEPS_PENDING  a job that ends FAILED stays counted pending;
+ *   -DCALRT_MUTANT_WAIT_ZERO_TIMEOUT_ON_DONE  calrt_job_wait with timeout 0 answers TIMEOUT, even of a job that
+ *                                     ended (CalRT's Wait(0), "no deadline", kept away the wrong way);
+ *   -DCALRT_MUTANT_CAN_ALLOCATE_UNCONFIGURED_INVALID  calrt_kv_can_allocate without a configuration is
+ *                                     INVALID_ARGUMENT, not NOT_CONFIGURED;
+ *   -DCALRT_MUTANT_HUNG_LATCH_STICKY  a chip once seen HUNG reports HUNG until a board reset;
+ *   -DCALRT_MUTANT_CHIP_RESET_CLEARS_ALL_FAULTS  one board-wide fault latch: any chip reset clears every chip's fault;
  *   (caught before they were written: -DCALRT_MUTANT_WAIT_TIMEOUT_ON_WAKEUP, a wait that returns TIMEOUT at any
  *   wake-up; -DCALRT_MUTANT_KV_LENGTH_FREED_ZERO, calrt_kv_length of an unknown sequence 0/0 OK;
  *   -DCALRT_MUTANT_CHIP_RESET_KEEPS_RESERVED, a chip reset empties the cache, not the reservation;
  *   -DCALRT_MUTANT_WAIT_RETURNS_JOB_STATUS, calrt_job_wait of a failed job returns its status code;
  *   -DCALRT_MUTANT_JOB_ID_PER_CHIP, job ids numbered per chip; -DCALRT_MUTANT_HEALTH_NEVER_HUNG, health never HUNG;
  *   -DCALRT_MUTANT_WAIT_ANY_TIMEOUT_ON_WAKEUP, the same for calrt_job_wait_any; -DCALRT_MUTANT_CAN_ALLOCATE_OFF_BY_ONE,
- *   calrt_kv_can_allocate refuses the last free slot.)
+ *   calrt_kv_can_allocate refuses the last free slot; -DCALRT_MUTANT_SUBMIT_REFUSED_KEEPS_BUFFERS, a submit
+ *   refused by its KV checks keeps the buffers; -DCALRT_MUTANT_LANE_MASK_I32, the lane mask read as int32.)
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -340,6 +347,9 @@ typedef struct {
     job *running[REF_BANKS];
     int unit_busy[3];
     uint32_t health;
+#ifdef CALRT_MUTANT_HUNG_LATCH_STICKY
+    int mut_hung_latch; /* the firmware's hang flag, which only a board reset clears */
+#endif
     calrt_counters counters;
     pthread_t workers[REF_WORKERS];
 #ifdef CALRT_MUTANT_PINGPONG_SHARED_STAGING
@@ -457,9 +467,18 @@ static int32_t read_i32(const graph *g, const unsigned char *data, int idx, uint
     return v;
 }
 
+#ifdef CALRT_MUTANT_LANE_MASK_I32
+__attribute__((unused))
+#endif
 static uint8_t read_u8(const graph *g, const unsigned char *data, int idx, uint32_t batch, uint32_t elem) {
     return data[tensor_offset(g->in, g->nin, (uint32_t)idx, batch, NULL) + elem];
 }
+
+#ifdef CALRT_MUTANT_LANE_MASK_I32 /* the bug: the kernel's lane mask declared int32, the graph's is uint8 */
+#define LANE_ON(g, data, idx, batch, l) (read_i32(g, data, idx, batch, l) != 0)
+#else
+#define LANE_ON(g, data, idx, batch, l) (read_u8(g, data, idx, batch, l) != 0)
+#endif
 
 static int lowest_chip(uint32_t mask) {
     for (int c = 0; c < REF_CHIPS; c++)
@@ -659,7 +678,7 @@ static int run_graph(job *j) {
 #ifdef CALRT_MUTANT_KV_ANY_MODEL /* (a foreign sequence's cache has another shape: not computed, no crash) */
         if (j->seqs[l] && j->seqs[l]->m != gr->model) continue;
 #endif
-        if (lane >= 0 && !read_u8(gr, j->din, lane, j->batch, l)) {
+        if (lane >= 0 && !LANE_ON(gr, j->din, lane, j->batch, l)) {
 #ifdef CALRT_MUTANT_INACTIVE_LANE_KV /* the bug: the inactive lane runs on the lane before's sequence at position 0 */
             int32_t zero = 0;
             if (l > 0 && j->seqs[l - 1] &&
@@ -1876,7 +1895,7 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
     (void)vocab;
 #endif
     for (uint32_t l = 0; l < desc->batch; l++) {
-        int active = lane < 0 || read_u8(g, data, lane, desc->batch, l);
+        int active = lane < 0 || LANE_ON(g, data, lane, desc->batch, l);
         calrt_kv_seq id = desc->kv[l];
         if (!active) {
             if (id != CALRT_KV_NONE) return CALRT_E_INVALID_ARGUMENT;
@@ -2014,6 +2033,9 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     }
     int c = g ? lowest_chip(g->chip_mask) : 0;
     if (rc == CALRT_OK && d->chips[c].health == CALRT_HEALTH_FAULTED) rc = CALRT_E_DEVICE_LOST;
+#ifdef CALRT_MUTANT_SUBMIT_REFUSED_KEEPS_BUFFERS /* the bug: the buffers are taken before the KV checks */
+    if (rc == CALRT_OK) desc->inputs->owner = desc->outputs->owner = UINT64_MAX;
+#endif
     if (rc == CALRT_OK) rc = check_job(d, g, desc, j);
     if (rc == CALRT_OK) {
         uint32_t inflight = d->chips[c].qlen;
@@ -2190,6 +2212,13 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
 #else
         if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
 #endif
+#ifdef CALRT_MUTANT_WAIT_ZERO_TIMEOUT_ON_DONE /* the bug: CalRT's Wait(0) avoided by answering a poll TIMEOUT */
+        if (timeout_ms == 0) {
+            if (out) *out = j->info;
+            pthread_mutex_unlock(&d->mu);
+            return CALRT_E_TIMEOUT;
+        }
+#endif
         if (terminal(j->info.state) || now_ns() >= deadline) {
 #ifdef CALRT_MUTANT_END_STAMP_AT_WAIT
             if (terminal(j->info.state) && j->info.start_ns && !j->info.end_ns) j->info.end_ns = now_ns();
@@ -2306,8 +2335,12 @@ calrt_status calrt_kv_can_allocate(calrt_device *d, const char *alias, uint32_t 
     pthread_mutex_lock(&d->mu);
     calrt_status rc = CALRT_OK;
     model *m = find_model(d, alias);
+#ifdef CALRT_MUTANT_CAN_ALLOCATE_UNCONFIGURED_INVALID /* the bug: the alias is looked up first */
+    if (!m) rc = CALRT_E_INVALID_ARGUMENT;
+#else
     if (!d->current) rc = CALRT_E_NOT_CONFIGURED;
     else if (!m) rc = CALRT_E_INVALID_ARGUMENT;
+#endif
 #ifdef CALRT_MUTANT_CAN_ALLOCATE_OFF_BY_ONE /* the bug: "<" where the pool may be filled to the last slot */
     else *yes = (uint64_t)m->live + n < m->max_sequences;
 #else
@@ -2541,6 +2574,10 @@ calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health)
         job *j = d->chips[chip].running[b];
         if (j && j->hung && !terminal(j->info.state)) *health = CALRT_HEALTH_HUNG;
     }
+#ifdef CALRT_MUTANT_HUNG_LATCH_STICKY /* the bug: a hang once seen is reported until a board reset */
+    if (*health == CALRT_HEALTH_HUNG) d->chips[chip].mut_hung_latch = 1;
+    if (d->chips[chip].mut_hung_latch && *health == CALRT_HEALTH_OK) *health = CALRT_HEALTH_HUNG;
+#endif
 #endif
     pthread_mutex_unlock(&d->mu);
     return CALRT_OK;
@@ -2589,10 +2626,15 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
     for (int c = 0; c < REF_CHIPS; c++)
 #ifdef CALRT_MUTANT_CHIP_RESET_KEEPS_FAULT /* the bug: the fault latch is cleared by the board reset only */
         if ((mask >> c & 1) && scope == CALRT_RESET_BOARD) d->chips[c].health = CALRT_HEALTH_OK;
+#elif defined(CALRT_MUTANT_CHIP_RESET_CLEARS_ALL_FAULTS) /* the bug: one board-wide fault latch, cleared by any reset */
+        if (1) d->chips[c].health = CALRT_HEALTH_OK;
 #elif defined(CALRT_MUTANT_BOARD_RESET_KEEPS_FAULT) /* the bug: the fault latch is cleared by the chip reset only */
         if ((mask >> c & 1) && scope == CALRT_RESET_CHIP) d->chips[c].health = CALRT_HEALTH_OK;
 #else
         if (mask >> c & 1) d->chips[c].health = CALRT_HEALTH_OK;
+#endif
+#ifdef CALRT_MUTANT_HUNG_LATCH_STICKY
+    for (int c = 0; c < REF_CHIPS && scope == CALRT_RESET_BOARD; c++) d->chips[c].mut_hung_latch = 0;
 #endif
     if (scope == CALRT_RESET_BOARD) {
 #ifndef CALRT_MUTANT_BOARD_RESET_KEEPS_KV /* the bug: every sequence survives the board reset */
