@@ -465,8 +465,6 @@ def _stamps_are_run_time(s: Session) -> str:
         rt.kv.free(seq)
         rt.kv.free(long_seq)
         rt.kv.free(behind_seq)
-    if was_queued:
-        _started_after_queued(behind, queued, long_job, asked, s.chip_of(a))
     assert short.start_ns and short.end_ns and long.start_ns and long.end_ns
     ran_s = (short.end_ns - short.start_ns) / 1e9
     claims_inside = short.start_ns < long.end_ns - STAMP_SLACK_S * 1e9
@@ -483,6 +481,8 @@ def _stamps_are_run_time(s: Session) -> str:
         f"{s.chip_of(a)}",
         returned=f"start_ns {short.start_ns}, end_ns {short.end_ns}; job {long_job.id} ended {long.end_ns}",
     )
+    if was_queued:
+        _started_after_queued(behind, queued, long_job, asked, s.chip_of(a))
     return (
         f"{b} on chip {s.chip_of(b)} stamped {ran_s * 1000:.1f} ms ({alone_s * 1000:.1f} ms alone) while {a} computed "
         f"{LONG_JOB_MS} ms on chip {s.chip_of(a)}"
