@@ -431,6 +431,15 @@ def _dma(s: Session) -> str:
                 arguments="<inputs of the job that ended UNKNOWN_DMA_STATE>",
                 returned=f"status {status}",
             )
+            status = int(raw._fn.calrt_buffer_release(raw._dev, outputs.native))
+            expect(
+                status == RuntimeStatus.BUFFER_IN_USE,
+                "OWN-7: calrt_buffer_release of the outputs of a job that ended UNKNOWN_DMA_STATE must return "
+                "BUFFER_IN_USE (12) until a reset: its DMA may still write them",
+                call="calrt_buffer_release",
+                arguments="<outputs of the job that ended UNKNOWN_DMA_STATE>",
+                returned=f"status {status}",
+            )
             _other_chip_keeps_quarantine(s, rt, inputs.native)
         else:
             expect(inputs.state is BufferState.QUARANTINED, "the buffers are quarantined", returned=inputs.state)

@@ -173,7 +173,8 @@ def _create_raw(rt: Runtime, desc: Any) -> int:
 
 
 def _bad_masks(s: Session, rt: Runtime, chips: int) -> list[str]:
-    """Graph and model chip masks of 0 and of a chip past the board: INVALID_CALBIN (CALBIN-1)."""
+    """Graph and model chip masks of 0 and of a chip past the board, and a graph on a chip its model is not on:
+    INVALID_CALBIN (CALBIN-1)."""
     tried = []
     for where in ("graph", "model"):
         for mask in (0, 1 << chips):
@@ -191,6 +192,21 @@ def _bad_masks(s: Session, rt: Runtime, chips: int) -> list[str]:
                 arguments=f"{where}s[0].chip_mask={mask:#x}",
             )
             tried.append(f"{where} {mask:#x}")
+    keep.clear()
+    desc = _raw_desc(rt, s.package, keep)
+    owner = next(m for m in desc.models[: len(s.package.models)] if m.alias == desc.graphs[0].model)
+    others = [1 << c for c in range(chips) if not owner.chip_mask >> c & 1]
+    if others:  # a graph on a chip of the board its model is not on (calctl refuses that overreach itself)
+        desc.graphs[0].chip_mask = others[0]
+        expect_code(
+            _create_raw(rt, desc),
+            RuntimeStatus.INVALID_CALBIN,
+            f"CALBIN-1: calrt_calbin_create with graph {desc.graphs[0].name.decode()!r} on chip mask {others[0]:#x}, "
+            f"outside its model's chips ({owner.chip_mask:#x})",
+            call="calrt_calbin_create",
+            arguments=f"graphs[0].chip_mask={others[0]:#x}, its model's {owner.chip_mask:#x}",
+        )
+        tried.append(f"graph {others[0]:#x} outside its model's {owner.chip_mask:#x}")
     return tried
 
 

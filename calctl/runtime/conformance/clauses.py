@@ -92,7 +92,12 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause("BATCH-1", "§6", "an inactive lane (mask 0, CALRT_KV_NONE) writes no KV row of any sequence"),
     Clause("BATCH-2", "§6", "every active lane of a batch job computes what the same lane computes alone at B1"),
-    Clause("CALBIN-1", "§7", "calrt_calbin_create refuses a chip mask of 0 or outside the board with INVALID_CALBIN"),
+    Clause(
+        "CALBIN-1",
+        "§7",
+        "calrt_calbin_create refuses a chip mask of 0, outside the board, or a graph's outside its model's with "
+        "INVALID_CALBIN",
+    ),
     Clause(
         "CFG-1", "§7", "without a configuration, submit, KV allocate and can-allocate and unload are NOT_CONFIGURED"
     ),

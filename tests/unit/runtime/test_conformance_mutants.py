@@ -257,6 +257,19 @@ VENDOR_DEADLINE = {
     ),
     "-DCALRT_MUTANT_HUNG_LATCH_STICKY": ("wait_timeout", "it must report OK again", "OBS-1", False),
     "-DCALRT_MUTANT_CHIP_RESET_CLEARS_ALL_FAULTS": ("ccu_fault", "only a reset covering the chip", "FAULT-1", False),
+    "-DCALRT_MUTANT_GRAPH_MASK_NOT_MODEL": ("raw_refusals", "outside its model's chips", "CALBIN-1", False),
+    "-DCALRT_MUTANT_OUTPUT_SIZE_AT_B1": (
+        "batch_lanes",
+        "whose outputs buffer holds one lane's logits",
+        "LAYOUT-1",
+        True,
+    ),
+    "-DCALRT_MUTANT_DMA_QUARANTINE_INPUTS_ONLY": (
+        "dma_quarantine",
+        "calrt_buffer_release of the outputs",
+        "OWN-7",
+        False,
+    ),
 }
 
 

@@ -196,6 +196,9 @@
  *                                     INVALID_ARGUMENT, not NOT_CONFIGURED;
  *   -DCALRT_MUTANT_HUNG_LATCH_STICKY  a chip once seen HUNG reports HUNG until a board reset;
  *   -DCALRT_MUTANT_CHIP_RESET_CLEARS_ALL_FAULTS  one board-wide fault latch: any chip reset clears every chip's fault;
+ *   -DCALRT_MUTANT_GRAPH_MASK_NOT_MODEL  a graph's chip mask is not checked against its model's;
+ *   -DCALRT_MUTANT_OUTPUT_SIZE_AT_B1  the outputs' size checked against the B1 layout (the manifest's [1, vocab]);
+ *   -DCALRT_MUTANT_DMA_QUARANTINE_INPUTS_ONLY  after UNKNOWN_DMA_STATE only the inputs stay quarantined;
  *   (caught before they were written: -DCALRT_MUTANT_WAIT_TIMEOUT_ON_WAKEUP, a wait that returns TIMEOUT at any
  *   wake-up; -DCALRT_MUTANT_KV_LENGTH_FREED_ZERO, calrt_kv_length of an unknown sequence 0/0 OK;
  *   -DCALRT_MUTANT_CHIP_RESET_KEEPS_RESERVED, a chip reset empties the cache, not the reservation;
@@ -774,6 +777,9 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
 #endif
     if (quarantine) {
         j->in->quarantined = j->out->quarantined = 1;
+#ifdef CALRT_MUTANT_DMA_QUARANTINE_INPUTS_ONLY /* the bug: only the buffer the DMA read is held; the outputs go back */
+        j->out->quarantined = 0, j->out->owner = 0, j->out->owner_mask = 0;
+#endif
     } else {
         j->in->owner = j->out->owner = 0;
         j->in->owner_mask = j->out->owner_mask = 0;
@@ -974,7 +980,7 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
             int lg = find_tensor(j->g->out, j->g->nout, "logits");
             uint64_t off = tensor_offset(j->g->out, j->g->nout, (uint32_t)lg, j->batch, NULL);
             uint64_t n = (uint64_t)j->batch * j->g->model->net.vocab;
-#ifdef CALRT_MUTANT_SHORT_BUFFERS /* it writes what the buffer holds */
+#if defined(CALRT_MUTANT_SHORT_BUFFERS) || defined(CALRT_MUTANT_OUTPUT_SIZE_AT_B1) /* it writes what the buffer holds */
             if (off + sizeof(float) * n > j->out->size) n = off < j->out->size ? (j->out->size - off) / sizeof(float) : 0;
 #endif
 #ifdef CALRT_MUTANT_FULL_BATCH_LAST_ROW /* the bug: the full batch's last row is copied from the one before */
@@ -1449,6 +1455,8 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
         for (uint32_t k = 0; rc == CALRT_OK && k < cb->nmodels; k++)
             if (!strcmp(cb->models[k].alias, gd->model)) g->model = &cb->models[k];
 #ifdef CALRT_MUTANT_ANY_CHIP_MASK
+        if (rc == CALRT_OK && !g->model) rc = CALRT_E_INVALID_CALBIN;
+#elif defined(CALRT_MUTANT_GRAPH_MASK_NOT_MODEL) /* the bug: a graph's chips are not checked against its model's */
         if (rc == CALRT_OK && !g->model) rc = CALRT_E_INVALID_CALBIN;
 #else
         if (rc == CALRT_OK && (!g->model || (g->chip_mask & ~g->model->chip_mask))) rc = CALRT_E_INVALID_CALBIN;
@@ -2018,6 +2026,9 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
         for (uint32_t k = 0; k < g->nprof; k++) prof_ok |= g->prof[k] == desc->batch;
         tensor_offset(g->in, g->nin, 0, desc->batch, &need_in);
         tensor_offset(g->out, g->nout, 0, desc->batch, &need_out);
+#ifdef CALRT_MUTANT_OUTPUT_SIZE_AT_B1 /* the bug: the outputs' size checked against the manifest's B1 layout */
+        tensor_offset(g->out, g->nout, 0, 1, &need_out);
+#endif
 #ifdef CALRT_MUTANT_SHORT_BUFFERS /* the bug: sizes and the profile are not checked, one buffer may be both */
         (void)prof_ok;
         if (!known_buffer(d, desc->inputs) || !known_buffer(d, desc->outputs)) rc = CALRT_E_INVALID_ARGUMENT;
