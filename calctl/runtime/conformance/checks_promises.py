@@ -319,7 +319,32 @@ def _token_refusals(s: Session) -> str:
         tried = _bad_prefill_inputs(rt, m.prefill, int(seq), prompt)
         rt.kv.rollback(seq)
         rt.kv.free(seq)
+        tried.append(_bad_decode_token(rt, pkg, m.alias))
     return f"{len(tried)} refusals: " + "; ".join(tried)
+
+
+def _bad_decode_token(rt: Runtime, pkg: Package, alias: str) -> str:
+    """LAYOUT-3 for a decode: a committed sequence, one token reserved, and a decode naming token ``vocab``: refused
+    (a shim that range-checks its prefill path only lets a decode read past the embedding)."""
+    m = pkg.model(alias)
+    vocab = int(m.decode.output("logits").shape[-1])
+    seq, _ = _committed_prefill(rt, pkg, alias, golden_prompt(pkg, alias))
+    ins, outs = rt.alloc_inputs(m.decode.name), rt.alloc_outputs(m.decode.name)
+    position = rt.kv.append(seq, 1)
+    write_decode(ins, vocab, position, mask=decode_mask(pkg, alias))
+    status = _submit_raw(rt, m.decode.name.encode(), ins.native, outs.native, 1, [int(seq)])
+    rt.release_buffer(ins)
+    rt.release_buffer(outs)
+    rt.kv.rollback(seq)
+    rt.kv.free(seq)
+    expect_code(
+        status,
+        RuntimeStatus.INVALID_ARGUMENT,
+        f"LAYOUT-3: calrt_job_submit of a decode with token {vocab} (the vocabulary is 0..{vocab - 1})",
+        call="calrt_job_submit",
+        arguments=f"graph={m.decode.name!r}, token {vocab}, position {position}, kv=[{seq}] (1 reserved)",
+    )
+    return f"a decode with token {vocab}"
 
 
 def _bad_prefill_inputs(rt: Runtime, graph: Any, seq: int, prompt: np.ndarray) -> list[str]:

@@ -57,7 +57,8 @@ CLAUSES: tuple[Clause, ...] = (
     Clause(
         "LAYOUT-3",
         "§6",
-        "a token id outside the model's vocabulary, or a prefill valid length of 0, is INVALID_ARGUMENT",
+        "a token id outside the model's vocabulary (prefill or decode), or a prefill valid length of 0, is "
+        "INVALID_ARGUMENT",
     ),
     Clause("KV-1", "§6", "a job writes exactly the reserved tokens at position == committed length, else refused"),
     Clause(

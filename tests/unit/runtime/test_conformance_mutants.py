@@ -270,6 +270,7 @@ VENDOR_DEADLINE = {
         "OWN-7",
         False,
     ),
+    "-DCALRT_MUTANT_DECODE_TOKENS_UNCHECKED": ("token_refusals", "a decode with token", "LAYOUT-3", False),
 }
 
 

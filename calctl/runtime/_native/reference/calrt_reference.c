@@ -199,6 +199,7 @@
  *   -DCALRT_MUTANT_GRAPH_MASK_NOT_MODEL  a graph's chip mask is not checked against its model's;
  *   -DCALRT_MUTANT_OUTPUT_SIZE_AT_B1  the outputs' size checked against the B1 layout (the manifest's [1, vocab]);
  *   -DCALRT_MUTANT_DMA_QUARANTINE_INPUTS_ONLY  after UNKNOWN_DMA_STATE only the inputs stay quarantined;
+ *   -DCALRT_MUTANT_DECODE_TOKENS_UNCHECKED  token ids are range-checked on the prefill path only (a decode's wraps);
  *   (caught before they were written: -DCALRT_MUTANT_WAIT_TIMEOUT_ON_WAKEUP, a wait that returns TIMEOUT at any
  *   wake-up; -DCALRT_MUTANT_KV_LENGTH_FREED_ZERO, calrt_kv_length of an unknown sequence 0/0 OK;
  *   -DCALRT_MUTANT_CHIP_RESET_KEEPS_RESERVED, a chip reset empties the cache, not the reservation;
@@ -586,7 +587,7 @@ static int forward(const net *m, seq *s, uint32_t max_seq, const int32_t *tokens
     double *acc = malloc(sizeof(double) * wide), *sc = malloc(sizeof(double) * end);
     int rc = 0;
     if (!x || !a || !q || !att || !g || !u || !t || !acc || !sc) { rc = -1; goto done; }
-#ifdef CALRT_MUTANT_TOKENS_WRAP /* the kernel's lookup wraps */
+#if defined(CALRT_MUTANT_TOKENS_WRAP) || defined(CALRT_MUTANT_DECODE_TOKENS_UNCHECKED) /* the kernel's lookup wraps */
     for (uint32_t i = 0; i < n; i++)
         memcpy(x + (uint64_t)i * d, m->embed + (uint64_t)((uint32_t)tokens[i] % m->vocab) * d, sizeof(float) * d);
 #else
@@ -1946,7 +1947,7 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
             if ((uint32_t)read_i32(g, data, pos, desc->batch, l) != s->committed) return CALRT_E_INVALID_ARGUMENT;
 #endif
             int32_t t = read_i32(g, data, tok, desc->batch, l);
-#ifndef CALRT_MUTANT_TOKENS_WRAP
+#if !defined(CALRT_MUTANT_TOKENS_WRAP) && !defined(CALRT_MUTANT_DECODE_TOKENS_UNCHECKED) /* the bug: prefill only */
             if (t < 0 || (uint32_t)t >= vocab) return CALRT_E_INVALID_ARGUMENT;
 #else
             (void)t;
