@@ -207,7 +207,8 @@
  *   -DCALRT_MUTANT_JOB_ID_PER_CHIP, job ids numbered per chip; -DCALRT_MUTANT_HEALTH_NEVER_HUNG, health never HUNG;
  *   -DCALRT_MUTANT_WAIT_ANY_TIMEOUT_ON_WAKEUP, the same for calrt_job_wait_any; -DCALRT_MUTANT_CAN_ALLOCATE_OFF_BY_ONE,
  *   calrt_kv_can_allocate refuses the last free slot; -DCALRT_MUTANT_SUBMIT_REFUSED_KEEPS_BUFFERS, a submit
- *   refused by its KV checks keeps the buffers; -DCALRT_MUTANT_LANE_MASK_I32, the lane mask read as int32.)
+ *   refused by its KV checks keeps the buffers; -DCALRT_MUTANT_LANE_MASK_I32, the lane mask read as int32;
+ *   -DCALRT_MUTANT_RESET_NO_DRAIN_PONG, as RESET_NO_DRAIN for the PONG bank's jobs: the drain waits on AUTO and PING.)
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -215,7 +216,10 @@
  * caller may free buffers, sequences and calbins as soon as it returns.
  */
 #define _GNU_SOURCE
-#ifdef CALRT_MUTANT_RESET_NO_DRAIN_CHIP1 /* RESET_NO_DRAIN's machinery, its bug on chip 1's jobs only */
+#ifdef CALRT_MUTANT_RESET_NO_DRAIN_PONG /* RESET_NO_DRAIN's machinery, its bug on the PONG bank's jobs only */
+#define CALRT_MUTANT_RESET_NO_DRAIN 1
+#define MUT_NO_DRAIN(j) ((j)->bank == CALRT_ENGINE_PONG)
+#elif defined(CALRT_MUTANT_RESET_NO_DRAIN_CHIP1) /* RESET_NO_DRAIN's machinery, its bug on chip 1's jobs only */
 #define CALRT_MUTANT_RESET_NO_DRAIN 1
 #define MUT_NO_DRAIN(j) ((j)->info.chip_mask & 2u)
 #elif defined(CALRT_MUTANT_BOARD_RESET_NO_DRAIN) /* RESET_NO_DRAIN's machinery, its bug on a board reset only */
@@ -813,7 +817,11 @@ static int chips_idle(calrt_device *d, uint32_t mask) {
     for (int c = 0; c < REF_CHIPS; c++) {
         if (!(mask >> c & 1)) continue;
         for (int b = 0; b < REF_BANKS; b++)
+#ifdef CALRT_MUTANT_RESET_NO_DRAIN_PONG /* the bug: the drain waits on the AUTO and PING banks' workers */
+            if (b != CALRT_ENGINE_PONG && d->chips[c].running[b]) return 0;
+#else
             if (d->chips[c].running[b]) return 0;
+#endif
     }
     return 1;
 }
