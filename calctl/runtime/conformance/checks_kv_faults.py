@@ -30,6 +30,7 @@ from calctl.runtime.conformance.framework import (
     golden_prompt,
     prefill_job,
     raw_call,
+    raw_job_info,
     raw_submit,
     write_decode,
     write_prefill,
@@ -299,7 +300,7 @@ def _slots_back(rt: Runtime, alias: str, cap: int, held: int) -> None:
 @check(
     "ccu_fault",
     "a CCU exception fails the job, halts only its chip (DEVICE_LOST) until a reset; KV rolls back",
-    clauses=("FAULT-1", "KV-2", "OBS-1"),
+    clauses=("FAULT-1", "KV-2", "OBS-1", "JOB-3"),
 )
 def _ccu(s: Session) -> str:
     """The fault on each chip in turn (a shim that halts a fixed chip, or the lowest, shows on the other), then once
@@ -315,6 +316,8 @@ def _ccu_on(s: Session, rt: Runtime, a: str, b: str, *, board: bool = False) -> 
     pkg = s.package
     ca = s.chip_of(a)
     job, seq, inputs, n = _armed_decode(s, rt, "ccu", a)
+    if s.native:
+        _wait_of_a_failed_job(rt, job)
     expect_wait_error(rt, job, CcuException, RuntimeStatus.CCU_EXCEPTION, "armed ccu")
     expect(rt.query(job).state is JobState.FAILED, "the job ends FAILED", returned=rt.query(job))
     health = {h.chip: h.health for h in rt.health()}
@@ -373,6 +376,21 @@ def _ccu_on(s: Session, rt: Runtime, a: str, b: str, *, board: bool = False) -> 
     job2, _, _, _ = prefill_job(rt, pkg, a)
     expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
     return f"chip {ca} DEVICE_LOST until a {scope} reset"
+
+
+def _wait_of_a_failed_job(rt: Runtime, job: Job) -> None:
+    """JOB-3: ``calrt_job_wait`` returns OK once the job is terminal, and the info says how it ended: a job that
+    failed is OK with state FAILED and status CCU_EXCEPTION (a shim that passes on the error CalRT's ``Wait``
+    throws returns CCU_EXCEPTION as the call's own status, which reads as a wait that failed)."""
+    rc, info = raw_job_info(rt, job, 10_000)
+    expect(
+        rc == RuntimeStatus.OK and int(info.status) == RuntimeStatus.CCU_EXCEPTION,
+        f"JOB-3: calrt_job_wait of job {job.id}, which ended by a CCU exception, must return OK with status "
+        "CCU_EXCEPTION (7) in its info",
+        call="calrt_job_wait",
+        arguments=f"job={job.id}, 10000 ms",
+        returned=f"status {rc}, info.state {int(info.state)}, info.status {int(info.status)}",
+    )
 
 
 def _other_chip_reset_keeps_fault(rt: Runtime, faulted: int, other: int) -> None:

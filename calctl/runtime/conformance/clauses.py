@@ -110,7 +110,12 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause("JOB-1", "§7", "the chip comes from the graph; query and wait echo generation, engine and chip mask"),
     Clause("JOB-2", "§7", "an inexact graph name is INVALID_ARGUMENT"),
-    Clause("JOB-3", "§7", "calrt_job_wait returns TIMEOUT after its deadline; the job, its buffers and KV unchanged"),
+    Clause(
+        "JOB-3",
+        "§7",
+        "calrt_job_wait returns OK once the job is terminal (how it ended in the info), TIMEOUT after its deadline; "
+        "the job, its buffers and KV unchanged",
+    ),
     Clause(
         "JOB-4",
         "§7",

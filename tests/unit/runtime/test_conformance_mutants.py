@@ -271,6 +271,25 @@ VENDOR_DEADLINE = {
         False,
     ),
     "-DCALRT_MUTANT_DECODE_TOKENS_UNCHECKED": ("token_refusals", "a decode with token", "LAYOUT-3", False),
+    "-DCALRT_MUTANT_WAIT_RETURNS_JOB_STATUS": ("ccu_fault", "must return OK with status CCU_EXCEPTION", "JOB-3", False),
+    # caught by the checks as they stood: kept so that they stay caught
+    "-DCALRT_MUTANT_KV_LENGTH_FREED_ZERO": (
+        "configuration",
+        "allocated before calrt_reset_configuration",
+        "CFG-2",
+        False,
+    ),
+    "-DCALRT_MUTANT_CHIP_RESET_KEEPS_RESERVED": ("chip_vs_board_reset", "reset empties", "RESET-1", False),
+    "-DCALRT_MUTANT_HEALTH_NEVER_HUNG": ("wait_timeout", "the chip reports HUNG", "OBS-1", False),
+    "-DCALRT_MUTANT_CAN_ALLOCATE_OFF_BY_ONE": ("configuration", "the next configuration must grant", "CFG-2", False),
+    "-DCALRT_MUTANT_SUBMIT_REFUSED_KEEPS_BUFFERS": (
+        "raw_refusals",
+        "must return INVALID_ARGUMENT (10)",
+        "LAYOUT-2",
+        False,
+    ),
+    "-DCALRT_MUTANT_LANE_MASK_I32": ("batch_lanes", "LAYOUT-2: a B4 decode of model-a", "LAYOUT-2", True),
+    "-DCALRT_MUTANT_RESET_NO_DRAIN_PONG": ("reset_drains_jobs", "written after calrt_reset returned", "RESET-3", False),
 }
 
 
