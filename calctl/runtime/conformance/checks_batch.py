@@ -14,6 +14,7 @@ they return none, their rows are not judged.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 import time
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from calctl.runtime.conformance.framework import (
     expect_submit_refused,
     prefill_job,
     raw_call,
+    raw_submit,
     write_decode_lanes,
 )
 from calctl.runtime.errors import InvalidArgument, RuntimeLayerError, RuntimeStatus
@@ -101,7 +103,7 @@ def _batched(pkg: Package) -> list[tuple[str, int]]:
 @check(
     "batch_lanes",
     "every compiled decode profile: active lanes equal their B1 twins, inactive lanes write no KV of any sequence",
-    clauses=("BATCH-1", "BATCH-2", "LAYOUT-2", "KV-1", "KV-2", "KV-3"),
+    clauses=("BATCH-1", "BATCH-2", "LAYOUT-1", "LAYOUT-2", "KV-1", "KV-2", "KV-3"),
 )
 def _batch_lanes(s: Session) -> str:
     """Per profile B: every other lane active (lane 0 first), the rest inactive (mask 0, no sequence); each active
@@ -203,6 +205,8 @@ def _one_profile(s: Session, rt: Runtime, alias: str, batch: int, *, every_other
             kv.append(seqs[lane] if on else None)
         if s.native and len(active) > 1:
             _lane_position_checked(rt, pkg, alias, (inputs, outputs), tokens, positions, valid, kv, active[-1])
+            _one_sequence_one_lane(rt, pkg, alias, (inputs, outputs), tokens, positions, valid, kv, active)
+            _outputs_of_one_lane_refused(rt, pkg, alias, (inputs, outputs), tokens, positions, valid, kv)
         write_decode_lanes(inputs, tokens, positions, valid, mask=decode_mask(pkg, alias))
         try:
             job = rt.submit(m.decode.name, inputs, outputs, kv=kv)
@@ -272,6 +276,76 @@ def _lane_position_checked(
         f"KV-1: calrt_job_submit of a B{len(positions)} decode of {alias} whose lane {lane} names position "
         f"{wrong[lane]} (its sequence {kv[lane]} holds {positions[lane]} tokens, 1 reserved)",
         arguments=f"graph={m.decode.name!r}, batch={len(positions)}, positions {wrong}",
+    )
+
+
+def _one_sequence_one_lane(
+    rt: Runtime,
+    pkg: Package,
+    alias: str,
+    buffers: tuple[HostBuffer, HostBuffer],
+    tokens: list[int],
+    positions: list[int],
+    valid: list[bool],
+    kv: list[KvSeqId | None],
+    active: Sequence[int],
+) -> None:
+    """KV-1 across lanes: the same batch job, but the last active lane names the first active lane's sequence at
+    its position, straight into ``calrt_job_submit``: INVALID_ARGUMENT (the job would write two tokens into a
+    sequence that reserved one; a shim that checks each lane alone runs it, and both lanes write the same row)."""
+    m = pkg.model(alias)
+    first, last = active[0], active[-1]
+    twice, where = list(kv), list(positions)
+    twice[last], where[last] = kv[first], positions[first]
+    write_decode_lanes(buffers[0], tokens, where, valid, mask=decode_mask(pkg, alias))
+    expect_submit_refused(
+        rt,
+        m.decode.name,
+        buffers,
+        twice,
+        f"KV-1: calrt_job_submit of a B{len(positions)} decode of {alias} whose lanes {first} and {last} both name "
+        f"sequence {kv[first]} at position {positions[first]} (1 token reserved)",
+        arguments=f"graph={m.decode.name!r}, batch={len(positions)}, kv {twice}",
+    )
+
+
+def _outputs_of_one_lane_refused(
+    rt: Runtime,
+    pkg: Package,
+    alias: str,
+    buffers: tuple[HostBuffer, HostBuffer],
+    tokens: list[int],
+    positions: list[int],
+    valid: list[bool],
+    kv: list[KvSeqId | None],
+) -> None:
+    """LAYOUT-1 at B>1: the same batch job with an outputs buffer of the B1 layout (one logits row), straight into
+    ``calrt_job_submit``: INVALID_ARGUMENT (a shim that sizes the outputs from the manifest's ``[1, vocab]`` shape
+    takes it, and its DMA writes B rows into one)."""
+    m = pkg.model(alias)
+    batch = len(positions)
+    logits = buffers[1].layout.slot("logits")
+    one_lane = buffers[1].layout.nbytes - (batch - 1) * (logits.nbytes // batch)
+    handle = ctypes.c_void_p()
+    expect_code(
+        raw_call(rt, "calrt_buffer_create", one_lane, ctypes.byref(handle)),
+        RuntimeStatus.OK,
+        f"calrt_buffer_create of {one_lane} B",
+        call="calrt_buffer_create",
+    )
+    write_decode_lanes(buffers[0], tokens, positions, valid, mask=decode_mask(pkg, alias))
+    status, job = raw_submit(rt, m.decode.name, buffers[0], handle, kv=kv)
+    if status == RuntimeStatus.OK:  # its writes land (or not) before the buffer goes back
+        raw_call(rt, "calrt_job_wait", job, 30_000, None)
+        raw_call(rt, "calrt_job_release", job)
+    raw_call(rt, "calrt_buffer_release", handle)
+    expect_code(
+        status,
+        RuntimeStatus.INVALID_ARGUMENT,
+        f"LAYOUT-1: calrt_job_submit of a B{batch} decode of {alias} whose outputs buffer holds one lane's logits "
+        f"({one_lane} B, the B{batch} layout needs {buffers[1].layout.nbytes} B)",
+        call="calrt_job_submit",
+        arguments=f"graph={m.decode.name!r}, batch={batch}, outputs {one_lane} B",
     )
 
 

@@ -28,7 +28,7 @@ from calctl.runtime.errors import (
     DeviceBusy,
     JobAborted,
 )
-from calctl.runtime.types import Engine, JobState
+from calctl.runtime.types import Engine, Job, JobResult, JobState
 
 JOBS_PER_MODEL = 64  # enough to meet a fault every 64th job (and every 16th, 32nd) at least once per model
 ENGINES = (Engine.PING, Engine.PONG)  # one submitting thread per engine and model
@@ -453,12 +453,18 @@ def _stamps_are_run_time(s: Session) -> str:
             t0 = time.monotonic()
             while rt.query(long_job).state is JobState.QUEUED and time.monotonic() - t0 < 10:
                 time.sleep(0.002)
+        behind, behind_seq, _, _ = prefill_job(rt, pkg, a)  # on A's chip, behind its long job
+        asked = time.monotonic_ns()
+        was_queued = rt.query(behind).state is JobState.QUEUED
         job, seq, _, _ = prefill_job(rt, pkg, b)
         short = rt.wait(job, 30)
         long = rt.wait(long_job, 30)
         expect(short.ok and long.ok, "both jobs succeed", call="rt.wait", returned=(short.state, long.state))
+        queued = rt.wait(behind, 30)
+        expect(queued.ok, f"a {a} prefill queued behind job {long_job.id} succeeds", call="rt.wait")
         rt.kv.free(seq)
         rt.kv.free(long_seq)
+        rt.kv.free(behind_seq)
     assert short.start_ns and short.end_ns and long.start_ns and long.end_ns
     ran_s = (short.end_ns - short.start_ns) / 1e9
     claims_inside = short.start_ns < long.end_ns - STAMP_SLACK_S * 1e9
@@ -475,9 +481,26 @@ def _stamps_are_run_time(s: Session) -> str:
         f"{s.chip_of(a)}",
         returned=f"start_ns {short.start_ns}, end_ns {short.end_ns}; job {long_job.id} ended {long.end_ns}",
     )
+    if was_queued:
+        _started_after_queued(behind, queued, long_job, asked, s.chip_of(a))
     return (
         f"{b} on chip {s.chip_of(b)} stamped {ran_s * 1000:.1f} ms ({alone_s * 1000:.1f} ms alone) while {a} computed "
         f"{LONG_JOB_MS} ms on chip {s.chip_of(a)}"
+    )
+
+
+def _started_after_queued(job: Job, result: JobResult, ahead: Job, asked: int, chip: int) -> None:
+    """TIME-1 on one chip: a job that ``calrt_job_query`` answered QUEUED, asked at host time ``asked``, started
+    after it, so its ``start_ns`` is not before ``asked`` (a shim that reports the runtime's enqueue stamp as the
+    start shows a queued job running from its submit). Judged only when the query saw it queued, however late the
+    host ran the query."""
+    expect(
+        result.start_ns is not None and result.start_ns >= asked,
+        f"TIME-1: job {job.id} was still QUEUED behind job {ahead.id} on chip {chip} when asked at {asked} ns, yet "
+        f"reports start_ns {result.start_ns}: start_ns is when the job started on its chip, not when it was submitted",
+        call="calrt_job_wait (start_ns)",
+        arguments=f"job {job.id}, queued behind job {ahead.id} (held {LONG_JOB_MS} ms)",
+        returned=f"submit_ns {job.submit_ns}, start_ns {result.start_ns}, end_ns {result.end_ns}",
     )
 
 

@@ -7,7 +7,9 @@ import ctypes
 from typing import Any
 
 from calctl.runtime.conformance.framework import (
+    ExpectationFailed,
     Session,
+    _returned,
     _unwrap,
     check,
     expect,
@@ -22,6 +24,7 @@ from calctl.runtime.conformance.framework import (
 )
 from calctl.runtime.errors import (
     AlreadyConfigured,
+    DeviceBusy,
     DeviceInUse,
     NotConfigured,
     RuntimeStatus,
@@ -164,6 +167,15 @@ def _configuration(s: Session) -> str:
         expect_status(exc, RuntimeStatus.NOT_CONFIGURED, "calrt_reset_configuration")
         exc = expect_raises(NotConfigured, "rt.kv.allocate", rt.kv.allocate, m.alias)
         expect_status(exc, RuntimeStatus.NOT_CONFIGURED, "calrt_kv_allocate")
+        if s.native:  # calctl answers it from its own bookkeeping: the library's answer, straight in
+            yes = ctypes.c_uint32(7)
+            expect_code(
+                raw_call(rt, "calrt_kv_can_allocate", m.alias.encode(), 1, ctypes.byref(yes)),
+                RuntimeStatus.NOT_CONFIGURED,
+                "CFG-1: calrt_kv_can_allocate before any configuration",
+                call="calrt_kv_can_allocate",
+                arguments=f"model={m.alias!r}, n=1 (nothing configured)",
+            )
         first, second = rt.create_calbin(pkg), rt.create_calbin(pkg)
         rt.configure(first)
         for which, calbin in (("the current", first), ("another", second)):
@@ -194,6 +206,7 @@ def _configuration(s: Session) -> str:
                 call="calrt_job_submit",
                 arguments=f"graph={m.prefill.name!r} (after the unload)",
             )
+        _unloaded_calbin_releases(first)
         rt.configure(second)
         cap = m.kv.max_sequences
         expect(
@@ -211,6 +224,22 @@ def _configuration(s: Session) -> str:
         "NOT_CONFIGURED (4) before configure and after an unload; ALREADY_CONFIGURED (3) on a second configure; "
         "a job runs after reconfiguring"
     )
+
+
+def _unloaded_calbin_releases(calbin: Any) -> None:
+    """OWN-3: only the current calbin is in use. Once ``calrt_reset_configuration`` unloaded it, its release
+    succeeds (a shim that keeps an "in use" flag set by configure and never cleared refuses it with DEVICE_BUSY
+    for ever, and every reload leaks a calbin)."""
+    try:
+        calbin.close()
+    except DeviceBusy as exc:
+        raise ExpectationFailed(
+            "OWN-3: calrt_calbin_release of the calbin calrt_reset_configuration unloaded must succeed: only the "
+            "current calbin is in use",
+            call="calrt_calbin_release",
+            arguments="<the calbin current until the unload>",
+            returned=_returned(exc),
+        ) from None
 
 
 def _old_sequence_gone(rt: Any, seq: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -33,7 +34,9 @@ from calctl.runtime.conformance.framework import (
 from calctl.runtime.errors import (
     BufferInUse,
     DeviceBusy,
+    InvalidCalbin,
     JobAborted,
+    OutOfMemory,
     RuntimeStatus,
     Timeout,
 )
@@ -253,7 +256,7 @@ def _same_stamps(rt: Runtime, job: Job, waited: Any, t0: int) -> None:
 @check(
     "wait_timeout",
     "a wait past its deadline is TIMEOUT; the job stays in flight with its buffers and KV",
-    clauses=("JOB-3", "JOB-4", "JOB-8", "OWN-5", "OBS-1", "RESET-1"),
+    clauses=("JOB-3", "JOB-4", "JOB-8", "OWN-5", "OBS-1", "RESET-1", "CONV-5"),
 )
 def _wait_timeout(s: Session) -> str:
     pkg = s.package
@@ -303,13 +306,27 @@ def _wait_timeout(s: Session) -> str:
         job_b, _, _, _ = prefill_job(rt, pkg, b)
         if s.native:
             _wait_any_names_the_terminal_job(rt, job, job_b)
+            _poll_of_an_ended_job(rt, job_b)
         expect(rt.wait(job_b, 10).ok, "the other chip keeps working while one hangs", call="rt.wait")
+        queued = prefill_job(rt, pkg, a)[0]  # behind the hung job on its chip
+        queued_before = rt.query(queued).state
         scope = s.reset_chip_or_board(rt, ca)
         aborted = expect_raises(JobAborted, "rt.wait (hung job after a reset)", rt.wait, job, 5)
         expect_status(aborted, RuntimeStatus.JOB_ABORTED, "calrt_job_wait")
         expect(rt.query(job).state is JobState.ABORTED, "the hung job ends ABORTED", returned=rt.query(job))
+        _aborted_job_stamped(rt, job)
+        _queued_job_aborted(rt, queued, queued_before, job, scope, ca)
+        health = {h.chip: h.health for h in rt.health()}[ca]
+        expect(
+            health in (Health.OK, Health.UNKNOWN),
+            f"OBS-1: once the {scope} reset aborted hung job {job.id}, nothing hangs on chip {ca}: it must report OK "
+            "again",
+            call="calrt_chip_health",
+            arguments=f"chip {ca}, after calrt_reset({scope.upper()})",
+            returned=health,
+        )
         if scope == "chip":  # a board reset may restart a shim's counters
-            _aborted_counted_failed(counted, rt.counters()[ca], job)
+            _aborted_counted_failed(counted, rt.counters()[ca], job, rt.query(queued).state is JobState.SUCCEEDED)
         if scope == "chip":
             expect(
                 rt.kv.length(seq) == KvLength(0, 0),
@@ -324,16 +341,55 @@ def _wait_timeout(s: Session) -> str:
     )
 
 
-def _aborted_counted_failed(before: ChipCounters, after: ChipCounters, job: Job) -> None:
+def _aborted_job_stamped(rt: Runtime, job: Job) -> None:
+    """CONV-5: a job that ran (hung) and was aborted by a reset has ended: it reports an end stamp, submit <=
+    start <= end (a shim that stamps the end in its completion path only leaves an aborted job's end at 0)."""
+    r = rt.query(job)
+    if r.start_ns is None:
+        return  # it never ran: no run to stamp
+    expect(
+        r.end_ns is not None and job.submit_ns <= r.start_ns <= r.end_ns,
+        f"CONV-5: job {job.id}, running (hung) when a reset aborted it, must report when it ended: submit <= start "
+        "<= end",
+        call="calrt_job_wait / calrt_job_query",
+        arguments=f"job={job.id} (ABORTED)",
+        returned=f"submit_ns {job.submit_ns}, start_ns {r.start_ns}, end_ns {r.end_ns}",
+    )
+
+
+def _queued_job_aborted(rt: Runtime, queued: Job, before: JobState, hung: Job, scope: str, chip: int) -> None:
+    """RESET-1: a reset aborts every job of its chip, the queued ones too. A job still QUEUED behind the hung job
+    when the reset was called must end ABORTED: a shim whose reset stops the running job only lets the queue run
+    on, and the caller gets a success it had given up (judged only when the job was queued: a board whose other
+    engine ran it past the hung job may have ended it first)."""
+    if before is not JobState.QUEUED:
+        return
+    try:
+        ended = rt.wait(queued, 10)
+    except JobAborted:
+        return
+    raise ExpectationFailed(
+        f"RESET-1: job {queued.id}, queued behind hung job {hung.id} on chip {chip} when calrt_reset({scope.upper()}) "
+        f"was called, must end ABORTED: a reset aborts every job of its chips, queued ones too",
+        call="calrt_reset",
+        arguments=f"scope={scope}, chip={chip}",
+        returned=f"job {queued.id} {ended.state.value}",
+    )
+
+
+def _aborted_counted_failed(before: ChipCounters, after: ChipCounters, job: Job, queued_ok: bool) -> None:
     """OBS-1: ``calrt_chip_counters`` counts a job that SUCCEEDED as finished and every other end (FAILED,
-    ABORTED) as failed: the hung job a reset aborted is one more failed, no more finished, none pending."""
+    ABORTED) as failed: the hung job a reset aborted is one more failed, no more finished, none pending; the job
+    queued behind it counts by its own end."""
     if None in (before.finished, before.failed, after.pending, after.finished, after.failed):
         return  # not reported (C3): nothing to judge
     assert before.finished is not None and before.failed is not None
+    ok = int(queued_ok)
+    failed = 2 - ok
     expect(
-        after.pending == 0 and after.finished == before.finished and after.failed == before.failed + 1,
+        after.pending == 0 and after.finished == before.finished + ok and after.failed == before.failed + failed,
         f"OBS-1: after a reset aborted job {job.id}, chip {after.chip}'s counters must count it failed (finished "
-        f"{before.finished}, failed {before.failed + 1}, 0 pending)",
+        f"{before.finished + ok}, failed {before.failed + failed}, 0 pending)",
         call="calrt_chip_counters",
         arguments=f"chip {after.chip}",
         returned=f"pending {after.pending}, finished {after.finished}, failed {after.failed}",
@@ -395,6 +451,21 @@ def _wait_any_names_the_terminal_job(rt: Runtime, hung: Job, done: Job) -> None:
         call="calrt_job_wait_any",
         arguments=f"jobs=[{hung.id}, {done.id}], n=2, {LONG_WAIT_MS} ms",
         returned=f"status {rc}, index {index.value}",
+    )
+
+
+def _poll_of_an_ended_job(rt: Runtime, done: Job) -> None:
+    """JOB-8: ``calrt_job_wait`` with timeout 0 is a poll: of a job that has ended it answers OK with the job's end
+    (a shim that keeps CalRT's ``Wait(0)``, "no deadline", away by answering every poll TIMEOUT never lets a
+    poller see a job end)."""
+    rc, info = raw_job_info(rt, done, 0)
+    expect(
+        rc == RuntimeStatus.OK and int(info.state) >= _TERMINAL,
+        f"JOB-8: calrt_job_wait with timeout 0 (a poll) of job {done.id}, which calrt_job_wait_any saw end, must "
+        "answer OK with its end",
+        call="calrt_job_wait",
+        arguments=f"job={done.id} (ended), 0 ms",
+        returned=f"status {rc}, state {int(info.state)}",
     )
 
 
@@ -523,7 +594,11 @@ def _out_of_order(s: Session) -> str:
     return f"job {second.id} completed before job {first.id}; the earlier one aborted by a {scope} reset"
 
 
-@check("busy_retry", "DEVICE_BUSY refuses a submit without taking the buffers; a retry succeeds", clauses=("JOB-7",))
+@check(
+    "busy_retry",
+    "DEVICE_BUSY refuses a submit without taking the buffers; a retry succeeds; a full queue is DEVICE_BUSY",
+    clauses=("JOB-7", "STATUS-1"),
+)
 def _busy(s: Session) -> str:
     pkg = s.package
     m = pkg.models[0]
@@ -548,7 +623,61 @@ def _busy(s: Session) -> str:
                 "the retry succeeds",
                 call="rt.wait",
             )
-    return "BUSY (1) left buffers with the caller; the retry succeeded"
+    done = "BUSY (1) left buffers with the caller; the retry succeeded"
+    return done + ("; " + _queue_full(s) if s.native else "")
+
+
+#: the most jobs ``busy_retry`` queues behind a hung job looking for the end of the chip's queue
+QUEUE_PROBE_JOBS = 256
+
+
+def _queue_full(s: Session) -> str:
+    """JOB-7, STATUS-1 on the library's own queue, not the test hook: behind a hung job, prefills are queued on its
+    chip straight into ``calrt_job_submit`` until the library refuses one. A full queue is DEVICE_BUSY (back off
+    and retry), never another code: a shim that reports the queue entry it could not get as OUT_OF_MEMORY makes
+    calctl fail the request instead of retrying it. The model gets enough KV sequences in the calbin descriptor to
+    fill a queue (the sample packages hold 16); a queue deeper than ``QUEUE_PROBE_JOBS`` is not reached."""
+    pkg = s.package
+    a = pkg.models[0].alias
+    m, chip = pkg.model(a), s.chip_of(a)
+    deep = dataclasses.replace(
+        pkg,
+        models=tuple(
+            dataclasses.replace(x, kv=dataclasses.replace(x.kv, max_sequences=QUEUE_PROBE_JOBS + 1))
+            if x.alias == a
+            else x
+            for x in pkg.models
+        ),
+    )
+    prompt = golden_prompt(pkg, a)
+    with s.open() as rt:
+        try:
+            rt.configure(rt.create_calbin(deep))
+        except (InvalidCalbin, OutOfMemory) as exc:  # a runtime that sizes its pools from its own calbin
+            return f"queue depth not probed: a calbin descriptor giving {a} {QUEUE_PROBE_JOBS + 1} KV sequences refused ({exc})"
+        hung = s.armed_prefill(rt, "hang", a)[0]
+        status, queued = int(RuntimeStatus.OK), 0
+        while queued < QUEUE_PROBE_JOBS:
+            seq = rt.kv.allocate(a)
+            inputs, outputs = rt.alloc_inputs(m.prefill.name), rt.alloc_outputs(m.prefill.name)
+            write_prefill(inputs, prompt)
+            rt.kv.append(seq, len(prompt))
+            status, _ = raw_submit(rt, m.prefill.name, inputs, outputs, kv=seq)
+            if status != RuntimeStatus.OK:
+                break
+            queued += 1
+        s.reset_chip_or_board(rt, chip)
+    if status == RuntimeStatus.OK:
+        return f"{queued} jobs queued behind a hung job without a refusal (the queue's end not reached)"
+    expect_code(
+        status,
+        RuntimeStatus.DEVICE_BUSY,
+        f"JOB-7: calrt_job_submit of one more prefill on chip {chip}, whose queue holds hung job {hung.id} and "
+        f"{queued} jobs behind it, is a full queue: it",
+        call="calrt_job_submit",
+        arguments=f"graph={m.prefill.name!r}, {queued + 1} jobs in flight on chip {chip}",
+    )
+    return f"a full queue on chip {chip} ({queued + 1} jobs in flight) refused with DEVICE_BUSY (1)"
 
 
 #: how long the ``delay_ms`` test hook holds the job that ``query_while_computing`` asks about while it computes

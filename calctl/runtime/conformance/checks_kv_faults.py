@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from calctl.runtime.conformance.framework import (
     ExpectationFailed,
     Session,
     Unsupported,
+    _returned,
     _unwrap,
     check,
     decode_mask,
@@ -28,6 +30,7 @@ from calctl.runtime.conformance.framework import (
     golden_prompt,
     prefill_job,
     raw_call,
+    raw_job_info,
     raw_submit,
     write_decode,
     write_prefill,
@@ -44,7 +47,7 @@ from calctl.runtime.errors import (
     RuntimeStatus,
     UnknownDmaState,
 )
-from calctl.runtime.types import ChipMemory, Health, JobState, KvLength, KvSeqId, ResetScope
+from calctl.runtime.types import ChipCounters, ChipMemory, Health, JobState, KvLength, KvSeqId, ResetScope
 
 
 @check(
@@ -297,20 +300,24 @@ def _slots_back(rt: Runtime, alias: str, cap: int, held: int) -> None:
 @check(
     "ccu_fault",
     "a CCU exception fails the job, halts only its chip (DEVICE_LOST) until a reset; KV rolls back",
-    clauses=("FAULT-1", "KV-2", "OBS-1"),
+    clauses=("FAULT-1", "KV-2", "OBS-1", "JOB-3"),
 )
 def _ccu(s: Session) -> str:
-    """The fault on each chip in turn (a shim that halts a fixed chip, or the lowest, shows on the other)."""
+    """The fault on each chip in turn (a shim that halts a fixed chip, or the lowest, shows on the other), then once
+    more ended by a board reset (a shim that clears the fault latch on its chip-reset path only leaves the chip
+    FAULTED after a board reset)."""
     a, b = s.pair()
     with s.configured() as rt:
-        done = [_ccu_on(s, rt, a, b), _ccu_on(s, rt, b, a)]
+        done = [_ccu_on(s, rt, a, b), _ccu_on(s, rt, b, a), _ccu_on(s, rt, a, b, board=True)]
     return f"CCU_EXCEPTION (7); {'; '.join(done)}; the other chip unaffected"
 
 
-def _ccu_on(s: Session, rt: Runtime, a: str, b: str) -> str:
+def _ccu_on(s: Session, rt: Runtime, a: str, b: str, *, board: bool = False) -> str:
     pkg = s.package
     ca = s.chip_of(a)
     job, seq, inputs, n = _armed_decode(s, rt, "ccu", a)
+    if s.native:
+        _wait_of_a_failed_job(rt, job)
     expect_wait_error(rt, job, CcuException, RuntimeStatus.CCU_EXCEPTION, "armed ccu")
     expect(rt.query(job).state is JobState.FAILED, "the job ends FAILED", returned=rt.query(job))
     health = {h.chip: h.health for h in rt.health()}
@@ -319,6 +326,22 @@ def _ccu_on(s: Session, rt: Runtime, a: str, b: str) -> str:
         f"FAULT-1: chip {ca}, whose job failed, reports FAULTED",
         call="rt.health",
         returned=health,
+    )
+    cb = s.chip_of(b)
+    expect(
+        health[cb] in (Health.OK, Health.UNKNOWN),
+        f"FAULT-1: a CCU exception on chip {ca} halts only its chip: chip {cb} must still report OK",
+        call="calrt_chip_health",
+        arguments=f"chip {cb}, while chip {ca} is FAULTED",
+        returned=health,
+    )
+    pending = rt.counters()[ca].pending
+    expect(
+        pending in (None, 0),
+        f"OBS-1: job {job.id} ended FAILED and nothing else is in flight on chip {ca}: the chip counts no job pending",
+        call="calrt_chip_counters",
+        arguments=f"chip {ca}",
+        returned=f"pending {pending}",
     )
     expect_raises(InvalidArgument, "rt.kv.commit (the writing job failed)", rt.kv.commit, seq)
     rolled = rt.kv.rollback(seq)
@@ -334,7 +357,12 @@ def _ccu_on(s: Session, rt: Runtime, a: str, b: str) -> str:
     expect_raises(DeviceLost, "rt.submit (on the halted chip)", prefill_job, rt, pkg, a)
     job_b, _, _, _ = prefill_job(rt, pkg, b)
     expect(rt.wait(job_b, 10).ok, "the other chip keeps working", call="rt.wait")
-    scope = s.reset_chip_or_board(rt, ca)
+    if board:  # the health first: calrt_configure refuses a faulted chip (DEVICE_LOST)
+        rt.reset("board")
+        scope = "board"
+    else:
+        _other_chip_reset_keeps_fault(rt, ca, cb)
+        scope = s.reset_chip_or_board(rt, ca)
     health = {h.chip: h.health for h in rt.health()}
     expect(
         health[ca] in (Health.OK, Health.UNKNOWN),
@@ -343,9 +371,44 @@ def _ccu_on(s: Session, rt: Runtime, a: str, b: str) -> str:
         arguments=f"chip {ca}, after calrt_reset({scope.upper()})",
         returned=health,
     )
+    if board:
+        rt.configure(rt.create_calbin(pkg))
     job2, _, _, _ = prefill_job(rt, pkg, a)
     expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
     return f"chip {ca} DEVICE_LOST until a {scope} reset"
+
+
+def _wait_of_a_failed_job(rt: Runtime, job: Job) -> None:
+    """JOB-3: ``calrt_job_wait`` returns OK once the job is terminal, and the info says how it ended: a job that
+    failed is OK with state FAILED and status CCU_EXCEPTION (a shim that passes on the error CalRT's ``Wait``
+    throws returns CCU_EXCEPTION as the call's own status, which reads as a wait that failed)."""
+    rc, info = raw_job_info(rt, job, 10_000)
+    expect(
+        rc == RuntimeStatus.OK and int(info.status) == RuntimeStatus.CCU_EXCEPTION,
+        f"JOB-3: calrt_job_wait of job {job.id}, which ended by a CCU exception, must return OK with status "
+        "CCU_EXCEPTION (7) in its info",
+        call="calrt_job_wait",
+        arguments=f"job={job.id}, 10000 ms",
+        returned=f"status {rc}, info.state {int(info.state)}, info.status {int(info.status)}",
+    )
+
+
+def _other_chip_reset_keeps_fault(rt: Runtime, faulted: int, other: int) -> None:
+    """FAULT-1: a chip's fault lasts until a reset of that chip (or the board); a reset of another chip leaves it
+    FAULTED (a shim with one board-wide fault latch clears it with any reset and reports a halted chip OK)."""
+    try:
+        rt.reset("chip", chip=other)
+    except NotSupported:
+        return  # board reset only: every reset covers the faulted chip
+    health = {h.chip: h.health for h in rt.health()}
+    expect(
+        health[faulted] in (Health.FAULTED, Health.UNKNOWN),
+        f"FAULT-1: a reset of chip {other} must leave chip {faulted}, halted by its CCU exception, FAULTED: only a reset "
+        "covering the chip ends its fault",
+        call="calrt_chip_health",
+        arguments=f"chip {faulted}, after calrt_reset(CHIP, {other})",
+        returned=health,
+    )
 
 
 def _armed_decode(s: Session, rt: Runtime, fault: str, alias: str) -> tuple[Job, KvSeqId, HostBuffer, int]:
@@ -386,6 +449,15 @@ def _dma(s: Session) -> str:
                 arguments="<inputs of the job that ended UNKNOWN_DMA_STATE>",
                 returned=f"status {status}",
             )
+            status = int(raw._fn.calrt_buffer_release(raw._dev, outputs.native))
+            expect(
+                status == RuntimeStatus.BUFFER_IN_USE,
+                "OWN-7: calrt_buffer_release of the outputs of a job that ended UNKNOWN_DMA_STATE must return "
+                "BUFFER_IN_USE (12) until a reset: its DMA may still write them",
+                call="calrt_buffer_release",
+                arguments="<outputs of the job that ended UNKNOWN_DMA_STATE>",
+                returned=f"status {status}",
+            )
             _other_chip_keeps_quarantine(s, rt, inputs.native)
         else:
             expect(inputs.state is BufferState.QUARANTINED, "the buffers are quarantined", returned=inputs.state)
@@ -394,7 +466,30 @@ def _dma(s: Session) -> str:
         if scope == "chip":
             rt.release_buffer(inputs)  # the library frees them now (a FAIL names calrt_buffer_release)
             rt.release_buffer(outputs)
+            _board_reset_lifts_quarantine(s, rt, b)
+            scope = "chip reset, then once more until a board"
     return f"UNKNOWN_DMA_STATE (8); the library held the buffers (12) until a {scope} reset"
+
+
+def _board_reset_lifts_quarantine(s: Session, rt: Runtime, alias: str) -> None:
+    """OWN-7: a board reset covers every chip, so it lifts every quarantine as a reset of the job's chip does (a
+    shim that lifts it on its chip-reset path only keeps the buffers for ever on a board without chip resets)."""
+    chip = s.chip_of(alias)
+    job, _, inputs, outputs = s.armed_prefill(rt, "dma", alias)
+    expect_wait_error(rt, job, UnknownDmaState, RuntimeStatus.UNKNOWN_DMA_STATE, "armed dma")
+    rt.reset("board")
+    for what, buf in (("inputs", inputs), ("outputs", outputs)):
+        try:
+            rt.release_buffer(buf)
+        except BufferInUse as exc:
+            raise ExpectationFailed(
+                f"OWN-7: a board reset covers chip {chip}: calrt_buffer_release of the {what} of job {job.id}, which "
+                "ended UNKNOWN_DMA_STATE, must then succeed",
+                call="calrt_buffer_release",
+                arguments=f"<{what} of job {job.id}>, after calrt_reset(BOARD)",
+                returned=_returned(exc),
+            ) from None
+    rt.configure(rt.create_calbin(s.package))
 
 
 def _other_chip_keeps_quarantine(s: Session, rt: Runtime, buffer: object) -> None:
@@ -514,7 +609,9 @@ def _memory(s: Session) -> str:
                 job, seq, _, _ = prefill_job(rt, pkg, model.alias)
                 expect(rt.wait(job, 10).ok, f"cycle {cycle}: a {model.alias} prefill succeeds", call="rt.wait")
                 rt.kv.free(seq)
-            for c in rt.counters():
+            counts_after = rt.counters()
+            _counters_not_cleared_by_reading(counts_after, rt.counters(), cycle)
+            for c in counts_after:
                 before_finished = counts_before[c.chip].finished
                 if c.finished is None or before_finished is None:
                     continue
@@ -575,6 +672,22 @@ def _memory(s: Session) -> str:
         f"chip {m['chip']}: {m['baseline_bytes']} -> {m['loaded_bytes']} -> {m['after_unload_bytes'][-1]} B"
         for m in s.evidence["memory"]
     )
+
+
+def _counters_not_cleared_by_reading(first: Sequence[ChipCounters], again: Sequence[ChipCounters], cycle: int) -> None:
+    """OBS-1: the counters count since the device opened; reading them changes nothing. Two reads with no job in
+    between must agree (a shim that passes the hardware's read-to-clear registers through answers 0 the second
+    time, and a caller's deltas between two reads still look right)."""
+    for c1, c2 in zip(first, again, strict=True):
+        expect(
+            c1 == c2,
+            f"OBS-1: cycle {cycle}, chip {c1.chip}: two calrt_chip_counters reads with no job in between must agree: "
+            "counters count since the device opened, a read must not clear them",
+            call="calrt_chip_counters",
+            arguments=f"chip {c1.chip}, read twice",
+            returned=f"pending/finished/failed {c1.pending}/{c1.finished}/{c1.failed}, then "
+            f"{c2.pending}/{c2.finished}/{c2.failed}",
+        )
 
 
 def _reset_one_chip(rt: Runtime, seqs: dict[str, tuple[KvSeqId, KvLength]], emptied: str, kept: str, chip: int) -> None:
@@ -696,8 +809,9 @@ def _capacity_cut(pkg: Package, alias: str) -> tuple[Package, int]:
 
 @check(
     "kv_capacity_per_model",
-    "each model's KV pool has its own descriptor's capacity: models given different capacities each get theirs",
-    clauses=("KV-4",),
+    "each model's KV pool and context are its own descriptor's: models given different capacities or contexts each "
+    "get theirs",
+    clauses=("KV-4", "KV-9"),
 )
 def _kv_capacity_per_model(s: Session) -> str:
     """KV-4 with capacities that differ. The packages' models usually share one capacity, so a shim that sizes
@@ -741,4 +855,56 @@ def _kv_capacity_per_model(s: Session) -> str:
                     returned=f"OK (sequence {extra})",
                 )
             seen.append(f"{cut_alias} cut to {cut}")
-    return "; ".join(seen) + ": every model allocated its own capacity and was refused one more"
+    done = "; ".join(seen) + ": every model allocated its own capacity and was refused one more"
+    if s.native:
+        done += "; " + _context_per_model(s, a, b)
+    return done
+
+
+def _context_doubled(pkg: Package, alias: str) -> tuple[Package, int]:
+    """``pkg`` with ``alias``'s graphs given twice the context (``max_seq``) in the calbin descriptor: the models'
+    ``kv_max_seq`` then differ, which the sample packages never do (a shorter context would be shorter than the
+    prefill graph's tokens)."""
+    m = pkg.model(alias)
+    grown = 2 * max(g.max_seq for g in m.graphs)
+    model = dataclasses.replace(m, graphs=tuple(dataclasses.replace(g, max_seq=grown) for g in m.graphs))
+    return dataclasses.replace(pkg, models=tuple(model if x.alias == alias else x for x in pkg.models)), grown
+
+
+def _context_per_model(s: Session, a: str, b: str) -> str:
+    """KV-9 with contexts that differ: each model of the pair in turn gets twice its context in the calbin
+    descriptor; every model's sequence must then take a reservation of exactly its own ``kv_max_seq`` tokens and
+    refuse one more, straight into ``calrt_kv_append`` (a shim that sizes every sequence from the first model's
+    descriptor lets a sequence grow past its cache, or refuses a context the model has)."""
+    seen = []
+    for grown_alias in (a, b):
+        pkg, grown = _context_doubled(s.package, grown_alias)
+        with s.open() as rt:
+            try:
+                rt.configure(rt.create_calbin(pkg))
+            except InvalidCalbin as exc:  # allowed: a runtime that takes the context from its own calbin only
+                return f"contexts per model not tried: a descriptor giving {grown_alias} {grown} tokens refused ({exc})"
+            for alias in (a, b):
+                ctx = max(g.max_seq for g in pkg.model(alias).graphs)
+                given = f"{grown_alias}'s context doubled to {grown} tokens in the calbin descriptor, {alias}'s {ctx}"
+                seq = rt.kv.allocate(alias)
+                position = ctypes.c_uint32()
+                over = raw_call(rt, "calrt_kv_append", int(seq), ctx + 1, ctypes.byref(position))
+                fits = raw_call(rt, "calrt_kv_append", int(seq), ctx, ctypes.byref(position))
+                rt.kv.free(seq)
+                expect_code(
+                    over,
+                    RuntimeStatus.INVALID_ARGUMENT,
+                    f"KV-9: with {given}, calrt_kv_append of {ctx + 1} tokens to an empty {alias} sequence",
+                    call="calrt_kv_append",
+                    arguments=f"seq={seq} ({alias}, empty), n={ctx + 1}",
+                )
+                expect_code(
+                    fits,
+                    RuntimeStatus.OK,
+                    f"KV-9: with {given}, calrt_kv_append of {ctx} tokens to an empty {alias} sequence",
+                    call="calrt_kv_append",
+                    arguments=f"seq={seq} ({alias}, empty), n={ctx}",
+                )
+        seen.append(f"{grown_alias}'s context doubled to {grown}")
+    return "; ".join(seen) + ": every model's sequence took its own context and was refused one token more"

@@ -173,7 +173,8 @@ def _create_raw(rt: Runtime, desc: Any) -> int:
 
 
 def _bad_masks(s: Session, rt: Runtime, chips: int) -> list[str]:
-    """Graph and model chip masks of 0 and of a chip past the board: INVALID_CALBIN (CALBIN-1)."""
+    """Graph and model chip masks of 0 and of a chip past the board, and a graph on a chip its model is not on:
+    INVALID_CALBIN (CALBIN-1)."""
     tried = []
     for where in ("graph", "model"):
         for mask in (0, 1 << chips):
@@ -191,6 +192,21 @@ def _bad_masks(s: Session, rt: Runtime, chips: int) -> list[str]:
                 arguments=f"{where}s[0].chip_mask={mask:#x}",
             )
             tried.append(f"{where} {mask:#x}")
+    keep.clear()
+    desc = _raw_desc(rt, s.package, keep)
+    owner = next(m for m in desc.models[: len(s.package.models)] if m.alias == desc.graphs[0].model)
+    others = [1 << c for c in range(chips) if not owner.chip_mask >> c & 1]
+    if others:  # a graph on a chip of the board its model is not on (calctl refuses that overreach itself)
+        desc.graphs[0].chip_mask = others[0]
+        expect_code(
+            _create_raw(rt, desc),
+            RuntimeStatus.INVALID_CALBIN,
+            f"CALBIN-1: calrt_calbin_create with graph {desc.graphs[0].name.decode()!r} on chip mask {others[0]:#x}, "
+            f"outside its model's chips ({owner.chip_mask:#x})",
+            call="calrt_calbin_create",
+            arguments=f"graphs[0].chip_mask={others[0]:#x}, its model's {owner.chip_mask:#x}",
+        )
+        tried.append(f"graph {others[0]:#x} outside its model's {owner.chip_mask:#x}")
     return tried
 
 
@@ -303,7 +319,32 @@ def _token_refusals(s: Session) -> str:
         tried = _bad_prefill_inputs(rt, m.prefill, int(seq), prompt)
         rt.kv.rollback(seq)
         rt.kv.free(seq)
+        tried.append(_bad_decode_token(rt, pkg, m.alias))
     return f"{len(tried)} refusals: " + "; ".join(tried)
+
+
+def _bad_decode_token(rt: Runtime, pkg: Package, alias: str) -> str:
+    """LAYOUT-3 for a decode: a committed sequence, one token reserved, and a decode naming token ``vocab``: refused
+    (a shim that range-checks its prefill path only lets a decode read past the embedding)."""
+    m = pkg.model(alias)
+    vocab = int(m.decode.output("logits").shape[-1])
+    seq, _ = _committed_prefill(rt, pkg, alias, golden_prompt(pkg, alias))
+    ins, outs = rt.alloc_inputs(m.decode.name), rt.alloc_outputs(m.decode.name)
+    position = rt.kv.append(seq, 1)
+    write_decode(ins, vocab, position, mask=decode_mask(pkg, alias))
+    status = _submit_raw(rt, m.decode.name.encode(), ins.native, outs.native, 1, [int(seq)])
+    rt.release_buffer(ins)
+    rt.release_buffer(outs)
+    rt.kv.rollback(seq)
+    rt.kv.free(seq)
+    expect_code(
+        status,
+        RuntimeStatus.INVALID_ARGUMENT,
+        f"LAYOUT-3: calrt_job_submit of a decode with token {vocab} (the vocabulary is 0..{vocab - 1})",
+        call="calrt_job_submit",
+        arguments=f"graph={m.decode.name!r}, token {vocab}, position {position}, kv=[{seq}] (1 reserved)",
+    )
+    return f"a decode with token {vocab}"
 
 
 def _bad_prefill_inputs(rt: Runtime, graph: Any, seq: int, prompt: np.ndarray) -> list[str]:

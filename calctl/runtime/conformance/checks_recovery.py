@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import time
+from typing import Any
 
 import numpy as np
 
@@ -247,7 +248,7 @@ def _wait_hung_mock(rt: Runtime, job: Job) -> None:
 @check(
     "reset_drains_jobs",
     "a reset while jobs compute returns with its chip idle; the aborted jobs' buffers are never written afterwards",
-    clauses=("RESET-3", "RESET-1", "RESET-4"),
+    clauses=("RESET-3", "RESET-1", "RESET-4", "RESET-5", "OBS-1", "CONV-5"),
 )
 def _reset_drains(s: Session) -> str:
     """Jobs are queued on one chip (each slowed to 200 ms by the test hook where the library has it) and a reset
@@ -255,7 +256,12 @@ def _reset_drains(s: Session) -> str:
     0; the aborted jobs' outputs are then overwritten with a sentinel and read again after the jobs' own time has
     passed: a shim whose reset returns early lets the aborted job's DMA write memory the caller owns again. On each
     chip in turn (a drain that waits on one chip's workers only shows on the other), then with a board reset (a
-    board reset that only flags its chips shows there)."""
+    board reset that only flags its chips shows there).
+
+    Before each reset the chip's pending count must cover every job still in flight after it was read, the queued
+    ones too (OBS-1); after it, a job of the chip must compute exactly what the same job computed before the reset
+    (a chip reset keeps the configuration, RESET-5) and be stamped on CLOCK_MONOTONIC inside its calls (CONV-5: a
+    shim whose device clock restarts at a reset reports times from before the job was submitted)."""
     a, b = s.pair()
     runs = [(a, b, False), (b, a, False), (a, b, True)]  # and a board reset (its drain may be another path)
     return "; ".join(_reset_drains_on(s, x, y, board=board) for x, y, board in runs)
@@ -265,6 +271,7 @@ def _reset_drains_on(s: Session, a: str, b: str, *, board: bool) -> str:
     pkg = s.package
     ca = s.chip_of(a)
     with s.configured() as rt:
+        before = _prefill_logits(rt, pkg, a)  # what the chip computes before the reset
         slowed = _slow_jobs(s, rt, 200)
         # without the hook, a queue of jobs at the board's own speed, so that some are still in flight at the reset
         n = 4 if slowed else max(4, min(16, pkg.model(a).kv.max_sequences - 1))
@@ -275,6 +282,7 @@ def _reset_drains_on(s: Session, a: str, b: str, *, board: bool) -> str:
             while time.monotonic() < deadline and rt.query(jobs[0][0]).state is JobState.QUEUED:
                 time.sleep(0.001)
             time.sleep(0.02)
+        _pending_covers_in_flight(rt, ca, [j for j, _, _, _ in jobs])
         if board:
             rt.reset("board")
             rt.configure(rt.create_calbin(pkg))
@@ -325,8 +333,7 @@ def _reset_drains_on(s: Session, a: str, b: str, *, board: bool) -> str:
         else:
             with contextlib.suppress(JobAborted):  # a board reset aborts it: either end is right
                 rt.wait(bystander[0], 10)
-        job2, _, _, _ = prefill_job(rt, pkg, a)
-        expect(rt.wait(job2, 10).ok, "the chip works after the reset", call="rt.wait")
+        _same_after_reset(rt, pkg, a, before, f"a {scope} reset of chip {ca}")
     how = "slowed to 200 ms each" if slowed else "at the board's own speed"
     if not aborted:  # the clause was not tried: every job had ended before the reset
         raise Unsupported(
@@ -336,6 +343,71 @@ def _reset_drains_on(s: Session, a: str, b: str, *, board: bool) -> str:
     return (
         f"chip {ca}: {len(aborted)} of {len(jobs)} jobs ({how}) aborted by a {scope} reset, buffers untouched after it"
     )
+
+
+def _prefill_logits(rt: Runtime, pkg: Any, alias: str) -> np.ndarray:
+    """The logits of ``alias``'s golden prefill, its sequence and buffers given back."""
+    job, seq, inputs, outputs = prefill_job(rt, pkg, alias)
+    expect(rt.wait(job, 10).ok, f"a {alias} prefill succeeds", call="rt.wait")
+    logits = outputs.read("logits").copy()
+    rt.kv.free(seq)
+    rt.release_buffer(inputs)
+    rt.release_buffer(outputs)
+    return logits
+
+
+def _pending_covers_in_flight(rt: Runtime, chip: int, jobs: list[Job]) -> None:
+    """OBS-1: ``calrt_chip_counters`` counts every job in flight on the chip as pending, queued ones too. Read
+    first, then the jobs' states: a job still in flight at the later query was in flight at the count, so the
+    count is at least that many, however the host schedules the two calls (a shim that counts the busy engines
+    only reports fewer)."""
+    pending = {c.chip: c.pending for c in rt.counters()}.get(chip)
+    in_flight = sum(not rt.query(j).state.terminal for j in jobs)
+    expect(
+        pending is None or pending >= in_flight,
+        f"OBS-1: chip {chip}'s counters must count every job in flight pending, queued ones too: {in_flight} of "
+        f"its jobs were still in flight after calrt_chip_counters reported {pending} pending",
+        call="calrt_chip_counters",
+        arguments=f"chip {chip}",
+        returned=f"pending {pending}",
+    )
+
+
+def _same_after_reset(rt: Runtime, pkg: Any, alias: str, before: np.ndarray, what: str) -> None:
+    """After ``what``: ``alias``'s golden prefill computes exactly what it computed before (RESET-5: a chip reset
+    keeps the configuration; a shim whose reset clears the chip's memory loads the weights again) and is stamped on
+    CLOCK_MONOTONIC inside its calls, submit <= start <= end (CONV-5: a device clock that restarts at a reset,
+    converted with the offset taken at open, stamps the job before it was submitted)."""
+    t0 = time.monotonic_ns()
+    job, seq, inputs, outputs = prefill_job(rt, pkg, alias)
+    result = rt.wait(job, 10)
+    t1 = time.monotonic_ns()
+    expect(result.ok, f"the chip works after {what}", call="rt.wait", returned=result.state)
+    after = outputs.read("logits")
+    if not np.array_equal(after, before):
+        raise ExpectationFailed(
+            f"RESET-5: after {what}, {alias}'s golden prefill computes other logits than before it (max |diff| "
+            f"{float(np.abs(after - before).max()):.3g}): a chip reset must keep the configuration, weights included",
+            call="calrt_job_submit / calrt_job_wait (after calrt_reset)",
+            arguments=f"graph={pkg.model(alias).prefill.name!r}, the golden prompt",
+            returned=f"logits {_first_values(after)} (before the reset {_first_values(before)})",
+        )
+    start, end = result.start_ns, result.end_ns
+    expect(
+        start is not None and end is not None and t0 <= job.submit_ns <= start <= end <= t1,
+        f"CONV-5: after {what}, job {job.id}'s times must be CLOCK_MONOTONIC ns within its calls: "
+        f"{t0} <= submit {job.submit_ns} <= start {start} <= end {end} <= {t1}",
+        call="calrt_job_wait (after calrt_reset)",
+        arguments=f"job={job.id}",
+        returned=f"submit_ns {job.submit_ns}, start_ns {start}, end_ns {end}",
+    )
+    rt.kv.free(seq)
+    rt.release_buffer(inputs)
+    rt.release_buffer(outputs)
+
+
+def _first_values(logits: np.ndarray) -> str:
+    return "[" + ", ".join(f"{v:.4g}" for v in logits.reshape(-1)[:4]) + ", ...]"
 
 
 def _slow_jobs(s: Session, rt: Runtime, delay_ms: int) -> bool:

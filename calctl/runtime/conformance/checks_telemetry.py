@@ -36,14 +36,14 @@ from calctl.runtime.types import THROTTLE_REASONS
 UNKNOWN_U64 = 2**64 - 1
 CALRT_TELEMETRY_V1_SIZE = 104  # calrt_ext.h: the smallest struct a shim accepts
 #: Plausible ranges of §15's units: what a chip can read, in the unit the ABI fixes (a reading outside is another
-#: unit: milli-degrees, milliwatts, kHz or Hz).
+#: unit: milli-degrees, milliwatts, kHz or Hz; a compute clock whose maximum is below 50 MHz is in GHz).
 RANGES = {
     "temperature_c": (-40.0, 150.0),
     "temperature_limit_c": (40.0, 150.0),
     "power_w": (0.0, 1000.0),
     "power_limit_w": (1.0, 1000.0),
     "clock_mhz": (0.0, 10000.0),
-    "clock_max_mhz": (1.0, 10000.0),
+    "clock_max_mhz": (50.0, 10000.0),
 }
 COUNTERS = ("throttled_ns", "ecc_correctable", "ecc_uncorrectable", "reset_count")
 STUCK_AFTER_S = 10.0
@@ -398,10 +398,11 @@ ATTRIBUTION_MIN_RISE_W = 1.0
     clauses=("TELEM-6",),
 )
 def _telemetry_attribution(s: Session) -> str:
-    """One model's jobs back to back for ``ATTRIBUTION_S`` s, the other chip idle: the busy chip's ``power_w`` must
-    rise at least as much as the idle chip's (a shim that numbers the sensors the other way round shows the idle
-    chip heating). When neither rises by ``ATTRIBUTION_MIN_RISE_W`` (a host too loaded to keep the chip busy) the
-    check says so and judges nothing."""
+    """One model's jobs back to back for ``ATTRIBUTION_S`` s, the other chip idle: the idle chip's ``power_w`` must
+    rise less than half as much as the busy chip's (a shim that numbers the sensors the other way round shows the
+    idle chip heating; one that reports the board's power rail for every chip shows both rising alike). When
+    neither rises by ``ATTRIBUTION_MIN_RISE_W`` (a host too loaded to keep the chip busy) the check says so and
+    judges nothing."""
     a, b = s.pair()
     busy, idle = s.chip_of(a), s.chip_of(b)
     with s.configured() as rt:
@@ -422,9 +423,9 @@ def _telemetry_attribution(s: Session) -> str:
     figures = f"chip {busy} (busy, {jobs} jobs of {a}) {before[busy]:.1f} -> {after[busy]:.1f} W, chip {idle} (idle) "
     figures += f"{before[idle]:.1f} -> {after[idle]:.1f} W"
     expect(
-        rise[idle] <= max(rise[busy], 0.0) + ATTRIBUTION_MIN_RISE_W,
-        f"TELEM-6: while chip {busy} computed alone, chip {idle}'s power rose more than its own: the readings are "
-        f"not the chip asked for ({figures})",
+        rise[idle] <= max(rise[busy], 0.0) / 2 + ATTRIBUTION_MIN_RISE_W,
+        f"TELEM-6: while chip {busy} computed alone, chip {idle}'s power rose at least half as much as its own: the "
+        f"readings are not the chip asked for (another chip's, or the board's) ({figures})",
         call="calrt_chip_telemetry",
         arguments=f"chips {busy} and {idle}",
         returned=figures,

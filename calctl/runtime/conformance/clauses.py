@@ -38,7 +38,7 @@ CLAUSES: tuple[Clause, ...] = (
     Clause("STATUS-1", "§4", "a refused call returns the documented status code, never OK and never another code"),
     Clause("OWN-1", "§5", "one device per process: a second calrt_device_open is DEVICE_IN_USE"),
     Clause("OWN-2", "§5", "calrt_device_close aborts jobs in flight, and their waiters return"),
-    Clause("OWN-3", "§5", "calrt_calbin_release of the current calbin is DEVICE_BUSY"),
+    Clause("OWN-3", "§5", "calrt_calbin_release of the current calbin is DEVICE_BUSY; once unloaded it releases"),
     Clause("OWN-4", "§5", "one current calbin: calrt_configure while one is current is ALREADY_CONFIGURED"),
     Clause("OWN-5", "§5", "calrt_reset_configuration with a job not terminal is DEVICE_BUSY"),
     Clause("OWN-6", "§5", "a job owns its buffers from submit until terminal: release and resubmit are BUFFER_IN_USE"),
@@ -57,7 +57,8 @@ CLAUSES: tuple[Clause, ...] = (
     Clause(
         "LAYOUT-3",
         "§6",
-        "a token id outside the model's vocabulary, or a prefill valid length of 0, is INVALID_ARGUMENT",
+        "a token id outside the model's vocabulary (prefill or decode), or a prefill valid length of 0, is "
+        "INVALID_ARGUMENT",
     ),
     Clause("KV-1", "§6", "a job writes exactly the reserved tokens at position == committed length, else refused"),
     Clause(
@@ -92,8 +93,15 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause("BATCH-1", "§6", "an inactive lane (mask 0, CALRT_KV_NONE) writes no KV row of any sequence"),
     Clause("BATCH-2", "§6", "every active lane of a batch job computes what the same lane computes alone at B1"),
-    Clause("CALBIN-1", "§7", "calrt_calbin_create refuses a chip mask of 0 or outside the board with INVALID_CALBIN"),
-    Clause("CFG-1", "§7", "without a configuration, submit, KV allocate and unload are NOT_CONFIGURED"),
+    Clause(
+        "CALBIN-1",
+        "§7",
+        "calrt_calbin_create refuses a chip mask of 0, outside the board, or a graph's outside its model's with "
+        "INVALID_CALBIN",
+    ),
+    Clause(
+        "CFG-1", "§7", "without a configuration, submit, KV allocate and can-allocate and unload are NOT_CONFIGURED"
+    ),
     Clause(
         "CFG-2",
         "§5",
@@ -102,7 +110,12 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause("JOB-1", "§7", "the chip comes from the graph; query and wait echo generation, engine and chip mask"),
     Clause("JOB-2", "§7", "an inexact graph name is INVALID_ARGUMENT"),
-    Clause("JOB-3", "§7", "calrt_job_wait returns TIMEOUT after its deadline; the job, its buffers and KV unchanged"),
+    Clause(
+        "JOB-3",
+        "§7",
+        "calrt_job_wait returns OK once the job is terminal (how it ended in the info), TIMEOUT after its deadline; "
+        "the job, its buffers and KV unchanged",
+    ),
     Clause(
         "JOB-4",
         "§7",
@@ -110,7 +123,11 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause("JOB-5", "§7", "a job reported SUCCEEDED has written its outputs; each output is its own inputs' result"),
     Clause("JOB-6", "§7", "a job that hangs never ends SUCCEEDED: it stays in flight until a reset aborts it"),
-    Clause("JOB-7", "§4", "DEVICE_BUSY refuses a submit without taking its buffers; a retry runs"),
+    Clause(
+        "JOB-7",
+        "§4",
+        "DEVICE_BUSY refuses a submit without taking its buffers; a retry runs; a full queue is DEVICE_BUSY",
+    ),
     Clause("JOB-8", "§7", "calrt_job_query never blocks; calrt_job_wait with timeout 0 is a poll that never blocks"),
     Clause(
         "JOB-9",
@@ -125,8 +142,8 @@ CLAUSES: tuple[Clause, ...] = (
     Clause(
         "OBS-1",
         "§7",
-        "counters count pending jobs, SUCCEEDED ones as finished and every other end (FAILED, ABORTED) as failed; "
-        "health reports FAULTED or HUNG",
+        "counters count pending jobs (queued ones too), SUCCEEDED ones as finished and every other end (FAILED, "
+        "ABORTED) as failed, and a read clears nothing; health reports FAULTED or HUNG",
     ),
     Clause(
         "OBS-2",
@@ -134,7 +151,11 @@ CLAUSES: tuple[Clause, ...] = (
         "calrt_memory_usage, calrt_chip_counters, calrt_chip_health and calrt_reset(CHIP) refuse a chip past the "
         "board with INVALID_ARGUMENT",
     ),
-    Clause("RESET-1", "§7", "a chip reset aborts the chip's jobs, frees its quarantine, empties its sequences"),
+    Clause(
+        "RESET-1",
+        "§7",
+        "a chip reset aborts the chip's jobs (queued ones too), frees its quarantine, empties its sequences",
+    ),
     Clause("RESET-2", "§7", "a board reset drops the configuration and every KV sequence"),
     Clause(
         "RESET-3", "§12", "a reset returns only when its chips are idle: an aborted job's buffers are never written"
@@ -144,6 +165,11 @@ CLAUSES: tuple[Clause, ...] = (
         "§7",
         "a chip reset leaves the other chips' jobs running and their sequences kept; without chip scope it is "
         "NOT_SUPPORTED",
+    ),
+    Clause(
+        "RESET-5",
+        "§7",
+        "a chip reset keeps the configuration: the chip's next job computes what it computed before the reset",
     ),
     Clause("FAULT-1", "§7", "a CCU exception fails its job and halts only its chip (DEVICE_LOST) until a reset"),
     Clause("THREAD-1", "§8", "every call of the first group is safe from several threads at once"),

@@ -166,7 +166,49 @@
  *                                     commits the rows the failed job may have half written;
  *   -DCALRT_MUTANT_CCU_HALTS_CHIP0    a CCU exception halts chip 0, whichever chip raised it;
  *   -DCALRT_MUTANT_RESET_NO_DRAIN_CHIP1  as RESET_NO_DRAIN, for chip 1 only (the drain waits on chip 0's workers).
- *   -DCALRT_MUTANT_BOARD_RESET_NO_DRAIN  as RESET_NO_DRAIN, for a board reset only (the chip reset drains).
+ *   -DCALRT_MUTANT_BOARD_RESET_NO_DRAIN  as RESET_NO_DRAIN, for a board reset only (the chip reset drains);
+ *   -DCALRT_MUTANT_CHIP_RESET_LOSES_WEIGHTS  a chip reset clears the chip's memory and the weights are not loaded
+ *                                     again: its next jobs succeed with other logits;
+ *   -DCALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET  a reset restarts the chip's clock; the stamps keep the offset taken
+ *                                     at open, so a job after the reset is stamped before it was submitted;
+ *   -DCALRT_MUTANT_BOARD_RESET_KEEPS_FAULT  a board reset leaves a FAULTED chip FAULTED (the chip reset clears it);
+ *   -DCALRT_MUTANT_QUEUE_FULL_OOM     a full chip queue refuses a submit with OUT_OF_MEMORY, not DEVICE_BUSY;
+ *   -DCALRT_MUTANT_COUNTERS_CLEAR_ON_READ  calrt_chip_counters clears finished/failed when read (read-to-clear
+ *                                     registers passed through);
+ *   -DCALRT_MUTANT_PENDING_RUNNING_ONLY  pending counts the running jobs only, not the queued ones;
+ *   -DCALRT_MUTANT_DUP_SEQ_LANES      a batch job naming one sequence in two lanes runs (each lane checked alone);
+ *   -DCALRT_MUTANT_RESET_KEEPS_QUEUED  a chip reset aborts its running jobs only: the queued ones run after it;
+ *   -DCALRT_MUTANT_TELEMETRY_CLOCK_GHZ  clock_mhz and clock_max_mhz in GHz;
+ *   -DCALRT_MUTANT_TELEMETRY_POWER_BOARD  power_w is the board's (every chip's summed) for every chip;
+ *   -DCALRT_MUTANT_KV_MAX_SEQ_FIRST_MODEL  every model's context (kv_max_seq) from the first model descriptor;
+ *   -DCALRT_MUTANT_ABORTED_END_ZERO   a job aborted while it ran reports end_ns 0;
+ *   -DCALRT_MUTANT_BOARD_RESET_KEEPS_QUARANTINE  a board reset leaves quarantined buffers quarantined (the chip
+ *                                     reset lifts them);
+ *   -DCALRT_MUTANT_START_AT_SUBMIT    start_ns is the runtime's enqueue stamp: a queued job reports it started at
+ *                                     its submit;
+ *   -DCALRT_MUTANT_CALBIN_RELEASE_AFTER_UNLOAD_BUSY  a calbin once configured is "in use" for ever: its release
+ *                                     after calrt_reset_configuration is DEVICE_BUSY;
+ *   -DCALRT_MUTANT_HEALTH_FAULT_ALL_CHIPS  calrt_chip_health reports FAULTED for every chip while one is faulted;
+ *   -DCALRT_MUTANT_COUNTERS_FAILED_KEEPS_PENDING  a job that ends FAILED stays counted pending;
+ *   -DCALRT_MUTANT_WAIT_ZERO_TIMEOUT_ON_DONE  calrt_job_wait with timeout 0 answers TIMEOUT, even of a job that
+ *                                     ended (CalRT's Wait(0), "no deadline", kept away the wrong way);
+ *   -DCALRT_MUTANT_CAN_ALLOCATE_UNCONFIGURED_INVALID  calrt_kv_can_allocate without a configuration is
+ *                                     INVALID_ARGUMENT, not NOT_CONFIGURED;
+ *   -DCALRT_MUTANT_HUNG_LATCH_STICKY  a chip once seen HUNG reports HUNG until a board reset;
+ *   -DCALRT_MUTANT_CHIP_RESET_CLEARS_ALL_FAULTS  one board-wide fault latch: any chip reset clears every chip's fault;
+ *   -DCALRT_MUTANT_GRAPH_MASK_NOT_MODEL  a graph's chip mask is not checked against its model's;
+ *   -DCALRT_MUTANT_OUTPUT_SIZE_AT_B1  the outputs' size checked against the B1 layout (the manifest's [1, vocab]);
+ *   -DCALRT_MUTANT_DMA_QUARANTINE_INPUTS_ONLY  after UNKNOWN_DMA_STATE only the inputs stay quarantined;
+ *   -DCALRT_MUTANT_DECODE_TOKENS_UNCHECKED  token ids are range-checked on the prefill path only (a decode's wraps);
+ *   (caught before they were written: -DCALRT_MUTANT_WAIT_TIMEOUT_ON_WAKEUP, a wait that returns TIMEOUT at any
+ *   wake-up; -DCALRT_MUTANT_KV_LENGTH_FREED_ZERO, calrt_kv_length of an unknown sequence 0/0 OK;
+ *   -DCALRT_MUTANT_CHIP_RESET_KEEPS_RESERVED, a chip reset empties the cache, not the reservation;
+ *   -DCALRT_MUTANT_WAIT_RETURNS_JOB_STATUS, calrt_job_wait of a failed job returns its status code;
+ *   -DCALRT_MUTANT_JOB_ID_PER_CHIP, job ids numbered per chip; -DCALRT_MUTANT_HEALTH_NEVER_HUNG, health never HUNG;
+ *   -DCALRT_MUTANT_WAIT_ANY_TIMEOUT_ON_WAKEUP, the same for calrt_job_wait_any; -DCALRT_MUTANT_CAN_ALLOCATE_OFF_BY_ONE,
+ *   calrt_kv_can_allocate refuses the last free slot; -DCALRT_MUTANT_SUBMIT_REFUSED_KEEPS_BUFFERS, a submit
+ *   refused by its KV checks keeps the buffers; -DCALRT_MUTANT_LANE_MASK_I32, the lane mask read as int32;
+ *   -DCALRT_MUTANT_RESET_NO_DRAIN_PONG, as RESET_NO_DRAIN for the PONG bank's jobs: the drain waits on AUTO and PING.)
  *
  * Inputs and outputs move like DMA: a job copies its input buffer at the start of h2d and writes
  * its output buffer at the end of d2h, both under the device mutex, and never after it was
@@ -174,7 +216,10 @@
  * caller may free buffers, sequences and calbins as soon as it returns.
  */
 #define _GNU_SOURCE
-#ifdef CALRT_MUTANT_RESET_NO_DRAIN_CHIP1 /* RESET_NO_DRAIN's machinery, its bug on chip 1's jobs only */
+#ifdef CALRT_MUTANT_RESET_NO_DRAIN_PONG /* RESET_NO_DRAIN's machinery, its bug on the PONG bank's jobs only */
+#define CALRT_MUTANT_RESET_NO_DRAIN 1
+#define MUT_NO_DRAIN(j) ((j)->bank == CALRT_ENGINE_PONG)
+#elif defined(CALRT_MUTANT_RESET_NO_DRAIN_CHIP1) /* RESET_NO_DRAIN's machinery, its bug on chip 1's jobs only */
 #define CALRT_MUTANT_RESET_NO_DRAIN 1
 #define MUT_NO_DRAIN(j) ((j)->info.chip_mask & 2u)
 #elif defined(CALRT_MUTANT_BOARD_RESET_NO_DRAIN) /* RESET_NO_DRAIN's machinery, its bug on a board reset only */
@@ -250,6 +295,9 @@ struct calrt_calbin {
     char *path;
     uint64_t plan[CALRT_MAX_CHIPS];
     struct calrt_calbin *next;
+#ifdef CALRT_MUTANT_CALBIN_RELEASE_AFTER_UNLOAD_BUSY
+    int mut_was_current; /* the shim's "in use" flag, set by configure and never cleared */
+#endif
 };
 
 struct calrt_buffer {
@@ -307,6 +355,9 @@ typedef struct {
     job *running[REF_BANKS];
     int unit_busy[3];
     uint32_t health;
+#ifdef CALRT_MUTANT_HUNG_LATCH_STICKY
+    int mut_hung_latch; /* the firmware's hang flag, which only a board reset clears */
+#endif
     calrt_counters counters;
     pthread_t workers[REF_WORKERS];
 #ifdef CALRT_MUTANT_PINGPONG_SHARED_STAGING
@@ -352,6 +403,12 @@ struct calrt_device {
 #endif
 #ifdef CALRT_MUTANT_UNLOAD_LEAK_CHIP1
     uint64_t mut_leaked1;        /* bytes lost on chip 1 by every unload */
+#endif
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET
+    uint64_t mut_open_ns, mut_reset_at[REF_CHIPS]; /* the device clock restarts at a reset; the offset is open's */
+#endif
+#ifdef CALRT_MUTANT_JOB_ID_PER_CHIP
+    uint64_t mut_next_id[REF_CHIPS]; /* CalRT's job ids, numbered per chip queue */
 #endif
 #ifdef CALRT_MUTANT_KV_REUSE_STALE_LENGTH
     model *mut_freed_model;      /* the last freed slot: its model and its length, handed out again */
@@ -418,9 +475,18 @@ static int32_t read_i32(const graph *g, const unsigned char *data, int idx, uint
     return v;
 }
 
+#ifdef CALRT_MUTANT_LANE_MASK_I32
+__attribute__((unused))
+#endif
 static uint8_t read_u8(const graph *g, const unsigned char *data, int idx, uint32_t batch, uint32_t elem) {
     return data[tensor_offset(g->in, g->nin, (uint32_t)idx, batch, NULL) + elem];
 }
+
+#ifdef CALRT_MUTANT_LANE_MASK_I32 /* the bug: the kernel's lane mask declared int32, the graph's is uint8 */
+#define LANE_ON(g, data, idx, batch, l) (read_i32(g, data, idx, batch, l) != 0)
+#else
+#define LANE_ON(g, data, idx, batch, l) (read_u8(g, data, idx, batch, l) != 0)
+#endif
 
 static int lowest_chip(uint32_t mask) {
     for (int c = 0; c < REF_CHIPS; c++)
@@ -525,7 +591,7 @@ static int forward(const net *m, seq *s, uint32_t max_seq, const int32_t *tokens
     double *acc = malloc(sizeof(double) * wide), *sc = malloc(sizeof(double) * end);
     int rc = 0;
     if (!x || !a || !q || !att || !g || !u || !t || !acc || !sc) { rc = -1; goto done; }
-#ifdef CALRT_MUTANT_TOKENS_WRAP /* the kernel's lookup wraps */
+#if defined(CALRT_MUTANT_TOKENS_WRAP) || defined(CALRT_MUTANT_DECODE_TOKENS_UNCHECKED) /* the kernel's lookup wraps */
     for (uint32_t i = 0; i < n; i++)
         memcpy(x + (uint64_t)i * d, m->embed + (uint64_t)((uint32_t)tokens[i] % m->vocab) * d, sizeof(float) * d);
 #else
@@ -620,7 +686,7 @@ static int run_graph(job *j) {
 #ifdef CALRT_MUTANT_KV_ANY_MODEL /* (a foreign sequence's cache has another shape: not computed, no crash) */
         if (j->seqs[l] && j->seqs[l]->m != gr->model) continue;
 #endif
-        if (lane >= 0 && !read_u8(gr, j->din, lane, j->batch, l)) {
+        if (lane >= 0 && !LANE_ON(gr, j->din, lane, j->batch, l)) {
 #ifdef CALRT_MUTANT_INACTIVE_LANE_KV /* the bug: the inactive lane runs on the lane before's sequence at position 0 */
             int32_t zero = 0;
             if (l > 0 && j->seqs[l - 1] &&
@@ -684,6 +750,8 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
     uint64_t t = now_ns();
 #ifdef CALRT_MUTANT_END_STAMP_AT_WAIT /* the bug: the end is stamped by the wait that observes it */
     (void)t;
+#elif defined(CALRT_MUTANT_ABORTED_END_ZERO) /* the bug: an aborted job's completion record is never written */
+    if (j->info.start_ns && state != CALRT_JOB_ABORTED) j->info.end_ns = t > j->info.start_ns ? t : j->info.start_ns;
 #else
     if (j->info.start_ns) j->info.end_ns = t > j->info.start_ns ? t : j->info.start_ns;
 #endif
@@ -697,7 +765,11 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
 #endif
     for (int c = 0; c < REF_CHIPS; c++) {
         if (!(j->info.chip_mask >> c & 1)) continue;
+#ifdef CALRT_MUTANT_COUNTERS_FAILED_KEEPS_PENDING /* the bug: the error path skips the pending decrement */
+        if (state != CALRT_JOB_FAILED) d->chips[c].counters.pending--;
+#else
         d->chips[c].counters.pending--;
+#endif
 #ifdef CALRT_MUTANT_COUNTERS_ABORTED_AS_FINISHED /* the bug: "ended without an error code" counted as finished */
         if (state == CALRT_JOB_SUCCEEDED || state == CALRT_JOB_ABORTED) d->chips[c].counters.finished++;
 #else
@@ -710,6 +782,9 @@ static void finish(calrt_device *d, job *j, uint32_t state, calrt_status status,
 #endif
     if (quarantine) {
         j->in->quarantined = j->out->quarantined = 1;
+#ifdef CALRT_MUTANT_DMA_QUARANTINE_INPUTS_ONLY /* the bug: only the buffer the DMA read is held; the outputs go back */
+        j->out->quarantined = 0, j->out->owner = 0, j->out->owner_mask = 0;
+#endif
     } else {
         j->in->owner = j->out->owner = 0;
         j->in->owner_mask = j->out->owner_mask = 0;
@@ -742,7 +817,11 @@ static int chips_idle(calrt_device *d, uint32_t mask) {
     for (int c = 0; c < REF_CHIPS; c++) {
         if (!(mask >> c & 1)) continue;
         for (int b = 0; b < REF_BANKS; b++)
+#ifdef CALRT_MUTANT_RESET_NO_DRAIN_PONG /* the bug: the drain waits on the AUTO and PING banks' workers */
+            if (b != CALRT_ENGINE_PONG && d->chips[c].running[b]) return 0;
+#else
             if (d->chips[c].running[b]) return 0;
+#endif
     }
     return 1;
 }
@@ -836,7 +915,10 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
         if (stop(d, j)) return;
         d->board_busy = held = 1;
     }
-#ifndef CALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP
+#ifdef CALRT_MUTANT_START_AT_SUBMIT /* the bug: the runtime's enqueue stamp reported as the start */
+    j->info.state = CALRT_JOB_RUNNING;
+    j->info.start_ns = j->info.submit_ns;
+#elif !defined(CALRT_MUTANT_GLOBAL_LOCK_EARLY_STAMP)
     j->info.state = CALRT_JOB_RUNNING;
     j->info.start_ns = now_ns();
 #endif
@@ -907,7 +989,7 @@ static void run_job(calrt_device *d, uint32_t c, job *j) {
             int lg = find_tensor(j->g->out, j->g->nout, "logits");
             uint64_t off = tensor_offset(j->g->out, j->g->nout, (uint32_t)lg, j->batch, NULL);
             uint64_t n = (uint64_t)j->batch * j->g->model->net.vocab;
-#ifdef CALRT_MUTANT_SHORT_BUFFERS /* it writes what the buffer holds */
+#if defined(CALRT_MUTANT_SHORT_BUFFERS) || defined(CALRT_MUTANT_OUTPUT_SIZE_AT_B1) /* it writes what the buffer holds */
             if (off + sizeof(float) * n > j->out->size) n = off < j->out->size ? (j->out->size - off) / sizeof(float) : 0;
 #endif
 #ifdef CALRT_MUTANT_FULL_BATCH_LAST_ROW /* the bug: the full batch's last row is copied from the one before */
@@ -1021,6 +1103,9 @@ static void abort_jobs(calrt_device *d, uint32_t mask, int include_running) {
         int picked = 0;
         for (int b = 0; b < REF_BANKS; b++) picked |= ch->running[b] == j;
         if (!picked) {
+#ifdef CALRT_MUTANT_RESET_KEEPS_QUEUED /* the bug: a chip reset stops the running job; the queue runs on after it */
+            if (mask != (1u << REF_CHIPS) - 1) continue;
+#endif
             dequeue(ch, j);
             j->aborted = 1;
             finish(d, j, CALRT_JOB_ABORTED, CALRT_E_JOB_ABORTED, 0);
@@ -1156,6 +1241,12 @@ calrt_status calrt_device_open(calrt_device **out) {
     pthread_cond_init(&d->cv, &attr);
     pthread_condattr_destroy(&attr);
     d->next_job = d->next_seq = 1;
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET
+    d->mut_open_ns = now_ns();
+#endif
+#ifdef CALRT_MUTANT_JOB_ID_PER_CHIP
+    for (int c = 0; c < REF_CHIPS; c++) d->mut_next_id[c] = 1;
+#endif
     parse_env(d);
     int started = 0;
     for (uint32_t c = 0; c < REF_CHIPS; c++) {
@@ -1322,7 +1413,11 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
 #else
         cb->models[i].max_sequences = m->kv_max_sequences;
 #endif
+#ifdef CALRT_MUTANT_KV_MAX_SEQ_FIRST_MODEL /* the bug: the loop reads the first descriptor's context */
+        cb->models[i].max_seq = desc->models[0].kv_max_seq;
+#else
         cb->models[i].max_seq = m->kv_max_seq;
+#endif
 #ifdef CALRT_MUTANT_ANY_CHIP_MASK /* the bug: chip masks are not checked against the board */
         if (!m->alias) rc = CALRT_E_INVALID_CALBIN;
 #else
@@ -1370,6 +1465,8 @@ calrt_status calrt_calbin_create(calrt_device *d, const calrt_calbin_desc *desc,
             if (!strcmp(cb->models[k].alias, gd->model)) g->model = &cb->models[k];
 #ifdef CALRT_MUTANT_ANY_CHIP_MASK
         if (rc == CALRT_OK && !g->model) rc = CALRT_E_INVALID_CALBIN;
+#elif defined(CALRT_MUTANT_GRAPH_MASK_NOT_MODEL) /* the bug: a graph's chips are not checked against its model's */
+        if (rc == CALRT_OK && !g->model) rc = CALRT_E_INVALID_CALBIN;
 #else
         if (rc == CALRT_OK && (!g->model || (g->chip_mask & ~g->model->chip_mask))) rc = CALRT_E_INVALID_CALBIN;
 #endif
@@ -1399,7 +1496,11 @@ calrt_status calrt_calbin_release(calrt_device *d, calrt_calbin *cb) {
     if (!d || !cb) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
     calrt_status rc = CALRT_E_INVALID_ARGUMENT;
+#ifdef CALRT_MUTANT_CALBIN_RELEASE_AFTER_UNLOAD_BUSY /* the bug: once configured, always "in use" */
+    if (d->current == cb || cb->mut_was_current) {
+#else
     if (d->current == cb) {
+#endif
         rc = CALRT_E_DEVICE_BUSY;
     } else {
         for (struct calrt_calbin **p = &d->calbins; *p; p = &(*p)->next) {
@@ -1685,6 +1786,9 @@ calrt_status calrt_configure(calrt_device *d, calrt_calbin *cb) {
         for (uint32_t i = 0; i < cb->nmodels && i < 16; i++) cb->models[i].live = d->mut_pool_taken[i];
 #endif
         d->current = cb;
+#ifdef CALRT_MUTANT_CALBIN_RELEASE_AFTER_UNLOAD_BUSY
+        cb->mut_was_current = 1;
+#endif
     }
     pthread_mutex_unlock(&d->mu);
     return rc;
@@ -1808,7 +1912,7 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
     (void)vocab;
 #endif
     for (uint32_t l = 0; l < desc->batch; l++) {
-        int active = lane < 0 || read_u8(g, data, lane, desc->batch, l);
+        int active = lane < 0 || LANE_ON(g, data, lane, desc->batch, l);
         calrt_kv_seq id = desc->kv[l];
         if (!active) {
             if (id != CALRT_KV_NONE) return CALRT_E_INVALID_ARGUMENT;
@@ -1825,8 +1929,10 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
 #else
         if (s->busy) return CALRT_E_DEVICE_BUSY;
 #endif
+#ifndef CALRT_MUTANT_DUP_SEQ_LANES /* the bug: each lane checked alone; one sequence in two lanes runs */
         for (uint32_t k = 0; k < l; k++)
             if (desc->kv[k] == id) return CALRT_E_INVALID_ARGUMENT;
+#endif
         uint32_t writes = 1;
         if (g->kind == CALRT_GRAPH_PREFILL) {
 #ifndef CALRT_MUTANT_PREFILL_ON_USED /* the bug: a prefill does not ask whether the sequence is empty */
@@ -1849,7 +1955,7 @@ static calrt_status check_job(calrt_device *d, graph *g, const calrt_job_desc *d
             if ((uint32_t)read_i32(g, data, pos, desc->batch, l) != s->committed) return CALRT_E_INVALID_ARGUMENT;
 #endif
             int32_t t = read_i32(g, data, tok, desc->batch, l);
-#ifndef CALRT_MUTANT_TOKENS_WRAP
+#if !defined(CALRT_MUTANT_TOKENS_WRAP) && !defined(CALRT_MUTANT_DECODE_TOKENS_UNCHECKED) /* the bug: prefill only */
             if (t < 0 || (uint32_t)t >= vocab) return CALRT_E_INVALID_ARGUMENT;
 #else
             (void)t;
@@ -1929,6 +2035,9 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
         for (uint32_t k = 0; k < g->nprof; k++) prof_ok |= g->prof[k] == desc->batch;
         tensor_offset(g->in, g->nin, 0, desc->batch, &need_in);
         tensor_offset(g->out, g->nout, 0, desc->batch, &need_out);
+#ifdef CALRT_MUTANT_OUTPUT_SIZE_AT_B1 /* the bug: the outputs' size checked against the manifest's B1 layout */
+        tensor_offset(g->out, g->nout, 0, 1, &need_out);
+#endif
 #ifdef CALRT_MUTANT_SHORT_BUFFERS /* the bug: sizes and the profile are not checked, one buffer may be both */
         (void)prof_ok;
         if (!known_buffer(d, desc->inputs) || !known_buffer(d, desc->outputs)) rc = CALRT_E_INVALID_ARGUMENT;
@@ -1944,11 +2053,18 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
     }
     int c = g ? lowest_chip(g->chip_mask) : 0;
     if (rc == CALRT_OK && d->chips[c].health == CALRT_HEALTH_FAULTED) rc = CALRT_E_DEVICE_LOST;
+#ifdef CALRT_MUTANT_SUBMIT_REFUSED_KEEPS_BUFFERS /* the bug: the buffers are taken before the KV checks */
+    if (rc == CALRT_OK) desc->inputs->owner = desc->outputs->owner = UINT64_MAX;
+#endif
     if (rc == CALRT_OK) rc = check_job(d, g, desc, j);
     if (rc == CALRT_OK) {
         uint32_t inflight = d->chips[c].qlen;
         for (int b = 0; b < REF_BANKS; b++) inflight += d->chips[c].running[b] != NULL;
+#ifdef CALRT_MUTANT_QUEUE_FULL_OOM /* the bug: no free queue entry reported as an allocation failure */
+        if (inflight >= REF_QUEUE_DEPTH) rc = CALRT_E_OUT_OF_MEMORY;
+#else
         if (inflight >= REF_QUEUE_DEPTH) rc = CALRT_E_DEVICE_BUSY; /* the chip's queue is full: back off */
+#endif
     }
     if (rc == CALRT_OK && d->f_busy) {
         d->f_busy--;
@@ -1969,6 +2085,8 @@ calrt_status calrt_job_submit(calrt_device *d, const calrt_job_desc *desc, calrt
 #ifdef CALRT_MUTANT_JOB_ID_REUSE /* the bug: the lowest id no record holds, so a released job's id comes back */
     j->info.id = 1;
     while (find_job(d, j->info.id)) j->info.id++;
+#elif defined(CALRT_MUTANT_JOB_ID_PER_CHIP) /* the bug: CalRT's per-chip job id passed as the device's */
+    j->info.id = d->mut_next_id[c]++;
 #else
     j->info.id = d->next_job++;
 #endif
@@ -2033,6 +2151,16 @@ static void mut_realtime(calrt_job_info *out) { /* the offset taken once, as a d
 }
 #endif
 
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET /* the bug: a reset restarts the chip's clock; the offset is stale */
+static void mut_device_clock(const calrt_device *d, const job *j, calrt_job_info *out) {
+    int c = lowest_chip(j->info.chip_mask);
+    if (!d->mut_reset_at[c] || j->info.start_ns < d->mut_reset_at[c]) return;
+    uint64_t back = d->mut_reset_at[c] - d->mut_open_ns;
+    if (out->start_ns) out->start_ns -= back;
+    if (out->end_ns) out->end_ns -= back;
+}
+#endif
+
 calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *out) {
     if (!d || !out) return CALRT_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&d->mu);
@@ -2065,6 +2193,9 @@ calrt_status calrt_job_query(calrt_device *d, calrt_job_id id, calrt_job_info *o
 #endif
 #ifdef CALRT_MUTANT_STAMPS_REALTIME
     if (j) mut_realtime(out);
+#endif
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET
+    if (j) mut_device_clock(d, j, out);
 #endif
     pthread_mutex_unlock(&d->mu);
 #ifdef CALRT_MUTANT_UNKNOWN_JOB_INTERNAL /* the bug: CalRT's "no such job" exception falls to the default code */
@@ -2101,6 +2232,13 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
 #else
         if (!j) { pthread_mutex_unlock(&d->mu); return CALRT_E_INVALID_ARGUMENT; }
 #endif
+#ifdef CALRT_MUTANT_WAIT_ZERO_TIMEOUT_ON_DONE /* the bug: CalRT's Wait(0) avoided by answering a poll TIMEOUT */
+        if (timeout_ms == 0) {
+            if (out) *out = j->info;
+            pthread_mutex_unlock(&d->mu);
+            return CALRT_E_TIMEOUT;
+        }
+#endif
         if (terminal(j->info.state) || now_ns() >= deadline) {
 #ifdef CALRT_MUTANT_END_STAMP_AT_WAIT
             if (terminal(j->info.state) && j->info.start_ns && !j->info.end_ns) j->info.end_ns = now_ns();
@@ -2119,8 +2257,13 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
 #ifdef CALRT_MUTANT_STAMPS_REALTIME
             if (out) mut_realtime(out);
 #endif
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET
+            if (out) mut_device_clock(d, j, out);
+#endif
 #ifdef CALRT_MUTANT_TIMEOUT_AS_ABORTED /* the bug: a wait that timed out reports the job aborted */
             calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_JOB_ABORTED;
+#elif defined(CALRT_MUTANT_WAIT_RETURNS_JOB_STATUS) /* the bug: CalRT's Wait throws the job's error; passed on */
+            calrt_status rc = terminal(j->info.state) ? (calrt_status)j->info.status : CALRT_E_TIMEOUT;
 #else
             calrt_status rc = terminal(j->info.state) ? CALRT_OK : CALRT_E_TIMEOUT;
 #endif
@@ -2131,6 +2274,9 @@ calrt_status calrt_job_wait(calrt_device *d, calrt_job_id id, uint32_t timeout_m
             return rc;
         }
         wait_until(d, deadline); /* releases the device mutex while blocked */
+#ifdef CALRT_MUTANT_WAIT_TIMEOUT_ON_WAKEUP /* the bug: any wake-up of the condition variable taken for the deadline */
+        deadline = now_ns();
+#endif
     }
 }
 
@@ -2160,6 +2306,9 @@ calrt_status calrt_job_wait_any(calrt_device *d, const calrt_job_id *ids, uint32
         }
         if (now_ns() >= deadline) { pthread_mutex_unlock(&d->mu); return CALRT_E_TIMEOUT; }
         wait_until(d, deadline);
+#ifdef CALRT_MUTANT_WAIT_ANY_TIMEOUT_ON_WAKEUP /* the bug: any wake-up of the condition variable taken for the deadline */
+        deadline = now_ns();
+#endif
     }
 }
 
@@ -2206,9 +2355,17 @@ calrt_status calrt_kv_can_allocate(calrt_device *d, const char *alias, uint32_t 
     pthread_mutex_lock(&d->mu);
     calrt_status rc = CALRT_OK;
     model *m = find_model(d, alias);
+#ifdef CALRT_MUTANT_CAN_ALLOCATE_UNCONFIGURED_INVALID /* the bug: the alias is looked up first */
+    if (!m) rc = CALRT_E_INVALID_ARGUMENT;
+#else
     if (!d->current) rc = CALRT_E_NOT_CONFIGURED;
     else if (!m) rc = CALRT_E_INVALID_ARGUMENT;
+#endif
+#ifdef CALRT_MUTANT_CAN_ALLOCATE_OFF_BY_ONE /* the bug: "<" where the pool may be filled to the last slot */
+    else *yes = (uint64_t)m->live + n < m->max_sequences;
+#else
     else *yes = (uint64_t)m->live + n <= m->max_sequences;
+#endif
     pthread_mutex_unlock(&d->mu);
     return rc;
 }
@@ -2353,6 +2510,9 @@ calrt_status calrt_kv_length(calrt_device *d, calrt_kv_seq id, uint32_t *committ
     if (s) { *committed = s->committed; *reserved = s->reserved; }
 #endif
     pthread_mutex_unlock(&d->mu);
+#ifdef CALRT_MUTANT_KV_LENGTH_FREED_ZERO /* the bug: the runtime's lookup answers an empty default for any id */
+    if (!s) { *committed = *reserved = 0; return CALRT_OK; }
+#endif
     return s ? CALRT_OK : CALRT_E_INVALID_ARGUMENT;
 }
 
@@ -2404,6 +2564,13 @@ calrt_status calrt_chip_counters(calrt_device *d, uint32_t chip, calrt_counters 
     chip = REF_CHIPS - 1 - chip;
 #endif
     *out = d->chips[chip].counters;
+#ifdef CALRT_MUTANT_COUNTERS_CLEAR_ON_READ /* the bug: the hardware's read-to-clear registers, passed through */
+    d->chips[chip].counters.finished = d->chips[chip].counters.failed = 0;
+#endif
+#ifdef CALRT_MUTANT_PENDING_RUNNING_ONLY /* the bug: pending read from the busy banks, the queue not counted */
+    out->pending = 0;
+    for (int b = 0; b < REF_BANKS; b++) out->pending += d->chips[chip].running[b] && !terminal(d->chips[chip].running[b]->info.state);
+#endif
     pthread_mutex_unlock(&d->mu);
     return CALRT_OK;
 }
@@ -2418,10 +2585,20 @@ calrt_status calrt_chip_health(calrt_device *d, uint32_t chip, uint32_t *health)
     chip = REF_CHIPS - 1 - chip;
 #endif
     *health = d->chips[chip].health;
+#ifdef CALRT_MUTANT_HEALTH_FAULT_ALL_CHIPS /* the bug: the board's fault register read for every chip */
+    for (int cc = 0; cc < REF_CHIPS; cc++)
+        if (d->chips[cc].health == CALRT_HEALTH_FAULTED) *health = CALRT_HEALTH_FAULTED;
+#endif
+#ifndef CALRT_MUTANT_HEALTH_NEVER_HUNG /* the bug: health is the fault latch only; a hung job is not looked at */
     for (int b = 0; b < REF_BANKS; b++) {
         job *j = d->chips[chip].running[b];
         if (j && j->hung && !terminal(j->info.state)) *health = CALRT_HEALTH_HUNG;
     }
+#ifdef CALRT_MUTANT_HUNG_LATCH_STICKY /* the bug: a hang once seen is reported until a board reset */
+    if (*health == CALRT_HEALTH_HUNG) d->chips[chip].mut_hung_latch = 1;
+    if (d->chips[chip].mut_hung_latch && *health == CALRT_HEALTH_OK) *health = CALRT_HEALTH_HUNG;
+#endif
+#endif
     pthread_mutex_unlock(&d->mu);
     return CALRT_OK;
 }
@@ -2448,6 +2625,10 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
     chip = 0;
 #endif
     uint32_t mask = scope == CALRT_RESET_BOARD ? (1u << REF_CHIPS) - 1 : 1u << chip;
+#ifdef CALRT_MUTANT_STAMPS_BACKWARD_AFTER_RESET
+    for (int c = 0; c < REF_CHIPS; c++)
+        if (mask >> c & 1) d->mut_reset_at[c] = now_ns();
+#endif
 #ifdef CALRT_MUTANT_CHIP_RESET_ABORTS_ALL /* the bug: the chip reset is the runtime's board reset underneath */
     abort_jobs(d, (1u << REF_CHIPS) - 1, 1);
 #endif
@@ -2455,6 +2636,9 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
     for (calrt_buffer *b = d->buffers; b; b = b->next) {
 #ifdef CALRT_MUTANT_QUARANTINE_ANY_RESET /* the bug: every quarantine is lifted, whichever chip was reset */
         if (b->quarantined || (b->owner_mask & mask)) b->quarantined = 0, b->owner = 0, b->owner_mask = 0;
+#elif defined(CALRT_MUTANT_BOARD_RESET_KEEPS_QUARANTINE) /* the bug: the quarantine is lifted on the chip-reset path */
+        if ((b->owner_mask & mask) && !(scope == CALRT_RESET_BOARD && b->quarantined))
+            b->quarantined = 0, b->owner = 0, b->owner_mask = 0;
 #else
         if (b->owner_mask & mask) b->quarantined = 0, b->owner = 0, b->owner_mask = 0; /* DMA state known again */
 #endif
@@ -2462,8 +2646,15 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
     for (int c = 0; c < REF_CHIPS; c++)
 #ifdef CALRT_MUTANT_CHIP_RESET_KEEPS_FAULT /* the bug: the fault latch is cleared by the board reset only */
         if ((mask >> c & 1) && scope == CALRT_RESET_BOARD) d->chips[c].health = CALRT_HEALTH_OK;
+#elif defined(CALRT_MUTANT_CHIP_RESET_CLEARS_ALL_FAULTS) /* the bug: one board-wide fault latch, cleared by any reset */
+        if (1) d->chips[c].health = CALRT_HEALTH_OK;
+#elif defined(CALRT_MUTANT_BOARD_RESET_KEEPS_FAULT) /* the bug: the fault latch is cleared by the chip reset only */
+        if ((mask >> c & 1) && scope == CALRT_RESET_CHIP) d->chips[c].health = CALRT_HEALTH_OK;
 #else
         if (mask >> c & 1) d->chips[c].health = CALRT_HEALTH_OK;
+#endif
+#ifdef CALRT_MUTANT_HUNG_LATCH_STICKY
+    for (int c = 0; c < REF_CHIPS && scope == CALRT_RESET_BOARD; c++) d->chips[c].mut_hung_latch = 0;
 #endif
     if (scope == CALRT_RESET_BOARD) {
 #ifndef CALRT_MUTANT_BOARD_RESET_KEEPS_KV /* the bug: every sequence survives the board reset */
@@ -2482,7 +2673,17 @@ calrt_status calrt_reset(calrt_device *d, uint32_t scope, uint32_t chip) {
 #else
             if (s->m->chip_mask & mask)
 #endif
+#ifdef CALRT_MUTANT_CHIP_RESET_KEEPS_RESERVED /* the bug: the reset empties the cache, not the reservation */
+                s->committed = 0, s->busy = 0, s->last_failed = 0;
+#else
                 s->committed = s->reserved = 0, s->busy = 0, s->last_failed = 0;
+#endif
+#ifdef CALRT_MUTANT_CHIP_RESET_LOSES_WEIGHTS /* the bug: the chip's DRAM is cleared; the weights are not loaded again */
+        for (uint32_t i = 0; d->current && i < d->current->nmodels; i++) {
+            model *m = &d->current->models[i];
+            if ((m->chip_mask & mask) && m->net.final_norm) memset(m->net.final_norm, 0, sizeof(float) * m->net.d);
+        }
+#endif
     }
     pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
@@ -2717,6 +2918,14 @@ calrt_status calrt_chip_telemetry(calrt_device *d, uint32_t chip, calrt_telemetr
     t.power_limit_w = REF_TEL_POWER_LIMIT_W;
     t.clock_max_mhz = REF_TEL_CLOCK_MHZ;
     t.clock_mhz = g_tel.chip[chip].throttled ? REF_TEL_CLOCK_MHZ / 2 : REF_TEL_CLOCK_MHZ;
+#ifdef CALRT_MUTANT_TELEMETRY_CLOCK_GHZ /* the bug: the clock driver's GHz, passed through */
+    t.clock_max_mhz /= 1000.0;
+    t.clock_mhz /= 1000.0;
+#endif
+#ifdef CALRT_MUTANT_TELEMETRY_POWER_BOARD /* the bug: the board's one power rail reported for every chip */
+    for (int cc = 0; cc < REF_CHIPS; cc++)
+        if (cc != (int)chip) tel_advance(cc, now, 0), t.power_w += g_tel.chip[cc].power_w;
+#endif
     t.throttle_reasons = g_tel.chip[chip].throttled ? CALRT_THROTTLE_THERMAL : 0;
     t.throttled_ns = g_tel.chip[chip].throttled_ns;
     t.ecc_correctable = 0;
